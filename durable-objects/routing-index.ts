@@ -1,0 +1,275 @@
+/**
+ * RoutingIndex: one Durable Object per model pool. Thin adapter around src/kv/routing-core.ts:
+ * - SQLite keeps the worker registry (survives eviction and restarts);
+ * - relays connect over hibernatable WebSockets (authenticated by the edge before the upgrade
+ *   reaches us; the verified worker id is the socket's tag);
+ * - the edge calls route / settle / markDown over RPC.
+ * The block index itself lives in memory and is rebuilt from relay dumps: on every construction
+ * (first start, or waking after hibernation) all connected relays are asked to resync.
+ */
+import { DurableObject } from "cloudflare:workers";
+import { RoutingCore, type RouteDecision, type RouteRequest, type SettleRequest, type WorkerRecord } from "../src/kv/routing-core.ts";
+import { RelayMessageSchema, type IndexToRelay } from "../src/kv/relay-protocol.ts";
+import { MAX_RELAY_MESSAGE_BYTES } from "../src/kv/relay-protocol.ts";
+
+const SCHEMA_VERSION = 1;
+
+interface Attachment {
+  workerId: string;
+}
+
+export interface RoutingIndexEnv {
+  KVEDGE_ROUTING?: string;
+}
+
+export interface PoolProfile {
+  blockSize: number | null;
+  workers: number;
+  workersUp: number;
+}
+
+export class RoutingIndex extends DurableObject<RoutingIndexEnv> {
+  readonly core: RoutingCore;
+
+  constructor(ctx: DurableObjectState, env: RoutingIndexEnv) {
+    super(ctx, env);
+    let temperature = 0;
+    try {
+      const r = env.KVEDGE_ROUTING ? (JSON.parse(env.KVEDGE_ROUTING) as { temperature?: unknown }) : {};
+      if (typeof r.temperature === "number" && r.temperature >= 0) temperature = r.temperature;
+    } catch {
+      // Config errors surface at the edge, which parses the same var with zod.
+    }
+    this.core = new RoutingCore({ blockSize: null, temperature });
+    ctx.blockConcurrencyWhile(async () => {
+      this.#ensureSchema();
+      const bs = this.ctx.storage.sql.exec<{ v: string }>("SELECT v FROM meta WHERE k = 'block_size'").toArray()[0];
+      if (bs) this.core.adoptBlockSize(Number(bs.v));
+      for (const row of this.ctx.storage.sql.exec<WorkerRow>("SELECT * FROM workers")) this.core.restoreWorker(rowToRecord(row));
+    });
+    // Memory was lost if we are waking up with sockets still attached: ask every relay for a dump.
+    for (const ws of ctx.getWebSockets()) this.#send(ws, { type: "resync", reason: "index restarted" });
+  }
+
+  #ensureSchema(): void {
+    const sql = this.ctx.storage.sql;
+    sql.exec("CREATE TABLE IF NOT EXISTS meta (k TEXT PRIMARY KEY, v TEXT NOT NULL)");
+    const row = sql.exec<{ v: string }>("SELECT v FROM meta WHERE k = 'schema_version'").toArray()[0];
+    const version = row ? Number(row.v) : 0;
+    if (version < 1) {
+      sql.exec(`CREATE TABLE IF NOT EXISTS workers (
+        worker_id TEXT PRIMARY KEY, url TEXT NOT NULL, block_size INTEGER NOT NULL, epoch INTEGER NOT NULL,
+        status TEXT NOT NULL, model_name TEXT NOT NULL, contract_json TEXT, contract_digest TEXT,
+        kv_events INTEGER NOT NULL, last_seen INTEGER NOT NULL)`);
+    }
+    if (version < SCHEMA_VERSION)
+      sql.exec("INSERT INTO meta (k, v) VALUES ('schema_version', ?) ON CONFLICT(k) DO UPDATE SET v = excluded.v", String(SCHEMA_VERSION));
+  }
+
+  #persist(rec: WorkerRecord): void {
+    this.ctx.storage.sql.exec(
+      `INSERT INTO workers (worker_id, url, block_size, epoch, status, model_name, contract_json, contract_digest, kv_events, last_seen)
+       VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+       ON CONFLICT(worker_id) DO UPDATE SET url = excluded.url, block_size = excluded.block_size, epoch = excluded.epoch,
+         status = excluded.status, model_name = excluded.model_name, contract_json = excluded.contract_json,
+         contract_digest = excluded.contract_digest, kv_events = excluded.kv_events, last_seen = excluded.last_seen`,
+      rec.workerId,
+      rec.url,
+      rec.blockSize,
+      rec.epoch,
+      rec.status,
+      rec.modelName,
+      rec.contract === null || rec.contract === undefined ? null : JSON.stringify(rec.contract),
+      rec.contractDigest,
+      rec.kvEvents ? 1 : 0,
+      rec.lastSeen,
+    );
+    if (this.core.blockSize !== null)
+      this.ctx.storage.sql.exec("INSERT INTO meta (k, v) VALUES ('block_size', ?) ON CONFLICT(k) DO NOTHING", String(this.core.blockSize));
+  }
+
+  /** Relay WebSocket upgrade. The edge has verified the token; it passes the worker id. */
+  override async fetch(request: Request): Promise<Response> {
+    if (request.headers.get("upgrade")?.toLowerCase() !== "websocket") return new Response("expected websocket", { status: 426 });
+    const workerId = request.headers.get("x-kvedge-worker");
+    if (!workerId) return new Response("missing worker", { status: 400 });
+    const poolBlockSize = Number(request.headers.get("x-kvedge-block-size"));
+    if (this.core.blockSize === null && Number.isInteger(poolBlockSize) && poolBlockSize > 0) {
+      this.core.adoptBlockSize(poolBlockSize);
+      this.ctx.storage.sql.exec("INSERT INTO meta (k, v) VALUES ('block_size', ?) ON CONFLICT(k) DO NOTHING", String(poolBlockSize));
+    }
+    const pair = new WebSocketPair();
+    const [client, server] = [pair[0], pair[1]];
+    this.ctx.acceptWebSocket(server, [workerId]);
+    server.serializeAttachment({ workerId } satisfies Attachment);
+    return new Response(null, { status: 101, webSocket: client });
+  }
+
+  override async webSocketMessage(ws: WebSocket, message: string | ArrayBuffer): Promise<void> {
+    const { workerId } = ws.deserializeAttachment() as Attachment;
+    const size = typeof message === "string" ? message.length : message.byteLength;
+    if (size > MAX_RELAY_MESSAGE_BYTES) return this.#reject(ws, "message too large");
+    let raw: unknown;
+    try {
+      raw = JSON.parse(typeof message === "string" ? message : new TextDecoder().decode(message));
+    } catch {
+      return this.#reject(ws, "malformed JSON");
+    }
+    const parsed = RelayMessageSchema.safeParse(raw);
+    if (!parsed.success) return this.#reject(ws, `invalid message: ${parsed.error.issues[0]?.message ?? "schema"}`);
+    const msg = parsed.data;
+    switch (msg.type) {
+      case "hello": {
+        const r = this.core.hello(msg, workerId);
+        if (!r.ok) {
+          this.#send(ws, { type: "error", message: r.reason });
+          ws.close(4003, r.reason.slice(0, 120));
+          return;
+        }
+        this.#persist(r.record);
+        this.#send(ws, { type: "welcome", workerId, epoch: msg.epoch, poolBlockSize: this.core.blockSize ?? msg.blockSize });
+        return;
+      }
+      case "dump": {
+        const r = this.core.applyDump(workerId, msg);
+        if (!r.ok && r.reason === "unknown_worker") this.#send(ws, { type: "resync", reason: "say hello first" });
+        else this.#send(ws, { type: "ack", seq: msg.seq });
+        return;
+      }
+      case "events": {
+        const r = this.core.applyEvents(workerId, msg);
+        if (!r.ok && r.resync) this.#send(ws, { type: "resync", reason: r.reason });
+        return;
+      }
+      case "status": {
+        if (msg.epoch !== this.core.worker(workerId)?.epoch) return;
+        const rec = this.core.setStatus(workerId, msg.status);
+        if (rec) this.#persist(rec);
+        return;
+      }
+      case "ping":
+        this.#send(ws, { type: "pong", t: msg.t });
+        return;
+    }
+  }
+
+  override async webSocketClose(ws: WebSocket): Promise<void> {
+    this.#relayDetached(ws);
+  }
+
+  override async webSocketError(ws: WebSocket): Promise<void> {
+    this.#relayDetached(ws);
+  }
+
+  #relayDetached(ws: WebSocket): void {
+    const { workerId } = ws.deserializeAttachment() as Attachment;
+    // A reconnect may already have opened a newer socket for this worker; only the last one counts.
+    const others = this.ctx.getWebSockets(workerId).filter((s) => s !== ws && s.readyState === WebSocket.OPEN);
+    if (others.length === 0) this.core.relayGone(workerId);
+  }
+
+  #send(ws: WebSocket, msg: IndexToRelay): void {
+    try {
+      ws.send(JSON.stringify(msg));
+    } catch {
+      // The socket is closing; the relay reconnects and resyncs.
+    }
+  }
+
+  #reject(ws: WebSocket, reason: string): void {
+    this.core.counters.eventsDropped++;
+    this.core.counters.dropReasons["bad_message"] = (this.core.counters.dropReasons["bad_message"] ?? 0) + 1;
+    this.#send(ws, { type: "error", message: reason });
+  }
+
+  // ---- RPC (edge → index) ----
+
+  /** Picks a worker for a request and adds its load. null = no worker up. */
+  async route(req: RouteRequest): Promise<RouteDecision | null> {
+    return this.core.route(req);
+  }
+
+  /** Frees a request's load and records the predicted-vs-actual receipt. */
+  async settle(req: SettleRequest): Promise<void> {
+    const r = this.core.settle(req);
+    if (r.drift && r.receipt) console.warn(JSON.stringify({ event: "routing_drift", workerId: r.receipt.workerId }));
+  }
+
+  async markPrefillDone(receiptId: string): Promise<void> {
+    this.core.markPrefillDone(receiptId);
+  }
+
+  /** The edge could not connect to the worker: stop routing to it until its relay says otherwise. */
+  async markDown(workerId: string, reason: string): Promise<void> {
+    const rec = this.core.setStatus(workerId, "down");
+    if (rec) {
+      this.#persist(rec);
+      console.warn(JSON.stringify({ event: "worker_down", workerId, reason }));
+    }
+  }
+
+  async profile(): Promise<PoolProfile> {
+    const ws = this.core.workers();
+    return { blockSize: this.core.blockSize, workers: ws.length, workersUp: ws.filter((w) => w.status === "up").length };
+  }
+
+  async workers() {
+    return this.core.workers();
+  }
+
+  async stats() {
+    return {
+      blockSize: this.core.blockSize,
+      indexedBlocks: this.core.index.size,
+      activeRequests: this.core.load.size,
+      counters: this.core.counters,
+      receipts: this.core.receipts.stats(),
+      recentReceipts: this.core.receipts.recent(50),
+      workers: this.core.workers(),
+    };
+  }
+
+  /** Admin: forget a worker entirely. */
+  async removeWorker(workerId: string): Promise<boolean> {
+    const ok = this.core.removeWorker(workerId);
+    this.ctx.storage.sql.exec("DELETE FROM workers WHERE worker_id = ?", workerId);
+    for (const ws of this.ctx.getWebSockets(workerId)) ws.close(4004, "worker removed");
+    return ok;
+  }
+
+  /** Test/ops hook: the local hashes a worker holds, for parity checks against the engine. */
+  async workerLocalHashes(workerId: string): Promise<string[]> {
+    const slot = this.core.slotOf(workerId);
+    if (slot < 0) return [];
+    return this.core.index.workerLocalHashes(slot).map((h) => h.toString(16).padStart(16, "0"));
+  }
+}
+
+interface WorkerRow extends Record<string, SqlStorageValue> {
+  worker_id: string;
+  url: string;
+  block_size: number;
+  epoch: number;
+  status: string;
+  model_name: string;
+  contract_json: string | null;
+  contract_digest: string | null;
+  kv_events: number;
+  last_seen: number;
+}
+
+function rowToRecord(r: WorkerRow): WorkerRecord {
+  return {
+    workerId: r.worker_id,
+    url: r.url,
+    blockSize: r.block_size,
+    epoch: r.epoch,
+    status: r.status === "up" || r.status === "draining" ? r.status : "down",
+    modelName: r.model_name,
+    contract: r.contract_json ? (JSON.parse(r.contract_json) as unknown) : null,
+    contractDigest: r.contract_digest,
+    kvEvents: r.kv_events === 1,
+    lastSeen: r.last_seen,
+  };
+}
+

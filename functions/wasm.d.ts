@@ -1,0 +1,4 @@
+declare module "*.wasm" {
+  const mod: WebAssembly.Module;
+  export default mod;
+}

@@ -1,0 +1,251 @@
+/**
+ * The local fleet: N simulated SGLang workers, one relay beside each, and the edge Worker under
+ * `wrangler dev`, all on 127.0.0.1. Used by `npm start` and by the end-to-end tests, so what the
+ * tests exercise is exactly what a user runs. Every part is a real child process: killing a worker
+ * really closes its sockets.
+ */
+import { spawn, type ChildProcess } from "node:child_process";
+import { randomBytes } from "node:crypto";
+import { mkdtempSync, rmSync } from "node:fs";
+import { createServer } from "node:net";
+import { tmpdir } from "node:os";
+import { join, dirname } from "node:path";
+import { fileURLToPath } from "node:url";
+
+const ROOT = join(dirname(fileURLToPath(import.meta.url)), "..");
+const NODE = process.execPath;
+
+export interface FleetOptions {
+  workers?: number;
+  edgePort?: number;
+  model?: string;
+  family?: "qwen2_vl" | "qwen2_5_vl" | "qwen3_vl";
+  template?: "qwen2vl" | "qwen3vl-instruct" | "qwen3vl-thinking";
+  pageSize?: number;
+  capacityTokens?: number;
+  timingPreset?: string;
+  relaySecret?: string;
+  adminToken?: string;
+  /** Directory for wrangler's local state; a fresh temp dir by default (removed on stop). */
+  persistTo?: string;
+  log?: (line: string) => void;
+  /** Extra vars for the Worker (KVEDGE_ROUTING etc.). */
+  vars?: Record<string, string>;
+  /** Start the relays (false: workers without KV events routing). */
+  relays?: boolean;
+}
+
+export interface FleetWorker {
+  id: string;
+  url: string;
+  port: number;
+  kvPort: number;
+  replayPort: number;
+  proc: ChildProcess;
+  relay: ChildProcess | null;
+}
+
+export interface Fleet {
+  edgeUrl: string;
+  model: string;
+  adminToken: string;
+  relaySecret: string;
+  workers: FleetWorker[];
+  /** SIGKILL a worker process (its relay notices and reports it down). */
+  killWorker(i: number): Promise<void>;
+  /** Waits until every live worker's relay has synced its blocks with the index. */
+  waitForSync(timeoutMs?: number): Promise<void>;
+  admin(path: string): Promise<unknown>;
+  stop(): Promise<void>;
+}
+
+export async function freePort(): Promise<number> {
+  return new Promise((resolve, reject) => {
+    const s = createServer();
+    s.once("error", reject);
+    s.listen(0, "127.0.0.1", () => {
+      const addr = s.address();
+      const port = typeof addr === "object" && addr ? addr.port : 0;
+      s.close(() => resolve(port));
+    });
+  });
+}
+
+function pipeLogs(proc: ChildProcess, name: string, log: (l: string) => void): void {
+  for (const stream of [proc.stdout, proc.stderr]) {
+    let buf = "";
+    stream?.setEncoding("utf8");
+    stream?.on("data", (chunk: string) => {
+      buf += chunk;
+      let i: number;
+      while ((i = buf.indexOf("\n")) >= 0) {
+        const line = buf.slice(0, i);
+        buf = buf.slice(i + 1);
+        if (line.trim()) log(`[${name}] ${line}`);
+      }
+    });
+  }
+}
+
+async function waitFor(check: () => Promise<boolean>, timeoutMs: number, what: string, proc?: ChildProcess): Promise<void> {
+  const deadline = Date.now() + timeoutMs;
+  while (Date.now() < deadline) {
+    if (proc && proc.exitCode !== null) throw new Error(`${what}: process exited with ${proc.exitCode}`);
+    try {
+      if (await check()) return;
+    } catch {
+      // not up yet
+    }
+    await new Promise((r) => setTimeout(r, 100));
+  }
+  throw new Error(`timed out waiting for ${what}`);
+}
+
+function stopProc(p: ChildProcess | null, signal: NodeJS.Signals = "SIGTERM"): Promise<void> {
+  if (!p || p.exitCode !== null || p.signalCode !== null) return Promise.resolve();
+  return new Promise((resolve) => {
+    const t = setTimeout(() => {
+      try {
+        if (p.pid) process.kill(-p.pid, "SIGKILL");
+      } catch {
+        p.kill("SIGKILL");
+      }
+    }, 3000);
+    p.once("exit", () => {
+      clearTimeout(t);
+      resolve();
+    });
+    try {
+      if (p.pid) process.kill(-p.pid, signal);
+    } catch {
+      p.kill(signal);
+    }
+  });
+}
+
+export async function startFleet(opts: FleetOptions = {}): Promise<Fleet> {
+  const log = opts.log ?? (() => {});
+  const n = opts.workers ?? 2;
+  const model = opts.model ?? "Qwen/Qwen3-VL-8B-Instruct";
+  const family = opts.family ?? "qwen3_vl";
+  const template = opts.template ?? "qwen3vl-instruct";
+  const pageSize = opts.pageSize ?? 16;
+  const relaySecret = opts.relaySecret ?? randomBytes(24).toString("hex");
+  const adminToken = opts.adminToken ?? randomBytes(24).toString("hex");
+  const edgePort = opts.edgePort ?? (await freePort());
+  const persistTo = opts.persistTo ?? mkdtempSync(join(tmpdir(), "kvedge-state-"));
+  const ownsPersist = opts.persistTo === undefined;
+  const procs: ChildProcess[] = [];
+
+  const models = JSON.stringify([{ id: model, family, templateId: template, blockSize: pageSize }]);
+  const vars: Record<string, string> = { KVEDGE_MODELS: models, RELAY_SECRET: relaySecret, ADMIN_TOKEN: adminToken, ...opts.vars };
+  const wranglerArgs = [
+    join(ROOT, "node_modules/wrangler/bin/wrangler.js"),
+    "dev",
+    "--local",
+    "--ip",
+    "127.0.0.1",
+    "--port",
+    String(edgePort),
+    "--inspector-port",
+    String(await freePort()),
+    "--persist-to",
+    persistTo,
+    "--show-interactive-dev-session=false",
+    "--log-level",
+    "warn",
+  ];
+  for (const [k, v] of Object.entries(vars)) wranglerArgs.push("--var", `${k}:${v}`);
+  const edge = spawn(NODE, wranglerArgs, {
+    cwd: ROOT,
+    detached: true,
+    env: { ...process.env, CLOUDFLARE_CF_FETCH_ENABLED: "false", WRANGLER_SEND_METRICS: "false", NO_COLOR: "1" },
+    stdio: ["ignore", "pipe", "pipe"],
+  });
+  procs.push(edge);
+  pipeLogs(edge, "edge", log);
+  const edgeUrl = `http://127.0.0.1:${edgePort}`;
+
+  const workers: FleetWorker[] = [];
+  const startWorker = async (i: number): Promise<FleetWorker> => {
+    const [port, kvPort, replayPort] = [await freePort(), await freePort(), await freePort()];
+    const id = `w${i + 1}`;
+    const args = [
+      join(ROOT, "services/sglang-sim/main.ts"),
+      "--port", String(port),
+      "--kv-port", String(kvPort),
+      "--replay-port", String(replayPort),
+      "--page-size", String(pageSize),
+      "--capacity-tokens", String(opts.capacityTokens ?? 400_000),
+      "--model-name", model,
+      "--family", family,
+      "--template", template,
+    ];
+    if (opts.timingPreset) args.push("--timing-preset", opts.timingPreset);
+    const proc = spawn(NODE, args, { cwd: ROOT, detached: true, stdio: ["ignore", "pipe", "pipe"] });
+    procs.push(proc);
+    pipeLogs(proc, id, log);
+    const url = `http://127.0.0.1:${port}`;
+    await waitFor(async () => (await fetch(`${url}/health`)).ok, 30_000, `worker ${id}`, proc);
+    return { id, url, port, kvPort, replayPort, proc, relay: null };
+  };
+  for (let i = 0; i < n; i++) workers.push(await startWorker(i));
+
+  await waitFor(async () => (await fetch(`${edgeUrl}/healthz`)).ok, 60_000, "wrangler dev", edge);
+
+  const startRelay = (w: FleetWorker): ChildProcess => {
+    const relay = spawn(
+      NODE,
+      [
+        join(ROOT, "services/relay/main.ts"),
+        "--worker-url", w.url,
+        "--index-url", `ws://127.0.0.1:${edgePort}`,
+        "--worker-id", w.id,
+        "--model", model,
+        "--secret-env", "KVEDGE_RELAY_SECRET",
+      ],
+      { cwd: ROOT, detached: true, env: { ...process.env, KVEDGE_RELAY_SECRET: relaySecret }, stdio: ["ignore", "pipe", "pipe"] },
+    );
+    procs.push(relay);
+    pipeLogs(relay, `relay-${w.id}`, log);
+    return relay;
+  };
+  if (opts.relays !== false) for (const w of workers) w.relay = startRelay(w);
+
+  const admin = async (path: string): Promise<unknown> => {
+    const r = await fetch(`${edgeUrl}${path}`, { headers: { authorization: `Bearer ${adminToken}` } });
+    if (!r.ok) throw new Error(`admin ${path}: ${r.status} ${await r.text()}`);
+    return r.json();
+  };
+
+  const waitForSync = async (timeoutMs = 30_000): Promise<void> => {
+    await waitFor(
+      async () => {
+        const body = (await admin(`/admin/workers?model=${encodeURIComponent(model)}`)) as { workers: { workerId: string; synced: boolean; status: string }[] };
+        const live = workers.filter((w) => w.proc.exitCode === null && w.proc.signalCode === null).map((w) => w.id);
+        return live.every((id) => body.workers.some((x) => x.workerId === id && x.synced && x.status === "up"));
+      },
+      timeoutMs,
+      "relays to sync",
+    );
+  };
+  if (opts.relays !== false) await waitForSync();
+
+  return {
+    edgeUrl,
+    model,
+    adminToken,
+    relaySecret,
+    workers,
+    admin,
+    waitForSync,
+    async killWorker(i: number) {
+      const w = workers[i]!;
+      await stopProc(w.proc, "SIGKILL");
+    },
+    async stop() {
+      await Promise.all(procs.map((p) => stopProc(p)));
+      if (ownsPersist) rmSync(persistTo, { recursive: true, force: true });
+    },
+  };
+}

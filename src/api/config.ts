@@ -1,0 +1,86 @@
+/**
+ * Edge configuration, from wrangler vars and secrets. zod is the source of truth; every field has a
+ * default so a bare deployment works. JSON-valued vars arrive as strings and are parsed here once
+ * per isolate.
+ */
+import { z } from "zod";
+
+export const ModelFamilySchema = z.enum(["qwen2_vl", "qwen2_5_vl", "qwen3_vl"]);
+export const TemplateIdSchema = z.enum(["qwen2vl", "qwen3vl-instruct", "qwen3vl-thinking"]);
+
+export const ModelConfigSchema = z.object({
+  /** The served model name clients send as `model`. */
+  id: z.string().min(1).max(256),
+  family: ModelFamilySchema,
+  templateId: TemplateIdSchema,
+  /** KV block size = the workers' SGLang page size. */
+  blockSize: z.number().int().min(1).max(4096).default(16),
+  ownedBy: z.string().default("kvedge"),
+});
+export type ModelConfig = z.infer<typeof ModelConfigSchema>;
+
+export const DEFAULT_MODELS: ModelConfig[] = [
+  { id: "Qwen/Qwen3-VL-8B-Instruct", family: "qwen3_vl", templateId: "qwen3vl-instruct", blockSize: 16, ownedBy: "kvedge" },
+];
+
+export const RoutingConfigSchema = z.object({
+  /** Softmax temperature for selection; 0 = argmin with random tie-break. */
+  temperature: z.number().min(0).max(10).default(0),
+  /** Attempts across workers when a worker refuses the connection before any byte. */
+  maxAttempts: z.number().int().min(1).max(8).default(3),
+  /** Timeout for the worker's response headers. */
+  upstreamHeadersTimeoutMs: z.number().int().min(100).max(600_000).default(120_000),
+  /** How long the edge caches a pool profile in the isolate. */
+  profileTtlMs: z.number().int().min(0).max(60_000).default(2_000),
+});
+export type RoutingConfig = z.infer<typeof RoutingConfigSchema>;
+
+function jsonVar<T extends z.ZodType>(schema: T, name: string) {
+  return z
+    .union([z.string(), z.unknown()])
+    .optional()
+    .transform((v, ctx) => {
+      if (v === undefined || v === "") return undefined;
+      if (typeof v !== "string") return v;
+      try {
+        return JSON.parse(v) as unknown;
+      } catch {
+        ctx.addIssue({ code: "custom", message: `${name} is not valid JSON` });
+        return z.NEVER;
+      }
+    })
+    .pipe(schema.optional());
+}
+
+/** Raw environment → typed config. Unknown vars are ignored (bindings live in the same object). */
+export const EdgeEnvSchema = z.object({
+  KVEDGE_MODELS: jsonVar(z.array(ModelConfigSchema).min(1).max(64), "KVEDGE_MODELS"),
+  KVEDGE_LIMITS: jsonVar(z.record(z.string(), z.unknown()), "KVEDGE_LIMITS"),
+  KVEDGE_ROUTING: jsonVar(RoutingConfigSchema.partial(), "KVEDGE_ROUTING"),
+  RELAY_SECRET: z.string().min(16).optional(),
+  ADMIN_TOKEN: z.string().min(16).optional(),
+  /** Comma-separated client API keys; when set, `Authorization: Bearer <key>` is required. */
+  KVEDGE_API_KEYS: z.string().optional(),
+});
+
+export interface EdgeConfig {
+  models: ModelConfig[];
+  limitsOverride: Record<string, unknown>;
+  routing: RoutingConfig;
+  relaySecret: string | null;
+  adminToken: string | null;
+  apiKeys: Set<string> | null;
+}
+
+export function parseEdgeConfig(env: Record<string, unknown>): EdgeConfig {
+  const parsed = EdgeEnvSchema.parse(env);
+  const keys = parsed.KVEDGE_API_KEYS?.split(",").map((k) => k.trim()).filter(Boolean) ?? [];
+  return {
+    models: parsed.KVEDGE_MODELS ?? DEFAULT_MODELS,
+    limitsOverride: parsed.KVEDGE_LIMITS ?? {},
+    routing: RoutingConfigSchema.parse(parsed.KVEDGE_ROUTING ?? {}),
+    relaySecret: parsed.RELAY_SECRET ?? null,
+    adminToken: parsed.ADMIN_TOKEN ?? null,
+    apiKeys: keys.length ? new Set(keys) : null,
+  };
+}

@@ -1,0 +1,33 @@
+/** Credential checks shared by the edge routes. Constant-time comparison avoids timing leaks. */
+import { AuthenticationError } from "../api/errors.ts";
+
+export function timingSafeEqualString(a: string, b: string): boolean {
+  const ea = new TextEncoder().encode(a);
+  const eb = new TextEncoder().encode(b);
+  let diff = ea.length ^ eb.length;
+  const n = Math.max(ea.length, eb.length);
+  for (let i = 0; i < n; i++) diff |= (ea[i] ?? 0) ^ (eb[i] ?? 0);
+  return diff === 0;
+}
+
+export function bearerToken(request: Request): string | null {
+  const h = request.headers.get("authorization");
+  if (!h) return null;
+  const m = /^Bearer\s+(\S+)\s*$/i.exec(h);
+  return m ? m[1]! : null;
+}
+
+/** Admin endpoints: refused outright when no admin token is configured. */
+export function requireAdmin(request: Request, adminToken: string | null): void {
+  const t = bearerToken(request);
+  if (!adminToken || !t || !timingSafeEqualString(t, adminToken)) throw new AuthenticationError("Admin token required.");
+}
+
+/** Client API keys are optional: when none are configured the API is open. */
+export function requireApiKey(request: Request, keys: Set<string> | null): void {
+  if (!keys) return;
+  const t = bearerToken(request);
+  if (!t) throw new AuthenticationError("Missing API key. Send 'Authorization: Bearer <key>'.");
+  for (const k of keys) if (timingSafeEqualString(t, k)) return;
+  throw new AuthenticationError("Invalid API key.");
+}

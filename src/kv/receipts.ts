@@ -1,0 +1,71 @@
+/**
+ * Routing receipts: for every routed request, the overlap the index predicted against the cached
+ * tokens the worker actually reported. Kept per worker with a bounded recent window; a sustained
+ * gap (the worker cached much less than predicted) is drift: the index and the worker disagree.
+ */
+
+export interface Receipt {
+  receiptId: string;
+  workerId: string;
+  at: number;
+  promptTokens: number;
+  totalBlocks: number;
+  predictedOverlapBlocks: number;
+  blockSize: number;
+  actualCachedTokens: number | null;
+  outcome: "ok" | "error" | "pending";
+  fallbackReason: string | null;
+}
+
+export interface WorkerReceiptStats {
+  workerId: string;
+  settled: number;
+  predictedTokens: number;
+  actualCachedTokens: number;
+  /** EWMA of (predicted − actual) / max(predicted, 1) over settled receipts; > 0 means over-prediction. */
+  driftEwma: number;
+  drifting: boolean;
+}
+
+export class ReceiptBook {
+  readonly #recent: Receipt[] = [];
+  readonly #stats = new Map<string, WorkerReceiptStats>();
+  readonly capacity: number;
+  readonly driftThreshold: number;
+  readonly alpha: number;
+
+  constructor(capacity = 256, driftThreshold = 0.5, alpha = 0.1) {
+    this.capacity = capacity;
+    this.driftThreshold = driftThreshold;
+    this.alpha = alpha;
+  }
+
+  /** Records a settled receipt. Returns true when this settle made the worker cross into drift. */
+  settle(r: Receipt): boolean {
+    this.#recent.push(r);
+    if (this.#recent.length > this.capacity) this.#recent.shift();
+    if (r.actualCachedTokens === null || r.outcome !== "ok") return false;
+    let s = this.#stats.get(r.workerId);
+    if (!s) {
+      s = { workerId: r.workerId, settled: 0, predictedTokens: 0, actualCachedTokens: 0, driftEwma: 0, drifting: false };
+      this.#stats.set(r.workerId, s);
+    }
+    const predicted = Math.min(r.predictedOverlapBlocks * r.blockSize, r.promptTokens);
+    s.settled++;
+    s.predictedTokens += predicted;
+    s.actualCachedTokens += r.actualCachedTokens;
+    const gap = (predicted - r.actualCachedTokens) / Math.max(predicted, 1);
+    s.driftEwma = s.settled === 1 ? gap : s.driftEwma + this.alpha * (gap - s.driftEwma);
+    const was = s.drifting;
+    s.drifting = s.settled >= 5 && s.driftEwma > this.driftThreshold;
+    return s.drifting && !was;
+  }
+
+  recent(limit = 50): Receipt[] {
+    return this.#recent.slice(-limit).reverse();
+  }
+
+  stats(): WorkerReceiptStats[] {
+    return [...this.#stats.values()].map((s) => ({ ...s }));
+  }
+}

@@ -1,0 +1,100 @@
+/**
+ * Messages between a relay (beside one SGLang worker) and its pool's routing index, carried as JSON
+ * text frames over an authenticated WebSocket (`GET /v1/relay?worker=<id>`, `Authorization: Bearer`).
+ *
+ * 64-bit values travel as strings: engine block hashes (SGLang's signed int64) as decimal, the
+ * router's local block hashes (unsigned xxh3-64) as 16 lower-case hex digits.
+ *
+ * Session: relay → `hello`; index → `welcome`; relay → `dump` (the worker's full current block set,
+ * parents before children); then `events` batches in order. A `dump` replaces everything the index
+ * holds for that worker. A new `epoch` (worker restart) fences out all blocks of older epochs.
+ */
+import { z } from "zod";
+
+export const MAX_RELAY_MESSAGE_BYTES = 8 * 1024 * 1024;
+export const MAX_BLOCKS_PER_MESSAGE = 200_000;
+
+const engineHash = z.string().regex(/^-?\d{1,20}$/, "engine hash must be a decimal int64");
+const localHash = z.string().regex(/^[0-9a-f]{16}$/, "local hash must be 16 lower-case hex digits");
+
+export const WorkerStatusSchema = z.enum(["up", "down", "draining"]);
+export type WorkerStatus = z.infer<typeof WorkerStatusSchema>;
+
+export const RelayHelloSchema = z.object({
+  type: z.literal("hello"),
+  workerId: z.string().min(1).max(128).regex(/^[A-Za-z0-9._:-]+$/),
+  /** Base URL of the worker's SGLang HTTP server, as the edge should reach it. */
+  url: z.string().url().max(2048),
+  /** SGLang page size (= /server_info kv_events.block_size). Must equal the pool's block size. */
+  blockSize: z.number().int().min(1).max(4096),
+  /** Identifies one life of the worker process; a restart must send a larger epoch. */
+  epoch: z.number().int().min(0),
+  modelName: z.string().min(1).max(256),
+  /** Worker processor contract (media layout issue); null when the worker publishes none. */
+  contract: z.unknown().nullable().default(null),
+  /** Whether this worker has KV events (false → approximate mode). */
+  kvEvents: z.boolean().default(true),
+  relayVersion: z.string().max(64).optional(),
+});
+export type RelayHello = z.infer<typeof RelayHelloSchema>;
+
+export const StoredBlockSchema = z.object({ h: engineHash, l: localHash });
+export const DumpBlockSchema = z.object({ h: engineHash, p: engineHash.nullable(), l: localHash });
+
+export const RelayEventSchema = z.discriminatedUnion("t", [
+  z.object({ t: z.literal("stored"), parent: engineHash.nullable(), blocks: z.array(StoredBlockSchema).min(1) }),
+  z.object({ t: z.literal("removed"), hashes: z.array(engineHash).min(1) }),
+  z.object({ t: z.literal("cleared") }),
+]);
+export type RelayEvent = z.infer<typeof RelayEventSchema>;
+
+export const RelayDumpSchema = z.object({
+  type: z.literal("dump"),
+  epoch: z.number().int().min(0),
+  /** Last engine sequence number folded into this dump (-1 when none yet). */
+  seq: z.number().int().min(-1),
+  blocks: z.array(DumpBlockSchema).max(MAX_BLOCKS_PER_MESSAGE),
+});
+export type RelayDump = z.infer<typeof RelayDumpSchema>;
+
+export const RelayEventsSchema = z.object({
+  type: z.literal("events"),
+  epoch: z.number().int().min(0),
+  /** Engine batch sequence number these events came from. */
+  seq: z.number().int().min(0),
+  events: z.array(RelayEventSchema).max(MAX_BLOCKS_PER_MESSAGE),
+});
+export type RelayEvents = z.infer<typeof RelayEventsSchema>;
+
+export const RelayStatusSchema = z.object({
+  type: z.literal("status"),
+  epoch: z.number().int().min(0),
+  status: WorkerStatusSchema,
+  reason: z.string().max(512).optional(),
+});
+
+export const RelayPingSchema = z.object({ type: z.literal("ping"), t: z.number() });
+
+export const RelayMessageSchema = z.discriminatedUnion("type", [
+  RelayHelloSchema,
+  RelayDumpSchema,
+  RelayEventsSchema,
+  RelayStatusSchema,
+  RelayPingSchema,
+]);
+export type RelayMessage = z.infer<typeof RelayMessageSchema>;
+
+/** index → relay */
+export type IndexToRelay =
+  | { type: "welcome"; workerId: string; epoch: number; poolBlockSize: number }
+  | { type: "ack"; seq: number }
+  | { type: "resync"; reason: string }
+  | { type: "error"; message: string }
+  | { type: "pong"; t: number };
+
+export function localHashToHex(h: bigint): string {
+  return h.toString(16).padStart(16, "0");
+}
+export function hexToLocalHash(s: string): bigint {
+  return BigInt("0x" + s);
+}

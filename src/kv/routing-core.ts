@@ -1,0 +1,370 @@
+/**
+ * The routing index of one model pool, free of runtime bindings: worker registry (in memory; the
+ * Durable Object persists it), the shared radix index fed by relay messages, active load, worker
+ * selection and receipts. The Durable Object adapter only moves bytes and rows in and out.
+ */
+import { RadixIndex, type StoredBlock } from "./radix-index.ts";
+import { LoadTracker } from "./load-tracker.ts";
+import { ReceiptBook, type Receipt } from "./receipts.ts";
+import { pickIndex, scoreCandidates, type Candidate } from "./selection.ts";
+import { hexToLocalHash, type RelayDump, type RelayEvents, type RelayHello, type WorkerStatus } from "./relay-protocol.ts";
+
+export interface WorkerRecord {
+  workerId: string;
+  url: string;
+  blockSize: number;
+  epoch: number;
+  status: WorkerStatus;
+  modelName: string;
+  contract: unknown;
+  contractDigest: string | null;
+  kvEvents: boolean;
+  lastSeen: number;
+}
+
+export interface RouteRequest {
+  localHashes: readonly bigint[];
+  /** Input sequence length in tokens (the full prompt, not only hashed blocks). */
+  isl: number;
+  exclude?: readonly string[];
+  fallbackReason?: string | null;
+}
+
+export interface RouteCandidateView {
+  workerId: string;
+  overlapBlocks: number;
+  cost: number;
+  activePrefillTokens: number;
+  activeDecodeBlocks: number;
+}
+
+export interface RouteDecision {
+  workerId: string;
+  url: string;
+  overlapBlocks: number;
+  totalBlocks: number;
+  blockSize: number;
+  receiptId: string;
+  candidates: RouteCandidateView[];
+}
+
+export interface SettleRequest {
+  receiptId: string;
+  promptTokens: number | null;
+  cachedTokens: number | null;
+  outcome: "ok" | "error";
+}
+
+export interface CoreCounters {
+  eventsApplied: number;
+  blocksStored: number;
+  blocksRemoved: number;
+  eventsDropped: number;
+  dropReasons: Record<string, number>;
+  dumps: number;
+  routed: number;
+  settled: number;
+  expired: number;
+}
+
+export type RelayApplyOutcome = { ok: true } | { ok: false; reason: string; resync: boolean };
+
+export interface RoutingCoreOptions {
+  /** Pool block size; null = adopt the first worker's. */
+  blockSize: number | null;
+  temperature?: number;
+  staleMs?: number;
+  random?: () => number;
+  now?: () => number;
+}
+
+export class RoutingCore {
+  readonly index = new RadixIndex();
+  readonly load: LoadTracker;
+  readonly receipts = new ReceiptBook();
+  readonly counters: CoreCounters = {
+    eventsApplied: 0,
+    blocksStored: 0,
+    blocksRemoved: 0,
+    eventsDropped: 0,
+    dropReasons: {},
+    dumps: 0,
+    routed: 0,
+    settled: 0,
+    expired: 0,
+  };
+  #blockSize: number | null;
+  readonly #workers = new Map<string, WorkerRecord & { slot: number }>();
+  readonly #bySlot: string[] = [];
+  /** Workers whose in-memory blocks are known to mirror the relay (a dump arrived this life). */
+  readonly #synced = new Set<string>();
+  readonly #pending = new Map<string, Omit<Receipt, "actualCachedTokens" | "outcome">>();
+  #scores = new Int32Array(16);
+  #receiptSeq = 0;
+  readonly #temperature: number;
+  readonly #random: () => number;
+  readonly #now: () => number;
+
+  constructor(opts: RoutingCoreOptions) {
+    this.#blockSize = opts.blockSize;
+    this.load = new LoadTracker(opts.staleMs ?? 300_000);
+    this.#temperature = opts.temperature ?? 0;
+    this.#random = opts.random ?? Math.random;
+    this.#now = opts.now ?? Date.now;
+  }
+
+  get blockSize(): number | null {
+    return this.#blockSize;
+  }
+
+  /** Sets the pool block size if none is known yet (from configuration, before any worker). */
+  adoptBlockSize(blockSize: number): void {
+    if (this.#blockSize === null) this.#blockSize = blockSize;
+  }
+
+  slotOf(workerId: string): number {
+    return this.#workers.get(workerId)?.slot ?? -1;
+  }
+
+  /** Restores a registry row (after a Durable Object restart). Blocks come later, from dumps. */
+  restoreWorker(rec: WorkerRecord): void {
+    this.#upsert(rec);
+    if (this.#blockSize === null) this.#blockSize = rec.blockSize;
+  }
+
+  workers(): (WorkerRecord & { blocks: number; synced: boolean; activeRequests: number; activePrefillTokens: number; activeDecodeBlocks: number })[] {
+    return [...this.#workers.values()].map(({ slot, ...w }) => ({
+      ...w,
+      blocks: this.index.workerBlockCount(slot),
+      synced: this.#synced.has(w.workerId),
+      activeRequests: this.load.activeRequests(slot),
+      activePrefillTokens: this.load.prefillTokens(slot),
+      activeDecodeBlocks: this.load.decodeBlocks(slot),
+    }));
+  }
+
+  worker(workerId: string): WorkerRecord | undefined {
+    const w = this.#workers.get(workerId);
+    if (!w) return undefined;
+    const { slot: _slot, ...rec } = w;
+    return rec;
+  }
+
+  isSynced(workerId: string): boolean {
+    return this.#synced.has(workerId);
+  }
+
+  #upsert(rec: WorkerRecord): WorkerRecord & { slot: number } {
+    const existing = this.#workers.get(rec.workerId);
+    if (existing) {
+      Object.assign(existing, rec);
+      return existing;
+    }
+    let slot = this.#bySlot.indexOf("");
+    if (slot < 0) slot = this.#bySlot.length;
+    this.#bySlot[slot] = rec.workerId;
+    const full = { ...rec, slot };
+    this.#workers.set(rec.workerId, full);
+    this.index.ensureWorker(slot);
+    if (this.#scores.length <= slot) this.#scores = new Int32Array(Math.max(slot + 1, this.#scores.length * 2));
+    return full;
+  }
+
+  /** A relay said hello. Returns the record to persist, or a refusal. */
+  hello(msg: RelayHello, authenticatedWorkerId: string): { ok: true; record: WorkerRecord } | { ok: false; reason: string } {
+    if (msg.workerId !== authenticatedWorkerId) return { ok: false, reason: "worker id does not match the authenticated worker" };
+    if (this.#blockSize !== null && msg.blockSize !== this.#blockSize)
+      return { ok: false, reason: `block size ${msg.blockSize} differs from the pool's ${this.#blockSize}` };
+    const prev = this.#workers.get(msg.workerId);
+    if (prev && msg.epoch < prev.epoch) return { ok: false, reason: `stale epoch ${msg.epoch} < ${prev.epoch}` };
+    if (this.#blockSize === null) this.#blockSize = msg.blockSize;
+    const prevEpoch = prev?.epoch;
+    const rec: WorkerRecord = {
+      workerId: msg.workerId,
+      url: msg.url.replace(/\/+$/, ""),
+      blockSize: msg.blockSize,
+      epoch: msg.epoch,
+      status: "up",
+      modelName: msg.modelName,
+      contract: msg.contract ?? null,
+      contractDigest: null,
+      kvEvents: msg.kvEvents,
+      lastSeen: this.#now(),
+    };
+    const full = this.#upsert(rec);
+    // Every hello starts a new relay session: the relay follows with a dump, which is the truth.
+    // A newer epoch also fences out whatever the old process had cached.
+    if (prevEpoch === undefined || msg.epoch !== prevEpoch) this.index.clearWorker(full.slot);
+    this.#synced.delete(msg.workerId);
+    return { ok: true, record: rec };
+  }
+
+  applyDump(workerId: string, msg: RelayDump): RelayApplyOutcome {
+    const w = this.#workers.get(workerId);
+    if (!w) return this.#drop("unknown_worker", false);
+    if (msg.epoch !== w.epoch) return this.#drop("stale_epoch", false);
+    this.index.clearWorker(w.slot);
+    let failures = 0;
+    for (const b of msg.blocks) {
+      const r = this.index.applyStored(w.slot, b.p, [{ engineHash: b.h, localHash: hexToLocalHash(b.l) }]);
+      if (r.ok) this.counters.blocksStored += r.applied;
+      else failures++;
+    }
+    if (failures) this.#count(`dump_${"parent_not_found"}`, failures);
+    this.#synced.add(workerId);
+    this.counters.dumps++;
+    w.lastSeen = this.#now();
+    return { ok: true };
+  }
+
+  applyEvents(workerId: string, msg: RelayEvents): RelayApplyOutcome {
+    const w = this.#workers.get(workerId);
+    if (!w) return this.#drop("unknown_worker", false);
+    if (msg.epoch !== w.epoch) return this.#drop("stale_epoch", false);
+    if (!this.#synced.has(workerId)) return this.#drop("not_synced", true);
+    w.lastSeen = this.#now();
+    let resync = false;
+    for (const ev of msg.events) {
+      if (ev.t === "stored") {
+        const blocks: StoredBlock[] = ev.blocks.map((b) => ({ engineHash: b.h, localHash: hexToLocalHash(b.l) }));
+        const r = this.index.applyStored(w.slot, ev.parent, blocks);
+        this.counters.blocksStored += r.applied;
+        if (!r.ok) {
+          this.#count(r.error);
+          if (r.error === "parent_not_found") resync = true;
+          continue;
+        }
+      } else if (ev.t === "removed") {
+        this.counters.blocksRemoved += this.index.applyRemoved(w.slot, ev.hashes);
+      } else {
+        this.index.clearWorker(w.slot);
+      }
+      this.counters.eventsApplied++;
+    }
+    if (resync) {
+      this.#synced.delete(workerId);
+      return { ok: false, reason: "parent_not_found", resync: true };
+    }
+    return { ok: true };
+  }
+
+  setStatus(workerId: string, status: WorkerStatus): WorkerRecord | undefined {
+    const w = this.#workers.get(workerId);
+    if (!w) return undefined;
+    w.status = status;
+    w.lastSeen = this.#now();
+    if (status === "down") {
+      this.index.clearWorker(w.slot);
+      this.load.releaseWorker(w.slot);
+      this.#synced.delete(workerId);
+    }
+    const { slot: _s, ...rec } = w;
+    return rec;
+  }
+
+  /** The relay's socket closed: its view can no longer be kept fresh, so stop trusting it. */
+  relayGone(workerId: string): void {
+    const w = this.#workers.get(workerId);
+    if (!w) return;
+    this.index.clearWorker(w.slot);
+    this.#synced.delete(workerId);
+  }
+
+  removeWorker(workerId: string): boolean {
+    const w = this.#workers.get(workerId);
+    if (!w) return false;
+    this.index.removeWorker(w.slot);
+    this.load.releaseWorker(w.slot);
+    this.#bySlot[w.slot] = "";
+    this.#workers.delete(workerId);
+    this.#synced.delete(workerId);
+    return true;
+  }
+
+  route(req: RouteRequest): RouteDecision | null {
+    const now = this.#now();
+    this.counters.expired += this.load.expireStale(now);
+    const blockSize = this.#blockSize ?? 16;
+    const exclude = new Set(req.exclude ?? []);
+    const live = [...this.#workers.values()].filter((w) => w.status === "up" && !exclude.has(w.workerId));
+    if (live.length === 0) return null;
+    this.index.findMatches(req.localHashes, this.#scores);
+    const candidates: Candidate[] = live.map((w) => ({
+      slot: w.slot,
+      overlapBlocks: this.#scores[w.slot] ?? 0,
+      activePrefillTokens: this.load.prefillTokens(w.slot),
+      activeDecodeBlocks: this.load.decodeBlocks(w.slot),
+    }));
+    const scored = scoreCandidates({ candidates, isl: req.isl, blockSize });
+    const i = pickIndex(scored, this.#temperature, this.#random);
+    const chosen = live[i]!;
+    const overlap = scored[i]!.overlapBlocks;
+    const receiptId = `r${now.toString(36)}-${(this.#receiptSeq++).toString(36)}`;
+    const requestBlocks = Math.ceil(req.isl / blockSize);
+    this.load.add({
+      receiptId,
+      slot: chosen.slot,
+      prefillTokens: Math.max(0, req.isl - overlap * blockSize),
+      decodeBlocks: requestBlocks,
+      startedAt: now,
+      prefillDone: false,
+    });
+    this.#pending.set(receiptId, {
+      receiptId,
+      workerId: chosen.workerId,
+      at: now,
+      promptTokens: req.isl,
+      totalBlocks: req.localHashes.length,
+      predictedOverlapBlocks: overlap,
+      blockSize,
+      fallbackReason: req.fallbackReason ?? null,
+    });
+    if (this.#pending.size > 10_000) this.#pending.delete(this.#pending.keys().next().value!);
+    this.counters.routed++;
+    return {
+      workerId: chosen.workerId,
+      url: chosen.url,
+      overlapBlocks: overlap,
+      totalBlocks: req.localHashes.length,
+      blockSize,
+      receiptId,
+      candidates: live.map((w, k) => ({
+        workerId: w.workerId,
+        overlapBlocks: scored[k]!.overlapBlocks,
+        cost: scored[k]!.cost,
+        activePrefillTokens: candidates[k]!.activePrefillTokens,
+        activeDecodeBlocks: candidates[k]!.activeDecodeBlocks,
+      })),
+    };
+  }
+
+  markPrefillDone(receiptId: string): void {
+    this.load.markPrefillDone(receiptId);
+  }
+
+  /** Frees the request's load and records its receipt. Returns true if drift just started. */
+  settle(req: SettleRequest): { drift: boolean; receipt: Receipt | null } {
+    this.load.release(req.receiptId);
+    const p = this.#pending.get(req.receiptId);
+    if (!p) return { drift: false, receipt: null };
+    this.#pending.delete(req.receiptId);
+    const receipt: Receipt = {
+      ...p,
+      promptTokens: req.promptTokens ?? p.promptTokens,
+      actualCachedTokens: req.cachedTokens,
+      outcome: req.outcome,
+    };
+    this.counters.settled++;
+    return { drift: this.receipts.settle(receipt), receipt };
+  }
+
+  #count(reason: string, n = 1): void {
+    this.counters.eventsDropped += n;
+    this.counters.dropReasons[reason] = (this.counters.dropReasons[reason] ?? 0) + n;
+  }
+
+  #drop(reason: string, resync: boolean): RelayApplyOutcome {
+    this.#count(reason);
+    return { ok: false, reason, resync };
+  }
+}

@@ -1,0 +1,87 @@
+import { beforeAll, describe, expect, it } from "vitest";
+import { RoutingCore } from "../../src/kv/routing-core.ts";
+import { localBlockHashes } from "../../src/kv/block-hash.ts";
+import { initHashing } from "../../src/util/hash.ts";
+import { localHashToHex } from "../../src/kv/relay-protocol.ts";
+import { pickIndex, workerCost } from "../../src/kv/selection.ts";
+
+beforeAll(() => initHashing());
+
+function hello(core: RoutingCore, id: string, epoch = 1, blockSize = 4) {
+  return core.hello({ type: "hello", workerId: id, url: `http://${id}`, blockSize, epoch, modelName: "m", contract: null, kvEvents: true }, id);
+}
+
+function storeChain(core: RoutingCore, id: string, tokens: number[], epoch = 1) {
+  const locals = localBlockHashes(tokens, 4);
+  const blocks = locals.map((l, i) => ({ h: String(1000 + i), p: i === 0 ? null : String(999 + i), l: localHashToHex(l) }));
+  return core.applyDump(id, { type: "dump", epoch, seq: 0, blocks });
+}
+
+describe("RoutingCore", () => {
+  const tokens = Array.from({ length: 40 }, (_, i) => i + 1);
+
+  it("routes to the worker holding the longest prefix and records the receipt", () => {
+    const core = new RoutingCore({ blockSize: 4, random: () => 0.5 });
+    hello(core, "a");
+    hello(core, "b");
+    storeChain(core, "a", tokens.slice(0, 8));
+    storeChain(core, "b", tokens);
+    const d = core.route({ localHashes: localBlockHashes(tokens, 4), isl: 40 })!;
+    expect(d.workerId).toBe("b");
+    expect(d.overlapBlocks).toBe(10);
+    expect(d.totalBlocks).toBe(10);
+    const { receipt } = core.settle({ receiptId: d.receiptId, promptTokens: 40, cachedTokens: 40, outcome: "ok" });
+    expect(receipt).toMatchObject({ workerId: "b", predictedOverlapBlocks: 10, actualCachedTokens: 40 });
+    expect(core.load.size).toBe(0);
+  });
+
+  it("refuses hellos with the wrong worker id, block size or a stale epoch", () => {
+    const core = new RoutingCore({ blockSize: 4 });
+    expect(core.hello({ type: "hello", workerId: "a", url: "http://a", blockSize: 4, epoch: 1, modelName: "m", contract: null, kvEvents: true }, "b").ok).toBe(false);
+    expect(hello(core, "a", 1, 16).ok).toBe(false);
+    expect(hello(core, "a", 5).ok).toBe(true);
+    expect(hello(core, "a", 4).ok).toBe(false);
+  });
+
+  it("a new epoch fences out the old blocks; events need a dump first", () => {
+    const core = new RoutingCore({ blockSize: 4 });
+    hello(core, "a", 1);
+    storeChain(core, "a", tokens, 1);
+    expect(core.index.size).toBe(10);
+    hello(core, "a", 2);
+    expect(core.index.size).toBe(0);
+    const r = core.applyEvents("a", { type: "events", epoch: 2, seq: 1, events: [{ t: "cleared" }] });
+    expect(r).toMatchObject({ ok: false, resync: true });
+    expect(storeChain(core, "a", tokens, 1)).toMatchObject({ ok: false, reason: "stale_epoch" });
+  });
+
+  it("load spreads cold requests across workers", () => {
+    const core = new RoutingCore({ blockSize: 4, random: () => 0.99 });
+    hello(core, "a");
+    hello(core, "b");
+    const chosen = new Set<string>();
+    for (let i = 0; i < 4; i++) chosen.add(core.route({ localHashes: [BigInt(i)], isl: 400 })!.workerId);
+    expect(chosen.size).toBe(2);
+  });
+
+  it("a worker marked down gets no traffic and loses its blocks", () => {
+    const core = new RoutingCore({ blockSize: 4 });
+    hello(core, "a");
+    hello(core, "b");
+    storeChain(core, "a", tokens);
+    core.setStatus("a", "down");
+    expect(core.index.size).toBe(0);
+    for (let i = 0; i < 5; i++) expect(core.route({ localHashes: localBlockHashes(tokens, 4), isl: 40 })!.workerId).toBe("b");
+    expect(core.route({ localHashes: [], isl: 1, exclude: ["b"] })).toBeNull();
+  });
+
+  it("selection cost and tie-breaking", () => {
+    expect(workerCost({ slot: 0, overlapBlocks: 2, activePrefillTokens: 0, activeDecodeBlocks: 0 }, 16, 4)).toBe(2 + 4);
+    expect(workerCost({ slot: 0, overlapBlocks: 9, activePrefillTokens: 0, activeDecodeBlocks: 3 }, 16, 4)).toBe(0 + 3 + 4);
+    const scored = [{ slot: 0, cost: 1, overlapBlocks: 0 }, { slot: 1, cost: 1, overlapBlocks: 0 }, { slot: 2, cost: 2, overlapBlocks: 0 }];
+    const seen = new Set<number>();
+    let x = 0;
+    for (let i = 0; i < 20; i++) seen.add(pickIndex(scored, 0, () => ((x = (x * 9301 + 49297) % 233280) / 233280)));
+    expect([...seen].sort()).toEqual([0, 1]);
+  });
+});
