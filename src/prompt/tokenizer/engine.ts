@@ -1,0 +1,143 @@
+/**
+ * Ordinary-text encoder shared by every model family: NFC → Qwen2 pre-tokenizer → byte-level BPE.
+ * Added tokens are split off before this (tokenizer.ts). Holds the per-piece and per-segment caches.
+ */
+import { bpe } from "./bpe.ts";
+import { qwenPieceRegex } from "./pretokenize.ts";
+import { SegmentCache, type SegmentCacheStats } from "./segment-cache.ts";
+import { lookupBytes, NO_TOKEN, type Vocab } from "./vocab.ts";
+
+/** Every code point NFC can change is >= U+0300, so text below that skips normalize(). */
+const MAY_NEED_NFC = /[\u0300-\uffff]/;
+
+export interface EngineOptions {
+  /** Total characters of segment text kept in the segment LRU. */
+  segmentCacheChars: number;
+  /** Multi-token pieces kept per cache generation (two generations). */
+  pieceCacheEntries: number;
+}
+
+export interface EngineCacheStats {
+  segments: SegmentCacheStats;
+  pieces: { entries: number; maxEntries: number };
+}
+
+export class BpeEngine {
+  readonly vocab: Vocab;
+  private readonly pieceRe = qwenPieceRegex();
+  private readonly segments: SegmentCache;
+  // Two-generation piece cache: when `young` fills up it becomes `old` and the previous old is
+  // dropped, which approximates LRU without per-hit bookkeeping.
+  private young = new Map<string, Int32Array>();
+  private old = new Map<string, Int32Array>();
+  private readonly pieceCacheEntries: number;
+  private buf = new Uint8Array(1024);
+  private readonly scratch: number[] = [];
+
+  constructor(vocab: Vocab, options: EngineOptions) {
+    this.vocab = vocab;
+    this.segments = new SegmentCache(options.segmentCacheChars);
+    this.pieceCacheEntries = options.pieceCacheEntries;
+  }
+
+  /** Appends the ids of one segment (text containing no added token) to out. */
+  encodeSegment(segment: string, out: number[]): void {
+    if (segment.length === 0) return;
+    const cached = this.segments.get(segment);
+    if (cached !== undefined) {
+      for (let i = 0; i < cached.length; i++) out.push(cached[i]!);
+      return;
+    }
+    const start = out.length;
+    this.encodeUncached(segment, out);
+    this.segments.set(segment, Int32Array.from(out.slice(start)));
+  }
+
+  /** Encodes without consulting or filling the segment cache (benchmarks, tests). */
+  encodeUncached(segment: string, out: number[]): void {
+    const text = MAY_NEED_NFC.test(segment) ? segment.normalize("NFC") : segment;
+    const re = this.pieceRe;
+    re.lastIndex = 0;
+    let end = 0;
+    for (let m = re.exec(text); m !== null; m = re.exec(text)) {
+      // Isolated split keeps unmatched gaps as pieces too (none are expected with this regex).
+      if (m.index > end) this.encodePiece(text.slice(end, m.index), out);
+      this.encodePiece(m[0], out);
+      end = re.lastIndex;
+    }
+    if (end < text.length) this.encodePiece(text.slice(end), out);
+  }
+
+  private encodePiece(piece: string, out: number[]): void {
+    const n = this.utf8(piece);
+    const v = this.vocab;
+    if (n === 1) {
+      out.push(v.byteId[this.buf[0]!]!);
+      return;
+    }
+    // Whole-piece shortcut: a piece that is itself a token is that token (the unit test
+    // "every token BPE-encodes to itself" proves this matches HF's merge-by-merge result).
+    const whole = lookupBytes(v, this.buf, 0, n);
+    if (whole !== NO_TOKEN) {
+      out.push(whole);
+      return;
+    }
+    let ids = this.young.get(piece);
+    if (ids === undefined) {
+      ids = this.old.get(piece);
+      if (ids === undefined) {
+        const tmp = this.scratch;
+        tmp.length = 0;
+        bpe(v, this.buf, n, tmp);
+        ids = Int32Array.from(tmp);
+      }
+      this.young.set(piece, ids);
+      if (this.young.size >= this.pieceCacheEntries) {
+        this.old = this.young;
+        this.young = new Map();
+      }
+    }
+    for (let i = 0; i < ids.length; i++) out.push(ids[i]!);
+  }
+
+  /** UTF-8 of s into this.buf; returns the byte length. s must be well-formed UTF-16. */
+  private utf8(s: string): number {
+    const len = s.length;
+    if (this.buf.length < len * 3) this.buf = new Uint8Array(len * 3 + 64);
+    const buf = this.buf;
+    let n = 0;
+    for (let i = 0; i < len; i++) {
+      const c = s.charCodeAt(i);
+      if (c < 0x80) {
+        buf[n++] = c;
+      } else if (c < 0x800) {
+        buf[n++] = 0xc0 | (c >> 6);
+        buf[n++] = 0x80 | (c & 63);
+      } else if (c >= 0xd800 && c <= 0xdbff) {
+        const cp = 0x10000 + ((c - 0xd800) << 10) + (s.charCodeAt(++i) - 0xdc00);
+        buf[n++] = 0xf0 | (cp >> 18);
+        buf[n++] = 0x80 | ((cp >> 12) & 63);
+        buf[n++] = 0x80 | ((cp >> 6) & 63);
+        buf[n++] = 0x80 | (cp & 63);
+      } else {
+        buf[n++] = 0xe0 | (c >> 12);
+        buf[n++] = 0x80 | ((c >> 6) & 63);
+        buf[n++] = 0x80 | (c & 63);
+      }
+    }
+    return n;
+  }
+
+  cacheStats(): EngineCacheStats {
+    return {
+      segments: this.segments.stats(),
+      pieces: { entries: this.young.size + this.old.size, maxEntries: 2 * this.pieceCacheEntries },
+    };
+  }
+
+  clearCaches(): void {
+    this.segments.clear();
+    this.young = new Map();
+    this.old = new Map();
+  }
+}

@@ -1,0 +1,96 @@
+/**
+ * End to end on the real local fleet (2 simulated SGLang workers + relays + wrangler dev):
+ * 20 distinct ~3k-token prompts, each sent 3 times, interleaved. Every repeat must land on the
+ * worker that served its first copy, with cached/prompt ≥ 0.9. The same workload under round-robin
+ * (sent straight to the workers, as a naive balancer would) is the control.
+ */
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { startFleet, type Fleet } from "../../scripts/local-fleet.ts";
+
+let fleet: Fleet;
+
+beforeAll(async () => {
+  fleet = await startFleet({ workers: 2, log: process.env.KVEDGE_E2E_LOGS ? (l) => console.log(l) : undefined });
+});
+afterAll(async () => {
+  await fleet?.stop();
+});
+
+/** ~3k tokens of distinct English-ish text per prompt (seeded, so reruns are identical). */
+function promptText(seed: number, words = 2400): string {
+  const vocab = ["router", "cache", "prefix", "token", "block", "worker", "video", "image", "edge", "index", "latency", "throughput", "model", "prompt", "answer", "system", "page", "event", "relay", "hash"];
+  let x = seed * 2654435761 >>> 0;
+  const out: string[] = [`Document ${seed}:`];
+  for (let i = 0; i < words; i++) {
+    x = (Math.imul(x, 1664525) + 1013904223) >>> 0;
+    out.push(vocab[x % vocab.length]! + (x % 7 === 0 ? "." : ""));
+  }
+  return out.join(" ");
+}
+
+/** Seeded shuffle, so each round interleaves the prompts in a different order. */
+function order(n: number, seed: number): number[] {
+  const a = Array.from({ length: n }, (_, i) => i);
+  let x = seed >>> 0;
+  for (let i = n - 1; i > 0; i--) {
+    x = (Math.imul(x, 1664525) + 1013904223) >>> 0;
+    const j = x % (i + 1);
+    [a[i], a[j]] = [a[j]!, a[i]!];
+  }
+  return a;
+}
+
+interface Result {
+  worker: string;
+  promptTokens: number;
+  cachedTokens: number;
+}
+
+async function ask(url: string, text: string, viaEdge: boolean, model: string): Promise<Result> {
+  const body = JSON.stringify({ model, messages: [{ role: "user", content: text }], max_tokens: 4 });
+  const r = await fetch(`${url}/v1/chat/completions`, { method: "POST", headers: { "content-type": "application/json" }, body });
+  const json = (await r.json()) as { usage?: { prompt_tokens: number; prompt_tokens_details?: { cached_tokens?: number } }; error?: unknown };
+  expect(r.status, JSON.stringify(json)).toBe(200);
+  return {
+    worker: viaEdge ? (r.headers.get("x-kvedge-worker") ?? "?") : url,
+    promptTokens: json.usage!.prompt_tokens,
+    cachedTokens: json.usage!.prompt_tokens_details?.cached_tokens ?? 0,
+  };
+}
+
+describe("text KV routing end to end", () => {
+  it("repeats land on the worker that holds their prefix (round-robin control in the same test)", async () => {
+    const prompts = Array.from({ length: 20 }, (_, i) => promptText(i + 1));
+    const first = new Map<number, string>();
+    const ratios: number[] = [];
+    for (let round = 0; round < 3; round++) {
+      for (const i of order(prompts.length, 7 + round)) {
+        const r = await ask(fleet.edgeUrl, prompts[i]!, true, fleet.model);
+        expect(r.promptTokens).toBeGreaterThan(2500);
+        if (round === 0) first.set(i, r.worker);
+        else {
+          expect(r.worker, `prompt ${i} round ${round}`).toBe(first.get(i));
+          ratios.push(r.cachedTokens / r.promptTokens);
+        }
+      }
+    }
+    const kvMean = ratios.reduce((a, b) => a + b, 0) / ratios.length;
+    expect(kvMean).toBeGreaterThanOrEqual(0.9);
+
+    // Control: fresh prompts, round-robin over the workers directly.
+    const rrRatios: number[] = [];
+    const rrPrompts = Array.from({ length: 20 }, (_, i) => promptText(1000 + i));
+    let k = 0;
+    for (let round = 0; round < 3; round++) {
+      for (const i of order(rrPrompts.length, 7 + round)) {
+        const w = fleet.workers[k++ % fleet.workers.length]!;
+        const r = await ask(w.url, rrPrompts[i]!, false, fleet.model);
+        if (round > 0) rrRatios.push(r.cachedTokens / r.promptTokens);
+      }
+    }
+    const rrMean = rrRatios.reduce((a, b) => a + b, 0) / rrRatios.length;
+    console.log(`e2e text routing: kvedge mean cached/prompt over repeats = ${kvMean.toFixed(3)}, round-robin = ${rrMean.toFixed(3)}`);
+    expect(rrMean).toBeLessThan(0.75);
+    expect(kvMean).toBeGreaterThan(rrMean + 0.2);
+  });
+});
