@@ -1,0 +1,94 @@
+/**
+ * Python `json.dumps` number text, which the chat template's `tojson` (transformers' override of
+ * the Jinja2 filter) emits for numbers in `tools` and tool-call arguments. JS cannot reproduce it
+ * from a JS number alone: `1.0` and `1` are the same double, while Python keeps the float/int
+ * distinction of the JSON lexeme (`1.0` → `1.0`, `1` → `1`) and formats floats with `repr`
+ * (`1e+20`, `1.5e-07`, `-0.0`). So numbers carry their lexeme where we parse the JSON ourselves
+ * (tool-call argument strings) and fall back to a documented policy otherwise (docs/prompt.md).
+ */
+
+/** A JSON number together with the text Python's json.dumps would print for it. */
+export class PyNumber {
+  readonly value: number;
+  readonly pythonText: string;
+  constructor(value: number, pythonText: string) {
+    this.value = value;
+    this.pythonText = pythonText;
+  }
+}
+
+/** Python `repr(float)`: shortest round-trip digits; exponent form when decpt ≤ -4 or > 16. */
+export function pythonFloatRepr(x: number): string {
+  if (Number.isNaN(x)) return "NaN";
+  if (x === Infinity) return "Infinity";
+  if (x === -Infinity) return "-Infinity";
+  if (x === 0) return Object.is(x, -0) ? "-0.0" : "0.0";
+  const sign = x < 0 ? "-" : "";
+  // toExponential() with no argument gives the shortest round-trip digits, like repr.
+  const m = /^(\d)(?:\.(\d+))?e([+-]\d+)$/.exec(Math.abs(x).toExponential());
+  if (!m) throw new Error(`unexpected exponential form for ${x}`);
+  const digits = m[1]! + (m[2] ?? "");
+  const exp10 = Number(m[3]);
+  const decpt = exp10 + 1; // value = 0.DIGITS × 10^decpt
+  if (decpt <= -4 || decpt > 16) {
+    const mantissa = digits.length > 1 ? `${digits[0]}.${digits.slice(1)}` : digits;
+    const e = Math.abs(exp10).toString().padStart(2, "0");
+    return `${sign}${mantissa}e${exp10 < 0 ? "-" : "+"}${e}`;
+  }
+  if (decpt <= 0) return `${sign}0.${"0".repeat(-decpt)}${digits}`;
+  if (decpt < digits.length) return `${sign}${digits.slice(0, decpt)}.${digits.slice(decpt)}`;
+  return `${sign}${digits}${"0".repeat(decpt - digits.length)}.0`;
+}
+
+const INT_LEXEME = /^-?(?:0|[1-9]\d*)$/;
+
+/** Python text for a JSON number lexeme: an int lexeme stays an exact int, anything else is a float. */
+export function pythonNumberTextFromLexeme(lexeme: string): string {
+  if (INT_LEXEME.test(lexeme)) return BigInt(lexeme).toString();
+  return pythonFloatRepr(Number(lexeme));
+}
+
+/**
+ * Policy for numbers whose lexeme is lost (already parsed by JSON.parse): integral values up to
+ * 2^53 are taken as Python ints, everything else as floats. Larger integral values are floats
+ * because only a float lexeme (`1e20`) can survive JSON.parse exactly; an int lexeme that large
+ * was already rounded. Wrong for integral floats written with a dot (`1.0`, `-0.0` → `1`, `0`).
+ */
+export function pythonNumberTextFromValue(x: number): string {
+  if (Number.isSafeInteger(x)) return BigInt(x).toString();
+  return pythonFloatRepr(x);
+}
+
+interface ReviverContext {
+  source?: string;
+}
+
+/**
+ * JSON.parse that keeps each number's lexeme (as a PyNumber) via the reviver's source-text access
+ * (V8 ≥ 11.4: Node 22, workerd). Without that support numbers fall back to the value policy.
+ * Throws SyntaxError on invalid JSON, like JSON.parse.
+ */
+export function parseJsonKeepingNumbers(text: string): unknown {
+  return JSON.parse(text, function revive(this: unknown, _key: string, value: unknown, context?: ReviverContext) {
+    if (typeof value !== "number") return value;
+    const lexeme = context?.source;
+    return new PyNumber(value, lexeme === undefined ? pythonNumberTextFromValue(value) : pythonNumberTextFromLexeme(lexeme));
+  } as (this: unknown, key: string, value: unknown) => unknown);
+}
+
+/**
+ * `tools` of a raw request body with every number's lexeme kept (PyNumber), for exact `tojson`
+ * output: pass the result as the request's `tools` (dumpTool keeps PyNumbers). Costs a second,
+ * slower parse of the body, so call it only when the request has tools. Null when absent.
+ */
+export function parseToolsKeepingNumbers(bodyText: string): unknown[] | null {
+  const body = parseJsonKeepingNumbers(bodyText);
+  if (typeof body !== "object" || body === null || Array.isArray(body)) return null;
+  const tools = (body as Record<string, unknown>)["tools"];
+  return Array.isArray(tools) ? tools : null;
+}
+
+/** The text @huggingface/jinja's `tojson` prints for a number (it uses JSON.stringify). */
+export function jinjaNumberText(x: number): string {
+  return JSON.stringify(x);
+}

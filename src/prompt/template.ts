@@ -1,0 +1,133 @@
+/**
+ * Chat-template rendering with @huggingface/jinja: a tree-walking interpreter (no eval, no
+ * new Function), so it runs in workerd. Each template is parsed once per isolate.
+ *
+ * Gaps against transformers' Jinja2 environment handled here (reference/tokenizer.md §7.3):
+ *  - `tojson` number text: numbers carried as PyNumber (py-json.ts) whose Python text differs from
+ *    what the library prints are swapped for per-render sentinel strings, and the sentinels are
+ *    replaced by the Python text after rendering. Valid because the Qwen-VL templates only ever
+ *    pass tools and tool-call arguments through `tojson`; a template that computed with those
+ *    numbers would see strings.
+ *  - `str.strip/lstrip/rstrip(chars)` get Python semantics (jinja-compat.ts).
+ *  - missing `content` is set to "" by preprocessing (messages.ts), as SGLang does.
+ */
+import { Template } from "@huggingface/jinja";
+import { InvalidRequestError } from "../api/errors.ts";
+import { CHAT_TEMPLATES } from "../generated/templates.js";
+import { COMPAT_FUNCTIONS, patchPythonStringMethods } from "./jinja-compat.ts";
+import type { ContentFormat } from "./messages.ts";
+import type { TemplateId } from "./model-profile.ts";
+import { jinjaNumberText, PyNumber } from "./py-json.ts";
+
+const parsed = new Map<TemplateId, Template>();
+
+export function templateSource(id: TemplateId): { text: string; sha256: string; bytes: number } {
+  const t = CHAT_TEMPLATES[id];
+  if (!t) throw new Error(`unknown chat template ${String(id)}`);
+  return t;
+}
+
+/** The parsed template, built on first use and kept for the isolate's lifetime. */
+export function getTemplate(id: TemplateId): Template {
+  let t = parsed.get(id);
+  if (!t) {
+    t = new Template(templateSource(id).text);
+    patchPythonStringMethods(t);
+    parsed.set(id, t);
+  }
+  return t;
+}
+
+const CONTENT_LOOP = /\{%-?\s*for\s+\w+\s+in\s+(?:message|msg|m)\s*(?:\.\s*content|\[\s*['"]content['"]\s*\])/;
+
+/**
+ * SGLang `detect_jinja_template_content_format`: "openai" when the template mentions image, audio,
+ * video or vision, or loops over a message's content; otherwise "string". (Upstream inspects the
+ * Jinja2 AST for the loop; a regex over the source covers the same `for x in message.content`
+ * spellings.)
+ */
+export function detectContentFormat(templateText: string): ContentFormat {
+  if (["image", "audio", "video", "vision"].some((k) => templateText.includes(k))) return "openai";
+  return CONTENT_LOOP.test(templateText) ? "openai" : "string";
+}
+
+export function contentFormatOf(id: TemplateId): ContentFormat {
+  return detectContentFormat(templateSource(id).text);
+}
+
+interface SentinelTable {
+  prefix: string;
+  texts: string[];
+}
+
+function newSentinelTable(): SentinelTable {
+  const nonce = new Uint32Array(3);
+  crypto.getRandomValues(nonce);
+  return { prefix: `@kvedge-pynum-${Array.from(nonce, (n) => n.toString(36)).join("")}-`, texts: [] };
+}
+
+/** Deep copy for the template: PyNumbers become plain numbers, or sentinels where the text differs. */
+function toTemplateValue(x: unknown, table: SentinelTable): unknown {
+  if (x instanceof PyNumber) {
+    if (x.pythonText === jinjaNumberText(x.value)) return x.value;
+    table.texts.push(x.pythonText);
+    return `${table.prefix}${table.texts.length - 1}@`;
+  }
+  if (Array.isArray(x)) return x.map((v) => toTemplateValue(v, table));
+  if (typeof x === "object" && x !== null) {
+    const out: Record<string, unknown> = {};
+    for (const [k, v] of Object.entries(x)) out[k] = toTemplateValue(v, table);
+    return out;
+  }
+  return x;
+}
+
+function escapeRegExp(s: string): string {
+  return s.replace(/[.*+?^${}()|[\]\\]/g, "\\$&");
+}
+
+function restoreSentinels(rendered: string, table: SentinelTable): string {
+  if (table.texts.length === 0) return rendered;
+  const p = escapeRegExp(table.prefix);
+  const put = (_m: string, i: string): string => table.texts[Number(i)] ?? _m;
+  // tojson prints the sentinel as a JSON string: drop its quotes; a bare print keeps none.
+  return rendered.replace(new RegExp(`"${p}(\\d+)@"`, "g"), put).replace(new RegExp(`${p}(\\d+)@`, "g"), put);
+}
+
+export interface RenderInput {
+  messages: readonly Record<string, unknown>[];
+  tools: readonly Record<string, unknown>[] | null;
+  kwargs: Record<string, unknown>;
+}
+
+function renderOnce(template: Template, input: RenderInput, tools: readonly unknown[] | null): string {
+  const table = newSentinelTable();
+  const context: Record<string, unknown> = {
+    ...input.kwargs,
+    ...COMPAT_FUNCTIONS,
+    messages: toTemplateValue(input.messages, table),
+    tools: tools === null ? null : toTemplateValue(tools, table),
+    add_generation_prompt: true,
+  };
+  return restoreSentinels(template.render(context), table);
+}
+
+/**
+ * apply_chat_template(messages, tools=tools, add_generation_prompt=True, **kwargs), tokenize=False.
+ * Like SGLang, a failing render is retried once with tools flattened to their `function` objects;
+ * a second failure is the client's (400).
+ */
+export function renderTemplate(id: TemplateId, input: RenderInput): string {
+  const template = getTemplate(id);
+  try {
+    return renderOnce(template, input, input.tools);
+  } catch (first) {
+    const flat = input.tools?.map((t) => ("function" in t ? t["function"] : t)) ?? null;
+    try {
+      return renderOnce(template, input, flat);
+    } catch (err) {
+      const message = err instanceof Error ? err.message : String(err ?? first);
+      throw new InvalidRequestError(`Chat template rendering failed: ${message}`, "messages", "template_error");
+    }
+  }
+}
