@@ -79,7 +79,7 @@ async function route(request: Request, env: Env, ctx: ExecutionContext): Promise
     if (!config.models.some((m) => m.id === model)) throw new NotFoundError(`Unknown model '${model}'.`, "model", "model_not_found");
     const stub = indexFor(env, model);
     if (path === "/admin/workers") return json({ model, workers: await stub.workers() });
-    if (path === "/admin/stats") return json({ model, ...(await stub.stats()) });
+    if (path === "/admin/stats") return json({ model, stats: (await stub.stats()) as unknown });
     const m = /^\/admin\/workers\/([^/]+)\/local-hashes$/.exec(path);
     if (m) return json({ workerId: m[1], localHashes: await stub.workerLocalHashes(decodeURIComponent(m[1]!)) });
   }

@@ -1,0 +1,51 @@
+/**
+ * Request size and count limits for `POST /v1/chat/completions`. Every limit is configurable;
+ * the defaults are sized for Qwen-VL chat with a few inline images (data: URLs count towards the
+ * body cap, so it is generous) while still bounding the work one request can cause.
+ */
+import { z } from "zod";
+
+const positiveInt = z.number().int().positive();
+
+export const LimitsSchema = z.object({
+  /** UTF-8 bytes of the whole request body (413 above). */
+  maxBodyBytes: positiveInt.default(20 * 1024 * 1024),
+  /** Nesting depth of the JSON body (arrays + objects); checked before JSON.parse. */
+  maxJsonDepth: positiveInt.default(64),
+  /** Number of entries in `messages`. */
+  maxMessages: positiveInt.default(1024),
+  /** Number of parts in one message's `content` array. */
+  maxContentParts: positiveInt.default(256),
+  /** UTF-16 code units of text in one message (content text, reasoning, tool-call arguments). */
+  maxMessageChars: positiveInt.default(1_000_000),
+  /** UTF-16 code units of text over all messages and tools together. */
+  maxTotalChars: positiveInt.default(4_000_000),
+  /** Media parts (image, video, audio) over all messages. */
+  maxMediaItems: positiveInt.default(64),
+  /** Length of an http(s) media URL (data: URLs are bounded by maxBodyBytes only). */
+  maxUrlChars: positiveInt.default(8192),
+  /** Upper bound for `n`. */
+  maxN: positiveInt.default(8),
+  /** Upper bound for `max_tokens` / `max_completion_tokens`. */
+  maxMaxTokens: positiveInt.default(262_144),
+  /** Number of `stop` strings. */
+  maxStopSequences: positiveInt.default(16),
+  /** Length of one `stop` string. */
+  maxStopChars: positiveInt.default(1024),
+  /** Number of entries in `tools`. */
+  maxTools: positiveInt.default(128),
+  /** Length of `model`. */
+  maxModelChars: positiveInt.default(256),
+});
+
+/** Parsed limits (all defaults filled in). */
+export type Limits = z.output<typeof LimitsSchema>;
+/** What configuration may specify (every field optional). */
+export type LimitsInput = z.input<typeof LimitsSchema>;
+
+export const DEFAULT_LIMITS: Limits = LimitsSchema.parse({});
+
+/** Parses a (partial) limits config; throws a ZodError on bad config (a deploy-time failure). */
+export function parseLimits(input: unknown): Limits {
+  return LimitsSchema.parse(input ?? {});
+}

@@ -1,0 +1,426 @@
+/**
+ * Turns a raw request body into a validated ChatCompletionRequest, or throws an
+ * InvalidRequestError / PayloadTooLargeError naming the offending field (`param`, e.g.
+ * `messages[2].content[0].image_url.url`). Nothing else ever escapes parseChatRequest.
+ */
+import type { z } from "zod";
+import { InvalidRequestError, KvedgeError, PayloadTooLargeError } from "./errors.ts";
+import { DEFAULT_LIMITS } from "./limits.ts";
+import type { Limits } from "./limits.ts";
+import { ChatCompletionRequestSchema } from "./openai-schema.ts";
+import type { ChatCompletionRequest, ContentPart } from "./openai-schema.ts";
+
+type PathKey = string | number;
+
+/** `["messages", 2, "content"]` → `messages[2].content`. */
+export function formatParam(path: readonly PropertyKey[]): string | null {
+  let out = "";
+  for (const k of path) {
+    if (typeof k === "number") out += `[${k}]`;
+    else out += out === "" ? String(k) : `.${String(k)}`;
+  }
+  return out === "" ? null : out;
+}
+
+/**
+ * Fields SGLang honours but this router refuses: they would either bypass the router's own
+ * control (request ids, cache namespaces, DP pinning, sessions), run client code on the worker
+ * (custom logit processors), or ask for output the translation does not produce.
+ */
+const UNSUPPORTED_FIELDS: Readonly<Record<string, string>> = {
+  cache_salt: "cache namespacing would hide prefix reuse from the router",
+  extra_key: "cache namespacing would hide prefix reuse from the router",
+  lora_path: "LoRA adapters are not routed",
+  custom_logit_processor: "custom logit processors are not accepted",
+  custom_params: "custom logit processor parameters are not accepted",
+  session_id: "sessions are not supported",
+  session_params: "sessions are not supported",
+  input_ids: "pre-tokenized prompts are not supported; send messages",
+  rid: "request ids are assigned by the router",
+  priority: "request priority is not supported",
+  bootstrap_host: "PD disaggregation fields are not accepted",
+  bootstrap_port: "PD disaggregation fields are not accepted",
+  bootstrap_room: "PD disaggregation fields are not accepted",
+  routed_dp_rank: "DP rank pinning is not accepted",
+  data_parallel_rank: "DP rank pinning is not accepted",
+  disagg_prefill_dp_rank: "PD disaggregation fields are not accepted",
+  return_hidden_states: "hidden states are not returned",
+  return_routed_experts: "routed experts are not returned",
+  return_cached_tokens_details: "cached-token details are not returned (usage carries cached_tokens)",
+  return_prompt_token_ids: "prompt token ids are not returned",
+  return_token_ids: "token ids are not returned",
+  return_meta_info: "meta_info is not returned",
+  images_config: "images_config is not supported",
+  max_dynamic_patch: "dynamic patch controls are not supported",
+  min_dynamic_patch: "dynamic patch controls are not supported",
+  use_audio_in_video: "audio in video is not supported",
+  ngram_corpus_id: "n-gram corpora are not supported",
+};
+
+function unsupported(param: string, why: string): InvalidRequestError {
+  return new InvalidRequestError(`'${param}' is not supported by this endpoint: ${why}.`, param, "unsupported_parameter");
+}
+
+function limitError(message: string, param: string | null): InvalidRequestError {
+  return new InvalidRequestError(message, param, "limit_exceeded");
+}
+
+const NON_ASCII = /[^\x00-\x7f]/;
+
+/** UTF-8 byte length of a JS string (lone surrogates count as the 3 bytes of U+FFFD). */
+export function utf8ByteLength(s: string): number {
+  // Bodies are mostly ASCII (JSON syntax, base64 media): a native scan settles those at once.
+  if (!NON_ASCII.test(s)) return s.length;
+  let n = 0;
+  for (let i = 0; i < s.length; i++) {
+    const c = s.charCodeAt(i);
+    if (c < 0x80) n += 1;
+    else if (c < 0x800) n += 2;
+    else if (c >= 0xd800 && c <= 0xdbff && i + 1 < s.length) {
+      const d = s.charCodeAt(i + 1);
+      if (d >= 0xdc00 && d <= 0xdfff) {
+        n += 4;
+        i++;
+      } else n += 3;
+    } else n += 3;
+  }
+  return n;
+}
+
+/**
+ * Maximum bracket nesting of a JSON text, ignoring brackets inside strings. Iterative, and run
+ * before JSON.parse so that a body of 10^7 nested arrays is refused before it is materialised.
+ * Strings are skipped with native indexOf (media data URLs make up most large bodies).
+ */
+function jsonDepthExceeds(text: string, max: number): boolean {
+  let depth = 0;
+  for (let i = 0; i < text.length; i++) {
+    const c = text.charCodeAt(i);
+    if (c === 0x22) {
+      // jump to the closing quote: the next quote preceded by an even number of backslashes
+      let j = i + 1;
+      for (;;) {
+        j = text.indexOf('"', j);
+        if (j === -1) return false; // unterminated: JSON.parse reports it
+        let k = j - 1;
+        while (text.charCodeAt(k) === 0x5c) k--;
+        if ((j - 1 - k) % 2 === 0) break;
+        j++;
+      }
+      i = j;
+    } else if (c === 0x5b || c === 0x7b) {
+      if (++depth > max) return true;
+    } else if (c === 0x5d || c === 0x7d) depth--;
+  }
+  return false;
+}
+
+const LONE_SURROGATE = /[\ud800-\udbff](?![\udc00-\udfff])|(?<![\ud800-\udbff])[\udc00-\udfff]/;
+
+/**
+ * Walks the parsed body once (iteratively): refuses lone surrogates (they cannot be encoded as
+ * UTF-8 for the worker) and `__proto__` keys (no legitimate use; prototype games downstream).
+ */
+function checkStrings(root: unknown): void {
+  const stack: { value: unknown; path: PathKey[] }[] = [{ value: root, path: [] }];
+  while (stack.length > 0) {
+    const { value, path } = stack.pop()!;
+    if (Array.isArray(value)) {
+      for (let i = 0; i < value.length; i++) {
+        const v: unknown = value[i];
+        if (typeof v === "string") checkString(v, [...path, i]);
+        else if (typeof v === "object" && v !== null) stack.push({ value: v, path: [...path, i] });
+      }
+    } else if (typeof value === "object" && value !== null) {
+      for (const key of Object.keys(value)) {
+        if (key === "__proto__") {
+          throw new InvalidRequestError("The key '__proto__' is not allowed.", formatParam([...path, key]));
+        }
+        if (LONE_SURROGATE.test(key)) {
+          throw new InvalidRequestError("Object keys must be valid Unicode (lone surrogate found).", formatParam(path));
+        }
+        const v: unknown = (value as Record<string, unknown>)[key];
+        if (typeof v === "string") checkString(v, [...path, key]);
+        else if (typeof v === "object" && v !== null) stack.push({ value: v, path: [...path, key] });
+      }
+    }
+  }
+}
+
+function checkString(s: string, path: PathKey[]): void {
+  if (LONE_SURROGATE.test(s)) {
+    throw new InvalidRequestError("Strings must be valid Unicode (lone surrogate found).", formatParam(path));
+  }
+}
+
+function isActive(v: unknown): boolean {
+  return v !== undefined && v !== null && v !== false;
+}
+
+function checkUnsupported(body: Record<string, unknown>): void {
+  for (const [key, why] of Object.entries(UNSUPPORTED_FIELDS)) {
+    if (isActive(body[key])) throw unsupported(key, why);
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// zod issues → one helpful error
+
+interface LocatedIssue {
+  issue: z.core.$ZodIssue;
+  path: PropertyKey[];
+}
+
+/** Descends into union branches and keeps the issue that got furthest into the input. */
+function mostSpecific(issue: z.core.$ZodIssue, base: PropertyKey[]): LocatedIssue {
+  const here = [...base, ...issue.path];
+  if (issue.code === "invalid_union" && issue.errors.length > 0) {
+    let best: LocatedIssue | null = null;
+    for (const branch of issue.errors) {
+      for (const sub of branch) {
+        const cand = mostSpecific(sub, here);
+        if (best === null || cand.path.length > best.path.length) best = cand;
+      }
+    }
+    if (best !== null && best.path.length > here.length) return best;
+    if (best !== null && issue.errors.every((b) => b.every((s) => s.code === "invalid_type"))) {
+      const expected = issue.errors.flatMap((b) => b.map((s) => (s.code === "invalid_type" ? s.expected : "?")));
+      return {
+        issue: { ...issue, message: `Invalid input: expected ${[...new Set(expected)].join(" or ")}` },
+        path: here,
+      };
+    }
+    if (best !== null) return best;
+  }
+  return { issue, path: here };
+}
+
+function issueToError(issues: readonly z.core.$ZodIssue[]): InvalidRequestError {
+  const first = issues[0];
+  if (first === undefined) return new InvalidRequestError("Invalid request body.");
+  const { issue, path } = mostSpecific(first, []);
+  const param = formatParam(path);
+  return new InvalidRequestError(param === null ? issue.message : `Invalid '${param}': ${issue.message}`, param);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Semantics and limits
+
+/** Request-level rules SGLang enforces after parsing (serving_chat `_validate_request`, SamplingParams.verify). */
+function checkSemantics(req: ChatCompletionRequest): void {
+  if (req.logprobs) throw unsupported("logprobs", "log probabilities are not returned");
+  if (req.top_logprobs !== undefined && req.top_logprobs > 0) {
+    throw unsupported("top_logprobs", "log probabilities are not returned");
+  }
+  if (req.stream_options?.continuous_usage_stats) {
+    throw unsupported("stream_options.continuous_usage_stats", "usage is reported once, at the end of the stream");
+  }
+  const tc = req.tool_choice;
+  if (tc === "required" || typeof tc === "object") {
+    const hasTools = req.tools !== undefined && req.tools.length > 0;
+    if (!hasTools) {
+      throw new InvalidRequestError("Tools cannot be empty if tool_choice is 'required' or names a tool.", "tool_choice");
+    }
+    if (typeof tc === "object" && !req.tools!.some((t) => t.function.name === tc.function.name)) {
+      throw new InvalidRequestError(`Tool '${tc.function.name}' not found in tools list.`, "tool_choice.function.name");
+    }
+    throw unsupported("tool_choice", "forced tool calls need a tool-call parser; use 'auto' or 'none'");
+  }
+  const rf = req.response_format;
+  if (rf?.type === "json_schema" && rf.json_schema?.schema === undefined && rf.schema === undefined) {
+    throw new InvalidRequestError("response_format json_schema requires a schema.", "response_format.json_schema.schema");
+  }
+  const constraints: string[] = [];
+  if (rf !== undefined && rf.type !== "text") constraints.push("response_format");
+  if (req.regex !== undefined) constraints.push("regex");
+  if (req.ebnf !== undefined) constraints.push("ebnf");
+  if (constraints.length > 1) {
+    throw new InvalidRequestError(
+      `Only one output constraint may be set (got ${constraints.join(", ")}).`,
+      constraints[1] ?? null,
+    );
+  }
+  const maxNew = req.max_completion_tokens ?? req.max_tokens;
+  if (maxNew !== undefined && req.min_tokens > maxNew) {
+    throw new InvalidRequestError(`min_tokens (${req.min_tokens}) exceeds the maximum (${maxNew}).`, "min_tokens");
+  }
+}
+
+function partChars(p: ContentPart): number {
+  switch (p.type) {
+    case "text":
+      return p.text.length;
+    case "thinking":
+    case "reasoning":
+      return (p.thinking ?? p.text ?? "").length;
+    default:
+      return 0;
+  }
+}
+
+function mediaUrlOf(p: ContentPart): { url: string; key: string } | null {
+  switch (p.type) {
+    case "image_url":
+      return { url: p.image_url.url, key: "image_url" };
+    case "video_url":
+      return { url: p.video_url.url, key: "video_url" };
+    case "audio_url":
+      return { url: p.audio_url.url, key: "audio_url" };
+    default:
+      return null;
+  }
+}
+
+function checkLimits(req: ChatCompletionRequest, limits: Limits): void {
+  if (req.model.length > limits.maxModelChars) {
+    throw limitError(`model is longer than ${limits.maxModelChars} characters.`, "model");
+  }
+  if (req.messages.length > limits.maxMessages) {
+    throw limitError(`Too many messages: ${req.messages.length} (limit ${limits.maxMessages}).`, "messages");
+  }
+  if (req.n > limits.maxN) throw limitError(`n must be at most ${limits.maxN}.`, "n");
+  for (const key of ["max_tokens", "max_completion_tokens"] as const) {
+    const v = req[key];
+    if (v !== undefined && v > limits.maxMaxTokens) throw limitError(`${key} must be at most ${limits.maxMaxTokens}.`, key);
+  }
+  if (req.stop !== undefined) {
+    if (req.stop.length > limits.maxStopSequences) {
+      throw limitError(`At most ${limits.maxStopSequences} stop sequences are allowed.`, "stop");
+    }
+    req.stop.forEach((s, i) => {
+      if (s.length > limits.maxStopChars) throw limitError(`Stop sequences are limited to ${limits.maxStopChars} characters.`, `stop[${i}]`);
+    });
+  }
+  if (req.tools !== undefined && req.tools.length > limits.maxTools) {
+    throw limitError(`At most ${limits.maxTools} tools are allowed.`, "tools");
+  }
+
+  let total = 0;
+  let media = 0;
+  req.messages.forEach((m, i) => {
+    let chars = 0;
+    if (typeof m.content === "string") chars += m.content.length;
+    else if (Array.isArray(m.content)) {
+      if (m.content.length > limits.maxContentParts) {
+        throw limitError(`Too many content parts: ${m.content.length} (limit ${limits.maxContentParts}).`, `messages[${i}].content`);
+      }
+      m.content.forEach((p, j) => {
+        chars += partChars(p);
+        const ref = mediaUrlOf(p);
+        if (ref !== null || p.type === "input_audio") {
+          media++;
+          if (media > limits.maxMediaItems) {
+            throw limitError(`Too many media items (limit ${limits.maxMediaItems}).`, `messages[${i}].content[${j}]`);
+          }
+        }
+        if (ref !== null && !/^data:/i.test(ref.url) && ref.url.length > limits.maxUrlChars) {
+          throw limitError(`Media URLs are limited to ${limits.maxUrlChars} characters.`, `messages[${i}].content[${j}].${ref.key}.url`);
+        }
+      });
+    }
+    if (m.role !== "user") {
+      chars += m.reasoning_content?.length ?? 0;
+      for (const call of m.tool_calls ?? []) {
+        const args = call.function.arguments;
+        if (typeof args === "string") chars += args.length;
+      }
+    }
+    if (chars > limits.maxMessageChars) {
+      throw limitError(`Message text is ${chars} characters (limit ${limits.maxMessageChars}).`, `messages[${i}].content`);
+    }
+    total += chars;
+  });
+  for (const t of req.tools ?? []) total += (t.function.description?.length ?? 0) + t.function.name.length;
+  if (total > limits.maxTotalChars) {
+    throw limitError(`Request text is ${total} characters (limit ${limits.maxTotalChars}).`, "messages");
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+
+/**
+ * Validates a chat-completions request body. Throws PayloadTooLargeError (413) when the body
+ * exceeds `limits.maxBodyBytes`, InvalidRequestError (400) for anything else wrong.
+ */
+export function parseChatRequest(bodyText: string, limits: Limits = DEFAULT_LIMITS): ChatCompletionRequest {
+  try {
+    if (typeof bodyText !== "string") throw new InvalidRequestError("Request body must be text.");
+    // UTF-8 never takes fewer bytes than UTF-16 code units, so the cheap test goes first.
+    if (bodyText.length > limits.maxBodyBytes || utf8ByteLength(bodyText) > limits.maxBodyBytes) {
+      throw new PayloadTooLargeError(`Request body exceeds ${limits.maxBodyBytes} bytes.`);
+    }
+    if (bodyText.trim() === "") throw new InvalidRequestError("Request body is empty; expected a JSON object.", null, "invalid_json");
+    if (jsonDepthExceeds(bodyText, limits.maxJsonDepth)) {
+      throw new InvalidRequestError(`JSON body is nested deeper than ${limits.maxJsonDepth} levels.`, null, "invalid_json");
+    }
+    let body: unknown;
+    try {
+      body = JSON.parse(bodyText);
+    } catch (e) {
+      const detail = e instanceof Error ? e.message.slice(0, 200) : "parse error";
+      throw new InvalidRequestError(`Request body is not valid JSON: ${detail}`, null, "invalid_json");
+    }
+    if (typeof body !== "object" || body === null || Array.isArray(body)) {
+      throw new InvalidRequestError("Request body must be a JSON object.", null, "invalid_json");
+    }
+    checkStrings(body);
+    checkUnsupported(body as Record<string, unknown>);
+    const parsed = ChatCompletionRequestSchema.safeParse(body);
+    if (!parsed.success) throw issueToError(parsed.error.issues);
+    const req = parsed.data;
+    checkSemantics(req);
+    checkLimits(req, limits);
+    return req;
+  } catch (e) {
+    if (e instanceof KvedgeError) throw e;
+    // A bug or an engine limit (e.g. stack overflow) on hostile input: still the client's request.
+    throw new InvalidRequestError("Invalid request body.");
+  }
+}
+
+function decodeUtf8(decoder: TextDecoder, bytes?: Uint8Array): string {
+  try {
+    return bytes === undefined ? decoder.decode() : decoder.decode(bytes, { stream: true });
+  } catch {
+    throw new InvalidRequestError("Request body is not valid UTF-8.", null, "invalid_json");
+  }
+}
+
+/**
+ * Reads a request body as UTF-8 text with a byte cap, stopping as soon as the cap is passed
+ * (the body is never buffered beyond it). Invalid UTF-8 → 400; too large → 413.
+ */
+export async function readBodyText(
+  body: ReadableStream<Uint8Array> | null,
+  limits: Pick<Limits, "maxBodyBytes"> = DEFAULT_LIMITS,
+  contentLength: string | null = null,
+): Promise<string> {
+  const tooLarge = () => new PayloadTooLargeError(`Request body exceeds ${limits.maxBodyBytes} bytes.`);
+  if (contentLength !== null && /^\d+$/.test(contentLength) && Number(contentLength) > limits.maxBodyBytes) {
+    throw tooLarge();
+  }
+  if (body === null) return "";
+  const reader = body.getReader();
+  const decoder = new TextDecoder("utf-8", { fatal: true, ignoreBOM: false });
+  let size = 0;
+  let text = "";
+  try {
+    for (;;) {
+      const { done, value } = await reader.read();
+      if (done) break;
+      size += value.byteLength;
+      if (size > limits.maxBodyBytes) {
+        await reader.cancel().catch(() => undefined);
+        throw tooLarge();
+      }
+      text += decodeUtf8(decoder, value);
+    }
+    text += decodeUtf8(decoder);
+  } catch (e) {
+    if (e instanceof KvedgeError) throw e;
+    throw new InvalidRequestError("Request body could not be read.");
+  } finally {
+    reader.releaseLock();
+  }
+  return text;
+}

@@ -1,0 +1,405 @@
+/**
+ * SGLang `/generate` SSE → OpenAI `chat.completion.chunk` SSE, rebuilt the way SGLang's own
+ * `/v1/chat/completions` streams (reference/sglang-generate-api.md §4.2, §6.4): per choice a role
+ * chunk on its first frame, content deltas (from cumulative text unless the worker streams
+ * increments), then after the upstream `[DONE]` one finish chunk per choice in the order they
+ * finished, the usage chunk when asked for, and `[DONE]`. An upstream error (inline error frame,
+ * abort with a status, malformed frame, cut-off stream) becomes one OpenAI error event and
+ * `[DONE]`: the client stream always terminates.
+ *
+ * Two layers: a synchronous core (bytes in → SSE strings out; easy to test at every byte
+ * split) and a stream pair with backpressure, cancellation and callbacks for the edge.
+ */
+import { UpstreamError, errorBody } from "../api/errors.ts";
+import type { KvedgeError } from "../api/errors.ts";
+import { GenerateResultSchema } from "./sglang-wire.ts";
+import type { SglangFinishReason, SglangMetaInfo } from "./sglang-wire.ts";
+import { SSE_DONE, createSseParser, sseFrame } from "./sse.ts";
+import type { SseEvent } from "./sse.ts";
+import { abortErrorOf, malformedUpstream, upstreamStreamError } from "./upstream-error.ts";
+import { summarizeUsage, toOpenAIUsage } from "./usage.ts";
+import type { UsageSummary } from "./usage.ts";
+
+export interface ChatStreamOptions {
+  /** The completion id shown on every chunk (the edge's request id). */
+  id: string;
+  /** The request's `model`, echoed back. */
+  model: string;
+  /** The request's `n`. */
+  n?: number;
+  /** `stream_options.include_usage`. */
+  includeUsage?: boolean;
+  /** The worker runs `--incremental-streaming-output` (frames carry deltas, not cumulative text). */
+  incremental?: boolean;
+  /** Unix seconds for `created`; evaluated per chunk as SGLang does. */
+  now?: () => number;
+  /** Cap on one upstream SSE event. */
+  maxEventChars?: number;
+  /** Called once when the upstream side ends, if any frame carried counts (also after errors). */
+  onUsage?: (usage: UsageSummary) => void;
+  /** Called once when the translation ends (completed, upstream error, or client cancel). */
+  onFinish?: (outcome: StreamOutcome) => void;
+}
+
+export type StreamStatus = "completed" | "upstream_error" | "client_cancelled";
+
+export interface StreamOutcome {
+  status: StreamStatus;
+  error: KvedgeError | null;
+  /** Usage from the last frame of each choice; null when no frame arrived. */
+  usage: UsageSummary | null;
+  /** OpenAI finish_reason per choice index (null: that choice never finished). */
+  finishReasons: (string | null)[];
+  /** A cumulative frame did not extend the text already sent (the extra part was still sent). */
+  textRevised: boolean;
+}
+
+export interface ChatStreamCore {
+  /** Upstream bytes in; client SSE frames out. */
+  push(chunk: Uint8Array): string[];
+  /** Upstream ended (EOF). */
+  end(): string[];
+  /** Upstream failed (connection error): error event + [DONE]. */
+  fail(err: KvedgeError): string[];
+  /** The client stream is complete (no more frames will be produced). */
+  readonly ended: boolean;
+  /** At least one upstream data frame was translated. */
+  readonly sawData: boolean;
+  readonly error: KvedgeError | null;
+  outcome(status?: StreamStatus): StreamOutcome;
+}
+
+interface ChoiceState {
+  started: boolean;
+  /** UTF-16 units of text sent so far. */
+  sentLen: number;
+  /** The previous cumulative frame's text (a flat string; comparing to it is cheap). */
+  prevText: string;
+  finish: SglangFinishReason | null;
+  meta: SglangMetaInfo | undefined;
+}
+
+/** The synchronous translation state machine. */
+export function createChatStreamCore(opts: ChatStreamOptions): ChatStreamCore {
+  const n = opts.n ?? 1;
+  const now = opts.now ?? (() => Math.floor(Date.now() / 1000));
+  const parser = createSseParser(opts.maxEventChars);
+  const choices: ChoiceState[] = Array.from({ length: n }, () => ({
+    started: false,
+    sentLen: 0,
+    prevText: "",
+    finish: null,
+    meta: undefined,
+  }));
+  const finishOrder: number[] = [];
+  let ended = false;
+  let sawData = false;
+  let error: KvedgeError | null = null;
+  let textRevised = false;
+
+  const chunk = (choiceList: unknown[], usage?: unknown): string => {
+    const o: Record<string, unknown> = {
+      id: opts.id,
+      object: "chat.completion.chunk",
+      created: now(),
+      model: opts.model,
+      choices: choiceList,
+    };
+    if (usage !== undefined) o["usage"] = usage;
+    return sseFrame(JSON.stringify(o));
+  };
+  const choice = (
+    index: number,
+    delta: Record<string, unknown>,
+    finishReason: string | null = null,
+    matched: number | string | null = null,
+  ) => ({ index, delta, logprobs: null, finish_reason: finishReason, matched_stop: matched });
+
+  function failInto(out: string[], err: KvedgeError): void {
+    if (ended) return;
+    out.push(sseFrame(JSON.stringify(errorBody(err))), SSE_DONE);
+    ended = true;
+    error = err;
+  }
+
+  function completeInto(out: string[]): void {
+    for (const idx of finishOrder) {
+      const fr = choices[idx]!.finish!;
+      out.push(chunk([choice(idx, { reasoning_content: null }, fr.type, fr.matched ?? null)]));
+    }
+    if (opts.includeUsage) out.push(chunk([], toOpenAIUsage(usage()!)));
+    out.push(SSE_DONE);
+    ended = true;
+  }
+
+  function usage(): UsageSummary | null {
+    return sawData ? summarizeUsage(choices.map((c) => c.meta)) : null;
+  }
+
+  function onEvent(ev: SseEvent, out: string[]): void {
+    if (ended) return;
+    const data = ev.data;
+    if (data.length < 16 && data.trim() === "[DONE]") {
+      if (!sawData) failInto(out, malformedUpstream("stream ended without output"));
+      else completeInto(out);
+      return;
+    }
+    let raw: unknown;
+    try {
+      raw = JSON.parse(data);
+    } catch {
+      failInto(out, malformedUpstream("stream frame is not JSON"));
+      return;
+    }
+    if (typeof raw === "object" && raw !== null && "error" in raw) {
+      failInto(out, upstreamStreamError(raw));
+      return;
+    }
+    const parsed = GenerateResultSchema.safeParse(raw);
+    if (!parsed.success) {
+      failInto(out, malformedUpstream(`stream frame: ${parsed.error.issues[0]?.message ?? "invalid"}`));
+      return;
+    }
+    const frame = parsed.data;
+    const index = frame.index ?? 0;
+    const st = choices[index];
+    if (st === undefined) {
+      failInto(out, malformedUpstream(`choice index ${index} out of range`));
+      return;
+    }
+    st.meta = frame.meta_info;
+    sawData = true;
+    const fr = frame.meta_info.finish_reason ?? null;
+    const abortErr = abortErrorOf(fr);
+    if (abortErr !== null) {
+      failInto(out, abortErr);
+      return;
+    }
+    if (!st.started) {
+      st.started = true;
+      out.push(chunk([choice(index, { reasoning_content: null, role: "assistant", content: "" })]));
+    }
+    let delta: string;
+    if (opts.incremental) delta = frame.text;
+    else {
+      // Cumulative text only grows in SGLang; if it ever does not, never resend what was sent.
+      if (!frame.text.startsWith(st.prevText)) textRevised = true;
+      delta = frame.text.slice(st.sentLen);
+      st.prevText = frame.text;
+    }
+    if (delta !== "") {
+      st.sentLen += delta.length;
+      out.push(chunk([choice(index, { reasoning_content: null, content: delta })]));
+    }
+    if (fr !== null && st.finish === null) {
+      st.finish = fr;
+      finishOrder.push(index);
+    }
+  }
+
+  function run(events: () => SseEvent[], out: string[]): void {
+    let evs: SseEvent[];
+    try {
+      evs = events();
+    } catch (e) {
+      failInto(out, e instanceof UpstreamError ? e : malformedUpstream("unreadable stream"));
+      return;
+    }
+    for (const ev of evs) onEvent(ev, out);
+  }
+
+  return {
+    push(bytes) {
+      const out: string[] = [];
+      if (!ended) run(() => parser.push(bytes), out);
+      return out;
+    },
+    end() {
+      const out: string[] = [];
+      if (ended) return out;
+      run(() => parser.end(), out);
+      if (!ended) {
+        // Tolerate a missing [DONE] only when every choice has finished.
+        if (sawData && choices.every((c) => c.finish !== null)) completeInto(out);
+        else failInto(out, malformedUpstream("stream ended before completion"));
+      }
+      return out;
+    },
+    fail(err) {
+      const out: string[] = [];
+      failInto(out, err);
+      return out;
+    },
+    get ended() {
+      return ended;
+    },
+    get sawData() {
+      return sawData;
+    },
+    get error() {
+      return error;
+    },
+    outcome(status) {
+      return {
+        status: status ?? (error !== null ? "upstream_error" : "completed"),
+        error,
+        usage: usage(),
+        finishReasons: choices.map((c) => c.finish?.type ?? null),
+        textRevised,
+      };
+    },
+  };
+}
+
+export interface ChatStreamTranslator {
+  /** Upstream `/generate` body goes in here (e.g. `upstream.body.pipeTo(t.writable).catch(() => {})`). */
+  readonly writable: WritableStream<Uint8Array>;
+  /** The client SSE body. Cancelling it errors `writable`, which cancels the upstream pipe. */
+  readonly readable: ReadableStream<Uint8Array>;
+  /** True once a byte has been handed to the consumer of `readable`. */
+  readonly firstByteSent: boolean;
+  /**
+   * Settles at the first upstream event: `null` when output started (or the stream completed),
+   * the KvedgeError when the upstream failed before any output — the edge may then answer with
+   * a proper HTTP error instead (cancel `readable`), as SGLang's `/v1` does.
+   */
+  readonly ready: Promise<KvedgeError | null>;
+  /** Settles with the outcome once translation ends (same value as onFinish). */
+  readonly done: Promise<StreamOutcome>;
+}
+
+function safeCall<T>(fn: ((v: T) => void) | undefined, v: T): void {
+  if (fn === undefined) return;
+  try {
+    fn(v);
+  } catch {
+    // a callback bug must not break the client stream
+  }
+}
+
+/**
+ * A readable/writable pair (usable with `pipeThrough`) translating one upstream stream.
+ * Output is handed over only when the consumer reads (high-water mark 0), so a slow client
+ * slows the upstream read instead of growing a buffer, and `firstByteSent` is exact.
+ */
+export function createChatStreamTranslator(opts: ChatStreamOptions): ChatStreamTranslator {
+  const core = createChatStreamCore(opts);
+  const encoder = new TextEncoder();
+  const pending: string[] = [];
+  let readCtl!: ReadableStreamDefaultController<Uint8Array>;
+  let writeCtl!: WritableStreamDefaultController;
+  let waitingPull: (() => void) | null = null;
+  let drainWaiters: (() => void)[] = [];
+  let readableClosed = false;
+  let firstByteSent = false;
+  let finished = false;
+
+  let resolveReady!: (v: KvedgeError | null) => void;
+  const ready = new Promise<KvedgeError | null>((r) => (resolveReady = r));
+  let resolveDone!: (v: StreamOutcome) => void;
+  const done = new Promise<StreamOutcome>((r) => (resolveDone = r));
+
+  function finish(status?: StreamStatus): void {
+    if (finished) return;
+    finished = true;
+    const outcome = core.outcome(status);
+    if (outcome.usage !== null) safeCall(opts.onUsage, outcome.usage);
+    safeCall(opts.onFinish, outcome);
+    resolveReady(core.sawData ? null : outcome.error);
+    resolveDone(outcome);
+  }
+
+  function releaseDrainWaiters(): void {
+    const ws = drainWaiters;
+    drainWaiters = [];
+    for (const w of ws) w();
+  }
+
+  /** Hands everything pending to a waiting reader; closes when the core is done. */
+  function deliver(): void {
+    if (readableClosed || waitingPull === null) return;
+    if (pending.length > 0) {
+      const text = pending.join("");
+      pending.length = 0;
+      readCtl.enqueue(encoder.encode(text));
+      firstByteSent = true;
+      const w = waitingPull;
+      waitingPull = null;
+      w();
+    }
+    if (pending.length === 0) {
+      releaseDrainWaiters();
+      if (core.ended) {
+        readableClosed = true;
+        readCtl.close();
+        const w = waitingPull;
+        waitingPull = null;
+        w?.();
+      }
+    }
+  }
+
+  function accept(frames: string[]): void {
+    pending.push(...frames);
+    if (core.sawData) resolveReady(null);
+    if (core.ended) finish();
+    deliver();
+  }
+
+  const readable = new ReadableStream<Uint8Array>(
+    {
+      start(c) {
+        readCtl = c;
+      },
+      pull() {
+        return new Promise<void>((resolve) => {
+          waitingPull = resolve;
+          deliver();
+        });
+      },
+      cancel(reason) {
+        readableClosed = true;
+        pending.length = 0;
+        releaseDrainWaiters();
+        const w = waitingPull;
+        waitingPull = null;
+        w?.();
+        if (!core.ended) {
+          finish("client_cancelled");
+          writeCtl.error(reason ?? new Error("client cancelled"));
+        }
+      },
+    },
+    { highWaterMark: 0 },
+  );
+
+  const writable = new WritableStream<Uint8Array>({
+    start(c) {
+      writeCtl = c;
+    },
+    async write(bytes) {
+      if (readableClosed || core.ended) return;
+      accept(core.push(bytes));
+      // Backpressure: take the next upstream chunk only after the consumer took this output.
+      while (pending.length > 0 && !readableClosed) await new Promise<void>((r) => drainWaiters.push(r));
+    },
+    close() {
+      if (readableClosed) return;
+      accept(core.end());
+    },
+    abort() {
+      if (readableClosed) return;
+      accept(core.fail(new UpstreamError("The connection to the worker failed mid-stream.")));
+    },
+  });
+
+  return {
+    writable,
+    readable,
+    get firstByteSent() {
+      return firstByteSent;
+    },
+    ready,
+    done,
+  };
+}

@@ -1,0 +1,139 @@
+/**
+ * Builds the SGLang `/generate` body from a validated chat request and its rendered prompt,
+ * mapping fields exactly as SGLang's own `/v1/chat/completions` does (`to_sampling_params`,
+ * reference/sglang-generate-api.md §5.2). Traps handled here: `max_new_tokens` is always sent
+ * (absent would mean 128), generation_config defaults are applied by us (`/generate` ignores
+ * them), `seed` becomes `sampling_seed`, and no key outside SamplingParams is ever sent.
+ */
+import { z } from "zod";
+import { InternalError } from "../api/errors.ts";
+import type { ChatCompletionRequest } from "../api/openai-schema.ts";
+import type { GenerateRequestBody, SglangSamplingParams } from "./sglang-wire.ts";
+
+/** Sampling defaults from the served model's `generation_config.json` (SGLang `--sampling-defaults model`). */
+export const ModelSamplingDefaultsSchema = z.object({
+  temperature: z.number().min(0).optional(),
+  top_p: z.number().gt(0).max(1).optional(),
+  top_k: z.number().int().optional(),
+  min_p: z.number().min(0).max(1).optional(),
+  repetition_penalty: z.number().gt(0).optional(),
+});
+export type ModelSamplingDefaults = z.output<typeof ModelSamplingDefaultsSchema>;
+
+/** SGLang's fallbacks when neither the request nor generation_config sets a value. */
+export const OPENAI_SAMPLING_FALLBACKS = {
+  temperature: 1.0,
+  top_p: 1.0,
+  top_k: -1,
+  min_p: 0.0,
+  repetition_penalty: 1.0,
+} as const;
+
+export interface GenerateMedia {
+  /** One entry per image, prompt order (URL or data: URI, the bytes the hashes were computed over). */
+  imageData?: string[];
+  /** One entry per video, prompt order. */
+  videoData?: string[];
+  /** One 16-hex hash per item, images first then videos; forwarded only when mmHashesAllowed(). */
+  mmHashes?: string[];
+}
+
+export interface BuildGenerateOptions {
+  /** The rendered prompt (chat template applied, generation prompt added). */
+  text: string;
+  /** Upstream request id; unique among in-flight requests (SGLang answers 400 on duplicates). */
+  rid?: string;
+  media?: GenerateMedia;
+  modelDefaults?: ModelSamplingDefaults;
+}
+
+/**
+ * SGLang drops caller `mm_hashes` when it splits a request into n copies (§1.2), so they are
+ * honoured for n = 1 only; layout should fall back to text-prefix routing otherwise.
+ */
+export function mmHashesAllowed(req: Pick<ChatCompletionRequest, "n">): boolean {
+  return req.n === 1;
+}
+
+/** A fresh 32-hex request id (SGLang's own rid format), from the platform CSPRNG. */
+export function newRequestId(): string {
+  const bytes = new Uint8Array(16);
+  crypto.getRandomValues(bytes);
+  let s = "";
+  for (const b of bytes) s += b.toString(16).padStart(2, "0");
+  return s;
+}
+
+function jsonSchemaOf(req: ChatCompletionRequest): Pick<SglangSamplingParams, "json_schema" | "structural_tag"> {
+  const rf = req.response_format;
+  if (rf === undefined || rf.type === "text") return {};
+  if (rf.type === "json_object") return { json_schema: '{"type": "object"}' };
+  if (rf.type === "json_schema") {
+    const schema = rf.json_schema?.schema ?? rf.schema;
+    // validate.ts guarantees a schema; a missing one here is a bug, not a client error.
+    if (schema === undefined) throw new InternalError("response_format json_schema without schema");
+    return { json_schema: JSON.stringify(schema) };
+  }
+  return { structural_tag: JSON.stringify(rf) };
+}
+
+/** `sampling_params` as SGLang's `ChatCompletionRequest.to_sampling_params` builds them. */
+export function buildSamplingParams(
+  req: ChatCompletionRequest,
+  modelDefaults: ModelSamplingDefaults = {},
+): SglangSamplingParams {
+  const pick = <K extends keyof typeof OPENAI_SAMPLING_FALLBACKS>(k: K): number =>
+    req[k] ?? modelDefaults[k] ?? OPENAI_SAMPLING_FALLBACKS[k];
+  const usesTools = req.tools !== undefined && req.tools.length > 0 && req.tool_choice !== "none";
+  const spaces = req.chat_template_kwargs?.["spaces_between_special_tokens"];
+  const params: SglangSamplingParams = {
+    // SGLang: `max_completion_tokens or max_tokens`; validation forbids 0, so `??` is the same.
+    max_new_tokens: req.max_completion_tokens ?? req.max_tokens ?? null,
+    min_new_tokens: req.min_tokens,
+    temperature: pick("temperature"),
+    top_p: pick("top_p"),
+    top_k: pick("top_k"),
+    min_p: pick("min_p"),
+    presence_penalty: req.presence_penalty,
+    frequency_penalty: req.frequency_penalty,
+    repetition_penalty: pick("repetition_penalty"),
+    stop: req.stop ?? [],
+    n: req.n,
+    ignore_eos: req.ignore_eos,
+    no_stop_trim: req.no_stop_trim,
+    // SGLang keeps special tokens when tools are in play, so tool-call markers survive.
+    skip_special_tokens: usesTools ? false : req.skip_special_tokens,
+    spaces_between_special_tokens: typeof spaces === "boolean" ? spaces : true,
+    ...jsonSchemaOf(req),
+  };
+  if (req.stop_token_ids !== undefined) params.stop_token_ids = req.stop_token_ids;
+  if (req.stop_regex !== undefined) params.stop_regex = req.stop_regex;
+  if (req.regex !== undefined) params.regex = req.regex;
+  if (req.ebnf !== undefined) params.ebnf = req.ebnf;
+  if (req.logit_bias !== undefined) params.logit_bias = req.logit_bias;
+  if (req.seed !== undefined) params.sampling_seed = req.seed;
+  return params;
+}
+
+/** The complete `/generate` body for one chat request. */
+export function buildGenerateBody(req: ChatCompletionRequest, opts: BuildGenerateOptions): GenerateRequestBody {
+  const body: GenerateRequestBody = {
+    text: opts.text,
+    sampling_params: buildSamplingParams(req, opts.modelDefaults),
+    stream: req.stream,
+  };
+  if (opts.rid !== undefined) body.rid = opts.rid;
+  const media = opts.media ?? {};
+  const images = media.imageData ?? [];
+  const videos = media.videoData ?? [];
+  if (images.length > 0) body.image_data = [...images];
+  if (videos.length > 0) body.video_data = [...videos];
+  if (media.mmHashes !== undefined && media.mmHashes.length > 0 && mmHashesAllowed(req)) {
+    // SGLang silently ignores a list of the wrong length; sending one would be our bug.
+    if (media.mmHashes.length !== images.length + videos.length) {
+      throw new InternalError("mm_hashes count does not match the media items");
+    }
+    body.mm_hashes = [...media.mmHashes];
+  }
+  return body;
+}

@@ -1,0 +1,118 @@
+/**
+ * SGLang `/generate` answers → OpenAI `chat.completion`, built as SGLang's own
+ * `/v1/chat/completions` builds it (reference/sglang-generate-api.md §6). Streaming lives in
+ * chat-stream.ts; both share the finish-reason and usage rules here and in usage.ts.
+ */
+import type { KvedgeError } from "../api/errors.ts";
+import { GenerateResponseSchema } from "./sglang-wire.ts";
+import type { SglangFinishReason, SglangGenerateResult } from "./sglang-wire.ts";
+import { abortErrorOf, malformedUpstream, upstreamHttpError } from "./upstream-error.ts";
+import { summarizeUsage, toOpenAIUsage } from "./usage.ts";
+import type { OpenAIUsage, UsageSummary } from "./usage.ts";
+
+export { createChatStreamTranslator, createChatStreamCore } from "./chat-stream.ts";
+export type { ChatStreamOptions, ChatStreamTranslator, ChatStreamCore, StreamOutcome } from "./chat-stream.ts";
+
+export type FinishReason = "stop" | "length" | "abort" | "tool_calls" | (string & {});
+
+export interface ChatCompletionChoice {
+  index: number;
+  message: { role: "assistant"; content: string; reasoning_content: string | null; tool_calls: null };
+  logprobs: null;
+  finish_reason: FinishReason | null;
+  matched_stop: number | string | null;
+}
+
+export interface ChatCompletion {
+  id: string;
+  object: "chat.completion";
+  created: number;
+  model: string;
+  choices: ChatCompletionChoice[];
+  usage: OpenAIUsage;
+  metadata?: { weight_version: string };
+}
+
+export interface TranslateContext {
+  /** The completion id shown to the client (the edge's request id). */
+  id: string;
+  /** The request's `model`, echoed back. */
+  model: string;
+  /** The request's `n`: the number of results expected. */
+  n: number;
+  /** Unix seconds; defaults to now. */
+  created?: number;
+}
+
+/** SGLang finish object → OpenAI finish_reason (graceful abort stays the non-standard "abort"). */
+export function finishReasonOf(fr: SglangFinishReason | null | undefined): FinishReason | null {
+  if (fr === null || fr === undefined) return null;
+  return fr.type;
+}
+
+export function matchedStopOf(fr: SglangFinishReason | null | undefined): number | string | null {
+  return fr?.matched ?? null;
+}
+
+export function nowSeconds(): number {
+  return Math.floor(Date.now() / 1000);
+}
+
+/**
+ * Translates a parsed 2xx `/generate` body. Throws an UpstreamError (malformed body or wrong
+ * result count) or the error an abort-with-status carries.
+ */
+export function translateGenerateResponse(
+  body: unknown,
+  ctx: TranslateContext,
+): { completion: ChatCompletion; usage: UsageSummary } {
+  const parsed = GenerateResponseSchema.safeParse(body);
+  if (!parsed.success) throw malformedUpstream(`generate response: ${parsed.error.issues[0]?.message ?? "invalid"}`);
+  const results: SglangGenerateResult[] = Array.isArray(parsed.data) ? parsed.data : [parsed.data];
+  if (results.length !== ctx.n) throw malformedUpstream(`expected ${ctx.n} results, got ${results.length}`);
+  const choices = results.map((r, index): ChatCompletionChoice => {
+    const fr = r.meta_info.finish_reason;
+    const err = abortErrorOf(fr);
+    if (err !== null) throw err;
+    return {
+      index,
+      message: { role: "assistant", content: r.text, reasoning_content: null, tool_calls: null },
+      logprobs: null,
+      finish_reason: finishReasonOf(fr),
+      matched_stop: matchedStopOf(fr),
+    };
+  });
+  const usage = summarizeUsage(results.map((r) => r.meta_info));
+  const completion: ChatCompletion = {
+    id: ctx.id,
+    object: "chat.completion",
+    created: ctx.created ?? nowSeconds(),
+    model: ctx.model,
+    choices,
+    usage: toOpenAIUsage(usage),
+  };
+  const wv = results[0]?.meta_info.weight_version;
+  if (wv !== undefined) completion.metadata = { weight_version: wv };
+  return { completion, usage };
+}
+
+/**
+ * Translates a complete non-stream upstream answer given its status and body text: non-2xx →
+ * the mapped KvedgeError (thrown); unparsable 2xx → UpstreamError (thrown).
+ */
+export function translateGenerateHttp(
+  status: number,
+  bodyText: string,
+  ctx: TranslateContext,
+): { completion: ChatCompletion; usage: UsageSummary } {
+  if (status < 200 || status > 299) throw upstreamHttpError(status, bodyText);
+  let body: unknown;
+  try {
+    body = JSON.parse(bodyText);
+  } catch {
+    throw malformedUpstream("generate response is not JSON");
+  }
+  return translateGenerateResponse(body, ctx);
+}
+
+export type { KvedgeError };

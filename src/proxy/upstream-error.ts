@@ -1,0 +1,94 @@
+/**
+ * Maps what an SGLang worker reports as a failure to a KvedgeError. Request faults (4xx, e.g.
+ * context too long, bad base64) pass through with SGLang's message as UpstreamRejectedError;
+ * worker faults (5xx, malformed answers) become UpstreamError with a generic message — the
+ * worker's own text goes to `cause` for logs, never to the client.
+ */
+import { UpstreamError, UpstreamRejectedError, UpstreamTimeoutError } from "../api/errors.ts";
+import type { KvedgeError } from "../api/errors.ts";
+import type { SglangFinishReason } from "./sglang-wire.ts";
+
+const MAX_MESSAGE = 1000;
+
+function clip(s: string): string {
+  return s.length > MAX_MESSAGE ? `${s.slice(0, MAX_MESSAGE)}…` : s;
+}
+
+/** Pulls a human message out of the bodies SGLang/FastAPI produce (§4.5). */
+export function upstreamMessageOf(bodyText: string): string {
+  let parsed: unknown;
+  try {
+    parsed = JSON.parse(bodyText);
+  } catch {
+    return clip(bodyText.trim());
+  }
+  if (typeof parsed === "object" && parsed !== null) {
+    const o = parsed as Record<string, unknown>;
+    const err = o["error"];
+    if (typeof err === "string") return clip(err);
+    if (typeof err === "object" && err !== null && typeof (err as Record<string, unknown>)["message"] === "string") {
+      return clip((err as Record<string, string>)["message"]!);
+    }
+    if (typeof o["message"] === "string") return clip(o["message"]);
+    const detail = o["detail"];
+    if (typeof detail === "string") return clip(detail);
+    if (Array.isArray(detail)) {
+      // FastAPI validation errors: [{loc, msg, type}, …]
+      const msgs = detail.map((d) =>
+        typeof d === "object" && d !== null && typeof (d as Record<string, unknown>)["msg"] === "string"
+          ? String((d as Record<string, unknown>)["msg"])
+          : JSON.stringify(d),
+      );
+      return clip(msgs.join("; "));
+    }
+  }
+  return clip(bodyText.trim());
+}
+
+function withCause<E extends KvedgeError>(err: E, cause: string): E {
+  err.cause = cause;
+  return err;
+}
+
+/** An error for a status code and SGLang's message. */
+export function upstreamErrorFor(status: number, message: string): KvedgeError {
+  const msg = message === "" ? `HTTP ${status}` : message;
+  if (status === 408 || status === 504) return withCause(new UpstreamTimeoutError(), msg);
+  if (status >= 400 && status < 500 && status !== 429) return new UpstreamRejectedError(msg, status);
+  return withCause(new UpstreamError(`The worker failed to process the request (HTTP ${status}).`, status), msg);
+}
+
+/** A non-2xx `/generate` response. */
+export function upstreamHttpError(status: number, bodyText: string): KvedgeError {
+  return upstreamErrorFor(status, upstreamMessageOf(bodyText));
+}
+
+/** An inline `{"error": {...}}` frame of a 200 stream (§4.5: `code` carries the status). */
+export function upstreamStreamError(frame: unknown): KvedgeError {
+  const err = typeof frame === "object" && frame !== null ? (frame as Record<string, unknown>)["error"] : undefined;
+  if (typeof err === "string") return upstreamErrorFor(500, err);
+  if (typeof err === "object" && err !== null) {
+    const e = err as Record<string, unknown>;
+    const message = typeof e["message"] === "string" ? e["message"] : "";
+    const code = typeof e["code"] === "number" ? e["code"] : Number.NaN;
+    const status =
+      Number.isInteger(code) && code >= 400 && code < 600 ? code : e["type"] === "invalid_request_error" ? 400 : 500;
+    return upstreamErrorFor(status, clip(message));
+  }
+  return withCause(new UpstreamError("The worker reported an error."), JSON.stringify(frame)?.slice(0, MAX_MESSAGE) ?? "");
+}
+
+/**
+ * An abort that carries a status code is an error (SGLang turns it into an error chunk or an
+ * error response); a graceful abort (status_code null) is a normal `finish_reason: "abort"`.
+ */
+export function abortErrorOf(fr: SglangFinishReason | null | undefined): KvedgeError | null {
+  if (fr === null || fr === undefined || fr.type !== "abort") return null;
+  if (fr.status_code === null || fr.status_code === undefined) return null;
+  return upstreamErrorFor(fr.status_code, clip(fr.message ?? "Generation aborted."));
+}
+
+/** The upstream answered 200 with something we cannot use. */
+export function malformedUpstream(what: string): KvedgeError {
+  return withCause(new UpstreamError("The worker returned an unreadable response."), what);
+}
