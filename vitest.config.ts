@@ -15,7 +15,13 @@ export default defineConfig({
         },
       },
       {
-        plugins: [cloudflareTest({ wrangler: { configPath: "./wrangler.toml" } })],
+        plugins: [
+          cloudflareTest({
+            wrangler: { configPath: "./wrangler.toml" },
+            // Test-only secrets (production ones come from `wrangler secret put`).
+            miniflare: { bindings: { RELAY_SECRET: "test-relay-secret-0123456789", ADMIN_TOKEN: "test-admin-token-0123456789" } },
+          }),
+        ],
         test: { name: "workers", include: ["test/workers/**/*.test.ts"], testTimeout: 60_000 },
       },
       {

@@ -1,0 +1,134 @@
+/**
+ * Inside workerd (vitest-pool-workers): the edge Worker and the RoutingIndex Durable Object from
+ * wrangler.toml. No simulated workers here — relays are played by WebSockets opened through the
+ * edge, exactly as a real relay connects.
+ */
+import { SELF, env, evictDurableObject } from "cloudflare:test";
+import { describe, expect, it } from "vitest";
+import { relayToken } from "../../src/kv/relay-auth.ts";
+import { localBlockHashes } from "../../src/kv/block-hash.ts";
+import { initHashing } from "../../src/util/hash.ts";
+import { localHashToHex } from "../../src/kv/relay-protocol.ts";
+import "../../functions/wasm-shim.ts";
+
+const MODEL = "Qwen/Qwen3-VL-8B-Instruct";
+const SECRET = "test-relay-secret-0123456789";
+const ADMIN = "test-admin-token-0123456789";
+
+async function post(body: unknown, raw?: string): Promise<Response> {
+  return SELF.fetch("https://edge/v1/chat/completions", { method: "POST", headers: { "content-type": "application/json" }, body: raw ?? JSON.stringify(body) });
+}
+
+async function expectOpenAIError(r: Response, status: number): Promise<{ message: string; type: string; param: string | null; code: string | null }> {
+  expect(r.status).toBe(status);
+  const j = (await r.json()) as { error: { message: string; type: string; param: string | null; code: string | null } };
+  expect(Object.keys(j.error).sort()).toEqual(["code", "message", "param", "type"]);
+  expect(j.error.message.length).toBeGreaterThan(0);
+  return j.error;
+}
+
+function waitMessage(ws: WebSocket, pred: (m: { type: string }) => boolean = () => true): Promise<{ type: string; [k: string]: unknown }> {
+  return new Promise((resolve, reject) => {
+    const t = setTimeout(() => reject(new Error("no message within 10 s")), 10_000);
+    const on = (ev: MessageEvent) => {
+      const m = JSON.parse(String(ev.data)) as { type: string };
+      if (pred(m)) {
+        clearTimeout(t);
+        ws.removeEventListener("message", on);
+        resolve(m as { type: string });
+      }
+    };
+    ws.addEventListener("message", on);
+  });
+}
+
+async function connectRelay(workerId: string, token: string | null, model = MODEL): Promise<Response> {
+  const headers: Record<string, string> = { upgrade: "websocket" };
+  if (token !== null) headers.authorization = `Bearer ${token}`;
+  return SELF.fetch(`https://edge/v1/relay?worker=${workerId}&model=${encodeURIComponent(model)}`, { headers });
+}
+
+async function admin(path: string): Promise<Response> {
+  return SELF.fetch(`https://edge${path}`, { headers: { authorization: `Bearer ${ADMIN}` } });
+}
+
+describe("edge API surface", () => {
+  it("health and models", async () => {
+    expect(await (await SELF.fetch("https://edge/healthz")).json()).toEqual({ status: "ok" });
+    const m = (await (await SELF.fetch("https://edge/v1/models")).json()) as { data: { id: string }[] };
+    expect(m.data.map((x) => x.id)).toContain(MODEL);
+  });
+
+  it("bad input gets a 4xx in the OpenAI error shape", async () => {
+    expect((await expectOpenAIError(await post(null, "{not json"), 400)).code).toBe("invalid_json");
+    expect((await expectOpenAIError(await post({ model: MODEL, messages: "hi" }), 400)).param).toBe("messages");
+    await expectOpenAIError(await post({ model: MODEL, messages: [] }), 400);
+    await expectOpenAIError(await post({ model: MODEL, messages: [{ role: "user", content: 5 }] }), 400);
+    await expectOpenAIError(await post({ model: MODEL, messages: [{ role: "user", content: "x" }], max_tokens: "ten" }), 400);
+    expect((await expectOpenAIError(await post({ model: "nope", messages: [{ role: "user", content: "x" }] }), 404)).code).toBe("model_not_found");
+    await expectOpenAIError(await post(null, JSON.stringify({ model: MODEL, messages: [{ role: "user", content: "x".repeat(21 * 1024 * 1024) }] })), 413);
+    await expectOpenAIError(await SELF.fetch("https://edge/v1/chat/completions"), 405);
+    await expectOpenAIError(await SELF.fetch("https://edge/nowhere"), 404);
+  });
+
+  it("no worker → 503 in the OpenAI error shape, not a hang", async () => {
+    const e = await expectOpenAIError(await post({ model: "Qwen/Qwen2.5-VL-7B-Instruct", messages: [{ role: "user", content: "hi" }] }), 503);
+    expect(e.code).toBe("no_worker_available");
+  });
+
+  it("admin endpoints need the admin token", async () => {
+    await expectOpenAIError(await SELF.fetch("https://edge/admin/workers"), 401);
+    await expectOpenAIError(await SELF.fetch("https://edge/admin/workers", { headers: { authorization: "Bearer wrong-token-wrong-token" } }), 401);
+    expect((await admin("/admin/workers")).status).toBe(200);
+  });
+});
+
+describe("relay ingestion and routing inside workerd", () => {
+  it("refuses missing, wrong and cross-worker tokens and changes nothing", async () => {
+    const before = (await (await admin("/admin/workers")).json()) as { workers: unknown[] };
+    await expectOpenAIError(await connectRelay("wa", null), 401);
+    await expectOpenAIError(await connectRelay("wa", "00".repeat(32)), 401);
+    await expectOpenAIError(await connectRelay("wa", await relayToken(SECRET, "wb")), 401);
+    await expectOpenAIError(await connectRelay("wa", await relayToken("another-secret-0123456789", "wa")), 401);
+    const after = (await (await admin("/admin/workers")).json()) as { workers: unknown[] };
+    expect(after.workers).toEqual(before.workers);
+  });
+
+  it("hello → welcome → dump; the index routes a matching prefix to that worker; eviction asks relays to resync", async () => {
+    await initHashing();
+    const res = await connectRelay("w-route", await relayToken(SECRET, "w-route"));
+    expect(res.status).toBe(101);
+    const ws = res.webSocket!;
+    ws.accept();
+    const welcome = waitMessage(ws, (m) => m.type === "welcome");
+    ws.send(JSON.stringify({ type: "hello", workerId: "w-route", url: "http://127.0.0.1:9", blockSize: 16, epoch: 1, modelName: MODEL }));
+    expect(await welcome).toMatchObject({ type: "welcome", poolBlockSize: 16 });
+
+    const tokens = Array.from({ length: 64 }, (_, i) => 1000 + i);
+    const locals = localBlockHashes(tokens, 16);
+    const blocks = locals.map((l, i) => ({ h: String(-100 - i), p: i === 0 ? null : String(-99 - i), l: localHashToHex(l) }));
+    const ack = waitMessage(ws, (m) => m.type === "ack");
+    ws.send(JSON.stringify({ type: "dump", epoch: 1, seq: 0, blocks }));
+    await ack;
+
+    const stub = env.ROUTING_INDEX.getByName(MODEL);
+    const d = await stub.route({ localHashes: locals, isl: 64 });
+    expect(d).toMatchObject({ workerId: "w-route", overlapBlocks: 4, totalBlocks: 4 });
+    await stub.settle({ receiptId: d!.receiptId, promptTokens: 64, cachedTokens: 64, outcome: "ok" });
+
+    // Malformed relay messages are counted and dropped without touching the index.
+    ws.send("{nope");
+    ws.send(JSON.stringify({ type: "events", epoch: 1, seq: 1, events: [{ t: "stored", parent: "12345", blocks: [{ h: "1", l: "zz" }] }] }));
+    await waitMessage(ws, (m) => m.type === "error");
+    const d2 = await stub.route({ localHashes: locals, isl: 64 });
+    expect(d2?.overlapBlocks).toBe(4);
+
+    // Eviction loses the in-memory index; the registry survives in SQLite and relays are asked to resync.
+    const resync = waitMessage(ws, (m) => m.type === "resync");
+    await evictDurableObject(stub);
+    const workers = (await (await admin("/admin/workers")).json()) as { workers: { workerId: string }[] };
+    expect(workers.workers.map((w) => w.workerId)).toContain("w-route");
+    await resync;
+    ws.close();
+  });
+});
