@@ -181,7 +181,7 @@ export async function startFleet(opts: FleetOptions = {}): Promise<Fleet> {
       "--family", family,
       "--template", template,
     ];
-    if (opts.timingPreset) args.push("--timing-preset", opts.timingPreset);
+    if (opts.timingPreset) args.push("--timing", opts.timingPreset);
     const proc = spawn(NODE, args, { cwd: ROOT, detached: true, stdio: ["ignore", "pipe", "pipe"] });
     procs.push(proc);
     pipeLogs(proc, id, log);
