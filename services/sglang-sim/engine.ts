@@ -1,0 +1,381 @@
+/**
+ * The simulated scheduler: FIFO admission against the KV pool (radix tree + tokens reserved by
+ * running requests, LRU eviction to make room), one prefill at a time, per-token decode, and the
+ * two cache writes SGLang makes: the prompt right after prefill (cache_unfinished_req, so
+ * concurrent requests can share it) and prompt + output when the request ends (cache_finished_req).
+ */
+import type { QwenTokenizer } from "../../src/prompt/tokenizer/index.ts";
+import type { PagedRadixCache, RadixNode } from "./radix-cache.ts";
+import type { SamplingParams } from "./sampling-params.ts";
+import { SglangValueError } from "./sglang-errors.ts";
+import { decodeStepMs, prefillMs, type Timing } from "./timing.ts";
+import { OutputStream, outputSeed, type OutputVocabulary } from "./token-source.ts";
+
+export type FinishReason =
+  | { type: "stop"; matched: number | string }
+  | { type: "length"; length: number }
+  | { type: "abort"; message: string; status_code: number | null; err_type: string | null };
+
+/** What a request looks like at one point in time (a stream frame or the final answer). */
+export interface RequestSnapshot {
+  rid: string;
+  promptTokens: number;
+  cachedTokens: number;
+  outputIds: number[];
+  /** Detokenized output with special tokens hidden and a matched stop string trimmed. */
+  text: string;
+  finishReason: FinishReason | null;
+  /** Seconds since the request was received; set on the final snapshot only. */
+  e2eLatency: number | null;
+}
+
+export interface SubmitInput {
+  rid: string;
+  inputIds: number[];
+  sampling: SamplingParams;
+  /** Called for every frame a streaming client should see (not while a stop string may be forming). */
+  onFrame?: (s: RequestSnapshot) => void;
+}
+
+export interface EngineConfig {
+  cache: PagedRadixCache;
+  capacityTokens: number;
+  contextLength: number;
+  tokenizer: QwenTokenizer;
+  vocab: OutputVocabulary;
+  timing: Timing;
+  naturalOutputTokens: { min: number; max: number };
+  outputSeed: "prompt" | "rid";
+  /** End of a scheduler step: publish the KV events it produced as one batch. */
+  onStepEnd: () => void;
+}
+
+interface LiveRequest {
+  input: SubmitInput;
+  receivedAt: number;
+  abort: AbortController;
+  abortMessage: string;
+  cachedTokens: number;
+  lockedNode: RadixNode | null;
+  /** Tokens of the KV pool this request holds outside the tree. */
+  reserved: number;
+  plannedOutput: number;
+  /** Longest stop string: a new match can start at most this far before the new token. */
+  maxStopLength: number;
+  stream: OutputStream;
+  done: (s: RequestSnapshot) => void;
+}
+
+class Aborted extends Error {}
+
+function sleep(ms: number, signal: AbortSignal): Promise<void> {
+  if (signal.aborted) return Promise.reject(new Aborted());
+  return new Promise((resolve, reject) => {
+    const onAbort = (): void => {
+      clearTimeout(t);
+      reject(new Aborted());
+    };
+    const t = setTimeout(() => {
+      signal.removeEventListener("abort", onAbort);
+      resolve();
+    }, ms);
+    signal.addEventListener("abort", onAbort, { once: true });
+  });
+}
+
+function yieldTurn(signal: AbortSignal): Promise<void> {
+  return new Promise((resolve, reject) => setImmediate(() => (signal.aborted ? reject(new Aborted()) : resolve())));
+}
+
+export class SimEngine {
+  private readonly cfg: EngineConfig;
+  private readonly waiting: LiveRequest[] = [];
+  private readonly running = new Set<LiveRequest>();
+  private readonly byRid = new Map<string, LiveRequest>();
+  private reservedTotal = 0;
+  private prefillLane: Promise<void> = Promise.resolve();
+  private lastGenThroughput = 0;
+
+  constructor(cfg: EngineConfig) {
+    this.cfg = cfg;
+  }
+
+  get cache(): PagedRadixCache {
+    return this.cfg.cache;
+  }
+
+  get runningCount(): number {
+    return this.running.size;
+  }
+
+  get waitingCount(): number {
+    return this.waiting.length;
+  }
+
+  get idle(): boolean {
+    return this.running.size === 0 && this.waiting.length === 0;
+  }
+
+  get freeTokens(): number {
+    return this.cfg.capacityTokens - this.cfg.cache.totalTokens - this.reservedTotal;
+  }
+
+  get throughput(): number {
+    return this.lastGenThroughput;
+  }
+
+  /** Queues a request; resolves with its final snapshot (also for aborts). */
+  submit(input: SubmitInput): Promise<RequestSnapshot> {
+    if (this.byRid.has(input.rid)) throw new SglangValueError("Duplicate request ID detected");
+    const seedMaterial = this.cfg.outputSeed === "rid" ? input.rid : input.inputIds;
+    const stream = new OutputStream(
+      this.cfg.vocab,
+      outputSeed(seedMaterial, input.sampling.samplingSeed),
+      this.cfg.naturalOutputTokens,
+    );
+    return new Promise<RequestSnapshot>((resolve) => {
+      const req: LiveRequest = {
+        input,
+        receivedAt: performance.now(),
+        abort: new AbortController(),
+        abortMessage: "Abort in waiting queue",
+        cachedTokens: 0,
+        lockedNode: null,
+        reserved: 0,
+        plannedOutput: this.plannedOutput(input, stream),
+        maxStopLength: Math.max(0, ...input.sampling.stop.map((x) => x.length)),
+        stream,
+        done: resolve,
+      };
+      this.byRid.set(input.rid, req);
+      this.waiting.push(req);
+      this.tryAdmit();
+    });
+  }
+
+  /** /abort_request: rids are matched by prefix, as SGLang's scheduler does. */
+  abort(rid: string, all: boolean): number {
+    let n = 0;
+    for (const req of this.byRid.values()) {
+      if (all || (rid.length > 0 && req.input.rid.startsWith(rid))) {
+        req.abort.abort();
+        n++;
+      }
+    }
+    if (n > 0) this.tryAdmit();
+    return n;
+  }
+
+  /** Aborts everything (shutdown). */
+  abortAll(): void {
+    this.abort("", true);
+  }
+
+  /** flush_cache: succeeds only when idle. */
+  flushCache(): boolean {
+    if (!this.idle) return false;
+    this.cfg.cache.reset();
+    this.cfg.onStepEnd();
+    return true;
+  }
+
+  private plannedOutput(input: SubmitInput, stream: OutputStream): number {
+    const s = input.sampling;
+    const hardCap = Math.max(
+      0,
+      Math.min(1 << 30, this.cfg.contextLength - input.inputIds.length - 1, this.cfg.capacityTokens - input.inputIds.length),
+    );
+    const limit = s.maxNewTokens === null ? hardCap : Math.min(s.maxNewTokens, hardCap);
+    // Without ignore_eos the answer ends after its natural length + the EOS token.
+    return s.ignoreEos ? limit : Math.min(limit, Math.max(stream.naturalLength, s.minNewTokens) + 1);
+  }
+
+  private tryAdmit(): void {
+    const cache = this.cfg.cache;
+    while (this.waiting.length > 0) {
+      const req = this.waiting[0]!;
+      if (req.abort.signal.aborted) {
+        this.waiting.shift();
+        this.finish(req, { type: "abort", message: req.abortMessage, status_code: null, err_type: null }, [], "", false);
+        continue;
+      }
+      const ids = req.input.inputIds;
+      // At least one prompt token is always computed (it produces the first logits).
+      const match = cache.matchPrefix(ids.slice(0, Math.max(0, ids.length - 1)));
+      cache.incLockRef(match.node);
+      const need = ids.length - match.length + req.plannedOutput;
+      if (need > this.freeTokens) cache.evict(need - this.freeTokens);
+      if (need > this.freeTokens) {
+        cache.decLockRef(match.node);
+        if (this.running.size > 0) break; // wait for running requests to free their tokens
+        this.waiting.shift();
+        this.finish(
+          req,
+          { type: "abort", message: "Request does not fit in the KV cache.", status_code: 400, err_type: "BadRequestError" },
+          [],
+          "",
+          false,
+        );
+        continue;
+      }
+      this.waiting.shift();
+      req.cachedTokens = match.length;
+      req.lockedNode = match.node;
+      req.reserved = need;
+      this.reservedTotal += need;
+      this.running.add(req);
+      void this.run(req);
+    }
+    this.cfg.onStepEnd();
+  }
+
+  private async run(req: LiveRequest): Promise<void> {
+    const { inputIds, sampling, onFrame } = req.input;
+    const signal = req.abort.signal;
+    const outputIds: number[] = [];
+    let text = "";
+    req.abortMessage = "Abort before prefill";
+    try {
+      const uncached = inputIds.length - req.cachedTokens;
+      const prefill = this.prefillLane.then(() => sleep(prefillMs(this.cfg.timing, uncached), signal));
+      this.prefillLane = prefill.catch(() => {});
+      await prefill;
+
+      // cache_unfinished_req: the prompt becomes matchable for others right after prefill.
+      this.cacheTokens(req, inputIds);
+      this.release(req, inputIds.length - (inputIds.length % this.cfg.cache.pageSize) - req.cachedTokens);
+      this.cfg.onStepEnd();
+      req.abortMessage = "Abort in running batch";
+
+      const decodeStart = performance.now();
+      let deadline = decodeStart;
+      if (req.plannedOutput === 0) {
+        this.finish(req, { type: "length", length: 0 }, outputIds, text, true);
+        return;
+      }
+      for (;;) {
+        // Sleep to a running deadline so timer lateness does not accumulate over many tokens.
+        const stepMs = decodeStepMs(this.cfg.timing, this.running.size);
+        deadline += stepMs;
+        const wait = deadline - performance.now();
+        if (wait >= 1) await sleep(wait, signal);
+        else if (outputIds.length % 64 === 0) await yieldTurn(signal);
+
+        const allowStop = outputIds.length >= sampling.minNewTokens;
+        const token = req.stream.next(allowStop && !sampling.ignoreEos);
+        outputIds.push(token);
+        // Output tokens are whole ASCII words, so decoding token by token equals decoding the whole run.
+        const prevLength = text.length;
+        if (!(sampling.skipSpecialTokens && this.cfg.vocab.specialIds.has(token))) text += this.cfg.tokenizer.decode([token]);
+        this.lastGenThroughput = outputIds.length / Math.max(1e-3, (performance.now() - decodeStart) / 1000);
+
+        if (allowStop && !sampling.ignoreEos && this.cfg.vocab.specialIds.has(token)) {
+          this.finish(req, { type: "stop", matched: token }, outputIds, text, true);
+          return;
+        }
+        if (allowStop && sampling.stopTokenIds.includes(token)) {
+          this.finish(req, { type: "stop", matched: token }, outputIds, text, true);
+          return;
+        }
+        if (allowStop && sampling.stop.length > 0) {
+          const hit = earliestStop(text, sampling.stop, Math.max(0, prevLength - req.maxStopLength));
+          if (hit) {
+            const trimmed = sampling.noStopTrim ? text : text.slice(0, hit.index);
+            this.finish(req, { type: "stop", matched: hit.stop }, outputIds, trimmed, true);
+            return;
+          }
+        }
+        if (outputIds.length >= req.plannedOutput) {
+          this.finish(req, { type: "length", length: req.plannedOutput }, outputIds, text, true);
+          return;
+        }
+        if (onFrame && !tailMayStartStop(text, sampling.stop)) onFrame(this.snapshot(req, outputIds, text, null));
+      }
+    } catch (err) {
+      const prefilled = req.abortMessage === "Abort in running batch";
+      if (err instanceof Aborted) {
+        this.finish(req, { type: "abort", message: req.abortMessage, status_code: null, err_type: null }, outputIds, text, prefilled);
+      } else {
+        // A simulator bug must not leave the request hanging: end it as SGLang ends a failed request.
+        process.stderr.write(`sglang-sim: request ${req.input.rid} failed: ${(err as Error)?.stack ?? String(err)}\n`);
+        const reason = { type: "abort" as const, message: "Internal simulator error.", status_code: 500, err_type: "InternalServerError" };
+        this.finish(req, reason, outputIds, text, prefilled);
+      }
+    }
+  }
+
+  /** Inserts `tokens` into the tree and moves this request's lock to the node that now covers them. */
+  private cacheTokens(req: LiveRequest, tokens: readonly number[]): void {
+    const cache = this.cfg.cache;
+    const { node } = cache.insert(tokens);
+    cache.incLockRef(node);
+    if (req.lockedNode) cache.decLockRef(req.lockedNode);
+    req.lockedNode = node;
+  }
+
+  /** Returns part of a request's pool reservation (its pages moved into the tree or were freed). */
+  private release(req: LiveRequest, tokens: number): void {
+    const n = Math.min(req.reserved, Math.max(0, tokens));
+    req.reserved -= n;
+    this.reservedTotal -= n;
+  }
+
+  private finish(
+    req: LiveRequest,
+    reason: FinishReason,
+    outputIds: number[],
+    text: string,
+    prefilled: boolean,
+  ): void {
+    if (req.lockedNode) {
+      if (prefilled) {
+        // cache_finished_req: prompt + output whose KV exists (the last sampled token has none yet).
+        const kvTokens = req.input.inputIds.concat(outputIds.slice(0, Math.max(0, outputIds.length - 1)));
+        this.cacheTokens(req, kvTokens);
+      }
+      this.cfg.cache.decLockRef(req.lockedNode);
+      req.lockedNode = null;
+    }
+    this.reservedTotal -= req.reserved;
+    req.reserved = 0;
+    this.running.delete(req);
+    this.byRid.delete(req.input.rid);
+    const snap = this.snapshot(req, outputIds, text, reason);
+    snap.e2eLatency = (performance.now() - req.receivedAt) / 1000;
+    req.done(snap);
+    if (this.waiting.length > 0) queueMicrotask(() => this.tryAdmit());
+    else this.cfg.onStepEnd();
+  }
+
+  private snapshot(req: LiveRequest, outputIds: number[], text: string, reason: FinishReason | null): RequestSnapshot {
+    return {
+      rid: req.input.rid,
+      promptTokens: req.input.inputIds.length,
+      cachedTokens: req.cachedTokens,
+      outputIds: outputIds.slice(),
+      text,
+      finishReason: reason,
+      e2eLatency: null,
+    };
+  }
+}
+
+/** Earliest stop-string match starting at or after `from` (earlier text was checked before). */
+function earliestStop(text: string, stops: readonly string[], from: number): { index: number; stop: string } | null {
+  let best: { index: number; stop: string } | null = null;
+  for (const s of stops) {
+    const i = text.indexOf(s, from);
+    if (i >= 0 && (best === null || i < best.index)) best = { index: i, stop: s };
+  }
+  return best;
+}
+
+/** True while the text ends with a proper prefix of a stop string (SGLang withholds that frame). */
+function tailMayStartStop(text: string, stops: readonly string[]): boolean {
+  for (const s of stops) {
+    for (let k = Math.min(s.length - 1, text.length); k > 0; k--) {
+      if (text.endsWith(s.slice(0, k))) return true;
+    }
+  }
+  return false;
+}

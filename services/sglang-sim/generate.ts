@@ -1,0 +1,305 @@
+/**
+ * SGLang's native `POST /generate` (GenerateReqInput → {text, output_ids, meta_info}) for single
+ * requests: body validation with SGLang's error shapes, tokenization, context checks, and the
+ * non-stream / cumulative-SSE response formats (reference/sglang-generate-api.md §1-4).
+ */
+import { randomUUID } from "node:crypto";
+import type { ServerResponse } from "node:http";
+import { z } from "zod";
+import type { QwenTokenizer } from "../../src/prompt/tokenizer/index.ts";
+import type { FinishReason, RequestSnapshot, SimEngine } from "./engine.ts";
+import { parseSamplingParams, SamplingTypeError, type SamplingParams } from "./sampling-params.ts";
+import {
+  SglangInternalError,
+  SglangValidationError,
+  SglangValueError,
+  streamErrorFrame,
+  validationErrorBody,
+} from "./sglang-errors.ts";
+
+/** Top-level GenerateReqInput fields the simulator looks at; unknown keys are dropped, as pydantic does. */
+export const GenerateBodySchema = z.looseObject({
+  text: z.union([z.string(), z.array(z.string())]).nullish(),
+  input_ids: z.union([z.array(z.number().int()), z.array(z.array(z.number().int()))]).nullish(),
+  input_embeds: z.unknown().nullish(),
+  image_data: z.unknown().nullish(),
+  video_data: z.unknown().nullish(),
+  audio_data: z.unknown().nullish(),
+  mm_hashes: z.unknown().nullish(),
+  sampling_params: z.union([z.record(z.string(), z.unknown()), z.array(z.record(z.string(), z.unknown()))]).nullish(),
+  stream: z.boolean().nullish(),
+  rid: z.union([z.string(), z.array(z.string())]).nullish(),
+  return_logprob: z.union([z.boolean(), z.array(z.boolean())]).nullish(),
+  top_logprobs_num: z.unknown().nullish(),
+  extra_key: z.union([z.string(), z.array(z.string())]).nullish(),
+});
+export type GenerateBody = z.infer<typeof GenerateBodySchema>;
+
+/** The prompt as the scheduler sees it (after any multimodal expansion). */
+export interface PreparedPrompt {
+  inputIds: number[];
+  imageTokens: number;
+  videoTokens: number;
+}
+
+/**
+ * Pluggable multimodal expansion (a later issue): given a request with media, return the padded
+ * prompt ids SGLang would build. Without a hook, media requests are refused.
+ */
+export type MediaExpander = (body: GenerateBody, tokenizer: QwenTokenizer) => Promise<PreparedPrompt>;
+
+export interface GenerateContext {
+  engine: SimEngine;
+  tokenizer: QwenTokenizer;
+  contextLength: number;
+  maxReqInputLen: number;
+  dpRank: number;
+  unknownSamplingKeyStatus: 400 | 500;
+  mediaExpander: MediaExpander | null;
+  log: (line: string) => void;
+}
+
+/** A validated single request ready for the engine. */
+export interface PreparedRequest {
+  rid: string;
+  prompt: PreparedPrompt;
+  sampling: SamplingParams;
+  stream: boolean;
+}
+
+export function newRid(): string {
+  return randomUUID().replace(/-/g, "");
+}
+
+function hasMedia(v: unknown): boolean {
+  if (v === null || v === undefined) return false;
+  if (Array.isArray(v)) return v.some(hasMedia);
+  return true;
+}
+
+/** Parses the JSON body into GenerateReqInput fields; pydantic-style failures are SglangValidationError. */
+export function parseGenerateBody(raw: unknown): GenerateBody {
+  const parsed = GenerateBodySchema.safeParse(raw);
+  if (!parsed.success) {
+    const issue = parsed.error.issues[0];
+    throw new SglangValidationError(`${issue?.path.join(".") || "body"}: ${issue?.message ?? "invalid request"}`);
+  }
+  return parsed.data;
+}
+
+/**
+ * Turns a parsed body into one engine request, raising what SGLang raises: ValueError for the input
+ * checks (→ 400 or an inline stream error), TypeError for unknown sampling keys.
+ */
+export async function prepareGenerate(body: GenerateBody, ctx: GenerateContext): Promise<PreparedRequest> {
+  const given = [body.text, body.input_ids, body.input_embeds].filter((v) => v !== null && v !== undefined).length;
+  if (given === 0) throw new SglangValueError("Either text, input_ids or input_embeds should be provided.");
+  if (given > 1) throw new SglangValueError("Only one of text, input_ids, or input_embeds can be provided.");
+  if (body.input_embeds !== null && body.input_embeds !== undefined) {
+    throw new SglangValueError("input_embeds is not supported by the simulator.");
+  }
+  const batch =
+    Array.isArray(body.text) ||
+    (Array.isArray(body.input_ids) && body.input_ids.some((x) => Array.isArray(x))) ||
+    Array.isArray(body.sampling_params);
+  if (batch) throw new SglangValueError("Batch requests are not supported by the simulator; send one request per prompt.");
+  if (body.return_logprob === true || Array.isArray(body.return_logprob)) {
+    throw new SglangValueError("return_logprob is not supported by the simulator.");
+  }
+
+  let sampling: SamplingParams;
+  try {
+    sampling = parseSamplingParams((body.sampling_params as Record<string, unknown> | null | undefined) ?? {});
+  } catch (err) {
+    if (err instanceof SamplingTypeError) {
+      throw ctx.unknownSamplingKeyStatus === 500 ? new SglangInternalError(err.message) : new SglangValueError(err.message);
+    }
+    throw err;
+  }
+  if (sampling.n > 1) throw new SglangValueError("n > 1 is not supported by the simulator; send n single requests.");
+
+  let prompt: PreparedPrompt;
+  const media = hasMedia(body.image_data) || hasMedia(body.video_data) || hasMedia(body.audio_data) || hasMedia(body.mm_hashes);
+  if (media) {
+    if (!ctx.mediaExpander) throw new SglangValueError("media not supported by simulator yet");
+    prompt = await ctx.mediaExpander(body, ctx.tokenizer);
+  } else if (typeof body.text === "string") {
+    let ids: number[];
+    try {
+      ids = ctx.tokenizer.encode(body.text);
+    } catch (err) {
+      throw new SglangValueError(`Tokenization failed: ${(err as Error).message}`);
+    }
+    prompt = { inputIds: ids, imageTokens: 0, videoTokens: 0 };
+  } else {
+    const ids = body.input_ids as number[];
+    if (ids.some((t) => t < 0 || t > 0xffffffff)) throw new SglangValueError("input_ids must be non-negative uint32 token ids.");
+    prompt = { inputIds: ids.slice(), imageTokens: 0, videoTokens: 0 };
+  }
+
+  const n = prompt.inputIds.length;
+  if (n === 0) throw new SglangValueError("The input is empty.");
+  if (n >= ctx.contextLength || n > ctx.maxReqInputLen) {
+    throw new SglangValueError(
+      `The input (${n} tokens) is longer than the model's context length (${ctx.contextLength} tokens).`,
+    );
+  }
+  if (sampling.maxNewTokens !== null && n + sampling.maxNewTokens > ctx.contextLength) {
+    throw new SglangValueError(
+      `Requested token count exceeds the model's maximum context length of ${ctx.contextLength} tokens. ` +
+        `You requested a total of ${n + sampling.maxNewTokens} tokens: ${n} tokens from the input messages and ` +
+        `${sampling.maxNewTokens} tokens for the completion. Please reduce the number of tokens in the input ` +
+        `messages or the completion to fit within the limit.`,
+    );
+  }
+  const rid = typeof body.rid === "string" && body.rid.length > 0 ? body.rid : newRid();
+  return { rid, prompt, sampling, stream: body.stream === true };
+}
+
+export interface MetaInfoOptions {
+  first: boolean;
+  dpRank: number;
+}
+
+/** `meta_info` in SGLang's key order; e2e_latency only when final, the sent-ts only on the first output. */
+export function metaInfo(s: RequestSnapshot, prompt: PreparedPrompt, o: MetaInfoOptions): Record<string, unknown> {
+  const m: Record<string, unknown> = {
+    id: s.rid,
+    finish_reason: s.finishReason,
+    prompt_tokens: s.promptTokens,
+    weight_version: "default",
+    num_retractions: 0,
+    reasoning_tokens: 0,
+    completion_tokens: s.outputIds.length,
+    cached_tokens: s.cachedTokens,
+    cached_tokens_details: { device: s.cachedTokens, host: 0 },
+  };
+  if (prompt.imageTokens > 0) m.image_tokens = prompt.imageTokens;
+  if (prompt.videoTokens > 0) m.video_tokens = prompt.videoTokens;
+  m.dp_rank = o.dpRank;
+  if (s.finishReason !== null && s.e2eLatency !== null) m.e2e_latency = s.e2eLatency;
+  if (o.first) m.response_sent_to_client_ts = Date.now() / 1000;
+  return m;
+}
+
+export function generateOutput(s: RequestSnapshot, prompt: PreparedPrompt, o: MetaInfoOptions): Record<string, unknown> {
+  return { text: s.text, output_ids: s.outputIds, meta_info: metaInfo(s, prompt, o) };
+}
+
+function sendJson(res: ServerResponse, status: number, body: unknown): void {
+  const data = JSON.stringify(body);
+  res.writeHead(status, { "content-type": "application/json", "content-length": Buffer.byteLength(data) });
+  res.end(data);
+}
+
+function abortStatus(r: FinishReason | null): number | null {
+  return r && r.type === "abort" ? r.status_code : null;
+}
+
+/** Handles one /generate call whose JSON body has been read. */
+export async function handleGenerate(
+  res: ServerResponse,
+  raw: unknown,
+  ctx: GenerateContext,
+): Promise<void> {
+  let body: GenerateBody;
+  try {
+    body = parseGenerateBody(raw);
+  } catch (err) {
+    if (err instanceof SglangValidationError) return sendJson(res, 400, validationErrorBody(err.message));
+    throw err;
+  }
+
+  if (body.stream === true) return streamGenerate(res, body, ctx);
+
+  let prepared: PreparedRequest;
+  try {
+    prepared = await prepareGenerate(body, ctx);
+  } catch (err) {
+    return sendGenerateError(res, err);
+  }
+  let clientGone = false;
+  res.on("close", () => {
+    if (!res.writableFinished) {
+      clientGone = true;
+      ctx.engine.abort(prepared.rid, false);
+    }
+  });
+  let final: RequestSnapshot;
+  try {
+    final = await ctx.engine.submit({ rid: prepared.rid, inputIds: prepared.prompt.inputIds, sampling: prepared.sampling });
+  } catch (err) {
+    return sendGenerateError(res, err);
+  }
+  if (clientGone) return;
+  ctx.log(`generate rid=${final.rid} prompt=${final.promptTokens} cached=${final.cachedTokens} out=${final.outputIds.length}`);
+  const status = abortStatus(final.finishReason);
+  if (status === 400) {
+    return sendJson(res, 400, { error: { message: (final.finishReason as { message: string }).message } });
+  }
+  if (status !== null && status >= 500) {
+    const message = (final.finishReason as { message: string }).message;
+    return sendJson(res, status, { object: "error", message, type: String(status), param: null, code: status });
+  }
+  sendJson(res, 200, generateOutput(final, prepared.prompt, { first: true, dpRank: ctx.dpRank }));
+}
+
+function sendGenerateError(res: ServerResponse, err: unknown): void {
+  if (err instanceof SglangValueError) return sendJson(res, 400, { error: { message: err.message } });
+  if (err instanceof SglangValidationError) return sendJson(res, 400, validationErrorBody(err.message));
+  if (err instanceof SglangInternalError) {
+    res.writeHead(500, { "content-type": "text/plain; charset=utf-8" });
+    res.end("Internal Server Error");
+    return;
+  }
+  throw err;
+}
+
+/** SSE: status 200 first, then cumulative frames, inline errors, and always `data: [DONE]`. */
+async function streamGenerate(res: ServerResponse, body: GenerateBody, ctx: GenerateContext): Promise<void> {
+  res.writeHead(200, { "content-type": "text/event-stream", "cache-control": "no-cache", connection: "keep-alive" });
+  res.flushHeaders();
+  const write = (obj: unknown): void => {
+    if (!res.writableEnded && !res.destroyed) res.write(`data: ${JSON.stringify(obj)}\n\n`);
+  };
+  const done = (): void => {
+    if (!res.writableEnded && !res.destroyed) res.end("data: [DONE]\n\n");
+  };
+
+  let prepared: PreparedRequest;
+  try {
+    prepared = await prepareGenerate(body, ctx);
+  } catch (err) {
+    if (err instanceof SglangInternalError) {
+      res.destroy(); // an uncaught TypeError: the stream breaks without [DONE]
+      return;
+    }
+    if (err instanceof SglangValueError || err instanceof SglangValidationError) {
+      write(streamErrorFrame(err.message));
+      return done();
+    }
+    throw err;
+  }
+
+  let first = true;
+  res.on("close", () => {
+    if (!res.writableFinished) ctx.engine.abort(prepared.rid, false);
+  });
+  try {
+    const final = await ctx.engine.submit({
+      rid: prepared.rid,
+      inputIds: prepared.prompt.inputIds,
+      sampling: prepared.sampling,
+      onFrame: (s) => {
+        write(generateOutput(s, prepared.prompt, { first, dpRank: ctx.dpRank }));
+        first = false;
+      },
+    });
+    ctx.log(`generate(stream) rid=${final.rid} prompt=${final.promptTokens} cached=${final.cachedTokens} out=${final.outputIds.length}`);
+    write(generateOutput(final, prepared.prompt, { first, dpRank: ctx.dpRank }));
+  } catch (err) {
+    if (err instanceof SglangValueError) write(streamErrorFrame(err.message));
+    else throw err;
+  }
+  done();
+}

@@ -1,0 +1,100 @@
+/**
+ * CLI: npx node services/sglang-sim/main.ts --port 30001 --kv-port 5557 --replay-port 5558 \
+ *   --page-size 16 --capacity-tokens 200000 --model-name Qwen/Qwen3-VL-8B-Instruct \
+ *   --family qwen3_vl --template qwen3vl-instruct [--timing fast|instant|h100-8b|l4-8b]
+ * Prints one JSON line with the bound endpoints on stdout once ready (the fleet script reads it).
+ */
+import { parseArgs } from "node:util";
+import { ZodError } from "zod";
+import { startSimulatedWorker, type StartOptions } from "./worker.ts";
+
+const { values } = parseArgs({
+  options: {
+    host: { type: "string" },
+    port: { type: "string" },
+    "kv-port": { type: "string" },
+    "replay-port": { type: "string" },
+    "no-kv-events": { type: "boolean" },
+    topic: { type: "string" },
+    "buffer-steps": { type: "string" },
+    "page-size": { type: "string" },
+    "capacity-tokens": { type: "string" },
+    "context-length": { type: "string" },
+    "model-name": { type: "string" },
+    "served-model-name": { type: "string" },
+    family: { type: "string" },
+    template: { type: "string" },
+    timing: { type: "string" },
+    "prefill-tokens-per-sec": { type: "string" },
+    "decode-ms-per-token": { type: "string" },
+    "no-cache-report": { type: "boolean" },
+    "unknown-sampling-key-status": { type: "string" },
+    "output-seed": { type: "string" },
+    verbose: { type: "boolean", short: "v" },
+    help: { type: "boolean", short: "h" },
+  },
+  strict: true,
+});
+
+if (values.help) {
+  process.stdout.write(
+    "usage: npx node services/sglang-sim/main.ts [--host 127.0.0.1] [--port 30001] [--kv-port 5557] [--replay-port 5558]\n" +
+      "  [--no-kv-events] [--topic T] [--buffer-steps N] [--page-size 16] [--capacity-tokens 200000] [--context-length N]\n" +
+      "  [--model-name NAME] [--served-model-name NAME] [--family qwen2_vl|qwen2_5_vl|qwen3_vl]\n" +
+      "  [--template qwen2vl|qwen3vl-instruct|qwen3vl-thinking] [--timing fast|instant|h100-8b|l4-8b]\n" +
+      "  [--prefill-tokens-per-sec N] [--decode-ms-per-token N] [--no-cache-report]\n" +
+      "  [--unknown-sampling-key-status 400|500] [--output-seed prompt|rid] [--verbose]\n",
+  );
+  process.exit(0);
+}
+
+const int = (v: string | undefined): number | undefined => (v === undefined ? undefined : Number(v));
+
+const opts: StartOptions = {};
+if (values.host !== undefined) opts.host = values.host;
+if (values.port !== undefined) opts.port = int(values.port)!;
+if (values["kv-port"] !== undefined) opts.kvPort = int(values["kv-port"])!;
+if (values["replay-port"] !== undefined) opts.replayPort = int(values["replay-port"])!;
+if (values["no-kv-events"]) opts.kvEvents = false;
+if (values.topic !== undefined) opts.topic = values.topic;
+if (values["buffer-steps"] !== undefined) opts.bufferSteps = int(values["buffer-steps"])!;
+if (values["page-size"] !== undefined) opts.pageSize = int(values["page-size"])!;
+if (values["capacity-tokens"] !== undefined) opts.capacityTokens = int(values["capacity-tokens"])!;
+if (values["context-length"] !== undefined) opts.contextLength = int(values["context-length"])!;
+if (values["model-name"] !== undefined) opts.modelName = values["model-name"];
+if (values["served-model-name"] !== undefined) opts.servedModelName = values["served-model-name"];
+if (values.family !== undefined) opts.family = values.family as StartOptions["family"];
+if (values.template !== undefined) opts.template = values.template as StartOptions["template"];
+if (values.timing !== undefined) opts.timingPreset = values.timing as StartOptions["timingPreset"];
+const timing: NonNullable<StartOptions["timing"]> = {};
+if (values["prefill-tokens-per-sec"] !== undefined) timing.prefillTokensPerSec = int(values["prefill-tokens-per-sec"])!;
+if (values["decode-ms-per-token"] !== undefined) timing.decodeMsPerToken = int(values["decode-ms-per-token"])!;
+opts.timing = timing;
+if (values["no-cache-report"]) opts.enableCacheReport = false;
+if (values["unknown-sampling-key-status"] !== undefined) {
+  opts.unknownSamplingKeyStatus = int(values["unknown-sampling-key-status"]) as 400 | 500;
+}
+if (values["output-seed"] !== undefined) opts.outputSeed = values["output-seed"] as "prompt" | "rid";
+if (values.verbose) opts.verbose = true;
+
+try {
+  const worker = await startSimulatedWorker(opts);
+  process.stdout.write(
+    JSON.stringify({ ready: true, url: worker.url, kvEndpoint: worker.kvEndpoint, replayEndpoint: worker.replayEndpoint }) + "\n",
+  );
+  let stopping = false;
+  const stop = (): void => {
+    if (stopping) return;
+    stopping = true;
+    void worker.close().then(() => process.exit(0));
+  };
+  process.on("SIGINT", stop);
+  process.on("SIGTERM", stop);
+} catch (err) {
+  if (err instanceof ZodError) {
+    process.stderr.write(`sglang-sim: bad options: ${err.issues.map((i) => `${i.path.join(".")}: ${i.message}`).join("; ")}\n`);
+  } else {
+    process.stderr.write(`sglang-sim: failed to start: ${(err as Error).stack ?? String(err)}\n`);
+  }
+  process.exit(1);
+}

@@ -1,0 +1,327 @@
+/**
+ * SGLang's paged radix cache (mem_cache/radix_cache.py) as the simulator needs it: keys truncated to
+ * whole pages, children keyed by their first page, node splits on partial matches (no events), LRU
+ * eviction of unreferenced leaves (one BlockRemoved per node), and KV events with SGLang's SHA-256
+ * page-chain hashes, each node continuing from its parent's last digest.
+ * Requires initHashing() (engine hashes use the project's sha256).
+ */
+import { engineBlockHashes } from "../../src/kv/engine-block-hash.ts";
+
+export type KvEvent =
+  | { type: "BlockStored"; hash: bigint; parent: bigint | null; tokens: number[]; blockSize: number }
+  | { type: "BlockRemoved"; hashes: bigint[] }
+  | { type: "AllBlocksCleared" };
+
+export type KvEventSink = (event: KvEvent) => void;
+
+export interface RadixNode {
+  readonly id: number;
+  /** Tokens of this edge; always a whole number of pages (empty only at the root). */
+  key: number[];
+  /** Chained SHA-256 digest of every page of `key`. */
+  digests: Uint8Array[];
+  /** Engine (event) hash of every page of `key`. */
+  hashes: bigint[];
+  parent: RadixNode | null;
+  children: Map<string, RadixNode>;
+  /** Running requests that hold this node (and therefore every ancestor). */
+  lockRef: number;
+  /** Logical clock of the last match/insert touching this node. */
+  lastAccess: number;
+}
+
+export interface CacheBlock {
+  hash: bigint;
+  parent: bigint | null;
+  tokens: number[];
+}
+
+export interface MatchResult {
+  /** Matched prefix length in tokens (whole pages). */
+  length: number;
+  /** Deepest node of the match (the root when nothing matched). */
+  node: RadixNode;
+}
+
+export class PagedRadixCache {
+  readonly pageSize: number;
+  private readonly sink: KvEventSink;
+  private root: RadixNode;
+  private nextId = 1;
+  private clock = 0;
+  private tokens = 0;
+  private protectedTokenCount = 0;
+
+  constructor(pageSize: number, sink: KvEventSink = () => {}) {
+    if (!Number.isInteger(pageSize) || pageSize < 1) throw new RangeError(`bad page size ${pageSize}`);
+    this.pageSize = pageSize;
+    this.sink = sink;
+    this.root = this.newNode([], [], [], null);
+    this.root.lockRef = 1; // the root is never evicted
+  }
+
+  /** Tokens held by the tree. */
+  get totalTokens(): number {
+    return this.tokens;
+  }
+
+  /** Tokens in nodes held by running requests. */
+  get protectedTokens(): number {
+    return this.protectedTokenCount;
+  }
+
+  get evictableTokens(): number {
+    return this.tokens - this.protectedTokenCount;
+  }
+
+  get rootNode(): RadixNode {
+    return this.root;
+  }
+
+  /** Longest cached prefix of `tokens` in whole pages; splits a node the match ends inside. */
+  matchPrefix(tokens: readonly number[]): MatchResult {
+    const key = this.pageAligned(tokens);
+    const now = ++this.clock;
+    let node = this.root;
+    node.lastAccess = now;
+    let pos = 0;
+    while (pos < key.length) {
+      const child = node.children.get(this.childKey(key, pos));
+      if (!child) break;
+      child.lastAccess = now;
+      const common = this.commonPages(child.key, key, pos);
+      if (common < child.key.length) {
+        node = this.split(child, common);
+        pos += common;
+        break;
+      }
+      node = child;
+      pos += common;
+    }
+    return { length: pos, node };
+  }
+
+  /**
+   * Inserts `tokens` (truncated to whole pages). Returns the deepest node now covering them and how
+   * many tokens were already cached. New pages emit one BlockStored each.
+   */
+  insert(tokens: readonly number[]): { node: RadixNode; alreadyCached: number } {
+    const key = this.pageAligned(tokens);
+    const now = ++this.clock;
+    let node = this.root;
+    node.lastAccess = now;
+    let pos = 0;
+    while (pos < key.length) {
+      const child = node.children.get(this.childKey(key, pos));
+      if (!child) break;
+      child.lastAccess = now;
+      const common = this.commonPages(child.key, key, pos);
+      if (common < child.key.length) {
+        node = this.split(child, common);
+        pos += common;
+        break;
+      }
+      node = child;
+      pos += common;
+    }
+    const alreadyCached = pos;
+    if (pos < key.length) {
+      const rest = key.slice(pos);
+      const prior = node.digests.length > 0 ? node.digests[node.digests.length - 1]! : null;
+      const { digests, hashes } = engineBlockHashes(rest, this.pageSize, prior);
+      const leaf = this.newNode(rest, digests, hashes, node);
+      leaf.lastAccess = now;
+      node.children.set(this.childKey(rest, 0), leaf);
+      this.tokens += rest.length;
+      this.emitStored(leaf);
+      node = leaf;
+    }
+    return { node, alreadyCached };
+  }
+
+  /** Pins `node` and its ancestors against eviction. */
+  incLockRef(node: RadixNode): void {
+    for (let n: RadixNode | null = node; n && n !== this.root; n = n.parent) {
+      if (n.lockRef === 0) this.protectedTokenCount += n.key.length;
+      n.lockRef++;
+    }
+  }
+
+  decLockRef(node: RadixNode): void {
+    for (let n: RadixNode | null = node; n && n !== this.root; n = n.parent) {
+      if (n.lockRef <= 0) throw new Error(`lock underflow on radix node ${n.id}`);
+      n.lockRef--;
+      if (n.lockRef === 0) this.protectedTokenCount -= n.key.length;
+    }
+  }
+
+  /**
+   * Evicts least-recently-used unreferenced leaves (whole nodes) until at least `numTokens` tokens
+   * were freed or nothing evictable is left. Returns the tokens freed.
+   */
+  evict(numTokens: number): number {
+    if (numTokens <= 0) return 0;
+    const heap = new NodeHeap();
+    for (const leaf of this.leaves()) if (leaf.lockRef === 0) heap.push(leaf);
+    let freed = 0;
+    while (freed < numTokens) {
+      const leaf = heap.pop();
+      if (!leaf) break;
+      if (leaf.lockRef > 0 || leaf.children.size > 0) continue;
+      const parent = leaf.parent!;
+      parent.children.delete(this.childKey(leaf.key, 0));
+      leaf.parent = null;
+      this.tokens -= leaf.key.length;
+      freed += leaf.key.length;
+      this.sink({ type: "BlockRemoved", hashes: leaf.hashes.slice() });
+      if (parent !== this.root && parent.children.size === 0 && parent.lockRef === 0) heap.push(parent);
+    }
+    return freed;
+  }
+
+  /** Drops everything (flush_cache). Only valid while no request holds a node. */
+  reset(): void {
+    if (this.protectedTokenCount > 0) throw new Error("cannot reset a radix cache with locked nodes");
+    this.root = this.newNode([], [], [], null);
+    this.root.lockRef = 1;
+    this.tokens = 0;
+    this.sink({ type: "AllBlocksCleared" });
+  }
+
+  /** Every cached page, parents before children. */
+  dump(): CacheBlock[] {
+    const out: CacheBlock[] = [];
+    const stack: RadixNode[] = [this.root];
+    while (stack.length > 0) {
+      const node = stack.pop()!;
+      let parent = node.parent ? lastHash(node.parent) : null;
+      for (let p = 0; p < node.hashes.length; p++) {
+        const h = node.hashes[p]!;
+        out.push({ hash: h, parent, tokens: node.key.slice(p * this.pageSize, (p + 1) * this.pageSize) });
+        parent = h;
+      }
+      for (const child of node.children.values()) stack.push(child);
+    }
+    return out;
+  }
+
+  /** Node count excluding the root (tests). */
+  nodeCount(): number {
+    let n = 0;
+    const stack: RadixNode[] = [this.root];
+    while (stack.length > 0) {
+      const node = stack.pop()!;
+      n += node.children.size;
+      for (const c of node.children.values()) stack.push(c);
+    }
+    return n;
+  }
+
+  private pageAligned(tokens: readonly number[]): number[] {
+    const len = tokens.length - (tokens.length % this.pageSize);
+    return tokens.slice(0, len) as number[];
+  }
+
+  private childKey(key: readonly number[], pos: number): string {
+    return key.slice(pos, pos + this.pageSize).join(",");
+  }
+
+  /** Common prefix of `nodeKey` and `key[pos..]`, in whole pages. */
+  private commonPages(nodeKey: readonly number[], key: readonly number[], pos: number): number {
+    const max = Math.min(nodeKey.length, key.length - pos);
+    let i = 0;
+    while (i < max && nodeKey[i] === key[pos + i]) i++;
+    return i - (i % this.pageSize);
+  }
+
+  /** Splits `child` after `at` tokens; the new upper node keeps the hashes of its pages. */
+  private split(child: RadixNode, at: number): RadixNode {
+    const pages = at / this.pageSize;
+    const parent = child.parent!;
+    const upper = this.newNode(child.key.slice(0, at), child.digests.slice(0, pages), child.hashes.slice(0, pages), parent);
+    upper.lockRef = child.lockRef;
+    upper.lastAccess = child.lastAccess;
+    parent.children.set(this.childKey(upper.key, 0), upper);
+    child.key = child.key.slice(at);
+    child.digests = child.digests.slice(pages);
+    child.hashes = child.hashes.slice(pages);
+    child.parent = upper;
+    upper.children.set(this.childKey(child.key, 0), child);
+    return upper;
+  }
+
+  private *leaves(): Generator<RadixNode> {
+    const stack: RadixNode[] = [this.root];
+    while (stack.length > 0) {
+      const node = stack.pop()!;
+      if (node.children.size === 0 && node !== this.root) yield node;
+      for (const c of node.children.values()) stack.push(c);
+    }
+  }
+
+  private emitStored(node: RadixNode): void {
+    let parent = node.parent && node.parent !== this.root ? lastHash(node.parent) : null;
+    for (let p = 0; p < node.hashes.length; p++) {
+      const h = node.hashes[p]!;
+      this.sink({
+        type: "BlockStored",
+        hash: h,
+        parent,
+        tokens: node.key.slice(p * this.pageSize, (p + 1) * this.pageSize),
+        blockSize: this.pageSize,
+      });
+      parent = h;
+    }
+  }
+
+  private newNode(key: number[], digests: Uint8Array[], hashes: bigint[], parent: RadixNode | null): RadixNode {
+    return { id: this.nextId++, key, digests, hashes, parent, children: new Map(), lockRef: 0, lastAccess: this.clock };
+  }
+}
+
+function lastHash(node: RadixNode): bigint | null {
+  return node.hashes.length > 0 ? node.hashes[node.hashes.length - 1]! : null;
+}
+
+/** Min-heap by (lastAccess, id): the least recently used leaf first, ties by creation order. */
+class NodeHeap {
+  private readonly items: RadixNode[] = [];
+
+  push(node: RadixNode): void {
+    const a = this.items;
+    a.push(node);
+    let i = a.length - 1;
+    while (i > 0) {
+      const p = (i - 1) >> 1;
+      if (!less(a[i]!, a[p]!)) break;
+      [a[i], a[p]] = [a[p]!, a[i]!];
+      i = p;
+    }
+  }
+
+  pop(): RadixNode | undefined {
+    const a = this.items;
+    if (a.length === 0) return undefined;
+    const top = a[0]!;
+    const last = a.pop()!;
+    if (a.length > 0) {
+      a[0] = last;
+      let i = 0;
+      for (;;) {
+        const l = 2 * i + 1;
+        const r = l + 1;
+        let m = i;
+        if (l < a.length && less(a[l]!, a[m]!)) m = l;
+        if (r < a.length && less(a[r]!, a[m]!)) m = r;
+        if (m === i) break;
+        [a[i], a[m]] = [a[m]!, a[i]!];
+        i = m;
+      }
+    }
+    return top;
+  }
+}
+
+function less(a: RadixNode, b: RadixNode): boolean {
+  return a.lastAccess !== b.lastAccess ? a.lastAccess < b.lastAccess : a.id < b.id;
+}

@@ -1,0 +1,160 @@
+/**
+ * `startSimulatedWorker`: one simulated SGLang worker (HTTP + KV-event PUB + replay ROUTER) in this
+ * process, for tests and the local fleet. Ports may be 0; the bound ones are reported.
+ */
+import type { Server } from "node:http";
+import type { AddressInfo, Socket } from "node:net";
+import { getQwenTokenizer } from "../../src/prompt/tokenizer/index.ts";
+import { initHashing } from "../../src/util/hash.ts";
+import { SimEngine } from "./engine.ts";
+import type { MediaExpander } from "./generate.ts";
+import { createHttpServer } from "./http-server.ts";
+import { KvEventPublisher } from "./kv-publisher.ts";
+import { defaultChatRenderer, type ChatRenderer } from "./openai.ts";
+import { parseSimOptions, type SimOptions, type SimOptionsInput } from "./options.ts";
+import { PagedRadixCache, type CacheBlock } from "./radix-cache.ts";
+import { resolveTiming } from "./timing.ts";
+import { buildOutputVocabulary } from "./token-source.ts";
+
+export interface SimulatedWorker {
+  /** Base URL of the HTTP server, e.g. http://127.0.0.1:30001 */
+  readonly url: string;
+  /** `tcp://host:port` of the KV-event PUB socket (null when events are off). */
+  readonly kvEndpoint: string | null;
+  /** `tcp://host:port` of the replay ROUTER socket (null when events are off). */
+  readonly replayEndpoint: string | null;
+  readonly options: SimOptions;
+  /** Graceful: stop accepting, abort running requests, publish pending events, close sockets. */
+  close(): Promise<void>;
+  /** Abrupt (a crash): destroy every connection and socket at once, publish nothing more. */
+  kill(): void;
+  /** The worker's true current block set, parents before children. */
+  cacheDump(): CacheBlock[];
+  /** Direct access for tests. */
+  readonly engine: SimEngine;
+}
+
+export interface StartOptions extends SimOptionsInput {
+  /** Multimodal expansion hook (later issue); without it media requests get a 400. */
+  mediaExpander?: MediaExpander;
+  /** Chat renderer override (defaults to the project's renderChatPrompt). */
+  chatRenderer?: ChatRenderer;
+}
+
+export async function startSimulatedWorker(input: StartOptions = {}): Promise<SimulatedWorker> {
+  const { mediaExpander, chatRenderer, ...rest } = input;
+  const opts = parseSimOptions(rest);
+  await initHashing();
+  const timing = resolveTiming(opts.timingPreset, opts.timing);
+  const tokenizer = getQwenTokenizer(opts.family);
+  const vocab = buildOutputVocabulary(tokenizer);
+  const renderer = chatRenderer ?? defaultChatRenderer;
+  const log = opts.verbose ? (line: string) => process.stderr.write(`sglang-sim: ${line}\n`) : () => {};
+
+  const publisher = opts.kvEvents
+    ? await KvEventPublisher.start({
+        host: opts.host,
+        port: opts.kvPort,
+        replayPort: opts.replayPort,
+        topic: opts.topic,
+        bufferSteps: opts.bufferSteps,
+        hwm: opts.hwm,
+        dpRank: opts.dpRank,
+      })
+    : null;
+
+  const cache = new PagedRadixCache(opts.pageSize, (e) => publisher?.record(e));
+  const engine = new SimEngine({
+    cache,
+    capacityTokens: opts.capacityTokens,
+    contextLength: opts.contextLength,
+    tokenizer,
+    vocab,
+    timing,
+    naturalOutputTokens: opts.naturalOutputTokens,
+    outputSeed: opts.outputSeed,
+    onStepEnd: () => publisher?.flush(),
+  });
+
+  const maxReqInputLen = Math.min(opts.contextLength - 1, opts.capacityTokens - 1);
+  let serving = true;
+  const wildcard = opts.host === "0.0.0.0" || opts.host === "::" || opts.host === "*";
+  const server: Server = createHttpServer({
+    opts,
+    timing,
+    engine,
+    kv: publisher ? { host: wildcard ? "*" : opts.host, port: publisher.port, replayPort: publisher.replayPort } : null,
+    maxReqInputLen,
+    isServing: () => serving,
+    openai: {
+      engine,
+      tokenizer,
+      contextLength: opts.contextLength,
+      maxReqInputLen,
+      dpRank: opts.dpRank,
+      unknownSamplingKeyStatus: opts.unknownSamplingKeyStatus,
+      mediaExpander: mediaExpander ?? null,
+      log,
+      family: opts.family,
+      template: opts.template,
+      renderer,
+      enableCacheReport: opts.enableCacheReport,
+    },
+  });
+  const sockets = new Set<Socket>();
+  server.on("connection", (s: Socket) => {
+    sockets.add(s);
+    s.on("close", () => sockets.delete(s));
+  });
+  try {
+    await new Promise<void>((resolve, reject) => {
+      server.once("error", reject);
+      server.listen(opts.port, opts.host, () => {
+        server.off("error", reject);
+        resolve();
+      });
+    });
+  } catch (err) {
+    publisher?.kill();
+    throw err;
+  }
+  const addr = server.address() as AddressInfo;
+  const urlHost = wildcard ? "127.0.0.1" : addr.family === "IPv6" ? `[${addr.address}]` : addr.address;
+  const url = `http://${urlHost}:${addr.port}`;
+  const kvHost = wildcard ? "127.0.0.1" : opts.host;
+  log(`listening on ${url}${publisher ? `, kv events tcp://${kvHost}:${publisher.port}, replay tcp://${kvHost}:${publisher.replayPort}` : ""}`);
+
+  let closed = false;
+  return {
+    url,
+    kvEndpoint: publisher ? `tcp://${kvHost}:${publisher.port}` : null,
+    replayEndpoint: publisher ? `tcp://${kvHost}:${publisher.replayPort}` : null,
+    options: opts,
+    engine,
+    cacheDump: () => cache.dump(),
+    async close() {
+      if (closed) return;
+      closed = true;
+      serving = false;
+      engine.abortAll();
+      await new Promise<void>((resolve) => {
+        server.close(() => resolve());
+        server.closeIdleConnections();
+        setTimeout(() => {
+          for (const s of sockets) s.destroy();
+        }, 1_000).unref();
+      });
+      await publisher?.close();
+    },
+    kill() {
+      if (closed) return;
+      closed = true;
+      serving = false;
+      publisher?.kill();
+      for (const s of sockets) s.destroy();
+      server.close();
+      // In-flight requests die with their sockets; stop their timers from touching the cache.
+      engine.abortAll();
+    },
+  };
+}
