@@ -1,0 +1,308 @@
+/**
+ * The relay's outbound WebSocket session with its pool's routing index (src/kv/relay-protocol.ts).
+ * Per connection: hello → wait for welcome → full dump → streamed `events` batches. Events produced
+ * while not streaming are not queued: the dump sent after the next welcome already contains them.
+ * Reconnects with jittered exponential backoff; answers `resync` with a fresh dump.
+ */
+import WebSocket from "ws";
+import type { DumpBlock } from "../../src/kv/worker-block-set.ts";
+import {
+  MAX_RELAY_MESSAGE_BYTES,
+  type IndexToRelay,
+  type RelayDump,
+  type RelayEvent,
+  type RelayEvents,
+  type RelayHello,
+  type RelayMessage,
+  type WorkerStatus,
+} from "../../src/kv/relay-protocol.ts";
+import { errorMessage, type Logger } from "./log.ts";
+
+export interface IndexSessionOptions {
+  /** Full ws(s) URL of the relay endpoint, query included. */
+  url: string;
+  token: string;
+  hello(): RelayHello;
+  /** The worker's current view, taken synchronously (so it is consistent with the event stream). */
+  snapshot(): { epoch: number; seq: number; blocks: DumpBlock[] };
+  /** Non-null while the worker is down: sent as `status: down` after each dump. */
+  downReason(): string | null;
+  flushIntervalMs: number;
+  flushBlocks: number;
+  backoffBaseMs: number;
+  backoffCapMs: number;
+  welcomeTimeoutMs: number;
+  /** Blocks in the `dump` message itself; the rest follow as `stored` events (see docs/relay.md). */
+  dumpChunkBlocks: number;
+  pingIntervalMs: number;
+  log: Logger;
+}
+
+export type SessionState = "idle" | "connecting" | "awaiting_welcome" | "streaming" | "backoff" | "closed";
+
+export interface IndexSessionStats {
+  state: SessionState;
+  connects: number;
+  welcomes: number;
+  dumpsSent: number;
+  eventMessagesSent: number;
+  eventsSent: number;
+  resyncRequests: number;
+  bytesSent: number;
+  lastError: string | null;
+}
+
+export function relayUrl(indexUrl: string, workerId: string, model: string): string {
+  const u = new URL(indexUrl);
+  if (u.pathname === "" || u.pathname === "/") u.pathname = "/v1/relay";
+  u.searchParams.set("worker", workerId);
+  u.searchParams.set("model", model);
+  return u.toString();
+}
+
+/** Delay before reconnect attempt `attempt` (0-based): half fixed, half random ("equal jitter"). */
+export function backoffDelay(attempt: number, baseMs: number, capMs: number, random: () => number = Math.random): number {
+  const ceiling = Math.min(capMs, baseMs * 2 ** Math.min(attempt, 30));
+  return ceiling / 2 + random() * (ceiling / 2);
+}
+
+export class IndexSession {
+  private readonly opts: IndexSessionOptions;
+  private ws: WebSocket | null = null;
+  private state: SessionState = "idle";
+  private attempt = 0;
+  private reconnectTimer: NodeJS.Timeout | null = null;
+  private welcomeTimer: NodeJS.Timeout | null = null;
+  private flushTimer: NodeJS.Timeout | null = null;
+  private pingTimer: NodeJS.Timeout | null = null;
+  private pending: RelayEvent[] = [];
+  private pendingBlocks = 0;
+  private pendingEpoch = 0;
+  private pendingSeq = 0;
+  private readonly counters = {
+    connects: 0,
+    welcomes: 0,
+    dumpsSent: 0,
+    eventMessagesSent: 0,
+    eventsSent: 0,
+    resyncRequests: 0,
+    bytesSent: 0,
+    lastError: null as string | null,
+  };
+
+  constructor(opts: IndexSessionOptions) {
+    this.opts = opts;
+  }
+
+  get streaming(): boolean {
+    return this.state === "streaming";
+  }
+
+  stats(): IndexSessionStats {
+    return { state: this.state, ...this.counters };
+  }
+
+  start(): void {
+    if (this.state !== "idle") return;
+    this.connect();
+  }
+
+  async close(): Promise<void> {
+    this.flush();
+    this.state = "closed";
+    this.clearTimers();
+    const ws = this.ws;
+    this.ws = null;
+    if (!ws || ws.readyState === WebSocket.CLOSED) return;
+    await new Promise<void>((resolve) => {
+      const kill = setTimeout(() => ws.terminate(), 1000);
+      ws.once("close", () => {
+        clearTimeout(kill);
+        resolve();
+      });
+      if (ws.readyState === WebSocket.CONNECTING) ws.terminate();
+      else ws.close(1000, "relay closing");
+    });
+  }
+
+  /** Queues applied events; flushed after `flushIntervalMs` or at `flushBlocks` blocks. */
+  pushEvents(epoch: number, seq: number, events: RelayEvent[]): void {
+    if (this.state !== "streaming" || events.length === 0) return;
+    if (this.pending.length > 0 && epoch !== this.pendingEpoch) this.flush();
+    this.pending.push(...events);
+    this.pendingEpoch = epoch;
+    this.pendingSeq = seq;
+    for (const e of events) this.pendingBlocks += e.t === "stored" ? e.blocks.length : e.t === "removed" ? e.hashes.length : 1;
+    if (this.pendingBlocks >= this.opts.flushBlocks) this.flush();
+    else this.flushTimer ??= setTimeout(() => this.flush(), this.opts.flushIntervalMs);
+  }
+
+  /** Sends everything queued now. */
+  flush(): void {
+    if (this.flushTimer) clearTimeout(this.flushTimer);
+    this.flushTimer = null;
+    if (this.pending.length === 0) return;
+    const msg: RelayEvents = { type: "events", epoch: this.pendingEpoch, seq: this.pendingSeq, events: this.pending };
+    this.counters.eventsSent += this.pending.length;
+    this.counters.eventMessagesSent++;
+    this.pending = [];
+    this.pendingBlocks = 0;
+    this.send(msg);
+  }
+
+  /** Replaces the index's view with a fresh dump (queued events are superseded by it). */
+  resync(reason: string): void {
+    if (this.state !== "streaming") return;
+    this.opts.log.info("dump_resync", { reason });
+    this.discardPending();
+    this.sendDump();
+  }
+
+  sendStatus(status: WorkerStatus, reason?: string): void {
+    if (this.state !== "streaming") return;
+    this.flush();
+    this.send({ type: "status", epoch: this.opts.hello().epoch, status, ...(reason ? { reason } : {}) });
+  }
+
+  /** Starts a new session right away (new epoch: hello must be sent again). */
+  restart(reason: string): void {
+    if (this.state === "closed" || this.state === "idle") return;
+    this.opts.log.info("session_restart", { reason });
+    this.discardPending();
+    this.attempt = 0;
+    const ws = this.ws;
+    this.ws = null;
+    this.clearTimers();
+    if (ws) ws.terminate();
+    this.connect();
+  }
+
+  private connect(): void {
+    if (this.state === "closed") return;
+    this.state = "connecting";
+    this.counters.connects++;
+    const ws = new WebSocket(this.opts.url, {
+      headers: { Authorization: `Bearer ${this.opts.token}` },
+      maxPayload: MAX_RELAY_MESSAGE_BYTES,
+      handshakeTimeout: this.opts.welcomeTimeoutMs,
+    });
+    this.ws = ws;
+    ws.on("open", () => {
+      if (ws !== this.ws) return;
+      this.state = "awaiting_welcome";
+      this.send(this.opts.hello());
+      this.welcomeTimer = setTimeout(() => {
+        this.opts.log.warn("welcome_timeout", { ms: this.opts.welcomeTimeoutMs });
+        ws.terminate();
+      }, this.opts.welcomeTimeoutMs);
+    });
+    ws.on("message", (data, isBinary) => {
+      if (ws !== this.ws || isBinary) return;
+      this.onMessage(data.toString());
+    });
+    ws.on("error", (err) => {
+      if (ws !== this.ws) return;
+      this.counters.lastError = errorMessage(err);
+      this.opts.log.debug("index_ws_error", { error: this.counters.lastError }); // "close" follows and logs it
+    });
+    ws.on("close", (code, reasonBuf) => {
+      if (ws !== this.ws) return;
+      this.ws = null;
+      this.clearTimers();
+      this.discardPending();
+      if (this.state === "closed") return;
+      const delay = backoffDelay(this.attempt++, this.opts.backoffBaseMs, this.opts.backoffCapMs);
+      this.opts.log.info("index_disconnected", {
+        code,
+        reason: reasonBuf.toString() || this.counters.lastError,
+        retryInMs: Math.round(delay),
+      });
+      this.state = "backoff";
+      this.reconnectTimer = setTimeout(() => {
+        this.reconnectTimer = null;
+        this.connect();
+      }, delay);
+    });
+  }
+
+  private onMessage(text: string): void {
+    let msg: IndexToRelay;
+    try {
+      msg = JSON.parse(text) as IndexToRelay;
+    } catch {
+      this.opts.log.warn("index_bad_message", { bytes: text.length });
+      return;
+    }
+    switch (msg.type) {
+      case "welcome": {
+        if (this.state !== "awaiting_welcome") return;
+        if (this.welcomeTimer) clearTimeout(this.welcomeTimer);
+        this.welcomeTimer = null;
+        const hello = this.opts.hello();
+        if (msg.poolBlockSize !== hello.blockSize) {
+          this.opts.log.error("pool_block_size_mismatch", { pool: msg.poolBlockSize, worker: hello.blockSize });
+        }
+        this.counters.welcomes++;
+        this.attempt = 0;
+        this.state = "streaming";
+        this.opts.log.info("index_welcome", { epoch: msg.epoch, poolBlockSize: msg.poolBlockSize });
+        this.sendDump();
+        this.pingTimer = setInterval(() => this.send({ type: "ping", t: Date.now() }), this.opts.pingIntervalMs);
+        this.pingTimer.unref();
+        return;
+      }
+      case "resync":
+        this.counters.resyncRequests++;
+        this.resync(`index asked: ${msg.reason}`);
+        return;
+      case "error":
+        this.opts.log.warn("index_error", { message: msg.message });
+        return;
+      case "ack":
+      case "pong":
+        return;
+      default:
+        this.opts.log.debug("index_unknown_message", { type: (msg as { type?: unknown }).type });
+    }
+  }
+
+  private sendDump(): void {
+    const snap = this.opts.snapshot();
+    const first = snap.blocks.slice(0, this.opts.dumpChunkBlocks);
+    const dump: RelayDump = { type: "dump", epoch: snap.epoch, seq: snap.seq, blocks: first };
+    this.send(dump);
+    this.counters.dumpsSent++;
+    // A dump larger than one message continues as stored events (parents already sent first).
+    const seq = Math.max(0, snap.seq);
+    for (let i = first.length; i < snap.blocks.length; i += this.opts.dumpChunkBlocks) {
+      const events: RelayEvent[] = snap.blocks
+        .slice(i, i + this.opts.dumpChunkBlocks)
+        .map((b) => ({ t: "stored", parent: b.p, blocks: [{ h: b.h, l: b.l }] }));
+      this.send({ type: "events", epoch: snap.epoch, seq, events });
+      this.counters.eventMessagesSent++;
+    }
+    const down = this.opts.downReason();
+    if (down !== null) this.send({ type: "status", epoch: snap.epoch, status: "down", reason: down });
+  }
+
+  private send(msg: RelayMessage): void {
+    const ws = this.ws;
+    if (!ws || ws.readyState !== WebSocket.OPEN) return;
+    const text = JSON.stringify(msg);
+    this.counters.bytesSent += text.length;
+    ws.send(text);
+  }
+
+  private discardPending(): void {
+    if (this.flushTimer) clearTimeout(this.flushTimer);
+    this.flushTimer = null;
+    this.pending = [];
+    this.pendingBlocks = 0;
+  }
+
+  private clearTimers(): void {
+    for (const t of [this.reconnectTimer, this.welcomeTimer, this.flushTimer]) if (t) clearTimeout(t);
+    if (this.pingTimer) clearInterval(this.pingTimer);
+    this.reconnectTimer = this.welcomeTimer = this.flushTimer = this.pingTimer = null;
+  }
+}

@@ -1,0 +1,114 @@
+/**
+ * CLI: one relay beside one SGLang worker.
+ *   npx node services/relay/main.ts --worker-url http://127.0.0.1:30001 --index-url ws://127.0.0.1:8787 \
+ *     --worker-id w1 --model Qwen/Qwen3-VL-8B-Instruct --secret-env KVEDGE_RELAY_SECRET
+ * The secret is read from the named environment variable (never from argv: argv is world-readable).
+ */
+import { parseArgs } from "node:util";
+import { createLogger, errorMessage, type LogLevel } from "./log.ts";
+import { startRelay } from "./relay.ts";
+import { RelayStartupError } from "./worker-info.ts";
+
+const USAGE = `usage: npx node services/relay/main.ts --worker-url URL --index-url WS_URL --worker-id ID
+       [--model NAME] [--secret-env VAR (default KVEDGE_RELAY_SECRET)] [--advertise-url URL]
+       [--block-size N] [--kv-endpoint tcp://h:p] [--replay-endpoint tcp://h:p | none] [--topic T]
+       [--dp-rank N] [--health-interval-ms N] [--health-timeout-ms N] [--log-level debug|info|warn|error]
+       [--stats-interval-ms N]`;
+
+function int(v: string | undefined, flag: string): number | undefined {
+  if (v === undefined) return undefined;
+  const n = Number(v);
+  if (!Number.isInteger(n)) throw new RelayStartupError(`${flag} must be an integer, got ${v}`);
+  return n;
+}
+
+async function main(): Promise<void> {
+  const { values } = parseArgs({
+    options: {
+      "worker-url": { type: "string" },
+      "index-url": { type: "string" },
+      "worker-id": { type: "string" },
+      model: { type: "string" },
+      "secret-env": { type: "string", default: "KVEDGE_RELAY_SECRET" },
+      "advertise-url": { type: "string" },
+      "block-size": { type: "string" },
+      "kv-endpoint": { type: "string" },
+      "replay-endpoint": { type: "string" },
+      topic: { type: "string" },
+      "dp-rank": { type: "string" },
+      "health-interval-ms": { type: "string" },
+      "health-timeout-ms": { type: "string" },
+      "log-level": { type: "string", default: "info" },
+      "stats-interval-ms": { type: "string", default: "60000" },
+      help: { type: "boolean", short: "h" },
+    },
+    strict: true,
+  });
+  if (values.help) {
+    process.stdout.write(USAGE + "\n");
+    return;
+  }
+  const workerId = values["worker-id"];
+  if (!values["worker-url"] || !values["index-url"] || !workerId) throw new RelayStartupError(USAGE);
+  const secretEnv = values["secret-env"]!;
+  const secret = process.env[secretEnv];
+  if (!secret) throw new RelayStartupError(`relay secret: environment variable ${secretEnv} is empty or unset`);
+  const level = values["log-level"] as LogLevel;
+  const log = createLogger({ svc: "relay", worker: workerId }, level);
+
+  const replay = values["replay-endpoint"];
+  const relay = await startRelay(
+    {
+      workerUrl: values["worker-url"],
+      indexUrl: values["index-url"],
+      workerId,
+      secret,
+      model: values.model,
+      advertiseUrl: values["advertise-url"],
+      blockSize: int(values["block-size"], "--block-size"),
+      kvEndpoint: values["kv-endpoint"],
+      replayEndpoint: replay === undefined ? undefined : replay === "none" ? null : replay,
+      topic: values.topic,
+      dpRank: int(values["dp-rank"], "--dp-rank"),
+      healthIntervalMs: int(values["health-interval-ms"], "--health-interval-ms"),
+      healthTimeoutMs: int(values["health-timeout-ms"], "--health-timeout-ms"),
+    },
+    log,
+  );
+
+  const statsEvery = int(values["stats-interval-ms"], "--stats-interval-ms") ?? 60_000;
+  const statsTimer =
+    statsEvery > 0
+      ? setInterval(() => {
+          const s = relay.stats();
+          log.info("stats", {
+            worker: s.worker,
+            epoch: s.epoch,
+            blocks: s.blocks,
+            lastSeq: s.lastSeq,
+            batches: s.batches,
+            dropped: s.dropped,
+            gaps: s.feed.gaps,
+            historyLost: s.historyLost,
+            session: s.session.state,
+          });
+        }, statsEvery)
+      : null;
+
+  const shutdown = (signal: string): void => {
+    log.info("shutdown", { signal });
+    if (statsTimer) clearInterval(statsTimer);
+    relay.close().then(
+      () => process.exit(0),
+      () => process.exit(1),
+    );
+  };
+  process.once("SIGINT", () => shutdown("SIGINT"));
+  process.once("SIGTERM", () => shutdown("SIGTERM"));
+}
+
+main().catch((e: unknown) => {
+  const startup = e instanceof RelayStartupError;
+  process.stderr.write(`relay: ${startup ? "refusing to start: " : ""}${errorMessage(e)}\n`);
+  process.exit(startup ? 2 : 1);
+});

@@ -1,0 +1,48 @@
+/** Relay configuration (zod is the source of truth; the CLI maps its flags onto this). */
+import { z } from "zod";
+
+const wsUrl = z
+  .string()
+  .url()
+  .transform((s) => s.replace(/^http(s?):/, "ws$1:"))
+  .refine((s) => /^wss?:\/\//.test(s), "index URL must be ws://, wss://, http:// or https://");
+
+export const RelayOptionsSchema = z.object({
+  /** The worker's SGLang HTTP server as the relay reaches it. */
+  workerUrl: z.string().url(),
+  /** The index's base URL (`/v1/relay` is appended when no path is given). */
+  indexUrl: wsUrl,
+  workerId: z.string().min(1).max(128).regex(/^[A-Za-z0-9._:-]+$/),
+  /** Model pool name; defaults to the worker's served_model_name. */
+  model: z.string().min(1).max(256).optional(),
+  /** Shared relay secret; the bearer token is HMAC(secret, "relay:" + workerId). */
+  secret: z.string().min(1),
+  /** Worker URL announced to the index (as the edge should reach it); defaults to workerUrl. */
+  advertiseUrl: z.string().url().optional(),
+  /** Expected block size: refuse to start when the worker's page size differs. */
+  blockSize: z.number().int().min(1).max(4096).optional(),
+  /** Override the KV event PUB endpoint (else from /server_info kv_events). */
+  kvEndpoint: z.string().min(1).optional(),
+  /** Override the replay ROUTER endpoint; null disables replay. Else from kv_events_config. */
+  replayEndpoint: z.string().min(1).nullable().optional(),
+  topic: z.string().optional(),
+  dpRank: z.number().int().min(0).default(0),
+  healthIntervalMs: z.number().int().min(10).default(500),
+  /** Real SGLang's /health generates one token and sleeps ≥ 1 s: keep this well above that. */
+  healthTimeoutMs: z.number().int().min(10).default(5000),
+  healthFailures: z.number().int().min(1).default(2),
+  serverInfoTimeoutMs: z.number().int().min(10).default(5000),
+  /** How long startRelay waits for the worker's /server_info to answer at all. */
+  startupTimeoutMs: z.number().int().min(0).default(60_000),
+  replayTimeoutMs: z.number().int().min(10).default(2000),
+  flushIntervalMs: z.number().int().min(0).default(5),
+  flushBlocks: z.number().int().min(1).default(1000),
+  backoffBaseMs: z.number().int().min(1).default(100),
+  backoffCapMs: z.number().int().min(1).default(5000),
+  welcomeTimeoutMs: z.number().int().min(10).default(10_000),
+  dumpChunkBlocks: z.number().int().min(1).max(200_000).default(50_000),
+  pingIntervalMs: z.number().int().min(100).default(30_000),
+});
+
+export type RelayOptionsInput = z.input<typeof RelayOptionsSchema>;
+export type RelayOptions = z.output<typeof RelayOptionsSchema>;

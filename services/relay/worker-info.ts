@@ -1,0 +1,168 @@
+/**
+ * What the relay learns from the worker's `GET /server_info` (reference/sglang-generate-api.md §7.1,
+ * sglang-qwen-vl.md §3.1): block size, KV event and replay endpoints, topic, model name, start time;
+ * and the `/health` probe.
+ */
+
+export class RelayStartupError extends Error {
+  constructor(message: string) {
+    super(message);
+    this.name = "RelayStartupError";
+  }
+}
+
+export interface WorkerInfo {
+  blockSize: number;
+  kvEndpoint: string;
+  /** ROUTER endpoint answering replay requests; null when the worker has none. */
+  replayEndpoint: string | null;
+  topic: string;
+  modelName: string | null;
+  /** Worker process start time (ms since epoch) when the worker publishes one. */
+  startTimeMs: number | null;
+  dpSize: number;
+}
+
+export interface WorkerInfoOverrides {
+  /** Expected block size: startup is refused when the worker disagrees. */
+  blockSize?: number;
+  kvEndpoint?: string;
+  /** A string overrides; null disables replay; undefined derives it from kv_events_config. */
+  replayEndpoint?: string | null;
+  topic?: string;
+  /** Which attention-DP rank's publisher to follow (its port is base + rank). */
+  dpRank?: number;
+}
+
+const WILDCARD_HOSTS = new Set(["*", "0.0.0.0", "::", "[::]", ""]);
+/** Start-time fields a worker may publish (SGLang itself has none; the simulator may). */
+const START_TIME_KEYS = ["start_time", "server_start_time", "started_at", "startup_time"];
+
+export function parseWorkerInfo(raw: unknown, workerUrl: string, o: WorkerInfoOverrides = {}): WorkerInfo {
+  if (!isRecord(raw)) throw new RelayStartupError(`worker ${workerUrl}: /server_info is not a JSON object`);
+  const kv = isRecord(raw["kv_events"]) ? raw["kv_events"] : null;
+  const kvConfig = parseKvEventsConfig(raw["kv_events_config"]);
+  const dpRank = o.dpRank ?? 0;
+  const workerHost = new URL(workerUrl).hostname;
+
+  const blockSize = positiveInt(kv?.["block_size"]) ?? positiveInt(raw["page_size"]);
+  if (blockSize === null) {
+    throw new RelayStartupError(`worker ${workerUrl}: /server_info has neither kv_events.block_size nor page_size`);
+  }
+  if (o.blockSize !== undefined && o.blockSize !== blockSize) {
+    throw new RelayStartupError(
+      `worker ${workerUrl} has block size ${blockSize} but --block-size ${o.blockSize} was given; ` +
+        `the router must hash prompts at the worker's page size`,
+    );
+  }
+
+  let kvEndpoint = o.kvEndpoint ?? null;
+  if (kvEndpoint === null && kv) {
+    const base = positiveInt(kv["endpoint_port_base"]) ?? null;
+    const host = typeof kv["endpoint_host"] === "string" ? kv["endpoint_host"] : "*";
+    if (kv["publisher"] !== undefined && kv["publisher"] !== "zmq") {
+      throw new RelayStartupError(`worker ${workerUrl}: KV events publisher ${String(kv["publisher"])} is not zmq`);
+    }
+    if (base !== null) kvEndpoint = `tcp://${concreteHost(host, workerHost)}:${base + dpRank}`;
+  }
+  if (kvEndpoint === null) {
+    throw new RelayStartupError(
+      `worker ${workerUrl}: KV events are not configured (/server_info kv_events is null). Start SGLang with ` +
+        `--kv-events-config '{"publisher":"zmq","endpoint":"tcp://*:5557","replay_endpoint":"tcp://*:5558"}' ` +
+        `or pass --kv-endpoint; a worker without events needs approximate mode, not a relay`,
+    );
+  }
+
+  let replayEndpoint: string | null = null;
+  if (o.replayEndpoint !== undefined) {
+    replayEndpoint = o.replayEndpoint;
+  } else if (typeof kvConfig?.["replay_endpoint"] === "string") {
+    replayEndpoint = offsetEndpoint(kvConfig["replay_endpoint"], workerHost, dpRank);
+  } else if (typeof kv?.["replay_endpoint"] === "string") {
+    replayEndpoint = offsetEndpoint(kv["replay_endpoint"], workerHost, dpRank);
+  }
+
+  const topic =
+    o.topic ?? (typeof kv?.["topic"] === "string" ? kv["topic"] : typeof kvConfig?.["topic"] === "string" ? kvConfig["topic"] : "");
+  const served = raw["served_model_name"] ?? raw["model_path"];
+  const modelName = typeof served === "string" && served.length > 0 ? served : null;
+  const dpSize = positiveInt(kv?.["dp_size"]) ?? positiveInt(raw["dp_size"]) ?? 1;
+  return { blockSize, kvEndpoint, replayEndpoint, topic, modelName, startTimeMs: startTimeMs(raw), dpSize };
+}
+
+/** `tcp://*:5558` → `tcp://<worker host>:<5558 + rank>` (SGLang offsets every publisher port by rank). */
+export function offsetEndpoint(endpoint: string, workerHost: string, dpRank: number): string {
+  const m = /^tcp:\/\/(.*):(\d+)$/.exec(endpoint);
+  if (!m) return endpoint;
+  return `tcp://${concreteHost(m[1]!, workerHost)}:${Number(m[2]) + dpRank}`;
+}
+
+function concreteHost(host: string, workerHost: string): string {
+  if (!WILDCARD_HOSTS.has(host)) return host.includes(":") && !host.startsWith("[") ? `[${host}]` : host;
+  return workerHost;
+}
+
+function parseKvEventsConfig(v: unknown): Record<string, unknown> | null {
+  if (isRecord(v)) return v;
+  if (typeof v !== "string" || v.length === 0) return null;
+  try {
+    const parsed: unknown = JSON.parse(v);
+    return isRecord(parsed) ? parsed : null;
+  } catch {
+    return null;
+  }
+}
+
+function startTimeMs(raw: Record<string, unknown>): number | null {
+  for (const k of START_TIME_KEYS) {
+    const v = raw[k];
+    if (typeof v === "number" && Number.isFinite(v) && v > 0) return Math.floor(v < 1e11 ? v * 1000 : v);
+  }
+  return null;
+}
+
+function positiveInt(v: unknown): number | null {
+  return typeof v === "number" && Number.isInteger(v) && v > 0 ? v : null;
+}
+
+function isRecord(v: unknown): v is Record<string, unknown> {
+  return typeof v === "object" && v !== null && !Array.isArray(v);
+}
+
+/**
+ * Epoch of a worker life: its published start time when there is one (stable across relay restarts
+ * and health flaps: same start time, same epoch), else the relay's clock; always above `previous`
+ * for a new life.
+ */
+export function nextEpoch(startTimeMs: number | null, previous: number | null): number {
+  const candidate = startTimeMs ?? Date.now();
+  if (previous === null) return candidate;
+  if (startTimeMs !== null && candidate === previous) return previous;
+  return candidate > previous ? candidate : previous + 1;
+}
+
+export async function fetchServerInfo(workerUrl: string, timeoutMs: number): Promise<unknown> {
+  let res = await fetch(new URL("/server_info", workerUrl), { signal: AbortSignal.timeout(timeoutMs) });
+  if (res.status === 404) {
+    await res.body?.cancel();
+    res = await fetch(new URL("/get_server_info", workerUrl), { signal: AbortSignal.timeout(timeoutMs) });
+  }
+  if (!res.ok) {
+    await res.body?.cancel();
+    throw new Error(`GET /server_info → HTTP ${res.status}`);
+  }
+  return (await res.json()) as unknown;
+}
+
+/** `GET /health` answers 200 (empty body) when the worker serves; anything else counts as down. */
+export async function probeHealth(workerUrl: string, timeoutMs: number, cancel?: AbortSignal): Promise<boolean> {
+  const timeout = AbortSignal.timeout(timeoutMs);
+  try {
+    const signal = cancel ? AbortSignal.any([timeout, cancel]) : timeout;
+    const res = await fetch(new URL("/health", workerUrl), { signal });
+    await res.body?.cancel();
+    return res.ok;
+  } catch {
+    return false;
+  }
+}

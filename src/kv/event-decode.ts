@@ -1,0 +1,281 @@
+/**
+ * Decoding of SGLang's KV-event messages (ZMQ PUB multipart `[topic, seq u64 BE, msgpack batch]`,
+ * batch = `[ts, events, attn_dp_rank]`; reference/sglang-qwen-vl.md §3, dynamo-kv-routing.md §1.3).
+ *
+ * Pure and total: malformed input never throws; whatever cannot be used is returned in `dropped`
+ * with a reason, so a relay loop can count it and carry on. Tolerated shapes:
+ *  - events as tagged tuples (`["BlockStored", …]`, msgspec array_like) or tagged maps (`{type: …}`);
+ *  - block hashes as signed or unsigned 64-bit ints (or small ints): reinterpreted as signed int64;
+ *  - trailing fields omitted (msgspec omit_defaults: medium missing → "GPU") or added (ignored).
+ * Events for media other than the GPU (CPU_PINNED, DISK, EXTERNAL: offload tiers) are dropped with
+ * reason `non_gpu_medium` unless `keepAllMedia` is set: routing only credits blocks in GPU memory.
+ */
+import { Decoder } from "@msgpack/msgpack";
+
+export const GPU_MEDIUM = "GPU";
+
+export interface BlockStoredEvent {
+  type: "BlockStored";
+  /** Engine block hashes (signed int64), one per block. */
+  blockHashes: bigint[];
+  parentBlockHash: bigint | null;
+  tokenIds: number[];
+  /** Tokens per block as the engine declared it; null when absent. */
+  blockSize: number | null;
+  medium: string;
+}
+
+export interface BlockRemovedEvent {
+  type: "BlockRemoved";
+  blockHashes: bigint[];
+  medium: string;
+}
+
+export interface AllBlocksClearedEvent {
+  type: "AllBlocksCleared";
+}
+
+export type KvCacheEvent = BlockStoredEvent | BlockRemovedEvent | AllBlocksClearedEvent;
+
+export type DecodeDropReason =
+  | "frame_count"
+  | "bad_seq"
+  | "bad_msgpack"
+  | "bad_batch"
+  | "bad_event"
+  | "unknown_tag"
+  | "bigram_tokens"
+  | "non_gpu_medium";
+
+export interface DecodeDrop {
+  reason: DecodeDropReason;
+  detail: string;
+}
+
+export interface DecodedKvBatch {
+  /** Publisher wall time in seconds (time.time()); null when absent or unusable. */
+  ts: number | null;
+  attnDpRank: number | null;
+  events: KvCacheEvent[];
+  dropped: DecodeDrop[];
+}
+
+export interface DecodedKvMessage extends DecodedKvBatch {
+  topic: string;
+  /** Batch sequence number; null when the frame is unusable (then nothing else was decoded). */
+  seq: number | null;
+}
+
+export interface DecodeOptions {
+  /** Keep events for every medium instead of dropping non-GPU ones. */
+  keepAllMedia?: boolean;
+}
+
+/** The replay end marker: seq -1 as a signed 8-byte big-endian integer. */
+export const REPLAY_END_SEQ = -1;
+
+const decoder = new Decoder({ useBigInt64: true });
+const textDecoder = new TextDecoder();
+
+/**
+ * Reads an 8-byte big-endian sequence number. Sequence numbers are unsigned, except the replay end
+ * marker (-1); values above 2^53 cannot occur in practice and are rejected (null) like bad lengths.
+ */
+export function decodeSeq(frame: Uint8Array): number | null {
+  if (frame.byteLength !== 8) return null;
+  const v = new DataView(frame.buffer, frame.byteOffset, 8).getBigInt64(0, false);
+  if (v === -1n) return REPLAY_END_SEQ;
+  if (v < 0n || v > BigInt(Number.MAX_SAFE_INTEGER)) return null;
+  return Number(v);
+}
+
+export function encodeSeq(seq: number): Uint8Array {
+  const out = new Uint8Array(8);
+  new DataView(out.buffer).setBigInt64(0, BigInt(seq), false);
+  return out;
+}
+
+/** Decodes one whole ZMQ message: `[topic, seq, payload]`. */
+export function decodeKvEventMessage(frames: readonly Uint8Array[], opts: DecodeOptions = {}): DecodedKvMessage {
+  if (frames.length !== 3) {
+    return emptyMessage("", null, { reason: "frame_count", detail: `expected 3 frames, got ${frames.length}` });
+  }
+  const topic = textDecoder.decode(frames[0]!);
+  const seq = decodeSeq(frames[1]!);
+  if (seq === null || seq < 0) {
+    return emptyMessage(topic, null, { reason: "bad_seq", detail: `seq frame of ${frames[1]!.byteLength} bytes` });
+  }
+  return { topic, seq, ...decodeKvEventBatch(frames[2]!, opts) };
+}
+
+function emptyMessage(topic: string, seq: number | null, drop: DecodeDrop): DecodedKvMessage {
+  return { topic, seq, ts: null, attnDpRank: null, events: [], dropped: [drop] };
+}
+
+/** Decodes one msgpack batch payload. */
+export function decodeKvEventBatch(payload: Uint8Array, opts: DecodeOptions = {}): DecodedKvBatch {
+  const out: DecodedKvBatch = { ts: null, attnDpRank: null, events: [], dropped: [] };
+  let root: unknown;
+  try {
+    root = decoder.decode(payload);
+  } catch (e) {
+    out.dropped.push({ reason: "bad_msgpack", detail: e instanceof Error ? e.message : String(e) });
+    return out;
+  }
+  let ts: unknown, events: unknown, rank: unknown;
+  if (Array.isArray(root)) {
+    [ts, events, rank] = root;
+  } else if (isRecord(root)) {
+    // Not what msgspec array_like emits, but cheap to accept.
+    ts = root["ts"];
+    events = root["events"];
+    rank = root["attn_dp_rank"] ?? root["data_parallel_rank"];
+  } else {
+    out.dropped.push({ reason: "bad_batch", detail: `batch is ${describe(root)}` });
+    return out;
+  }
+  if (!Array.isArray(events)) {
+    out.dropped.push({ reason: "bad_batch", detail: `events is ${describe(events)}` });
+    return out;
+  }
+  out.ts = toFiniteNumber(ts);
+  const r = toSafeInt(rank);
+  out.attnDpRank = r !== null && r >= 0 ? r : null;
+  for (const raw of events) {
+    const ev = decodeEvent(raw, out.dropped);
+    if (!ev) continue;
+    if (ev.type !== "AllBlocksCleared" && ev.medium !== GPU_MEDIUM && !opts.keepAllMedia) {
+      out.dropped.push({ reason: "non_gpu_medium", detail: `${ev.type} on ${ev.medium}` });
+      continue;
+    }
+    out.events.push(ev);
+  }
+  return out;
+}
+
+/** Field names of each event's positional form, after the tag. */
+const STORED_FIELDS = ["block_hashes", "parent_block_hash", "token_ids", "block_size", "lora_id", "medium"] as const;
+const REMOVED_FIELDS = ["block_hashes", "medium"] as const;
+
+function decodeEvent(raw: unknown, dropped: DecodeDrop[]): KvCacheEvent | null {
+  let tag: unknown;
+  let get: (name: string, index: number) => unknown;
+  if (Array.isArray(raw)) {
+    tag = raw[0];
+    get = (_name, index) => raw[index + 1];
+  } else if (isRecord(raw)) {
+    tag = raw["type"];
+    get = (name) => raw[name];
+  } else {
+    dropped.push({ reason: "bad_event", detail: `event is ${describe(raw)}` });
+    return null;
+  }
+  try {
+    switch (tag) {
+      case "BlockStored":
+        return decodeStored(get);
+      case "BlockRemoved":
+        return decodeRemoved(get);
+      case "AllBlocksCleared":
+        return { type: "AllBlocksCleared" };
+      default:
+        dropped.push({ reason: "unknown_tag", detail: `tag ${describe(tag)}` });
+        return null;
+    }
+  } catch (e) {
+    const reason = e instanceof EventShapeError ? e.reason : "bad_event";
+    dropped.push({ reason, detail: `${String(tag)}: ${e instanceof Error ? e.message : String(e)}` });
+    return null;
+  }
+}
+
+class EventShapeError extends Error {
+  readonly reason: DecodeDropReason;
+  constructor(reason: DecodeDropReason, message: string) {
+    super(message);
+    this.reason = reason;
+  }
+}
+
+function decodeStored(get: (name: string, index: number) => unknown): BlockStoredEvent {
+  const blockHashes = hashList(get(STORED_FIELDS[0], 0), "block_hashes");
+  const parentRaw = get(STORED_FIELDS[1], 1);
+  const parentBlockHash = parentRaw === null || parentRaw === undefined ? null : toInt64(parentRaw, "parent_block_hash");
+  const tokenIds = tokenList(get(STORED_FIELDS[2], 2));
+  const bsRaw = get(STORED_FIELDS[3], 3);
+  let blockSize: number | null = null;
+  if (bsRaw !== null && bsRaw !== undefined) {
+    blockSize = toSafeInt(bsRaw);
+    if (blockSize === null || blockSize <= 0) throw new EventShapeError("bad_event", `block_size ${describe(bsRaw)}`);
+  }
+  return { type: "BlockStored", blockHashes, parentBlockHash, tokenIds, blockSize, medium: medium(get(STORED_FIELDS[5], 5)) };
+}
+
+function decodeRemoved(get: (name: string, index: number) => unknown): BlockRemovedEvent {
+  const blockHashes = hashList(get(REMOVED_FIELDS[0], 0), "block_hashes");
+  return { type: "BlockRemoved", blockHashes, medium: medium(get(REMOVED_FIELDS[1], 1)) };
+}
+
+function medium(raw: unknown): string {
+  if (raw === null || raw === undefined) return GPU_MEDIUM;
+  if (typeof raw !== "string") throw new EventShapeError("bad_event", `medium ${describe(raw)}`);
+  return raw;
+}
+
+function hashList(raw: unknown, field: string): bigint[] {
+  if (!Array.isArray(raw)) throw new EventShapeError("bad_event", `${field} is ${describe(raw)}`);
+  return raw.map((v) => toInt64(v, field));
+}
+
+/** Engine hashes are i64 on the wire but some encoders write u64: keep the bits, read them signed. */
+function toInt64(v: unknown, field: string): bigint {
+  if (typeof v === "bigint") return BigInt.asIntN(64, v);
+  if (typeof v === "number" && Number.isSafeInteger(v)) return BigInt.asIntN(64, BigInt(v));
+  throw new EventShapeError("bad_event", `${field} holds ${describe(v)}`);
+}
+
+function tokenList(raw: unknown): number[] {
+  if (!Array.isArray(raw)) throw new EventShapeError("bad_event", `token_ids is ${describe(raw)}`);
+  const out = new Array<number>(raw.length);
+  for (let i = 0; i < raw.length; i++) {
+    const v = raw[i];
+    if (typeof v === "number" && Number.isInteger(v) && v >= 0 && v <= 0xffffffff) {
+      out[i] = v;
+    } else if (typeof v === "bigint" && v >= 0n && v <= 0xffffffffn) {
+      out[i] = Number(v);
+    } else if (Array.isArray(v)) {
+      // EAGLE bigram keys: pages hash interleaved pairs; not supported by the router's local hash.
+      throw new EventShapeError("bigram_tokens", "token_ids holds pairs (EAGLE bigram keys)");
+    } else {
+      throw new EventShapeError("bad_event", `token_ids[${i}] is ${describe(v)}`);
+    }
+  }
+  return out;
+}
+
+function toSafeInt(v: unknown): number | null {
+  if (typeof v === "number" && Number.isSafeInteger(v)) return v;
+  if (typeof v === "bigint" && v >= BigInt(Number.MIN_SAFE_INTEGER) && v <= BigInt(Number.MAX_SAFE_INTEGER)) {
+    return Number(v);
+  }
+  return null;
+}
+
+function toFiniteNumber(v: unknown): number | null {
+  if (typeof v === "number" && Number.isFinite(v)) return v;
+  if (typeof v === "bigint") return Number(v);
+  return null;
+}
+
+function isRecord(v: unknown): v is Record<string, unknown> {
+  return typeof v === "object" && v !== null && !Array.isArray(v) && !(v instanceof Uint8Array);
+}
+
+function describe(v: unknown): string {
+  if (v === null) return "null";
+  if (Array.isArray(v)) return `array(${v.length})`;
+  if (v instanceof Uint8Array) return `bytes(${v.byteLength})`;
+  if (typeof v === "string") return JSON.stringify(v.length > 40 ? v.slice(0, 40) + "…" : v);
+  if (typeof v === "object") return "map";
+  return `${typeof v} ${String(v)}`;
+}

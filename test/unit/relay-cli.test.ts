@@ -1,0 +1,47 @@
+/** The relay CLI refuses to start with a clear message (exit code 2) on misconfiguration. */
+import { spawn } from "node:child_process";
+import { afterEach, describe, expect, it } from "vitest";
+import { FakeWorker } from "./relay-fakes.ts";
+
+const MAIN = new URL("../../services/relay/main.ts", import.meta.url).pathname;
+
+function run(args: string[], env: Record<string, string>): Promise<{ code: number | null; stderr: string }> {
+  return new Promise((resolve) => {
+    const child = spawn(process.execPath, [MAIN, ...args], { env: { PATH: process.env["PATH"] ?? "", ...env } });
+    let stderr = "";
+    child.stderr.on("data", (d: Buffer) => (stderr += d.toString()));
+    child.on("close", (code) => resolve({ code, stderr }));
+  });
+}
+
+const open: FakeWorker[] = [];
+afterEach(async () => {
+  for (const w of open.splice(0)) await w.close();
+});
+
+describe("relay CLI", () => {
+  it("refuses without the secret", async () => {
+    const r = await run(["--worker-url", "http://127.0.0.1:1", "--index-url", "ws://127.0.0.1:1", "--worker-id", "w1"], {});
+    expect(r.code).toBe(2);
+    expect(r.stderr).toMatch(/KVEDGE_RELAY_SECRET is empty or unset/);
+  });
+
+  it("refuses a worker without KV events", async () => {
+    const w = await FakeWorker.create();
+    open.push(w);
+    w.kvEvents = false;
+    const r = await run(["--worker-url", w.url, "--index-url", "ws://127.0.0.1:1", "--worker-id", "w1"], { KVEDGE_RELAY_SECRET: "s" });
+    expect(r.code).toBe(2);
+    expect(r.stderr).toMatch(/refusing to start: .*KV events are not configured/);
+  });
+
+  it("refuses a block size mismatch", async () => {
+    const w = await FakeWorker.create();
+    open.push(w);
+    const r = await run(["--worker-url", w.url, "--index-url", "ws://127.0.0.1:1", "--worker-id", "w1", "--block-size", "64"], {
+      KVEDGE_RELAY_SECRET: "s",
+    });
+    expect(r.code).toBe(2);
+    expect(r.stderr).toMatch(/block size 4 but --block-size 64/);
+  });
+});

@@ -1,0 +1,203 @@
+/**
+ * Test doubles for the relay tests, all real sockets on 127.0.0.1: a KV-event publisher (ZMQ PUB +
+ * replay ROUTER), a worker's HTTP surface (/server_info, /health) and an index (ws server).
+ */
+import { encode } from "@msgpack/msgpack";
+import { createServer, type IncomingHttpHeaders, type Server } from "node:http";
+import type { AddressInfo } from "node:net";
+import { WebSocketServer, type WebSocket } from "ws";
+import * as zmq from "zeromq";
+import { decodeSeq, encodeSeq } from "../../src/kv/event-decode.ts";
+import { verifyRelayToken } from "../../src/kv/relay-auth.ts";
+import type { RelayMessage } from "../../src/kv/relay-protocol.ts";
+
+export class FakePublisher {
+  readonly pub = new zmq.Publisher({ linger: 0 });
+  readonly router = new zmq.Router({ linger: 0 });
+  buffer: { seq: number; payload: Uint8Array }[] = [];
+  nextSeq = 0;
+  answerReplay = true;
+  replayRequests: number[] = [];
+
+  static async create(): Promise<FakePublisher> {
+    const p = new FakePublisher();
+    await p.pub.bind("tcp://127.0.0.1:*");
+    await p.router.bind("tcp://127.0.0.1:*");
+    void p.serveReplay();
+    return p;
+  }
+
+  get endpoint(): string {
+    return this.pub.lastEndpoint!;
+  }
+  get replayEndpoint(): string {
+    return this.router.lastEndpoint!;
+  }
+
+  /** Publishes one batch; `live: false` keeps it only in the replay buffer (a lost message). */
+  async publish(events: unknown[] = [], opts: { live?: boolean; buffer?: boolean } = {}): Promise<number> {
+    const seq = this.nextSeq++;
+    const payload = encode([Date.now() / 1000, events, 0], { useBigInt64: true });
+    if (opts.buffer ?? true) this.buffer.push({ seq, payload });
+    if (opts.live ?? true) await this.pub.send([new Uint8Array(0), encodeSeq(seq), payload]);
+    return seq;
+  }
+
+  /** A new publisher process: seq restarts at 0, buffer empty. */
+  restart(): void {
+    this.nextSeq = 0;
+    this.buffer = [];
+  }
+
+  private async serveReplay(): Promise<void> {
+    try {
+      for await (const [id, , seqFrame] of this.router) {
+        const start = decodeSeq(seqFrame!)!;
+        this.replayRequests.push(start);
+        if (!this.answerReplay) continue;
+        for (const b of this.buffer) {
+          if (b.seq >= start) await this.router.send([id!, new Uint8Array(0), encodeSeq(b.seq), b.payload]);
+        }
+        await this.router.send([id!, new Uint8Array(0), encodeSeq(-1), new Uint8Array(0)]);
+      }
+    } catch {
+      // closed
+    }
+  }
+
+  close(): void {
+    this.pub.close();
+    this.router.close();
+  }
+}
+
+export async function waitFor(cond: () => boolean, what: string, timeoutMs = 10_000): Promise<void> {
+  const end = Date.now() + timeoutMs;
+  while (!cond()) {
+    if (Date.now() > end) throw new Error(`timed out waiting for ${what}`);
+    await new Promise((r) => setTimeout(r, 5));
+  }
+}
+
+
+/** The HTTP side of a worker: /server_info pointing at a FakePublisher, and a switchable /health. */
+export class FakeWorker {
+  healthy = true;
+  kvEvents = true;
+  pageSize = 4;
+  startTime = 1_700_000_000.5; // seconds, like Python's time.time()
+  readonly pub: FakePublisher;
+  private readonly server: Server;
+
+  private constructor(pub: FakePublisher) {
+    this.pub = pub;
+    this.server = createServer((req, res) => {
+      if (req.url === "/health") {
+        res.writeHead(this.healthy ? 200 : 503).end();
+      } else if (req.url === "/server_info") {
+        res.writeHead(200, { "content-type": "application/json" }).end(JSON.stringify(this.serverInfo()));
+      } else {
+        res.writeHead(404).end();
+      }
+    });
+  }
+
+  static async create(): Promise<FakeWorker> {
+    const w = new FakeWorker(await FakePublisher.create());
+    await new Promise<void>((r) => w.server.listen(0, "127.0.0.1", r));
+    return w;
+  }
+
+  get url(): string {
+    return `http://127.0.0.1:${(this.server.address() as AddressInfo).port}`;
+  }
+
+  serverInfo(): Record<string, unknown> {
+    const port = (ep: string): number => Number(ep.split(":").pop());
+    const pubPort = port(this.pub.endpoint);
+    return {
+      model_path: "Qwen/Qwen3-VL-8B-Instruct",
+      served_model_name: "Qwen/Qwen3-VL-8B-Instruct",
+      page_size: this.pageSize,
+      dp_size: 1,
+      start_time: this.startTime,
+      kv_events_config: this.kvEvents
+        ? JSON.stringify({ publisher: "zmq", endpoint: `tcp://*:${pubPort}`, replay_endpoint: `tcp://*:${port(this.pub.replayEndpoint)}` })
+        : null,
+      kv_events: this.kvEvents
+        ? { publisher: "zmq", endpoint_host: "*", endpoint_port_base: pubPort, topic: "", block_size: this.pageSize, dp_size: 1 }
+        : null,
+      status: "ready",
+    };
+  }
+
+  async close(): Promise<void> {
+    this.pub.close();
+    this.server.closeAllConnections();
+    await new Promise((r) => this.server.close(r));
+  }
+}
+
+export interface IndexConn {
+  ws: WebSocket;
+  url: URL;
+  headers: IncomingHttpHeaders;
+  messages: RelayMessage[];
+}
+
+/** A routing index stand-in: accepts relays whose token verifies, answers hello with welcome. */
+export class FakeIndex {
+  readonly conns: IndexConn[] = [];
+  rejected = 0;
+  autoWelcome = true;
+  poolBlockSize = 4;
+  private readonly wss: WebSocketServer;
+
+  private constructor(secret: string) {
+    this.wss = new WebSocketServer({
+      host: "127.0.0.1",
+      port: 0,
+      verifyClient: (info, done) => {
+        const worker = new URL(info.req.url ?? "/", "ws://x").searchParams.get("worker") ?? "";
+        void verifyRelayToken(secret, worker, info.req.headers.authorization ?? null).then((ok) => {
+          if (!ok) this.rejected++;
+          done(ok, 401, "Unauthorized");
+        });
+      },
+    });
+    this.wss.on("connection", (ws, req) => {
+      const conn: IndexConn = { ws, url: new URL(req.url ?? "/", "ws://x"), headers: req.headers, messages: [] };
+      this.conns.push(conn);
+      ws.on("message", (data) => {
+        const msg = JSON.parse(data.toString()) as RelayMessage;
+        conn.messages.push(msg);
+        if (msg.type === "hello" && this.autoWelcome) this.welcome(conn);
+      });
+    });
+  }
+
+  static async create(secret: string): Promise<FakeIndex> {
+    const idx = new FakeIndex(secret);
+    await new Promise<void>((r) => (idx.wss.address() ? r() : idx.wss.once("listening", () => r())));
+    return idx;
+  }
+
+  get url(): string {
+    return `ws://127.0.0.1:${(this.wss.address() as AddressInfo).port}`;
+  }
+
+  welcome(conn: IndexConn): void {
+    const hello = conn.messages.find((m) => m.type === "hello");
+    if (hello?.type !== "hello") throw new Error("no hello yet");
+    conn.ws.send(JSON.stringify({ type: "welcome", workerId: hello.workerId, epoch: hello.epoch, poolBlockSize: this.poolBlockSize }));
+  }
+
+  get last(): IndexConn | undefined {
+    return this.conns[this.conns.length - 1];
+  }
+
+  async close(): Promise<void> {
+    for (const c of this.conns) c.ws.terminate();
+    await new Promise((r) => this.wss.close(r));
+  }
+}

@@ -1,0 +1,311 @@
+/**
+ * The whole relay (startRelay) against real sockets: a fake worker (HTTP + ZMQ PUB + replay
+ * ROUTER) and a fake index (ws server verifying the relay token). Checks the session protocol
+ * (hello → welcome → dump → events), reconnects, resync, fail-safe on lost history, worker
+ * down/up (new epoch) and startup refusals.
+ */
+import { createHmac } from "node:crypto";
+import { afterEach, beforeAll, describe, expect, it } from "vitest";
+import { localBlockHash } from "../../src/kv/block-hash.ts";
+import { engineBlockHashes } from "../../src/kv/engine-block-hash.ts";
+import { relayToken, verifyRelayToken } from "../../src/kv/relay-auth.ts";
+import { localHashToHex, RelayMessageSchema, type RelayMessage } from "../../src/kv/relay-protocol.ts";
+import { backoffDelay, relayUrl } from "../../services/relay/index-session.ts";
+import { silentLogger } from "../../services/relay/log.ts";
+import type { RelayOptionsInput } from "../../services/relay/options.ts";
+import { startRelay, type Relay } from "../../services/relay/relay.ts";
+import { RelayStartupError } from "../../services/relay/worker-info.ts";
+import { initHashing } from "../../src/util/hash.ts";
+import { FakeIndex, FakeWorker, waitFor, type IndexConn } from "./relay-fakes.ts";
+
+const SECRET = "test-secret";
+const B = 4;
+beforeAll(() => initHashing());
+
+const open: { close(): unknown }[] = [];
+afterEach(async () => {
+  for (const o of open.splice(0).reverse()) await o.close();
+});
+
+/** SGLang-style events for a prompt: one BlockStored per page, chained. */
+function storeEvents(tokens: number[], parent: bigint | null = null): { events: unknown[]; hashes: bigint[] } {
+  const { hashes } = engineBlockHashes(tokens, B);
+  const events = hashes.map((h, i) => ["BlockStored", [h], i === 0 ? parent : hashes[i - 1]!, tokens.slice(i * B, (i + 1) * B), B, null, "GPU"]);
+  return { events, hashes };
+}
+const toks = (n: number, start: number): number[] => Array.from({ length: n }, (_, i) => start + i);
+
+/** What an index would hold after applying a connection's messages in order. */
+function indexView(conn: IndexConn | undefined): Map<string, { p: string | null; l: string }> {
+  const view = new Map<string, { p: string | null; l: string }>();
+  for (const m of conn?.messages ?? []) {
+    if (m.type === "dump") {
+      view.clear();
+      for (const b of m.blocks) view.set(b.h, { p: b.p, l: b.l });
+    } else if (m.type === "events") {
+      for (const e of m.events) {
+        if (e.t === "cleared") view.clear();
+        else if (e.t === "removed") for (const h of e.hashes) view.delete(h);
+        else {
+          let p = e.parent;
+          for (const b of e.blocks) {
+            view.set(b.h, { p, l: b.l });
+            p = b.h;
+          }
+        }
+      }
+    }
+  }
+  return view;
+}
+const relayView = (r: Relay): Map<string, { p: string | null; l: string }> =>
+  new Map(r.blockSet.dumpBlocks().map((b) => [b.h, { p: b.p, l: b.l }]));
+const types = (c: IndexConn): string[] => c.messages.map((m) => m.type);
+
+async function fleet(
+  opts: { worker?: FakeWorker; index?: FakeIndex; extra?: Partial<RelayOptionsInput> } = {},
+): Promise<{ worker: FakeWorker; index: FakeIndex; relay: Relay }> {
+  const worker = opts.worker ?? (await FakeWorker.create());
+  const index = opts.index ?? (await FakeIndex.create(SECRET));
+  open.push(worker, index);
+  const relay = await startRelay(
+    {
+      workerUrl: worker.url,
+      indexUrl: index.url,
+      workerId: "w1",
+      model: "Qwen/Qwen3-VL-8B-Instruct",
+      secret: SECRET,
+      healthIntervalMs: 30,
+      healthTimeoutMs: 1000,
+      backoffBaseMs: 20,
+      backoffCapMs: 200,
+      startupTimeoutMs: 5000,
+      ...opts.extra,
+    },
+    silentLogger,
+  );
+  open.push(relay);
+  return { worker, index, relay };
+}
+
+describe("relayToken", () => {
+  it("is hex HMAC-SHA256(secret, 'relay:' + workerId) and verifies in constant time", async () => {
+    const expected = createHmac("sha256", SECRET).update("relay:w1").digest("hex");
+    expect(await relayToken(SECRET, "w1")).toBe(expected);
+    expect(await verifyRelayToken(SECRET, "w1", `Bearer ${expected}`)).toBe(true);
+    expect(await verifyRelayToken(SECRET, "w2", `Bearer ${expected}`)).toBe(false);
+    expect(await verifyRelayToken("other", "w1", expected)).toBe(false);
+    expect(await verifyRelayToken(SECRET, "w1", null)).toBe(false);
+    await expect(relayToken("", "w1")).rejects.toThrow();
+  });
+});
+
+describe("session helpers", () => {
+  it("builds the relay URL and bounded jittered backoff", () => {
+    const u = new URL(relayUrl("ws://127.0.0.1:8787", "w1", "Qwen/Qwen3-VL-8B-Instruct"));
+    expect(u.pathname).toBe("/v1/relay");
+    expect(u.searchParams.get("worker")).toBe("w1");
+    expect(u.searchParams.get("model")).toBe("Qwen/Qwen3-VL-8B-Instruct");
+    expect(backoffDelay(0, 100, 5000, () => 0)).toBe(50);
+    expect(backoffDelay(0, 100, 5000, () => 1)).toBe(100);
+    expect(backoffDelay(3, 100, 5000, () => 1)).toBe(800);
+    expect(backoffDelay(40, 100, 5000, () => 1)).toBe(5000);
+    expect(backoffDelay(40, 100, 5000, () => 0)).toBe(2500);
+  });
+});
+
+describe("relay session", () => {
+  it("hello → welcome → dump (incl. history from replay) → events, with the relay token", async () => {
+    const worker = await FakeWorker.create();
+    const a = storeEvents(toks(8, 1));
+    await worker.pub.publish(a.events); // before the relay exists: only replay can deliver it
+    const { index, relay } = await fleet({ worker });
+
+    await waitFor(() => (index.last?.messages.length ?? 0) >= 2, "hello + dump");
+    const conn = index.last!;
+    expect(conn.headers.authorization).toBe(`Bearer ${await relayToken(SECRET, "w1")}`);
+    expect(conn.url.pathname).toBe("/v1/relay");
+    expect(conn.url.searchParams.get("worker")).toBe("w1");
+    for (const m of conn.messages) expect(RelayMessageSchema.safeParse(m).success).toBe(true);
+    const [hello, dump] = conn.messages as [RelayMessage, RelayMessage];
+    expect(hello).toMatchObject({
+      type: "hello",
+      workerId: "w1",
+      url: worker.url,
+      blockSize: B,
+      epoch: 1_700_000_000_500,
+      modelName: "Qwen/Qwen3-VL-8B-Instruct",
+      contract: null,
+      kvEvents: true,
+    });
+    expect(dump).toEqual({
+      type: "dump",
+      epoch: 1_700_000_000_500,
+      seq: 0,
+      blocks: [
+        { h: a.hashes[0]!.toString(), p: null, l: localHashToHex(localBlockHash(toks(4, 1))) },
+        { h: a.hashes[1]!.toString(), p: a.hashes[0]!.toString(), l: localHashToHex(localBlockHash(toks(4, 5))) },
+      ],
+    });
+
+    // Live events stream as `events` messages (the SUB may miss the first ones: replay covers).
+    const b = storeEvents(toks(8, 100), a.hashes[1]!);
+    await worker.pub.publish(b.events);
+    await worker.pub.publish([["BlockRemoved", [b.hashes[1]!], "GPU"]]);
+    await worker.pub.publish([["BlockStored", [77], null, [1, 2, 3], 3, null, "GPU"]]); // wrong size: dropped
+    await waitFor(() => relay.stats().lastSeq === 3, "live batches");
+    await waitFor(() => indexView(conn).size === 3, "events reach the index");
+    expect(indexView(conn)).toEqual(relayView(relay));
+    expect(conn.messages.slice(2).every((m) => m.type === "events")).toBe(true);
+    const st = relay.stats();
+    expect(st.blocks).toBe(3);
+    expect(st.dropped["wrong_block_size"]).toBe(1);
+    expect(st.session.state).toBe("streaming");
+  });
+
+  it("sends nothing but hello until welcomed", async () => {
+    const index = await FakeIndex.create(SECRET);
+    index.autoWelcome = false;
+    const { worker, relay } = await fleet({ index });
+    await waitFor(() => index.last?.messages.length === 1, "hello");
+    await worker.pub.publish(storeEvents(toks(4, 1)).events);
+    await waitFor(() => relay.stats().blocks === 1, "block applied");
+    expect(types(index.last!)).toEqual(["hello"]);
+    index.welcome(index.last!);
+    await waitFor(() => index.last!.messages.length === 2, "dump");
+    expect(index.last!.messages[1]).toMatchObject({ type: "dump", blocks: [{ p: null }] });
+  });
+
+  it("reconnects after the index drops it and sends hello + a fresh dump again", async () => {
+    const { worker, index, relay } = await fleet();
+    await worker.pub.publish(storeEvents(toks(8, 1)).events);
+    await waitFor(() => indexView(index.conns[0]).size === 2, "first view");
+    index.conns[0]!.ws.terminate();
+    const c = storeEvents(toks(4, 500));
+    await worker.pub.publish(c.events); // while disconnected (or just after)
+    await waitFor(() => index.conns.length === 2 && types(index.conns[1]!).includes("dump"), "second session");
+    await waitFor(() => relay.stats().blocks === 3 && indexView(index.conns[1]!).size === 3, "state converged");
+    const second = index.conns[1]!;
+    expect(types(second).slice(0, 2)).toEqual(["hello", "dump"]);
+    expect(second.headers.authorization).toBe(`Bearer ${await relayToken(SECRET, "w1")}`);
+    expect(indexView(second)).toEqual(relayView(relay));
+    expect(relay.stats().session.connects).toBe(2);
+  });
+
+  it("keeps retrying with backoff when the index refuses its token", async () => {
+    const index = await FakeIndex.create("a-different-secret");
+    await fleet({ index });
+    await waitFor(() => index.rejected >= 3, "three refused attempts");
+    expect(index.conns).toHaveLength(0);
+  });
+
+  it("splits a large dump: the first chunk as `dump`, the rest as stored events, parents first", async () => {
+    const worker = await FakeWorker.create();
+    await worker.pub.publish(storeEvents(toks(20, 1)).events); // 5 blocks
+    const { index, relay } = await fleet({ worker, extra: { dumpChunkBlocks: 2 } });
+    await waitFor(() => indexView(index.last).size === 5, "chunked dump");
+    const conn = index.last!;
+    expect(types(conn)).toEqual(["hello", "dump", "events", "events"]);
+    expect(conn.messages[1]).toMatchObject({ type: "dump", seq: 0 });
+    expect((conn.messages[1] as { blocks: unknown[] }).blocks).toHaveLength(2);
+    for (const m of conn.messages) expect(RelayMessageSchema.safeParse(m).success).toBe(true);
+    expect(indexView(conn)).toEqual(relayView(relay));
+  });
+
+  it("answers resync with a fresh dump", async () => {
+    const { worker, index, relay } = await fleet();
+    await worker.pub.publish(storeEvents(toks(8, 1)).events);
+    await waitFor(() => indexView(index.last!).size === 2, "view");
+    const dumps = (): number => types(index.last!).filter((t) => t === "dump").length;
+    const before = dumps();
+    index.last!.ws.send(JSON.stringify({ type: "resync", reason: "test" }));
+    await waitFor(() => dumps() === before + 1, "resync dump");
+    const lastDump = [...index.last!.messages].reverse().find((m) => m.type === "dump")!;
+    expect(lastDump).toMatchObject({ type: "dump", blocks: relay.blockSet.dumpBlocks() });
+    expect(relay.stats().session.resyncRequests).toBe(1);
+  });
+
+  it("on an unrecoverable gap sends an empty dump and continues from live events", async () => {
+    const { worker, index, relay } = await fleet();
+    const a = storeEvents(toks(8, 1));
+    await worker.pub.publish(a.events);
+    await waitFor(() => indexView(index.last!).size === 2, "view");
+    // A batch lost everywhere (not even in the replay buffer), then an extension of the lost
+    // state and a brand-new root prompt.
+    const lost = storeEvents(toks(4, 9), a.hashes[1]!);
+    await worker.pub.publish(lost.events, { live: false, buffer: false });
+    const child = storeEvents(toks(4, 13), lost.hashes[0]!);
+    const fresh = storeEvents(toks(4, 900));
+    const last = await worker.pub.publish([...child.events, ...fresh.events]);
+    await waitFor(() => relay.stats().lastSeq === last, "resumed");
+    await waitFor(() => indexView(index.last!).size === 1, "index view after loss");
+    const conn = index.last!;
+    const dumps = conn.messages.filter((m) => m.type === "dump");
+    expect(dumps[dumps.length - 1]).toMatchObject({ blocks: [] });
+    // Only what is provably cached survives: the fresh root; the orphan child is dropped.
+    expect([...indexView(conn).keys()]).toEqual([fresh.hashes[0]!.toString()]);
+    const st = relay.stats();
+    expect(st.historyLost).toBe(1);
+    expect(st.needsResync).toBe(true);
+    expect(st.dropped["unknown_parent"]).toBe(1);
+  });
+
+  it("worker down → status down + empty dump; back as a new process → hello with a new epoch", async () => {
+    const { worker, index, relay } = await fleet();
+    await worker.pub.publish(storeEvents(toks(8, 1)).events);
+    await waitFor(() => indexView(index.last!).size === 2, "view");
+
+    worker.healthy = false;
+    await waitFor(() => types(index.last!).includes("status"), "status down");
+    const conn = index.last!;
+    const i = types(conn).lastIndexOf("dump");
+    expect(conn.messages[i]).toMatchObject({ type: "dump", blocks: [] });
+    expect(conn.messages.find((m) => m.type === "status")).toMatchObject({ status: "down", epoch: 1_700_000_000_500 });
+    expect(relay.stats().worker).toBe("down");
+    expect(relay.blockSet.size).toBe(0);
+
+    // A new process: seq restarts at 0, new start time, some history already in its buffer.
+    worker.pub.restart();
+    worker.startTime += 60;
+    const n = storeEvents(toks(4, 300));
+    await worker.pub.publish(n.events);
+    worker.healthy = true;
+    await waitFor(() => index.conns.length === 2 && types(index.conns[1]!).includes("dump"), "new session");
+    const second = index.conns[1]!;
+    expect(second.messages[0]).toMatchObject({ type: "hello", epoch: 1_700_000_060_500 });
+    await waitFor(() => indexView(second).size === 1, "new life's blocks");
+    expect([...indexView(second).keys()]).toEqual([n.hashes[0]!.toString()]);
+    expect(relay.stats()).toMatchObject({ worker: "up", epoch: 1_700_000_060_500, workerDowns: 1, newLives: 1 });
+  });
+});
+
+describe("startup checks", () => {
+  it("refuses a worker without KV events", async () => {
+    const worker = await FakeWorker.create();
+    open.push(worker);
+    worker.kvEvents = false;
+    await expect(
+      startRelay({ workerUrl: worker.url, indexUrl: "ws://127.0.0.1:1", workerId: "w1", secret: SECRET }, silentLogger),
+    ).rejects.toThrow(/KV events are not configured/);
+  });
+
+  it("refuses a block size that disagrees with --block-size", async () => {
+    const worker = await FakeWorker.create();
+    open.push(worker);
+    const p = startRelay(
+      { workerUrl: worker.url, indexUrl: "ws://127.0.0.1:1", workerId: "w1", secret: SECRET, blockSize: 16 },
+      silentLogger,
+    );
+    await expect(p).rejects.toBeInstanceOf(RelayStartupError);
+    await expect(p).rejects.toThrow(/block size 4 but --block-size 16/);
+  });
+
+  it("gives up when the worker never answers", async () => {
+    await expect(
+      startRelay(
+        { workerUrl: "http://127.0.0.1:1", indexUrl: "ws://127.0.0.1:1", workerId: "w1", secret: SECRET, startupTimeoutMs: 300 },
+        silentLogger,
+      ),
+    ).rejects.toThrow(/unreachable/);
+  });
+});
