@@ -136,6 +136,18 @@ export async function startFleet(opts: FleetOptions = {}): Promise<Fleet> {
   const persistTo = opts.persistTo ?? mkdtempSync(join(tmpdir(), "kvedge-state-"));
   const ownsPersist = opts.persistTo === undefined;
   const procs: ChildProcess[] = [];
+  // Children run in their own process groups (so a kill reaches wrangler's workerd too); make sure
+  // they never outlive this process, even when it exits without calling stop().
+  const killAll = () => {
+    for (const p of procs) {
+      try {
+        if (p.pid && p.exitCode === null) process.kill(-p.pid, "SIGKILL");
+      } catch {
+        // already gone
+      }
+    }
+  };
+  process.once("exit", killAll);
 
   const models = JSON.stringify([{ id: model, family, templateId: template, blockSize: pageSize }]);
   const vars: Record<string, string> = { KVEDGE_MODELS: models, RELAY_SECRET: relaySecret, ADMIN_TOKEN: adminToken, ...opts.vars };
@@ -245,6 +257,7 @@ export async function startFleet(opts: FleetOptions = {}): Promise<Fleet> {
     },
     async stop() {
       await Promise.all(procs.map((p) => stopProc(p)));
+      process.removeListener("exit", killAll);
       if (ownsPersist) rmSync(persistTo, { recursive: true, force: true });
     },
   };
