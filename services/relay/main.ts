@@ -12,7 +12,7 @@ import { RelayStartupError } from "./worker-info.ts";
 const USAGE = `usage: npx node services/relay/main.ts --worker-url URL --index-url WS_URL --worker-id ID
        [--model NAME] [--secret-env VAR (default KVEDGE_RELAY_SECRET)] [--advertise-url URL]
        [--block-size N] [--kv-endpoint tcp://h:p] [--replay-endpoint tcp://h:p | none] [--topic T]
-       [--dp-rank N] [--health-interval-ms N] [--health-timeout-ms N] [--log-level debug|info|warn|error]
+       [--model-dir DIR] [--dp-rank N] [--health-interval-ms N] [--health-timeout-ms N] [--log-level debug|info|warn|error]
        [--stats-interval-ms N]`;
 
 function int(v: string | undefined, flag: string): number | undefined {
@@ -35,6 +35,7 @@ async function main(): Promise<void> {
       "kv-endpoint": { type: "string" },
       "replay-endpoint": { type: "string" },
       topic: { type: "string" },
+      "model-dir": { type: "string" },
       "dp-rank": { type: "string" },
       "health-interval-ms": { type: "string" },
       "health-timeout-ms": { type: "string" },
@@ -69,6 +70,7 @@ async function main(): Promise<void> {
       kvEndpoint: values["kv-endpoint"],
       replayEndpoint: replay === undefined ? undefined : replay === "none" ? null : replay,
       topic: values.topic,
+      modelDir: values["model-dir"],
       dpRank: int(values["dp-rank"], "--dp-rank"),
       healthIntervalMs: int(values["health-interval-ms"], "--health-interval-ms"),
       healthTimeoutMs: int(values["health-timeout-ms"], "--health-timeout-ms"),

@@ -26,6 +26,11 @@ export const RelayOptionsSchema = z.object({
   /** Override the replay ROUTER endpoint; null disables replay. Else from kv_events_config. */
   replayEndpoint: z.string().min(1).nullable().optional(),
   topic: z.string().optional(),
+  /**
+   * The served model's directory (config.json + processor configs): with it the relay derives the
+   * worker contract and publishes it at hello (only if the worker accepts caller mm_hashes).
+   */
+  modelDir: z.string().min(1).optional(),
   dpRank: z.number().int().min(0).default(0),
   healthIntervalMs: z.number().int().min(10).default(500),
   /** Real SGLang's /health generates one token and sleeps ≥ 1 s: keep this well above that. */

@@ -9,9 +9,11 @@
  * overestimate it.
  */
 import { relayToken } from "../../src/kv/relay-auth.ts";
+import type { ModelDirFiles } from "../../src/layout/index.ts";
 import type { RelayHello } from "../../src/kv/relay-protocol.ts";
 import { WorkerBlockSet } from "../../src/kv/worker-block-set.ts";
 import { initHashing } from "../../src/util/hash.ts";
+import { readModelDir, resolveContract, type ContractResolution } from "./contract.ts";
 import { KvFeed, type FeedBatch, type KvFeedStats } from "./kv-feed.ts";
 import { createLogger, errorMessage, type Logger } from "./log.ts";
 import { RelayOptionsSchema, type RelayOptions, type RelayOptionsInput } from "./options.ts";
@@ -58,6 +60,8 @@ export interface Relay {
   /** The worker's current block set (replaced when a new worker life changes the block size). */
   readonly blockSet: WorkerBlockSet;
   readonly info: WorkerInfo;
+  /** What hello carries as `contract` (null: none published; see the `contract_*` log lines). */
+  readonly contract: Record<string, unknown> | null;
 }
 
 export async function startRelay(input: RelayOptionsInput, log?: Logger): Promise<Relay> {
@@ -65,9 +69,10 @@ export async function startRelay(input: RelayOptionsInput, log?: Logger): Promis
   const logger = log ?? createLogger({ svc: "relay", worker: opts.workerId });
   await initHashing();
   const token = await relayToken(opts.secret, opts.workerId);
+  const modelFiles = opts.modelDir !== undefined ? await readModelDir(opts.modelDir) : null;
   const raw = await waitForServerInfo(opts, logger);
   const info = parseWorkerInfo(raw, opts.workerUrl, overridesOf(opts));
-  const relay = new RelayImpl(opts, info, token, logger);
+  const relay = new RelayImpl(opts, info, token, logger, modelFiles, resolveContract(modelFiles, raw));
   await relay.start();
   return relay;
 }
@@ -107,6 +112,8 @@ class RelayImpl implements Relay {
   private readonly session: IndexSession;
   private readonly closing = new AbortController();
   private workerInfo: WorkerInfo;
+  private readonly modelFiles: ModelDirFiles | null;
+  private contractState: ContractResolution;
   private set: WorkerBlockSet;
   private epoch: number;
   private worker: WorkerState = "up";
@@ -116,10 +123,12 @@ class RelayImpl implements Relay {
   private readonly counters = { batches: 0, storedBlocks: 0, removedBlocks: 0, historyLost: 0, workerDowns: 0, newLives: 0 };
   private readonly dropped: Record<string, number> = {};
 
-  constructor(opts: RelayOptions, info: WorkerInfo, token: string, log: Logger) {
+  constructor(opts: RelayOptions, info: WorkerInfo, token: string, log: Logger, modelFiles: ModelDirFiles | null, contract: ContractResolution) {
     this.opts = opts;
     this.log = log;
     this.workerInfo = info;
+    this.modelFiles = modelFiles;
+    this.contractState = contract;
     this.model = opts.model ?? info.modelName ?? opts.workerId;
     if (opts.model && info.modelName && opts.model !== info.modelName) {
       log.warn("model_name_differs", { given: opts.model, served: info.modelName });
@@ -170,6 +179,23 @@ class RelayImpl implements Relay {
     return this.workerInfo;
   }
 
+  get contract(): Record<string, unknown> | null {
+    return this.contractState.published;
+  }
+
+  private logContract(): void {
+    const c = this.contractState;
+    if (c.published) {
+      this.log.info("contract_published", {
+        modelType: c.contract.modelType,
+        sglangVersion: c.contract.sglangVersion,
+        transformersVersion: c.contract.transformersVersion,
+      });
+    } else {
+      this.log.warn("contract_not_published", { reason: c.reason, detail: c.detail });
+    }
+  }
+
   async start(): Promise<void> {
     const i = this.workerInfo;
     this.log.info("relay_start", {
@@ -181,6 +207,7 @@ class RelayImpl implements Relay {
       epoch: this.epoch,
       model: this.model,
     });
+    this.logContract();
     await this.feed.start();
     this.session.start();
     this.healthLoop = this.runHealthLoop();
@@ -220,7 +247,7 @@ class RelayImpl implements Relay {
       blockSize: this.set.blockSize,
       epoch: this.epoch,
       modelName: this.model,
-      contract: null,
+      contract: this.contractState.published,
       kvEvents: true,
       relayVersion: RELAY_VERSION,
     };
@@ -265,8 +292,9 @@ class RelayImpl implements Relay {
   /** A (possibly) new worker process: new epoch, catch up from its replay buffer, hello again. */
   private async newLife(reason: string): Promise<void> {
     let info: WorkerInfo;
+    let raw: unknown;
     try {
-      const raw = await fetchServerInfo(this.opts.workerUrl, this.opts.serverInfoTimeoutMs);
+      raw = await fetchServerInfo(this.opts.workerUrl, this.opts.serverInfoTimeoutMs);
       info = parseWorkerInfo(raw, this.opts.workerUrl, overridesOf(this.opts));
     } catch (e) {
       this.log.error("worker_info_failed", { reason, error: errorMessage(e) });
@@ -290,6 +318,9 @@ class RelayImpl implements Relay {
     this.healthFailures = 0;
     this.counters.newLives++;
     this.log.info("worker_new_life", { reason, epoch: this.epoch, blockSize: info.blockSize });
+    // A new process may run another SGLang version: the hello of the new epoch carries its contract.
+    this.contractState = resolveContract(this.modelFiles, raw);
+    this.logContract();
     // Drop the old session first so nothing of the new life travels under the old hello; the
     // dump after the new welcome carries whatever the catch-up has applied by then.
     this.session.restart(`new epoch ${this.epoch}`);

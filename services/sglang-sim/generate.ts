@@ -35,16 +35,34 @@ export const GenerateBodySchema = z.looseObject({
 });
 export type GenerateBody = z.infer<typeof GenerateBodySchema>;
 
+/** One media item of a prepared prompt (simulator diagnostics; not part of SGLang's response). */
+export interface MediaItemInfo {
+  modality: "image" | "video";
+  /** Position in image_data / video_data. */
+  kindIndex: number;
+  padValue: number;
+  /** Where the pad value came from: the caller's mm_hashes entry, or the item's content hash. */
+  padSource: "mm_hashes" | "content";
+  /** Media (pad) tokens of the item. */
+  padCount: number;
+  /** The item's token run [start, end) in the expanded prompt (vision tokens and timestamps included). */
+  start: number;
+  end: number;
+}
+
 /** The prompt as the scheduler sees it (after any multimodal expansion). */
 export interface PreparedPrompt {
   inputIds: number[];
   imageTokens: number;
   videoTokens: number;
+  /** Media items in prompt order (absent for text-only prompts). */
+  media?: MediaItemInfo[];
 }
 
 /**
- * Pluggable multimodal expansion (a later issue): given a request with media, return the padded
- * prompt ids SGLang would build. Without a hook, media requests are refused.
+ * Multimodal expansion: given a request with media, return the padded prompt ids SGLang would
+ * build (media-expand.ts is the simulator's own; tests may plug in another). Without one, media
+ * requests are refused.
  */
 export type MediaExpander = (body: GenerateBody, tokenizer: QwenTokenizer) => Promise<PreparedPrompt>;
 
@@ -119,7 +137,8 @@ export async function prepareGenerate(body: GenerateBody, ctx: GenerateContext):
   if (sampling.n > 1) throw new SglangValueError("n > 1 is not supported by the simulator; send n single requests.");
 
   let prompt: PreparedPrompt;
-  const media = hasMedia(body.image_data) || hasMedia(body.video_data) || hasMedia(body.audio_data) || hasMedia(body.mm_hashes);
+  // mm_hashes without media items: zero items, so SGLang ignores the list (wrong length).
+  const media = hasMedia(body.image_data) || hasMedia(body.video_data) || hasMedia(body.audio_data);
   if (media) {
     if (!ctx.mediaExpander) throw new SglangValueError("media not supported by simulator yet");
     prompt = await ctx.mediaExpander(body, ctx.tokenizer);
@@ -186,6 +205,11 @@ export function generateOutput(s: RequestSnapshot, prompt: PreparedPrompt, o: Me
   return { text: s.text, output_ids: s.outputIds, meta_info: metaInfo(s, prompt, o) };
 }
 
+export function mediaLog(p: PreparedPrompt): string {
+  if (!p.media?.length) return "";
+  return ` media=[${p.media.map((m) => `${m.modality}${m.kindIndex}:${m.padCount}@${m.start} pad=${m.padValue}(${m.padSource})`).join(" ")}]`;
+}
+
 function sendJson(res: ServerResponse, status: number, body: unknown): void {
   const data = JSON.stringify(body);
   res.writeHead(status, { "content-type": "application/json", "content-length": Buffer.byteLength(data) });
@@ -232,7 +256,7 @@ export async function handleGenerate(
     return sendGenerateError(res, err);
   }
   if (clientGone) return;
-  ctx.log(`generate rid=${final.rid} prompt=${final.promptTokens} cached=${final.cachedTokens} out=${final.outputIds.length}`);
+  ctx.log(`generate rid=${final.rid} prompt=${final.promptTokens} cached=${final.cachedTokens} out=${final.outputIds.length}${mediaLog(prepared.prompt)}`);
   const status = abortStatus(final.finishReason);
   if (status === 400) {
     return sendJson(res, 400, { error: { message: (final.finishReason as { message: string }).message } });
@@ -295,7 +319,7 @@ async function streamGenerate(res: ServerResponse, body: GenerateBody, ctx: Gene
         first = false;
       },
     });
-    ctx.log(`generate(stream) rid=${final.rid} prompt=${final.promptTokens} cached=${final.cachedTokens} out=${final.outputIds.length}`);
+    ctx.log(`generate(stream) rid=${final.rid} prompt=${final.promptTokens} cached=${final.cachedTokens} out=${final.outputIds.length}${mediaLog(prepared.prompt)}`);
     write(generateOutput(final, prepared.prompt, { first, dpRank: ctx.dpRank }));
   } catch (err) {
     if (err instanceof SglangValueError) write(streamErrorFrame(err.message));

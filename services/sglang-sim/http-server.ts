@@ -25,6 +25,8 @@ export interface HttpServerDeps {
   engine: SimEngine;
   openai: OpenAIContext;
   kv: KvEndpointInfo | null;
+  /** The model directory the media contract was derived from. */
+  modelDir: string;
   maxReqInputLen: number;
   /** False while shutting down: health endpoints answer 503. */
   isServing: () => boolean;
@@ -126,6 +128,8 @@ export function serverInfo(d: HttpServerDeps): Record<string, unknown> {
     disable_radix_cache: false,
     enable_deterministic_inference: false,
     weight_version: "default",
+    // `--mm-process-config`: the simulator runs SGLang's defaults (no video/image overrides).
+    mm_process_config: null,
   };
   return {
     ...args,
@@ -152,7 +156,7 @@ export function serverInfo(d: HttpServerDeps): Record<string, unknown> {
         }
       : null,
     // Not in SGLang: lets tools tell a simulator from a real worker and read its cost model.
-    simulator: { timing: d.timing, family: o.family, template: o.template },
+    simulator: { timing: d.timing, family: o.family, template: o.template, model_dir: d.modelDir, accepts_mm_hashes: o.acceptsMmHashes },
   };
 }
 

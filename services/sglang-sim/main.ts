@@ -1,7 +1,8 @@
 /**
  * CLI: npx node services/sglang-sim/main.ts --port 30001 --kv-port 5557 --replay-port 5558 \
  *   --page-size 16 --capacity-tokens 200000 --model-name Qwen/Qwen3-VL-8B-Instruct \
- *   --family qwen3_vl --template qwen3vl-instruct [--timing fast|instant|h100-8b|l4-8b]
+ *   --family qwen3_vl --template qwen3vl-instruct [--timing fast|instant|h100-8b|l4-8b] \
+ *   [--model-dir DIR] [--no-mm-hashes] [--sglang-version V]
  * Prints one JSON line with the bound endpoints on stdout once ready (the fleet script reads it).
  */
 import { parseArgs } from "node:util";
@@ -30,6 +31,9 @@ const { values } = parseArgs({
     "no-cache-report": { type: "boolean" },
     "unknown-sampling-key-status": { type: "string" },
     "output-seed": { type: "string" },
+    "model-dir": { type: "string" },
+    "no-mm-hashes": { type: "boolean" },
+    "sglang-version": { type: "string" },
     verbose: { type: "boolean", short: "v" },
     help: { type: "boolean", short: "h" },
   },
@@ -43,7 +47,9 @@ if (values.help) {
       "  [--model-name NAME] [--served-model-name NAME] [--family qwen2_vl|qwen2_5_vl|qwen3_vl]\n" +
       "  [--template qwen2vl|qwen3vl-instruct|qwen3vl-thinking] [--timing fast|instant|h100-8b|l4-8b]\n" +
       "  [--prefill-tokens-per-sec N] [--decode-ms-per-token N] [--no-cache-report]\n" +
-      "  [--unknown-sampling-key-status 400|500] [--output-seed prompt|rid] [--verbose]\n",
+      "  [--unknown-sampling-key-status 400|500] [--output-seed prompt|rid]\n" +
+      "  [--model-dir DIR (default test/fixtures/models/<family>)] [--no-mm-hashes (ignore caller mm_hashes, version 0.5.10-sim)]\n" +
+      "  [--sglang-version V (/server_info.version; default 0.5.19-sim)] [--verbose]\n",
   );
   process.exit(0);
 }
@@ -75,6 +81,9 @@ if (values["unknown-sampling-key-status"] !== undefined) {
   opts.unknownSamplingKeyStatus = int(values["unknown-sampling-key-status"]) as 400 | 500;
 }
 if (values["output-seed"] !== undefined) opts.outputSeed = values["output-seed"] as "prompt" | "rid";
+if (values["model-dir"] !== undefined) opts.modelDir = values["model-dir"];
+if (values["no-mm-hashes"]) opts.acceptsMmHashes = false;
+if (values["sglang-version"] !== undefined) opts.version = values["sglang-version"];
 if (values.verbose) opts.verbose = true;
 
 try {

@@ -7,9 +7,9 @@
  */
 import type { ServerResponse } from "node:http";
 import { z } from "zod";
-import { renderChatPrompt } from "../../src/prompt/index.ts";
+import { preparePrompt, renderChatPrompt } from "../../src/prompt/index.ts";
 import type { RequestSnapshot } from "./engine.ts";
-import { prepareGenerate, type GenerateContext, type PreparedRequest } from "./generate.ts";
+import { prepareGenerate, type GenerateContext, type PreparedPrompt, type PreparedRequest } from "./generate.ts";
 import type { ModelFamily, TemplateId } from "./options.ts";
 import { SamplingTypeError } from "./sampling-params.ts";
 import {
@@ -132,27 +132,53 @@ async function prepareChat(raw: unknown, ctx: OpenAIContext): Promise<{ chat: Ch
   }
   const chat = parsed.data;
   if (chat.logprobs) throw new SglangOpenAIError("logprobs are not supported by the simulator.");
-  if (hasMediaParts(chat.messages)) throw new SglangOpenAIError("media not supported by simulator yet");
   let text: string;
+  const media: Record<"image_data" | "video_data" | "audio_data", string[]> = { image_data: [], video_data: [], audio_data: [] };
   try {
     // The renderer applies SGLang's preprocessing itself (tool_choice, continue_final_message, reasoning_effort).
     text = ctx.renderer(ctx.family, ctx.template, chat as Parameters<ChatRenderer>[2]);
+    if (hasMediaParts(chat.messages)) {
+      // The parts' URLs in order of appearance per kind: SGLang's image_data / video_data lists.
+      for (const p of preparePrompt(chat as Parameters<typeof preparePrompt>[0], { family: ctx.family, templateId: ctx.template }).mediaParts) {
+        media[`${p.kind}_data`].push(p.url);
+      }
+    }
   } catch (err) {
     throw new SglangOpenAIError(`Failed to apply the chat template: ${(err as Error).message}`);
   }
   const prepared = await prepareGenerate(
-    { text, sampling_params: samplingFromChat(chat), rid: chat.rid ?? undefined, stream: chat.stream === true },
+    {
+      text,
+      sampling_params: samplingFromChat(chat),
+      rid: chat.rid ?? undefined,
+      stream: chat.stream === true,
+      ...(media.image_data.length ? { image_data: media.image_data } : {}),
+      ...(media.video_data.length ? { video_data: media.video_data } : {}),
+      ...(media.audio_data.length ? { audio_data: media.audio_data } : {}),
+    },
     { ...ctx, unknownSamplingKeyStatus: 400 },
   );
   return { chat, prepared };
 }
 
-function usageOf(s: RequestSnapshot, cacheReport: boolean): Record<string, unknown> {
+/**
+ * usage_processor.py: `prompt_tokens_details` is `{cached_tokens}` with the cache report and a
+ * non-zero hit; with media tokens it always exists and carries image_tokens / video_tokens
+ * (cached_tokens then 0 without the cache report); else null.
+ */
+function usageOf(s: RequestSnapshot, cacheReport: boolean, prompt: PreparedPrompt): Record<string, unknown> {
+  const cached = cacheReport ? s.cachedTokens : 0;
+  let details: Record<string, number> | null = cached > 0 ? { cached_tokens: cached } : null;
+  if (prompt.imageTokens > 0 || prompt.videoTokens > 0) {
+    details = { cached_tokens: cached };
+    if (prompt.imageTokens > 0) details.image_tokens = prompt.imageTokens;
+    if (prompt.videoTokens > 0) details.video_tokens = prompt.videoTokens;
+  }
   return {
     prompt_tokens: s.promptTokens,
     total_tokens: s.promptTokens + s.outputIds.length,
     completion_tokens: s.outputIds.length,
-    prompt_tokens_details: cacheReport && s.cachedTokens > 0 ? { cached_tokens: s.cachedTokens } : null,
+    prompt_tokens_details: details,
     reasoning_tokens: 0,
   };
 }
@@ -204,7 +230,7 @@ async function nonStreamChat(res: ServerResponse, chat: ChatRequest, prepared: P
         matched_stop: matched,
       },
     ],
-    usage: usageOf(final, ctx.enableCacheReport),
+    usage: usageOf(final, ctx.enableCacheReport, prepared.prompt),
     metadata: { weight_version: "default" },
   });
 }
@@ -259,7 +285,7 @@ async function streamChat(res: ServerResponse, chat: ChatRequest, prepared: Prep
           created: Math.floor(Date.now() / 1000),
           model: chat.model,
           choices: [],
-          usage: usageOf(final, ctx.enableCacheReport),
+          usage: usageOf(final, ctx.enableCacheReport, prepared.prompt),
         });
       }
     }

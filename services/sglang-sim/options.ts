@@ -3,6 +3,7 @@
  * has a default so `startSimulatedWorker({})` gives a fast, test-friendly worker on ephemeral ports.
  */
 import { z } from "zod";
+import { parseVersion, versionAtLeast } from "../../src/layout/index.ts";
 import { TimingPresetNameSchema, TimingSchema } from "./timing.ts";
 
 export const ModelFamilySchema = z.enum(["qwen2_vl", "qwen2_5_vl", "qwen3_vl"]);
@@ -45,7 +46,30 @@ export const SimOptionsSchema = z.strictObject({
   servedModelName: z.string().min(1).optional(),
   family: ModelFamilySchema.default("qwen3_vl"),
   template: TemplateIdSchema.default("qwen3vl-instruct"),
-  version: z.string().default("0.5.0-sim"),
+  /**
+   * `/server_info.version`. Default: "0.5.19-sim" when `acceptsMmHashes`, else "0.5.10-sim" (SGLang
+   * took caller mm_hashes from 0.5.13 on; relays decide from this version whether to publish).
+   */
+  version: z.string().min(1).optional(),
+  /** Take pad values from caller `mm_hashes` (SGLang >= 0.5.13); false ignores them like older SGLang. */
+  acceptsMmHashes: z.boolean().default(true),
+  /**
+   * The served model's directory (config.json, preprocessor_config.json,
+   * video_preprocessor_config.json): the simulator derives its own media contract from it.
+   * Default: test/fixtures/models/<family> in this repository.
+   */
+  modelDir: z.string().min(1).optional(),
+  /** Media fetch bounds. SGLang's REQUEST_TIMEOUT defaults: 3 s for images, 10 s for videos. */
+  media: z
+    .strictObject({
+      maxBytes: z.number().int().positive().default(64 * 1024 * 1024),
+      imageTimeoutMs: z.number().int().positive().default(3_000),
+      videoTimeoutMs: z.number().int().positive().default(10_000),
+      /** Hosts/CIDRs fetched although private (the simulator is a trusted local component). */
+      allowlist: z.array(z.string().min(1)).default(["127.0.0.0/8", "[::1]", "localhost"]),
+      ffprobePath: z.string().min(1).default("ffprobe"),
+    })
+    .prefault({}),
 
   /**
    * `--enable-cache-report`: only the OpenAI `usage.prompt_tokens_details.cached_tokens` depends on
@@ -75,8 +99,26 @@ export const SimOptionsSchema = z.strictObject({
 });
 
 export type SimOptionsInput = z.input<typeof SimOptionsSchema>;
-export type SimOptions = z.output<typeof SimOptionsSchema>;
+export type SimOptions = Omit<z.output<typeof SimOptionsSchema>, "version"> & { version: string };
+
+export const MM_HASHES_VERSION = "0.5.19-sim";
+export const LEGACY_VERSION = "0.5.10-sim";
+const MM_HASHES_SINCE: [number, number, number] = [0, 5, 13];
 
 export function parseSimOptions(input: unknown): SimOptions {
-  return SimOptionsSchema.parse(input ?? {});
+  const o = SimOptionsSchema.parse(input ?? {});
+  const version = o.version ?? (o.acceptsMmHashes ? MM_HASHES_VERSION : LEGACY_VERSION);
+  // Relays infer mm_hashes support from the version: a contradiction would publish a wrong contract.
+  const v = parseVersion(version);
+  if (v !== null && versionAtLeast(v, MM_HASHES_SINCE) !== o.acceptsMmHashes) {
+    throw new z.ZodError([
+      {
+        code: "custom",
+        path: ["version"],
+        message: `version ${version} ${o.acceptsMmHashes ? "predates" : "implies"} caller mm_hashes support (0.5.13) but acceptsMmHashes is ${o.acceptsMmHashes}`,
+        input: version,
+      },
+    ]);
+  }
+  return { ...o, version };
 }

@@ -10,6 +10,10 @@ import { SimEngine } from "./engine.ts";
 import type { MediaExpander } from "./generate.ts";
 import { createHttpServer } from "./http-server.ts";
 import { KvEventPublisher } from "./kv-publisher.ts";
+import { loadSimContract, type SimMediaContract } from "./media-contract.ts";
+import { createMediaExpander } from "./media-expand.ts";
+import { createMediaLoader } from "./media-fetch.ts";
+import { VideoMetadataProber } from "./media-probe.ts";
 import { defaultChatRenderer, type ChatRenderer } from "./openai.ts";
 import { parseSimOptions, type SimOptions, type SimOptionsInput } from "./options.ts";
 import { PagedRadixCache, type CacheBlock } from "./radix-cache.ts";
@@ -32,10 +36,12 @@ export interface SimulatedWorker {
   cacheDump(): CacheBlock[];
   /** Direct access for tests. */
   readonly engine: SimEngine;
+  /** The media contract the simulator follows (from its model dir and version). */
+  readonly media: SimMediaContract;
 }
 
 export interface StartOptions extends SimOptionsInput {
-  /** Multimodal expansion hook (later issue); without it media requests get a 400. */
+  /** Replaces the simulator's own multimodal expansion (media-expand.ts). */
   mediaExpander?: MediaExpander;
   /** Chat renderer override (defaults to the project's renderChatPrompt). */
   chatRenderer?: ChatRenderer;
@@ -50,6 +56,10 @@ export async function startSimulatedWorker(input: StartOptions = {}): Promise<Si
   const vocab = buildOutputVocabulary(tokenizer);
   const renderer = chatRenderer ?? defaultChatRenderer;
   const log = opts.verbose ? (line: string) => process.stderr.write(`sglang-sim: ${line}\n`) : () => {};
+  const media = await loadSimContract(opts);
+  const videoProber = new VideoMetadataProber({ ffprobePath: opts.media.ffprobePath, timeoutMs: opts.media.videoTimeoutMs });
+  const expander =
+    mediaExpander ?? createMediaExpander({ contract: media.contract, loader: createMediaLoader(opts.media), videoProber, log });
 
   const publisher = opts.kvEvents
     ? await KvEventPublisher.start({
@@ -84,6 +94,7 @@ export async function startSimulatedWorker(input: StartOptions = {}): Promise<Si
     timing,
     engine,
     kv: publisher ? { host: wildcard ? "*" : opts.host, port: publisher.port, replayPort: publisher.replayPort } : null,
+    modelDir: media.modelDir,
     maxReqInputLen,
     isServing: () => serving,
     openai: {
@@ -93,7 +104,7 @@ export async function startSimulatedWorker(input: StartOptions = {}): Promise<Si
       maxReqInputLen,
       dpRank: opts.dpRank,
       unknownSamplingKeyStatus: opts.unknownSamplingKeyStatus,
-      mediaExpander: mediaExpander ?? null,
+      mediaExpander: expander,
       log,
       family: opts.family,
       template: opts.template,
@@ -116,6 +127,7 @@ export async function startSimulatedWorker(input: StartOptions = {}): Promise<Si
     });
   } catch (err) {
     publisher?.kill();
+    await videoProber.close();
     throw err;
   }
   const addr = server.address() as AddressInfo;
@@ -131,6 +143,7 @@ export async function startSimulatedWorker(input: StartOptions = {}): Promise<Si
     replayEndpoint: publisher ? `tcp://${kvHost}:${publisher.replayPort}` : null,
     options: opts,
     engine,
+    media,
     cacheDump: () => cache.dump(),
     async close() {
       if (closed) return;
@@ -145,6 +158,7 @@ export async function startSimulatedWorker(input: StartOptions = {}): Promise<Si
         }, 1_000).unref();
       });
       await publisher?.close();
+      await videoProber.close();
     },
     kill() {
       if (closed) return;
@@ -155,6 +169,7 @@ export async function startSimulatedWorker(input: StartOptions = {}): Promise<Si
       server.close();
       // In-flight requests die with their sockets; stop their timers from touching the cache.
       engine.abortAll();
+      void videoProber.close();
     },
   };
 }

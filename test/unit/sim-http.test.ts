@@ -271,10 +271,11 @@ describe("simulated SGLang /generate errors", () => {
     await valueError({ text: "a", sampling_params: { n: 2 } }, /n > 1 is not supported/);
   });
 
-  it("media requests are refused until the expansion hook exists", async () => {
-    await valueError({ text: "<|vision_start|><|image_pad|><|vision_end|>", image_data: ["data:image/png;base64,AAAA"] }, /media not supported by simulator yet/);
-    await valueError({ text: "x", video_data: "http://example.com/a.mp4" }, /media not supported/);
-    await valueError({ text: "x", mm_hashes: ["abcd"] }, /media not supported/);
+  it("media that cannot be loaded or placed is refused like SGLang; mm_hashes alone are ignored", async () => {
+    await valueError({ text: "<|vision_start|><|image_pad|><|vision_end|>", image_data: ["data:image/png;base64,AAAA"] }, /Failed to load image/);
+    await valueError({ text: "x", video_data: "http://example.com/a.mp4" }, /Mismatch between media placeholders/);
+    const hashesOnly = await post(w, "/generate", { text: "x", mm_hashes: ["abcd"], sampling_params: { max_new_tokens: 1 } });
+    expect(hashesOnly.status).toBe(200);
     const ok = await post(w, "/generate", { text: "x", image_data: null, video_data: [], sampling_params: { max_new_tokens: 1 } });
     expect(ok.status).toBe(200);
   });
@@ -511,7 +512,7 @@ describe("simulated SGLang /v1/chat/completions", () => {
       messages: [{ role: "user", content: [{ type: "image_url", image_url: { url: "https://x/y.png" } }, { type: "text", text: "hi" }] }],
     });
     expect(media.status).toBe(400);
-    expect(((await media.json()) as Json).message).toMatch(/media not supported/);
+    expect(((await media.json()) as Json).message).toMatch(/Failed to load image: .*not allowed/);
     const range = await post(w, "/v1/chat/completions", { messages, top_p: 5 });
     expect(range.status).toBe(400);
     expect((await range.json()) as Json).toMatchObject({ object: "error", type: "BadRequest", code: 400 });

@@ -1,0 +1,56 @@
+/**
+ * Loads one media item's bytes the way SGLang's `load_image` / `load_video` accept them
+ * (reference/sglang-generate-api.md §3.1, sglang-qwen-vl.md §8.1): http(s) URLs are fetched
+ * (redirects followed, REQUEST_TIMEOUT: 3 s images, 10 s videos), `data:` URLs are base64-decoded
+ * strictly after the first comma, and any other string is strict bare base64. Unlike SGLang the
+ * simulator never reads its own disk (`file://`, paths): those are refused.
+ *
+ * The simulator is a trusted local component, but fetches still go through the SSRF-safe fetcher
+ * with a byte cap and a deadline; loopback is allowlisted so tests and the local fleet can serve
+ * media from 127.0.0.1.
+ */
+import { decodeBase64Strict } from "../../src/media/data-url.ts";
+import { isMediaError } from "../../src/media/errors.ts";
+import { SafeFetcher } from "../../src/media/safe-fetch.ts";
+import { nodeResolver, pinnedFetch } from "../decode/pinned-fetch.ts";
+import type { SimOptions } from "./options.ts";
+import { SglangValueError } from "./sglang-errors.ts";
+
+export type MediaKind = "image" | "video";
+
+export interface MediaLoader {
+  load(kind: MediaKind, item: string): Promise<Uint8Array>;
+}
+
+const LOCAL_PATH = /^(file:|\/|\.{1,2}\/|[A-Za-z]:[\\/])/;
+const IMAGE_PATH_SUFFIX = /\.(png|jpe?g|webp|gif)$/i;
+
+export function createMediaLoader(media: SimOptions["media"]): MediaLoader {
+  const policy = { maxBytes: media.maxBytes, allowlist: media.allowlist, maxRedirects: 10, dataUrlBase64: "strict" as const };
+  const fetchers: Record<MediaKind, SafeFetcher> = {
+    image: new SafeFetcher({ ...policy, timeoutMs: media.imageTimeoutMs }, { fetch: pinnedFetch, resolve: nodeResolver }),
+    video: new SafeFetcher({ ...policy, timeoutMs: media.videoTimeoutMs }, { fetch: pinnedFetch, resolve: nodeResolver }),
+  };
+  return {
+    async load(kind, item) {
+      const what = `Failed to load ${kind}`;
+      if (/^(https?|data):/i.test(item)) {
+        try {
+          return (await fetchers[kind].fetchBytes(item)).bytes;
+        } catch (e) {
+          if (isMediaError(e)) throw new SglangValueError(`${what}: ${e.message}`);
+          throw e;
+        }
+      }
+      if (LOCAL_PATH.test(item) || (kind === "image" && IMAGE_PATH_SUFFIX.test(item))) {
+        throw new SglangValueError(`${what}: the simulator does not read media from its own disk (${item.slice(0, 80)})`);
+      }
+      if (item.length > Math.ceil((media.maxBytes * 4) / 3) + 4) throw new SglangValueError(`${what}: media exceeds ${media.maxBytes} bytes`);
+      try {
+        return decodeBase64Strict(item);
+      } catch {
+        throw new SglangValueError(`${what}: Invalid base64-encoded string`);
+      }
+    },
+  };
+}

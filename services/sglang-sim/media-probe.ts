@@ -1,0 +1,91 @@
+/**
+ * What SGLang's decoders report for a media item, without decoding pixels:
+ * - images: width/height from the header as Pillow's `Image.open` reports them; SGLang never
+ *   applies EXIF orientation (see src/media/image-header.ts), so neither does the simulator;
+ * - videos: torchcodec exact-mode `len(decoder)` and `metadata.average_fps` (torchcodec >= 0.11
+ *   keeps the exact double), from a native ffprobe packet scan (services/decode), plus the stream's
+ *   coded width/height.
+ */
+import { mkdtemp, rm, writeFile } from "node:fs/promises";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import type { ImageProbe, VideoProbe } from "../../src/layout/index.ts";
+import { isMediaError } from "../../src/media/errors.ts";
+import { readImageHeader } from "../../src/media/image-header.ts";
+import { bytesToHex, sha256 } from "../../src/util/hash.ts";
+import { NativeProber, ProbeTimeoutError } from "../decode/probers.ts";
+import { SglangValueError } from "./sglang-errors.ts";
+
+export function probeImage(bytes: Uint8Array): ImageProbe {
+  try {
+    const h = readImageHeader(bytes, true, { exifTranspose: false })!;
+    return { width: h.width, height: h.height };
+  } catch (e) {
+    // PIL.UnidentifiedImageError / truncated header: a load failure SGLang reports as a bad request.
+    if (isMediaError(e)) throw new SglangValueError(`Failed to load image: ${e.message}`);
+    throw e;
+  }
+}
+
+const PROBE_CACHE_ENTRIES = 256;
+
+/**
+ * Video prober: spools bytes to a private temp dir and scans packets with ffprobe. Results are
+ * memoised by the SHA-256 of the bytes (same bytes, same metadata): an ffprobe run costs ~0.2 s,
+ * which would dominate repeated-video tests.
+ */
+export class VideoMetadataProber {
+  private readonly prober: NativeProber;
+  private readonly cache = new Map<string, VideoProbe>();
+  private dir: Promise<string> | null = null;
+  private seq = 0;
+
+  constructor(opts: { ffprobePath: string; timeoutMs: number }) {
+    this.prober = new NativeProber({ ffprobePath: opts.ffprobePath, timeoutMs: opts.timeoutMs });
+  }
+
+  private tempDir(): Promise<string> {
+    this.dir ??= mkdtemp(join(tmpdir(), "sglang-sim-media-"));
+    return this.dir;
+  }
+
+  /** `totalFrames` may be 0 or 1 and `avgFps` 0 (no rate known): SGLang's sampler raises on those. */
+  async probe(bytes: Uint8Array): Promise<VideoProbe> {
+    const key = bytesToHex(sha256(bytes));
+    const hit = this.cache.get(key);
+    if (hit) {
+      this.cache.delete(key); // LRU: most recent last
+      this.cache.set(key, hit);
+      return hit;
+    }
+    const r = await this.scan(bytes);
+    if (this.cache.size >= PROBE_CACHE_ENTRIES) this.cache.delete(this.cache.keys().next().value!);
+    this.cache.set(key, r);
+    return r;
+  }
+
+  private async scan(bytes: Uint8Array): Promise<VideoProbe> {
+    const path = join(await this.tempDir(), `v${++this.seq}`);
+    await writeFile(path, bytes);
+    try {
+      const r = await this.prober.probe(path);
+      return {
+        totalFrames: r.meta.numFrames,
+        avgFps: r.meta.averageFps ?? 0,
+        width: r.stream.width,
+        height: r.stream.height,
+      };
+    } catch (e) {
+      if (isMediaError(e) || e instanceof ProbeTimeoutError) throw new SglangValueError(`Failed to load video: ${(e as Error).message}`);
+      throw e;
+    } finally {
+      await rm(path, { force: true });
+    }
+  }
+
+  async close(): Promise<void> {
+    const d = this.dir;
+    this.dir = null;
+    if (d) await rm(await d, { recursive: true, force: true });
+  }
+}
