@@ -8,9 +8,12 @@
  * (first start, or waking after hibernation) all connected relays are asked to resync.
  */
 import { DurableObject } from "cloudflare:workers";
-import { RoutingCore, type RouteDecision, type RouteRequest, type SettleRequest, type WorkerRecord } from "../src/kv/routing-core.ts";
+import { RoutingCore, type RouteDecision, type RoutePreview, type RouteRequest, type SettleRequest, type WorkerRecord } from "../src/kv/routing-core.ts";
+import type { PoolMetricsSnapshot } from "../src/metrics/pool-snapshot.ts";
 import { RelayMessageSchema, type IndexToRelay } from "../src/kv/relay-protocol.ts";
 import { MAX_RELAY_MESSAGE_BYTES } from "../src/kv/relay-protocol.ts";
+import { initHashing } from "../src/util/hash.ts";
+import type { WorkerContract } from "../src/layout/index.ts";
 
 const SCHEMA_VERSION = 1;
 
@@ -26,6 +29,8 @@ export interface PoolProfile {
   blockSize: number | null;
   workers: number;
   workersUp: number;
+  /** The cohort contract when every up worker publishes the same one; else why not. */
+  cohort: { ok: true; contract: WorkerContract; digest: string } | { ok: false; reason: string; detail: string };
 }
 
 export class RoutingIndex extends DurableObject<RoutingIndexEnv> {
@@ -42,6 +47,7 @@ export class RoutingIndex extends DurableObject<RoutingIndexEnv> {
     }
     this.core = new RoutingCore({ blockSize: null, temperature });
     ctx.blockConcurrencyWhile(async () => {
+      await initHashing(); // contract digests (blake3) are computed on hello
       this.#ensureSchema();
       const bs = this.ctx.storage.sql.exec<{ v: string }>("SELECT v FROM meta WHERE k = 'block_size'").toArray()[0];
       if (bs) this.core.adoptBlockSize(Number(bs.v));
@@ -210,7 +216,7 @@ export class RoutingIndex extends DurableObject<RoutingIndexEnv> {
 
   async profile(): Promise<PoolProfile> {
     const ws = this.core.workers();
-    return { blockSize: this.core.blockSize, workers: ws.length, workersUp: ws.filter((w) => w.status === "up").length };
+    return { blockSize: this.core.blockSize, workers: ws.length, workersUp: ws.filter((w) => w.status === "up").length, cohort: this.core.cohort() };
   }
 
   async workers() {
@@ -241,7 +247,17 @@ export class RoutingIndex extends DurableObject<RoutingIndexEnv> {
   async workerLocalHashes(workerId: string): Promise<string[]> {
     const slot = this.core.slotOf(workerId);
     if (slot < 0) return [];
-    return this.core.index.workerLocalHashes(slot).map((h) => h.toString(16).padStart(16, "0"));
+    return this.core.index.workerLocalHashesHex(slot);
+  }
+
+  /** Operators: registry, load, index counters, routing decisions and receipts (/metrics, /dashboard). */
+  async metrics(): Promise<PoolMetricsSnapshot> {
+    return this.core.metricsSnapshot();
+  }
+
+  /** What route() would pick now, without adding load or a receipt (`POST /admin/explain`). */
+  async peek(req: { localHashes: readonly bigint[]; isl: number; exclude?: readonly string[] }): Promise<RoutePreview> {
+    return this.core.peek(req);
   }
 }
 

@@ -5,9 +5,10 @@ import "./wasm-shim.ts";
 import { RoutingIndex } from "../durable-objects/routing-index.ts";
 import { errorResponse, InvalidRequestError, MethodNotAllowedError, NotFoundError, AuthenticationError } from "../src/api/errors.ts";
 import { parseEdgeConfig, type EdgeConfig } from "../src/api/config.ts";
-import { requireAdmin, timingSafeEqualString, bearerToken } from "../src/edge/auth.ts";
+import { timingSafeEqualString, bearerToken } from "../src/edge/auth.ts";
 import { relayToken } from "../src/kv/relay-auth.ts";
 import { handleChatCompletions, type IndexClient } from "../src/edge/chat.ts";
+import { handleAdminRoute, type AdminIndexClient } from "../src/edge/admin-routes.ts";
 import { initHashing } from "../src/util/hash.ts";
 
 export { RoutingIndex };
@@ -73,15 +74,14 @@ async function route(request: Request, env: Env, ctx: ExecutionContext): Promise
     });
   }
   if (path === "/v1/relay") return handleRelayUpgrade(request, env, config);
-  if (path.startsWith("/admin/")) {
-    requireAdmin(request, config.adminToken);
-    const model = url.searchParams.get("model") ?? config.models[0]!.id;
-    if (!config.models.some((m) => m.id === model)) throw new NotFoundError(`Unknown model '${model}'.`, "model", "model_not_found");
-    const stub = indexFor(env, model);
-    if (path === "/admin/workers") return json({ model, workers: await stub.workers() });
-    if (path === "/admin/stats") return json({ model, stats: (await stub.stats()) as unknown });
-    const m = /^\/admin\/workers\/([^/]+)\/local-hashes$/.exec(path);
-    if (m) return json({ workerId: m[1], localHashes: await stub.workerLocalHashes(decodeURIComponent(m[1]!)) });
+  if (path === "/metrics" || path === "/dashboard" || path.startsWith("/admin/")) {
+    await initHashing();
+    const res = await handleAdminRoute(request, {
+      config,
+      index: (model) => indexFor(env, model) as unknown as AdminIndexClient,
+      fetch: (input, init) => fetch(input, init),
+    });
+    if (res) return res;
   }
   throw new NotFoundError(`No route for ${method} ${path}.`, null, "unknown_route");
 }

@@ -6,7 +6,8 @@
  */
 import { spawn, type ChildProcess } from "node:child_process";
 import { randomBytes } from "node:crypto";
-import { mkdtempSync, rmSync } from "node:fs";
+import { mkdtempSync, rmSync, readFileSync, existsSync, statSync } from "node:fs";
+import { createServer as createHttpServer, type Server } from "node:http";
 import { createServer } from "node:net";
 import { tmpdir } from "node:os";
 import { join, dirname } from "node:path";
@@ -33,6 +34,16 @@ export interface FleetOptions {
   vars?: Record<string, string>;
   /** Start the relays (false: workers without KV events routing). */
   relays?: boolean;
+  /** Directory served at `mediaUrl` (images/videos for media requests); none = no media server. */
+  mediaDir?: string;
+  /** Start the regional decode service (videos); default true when a media dir is given. */
+  decode?: boolean;
+  /** Exact media routing at the edge (KVEDGE_EXACT_MEDIA); default on. */
+  exactMedia?: boolean;
+  /** Model directory the workers and relays derive their contract from (default: the family's fixture). */
+  modelDir?: string;
+  /** Per-worker overrides: extra simulator CLI args (e.g. ["--no-mm-hashes"]). */
+  workerArgs?: string[][];
 }
 
 export interface FleetWorker {
@@ -43,14 +54,23 @@ export interface FleetWorker {
   replayPort: number;
   proc: ChildProcess;
   relay: ChildProcess | null;
+  /** The model directory this worker (and its relay) derive the contract from. */
+  modelDir: string;
 }
 
 export interface Fleet {
   edgeUrl: string;
+  /** Base URL of the local media server (when a media dir was given). */
+  mediaUrl: string | null;
+  decodeUrl: string | null;
   model: string;
   adminToken: string;
   relaySecret: string;
   workers: FleetWorker[];
+  /** Stops the decode service (videos then fall back to text-prefix routing). */
+  stopDecode(): Promise<void>;
+  /** Starts one more worker (and its relay) with extra simulator args; resolves once it is synced. */
+  addWorker(extraArgs?: string[]): Promise<FleetWorker>;
   /** SIGKILL a worker process (its relay notices and reports it down). */
   killWorker(i: number): Promise<void>;
   /** Waits until every live worker's relay has synced its blocks with the index. */
@@ -149,8 +169,54 @@ export async function startFleet(opts: FleetOptions = {}): Promise<Fleet> {
   };
   process.once("exit", killAll);
 
+  const modelDir = opts.modelDir ?? join(ROOT, "test/fixtures/models", family);
+
+  // Local media server: the only place the edge's SSRF allowlist lets it fetch from loopback.
+  let mediaServer: Server | null = null;
+  let mediaUrl: string | null = null;
+  if (opts.mediaDir) {
+    const dir = opts.mediaDir;
+    mediaServer = createHttpServer((req, res) => {
+      const name = decodeURIComponent((req.url ?? "/").split("?")[0]!.slice(1));
+      const file = join(dir, name);
+      if (!name || name.includes("..") || !existsSync(file) || !statSync(file).isFile()) {
+        res.writeHead(404).end();
+        return;
+      }
+      const bytes = readFileSync(file);
+      res.writeHead(200, { "content-length": bytes.length, "cache-control": "no-store" }).end(bytes);
+    });
+    await new Promise<void>((r) => mediaServer!.listen(0, "127.0.0.1", r));
+    const a = mediaServer.address();
+    mediaUrl = `http://127.0.0.1:${typeof a === "object" && a ? a.port : 0}`;
+  }
+  const mediaHost = mediaUrl ? new URL(mediaUrl).host : null;
+
+  // Regional decode service (videos).
+  let decodeUrl: string | null = null;
+  let decodeProc: ChildProcess | null = null;
+  const decodeToken = randomBytes(16).toString("hex");
+  if (opts.decode ?? opts.mediaDir !== undefined) {
+    const decodePort = await freePort();
+    const args = [join(ROOT, "services/decode/main.ts"), "--host", "127.0.0.1", "--port", String(decodePort)];
+    if (mediaHost) args.push("--allow", mediaHost);
+    const dec = spawn(NODE, args, { cwd: ROOT, detached: true, env: { ...process.env, KVEDGE_DECODE_TOKEN: decodeToken }, stdio: ["ignore", "pipe", "pipe"] });
+    procs.push(dec);
+    decodeProc = dec;
+    pipeLogs(dec, "decode", log);
+    decodeUrl = `http://127.0.0.1:${decodePort}`;
+    await waitFor(async () => (await fetch(`${decodeUrl}/healthz`)).status < 500, 30_000, "decode service", dec);
+  }
+
   const models = JSON.stringify([{ id: model, family, templateId: template, blockSize: pageSize }]);
-  const vars: Record<string, string> = { KVEDGE_MODELS: models, RELAY_SECRET: relaySecret, ADMIN_TOKEN: adminToken, ...opts.vars };
+  const vars: Record<string, string> = { KVEDGE_MODELS: models, RELAY_SECRET: relaySecret, ADMIN_TOKEN: adminToken };
+  if (mediaHost) vars.KVEDGE_MEDIA = JSON.stringify({ allowlist: [mediaHost] });
+  if (decodeUrl) {
+    vars.KVEDGE_DECODE_URL = decodeUrl;
+    vars.DECODE_TOKEN = decodeToken;
+  }
+  if (opts.exactMedia === false) vars.KVEDGE_EXACT_MEDIA = "off";
+  Object.assign(vars, opts.vars);
   const wranglerArgs = [
     join(ROOT, "node_modules/wrangler/bin/wrangler.js"),
     "dev",
@@ -179,7 +245,7 @@ export async function startFleet(opts: FleetOptions = {}): Promise<Fleet> {
   const edgeUrl = `http://127.0.0.1:${edgePort}`;
 
   const workers: FleetWorker[] = [];
-  const startWorker = async (i: number): Promise<FleetWorker> => {
+  const startWorker = async (i: number, extraArgs: string[] = []): Promise<FleetWorker> => {
     const [port, kvPort, replayPort] = [await freePort(), await freePort(), await freePort()];
     const id = `w${i + 1}`;
     const args = [
@@ -192,6 +258,9 @@ export async function startFleet(opts: FleetOptions = {}): Promise<Fleet> {
       "--model-name", model,
       "--family", family,
       "--template", template,
+      "--model-dir", modelDir,
+      ...(opts.workerArgs?.[i] ?? []),
+      ...extraArgs,
     ];
     if (opts.timingPreset) args.push("--timing", opts.timingPreset);
     const proc = spawn(NODE, args, { cwd: ROOT, detached: true, stdio: ["ignore", "pipe", "pipe"] });
@@ -199,7 +268,8 @@ export async function startFleet(opts: FleetOptions = {}): Promise<Fleet> {
     pipeLogs(proc, id, log);
     const url = `http://127.0.0.1:${port}`;
     await waitFor(async () => (await fetch(`${url}/health`)).ok, 30_000, `worker ${id}`, proc);
-    return { id, url, port, kvPort, replayPort, proc, relay: null };
+    const md = extraArgs.lastIndexOf("--model-dir");
+    return { id, url, port, kvPort, replayPort, proc, relay: null, modelDir: md >= 0 ? extraArgs[md + 1]! : modelDir };
   };
   for (let i = 0; i < n; i++) workers.push(await startWorker(i));
 
@@ -215,6 +285,7 @@ export async function startFleet(opts: FleetOptions = {}): Promise<Fleet> {
         "--worker-id", w.id,
         "--model", model,
         "--secret-env", "KVEDGE_RELAY_SECRET",
+        "--model-dir", w.modelDir,
       ],
       { cwd: ROOT, detached: true, env: { ...process.env, KVEDGE_RELAY_SECRET: relaySecret }, stdio: ["ignore", "pipe", "pipe"] },
     );
@@ -245,12 +316,24 @@ export async function startFleet(opts: FleetOptions = {}): Promise<Fleet> {
 
   return {
     edgeUrl,
+    mediaUrl,
+    decodeUrl,
     model,
     adminToken,
     relaySecret,
     workers,
     admin,
     waitForSync,
+    stopDecode: () => stopProc(decodeProc, "SIGKILL"),
+    async addWorker(extraArgs: string[] = []) {
+      const w = await startWorker(workers.length, extraArgs);
+      workers.push(w);
+      if (opts.relays !== false) {
+        w.relay = startRelay(w);
+        await waitForSync();
+      }
+      return w;
+    },
     async killWorker(i: number) {
       const w = workers[i]!;
       await stopProc(w.proc, "SIGKILL");
@@ -258,6 +341,7 @@ export async function startFleet(opts: FleetOptions = {}): Promise<Fleet> {
     async stop() {
       await Promise.all(procs.map((p) => stopProc(p)));
       process.removeListener("exit", killAll);
+      if (mediaServer) await new Promise<void>((r) => mediaServer!.close(() => r()));
       if (ownsPersist) rmSync(persistTo, { recursive: true, force: true });
     },
   };

@@ -160,6 +160,15 @@ export function serverInfo(d: HttpServerDeps): Record<string, unknown> {
   };
 }
 
+/** The last /generate bodies' routing-relevant fields (debug only; bounded). */
+const recentRequests: { rid: string | null; mmHashes: unknown; images: number; videos: number }[] = [];
+function recordRequest(body: unknown): void {
+  const b = (body ?? {}) as { rid?: unknown; mm_hashes?: unknown; image_data?: unknown; video_data?: unknown };
+  const count = (v: unknown) => (Array.isArray(v) ? v.length : v ? 1 : 0);
+  recentRequests.push({ rid: typeof b.rid === "string" ? b.rid : null, mmHashes: b.mm_hashes ?? null, images: count(b.image_data), videos: count(b.video_data) });
+  if (recentRequests.length > 256) recentRequests.shift();
+}
+
 export function createHttpServer(d: HttpServerDeps): Server {
   const gen: GenerateContext = d.openai;
   const server = createServer((req, res) => {
@@ -180,7 +189,10 @@ async function route(req: IncomingMessage, res: ServerResponse, d: HttpServerDep
 
   if (path === "/generate" && (method === "POST" || method === "PUT")) {
     const body = await readJson(req, res);
-    if (body.ok) await handleGenerate(res, body.value, gen);
+    if (body.ok) {
+      recordRequest(body.value);
+      await handleGenerate(res, body.value, gen);
+    }
     return;
   }
   if (path === "/v1/chat/completions" && method === "POST") {
@@ -253,6 +265,10 @@ async function route(req: IncomingMessage, res: ServerResponse, d: HttpServerDep
     const b = (body.value ?? {}) as { rid?: unknown; abort_all?: unknown };
     d.engine.abort(typeof b.rid === "string" ? b.rid : "", b.abort_all === true);
     return sendEmpty(res, 200);
+  }
+  if (path === "/debug/requests" && method === "GET") {
+    // Not SGLang: what callers sent, so tests can check e.g. that mm_hashes were (not) forwarded.
+    return sendJson(res, 200, { requests: recentRequests });
   }
   if (path === "/debug/cache" && method === "GET") {
     const c = d.engine.cache;

@@ -57,6 +57,13 @@ export const EdgeEnvSchema = z.object({
   KVEDGE_MODELS: jsonVar(z.array(ModelConfigSchema).min(1).max(64), "KVEDGE_MODELS"),
   KVEDGE_LIMITS: jsonVar(z.record(z.string(), z.unknown()), "KVEDGE_LIMITS"),
   KVEDGE_ROUTING: jsonVar(RoutingConfigSchema.partial(), "KVEDGE_ROUTING"),
+  /** SSRF-safe media fetch policy (caps, timeouts, a local-development allowlist; off by default). */
+  KVEDGE_MEDIA: jsonVar(z.record(z.string(), z.unknown()), "KVEDGE_MEDIA"),
+  /** Regional decode service for videos (probe → content hash, frames, fps, size). */
+  KVEDGE_DECODE_URL: z.string().url().optional(),
+  DECODE_TOKEN: z.string().min(1).optional(),
+  /** "off" disables exact media routing (every media request routes on its text prefix). */
+  KVEDGE_EXACT_MEDIA: z.enum(["on", "off"]).optional(),
   RELAY_SECRET: z.string().min(16).optional(),
   ADMIN_TOKEN: z.string().min(16).optional(),
   /** Comma-separated client API keys; when set, `Authorization: Bearer <key>` is required. */
@@ -65,6 +72,9 @@ export const EdgeEnvSchema = z.object({
 
 export interface EdgeConfig {
   models: ModelConfig[];
+  media: Record<string, unknown>;
+  decode: { url?: string; token?: string; timeoutMs?: number };
+  exactMedia: boolean;
   limitsOverride: Record<string, unknown>;
   routing: RoutingConfig;
   relaySecret: string | null;
@@ -77,6 +87,12 @@ export function parseEdgeConfig(env: Record<string, unknown>): EdgeConfig {
   const keys = parsed.KVEDGE_API_KEYS?.split(",").map((k) => k.trim()).filter(Boolean) ?? [];
   return {
     models: parsed.KVEDGE_MODELS ?? DEFAULT_MODELS,
+    media: parsed.KVEDGE_MEDIA ?? {},
+    decode: {
+      ...(parsed.KVEDGE_DECODE_URL ? { url: parsed.KVEDGE_DECODE_URL } : {}),
+      ...(parsed.DECODE_TOKEN ? { token: parsed.DECODE_TOKEN } : {}),
+    },
+    exactMedia: parsed.KVEDGE_EXACT_MEDIA !== "off",
     limitsOverride: parsed.KVEDGE_LIMITS ?? {},
     routing: RoutingConfigSchema.parse(parsed.KVEDGE_ROUTING ?? {}),
     relaySecret: parsed.RELAY_SECRET ?? null,

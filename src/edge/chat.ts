@@ -23,10 +23,20 @@ import type { RouteDecision, RouteRequest, SettleRequest } from "../kv/routing-c
 import { buildGenerateBody, newRequestId } from "../proxy/generate-request.ts";
 import { createChatStreamTranslator, translateGenerateHttp } from "../proxy/translate.ts";
 import { requireApiKey } from "./auth.ts";
+import { resolveMedia, type MediaDeps, type MediaPartRef } from "./media.ts";
+import { buildRoutingView, requestIneligibility, type WorkerContract } from "../layout/index.ts";
+import { mmHashesAllowed } from "../proxy/generate-request.ts";
+import { SafeFetcher } from "../media/safe-fetch.ts";
+import { DecodeClient } from "../media/decode-client.ts";
 
 /** What the edge needs from the routing index (the Durable Object stub satisfies it). */
+export interface PoolCohort {
+  cohort: { ok: true; contract: WorkerContract; digest: string } | { ok: false; reason: string; detail: string };
+}
+
 export interface IndexClient {
   route(req: RouteRequest): Promise<RouteDecision | null>;
+  profile(): Promise<PoolCohort>;
   settle(req: SettleRequest): Promise<void>;
   markDown(workerId: string, reason: string): Promise<void>;
 }
@@ -45,6 +55,8 @@ interface RoutingPlan {
   localHashes: bigint[];
   isl: number;
   fallbackReason: FallbackReason;
+  /** Forwarded to SGLang only when the exact layout was built (images first, then videos). */
+  mmHashes: string[] | null;
 }
 
 let limitsCache: { src: Record<string, unknown>; limits: Limits } | null = null;
@@ -63,11 +75,93 @@ function modelConfig(config: EdgeConfig, model: string): ModelConfig {
  * The token view the index is asked about. Text-only: the prompt's own tokens. With media, until
  * the exact layout is built, only the text before the first media placeholder can be predicted.
  */
-export function planRouting(tokens: readonly number[], blockSize: number, visionStartId: number, hasMedia: boolean): RoutingPlan {
-  if (!hasMedia) return { localHashes: localBlockHashes(tokens, blockSize), isl: tokens.length, fallbackReason: null };
+export function planRouting(tokens: readonly number[], blockSize: number, visionStartId: number, fallbackReason: FallbackReason): RoutingPlan {
+  if (fallbackReason === null) return { localHashes: localBlockHashes(tokens, blockSize), isl: tokens.length, fallbackReason: null, mmHashes: null };
   const cut = tokens.indexOf(visionStartId);
   const prefix = cut < 0 ? tokens : tokens.slice(0, cut);
-  return { localHashes: localBlockHashes(prefix, blockSize), isl: tokens.length, fallbackReason: "media_layout_unavailable" };
+  return { localHashes: localBlockHashes(prefix, blockSize), isl: tokens.length, fallbackReason, mmHashes: null };
+}
+
+/** Per-isolate cache of each pool's cohort (a DO round trip per request would be wasteful). */
+const cohortCache = new Map<string, { at: number; value: PoolCohort }>();
+async function poolCohort(index: IndexClient, model: string, ttlMs: number): Promise<PoolCohort> {
+  const hit = cohortCache.get(model);
+  const now = Date.now();
+  if (hit && now - hit.at < ttlMs) return hit.value;
+  const value = await index.profile();
+  cohortCache.set(model, { at: now, value });
+  return value;
+}
+
+let mediaDepsCache: { config: EdgeConfig; deps: MediaDeps } | null = null;
+function mediaDeps(deps: Pick<ChatDeps, "config" | "fetch">): MediaDeps {
+  if (mediaDepsCache?.config !== deps.config) {
+    const policy = deps.config.media as { maxBytes?: number };
+    mediaDepsCache = {
+      config: deps.config,
+      deps: {
+        fetcher: new SafeFetcher(deps.config.media, { fetch: (url, init) => deps.fetch(url, init) }),
+        decode: new DecodeClient(deps.config.decode, (u, i) => deps.fetch(u, i)),
+        maxImageBytes: policy.maxBytes ?? 20 * 1024 * 1024,
+      },
+    };
+  }
+  return mediaDepsCache.deps;
+}
+
+/**
+ * Content part kinds in prompt order (messages are separated, so only parts within one message can
+ * be adjacent) and any client-supplied media uuids.
+ */
+function requestShape(req: ChatCompletionRequest): { partTypes: string[]; uuids: string[] } {
+  const partTypes: string[] = [];
+  const uuids: string[] = [];
+  for (const m of req.messages) {
+    const c = (m as { content?: unknown }).content;
+    partTypes.push("text");
+    if (!Array.isArray(c)) continue;
+    for (const part of c as { type?: string; uuid?: unknown }[]) {
+      const t = part.type;
+      partTypes.push(t === "image_url" || t === "input_image" ? "image" : t === "video_url" ? "video" : t === "input_audio" || t === "audio_url" ? "audio" : "text");
+      if (typeof part.uuid === "string") uuids.push(part.uuid);
+    }
+  }
+  return { partTypes, uuids };
+}
+
+/**
+ * Exact media routing: the token view SGLang will cache (every media token = the item's pad value),
+ * or the named reason it cannot be built, in which case the request routes on its text prefix.
+ */
+async function planMediaRouting(
+  deps: Pick<ChatDeps, "config" | "fetch">,
+  req: ChatCompletionRequest,
+  tokens: readonly number[],
+  parts: readonly MediaPartRef[],
+  model: ModelConfig,
+  index: IndexClient,
+): Promise<RoutingPlan> {
+  const tokenizer = getQwenTokenizer(model.family);
+  const media = mediaDeps(deps);
+  // Never forward a URL the SSRF policy refuses, whatever the routing outcome.
+  for (const p of parts) if (!p.url.startsWith("data:")) media.fetcher.checkUrl(p.url, p.param);
+  const fallback = (reason: string) => planRouting(tokens, model.blockSize, tokenizer.specialIds.visionStart, reason);
+  if (!deps.config.exactMedia) return fallback("exact_media_disabled");
+  const { partTypes, uuids } = requestShape(req);
+  const shape = requestIneligibility({
+    partTypes,
+    mmProcessorKwargs: (req as { mm_processor_kwargs?: unknown }).mm_processor_kwargs,
+    mediaUuids: uuids,
+  });
+  if (shape) return fallback(shape.reason);
+  if (!mmHashesAllowed(req)) return fallback("n_greater_than_one");
+  const { cohort } = await poolCohort(index, model.id, deps.config.routing.profileTtlMs);
+  if (!cohort.ok) return fallback(cohort.reason);
+  const resolved = await resolveMedia(parts, cohort.digest, media);
+  if (resolved.unresolved) return fallback(resolved.unresolved.reason);
+  const view = buildRoutingView(cohort.contract, tokens, resolved.items, (t) => tokenizer.encode(t));
+  if (!view.ok) return fallback(view.reason);
+  return { localHashes: localBlockHashes(view.tokens, model.blockSize), isl: view.tokens.length, fallbackReason: null, mmHashes: view.mmHashes };
 }
 
 function routingHeaders(d: RouteDecision, plan: RoutingPlan, requestId: string, attempts: number): Headers {
@@ -93,19 +187,46 @@ class RetryableUpstream extends Error {
   }
 }
 
-export async function handleChatCompletions(request: Request, deps: ChatDeps): Promise<Response> {
-  const { config } = deps;
-  requireApiKey(request, config.apiKeys);
-  const limits = limitsOf(config);
-  const bodyText = await readBodyText(request.body, limits, request.headers.get("content-length"));
-  const req = parseChatRequest(bodyText, limits);
-  const model = modelConfig(config, req.model);
+export interface PreparedRouting {
+  model: ModelConfig;
+  prompt: ReturnType<typeof preparePrompt>;
+  tokens: number[];
+  plan: RoutingPlan;
+  index: IndexClient;
+}
+
+/**
+ * Everything up to the pick: template → tokens → media identity → layout → block hashes. Shared by
+ * the chat handler and the admin `explain` endpoint so both always agree.
+ */
+export async function prepareRouting(req: ChatCompletionRequest, deps: Pick<ChatDeps, "config" | "index" | "fetch">): Promise<PreparedRouting> {
+  const model = modelConfig(deps.config, req.model);
   const prompt = preparePrompt(req, { family: model.family, templateId: model.templateId });
   const tokenizer = getQwenTokenizer(model.family);
   const tokens = tokenizer.encode(prompt.text);
   if (tokens.length === 0) throw new InvalidRequestError("The prompt is empty.", "messages");
-  const plan = planRouting(tokens, model.blockSize, tokenizer.specialIds.visionStart, prompt.mediaParts.length > 0);
   const index = deps.index(model.id);
+  const parts: MediaPartRef[] = prompt.mediaParts.map((p) => ({
+    kind: p.kind,
+    url: p.url,
+    param: `messages[${p.messageIndex}].content[${p.partIndex}]`,
+  }));
+  const plan =
+    parts.length === 0
+      ? planRouting(tokens, model.blockSize, tokenizer.specialIds.visionStart, null)
+      : await planMediaRouting(deps, req, tokens, parts, model, index);
+  return { model, prompt, tokens, plan, index };
+}
+
+export async function handleChatCompletions(request: Request, deps: ChatDeps): Promise<Response> {
+  const { config } = deps;
+  // workerd advances clocks only across I/O, so this measures what awaits cost (body, index RPC).
+  const arrivedAt = Date.now();
+  requireApiKey(request, config.apiKeys);
+  const limits = limitsOf(config);
+  const bodyText = await readBodyText(request.body, limits, request.headers.get("content-length"));
+  const req = parseChatRequest(bodyText, limits);
+  const { model, prompt, tokens, plan, index } = await prepareRouting(req, deps);
   const requestId = newRequestId();
   const body = buildGenerateBody(req, {
     text: prompt.text,
@@ -113,6 +234,7 @@ export async function handleChatCompletions(request: Request, deps: ChatDeps): P
     media: {
       imageData: prompt.mediaParts.filter((p) => p.kind === "image").map((p) => p.url),
       videoData: prompt.mediaParts.filter((p) => p.kind === "video").map((p) => p.url),
+      ...(plan.mmHashes ? { mmHashes: plan.mmHashes } : {}),
     },
   });
   const bodyJson = JSON.stringify(body);
@@ -122,7 +244,9 @@ export async function handleChatCompletions(request: Request, deps: ChatDeps): P
   for (let attempt = 1; attempt <= config.routing.maxAttempts; attempt++) {
     const decision = await index.route({ localHashes: plan.localHashes, isl: plan.isl, exclude, fallbackReason: plan.fallbackReason });
     if (!decision) break;
-    const settle = (s: Omit<SettleRequest, "receiptId">) => deps.waitUntil(index.settle({ receiptId: decision.receiptId, ...s }).catch(() => undefined));
+    const edgeOverheadMs = Date.now() - arrivedAt;
+    const settle = (s: Omit<SettleRequest, "receiptId">) =>
+      deps.waitUntil(index.settle({ receiptId: decision.receiptId, edgeOverheadMs, ...s }).catch(() => undefined));
     try {
       const res = await proxyOnce(deps, decision, req, bodyJson, requestId, config.routing.upstreamHeadersTimeoutMs, settle);
       const headers = routingHeaders(decision, plan, requestId, attempt);
@@ -130,7 +254,7 @@ export async function handleChatCompletions(request: Request, deps: ChatDeps): P
       return new Response(res.body, { status: res.status, headers });
     } catch (err) {
       if (err instanceof RetryableUpstream) {
-        settle({ promptTokens: null, cachedTokens: null, outcome: "error" });
+        settle({ promptTokens: null, cachedTokens: null, outcome: "error", retrying: attempt < config.routing.maxAttempts });
         if (err.markDown) deps.waitUntil(index.markDown(decision.workerId, err.message).catch(() => undefined));
         exclude.push(decision.workerId);
         lastError = new UpstreamError(`Worker ${decision.workerId} failed before answering: ${err.message}`, null, "worker_unavailable");

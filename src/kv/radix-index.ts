@@ -1,48 +1,317 @@
 /**
  * The router's block index: a radix tree over local block hashes (xxh3 of each full block's
  * tokens), one shared tree for all workers of a pool. Each node records which workers hold that
- * block. The engine's own block hashes are opaque ids: they are only used to find the node a
+ * block. The engine's own block hashes are opaque 64-bit ids: they are only used to find the node a
  * parent link or a removal refers to (one lookup table per worker), so the router never has to
  * reproduce the engine's hash function. Overlap = consecutive leading blocks a worker holds.
+ *
+ * Layout (why: ≤ 100 B per indexed block and no GC pressure at millions of blocks, where one JS
+ * object + Map per node and a Map of strings per worker cost several hundred bytes per block):
+ * - Nodes live in one growable Int32Array, one record of `5 + W` words per node: parent id, local
+ *   hash lo/hi, child count, prefix key, then a W-word bitmask of worker slots (W = 2 covers 64
+ *   workers; the mask widens, re-laying out the records once, when a higher slot appears). Freed
+ *   records are chained in a free list and reused. Node 0 is the root.
+ * - The prefix key is a 32-bit rolling hash of the node's path (mix(parent key, local hash)). The
+ *   child table is keyed by it: open addressing over [prefix key, child id] pairs (linear probing,
+ *   backward-shift deletion, load ≤ 0.7); a hit is confirmed exactly against the child's record
+ *   (parent id + local hash), so key collisions only cost a probe. Because the keys of a query's
+ *   nodes follow from the query alone, findMatches computes them up front and touches the buckets
+ *   and records of the next blocks before walking: the cache misses of a cold path overlap instead
+ *   of forming one dependent chain per level (that chain, ~2 misses per block, dominates at 1 M
+ *   blocks). Stores do the same for a chain's child and engine buckets.
+ * - Each worker slot has its own open-addressing table engine hash (lo, hi) → node id (load ≤
+ *   0.7). Iterating it enumerates that worker's blocks, so clearing a worker is O(its blocks).
+ *
+ * Semantics (a path = the sequence of local hashes from the root; a node interns one path):
+ * - stored(w, parent, blocks): start at the node of engine hash `parent` of w (root if null),
+ *   walk/create one child per block, mark w on it and point w's engine hash at it. If that engine
+ *   hash pointed at another node before, w is detached from that node first (the engine re-used a
+ *   hash for another position).
+ * - removed(w, hashes): forget each engine hash and detach w from its node. Removing one of two
+ *   engine hashes of w that alias the same node detaches w (as before); the remaining alias keeps
+ *   the node alive (an extra reference) so later stores below it stay consistent.
+ * - A node with no worker, no child and no engine hash pointing at it is pruned.
+ * - Engine hashes are keyed by their 64-bit two's-complement value: "-1" and
+ *   "18446744073709551615" are the same block (SGLang emits int64 or uint64 for the same bits).
  */
-
-export interface IndexNode {
-  /** Local hash of the block this node stands for (0n at the root). */
-  readonly key: bigint;
-  readonly parent: IndexNode | null;
-  children: Map<bigint, IndexNode> | null;
-  /** Worker slots holding this block (small; usually 1–3). */
-  workers: number[];
-}
 
 export interface StoredBlock {
   engineHash: string;
   localHash: bigint;
 }
 
-export type ApplyResult = { ok: true; applied: number } | { ok: false; applied: number; error: "parent_not_found" | "self_parent" | "unknown_worker" };
+/** A stored block as it travels on the relay wire: decimal engine hash, 16-hex local hash. */
+export interface WireBlock {
+  h: string;
+  l: string;
+}
 
-interface WorkerState {
-  /** engine hash → node */
-  byEngineHash: Map<string, IndexNode>;
+/** A dump row: like WireBlock plus its parent engine hash (null = first block of a chain). */
+export interface WireDumpBlock extends WireBlock {
+  p: string | null;
+}
+
+export type IndexError = "parent_not_found" | "self_parent" | "unknown_worker";
+export type ApplyResult = { ok: true; applied: number } | { ok: false; applied: number; error: IndexError };
+
+// Node record fields (word offsets inside a record).
+const PARENT = 0; // parent node id; next free id while on the free list
+const LO = 1; // local hash, low 32 bits
+const HI = 2; // local hash, high 32 bits
+const KIDS = 3; // number of children
+const KEY = 4; // prefix key (rolling 32-bit hash of the path)
+const MASK = 5; // first of W mask words
+
+const TWO32 = 4294967296;
+const ROOT = 0;
+const NO_PARENT = -1;
+const ROOT_KEY = 0x2545f491;
+/** Blocks whose buckets are touched ahead of the walk (enough to overlap misses, little waste). */
+const AHEAD = 32;
+
+if (new Uint8Array(new Uint32Array([1]).buffer)[0] !== 1) throw new Error("radix index needs a little-endian platform");
+
+/** 3×u32 → u32 mixer (multiply-xorshift; keys are usually already random, tests use small ints). */
+function mix(a: number, b: number, c: number): number {
+  let h = Math.imul(a ^ 0x5bd1e995, 0x9e3779b1) ^ b;
+  h = Math.imul(h ^ (h >>> 16), 0x85ebca6b) ^ c;
+  h = Math.imul(h ^ (h >>> 13), 0xc2b2ae35);
+  return h ^ (h >>> 16);
+}
+
+// ---------------------------------------------------------------------------------------------
+// 64-bit string parsing without BigInt (BigInt parsing allocates and costs ~10× more per block).
+
+let parsedLo = 0;
+let parsedHi = 0;
+
+/** Parses a decimal int64/uint64 into parsedLo/parsedHi (two's complement mod 2^64, as int32 words). */
+function parseDecimal64(s: string): void {
+  const n = s.length;
+  let i = 0;
+  let neg = false;
+  if (n > 0 && s.charCodeAt(0) === 45) {
+    neg = true;
+    i = 1;
+  }
+  const digits = n - i;
+  if (digits < 1 || digits > 20) throw new RangeError(`engine hash ${JSON.stringify(s)} is not a decimal 64-bit integer`);
+  let lo: number;
+  let hi: number;
+  if (digits <= 15) {
+    // < 10^15 < 2^53: exact in a double.
+    let v = 0;
+    for (; i < n; i++) {
+      const d = s.charCodeAt(i) - 48;
+      if (d >>> 0 > 9) throw new RangeError(`engine hash ${JSON.stringify(s)} is not a decimal 64-bit integer`);
+      v = v * 10 + d;
+    }
+    lo = v >>> 0;
+    hi = (v - lo) / TWO32;
+  } else {
+    // value = x·10^6 + c with x < 10^14 (exact); the product is formed in 32-bit halves.
+    const split = n - 6;
+    let x = 0;
+    for (; i < split; i++) {
+      const d = s.charCodeAt(i) - 48;
+      if (d >>> 0 > 9) throw new RangeError(`engine hash ${JSON.stringify(s)} is not a decimal 64-bit integer`);
+      x = x * 10 + d;
+    }
+    let c = 0;
+    for (; i < n; i++) {
+      const d = s.charCodeAt(i) - 48;
+      if (d >>> 0 > 9) throw new RangeError(`engine hash ${JSON.stringify(s)} is not a decimal 64-bit integer`);
+      c = c * 10 + d;
+    }
+    const xlo = x >>> 0;
+    const xhi = (x - xlo) / TWO32;
+    const low = xlo * 1e6 + c; // < 2^32·10^6 + 10^6 < 2^53
+    lo = low >>> 0;
+    // Magnitudes ≥ 2^64 (20 digits pass the wire schema) wrap like any other bits: never thrown on.
+    hi = (xhi * 1e6 + (low - lo) / TWO32) >>> 0;
+  }
+  if (neg) {
+    // Two's-complement negation of the 64-bit magnitude.
+    hi = lo === 0 ? -hi : ~hi;
+    lo = -lo;
+  }
+  parsedLo = lo | 0;
+  parsedHi = hi | 0;
+}
+
+/** Parses 1–16 hex digits into parsedLo/parsedHi. */
+function parseHex64(s: string): void {
+  const n = s.length;
+  if (n < 1 || n > 16) throw new RangeError(`local hash ${JSON.stringify(s)} is not 16 hex digits`);
+  let lo = 0;
+  let hi = 0;
+  for (let i = 0; i < n; i++) {
+    const c = s.charCodeAt(i);
+    let v: number;
+    if (c >= 48 && c <= 57) v = c - 48;
+    else if (c >= 97 && c <= 102) v = c - 87;
+    else if (c >= 65 && c <= 70) v = c - 55;
+    else throw new RangeError(`local hash ${JSON.stringify(s)} is not 16 hex digits`);
+    hi = (hi << 4) | (lo >>> 28);
+    lo = (lo << 4) | v;
+  }
+  parsedLo = lo;
+  parsedHi = hi;
+}
+
+function u64ToBigInt(lo: number, hi: number): bigint {
+  return (BigInt(hi >>> 0) << 32n) | BigInt(lo >>> 0);
+}
+
+function hex8(x: number): string {
+  return (x >>> 0).toString(16).padStart(8, "0");
+}
+
+// ---------------------------------------------------------------------------------------------
+
+const ENGINE_SEED = 0x1b873593;
+
+/** One worker's engine hash → node table: open addressing, records [lo, hi, node]; node 0 = empty. */
+class EngineTable {
+  slots: Int32Array;
+  mask: number;
+  count = 0;
+
+  constructor(capacity = 16) {
+    this.slots = new Int32Array(capacity * 3);
+    this.mask = capacity - 1;
+  }
+
+  /** Bucket holding (lo, hi), or ~(the empty bucket where it would go) when absent. */
+  probe(lo: number, hi: number): number {
+    const t = this.slots;
+    const m = this.mask;
+    let i = mix(hi, lo, ENGINE_SEED) & m;
+    for (;;) {
+      const b = i * 3;
+      if (t[b + 2]! === 0) return ~i;
+      if (t[b]! === lo && t[b + 1]! === hi) return i;
+      i = (i + 1) & m;
+    }
+  }
+
+  /** Reads the home bucket of (lo, hi) so a later probe hits the cache. */
+  touch(lo: number, hi: number): number {
+    return this.slots[(mix(hi, lo, ENGINE_SEED) & this.mask) * 3 + 2]!;
+  }
+
+  /** Fills the empty bucket `i` returned (as ~i) by probe. */
+  insertAt(i: number, lo: number, hi: number, node: number): void {
+    const t = this.slots;
+    const b = i * 3;
+    t[b] = lo;
+    t[b + 1] = hi;
+    t[b + 2] = node;
+    if (++this.count * 10 > (this.mask + 1) * 7) this.#rehash((this.mask + 1) * 2);
+  }
+
+  /** Deletes bucket i by shifting later members of its probe run back (no tombstones). */
+  deleteAt(i: number): void {
+    const t = this.slots;
+    const m = this.mask;
+    let j = i;
+    for (;;) {
+      j = (j + 1) & m;
+      const bj = j * 3;
+      if (t[bj + 2]! === 0) break;
+      const home = mix(t[bj + 1]!, t[bj]!, ENGINE_SEED) & m;
+      // Move j into the hole unless its home lies cyclically in (i, j].
+      const stays = i <= j ? home > i && home <= j : home > i || home <= j;
+      if (!stays) {
+        const bi = i * 3;
+        t[bi] = t[bj]!;
+        t[bi + 1] = t[bj + 1]!;
+        t[bi + 2] = t[bj + 2]!;
+        i = j;
+      }
+    }
+    t[i * 3 + 2] = 0;
+    this.count--;
+    const cap = this.mask + 1;
+    if (cap > 16 && this.count * 8 < cap) this.#rehash(cap / 2);
+  }
+
+  #rehash(capacity: number): void {
+    const old = this.slots;
+    const t = new Int32Array(capacity * 3);
+    const m = capacity - 1;
+    for (let b = 0; b < old.length; b += 3) {
+      if (old[b + 2]! === 0) continue;
+      let i = mix(old[b + 1]!, old[b]!, ENGINE_SEED) & m;
+      while (t[i * 3 + 2]! !== 0) i = (i + 1) & m;
+      t[i * 3] = old[b]!;
+      t[i * 3 + 1] = old[b + 1]!;
+      t[i * 3 + 2] = old[b + 2]!;
+    }
+    this.slots = t;
+    this.mask = m;
+  }
 }
 
 export class RadixIndex {
-  readonly root: IndexNode = { key: 0n, parent: null, children: null, workers: [] };
-  #workers: (WorkerState | undefined)[] = [];
+  /** Mask words per node (32 worker slots each). */
+  #words = 2;
+  #stride = MASK + 2;
+  #nodes: Int32Array;
+  /** Records handed out at least once (ids < top). */
+  #top = 1;
+  #freeHead = 0;
+  #liveNodes = 0;
+  /** Child table: [prefix key, child id] pairs, id 0 = empty. */
+  #kids: Int32Array = new Int32Array(2 * 1024);
+  #kidMask = 1023;
+  #kidCount = 0;
+  /** Engine-hash references to a node beyond one per mask bit (aliases left after a detach). */
+  readonly #extraRefs = new Map<number, number>();
+  readonly #workers: (EngineTable | undefined)[] = [];
   #blockCount = 0;
+  #alive = new Int32Array(2);
+  #queryWords = new Uint32Array(256);
+  #queryBig = new BigUint64Array(this.#queryWords.buffer);
+  #keys = new Int32Array(128);
+  #engLo = new Int32Array(64);
+  #engHi = new Int32Array(64);
+  #locLo = new Int32Array(64);
+  #locHi = new Int32Array(64);
+  /** Receives prefetch reads so the optimiser cannot drop them. */
+  #sink = 0;
+
+  constructor() {
+    this.#nodes = new Int32Array(1024 * this.#stride);
+    this.#nodes[PARENT] = NO_PARENT;
+    this.#nodes[KEY] = ROOT_KEY;
+  }
 
   /** Number of (worker, block) entries held. */
   get size(): number {
     return this.#blockCount;
   }
 
+  /** Tree nodes besides the root (blocks held by at least one worker, or kept by a child/alias). */
+  get nodeCount(): number {
+    return this.#liveNodes;
+  }
+
+  /** Bytes of typed-array storage currently reserved (nodes, child table, engine tables). */
+  storageBytes(): number {
+    let n = this.#nodes.byteLength + this.#kids.byteLength;
+    for (const t of this.#workers) if (t) n += t.slots.byteLength;
+    return n;
+  }
+
   workerBlockCount(slot: number): number {
-    return this.#workers[slot]?.byEngineHash.size ?? 0;
+    return this.#workers[slot]?.count ?? 0;
   }
 
   ensureWorker(slot: number): void {
-    if (!this.#workers[slot]) this.#workers[slot] = { byEngineHash: new Map() };
+    if (!Number.isInteger(slot) || slot < 0) throw new RangeError(`bad worker slot ${slot}`);
+    if (slot >= this.#words * 32) this.#widen(Math.ceil((slot + 1) / 32));
+    if (!this.#workers[slot]) this.#workers[slot] = new EngineTable();
   }
 
   hasWorker(slot: number): boolean {
@@ -51,50 +320,94 @@ export class RadixIndex {
 
   /** Stores a chain of blocks below `parentEngineHash` (null = root). */
   applyStored(slot: number, parentEngineHash: string | null, blocks: readonly StoredBlock[]): ApplyResult {
-    const ws = this.#workers[slot];
-    if (!ws) return { ok: false, applied: 0, error: "unknown_worker" };
-    let cur: IndexNode;
-    if (parentEngineHash === null) cur = this.root;
-    else {
-      const p = ws.byEngineHash.get(parentEngineHash);
-      if (!p) return { ok: false, applied: 0, error: "parent_not_found" };
-      cur = p;
+    const n = blocks.length;
+    this.#reserveBlocks(n);
+    const big = this.#queryBig;
+    const words = this.#queryWords;
+    for (let i = 0; i < n; i++) {
+      const b = blocks[i]!;
+      parseDecimal64(b.engineHash);
+      this.#engLo[i] = parsedLo;
+      this.#engHi[i] = parsedHi;
+      big[0] = b.localHash;
+      this.#locLo[i] = words[0]!;
+      this.#locHi[i] = words[1]!;
     }
+    return this.#applyParsed(slot, parentEngineHash, n);
+  }
+
+  /** Like applyStored, with blocks as they arrive on the relay wire (no BigInt conversion). */
+  applyStoredWire(slot: number, parentEngineHash: string | null, blocks: readonly WireBlock[]): ApplyResult {
+    const n = blocks.length;
+    this.#reserveBlocks(n);
+    for (let i = 0; i < n; i++) {
+      const b = blocks[i]!;
+      parseDecimal64(b.h);
+      this.#engLo[i] = parsedLo;
+      this.#engHi[i] = parsedHi;
+      parseHex64(b.l);
+      this.#locLo[i] = parsedLo;
+      this.#locHi[i] = parsedHi;
+    }
+    return this.#applyParsed(slot, parentEngineHash, n);
+  }
+
+  /**
+   * Stores dump rows (each with its own parent, parents before children). Returns how many rows
+   * were stored and how many failed (unknown parent or self parent); an unknown worker fails all.
+   */
+  applyDumpWire(slot: number, rows: readonly WireDumpBlock[]): { applied: number; failed: number } {
+    const table = this.#workers[slot];
+    if (!table) return { applied: 0, failed: rows.length };
     let applied = 0;
-    for (const b of blocks) {
-      if (b.engineHash === parentEngineHash) return { ok: false, applied, error: "self_parent" };
-      const existing = ws.byEngineHash.get(b.engineHash);
-      let child = cur.children?.get(b.localHash);
-      if (!child) {
-        child = { key: b.localHash, parent: cur, children: null, workers: [] };
-        (cur.children ??= new Map()).set(b.localHash, child);
+    for (const r of rows) {
+      let parent = ROOT;
+      let pLo = 0;
+      let pHi = 0;
+      if (r.p !== null) {
+        parseDecimal64(r.p);
+        pLo = parsedLo;
+        pHi = parsedHi;
+        const at = table.probe(pLo, pHi);
+        if (at < 0) continue;
+        parent = table.slots[at * 3 + 2]!;
       }
-      if (existing && existing !== child) {
-        // The engine re-used a hash for a different position: drop the old placement first.
-        this.#detach(slot, existing);
-        ws.byEngineHash.delete(b.engineHash);
-      }
-      if (!child.workers.includes(slot)) {
-        child.workers.push(slot);
-        this.#blockCount++;
-      }
-      ws.byEngineHash.set(b.engineHash, child);
-      cur = child;
+      parseDecimal64(r.h);
+      const eLo = parsedLo;
+      const eHi = parsedHi;
+      if (r.p !== null && eLo === pLo && eHi === pHi) continue;
+      parseHex64(r.l);
+      const key = mix(this.#nodes[parent * this.#stride + KEY]!, parsedLo, parsedHi) | 0;
+      this.#storeOne(slot, table, parent, key, eLo, eHi, parsedLo, parsedHi);
       applied++;
     }
-    return { ok: true, applied };
+    return { applied, failed: rows.length - applied };
   }
 
   /** Removes blocks by engine hash; unknown hashes are ignored (they may predate our view). */
   applyRemoved(slot: number, engineHashes: readonly string[]): number {
-    const ws = this.#workers[slot];
-    if (!ws) return 0;
+    const table = this.#workers[slot];
+    if (!table) return 0;
+    const n = engineHashes.length;
+    this.#reserveBlocks(n);
+    const engLo = this.#engLo;
+    const engHi = this.#engHi;
+    let sink = 0;
+    for (let i = 0; i < n; i++) {
+      parseDecimal64(engineHashes[i]!);
+      engLo[i] = parsedLo;
+      engHi[i] = parsedHi;
+      // Touch the bucket now so the misses of the whole batch overlap (see the file comment).
+      sink ^= table.touch(parsedLo, parsedHi);
+    }
+    this.#sink = sink;
     let removed = 0;
-    for (const h of engineHashes) {
-      const node = ws.byEngineHash.get(h);
-      if (!node) continue;
-      ws.byEngineHash.delete(h);
-      this.#detach(slot, node);
+    for (let i = 0; i < n; i++) {
+      const at = table.probe(engLo[i]!, engHi[i]!);
+      if (at < 0) continue;
+      const node = table.slots[at * 3 + 2]!;
+      table.deleteAt(at);
+      this.#unref(slot, node);
       removed++;
     }
     return removed;
@@ -102,10 +415,15 @@ export class RadixIndex {
 
   /** Drops every block of a worker (AllBlocksCleared, dump replacement, worker down). */
   clearWorker(slot: number): void {
-    const ws = this.#workers[slot];
-    if (!ws) return;
-    for (const node of ws.byEngineHash.values()) this.#detach(slot, node);
-    ws.byEngineHash.clear();
+    const table = this.#workers[slot];
+    if (!table) return;
+    if (table.count > 0) {
+      const t = table.slots;
+      // A node loses its last reference only once all of this worker's aliases of it are
+      // processed, so pruning never frees a node that a later bucket still names.
+      for (let b = 2; b < t.length; b += 3) if (t[b]! !== 0) this.#unref(slot, t[b]!);
+    }
+    this.#workers[slot] = new EngineTable();
   }
 
   /** Forgets the worker slot entirely. */
@@ -114,52 +432,397 @@ export class RadixIndex {
     this.#workers[slot] = undefined;
   }
 
-  #detach(slot: number, node: IndexNode): void {
-    const i = node.workers.indexOf(slot);
-    if (i < 0) return;
-    node.workers[i] = node.workers[node.workers.length - 1]!;
-    node.workers.pop();
-    this.#blockCount--;
-    // Prune empty leaves upward so the tree does not keep dead paths.
-    let n: IndexNode | null = node;
-    while (n && n.parent && n.workers.length === 0 && (!n.children || n.children.size === 0)) {
-      n.parent.children!.delete(n.key);
-      if (n.parent.children!.size === 0) n.parent.children = null;
-      n = n.parent;
-    }
-  }
-
   /**
    * Overlap per worker slot: the number of consecutive leading blocks of `localHashes` it holds.
    * `scores` is a caller-owned buffer (length ≥ max slot + 1), zeroed here.
    */
-  findMatches(localHashes: readonly bigint[], scores: Int32Array): void {
+  findMatches(localHashes: readonly bigint[] | BigUint64Array, scores: Int32Array): void {
+    const n = localHashes.length;
+    if (this.#queryBig.length < n) {
+      this.#queryWords = new Uint32Array(2 * Math.max(n, this.#queryBig.length * 2));
+      this.#queryBig = new BigUint64Array(this.#queryWords.buffer);
+    }
+    const big = this.#queryBig;
+    // A bigint stored into a BigUint64Array converts without allocating; the Uint32 view of the
+    // same buffer then yields lo/hi words.
+    if (localHashes instanceof BigUint64Array) big.set(localHashes);
+    else for (let i = 0; i < n; i++) big[i] = localHashes[i]!;
+    this.findMatchesWords(this.#queryWords, n, scores);
+  }
+
+  /**
+   * findMatches over `count` local hashes given as little-endian u32 pairs (lo at 2i, hi at
+   * 2i + 1), e.g. a Uint32Array view of a BigUint64Array.
+   */
+  findMatchesWords(words: Uint32Array, count: number, scores: Int32Array): void {
     scores.fill(0);
-    let cur = this.root;
-    for (let depth = 0; depth < localHashes.length; depth++) {
-      const nxt = cur.children?.get(localHashes[depth]!);
-      if (!nxt) return;
-      let advanced = false;
-      for (const w of nxt.workers) {
-        if (scores[w] === depth) {
-          scores[w] = depth + 1;
-          advanced = true;
+    if (count === 0) return;
+    if (this.#keys.length < count) this.#keys = new Int32Array(Math.max(count, this.#keys.length * 2));
+    const keys = this.#keys;
+    const kt = this.#kids;
+    const km = this.#kidMask;
+    const nodes = this.#nodes;
+    const stride = this.#stride;
+    const W = this.#words;
+    const alive = this.#alive;
+    let sink = 0;
+    let key = ROOT_KEY;
+    let ahead = 0;
+    let cur = ROOT;
+    let depth = 0;
+    for (; depth < count; depth++) {
+      if (depth === ahead) {
+        // Next stretch: derive its prefix keys, then touch buckets and (likely) records, all
+        // independent loads that the CPU overlaps.
+        const end = Math.min(count, ahead + AHEAD);
+        for (let d = ahead; d < end; d++) {
+          key = mix(key, words[2 * d]! | 0, words[2 * d + 1]! | 0) | 0;
+          keys[d] = key;
+          sink ^= kt[2 * (key & km) + 1]!;
+        }
+        for (let d = ahead; d < end; d++) sink ^= nodes[kt[2 * (keys[d]! & km) + 1]! * stride + MASK]!;
+        ahead = end;
+      }
+      const k = keys[depth]!;
+      const lo = words[2 * depth]! | 0;
+      const hi = words[2 * depth + 1]! | 0;
+      let i = k & km;
+      let nxt = 0;
+      for (;;) {
+        const id = kt[2 * i + 1]!;
+        if (id === 0) break;
+        if (kt[2 * i]! === k) {
+          const b = id * stride;
+          if (nodes[b + PARENT]! === cur && nodes[b + LO]! === lo && nodes[b + HI]! === hi) {
+            nxt = id;
+            break;
+          }
+        }
+        i = (i + 1) & km;
+      }
+      if (nxt === 0) break;
+      const base = nxt * stride + MASK;
+      let any = 0;
+      if (depth === 0) {
+        for (let w = 0; w < W; w++) any |= alive[w] = nodes[base + w]!;
+      } else {
+        for (let w = 0; w < W; w++) {
+          const a = alive[w]!;
+          const m = nodes[base + w]!;
+          let dropped = a & ~m;
+          // Workers missing this block stop at `depth`; recorded once instead of counting per level.
+          while (dropped !== 0) {
+            const bit = dropped & -dropped;
+            scores[w * 32 + 31 - Math.clz32(bit)] = depth;
+            dropped ^= bit;
+          }
+          any |= alive[w] = a & m;
         }
       }
-      if (!advanced) return;
+      if (any === 0) {
+        this.#sink = sink;
+        return;
+      }
       cur = nxt;
+    }
+    this.#sink = sink;
+    if (depth === 0) return;
+    for (let w = 0; w < W; w++) {
+      let rest = alive[w]!;
+      while (rest !== 0) {
+        const bit = rest & -rest;
+        scores[w * 32 + 31 - Math.clz32(bit)] = depth;
+        rest ^= bit;
+      }
     }
   }
 
-  /** Local hashes of every block a worker holds, for parity checks and dumps. */
+  /** Local hashes of every block a worker holds (engine-table order), for parity checks and dumps. */
   workerLocalHashes(slot: number): bigint[] {
-    const ws = this.#workers[slot];
-    if (!ws) return [];
-    return [...ws.byEngineHash.values()].map((n) => n.key);
+    const out: bigint[] = [];
+    const nodes = this.#nodes;
+    const stride = this.#stride;
+    this.#eachWorkerNode(slot, (node) => out.push(u64ToBigInt(nodes[node * stride + LO]!, nodes[node * stride + HI]!)));
+    return out;
   }
 
+  /** workerLocalHashes as 16 lower-case hex digits (the relay wire form). */
+  workerLocalHashesHex(slot: number): string[] {
+    const out: string[] = [];
+    const nodes = this.#nodes;
+    const stride = this.#stride;
+    this.#eachWorkerNode(slot, (node) => out.push(hex8(nodes[node * stride + HI]!) + hex8(nodes[node * stride + LO]!)));
+    return out;
+  }
+
+  /** Engine hashes a worker holds, as signed int64 decimals. */
   workerEngineHashes(slot: number): string[] {
-    const ws = this.#workers[slot];
-    return ws ? [...ws.byEngineHash.keys()] : [];
+    const table = this.#workers[slot];
+    if (!table) return [];
+    const out: string[] = [];
+    const t = table.slots;
+    for (let b = 0; b < t.length; b += 3) if (t[b + 2]! !== 0) out.push(BigInt.asIntN(64, u64ToBigInt(t[b]!, t[b + 1]!)).toString());
+    return out;
+  }
+
+  #eachWorkerNode(slot: number, fn: (node: number) => void): void {
+    const table = this.#workers[slot];
+    if (!table) return;
+    const t = table.slots;
+    for (let b = 2; b < t.length; b += 3) if (t[b]! !== 0) fn(t[b]!);
+  }
+
+  // --- stores -----------------------------------------------------------------------------------
+
+  #reserveBlocks(n: number): void {
+    if (this.#engLo.length >= n) return;
+    const cap = Math.max(n, this.#engLo.length * 2);
+    this.#engLo = new Int32Array(cap);
+    this.#engHi = new Int32Array(cap);
+    this.#locLo = new Int32Array(cap);
+    this.#locHi = new Int32Array(cap);
+    if (this.#keys.length < cap) this.#keys = new Int32Array(cap);
+  }
+
+  /** Applies the chain parsed into #engLo/#engHi/#locLo/#locHi[0..n). */
+  #applyParsed(slot: number, parentEngineHash: string | null, n: number): ApplyResult {
+    const table = this.#workers[slot];
+    if (!table) return { ok: false, applied: 0, error: "unknown_worker" };
+    let cur = ROOT;
+    let pLo = 0;
+    let pHi = 0;
+    const hasParent = parentEngineHash !== null;
+    if (hasParent) {
+      parseDecimal64(parentEngineHash);
+      pLo = parsedLo;
+      pHi = parsedHi;
+      const at = table.probe(pLo, pHi);
+      if (at < 0) return { ok: false, applied: 0, error: "parent_not_found" };
+      cur = table.slots[at * 3 + 2]!;
+    }
+    const engLo = this.#engLo;
+    const engHi = this.#engHi;
+    const locLo = this.#locLo;
+    const locHi = this.#locHi;
+    const keys = this.#keys;
+    let key = this.#nodes[cur * this.#stride + KEY]!;
+    let sink = 0;
+    let ahead = 0;
+    for (let i = 0; i < n; i++) {
+      if (i === ahead) {
+        // Child keys of the chain follow from the parent's key; touch their buckets and the engine
+        // buckets of the next stretch before storing it (see the file comment).
+        const end = Math.min(n, ahead + AHEAD);
+        const kt = this.#kids;
+        const km = this.#kidMask;
+        for (let d = ahead; d < end; d++) {
+          key = mix(key, locLo[d]!, locHi[d]!) | 0;
+          keys[d] = key;
+          sink ^= kt[2 * (key & km) + 1]! ^ table.touch(engLo[d]!, engHi[d]!);
+        }
+        ahead = end;
+      }
+      const eLo = engLo[i]!;
+      const eHi = engHi[i]!;
+      if (hasParent && eLo === pLo && eHi === pHi) {
+        this.#sink = sink;
+        return { ok: false, applied: i, error: "self_parent" };
+      }
+      cur = this.#storeOne(slot, table, cur, keys[i]!, eLo, eHi, locLo[i]!, locHi[i]!);
+    }
+    this.#sink = sink;
+    return { ok: true, applied: n };
+  }
+
+  /** Marks `slot` on the child (parent, local) and points engine hash (eLo, eHi) at it. */
+  #storeOne(slot: number, table: EngineTable, parent: number, key: number, eLo: number, eHi: number, lLo: number, lHi: number): number {
+    let child = this.#child(parent, key, lLo, lHi);
+    if (child <= 0) child = this.#addChild(~child, parent, key, lLo, lHi);
+    const at = table.probe(eLo, eHi);
+    if (at < 0) {
+      table.insertAt(~at, eLo, eHi, child);
+      this.#ref(slot, child);
+      return child;
+    }
+    const old = table.slots[at * 3 + 2]!;
+    if (old === child) {
+      // Same placement: only an alias left without the mask bit needs converting back into it.
+      const w = this.#nodes[child * this.#stride + MASK + (slot >>> 5)]!;
+      if ((w & (1 << (slot & 31))) === 0) {
+        this.#dropExtra(child);
+        this.#ref(slot, child);
+      }
+      return child;
+    }
+    // The engine re-used a hash for another position: move it. Reference the new node before
+    // releasing the old one, so pruning cannot free the new node's ancestors.
+    table.slots[at * 3 + 2] = child;
+    this.#ref(slot, child);
+    this.#unref(slot, old);
+    return child;
+  }
+
+  /** One more engine-hash reference of `slot` to `node`: the mask bit, or an extra alias count. */
+  #ref(slot: number, node: number): void {
+    const i = node * this.#stride + MASK + (slot >>> 5);
+    const bit = 1 << (slot & 31);
+    const w = this.#nodes[i]!;
+    if ((w & bit) === 0) {
+      this.#nodes[i] = w | bit;
+      this.#blockCount++;
+    } else {
+      this.#extraRefs.set(node, (this.#extraRefs.get(node) ?? 0) + 1);
+    }
+  }
+
+  /** Drops one engine-hash reference of `slot` to `node` (detaching the worker), then prunes. */
+  #unref(slot: number, node: number): void {
+    const i = node * this.#stride + MASK + (slot >>> 5);
+    const bit = 1 << (slot & 31);
+    const w = this.#nodes[i]!;
+    if ((w & bit) !== 0) {
+      this.#nodes[i] = w & ~bit;
+      this.#blockCount--;
+    } else {
+      this.#dropExtra(node);
+    }
+    this.#prune(node);
+  }
+
+  #dropExtra(node: number): void {
+    const e = this.#extraRefs.get(node)!;
+    if (e > 1) this.#extraRefs.set(node, e - 1);
+    else this.#extraRefs.delete(node);
+  }
+
+  /** Frees `node` and then its ancestors while they hold no worker, child or alias. */
+  #prune(node: number): void {
+    const nodes = this.#nodes;
+    const stride = this.#stride;
+    const W = this.#words;
+    while (node !== ROOT) {
+      const base = node * stride;
+      if (nodes[base + KIDS]! !== 0) return;
+      for (let k = 0; k < W; k++) if (nodes[base + MASK + k]! !== 0) return;
+      if (this.#extraRefs.size !== 0 && this.#extraRefs.has(node)) return;
+      const parent = nodes[base + PARENT]!;
+      this.#removeChild(node, nodes[base + KEY]!);
+      nodes[base + PARENT] = this.#freeHead;
+      this.#freeHead = node;
+      this.#liveNodes--;
+      nodes[parent * stride + KIDS]!--;
+      node = parent;
+    }
+  }
+
+  // --- nodes and the child table --------------------------------------------------------------
+
+  /** The child of `parent` with local hash (lo, hi) and prefix key `key`, or ~(empty bucket). */
+  #child(parent: number, key: number, lo: number, hi: number): number {
+    const t = this.#kids;
+    const m = this.#kidMask;
+    const nodes = this.#nodes;
+    const stride = this.#stride;
+    let i = key & m;
+    for (;;) {
+      const c = t[2 * i + 1]!;
+      if (c === 0) return ~i;
+      if (t[2 * i]! === key) {
+        const b = c * stride;
+        if (nodes[b + PARENT]! === parent && nodes[b + LO]! === lo && nodes[b + HI]! === hi) return c;
+      }
+      i = (i + 1) & m;
+    }
+  }
+
+  /** Creates the child at the empty bucket `at` found by #child. */
+  #addChild(at: number, parent: number, key: number, lo: number, hi: number): number {
+    let node = this.#freeHead;
+    if (node !== 0) this.#freeHead = this.#nodes[node * this.#stride + PARENT]!;
+    else {
+      node = this.#top++;
+      if ((node + 1) * this.#stride > this.#nodes.length) this.#growNodes();
+    }
+    const nodes = this.#nodes;
+    const stride = this.#stride;
+    const b = node * stride;
+    nodes[b + PARENT] = parent;
+    nodes[b + LO] = lo;
+    nodes[b + HI] = hi;
+    nodes[b + KIDS] = 0;
+    nodes[b + KEY] = key;
+    for (let k = 0; k < this.#words; k++) nodes[b + MASK + k] = 0;
+    nodes[parent * stride + KIDS]!++;
+    this.#liveNodes++;
+    const t = this.#kids;
+    t[2 * at] = key;
+    t[2 * at + 1] = node;
+    if (++this.#kidCount * 10 > (this.#kidMask + 1) * 7) this.#rehashKids((this.#kidMask + 1) * 2);
+    return node;
+  }
+
+  #removeChild(node: number, key: number): void {
+    const t = this.#kids;
+    const m = this.#kidMask;
+    let i = key & m;
+    while (t[2 * i + 1]! !== node) i = (i + 1) & m;
+    let j = i;
+    for (;;) {
+      j = (j + 1) & m;
+      const c = t[2 * j + 1]!;
+      if (c === 0) break;
+      const home = t[2 * j]! & m;
+      const stays = i <= j ? home > i && home <= j : home > i || home <= j;
+      if (!stays) {
+        t[2 * i] = t[2 * j]!;
+        t[2 * i + 1] = c;
+        i = j;
+      }
+    }
+    t[2 * i + 1] = 0;
+    this.#kidCount--;
+    if (m + 1 > 1024 && this.#kidCount * 8 < m + 1) this.#rehashKids((m + 1) / 2);
+  }
+
+  #rehashKids(capacity: number): void {
+    const old = this.#kids;
+    const t = new Int32Array(2 * capacity);
+    const m = capacity - 1;
+    for (let i = 0; i < old.length; i += 2) {
+      const c = old[i + 1]!;
+      if (c === 0) continue;
+      let j = old[i]! & m;
+      while (t[2 * j + 1]! !== 0) j = (j + 1) & m;
+      t[2 * j] = old[i]!;
+      t[2 * j + 1] = c;
+    }
+    this.#kids = t;
+    this.#kidMask = m;
+  }
+
+  #growNodes(): void {
+    // ×1.5 keeps the reserve (and so bytes per block) lower than doubling at large sizes.
+    const next = new Int32Array(Math.ceil((this.#nodes.length / this.#stride) * 1.5) * this.#stride);
+    next.set(this.#nodes);
+    this.#nodes = next;
+  }
+
+  /** Re-lays out every record with `words` mask words (a slot beyond the current mask appeared). */
+  #widen(words: number): void {
+    const oldStride = this.#stride;
+    const oldWords = this.#words;
+    const stride = MASK + words;
+    const capacity = this.#nodes.length / oldStride;
+    const old = this.#nodes;
+    const next = new Int32Array(capacity * stride);
+    for (let n = 0; n < this.#top; n++) {
+      const o = n * oldStride;
+      const b = n * stride;
+      for (let f = 0; f < MASK + oldWords; f++) next[b + f] = old[o + f]!;
+    }
+    this.#nodes = next;
+    this.#words = words;
+    this.#stride = stride;
+    this.#alive = new Int32Array(words);
   }
 }

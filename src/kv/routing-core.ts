@@ -3,11 +3,15 @@
  * Durable Object persists it), the shared radix index fed by relay messages, active load, worker
  * selection and receipts. The Durable Object adapter only moves bytes and rows in and out.
  */
-import { RadixIndex, type StoredBlock } from "./radix-index.ts";
+import { RadixIndex } from "./radix-index.ts";
 import { LoadTracker } from "./load-tracker.ts";
+import { PendingRoutes } from "./pending-routes.ts";
 import { ReceiptBook, type Receipt } from "./receipts.ts";
 import { pickIndex, scoreCandidates, type Candidate } from "./selection.ts";
-import { hexToLocalHash, type RelayDump, type RelayEvents, type RelayHello, type WorkerStatus } from "./relay-protocol.ts";
+import { cohortEligibility, contractDigest, parseWorkerContract, type CohortResult } from "../layout/index.ts";
+import { type RelayDump, type RelayEvents, type RelayHello, type WorkerStatus } from "./relay-protocol.ts";
+import { PoolRecorder } from "../metrics/pool-recorder.ts";
+import { cohortOf, type PoolMetricsSnapshot } from "../metrics/pool-snapshot.ts";
 
 export interface WorkerRecord {
   workerId: string;
@@ -53,6 +57,21 @@ export interface SettleRequest {
   promptTokens: number | null;
   cachedTokens: number | null;
   outcome: "ok" | "error";
+  /** The edge is retrying on another worker: this attempt is not the request's final outcome. */
+  retrying?: boolean;
+  /** Edge time from request arrival until the upstream call, for the overhead histogram. */
+  edgeOverheadMs?: number | null;
+}
+
+/** What route() would decide right now, without adding load or a receipt (explain, dry runs). */
+export interface RoutePreview {
+  workerId: string | null;
+  overlapBlocks: number;
+  totalBlocks: number;
+  blockSize: number;
+  candidates: RouteCandidateView[];
+  /** Other workers with the same lowest cost (the pick among them is random). */
+  tiedWith: string[];
 }
 
 export interface CoreCounters {
@@ -82,6 +101,8 @@ export class RoutingCore {
   readonly index = new RadixIndex();
   readonly load: LoadTracker;
   readonly receipts = new ReceiptBook();
+  /** Chains routed in the last seconds, counted as overlap until the worker's events arrive. */
+  readonly pending = new PendingRoutes();
   readonly counters: CoreCounters = {
     eventsApplied: 0,
     blocksStored: 0,
@@ -93,6 +114,8 @@ export class RoutingCore {
     settled: 0,
     expired: 0,
   };
+  /** Operator metrics (routing decisions, receipts, edge overhead); see src/metrics/. */
+  readonly metrics = new PoolRecorder();
   #blockSize: number | null;
   readonly #workers = new Map<string, WorkerRecord & { slot: number }>();
   readonly #bySlot: string[] = [];
@@ -187,14 +210,15 @@ export class RoutingCore {
       status: "up",
       modelName: msg.modelName,
       contract: msg.contract ?? null,
-      contractDigest: null,
+      contractDigest: digestOf(msg.contract),
       kvEvents: msg.kvEvents,
       lastSeen: this.#now(),
     };
     const full = this.#upsert(rec);
     // Every hello starts a new relay session: the relay follows with a dump, which is the truth.
     // A newer epoch also fences out whatever the old process had cached.
-    if (prevEpoch === undefined || msg.epoch !== prevEpoch) this.index.clearWorker(full.slot);
+    if (prevEpoch === undefined || msg.epoch !== prevEpoch) this.index.clearWorker(full.slot)
+    if (prevEpoch === undefined || msg.epoch !== prevEpoch) this.pending.clear(full.slot);
     this.#synced.delete(msg.workerId);
     return { ok: true, record: rec };
   }
@@ -204,12 +228,8 @@ export class RoutingCore {
     if (!w) return this.#drop("unknown_worker", false);
     if (msg.epoch !== w.epoch) return this.#drop("stale_epoch", false);
     this.index.clearWorker(w.slot);
-    let failures = 0;
-    for (const b of msg.blocks) {
-      const r = this.index.applyStored(w.slot, b.p, [{ engineHash: b.h, localHash: hexToLocalHash(b.l) }]);
-      if (r.ok) this.counters.blocksStored += r.applied;
-      else failures++;
-    }
+    const { applied, failed: failures } = this.index.applyDumpWire(w.slot, msg.blocks);
+    this.counters.blocksStored += applied;
     if (failures) this.#count(`dump_${"parent_not_found"}`, failures);
     this.#synced.add(workerId);
     this.counters.dumps++;
@@ -226,8 +246,7 @@ export class RoutingCore {
     let resync = false;
     for (const ev of msg.events) {
       if (ev.t === "stored") {
-        const blocks: StoredBlock[] = ev.blocks.map((b) => ({ engineHash: b.h, localHash: hexToLocalHash(b.l) }));
-        const r = this.index.applyStored(w.slot, ev.parent, blocks);
+        const r = this.index.applyStoredWire(w.slot, ev.parent, ev.blocks);
         this.counters.blocksStored += r.applied;
         if (!r.ok) {
           this.#count(r.error);
@@ -255,6 +274,7 @@ export class RoutingCore {
     w.lastSeen = this.#now();
     if (status === "down") {
       this.index.clearWorker(w.slot);
+      this.pending.clear(w.slot);
       this.load.releaseWorker(w.slot);
       this.#synced.delete(workerId);
     }
@@ -274,6 +294,7 @@ export class RoutingCore {
     const w = this.#workers.get(workerId);
     if (!w) return false;
     this.index.removeWorker(w.slot);
+    this.pending.clear(w.slot);
     this.load.releaseWorker(w.slot);
     this.#bySlot[w.slot] = "";
     this.#workers.delete(workerId);
@@ -287,11 +308,14 @@ export class RoutingCore {
     const blockSize = this.#blockSize ?? 16;
     const exclude = new Set(req.exclude ?? []);
     const live = [...this.#workers.values()].filter((w) => w.status === "up" && !exclude.has(w.workerId));
-    if (live.length === 0) return null;
+    if (live.length === 0) {
+      this.metrics.noWorker(req.fallbackReason ?? null);
+      return null;
+    }
     this.index.findMatches(req.localHashes, this.#scores);
     const candidates: Candidate[] = live.map((w) => ({
       slot: w.slot,
-      overlapBlocks: this.#scores[w.slot] ?? 0,
+      overlapBlocks: Math.max(this.#scores[w.slot] ?? 0, this.pending.overlap(w.slot, req.localHashes, this.#now())),
       activePrefillTokens: this.load.prefillTokens(w.slot),
       activeDecodeBlocks: this.load.decodeBlocks(w.slot),
     }));
@@ -299,6 +323,7 @@ export class RoutingCore {
     const i = pickIndex(scored, this.#temperature, this.#random);
     const chosen = live[i]!;
     const overlap = scored[i]!.overlapBlocks;
+    this.pending.add(chosen.slot, req.localHashes, now);
     const receiptId = `r${now.toString(36)}-${(this.#receiptSeq++).toString(36)}`;
     const requestBlocks = Math.ceil(req.isl / blockSize);
     this.load.add({
@@ -321,6 +346,24 @@ export class RoutingCore {
     });
     if (this.#pending.size > 10_000) this.#pending.delete(this.#pending.keys().next().value!);
     this.counters.routed++;
+    const views = live.map((w, k) => ({
+      workerId: w.workerId,
+      overlapBlocks: scored[k]!.overlapBlocks,
+      cost: scored[k]!.cost,
+      activePrefillTokens: candidates[k]!.activePrefillTokens,
+      activeDecodeBlocks: candidates[k]!.activeDecodeBlocks,
+    }));
+    this.metrics.routed({
+      at: now,
+      receiptId,
+      workerId: chosen.workerId,
+      overlapBlocks: overlap,
+      totalBlocks: req.localHashes.length,
+      isl: req.isl,
+      fallbackReason: req.fallbackReason ?? null,
+      retry: exclude.size > 0,
+      candidates: views,
+    });
     return {
       workerId: chosen.workerId,
       url: chosen.url,
@@ -328,13 +371,7 @@ export class RoutingCore {
       totalBlocks: req.localHashes.length,
       blockSize,
       receiptId,
-      candidates: live.map((w, k) => ({
-        workerId: w.workerId,
-        overlapBlocks: scored[k]!.overlapBlocks,
-        cost: scored[k]!.cost,
-        activePrefillTokens: candidates[k]!.activePrefillTokens,
-        activeDecodeBlocks: candidates[k]!.activeDecodeBlocks,
-      })),
+      candidates: views,
     };
   }
 
@@ -355,7 +392,96 @@ export class RoutingCore {
       outcome: req.outcome,
     };
     this.counters.settled++;
+    this.metrics.settled(
+      {
+        workerId: receipt.workerId,
+        outcome: receipt.outcome,
+        promptTokens: receipt.promptTokens,
+        predictedOverlapBlocks: receipt.predictedOverlapBlocks,
+        blockSize: receipt.blockSize,
+        actualCachedTokens: receipt.actualCachedTokens,
+        retrying: req.retrying === true,
+        edgeOverheadMs: req.edgeOverheadMs ?? null,
+      },
+      this.#now(),
+    );
     return { drift: this.receipts.settle(receipt), receipt };
+  }
+
+  /** route() without side effects: same candidates and costs, no load, receipt or counters. */
+  peek(req: Pick<RouteRequest, "localHashes" | "isl" | "exclude">): RoutePreview {
+    const blockSize = this.#blockSize ?? 16;
+    const exclude = new Set(req.exclude ?? []);
+    const live = [...this.#workers.values()].filter((w) => w.status === "up" && !exclude.has(w.workerId));
+    const totalBlocks = req.localHashes.length;
+    if (live.length === 0) return { workerId: null, overlapBlocks: 0, totalBlocks, blockSize, candidates: [], tiedWith: [] };
+    this.index.findMatches(req.localHashes, this.#scores);
+    const candidates: Candidate[] = live.map((w) => ({
+      slot: w.slot,
+      overlapBlocks: Math.max(this.#scores[w.slot] ?? 0, this.pending.overlap(w.slot, req.localHashes, this.#now())),
+      activePrefillTokens: this.load.prefillTokens(w.slot),
+      activeDecodeBlocks: this.load.decodeBlocks(w.slot),
+    }));
+    const scored = scoreCandidates({ candidates, isl: req.isl, blockSize });
+    const i = pickIndex(scored, this.#temperature, this.#random);
+    const views = live.map((w, k) => ({
+      workerId: w.workerId,
+      overlapBlocks: scored[k]!.overlapBlocks,
+      cost: scored[k]!.cost,
+      activePrefillTokens: candidates[k]!.activePrefillTokens,
+      activeDecodeBlocks: candidates[k]!.activeDecodeBlocks,
+    }));
+    const minCost = Math.min(...scored.map((x) => x.cost));
+    const tiedWith = views.filter((v, k) => k !== i && scored[k]!.cost === minCost).map((v) => v.workerId);
+    return { workerId: live[i]!.workerId, overlapBlocks: scored[i]!.overlapBlocks, totalBlocks, blockSize, candidates: views, tiedWith };
+  }
+
+  /** Everything operators see about this pool (metrics scrape, dashboard), as plain JSON. */
+  metricsSnapshot(): PoolMetricsSnapshot {
+    const workers = this.workers();
+    const verdict = this.cohort();
+    return {
+      at: this.#now(),
+      blockSize: this.#blockSize,
+      indexedBlocks: this.index.size,
+      activeRequests: this.load.size,
+      counters: { ...this.counters, dropReasons: { ...this.counters.dropReasons } },
+      workers: workers.map((w) => ({
+        workerId: w.workerId,
+        url: w.url,
+        status: w.status,
+        blocks: w.blocks,
+        synced: w.synced,
+        activeRequests: w.activeRequests,
+        activePrefillTokens: w.activePrefillTokens,
+        activeDecodeBlocks: w.activeDecodeBlocks,
+        contractDigest: w.contractDigest,
+        kvEvents: w.kvEvents,
+        epoch: w.epoch,
+        lastSeen: w.lastSeen,
+      })),
+      drift: this.receipts.stats().map((d) => ({ workerId: d.workerId, driftEwma: d.driftEwma, drifting: d.drifting })),
+      cohort: cohortOf(workers, verdict),
+      recentReceipts: this.receipts.recent(50).map((r) => ({
+        at: r.at,
+        workerId: r.workerId,
+        outcome: r.outcome,
+        promptTokens: r.promptTokens,
+        predictedCachedTokens: Math.min(r.predictedOverlapBlocks * r.blockSize, r.promptTokens),
+        actualCachedTokens: r.actualCachedTokens,
+        fallbackReason: r.fallbackReason,
+      })),
+      recorder: this.metrics.snapshot(),
+    };
+  }
+
+  /**
+   * The pool's cohort contract: exact media routing only while every worker that is up publishes
+   * the same valid contract (ARCHITECTURE.md §3). Recomputed on demand; cheap (a few workers).
+   */
+  cohort(): CohortResult {
+    const up = [...this.#workers.values()].filter((w) => w.status === "up");
+    return cohortEligibility(up.map((w) => (isRecord(w.contract) ? w.contract : null)));
   }
 
   #count(reason: string, n = 1): void {
@@ -367,4 +493,15 @@ export class RoutingCore {
     this.#count(reason);
     return { ok: false, reason, resync };
   }
+}
+
+function isRecord(v: unknown): v is Record<string, unknown> {
+  return typeof v === "object" && v !== null && !Array.isArray(v);
+}
+
+/** Digest of a published contract, or null when it does not parse (requires initHashing()). */
+function digestOf(published: unknown): string | null {
+  if (!isRecord(published)) return null;
+  const r = parseWorkerContract(published);
+  return r.ok ? contractDigest(r.contract) : null;
 }

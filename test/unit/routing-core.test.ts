@@ -85,3 +85,21 @@ describe("RoutingCore", () => {
     expect([...seen].sort()).toEqual([0, 1]);
   });
 });
+
+describe("pending routes", () => {
+  it("a repeat routed before the worker's events arrive still goes to the same worker, until the TTL", () => {
+    let now = 1_000;
+    const core = new RoutingCore({ blockSize: 4, random: () => 0.99, now: () => now });
+    hello(core, "a");
+    hello(core, "b");
+    const hashes = localBlockHashes(Array.from({ length: 64 }, (_, i) => i + 7), 4);
+    const first = core.route({ localHashes: hashes, isl: 64 })!;
+    core.settle({ receiptId: first.receiptId, promptTokens: 64, cachedTokens: 0, outcome: "ok" });
+    const again = core.route({ localHashes: hashes, isl: 64 })!;
+    expect(again.workerId).toBe(first.workerId);
+    expect(again.overlapBlocks).toBe(16);
+    core.settle({ receiptId: again.receiptId, promptTokens: 64, cachedTokens: 64, outcome: "ok" });
+    now += 60_000;
+    expect(core.route({ localHashes: hashes, isl: 64 })!.overlapBlocks).toBe(0);
+  });
+});

@@ -1,0 +1,424 @@
+#!/usr/bin/env node
+/**
+ * kvedge operator CLI. Talks to a deployed (or local) edge over HTTP with the admin token; plain
+ * JavaScript with no imports beyond Node built-ins, so `npx kvedge` runs on any Node ≥ 20.
+ *
+ *   npx kvedge status                      pools: workers up, index size, hit rate, requests, cohort
+ *   npx kvedge workers [--model M]         one pool's workers: state, blocks, load, contract
+ *   npx kvedge explain request.json        how the edge would route this chat request (nothing sent)
+ *   npx kvedge replay trace.jsonl          send a JSONL trace of chat requests; hit rate, latency
+ *
+ * Connection: --url / KVEDGE_URL (default http://127.0.0.1:8787), --token / KVEDGE_ADMIN_TOKEN,
+ * --api-key / KVEDGE_API_KEY (client key for replay, when the edge requires one). --json prints
+ * the raw JSON instead of text.
+ */
+import { readFileSync, realpathSync } from "node:fs";
+import { fileURLToPath } from "node:url";
+
+export const USAGE = `usage: kvedge <command> [options]
+commands:
+  status                         pools: workers up, index blocks, hit rate, requests, cohort state
+  workers [--model M]            workers of one pool (default: the first configured model)
+  explain <request.json>         token view, blocks, eligibility and the worker the edge would pick
+  replay <trace.jsonl>           replay chat requests through the edge; prints hit rate and latency
+         [--concurrency N] [--limit N]
+options:
+  --url URL        edge base URL (env KVEDGE_URL, default http://127.0.0.1:8787)
+  --token T        admin token (env KVEDGE_ADMIN_TOKEN)
+  --api-key K      client API key for replay (env KVEDGE_API_KEY)
+  --json           print JSON instead of text
+  -h, --help`;
+
+export class UsageError extends Error {}
+
+/** argv (after the script) + env → a command. Throws UsageError on bad input. */
+export function parseCli(argv, env = {}) {
+  const opts = {
+    command: null,
+    file: null,
+    url: env.KVEDGE_URL || "http://127.0.0.1:8787",
+    token: env.KVEDGE_ADMIN_TOKEN || null,
+    apiKey: env.KVEDGE_API_KEY || null,
+    model: null,
+    json: false,
+    concurrency: 1,
+    limit: Infinity,
+    help: false,
+  };
+  const positional = [];
+  for (let i = 0; i < argv.length; i++) {
+    const a = argv[i];
+    const value = () => {
+      const v = argv[++i];
+      if (v === undefined) throw new UsageError(`${a} needs a value`);
+      return v;
+    };
+    const intValue = () => {
+      const v = Number(value());
+      if (!Number.isInteger(v) || v < 1) throw new UsageError(`${a} must be a positive integer`);
+      return v;
+    };
+    if (a === "-h" || a === "--help") opts.help = true;
+    else if (a === "--url") opts.url = value();
+    else if (a === "--token") opts.token = value();
+    else if (a === "--api-key") opts.apiKey = value();
+    else if (a === "--model") opts.model = value();
+    else if (a === "--json") opts.json = true;
+    else if (a === "--concurrency") opts.concurrency = intValue();
+    else if (a === "--limit") opts.limit = intValue();
+    else if (a.startsWith("-")) throw new UsageError(`unknown option ${a}`);
+    else positional.push(a);
+  }
+  if (opts.help) return opts;
+  opts.command = positional[0] ?? null;
+  if (!["status", "workers", "explain", "replay"].includes(opts.command ?? "")) throw new UsageError(opts.command ? `unknown command ${opts.command}` : "missing command");
+  if (opts.command === "explain" || opts.command === "replay") {
+    opts.file = positional[1] ?? null;
+    if (!opts.file) throw new UsageError(`${opts.command} needs a file`);
+    if (positional.length > 2) throw new UsageError("too many arguments");
+  } else if (positional.length > 1) throw new UsageError("too many arguments");
+  try {
+    opts.url = new URL(opts.url).toString().replace(/\/+$/, "");
+  } catch {
+    throw new UsageError(`bad --url ${opts.url}`);
+  }
+  if (opts.command !== "replay" && !opts.token) throw new UsageError("admin token missing: pass --token or set KVEDGE_ADMIN_TOKEN");
+  return opts;
+}
+
+// ---- formatting helpers ----
+
+const pct = (x) => (x === null || x === undefined || Number.isNaN(x) ? "–" : `${(x * 100).toFixed(1)}%`);
+const fmtMs = (x) => (x === null || x === undefined ? "–" : `${x.toFixed(x < 10 ? 2 : 0)} ms`);
+
+export function table(headers, rows) {
+  const all = [headers, ...rows.map((r) => r.map((c) => String(c)))];
+  const widths = headers.map((_, i) => Math.max(...all.map((r) => r[i].length)));
+  return all.map((r) => r.map((c, i) => c.padEnd(widths[i])).join("  ").trimEnd()).join("\n");
+}
+
+function receiptTotals(snapshot) {
+  const t = { ok: 0, error: 0, unreported: 0, promptTokens: 0, predictedCachedTokens: 0, actualCachedTokens: 0 };
+  for (const r of Object.values(snapshot.recorder.receipts)) for (const k of Object.keys(t)) t[k] += r[k];
+  return t;
+}
+
+export function formatStatus(overview, url) {
+  const lines = [`edge ${url}: ${overview.models.length} pool(s)`];
+  for (const p of overview.models) {
+    if (!p.snapshot) {
+      lines.push(`\n${p.model}: index did not answer`);
+      continue;
+    }
+    const s = p.snapshot;
+    const t = receiptTotals(s);
+    const up = s.workers.filter((w) => w.status === "up").length;
+    const rq = s.recorder.requests;
+    lines.push(
+      "",
+      p.model,
+      `  workers      ${up}/${s.workers.length} up, block size ${s.blockSize ?? "?"}${s.blockSize !== null && s.blockSize !== p.configuredBlockSize ? ` (config says ${p.configuredBlockSize}!)` : ""}`,
+      `  index        ${s.indexedBlocks} blocks, ${s.activeRequests} active requests`,
+      `  hit rate     ${pct(p.hitRate)} actual, ${t.promptTokens ? pct(t.predictedCachedTokens / t.promptTokens) : "–"} predicted (${t.actualCachedTokens}/${t.promptTokens} tokens${t.unreported ? `, ${t.unreported} receipts without cache report` : ""})`,
+      `  requests     ok ${rq.ok}, error ${rq.error}, no worker ${rq.no_worker}, retries ${s.recorder.retries}`,
+      `  cohort       ${p.cohort.state}${p.cohort.exactMedia ? " (exact media routing on)" : " (exact media routing off)"}`,
+      `  events       applied ${s.counters.eventsApplied}, dropped ${s.counters.eventsDropped}, gaps ${s.counters.dropReasons.parent_not_found ?? 0}, dumps ${s.counters.dumps}`,
+    );
+    const fb = Object.entries(s.recorder.fallbacks);
+    if (fb.length) lines.push(`  fallbacks    ${fb.map(([k, v]) => `${k} ${v}`).join(", ")}`);
+  }
+  return lines.join("\n");
+}
+
+export function formatWorkers(model, workers) {
+  if (!workers.length) return `${model}: no workers registered`;
+  return (
+    `${model}\n` +
+    table(
+      ["worker", "state", "synced", "blocks", "active", "prefill_tok", "decode_blk", "events", "contract", "url"],
+      workers.map((w) => [
+        w.workerId,
+        w.status,
+        w.synced ? "yes" : "no",
+        w.blocks,
+        w.activeRequests,
+        w.activePrefillTokens,
+        w.activeDecodeBlocks,
+        w.kvEvents ? "yes" : "approx",
+        w.contractDigest ? w.contractDigest.slice(0, 12) : "none",
+        w.url,
+      ]),
+    )
+  );
+}
+
+/** Token pieces as one escaped line: `<|im_start|>user\nHello`. */
+export function renderTokens(list) {
+  return list.map((t) => JSON.stringify(t.text).slice(1, -1)).join("");
+}
+
+export function formatExplain(e) {
+  const d = e.decision;
+  const lines = [
+    `model        ${e.model}`,
+    `routing      ${e.routing}${e.fallbackReason ? ` (fallback: ${e.fallbackReason})` : ""}`,
+    `eligibility  ${e.eligibility}`,
+    `media        ${e.prompt.mediaItems.length ? e.prompt.mediaItems.join(", ") : "none"}`,
+    `tokens       ${e.tokens.count} in the prompt, ${e.tokens.routed} routed`,
+    `  first      ${renderTokens(e.tokens.head)}`,
+  ];
+  if (e.tokens.tail.length) lines.push(`  last       …${renderTokens(e.tokens.tail)}`);
+  lines.push(
+    `blocks       ${e.blocks.total} × ${e.blocks.blockSize} tokens${e.blocks.partialTailTokens ? ` (+${e.blocks.partialTailTokens} tail tokens not hashed)` : ""}`,
+  );
+  if (e.blocks.first.length) lines.push(`  hashes     ${e.blocks.first.join(" ")}${e.blocks.last.length ? ` … ${e.blocks.last.join(" ")}` : ""}`);
+  lines.push(
+    `decision     ${d.workerId ?? "none"}: ${d.reason}`,
+    `  predicted  ${d.overlapBlocks} blocks cached = ${d.predictedCachedTokens} tokens${d.tiedWith.length ? `; tied with ${d.tiedWith.join(", ")} (random pick)` : ""}`,
+  );
+  if (e.candidates.length)
+    lines.push(
+      "candidates",
+      table(
+        ["  worker", "overlap", "cost", "prefill_tok", "decode_blk"],
+        e.candidates.map((c) => [`  ${c.workerId}`, c.overlapBlocks, c.cost.toFixed(2), c.activePrefillTokens, c.activeDecodeBlocks]),
+      ),
+    );
+  for (const w of e.warnings) lines.push(`warning: ${w}`);
+  return lines.join("\n");
+}
+
+// ---- replay ----
+
+/** JSONL trace → chat request bodies. A line is a body, or `{ "body": … }` / `{ "request": … }`. */
+export function parseTrace(text) {
+  const out = [];
+  const lines = text.split("\n");
+  for (let i = 0; i < lines.length; i++) {
+    const line = lines[i].trim();
+    if (!line || line.startsWith("//")) continue;
+    let v;
+    try {
+      v = JSON.parse(line);
+    } catch {
+      throw new UsageError(`trace line ${i + 1}: not JSON`);
+    }
+    const body = v && typeof v === "object" && !Array.isArray(v) && !("messages" in v) ? (v.body ?? v.request) : v;
+    if (!body || typeof body !== "object" || !Array.isArray(body.messages)) throw new UsageError(`trace line ${i + 1}: no chat request (needs "messages")`);
+    out.push(body);
+  }
+  return out;
+}
+
+/** Nearest-rank percentile of an ascending array. */
+export function percentile(sorted, p) {
+  if (sorted.length === 0) return null;
+  const rank = Math.ceil((p / 100) * sorted.length);
+  return sorted[Math.min(sorted.length - 1, Math.max(0, rank - 1))];
+}
+
+export function summarizeReplay(results) {
+  const ok = results.filter((r) => r.status === 200);
+  const lat = ok.map((r) => r.latencyMs).sort((a, b) => a - b);
+  const ttft = ok.filter((r) => r.ttftMs !== null).map((r) => r.ttftMs).sort((a, b) => a - b);
+  let prompt = 0;
+  let cached = 0;
+  let overlap = 0;
+  let blocks = 0;
+  const workers = {};
+  const errors = {};
+  const modes = {};
+  for (const r of results) {
+    if (r.status !== 200) {
+      errors[r.status] = (errors[r.status] ?? 0) + 1;
+      continue;
+    }
+    if (r.promptTokens !== null) {
+      prompt += r.promptTokens;
+      cached += r.cachedTokens ?? 0;
+    }
+    if (r.overlapBlocks !== null && r.totalBlocks !== null) {
+      overlap += r.overlapBlocks;
+      blocks += r.totalBlocks;
+    }
+    if (r.worker) workers[r.worker] = (workers[r.worker] ?? 0) + 1;
+    if (r.routing) modes[r.routing] = (modes[r.routing] ?? 0) + 1;
+  }
+  return {
+    requests: results.length,
+    ok: ok.length,
+    errors,
+    hitRate: prompt > 0 ? cached / prompt : null,
+    promptTokens: prompt,
+    cachedTokens: cached,
+    predictedOverlap: blocks > 0 ? overlap / blocks : null,
+    latencyMs: { p50: percentile(lat, 50), p90: percentile(lat, 90), p99: percentile(lat, 99), max: lat.length ? lat[lat.length - 1] : null },
+    ttftMs: { p50: percentile(ttft, 50), p90: percentile(ttft, 90), p99: percentile(ttft, 99) },
+    workers,
+    routing: modes,
+  };
+}
+
+export function formatReplay(s) {
+  const errs = Object.entries(s.errors);
+  const lines = [
+    `requests     ${s.requests} (${s.ok} ok${errs.length ? `, errors: ${errs.map(([k, v]) => `HTTP ${k} × ${v}`).join(", ")}` : ""})`,
+    `hit rate     ${pct(s.hitRate)} (${s.cachedTokens} cached / ${s.promptTokens} prompt tokens)`,
+    `overlap      ${pct(s.predictedOverlap)} of routed blocks predicted cached`,
+    `latency      p50 ${fmtMs(s.latencyMs.p50)}, p90 ${fmtMs(s.latencyMs.p90)}, p99 ${fmtMs(s.latencyMs.p99)}, max ${fmtMs(s.latencyMs.max)}`,
+  ];
+  if (s.ttftMs.p50 !== null) lines.push(`ttft         p50 ${fmtMs(s.ttftMs.p50)}, p90 ${fmtMs(s.ttftMs.p90)}, p99 ${fmtMs(s.ttftMs.p99)}`);
+  lines.push(`workers      ${Object.entries(s.workers).map(([k, v]) => `${k} ${v}`).join(", ") || "–"}`);
+  lines.push(`routing      ${Object.entries(s.routing).map(([k, v]) => `${k} ${v}`).join(", ") || "–"}`);
+  return lines.join("\n");
+}
+
+const intHeader = (h, name) => {
+  const v = h.get(name);
+  return v === null ? null : Number(v);
+};
+
+/** Usage from an SSE body: the last chunk that carries `usage`. */
+export function usageFromSse(text) {
+  let usage = null;
+  for (const line of text.split("\n")) {
+    if (!line.startsWith("data:")) continue;
+    const data = line.slice(5).trim();
+    if (data === "[DONE]") continue;
+    try {
+      const chunk = JSON.parse(data);
+      if (chunk.usage) usage = chunk.usage;
+    } catch {
+      // A malformed chunk: counted as no usage.
+    }
+  }
+  return usage;
+}
+
+async function sendOne(opts, body, fetchImpl) {
+  const stream = body.stream === true;
+  const payload = stream ? { ...body, stream_options: { ...(body.stream_options ?? {}), include_usage: true } } : body;
+  const headers = { "content-type": "application/json" };
+  if (opts.apiKey) headers.authorization = `Bearer ${opts.apiKey}`;
+  const t0 = performance.now();
+  let res;
+  try {
+    res = await fetchImpl(`${opts.url}/v1/chat/completions`, { method: "POST", headers, body: JSON.stringify(payload) });
+  } catch {
+    return { status: 0, latencyMs: performance.now() - t0, ttftMs: null, promptTokens: null, cachedTokens: null, worker: null, overlapBlocks: null, totalBlocks: null, routing: null };
+  }
+  let ttftMs = null;
+  let text = "";
+  if (stream && res.body) {
+    const reader = res.body.getReader();
+    const dec = new TextDecoder();
+    for (;;) {
+      const { done, value } = await reader.read();
+      if (done) break;
+      if (ttftMs === null) ttftMs = performance.now() - t0;
+      text += dec.decode(value, { stream: true });
+    }
+  } else text = await res.text();
+  const latencyMs = performance.now() - t0;
+  let usage = null;
+  if (res.status === 200) {
+    if (stream) usage = usageFromSse(text);
+    else {
+      try {
+        usage = JSON.parse(text).usage ?? null;
+      } catch {
+        usage = null;
+      }
+    }
+  }
+  return {
+    status: res.status,
+    latencyMs,
+    ttftMs,
+    promptTokens: usage?.prompt_tokens ?? null,
+    cachedTokens: usage?.prompt_tokens_details?.cached_tokens ?? null,
+    worker: res.headers.get("x-kvedge-worker"),
+    overlapBlocks: intHeader(res.headers, "x-kvedge-overlap-blocks"),
+    totalBlocks: intHeader(res.headers, "x-kvedge-total-blocks"),
+    routing: res.headers.get("x-kvedge-routing"),
+  };
+}
+
+/** Sends the trace in order with at most `concurrency` requests in flight. */
+export async function replay(opts, bodies, fetchImpl = fetch) {
+  const list = bodies.slice(0, Number.isFinite(opts.limit) ? opts.limit : undefined);
+  const results = new Array(list.length);
+  let next = 0;
+  const lane = async () => {
+    while (next < list.length) {
+      const i = next++;
+      results[i] = await sendOne(opts, list[i], fetchImpl);
+    }
+  };
+  await Promise.all(Array.from({ length: Math.min(opts.concurrency, list.length) }, lane));
+  return results;
+}
+
+// ---- commands ----
+
+async function adminJson(opts, path, init = {}, fetchImpl = fetch) {
+  const res = await fetchImpl(`${opts.url}${path}`, { ...init, headers: { ...(init.headers ?? {}), authorization: `Bearer ${opts.token}` } });
+  const text = await res.text();
+  let body;
+  try {
+    body = JSON.parse(text);
+  } catch {
+    body = null;
+  }
+  if (!res.ok) throw new Error(`${path}: HTTP ${res.status}${body?.error?.message ? `: ${body.error.message}` : text ? `: ${text.slice(0, 200)}` : ""}`);
+  return body;
+}
+
+/** Runs one CLI invocation; returns the exit code (0 ok, 1 failed, 2 usage). */
+export async function run(argv, env, io = { out: (s) => process.stdout.write(s + "\n"), err: (s) => process.stderr.write(s + "\n") }, fetchImpl = fetch) {
+  let opts;
+  try {
+    opts = parseCli(argv, env);
+  } catch (e) {
+    if (!(e instanceof UsageError)) throw e;
+    io.err(`kvedge: ${e.message}\n${USAGE}`);
+    return 2;
+  }
+  if (opts.help) {
+    io.out(USAGE);
+    return 0;
+  }
+  try {
+    if (opts.command === "status") {
+      const o = await adminJson(opts, "/admin/overview", {}, fetchImpl);
+      io.out(opts.json ? JSON.stringify(o, null, 2) : formatStatus(o, opts.url));
+    } else if (opts.command === "workers") {
+      const q = opts.model ? `?model=${encodeURIComponent(opts.model)}` : "";
+      const o = await adminJson(opts, `/admin/workers${q}`, {}, fetchImpl);
+      io.out(opts.json ? JSON.stringify(o, null, 2) : formatWorkers(o.model, o.workers));
+    } else if (opts.command === "explain") {
+      const body = readFileSync(opts.file, "utf8");
+      const o = await adminJson(opts, "/admin/explain", { method: "POST", headers: { "content-type": "application/json" }, body }, fetchImpl);
+      io.out(opts.json ? JSON.stringify(o, null, 2) : formatExplain(o));
+    } else {
+      const bodies = parseTrace(readFileSync(opts.file, "utf8"));
+      const summary = summarizeReplay(await replay(opts, bodies, fetchImpl));
+      io.out(opts.json ? JSON.stringify(summary, null, 2) : formatReplay(summary));
+      if (summary.ok < summary.requests) return 1;
+    }
+    return 0;
+  } catch (e) {
+    io.err(`kvedge ${opts.command}: ${e instanceof Error ? e.message : String(e)}`);
+    return e instanceof UsageError ? 2 : 1;
+  }
+}
+
+function isMain() {
+  try {
+    return process.argv[1] !== undefined && realpathSync(process.argv[1]) === fileURLToPath(import.meta.url);
+  } catch {
+    return false;
+  }
+}
+
+if (isMain()) process.exitCode = await run(process.argv.slice(2), process.env);

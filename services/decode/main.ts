@@ -1,0 +1,75 @@
+/**
+ * CLI: npx node services/decode/main.ts [--host 127.0.0.1] [--port 7070] [--decoder native|wasm|auto]
+ *   [--concurrency N] [--allow 127.0.0.1:8080 ...] [--max-body-bytes N] [--verbose]
+ * The bearer token comes from the environment: KVEDGE_DECODE_TOKEN (or --no-auth for local
+ * experiments). Prints one JSON line {ready, url, decoder} on stdout once listening.
+ */
+import { parseArgs } from "node:util";
+import { ZodError } from "zod";
+import { startDecodeService } from "./server.ts";
+import type { DecodeServiceOptionsInput } from "./options.ts";
+
+const { values } = parseArgs({
+  options: {
+    host: { type: "string" },
+    port: { type: "string" },
+    decoder: { type: "string" },
+    "ffprobe-path": { type: "string" },
+    concurrency: { type: "string" },
+    "max-body-bytes": { type: "string" },
+    "max-fetch-bytes": { type: "string" },
+    "fetch-timeout-ms": { type: "string" },
+    "probe-timeout-ms": { type: "string" },
+    allow: { type: "string", multiple: true },
+    "no-auth": { type: "boolean" },
+    verbose: { type: "boolean", short: "v" },
+    help: { type: "boolean", short: "h" },
+  },
+  strict: true,
+});
+
+if (values.help) {
+  process.stdout.write(
+    "usage: KVEDGE_DECODE_TOKEN=... npx node services/decode/main.ts [--host 127.0.0.1] [--port 7070]\n" +
+      "  [--decoder native|wasm|auto] [--ffprobe-path ffprobe] [--concurrency N] [--max-body-bytes N]\n" +
+      "  [--max-fetch-bytes N] [--fetch-timeout-ms N] [--probe-timeout-ms N]\n" +
+      "  [--allow HOST:PORT|CIDR ...  (local development only)] [--no-auth] [--verbose]\n",
+  );
+  process.exit(0);
+}
+
+const int = (v: string | undefined): number | undefined => (v === undefined ? undefined : Number(v));
+const opts: DecodeServiceOptionsInput = { token: process.env.KVEDGE_DECODE_TOKEN || null, allowNoAuth: values["no-auth"] === true };
+if (values.host !== undefined) opts.host = values.host;
+if (values.port !== undefined) opts.port = int(values.port)!;
+if (values.decoder !== undefined) opts.decoder = values.decoder as "native" | "wasm" | "auto";
+if (values["ffprobe-path"] !== undefined) opts.ffprobePath = values["ffprobe-path"];
+if (values.concurrency !== undefined) opts.concurrency = int(values.concurrency)!;
+if (values["max-body-bytes"] !== undefined) opts.maxBodyBytes = int(values["max-body-bytes"])!;
+if (values["probe-timeout-ms"] !== undefined) opts.probeTimeoutMs = int(values["probe-timeout-ms"])!;
+const fetchPolicy: NonNullable<DecodeServiceOptionsInput["fetch"]> = {};
+if (values["max-fetch-bytes"] !== undefined) fetchPolicy.maxBytes = int(values["max-fetch-bytes"])!;
+if (values["fetch-timeout-ms"] !== undefined) fetchPolicy.timeoutMs = int(values["fetch-timeout-ms"])!;
+if (values.allow) fetchPolicy.allowlist = values.allow;
+opts.fetch = fetchPolicy;
+if (values.verbose) opts.verbose = true;
+
+try {
+  const svc = await startDecodeService(opts);
+  process.stdout.write(JSON.stringify({ ready: true, url: svc.url, decoder: svc.decoder }) + "\n");
+  let stopping = false;
+  const stop = (): void => {
+    if (stopping) return;
+    stopping = true;
+    void svc.close().then(() => process.exit(0));
+  };
+  process.on("SIGINT", stop);
+  process.on("SIGTERM", stop);
+} catch (err) {
+  if (err instanceof ZodError) {
+    process.stderr.write(`decode: bad options: ${err.issues.map((i) => `${i.path.join(".")}: ${i.message}`).join("; ")}\n`);
+  } else {
+    process.stderr.write(`decode: failed to start: ${(err as Error).stack ?? String(err)}\n`);
+  }
+  process.exit(1);
+}

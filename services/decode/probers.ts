@@ -1,0 +1,216 @@
+/**
+ * The two decoders behind `/v1/probe`, with identical answers: native ffprobe (a child process
+ * per probe) and @ffmpeg/core in worker threads (one core per thread, lazily started, replaced
+ * after a crash or timeout). `selectProber("auto")` takes native when `ffprobe -version` runs.
+ */
+import { spawn } from "node:child_process";
+import { readFile } from "node:fs/promises";
+import { Worker } from "node:worker_threads";
+import { MediaError } from "../../src/media/errors.ts";
+import { FfprobeOutputParser, ffprobeArgs, parseFfprobeOutput, type ScanResult } from "./ffprobe-scan.ts";
+import type { WasmJob, WasmReply } from "./wasm-worker.ts";
+
+export type DecoderKind = "native" | "wasm";
+
+export interface Prober {
+  readonly kind: DecoderKind;
+  /** Scans the media file at `path`; throws MediaError("unprobeable_media") for media it cannot read. */
+  probe(path: string): Promise<ScanResult>;
+  close(): Promise<void>;
+}
+
+export class ProbeTimeoutError extends Error {}
+
+function unprobeable(detail: string): MediaError {
+  const last = detail.trim().split("\n").filter(Boolean).pop() ?? "no video stream";
+  return new MediaError("unprobeable_media", `Media could not be probed: ${last.replace(/^\/in: |^.*?: (?=Invalid)/, "")}`);
+}
+
+export class NativeProber implements Prober {
+  readonly kind = "native" as const;
+  private readonly ffprobe: string;
+  private readonly timeoutMs: number;
+  constructor(opts: { ffprobePath?: string; timeoutMs?: number } = {}) {
+    this.ffprobe = opts.ffprobePath ?? "ffprobe";
+    this.timeoutMs = opts.timeoutMs ?? 60_000;
+  }
+
+  probe(path: string): Promise<ScanResult> {
+    return new Promise((resolve, reject) => {
+      const child = spawn(this.ffprobe, ffprobeArgs(path), { stdio: ["ignore", "pipe", "pipe"] });
+      const parser = new FfprobeOutputParser();
+      let stderr = "";
+      let timedOut = false;
+      const timer = setTimeout(() => {
+        timedOut = true;
+        child.kill("SIGKILL");
+      }, this.timeoutMs);
+      child.stdout.setEncoding("utf8");
+      child.stdout.on("data", (s: string) => parser.push(s));
+      child.stderr.setEncoding("utf8");
+      child.stderr.on("data", (s: string) => {
+        if (stderr.length < 8192) stderr += s;
+      });
+      child.on("error", (e) => {
+        clearTimeout(timer);
+        reject(e);
+      });
+      child.on("close", (code) => {
+        clearTimeout(timer);
+        if (timedOut) return reject(new ProbeTimeoutError(`ffprobe exceeded ${this.timeoutMs} ms`));
+        const r = parser.finish();
+        if (code !== 0 || !r) return reject(unprobeable(stderr));
+        resolve(r);
+      });
+    });
+  }
+
+  async close(): Promise<void> {}
+}
+
+/** Is a native ffprobe runnable? */
+export function nativeAvailable(ffprobePath = "ffprobe"): Promise<boolean> {
+  return new Promise((resolve) => {
+    const c = spawn(ffprobePath, ["-version"], { stdio: "ignore" });
+    c.on("error", () => resolve(false));
+    c.on("close", (code) => resolve(code === 0));
+  });
+}
+
+interface Slot {
+  worker: Worker;
+  ready: Promise<void>;
+  busy: boolean;
+}
+
+export class WasmProber implements Prober {
+  readonly kind = "wasm" as const;
+  private readonly size: number;
+  private readonly timeoutMs: number;
+  private readonly slots: Slot[] = [];
+  private readonly waiters: ((s: Slot) => void)[] = [];
+  private nextId = 1;
+  private closed = false;
+
+  constructor(opts: { threads?: number; timeoutMs?: number } = {}) {
+    this.size = Math.max(1, opts.threads ?? 1);
+    this.timeoutMs = opts.timeoutMs ?? 60_000;
+  }
+
+  private spawn(): Slot {
+    const worker = new Worker(new URL("./wasm-worker.ts", import.meta.url));
+    worker.unref();
+    const ready = new Promise<void>((resolve, reject) => {
+      const onMsg = (m: unknown): void => {
+        if ((m as { ready?: boolean }).ready) {
+          worker.off("message", onMsg);
+          worker.off("error", reject);
+          resolve();
+        }
+      };
+      worker.on("message", onMsg);
+      worker.once("error", reject);
+    });
+    const slot: Slot = { worker, ready, busy: false };
+    ready.catch(() => {});
+    return slot;
+  }
+
+  private acquire(): Promise<Slot> {
+    const free = this.slots.find((s) => !s.busy);
+    if (free) {
+      free.busy = true;
+      return Promise.resolve(free);
+    }
+    if (this.slots.length < this.size) {
+      const s = this.spawn();
+      s.busy = true;
+      this.slots.push(s);
+      return Promise.resolve(s);
+    }
+    return new Promise((resolve) => this.waiters.push(resolve));
+  }
+
+  private release(slot: Slot, dead: boolean): void {
+    let s = slot;
+    if (dead) {
+      void slot.worker.terminate();
+      const i = this.slots.indexOf(slot);
+      if (i !== -1) this.slots.splice(i, 1);
+      if (this.closed) return;
+      s = this.spawn();
+      this.slots.push(s);
+    }
+    const next = this.waiters.shift();
+    if (next) {
+      s.busy = true;
+      next(s);
+    } else s.busy = false;
+  }
+
+  async probe(path: string): Promise<ScanResult> {
+    if (this.closed) throw new Error("wasm prober closed");
+    const bytes = new Uint8Array(await readFile(path));
+    const slot = await this.acquire();
+    let dead = false;
+    try {
+      await slot.ready;
+      const id = this.nextId++;
+      const reply = await new Promise<WasmReply>((resolve, reject) => {
+        const timer = setTimeout(() => {
+          dead = true;
+          cleanup();
+          reject(new ProbeTimeoutError(`wasm ffprobe exceeded ${this.timeoutMs} ms`));
+        }, this.timeoutMs);
+        const onMsg = (m: WasmReply): void => {
+          if (m.id !== id) return;
+          cleanup();
+          resolve(m);
+        };
+        const onExit = (): void => {
+          dead = true;
+          cleanup();
+          reject(new Error("wasm decoder thread exited"));
+        };
+        const cleanup = (): void => {
+          clearTimeout(timer);
+          slot.worker.off("message", onMsg);
+          slot.worker.off("exit", onExit);
+        };
+        slot.worker.on("message", onMsg);
+        slot.worker.on("exit", onExit);
+        const job: WasmJob = { id, bytes };
+        slot.worker.postMessage(job, [bytes.buffer]);
+      });
+      if (!reply.ok) {
+        dead = true;
+        throw unprobeable(reply.error);
+      }
+      const r = parseFfprobeOutput(reply.stdout);
+      if (!r) throw unprobeable(reply.stderr);
+      return r;
+    } catch (e) {
+      if (!(e instanceof MediaError) && !(e instanceof ProbeTimeoutError)) dead = true;
+      throw e;
+    } finally {
+      this.release(slot, dead);
+    }
+  }
+
+  async close(): Promise<void> {
+    this.closed = true;
+    await Promise.all(this.slots.map((s) => s.worker.terminate()));
+    this.slots.length = 0;
+  }
+}
+
+export async function selectProber(
+  decoder: "native" | "wasm" | "auto",
+  opts: { ffprobePath?: string; threads?: number; timeoutMs?: number } = {},
+): Promise<Prober> {
+  if (decoder === "native" || (decoder === "auto" && (await nativeAvailable(opts.ffprobePath)))) {
+    if (decoder === "native" && !(await nativeAvailable(opts.ffprobePath))) throw new Error(`native ffprobe not runnable (${opts.ffprobePath ?? "ffprobe"})`);
+    return new NativeProber(opts);
+  }
+  return new WasmProber(opts);
+}

@@ -1,0 +1,262 @@
+/**
+ * Operator routes: `/metrics` (Prometheus), `/dashboard` (HTML), `/admin/*` (JSON). All need the
+ * admin token as `Authorization: Bearer <ADMIN_TOKEN>`. The dashboard also accepts a session
+ * cookie, set once from `/dashboard?token=<ADMIN_TOKEN>`: its value is an HMAC of the token (never
+ * the token itself), HttpOnly, SameSite=Strict; it authorises only the read-only GET routes the page
+ * uses. Runtime-free: the index stubs are injected (functions/ wires them).
+ */
+import { AuthenticationError, MethodNotAllowedError, NotFoundError } from "../api/errors.ts";
+import type { EdgeConfig } from "../api/config.ts";
+import { parseLimits, type Limits } from "../api/limits.ts";
+import { parseChatRequest, readBodyText } from "../api/validate.ts";
+import { getQwenTokenizer } from "../prompt/tokenizer/index.ts";
+import type { RoutePreview } from "../kv/routing-core.ts";
+import { localHashToHex } from "../kv/relay-protocol.ts";
+import { EXPOSITION_CONTENT_TYPE } from "../metrics/exposition.ts";
+import { renderMetrics, type PoolScrape } from "../metrics/pool-families.ts";
+import { hitRate, type CohortView, type PoolMetricsSnapshot } from "../metrics/pool-snapshot.ts";
+import { choiceReason } from "../metrics/decision-reason.ts";
+import { dashboardHtml, dashboardLoginHtml } from "../dashboard/page.ts";
+import { initHashing } from "../util/hash.ts";
+import { bearerToken, timingSafeEqualString } from "./auth.ts";
+import { prepareRouting, type IndexClient } from "./chat.ts";
+
+/** What the operator routes need from a pool's routing index (the Durable Object stub has it). */
+export interface AdminIndexClient extends IndexClient {
+  workers(): Promise<unknown>;
+  stats(): Promise<unknown>;
+  workerLocalHashes(workerId: string): Promise<string[]>;
+  metrics(): Promise<PoolMetricsSnapshot>;
+  peek(req: { localHashes: readonly bigint[]; isl: number }): Promise<RoutePreview>;
+}
+
+export interface AdminDeps {
+  config: EdgeConfig;
+  index(model: string): AdminIndexClient;
+  /** Outbound fetch (media identity for `explain`). */
+  fetch(input: string, init: RequestInit): Promise<Response>;
+}
+
+export const SESSION_COOKIE = "kvedge_admin";
+const SESSION_MAX_AGE_S = 12 * 3600;
+/** Tokens shown at each end of the prompt by `explain`. */
+const TOKEN_VIEW = 16;
+
+/** Handles an operator route, or returns null when the path is not one. */
+export async function handleAdminRoute(request: Request, deps: AdminDeps): Promise<Response | null> {
+  const url = new URL(request.url);
+  const path = url.pathname.replace(/\/+$/, "") || "/";
+  if (path === "/metrics") {
+    requireMethod(request, "GET");
+    await requireAdminAuth(request, deps.config, false);
+    return new Response(await scrape(deps), { headers: { "content-type": EXPOSITION_CONTENT_TYPE, "cache-control": "no-store" } });
+  }
+  if (path === "/dashboard") {
+    requireMethod(request, "GET");
+    return dashboard(request, url, deps.config);
+  }
+  if (!path.startsWith("/admin/")) return null;
+  if (path === "/admin/overview") {
+    requireMethod(request, "GET");
+    await requireAdminAuth(request, deps.config, true);
+    return json(await overview(deps), { "cache-control": "no-store" });
+  }
+  await requireAdminAuth(request, deps.config, false);
+  if (path === "/admin/explain") {
+    requireMethod(request, "POST");
+    return json(await explain(request, deps));
+  }
+  const model = url.searchParams.get("model") ?? deps.config.models[0]!.id;
+  if (!deps.config.models.some((m) => m.id === model)) throw new NotFoundError(`Unknown model '${model}'.`, "model", "model_not_found");
+  const stub = deps.index(model);
+  if (path === "/admin/workers") return json({ model, workers: await stub.workers() });
+  if (path === "/admin/stats") return json({ model, stats: await stub.stats() });
+  const m = /^\/admin\/workers\/([^/]+)\/local-hashes$/.exec(path);
+  if (m) return json({ workerId: m[1], localHashes: await stub.workerLocalHashes(decodeURIComponent(m[1]!)) });
+  return null;
+}
+
+// ---- auth ----
+
+async function sessionValue(adminToken: string): Promise<string> {
+  const enc = new TextEncoder();
+  const key = await crypto.subtle.importKey("raw", enc.encode(adminToken), { name: "HMAC", hash: "SHA-256" }, false, ["sign"]);
+  const mac = new Uint8Array(await crypto.subtle.sign("HMAC", key, enc.encode("kvedge-dashboard-session-v1")));
+  let hex = "";
+  for (const b of mac) hex += b.toString(16).padStart(2, "0");
+  return hex;
+}
+
+function cookieOf(request: Request, name: string): string | null {
+  const header = request.headers.get("cookie");
+  if (!header) return null;
+  for (const part of header.split(";")) {
+    const i = part.indexOf("=");
+    if (i > 0 && part.slice(0, i).trim() === name) return part.slice(i + 1).trim();
+  }
+  return null;
+}
+
+async function isAdmin(request: Request, config: EdgeConfig, allowCookie: boolean): Promise<boolean> {
+  const token = config.adminToken;
+  if (!token) return false;
+  const bearer = bearerToken(request);
+  if (bearer !== null) return timingSafeEqualString(bearer, token);
+  if (!allowCookie) return false;
+  const cookie = cookieOf(request, SESSION_COOKIE);
+  return cookie !== null && timingSafeEqualString(cookie, await sessionValue(token));
+}
+
+async function requireAdminAuth(request: Request, config: EdgeConfig, allowCookie: boolean): Promise<void> {
+  if (!(await isAdmin(request, config, allowCookie))) throw new AuthenticationError("Admin token required.");
+}
+
+function requireMethod(request: Request, method: string): void {
+  if (request.method !== method) throw new MethodNotAllowedError(`Use ${method}.`);
+}
+
+// ---- dashboard ----
+
+async function dashboard(request: Request, url: URL, config: EdgeConfig): Promise<Response> {
+  const given = url.searchParams.get("token");
+  if (given !== null) {
+    if (!config.adminToken || !timingSafeEqualString(given, config.adminToken)) return html(dashboardLoginHtml("That token is not the admin token."), 401);
+    // Trade the token for the session cookie and drop it from the address bar and history.
+    const secure = url.protocol === "https:" ? "; Secure" : "";
+    const cookie = `${SESSION_COOKIE}=${await sessionValue(config.adminToken)}; Path=/; HttpOnly; SameSite=Strict; Max-Age=${SESSION_MAX_AGE_S}${secure}`;
+    return new Response(null, { status: 303, headers: { location: "/dashboard", "set-cookie": cookie, "cache-control": "no-store", "referrer-policy": "no-referrer" } });
+  }
+  if (!(await isAdmin(request, config, true))) return html(dashboardLoginHtml(null), 401);
+  const nonce = crypto.randomUUID().replace(/-/g, "");
+  return html(dashboardHtml(nonce), 200, {
+    "content-security-policy": `default-src 'none'; script-src 'nonce-${nonce}'; style-src 'nonce-${nonce}'; connect-src 'self'; img-src data:; base-uri 'none'; form-action 'none'; frame-ancestors 'none'`,
+  });
+}
+
+function html(body: string, status: number, extra: Record<string, string> = {}): Response {
+  return new Response(body, {
+    status,
+    headers: {
+      "content-type": "text/html; charset=utf-8",
+      "cache-control": "no-store",
+      "referrer-policy": "no-referrer",
+      "x-content-type-options": "nosniff",
+      "x-frame-options": "DENY",
+      ...extra,
+    },
+  });
+}
+
+function json(body: unknown, headers: Record<string, string> = {}): Response {
+  return new Response(JSON.stringify(body), { headers: { "content-type": "application/json", ...headers } });
+}
+
+// ---- metrics and overview ----
+
+async function snapshots(deps: AdminDeps): Promise<PoolScrape[]> {
+  return Promise.all(
+    deps.config.models.map(async (m) => {
+      try {
+        return { model: m.id, snapshot: await deps.index(m.id).metrics() };
+      } catch (err) {
+        console.error(JSON.stringify({ event: "metrics_pool_failed", model: m.id, error: String(err) }));
+        return { model: m.id, snapshot: null };
+      }
+    }),
+  );
+}
+
+async function scrape(deps: AdminDeps): Promise<string> {
+  return renderMetrics(await snapshots(deps));
+}
+
+export interface PoolOverview {
+  model: string;
+  configuredBlockSize: number;
+  ok: boolean;
+  hitRate: number | null;
+  cohort: CohortView | null;
+  snapshot: PoolMetricsSnapshot | null;
+}
+
+async function overview(deps: AdminDeps): Promise<{ generatedAt: number; models: PoolOverview[] }> {
+  const pools = await snapshots(deps);
+  return {
+    generatedAt: Date.now(),
+    models: pools.map((p) => ({
+      model: p.model,
+      configuredBlockSize: deps.config.models.find((m) => m.id === p.model)!.blockSize,
+      ok: p.snapshot !== null,
+      hitRate: p.snapshot ? hitRate(p.snapshot) : null,
+      cohort: p.snapshot ? p.snapshot.cohort : null,
+      snapshot: p.snapshot,
+    })),
+  };
+}
+
+// ---- explain ----
+
+let limitsCache: { src: Record<string, unknown>; limits: Limits } | null = null;
+function limitsOf(config: EdgeConfig): Limits {
+  if (limitsCache?.src !== config.limitsOverride) limitsCache = { src: config.limitsOverride, limits: parseLimits(config.limitsOverride) };
+  return limitsCache.limits;
+}
+
+/**
+ * Runs the edge pipeline of `POST /v1/chat/completions` up to the pick (validate → template →
+ * tokens → routing plan → block hashes → index peek) and reports every step. Nothing is sent to a
+ * worker and no load or receipt is added.
+ */
+async function explain(request: Request, deps: AdminDeps): Promise<unknown> {
+  await initHashing();
+  const limits = limitsOf(deps.config);
+  const bodyText = await readBodyText(request.body, limits, request.headers.get("content-length"));
+  const req = parseChatRequest(bodyText, limits);
+  const { model, prompt, tokens, plan } = await prepareRouting(req, {
+    config: deps.config,
+    index: (m) => deps.index(m),
+    fetch: deps.fetch,
+  });
+  const tokenizer = getQwenTokenizer(model.family);
+  const preview = await deps.index(model.id).peek({ localHashes: plan.localHashes, isl: plan.isl });
+  const view = (ids: number[]) => ids.map((id) => ({ id, text: tokenizer.decode([id]) }));
+  const hashes = plan.localHashes.map(localHashToHex);
+  const chosen = preview.workerId;
+  const warnings: string[] = [];
+  if (preview.candidates.length > 0 && preview.blockSize !== model.blockSize)
+    warnings.push(`configured blockSize ${model.blockSize} differs from the index's ${preview.blockSize}: no prefix can match`);
+  if (chosen === null) warnings.push("no worker is up: the request would fail with 503");
+  return {
+    model: model.id,
+    routing: plan.fallbackReason === null ? "exact" : "text_prefix",
+    fallbackReason: plan.fallbackReason,
+    eligibility:
+      plan.fallbackReason === null
+        ? "exact: the routed token sequence is the one the worker will cache"
+        : `text-prefix fallback (${plan.fallbackReason}): only the tokens before the first media placeholder are hashed`,
+    prompt: { chars: prompt.text.length, mediaItems: prompt.mediaParts.map((p) => p.kind), mmHashes: plan.mmHashes },
+    tokens: {
+      count: tokens.length,
+      /** Length of the sequence the index is asked about (with exact media: the expanded layout). */
+      routed: plan.fallbackReason === null ? plan.isl : plan.localHashes.length * model.blockSize,
+      head: view(tokens.slice(0, TOKEN_VIEW)),
+      tail: tokens.length > TOKEN_VIEW ? view(tokens.slice(Math.max(TOKEN_VIEW, tokens.length - TOKEN_VIEW))) : [],
+    },
+    blocks: {
+      blockSize: model.blockSize,
+      total: hashes.length,
+      partialTailTokens: plan.fallbackReason === null ? plan.isl % model.blockSize : null,
+      first: hashes.slice(0, 4),
+      last: hashes.length > 4 ? hashes.slice(-2) : [],
+    },
+    decision: {
+      workerId: chosen,
+      overlapBlocks: preview.overlapBlocks,
+      predictedCachedTokens: Math.min(preview.overlapBlocks * preview.blockSize, tokens.length),
+      tiedWith: preview.tiedWith,
+      reason: chosen === null ? "no worker up" : choiceReason(chosen, preview.candidates, preview.totalBlocks),
+    },
+    candidates: preview.candidates,
+    warnings,
+  };
+}

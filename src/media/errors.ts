@@ -1,0 +1,50 @@
+/**
+ * Media errors: a media item that cannot be fetched, is refused by the SSRF policy, or whose
+ * header cannot be read. They extend the api hierarchy so they render as 400 (413 for size caps);
+ * `reason` is a stable machine-readable name the edge records when it falls back.
+ */
+import { InvalidRequestError, PayloadTooLargeError } from "../api/errors.ts";
+
+export type MediaErrorReason =
+  // fetch policy
+  | "bad_url"
+  | "bad_scheme"
+  | "blocked_address"
+  | "credentials_in_url"
+  | "too_many_redirects"
+  | "bad_redirect"
+  | "dns_failed"
+  | "fetch_failed"
+  | "http_status"
+  | "timeout"
+  | "bad_data_url"
+  // content
+  | "unknown_format"
+  | "truncated"
+  | "corrupt"
+  | "unsupported_format"
+  | "unprobeable_media";
+
+export class MediaError extends InvalidRequestError {
+  readonly reason: MediaErrorReason;
+  constructor(reason: MediaErrorReason, message: string, param: string | null = null) {
+    super(message, param, `media_${reason}`);
+    this.reason = reason;
+  }
+}
+
+/** 413: media bytes above the configured cap. */
+export class MediaTooLargeError extends PayloadTooLargeError {
+  readonly reason = "too_large" as const;
+  readonly limitBytes: number;
+  constructor(limitBytes: number, param: string | null = null) {
+    super(`Media exceeds the ${limitBytes}-byte limit.`, param);
+    this.limitBytes = limitBytes;
+  }
+}
+
+export type AnyMediaError = MediaError | MediaTooLargeError;
+
+export function isMediaError(e: unknown): e is AnyMediaError {
+  return e instanceof MediaError || e instanceof MediaTooLargeError;
+}

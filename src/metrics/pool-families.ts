@@ -1,0 +1,106 @@
+/**
+ * Maps pool snapshots onto Prometheus families. Naming: `kvedge_` prefix, base units (seconds,
+ * tokens, blocks), `_total` for counters; labels `model`, `worker`, `reason`, `outcome`, `mode`,
+ * `state`. Each configured model contributes its samples to the same families.
+ */
+import { ExpositionBuilder } from "./exposition.ts";
+import { COHORT_STATES, type PoolMetricsSnapshot } from "./pool-snapshot.ts";
+
+export interface PoolScrape {
+  model: string;
+  /** null when the pool's index did not answer (kvedge_pool_up 0). */
+  snapshot: PoolMetricsSnapshot | null;
+}
+
+const WORKER_STATES = ["up", "down", "draining"] as const;
+
+export function renderMetrics(pools: readonly PoolScrape[]): string {
+  const b = new ExpositionBuilder();
+  const poolUp = b.gauge("kvedge_pool_up", "1 if the pool's routing index answered this scrape.");
+  for (const p of pools) poolUp.set({ model: p.model }, p.snapshot ? 1 : 0);
+  for (const p of pools) if (p.snapshot) writePool(b, p.model, p.snapshot);
+  return b.render();
+}
+
+function writePool(b: ExpositionBuilder, model: string, s: PoolMetricsSnapshot): void {
+  const r = s.recorder;
+  const m = { model };
+
+  // Requests and routing decisions.
+  const requests = b.counter("kvedge_requests_total", "Routed chat requests by final outcome (ok, error, no_worker). Requests rejected before routing are not counted.");
+  for (const [outcome, n] of Object.entries(r.requests)) requests.set({ model, outcome }, n);
+  const decisions = b.counter("kvedge_routing_decisions_total", "Routing decisions by chosen worker and mode (exact token sequence or text-prefix fallback).");
+  for (const [worker, byMode] of Object.entries(r.decisions))
+    for (const [mode, n] of Object.entries(byMode)) decisions.set({ model, worker, mode }, n);
+  const fallbacks = b.counter("kvedge_routing_fallbacks_total", "Requests routed on a text prefix instead of the exact sequence, by reason.");
+  for (const [reason, n] of Object.entries(r.fallbacks)) fallbacks.set({ model, reason }, n);
+  b.counter("kvedge_routing_retries_total", "Routing decisions made after a worker failed before answering.").set(m, r.retries);
+  b.histogram("kvedge_routing_overlap_blocks", "Leading prompt blocks the chosen worker already held, per decision.").histogram(m, r.overlapBlocks);
+  b.histogram("kvedge_routing_request_blocks", "Full blocks in the routed prompt, per decision.").histogram(m, r.requestBlocks);
+  b.histogram("kvedge_routing_overlap_ratio", "Overlap blocks / request blocks, per decision with at least one block.").histogram(m, r.overlapRatio);
+  b.histogram("kvedge_edge_overhead_seconds", "Edge time from request arrival to the upstream call (validation, prompt, tokenizer, hashing, index round trip).").histogram(m, r.edgeOverheadSeconds);
+
+  // Receipts: predicted vs actual cached tokens.
+  const receipts = b.counter("kvedge_receipts_total", "Settled routing receipts by worker and outcome.");
+  const unreported = b.counter("kvedge_receipts_unreported_total", "Successful receipts without a cached-token report (worker lacks --enable-cache-report).");
+  const prompt = b.counter("kvedge_receipt_prompt_tokens_total", "Prompt tokens of receipts with a cached-token report.");
+  const predicted = b.counter("kvedge_receipt_predicted_cached_tokens_total", "Cached tokens the index predicted (overlap blocks × block size, capped at the prompt).");
+  const actual = b.counter("kvedge_receipt_actual_cached_tokens_total", "Cached tokens the worker reported.");
+  for (const [worker, t] of Object.entries(r.receipts)) {
+    receipts.set({ model, worker, outcome: "ok" }, t.ok).set({ model, worker, outcome: "error" }, t.error);
+    unreported.set({ model, worker }, t.unreported);
+    prompt.set({ model, worker }, t.promptTokens);
+    predicted.set({ model, worker }, t.predictedCachedTokens);
+    actual.set({ model, worker }, t.actualCachedTokens);
+  }
+  const drift = b.gauge("kvedge_worker_drift_ratio", "EWMA of (predicted − actual cached) / predicted; > 0 means the index over-predicts.");
+  const drifting = b.gauge("kvedge_worker_drifting", "1 while the worker's receipts show sustained drift.");
+  for (const d of s.drift) {
+    drift.set({ model, worker: d.workerId }, d.driftEwma);
+    drifting.set({ model, worker: d.workerId }, d.drifting ? 1 : 0);
+  }
+
+  // Workers.
+  const byState = b.gauge("kvedge_workers", "Registered workers by state.");
+  for (const st of WORKER_STATES) byState.set({ model, state: st }, s.workers.filter((w) => w.status === st).length);
+  const up = b.gauge("kvedge_worker_up", "1 if the worker is up.");
+  const synced = b.gauge("kvedge_worker_synced", "1 if the worker's relay has delivered a full dump this index life.");
+  const blocks = b.gauge("kvedge_worker_blocks", "Blocks the index holds for the worker.");
+  const active = b.gauge("kvedge_worker_active_requests", "Requests routed to the worker and not yet settled.");
+  const prefill = b.gauge("kvedge_worker_active_prefill_tokens", "Uncached prompt tokens of the worker's requests still in prefill.");
+  const decode = b.gauge("kvedge_worker_active_decode_blocks", "Blocks of the worker's running requests.");
+  const lastSeen = b.gauge("kvedge_worker_last_seen_timestamp_seconds", "Last message from the worker's relay, Unix time.");
+  const info = b.gauge("kvedge_worker_info", "Worker metadata; value is always 1.");
+  for (const w of s.workers) {
+    const l = { model, worker: w.workerId };
+    up.set(l, w.status === "up" ? 1 : 0);
+    synced.set(l, w.synced ? 1 : 0);
+    blocks.set(l, w.blocks);
+    active.set(l, w.activeRequests);
+    prefill.set(l, w.activePrefillTokens);
+    decode.set(l, w.activeDecodeBlocks);
+    lastSeen.set(l, w.lastSeen / 1000);
+    info.set({ ...l, contract_digest: w.contractDigest ?? "", kv_events: String(w.kvEvents) }, 1);
+  }
+
+  // Cohort contract.
+  const cohort = s.cohort;
+  b.gauge("kvedge_cohort_exact_media", "1 if every up worker publishes the same valid processor contract (exact media routing allowed).").set(m, cohort.exactMedia ? 1 : 0);
+  b.gauge("kvedge_cohort_contract_digests", "Distinct contract digests among up workers.").set(m, cohort.digests);
+  const cs = b.gauge("kvedge_cohort_state", "Cohort contract state (one-hot).");
+  for (const st of COHORT_STATES) cs.set({ model, state: st }, cohort.state === st ? 1 : 0);
+
+  // Index.
+  const c = s.counters;
+  b.gauge("kvedge_pool_block_size_tokens", "The pool's KV block size (= SGLang page size).").set(m, s.blockSize ?? 0);
+  b.gauge("kvedge_index_blocks", "(worker, block) entries in the index.").set(m, s.indexedBlocks);
+  b.gauge("kvedge_index_active_requests", "Requests with load held in the index.").set(m, s.activeRequests);
+  b.counter("kvedge_index_events_applied_total", "KV events applied to the index.").set(m, c.eventsApplied);
+  const dropped = b.counter("kvedge_index_events_dropped_total", "KV events or relay messages dropped, by reason.");
+  for (const [reason, n] of Object.entries(c.dropReasons)) dropped.set({ model, reason }, n);
+  b.counter("kvedge_index_gaps_total", "Event batches whose parent block was unknown (a gap in the stream); each triggers a resync.").set(m, c.dropReasons["parent_not_found"] ?? 0);
+  b.counter("kvedge_index_blocks_stored_total", "Blocks added to the index (events and dumps).").set(m, c.blocksStored);
+  b.counter("kvedge_index_blocks_removed_total", "Blocks removed from the index by events.").set(m, c.blocksRemoved);
+  b.counter("kvedge_index_dumps_total", "Full block-set dumps applied (relay connects and resyncs).").set(m, c.dumps);
+  b.counter("kvedge_index_load_expired_total", "Routed requests whose load expired because the edge never settled them.").set(m, c.expired);
+}

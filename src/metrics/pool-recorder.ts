@@ -1,0 +1,173 @@
+/**
+ * What one pool's routing index records for operators: routing decisions (mode, fallback reason,
+ * overlap and request-block histograms), request outcomes, receipts per worker (prompt, predicted
+ * and actual cached tokens), edge overhead, a receipt time series and the recent decisions with a
+ * reason each. Pure and bounded; `snapshot()` is plain JSON for the Durable Object RPC.
+ */
+import { BLOCK_BUCKETS, Histogram, OVERHEAD_BUCKETS, RATIO_BUCKETS, type HistogramSnapshot } from "./histogram.ts";
+import { ReceiptSeries, type SeriesPoint } from "./time-series.ts";
+import { choiceReason, type ReasonCandidate } from "./decision-reason.ts";
+
+export type RoutingMode = "exact" | "text_prefix";
+
+export interface DecisionRecord {
+  at: number;
+  receiptId: string;
+  workerId: string;
+  mode: RoutingMode;
+  fallbackReason: string | null;
+  overlapBlocks: number;
+  totalBlocks: number;
+  isl: number;
+  candidates: number;
+  retry: boolean;
+  reason: string;
+}
+
+export interface WorkerReceiptTotals {
+  ok: number;
+  error: number;
+  /** Settled ok but the worker reported no cached_tokens (SGLang without --enable-cache-report). */
+  unreported: number;
+  promptTokens: number;
+  predictedCachedTokens: number;
+  actualCachedTokens: number;
+}
+
+export interface RecorderSnapshot {
+  requests: Record<string, number>;
+  decisions: Record<string, Record<RoutingMode, number>>;
+  fallbacks: Record<string, number>;
+  retries: number;
+  overlapBlocks: HistogramSnapshot;
+  requestBlocks: HistogramSnapshot;
+  overlapRatio: HistogramSnapshot;
+  edgeOverheadSeconds: HistogramSnapshot;
+  receipts: Record<string, WorkerReceiptTotals>;
+  series: SeriesPoint[];
+  recentDecisions: DecisionRecord[];
+}
+
+export interface RoutedInput {
+  at: number;
+  receiptId: string;
+  workerId: string;
+  overlapBlocks: number;
+  totalBlocks: number;
+  isl: number;
+  fallbackReason: string | null;
+  retry: boolean;
+  candidates: readonly ReasonCandidate[];
+}
+
+export interface SettledInput {
+  workerId: string;
+  outcome: "ok" | "error" | "pending";
+  promptTokens: number;
+  predictedOverlapBlocks: number;
+  blockSize: number;
+  actualCachedTokens: number | null;
+  /** The edge retries elsewhere: not the request's final outcome. */
+  retrying: boolean;
+  edgeOverheadMs: number | null;
+}
+
+const RECENT_DECISIONS = 50;
+/** Caps label cardinality when reasons are free-form. */
+const MAX_REASON_LABELS = 64;
+
+export class PoolRecorder {
+  readonly #requests: Record<string, number> = { ok: 0, error: 0, no_worker: 0 };
+  readonly #decisions: Record<string, Record<RoutingMode, number>> = {};
+  readonly #fallbacks: Record<string, number> = {};
+  #retries = 0;
+  readonly #overlap = new Histogram(BLOCK_BUCKETS);
+  readonly #requestBlocks = new Histogram(BLOCK_BUCKETS);
+  readonly #overlapRatio = new Histogram(RATIO_BUCKETS);
+  readonly #overhead = new Histogram(OVERHEAD_BUCKETS);
+  readonly #receipts: Record<string, WorkerReceiptTotals> = {};
+  readonly #series = new ReceiptSeries();
+  readonly #recent: DecisionRecord[] = [];
+
+  routed(r: RoutedInput): DecisionRecord {
+    const mode: RoutingMode = r.fallbackReason === null ? "exact" : "text_prefix";
+    const byMode = (this.#decisions[r.workerId] ??= { exact: 0, text_prefix: 0 });
+    byMode[mode]++;
+    if (r.fallbackReason !== null) this.#countFallback(r.fallbackReason);
+    if (r.retry) this.#retries++;
+    this.#overlap.observe(r.overlapBlocks);
+    this.#requestBlocks.observe(r.totalBlocks);
+    if (r.totalBlocks > 0) this.#overlapRatio.observe(r.overlapBlocks / r.totalBlocks);
+    const rec: DecisionRecord = {
+      at: r.at,
+      receiptId: r.receiptId,
+      workerId: r.workerId,
+      mode,
+      fallbackReason: r.fallbackReason,
+      overlapBlocks: r.overlapBlocks,
+      totalBlocks: r.totalBlocks,
+      isl: r.isl,
+      candidates: r.candidates.length,
+      retry: r.retry,
+      reason: (r.retry ? "retry after a failed worker; " : "") + choiceReason(r.workerId, r.candidates, r.totalBlocks),
+    };
+    this.#recent.push(rec);
+    if (this.#recent.length > RECENT_DECISIONS) this.#recent.shift();
+    return rec;
+  }
+
+  /** No worker was up: the request fails with 503. */
+  noWorker(fallbackReason: string | null): void {
+    this.#requests["no_worker"]!++;
+    if (fallbackReason !== null) this.#countFallback(fallbackReason);
+  }
+
+  settled(s: SettledInput, now: number): void {
+    if (s.edgeOverheadMs !== null && Number.isFinite(s.edgeOverheadMs) && s.edgeOverheadMs >= 0) this.#overhead.observe(s.edgeOverheadMs / 1000);
+    const ok = s.outcome === "ok";
+    if (!s.retrying) this.#requests[ok ? "ok" : "error"]!++;
+    const w = (this.#receipts[s.workerId] ??= { ok: 0, error: 0, unreported: 0, promptTokens: 0, predictedCachedTokens: 0, actualCachedTokens: 0 });
+    if (!ok) {
+      w.error++;
+      this.#series.add(now, { ok: false, promptTokens: 0, predictedCachedTokens: 0, actualCachedTokens: 0 });
+      return;
+    }
+    w.ok++;
+    if (s.actualCachedTokens === null) {
+      w.unreported++;
+      this.#series.add(now, { ok: true, promptTokens: 0, predictedCachedTokens: 0, actualCachedTokens: 0 });
+      return;
+    }
+    // Same prediction the receipt book uses: whole overlapping blocks, capped at the prompt.
+    const predicted = Math.min(s.predictedOverlapBlocks * s.blockSize, s.promptTokens);
+    w.promptTokens += s.promptTokens;
+    w.predictedCachedTokens += predicted;
+    w.actualCachedTokens += s.actualCachedTokens;
+    this.#series.add(now, { ok: true, promptTokens: s.promptTokens, predictedCachedTokens: predicted, actualCachedTokens: s.actualCachedTokens });
+  }
+
+  #countFallback(reason: string): void {
+    const key = reason in this.#fallbacks || Object.keys(this.#fallbacks).length < MAX_REASON_LABELS ? reason : "other";
+    this.#fallbacks[key] = (this.#fallbacks[key] ?? 0) + 1;
+  }
+
+  snapshot(): RecorderSnapshot {
+    const receipts: Record<string, WorkerReceiptTotals> = {};
+    for (const [k, v] of Object.entries(this.#receipts)) receipts[k] = { ...v };
+    const decisions: Record<string, Record<RoutingMode, number>> = {};
+    for (const [k, v] of Object.entries(this.#decisions)) decisions[k] = { ...v };
+    return {
+      requests: { ...this.#requests },
+      decisions,
+      fallbacks: { ...this.#fallbacks },
+      retries: this.#retries,
+      overlapBlocks: this.#overlap.snapshot(),
+      requestBlocks: this.#requestBlocks.snapshot(),
+      overlapRatio: this.#overlapRatio.snapshot(),
+      edgeOverheadSeconds: this.#overhead.snapshot(),
+      receipts,
+      series: this.#series.snapshot(),
+      recentDecisions: [...this.#recent].reverse(),
+    };
+  }
+}

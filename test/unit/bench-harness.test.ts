@@ -1,0 +1,54 @@
+/**
+ * Smoke test of `npm run bench`: the harness runs every suite that needs no fleet on a tiny
+ * configuration and writes its JSON, table and SVG plots. No timing is asserted.
+ */
+import { execFile } from "node:child_process";
+import { mkdtempSync, readFileSync, readdirSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { afterAll, describe, expect, it } from "vitest";
+
+const ROOT = join(import.meta.dirname, "../..");
+const out = mkdtempSync(join(tmpdir(), "kvedge-bench-"));
+afterAll(() => rmSync(out, { recursive: true, force: true }));
+
+function run(args: string[]): Promise<{ code: number; stdout: string; stderr: string }> {
+  return new Promise((resolve) => {
+    execFile(process.execPath, [join(ROOT, "scripts/bench.mjs"), ...args], { cwd: ROOT, timeout: 240_000, maxBuffer: 16 << 20 }, (err, stdout, stderr) => {
+      const code = err ? (typeof (err as { code?: unknown }).code === "number" ? ((err as { code: number }).code) : 1) : 0;
+      resolve({ code, stdout, stderr });
+    });
+  });
+}
+
+describe("bench harness", () => {
+  it("rejects an unknown suite", async () => {
+    const r = await run(["--tiny", "--only", "nope", "--out", out]);
+    expect(r.code).not.toBe(0);
+    expect(r.stderr).toContain("unknown suite nope");
+  });
+
+  it("runs the suites on a tiny configuration and writes results", { timeout: 300_000 }, async () => {
+    const suites = ["edge", "tokenizer", "index", "hashing", "routing", "layout"];
+    const r = await run(["--tiny", "--only", suites.join(","), "--out", out]);
+    expect(r.stderr).toContain("100%");
+    expect(r.code, r.stdout + r.stderr).toBe(0);
+    const latest = JSON.parse(readFileSync(join(out, "latest.json"), "utf8"));
+    expect(latest.mode).toBe("tiny");
+    expect(Object.keys(latest.suites)).toEqual(suites);
+    for (const s of suites) {
+      expect(latest.suites[s].ok, `${s}: ${latest.suites[s].error}`).toBe(true);
+      expect(latest.suites[s].summary.length).toBeGreaterThan(0);
+    }
+    // The tokenizer suite checks exactness on the golden cases inside the bench run.
+    expect(latest.suites.tokenizer.details.goldenCases).toBeGreaterThan(0);
+    expect(latest.suites.tokenizer.details.kvExact).toBe(latest.suites.tokenizer.details.goldenCases);
+    // Every routing policy was replayed over the same trace.
+    expect(Object.keys(latest.suites.routing.details.policies)).toContain("oracle");
+    expect(r.stdout).toMatch(/\| suite\s+\| metric/);
+    const plots = readdirSync(join(out, "plots")).filter((f) => f.endsWith(".svg"));
+    expect(plots).toEqual(expect.arrayContaining(["edge.svg", "tokenizer.svg", "index.svg", "hashing.svg", "routing-hit-rate.svg", "layout.svg"]));
+    for (const p of plots) expect(readFileSync(join(out, "plots", p), "utf8")).toMatch(/^<svg [^>]*xmlns="http:\/\/www.w3.org\/2000\/svg"[\s\S]*<\/svg>\n$/);
+    expect(readdirSync(join(out, "runs")).length).toBe(1);
+  });
+});

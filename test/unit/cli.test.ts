@@ -1,0 +1,93 @@
+import { mkdtempSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { describe, expect, it } from "vitest";
+// @ts-expect-error -- plain .mjs CLI without type declarations
+import * as cli from "../../scripts/kvedge.mjs";
+
+const { parseCli, parseTrace, percentile, summarizeReplay, usageFromSse, formatExplain, renderTokens, run, UsageError } = cli as Record<string, any>;
+
+function capture() {
+  const out: string[] = [];
+  const err: string[] = [];
+  return { io: { out: (s: string) => out.push(s), err: (s: string) => err.push(s) }, out, err };
+}
+
+describe("kvedge CLI: arguments", () => {
+  it("reads flags and env, flags win", () => {
+    const o = parseCli(["workers", "--model", "m", "--url", "http://e:1/"], { KVEDGE_URL: "http://ignored", KVEDGE_ADMIN_TOKEN: "t" });
+    expect(o).toMatchObject({ command: "workers", model: "m", url: "http://e:1", token: "t" });
+    expect(parseCli(["replay", "t.jsonl", "--concurrency", "4", "--limit", "10"], {})).toMatchObject({ command: "replay", file: "t.jsonl", concurrency: 4, limit: 10 });
+  });
+
+  it("refuses missing commands, files, tokens and bad numbers", () => {
+    for (const argv of [[], ["nope"], ["explain"], ["status", "extra"], ["status"], ["replay", "x", "--concurrency", "0"], ["status", "--frob"]])
+      expect(() => parseCli(argv, {}), argv.join(" ")).toThrow(UsageError);
+  });
+
+  it("exit codes: usage 2, help 0, unreachable edge 1", async () => {
+    const c = capture();
+    expect(await run(["bogus"], {}, c.io)).toBe(2);
+    expect(c.err.join("\n")).toMatch(/unknown command bogus[\s\S]*usage: kvedge/);
+    expect(await run(["--help"], {}, capture().io)).toBe(0);
+    const d = capture();
+    expect(await run(["status", "--url", "http://127.0.0.1:9", "--token", "t"], {}, d.io)).toBe(1);
+    expect(d.err.join("")).toMatch(/^kvedge status: /);
+  });
+});
+
+describe("kvedge CLI: replay helpers", () => {
+  it("parses JSONL traces in both shapes and names the bad line", () => {
+    const dir = mkdtempSync(join(tmpdir(), "kvedge-cli-"));
+    const body = { model: "m", messages: [{ role: "user", content: "hi" }] };
+    const text = [JSON.stringify(body), "", "// comment", JSON.stringify({ body }), JSON.stringify({ request: body })].join("\n");
+    writeFileSync(join(dir, "t.jsonl"), text);
+    expect(parseTrace(text)).toHaveLength(3);
+    expect(() => parseTrace('{"model":"m"}\n')).toThrow(/line 1: no chat request/);
+    expect(() => parseTrace("ok\n{}")).toThrow(/line 1: not JSON/);
+  });
+
+  it("nearest-rank percentiles", () => {
+    const xs = Array.from({ length: 100 }, (_, i) => i + 1);
+    expect([percentile(xs, 50), percentile(xs, 90), percentile(xs, 99), percentile(xs, 100)]).toEqual([50, 90, 99, 100]);
+    expect(percentile([], 50)).toBeNull();
+    expect(percentile([7], 99)).toBe(7);
+  });
+
+  it("summarises hit rate, overlap, workers and errors", () => {
+    const ok = (w: string, prompt: number, cached: number, ms: number) => ({
+      status: 200, latencyMs: ms, ttftMs: null, promptTokens: prompt, cachedTokens: cached, worker: w, overlapBlocks: cached / 16, totalBlocks: prompt / 16, routing: "exact",
+    });
+    const s = summarizeReplay([ok("w1", 160, 0, 10), ok("w1", 160, 160, 5), ok("w2", 320, 160, 20), { status: 503, latencyMs: 1, ttftMs: null, promptTokens: null, cachedTokens: null, worker: null, overlapBlocks: null, totalBlocks: null, routing: null }]);
+    expect(s).toMatchObject({ requests: 4, ok: 3, errors: { 503: 1 }, promptTokens: 640, cachedTokens: 320, workers: { w1: 2, w2: 1 }, routing: { exact: 3 } });
+    expect(s.hitRate).toBe(0.5);
+    expect(s.predictedOverlap).toBe(0.5);
+    expect(s.latencyMs).toEqual({ p50: 10, p90: 20, p99: 20, max: 20 });
+  });
+
+  it("finds usage in an SSE stream", () => {
+    const sse = 'data: {"choices":[]}\n\ndata: {"choices":[],"usage":{"prompt_tokens":5}}\n\ndata: [DONE]\n\n';
+    expect(usageFromSse(sse)).toEqual({ prompt_tokens: 5 });
+    expect(usageFromSse("data: nope\n\n")).toBeNull();
+  });
+});
+
+describe("kvedge CLI: explain rendering", () => {
+  it("shows the token view, blocks, reason and candidates", () => {
+    const text = formatExplain({
+      model: "m", routing: "text_prefix", fallbackReason: "audio", eligibility: "text-prefix fallback (audio)",
+      prompt: { chars: 10, mediaItems: ["audio"], mmHashes: null },
+      tokens: { count: 40, routed: 32, head: [{ id: 1, text: "<|im_start|>" }, { id: 2, text: "user\n" }], tail: [{ id: 3, text: "end" }] },
+      blocks: { blockSize: 16, total: 2, partialTailTokens: null, first: ["00000000000000aa", "00000000000000bb"], last: [] },
+      decision: { workerId: "w1", overlapBlocks: 2, predictedCachedTokens: 32, tiedWith: [], reason: "longest cached prefix 2/2 blocks" },
+      candidates: [{ workerId: "w1", overlapBlocks: 2, cost: 1.5, activePrefillTokens: 0, activeDecodeBlocks: 0 }],
+      warnings: ["x"],
+    });
+    expect(text).toContain("routing      text_prefix (fallback: audio)");
+    expect(text).toContain("first      <|im_start|>user\\n");
+    expect(text).toContain("decision     w1: longest cached prefix 2/2 blocks");
+    expect(text).toMatch(/w1\s+2\s+1\.50/);
+    expect(text).toContain("warning: x");
+    expect(renderTokens([{ id: 1, text: 'a"\t' }])).toBe('a\\"\\t');
+  });
+});

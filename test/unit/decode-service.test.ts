@@ -1,0 +1,272 @@
+/**
+ * The decode service over real HTTP on 127.0.0.1: auth, caps, probe by bytes and by URL, caches
+ * (content hash; URL + ETag revalidation), single-flight, SSRF refusals, and the edge's client
+ * turning every failure into a fallback reason.
+ */
+import { execFileSync } from "node:child_process";
+import http from "node:http";
+import type { AddressInfo } from "node:net";
+import { mkdtempSync, readFileSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import path from "node:path";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { DecodeClient } from "../../src/media/decode-client.ts";
+import { initHashing, xxh3Hex } from "../../src/util/hash.ts";
+import { startDecodeService, type DecodeService } from "../../services/decode/server.ts";
+
+const TOKEN = "decode-test-token-0123456789";
+let clipA: Uint8Array = new Uint8Array(0); // 45 frames @ 30000/1001
+let clipB: Uint8Array = new Uint8Array(0); // 20 frames @ 25
+let media: http.Server;
+let mediaPort = 0;
+const hits: Record<string, number> = {};
+const conditionalSeen: string[] = [];
+let changingVersion = 1;
+let svc: DecodeService;
+
+function listen(s: http.Server): Promise<number> {
+  return new Promise((r) => s.listen(0, "127.0.0.1", () => r((s.address() as AddressInfo).port)));
+}
+
+beforeAll(async () => {
+  await initHashing();
+  const dir = mkdtempSync(path.join(tmpdir(), "kvedge-svc-"));
+  const gen = (name: string, rate: string, frames: number): Uint8Array => {
+    const f = path.join(dir, name);
+    execFileSync("ffmpeg", ["-v", "error", "-y", "-f", "lavfi", "-i", `testsrc=size=96x64:rate=${rate}`, "-frames:v", String(frames), "-c:v", "libx264", "-preset", "veryfast", f]);
+    return new Uint8Array(readFileSync(f));
+  };
+  clipA = gen("a.mp4", "30000/1001", 45);
+  clipB = gen("b.mp4", "25", 20);
+  rmSync(dir, { recursive: true, force: true });
+
+  media = http.createServer((req, res) => {
+    const p = new URL(req.url!, "http://x").pathname;
+    hits[p] = (hits[p] ?? 0) + 1;
+    if (req.headers["if-none-match"]) conditionalSeen.push(`${p} ${req.headers["if-none-match"]}`);
+    const serve = (body: Uint8Array, etag: string | null, delayMs = 0): void => {
+      if (etag && req.headers["if-none-match"] === etag) {
+        res.writeHead(304, { etag });
+        res.end();
+        return;
+      }
+      setTimeout(() => {
+        res.writeHead(200, { "content-type": "video/mp4", ...(etag ? { etag } : {}) });
+        res.end(body);
+      }, delayMs);
+    };
+    if (p === "/a.mp4" || p === "/same-as-a.mp4") serve(clipA, '"a1"');
+    else if (p === "/changing.mp4") serve(changingVersion === 1 ? clipA : clipB, `"v${changingVersion}"`);
+    else if (p === "/slow.mp4") serve(clipB, null, 300);
+    else if (p === "/to-metadata") {
+      res.writeHead(302, { location: "http://169.254.169.254/latest/meta-data/" });
+      res.end();
+    } else {
+      res.writeHead(404);
+      res.end();
+    }
+  });
+  mediaPort = await listen(media);
+  svc = await startDecodeService({
+    token: TOKEN,
+    decoder: "native",
+    concurrency: 2,
+    maxBodyBytes: 200_000,
+    fetch: { allowlist: [`127.0.0.1:${mediaPort}`] },
+  });
+}, 60_000);
+
+afterAll(async () => {
+  await svc?.close();
+  media.closeAllConnections();
+  await new Promise((r) => media.close(r));
+});
+
+async function post(body: BodyInit, type: string, token: string | null = TOKEN): Promise<Response> {
+  const headers: Record<string, string> = { "content-type": type };
+  if (token) headers.authorization = `Bearer ${token}`;
+  return fetch(`${svc.url}/v1/probe`, { method: "POST", headers, body });
+}
+const probeUrl = (url: string): Promise<Response> => post(JSON.stringify({ url }), "application/json");
+
+describe("decode service", () => {
+  it("probes raw bytes: content hash + torchcodec metadata, then serves the cache", async () => {
+    const r = await post(clipA, "application/octet-stream");
+    expect(r.status).toBe(200);
+    expect(r.headers.get("x-cache")).toBe("miss");
+    const j = (await r.json()) as Record<string, unknown>;
+    expect(j).toMatchObject({
+      contentHash: xxh3Hex(clipA, 0n),
+      byteLength: clipA.length,
+      totalFrames: 45,
+      width: 96,
+      height: 64,
+      codec: "h264",
+      decoder: "native",
+    });
+    expect(j.avgFps).toBe(45 / ((45 * 1001) / 30000));
+    const probes = svc.stats.probes;
+    const again = await post(clipA, "application/octet-stream");
+    expect(again.headers.get("x-cache")).toBe("hit");
+    expect(await again.json()).toEqual(j);
+    expect(svc.stats.probes).toBe(probes);
+  });
+
+  it("requires the bearer token", async () => {
+    expect((await post(clipA, "application/octet-stream", null)).status).toBe(401);
+    const wrong = await post(clipA, "application/octet-stream", "not-the-token");
+    expect(wrong.status).toBe(401);
+    expect(((await wrong.json()) as { error: { type: string } }).error.type).toBe("authentication_error");
+  });
+
+  it("caps the body (413), declared or streamed", async () => {
+    const big = new Uint8Array(300_000);
+    expect((await post(big, "application/octet-stream")).status).toBe(413);
+    const stream = new ReadableStream<Uint8Array>({
+      start(c) {
+        for (let i = 0; i < 30; i++) c.enqueue(new Uint8Array(10_000));
+        c.close();
+      },
+    });
+    const r = await fetch(`${svc.url}/v1/probe`, {
+      method: "POST",
+      headers: { "content-type": "application/octet-stream", authorization: `Bearer ${TOKEN}` },
+      body: stream,
+      duplex: "half",
+    } as RequestInit);
+    expect(r.status).toBe(413);
+  });
+
+  it("probes by URL; the same bytes under another URL hit the content-hash cache", async () => {
+    const r = await probeUrl(`http://127.0.0.1:${mediaPort}/a.mp4`);
+    expect(r.status).toBe(200);
+    const j = (await r.json()) as { contentHash: string };
+    expect(j.contentHash).toBe(xxh3Hex(clipA, 0n));
+    expect(r.headers.get("x-cache")).toBe("hit"); // bytes probed in the first test
+    const other = await probeUrl(`http://127.0.0.1:${mediaPort}/same-as-a.mp4`);
+    expect(((await other.json()) as { contentHash: string }).contentHash).toBe(j.contentHash);
+  });
+
+  it("revalidates a known URL with its ETag instead of downloading it again", async () => {
+    const url = `http://127.0.0.1:${mediaPort}/a.mp4`;
+    const before = conditionalSeen.length;
+    const r = await probeUrl(url);
+    expect(r.status).toBe(200);
+    expect(r.headers.get("x-cache")).toBe("revalidated");
+    expect(conditionalSeen.slice(before)).toEqual(['/a.mp4 "a1"']);
+  });
+
+  it("a URL whose content changes gets the new identity", async () => {
+    const url = `http://127.0.0.1:${mediaPort}/changing.mp4`;
+    changingVersion = 1;
+    const one = (await (await probeUrl(url)).json()) as { contentHash: string; totalFrames: number };
+    changingVersion = 2;
+    const two = (await (await probeUrl(url)).json()) as { contentHash: string; totalFrames: number; avgFps: number };
+    expect(one.contentHash).toBe(xxh3Hex(clipA, 0n));
+    expect(two.contentHash).toBe(xxh3Hex(clipB, 0n));
+    expect([one.totalFrames, two.totalFrames]).toEqual([45, 20]);
+    expect(two.avgFps).toBe(25);
+  });
+
+  it("concurrent requests for one URL share one fetch and one probe", async () => {
+    const url = `http://127.0.0.1:${mediaPort}/slow.mp4`;
+    hits["/slow.mp4"] = 0;
+    const rs = await Promise.all(Array.from({ length: 5 }, () => probeUrl(url)));
+    const bodies = await Promise.all(rs.map((r) => r.json()));
+    expect(hits["/slow.mp4"]).toBe(1);
+    for (const b of bodies) expect(b).toEqual(bodies[0]);
+    expect(rs.map((r) => r.headers.get("x-cache")).sort()).toEqual(["hit", "shared", "shared", "shared", "shared"]);
+  });
+
+  it("refuses private destinations and redirects to them (SSRF)", async () => {
+    for (const url of ["http://127.0.0.1:1/x", "http://169.254.169.254/latest/meta-data/", `http://127.0.0.1:${mediaPort}/to-metadata`, "file:///etc/passwd"]) {
+      const r = await probeUrl(url);
+      expect(r.status, url).toBe(400);
+      const code = ((await r.json()) as { error: { code: string } }).error.code;
+      expect(["media_blocked_address", "media_bad_scheme"]).toContain(code);
+    }
+  });
+
+  it("answers 400 for media it cannot probe, and for bad requests", async () => {
+    const r = await post(new TextEncoder().encode("definitely not a video"), "application/octet-stream");
+    expect(r.status).toBe(400);
+    expect(((await r.json()) as { error: { code: string } }).error.code).toBe("media_unprobeable_media");
+    expect((await post("x", "text/plain")).status).toBe(400);
+    expect((await post("{", "application/json")).status).toBe(400);
+    expect((await post(JSON.stringify({ url: 1 }), "application/json")).status).toBe(400);
+    expect((await fetch(`${svc.url}/v1/probe`)).status).toBe(405);
+    expect((await fetch(`${svc.url}/nope`)).status).toBe(404);
+    const h = (await (await fetch(`${svc.url}/healthz`)).json()) as { decoder: string; concurrency: number };
+    expect(h).toMatchObject({ ok: true, decoder: "native", concurrency: 2 });
+  });
+
+  it("the wasm decoder gives the same answer", async () => {
+    const w = await startDecodeService({ token: TOKEN, decoder: "wasm", concurrency: 1 });
+    try {
+      const r = await fetch(`${w.url}/v1/probe`, {
+        method: "POST",
+        headers: { "content-type": "application/octet-stream", authorization: `Bearer ${TOKEN}` },
+        body: clipB,
+      });
+      const j = (await r.json()) as Record<string, unknown>;
+      const n = (await (await post(clipB, "application/octet-stream")).json()) as Record<string, unknown>;
+      expect(j.decoder).toBe("wasm");
+      expect({ ...j, decoder: "native" }).toEqual(n);
+    } finally {
+      await w.close();
+    }
+  });
+});
+
+describe("DecodeClient (edge side): failures become fallback reasons", () => {
+  it("returns the probe on success, by bytes and by URL", async () => {
+    const c = new DecodeClient({ url: svc.url, token: TOKEN });
+    const a = await c.probe({ bytes: clipB });
+    expect(a.ok && a.probe.totalFrames).toBe(20);
+    const b = await c.probe({ url: `http://127.0.0.1:${mediaPort}/a.mp4` });
+    expect(b.ok && b.probe.contentHash).toBe(xxh3Hex(clipA, 0n));
+  });
+
+  it("names every failure instead of throwing", async () => {
+    expect(await new DecodeClient({}).probe({ bytes: clipB })).toMatchObject({ ok: false, reason: "decode_not_configured" });
+    expect(await new DecodeClient({ url: svc.url, token: "wrong-token" }).probe({ bytes: clipB })).toMatchObject({ ok: false, reason: "decode_auth", status: 401 });
+    expect(await new DecodeClient({ url: svc.url, token: TOKEN }).probe({ bytes: new Uint8Array(10) })).toMatchObject({
+      ok: false,
+      reason: "decode_media_rejected",
+    });
+    expect(await new DecodeClient({ url: svc.url, token: TOKEN }).probe({ url: "http://10.0.0.1/v.mp4" })).toMatchObject({
+      ok: false,
+      reason: "decode_media_rejected",
+    });
+
+    // A closed port: unreachable.
+    const closed = http.createServer();
+    const cp = await listen(closed);
+    await new Promise((r) => closed.close(r));
+    expect(await new DecodeClient({ url: `http://127.0.0.1:${cp}`, token: TOKEN }).probe({ bytes: clipB })).toMatchObject({
+      ok: false,
+      reason: "decode_unreachable",
+    });
+
+    // A service that accepts and never answers: timeout within the budget.
+    const hang = http.createServer(() => {});
+    const hp = await listen(hang);
+    const t = await new DecodeClient({ url: `http://127.0.0.1:${hp}`, token: TOKEN, timeoutMs: 200 }).probe({ bytes: clipB });
+    expect(t).toMatchObject({ ok: false, reason: "decode_timeout" });
+
+    // A service answering 200 with the wrong shape.
+    const junk = http.createServer((_q, s) => {
+      s.writeHead(200, { "content-type": "application/json" });
+      s.end(JSON.stringify({ totalFrames: "many" }));
+    });
+    const jp = await listen(junk);
+    expect(await new DecodeClient({ url: `http://127.0.0.1:${jp}`, token: TOKEN }).probe({ bytes: clipB })).toMatchObject({
+      ok: false,
+      reason: "decode_bad_response",
+    });
+    for (const s of [hang, junk]) {
+      s.closeAllConnections();
+      await new Promise((r) => s.close(r));
+    }
+  });
+});
