@@ -103,3 +103,25 @@ describe("pending routes", () => {
     expect(core.route({ localHashes: hashes, isl: 64 })!.overlapBlocks).toBe(0);
   });
 });
+
+describe("receipts", () => {
+  it("a sustained gap between predicted and actual cached tokens is flagged as drift", () => {
+    const core = new RoutingCore({ blockSize: 4 });
+    hello(core, "a");
+    storeChain(core, "a", Array.from({ length: 40 }, (_, i) => i + 1));
+    const hashes = localBlockHashes(Array.from({ length: 40 }, (_, i) => i + 1), 4);
+    let flagged = 0;
+    for (let i = 0; i < 8; i++) {
+      const d = core.route({ localHashes: hashes, isl: 40 })!;
+      if (core.settle({ receiptId: d.receiptId, promptTokens: 40, cachedTokens: 0, outcome: "ok" }).drift) flagged++;
+    }
+    expect(flagged).toBe(1);
+    expect(core.receipts.stats()[0]).toMatchObject({ workerId: "a", drifting: true });
+    // Accurate receipts bring it back.
+    for (let i = 0; i < 40; i++) {
+      const d = core.route({ localHashes: hashes, isl: 40 })!;
+      core.settle({ receiptId: d.receiptId, promptTokens: 40, cachedTokens: 40, outcome: "ok" });
+    }
+    expect(core.receipts.stats()[0]!.drifting).toBe(false);
+  });
+});
