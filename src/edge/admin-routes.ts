@@ -252,7 +252,7 @@ async function explain(request: Request, deps: AdminDeps): Promise<unknown> {
     decision: {
       workerId: chosen,
       overlapBlocks: preview.overlapBlocks,
-      predictedCachedTokens: Math.min(preview.overlapBlocks * preview.blockSize, tokens.length),
+      predictedCachedTokens: Math.min(preview.overlapBlocks * preview.blockSize, plan.isl),
       tiedWith: preview.tiedWith,
       reason: chosen === null ? "no worker up" : choiceReason(chosen, preview.candidates, preview.totalBlocks),
     },
