@@ -5,7 +5,7 @@
  */
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { startFleet, type Fleet } from "../../scripts/local-fleet.ts";
-import { chat, image, makeImage, makeMediaDir, makeVideo, text, userWith, video, type ChatResult } from "./helpers/media.ts";
+import { chat, expectExactRepeats as expectExact, repeat3 as send3, image, makeImage, makeMediaDir, makeVideo, text, userWith, video, type ChatResult } from "./helpers/media.ts";
 
 let fleet: Fleet;
 
@@ -27,22 +27,8 @@ afterAll(async () => {
   await fleet?.stop();
 });
 
-async function repeat3(parts: unknown[]): Promise<ChatResult[]> {
-  const out: ChatResult[] = [];
-  for (let i = 0; i < 3; i++) out.push(await chat(fleet.edgeUrl, { model: fleet.model, ...userWith(parts) }));
-  return out;
-}
-
-function expectExactRepeats(rs: ChatResult[], minCached: number): void {
-  for (const r of rs) {
-    expect(r.status, JSON.stringify(r.body)).toBe(200);
-    expect(r.routing, r.fallbackReason ?? "").toBe("exact");
-    expect(r.worker).toBe(rs[0]!.worker);
-  }
-  for (const r of rs.slice(1)) expect(r.cachedTokens).toBeGreaterThanOrEqual(minCached);
-  const mean = rs.slice(1).reduce((a, r) => a + r.overlapBlocks / r.totalBlocks, 0) / 2;
-  expect(mean).toBeGreaterThanOrEqual(0.95);
-}
+const repeat3 = (parts: unknown[]) => send3(fleet.edgeUrl, { model: fleet.model, ...userWith(parts) });
+const expectExactRepeats = (rs: ChatResult[], minCached: number) => expectExact(rs, minCached, expect);
 
 describe("Qwen2.5-VL exact media routing", () => {
   it("10-frame video, 4 images, image+video and a 2-frame clip", async () => {

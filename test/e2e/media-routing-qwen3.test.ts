@@ -7,7 +7,7 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { writeFileSync, readFileSync } from "node:fs";
 import { join } from "node:path";
 import { startFleet, type Fleet } from "../../scripts/local-fleet.ts";
-import { chat, copyMedia, image, makeImage, makeMediaDir, makeVideo, sentToWorker, text, userWith, video, type ChatResult } from "./helpers/media.ts";
+import { chat, expectExactRepeats as expectExact, repeat3 as send3, copyMedia, image, makeImage, makeMediaDir, makeVideo, sentToWorker, text, userWith, video, type ChatResult } from "./helpers/media.ts";
 
 const logs = process.env.KVEDGE_E2E_LOGS ? (l: string) => console.log(l) : undefined;
 let fleet: Fleet;
@@ -28,23 +28,8 @@ afterAll(async () => {
   await fleet?.stop();
 });
 
-async function repeat3(body: Record<string, unknown>): Promise<ChatResult[]> {
-  const out: ChatResult[] = [];
-  for (let i = 0; i < 3; i++) out.push(await chat(fleet.edgeUrl, { model: fleet.model, ...body }));
-  return out;
-}
-
-function expectExactRepeats(rs: ChatResult[], minCached: number): void {
-  for (const r of rs) {
-    expect(r.status, JSON.stringify(r.body)).toBe(200);
-    expect(r.routing, r.fallbackReason ?? "").toBe("exact");
-    expect(r.worker).toBe(rs[0]!.worker);
-  }
-  const repeats = rs.slice(1);
-  for (const r of repeats) expect(r.cachedTokens).toBeGreaterThanOrEqual(minCached);
-  const mean = repeats.reduce((a, r) => a + r.overlapBlocks / r.totalBlocks, 0) / repeats.length;
-  expect(mean).toBeGreaterThanOrEqual(0.95);
-}
+const repeat3 = (body: Record<string, unknown>) => send3(fleet.edgeUrl, { model: fleet.model, ...body });
+const expectExactRepeats = (rs: ChatResult[], minCached: number) => expectExact(rs, minCached, expect);
 
 describe("Qwen3-VL exact media routing", () => {
   it("a 10-frame video repeated 3 times hits the cache; mm_hashes reach the worker", async () => {

@@ -71,3 +71,26 @@ export const userWith = (parts: unknown[]) => ({ messages: [{ role: "user", cont
 export const text = (t: string) => ({ type: "text", text: t });
 export const video = (url: string) => ({ type: "video_url", video_url: { url } });
 export const image = (url: string) => ({ type: "image_url", image_url: { url } });
+
+/** Sends the same request three times. */
+export async function repeat3(edgeUrl: string, body: Record<string, unknown>): Promise<ChatResult[]> {
+  const out: ChatResult[] = [];
+  for (let i = 0; i < 3; i++) out.push(await chat(edgeUrl, body));
+  return out;
+}
+
+/**
+ * The issue's bar for repeated media: every copy routed exactly to one worker, every repeat with at
+ * least `minCached` cached tokens, and mean router hit rate (overlap / total blocks) ≥ 0.95.
+ */
+export function expectExactRepeats(rs: ChatResult[], minCached: number, expect: (v: unknown, msg?: string) => any): void {
+  for (const r of rs) {
+    expect(r.status, JSON.stringify(r.body)).toBe(200);
+    expect(r.routing, r.fallbackReason ?? "").toBe("exact");
+    expect(r.worker).toBe(rs[0]!.worker);
+  }
+  const repeats = rs.slice(1);
+  for (const r of repeats) expect(r.cachedTokens).toBeGreaterThanOrEqual(minCached);
+  const mean = repeats.reduce((a, r) => a + r.overlapBlocks / r.totalBlocks, 0) / repeats.length;
+  expect(mean).toBeGreaterThanOrEqual(0.95);
+}
