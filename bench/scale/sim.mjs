@@ -1,0 +1,283 @@
+// Scale simulation: a seeded global trace replayed against 1 000+ in-process simulated SGLang
+// workers (services/sglang-sim PagedRadixCache with capacity + LRU and its timing model, no
+// sockets) in 3 regions, routed by kvedge's RoutingCore with region-aware selection, in one of
+// three layouts:
+//   single      one RoutingCore over one RadixIndex (today's one-object-per-pool design);
+//   central     one RoutingCore over a ShardedIndex (registry + load in one place, each query
+//               reads one shard) — must decide exactly like `single`;
+//   replicated  N shard objects, each a RoutingCore over its shard's blocks with a replica of the
+//               registry and of the load, which the shards exchange with a bounded delay
+//               (`syncMs`); a request goes to the shard of its first block. This is the layout
+//               whose throughput can grow with N (each shard is its own Durable Object).
+// KV events travel as the relays send them (WorkerBlockSet translation), after `lagMs`; in the
+// replicated layout each relay splits them per shard by chain root (splitRelayEvents).
+// Work is timed per shard object (CPU time): route decisions, event ingestion, foreign load updates.
+import { PagedRadixCache } from "../../services/sglang-sim/radix-cache.ts";
+import { TIMING_PRESETS, prefillMs, decodeStepMs } from "../../services/sglang-sim/timing.ts";
+import { WorkerBlockSet } from "../../src/kv/worker-block-set.ts";
+import { RoutingCore } from "../../src/kv/routing-core.ts";
+import { ShardedIndex, ChainRootRouter, splitRelayEvents, shardOf } from "../../src/kv/shard.ts";
+import { RegionsConfigSchema } from "../../src/kv/regions.ts";
+import { localBlockHashes } from "../../src/kv/block-hash.ts";
+import { rng } from "../lib/stats.mjs";
+import { REGIONS } from "./trace.mjs";
+
+export const PAGE = 16;
+
+export const SCALE_REGIONS = RegionsConfigSchema.parse({
+  rttMs: { eu: { eu: 3, us: 85, ap: 170 }, us: { us: 3, ap: 140 }, ap: { ap: 3 } },
+  defaultPrefillTokensPerSec: TIMING_PRESETS["h100-8b"].prefillTokensPerSec,
+  decodeMsPerBlock: 0.01,
+});
+
+class Heap {
+  constructor() {
+    this.a = [];
+  }
+  get size() {
+    return this.a.length;
+  }
+  push(x) {
+    const a = this.a;
+    a.push(x);
+    let i = a.length - 1;
+    while (i > 0) {
+      const p = (i - 1) >> 1;
+      if (a[p].t < a[i].t || (a[p].t === a[i].t && a[p].seq <= a[i].seq)) break;
+      [a[p], a[i]] = [a[i], a[p]];
+      i = p;
+    }
+  }
+  pop() {
+    const a = this.a;
+    const top = a[0];
+    const last = a.pop();
+    if (a.length) {
+      a[0] = last;
+      let i = 0;
+      const lt = (x, y) => a[x].t < a[y].t || (a[x].t === a[y].t && a[x].seq < a[y].seq);
+      for (;;) {
+        const l = 2 * i + 1;
+        const r = l + 1;
+        let m = i;
+        if (l < a.length && lt(l, m)) m = l;
+        if (r < a.length && lt(r, m)) m = r;
+        if (m === i) break;
+        [a[m], a[i]] = [a[i], a[m]];
+        i = m;
+      }
+    }
+    return top;
+  }
+}
+
+/** FIFO of timed deliveries (constant delay, so pushes arrive in time order). */
+class Fifo {
+  constructor() {
+    this.items = [];
+    this.head = 0;
+  }
+  push(x) {
+    this.items.push(x);
+  }
+  *due(now) {
+    while (this.head < this.items.length && this.items[this.head].at <= now) yield this.items[this.head++];
+    if (this.head > 4096 && this.head * 2 > this.items.length) {
+      this.items = this.items.slice(this.head);
+      this.head = 0;
+    }
+  }
+}
+
+function toKv(ev) {
+  return ev.type === "BlockStored"
+    ? { type: "BlockStored", blockHashes: [ev.hash], parentBlockHash: ev.parent, tokenIds: ev.tokens, blockSize: ev.blockSize, medium: "GPU" }
+    : ev.type === "BlockRemoved"
+      ? { type: "BlockRemoved", blockHashes: ev.hashes, medium: "GPU" }
+      : { type: "AllBlocksCleared" };
+}
+
+/** Worker w's region: capacity split 40/40/20 like the demand. */
+export function regionOfWorker(w, workers) {
+  const f = w / workers;
+  return f < 0.4 ? 0 : f < 0.8 ? 1 : 2;
+}
+
+export function runScale(trace, opts) {
+  const { workers, layout, shards = 1, syncMs = 20, capacityTokens, lagMs = 10, seed = 7, onProgress = () => {} } = opts;
+  const timing = opts.timing ?? TIMING_PRESETS["h100-8b"];
+  const nCores = layout === "replicated" ? shards : 1;
+  let now = 0;
+  let seq = 0;
+  const cores = Array.from(
+    { length: nCores },
+    (_, k) =>
+      new RoutingCore({
+        blockSize: PAGE,
+        random: rng(seed + 1000 * k),
+        now: () => now,
+        regions: SCALE_REGIONS,
+        ...(layout === "central" && shards > 1 ? { index: new ShardedIndex(shards) } : {}),
+      }),
+  );
+  const busy = { route: new Float64Array(nCores), events: new Float64Array(nCores), sync: new Float64Array(nCores) };
+  const perShardDecisions = new Float64Array(nCores);
+  const relay = new Fifo();
+  const sync = new Fifo();
+  const W = [];
+  for (let w = 0; w < workers; w++) {
+    const id = `w${w}`;
+    const hello = {
+      type: "hello",
+      workerId: id,
+      url: `http://sim/${id}`,
+      blockSize: PAGE,
+      epoch: 1,
+      modelName: "m",
+      contract: null,
+      kvEvents: true,
+      region: REGIONS[regionOfWorker(w, workers)],
+      prefillTokensPerSec: timing.prefillTokensPerSec,
+    };
+    for (const c of cores) {
+      c.hello(hello, id);
+      c.applyDump(id, { type: "dump", epoch: 1, seq: -1, blocks: [] });
+    }
+    const st = { id, w, laneFree: 0, active: 0, reserved: 0, blockSet: new WorkerBlockSet(PAGE), router: nCores > 1 ? new ChainRootRouter(nCores) : null, cache: null };
+    st.cache = new PagedRadixCache(PAGE, (ev) => {
+      const out = st.blockSet.apply([toKv(ev)]);
+      if (out.events.length) relay.push({ at: now + lagMs, st, events: out.events });
+    });
+    W.push(st);
+  }
+  let relaySeq = 0;
+  // Work is CPU time of this process (µs resolution), so other load on the machine does not count
+  // as a shard's work; decision latency below is wall time.
+  const cpuMs = () => {
+    const c = process.cpuUsage();
+    return (c.user + c.system) / 1000;
+  };
+  const timed = (k, bucket, fn) => {
+    const t = cpuMs();
+    const r = fn();
+    bucket[k] += cpuMs() - t;
+    return r;
+  };
+  const deliver = () => {
+    for (const item of relay.due(now)) {
+      if (nCores === 1) {
+        timed(0, busy.events, () => cores[0].applyEvents(item.st.id, { type: "events", epoch: 1, seq: relaySeq++, events: item.events }));
+        continue;
+      }
+      // The relay's fan-out (its own CPU, not the shards'): split by chain root.
+      const { perShard } = splitRelayEvents(item.st.router, item.events);
+      for (let k = 0; k < nCores; k++) {
+        if (perShard[k].length === 0) continue;
+        timed(k, busy.events, () => cores[k].applyEvents(item.st.id, { type: "events", epoch: 1, seq: relaySeq++, events: perShard[k] }));
+      }
+    }
+    for (const op of sync.due(now)) {
+      for (let k = 0; k < nCores; k++) {
+        if (k === op.from) continue;
+        const load = cores[k].load;
+        timed(k, busy.sync, () => {
+          if (op.kind === "add") load.add({ receiptId: op.id, slot: op.slot, prefillTokens: op.prefill, decodeBlocks: op.decode, startedAt: op.startedAt, prefillDone: false });
+          else if (op.kind === "done") load.markPrefillDone(op.id);
+          else load.release(op.id);
+        });
+      }
+    }
+  };
+  const share = (k, kind, receiptId, extra = {}) => {
+    if (nCores > 1) sync.push({ at: now + syncMs, from: k, kind, id: `${k}/${receiptId}`, ...extra });
+  };
+
+  const events = new Heap();
+  for (const req of trace) events.push({ t: req.at, seq: seq++, type: "arrive", req });
+  const decisions = new Int32Array(trace.length);
+  const latencyMs = new Float64Array(trace.length);
+  let cachedTokens = 0;
+  let totalTokens = 0;
+  let overlapTokens = 0;
+  let crossRegion = 0;
+  let done = 0;
+  while (events.size) {
+    const ev = events.pop();
+    now = ev.t;
+    if (ev.type === "arrive") {
+      const req = ev.req;
+      deliver();
+      const hashes = localBlockHashes(req.tokens, PAGE);
+      const k = nCores === 1 || hashes.length === 0 ? 0 : shardOf(hashes[0], nCores);
+      const core = cores[k];
+      const c0 = cpuMs();
+      const t0 = performance.now();
+      const d = core.route({ localHashes: hashes, isl: req.tokens.length, edgeRegion: REGIONS[req.region] });
+      latencyMs[req.id] = performance.now() - t0;
+      busy.route[k] += cpuMs() - c0;
+      perShardDecisions[k]++;
+      const w = Number(d.workerId.slice(1));
+      decisions[req.id] = w;
+      overlapTokens += Math.min(req.tokens.length, d.overlapBlocks * PAGE);
+      if (regionOfWorker(w, workers) !== req.region) crossRegion++;
+      const a = core.load.get(d.receiptId);
+      share(k, "add", d.receiptId, { slot: a.slot, prefill: a.prefillTokens, decode: a.decodeBlocks, startedAt: now });
+      const st = W[w];
+      const cache = st.cache;
+      const ids = req.tokens;
+      const match = cache.matchPrefix(ids.slice(0, ids.length - 1));
+      cache.incLockRef(match.node);
+      const need = ids.length - match.length + req.output.length;
+      const free = capacityTokens - cache.totalTokens - st.reserved;
+      if (need > free) cache.evict(need - free);
+      st.reserved += need;
+      const uncached = ids.length - match.length;
+      const start = Math.max(now, st.laneFree);
+      const prefilledAt = start + prefillMs(timing, uncached);
+      st.laneFree = prefilledAt;
+      st.active++;
+      cachedTokens += match.length;
+      totalTokens += ids.length;
+      const r = { k, receipt: d.receiptId, node: match.node, cached: match.length, reservedNeed: need };
+      events.push({ t: prefilledAt, seq: seq++, type: "prefilled", r, st, req });
+      if (++done % 2000 === 0) onProgress(done / trace.length);
+    } else if (ev.type === "prefilled") {
+      const { r, st, req } = ev;
+      const { node } = st.cache.insert(req.tokens);
+      st.cache.incLockRef(node);
+      st.cache.decLockRef(r.node);
+      r.node = node;
+      const moved = req.tokens.length - (req.tokens.length % PAGE) - r.cached;
+      const m = Math.min(r.reservedNeed, Math.max(0, moved));
+      st.reserved -= m;
+      r.reservedNeed -= m;
+      timed(r.k, busy.route, () => cores[r.k].markPrefillDone(r.receipt));
+      share(r.k, "done", r.receipt);
+      events.push({ t: now + req.output.length * decodeStepMs(timing, st.active), seq: seq++, type: "finish", r, st, req });
+    } else {
+      const { r, st, req } = ev;
+      const { node } = st.cache.insert(req.tokens.concat(req.output.slice(0, req.output.length - 1)));
+      st.cache.incLockRef(node);
+      st.cache.decLockRef(r.node);
+      st.cache.decLockRef(node);
+      st.reserved -= r.reservedNeed;
+      st.active--;
+      timed(r.k, busy.route, () => cores[r.k].settle({ receiptId: r.receipt, promptTokens: req.tokens.length, cachedTokens: r.cached, outcome: "ok" }));
+      share(r.k, "release", r.receipt);
+    }
+  }
+  const shardBusy = Array.from({ length: nCores }, (_, k) => busy.route[k] + busy.events[k] + busy.sync[k]);
+  const indexSizes = layout === "central" && shards > 1 ? cores[0].index.shardSizes() : cores.map((c) => c.index.size);
+  return {
+    layout,
+    shards,
+    decisions,
+    latencyMs,
+    hitRate: cachedTokens / totalTokens,
+    predictedHitRate: overlapTokens / totalTokens,
+    crossRegionShare: crossRegion / trace.length,
+    perShardDecisions: [...perShardDecisions],
+    busyMs: { route: [...busy.route], events: [...busy.events], sync: [...busy.sync], total: shardBusy },
+    indexSizes,
+  };
+}

@@ -1,0 +1,203 @@
+/**
+ * Approximate mode (reference/dynamo-kv-routing.md §1.7): for workers without KV events the router
+ * assumes that a worker it routed a request to now caches every full block of that request. Each
+ * assumed block lives for `ttlMs` (refreshed whenever a later route to the same worker covers it)
+ * and the whole set is bounded: above `maxBlocks` (worker, block) entries the earliest-expiring ones
+ * are dropped until `pruneTargetRatio × maxBlocks` remain.
+ *
+ * The assumed blocks live in their own RadixIndex so overlap is computed exactly like for workers
+ * with events (consecutive leading blocks). That index wants engine hashes for its per-worker
+ * lookup; there is no engine here, so a block's id is a 53-bit hash of its path (every local hash
+ * from the root), which places a block at one position the way SGLang's chained hash does.
+ * Expiry uses a lazily cleaned min-heap: refreshing pushes a new entry and leaves the old one to be
+ * skipped when it surfaces (its time no longer matches the live one).
+ */
+import { z } from "zod";
+import { RadixIndex, type StoredBlock } from "./radix-index.ts";
+
+export const ApproxConfigSchema = z.object({
+  /** How long a routed block is assumed cached without being routed again (Dynamo: 120 s). */
+  ttlMs: z.number().int().min(1).max(86_400_000).default(120_000),
+  /** Upper bound on assumed (worker, block) entries (Dynamo: 2^20). */
+  maxBlocks: z.number().int().min(1).max(2 ** 26).default(2 ** 20),
+  /** Pruning keeps this fraction of maxBlocks, dropping the earliest-expiring first (Dynamo: 0.8). */
+  pruneTargetRatio: z.number().gt(0).max(1).default(0.8),
+});
+export type ApproxConfig = z.infer<typeof ApproxConfigSchema>;
+
+interface HeapEntry {
+  at: number;
+  slot: number;
+  id: number;
+}
+
+const TWO21 = 2097152;
+
+function mix(a: number, b: number, c: number): number {
+  let h = Math.imul(a ^ 0x27d4eb2f, 0x9e3779b1) ^ b;
+  h = Math.imul(h ^ (h >>> 15), 0x85ebca6b) ^ c;
+  h = Math.imul(h ^ (h >>> 13), 0xc2b2ae35);
+  return h ^ (h >>> 16);
+}
+
+export class ApproxIndex {
+  readonly config: ApproxConfig;
+  readonly #tree = new RadixIndex();
+  /** Per worker slot: block id (path hash) → expiry time. */
+  readonly #expiry: (Map<number, number> | undefined)[] = [];
+  #heap: HeapEntry[] = [];
+  #count = 0;
+  #scores = new Int32Array(64);
+  readonly #words = new Uint32Array(2);
+  readonly #big = new BigUint64Array(this.#words.buffer);
+  /** Entries dropped by TTL and by the size bound (metrics, tests). */
+  expired = 0;
+  pruned = 0;
+
+  constructor(config: Partial<ApproxConfig> = {}) {
+    this.config = ApproxConfigSchema.parse(config);
+  }
+
+  /** Assumed (worker, block) entries currently held. */
+  get size(): number {
+    return this.#count;
+  }
+
+  workerBlockCount(slot: number): number {
+    return this.#expiry[slot]?.size ?? 0;
+  }
+
+  /** Block ids along the path of `localHashes` (53-bit, exact in a double). */
+  pathIds(localHashes: readonly bigint[]): number[] {
+    const out = new Array<number>(localHashes.length);
+    let a = 0x3c6ef372;
+    let b = 0x1b873593;
+    for (let i = 0; i < localHashes.length; i++) {
+      this.#big[0] = localHashes[i]!;
+      const lo = this.#words[0]! | 0;
+      const hi = this.#words[1]! | 0;
+      a = mix(a, lo, hi);
+      b = mix(b ^ 0x5bd1e995, hi, lo);
+      out[i] = (a >>> 0) * TWO21 + (b >>> 11);
+    }
+    return out;
+  }
+
+  /** The request was routed to `slot`: assume its blocks cached there, refreshing their TTL. */
+  record(slot: number, localHashes: readonly bigint[], now: number): void {
+    if (localHashes.length === 0) return;
+    this.#tree.ensureWorker(slot);
+    if (this.#scores.length <= slot) this.#scores = new Int32Array(Math.max(slot + 1, this.#scores.length * 2));
+    const ids = this.pathIds(localHashes);
+    const blocks: StoredBlock[] = ids.map((id, i) => ({ engineHash: String(id), localHash: localHashes[i]! }));
+    this.#tree.applyStored(slot, null, blocks);
+    const map = (this.#expiry[slot] ??= new Map());
+    const at = now + this.config.ttlMs;
+    for (const id of ids) {
+      if (!map.has(id)) this.#count++;
+      map.set(id, at);
+      this.#heap.push({ at, slot, id });
+      siftUp(this.#heap, this.#heap.length - 1);
+    }
+    if (this.#count > this.config.maxBlocks) this.#prune(Math.floor(this.config.maxBlocks * this.config.pruneTargetRatio));
+    // Refreshes leave stale heap entries behind; rebuild once they dominate.
+    if (this.#heap.length > 2 * this.#count + 1024) this.#rebuildHeap();
+  }
+
+  /** Drops every entry that expired by `now`. */
+  expire(now: number): number {
+    let n = 0;
+    const heap = this.#heap;
+    while (heap.length > 0 && heap[0]!.at <= now) {
+      const e = popMin(heap);
+      if (this.#dropIfLive(e)) n++;
+    }
+    this.expired += n;
+    return n;
+  }
+
+  /** Expires, then computes overlaps for `localHashes`; read them with overlapOf(slot). */
+  match(localHashes: readonly bigint[], now: number): void {
+    this.expire(now);
+    this.#tree.findMatches(localHashes, this.#scores);
+  }
+
+  /** Overlap of `slot` from the last match(). */
+  overlapOf(slot: number): number {
+    return this.#scores[slot] ?? 0;
+  }
+
+  /** Forgets everything assumed for a worker (restart, down, removal). */
+  clear(slot: number): void {
+    const map = this.#expiry[slot];
+    if (map) this.#count -= map.size;
+    this.#expiry[slot] = undefined;
+    if (this.#tree.hasWorker(slot)) this.#tree.clearWorker(slot);
+    if (slot < this.#scores.length) this.#scores[slot] = 0;
+  }
+
+  #dropIfLive(e: HeapEntry): boolean {
+    const map = this.#expiry[e.slot];
+    if (!map || map.get(e.id) !== e.at) return false;
+    map.delete(e.id);
+    this.#count--;
+    this.#tree.applyRemoved(e.slot, [String(e.id)]);
+    return true;
+  }
+
+  #prune(target: number): void {
+    const heap = this.#heap;
+    let n = 0;
+    while (this.#count > target && heap.length > 0) if (this.#dropIfLive(popMin(heap))) n++;
+    this.pruned += n;
+  }
+
+  #rebuildHeap(): void {
+    const heap: HeapEntry[] = [];
+    this.#expiry.forEach((map, slot) => {
+      if (map) for (const [id, at] of map) heap.push({ at, slot, id });
+    });
+    for (let i = (heap.length >> 1) - 1; i >= 0; i--) siftDown(heap, i);
+    this.#heap = heap;
+  }
+}
+
+function less(a: HeapEntry, b: HeapEntry): boolean {
+  return a.at < b.at;
+}
+
+function siftUp(h: HeapEntry[], i: number): void {
+  const x = h[i]!;
+  while (i > 0) {
+    const p = (i - 1) >> 1;
+    if (!less(x, h[p]!)) break;
+    h[i] = h[p]!;
+    i = p;
+  }
+  h[i] = x;
+}
+
+function siftDown(h: HeapEntry[], i: number): void {
+  const n = h.length;
+  const x = h[i]!;
+  for (;;) {
+    const l = 2 * i + 1;
+    if (l >= n) break;
+    const r = l + 1;
+    const c = r < n && less(h[r]!, h[l]!) ? r : l;
+    if (!less(h[c]!, x)) break;
+    h[i] = h[c]!;
+    i = c;
+  }
+  h[i] = x;
+}
+
+function popMin(h: HeapEntry[]): HeapEntry {
+  const top = h[0]!;
+  const last = h.pop()!;
+  if (h.length > 0) {
+    h[0] = last;
+    siftDown(h, 0);
+  }
+  return top;
+}

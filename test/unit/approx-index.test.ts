@@ -1,0 +1,153 @@
+import { beforeAll, describe, expect, it } from "vitest";
+import { ApproxIndex } from "../../src/kv/approx-index.ts";
+import { RoutingCore } from "../../src/kv/routing-core.ts";
+import { localBlockHashes } from "../../src/kv/block-hash.ts";
+import { localHashToHex } from "../../src/kv/relay-protocol.ts";
+import { initHashing } from "../../src/util/hash.ts";
+
+beforeAll(() => initHashing());
+
+const B = 4;
+const seq = (from: number, n: number) => Array.from({ length: n }, (_, i) => from + i);
+
+describe("ApproxIndex", () => {
+  it("assumes routed blocks cached until the TTL, and a reuse refreshes them", () => {
+    const ax = new ApproxIndex({ ttlMs: 1000 });
+    const chain = localBlockHashes(seq(1, 40), B); // 10 blocks
+    ax.record(3, chain, 0);
+    ax.match(chain, 500);
+    expect(ax.overlapOf(3)).toBe(10);
+    expect(ax.overlapOf(0)).toBe(0);
+    // A shorter request sharing the first 4 blocks refreshes only those.
+    ax.record(3, chain.slice(0, 4), 900);
+    ax.match(chain, 1000); // the 6 un-refreshed blocks expire exactly at 1000
+    expect(ax.overlapOf(3)).toBe(4);
+    expect(ax.size).toBe(4);
+    ax.match(chain, 1899);
+    expect(ax.overlapOf(3)).toBe(4);
+    ax.match(chain, 1900);
+    expect(ax.overlapOf(3)).toBe(0);
+    expect(ax.size).toBe(0);
+    expect(ax.expired).toBe(10);
+  });
+
+  it("counts overlap from the first block only (a shared suffix does not match)", () => {
+    const ax = new ApproxIndex();
+    const a = localBlockHashes(seq(1, 40), B);
+    ax.record(0, a, 0);
+    const b = localBlockHashes([...seq(500, 4), ...seq(5, 36)], B); // same blocks 2..10, different first
+    ax.match(b, 1);
+    expect(ax.overlapOf(0)).toBe(0);
+    // The same block at another position is another block (path ids differ).
+    expect(ax.pathIds(a)[1]).not.toBe(ax.pathIds(b)[1]);
+  });
+
+  it("keeps workers apart and clears one worker", () => {
+    const ax = new ApproxIndex();
+    const a = localBlockHashes(seq(1, 40), B);
+    ax.record(0, a.slice(0, 3), 0);
+    ax.record(1, a, 0);
+    ax.match(a, 1);
+    expect([ax.overlapOf(0), ax.overlapOf(1)]).toEqual([3, 10]);
+    ax.clear(1);
+    ax.match(a, 2);
+    expect([ax.overlapOf(0), ax.overlapOf(1)]).toEqual([3, 0]);
+    expect(ax.size).toBe(3);
+  });
+
+  it("prunes to 0.8 × maxBlocks, dropping the earliest-expiring entries first", () => {
+    const ax = new ApproxIndex({ ttlMs: 10_000, maxBlocks: 100 });
+    const chains = Array.from({ length: 12 }, (_, k) => localBlockHashes(seq(1000 * k + 1, 40), B)); // 10 blocks each
+    for (let k = 0; k < 10; k++) ax.record(0, chains[k]!, k); // 100 entries: at the bound, no prune
+    expect(ax.size).toBe(100);
+    expect(ax.pruned).toBe(0);
+    ax.record(0, chains[0]!, 20); // a refresh: chain 0 is now the latest to expire
+    ax.record(0, chains[10]!, 21); // 110 > 100 → prune to 80
+    expect(ax.size).toBe(80);
+    expect(ax.pruned).toBe(30);
+    const overlaps = chains.slice(0, 11).map((c) => (ax.match(c, 22), ax.overlapOf(0)));
+    // Chains 1..3 expired first (earliest records) and are gone; 0 was refreshed; 4..10 remain.
+    expect(overlaps).toEqual([10, 0, 0, 0, 10, 10, 10, 10, 10, 10, 10]);
+  });
+
+  it("stays consistent over many refreshes (lazy heap rebuild)", () => {
+    const ax = new ApproxIndex({ ttlMs: 50 });
+    const c = localBlockHashes(seq(1, 64), B);
+    for (let t = 0; t < 2000; t++) ax.record(t % 4, c.slice(0, 1 + (t % 16)), t);
+    ax.match(c, 2000);
+    // Worker 3 last saw the chain at t=1999 with 16 blocks (1999 % 16 = 15 → 16 blocks).
+    expect(ax.overlapOf(3)).toBe(16);
+    ax.match(c, 2100);
+    expect(ax.size).toBe(0);
+  });
+});
+
+describe("RoutingCore approximate mode", () => {
+  function hello(core: RoutingCore, id: string, kvEvents: boolean) {
+    const r = core.hello({ type: "hello", workerId: id, url: `http://${id}`, blockSize: B, epoch: 1, modelName: "m", contract: null, kvEvents }, id);
+    expect(r.ok).toBe(true);
+    core.applyDump(id, { type: "dump", epoch: 1, seq: -1, blocks: [] });
+  }
+
+  it("routes a repeat to the approximate worker it chose, until the TTL passes", () => {
+    let now = 0;
+    // random 0.99 keeps the first of tied workers (reservoir sampling replaces on random·k < 1).
+    const core = new RoutingCore({ blockSize: B, random: () => 0.99, now: () => now, approx: { ttlMs: 120_000 } });
+    hello(core, "ev", true);
+    hello(core, "ax", false);
+    const hashes = localBlockHashes(seq(1, 400), B); // 100 blocks
+    now = 1;
+    const first = core.route({ localHashes: hashes, isl: 400, exclude: ["ev"] })!;
+    expect(first.workerId).toBe("ax");
+    expect(first.overlapBlocks).toBe(0);
+    core.settle({ receiptId: first.receiptId, promptTokens: 400, cachedTokens: 0, outcome: "ok" });
+    expect(core.approx.size).toBe(100);
+    // 60 s later (pending routes last 5 s): only the assumption makes "ax" win over the tie-winner "ev".
+    now = 60_000;
+    const again = core.route({ localHashes: hashes, isl: 400 })!;
+    expect(again.workerId).toBe("ax");
+    expect(again.overlapBlocks).toBe(100);
+    core.settle({ receiptId: again.receiptId, promptTokens: 400, cachedTokens: 400, outcome: "ok" });
+    // The reuse at 60 s refreshed the TTL: still there at 60 s + 119.999 s, gone at 60 s + 120 s.
+    now = 60_000 + 119_999;
+    expect(core.peek({ localHashes: hashes, isl: 400 }).candidates.find((c) => c.workerId === "ax")!.overlapBlocks).toBe(100);
+    now = 60_000 + 120_000;
+    const cold = core.peek({ localHashes: hashes, isl: 400 });
+    expect(cold.candidates.find((c) => c.workerId === "ax")!.overlapBlocks).toBe(0);
+    expect(cold.workerId).toBe("ev");
+  });
+
+  it("mixed pool: a worker with events is scored from its events, never from assumptions", () => {
+    let now = 0;
+    const core = new RoutingCore({ blockSize: B, random: () => 0, now: () => now });
+    hello(core, "ev", true);
+    hello(core, "ax", false);
+    const tokens = seq(1, 80);
+    const hashes = localBlockHashes(tokens, B);
+    // "ev" reports 8 of the 20 blocks through its relay.
+    const blocks = hashes.slice(0, 8).map((l, i) => ({ h: String(100 + i), p: i === 0 ? null : String(99 + i), l: localHashToHex(l) }));
+    core.applyDump("ev", { type: "dump", epoch: 1, seq: 0, blocks });
+    now = 10;
+    const d = core.route({ localHashes: hashes, isl: 80 })!;
+    expect(d.workerId).toBe("ev");
+    expect(d.overlapBlocks).toBe(8);
+    core.settle({ receiptId: d.receiptId, promptTokens: 80, cachedTokens: 32, outcome: "ok" });
+    // Routing to "ev" assumed nothing: after the pending window only its events count.
+    now = 10_000;
+    const view = core.peek({ localHashes: hashes, isl: 80 });
+    expect(view.candidates.find((c) => c.workerId === "ev")!.overlapBlocks).toBe(8);
+    expect(view.candidates.find((c) => c.workerId === "ax")!.overlapBlocks).toBe(0);
+    expect(core.approx.size).toBe(0);
+    // Routing to "ax" (the other is excluded) is remembered for "ax" only.
+    const e = core.route({ localHashes: hashes, isl: 80, exclude: ["ev"] })!;
+    expect(e.workerId).toBe("ax");
+    core.settle({ receiptId: e.receiptId, promptTokens: 80, cachedTokens: 0, outcome: "ok" });
+    now = 20_000;
+    const v2 = core.peek({ localHashes: hashes, isl: 80 });
+    expect(v2.candidates.find((c) => c.workerId === "ax")!.overlapBlocks).toBe(20);
+    expect(v2.workerId).toBe("ax");
+    // A worker going down forgets what was assumed for it.
+    core.setStatus("ax", "down");
+    expect(core.approx.size).toBe(0);
+  });
+});

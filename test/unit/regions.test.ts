@@ -1,0 +1,147 @@
+import { beforeAll, describe, expect, it } from "vitest";
+import { estimateTtft, parseRegionsVar, resolveEdgeRegion, rttMs, RegionsConfigSchema } from "../../src/kv/regions.ts";
+import { RoutingCore } from "../../src/kv/routing-core.ts";
+import { localBlockHashes } from "../../src/kv/block-hash.ts";
+import { localHashToHex, RelayHelloSchema } from "../../src/kv/relay-protocol.ts";
+import { initHashing } from "../../src/util/hash.ts";
+
+beforeAll(() => initHashing());
+
+const B = 16;
+/** Three regions; the edge is in Frankfurt (eu). */
+const CONFIG = RegionsConfigSchema.parse({
+  colos: { FRA: "eu", IAD: "us", NRT: "ap" },
+  rttMs: { eu: { eu: 2, us: 80, ap: 160 }, us: { us: 2, ap: 150 }, ap: { ap: 2 } },
+  defaultPrefillTokensPerSec: 10_000,
+  decodeMsPerBlock: 0.01,
+});
+
+function pool() {
+  const core = new RoutingCore({ blockSize: B, random: () => 0.99, regions: CONFIG });
+  for (const [id, region] of [["eu-1", "eu"], ["us-1", "us"], ["ap-1", "ap"]] as const) {
+    const hello = RelayHelloSchema.parse({ type: "hello", workerId: id, url: `http://${id}`, blockSize: B, epoch: 1, modelName: "m", region, prefillTokensPerSec: 10_000 });
+    expect(core.hello(hello, id).ok).toBe(true);
+    core.applyDump(id, { type: "dump", epoch: 1, seq: -1, blocks: [] });
+  }
+  return core;
+}
+
+function cache(core: RoutingCore, id: string, hashes: bigint[]) {
+  const blocks = hashes.map((l, i) => ({ h: String(1 + i), p: i === 0 ? null : String(i), l: localHashToHex(l) }));
+  expect(core.applyDump(id, { type: "dump", epoch: 1, seq: 0, blocks }).ok).toBe(true);
+}
+
+const tokens = (n: number, base = 1) => Array.from({ length: n }, (_, i) => base + i);
+const costOf = (d: { candidates: { workerId: string; cost: number }[] }, id: string) => d.candidates.find((c) => c.workerId === id)!.cost;
+
+describe("region config", () => {
+  it("resolves the edge's region and a symmetric RTT table", () => {
+    expect(resolveEdgeRegion(CONFIG, "FRA")).toBe("eu");
+    expect(resolveEdgeRegion(CONFIG, "XXX")).toBeNull();
+    expect(resolveEdgeRegion({ ...CONFIG, self: "us" }, "FRA")).toBe("us");
+    expect(rttMs(CONFIG, "ap", "eu")).toBe(160);
+    expect(rttMs(CONFIG, "eu", "ap")).toBe(160);
+    expect(rttMs(CONFIG, "eu", null)).toBe(150);
+    expect(rttMs(CONFIG, "sa", "sa")).toBe(0);
+    expect(parseRegionsVar(undefined)).toBeNull();
+    expect(parseRegionsVar(JSON.stringify({ self: "eu" }))!.defaultRttMs).toBe(150);
+    expect(() => parseRegionsVar("{")).toThrow(/not valid JSON/);
+    expect(() => parseRegionsVar(JSON.stringify({ rttMs: { eu: { us: -1 } } }))).toThrow(/KVEDGE_REGIONS/);
+  });
+
+  it("adds optional region fields to the relay hello without breaking old hellos", () => {
+    const old = RelayHelloSchema.parse({ type: "hello", workerId: "a", url: "http://a", blockSize: 16, epoch: 1, modelName: "m" });
+    expect(old.region).toBeUndefined();
+    expect(() => RelayHelloSchema.parse({ ...old, region: "not a region!" })).toThrow();
+  });
+});
+
+describe("region-aware selection (edge in eu; RTT eu 2 ms, us 80 ms, ap 160 ms; 10 000 prefill tok/s)", () => {
+  it("sends a cold request to the nearest region", () => {
+    const core = pool();
+    const h = localBlockHashes(tokens(2000), B); // 125 blocks
+    const d = core.route({ localHashes: h, isl: 2000, edgeRegion: "eu" })!;
+    // eu: 2 + 2000/10k s (200 ms) + 0.01·125 = 203.25 ms; us: 80 + 200 + 1.25 = 281.25; ap: 361.25.
+    expect(d.workerId).toBe("eu-1");
+    expect(costOf(d, "eu-1")).toBeCloseTo(203.25, 6);
+    expect(costOf(d, "us-1")).toBeCloseTo(281.25, 6);
+    expect(costOf(d, "ap-1")).toBeCloseTo(361.25, 6);
+  });
+
+  it("lets a long cached prefix pull the request to a farther region when that is faster", () => {
+    const core = pool();
+    const t = tokens(32_000); // 2000 blocks
+    const h = localBlockHashes(t, B);
+    cache(core, "ap-1", h.slice(0, 1937)); // 30 992 tokens cached in ap
+    const d = core.route({ localHashes: h, isl: 32_000, edgeRegion: "eu" })!;
+    // eu: 2 + 3200 ms prefill + 20 = 3222 ms. ap: 160 + (32000 − 30992)/10k s = 100.8 ms + 20 = 280.8 ms.
+    expect(d.workerId).toBe("ap-1");
+    expect(d.overlapBlocks).toBe(1937);
+    expect(costOf(d, "ap-1")).toBeCloseTo(280.8, 6);
+    expect(costOf(d, "eu-1")).toBeCloseTo(3222, 6);
+  });
+
+  it("keeps a short cached prefix local when the saved prefill is less than the extra round trip", () => {
+    const core = pool();
+    const h = localBlockHashes(tokens(2000), B);
+    cache(core, "ap-1", h.slice(0, 31)); // 496 tokens: saves 49.6 ms, costs 158 ms more RTT
+    const d = core.route({ localHashes: h, isl: 2000, edgeRegion: "eu" })!;
+    expect(d.workerId).toBe("eu-1");
+    expect(costOf(d, "ap-1")).toBeCloseTo(160 + 150.4 + 1.25, 6);
+    expect(costOf(d, "eu-1")).toBeCloseTo(203.25, 6);
+    // Break-even: ap wins once 160 + (2000 − 16k)/10 + 1.25 < 203.25, i.e. k > 98.75 blocks.
+    for (const [k, want] of [[99, "ap-1"], [98, "eu-1"]] as const) {
+      const fresh = pool();
+      cache(fresh, "ap-1", h.slice(0, k));
+      expect(fresh.peek({ localHashes: h, isl: 2000, edgeRegion: "eu" }).workerId).toBe(want);
+    }
+  });
+
+  it("skips a busy or unhealthy nearest region", () => {
+    const core = pool();
+    const a = localBlockHashes(tokens(1000, 5_000_000), B);
+    // Load eu with an uncached 1000-token prefill: eu is now 100 ms behind.
+    const first = core.route({ localHashes: a, isl: 1000, edgeRegion: "eu" })!;
+    expect(first.workerId).toBe("eu-1");
+    const h = localBlockHashes(tokens(2000), B);
+    const d = core.route({ localHashes: h, isl: 2000, edgeRegion: "eu" })!;
+    // eu: 2 + 100 (queue) + 200 + 0.01·(63 + 125) = 303.88 ms > us: 281.25 ms.
+    expect(costOf(d, "eu-1")).toBeCloseTo(303.88, 6);
+    expect(d.workerId).toBe("us-1");
+    core.setStatus("us-1", "down");
+    core.settle({ receiptId: first.receiptId, promptTokens: 1000, cachedTokens: 0, outcome: "ok" });
+    core.settle({ receiptId: d.receiptId, promptTokens: 2000, cachedTokens: 0, outcome: "ok" });
+    core.setStatus("eu-1", "down");
+    // With eu and us down the nearest healthy region is ap.
+    expect(core.peek({ localHashes: h, isl: 2000, edgeRegion: "eu" }).workerId).toBe("ap-1");
+  });
+
+  it("uses the worker's prefill rate: a fast far worker beats a slow near one for a big cold prefill", () => {
+    const cfg = CONFIG;
+    const cold = { slot: 0, overlapBlocks: 0, activePrefillTokens: 0, activeDecodeBlocks: 0 };
+    const near = estimateTtft(cfg, "eu", cold, { region: "eu", prefillTokensPerSec: 2_000 }, 8000, B);
+    const far = estimateTtft(cfg, "eu", cold, { region: "us", prefillTokensPerSec: 12_000 }, 8000, B);
+    expect(near.totalMs).toBeCloseTo(2 + 4000 + 5, 6);
+    expect(far.totalMs).toBeCloseTo(80 + 666.6666666 + 5, 5);
+    expect(far.totalMs).toBeLessThan(near.totalMs);
+  });
+
+  it("finds the edge's region from its colo (request.cf.colo)", () => {
+    const core = pool();
+    const h = localBlockHashes(tokens(2000), B);
+    expect(core.peek({ localHashes: h, isl: 2000, edgeColo: "NRT" }).workerId).toBe("ap-1");
+    expect(core.peek({ localHashes: h, isl: 2000, edgeColo: "IAD" }).workerId).toBe("us-1");
+    // An explicit region wins over the colo.
+    expect(core.peek({ localHashes: h, isl: 2000, edgeColo: "IAD", edgeRegion: "eu" }).workerId).toBe("eu-1");
+  });
+
+  it("keeps the default block cost when the edge's region is unknown", () => {
+    const core = pool();
+    const h = localBlockHashes(tokens(2000), B);
+    cache(core, "ap-1", h.slice(0, 31));
+    const d = core.route({ localHashes: h, isl: 2000 })!;
+    // Default cost: max(0, 125 − 31) + 0 + 125 = 219 for ap vs 250 elsewhere: the overlap wins.
+    expect(d.workerId).toBe("ap-1");
+    expect(costOf(d, "ap-1")).toBe(219);
+  });
+});
