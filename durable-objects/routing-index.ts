@@ -15,7 +15,7 @@ import { MAX_RELAY_MESSAGE_BYTES } from "../src/kv/relay-protocol.ts";
 import { initHashing } from "../src/util/hash.ts";
 import type { WorkerContract } from "../src/layout/index.ts";
 
-const SCHEMA_VERSION = 1;
+const SCHEMA_VERSION = 2;
 
 interface Attachment {
   workerId: string;
@@ -68,6 +68,10 @@ export class RoutingIndex extends DurableObject<RoutingIndexEnv> {
         status TEXT NOT NULL, model_name TEXT NOT NULL, contract_json TEXT, contract_digest TEXT,
         kv_events INTEGER NOT NULL, last_seen INTEGER NOT NULL)`);
     }
+    if (version < 2) {
+      // Relay connect-token nonces seen within their validity window (replay refusal; relay-auth.ts).
+      sql.exec("CREATE TABLE IF NOT EXISTS relay_nonces (nonce TEXT PRIMARY KEY, worker_id TEXT NOT NULL, expires_at INTEGER NOT NULL)");
+    }
     if (version < SCHEMA_VERSION)
       sql.exec("INSERT INTO meta (k, v) VALUES ('schema_version', ?) ON CONFLICT(k) DO UPDATE SET v = excluded.v", String(SCHEMA_VERSION));
   }
@@ -94,11 +98,19 @@ export class RoutingIndex extends DurableObject<RoutingIndexEnv> {
       this.ctx.storage.sql.exec("INSERT INTO meta (k, v) VALUES ('block_size', ?) ON CONFLICT(k) DO NOTHING", String(this.core.blockSize));
   }
 
-  /** Relay WebSocket upgrade. The edge has verified the token; it passes the worker id. */
+  /**
+   * Relay WebSocket upgrade. The edge has verified the token (signature, worker, freshness); it
+   * passes the worker id and the token's nonce, which this pool's index accepts once: the single
+   * place that sees every connect of the pool, with memory that survives restarts (SQLite).
+   */
   override async fetch(request: Request): Promise<Response> {
     if (request.headers.get("upgrade")?.toLowerCase() !== "websocket") return new Response("expected websocket", { status: 426 });
     const workerId = request.headers.get("x-kvedge-worker");
     if (!workerId) return new Response("missing worker", { status: 400 });
+    const nonce = request.headers.get("x-kvedge-relay-nonce");
+    const expiresAt = Number(request.headers.get("x-kvedge-relay-expires"));
+    if (!nonce || !Number.isSafeInteger(expiresAt)) return new Response("relay token nonce missing", { status: 401 });
+    if (!this.#claimNonce(nonce, workerId, expiresAt)) return new Response("relay token already used", { status: 401 });
     const poolBlockSize = Number(request.headers.get("x-kvedge-block-size"));
     if (this.core.blockSize === null && Number.isInteger(poolBlockSize) && poolBlockSize > 0) {
       this.core.adoptBlockSize(poolBlockSize);
@@ -109,6 +121,18 @@ export class RoutingIndex extends DurableObject<RoutingIndexEnv> {
     this.ctx.acceptWebSocket(server, [workerId]);
     server.serializeAttachment({ workerId } satisfies Attachment);
     return new Response(null, { status: 101, webSocket: client });
+  }
+
+  /** Records a connect-token nonce; false if it was seen before (a replayed token). */
+  #claimNonce(nonce: string, workerId: string, expiresAt: number): boolean {
+    const sql = this.ctx.storage.sql;
+    sql.exec("DELETE FROM relay_nonces WHERE expires_at < ?", Math.floor(Date.now() / 1000));
+    if (sql.exec("SELECT 1 FROM relay_nonces WHERE nonce = ?", nonce).toArray().length > 0) {
+      console.warn(JSON.stringify({ event: "relay_token_replayed", workerId }));
+      return false;
+    }
+    sql.exec("INSERT INTO relay_nonces (nonce, worker_id, expires_at) VALUES (?, ?, ?)", nonce, workerId, expiresAt);
+    return true;
   }
 
   override async webSocketMessage(ws: WebSocket, message: string | ArrayBuffer): Promise<void> {

@@ -3,15 +3,17 @@
  */
 import "./wasm-shim.ts";
 import { RoutingIndex } from "../durable-objects/routing-index.ts";
+import { RateLimiter } from "../durable-objects/rate-limiter.ts";
 import { errorResponse, InvalidRequestError, MethodNotAllowedError, NotFoundError, AuthenticationError } from "../src/api/errors.ts";
 import { parseEdgeConfig, type EdgeConfig } from "../src/api/config.ts";
-import { timingSafeEqualString, bearerToken } from "../src/edge/auth.ts";
-import { relayToken } from "../src/kv/relay-auth.ts";
+import { bearerToken } from "../src/edge/auth.ts";
+import { checkRelayToken } from "../src/kv/relay-auth.ts";
+import { enforceRateLimit, parseRateLimitVar, rateLimitBucketName, rateLimitHeaders, type RateLimitConfig } from "../src/edge/rate-limit.ts";
 import { handleChatCompletions, type IndexClient } from "../src/edge/chat.ts";
 import { handleAdminRoute, type AdminIndexClient } from "../src/edge/admin-routes.ts";
 import { initHashing } from "../src/util/hash.ts";
 
-export { RoutingIndex };
+export { RoutingIndex, RateLimiter };
 
 export interface Env {
   ROUTING_INDEX: DurableObjectNamespace<RoutingIndex>;
@@ -21,12 +23,33 @@ export interface Env {
   RELAY_SECRET?: string;
   ADMIN_TOKEN?: string;
   KVEDGE_API_KEYS?: string;
+  /** Per-client token bucket, JSON `{"requestsPerMinute":600,"burst":60}`; unset = no limit. */
+  KVEDGE_RATE_LIMIT?: string;
+  RATE_LIMITER?: DurableObjectNamespace<RateLimiter>;
 }
 
-let cached: { env: Env; config: EdgeConfig } | null = null;
+let cached: { env: Env; config: EdgeConfig; rateLimit: RateLimitConfig | null } | null = null;
 function configOf(env: Env): EdgeConfig {
-  if (cached?.env !== env) cached = { env, config: parseEdgeConfig(env as unknown as Record<string, unknown>) };
-  return cached.config;
+  return loaded(env).config;
+}
+function loaded(env: Env): { config: EdgeConfig; rateLimit: RateLimitConfig | null } {
+  if (cached?.env !== env)
+    cached = { env, config: parseEdgeConfig(env as unknown as Record<string, unknown>), rateLimit: parseRateLimitVar(env.KVEDGE_RATE_LIMIT) };
+  return cached;
+}
+
+/** Per-client limiter for the chat route (per API key; per client address without keys). */
+function rateLimiterFor(env: Env, request: Request): ((apiKey: string | null) => Promise<void>) | undefined {
+  const cfg = loaded(env).rateLimit;
+  if (!cfg) return undefined;
+  const ns = env.RATE_LIMITER;
+  // Fail closed: a configured limit without its Durable Object binding is a deployment error.
+  if (!ns) throw new Error("KVEDGE_RATE_LIMIT is set but the RATE_LIMITER binding is missing");
+  return (apiKey) => {
+    const address = request.headers.get("cf-connecting-ip") ?? "unknown";
+    const name = rateLimitBucketName(apiKey !== null ? { apiKey } : { address });
+    return enforceRateLimit(ns.getByName(name), cfg);
+  };
 }
 
 function indexFor(env: Env, model: string): DurableObjectStub<RoutingIndex> {
@@ -45,11 +68,22 @@ async function handleRelayUpgrade(request: Request, env: Env, config: EdgeConfig
   if (!pool) throw new NotFoundError(`Unknown model '${model}'.`, "model", "model_not_found");
   if (!/^[A-Za-z0-9._:-]{1,128}$/.test(workerId)) throw new InvalidRequestError("Bad worker id.", "worker");
   if (request.headers.get("upgrade")?.toLowerCase() !== "websocket") throw new InvalidRequestError("Expected a WebSocket upgrade.");
-  const token = bearerToken(request);
-  if (!config.relaySecret || !token || !timingSafeEqualString(token, await relayToken(config.relaySecret, workerId)))
-    throw new AuthenticationError("Relay token missing or invalid.");
-  const headers = new Headers({ upgrade: "websocket", "x-kvedge-worker": workerId, "x-kvedge-block-size": String(pool.blockSize) });
-  return indexFor(env, model).fetch(new Request("https://index/relay", { headers }));
+  // Stateless checks here (signature, worker id, pool, freshness), so refused connects never reach
+  // the index; the index then accepts the token's nonce once (durable-objects/routing-index.ts).
+  const check = config.relaySecret
+    ? await checkRelayToken(config.relaySecret, bearerToken(request), { workerId, model, nowSeconds: Math.floor(Date.now() / 1000) })
+    : ({ ok: false, reason: "missing" } as const);
+  if (!check.ok) throw new AuthenticationError(`Relay token refused (${check.reason}).`);
+  const headers = new Headers({
+    upgrade: "websocket",
+    "x-kvedge-worker": workerId,
+    "x-kvedge-block-size": String(pool.blockSize),
+    "x-kvedge-relay-nonce": check.nonce,
+    "x-kvedge-relay-expires": String(check.expiresAt),
+  });
+  const res = await indexFor(env, model).fetch(new Request("https://index/relay", { headers }));
+  if (res.status === 401) throw new AuthenticationError(`Relay token refused (${(await res.text()) || "replayed"}).`);
+  return res;
 }
 
 async function route(request: Request, env: Env, ctx: ExecutionContext): Promise<Response> {
@@ -71,6 +105,7 @@ async function route(request: Request, env: Env, ctx: ExecutionContext): Promise
       index: (model) => indexFor(env, model) as unknown as IndexClient,
       fetch: (input, init) => fetch(input, init),
       waitUntil: (p) => ctx.waitUntil(p),
+      rateLimit: rateLimiterFor(env, request),
     });
   }
   if (path === "/v1/relay") return handleRelayUpgrade(request, env, config);
@@ -92,7 +127,7 @@ export default {
       return await route(request, env, ctx);
     } catch (err) {
       if (!(err instanceof Error) || !("type" in err)) console.error(JSON.stringify({ event: "unhandled", error: String(err), stack: err instanceof Error ? err.stack : undefined }));
-      return errorResponse(err);
+      return errorResponse(err, rateLimitHeaders(err));
     }
   },
 } satisfies ExportedHandler<Env>;

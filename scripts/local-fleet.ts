@@ -73,6 +73,28 @@ export interface Fleet {
   addWorker(extraArgs?: string[]): Promise<FleetWorker>;
   /** SIGKILL a worker process (its relay notices and reports it down). */
   killWorker(i: number): Promise<void>;
+  /**
+   * Fault injection: SIGKILL worker i and start a new process on the same ports (a new epoch),
+   * leaving the ports closed for `downMs` in between (real SGLang takes far longer to load a model).
+   */
+  restartWorker(i: number, downMs?: number): Promise<void>;
+  /** Fault injection: SIGKILL worker i's relay (its index session drops). */
+  killRelay(i: number): Promise<void>;
+  /** Starts worker i's relay again (after killRelay), with extra relay CLI args (e.g. --kv-endpoint). */
+  startRelay(i: number, extraArgs?: string[]): Promise<void>;
+  /** SIGSTOP / SIGCONT every relay (they hold their sockets but process nothing). */
+  pauseRelays(): void;
+  resumeRelays(): void;
+  /** SIGSTOP / SIGCONT the decode service (it accepts connections and never answers: "slow"). */
+  pauseDecode(): void;
+  resumeDecode(): void;
+  /**
+   * Restarts `wrangler dev` on the same port with the same --persist-to: the routing index objects
+   * start again from their SQLite state, with empty memory. Resolves once the edge answers.
+   */
+  restartEdge(): Promise<void>;
+  /** Process-group leaders of the fleet's children, for resource sampling. */
+  processes(): { name: string; pid: number }[];
   /** Waits until every live worker's relay has synced its blocks with the index. */
   waitForSync(timeoutMs?: number): Promise<void>;
   admin(path: string): Promise<unknown>;
@@ -234,19 +256,23 @@ export async function startFleet(opts: FleetOptions = {}): Promise<Fleet> {
     "warn",
   ];
   for (const [k, v] of Object.entries(vars)) wranglerArgs.push("--var", `${k}:${v}`);
-  const edge = spawn(NODE, wranglerArgs, {
-    cwd: ROOT,
-    detached: true,
-    env: { ...process.env, CLOUDFLARE_CF_FETCH_ENABLED: "false", WRANGLER_SEND_METRICS: "false", NO_COLOR: "1" },
-    stdio: ["ignore", "pipe", "pipe"],
-  });
-  procs.push(edge);
-  pipeLogs(edge, "edge", log);
+  const spawnEdge = (): ChildProcess => {
+    const p = spawn(NODE, wranglerArgs, {
+      cwd: ROOT,
+      detached: true,
+      env: { ...process.env, CLOUDFLARE_CF_FETCH_ENABLED: "false", WRANGLER_SEND_METRICS: "false", NO_COLOR: "1" },
+      stdio: ["ignore", "pipe", "pipe"],
+    });
+    procs.push(p);
+    pipeLogs(p, "edge", log);
+    return p;
+  };
+  let edge = spawnEdge();
   const edgeUrl = `http://127.0.0.1:${edgePort}`;
 
   const workers: FleetWorker[] = [];
-  const startWorker = async (i: number, extraArgs: string[] = []): Promise<FleetWorker> => {
-    const [port, kvPort, replayPort] = [await freePort(), await freePort(), await freePort()];
+  const startWorker = async (i: number, extraArgs: string[] = [], ports?: [number, number, number]): Promise<FleetWorker> => {
+    const [port, kvPort, replayPort] = ports ?? [await freePort(), await freePort(), await freePort()];
     const id = `w${i + 1}`;
     const args = [
       join(ROOT, "services/sglang-sim/main.ts"),
@@ -275,7 +301,7 @@ export async function startFleet(opts: FleetOptions = {}): Promise<Fleet> {
 
   await waitFor(async () => (await fetch(`${edgeUrl}/healthz`)).ok, 60_000, "wrangler dev", edge);
 
-  const startRelay = (w: FleetWorker): ChildProcess => {
+  const startRelay = (w: FleetWorker, extraArgs: string[] = []): ChildProcess => {
     const relay = spawn(
       NODE,
       [
@@ -286,6 +312,7 @@ export async function startFleet(opts: FleetOptions = {}): Promise<Fleet> {
         "--model", model,
         "--secret-env", "KVEDGE_RELAY_SECRET",
         "--model-dir", w.modelDir,
+        ...extraArgs,
       ],
       { cwd: ROOT, detached: true, env: { ...process.env, KVEDGE_RELAY_SECRET: relaySecret }, stdio: ["ignore", "pipe", "pipe"] },
     );
@@ -314,6 +341,16 @@ export async function startFleet(opts: FleetOptions = {}): Promise<Fleet> {
   };
   if (opts.relays !== false) await waitForSync();
 
+  const workerExtraArgs: string[][] = workers.map(() => []);
+  const signalGroup = (p: ChildProcess | null, sig: NodeJS.Signals): void => {
+    if (!p?.pid || p.exitCode !== null || p.signalCode !== null) return;
+    try {
+      process.kill(-p.pid, sig);
+    } catch {
+      p.kill(sig);
+    }
+  };
+
   return {
     edgeUrl,
     mediaUrl,
@@ -328,6 +365,7 @@ export async function startFleet(opts: FleetOptions = {}): Promise<Fleet> {
     async addWorker(extraArgs: string[] = []) {
       const w = await startWorker(workers.length, extraArgs);
       workers.push(w);
+      workerExtraArgs.push(extraArgs);
       if (opts.relays !== false) {
         w.relay = startRelay(w);
         await waitForSync();
@@ -337,6 +375,53 @@ export async function startFleet(opts: FleetOptions = {}): Promise<Fleet> {
     async killWorker(i: number) {
       const w = workers[i]!;
       await stopProc(w.proc, "SIGKILL");
+    },
+    async restartWorker(i: number, downMs = 1500) {
+      const w = workers[i]!;
+      await stopProc(w.proc, "SIGKILL");
+      await new Promise((r) => setTimeout(r, downMs));
+      const fresh = await startWorker(i, workerExtraArgs[i] ?? [], [w.port, w.kvPort, w.replayPort]);
+      w.proc = fresh.proc;
+    },
+    async killRelay(i: number) {
+      const w = workers[i]!;
+      await stopProc(w.relay, "SIGKILL");
+    },
+    async startRelay(i: number, extraArgs: string[] = []) {
+      const w = workers[i]!;
+      await stopProc(w.relay, "SIGKILL");
+      w.relay = startRelay(w, extraArgs);
+    },
+    pauseRelays() {
+      for (const w of workers) signalGroup(w.relay, "SIGSTOP");
+    },
+    resumeRelays() {
+      for (const w of workers) signalGroup(w.relay, "SIGCONT");
+    },
+    pauseDecode() {
+      signalGroup(decodeProc, "SIGSTOP");
+    },
+    resumeDecode() {
+      signalGroup(decodeProc, "SIGCONT");
+    },
+    async restartEdge() {
+      await stopProc(edge, "SIGTERM");
+      edge = spawnEdge();
+      const proc = edge;
+      await waitFor(async () => (await fetch(`${edgeUrl}/healthz`)).ok, 60_000, "wrangler dev (restart)", proc);
+    },
+    processes() {
+      const out: { name: string; pid: number }[] = [];
+      const add = (name: string, p: ChildProcess | null) => {
+        if (p?.pid && p.exitCode === null && p.signalCode === null) out.push({ name, pid: p.pid });
+      };
+      add("edge", edge);
+      add("decode", decodeProc);
+      for (const w of workers) {
+        add(w.id, w.proc);
+        add(`relay-${w.id}`, w.relay);
+      }
+      return out;
     },
     async stop() {
       await Promise.all(procs.map((p) => stopProc(p)));

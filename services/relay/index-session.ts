@@ -2,7 +2,8 @@
  * The relay's outbound WebSocket session with its pool's routing index (src/kv/relay-protocol.ts).
  * Per connection: hello → wait for welcome → full dump → streamed `events` batches. Events produced
  * while not streaming are not queued: the dump sent after the next welcome already contains them.
- * Reconnects with jittered exponential backoff; answers `resync` with a fresh dump.
+ * Reconnects with jittered exponential backoff; answers `resync` with a fresh dump. Each connect
+ * mints a new single-use token (a captured one is worthless once used or after a minute).
  */
 import WebSocket from "ws";
 import type { DumpBlock } from "../../src/kv/worker-block-set.ts";
@@ -16,11 +17,16 @@ import {
   type RelayMessage,
   type WorkerStatus,
 } from "../../src/kv/relay-protocol.ts";
+import { mintRelayToken } from "../../src/kv/relay-auth.ts";
 import { errorMessage, type Logger } from "./log.ts";
 
 export interface IndexSessionOptions {
   /** Full ws(s) URL of the relay endpoint, query included. */
   url: string;
+  /**
+   * The worker's relay key (src/kv/relay-auth.ts `relayWorkerKey`). Never sent: every connect
+   * presents a fresh single-use token signed with it for the URL's worker and model.
+   */
   token: string;
   hello(): RelayHello;
   /** The worker's current view, taken synchronously (so it is consistent with the event stream). */
@@ -79,6 +85,8 @@ export class IndexSession {
   private pendingBlocks = 0;
   private pendingEpoch = 0;
   private pendingSeq = 0;
+  /** Bumped per connect attempt: a token minted for an abandoned attempt is not used. */
+  private connectGen = 0;
   private readonly counters = {
     connects: 0,
     welcomes: 0,
@@ -181,8 +189,29 @@ export class IndexSession {
     if (this.state === "closed") return;
     this.state = "connecting";
     this.counters.connects++;
+    const gen = ++this.connectGen;
+    const u = new URL(this.opts.url);
+    mintRelayToken(this.opts.token, u.searchParams.get("worker") ?? "", u.searchParams.get("model") ?? "").then(
+      (token) => {
+        if (gen === this.connectGen && this.state === "connecting") this.open(token);
+      },
+      (err: unknown) => {
+        // Cannot happen with a valid worker id; retry like a failed connect rather than stall.
+        this.counters.lastError = errorMessage(err);
+        this.opts.log.error("relay_token_failed", { error: this.counters.lastError });
+        if (gen !== this.connectGen || this.state !== "connecting") return;
+        this.state = "backoff";
+        this.reconnectTimer = setTimeout(() => {
+          this.reconnectTimer = null;
+          this.connect();
+        }, backoffDelay(this.attempt++, this.opts.backoffBaseMs, this.opts.backoffCapMs));
+      },
+    );
+  }
+
+  private open(token: string): void {
     const ws = new WebSocket(this.opts.url, {
-      headers: { Authorization: `Bearer ${this.opts.token}` },
+      headers: { Authorization: `Bearer ${token}` },
       maxPayload: MAX_RELAY_MESSAGE_BYTES,
       handshakeTimeout: this.opts.welcomeTimeoutMs,
     });

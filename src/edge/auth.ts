@@ -25,9 +25,20 @@ export function requireAdmin(request: Request, adminToken: string | null): void 
 
 /** Client API keys are optional: when none are configured the API is open. */
 export function requireApiKey(request: Request, keys: Set<string> | null): void {
-  if (!keys) return;
+  matchApiKey(request, keys);
+}
+
+/**
+ * The configured API key the request presents (its rate-limit identity), or null when no keys are
+ * configured; throws when keys are configured and none matches. Every key is compared, so timing
+ * does not reveal which one (or how much of one) matched.
+ */
+export function matchApiKey(request: Request, keys: Set<string> | null): string | null {
+  if (!keys) return null;
   const t = bearerToken(request);
   if (!t) throw new AuthenticationError("Missing API key. Send 'Authorization: Bearer <key>'.");
-  for (const k of keys) if (timingSafeEqualString(t, k)) return;
-  throw new AuthenticationError("Invalid API key.");
+  let found: string | null = null;
+  for (const k of keys) if (timingSafeEqualString(t, k)) found = k;
+  if (found === null) throw new AuthenticationError("Invalid API key.");
+  return found;
 }

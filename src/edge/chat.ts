@@ -22,7 +22,7 @@ import { localBlockHashes } from "../kv/block-hash.ts";
 import type { RouteDecision, RouteRequest, SettleRequest } from "../kv/routing-core.ts";
 import { buildGenerateBody, newRequestId } from "../proxy/generate-request.ts";
 import { createChatStreamTranslator, translateGenerateHttp } from "../proxy/translate.ts";
-import { requireApiKey } from "./auth.ts";
+import { matchApiKey } from "./auth.ts";
 import { resolveMedia, type MediaDeps, type MediaPartRef } from "./media.ts";
 import { buildRoutingView, requestIneligibility, type WorkerContract } from "../layout/index.ts";
 import { mmHashesAllowed } from "../proxy/generate-request.ts";
@@ -46,6 +46,8 @@ export interface ChatDeps {
   index(model: string): IndexClient;
   fetch(input: string, init: RequestInit): Promise<Response>;
   waitUntil(p: Promise<unknown>): void;
+  /** Takes one request from the client's rate-limit bucket (null key = no API keys configured); rejects with 429. */
+  rateLimit?: (apiKey: string | null) => Promise<void>;
 }
 
 /** Why the request was not routed on its exact token sequence (null = exact). */
@@ -222,10 +224,15 @@ export async function handleChatCompletions(request: Request, deps: ChatDeps): P
   const { config } = deps;
   // workerd advances clocks only across I/O, so this measures what awaits cost (body, index RPC).
   const arrivedAt = Date.now();
-  requireApiKey(request, config.apiKeys);
+  const apiKey = matchApiKey(request, config.apiKeys);
+  // The limiter round trip overlaps reading and validating the body; its verdict is awaited
+  // before any routing work (a refused request still spends its token).
+  const admitted = deps.rateLimit?.(apiKey) ?? null;
+  admitted?.catch(() => undefined);
   const limits = limitsOf(config);
   const bodyText = await readBodyText(request.body, limits, request.headers.get("content-length"));
   const req = parseChatRequest(bodyText, limits);
+  if (admitted) await admitted;
   const { model, prompt, tokens, plan, index } = await prepareRouting(req, deps);
   const requestId = newRequestId();
   const body = buildGenerateBody(req, {
@@ -251,6 +258,8 @@ export async function handleChatCompletions(request: Request, deps: ChatDeps): P
       const res = await proxyOnce(deps, decision, req, bodyJson, requestId, config.routing.upstreamHeadersTimeoutMs, settle);
       const headers = routingHeaders(decision, plan, requestId, attempt);
       for (const [k, v] of res.headers) headers.set(k, v);
+      // Edge time before the upstream call (workerd clocks advance across I/O: body, index RPCs).
+      headers.set("server-timing", `kvedge-route;dur=${edgeOverheadMs}`);
       return new Response(res.body, { status: res.status, headers });
     } catch (err) {
       if (err instanceof RetryableUpstream) {
