@@ -13,6 +13,27 @@ import type { PoolMetricsSnapshot } from "../src/metrics/pool-snapshot.ts";
 import { RelayMessageSchema, type IndexToRelay } from "../src/kv/relay-protocol.ts";
 import { MAX_RELAY_MESSAGE_BYTES } from "../src/kv/relay-protocol.ts";
 import { initHashing } from "../src/util/hash.ts";
+import { parseRegionsVar, type RegionsConfig } from "../src/kv/regions.ts";
+
+/** A bad KVEDGE_REGIONS turns region-aware selection off (logged) rather than failing the pool. */
+function regionsOrNull(raw: string | undefined): RegionsConfig | null {
+  try {
+    return parseRegionsVar(raw);
+  } catch (e) {
+    console.warn(JSON.stringify({ event: "bad_config", var: "KVEDGE_REGIONS", message: e instanceof Error ? e.message : String(e) }));
+    return null;
+  }
+}
+import { RoutingConfigSchema, type RoutingConfig } from "../src/api/config.ts";
+
+function parseRoutingVar(raw: string | undefined): RoutingConfig {
+  try {
+    const r = RoutingConfigSchema.safeParse(raw ? JSON.parse(raw) : {});
+    return r.success ? r.data : RoutingConfigSchema.parse({});
+  } catch {
+    return RoutingConfigSchema.parse({});
+  }
+}
 import type { WorkerContract } from "../src/layout/index.ts";
 
 const SCHEMA_VERSION = 2;
@@ -23,6 +44,8 @@ interface Attachment {
 
 export interface RoutingIndexEnv {
   KVEDGE_ROUTING?: string;
+  /** Regions and RTT table for region-aware selection (src/kv/regions.ts); unset = off. */
+  KVEDGE_REGIONS?: string;
 }
 
 export interface PoolProfile {
@@ -38,14 +61,9 @@ export class RoutingIndex extends DurableObject<RoutingIndexEnv> {
 
   constructor(ctx: DurableObjectState, env: RoutingIndexEnv) {
     super(ctx, env);
-    let temperature = 0;
-    try {
-      const r = env.KVEDGE_ROUTING ? (JSON.parse(env.KVEDGE_ROUTING) as { temperature?: unknown }) : {};
-      if (typeof r.temperature === "number" && r.temperature >= 0) temperature = r.temperature;
-    } catch {
-      // Config errors surface at the edge, which parses the same var with zod.
-    }
-    this.core = new RoutingCore({ blockSize: null, temperature });
+    // The same zod schema as the edge; a bad var falls back to defaults here and is reported by the edge.
+    const routing = parseRoutingVar(env.KVEDGE_ROUTING);
+    this.core = new RoutingCore({ blockSize: null, temperature: routing.temperature, decodeWeight: routing.decodeWeight, regions: regionsOrNull(env.KVEDGE_REGIONS) });
     ctx.blockConcurrencyWhile(async () => {
       await initHashing(); // contract digests (blake3) are computed on hello
       this.#ensureSchema();

@@ -10,7 +10,7 @@ import { fileURLToPath } from "node:url";
 import { Progress } from "../bench/lib/progress.mjs";
 
 const ROOT = join(dirname(fileURLToPath(import.meta.url)), "..");
-export const SUITES = ["edge", "tokenizer", "index", "hashing", "routing", "scale", "layout", "media"];
+export const SUITES = ["edge", "tokenizer", "index", "hashing", "routing", "scale", "scale-out", "layout", "media"];
 
 function parseArgs(argv) {
   const opts = { quick: false, tiny: false, only: null, out: join(ROOT, "bench/results"), help: false };

@@ -26,6 +26,8 @@ export const DEFAULT_MODELS: ModelConfig[] = [
 export const RoutingConfigSchema = z.object({
   /** Softmax temperature for selection; 0 = argmin with random tie-break. */
   temperature: z.number().min(0).max(10).default(0),
+  /** Weight of decode load (active + new KV blocks) against prefill/overlap in the cost; 1 = Dynamo's. */
+  decodeWeight: z.number().min(0).max(10).default(1),
   /** Attempts across workers when a worker refuses the connection before any byte. */
   maxAttempts: z.number().int().min(1).max(8).default(3),
   /** Timeout for the worker's response headers. */

@@ -249,7 +249,7 @@ export async function handleChatCompletions(request: Request, deps: ChatDeps): P
   const exclude: string[] = [];
   let lastError: KvedgeError | null = null;
   for (let attempt = 1; attempt <= config.routing.maxAttempts; attempt++) {
-    const decision = await index.route({ localHashes: plan.localHashes, isl: plan.isl, exclude, fallbackReason: plan.fallbackReason });
+    const decision = await index.route({ localHashes: plan.localHashes, isl: plan.isl, exclude, fallbackReason: plan.fallbackReason, edgeColo: edgeColoOf(request) });
     if (!decision) break;
     const edgeOverheadMs = Date.now() - arrivedAt;
     const settle = (s: Omit<SettleRequest, "receiptId">) =>
@@ -354,4 +354,10 @@ async function proxyOnce(
     status: 200,
     headers: { "content-type": "text/event-stream", "cache-control": "no-cache" },
   });
+}
+
+/** The Cloudflare colo serving this request (regions: src/kv/regions.ts); null outside Cloudflare. */
+function edgeColoOf(request: Request): string | null {
+  const colo = (request as { cf?: { colo?: unknown } }).cf?.colo;
+  return typeof colo === "string" ? colo : null;
 }

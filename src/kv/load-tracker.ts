@@ -1,24 +1,58 @@
 /**
  * Active load per worker: prefill tokens (uncached part of each routed request, until its prefill
- * is done) and decode blocks (request blocks while it is running). Added when a request is routed,
- * released when the edge settles it; entries the edge never settles expire after `staleMs`.
+ * is done) and decode blocks, added when a request is routed and released when the edge settles
+ * it; entries the edge never settles expire after `staleMs`.
+ *
+ * Decode blocks are counted once per distinct block, as Dynamo does: requests that share a prefix
+ * on one worker (the turns of a chat, a repeated system prompt or video) occupy those KV blocks
+ * once, so stickiness is not punished as if every request held a private copy. Blocks are told
+ * apart by a chained key over the request's local block hashes (position-aware: a block's key
+ * depends on everything before it); a partial tail block is private to its request.
  */
 
 export interface ActiveRequest {
   receiptId: string;
   slot: number;
   prefillTokens: number;
+  /** Blocks the request occupies in total (full blocks + a partial tail). */
   decodeBlocks: number;
+  /** Chained keys of its full blocks (see `chainKeysOf`); the rest count as private blocks. */
+  chainKeys?: readonly number[];
   startedAt: number;
   prefillDone: boolean;
+}
+
+/**
+ * Position-aware 53-bit keys for a chain of local block hashes: key_i mixes key_{i-1} with block
+ * i's hash. Collisions only blur a load estimate, never a routing decision on cache contents.
+ */
+export function chainKeysOf(localHashes: readonly bigint[] | BigUint64Array): number[] {
+  const out = new Array<number>(localHashes.length);
+  let a = 0x9e3779b9 | 0;
+  let b = 0x85ebca6b | 0;
+  for (let i = 0; i < localHashes.length; i++) {
+    const h = localHashes[i]!;
+    const lo = Number(h & 0xffffffffn) | 0;
+    const hi = Number(h >> 32n) | 0;
+    a = Math.imul(a ^ lo, 0x01000193) ^ Math.imul(b, 0x5bd1e995);
+    b = Math.imul(b ^ hi, 0x27d4eb2d) ^ (a >>> 15);
+    out[i] = (a >>> 0) * 0x200000 + ((b >>> 0) & 0x1fffff);
+  }
+  return out;
 }
 
 export class LoadTracker {
   readonly #active = new Map<string, ActiveRequest>();
   #prefill: number[] = [];
-  #decode: number[] = [];
+  /** Shared block key → (slot → number of active requests on that worker holding it). */
+  readonly #keys = new Map<number, Map<number, number>>();
+  /** Per slot: distinct shared keys held. */
+  #unique: number[] = [];
+  /** Per slot: blocks not covered by chain keys (partial tails, unhashed parts). */
+  #private: number[] = [];
   #count: number[] = [];
   readonly staleMs: number;
+  #lastExpiry = -Infinity;
 
   constructor(staleMs = 300_000) {
     this.staleMs = staleMs;
@@ -27,7 +61,15 @@ export class LoadTracker {
   add(r: ActiveRequest): void {
     this.#active.set(r.receiptId, r);
     this.#prefill[r.slot] = (this.#prefill[r.slot] ?? 0) + r.prefillTokens;
-    this.#decode[r.slot] = (this.#decode[r.slot] ?? 0) + r.decodeBlocks;
+    const keys = r.chainKeys ?? [];
+    for (const k of keys) {
+      let bySlot = this.#keys.get(k);
+      if (!bySlot) this.#keys.set(k, (bySlot = new Map()));
+      const c = bySlot.get(r.slot) ?? 0;
+      if (c === 0) this.#unique[r.slot] = (this.#unique[r.slot] ?? 0) + 1;
+      bySlot.set(r.slot, c + 1);
+    }
+    this.#private[r.slot] = (this.#private[r.slot] ?? 0) + Math.max(0, r.decodeBlocks - keys.length);
     this.#count[r.slot] = (this.#count[r.slot] ?? 0) + 1;
   }
 
@@ -43,7 +85,19 @@ export class LoadTracker {
     if (!r) return undefined;
     this.#active.delete(receiptId);
     if (!r.prefillDone) this.#prefill[r.slot] = (this.#prefill[r.slot] ?? 0) - r.prefillTokens;
-    this.#decode[r.slot] = (this.#decode[r.slot] ?? 0) - r.decodeBlocks;
+    const keys = r.chainKeys ?? [];
+    for (const k of keys) {
+      const bySlot = this.#keys.get(k);
+      if (!bySlot) continue;
+      const c = (bySlot.get(r.slot) ?? 0) - 1;
+      if (c > 0) {
+        bySlot.set(r.slot, c);
+        continue;
+      }
+      if (bySlot.delete(r.slot)) this.#unique[r.slot] = (this.#unique[r.slot] ?? 0) - 1;
+      if (bySlot.size === 0) this.#keys.delete(k);
+    }
+    this.#private[r.slot] = (this.#private[r.slot] ?? 0) - Math.max(0, r.decodeBlocks - keys.length);
     this.#count[r.slot] = (this.#count[r.slot] ?? 0) - 1;
     return r;
   }
@@ -54,7 +108,13 @@ export class LoadTracker {
     return n;
   }
 
+  /**
+   * Releases requests the edge never settled. Scans everything, so it runs at most once a second
+   * however many decisions call it.
+   */
   expireStale(now: number): number {
+    if (now - this.#lastExpiry < 1_000 && now >= this.#lastExpiry) return 0;
+    this.#lastExpiry = now;
     let n = 0;
     for (const r of [...this.#active.values()]) if (now - r.startedAt > this.staleMs && this.release(r.receiptId)) n++;
     return n;
@@ -63,8 +123,33 @@ export class LoadTracker {
   prefillTokens(slot: number): number {
     return this.#prefill[slot] ?? 0;
   }
+  /** Distinct KV blocks held by the worker's active requests. */
   decodeBlocks(slot: number): number {
-    return this.#decode[slot] ?? 0;
+    return (this.#unique[slot] ?? 0) + (this.#private[slot] ?? 0);
+  }
+  /**
+   * For every worker whose active requests hold the request's first block: how many leading blocks
+   * of the request they already hold. One walk down the chain for all workers together, so the
+   * cost follows the few workers that share a prefix, not the pool size.
+   */
+  sharedPrefixes(chainKeys: readonly number[]): Map<number, number> {
+    const out = new Map<number, number>();
+    const first = chainKeys.length > 0 ? this.#keys.get(chainKeys[0]!) : undefined;
+    if (!first) return out;
+    let alive = [...first.keys()];
+    let depth = 1;
+    for (; depth < chainKeys.length && alive.length > 0; depth++) {
+      const bySlot = this.#keys.get(chainKeys[depth]!);
+      if (!bySlot) break;
+      const next: number[] = [];
+      for (const s of alive) {
+        if (bySlot.has(s)) next.push(s);
+        else out.set(s, depth);
+      }
+      alive = next;
+    }
+    for (const s of alive) out.set(s, depth);
+    return out;
   }
   activeRequests(slot: number): number {
     return this.#count[slot] ?? 0;

@@ -4,49 +4,71 @@
  * forwarded the events; a repeat (or the next turn of a chat) arriving before that would otherwise
  * see no overlap and could land elsewhere. Entries live for `ttlMs` (a few seconds, well above the
  * event path's latency) and are bounded per worker; the index stays the source of truth after that.
+ * Chains are bucketed by their first block, so one lookup finds every chain that can overlap.
  */
 
 interface PendingChain {
+  slot: number;
   hashes: readonly bigint[];
   expiresAt: number;
 }
 
 export class PendingRoutes {
-  readonly #bySlot: PendingChain[][] = [];
+  readonly #byFirst = new Map<bigint, PendingChain[]>();
+  /** Per slot, insertion order (for the per-worker bound and expiry). */
+  readonly #order: (PendingChain[] | undefined)[] = [];
   readonly ttlMs: number;
   readonly maxPerWorker: number;
 
-  constructor(ttlMs = 5_000, maxPerWorker = 64) {
+  constructor(ttlMs = 5_000, maxPerWorker = 256) {
     this.ttlMs = ttlMs;
     this.maxPerWorker = maxPerWorker;
   }
 
   add(slot: number, hashes: readonly bigint[], now: number): void {
     if (hashes.length === 0) return;
-    const list = (this.#bySlot[slot] ??= []);
-    list.push({ hashes, expiresAt: now + this.ttlMs });
-    if (list.length > this.maxPerWorker) list.shift();
+    const chain: PendingChain = { slot, hashes, expiresAt: now + this.ttlMs };
+    const first = hashes[0]!;
+    const bucket = this.#byFirst.get(first);
+    if (bucket) bucket.push(chain);
+    else this.#byFirst.set(first, [chain]);
+    const order = (this.#order[slot] ??= []);
+    order.push(chain);
+    while (order.length > this.maxPerWorker || (order.length > 0 && order[0]!.expiresAt <= now)) this.#drop(order.shift()!);
+  }
+
+  #drop(c: PendingChain): void {
+    const first = c.hashes[0]!;
+    const bucket = this.#byFirst.get(first);
+    if (!bucket) return;
+    const i = bucket.indexOf(c);
+    if (i >= 0) bucket.splice(i, 1);
+    if (bucket.length === 0) this.#byFirst.delete(first);
+  }
+
+  /** Per worker slot: the longest common leading run between `hashes` and its live chains. */
+  overlaps(hashes: readonly bigint[], now: number): Map<number, number> {
+    const out = new Map<number, number>();
+    if (hashes.length === 0) return out;
+    const bucket = this.#byFirst.get(hashes[0]!);
+    if (!bucket) return out;
+    for (const c of bucket) {
+      if (c.expiresAt <= now) continue;
+      const n = Math.min(c.hashes.length, hashes.length);
+      let k = 0;
+      while (k < n && c.hashes[k] === hashes[k]) k++;
+      if (k > (out.get(c.slot) ?? 0)) out.set(c.slot, k);
+    }
+    return out;
   }
 
   /** Longest common leading run between `hashes` and any live chain routed to `slot`. */
   overlap(slot: number, hashes: readonly bigint[], now: number): number {
-    const list = this.#bySlot[slot];
-    if (!list || list.length === 0) return 0;
-    let best = 0;
-    let live = 0;
-    for (const c of list) {
-      if (c.expiresAt <= now) continue;
-      list[live++] = c;
-      const n = Math.min(c.hashes.length, hashes.length);
-      let k = 0;
-      while (k < n && c.hashes[k] === hashes[k]) k++;
-      if (k > best) best = k;
-    }
-    list.length = live;
-    return best;
+    return this.overlaps(hashes, now).get(slot) ?? 0;
   }
 
   clear(slot: number): void {
-    this.#bySlot[slot] = [];
+    for (const c of this.#order[slot] ?? []) this.#drop(c);
+    this.#order[slot] = undefined;
   }
 }

@@ -4,7 +4,10 @@
  * selection and receipts. The Durable Object adapter only moves bytes and rows in and out.
  */
 import { RadixIndex } from "./radix-index.ts";
-import { LoadTracker } from "./load-tracker.ts";
+import { ApproxIndex, type ApproxConfig } from "./approx-index.ts";
+import type { BlockIndex } from "./shard.ts";
+import { resolveEdgeRegion, scoreCandidatesByTtft, type RegionsConfig } from "./regions.ts";
+import { LoadTracker, chainKeysOf } from "./load-tracker.ts";
 import { PendingRoutes } from "./pending-routes.ts";
 import { ReceiptBook, type Receipt } from "./receipts.ts";
 import { pickIndex, scoreCandidates, type Candidate } from "./selection.ts";
@@ -24,6 +27,9 @@ export interface WorkerRecord {
   contractDigest: string | null;
   kvEvents: boolean;
   lastSeen: number;
+  /** Region and prefill rate from the hello (region-aware selection); absent = unknown. */
+  region?: string | null;
+  prefillTokensPerSec?: number | null;
 }
 
 export interface RouteRequest {
@@ -32,6 +38,10 @@ export interface RouteRequest {
   isl: number;
   exclude?: readonly string[];
   fallbackReason?: string | null;
+  /** The edge's region: with a regions config, selection minimises estimated TTFT from there. */
+  edgeRegion?: string | null;
+  /** The edge's Cloudflare colo (request.cf.colo), mapped to a region by the regions config. */
+  edgeColo?: string | null;
 }
 
 export interface RouteCandidateView {
@@ -92,13 +102,23 @@ export interface RoutingCoreOptions {
   /** Pool block size; null = adopt the first worker's. */
   blockSize: number | null;
   temperature?: number;
+  /** Weight of decode load in the cost (default 1, Dynamo's); see selection.ts. */
+  decodeWeight?: number;
   staleMs?: number;
   random?: () => number;
   now?: () => number;
+  /** The block index (default: one RadixIndex; a ShardedIndex splits it by chain root, src/kv/shard.ts). */
+  index?: BlockIndex;
+  /** Approximate mode for workers registered with kvEvents: false (src/kv/approx-index.ts). */
+  approx?: Partial<ApproxConfig>;
+  /** RTT table and defaults for region-aware selection (src/kv/regions.ts); null = off. */
+  regions?: RegionsConfig | null;
 }
 
 export class RoutingCore {
-  readonly index = new RadixIndex();
+  readonly index: BlockIndex;
+  /** Blocks assumed cached on workers without KV events (approximate mode). */
+  readonly approx: ApproxIndex;
   readonly load: LoadTracker;
   readonly receipts = new ReceiptBook();
   /** Chains routed in the last seconds, counted as overlap until the worker's events arrive. */
@@ -125,13 +145,19 @@ export class RoutingCore {
   #scores = new Int32Array(16);
   #receiptSeq = 0;
   readonly #temperature: number;
+  readonly #decodeWeight: number;
   readonly #random: () => number;
   readonly #now: () => number;
+  readonly #regions: RegionsConfig | null;
 
   constructor(opts: RoutingCoreOptions) {
     this.#blockSize = opts.blockSize;
+    this.index = opts.index ?? new RadixIndex();
+    this.approx = new ApproxIndex(opts.approx);
+    this.#regions = opts.regions ?? null;
     this.load = new LoadTracker(opts.staleMs ?? 300_000);
     this.#temperature = opts.temperature ?? 0;
+    this.#decodeWeight = opts.decodeWeight ?? 1;
     this.#random = opts.random ?? Math.random;
     this.#now = opts.now ?? Date.now;
   }
@@ -213,12 +239,15 @@ export class RoutingCore {
       contractDigest: digestOf(msg.contract),
       kvEvents: msg.kvEvents,
       lastSeen: this.#now(),
+      region: msg.region ?? null,
+      prefillTokensPerSec: msg.prefillTokensPerSec ?? null,
     };
     const full = this.#upsert(rec);
     // Every hello starts a new relay session: the relay follows with a dump, which is the truth.
     // A newer epoch also fences out whatever the old process had cached.
     if (prevEpoch === undefined || msg.epoch !== prevEpoch) this.index.clearWorker(full.slot)
     if (prevEpoch === undefined || msg.epoch !== prevEpoch) this.pending.clear(full.slot);
+    if (prevEpoch === undefined || msg.epoch !== prevEpoch) this.approx.clear(full.slot);
     this.#synced.delete(msg.workerId);
     return { ok: true, record: rec };
   }
@@ -281,6 +310,7 @@ export class RoutingCore {
     if (status === "down") {
       this.index.clearWorker(w.slot);
       this.pending.clear(w.slot);
+      this.approx.clear(w.slot);
       this.load.releaseWorker(w.slot);
       this.#synced.delete(workerId);
     }
@@ -301,6 +331,7 @@ export class RoutingCore {
     if (!w) return false;
     this.index.removeWorker(w.slot);
     this.pending.clear(w.slot);
+    this.approx.clear(w.slot);
     this.load.releaseWorker(w.slot);
     this.#bySlot[w.slot] = "";
     this.#workers.delete(workerId);
@@ -311,25 +342,17 @@ export class RoutingCore {
   route(req: RouteRequest): RouteDecision | null {
     const now = this.#now();
     this.counters.expired += this.load.expireStale(now);
-    const blockSize = this.#blockSize ?? 16;
-    const exclude = new Set(req.exclude ?? []);
-    const live = [...this.#workers.values()].filter((w) => w.status === "up" && !exclude.has(w.workerId));
-    if (live.length === 0) {
+    const e = this.#evaluate(req);
+    if (!e) {
       this.metrics.noWorker(req.fallbackReason ?? null);
       return null;
     }
-    this.index.findMatches(req.localHashes, this.#scores);
-    const candidates: Candidate[] = live.map((w) => ({
-      slot: w.slot,
-      overlapBlocks: Math.max(this.#scores[w.slot] ?? 0, this.pending.overlap(w.slot, req.localHashes, this.#now())),
-      activePrefillTokens: this.load.prefillTokens(w.slot),
-      activeDecodeBlocks: this.load.decodeBlocks(w.slot),
-    }));
-    const scored = scoreCandidates({ candidates, isl: req.isl, blockSize });
+    const { live, chain, scored, views, blockSize } = e;
     const i = pickIndex(scored, this.#temperature, this.#random);
     const chosen = live[i]!;
     const overlap = scored[i]!.overlapBlocks;
     this.pending.add(chosen.slot, req.localHashes, now);
+    if (!chosen.kvEvents) this.approx.record(chosen.slot, req.localHashes, now);
     const receiptId = `r${now.toString(36)}-${(this.#receiptSeq++).toString(36)}`;
     const requestBlocks = Math.ceil(req.isl / blockSize);
     this.load.add({
@@ -337,6 +360,7 @@ export class RoutingCore {
       slot: chosen.slot,
       prefillTokens: Math.max(0, req.isl - overlap * blockSize),
       decodeBlocks: requestBlocks,
+      chainKeys: chain,
       startedAt: now,
       prefillDone: false,
     });
@@ -352,13 +376,6 @@ export class RoutingCore {
     });
     if (this.#pending.size > 10_000) this.#pending.delete(this.#pending.keys().next().value!);
     this.counters.routed++;
-    const views = live.map((w, k) => ({
-      workerId: w.workerId,
-      overlapBlocks: scored[k]!.overlapBlocks,
-      cost: scored[k]!.cost,
-      activePrefillTokens: candidates[k]!.activePrefillTokens,
-      activeDecodeBlocks: candidates[k]!.activeDecodeBlocks,
-    }));
     this.metrics.routed({
       at: now,
       receiptId,
@@ -367,7 +384,7 @@ export class RoutingCore {
       totalBlocks: req.localHashes.length,
       isl: req.isl,
       fallbackReason: req.fallbackReason ?? null,
-      retry: exclude.size > 0,
+      retry: (req.exclude?.length ?? 0) > 0,
       candidates: views,
     });
     return {
@@ -415,32 +432,50 @@ export class RoutingCore {
   }
 
   /** route() without side effects: same candidates and costs, no load, receipt or counters. */
-  peek(req: Pick<RouteRequest, "localHashes" | "isl" | "exclude">): RoutePreview {
+  peek(req: Pick<RouteRequest, "localHashes" | "isl" | "exclude" | "edgeRegion" | "edgeColo">): RoutePreview {
+    const totalBlocks = req.localHashes.length;
+    const e = this.#evaluate(req);
+    if (!e) return { workerId: null, overlapBlocks: 0, totalBlocks, blockSize: this.#blockSize ?? 16, candidates: [], tiedWith: [] };
+    const { live, scored, views, blockSize } = e;
+    const i = pickIndex(scored, this.#temperature, this.#random);
+    const minCost = Math.min(...scored.map((x) => x.cost));
+    const tiedWith = views.filter((v, k) => k !== i && scored[k]!.cost === minCost).map((v) => v.workerId);
+    return { workerId: live[i]!.workerId, overlapBlocks: scored[i]!.overlapBlocks, totalBlocks, blockSize, candidates: views, tiedWith };
+  }
+
+  /**
+   * Scores every live worker for a request (shared by route and peek): overlap from the index
+   * (or the approximate index for workers without events, or recent routes), load, cost.
+   */
+  #evaluate(req: Pick<RouteRequest, "localHashes" | "isl" | "exclude" | "edgeRegion" | "edgeColo">) {
     const blockSize = this.#blockSize ?? 16;
     const exclude = new Set(req.exclude ?? []);
     const live = [...this.#workers.values()].filter((w) => w.status === "up" && !exclude.has(w.workerId));
-    const totalBlocks = req.localHashes.length;
-    if (live.length === 0) return { workerId: null, overlapBlocks: 0, totalBlocks, blockSize, candidates: [], tiedWith: [] };
+    if (live.length === 0) return null;
+    const now = this.#now();
     this.index.findMatches(req.localHashes, this.#scores);
+    this.approx.match(req.localHashes, now);
+    const chain = chainKeysOf(req.localHashes);
+    const shared = this.load.sharedPrefixes(chain);
+    const pendingOverlap = this.pending.overlaps(req.localHashes, now);
     const candidates: Candidate[] = live.map((w) => ({
       slot: w.slot,
-      overlapBlocks: Math.max(this.#scores[w.slot] ?? 0, this.pending.overlap(w.slot, req.localHashes, this.#now())),
+      overlapBlocks: Math.max(w.kvEvents ? (this.#scores[w.slot] ?? 0) : this.approx.overlapOf(w.slot), pendingOverlap.get(w.slot) ?? 0),
       activePrefillTokens: this.load.prefillTokens(w.slot),
       activeDecodeBlocks: this.load.decodeBlocks(w.slot),
+      sharedActiveBlocks: shared.get(w.slot) ?? 0,
     }));
-    const scored = scoreCandidates({ candidates, isl: req.isl, blockSize });
-    const i = pickIndex(scored, this.#temperature, this.#random);
-    const views = live.map((w, k) => ({
+    const scored = this.#score(live, candidates, req, blockSize);
+    const views: RouteCandidateView[] = live.map((w, k) => ({
       workerId: w.workerId,
       overlapBlocks: scored[k]!.overlapBlocks,
       cost: scored[k]!.cost,
       activePrefillTokens: candidates[k]!.activePrefillTokens,
       activeDecodeBlocks: candidates[k]!.activeDecodeBlocks,
     }));
-    const minCost = Math.min(...scored.map((x) => x.cost));
-    const tiedWith = views.filter((v, k) => k !== i && scored[k]!.cost === minCost).map((v) => v.workerId);
-    return { workerId: live[i]!.workerId, overlapBlocks: scored[i]!.overlapBlocks, totalBlocks, blockSize, candidates: views, tiedWith };
+    return { live, chain, scored, views, blockSize };
   }
+
 
   /** Everything operators see about this pool (metrics scrape, dashboard), as plain JSON. */
   metricsSnapshot(): PoolMetricsSnapshot {
@@ -488,6 +523,16 @@ export class RoutingCore {
   cohort(): CohortResult {
     const up = [...this.#workers.values()].filter((w) => w.status === "up");
     return cohortEligibility(up.map((w) => (isRecord(w.contract) ? w.contract : null)));
+  }
+
+  /** Default block cost; estimated TTFT when regions are configured and the edge's region is known. */
+  #score(live: readonly WorkerRecord[], candidates: Candidate[], req: Pick<RouteRequest, "isl" | "edgeRegion" | "edgeColo">, blockSize: number) {
+    const edgeRegion = this.#regions ? (req.edgeRegion ?? resolveEdgeRegion(this.#regions, req.edgeColo)) : null;
+    if (this.#regions && edgeRegion) {
+      const placements = live.map((w) => ({ region: w.region ?? null, prefillTokensPerSec: w.prefillTokensPerSec ?? null }));
+      return scoreCandidatesByTtft({ candidates, placements, isl: req.isl, blockSize, edgeRegion, config: this.#regions });
+    }
+    return scoreCandidates({ candidates, isl: req.isl, blockSize, decodeWeight: this.#decodeWeight });
   }
 
   #count(reason: string, n = 1): void {

@@ -10,6 +10,8 @@ export interface Candidate {
   overlapBlocks: number;
   activePrefillTokens: number;
   activeDecodeBlocks: number;
+  /** Leading request blocks already held by the worker's active requests (not new decode load). */
+  sharedActiveBlocks?: number;
 }
 
 export interface SelectionInput {
@@ -18,6 +20,8 @@ export interface SelectionInput {
   blockSize: number;
   temperature?: number;
   overlapWeight?: number;
+  /** Weight of the decode-load terms (Dynamo's default 1; 0 = prefill/TTFT only). */
+  decodeWeight?: number;
   random?: () => number;
 }
 
@@ -27,16 +31,18 @@ export interface Scored {
   overlapBlocks: number;
 }
 
-export function workerCost(c: Candidate, isl: number, blockSize: number, overlapWeight = 1): number {
-  const requestBlocks = Math.ceil(isl / blockSize);
+export function workerCost(c: Candidate, isl: number, blockSize: number, overlapWeight = 1, decodeWeight = 1): number {
+  // Blocks the request adds to the worker's decode load: all of them, minus a leading run that
+  // active requests on that worker already hold (counted once, like Dynamo's unique blocks).
+  const requestBlocks = Math.ceil(isl / blockSize) - (c.sharedActiveBlocks ?? 0);
   const prefill = Math.max(0, (c.activePrefillTokens + isl) / blockSize - overlapWeight * c.overlapBlocks);
-  return prefill + c.activeDecodeBlocks + requestBlocks;
+  return prefill + decodeWeight * (c.activeDecodeBlocks + requestBlocks);
 }
 
 export function scoreCandidates(input: SelectionInput): Scored[] {
   return input.candidates.map((c) => ({
     slot: c.slot,
-    cost: workerCost(c, input.isl, input.blockSize, input.overlapWeight ?? 1),
+    cost: workerCost(c, input.isl, input.blockSize, input.overlapWeight ?? 1, input.decodeWeight ?? 1),
     overlapBlocks: c.overlapBlocks,
   }));
 }

@@ -125,3 +125,20 @@ describe("receipts", () => {
     expect(core.receipts.stats()[0]!.drifting).toBe(false);
   });
 });
+
+describe("decode load counts shared blocks once", () => {
+  it("concurrent turns of one chat on a worker add only their new blocks", () => {
+    const core = new RoutingCore({ blockSize: 4, random: () => 0.5 });
+    hello(core, "a");
+    const base = Array.from({ length: 40 }, (_, i) => i + 1);
+    const first = core.route({ localHashes: localBlockHashes(base, 4), isl: 40 })!;
+    expect(core.load.decodeBlocks(0)).toBe(10);
+    const longer = [...base, ...Array.from({ length: 8 }, (_, i) => 900 + i)];
+    const second = core.route({ localHashes: localBlockHashes(longer, 4), isl: 48 })!;
+    expect(core.load.decodeBlocks(0)).toBe(12);
+    core.settle({ receiptId: first.receiptId, promptTokens: 40, cachedTokens: 0, outcome: "ok" });
+    expect(core.load.decodeBlocks(0)).toBe(12);
+    core.settle({ receiptId: second.receiptId, promptTokens: 48, cachedTokens: 40, outcome: "ok" });
+    expect(core.load.decodeBlocks(0)).toBe(0);
+  });
+});
