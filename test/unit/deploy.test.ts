@@ -57,7 +57,10 @@ describe("deploy", () => {
     it(`environment ${env}: own Durable Object binding, valid vars${env === "production" ? ", dry-run succeeds" : ""}`, () => {
       const c = unstable_readConfig({ config: join(ROOT, "wrangler.toml"), env });
       expect(c.name).toBe(`kvedge-${env}`);
-      expect(c.durable_objects.bindings).toEqual([{ name: "ROUTING_INDEX", class_name: "RoutingIndex" }]);
+      expect(c.durable_objects.bindings).toEqual([
+        { name: "ROUTING_INDEX", class_name: "RoutingIndex" },
+        { name: "RATE_LIMITER", class_name: "RateLimiter" },
+      ]);
       expect(c.migrations.some((m: { new_sqlite_classes?: string[] }) => m.new_sqlite_classes?.includes("RoutingIndex"))).toBe(true);
       // Secrets must never be committed as vars.
       for (const secret of ["ADMIN_TOKEN", "RELAY_SECRET", "KVEDGE_API_KEYS", "DECODE_TOKEN"]) expect(c.vars).not.toHaveProperty(secret);

@@ -8,7 +8,7 @@ import type { AddressInfo } from "node:net";
 import { WebSocketServer, type WebSocket } from "ws";
 import * as zmq from "zeromq";
 import { decodeSeq, encodeSeq } from "../../src/kv/event-decode.ts";
-import { verifyRelayToken } from "../../src/kv/relay-auth.ts";
+import { checkRelayToken } from "../../src/kv/relay-auth.ts";
 import type { RelayMessage } from "../../src/kv/relay-protocol.ts";
 
 export class FakePublisher {
@@ -158,8 +158,9 @@ export class FakeIndex {
       host: "127.0.0.1",
       port: 0,
       verifyClient: (info, done) => {
-        const worker = new URL(info.req.url ?? "/", "ws://x").searchParams.get("worker") ?? "";
-        void verifyRelayToken(secret, worker, info.req.headers.authorization ?? null).then((ok) => {
+        const q = new URL(info.req.url ?? "/", "ws://x").searchParams;
+        const expect = { workerId: q.get("worker") ?? "", model: q.get("model") ?? "", nowSeconds: Math.floor(Date.now() / 1000) };
+        void checkRelayToken(secret, info.req.headers.authorization ?? null, expect).then(({ ok }) => {
           if (!ok) this.rejected++;
           done(ok, 401, "Unauthorized");
         });

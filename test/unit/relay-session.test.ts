@@ -8,7 +8,7 @@ import { createHmac } from "node:crypto";
 import { afterEach, beforeAll, describe, expect, it } from "vitest";
 import { localBlockHash } from "../../src/kv/block-hash.ts";
 import { engineBlockHashes } from "../../src/kv/engine-block-hash.ts";
-import { relayToken, verifyRelayToken } from "../../src/kv/relay-auth.ts";
+import { checkRelayToken, relayToken, verifyRelayToken } from "../../src/kv/relay-auth.ts";
 import { localHashToHex, RelayMessageSchema, type RelayMessage } from "../../src/kv/relay-protocol.ts";
 import { backoffDelay, relayUrl } from "../../services/relay/index-session.ts";
 import { silentLogger } from "../../services/relay/log.ts";
@@ -123,7 +123,9 @@ describe("relay session", () => {
 
     await waitFor(() => (index.last?.messages.length ?? 0) >= 2, "hello + dump");
     const conn = index.last!;
-    expect(conn.headers.authorization).toBe(`Bearer ${await relayToken(SECRET, "w1")}`);
+    const now = Math.floor(Date.now() / 1000);
+    const model = "Qwen/Qwen3-VL-8B-Instruct";
+    expect(await checkRelayToken(SECRET, conn.headers.authorization ?? null, { workerId: "w1", model, nowSeconds: now })).toMatchObject({ ok: true });
     expect(conn.url.pathname).toBe("/v1/relay");
     expect(conn.url.searchParams.get("worker")).toBe("w1");
     for (const m of conn.messages) expect(RelayMessageSchema.safeParse(m).success).toBe(true);
@@ -187,7 +189,9 @@ describe("relay session", () => {
     await waitFor(() => relay.stats().blocks === 3 && indexView(index.conns[1]!).size === 3, "state converged");
     const second = index.conns[1]!;
     expect(types(second).slice(0, 2)).toEqual(["hello", "dump"]);
-    expect(second.headers.authorization).toBe(`Bearer ${await relayToken(SECRET, "w1")}`);
+    // A fresh single-use token per connect.
+    expect(second.headers.authorization).not.toBe(index.conns[0]!.headers.authorization);
+    expect(await checkRelayToken(SECRET, second.headers.authorization ?? null, { workerId: "w1", model: "Qwen/Qwen3-VL-8B-Instruct", nowSeconds: Math.floor(Date.now() / 1000) })).toMatchObject({ ok: true });
     expect(indexView(second)).toEqual(relayView(relay));
     expect(relay.stats().session.connects).toBe(2);
   });

@@ -5,7 +5,7 @@
  */
 import { SELF, env, evictDurableObject } from "cloudflare:test";
 import { describe, expect, it } from "vitest";
-import { relayToken } from "../../src/kv/relay-auth.ts";
+import { mintRelayToken, relayToken, relayWorkerKey } from "../../src/kv/relay-auth.ts";
 import { localBlockHashes } from "../../src/kv/block-hash.ts";
 import { initHashing } from "../../src/util/hash.ts";
 import { localHashToHex } from "../../src/kv/relay-protocol.ts";
@@ -96,7 +96,7 @@ describe("relay ingestion and routing inside workerd", () => {
 
   it("hello → welcome → dump; the index routes a matching prefix to that worker; eviction asks relays to resync", async () => {
     await initHashing();
-    const res = await connectRelay("w-route", await relayToken(SECRET, "w-route"));
+    const res = await connectRelay("w-route", await mintRelayToken(await relayWorkerKey(SECRET, "w-route"), "w-route", MODEL));
     expect(res.status).toBe(101);
     const ws = res.webSocket!;
     ws.accept();
