@@ -15,7 +15,7 @@ export const RelayOptionsSchema = z.object({
   workerId: z.string().min(1).max(128).regex(/^[A-Za-z0-9._:-]+$/),
   /** Model pool name; defaults to the worker's served_model_name. */
   model: z.string().min(1).max(256).optional(),
-  /** Shared relay secret; the bearer token is HMAC(secret, "relay:" + workerId). */
+  /** Shared relay secret; each connect mints a fresh signed token from it (src/kv/relay-auth.ts). */
   secret: z.string().min(1),
   /** Worker URL announced to the index (as the edge should reach it); defaults to workerUrl. */
   advertiseUrl: z.string().url().optional(),
