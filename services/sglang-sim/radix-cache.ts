@@ -80,8 +80,14 @@ export class PagedRadixCache {
 
   /** Longest cached prefix of `tokens` in whole pages; splits a node the match ends inside. */
   matchPrefix(tokens: readonly number[]): MatchResult {
-    const key = this.pageAligned(tokens);
-    const now = ++this.clock;
+    return this.walk(this.pageAligned(tokens), ++this.clock);
+  }
+
+  /**
+   * Follows `key` down the tree as far as it is cached, touching every node on the way (LRU) and
+   * splitting the node the match ends inside, so the returned node ends exactly at `length`.
+   */
+  private walk(key: readonly number[], now: number): MatchResult {
     let node = this.root;
     node.lastAccess = now;
     let pos = 0;
@@ -108,22 +114,7 @@ export class PagedRadixCache {
   insert(tokens: readonly number[]): { node: RadixNode; alreadyCached: number } {
     const key = this.pageAligned(tokens);
     const now = ++this.clock;
-    let node = this.root;
-    node.lastAccess = now;
-    let pos = 0;
-    while (pos < key.length) {
-      const child = node.children.get(this.childKey(key, pos));
-      if (!child) break;
-      child.lastAccess = now;
-      const common = this.commonPages(child.key, key, pos);
-      if (common < child.key.length) {
-        node = this.split(child, common);
-        pos += common;
-        break;
-      }
-      node = child;
-      pos += common;
-    }
+    let { node, length: pos } = this.walk(key, now);
     const alreadyCached = pos;
     if (pos < key.length) {
       const rest = key.slice(pos);
