@@ -20,6 +20,7 @@ import { ShardedIndex, ChainRootRouter, splitRelayEvents, shardOf } from "../../
 import { RegionsConfigSchema } from "../../src/kv/regions.ts";
 import { localBlockHashes } from "../../src/kv/block-hash.ts";
 import { rng } from "../lib/stats.mjs";
+import { Heap } from "../lib/heap.mjs";
 import { REGIONS } from "./trace.mjs";
 
 export const PAGE = 16;
@@ -30,46 +31,6 @@ export const SCALE_REGIONS = RegionsConfigSchema.parse({
   decodeMsPerBlock: 0.01,
 });
 
-class Heap {
-  constructor() {
-    this.a = [];
-  }
-  get size() {
-    return this.a.length;
-  }
-  push(x) {
-    const a = this.a;
-    a.push(x);
-    let i = a.length - 1;
-    while (i > 0) {
-      const p = (i - 1) >> 1;
-      if (a[p].t < a[i].t || (a[p].t === a[i].t && a[p].seq <= a[i].seq)) break;
-      [a[p], a[i]] = [a[i], a[p]];
-      i = p;
-    }
-  }
-  pop() {
-    const a = this.a;
-    const top = a[0];
-    const last = a.pop();
-    if (a.length) {
-      a[0] = last;
-      let i = 0;
-      const lt = (x, y) => a[x].t < a[y].t || (a[x].t === a[y].t && a[x].seq < a[y].seq);
-      for (;;) {
-        const l = 2 * i + 1;
-        const r = l + 1;
-        let m = i;
-        if (l < a.length && lt(l, m)) m = l;
-        if (r < a.length && lt(r, m)) m = r;
-        if (m === i) break;
-        [a[m], a[i]] = [a[i], a[m]];
-        i = m;
-      }
-    }
-    return top;
-  }
-}
 
 /** FIFO of timed deliveries (constant delay, so pushes arrive in time order). */
 class Fifo {

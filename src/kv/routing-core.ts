@@ -14,7 +14,7 @@ import { pickIndex, scoreCandidates, type Candidate } from "./selection.ts";
 import { cohortEligibility, contractDigest, parseWorkerContract, type CohortResult } from "../layout/index.ts";
 import { type RelayDump, type RelayEvents, type RelayHello, type WorkerStatus } from "./relay-protocol.ts";
 import { PoolRecorder } from "../metrics/pool-recorder.ts";
-import { cohortOf, type PoolMetricsSnapshot } from "../metrics/pool-snapshot.ts";
+import { cohortOf, type IndexCounters, type PoolMetricsSnapshot } from "../metrics/pool-snapshot.ts";
 
 export interface WorkerRecord {
   workerId: string;
@@ -84,17 +84,8 @@ export interface RoutePreview {
   tiedWith: string[];
 }
 
-export interface CoreCounters {
-  eventsApplied: number;
-  blocksStored: number;
-  blocksRemoved: number;
-  eventsDropped: number;
-  dropReasons: Record<string, number>;
-  dumps: number;
-  routed: number;
-  settled: number;
-  expired: number;
-}
+/** The index's event and routing counters (the metrics snapshot exports the same shape). */
+export type CoreCounters = IndexCounters;
 
 export type RelayApplyOutcome = { ok: true } | { ok: false; reason: string; resync: boolean };
 
