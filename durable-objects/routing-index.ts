@@ -36,7 +36,7 @@ function parseRoutingVar(raw: string | undefined): RoutingConfig {
 }
 import type { WorkerContract } from "../src/layout/index.ts";
 
-const SCHEMA_VERSION = 2;
+const SCHEMA_VERSION = 3;
 
 interface Attachment {
   workerId: string;
@@ -90,17 +90,24 @@ export class RoutingIndex extends DurableObject<RoutingIndexEnv> {
       // Relay connect-token nonces seen within their validity window (replay refusal; relay-auth.ts).
       sql.exec("CREATE TABLE IF NOT EXISTS relay_nonces (nonce TEXT PRIMARY KEY, worker_id TEXT NOT NULL, expires_at INTEGER NOT NULL)");
     }
+    if (version < 3) {
+      // Region and prefill rate from the hello (region-aware selection survives an index restart).
+      sql.exec("ALTER TABLE workers ADD COLUMN region TEXT");
+      sql.exec("ALTER TABLE workers ADD COLUMN prefill_tokens_per_sec REAL");
+    }
     if (version < SCHEMA_VERSION)
       sql.exec("INSERT INTO meta (k, v) VALUES ('schema_version', ?) ON CONFLICT(k) DO UPDATE SET v = excluded.v", String(SCHEMA_VERSION));
   }
 
   #persist(rec: WorkerRecord): void {
     this.ctx.storage.sql.exec(
-      `INSERT INTO workers (worker_id, url, block_size, epoch, status, model_name, contract_json, contract_digest, kv_events, last_seen)
-       VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+      `INSERT INTO workers (worker_id, url, block_size, epoch, status, model_name, contract_json, contract_digest, kv_events, last_seen,
+         region, prefill_tokens_per_sec)
+       VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
        ON CONFLICT(worker_id) DO UPDATE SET url = excluded.url, block_size = excluded.block_size, epoch = excluded.epoch,
          status = excluded.status, model_name = excluded.model_name, contract_json = excluded.contract_json,
-         contract_digest = excluded.contract_digest, kv_events = excluded.kv_events, last_seen = excluded.last_seen`,
+         contract_digest = excluded.contract_digest, kv_events = excluded.kv_events, last_seen = excluded.last_seen,
+         region = excluded.region, prefill_tokens_per_sec = excluded.prefill_tokens_per_sec`,
       rec.workerId,
       rec.url,
       rec.blockSize,
@@ -111,6 +118,8 @@ export class RoutingIndex extends DurableObject<RoutingIndexEnv> {
       rec.contractDigest,
       rec.kvEvents ? 1 : 0,
       rec.lastSeen,
+      rec.region ?? null,
+      rec.prefillTokensPerSec ?? null,
     );
     if (this.core.blockSize !== null)
       this.ctx.storage.sql.exec("INSERT INTO meta (k, v) VALUES ('block_size', ?) ON CONFLICT(k) DO NOTHING", String(this.core.blockSize));
@@ -314,6 +323,8 @@ interface WorkerRow extends Record<string, SqlStorageValue> {
   contract_digest: string | null;
   kv_events: number;
   last_seen: number;
+  region: string | null;
+  prefill_tokens_per_sec: number | null;
 }
 
 function rowToRecord(r: WorkerRow): WorkerRecord {
@@ -328,6 +339,8 @@ function rowToRecord(r: WorkerRow): WorkerRecord {
     contractDigest: r.contract_digest,
     kvEvents: r.kv_events === 1,
     lastSeen: r.last_seen,
+    region: r.region ?? null,
+    prefillTokensPerSec: r.prefill_tokens_per_sec ?? null,
   };
 }
 

@@ -44,6 +44,8 @@ export interface FleetOptions {
   modelDir?: string;
   /** Per-worker overrides: extra simulator CLI args (e.g. ["--no-mm-hashes"]). */
   workerArgs?: string[][];
+  /** Per-worker extra relay CLI args (e.g. ["--no-kv-events"], ["--region", "eu"]); kept across relay restarts. */
+  relayArgs?: string[][];
 }
 
 export interface FleetWorker {
@@ -69,8 +71,8 @@ export interface Fleet {
   workers: FleetWorker[];
   /** Stops the decode service (videos then fall back to text-prefix routing). */
   stopDecode(): Promise<void>;
-  /** Starts one more worker (and its relay) with extra simulator args; resolves once it is synced. */
-  addWorker(extraArgs?: string[]): Promise<FleetWorker>;
+  /** Starts one more worker (and its relay) with extra simulator / relay args; resolves once it is synced. */
+  addWorker(extraArgs?: string[], relayArgs?: string[]): Promise<FleetWorker>;
   /** SIGKILL a worker process (its relay notices and reports it down). */
   killWorker(i: number): Promise<void>;
   /**
@@ -301,6 +303,7 @@ export async function startFleet(opts: FleetOptions = {}): Promise<Fleet> {
 
   await waitFor(async () => (await fetch(`${edgeUrl}/healthz`)).ok, 60_000, "wrangler dev", edge);
 
+  const relayArgsOf = workers.map((_, i) => opts.relayArgs?.[i] ?? []);
   const startRelay = (w: FleetWorker, extraArgs: string[] = []): ChildProcess => {
     const relay = spawn(
       NODE,
@@ -312,6 +315,7 @@ export async function startFleet(opts: FleetOptions = {}): Promise<Fleet> {
         "--model", model,
         "--secret-env", "KVEDGE_RELAY_SECRET",
         "--model-dir", w.modelDir,
+        ...(relayArgsOf[workers.indexOf(w)] ?? []),
         ...extraArgs,
       ],
       { cwd: ROOT, detached: true, env: { ...process.env, KVEDGE_RELAY_SECRET: relaySecret }, stdio: ["ignore", "pipe", "pipe"] },
@@ -362,10 +366,11 @@ export async function startFleet(opts: FleetOptions = {}): Promise<Fleet> {
     admin,
     waitForSync,
     stopDecode: () => stopProc(decodeProc, "SIGKILL"),
-    async addWorker(extraArgs: string[] = []) {
+    async addWorker(extraArgs: string[] = [], relayArgs: string[] = []) {
       const w = await startWorker(workers.length, extraArgs);
       workers.push(w);
       workerExtraArgs.push(extraArgs);
+      relayArgsOf.push(relayArgs);
       if (opts.relays !== false) {
         w.relay = startRelay(w);
         await waitForSync();

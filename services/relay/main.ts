@@ -13,7 +13,15 @@ const USAGE = `usage: npx node services/relay/main.ts --worker-url URL --index-u
        [--model NAME] [--secret-env VAR (default KVEDGE_RELAY_SECRET)] [--advertise-url URL]
        [--block-size N] [--kv-endpoint tcp://h:p] [--replay-endpoint tcp://h:p | none] [--topic T]
        [--model-dir DIR] [--dp-rank N] [--health-interval-ms N] [--health-timeout-ms N] [--log-level debug|info|warn|error]
-       [--stats-interval-ms N]`;
+       [--stats-interval-ms N] [--region NAME] [--prefill-tokens-per-sec N]
+       [--no-kv-events | --allow-no-kv-events]   (worker without KV events: approximate mode)`;
+
+function positive(v: string | undefined, flag: string): number | undefined {
+  if (v === undefined) return undefined;
+  const n = Number(v);
+  if (!Number.isFinite(n) || n <= 0) throw new RelayStartupError(`${flag} must be a positive number, got ${v}`);
+  return n;
+}
 
 function int(v: string | undefined, flag: string): number | undefined {
   if (v === undefined) return undefined;
@@ -41,6 +49,10 @@ async function main(): Promise<void> {
       "health-timeout-ms": { type: "string" },
       "log-level": { type: "string", default: "info" },
       "stats-interval-ms": { type: "string", default: "60000" },
+      region: { type: "string" },
+      "prefill-tokens-per-sec": { type: "string" },
+      "no-kv-events": { type: "boolean" },
+      "allow-no-kv-events": { type: "boolean" },
       help: { type: "boolean", short: "h" },
     },
     strict: true,
@@ -58,6 +70,10 @@ async function main(): Promise<void> {
   const log = createLogger({ svc: "relay", worker: workerId }, level);
 
   const replay = values["replay-endpoint"];
+  if (values["no-kv-events"] && values["allow-no-kv-events"]) {
+    throw new RelayStartupError("--no-kv-events and --allow-no-kv-events are mutually exclusive");
+  }
+  const kvEvents = values["no-kv-events"] ? "off" : values["allow-no-kv-events"] ? "auto" : "required";
   const relay = await startRelay(
     {
       workerUrl: values["worker-url"],
@@ -74,6 +90,9 @@ async function main(): Promise<void> {
       dpRank: int(values["dp-rank"], "--dp-rank"),
       healthIntervalMs: int(values["health-interval-ms"], "--health-interval-ms"),
       healthTimeoutMs: int(values["health-timeout-ms"], "--health-timeout-ms"),
+      kvEvents,
+      region: values.region,
+      prefillTokensPerSec: positive(values["prefill-tokens-per-sec"], "--prefill-tokens-per-sec"),
     },
     log,
   );

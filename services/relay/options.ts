@@ -27,6 +27,16 @@ export const RelayOptionsSchema = z.object({
   replayEndpoint: z.string().min(1).nullable().optional(),
   topic: z.string().optional(),
   /**
+   * KV events: "required" refuses to start when the worker publishes none; "off" never connects the
+   * ZMQ feed (approximate mode: hello says `kvEvents: false`, dumps stay empty); "auto" follows the
+   * worker's /server_info and falls back to approximate mode (logged) when it has no kv_events.
+   */
+  kvEvents: z.enum(["required", "off", "auto"]).default("required"),
+  /** Region the worker runs in (a KVEDGE_REGIONS name), sent in hello for region-aware selection. */
+  region: z.string().min(1).max(64).regex(/^[A-Za-z0-9._-]+$/).optional(),
+  /** The worker's prefill throughput in tokens/s, sent in hello (else the pool's default applies). */
+  prefillTokensPerSec: z.number().positive().max(1e9).optional(),
+  /**
    * The served model's directory (config.json + processor configs): with it the relay derives the
    * worker contract and publishes it at hello (only if the worker accepts caller mm_hashes).
    */

@@ -7,6 +7,11 @@
  * Fail-safe: whenever history is lost (gap replay cannot cover, relay started mid-stream) the
  * relay clears its view and sends an empty dump: the index may underestimate a cache, never
  * overestimate it.
+ *
+ * Without KV events (`kvEvents: "off"`, or `"auto"` on a worker whose /server_info has none) the
+ * relay opens no ZMQ socket: hello says `kvEvents: false` (the index then assumes what it routes
+ * there is cached, approximate mode), every dump is empty, and health, down/up and epochs work as
+ * with events.
  */
 import { relayToken } from "../../src/kv/relay-auth.ts";
 import type { ModelDirFiles } from "../../src/layout/index.ts";
@@ -36,6 +41,8 @@ export type WorkerState = "up" | "down";
 export interface RelayStats {
   workerId: string;
   model: string;
+  /** Whether the relay follows the worker's KV events (false: approximate mode). */
+  kvEvents: boolean;
   worker: WorkerState;
   epoch: number;
   blockSize: number;
@@ -83,6 +90,7 @@ function overridesOf(opts: RelayOptions): WorkerInfoOverrides {
   if (opts.kvEndpoint !== undefined) o.kvEndpoint = opts.kvEndpoint;
   if (opts.replayEndpoint !== undefined) o.replayEndpoint = opts.replayEndpoint;
   if (opts.topic !== undefined) o.topic = opts.topic;
+  o.kvEvents = opts.kvEvents;
   return o;
 }
 
@@ -108,7 +116,8 @@ class RelayImpl implements Relay {
   private readonly log: Logger;
   private readonly serial = new Serial();
   private readonly model: string;
-  private readonly feed: KvFeed;
+  /** null: no KV events (approximate mode). */
+  private readonly feed: KvFeed | null;
   private readonly session: IndexSession;
   private readonly closing = new AbortController();
   private workerInfo: WorkerInfo;
@@ -138,7 +147,7 @@ class RelayImpl implements Relay {
     }
     this.set = new WorkerBlockSet(info.blockSize);
     this.epoch = nextEpoch(info.startTimeMs, null);
-    this.feed = new KvFeed({
+    this.feed = info.kvEndpoint === null ? null : new KvFeed({
       endpoint: info.kvEndpoint,
       replayEndpoint: info.replayEndpoint,
       topic: info.topic,
@@ -158,7 +167,7 @@ class RelayImpl implements Relay {
       url: relayUrl(opts.indexUrl, opts.workerId, this.model),
       token,
       hello: () => this.hello(),
-      snapshot: () => ({ epoch: this.epoch, seq: this.feed.lastSeq ?? -1, blocks: this.set.dumpBlocks() }),
+      snapshot: () => ({ epoch: this.epoch, seq: this.feed?.lastSeq ?? -1, blocks: this.set.dumpBlocks() }),
       downReason: () => (this.worker === "down" ? (this.downReason ?? "worker down") : null),
       flushIntervalMs: opts.flushIntervalMs,
       flushBlocks: opts.flushBlocks,
@@ -207,8 +216,12 @@ class RelayImpl implements Relay {
       epoch: this.epoch,
       model: this.model,
     });
+    if (this.feed === null) {
+      const why = this.opts.kvEvents === "off" ? "--no-kv-events" : "worker /server_info has no kv_events (--allow-no-kv-events)";
+      this.log.warn("kv_events_off", { reason: why, note: "approximate mode: hello kvEvents=false, empty dumps, no ZMQ" });
+    }
     this.logContract();
-    await this.feed.start();
+    await this.feed?.start();
     this.session.start();
     this.healthLoop = this.runHealthLoop();
   }
@@ -216,7 +229,7 @@ class RelayImpl implements Relay {
   async close(): Promise<void> {
     if (this.closing.signal.aborted) return;
     this.closing.abort();
-    await this.feed.close();
+    await this.feed?.close();
     await this.session.close();
     await this.healthLoop;
     this.log.info("relay_closed", {});
@@ -226,15 +239,16 @@ class RelayImpl implements Relay {
     return {
       workerId: this.opts.workerId,
       model: this.model,
+      kvEvents: this.feed !== null,
       worker: this.worker,
       epoch: this.epoch,
       blockSize: this.set.blockSize,
       blocks: this.set.size,
       needsResync: this.set.needsResync,
-      lastSeq: this.feed.lastSeq,
+      lastSeq: this.feed?.lastSeq ?? null,
       ...this.counters,
       dropped: { ...this.dropped },
-      feed: this.feed.stats(),
+      feed: this.feed?.stats() ?? NO_FEED_STATS,
       session: this.session.stats(),
     };
   }
@@ -248,8 +262,10 @@ class RelayImpl implements Relay {
       epoch: this.epoch,
       modelName: this.model,
       contract: this.contractState.published,
-      kvEvents: true,
+      kvEvents: this.feed !== null,
       relayVersion: RELAY_VERSION,
+      ...(this.opts.region !== undefined ? { region: this.opts.region } : {}),
+      ...(this.opts.prefillTokensPerSec !== undefined ? { prefillTokensPerSec: this.opts.prefillTokensPerSec } : {}),
     };
   }
 
@@ -283,7 +299,7 @@ class RelayImpl implements Relay {
     this.worker = "down";
     this.downReason = reason;
     this.counters.workerDowns++;
-    this.feed.pause();
+    this.feed?.pause();
     this.set.clear();
     this.log.warn("worker_down", { reason });
     this.session.resync("worker down"); // empty dump, then status down
@@ -324,8 +340,8 @@ class RelayImpl implements Relay {
     // Drop the old session first so nothing of the new life travels under the old hello; the
     // dump after the new welcome carries whatever the catch-up has applied by then.
     this.session.restart(`new epoch ${this.epoch}`);
-    this.feed.reset();
-    await this.feed.catchUp();
+    this.feed?.reset();
+    await this.feed?.catchUp();
   }
 
   private async runHealthLoop(): Promise<void> {
@@ -346,6 +362,18 @@ class RelayImpl implements Relay {
     }
   }
 }
+
+const NO_FEED_STATS: KvFeedStats = {
+  lastSeq: null,
+  liveBatches: 0,
+  replayedBatches: 0,
+  duplicates: 0,
+  gaps: 0,
+  gapsRecovered: 0,
+  historyLost: 0,
+  replayFailures: 0,
+  publisherRestarts: 0,
+};
 
 function sleep(ms: number, signal?: AbortSignal): Promise<void> {
   return new Promise((resolve) => {

@@ -13,7 +13,8 @@ export class RelayStartupError extends Error {
 
 export interface WorkerInfo {
   blockSize: number;
-  kvEndpoint: string;
+  /** KV event PUB endpoint; null when the relay runs without events (approximate mode). */
+  kvEndpoint: string | null;
   /** ROUTER endpoint answering replay requests; null when the worker has none. */
   replayEndpoint: string | null;
   topic: string;
@@ -32,6 +33,8 @@ export interface WorkerInfoOverrides {
   topic?: string;
   /** Which attention-DP rank's publisher to follow (its port is base + rank). */
   dpRank?: number;
+  /** "required" (default): no endpoint is a startup error; "off": never follow events; "auto": none is fine. */
+  kvEvents?: "required" | "off" | "auto";
 }
 
 const WILDCARD_HOSTS = new Set(["*", "0.0.0.0", "::", "[::]", ""]);
@@ -56,8 +59,9 @@ export function parseWorkerInfo(raw: unknown, workerUrl: string, o: WorkerInfoOv
     );
   }
 
-  let kvEndpoint = o.kvEndpoint ?? null;
-  if (kvEndpoint === null && kv) {
+  const mode = o.kvEvents ?? "required";
+  let kvEndpoint = mode === "off" ? null : (o.kvEndpoint ?? null);
+  if (mode !== "off" && kvEndpoint === null && kv) {
     const base = positiveInt(kv["endpoint_port_base"]) ?? null;
     const host = typeof kv["endpoint_host"] === "string" ? kv["endpoint_host"] : "*";
     if (kv["publisher"] !== undefined && kv["publisher"] !== "zmq") {
@@ -65,16 +69,18 @@ export function parseWorkerInfo(raw: unknown, workerUrl: string, o: WorkerInfoOv
     }
     if (base !== null) kvEndpoint = `tcp://${concreteHost(host, workerHost)}:${base + dpRank}`;
   }
-  if (kvEndpoint === null) {
+  if (kvEndpoint === null && mode === "required") {
     throw new RelayStartupError(
       `worker ${workerUrl}: KV events are not configured (/server_info kv_events is null). Start SGLang with ` +
         `--kv-events-config '{"publisher":"zmq","endpoint":"tcp://*:5557","replay_endpoint":"tcp://*:5558"}' ` +
-        `or pass --kv-endpoint; a worker without events needs approximate mode, not a relay`,
+        `or pass --kv-endpoint; or run the relay with --no-kv-events / --allow-no-kv-events (approximate mode)`,
     );
   }
 
   let replayEndpoint: string | null = null;
-  if (o.replayEndpoint !== undefined) {
+  if (kvEndpoint === null) {
+    replayEndpoint = null; // no feed, nothing to replay
+  } else if (o.replayEndpoint !== undefined) {
     replayEndpoint = o.replayEndpoint;
   } else if (typeof kvConfig?.["replay_endpoint"] === "string") {
     replayEndpoint = offsetEndpoint(kvConfig["replay_endpoint"], workerHost, dpRank);

@@ -35,6 +35,26 @@ describe("relay CLI", () => {
     expect(r.stderr).toMatch(/refusing to start: .*KV events are not configured/);
   });
 
+  it("refuses --no-kv-events together with --allow-no-kv-events", async () => {
+    const w = await FakeWorker.create();
+    open.push(w);
+    const r = await run(["--worker-url", w.url, "--index-url", "ws://127.0.0.1:1", "--worker-id", "w1", "--no-kv-events", "--allow-no-kv-events"], {
+      KVEDGE_RELAY_SECRET: "s",
+    });
+    expect(r.code).toBe(2);
+    expect(r.stderr).toMatch(/mutually exclusive/);
+  });
+
+  it("refuses a non-positive --prefill-tokens-per-sec", async () => {
+    const w = await FakeWorker.create();
+    open.push(w);
+    const r = await run(["--worker-url", w.url, "--index-url", "ws://127.0.0.1:1", "--worker-id", "w1", "--prefill-tokens-per-sec", "0"], {
+      KVEDGE_RELAY_SECRET: "s",
+    });
+    expect(r.code).toBe(2);
+    expect(r.stderr).toMatch(/--prefill-tokens-per-sec must be a positive number/);
+  });
+
   it("refuses a block size mismatch", async () => {
     const w = await FakeWorker.create();
     open.push(w);

@@ -283,6 +283,52 @@ describe("relay session", () => {
   });
 });
 
+describe("relay without KV events (approximate mode)", () => {
+  it("--no-kv-events: hello kvEvents=false with region and prefill rate, empty dumps, published events ignored", async () => {
+    const { worker, index, relay } = await fleet({ extra: { kvEvents: "off", region: "eu", prefillTokensPerSec: 9000 } });
+    await waitFor(() => index.last !== undefined && types(index.last).includes("dump"), "dump");
+    const conn = index.last!;
+    expect(conn.messages[0]).toMatchObject({ type: "hello", kvEvents: false, region: "eu", prefillTokensPerSec: 9000 });
+    expect(conn.messages[1]).toMatchObject({ type: "dump", seq: -1, blocks: [] });
+    // The worker does publish events, but the relay has no subscription: nothing reaches the index.
+    await worker.pub.publish(storeEvents(toks(8, 1)).events);
+    await new Promise((r) => setTimeout(r, 100));
+    expect(types(conn)).not.toContain("events");
+    expect(relay.stats()).toMatchObject({ kvEvents: false, blocks: 0, lastSeq: null, feed: { liveBatches: 0 } });
+    expect(relay.info.kvEndpoint).toBeNull();
+  });
+
+  it("--allow-no-kv-events on a worker without kv_events: starts in approximate mode; down/up still works", async () => {
+    const worker = await FakeWorker.create();
+    worker.kvEvents = false;
+    const { index, relay } = await fleet({ worker, extra: { kvEvents: "auto" } });
+    await waitFor(() => index.last !== undefined && types(index.last).includes("dump"), "dump");
+    expect(index.last!.messages[0]).toMatchObject({ type: "hello", kvEvents: false, epoch: 1_700_000_000_500 });
+    expect(index.last!.messages[0]).not.toHaveProperty("region");
+
+    worker.healthy = false;
+    await waitFor(() => types(index.last!).includes("status"), "status down");
+    expect(index.last!.messages.find((m) => m.type === "status")).toMatchObject({ status: "down" });
+    expect(relay.stats().worker).toBe("down");
+
+    worker.startTime += 60;
+    worker.healthy = true;
+    await waitFor(() => index.conns.length === 2 && types(index.conns[1]!).includes("dump"), "new session");
+    expect(index.conns[1]!.messages[0]).toMatchObject({ type: "hello", kvEvents: false, epoch: 1_700_000_060_500 });
+    expect(index.conns[1]!.messages[1]).toMatchObject({ type: "dump", blocks: [] });
+    expect(relay.stats()).toMatchObject({ worker: "up", newLives: 1, kvEvents: false });
+  });
+
+  it("--allow-no-kv-events on a worker with events follows them as usual", async () => {
+    const { worker, index, relay } = await fleet({ extra: { kvEvents: "auto" } });
+    await waitFor(() => index.last !== undefined && types(index.last).includes("dump"), "dump");
+    expect(index.last!.messages[0]).toMatchObject({ type: "hello", kvEvents: true });
+    await worker.pub.publish(storeEvents(toks(8, 1)).events);
+    await waitFor(() => indexView(index.last!).size === 2, "events");
+    expect(relay.stats().kvEvents).toBe(true);
+  });
+});
+
 describe("startup checks", () => {
   it("refuses a worker without KV events", async () => {
     const worker = await FakeWorker.create();
