@@ -57,16 +57,10 @@ export interface KvFeedStats {
   publisherRestarts: number;
 }
 
-export class KvFeed {
-  private readonly opts: KvFeedOptions;
-  private readonly sub: zmq.Subscriber;
-  /** Last seq delivered; -1 = expecting 0; null = unknown (accept the first live seq). */
-  private cursor: number | null = null;
-  private lastLiveSeq: number | null = null;
-  private paused = false;
-  private closed = false;
-  private loop: Promise<void> | null = null;
-  private readonly counters: Omit<KvFeedStats, "lastSeq"> = {
+/** All-zero feed counters (also what a relay without KV events reports). */
+export function emptyFeedStats(): KvFeedStats {
+  return {
+    lastSeq: null,
     liveBatches: 0,
     replayedBatches: 0,
     duplicates: 0,
@@ -76,6 +70,18 @@ export class KvFeed {
     replayFailures: 0,
     publisherRestarts: 0,
   };
+}
+
+export class KvFeed {
+  private readonly opts: KvFeedOptions;
+  private readonly sub: zmq.Subscriber;
+  /** Last seq delivered; -1 = expecting 0; null = unknown (accept the first live seq). */
+  private cursor: number | null = null;
+  private lastLiveSeq: number | null = null;
+  private paused = false;
+  private closed = false;
+  private loop: Promise<void> | null = null;
+  private readonly counters: Omit<KvFeedStats, "lastSeq"> = emptyFeedStats();
 
   constructor(opts: KvFeedOptions) {
     this.opts = opts;

@@ -19,7 +19,7 @@ import type { RelayHello } from "../../src/kv/relay-protocol.ts";
 import { WorkerBlockSet } from "../../src/kv/worker-block-set.ts";
 import { initHashing } from "../../src/util/hash.ts";
 import { readModelDir, resolveContract, type ContractResolution } from "./contract.ts";
-import { KvFeed, type FeedBatch, type KvFeedStats } from "./kv-feed.ts";
+import { KvFeed, emptyFeedStats, type FeedBatch, type KvFeedStats } from "./kv-feed.ts";
 import { createLogger, errorMessage, type Logger } from "./log.ts";
 import { RelayOptionsSchema, type RelayOptions, type RelayOptionsInput } from "./options.ts";
 import { IndexSession, relayUrl, type IndexSessionStats } from "./index-session.ts";
@@ -363,17 +363,7 @@ class RelayImpl implements Relay {
   }
 }
 
-const NO_FEED_STATS: KvFeedStats = {
-  lastSeq: null,
-  liveBatches: 0,
-  replayedBatches: 0,
-  duplicates: 0,
-  gaps: 0,
-  gapsRecovered: 0,
-  historyLost: 0,
-  replayFailures: 0,
-  publisherRestarts: 0,
-};
+const NO_FEED_STATS: KvFeedStats = emptyFeedStats();
 
 function sleep(ms: number, signal?: AbortSignal): Promise<void> {
   return new Promise((resolve) => {
