@@ -4,9 +4,8 @@
 // "cold" = a text neither engine has seen (their per-piece/word caches stay warm from earlier texts,
 // as in a long-running router); "warm" = the same text again (kvedge answers from its segment cache;
 // "kvedge no-seg" bypasses that cache to show the BPE path alone).
-import { readdirSync, readFileSync, statSync } from "node:fs";
 import { createRequire } from "node:module";
-import { join } from "node:path";
+import { collectFiles } from "./lib/corpus.mjs";
 
 const require = createRequire(import.meta.url);
 const gc = globalThis.gc ?? (() => {});
@@ -45,33 +44,8 @@ const rustHeap = mem() - heap1;
 const rustRss = process.memoryUsage().rss - rss1;
 
 // --- corpus: real prose and code from installed packages, plus CJK ----------------------------------
-function collect(dir, pred, limit, acc = []) {
-  let total = acc.reduce((s, x) => s + x.length, 0);
-  const walk = (d) => {
-    if (total >= limit) return;
-    let names;
-    try {
-      names = readdirSync(d).sort();
-    } catch {
-      return;
-    }
-    for (const n of names) {
-      if (total >= limit) return;
-      const p = join(d, n);
-      const st = statSync(p);
-      if (st.isDirectory()) walk(p);
-      else if (pred(n) && st.size < 200_000) {
-        const s = readFileSync(p, "utf8");
-        acc.push(s);
-        total += s.length;
-      }
-    }
-  };
-  walk(dir);
-  return acc;
-}
-const prose = collect("node_modules", (n) => n.toLowerCase().endsWith(".md"), 3_000_000).join("\n\n");
-const code = collect("node_modules/zod", (n) => n.endsWith(".js"), 2_000_000).join("\n");
+const prose = collectFiles("node_modules", (n) => n.toLowerCase().endsWith(".md"), 3_000_000, 200_000).join("\n\n");
+const code = collectFiles("node_modules/zod", (n) => n.endsWith(".js"), 2_000_000, 200_000).join("\n");
 const cjkChars = "中文分词测试包含标点的一是不了人我在有他这为之大来以个上们到说国和地也子时道出而要于就下得可你年生自会那后能对着事其里所去行过家十用发天如然作方成者多日都三小军二无同么经法当起与好看学进种将还分此心前面又定见只主没公从";
 let cjk = "";
 for (let i = 0; cjk.length < 400_000; i++) cjk += cjkChars[(i * 7919) % cjkChars.length] + (i % 37 === 36 ? "。\n" : i % 11 === 10 ? "，" : "");

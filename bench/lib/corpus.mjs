@@ -6,8 +6,11 @@ import { ROOT } from "./workerd.mjs";
 
 let prose = null;
 
-export function loadProse(limit = 3_000_000) {
-  if (prose) return prose;
+/**
+ * Contents of the files under `dir` (depth first, names sorted: deterministic) whose name passes
+ * `pred`, skipping files of `maxFileSize` bytes or more, until `limit` characters are collected.
+ */
+export function collectFiles(dir, pred, limit, maxFileSize = Infinity) {
   const acc = [];
   let total = 0;
   const walk = (d) => {
@@ -28,15 +31,19 @@ export function loadProse(limit = 3_000_000) {
         continue;
       }
       if (st.isDirectory()) walk(p);
-      else if (n.toLowerCase().endsWith(".md") && st.size < 200_000) {
+      else if (pred(n) && st.size < maxFileSize) {
         const s = readFileSync(p, "utf8");
         acc.push(s);
         total += s.length;
       }
     }
   };
-  walk(join(ROOT, "node_modules"));
-  prose = acc.join("\n\n");
+  walk(dir);
+  return acc;
+}
+
+export function loadProse(limit = 3_000_000) {
+  prose ??= collectFiles(join(ROOT, "node_modules"), (n) => n.toLowerCase().endsWith(".md"), limit, 200_000).join("\n\n");
   return prose;
 }
 

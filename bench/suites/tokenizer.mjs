@@ -4,7 +4,7 @@ import { createRequire } from "node:module";
 import { existsSync, readFileSync, readdirSync } from "node:fs";
 import { isAbsolute, join, resolve } from "node:path";
 import { ROOT } from "../lib/workerd.mjs";
-import { loadProse, freshText } from "../lib/corpus.mjs";
+import { collectFiles, loadProse, freshText } from "../lib/corpus.mjs";
 import { rng } from "../lib/stats.mjs";
 import { barChart } from "../lib/svg.mjs";
 
@@ -30,22 +30,7 @@ function cjkText(chars, random) {
 }
 
 function codeCorpus() {
-  const acc = [];
-  let total = 0;
-  const walk = (d) => {
-    for (const n of readdirSync(d, { withFileTypes: true }).sort((a, b) => (a.name < b.name ? -1 : 1))) {
-      if (total > 2_000_000) return;
-      const p = join(d, n.name);
-      if (n.isDirectory()) walk(p);
-      else if (n.name.endsWith(".js")) {
-        const s = readFileSync(p, "utf8");
-        acc.push(s);
-        total += s.length;
-      }
-    }
-  };
-  walk(join(ROOT, "node_modules/zod"));
-  return acc.join("\n");
+  return collectFiles(join(ROOT, "node_modules/zod"), (n) => n.endsWith(".js"), 2_000_000).join("\n");
 }
 
 export default {

@@ -8,19 +8,10 @@ import { localHashToHex, type RelayEvent } from "../../src/kv/relay-protocol.ts"
 import { WorkerBlockSet } from "../../src/kv/worker-block-set.ts";
 import { PagedRadixCache, type KvEvent } from "../../services/sglang-sim/radix-cache.ts";
 import { initHashing } from "../../src/util/hash.ts";
+import { mulberry32 } from "./tokenizer-fuzz.ts";
 
 beforeAll(() => initHashing());
 
-function mulberry(seed: number): () => number {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
 
 function randomHash(r: () => number): bigint {
   return (BigInt(Math.floor(r() * 2 ** 32)) << 32n) | BigInt(Math.floor(r() * 2 ** 32));
@@ -28,7 +19,7 @@ function randomHash(r: () => number): bigint {
 
 describe("shardOf", () => {
   it("is stable, in range, and agrees between bigint and wire forms", () => {
-    const r = mulberry(1);
+    const r = mulberry32(1);
     for (let i = 0; i < 2000; i++) {
       const h = randomHash(r);
       for (const n of [1, 2, 3, 4, 8, 16, 100]) {
@@ -43,7 +34,7 @@ describe("shardOf", () => {
   });
 
   it("spreads chains evenly and moves only ~1/(N+1) of them, all to the new shard, when growing", () => {
-    const r = mulberry(2);
+    const r = mulberry32(2);
     const keys = Array.from({ length: 40_000 }, () => randomHash(r));
     for (const n of [2, 4, 8]) {
       const counts = new Array<number>(n).fill(0);
@@ -165,7 +156,7 @@ describe("ShardedIndex ≡ RadixIndex", () => {
 
 describe("splitRelayEvents (relay fan-out)", () => {
   it("feeds per-shard indexes to the same state as one index", () => {
-    const r = mulberry(3);
+    const r = mulberry32(3);
     const plain = new RadixIndex();
     plain.ensureWorker(0);
     const shards = [new RadixIndex(), new RadixIndex(), new RadixIndex(), new RadixIndex()];
@@ -216,7 +207,7 @@ describe("RoutingCore over a ShardedIndex", () => {
   function replay(shards: number | null, seed: number) {
     let now = 0;
     const B = 4;
-    const core = new RoutingCore({ blockSize: B, random: mulberry(seed), now: () => now, ...(shards ? { index: new ShardedIndex(shards) } : {}) });
+    const core = new RoutingCore({ blockSize: B, random: mulberry32(seed), now: () => now, ...(shards ? { index: new ShardedIndex(shards) } : {}) });
     const W = 8;
     const caches: PagedRadixCache[] = [];
     const sets: WorkerBlockSet[] = [];
@@ -230,7 +221,7 @@ describe("RoutingCore over a ShardedIndex", () => {
       caches.push(new PagedRadixCache(B, (ev) => q.push(ev)));
       sets.push(new WorkerBlockSet(B));
     }
-    const r = mulberry(seed ^ 0xabcdef);
+    const r = mulberry32(seed ^ 0xabcdef);
     const systems = Array.from({ length: 12 }, (_, k) => Array.from({ length: 8 + k * 4 }, (_, i) => 10_000 * (k + 1) + i));
     const decisions: string[] = [];
     const open: { receiptId: string; isl: number; cached: number }[] = [];
