@@ -3,12 +3,13 @@
 // policies route through a real RoutingCore fed by the same relay translation the relays use
 // (KV events → WorkerBlockSet → relay events → applyEvents), delivered after a propagation lag.
 import { PagedRadixCache } from "../../services/sglang-sim/radix-cache.ts";
-import { TIMING_PRESETS, prefillMs, decodeStepMs } from "../../services/sglang-sim/timing.ts";
+import { TIMING_PRESETS, prefillMs } from "../../services/sglang-sim/timing.ts";
 import { WorkerBlockSet } from "../../src/kv/worker-block-set.ts";
 import { RoutingCore } from "../../src/kv/routing-core.ts";
 import { localBlockHashes } from "../../src/kv/block-hash.ts";
 import { rng } from "../lib/stats.mjs";
 import { Heap } from "../lib/heap.mjs";
+import { admit, finished, prefilled } from "../lib/worker-model.mjs";
 import { VISION_START } from "./trace.mjs";
 
 const PAGE = 16;
@@ -154,19 +155,8 @@ export function simulate(trace, { policy, workers, capacityTokens, timing = TIMI
       for (const st of W) best = Math.max(best, peekPrefix(st.cache, req.tokens));
       const { w, receipt } = choose(req);
       const st = W[w];
-      const cache = st.cache;
       const ids = req.tokens;
-      const match = cache.matchPrefix(ids.slice(0, ids.length - 1));
-      cache.incLockRef(match.node);
-      const need = ids.length - match.length + req.output.length;
-      const free = capacityTokens - cache.totalTokens - st.reserved;
-      if (need > free) cache.evict(need - free);
-      st.reserved += need;
-      const uncached = ids.length - match.length;
-      const start = Math.max(now, st.laneFree);
-      const done = start + prefillMs(timing, uncached);
-      st.laneFree = done;
-      st.active++;
+      const { match, need, uncached, prefilledAt: done } = admit(st, req, now, capacityTokens, timing);
       st.served++;
       st.queuedTokens = (st.queuedTokens ?? 0) + uncached;
       st.decodeBlocks = (st.decodeBlocks ?? 0) + Math.ceil(ids.length / PAGE);
@@ -175,26 +165,13 @@ export function simulate(trace, { policy, workers, capacityTokens, timing = TIMI
       events.push({ t: done, seq: seq++, type: "prefilled", r, st, req });
     } else if (ev.type === "prefilled") {
       const { r, st, req } = ev;
-      const { node } = st.cache.insert(req.tokens);
-      st.cache.incLockRef(node);
-      st.cache.decLockRef(r.node);
-      r.node = node;
-      const moved = req.tokens.length - (req.tokens.length % PAGE) - r.cached;
-      st.reserved -= Math.min(r.reservedNeed, Math.max(0, moved));
-      r.reservedNeed -= Math.min(r.reservedNeed, Math.max(0, moved));
+      const finishAt = prefilled(st, r, req, now, PAGE, timing);
       st.queuedTokens -= r.uncached;
       if (core && r.receipt) core.markPrefillDone(r.receipt);
-      const decode = req.output.length * decodeStepMs(timing, st.active);
-      events.push({ t: now + decode, seq: seq++, type: "finish", r, st, req });
+      events.push({ t: finishAt, seq: seq++, type: "finish", r, st, req });
     } else {
       const { r, st, req } = ev;
-      const kv = req.tokens.concat(req.output.slice(0, req.output.length - 1));
-      const { node } = st.cache.insert(kv);
-      st.cache.incLockRef(node);
-      st.cache.decLockRef(r.node);
-      st.cache.decLockRef(node);
-      st.reserved -= r.reservedNeed;
-      st.active--;
+      finished(st, r, req);
       st.decodeBlocks -= Math.ceil(req.tokens.length / PAGE);
       if (core && r.receipt) core.settle({ receiptId: r.receipt, promptTokens: req.tokens.length, cachedTokens: r.cached, outcome: "ok" });
     }

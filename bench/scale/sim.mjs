@@ -13,7 +13,7 @@
 // replicated layout each relay splits them per shard by chain root (splitRelayEvents).
 // Work is timed per shard object (CPU time): route decisions, event ingestion, foreign load updates.
 import { PagedRadixCache } from "../../services/sglang-sim/radix-cache.ts";
-import { TIMING_PRESETS, prefillMs, decodeStepMs } from "../../services/sglang-sim/timing.ts";
+import { TIMING_PRESETS } from "../../services/sglang-sim/timing.ts";
 import { WorkerBlockSet } from "../../src/kv/worker-block-set.ts";
 import { RoutingCore } from "../../src/kv/routing-core.ts";
 import { ShardedIndex, ChainRootRouter, splitRelayEvents, shardOf } from "../../src/kv/shard.ts";
@@ -21,6 +21,7 @@ import { RegionsConfigSchema } from "../../src/kv/regions.ts";
 import { localBlockHashes } from "../../src/kv/block-hash.ts";
 import { rng } from "../lib/stats.mjs";
 import { Heap } from "../lib/heap.mjs";
+import { admit, finished, prefilled } from "../lib/worker-model.mjs";
 import { REGIONS } from "./trace.mjs";
 
 export const PAGE = 16;
@@ -184,19 +185,8 @@ export function runScale(trace, opts) {
       const a = core.load.get(d.receiptId);
       share(k, "add", d.receiptId, { slot: a.slot, prefill: a.prefillTokens, decode: a.decodeBlocks, startedAt: now });
       const st = W[w];
-      const cache = st.cache;
       const ids = req.tokens;
-      const match = cache.matchPrefix(ids.slice(0, ids.length - 1));
-      cache.incLockRef(match.node);
-      const need = ids.length - match.length + req.output.length;
-      const free = capacityTokens - cache.totalTokens - st.reserved;
-      if (need > free) cache.evict(need - free);
-      st.reserved += need;
-      const uncached = ids.length - match.length;
-      const start = Math.max(now, st.laneFree);
-      const prefilledAt = start + prefillMs(timing, uncached);
-      st.laneFree = prefilledAt;
-      st.active++;
+      const { match, need, prefilledAt } = admit(st, req, now, capacityTokens, timing);
       cachedTokens += match.length;
       totalTokens += ids.length;
       const r = { k, receipt: d.receiptId, node: match.node, cached: match.length, reservedNeed: need };
@@ -204,25 +194,13 @@ export function runScale(trace, opts) {
       if (++done % 2000 === 0) onProgress(done / trace.length);
     } else if (ev.type === "prefilled") {
       const { r, st, req } = ev;
-      const { node } = st.cache.insert(req.tokens);
-      st.cache.incLockRef(node);
-      st.cache.decLockRef(r.node);
-      r.node = node;
-      const moved = req.tokens.length - (req.tokens.length % PAGE) - r.cached;
-      const m = Math.min(r.reservedNeed, Math.max(0, moved));
-      st.reserved -= m;
-      r.reservedNeed -= m;
+      const finishAt = prefilled(st, r, req, now, PAGE, timing);
       timed(r.k, busy.route, () => cores[r.k].markPrefillDone(r.receipt));
       share(r.k, "done", r.receipt);
-      events.push({ t: now + req.output.length * decodeStepMs(timing, st.active), seq: seq++, type: "finish", r, st, req });
+      events.push({ t: finishAt, seq: seq++, type: "finish", r, st, req });
     } else {
       const { r, st, req } = ev;
-      const { node } = st.cache.insert(req.tokens.concat(req.output.slice(0, req.output.length - 1)));
-      st.cache.incLockRef(node);
-      st.cache.decLockRef(r.node);
-      st.cache.decLockRef(node);
-      st.reserved -= r.reservedNeed;
-      st.active--;
+      finished(st, r, req);
       timed(r.k, busy.route, () => cores[r.k].settle({ receiptId: r.receipt, promptTokens: req.tokens.length, cachedTokens: r.cached, outcome: "ok" }));
       share(r.k, "release", r.receipt);
     }
