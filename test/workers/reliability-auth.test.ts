@@ -17,6 +17,7 @@ import { localHashToHex } from "../../src/kv/relay-protocol.ts";
 import { fullBucket, takeToken } from "../../src/edge/rate-limit.ts";
 import { initHashing } from "../../src/util/hash.ts";
 import "../../functions/wasm-shim.ts";
+import { nextMessage } from "./ws-helpers.ts";
 
 const MODEL = "Qwen/Qwen3-VL-8B-Instruct";
 const OTHER_MODEL = "Qwen/Qwen2.5-VL-7B-Instruct";
@@ -68,19 +69,6 @@ async function indexState(model = MODEL): Promise<unknown> {
   return { workers, hashes, indexedBlocks: stats.indexedBlocks, counters: stats.counters };
 }
 
-function next(ws: WebSocket, type: string): Promise<{ type: string; [k: string]: unknown }> {
-  return new Promise((resolve, reject) => {
-    const t = setTimeout(() => reject(new Error(`no ${type} within 10 s`)), 10_000);
-    const on = (ev: MessageEvent) => {
-      const m = JSON.parse(String(ev.data)) as { type: string };
-      if (m.type !== type) return;
-      clearTimeout(t);
-      ws.removeEventListener("message", on);
-      resolve(m);
-    };
-    ws.addEventListener("message", on);
-  });
-}
 
 /** A relay session through the edge: hello, welcome, a dump of `blocks` chained blocks, ack. */
 async function relaySession(workerId: string, token: string, blocks: number): Promise<WebSocket> {
@@ -89,12 +77,12 @@ async function relaySession(workerId: string, token: string, blocks: number): Pr
   expect(res.status).toBe(101);
   const ws = res.webSocket!;
   ws.accept();
-  const welcome = next(ws, "welcome");
+  const welcome = nextMessage(ws, "welcome");
   ws.send(JSON.stringify({ type: "hello", workerId, url: "http://127.0.0.1:9", blockSize: 16, epoch: 7, modelName: MODEL }));
   await welcome;
   const locals = localBlockHashes(Array.from({ length: blocks * 16 }, (_, i) => 5000 + i), 16);
   const rows = locals.map((l, i) => ({ h: String(900 + i), p: i === 0 ? null : String(899 + i), l: localHashToHex(l) }));
-  const ack = next(ws, "ack");
+  const ack = nextMessage(ws, "ack");
   ws.send(JSON.stringify({ type: "dump", epoch: 7, seq: 0, blocks: rows }));
   await ack;
   return ws;
@@ -152,7 +140,7 @@ describe("relay authentication", () => {
     const ws = res.webSocket!;
     ws.accept();
     const before = await indexState();
-    const err = next(ws, "error");
+    const err = nextMessage(ws, "error");
     ws.send(JSON.stringify({ type: "hello", workerId: "auth-w1", url: "http://127.0.0.1:9", blockSize: 16, epoch: 99, modelName: MODEL }));
     expect((await err).message).toMatch(/does not match/);
     expect(await indexState()).toEqual(before);

@@ -16,6 +16,7 @@ import { localBlockHashes } from "../../src/kv/block-hash.ts";
 import { localHashToHex } from "../../src/kv/relay-protocol.ts";
 import { initHashing } from "../../src/util/hash.ts";
 import "../../functions/wasm-shim.ts";
+import { nextMessage } from "./ws-helpers.ts";
 
 const MODEL = "Qwen/Qwen3-VL-8B-Instruct";
 const SECRET = "test-relay-secret-0123456789";
@@ -211,19 +212,6 @@ async function snapshot(): Promise<{ registry: unknown; hashes: Record<string, s
   return { registry, hashes, indexedBlocks: stats.indexedBlocks, counters: stats.counters };
 }
 
-function waitFor(ws: WebSocket, type: string): Promise<Record<string, unknown>> {
-  return new Promise((resolve, reject) => {
-    const t = setTimeout(() => reject(new Error(`no ${type} within 10 s`)), 10_000);
-    const on = (ev: MessageEvent) => {
-      const m = JSON.parse(String(ev.data)) as { type: string };
-      if (m.type !== type) return;
-      clearTimeout(t);
-      ws.removeEventListener("message", on);
-      resolve(m);
-    };
-    ws.addEventListener("message", on);
-  });
-}
 
 async function relay(workerId: string): Promise<WebSocket> {
   const token = await mintRelayToken(await relayWorkerKey(SECRET, workerId), workerId, MODEL);
@@ -268,13 +256,13 @@ describe("bad relay messages (generated corpus)", () => {
   it("are counted and dropped; the index holds exactly what it held before", async () => {
     await initHashing();
     const ws = await relay("fuzz-w1");
-    const welcome = waitFor(ws, "welcome");
+    const welcome = nextMessage(ws, "welcome");
     ws.send(JSON.stringify({ type: "hello", workerId: "fuzz-w1", url: "http://127.0.0.1:9", blockSize: 16, epoch: EPOCH, modelName: MODEL }));
     await welcome;
     const locals = localBlockHashes(Array.from({ length: 8 * 16 }, (_, i) => 7000 + i), 16);
     const rows = locals.map((l, i) => ({ h: String(-5000 - i), p: i === 0 ? null : String(-4999 - i), l: localHashToHex(l) }));
     const dump = JSON.stringify({ type: "dump", epoch: EPOCH, seq: 0, blocks: rows });
-    const ack = waitFor(ws, "ack");
+    const ack = nextMessage(ws, "ack");
     ws.send(dump);
     await ack;
     const before = await snapshot();
@@ -290,7 +278,7 @@ describe("bad relay messages (generated corpus)", () => {
       kinds[c.kind] = (kinds[c.kind] ?? 0) + 1;
     }
     // Messages are handled in order: once the pong is back, every frame above has been processed.
-    const pong = waitFor(ws, "pong");
+    const pong = nextMessage(ws, "pong");
     ws.send(JSON.stringify({ type: "ping", t: 1 }));
     await pong;
     const after = await snapshot();
@@ -303,7 +291,7 @@ describe("bad relay messages (generated corpus)", () => {
       expect(after.counters.dropReasons[reason] ?? 0, reason).toBeGreaterThan(before.counters.dropReasons[reason] ?? 0);
 
     // An unknown parent asked for a resync; the relay's fresh dump brings the same view back.
-    const ack2 = waitFor(ws, "ack");
+    const ack2 = nextMessage(ws, "ack");
     ws.send(dump);
     await ack2;
     expect((await snapshot()).hashes).toEqual(before.hashes);
@@ -317,7 +305,7 @@ describe("bad relay messages (generated corpus)", () => {
       ["fuzz-w3", { workerId: "fuzz-w1", blockSize: 16 }],
     ] as const) {
       const ws = await relay(socketWorker);
-      const err = waitFor(ws, "error");
+      const err = nextMessage(ws, "error");
       ws.send(JSON.stringify({ type: "hello", url: "http://127.0.0.1:9", epoch: 1, modelName: MODEL, ...hello }));
       await err;
     }
