@@ -7,7 +7,6 @@
  */
 import { AuthenticationError, MethodNotAllowedError, NotFoundError } from "../api/errors.ts";
 import type { EdgeConfig } from "../api/config.ts";
-import { parseLimits, type Limits } from "../api/limits.ts";
 import { parseChatRequest, readBodyText } from "../api/validate.ts";
 import { getQwenTokenizer } from "../prompt/tokenizer/index.ts";
 import type { RoutePreview } from "../kv/routing-core.ts";
@@ -19,7 +18,7 @@ import { choiceReason } from "../metrics/decision-reason.ts";
 import { dashboardHtml, dashboardLoginHtml } from "../dashboard/page.ts";
 import { initHashing } from "../util/hash.ts";
 import { bearerToken, timingSafeEqualString } from "./auth.ts";
-import { prepareRouting, type IndexClient } from "./chat.ts";
+import { limitsOf, prepareRouting, type IndexClient } from "./chat.ts";
 
 /** What the operator routes need from a pool's routing index (the Durable Object stub has it). */
 export interface AdminIndexClient extends IndexClient {
@@ -195,12 +194,6 @@ async function overview(deps: AdminDeps): Promise<{ generatedAt: number; models:
 }
 
 // ---- explain ----
-
-let limitsCache: { src: Record<string, unknown>; limits: Limits } | null = null;
-function limitsOf(config: EdgeConfig): Limits {
-  if (limitsCache?.src !== config.limitsOverride) limitsCache = { src: config.limitsOverride, limits: parseLimits(config.limitsOverride) };
-  return limitsCache.limits;
-}
 
 /**
  * Runs the edge pipeline of `POST /v1/chat/completions` up to the pick (validate → template →

@@ -62,7 +62,8 @@ interface RoutingPlan {
 }
 
 let limitsCache: { src: Record<string, unknown>; limits: Limits } | null = null;
-function limitsOf(config: EdgeConfig): Limits {
+/** The configured request limits, parsed once per config object (per isolate). */
+export function limitsOf(config: EdgeConfig): Limits {
   if (limitsCache?.src !== config.limitsOverride) limitsCache = { src: config.limitsOverride, limits: parseLimits(config.limitsOverride) };
   return limitsCache.limits;
 }
