@@ -103,7 +103,23 @@ export interface Fleet {
   stop(): Promise<void>;
 }
 
+// Ports this process has handed out: the kernel may give a just-closed ephemeral port to the next
+// bind(0), so two calls in a row could otherwise return the same port (e.g. wrangler's --port and
+// --inspector-port), and wrangler exits at once when they collide.
+const issuedPorts = new Set<number>();
+
 export async function freePort(): Promise<number> {
+  for (let attempt = 0; attempt < 50; attempt++) {
+    const port = await ephemeralPort();
+    if (!issuedPorts.has(port)) {
+      issuedPorts.add(port);
+      return port;
+    }
+  }
+  throw new Error("freePort: no unused ephemeral port after 50 attempts");
+}
+
+function ephemeralPort(): Promise<number> {
   return new Promise((resolve, reject) => {
     const s = createServer();
     s.once("error", reject);
@@ -115,7 +131,18 @@ export async function freePort(): Promise<number> {
   });
 }
 
+// The last lines each child printed, so a startup failure reports why even when logs are off.
+const TAIL_LINES = 30;
+const outputTails = new WeakMap<ChildProcess, string[]>();
+
+function outputTail(proc: ChildProcess | undefined): string {
+  const tail = proc ? outputTails.get(proc) : undefined;
+  return tail && tail.length > 0 ? `; its last output:\n${tail.join("\n")}` : "";
+}
+
 function pipeLogs(proc: ChildProcess, name: string, log: (l: string) => void): void {
+  const tail: string[] = [];
+  outputTails.set(proc, tail);
   for (const stream of [proc.stdout, proc.stderr]) {
     let buf = "";
     stream?.setEncoding("utf8");
@@ -125,7 +152,10 @@ function pipeLogs(proc: ChildProcess, name: string, log: (l: string) => void): v
       while ((i = buf.indexOf("\n")) >= 0) {
         const line = buf.slice(0, i);
         buf = buf.slice(i + 1);
-        if (line.trim()) log(`[${name}] ${line}`);
+        if (!line.trim()) continue;
+        tail.push(line);
+        if (tail.length > TAIL_LINES) tail.shift();
+        log(`[${name}] ${line}`);
       }
     });
   }
@@ -134,7 +164,7 @@ function pipeLogs(proc: ChildProcess, name: string, log: (l: string) => void): v
 async function waitFor(check: () => Promise<boolean>, timeoutMs: number, what: string, proc?: ChildProcess): Promise<void> {
   const deadline = Date.now() + timeoutMs;
   while (Date.now() < deadline) {
-    if (proc && proc.exitCode !== null) throw new Error(`${what}: process exited with ${proc.exitCode}`);
+    if (proc && proc.exitCode !== null) throw new Error(`${what}: process exited with ${proc.exitCode}${outputTail(proc)}`);
     try {
       if (await check()) return;
     } catch {
@@ -142,7 +172,7 @@ async function waitFor(check: () => Promise<boolean>, timeoutMs: number, what: s
     }
     await new Promise((r) => setTimeout(r, 100));
   }
-  throw new Error(`timed out waiting for ${what}`);
+  throw new Error(`timed out waiting for ${what}${outputTail(proc)}`);
 }
 
 function stopProc(p: ChildProcess | null, signal: NodeJS.Signals = "SIGTERM"): Promise<void> {
@@ -271,6 +301,7 @@ export async function startFleet(opts: FleetOptions = {}): Promise<Fleet> {
   };
   let edge = spawnEdge();
   const edgeUrl = `http://127.0.0.1:${edgePort}`;
+  const inspectorArg = wranglerArgs.indexOf("--inspector-port") + 1;
 
   const workers: FleetWorker[] = [];
   const startWorker = async (i: number, extraArgs: string[] = [], ports?: [number, number, number]): Promise<FleetWorker> => {
@@ -301,7 +332,17 @@ export async function startFleet(opts: FleetOptions = {}): Promise<Fleet> {
   };
   for (let i = 0; i < n; i++) workers.push(await startWorker(i));
 
-  await waitFor(async () => (await fetch(`${edgeUrl}/healthz`)).ok, 60_000, "wrangler dev", edge);
+  try {
+    await waitFor(async () => (await fetch(`${edgeUrl}/healthz`)).ok, 60_000, "wrangler dev", edge);
+  } catch (err) {
+    // A port taken by another process between our probe and wrangler's bind makes wrangler exit at
+    // once; one more start with a fresh inspector port covers that race. Anything else fails again.
+    if (edge.exitCode === null) throw err;
+    log(`[fleet] ${(err as Error).message}; starting wrangler dev once more`);
+    wranglerArgs[inspectorArg] = String(await freePort());
+    edge = spawnEdge();
+    await waitFor(async () => (await fetch(`${edgeUrl}/healthz`)).ok, 60_000, "wrangler dev (second start)", edge);
+  }
 
   const relayArgsOf = workers.map((_, i) => opts.relayArgs?.[i] ?? []);
   const startRelay = (w: FleetWorker, extraArgs: string[] = []): ChildProcess => {
