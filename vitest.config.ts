@@ -25,6 +25,18 @@ export default defineConfig({
         test: { name: "workers", include: ["test/workers/**/*.test.ts"], testTimeout: 60_000 },
       },
       {
+        // The same Worker with its pool split over 3 shard objects (KVEDGE_SHARDS).
+        plugins: [
+          cloudflareTest({
+            wrangler: { configPath: "./wrangler.toml" },
+            miniflare: {
+              bindings: { RELAY_SECRET: "test-relay-secret-0123456789", ADMIN_TOKEN: "test-admin-token-0123456789", KVEDGE_SHARDS: "3" },
+            },
+          }),
+        ],
+        test: { name: "workers-sharded", include: ["test/workers-sharded/**/*.test.ts"], testTimeout: 60_000 },
+      },
+      {
         test: {
           name: "e2e",
           include: ["test/e2e/**/*.test.ts"],

@@ -35,6 +35,9 @@ function parseRoutingVar(raw: string | undefined): RoutingConfig {
   }
 }
 import type { WorkerContract } from "../src/layout/index.ts";
+import { shardCountOf } from "../src/api/config.ts";
+import { shardObjectName } from "../src/kv/shard.ts";
+import { LoadOpBatchSchema, type LoadOpBatch, type LoadSyncStats } from "../src/kv/load-replica.ts";
 
 const SCHEMA_VERSION = 3;
 
@@ -46,6 +49,26 @@ export interface RoutingIndexEnv {
   KVEDGE_ROUTING?: string;
   /** Regions and RTT table for region-aware selection (src/kv/regions.ts); unset = off. */
   KVEDGE_REGIONS?: string;
+  /** Shard objects per pool (docs/scale.md §3); unset = 1. */
+  KVEDGE_SHARDS?: string;
+  /** This namespace: shards send each other their load changes. */
+  ROUTING_INDEX?: DurableObjectNamespace<RoutingIndex>;
+}
+
+/** Which shard of which pool this object is (learned from the edge, kept in SQLite). */
+interface ShardIdentity {
+  model: string;
+  shard: number;
+}
+
+export interface ShardInfo {
+  model: string | null;
+  shard: number | null;
+  shards: number;
+  indexedBlocks: number;
+  activeRequests: number;
+  workers: number;
+  loadSync: LoadSyncStats;
 }
 
 export interface PoolProfile {
@@ -58,15 +81,32 @@ export interface PoolProfile {
 
 export class RoutingIndex extends DurableObject<RoutingIndexEnv> {
   readonly core: RoutingCore;
+  /** Shards in this pool (KVEDGE_SHARDS); with 1 there is no load replication. */
+  readonly #shards: number;
+  readonly #loadSyncMs: number;
+  #identity: ShardIdentity | null = null;
+  #loadSyncTimer: ReturnType<typeof setTimeout> | null = null;
 
   constructor(ctx: DurableObjectState, env: RoutingIndexEnv) {
     super(ctx, env);
     // The same zod schema as the edge; a bad var falls back to defaults here and is reported by the edge.
     const routing = parseRoutingVar(env.KVEDGE_ROUTING);
-    this.core = new RoutingCore({ blockSize: null, temperature: routing.temperature, decodeWeight: routing.decodeWeight, regions: regionsOrNull(env.KVEDGE_REGIONS) });
+    this.#shards = shardCountOf(env.KVEDGE_SHARDS);
+    this.#loadSyncMs = routing.loadSyncMs;
+    this.core = new RoutingCore({
+      blockSize: null,
+      temperature: routing.temperature,
+      decodeWeight: routing.decodeWeight,
+      regions: regionsOrNull(env.KVEDGE_REGIONS),
+      replicateLoad: this.#shards > 1,
+    });
     ctx.blockConcurrencyWhile(async () => {
       await initHashing(); // contract digests (blake3) are computed on hello
       this.#ensureSchema();
+      const id = this.ctx.storage.sql.exec<{ k: string; v: string }>("SELECT k, v FROM meta WHERE k IN ('pool_model', 'shard_index')").toArray();
+      const model = id.find((r) => r.k === "pool_model")?.v;
+      const shard = id.find((r) => r.k === "shard_index")?.v;
+      if (model !== undefined && shard !== undefined) this.#identity = { model, shard: Number(shard) };
       const bs = this.ctx.storage.sql.exec<{ v: string }>("SELECT v FROM meta WHERE k = 'block_size'").toArray()[0];
       if (bs) this.core.adoptBlockSize(Number(bs.v));
       for (const row of this.ctx.storage.sql.exec<WorkerRow>("SELECT * FROM workers")) this.core.restoreWorker(rowToRecord(row));
@@ -138,6 +178,7 @@ export class RoutingIndex extends DurableObject<RoutingIndexEnv> {
     const expiresAt = Number(request.headers.get("x-kvedge-relay-expires"));
     if (!nonce || !Number.isSafeInteger(expiresAt)) return new Response("relay token nonce missing", { status: 401 });
     if (!this.#claimNonce(nonce, workerId, expiresAt)) return new Response("relay token already used", { status: 401 });
+    this.#learnIdentity(request.headers.get("x-kvedge-pool"), Number(request.headers.get("x-kvedge-shard") ?? "0"));
     const poolBlockSize = Number(request.headers.get("x-kvedge-block-size"));
     if (this.core.blockSize === null && Number.isInteger(poolBlockSize) && poolBlockSize > 0) {
       this.core.adoptBlockSize(poolBlockSize);
@@ -148,6 +189,16 @@ export class RoutingIndex extends DurableObject<RoutingIndexEnv> {
     this.ctx.acceptWebSocket(server, [workerId]);
     server.serializeAttachment({ workerId } satisfies Attachment);
     return new Response(null, { status: 101, webSocket: client });
+  }
+
+  /** The edge names the pool and shard on every relay connect; kept so peers are known after a restart. */
+  #learnIdentity(model: string | null, shard: number): void {
+    if (!model || !Number.isInteger(shard) || shard < 0) return;
+    if (this.#identity?.model === model && this.#identity.shard === shard) return;
+    this.#identity = { model, shard };
+    const sql = this.ctx.storage.sql;
+    sql.exec("INSERT INTO meta (k, v) VALUES ('pool_model', ?) ON CONFLICT(k) DO UPDATE SET v = excluded.v", model);
+    sql.exec("INSERT INTO meta (k, v) VALUES ('shard_index', ?) ON CONFLICT(k) DO UPDATE SET v = excluded.v", String(shard));
   }
 
   /** Records a connect-token nonce; false if it was seen before (a replayed token). */
@@ -184,7 +235,14 @@ export class RoutingIndex extends DurableObject<RoutingIndexEnv> {
           return;
         }
         this.#persist(r.record);
-        this.#send(ws, { type: "welcome", workerId, epoch: msg.epoch, poolBlockSize: this.core.blockSize ?? msg.blockSize });
+        this.#send(ws, {
+          type: "welcome",
+          workerId,
+          epoch: msg.epoch,
+          poolBlockSize: this.core.blockSize ?? msg.blockSize,
+          shards: this.#shards,
+          shard: this.#identity?.shard ?? 0,
+        });
         return;
       }
       case "dump": {
@@ -243,17 +301,81 @@ export class RoutingIndex extends DurableObject<RoutingIndexEnv> {
 
   /** Picks a worker for a request and adds its load. null = no worker up. */
   async route(req: RouteRequest): Promise<RouteDecision | null> {
-    return this.core.route(req);
+    const d = this.core.route(req);
+    this.#scheduleLoadSync();
+    return d;
   }
 
   /** Frees a request's load and records the predicted-vs-actual receipt. */
   async settle(req: SettleRequest): Promise<void> {
     const r = this.core.settle(req);
+    this.#scheduleLoadSync();
     if (r.drift && r.receipt) console.warn(JSON.stringify({ event: "routing_drift", workerId: r.receipt.workerId }));
   }
 
   async markPrefillDone(receiptId: string): Promise<void> {
     this.core.markPrefillDone(receiptId);
+    this.#scheduleLoadSync();
+  }
+
+  // ---- load replication between shards (src/kv/load-replica.ts) ----
+
+  /** Sends queued load changes to the other shards within loadSyncMs, batching what comes meanwhile. */
+  #scheduleLoadSync(): void {
+    if (this.#shards <= 1 || this.#loadSyncTimer !== null || this.core.pendingLoadOps === 0) return;
+    this.#loadSyncTimer = setTimeout(() => {
+      this.#loadSyncTimer = null;
+      this.ctx.waitUntil(this.#flushLoadOps());
+    }, this.#loadSyncMs);
+  }
+
+  async #flushLoadOps(): Promise<void> {
+    const ns = this.env.ROUTING_INDEX;
+    const me = this.#identity;
+    const ops = this.core.takeLoadOps();
+    // Without a binding or before the edge told us who we are, peers cannot be named: the others
+    // then route on their own load only (counted as failures so it shows on /admin/stats).
+    if (ops.length === 0) return;
+    if (!ns || !me) {
+      this.core.loadSendFailed();
+      return;
+    }
+    const batch: LoadOpBatch = { from: me.shard, ops };
+    const sends: Promise<void>[] = [];
+    for (let k = 0; k < this.#shards; k++) {
+      if (k === me.shard) continue;
+      sends.push(ns.getByName(shardObjectName(me.model, k)).applyLoadOps(batch).then(
+        () => undefined,
+        (err: unknown) => {
+          this.core.loadSendFailed();
+          console.warn(JSON.stringify({ event: "load_sync_failed", to: k, error: String(err) }));
+        },
+      ));
+    }
+    await Promise.all(sends);
+  }
+
+  /** RPC from a peer shard: its load changes, applied to this shard's replica of the pool's load. */
+  async applyLoadOps(batch: LoadOpBatch): Promise<void> {
+    const parsed = LoadOpBatchSchema.safeParse(batch);
+    if (!parsed.success) {
+      console.warn(JSON.stringify({ event: "load_sync_bad_batch", issue: parsed.error.issues[0]?.message }));
+      return;
+    }
+    this.core.applyRemoteLoad(parsed.data.from, parsed.data.ops);
+  }
+
+  /** This shard's part of the pool (`/admin/shards`). */
+  async shardInfo(): Promise<ShardInfo> {
+    return {
+      model: this.#identity?.model ?? null,
+      shard: this.#identity?.shard ?? null,
+      shards: this.#shards,
+      indexedBlocks: this.core.index.size,
+      activeRequests: this.core.load.size,
+      workers: this.core.workers().length,
+      loadSync: this.core.loadSyncStats(),
+    };
   }
 
   /** The edge could not connect to the worker: stop routing to it until its relay says otherwise. */

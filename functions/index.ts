@@ -12,6 +12,7 @@ import { enforceRateLimit, parseRateLimitVar, rateLimitBucketName, rateLimitHead
 import { handleChatCompletions, type IndexClient } from "../src/edge/chat.ts";
 import { handleAdminRoute, type AdminIndexClient } from "../src/edge/admin-routes.ts";
 import { initHashing } from "../src/util/hash.ts";
+import { shardObjectName } from "../src/kv/shard.ts";
 
 export { RoutingIndex, RateLimiter };
 
@@ -52,8 +53,9 @@ function rateLimiterFor(env: Env, request: Request): ((apiKey: string | null) =>
   };
 }
 
-function indexFor(env: Env, model: string): DurableObjectStub<RoutingIndex> {
-  return env.ROUTING_INDEX.getByName(model);
+/** Shard `shard` of a pool's routing index; shard 0 is also the pool object (src/kv/shard.ts). */
+function indexFor(env: Env, model: string, shard = 0): DurableObjectStub<RoutingIndex> {
+  return env.ROUTING_INDEX.getByName(shardObjectName(model, shard));
 }
 
 function json(body: unknown, status = 200): Response {
@@ -68,10 +70,14 @@ async function handleRelayUpgrade(request: Request, env: Env, config: EdgeConfig
   if (!pool) throw new NotFoundError(`Unknown model '${model}'.`, "model", "model_not_found");
   if (!/^[A-Za-z0-9._:-]{1,128}$/.test(workerId)) throw new InvalidRequestError("Bad worker id.", "worker");
   if (request.headers.get("upgrade")?.toLowerCase() !== "websocket") throw new InvalidRequestError("Expected a WebSocket upgrade.");
+  const shardParam = url.searchParams.get("shard") ?? "0";
+  const shard = /^\d{1,4}$/.test(shardParam) ? Number(shardParam) : -1;
+  if (shard < 0 || shard >= config.shards)
+    throw new InvalidRequestError(`Bad shard '${shardParam.slice(0, 16)}': this pool has ${config.shards} (0…${config.shards - 1}).`, "shard");
   // Stateless checks here (signature, worker id, pool, freshness), so refused connects never reach
   // the index; the index then accepts the token's nonce once (durable-objects/routing-index.ts).
   const check = config.relaySecret
-    ? await checkRelayToken(config.relaySecret, bearerToken(request), { workerId, model, nowSeconds: Math.floor(Date.now() / 1000) })
+    ? await checkRelayToken(config.relaySecret, bearerToken(request), { workerId, model: shardObjectName(model, shard), nowSeconds: Math.floor(Date.now() / 1000) })
     : ({ ok: false, reason: "missing" } as const);
   if (!check.ok) throw new AuthenticationError(`Relay token refused (${check.reason}).`);
   const headers = new Headers({
@@ -80,8 +86,10 @@ async function handleRelayUpgrade(request: Request, env: Env, config: EdgeConfig
     "x-kvedge-block-size": String(pool.blockSize),
     "x-kvedge-relay-nonce": check.nonce,
     "x-kvedge-relay-expires": String(check.expiresAt),
+    "x-kvedge-pool": model,
+    "x-kvedge-shard": String(shard),
   });
-  const res = await indexFor(env, model).fetch(new Request("https://index/relay", { headers }));
+  const res = await indexFor(env, model, shard).fetch(new Request("https://index/relay", { headers }));
   if (res.status === 401) throw new AuthenticationError(`Relay token refused (${(await res.text()) || "replayed"}).`);
   return res;
 }
@@ -102,7 +110,7 @@ async function route(request: Request, env: Env, ctx: ExecutionContext): Promise
     await initHashing();
     return handleChatCompletions(request, {
       config,
-      index: (model) => indexFor(env, model) as unknown as IndexClient,
+      index: (model, shard) => indexFor(env, model, shard) as unknown as IndexClient,
       fetch: (input, init) => fetch(input, init),
       waitUntil: (p) => ctx.waitUntil(p),
       rateLimit: rateLimiterFor(env, request),
@@ -113,7 +121,7 @@ async function route(request: Request, env: Env, ctx: ExecutionContext): Promise
     await initHashing();
     const res = await handleAdminRoute(request, {
       config,
-      index: (model) => indexFor(env, model) as unknown as AdminIndexClient,
+      index: (model, shard) => indexFor(env, model, shard) as unknown as AdminIndexClient,
       fetch: (input, init) => fetch(input, init),
     });
     if (res) return res;

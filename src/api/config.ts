@@ -34,8 +34,21 @@ export const RoutingConfigSchema = z.object({
   upstreamHeadersTimeoutMs: z.number().int().min(100).max(600_000).default(120_000),
   /** How long the edge caches a pool profile in the isolate. */
   profileTtlMs: z.number().int().min(0).max(60_000).default(2_000),
+  /** Sharded index: longest delay before one shard's load changes reach the others (docs/scale.md). */
+  loadSyncMs: z.number().int().min(0).max(1_000).default(5),
 });
 export type RoutingConfig = z.infer<typeof RoutingConfigSchema>;
+
+/** `KVEDGE_SHARDS`: a whole number 1…1024, as a string var or a number. */
+export const ShardCountVarSchema = z
+  .union([z.string().regex(/^\s*\d{1,4}\s*$/, "KVEDGE_SHARDS must be a whole number").transform(Number), z.number()])
+  .pipe(z.number().int().min(1, "KVEDGE_SHARDS must be at least 1").max(1024, "KVEDGE_SHARDS must be at most 1024"));
+
+/** The shard count a Durable Object reads from its env; a bad value there means 1 (the edge reports it). */
+export function shardCountOf(raw: unknown): number {
+  const r = ShardCountVarSchema.safeParse(raw);
+  return r.success ? r.data : 1;
+}
 
 function jsonVar<T extends z.ZodType>(schema: T, name: string) {
   return z
@@ -70,6 +83,8 @@ export const EdgeEnvSchema = z.object({
   ADMIN_TOKEN: z.string().min(16).optional(),
   /** Comma-separated client API keys; when set, `Authorization: Bearer <key>` is required. */
   KVEDGE_API_KEYS: z.string().optional(),
+  /** Shard objects per pool's block index (1 = one object; docs/scale.md). */
+  KVEDGE_SHARDS: ShardCountVarSchema.optional(),
 });
 
 export interface EdgeConfig {
@@ -79,6 +94,8 @@ export interface EdgeConfig {
   exactMedia: boolean;
   limitsOverride: Record<string, unknown>;
   routing: RoutingConfig;
+  /** Shard objects per pool (KVEDGE_SHARDS). */
+  shards: number;
   relaySecret: string | null;
   adminToken: string | null;
   apiKeys: Set<string> | null;
@@ -97,6 +114,7 @@ export function parseEdgeConfig(env: Record<string, unknown>): EdgeConfig {
     exactMedia: parsed.KVEDGE_EXACT_MEDIA !== "off",
     limitsOverride: parsed.KVEDGE_LIMITS ?? {},
     routing: RoutingConfigSchema.parse(parsed.KVEDGE_ROUTING ?? {}),
+    shards: parsed.KVEDGE_SHARDS ?? 1,
     relaySecret: parsed.RELAY_SECRET ?? null,
     adminToken: parsed.ADMIN_TOKEN ?? null,
     apiKeys: keys.length ? new Set(keys) : null,

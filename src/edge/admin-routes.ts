@@ -17,6 +17,8 @@ import { hitRate, type CohortView, type PoolMetricsSnapshot } from "../metrics/p
 import { choiceReason } from "../metrics/decision-reason.ts";
 import { dashboardHtml, dashboardLoginHtml } from "../dashboard/page.ts";
 import { initHashing } from "../util/hash.ts";
+import { shardForRequest } from "../kv/shard.ts";
+import { mergeShardSnapshots } from "../metrics/merge-shards.ts";
 import { bearerToken, timingSafeEqualString } from "./auth.ts";
 import { limitsOf, prepareRouting, type IndexClient } from "./chat.ts";
 
@@ -27,11 +29,14 @@ export interface AdminIndexClient extends IndexClient {
   workerLocalHashes(workerId: string): Promise<string[]>;
   metrics(): Promise<PoolMetricsSnapshot>;
   peek(req: { localHashes: readonly bigint[]; isl: number }): Promise<RoutePreview>;
+  /** One shard's size, load replica and load-sync figures. */
+  shardInfo(): Promise<unknown>;
 }
 
 export interface AdminDeps {
   config: EdgeConfig;
-  index(model: string): AdminIndexClient;
+  /** Shard `shard` (default 0, the pool object) of a pool's routing index. */
+  index(model: string, shard?: number): AdminIndexClient;
   /** Outbound fetch (media identity for `explain`). */
   fetch(input: string, init: RequestInit): Promise<Response>;
 }
@@ -68,11 +73,52 @@ export async function handleAdminRoute(request: Request, deps: AdminDeps): Promi
   const model = url.searchParams.get("model") ?? deps.config.models[0]!.id;
   if (!deps.config.models.some((m) => m.id === model)) throw new NotFoundError(`Unknown model '${model}'.`, "model", "model_not_found");
   const stub = deps.index(model);
-  if (path === "/admin/workers") return json({ model, workers: await stub.workers() });
-  if (path === "/admin/stats") return json({ model, stats: await stub.stats() });
+  const shards = allShards(deps, model);
+  if (path === "/admin/workers") {
+    const lists = await Promise.all(shards.map((s) => s.workers() as Promise<ShardWorkerRow[]>));
+    return json({ model, workers: mergeShardWorkers(lists) });
+  }
+  if (path === "/admin/stats") {
+    const [stats, perShard] = await Promise.all([stub.stats(), Promise.all(shards.map((s) => s.shardInfo()))]);
+    return json({ model, stats, shards: perShard });
+  }
+  if (path === "/admin/shards") return json({ model, shards: await Promise.all(shards.map((s) => s.shardInfo())) });
   const m = /^\/admin\/workers\/([^/]+)\/local-hashes$/.exec(path);
-  if (m) return json({ workerId: m[1], localHashes: await stub.workerLocalHashes(decodeURIComponent(m[1]!)) });
+  if (m) {
+    const workerId = decodeURIComponent(m[1]!);
+    const parts = await Promise.all(shards.map((s) => s.workerLocalHashes(workerId)));
+    return json({ workerId: m[1], localHashes: parts.flat(), ...(parts.length > 1 ? { perShard: parts.map((p) => p.length) } : {}) });
+  }
   return null;
+}
+
+function allShards(deps: AdminDeps, model: string): AdminIndexClient[] {
+  return Array.from({ length: deps.config.shards }, (_, k) => deps.index(model, k));
+}
+
+interface ShardWorkerRow {
+  workerId: string;
+  blocks: number;
+  synced: boolean;
+}
+
+/**
+ * Registry and load come from shard 0 (every shard has both); a worker's blocks are spread over the
+ * shards (disjoint parts), and it is synced when every shard has its dump.
+ */
+function mergeShardWorkers(lists: ShardWorkerRow[][]): ShardWorkerRow[] {
+  if (lists.length === 1) return lists[0]!;
+  const merged = new Map<string, ShardWorkerRow & { blocksPerShard: number[] }>();
+  lists.forEach((list, k) => {
+    for (const w of list) {
+      let row = merged.get(w.workerId);
+      if (!row) merged.set(w.workerId, (row = { ...w, blocks: 0, synced: true, blocksPerShard: new Array<number>(lists.length).fill(0) }));
+      row.blocks += w.blocks;
+      row.synced &&= w.synced;
+      row.blocksPerShard[k] = w.blocks;
+    }
+  });
+  return [...merged.values()];
 }
 
 // ---- auth ----
@@ -156,7 +202,8 @@ async function snapshots(deps: AdminDeps): Promise<PoolScrape[]> {
   return Promise.all(
     deps.config.models.map(async (m) => {
       try {
-        return { model: m.id, snapshot: await deps.index(m.id).metrics() };
+        const perShard = await Promise.all(allShards(deps, m.id).map((s) => s.metrics()));
+        return { model: m.id, snapshot: mergeShardSnapshots(perShard) };
       } catch (err) {
         console.error(JSON.stringify({ event: "metrics_pool_failed", model: m.id, error: String(err) }));
         return { model: m.id, snapshot: null };
@@ -207,11 +254,12 @@ async function explain(request: Request, deps: AdminDeps): Promise<unknown> {
   const req = parseChatRequest(bodyText, limits);
   const { model, prompt, tokens, plan } = await prepareRouting(req, {
     config: deps.config,
-    index: (m) => deps.index(m),
+    index: (m, k) => deps.index(m, k),
     fetch: deps.fetch,
   });
   const tokenizer = getQwenTokenizer(model.family);
-  const preview = await deps.index(model.id).peek({ localHashes: plan.localHashes, isl: plan.isl });
+  const shard = shardForRequest(plan.localHashes, deps.config.shards);
+  const preview = await deps.index(model.id, shard).peek({ localHashes: plan.localHashes, isl: plan.isl });
   const view = (ids: number[]) => ids.map((id) => ({ id, text: tokenizer.decode([id]) }));
   const hashes = plan.localHashes.map(localHashToHex);
   const chosen = preview.workerId;
@@ -250,6 +298,7 @@ async function explain(request: Request, deps: AdminDeps): Promise<unknown> {
       reason: chosen === null ? "no worker up" : choiceReason(chosen, preview.candidates, preview.totalBlocks),
     },
     candidates: preview.candidates,
+    ...(deps.config.shards > 1 ? { shard: { index: shard, of: deps.config.shards } } : {}),
     warnings,
   };
 }

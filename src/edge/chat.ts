@@ -19,6 +19,7 @@ import type { ChatCompletionRequest } from "../api/openai-schema.ts";
 import { preparePrompt } from "../prompt/index.ts";
 import { getQwenTokenizer } from "../prompt/tokenizer/index.ts";
 import { localBlockHashes } from "../kv/block-hash.ts";
+import { shardForRequest } from "../kv/shard.ts";
 import type { RouteDecision, RouteRequest, SettleRequest } from "../kv/routing-core.ts";
 import { buildGenerateBody, newRequestId } from "../proxy/generate-request.ts";
 import { createChatStreamTranslator, translateGenerateHttp } from "../proxy/translate.ts";
@@ -43,7 +44,8 @@ export interface IndexClient {
 
 export interface ChatDeps {
   config: EdgeConfig;
-  index(model: string): IndexClient;
+  /** Shard `shard` (default 0, the pool object) of a pool's routing index. */
+  index(model: string, shard?: number): IndexClient;
   fetch(input: string, init: RequestInit): Promise<Response>;
   waitUntil(p: Promise<unknown>): void;
   /** Takes one request from the client's rate-limit bucket (null key = no API keys configured); rejects with 429. */
@@ -247,14 +249,17 @@ export async function handleChatCompletions(request: Request, deps: ChatDeps): P
   });
   const bodyJson = JSON.stringify(body);
 
+  // A sharded pool: the shard of the first block holds every worker's overlap for this request.
+  const shard = shardForRequest(plan.localHashes, config.shards);
+  const shardIndex = shard === 0 ? index : deps.index(model.id, shard);
   const exclude: string[] = [];
   let lastError: KvedgeError | null = null;
   for (let attempt = 1; attempt <= config.routing.maxAttempts; attempt++) {
-    const decision = await index.route({ localHashes: plan.localHashes, isl: plan.isl, exclude, fallbackReason: plan.fallbackReason, edgeColo: edgeColoOf(request) });
+    const decision = await shardIndex.route({ localHashes: plan.localHashes, isl: plan.isl, exclude, fallbackReason: plan.fallbackReason, edgeColo: edgeColoOf(request) });
     if (!decision) break;
     const edgeOverheadMs = Date.now() - arrivedAt;
     const settle = (s: Omit<SettleRequest, "receiptId">) =>
-      deps.waitUntil(index.settle({ receiptId: decision.receiptId, edgeOverheadMs, ...s }).catch(() => undefined));
+      deps.waitUntil(shardIndex.settle({ receiptId: decision.receiptId, edgeOverheadMs, ...s }).catch(() => undefined));
     try {
       const res = await proxyOnce(deps, decision, req, bodyJson, requestId, config.routing.upstreamHeadersTimeoutMs, settle);
       const headers = routingHeaders(decision, plan, requestId, attempt);
@@ -265,7 +270,10 @@ export async function handleChatCompletions(request: Request, deps: ChatDeps): P
     } catch (err) {
       if (err instanceof RetryableUpstream) {
         settle({ promptTokens: null, cachedTokens: null, outcome: "error", retrying: attempt < config.routing.maxAttempts });
-        if (err.markDown) deps.waitUntil(index.markDown(decision.workerId, err.message).catch(() => undefined));
+        // Every shard routes to this worker: tell them all (its relay's status follows anyway).
+        if (err.markDown)
+          for (let k = 0; k < config.shards; k++)
+            deps.waitUntil((k === 0 ? index : deps.index(model.id, k)).markDown(decision.workerId, err.message).catch(() => undefined));
         exclude.push(decision.workerId);
         lastError = new UpstreamError(`Worker ${decision.workerId} failed before answering: ${err.message}`, null, "worker_unavailable");
         continue;

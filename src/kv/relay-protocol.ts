@@ -90,7 +90,16 @@ export type RelayMessage = z.infer<typeof RelayMessageSchema>;
 
 /** index → relay */
 export type IndexToRelay =
-  | { type: "welcome"; workerId: string; epoch: number; poolBlockSize: number }
+  | {
+      type: "welcome";
+      workerId: string;
+      epoch: number;
+      poolBlockSize: number;
+      /** How many shard objects the pool's block index is split into (absent = 1; docs/scale.md). */
+      shards?: number;
+      /** Which shard this socket feeds (absent = 0). */
+      shard?: number;
+    }
   | { type: "ack"; seq: number }
   | { type: "resync"; reason: string }
   | { type: "error"; message: string }

@@ -13,8 +13,9 @@ import { ReceiptBook, type Receipt } from "./receipts.ts";
 import { pickIndex, scoreCandidates, type Candidate } from "./selection.ts";
 import { cohortEligibility, contractDigest, parseWorkerContract, type CohortResult } from "../layout/index.ts";
 import { type RelayDump, type RelayEvents, type RelayHello, type WorkerStatus } from "./relay-protocol.ts";
-import { PoolRecorder } from "../metrics/pool-recorder.ts";
+import { PoolRecorder, RECENT_KEPT } from "../metrics/pool-recorder.ts";
 import { cohortOf, type IndexCounters, type PoolMetricsSnapshot } from "../metrics/pool-snapshot.ts";
+import { LagWindow, replicaReceiptId, type LoadOp, type LoadSyncStats } from "./load-replica.ts";
 
 export interface WorkerRecord {
   workerId: string;
@@ -104,6 +105,8 @@ export interface RoutingCoreOptions {
   approx?: Partial<ApproxConfig>;
   /** RTT table and defaults for region-aware selection (src/kv/regions.ts); null = off. */
   regions?: RegionsConfig | null;
+  /** One shard of a sharded pool: queue this core's load changes for the other shards (load-replica.ts). */
+  replicateLoad?: boolean;
 }
 
 export class RoutingCore {
@@ -140,6 +143,10 @@ export class RoutingCore {
   readonly #random: () => number;
   readonly #now: () => number;
   readonly #regions: RegionsConfig | null;
+  readonly #replicateLoad: boolean;
+  #loadOutbox: LoadOp[] = [];
+  readonly #loadSync = { opsSent: 0, batchesSent: 0, sendFailures: 0, opsReceived: 0, opsApplied: 0, opsSkipped: 0 };
+  readonly #loadLag = new LagWindow();
 
   constructor(opts: RoutingCoreOptions) {
     this.#blockSize = opts.blockSize;
@@ -151,6 +158,7 @@ export class RoutingCore {
     this.#decodeWeight = opts.decodeWeight ?? 1;
     this.#random = opts.random ?? Math.random;
     this.#now = opts.now ?? Date.now;
+    this.#replicateLoad = opts.replicateLoad ?? false;
   }
 
   get blockSize(): number | null {
@@ -346,15 +354,10 @@ export class RoutingCore {
     if (!chosen.kvEvents) this.approx.record(chosen.slot, req.localHashes, now);
     const receiptId = `r${now.toString(36)}-${(this.#receiptSeq++).toString(36)}`;
     const requestBlocks = Math.ceil(req.isl / blockSize);
-    this.load.add({
-      receiptId,
-      slot: chosen.slot,
-      prefillTokens: Math.max(0, req.isl - overlap * blockSize),
-      decodeBlocks: requestBlocks,
-      chainKeys: chain,
-      startedAt: now,
-      prefillDone: false,
-    });
+    const prefillTokens = Math.max(0, req.isl - overlap * blockSize);
+    this.load.add({ receiptId, slot: chosen.slot, prefillTokens, decodeBlocks: requestBlocks, chainKeys: chain, startedAt: now, prefillDone: false });
+    if (this.#replicateLoad)
+      this.#loadOutbox.push({ op: "add", id: receiptId, workerId: chosen.workerId, prefillTokens, decodeBlocks: requestBlocks, chainKeys: chain, at: now });
     this.#pending.set(receiptId, {
       receiptId,
       workerId: chosen.workerId,
@@ -390,12 +393,15 @@ export class RoutingCore {
   }
 
   markPrefillDone(receiptId: string): void {
+    const r = this.load.get(receiptId);
     this.load.markPrefillDone(receiptId);
+    if (this.#replicateLoad && r && !r.prefillDone) this.#loadOutbox.push({ op: "done", id: receiptId, at: this.#now() });
   }
 
   /** Frees the request's load and records its receipt. Returns true if drift just started. */
   settle(req: SettleRequest): { drift: boolean; receipt: Receipt | null } {
-    this.load.release(req.receiptId);
+    const released = this.load.release(req.receiptId);
+    if (this.#replicateLoad && released) this.#loadOutbox.push({ op: "release", id: req.receiptId, at: this.#now() });
     const p = this.#pending.get(req.receiptId);
     if (!p) return { drift: false, receipt: null };
     this.#pending.delete(req.receiptId);
@@ -420,6 +426,64 @@ export class RoutingCore {
       this.#now(),
     );
     return { drift: this.receipts.settle(receipt), receipt };
+  }
+
+  // ---- load replication between shards (load-replica.ts) ----
+
+  /** Load changes made here since the last call, for the other shards (empty unless replicateLoad). */
+  takeLoadOps(): LoadOp[] {
+    const ops = this.#loadOutbox;
+    this.#loadOutbox = [];
+    if (ops.length > 0) {
+      this.#loadSync.opsSent += ops.length;
+      this.#loadSync.batchesSent++;
+    }
+    return ops;
+  }
+
+  get pendingLoadOps(): number {
+    return this.#loadOutbox.length;
+  }
+
+  /** A batch could not be delivered to one peer shard. */
+  loadSendFailed(): void {
+    this.#loadSync.sendFailures++;
+  }
+
+  /** Applies another shard's load changes to this shard's replica of the pool's load. */
+  applyRemoteLoad(fromShard: number, ops: readonly LoadOp[]): { applied: number; skipped: number } {
+    const now = this.#now();
+    let applied = 0;
+    for (const op of ops) {
+      const id = replicaReceiptId(fromShard, op.id);
+      let ok = false;
+      if (op.op === "add") {
+        const w = this.#workers.get(op.workerId);
+        // A worker that is down has no load to carry; one this shard has not met yet is skipped.
+        if (w && w.status !== "down" && !this.load.get(id)) {
+          this.load.add({ receiptId: id, slot: w.slot, prefillTokens: op.prefillTokens, decodeBlocks: op.decodeBlocks, chainKeys: op.chainKeys, startedAt: now, prefillDone: false });
+          ok = true;
+        }
+      } else if (op.op === "done") {
+        const r = this.load.get(id);
+        if (r) {
+          this.load.markPrefillDone(id);
+          ok = true;
+        }
+      } else {
+        ok = this.load.release(id) !== undefined;
+      }
+      if (ok) applied++;
+      this.#loadLag.record(now - op.at);
+    }
+    this.#loadSync.opsReceived += ops.length;
+    this.#loadSync.opsApplied += applied;
+    this.#loadSync.opsSkipped += ops.length - applied;
+    return { applied, skipped: ops.length - applied };
+  }
+
+  loadSyncStats(): LoadSyncStats {
+    return { ...this.#loadSync, lag: this.#loadLag.summary() };
   }
 
   /** route() without side effects: same candidates and costs, no load, receipt or counters. */
@@ -494,7 +558,7 @@ export class RoutingCore {
       })),
       drift: this.receipts.stats().map((d) => ({ workerId: d.workerId, driftEwma: d.driftEwma, drifting: d.drifting })),
       cohort: cohortOf(workers, verdict),
-      recentReceipts: this.receipts.recent(50).map((r) => ({
+      recentReceipts: this.receipts.recent(RECENT_KEPT).map((r) => ({
         at: r.at,
         workerId: r.workerId,
         outcome: r.outcome,

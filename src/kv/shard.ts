@@ -34,6 +34,20 @@ export interface BlockIndex {
 
 export const MAX_SHARDS = 1024;
 
+/**
+ * The Durable Object name of shard `k` of a pool. Shard 0 keeps the pool's own name (it is also the
+ * pool object: registry authority, cohort, operator views), so one shard means today's layout.
+ * Relay connect tokens are signed for this name, so a token for one shard opens no other.
+ */
+export function shardObjectName(model: string, shard: number): string {
+  return shard === 0 ? model : `${model}#${shard}`;
+}
+
+/** The one shard a request reads: the shard of its first block (shard 0 without a full block). */
+export function shardForRequest(localHashes: readonly bigint[] | BigUint64Array, shardCount: number): number {
+  return localHashes.length === 0 ? 0 : shardOf(localHashes[0]!, shardCount);
+}
+
 function checkCount(shardCount: number): void {
   if (!Number.isInteger(shardCount) || shardCount < 1 || shardCount > MAX_SHARDS) throw new RangeError(`bad shard count ${shardCount}`);
 }
@@ -232,7 +246,7 @@ export class ShardedIndex implements BlockIndex {
 
   /** The one shard a request with these local hashes reads. */
   shardFor(localHashes: readonly bigint[]): number {
-    return localHashes.length === 0 ? 0 : shardOf(localHashes[0]!, this.shards.length);
+    return shardForRequest(localHashes, this.shards.length);
   }
 
   ensureWorker(slot: number): void {

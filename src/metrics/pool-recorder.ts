@@ -72,7 +72,9 @@ export interface SettledInput {
   edgeOverheadMs: number | null;
 }
 
-const RECENT_DECISIONS = 50;
+/** Recent decisions (and, in RoutingCore, recent receipts) one index keeps for operators. */
+export const RECENT_KEPT = 50;
+const RECENT_DECISIONS = RECENT_KEPT;
 /** Caps label cardinality when reasons are free-form. */
 const MAX_REASON_LABELS = 64;
 

@@ -13,12 +13,15 @@ export interface SeriesPoint {
   actualCachedTokens: number;
 }
 
+/** Points one series keeps (10 s × 180 = 30 minutes by default). */
+export const SERIES_CAPACITY = 180;
+
 export class ReceiptSeries {
   readonly intervalMs: number;
   readonly capacity: number;
   readonly #points: SeriesPoint[] = [];
 
-  constructor(intervalMs = 10_000, capacity = 180) {
+  constructor(intervalMs = 10_000, capacity = SERIES_CAPACITY) {
     this.intervalMs = intervalMs;
     this.capacity = capacity;
   }
