@@ -104,11 +104,12 @@ interface ShardWorkerRow {
 
 /**
  * Registry and load come from shard 0 (every shard has both); a worker's blocks are spread over the
- * shards (disjoint parts), and it is synced when every shard has its dump.
+ * shards (disjoint parts), and it is synced when every shard knows it and has its dump.
  */
 function mergeShardWorkers(lists: ShardWorkerRow[][]): ShardWorkerRow[] {
   if (lists.length === 1) return lists[0]!;
   const merged = new Map<string, ShardWorkerRow & { blocksPerShard: number[] }>();
+  const seenIn = new Map<string, number>();
   lists.forEach((list, k) => {
     for (const w of list) {
       let row = merged.get(w.workerId);
@@ -116,8 +117,11 @@ function mergeShardWorkers(lists: ShardWorkerRow[][]): ShardWorkerRow[] {
       row.blocks += w.blocks;
       row.synced &&= w.synced;
       row.blocksPerShard[k] = w.blocks;
+      seenIn.set(w.workerId, (seenIn.get(w.workerId) ?? 0) + 1);
     }
   });
+  // A shard its relay has not reached yet cannot route to the worker's cache there.
+  for (const row of merged.values()) if (seenIn.get(row.workerId)! < lists.length) row.synced = false;
   return [...merged.values()];
 }
 

@@ -169,7 +169,7 @@ async function planMediaRouting(
   return { localHashes: localBlockHashes(view.tokens, model.blockSize), isl: view.tokens.length, fallbackReason: null, mmHashes: view.mmHashes };
 }
 
-function routingHeaders(d: RouteDecision, plan: RoutingPlan, requestId: string, attempts: number): Headers {
+function routingHeaders(d: RouteDecision, plan: RoutingPlan, requestId: string, attempts: number, shard: number): Headers {
   const h = new Headers({
     "x-request-id": requestId,
     "x-kvedge-worker": d.workerId,
@@ -180,6 +180,7 @@ function routingHeaders(d: RouteDecision, plan: RoutingPlan, requestId: string, 
     "x-kvedge-attempts": String(attempts),
   });
   if (plan.fallbackReason) h.set("x-kvedge-fallback-reason", plan.fallbackReason);
+  if (shard > 0) h.set("x-kvedge-shard", String(shard));
   return h;
 }
 
@@ -262,7 +263,7 @@ export async function handleChatCompletions(request: Request, deps: ChatDeps): P
       deps.waitUntil(shardIndex.settle({ receiptId: decision.receiptId, edgeOverheadMs, ...s }).catch(() => undefined));
     try {
       const res = await proxyOnce(deps, decision, req, bodyJson, requestId, config.routing.upstreamHeadersTimeoutMs, settle);
-      const headers = routingHeaders(decision, plan, requestId, attempt);
+      const headers = routingHeaders(decision, plan, requestId, attempt, shard);
       for (const [k, v] of res.headers) headers.set(k, v);
       // Edge time before the upstream call (workerd clocks advance across I/O: body, index RPCs).
       headers.set("server-timing", `kvedge-route;dur=${edgeOverheadMs}`);
