@@ -4,6 +4,7 @@
  * while not streaming are not queued: the dump sent after the next welcome already contains them.
  * Reconnects with jittered exponential backoff; answers `resync` with a fresh dump. Each connect
  * mints a new single-use token (a captured one is worthless once used or after a minute).
+ * One session feeds one shard of the pool's index (services/relay/shard-fanout.ts, docs/scale.md §3).
  */
 import WebSocket from "ws";
 import type { DumpBlock } from "../../src/kv/worker-block-set.ts";
@@ -18,6 +19,7 @@ import {
   type WorkerStatus,
 } from "../../src/kv/relay-protocol.ts";
 import { mintRelayToken } from "../../src/kv/relay-auth.ts";
+import { shardObjectName } from "../../src/kv/shard.ts";
 import { errorMessage, type Logger } from "./log.ts";
 
 export interface IndexSessionOptions {
@@ -25,10 +27,16 @@ export interface IndexSessionOptions {
   url: string;
   /**
    * The worker's relay key (src/kv/relay-auth.ts `relayWorkerKey`). Never sent: every connect
-   * presents a fresh single-use token signed with it for the URL's worker and model.
+   * presents a fresh single-use token signed with it for the URL's worker and shard object
+   * (`shardObjectName(model, shard)`; the plain model for shard 0).
    */
   token: string;
   hello(): RelayHello;
+  /**
+   * Called on every `welcome`, before the dump: the relay may re-shard here, and the dump that
+   * follows already uses the new layout.
+   */
+  onWelcome?(welcome: WelcomeInfo): void;
   /** The worker's current view, taken synchronously (so it is consistent with the event stream). */
   snapshot(): { epoch: number; seq: number; blocks: DumpBlock[] };
   /** Non-null while the worker is down: sent as `status: down` after each dump. */
@@ -42,6 +50,12 @@ export interface IndexSessionOptions {
   dumpChunkBlocks: number;
   pingIntervalMs: number;
   log: Logger;
+}
+
+/** What a `welcome` says about the index layout (both absent from an unsharded index). */
+export interface WelcomeInfo {
+  shards: number | undefined;
+  shard: number | undefined;
 }
 
 export type SessionState = "idle" | "connecting" | "awaiting_welcome" | "streaming" | "backoff" | "closed";
@@ -58,12 +72,21 @@ export interface IndexSessionStats {
   lastError: string | null;
 }
 
-export function relayUrl(indexUrl: string, workerId: string, model: string): string {
+/** The relay endpoint of one shard; shard 0 carries no `shard` parameter (today's URL). */
+export function relayUrl(indexUrl: string, workerId: string, model: string, shard = 0): string {
   const u = new URL(indexUrl);
   if (u.pathname === "" || u.pathname === "/") u.pathname = "/v1/relay";
   u.searchParams.set("worker", workerId);
   u.searchParams.set("model", model);
+  if (shard !== 0) u.searchParams.set("shard", String(shard));
+  else u.searchParams.delete("shard");
   return u.toString();
+}
+
+/** The Durable Object name a session URL's token must be signed for. */
+export function tokenAudience(url: string): string {
+  const q = new URL(url).searchParams;
+  return shardObjectName(q.get("model") ?? "", Number(q.get("shard") ?? "0"));
 }
 
 /** Delay before reconnect attempt `attempt` (0-based): half fixed, half random ("equal jitter"). */
@@ -190,8 +213,8 @@ export class IndexSession {
     this.state = "connecting";
     this.counters.connects++;
     const gen = ++this.connectGen;
-    const u = new URL(this.opts.url);
-    mintRelayToken(this.opts.token, u.searchParams.get("worker") ?? "", u.searchParams.get("model") ?? "").then(
+    const worker = new URL(this.opts.url).searchParams.get("worker") ?? "";
+    mintRelayToken(this.opts.token, worker, tokenAudience(this.opts.url)).then(
       (token) => {
         if (gen === this.connectGen && this.state === "connecting") this.open(token);
       },
@@ -273,8 +296,16 @@ export class IndexSession {
         }
         this.counters.welcomes++;
         this.attempt = 0;
+        this.opts.log.info("index_welcome", {
+          epoch: msg.epoch,
+          poolBlockSize: msg.poolBlockSize,
+          ...(msg.shards !== undefined ? { shards: msg.shards, shard: msg.shard } : {}),
+        });
+        // Before streaming: a re-shard triggered here resyncs the other sessions, not this one,
+        // whose dump (next) is already cut for the new layout.
+        this.opts.onWelcome?.({ shards: msg.shards, shard: msg.shard });
+        if ((this.state as SessionState) !== "awaiting_welcome") return; // closed or restarted by the hook
         this.state = "streaming";
-        this.opts.log.info("index_welcome", { epoch: msg.epoch, poolBlockSize: msg.poolBlockSize });
         this.sendDump();
         this.pingTimer = setInterval(() => this.send({ type: "ping", t: Date.now() }), this.opts.pingIntervalMs);
         this.pingTimer.unref();

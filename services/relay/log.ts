@@ -42,3 +42,13 @@ export function errorMessage(e: unknown): string {
   }
   return String(e);
 }
+
+/** A logger that adds `fields` to every line (e.g. the shard a session feeds). */
+export function withFields(log: Logger, fields: LogFields): Logger {
+  return {
+    debug: (m, f) => log.debug(m, { ...fields, ...f }),
+    info: (m, f) => log.info(m, { ...fields, ...f }),
+    warn: (m, f) => log.warn(m, { ...fields, ...f }),
+    error: (m, f) => log.error(m, { ...fields, ...f }),
+  };
+}

@@ -112,6 +112,7 @@ async function main(): Promise<void> {
             gaps: s.feed.gaps,
             historyLost: s.historyLost,
             session: s.session.state,
+            ...(s.shards > 1 ? { shards: s.shards, shardSessions: s.shardSessions.map((x) => x.state) } : {}),
           });
         }, statsEvery)
       : null;

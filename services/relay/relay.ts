@@ -12,6 +12,9 @@
  * relay opens no ZMQ socket: hello says `kvEvents: false` (the index then assumes what it routes
  * there is cached, approximate mode), every dump is empty, and health, down/up and epochs work as
  * with events.
+ *
+ * A sharded index (shard 0's welcome says `shards: N`) gets one session per shard, each fed the
+ * part of the set whose chain roots hash to it (ShardFanout, docs/scale.md §3).
  */
 import { relayToken } from "../../src/kv/relay-auth.ts";
 import type { ModelDirFiles } from "../../src/layout/index.ts";
@@ -20,9 +23,10 @@ import { WorkerBlockSet } from "../../src/kv/worker-block-set.ts";
 import { initHashing } from "../../src/util/hash.ts";
 import { readModelDir, resolveContract, type ContractResolution } from "./contract.ts";
 import { KvFeed, emptyFeedStats, type FeedBatch, type KvFeedStats } from "./kv-feed.ts";
-import { createLogger, errorMessage, type Logger } from "./log.ts";
+import { createLogger, errorMessage, withFields, type Logger } from "./log.ts";
 import { RelayOptionsSchema, type RelayOptions, type RelayOptionsInput } from "./options.ts";
 import { IndexSession, relayUrl, type IndexSessionStats } from "./index-session.ts";
+import { ShardFanout } from "./shard-fanout.ts";
 import { Serial } from "./serial.ts";
 import {
   fetchServerInfo,
@@ -58,7 +62,12 @@ export interface RelayStats {
   workerDowns: number;
   newLives: number;
   feed: KvFeedStats;
+  /** Shard 0's session (the only one while the index is unsharded). */
   session: IndexSessionStats;
+  /** How many shards the index said it has (shard 0's welcome; 1 until then). */
+  shards: number;
+  /** Every shard's session, index = shard. */
+  shardSessions: IndexSessionStats[];
 }
 
 export interface Relay {
@@ -118,7 +127,7 @@ class RelayImpl implements Relay {
   private readonly model: string;
   /** null: no KV events (approximate mode). */
   private readonly feed: KvFeed | null;
-  private readonly session: IndexSession;
+  private readonly fanout: ShardFanout;
   private readonly closing = new AbortController();
   private workerInfo: WorkerInfo;
   private readonly modelFiles: ModelDirFiles | null;
@@ -163,19 +172,26 @@ class RelayImpl implements Relay {
         },
       },
     });
-    this.session = new IndexSession({
-      url: relayUrl(opts.indexUrl, opts.workerId, this.model),
-      token,
-      hello: () => this.hello(),
-      snapshot: () => ({ epoch: this.epoch, seq: this.feed?.lastSeq ?? -1, blocks: this.set.dumpBlocks() }),
-      downReason: () => (this.worker === "down" ? (this.downReason ?? "worker down") : null),
-      flushIntervalMs: opts.flushIntervalMs,
-      flushBlocks: opts.flushBlocks,
-      backoffBaseMs: opts.backoffBaseMs,
-      backoffCapMs: opts.backoffCapMs,
-      welcomeTimeoutMs: opts.welcomeTimeoutMs,
-      dumpChunkBlocks: opts.dumpChunkBlocks,
-      pingIntervalMs: opts.pingIntervalMs,
+    this.fanout = new ShardFanout({
+      newSession: (shard, hooks) =>
+        new IndexSession({
+          url: relayUrl(opts.indexUrl, opts.workerId, this.model, shard),
+          token,
+          hello: () => this.hello(),
+          snapshot: hooks.snapshot,
+          onWelcome: hooks.onWelcome,
+          downReason: () => (this.worker === "down" ? (this.downReason ?? "worker down") : null),
+          flushIntervalMs: opts.flushIntervalMs,
+          flushBlocks: opts.flushBlocks,
+          backoffBaseMs: opts.backoffBaseMs,
+          backoffCapMs: opts.backoffCapMs,
+          welcomeTimeoutMs: opts.welcomeTimeoutMs,
+          dumpChunkBlocks: opts.dumpChunkBlocks,
+          pingIntervalMs: opts.pingIntervalMs,
+          log: shard === 0 ? log : withFields(log, { shard }),
+        }),
+      blocks: () => this.set.dumpBlocks(),
+      position: () => ({ epoch: this.epoch, seq: this.feed?.lastSeq ?? -1 }),
       log,
     });
   }
@@ -222,7 +238,7 @@ class RelayImpl implements Relay {
     }
     this.logContract();
     await this.feed?.start();
-    this.session.start();
+    this.fanout.start();
     this.healthLoop = this.runHealthLoop();
   }
 
@@ -230,7 +246,7 @@ class RelayImpl implements Relay {
     if (this.closing.signal.aborted) return;
     this.closing.abort();
     await this.feed?.close();
-    await this.session.close();
+    await this.fanout.close();
     await this.healthLoop;
     this.log.info("relay_closed", {});
   }
@@ -249,8 +265,13 @@ class RelayImpl implements Relay {
       ...this.counters,
       dropped: { ...this.dropped },
       feed: this.feed?.stats() ?? NO_FEED_STATS,
-      session: this.session.stats(),
+      ...this.sessionStats(),
     };
+  }
+
+  private sessionStats(): Pick<RelayStats, "session" | "shards" | "shardSessions"> {
+    const s = this.fanout.stats();
+    return { session: s.sessions[0]!, shards: s.shards, shardSessions: s.sessions };
   }
 
   private hello(): RelayHello {
@@ -280,14 +301,15 @@ class RelayImpl implements Relay {
     if (!wasIncomplete && this.set.needsResync) {
       this.log.warn("view_incomplete", { seq: b.seq, detail: out.dropped.find((d) => d.reason === "unknown_parent")?.detail });
     }
-    this.session.pushEvents(this.epoch, b.seq, out.events);
+    this.fanout.pushEvents(this.epoch, b.seq, out.events);
   }
 
   private onHistoryLost(reason: string): void {
     this.counters.historyLost++;
     this.set.clear();
     this.set.markIncomplete();
-    this.session.resync(`history lost: ${reason}`);
+    this.fanout.rebuildRouter();
+    this.fanout.resyncAll(`history lost: ${reason}`);
   }
 
   private countDrop(reason: string, n: number): void {
@@ -301,8 +323,9 @@ class RelayImpl implements Relay {
     this.counters.workerDowns++;
     this.feed?.pause();
     this.set.clear();
+    this.fanout.rebuildRouter();
     this.log.warn("worker_down", { reason });
-    this.session.resync("worker down"); // empty dump, then status down
+    this.fanout.resyncAll("worker down"); // empty dump, then status down, on every shard
   }
 
   /** A (possibly) new worker process: new epoch, catch up from its replay buffer, hello again. */
@@ -327,6 +350,7 @@ class RelayImpl implements Relay {
     } else {
       this.set.clear();
     }
+    this.fanout.rebuildRouter();
     this.workerInfo = { ...info, kvEndpoint: prev.kvEndpoint, replayEndpoint: prev.replayEndpoint, topic: prev.topic };
     this.epoch = nextEpoch(info.startTimeMs, this.epoch);
     this.worker = "up";
@@ -337,9 +361,9 @@ class RelayImpl implements Relay {
     // A new process may run another SGLang version: the hello of the new epoch carries its contract.
     this.contractState = resolveContract(this.modelFiles, raw);
     this.logContract();
-    // Drop the old session first so nothing of the new life travels under the old hello; the
+    // Drop the old sessions first so nothing of the new life travels under the old hello; the
     // dump after the new welcome carries whatever the catch-up has applied by then.
-    this.session.restart(`new epoch ${this.epoch}`);
+    this.fanout.restartAll(`new epoch ${this.epoch}`);
     this.feed?.reset();
     await this.feed?.catchUp();
   }

@@ -8,8 +8,10 @@ import type { AddressInfo } from "node:net";
 import { WebSocketServer, type WebSocket } from "ws";
 import * as zmq from "zeromq";
 import { decodeSeq, encodeSeq } from "../../src/kv/event-decode.ts";
+import { engineBlockHashes } from "../../src/kv/engine-block-hash.ts";
 import { checkRelayToken } from "../../src/kv/relay-auth.ts";
 import type { RelayMessage } from "../../src/kv/relay-protocol.ts";
+import { shardObjectName } from "../../src/kv/shard.ts";
 
 export class FakePublisher {
   readonly pub = new zmq.Publisher({ linger: 0 });
@@ -143,14 +145,22 @@ export interface IndexConn {
   url: URL;
   headers: IncomingHttpHeaders;
   messages: RelayMessage[];
+  /** The `shard` query parameter (absent = 0). */
+  shard: number;
 }
 
-/** A routing index stand-in: accepts relays whose token verifies, answers hello with welcome. */
+/**
+ * A routing index stand-in: accepts relays whose token verifies (for the shard object the URL
+ * names, like the edge), answers hello with welcome. With `shards` set, welcome carries
+ * `shards` (as `shardsSaid(shard)` tells, default `shards`) and `shard`, like a sharded index.
+ */
 export class FakeIndex {
   readonly conns: IndexConn[] = [];
   rejected = 0;
   autoWelcome = true;
   poolBlockSize = 4;
+  shards: number | undefined = undefined;
+  shardsSaid: (shard: number) => number | undefined = () => this.shards;
   private readonly wss: WebSocketServer;
 
   private constructor(secret: string) {
@@ -159,7 +169,8 @@ export class FakeIndex {
       port: 0,
       verifyClient: (info, done) => {
         const q = new URL(info.req.url ?? "/", "ws://x").searchParams;
-        const expect = { workerId: q.get("worker") ?? "", model: q.get("model") ?? "", nowSeconds: Math.floor(Date.now() / 1000) };
+        const model = shardObjectName(q.get("model") ?? "", Number(q.get("shard") ?? "0"));
+        const expect = { workerId: q.get("worker") ?? "", model, nowSeconds: Math.floor(Date.now() / 1000) };
         void checkRelayToken(secret, info.req.headers.authorization ?? null, expect).then(({ ok }) => {
           if (!ok) this.rejected++;
           done(ok, 401, "Unauthorized");
@@ -167,7 +178,8 @@ export class FakeIndex {
       },
     });
     this.wss.on("connection", (ws, req) => {
-      const conn: IndexConn = { ws, url: new URL(req.url ?? "/", "ws://x"), headers: req.headers, messages: [] };
+      const url = new URL(req.url ?? "/", "ws://x");
+      const conn: IndexConn = { ws, url, headers: req.headers, messages: [], shard: Number(url.searchParams.get("shard") ?? "0") };
       this.conns.push(conn);
       ws.on("message", (data) => {
         const msg = JSON.parse(data.toString()) as RelayMessage;
@@ -190,15 +202,63 @@ export class FakeIndex {
   welcome(conn: IndexConn): void {
     const hello = conn.messages.find((m) => m.type === "hello");
     if (hello?.type !== "hello") throw new Error("no hello yet");
-    conn.ws.send(JSON.stringify({ type: "welcome", workerId: hello.workerId, epoch: hello.epoch, poolBlockSize: this.poolBlockSize }));
+    const shards = this.shardsSaid(conn.shard);
+    const layout = shards === undefined ? {} : { shards, shard: conn.shard };
+    conn.ws.send(JSON.stringify({ type: "welcome", workerId: hello.workerId, epoch: hello.epoch, poolBlockSize: this.poolBlockSize, ...layout }));
   }
 
   get last(): IndexConn | undefined {
     return this.conns[this.conns.length - 1];
   }
 
+  /** The latest connection to shard `shard`. */
+  lastOf(shard: number): IndexConn | undefined {
+    return this.conns.filter((c) => c.shard === shard).pop();
+  }
+
   async close(): Promise<void> {
     for (const c of this.conns) c.ws.terminate();
     await new Promise((r) => this.wss.close(r));
   }
+}
+
+/** SGLang-style events for a prompt: one BlockStored per page, chained. */
+export function storeEvents(tokens: number[], parent: bigint | null = null, blockSize = 4): { events: unknown[]; hashes: bigint[] } {
+  const { hashes } = engineBlockHashes(tokens, blockSize);
+  const events = hashes.map((h, i) => [
+    "BlockStored",
+    [h],
+    i === 0 ? parent : hashes[i - 1]!,
+    tokens.slice(i * blockSize, (i + 1) * blockSize),
+    blockSize,
+    null,
+    "GPU",
+  ]);
+  return { events, hashes };
+}
+
+export type IndexView = Map<string, { p: string | null; l: string }>;
+
+/** What an index would hold after applying a connection's messages in order. */
+export function indexView(conn: IndexConn | undefined): IndexView {
+  const view: IndexView = new Map();
+  for (const m of conn?.messages ?? []) {
+    if (m.type === "dump") {
+      view.clear();
+      for (const b of m.blocks) view.set(b.h, { p: b.p, l: b.l });
+    } else if (m.type === "events") {
+      for (const e of m.events) {
+        if (e.t === "cleared") view.clear();
+        else if (e.t === "removed") for (const h of e.hashes) view.delete(h);
+        else {
+          let p = e.parent;
+          for (const b of e.blocks) {
+            view.set(b.h, { p, l: b.l });
+            p = b.h;
+          }
+        }
+      }
+    }
+  }
+  return view;
 }

@@ -1,0 +1,101 @@
+/**
+ * A sharded pool end to end on the real local fleet: wrangler dev with KVEDGE_SHARDS=3, two
+ * simulated SGLang workers, relays fanning out to the three shard objects. Distinct prompts spread
+ * over the shards (x-kvedge-shard), every repeat returns to the worker that cached it, the union of
+ * the shards equals each worker's true block set, and load flows between the shards (lag reported).
+ */
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { startFleet, type Fleet } from "../../scripts/local-fleet.ts";
+import { waitParity, waitUntil, words } from "./reliability-helpers.ts";
+
+const SHARDS = 3;
+let fleet: Fleet;
+
+beforeAll(async () => {
+  fleet = await startFleet({ workers: 2, vars: { KVEDGE_SHARDS: String(SHARDS) }, log: process.env.KVEDGE_E2E_LOGS ? (l) => console.log(l) : undefined });
+});
+afterAll(async () => {
+  await fleet?.stop();
+});
+
+interface Sent {
+  worker: string;
+  shard: number;
+  promptTokens: number;
+  cachedTokens: number;
+}
+
+async function ask(text: string): Promise<Sent> {
+  const body = JSON.stringify({ model: fleet.model, messages: [{ role: "user", content: text }], max_tokens: 4 });
+  const r = await fetch(`${fleet.edgeUrl}/v1/chat/completions`, { method: "POST", headers: { "content-type": "application/json" }, body });
+  const json = (await r.json()) as { usage?: { prompt_tokens: number; prompt_tokens_details?: { cached_tokens?: number } } };
+  expect(r.status, JSON.stringify(json)).toBe(200);
+  return {
+    worker: r.headers.get("x-kvedge-worker") ?? "?",
+    shard: Number(r.headers.get("x-kvedge-shard") ?? "0"),
+    promptTokens: json.usage!.prompt_tokens,
+    cachedTokens: json.usage!.prompt_tokens_details?.cached_tokens ?? 0,
+  };
+}
+
+interface ShardRow {
+  shard: number;
+  shards: number;
+  indexedBlocks: number;
+  workers: number;
+  loadSync: { opsSent: number; opsReceived: number; opsApplied: number; sendFailures: number; lag: { samples: number; p50Ms: number | null; p99Ms: number | null; maxMs: number | null } };
+}
+
+describe("sharded pool (3 shard objects)", () => {
+  it("spreads prompts over the shards, keeps repeats sticky, mirrors each worker's cache across shards", async () => {
+    const prompts = Array.from({ length: 18 }, (_, i) => `Shard test ${i}. ${words(500 + i, 700)}`);
+    const first: Sent[] = [];
+    for (const p of prompts) first.push(await ask(p));
+    const repeats: { first: Sent; again: Sent }[] = [];
+    for (let round = 0; round < 2; round++)
+      for (let i = prompts.length - 1; i >= 0; i--) repeats.push({ first: first[i]!, again: await ask(prompts[i]!) });
+
+    const shardsUsed = new Set(first.map((s) => s.shard));
+    expect(shardsUsed.size, `shards used: ${[...shardsUsed].join(",")}`).toBeGreaterThanOrEqual(2);
+    for (const r of repeats) {
+      expect(r.again.shard).toBe(r.first.shard);
+      expect(r.again.worker).toBe(r.first.worker);
+    }
+    const ratio = repeats.reduce((a, r) => a + r.again.cachedTokens / r.again.promptTokens, 0) / repeats.length;
+    expect(ratio).toBeGreaterThan(0.9);
+    expect(new Set(first.map((s) => s.worker)).size).toBe(2);
+
+    // The shards together hold exactly each worker's cache (parity with the simulator's own dump).
+    for (let i = 0; i < fleet.workers.length; i++) await waitParity(fleet, i);
+
+    // Settles run after each response; wait until every load change has reached every other shard.
+    let shards: ShardRow[] = [];
+    const total = (f: (s: ShardRow) => number) => shards.reduce((a, s) => a + f(s), 0);
+    await waitUntil(
+      async () => {
+        shards = ((await fleet.admin(`/admin/shards?model=${encodeURIComponent(fleet.model)}`)) as { shards: ShardRow[] }).shards;
+        return total((s) => s.loadSync.opsSent) === (prompts.length * 3) * 2 && total((s) => s.loadSync.opsReceived) === total((s) => s.loadSync.opsSent) * (SHARDS - 1);
+      },
+      10_000,
+      () => JSON.stringify(shards.map((s) => s.loadSync)),
+    );
+    expect(shards.map((s) => s.shard)).toEqual([0, 1, 2]);
+    for (const s of shards) {
+      expect(s.shards).toBe(SHARDS);
+      expect(s.workers).toBe(2);
+      expect(s.loadSync.sendFailures).toBe(0);
+    }
+    for (const k of shardsUsed) expect(shards[k]!.indexedBlocks).toBeGreaterThan(0);
+    // Every shard that routed sent its load changes; every other shard applied them.
+    // One add and one release per request.
+    const sent = total((s) => s.loadSync.opsSent);
+    const received = total((s) => s.loadSync.opsReceived);
+    expect(total((s) => s.loadSync.opsApplied)).toBe(received);
+    const lags = shards.filter((s) => s.loadSync.lag.samples > 0).map((s) => s.loadSync.lag);
+    console.log(
+      `e2e sharded: ${prompts.length} prompts over shards ${[...shardsUsed].sort().join(",")}, repeats cached/prompt ${ratio.toFixed(3)}, ` +
+        `blocks per shard ${shards.map((s) => s.indexedBlocks).join("/")}, load ops sent ${sent}, received ${received}, ` +
+        `lag p50/p99/max ms ${lags.map((l) => `${l.p50Ms}/${l.p99Ms}/${l.maxMs}`).join(" ")}`,
+    );
+  });
+});
