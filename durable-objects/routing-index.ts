@@ -86,6 +86,8 @@ export class RoutingIndex extends DurableObject<RoutingIndexEnv> {
   readonly #loadSyncMs: number;
   #identity: ShardIdentity | null = null;
   #loadSyncTimer: ReturnType<typeof setTimeout> | null = null;
+  /** The last delivery in flight to each peer shard (deliveries to one peer are serialised). */
+  readonly #peerSends = new Map<number, Promise<void>>();
 
   constructor(ctx: DurableObjectState, env: RoutingIndexEnv) {
     super(ctx, env);
@@ -309,7 +311,8 @@ export class RoutingIndex extends DurableObject<RoutingIndexEnv> {
   /** Frees a request's load and records the predicted-vs-actual receipt. */
   async settle(req: SettleRequest): Promise<void> {
     const r = this.core.settle(req);
-    this.#scheduleLoadSync();
+    // A release goes out at once and the edge may wait for it (release before reply, chat.ts).
+    if (this.#shards > 1) await this.#flushLoadNow();
     if (r.drift && r.receipt) console.warn(JSON.stringify({ event: "routing_drift", workerId: r.receipt.workerId }));
   }
 
@@ -329,6 +332,14 @@ export class RoutingIndex extends DurableObject<RoutingIndexEnv> {
     }, this.#loadSyncMs);
   }
 
+  #flushLoadNow(): Promise<void> {
+    if (this.#loadSyncTimer !== null) {
+      clearTimeout(this.#loadSyncTimer);
+      this.#loadSyncTimer = null;
+    }
+    return this.#flushLoadOps();
+  }
+
   async #flushLoadOps(): Promise<void> {
     const ns = this.env.ROUTING_INDEX;
     const me = this.#identity;
@@ -344,13 +355,19 @@ export class RoutingIndex extends DurableObject<RoutingIndexEnv> {
     const sends: Promise<void>[] = [];
     for (let k = 0; k < this.#shards; k++) {
       if (k === me.shard) continue;
-      sends.push(ns.getByName(shardObjectName(me.model, k)).applyLoadOps(batch).then(
-        () => undefined,
-        (err: unknown) => {
-          this.core.loadSendFailed();
-          console.warn(JSON.stringify({ event: "load_sync_failed", to: k, error: String(err) }));
-        },
-      ));
+      // One delivery at a time per peer, so a release never overtakes the add it undoes.
+      const previous = this.#peerSends.get(k) ?? Promise.resolve();
+      const next = previous.then(() =>
+        ns.getByName(shardObjectName(me.model, k)).applyLoadOps(batch).then(
+          () => undefined,
+          (err: unknown) => {
+            this.core.loadSendFailed();
+            console.warn(JSON.stringify({ event: "load_sync_failed", to: k, error: String(err) }));
+          },
+        ),
+      );
+      this.#peerSends.set(k, next);
+      sends.push(next);
     }
     await Promise.all(sends);
   }

@@ -259,10 +259,13 @@ export async function handleChatCompletions(request: Request, deps: ChatDeps): P
     const decision = await shardIndex.route({ localHashes: plan.localHashes, isl: plan.isl, exclude, fallbackReason: plan.fallbackReason, edgeColo: edgeColoOf(request) });
     if (!decision) break;
     const edgeOverheadMs = Date.now() - arrivedAt;
-    const settle = (s: Omit<SettleRequest, "receiptId">) =>
-      deps.waitUntil(shardIndex.settle({ receiptId: decision.receiptId, edgeOverheadMs, ...s }).catch(() => undefined));
+    const settle = (s: Omit<SettleRequest, "receiptId">): Promise<void> => {
+      const p = shardIndex.settle({ receiptId: decision.receiptId, edgeOverheadMs, ...s }).catch(() => undefined);
+      deps.waitUntil(p);
+      return p;
+    };
     try {
-      const res = await proxyOnce(deps, decision, req, bodyJson, requestId, config.routing.upstreamHeadersTimeoutMs, settle);
+      const res = await proxyOnce(deps, decision, req, bodyJson, requestId, config.routing.upstreamHeadersTimeoutMs, settle, config.shards > 1);
       const headers = routingHeaders(decision, plan, requestId, attempt, shard);
       for (const [k, v] of res.headers) headers.set(k, v);
       // Edge time before the upstream call (workerd clocks advance across I/O: body, index RPCs).
@@ -294,7 +297,12 @@ async function proxyOnce(
   bodyJson: string,
   requestId: string,
   headersTimeoutMs: number,
-  settle: (s: Omit<SettleRequest, "receiptId">) => void,
+  settle: (s: Omit<SettleRequest, "receiptId">) => Promise<void>,
+  /**
+   * Sharded pool: hold a complete answer until its release has reached every shard, so a client's
+   * next request never sees this one as load on a shard whose replica lags (docs/scale.md §3).
+   */
+  releaseBeforeReply: boolean,
 ): Promise<Response> {
   const abort = new AbortController();
   const timer = setTimeout(() => abort.abort(), headersTimeoutMs);
@@ -326,7 +334,8 @@ async function proxyOnce(
     if (upstream.status === 503) throw new RetryableUpstream("worker overloaded (503)", false);
     try {
       const { completion, usage } = translateGenerateHttp(upstream.status, text, ctx);
-      settle({ promptTokens: usage.prompt_tokens, cachedTokens: usage.cached_tokens, outcome: "ok" });
+      const settled = settle({ promptTokens: usage.prompt_tokens, cachedTokens: usage.cached_tokens, outcome: "ok" });
+      if (releaseBeforeReply) await settled;
       return new Response(JSON.stringify(completion), { status: 200, headers: { "content-type": "application/json" } });
     } catch (err) {
       settle({ promptTokens: null, cachedTokens: null, outcome: "error" });
@@ -346,7 +355,7 @@ async function proxyOnce(
     n: req.n,
     includeUsage: req.stream_options?.include_usage === true,
     onFinish: (o) =>
-      settle({
+      void settle({
         promptTokens: o.usage?.prompt_tokens ?? null,
         cachedTokens: o.usage?.cached_tokens ?? null,
         outcome: o.status === "completed" ? "ok" : "error",

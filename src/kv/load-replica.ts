@@ -86,3 +86,38 @@ export interface LoadSyncStats {
   /** Origin → applied here. */
   lag: LagSummary;
 }
+
+/**
+ * Ids released before their add arrived (delivery out of order, or the add was skipped): a later
+ * add for one of them is dropped instead of becoming load that nothing will ever release.
+ * Bounded in count and age.
+ */
+export class Tombstones {
+  readonly #ttlMs: number;
+  readonly #max: number;
+  readonly #at = new Map<string, number>();
+
+  constructor(ttlMs: number, max: number) {
+    this.#ttlMs = ttlMs;
+    this.#max = max;
+  }
+
+  add(id: string, now: number): void {
+    this.#at.delete(id);
+    this.#at.set(id, now);
+    // Insertion order is age order: drop from the front.
+    for (const [k, t] of this.#at) {
+      if (this.#at.size <= this.#max && now - t <= this.#ttlMs) break;
+      this.#at.delete(k);
+    }
+  }
+
+  /** True (and forgets it) when `id` was released before its add. */
+  take(id: string): boolean {
+    return this.#at.delete(id);
+  }
+
+  get size(): number {
+    return this.#at.size;
+  }
+}

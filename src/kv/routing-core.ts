@@ -15,7 +15,7 @@ import { cohortEligibility, contractDigest, parseWorkerContract, type CohortResu
 import { type RelayDump, type RelayEvents, type RelayHello, type WorkerStatus } from "./relay-protocol.ts";
 import { PoolRecorder, RECENT_KEPT } from "../metrics/pool-recorder.ts";
 import { cohortOf, type IndexCounters, type PoolMetricsSnapshot } from "../metrics/pool-snapshot.ts";
-import { LagWindow, replicaReceiptId, type LoadOp, type LoadSyncStats } from "./load-replica.ts";
+import { LagWindow, replicaReceiptId, Tombstones, type LoadOp, type LoadSyncStats } from "./load-replica.ts";
 
 export interface WorkerRecord {
   workerId: string;
@@ -147,6 +147,7 @@ export class RoutingCore {
   #loadOutbox: LoadOp[] = [];
   readonly #loadSync = { opsSent: 0, batchesSent: 0, sendFailures: 0, opsReceived: 0, opsApplied: 0, opsSkipped: 0 };
   readonly #loadLag = new LagWindow();
+  readonly #releasedBeforeAdd = new Tombstones(60_000, 10_000);
 
   constructor(opts: RoutingCoreOptions) {
     this.#blockSize = opts.blockSize;
@@ -460,7 +461,7 @@ export class RoutingCore {
       if (op.op === "add") {
         const w = this.#workers.get(op.workerId);
         // A worker that is down has no load to carry; one this shard has not met yet is skipped.
-        if (w && w.status !== "down" && !this.load.get(id)) {
+        if (w && w.status !== "down" && !this.load.get(id) && !this.#releasedBeforeAdd.take(id)) {
           this.load.add({ receiptId: id, slot: w.slot, prefillTokens: op.prefillTokens, decodeBlocks: op.decodeBlocks, chainKeys: op.chainKeys, startedAt: now, prefillDone: false });
           ok = true;
         }
@@ -472,6 +473,8 @@ export class RoutingCore {
         }
       } else {
         ok = this.load.release(id) !== undefined;
+        // A release that overtook its add (or follows a skipped one) must not let the add in later.
+        if (!ok) this.#releasedBeforeAdd.add(id, now);
       }
       if (ok) applied++;
       this.#loadLag.record(now - op.at);
