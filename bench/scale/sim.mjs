@@ -66,7 +66,7 @@ export function regionOfWorker(w, workers) {
 }
 
 export function runScale(trace, opts) {
-  const { workers, layout, shards = 1, syncMs = 20, capacityTokens, lagMs = 10, seed = 7, onProgress = () => {} } = opts;
+  const { workers, layout, shards = 1, syncMs = 20, rpcMs = 1, capacityTokens, lagMs = 10, seed = 7, onProgress = () => {} } = opts;
   const timing = opts.timing ?? TIMING_PRESETS["h100-8b"];
   const nCores = layout === "replicated" ? shards : 1;
   let now = 0;
@@ -79,6 +79,8 @@ export function runScale(trace, opts) {
         random: rng(seed + 1000 * k),
         now: () => now,
         regions: SCALE_REGIONS,
+        // The shard objects' own replication code (src/kv/load-replica.ts), as the Durable Object runs it.
+        replicateLoad: layout === "replicated" && shards > 1,
         ...(layout === "central" && shards > 1 ? { index: new ShardedIndex(shards) } : {}),
       }),
   );
@@ -138,20 +140,28 @@ export function runScale(trace, opts) {
         timed(k, busy.events, () => cores[k].applyEvents(item.st.id, { type: "events", epoch: 1, seq: relaySeq++, events: perShard[k] }));
       }
     }
-    for (const op of sync.due(now)) {
+    for (const batch of sync.due(now)) {
       for (let k = 0; k < nCores; k++) {
-        if (k === op.from) continue;
-        const load = cores[k].load;
-        timed(k, busy.sync, () => {
-          if (op.kind === "add") load.add({ receiptId: op.id, slot: op.slot, prefillTokens: op.prefill, decodeBlocks: op.decode, startedAt: op.startedAt, prefillDone: false });
-          else if (op.kind === "done") load.markPrefillDone(op.id);
-          else load.release(op.id);
-        });
+        if (k === batch.from) continue;
+        timed(k, busy.sync, () => cores[k].applyRemoteLoad(batch.from, batch.ops));
       }
     }
   };
-  const share = (k, kind, receiptId, extra = {}) => {
-    if (nCores > 1) sync.push({ at: now + syncMs, from: k, kind, id: `${k}/${receiptId}`, ...extra });
+  // As durable-objects/routing-index.ts: a shard sends its queued load changes loadSyncMs after the
+  // first one, or at once when it settles a request (release before reply); delivery takes rpcMs.
+  const flushAt = new Float64Array(nCores).fill(-1);
+  const flush = (k) => {
+    flushAt[k] = -1;
+    const ops = cores[k].takeLoadOps();
+    if (ops.length > 0) sync.push({ at: now + rpcMs, from: k, ops });
+  };
+  const share = (k, immediate) => {
+    if (nCores === 1) return;
+    if (immediate) return flush(k);
+    if (flushAt[k] < 0 && cores[k].pendingLoadOps > 0) {
+      flushAt[k] = now + syncMs;
+      events.push({ t: flushAt[k], seq: seq++, type: "flush", k });
+    }
   };
 
   const events = new Heap();
@@ -182,8 +192,7 @@ export function runScale(trace, opts) {
       decisions[req.id] = w;
       overlapTokens += Math.min(req.tokens.length, d.overlapBlocks * PAGE);
       if (regionOfWorker(w, workers) !== req.region) crossRegion++;
-      const a = core.load.get(d.receiptId);
-      share(k, "add", d.receiptId, { slot: a.slot, prefill: a.prefillTokens, decode: a.decodeBlocks, startedAt: now });
+      share(k, false);
       const st = W[w];
       const ids = req.tokens;
       const { match, need, prefilledAt } = admit(st, req, now, capacityTokens, timing);
@@ -196,13 +205,15 @@ export function runScale(trace, opts) {
       const { r, st, req } = ev;
       const finishAt = prefilled(st, r, req, now, PAGE, timing);
       timed(r.k, busy.route, () => cores[r.k].markPrefillDone(r.receipt));
-      share(r.k, "done", r.receipt);
+      share(r.k, false);
       events.push({ t: finishAt, seq: seq++, type: "finish", r, st, req });
+    } else if (ev.type === "flush") {
+      if (flushAt[ev.k] === ev.t) flush(ev.k);
     } else {
       const { r, st, req } = ev;
       finished(st, r, req);
       timed(r.k, busy.route, () => cores[r.k].settle({ receiptId: r.receipt, promptTokens: req.tokens.length, cachedTokens: r.cached, outcome: "ok" }));
-      share(r.k, "release", r.receipt);
+      share(r.k, true);
     }
   }
   const shardBusy = Array.from({ length: nCores }, (_, k) => busy.route[k] + busy.events[k] + busy.sync[k]);
