@@ -354,8 +354,9 @@ async function proxyOnce(
     model: req.model,
     n: req.n,
     includeUsage: req.stream_options?.include_usage === true,
+    holdEndUntilFinished: releaseBeforeReply,
     onFinish: (o) =>
-      void settle({
+      settle({
         promptTokens: o.usage?.prompt_tokens ?? null,
         cachedTokens: o.usage?.cached_tokens ?? null,
         outcome: o.status === "completed" ? "ok" : "error",

@@ -38,7 +38,12 @@ export interface ChatStreamOptions {
   /** Called once when the upstream side ends, if any frame carried counts (also after errors). */
   onUsage?: (usage: UsageSummary) => void;
   /** Called once when the translation ends (completed, upstream error, or client cancel). */
-  onFinish?: (outcome: StreamOutcome) => void;
+  onFinish?: (outcome: StreamOutcome) => unknown;
+  /**
+   * Hold the last frames (usage chunk, `[DONE]`) until the promise onFinish returned settles, so a
+   * client never observes the end before what onFinish does (a sharded pool's load release).
+   */
+  holdEndUntilFinished?: boolean;
 }
 
 export type StreamStatus = "completed" | "upstream_error" | "client_cancelled";
@@ -268,12 +273,14 @@ export interface ChatStreamTranslator {
   readonly done: Promise<StreamOutcome>;
 }
 
-function safeCall<T>(fn: ((v: T) => void) | undefined, v: T): void {
-  if (fn === undefined) return;
+function safeCall<T>(fn: ((v: T) => unknown) | undefined, v: T): Promise<unknown> | null {
+  if (fn === undefined) return null;
   try {
-    fn(v);
+    const r = fn(v);
+    return r instanceof Promise ? r.catch(() => undefined) : null;
   } catch {
     // a callback bug must not break the client stream
+    return null;
   }
 }
 
@@ -293,6 +300,8 @@ export function createChatStreamTranslator(opts: ChatStreamOptions): ChatStreamT
   let readableClosed = false;
   let firstByteSent = false;
   let finished = false;
+  /** The end frames wait for onFinish's promise (holdEndUntilFinished). */
+  let endHeld = false;
 
   let resolveReady!: (v: KvedgeError | null) => void;
   const ready = new Promise<KvedgeError | null>((r) => (resolveReady = r));
@@ -304,7 +313,14 @@ export function createChatStreamTranslator(opts: ChatStreamOptions): ChatStreamT
     finished = true;
     const outcome = core.outcome(status);
     if (outcome.usage !== null) safeCall(opts.onUsage, outcome.usage);
-    safeCall(opts.onFinish, outcome);
+    const finishing = safeCall(opts.onFinish, outcome);
+    if (finishing && opts.holdEndUntilFinished && status !== "client_cancelled") {
+      endHeld = true;
+      void finishing.then(() => {
+        endHeld = false;
+        deliver();
+      });
+    }
     resolveReady(core.sawData ? null : outcome.error);
     resolveDone(outcome);
   }
@@ -317,7 +333,7 @@ export function createChatStreamTranslator(opts: ChatStreamOptions): ChatStreamT
 
   /** Hands everything pending to a waiting reader; closes when the core is done. */
   function deliver(): void {
-    if (readableClosed || waitingPull === null) return;
+    if (readableClosed || waitingPull === null || endHeld) return;
     if (pending.length > 0) {
       const text = pending.join("");
       pending.length = 0;

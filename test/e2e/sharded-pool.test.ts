@@ -27,17 +27,28 @@ interface Sent {
   cachedTokens: number;
 }
 
-async function ask(text: string): Promise<Sent> {
-  const body = JSON.stringify({ model: fleet.model, messages: [{ role: "user", content: text }], max_tokens: 4 });
+/** One chat request through the edge; streamed ones read usage from the final chunk. */
+async function ask(text: string, stream = false): Promise<Sent> {
+  const body = JSON.stringify({ model: fleet.model, messages: [{ role: "user", content: text }], max_tokens: 4, stream, ...(stream ? { stream_options: { include_usage: true } } : {}) });
   const r = await fetch(`${fleet.edgeUrl}/v1/chat/completions`, { method: "POST", headers: { "content-type": "application/json" }, body });
-  const json = (await r.json()) as { usage?: { prompt_tokens: number; prompt_tokens_details?: { cached_tokens?: number } } };
-  expect(r.status, JSON.stringify(json)).toBe(200);
+  const raw = await r.text();
+  expect(r.status, raw).toBe(200);
+  type Usage = { prompt_tokens: number; prompt_tokens_details?: { cached_tokens?: number } };
+  let usage: Usage | undefined;
+  if (stream) {
+    expect(raw).toContain("data: [DONE]");
+    for (const line of raw.split("\n")) {
+      if (!line.startsWith("data: {")) continue;
+      const chunk = JSON.parse(line.slice(6)) as { usage?: Usage | null };
+      if (chunk.usage) usage = chunk.usage;
+    }
+  } else usage = (JSON.parse(raw) as { usage?: Usage }).usage;
   return {
     overlap: `${r.headers.get("x-kvedge-overlap-blocks")}/${r.headers.get("x-kvedge-total-blocks")}`,
     worker: r.headers.get("x-kvedge-worker") ?? "?",
     shard: Number(r.headers.get("x-kvedge-shard") ?? "0"),
-    promptTokens: json.usage!.prompt_tokens,
-    cachedTokens: json.usage!.prompt_tokens_details?.cached_tokens ?? 0,
+    promptTokens: usage!.prompt_tokens,
+    cachedTokens: usage!.prompt_tokens_details?.cached_tokens ?? 0,
   };
 }
 
@@ -55,8 +66,9 @@ describe("sharded pool (3 shard objects)", () => {
     const first: Sent[] = [];
     for (const p of prompts) first.push(await ask(p));
     const repeats: { first: Sent; again: Sent }[] = [];
+    // Round 2 streams: its end, too, waits until the release reached every shard.
     for (let round = 0; round < 2; round++)
-      for (let i = prompts.length - 1; i >= 0; i--) repeats.push({ first: first[i]!, again: await ask(prompts[i]!) });
+      for (let i = prompts.length - 1; i >= 0; i--) repeats.push({ first: first[i]!, again: await ask(prompts[i]!, round === 1) });
 
     const shardsUsed = new Set(first.map((s) => s.shard));
     expect(shardsUsed.size, `shards used: ${[...shardsUsed].join(",")}`).toBeGreaterThanOrEqual(2);

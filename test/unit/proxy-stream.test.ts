@@ -282,6 +282,33 @@ describe("stream translator (streams)", () => {
     expect(await t.done).toBe(outcomes[0]);
   });
 
+  it("holdEndUntilFinished: [DONE] reaches the client only after onFinish's promise settles", async () => {
+    let release!: () => void;
+    const gate = new Promise<void>((r) => (release = r));
+    let settledAt = -1;
+    const t = createChatStreamTranslator({ ...OPTS, includeUsage: true, holdEndUntilFinished: true, onFinish: () => gate.then(() => (settledAt = Date.now())) });
+    void sourceOf([enc.encode(UPSTREAM)]).stream.pipeTo(t.writable).catch(() => undefined);
+    const reader = t.readable.getReader();
+    let text = "";
+    const reading = (async () => {
+      for (;;) {
+        const r = await reader.read();
+        if (r.done) return;
+        text += dec.decode(r.value);
+      }
+    })();
+    await new Promise((r) => setTimeout(r, 30));
+    expect(text).not.toContain("[DONE]"); // held while the finish promise is pending
+    release();
+    await reading;
+    expect(settledAt).toBeGreaterThan(0);
+    expect(text).toBe(EXPECTED);
+    // Without the option the same stream ends without waiting.
+    const free = createChatStreamTranslator({ ...OPTS, includeUsage: true, onFinish: () => new Promise<void>(() => undefined) });
+    void sourceOf([enc.encode(UPSTREAM)]).stream.pipeTo(free.writable).catch(() => undefined);
+    expect(await readAll(free.readable)).toBe(EXPECTED);
+  });
+
   it("resolves ready with the error when the upstream fails before any output", async () => {
     const t = createChatStreamTranslator(OPTS);
     const src = sourceOf([enc.encode(frame({ error: { message: "context too long", code: 400 } }) + DONE)]);
