@@ -140,7 +140,8 @@ export function formatWorkers(model, workers) {
         w.workerId,
         w.status,
         w.synced ? "yes" : "no",
-        w.blocks,
+        // Sharded pools: the split over the shard objects too.
+        Array.isArray(w.blocksPerShard) ? `${w.blocks} (${w.blocksPerShard.join("/")})` : w.blocks,
         w.activeRequests,
         w.activePrefillTokens,
         w.activeDecodeBlocks,

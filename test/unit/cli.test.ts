@@ -91,3 +91,14 @@ describe("kvedge CLI: explain rendering", () => {
     expect(renderTokens([{ id: 1, text: 'a"\t' }])).toBe('a\\"\\t');
   });
 });
+
+describe("kvedge CLI: workers rendering", () => {
+  it("shows a sharded pool's per-shard block split, and plain counts otherwise", () => {
+    const { formatWorkers } = cli as Record<string, any>;
+    const base = { workerId: "w1", status: "up", synced: true, activeRequests: 0, activePrefillTokens: 0, activeDecodeBlocks: 0, kvEvents: true, contractDigest: null, url: "http://w1" };
+    expect(formatWorkers("m", [{ ...base, blocks: 315, blocksPerShard: [90, 135, 90] }])).toContain("315 (90/135/90)");
+    const plain = formatWorkers("m", [{ ...base, blocks: 12 }]);
+    expect(plain).toMatch(/yes\s+12\s+0/);
+    expect(plain).not.toContain("(");
+  });
+});
