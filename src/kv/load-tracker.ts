@@ -22,6 +22,9 @@ export interface ActiveRequest {
   prefillDone: boolean;
 }
 
+const hashSlot = new BigUint64Array(1);
+const hashWords = new Uint32Array(hashSlot.buffer);
+
 /**
  * Position-aware 53-bit keys for a chain of local block hashes: key_i mixes key_{i-1} with block
  * i's hash. Collisions only blur a load estimate, never a routing decision on cache contents.
@@ -31,9 +34,10 @@ export function chainKeysOf(localHashes: readonly bigint[] | BigUint64Array): nu
   let a = 0x9e3779b9 | 0;
   let b = 0x85ebca6b | 0;
   for (let i = 0; i < localHashes.length; i++) {
-    const h = localHashes[i]!;
-    const lo = Number(h & 0xffffffffn) | 0;
-    const hi = Number(h >> 32n) | 0;
+    // The two 32-bit words through a typed-array view: no BigInt arithmetic per block.
+    hashSlot[0] = localHashes[i]!;
+    const lo = hashWords[0]! | 0;
+    const hi = hashWords[1]! | 0;
     a = Math.imul(a ^ lo, 0x01000193) ^ Math.imul(b, 0x5bd1e995);
     b = Math.imul(b ^ hi, 0x27d4eb2d) ^ (a >>> 15);
     out[i] = (a >>> 0) * 0x200000 + ((b >>> 0) & 0x1fffff);
@@ -41,11 +45,22 @@ export function chainKeysOf(localHashes: readonly bigint[] | BigUint64Array): nu
   return out;
 }
 
+/**
+ * Who holds a shared block key: most keys are held by one worker, so that case is a plain number
+ * (slot × HOLDER_SPAN + count) instead of a Map per key (a 32k-token request has ~2 000 keys).
+ */
+type Holders = number | Map<number, number>;
+const HOLDER_SPAN = 2 ** 21;
+
+function holds(h: Holders, slot: number): boolean {
+  return typeof h === "number" ? Math.floor(h / HOLDER_SPAN) === slot : h.has(slot);
+}
+
 export class LoadTracker {
   readonly #active = new Map<string, ActiveRequest>();
   #prefill: number[] = [];
   /** Shared block key → (slot → number of active requests on that worker holding it). */
-  readonly #keys = new Map<number, Map<number, number>>();
+  readonly #keys = new Map<number, Holders>();
   /** Per slot: distinct shared keys held. */
   #unique: number[] = [];
   /** Per slot: blocks not covered by chain keys (partial tails, unhashed parts). */
@@ -62,13 +77,26 @@ export class LoadTracker {
     this.#active.set(r.receiptId, r);
     this.#prefill[r.slot] = (this.#prefill[r.slot] ?? 0) + r.prefillTokens;
     const keys = r.chainKeys ?? [];
+    let added = 0;
     for (const k of keys) {
-      let bySlot = this.#keys.get(k);
-      if (!bySlot) this.#keys.set(k, (bySlot = new Map()));
-      const c = bySlot.get(r.slot) ?? 0;
-      if (c === 0) this.#unique[r.slot] = (this.#unique[r.slot] ?? 0) + 1;
-      bySlot.set(r.slot, c + 1);
+      const h = this.#keys.get(k);
+      if (h === undefined) {
+        this.#keys.set(k, r.slot * HOLDER_SPAN + 1);
+        added++;
+      } else if (typeof h === "number") {
+        const holder = Math.floor(h / HOLDER_SPAN);
+        if (holder === r.slot) this.#keys.set(k, h + 1);
+        else {
+          this.#keys.set(k, new Map([[holder, h % HOLDER_SPAN], [r.slot, 1]]));
+          added++;
+        }
+      } else {
+        const c = h.get(r.slot) ?? 0;
+        if (c === 0) added++;
+        h.set(r.slot, c + 1);
+      }
     }
+    this.#unique[r.slot] = (this.#unique[r.slot] ?? 0) + added;
     this.#private[r.slot] = (this.#private[r.slot] ?? 0) + Math.max(0, r.decodeBlocks - keys.length);
     this.#count[r.slot] = (this.#count[r.slot] ?? 0) + 1;
   }
@@ -86,17 +114,30 @@ export class LoadTracker {
     this.#active.delete(receiptId);
     if (!r.prefillDone) this.#prefill[r.slot] = (this.#prefill[r.slot] ?? 0) - r.prefillTokens;
     const keys = r.chainKeys ?? [];
+    let removed = 0;
     for (const k of keys) {
-      const bySlot = this.#keys.get(k);
-      if (!bySlot) continue;
-      const c = (bySlot.get(r.slot) ?? 0) - 1;
-      if (c > 0) {
-        bySlot.set(r.slot, c);
+      const h = this.#keys.get(k);
+      if (h === undefined) continue;
+      if (typeof h === "number") {
+        if (Math.floor(h / HOLDER_SPAN) !== r.slot) continue;
+        if (h % HOLDER_SPAN > 1) this.#keys.set(k, h - 1);
+        else {
+          this.#keys.delete(k);
+          removed++;
+        }
         continue;
       }
-      if (bySlot.delete(r.slot)) this.#unique[r.slot] = (this.#unique[r.slot] ?? 0) - 1;
-      if (bySlot.size === 0) this.#keys.delete(k);
+      const c = (h.get(r.slot) ?? 0) - 1;
+      if (c > 0) {
+        h.set(r.slot, c);
+        continue;
+      }
+      if (h.delete(r.slot)) removed++;
+      if (h.size === 1) {
+        for (const [holder, count] of h) this.#keys.set(k, holder * HOLDER_SPAN + count);
+      } else if (h.size === 0) this.#keys.delete(k);
     }
+    this.#unique[r.slot] = (this.#unique[r.slot] ?? 0) - removed;
     this.#private[r.slot] = (this.#private[r.slot] ?? 0) - Math.max(0, r.decodeBlocks - keys.length);
     this.#count[r.slot] = (this.#count[r.slot] ?? 0) - 1;
     return r;
@@ -135,15 +176,15 @@ export class LoadTracker {
   sharedPrefixes(chainKeys: readonly number[]): Map<number, number> {
     const out = new Map<number, number>();
     const first = chainKeys.length > 0 ? this.#keys.get(chainKeys[0]!) : undefined;
-    if (!first) return out;
-    let alive = [...first.keys()];
+    if (first === undefined) return out;
+    let alive = typeof first === "number" ? [Math.floor(first / HOLDER_SPAN)] : [...first.keys()];
     let depth = 1;
     for (; depth < chainKeys.length && alive.length > 0; depth++) {
-      const bySlot = this.#keys.get(chainKeys[depth]!);
-      if (!bySlot) break;
+      const h = this.#keys.get(chainKeys[depth]!);
+      if (h === undefined) break;
       const next: number[] = [];
       for (const s of alive) {
-        if (bySlot.has(s)) next.push(s);
+        if (holds(h, s)) next.push(s);
         else out.set(s, depth);
       }
       alive = next;

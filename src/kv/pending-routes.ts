@@ -30,11 +30,29 @@ export class PendingRoutes {
     const chain: PendingChain = { slot, hashes, expiresAt: now + this.ttlMs };
     const first = hashes[0]!;
     const bucket = this.#byFirst.get(first);
-    if (bucket) bucket.push(chain);
+    if (bucket) {
+      // A live chain of this worker that the new one repeats or extends adds nothing: drop it, so
+      // repeats and the turns of one chat keep a bucket short instead of growing it per request.
+      for (let i = bucket.length - 1; i >= 0; i--) {
+        const c = bucket[i]!;
+        if (c.slot === slot && c.hashes.length <= hashes.length && isPrefix(c.hashes, hashes)) this.#forget(c);
+      }
+    }
+    // (#forget removes a bucket it empties, so look it up again.)
+    const live = this.#byFirst.get(first);
+    if (live) live.push(chain);
     else this.#byFirst.set(first, [chain]);
     const order = (this.#order[slot] ??= []);
     order.push(chain);
     while (order.length > this.maxPerWorker || (order.length > 0 && order[0]!.expiresAt <= now)) this.#drop(order.shift()!);
+  }
+
+  /** Drops a chain from its bucket and from its worker's order list. */
+  #forget(c: PendingChain): void {
+    this.#drop(c);
+    const order = this.#order[c.slot];
+    const i = order ? order.indexOf(c) : -1;
+    if (i >= 0) order!.splice(i, 1);
   }
 
   #drop(c: PendingChain): void {
@@ -55,9 +73,11 @@ export class PendingRoutes {
     for (const c of bucket) {
       if (c.expiresAt <= now) continue;
       const n = Math.min(c.hashes.length, hashes.length);
-      let k = 0;
+      const best = out.get(c.slot) ?? 0;
+      if (n <= best) continue; // this chain cannot beat what the worker already has
+      let k = 1; // the bucket shares the first block
       while (k < n && c.hashes[k] === hashes[k]) k++;
-      if (k > (out.get(c.slot) ?? 0)) out.set(c.slot, k);
+      if (k > best) out.set(c.slot, k);
     }
     return out;
   }
@@ -67,8 +87,20 @@ export class PendingRoutes {
     return this.overlaps(hashes, now).get(slot) ?? 0;
   }
 
+  /** Chains held (live or not yet dropped). */
+  get size(): number {
+    let n = 0;
+    for (const order of this.#order) n += order?.length ?? 0;
+    return n;
+  }
+
   clear(slot: number): void {
     for (const c of this.#order[slot] ?? []) this.#drop(c);
     this.#order[slot] = undefined;
   }
+}
+
+function isPrefix(a: readonly bigint[], b: readonly bigint[]): boolean {
+  for (let i = 0; i < a.length; i++) if (a[i] !== b[i]) return false;
+  return true;
 }
