@@ -100,6 +100,7 @@ export class RoutingIndex extends DurableObject<RoutingIndexEnv> {
       temperature: routing.temperature,
       decodeWeight: routing.decodeWeight,
       regions: regionsOrNull(env.KVEDGE_REGIONS),
+      cost: routing.cost,
       replicateLoad: this.#shards > 1,
     });
     ctx.blockConcurrencyWhile(async () => {

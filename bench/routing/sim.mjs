@@ -45,17 +45,20 @@ function fnv(s) {
   return h;
 }
 
-// kvedge = the shipped default cost (decode weight 1); kvedge-prefill = the same router with
-// KVEDGE_ROUTING.decodeWeight = 0 (prefill/overlap only).
-export const POLICIES = ["kvedge", "kvedge-prefill", "text-prefix", "url-keyed", "least-loaded", "round-robin", "index+ttft", "oracle"];
+// kvedge = the shipped default (cost "ttft": estimated time to first token from the router's own
+// load view); kvedge-blocks = the same router with KVEDGE_ROUTING.cost "blocks" (Dynamo's cost).
+export const POLICIES = ["kvedge", "kvedge-blocks", "text-prefix", "url-keyed", "least-loaded", "round-robin", "index+ttft", "oracle"];
 
 export function simulate(trace, { policy, workers, capacityTokens, timing = TIMING_PRESETS["h100-8b"], lagMs = 10, seed = 7 }) {
   const random = rng(seed);
   let now = 0;
   let seq = 0;
   const events = new Heap();
-  const usesCore = policy === "kvedge" || policy === "kvedge-prefill" || policy === "text-prefix" || policy === "index+ttft";
-  const core = usesCore ? new RoutingCore({ blockSize: PAGE, random, now: () => now, decodeWeight: policy === "kvedge-prefill" ? 0 : 1 }) : null;
+  const usesCore = policy === "kvedge" || policy === "kvedge-blocks" || policy === "text-prefix" || policy === "index+ttft";
+  // kvedge as deployed by default (cost "ttft", workers reporting no prefill rate); kvedge-blocks:
+  // Dynamo's block cost with decode weight 1 (the previous default, KVEDGE_ROUTING.cost "blocks").
+  const cost = policy === "kvedge-blocks" ? "blocks" : "ttft";
+  const core = usesCore ? new RoutingCore({ blockSize: PAGE, random, now: () => now, cost }) : null;
   const W = [];
   for (let w = 0; w < workers; w++) {
     const id = `w${w + 1}`;

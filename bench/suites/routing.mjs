@@ -84,7 +84,7 @@ export default {
     const oracleHit = rows.oracle.hitRate;
     const atMomentRatio = kv.hitRate / kv.bestAvailableHitRate;
     const ratio = kv.hitRate / oracleHit;
-    const others = POLICIES.filter((p) => p !== "kvedge" && p !== "kvedge-prefill" && p !== "oracle" && p !== "index+ttft");
+    const others = POLICIES.filter((p) => p !== "kvedge" && p !== "kvedge-blocks" && p !== "oracle" && p !== "index+ttft");
     const bestOther = Math.min(...others.map((p) => rows[p].ttftP50));
     const bestOtherP99 = Math.min(...others.map((p) => rows[p].ttftP99));
     const summary = POLICIES.map((p) => ({
@@ -101,13 +101,13 @@ export default {
       goal: "≥ 0.97",
       pass: ratio >= 0.97,
     });
-    const kp = rows["kvedge-prefill"];
+    const kb = rows["kvedge-blocks"];
     summary.push({
-      metric: "kvedge (decodeWeight 0) hit rate ÷ oracle policy",
-      value: `${(kp.hitRate / oracleHit).toFixed(3)} (${(100 * kp.hitRate).toFixed(1)} / ${(100 * oracleHit).toFixed(1)} %)`,
+      metric: "kvedge with cost \"blocks\" (Dynamo's, decode weight 1) hit rate ÷ oracle policy",
+      value: `${(kb.hitRate / oracleHit).toFixed(3)} (${(100 * kb.hitRate).toFixed(1)} / ${(100 * oracleHit).toFixed(1)} %)`,
       unit: "",
-      goal: "≥ 0.97",
-      pass: kp.hitRate / oracleHit >= 0.97,
+      goal: "",
+      pass: null,
     });
     summary.push({
       metric: "kvedge hit rate ÷ best cached prefix on any worker at each arrival",

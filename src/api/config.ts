@@ -24,9 +24,15 @@ export const DEFAULT_MODELS: ModelConfig[] = [
 ];
 
 export const RoutingConfigSchema = z.object({
+  /**
+   * Worker cost: "ttft" = estimated time to first token (queued + uncached prefill at the worker's
+   * prefill rate, decode interference, and round trip when KVEDGE_REGIONS is set; src/kv/regions.ts);
+   * "blocks" = Dynamo's block count (uncached + queued prefill blocks + decodeWeight × decode blocks).
+   */
+  cost: z.enum(["ttft", "blocks"]).default("ttft"),
   /** Softmax temperature for selection; 0 = argmin with random tie-break. */
   temperature: z.number().min(0).max(10).default(0),
-  /** Weight of decode load (active + new KV blocks) against prefill/overlap in the cost; 1 = Dynamo's. */
+  /** cost "blocks": weight of decode load (active + new KV blocks) against prefill/overlap; 1 = Dynamo's. */
   decodeWeight: z.number().min(0).max(10).default(1),
   /** Attempts across workers when a worker refuses the connection before any byte. */
   maxAttempts: z.number().int().min(1).max(8).default(3),

@@ -6,7 +6,10 @@
 import { RadixIndex } from "./radix-index.ts";
 import { ApproxIndex, type ApproxConfig } from "./approx-index.ts";
 import type { BlockIndex } from "./shard.ts";
-import { resolveEdgeRegion, scoreCandidatesByTtft, type RegionsConfig } from "./regions.ts";
+import { RegionsConfigSchema, resolveEdgeRegion, scoreCandidatesByTtft, type RegionsConfig } from "./regions.ts";
+
+/** The one region of TTFT scoring without a region table (cost "ttft"). */
+const LOCAL_REGION = "local";
 import { LoadTracker, chainKeysOf } from "./load-tracker.ts";
 import { PendingRoutes } from "./pending-routes.ts";
 import { ReceiptBook, type Receipt } from "./receipts.ts";
@@ -105,6 +108,11 @@ export interface RoutingCoreOptions {
   approx?: Partial<ApproxConfig>;
   /** RTT table and defaults for region-aware selection (src/kv/regions.ts); null = off. */
   regions?: RegionsConfig | null;
+  /**
+   * "ttft": without a usable region (no config, or the edge's region unknown) still score by
+   * estimated TTFT, with no round trip; "blocks" (default here): Dynamo's block cost then.
+   */
+  cost?: "ttft" | "blocks";
   /** One shard of a sharded pool: queue this core's load changes for the other shards (load-replica.ts). */
   replicateLoad?: boolean;
 }
@@ -143,6 +151,8 @@ export class RoutingCore {
   readonly #random: () => number;
   readonly #now: () => number;
   readonly #regions: RegionsConfig | null;
+  /** TTFT scoring when no region applies (cost "ttft"); null = block cost then. */
+  readonly #localTtft: RegionsConfig | null;
   readonly #replicateLoad: boolean;
   #loadOutbox: LoadOp[] = [];
   readonly #loadSync = { opsSent: 0, batchesSent: 0, sendFailures: 0, opsReceived: 0, opsApplied: 0, opsSkipped: 0 };
@@ -154,6 +164,7 @@ export class RoutingCore {
     this.index = opts.index ?? new RadixIndex();
     this.approx = new ApproxIndex(opts.approx);
     this.#regions = opts.regions ?? null;
+    this.#localTtft = opts.cost === "ttft" ? { ...(opts.regions ?? RegionsConfigSchema.parse({})), self: LOCAL_REGION, rttMs: {}, defaultRttMs: 0 } : null;
     this.load = new LoadTracker(opts.staleMs ?? 300_000);
     this.#temperature = opts.temperature ?? 0;
     this.#decodeWeight = opts.decodeWeight ?? 1;
@@ -589,6 +600,11 @@ export class RoutingCore {
     if (this.#regions && edgeRegion) {
       const placements = live.map((w) => ({ region: w.region ?? null, prefillTokensPerSec: w.prefillTokensPerSec ?? null }));
       return scoreCandidatesByTtft({ candidates, placements, isl: req.isl, blockSize, edgeRegion, config: this.#regions });
+    }
+    if (this.#localTtft) {
+      // Every worker as if next door: queue + uncached prefill + decode interference.
+      const placements = live.map((w) => ({ region: LOCAL_REGION, prefillTokensPerSec: w.prefillTokensPerSec ?? null }));
+      return scoreCandidatesByTtft({ candidates, placements, isl: req.isl, blockSize, edgeRegion: LOCAL_REGION, config: this.#localTtft });
     }
     return scoreCandidates({ candidates, isl: req.isl, blockSize, decodeWeight: this.#decodeWeight });
   }

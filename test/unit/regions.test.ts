@@ -145,3 +145,39 @@ describe("region-aware selection (edge in eu; RTT eu 2 ms, us 80 ms, ap 160 ms; 
     expect(costOf(d, "ap-1")).toBe(219);
   });
 });
+
+describe("cost \"ttft\" without regions (the deployed default): estimated TTFT with no round trip", () => {
+  function local(cost: "ttft" | "blocks") {
+    const core = new RoutingCore({ blockSize: B, random: () => 0.99, cost });
+    for (const [id, rate] of [["a", 10_000], ["b", 10_000], ["slow", 2_500]] as const) {
+      const hello = RelayHelloSchema.parse({ type: "hello", workerId: id, url: `http://${id}`, blockSize: B, epoch: 1, modelName: "m", prefillTokensPerSec: rate });
+      expect(core.hello(hello, id).ok).toBe(true);
+      core.applyDump(id, { type: "dump", epoch: 1, seq: -1, blocks: [] });
+    }
+    return core;
+  }
+
+  it("costs are milliseconds of queued + uncached prefill at each worker's rate, plus decode interference", () => {
+    const core = local("ttft");
+    const h = localBlockHashes(tokens(2000), B); // 125 blocks
+    cache(core, "b", h.slice(0, 100));
+    const d = core.peek({ localHashes: h, isl: 2000 });
+    // a: 2000 tokens at 10k/s = 200 ms + 125 blocks × 0.01; b: 400 uncached → 40 ms + 1.25; slow: 800 ms + 1.25.
+    expect(costOf(d, "a")).toBeCloseTo(201.25, 6);
+    expect(costOf(d, "b")).toBeCloseTo(41.25, 6);
+    expect(costOf(d, "slow")).toBeCloseTo(801.25, 6);
+    expect(d.workerId).toBe("b");
+  });
+
+  it("a cached prefix wins until the worker's queue costs more than the prefill it saves", () => {
+    const h = localBlockHashes(tokens(2000), B);
+    for (const [queued, expected] of [[1000, "b"], [2500, "a"]] as const) {
+      const core = local("ttft");
+      cache(core, "b", h.slice(0, 100)); // saves 1 600 tokens = 160 ms on b
+      const busy = localBlockHashes(tokens(queued, 90_000), B);
+      expect(core.route({ localHashes: busy, isl: queued, exclude: ["a", "slow"] })!.workerId).toBe("b");
+      // queue 100 ms < 160 ms saved → stay on b; 250 ms > 160 ms → a.
+      expect(core.peek({ localHashes: h, isl: 2000 }).workerId).toBe(expected);
+    }
+  });
+});
