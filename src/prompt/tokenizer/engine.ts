@@ -1,13 +1,18 @@
 /**
  * Ordinary-text encoder shared by every model family: NFC → Qwen2 pre-tokenizer → byte-level BPE.
  * Added tokens are split off before this (tokenizer.ts). Holds the per-piece and per-segment caches.
+ * Text holding a Unicode-skew code point takes the patched slow path (skew.ts).
  */
 import { bpe } from "./bpe.ts";
 import { qwenPieceRegex } from "./pretokenize.ts";
 import { SegmentCache, type SegmentCacheStats } from "./segment-cache.ts";
+import { exactPieces, hasSkew, referenceNfc, skewCodePoints, type CodePointSet } from "./skew.ts";
 import { lookupBytes, NO_TOKEN, type Vocab } from "./vocab.ts";
 
-/** Every code point NFC can change is >= U+0300, so text below that skips normalize(). */
+/**
+ * Every code point NFC can change is >= U+0300, and so is every skew code point (the generator
+ * checks), so text below that skips normalize() and the skew checks.
+ */
 const MAY_NEED_NFC = /[\u0300-\uffff]/;
 
 export interface EngineOptions {
@@ -33,6 +38,9 @@ export class BpeEngine {
   private readonly pieceCacheEntries: number;
   private buf = new Uint8Array(1024);
   private readonly scratch: number[] = [];
+  private readonly skew: CodePointSet = skewCodePoints();
+  /** Set by utf8() when a piece holds a skew code point. */
+  private sawSkew = false;
 
   constructor(vocab: Vocab, options: EngineOptions) {
     this.vocab = vocab;
@@ -55,7 +63,28 @@ export class BpeEngine {
 
   /** Encodes without consulting or filling the segment cache (benchmarks, tests). */
   encodeUncached(segment: string, out: number[]): void {
-    const text = MAY_NEED_NFC.test(segment) ? segment.normalize("NFC") : segment;
+    if (!MAY_NEED_NFC.test(segment)) {
+      this.encodeFast(segment, out);
+      return;
+    }
+    const text = segment.normalize("NFC");
+    // Skew is looked for in the pieces as they are UTF-8 encoded (nearly free). That is only the
+    // input's skew when NFC changed nothing; otherwise the input is scanned first, so a runtime
+    // that normalizes a skew code point away cannot hide it.
+    const start = out.length;
+    if ((text === segment || !hasSkew(segment)) && this.encodeFast(text, out)) return;
+    out.length = start;
+    this.encodeSkewed(segment, out);
+  }
+
+  /** The slow path: the reference's NFC and exact `\p{L}`/`\p{N}`, never the runtime's. */
+  encodeSkewed(segment: string, out: number[]): void {
+    for (const piece of exactPieces(referenceNfc(segment))) this.encodePiece(piece, out);
+  }
+
+  /** Runtime NFC'd text through the runtime-class regex; false (ids incomplete) on a skew code point. */
+  private encodeFast(text: string, out: number[]): boolean {
+    this.sawSkew = false;
     const re = this.pieceRe;
     re.lastIndex = 0;
     let end = 0;
@@ -63,9 +92,11 @@ export class BpeEngine {
       // Isolated split keeps unmatched gaps as pieces too (none are expected with this regex).
       if (m.index > end) this.encodePiece(text.slice(end, m.index), out);
       this.encodePiece(m[0], out);
+      if (this.sawSkew) return false;
       end = re.lastIndex;
     }
     if (end < text.length) this.encodePiece(text.slice(end), out);
+    return !this.sawSkew;
   }
 
   private encodePiece(piece: string, out: number[]): void {
@@ -100,31 +131,42 @@ export class BpeEngine {
     for (let i = 0; i < ids.length; i++) out.push(ids[i]!);
   }
 
-  /** UTF-8 of s into this.buf; returns the byte length. s must be well-formed UTF-16. */
+  /**
+   * UTF-8 of s into this.buf; returns the byte length. s must be well-formed UTF-16.
+   * Also sets sawSkew when s holds a skew code point.
+   */
   private utf8(s: string): number {
     const len = s.length;
     if (this.buf.length < len * 3) this.buf = new Uint8Array(len * 3 + 64);
     const buf = this.buf;
+    const skew = this.skew;
+    // Branch-free skew lookup per non-ASCII code point (no skew code point is below U+0300).
+    let hit = 0;
     let n = 0;
     for (let i = 0; i < len; i++) {
       const c = s.charCodeAt(i);
       if (c < 0x80) {
         buf[n++] = c;
       } else if (c < 0x800) {
+        hit |= skew[c >>> 3]! & (1 << (c & 7));
         buf[n++] = 0xc0 | (c >> 6);
         buf[n++] = 0x80 | (c & 63);
       } else if (c >= 0xd800 && c <= 0xdbff) {
-        const cp = 0x10000 + ((c - 0xd800) << 10) + (s.charCodeAt(++i) - 0xdc00);
+        const d = s.charCodeAt(++i);
+        const cp = 0x10000 + ((c - 0xd800) << 10) + (d - 0xdc00);
+        if (d >= 0xdc00 && d <= 0xdfff) hit |= skew[cp >>> 3]! & (1 << (cp & 7));
         buf[n++] = 0xf0 | (cp >> 18);
         buf[n++] = 0x80 | ((cp >> 12) & 63);
         buf[n++] = 0x80 | ((cp >> 6) & 63);
         buf[n++] = 0x80 | (cp & 63);
       } else {
+        hit |= skew[c >>> 3]! & (1 << (c & 7));
         buf[n++] = 0xe0 | (c >> 12);
         buf[n++] = 0x80 | ((c >> 6) & 63);
         buf[n++] = 0x80 | (c & 63);
       }
     }
+    if (hit !== 0) this.sawSkew = true;
     return n;
   }
 

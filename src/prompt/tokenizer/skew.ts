@@ -1,0 +1,152 @@
+/**
+ * The generated Unicode patch at run time (docs/tokenizer.md "Unicode patch", ref §6.4).
+ * Text holding a `skew` code point is encoded on a slow path that never consults the runtime's
+ * Unicode tables for `\p{L}`/`\p{N}`, and whose NFC leaves the reference's inert code points alone.
+ */
+import { qwenPieceRegex } from "./pretokenize.ts";
+import { L, N, nfcBarrier, skew } from "./unicode-patch.ts";
+
+/** Bit set over all code points (139 KB). */
+export type CodePointSet = Uint8Array;
+
+export function hasCodePoint(set: CodePointSet, c: number): boolean {
+  return (set[c >>> 3]! & (1 << (c & 7))) !== 0;
+}
+
+const CLASS_ATOM = /\\u\{([0-9a-f]+)\}|\\u([0-9a-f]{4})|([0-9A-Za-z])/y;
+
+/** Parses a class body as scripts/gen-unicode-patch.mjs writes it (escapes, literal alphanumerics, ranges). */
+export function codePointSet(body: string): CodePointSet {
+  const set = new Uint8Array(0x110000 >>> 3);
+  const atom = (at: number): [number, number] => {
+    CLASS_ATOM.lastIndex = at;
+    const m = CLASS_ATOM.exec(body);
+    if (!m) throw new Error(`unicode patch: bad class body at ${at}`);
+    return [m[3] !== undefined ? m[3].charCodeAt(0) : parseInt(m[1] ?? m[2]!, 16), CLASS_ATOM.lastIndex];
+  };
+  for (let i = 0; i < body.length; ) {
+    const [lo, next] = atom(i);
+    let hi = lo;
+    i = next;
+    if (body[i] === "-") [hi, i] = atom(i + 1);
+    addRange(set, lo, hi);
+  }
+  return set;
+}
+
+function addRange(set: CodePointSet, lo: number, hi: number): void {
+  while (lo <= hi && (lo & 7) !== 0) set[lo >>> 3]! |= 1 << (lo++ & 7);
+  while (hi >= lo && (hi & 7) !== 7) set[hi >>> 3]! |= 1 << (hi-- & 7);
+  if (lo < hi) set.fill(0xff, lo >>> 3, (hi >>> 3) + 1);
+}
+
+let skewSet: CodePointSet | null = null;
+
+/** Code points where a runtime's NFC or `\p{L}`/`\p{N}` may disagree with the reference. */
+export function skewCodePoints(): CodePointSet {
+  return (skewSet ??= codePointSet(skew));
+}
+
+/** True when s holds a skew code point (lone surrogates never are). */
+export function hasSkew(s: string): boolean {
+  const set = skewCodePoints();
+  for (let i = 0; i < s.length; i++) {
+    let c = s.charCodeAt(i);
+    if (c < 0x300) continue;
+    if (c >= 0xd800 && c <= 0xdbff) {
+      const d = s.charCodeAt(i + 1);
+      if (d >= 0xdc00 && d <= 0xdfff) {
+        c = 0x10000 + ((c - 0xd800) << 10) + (d - 0xdc00);
+        i++;
+      }
+    }
+    if (hasCodePoint(set, c)) return true;
+  }
+  return false;
+}
+
+interface Exact {
+  letter: CodePointSet;
+  number: CodePointSet;
+  barrier: CodePointSet;
+}
+let exact: Exact | null = null;
+
+function exactSets(): Exact {
+  // The generator writes `skew = nfcBarrier` when the two sets coincide: share the bit set then.
+  exact ??= { letter: codePointSet(L), number: codePointSet(N), barrier: nfcBarrier === skew ? skewCodePoints() : codePointSet(nfcBarrier) };
+  return exact;
+}
+
+/**
+ * NFC as the reference computes it: barrier code points are inert starters there, so each run
+ * between them is normalized on its own and the barriers are copied verbatim.
+ */
+export function referenceNfc(s: string): string {
+  const barrier = exactSets().barrier;
+  let out = "";
+  let run = 0;
+  for (let i = 0; i < s.length; ) {
+    const c = s.codePointAt(i)!;
+    const w = c > 0xffff ? 2 : 1;
+    if (c >= 0x300 && hasCodePoint(barrier, c)) {
+      out += s.slice(run, i).normalize("NFC") + s.slice(i, i + w);
+      run = i + w;
+    }
+    i += w;
+  }
+  return run === 0 ? s.normalize("NFC") : out + s.slice(run).normalize("NFC");
+}
+
+// Stand-ins for the classification below: ASCII letters/digits are themselves, so the contraction
+// alternatives see the real text; other letters become "a", which no contraction continues with.
+const STAND_IN_LETTER = 0x61;
+const STAND_IN_NUMBER = 0x31;
+const STAND_IN_OTHER = 0x21;
+/** The Qwen regex over the classified text: every class is ASCII plus ſ and the explicit whitespace. */
+const CLASSIFIED_RE = qwenPieceRegex("A-Za-z\\u017f", "0-9");
+
+function isOnigSpace(c: number): boolean {
+  return c === 0x85 || c === 0xa0 || c === 0x1680 || (c >= 0x2000 && c <= 0x200a) || c === 0x2028 || c === 0x2029 || c === 0x202f || c === 0x205f || c === 0x3000;
+}
+
+/**
+ * Pieces of text under the Qwen regex with the reference's exact `\p{L}`/`\p{N}` (the same as
+ * `qwenPieceRegex(L, N)`, which V8 runs ~5x slower than the runtime classes): each code point is
+ * mapped to one code unit of its class (ASCII, ſ and the whitespace class stay themselves), the
+ * small regex splits that, and the offsets map back. Unmatched gaps are pieces too.
+ */
+export function exactPieces(text: string): string[] {
+  const { letter, number } = exactSets();
+  const codes = new Uint16Array(text.length);
+  const at = new Int32Array(text.length + 1);
+  let n = 0;
+  for (let i = 0; i < text.length; ) {
+    const c = text.codePointAt(i)!;
+    at[n] = i;
+    codes[n++] =
+      c < 0x80 || c === 0x17f || isOnigSpace(c)
+        ? c
+        : hasCodePoint(letter, c)
+          ? STAND_IN_LETTER
+          : hasCodePoint(number, c)
+            ? STAND_IN_NUMBER
+            : STAND_IN_OTHER;
+    i += c > 0xffff ? 2 : 1;
+  }
+  at[n] = text.length;
+  let classified = "";
+  for (let i = 0; i < n; i += 4096) classified += String.fromCharCode(...codes.subarray(i, Math.min(n, i + 4096)));
+
+  const pieces: string[] = [];
+  const re = CLASSIFIED_RE;
+  re.lastIndex = 0;
+  let end = 0;
+  for (let m = re.exec(classified); m !== null; m = re.exec(classified)) {
+    if (m.index > end) pieces.push(text.slice(at[end]!, at[m.index]!));
+    end = re.lastIndex;
+    pieces.push(text.slice(at[m.index]!, at[end]!));
+  }
+  if (end < n) pieces.push(text.slice(at[end]!));
+  return pieces;
+}
