@@ -1,13 +1,15 @@
 /**
  * The edge's per-request routing work, stage by stage, exactly as the edge runs it (src/edge/chat.ts)
  * plus the exact media layout (src/layout) that media routing adds: validate → prompt → tokenize →
- * layout → block hashes → index pick. Shared by the workerd bench worker and the Node profile.
+ * layout → block hashes → index pick. Text requests tokenize and hash through the prompt-prefix
+ * cache, as the edge does. Shared by the workerd bench worker and the Node profile.
  */
 import { parseChatRequest } from "../../src/api/validate.ts";
 import { DEFAULT_LIMITS } from "../../src/api/limits.ts";
 import { preparePrompt } from "../../src/prompt/index.ts";
 import { getQwenTokenizer } from "../../src/prompt/tokenizer/index.ts";
 import { localBlockHashes } from "../../src/kv/block-hash.ts";
+import { sharedPrefixCache, type PrefixCache } from "../../src/prompt/prefix-cache.ts";
 import { localHashToHex, type RelayEvents } from "../../src/kv/relay-protocol.ts";
 import { RoutingCore } from "../../src/kv/routing-core.ts";
 import { buildRoutingView, deriveContract, type MediaItem, type WorkerContract } from "../../src/layout/index.ts";
@@ -23,6 +25,8 @@ export interface EdgeBenchState {
   indexedBlocks: number;
   /** Some of the indexed chains (local hashes in order), for realistic matching queries. */
   chains: bigint[][];
+  /** The edge's prompt-prefix cache for text requests (the isolate's shared one); null = off (A/B runs). */
+  prefixCache: PrefixCache | null;
 }
 
 export interface PipelineResult {
@@ -91,7 +95,7 @@ export function createState(contract: WorkerContract, workers: number, blocksPer
     const r = core.applyDump(workerId, { type: "dump", epoch: 1, seq: -1, blocks });
     if (!r.ok) throw new Error(r.reason);
   }
-  return { core, contract, media: new Map(), blockSize, indexedBlocks: core.index.size, chains };
+  return { core, contract, media: new Map(), blockSize, indexedBlocks: core.index.size, chains, prefixCache: sharedPrefixCache() };
 }
 
 /**
@@ -111,6 +115,12 @@ export function runPipeline(state: EdgeBenchState, bodyText: string, clock?: Clo
   const prompt = preparePrompt(req, { family: FAMILY, templateId: TEMPLATE });
   mark(1);
   const tokenizer = getQwenTokenizer(FAMILY);
+  if (prompt.mediaParts.length === 0 && state.prefixCache) {
+    // Text path exactly like src/edge/chat.ts: tokens and block hashes through the prefix cache.
+    const enc = state.prefixCache.encode(tokenizer, prompt.text, state.blockSize, () => mark(2));
+    mark(4);
+    return pick(state, enc.length, enc.localHashes, true, mark);
+  }
   const encode = (s: string): number[] => tokenizer.encode(s);
   const templateTokens = encode(prompt.text);
   mark(2);
@@ -138,11 +148,15 @@ export function runPipeline(state: EdgeBenchState, bodyText: string, clock?: Clo
   mark(3);
   const localHashes = localBlockHashes(routingTokens, state.blockSize);
   mark(4);
-  const d = state.core.route({ localHashes, isl: routingTokens.length, fallbackReason: exact ? null : "media_layout_unavailable" });
+  return pick(state, routingTokens.length, localHashes, exact, mark);
+}
+
+function pick(state: EdgeBenchState, tokens: number, localHashes: bigint[], exact: boolean, mark: (stage: number) => void): PipelineResult {
+  const d = state.core.route({ localHashes, isl: tokens, fallbackReason: exact ? null : "media_layout_unavailable" });
   if (!d) throw new Error("no worker");
-  state.core.settle({ receiptId: d.receiptId, promptTokens: routingTokens.length, cachedTokens: d.overlapBlocks * state.blockSize, outcome: "ok" });
+  state.core.settle({ receiptId: d.receiptId, promptTokens: tokens, cachedTokens: d.overlapBlocks * state.blockSize, outcome: "ok" });
   mark(5);
-  return { tokens: routingTokens.length, blocks: localHashes.length, overlap: d.overlapBlocks, workerId: d.workerId, exact, localHashes };
+  return { tokens, blocks: localHashes.length, overlap: d.overlapBlocks, workerId: d.workerId, exact, localHashes };
 }
 
 /** Records the request's blocks as cached on the worker it was routed to (what its KV events would say). */

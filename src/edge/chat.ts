@@ -17,6 +17,7 @@ import { parseLimits, type Limits } from "../api/limits.ts";
 import { parseChatRequest, readBodyText } from "../api/validate.ts";
 import type { ChatCompletionRequest } from "../api/openai-schema.ts";
 import { preparePrompt } from "../prompt/index.ts";
+import { sharedPrefixCache } from "../prompt/prefix-cache.ts";
 import { getQwenTokenizer } from "../prompt/tokenizer/index.ts";
 import { localBlockHashes } from "../kv/block-hash.ts";
 import { shardForRequest } from "../kv/shard.ts";
@@ -209,6 +210,23 @@ export async function prepareRouting(req: ChatCompletionRequest, deps: Pick<Chat
   const model = modelConfig(deps.config, req.model);
   const prompt = preparePrompt(req, { family: model.family, templateId: model.templateId });
   const tokenizer = getQwenTokenizer(model.family);
+  if (prompt.mediaParts.length === 0) {
+    // Text: earlier turns' tokens and block hashes come from the isolate's prompt-prefix cache (exact:
+    // the same as encode + localBlockHashes). The ids are built only if asked for (admin explain).
+    const encoded = sharedPrefixCache().encode(tokenizer, prompt.text, model.blockSize);
+    if (encoded.length === 0) throw new InvalidRequestError("The prompt is empty.", "messages");
+    const plan: RoutingPlan = { localHashes: encoded.localHashes, isl: encoded.length, fallbackReason: null, mmHashes: null };
+    let ids: number[] | null = null;
+    return {
+      model,
+      prompt,
+      get tokens() {
+        return (ids ??= encoded.tokens());
+      },
+      plan,
+      index: deps.index(model.id),
+    };
+  }
   const tokens = tokenizer.encode(prompt.text);
   if (tokens.length === 0) throw new InvalidRequestError("The prompt is empty.", "messages");
   const index = deps.index(model.id);
@@ -217,10 +235,7 @@ export async function prepareRouting(req: ChatCompletionRequest, deps: Pick<Chat
     url: p.url,
     param: `messages[${p.messageIndex}].content[${p.partIndex}]`,
   }));
-  const plan =
-    parts.length === 0
-      ? planRouting(tokens, model.blockSize, tokenizer.specialIds.visionStart, null)
-      : await planMediaRouting(deps, req, tokens, parts, model, index);
+  const plan = await planMediaRouting(deps, req, tokens, parts, model, index);
   return { model, prompt, tokens, plan, index };
 }
 
@@ -237,7 +252,7 @@ export async function handleChatCompletions(request: Request, deps: ChatDeps): P
   const bodyText = await readBodyText(request.body, limits, request.headers.get("content-length"));
   const req = parseChatRequest(bodyText, limits);
   if (admitted) await admitted;
-  const { model, prompt, tokens, plan, index } = await prepareRouting(req, deps);
+  const { model, prompt, plan, index } = await prepareRouting(req, deps);
   const requestId = newRequestId();
   const body = buildGenerateBody(req, {
     text: prompt.text,

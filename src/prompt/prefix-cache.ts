@@ -1,0 +1,356 @@
+/**
+ * Prompt-prefix cache: the token ids and local block hashes of a conversation's earlier turns, kept
+ * per isolate, so the next turn tokenizes and hashes only what is new.
+ *
+ * Why splitting is exact: the tokenizer cuts added tokens out of the text first (leftmost-longest)
+ * and encodes the text between them independently. So at any offset p where the full scan matches
+ * an added token, encode(text) = encode(text[:p]) ++ encode(text[p:]). The split token
+ * (`<|im_start|>`, which opens every message) is used only when no added token can overlap an
+ * occurrence of it from the left or extend it to the right; then every occurrence is such a match
+ * start (checked once per tokenizer; otherwise the cache is bypassed).
+ *
+ * Each request stores its prefix up to its last split point (the generation prompt
+ * `<|im_start|>assistant`), which the next turn starts with. A stored prefix extends the one it was
+ * built from: it keeps only its own text, ids and block hashes and points to its parent, so turns
+ * and branches of one conversation share their common part (memory is counted once per piece).
+ *
+ * Lookup walks the split points from the end of the prompt backwards, so a hit costs O(new text)
+ * plus one compare of the prefix: each prefix's key is an xxh3 of its length and a window of its
+ * text (head and tail), and a candidate is used only if its whole text equals the request's prefix.
+ * A key collision therefore costs a compare, never a wrong token; colliding prefixes share a small
+ * bucket. (Hashing the whole prefix instead, chained over the messages, was measured at ~75 % of a
+ * hit.) Keys include the tokenizer (model family) and the block size. Bounded by cached tokens, LRU.
+ */
+import { LOCAL_HASH_SEED, localBlockHashes } from "../kv/block-hash.ts";
+import { xxh3_64 } from "../util/hash.ts";
+
+/** What the cache needs from a tokenizer (QwenTokenizer satisfies it). */
+export interface PrefixTokenizer {
+  readonly family: string;
+  readonly addedTokens: readonly { content: string }[];
+  encode(text: string): number[];
+}
+
+export const SPLIT_TOKEN = "<|im_start|>";
+/** Measured 20 B per cached token in Node (8 B ids, UTF-16 text); ~13 B with workerd's 4 B ids: 13–20 MB. */
+export const DEFAULT_PREFIX_CACHE_TOKENS = 1_000_000;
+/** Characters of a prefix's head and tail that go into its key (the full text is compared on a hit). */
+const KEY_HEAD_CHARS = 128;
+const KEY_TAIL_CHARS = 512;
+/** Prefixes with one key kept side by side; more evict the oldest of them. */
+const MAX_BUCKET = 4;
+
+export interface PrefixCacheOptions {
+  /** Total tokens of all cached pieces (default DEFAULT_PREFIX_CACHE_TOKENS). */
+  maxTokens?: number;
+  /** A larger new piece is not stored, so one huge prompt cannot flush the rest (default maxTokens / 4). */
+  maxEntryTokens?: number;
+}
+
+export interface PrefixCacheStats {
+  hits: number;
+  misses: number;
+  /** Requests whose tokenizer's added tokens make the split unsafe (never cached). */
+  bypassed: number;
+  reusedTokens: number;
+  stores: number;
+  evictions: number;
+  /** Prefixes that can be looked up. */
+  entries: number;
+  /** Tokens held (each shared piece once), including pieces kept only as parents. */
+  tokens: number;
+  maxTokens: number;
+}
+
+export interface EncodedPrompt {
+  /** Number of tokens: tokenizer.encode(text).length. */
+  readonly length: number;
+  /** localBlockHashes(tokenizer.encode(text), blockSize). */
+  readonly localHashes: bigint[];
+  /** Leading tokens taken from the cache (0 on a miss). */
+  readonly reusedTokens: number;
+  /**
+   * tokenizer.encode(text) as a fresh array. Built on demand: routing needs only the count and the
+   * hashes, and copying ~32k ids costs more than the rest of a cache hit.
+   */
+  tokens(): number[];
+}
+
+/** A cached prefix = its parent's prefix + its own piece. */
+interface Node {
+  parent: Node | null;
+  key: bigint;
+  scope: string;
+  /** Own text; the prefix is the parents' texts then this. */
+  text: string;
+  /** Own token ids (the tokenizer's array itself: copying ~37k ids into a typed array costs ~0.5 ms). */
+  ids: readonly number[];
+  /** Local hashes of blocks [parent.blocks, blocks). */
+  hashes: bigint[];
+  /** Prefix totals: characters, tokens, full blocks. */
+  end: number;
+  count: number;
+  blocks: number;
+  /** Cached prefixes whose chain includes this node; its ids are counted while this is > 0. */
+  holders: number;
+}
+
+interface TokenizerInfo {
+  id: number;
+  family: string;
+  safe: boolean;
+}
+
+/**
+ * True when every occurrence of `split` in any text is a match start of the tokenizer's added-token
+ * scan: split is an added token, no other added token starts with it (longest match would win), and
+ * no added token's proper suffix lines up with it (a match starting earlier could cover it).
+ */
+export function splitIsSafe(addedTokens: readonly { content: string }[], split: string): boolean {
+  if (!addedTokens.some((t) => t.content === split)) return false;
+  for (const { content: t } of addedTokens) {
+    if (t !== split && t.startsWith(split)) return false;
+    for (let d = 1; d < t.length; d++) {
+      const tail = t.slice(d);
+      if (tail.startsWith(split) || split.startsWith(tail)) return false;
+    }
+  }
+  return true;
+}
+
+const encoder = new TextEncoder();
+const decoder = new TextDecoder();
+type Ids = readonly number[];
+const EMPTY: readonly number[] = [];
+
+function encoded(chunks: readonly Ids[], length: number, localHashes: bigint[], reusedTokens: number): EncodedPrompt {
+  const tokens = (): number[] => {
+    const out = new Array<number>(length);
+    let n = 0;
+    for (const c of chunks) for (let i = 0; i < c.length; i++) out[n++] = c[i]!;
+    return out;
+  };
+  return { length, localHashes, reusedTokens, tokens };
+}
+
+/** Nodes from the root to n. */
+function chainOf(n: Node): Node[] {
+  const out: Node[] = [];
+  for (let x: Node | null = n; x; x = x.parent) out.push(x);
+  return out.reverse();
+}
+
+/** The prefix's ids at positions [start, n.count) (a short run: under one block). */
+function idsFrom(n: Node, start: number): number[] {
+  const out: number[] = [];
+  for (let x: Node | null = n; x && x.count > start; x = x.parent) {
+    const begin = x.count - x.ids.length;
+    for (let i = x.count - 1; i >= Math.max(start, begin); i--) out.push(x.ids[i - begin]!);
+  }
+  return out.reverse();
+}
+
+let blockBuf = new Uint8Array(64);
+/**
+ * localBlockHashes of the parts' concatenation, without building it (a cold 32k prompt would copy
+ * ~37k ids for nothing). Same bytes and seed as src/kv/block-hash.ts; the unit tests compare the two.
+ */
+function blockHashesOf(parts: readonly Ids[], blockSize: number): bigint[] {
+  if (blockBuf.length < blockSize * 4) blockBuf = new Uint8Array(blockSize * 4);
+  const buf = blockBuf.subarray(0, blockSize * 4);
+  const view = new DataView(buf.buffer, 0, blockSize * 4);
+  const out: bigint[] = [];
+  let fill = 0;
+  for (const part of parts) {
+    for (let i = 0; i < part.length; i++) {
+      view.setUint32(fill * 4, part[i]! >>> 0, true);
+      if (++fill === blockSize) {
+        out.push(xxh3_64(buf, LOCAL_HASH_SEED));
+        fill = 0;
+      }
+    }
+  }
+  return out;
+}
+
+/**
+ * `text.slice(start, end)` that does not keep all of `text` alive: V8 slices share their parent's
+ * characters, and a short new turn must not pin the whole request. (Well-formed text round-trips.)
+ */
+function ownText(text: string, start: number, end: number): string {
+  const s = text.slice(start, end);
+  return 2 * s.length >= text.length ? s : decoder.decode(encoder.encode(s));
+}
+
+export class PrefixCache {
+  readonly maxTokens: number;
+  readonly maxEntryTokens: number;
+  /** Key → cached prefixes with that key. */
+  private readonly buckets = new Map<bigint, Node[]>();
+  /** Cached prefixes, least recently used first (a Set keeps insertion order; a hit re-inserts). */
+  private readonly lru = new Set<Node>();
+  private readonly info = new WeakMap<object, TokenizerInfo>();
+  private nextTokenizerId = 0;
+  private tokens = 0;
+  private hits = 0;
+  private misses = 0;
+  private bypassed = 0;
+  private reusedTokens = 0;
+  private stores = 0;
+  private evictions = 0;
+  // [tokenizer id | block size | prefix length | UTF-8 of head | UTF-8 of tail]
+  private readonly buf = new Uint8Array(12 + 3 * (KEY_HEAD_CHARS + KEY_TAIL_CHARS));
+  private readonly bufView = new DataView(this.buf.buffer);
+
+  constructor(options: PrefixCacheOptions = {}) {
+    this.maxTokens = options.maxTokens ?? DEFAULT_PREFIX_CACHE_TOKENS;
+    this.maxEntryTokens = options.maxEntryTokens ?? Math.floor(this.maxTokens / 4);
+  }
+
+  /** tokenizer.encode(text) and its local block hashes, reusing the longest cached prefix. Requires initHashing(). */
+  encode(tokenizer: PrefixTokenizer, text: string, blockSize: number, onTokenized?: () => void): EncodedPrompt {
+    if (!Number.isInteger(blockSize) || blockSize <= 0) throw new RangeError(`bad block size ${blockSize}`);
+    const info = this.tokenizerInfo(tokenizer);
+    if (!info.safe) {
+      this.bypassed++;
+      const tokens = tokenizer.encode(text);
+      onTokenized?.();
+      return encoded([tokens], tokens.length, localBlockHashes(tokens, blockSize), 0);
+    }
+    const scope = `${info.family}#${info.id}/${blockSize}`;
+    // The last split point (0: none after the start; an empty prefix is never worth a key), then
+    // earlier ones until a cached prefix matches. Occurrences cannot overlap (`<|im_start|>` has no border).
+    const lastFound = text.lastIndexOf(SPLIT_TOKEN);
+    const last = lastFound > 0 ? lastFound : 0;
+    const lastKey = last > 0 ? this.key(info, blockSize, text, last) : 0n;
+    let hit: Node | null = null;
+    let chain: Node[] = [];
+    for (let p = last; p > 0 && !hit; p = p < SPLIT_TOKEN.length ? 0 : text.lastIndexOf(SPLIT_TOKEN, p - SPLIT_TOKEN.length)) {
+      const bucket = this.buckets.get(p === last ? lastKey : this.key(info, blockSize, text, p));
+      if (!bucket) continue;
+      for (const n of bucket) {
+        if (n.scope !== scope || n.end !== p) continue;
+        // The text decides, not the key (comparing flat slices runs at memcmp speed).
+        const c = chainOf(n);
+        if (c.every((x) => text.slice(x.end - x.text.length, x.end) === x.text)) {
+          hit = n;
+          chain = c;
+          break;
+        }
+      }
+    }
+    const from = hit ? hit.end : 0;
+    // Two encodes, split at the last split point, so the stored prefix's token count is known.
+    const mid = last > from ? tokenizer.encode(text.slice(from, last)) : EMPTY;
+    const tail = tokenizer.encode(from === 0 && last === 0 ? text : text.slice(Math.max(from, last)));
+    const reused = hit ? hit.count : 0;
+    const length = reused + mid.length + tail.length;
+    onTokenized?.();
+
+    // Hash from the first block the cached hashes do not cover (the prefix's partial last block on).
+    const reusedBlocks = hit ? hit.blocks : 0;
+    const head = reusedBlocks * blockSize;
+    const fresh = blockHashesOf(hit && head < reused ? [idsFrom(hit, head), mid, tail] : [mid, tail], blockSize);
+    const localHashes = hit ? ([] as bigint[]).concat(...chain.map((x) => x.hashes), fresh) : fresh;
+
+    if (hit) {
+      this.hits++;
+      this.reusedTokens += reused;
+      this.lru.delete(hit);
+      this.lru.add(hit);
+    } else this.misses++;
+    if (last > from && mid.length <= this.maxEntryTokens) {
+      const count = reused + mid.length;
+      const blocks = Math.floor(count / blockSize);
+      this.store({
+        parent: hit,
+        key: lastKey,
+        scope,
+        text: ownText(text, from, last),
+        ids: mid,
+        hashes: localHashes.slice(reusedBlocks, blocks),
+        end: last,
+        count,
+        blocks,
+        holders: 0,
+      });
+    }
+    return encoded([...chain.map((x) => x.ids), mid, tail], length, localHashes, reused);
+  }
+
+  stats(): PrefixCacheStats {
+    return {
+      hits: this.hits,
+      misses: this.misses,
+      bypassed: this.bypassed,
+      reusedTokens: this.reusedTokens,
+      stores: this.stores,
+      evictions: this.evictions,
+      entries: this.lru.size,
+      tokens: this.tokens,
+      maxTokens: this.maxTokens,
+    };
+  }
+
+  clear(): void {
+    this.buckets.clear();
+    this.lru.clear();
+    this.tokens = this.hits = this.misses = this.bypassed = this.reusedTokens = this.stores = this.evictions = 0;
+  }
+
+  private tokenizerInfo(tokenizer: PrefixTokenizer): TokenizerInfo {
+    let info = this.info.get(tokenizer);
+    if (!info) {
+      // Identity, not just the family name: two tokenizers never share entries.
+      info = { id: this.nextTokenizerId++, family: tokenizer.family, safe: splitIsSafe(tokenizer.addedTokens, SPLIT_TOKEN) };
+      this.info.set(tokenizer, info);
+    }
+    return info;
+  }
+
+  /** Key of text[0:p]: xxh3 of the scope, p, and the prefix's first and last characters. */
+  private key(info: TokenizerInfo, blockSize: number, text: string, p: number): bigint {
+    const v = this.bufView;
+    v.setUint32(0, info.id, true);
+    v.setUint32(4, blockSize, true);
+    v.setUint32(8, p, true);
+    let n = 12;
+    const headEnd = Math.min(p, KEY_HEAD_CHARS);
+    n += encoder.encodeInto(text.slice(0, headEnd), this.buf.subarray(n)).written;
+    n += encoder.encodeInto(text.slice(Math.max(headEnd, p - KEY_TAIL_CHARS), p), this.buf.subarray(n)).written;
+    return xxh3_64(this.buf.subarray(0, n));
+  }
+
+  private store(n: Node): void {
+    if (n.count === 0) return;
+    const bucket = this.buckets.get(n.key);
+    if (bucket && bucket.length >= MAX_BUCKET) this.drop(bucket[0]!);
+    const b = this.buckets.get(n.key);
+    if (b) b.push(n);
+    else this.buckets.set(n.key, [n]);
+    this.lru.add(n);
+    for (let x: Node | null = n; x; x = x.parent) if (x.holders++ === 0) this.tokens += x.ids.length;
+    this.stores++;
+    for (const old of this.lru) {
+      if (this.tokens <= this.maxTokens) break;
+      this.drop(old);
+      this.evictions++;
+    }
+  }
+
+  /** Forgets a cached prefix; pieces no other cached prefix extends are no longer counted (the GC frees them). */
+  private drop(n: Node): void {
+    this.lru.delete(n);
+    const bucket = this.buckets.get(n.key)!;
+    if (bucket.length === 1) this.buckets.delete(n.key);
+    else bucket.splice(bucket.indexOf(n), 1);
+    for (let x: Node | null = n; x; x = x.parent) if (--x.holders === 0) this.tokens -= x.ids.length;
+  }
+}
+
+let shared: PrefixCache | null = null;
+/** The isolate's prefix cache (the edge's text path and the bench use this one). */
+export function sharedPrefixCache(): PrefixCache {
+  shared ??= new PrefixCache();
+  return shared;
+}
