@@ -41,6 +41,8 @@ export interface IndexClient {
   profile(): Promise<PoolCohort>;
   settle(req: SettleRequest): Promise<void>;
   markDown(workerId: string, reason: string): Promise<void>;
+  /** The worker produced its first output: the request's prefill no longer queues others. */
+  markPrefillDone(receiptId: string): Promise<void>;
 }
 
 export interface ChatDeps {
@@ -280,7 +282,8 @@ export async function handleChatCompletions(request: Request, deps: ChatDeps): P
       return p;
     };
     try {
-      const res = await proxyOnce(deps, decision, req, bodyJson, requestId, config.routing.upstreamHeadersTimeoutMs, settle, config.shards > 1);
+      const prefillDone = () => deps.waitUntil(shardIndex.markPrefillDone(decision.receiptId).catch(() => undefined));
+      const res = await proxyOnce(deps, decision, req, bodyJson, requestId, config.routing.upstreamHeadersTimeoutMs, settle, config.shards > 1, prefillDone);
       const headers = routingHeaders(decision, plan, requestId, attempt, shard);
       for (const [k, v] of res.headers) headers.set(k, v);
       // Edge time before the upstream call (workerd clocks advance across I/O: body, index RPCs).
@@ -318,6 +321,8 @@ async function proxyOnce(
    * next request never sees this one as load on a shard whose replica lags (docs/scale.md §3).
    */
   releaseBeforeReply: boolean,
+  /** Called when a stream's first output arrives (its prefill is over; the TTFT cost stops counting it). */
+  prefillDone: () => void,
 ): Promise<Response> {
   const abort = new AbortController();
   const timer = setTimeout(() => abort.abort(), headersTimeoutMs);
@@ -385,6 +390,7 @@ async function proxyOnce(
     if (early instanceof UpstreamError && early.upstreamStatus === null) throw new RetryableUpstream(early.message, true);
     throw early;
   }
+  prefillDone();
   return new Response(translator.readable, {
     status: 200,
     headers: { "content-type": "text/event-stream", "cache-control": "no-cache" },

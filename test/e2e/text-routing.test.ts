@@ -93,4 +93,25 @@ describe("text KV routing end to end", () => {
     expect(rrMean).toBeLessThan(0.75);
     expect(kvMean).toBeGreaterThan(rrMean + 0.2);
   });
+
+  it("a streaming request stops counting as queued prefill once its first output arrives", async () => {
+    const body = JSON.stringify({ model: fleet.model, messages: [{ role: "user", content: promptText(5000, 800) }], max_tokens: 300, stream: true });
+    const r = await fetch(`${fleet.edgeUrl}/v1/chat/completions`, { method: "POST", headers: { "content-type": "application/json" }, body });
+    expect(r.status).toBe(200);
+    const worker = r.headers.get("x-kvedge-worker")!;
+    const reader = r.body!.getReader();
+    await reader.read(); // first output: prefill is over
+    type Row = { workerId: string; activeRequests: number; activePrefillTokens: number };
+    let row: Row | undefined;
+    const deadline = Date.now() + 5_000;
+    while (Date.now() < deadline) {
+      const { workers } = (await fleet.admin(`/admin/workers?model=${encodeURIComponent(fleet.model)}`)) as { workers: Row[] };
+      row = workers.find((w) => w.workerId === worker);
+      if (row && row.activeRequests === 1 && row.activePrefillTokens === 0) break;
+      await new Promise((res) => setTimeout(res, 20));
+    }
+    // Still decoding (counted as a request and decode blocks), no longer queueing anyone's prefill.
+    expect(row).toMatchObject({ activeRequests: 1, activePrefillTokens: 0 });
+    while (!(await reader.read()).done);
+  });
 });
