@@ -110,7 +110,8 @@ export function runPipeline(state: EdgeBenchState, bodyText: string, clock?: Clo
     lap[stage] = (lap[stage] ?? 0) + now - t;
     t = now;
   };
-  const req = parseChatRequest(bodyText, DEFAULT_LIMITS);
+  // As the edge: the body's byte size was capped while readBodyText read it.
+  const req = parseChatRequest(bodyText, DEFAULT_LIMITS, { sizeChecked: true });
   mark(0);
   const prompt = preparePrompt(req, { family: FAMILY, templateId: TEMPLATE });
   mark(1);

@@ -342,11 +342,12 @@ function checkLimits(req: ChatCompletionRequest, limits: Limits): void {
  * Validates a chat-completions request body. Throws PayloadTooLargeError (413) when the body
  * exceeds `limits.maxBodyBytes`, InvalidRequestError (400) for anything else wrong.
  */
-export function parseChatRequest(bodyText: string, limits: Limits = DEFAULT_LIMITS): ChatCompletionRequest {
+export function parseChatRequest(bodyText: string, limits: Limits = DEFAULT_LIMITS, opts: { sizeChecked?: boolean } = {}): ChatCompletionRequest {
   try {
     if (typeof bodyText !== "string") throw new InvalidRequestError("Request body must be text.");
-    // UTF-8 never takes fewer bytes than UTF-16 code units, so the cheap test goes first.
-    if (bodyText.length > limits.maxBodyBytes || utf8ByteLength(bodyText) > limits.maxBodyBytes) {
+    // UTF-8 never takes fewer bytes than UTF-16 code units, so the cheap test goes first. Text from
+    // readBodyText was capped in bytes while it was read (`sizeChecked`): no second scan.
+    if (bodyText.length > limits.maxBodyBytes || (!opts.sizeChecked && utf8ByteLength(bodyText) > limits.maxBodyBytes)) {
       throw new PayloadTooLargeError(`Request body exceeds ${limits.maxBodyBytes} bytes.`);
     }
     if (bodyText.trim() === "") throw new InvalidRequestError("Request body is empty; expected a JSON object.", null, "invalid_json");

@@ -255,7 +255,7 @@ async function explain(request: Request, deps: AdminDeps): Promise<unknown> {
   await initHashing();
   const limits = limitsOf(deps.config);
   const bodyText = await readBodyText(request.body, limits, request.headers.get("content-length"));
-  const req = parseChatRequest(bodyText, limits);
+  const req = parseChatRequest(bodyText, limits, { sizeChecked: true });
   const { model, prompt, tokens, plan } = await prepareRouting(req, {
     config: deps.config,
     index: (m, k) => deps.index(m, k),

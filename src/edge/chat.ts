@@ -252,7 +252,7 @@ export async function handleChatCompletions(request: Request, deps: ChatDeps): P
   admitted?.catch(() => undefined);
   const limits = limitsOf(config);
   const bodyText = await readBodyText(request.body, limits, request.headers.get("content-length"));
-  const req = parseChatRequest(bodyText, limits);
+  const req = parseChatRequest(bodyText, limits, { sizeChecked: true });
   if (admitted) await admitted;
   const { model, prompt, plan, index } = await prepareRouting(req, deps);
   const requestId = newRequestId();

@@ -297,6 +297,17 @@ describe("parseChatRequest: rejected requests", () => {
     expect(() => parseChatRequest(body, parseLimits({ maxBodyBytes: body.length + 40 }))).not.toThrow();
     expect(utf8ByteLength("😀")).toBe(4);
     expect(utf8ByteLength("\ud800")).toBe(3);
+    // Text read by readBodyText was capped in bytes already: only the cheap length test remains.
+    expect(() => parseChatRequest(body, parseLimits({ maxBodyBytes: body.length + 39 }), { sizeChecked: true })).not.toThrow();
+    expect(() => parseChatRequest(body, parseLimits({ maxBodyBytes: body.length - 1 }), { sizeChecked: true })).toThrow(PayloadTooLargeError);
+  });
+
+  it("readBodyText caps UTF-8 bytes while reading, so the edge's sizeChecked is sound", async () => {
+    const body = JSON.stringify(req({ messages: [user("é".repeat(40))] }));
+    const bytes = new TextEncoder().encode(body);
+    const stream = () => new ReadableStream<Uint8Array>({ start(c) { c.enqueue(bytes); c.close(); } });
+    await expect(readBodyText(stream(), { maxBodyBytes: bytes.length - 1 })).rejects.toBeInstanceOf(PayloadTooLargeError);
+    expect(await readBodyText(stream(), { maxBodyBytes: bytes.length })).toBe(body);
   });
 
   it("enforces per-message, total, part, media and URL limits with precise params", () => {
