@@ -14,6 +14,7 @@ import { createRequire } from "node:module";
 import { dirname, join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { qwenPieceSource } from "../src/prompt/tokenizer/pretokenize.ts";
+import { rng } from "../bench/lib/stats.mjs";
 
 const ROOT = join(dirname(fileURLToPath(import.meta.url)), "..");
 const require = createRequire(join(ROOT, "package.json"));
@@ -50,17 +51,6 @@ export const SPLIT_CONTEXTS = [
 ];
 /** Fixture strings: the ref §3.4 sweep context followed by the contraction context. */
 const FIXTURE_CONTEXT = (c) => `a${c}b ${c}1${c}${c} \u0301${c}\n${c}'s `;
-
-export function mulberry32(seed) {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
 
 function loadReference() {
   const tk = require("tokenizers");
@@ -213,7 +203,7 @@ function splitDiffs(ref, exactRe, codePoints) {
 
 /** n code points of list, seeded shuffle, sorted. */
 export function fixtureSample(list, n, seed) {
-  const random = mulberry32(seed);
+  const random = rng(seed);
   const a = [...list];
   for (let i = a.length - 1; i > 0; i--) {
     const j = Math.floor(random() * (i + 1));
