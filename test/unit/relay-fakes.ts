@@ -12,6 +12,7 @@ import { engineBlockHashes } from "../../src/kv/engine-block-hash.ts";
 import { checkRelayToken } from "../../src/kv/relay-auth.ts";
 import type { RelayMessage } from "../../src/kv/relay-protocol.ts";
 import { shardObjectName } from "../../src/kv/shard.ts";
+import type { RelayOptionsInput } from "../../services/relay/options.ts";
 
 export class FakePublisher {
   readonly pub = new zmq.Publisher({ linger: 0 });
@@ -220,6 +221,23 @@ export class FakeIndex {
     for (const c of this.conns) c.ws.terminate();
     await new Promise((r) => this.wss.close(r));
   }
+}
+
+/** Relay options for tests: the fake worker and index, short health and backoff timers. */
+export function testRelayOptions(worker: FakeWorker, index: FakeIndex, secret: string, extra: Partial<RelayOptionsInput> = {}): RelayOptionsInput {
+  return {
+    workerUrl: worker.url,
+    indexUrl: index.url,
+    workerId: "w1",
+    model: "Qwen/Qwen3-VL-8B-Instruct",
+    secret,
+    healthIntervalMs: 30,
+    healthTimeoutMs: 1000,
+    backoffBaseMs: 20,
+    backoffCapMs: 200,
+    startupTimeoutMs: 5000,
+    ...extra,
+  };
 }
 
 /** SGLang-style events for a prompt: one BlockStored per page, chained. */

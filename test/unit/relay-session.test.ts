@@ -7,7 +7,6 @@
 import { createHmac } from "node:crypto";
 import { afterEach, beforeAll, describe, expect, it } from "vitest";
 import { localBlockHash } from "../../src/kv/block-hash.ts";
-import { engineBlockHashes } from "../../src/kv/engine-block-hash.ts";
 import { checkRelayToken, relayToken, verifyRelayToken } from "../../src/kv/relay-auth.ts";
 import { localHashToHex, RelayMessageSchema, type RelayMessage } from "../../src/kv/relay-protocol.ts";
 import { backoffDelay, relayUrl } from "../../services/relay/index-session.ts";
@@ -16,7 +15,7 @@ import type { RelayOptionsInput } from "../../services/relay/options.ts";
 import { startRelay, type Relay } from "../../services/relay/relay.ts";
 import { RelayStartupError } from "../../services/relay/worker-info.ts";
 import { initHashing } from "../../src/util/hash.ts";
-import { FakeIndex, FakeWorker, waitFor, type IndexConn } from "./relay-fakes.ts";
+import { FakeIndex, FakeWorker, indexView, storeEvents, testRelayOptions, waitFor, type IndexConn } from "./relay-fakes.ts";
 
 const SECRET = "test-secret";
 const B = 4;
@@ -27,37 +26,8 @@ afterEach(async () => {
   for (const o of open.splice(0).reverse()) await o.close();
 });
 
-/** SGLang-style events for a prompt: one BlockStored per page, chained. */
-function storeEvents(tokens: number[], parent: bigint | null = null): { events: unknown[]; hashes: bigint[] } {
-  const { hashes } = engineBlockHashes(tokens, B);
-  const events = hashes.map((h, i) => ["BlockStored", [h], i === 0 ? parent : hashes[i - 1]!, tokens.slice(i * B, (i + 1) * B), B, null, "GPU"]);
-  return { events, hashes };
-}
 const toks = (n: number, start: number): number[] => Array.from({ length: n }, (_, i) => start + i);
 
-/** What an index would hold after applying a connection's messages in order. */
-function indexView(conn: IndexConn | undefined): Map<string, { p: string | null; l: string }> {
-  const view = new Map<string, { p: string | null; l: string }>();
-  for (const m of conn?.messages ?? []) {
-    if (m.type === "dump") {
-      view.clear();
-      for (const b of m.blocks) view.set(b.h, { p: b.p, l: b.l });
-    } else if (m.type === "events") {
-      for (const e of m.events) {
-        if (e.t === "cleared") view.clear();
-        else if (e.t === "removed") for (const h of e.hashes) view.delete(h);
-        else {
-          let p = e.parent;
-          for (const b of e.blocks) {
-            view.set(b.h, { p, l: b.l });
-            p = b.h;
-          }
-        }
-      }
-    }
-  }
-  return view;
-}
 const relayView = (r: Relay): Map<string, { p: string | null; l: string }> =>
   new Map(r.blockSet.dumpBlocks().map((b) => [b.h, { p: b.p, l: b.l }]));
 const types = (c: IndexConn): string[] => c.messages.map((m) => m.type);
@@ -68,22 +38,7 @@ async function fleet(
   const worker = opts.worker ?? (await FakeWorker.create());
   const index = opts.index ?? (await FakeIndex.create(SECRET));
   open.push(worker, index);
-  const relay = await startRelay(
-    {
-      workerUrl: worker.url,
-      indexUrl: index.url,
-      workerId: "w1",
-      model: "Qwen/Qwen3-VL-8B-Instruct",
-      secret: SECRET,
-      healthIntervalMs: 30,
-      healthTimeoutMs: 1000,
-      backoffBaseMs: 20,
-      backoffCapMs: 200,
-      startupTimeoutMs: 5000,
-      ...opts.extra,
-    },
-    silentLogger,
-  );
+  const relay = await startRelay(testRelayOptions(worker, index, SECRET, opts.extra), silentLogger);
   open.push(relay);
   return { worker, index, relay };
 }

@@ -13,7 +13,7 @@ import { createLogger } from "../../services/relay/log.ts";
 import type { RelayOptionsInput } from "../../services/relay/options.ts";
 import { startRelay, type Relay } from "../../services/relay/relay.ts";
 import { initHashing } from "../../src/util/hash.ts";
-import { FakeIndex, FakeWorker, indexView, storeEvents, waitFor, type IndexConn, type IndexView } from "./relay-fakes.ts";
+import { FakeIndex, FakeWorker, indexView, storeEvents, testRelayOptions, waitFor, type IndexConn, type IndexView } from "./relay-fakes.ts";
 
 const SECRET = "shard-secret";
 const MODEL = "Qwen/Qwen3-VL-8B-Instruct";
@@ -70,19 +70,7 @@ async function fleet(
   open.push(worker, index);
   const logs: LogLine[] = [];
   const relay = await startRelay(
-    {
-      workerUrl: worker.url,
-      indexUrl: index.url,
-      workerId: "w1",
-      model: MODEL,
-      secret: SECRET,
-      healthIntervalMs: 30,
-      healthTimeoutMs: 1000,
-      backoffBaseMs: 20,
-      backoffCapMs: 200,
-      startupTimeoutMs: 5000,
-      ...opts.extra,
-    },
+    testRelayOptions(worker, index, SECRET, { model: MODEL, ...opts.extra }),
     createLogger({}, "debug", (line) => logs.push(JSON.parse(line) as LogLine)),
   );
   open.push(relay);
