@@ -13,12 +13,12 @@ import type { RoutePreview } from "../kv/routing-core.ts";
 import { localHashToHex } from "../kv/relay-protocol.ts";
 import { EXPOSITION_CONTENT_TYPE } from "../metrics/exposition.ts";
 import { renderMetrics, type PoolScrape } from "../metrics/pool-families.ts";
-import { hitRate, type CohortView, type PoolMetricsSnapshot } from "../metrics/pool-snapshot.ts";
+import { hitRate, type CohortView, type PoolMetricsSnapshot, type WorkerView } from "../metrics/pool-snapshot.ts";
 import { choiceReason } from "../metrics/decision-reason.ts";
 import { dashboardHtml, dashboardLoginHtml } from "../dashboard/page.ts";
 import { initHashing } from "../util/hash.ts";
 import { shardForRequest } from "../kv/shard.ts";
-import { mergeShardSnapshots } from "../metrics/merge-shards.ts";
+import { mergeShardSnapshots, mergeShardWorkers } from "../metrics/merge-shards.ts";
 import { bearerToken, timingSafeEqualString } from "./auth.ts";
 import { limitsOf, prepareRouting, type IndexClient } from "./chat.ts";
 
@@ -75,8 +75,9 @@ export async function handleAdminRoute(request: Request, deps: AdminDeps): Promi
   const stub = deps.index(model);
   const shards = allShards(deps, model);
   if (path === "/admin/workers") {
-    const lists = await Promise.all(shards.map((s) => s.workers() as Promise<ShardWorkerRow[]>));
-    return json({ model, workers: mergeShardWorkers(lists) });
+    const lists = await Promise.all(shards.map((s) => s.workers() as Promise<WorkerView[]>));
+    // One shard: its rows as they are; more: blocks per shard, synced only where every shard is.
+    return json({ model, workers: lists.length === 1 ? lists[0] : mergeShardWorkers(lists) });
   }
   if (path === "/admin/stats") {
     const [stats, perShard] = await Promise.all([stub.stats(), Promise.all(shards.map((s) => s.shardInfo()))]);
@@ -94,35 +95,6 @@ export async function handleAdminRoute(request: Request, deps: AdminDeps): Promi
 
 function allShards(deps: AdminDeps, model: string): AdminIndexClient[] {
   return Array.from({ length: deps.config.shards }, (_, k) => deps.index(model, k));
-}
-
-interface ShardWorkerRow {
-  workerId: string;
-  blocks: number;
-  synced: boolean;
-}
-
-/**
- * Registry and load come from shard 0 (every shard has both); a worker's blocks are spread over the
- * shards (disjoint parts), and it is synced when every shard knows it and has its dump.
- */
-function mergeShardWorkers(lists: ShardWorkerRow[][]): ShardWorkerRow[] {
-  if (lists.length === 1) return lists[0]!;
-  const merged = new Map<string, ShardWorkerRow & { blocksPerShard: number[] }>();
-  const seenIn = new Map<string, number>();
-  lists.forEach((list, k) => {
-    for (const w of list) {
-      let row = merged.get(w.workerId);
-      if (!row) merged.set(w.workerId, (row = { ...w, blocks: 0, synced: true, blocksPerShard: new Array<number>(lists.length).fill(0) }));
-      row.blocks += w.blocks;
-      row.synced &&= w.synced;
-      row.blocksPerShard[k] = w.blocks;
-      seenIn.set(w.workerId, (seenIn.get(w.workerId) ?? 0) + 1);
-    }
-  });
-  // A shard its relay has not reached yet cannot route to the worker's cache there.
-  for (const row of merged.values()) if (seenIn.get(row.workerId)! < lists.length) row.synced = false;
-  return [...merged.values()];
 }
 
 // ---- auth ----

@@ -7,8 +7,10 @@
  * - Every shard has the registry (relays say hello to each) and a replica of the pool's load, so
  *   worker identity, status, contract, epoch and load fields, the pool's `activeRequests`,
  *   `blockSize` and `cohort` come from shard 0. Per worker, `blocks` is summed (shards hold
- *   disjoint parts), `synced` only if every shard that knows the worker says so, `lastSeen` is the
- *   max. Workers shard 0 does not know are appended with the first knowing shard's fields.
+ *   disjoint parts), `synced` only if every shard knows the worker and says so (a shard its relay
+ *   has not reached cannot route to its cache), `lastSeen` is the max. Workers shard 0 does not
+ *   know are appended with the first knowing shard's fields. `mergeShardWorkers` is this rule,
+ *   shared with `/admin/workers`.
  * - `indexedBlocks` and `counters` (each numeric field, `dropReasons` per key) are summed.
  * - `drift`: per worker the entry with the largest driftEwma; drifting if any shard says so.
  * - `recentReceipts` and `recorder.recentDecisions`: merged newest first (by `at`), capped at
@@ -92,22 +94,35 @@ function mergeCounters(list: readonly IndexCounters[]): IndexCounters {
   return { ...sumFields(COUNTER_FIELDS, list), dropReasons: sumRecords(list.map((c) => c.dropReasons)) };
 }
 
-function mergeWorkers(perShard: readonly (readonly WorkerView[])[]): WorkerView[] {
+/** Per-shard worker lists → one row per worker with its blocks per shard (rules in the header). */
+export function mergeShardWorkers<T extends { workerId: string; blocks: number; synced: boolean; lastSeen: number }>(
+  perShard: readonly (readonly T[])[],
+): (T & { blocksPerShard: number[] })[] {
   // Insertion order: shard 0's workers first, then others in the order shards first report them.
-  const merged = new Map<string, WorkerView>();
-  for (const workers of perShard) {
+  const merged = new Map<string, T & { blocksPerShard: number[] }>();
+  const seenIn = new Map<string, number>();
+  perShard.forEach((workers, k) => {
     for (const w of workers) {
+      seenIn.set(w.workerId, (seenIn.get(w.workerId) ?? 0) + 1);
       const m = merged.get(w.workerId);
       if (!m) {
-        merged.set(w.workerId, { ...w });
+        const blocksPerShard = new Array<number>(perShard.length).fill(0);
+        blocksPerShard[k] = w.blocks;
+        merged.set(w.workerId, { ...w, blocksPerShard });
         continue;
       }
       m.blocks += w.blocks;
+      m.blocksPerShard[k] = w.blocks;
       m.synced &&= w.synced;
       m.lastSeen = Math.max(m.lastSeen, w.lastSeen);
     }
-  }
+  });
+  for (const m of merged.values()) if (seenIn.get(m.workerId)! < perShard.length) m.synced = false;
   return [...merged.values()];
+}
+
+function mergeWorkers(perShard: readonly (readonly WorkerView[])[]): WorkerView[] {
+  return mergeShardWorkers(perShard).map(({ blocksPerShard: _perShard, ...w }) => w);
 }
 
 function mergeDrift(perShard: readonly (readonly DriftView[])[]): DriftView[] {

@@ -1,5 +1,5 @@
 import { describe, expect, it } from "vitest";
-import { mergeShardSnapshots } from "../../src/metrics/merge-shards.ts";
+import { mergeShardSnapshots, mergeShardWorkers } from "../../src/metrics/merge-shards.ts";
 import { PoolRecorder, type RoutedInput, type SettledInput } from "../../src/metrics/pool-recorder.ts";
 import { cohortOf, type IndexCounters, type PoolMetricsSnapshot, type WorkerView } from "../../src/metrics/pool-snapshot.ts";
 import { renderMetrics } from "../../src/metrics/pool-families.ts";
@@ -165,6 +165,16 @@ describe("mergeShardSnapshots", () => {
     );
     expect(merged.workers[1]).toEqual(worker("b", { blocks: 3, synced: false, status: "draining", activeRequests: 1, lastSeen: 300 }));
     expect(merged.workers[2]).toEqual(worker("c", { blocks: 4, synced: false, epoch: 2, activeRequests: 1, lastSeen: 50 }));
+  });
+
+  it("a worker some shard has not met yet is not synced, even where every shard that knows it is", () => {
+    const r = new PoolRecorder();
+    const merged = mergeShardSnapshots([
+      shard(r, { workers: [worker("a", { blocks: 2 }), worker("d", { blocks: 5 })] }),
+      shard(r, { workers: [worker("a", { blocks: 1 })] }),
+    ]);
+    expect(merged.workers.map((w) => [w.workerId, w.blocks, w.synced])).toEqual([["a", 3, true], ["d", 5, false]]);
+    expect(mergeShardWorkers([[worker("a", { blocks: 2 })], [worker("a", { blocks: 1 })]])[0]!.blocksPerShard).toEqual([2, 1]);
   });
 
   it("drift keeps each worker's largest EWMA and is drifting if any shard says so", () => {
