@@ -140,7 +140,7 @@ export function runPipeline(state: EdgeBenchState, bodyText: string, clock?: Clo
     const view = exact ? buildRoutingView(state.contract, templateTokens, items, encode) : null;
     if (view && view.ok) routingTokens = view.tokens;
     else {
-      // Fallback exactly like src/edge/chat.ts planRouting: the text before the first media token.
+      // Fallback exactly like src/edge/chat.ts textPrefixPlan: the text before the first media token.
       exact = false;
       const cut = templateTokens.indexOf(tokenizer.specialIds.visionStart);
       routingTokens = cut < 0 ? templateTokens : templateTokens.slice(0, cut);

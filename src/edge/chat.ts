@@ -80,11 +80,11 @@ function modelConfig(config: EdgeConfig, model: string): ModelConfig {
 }
 
 /**
- * The token view the index is asked about. Text-only: the prompt's own tokens. With media, until
- * the exact layout is built, only the text before the first media placeholder can be predicted.
+ * A media request routed without its exact layout (`fallbackReason` says why): only the text
+ * before the first media placeholder can be predicted. (Text-only requests hash their own tokens
+ * through the prompt-prefix cache; exact media requests hash the layout's view.)
  */
-export function planRouting(tokens: readonly number[], blockSize: number, visionStartId: number, fallbackReason: FallbackReason): RoutingPlan {
-  if (fallbackReason === null) return { localHashes: localBlockHashes(tokens, blockSize), isl: tokens.length, fallbackReason: null, mmHashes: null };
+function textPrefixPlan(tokens: readonly number[], blockSize: number, visionStartId: number, fallbackReason: string): RoutingPlan {
   const cut = tokens.indexOf(visionStartId);
   const prefix = cut < 0 ? tokens : tokens.slice(0, cut);
   return { localHashes: localBlockHashes(prefix, blockSize), isl: tokens.length, fallbackReason, mmHashes: null };
@@ -153,7 +153,7 @@ async function planMediaRouting(
   const media = mediaDeps(deps);
   // Never forward a URL the SSRF policy refuses, whatever the routing outcome.
   for (const p of parts) if (!p.url.startsWith("data:")) media.fetcher.checkUrl(p.url, p.param);
-  const fallback = (reason: string) => planRouting(tokens, model.blockSize, tokenizer.specialIds.visionStart, reason);
+  const fallback = (reason: string) => textPrefixPlan(tokens, model.blockSize, tokenizer.specialIds.visionStart, reason);
   if (!deps.config.exactMedia) return fallback("exact_media_disabled");
   const { partTypes, uuids } = requestShape(req);
   const shape = requestIneligibility({
@@ -254,7 +254,7 @@ export async function handleChatCompletions(request: Request, deps: ChatDeps): P
   const bodyText = await readBodyText(request.body, limits, request.headers.get("content-length"));
   const req = parseChatRequest(bodyText, limits, { sizeChecked: true });
   if (admitted) await admitted;
-  const { model, prompt, plan, index } = await prepareRouting(req, deps);
+  const { model, prompt, plan } = await prepareRouting(req, deps);
   const requestId = newRequestId();
   const body = buildGenerateBody(req, {
     text: prompt.text,
@@ -269,7 +269,7 @@ export async function handleChatCompletions(request: Request, deps: ChatDeps): P
 
   // A sharded pool: the shard of the first block holds every worker's overlap for this request.
   const shard = shardForRequest(plan.localHashes, config.shards);
-  const shardIndex = shard === 0 ? index : deps.index(model.id, shard);
+  const shardIndex = deps.index(model.id, shard);
   const exclude: string[] = [];
   let lastError: KvedgeError | null = null;
   for (let attempt = 1; attempt <= config.routing.maxAttempts; attempt++) {
@@ -295,7 +295,7 @@ export async function handleChatCompletions(request: Request, deps: ChatDeps): P
         // Every shard routes to this worker: tell them all (its relay's status follows anyway).
         if (err.markDown)
           for (let k = 0; k < config.shards; k++)
-            deps.waitUntil((k === 0 ? index : deps.index(model.id, k)).markDown(decision.workerId, err.message).catch(() => undefined));
+            deps.waitUntil(deps.index(model.id, k).markDown(decision.workerId, err.message).catch(() => undefined));
         exclude.push(decision.workerId);
         lastError = new UpstreamError(`Worker ${decision.workerId} failed before answering: ${err.message}`, null, "worker_unavailable");
         continue;
