@@ -9,15 +9,30 @@ export const LOCAL_HASH_SEED = 1337n;
 
 /** Hashes every full block of `tokens`. Requires initHashing(). */
 export function localBlockHashes(tokens: ArrayLike<number>, blockSize: number): bigint[] {
+  return localBlockHashesOfParts([tokens], blockSize);
+}
+
+let blockBuf = new Uint8Array(64);
+
+/**
+ * localBlockHashes of the parts' concatenation, without building it (the prompt-prefix cache hashes
+ * a reused tail, the middle and the new text as one run). Requires initHashing().
+ */
+export function localBlockHashesOfParts(parts: readonly ArrayLike<number>[], blockSize: number): bigint[] {
   if (!Number.isInteger(blockSize) || blockSize <= 0) throw new RangeError(`bad block size ${blockSize}`);
-  const n = Math.floor(tokens.length / blockSize);
-  const out = new Array<bigint>(n);
-  const buf = new Uint8Array(blockSize * 4);
-  const view = new DataView(buf.buffer);
-  for (let b = 0; b < n; b++) {
-    const base = b * blockSize;
-    for (let i = 0; i < blockSize; i++) view.setUint32(i * 4, tokens[base + i]! >>> 0, true);
-    out[b] = xxh3_64(buf, LOCAL_HASH_SEED);
+  if (blockBuf.length < blockSize * 4) blockBuf = new Uint8Array(blockSize * 4);
+  const buf = blockBuf.subarray(0, blockSize * 4);
+  const view = new DataView(buf.buffer, 0, blockSize * 4);
+  const out: bigint[] = [];
+  let fill = 0;
+  for (const part of parts) {
+    for (let i = 0; i < part.length; i++) {
+      view.setUint32(fill * 4, part[i]! >>> 0, true);
+      if (++fill === blockSize) {
+        out.push(xxh3_64(buf, LOCAL_HASH_SEED));
+        fill = 0;
+      }
+    }
   }
   return out;
 }

@@ -21,7 +21,7 @@
  * bucket. (Hashing the whole prefix instead, chained over the messages, was measured at ~75 % of a
  * hit.) Keys include the tokenizer (model family) and the block size. Bounded by cached tokens, LRU.
  */
-import { LOCAL_HASH_SEED, localBlockHashes } from "../kv/block-hash.ts";
+import { localBlockHashes, localBlockHashesOfParts } from "../kv/block-hash.ts";
 import { xxh3_64 } from "../util/hash.ts";
 
 /** What the cache needs from a tokenizer (QwenTokenizer satisfies it). */
@@ -150,29 +150,6 @@ function idsFrom(n: Node, start: number): number[] {
   return out.reverse();
 }
 
-let blockBuf = new Uint8Array(64);
-/**
- * localBlockHashes of the parts' concatenation, without building it (a cold 32k prompt would copy
- * ~37k ids for nothing). Same bytes and seed as src/kv/block-hash.ts; the unit tests compare the two.
- */
-function blockHashesOf(parts: readonly Ids[], blockSize: number): bigint[] {
-  if (blockBuf.length < blockSize * 4) blockBuf = new Uint8Array(blockSize * 4);
-  const buf = blockBuf.subarray(0, blockSize * 4);
-  const view = new DataView(buf.buffer, 0, blockSize * 4);
-  const out: bigint[] = [];
-  let fill = 0;
-  for (const part of parts) {
-    for (let i = 0; i < part.length; i++) {
-      view.setUint32(fill * 4, part[i]! >>> 0, true);
-      if (++fill === blockSize) {
-        out.push(xxh3_64(buf, LOCAL_HASH_SEED));
-        fill = 0;
-      }
-    }
-  }
-  return out;
-}
-
 /**
  * `text.slice(start, end)` that does not keep all of `text` alive: V8 slices share their parent's
  * characters, and a short new turn must not pin the whole request. (Well-formed text round-trips.)
@@ -250,7 +227,7 @@ export class PrefixCache {
     // Hash from the first block the cached hashes do not cover (the prefix's partial last block on).
     const reusedBlocks = hit ? hit.blocks : 0;
     const head = reusedBlocks * blockSize;
-    const fresh = blockHashesOf(hit && head < reused ? [idsFrom(hit, head), mid, tail] : [mid, tail], blockSize);
+    const fresh = localBlockHashesOfParts(hit && head < reused ? [idsFrom(hit, head), mid, tail] : [mid, tail], blockSize);
     const localHashes = hit ? ([] as bigint[]).concat(...chain.map((x) => x.hashes), fresh) : fresh;
 
     if (hit) {

@@ -1,0 +1,27 @@
+/**
+ * The edge's block hashes (localBlockHashes, and its many-part form used by the prompt-prefix
+ * cache) equal the relay's per-block hash of the same tokens, for any split into parts.
+ */
+import fc from "fast-check";
+import { beforeAll, describe, expect, it } from "vitest";
+import { localBlockHash, localBlockHashes, localBlockHashesOfParts } from "../../src/kv/block-hash.ts";
+import { initHashing } from "../../src/util/hash.ts";
+
+beforeAll(() => initHashing());
+
+describe("local block hashes", () => {
+  it("every full block hashes as the relay hashes it; partial tails are ignored; parts do not matter", () => {
+    fc.assert(
+      fc.property(fc.array(fc.integer({ min: 0, max: 2 ** 32 - 1 }), { maxLength: 200 }), fc.integer({ min: 1, max: 40 }), fc.array(fc.nat(), { maxLength: 5 }), (tokens, blockSize, cuts) => {
+        const expected: bigint[] = [];
+        for (let b = 0; (b + 1) * blockSize <= tokens.length; b++) expected.push(localBlockHash(tokens.slice(b * blockSize, (b + 1) * blockSize)));
+        expect(localBlockHashes(tokens, blockSize)).toEqual(expected);
+        const at = [...new Set(cuts.map((c) => c % (tokens.length + 1)))].sort((a, b) => a - b);
+        const parts = [0, ...at, tokens.length].slice(1).map((end, i, ends) => tokens.slice(i === 0 ? 0 : ends[i - 1]!, end));
+        expect(localBlockHashesOfParts(parts, blockSize)).toEqual(expected);
+      }),
+      { numRuns: 200 },
+    );
+    expect(() => localBlockHashes([1, 2], 0)).toThrow(RangeError);
+  });
+});
