@@ -59,6 +59,8 @@ interface LiveRequest {
   lockedNode: RadixNode | null;
   /** Tokens of the KV pool this request holds outside the tree. */
   reserved: number;
+  /** This request's share of the decode batch's context (0 until it decodes). */
+  decodeContext: number;
   plannedOutput: number;
   /** Longest stop string: a new match can start at most this far before the new token. */
   maxStopLength: number;
@@ -94,6 +96,10 @@ export class SimEngine {
   private readonly byRid = new Map<string, LiveRequest>();
   private reservedTotal = 0;
   private prefillLane: Promise<void> = Promise.resolve();
+  /** Prefills queued or running on the lane (calibrated timing: decode steps wait while any is, as SGLang runs a new prefill batch before the next decode step). */
+  private prefillsPending = 0;
+  /** KV tokens the running decode batch attends to (prompt + output so far, summed). */
+  private decodeContext = 0;
   private lastGenThroughput = 0;
 
   constructor(cfg: EngineConfig) {
@@ -142,6 +148,7 @@ export class SimEngine {
         cachedTokens: 0,
         lockedNode: null,
         reserved: 0,
+        decodeContext: 0,
         plannedOutput: this.plannedOutput(input, stream),
         maxStopLength: Math.max(0, ...input.sampling.stop.map((x) => x.length)),
         stream,
@@ -237,9 +244,15 @@ export class SimEngine {
     req.abortMessage = "Abort before prefill";
     try {
       const uncached = inputIds.length - req.cachedTokens;
-      const prefill = this.prefillLane.then(() => sleep(prefillMs(this.cfg.timing, uncached), signal));
+      const timing = this.cfg.timing;
+      this.prefillsPending++;
+      const prefill = this.prefillLane.then(() => sleep(prefillMs(timing, uncached, req.cachedTokens), signal));
       this.prefillLane = prefill.catch(() => {});
-      await prefill;
+      try {
+        await prefill;
+      } finally {
+        this.prefillsPending--;
+      }
 
       // cache_unfinished_req: the prompt becomes matchable for others right after prefill.
       this.cacheTokens(req, inputIds);
@@ -253,9 +266,16 @@ export class SimEngine {
         this.finish(req, { type: "length", length: 0 }, outputIds, text, true);
         return;
       }
+      req.decodeContext = inputIds.length;
+      this.decodeContext += req.decodeContext;
       for (;;) {
+        if (timing.calibration && this.prefillsPending > 0) {
+          // SGLang schedules a waiting prefill before the next decode step: the batch stalls meanwhile.
+          await this.prefillLane;
+          deadline = performance.now();
+        }
         // Sleep to a running deadline so timer lateness does not accumulate over many tokens.
-        const stepMs = decodeStepMs(this.cfg.timing, this.running.size);
+        const stepMs = decodeStepMs(timing, this.running.size, this.decodeContext);
         deadline += stepMs;
         const wait = deadline - performance.now();
         if (wait >= 1) await sleep(wait, signal);
@@ -264,6 +284,8 @@ export class SimEngine {
         const allowStop = outputIds.length >= sampling.minNewTokens;
         const token = req.stream.next(allowStop && !sampling.ignoreEos);
         outputIds.push(token);
+        req.decodeContext++;
+        this.decodeContext++;
         // Output tokens are whole ASCII words, so decoding token by token equals decoding the whole run.
         const prevLength = text.length;
         if (!(sampling.skipSpecialTokens && this.cfg.vocab.specialIds.has(token))) text += this.cfg.tokenizer.decode([token]);
@@ -338,6 +360,8 @@ export class SimEngine {
     }
     this.reservedTotal -= req.reserved;
     req.reserved = 0;
+    this.decodeContext -= req.decodeContext;
+    req.decodeContext = 0;
     this.running.delete(req);
     this.byRid.delete(req.input.rid);
     const snap = this.snapshot(req, outputIds, text, reason);

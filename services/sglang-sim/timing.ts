@@ -1,9 +1,26 @@
 /**
- * Timing model: prefill cost grows with the uncached prompt tokens (prefills run one at a time, as
- * one GPU does), decode costs a fixed time per output token plus a small per-running-request term
- * (a bigger decode batch steps more slowly). Numbers are wall-clock milliseconds.
+ * Timing model. Two kinds:
+ * - linear presets: prefill cost grows with the uncached prompt tokens at a fixed rate, decode costs a
+ *   fixed time per output token plus a per-running-request term;
+ * - calibrated (`calibration` set): costs measured on a GPU (bench/calibration/, one H200 with a
+ *   Qwen2.5-VL-7B language model): a prefill chunk costs T(new, cached) interpolated from the measured
+ *   grid, a prompt is prefilled in chunks of `chunkedPrefillSize` (SGLang --chunked-prefill-size; each
+ *   chunk attends to the cached prefix and the earlier chunks), and a decode step of the running batch
+ *   costs a + b·batch + c·(KV tokens the batch attends to).
+ * Prefills run one at a time, as one GPU does. Numbers are wall-clock milliseconds.
  */
 import { z } from "zod";
+import h200Qwen25Vl7b from "./calibration/h200-qwen2_5-vl-7b.json" with { type: "json" };
+
+/** A measured cost table (services/sglang-sim/calibration/*.json, made by bench/calibration/derive.mjs). */
+export interface CostTable {
+  chunkedPrefillSize: number;
+  prefill: { newTokens: number[]; cachedTokens: number[]; ms: number[][] };
+  decode: { baseMs: number; perRequestMs: number; perThousandKvTokensMs: number };
+}
+
+export const COST_TABLES = { "h200-qwen2_5-vl-7b": h200Qwen25Vl7b as CostTable } as const;
+export const CostTableNameSchema = z.enum(["h200-qwen2_5-vl-7b"]);
 
 export const TimingSchema = z.strictObject({
   /** Fixed scheduling overhead per prefill. */
@@ -14,6 +31,12 @@ export const TimingSchema = z.strictObject({
   decodeMsPerToken: z.number().min(0),
   /** Extra time per decode step for every other running request. */
   decodeMsPerRunningRequest: z.number().min(0),
+  /** Use a measured cost table instead of the linear terms above (which then go unused). */
+  calibration: CostTableNameSchema.optional(),
+  /** Tokens per prefill chunk (SGLang --chunked-prefill-size); calibrated model only; default the table's. */
+  chunkedPrefillSize: z.int().positive().optional(),
+  /** Multiplies every calibrated prefill cost (sensitivity runs: 2 = half the prefill rate). */
+  prefillScale: z.number().positive().optional(),
 });
 export type Timing = z.infer<typeof TimingSchema>;
 
@@ -26,19 +49,71 @@ export const TIMING_PRESETS = {
   "h100-8b": { prefillOverheadMs: 8, prefillTokensPerSec: 12_000, decodeMsPerToken: 14, decodeMsPerRunningRequest: 0.15 },
   /** Roughly an 8B VL model on one L4/A10-class GPU. */
   "l4-8b": { prefillOverheadMs: 15, prefillTokensPerSec: 3_000, decodeMsPerToken: 45, decodeMsPerRunningRequest: 0.6 },
+  /** Measured: Qwen2.5-VL-7B language model on one H200, SGLang's default 8192-token prefill chunks (bench/calibration). */
+  "h200-7b": { prefillOverheadMs: 0, prefillTokensPerSec: 30_000, decodeMsPerToken: 7, decodeMsPerRunningRequest: 0.01, calibration: "h200-qwen2_5-vl-7b" },
 } as const satisfies Record<string, Timing>;
 
-export const TimingPresetNameSchema = z.enum(["fast", "instant", "h100-8b", "l4-8b"]);
+export const TimingPresetNameSchema = z.enum(["fast", "instant", "h100-8b", "l4-8b", "h200-7b"]);
 export type TimingPresetName = z.infer<typeof TimingPresetNameSchema>;
 
 export function resolveTiming(preset: TimingPresetName, overrides: Partial<Timing>): Timing {
   return TimingSchema.parse({ ...TIMING_PRESETS[preset], ...overrides });
 }
 
-export function prefillMs(t: Timing, uncachedTokens: number): number {
-  return t.prefillOverheadMs + (Math.max(0, uncachedTokens) / t.prefillTokensPerSec) * 1000;
+/** Index i with xs[i] ≤ x < xs[i+1], clamped so that [i, i+1] is a valid segment (extrapolates at the ends). */
+function segment(xs: readonly number[], x: number): number {
+  let i = 0;
+  while (i < xs.length - 2 && x >= xs[i + 1]!) i++;
+  return i;
 }
 
-export function decodeStepMs(t: Timing, runningRequests: number): number {
-  return t.decodeMsPerToken + Math.max(0, runningRequests - 1) * t.decodeMsPerRunningRequest;
+/** Linear interpolation on one axis; beyond the ends, the end segment's slope continues. */
+function lerp(xs: readonly number[], ys: readonly number[], x: number): number {
+  const i = segment(xs, x);
+  const x0 = xs[i]!;
+  const x1 = xs[i + 1]!;
+  return ys[i]! + ((ys[i + 1]! - ys[i]!) * (x - x0)) / (x1 - x0);
+}
+
+/** One prefill forward of `newTokens` on top of `cachedTokens` (bilinear in the measured grid). */
+export function prefillChunkMs(table: CostTable, newTokens: number, cachedTokens: number): number {
+  if (newTokens <= 0) return 0;
+  const { newTokens: ns, cachedTokens: ps, ms } = table.prefill;
+  const j = segment(ps, cachedTokens);
+  const a = lerp(ns, ms[j]!, newTokens);
+  const b = lerp(ns, ms[j + 1]!, newTokens);
+  const p0 = ps[j]!;
+  const v = a + ((b - a) * (cachedTokens - p0)) / (ps[j + 1]! - p0);
+  return Math.max(ms[0]![0]!, v);
+}
+
+/** Tokens per prefill chunk under timing `t` (calibrated model; Infinity for the linear one). */
+export function chunkSize(t: Timing): number {
+  return t.calibration ? (t.chunkedPrefillSize ?? COST_TABLES[t.calibration].chunkedPrefillSize) : Infinity;
+}
+
+/**
+ * Prefill time of a prompt whose first `cachedTokens` are served from the cache. Calibrated: the sum
+ * of its chunks (each on the prefix before it), as SGLang runs them with nothing else in the batch.
+ */
+export function prefillMs(t: Timing, uncachedTokens: number, cachedTokens = 0): number {
+  if (!t.calibration) return t.prefillOverheadMs + (Math.max(0, uncachedTokens) / t.prefillTokensPerSec) * 1000;
+  // At least one token is always computed (it yields the first logits).
+  const n = Math.max(1, uncachedTokens);
+  const table = COST_TABLES[t.calibration];
+  const chunk = chunkSize(t);
+  let ms = 0;
+  for (let done = 0; done < n; done += chunk) ms += prefillChunkMs(table, Math.min(chunk, n - done), cachedTokens + done);
+  return t.prefillOverheadMs + ms * (t.prefillScale ?? 1);
+}
+
+/**
+ * One decode step (one token for each running request). Calibrated: the measured fit over batch size
+ * and the KV tokens the batch attends to (`contextTokens`, summed over the batch); linear: a fixed
+ * time plus a per-request term.
+ */
+export function decodeStepMs(t: Timing, runningRequests: number, contextTokens = 0): number {
+  if (!t.calibration) return t.decodeMsPerToken + Math.max(0, runningRequests - 1) * t.decodeMsPerRunningRequest;
+  const d = COST_TABLES[t.calibration].decode;
+  return d.baseMs + d.perRequestMs * Math.max(1, runningRequests) + (d.perThousandKvTokensMs * Math.max(0, contextTokens)) / 1000;
 }
