@@ -1,7 +1,10 @@
-// The simulated worker's side of a request in the bench simulators (one model, shared): admission
-// against the paged radix cache with a KV capacity (match, pin, evict, reserve), a single prefill
-// lane, the prompt cached after prefill, and prompt + output cached at finish (as SGLang does).
-import { prefillMs, decodeStepMs } from "../../services/sglang-sim/timing.ts";
+// The simulated worker's side of a request in the bench simulators: admission against the paged
+// radix cache with a KV capacity (match, pin, evict, reserve), the prompt cached after prefill, and
+// prompt + output cached at finish (as SGLang does). Two cost models: linear (one serial prefill lane
+// at a fixed token rate; admit/prefilled/finished, LinearWorker) and calibrated (CalibratedWorker:
+// SGLang's prefill-first scheduler with chunked prefill and a batched decode step, costs from the
+// GPU-measured table of services/sglang-sim/timing.ts).
+import { COST_TABLES, chunkSize, prefillChunkMs, prefillMs, decodeStepMs } from "../../services/sglang-sim/timing.ts";
 
 /**
  * Admits `req` on worker state `st` at time `now`. Returns the match, the reserved tokens, the
@@ -44,4 +47,226 @@ export function finished(st, r, req) {
   st.cache.decLockRef(node);
   st.reserved -= r.reservedNeed;
   st.active--;
+}
+
+/**
+ * The linear worker as one object (the model the routing bench used before calibration): the match
+ * at arrival, one serial prefill lane at the timing's fixed rate, decode time fixed at prefill end.
+ * `schedule(t, fn)` queues a simulation event.
+ */
+export class LinearWorker {
+  constructor({ cache, capacityTokens, timing, pageSize, schedule }) {
+    Object.assign(this, { cache, capacityTokens, timing, pageSize, schedule });
+    this.laneFree = 0;
+    this.active = 0;
+    this.reserved = 0;
+  }
+
+  /** `job`: { req, r (result record: cached, ttft set here), onPrefilled(now), onFinished(now) }. */
+  submit(job, now) {
+    const { req, r } = job;
+    const a = admit(this, req, now, this.capacityTokens, this.timing);
+    Object.assign(r, { cached: a.match.length, node: a.match.node, reservedNeed: a.need, ttft: a.prefilledAt - now });
+    this.schedule(a.prefilledAt, (t) => {
+      const finishAt = prefilled(this, r, req, t, this.pageSize, this.timing);
+      job.onPrefilled(t);
+      this.schedule(finishAt, (t2) => {
+        finished(this, r, req);
+        r.finishAt = t2;
+        job.onFinished(t2);
+      });
+    });
+  }
+
+  /** Time to first token for a request with `uncached` tokens to prefill, placed here now. */
+  predictTtft(now, uncached) {
+    return Math.max(0, this.laneFree - now) + prefillMs(this.timing, uncached);
+  }
+}
+
+/**
+ * The calibrated worker: SGLang's scheduler loop on the GPU-measured cost table. Each step is either
+ * a prefill batch (waiting requests FIFO, up to `chunkedPrefillSize` new tokens, the last one possibly
+ * a chunk of a longer prompt; the radix match happens when a request enters its first batch) or, with
+ * nothing waiting, one decode step for the whole running batch. A prefill batch costs
+ * T(new tokens, token-weighted cached prefix) from the table; a decode step a + b·batch + c·KV tokens.
+ * TTFT ends with the batch that prefills a request's last token (that batch samples its first token).
+ */
+export class CalibratedWorker {
+  constructor({ cache, capacityTokens, timing, pageSize, schedule }) {
+    Object.assign(this, { cache, capacityTokens, timing, pageSize, schedule });
+    this.table = COST_TABLES[timing.calibration];
+    this.chunk = chunkSize(timing);
+    this.scale = timing.prefillScale ?? 1;
+    this.waiting = []; // jobs not fully prefilled, FIFO; `done` = prompt tokens prefilled or cached
+    this.running = []; // decoding jobs
+    this.busyUntil = 0;
+    this.stepping = false;
+    this.reserved = 0;
+    this.active = 0;
+  }
+
+  submit(job, now) {
+    job.started = false;
+    job.inFlight = 0;
+    job.peekCached = peekPrefix(this.cache, job.req.tokens, this.pageSize);
+    job.arrivedAt = now;
+    this.waiting.push(job);
+    this.active++;
+    if (!this.stepping) this.step(now);
+  }
+
+  /** First scheduling of a job: radix match (ids[:-1]), lock, evict for room, reserve its KV. */
+  start(job) {
+    const { req, r } = job;
+    const ids = req.tokens;
+    const match = this.cache.matchPrefix(ids.slice(0, ids.length - 1));
+    this.cache.incLockRef(match.node);
+    const need = ids.length - match.length + req.output.length;
+    const free = this.capacityTokens - this.cache.totalTokens - this.reserved;
+    if (need > free) this.cache.evict(need - free);
+    this.reserved += need;
+    Object.assign(r, { cached: match.length, node: match.node, reservedNeed: need });
+    job.done = match.length;
+    job.started = true;
+  }
+
+  prefillBatchMs(parts) {
+    let n = 0;
+    let weighted = 0;
+    for (const p of parts) {
+      n += p.n;
+      weighted += p.n * p.cached;
+    }
+    return prefillChunkMs(this.table, n, weighted / n) * this.scale;
+  }
+
+  step(now) {
+    this.stepping = true;
+    if (this.waiting.length > 0) {
+      let budget = this.chunk;
+      const parts = [];
+      for (const job of this.waiting) {
+        if (budget <= 0) break;
+        if (!job.started) this.start(job);
+        const n = Math.min(budget, job.req.tokens.length - job.done);
+        parts.push({ job, n, cached: job.done });
+        job.inFlight = n;
+        budget -= n;
+      }
+      const end = now + this.prefillBatchMs(parts);
+      this.busyUntil = end;
+      this.schedule(end, (t) => {
+        for (const p of parts) {
+          p.job.done += p.n;
+          p.job.inFlight = 0;
+          if (p.job.done < p.job.req.tokens.length) continue;
+          this.waiting.splice(this.waiting.indexOf(p.job), 1);
+          this.prefilled(p.job, t);
+        }
+        this.step(t);
+      });
+      return;
+    }
+    if (this.running.length > 0) {
+      let kv = 0;
+      for (const job of this.running) kv += job.context;
+      const end = now + decodeStepMs(this.timing, this.running.length, kv);
+      this.busyUntil = end;
+      const batch = this.running.slice();
+      this.schedule(end, (t) => {
+        for (const job of batch) {
+          job.context++;
+          if (--job.left <= 0) this.finish(job, t);
+        }
+        this.step(t);
+      });
+      return;
+    }
+    this.stepping = false;
+  }
+
+  /** Prefill done: first token sampled; the prompt's pages enter the cache (cache_unfinished_req). */
+  prefilled(job, now) {
+    const { req, r } = job;
+    r.ttft = now - job.arrivedAt;
+    const { node } = this.cache.insert(req.tokens);
+    this.cache.incLockRef(node);
+    this.cache.decLockRef(r.node);
+    r.node = node;
+    const moved = req.tokens.length - (req.tokens.length % this.pageSize) - r.cached;
+    const m = Math.min(r.reservedNeed, Math.max(0, moved));
+    this.reserved -= m;
+    r.reservedNeed -= m;
+    job.onPrefilled(now);
+    job.left = req.output.length - 1;
+    job.context = req.tokens.length + 1;
+    if (job.left <= 0) this.finish(job, now);
+    else this.running.push(job);
+  }
+
+  finish(job, now) {
+    const i = this.running.indexOf(job);
+    if (i >= 0) this.running.splice(i, 1);
+    finished(this, job.r, job.req);
+    job.r.finishAt = now;
+    job.onFinished(now);
+  }
+
+  /**
+   * Exact TTFT for a new request with `uncached` tokens on `cached`, placed here now, given the
+   * queue as it stands (FIFO prefill batches come before any decode step): the step in flight, then
+   * the waiting prompts' remaining tokens, then this one, in chunk-sized batches.
+   */
+  predictTtft(now, uncached, cached) {
+    let t = this.stepping ? Math.max(0, this.busyUntil - now) : 0;
+    // Tokens of a step in flight are paid for by the term above.
+    const queue = this.waiting
+      .map((j) => (j.started ? { left: j.req.tokens.length - j.done - j.inFlight, cached: j.done + j.inFlight } : { left: j.req.tokens.length - j.peekCached, cached: j.peekCached }))
+      .filter((q) => q.left > 0);
+    queue.push({ left: Math.max(1, uncached), cached, mine: true });
+    let budget = this.chunk;
+    let parts = [];
+    for (let k = 0; k < queue.length; ) {
+      const q = queue[k];
+      const n = Math.min(budget, q.left);
+      parts.push({ n, cached: q.cached });
+      q.left -= n;
+      q.cached += n;
+      budget -= n;
+      const last = q.left <= 0;
+      if (last) k++;
+      if (budget <= 0 || k === queue.length) {
+        t += this.prefillBatchMs(parts);
+        if (last && q.mine) return t;
+        parts = [];
+        budget = this.chunk;
+      }
+    }
+    return t;
+  }
+}
+
+/** Longest cached prefix (whole pages) without touching LRU state or splitting nodes. */
+export function peekPrefix(cache, tokens, page) {
+  const n = tokens.length - 1 - ((tokens.length - 1) % page); // the engine matches ids[:-1]
+  let node = cache.rootNode;
+  let pos = 0;
+  outer: while (pos < n) {
+    for (const child of node.children.values()) {
+      const k = child.key;
+      if (k[0] !== tokens[pos]) continue;
+      let i = 0;
+      const max = Math.min(k.length, n - pos);
+      while (i < max && k[i] === tokens[pos + i]) i++;
+      i -= i % page;
+      if (i === 0) continue;
+      pos += i;
+      if (i < k.length) break outer;
+      node = child;
+      continue outer;
+    }
+    break;
+  }
+  return pos;
 }

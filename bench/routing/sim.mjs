@@ -1,43 +1,26 @@
 // Replays a trace against N simulated SGLang caches (services/sglang-sim PagedRadixCache, capacity
-// forcing eviction, the simulator's timing model) under one routing policy. kvedge and text-prefix
-// policies route through a real RoutingCore fed by the same relay translation the relays use
-// (KV events → WorkerBlockSet → relay events → applyEvents), delivered after a propagation lag.
+// forcing eviction) under one routing policy and one worker cost model: "linear" (one serial prefill
+// lane at a fixed rate: the model the router's ttft cost assumes) or "calibrated" (SGLang's
+// prefill-first scheduler with chunked prefill and batched decode on the GPU-measured cost table;
+// bench/lib/worker-model.mjs). kvedge and text-prefix policies route through a real RoutingCore fed
+// by the same relay translation the relays use (KV events → WorkerBlockSet → relay events →
+// applyEvents), delivered after a propagation lag. The oracle knows every cache and queue exactly and
+// picks the least TTFT under the worker's own (true) cost model, not the router's estimate.
 import { PagedRadixCache } from "../../services/sglang-sim/radix-cache.ts";
-import { TIMING_PRESETS, prefillMs } from "../../services/sglang-sim/timing.ts";
+import { TIMING_PRESETS } from "../../services/sglang-sim/timing.ts";
 import { WorkerBlockSet } from "../../src/kv/worker-block-set.ts";
 import { RoutingCore } from "../../src/kv/routing-core.ts";
 import { localBlockHashes } from "../../src/kv/block-hash.ts";
 import { rng } from "../lib/stats.mjs";
 import { Heap } from "../lib/heap.mjs";
-import { admit, finished, prefilled } from "../lib/worker-model.mjs";
+import { CalibratedWorker, LinearWorker, peekPrefix as peekPagePrefix } from "../lib/worker-model.mjs";
 import { VISION_START } from "./trace.mjs";
 
 const PAGE = 16;
 
 
 /** Longest cached prefix (whole pages) without touching LRU state or splitting nodes. */
-export function peekPrefix(cache, tokens) {
-  const n = tokens.length - 1 - ((tokens.length - 1) % PAGE); // the engine matches ids[:-1]
-  let node = cache.rootNode;
-  let pos = 0;
-  outer: while (pos < n) {
-    for (const child of node.children.values()) {
-      const k = child.key;
-      if (k[0] !== tokens[pos]) continue;
-      let i = 0;
-      const max = Math.min(k.length, n - pos);
-      while (i < max && k[i] === tokens[pos + i]) i++;
-      i -= i % PAGE;
-      if (i === 0) continue;
-      pos += i;
-      if (i < k.length) break outer;
-      node = child;
-      continue outer;
-    }
-    break;
-  }
-  return pos;
-}
+export const peekPrefix = (cache, tokens) => peekPagePrefix(cache, tokens, PAGE);
 
 function fnv(s) {
   let h = 0x811c9dc5;
@@ -50,6 +33,7 @@ function fnv(s) {
 export const POLICIES = ["kvedge", "kvedge-blocks", "text-prefix", "url-keyed", "least-loaded", "round-robin", "index+ttft", "oracle"];
 
 export function simulate(trace, { policy, workers, capacityTokens, timing = TIMING_PRESETS["h100-8b"], lagMs = 10, seed = 7 }) {
+  const Worker = timing.calibration ? CalibratedWorker : LinearWorker;
   const random = rng(seed);
   let now = 0;
   let seq = 0;
@@ -62,7 +46,7 @@ export function simulate(trace, { policy, workers, capacityTokens, timing = TIMI
   const W = [];
   for (let w = 0; w < workers; w++) {
     const id = `w${w + 1}`;
-    const st = { id, laneFree: 0, active: 0, served: 0, reserved: 0, pendingRelay: [], blockSet: null, cache: null };
+    const st = { id, served: 0, pendingRelay: [], blockSet: null, worker: null };
     if (core) {
       core.hello({ type: "hello", workerId: id, url: `http://sim/${id}`, blockSize: PAGE, epoch: 1, modelName: "m", contract: null, kvEvents: true }, id);
       core.applyDump(id, { type: "dump", epoch: 1, seq: -1, blocks: [] });
@@ -81,7 +65,8 @@ export function simulate(trace, { policy, workers, capacityTokens, timing = TIMI
           const out = st.blockSet.apply([kv]);
           if (out.events.length) st.pendingRelay.push({ at: now + lagMs, events: out.events });
         };
-    st.cache = new PagedRadixCache(PAGE, sink);
+    st.worker = new Worker({ cache: new PagedRadixCache(PAGE, sink), capacityTokens, timing, pageSize: PAGE, schedule: (t, fn) => events.push({ t, seq: seq++, type: "step", fn }) });
+    st.cache = st.worker.cache;
     W.push(st);
   }
   let relaySeq = 0;
@@ -105,9 +90,9 @@ export function simulate(trace, { policy, workers, capacityTokens, timing = TIMI
     if (policy === "round-robin") return { w: rr++ % workers };
     if (policy === "least-loaded") {
       let best = 0;
-      for (let w = 1; w < workers; w++) if (W[w].active < W[best].active) best = w;
+      for (let w = 1; w < workers; w++) if (W[w].worker.active < W[best].worker.active) best = w;
       // Rotate the start on ties so equal loads spread.
-      const ties = W.map((s, i) => i).filter((i) => W[i].active === W[best].active);
+      const ties = W.map((s, i) => i).filter((i) => W[i].worker.active === W[best].worker.active);
       return { w: ties[rr++ % ties.length] };
     }
     if (policy === "url-keyed") return { w: fnv(req.urlKey) % workers };
@@ -116,7 +101,8 @@ export function simulate(trace, { policy, workers, capacityTokens, timing = TIMI
       let best = 0;
       let bestT = Infinity;
       for (let w = 0; w < workers; w++) {
-        const t = Math.max(0, W[w].laneFree - now) + prefillMs(timing, req.tokens.length - peekPrefix(W[w].cache, req.tokens));
+        const hit = peekPrefix(W[w].cache, req.tokens);
+        const t = W[w].worker.predictTtft(now, req.tokens.length - hit, hit);
         if (t < bestT) {
           bestT = t;
           best = w;
@@ -133,7 +119,7 @@ export function simulate(trace, { policy, workers, capacityTokens, timing = TIMI
       let bestT = Infinity;
       for (let w = 0; w < workers; w++) {
         const overlap = scores[core.slotOf(W[w].id)] * PAGE;
-        const t = Math.max(0, W[w].laneFree - now) + prefillMs(timing, req.tokens.length - overlap);
+        const t = W[w].worker.predictTtft(now, req.tokens.length - overlap, overlap);
         if (t < bestT) {
           bestT = t;
           best = w;
@@ -152,32 +138,31 @@ export function simulate(trace, { policy, workers, capacityTokens, timing = TIMI
   while (events.size) {
     const ev = events.pop();
     now = ev.t;
-    if (ev.type === "arrive") {
-      const req = ev.req;
-      let best = 0;
-      for (const st of W) best = Math.max(best, peekPrefix(st.cache, req.tokens));
-      const { w, receipt } = choose(req);
-      const st = W[w];
-      const ids = req.tokens;
-      const { match, need, uncached, prefilledAt: done } = admit(st, req, now, capacityTokens, timing);
-      st.served++;
-      st.queuedTokens = (st.queuedTokens ?? 0) + uncached;
-      st.decodeBlocks = (st.decodeBlocks ?? 0) + Math.ceil(ids.length / PAGE);
-      const r = { id: req.id, kind: req.kind, worker: w, tokens: ids.length, cached: match.length, best, ttft: done - now, node: match.node, receipt, reservedNeed: need, uncached };
-      results.push(r);
-      events.push({ t: done, seq: seq++, type: "prefilled", r, st, req });
-    } else if (ev.type === "prefilled") {
-      const { r, st, req } = ev;
-      const finishAt = prefilled(st, r, req, now, PAGE, timing);
-      st.queuedTokens -= r.uncached;
-      if (core && r.receipt) core.markPrefillDone(r.receipt);
-      events.push({ t: finishAt, seq: seq++, type: "finish", r, st, req });
-    } else {
-      const { r, st, req } = ev;
-      finished(st, r, req);
-      st.decodeBlocks -= Math.ceil(req.tokens.length / PAGE);
-      if (core && r.receipt) core.settle({ receiptId: r.receipt, promptTokens: req.tokens.length, cachedTokens: r.cached, outcome: "ok" });
+    if (ev.type === "step") {
+      ev.fn(now);
+      continue;
     }
+    const req = ev.req;
+    let best = 0;
+    for (const st of W) best = Math.max(best, peekPrefix(st.cache, req.tokens));
+    const { w, receipt } = choose(req);
+    const st = W[w];
+    st.served++;
+    const r = { id: req.id, kind: req.kind, worker: w, tokens: req.tokens.length, outputTokens: req.output.length, cached: 0, best, ttft: NaN, finishAt: NaN, arrivedAt: now, receipt };
+    results.push(r);
+    st.worker.submit(
+      {
+        req,
+        r,
+        onPrefilled: () => {
+          if (core && receipt) core.markPrefillDone(receipt);
+        },
+        onFinished: () => {
+          if (core && receipt) core.settle({ receiptId: receipt, promptTokens: req.tokens.length, cachedTokens: r.cached, outcome: "ok" });
+        },
+      },
+      now,
+    );
   }
   return { results, served: W.map((s) => s.served) };
 }

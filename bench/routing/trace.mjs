@@ -8,7 +8,8 @@ const VE = 151653;
 const IM_START = 151644;
 const IM_END = 151645;
 
-export function makeTrace({ seed, requests, meanGapMs, imagePads, videoPads }) {
+/** `skew` scales every popularity exponent: 1 = the default Zipf mix, 0 = uniform picks, 1.5 = more skewed. */
+export function makeTrace({ seed, requests, meanGapMs, imagePads, videoPads, skew = 1 }) {
   const random = rng(seed);
   const int = (lo, hi) => lo + Math.floor(random() * (hi - lo + 1));
   const text = (n) => Array.from({ length: n }, () => int(1000, 150_000));
@@ -23,10 +24,10 @@ export function makeTrace({ seed, requests, meanGapMs, imagePads, videoPads }) {
   const docs = Array.from({ length: 200 }, () => text(int(800, 6000)));
   const images = Array.from({ length: 300 }, () => ({ hash: hashSeq++ * 2654435761, pads: imagePads[int(0, imagePads.length - 1)] }));
   const videos = Array.from({ length: 60 }, () => ({ hash: hashSeq++ * 2654435761, pads: videoPads[int(0, videoPads.length - 1)] }));
-  const pickSystem = zipf(systems.length, 1.1, random);
-  const pickDoc = zipf(docs.length, 1.0, random);
-  const pickImage = zipf(images.length, 1.0, random);
-  const pickVideo = zipf(videos.length, 1.0, random);
+  const pickSystem = zipf(systems.length, 1.1 * skew, random);
+  const pickDoc = zipf(docs.length, 1.0 * skew, random);
+  const pickImage = zipf(images.length, 1.0 * skew, random);
+  const pickVideo = zipf(videos.length, 1.0 * skew, random);
   const sessions = [];
 
   const out = [];
