@@ -1,20 +1,17 @@
 /**
- * Bench Worker (bundled by bench/suites/edge.mjs, run in workerd through Miniflare): the edge
- * pipeline, xxh3 throughput and RoutingCore decision rate, inside the real runtime. Not deployed.
+ * Bench Worker (bundled by bench/lib/workerd.mjs, run in workerd through Miniflare) for the suites
+ * "hashing" and "scale": xxh3 throughput and RoutingCore decision rate inside the real runtime. The
+ * edge's request path is measured through the real Worker instead (bench/lib/edge-fleet.mjs). Not deployed.
  */
 import "../../functions/wasm-shim.ts";
 import { initHashing, xxh3_64 } from "../../src/util/hash.ts";
-import { commitBlocks, contractFrom, createState, registerMedia, runPipeline, type EdgeBenchState } from "./pipeline.ts";
-import type { MediaItem } from "../../src/layout/index.ts";
-import config from "../../test/fixtures/models/qwen3_vl/config.json";
-import preprocessorConfig from "../../test/fixtures/models/qwen3_vl/preprocessor_config.json";
-import videoPreprocessorConfig from "../../test/fixtures/models/qwen3_vl/video_preprocessor_config.json";
+import { createIndexFixture, type IndexFixture } from "../lib/index-fixture.ts";
 
-let state: EdgeBenchState | null = null;
+let state: IndexFixture | null = null;
 
 const json = (v: unknown): Response => new Response(JSON.stringify(v), { headers: { "content-type": "application/json" } });
 
-function need(): EdgeBenchState {
+function need(): IndexFixture {
   if (!state) throw new Error("POST /setup first");
   return state;
 }
@@ -63,7 +60,7 @@ function hashBench(size: number, minMs: number): { size: number; iters: number; 
 }
 
 /** RoutingCore.route() calls per second inside the isolate: 64-block prompts, each cached on one worker. */
-function routeRate(s: EdgeBenchState, ms: number): { decisions: number; ms: number } {
+function routeRate(s: IndexFixture, ms: number): { decisions: number; ms: number } {
   const t0 = Date.now();
   let n = 0;
   while (Date.now() - t0 < ms) {
@@ -85,40 +82,8 @@ export default {
       case "/clock":
         return json(clockProbe());
       case "/setup": {
-        const contract = contractFrom({ config, preprocessorConfig, videoPreprocessorConfig });
-        state = createState(contract, q("workers", 16), q("blocks", 20_000));
+        state = createIndexFixture(q("workers", 16), q("blocks", 20_000));
         return json({ indexedBlocks: state.indexedBlocks });
-      }
-      case "/media": {
-        const s = need();
-        const items = (await request.json()) as { url: string; modality: "image" | "video"; hash: string; probe: Record<string, number> }[];
-        for (const it of items) registerMedia(s, it.url, { modality: it.modality, hash: BigInt("0x" + it.hash), probe: it.probe } as unknown as MediaItem);
-        return json({ media: s.media.size });
-      }
-      case "/noop": {
-        // Baseline: the same transport and body read, no routing work.
-        const text = await request.text();
-        return json({ bytes: text.length });
-      }
-      case "/edge":
-      case "/prime": {
-        const s = need();
-        const text = await request.text();
-        // workerd's clock ticks in whole milliseconds (Spectre mitigation); see docs/benchmarks.md.
-        const t0 = Date.now();
-        const r = runPipeline(s, text);
-        const inWorkerMs = Date.now() - t0;
-        if (url.pathname === "/prime") commitBlocks(s, r);
-        return json({ tokens: r.tokens, blocks: r.blocks, overlap: r.overlap, workerId: r.workerId, exact: r.exact, inWorkerMs });
-      }
-      case "/edge-batch":
-      case "/noop-batch": {
-        const s = need();
-        const bodies = (await request.json()) as string[];
-        let overlap = 0;
-        const t0 = Date.now();
-        if (url.pathname === "/edge-batch") for (const b of bodies) overlap += runPipeline(s, b).overlap;
-        return json({ n: bodies.length, overlap, inWorkerMs: Date.now() - t0 });
       }
       case "/hash":
         return json(hashBench(q("size", 4096), q("minMs", 200)));

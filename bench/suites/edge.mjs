@@ -1,203 +1,211 @@
-// Suite "edge": the edge's routing work per request inside workerd (validate + prompt + tokenize +
-// layout + hash + index pick), for text, image and video requests, cold and warm.
-import { startBenchWorker } from "../lib/workerd.mjs";
+// Suite "edge": what the edge adds to a chat request, through the real handler. The Worker's own
+// fetch entry point (functions/index.ts, bundled as wrangler bundles it) runs in workerd with the
+// real routing-index Durable Object, a real relay feeding it the worker's KV events, real media
+// fetches, and proxies to a simulated SGLang worker with `instant` timing (bench/lib/edge-fleet.mjs).
+// Each request is sent twice in the same run, in alternating order: through the edge, and straight
+// to the worker the edge picked (its OpenAI endpoint, the same body). overhead = edge − direct, per
+// pair, after the worker alone has seen the body once (so the worker's share is equally warm on both
+// sides). Cold = text the edge never saw; warm = a multi-turn conversation whose history the edge saw
+// in the previous request. Streamed requests compare time to the first byte of
+// the answer. `Server-Timing` from the edge (admin callers) gives the component breakdown.
+import { startEdgeFleet } from "../lib/edge-fleet.mjs";
 import { freshText } from "../lib/corpus.mjs";
 import { rng, summarize } from "../lib/stats.mjs";
 import { barChart } from "../lib/svg.mjs";
+import { deflateSync, crc32 } from "node:zlib";
 
 const MODEL = "Qwen/Qwen3-VL-8B-Instruct";
 const SYSTEM = "You are a careful assistant. Answer from the provided material, cite the section you used, and say so when the material does not contain the answer.";
+const SIZES = { "1k": 1000, "8k": 8000, "32k": 32000, "100k": 100_000 };
+const GOALS = { "text-32k warm": 5, "text-32k cold": 20 };
 
-const IMAGES = [
-  { url: "https://media.example/img-0.jpg", hash: "1f2e3d4c5b6a7980", probe: { width: 1920, height: 1080 } },
-  { url: "https://media.example/img-1.png", hash: "2a3b4c5d6e7f8091", probe: { width: 1280, height: 720 } },
-  { url: "https://media.example/img-2.webp", hash: "3b4c5d6e7f8091a2", probe: { width: 1024, height: 1024 } },
-  { url: "https://media.example/img-3.jpg", hash: "4c5d6e7f8091a2b3", probe: { width: 800, height: 1200 } },
+/** A valid RGB PNG of the given size (one flat colour; the edge reads its header and hashes its bytes). */
+function png(width, height, seed) {
+  const chunk = (type, data) => {
+    const b = Buffer.alloc(12 + data.length);
+    b.writeUInt32BE(data.length, 0);
+    b.write(type, 4, "latin1");
+    data.copy(b, 8);
+    b.writeUInt32BE(crc32(b.subarray(4, 8 + data.length)), 8 + data.length);
+    return b;
+  };
+  const ihdr = Buffer.alloc(13);
+  ihdr.writeUInt32BE(width, 0);
+  ihdr.writeUInt32BE(height, 4);
+  ihdr.set([8, 2, 0, 0, 0], 8);
+  const row = Buffer.alloc(1 + width * 3);
+  for (let x = 0; x < width; x++) row.set([(seed * 37) & 255, (seed * 91 + x) & 255, 128], 1 + x * 3);
+  const raw = Buffer.concat(Array.from({ length: height }, () => row));
+  return Buffer.concat([Buffer.from([137, 80, 78, 71, 13, 10, 26, 10]), chunk("IHDR", ihdr), chunk("IDAT", deflateSync(raw)), chunk("IEND", Buffer.alloc(0))]);
+}
+const IMAGE_SIZES = [
+  [1920, 1080],
+  [1280, 720],
+  [1024, 1024],
+  [800, 1200],
 ];
-// 10 min of 4K at 60 fps: SGLang samples 768 frames.
-const VIDEO = { url: "https://media.example/clip-4k.mp4", hash: "5d6e7f8091a2b3c4", probe: { totalFrames: 36000, avgFps: 60, width: 3840, height: 2160 } };
 
-const text = (t) => ({ type: "text", text: t });
-const body = (messages) => JSON.stringify({ model: MODEL, messages, max_tokens: 128 });
-
-/** The first messages of a request of each kind; `fresh` makes new text. */
-function opening(kind, fresh) {
-  if (kind === "text-4k") return [{ role: "system", content: SYSTEM }, { role: "user", content: fresh(4000) }];
-  if (kind === "text-32k") return [{ role: "system", content: SYSTEM }, { role: "user", content: fresh(32000) }];
-  if (kind === "image-4")
-    return [
-      { role: "system", content: SYSTEM },
-      { role: "user", content: [text(fresh(300)), ...IMAGES.map((i) => ({ type: "image_url", image_url: { url: i.url } })), text(fresh(60))] },
-    ];
-  return [
-    { role: "system", content: SYSTEM },
-    { role: "user", content: [{ type: "video_url", video_url: { url: VIDEO.url } }, text(fresh(300))] },
-  ];
-}
-
-/** Warm history: the opening split over several turns (text) or followed by answers (media). */
-function history(kind, fresh) {
-  if (kind.startsWith("text")) {
-    const total = kind === "text-4k" ? 4000 : 32000;
-    const turns = 6;
-    const msgs = [{ role: "system", content: SYSTEM }];
-    for (let i = 0; i < turns; i++) {
-      msgs.push({ role: "user", content: fresh((total * 0.7) / turns) });
-      if (i < turns - 1) msgs.push({ role: "assistant", content: fresh((total * 0.3) / turns) });
-    }
-    return msgs;
+async function timedPost(url, body, stream, headers = {}) {
+  const t = performance.now();
+  const r = await fetch(url, { method: "POST", body, headers: { "content-type": "application/json", ...headers } });
+  let first = null;
+  const reader = r.body.getReader();
+  const chunks = [];
+  for (;;) {
+    const { done, value } = await reader.read();
+    if (done) break;
+    first ??= performance.now() - t;
+    chunks.push(value);
   }
-  return opening(kind, fresh);
+  const total = performance.now() - t;
+  const text = Buffer.concat(chunks).toString("utf8");
+  if (!r.ok) throw new Error(`${url}: ${r.status} ${text.slice(0, 300)}`);
+  return { total, first: first ?? total, headers: r.headers, text, stream };
 }
 
-const KINDS = ["text-4k", "text-32k", "image-4", "video-768f"];
-const GOALS = { "text-32k cold": 30, "text-32k warm": 3 };
-
-export default {
-  name: "edge",
-  title: "Edge overhead inside workerd",
-  async run(ctx) {
-    const random = rng(0xed6e);
-    const fresh = (tokens) => freshText(tokens, random);
-    const n = ctx.tiny
-      ? { "text-4k": 4, "text-32k": 3, "image-4": 4, "video-768f": 4 }
-      : ctx.quick
-      ? { "text-4k": 30, "text-32k": 15, "image-4": 30, "video-768f": 30 }
-      : { "text-4k": 200, "text-32k": 120, "image-4": 200, "video-768f": 200 };
-    const w = await startBenchWorker();
-    try {
-      const clock = await w.call("/clock");
-      const setup = await w.call("/setup?workers=16&blocks=20000", { method: "POST" });
-      await w.call("/media", {
-        method: "POST",
-        body: JSON.stringify([...IMAGES.map((i) => ({ ...i, modality: "image" })), { ...VIDEO, modality: "video" }]),
-      });
-      // First request of the isolate (lazy tokenizer build, JIT cold), then JIT warm-up.
-      const first = await w.timed("/edge", body(opening("text-4k", fresh)));
-      for (let i = 0; i < (ctx.tiny ? 2 : ctx.quick ? 10 : 30); i++) await w.timed("/edge", body(opening(KINDS[i % 4], fresh)));
-
-      const results = {};
-      const totalSteps = KINDS.length * 2;
-      let step = 0;
-      for (const kind of KINDS) {
-        for (const temp of ["cold", "warm"]) {
-          ctx.progress(step++ / totalSteps, `edge ${kind} ${temp}`);
-          const bodies = [];
-          if (temp === "cold") for (let i = 0; i < n[kind]; i++) bodies.push(body([...opening(kind, fresh)]));
-          else {
-            const h = history(kind, fresh);
-            const primed = await w.timed("/prime", body(h));
-            results[`${kind} prime`] = primed.res;
-            for (let i = 0; i < n[kind]; i++) bodies.push(body([...h, { role: "assistant", content: fresh(80) }, { role: "user", content: fresh(40) }]));
-          }
-          // Batch cross-check bodies (same shape, their own fresh text), sent 10 per dispatch.
-          const batchBodies = [];
-          const nb = Math.max(10, Math.floor(n[kind] / 2));
-          if (temp === "cold") for (let i = 0; i < nb; i++) batchBodies.push(body(opening(kind, fresh)));
-          else {
-            const h = history(kind, fresh);
-            await w.timed("/prime", body(h));
-            for (let i = 0; i < nb; i++) batchBodies.push(body([...h, { role: "assistant", content: fresh(80) }, { role: "user", content: fresh(40) }]));
-          }
-          const edgeMs = [];
-          const noopMs = [];
-          const inWorker = [];
-          let sample = null;
-          for (const b of bodies) {
-            // Interleave the baseline (same body, read only) so both see the same noise.
-            const base = await w.timed("/noop", b);
-            const r = await w.timed("/edge", b);
-            noopMs.push(base.ms);
-            edgeMs.push(r.ms);
-            inWorker.push(r.res.inWorkerMs);
-            sample = r.res;
-          }
-          const baseP50 = summarize(noopMs).p50;
-          const net = summarize(edgeMs.map((m) => Math.max(0, m - baseP50)));
-          const iw = summarize(inWorker);
-          let batchEdge = 0;
-          let batchNoop = 0;
-          for (let i = 0; i < batchBodies.length; i += 10) {
-            const chunk = JSON.stringify(batchBodies.slice(i, i + 10));
-            batchNoop += (await w.timed("/noop-batch", chunk)).ms;
-            batchEdge += (await w.timed("/edge-batch", chunk)).ms;
-          }
-          results[`${kind} ${temp}`] = {
-            n: bodies.length,
-            // Primary: workerd's own clock around the pipeline (1 ms ticks).
-            p50: iw.p50,
-            p99: iw.p99,
-            mean: iw.mean,
-            max: iw.max,
-            // Cross-checks: Node-timed dispatch minus the interleaved read-only baseline; batch mean.
-            nodeNetP50: net.p50,
-            nodeNetP99: net.p99,
-            baselineP50: baseP50,
-            batchMean: (batchEdge - batchNoop) / batchBodies.length,
-            tokens: sample.tokens,
-            blocks: sample.blocks,
-            overlapBlocks: sample.overlap,
-            exact: sample.exact,
-          };
-        }
-      }
-      const summary = [];
-      for (const [k, r] of Object.entries(results)) {
-        if (k.endsWith("prime")) continue;
-        const goal = GOALS[k];
-        summary.push({
-          metric: `${k} (${r.tokens} tok) p50 / p99 [mean]`,
-          value: `${r.p50} / ${r.p99} [${r.mean.toFixed(1)}]`,
-          unit: "ms",
-          goal: goal ? `p99 ≤ ${goal}` : "",
-          pass: goal ? r.p99 <= goal : null,
-        });
-      }
-      summary.push({ metric: "first request in a fresh isolate (4k text)", value: first.ms.toFixed(1), unit: "ms", goal: "", pass: null });
-      const keys = Object.keys(results).filter((k) => !k.endsWith("prime"));
-      const plot = barChart({
-        title: "Edge routing work per request in workerd (mean, p99; 1 ms clock ticks)",
-        unit: "ms per request",
-        log: true,
-        bars: keys.flatMap((k) => [
-          { label: `${k} mean`, value: Math.max(0.1, results[k].mean), group: "mean" },
-          { label: `${k} p99`, value: Math.max(0.1, results[k].p99), group: "p99", note: GOALS[k] ? `(goal ≤ ${GOALS[k]})` : "" },
-        ]),
-      });
-      return {
-        summary,
-        details: { clock, indexedBlocks: setup.indexedBlocks, workers: 16, firstRequestMs: first.ms, cases: results, profile: await nodeProfile(ctx, fresh) },
-        plots: [{ file: "edge.svg", svg: plot }],
-      };
-    } finally {
-      await w.dispose();
-    }
-  },
-};
-
-/** The same pipeline in Node with a per-stage clock: where the time goes (the workerd timers are too coarse for this). */
-async function nodeProfile(ctx, fresh) {
-  const { initHashing } = await import("../../src/util/hash.ts");
-  const { createState, runPipeline, commitBlocks, registerMedia, STAGES } = await import("../edge/pipeline.ts");
-  const { fixtureContract } = await import("../../test/fixtures/models/load.ts");
-  await initHashing();
-  const state = createState(fixtureContract("qwen3_vl"), 16, 20_000);
-  for (const i of IMAGES) registerMedia(state, i.url, { modality: "image", hash: BigInt("0x" + i.hash), probe: i.probe });
-  registerMedia(state, VIDEO.url, { modality: "video", hash: BigInt("0x" + VIDEO.hash), probe: VIDEO.probe });
-  for (let i = 0; i < 20; i++) runPipeline(state, body(opening(KINDS[i % 4], fresh)));
+/** Server-Timing "name;dur=x" pairs → { name: x }. */
+function serverTiming(h) {
   const out = {};
-  const reps = ctx.quick ? 8 : 30;
-  for (const kind of KINDS) {
-    for (const temp of ["cold", "warm"]) {
-      const lap = new Float64Array(STAGES.length);
-      const h = history(kind, fresh);
-      if (temp === "warm") commitBlocks(state, runPipeline(state, body(h)));
-      for (let i = 0; i < reps; i++) {
-        const b = temp === "cold" ? body(opening(kind, fresh)) : body([...h, { role: "assistant", content: fresh(80) }, { role: "user", content: fresh(40) }]);
-        runPipeline(state, b, () => performance.now(), lap);
-      }
-      out[`${kind} ${temp}`] = Object.fromEntries(STAGES.map((s, i) => [s, +(lap[i] / reps).toFixed(3)]));
-    }
+  for (const part of (h.get("server-timing") ?? "").split(",")) {
+    const m = /^\s*([\w-]+)\s*;\s*dur=([\d.]+)/.exec(part);
+    if (m) out[m[1]] = Number(m[2]);
   }
   return out;
 }
+
+export default {
+  name: "edge",
+  title: "Edge overhead through the real handler (edge − direct, same run)",
+  async run(ctx) {
+    const random = rng(0xed6e);
+    const fresh = (tokens) => freshText(tokens, random);
+    const media = {};
+    IMAGE_SIZES.forEach(([w, h], i) => (media[`/img-${i}.png`] = png(w, h, i + 1)));
+    // 100k-token prompts exceed the default per-message and total character limits' comfort zone: raise them for the bench.
+    const fleet = await startEdgeFleet({ media, limits: { maxMessageChars: 2_000_000, maxTotalChars: 8_000_000 } });
+    const edge = `${fleet.edgeUrl}/v1/chat/completions`;
+    const direct = `${fleet.workerUrl}/v1/chat/completions`;
+    const admin = { authorization: `Bearer ${fleet.adminToken}` };
+    const reps = (size) => (ctx.tiny ? 2 : ctx.quick ? (size >= 100_000 ? 4 : 8) : size >= 100_000 ? 10 : 30);
+    const body = (messages, stream) => JSON.stringify({ model: MODEL, messages, max_tokens: 16, stream, ...(stream ? { stream_options: { include_usage: true } } : {}) });
+    const imageParts = () => IMAGE_SIZES.map((_, i) => ({ type: "image_url", image_url: { url: `${fleet.mediaUrl}/img-${i}.png` } }));
+
+    // Warm-up: the isolate's tokenizer tables and JIT, and the worker's.
+    const t0 = performance.now();
+    await timedPost(edge, body([{ role: "user", content: fresh(1000) }], false));
+    const firstMs = performance.now() - t0;
+    for (let i = 0; i < (ctx.tiny ? 2 : 10); i++) {
+      const b = body([{ role: "system", content: SYSTEM }, { role: "user", content: fresh(2000) }], i % 2 === 1);
+      await timedPost(edge, b, i % 2 === 1);
+      await timedPost(direct, b, i % 2 === 1);
+    }
+
+    const cases = [];
+    for (const [label, size] of Object.entries(SIZES)) for (const temp of ["cold", "warm"]) for (const stream of [false, true]) cases.push({ kind: `text-${label}`, size, temp, stream });
+    for (const temp of ["cold", "warm"]) for (const stream of [false, true]) cases.push({ kind: "image-4", size: 300, temp, stream });
+
+    const results = {};
+    let step = 0;
+    for (const c of cases) {
+      const name = `${c.kind} ${c.temp}${c.stream ? " stream" : ""}`;
+      ctx.progress(step++ / cases.length, `edge ${name}`);
+      const n = reps(c.size);
+      const opening = () => [
+        { role: "system", content: SYSTEM },
+        { role: "user", content: c.kind === "image-4" ? [{ type: "text", text: fresh(c.size) }, ...imageParts()] : fresh(c.size) },
+      ];
+      // Warm: one conversation; each measured request is the previous one plus an answer and a new turn.
+      let history = c.temp === "warm" ? opening() : null;
+      if (history) await timedPost(edge, body(history, false), false);
+      const over = [];
+      const edgeMs = [];
+      const directMs = [];
+      const timing = [];
+      let tokens = 0;
+      let overlap = null;
+      for (let i = 0; i < n; i++) {
+        let messages;
+        if (history) {
+          messages = [...history, { role: "assistant", content: fresh(80) }, { role: "user", content: fresh(40) }];
+          history = messages;
+        } else messages = opening();
+        const b = body(messages, c.stream);
+        // The worker sees the body once first (unmeasured): both measured sends then find its
+        // tokenizer and KV caches equally warm, so the difference is the edge's own work. The edge
+        // has not seen the new text (cold: none of it; warm: the new turn).
+        await timedPost(direct, b, c.stream);
+        // Alternate the order so neither side is always second.
+        let e;
+        let d;
+        if (i % 2 === 0) {
+          e = await timedPost(edge, b, c.stream, admin);
+          d = await timedPost(direct, b, c.stream);
+        } else {
+          d = await timedPost(direct, b, c.stream);
+          e = await timedPost(edge, b, c.stream, admin);
+        }
+        const pick = (r) => (c.stream ? r.first : r.total);
+        edgeMs.push(pick(e));
+        directMs.push(pick(d));
+        over.push(pick(e) - pick(d));
+        timing.push(serverTiming(e.headers));
+        overlap = Number(e.headers.get("x-kvedge-overlap-blocks"));
+        const total = Number(e.headers.get("x-kvedge-total-blocks"));
+        tokens = total * 16;
+        if (!c.stream && i === 0) {
+          const u = JSON.parse(d.text).usage;
+          tokens = u?.prompt_tokens ?? tokens;
+        }
+      }
+      const o = summarize(over);
+      const comp = {};
+      for (const k of new Set(timing.flatMap((t) => Object.keys(t)))) comp[k] = summarize(timing.map((t) => t[k] ?? 0)).p50;
+      results[name] = {
+        n,
+        promptTokens: tokens,
+        overlapBlocks: overlap,
+        overheadP50: o.p50,
+        overheadP99: o.p99,
+        overheadMean: o.mean,
+        edgeP50: summarize(edgeMs).p50,
+        directP50: summarize(directMs).p50,
+        serverTimingP50: comp,
+      };
+    }
+
+    const fmt = (x) => x.toFixed(1);
+    const summary = Object.entries(results).map(([k, r]) => {
+      const goalKey = k.replace(/ stream$/, "");
+      const goal = !k.endsWith("stream") ? GOALS[goalKey] : undefined;
+      return {
+        metric: `${k} (${r.promptTokens} tok): overhead p50 / p99 [edge, direct p50]`,
+        value: `${fmt(r.overheadP50)} / ${fmt(r.overheadP99)} [${fmt(r.edgeP50)}, ${fmt(r.directP50)}]`,
+        unit: "ms",
+        goal: goal ? `p50 ≤ ${goal}` : "",
+        pass: goal ? r.overheadP50 <= goal : null,
+      };
+    });
+    const w1 = results["text-1k warm"].overheadP50;
+    const w100 = results["text-100k warm"].overheadP50;
+    summary.push({
+      metric: "warm multi-turn growth: overhead p50 at 100k ÷ at 1k history (100× the tokens)",
+      value: (w100 / Math.max(0.1, w1)).toFixed(2),
+      unit: "×",
+      goal: "sub-linear (< 100)",
+      pass: w100 / Math.max(0.1, w1) < 100,
+    });
+    summary.push({ metric: "first request in a fresh isolate (1k text, through the edge)", value: fmt(firstMs), unit: "ms", goal: "", pass: null });
+    const keys = Object.keys(results);
+    const plot = barChart({
+      title: "Edge overhead per request through the real handler (edge − direct, p50 and p99)",
+      unit: "ms",
+      log: true,
+      bars: keys.flatMap((k) => [
+        { label: `${k} p50`, value: Math.max(0.1, results[k].overheadP50), group: "p50", note: GOALS[k] ? `(goal ≤ ${GOALS[k]})` : "" },
+        { label: `${k} p99`, value: Math.max(0.1, results[k].overheadP99), group: "p99" },
+      ]),
+    });
+    await fleet.stop();
+    return { summary, details: { firstRequestMs: firstMs, cases: results, worker: "services/sglang-sim, timing instant" }, plots: [{ file: "edge.svg", svg: plot }] };
+  },
+};

@@ -54,9 +54,8 @@ export default {
     ctx.progress(0.02, "scale in-process core");
     const { initHashing } = await import("../../src/util/hash.ts");
     await initHashing();
-    const { createState } = await import("../edge/pipeline.ts");
-    const { fixtureContract } = await import("../../test/fixtures/models/load.ts");
-    const st = createState(fixtureContract("qwen3_vl"), 16, ctx.tiny ? 2000 : 20_000);
+    const { createIndexFixture } = await import("../lib/index-fixture.ts");
+    const st = createIndexFixture(16, ctx.tiny ? 2000 : 20_000);
     const runFor = (ms) => {
       let n = 0;
       const t0 = performance.now();

@@ -24,7 +24,8 @@ import { shardForRequest } from "../kv/shard.ts";
 import type { RouteDecision, RouteRequest, SettleRequest } from "../kv/routing-core.ts";
 import { buildGenerateBody, newRequestId } from "../proxy/generate-request.ts";
 import { createChatStreamTranslator, translateGenerateHttp } from "../proxy/translate.ts";
-import { matchApiKey } from "./auth.ts";
+import { bearerToken, matchApiKey, timingSafeEqualString } from "./auth.ts";
+import { StageClock } from "./server-timing.ts";
 import { resolveMedia, type MediaDeps, type MediaPartRef } from "./media.ts";
 import { buildRoutingView, requestIneligibility, type WorkerContract } from "../layout/index.ts";
 import { mmHashesAllowed } from "../proxy/generate-request.ts";
@@ -244,7 +245,8 @@ export async function prepareRouting(req: ChatCompletionRequest, deps: Pick<Chat
 export async function handleChatCompletions(request: Request, deps: ChatDeps): Promise<Response> {
   const { config } = deps;
   // workerd advances clocks only across I/O, so this measures what awaits cost (body, index RPC).
-  const arrivedAt = Date.now();
+  const clock = new StageClock();
+  const arrivedAt = clock.start;
   const apiKey = matchApiKey(request, config.apiKeys);
   // The limiter round trip overlaps reading and validating the body; its verdict is awaited
   // before any routing work (a refused request still spends its token).
@@ -252,9 +254,12 @@ export async function handleChatCompletions(request: Request, deps: ChatDeps): P
   admitted?.catch(() => undefined);
   const limits = limitsOf(config);
   const bodyText = await readBodyText(request.body, limits, request.headers.get("content-length"));
+  clock.mark("read");
   const req = parseChatRequest(bodyText, limits, { sizeChecked: true });
+  clock.mark("parse");
   if (admitted) await admitted;
   const { model, prompt, plan } = await prepareRouting(req, deps);
+  clock.mark("prepare");
   const requestId = newRequestId();
   const body = buildGenerateBody(req, {
     text: prompt.text,
@@ -266,6 +271,7 @@ export async function handleChatCompletions(request: Request, deps: ChatDeps): P
     },
   });
   const bodyJson = JSON.stringify(body);
+  clock.mark("build");
 
   // A sharded pool: the shard of the first block holds every worker's overlap for this request.
   const shard = shardForRequest(plan.localHashes, config.shards);
@@ -275,6 +281,7 @@ export async function handleChatCompletions(request: Request, deps: ChatDeps): P
   for (let attempt = 1; attempt <= config.routing.maxAttempts; attempt++) {
     const decision = await shardIndex.route({ localHashes: plan.localHashes, isl: plan.isl, exclude, fallbackReason: plan.fallbackReason, edgeColo: edgeColoOf(request) });
     if (!decision) break;
+    clock.mark("route");
     const edgeOverheadMs = Date.now() - arrivedAt;
     const settle = (s: Omit<SettleRequest, "receiptId">): Promise<void> => {
       const p = shardIndex.settle({ receiptId: decision.receiptId, edgeOverheadMs, ...s }).catch(() => undefined);
@@ -284,10 +291,13 @@ export async function handleChatCompletions(request: Request, deps: ChatDeps): P
     try {
       const prefillDone = () => deps.waitUntil(shardIndex.markPrefillDone(decision.receiptId).catch(() => undefined));
       const res = await proxyOnce(deps, decision, req, bodyJson, requestId, config.routing.upstreamHeadersTimeoutMs, settle, config.shards > 1, prefillDone);
+      clock.mark("upstream");
       const headers = routingHeaders(decision, plan, requestId, attempt, shard);
       for (const [k, v] of res.headers) headers.set(k, v);
-      // Edge time before the upstream call (workerd clocks advance across I/O: body, index RPCs).
-      headers.set("server-timing", `kvedge-route;dur=${edgeOverheadMs}`);
+      // Edge time before the upstream call (workerd clocks advance across I/O: body, index RPCs);
+      // admin callers also get the stages (upstream = until the answer's headers, or all of it unstreamed).
+      const admin = config.adminToken !== null && timingSafeEqualString(bearerToken(request) ?? "", config.adminToken);
+      headers.set("server-timing", `kvedge-route;dur=${edgeOverheadMs}${admin ? `, ${clock.header()}` : ""}`);
       return new Response(res.body, { status: res.status, headers });
     } catch (err) {
       if (err instanceof RetryableUpstream) {

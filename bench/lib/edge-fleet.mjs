@@ -1,0 +1,181 @@
+// The real edge for the benchmarks: functions/index.ts bundled as wrangler bundles it (esbuild,
+// workerd conditions, *.wasm as precompiled modules) and run in workerd through Miniflare with the
+// real Durable Objects, next to one simulated SGLang worker (services/sglang-sim, `instant` timing so
+// the GPU costs nothing), its relay (services/relay, real KV events over the real relay socket), a
+// local media server (the only loopback host the edge's SSRF allowlist admits) and, when asked, the
+// regional decode service (services/decode). Every part is the shipped code; nothing is copied.
+import { build } from "esbuild";
+import { Miniflare } from "miniflare";
+import { spawn } from "node:child_process";
+import { randomBytes } from "node:crypto";
+import { mkdirSync } from "node:fs";
+import { createServer } from "node:http";
+import { join } from "node:path";
+import { ROOT } from "./workerd.mjs";
+
+const OUT_DIR = join(ROOT, "bench/results/tmp/edge-real");
+const NODE = process.execPath;
+
+async function bundleEdge() {
+  mkdirSync(OUT_DIR, { recursive: true });
+  await build({
+    entryPoints: [join(ROOT, "functions/index.ts")],
+    outfile: join(OUT_DIR, "index.mjs"),
+    bundle: true,
+    format: "esm",
+    platform: "browser",
+    conditions: ["workerd", "worker", "browser"],
+    target: "es2022",
+    loader: { ".wasm": "copy" },
+    assetNames: "[name]",
+    external: ["cloudflare:*", "node:*"],
+    logLevel: "error",
+  });
+  return join(OUT_DIR, "index.mjs");
+}
+
+function freePort() {
+  return new Promise((resolve, reject) => {
+    const s = createServer();
+    s.once("error", reject);
+    s.listen(0, "127.0.0.1", () => {
+      const p = s.address().port;
+      s.close(() => resolve(p));
+    });
+  });
+}
+
+async function waitFor(check, ms, what, proc) {
+  const end = Date.now() + ms;
+  let tail = "";
+  proc?.stderr?.on("data", (d) => (tail = (tail + d).slice(-2000)));
+  while (Date.now() < end) {
+    if (proc && proc.exitCode !== null) throw new Error(`${what} exited (${proc.exitCode}): ${tail}`);
+    try {
+      if (await check()) return;
+    } catch {}
+    await new Promise((r) => setTimeout(r, 100));
+  }
+  throw new Error(`timed out waiting for ${what}: ${tail}`);
+}
+
+function child(args, env = {}) {
+  const p = spawn(NODE, args, { cwd: ROOT, detached: true, env: { ...process.env, ...env }, stdio: ["ignore", "ignore", "pipe"] });
+  p.stderr.setEncoding("utf8");
+  return p;
+}
+
+function kill(p) {
+  if (!p || p.exitCode !== null || p.signalCode !== null) return Promise.resolve();
+  return new Promise((resolve) => {
+    const t = setTimeout(() => {
+      try {
+        process.kill(-p.pid, "SIGKILL");
+      } catch {}
+      resolve();
+    }, 3000);
+    p.once("exit", () => {
+      clearTimeout(t);
+      resolve();
+    });
+    try {
+      process.kill(-p.pid, "SIGTERM");
+    } catch {
+      resolve();
+    }
+  });
+}
+
+/**
+ * Starts the fleet. `media`: { path: Buffer } served with an ETag; `decode`: start the decode service
+ * (wasm ffmpeg) for videos. Returns { edgeUrl, workerUrl, admin(path), stop() }.
+ */
+export async function startEdgeFleet({ model = "Qwen/Qwen3-VL-8B-Instruct", family = "qwen3_vl", template = "qwen3vl-instruct", media = {}, decode = false, limits = null } = {}) {
+  const scriptPath = await bundleEdge();
+  const procs = [];
+  const servers = [];
+  let mf = null;
+  const stop = async () => {
+    await Promise.all(procs.map(kill));
+    for (const s of servers) s.close();
+    if (mf) await mf.dispose();
+  };
+  try {
+    // Media server: conditional GETs answered with 304 (the decode service revalidates its cache).
+    const mediaServer = createServer((req, res) => {
+      const body = media[new URL(req.url, "http://x").pathname];
+      if (!body) return res.writeHead(404).end();
+      const etag = `"${body.length}-${body[body.length >> 1]}"`;
+      if (req.headers["if-none-match"] === etag) return res.writeHead(304, { etag }).end();
+      res.writeHead(200, { "content-type": "application/octet-stream", "content-length": body.length, etag });
+      res.end(req.method === "HEAD" ? undefined : body);
+    });
+    servers.push(mediaServer);
+    await new Promise((r) => mediaServer.listen(0, "127.0.0.1", r));
+    const mediaUrl = `http://127.0.0.1:${mediaServer.address().port}`;
+
+    const relaySecret = randomBytes(24).toString("hex");
+    const adminToken = randomBytes(24).toString("hex");
+    const bindings = {
+      KVEDGE_MODELS: JSON.stringify([{ id: model, family, templateId: template, blockSize: 16 }]),
+      RELAY_SECRET: relaySecret,
+      ADMIN_TOKEN: adminToken,
+      KVEDGE_MEDIA: JSON.stringify({ allowlist: [new URL(mediaUrl).host] }),
+    };
+    if (limits) bindings.KVEDGE_LIMITS = JSON.stringify(limits);
+    if (decode) {
+      const port = await freePort();
+      const token = randomBytes(16).toString("hex");
+      const dec = child([join(ROOT, "services/decode/main.ts"), "--host", "127.0.0.1", "--port", String(port), "--allow", new URL(mediaUrl).host], { KVEDGE_DECODE_TOKEN: token });
+      procs.push(dec);
+      await waitFor(async () => (await fetch(`http://127.0.0.1:${port}/healthz`)).ok, 60_000, "decode service", dec);
+      bindings.KVEDGE_DECODE_URL = `http://127.0.0.1:${port}`;
+      bindings.DECODE_TOKEN = token;
+    }
+
+    const edgePort = await freePort();
+    mf = new Miniflare({
+      modules: true,
+      scriptPath,
+      modulesRoot: OUT_DIR,
+      modulesRules: [{ type: "CompiledWasm", include: ["**/*.wasm"] }],
+      compatibilityDate: "2026-07-30",
+      durableObjects: { ROUTING_INDEX: { className: "RoutingIndex", useSQLite: true }, RATE_LIMITER: { className: "RateLimiter", useSQLite: true } },
+      bindings,
+      host: "127.0.0.1",
+      port: edgePort,
+    });
+    const edgeUrl = (await mf.ready).toString().replace(/\/$/, "");
+
+    const [port, kvPort, replayPort] = [await freePort(), await freePort(), await freePort()];
+    const modelDir = join(ROOT, "test/fixtures/models", family);
+    const worker = child([
+      join(ROOT, "services/sglang-sim/main.ts"),
+      ...["--port", port, "--kv-port", kvPort, "--replay-port", replayPort, "--page-size", 16, "--capacity-tokens", 2_000_000].map(String),
+      ...["--model-name", model, "--family", family, "--template", template, "--model-dir", modelDir, "--timing", "instant", "--context-length", "262144"],
+    ]);
+    procs.push(worker);
+    const workerUrl = `http://127.0.0.1:${port}`;
+    await waitFor(async () => (await fetch(`${workerUrl}/health`)).ok, 60_000, "simulated worker", worker);
+    const relay = child(
+      [join(ROOT, "services/relay/main.ts"), "--worker-url", workerUrl, "--index-url", `ws://127.0.0.1:${new URL(edgeUrl).port}`, "--worker-id", "w1", "--model", model, "--secret-env", "KVEDGE_RELAY_SECRET", "--model-dir", modelDir, "--log-level", "warn"],
+      { KVEDGE_RELAY_SECRET: relaySecret },
+    );
+    procs.push(relay);
+    const admin = async (path) => {
+      const r = await fetch(`${edgeUrl}${path}`, { headers: { authorization: `Bearer ${adminToken}` } });
+      if (!r.ok) throw new Error(`admin ${path}: ${r.status} ${await r.text()}`);
+      return r.json();
+    };
+    await waitFor(
+      async () => (await admin(`/admin/workers?model=${encodeURIComponent(model)}`)).workers.some((w) => w.workerId === "w1" && w.synced && w.status === "up"),
+      60_000,
+      "relay sync",
+      relay,
+    );
+    return { edgeUrl, workerUrl, mediaUrl, adminToken, admin, stop };
+  } catch (e) {
+    await stop();
+    throw e;
+  }
+}
