@@ -75,7 +75,7 @@ async function main() {
   // The 1 024-worker scale-out simulation takes ~10 minutes in full mode: it runs only when named
   // (`--only scale-out`, add `--quick` for a ~1 minute version).
   const available = SUITES.filter(
-    (s) => (s !== "media" || (existsSync(join(ROOT, "bench/media.bench.mjs")) && !opts.quick && !opts.tiny)) && s !== "scale-out",
+    (s) => (s !== "media" || (existsSync(join(ROOT, "bench/media/probe.mjs")) && !opts.quick && !opts.tiny)) && s !== "scale-out",
   );
   const selected = opts.only ?? available;
   for (const s of selected) if (!SUITES.includes(s)) throw new Error(`unknown suite ${s} (have: ${SUITES.join(", ")})`);

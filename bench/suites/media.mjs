@@ -1,4 +1,4 @@
-// Suite "media" (issue 4): wraps bench/media.bench.mjs (owned by the media work) when it exists,
+// Suite "media" (issue 4): runs bench/media/probe.mjs (owned by the media work) when it exists,
 // running it as its own process and keeping its output verbatim.
 import { spawn } from "node:child_process";
 import { existsSync } from "node:fs";
@@ -7,10 +7,10 @@ import { ROOT } from "../lib/workerd.mjs";
 
 export default {
   name: "media",
-  title: "Media probe (bench/media.bench.mjs)",
+  title: "Media probe (bench/media/probe.mjs)",
   async run(ctx) {
-    const script = join(ROOT, "bench/media.bench.mjs");
-    if (!existsSync(script)) return { summary: [{ metric: "bench/media.bench.mjs not present", value: "skipped", unit: "", goal: "", pass: null }], details: {}, plots: [] };
+    const script = join(ROOT, "bench/media/probe.mjs");
+    if (!existsSync(script)) return { summary: [{ metric: "bench/media/probe.mjs not present", value: "skipped", unit: "", goal: "", pass: null }], details: {}, plots: [] };
     ctx.progress(0.1, "media probe bench");
     const args = [script, ...(ctx.quick ? ["--quick"] : [])];
     const { code, stdout, stderr } = await new Promise((resolve) => {
@@ -25,7 +25,7 @@ export default {
         resolve({ code: c, stdout: so, stderr: se });
       });
     });
-    if (code !== 0) throw new Error(`media.bench.mjs exited ${code}: ${stderr.slice(-600)}`);
+    if (code !== 0) throw new Error(`media/probe.mjs exited ${code}: ${stderr.slice(-600)}`);
     const lines = stdout.split("\n").filter((l) => l.trim());
     // A JSON line, if the script prints one, is kept structured.
     let json = null;

@@ -1,6 +1,6 @@
 // Media path cost: decode-service probe latency/throughput for a 10 s 720p H.264 clip against a
 // plain ffprobe run of the same file in the same run, and xxh3-64 throughput in Node.
-// Run: npx node bench/media.bench.mjs [--runs 15] [--wasm] [--quick]
+// Run by the suite (bench/suites/media.mjs); alone: npx node bench/media/probe.mjs [--runs 15] [--wasm] [--quick]
 // The last stdout line is a JSON summary (bench/suites/media.mjs keeps it structured).
 import { execFile, execFileSync } from "node:child_process";
 import { mkdtempSync, readFileSync, rmSync } from "node:fs";
@@ -8,9 +8,9 @@ import os from "node:os";
 import path from "node:path";
 import { performance } from "node:perf_hooks";
 import { promisify } from "node:util";
-import { createStreamingXxh3, initHashing, xxh3_64 } from "../src/util/hash.ts";
-import { ffprobeArgs } from "../services/decode/ffprobe-scan.ts";
-import { startDecodeService } from "../services/decode/server.ts";
+import { createStreamingXxh3, initHashing, xxh3_64 } from "../../src/util/hash.ts";
+import { ffprobeArgs } from "../../services/decode/ffprobe-scan.ts";
+import { startDecodeService } from "../../services/decode/server.ts";
 
 const run = promisify(execFile);
 const args = process.argv.slice(2);
