@@ -52,6 +52,8 @@ export interface WireDumpBlock extends WireBlock {
 }
 
 export type IndexError = "parent_not_found" | "self_parent" | "unknown_worker";
+/** Why a whole stored event is void (nothing of it applied): a block that is its own ancestor. */
+export type ChainDefect = "self_parent" | "duplicate_in_event";
 export type ApplyResult = { ok: true; applied: number } | { ok: false; applied: number; error: IndexError };
 
 // Node record fields (word offsets inside a record).
@@ -350,6 +352,83 @@ export class RadixIndex {
       this.#locHi[i] = parsedHi;
     }
     return this.#applyParsed(slot, parentEngineHash, n);
+  }
+
+  /**
+   * One relay "stored" event: like applyStoredWire, but an event in which a block repeats or equals
+   * its parent is void as a whole (`voided`, nothing applied), as the relay's block set treats it.
+   * The check runs on the parsed 64-bit hashes (no string set per event).
+   */
+  applyStoredEvent(slot: number, parentEngineHash: string | null, blocks: readonly WireBlock[]): ApplyResult | { ok: false; applied: 0; voided: ChainDefect } {
+    const n = blocks.length;
+    this.#reserveBlocks(n);
+    for (let i = 0; i < n; i++) {
+      const b = blocks[i]!;
+      parseDecimal64(b.h);
+      this.#engLo[i] = parsedLo;
+      this.#engHi[i] = parsedHi;
+      parseHex64(b.l);
+      this.#locLo[i] = parsedLo;
+      this.#locHi[i] = parsedHi;
+    }
+    let pLo = 0;
+    let pHi = 0;
+    if (parentEngineHash !== null) {
+      parseDecimal64(parentEngineHash);
+      pLo = parsedLo;
+      pHi = parsedHi;
+    }
+    const defect = this.#chainDefect(n, parentEngineHash !== null, pLo, pHi);
+    if (defect) return { ok: false, applied: 0, voided: defect };
+    return this.#applyParsed(slot, parentEngineHash, n);
+  }
+
+  #dupAt = new Int32Array(0);
+  #dupStamp = new Int32Array(0);
+  #dupGen = 0;
+
+  /** First defect of the parsed chain [0, n) in order: a block equal to the parent, or to an earlier block. */
+  #chainDefect(n: number, hasParent: boolean, pLo: number, pHi: number): ChainDefect | null {
+    const lo = this.#engLo;
+    const hi = this.#engHi;
+    if (n <= 24) {
+      for (let i = 0; i < n; i++) {
+        const a = lo[i]!;
+        const b = hi[i]!;
+        if (hasParent && a === pLo && b === pHi) return "self_parent";
+        for (let j = 0; j < i; j++) if (lo[j] === a && hi[j] === b) return "duplicate_in_event";
+      }
+      return null;
+    }
+    let cap = 64;
+    while (cap < 2 * n) cap <<= 1;
+    if (this.#dupAt.length < cap) {
+      this.#dupAt = new Int32Array(cap);
+      this.#dupStamp = new Int32Array(cap);
+      this.#dupGen = 0;
+    }
+    if (this.#dupGen === 0x7fffffff) {
+      this.#dupStamp.fill(0);
+      this.#dupGen = 0;
+    }
+    const gen = ++this.#dupGen;
+    const at = this.#dupAt;
+    const stamp = this.#dupStamp;
+    const mask = cap - 1;
+    for (let i = 0; i < n; i++) {
+      const a = lo[i]!;
+      const b = hi[i]!;
+      if (hasParent && a === pLo && b === pHi) return "self_parent";
+      let h = (Math.imul(a ^ Math.imul(b, 0x85ebca6b), 0x9e3779b1) >>> 7) & mask;
+      while (stamp[h] === gen) {
+        const j = at[h]!;
+        if (lo[j] === a && hi[j] === b) return "duplicate_in_event";
+        h = (h + 1) & mask;
+      }
+      stamp[h] = gen;
+      at[h] = i;
+    }
+    return null;
   }
 
   /**

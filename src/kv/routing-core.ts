@@ -286,13 +286,12 @@ export class RoutingCore {
     let resync = false;
     for (const ev of msg.events) {
       if (ev.t === "stored") {
-        const defect = chainDefect(ev.parent, ev.blocks);
-        if (defect) {
+        const r = this.index.applyStoredEvent(w.slot, ev.parent, ev.blocks);
+        if ("voided" in r) {
           // A block that is its own ancestor voids the whole event (as the relay's block set does).
-          this.#count(defect, ev.blocks.length);
+          this.#count(r.voided, ev.blocks.length);
           continue;
         }
-        const r = this.index.applyStoredWire(w.slot, ev.parent, ev.blocks);
         this.counters.blocksStored += r.applied;
         if (!r.ok) {
           this.#count(r.error);
@@ -624,17 +623,6 @@ export class RoutingCore {
  * A stored chain repeating a hash (a block equal to the parent or to an earlier block), compared as
  * the relay spells them (canonical decimal). Single blocks are checked by the index itself.
  */
-function chainDefect(parent: string | null, blocks: readonly { h: string }[]): "self_parent" | "duplicate_in_event" | null {
-  if (blocks.length === 1) return parent !== null && blocks[0]!.h === parent ? "self_parent" : null;
-  const seen = new Set<string>();
-  for (const b of blocks) {
-    if (b.h === parent) return "self_parent";
-    if (seen.has(b.h)) return "duplicate_in_event";
-    seen.add(b.h);
-  }
-  return null;
-}
-
 function isRecord(v: unknown): v is Record<string, unknown> {
   return typeof v === "object" && v !== null && !Array.isArray(v);
 }

@@ -14,7 +14,7 @@
  * shardOf is jump consistent hashing (Lamping & Veach 2014) over the local hash: going from N to
  * N+1 shards moves only ~1/(N+1) of the chains, all of them into the new shard.
  */
-import { RadixIndex, type ApplyResult, type WireBlock, type WireDumpBlock } from "./radix-index.ts";
+import { RadixIndex, type ApplyResult, type ChainDefect, type WireBlock, type WireDumpBlock } from "./radix-index.ts";
 import type { RelayEvent } from "./relay-protocol.ts";
 
 /** What RoutingCore (and the Durable Object) need from a block index. RadixIndex is one. */
@@ -24,6 +24,8 @@ export interface BlockIndex {
   hasWorker(slot: number): boolean;
   workerBlockCount(slot: number): number;
   applyStoredWire(slot: number, parentEngineHash: string | null, blocks: readonly WireBlock[]): ApplyResult;
+  /** A relay "stored" event: void as a whole when a block repeats or equals its parent. */
+  applyStoredEvent(slot: number, parentEngineHash: string | null, blocks: readonly WireBlock[]): ApplyResult | { ok: false; applied: 0; voided: ChainDefect };
   applyDumpWire(slot: number, rows: readonly WireDumpBlock[]): { applied: number; failed: number };
   applyRemoved(slot: number, engineHashes: readonly string[]): number;
   clearWorker(slot: number): void;
@@ -272,6 +274,17 @@ export class ShardedIndex implements BlockIndex {
     for (const m of r.moves) this.shards[m.shard]!.applyRemoved(slot, [m.hash]);
     if (blocks.length === 0) return { ok: true, applied: 0 };
     return this.shards[r.shard]!.applyStoredWire(slot, parentEngineHash, blocks);
+  }
+
+  applyStoredEvent(slot: number, parentEngineHash: string | null, blocks: readonly WireBlock[]): ApplyResult | { ok: false; applied: 0; voided: ChainDefect } {
+    // Checked before routing: a void event must not move any block between shards.
+    const seen = new Set<string>();
+    for (const b of blocks) {
+      if (b.h === parentEngineHash) return { ok: false, applied: 0, voided: "self_parent" };
+      if (seen.has(b.h)) return { ok: false, applied: 0, voided: "duplicate_in_event" };
+      seen.add(b.h);
+    }
+    return this.applyStoredWire(slot, parentEngineHash, blocks);
   }
 
   applyDumpWire(slot: number, rows: readonly WireDumpBlock[]): { applied: number; failed: number } {
