@@ -8,6 +8,7 @@ import { InvalidRequestError, KvedgeError, PayloadTooLargeError } from "./errors
 import { DEFAULT_LIMITS } from "./limits.ts";
 import type { Limits } from "./limits.ts";
 import { ChatCompletionRequestSchema } from "./openai-schema.ts";
+import { hasLoneSurrogate } from "../util/unicode.ts";
 import type { ChatCompletionRequest, ContentPart } from "./openai-schema.ts";
 
 type PathKey = string | number;
@@ -115,7 +116,6 @@ function jsonDepthExceeds(text: string, max: number): boolean {
   return false;
 }
 
-const LONE_SURROGATE = /[\ud800-\udbff](?![\udc00-\udfff])|(?<![\ud800-\udbff])[\udc00-\udfff]/;
 
 /**
  * Walks the parsed body once (iteratively): refuses lone surrogates (they cannot be encoded as
@@ -136,7 +136,7 @@ function checkStrings(root: unknown): void {
         if (key === "__proto__") {
           throw new InvalidRequestError("The key '__proto__' is not allowed.", formatParam([...path, key]));
         }
-        if (LONE_SURROGATE.test(key)) {
+        if (hasLoneSurrogate(key)) {
           throw new InvalidRequestError("Object keys must be valid Unicode (lone surrogate found).", formatParam(path));
         }
         const v: unknown = (value as Record<string, unknown>)[key];
@@ -148,7 +148,7 @@ function checkStrings(root: unknown): void {
 }
 
 function checkString(s: string, path: PathKey[]): void {
-  if (LONE_SURROGATE.test(s)) {
+  if (hasLoneSurrogate(s)) {
     throw new InvalidRequestError("Strings must be valid Unicode (lone surrogate found).", formatParam(path));
   }
 }

@@ -4,6 +4,7 @@
  */
 import { InvalidRequestError } from "../../api/errors.ts";
 import type { BpeEngine, EngineCacheStats } from "./engine.ts";
+import { hasLoneSurrogate } from "../../util/unicode.ts";
 import { lookupBytes, NO_TOKEN } from "./vocab.ts";
 
 export type ModelFamily = "qwen2_vl" | "qwen2_5_vl" | "qwen3_vl";
@@ -43,7 +44,6 @@ export interface QwenTokenizer {
 }
 
 /** Only lone surrogates match: a `u` regex treats a valid pair as one code point outside the class. */
-const LONE_SURROGATE = /[\ud800-\udfff]/u;
 
 function escapeRegex(s: string): string {
   return s.replace(/[\\^$.*+?()[\]{}|/-]/g, "\\$&");
@@ -179,7 +179,7 @@ export class QwenTokenizerImpl implements QwenTokenizer {
 
 /** The router refuses to hash lone surrogates: HF's Python tokenizer rejects them (tokenizer.md §3.3). */
 export function assertWellFormed(text: string): void {
-  if (LONE_SURROGATE.test(text)) {
+  if (hasLoneSurrogate(text)) {
     throw new InvalidRequestError("Text contains a lone UTF-16 surrogate, which is not valid Unicode.", null, "invalid_unicode");
   }
 }
