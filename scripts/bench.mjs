@@ -90,21 +90,36 @@ async function main() {
   }
   progress.finish();
 
+  const rowsOf = (all) => {
+    const out = [];
+    for (const [name, r] of Object.entries(all)) {
+      if (!r.ok) out.push({ suite: name, metric: "FAILED", value: String(r.error).split("\n")[0].slice(0, 120), pass: false });
+      else for (const s of r.summary) out.push({ suite: name, ...s });
+    }
+    return out;
+  };
   const rows = [];
   for (const [name, r] of Object.entries(suites)) {
     if (!r.ok) rows.push({ suite: name, metric: "FAILED", value: String(r.error).split("\n")[0].slice(0, 120), pass: false });
     else for (const s of r.summary) rows.push({ suite: name, ...s });
   }
   const at = new Date().toISOString();
-  // Other work on the machine distorts tails: the 1-minute load average is kept with the figures.
-  const result = { at, mode, machine: { ...machine(), loadavg1mBefore: loadBefore }, suites };
+  // Other work on the machine distorts tails: the 1-minute load average is kept with the figures,
+  // per suite too (a partial run, --only, updates its suites in latest.json and keeps the others).
+  const loadAfter = +loadavg()[0].toFixed(2);
+  for (const r of Object.values(suites)) Object.assign(r, { at, mode, loadavg1m: [loadBefore, loadAfter] });
+  const latestPath = join(opts.out, "latest.json");
+  const previous = opts.only && existsSync(latestPath) ? JSON.parse(readFileSync(latestPath, "utf8")) : null;
+  const result = { at, mode, machine: { ...machine(), loadavg1mBefore: loadBefore }, suites: { ...(previous?.suites ?? {}), ...suites } };
+  if (previous) for (const [name, r] of Object.entries(previous.suites)) if (!suites[name]) r.at ??= previous.at;
   mkdirSync(join(opts.out, "runs"), { recursive: true });
   mkdirSync(join(opts.out, "plots"), { recursive: true });
   const text = JSON.stringify(result, null, 2) + "\n";
   writeFileSync(join(opts.out, "latest.json"), text);
   writeFileSync(join(opts.out, "runs", `${at.replace(/[:.]/g, "-")}.json`), text);
   for (const r of Object.values(suites)) for (const p of r.plots ?? []) writeFileSync(join(opts.out, "plots", p.file), p.svg);
-  writeFileSync(join(opts.out, "latest.md"), `Run ${at} (${mode}) on ${result.machine.nproc}× ${result.machine.cpu}, Node ${result.machine.node}, load ${loadBefore} → ${result.machine.loadavg1m}\n\n${table(rows)}\n`);
+  const runs = Object.entries(result.suites).map(([n, r]) => `${n} ${r.at ?? at}${r.loadavg1m ? ` (load ${r.loadavg1m.join(" → ")})` : ""}`).join("; ");
+  writeFileSync(join(opts.out, "latest.md"), `Run ${at} (${mode}) on ${result.machine.nproc}× ${result.machine.cpu}, Node ${result.machine.node}, load ${loadBefore} → ${result.machine.loadavg1m}\nSuites from: ${runs}\n\n${table(rowsOf(result.suites))}\n`);
   // A complete full run refreshes the table in docs/benchmarks.md (between the bench:table markers).
   const docs = join(ROOT, "docs/benchmarks.md");
   if (mode === "full" && !opts.only && opts.out === join(ROOT, "bench/results") && existsSync(docs)) {

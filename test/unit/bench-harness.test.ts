@@ -1,6 +1,7 @@
 /**
- * Smoke test of `npm run bench`: the harness runs every suite that needs no fleet on a tiny
- * configuration and writes its JSON, table and SVG plots. No timing is asserted.
+ * Smoke test of `npm run bench`: the harness runs the suites on a tiny configuration (edge with its
+ * one-worker fleet in Miniflare; not scale, media) and writes its JSON, table and SVG plots. No
+ * timing is asserted.
  */
 import { execFile } from "node:child_process";
 import { mkdtempSync, readFileSync, readdirSync, rmSync } from "node:fs";
@@ -43,11 +44,13 @@ describe("bench harness", () => {
     // The tokenizer suite checks exactness on the golden cases inside the bench run.
     expect(latest.suites.tokenizer.details.goldenCases).toBeGreaterThan(0);
     expect(latest.suites.tokenizer.details.kvExact).toBe(latest.suites.tokenizer.details.goldenCases);
-    // Every routing policy was replayed over the same trace.
-    expect(Object.keys(latest.suites.routing.details.policies)).toContain("oracle");
+    // Every routing policy was replayed over the same trace, on both worker models.
+    for (const model of ["calibrated", "linear"]) expect(Object.keys(latest.suites.routing.details.runs[model].policies)).toContain("oracle");
+    // The edge's figures come from the real handler: every case has an edge − direct overhead.
+    for (const c of Object.values(latest.suites.edge.details.cases) as { overheadP50: number }[]) expect(Number.isFinite(c.overheadP50)).toBe(true);
     expect(r.stdout).toMatch(/\| suite\s+\| metric/);
     const plots = readdirSync(join(out, "plots")).filter((f) => f.endsWith(".svg"));
-    expect(plots).toEqual(expect.arrayContaining(["edge.svg", "tokenizer.svg", "index.svg", "hashing.svg", "routing-hit-rate.svg", "layout.svg"]));
+    expect(plots).toEqual(expect.arrayContaining(["edge.svg", "tokenizer.svg", "index.svg", "hashing.svg", "routing-hit-rate.svg", "routing-ttft-calibrated.svg", "routing-ttft-linear.svg", "layout.svg"]));
     for (const p of plots) expect(readFileSync(join(out, "plots", p), "utf8")).toMatch(/^<svg [^>]*xmlns="http:\/\/www.w3.org\/2000\/svg"[\s\S]*<\/svg>\n$/);
     expect(readdirSync(join(out, "runs")).length).toBe(1);
   });
