@@ -22,6 +22,8 @@ export interface ActiveRequest {
   prefillDone: boolean;
 }
 
+import { ChainKeyTable } from "./chain-key-table.ts";
+
 const hashSlot = new BigUint64Array(1);
 const hashWords = new Uint32Array(hashSlot.buffer);
 
@@ -45,22 +47,11 @@ export function chainKeysOf(localHashes: readonly bigint[] | BigUint64Array): nu
   return out;
 }
 
-/**
- * Who holds a shared block key: most keys are held by one worker, so that case is a plain number
- * (slot × HOLDER_SPAN + count) instead of a Map per key (a 32k-token request has ~2 000 keys).
- */
-type Holders = number | Map<number, number>;
-const HOLDER_SPAN = 2 ** 21;
-
-function holds(h: Holders, slot: number): boolean {
-  return typeof h === "number" ? Math.floor(h / HOLDER_SPAN) === slot : h.has(slot);
-}
-
 export class LoadTracker {
   readonly #active = new Map<string, ActiveRequest>();
   #prefill: number[] = [];
   /** Shared block key → (slot → number of active requests on that worker holding it). */
-  readonly #keys = new Map<number, Holders>();
+  readonly #keys = new ChainKeyTable();
   /** Per slot: distinct shared keys held. */
   #unique: number[] = [];
   /** Per slot: blocks not covered by chain keys (partial tails, unhashed parts). */
@@ -78,24 +69,7 @@ export class LoadTracker {
     this.#prefill[r.slot] = (this.#prefill[r.slot] ?? 0) + r.prefillTokens;
     const keys = r.chainKeys ?? [];
     let added = 0;
-    for (const k of keys) {
-      const h = this.#keys.get(k);
-      if (h === undefined) {
-        this.#keys.set(k, r.slot * HOLDER_SPAN + 1);
-        added++;
-      } else if (typeof h === "number") {
-        const holder = Math.floor(h / HOLDER_SPAN);
-        if (holder === r.slot) this.#keys.set(k, h + 1);
-        else {
-          this.#keys.set(k, new Map([[holder, h % HOLDER_SPAN], [r.slot, 1]]));
-          added++;
-        }
-      } else {
-        const c = h.get(r.slot) ?? 0;
-        if (c === 0) added++;
-        h.set(r.slot, c + 1);
-      }
-    }
+    for (const k of keys) if (this.#keys.inc(k, r.slot)) added++;
     this.#unique[r.slot] = (this.#unique[r.slot] ?? 0) + added;
     this.#private[r.slot] = (this.#private[r.slot] ?? 0) + Math.max(0, r.decodeBlocks - keys.length);
     this.#count[r.slot] = (this.#count[r.slot] ?? 0) + 1;
@@ -115,28 +89,7 @@ export class LoadTracker {
     if (!r.prefillDone) this.#prefill[r.slot] = (this.#prefill[r.slot] ?? 0) - r.prefillTokens;
     const keys = r.chainKeys ?? [];
     let removed = 0;
-    for (const k of keys) {
-      const h = this.#keys.get(k);
-      if (h === undefined) continue;
-      if (typeof h === "number") {
-        if (Math.floor(h / HOLDER_SPAN) !== r.slot) continue;
-        if (h % HOLDER_SPAN > 1) this.#keys.set(k, h - 1);
-        else {
-          this.#keys.delete(k);
-          removed++;
-        }
-        continue;
-      }
-      const c = (h.get(r.slot) ?? 0) - 1;
-      if (c > 0) {
-        h.set(r.slot, c);
-        continue;
-      }
-      if (h.delete(r.slot)) removed++;
-      if (h.size === 1) {
-        for (const [holder, count] of h) this.#keys.set(k, holder * HOLDER_SPAN + count);
-      } else if (h.size === 0) this.#keys.delete(k);
-    }
+    for (const k of keys) if (this.#keys.dec(k, r.slot)) removed++;
     this.#unique[r.slot] = (this.#unique[r.slot] ?? 0) - removed;
     this.#private[r.slot] = (this.#private[r.slot] ?? 0) - Math.max(0, r.decodeBlocks - keys.length);
     this.#count[r.slot] = (this.#count[r.slot] ?? 0) - 1;
@@ -175,18 +128,23 @@ export class LoadTracker {
    */
   sharedPrefixes(chainKeys: readonly number[]): Map<number, number> {
     const out = new Map<number, number>();
-    const first = chainKeys.length > 0 ? this.#keys.get(chainKeys[0]!) : undefined;
-    if (first === undefined) return out;
-    let alive = typeof first === "number" ? [Math.floor(first / HOLDER_SPAN)] : [...first.keys()];
+    if (chainKeys.length === 0) return out;
+    let alive = this.#keys.holders(chainKeys[0]!);
     let depth = 1;
     for (; depth < chainKeys.length && alive.length > 0; depth++) {
-      const h = this.#keys.get(chainKeys[depth]!);
-      if (h === undefined) break;
+      const k = chainKeys[depth]!;
       const next: number[] = [];
+      let present = true;
       for (const s of alive) {
-        if (holds(h, s)) next.push(s);
+        const h = this.#keys.holds(k, s);
+        if (h === null) {
+          present = false; // nobody holds it: every live worker's shared prefix ends here
+          break;
+        }
+        if (h) next.push(s);
         else out.set(s, depth);
       }
+      if (!present) break;
       alive = next;
     }
     for (const s of alive) out.set(s, depth);

@@ -1,0 +1,69 @@
+import { describe, expect, it } from "vitest";
+import fc from "fast-check";
+import { ChainKeyTable } from "../../src/kv/chain-key-table.ts";
+
+/** The plain model: key → (slot → count). */
+class Model {
+  readonly m = new Map<number, Map<number, number>>();
+  inc(k: number, s: number): boolean {
+    const h = this.m.get(k) ?? new Map<number, number>();
+    this.m.set(k, h);
+    const c = h.get(s) ?? 0;
+    h.set(s, c + 1);
+    return c === 0;
+  }
+  dec(k: number, s: number): boolean {
+    const h = this.m.get(k);
+    const c = h?.get(s);
+    if (!h || c === undefined) return false;
+    if (c > 1) {
+      h.set(s, c - 1);
+      return false;
+    }
+    h.delete(s);
+    if (h.size === 0) this.m.delete(k);
+    return true;
+  }
+  holders(k: number): number[] {
+    return [...(this.m.get(k)?.keys() ?? [])].sort();
+  }
+}
+
+describe("ChainKeyTable (LoadTracker's shared block keys)", () => {
+  // 53-bit keys from a pool small enough to repeat, spread over both 32-bit halves; many keys force growth.
+  const key = fc.oneof(fc.integer({ min: 0, max: 40 }).map((i) => i * 2 ** 32 + ((i * 2654435761) >>> 0)), fc.integer({ min: 0, max: 2 ** 53 - 1 }));
+  const op = fc.record({ inc: fc.boolean(), k: key, slot: fc.integer({ min: 0, max: 3 }) });
+
+  it("agrees with a Map model on every operation, including deletions inside probe runs and growth", () => {
+    fc.assert(
+      fc.property(fc.array(op, { maxLength: 3000 }), (ops) => {
+        const t = new ChainKeyTable();
+        const m = new Model();
+        const seen: number[] = [];
+        for (const o of ops) {
+          seen.push(o.k);
+          expect(o.inc ? t.inc(o.k, o.slot) : t.dec(o.k, o.slot)).toBe(o.inc ? m.inc(o.k, o.slot) : m.dec(o.k, o.slot));
+        }
+        for (const k of seen) {
+          expect(t.holders(k).sort()).toEqual(m.holders(k));
+          for (let s = 0; s < 4; s++) expect(t.holds(k, s)).toBe(m.m.has(k) ? m.holders(k).includes(s) : null);
+        }
+        expect(t.size).toBe(m.m.size);
+      }),
+      { numRuns: 150 },
+    );
+  });
+
+  it("empties completely after releasing everything it was given", () => {
+    const t = new ChainKeyTable();
+    const keys = Array.from({ length: 5000 }, (_, i) => (i * 0x9e3779b1) % 2 ** 53);
+    for (const k of keys) t.inc(k, k % 3);
+    for (const k of keys) t.inc(k, (k + 1) % 3);
+    for (const k of keys.reverse()) {
+      expect(t.dec(k, k % 3)).toBe(true);
+      expect(t.dec(k, (k + 1) % 3)).toBe(true);
+    }
+    expect(t.size).toBe(0);
+    expect(t.holders(keys[0]!)).toEqual([]);
+  });
+});
