@@ -278,8 +278,10 @@ export async function handleChatCompletions(request: Request, deps: ChatDeps): P
   const shardIndex = deps.index(model.id, shard);
   const exclude: string[] = [];
   let lastError: KvedgeError | null = null;
+  // One buffer over the RPC instead of thousands of BigInts (serialized and read back per attempt).
+  const routeHashes = BigUint64Array.from(plan.localHashes);
   for (let attempt = 1; attempt <= config.routing.maxAttempts; attempt++) {
-    const decision = await shardIndex.route({ localHashes: plan.localHashes, isl: plan.isl, exclude, fallbackReason: plan.fallbackReason, edgeColo: edgeColoOf(request) });
+    const decision = await shardIndex.route({ localHashes: routeHashes, isl: plan.isl, exclude, fallbackReason: plan.fallbackReason, edgeColo: edgeColoOf(request) });
     if (!decision) break;
     clock.mark("route");
     const edgeOverheadMs = Date.now() - arrivedAt;

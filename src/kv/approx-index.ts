@@ -14,6 +14,7 @@
  */
 import { z } from "zod";
 import { RadixIndex, type StoredBlock } from "./radix-index.ts";
+import type { LocalHashes } from "./block-hash.ts";
 
 export const ApproxConfigSchema = z.object({
   /** How long a routed block is assumed cached without being routed again (Dynamo: 120 s). */
@@ -68,7 +69,7 @@ export class ApproxIndex {
   }
 
   /** Block ids along the path of `localHashes` (53-bit, exact in a double). */
-  pathIds(localHashes: readonly bigint[]): number[] {
+  pathIds(localHashes: LocalHashes): number[] {
     const out = new Array<number>(localHashes.length);
     let a = 0x3c6ef372;
     let b = 0x1b873593;
@@ -84,7 +85,7 @@ export class ApproxIndex {
   }
 
   /** The request was routed to `slot`: assume its blocks cached there, refreshing their TTL. */
-  record(slot: number, localHashes: readonly bigint[], now: number): void {
+  record(slot: number, localHashes: LocalHashes, now: number): void {
     if (localHashes.length === 0) return;
     this.#tree.ensureWorker(slot);
     if (this.#scores.length <= slot) this.#scores = new Int32Array(Math.max(slot + 1, this.#scores.length * 2));
@@ -117,7 +118,7 @@ export class ApproxIndex {
   }
 
   /** Expires, then computes overlaps for `localHashes`; read them with overlapOf(slot). */
-  match(localHashes: readonly bigint[], now: number): void {
+  match(localHashes: LocalHashes, now: number): void {
     this.expire(now);
     this.#tree.findMatches(localHashes, this.#scores);
   }

@@ -7,6 +7,12 @@ import { xxh3_64 } from "../util/hash.ts";
 
 export const LOCAL_HASH_SEED = 1337n;
 
+/**
+ * A request's local block hashes as the index takes them: a plain array, or a BigUint64Array (what
+ * the edge sends over the route RPC: it serializes as one buffer, not thousands of BigInts).
+ */
+export type LocalHashes = readonly bigint[] | BigUint64Array;
+
 /** Hashes every full block of `tokens`. Requires initHashing(). */
 export function localBlockHashes(tokens: ArrayLike<number>, blockSize: number): bigint[] {
   return localBlockHashesOfParts([tokens], blockSize);

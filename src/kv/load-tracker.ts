@@ -32,14 +32,24 @@ const hashWords = new Uint32Array(hashSlot.buffer);
  * i's hash. Collisions only blur a load estimate, never a routing decision on cache contents.
  */
 export function chainKeysOf(localHashes: readonly bigint[] | BigUint64Array): number[] {
-  const out = new Array<number>(localHashes.length);
+  const n = localHashes.length;
+  const out = new Array<number>(n);
+  // The two 32-bit words of each hash through a typed-array view: no BigInt arithmetic per block
+  // (a BigUint64Array is read in place; an array goes through a one-slot view, a BigInt write each).
+  const words = localHashes instanceof BigUint64Array ? new Uint32Array(localHashes.buffer, localHashes.byteOffset, 2 * n) : null;
   let a = 0x9e3779b9 | 0;
   let b = 0x85ebca6b | 0;
-  for (let i = 0; i < localHashes.length; i++) {
-    // The two 32-bit words through a typed-array view: no BigInt arithmetic per block.
-    hashSlot[0] = localHashes[i]!;
-    const lo = hashWords[0]! | 0;
-    const hi = hashWords[1]! | 0;
+  for (let i = 0; i < n; i++) {
+    let lo: number;
+    let hi: number;
+    if (words) {
+      lo = words[2 * i]! | 0;
+      hi = words[2 * i + 1]! | 0;
+    } else {
+      hashSlot[0] = (localHashes as readonly bigint[])[i]!;
+      lo = hashWords[0]! | 0;
+      hi = hashWords[1]! | 0;
+    }
     a = Math.imul(a ^ lo, 0x01000193) ^ Math.imul(b, 0x5bd1e995);
     b = Math.imul(b ^ hi, 0x27d4eb2d) ^ (a >>> 15);
     out[i] = (a >>> 0) * 0x200000 + ((b >>> 0) & 0x1fffff);

@@ -6,10 +6,11 @@
  * event path's latency) and are bounded per worker; the index stays the source of truth after that.
  * Chains are bucketed by their first block, so one lookup finds every chain that can overlap.
  */
+import type { LocalHashes } from "./block-hash.ts";
 
 interface PendingChain {
   slot: number;
-  hashes: readonly bigint[];
+  hashes: LocalHashes;
   expiresAt: number;
 }
 
@@ -25,7 +26,7 @@ export class PendingRoutes {
     this.maxPerWorker = maxPerWorker;
   }
 
-  add(slot: number, hashes: readonly bigint[], now: number): void {
+  add(slot: number, hashes: LocalHashes, now: number): void {
     if (hashes.length === 0) return;
     const chain: PendingChain = { slot, hashes, expiresAt: now + this.ttlMs };
     const first = hashes[0]!;
@@ -65,7 +66,7 @@ export class PendingRoutes {
   }
 
   /** Per worker slot: the longest common leading run between `hashes` and its live chains. */
-  overlaps(hashes: readonly bigint[], now: number): Map<number, number> {
+  overlaps(hashes: LocalHashes, now: number): Map<number, number> {
     const out = new Map<number, number>();
     if (hashes.length === 0) return out;
     const bucket = this.#byFirst.get(hashes[0]!);
@@ -83,7 +84,7 @@ export class PendingRoutes {
   }
 
   /** Longest common leading run between `hashes` and any live chain routed to `slot`. */
-  overlap(slot: number, hashes: readonly bigint[], now: number): number {
+  overlap(slot: number, hashes: LocalHashes, now: number): number {
     return this.overlaps(hashes, now).get(slot) ?? 0;
   }
 
@@ -100,7 +101,7 @@ export class PendingRoutes {
   }
 }
 
-function isPrefix(a: readonly bigint[], b: readonly bigint[]): boolean {
+function isPrefix(a: LocalHashes, b: LocalHashes): boolean {
   for (let i = 0; i < a.length; i++) if (a[i] !== b[i]) return false;
   return true;
 }

@@ -12,6 +12,7 @@ import { RegionsConfigSchema, resolveEdgeRegion, scoreCandidatesByTtft, type Reg
 const LOCAL_REGION = "local";
 import { LoadTracker, chainKeysOf } from "./load-tracker.ts";
 import { PendingRoutes } from "./pending-routes.ts";
+import type { LocalHashes } from "./block-hash.ts";
 import { ReceiptBook, type Receipt } from "./receipts.ts";
 import { pickIndex, scoreCandidates, type Candidate } from "./selection.ts";
 import { cohortEligibility, contractDigest, parseWorkerContract, type CohortResult } from "../layout/index.ts";
@@ -37,7 +38,7 @@ export interface WorkerRecord {
 }
 
 export interface RouteRequest {
-  localHashes: readonly bigint[];
+  localHashes: LocalHashes;
   /** Input sequence length in tokens (the full prompt, not only hashed blocks). */
   isl: number;
   exclude?: readonly string[];

@@ -16,6 +16,7 @@
  */
 import { RadixIndex, type ApplyResult, type ChainDefect, type WireBlock, type WireDumpBlock } from "./radix-index.ts";
 import type { RelayEvent } from "./relay-protocol.ts";
+import type { LocalHashes } from "./block-hash.ts";
 
 /** What RoutingCore (and the Durable Object) need from a block index. RadixIndex is one. */
 export interface BlockIndex {
@@ -247,7 +248,7 @@ export class ShardedIndex implements BlockIndex {
   }
 
   /** The one shard a request with these local hashes reads. */
-  shardFor(localHashes: readonly bigint[]): number {
+  shardFor(localHashes: LocalHashes): number {
     return shardForRequest(localHashes, this.shards.length);
   }
 

@@ -1,6 +1,7 @@
 import { describe, expect, it } from "vitest";
 import fc from "fast-check";
 import { ChainKeyTable } from "../../src/kv/chain-key-table.ts";
+import { chainKeysOf } from "../../src/kv/load-tracker.ts";
 
 /** The plain model: key → (slot → count). */
 class Model {
@@ -65,5 +66,17 @@ describe("ChainKeyTable (LoadTracker's shared block keys)", () => {
     }
     expect(t.size).toBe(0);
     expect(t.holders(keys[0]!)).toEqual([]);
+  });
+});
+
+describe("chainKeysOf", () => {
+  it("gives the same keys for an array and a BigUint64Array (the route RPC's shape), also at a byte offset", () => {
+    fc.assert(
+      fc.property(fc.array(fc.bigInt({ min: 0n, max: 2n ** 64n - 1n }), { maxLength: 300 }), fc.nat(5), (hs, skip) => {
+        const keys = chainKeysOf(hs.slice(Math.min(skip, hs.length)));
+        const big = BigUint64Array.from([...new Array<bigint>(skip).fill(7n), ...hs]);
+        expect(chainKeysOf(big.subarray(skip + Math.min(skip, hs.length)))).toEqual(keys);
+      }),
+    );
   });
 });
