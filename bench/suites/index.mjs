@@ -150,12 +150,22 @@ export default {
       removes.push({ w: `w${w}`, m: { type: "events", epoch: 1, seq: msgs.length, events: rem } });
     }
     const json = msgs.slice(0, Math.min(msgs.length, 500)).map((x) => JSON.stringify(x.m));
+    // Wall time and this process's CPU time: on a shared box other jobs stretch the wall clock of a
+    // CPU-bound loop, not its CPU time (the goal is judged on both; a one-object index is single-threaded).
+    const cpuMs = () => {
+      const u = process.cpuUsage();
+      return (u.user + u.system) / 1000;
+    };
     let t = performance.now();
+    let c = cpuMs();
     for (const { w, m } of msgs) ing.applyEvents(w, m);
     const storeMs = performance.now() - t;
+    const storeCpuMs = cpuMs() - c;
     t = performance.now();
+    c = cpuMs();
     for (const { w, m } of removes) ing.applyEvents(w, m);
     const removeMs = performance.now() - t;
+    const removeCpuMs = cpuMs() - c;
     // What the Durable Object does before applyEvents: JSON.parse + zod validation of the frame.
     t = performance.now();
     let parsedBlocks = 0;
@@ -163,6 +173,8 @@ export default {
     const parseMs = performance.now() - t;
     const storeRate = (ingestBlocks / storeMs) * 1000;
     const removeRate = (ingestBlocks / removeMs) * 1000;
+    const storeCpuRate = (ingestBlocks / storeCpuMs) * 1000;
+    const removeCpuRate = (ingestBlocks / removeCpuMs) * 1000;
     const parseRate = (parsedBlocks / parseMs) * 1000;
     const ingProfile = await topSelfTime(() => {
       const c2 = newCore();
@@ -202,8 +214,8 @@ export default {
       { metric: `findMatches p50 / p99, 64-block query, ${WORKERS} workers, ${(entries / 1e6).toFixed(2)} M blocks (popular prefix)`, value: `${fm["popular (many workers, 64 deep)"].p50us.toFixed(2)} / ${fm["popular (many workers, 64 deep)"].p99us.toFixed(2)}`, unit: "µs", goal: "p99 ≤ 10", pass: fm["popular (many workers, 64 deep)"].p99us <= 10 },
       { metric: "findMatches p50 / p99, one worker's 64-block prompt", value: `${fm["single worker, 64 deep"].p50us.toFixed(2)} / ${fm["single worker, 64 deep"].p99us.toFixed(2)}`, unit: "µs", goal: "p99 ≤ 10", pass: fm["single worker, 64 deep"].p99us <= 10 },
       { metric: "RoutingCore.route p50 / p99 (match + score 64 workers)", value: `${route.p50.toFixed(1)} / ${route.p99.toFixed(1)}`, unit: "µs", goal: "", pass: null },
-      { metric: "ingestion: stored block events/s (applyEvents)", value: `${(storeRate / 1e6).toFixed(2)} M`, unit: "blocks/s", goal: "≥ 2 M", pass: storeRate >= 2e6 },
-      { metric: "ingestion: removed block events/s", value: `${(removeRate / 1e6).toFixed(2)} M`, unit: "blocks/s", goal: "", pass: null },
+      { metric: "ingestion: stored block events/s (applyEvents), per wall / CPU second", value: `${(storeRate / 1e6).toFixed(2)} M / ${(storeCpuRate / 1e6).toFixed(2)} M`, unit: "blocks/s", goal: "≥ 2 M", pass: Math.min(storeRate, storeCpuRate) >= 2e6 },
+      { metric: "ingestion: removed block events/s, per wall / CPU second", value: `${(removeRate / 1e6).toFixed(2)} M / ${(removeCpuRate / 1e6).toFixed(2)} M`, unit: "blocks/s", goal: "", pass: null },
       { metric: "relay frame JSON.parse + zod, blocks/s", value: `${(parseRate / 1e6).toFixed(2)} M`, unit: "blocks/s", goal: "", pass: null },
       { metric: "memory per indexed block (heap delta / entries)", value: bytesPerBlock.toFixed(0), unit: "bytes", goal: "≤ 100", pass: bytesPerBlock <= 100 },
     ];
@@ -236,7 +248,7 @@ export default {
         findMatches: fm,
         timerOverheadUs: timerUs,
         routeUs: route,
-        ingestion: { blocks: ingestBlocks, storeRate, removeRate, parseRate },
+        ingestion: { blocks: ingestBlocks, storeRate, removeRate, storeCpuRate, removeCpuRate, parseRate },
         profiles: { findMatches: fmProfile, ingestion: ingProfile },
         memoryReferenceBytesEach: ref,
       },

@@ -118,7 +118,7 @@ export default {
     for (const p of POLICIES) {
       const cal = out.calibrated.policies[p];
       const lin = out.linear.policies[p];
-      summary.push({ metric: `${p}: hit, TTFT p50 / p99, throughput — calibrated | linear`, value: `${fmt(cal)} | ${fmt(lin)}`, unit: "", goal: "", pass: null });
+      summary.push({ metric: `${p}: hit, TTFT p50 / p99, throughput — calibrated ; linear`, value: `${fmt(cal)} ; ${fmt(lin)}`, unit: "", goal: "", pass: null });
     }
     const others = POLICIES.filter((p) => !p.startsWith("kvedge") && p !== "oracle" && p !== "index+ttft");
     for (const model of ["calibrated", "linear"]) {
@@ -134,8 +134,8 @@ export default {
         pass: kv.ttftP50 <= bestOther && kv.ttftP99 <= bestOtherP99,
       });
       summary.push({
-        metric: `${model}: hit rate ÷ oracle, ttft | blocks cost`,
-        value: `${(kv.hitRate / rows.oracle.hitRate).toFixed(3)} | ${(rows["kvedge-blocks"].hitRate / rows.oracle.hitRate).toFixed(3)}`,
+        metric: `${model}: hit rate ÷ oracle, cost ttft ; blocks`,
+        value: `${(kv.hitRate / rows.oracle.hitRate).toFixed(3)} ; ${(rows["kvedge-blocks"].hitRate / rows.oracle.hitRate).toFixed(3)}`,
         unit: "",
         goal: "",
         pass: null,
@@ -147,8 +147,8 @@ export default {
     for (const run of runs.slice(2)) {
       const rows = out[run.name].policies;
       summary.push({
-        metric: `sensitivity ${run.name}: TTFT p50 / p99 — ttft | blocks | least-loaded | oracle`,
-        value: ["kvedge", "kvedge-blocks", "least-loaded", "oracle"].map((p) => `${rows[p].ttftP50.toFixed(0)}/${rows[p].ttftP99.toFixed(0)}`).join(" | ") + " ms",
+        metric: `sensitivity ${run.name}: TTFT p50/p99 ms — ttft ; blocks ; least-loaded ; oracle`,
+        value: ["kvedge", "kvedge-blocks", "least-loaded", "oracle"].map((p) => `${rows[p].ttftP50.toFixed(0)}/${rows[p].ttftP99.toFixed(0)}`).join(" ; "),
         unit: "",
         goal: "",
         pass: null,
