@@ -18,8 +18,9 @@ export default defineConfig({
         plugins: [
           cloudflareTest({
             wrangler: { configPath: "./wrangler.toml" },
-            // Test-only secrets (production ones come from `wrangler secret put`).
-            miniflare: { bindings: { RELAY_SECRET: "test-relay-secret-0123456789", ADMIN_TOKEN: "test-admin-token-0123456789" } },
+            // Test-only secrets (production ones come from `wrangler secret put`). The API is open in
+            // these tests (KVEDGE_ACCESS=public); tests of the closed default pass their own env.
+            miniflare: { bindings: { RELAY_SECRET: "test-relay-secret-0123456789", ADMIN_TOKEN: "test-admin-token-0123456789", KVEDGE_ACCESS: "public" } },
           }),
         ],
         test: { name: "workers", include: ["test/workers/**/*.test.ts"], testTimeout: 60_000 },
@@ -30,7 +31,7 @@ export default defineConfig({
           cloudflareTest({
             wrangler: { configPath: "./wrangler.toml" },
             miniflare: {
-              bindings: { RELAY_SECRET: "test-relay-secret-0123456789", ADMIN_TOKEN: "test-admin-token-0123456789", KVEDGE_SHARDS: "3" },
+              bindings: { RELAY_SECRET: "test-relay-secret-0123456789", ADMIN_TOKEN: "test-admin-token-0123456789", KVEDGE_SHARDS: "3", KVEDGE_ACCESS: "public" },
             },
           }),
         ],

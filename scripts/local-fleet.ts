@@ -264,6 +264,9 @@ export async function startFleet(opts: FleetOptions = {}): Promise<Fleet> {
 
   const models = JSON.stringify([{ id: model, family, templateId: template, blockSize: pageSize }]);
   const vars: Record<string, string> = { KVEDGE_MODELS: models, RELAY_SECRET: relaySecret, ADMIN_TOKEN: adminToken };
+  // Local development on 127.0.0.1: open API, routing headers shown, no rate limits (production
+  // defaults are closed, admin-only headers, limits on; tests that need them pass opts.vars).
+  Object.assign(vars, { KVEDGE_ACCESS: "public", KVEDGE_DEBUG_HEADERS: "on", KVEDGE_RATE_LIMIT: "off" });
   if (mediaHost) vars.KVEDGE_MEDIA = JSON.stringify({ allowlist: [mediaHost] });
   if (decodeUrl) {
     vars.KVEDGE_DECODE_URL = decodeUrl;

@@ -87,13 +87,19 @@ export function utf8ByteLength(s: string): number {
   return n;
 }
 
+/** JSON escapes can make text up to 6× its content (`\u00e9`): the pre-parse bound allows for it. */
+const MAX_ESCAPE_FACTOR = 6;
+const SYNTAX_SLACK_CHARS = 65_536;
+
 /**
- * Maximum bracket nesting of a JSON text, ignoring brackets inside strings. Iterative, and run
- * before JSON.parse so that a body of 10^7 nested arrays is refused before it is materialised.
- * Strings are skipped with native indexOf (media data URLs make up most large bodies).
+ * One pass over the JSON text before JSON.parse: the bracket nesting (ignoring brackets inside
+ * strings), so a body of 10^7 nested arrays is refused before it is materialised, and the number of
+ * characters outside `data:` URL strings, so a body of megabytes of tool schema is refused before
+ * it is parsed (in milliseconds). Strings are skipped with native indexOf.
  */
-function jsonDepthExceeds(text: string, max: number): boolean {
+function scanJson(text: string, maxDepth: number): { tooDeep: boolean; nonMediaChars: number } {
   let depth = 0;
+  let mediaChars = 0;
   for (let i = 0; i < text.length; i++) {
     const c = text.charCodeAt(i);
     if (c === 0x22) {
@@ -101,18 +107,47 @@ function jsonDepthExceeds(text: string, max: number): boolean {
       let j = i + 1;
       for (;;) {
         j = text.indexOf('"', j);
-        if (j === -1) return false; // unterminated: JSON.parse reports it
+        if (j === -1) break; // unterminated: JSON.parse reports it
         let k = j - 1;
         while (text.charCodeAt(k) === 0x5c) k--;
         if ((j - 1 - k) % 2 === 0) break;
         j++;
       }
+      if (j === -1) break;
+      if (j - i > 5 && text.slice(i + 1, i + 6).toLowerCase() === "data:") mediaChars += j - i + 1;
       i = j;
     } else if (c === 0x5b || c === 0x7b) {
-      if (++depth > max) return true;
+      if (++depth > maxDepth) return { tooDeep: true, nonMediaChars: 0 };
     } else if (c === 0x5d || c === 0x7d) depth--;
   }
-  return false;
+  return { tooDeep: false, nonMediaChars: text.length - mediaChars };
+}
+
+/**
+ * Characters of `v` as compact JSON, counted without serialising it and stopping as soon as the
+ * count passes `budget` (so a huge schema costs no more than the budget to measure).
+ */
+export function jsonChars(v: unknown, budget: number): number {
+  let n = 0;
+  const stack: unknown[] = [v];
+  while (stack.length > 0 && n <= budget) {
+    const x = stack.pop();
+    if (typeof x === "string") n += x.length + 2;
+    else if (typeof x === "number" || typeof x === "boolean") n += String(x).length;
+    else if (x === null || x === undefined) n += 4;
+    else if (Array.isArray(x)) {
+      n += 2 + Math.max(0, x.length - 1);
+      for (const e of x) stack.push(e);
+    } else if (typeof x === "object") {
+      const keys = Object.keys(x);
+      n += 2 + Math.max(0, keys.length - 1);
+      for (const k of keys) {
+        n += k.length + 3;
+        stack.push((x as Record<string, unknown>)[k]);
+      }
+    }
+  }
+  return n;
 }
 
 const LONE_SURROGATE = /[\ud800-\udbff](?![\udc00-\udfff])|(?<![\ud800-\udbff])[\udc00-\udfff]/;
@@ -321,8 +356,9 @@ function checkLimits(req: ChatCompletionRequest, limits: Limits): void {
     if (m.role !== "user") {
       chars += m.reasoning_content?.length ?? 0;
       for (const call of m.tool_calls ?? []) {
-        const args = call.function.arguments;
-        if (typeof args === "string") chars += args.length;
+        const args: unknown = call.function.arguments;
+        chars += call.function.name?.length ?? 0;
+        chars += typeof args === "string" ? args.length : jsonChars(args, limits.maxMessageChars);
       }
     }
     if (chars > limits.maxMessageChars) {
@@ -330,10 +366,22 @@ function checkLimits(req: ChatCompletionRequest, limits: Limits): void {
     }
     total += chars;
   });
-  for (const t of req.tools ?? []) total += (t.function.description?.length ?? 0) + t.function.name.length;
   if (total > limits.maxTotalChars) {
     throw limitError(`Request text is ${total} characters (limit ${limits.maxTotalChars}).`, "messages");
   }
+  // Everything else the template renders or the worker compiles counts against the same budget.
+  const budget = () => limits.maxTotalChars - total;
+  const extra = (param: string, chars: number) => {
+    total += chars;
+    if (total > limits.maxTotalChars) throw limitError(`Request text including ${param} is over ${limits.maxTotalChars} characters.`, param);
+  };
+  (req.tools ?? []).forEach((t, i) => {
+    extra(`tools[${i}].function`, t.function.name.length + (t.function.description?.length ?? 0) + (t.function.parameters === undefined ? 0 : jsonChars(t.function.parameters, budget())));
+  });
+  if (req.chat_template_kwargs !== undefined) extra("chat_template_kwargs", jsonChars(req.chat_template_kwargs, budget()));
+  if (req.response_format !== undefined) extra("response_format", jsonChars(req.response_format, budget()));
+  if (req.regex !== undefined) extra("regex", req.regex.length);
+  if (req.ebnf !== undefined) extra("ebnf", req.ebnf.length);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -351,8 +399,12 @@ export function parseChatRequest(bodyText: string, limits: Limits = DEFAULT_LIMI
       throw new PayloadTooLargeError(`Request body exceeds ${limits.maxBodyBytes} bytes.`);
     }
     if (bodyText.trim() === "") throw new InvalidRequestError("Request body is empty; expected a JSON object.", null, "invalid_json");
-    if (jsonDepthExceeds(bodyText, limits.maxJsonDepth)) {
+    const scan = scanJson(bodyText, limits.maxJsonDepth);
+    if (scan.tooDeep) {
       throw new InvalidRequestError(`JSON body is nested deeper than ${limits.maxJsonDepth} levels.`, null, "invalid_json");
+    }
+    if (scan.nonMediaChars > MAX_ESCAPE_FACTOR * limits.maxTotalChars + SYNTAX_SLACK_CHARS) {
+      throw limitError(`Request text (outside data: URLs) is ${scan.nonMediaChars} characters: far over the limit of ${limits.maxTotalChars}.`, null);
     }
     let body: unknown;
     try {

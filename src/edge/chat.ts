@@ -12,8 +12,8 @@ import {
   UpstreamTimeoutError,
   errorResponse,
 } from "../api/errors.ts";
-import type { EdgeConfig, ModelConfig } from "../api/config.ts";
-import { parseLimits, type Limits } from "../api/limits.ts";
+import { contextTokensOf, type EdgeConfig, type ModelConfig } from "../api/config.ts";
+import type { Limits } from "../api/limits.ts";
 import { parseChatRequest, readBodyText } from "../api/validate.ts";
 import type { ChatCompletionRequest } from "../api/openai-schema.ts";
 import { preparePrompt } from "../prompt/index.ts";
@@ -24,7 +24,7 @@ import { shardForRequest } from "../kv/shard.ts";
 import type { RouteDecision, RouteRequest, SettleRequest } from "../kv/routing-core.ts";
 import { buildGenerateBody, newRequestId } from "../proxy/generate-request.ts";
 import { createChatStreamTranslator, translateGenerateHttp } from "../proxy/translate.ts";
-import { matchApiKey } from "./auth.ts";
+import { authorizeClient } from "./auth.ts";
 import { resolveMedia, type MediaDeps, type MediaPartRef } from "./media.ts";
 import { buildRoutingView, requestIneligibility, type WorkerContract } from "../layout/index.ts";
 import { mmHashesAllowed } from "../proxy/generate-request.ts";
@@ -66,11 +66,9 @@ interface RoutingPlan {
   mmHashes: string[] | null;
 }
 
-let limitsCache: { src: Record<string, unknown>; limits: Limits } | null = null;
-/** The configured request limits, parsed once per config object (per isolate). */
+/** The configured request limits (parsed with the rest of the config, once per isolate). */
 export function limitsOf(config: EdgeConfig): Limits {
-  if (limitsCache?.src !== config.limitsOverride) limitsCache = { src: config.limitsOverride, limits: parseLimits(config.limitsOverride) };
-  return limitsCache.limits;
+  return config.limits;
 }
 
 function modelConfig(config: EdgeConfig, model: string): ModelConfig {
@@ -211,12 +209,14 @@ export interface PreparedRouting {
 export async function prepareRouting(req: ChatCompletionRequest, deps: Pick<ChatDeps, "config" | "index" | "fetch">): Promise<PreparedRouting> {
   const model = modelConfig(deps.config, req.model);
   const prompt = preparePrompt(req, { family: model.family, templateId: model.templateId });
+  checkPromptChars(prompt.text.length, model, limitsOf(deps.config));
   const tokenizer = getQwenTokenizer(model.family);
   if (prompt.mediaParts.length === 0) {
     // Text: earlier turns' tokens and block hashes come from the isolate's prompt-prefix cache (exact:
     // the same as encode + localBlockHashes). The ids are built only if asked for (admin explain).
     const encoded = sharedPrefixCache().encode(tokenizer, prompt.text, model.blockSize);
     if (encoded.length === 0) throw new InvalidRequestError("The prompt is empty.", "messages");
+    checkPromptTokens(encoded.length, model);
     const plan: RoutingPlan = { localHashes: encoded.localHashes, isl: encoded.length, fallbackReason: null, mmHashes: null };
     let ids: number[] | null = null;
     return {
@@ -231,6 +231,7 @@ export async function prepareRouting(req: ChatCompletionRequest, deps: Pick<Chat
   }
   const tokens = tokenizer.encode(prompt.text);
   if (tokens.length === 0) throw new InvalidRequestError("The prompt is empty.", "messages");
+  checkPromptTokens(tokens.length, model);
   const index = deps.index(model.id);
   const parts: MediaPartRef[] = prompt.mediaParts.map((p) => ({
     kind: p.kind,
@@ -241,14 +242,44 @@ export async function prepareRouting(req: ChatCompletionRequest, deps: Pick<Chat
   return { model, prompt, tokens, plan, index };
 }
 
+/** Longest token of the Qwen2/2.5/3 vocabularies, in UTF-16 units (a run of 128 spaces). */
+const MAX_TOKEN_CHARS = 128;
+
+/**
+ * Before tokenizing: the rendered prompt within `maxPromptChars`, and not so long that even at the
+ * longest token it could not fit the context (both bound the tokenizer's work per request).
+ */
+function checkPromptChars(chars: number, model: ModelConfig, limits: Limits): void {
+  const context = contextTokensOf(model);
+  if (chars > limits.maxPromptChars || chars > context * MAX_TOKEN_CHARS)
+    throw new InvalidRequestError(
+      `The rendered prompt is ${chars} characters, more than this endpoint accepts for '${model.id}' (limit ${Math.min(limits.maxPromptChars, context * MAX_TOKEN_CHARS)}).`,
+      "messages",
+      "context_length_exceeded",
+    );
+}
+
+/** After tokenizing: SGLang refuses input_len ≥ context_len (tokenizer_manager _validate_one_request); refuse it here first. */
+function checkPromptTokens(tokens: number, model: ModelConfig): void {
+  const context = contextTokensOf(model);
+  if (tokens >= context)
+    throw new InvalidRequestError(
+      `The input (${tokens} tokens) is longer than the model's context length (${context} tokens).`,
+      "messages",
+      "context_length_exceeded",
+    );
+}
+
 export async function handleChatCompletions(request: Request, deps: ChatDeps): Promise<Response> {
   const { config } = deps;
   // workerd advances clocks only across I/O, so this measures what awaits cost (body, index RPC).
   const arrivedAt = Date.now();
-  const apiKey = matchApiKey(request, config.apiKeys);
+  const caller = authorizeClient(request, config);
+  // Routing headers reveal topology and other tenants' cached prefixes: admin callers or debug only.
+  const showRouting = caller.admin || config.debugHeaders;
   // The limiter round trip overlaps reading and validating the body; its verdict is awaited
   // before any routing work (a refused request still spends its token).
-  const admitted = deps.rateLimit?.(apiKey) ?? null;
+  const admitted = deps.rateLimit?.(caller.apiKey) ?? null;
   admitted?.catch(() => undefined);
   const limits = limitsOf(config);
   const bodyText = await readBodyText(request.body, limits, request.headers.get("content-length"));
@@ -284,10 +315,10 @@ export async function handleChatCompletions(request: Request, deps: ChatDeps): P
     try {
       const prefillDone = () => deps.waitUntil(shardIndex.markPrefillDone(decision.receiptId).catch(() => undefined));
       const res = await proxyOnce(deps, decision, req, bodyJson, requestId, config.routing.upstreamHeadersTimeoutMs, settle, config.shards > 1, prefillDone);
-      const headers = routingHeaders(decision, plan, requestId, attempt, shard);
+      const headers = showRouting ? routingHeaders(decision, plan, requestId, attempt, shard) : new Headers({ "x-request-id": requestId });
       for (const [k, v] of res.headers) headers.set(k, v);
       // Edge time before the upstream call (workerd clocks advance across I/O: body, index RPCs).
-      headers.set("server-timing", `kvedge-route;dur=${edgeOverheadMs}`);
+      if (showRouting) headers.set("server-timing", `kvedge-route;dur=${edgeOverheadMs}`);
       return new Response(res.body, { status: res.status, headers });
     } catch (err) {
       if (err instanceof RetryableUpstream) {
@@ -297,12 +328,14 @@ export async function handleChatCompletions(request: Request, deps: ChatDeps): P
           for (let k = 0; k < config.shards; k++)
             deps.waitUntil(deps.index(model.id, k).markDown(decision.workerId, err.message).catch(() => undefined));
         exclude.push(decision.workerId);
-        lastError = new UpstreamError(`Worker ${decision.workerId} failed before answering: ${err.message}`, null, "worker_unavailable");
+        // The client learns that a worker failed, never which one or how (ids, addresses, texts).
+        console.warn(JSON.stringify({ event: "worker_failed", worker: decision.workerId, requestId, error: err.message.slice(0, 300) }));
+        lastError = new UpstreamError("A worker failed before answering.", null, "worker_unavailable");
         continue;
       }
       settle({ promptTokens: null, cachedTokens: null, outcome: "error" });
       const e = err instanceof KvedgeError ? err : new UpstreamError("The worker's answer could not be processed.");
-      return errorResponse(e, { "x-request-id": requestId, "x-kvedge-worker": decision.workerId });
+      return errorResponse(e, showRouting ? { "x-request-id": requestId, "x-kvedge-worker": decision.workerId } : { "x-request-id": requestId });
     }
   }
   throw lastError ?? new NoWorkerAvailableError();
