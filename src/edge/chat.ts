@@ -12,7 +12,7 @@ import {
   UpstreamTimeoutError,
   errorResponse,
 } from "../api/errors.ts";
-import { contextTokensOf, type EdgeConfig, type ModelConfig } from "../api/config.ts";
+import { contextTokensOf, type EdgeConfig, type ModelConfig, type RoutingConfig } from "../api/config.ts";
 import type { Limits } from "../api/limits.ts";
 import { parseChatRequest, readBodyText } from "../api/validate.ts";
 import type { ChatCompletionRequest } from "../api/openai-schema.ts";
@@ -24,6 +24,7 @@ import { shardForRequest } from "../kv/shard.ts";
 import type { RouteDecision, RouteRequest, SettleRequest } from "../kv/routing-core.ts";
 import { buildGenerateBody, newRequestId } from "../proxy/generate-request.ts";
 import { createChatStreamTranslator, translateGenerateHttp } from "../proxy/translate.ts";
+import { guardUpstreamBody, readGuardedText } from "../proxy/upstream-guard.ts";
 import { authorizeClient } from "./auth.ts";
 import { resolveMedia, type MediaDeps, type MediaPartRef } from "./media.ts";
 import { buildRoutingView, requestIneligibility, type WorkerContract } from "../layout/index.ts";
@@ -314,7 +315,7 @@ export async function handleChatCompletions(request: Request, deps: ChatDeps): P
     };
     try {
       const prefillDone = () => deps.waitUntil(shardIndex.markPrefillDone(decision.receiptId).catch(() => undefined));
-      const res = await proxyOnce(deps, decision, req, bodyJson, requestId, config.routing.upstreamHeadersTimeoutMs, settle, config.shards > 1, prefillDone);
+      const res = await proxyOnce(deps, decision, req, bodyJson, requestId, config.routing, settle, config.shards > 1, prefillDone, request.signal ?? null);
       const headers = showRouting ? routingHeaders(decision, plan, requestId, attempt, shard) : new Headers({ "x-request-id": requestId });
       for (const [k, v] of res.headers) headers.set(k, v);
       // Edge time before the upstream call (workerd clocks advance across I/O: body, index RPCs).
@@ -347,7 +348,7 @@ async function proxyOnce(
   req: ChatCompletionRequest,
   bodyJson: string,
   requestId: string,
-  headersTimeoutMs: number,
+  routing: RoutingConfig,
   settle: (s: Omit<SettleRequest, "receiptId">) => Promise<void>,
   /**
    * Sharded pool: hold a complete answer until its release has reached every shard, so a client's
@@ -356,9 +357,17 @@ async function proxyOnce(
   releaseBeforeReply: boolean,
   /** Called when a stream's first output arrives (its prefill is over; the TTFT cost stops counting it). */
   prefillDone: () => void,
+  /** The client's request signal: the client going away aborts the upstream request. */
+  clientSignal: AbortSignal | null,
 ): Promise<Response> {
   const abort = new AbortController();
-  const timer = setTimeout(() => abort.abort(), headersTimeoutMs);
+  const deadlineAt = Date.now() + routing.upstreamDeadlineMs;
+  if (clientSignal?.aborted) abort.abort();
+  else clientSignal?.addEventListener("abort", () => abort.abort(), { once: true });
+  const timer = setTimeout(() => abort.abort(), Math.min(routing.upstreamHeadersTimeoutMs, routing.upstreamDeadlineMs));
+  // The body: idle timeout, total deadline, a size cap when buffered; cancelling it aborts the request.
+  const guarded = (maxBytes?: number) =>
+    guardUpstreamBody(upstream.body ?? new ReadableStream(), { idleMs: routing.upstreamIdleTimeoutMs, deadlineAt, abort, ...(maxBytes !== undefined ? { maxBytes } : {}) });
   let upstream: Response;
   try {
     upstream = await deps.fetch(`${d.url}/generate`, {
@@ -379,8 +388,10 @@ async function proxyOnce(
   if (!req.stream) {
     let text: string;
     try {
-      text = await upstream.text();
+      text = await readGuardedText(guarded(routing.maxUpstreamBodyBytes));
     } catch (err) {
+      // Cut by a deadline or the size cap: the worker may still be busy with it; not retried.
+      if (err instanceof UpstreamTimeoutError || (err instanceof UpstreamError && err.code === "upstream_too_large")) throw err;
       // The worker died while computing; the client has seen nothing yet.
       throw new RetryableUpstream(err instanceof Error ? err.message : String(err), true);
     }
@@ -398,7 +409,7 @@ async function proxyOnce(
 
   if (upstream.status < 200 || upstream.status > 299) {
     if (upstream.status === 503) throw new RetryableUpstream("worker overloaded (503)", false);
-    const text = await upstream.text().catch(() => "");
+    const text = await readGuardedText(guarded(routing.maxUpstreamBodyBytes)).catch(() => "");
     return translateGenerateHttp(upstream.status, text, ctx) as never; // throws the mapped error
   }
   if (!upstream.body) throw new RetryableUpstream("empty upstream body", false);
@@ -415,7 +426,7 @@ async function proxyOnce(
         outcome: o.status === "completed" ? "ok" : "error",
       }),
   });
-  upstream.body.pipeTo(translator.writable).catch(() => undefined);
+  guarded().pipeTo(translator.writable).catch(() => undefined);
   const early = await translator.ready;
   if (early) {
     await translator.readable.cancel().catch(() => undefined);
