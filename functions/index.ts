@@ -6,7 +6,7 @@ import { RoutingIndex } from "../durable-objects/routing-index.ts";
 import { RateLimiter } from "../durable-objects/rate-limiter.ts";
 import { errorResponse, InvalidRequestError, MethodNotAllowedError, NotFoundError, AuthenticationError, ConfigError } from "../src/api/errors.ts";
 import { parseEdgeConfig, type BucketConfig, type EdgeConfig } from "../src/api/config.ts";
-import { bearerToken } from "../src/edge/auth.ts";
+import { authorizeClient, bearerToken } from "../src/edge/auth.ts";
 import { checkRelayToken } from "../src/kv/relay-auth.ts";
 import { clientNetwork, enforceRateLimit, rateLimitBucketName, rateLimitHeaders, type BucketKind } from "../src/edge/rate-limit.ts";
 import { handleChatCompletions, type IndexClient } from "../src/edge/chat.ts";
@@ -112,6 +112,7 @@ async function route(request: Request, env: Env, ctx: ExecutionContext): Promise
   if (path === "/healthz") return json({ status: "ok" });
   if (path === "/v1/models") {
     if (method !== "GET") throw new MethodNotAllowedError("Use GET.");
+    authorizeClient(request, config);
     return json({ object: "list", data: config.models.map((m) => ({ id: m.id, object: "model", created: 0, owned_by: m.ownedBy })) });
   }
   if (path === "/v1/chat/completions") {
@@ -129,7 +130,7 @@ async function route(request: Request, env: Env, ctx: ExecutionContext): Promise
     await limit(env, config, "relay", { network: networkOf(request) });
     return handleRelayUpgrade(request, env, config);
   }
-  if (path === "/metrics" || path === "/dashboard" || path.startsWith("/admin/")) {
+  if (path === "/metrics" || path === "/dashboard" || path === "/dashboard/login" || path.startsWith("/admin/")) {
     await limit(env, config, "admin", { network: networkOf(request) });
     await initHashing();
     const res = await handleAdminRoute(request, {

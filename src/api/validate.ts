@@ -92,14 +92,31 @@ const MAX_ESCAPE_FACTOR = 6;
 const SYNTAX_SLACK_CHARS = 65_536;
 
 /**
- * One pass over the JSON text before JSON.parse: the bracket nesting (ignoring brackets inside
- * strings), so a body of 10^7 nested arrays is refused before it is materialised, and the number of
- * characters outside `data:` URL strings, so a body of megabytes of tool schema is refused before
- * it is parsed (in milliseconds). Strings are skipped with native indexOf.
+ * Characters of the JSON text outside `"data:…"` strings (inline media, bounded by the body cap
+ * only), found with native indexOf jumps: a body of megabytes of tool schema is refused from this
+ * before it is parsed or even scanned character by character. An escaped `\"data:` inside a string
+ * can only make the count smaller (the full limits after parsing still apply).
  */
-function scanJson(text: string, maxDepth: number): { tooDeep: boolean; nonMediaChars: number } {
+function charsOutsideDataUrls(text: string): number {
+  let media = 0;
+  let i = text.indexOf('"data:');
+  while (i !== -1) {
+    let j = text.indexOf('"', i + 6);
+    while (j !== -1 && text.charCodeAt(j - 1) === 0x5c) j = text.indexOf('"', j + 1);
+    if (j === -1) break;
+    media += j - i + 1;
+    i = text.indexOf('"data:', j + 1);
+  }
+  return text.length - media;
+}
+
+/**
+ * Maximum bracket nesting of a JSON text, ignoring brackets inside strings. Iterative, and run
+ * before JSON.parse so that a body of 10^7 nested arrays is refused before it is materialised.
+ * Strings are skipped with native indexOf (media data URLs make up most large bodies).
+ */
+function jsonDepthExceeds(text: string, max: number): boolean {
   let depth = 0;
-  let mediaChars = 0;
   for (let i = 0; i < text.length; i++) {
     const c = text.charCodeAt(i);
     if (c === 0x22) {
@@ -107,20 +124,18 @@ function scanJson(text: string, maxDepth: number): { tooDeep: boolean; nonMediaC
       let j = i + 1;
       for (;;) {
         j = text.indexOf('"', j);
-        if (j === -1) break; // unterminated: JSON.parse reports it
+        if (j === -1) return false; // unterminated: JSON.parse reports it
         let k = j - 1;
         while (text.charCodeAt(k) === 0x5c) k--;
         if ((j - 1 - k) % 2 === 0) break;
         j++;
       }
-      if (j === -1) break;
-      if (j - i > 5 && text.slice(i + 1, i + 6).toLowerCase() === "data:") mediaChars += j - i + 1;
       i = j;
     } else if (c === 0x5b || c === 0x7b) {
-      if (++depth > maxDepth) return { tooDeep: true, nonMediaChars: 0 };
+      if (++depth > max) return true;
     } else if (c === 0x5d || c === 0x7d) depth--;
   }
-  return { tooDeep: false, nonMediaChars: text.length - mediaChars };
+  return false;
 }
 
 /**
@@ -399,12 +414,12 @@ export function parseChatRequest(bodyText: string, limits: Limits = DEFAULT_LIMI
       throw new PayloadTooLargeError(`Request body exceeds ${limits.maxBodyBytes} bytes.`);
     }
     if (bodyText.trim() === "") throw new InvalidRequestError("Request body is empty; expected a JSON object.", null, "invalid_json");
-    const scan = scanJson(bodyText, limits.maxJsonDepth);
-    if (scan.tooDeep) {
-      throw new InvalidRequestError(`JSON body is nested deeper than ${limits.maxJsonDepth} levels.`, null, "invalid_json");
+    const outside = charsOutsideDataUrls(bodyText);
+    if (outside > MAX_ESCAPE_FACTOR * limits.maxTotalChars + SYNTAX_SLACK_CHARS) {
+      throw limitError(`Request text (outside data: URLs) is ${outside} characters: far over the limit of ${limits.maxTotalChars}.`, null);
     }
-    if (scan.nonMediaChars > MAX_ESCAPE_FACTOR * limits.maxTotalChars + SYNTAX_SLACK_CHARS) {
-      throw limitError(`Request text (outside data: URLs) is ${scan.nonMediaChars} characters: far over the limit of ${limits.maxTotalChars}.`, null);
+    if (jsonDepthExceeds(bodyText, limits.maxJsonDepth)) {
+      throw new InvalidRequestError(`JSON body is nested deeper than ${limits.maxJsonDepth} levels.`, null, "invalid_json");
     }
     let body: unknown;
     try {
