@@ -152,10 +152,12 @@ export function jsonChars(v: unknown, budget: number): number {
     else if (x === null || x === undefined) n += 4;
     else if (Array.isArray(x)) {
       n += 2 + Math.max(0, x.length - 1);
+      if (n > budget) break;
       for (const e of x) stack.push(e);
     } else if (typeof x === "object") {
       const keys = Object.keys(x);
       n += 2 + Math.max(0, keys.length - 1);
+      if (n > budget) break;
       for (const k of keys) {
         n += k.length + 3;
         stack.push((x as Record<string, unknown>)[k]);

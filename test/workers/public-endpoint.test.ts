@@ -13,8 +13,6 @@ import { SELF, createExecutionContext, env, runDurableObjectAlarm, runInDurableO
 import { describe, expect, it } from "vitest";
 import worker from "../../functions/index.ts";
 import { sessionValue } from "../../src/edge/admin-routes.ts";
-import { parseChatRequest } from "../../src/api/validate.ts";
-import { DEFAULT_LIMITS } from "../../src/api/limits.ts";
 import "../../functions/wasm-shim.ts";
 
 const MODEL = "Qwen/Qwen2.5-VL-7B-Instruct"; // a pool without workers: admitted requests end in 503
@@ -170,11 +168,9 @@ describe("bounded work per request", () => {
     const ms = performance.now() - t0;
     const e = await openAIError(r, 400);
     expect(e.code).toBe("limit_exceeded");
-    // Validation alone (the body already read), on the same text:
-    const t1 = performance.now();
-    expect(() => parseChatRequest(text, DEFAULT_LIMITS, { sizeChecked: true })).toThrow(/far over the limit/);
-    const validateMs = performance.now() - t1;
-    console.log(`19 MB tools schema: ${text.length} bytes refused (${e.code}) in ${ms.toFixed(1)} ms end to end (workerd, incl. reading the body), validation ${validateMs.toFixed(1)} ms`);
+    expect(e.message).toMatch(/far over the limit/); // refused by the pre-parse count, not after JSON.parse
+    // workerd's clock advances across I/O only: this is the end-to-end figure incl. reading the body.
+    console.log(`19 MB tools schema: ${text.length} bytes refused (${e.code}) in ${ms.toFixed(1)} ms end to end (workerd, incl. reading the body)`);
   });
 
   it("a tool schema, tool-call arguments, chat_template_kwargs and response_format count toward the limits", async () => {
