@@ -390,8 +390,8 @@ async function proxyOnce(
     try {
       text = await readGuardedText(guarded(routing.maxUpstreamBodyBytes));
     } catch (err) {
-      // Cut by a deadline or the size cap: the worker may still be busy with it; not retried.
-      if (err instanceof UpstreamTimeoutError || (err instanceof UpstreamError && err.code === "upstream_too_large")) throw err;
+      // Cut by a deadline, the size cap or the client's going: not the worker's failure; not retried.
+      if (err instanceof UpstreamTimeoutError || (err instanceof UpstreamError && (err.code === "upstream_too_large" || err.code === "cancelled"))) throw err;
       // The worker died while computing; the client has seen nothing yet.
       throw new RetryableUpstream(err instanceof Error ? err.message : String(err), true);
     }

@@ -6,7 +6,10 @@
  * - cuts it with UpstreamError when more than `maxBytes` arrive (non-streamed answers);
  * - on cancel (the client went away, or the translator stopped reading) cancels the upstream read
  *   and aborts the upstream request, so the worker's connection closes and SGLang aborts the
- *   request instead of generating into the void.
+ *   request instead of generating into the void;
+ * - when the request is aborted from outside (the client's request signal) or the total deadline
+ *   passes while nobody reads (a client that stopped reading holds the pipe by backpressure),
+ *   errors at once, so whatever is piped from it ends and settles.
  * Every upstream failure becomes a KvedgeError on this stream: nothing escapes as an uncaught
  * rejection (workerd's `Network connection lost.` on a dropped connection included).
  */
@@ -27,15 +30,33 @@ export function guardUpstreamBody(body: ReadableStream<Uint8Array>, opts: Upstre
   const reader = body.getReader();
   let bytes = 0;
   let done = false;
+  let ctl!: ReadableStreamDefaultController<Uint8Array>;
+  let deadlineTimer: ReturnType<typeof setTimeout> | undefined;
   const stop = (reason: unknown): void => {
     if (done) return;
     done = true;
-    opts.abort.abort(reason);
-    reader.cancel(reason).catch(() => undefined);
+    clearTimeout(deadlineTimer);
+    // Never hand a foreign error (workerd's `Network connection lost.` from the client side) on to
+    // the upstream fetch: workerd would report it again as an uncaught error there.
+    const own = reason instanceof UpstreamError || reason instanceof UpstreamTimeoutError ? reason : new UpstreamError("The client went away.", null, "cancelled");
+    opts.abort.abort(own);
+    reader.cancel(own).catch(() => undefined);
   };
+  const cut = (err: Error): void => {
+    if (done) return;
+    stop(err);
+    ctl.error(err);
+  };
+  if (opts.abort.signal.aborted) done = true;
+  opts.abort.signal.addEventListener("abort", () => cut(new UpstreamError("The request was cancelled.", null, "cancelled")), { once: true });
+  deadlineTimer = setTimeout(() => cut(new UpstreamTimeoutError("The worker did not finish in time.")), Math.max(0, opts.deadlineAt - Date.now()));
   return new ReadableStream<Uint8Array>(
     {
-      async pull(ctl) {
+      start(c) {
+        ctl = c;
+        if (done) c.error(new UpstreamError("The request was cancelled.", null, "cancelled"));
+      },
+      async pull() {
         if (done) return;
         const wait = Math.min(opts.idleMs, opts.deadlineAt - Date.now());
         let timer: ReturnType<typeof setTimeout> | undefined;
@@ -47,31 +68,25 @@ export function guardUpstreamBody(body: ReadableStream<Uint8Array>, opts: Upstre
           r = await Promise.race([reader.read(), timeout]);
         } catch {
           // The connection to the worker broke (reset, `Network connection lost.`).
-          const err = new UpstreamError("The connection to the worker failed mid-stream.");
-          stop(err);
-          ctl.error(err);
+          cut(new UpstreamError("The connection to the worker failed mid-stream."));
           return;
         } finally {
           clearTimeout(timer);
         }
         if (r === "timeout") {
-          const err = new UpstreamTimeoutError(
-            opts.deadlineAt - Date.now() <= 0 ? "The worker did not finish in time." : `The worker sent nothing for ${Math.round(opts.idleMs / 1000)} s.`,
-          );
-          stop(err);
-          ctl.error(err);
+          cut(new UpstreamTimeoutError(opts.deadlineAt - Date.now() <= 0 ? "The worker did not finish in time." : `The worker sent nothing for ${Math.round(opts.idleMs / 1000)} s.`));
           return;
         }
+        if (done) return; // cut meanwhile (abort, deadline)
         if (r.done) {
           done = true;
+          clearTimeout(deadlineTimer);
           ctl.close();
           return;
         }
         bytes += r.value.byteLength;
         if (opts.maxBytes !== undefined && bytes > opts.maxBytes) {
-          const err = new UpstreamError(`The worker's answer exceeds ${opts.maxBytes} bytes.`, null, "upstream_too_large");
-          stop(err);
-          ctl.error(err);
+          cut(new UpstreamError(`The worker's answer exceeds ${opts.maxBytes} bytes.`, null, "upstream_too_large"));
           return;
         }
         ctl.enqueue(r.value);
