@@ -474,6 +474,8 @@ export async function readBodyText(
   const decoder = new TextDecoder("utf-8", { fatal: true, ignoreBOM: false });
   let size = 0;
   let text = "";
+  /** Invalid UTF-8 seen: the rest of the body (within the cap) is read and dropped, then refused. */
+  let invalid: KvedgeError | null = null;
   try {
     for (;;) {
       const { done, value } = await reader.read();
@@ -483,10 +485,18 @@ export async function readBodyText(
         await reader.cancel().catch(() => undefined);
         throw tooLarge();
       }
-      text += decodeUtf8(decoder, value);
+      if (invalid) continue;
+      try {
+        text += decodeUtf8(decoder, value);
+      } catch (e) {
+        invalid = e as KvedgeError;
+        text = "";
+      }
     }
+    if (invalid) throw invalid;
     text += decodeUtf8(decoder);
   } catch (e) {
+    await reader.cancel().catch(() => undefined);
     if (e instanceof KvedgeError) throw e;
     throw new InvalidRequestError("Request body could not be read.");
   } finally {

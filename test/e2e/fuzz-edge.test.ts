@@ -25,7 +25,9 @@ import { PNG_1x1, fuzzCase } from "./helpers/fuzz.ts";
 /** 2,500 in the suite (~40 s); `npm run test:fuzz` runs the full 10,000. */
 const N = Number(process.env.KVEDGE_FUZZ_REQUESTS ?? 2_500);
 const SEED = Number(process.env.KVEDGE_FUZZ_SEED ?? 1);
-const CONCURRENCY = 12;
+const CONCURRENCY = Number(process.env.KVEDGE_FUZZ_CONCURRENCY ?? 12);
+/** First case index (replaying a range: KVEDGE_FUZZ_FROM=3700 KVEDGE_FUZZ_REQUESTS=100). */
+const FROM = Number(process.env.KVEDGE_FUZZ_FROM ?? 0);
 
 let fleet: Fleet;
 
@@ -143,10 +145,10 @@ describe(`fuzz: ${N} mutated requests against the real edge`, () => {
     let rssPeak = rssStart;
     const sampler = setInterval(() => (rssPeak = Math.max(rssPeak, workerdRssKb())), 250);
     const t0 = Date.now();
-    let next = 0;
+    let next = FROM;
     await Promise.all(
       Array.from({ length: CONCURRENCY }, async () => {
-        while (next < N) await one(next++, t);
+        while (next < FROM + N) await one(next++, t);
       }),
     );
     const seconds = (Date.now() - t0) / 1000;
