@@ -9,6 +9,7 @@ import { z } from "zod";
 import { ConfigError } from "./errors.ts";
 import { LimitsSchema, type Limits } from "./limits.ts";
 import { RegionsConfigSchema } from "../kv/regions.ts";
+import { SafeFetchPolicySchema } from "../media/safe-fetch.ts";
 
 export const ModelFamilySchema = z.enum(["qwen2_vl", "qwen2_5_vl", "qwen3_vl"]);
 export const TemplateIdSchema = z.enum(["qwen2vl", "qwen3vl-instruct", "qwen3vl-thinking"]);
@@ -159,7 +160,7 @@ export const EdgeEnvSchema = z.object({
   /** "on" sends the `x-kvedge-*` routing headers to every client (else only to admin callers). */
   KVEDGE_DEBUG_HEADERS: z.enum(["on", "off"]).optional(),
   /** SSRF-safe media fetch policy (caps, timeouts, a local-development allowlist; off by default). */
-  KVEDGE_MEDIA: jsonVar(z.record(z.string(), z.unknown()), "KVEDGE_MEDIA"),
+  KVEDGE_MEDIA: jsonVar(z.strictObject(SafeFetchPolicySchema.shape), "KVEDGE_MEDIA"),
   /** Regional decode service for videos (probe → content hash, frames, fps, size). */
   KVEDGE_DECODE_URL: z.string().url().optional(),
   DECODE_TOKEN: z.string().min(1).optional(),

@@ -392,8 +392,11 @@ async function proxyOnce(
     } catch (err) {
       // Cut by a deadline, the size cap or the client's going: not the worker's failure; not retried.
       if (err instanceof UpstreamTimeoutError || (err instanceof UpstreamError && (err.code === "upstream_too_large" || err.code === "cancelled"))) throw err;
-      // The worker died while computing; the client has seen nothing yet.
-      throw new RetryableUpstream(err instanceof Error ? err.message : String(err), true);
+      // The connection broke while the worker computed; the client has seen nothing yet. Retried
+      // elsewhere, but not marked down: one request that makes a worker drop its connection must
+      // not take workers out of the pool for everyone (a dead worker is seen by its relay, and by
+      // the next connect that is refused).
+      throw new RetryableUpstream(err instanceof Error ? err.message : String(err), false);
     }
     if (upstream.status === 503) throw new RetryableUpstream("worker overloaded (503)", false);
     try {
@@ -431,7 +434,7 @@ async function proxyOnce(
   if (early) {
     await translator.readable.cancel().catch(() => undefined);
     // Cut before any output: another worker can still answer in full.
-    if (early instanceof UpstreamError && early.upstreamStatus === null) throw new RetryableUpstream(early.message, true);
+    if (early instanceof UpstreamError && early.upstreamStatus === null) throw new RetryableUpstream(early.message, false);
     throw early;
   }
   prefillDone();

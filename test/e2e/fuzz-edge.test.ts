@@ -12,8 +12,9 @@
  * Known gap, counted apart and printed (not hidden): a `video_url` the edge cannot verify is still
  * forwarded to the worker (media fails closed to text-prefix routing), and a "video" without a
  * usable frame rate makes SGLang raise outside its ValueError handler → HTTP 500 → the edge's 502
- * (services/sglang-sim/media-expand.ts models it). It closes when workers receive only media the
- * edge verified (ARCHITECTURE §3; the media store work of issue #12): then such a part is a 400.
+ * (services/sglang-sim/media-expand.ts models it; without a native ffprobe the simulator drops the
+ * connection instead, → 502 worker_unavailable after the retries). It closes when workers receive
+ * only media the edge verified (ARCHITECTURE §3; the media store work of issue #12): then a 400.
  */
 import { readFileSync, readdirSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
@@ -34,7 +35,7 @@ let fleet: Fleet;
 beforeAll(async () => {
   const dir = makeMediaDir();
   writeFileSync(join(dir, "img.png"), Buffer.from(PNG_1x1, "base64"));
-  fleet = await startFleet({ workers: 2, mediaDir: dir, decode: false, timingPreset: "instant" });
+  fleet = await startFleet({ workers: 2, mediaDir: dir, decode: false, timingPreset: "instant", ...(process.env.KVEDGE_E2E_LOGS ? { log: (l: string) => console.log(l) } : {}) });
 });
 afterAll(async () => {
   await fleet?.stop();
@@ -107,7 +108,7 @@ async function one(i: number, t: Tally): Promise<void> {
     return;
   }
   if (res.status >= 500) {
-    if (res.status === 502 && /video_url/.test(c.label) && text.includes("(HTTP 500)")) {
+    if (res.status === 502 && /video_url/.test(c.label) && /\(HTTP 500\)|worker_unavailable/.test(text)) {
       t.unverifiedVideo5xx++;
       return;
     }

@@ -72,6 +72,7 @@ describe("configuration by zod", () => {
     ["bad rate limit", { KVEDGE_RATE_LIMIT: '{"burst":0}' }, /KVEDGE_RATE_LIMIT\.burst/],
     ["bad access mode", { KVEDGE_ACCESS: "open" }, /KVEDGE_ACCESS/],
     ["bad shards", { KVEDGE_SHARDS: "many" }, /KVEDGE_SHARDS/],
+    ["bad media policy field", { KVEDGE_MEDIA: '{"maxByte":1}' }, /KVEDGE_MEDIA/],
   ];
   for (const [what, vars, field] of cases)
     it(`${what}: every request answers 500 naming the field`, async () => {
