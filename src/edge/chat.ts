@@ -24,6 +24,7 @@ import { shardForRequest } from "../kv/shard.ts";
 import type { RouteDecision, RouteRequest, SettleRequest } from "../kv/routing-core.ts";
 import { buildGenerateBody, newRequestId } from "../proxy/generate-request.ts";
 import { createChatStreamTranslator, translateGenerateHttp } from "../proxy/translate.ts";
+import { chatOutputPlan, modelParsers, type ChatOutputPlan } from "../proxy/chat-output.ts";
 import { matchApiKey } from "./auth.ts";
 import { resolveMedia, type MediaDeps, type MediaPartRef } from "./media.ts";
 import { buildRoutingView, requestIneligibility, type WorkerContract } from "../layout/index.ts";
@@ -255,10 +256,12 @@ export async function handleChatCompletions(request: Request, deps: ChatDeps): P
   const req = parseChatRequest(bodyText, limits, { sizeChecked: true });
   if (admitted) await admitted;
   const { model, prompt, plan } = await prepareRouting(req, deps);
+  const output = chatOutputPlan(req, modelParsers(model));
   const requestId = newRequestId();
   const body = buildGenerateBody(req, {
     text: prompt.text,
     rid: requestId,
+    requireReasoning: output.reasoning?.force === true,
     media: {
       imageData: prompt.mediaParts.filter((p) => p.kind === "image").map((p) => p.url),
       videoData: prompt.mediaParts.filter((p) => p.kind === "video").map((p) => p.url),
@@ -283,7 +286,7 @@ export async function handleChatCompletions(request: Request, deps: ChatDeps): P
     };
     try {
       const prefillDone = () => deps.waitUntil(shardIndex.markPrefillDone(decision.receiptId).catch(() => undefined));
-      const res = await proxyOnce(deps, decision, req, bodyJson, requestId, config.routing.upstreamHeadersTimeoutMs, settle, config.shards > 1, prefillDone);
+      const res = await proxyOnce(deps, decision, req, output, bodyJson, requestId, config.routing.upstreamHeadersTimeoutMs, settle, config.shards > 1, prefillDone);
       const headers = routingHeaders(decision, plan, requestId, attempt, shard);
       for (const [k, v] of res.headers) headers.set(k, v);
       // Edge time before the upstream call (workerd clocks advance across I/O: body, index RPCs).
@@ -312,6 +315,7 @@ async function proxyOnce(
   deps: ChatDeps,
   d: RouteDecision,
   req: ChatCompletionRequest,
+  output: ChatOutputPlan,
   bodyJson: string,
   requestId: string,
   headersTimeoutMs: number,
@@ -341,7 +345,7 @@ async function proxyOnce(
   } finally {
     clearTimeout(timer);
   }
-  const ctx = { id: `chatcmpl-${requestId}`, model: req.model, n: req.n };
+  const ctx = { id: `chatcmpl-${requestId}`, model: req.model, n: req.n, plan: output };
 
   if (!req.stream) {
     let text: string;
@@ -374,6 +378,7 @@ async function proxyOnce(
     model: req.model,
     n: req.n,
     includeUsage: req.stream_options?.include_usage === true,
+    plan: output,
     holdEndUntilFinished: releaseBeforeReply,
     onFinish: (o) =>
       settle({

@@ -1,0 +1,96 @@
+/**
+ * `<think>…</think>` → `reasoning_content`, as SGLang's `qwen3` / `qwen3-thinking` reasoning parsers
+ * split it (sgl-project/sglang python/sglang/srt/parser/reasoning_parser.py: Qwen3Detector over
+ * BaseReasoningFormatDetector; `qwen3-thinking` forces reasoning, so output that starts inside the
+ * thinking block — the Qwen3-VL-Thinking template pre-fills `<think>\n`, ../shared/templates/
+ * qwen3vl-thinking.jinja L109 — is reasoning until `</think>`).
+ *
+ * When it applies (serving_chat.py `_get_reasoning_from_request` + `separate_reasoning`): `qwen3`
+ * reasons unless `chat_template_kwargs.enable_thinking` is not true (then force_reasoning is off and
+ * only a literal `<think>` starts reasoning); `qwen3-thinking` always forces it.
+ */
+
+export type ReasoningParserName = "qwen3" | "qwen3-thinking";
+
+const START = "<think>";
+const END = "</think>";
+
+/** Python `str.strip()` for the whitespace around reasoning. */
+function pyStrip(s: string): string {
+  return s.replace(/^\s+|\s+$/gu, "");
+}
+function pyRstrip(s: string): string {
+  return s.replace(/\s+$/u, "");
+}
+
+/** `force_reasoning` for a request (serving_chat.py `_get_reasoning_from_request`). */
+export function forceReasoning(parser: ReasoningParserName, chatTemplateKwargs: Record<string, unknown> | undefined): boolean {
+  if (parser === "qwen3-thinking") return true;
+  // qwen3 reasons by default: "not kwargs or kwargs.get('enable_thinking', True) is True"
+  if (chatTemplateKwargs === undefined || Object.keys(chatTemplateKwargs).length === 0) return true;
+  return (chatTemplateKwargs["enable_thinking"] ?? true) === true;
+}
+
+export interface ReasoningSplit {
+  reasoning: string;
+  content: string;
+}
+
+/** One-shot split (BaseReasoningFormatDetector.detect_and_parse). */
+export function splitReasoning(text: string, force: boolean): ReasoningSplit {
+  if (!force && !text.includes(START)) return { reasoning: "", content: text };
+  const processed = pyStrip(text.split(START).join(""));
+  const at = processed.indexOf(END);
+  // Truncated before </think>: all of it is reasoning.
+  if (at === -1) return { reasoning: processed, content: "" };
+  return { reasoning: processed.slice(0, at), content: pyStrip(processed.slice(at + END.length)) };
+}
+
+/** Incremental split of one choice's stream (BaseReasoningFormatDetector.parse_streaming_increment). */
+export class ReasoningStream {
+  private buf = "";
+  private inReasoning: boolean;
+  private strippedStart = false;
+  private readonly streamReasoning: boolean;
+
+  constructor(force: boolean, streamReasoning = true) {
+    this.inReasoning = force;
+    this.streamReasoning = streamReasoning;
+  }
+
+  push(delta: string): ReasoningSplit {
+    this.buf += delta;
+    let cur = this.buf;
+    // A prefix of either tag: wait for more.
+    if ((START.startsWith(cur) && cur !== START) || (END.startsWith(cur) && cur !== END)) return { reasoning: "", content: "" };
+    if (!this.strippedStart && cur.includes(START)) {
+      cur = cur.split(START).join("");
+      this.strippedStart = true;
+      this.inReasoning = true;
+    }
+    if (this.inReasoning && cur.includes(END)) {
+      const at = cur.indexOf(END);
+      this.buf = "";
+      this.inReasoning = false;
+      return { reasoning: pyRstrip(cur.slice(0, at)), content: cur.slice(at + END.length) };
+    }
+    if (this.inReasoning) {
+      if (!this.streamReasoning) {
+        this.buf = cur;
+        return { reasoning: "", content: "" };
+      }
+      this.buf = "";
+      return { reasoning: cur, content: "" };
+    }
+    this.buf = "";
+    return { reasoning: "", content: cur };
+  }
+
+  /** End of output: what a non-streaming reasoning block held back. */
+  finish(): ReasoningSplit {
+    const rest = this.buf;
+    this.buf = "";
+    if (rest === "") return { reasoning: "", content: "" };
+    return this.inReasoning ? { reasoning: rest, content: "" } : { reasoning: "", content: rest };
+  }
+}
