@@ -13,7 +13,7 @@ import type { ToolDefinition } from "../../src/api/openai-schema.ts";
 import { parseChatRequest } from "../../src/api/validate.ts";
 import { ChoiceOutput, chatOutputPlan, finishChoiceText, modelParsers, type StreamDelta } from "../../src/proxy/chat-output.ts";
 import { buildGenerateBody } from "../../src/proxy/generate-request.ts";
-import { toChoiceLogprobs } from "../../src/proxy/logprobs.ts";
+import { LogprobMetaSchema, toChoiceLogprobs } from "../../src/proxy/logprobs.ts";
 import { ReasoningStream, splitReasoning } from "../../src/proxy/reasoning.ts";
 import { forcedToolCallSchema } from "../../src/proxy/tool-calls/constraint.ts";
 import { JsonArrayToolCallStream, parseJsonArrayToolCalls } from "../../src/proxy/tool-calls/json-array.ts";
@@ -22,7 +22,7 @@ import { parseQwenToolCalls, QwenToolCallStream, type ToolCallDelta } from "../.
 
 const tool = (name: string, parameters?: Record<string, unknown>): ToolDefinition => ({
   type: "function",
-  function: { name, strict: false, ...(parameters ? { parameters } : {}) },
+  function: { name, description: undefined, parameters, strict: false },
 });
 // test_qwen25_detector.py setUp: get_weather(city, unit) and search(query)
 const TOOLS = [
@@ -274,10 +274,10 @@ describe("json helpers", () => {
 
 describe("logprobs (utils.py to_openai_style_logprobs, serving_chat.py _process_logprobs_tokens)", () => {
   it("token, UTF-8 bytes, logprob and top alternatives; equal top texts collapse like a Python dict", () => {
-    const meta = {
+    const meta = LogprobMetaSchema.parse({
       output_token_logprobs: [[-0.1, 32, "A"], [-1.5, 19780, " é"]],
       output_top_logprobs: [[[-0.1, 32, "A"], [-2.3, 33, "B"]], [[-1.5, 19780, " é"], [-1.6, 1, "x"], [-1.7, 2, "x"]]],
-    };
+    });
     expect(toChoiceLogprobs(meta)).toEqual({
       content: [
         { token: "A", bytes: [65], logprob: -0.1, top_logprobs: [{ token: "A", bytes: [65], logprob: -0.1 }, { token: "B", bytes: [66], logprob: -2.3 }] },
@@ -290,7 +290,7 @@ describe("logprobs (utils.py to_openai_style_logprobs, serving_chat.py _process_
       ],
     });
     expect(toChoiceLogprobs(meta, 1).content.map((t) => t.token)).toEqual([" é"]);
-    expect(toChoiceLogprobs({ output_token_logprobs: [[-0.5, 7, "z"]] }).content[0]!.top_logprobs).toEqual([]);
+    expect(toChoiceLogprobs(LogprobMetaSchema.parse({ output_token_logprobs: [[-0.5, 7, "z"]] })).content[0]!.top_logprobs).toEqual([]);
   });
 
   it("the /generate body asks for them as the chat endpoint does", () => {
