@@ -256,12 +256,14 @@ export async function handleChatCompletions(request: Request, deps: ChatDeps): P
   const req = parseChatRequest(bodyText, limits, { sizeChecked: true });
   if (admitted) await admitted;
   const { model, prompt, plan } = await prepareRouting(req, deps);
-  const output = chatOutputPlan(req, modelParsers(model));
+  const parsers = modelParsers(model);
+  const output = chatOutputPlan(req, parsers);
   const requestId = newRequestId();
   const body = buildGenerateBody(req, {
     text: prompt.text,
     rid: requestId,
     requireReasoning: output.reasoning?.force === true,
+    toolCallParser: parsers.toolCallParser,
     media: {
       imageData: prompt.mediaParts.filter((p) => p.kind === "image").map((p) => p.url),
       videoData: prompt.mediaParts.filter((p) => p.kind === "video").map((p) => p.url),

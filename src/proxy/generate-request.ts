@@ -9,7 +9,7 @@ import { z } from "zod";
 import { InternalError } from "../api/errors.ts";
 import type { ChatCompletionRequest } from "../api/openai-schema.ts";
 import type { GenerateRequestBody, SglangSamplingParams } from "./sglang-wire.ts";
-import { forcedToolCallSchema } from "./tool-calls/constraint.ts";
+import { forcedToolCallSchema, qwenStructuralTag } from "./tool-calls/constraint.ts";
 import { pyJsonDumps } from "./tool-calls/json.ts";
 
 /** Sampling defaults from the served model's `generation_config.json` (SGLang `--sampling-defaults model`). */
@@ -49,6 +49,8 @@ export interface BuildGenerateOptions {
   modelDefaults?: ModelSamplingDefaults;
   /** The output is a thinking output (chat-output.ts plan): ask the worker to count reasoning tokens. */
   requireReasoning?: boolean;
+  /** The model's tool-call parser: with one, strict tools under tool_choice "auto" get a structural tag. */
+  toolCallParser?: "qwen25" | null;
 }
 
 /**
@@ -75,7 +77,7 @@ type Constraint = Pick<SglangSamplingParams, "json_schema" | "structural_tag">;
  * (serving_chat.py `_build_sampling_params`: "Constrained decoding is not compatible with tool
  * calls" is only logged). Schemas are sent as Python's json.dumps text, as SGLang sends them.
  */
-function constraintOf(req: ChatCompletionRequest): Constraint {
+function constraintOf(req: ChatCompletionRequest, toolCallParser: "qwen25" | null): Constraint {
   const rf = req.response_format;
   let out: Constraint = {};
   if (rf?.type === "json_object") out = { json_schema: '{"type": "object"}' };
@@ -88,7 +90,9 @@ function constraintOf(req: ChatCompletionRequest): Constraint {
   const hasOther = out.json_schema !== undefined || out.structural_tag !== undefined || req.regex !== undefined || req.ebnf !== undefined;
   if (!hasOther && req.tools !== undefined && req.tools.length > 0) {
     const forced = forcedToolCallSchema(req.tools, req.tool_choice, req.parallel_tool_calls);
+    const tag = toolCallParser === "qwen25" ? qwenStructuralTag(req.tools, req.tool_choice) : null;
     if (forced !== null) out = { json_schema: pyJsonDumps(forced) };
+    else if (tag !== null) out = { structural_tag: pyJsonDumps(tag) };
   }
   return out;
 }
@@ -97,6 +101,7 @@ function constraintOf(req: ChatCompletionRequest): Constraint {
 export function buildSamplingParams(
   req: ChatCompletionRequest,
   modelDefaults: ModelSamplingDefaults = {},
+  toolCallParser: "qwen25" | null = null,
 ): SglangSamplingParams {
   const pick = <K extends keyof typeof OPENAI_SAMPLING_FALLBACKS>(k: K): number =>
     req[k] ?? modelDefaults[k] ?? OPENAI_SAMPLING_FALLBACKS[k];
@@ -120,7 +125,7 @@ export function buildSamplingParams(
     // SGLang keeps special tokens when tools are in play, so tool-call markers survive.
     skip_special_tokens: usesTools ? false : req.skip_special_tokens,
     spaces_between_special_tokens: typeof spaces === "boolean" ? spaces : true,
-    ...constraintOf(req),
+    ...constraintOf(req, toolCallParser),
   };
   if (req.stop_token_ids !== undefined) params.stop_token_ids = req.stop_token_ids;
   if (req.stop_regex !== undefined) params.stop_regex = req.stop_regex;
@@ -135,7 +140,7 @@ export function buildSamplingParams(
 export function buildGenerateBody(req: ChatCompletionRequest, opts: BuildGenerateOptions): GenerateRequestBody {
   const body: GenerateRequestBody = {
     text: opts.text,
-    sampling_params: buildSamplingParams(req, opts.modelDefaults),
+    sampling_params: buildSamplingParams(req, opts.modelDefaults, opts.toolCallParser ?? null),
     stream: req.stream,
   };
   if (opts.rid !== undefined) body.rid = opts.rid;

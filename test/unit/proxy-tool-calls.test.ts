@@ -12,6 +12,7 @@ import { describe, expect, it } from "vitest";
 import type { ToolDefinition } from "../../src/api/openai-schema.ts";
 import { parseChatRequest } from "../../src/api/validate.ts";
 import { ChoiceOutput, chatOutputPlan, finishChoiceText, modelParsers, type StreamDelta } from "../../src/proxy/chat-output.ts";
+import { createChatStreamCore } from "../../src/proxy/chat-stream.ts";
 import { buildGenerateBody } from "../../src/proxy/generate-request.ts";
 import { LogprobMetaSchema, toChoiceLogprobs } from "../../src/proxy/logprobs.ts";
 import { ReasoningStream, splitReasoning } from "../../src/proxy/reasoning.ts";
@@ -296,5 +297,68 @@ describe("logprobs (utils.py to_openai_style_logprobs, serving_chat.py _process_
   it("the /generate body asks for them as the chat endpoint does", () => {
     const b = buildGenerateBody(parseChatRequest(JSON.stringify({ model: "q", messages: [{ role: "user", content: "hi" }], logprobs: true, top_logprobs: 3 })), { text: "p" });
     expect(b).toMatchObject({ return_logprob: true, top_logprobs_num: 3, logprob_start_len: -1, return_text_in_logprobs: true });
+  });
+});
+
+describe("stream translation with a plan (chat-stream.ts + chat-output.ts)", () => {
+  const enc = new TextEncoder();
+  const frame = (o: unknown) => `data: ${JSON.stringify(o)}\n\n`;
+  const meta = (n: number, finish: unknown = null, extra: Record<string, unknown> = {}) => ({ id: "r", finish_reason: finish, prompt_tokens: 100, completion_tokens: n, cached_tokens: 96, ...extra });
+  const run = (frames: string, plan: ReturnType<typeof chatOutputPlan>) => {
+    const core = createChatStreamCore({ id: "c", model: "q", now: () => 1, plan, includeUsage: true });
+    const out = [...core.push(enc.encode(frames)), ...core.end()];
+    return out.filter((f) => f !== "data: [DONE]\n\n").map((f) => JSON.parse(f.slice(6)) as { choices: { delta: Record<string, unknown>; finish_reason: string | null; matched_stop: unknown; logprobs: { content: { token: string }[] } | null }[]; usage?: { completion_tokens: number } });
+  };
+  const req = (extra: Record<string, unknown>) => parseChatRequest(JSON.stringify({ model: "q", messages: [{ role: "user", content: "hi" }], ...extra }));
+
+  it("tool-call deltas in OpenAI's shape; the finish chunk says tool_calls and keeps matched_stop (serving_chat.py stream)", () => {
+    const text = '<tool_call>\n{"name": "search", "arguments": {"query": "q"}}\n</tool_call>';
+    let frames = "";
+    for (let k = 1; k <= text.length; k += 7) frames += frame({ text: text.slice(0, k), meta_info: meta(k) });
+    frames += frame({ text, meta_info: meta(30, { type: "stop", matched: 151645 }) }) + "data: [DONE]\n\n";
+    const chunks = run(frames, chatOutputPlan(req({ tools: [{ type: "function", function: { name: "search" } }] }), { toolCallParser: "qwen25", reasoningParser: null }));
+    const toolDeltas = chunks.flatMap((c) => c.choices.flatMap((x) => (x.delta["tool_calls"] as { index: number; id?: string; function: { name?: string; arguments: string } }[]) ?? []));
+    expect(toolDeltas[0]).toMatchObject({ index: 0, type: "function", function: { name: "search", arguments: "" } });
+    expect(toolDeltas.map((d) => d.function.arguments).join("")).toBe('{"query": "q"}');
+    const fin = chunks.find((c) => c.choices[0]?.finish_reason)!.choices[0]!;
+    expect(fin).toMatchObject({ finish_reason: "tool_calls", matched_stop: 151645 });
+    expect(chunks.some((c) => typeof c.choices[0]?.delta["content"] === "string" && c.choices[0]!.delta["content"] !== "")).toBe(false);
+  });
+
+  it("logprobs sliced per frame and carried on chunks; continuous usage on each delta chunk", () => {
+    const lp = (n: number) => Array.from({ length: n }, (_, i) => [-0.1, i, ["A", " b", " c"][i]!]);
+    const frames =
+      frame({ text: "A", meta_info: meta(1, null, { output_token_logprobs: lp(1), output_top_logprobs: [[]] }) }) +
+      frame({ text: "A b c", meta_info: meta(3, { type: "length", length: 3 }, { output_token_logprobs: lp(3), output_top_logprobs: [[], [], []] }) }) +
+      "data: [DONE]\n\n";
+    const chunks = run(frames, chatOutputPlan(req({ logprobs: true, stream: true, stream_options: { continuous_usage_stats: true } }), { toolCallParser: null, reasoningParser: null }));
+    const tokens = chunks.flatMap((c) => c.choices.flatMap((x) => x.logprobs?.content.map((t) => t.token) ?? []));
+    expect(tokens).toEqual(["A", " b", " c"]);
+    const contentChunks = chunks.filter((c) => typeof c.choices[0]?.delta["content"] === "string" && c.choices[0]!.delta["content"] !== "");
+    expect(contentChunks.map((c) => c.usage?.completion_tokens)).toEqual([1, 3]);
+  });
+});
+
+describe("strict tools under tool_choice auto (function_call_parser.py get_structure_constraint)", () => {
+  it("a structural tag from qwen25 structure_info, json.dumps text; only with a tool-call parser", () => {
+    const body = (parser: "qwen25" | null) =>
+      buildGenerateBody(
+        parseChatRequest(
+          JSON.stringify({
+            model: "q",
+            messages: [{ role: "user", content: "hi" }],
+            tools: [
+              { type: "function", function: { name: "a", strict: true, parameters: { type: "object", properties: { x: { type: "integer" } } } } },
+              { type: "function", function: { name: "b", parameters: { type: "object" } } },
+            ],
+          }),
+        ),
+        { text: "p", toolCallParser: parser },
+      ).sampling_params.structural_tag;
+    expect(body("qwen25")).toBe(
+      '{"type": "structural_tag", "structures": [{"begin": "<tool_call>\\n{\\"name\\":\\"a\\", \\"arguments\\":", "schema": {"type": "object", "properties": {"x": {"type": "integer"}}}, "end": "}\\n</tool_call>"}, ' +
+        '{"begin": "<tool_call>\\n{\\"name\\":\\"b\\", \\"arguments\\":", "schema": {}, "end": "}\\n</tool_call>"}], "triggers": ["<tool_call>"]}',
+    );
+    expect(body(null)).toBeUndefined();
   });
 });

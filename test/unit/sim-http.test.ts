@@ -209,7 +209,11 @@ describe("simulated SGLang /generate: scripted answers, logprobs, n > 1, reasoni
   it("a [[sim-output:…]] marker scripts the answer exactly (then EOS); the last marker wins", async () => {
     const text = `old ${simOutputMarker("no")} new ${simOutputMarker(answer)}`;
     const body = (await (await post(w, "/generate", { text, sampling_params: { skip_special_tokens: false } })).json()) as Json;
-    expect(body.text).toBe(answer + "<|im_end|>");
+    // The matched EOS is trimmed from text even with special tokens kept (detokenizer trim_matched_stop)…
+    expect(body.text).toBe(answer);
+    // …unless no_stop_trim.
+    const kept = (await (await post(w, "/generate", { text, sampling_params: { skip_special_tokens: false, no_stop_trim: true } })).json()) as Json;
+    expect(kept.text).toBe(answer + "<|im_end|>");
     const tok = getQwenTokenizer("qwen3_vl");
     expect(body.output_ids).toEqual([...tok.encode(answer), tok.specialIds.imEnd]);
     const frames = await sse(await post(w, "/generate", { text, stream: true }));

@@ -59,3 +59,23 @@ export function forcedToolCallSchema(
   if (Object.keys(defs).length > 0) schema["$defs"] = defs;
   return schema;
 }
+
+/**
+ * tool_choice "auto" with a strict tool: SGLang constrains each call's arguments with a structural tag
+ * built from the parser's structure_info (function_call_parser.py `get_structure_tag` /
+ * `get_structure_constraint`; qwen25_detector.py `structure_info`: begin `<tool_call>\n{"name":"NAME",
+ * "arguments":`, end `}\n</tool_call>`, trigger `<tool_call>`). Non-strict tools accept any arguments
+ * (schema `{}`). Null when no tool is strict.
+ */
+export function qwenStructuralTag(tools: readonly ToolDefinition[], choice: ToolChoice): Record<string, unknown> | null {
+  if (choice !== "auto" || !tools.some((t) => t.function.strict)) return null;
+  return {
+    type: "structural_tag",
+    structures: tools.map((t) => ({
+      begin: `<tool_call>\n{"name":"${t.function.name}", "arguments":`,
+      schema: t.function.strict ? (t.function.parameters ?? {}) : {},
+      end: "}\n</tool_call>",
+    })),
+    triggers: ["<tool_call>"],
+  };
+}
