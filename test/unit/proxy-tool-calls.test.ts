@@ -8,6 +8,7 @@
  *   _process_logprobs_tokens (logprob shape).
  * Python's `json.dumps` text is written out literally (", " / ": " separators, ensure_ascii).
  */
+import fc from "fast-check";
 import { describe, expect, it } from "vitest";
 import type { ToolDefinition } from "../../src/api/openai-schema.ts";
 import { parseChatRequest } from "../../src/api/validate.ts";
@@ -360,5 +361,22 @@ describe("strict tools under tool_choice auto (function_call_parser.py get_struc
         '{"begin": "<tool_call>\\n{\\"name\\":\\"b\\", \\"arguments\\":", "schema": {}, "end": "}\\n</tool_call>"}], "triggers": ["<tool_call>"]}',
     );
     expect(body(null)).toBeUndefined();
+  });
+});
+
+describe("parsePartialJson on every prefix (property)", () => {
+  it("never fails on a prefix of valid JSON; complete exactly at the end; the full text round-trips", () => {
+    fc.assert(
+      fc.property(fc.dictionary(fc.string({ maxLength: 4 }), fc.jsonValue({ maxDepth: 3 }), { maxKeys: 4 }), (obj) => {
+        const text = pyJsonDumps(obj, false);
+        for (let k = 1; k <= text.length; k++) {
+          const r = parsePartialJson(text.slice(0, k), true);
+          expect(r.complete).toBe(k === text.length);
+        }
+        const whole = parsePartialJson(text, true);
+        expect(pyJsonDumps(whole.value, false)).toBe(text);
+      }),
+      { numRuns: 150 },
+    );
   });
 });

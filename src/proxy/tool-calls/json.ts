@@ -76,12 +76,18 @@ const WS = /[ \t\n\r]*/y;
  */
 export function parsePartialJson(text: string, allowPartialStrings: boolean): PartialJson {
   let i = 0;
+  /** Set when any value was closed by the end of input rather than by its own syntax. */
+  let truncated = false;
   const ws = () => {
     WS.lastIndex = i;
     WS.exec(text);
     i = WS.lastIndex;
   };
-  const atEnd = () => i >= text.length;
+  const atEnd = () => {
+    if (i < text.length) return false;
+    truncated = true;
+    return true;
+  };
 
   function str(): string | typeof CUT {
     i++; // opening quote
@@ -116,6 +122,7 @@ export function parsePartialJson(text: string, allowPartialStrings: boolean): Pa
       i++;
     }
     i = text.length;
+    truncated = true;
     return allowPartialStrings ? out : CUT;
   }
 
@@ -193,7 +200,7 @@ export function parsePartialJson(text: string, allowPartialStrings: boolean): Pa
       NUMBER.lastIndex = i;
       const m = NUMBER.exec(text);
       if (!m) {
-        if (text.length - i === 1) return (i = text.length), CUT; // a lone "-"
+        if (text.length - i === 1) return (i = text.length), (truncated = true), CUT; // a lone "-"
         throw new MalformedJson("bad number");
       }
       i = NUMBER.lastIndex;
@@ -201,6 +208,7 @@ export function parsePartialJson(text: string, allowPartialStrings: boolean): Pa
       if (atEnd() || !/[.eE+\-0-9]/.test(text[i]!)) return new PyNumber(Number(m[0]), pythonNumberTextFromLexeme(m[0]));
       if (/^[.eE][+-]?$/.test(text.slice(i))) {
         i = text.length;
+        truncated = true;
         return new PyNumber(Number(m[0]), pythonNumberTextFromLexeme(m[0]));
       }
       throw new MalformedJson("bad number");
@@ -212,6 +220,7 @@ export function parsePartialJson(text: string, allowPartialStrings: boolean): Pa
       }
       if (word.startsWith(text.slice(i))) {
         i = text.length;
+        truncated = true;
         return CUT;
       }
     }
@@ -220,14 +229,6 @@ export function parsePartialJson(text: string, allowPartialStrings: boolean): Pa
 
   const v = value();
   if (v === CUT) throw new MalformedJson("no value yet");
-  const end = i;
-  // Closed when the value ended before the input did, or its last character closed it.
-  let complete: boolean;
-  try {
-    parsePyJson(text.slice(0, end));
-    complete = true;
-  } catch {
-    complete = false;
-  }
-  return { value: v, end, complete };
+  // Complete when nothing was closed by the end of input (json.loads of text[:end] would succeed).
+  return { value: v, end: i, complete: !truncated };
 }
