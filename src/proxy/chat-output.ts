@@ -1,7 +1,7 @@
 /**
  * What SGLang's `/v1/chat/completions` does to the generated text before a client sees it, for the
  * router that talks to `/generate` (sgl-project/sglang python/sglang/srt/entrypoints/openai/
- * serving_chat.py `_build_chat_response` and `_generate_chat_stream`): reasoning is split out first,
+ * serving_chat.py @0c078e6f `_build_chat_response` and `_generate_chat_stream`): reasoning is split out first,
  * then tool calls are parsed from what is left, and finish_reason "stop" becomes "tool_calls" when
  * the text held tool-call markup. The plan is fixed per request; one ChoiceOutput runs per choice.
  */

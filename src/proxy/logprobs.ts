@@ -1,7 +1,7 @@
 /**
  * `/generate` logprob output → OpenAI `choices[].logprobs`, as SGLang's chat endpoint builds it
  * (sgl-project/sglang python/sglang/srt/entrypoints/openai/utils.py `to_openai_style_logprobs` and
- * serving_chat.py `_process_logprobs_tokens`): `meta_info.output_token_logprobs` holds
+ * serving_chat.py @0c078e6f `_process_logprobs_tokens`): `meta_info.output_token_logprobs` holds
  * `[logprob, token_id, token_text]` per output token (text present because the router sends
  * `return_text_in_logprobs: true`), `output_top_logprobs` a list of such triples per position (or
  * null). Each token becomes `{token, bytes: UTF-8 of token, logprob, top_logprobs: [...]}`; the top

@@ -1,6 +1,6 @@
 /**
  * `<think>…</think>` → `reasoning_content`, as SGLang's `qwen3` / `qwen3-thinking` reasoning parsers
- * split it (sgl-project/sglang python/sglang/srt/parser/reasoning_parser.py: Qwen3Detector over
+ * split it (sgl-project/sglang python/sglang/srt/parser/reasoning_parser.py @bafa16ec: Qwen3Detector over
  * BaseReasoningFormatDetector; `qwen3-thinking` forces reasoning, so output that starts inside the
  * thinking block — the Qwen3-VL-Thinking template pre-fills `<think>\n`, ../shared/templates/
  * qwen3vl-thinking.jinja L109 — is reasoning until `</think>`).

@@ -3,7 +3,7 @@
  * JSON array `[{"name": …, "parameters": {…}}, …]` (constraint.ts) and reads it without the model's
  * markup parser (sgl-project/sglang python/sglang/srt/entrypoints/openai/serving_chat.py
  * `_process_tool_calls`: `orjson.loads(text)`, each item → name + `json.dumps(item["parameters"],
- * ensure_ascii=False)`; streaming: function_call/json_array_parser.py, the base detector with "[" as
+ * ensure_ascii=False)`; streaming: function_call/json_array_parser.py @8613c481, the base detector with "[" as
  * start token and "," between calls). Output that is not such an array stays content.
  */
 import type { ToolDefinition } from "../../api/openai-schema.ts";

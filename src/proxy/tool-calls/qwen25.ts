@@ -1,7 +1,7 @@
 /**
  * The Qwen tool-call format, as SGLang's `qwen25` / `qwen` parser reads it
- * (sgl-project/sglang python/sglang/srt/function_call/qwen25_detector.py; the parser map in
- * function_call_parser.py maps both names to Qwen25Detector). The Qwen3-VL chat templates teach it
+ * (sgl-project/sglang python/sglang/srt/function_call/qwen25_detector.py @44484b16; the parser map
+ * in function_call_parser.py @ce2b3128 `ToolCallParserEnum` maps both names to Qwen25Detector). The Qwen3-VL chat templates teach it
  * (../shared/templates/qwen3vl-*.jinja L20/L36: "<tool_call>\n{"name": …, "arguments": …}\n</tool_call>"),
  * and Qwen2.5-VL is served with the same parser. Each call is one block
  * `<tool_call>\n{"name": "…", "arguments": {…}}\n</tool_call>`; parallel calls are consecutive blocks.
@@ -12,7 +12,7 @@
  * `parse_base_json`); a block that does not parse is skipped. When no call survives, the whole text
  * stays content (function_call_parser.py `parse_non_stream`: "return full_text, []").
  *
- * Streaming (base_format_detector.py `parse_streaming_increment` + the Qwen25 override): text before a
+ * Streaming (base_format_detector.py @72a0fbe5 `parse_streaming_increment` + the Qwen25 override): text before a
  * call streams as content, holding back a tail that may be the start of `<tool_call>\n`; inside a call
  * the name is sent once it is complete and valid (with `arguments: ""`), then the arguments stream as the
  * growing common prefix of successive `json.dumps(arguments)` (ensure_ascii default, as SGLang streams
