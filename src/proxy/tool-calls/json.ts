@@ -71,7 +71,7 @@ const WS = /[ \t\n\r]*/y;
  * Parses a JSON prefix as `partial_json_parser.loads(text, flags)` does for the flags SGLang uses:
  * `allowPartialStrings` false (`Allow.ALL & ~Allow.STR`, before the tool name is sent) drops a
  * string cut off by the end; objects and arrays cut off are closed; a member or element whose
- * value is cut off is dropped; a cut-off number keeps its digits; a cut-off literal is dropped.
+ * value is cut off is dropped; a number or literal touching the end is dropped (see below).
  * Throws MalformedJson when the text cannot be the start of a JSON value.
  */
 export function parsePartialJson(text: string, allowPartialStrings: boolean): PartialJson {
@@ -204,13 +204,15 @@ export function parsePartialJson(text: string, allowPartialStrings: boolean): Pa
         throw new MalformedJson("bad number");
       }
       i = NUMBER.lastIndex;
-      // A number touching the end may still grow ("1." / "1e"): keep what parses.
-      if (atEnd() || !/[.eE+\-0-9]/.test(text[i]!)) return new PyNumber(Number(m[0]), pythonNumberTextFromLexeme(m[0]));
-      if (/^[.eE][+-]?$/.test(text.slice(i))) {
+      // A number touching the end may still grow ("12" → "123", "3.4" → "3.4e+250"), and Python's
+      // repr of the part seen so far need not be a prefix of the final repr, so it is left out until
+      // it ends (partial_json_parser keeps it, which makes SGLang stream digits that later change).
+      if (atEnd() || /^[.eE][+-]?$/.test(text.slice(i))) {
         i = text.length;
         truncated = true;
-        return new PyNumber(Number(m[0]), pythonNumberTextFromLexeme(m[0]));
+        return CUT;
       }
+      if (!/[.eE+\-0-9]/.test(text[i]!)) return new PyNumber(Number(m[0]), pythonNumberTextFromLexeme(m[0]));
       throw new MalformedJson("bad number");
     }
     for (const [word, v] of [["true", true], ["false", false], ["null", null]] as const) {
