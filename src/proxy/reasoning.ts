@@ -10,6 +10,8 @@
  * only a literal `<think>` starts reasoning); `qwen3-thinking` always forces it.
  */
 
+import { heldTail } from "./partial-tag.ts";
+
 export type ReasoningParserName = "qwen3" | "qwen3-thinking";
 
 const START = "<think>";
@@ -46,11 +48,18 @@ export function splitReasoning(text: string, force: boolean): ReasoningSplit {
   return { reasoning: processed.slice(0, at), content: pyStrip(processed.slice(at + END.length)) };
 }
 
-/** Incremental split of one choice's stream (BaseReasoningFormatDetector.parse_streaming_increment). */
+/**
+ * Incremental split of one choice's stream (BaseReasoningFormatDetector.parse_streaming_increment).
+ * Deliberate difference: a tag split across frames is recognised (a tail that may start one is held
+ * back); SGLang only waits when a whole frame is a tag prefix. With Qwen3's tokenizer `<think>` and
+ * `</think>` are single tokens, so both behave the same on real output.
+ */
 export class ReasoningStream {
   private buf = "";
   private inReasoning: boolean;
   private strippedStart = false;
+  /** `</think>` was seen: the rest is content. */
+  private done = false;
   private readonly streamReasoning: boolean;
 
   constructor(force: boolean, streamReasoning = true) {
@@ -61,9 +70,7 @@ export class ReasoningStream {
   push(delta: string): ReasoningSplit {
     this.buf += delta;
     let cur = this.buf;
-    // A prefix of either tag: wait for more.
-    if ((START.startsWith(cur) && cur !== START) || (END.startsWith(cur) && cur !== END)) return { reasoning: "", content: "" };
-    if (!this.strippedStart && cur.includes(START)) {
+    if (!this.strippedStart && !this.done && cur.includes(START)) {
       cur = cur.split(START).join("");
       this.strippedStart = true;
       this.inReasoning = true;
@@ -72,6 +79,7 @@ export class ReasoningStream {
       const at = cur.indexOf(END);
       this.buf = "";
       this.inReasoning = false;
+      this.done = true;
       return { reasoning: pyRstrip(cur.slice(0, at)), content: cur.slice(at + END.length) };
     }
     if (this.inReasoning) {
@@ -79,11 +87,13 @@ export class ReasoningStream {
         this.buf = cur;
         return { reasoning: "", content: "" };
       }
-      this.buf = "";
-      return { reasoning: cur, content: "" };
+      const keep = heldTail(cur, this.strippedStart ? [END] : [END, START]);
+      this.buf = cur.slice(cur.length - keep);
+      return { reasoning: cur.slice(0, cur.length - keep), content: "" };
     }
-    this.buf = "";
-    return { reasoning: "", content: cur };
+    const keep = this.done || this.strippedStart ? 0 : heldTail(cur, [START]);
+    this.buf = cur.slice(cur.length - keep);
+    return { reasoning: "", content: cur.slice(0, cur.length - keep) };
   }
 
   /** End of output: what a non-streaming reasoning block held back. */

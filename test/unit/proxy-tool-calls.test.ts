@@ -410,3 +410,55 @@ describe("qwen25 streaming equals non-stream (property)", () => {
     );
   });
 });
+
+describe("forced-array and reasoning streams equal their non-stream parse (property)", () => {
+  it("JSON array of calls, random chunking", () => {
+    const argsArb = fc.dictionary(fc.string({ maxLength: 5 }), fc.jsonValue({ maxDepth: 2 }), { maxKeys: 3 });
+    fc.assert(
+      fc.property(fc.array(fc.tuple(fc.constantFrom("get_weather", "search"), argsArb), { minLength: 1, maxLength: 3 }), fc.array(fc.integer({ min: 1, max: 9 }), { minLength: 1, maxLength: 20 }), (calls, cuts) => {
+        const text = pyJsonDumps(calls.map(([name, parameters]) => ({ name, parameters })), false);
+        const whole = parseJsonArrayToolCalls(text);
+        const s = new JsonArrayToolCallStream(TOOLS);
+        const deltas: ToolCallDelta[] = [];
+        for (let at = 0, k = 0; at < text.length; k++) {
+          const n = cuts[k % cuts.length]!;
+          deltas.push(...s.push(text.slice(at, at + n)).calls);
+          at += n;
+        }
+        deltas.push(...s.finish().calls);
+        expect(deltas.filter((d) => d.name).map((d) => d.name)).toEqual(whole.calls.map((c) => c.name));
+        const args: string[] = [];
+        for (const d of deltas) args[d.index] = (args[d.index] ?? "") + d.arguments;
+        expect(args.map((a) => JSON.parse(a))).toEqual(whole.calls.map((c) => JSON.parse(c.arguments)));
+      }),
+      { numRuns: 200 },
+    );
+  });
+
+  it("reasoning then content, random chunking (forced reasoning, as the thinking template)", () => {
+    const word = fc.stringMatching(/^[a-z .]{1,12}$/);
+    fc.assert(
+      fc.property(word, word, fc.array(fc.integer({ min: 1, max: 6 }), { minLength: 1, maxLength: 10 }), (thought, answer, cuts) => {
+        const text = `${thought}\n</think>\n\n${answer}`;
+        const whole = splitReasoning(text, true);
+        const s = new ReasoningStream(true);
+        let r = "";
+        let c = "";
+        for (let at = 0, k = 0; at < text.length; k++) {
+          const n = cuts[k % cuts.length]!;
+          const out = s.push(text.slice(at, at + n));
+          r += out.reasoning;
+          c += out.content;
+          at += n;
+        }
+        const end = s.finish();
+        r += end.reasoning;
+        c += end.content;
+        // SGLang's stream strips less than its one-shot parse (only the piece holding </think>).
+        expect(r.trim()).toBe(whole.reasoning.trim());
+        expect(c.trim()).toBe(whole.content);
+      }),
+      { numRuns: 200 },
+    );
+  });
+});

@@ -22,6 +22,7 @@
  */
 import type { ToolDefinition } from "../../api/openai-schema.ts";
 import { PyNumber } from "../../prompt/py-json.ts";
+import { heldTail } from "../partial-tag.ts";
 import { MalformedJson, parsePartialJson, parsePyJson, pyJsonDumps, type PyJson } from "./json.ts";
 
 export const QWEN_BOT = "<tool_call>\n";
@@ -101,20 +102,6 @@ export interface ToolCallDelta {
 export interface StreamStep {
   content: string;
   calls: ToolCallDelta[];
-}
-
-/** Length of the longest suffix of `s` that is a proper prefix of one of `tags`. */
-function heldTail(s: string, tags: readonly string[]): number {
-  let best = 0;
-  for (const tag of tags) {
-    for (let k = Math.min(tag.length - 1, s.length); k > best; k--) {
-      if (s.endsWith(tag.slice(0, k))) {
-        best = k;
-        break;
-      }
-    }
-  }
-  return best;
 }
 
 export function commonPrefixLength(a: string, b: string): number {
