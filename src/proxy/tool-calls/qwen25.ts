@@ -25,8 +25,7 @@ import { PyNumber } from "../../prompt/py-json.ts";
 import { heldTail } from "../partial-tag.ts";
 import { MalformedJson, parsePartialJson, parsePyJson, pyJsonDumps, type PyJson } from "./json.ts";
 
-export const QWEN_BOT = "<tool_call>\n";
-export const QWEN_EOT = "\n</tool_call>";
+const QWEN_BOT = "<tool_call>\n";
 const EOT_BARE = "</tool_call>";
 
 export interface ParsedToolCall {
