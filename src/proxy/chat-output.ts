@@ -50,8 +50,8 @@ export const PLAIN_OUTPUT: ChatOutputPlan = { tools: null, reasoning: null, logp
 export function chatOutputPlan(req: ChatCompletionRequest, parsers: ModelParsers): ChatOutputPlan {
   const forced = req.tool_choice === "required" || typeof req.tool_choice === "object";
   const hasTools = req.tools !== undefined && req.tools.length > 0 && req.tool_choice !== "none";
-  const tools =
-    hasTools && (forced || parsers.toolCallParser !== null) ? { list: req.tools!, mode: forced ? ("array" as const) : ("markup" as const) } : null;
+  // Without a tool-call parser SGLang still constrains a forced call but returns the array as text.
+  const tools = hasTools && parsers.toolCallParser !== null ? { list: req.tools!, mode: forced ? ("array" as const) : ("markup" as const) } : null;
   const reasoning =
     parsers.reasoningParser !== null && req.separate_reasoning
       ? { force: forceReasoning(parsers.reasoningParser, req.chat_template_kwargs), stream: req.stream_reasoning }
