@@ -26,7 +26,7 @@ import { buildGenerateBody, newRequestId } from "../proxy/generate-request.ts";
 import { createChatStreamTranslator, translateGenerateHttp } from "../proxy/translate.ts";
 import { matchApiKey } from "./auth.ts";
 import { resolveMedia, type MediaDeps, type MediaPartRef } from "./media.ts";
-import { buildRoutingView, requestIneligibility, type WorkerContract } from "../layout/index.ts";
+import { buildRoutingView, requestIneligibility, type RoutingView, type WorkerContract } from "../layout/index.ts";
 import { mmHashesAllowed } from "../proxy/generate-request.ts";
 import { SafeFetcher } from "../media/safe-fetch.ts";
 import { DecodeClient } from "../media/decode-client.ts";
@@ -58,12 +58,14 @@ export interface ChatDeps {
 /** Why the request was not routed on its exact token sequence (null = exact). */
 export type FallbackReason = string | null;
 
-interface RoutingPlan {
+export interface RoutingPlan {
   localHashes: bigint[];
   isl: number;
   fallbackReason: FallbackReason;
   /** Forwarded to SGLang only when the exact layout was built (images first, then videos). */
   mmHashes: string[] | null;
+  /** Exact media routing: the routed sequence (pad-valued) and each item's span (admin explain, tests). */
+  view?: Pick<RoutingView, "tokens" | "spans" | "padValues">;
 }
 
 let limitsCache: { src: Record<string, unknown>; limits: Limits } | null = null;
@@ -169,7 +171,13 @@ async function planMediaRouting(
   if (resolved.unresolved) return fallback(resolved.unresolved.reason);
   const view = buildRoutingView(cohort.contract, tokens, resolved.items, (t) => tokenizer.encode(t));
   if (!view.ok) return fallback(view.reason);
-  return { localHashes: localBlockHashes(view.tokens, model.blockSize), isl: view.tokens.length, fallbackReason: null, mmHashes: view.mmHashes };
+  return {
+    localHashes: localBlockHashes(view.tokens, model.blockSize),
+    isl: view.tokens.length,
+    fallbackReason: null,
+    mmHashes: view.mmHashes,
+    view: { tokens: view.tokens, spans: view.spans, padValues: view.padValues },
+  };
 }
 
 function routingHeaders(d: RouteDecision, plan: RoutingPlan, requestId: string, attempts: number, shard: number): Headers {
@@ -199,6 +207,7 @@ class RetryableUpstream extends Error {
 export interface PreparedRouting {
   model: ModelConfig;
   prompt: ReturnType<typeof preparePrompt>;
+  /** Template tokens before media expansion (text-only: the routed sequence itself). */
   tokens: number[];
   plan: RoutingPlan;
   index: IndexClient;
