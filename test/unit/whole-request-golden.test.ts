@@ -129,7 +129,7 @@ describe("whole-request golden set (upstream ids)", () => {
     for (const c of golden.cases) {
       if (c.expect !== "exact" || refusedOnPurpose(c)) continue;
       const req = structuredClone(c.request) as { messages: { content: unknown }[] };
-      const last = req.messages.findLast((m) => typeof m.content === "string" || Array.isArray(m.content))!;
+      const last = req.messages[req.messages.length - 1]!;
       if (typeof last.content === "string") last.content += " more";
       else (last.content as unknown[]).push({ type: "text", text: " more" });
       const e = await runEdge(h, clientRequest({ request: req as unknown as Record<string, unknown> }));
