@@ -470,6 +470,13 @@ def build_cases(rng):
     ]
     # Single-frame clip: the worker raises (nframes < 2); the edge must not route it exactly.
     reject_vids = [vid("v_320x240_1f_10fps", w=320, h=240, frames=1, fps=10)]
+    vid("v_64x48_300f_60fps", w=64, h=48, frames=300, fps=60)
+    vid("v_128x72_200f_25fps", w=128, h=72, frames=200, fps=25)
+    # After SGLang's factor-28 resize one side is 28 (< 32): the Qwen3-VL video resize branch of the
+    # worker's transformers is not pinned by the contract (smallSidePolicy unknown).
+    vid("v_3000x20_8f_4fps", w=3000, h=20, frames=8, fps=4)
+    for k in range(8):
+        img(f"many{k}_{40 + 13 * k}x{90 - 5 * k}", w=40 + 13 * k, h=90 - 5 * k, fmt="png")
 
     def image_part(name):
         return {"type": "image_url", "image_url": {"url": f"@image:{name}"}}
@@ -483,8 +490,11 @@ def build_cases(rng):
         "qwen3_vl": ["Qwen/Qwen3-VL-8B-Instruct", "Qwen/Qwen3-VL-8B-Thinking"],
     }
 
-    def add(fam, tag, request, expect="exact"):
-        cases.append({"id": f"{fam}/{tag}", "family": fam, "request": request, "expect": expect})
+    def add(fam, tag, request, expect="exact", edge_reason=None):
+        c = {"id": f"{fam}/{tag}", "family": fam, "request": request, "expect": expect}
+        if edge_reason:
+            c["edge_reason"] = edge_reason
+        cases.append(c)
 
     for fam in FAMILIES:
         models = fam_models[fam]
@@ -549,6 +559,44 @@ def build_cases(rng):
             {"role": "system", "content": "Use tools if needed."},
             {"role": "user", "content": [image_part("png_rgba_333x517"), video_part("v_64x48_8f_5fps"), {"type": "text", "text": "Where was this filmed? Check the weather there."}]}]})
         add(fam, "mixed/vision-id", {"model": m0, "chat_template_kwargs": {"add_vision_id": True}, "messages": [{"role": "user", "content": [image_part("tiny_28x28"), video_part("v_480x270_90f_30fps"), image_part("half_70x126"), {"type": "text", "text": TEXTS[2]}]}]})
+        # --- more request shapes (added after the first run) ---
+        num_tools = [{"type": "function", "function": {"name": "set_level", "description": "Set a level", "parameters": {"type": "object", "properties": {"level": {"type": "number", "minimum": 0.0, "maximum": 1e3, "default": 0.5}, "steps": {"type": "integer", "default": 10}}, "required": ["level"]}}}]
+        add(fam, "extra/tools-float-params", {"model": m0, "tools": num_tools, "messages": [{"role": "user", "content": "Set the level to half."}]})
+        add(fam, "extra/tool-call-float-args", {"model": m0, "tools": num_tools, "messages": [
+            {"role": "user", "content": "Set it."},
+            {"role": "assistant", "content": "", "tool_calls": [{"id": "c1", "type": "function", "function": {"name": "set_level", "arguments": "{\"level\": 1.0, \"big\": 1e20, \"neg\": -0.0, \"tiny\": 1.5e-7, \"n\": 12345678901234567890}"}}]},
+            {"role": "tool", "tool_call_id": "c1", "content": "ok"},
+            {"role": "tool", "tool_call_id": "c1", "content": "still ok"},
+            {"role": "user", "content": "Thanks."}]})
+        add(fam, "extra/developer-and-names", {"model": m0, "messages": [
+            {"role": "developer", "content": "Answer in French."},
+            {"role": "user", "content": "Hi", "name": "alice"},
+            {"role": "assistant", "content": "Bonjour", "name": "bot"},
+            {"role": "user", "content": "Why?"}]})
+        add(fam, "extra/empty-and-whitespace", {"model": m0, "messages": [
+            {"role": "system", "content": ""},
+            {"role": "user", "content": "\n\n  \t"},
+            {"role": "assistant", "content": "   "},
+            {"role": "user", "content": "\u00a0\u2028\u200b\u200d end"}]})
+        add(fam, "extra/scripts", {"model": m0, "messages": [{"role": "user", "content": "مرحبا بالعالم — नमस्ते दुनिया — สวัสดีชาวโลก — Γειά σου — Привет — 안녕하세요 — 𝔘𝔫𝔦𝔠𝔬𝔡𝔢 — ﷽ — e\u0301\u0301"}]})
+        add(fam, "extra/special-token-text", {"model": m0, "messages": [{"role": "user", "content": [image_part("png_640x480"), {"type": "text", "text": "What do <|vision_start|> and <|im_end|> mean?"}]}]})
+        add(fam, "extra/literal-image-pad", {"model": m0, "messages": [{"role": "user", "content": [image_part("png_640x480"), {"type": "text", "text": "Is <|image_pad|> a token?"}]}]}, expect="fallback")
+        add(fam, "extra/thinking-history", {"model": mt, "messages": [
+            {"role": "user", "content": [image_part("jpeg_800x600"), {"type": "text", "text": "What is it?"}]},
+            {"role": "assistant", "content": "<think>\nLooks like a gradient.\n</think>\n\nA gradient."},
+            {"role": "user", "content": "Sure?"},
+            {"role": "assistant", "content": "Yes.", "reasoning_content": "  checked twice  "},
+            {"role": "user", "content": [{"type": "text", "text": "And this?"}, video_part("v_96x96_5f_60fps")]}]})
+        add(fam, "extra/reasoning-none", {"model": mt, "reasoning_effort": "none", "messages": [{"role": "user", "content": "Quick: capital of Peru?"}]})
+        add(fam, "extra/many-images", {"model": m0, "messages": [{"role": "user", "content": [image_part(f"many{k}_{40 + 13 * k}x{90 - 5 * k}") for k in range(8)] + [{"type": "text", "text": "How many?"}]}]})
+        add(fam, "extra/long-video-60fps", {"model": m0, "messages": [{"role": "user", "content": [video_part("v_64x48_300f_60fps"), {"type": "text", "text": "Describe."}]}]})
+        add(fam, "extra/video-200f", {"model": mt, "messages": [{"role": "user", "content": [{"type": "text", "text": "Describe."}, video_part("v_128x72_200f_25fps")]}]})
+        add(fam, "extra/vision-id-videos", {"model": m0, "chat_template_kwargs": {"add_vision_id": True}, "messages": [{"role": "user", "content": [video_part("v_416x240_33f_8fps"), {"type": "text", "text": "vs"}, video_part("v_160x120_3f_1fps")]}]})
+        add(fam, "extra/adjacent-videos", {"model": m0, "messages": [{"role": "user", "content": [video_part("v_416x240_33f_8fps"), video_part("v_160x120_3f_1fps"), {"type": "text", "text": "Same?"}]}]}, edge_reason="adjacent_videos")
+        if fam == "qwen3_vl":
+            add(fam, "extra/thin-video", {"model": m0, "messages": [{"role": "user", "content": [video_part("v_3000x20_8f_4fps"), {"type": "text", "text": "?"}]}]}, edge_reason="unpredictable_geometry")
+        else:
+            add(fam, "extra/thin-video", {"model": m0, "messages": [{"role": "user", "content": [video_part("v_3000x20_8f_4fps"), {"type": "text", "text": "?"}]}]})
     return images, videos, cases
 
 
@@ -606,6 +654,21 @@ def runs_of(ids, token):
 
 
 def run_case(case, ctx):
+    """The worker's ids for one case; for `expect: fallback` the worker must raise (its error is recorded)."""
+    if case["expect"] != "fallback":
+        return worker_ids(case, ctx)
+    try:
+        worker_ids(case, ctx)
+    except Exception as e:  # noqa: BLE001
+        out = {k: case[k] for k in ("id", "family", "expect", "request")}
+        out["model"] = case["request"]["model"]
+        out["template"] = MODELS[out["model"]][1]
+        out["worker_error"] = f"{type(e).__name__}: {e}"[:300]
+        return out
+    raise RuntimeError("expected the worker to reject this case")
+
+
+def worker_ids(case, ctx):
     fam = case["family"]
     model_id = case["request"]["model"]
     family, template_id = MODELS[model_id]
@@ -634,6 +697,8 @@ def run_case(case, ctx):
         rendered += prefix
     prompt = tok.decode(ids)
     out = {"id": case["id"], "family": fam, "model": model_id, "template": template_id, "expect": case["expect"], "request": request, "rendered": rendered}
+    if case.get("edge_reason"):
+        out["edge_reason"] = case["edge_reason"]
     items = []  # prompt order
     images, videos, vmeta = [], [], []
     for u in image_urls:
@@ -649,21 +714,6 @@ def run_case(case, ctx):
         name = u.rsplit("/", 1)[1][:-4]
         v = ctx["videos"][name]
         items.append({"modality": "video", "media": name, "contentHash": v["contentHash"], "meta": v["probe"]})
-    if case["expect"] == "fallback":
-        # The worker raises for these (SGLang/HF errors); record which.
-        err = None
-        try:
-            for im in images:
-                ctx["image_check"][fam](im)
-            for u in video_urls:
-                v = ctx["videos"][u.rsplit("/", 1)[1][:-4]]
-                sglang_preprocess_video(v["frames"], v["probe"]["avgFps"])
-        except Exception as e:  # noqa: BLE001
-            err = f"{type(e).__name__}: {e}"
-        if err is None:
-            raise RuntimeError("expected the worker to reject this case")
-        out["worker_error"] = err
-        return out
     digest = ctx["digests"][fam]
     for it in items:
         it["mmHash"] = mm_identity(it["modality"], it["contentHash"], it["meta"], digest)
@@ -787,6 +837,8 @@ def main():
                 return "@image:" + ctx["url_to_image"][o]
             return o
         oc["request"] = unresolve(oc["request"])
+        # The body exactly as a (Python) client sends it: number lexemes matter (0.0 vs 0 in tools).
+        oc["body"] = json.dumps(oc["request"], ensure_ascii=False)
     versions = {"python": sys.version.split()[0], "transformers": transformers.__version__, "torch": torch.__version__, "torchvision": torchvision.__version__, "PIL": Image.__version__, "opencv": cv2.__version__, "numpy": np.__version__, "xxhash": xxhash.VERSION}
     try:
         import tokenizers

@@ -7,7 +7,7 @@
  */
 import { AuthenticationError, InvalidRequestError, MethodNotAllowedError, NotFoundError } from "../api/errors.ts";
 import type { EdgeConfig } from "../api/config.ts";
-import { parseChatRequest, readBodyText } from "../api/validate.ts";
+import { readBodyText } from "../api/validate.ts";
 import { getQwenTokenizer } from "../prompt/tokenizer/index.ts";
 import type { RoutePreview } from "../kv/routing-core.ts";
 import { localHashToHex } from "../kv/relay-protocol.ts";
@@ -20,7 +20,7 @@ import { initHashing } from "../util/hash.ts";
 import { shardForRequest } from "../kv/shard.ts";
 import { mergeShardSnapshots, mergeShardWorkers } from "../metrics/merge-shards.ts";
 import { bearerToken, timingSafeEqualString } from "./auth.ts";
-import { limitsOf, prepareRouting, type IndexClient, type RoutingPlan } from "./chat.ts";
+import { limitsOf, parseChatBody, prepareRouting, type IndexClient, type RoutingPlan } from "./chat.ts";
 import { sglangItemOrder } from "../layout/index.ts";
 
 /** What the operator routes need from a pool's routing index (the Durable Object stub has it). */
@@ -255,7 +255,7 @@ async function explain(request: Request, deps: AdminDeps, allTokens = false): Pr
   await initHashing();
   const limits = limitsOf(deps.config);
   const bodyText = await readBodyText(request.body, limits, request.headers.get("content-length"));
-  const req = parseChatRequest(bodyText, limits, { sizeChecked: true });
+  const req = parseChatBody(bodyText, limits, { sizeChecked: true });
   const { model, prompt, tokens, plan } = await prepareRouting(req, {
     config: deps.config,
     index: (m, k) => deps.index(m, k),

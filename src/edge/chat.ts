@@ -16,7 +16,7 @@ import type { EdgeConfig, ModelConfig } from "../api/config.ts";
 import { parseLimits, type Limits } from "../api/limits.ts";
 import { parseChatRequest, readBodyText } from "../api/validate.ts";
 import type { ChatCompletionRequest } from "../api/openai-schema.ts";
-import { preparePrompt } from "../prompt/index.ts";
+import { parseToolsKeepingNumbers, preparePrompt } from "../prompt/index.ts";
 import { sharedPrefixCache } from "../prompt/prefix-cache.ts";
 import { getQwenTokenizer } from "../prompt/tokenizer/index.ts";
 import { localBlockHashes } from "../kv/block-hash.ts";
@@ -73,6 +73,21 @@ let limitsCache: { src: Record<string, unknown>; limits: Limits } | null = null;
 export function limitsOf(config: EdgeConfig): Limits {
   if (limitsCache?.src !== config.limitsOverride) limitsCache = { src: config.limitsOverride, limits: parseLimits(config.limitsOverride) };
   return limitsCache.limits;
+}
+
+/**
+ * The chat request as the handler reads it: validated, and when it has tools, `tools` re-read from
+ * the body keeping each number's JSON lexeme. SGLang's `json.loads` keeps `0.0` a float and the
+ * template's `tojson` prints `0.0` where a JS number would print `0` (a different prompt), so only
+ * the lexeme gives the worker's tools block (docs/prompt.md, number policy).
+ */
+export function parseChatBody(bodyText: string, limits: Limits, opts: { sizeChecked?: boolean } = {}): ChatCompletionRequest {
+  const req = parseChatRequest(bodyText, limits, opts);
+  if (Array.isArray(req.tools) && req.tools.length > 0) {
+    const exact = parseToolsKeepingNumbers(bodyText);
+    if (exact && exact.length === req.tools.length) req.tools = exact as typeof req.tools;
+  }
+  return req;
 }
 
 function modelConfig(config: EdgeConfig, model: string): ModelConfig {
@@ -261,7 +276,7 @@ export async function handleChatCompletions(request: Request, deps: ChatDeps): P
   admitted?.catch(() => undefined);
   const limits = limitsOf(config);
   const bodyText = await readBodyText(request.body, limits, request.headers.get("content-length"));
-  const req = parseChatRequest(bodyText, limits, { sizeChecked: true });
+  const req = parseChatBody(bodyText, limits, { sizeChecked: true });
   if (admitted) await admitted;
   const { model, prompt, plan } = await prepareRouting(req, deps);
   const requestId = newRequestId();

@@ -13,7 +13,7 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { startFleet, type Fleet } from "../../scripts/local-fleet.ts";
 // @ts-expect-error -- plain .mjs CLI without type declarations
 import { run as runCli } from "../../scripts/kvedge.mjs";
-import { clientRequest, golden, independentBlockHashes, VIDEO_URL_PREFIX } from "../fixtures/whole-request/harness.ts";
+import { clientBody, golden, independentBlockHashes, VIDEO_URL_PREFIX } from "../fixtures/whole-request/harness.ts";
 
 let fleet: Fleet;
 let dir: string;
@@ -53,6 +53,7 @@ function idsFromText(text: string): number[] {
 
 const CASES = [
   "qwen3_vl/text/tool-calls",
+  "qwen3_vl/extra/tools-float-params",
   "qwen3_vl/text/unicode",
   "qwen3_vl/image/jpeg_exif6_1200x900",
   "qwen3_vl/images/three",
@@ -62,9 +63,8 @@ const CASES = [
 ];
 
 /** The client request with its videos on the fleet's media server (the URL is not part of the ids). */
-function fleetRequest(c: Parameters<typeof clientRequest>[0]): Record<string, unknown> {
-  const text = JSON.stringify(clientRequest(c)).split(VIDEO_URL_PREFIX).join(`${fleet.mediaUrl}/`);
-  return JSON.parse(text) as Record<string, unknown>;
+function fleetBody(c: Parameters<typeof clientBody>[0]): string {
+  return clientBody(c).split(VIDEO_URL_PREFIX).join(`${fleet.mediaUrl}/`);
 }
 
 describe("kvedge explain --tokens on the local fleet", () => {
@@ -73,7 +73,7 @@ describe("kvedge explain --tokens on the local fleet", () => {
       const c = golden.cases.find((x) => x.id === id)!;
       expect(c.model).toBe(fleet.model);
       const file = join(dir, `${id.replace(/\//g, "_")}.json`);
-      writeFileSync(file, JSON.stringify(fleetRequest(c)));
+      writeFileSync(file, fleetBody(c));
       const text = await cli(["explain", "--tokens", file]);
       expect(text.code, text.err).toBe(0);
       expect(idsFromText(text.out)).toEqual(c.input_ids);
@@ -93,7 +93,7 @@ describe("kvedge explain --tokens on the local fleet", () => {
     const r = await fetch(`${fleet.edgeUrl}/admin/explain?tokens=some`, {
       method: "POST",
       headers: { authorization: `Bearer ${fleet.adminToken}`, "content-type": "application/json" },
-      body: JSON.stringify(clientRequest(golden.cases[0]!)),
+      body: clientBody(golden.cases[0]!),
     });
     expect(r.status).toBe(400);
   });
