@@ -364,6 +364,22 @@ def make_video(spec, path):
     vw.release()
 
 
+def avi_time_base(raw):
+    """(dwScale, dwRate) of the AVI's video stream header: FFmpeg's stream time base is scale/rate."""
+    i = 0
+    while True:
+        i = raw.index(b"strh", i)
+        data = raw[i + 8:]
+        if data[:4] == b"vids":
+            return int.from_bytes(data[20:24], "little"), int.from_bytes(data[24:28], "little")
+        i += 4
+
+
+def torchcodec_avg_fps(n, scale, rate):
+    """torchcodec exact mode: frames / pts span in seconds; every frame lasts one tick of scale/rate."""
+    return n / (n * (scale / rate))
+
+
 def read_video(path):
     cap = cv2.VideoCapture(path)
     fps = cap.get(cv2.CAP_PROP_FPS)
@@ -815,9 +831,12 @@ def main():
         if len(frames) != spec["frames"] or count_prop != spec["frames"]:
             raise RuntimeError(f"{name}: wrote {spec['frames']} frames, decoded {len(frames)}, CAP_PROP_FRAME_COUNT {count_prop}")
         h, w = frames[0].shape[:2]
-        probe = {"totalFrames": len(frames), "avgFps": fps, "width": w, "height": h}
+        # SGLang takes fps from torchcodec (average_fps = frames / pts span), not from the header
+        # rate OpenCV reports; they differ in the last bit for 2997/100 (29.97 vs 29.970000000000002).
+        scale, rate = avi_time_base(raw)
+        probe = {"totalFrames": len(frames), "avgFps": torchcodec_avg_fps(len(frames), scale, rate), "width": w, "height": h}
         ctx["videos"][name] = {"frames": frames, "probe": probe, "contentHash": format(xxhash.xxh3_64_intdigest(raw, seed=0), "016x")}
-        media_meta["videos"][name] = {"file": os.path.basename(path), "spec": spec, "probe": probe, "contentHash": ctx["videos"][name]["contentHash"], "bytes": len(raw)}
+        media_meta["videos"][name] = {"file": os.path.basename(path), "spec": spec, "probe": probe, "opencv_fps": fps, "time_base": [scale, rate], "contentHash": ctx["videos"][name]["contentHash"], "bytes": len(raw)}
     out_cases, failures = [], []
     for c in cases:
         try:
