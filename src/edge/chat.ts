@@ -76,16 +76,22 @@ export function limitsOf(config: EdgeConfig): Limits {
 }
 
 /**
- * The chat request as the handler reads it: validated, and when it has tools, `tools` re-read from
- * the body keeping each number's JSON lexeme. SGLang's `json.loads` keeps `0.0` a float and the
- * template's `tojson` prints `0.0` where a JS number would print `0` (a different prompt), so only
- * the lexeme gives the worker's tools block (docs/prompt.md, number policy).
+ * The chat request as the handler reads it: validated, and when it has tools, each tool's
+ * `parameters` (free-form JSON the template prints) re-read from the body keeping every number's
+ * JSON lexeme. SGLang's `json.loads` keeps `0.0` a float and the template's `tojson` prints `0.0`
+ * where a JS number would print `0` (a different prompt), so only the lexeme gives the worker's
+ * tools block (docs/prompt.md, number policy). The rest of each tool stays as validated.
  */
 export function parseChatBody(bodyText: string, limits: Limits, opts: { sizeChecked?: boolean } = {}): ChatCompletionRequest {
   const req = parseChatRequest(bodyText, limits, opts);
-  if (Array.isArray(req.tools) && req.tools.length > 0) {
-    const exact = parseToolsKeepingNumbers(bodyText);
-    if (exact && exact.length === req.tools.length) req.tools = exact as typeof req.tools;
+  if (req.tools && req.tools.length > 0) {
+    const raw = parseToolsKeepingNumbers(bodyText);
+    if (raw && raw.length === req.tools.length) {
+      req.tools = req.tools.map((t, i) => {
+        const params = (raw[i] as { function?: { parameters?: unknown } } | null)?.function?.parameters;
+        return params && typeof params === "object" && !Array.isArray(params) ? { ...t, function: { ...t.function, parameters: params as Record<string, unknown> } } : t;
+      });
+    }
   }
   return req;
 }
