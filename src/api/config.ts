@@ -27,6 +27,12 @@ export const ModelConfigSchema = z.strictObject({
    * context_length_exceeded) instead of being sent. Default per family (contextTokensOf).
    */
   contextTokens: z.number().int().min(1).max(16_777_216).optional(),
+  /**
+   * The workers' --tool-call-parser / --reasoning-parser, which the edge applies itself (it talks to
+   * /generate). Absent: chosen from the template (src/proxy/chat-output.ts `modelParsers`); null: off.
+   */
+  toolCallParser: z.enum(["qwen25"]).nullable().optional(),
+  reasoningParser: z.enum(["qwen3", "qwen3-thinking"]).nullable().optional(),
 });
 export type ModelConfig = z.infer<typeof ModelConfigSchema>;
 
