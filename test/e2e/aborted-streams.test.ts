@@ -4,9 +4,9 @@
  *   the answer nobody reads;
  * - the worker's load is released in the index (activeRequests back to 0); without the flag the
  *   runtime never told the edge and 5 of 12 requests held their load for good.
- * Not yet quiet: workerd still logs `Uncaught Error: Network connection lost.` for some aborts. It
- * comes from the runtime (no JS stack, column −2) and stays when the body is piped through a
- * runtime-owned TransformStream whose failure the edge catches; the count is printed (docs/reliability.md).
+ * Not yet quiet: workerd still logs `Uncaught Error: Network connection lost.` (no JS stack) for
+ * some aborts; not yet located (docs/reliability.md, Known gaps). The count is printed; any other
+ * uncaught error fails the test.
  */
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { startFleet, type Fleet } from "../../scripts/local-fleet.ts";
