@@ -86,6 +86,16 @@ export const EdgeEnvSchema = z.object({
   /** "off" disables exact media routing (every media request routes on its text prefix). */
   KVEDGE_EXACT_MEDIA: z.enum(["on", "off"]).optional(),
   RELAY_SECRET: z.string().min(16).optional(),
+  /**
+   * Development only: "1" lets relay keys bind plain-http worker URLs (the local fleet's simulated
+   * workers). Unset: worker URLs must be https.
+   */
+  KVEDGE_RELAY_ALLOW_HTTP: z.enum(["0", "1"]).optional(),
+  /**
+   * KV cache sharing between API keys: "per_tenant" (default) sends each key's keyed hash as SGLang's
+   * cache_salt, so tenants never reuse or detect each other's cached prefixes; "shared" shares them.
+   */
+  KVEDGE_KV_SHARING: z.enum(["per_tenant", "shared"]).optional(),
   ADMIN_TOKEN: z.string().min(16).optional(),
   /** Comma-separated client API keys; when set, `Authorization: Bearer <key>` is required. */
   KVEDGE_API_KEYS: z.string().optional(),
@@ -103,6 +113,10 @@ export interface EdgeConfig {
   /** Shard objects per pool (KVEDGE_SHARDS). */
   shards: number;
   relaySecret: string | null;
+  /** KVEDGE_RELAY_ALLOW_HTTP=1: plain-http worker URLs allowed (development). */
+  relayAllowHttp: boolean;
+  /** KVEDGE_KV_SHARING. */
+  kvSharing: "per_tenant" | "shared";
   adminToken: string | null;
   apiKeys: Set<string> | null;
 }
@@ -122,6 +136,8 @@ export function parseEdgeConfig(env: Record<string, unknown>): EdgeConfig {
     routing: RoutingConfigSchema.parse(parsed.KVEDGE_ROUTING ?? {}),
     shards: parsed.KVEDGE_SHARDS ?? 1,
     relaySecret: parsed.RELAY_SECRET ?? null,
+    relayAllowHttp: parsed.KVEDGE_RELAY_ALLOW_HTTP === "1",
+    kvSharing: parsed.KVEDGE_KV_SHARING ?? "per_tenant",
     adminToken: parsed.ADMIN_TOKEN ?? null,
     apiKeys: keys.length ? new Set(keys) : null,
   };

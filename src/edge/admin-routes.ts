@@ -21,9 +21,10 @@ import { shardForRequest } from "../kv/shard.ts";
 import { mergeShardSnapshots, mergeShardWorkers } from "../metrics/merge-shards.ts";
 import { bearerToken, timingSafeEqualString } from "./auth.ts";
 import { limitsOf, prepareRouting, type IndexClient } from "./chat.ts";
+import { handleRelayKeyRoute, type RelayKeyIndexClient } from "./relay-key-routes.ts";
 
 /** What the operator routes need from a pool's routing index (the Durable Object stub has it). */
-export interface AdminIndexClient extends IndexClient {
+export interface AdminIndexClient extends IndexClient, RelayKeyIndexClient {
   workers(): Promise<unknown>;
   stats(): Promise<unknown>;
   workerLocalHashes(workerId: string): Promise<string[]>;
@@ -66,6 +67,8 @@ export async function handleAdminRoute(request: Request, deps: AdminDeps): Promi
     return json(await overview(deps), { "cache-control": "no-store" });
   }
   await requireAdminAuth(request, deps.config, false);
+  const relayKeys = await handleRelayKeyRoute(request, path, deps);
+  if (relayKeys) return relayKeys;
   if (path === "/admin/explain") {
     requireMethod(request, "POST");
     return json(await explain(request, deps));
