@@ -32,6 +32,8 @@ export const GenerateBodySchema = z.looseObject({
   return_logprob: z.union([z.boolean(), z.array(z.boolean())]).nullish(),
   top_logprobs_num: z.unknown().nullish(),
   extra_key: z.union([z.string(), z.array(z.string())]).nullish(),
+  /** GenerateReqInput.cache_salt (managers/io_struct.py): a namespace for otherwise identical prefixes. */
+  cache_salt: z.union([z.string(), z.array(z.string())]).nullish(),
 });
 export type GenerateBody = z.infer<typeof GenerateBodySchema>;
 
@@ -80,6 +82,8 @@ export interface GenerateContext {
 /** A validated single request ready for the engine. */
 export interface PreparedRequest {
   rid: string;
+  /** The request's cache namespace (null: none). */
+  cacheSalt: string | null;
   prompt: PreparedPrompt;
   sampling: SamplingParams;
   stream: boolean;
@@ -172,7 +176,8 @@ export async function prepareGenerate(body: GenerateBody, ctx: GenerateContext):
     );
   }
   const rid = typeof body.rid === "string" && body.rid.length > 0 ? body.rid : newRid();
-  return { rid, prompt, sampling, stream: body.stream === true };
+  if (Array.isArray(body.cache_salt)) throw new SglangValueError("A list cache_salt needs a batch request; the simulator takes one prompt.");
+  return { rid, cacheSalt: body.cache_salt ?? null, prompt, sampling, stream: body.stream === true };
 }
 
 export interface MetaInfoOptions {
@@ -251,7 +256,7 @@ export async function handleGenerate(
   });
   let final: RequestSnapshot;
   try {
-    final = await ctx.engine.submit({ rid: prepared.rid, inputIds: prepared.prompt.inputIds, sampling: prepared.sampling });
+    final = await ctx.engine.submit({ rid: prepared.rid, inputIds: prepared.prompt.inputIds, sampling: prepared.sampling, cacheSalt: prepared.cacheSalt });
   } catch (err) {
     return sendGenerateError(res, err);
   }
@@ -314,6 +319,7 @@ async function streamGenerate(res: ServerResponse, body: GenerateBody, ctx: Gene
       rid: prepared.rid,
       inputIds: prepared.prompt.inputIds,
       sampling: prepared.sampling,
+      cacheSalt: prepared.cacheSalt,
       onFrame: (s) => {
         write(generateOutput(s, prepared.prompt, { first, dpRank: ctx.dpRank }));
         first = false;
