@@ -16,11 +16,17 @@ export const ModelConfigSchema = z.object({
   /** KV block size = the workers' SGLang page size. */
   blockSize: z.number().int().min(1).max(4096).default(16),
   ownedBy: z.string().default("kvedge"),
+  /**
+   * LoRA adapters the pool's workers serve (SGLang `--lora-paths` names); a client selects one with
+   * `model: "<id>:<adapter>"`, as SGLang's OpenAI API does. Each adapter's KV blocks live in their
+   * own cache namespace (src/edge/cache-salt.ts).
+   */
+  loraAdapters: z.array(z.string().regex(/^[A-Za-z0-9._-]{1,128}$/, "LoRA adapter names are 1-128 characters of [A-Za-z0-9._-]")).max(256).default([]),
 });
 export type ModelConfig = z.infer<typeof ModelConfigSchema>;
 
 export const DEFAULT_MODELS: ModelConfig[] = [
-  { id: "Qwen/Qwen3-VL-8B-Instruct", family: "qwen3_vl", templateId: "qwen3vl-instruct", blockSize: 16, ownedBy: "kvedge" },
+  { id: "Qwen/Qwen3-VL-8B-Instruct", family: "qwen3_vl", templateId: "qwen3vl-instruct", blockSize: 16, ownedBy: "kvedge", loraAdapters: [] },
 ];
 
 export const RoutingConfigSchema = z.object({

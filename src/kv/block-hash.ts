@@ -3,11 +3,12 @@
  * seeded with 1337 (Dynamo's XXH3_SEED). Only complete blocks are hashed; a partial tail is ignored.
  * Position independence is intended: prefix structure comes from the radix index, not the hash.
  *
- * Cache namespaces (SGLang's `cache_salt`; docs/relay.md §Tenant isolation): a namespaced block
- * hashes its namespace tag (8 bytes, `namespaceTag`) followed by the tokens, so a salted block and
- * an unsalted (or differently salted) block with the same tokens never share a local hash; unsalted
- * blocks hash exactly as before. The edge tags a request's blocks with the salt it sends; the relay
- * tags a stored block with the salt SGLang reports in BlockStoredWithMetadata.
+ * Cache namespaces (SGLang's `cache_salt`; docs/relay.md §Tenant isolation): a namespaced block's
+ * local hash is xxh3-64(namespace tag (8 bytes) || its plain local hash (u64 LE)), so a salted block
+ * and an unsalted (or differently salted) block with the same tokens never share a local hash, and
+ * unsalted blocks hash exactly as before. The edge maps a request's hashes with the salt it sends
+ * (after the prompt-prefix cache, whatever path produced them); the relay maps a stored block's
+ * with the salt SGLang reports in BlockStoredWithMetadata.
  */
 import { xxh3_64 } from "../util/hash.ts";
 
@@ -28,8 +29,8 @@ export function namespaceTag(namespace: string | null | undefined): NamespaceTag
 }
 
 /** Hashes every full block of `tokens`. Requires initHashing(). */
-export function localBlockHashes(tokens: ArrayLike<number>, blockSize: number, ns: NamespaceTag = null): bigint[] {
-  return localBlockHashesOfParts([tokens], blockSize, ns);
+export function localBlockHashes(tokens: ArrayLike<number>, blockSize: number): bigint[] {
+  return localBlockHashesOfParts([tokens], blockSize);
 }
 
 let blockBuf = new Uint8Array(64);
@@ -38,13 +39,11 @@ let blockBuf = new Uint8Array(64);
  * localBlockHashes of the parts' concatenation, without building it (the prompt-prefix cache hashes
  * a reused tail, the middle and the new text as one run). Requires initHashing().
  */
-export function localBlockHashesOfParts(parts: readonly ArrayLike<number>[], blockSize: number, ns: NamespaceTag = null): bigint[] {
+export function localBlockHashesOfParts(parts: readonly ArrayLike<number>[], blockSize: number): bigint[] {
   if (!Number.isInteger(blockSize) || blockSize <= 0) throw new RangeError(`bad block size ${blockSize}`);
-  const pre = ns === null ? 0 : 8;
-  if (blockBuf.length < pre + blockSize * 4) blockBuf = new Uint8Array(pre + blockSize * 4);
-  const buf = blockBuf.subarray(0, pre + blockSize * 4);
-  if (ns !== null) buf.set(ns, 0);
-  const view = new DataView(buf.buffer, pre, blockSize * 4);
+  if (blockBuf.length < blockSize * 4) blockBuf = new Uint8Array(blockSize * 4);
+  const buf = blockBuf.subarray(0, blockSize * 4);
+  const view = new DataView(buf.buffer, 0, blockSize * 4);
   const out: bigint[] = [];
   let fill = 0;
   for (const part of parts) {
@@ -60,11 +59,24 @@ export function localBlockHashesOfParts(parts: readonly ArrayLike<number>[], blo
 }
 
 /** Local hash of exactly one block's tokens (relays recompute these from event token ids). */
-export function localBlockHash(blockTokens: ArrayLike<number>, ns: NamespaceTag = null): bigint {
-  const pre = ns === null ? 0 : 8;
-  const buf = new Uint8Array(pre + blockTokens.length * 4);
-  if (ns !== null) buf.set(ns, 0);
-  const view = new DataView(buf.buffer, pre);
+export function localBlockHash(blockTokens: ArrayLike<number>): bigint {
+  const buf = new Uint8Array(blockTokens.length * 4);
+  const view = new DataView(buf.buffer);
   for (let i = 0; i < blockTokens.length; i++) view.setUint32(i * 4, blockTokens[i]! >>> 0, true);
   return xxh3_64(buf, LOCAL_HASH_SEED);
+}
+
+const nsBuf = new Uint8Array(16);
+const nsView = new DataView(nsBuf.buffer);
+
+/** A plain local hash moved into namespace `ns` (unchanged for null). Requires initHashing(). */
+export function namespacedLocalHash(plain: bigint, ns: NamespaceTag): bigint {
+  if (ns === null) return plain;
+  nsBuf.set(ns, 0);
+  nsView.setBigUint64(8, plain, true);
+  return xxh3_64(nsBuf, LOCAL_HASH_SEED);
+}
+
+export function namespacedLocalHashes(plain: readonly bigint[], ns: NamespaceTag): bigint[] {
+  return ns === null ? plain.slice() : plain.map((h) => namespacedLocalHash(h, ns));
 }

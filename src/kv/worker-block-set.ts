@@ -18,7 +18,7 @@
  * Invariant: every block's parent is null or in the set, so a dump can list parents first.
  * Requires initHashing() before `apply`.
  */
-import { localBlockHash, namespaceTag, type NamespaceTag } from "./block-hash.ts";
+import { localBlockHash, namespacedLocalHash, namespaceTag, type NamespaceTag } from "./block-hash.ts";
 import type { KvCacheEvent } from "./event-decode.ts";
 import { localHashToHex, type RelayDump, type RelayEvent } from "./relay-protocol.ts";
 
@@ -190,7 +190,7 @@ export class WorkerBlockSet {
         }
       }
       if (run.length === 0) runParent = prev;
-      const localHash = localBlockHash(tokens.slice(start, end), ns);
+      const localHash = namespacedLocalHash(localBlockHash(tokens.slice(start, end)), ns);
       this.insert(h, prev, localHash, B);
       run.push({ h: h.toString(), l: localHashToHex(localHash) });
       out.stored++;

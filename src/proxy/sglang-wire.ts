@@ -42,6 +42,10 @@ export interface GenerateRequestBody {
   image_data?: string[];
   video_data?: string[];
   mm_hashes?: string[];
+  /** GenerateReqInput.cache_salt: the request's KV-cache namespace (src/edge/cache-salt.ts). */
+  cache_salt?: string;
+  /** GenerateReqInput.lora_path: the LoRA adapter (a name from the worker's --lora-paths). */
+  lora_path?: string;
 }
 
 const count = z.number().int().nonnegative();

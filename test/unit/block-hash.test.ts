@@ -4,7 +4,7 @@
  */
 import fc from "fast-check";
 import { beforeAll, describe, expect, it } from "vitest";
-import { localBlockHash, localBlockHashes, localBlockHashesOfParts, namespaceTag } from "../../src/kv/block-hash.ts";
+import { localBlockHash, localBlockHashes, localBlockHashesOfParts, namespacedLocalHash, namespacedLocalHashes, namespaceTag } from "../../src/kv/block-hash.ts";
 import { initHashing } from "../../src/util/hash.ts";
 
 beforeAll(() => initHashing());
@@ -29,16 +29,15 @@ describe("local block hashes", () => {
     fc.assert(
       fc.property(fc.array(fc.integer({ min: 0, max: 2 ** 32 - 1 }), { minLength: 4, maxLength: 64 }), fc.string({ maxLength: 20 }), fc.string({ maxLength: 20 }), (tokens, a, b) => {
         const ta = namespaceTag(a);
-        const salted = localBlockHashes(tokens, 4, ta);
-        for (let k = 0; k < salted.length; k++) expect(localBlockHash(tokens.slice(4 * k, 4 * k + 4), ta)).toBe(salted[k]);
-        expect(localBlockHashesOfParts([tokens.slice(0, 3), tokens.slice(3)], 4, ta)).toEqual(salted);
         const plain = localBlockHashes(tokens, 4);
+        const salted = namespacedLocalHashes(plain, ta);
+        for (let k = 0; k < salted.length; k++) expect(namespacedLocalHash(localBlockHash(tokens.slice(4 * k, 4 * k + 4)), ta)).toBe(salted[k]);
         for (const h of salted) expect(plain).not.toContain(h);
-        if (a !== b) for (const h of localBlockHashes(tokens, 4, namespaceTag(b))) expect(salted).not.toContain(h);
+        if (a !== b) for (const h of namespacedLocalHashes(plain, namespaceTag(b))) expect(salted).not.toContain(h);
       }),
       { numRuns: 100 },
     );
     expect(namespaceTag(null)).toBeNull();
-    expect(localBlockHashes([1, 2, 3, 4], 4, namespaceTag(null))).toEqual(localBlockHashes([1, 2, 3, 4], 4));
+    expect(namespacedLocalHashes(localBlockHashes([1, 2, 3, 4], 4), null)).toEqual(localBlockHashes([1, 2, 3, 4], 4));
   });
 });

@@ -14,7 +14,7 @@
  */
 import { readFileSync } from "node:fs";
 import { beforeAll, describe, expect, it } from "vitest";
-import { localBlockHashes, namespaceTag } from "../../src/kv/block-hash.ts";
+import { localBlockHashes, namespacedLocalHashes, namespaceTag } from "../../src/kv/block-hash.ts";
 import { encode } from "@msgpack/msgpack";
 import { decodeKvEventBatch, MAX_CACHE_SALT_CHARS, type KvCacheEvent } from "../../src/kv/event-decode.ts";
 import { hexToLocalHash } from "../../src/kv/relay-protocol.ts";
@@ -122,10 +122,10 @@ describe("SGLang-encoded KV events", () => {
     expect(localsOf("bigram")).toEqual(plainLocals.slice(0, 2));
     expect(localsOf("bigram_coalesced")).toEqual(plainLocals.slice(0, 2));
     const salted = localsOf("salted");
-    expect(salted).toEqual(localBlockHashes(byName("salted").raw, 4, namespaceTag("tenant-a")).slice(0, 3));
+    expect(salted).toEqual(namespacedLocalHashes(localBlockHashes(byName("salted").raw, 4), namespaceTag("tenant-a")).slice(0, 3));
     for (const h of salted) expect(plainLocals).not.toContain(h);
-    expect(localBlockHashes(byName("salted").raw, 4, namespaceTag("tenant-b"))).not.toContain(salted[0]);
-    expect(localsOf("bigram_salted")).toEqual(localBlockHashes(byName("plain").raw, 4, namespaceTag("tenant-b")).slice(0, 2));
+    expect(namespacedLocalHashes(localBlockHashes(byName("salted").raw, 4), namespaceTag("tenant-b"))).not.toContain(salted[0]);
+    expect(localsOf("bigram_salted")).toEqual(namespacedLocalHashes(localBlockHashes(byName("plain").raw, 4), namespaceTag("tenant-b")).slice(0, 2));
   });
 
   it("refuses bigram pairs that do not chain, mixed token lists and malformed metadata", () => {
