@@ -6,12 +6,19 @@
  *    SGLang's does) reports nothing cached; each tenant's own repeats hit;
  *  - shared: the second tenant reuses the first one's blocks (predicted and actually cached);
  *  - an EAGLE worker (`--speculative-algorithm EAGLE`: bigram radix keys, KV events with token pairs)
- *    gets repeats cached and routed like its plain neighbour.
+ *    gets repeats cached and routed like its plain neighbour;
+ *  - `kvedge relay-key` issues (mode-0600 file), lists and revokes keys on the real edge.
  * Predictions come from the index's receipts (/admin/stats), actual reuse from the worker's usage.
  */
+import { mkdtempSync, readFileSync, statSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
 import { afterAll, describe, expect, it } from "vitest";
+// @ts-expect-error -- plain .mjs CLI without type declarations
+import * as cliModule from "../../scripts/kvedge.mjs";
 import { startFleet, type Fleet } from "../../scripts/local-fleet.ts";
 
+const cli = cliModule as { run(argv: string[], env: Record<string, string>, io: { out(s: string): void; err(s: string): void }): Promise<number> };
 const KEY_A = "tenant-a-key-0123456789";
 const KEY_B = "tenant-b-key-0123456789";
 
@@ -126,6 +133,29 @@ describe("per-tenant KV isolation and an EAGLE worker", () => {
     expect(onEagle.length).toBeGreaterThan(0);
     const workers = (await fleet.admin(`/admin/workers?model=${encodeURIComponent(fleet.model)}`)) as { workers: { workerId: string; blocks: number }[] };
     expect(workers.workers.find((w) => w.workerId === eagle)!.blocks).toBeGreaterThan(0);
+  });
+
+  it("issue (to a mode-0600 file, never echoed), list, revoke", async () => {
+    const out: string[] = [];
+    const io = { out: (x: string) => out.push(x), err: (x: string) => out.push(x) };
+    const env = { KVEDGE_URL: fleet.edgeUrl, KVEDGE_ADMIN_TOKEN: fleet.adminToken };
+    const file = join(mkdtempSync(join(tmpdir(), "kvedge-key-")), "w9.key");
+    expect(await cli.run(["relay-key", "issue", "--worker", "w9", "--worker-url", "https://w9.example:30000", "--out", file], env, io)).toBe(0);
+    const cred = readFileSync(file, "utf8").trim();
+    expect(cred).toMatch(/^kvr1\.[A-Za-z0-9_-]{22}\.[0-9a-f]{64}$/);
+    expect(statSync(file).mode & 0o777).toBe(0o600);
+    expect(out.join("\n")).not.toContain(cred.split(".")[2]);
+    const keyId = cred.split(".")[1]!;
+    out.length = 0;
+    expect(await cli.run(["relay-key", "list"], env, io)).toBe(0);
+    expect(out.join("\n")).toMatch(new RegExp(`${keyId}\\s+w9\\s+https://w9.example:30000`));
+    out.length = 0;
+    expect(await cli.run(["relay-key", "revoke", keyId], env, io)).toBe(0);
+    expect(out.join("\n")).toMatch(/revoked .* \(worker w9\); 0 relay socket\(s\) closed/);
+    // ftp: is never bound (the fleet's development flag allows plain http for its simulators, nothing else).
+    out.length = 0;
+    expect(await cli.run(["relay-key", "issue", "--worker", "w9", "--worker-url", "ftp://w9.example/"], env, io)).toBe(1);
+    expect(out.join("\n")).toMatch(/HTTP 400: worker URL must be https/);
   });
 });
 
