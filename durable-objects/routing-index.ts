@@ -247,7 +247,8 @@ export class RoutingIndex extends DurableObject<RoutingIndexEnv> {
           ws.close(4003, "hello url not bound to relay key");
           return;
         }
-        const r = this.core.hello(msg, workerId);
+        // Registered under the bound URL's one spelling (the edge appends /generate to it).
+        const r = this.core.hello({ ...msg, url: att.url ?? msg.url }, workerId);
         if (!r.ok) {
           this.#send(ws, { type: "error", message: r.reason });
           ws.close(4003, r.reason.slice(0, 120));
@@ -468,13 +469,23 @@ export class RoutingIndex extends DurableObject<RoutingIndexEnv> {
     return this.#relayKeys.revoke(keyId, Math.floor(Date.now() / 1000));
   }
 
-  /** Closes this shard's relay sockets that connected with `keyId` (after a revoke). */
+  /**
+   * After a revoke: closes this shard's relay sockets that connected with `keyId` and stops routing
+   * to their workers until a relay with a valid key says hello again.
+   */
   async closeRelayKey(keyId: string): Promise<number> {
     let n = 0;
     for (const ws of this.ctx.getWebSockets()) {
-      if ((ws.deserializeAttachment() as Attachment).keyId !== keyId) continue;
+      const att = ws.deserializeAttachment() as Attachment;
+      if (att.keyId !== keyId) continue;
       ws.close(4005, "relay key revoked");
       this.#relayDetached(ws);
+      // A relay already reconnected with another (valid) key keeps the worker up.
+      const others = this.ctx.getWebSockets(att.workerId).filter((o) => o !== ws && o.readyState === WebSocket.OPEN && (o.deserializeAttachment() as Attachment).keyId !== keyId);
+      if (others.length === 0) {
+        const rec = this.core.setStatus(att.workerId, "down");
+        if (rec) this.#persist(rec);
+      }
       n++;
     }
     return n;

@@ -71,9 +71,10 @@ describe("relay keys", () => {
     const ws = res.webSocket!;
     ws.accept();
     const welcome = nextMessage(ws, "welcome");
-    ws.send(hello("k-a", "https://gpu-a.example:30000"));
+    ws.send(hello("k-a", "https://GPU-A.example:30000/"));
     expect(await welcome).toMatchObject({ workerId: "k-a" });
     const workers = (await (await admin(`/admin/workers?model=${encodeURIComponent(MODEL)}`)).json()) as { workers: { workerId: string; url: string }[] };
+    // Registered under the bound URL's spelling (the key was issued for ".../", hello said without).
     expect(workers.workers.find((w) => w.workerId === "k-a")?.url).toBe("https://gpu-a.example:30000");
     ws.close();
   });
@@ -98,6 +99,9 @@ describe("relay keys", () => {
     expect(rev.status).toBe(200);
     expect(await rev.json()).toMatchObject({ key: { keyId, workerId: "k-r" }, closedSockets: 1 });
     expect(await closed).toBe(4005);
+    // Its worker gets no traffic until a relay with a valid key says hello again.
+    const after = (await (await admin(`/admin/workers?model=${encodeURIComponent(MODEL)}`)).json()) as { workers: { workerId: string; status: string }[] };
+    expect(after.workers.find((w) => w.workerId === "k-r")?.status).toBe("down");
 
     const again = await connectRelay("k-r", await mintRelayToken(cred, "k-r", MODEL));
     expect(again.status).toBe(401);
