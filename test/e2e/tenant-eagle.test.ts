@@ -5,6 +5,8 @@
  *    tenant is predicted no overlap and the worker (whose radix cache namespaces by cache_salt, as
  *    SGLang's does) reports nothing cached; each tenant's own repeats hit;
  *  - shared: the second tenant reuses the first one's blocks (predicted and actually cached);
+ *  - a LoRA adapter (`model: "<pool>:<adapter>"`) is its own namespace: never predicted to reuse
+ *    the base model's blocks (SGLang's events carry no adapter; the edge salts adapter requests);
  *  - an EAGLE worker (`--speculative-algorithm EAGLE`: bigram radix keys, KV events with token pairs)
  *    gets repeats cached and routed like its plain neighbour;
  *  - `kvedge relay-key` issues (mode-0600 file), lists and revokes keys on the real edge.
@@ -54,14 +56,14 @@ async function receipts(fleet: Fleet): Promise<Receipt[]> {
 }
 
 /** One chat request with an API key; the routing prediction is read back from the index's receipt. */
-async function ask(fleet: Fleet, key: string | null, text: string): Promise<Answer> {
+async function ask(fleet: Fleet, key: string | null, text: string, model = fleet.model): Promise<Answer> {
   const seen = new Set((await receipts(fleet)).map((r) => r.receiptId));
   const headers: Record<string, string> = { "content-type": "application/json" };
   if (key) headers.authorization = `Bearer ${key}`;
   const r = await fetch(`${fleet.edgeUrl}/v1/chat/completions`, {
     method: "POST",
     headers,
-    body: JSON.stringify({ model: fleet.model, messages: [{ role: "user", content: text }], max_tokens: 4 }),
+    body: JSON.stringify({ model, messages: [{ role: "user", content: text }], max_tokens: 4 }),
   });
   const json = (await r.json()) as { usage?: { prompt_tokens: number; prompt_tokens_details?: { cached_tokens?: number } } };
   expect(r.status, JSON.stringify(json)).toBe(200);
@@ -87,7 +89,13 @@ describe("per-tenant KV isolation and an EAGLE worker", () => {
   });
 
   it("starts: a plain worker and an EAGLE worker, API keys, per_tenant sharing (the default)", async () => {
-    fleet = await startFleet({ workers: 2, workerArgs: [[], ["--speculative-algorithm", "EAGLE"]], vars: { KVEDGE_API_KEYS: `${KEY_A},${KEY_B}` }, log: logs });
+    const models = [{ id: "Qwen/Qwen3-VL-8B-Instruct", family: "qwen3_vl", templateId: "qwen3vl-instruct", blockSize: 16, loraAdapters: ["sql-x"] }];
+    fleet = await startFleet({
+      workers: 2,
+      workerArgs: [[], ["--speculative-algorithm", "EAGLE"]],
+      vars: { KVEDGE_API_KEYS: `${KEY_A},${KEY_B}`, KVEDGE_MODELS: JSON.stringify(models) },
+      log: logs,
+    });
     expect(fleet.workers).toHaveLength(2);
   });
 
@@ -111,6 +119,34 @@ describe("per-tenant KV isolation and an EAGLE worker", () => {
     const a3 = await ask(fleet, KEY_A, p);
     expect(a3.workerId).toBe(a1.workerId);
     expect(a3.cachedTokens / a3.promptTokens).toBeGreaterThanOrEqual(0.9);
+  });
+
+  it("a LoRA adapter's request never reuses the base model's blocks, nor the reverse; its repeats hit", async () => {
+    const p = promptText(3);
+    const base = await ask(fleet, KEY_A, p);
+    const lora = `${fleet.model}:sql-x`;
+    const x1 = await ask(fleet, KEY_A, p, lora);
+    expect(x1.predictedBlocks).toBe(0);
+    expect(x1.cachedTokens).toBe(0);
+    const x2 = await ask(fleet, KEY_A, p, lora);
+    expect(x2.workerId).toBe(x1.workerId);
+    expect(x2.cachedTokens / x2.promptTokens).toBeGreaterThanOrEqual(0.9);
+    const base2 = await ask(fleet, KEY_A, p);
+    expect(base2.workerId).toBe(base.workerId);
+    expect(base2.cachedTokens / base2.promptTokens).toBeGreaterThanOrEqual(0.9);
+    // The reverse: the adapter first, then the base model with the same prompt.
+    const q = promptText(4);
+    await ask(fleet, KEY_A, q, lora);
+    const qBase = await ask(fleet, KEY_A, q);
+    expect(qBase.predictedBlocks).toBe(0);
+    expect(qBase.cachedTokens).toBe(0);
+    // An adapter the pool does not list is refused.
+    const r = await fetch(`${fleet.edgeUrl}/v1/chat/completions`, {
+      method: "POST",
+      headers: { "content-type": "application/json", authorization: `Bearer ${KEY_A}` },
+      body: JSON.stringify({ model: `${fleet.model}:nope`, messages: [{ role: "user", content: "x" }] }),
+    });
+    expect(r.status).toBe(404);
   });
 
   it("the EAGLE worker (bigram KV events) gets repeats cached and routed like the plain one", async () => {
