@@ -281,7 +281,11 @@ export async function handleChatCompletions(request: Request, deps: ChatDeps): P
       ...(plan.mmHashes ? { mmHashes: plan.mmHashes } : {}),
     },
   });
-  if (cacheSalt !== null) body.cache_salt = cacheSalt;
+  if (cacheSalt !== null) {
+    body.cache_salt = cacheSalt;
+    // Older SGLang /generate has no cache_salt (dropped silently) but namespaces by extra_key.
+    body.extra_key = cacheSalt;
+  }
   if (adapter !== null) body.lora_path = adapter;
   const bodyJson = JSON.stringify(body);
 

@@ -44,6 +44,8 @@ export interface GenerateRequestBody {
   mm_hashes?: string[];
   /** GenerateReqInput.cache_salt: the request's KV-cache namespace (src/edge/cache-salt.ts). */
   cache_salt?: string;
+  /** GenerateReqInput.extra_key: set to the same salt, so SGLang versions without cache_salt still namespace the tree. */
+  extra_key?: string;
   /** GenerateReqInput.lora_path: the LoRA adapter (a name from the worker's --lora-paths). */
   lora_path?: string;
 }
