@@ -22,6 +22,7 @@ import {
   verifyRelayConnect,
   type RelayKeyRecord,
 } from "../../src/kv/relay-auth.ts";
+import { RelayHelloSchema } from "../../src/kv/relay-protocol.ts";
 
 const SECRET = "fuzz-relay-secret-0123456789";
 const MODEL = "Qwen/Qwen3-VL-8B-Instruct";
@@ -145,5 +146,9 @@ describe("the edge's connect check", () => {
     expect(helloUrlMatchesKey("https://gpu-2.example:30000", "https://gpu-1.example:30000")).toBe(false);
     expect(helloUrlMatchesKey("https://x:y@gpu-1.example:30000", "https://gpu-1.example:30000")).toBe(false);
     expect(helloUrlMatchesKey("https://gpu-1.example:30000", undefined)).toBe(false);
+    // The hello schema itself refuses what could never be bound.
+    const hello = (url: string) => RelayHelloSchema.safeParse({ type: "hello", workerId: "w.1", url, blockSize: 16, epoch: 1, modelName: MODEL }).success;
+    expect(hello("https://gpu-1.example:30000")).toBe(true);
+    for (const bad of ["ftp://gpu-1.example/", "file:///etc/passwd", "https://user:pw@gpu-1.example", "gopher://x", "not a url"]) expect(hello(bad), bad).toBe(false);
   });
 });
