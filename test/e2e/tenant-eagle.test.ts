@@ -119,6 +119,11 @@ describe("per-tenant KV isolation and an EAGLE worker", () => {
     const a3 = await ask(fleet, KEY_A, p);
     expect(a3.workerId).toBe(a1.workerId);
     expect(a3.cachedTokens / a3.promptTokens).toBeGreaterThanOrEqual(0.9);
+    const ratio = (x: Answer) => (x.cachedTokens / x.promptTokens).toFixed(3);
+    console.log(
+      `per_tenant: ${a1.promptTokens} prompt tokens; A repeat cached ${ratio(a2)} (predicted ${a2.predictedBlocks}/${a2.totalBlocks} blocks); ` +
+        `B first cached ${ratio(b1)} (predicted ${b1.predictedBlocks}); B repeat ${ratio(b2)}; A again ${ratio(a3)}`,
+    );
   });
 
   it("a LoRA adapter's request never reuses the base model's blocks, nor the reverse; its repeats hit", async () => {
@@ -165,6 +170,7 @@ describe("per-tenant KV isolation and an EAGLE worker", () => {
         }
       }
     }
+    console.log(`EAGLE: ${onEagle.length}/10 prompts on the EAGLE worker; repeats all returned to their first worker with ≥ 0.9 cached`);
     // Ties between idle workers break at random: with 10 prompts both workers get some.
     expect(onEagle.length).toBeGreaterThan(0);
     const workers = (await fleet.admin(`/admin/workers?model=${encodeURIComponent(fleet.model)}`)) as { workers: { workerId: string; blocks: number }[] };
@@ -209,5 +215,6 @@ describe("shared KV between tenants", () => {
     expect(b1.workerId).toBe(a1.workerId);
     expect(b1.predictedBlocks).toBeGreaterThan(0.8 * b1.totalBlocks);
     expect(b1.cachedTokens / b1.promptTokens).toBeGreaterThanOrEqual(0.9);
+    console.log(`shared: B's first request cached ${(b1.cachedTokens / b1.promptTokens).toFixed(3)} of A's prefix (predicted ${b1.predictedBlocks}/${b1.totalBlocks} blocks)`);
   });
 });
