@@ -6,6 +6,7 @@
  *   npx kvedge status                      pools: workers up, index size, hit rate, requests, cohort
  *   npx kvedge workers [--model M]         one pool's workers: state, blocks, load, contract
  *   npx kvedge explain request.json        how the edge would route this chat request (nothing sent)
+ *   npx kvedge explain --tokens req.json   the same, plus the whole routed id sequence, media spans and block hashes
  *   npx kvedge replay trace.jsonl          send a JSONL trace of chat requests; hit rate, latency
  *   npx kvedge relay-key issue|list|revoke per-worker relay credentials (docs/relay.md §Credentials)
  *
@@ -21,6 +22,7 @@ commands:
   status                         pools: workers up, index blocks, hit rate, requests, cohort state
   workers [--model M]            workers of one pool (default: the first configured model)
   explain <request.json>         token view, blocks, eligibility and the worker the edge would pick
+          [--tokens]             also the whole routed id sequence, each media item's span and pad value, every block hash
   replay <trace.jsonl>           replay chat requests through the edge; prints hit rate and latency
          [--concurrency N] [--limit N]
   relay-key issue --worker ID --worker-url URL [--model M] [--out FILE]
@@ -48,6 +50,7 @@ export function parseCli(argv, env = {}) {
     apiKey: env.KVEDGE_API_KEY || null,
     model: null,
     json: false,
+    tokens: false,
     concurrency: 1,
     limit: Infinity,
     help: false,
@@ -76,6 +79,7 @@ export function parseCli(argv, env = {}) {
     else if (a === "--api-key") opts.apiKey = value();
     else if (a === "--model") opts.model = value();
     else if (a === "--json") opts.json = true;
+    else if (a === "--tokens") opts.tokens = true;
     else if (a === "--concurrency") opts.concurrency = intValue();
     else if (a === "--limit") opts.limit = intValue();
     else if (a === "--worker") opts.worker = value();
@@ -87,6 +91,7 @@ export function parseCli(argv, env = {}) {
   if (opts.help) return opts;
   opts.command = positional[0] ?? null;
   if (!["status", "workers", "explain", "replay", "relay-key"].includes(opts.command ?? "")) throw new UsageError(opts.command ? `unknown command ${opts.command}` : "missing command");
+  if (opts.tokens && opts.command !== "explain") throw new UsageError("--tokens is an explain option");
   if (opts.command === "relay-key") {
     opts.sub = positional[1] ?? null;
     if (!["issue", "list", "revoke"].includes(opts.sub ?? "")) throw new UsageError("relay-key needs issue, list or revoke");
@@ -210,6 +215,18 @@ export function formatExplain(e) {
       ),
     );
   for (const w of e.warnings) lines.push(`warning: ${w}`);
+  return lines.join("\n");
+}
+
+/** `explain --tokens`: the routed ids as one JSON array line (diffable against a worker's ids), spans, block hashes. */
+export function formatRouted(r) {
+  const lines = [`routed ids   ${r.ids.length}`, JSON.stringify(r.ids)];
+  if (r.items.length) {
+    lines.push("media items");
+    r.items.forEach((it, k) => lines.push(`  #${k} ${it.kind} [${it.start}, ${it.end}) pad ${it.padValue} mm_hash ${it.mmHash ?? "–"}`));
+  }
+  lines.push(`block hashes ${r.blockHashes.length}`);
+  for (let i = 0; i < r.blockHashes.length; i += 8) lines.push(`  ${r.blockHashes.slice(i, i + 8).join(" ")}`);
   return lines.join("\n");
 }
 
@@ -425,8 +442,9 @@ export async function run(argv, env, io = { out: (s) => process.stdout.write(s +
       return await relayKeyCommand(opts, io, fetchImpl);
     } else if (opts.command === "explain") {
       const body = readFileSync(opts.file, "utf8");
-      const o = await adminJson(opts, "/admin/explain", { method: "POST", headers: { "content-type": "application/json" }, body }, fetchImpl);
-      io.out(opts.json ? JSON.stringify(o, null, 2) : formatExplain(o));
+      const path = opts.tokens ? "/admin/explain?tokens=all" : "/admin/explain";
+      const o = await adminJson(opts, path, { method: "POST", headers: { "content-type": "application/json" }, body }, fetchImpl);
+      io.out(opts.json ? JSON.stringify(o, null, 2) : opts.tokens ? `${formatExplain(o)}\n${formatRouted(o.routed)}` : formatExplain(o));
     } else {
       const bodies = parseTrace(readFileSync(opts.file, "utf8"));
       const summary = summarizeReplay(await replay(opts, bodies, fetchImpl));

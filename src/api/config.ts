@@ -17,6 +17,12 @@ export const ModelConfigSchema = z.object({
   blockSize: z.number().int().min(1).max(4096).default(16),
   ownedBy: z.string().default("kvedge"),
   /**
+   * The workers' --tool-call-parser / --reasoning-parser, which the edge applies itself (it talks to
+   * /generate). Absent: chosen from the template (src/proxy/chat-output.ts `modelParsers`); null: off.
+   */
+  toolCallParser: z.enum(["qwen25"]).nullable().optional(),
+  reasoningParser: z.enum(["qwen3", "qwen3-thinking"]).nullable().optional(),
+  /**
    * LoRA adapters the pool's workers serve (SGLang `--lora-paths` names); a client selects one with
    * `model: "<id>:<adapter>"`, as SGLang's OpenAI API does. Each adapter's KV blocks live in their
    * own cache namespace (src/edge/cache-salt.ts).
