@@ -108,7 +108,12 @@ async function route(request: Request, env: Env, ctx: ExecutionContext): Promise
   if (path === "/healthz") return json({ status: "ok" });
   if (path === "/v1/models") {
     if (method !== "GET") throw new MethodNotAllowedError("Use GET.");
-    return json({ object: "list", data: config.models.map((m) => ({ id: m.id, object: "model", created: 0, owned_by: m.ownedBy })) });
+    // Each pool, then its LoRA adapters as "<pool>:<adapter>" (the name a request selects them by).
+    const data = config.models.flatMap((m) => [
+      { id: m.id, object: "model", created: 0, owned_by: m.ownedBy },
+      ...m.loraAdapters.map((a) => ({ id: `${m.id}:${a}`, object: "model", created: 0, owned_by: m.ownedBy, parent: m.id })),
+    ]);
+    return json({ object: "list", data });
   }
   if (path === "/v1/chat/completions") {
     if (method !== "POST") throw new MethodNotAllowedError("Use POST.");
