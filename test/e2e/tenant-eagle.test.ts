@@ -145,6 +145,9 @@ describe("per-tenant KV isolation and an EAGLE worker", () => {
     const qBase = await ask(fleet, KEY_A, q);
     expect(qBase.predictedBlocks).toBe(0);
     expect(qBase.cachedTokens).toBe(0);
+    // The adapter is listed, by the name a request selects it with.
+    const listed = (await (await fetch(`${fleet.edgeUrl}/v1/models`, { headers: { authorization: `Bearer ${KEY_A}` } })).json()) as { data: { id: string; parent?: string }[] };
+    expect(listed.data).toContainEqual(expect.objectContaining({ id: lora, parent: fleet.model }));
     // An adapter the pool does not list is refused.
     const r = await fetch(`${fleet.edgeUrl}/v1/chat/completions`, {
       method: "POST",
