@@ -12,22 +12,25 @@ import {
   UpstreamTimeoutError,
   errorResponse,
 } from "../api/errors.ts";
-import type { EdgeConfig, ModelConfig } from "../api/config.ts";
-import { parseLimits, type Limits } from "../api/limits.ts";
+import { contextTokensOf, type EdgeConfig, type ModelConfig, type RoutingConfig } from "../api/config.ts";
+import type { Limits } from "../api/limits.ts";
 import { parseChatRequest, readBodyText } from "../api/validate.ts";
 import type { ChatCompletionRequest } from "../api/openai-schema.ts";
-import { preparePrompt } from "../prompt/index.ts";
+import { parseToolsKeepingNumbers, preparePrompt } from "../prompt/index.ts";
 import { sharedPrefixCache } from "../prompt/prefix-cache.ts";
 import { getQwenTokenizer } from "../prompt/tokenizer/index.ts";
-import { localBlockHashes } from "../kv/block-hash.ts";
+import { localBlockHashes, namespacedLocalHashes, namespaceTag } from "../kv/block-hash.ts";
 import { shardForRequest } from "../kv/shard.ts";
 import type { RouteDecision, RouteRequest, SettleRequest } from "../kv/routing-core.ts";
 import { buildGenerateBody, newRequestId } from "../proxy/generate-request.ts";
+import { cacheSaltFor } from "./cache-salt.ts";
 import { createChatStreamTranslator, translateGenerateHttp } from "../proxy/translate.ts";
-import { bearerToken, matchApiKey, timingSafeEqualString } from "./auth.ts";
+import { guardUpstreamBody, readGuardedText } from "../proxy/upstream-guard.ts";
+import { chatOutputPlan, modelParsers, type ChatOutputPlan } from "../proxy/chat-output.ts";
+import { authorizeClient } from "./auth.ts";
 import { StageClock } from "./server-timing.ts";
 import { resolveMedia, type MediaDeps, type MediaPartRef } from "./media.ts";
-import { buildRoutingView, requestIneligibility, type WorkerContract } from "../layout/index.ts";
+import { buildRoutingView, requestIneligibility, type RoutingView, type WorkerContract } from "../layout/index.ts";
 import { mmHashesAllowed } from "../proxy/generate-request.ts";
 import { SafeFetcher } from "../media/safe-fetch.ts";
 import { DecodeClient } from "../media/decode-client.ts";
@@ -59,25 +62,57 @@ export interface ChatDeps {
 /** Why the request was not routed on its exact token sequence (null = exact). */
 export type FallbackReason = string | null;
 
-interface RoutingPlan {
+export interface RoutingPlan {
   localHashes: bigint[];
   isl: number;
   fallbackReason: FallbackReason;
   /** Forwarded to SGLang only when the exact layout was built (images first, then videos). */
   mmHashes: string[] | null;
+  /** Exact media routing: the routed sequence (pad-valued) and each item's span (admin explain, tests). */
+  view?: Pick<RoutingView, "tokens" | "spans" | "padValues">;
 }
 
-let limitsCache: { src: Record<string, unknown>; limits: Limits } | null = null;
-/** The configured request limits, parsed once per config object (per isolate). */
+/** The configured request limits (parsed with the rest of the config, once per isolate). */
 export function limitsOf(config: EdgeConfig): Limits {
-  if (limitsCache?.src !== config.limitsOverride) limitsCache = { src: config.limitsOverride, limits: parseLimits(config.limitsOverride) };
-  return limitsCache.limits;
+  return config.limits;
+}
+
+/**
+ * The chat request as the handler reads it: validated, and when it has tools, each tool's
+ * `parameters` (free-form JSON the template prints) re-read from the body keeping every number's
+ * JSON lexeme. SGLang's `json.loads` keeps `0.0` a float and the template's `tojson` prints `0.0`
+ * where a JS number would print `0` (a different prompt), so only the lexeme gives the worker's
+ * tools block (docs/prompt.md, number policy). The rest of each tool stays as validated.
+ */
+export function parseChatBody(bodyText: string, limits: Limits, opts: { sizeChecked?: boolean } = {}): ChatCompletionRequest {
+  const req = parseChatRequest(bodyText, limits, opts);
+  if (req.tools && req.tools.length > 0) {
+    const raw = parseToolsKeepingNumbers(bodyText);
+    if (raw && raw.length === req.tools.length) {
+      req.tools = req.tools.map((t, i) => {
+        const params = (raw[i] as { function?: { parameters?: unknown } } | null)?.function?.parameters;
+        return params && typeof params === "object" && !Array.isArray(params) ? { ...t, function: { ...t.function, parameters: params as Record<string, unknown> } } : t;
+      });
+    }
+  }
+  return req;
 }
 
 function modelConfig(config: EdgeConfig, model: string): ModelConfig {
-  const m = config.models.find((x) => x.id === model);
-  if (!m) throw new NotFoundError(`The model '${model}' does not exist.`, "model", "model_not_found");
-  return m;
+  return resolveModel(config, model).model;
+}
+
+/** `<pool id>` or `<pool id>:<adapter>` (SGLang's OpenAI "base:adapter" form) → the pool and adapter. */
+export function resolveModel(config: EdgeConfig, requested: string): { model: ModelConfig; adapter: string | null } {
+  const exact = config.models.find((x) => x.id === requested);
+  if (exact) return { model: exact, adapter: null };
+  const colon = requested.lastIndexOf(":");
+  if (colon > 0) {
+    const base = config.models.find((x) => x.id === requested.slice(0, colon));
+    const adapter = requested.slice(colon + 1);
+    if (base?.loraAdapters.includes(adapter)) return { model: base, adapter };
+  }
+  throw new NotFoundError(`The model '${requested}' does not exist.`, "model", "model_not_found");
 }
 
 /**
@@ -170,7 +205,13 @@ async function planMediaRouting(
   if (resolved.unresolved) return fallback(resolved.unresolved.reason);
   const view = buildRoutingView(cohort.contract, tokens, resolved.items, (t) => tokenizer.encode(t));
   if (!view.ok) return fallback(view.reason);
-  return { localHashes: localBlockHashes(view.tokens, model.blockSize), isl: view.tokens.length, fallbackReason: null, mmHashes: view.mmHashes };
+  return {
+    localHashes: localBlockHashes(view.tokens, model.blockSize),
+    isl: view.tokens.length,
+    fallbackReason: null,
+    mmHashes: view.mmHashes,
+    view: { tokens: view.tokens, spans: view.spans, padValues: view.padValues },
+  };
 }
 
 function routingHeaders(d: RouteDecision, plan: RoutingPlan, requestId: string, attempts: number, shard: number): Headers {
@@ -200,6 +241,7 @@ class RetryableUpstream extends Error {
 export interface PreparedRouting {
   model: ModelConfig;
   prompt: ReturnType<typeof preparePrompt>;
+  /** Template tokens before media expansion (text-only: the routed sequence itself). */
   tokens: number[];
   plan: RoutingPlan;
   index: IndexClient;
@@ -212,12 +254,14 @@ export interface PreparedRouting {
 export async function prepareRouting(req: ChatCompletionRequest, deps: Pick<ChatDeps, "config" | "index" | "fetch">): Promise<PreparedRouting> {
   const model = modelConfig(deps.config, req.model);
   const prompt = preparePrompt(req, { family: model.family, templateId: model.templateId });
+  checkPromptChars(prompt.text.length, model, limitsOf(deps.config));
   const tokenizer = getQwenTokenizer(model.family);
   if (prompt.mediaParts.length === 0) {
     // Text: earlier turns' tokens and block hashes come from the isolate's prompt-prefix cache (exact:
     // the same as encode + localBlockHashes). The ids are built only if asked for (admin explain).
     const encoded = sharedPrefixCache().encode(tokenizer, prompt.text, model.blockSize);
     if (encoded.length === 0) throw new InvalidRequestError("The prompt is empty.", "messages");
+    checkPromptTokens(encoded.length, model);
     const plan: RoutingPlan = { localHashes: encoded.localHashes, isl: encoded.length, fallbackReason: null, mmHashes: null };
     let ids: number[] | null = null;
     return {
@@ -232,6 +276,7 @@ export async function prepareRouting(req: ChatCompletionRequest, deps: Pick<Chat
   }
   const tokens = tokenizer.encode(prompt.text);
   if (tokens.length === 0) throw new InvalidRequestError("The prompt is empty.", "messages");
+  checkPromptTokens(tokens.length, model);
   const index = deps.index(model.id);
   const parts: MediaPartRef[] = prompt.mediaParts.map((p) => ({
     kind: p.kind,
@@ -242,44 +287,88 @@ export async function prepareRouting(req: ChatCompletionRequest, deps: Pick<Chat
   return { model, prompt, tokens, plan, index };
 }
 
+/** Longest token of the Qwen2/2.5/3 vocabularies, in UTF-16 units (a run of 128 spaces). */
+const MAX_TOKEN_CHARS = 128;
+
+/**
+ * Before tokenizing: the rendered prompt within `maxPromptChars`, and not so long that even at the
+ * longest token it could not fit the context (both bound the tokenizer's work per request).
+ */
+function checkPromptChars(chars: number, model: ModelConfig, limits: Limits): void {
+  const context = contextTokensOf(model);
+  if (chars > limits.maxPromptChars || chars > context * MAX_TOKEN_CHARS)
+    throw new InvalidRequestError(
+      `The rendered prompt is ${chars} characters, more than this endpoint accepts for '${model.id}' (limit ${Math.min(limits.maxPromptChars, context * MAX_TOKEN_CHARS)}).`,
+      "messages",
+      "context_length_exceeded",
+    );
+}
+
+/** After tokenizing: SGLang refuses input_len ≥ context_len (tokenizer_manager _validate_one_request); refuse it here first. */
+function checkPromptTokens(tokens: number, model: ModelConfig): void {
+  const context = contextTokensOf(model);
+  if (tokens >= context)
+    throw new InvalidRequestError(
+      `The input (${tokens} tokens) is longer than the model's context length (${context} tokens).`,
+      "messages",
+      "context_length_exceeded",
+    );
+}
+
 export async function handleChatCompletions(request: Request, deps: ChatDeps): Promise<Response> {
   const { config } = deps;
   // workerd advances clocks only across I/O, so this measures what awaits cost (body, index RPC).
   const clock = new StageClock();
   const arrivedAt = clock.start;
-  const apiKey = matchApiKey(request, config.apiKeys);
+  const caller = authorizeClient(request, config);
+  // Routing headers reveal topology and other tenants' cached prefixes: admin callers or debug only.
+  const showRouting = caller.admin || config.debugHeaders;
   // The limiter round trip overlaps reading and validating the body; its verdict is awaited
   // before any routing work (a refused request still spends its token).
-  const admitted = deps.rateLimit?.(apiKey) ?? null;
+  const admitted = deps.rateLimit?.(caller.apiKey) ?? null;
   admitted?.catch(() => undefined);
   const limits = limitsOf(config);
   const bodyText = await readBodyText(request.body, limits, request.headers.get("content-length"));
   clock.mark("read");
-  const req = parseChatRequest(bodyText, limits, { sizeChecked: true });
+  const req = parseChatBody(bodyText, limits, { sizeChecked: true });
   clock.mark("parse");
   if (admitted) await admitted;
   const { model, prompt, plan } = await prepareRouting(req, deps);
   clock.mark("prepare");
+  // Tenant / adapter isolation: SGLang keeps a salted request's KV apart, and so does the index.
+  const { adapter } = resolveModel(config, req.model);
+  const cacheSalt = await cacheSaltFor(config, { apiKey: caller.apiKey, adapter });
+  const localHashes = cacheSalt === null ? plan.localHashes : namespacedLocalHashes(plan.localHashes, namespaceTag(cacheSalt));
+  const parsers = modelParsers(model);
+  const output = chatOutputPlan(req, parsers);
   const requestId = newRequestId();
   const body = buildGenerateBody(req, {
     text: prompt.text,
     rid: requestId,
+    requireReasoning: output.reasoning?.force === true,
+    toolCallParser: parsers.toolCallParser,
     media: {
       imageData: prompt.mediaParts.filter((p) => p.kind === "image").map((p) => p.url),
       videoData: prompt.mediaParts.filter((p) => p.kind === "video").map((p) => p.url),
       ...(plan.mmHashes ? { mmHashes: plan.mmHashes } : {}),
     },
   });
+  if (cacheSalt !== null) {
+    body.cache_salt = cacheSalt;
+    // Older SGLang /generate has no cache_salt (dropped silently) but namespaces by extra_key.
+    body.extra_key = cacheSalt;
+  }
+  if (adapter !== null) body.lora_path = adapter;
   const bodyJson = JSON.stringify(body);
   clock.mark("build");
 
   // A sharded pool: the shard of the first block holds every worker's overlap for this request.
-  const shard = shardForRequest(plan.localHashes, config.shards);
+  const shard = shardForRequest(localHashes, config.shards);
   const shardIndex = deps.index(model.id, shard);
   const exclude: string[] = [];
   let lastError: KvedgeError | null = null;
   // One buffer over the RPC instead of thousands of BigInts (serialized and read back per attempt).
-  const routeHashes = BigUint64Array.from(plan.localHashes);
+  const routeHashes = BigUint64Array.from(localHashes);
   for (let attempt = 1; attempt <= config.routing.maxAttempts; attempt++) {
     const decision = await shardIndex.route({ localHashes: routeHashes, isl: plan.isl, exclude, fallbackReason: plan.fallbackReason, edgeColo: edgeColoOf(request) });
     if (!decision) break;
@@ -292,14 +381,13 @@ export async function handleChatCompletions(request: Request, deps: ChatDeps): P
     };
     try {
       const prefillDone = () => deps.waitUntil(shardIndex.markPrefillDone(decision.receiptId).catch(() => undefined));
-      const res = await proxyOnce(deps, decision, req, bodyJson, requestId, config.routing.upstreamHeadersTimeoutMs, settle, config.shards > 1, prefillDone);
+      const res = await proxyOnce(deps, decision, req, output, bodyJson, requestId, config.routing, settle, config.shards > 1, prefillDone, request.signal ?? null);
+      const headers = showRouting ? routingHeaders(decision, plan, requestId, attempt, shard) : new Headers({ "x-request-id": requestId });
       clock.mark("upstream");
-      const headers = routingHeaders(decision, plan, requestId, attempt, shard);
       for (const [k, v] of res.headers) headers.set(k, v);
       // Edge time before the upstream call (workerd clocks advance across I/O: body, index RPCs);
       // admin callers also get the stages (upstream = until the answer's headers, or all of it unstreamed).
-      const admin = config.adminToken !== null && timingSafeEqualString(bearerToken(request) ?? "", config.adminToken);
-      headers.set("server-timing", `kvedge-route;dur=${edgeOverheadMs}${admin ? `, ${clock.header()}` : ""}`);
+      if (showRouting) headers.set("server-timing", `kvedge-route;dur=${edgeOverheadMs}${caller.admin ? `, ${clock.header()}` : ""}`);
       return new Response(res.body, { status: res.status, headers });
     } catch (err) {
       if (err instanceof RetryableUpstream) {
@@ -309,12 +397,14 @@ export async function handleChatCompletions(request: Request, deps: ChatDeps): P
           for (let k = 0; k < config.shards; k++)
             deps.waitUntil(deps.index(model.id, k).markDown(decision.workerId, err.message).catch(() => undefined));
         exclude.push(decision.workerId);
-        lastError = new UpstreamError(`Worker ${decision.workerId} failed before answering: ${err.message}`, null, "worker_unavailable");
+        // The client learns that a worker failed, never which one or how (ids, addresses, texts).
+        console.warn(JSON.stringify({ event: "worker_failed", worker: decision.workerId, requestId, error: err.message.slice(0, 300) }));
+        lastError = new UpstreamError("A worker failed before answering.", null, "worker_unavailable");
         continue;
       }
       settle({ promptTokens: null, cachedTokens: null, outcome: "error" });
       const e = err instanceof KvedgeError ? err : new UpstreamError("The worker's answer could not be processed.");
-      return errorResponse(e, { "x-request-id": requestId, "x-kvedge-worker": decision.workerId });
+      return errorResponse(e, showRouting ? { "x-request-id": requestId, "x-kvedge-worker": decision.workerId } : { "x-request-id": requestId });
     }
   }
   throw lastError ?? new NoWorkerAvailableError();
@@ -324,9 +414,10 @@ async function proxyOnce(
   deps: ChatDeps,
   d: RouteDecision,
   req: ChatCompletionRequest,
+  output: ChatOutputPlan,
   bodyJson: string,
   requestId: string,
-  headersTimeoutMs: number,
+  routing: RoutingConfig,
   settle: (s: Omit<SettleRequest, "receiptId">) => Promise<void>,
   /**
    * Sharded pool: hold a complete answer until its release has reached every shard, so a client's
@@ -335,9 +426,17 @@ async function proxyOnce(
   releaseBeforeReply: boolean,
   /** Called when a stream's first output arrives (its prefill is over; the TTFT cost stops counting it). */
   prefillDone: () => void,
+  /** The client's request signal: the client going away aborts the upstream request. */
+  clientSignal: AbortSignal | null,
 ): Promise<Response> {
   const abort = new AbortController();
-  const timer = setTimeout(() => abort.abort(), headersTimeoutMs);
+  const deadlineAt = Date.now() + routing.upstreamDeadlineMs;
+  if (clientSignal?.aborted) abort.abort();
+  else clientSignal?.addEventListener("abort", () => abort.abort(), { once: true });
+  const timer = setTimeout(() => abort.abort(), Math.min(routing.upstreamHeadersTimeoutMs, routing.upstreamDeadlineMs));
+  // The body: idle timeout, total deadline, a size cap when buffered; cancelling it aborts the request.
+  const guarded = (maxBytes?: number) =>
+    guardUpstreamBody(upstream.body ?? new ReadableStream(), { idleMs: routing.upstreamIdleTimeoutMs, deadlineAt, abort, ...(maxBytes !== undefined ? { maxBytes } : {}) });
   let upstream: Response;
   try {
     upstream = await deps.fetch(`${d.url}/generate`, {
@@ -353,15 +452,20 @@ async function proxyOnce(
   } finally {
     clearTimeout(timer);
   }
-  const ctx = { id: `chatcmpl-${requestId}`, model: req.model, n: req.n };
+  const ctx = { id: `chatcmpl-${requestId}`, model: req.model, n: req.n, plan: output };
 
   if (!req.stream) {
     let text: string;
     try {
-      text = await upstream.text();
+      text = await readGuardedText(guarded(routing.maxUpstreamBodyBytes));
     } catch (err) {
-      // The worker died while computing; the client has seen nothing yet.
-      throw new RetryableUpstream(err instanceof Error ? err.message : String(err), true);
+      // Cut by a deadline, the size cap or the client's going: not the worker's failure; not retried.
+      if (err instanceof UpstreamTimeoutError || (err instanceof UpstreamError && (err.code === "upstream_too_large" || err.code === "cancelled"))) throw err;
+      // The connection broke while the worker computed; the client has seen nothing yet. Retried
+      // elsewhere, but not marked down: one request that makes a worker drop its connection must
+      // not take workers out of the pool for everyone (a dead worker is seen by its relay, and by
+      // the next connect that is refused).
+      throw new RetryableUpstream(err instanceof Error ? err.message : String(err), false);
     }
     if (upstream.status === 503) throw new RetryableUpstream("worker overloaded (503)", false);
     try {
@@ -377,7 +481,7 @@ async function proxyOnce(
 
   if (upstream.status < 200 || upstream.status > 299) {
     if (upstream.status === 503) throw new RetryableUpstream("worker overloaded (503)", false);
-    const text = await upstream.text().catch(() => "");
+    const text = await readGuardedText(guarded(routing.maxUpstreamBodyBytes)).catch(() => "");
     return translateGenerateHttp(upstream.status, text, ctx) as never; // throws the mapped error
   }
   if (!upstream.body) throw new RetryableUpstream("empty upstream body", false);
@@ -386,6 +490,7 @@ async function proxyOnce(
     model: req.model,
     n: req.n,
     includeUsage: req.stream_options?.include_usage === true,
+    plan: output,
     holdEndUntilFinished: releaseBeforeReply,
     onFinish: (o) =>
       settle({
@@ -394,12 +499,12 @@ async function proxyOnce(
         outcome: o.status === "completed" ? "ok" : "error",
       }),
   });
-  upstream.body.pipeTo(translator.writable).catch(() => undefined);
+  guarded().pipeTo(translator.writable).catch(() => undefined);
   const early = await translator.ready;
   if (early) {
     await translator.readable.cancel().catch(() => undefined);
     // Cut before any output: another worker can still answer in full.
-    if (early instanceof UpstreamError && early.upstreamStatus === null) throw new RetryableUpstream(early.message, true);
+    if (early instanceof UpstreamError && early.upstreamStatus === null) throw new RetryableUpstream(early.message, false);
     throw early;
   }
   prefillDone();
