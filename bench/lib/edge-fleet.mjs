@@ -121,6 +121,12 @@ export async function startEdgeFleet({ model = "Qwen/Qwen3-VL-8B-Instruct", fami
       RELAY_SECRET: relaySecret,
       ADMIN_TOKEN: adminToken,
       KVEDGE_MEDIA: JSON.stringify({ allowlist: [new URL(mediaUrl).host] }),
+      // As the local fleet: plain-http workers on loopback may hold relay keys, the API is open and
+      // unthrottled (the bench sends hundreds of requests). Routing headers stay admin-only, as in
+      // production; the bench's edge requests carry the admin token.
+      KVEDGE_RELAY_ALLOW_HTTP: "1",
+      KVEDGE_ACCESS: "public",
+      KVEDGE_RATE_LIMIT: "off",
     };
     if (limits) bindings.KVEDGE_LIMITS = JSON.stringify(limits);
     if (decode) {
@@ -157,16 +163,18 @@ export async function startEdgeFleet({ model = "Qwen/Qwen3-VL-8B-Instruct", fami
     procs.push(worker);
     const workerUrl = `http://127.0.0.1:${port}`;
     await waitFor(async () => (await fetch(`${workerUrl}/health`)).ok, 60_000, "simulated worker", worker);
-    const relay = child(
-      [join(ROOT, "services/relay/main.ts"), "--worker-url", workerUrl, "--index-url", `ws://127.0.0.1:${new URL(edgeUrl).port}`, "--worker-id", "w1", "--model", model, "--secret-env", "KVEDGE_RELAY_SECRET", "--model-dir", modelDir, "--log-level", "warn"],
-      { KVEDGE_RELAY_SECRET: relaySecret },
-    );
-    procs.push(relay);
-    const admin = async (path) => {
-      const r = await fetch(`${edgeUrl}${path}`, { headers: { authorization: `Bearer ${adminToken}` } });
+    const admin = async (path, init = {}) => {
+      const r = await fetch(`${edgeUrl}${path}`, { ...init, headers: { authorization: `Bearer ${adminToken}`, "content-type": "application/json" } });
       if (!r.ok) throw new Error(`admin ${path}: ${r.status} ${await r.text()}`);
       return r.json();
     };
+    // The relay's own key, issued through the admin API (RELAY_SECRET stays with the edge), in its environment.
+    const { credential } = await admin("/admin/relay-keys", { method: "POST", body: JSON.stringify({ model, workerId: "w1", url: workerUrl }) });
+    const relay = child(
+      [join(ROOT, "services/relay/main.ts"), "--worker-url", workerUrl, "--index-url", `ws://127.0.0.1:${new URL(edgeUrl).port}`, "--worker-id", "w1", "--model", model, "--key-env", "KVEDGE_RELAY_KEY", "--model-dir", modelDir, "--log-level", "warn"],
+      { KVEDGE_RELAY_KEY: credential },
+    );
+    procs.push(relay);
     await waitFor(
       async () => (await admin(`/admin/workers?model=${encodeURIComponent(model)}`)).workers.some((w) => w.workerId === "w1" && w.synced && w.status === "up"),
       60_000,
