@@ -5,8 +5,8 @@
 // Each request is sent twice in the same run, in alternating order: through the edge, and straight
 // to the worker the edge picked (its OpenAI endpoint, the same body). overhead = edge − direct, per
 // pair, after the worker alone has seen the body once (so the worker's share is equally warm on both
-// sides). Cold = text the edge never saw; warm = a multi-turn conversation whose history the edge saw
-// in the previous request. Streamed requests compare time to the first byte of
+// sides). Cold = text the edge never saw; warm = a conversation whose history the edge has seen, plus
+// a new answer and user turn. Streamed requests compare time to the first byte of
 // the answer. `Server-Timing` from the edge (admin callers) gives the component breakdown.
 import { startEdgeFleet } from "../lib/edge-fleet.mjs";
 import { freshText } from "../lib/corpus.mjs";
@@ -86,7 +86,7 @@ export default {
     const edge = `${fleet.edgeUrl}/v1/chat/completions`;
     const direct = `${fleet.workerUrl}/v1/chat/completions`;
     const admin = { authorization: `Bearer ${fleet.adminToken}` };
-    const reps = (size) => (ctx.tiny ? 2 : ctx.quick ? (size >= 100_000 ? 4 : 8) : size >= 100_000 ? 10 : 30);
+    const reps = (size) => (ctx.tiny ? 2 : ctx.quick ? (size >= 100_000 ? 4 : 8) : size >= 100_000 ? 20 : 60);
     const body = (messages, stream) => JSON.stringify({ model: MODEL, messages, max_tokens: 16, stream, ...(stream ? { stream_options: { include_usage: true } } : {}) });
     const imageParts = () => IMAGE_SIZES.map((_, i) => ({ type: "image_url", image_url: { url: `${fleet.mediaUrl}/img-${i}.png` } }));
 
@@ -114,8 +114,9 @@ export default {
         { role: "system", content: SYSTEM },
         { role: "user", content: c.kind === "image-4" ? [{ type: "text", text: fresh(c.size) }, ...imageParts()] : fresh(c.size) },
       ];
-      // Warm: one conversation; each measured request is the previous one plus an answer and a new turn.
-      let history = c.temp === "warm" ? opening() : null;
+      // Warm: a conversation the edge has seen (sent once through it); each measured request is that
+      // history plus a new answer and user turn (fresh text), so the size stays that of the case.
+      const history = c.temp === "warm" ? opening() : null;
       if (history) await timedPost(edge, body(history, false), false);
       const over = [];
       const edgeMs = [];
@@ -125,10 +126,8 @@ export default {
       let overlap = null;
       for (let i = 0; i < n; i++) {
         let messages;
-        if (history) {
-          messages = [...history, { role: "assistant", content: fresh(80) }, { role: "user", content: fresh(40) }];
-          history = messages;
-        } else messages = opening();
+        if (history) messages = [...history, { role: "assistant", content: fresh(80) }, { role: "user", content: fresh(40) }];
+        else messages = opening();
         const b = body(messages, c.stream);
         // The worker sees the body once first (unmeasured): both measured sends then find its
         // tokenizer and KV caches equally warm, so the difference is the edge's own work. The edge
