@@ -89,7 +89,7 @@ if (values.verbose) opts.verbose = true;
 try {
   const worker = await startSimulatedWorker(opts);
   process.stdout.write(
-    JSON.stringify({ ready: true, url: worker.url, kvEndpoint: worker.kvEndpoint, replayEndpoint: worker.replayEndpoint }) + "\n",
+    JSON.stringify({ ready: true, url: worker.url, kvEndpoint: worker.kvEndpoint, replayEndpoint: worker.replayEndpoint, videoDecoder: worker.videoDecoder }) + "\n",
   );
   let stopping = false;
   const stop = (): void => {

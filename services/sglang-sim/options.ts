@@ -68,6 +68,8 @@ export const SimOptionsSchema = z.strictObject({
       /** Hosts/CIDRs fetched although private (the simulator is a trusted local component). */
       allowlist: z.array(z.string().min(1)).default(["127.0.0.0/8", "[::1]", "localhost"]),
       ffprobePath: z.string().min(1).default("ffprobe"),
+      /** Video probing: native ffprobe, the embedded wasm build, or native when runnable (auto). */
+      decoder: z.enum(["native", "wasm", "auto"]).default("auto"),
     })
     .prefault({}),
 
