@@ -6,7 +6,8 @@
  * needs two shims (reference/workers-toolchain.md §2.2): `self` (the build targets web workers)
  * and the wasm bytes passed in directly.
  */
-import { readFileSync } from "node:fs";
+import { readFileSync, writeFileSync } from "node:fs";
+import { basename } from "node:path";
 import { fileURLToPath } from "node:url";
 
 export interface FfmpegCore {
@@ -78,4 +79,24 @@ export class WasmFfmpeg {
   async ffprobe(args: string[], inputs: Record<string, Uint8Array>): Promise<string> {
     return new TextDecoder().decode(await this.run("ffprobe", args, "/probe-out.txt", inputs));
   }
+}
+
+/** Host paths after `-i` become files of the wasm FS (in0, in1, ... keeping their extension); lavfi sources stay. */
+function mapInputs(args: string[]): { args: string[]; inputs: Record<string, Uint8Array> } {
+  const inputs: Record<string, Uint8Array> = {};
+  const mapped = args.map((a, i) => {
+    if (args[i - 1] !== "-i" || args[i - 2] === "lavfi") return a;
+    const name = `in${Object.keys(inputs).length}${basename(a).replace(/^[^.]*/, "")}`;
+    inputs[name] = new Uint8Array(readFileSync(a));
+    return name;
+  });
+  return { args: mapped, inputs };
+}
+
+/** `ffmpeg -y ...args out` on host files: inputs read from disk, the output written to the host path `out`. */
+export async function ffmpegOnFiles(ff: WasmFfmpeg, args: string[], out: string): Promise<Uint8Array> {
+  const m = mapInputs(args);
+  const bytes = await ff.ffmpeg(m.args, `out-${basename(out)}`, m.inputs);
+  writeFileSync(out, bytes);
+  return bytes;
 }

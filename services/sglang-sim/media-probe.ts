@@ -40,7 +40,10 @@ export class VideoMetadataProber {
   private dir: Promise<string> | null = null;
   private seq = 0;
 
-  private constructor(private readonly prober: Prober) {}
+  private readonly prober: Prober;
+  private constructor(prober: Prober) {
+    this.prober = prober;
+  }
 
   /** `auto`: native ffprobe when `ffprobe -version` runs, else the wasm build (one thread, started on first use). */
   static async create(opts: { decoder: DecoderKind | "auto"; ffprobePath: string; timeoutMs: number }): Promise<VideoMetadataProber> {

@@ -2,34 +2,27 @@
  * Test media made with the wasm build of ffmpeg (@ffmpeg/core, an npm dependency), so no test
  * needs a native ffmpeg: `ffmpegToFile(args, out)` runs `ffmpeg -y ...args out` with every `-i`
  * input read from the host file system, and writes the output to the host path `out`.
+ * `ffmpegToFileSync` does the same in a child process (scripts/wasm-ffmpeg.ts) for callers that
+ * cannot await.
  */
-import { readFileSync, writeFileSync } from "node:fs";
-import { basename } from "node:path";
-import { WasmFfmpeg } from "../../services/decode/wasm-core.ts";
+import { execFileSync } from "node:child_process";
+import { readFileSync } from "node:fs";
+import { basename, join } from "node:path";
+import { ffmpegOnFiles, WasmFfmpeg } from "../../services/decode/wasm-core.ts";
 
 let shared: WasmFfmpeg | null = null;
-export function wasmFfmpeg(): WasmFfmpeg {
+function wasmFfmpeg(): WasmFfmpeg {
   shared ??= new WasmFfmpeg();
   return shared;
 }
 
-/** Host paths after `-i` become files of the wasm FS (named in0, in1, ... plus their extension). */
-function mapInputs(args: string[]): { args: string[]; inputs: Record<string, Uint8Array> } {
-  const inputs: Record<string, Uint8Array> = {};
-  const out = args.map((a, i) => {
-    if (args[i - 1] !== "-i" || !a.startsWith("/")) return a; // lavfi sources stay as they are
-    const name = `in${Object.keys(inputs).length}${basename(a).replace(/^[^.]*/, "")}`;
-    inputs[name] = new Uint8Array(readFileSync(a));
-    return name;
-  });
-  return { args: out, inputs };
+export async function ffmpegToFile(args: string[], out: string): Promise<Buffer> {
+  return Buffer.from(await ffmpegOnFiles(wasmFfmpeg(), args, out));
 }
 
-export async function ffmpegToFile(args: string[], out: string): Promise<Buffer> {
-  const m = mapInputs(args);
-  const bytes = await wasmFfmpeg().ffmpeg(m.args, `out-${basename(out)}`, m.inputs);
-  writeFileSync(out, bytes);
-  return Buffer.from(bytes);
+const CLI = join(import.meta.dirname, "../../scripts/wasm-ffmpeg.ts");
+export function ffmpegToFileSync(args: string[], out: string): void {
+  execFileSync(process.execPath, [CLI, ...args, out], { stdio: ["ignore", "ignore", "inherit"] });
 }
 
 /** `ffprobe ...args file` on a host file, stdout as text. */
