@@ -1,6 +1,6 @@
 /**
- * The launcher owns its children: `node scripts/start.ts` (what `npm start` runs) is killed with
- * SIGKILL — it gets no chance to clean up — and every process it started (simulators, relays,
+ * The launcher owns its children: `node scripts/start.ts` (what `npm start` runs) is stopped with
+ * SIGINT or SIGTERM, or killed with SIGKILL (no chance to clean up), and every process it started (simulators, relays,
  * decode service, wrangler dev and its workerd, the reaper) must be gone within 5 s; a start that
  * fails half-way (the edge port already taken, after the decode service and a worker are up) must
  * exit non-zero and leave nothing running either. Processes are found through /proc: descendants
@@ -67,6 +67,30 @@ async function survivors(pids: Map<number, string>, withinMs: number): Promise<s
   }
 }
 
+/**
+ * The image and video examples the launcher printed work as printed: each, sent twice, is routed
+ * exactly (the media laid out, not the text-prefix fallback) and the repeat overlaps every block.
+ */
+async function examplesWork(output: string, port: number): Promise<void> {
+  const bodies = [...output.matchAll(/-d '(\{.*\})'$/gm)].map((m) => m[1]!);
+  const media = bodies.filter((b) => b.includes('"image_url"') || b.includes('"video_url"'));
+  expect(media.map((b) => (b.includes("image_url") ? "image" : "video"))).toEqual(["image", "video"]);
+  for (const body of media) {
+    const send = async () => {
+      const r = await fetch(`http://127.0.0.1:${port}/v1/chat/completions`, { method: "POST", headers: { "content-type": "application/json" }, body });
+      const j = (await r.json()) as { usage?: { prompt_tokens_details?: { cached_tokens?: number } } };
+      expect(r.status, JSON.stringify(j)).toBe(200);
+      return { routing: r.headers.get("x-kvedge-routing"), overlap: Number(r.headers.get("x-kvedge-overlap-blocks")), total: Number(r.headers.get("x-kvedge-total-blocks")), cached: j.usage?.prompt_tokens_details?.cached_tokens ?? 0 };
+    };
+    await send();
+    const again = await send();
+    expect(again.routing, body).toBe("exact");
+    expect(again.total).toBeGreaterThan(0);
+    expect(again.overlap).toBe(again.total);
+    expect(again.cached).toBe(again.total * 16);
+  }
+}
+
 let launcher: ChildProcess | null = null;
 let stateDir = "";
 let blocker: Server | null = null;
@@ -97,7 +121,7 @@ afterEach(async () => {
 });
 
 describe("npm start owns its children", () => {
-  it("SIGKILL of the launcher leaves no process of the fleet running within 5 s", async () => {
+  it.each(["SIGKILL", "SIGTERM", "SIGINT"] as const)("%s of the launcher leaves no process of the fleet running within 5 s", async (signal) => {
     const port = await freePort();
     const l = startLauncher(port);
     const seen = new Map<number, string>();
@@ -108,12 +132,13 @@ describe("npm start owns its children", () => {
       await new Promise((r) => setTimeout(r, 250));
     }
     for (const [pid, cmd] of fleetOf(l.proc.pid!)) seen.set(pid, cmd);
+    if (signal === "SIGKILL") await examplesWork(l.output(), port);
     const cmds = [...seen.values()].join("\n");
     // The whole fleet was found: decode service, simulator, relay, wrangler with workerd, reaper.
     for (const part of ["services/decode/main.ts", "services/sglang-sim/main.ts", "services/relay/main.ts", "wrangler", "workerd", "fleet-reaper"]) {
       expect(cmds).toContain(part);
     }
-    l.proc.kill("SIGKILL");
+    l.proc.kill(signal);
     await l.exited;
     expect(await survivors(seen, 5_000)).toEqual([]);
     // and the edge port is free again
