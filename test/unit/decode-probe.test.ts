@@ -259,7 +259,7 @@ describe.skipIf(!hasNative)("native ffprobe = wasm ffprobe", () => {
       expect(toExpected(n)).toEqual(e);
       expect(Object.is(n.meta.averageFps, w.meta.averageFps)).toBe(true);
       expect(w.meta.allPackets).toBe(n.meta.allPackets);
-      expect(n.stream).toEqual(w.stream);
+      expect(n.stream.timeBase).toEqual(w.stream.timeBase);
     });
   }
 });
