@@ -79,7 +79,8 @@ const decoder =
 console.log(`
 kvedge is up: ${f.edgeUrl}   (OpenAI base URL: ${f.edgeUrl}/v1)
   workers: ${f.workers.map((w) => `${w.id}=${w.url}`).join(", ")}
-  media server: ${f.mediaUrl}   decode service: ${f.decodeUrl} (probes videos with ${decoder})
+  media server: ${f.mediaUrl}   decode service: ${f.decodeUrl}
+  video probing (decode service and simulated workers): ${decoder}
   admin token (this run): ${f.adminToken}
   dashboard: ${f.edgeUrl}/dashboard?token=${f.adminToken}
 
