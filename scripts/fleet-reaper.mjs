@@ -1,16 +1,17 @@
 /**
  * The fleet's reaper: a tiny process the launcher starts first, in its own process group, with a
- * pipe on stdin. The launcher writes "+PGID" for every child process group it starts and "-PGID"
- * when one has exited. When the pipe closes, whatever the reason (stop(), a crash, SIGKILL of the
- * launcher: the kernel closes the launcher's end), the reaper sends SIGTERM to every group still
- * listed, SIGKILL a moment later, and exits. Children run in their own groups (so a kill also
- * reaches wrangler's workerd); this is what ties those groups to the launcher's life.
- * Plain JavaScript with no imports beyond node:, so it is up in milliseconds.
+ * pipe on stdin. The launcher writes "+PGID" for every child process group it starts. When the pipe
+ * closes, whatever the reason (stop(), a failed start, a crash, SIGKILL of the launcher: the kernel
+ * closes the launcher's end), or when the launcher stops being our parent, the reaper sends SIGTERM
+ * to every listed group that still exists, SIGKILL 1.5 s later to what is left, and exits. A group
+ * outlives its leader (wrangler's workerd stays in wrangler's group), so groups are what it kills.
+ * Children run in their own groups so that a kill reaches those grandchildren; this is what ties
+ * the groups to the launcher's life. Plain JavaScript with no imports, so it is up in milliseconds.
  */
 const groups = new Set();
 const GRACE_MS = 1500;
 
-for (const sig of ["SIGINT", "SIGTERM", "SIGHUP"]) process.on(sig, () => {}); // outlive the launcher's signals; only EOF ends us
+for (const sig of ["SIGINT", "SIGTERM", "SIGHUP"]) process.on(sig, () => {}); // outlive the launcher's signals: only losing the launcher ends us
 
 const signal = (sig) => {
   for (const g of groups) {
@@ -31,7 +32,6 @@ process.stdin.on("data", (chunk) => {
     const n = Number(l.slice(1));
     if (!Number.isInteger(n) || n <= 1) continue;
     if (l[0] === "+") groups.add(n);
-    else if (l[0] === "-") groups.delete(n);
   }
 });
 const alive = () => {
@@ -53,3 +53,8 @@ const reap = () => {
 };
 process.stdin.on("end", reap);
 process.stdin.on("error", reap);
+// Second trigger: the launcher is our parent; once it is gone we are re-parented.
+const launcher = process.ppid;
+setInterval(() => {
+  if (process.ppid !== launcher) reap();
+}, 500);
