@@ -79,6 +79,15 @@ const CLIPS: Clip[] = [
     },
   },
   { name: "vp8_odd_65x37.mkv", make: (o) => ff([...src("65x37", "24", 24), ...vp8, o]), check: (e) => expect([e.width, e.height]).toEqual([65, 37]) },
+  // MJPEG in AVI: what OpenCV writes (the whole-request golden set's videos are such files).
+  {
+    name: "mjpeg_25.avi",
+    make: (o) => ff([...src("64x48", "25", 20), "-c:v", "mjpeg", o]),
+    check: (e) => {
+      expect(e.codec).toBe("mjpeg");
+      expect(e.totalFrames).toBe(20);
+    },
+  },
   { name: "h264_odd_33x17_444.mp4", make: (o) => ff([...src("33x17", "30", 10), "-c:v", "libx264", "-preset", "veryfast", "-pix_fmt", "yuv444p", o]) },
   {
     name: "vfr.mp4",
@@ -210,7 +219,7 @@ afterAll(async () => {
 
 describe("probe = torchcodec exact-mode metadata", () => {
   it("generated every clip kind", () => {
-    expect(CLIPS.length).toBeGreaterThanOrEqual(17);
+    expect(CLIPS.length).toBeGreaterThanOrEqual(18);
   });
 
   for (const c of CLIPS) {
