@@ -82,7 +82,7 @@ kvedge is up: ${f.edgeUrl}   (OpenAI base URL: ${f.edgeUrl}/v1)
   media server: ${f.mediaUrl}   decode service: ${f.decodeUrl}
   video probing (decode service and simulated workers): ${decoder}
   admin token (this run): ${f.adminToken}
-  dashboard: ${f.edgeUrl}/dashboard?token=${f.adminToken}
+  dashboard: ${f.edgeUrl}/dashboard   (sign in with the admin token above)
 
 Try (run each twice and watch x-kvedge-overlap-blocks and cached_tokens):
 ${curl(body("Hello! What is KV-cache-aware routing?"))}
