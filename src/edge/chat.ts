@@ -25,11 +25,12 @@ import type { RouteDecision, RouteRequest, SettleRequest } from "../kv/routing-c
 import { buildGenerateBody, newRequestId } from "../proxy/generate-request.ts";
 import { createChatStreamTranslator, translateGenerateHttp } from "../proxy/translate.ts";
 import { matchApiKey } from "./auth.ts";
-import { resolveMedia, type MediaDeps, type MediaPartRef } from "./media.ts";
+import { mediaItems, storeSigner, verifyMedia, type MediaDeps, type MediaPartRef, type VerifiedMedia } from "./media.ts";
 import { buildRoutingView, requestIneligibility, type WorkerContract } from "../layout/index.ts";
 import { mmHashesAllowed } from "../proxy/generate-request.ts";
 import { SafeFetcher } from "../media/safe-fetch.ts";
 import { DecodeClient } from "../media/decode-client.ts";
+import { importMediaUrlKey } from "../media/signed-url.ts";
 
 /** What the edge needs from the routing index (the Durable Object stub satisfies it). */
 export interface PoolCohort {
@@ -104,13 +105,18 @@ async function poolCohort(index: IndexClient, model: string, ttlMs: number): Pro
 let mediaDepsCache: { config: EdgeConfig; deps: MediaDeps } | null = null;
 function mediaDeps(deps: Pick<ChatDeps, "config" | "fetch">): MediaDeps {
   if (mediaDepsCache?.config !== deps.config) {
-    const policy = deps.config.media as { maxBytes?: number };
+    const store = deps.config.mediaStore;
+    const decode = new DecodeClient(deps.config.decode, (u, i) => deps.fetch(u, i));
+    const key = decode.configured && store.urlKey && store.publicUrl ? importMediaUrlKey(store.urlKey) : null;
+    key?.catch(() => undefined);
     mediaDepsCache = {
       config: deps.config,
       deps: {
         fetcher: new SafeFetcher(deps.config.media, { fetch: (url, init) => deps.fetch(url, init) }),
-        decode: new DecodeClient(deps.config.decode, (u, i) => deps.fetch(u, i)),
-        maxImageBytes: policy.maxBytes ?? 20 * 1024 * 1024,
+        decode,
+        inlineMaxBytes: store.inlineMaxBytes,
+        sign: key ? storeSigner(store.publicUrl!, key, store.urlTtlSec) : null,
+        forwardClientUrls: store.forwardClientUrls,
       },
     };
   }
@@ -145,14 +151,11 @@ async function planMediaRouting(
   deps: Pick<ChatDeps, "config" | "fetch">,
   req: ChatCompletionRequest,
   tokens: readonly number[],
-  parts: readonly MediaPartRef[],
+  media: readonly VerifiedMedia[],
   model: ModelConfig,
   index: IndexClient,
 ): Promise<RoutingPlan> {
   const tokenizer = getQwenTokenizer(model.family);
-  const media = mediaDeps(deps);
-  // Never forward a URL the SSRF policy refuses, whatever the routing outcome.
-  for (const p of parts) if (!p.url.startsWith("data:")) media.fetcher.checkUrl(p.url, p.param);
   const fallback = (reason: string) => textPrefixPlan(tokens, model.blockSize, tokenizer.specialIds.visionStart, reason);
   if (!deps.config.exactMedia) return fallback("exact_media_disabled");
   const { partTypes, uuids } = requestShape(req);
@@ -165,7 +168,7 @@ async function planMediaRouting(
   if (!mmHashesAllowed(req)) return fallback("n_greater_than_one");
   const { cohort } = await poolCohort(index, model.id, deps.config.routing.profileTtlMs);
   if (!cohort.ok) return fallback(cohort.reason);
-  const resolved = await resolveMedia(parts, cohort.digest, media);
+  const resolved = mediaItems(media, cohort.digest);
   if (resolved.unresolved) return fallback(resolved.unresolved.reason);
   const view = buildRoutingView(cohort.contract, tokens, resolved.items, (t) => tokenizer.encode(t));
   if (!view.ok) return fallback(view.reason);
@@ -202,6 +205,8 @@ export interface PreparedRouting {
   tokens: number[];
   plan: RoutingPlan;
   index: IndexClient;
+  /** Media as the worker receives it (verified bytes only), prompt order. */
+  media: VerifiedMedia[];
 }
 
 /**
@@ -227,6 +232,7 @@ export async function prepareRouting(req: ChatCompletionRequest, deps: Pick<Chat
       },
       plan,
       index: deps.index(model.id),
+      media: [],
     };
   }
   const tokens = tokenizer.encode(prompt.text);
@@ -237,8 +243,10 @@ export async function prepareRouting(req: ChatCompletionRequest, deps: Pick<Chat
     url: p.url,
     param: `messages[${p.messageIndex}].content[${p.partIndex}]`,
   }));
-  const plan = await planMediaRouting(deps, req, tokens, parts, model, index);
-  return { model, prompt, tokens, plan, index };
+  // Every item becomes verified bytes before anything else, whatever the routing outcome.
+  const media = await verifyMedia(parts, mediaDeps(deps));
+  const plan = await planMediaRouting(deps, req, tokens, media, model, index);
+  return { model, prompt, tokens, plan, index, media };
 }
 
 export async function handleChatCompletions(request: Request, deps: ChatDeps): Promise<Response> {
@@ -254,14 +262,14 @@ export async function handleChatCompletions(request: Request, deps: ChatDeps): P
   const bodyText = await readBodyText(request.body, limits, request.headers.get("content-length"));
   const req = parseChatRequest(bodyText, limits, { sizeChecked: true });
   if (admitted) await admitted;
-  const { model, prompt, plan } = await prepareRouting(req, deps);
+  const { model, prompt, plan, media } = await prepareRouting(req, deps);
   const requestId = newRequestId();
   const body = buildGenerateBody(req, {
     text: prompt.text,
     rid: requestId,
     media: {
-      imageData: prompt.mediaParts.filter((p) => p.kind === "image").map((p) => p.url),
-      videoData: prompt.mediaParts.filter((p) => p.kind === "video").map((p) => p.url),
+      imageData: media.filter((m) => m.kind === "image").map((m) => m.forward!),
+      videoData: media.filter((m) => m.kind === "video").map((m) => m.forward!),
       ...(plan.mmHashes ? { mmHashes: plan.mmHashes } : {}),
     },
   });

@@ -10,3 +10,5 @@ export * from "./identity-record.ts";
 export * from "./torchcodec-metadata.ts";
 export * from "./probe-result.ts";
 export * from "./decode-client.ts";
+export * from "./signed-url.ts";
+export * from "./store-result.ts";
