@@ -310,6 +310,8 @@ export async function handleChatCompletions(request: Request, deps: ChatDeps): P
       }
       settle({ promptTokens: null, cachedTokens: null, outcome: "error" });
       const e = err instanceof KvedgeError ? err : new UpstreamError("The worker's answer could not be processed.");
+      // The worker's own text stays in the logs; the client gets the sanitized message.
+      if (typeof e.cause === "string") console.warn(JSON.stringify({ event: "upstream_error", requestId, worker: decision.workerId, code: e.code, upstream: e.cause }));
       return errorResponse(e, { "x-request-id": requestId, "x-kvedge-worker": decision.workerId });
     }
   }
