@@ -50,7 +50,8 @@ export async function spoolToFile(source: AsyncIterable<Uint8Array>, path: strin
     }
     await flush();
   } catch (e) {
-    await it.return?.().catch(() => {});
+    // Not awaited: cancelling a stalled source can itself stall; the caller aborts the transfer.
+    void it.return?.().catch(() => {});
     throw e;
   } finally {
     await fh.close();

@@ -170,25 +170,40 @@ export async function startDecodeService(input: DecodeServiceOptionsInput = {}, 
         if (known.lastModified) headers["if-modified-since"] = known.lastModified;
       }
       stats.fetches++;
-      const res = await fetcher.open(url, { headers, param: "url", signal });
-      if (res.status === 304 && known && store.has(known.digest)) {
-        stats.revalidated++;
-        store.use(known.digest);
-        return { digest: known.digest, byteLength: known.byteLength, cache: "revalidated" };
-      }
-      const file = tmpPath();
+      // Own controller: a stalled or refused body aborts the connection itself, not just the reader.
+      const transfer = new AbortController();
+      const onAbort = (): void => transfer.abort(signal.reason);
+      signal.addEventListener("abort", onAbort, { once: true });
       try {
-        const s = await spoolToFile(res.body, file, opts.fetch.maxBytes, { idleMs: opts.idleTimeoutMs, signal });
-        await store.put(file, s.contentDigest, s.byteLength);
-        const etag = res.headers.get("etag");
-        const lastModified = res.headers.get("last-modified");
-        if (etag || lastModified) byUrl.set(url, { etag, lastModified, digest: s.contentDigest, byteLength: s.byteLength });
-        else byUrl.delete(url);
-        return { digest: s.contentDigest, byteLength: s.byteLength, cache: "miss" };
+        return await transferInto(url, known, headers, transfer.signal);
+      } catch (e) {
+        transfer.abort(e);
+        throw e;
       } finally {
-        await unlink(file).catch(() => {});
+        signal.removeEventListener("abort", onAbort);
       }
     }, signal);
+  }
+
+  async function transferInto(url: string, known: UrlEntry | undefined, headers: Record<string, string>, signal: AbortSignal): Promise<Stored> {
+    const res = await fetcher.open(url, { headers, param: "url", signal });
+    if (res.status === 304 && known && store.has(known.digest)) {
+      stats.revalidated++;
+      store.use(known.digest);
+      return { digest: known.digest, byteLength: known.byteLength, cache: "revalidated" };
+    }
+    const file = tmpPath();
+    try {
+      const s = await spoolToFile(res.body, file, opts.fetch.maxBytes, { idleMs: opts.idleTimeoutMs, signal });
+      await store.put(file, s.contentDigest, s.byteLength);
+      const etag = res.headers.get("etag");
+      const lastModified = res.headers.get("last-modified");
+      if (etag || lastModified) byUrl.set(url, { etag, lastModified, digest: s.contentDigest, byteLength: s.byteLength });
+      else byUrl.delete(url);
+      return { digest: s.contentDigest, byteLength: s.byteLength, cache: "miss" };
+    } finally {
+      await unlink(file).catch(() => {});
+    }
   }
 
   async function storeUrl(url: string, signal: AbortSignal): Promise<Stored> {
