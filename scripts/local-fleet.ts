@@ -40,7 +40,7 @@ export interface FleetOptions {
   decode?: boolean;
   /** Extra decode service arguments (e.g. --allow, --host-map, --max-downloads). */
   decodeArgs?: string[];
-  /** Workers fetch media only from the store and data: URLs (default true when the store runs). */
+  /** Workers fetch media only from the store and data: URLs, like production workers (default true). */
   lockedDownWorkers?: boolean;
   /** Exact media routing at the edge (KVEDGE_EXACT_MEDIA); default on. */
   exactMedia?: boolean;
@@ -326,7 +326,7 @@ export async function startFleet(opts: FleetOptions = {}): Promise<Fleet> {
       "--template", template,
       "--model-dir", modelDir,
       // Locked down like a production worker: media only from the store (signed URLs) and data:.
-      ...(decodeUrl && opts.lockedDownWorkers !== false ? ["--media-store", decodeUrl] : []),
+      ...(opts.lockedDownWorkers !== false ? ["--locked-down-media", ...(decodeUrl ? ["--media-store", decodeUrl] : [])] : []),
       ...(opts.workerArgs?.[i] ?? []),
       ...extraArgs,
     ];

@@ -2,7 +2,7 @@
  * CLI: npx node services/sglang-sim/main.ts --port 30001 --kv-port 5557 --replay-port 5558 \
  *   --page-size 16 --capacity-tokens 200000 --model-name Qwen/Qwen3-VL-8B-Instruct \
  *   --family qwen3_vl --template qwen3vl-instruct [--timing fast|instant|h100-8b|l4-8b] \
- *   [--model-dir DIR] [--no-mm-hashes] [--sglang-version V] [--media-store URL]
+ *   [--model-dir DIR] [--no-mm-hashes] [--sglang-version V] [--locked-down-media] [--media-store URL]
  * Prints one JSON line with the bound endpoints on stdout once ready (the fleet script reads it).
  */
 import { parseArgs } from "node:util";
@@ -34,6 +34,7 @@ const { values } = parseArgs({
     "model-dir": { type: "string" },
     "no-mm-hashes": { type: "boolean" },
     "media-store": { type: "string" },
+    "locked-down-media": { type: "boolean" },
     "sglang-version": { type: "string" },
     verbose: { type: "boolean", short: "v" },
     help: { type: "boolean", short: "h" },
@@ -50,7 +51,7 @@ if (values.help) {
       "  [--prefill-tokens-per-sec N] [--decode-ms-per-token N] [--no-cache-report]\n" +
       "  [--unknown-sampling-key-status 400|500] [--output-seed prompt|rid]\n" +
       "  [--model-dir DIR (default test/fixtures/models/<family>)] [--no-mm-hashes (ignore caller mm_hashes, version 0.5.10-sim)]\n" +
-      "  [--media-store URL (locked down: fetch media only from this store's /v1/media/ and data: URLs)]\n" +
+      "  [--locked-down-media (media only as data: URLs or from --media-store URL's /v1/media/)]\n" +
       "  [--sglang-version V (/server_info.version; default 0.5.19-sim)] [--verbose]\n",
   );
   process.exit(0);
@@ -85,7 +86,9 @@ if (values["unknown-sampling-key-status"] !== undefined) {
 if (values["output-seed"] !== undefined) opts.outputSeed = values["output-seed"] as "prompt" | "rid";
 if (values["model-dir"] !== undefined) opts.modelDir = values["model-dir"];
 if (values["no-mm-hashes"]) opts.acceptsMmHashes = false;
-if (values["media-store"] !== undefined) opts.media = { storeUrl: values["media-store"] };
+if (values["media-store"] !== undefined || values["locked-down-media"]) {
+  opts.media = { lockedDown: true, storeUrl: values["media-store"] ?? null };
+}
 if (values["sglang-version"] !== undefined) opts.version = values["sglang-version"];
 if (values.verbose) opts.verbose = true;
 

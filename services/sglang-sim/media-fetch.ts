@@ -52,10 +52,11 @@ function record(kind: MediaKind, bytes: Uint8Array, via: LoadedMedia["via"]): Ui
 }
 
 export function createMediaLoader(media: SimOptions["media"]): MediaLoader {
+  const locked = media.lockedDown || media.storeUrl !== null;
   const store = media.storeUrl === null ? null : new URL(media.storeUrl);
   // Locked down: the only host:port the fetcher may reach is the store's.
-  const allowlist = store ? [store.host] : media.allowlist;
-  const policy = { maxBytes: media.maxBytes, allowlist, maxRedirects: store ? 0 : 10, dataUrlBase64: "strict" as const };
+  const allowlist = locked ? (store ? [store.host] : []) : media.allowlist;
+  const policy = { maxBytes: media.maxBytes, allowlist, maxRedirects: locked ? 0 : 10, dataUrlBase64: "strict" as const };
   const fetchers: Record<MediaKind, SafeFetcher> = {
     image: new SafeFetcher({ ...policy, timeoutMs: media.imageTimeoutMs }, { fetch: pinnedFetch, resolve: nodeResolver }),
     video: new SafeFetcher({ ...policy, timeoutMs: media.videoTimeoutMs }, { fetch: pinnedFetch, resolve: nodeResolver }),
@@ -65,11 +66,11 @@ export function createMediaLoader(media: SimOptions["media"]): MediaLoader {
       const what = `Failed to load ${kind}`;
       if (/^(https?|data):/i.test(item)) {
         const isData = /^data:/i.test(item);
-        if (store && !isData && !fromStore(item, store)) {
+        if (locked && !isData && !(store && fromStore(item, store))) {
           throw new SglangValueError(`${what}: this worker fetches media only from its media store`);
         }
         try {
-          return record(kind, (await fetchers[kind].fetchBytes(item)).bytes, isData ? "data" : store ? "store" : "url");
+          return record(kind, (await fetchers[kind].fetchBytes(item)).bytes, isData ? "data" : locked ? "store" : "url");
         } catch (e) {
           if (isMediaError(e)) throw new SglangValueError(`${what}: ${e.message}`);
           throw e;

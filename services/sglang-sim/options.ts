@@ -68,9 +68,11 @@ export const SimOptionsSchema = z.strictObject({
       /** Hosts/CIDRs fetched although private (the simulator is a trusted local component). */
       allowlist: z.array(z.string().min(1)).default(["127.0.0.0/8", "[::1]", "localhost"]),
       /**
-       * Locked down like a production worker: http(s) media only from this media store's
-       * `/v1/media/` (signed URLs from the edge), plus inline data. Null = fetch any URL (SGLang's default).
+       * Locked down like a production worker: http(s) media only from the media store's
+       * `/v1/media/` (signed URLs from the edge; none without `storeUrl`), plus inline data.
+       * Off = fetch any URL (SGLang's default).
        */
+      lockedDown: z.boolean().default(false),
       storeUrl: z.url().nullable().default(null),
       ffprobePath: z.string().min(1).default("ffprobe"),
     })

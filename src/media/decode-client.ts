@@ -12,7 +12,7 @@ export const DecodeServiceConfigSchema = z.object({
   url: z.url().optional(),
   token: z.string().min(1).optional(),
   /** Budget for one store/probe call, the service's fetch of the media included. */
-  timeoutMs: z.number().int().positive().default(20_000),
+  timeoutMs: z.number().int().positive().default(15_000),
 });
 export type DecodeServiceConfig = z.output<typeof DecodeServiceConfigSchema>;
 
