@@ -26,7 +26,11 @@ export const DecodeServiceOptionsSchema = z
     requestTimeoutMs: z.number().int().positive().default(120_000),
     /** A download that delivers no bytes for this long is abandoned. */
     idleTimeoutMs: z.number().int().positive().default(15_000),
-    /** The wasm decoder holds the whole file in its memory: larger media are not probed by it (routing falls back). */
+    /**
+     * The wasm decoder's memory cap: each thread holds the whole file in its (grow-only) wasm
+     * memory, so larger media are not probed by it (routing falls back) and the decoder's memory
+     * stays below concurrency × (this + the core's ~32 MiB base).
+     */
     wasmMaxMediaBytes: z.number().int().positive().default(192 * 1024 * 1024),
     /** The regional media store (content-addressed by SHA-256, LRU by bytes). */
     store: z
