@@ -305,7 +305,9 @@ export async function handleChatCompletions(request: Request, deps: ChatDeps): P
           for (let k = 0; k < config.shards; k++)
             deps.waitUntil(deps.index(model.id, k).markDown(decision.workerId, err.message).catch(() => undefined));
         exclude.push(decision.workerId);
-        lastError = new UpstreamError(`Worker ${decision.workerId} failed before answering: ${err.message}`, null, "worker_unavailable");
+        // No worker id or upstream text in what the client sees; the detail goes to the log.
+        console.warn(JSON.stringify({ event: "upstream_retry", requestId, worker: decision.workerId, attempt, detail: err.message }));
+        lastError = new UpstreamError("The selected worker failed before answering.", null, "worker_unavailable");
         continue;
       }
       settle({ promptTokens: null, cachedTokens: null, outcome: "error" });
