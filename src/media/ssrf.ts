@@ -116,6 +116,8 @@ const LOCAL_NAME_SUFFIXES = [
   "in-addr.arpa",
   "ip6.arpa",
   "metadata.goog",
+  "svc", // Kubernetes service names (`redis.default.svc`)
+  "consul", // Consul service discovery
 ];
 const LOCAL_NAMES = new Set(["metadata", "instance-data", "kubernetes", "kubernetes.default", "kubernetes.default.svc"]);
 

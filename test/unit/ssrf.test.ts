@@ -33,6 +33,8 @@ const REFUSED: [string, string][] = [
   ["http://10.0.0.1..../", "private, trailing dots"],
   ["http://169.254.169.254../latest/meta-data/", "metadata, trailing dots"],
   ["http://localhost../", "localhost, two trailing dots"],
+  ["http://redis.default.svc/", "Kubernetes service name"],
+  ["http://vault.service.consul./", "Consul name, trailing dot"],
   ["http://metadata.google.internal../", "metadata name, trailing dots"],
   ["http://127.0.0.1%2e/", "percent-encoded trailing dot"],
   ["http://%31%32%37.0.0.1/", "percent-encoded digits"],
