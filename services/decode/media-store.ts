@@ -5,7 +5,7 @@
  * idempotent: the same bytes from two URLs are stored once. Files are unlinked on eviction; a read
  * already streaming keeps its open descriptor, so eviction never cuts a transfer.
  */
-import { mkdir, rename, unlink } from "node:fs/promises";
+import { mkdir, readdir, rename, unlink } from "node:fs/promises";
 import path from "node:path";
 
 export interface MediaStoreStats {
@@ -31,8 +31,10 @@ export class MediaStore {
     this.maxBytes = maxBytes;
   }
 
+  /** Opens (creates) the directory. The index lives in memory: files left by an earlier run are removed, so the caps hold. */
   static async open(dir: string, maxBytes: number): Promise<MediaStore> {
     await mkdir(dir, { recursive: true });
+    for (const name of await readdir(dir)) if (/^[0-9a-f]{64}$/.test(name)) await unlink(path.join(dir, name)).catch(() => {});
     return new MediaStore(dir, maxBytes);
   }
 
