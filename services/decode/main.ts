@@ -74,6 +74,7 @@ if (values["idle-timeout-ms"] !== undefined) opts.idleTimeoutMs = int(values["id
 const keyFile = process.env.KVEDGE_MEDIA_URL_KEY_FILE;
 const urlKey = keyFile ? readFileSync(keyFile, "utf8").trim() : process.env.KVEDGE_MEDIA_URL_KEY || null;
 opts.store = { urlKey };
+if (!urlKey) process.stderr.write("decode: no KVEDGE_MEDIA_URL_KEY: the media store will serve no worker URLs (every /v1/media request is refused)\n");
 if (values["store-dir"] !== undefined) opts.store.dir = values["store-dir"];
 if (values["store-max-bytes"] !== undefined) opts.store.maxTotalBytes = int(values["store-max-bytes"])!;
 if (values["host-map"]) {
