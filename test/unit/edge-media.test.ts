@@ -116,3 +116,15 @@ describe("edge media verification", () => {
     expect((down as MediaError).reason).toBe("store_unavailable");
   });
 });
+
+describe("media store configuration", () => {
+  it("a decode service URL without the signed-URL key stops the Worker, naming the field", async () => {
+    const { parseEdgeConfig } = await import("../../src/api/config.ts");
+    expect(() => parseEdgeConfig({ KVEDGE_DECODE_URL: "https://decode.example" })).toThrow(/KVEDGE_MEDIA_URL_KEY/);
+    expect(() => parseEdgeConfig({ KVEDGE_DECODE_URL: "https://decode.example", KVEDGE_MEDIA_URL_KEY: "short" })).toThrow(/KVEDGE_MEDIA_URL_KEY/);
+    const c = parseEdgeConfig({ KVEDGE_DECODE_URL: "https://decode.example", KVEDGE_MEDIA_URL_KEY: KEY, KVEDGE_MEDIA_STORE_URL: "https://store.internal" });
+    expect(c.mediaStore).toMatchObject({ publicUrl: "https://store.internal", urlKey: KEY, forwardClientUrls: false });
+    expect(parseEdgeConfig({}).mediaStore).toMatchObject({ publicUrl: null, forwardClientUrls: false, inlineMaxBytes: 8 * 1024 * 1024 });
+    expect(parseEdgeConfig({ KVEDGE_FORWARD_CLIENT_URLS: "true" }).mediaStore.forwardClientUrls).toBe(true);
+  });
+});
