@@ -190,6 +190,20 @@ describe("decode service download bounds (issue 13)", () => {
     expect(Date.now() - t).toBeLessThan(5_000);
   });
 
+  it("the wasm decoder's memory cap: media above wasmMaxMediaBytes are stored but not probed by it", async () => {
+    const s = await startDecodeService({ token: TOKEN, decoder: "wasm", concurrency: 1, wasmMaxMediaBytes: 1000, fetch: { allowlist: [`127.0.0.1:${port}`] }, store: { urlKey: KEY } });
+    try {
+      const out = await new DecodeClient({ url: s.url, token: TOKEN }).store(u("/b.png"), "video");
+      expect(out.ok).toBe(true);
+      if (!out.ok) return;
+      expect(out.result).toMatchObject({ digest: sha(imgB), probe: null, probeError: { reason: "unprobeable_media" } });
+      expect(out.result.probeError!.message).toMatch(/memory cap/);
+      expect(s.stats.probes).toBe(0);
+    } finally {
+      await s.close();
+    }
+  });
+
   it("the whole request is cut at the request deadline (504)", async () => {
     const s = await startDecodeService({ token: TOKEN, concurrency: 1, requestTimeoutMs: 300, idleTimeoutMs: 10_000, fetch: { allowlist: [`127.0.0.1:${port}`] }, store: { urlKey: KEY } });
     try {
