@@ -187,10 +187,16 @@ export async function startDecodeService(input: DecodeServiceOptionsInput = {}, 
 
   async function transferInto(url: string, known: UrlEntry | undefined, headers: Record<string, string>, signal: AbortSignal): Promise<Stored> {
     const res = await fetcher.open(url, { headers, param: "url", signal });
-    if (res.status === 304 && known && store.has(known.digest)) {
-      stats.revalidated++;
-      store.use(known.digest);
-      return { digest: known.digest, byteLength: known.byteLength, cache: "revalidated" };
+    if (res.status === 304) {
+      if (known && store.has(known.digest)) {
+        stats.revalidated++;
+        store.use(known.digest);
+        return { digest: known.digest, byteLength: known.byteLength, cache: "revalidated" };
+      }
+      // Evicted while the conditional request was in flight: fetch in full.
+      await res.body.cancel().catch(() => {});
+      stats.fetches++;
+      return transferInto(url, undefined, {}, signal);
     }
     const file = tmpPath();
     try {
