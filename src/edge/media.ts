@@ -86,8 +86,9 @@ async function resolveOne(p: MediaPartRef, deps: MediaDeps): Promise<VerifiedMed
   if (isDataUrl(p.url)) {
     if (!policy.allowDataUrls) throw new MediaError("bad_scheme", "data: URLs are not allowed.", p.param);
     const d = parseDataUrl(p.url, { maxBytes: policy.maxBytes, base64Mode: policy.dataUrlBase64, param: p.param });
-    // SGLang base64-decodes after the first comma; a URL it would read differently is re-encoded.
-    const forward = d.sglangCompatible ? p.url : `data:${d.mimeType};base64,${encodeBase64(d.bytes)}`;
+    // SGLang checks `startswith("data:")` and strictly base64-decodes after the first comma; a URL
+    // it would read differently (leading space, upper-case scheme, forgiving base64) is re-encoded.
+    const forward = d.sglangCompatible && p.url.startsWith("data:") ? p.url : `data:${d.mimeType};base64,${encodeBase64(d.bytes)}`;
     if (p.kind === "image") {
       const id = await identifyImage(d.bytes, { maxBytes: policy.maxBytes, param: p.param });
       return { kind: "image", forward, digest: id.contentDigest, metadata: { modality: "image", width: id.header.width, height: id.header.height }, unresolved: null };

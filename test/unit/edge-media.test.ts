@@ -93,6 +93,8 @@ describe("edge media verification", () => {
     const [b] = await verifyMedia([part("image", loose)], deps({ fetcher: new SafeFetcher({ dataUrlBase64: "forgiving" }) }));
     expect(b!.forward).toBe(strict);
     expect(b!.digest).toBe(sha(png));
+    const [c] = await verifyMedia([part("image", ` DATA:image/png;base64,${b64}`)], deps());
+    expect(c!.forward).toBe(strict);
   });
 
   it("with a store: the worker gets a signed store URL for the digest, valid for a short time only", async () => {
