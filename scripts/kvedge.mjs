@@ -6,6 +6,7 @@
  *   npx kvedge status                      pools: workers up, index size, hit rate, requests, cohort
  *   npx kvedge workers [--model M]         one pool's workers: state, blocks, load, contract
  *   npx kvedge explain request.json        how the edge would route this chat request (nothing sent)
+ *   npx kvedge explain --tokens req.json   the same, plus the whole routed id sequence, media spans and block hashes
  *   npx kvedge replay trace.jsonl          send a JSONL trace of chat requests; hit rate, latency
  *
  * Connection: --url / KVEDGE_URL (default http://127.0.0.1:8787), --token / KVEDGE_ADMIN_TOKEN,
@@ -20,6 +21,7 @@ commands:
   status                         pools: workers up, index blocks, hit rate, requests, cohort state
   workers [--model M]            workers of one pool (default: the first configured model)
   explain <request.json>         token view, blocks, eligibility and the worker the edge would pick
+          [--tokens]             also the whole routed id sequence, each media item's span and pad value, every block hash
   replay <trace.jsonl>           replay chat requests through the edge; prints hit rate and latency
          [--concurrency N] [--limit N]
 options:
@@ -41,6 +43,7 @@ export function parseCli(argv, env = {}) {
     apiKey: env.KVEDGE_API_KEY || null,
     model: null,
     json: false,
+    tokens: false,
     concurrency: 1,
     limit: Infinity,
     help: false,
@@ -64,6 +67,7 @@ export function parseCli(argv, env = {}) {
     else if (a === "--api-key") opts.apiKey = value();
     else if (a === "--model") opts.model = value();
     else if (a === "--json") opts.json = true;
+    else if (a === "--tokens") opts.tokens = true;
     else if (a === "--concurrency") opts.concurrency = intValue();
     else if (a === "--limit") opts.limit = intValue();
     else if (a.startsWith("-")) throw new UsageError(`unknown option ${a}`);
@@ -72,6 +76,7 @@ export function parseCli(argv, env = {}) {
   if (opts.help) return opts;
   opts.command = positional[0] ?? null;
   if (!["status", "workers", "explain", "replay"].includes(opts.command ?? "")) throw new UsageError(opts.command ? `unknown command ${opts.command}` : "missing command");
+  if (opts.tokens && opts.command !== "explain") throw new UsageError("--tokens is an explain option");
   if (opts.command === "explain" || opts.command === "replay") {
     opts.file = positional[1] ?? null;
     if (!opts.file) throw new UsageError(`${opts.command} needs a file`);
@@ -186,6 +191,18 @@ export function formatExplain(e) {
       ),
     );
   for (const w of e.warnings) lines.push(`warning: ${w}`);
+  return lines.join("\n");
+}
+
+/** `explain --tokens`: the routed ids as one JSON array line (diffable against a worker's ids), spans, block hashes. */
+export function formatRouted(r) {
+  const lines = [`routed ids   ${r.ids.length}`, JSON.stringify(r.ids)];
+  if (r.items.length) {
+    lines.push("media items");
+    r.items.forEach((it, k) => lines.push(`  #${k} ${it.kind} [${it.start}, ${it.end}) pad ${it.padValue} mm_hash ${it.mmHash ?? "–"}`));
+  }
+  lines.push(`block hashes ${r.blockHashes.length}`);
+  for (let i = 0; i < r.blockHashes.length; i += 8) lines.push(`  ${r.blockHashes.slice(i, i + 8).join(" ")}`);
   return lines.join("\n");
 }
 
@@ -399,8 +416,9 @@ export async function run(argv, env, io = { out: (s) => process.stdout.write(s +
       io.out(opts.json ? JSON.stringify(o, null, 2) : formatWorkers(o.model, o.workers));
     } else if (opts.command === "explain") {
       const body = readFileSync(opts.file, "utf8");
-      const o = await adminJson(opts, "/admin/explain", { method: "POST", headers: { "content-type": "application/json" }, body }, fetchImpl);
-      io.out(opts.json ? JSON.stringify(o, null, 2) : formatExplain(o));
+      const path = opts.tokens ? "/admin/explain?tokens=all" : "/admin/explain";
+      const o = await adminJson(opts, path, { method: "POST", headers: { "content-type": "application/json" }, body }, fetchImpl);
+      io.out(opts.json ? JSON.stringify(o, null, 2) : opts.tokens ? `${formatExplain(o)}\n${formatRouted(o.routed)}` : formatExplain(o));
     } else {
       const bodies = parseTrace(readFileSync(opts.file, "utf8"));
       const summary = summarizeReplay(await replay(opts, bodies, fetchImpl));

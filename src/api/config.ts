@@ -16,6 +16,12 @@ export const ModelConfigSchema = z.object({
   /** KV block size = the workers' SGLang page size. */
   blockSize: z.number().int().min(1).max(4096).default(16),
   ownedBy: z.string().default("kvedge"),
+  /**
+   * The workers' --tool-call-parser / --reasoning-parser, which the edge applies itself (it talks to
+   * /generate). Absent: chosen from the template (src/proxy/chat-output.ts `modelParsers`); null: off.
+   */
+  toolCallParser: z.enum(["qwen25"]).nullable().optional(),
+  reasoningParser: z.enum(["qwen3", "qwen3-thinking"]).nullable().optional(),
 });
 export type ModelConfig = z.infer<typeof ModelConfigSchema>;
 

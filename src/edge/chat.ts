@@ -16,7 +16,7 @@ import type { EdgeConfig, ModelConfig } from "../api/config.ts";
 import { parseLimits, type Limits } from "../api/limits.ts";
 import { parseChatRequest, readBodyText } from "../api/validate.ts";
 import type { ChatCompletionRequest } from "../api/openai-schema.ts";
-import { preparePrompt } from "../prompt/index.ts";
+import { parseToolsKeepingNumbers, preparePrompt } from "../prompt/index.ts";
 import { sharedPrefixCache } from "../prompt/prefix-cache.ts";
 import { getQwenTokenizer } from "../prompt/tokenizer/index.ts";
 import { localBlockHashes } from "../kv/block-hash.ts";
@@ -24,9 +24,10 @@ import { shardForRequest } from "../kv/shard.ts";
 import type { RouteDecision, RouteRequest, SettleRequest } from "../kv/routing-core.ts";
 import { buildGenerateBody, newRequestId } from "../proxy/generate-request.ts";
 import { createChatStreamTranslator, translateGenerateHttp } from "../proxy/translate.ts";
+import { chatOutputPlan, modelParsers, type ChatOutputPlan } from "../proxy/chat-output.ts";
 import { matchApiKey } from "./auth.ts";
 import { mediaItems, storeSigner, verifyMedia, type MediaDeps, type MediaPartRef, type VerifiedMedia } from "./media.ts";
-import { buildRoutingView, requestIneligibility, type WorkerContract } from "../layout/index.ts";
+import { buildRoutingView, requestIneligibility, type RoutingView, type WorkerContract } from "../layout/index.ts";
 import { mmHashesAllowed } from "../proxy/generate-request.ts";
 import { SafeFetcher } from "../media/safe-fetch.ts";
 import { DecodeClient } from "../media/decode-client.ts";
@@ -59,12 +60,14 @@ export interface ChatDeps {
 /** Why the request was not routed on its exact token sequence (null = exact). */
 export type FallbackReason = string | null;
 
-interface RoutingPlan {
+export interface RoutingPlan {
   localHashes: bigint[];
   isl: number;
   fallbackReason: FallbackReason;
   /** Forwarded to SGLang only when the exact layout was built (images first, then videos). */
   mmHashes: string[] | null;
+  /** Exact media routing: the routed sequence (pad-valued) and each item's span (admin explain, tests). */
+  view?: Pick<RoutingView, "tokens" | "spans" | "padValues">;
 }
 
 let limitsCache: { src: Record<string, unknown>; limits: Limits } | null = null;
@@ -72,6 +75,27 @@ let limitsCache: { src: Record<string, unknown>; limits: Limits } | null = null;
 export function limitsOf(config: EdgeConfig): Limits {
   if (limitsCache?.src !== config.limitsOverride) limitsCache = { src: config.limitsOverride, limits: parseLimits(config.limitsOverride) };
   return limitsCache.limits;
+}
+
+/**
+ * The chat request as the handler reads it: validated, and when it has tools, each tool's
+ * `parameters` (free-form JSON the template prints) re-read from the body keeping every number's
+ * JSON lexeme. SGLang's `json.loads` keeps `0.0` a float and the template's `tojson` prints `0.0`
+ * where a JS number would print `0` (a different prompt), so only the lexeme gives the worker's
+ * tools block (docs/prompt.md, number policy). The rest of each tool stays as validated.
+ */
+export function parseChatBody(bodyText: string, limits: Limits, opts: { sizeChecked?: boolean } = {}): ChatCompletionRequest {
+  const req = parseChatRequest(bodyText, limits, opts);
+  if (req.tools && req.tools.length > 0) {
+    const raw = parseToolsKeepingNumbers(bodyText);
+    if (raw && raw.length === req.tools.length) {
+      req.tools = req.tools.map((t, i) => {
+        const params = (raw[i] as { function?: { parameters?: unknown } } | null)?.function?.parameters;
+        return params && typeof params === "object" && !Array.isArray(params) ? { ...t, function: { ...t.function, parameters: params as Record<string, unknown> } } : t;
+      });
+    }
+  }
+  return req;
 }
 
 function modelConfig(config: EdgeConfig, model: string): ModelConfig {
@@ -172,7 +196,13 @@ async function planMediaRouting(
   if (resolved.unresolved) return fallback(resolved.unresolved.reason);
   const view = buildRoutingView(cohort.contract, tokens, resolved.items, (t) => tokenizer.encode(t));
   if (!view.ok) return fallback(view.reason);
-  return { localHashes: localBlockHashes(view.tokens, model.blockSize), isl: view.tokens.length, fallbackReason: null, mmHashes: view.mmHashes };
+  return {
+    localHashes: localBlockHashes(view.tokens, model.blockSize),
+    isl: view.tokens.length,
+    fallbackReason: null,
+    mmHashes: view.mmHashes,
+    view: { tokens: view.tokens, spans: view.spans, padValues: view.padValues },
+  };
 }
 
 function routingHeaders(d: RouteDecision, plan: RoutingPlan, requestId: string, attempts: number, shard: number): Headers {
@@ -202,6 +232,7 @@ class RetryableUpstream extends Error {
 export interface PreparedRouting {
   model: ModelConfig;
   prompt: ReturnType<typeof preparePrompt>;
+  /** Template tokens before media expansion (text-only: the routed sequence itself). */
   tokens: number[];
   plan: RoutingPlan;
   index: IndexClient;
@@ -260,13 +291,17 @@ export async function handleChatCompletions(request: Request, deps: ChatDeps): P
   admitted?.catch(() => undefined);
   const limits = limitsOf(config);
   const bodyText = await readBodyText(request.body, limits, request.headers.get("content-length"));
-  const req = parseChatRequest(bodyText, limits, { sizeChecked: true });
+  const req = parseChatBody(bodyText, limits, { sizeChecked: true });
   if (admitted) await admitted;
   const { model, prompt, plan, media } = await prepareRouting(req, deps);
+  const parsers = modelParsers(model);
+  const output = chatOutputPlan(req, parsers);
   const requestId = newRequestId();
   const body = buildGenerateBody(req, {
     text: prompt.text,
     rid: requestId,
+    requireReasoning: output.reasoning?.force === true,
+    toolCallParser: parsers.toolCallParser,
     media: {
       imageData: media.filter((m) => m.kind === "image").map((m) => m.forward!),
       videoData: media.filter((m) => m.kind === "video").map((m) => m.forward!),
@@ -291,7 +326,7 @@ export async function handleChatCompletions(request: Request, deps: ChatDeps): P
     };
     try {
       const prefillDone = () => deps.waitUntil(shardIndex.markPrefillDone(decision.receiptId).catch(() => undefined));
-      const res = await proxyOnce(deps, decision, req, bodyJson, requestId, config.routing.upstreamHeadersTimeoutMs, settle, config.shards > 1, prefillDone);
+      const res = await proxyOnce(deps, decision, req, output, bodyJson, requestId, config.routing.upstreamHeadersTimeoutMs, settle, config.shards > 1, prefillDone);
       const headers = routingHeaders(decision, plan, requestId, attempt, shard);
       for (const [k, v] of res.headers) headers.set(k, v);
       // Edge time before the upstream call (workerd clocks advance across I/O: body, index RPCs).
@@ -324,6 +359,7 @@ async function proxyOnce(
   deps: ChatDeps,
   d: RouteDecision,
   req: ChatCompletionRequest,
+  output: ChatOutputPlan,
   bodyJson: string,
   requestId: string,
   headersTimeoutMs: number,
@@ -353,7 +389,7 @@ async function proxyOnce(
   } finally {
     clearTimeout(timer);
   }
-  const ctx = { id: `chatcmpl-${requestId}`, model: req.model, n: req.n };
+  const ctx = { id: `chatcmpl-${requestId}`, model: req.model, n: req.n, plan: output };
 
   if (!req.stream) {
     let text: string;
@@ -386,6 +422,7 @@ async function proxyOnce(
     model: req.model,
     n: req.n,
     includeUsage: req.stream_options?.include_usage === true,
+    plan: output,
     holdEndUntilFinished: releaseBeforeReply,
     onFinish: (o) =>
       settle({

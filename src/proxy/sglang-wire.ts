@@ -42,6 +42,13 @@ export interface GenerateRequestBody {
   image_data?: string[];
   video_data?: string[];
   mm_hashes?: string[];
+  /** Logprobs of the output tokens (serving_chat.py sets these four together for `logprobs`). */
+  return_logprob?: boolean;
+  top_logprobs_num?: number;
+  logprob_start_len?: number;
+  return_text_in_logprobs?: boolean;
+  /** The scheduler counts reasoning tokens (meta_info.reasoning_tokens) for a thinking output. */
+  require_reasoning?: boolean;
 }
 
 const count = z.number().int().nonnegative();
