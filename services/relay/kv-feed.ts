@@ -93,7 +93,8 @@ export class KvFeed {
   }
 
   stats(): KvFeedStats {
-    return { lastSeq: this.cursor, ...this.counters };
+    // The counters object carries its own (always null) lastSeq: the cursor must come last.
+    return { ...this.counters, lastSeq: this.cursor };
   }
 
   /** Connects, catches up on the replay buffer from seq 0, then follows the live stream. */

@@ -33,6 +33,8 @@ export interface SubmitInput {
   rid: string;
   inputIds: number[];
   sampling: SamplingParams;
+  /** GenerateReqInput.cache_salt: the radix-cache namespace (null/absent: none). */
+  cacheSalt?: string | null;
   /** Called for every frame a streaming client should see (not while a stop string may be forming). */
   onFrame?: (s: RequestSnapshot) => void;
   /** Scripted answer tokens (scripted-output.ts); null = the seeded pseudo-random words. */
@@ -204,7 +206,7 @@ export class SimEngine {
       }
       const ids = req.input.inputIds;
       // At least one prompt token is always computed (it produces the first logits).
-      const match = cache.matchPrefix(ids.slice(0, Math.max(0, ids.length - 1)));
+      const match = cache.matchPrefix(ids.slice(0, Math.max(0, ids.length - 1)), req.input.cacheSalt ?? null);
       cache.incLockRef(match.node);
       const need = ids.length - match.length + req.plannedOutput;
       if (need > this.freeTokens) cache.evict(need - this.freeTokens);
@@ -317,7 +319,7 @@ export class SimEngine {
   /** Inserts `tokens` into the tree and moves this request's lock to the node that now covers them. */
   private cacheTokens(req: LiveRequest, tokens: readonly number[]): void {
     const cache = this.cfg.cache;
-    const { node } = cache.insert(tokens);
+    const { node } = cache.insert(tokens, req.input.cacheSalt ?? null);
     cache.incLockRef(node);
     if (req.lockedNode) cache.decLockRef(req.lockedNode);
     req.lockedNode = node;

@@ -35,6 +35,8 @@ export const GenerateBodySchema = z.looseObject({
   return_text_in_logprobs: z.boolean().nullish(),
   require_reasoning: z.boolean().nullish(),
   extra_key: z.union([z.string(), z.array(z.string())]).nullish(),
+  /** GenerateReqInput.cache_salt (managers/io_struct.py): a namespace for otherwise identical prefixes. */
+  cache_salt: z.union([z.string(), z.array(z.string())]).nullish(),
 });
 export type GenerateBody = z.infer<typeof GenerateBodySchema>;
 
@@ -83,6 +85,8 @@ export interface GenerateContext {
 /** A validated single request ready for the engine. */
 export interface PreparedRequest {
   rid: string;
+  /** The request's cache namespace (null: none). */
+  cacheSalt: string | null;
   prompt: PreparedPrompt;
   sampling: SamplingParams;
   stream: boolean;
@@ -178,9 +182,11 @@ export async function prepareGenerate(body: GenerateBody, ctx: GenerateContext):
     );
   }
   const rid = typeof body.rid === "string" && body.rid.length > 0 ? body.rid : newRid();
+  if (Array.isArray(body.cache_salt)) throw new SglangValueError("A list cache_salt needs a batch request; the simulator takes one prompt.");
   const answer = typeof body.text === "string" ? scriptedAnswer(body.text) : null;
   return {
     rid,
+    cacheSalt: body.cache_salt ?? null,
     prompt,
     sampling,
     stream: body.stream === true,
@@ -262,7 +268,7 @@ interface Copy {
 async function copiesOf(prepared: PreparedRequest, ctx: GenerateContext): Promise<Copy[]> {
   const s = prepared.sampling;
   if (s.n <= 1) return [{ rid: prepared.rid, sampling: s }];
-  await ctx.engine.submit({ rid: newRid(), inputIds: prepared.prompt.inputIds, sampling: { ...s, n: 1, maxNewTokens: 0, minNewTokens: 0 } });
+  await ctx.engine.submit({ rid: newRid(), inputIds: prepared.prompt.inputIds, sampling: { ...s, n: 1, maxNewTokens: 0, minNewTokens: 0 }, cacheSalt: prepared.cacheSalt });
   return Array.from({ length: s.n }, (_, i) => ({ rid: newRid(), sampling: { ...s, n: 1, samplingSeed: (s.samplingSeed ?? 0) + i } }));
 }
 
@@ -305,7 +311,7 @@ export async function handleGenerate(
     const copies = await copiesOf(prepared, ctx);
     rids = copies.map((c) => c.rid);
     finals = await Promise.all(
-      copies.map((c) => ctx.engine.submit({ rid: c.rid, inputIds: prepared.prompt.inputIds, sampling: c.sampling, script: prepared.script })),
+      copies.map((c) => ctx.engine.submit({ rid: c.rid, inputIds: prepared.prompt.inputIds, sampling: c.sampling, script: prepared.script, cacheSalt: prepared.cacheSalt })),
     );
   } catch (err) {
     return sendGenerateError(res, err);
@@ -385,6 +391,7 @@ async function streamGenerate(res: ServerResponse, body: GenerateBody, ctx: Gene
           inputIds: prepared.prompt.inputIds,
           sampling: c.sampling,
           script: prepared.script,
+          cacheSalt: prepared.cacheSalt,
           onFrame: (s) => {
             write(frame(s, first, index));
             first = false;

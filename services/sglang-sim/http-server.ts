@@ -300,7 +300,7 @@ async function route(req: IncomingMessage, res: ServerResponse, d: HttpServerDep
       protected_tokens: c.protectedTokens,
       running: d.engine.runningCount,
       waiting: d.engine.waitingCount,
-      blocks: c.dump().map((b) => ({ hash: b.hash.toString(), parent: b.parent === null ? null : b.parent.toString(), tokens: b.tokens })),
+      blocks: c.dump().map((b) => ({ hash: b.hash.toString(), parent: b.parent === null ? null : b.parent.toString(), tokens: b.tokens, ...(b.pairs ? { pairs: b.pairs } : {}), ...(b.cacheSalt ? { cacheSalt: b.cacheSalt } : {}) })),
     });
   }
   sendJson(res, 404, { detail: "Not Found" });

@@ -35,6 +35,7 @@ const { values } = parseArgs({
     "no-mm-hashes": { type: "boolean" },
     "media-store": { type: "string" },
     "locked-down-media": { type: "boolean" },
+    "speculative-algorithm": { type: "string" },
     "sglang-version": { type: "string" },
     verbose: { type: "boolean", short: "v" },
     help: { type: "boolean", short: "h" },
@@ -52,7 +53,7 @@ if (values.help) {
       "  [--unknown-sampling-key-status 400|500] [--output-seed prompt|rid]\n" +
       "  [--model-dir DIR (default test/fixtures/models/<family>)] [--no-mm-hashes (ignore caller mm_hashes, version 0.5.10-sim)]\n" +
       "  [--locked-down-media (media only as data: URLs or from --media-store URL's /v1/media/)]\n" +
-      "  [--sglang-version V (/server_info.version; default 0.5.19-sim)] [--verbose]\n",
+      "  [--sglang-version V (/server_info.version; default 0.5.19-sim)] [--speculative-algorithm EAGLE (bigram KV keys)] [--verbose]\n",
   );
   process.exit(0);
 }
@@ -88,6 +89,13 @@ if (values["model-dir"] !== undefined) opts.modelDir = values["model-dir"];
 if (values["no-mm-hashes"]) opts.acceptsMmHashes = false;
 if (values["media-store"] !== undefined || values["locked-down-media"]) {
   opts.media = { lockedDown: true, storeUrl: values["media-store"] ?? null };
+}
+if (values["speculative-algorithm"] !== undefined) {
+  if (!/^EAGLE3?$/.test(values["speculative-algorithm"])) {
+    process.stderr.write(`sglang-sim: --speculative-algorithm ${values["speculative-algorithm"]} is not simulated (EAGLE, EAGLE3)\n`);
+    process.exit(2);
+  }
+  opts.eagle = true;
 }
 if (values["sglang-version"] !== undefined) opts.version = values["sglang-version"];
 if (values.verbose) opts.verbose = true;

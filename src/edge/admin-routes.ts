@@ -22,9 +22,10 @@ import { mergeShardSnapshots, mergeShardWorkers } from "../metrics/merge-shards.
 import { bearerToken, timingSafeEqualString } from "./auth.ts";
 import { limitsOf, parseChatBody, prepareRouting, type IndexClient, type RoutingPlan } from "./chat.ts";
 import { sglangItemOrder } from "../layout/index.ts";
+import { handleRelayKeyRoute, type RelayKeyIndexClient } from "./relay-key-routes.ts";
 
 /** What the operator routes need from a pool's routing index (the Durable Object stub has it). */
-export interface AdminIndexClient extends IndexClient {
+export interface AdminIndexClient extends IndexClient, RelayKeyIndexClient {
   workers(): Promise<unknown>;
   stats(): Promise<unknown>;
   workerLocalHashes(workerId: string): Promise<string[]>;
@@ -67,6 +68,8 @@ export async function handleAdminRoute(request: Request, deps: AdminDeps): Promi
     return json(await overview(deps), { "cache-control": "no-store" });
   }
   await requireAdminAuth(request, deps.config, false);
+  const relayKeys = await handleRelayKeyRoute(request, path, deps);
+  if (relayKeys) return relayKeys;
   if (path === "/admin/explain") {
     requireMethod(request, "POST");
     const tokens = url.searchParams.get("tokens");

@@ -19,10 +19,11 @@ import type { ChatCompletionRequest } from "../api/openai-schema.ts";
 import { parseToolsKeepingNumbers, preparePrompt } from "../prompt/index.ts";
 import { sharedPrefixCache } from "../prompt/prefix-cache.ts";
 import { getQwenTokenizer } from "../prompt/tokenizer/index.ts";
-import { localBlockHashes } from "../kv/block-hash.ts";
+import { localBlockHashes, namespacedLocalHashes, namespaceTag } from "../kv/block-hash.ts";
 import { shardForRequest } from "../kv/shard.ts";
 import type { RouteDecision, RouteRequest, SettleRequest } from "../kv/routing-core.ts";
 import { buildGenerateBody, newRequestId } from "../proxy/generate-request.ts";
+import { cacheSaltFor } from "./cache-salt.ts";
 import { createChatStreamTranslator, translateGenerateHttp } from "../proxy/translate.ts";
 import { chatOutputPlan, modelParsers, type ChatOutputPlan } from "../proxy/chat-output.ts";
 import { matchApiKey } from "./auth.ts";
@@ -99,9 +100,20 @@ export function parseChatBody(bodyText: string, limits: Limits, opts: { sizeChec
 }
 
 function modelConfig(config: EdgeConfig, model: string): ModelConfig {
-  const m = config.models.find((x) => x.id === model);
-  if (!m) throw new NotFoundError(`The model '${model}' does not exist.`, "model", "model_not_found");
-  return m;
+  return resolveModel(config, model).model;
+}
+
+/** `<pool id>` or `<pool id>:<adapter>` (SGLang's OpenAI "base:adapter" form) → the pool and adapter. */
+export function resolveModel(config: EdgeConfig, requested: string): { model: ModelConfig; adapter: string | null } {
+  const exact = config.models.find((x) => x.id === requested);
+  if (exact) return { model: exact, adapter: null };
+  const colon = requested.lastIndexOf(":");
+  if (colon > 0) {
+    const base = config.models.find((x) => x.id === requested.slice(0, colon));
+    const adapter = requested.slice(colon + 1);
+    if (base?.loraAdapters.includes(adapter)) return { model: base, adapter };
+  }
+  throw new NotFoundError(`The model '${requested}' does not exist.`, "model", "model_not_found");
 }
 
 /**
@@ -294,6 +306,10 @@ export async function handleChatCompletions(request: Request, deps: ChatDeps): P
   const req = parseChatBody(bodyText, limits, { sizeChecked: true });
   if (admitted) await admitted;
   const { model, prompt, plan, media } = await prepareRouting(req, deps);
+  // Tenant / adapter isolation: SGLang keeps a salted request's KV apart, and so does the index.
+  const { adapter } = resolveModel(config, req.model);
+  const cacheSalt = await cacheSaltFor(config, { apiKey, adapter });
+  const localHashes = cacheSalt === null ? plan.localHashes : namespacedLocalHashes(plan.localHashes, namespaceTag(cacheSalt));
   const parsers = modelParsers(model);
   const output = chatOutputPlan(req, parsers);
   const requestId = newRequestId();
@@ -308,15 +324,21 @@ export async function handleChatCompletions(request: Request, deps: ChatDeps): P
       ...(plan.mmHashes ? { mmHashes: plan.mmHashes } : {}),
     },
   });
+  if (cacheSalt !== null) {
+    body.cache_salt = cacheSalt;
+    // Older SGLang /generate has no cache_salt (dropped silently) but namespaces by extra_key.
+    body.extra_key = cacheSalt;
+  }
+  if (adapter !== null) body.lora_path = adapter;
   const bodyJson = JSON.stringify(body);
 
   // A sharded pool: the shard of the first block holds every worker's overlap for this request.
-  const shard = shardForRequest(plan.localHashes, config.shards);
+  const shard = shardForRequest(localHashes, config.shards);
   const shardIndex = deps.index(model.id, shard);
   const exclude: string[] = [];
   let lastError: KvedgeError | null = null;
   for (let attempt = 1; attempt <= config.routing.maxAttempts; attempt++) {
-    const decision = await shardIndex.route({ localHashes: plan.localHashes, isl: plan.isl, exclude, fallbackReason: plan.fallbackReason, edgeColo: edgeColoOf(request) });
+    const decision = await shardIndex.route({ localHashes, isl: plan.isl, exclude, fallbackReason: plan.fallbackReason, edgeColo: edgeColoOf(request) });
     if (!decision) break;
     const edgeOverheadMs = Date.now() - arrivedAt;
     const settle = (s: Omit<SettleRequest, "receiptId">): Promise<void> => {
