@@ -271,6 +271,9 @@ export async function startFleet(opts: FleetOptions = {}): Promise<Fleet> {
   const models = JSON.stringify([{ id: model, family, templateId: template, blockSize: pageSize }]);
   // The simulated workers speak plain http on 127.0.0.1: allow it for relay keys (development only).
   const vars: Record<string, string> = { KVEDGE_MODELS: models, RELAY_SECRET: relaySecret, ADMIN_TOKEN: adminToken, KVEDGE_RELAY_ALLOW_HTTP: "1" };
+  // Local development on 127.0.0.1: open API, routing headers shown, no rate limits (production
+  // defaults are closed, admin-only headers, limits on; tests that need them pass opts.vars).
+  Object.assign(vars, { KVEDGE_ACCESS: "public", KVEDGE_DEBUG_HEADERS: "on", KVEDGE_RATE_LIMIT: "off" });
   if (mediaHost) vars.KVEDGE_MEDIA = JSON.stringify({ allowlist: [mediaHost] });
   if (decodeUrl) {
     vars.KVEDGE_DECODE_URL = decodeUrl;
