@@ -36,8 +36,12 @@ export interface FleetOptions {
   relays?: boolean;
   /** Directory served at `mediaUrl` (images/videos for media requests); none = no media server. */
   mediaDir?: string;
-  /** Start the regional decode service (videos); default true when a media dir is given. */
+  /** Start the regional decode service and media store; default true when a media dir is given. */
   decode?: boolean;
+  /** Extra decode service arguments (e.g. --allow, --host-map, --max-downloads). */
+  decodeArgs?: string[];
+  /** Workers fetch media only from the store and data: URLs, like production workers (default true). */
+  lockedDownWorkers?: boolean;
   /** Exact media routing at the edge (KVEDGE_EXACT_MEDIA); default on. */
   exactMedia?: boolean;
   /** Model directory the workers and relays derive their contract from (default: the family's fixture). */
@@ -312,11 +316,13 @@ async function buildFleet(opts: FleetOptions, life: FleetLife): Promise<Fleet> {
   let decodeProc: ChildProcess | null = null;
   let decoder: string | null = null;
   const decodeToken = randomBytes(16).toString("hex");
+  // Signed worker URLs into the media store: the key is shared by the edge and the store only.
+  const mediaUrlKey = randomBytes(32).toString("hex");
   if (opts.decode ?? opts.mediaDir !== undefined) {
     const decodePort = await freePort();
-    const args = [join(ROOT, "services/decode/main.ts"), "--host", "127.0.0.1", "--port", String(decodePort)];
+    const args = [join(ROOT, "services/decode/main.ts"), "--host", "127.0.0.1", "--port", String(decodePort), ...(opts.decodeArgs ?? [])];
     if (mediaHost) args.push("--allow", mediaHost);
-    const dec = spawn(NODE, args, { cwd: ROOT, detached: true, env: { ...process.env, KVEDGE_DECODE_TOKEN: decodeToken }, stdio: ["ignore", "pipe", "pipe"] });
+    const dec = spawn(NODE, args, { cwd: ROOT, detached: true, env: { ...process.env, KVEDGE_DECODE_TOKEN: decodeToken, KVEDGE_MEDIA_URL_KEY: mediaUrlKey }, stdio: ["ignore", "pipe", "pipe"] });
     life.track(dec);
     decodeProc = dec;
     pipeLogs(dec, "decode", log);
@@ -335,6 +341,7 @@ async function buildFleet(opts: FleetOptions, life: FleetLife): Promise<Fleet> {
   if (decodeUrl) {
     vars.KVEDGE_DECODE_URL = decodeUrl;
     vars.DECODE_TOKEN = decodeToken;
+    vars.KVEDGE_MEDIA_URL_KEY = mediaUrlKey;
   }
   if (opts.exactMedia === false) vars.KVEDGE_EXACT_MEDIA = "off";
   Object.assign(vars, opts.vars);
@@ -385,6 +392,8 @@ async function buildFleet(opts: FleetOptions, life: FleetLife): Promise<Fleet> {
       "--family", family,
       "--template", template,
       "--model-dir", modelDir,
+      // Locked down like a production worker: media only from the store (signed URLs) and data:.
+      ...(opts.lockedDownWorkers !== false ? ["--locked-down-media", ...(decodeUrl ? ["--media-store", decodeUrl] : [])] : []),
       ...(opts.workerArgs?.[i] ?? []),
       ...extraArgs,
     ];
