@@ -12,6 +12,7 @@ import { createServer } from "node:net";
 import { tmpdir } from "node:os";
 import { join, dirname } from "node:path";
 import { fileURLToPath } from "node:url";
+import { isSecretName, writeDevSecrets } from "./dev-secrets.ts";
 
 const ROOT = join(dirname(fileURLToPath(import.meta.url)), "..");
 const NODE = process.execPath;
@@ -287,7 +288,12 @@ export async function startFleet(opts: FleetOptions = {}): Promise<Fleet> {
     "--log-level",
     "warn",
   ];
-  for (const [k, v] of Object.entries(vars)) wranglerArgs.push("--var", `${k}:${v}`);
+  // Secrets go through a private dotenv file (scripts/dev-secrets.ts), never argv; the rest stays --var.
+  const secretVars = Object.fromEntries(Object.entries(vars).filter(([k]) => isSecretName(k)));
+  const secretsFile = writeDevSecrets(secretVars);
+  wranglerArgs.push("--env-file", secretsFile.path);
+  process.once("exit", secretsFile.remove);
+  for (const [k, v] of Object.entries(vars)) if (!isSecretName(k)) wranglerArgs.push("--var", `${k}:${v}`);
   const spawnEdge = (): ChildProcess => {
     const p = spawn(NODE, wranglerArgs, {
       cwd: ROOT,
@@ -474,6 +480,8 @@ export async function startFleet(opts: FleetOptions = {}): Promise<Fleet> {
       process.removeListener("exit", killAll);
       if (mediaServer) await new Promise<void>((r) => mediaServer!.close(() => r()));
       if (ownsPersist) rmSync(persistTo, { recursive: true, force: true });
+      secretsFile.remove();
+      process.removeListener("exit", secretsFile.remove);
     },
   };
 }
