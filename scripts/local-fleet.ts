@@ -351,6 +351,8 @@ export async function startFleet(opts: FleetOptions = {}): Promise<Fleet> {
   }
 
   const relayArgsOf = workers.map((_, i) => opts.relayArgs?.[i] ?? []);
+  // Each relay keeps its view of its worker here, so a restarted relay resumes it (docs/relay.md).
+  const relayStateDir = mkdtempSync(join(tmpdir(), "kvedge-relay-state-"));
   const startRelay = (w: FleetWorker, extraArgs: string[] = []): ChildProcess => {
     const relay = spawn(
       NODE,
@@ -362,6 +364,8 @@ export async function startFleet(opts: FleetOptions = {}): Promise<Fleet> {
         "--model", model,
         "--secret-env", "KVEDGE_RELAY_SECRET",
         "--model-dir", w.modelDir,
+        "--state-file", join(relayStateDir, `${w.id}.json`),
+        "--state-interval-ms", "500",
         ...(relayArgsOf[workers.indexOf(w)] ?? []),
         ...extraArgs,
       ],
@@ -481,6 +485,7 @@ export async function startFleet(opts: FleetOptions = {}): Promise<Fleet> {
       if (mediaServer) await new Promise<void>((r) => mediaServer!.close(() => r()));
       if (ownsPersist) rmSync(persistTo, { recursive: true, force: true });
       secretsFile.remove();
+      rmSync(relayStateDir, { recursive: true, force: true });
       process.removeListener("exit", secretsFile.remove);
     },
   };

@@ -4,6 +4,7 @@
  * per isolate.
  */
 import { z } from "zod";
+import { DEFAULT_BLOCK_BUDGET } from "../kv/block-budget.ts";
 
 export const ModelFamilySchema = z.enum(["qwen2_vl", "qwen2_5_vl", "qwen3_vl"]);
 export const TemplateIdSchema = z.enum(["qwen2vl", "qwen3vl-instruct", "qwen3vl-thinking"]);
@@ -42,6 +43,8 @@ export const RoutingConfigSchema = z.object({
   profileTtlMs: z.number().int().min(0).max(60_000).default(2_000),
   /** Sharded index: longest delay before one shard's load changes reach the others (docs/scale.md). */
   loadSyncMs: z.number().int().min(0).max(1_000).default(5),
+  /** Most (worker, block) entries one index object holds; beyond it blocks are refused (src/kv/block-budget.ts, docs/scale.md §4). */
+  blockBudget: z.number().int().min(1_000).max(1_500_000).default(DEFAULT_BLOCK_BUDGET),
 });
 export type RoutingConfig = z.infer<typeof RoutingConfigSchema>;
 

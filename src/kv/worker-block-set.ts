@@ -18,7 +18,7 @@
  */
 import { localBlockHash } from "./block-hash.ts";
 import type { KvCacheEvent } from "./event-decode.ts";
-import { localHashToHex, type RelayDump, type RelayEvent } from "./relay-protocol.ts";
+import { hexToLocalHash, localHashToHex, type RelayDump, type RelayEvent } from "./relay-protocol.ts";
 
 export interface BlockEntry {
   parent: bigint | null;
@@ -260,6 +260,25 @@ export class WorkerBlockSet {
       if (kids) for (const k of kids) stack.push(k);
     }
     return out;
+  }
+
+  /**
+   * Replaces the set with dumped rows (parents before children), e.g. a relay's saved view.
+   * Returns how many rows were skipped (parent not held, or a repeated hash).
+   */
+  restore(rows: readonly DumpBlock[]): number {
+    this.clear();
+    let skipped = 0;
+    for (const r of rows) {
+      const h = BigInt(r.h);
+      const parent = r.p === null ? null : BigInt(r.p);
+      if (this.blocks.has(h) || h === parent || (parent !== null && !this.blocks.has(parent))) {
+        skipped++;
+        continue;
+      }
+      this.insert(h, parent, hexToLocalHash(r.l), this.blockSize);
+    }
+    return skipped;
   }
 
   /** The protocol's full dump (seq: last engine batch folded in, -1 when none). */
