@@ -54,6 +54,8 @@ interface Memo {
   bytes: number;
 }
 const memoByEncoder = new WeakMap<EncodeText, Memo>();
+/** Estimated bytes of every encoder's memo together, and how often one started afresh. */
+const memoTotals = { bytes: 0, entries: 0, resets: 0 };
 /** Estimated bytes of one encoder's memo (text, ids, entry); over it the memo starts afresh. */
 export const MEMO_MAX_BYTES = 2 * 1024 * 1024;
 /** Longer pieces (a user's text between two media items) are not memoised: they rarely repeat. */
@@ -75,11 +77,16 @@ export function memoEncode(encode: EncodeText, text: string): readonly number[] 
     if (text.length > MEMO_MAX_TEXT_CHARS) return ids;
     const bytes = memoEntryBytes(text, ids.length);
     if (m.bytes + bytes > MEMO_MAX_BYTES) {
+      memoTotals.bytes -= m.bytes;
+      memoTotals.entries -= m.map.size;
+      memoTotals.resets++;
       m.map.clear();
       m.bytes = 0;
     }
     m.map.set(text, ids);
     m.bytes += bytes;
+    memoTotals.bytes += bytes;
+    memoTotals.entries++;
   }
   return ids;
 }
@@ -88,9 +95,9 @@ function memoEntryBytes(text: string, ids: number): number {
   return 2 * text.length + 8 * ids + 120;
 }
 
-/** The memo's estimated bytes for `encode` (tests of the edge's cache budgets). */
-export function memoBytes(encode: EncodeText): number {
-  return memoByEncoder.get(encode)?.bytes ?? 0;
+/** Estimated bytes of all memos (live encoders; one per tokenizer in practice). */
+export function layoutMemoStats(): { bytes: number; entries: number; resets: number } {
+  return { ...memoTotals };
 }
 
 /** Number of tokens the pieces render to. */
