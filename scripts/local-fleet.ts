@@ -63,6 +63,8 @@ export interface FleetWorker {
 
 export interface Fleet {
   edgeUrl: string;
+  /** wrangler dev's V8 inspector port (the edge isolate's heap: scripts/soak-heap.ts). */
+  readonly inspectorPort: number;
   /** Base URL of the local media server (when a media dir was given). */
   mediaUrl: string | null;
   decodeUrl: string | null;
@@ -408,6 +410,9 @@ export async function startFleet(opts: FleetOptions = {}): Promise<Fleet> {
 
   return {
     edgeUrl,
+    get inspectorPort() {
+      return Number(wranglerArgs[inspectorArg]);
+    },
     mediaUrl,
     decodeUrl,
     model,

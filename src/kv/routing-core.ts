@@ -297,7 +297,7 @@ export class RoutingCore {
     if (msg.epoch !== w.epoch) return this.#drop("stale_epoch", false);
     this.index.clearWorker(w.slot);
     // Rows come parents first, so a cut keeps every admitted row's parent.
-    const fit = this.budget.admit(this.index.size, msg.blocks.length);
+    const fit = this.budget.admit(this.index.size + this.approx.size, msg.blocks.length);
     const rows = fit < msg.blocks.length ? msg.blocks.slice(0, fit) : msg.blocks;
     const { applied, failed: failures } = this.index.applyDumpWire(w.slot, rows);
     this.counters.blocksStored += applied;
@@ -326,7 +326,7 @@ export class RoutingCore {
           this.#count(defect, ev.blocks.length);
           continue;
         }
-        if (this.budget.admit(this.index.size, ev.blocks.length) < ev.blocks.length) {
+        if (this.budget.admit(this.index.size + this.approx.size, ev.blocks.length) < ev.blocks.length) {
           // Full: refuse the whole chain (a partial one would only be cut again by its children).
           this.#count("block_budget", ev.blocks.length);
           this.#budgetVerdict(workerId, ev.blocks.length, false);

@@ -50,7 +50,7 @@ function shard(recorder: PoolRecorder, over: Partial<PoolMetricsSnapshot> = {}):
     at: 1_700_000_000_000,
     blockSize: 16,
     indexedBlocks: 0,
-    blockBudget: 800_000,
+    blockBudget: 600_000,
     activeRequests: 0,
     counters: counters(),
     workers,
