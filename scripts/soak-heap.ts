@@ -71,10 +71,10 @@ export class IsolateInspector {
     return new IsolateInspector(ws);
   }
 
-  call<T>(method: string, params: Record<string, unknown> = {}): Promise<T> {
+  call<T>(method: string, params: Record<string, unknown> = {}, timeoutMs = 60_000): Promise<T> {
     const id = ++this.#id;
     return new Promise<T>((resolve, reject) => {
-      const timer = setTimeout(() => reject(new Error(`${method}: no answer`)), 30_000);
+      const timer = setTimeout(() => reject(new Error(`${method}: no answer`)), timeoutMs);
       this.#pending.set(id, (m) => {
         clearTimeout(timer);
         this.#pending.delete(id);
@@ -86,9 +86,9 @@ export class IsolateInspector {
   }
 
   /** Post-GC heap of the isolate. */
-  async heap(): Promise<{ usedSize: number; totalSize: number }> {
-    await this.call("HeapProfiler.collectGarbage");
-    return this.call<{ usedSize: number; totalSize: number }>("Runtime.getHeapUsage");
+  async heap(timeoutMs?: number): Promise<{ usedSize: number; totalSize: number }> {
+    await this.call("HeapProfiler.collectGarbage", {}, timeoutMs);
+    return this.call<{ usedSize: number; totalSize: number }>("Runtime.getHeapUsage", {}, timeoutMs);
   }
 
   close(): void {
@@ -111,8 +111,19 @@ const SYSTEMS = Array.from({ length: 8 }, (_, i) => `You are assistant #${i}. ${
 
 /** Drives the load and samples the isolate's heap; the fleet is the caller's. */
 export async function runHeapSoak(fleet: Fleet, o: HeapSoakOptions): Promise<HeapSoakResult> {
-  const inspector = await IsolateInspector.connect(fleet.inspectorPort);
-  await inspector.heap(); // the first collection waits for the isolate to settle
+  let inspector = await IsolateInspector.connect(fleet.inspectorPort);
+  // wrangler's inspector proxy may not answer the first calls of a session: retry on a fresh one.
+  for (let attempt = 0; ; attempt++) {
+    try {
+      await fetch(`${fleet.edgeUrl}/healthz`);
+      await inspector.heap(10_000);
+      break;
+    } catch (e) {
+      inspector.close();
+      if (attempt >= 5) throw e;
+      inspector = await IsolateInspector.connect(fleet.inspectorPort);
+    }
+  }
   const started = performance.now();
   const samples: HeapSample[] = [];
   let done = 0;
