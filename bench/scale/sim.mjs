@@ -83,7 +83,8 @@ export function runScale(trace, opts) {
         replicateLoad: layout === "replicated" && shards > 1,
         ...(layout === "central" && shards > 1 ? { index: new ShardedIndex(shards) } : {}),
         // Per-object block budget (src/kv/block-budget.ts); bench/scale/budget.mjs shows what it refuses.
-        ...(opts.blockBudget ? { blockBudget: opts.blockBudget } : {}),
+        // Without one the simulation models an unbounded object (as before budgets existed).
+        ...(opts.blockBudget ? { blockBudget: opts.blockBudget } : { blockBudget: Number.MAX_SAFE_INTEGER, indexBudgetBytes: Infinity }),
       }),
   );
   const busy = { route: new Float64Array(nCores), events: new Float64Array(nCores), sync: new Float64Array(nCores) };

@@ -119,6 +119,8 @@ export interface RoutingCoreOptions {
   replicateLoad?: boolean;
   /** Most (worker, block) entries this index holds (block-budget.ts); default DEFAULT_BLOCK_BUDGET. */
   blockBudget?: number;
+  /** Bytes the block index may take (block-budget.ts DEFAULT_INDEX_BYTES); Infinity: entries only. */
+  indexBudgetBytes?: number;
 }
 
 export class RoutingCore {
@@ -169,7 +171,9 @@ export class RoutingCore {
   constructor(opts: RoutingCoreOptions) {
     this.#blockSize = opts.blockSize;
     this.index = opts.index ?? new RadixIndex();
-    this.approx = new ApproxIndex(opts.approx);
+    this.budget = new BlockBudget(opts.blockBudget, opts.indexBudgetBytes);
+    // Approximate-mode entries share the object's budget: at most half of it.
+    this.approx = new ApproxIndex({ ...opts.approx, maxBlocks: Math.min(opts.approx?.maxBlocks ?? 2 ** 20, Math.max(1, Math.floor(this.budget.limit / 2))) });
     this.#regions = opts.regions ?? null;
     this.#localTtft = opts.cost === "ttft" ? { ...(opts.regions ?? RegionsConfigSchema.parse({})), self: LOCAL_REGION, rttMs: {}, defaultRttMs: 0 } : null;
     this.load = new LoadTracker(opts.staleMs ?? 300_000);
@@ -178,7 +182,6 @@ export class RoutingCore {
     this.#random = opts.random ?? Math.random;
     this.#now = opts.now ?? Date.now;
     this.#replicateLoad = opts.replicateLoad ?? false;
-    this.budget = new BlockBudget(opts.blockBudget);
   }
 
   get blockSize(): number | null {
@@ -297,7 +300,7 @@ export class RoutingCore {
     if (msg.epoch !== w.epoch) return this.#drop("stale_epoch", false);
     this.index.clearWorker(w.slot);
     // Rows come parents first, so a cut keeps every admitted row's parent.
-    const fit = this.budget.admit(this.index.size + this.approx.size, msg.blocks.length);
+    const fit = this.budget.admit(this.index.size + this.approx.size, msg.blocks.length, this.#bySlot.length);
     const rows = fit < msg.blocks.length ? msg.blocks.slice(0, fit) : msg.blocks;
     const { applied, failed: failures } = this.index.applyDumpWire(w.slot, rows);
     this.counters.blocksStored += applied;
@@ -326,7 +329,7 @@ export class RoutingCore {
           this.#count(defect, ev.blocks.length);
           continue;
         }
-        if (this.budget.admit(this.index.size + this.approx.size, ev.blocks.length) < ev.blocks.length) {
+        if (this.budget.admit(this.index.size + this.approx.size, ev.blocks.length, this.#bySlot.length) < ev.blocks.length) {
           // Full: refuse the whole chain (a partial one would only be cut again by its children).
           this.#count("block_budget", ev.blocks.length);
           this.#budgetVerdict(workerId, ev.blocks.length, false);
@@ -604,7 +607,7 @@ export class RoutingCore {
       at: this.#now(),
       blockSize: this.#blockSize,
       indexedBlocks: this.index.size,
-      blockBudget: this.budget.limit,
+      blockBudget: this.budget.limitFor(this.#bySlot.length),
       activeRequests: this.load.size,
       counters: { ...this.counters, dropReasons: { ...this.counters.dropReasons } },
       workers: workers.map((w) => ({
@@ -666,7 +669,7 @@ export class RoutingCore {
   #budgetVerdict(workerId: string, refused: number, wholeView: boolean): void {
     if (refused > 0) {
       if (wholeView) this.#count("block_budget", refused);
-      this.approximate.mark(workerId, "budget", `index object full (${this.budget.limit} blocks): ${refused} block(s) refused`);
+      this.approximate.mark(workerId, "budget", `index object full (${this.budget.limitFor(this.#bySlot.length)} blocks): ${refused} block(s) refused`);
     } else if (wholeView) this.approximate.clear(workerId, "budget");
   }
 

@@ -80,6 +80,13 @@ describe("block budget of one index object", () => {
     expect(() => new BlockBudget(0)).toThrow();
   });
 
+  it("the effective limit follows the bytes per entry, which grow with the workers one object serves", () => {
+    const b = new BlockBudget(600_000, 46 * 1024 * 1024);
+    expect(b.limitFor(32)).toBe(600_000);
+    expect(b.limitFor(1024)).toBeLessThan(300_000);
+    expect(b.limitFor(1024) * 179).toBeLessThanOrEqual(46 * 1024 * 1024); // 179 B/entry measured at 1 024 workers
+  });
+
   it("a full index refuses blocks instead of growing: counted, the worker approximate, exact again once a dump fits", () => {
     const core = new RoutingCore({ blockSize: 4, blockBudget: 14 });
     hello(core, "a");
