@@ -11,7 +11,7 @@
  *
  * test/e2e/edge-heap.test.ts runs a short version in CI.
  */
-import { mkdirSync, writeFileSync } from "node:fs";
+import { mkdirSync, readdirSync, readFileSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { parseArgs } from "node:util";
 import { fileURLToPath } from "node:url";
@@ -24,6 +24,26 @@ export interface HeapSample {
   /** V8 heap in use after a full GC (bytes). */
   heapUsed: number;
   heapTotal: number;
+  /** RSS of wrangler dev's whole process group (its runtime included), for comparison. */
+  edgeRss: number;
+}
+
+/** RSS (bytes) of every process in process group `pgid` (Linux /proc). */
+export function groupRss(pgid: number): number {
+  let total = 0;
+  for (const name of readdirSync("/proc")) {
+    if (!/^\d+$/.test(name)) continue;
+    try {
+      const stat = readFileSync(`/proc/${name}/stat`, "utf8");
+      const fields = stat.slice(stat.lastIndexOf(")") + 2).split(" ");
+      if (Number(fields[2]) !== pgid) continue;
+      const m = /VmRSS:\s+(\d+) kB/.exec(readFileSync(`/proc/${name}/status`, "utf8"));
+      if (m) total += Number(m[1]) * 1024;
+    } catch {
+      // exited meanwhile
+    }
+  }
+  return total;
 }
 
 export interface HeapSoakResult {
@@ -132,7 +152,8 @@ export async function runHeapSoak(fleet: Fleet, o: HeapSoakOptions): Promise<Hea
   let sampling: Promise<void> = Promise.resolve();
   const sample = async (): Promise<void> => {
     const h = await inspector.heap();
-    const s = { requests: done, seconds: (performance.now() - started) / 1000, heapUsed: h.usedSize, heapTotal: h.totalSize };
+    const edge = fleet.processes().find((p) => p.name === "edge");
+    const s = { requests: done, seconds: (performance.now() - started) / 1000, heapUsed: h.usedSize, heapTotal: h.totalSize, edgeRss: edge ? groupRss(edge.pid) : 0 };
     samples.push(s);
     o.onSample?.(s);
   };
