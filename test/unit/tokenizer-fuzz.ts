@@ -2,16 +2,10 @@
  * Seeded text generator for the tokenizer differential tests and benchmark: mixed scripts,
  * whitespace oddities, contractions, combining marks, emoji, code, and added tokens inline.
  */
-export function mulberry32(seed: number): () => number {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
+import { rng } from "../../bench/lib/stats.mjs";
+
+/** The bench's seeded PRNG (mulberry32), one implementation for tests and benchmarks. */
+export const mulberry32: (seed: number) => () => number = rng;
 
 const chars = (s: string): string[] => [...s];
 
