@@ -57,6 +57,8 @@ export interface HeapSoakResult {
   finalHeap: number;
   /** Post-GC heap growth over the second half of the run (bytes; ~0 when bounded). */
   secondHalfGrowth: number;
+  /** Requests done when the relays were told "index restarted" (the index object was rebuilt). */
+  indexRestarts: number[];
 }
 
 export interface HeapSoakOptions {
@@ -64,6 +66,22 @@ export interface HeapSoakOptions {
   clients: number;
   sampleEvery: number;
   onSample?: (s: HeapSample) => void;
+  /** Counts relay-observed index restarts when the fleet's log lines are fed to it. */
+  restarts?: RestartTap;
+}
+
+/** Feed it the fleet's log lines: it notes when a relay is asked to resync because the index restarted. */
+export class RestartTap {
+  readonly at: number[] = [];
+  requests = 0;
+  #last = -1;
+  readonly sink = (line: string): void => {
+    // One restart makes every relay resync: count it once per request count.
+    if (line.includes("index restarted") && this.#last !== this.requests) {
+      this.#last = this.requests;
+      this.at.push(this.requests);
+    }
+  };
 }
 
 /** A V8 inspector session on wrangler dev's `--inspector-port`. */
@@ -176,6 +194,7 @@ export async function runHeapSoak(fleet: Fleet, o: HeapSoakOptions): Promise<Hea
         if (r.status !== 200) errors++;
         messages.push({ role: "assistant", content: `Noted ${t}.` });
         done++;
+        if (o.restarts) o.restarts.requests = done;
         if (done >= nextSample) {
           nextSample += o.sampleEvery;
           sampling = sampling.then(sample);
@@ -198,6 +217,7 @@ export async function runHeapSoak(fleet: Fleet, o: HeapSoakOptions): Promise<Hea
     peakHeap: Math.max(...heaps),
     finalHeap: heaps.at(-1)!,
     secondHalfGrowth: half.length > 1 ? half.at(-1)!.heapUsed - half[0]!.heapUsed : 0,
+    indexRestarts: o.restarts ? [...o.restarts.at] : [],
   };
 }
 
@@ -226,7 +246,9 @@ export function heapSvg(r: HeapSoakResult, boundBytes: number, title: string): s
     `<text x="${W / 2}" y="${H - 6}" text-anchor="middle">requests</text>`,
     `<line x1="${L}" x2="${W - R}" y1="${y(boundBytes)}" y2="${y(boundBytes)}" stroke="#c00" stroke-dasharray="6 4"/>`,
     `<text x="${W - R}" y="${y(boundBytes) - 6}" text-anchor="end" fill="#c00">bound ${mb(boundBytes)} MB</text>`,
+    ...r.indexRestarts.map((n) => `<line x1="${x(n)}" x2="${x(n)}" y1="${T}" y2="${H - B}" stroke="#999" stroke-dasharray="2 3"/>`),
     `<polyline points="${pts}" fill="none" stroke="#1f6feb" stroke-width="2"/>`,
+    r.indexRestarts.length ? `<text x="${L + 8}" y="${T + 30}" fill="#666">dotted: the index object restarted under wrangler dev (relays resynced)</text>` : "",
     `<text x="${L + 8}" y="${T + 14}" fill="#1f6feb">isolate heap after GC (edge + index objects), peak ${mb(r.peakHeap)} MB</text>`,
     `</svg>`,
   ].join("\n");
@@ -244,9 +266,11 @@ async function main(): Promise<void> {
     },
   });
   const bound = Number(values["bound-mb"]) * 1048576;
-  const fleet = await startFleet({ workers: Number(values.workers), timingPreset: "instant" });
+  const restarts = new RestartTap();
+  const fleet = await startFleet({ workers: Number(values.workers), timingPreset: "instant", log: restarts.sink });
   try {
     const r = await runHeapSoak(fleet, {
+      restarts,
       requests: Number(values.requests),
       clients: Number(values.clients),
       sampleEvery: Number(values["sample-every"]),
@@ -256,7 +280,7 @@ async function main(): Promise<void> {
     writeFileSync(join(values.out!, "soak-heap.json"), JSON.stringify({ ...r, boundBytes: bound, workers: Number(values.workers) }, null, 1) + "\n");
     writeFileSync(join(values.out!, "soak-heap.svg"), heapSvg(r, bound, `Edge isolate heap over ${r.requests} multi-turn requests (${r.clients} clients)`) + "\n");
     const mb = (b: number) => (b / 1048576).toFixed(1);
-    console.log(`requests ${r.requests}, errors ${r.errors}, ${r.seconds.toFixed(0)} s; heap peak ${mb(r.peakHeap)} MB, final ${mb(r.finalHeap)} MB, second-half growth ${mb(r.secondHalfGrowth)} MB, bound ${mb(bound)} MB`);
+    console.log(`requests ${r.requests}, errors ${r.errors}, ${r.seconds.toFixed(0)} s; heap peak ${mb(r.peakHeap)} MB, final ${mb(r.finalHeap)} MB, second-half growth ${mb(r.secondHalfGrowth)} MB, bound ${mb(bound)} MB; index restarts at ${JSON.stringify(r.indexRestarts)}`);
     if (r.peakHeap > bound) process.exitCode = 1;
   } finally {
     await fleet.stop();
