@@ -248,7 +248,7 @@ export function heapSvg(r: HeapSoakResult, boundBytes: number, title: string): s
     `<text x="${W - R}" y="${y(boundBytes) - 6}" text-anchor="end" fill="#c00">bound ${mb(boundBytes)} MB</text>`,
     ...r.indexRestarts.map((n) => `<line x1="${x(n)}" x2="${x(n)}" y1="${T}" y2="${H - B}" stroke="#999" stroke-dasharray="2 3"/>`),
     `<polyline points="${pts}" fill="none" stroke="#1f6feb" stroke-width="2"/>`,
-    r.indexRestarts.length ? `<text x="${L + 8}" y="${T + 30}" fill="#666">dotted: the index object restarted under wrangler dev (relays resynced)</text>` : "",
+    r.indexRestarts.length ? `<text x="${L + 8}" y="${H - B - 8}" fill="#666">dotted: the index object restarted under wrangler dev (relays resynced)</text>` : "",
     `<text x="${L + 8}" y="${T + 14}" fill="#1f6feb">isolate heap after GC (edge + index objects), peak ${mb(r.peakHeap)} MB</text>`,
     `</svg>`,
   ].join("\n");
