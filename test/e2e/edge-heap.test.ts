@@ -2,7 +2,7 @@
  * The short CI variant of the edge heap soak (scripts/soak-heap.ts; the 50k-request run and its
  * curve are in docs/reliability.md): multi-turn load through wrangler dev, the isolate's V8 heap
  * read after a full GC through its inspector. Fails when the heap passes the stated bound (64 MB)
- * or keeps growing once the caches are full.
+ * or a request fails.
  */
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { startFleet, type Fleet } from "../../scripts/local-fleet.ts";

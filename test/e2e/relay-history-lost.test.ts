@@ -7,11 +7,13 @@
  * operator's choice, the worker's `POST /flush_cache`, makes the view exact at once.
  * Also checked here: the fleet's secrets never appear in wrangler's argv (they travel in a 0600 file).
  */
-import { readFileSync } from "node:fs";
+import { mkdtempSync, readFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { startFleet, type Fleet } from "../../scripts/local-fleet.ts";
 import { chat } from "./helpers/media.ts";
-import { direct, indexLocalHashes, LogTap, trueLocalHashes, waitParity, waitUntil, words, workerRows } from "./reliability-helpers.ts";
+import { direct, indexLocalHashes, LogTap, sleep, trueLocalHashes, waitParity, waitUntil, words, workerRows } from "./reliability-helpers.ts";
 
 const tap = new LogTap();
 let fleet: Fleet;
@@ -65,13 +67,14 @@ describe("relay restarted after its worker's replay buffer moved on", () => {
     const onW1 = hot.filter((h) => h.worker === w.id);
     expect(onW1.length, "some hot prompts live on w1").toBeGreaterThan(0);
 
+    await sleep(1200); // the relay saves its view every 500 ms here: a SIGKILL loses at most that much
     await fleet.killRelay(0);
     await waitUntil(async () => (await row(w.id))?.blocks === 0, 10_000, async () => JSON.stringify(await row(w.id)));
     // More batches than the worker's replay buffer (8) holds, while nobody listens.
     for (let k = 0; k < 14; k++) await direct(w.url, fleet.model, words(5000 + k, 200));
 
     await fleet.startRelay(0);
-    await waitUntil(async () => tap.records(`relay-${w.id}`, "state_resumed").length > 0, 30_000, () => "relay did not resume its state");
+    await waitUntil(async () => tap.records(`relay-${w.id}`, "state_resumed").length > 0, 30_000, () => `relay did not resume its state: ${tap.lines.filter((l) => l.line.startsWith(`[relay-${w.id}]`) && /state_|history_lost|caught_up|resumed|replay/.test(l.line)).slice(-6).map((l) => l.line).join("\n")}`);
     const resumed = tap.records(`relay-${w.id}`, "state_resumed").at(-1)!;
     expect(resumed.verdict).toBe("gap");
     await waitUntil(async () => (await row(w.id))?.approximate === true, 15_000, async () => JSON.stringify(await row(w.id)));
@@ -108,5 +111,24 @@ describe("relay restarted after its worker's replay buffer moved on", () => {
     await direct(w.url, fleet.model, words(9002, 200));
     await waitParity(fleet, 0, 15_000);
     figures.afterFlush = exact;
+
+    // For comparison, the same fault for a relay without a saved view (what a restart did before
+    // state files): only the last buffered batches are known, the hot prompts are not.
+    for (const h of onW1) await ask(h.seed);
+    await waitParity(fleet, 0);
+    await fleet.killRelay(0);
+    for (let k = 0; k < 14; k++) await direct(w.url, fleet.model, words(7000 + k, 200));
+    await fleet.startRelay(0, ["--state-file", join(mkdtempSync(join(tmpdir(), "no-state-")), "none.json")]);
+    await waitUntil(async () => (await row(w.id))?.approximate === true, 15_000, async () => JSON.stringify(await row(w.id)));
+    let prompt2 = 0;
+    let cached2 = 0;
+    let onSame2 = 0;
+    for (const h of onW1) {
+      const r = await ask(h.seed);
+      prompt2 += r.promptTokens;
+      cached2 += r.cachedTokens;
+      if (r.worker === w.id) onSame2++;
+    }
+    figures.withoutStateFile = { routedBackToW1: onSame2, hitRate: Number((cached2 / prompt2).toFixed(3)) };
   });
 });

@@ -70,6 +70,7 @@ describe("faults on the local fleet", () => {
     await waitParity(fleet, 0);
     await waitParity(fleet, 1);
 
+    await sleep(1200); // the fleet's relays save their view every 500 ms: let one save include the traffic
     await fleet.killRelay(0);
     await waitUntil(async () => (await row("w1"))?.blocks === 0, 10_000, async () => JSON.stringify(await row("w1")));
     await traffic(0, 3); // the worker's cache changes while nobody watches

@@ -75,7 +75,9 @@ describe("relay restart with a state file", () => {
     const r1 = await relayWith(worker, index, path);
     const seqA = await worker.pub.publish(a.events);
     await waitFor(() => r1.stats().lastSeq === seqA, "a applied");
-    await r1.close(); // saves on shutdown
+    // Saved periodically while running (a SIGKILLed relay leaves this file behind).
+    await waitFor(() => existsSync(path) && JSON.parse(readFileSync(path, "utf8")).lastSeq === seqA, "periodic save");
+    await r1.close(); // and on shutdown
     const epoch1 = JSON.parse(readFileSync(path, "utf8")).epoch as number;
 
     const b = storeEvents(toks(4, 100), a.hashes[1]!);
