@@ -38,12 +38,17 @@ import type { WorkerContract } from "../src/layout/index.ts";
 import { shardCountOf } from "../src/api/config.ts";
 import { shardObjectName } from "../src/kv/shard.ts";
 import { LoadOpBatchSchema, type LoadOpBatch, type LoadSyncStats } from "../src/kv/load-replica.ts";
+import { helloUrlMatchesKey, type RelayKeyRecord } from "../src/kv/relay-auth.ts";
+import { RelayKeyStore } from "./relay-key-store.ts";
 
 const SCHEMA_VERSION = 3;
 const LAST_SEEN_FLUSH_MS = 30_000;
 
 interface Attachment {
   workerId: string;
+  /** The relay key the connect was signed with, and the worker URL it is bound to (relay-auth.ts). */
+  keyId?: string;
+  url?: string;
 }
 
 export interface RoutingIndexEnv {
@@ -86,6 +91,7 @@ export class RoutingIndex extends DurableObject<RoutingIndexEnv> {
   readonly #shards: number;
   readonly #loadSyncMs: number;
   #identity: ShardIdentity | null = null;
+  #relayKeys!: RelayKeyStore;
   #loadSyncTimer: ReturnType<typeof setTimeout> | null = null;
   /** The last delivery in flight to each peer shard (deliveries to one peer are serialised). */
   readonly #peerSends = new Map<number, Promise<void>>();
@@ -110,6 +116,7 @@ export class RoutingIndex extends DurableObject<RoutingIndexEnv> {
     ctx.blockConcurrencyWhile(async () => {
       await initHashing(); // contract digests (blake3) are computed on hello
       this.#ensureSchema();
+      this.#relayKeys = new RelayKeyStore(this.ctx.storage.sql);
       const id = this.ctx.storage.sql.exec<{ k: string; v: string }>("SELECT k, v FROM meta WHERE k IN ('pool_model', 'shard_index')").toArray();
       const model = id.find((r) => r.k === "pool_model")?.v;
       const shard = id.find((r) => r.k === "shard_index")?.v;
@@ -195,7 +202,9 @@ export class RoutingIndex extends DurableObject<RoutingIndexEnv> {
     const pair = new WebSocketPair();
     const [client, server] = [pair[0], pair[1]];
     this.ctx.acceptWebSocket(server, [workerId]);
-    server.serializeAttachment({ workerId } satisfies Attachment);
+    const keyId = request.headers.get("x-kvedge-relay-key-id") ?? undefined;
+    const boundUrl = request.headers.get("x-kvedge-relay-url") ?? undefined;
+    server.serializeAttachment({ workerId, keyId, url: boundUrl } satisfies Attachment);
     return new Response(null, { status: 101, webSocket: client });
   }
 
@@ -222,7 +231,8 @@ export class RoutingIndex extends DurableObject<RoutingIndexEnv> {
   }
 
   override async webSocketMessage(ws: WebSocket, message: string | ArrayBuffer): Promise<void> {
-    const { workerId } = ws.deserializeAttachment() as Attachment;
+    const att = ws.deserializeAttachment() as Attachment;
+    const workerId = att.workerId;
     const size = typeof message === "string" ? message.length : message.byteLength;
     if (size > MAX_RELAY_MESSAGE_BYTES) return this.#reject(ws, "message too large");
     let raw: unknown;
@@ -237,7 +247,14 @@ export class RoutingIndex extends DurableObject<RoutingIndexEnv> {
     if (msg.type !== "hello") this.#seen(workerId);
     switch (msg.type) {
       case "hello": {
-        const r = this.core.hello(msg, workerId);
+        // The worker URL is part of the relay key: a key cannot announce any other address.
+        if (!helloUrlMatchesKey(msg.url, att.url)) {
+          this.#send(ws, { type: "error", message: "hello url is not the URL this relay key is bound to" });
+          ws.close(4003, "hello url not bound to relay key");
+          return;
+        }
+        // Registered under the bound URL's one spelling (the edge appends /generate to it).
+        const r = this.core.hello({ ...msg, url: att.url ?? msg.url }, workerId);
         if (!r.ok) {
           this.#send(ws, { type: "error", message: r.reason });
           ws.close(4003, r.reason.slice(0, 120));
@@ -453,6 +470,46 @@ export class RoutingIndex extends DurableObject<RoutingIndexEnv> {
     this.ctx.storage.sql.exec("DELETE FROM workers WHERE worker_id = ?", workerId);
     for (const ws of this.ctx.getWebSockets(workerId)) ws.close(4004, "worker removed");
     return ok;
+  }
+
+  // ---- relay keys (the pool object's registry; relay-auth.ts) ----
+
+  async issueRelayKey(rec: RelayKeyRecord): Promise<boolean> {
+    return this.#relayKeys.issue(rec);
+  }
+
+  async relayKey(keyId: string): Promise<RelayKeyRecord | null> {
+    return this.#relayKeys.get(keyId);
+  }
+
+  async relayKeys(): Promise<RelayKeyRecord[]> {
+    return this.#relayKeys.list();
+  }
+
+  async revokeRelayKey(keyId: string): Promise<RelayKeyRecord | null> {
+    return this.#relayKeys.revoke(keyId, Math.floor(Date.now() / 1000));
+  }
+
+  /**
+   * After a revoke: closes this shard's relay sockets that connected with `keyId` and stops routing
+   * to their workers until a relay with a valid key says hello again.
+   */
+  async closeRelayKey(keyId: string): Promise<number> {
+    let n = 0;
+    for (const ws of this.ctx.getWebSockets()) {
+      const att = ws.deserializeAttachment() as Attachment;
+      if (att.keyId !== keyId) continue;
+      ws.close(4005, "relay key revoked");
+      this.#relayDetached(ws);
+      // A relay already reconnected with another (valid) key keeps the worker up.
+      const others = this.ctx.getWebSockets(att.workerId).filter((o) => o !== ws && o.readyState === WebSocket.OPEN && (o.deserializeAttachment() as Attachment).keyId !== keyId);
+      if (others.length === 0) {
+        const rec = this.core.setStatus(att.workerId, "down");
+        if (rec) this.#persist(rec);
+      }
+      n++;
+    }
+    return n;
   }
 
   /** Test/ops hook: the local hashes a worker holds, for parity checks against the engine. */

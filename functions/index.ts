@@ -7,7 +7,7 @@ import { RateLimiter } from "../durable-objects/rate-limiter.ts";
 import { errorResponse, InvalidRequestError, MethodNotAllowedError, NotFoundError, AuthenticationError } from "../src/api/errors.ts";
 import { parseEdgeConfig, type EdgeConfig } from "../src/api/config.ts";
 import { bearerToken } from "../src/edge/auth.ts";
-import { checkRelayToken } from "../src/kv/relay-auth.ts";
+import { verifyRelayConnect } from "../src/kv/relay-auth.ts";
 import { enforceRateLimit, parseRateLimitVar, rateLimitBucketName, rateLimitHeaders, type RateLimitConfig } from "../src/edge/rate-limit.ts";
 import { handleChatCompletions, type IndexClient } from "../src/edge/chat.ts";
 import { handleAdminRoute, type AdminIndexClient } from "../src/edge/admin-routes.ts";
@@ -74,11 +74,14 @@ async function handleRelayUpgrade(request: Request, env: Env, config: EdgeConfig
   const shard = /^\d{1,4}$/.test(shardParam) ? Number(shardParam) : -1;
   if (shard < 0 || shard >= config.shards)
     throw new InvalidRequestError(`Bad shard '${shardParam.slice(0, 16)}': this pool has ${config.shards} (0…${config.shards - 1}).`, "shard");
-  // Stateless checks here (signature, worker id, pool, freshness), so refused connects never reach
-  // the index; the index then accepts the token's nonce once (durable-objects/routing-index.ts).
-  const check = config.relaySecret
-    ? await checkRelayToken(config.relaySecret, bearerToken(request), { workerId, model: shardObjectName(model, shard), nowSeconds: Math.floor(Date.now() / 1000) })
-    : ({ ok: false, reason: "missing" } as const);
+  // The key's registry row (pool object), then signature, worker, pool, URL policy and freshness,
+  // so refused connects never reach the shard; it then accepts the token's nonce once.
+  const check = await verifyRelayConnect(
+    config.relaySecret,
+    bearerToken(request),
+    { workerId, model, audience: shardObjectName(model, shard), nowSeconds: Math.floor(Date.now() / 1000), allowHttp: config.relayAllowHttp },
+    (keyId) => indexFor(env, model).relayKey(keyId),
+  );
   if (!check.ok) throw new AuthenticationError(`Relay token refused (${check.reason}).`);
   const headers = new Headers({
     upgrade: "websocket",
@@ -86,6 +89,8 @@ async function handleRelayUpgrade(request: Request, env: Env, config: EdgeConfig
     "x-kvedge-block-size": String(pool.blockSize),
     "x-kvedge-relay-nonce": check.nonce,
     "x-kvedge-relay-expires": String(check.expiresAt),
+    "x-kvedge-relay-key-id": check.record.keyId,
+    "x-kvedge-relay-url": check.record.url,
     "x-kvedge-pool": model,
     "x-kvedge-shard": String(shard),
   });
@@ -103,7 +108,12 @@ async function route(request: Request, env: Env, ctx: ExecutionContext): Promise
   if (path === "/healthz") return json({ status: "ok" });
   if (path === "/v1/models") {
     if (method !== "GET") throw new MethodNotAllowedError("Use GET.");
-    return json({ object: "list", data: config.models.map((m) => ({ id: m.id, object: "model", created: 0, owned_by: m.ownedBy })) });
+    // Each pool, then its LoRA adapters as "<pool>:<adapter>" (the name a request selects them by).
+    const data = config.models.flatMap((m) => [
+      { id: m.id, object: "model", created: 0, owned_by: m.ownedBy },
+      ...m.loraAdapters.map((a) => ({ id: `${m.id}:${a}`, object: "model", created: 0, owned_by: m.ownedBy, parent: m.id })),
+    ]);
+    return json({ object: "list", data });
   }
   if (path === "/v1/chat/completions") {
     if (method !== "POST") throw new MethodNotAllowedError("Use POST.");

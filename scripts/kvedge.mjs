@@ -6,13 +6,15 @@
  *   npx kvedge status                      pools: workers up, index size, hit rate, requests, cohort
  *   npx kvedge workers [--model M]         one pool's workers: state, blocks, load, contract
  *   npx kvedge explain request.json        how the edge would route this chat request (nothing sent)
+ *   npx kvedge explain --tokens req.json   the same, plus the whole routed id sequence, media spans and block hashes
  *   npx kvedge replay trace.jsonl          send a JSONL trace of chat requests; hit rate, latency
+ *   npx kvedge relay-key issue|list|revoke per-worker relay credentials (docs/relay.md §Credentials)
  *
  * Connection: --url / KVEDGE_URL (default http://127.0.0.1:8787), --token / KVEDGE_ADMIN_TOKEN,
  * --api-key / KVEDGE_API_KEY (client key for replay, when the edge requires one). --json prints
  * the raw JSON instead of text.
  */
-import { readFileSync, realpathSync } from "node:fs";
+import { readFileSync, realpathSync, writeFileSync } from "node:fs";
 import { fileURLToPath } from "node:url";
 
 export const USAGE = `usage: kvedge <command> [options]
@@ -20,8 +22,15 @@ commands:
   status                         pools: workers up, index blocks, hit rate, requests, cohort state
   workers [--model M]            workers of one pool (default: the first configured model)
   explain <request.json>         token view, blocks, eligibility and the worker the edge would pick
+          [--tokens]             also the whole routed id sequence, each media item's span and pad value, every block hash
   replay <trace.jsonl>           replay chat requests through the edge; prints hit rate and latency
          [--concurrency N] [--limit N]
+  relay-key issue --worker ID --worker-url URL [--model M] [--out FILE]
+                                 issue a relay credential bound to one worker and its URL; printed
+                                 on stdout, or written to FILE (mode 0600) with --out
+  relay-key list [--model M]     the pool's relay keys (ids, bindings, revoked; no key material)
+  relay-key revoke <keyId> [--model M]
+                                 revoke a key; relays connected with it are disconnected
 options:
   --url URL        edge base URL (env KVEDGE_URL, default http://127.0.0.1:8787)
   --token T        admin token (env KVEDGE_ADMIN_TOKEN)
@@ -41,9 +50,15 @@ export function parseCli(argv, env = {}) {
     apiKey: env.KVEDGE_API_KEY || null,
     model: null,
     json: false,
+    tokens: false,
     concurrency: 1,
     limit: Infinity,
     help: false,
+    sub: null,
+    keyId: null,
+    worker: null,
+    workerUrl: null,
+    out: null,
   };
   const positional = [];
   for (let i = 0; i < argv.length; i++) {
@@ -64,15 +79,29 @@ export function parseCli(argv, env = {}) {
     else if (a === "--api-key") opts.apiKey = value();
     else if (a === "--model") opts.model = value();
     else if (a === "--json") opts.json = true;
+    else if (a === "--tokens") opts.tokens = true;
     else if (a === "--concurrency") opts.concurrency = intValue();
     else if (a === "--limit") opts.limit = intValue();
+    else if (a === "--worker") opts.worker = value();
+    else if (a === "--worker-url") opts.workerUrl = value();
+    else if (a === "--out") opts.out = value();
     else if (a.startsWith("-")) throw new UsageError(`unknown option ${a}`);
     else positional.push(a);
   }
   if (opts.help) return opts;
   opts.command = positional[0] ?? null;
-  if (!["status", "workers", "explain", "replay"].includes(opts.command ?? "")) throw new UsageError(opts.command ? `unknown command ${opts.command}` : "missing command");
-  if (opts.command === "explain" || opts.command === "replay") {
+  if (!["status", "workers", "explain", "replay", "relay-key"].includes(opts.command ?? "")) throw new UsageError(opts.command ? `unknown command ${opts.command}` : "missing command");
+  if (opts.tokens && opts.command !== "explain") throw new UsageError("--tokens is an explain option");
+  if (opts.command === "relay-key") {
+    opts.sub = positional[1] ?? null;
+    if (!["issue", "list", "revoke"].includes(opts.sub ?? "")) throw new UsageError("relay-key needs issue, list or revoke");
+    if (opts.sub === "issue" && (!opts.worker || !opts.workerUrl)) throw new UsageError("relay-key issue needs --worker and --worker-url");
+    if (opts.sub === "revoke") {
+      opts.keyId = positional[2] ?? null;
+      if (!opts.keyId || !/^[A-Za-z0-9_-]{22}$/.test(opts.keyId)) throw new UsageError("relay-key revoke needs a key id");
+    }
+    if (positional.length > (opts.sub === "revoke" ? 3 : 2)) throw new UsageError("too many arguments");
+  } else if (opts.command === "explain" || opts.command === "replay") {
     opts.file = positional[1] ?? null;
     if (!opts.file) throw new UsageError(`${opts.command} needs a file`);
     if (positional.length > 2) throw new UsageError("too many arguments");
@@ -187,6 +216,18 @@ export function formatExplain(e) {
       ),
     );
   for (const w of e.warnings) lines.push(`warning: ${w}`);
+  return lines.join("\n");
+}
+
+/** `explain --tokens`: the routed ids as one JSON array line (diffable against a worker's ids), spans, block hashes. */
+export function formatRouted(r) {
+  const lines = [`routed ids   ${r.ids.length}`, JSON.stringify(r.ids)];
+  if (r.items.length) {
+    lines.push("media items");
+    r.items.forEach((it, k) => lines.push(`  #${k} ${it.kind} [${it.start}, ${it.end}) pad ${it.padValue} mm_hash ${it.mmHash ?? "–"}`));
+  }
+  lines.push(`block hashes ${r.blockHashes.length}`);
+  for (let i = 0; i < r.blockHashes.length; i += 8) lines.push(`  ${r.blockHashes.slice(i, i + 8).join(" ")}`);
   return lines.join("\n");
 }
 
@@ -398,10 +439,13 @@ export async function run(argv, env, io = { out: (s) => process.stdout.write(s +
       const q = opts.model ? `?model=${encodeURIComponent(opts.model)}` : "";
       const o = await adminJson(opts, `/admin/workers${q}`, {}, fetchImpl);
       io.out(opts.json ? JSON.stringify(o, null, 2) : formatWorkers(o.model, o.workers));
+    } else if (opts.command === "relay-key") {
+      return await relayKeyCommand(opts, io, fetchImpl);
     } else if (opts.command === "explain") {
       const body = readFileSync(opts.file, "utf8");
-      const o = await adminJson(opts, "/admin/explain", { method: "POST", headers: { "content-type": "application/json" }, body }, fetchImpl);
-      io.out(opts.json ? JSON.stringify(o, null, 2) : formatExplain(o));
+      const path = opts.tokens ? "/admin/explain?tokens=all" : "/admin/explain";
+      const o = await adminJson(opts, path, { method: "POST", headers: { "content-type": "application/json" }, body }, fetchImpl);
+      io.out(opts.json ? JSON.stringify(o, null, 2) : opts.tokens ? `${formatExplain(o)}\n${formatRouted(o.routed)}` : formatExplain(o));
     } else {
       const bodies = parseTrace(readFileSync(opts.file, "utf8"));
       const summary = summarizeReplay(await replay(opts, bodies, fetchImpl));
@@ -413,6 +457,39 @@ export async function run(argv, env, io = { out: (s) => process.stdout.write(s +
     io.err(`kvedge ${opts.command}: ${e instanceof Error ? e.message : String(e)}`);
     return e instanceof UsageError ? 2 : 1;
   }
+}
+
+/** `relay-key issue|list|revoke`: the admin API of src/edge/relay-key-routes.ts. */
+async function relayKeyCommand(opts, io, fetchImpl) {
+  const q = opts.model ? `?model=${encodeURIComponent(opts.model)}` : "";
+  if (opts.sub === "list") {
+    const o = await adminJson(opts, `/admin/relay-keys${q}`, {}, fetchImpl);
+    io.out(
+      opts.json
+        ? JSON.stringify(o, null, 2)
+        : o.keys.length === 0
+          ? `${o.model}: no relay keys`
+          : `${o.model}\n` +
+            table(
+              ["key", "worker", "url", "issued", "revoked"],
+              o.keys.map((k) => [k.keyId, k.workerId, k.url, new Date(k.createdAt * 1000).toISOString(), k.revokedAt ? new Date(k.revokedAt * 1000).toISOString() : "–"]),
+            ),
+    );
+    return 0;
+  }
+  if (opts.sub === "revoke") {
+    const o = await adminJson(opts, `/admin/relay-keys/${opts.keyId}/revoke${q}`, { method: "POST" }, fetchImpl);
+    io.out(opts.json ? JSON.stringify(o, null, 2) : `revoked ${o.key.keyId} (worker ${o.key.workerId}); ${o.closedSockets} relay socket(s) closed`);
+    return 0;
+  }
+  const body = JSON.stringify({ ...(opts.model ? { model: opts.model } : {}), workerId: opts.worker, url: opts.workerUrl });
+  const o = await adminJson(opts, "/admin/relay-keys", { method: "POST", headers: { "content-type": "application/json" }, body }, fetchImpl);
+  if (opts.out) {
+    // The credential is a secret: owner-only file, never echoed.
+    writeFileSync(opts.out, o.credential + "\n", { mode: 0o600 });
+    io.out(`issued ${o.keyId} for worker ${o.workerId} at ${o.url} (pool ${o.model}); credential written to ${opts.out}`);
+  } else io.out(opts.json ? JSON.stringify(o, null, 2) : o.credential);
+  return 0;
 }
 
 function isMain() {

@@ -266,7 +266,8 @@ export async function startFleet(opts: FleetOptions = {}): Promise<Fleet> {
   }
 
   const models = JSON.stringify([{ id: model, family, templateId: template, blockSize: pageSize }]);
-  const vars: Record<string, string> = { KVEDGE_MODELS: models, RELAY_SECRET: relaySecret, ADMIN_TOKEN: adminToken };
+  // The simulated workers speak plain http on 127.0.0.1: allow it for relay keys (development only).
+  const vars: Record<string, string> = { KVEDGE_MODELS: models, RELAY_SECRET: relaySecret, ADMIN_TOKEN: adminToken, KVEDGE_RELAY_ALLOW_HTTP: "1" };
   if (mediaHost) vars.KVEDGE_MEDIA = JSON.stringify({ allowlist: [mediaHost] });
   if (decodeUrl) {
     vars.KVEDGE_DECODE_URL = decodeUrl;
@@ -355,7 +356,24 @@ export async function startFleet(opts: FleetOptions = {}): Promise<Fleet> {
   const relayArgsOf = workers.map((_, i) => opts.relayArgs?.[i] ?? []);
   // Each relay keeps its view of its worker here, so a restarted relay resumes it (docs/relay.md).
   const relayStateDir = mkdtempSync(join(tmpdir(), "kvedge-relay-state-"));
-  const startRelay = (w: FleetWorker, extraArgs: string[] = []): ChildProcess => {
+  // Each relay holds only its own worker's key, issued through the admin API (RELAY_SECRET stays
+  // with the edge), bound to the worker's id and URL; handed over in the environment, never argv.
+  const relayKeys = new Map<string, string>();
+  const relayKeyOf = async (w: FleetWorker): Promise<string> => {
+    const known = relayKeys.get(`${w.id} ${w.url}`);
+    if (known) return known;
+    const r = await fetch(`${edgeUrl}/admin/relay-keys`, {
+      method: "POST",
+      headers: { authorization: `Bearer ${adminToken}`, "content-type": "application/json" },
+      body: JSON.stringify({ model, workerId: w.id, url: w.url }),
+    });
+    if (r.status !== 201) throw new Error(`issuing the relay key of ${w.id}: ${r.status} ${await r.text()}`);
+    const { credential } = (await r.json()) as { credential: string };
+    relayKeys.set(`${w.id} ${w.url}`, credential);
+    return credential;
+  };
+  const startRelay = async (w: FleetWorker, extraArgs: string[] = []): Promise<ChildProcess> => {
+    const key = await relayKeyOf(w);
     const relay = spawn(
       NODE,
       [
@@ -364,20 +382,20 @@ export async function startFleet(opts: FleetOptions = {}): Promise<Fleet> {
         "--index-url", `ws://127.0.0.1:${edgePort}`,
         "--worker-id", w.id,
         "--model", model,
-        "--secret-env", "KVEDGE_RELAY_SECRET",
+        "--key-env", "KVEDGE_RELAY_KEY",
         "--model-dir", w.modelDir,
         "--state-file", join(relayStateDir, `${w.id}.json`),
         "--state-interval-ms", "500",
         ...(relayArgsOf[workers.indexOf(w)] ?? []),
         ...extraArgs,
       ],
-      { cwd: ROOT, detached: true, env: { ...process.env, KVEDGE_RELAY_SECRET: relaySecret }, stdio: ["ignore", "pipe", "pipe"] },
+      { cwd: ROOT, detached: true, env: { ...process.env, KVEDGE_RELAY_KEY: key }, stdio: ["ignore", "pipe", "pipe"] },
     );
     procs.push(relay);
     pipeLogs(relay, `relay-${w.id}`, log);
     return relay;
   };
-  if (opts.relays !== false) for (const w of workers) w.relay = startRelay(w);
+  if (opts.relays !== false) for (const w of workers) w.relay = await startRelay(w);
 
   const admin = async (path: string): Promise<unknown> => {
     const r = await fetch(`${edgeUrl}${path}`, { headers: { authorization: `Bearer ${adminToken}` } });
@@ -428,7 +446,7 @@ export async function startFleet(opts: FleetOptions = {}): Promise<Fleet> {
       workerExtraArgs.push(extraArgs);
       relayArgsOf.push(relayArgs);
       if (opts.relays !== false) {
-        w.relay = startRelay(w);
+        w.relay = await startRelay(w);
         await waitForSync();
       }
       return w;
@@ -451,7 +469,7 @@ export async function startFleet(opts: FleetOptions = {}): Promise<Fleet> {
     async startRelay(i: number, extraArgs: string[] = []) {
       const w = workers[i]!;
       await stopProc(w.relay, "SIGKILL");
-      w.relay = startRelay(w, extraArgs);
+      w.relay = await startRelay(w, extraArgs);
     },
     pauseRelays() {
       for (const w of workers) signalGroup(w.relay, "SIGSTOP");

@@ -26,7 +26,7 @@ export interface IndexSessionOptions {
   /** Full ws(s) URL of the relay endpoint, query included. */
   url: string;
   /**
-   * The worker's relay key (src/kv/relay-auth.ts `relayWorkerKey`). Never sent: every connect
+   * The worker's relay credential `kvr1.<key id>.<key>` (src/kv/relay-auth.ts). Never sent: every connect
    * presents a fresh single-use token signed with it for the URL's worker and shard object
    * (`shardObjectName(model, shard)`; the plain model for shard 0).
    */

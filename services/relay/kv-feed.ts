@@ -97,7 +97,8 @@ export class KvFeed {
   }
 
   stats(): KvFeedStats {
-    return { lastSeq: this.cursor, ...this.counters };
+    // The counters object carries its own (always null) lastSeq: the cursor must come last.
+    return { ...this.counters, lastSeq: this.cursor };
   }
 
   /**

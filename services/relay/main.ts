@@ -1,16 +1,19 @@
 /**
  * CLI: one relay beside one SGLang worker.
  *   npx node services/relay/main.ts --worker-url http://127.0.0.1:30001 --index-url ws://127.0.0.1:8787 \
- *     --worker-id w1 --model Qwen/Qwen3-VL-8B-Instruct --secret-env KVEDGE_RELAY_SECRET
- * The secret is read from the named environment variable (never from argv: argv is world-readable).
+ *     --worker-id w1 --model Qwen/Qwen3-VL-8B-Instruct --key-env KVEDGE_RELAY_KEY
+ * The worker's relay credential (`kvedge relay-key issue`) is read from the named environment
+ * variable or from a file (never from argv: argv is world-readable).
  */
+import { readFile } from "node:fs/promises";
 import { parseArgs } from "node:util";
 import { createLogger, errorMessage, type LogLevel } from "./log.ts";
 import { startRelay } from "./relay.ts";
 import { RelayStartupError } from "./worker-info.ts";
+import { parseRelayCredential } from "../../src/kv/relay-auth.ts";
 
 const USAGE = `usage: npx node services/relay/main.ts --worker-url URL --index-url WS_URL --worker-id ID
-       [--model NAME] [--secret-env VAR (default KVEDGE_RELAY_SECRET)] [--advertise-url URL]
+       [--model NAME] [--key-env VAR (default KVEDGE_RELAY_KEY) | --key-file PATH] [--advertise-url URL]
        [--block-size N] [--kv-endpoint tcp://h:p] [--replay-endpoint tcp://h:p | none] [--topic T]
        [--model-dir DIR] [--dp-rank N] [--health-interval-ms N] [--health-timeout-ms N] [--log-level debug|info|warn|error]
        [--stats-interval-ms N] [--region NAME] [--prefill-tokens-per-sec N]
@@ -37,6 +40,24 @@ function onHistoryLost(v: string | undefined): "approximate" | "flush" | undefin
   throw new RelayStartupError(`--on-history-lost must be approximate or flush, not ${JSON.stringify(v)}`);
 }
 
+/** The relay credential from --key-file, else from the --key-env variable; checked by the options schema. */
+async function readCredential(envName: string, file: string | undefined): Promise<string> {
+  let v: string | undefined;
+  if (file !== undefined) {
+    try {
+      v = await readFile(file, "utf8");
+    } catch (e) {
+      throw new RelayStartupError(`relay key: cannot read ${file} (${errorMessage(e)})`);
+    }
+  } else {
+    v = process.env[envName];
+    if (!v) throw new RelayStartupError(`relay key: environment variable ${envName} is empty or unset (issue one with \`kvedge relay-key issue\`)`);
+  }
+  // Never echo the value: it is the key.
+  if (!parseRelayCredential(v)) throw new RelayStartupError(`relay key from ${file ?? envName} is not a relay credential (kvr1.<key id>.<64 hex digits>)`);
+  return v.trim();
+}
+
 async function main(): Promise<void> {
   const { values } = parseArgs({
     options: {
@@ -44,7 +65,8 @@ async function main(): Promise<void> {
       "index-url": { type: "string" },
       "worker-id": { type: "string" },
       model: { type: "string" },
-      "secret-env": { type: "string", default: "KVEDGE_RELAY_SECRET" },
+      "key-env": { type: "string", default: "KVEDGE_RELAY_KEY" },
+      "key-file": { type: "string" },
       "advertise-url": { type: "string" },
       "block-size": { type: "string" },
       "kv-endpoint": { type: "string" },
@@ -73,9 +95,7 @@ async function main(): Promise<void> {
   }
   const workerId = values["worker-id"];
   if (!values["worker-url"] || !values["index-url"] || !workerId) throw new RelayStartupError(USAGE);
-  const secretEnv = values["secret-env"]!;
-  const secret = process.env[secretEnv];
-  if (!secret) throw new RelayStartupError(`relay secret: environment variable ${secretEnv} is empty or unset`);
+  const credential = await readCredential(values["key-env"]!, values["key-file"]);
   const level = values["log-level"] as LogLevel;
   const log = createLogger({ svc: "relay", worker: workerId }, level);
 
@@ -89,7 +109,7 @@ async function main(): Promise<void> {
       workerUrl: values["worker-url"],
       indexUrl: values["index-url"],
       workerId,
-      secret,
+      credential,
       model: values.model,
       advertiseUrl: values["advertise-url"],
       blockSize: int(values["block-size"], "--block-size"),

@@ -1,5 +1,6 @@
 /** Relay configuration (zod is the source of truth; the CLI maps its flags onto this). */
 import { z } from "zod";
+import { parseRelayCredential } from "../../src/kv/relay-auth.ts";
 
 const wsUrl = z
   .string()
@@ -15,8 +16,12 @@ export const RelayOptionsSchema = z.object({
   workerId: z.string().min(1).max(128).regex(/^[A-Za-z0-9._:-]+$/),
   /** Model pool name; defaults to the worker's served_model_name. */
   model: z.string().min(1).max(256).optional(),
-  /** Shared relay secret; each connect mints a fresh signed token from it (src/kv/relay-auth.ts). */
-  secret: z.string().min(1),
+  /**
+   * This worker's relay credential `kvr1.<key id>.<key>` (issued by `kvedge relay-key issue`, bound
+   * to this worker id and advertised URL); each connect mints a fresh signed token from it
+   * (src/kv/relay-auth.ts). The pool secret never reaches a relay host.
+   */
+  credential: z.string().refine((s) => parseRelayCredential(s) !== null, "relay credential must look like kvr1.<key id>.<64 hex digits>"),
   /** Worker URL announced to the index (as the edge should reach it); defaults to workerUrl. */
   advertiseUrl: z.string().url().optional(),
   /** Expected block size: refuse to start when the worker's page size differs. */

@@ -19,7 +19,6 @@
  * A sharded index (shard 0's welcome says `shards: N`) gets one session per shard, each fed the
  * part of the set whose chain roots hash to it (ShardFanout, docs/scale.md §3).
  */
-import { relayToken } from "../../src/kv/relay-auth.ts";
 import type { ModelDirFiles } from "../../src/layout/index.ts";
 import type { RelayHello } from "../../src/kv/relay-protocol.ts";
 import { WorkerBlockSet } from "../../src/kv/worker-block-set.ts";
@@ -95,7 +94,7 @@ export async function startRelay(input: RelayOptionsInput, log?: Logger): Promis
   const opts = RelayOptionsSchema.parse(input);
   const logger = log ?? createLogger({ svc: "relay", worker: opts.workerId });
   await initHashing();
-  const token = await relayToken(opts.secret, opts.workerId);
+  const token = opts.credential.trim();
   const modelFiles = opts.modelDir !== undefined ? await readModelDir(opts.modelDir) : null;
   const raw = await waitForServerInfo(opts, logger);
   const info = parseWorkerInfo(raw, opts.workerUrl, overridesOf(opts));

@@ -33,8 +33,12 @@ export interface SubmitInput {
   rid: string;
   inputIds: number[];
   sampling: SamplingParams;
+  /** GenerateReqInput.cache_salt: the radix-cache namespace (null/absent: none). */
+  cacheSalt?: string | null;
   /** Called for every frame a streaming client should see (not while a stop string may be forming). */
   onFrame?: (s: RequestSnapshot) => void;
+  /** Scripted answer tokens (scripted-output.ts); null = the seeded pseudo-random words. */
+  script?: number[] | null;
 }
 
 export interface EngineConfig {
@@ -132,6 +136,7 @@ export class SimEngine {
       this.cfg.vocab,
       outputSeed(seedMaterial, input.sampling.samplingSeed),
       this.cfg.naturalOutputTokens,
+      input.script ?? null,
     );
     return new Promise<RequestSnapshot>((resolve) => {
       const req: LiveRequest = {
@@ -201,7 +206,7 @@ export class SimEngine {
       }
       const ids = req.input.inputIds;
       // At least one prompt token is always computed (it produces the first logits).
-      const match = cache.matchPrefix(ids.slice(0, Math.max(0, ids.length - 1)));
+      const match = cache.matchPrefix(ids.slice(0, Math.max(0, ids.length - 1)), req.input.cacheSalt ?? null);
       cache.incLockRef(match.node);
       const need = ids.length - match.length + req.plannedOutput;
       if (need > this.freeTokens) cache.evict(need - this.freeTokens);
@@ -264,17 +269,24 @@ export class SimEngine {
         const allowStop = outputIds.length >= sampling.minNewTokens;
         const token = req.stream.next(allowStop && !sampling.ignoreEos);
         outputIds.push(token);
-        // Output tokens are whole ASCII words, so decoding token by token equals decoding the whole run.
+        // Random output tokens are whole ASCII words, so decoding token by token equals decoding the
+        // whole run; a scripted answer may split a character across tokens, so it is decoded whole.
         const prevLength = text.length;
-        if (!(sampling.skipSpecialTokens && this.cfg.vocab.specialIds.has(token))) text += this.cfg.tokenizer.decode([token]);
+        const before = text;
+        const hidden = (t: number) => sampling.skipSpecialTokens && this.cfg.vocab.specialIds.has(t);
+        // Like SGLang's detokenizer, an incomplete UTF-8 sequence at the end is held back (no U+FFFD).
+        if (req.stream.scripted) text = this.cfg.tokenizer.decode(outputIds.filter((t) => !hidden(t))).replace(/\uFFFD+$/u, "");
+        else if (!hidden(token)) text += this.cfg.tokenizer.decode([token]);
         this.lastGenThroughput = outputIds.length / Math.max(1e-3, (performance.now() - decodeStart) / 1000);
 
+        // detokenizer_manager.py trim_matched_stop: a stop token's own text is cut unless no_stop_trim.
+        const stopText = sampling.noStopTrim ? text : before;
         if (allowStop && !sampling.ignoreEos && this.cfg.vocab.specialIds.has(token)) {
-          this.finish(req, { type: "stop", matched: token }, outputIds, text, true);
+          this.finish(req, { type: "stop", matched: token }, outputIds, stopText, true);
           return;
         }
         if (allowStop && sampling.stopTokenIds.includes(token)) {
-          this.finish(req, { type: "stop", matched: token }, outputIds, text, true);
+          this.finish(req, { type: "stop", matched: token }, outputIds, stopText, true);
           return;
         }
         if (allowStop && sampling.stop.length > 0) {
@@ -307,7 +319,7 @@ export class SimEngine {
   /** Inserts `tokens` into the tree and moves this request's lock to the node that now covers them. */
   private cacheTokens(req: LiveRequest, tokens: readonly number[]): void {
     const cache = this.cfg.cache;
-    const { node } = cache.insert(tokens);
+    const { node } = cache.insert(tokens, req.input.cacheSalt ?? null);
     cache.incLockRef(node);
     if (req.lockedNode) cache.decLockRef(req.lockedNode);
     req.lockedNode = node;

@@ -9,6 +9,7 @@ import { z } from "zod";
 import type { QwenTokenizer } from "../../src/prompt/tokenizer/index.ts";
 import type { FinishReason, RequestSnapshot, SimEngine } from "./engine.ts";
 import { parseSamplingParams, SamplingTypeError, type SamplingParams } from "./sampling-params.ts";
+import { fakeOutputLogprobs, reasoningTokenCount, scriptedAnswer } from "./scripted-output.ts";
 import {
   SglangInternalError,
   SglangValidationError,
@@ -30,8 +31,12 @@ export const GenerateBodySchema = z.looseObject({
   stream: z.boolean().nullish(),
   rid: z.union([z.string(), z.array(z.string())]).nullish(),
   return_logprob: z.union([z.boolean(), z.array(z.boolean())]).nullish(),
-  top_logprobs_num: z.unknown().nullish(),
+  top_logprobs_num: z.number().int().nullish(),
+  return_text_in_logprobs: z.boolean().nullish(),
+  require_reasoning: z.boolean().nullish(),
   extra_key: z.union([z.string(), z.array(z.string())]).nullish(),
+  /** GenerateReqInput.cache_salt (managers/io_struct.py): a namespace for otherwise identical prefixes. */
+  cache_salt: z.union([z.string(), z.array(z.string())]).nullish(),
 });
 export type GenerateBody = z.infer<typeof GenerateBodySchema>;
 
@@ -80,9 +85,17 @@ export interface GenerateContext {
 /** A validated single request ready for the engine. */
 export interface PreparedRequest {
   rid: string;
+  /** The request's cache namespace (null: none). */
+  cacheSalt: string | null;
   prompt: PreparedPrompt;
   sampling: SamplingParams;
   stream: boolean;
+  /** Scripted answer tokens (a `[[sim-output:…]]` marker in the prompt), else null. */
+  script: number[] | null;
+  /** return_logprob: alternatives per position and whether token text is included. */
+  logprobs: { topN: number; withText: boolean } | null;
+  /** require_reasoning: meta_info.reasoning_tokens counts the thinking block. */
+  requireReasoning: boolean;
 }
 
 export function newRid(): string {
@@ -121,9 +134,7 @@ export async function prepareGenerate(body: GenerateBody, ctx: GenerateContext):
     (Array.isArray(body.input_ids) && body.input_ids.some((x) => Array.isArray(x))) ||
     Array.isArray(body.sampling_params);
   if (batch) throw new SglangValueError("Batch requests are not supported by the simulator; send one request per prompt.");
-  if (body.return_logprob === true || Array.isArray(body.return_logprob)) {
-    throw new SglangValueError("return_logprob is not supported by the simulator.");
-  }
+  if (Array.isArray(body.return_logprob)) throw new SglangValueError("Batch requests are not supported by the simulator; send one request per prompt.");
 
   let sampling: SamplingParams;
   try {
@@ -134,7 +145,6 @@ export async function prepareGenerate(body: GenerateBody, ctx: GenerateContext):
     }
     throw err;
   }
-  if (sampling.n > 1) throw new SglangValueError("n > 1 is not supported by the simulator; send n single requests.");
 
   let prompt: PreparedPrompt;
   // mm_hashes without media items: zero items, so SGLang ignores the list (wrong length).
@@ -172,12 +182,30 @@ export async function prepareGenerate(body: GenerateBody, ctx: GenerateContext):
     );
   }
   const rid = typeof body.rid === "string" && body.rid.length > 0 ? body.rid : newRid();
-  return { rid, prompt, sampling, stream: body.stream === true };
+  if (Array.isArray(body.cache_salt)) throw new SglangValueError("A list cache_salt needs a batch request; the simulator takes one prompt.");
+  const answer = typeof body.text === "string" ? scriptedAnswer(body.text) : null;
+  return {
+    rid,
+    cacheSalt: body.cache_salt ?? null,
+    prompt,
+    sampling,
+    stream: body.stream === true,
+    script: answer === null ? null : ctx.tokenizer.encode(answer),
+    logprobs: body.return_logprob === true ? { topN: Math.max(0, body.top_logprobs_num ?? 0), withText: body.return_text_in_logprobs === true } : null,
+    requireReasoning: body.require_reasoning === true,
+  };
 }
 
 export interface MetaInfoOptions {
   first: boolean;
   dpRank: number;
+  /** The request's logprob and reasoning options, with the tokenizer that renders token text. */
+  output?: { prepared: Pick<PreparedRequest, "logprobs" | "requireReasoning">; tokenizer: QwenTokenizer };
+}
+
+let alternativeIds: number[] | null = null;
+function alternatives(tokenizer: QwenTokenizer): number[] {
+  return (alternativeIds ??= [" the", " a", " of", " to", " and", " is", " it", " in"].map((w) => tokenizer.encode(w)[0]!));
 }
 
 /** `meta_info` in SGLang's key order; e2e_latency only when final, the sent-ts only on the first output. */
@@ -188,13 +216,20 @@ export function metaInfo(s: RequestSnapshot, prompt: PreparedPrompt, o: MetaInfo
     prompt_tokens: s.promptTokens,
     weight_version: "default",
     num_retractions: 0,
-    reasoning_tokens: 0,
+    reasoning_tokens: o.output?.prepared.requireReasoning ? reasoningTokenCount(s.outputIds, o.output.tokenizer) : 0,
     completion_tokens: s.outputIds.length,
     cached_tokens: s.cachedTokens,
     cached_tokens_details: { device: s.cachedTokens, host: 0 },
   };
   if (prompt.imageTokens > 0) m.image_tokens = prompt.imageTokens;
   if (prompt.videoTokens > 0) m.video_tokens = prompt.videoTokens;
+  const lp = o.output?.prepared.logprobs;
+  if (lp && o.output) {
+    const { tokens, top } = fakeOutputLogprobs(s.outputIds, o.output.tokenizer, alternatives(o.output.tokenizer), lp.topN, lp.withText);
+    m.output_token_logprobs = tokens;
+    m.output_top_logprobs = top;
+    m.output_token_logprobs_length = tokens.length;
+  }
   m.dp_rank = o.dpRank;
   if (s.finishReason !== null && s.e2eLatency !== null) m.e2e_latency = s.e2eLatency;
   if (o.first) m.response_sent_to_client_ts = Date.now() / 1000;
@@ -220,6 +255,27 @@ function abortStatus(r: FinishReason | null): number | null {
   return r && r.type === "abort" ? r.status_code : null;
 }
 
+/** One engine run of a request: the request itself, or one of its n copies. */
+interface Copy {
+  rid: string;
+  sampling: SamplingParams;
+}
+
+/**
+ * n > 1 as SGLang's tokenizer manager runs it (reference/sglang-generate-api.md §1.2): a prefix-warming
+ * copy with max_new_tokens 0 first, then n copies with fresh rids (each its own sampling draw here).
+ */
+async function copiesOf(prepared: PreparedRequest, ctx: GenerateContext): Promise<Copy[]> {
+  const s = prepared.sampling;
+  if (s.n <= 1) return [{ rid: prepared.rid, sampling: s }];
+  await ctx.engine.submit({ rid: newRid(), inputIds: prepared.prompt.inputIds, sampling: { ...s, n: 1, maxNewTokens: 0, minNewTokens: 0 }, cacheSalt: prepared.cacheSalt });
+  return Array.from({ length: s.n }, (_, i) => ({ rid: newRid(), sampling: { ...s, n: 1, samplingSeed: (s.samplingSeed ?? 0) + i } }));
+}
+
+function outputOf(s: RequestSnapshot, prepared: PreparedRequest, ctx: GenerateContext, first: boolean): Record<string, unknown> {
+  return generateOutput(s, prepared.prompt, { first, dpRank: ctx.dpRank, output: { prepared, tokenizer: ctx.tokenizer } });
+}
+
 /** Handles one /generate call whose JSON body has been read. */
 export async function handleGenerate(
   res: ServerResponse,
@@ -243,29 +299,39 @@ export async function handleGenerate(
     return sendGenerateError(res, err);
   }
   let clientGone = false;
+  let rids = [prepared.rid];
   res.on("close", () => {
     if (!res.writableFinished) {
       clientGone = true;
-      ctx.engine.abort(prepared.rid, false);
+      for (const rid of rids) ctx.engine.abort(rid, false);
     }
   });
-  let final: RequestSnapshot;
+  let finals: RequestSnapshot[];
   try {
-    final = await ctx.engine.submit({ rid: prepared.rid, inputIds: prepared.prompt.inputIds, sampling: prepared.sampling });
+    const copies = await copiesOf(prepared, ctx);
+    rids = copies.map((c) => c.rid);
+    finals = await Promise.all(
+      copies.map((c) => ctx.engine.submit({ rid: c.rid, inputIds: prepared.prompt.inputIds, sampling: c.sampling, script: prepared.script, cacheSalt: prepared.cacheSalt })),
+    );
   } catch (err) {
     return sendGenerateError(res, err);
   }
   if (clientGone) return;
-  ctx.log(`generate rid=${final.rid} prompt=${final.promptTokens} cached=${final.cachedTokens} out=${final.outputIds.length}${mediaLog(prepared.prompt)}`);
-  const status = abortStatus(final.finishReason);
-  if (status === 400) {
-    return sendJson(res, 400, { error: { message: (final.finishReason as { message: string }).message } });
+  for (const final of finals) {
+    ctx.log(`generate rid=${final.rid} prompt=${final.promptTokens} cached=${final.cachedTokens} out=${final.outputIds.length}${mediaLog(prepared.prompt)}`);
   }
-  if (status !== null && status >= 500) {
-    const message = (final.finishReason as { message: string }).message;
-    return sendJson(res, status, { object: "error", message, type: String(status), param: null, code: status });
+  for (const final of finals) {
+    const status = abortStatus(final.finishReason);
+    if (status === 400) {
+      return sendJson(res, 400, { error: { message: (final.finishReason as { message: string }).message } });
+    }
+    if (status !== null && status >= 500) {
+      const message = (final.finishReason as { message: string }).message;
+      return sendJson(res, status, { object: "error", message, type: String(status), param: null, code: status });
+    }
   }
-  sendJson(res, 200, generateOutput(final, prepared.prompt, { first: true, dpRank: ctx.dpRank }));
+  const outputs = finals.map((f) => outputOf(f, prepared, ctx, true));
+  sendJson(res, 200, prepared.sampling.n > 1 ? outputs : outputs[0]);
 }
 
 function sendGenerateError(res: ServerResponse, err: unknown): void {
@@ -279,7 +345,7 @@ function sendGenerateError(res: ServerResponse, err: unknown): void {
   throw err;
 }
 
-/** SSE: status 200 first, then cumulative frames, inline errors, and always `data: [DONE]`. */
+/** SSE: status 200 first, then cumulative frames (with `index` when n > 1), inline errors, and always `data: [DONE]`. */
 async function streamGenerate(res: ServerResponse, body: GenerateBody, ctx: GenerateContext): Promise<void> {
   res.writeHead(200, { "content-type": "text/event-stream", "cache-control": "no-cache", connection: "keep-alive" });
   res.flushHeaders();
@@ -305,22 +371,36 @@ async function streamGenerate(res: ServerResponse, body: GenerateBody, ctx: Gene
     throw err;
   }
 
-  let first = true;
+  let rids = [prepared.rid];
   res.on("close", () => {
-    if (!res.writableFinished) ctx.engine.abort(prepared.rid, false);
+    if (!res.writableFinished) for (const rid of rids) ctx.engine.abort(rid, false);
   });
+  const multi = prepared.sampling.n > 1;
+  const frame = (s: RequestSnapshot, first: boolean, index: number) => {
+    const out = outputOf(s, prepared, ctx, first);
+    return multi ? { ...out, index } : out;
+  };
   try {
-    const final = await ctx.engine.submit({
-      rid: prepared.rid,
-      inputIds: prepared.prompt.inputIds,
-      sampling: prepared.sampling,
-      onFrame: (s) => {
-        write(generateOutput(s, prepared.prompt, { first, dpRank: ctx.dpRank }));
-        first = false;
-      },
-    });
-    ctx.log(`generate(stream) rid=${final.rid} prompt=${final.promptTokens} cached=${final.cachedTokens} out=${final.outputIds.length}${mediaLog(prepared.prompt)}`);
-    write(generateOutput(final, prepared.prompt, { first, dpRank: ctx.dpRank }));
+    const copies = await copiesOf(prepared, ctx);
+    rids = copies.map((c) => c.rid);
+    await Promise.all(
+      copies.map(async (c, index) => {
+        let first = true;
+        const final = await ctx.engine.submit({
+          rid: c.rid,
+          inputIds: prepared.prompt.inputIds,
+          sampling: c.sampling,
+          script: prepared.script,
+          cacheSalt: prepared.cacheSalt,
+          onFrame: (s) => {
+            write(frame(s, first, index));
+            first = false;
+          },
+        });
+        ctx.log(`generate(stream) rid=${final.rid} prompt=${final.promptTokens} cached=${final.cachedTokens} out=${final.outputIds.length}${mediaLog(prepared.prompt)}`);
+        write(frame(final, first, index));
+      }),
+    );
   } catch (err) {
     if (err instanceof SglangValueError) write(streamErrorFrame(err.message));
     else throw err;

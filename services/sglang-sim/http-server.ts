@@ -161,11 +161,28 @@ export function serverInfo(d: HttpServerDeps): Record<string, unknown> {
 }
 
 /** The last /generate bodies' routing-relevant fields (debug only; bounded). */
-const recentRequests: { rid: string | null; mmHashes: unknown; images: number; videos: number }[] = [];
+const recentRequests: {
+  rid: string | null;
+  mmHashes: unknown;
+  images: number;
+  videos: number;
+  /** Output controls the router forwarded (constrained decoding, logprobs, reasoning count). */
+  jsonSchema: unknown;
+  returnLogprob: unknown;
+  requireReasoning: unknown;
+}[] = [];
 function recordRequest(body: unknown): void {
-  const b = (body ?? {}) as { rid?: unknown; mm_hashes?: unknown; image_data?: unknown; video_data?: unknown };
+  const b = (body ?? {}) as { rid?: unknown; mm_hashes?: unknown; image_data?: unknown; video_data?: unknown; sampling_params?: { json_schema?: unknown }; return_logprob?: unknown; require_reasoning?: unknown };
   const count = (v: unknown) => (Array.isArray(v) ? v.length : v ? 1 : 0);
-  recentRequests.push({ rid: typeof b.rid === "string" ? b.rid : null, mmHashes: b.mm_hashes ?? null, images: count(b.image_data), videos: count(b.video_data) });
+  recentRequests.push({
+    rid: typeof b.rid === "string" ? b.rid : null,
+    mmHashes: b.mm_hashes ?? null,
+    images: count(b.image_data),
+    videos: count(b.video_data),
+    jsonSchema: b.sampling_params?.json_schema ?? null,
+    returnLogprob: b.return_logprob ?? null,
+    requireReasoning: b.require_reasoning ?? null,
+  });
   if (recentRequests.length > 256) recentRequests.shift();
 }
 
@@ -278,7 +295,7 @@ async function route(req: IncomingMessage, res: ServerResponse, d: HttpServerDep
       protected_tokens: c.protectedTokens,
       running: d.engine.runningCount,
       waiting: d.engine.waitingCount,
-      blocks: c.dump().map((b) => ({ hash: b.hash.toString(), parent: b.parent === null ? null : b.parent.toString(), tokens: b.tokens })),
+      blocks: c.dump().map((b) => ({ hash: b.hash.toString(), parent: b.parent === null ? null : b.parent.toString(), tokens: b.tokens, ...(b.pairs ? { pairs: b.pairs } : {}), ...(b.cacheSalt ? { cacheSalt: b.cacheSalt } : {}) })),
     });
   }
   sendJson(res, 404, { detail: "Not Found" });

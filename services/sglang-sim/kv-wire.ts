@@ -3,6 +3,9 @@
  *   frames  [topic utf-8, seq u64 big-endian, payload]
  *   payload [ts float64, events, attn_dp_rank]
  *   ["BlockStored", [h], parent|nil, token_ids, block_size, nil (lora_id), "GPU"]
+ *   ["BlockStored", [h], parent|nil, token_ids, block_size, nil, "GPU", {"cache_salt": salt}]
+ *     (BlockStoredWithMetadata, only for salted blocks; kw_only `metadata` goes last)
+ *   token_ids are [a, b] pairs for EAGLE bigram pages (mem_cache/events.py _record_store_event)
  *   ["BlockRemoved", [h…], "GPU"]
  *   ["AllBlocksCleared"]
  * msgspec writes integers in their most compact msgpack form; @msgpack/msgpack does the same for
@@ -22,7 +25,10 @@ function wireInt(h: bigint): number | bigint {
 function eventToWire(e: KvEvent): unknown[] {
   switch (e.type) {
     case "BlockStored":
-      return ["BlockStored", [wireInt(e.hash)], e.parent === null ? null : wireInt(e.parent), e.tokens, e.blockSize, null, MEDIUM_GPU];
+    {
+      const stored = ["BlockStored", [wireInt(e.hash)], e.parent === null ? null : wireInt(e.parent), e.pairs ?? e.tokens, e.blockSize, null, MEDIUM_GPU];
+      return e.cacheSalt === null || e.cacheSalt === undefined ? stored : [...stored, { cache_salt: e.cacheSalt }];
+    }
     case "BlockRemoved":
       return ["BlockRemoved", e.hashes.map(wireInt), MEDIUM_GPU];
     case "AllBlocksCleared":

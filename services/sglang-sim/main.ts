@@ -33,6 +33,7 @@ const { values } = parseArgs({
     "output-seed": { type: "string" },
     "model-dir": { type: "string" },
     "no-mm-hashes": { type: "boolean" },
+    "speculative-algorithm": { type: "string" },
     "sglang-version": { type: "string" },
     verbose: { type: "boolean", short: "v" },
     help: { type: "boolean", short: "h" },
@@ -49,7 +50,7 @@ if (values.help) {
       "  [--prefill-tokens-per-sec N] [--decode-ms-per-token N] [--no-cache-report]\n" +
       "  [--unknown-sampling-key-status 400|500] [--output-seed prompt|rid]\n" +
       "  [--model-dir DIR (default test/fixtures/models/<family>)] [--no-mm-hashes (ignore caller mm_hashes, version 0.5.10-sim)]\n" +
-      "  [--sglang-version V (/server_info.version; default 0.5.19-sim)] [--verbose]\n",
+      "  [--sglang-version V (/server_info.version; default 0.5.19-sim)] [--speculative-algorithm EAGLE (bigram KV keys)] [--verbose]\n",
   );
   process.exit(0);
 }
@@ -83,6 +84,13 @@ if (values["unknown-sampling-key-status"] !== undefined) {
 if (values["output-seed"] !== undefined) opts.outputSeed = values["output-seed"] as "prompt" | "rid";
 if (values["model-dir"] !== undefined) opts.modelDir = values["model-dir"];
 if (values["no-mm-hashes"]) opts.acceptsMmHashes = false;
+if (values["speculative-algorithm"] !== undefined) {
+  if (!/^EAGLE3?$/.test(values["speculative-algorithm"])) {
+    process.stderr.write(`sglang-sim: --speculative-algorithm ${values["speculative-algorithm"]} is not simulated (EAGLE, EAGLE3)\n`);
+    process.exit(2);
+  }
+  opts.eagle = true;
+}
 if (values["sglang-version"] !== undefined) opts.version = values["sglang-version"];
 if (values.verbose) opts.verbose = true;
 

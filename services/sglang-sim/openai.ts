@@ -132,6 +132,7 @@ async function prepareChat(raw: unknown, ctx: OpenAIContext): Promise<{ chat: Ch
   }
   const chat = parsed.data;
   if (chat.logprobs) throw new SglangOpenAIError("logprobs are not supported by the simulator.");
+  if ((chat.n ?? 1) > 1) throw new SglangOpenAIError("n > 1 is not supported by the simulator's /v1 endpoint.");
   let text: string;
   const media: Record<"image_data" | "video_data" | "audio_data", string[]> = { image_data: [], video_data: [], audio_data: [] };
   try {
@@ -206,7 +207,7 @@ async function nonStreamChat(res: ServerResponse, chat: ChatRequest, prepared: P
   });
   let final: RequestSnapshot;
   try {
-    final = await ctx.engine.submit({ rid: prepared.rid, inputIds: prepared.prompt.inputIds, sampling: prepared.sampling });
+    final = await ctx.engine.submit({ rid: prepared.rid, inputIds: prepared.prompt.inputIds, sampling: prepared.sampling, script: prepared.script });
   } catch (err) {
     return sendError(res, err);
   }
@@ -269,6 +270,7 @@ async function streamChat(res: ServerResponse, chat: ChatRequest, prepared: Prep
       rid: prepared.rid,
       inputIds: prepared.prompt.inputIds,
       sampling: prepared.sampling,
+      script: prepared.script,
       onFrame: emit,
     });
     const f = final.finishReason;

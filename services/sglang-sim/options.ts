@@ -54,6 +54,11 @@ export const SimOptionsSchema = z.strictObject({
   /** Take pad values from caller `mm_hashes` (SGLang >= 0.5.13); false ignores them like older SGLang. */
   acceptsMmHashes: z.boolean().default(true),
   /**
+   * `--speculative-algorithm EAGLE`: SGLang's radix cache then keys pages by token bigrams and its
+   * KV events carry `[t_j, t_{j+1}]` pairs (docs/simulator.md §EAGLE).
+   */
+  eagle: z.boolean().default(false),
+  /**
    * The served model's directory (config.json, preprocessor_config.json,
    * video_preprocessor_config.json): the simulator derives its own media contract from it.
    * Default: test/fixtures/models/<family> in this repository.

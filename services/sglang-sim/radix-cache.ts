@@ -3,12 +3,33 @@
  * whole pages, children keyed by their first page, node splits on partial matches (no events), LRU
  * eviction of unreferenced leaves (one BlockRemoved per node), and KV events with SGLang's SHA-256
  * page-chain hashes, each node continuing from its parent's last digest.
+ *
+ * Two SGLang key variants (sgl-project/sglang, cited in docs/simulator.md §Cache namespaces, EAGLE):
+ *  - cache_salt namespaces (GenerateReqInput.cache_salt, managers/io_struct.py): children are keyed
+ *    by (namespace, first page), so requests of different namespaces never share a node; a salted
+ *    chain's event hashes start from sha256("sglang-cache-salt-v1\0" + salt) instead of nothing
+ *    (mem_cache/utils.py compute_node_event_hash_values), and its BlockStored events carry the salt
+ *    (kv_events.py BlockStoredWithMetadata);
+ *  - EAGLE bigram keys (`bigram: true`; mem_cache/utils.py convert_to_bigram_key): the key of n
+ *    tokens is the n-1 pairs (t_i, t_{i+1}), pages are whole pages of pairs, a page hashes its pairs'
+ *    elements in order, and events carry the pairs (mem_cache/events.py _record_store_event).
  * Requires initHashing() (engine hashes use the project's sha256).
  */
 import { engineBlockHashes } from "../../src/kv/engine-block-hash.ts";
+import { sha256 } from "../../src/util/hash.ts";
+
+/** One radix key element: a token id, or (bigram mode) a pair "a,b". */
+type Unit = number | string;
+
+/** One page: the tokens it holds and, in bigram mode, the pairs SGLang's events carry instead. */
+export interface PageTokens {
+  tokens: number[];
+  /** EAGLE only: the page's key, `(t_j, t_{j+1})` for each token (what goes on the wire). */
+  pairs?: [number, number][];
+}
 
 export type KvEvent =
-  | { type: "BlockStored"; hash: bigint; parent: bigint | null; tokens: number[]; blockSize: number }
+  | ({ type: "BlockStored"; hash: bigint; parent: bigint | null; blockSize: number; /** SGLang cache_salt (absent: none). */ cacheSalt?: string | null } & PageTokens)
   | { type: "BlockRemoved"; hashes: bigint[] }
   | { type: "AllBlocksCleared" };
 
@@ -16,8 +37,10 @@ export type KvEventSink = (event: KvEvent) => void;
 
 export interface RadixNode {
   readonly id: number;
-  /** Tokens of this edge; always a whole number of pages (empty only at the root). */
-  key: number[];
+  /** Key units of this edge; always a whole number of pages (empty only at the root). */
+  key: Unit[];
+  /** The cache_salt namespace (null: none); every node of a chain has its root child's. */
+  namespace: string | null;
   /** Chained SHA-256 digest of every page of `key`. */
   digests: Uint8Array[];
   /** Engine (event) hash of every page of `key`. */
@@ -30,10 +53,22 @@ export interface RadixNode {
   lastAccess: number;
 }
 
-export interface CacheBlock {
+export interface CacheBlock extends PageTokens {
   hash: bigint;
   parent: bigint | null;
-  tokens: number[];
+  cacheSalt?: string | null;
+}
+
+export interface RadixCacheOptions {
+  /** EAGLE speculative decoding: bigram keys (SGLang's is_eagle radix cache). */
+  bigram?: boolean;
+}
+
+const saltEncoder = new TextEncoder();
+
+/** SGLang's salted-chain seed digest: sha256(b"sglang-cache-salt-v1\0" + salt). */
+export function cacheSaltSeed(salt: string): Uint8Array {
+  return sha256(saltEncoder.encode("sglang-cache-salt-v1\0" + salt));
 }
 
 export interface MatchResult {
@@ -45,6 +80,7 @@ export interface MatchResult {
 
 export class PagedRadixCache {
   readonly pageSize: number;
+  readonly bigram: boolean;
   private readonly sink: KvEventSink;
   private root: RadixNode;
   private nextId = 1;
@@ -52,11 +88,12 @@ export class PagedRadixCache {
   private tokens = 0;
   private protectedTokenCount = 0;
 
-  constructor(pageSize: number, sink: KvEventSink = () => {}) {
+  constructor(pageSize: number, sink: KvEventSink = () => {}, opts: RadixCacheOptions = {}) {
     if (!Number.isInteger(pageSize) || pageSize < 1) throw new RangeError(`bad page size ${pageSize}`);
     this.pageSize = pageSize;
+    this.bigram = opts.bigram ?? false;
     this.sink = sink;
-    this.root = this.newNode([], [], [], null);
+    this.root = this.newNode([], [], [], null, null);
     this.root.lockRef = 1; // the root is never evicted
   }
 
@@ -78,21 +115,24 @@ export class PagedRadixCache {
     return this.root;
   }
 
-  /** Longest cached prefix of `tokens` in whole pages; splits a node the match ends inside. */
-  matchPrefix(tokens: readonly number[]): MatchResult {
-    return this.walk(this.pageAligned(tokens), ++this.clock);
+  /**
+   * Longest cached prefix of `tokens` in namespace `namespace`, in whole pages of key units
+   * (tokens; bigram mode: pairs); splits a node the match ends inside.
+   */
+  matchPrefix(tokens: readonly number[], namespace: string | null = null): MatchResult {
+    return this.walk(this.keyOf(tokens), namespace, ++this.clock);
   }
 
   /**
    * Follows `key` down the tree as far as it is cached, touching every node on the way (LRU) and
    * splitting the node the match ends inside, so the returned node ends exactly at `length`.
    */
-  private walk(key: readonly number[], now: number): MatchResult {
+  private walk(key: readonly Unit[], namespace: string | null, now: number): MatchResult {
     let node = this.root;
     node.lastAccess = now;
     let pos = 0;
     while (pos < key.length) {
-      const child = node.children.get(this.childKey(key, pos));
+      const child = node.children.get(this.childKey(namespace, key, pos));
       if (!child) break;
       child.lastAccess = now;
       const common = this.commonPages(child.key, key, pos);
@@ -111,18 +151,18 @@ export class PagedRadixCache {
    * Inserts `tokens` (truncated to whole pages). Returns the deepest node now covering them and how
    * many tokens were already cached. New pages emit one BlockStored each.
    */
-  insert(tokens: readonly number[]): { node: RadixNode; alreadyCached: number } {
-    const key = this.pageAligned(tokens);
+  insert(tokens: readonly number[], namespace: string | null = null): { node: RadixNode; alreadyCached: number } {
+    const key = this.keyOf(tokens);
     const now = ++this.clock;
-    let { node, length: pos } = this.walk(key, now);
+    let { node, length: pos } = this.walk(key, namespace, now);
     const alreadyCached = pos;
     if (pos < key.length) {
       const rest = key.slice(pos);
-      const prior = node.digests.length > 0 ? node.digests[node.digests.length - 1]! : null;
-      const { digests, hashes } = engineBlockHashes(rest, this.pageSize, prior);
-      const leaf = this.newNode(rest, digests, hashes, node);
+      const prior = node.digests.length > 0 ? node.digests[node.digests.length - 1]! : namespace !== null ? cacheSaltSeed(namespace) : null;
+      const { digests, hashes } = this.pageHashes(rest, prior);
+      const leaf = this.newNode(rest, digests, hashes, node, namespace);
       leaf.lastAccess = now;
-      node.children.set(this.childKey(rest, 0), leaf);
+      node.children.set(this.childKey(namespace, rest, 0), leaf);
       this.tokens += rest.length;
       this.emitStored(leaf);
       node = leaf;
@@ -160,7 +200,7 @@ export class PagedRadixCache {
       if (!leaf) break;
       if (leaf.lockRef > 0 || leaf.children.size > 0) continue;
       const parent = leaf.parent!;
-      parent.children.delete(this.childKey(leaf.key, 0));
+      parent.children.delete(this.childKey(leaf.namespace, leaf.key, 0));
       leaf.parent = null;
       this.tokens -= leaf.key.length;
       freed += leaf.key.length;
@@ -173,7 +213,7 @@ export class PagedRadixCache {
   /** Drops everything (flush_cache). Only valid while no request holds a node. */
   reset(): void {
     if (this.protectedTokenCount > 0) throw new Error("cannot reset a radix cache with locked nodes");
-    this.root = this.newNode([], [], [], null);
+    this.root = this.newNode([], [], [], null, null);
     this.root.lockRef = 1;
     this.tokens = 0;
     this.sink({ type: "AllBlocksCleared" });
@@ -188,7 +228,7 @@ export class PagedRadixCache {
       let parent = node.parent ? lastHash(node.parent) : null;
       for (let p = 0; p < node.hashes.length; p++) {
         const h = node.hashes[p]!;
-        out.push({ hash: h, parent, tokens: node.key.slice(p * this.pageSize, (p + 1) * this.pageSize) });
+        out.push({ hash: h, parent, ...this.pageTokens(node.key, p), ...(node.namespace !== null ? { cacheSalt: node.namespace } : {}) });
         parent = h;
       }
       for (const child of node.children.values()) stack.push(child);
@@ -208,17 +248,33 @@ export class PagedRadixCache {
     return n;
   }
 
-  private pageAligned(tokens: readonly number[]): number[] {
-    const len = tokens.length - (tokens.length % this.pageSize);
-    return tokens.slice(0, len) as number[];
+  /** The radix key of `tokens`, truncated to whole pages: the tokens, or (bigram) their pairs. */
+  private keyOf(tokens: readonly number[]): Unit[] {
+    const units: Unit[] = this.bigram ? bigramUnits(tokens) : (tokens as number[]);
+    return units.slice(0, units.length - (units.length % this.pageSize));
   }
 
-  private childKey(key: readonly number[], pos: number): string {
-    return key.slice(pos, pos + this.pageSize).join(",");
+  /** Children are keyed by namespace and first page (SGLang's get_child_key with extra_key). */
+  private childKey(namespace: string | null, key: readonly Unit[], pos: number): string {
+    return (namespace === null ? "-" : "+" + namespace) + "\u0001" + key.slice(pos, pos + this.pageSize).join(";");
+  }
+
+  /** SHA-256 page chain of `units` from `prior`; a bigram page hashes both elements of each pair. */
+  private pageHashes(units: readonly Unit[], prior: Uint8Array | null): { digests: Uint8Array[]; hashes: bigint[] } {
+    if (!this.bigram) return engineBlockHashes(units as number[], this.pageSize, prior);
+    return engineBlockHashes(units.flatMap((u) => pairOf(u)), 2 * this.pageSize, prior);
+  }
+
+  /** Page `p` of a node's key as events carry it. */
+  private pageTokens(key: readonly Unit[], p: number): PageTokens {
+    const page = key.slice(p * this.pageSize, (p + 1) * this.pageSize);
+    if (!this.bigram) return { tokens: page as number[] };
+    const pairs = page.map(pairOf);
+    return { tokens: pairs.map((x) => x[0]), pairs };
   }
 
   /** Common prefix of `nodeKey` and `key[pos..]`, in whole pages. */
-  private commonPages(nodeKey: readonly number[], key: readonly number[], pos: number): number {
+  private commonPages(nodeKey: readonly Unit[], key: readonly Unit[], pos: number): number {
     const max = Math.min(nodeKey.length, key.length - pos);
     let i = 0;
     while (i < max && nodeKey[i] === key[pos + i]) i++;
@@ -229,15 +285,15 @@ export class PagedRadixCache {
   private split(child: RadixNode, at: number): RadixNode {
     const pages = at / this.pageSize;
     const parent = child.parent!;
-    const upper = this.newNode(child.key.slice(0, at), child.digests.slice(0, pages), child.hashes.slice(0, pages), parent);
+    const upper = this.newNode(child.key.slice(0, at), child.digests.slice(0, pages), child.hashes.slice(0, pages), parent, child.namespace);
     upper.lockRef = child.lockRef;
     upper.lastAccess = child.lastAccess;
-    parent.children.set(this.childKey(upper.key, 0), upper);
+    parent.children.set(this.childKey(child.namespace, upper.key, 0), upper);
     child.key = child.key.slice(at);
     child.digests = child.digests.slice(pages);
     child.hashes = child.hashes.slice(pages);
     child.parent = upper;
-    upper.children.set(this.childKey(child.key, 0), child);
+    upper.children.set(this.childKey(child.namespace, child.key, 0), child);
     return upper;
   }
 
@@ -258,16 +314,30 @@ export class PagedRadixCache {
         type: "BlockStored",
         hash: h,
         parent,
-        tokens: node.key.slice(p * this.pageSize, (p + 1) * this.pageSize),
+        ...this.pageTokens(node.key, p),
         blockSize: this.pageSize,
+        ...(node.namespace !== null ? { cacheSalt: node.namespace } : {}),
       });
       parent = h;
     }
   }
 
-  private newNode(key: number[], digests: Uint8Array[], hashes: bigint[], parent: RadixNode | null): RadixNode {
-    return { id: this.nextId++, key, digests, hashes, parent, children: new Map(), lockRef: 0, lastAccess: this.clock };
+  private newNode(key: Unit[], digests: Uint8Array[], hashes: bigint[], parent: RadixNode | null, namespace: string | null): RadixNode {
+    return { id: this.nextId++, key, namespace, digests, hashes, parent, children: new Map(), lockRef: 0, lastAccess: this.clock };
   }
+}
+
+/** `[t0, t1, t2]` → `["t0,t1", "t1,t2"]` (SGLang's convert_to_bigram_key, as comparable units). */
+function bigramUnits(tokens: readonly number[]): string[] {
+  const out: string[] = [];
+  for (let i = 0; i + 1 < tokens.length; i++) out.push(`${tokens[i]},${tokens[i + 1]}`);
+  return out;
+}
+
+function pairOf(u: Unit): [number, number] {
+  const s = String(u);
+  const i = s.indexOf(",");
+  return [Number(s.slice(0, i)), Number(s.slice(i + 1))];
 }
 
 function lastHash(node: RadixNode): bigint | null {

@@ -82,15 +82,25 @@ export class OutputStream {
   readonly naturalLength: number;
   private produced = 0;
 
-  constructor(vocab: OutputVocabulary, seed: number, natural: { min: number; max: number }) {
+  /** A scripted answer (scripted-output.ts): exactly these tokens, then EOS. */
+  private readonly script: readonly number[] | null;
+
+  constructor(vocab: OutputVocabulary, seed: number, natural: { min: number; max: number }, script: readonly number[] | null = null) {
     this.vocab = vocab;
     this.prng = new Prng(seed);
-    this.naturalLength = this.prng.int(natural.min, natural.max);
+    this.script = script;
+    this.naturalLength = script === null ? this.prng.int(natural.min, natural.max) : script.length;
+  }
+
+  /** The output is scripted (its text may hold multi-byte characters split across tokens). */
+  get scripted(): boolean {
+    return this.script !== null;
   }
 
   /** The next token; `allowEos` false (ignore_eos, min_new_tokens) keeps producing words. */
   next(allowEos: boolean): number {
     const i = this.produced++;
+    if (this.script !== null && i < this.script.length) return this.script[i]!;
     if (allowEos && i >= this.naturalLength) return this.vocab.eosId;
     const r = this.prng.next();
     if (this.vocab.periodId !== null && i > 0 && r < 0.08) return this.vocab.periodId;

@@ -73,7 +73,7 @@ export async function startSimulatedWorker(input: StartOptions = {}): Promise<Si
       })
     : null;
 
-  const cache = new PagedRadixCache(opts.pageSize, (e) => publisher?.record(e));
+  const cache = new PagedRadixCache(opts.pageSize, (e) => publisher?.record(e), { bigram: opts.eagle });
   const engine = new SimEngine({
     cache,
     capacityTokens: opts.capacityTokens,

@@ -17,11 +17,23 @@ export const ModelConfigSchema = z.object({
   /** KV block size = the workers' SGLang page size. */
   blockSize: z.number().int().min(1).max(4096).default(16),
   ownedBy: z.string().default("kvedge"),
+  /**
+   * The workers' --tool-call-parser / --reasoning-parser, which the edge applies itself (it talks to
+   * /generate). Absent: chosen from the template (src/proxy/chat-output.ts `modelParsers`); null: off.
+   */
+  toolCallParser: z.enum(["qwen25"]).nullable().optional(),
+  reasoningParser: z.enum(["qwen3", "qwen3-thinking"]).nullable().optional(),
+  /**
+   * LoRA adapters the pool's workers serve (SGLang `--lora-paths` names); a client selects one with
+   * `model: "<id>:<adapter>"`, as SGLang's OpenAI API does. Each adapter's KV blocks live in their
+   * own cache namespace (src/edge/cache-salt.ts).
+   */
+  loraAdapters: z.array(z.string().regex(/^[A-Za-z0-9._-]{1,128}$/, "LoRA adapter names are 1-128 characters of [A-Za-z0-9._-]")).max(256).default([]),
 });
 export type ModelConfig = z.infer<typeof ModelConfigSchema>;
 
 export const DEFAULT_MODELS: ModelConfig[] = [
-  { id: "Qwen/Qwen3-VL-8B-Instruct", family: "qwen3_vl", templateId: "qwen3vl-instruct", blockSize: 16, ownedBy: "kvedge" },
+  { id: "Qwen/Qwen3-VL-8B-Instruct", family: "qwen3_vl", templateId: "qwen3vl-instruct", blockSize: 16, ownedBy: "kvedge", loraAdapters: [] },
 ];
 
 export const RoutingConfigSchema = z.object({
@@ -89,6 +101,16 @@ export const EdgeEnvSchema = z.object({
   /** "off" disables exact media routing (every media request routes on its text prefix). */
   KVEDGE_EXACT_MEDIA: z.enum(["on", "off"]).optional(),
   RELAY_SECRET: z.string().min(16).optional(),
+  /**
+   * Development only: "1" lets relay keys bind plain-http worker URLs (the local fleet's simulated
+   * workers). Unset: worker URLs must be https.
+   */
+  KVEDGE_RELAY_ALLOW_HTTP: z.enum(["0", "1"]).optional(),
+  /**
+   * KV cache sharing between API keys: "per_tenant" (default) sends each key's keyed hash as SGLang's
+   * cache_salt, so tenants never reuse or detect each other's cached prefixes; "shared" shares them.
+   */
+  KVEDGE_KV_SHARING: z.enum(["per_tenant", "shared"]).optional(),
   ADMIN_TOKEN: z.string().min(16).optional(),
   /** Comma-separated client API keys; when set, `Authorization: Bearer <key>` is required. */
   KVEDGE_API_KEYS: z.string().optional(),
@@ -106,6 +128,10 @@ export interface EdgeConfig {
   /** Shard objects per pool (KVEDGE_SHARDS). */
   shards: number;
   relaySecret: string | null;
+  /** KVEDGE_RELAY_ALLOW_HTTP=1: plain-http worker URLs allowed (development). */
+  relayAllowHttp: boolean;
+  /** KVEDGE_KV_SHARING. */
+  kvSharing: "per_tenant" | "shared";
   adminToken: string | null;
   apiKeys: Set<string> | null;
 }
@@ -125,6 +151,8 @@ export function parseEdgeConfig(env: Record<string, unknown>): EdgeConfig {
     routing: RoutingConfigSchema.parse(parsed.KVEDGE_ROUTING ?? {}),
     shards: parsed.KVEDGE_SHARDS ?? 1,
     relaySecret: parsed.RELAY_SECRET ?? null,
+    relayAllowHttp: parsed.KVEDGE_RELAY_ALLOW_HTTP === "1",
+    kvSharing: parsed.KVEDGE_KV_SHARING ?? "per_tenant",
     adminToken: parsed.ADMIN_TOKEN ?? null,
     apiKeys: keys.length ? new Set(keys) : null,
   };

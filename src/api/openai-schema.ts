@@ -267,12 +267,12 @@ const ChatCompletionRequestObject = z.object({
   regex: opt(z.string().min(1)),
   ebnf: opt(z.string().min(1)),
 
-  // tools (rendered by the chat template; see docs/api.md for what is returned)
+  // tools (rendered by the chat template; calls parsed back by src/proxy/tool-calls/)
   tools: opt(z.array(ToolSchema)),
   tool_choice: opt(ToolChoiceSchema),
   parallel_tool_calls: withDefault(z.boolean(), true),
 
-  // logprobs: only the "off" values are accepted (validate.ts refuses the rest)
+  // logprobs (return_logprob / top_logprobs_num on /generate; src/proxy/logprobs.ts)
   logprobs: withDefault(z.boolean(), false),
   top_logprobs: opt(int.min(0).max(20)),
 
@@ -285,6 +285,10 @@ const ChatCompletionRequestObject = z.object({
   mm_processor_kwargs: opt(JsonObjectSchema),
   continue_final_message: withDefault(z.boolean(), false),
   reasoning_effort: opt(z.union([z.enum(REASONING_EFFORTS), finite.min(0).max(0.99)])),
+
+  // reasoning output (SGLang extensions; src/proxy/reasoning.ts)
+  separate_reasoning: withDefault(z.boolean(), true),
+  stream_reasoning: withDefault(z.boolean(), true),
 
   // accepted and ignored, as by SGLang
   user: opt(z.string()),

@@ -25,7 +25,8 @@ export function formatParam(path: readonly PropertyKey[]): string | null {
 /**
  * Fields SGLang honours but this router refuses: they would either bypass the router's own
  * control (request ids, cache namespaces, DP pinning, sessions), run client code on the worker
- * (custom logit processors), or ask for output the translation does not produce.
+ * (custom logit processors), or ask for output the translation does not produce (hidden states,
+ * token ids, meta_info).
  */
 const UNSUPPORTED_FIELDS: Readonly<Record<string, string>> = {
   cache_salt: "cache namespacing would hide prefix reuse from the router",
@@ -208,13 +209,6 @@ function issueToError(issues: readonly z.core.$ZodIssue[]): InvalidRequestError 
 
 /** Request-level rules SGLang enforces after parsing (serving_chat `_validate_request`, SamplingParams.verify). */
 function checkSemantics(req: ChatCompletionRequest): void {
-  if (req.logprobs) throw unsupported("logprobs", "log probabilities are not returned");
-  if (req.top_logprobs !== undefined && req.top_logprobs > 0) {
-    throw unsupported("top_logprobs", "log probabilities are not returned");
-  }
-  if (req.stream_options?.continuous_usage_stats) {
-    throw unsupported("stream_options.continuous_usage_stats", "usage is reported once, at the end of the stream");
-  }
   const tc = req.tool_choice;
   if (tc === "required" || typeof tc === "object") {
     const hasTools = req.tools !== undefined && req.tools.length > 0;
@@ -224,7 +218,6 @@ function checkSemantics(req: ChatCompletionRequest): void {
     if (typeof tc === "object" && !req.tools!.some((t) => t.function.name === tc.function.name)) {
       throw new InvalidRequestError(`Tool '${tc.function.name}' not found in tools list.`, "tool_choice.function.name");
     }
-    throw unsupported("tool_choice", "forced tool calls need a tool-call parser; use 'auto' or 'none'");
   }
   const rf = req.response_format;
   if (rf?.type === "json_schema" && rf.json_schema?.schema === undefined && rf.schema === undefined) {

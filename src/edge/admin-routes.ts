@@ -5,9 +5,9 @@
  * the token itself), HttpOnly, SameSite=Strict; it authorises only the read-only GET routes the page
  * uses. Runtime-free: the index stubs are injected (functions/ wires them).
  */
-import { AuthenticationError, MethodNotAllowedError, NotFoundError } from "../api/errors.ts";
+import { AuthenticationError, InvalidRequestError, MethodNotAllowedError, NotFoundError } from "../api/errors.ts";
 import type { EdgeConfig } from "../api/config.ts";
-import { parseChatRequest, readBodyText } from "../api/validate.ts";
+import { readBodyText } from "../api/validate.ts";
 import { getQwenTokenizer } from "../prompt/tokenizer/index.ts";
 import type { RoutePreview } from "../kv/routing-core.ts";
 import { localHashToHex } from "../kv/relay-protocol.ts";
@@ -20,10 +20,12 @@ import { initHashing } from "../util/hash.ts";
 import { shardForRequest } from "../kv/shard.ts";
 import { mergeShardSnapshots, mergeShardWorkers } from "../metrics/merge-shards.ts";
 import { bearerToken, timingSafeEqualString } from "./auth.ts";
-import { limitsOf, prepareRouting, type IndexClient } from "./chat.ts";
+import { limitsOf, parseChatBody, prepareRouting, type IndexClient, type RoutingPlan } from "./chat.ts";
+import { sglangItemOrder } from "../layout/index.ts";
+import { handleRelayKeyRoute, type RelayKeyIndexClient } from "./relay-key-routes.ts";
 
 /** What the operator routes need from a pool's routing index (the Durable Object stub has it). */
-export interface AdminIndexClient extends IndexClient {
+export interface AdminIndexClient extends IndexClient, RelayKeyIndexClient {
   workers(): Promise<unknown>;
   stats(): Promise<unknown>;
   workerLocalHashes(workerId: string): Promise<string[]>;
@@ -66,9 +68,13 @@ export async function handleAdminRoute(request: Request, deps: AdminDeps): Promi
     return json(await overview(deps), { "cache-control": "no-store" });
   }
   await requireAdminAuth(request, deps.config, false);
+  const relayKeys = await handleRelayKeyRoute(request, path, deps);
+  if (relayKeys) return relayKeys;
   if (path === "/admin/explain") {
     requireMethod(request, "POST");
-    return json(await explain(request, deps));
+    const tokens = url.searchParams.get("tokens");
+    if (tokens !== null && tokens !== "all") throw new InvalidRequestError("tokens must be 'all' (the whole routed sequence) or absent.", "tokens");
+    return json(await explain(request, deps, tokens === "all"));
   }
   const model = url.searchParams.get("model") ?? deps.config.models[0]!.id;
   if (!deps.config.models.some((m) => m.id === model)) throw new NotFoundError(`Unknown model '${model}'.`, "model", "model_not_found");
@@ -219,15 +225,40 @@ async function overview(deps: AdminDeps): Promise<{ generatedAt: number; models:
 // ---- explain ----
 
 /**
+ * The whole routed sequence (`?tokens=all`), for diffing kvedge against a worker's own ids: the ids
+ * whose blocks are hashed (exact: the expanded prompt with every media token set to its item's pad
+ * value; text-prefix fallback: the tokens before the first media placeholder), each media item's
+ * span, pad value and mm_hash, and every block hash.
+ */
+function routedSequence(tokens: readonly number[], plan: RoutingPlan, visionStartId: number, kinds: readonly string[]): unknown {
+  let ids: number[];
+  if (plan.view) ids = Array.from(plan.view.tokens);
+  else if (plan.fallbackReason === null) ids = tokens.slice();
+  else {
+    const cut = tokens.indexOf(visionStartId);
+    ids = cut < 0 ? tokens.slice() : tokens.slice(0, cut);
+  }
+  const view = plan.view;
+  // mm_hashes are in SGLang's item order (images, then videos); spans are in prompt order.
+  const order = view ? sglangItemOrder(kinds.map((k) => ({ modality: k === "video" ? ("video" as const) : ("image" as const) }))) : [];
+  const mmHashOf = new Map(order.map((item, k) => [item, plan.mmHashes?.[k] ?? null]));
+  return {
+    ids,
+    items: view ? view.spans.map((s) => ({ kind: kinds[s.item], start: s.start, end: s.end, padValue: view.padValues[s.item], mmHash: mmHashOf.get(s.item) ?? null })) : [],
+    blockHashes: plan.localHashes.map(localHashToHex),
+  };
+}
+
+/**
  * Runs the edge pipeline of `POST /v1/chat/completions` up to the pick (validate → template →
  * tokens → routing plan → block hashes → index peek) and reports every step. Nothing is sent to a
- * worker and no load or receipt is added.
+ * worker and no load or receipt is added. `allTokens` adds the whole routed sequence (`routed`).
  */
-async function explain(request: Request, deps: AdminDeps): Promise<unknown> {
+async function explain(request: Request, deps: AdminDeps, allTokens = false): Promise<unknown> {
   await initHashing();
   const limits = limitsOf(deps.config);
   const bodyText = await readBodyText(request.body, limits, request.headers.get("content-length"));
-  const req = parseChatRequest(bodyText, limits, { sizeChecked: true });
+  const req = parseChatBody(bodyText, limits, { sizeChecked: true });
   const { model, prompt, tokens, plan } = await prepareRouting(req, {
     config: deps.config,
     index: (m, k) => deps.index(m, k),
@@ -275,6 +306,7 @@ async function explain(request: Request, deps: AdminDeps): Promise<unknown> {
     },
     candidates: preview.candidates,
     ...(deps.config.shards > 1 ? { shard: { index: shard, of: deps.config.shards } } : {}),
+    ...(allTokens ? { routed: routedSequence(tokens, plan, tokenizer.specialIds.visionStart, prompt.mediaParts.map((p) => p.kind)) } : {}),
     warnings,
   };
 }

@@ -16,17 +16,19 @@ import type { EdgeConfig, ModelConfig } from "../api/config.ts";
 import { parseLimits, type Limits } from "../api/limits.ts";
 import { parseChatRequest, readBodyText } from "../api/validate.ts";
 import type { ChatCompletionRequest } from "../api/openai-schema.ts";
-import { preparePrompt } from "../prompt/index.ts";
+import { parseToolsKeepingNumbers, preparePrompt } from "../prompt/index.ts";
 import { sharedPrefixCache } from "../prompt/prefix-cache.ts";
 import { getQwenTokenizer } from "../prompt/tokenizer/index.ts";
-import { localBlockHashes } from "../kv/block-hash.ts";
+import { localBlockHashes, namespacedLocalHashes, namespaceTag } from "../kv/block-hash.ts";
 import { shardForRequest } from "../kv/shard.ts";
 import type { RouteDecision, RouteRequest, SettleRequest } from "../kv/routing-core.ts";
 import { buildGenerateBody, newRequestId } from "../proxy/generate-request.ts";
+import { cacheSaltFor } from "./cache-salt.ts";
 import { createChatStreamTranslator, translateGenerateHttp } from "../proxy/translate.ts";
+import { chatOutputPlan, modelParsers, type ChatOutputPlan } from "../proxy/chat-output.ts";
 import { matchApiKey } from "./auth.ts";
 import { resolveMedia, type MediaDeps, type MediaPartRef } from "./media.ts";
-import { buildRoutingView, requestIneligibility, type WorkerContract } from "../layout/index.ts";
+import { buildRoutingView, requestIneligibility, type RoutingView, type WorkerContract } from "../layout/index.ts";
 import { mmHashesAllowed } from "../proxy/generate-request.ts";
 import { SafeFetcher } from "../media/safe-fetch.ts";
 import { DecodeClient } from "../media/decode-client.ts";
@@ -58,12 +60,14 @@ export interface ChatDeps {
 /** Why the request was not routed on its exact token sequence (null = exact). */
 export type FallbackReason = string | null;
 
-interface RoutingPlan {
+export interface RoutingPlan {
   localHashes: bigint[];
   isl: number;
   fallbackReason: FallbackReason;
   /** Forwarded to SGLang only when the exact layout was built (images first, then videos). */
   mmHashes: string[] | null;
+  /** Exact media routing: the routed sequence (pad-valued) and each item's span (admin explain, tests). */
+  view?: Pick<RoutingView, "tokens" | "spans" | "padValues">;
 }
 
 let limitsCache: { src: Record<string, unknown>; limits: Limits } | null = null;
@@ -73,10 +77,42 @@ export function limitsOf(config: EdgeConfig): Limits {
   return limitsCache.limits;
 }
 
+/**
+ * The chat request as the handler reads it: validated, and when it has tools, each tool's
+ * `parameters` (free-form JSON the template prints) re-read from the body keeping every number's
+ * JSON lexeme. SGLang's `json.loads` keeps `0.0` a float and the template's `tojson` prints `0.0`
+ * where a JS number would print `0` (a different prompt), so only the lexeme gives the worker's
+ * tools block (docs/prompt.md, number policy). The rest of each tool stays as validated.
+ */
+export function parseChatBody(bodyText: string, limits: Limits, opts: { sizeChecked?: boolean } = {}): ChatCompletionRequest {
+  const req = parseChatRequest(bodyText, limits, opts);
+  if (req.tools && req.tools.length > 0) {
+    const raw = parseToolsKeepingNumbers(bodyText);
+    if (raw && raw.length === req.tools.length) {
+      req.tools = req.tools.map((t, i) => {
+        const params = (raw[i] as { function?: { parameters?: unknown } } | null)?.function?.parameters;
+        return params && typeof params === "object" && !Array.isArray(params) ? { ...t, function: { ...t.function, parameters: params as Record<string, unknown> } } : t;
+      });
+    }
+  }
+  return req;
+}
+
 function modelConfig(config: EdgeConfig, model: string): ModelConfig {
-  const m = config.models.find((x) => x.id === model);
-  if (!m) throw new NotFoundError(`The model '${model}' does not exist.`, "model", "model_not_found");
-  return m;
+  return resolveModel(config, model).model;
+}
+
+/** `<pool id>` or `<pool id>:<adapter>` (SGLang's OpenAI "base:adapter" form) → the pool and adapter. */
+export function resolveModel(config: EdgeConfig, requested: string): { model: ModelConfig; adapter: string | null } {
+  const exact = config.models.find((x) => x.id === requested);
+  if (exact) return { model: exact, adapter: null };
+  const colon = requested.lastIndexOf(":");
+  if (colon > 0) {
+    const base = config.models.find((x) => x.id === requested.slice(0, colon));
+    const adapter = requested.slice(colon + 1);
+    if (base?.loraAdapters.includes(adapter)) return { model: base, adapter };
+  }
+  throw new NotFoundError(`The model '${requested}' does not exist.`, "model", "model_not_found");
 }
 
 /**
@@ -169,7 +205,13 @@ async function planMediaRouting(
   if (resolved.unresolved) return fallback(resolved.unresolved.reason);
   const view = buildRoutingView(cohort.contract, tokens, resolved.items, (t) => tokenizer.encode(t));
   if (!view.ok) return fallback(view.reason);
-  return { localHashes: localBlockHashes(view.tokens, model.blockSize), isl: view.tokens.length, fallbackReason: null, mmHashes: view.mmHashes };
+  return {
+    localHashes: localBlockHashes(view.tokens, model.blockSize),
+    isl: view.tokens.length,
+    fallbackReason: null,
+    mmHashes: view.mmHashes,
+    view: { tokens: view.tokens, spans: view.spans, padValues: view.padValues },
+  };
 }
 
 function routingHeaders(d: RouteDecision, plan: RoutingPlan, requestId: string, attempts: number, shard: number): Headers {
@@ -199,6 +241,7 @@ class RetryableUpstream extends Error {
 export interface PreparedRouting {
   model: ModelConfig;
   prompt: ReturnType<typeof preparePrompt>;
+  /** Template tokens before media expansion (text-only: the routed sequence itself). */
   tokens: number[];
   plan: RoutingPlan;
   index: IndexClient;
@@ -252,28 +295,42 @@ export async function handleChatCompletions(request: Request, deps: ChatDeps): P
   admitted?.catch(() => undefined);
   const limits = limitsOf(config);
   const bodyText = await readBodyText(request.body, limits, request.headers.get("content-length"));
-  const req = parseChatRequest(bodyText, limits, { sizeChecked: true });
+  const req = parseChatBody(bodyText, limits, { sizeChecked: true });
   if (admitted) await admitted;
   const { model, prompt, plan } = await prepareRouting(req, deps);
+  // Tenant / adapter isolation: SGLang keeps a salted request's KV apart, and so does the index.
+  const { adapter } = resolveModel(config, req.model);
+  const cacheSalt = await cacheSaltFor(config, { apiKey, adapter });
+  const localHashes = cacheSalt === null ? plan.localHashes : namespacedLocalHashes(plan.localHashes, namespaceTag(cacheSalt));
+  const parsers = modelParsers(model);
+  const output = chatOutputPlan(req, parsers);
   const requestId = newRequestId();
   const body = buildGenerateBody(req, {
     text: prompt.text,
     rid: requestId,
+    requireReasoning: output.reasoning?.force === true,
+    toolCallParser: parsers.toolCallParser,
     media: {
       imageData: prompt.mediaParts.filter((p) => p.kind === "image").map((p) => p.url),
       videoData: prompt.mediaParts.filter((p) => p.kind === "video").map((p) => p.url),
       ...(plan.mmHashes ? { mmHashes: plan.mmHashes } : {}),
     },
   });
+  if (cacheSalt !== null) {
+    body.cache_salt = cacheSalt;
+    // Older SGLang /generate has no cache_salt (dropped silently) but namespaces by extra_key.
+    body.extra_key = cacheSalt;
+  }
+  if (adapter !== null) body.lora_path = adapter;
   const bodyJson = JSON.stringify(body);
 
   // A sharded pool: the shard of the first block holds every worker's overlap for this request.
-  const shard = shardForRequest(plan.localHashes, config.shards);
+  const shard = shardForRequest(localHashes, config.shards);
   const shardIndex = deps.index(model.id, shard);
   const exclude: string[] = [];
   let lastError: KvedgeError | null = null;
   for (let attempt = 1; attempt <= config.routing.maxAttempts; attempt++) {
-    const decision = await shardIndex.route({ localHashes: plan.localHashes, isl: plan.isl, exclude, fallbackReason: plan.fallbackReason, edgeColo: edgeColoOf(request) });
+    const decision = await shardIndex.route({ localHashes, isl: plan.isl, exclude, fallbackReason: plan.fallbackReason, edgeColo: edgeColoOf(request) });
     if (!decision) break;
     const edgeOverheadMs = Date.now() - arrivedAt;
     const settle = (s: Omit<SettleRequest, "receiptId">): Promise<void> => {
@@ -283,7 +340,7 @@ export async function handleChatCompletions(request: Request, deps: ChatDeps): P
     };
     try {
       const prefillDone = () => deps.waitUntil(shardIndex.markPrefillDone(decision.receiptId).catch(() => undefined));
-      const res = await proxyOnce(deps, decision, req, bodyJson, requestId, config.routing.upstreamHeadersTimeoutMs, settle, config.shards > 1, prefillDone);
+      const res = await proxyOnce(deps, decision, req, output, bodyJson, requestId, config.routing.upstreamHeadersTimeoutMs, settle, config.shards > 1, prefillDone);
       const headers = routingHeaders(decision, plan, requestId, attempt, shard);
       for (const [k, v] of res.headers) headers.set(k, v);
       // Edge time before the upstream call (workerd clocks advance across I/O: body, index RPCs).
@@ -312,6 +369,7 @@ async function proxyOnce(
   deps: ChatDeps,
   d: RouteDecision,
   req: ChatCompletionRequest,
+  output: ChatOutputPlan,
   bodyJson: string,
   requestId: string,
   headersTimeoutMs: number,
@@ -341,7 +399,7 @@ async function proxyOnce(
   } finally {
     clearTimeout(timer);
   }
-  const ctx = { id: `chatcmpl-${requestId}`, model: req.model, n: req.n };
+  const ctx = { id: `chatcmpl-${requestId}`, model: req.model, n: req.n, plan: output };
 
   if (!req.stream) {
     let text: string;
@@ -374,6 +432,7 @@ async function proxyOnce(
     model: req.model,
     n: req.n,
     includeUsage: req.stream_options?.include_usage === true,
+    plan: output,
     holdEndUntilFinished: releaseBeforeReply,
     onFinish: (o) =>
       settle({

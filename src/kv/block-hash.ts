@@ -2,10 +2,31 @@
  * The router's local block hash: xxh3-64 over the little-endian u32 token ids of one full block,
  * seeded with 1337 (Dynamo's XXH3_SEED). Only complete blocks are hashed; a partial tail is ignored.
  * Position independence is intended: prefix structure comes from the radix index, not the hash.
+ *
+ * Cache namespaces (SGLang's `cache_salt`; docs/relay.md §Tenant isolation): a namespaced block's
+ * local hash is xxh3-64(namespace tag (8 bytes) || its plain local hash (u64 LE)), so a salted block
+ * and an unsalted (or differently salted) block with the same tokens never share a local hash, and
+ * unsalted blocks hash exactly as before. The edge maps a request's hashes with the salt it sends
+ * (after the prompt-prefix cache, whatever path produced them); the relay maps a stored block's
+ * with the salt SGLang reports in BlockStoredWithMetadata.
  */
 import { xxh3_64 } from "../util/hash.ts";
 
 export const LOCAL_HASH_SEED = 1337n;
+
+/** 8 bytes identifying a cache namespace inside local hashes; null = no namespace. */
+export type NamespaceTag = Uint8Array | null;
+
+const nsEncoder = new TextEncoder();
+
+/** The tag of cache namespace `namespace` (null/absent: none). Requires initHashing(). */
+export function namespaceTag(namespace: string | null | undefined): NamespaceTag {
+  if (namespace === null || namespace === undefined) return null;
+  const h = xxh3_64(nsEncoder.encode("kvedge-cache-namespace-v1\0" + namespace), LOCAL_HASH_SEED);
+  const tag = new Uint8Array(8);
+  new DataView(tag.buffer).setBigUint64(0, h, true);
+  return tag;
+}
 
 /** Hashes every full block of `tokens`. Requires initHashing(). */
 export function localBlockHashes(tokens: ArrayLike<number>, blockSize: number): bigint[] {
@@ -43,4 +64,19 @@ export function localBlockHash(blockTokens: ArrayLike<number>): bigint {
   const view = new DataView(buf.buffer);
   for (let i = 0; i < blockTokens.length; i++) view.setUint32(i * 4, blockTokens[i]! >>> 0, true);
   return xxh3_64(buf, LOCAL_HASH_SEED);
+}
+
+const nsBuf = new Uint8Array(16);
+const nsView = new DataView(nsBuf.buffer);
+
+/** A plain local hash moved into namespace `ns` (unchanged for null). Requires initHashing(). */
+export function namespacedLocalHash(plain: bigint, ns: NamespaceTag): bigint {
+  if (ns === null) return plain;
+  nsBuf.set(ns, 0);
+  nsView.setBigUint64(8, plain, true);
+  return xxh3_64(nsBuf, LOCAL_HASH_SEED);
+}
+
+export function namespacedLocalHashes(plain: readonly bigint[], ns: NamespaceTag): bigint[] {
+  return ns === null ? plain.slice() : plain.map((h) => namespacedLocalHash(h, ns));
 }

@@ -6,7 +6,13 @@
  * with a reason, so a relay loop can count it and carry on. Tolerated shapes:
  *  - events as tagged tuples (`["BlockStored", …]`, msgspec array_like) or tagged maps (`{type: …}`);
  *  - block hashes as signed or unsigned 64-bit ints (or small ints): reinterpreted as signed int64;
- *  - trailing fields omitted (msgspec omit_defaults: medium missing → "GPU") or added (ignored).
+ *  - trailing fields omitted (msgspec omit_defaults: medium missing → "GPU") or added (ignored);
+ *  - `BlockStoredWithMetadata` (SGLang kv_events.py: a BlockStored with a trailing
+ *    `metadata: BlockStoredMetadata{cache_salt: str}` map, sent only for salted requests): the salt
+ *    is returned as `cacheSalt` (null when absent) so the relay keeps salted blocks apart;
+ *  - EAGLE bigram token ids (SGLang mem_cache/events.py `_record_store_event`: with `is_bigram`
+ *    radix keys each page is sent as pairs `(t_j, t_{j+1})`): mapped to the tokens the page holds,
+ *    the first element of every pair (docs/relay.md §EAGLE); pairs that do not chain are dropped.
  * Events for media other than the GPU (CPU_PINNED, DISK, EXTERNAL: offload tiers) are dropped with
  * reason `non_gpu_medium` unless `keepAllMedia` is set: routing only credits blocks in GPU memory.
  */
@@ -23,6 +29,10 @@ export interface BlockStoredEvent {
   /** Tokens per block as the engine declared it; null when absent. */
   blockSize: number | null;
   medium: string;
+  /** SGLang's cache_salt from BlockStoredWithMetadata; null or absent for unsalted blocks. */
+  cacheSalt?: string | null;
+  /** True when the engine sent EAGLE bigram pairs (`tokenIds` then holds each pair's first token). */
+  bigram?: boolean;
 }
 
 export interface BlockRemovedEvent {
@@ -44,7 +54,7 @@ export type DecodeDropReason =
   | "bad_batch"
   | "bad_event"
   | "unknown_tag"
-  | "bigram_tokens"
+  | "bad_bigram"
   | "non_gpu_medium";
 
 export interface DecodeDrop {
@@ -154,7 +164,9 @@ export function decodeKvEventBatch(payload: Uint8Array, opts: DecodeOptions = {}
 }
 
 /** Field names of each event's positional form, after the tag. */
-const STORED_FIELDS = ["block_hashes", "parent_block_hash", "token_ids", "block_size", "lora_id", "medium"] as const;
+const STORED_FIELDS = ["block_hashes", "parent_block_hash", "token_ids", "block_size", "lora_id", "medium", "metadata"] as const;
+/** Longest cache_salt accepted from an event (the edge sends 43 characters; SGLang sets no bound). */
+export const MAX_CACHE_SALT_CHARS = 256;
 const REMOVED_FIELDS = ["block_hashes", "medium"] as const;
 
 function decodeEvent(raw: unknown, dropped: DecodeDrop[]): KvCacheEvent | null {
@@ -201,14 +213,38 @@ function decodeStored(get: (name: string, index: number) => unknown): BlockStore
   const blockHashes = hashList(get(STORED_FIELDS[0], 0), "block_hashes");
   const parentRaw = get(STORED_FIELDS[1], 1);
   const parentBlockHash = parentRaw === null || parentRaw === undefined ? null : toInt64(parentRaw, "parent_block_hash");
-  const tokenIds = tokenList(get(STORED_FIELDS[2], 2));
+  const { tokens: tokenIds, bigram } = tokenList(get(STORED_FIELDS[2], 2));
   const bsRaw = get(STORED_FIELDS[3], 3);
   let blockSize: number | null = null;
   if (bsRaw !== null && bsRaw !== undefined) {
     blockSize = toSafeInt(bsRaw);
     if (blockSize === null || blockSize <= 0) throw new EventShapeError("bad_event", `block_size ${describe(bsRaw)}`);
   }
-  return { type: "BlockStored", blockHashes, parentBlockHash, tokenIds, blockSize, medium: medium(get(STORED_FIELDS[5], 5)) };
+  const salt = cacheSalt(get(STORED_FIELDS[6], 6));
+  return {
+    type: "BlockStored",
+    blockHashes,
+    parentBlockHash,
+    tokenIds,
+    blockSize,
+    medium: medium(get(STORED_FIELDS[5], 5)),
+    ...(salt !== null ? { cacheSalt: salt } : {}),
+    ...(bigram ? { bigram } : {}),
+  };
+}
+
+/**
+ * BlockStoredMetadata is a plain msgspec struct (not array_like): a map `{cache_salt: str}`. Any
+ * other value in that position is some other engine's trailing field (vLLM puts `lora_name` there)
+ * and is ignored like every unknown trailing field; a map with a bad salt voids the event.
+ */
+function cacheSalt(raw: unknown): string | null {
+  if (!isRecord(raw)) return null;
+  const salt = raw["cache_salt"];
+  if (salt === null || salt === undefined) return null;
+  if (typeof salt !== "string" || salt.length > MAX_CACHE_SALT_CHARS)
+    throw new EventShapeError("bad_event", `metadata.cache_salt is ${describe(salt)}`);
+  return salt;
 }
 
 function decodeRemoved(get: (name: string, index: number) => unknown): BlockRemovedEvent {
@@ -234,21 +270,40 @@ function toInt64(v: unknown, field: string): bigint {
   throw new EventShapeError("bad_event", `${field} holds ${describe(v)}`);
 }
 
-function tokenList(raw: unknown): number[] {
+function tokenList(raw: unknown): { tokens: number[]; bigram: boolean } {
   if (!Array.isArray(raw)) throw new EventShapeError("bad_event", `token_ids is ${describe(raw)}`);
+  if (raw.length > 0 && Array.isArray(raw[0])) return { tokens: bigramFirsts(raw), bigram: true };
   const out = new Array<number>(raw.length);
   for (let i = 0; i < raw.length; i++) {
-    const v = raw[i];
-    if (typeof v === "number" && Number.isInteger(v) && v >= 0 && v <= 0xffffffff) {
-      out[i] = v;
-    } else if (typeof v === "bigint" && v >= 0n && v <= 0xffffffffn) {
-      out[i] = Number(v);
-    } else if (Array.isArray(v)) {
-      // EAGLE bigram keys: pages hash interleaved pairs; not supported by the router's local hash.
-      throw new EventShapeError("bigram_tokens", "token_ids holds pairs (EAGLE bigram keys)");
-    } else {
-      throw new EventShapeError("bad_event", `token_ids[${i}] is ${describe(v)}`);
-    }
+    const t = tokenId(raw[i]);
+    if (t === null) throw new EventShapeError(Array.isArray(raw[i]) ? "bad_bigram" : "bad_event", `token_ids[${i}] is ${describe(raw[i])}`);
+    out[i] = t;
+  }
+  return { tokens: out, bigram: false };
+}
+
+function tokenId(v: unknown): number | null {
+  if (typeof v === "number" && Number.isInteger(v) && v >= 0 && v <= 0xffffffff) return v;
+  if (typeof v === "bigint" && v >= 0n && v <= 0xffffffffn) return Number(v);
+  return null;
+}
+
+/**
+ * EAGLE pages: `[(t_j, t_{j+1}) …]`. The page holds the KV of `t_j` for each pair, so the router's
+ * block is the first elements; consecutive pairs must overlap by one token (b_j = a_{j+1}), as
+ * SGLang builds them from one raw sequence.
+ */
+function bigramFirsts(raw: unknown[]): number[] {
+  const out = new Array<number>(raw.length);
+  let prevSecond: number | null = null;
+  for (let i = 0; i < raw.length; i++) {
+    const pair = raw[i];
+    const a = Array.isArray(pair) && pair.length === 2 ? tokenId(pair[0]) : null;
+    const b = Array.isArray(pair) && pair.length === 2 ? tokenId(pair[1]) : null;
+    if (a === null || b === null) throw new EventShapeError("bad_bigram", `token_ids[${i}] is ${describe(pair)}, expected a pair of token ids`);
+    if (prevSecond !== null && a !== prevSecond) throw new EventShapeError("bad_bigram", `token_ids[${i}] does not continue the previous pair`);
+    out[i] = a;
+    prevSecond = b;
   }
   return out;
 }

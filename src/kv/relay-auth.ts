@@ -1,23 +1,28 @@
 /**
- * Relay credentials. Two layers:
- *  - the per-worker key: hex HMAC-SHA256(secret, "relay:" + workerId). The edge derives it from the
- *    pool-wide RELAY_SECRET on demand, so nothing per worker is stored, and a relay host needs only
- *    its own key (it cannot sign for another worker id);
+ * Relay credentials (docs/relay.md §Credentials). Three layers:
+ *  - the relay key: issued per worker by an operator (`kvedge relay-key issue`, or
+ *    `POST /admin/relay-keys`), bound to one pool, one worker id and one worker URL, revocable. The
+ *    edge derives it on demand as hex HMAC-SHA256(RELAY_SECRET, JSON [v, keyId, model, workerId, url])
+ *    from the registry row the pool's index keeps (key id, binding, revoked?), so neither the index
+ *    nor any relay host ever holds the pool secret, and a stolen key signs for one worker at one URL;
+ *  - the credential a relay host holds: `kvr1.<keyId>.<key hex>` (env var or file, never argv);
  *  - the connect token, minted fresh for every WebSocket connect and sent as `Authorization: Bearer`:
- *      v1.<workerId>.<unixSeconds>.<nonce>.<hex HMAC-SHA256(workerKey, "v1.<workerId>.<unixSeconds>.<nonce>\n<model>")>
- *    The model (the pool) is signed but not carried: the edge takes it from the `model` query
- *    parameter, so a token is good for one worker in one pool. The edge accepts it within ±maxSkew
- *    seconds of its own clock, and the pool's index accepts each nonce once (docs/reliability.md).
+ *      v2.<keyId>.<workerId>.<unixSeconds>.<nonce>.<hex HMAC-SHA256(key, "v2.<keyId>.<workerId>.<unixSeconds>.<nonce>\n<audience>")>
+ *    The audience (the pool's shard object) is signed but not carried. The edge accepts a token
+ *    within ±maxSkew seconds of its own clock, and the pool's index accepts each nonce once.
  * WebCrypto only (`crypto.subtle`, `crypto.getRandomValues`): runs in workerd and Node 22 alike.
  */
 
-export const RELAY_TOKEN_VERSION = "v1";
+export const RELAY_TOKEN_VERSION = "v2";
+export const RELAY_CREDENTIAL_PREFIX = "kvr1";
 /** How far a token's timestamp may be from the verifier's clock, either way. */
 export const RELAY_TOKEN_MAX_SKEW_S = 60;
 
 const encoder = new TextEncoder();
-const WORKER_ID = /^[A-Za-z0-9._:-]{1,128}$/;
+export const WORKER_ID_PATTERN = /^[A-Za-z0-9._:-]{1,128}$/;
+const KEY_ID = /^[A-Za-z0-9_-]{22}$/;
 const NONCE = /^[A-Za-z0-9_-]{16,64}$/;
+const KEY_HEX = /^[0-9a-f]{64}$/;
 const TAIL = /^(\d{1,12})\.([A-Za-z0-9_-]{16,64})\.([0-9a-f]{64})$/;
 
 function hex(bytes: Uint8Array): string {
@@ -40,39 +45,86 @@ async function hmacHex(secret: string, message: string): Promise<string> {
   return hex(new Uint8Array(await crypto.subtle.sign("HMAC", await hmacKey(secret, "sign"), encoder.encode(message))));
 }
 
-/** The per-worker signing key a relay holds (64 lower-case hex digits). Never sent on the wire. */
-export async function relayWorkerKey(secret: string, workerId: string): Promise<string> {
-  if (secret.length === 0) throw new RangeError("relay secret must not be empty");
-  return hmacHex(secret, "relay:" + workerId);
+function base64url(bytes: Uint8Array): string {
+  let bin = "";
+  for (const x of bytes) bin += String.fromCharCode(x);
+  return btoa(bin).replace(/\+/g, "-").replace(/\//g, "_").replace(/=+$/, "");
 }
+
+// ---- worker URLs ----
+
+export type WorkerUrlCheck = { ok: true; url: string } | { ok: false; reason: string };
 
 /**
- * @deprecated Old name of {@link relayWorkerKey}. Until v1 tokens this value was itself the
- * bearer token; the edge no longer accepts it (it never expires and can be replayed).
+ * The one spelling of a worker's base URL that keys are bound to and hellos are compared with:
+ * `https:` (plain `http:` only when `allowHttp`, a development setting), no credentials, query or
+ * fragment, no trailing slash (the edge appends `/generate`).
  */
-export const relayToken = relayWorkerKey;
-
-/** @deprecated Compares a presented value with the worker key in constant time (v0 tokens). */
-export async function verifyRelayToken(secret: string, workerId: string, presented: string | null): Promise<boolean> {
-  if (presented === null || secret.length === 0) return false;
-  const token = presented.startsWith("Bearer ") ? presented.slice(7).trim() : presented.trim();
-  const expected = await relayWorkerKey(secret, workerId);
-  if (token.length !== expected.length) return false;
-  let diff = 0;
-  for (let i = 0; i < expected.length; i++) diff |= token.charCodeAt(i) ^ expected.charCodeAt(i);
-  return diff === 0;
+export function normalizeWorkerUrl(raw: string, opts: { allowHttp: boolean }): WorkerUrlCheck {
+  if (raw.length > 2048) return { ok: false, reason: "worker URL longer than 2048 characters" };
+  let u: URL;
+  try {
+    u = new URL(raw);
+  } catch {
+    return { ok: false, reason: "worker URL is not a URL" };
+  }
+  if (u.protocol !== "https:" && !(u.protocol === "http:" && opts.allowHttp))
+    return { ok: false, reason: `worker URL must be https:${opts.allowHttp ? " or http:" : ""} (got ${u.protocol})` };
+  if (u.username !== "" || u.password !== "") return { ok: false, reason: "worker URL must not carry credentials" };
+  if (u.search !== "" || u.hash !== "") return { ok: false, reason: "worker URL must not carry a query or fragment" };
+  if (u.hostname === "") return { ok: false, reason: "worker URL has no host" };
+  return { ok: true, url: u.origin + u.pathname.replace(/\/+$/, "") };
 }
 
-function signedMessage(workerId: string, issuedAt: number, nonce: string, model: string): string {
-  return `${RELAY_TOKEN_VERSION}.${workerId}.${issuedAt}.${nonce}\n${model}`;
+// ---- keys and credentials ----
+
+export interface RelayKeyBinding {
+  keyId: string;
+  /** The pool (model id) the key is good for. */
+  model: string;
+  workerId: string;
+  /** The worker URL (normalizeWorkerUrl) its hello must announce. */
+  url: string;
+}
+
+/** A registry row (kept by the pool's index; no key material). */
+export interface RelayKeyRecord extends RelayKeyBinding {
+  createdAt: number;
+  /** Unix seconds; null while the key is valid. */
+  revokedAt: number | null;
+}
+
+/** 128 random bits, base64url without padding (22 characters). */
+export function newRelayKeyId(): string {
+  return base64url(crypto.getRandomValues(new Uint8Array(16)));
+}
+
+/** The relay key of `binding` (64 lower-case hex digits). Edge only: needs the pool secret. */
+export async function deriveRelayKey(secret: string, binding: RelayKeyBinding): Promise<string> {
+  if (secret.length === 0) throw new RangeError("relay secret must not be empty");
+  return hmacHex(secret, JSON.stringify(["kvedge-relay-key-v1", binding.keyId, binding.model, binding.workerId, binding.url]));
+}
+
+export function formatRelayCredential(keyId: string, keyHex: string): string {
+  if (!KEY_ID.test(keyId) || !KEY_HEX.test(keyHex)) throw new RangeError("bad relay key id or key");
+  return `${RELAY_CREDENTIAL_PREFIX}.${keyId}.${keyHex}`;
+}
+
+/** `kvr1.<keyId>.<key hex>` (surrounding whitespace ignored, e.g. a file's trailing newline) → parts. */
+export function parseRelayCredential(s: string): { keyId: string; key: string } | null {
+  const m = /^kvr1\.([A-Za-z0-9_-]{22})\.([0-9a-f]{64})$/.exec(s.trim());
+  return m ? { keyId: m[1]!, key: m[2]! } : null;
+}
+
+// ---- connect tokens ----
+
+function signedMessage(keyId: string, workerId: string, issuedAt: number, nonce: string, audience: string): string {
+  return `${RELAY_TOKEN_VERSION}.${keyId}.${workerId}.${issuedAt}.${nonce}\n${audience}`;
 }
 
 /** 128 random bits, base64url without padding (22 characters). */
 export function newRelayNonce(): string {
-  const b = crypto.getRandomValues(new Uint8Array(16));
-  let bin = "";
-  for (const x of b) bin += String.fromCharCode(x);
-  return btoa(bin).replace(/\+/g, "-").replace(/\//g, "_").replace(/=+$/, "");
+  return base64url(crypto.getRandomValues(new Uint8Array(16)));
 }
 
 export interface MintOptions {
@@ -82,19 +134,40 @@ export interface MintOptions {
   nonce?: string;
 }
 
-/** A fresh single-use connect token for `workerId` in pool `model`, signed with the worker key. */
-export async function mintRelayToken(workerKey: string, workerId: string, model: string, opts: MintOptions = {}): Promise<string> {
-  if (workerKey.length === 0) throw new RangeError("relay worker key must not be empty");
-  if (!WORKER_ID.test(workerId)) throw new RangeError(`bad worker id ${JSON.stringify(workerId)}`);
+/** A fresh single-use connect token for `workerId` towards `audience`, signed with the credential's key. */
+export async function mintRelayToken(credential: string, workerId: string, audience: string, opts: MintOptions = {}): Promise<string> {
+  const cred = parseRelayCredential(credential);
+  if (!cred) throw new RangeError("relay credential must look like kvr1.<key id>.<64 hex digits>");
+  if (!WORKER_ID_PATTERN.test(workerId)) throw new RangeError(`bad worker id ${JSON.stringify(workerId)}`);
   const issuedAt = opts.nowSeconds ?? Math.floor(Date.now() / 1000);
   if (!Number.isSafeInteger(issuedAt) || issuedAt < 0) throw new RangeError(`bad issue time ${issuedAt}`);
   const nonce = opts.nonce ?? newRelayNonce();
   if (!NONCE.test(nonce)) throw new RangeError("nonce must be 16-64 characters of [A-Za-z0-9_-]");
-  const mac = await hmacHex(workerKey, signedMessage(workerId, issuedAt, nonce, model));
-  return `${RELAY_TOKEN_VERSION}.${workerId}.${issuedAt}.${nonce}.${mac}`;
+  const mac = await hmacHex(cred.key, signedMessage(cred.keyId, workerId, issuedAt, nonce, audience));
+  return `${RELAY_TOKEN_VERSION}.${cred.keyId}.${workerId}.${issuedAt}.${nonce}.${mac}`;
 }
 
-export type RelayTokenRefusal = "missing" | "malformed" | "worker_mismatch" | "expired" | "not_yet_valid" | "bad_signature";
+function bare(presented: string): string {
+  return /^Bearer\s+/i.test(presented) ? presented.replace(/^Bearer\s+/i, "").trim() : presented.trim();
+}
+
+/** The key id a presented token names (the verifier looks its binding up), or null when malformed. */
+export function relayTokenKeyId(presented: string | null): string | null {
+  if (presented === null) return null;
+  const m = /^v2\.([A-Za-z0-9_-]{22})\./.exec(bare(presented));
+  return m ? m[1]! : null;
+}
+
+export type RelayTokenRefusal =
+  | "missing"
+  | "malformed"
+  | "unknown_key"
+  | "revoked"
+  | "worker_mismatch"
+  | "insecure_url"
+  | "expired"
+  | "not_yet_valid"
+  | "bad_signature";
 
 export type RelayTokenCheck =
   | { ok: true; nonce: string; issuedAt: number; /** Unix seconds after which the token is refused anyway. */ expiresAt: number }
@@ -103,26 +176,29 @@ export type RelayTokenCheck =
 export interface RelayTokenExpectation {
   /** The worker id the connection claims (the `worker` query parameter). */
   workerId: string;
-  /** The pool it connects to (the `model` query parameter). */
-  model: string;
+  /** What the token must be signed for (the pool's shard object name). */
+  audience: string;
   nowSeconds: number;
   maxSkewSeconds?: number;
 }
 
 /**
- * Stateless check of a presented connect token (a bare token or a `Bearer …` value): format,
- * worker id, freshness and signature (constant time, via WebCrypto verify). Replay protection
- * needs the caller to claim `nonce` once until `expiresAt`.
+ * Stateless check of a presented connect token against one key: format, key id, worker id,
+ * freshness and signature (constant time, via WebCrypto verify). Replay protection needs the
+ * caller to claim `nonce` once until `expiresAt`.
  */
-export async function checkRelayToken(secret: string, presented: string | null, expect: RelayTokenExpectation): Promise<RelayTokenCheck> {
+export async function checkRelayToken(
+  key: { keyId: string; key: string },
+  presented: string | null,
+  expect: RelayTokenExpectation,
+): Promise<RelayTokenCheck> {
   if (presented === null || presented.trim() === "") return { ok: false, reason: "missing" };
-  if (secret.length === 0) return { ok: false, reason: "bad_signature" };
-  const token = /^Bearer\s+/i.test(presented) ? presented.replace(/^Bearer\s+/i, "").trim() : presented.trim();
+  const token = bare(presented);
   const skew = expect.maxSkewSeconds ?? RELAY_TOKEN_MAX_SKEW_S;
-  if (!token.startsWith(`${RELAY_TOKEN_VERSION}.`)) return { ok: false, reason: "malformed" };
+  if (!token.startsWith(`${RELAY_TOKEN_VERSION}.${key.keyId}.`)) return { ok: false, reason: "malformed" };
   // The worker id may itself contain dots: match the expected one as a prefix, parse the rest.
-  const prefix = `${RELAY_TOKEN_VERSION}.${expect.workerId}.`;
-  if (!WORKER_ID.test(expect.workerId) || !token.startsWith(prefix)) {
+  const prefix = `${RELAY_TOKEN_VERSION}.${key.keyId}.${expect.workerId}.`;
+  if (!WORKER_ID_PATTERN.test(expect.workerId) || !token.startsWith(prefix)) {
     return { ok: false, reason: TAIL.test(token.split(".").slice(-3).join(".")) ? "worker_mismatch" : "malformed" };
   }
   const m = TAIL.exec(token.slice(prefix.length));
@@ -131,19 +207,53 @@ export async function checkRelayToken(secret: string, presented: string | null, 
   const nonce = m[2]!;
   if (issuedAt < expect.nowSeconds - skew) return { ok: false, reason: "expired" };
   if (issuedAt > expect.nowSeconds + skew) return { ok: false, reason: "not_yet_valid" };
-  const workerKey = await relayWorkerKey(secret, expect.workerId);
   const ok = await crypto.subtle.verify(
     "HMAC",
-    await hmacKey(workerKey, "verify"),
+    await hmacKey(key.key, "verify"),
     unhex(m[3]!),
-    encoder.encode(signedMessage(expect.workerId, issuedAt, nonce, expect.model)),
+    encoder.encode(signedMessage(key.keyId, expect.workerId, issuedAt, nonce, expect.audience)),
   );
   if (!ok) return { ok: false, reason: "bad_signature" };
   return { ok: true, nonce, issuedAt, expiresAt: issuedAt + skew };
 }
 
-/** The parts of a v1 token, for diagnostics (the greedy worker id takes any dots). */
-export function parseRelayToken(token: string): { workerId: string; issuedAt: number; nonce: string } | null {
-  const m = /^v1\.([A-Za-z0-9._:-]{1,128})\.(\d{1,12})\.([A-Za-z0-9_-]{16,64})\.[0-9a-f]{64}$/.exec(token);
-  return m ? { workerId: m[1]!, issuedAt: Number(m[2]), nonce: m[3]! } : null;
+export interface RelayConnectCheckInput extends RelayTokenExpectation {
+  /** The pool (model id): keys are bound to it. */
+  model: string;
+  /** Whether plain-http worker URLs are allowed (development). */
+  allowHttp: boolean;
+}
+
+export type RelayConnectCheck = (RelayTokenCheck & { ok: false }) | (RelayTokenCheck & { ok: true; record: RelayKeyRecord });
+
+/**
+ * The edge's whole check of a relay connect: the token's key id must name a registered, unrevoked
+ * key bound to this pool and worker (looked up with `lookup`, the pool index's registry), its URL
+ * must still meet the URL policy, and the token must verify with the key derived from the secret.
+ */
+export async function verifyRelayConnect(
+  secret: string | null,
+  presented: string | null,
+  expect: RelayConnectCheckInput,
+  lookup: (keyId: string) => Promise<RelayKeyRecord | null>,
+): Promise<RelayConnectCheck> {
+  if (presented === null || presented.trim() === "") return { ok: false, reason: "missing" };
+  if (!secret) return { ok: false, reason: "unknown_key" };
+  const keyId = relayTokenKeyId(presented);
+  if (keyId === null) return { ok: false, reason: "malformed" };
+  const record = await lookup(keyId);
+  if (!record || record.model !== expect.model) return { ok: false, reason: "unknown_key" };
+  if (record.revokedAt !== null) return { ok: false, reason: "revoked" };
+  if (record.workerId !== expect.workerId) return { ok: false, reason: "worker_mismatch" };
+  if (!normalizeWorkerUrl(record.url, { allowHttp: expect.allowHttp }).ok) return { ok: false, reason: "insecure_url" };
+  const key = await deriveRelayKey(secret, record);
+  const check = await checkRelayToken({ keyId, key }, presented, expect);
+  return check.ok ? { ...check, record } : check;
+}
+
+/** Whether a hello's `url` is the URL the connect's key is bound to (same normalised spelling). */
+export function helloUrlMatchesKey(helloUrl: string, boundUrl: string | undefined): boolean {
+  if (boundUrl === undefined) return false;
+  const n = normalizeWorkerUrl(helloUrl, { allowHttp: true });
+  return n.ok && n.url === boundUrl;
 }

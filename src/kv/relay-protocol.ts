@@ -10,6 +10,7 @@
  * holds for that worker. A new `epoch` (worker restart) fences out all blocks of older epochs.
  */
 import { z } from "zod";
+import { normalizeWorkerUrl } from "./relay-auth.ts";
 
 export const MAX_RELAY_MESSAGE_BYTES = 8 * 1024 * 1024;
 export const MAX_BLOCKS_PER_MESSAGE = 200_000;
@@ -23,8 +24,14 @@ export type WorkerStatus = z.infer<typeof WorkerStatusSchema>;
 export const RelayHelloSchema = z.object({
   type: z.literal("hello"),
   workerId: z.string().min(1).max(128).regex(/^[A-Za-z0-9._:-]+$/),
-  /** Base URL of the worker's SGLang HTTP server, as the edge should reach it. */
-  url: z.string().url().max(2048),
+  /**
+   * Base URL of the worker's SGLang HTTP server, as the edge should reach it: http(s) only, no
+   * credentials (the index also requires it to equal the URL the relay's key is bound to).
+   */
+  url: z
+    .string()
+    .max(2048)
+    .refine((u) => normalizeWorkerUrl(u, { allowHttp: true }).ok, "url must be an http(s) URL without credentials, query or fragment"),
   /** SGLang page size (= /server_info kv_events.block_size). Must equal the pool's block size. */
   blockSize: z.number().int().min(1).max(4096),
   /** Identifies one life of the worker process; a restart must send a larger epoch. */

@@ -13,10 +13,12 @@
  *    is nothing below; cascading keeps the set a forest rooted at parent = null regardless). The
  *    emitted `removed` event lists every hash actually removed so the index needs no cascade rule.
  *  - Cleared: everything goes; the view is exact again.
+ *  - Salted blocks (SGLang cache_salt, from BlockStoredWithMetadata) get local hashes tagged with
+ *    their salt (block-hash.ts namespaceTag), so they only ever match requests of that namespace.
  * Invariant: every block's parent is null or in the set, so a dump can list parents first.
  * Requires initHashing() before `apply`.
  */
-import { localBlockHash } from "./block-hash.ts";
+import { localBlockHash, namespacedLocalHash, namespaceTag, type NamespaceTag } from "./block-hash.ts";
 import type { KvCacheEvent } from "./event-decode.ts";
 import { hexToLocalHash, localHashToHex, type RelayDump, type RelayEvent } from "./relay-protocol.ts";
 
@@ -94,7 +96,7 @@ export class WorkerBlockSet {
     for (const ev of events) {
       switch (ev.type) {
         case "BlockStored":
-          this.applyStored(ev.blockHashes, ev.parentBlockHash, ev.tokenIds, ev.blockSize, out);
+          this.applyStored(ev.blockHashes, ev.parentBlockHash, ev.tokenIds, ev.blockSize, namespaceTag(ev.cacheSalt), out);
           break;
         case "BlockRemoved":
           this.applyRemoved(ev.blockHashes, out);
@@ -113,6 +115,7 @@ export class WorkerBlockSet {
     parent: bigint | null,
     tokens: readonly number[],
     declaredBlockSize: number | null,
+    ns: NamespaceTag,
     out: ApplyOutcome,
   ): void {
     if (hashes.length === 0) return;
@@ -187,7 +190,7 @@ export class WorkerBlockSet {
         }
       }
       if (run.length === 0) runParent = prev;
-      const localHash = localBlockHash(tokens.slice(start, end));
+      const localHash = namespacedLocalHash(localBlockHash(tokens.slice(start, end)), ns);
       this.insert(h, prev, localHash, B);
       run.push({ h: h.toString(), l: localHashToHex(localHash) });
       out.stored++;

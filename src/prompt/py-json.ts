@@ -15,6 +15,10 @@ export class PyNumber {
     this.value = value;
     this.pythonText = pythonText;
   }
+  /** Anything that serialises a request holding PyNumbers (tools parameters) gets plain numbers. */
+  toJSON(): number {
+    return this.value;
+  }
 }
 
 /** Python `repr(float)`: shortest round-trip digits; exponent form when decpt ≤ -4 or > 16. */

@@ -19,6 +19,8 @@ import type { SseEvent } from "./sse.ts";
 import { abortErrorOf, malformedUpstream, upstreamStreamError } from "./upstream-error.ts";
 import { summarizeUsage, toOpenAIUsage } from "./usage.ts";
 import type { UsageSummary } from "./usage.ts";
+import { ChoiceOutput, PLAIN_OUTPUT, type ChatOutputPlan, type StreamDelta } from "./chat-output.ts";
+import { LogprobMetaSchema, logprobCount, toChoiceLogprobs, type TokenLogprob } from "./logprobs.ts";
 
 export interface ChatStreamOptions {
   /** The completion id shown on every chunk (the edge's request id). */
@@ -29,6 +31,8 @@ export interface ChatStreamOptions {
   n?: number;
   /** `stream_options.include_usage`. */
   includeUsage?: boolean;
+  /** Reasoning / tool-call / logprob / continuous-usage handling (chat-output.ts); plain text when absent. */
+  plan?: ChatOutputPlan;
   /** The worker runs `--incremental-streaming-output` (frames carry deltas, not cumulative text). */
   incremental?: boolean;
   /** Unix seconds for `created`; evaluated per chunk as SGLang does. */
@@ -82,11 +86,16 @@ interface ChoiceState {
   prevText: string;
   finish: SglangFinishReason | null;
   meta: SglangMetaInfo | undefined;
+  output: ChoiceOutput;
+  /** Logprob positions consumed, and those not yet attached to a chunk. */
+  lpSeen: number;
+  lpPending: TokenLogprob[];
 }
 
 /** The synchronous translation state machine. */
 export function createChatStreamCore(opts: ChatStreamOptions): ChatStreamCore {
   const n = opts.n ?? 1;
+  const plan = opts.plan ?? PLAIN_OUTPUT;
   const now = opts.now ?? (() => Math.floor(Date.now() / 1000));
   const parser = createSseParser(opts.maxEventChars);
   const choices: ChoiceState[] = Array.from({ length: n }, () => ({
@@ -95,6 +104,9 @@ export function createChatStreamCore(opts: ChatStreamOptions): ChatStreamCore {
     prevText: "",
     finish: null,
     meta: undefined,
+    output: new ChoiceOutput(plan),
+    lpSeen: 0,
+    lpPending: [],
   }));
   const finishOrder: number[] = [];
   let ended = false;
@@ -118,7 +130,30 @@ export function createChatStreamCore(opts: ChatStreamOptions): ChatStreamCore {
     delta: Record<string, unknown>,
     finishReason: string | null = null,
     matched: number | string | null = null,
-  ) => ({ index, delta, logprobs: null, finish_reason: finishReason, matched_stop: matched });
+    logprobs: TokenLogprob[] | null = null,
+  ) => ({ index, delta, logprobs: logprobs === null ? null : { content: logprobs }, finish_reason: finishReason, matched_stop: matched });
+
+  /** Logprobs not yet sent go on the next chunk of their choice (SGLang would drop them when that frame sends no content). */
+  const takeLogprobs = (st: ChoiceState): TokenLogprob[] | null => {
+    if (!plan.logprobs || st.lpPending.length === 0) return null;
+    const lp = st.lpPending;
+    st.lpPending = [];
+    return lp;
+  };
+
+  function emitDeltas(out: string[], index: number, st: ChoiceState, deltas: StreamDelta[]): void {
+    for (const d of deltas) {
+      const delta: Record<string, unknown> =
+        d.kind === "reasoning"
+          ? { reasoning_content: d.text }
+          : d.kind === "content"
+            ? { reasoning_content: null, content: d.text }
+            : { reasoning_content: null, tool_calls: [d.call] };
+      // serving_chat.py: continuous_usage_stats adds this choice's running counts to each delta chunk.
+      const usage = plan.continuousUsage && st.meta ? toOpenAIUsage(summarizeUsage([st.meta])) : undefined;
+      out.push(chunk([choice(index, delta, null, null, takeLogprobs(st))], usage));
+    }
+  }
 
   function failInto(out: string[], err: KvedgeError): void {
     if (ended) return;
@@ -129,8 +164,11 @@ export function createChatStreamCore(opts: ChatStreamOptions): ChatStreamCore {
 
   function completeInto(out: string[]): void {
     for (const idx of finishOrder) {
-      const fr = choices[idx]!.finish!;
-      out.push(chunk([choice(idx, { reasoning_content: null }, fr.type, fr.matched ?? null)]));
+      const st = choices[idx]!;
+      const fr = st.finish!;
+      // serving_chat.py: "stop" reads "tool_calls" once this choice streamed a tool call (matched_stop kept).
+      const type = fr.type === "stop" && st.output.sentToolCalls ? "tool_calls" : fr.type;
+      out.push(chunk([choice(idx, { reasoning_content: null }, type, fr.matched ?? null, takeLogprobs(st))]));
     }
     if (opts.includeUsage) out.push(chunk([], toOpenAIUsage(usage()!)));
     out.push(SSE_DONE);
@@ -192,10 +230,20 @@ export function createChatStreamCore(opts: ChatStreamOptions): ChatStreamCore {
       delta = frame.text.slice(st.sentLen);
       st.prevText = frame.text;
     }
-    if (delta !== "") {
-      st.sentLen += delta.length;
-      out.push(chunk([choice(index, { reasoning_content: null, content: delta })]));
+    if (plan.logprobs) {
+      const lp = LogprobMetaSchema.safeParse(frame.meta_info);
+      if (!lp.success) {
+        failInto(out, malformedUpstream("stream frame: malformed logprobs"));
+        return;
+      }
+      // Cumulative frames carry every position so far; incremental ones only the new positions.
+      const from = opts.incremental ? 0 : st.lpSeen;
+      st.lpPending.push(...toChoiceLogprobs(lp.data, from).content);
+      st.lpSeen = opts.incremental ? st.lpSeen + logprobCount(lp.data) : Math.max(st.lpSeen, logprobCount(lp.data));
     }
+    st.sentLen += delta.length;
+    emitDeltas(out, index, st, delta === "" ? [] : st.output.push(delta));
+    if (fr !== null && st.finish === null) emitDeltas(out, index, st, st.output.finish());
     if (fr !== null && st.finish === null) {
       st.finish = fr;
       finishOrder.push(index);

@@ -9,6 +9,8 @@ import { z } from "zod";
 import { InternalError } from "../api/errors.ts";
 import type { ChatCompletionRequest } from "../api/openai-schema.ts";
 import type { GenerateRequestBody, SglangSamplingParams } from "./sglang-wire.ts";
+import { forcedToolCallSchema, qwenStructuralTag } from "./tool-calls/constraint.ts";
+import { pyJsonDumps } from "./tool-calls/json.ts";
 
 /** Sampling defaults from the served model's `generation_config.json` (SGLang `--sampling-defaults model`). */
 export const ModelSamplingDefaultsSchema = z.object({
@@ -45,6 +47,10 @@ export interface BuildGenerateOptions {
   rid?: string;
   media?: GenerateMedia;
   modelDefaults?: ModelSamplingDefaults;
+  /** The output is a thinking output (chat-output.ts plan): ask the worker to count reasoning tokens. */
+  requireReasoning?: boolean;
+  /** The model's tool-call parser: with one, strict tools under tool_choice "auto" get a structural tag. */
+  toolCallParser?: "qwen25" | null;
 }
 
 /**
@@ -64,23 +70,38 @@ export function newRequestId(): string {
   return s;
 }
 
-function jsonSchemaOf(req: ChatCompletionRequest): Pick<SglangSamplingParams, "json_schema" | "structural_tag"> {
+type Constraint = Pick<SglangSamplingParams, "json_schema" | "structural_tag">;
+
+/**
+ * response_format → grammar, then a forced tool call's schema unless a constraint is already set
+ * (serving_chat.py `_build_sampling_params`: "Constrained decoding is not compatible with tool
+ * calls" is only logged). Schemas are sent as Python's json.dumps text, as SGLang sends them.
+ */
+function constraintOf(req: ChatCompletionRequest, toolCallParser: "qwen25" | null): Constraint {
   const rf = req.response_format;
-  if (rf === undefined || rf.type === "text") return {};
-  if (rf.type === "json_object") return { json_schema: '{"type": "object"}' };
-  if (rf.type === "json_schema") {
+  let out: Constraint = {};
+  if (rf?.type === "json_object") out = { json_schema: '{"type": "object"}' };
+  else if (rf?.type === "json_schema") {
     const schema = rf.json_schema?.schema ?? rf.schema;
     // validate.ts guarantees a schema; a missing one here is a bug, not a client error.
     if (schema === undefined) throw new InternalError("response_format json_schema without schema");
-    return { json_schema: JSON.stringify(schema) };
+    out = { json_schema: pyJsonDumps(schema) };
+  } else if (rf?.type === "structural_tag") out = { structural_tag: pyJsonDumps(rf) };
+  const hasOther = out.json_schema !== undefined || out.structural_tag !== undefined || req.regex !== undefined || req.ebnf !== undefined;
+  if (!hasOther && req.tools !== undefined && req.tools.length > 0) {
+    const forced = forcedToolCallSchema(req.tools, req.tool_choice, req.parallel_tool_calls);
+    const tag = toolCallParser === "qwen25" ? qwenStructuralTag(req.tools, req.tool_choice) : null;
+    if (forced !== null) out = { json_schema: pyJsonDumps(forced) };
+    else if (tag !== null) out = { structural_tag: pyJsonDumps(tag) };
   }
-  return { structural_tag: JSON.stringify(rf) };
+  return out;
 }
 
 /** `sampling_params` as SGLang's `ChatCompletionRequest.to_sampling_params` builds them. */
 export function buildSamplingParams(
   req: ChatCompletionRequest,
   modelDefaults: ModelSamplingDefaults = {},
+  toolCallParser: "qwen25" | null = null,
 ): SglangSamplingParams {
   const pick = <K extends keyof typeof OPENAI_SAMPLING_FALLBACKS>(k: K): number =>
     req[k] ?? modelDefaults[k] ?? OPENAI_SAMPLING_FALLBACKS[k];
@@ -104,7 +125,7 @@ export function buildSamplingParams(
     // SGLang keeps special tokens when tools are in play, so tool-call markers survive.
     skip_special_tokens: usesTools ? false : req.skip_special_tokens,
     spaces_between_special_tokens: typeof spaces === "boolean" ? spaces : true,
-    ...jsonSchemaOf(req),
+    ...constraintOf(req, toolCallParser),
   };
   if (req.stop_token_ids !== undefined) params.stop_token_ids = req.stop_token_ids;
   if (req.stop_regex !== undefined) params.stop_regex = req.stop_regex;
@@ -119,10 +140,18 @@ export function buildSamplingParams(
 export function buildGenerateBody(req: ChatCompletionRequest, opts: BuildGenerateOptions): GenerateRequestBody {
   const body: GenerateRequestBody = {
     text: opts.text,
-    sampling_params: buildSamplingParams(req, opts.modelDefaults),
+    sampling_params: buildSamplingParams(req, opts.modelDefaults, opts.toolCallParser ?? null),
     stream: req.stream,
   };
   if (opts.rid !== undefined) body.rid = opts.rid;
+  if (req.logprobs) {
+    // serving_chat.py `_convert_to_internal_request`: output tokens only, with their text.
+    body.return_logprob = true;
+    body.top_logprobs_num = req.top_logprobs ?? 0;
+    body.logprob_start_len = -1;
+    body.return_text_in_logprobs = true;
+  }
+  if (opts.requireReasoning) body.require_reasoning = true;
   const media = opts.media ?? {};
   const images = media.imageData ?? [];
   const videos = media.videoData ?? [];

@@ -42,6 +42,19 @@ export interface GenerateRequestBody {
   image_data?: string[];
   video_data?: string[];
   mm_hashes?: string[];
+  /** Logprobs of the output tokens (serving_chat.py sets these four together for `logprobs`). */
+  return_logprob?: boolean;
+  top_logprobs_num?: number;
+  logprob_start_len?: number;
+  return_text_in_logprobs?: boolean;
+  /** The scheduler counts reasoning tokens (meta_info.reasoning_tokens) for a thinking output. */
+  require_reasoning?: boolean;
+  /** GenerateReqInput.cache_salt: the request's KV-cache namespace (src/edge/cache-salt.ts). */
+  cache_salt?: string;
+  /** GenerateReqInput.extra_key: set to the same salt, so SGLang versions without cache_salt still namespace the tree. */
+  extra_key?: string;
+  /** GenerateReqInput.lora_path: the LoRA adapter (a name from the worker's --lora-paths). */
+  lora_path?: string;
 }
 
 const count = z.number().int().nonnegative();

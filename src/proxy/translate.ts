@@ -7,6 +7,8 @@ import type { KvedgeError } from "../api/errors.ts";
 import { GenerateResponseSchema } from "./sglang-wire.ts";
 import type { SglangFinishReason, SglangGenerateResult } from "./sglang-wire.ts";
 import { abortErrorOf, malformedUpstream, upstreamHttpError } from "./upstream-error.ts";
+import { finishChoiceText, PLAIN_OUTPUT, type ChatOutputPlan, type OpenAIToolCall } from "./chat-output.ts";
+import { LogprobMetaSchema, toChoiceLogprobs, type ChoiceLogprobs } from "./logprobs.ts";
 import { summarizeUsage, toOpenAIUsage } from "./usage.ts";
 import type { OpenAIUsage, UsageSummary } from "./usage.ts";
 
@@ -17,8 +19,8 @@ export type FinishReason = "stop" | "length" | "abort" | "tool_calls" | (string 
 
 export interface ChatCompletionChoice {
   index: number;
-  message: { role: "assistant"; content: string; reasoning_content: string | null; tool_calls: null };
-  logprobs: null;
+  message: { role: "assistant"; content: string | null; reasoning_content: string | null; tool_calls: OpenAIToolCall[] | null };
+  logprobs: ChoiceLogprobs | null;
   finish_reason: FinishReason | null;
   matched_stop: number | string | null;
 }
@@ -42,6 +44,15 @@ export interface TranslateContext {
   n: number;
   /** Unix seconds; defaults to now. */
   created?: number;
+  /** Reasoning / tool-call / logprob handling (chat-output.ts); plain text when absent. */
+  plan?: ChatOutputPlan;
+}
+
+/** The logprobs of one result, or a malformed-upstream error when the worker sent none. */
+export function resultLogprobs(meta: unknown): ChoiceLogprobs {
+  const lp = LogprobMetaSchema.safeParse(meta);
+  if (!lp.success || lp.data.output_token_logprobs === undefined) throw malformedUpstream("logprobs were asked for but not returned");
+  return toChoiceLogprobs(lp.data);
 }
 
 /** SGLang finish object → OpenAI finish_reason (graceful abort stays the non-standard "abort"). */
@@ -74,12 +85,14 @@ export function translateGenerateResponse(
     const fr = r.meta_info.finish_reason;
     const err = abortErrorOf(fr);
     if (err !== null) throw err;
+    const plan = ctx.plan ?? PLAIN_OUTPUT;
+    const parts = finishChoiceText(plan, r.text, finishReasonOf(fr), matchedStopOf(fr));
     return {
       index,
-      message: { role: "assistant", content: r.text, reasoning_content: null, tool_calls: null },
-      logprobs: null,
-      finish_reason: finishReasonOf(fr),
-      matched_stop: matchedStopOf(fr),
+      message: { role: "assistant", content: parts.content, reasoning_content: parts.reasoning_content, tool_calls: parts.tool_calls },
+      logprobs: plan.logprobs ? resultLogprobs(r.meta_info) : null,
+      finish_reason: parts.finishType,
+      matched_stop: parts.matched,
     };
   });
   const usage = summarizeUsage(results.map((r) => r.meta_info));

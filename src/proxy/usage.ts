@@ -31,6 +31,8 @@ export interface OpenAIUsage {
     video_tokens?: number;
   };
   reasoning_tokens: number;
+  /** OpenAI's place for reasoning tokens (SGLang reports the top-level field); only when non-zero. */
+  completion_tokens_details?: { reasoning_tokens: number };
 }
 
 export type MetaCounts = Pick<
@@ -65,11 +67,13 @@ export function toOpenAIUsage(u: UsageSummary): OpenAIUsage {
   if (u.image_tokens > 0) details.image_tokens = u.image_tokens;
   if (u.audio_tokens > 0) details.audio_tokens = u.audio_tokens;
   if (u.video_tokens > 0) details.video_tokens = u.video_tokens;
-  return {
+  const usage: OpenAIUsage = {
     prompt_tokens: u.prompt_tokens,
     total_tokens: u.total_tokens,
     completion_tokens: u.completion_tokens,
     prompt_tokens_details: details,
     reasoning_tokens: u.reasoning_tokens,
   };
+  if (u.reasoning_tokens > 0) usage.completion_tokens_details = { reasoning_tokens: u.reasoning_tokens };
+  return usage;
 }

@@ -4,7 +4,7 @@
  */
 import fc from "fast-check";
 import { beforeAll, describe, expect, it } from "vitest";
-import { localBlockHash, localBlockHashes, localBlockHashesOfParts } from "../../src/kv/block-hash.ts";
+import { localBlockHash, localBlockHashes, localBlockHashesOfParts, namespacedLocalHash, namespacedLocalHashes, namespaceTag } from "../../src/kv/block-hash.ts";
 import { initHashing } from "../../src/util/hash.ts";
 
 beforeAll(() => initHashing());
@@ -23,5 +23,21 @@ describe("local block hashes", () => {
       { numRuns: 200 },
     );
     expect(() => localBlockHashes([1, 2], 0)).toThrow(RangeError);
+  });
+
+  it("namespaced blocks (cache_salt) agree between edge and relay and never equal another namespace's", () => {
+    fc.assert(
+      fc.property(fc.array(fc.integer({ min: 0, max: 2 ** 32 - 1 }), { minLength: 4, maxLength: 64 }), fc.string({ maxLength: 20 }), fc.string({ maxLength: 20 }), (tokens, a, b) => {
+        const ta = namespaceTag(a);
+        const plain = localBlockHashes(tokens, 4);
+        const salted = namespacedLocalHashes(plain, ta);
+        for (let k = 0; k < salted.length; k++) expect(namespacedLocalHash(localBlockHash(tokens.slice(4 * k, 4 * k + 4)), ta)).toBe(salted[k]);
+        for (const h of salted) expect(plain).not.toContain(h);
+        if (a !== b) for (const h of namespacedLocalHashes(plain, namespaceTag(b))) expect(salted).not.toContain(h);
+      }),
+      { numRuns: 100 },
+    );
+    expect(namespaceTag(null)).toBeNull();
+    expect(namespacedLocalHashes(localBlockHashes([1, 2, 3, 4], 4), null)).toEqual(localBlockHashes([1, 2, 3, 4], 4));
   });
 });

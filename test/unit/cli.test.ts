@@ -1,4 +1,4 @@
-import { mkdtempSync, writeFileSync } from "node:fs";
+import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { describe, expect, it } from "vitest";
@@ -89,6 +89,35 @@ describe("kvedge CLI: explain rendering", () => {
     expect(text).toMatch(/w1\s+2\s+1\.50/);
     expect(text).toContain("warning: x");
     expect(renderTokens([{ id: 1, text: 'a"\t' }])).toBe('a\\"\\t');
+  });
+});
+
+describe("kvedge CLI: explain --tokens", () => {
+  it("asks for the whole routed sequence and prints it as one JSON line, with spans and block hashes", async () => {
+    const { formatRouted } = cli as Record<string, any>;
+    expect(parseCli(["explain", "--tokens", "r.json"], { KVEDGE_ADMIN_TOKEN: "t" }).tokens).toBe(true);
+    expect(() => parseCli(["status", "--tokens"], { KVEDGE_ADMIN_TOKEN: "t" })).toThrow(/explain option/);
+    const routed = { ids: [151644, 872, 1000007, 1000007], items: [{ kind: "image", start: 2, end: 4, padValue: 1000007, mmHash: "0000000000000007" }], blockHashes: ["00000000000000aa"] };
+    const text = formatRouted(routed);
+    expect(text.split("\n")[1]).toBe("[151644,872,1000007,1000007]");
+    expect(text).toContain("#0 image [2, 4) pad 1000007 mm_hash 0000000000000007");
+    expect(text).toContain("block hashes 1\n  00000000000000aa");
+    const paths: string[] = [];
+    const dir = mkdtempSync(join(tmpdir(), "kvedge-cli-tokens-"));
+    try {
+      writeFileSync(join(dir, "r.json"), "{}");
+      const fetchImpl = async (url: string) => {
+        paths.push(new URL(url).pathname + new URL(url).search);
+        return new Response(JSON.stringify({ routed }), { status: 200 });
+      };
+      const out: string[] = [];
+      const code = await run(["explain", "--tokens", join(dir, "r.json"), "--json"], { KVEDGE_ADMIN_TOKEN: "t" }, { out: (s: string) => out.push(s), err: () => {} }, fetchImpl);
+      expect(code).toBe(0);
+      expect(paths).toEqual(["/admin/explain?tokens=all"]);
+      expect(JSON.parse(out[0]!).routed.ids).toEqual(routed.ids);
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
   });
 });
 

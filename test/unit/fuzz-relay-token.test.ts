@@ -1,47 +1,80 @@
 /**
- * Relay connect tokens (src/kv/relay-auth.ts) under generated input: a minted token verifies for
- * exactly its worker, pool and time window; any single-character change, any other worker id
- * (dots included), pool, secret or clock outside ±skew is refused; arbitrary strings never pass.
- * The HMAC is checked against Node's own implementation.
+ * Relay credentials (src/kv/relay-auth.ts) under generated input: a key is HMAC(secret, binding)
+ * (checked against Node's own HMAC); a token minted with a worker's credential verifies for exactly
+ * its key, worker, audience and time window; any single-character change, another worker id (dots
+ * included), audience or clock outside ±skew is refused; the edge's whole connect check refuses
+ * unknown, revoked, other-pool and other-worker keys and URLs that no longer meet the policy;
+ * worker URLs are https (http only with the development flag), never ftp:, file: or credentialed.
  */
 import { createHmac } from "node:crypto";
 import fc from "fast-check";
 import { describe, expect, it } from "vitest";
-import { checkRelayToken, mintRelayToken, parseRelayToken, relayWorkerKey, RELAY_TOKEN_MAX_SKEW_S } from "../../src/kv/relay-auth.ts";
+import {
+  checkRelayToken,
+  deriveRelayKey,
+  formatRelayCredential,
+  helloUrlMatchesKey,
+  mintRelayToken,
+  normalizeWorkerUrl,
+  parseRelayCredential,
+  RELAY_TOKEN_MAX_SKEW_S,
+  relayTokenKeyId,
+  verifyRelayConnect,
+  type RelayKeyRecord,
+} from "../../src/kv/relay-auth.ts";
+import { RelayHelloSchema } from "../../src/kv/relay-protocol.ts";
 
 const SECRET = "fuzz-relay-secret-0123456789";
 const MODEL = "Qwen/Qwen3-VL-8B-Instruct";
 const NOW = 1_800_000_000;
 const RUNS = Number(process.env.KVEDGE_FUZZ_RUNS ?? 200);
 const workerId = fc.stringMatching(/^[A-Za-z0-9._:-]{1,24}$/);
+const KEY_ID = "AAAAAAAAAAAAAAAAAAAAAA";
 
-describe("relay connect tokens", () => {
-  it("format and signature match an independent HMAC", async () => {
-    const key = await relayWorkerKey(SECRET, "w.1");
-    expect(key).toBe(createHmac("sha256", SECRET).update("relay:w.1").digest("hex"));
-    const t = await mintRelayToken(key, "w.1", MODEL, { nowSeconds: NOW, nonce: "abcdefghijklmnop" });
-    const mac = createHmac("sha256", key).update(`v1.w.1.${NOW}.abcdefghijklmnop\n${MODEL}`).digest("hex");
-    expect(t).toBe(`v1.w.1.${NOW}.abcdefghijklmnop.${mac}`);
-    expect(parseRelayToken(t)).toEqual({ workerId: "w.1", issuedAt: NOW, nonce: "abcdefghijklmnop" });
-    expect(await checkRelayToken(SECRET, `Bearer ${t}`, { workerId: "w.1", model: MODEL, nowSeconds: NOW })).toEqual({
+function record(over: Partial<RelayKeyRecord> = {}): RelayKeyRecord {
+  return { keyId: KEY_ID, model: MODEL, workerId: "w.1", url: "https://gpu-1.example:30000", createdAt: NOW, revokedAt: null, ...over };
+}
+
+async function credentialOf(rec: RelayKeyRecord, secret = SECRET): Promise<string> {
+  return formatRelayCredential(rec.keyId, await deriveRelayKey(secret, rec));
+}
+
+describe("relay keys and connect tokens", () => {
+  it("key, credential and token match an independent HMAC", async () => {
+    const rec = record();
+    const key = await deriveRelayKey(SECRET, rec);
+    expect(key).toBe(createHmac("sha256", SECRET).update(JSON.stringify(["kvedge-relay-key-v1", KEY_ID, MODEL, "w.1", rec.url])).digest("hex"));
+    const cred = await credentialOf(rec);
+    expect(cred).toBe(`kvr1.${KEY_ID}.${key}`);
+    expect(parseRelayCredential(`${cred}\n`)).toEqual({ keyId: KEY_ID, key });
+    const t = await mintRelayToken(cred, "w.1", MODEL, { nowSeconds: NOW, nonce: "abcdefghijklmnop" });
+    const mac = createHmac("sha256", key).update(`v2.${KEY_ID}.w.1.${NOW}.abcdefghijklmnop\n${MODEL}`).digest("hex");
+    expect(t).toBe(`v2.${KEY_ID}.w.1.${NOW}.abcdefghijklmnop.${mac}`);
+    expect(relayTokenKeyId(`Bearer ${t}`)).toBe(KEY_ID);
+    expect(await checkRelayToken({ keyId: KEY_ID, key }, `Bearer ${t}`, { workerId: "w.1", audience: MODEL, nowSeconds: NOW })).toEqual({
       ok: true,
       nonce: "abcdefghijklmnop",
       issuedAt: NOW,
       expiresAt: NOW + RELAY_TOKEN_MAX_SKEW_S,
     });
+    // Every part of the binding changes the key.
+    for (const change of [{ keyId: "BAAAAAAAAAAAAAAAAAAAAA" }, { model: "other" }, { workerId: "w.2" }, { url: "https://gpu-2.example:30000" }])
+      expect(await deriveRelayKey(SECRET, record(change))).not.toBe(key);
   });
 
-  it("accepted only for its worker, pool, secret and time window; every one-character change is refused", async () => {
+  it("accepted only for its key, worker, audience and time window; every one-character change is refused", async () => {
     await fc.assert(
       fc.asyncProperty(workerId, workerId, fc.integer({ min: -3 * RELAY_TOKEN_MAX_SKEW_S, max: 3 * RELAY_TOKEN_MAX_SKEW_S }), fc.nat(), fc.string({ minLength: 1, maxLength: 1 }), async (w, other, skew, at, ch) => {
-        const t = await mintRelayToken(await relayWorkerKey(SECRET, w), w, MODEL, { nowSeconds: NOW });
-        const check = (token: string, expect: Partial<{ workerId: string; model: string; nowSeconds: number }> = {}, secret = SECRET) =>
-          checkRelayToken(secret, token, { workerId: w, model: MODEL, nowSeconds: NOW, ...expect });
+        const rec = record({ workerId: w });
+        const key = { keyId: KEY_ID, key: await deriveRelayKey(SECRET, rec) };
+        const t = await mintRelayToken(await credentialOf(rec), w, MODEL, { nowSeconds: NOW });
+        const check = (token: string, expect: Partial<{ workerId: string; audience: string; nowSeconds: number }> = {}, k = key) =>
+          checkRelayToken(k, token, { workerId: w, audience: MODEL, nowSeconds: NOW, ...expect });
         expect((await check(t)).ok).toBe(true);
         expect((await check(t, { nowSeconds: NOW + skew })).ok).toBe(Math.abs(skew) <= RELAY_TOKEN_MAX_SKEW_S);
         if (other !== w) expect((await check(t, { workerId: other })).ok).toBe(false);
-        expect((await check(t, { model: "Qwen/Qwen2.5-VL-7B-Instruct" })).ok).toBe(false);
-        expect((await check(t, {}, "another-secret-0123456789")).ok).toBe(false);
+        expect((await check(t, { audience: "Qwen/Qwen2.5-VL-7B-Instruct" })).ok).toBe(false);
+        expect((await check(t, {}, { keyId: KEY_ID, key: await deriveRelayKey("another-secret-0123456789", rec) })).ok).toBe(false);
         const i = at % t.length;
         if (t[i] !== ch) expect((await check(t.slice(0, i) + ch + t.slice(i + 1))).ok).toBe(false);
       }),
@@ -50,12 +83,72 @@ describe("relay connect tokens", () => {
   });
 
   it("arbitrary strings are refused without throwing", async () => {
+    const key = { keyId: KEY_ID, key: await deriveRelayKey(SECRET, record()) };
     await fc.assert(
-      fc.asyncProperty(fc.oneof(fc.string({ maxLength: 200 }), fc.stringMatching(/^v1\.[a-z0-9.]{0,20}\.\d{0,12}\.[A-Za-z0-9_-]{0,30}\.[0-9a-f]{0,64}$/)), async (s) => {
-        const r = await checkRelayToken(SECRET, s, { workerId: "w1", model: MODEL, nowSeconds: NOW });
-        expect(r.ok).toBe(false);
+      fc.asyncProperty(fc.oneof(fc.string({ maxLength: 200 }), fc.stringMatching(/^v2\.[A-Za-z0-9_-]{22}\.[a-z0-9.]{0,20}\.\d{0,12}\.[A-Za-z0-9_-]{0,30}\.[0-9a-f]{0,64}$/)), async (s) => {
+        expect((await checkRelayToken(key, s, { workerId: "w.1", audience: MODEL, nowSeconds: NOW })).ok).toBe(false);
+        expect((await verifyRelayConnect(SECRET, s, { workerId: "w.1", model: MODEL, audience: MODEL, nowSeconds: NOW, allowHttp: false }, async () => record())).ok).toBe(false);
       }),
       { numRuns: RUNS },
     );
+  });
+});
+
+describe("the edge's connect check", () => {
+  const expectFor = (over: Partial<Parameters<typeof verifyRelayConnect>[2]> = {}) => ({
+    workerId: "w.1",
+    model: MODEL,
+    audience: MODEL,
+    nowSeconds: NOW,
+    allowHttp: false,
+    ...over,
+  });
+
+  it("a key for worker A cannot connect as worker B; unknown, revoked, other-pool keys and insecure URLs are refused", async () => {
+    const a = record();
+    const credA = await credentialOf(a);
+    const registry = new Map([[a.keyId, a]]);
+    const lookup = async (id: string) => registry.get(id) ?? null;
+    const token = (w: string, cred = credA) => mintRelayToken(cred, w, MODEL, { nowSeconds: NOW });
+
+    const ok = await verifyRelayConnect(SECRET, await token("w.1"), expectFor(), lookup);
+    expect(ok).toMatchObject({ ok: true, record: a });
+    // Worker B with A's key (signed for B, or A's token presented as B).
+    expect(await verifyRelayConnect(SECRET, await token("w.2"), expectFor({ workerId: "w.2" }), lookup)).toEqual({ ok: false, reason: "worker_mismatch" });
+    expect(await verifyRelayConnect(SECRET, await token("w.1"), expectFor({ workerId: "w.2" }), lookup)).toEqual({ ok: false, reason: "worker_mismatch" });
+    // A key nobody issued (derived with the right secret but never registered).
+    const stray = await credentialOf(record({ keyId: "CAAAAAAAAAAAAAAAAAAAAA" }));
+    expect(await verifyRelayConnect(SECRET, await token("w.1", stray), expectFor(), lookup)).toEqual({ ok: false, reason: "unknown_key" });
+    // Another pool's registry row.
+    expect(await verifyRelayConnect(SECRET, await token("w.1"), expectFor({ model: "other" }), lookup)).toEqual({ ok: false, reason: "unknown_key" });
+    // Revoked.
+    registry.set(a.keyId, { ...a, revokedAt: NOW });
+    expect(await verifyRelayConnect(SECRET, await token("w.1"), expectFor(), lookup)).toEqual({ ok: false, reason: "revoked" });
+    // An http-bound key stops working when the development flag is off.
+    const h = record({ url: "http://127.0.0.1:30000" });
+    registry.set(h.keyId, h);
+    const credH = await credentialOf(h);
+    expect((await verifyRelayConnect(SECRET, await token("w.1", credH), expectFor({ allowHttp: true }), lookup)).ok).toBe(true);
+    expect(await verifyRelayConnect(SECRET, await token("w.1", credH), expectFor(), lookup)).toEqual({ ok: false, reason: "insecure_url" });
+    // No pool secret on the edge: nothing verifies.
+    expect((await verifyRelayConnect(null, await token("w.1", credH), expectFor({ allowHttp: true }), lookup)).ok).toBe(false);
+  });
+
+  it("worker URLs: https only (http with the development flag); no ftp:, file:, credentials, query or fragment", () => {
+    expect(normalizeWorkerUrl("https://gpu-1.example:30000/", { allowHttp: false })).toEqual({ ok: true, url: "https://gpu-1.example:30000" });
+    expect(normalizeWorkerUrl("HTTPS://GPU-1.example/sglang//", { allowHttp: false })).toEqual({ ok: true, url: "https://gpu-1.example/sglang" });
+    expect(normalizeWorkerUrl("http://127.0.0.1:30000", { allowHttp: false }).ok).toBe(false);
+    expect(normalizeWorkerUrl("http://127.0.0.1:30000", { allowHttp: true })).toEqual({ ok: true, url: "http://127.0.0.1:30000" });
+    for (const bad of ["ftp://gpu-1.example/", "file:///etc/passwd", "https://user:pw@gpu-1.example", "https://user@gpu-1.example", "https://gpu-1.example/?x=1", "https://gpu-1.example/#f", "javascript:alert(1)", "data:text/plain,x", "gpu-1.example", ""])
+      expect(normalizeWorkerUrl(bad, { allowHttp: true }).ok, bad).toBe(false);
+    // A hello's url must be the bound one (any spelling that normalises to it).
+    expect(helloUrlMatchesKey("https://gpu-1.example:30000/", "https://gpu-1.example:30000")).toBe(true);
+    expect(helloUrlMatchesKey("https://gpu-2.example:30000", "https://gpu-1.example:30000")).toBe(false);
+    expect(helloUrlMatchesKey("https://x:y@gpu-1.example:30000", "https://gpu-1.example:30000")).toBe(false);
+    expect(helloUrlMatchesKey("https://gpu-1.example:30000", undefined)).toBe(false);
+    // The hello schema itself refuses what could never be bound.
+    const hello = (url: string) => RelayHelloSchema.safeParse({ type: "hello", workerId: "w.1", url, blockSize: 16, epoch: 1, modelName: MODEL }).success;
+    expect(hello("https://gpu-1.example:30000")).toBe(true);
+    for (const bad of ["ftp://gpu-1.example/", "file:///etc/passwd", "https://user:pw@gpu-1.example", "gopher://x", "not a url"]) expect(hello(bad), bad).toBe(false);
   });
 });

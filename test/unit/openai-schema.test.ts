@@ -139,6 +139,26 @@ describe("parseChatRequest: accepted requests", () => {
     const r = parse(req({ logprobs: false, top_logprobs: 0, rid: null, cache_salt: null, return_hidden_states: false }));
     expect(r.logprobs).toBe(false);
   });
+
+  it("accepts what SGLang serves: logprobs, forced tools, continuous usage, reasoning switches", () => {
+    const tools = [{ function: { name: "a" } }];
+    const r = parse(
+      req({
+        logprobs: true,
+        top_logprobs: 5,
+        stream: true,
+        stream_options: { include_usage: true, continuous_usage_stats: true },
+        tools,
+        tool_choice: { type: "function", function: { name: "a" } },
+        separate_reasoning: false,
+        stream_reasoning: false,
+      }),
+    );
+    expect(r).toMatchObject({ logprobs: true, top_logprobs: 5, separate_reasoning: false, stream_reasoning: false });
+    expect(r.stream_options).toEqual({ include_usage: true, continuous_usage_stats: true });
+    expect(parse(req({ tools, tool_choice: "required" })).tool_choice).toBe("required");
+    expect(parse(req()).separate_reasoning).toBe(true);
+  });
 });
 
 type Case = [name: string, body: unknown, cls: new (...a: never[]) => KvedgeError, status: number, param: string | null];
@@ -242,9 +262,7 @@ const REJECTS: Case[] = [
   ["too many stops", req({ stop: Array.from({ length: 17 }, (_, i) => `s${i}`) }), InvalidRequestError, 400, "stop"],
   ["stop too long", req({ stop: ["x".repeat(1025)] }), InvalidRequestError, 400, "stop[0]"],
   ["min_tokens above max", req({ min_tokens: 10, max_tokens: 5 }), InvalidRequestError, 400, "min_tokens"],
-  ["logprobs true", req({ logprobs: true }), InvalidRequestError, 400, "logprobs"],
-  ["top_logprobs", req({ top_logprobs: 3 }), InvalidRequestError, 400, "top_logprobs"],
-  ["continuous usage", req({ stream: true, stream_options: { continuous_usage_stats: true } }), InvalidRequestError, 400, "stream_options.continuous_usage_stats"],
+  ["top_logprobs above 20", req({ logprobs: true, top_logprobs: 21 }), InvalidRequestError, 400, "top_logprobs"],
   ["rid", req({ rid: "abc" }), InvalidRequestError, 400, "rid"],
   ["cache_salt", req({ cache_salt: "s" }), InvalidRequestError, 400, "cache_salt"],
   ["custom_logit_processor", req({ custom_logit_processor: "x" }), InvalidRequestError, 400, "custom_logit_processor"],
@@ -258,7 +276,6 @@ const REJECTS: Case[] = [
     400,
     "tool_choice.function.name",
   ],
-  ["tool_choice required", req({ tools: [{ function: { name: "a" } }], tool_choice: "required" }), InvalidRequestError, 400, "tool_choice"],
   ["tool without name", req({ tools: [{ type: "function", function: {} }] }), InvalidRequestError, 400, "tools[0].function.name"],
   ["json_schema without schema", req({ response_format: { type: "json_schema", json_schema: { name: "x" } } }), InvalidRequestError, 400, "response_format.json_schema.schema"],
   ["unknown response_format", req({ response_format: { type: "yaml" } }), InvalidRequestError, 400, "response_format.type"],

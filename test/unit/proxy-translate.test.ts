@@ -67,7 +67,8 @@ describe("non-stream translation", () => {
     expect(one(mk({ type: "length", length: 16 }))).toMatchObject({ finish_reason: "length", matched_stop: null });
     expect(one(mk({ type: "stop", matched: "END" }))).toMatchObject({ finish_reason: "stop", matched_stop: "END" });
     expect(one(mk({ type: "abort", message: "client gone", status_code: null }))).toMatchObject({ finish_reason: "abort" });
-    expect(one(mk({ type: "stop", matched: 2 }, "")).message.content).toBe("");
+    // serving_chat.py _build_chat_response: `content=text if text else None`
+    expect(one(mk({ type: "stop", matched: 2 }, "")).message.content).toBeNull();
   });
 
   it("reports cached_tokens 0 explicitly and omits absent media counts", () => {

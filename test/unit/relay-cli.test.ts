@@ -1,7 +1,10 @@
 /** The relay CLI refuses to start with a clear message (exit code 2) on misconfiguration. */
 import { spawn } from "node:child_process";
 import { afterEach, describe, expect, it } from "vitest";
-import { FakeWorker } from "./relay-fakes.ts";
+import { mkdtempSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { FakeWorker, testCredential } from "./relay-fakes.ts";
 
 const MAIN = new URL("../../services/relay/main.ts", import.meta.url).pathname;
 
@@ -20,17 +23,38 @@ afterEach(async () => {
 });
 
 describe("relay CLI", () => {
-  it("refuses without the secret", async () => {
+  it("refuses without its relay key", async () => {
     const r = await run(["--worker-url", "http://127.0.0.1:1", "--index-url", "ws://127.0.0.1:1", "--worker-id", "w1"], {});
     expect(r.code).toBe(2);
-    expect(r.stderr).toMatch(/KVEDGE_RELAY_SECRET is empty or unset/);
+    expect(r.stderr).toMatch(/KVEDGE_RELAY_KEY is empty or unset/);
+  });
+
+  it("refuses a value that is not a relay credential (the pool secret, say) without echoing it", async () => {
+    const secret = "the-pool-secret-0123456789";
+    const r = await run(["--worker-url", "http://127.0.0.1:1", "--index-url", "ws://127.0.0.1:1", "--worker-id", "w1"], { KVEDGE_RELAY_KEY: secret });
+    expect(r.code).toBe(2);
+    expect(r.stderr).toMatch(/not a relay credential/);
+    expect(r.stderr).not.toContain(secret);
+  });
+
+  it("reads the key from --key-file (and still refuses a worker without KV events)", async () => {
+    const w = await FakeWorker.create();
+    open.push(w);
+    w.kvEvents = false;
+    const file = join(mkdtempSync(join(tmpdir(), "relay-key-")), "key");
+    writeFileSync(file, testCredential("s") + "\n", { mode: 0o600 });
+    const r = await run(["--worker-url", w.url, "--index-url", "ws://127.0.0.1:1", "--worker-id", "w1", "--key-file", file], {});
+    expect(r.code).toBe(2);
+    expect(r.stderr).toMatch(/KV events are not configured/);
+    const missing = await run(["--worker-url", w.url, "--index-url", "ws://127.0.0.1:1", "--worker-id", "w1", "--key-file", file + ".nope"], {});
+    expect(missing.stderr).toMatch(/relay key: cannot read/);
   });
 
   it("refuses a worker without KV events", async () => {
     const w = await FakeWorker.create();
     open.push(w);
     w.kvEvents = false;
-    const r = await run(["--worker-url", w.url, "--index-url", "ws://127.0.0.1:1", "--worker-id", "w1"], { KVEDGE_RELAY_SECRET: "s" });
+    const r = await run(["--worker-url", w.url, "--index-url", "ws://127.0.0.1:1", "--worker-id", "w1"], { KVEDGE_RELAY_KEY: testCredential("s") });
     expect(r.code).toBe(2);
     expect(r.stderr).toMatch(/refusing to start: .*KV events are not configured/);
   });
@@ -39,7 +63,7 @@ describe("relay CLI", () => {
     const w = await FakeWorker.create();
     open.push(w);
     const r = await run(["--worker-url", w.url, "--index-url", "ws://127.0.0.1:1", "--worker-id", "w1", "--no-kv-events", "--allow-no-kv-events"], {
-      KVEDGE_RELAY_SECRET: "s",
+      KVEDGE_RELAY_KEY: testCredential("s"),
     });
     expect(r.code).toBe(2);
     expect(r.stderr).toMatch(/mutually exclusive/);
@@ -49,7 +73,7 @@ describe("relay CLI", () => {
     const w = await FakeWorker.create();
     open.push(w);
     const r = await run(["--worker-url", w.url, "--index-url", "ws://127.0.0.1:1", "--worker-id", "w1", "--prefill-tokens-per-sec", "0"], {
-      KVEDGE_RELAY_SECRET: "s",
+      KVEDGE_RELAY_KEY: testCredential("s"),
     });
     expect(r.code).toBe(2);
     expect(r.stderr).toMatch(/--prefill-tokens-per-sec must be a positive number/);
@@ -59,7 +83,7 @@ describe("relay CLI", () => {
     const w = await FakeWorker.create();
     open.push(w);
     const r = await run(["--worker-url", w.url, "--index-url", "ws://127.0.0.1:1", "--worker-id", "w1", "--block-size", "64"], {
-      KVEDGE_RELAY_SECRET: "s",
+      KVEDGE_RELAY_KEY: testCredential("s"),
     });
     expect(r.code).toBe(2);
     expect(r.stderr).toMatch(/block size 4 but --block-size 64/);

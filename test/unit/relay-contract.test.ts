@@ -17,7 +17,7 @@ import { startRelay, type Relay } from "../../services/relay/relay.ts";
 import { RelayStartupError } from "../../services/relay/worker-info.ts";
 import { startSimulatedWorker, type SimulatedWorker } from "../../services/sglang-sim/worker.ts";
 import { fixtureContract, fixtureModelDir } from "../fixtures/models/load.ts";
-import { FakeIndex, waitFor } from "./relay-fakes.ts";
+import { FakeIndex, testCredential, waitFor } from "./relay-fakes.ts";
 
 const SECRET = "contract-secret";
 const fixtureDir = (fam: QwenFamily): string => fileURLToPath(new URL(`../fixtures/models/${fam}`, import.meta.url));
@@ -92,7 +92,7 @@ describe("relay hello carries the worker contract", () => {
         workerUrl: worker.url,
         indexUrl: index.url,
         workerId: "w1",
-        secret: SECRET,
+        credential: testCredential(SECRET),
         ...(modelDir ? { modelDir } : {}),
         healthIntervalMs: 1000,
         startupTimeoutMs: 5000,

@@ -9,7 +9,8 @@ import { WebSocketServer, type WebSocket } from "ws";
 import * as zmq from "zeromq";
 import { decodeSeq, encodeSeq } from "../../src/kv/event-decode.ts";
 import { engineBlockHashes } from "../../src/kv/engine-block-hash.ts";
-import { checkRelayToken } from "../../src/kv/relay-auth.ts";
+import { createHash } from "node:crypto";
+import { checkRelayToken, formatRelayCredential, parseRelayCredential, type RelayTokenCheck } from "../../src/kv/relay-auth.ts";
 import type { RelayMessage } from "../../src/kv/relay-protocol.ts";
 import { shardObjectName } from "../../src/kv/shard.ts";
 import type { RelayOptionsInput } from "../../services/relay/options.ts";
@@ -176,6 +177,7 @@ export class FakeIndex {
   private readonly wss: WebSocketServer;
 
   private constructor(secret: string) {
+    const key = parseRelayCredential(testCredential(secret))!;
     this.wss = new WebSocketServer({
       host: "127.0.0.1",
       port: 0,
@@ -183,7 +185,7 @@ export class FakeIndex {
         const q = new URL(info.req.url ?? "/", "ws://x").searchParams;
         const model = shardObjectName(q.get("model") ?? "", Number(q.get("shard") ?? "0"));
         const expect = { workerId: q.get("worker") ?? "", model, nowSeconds: Math.floor(Date.now() / 1000) };
-        void checkRelayToken(secret, info.req.headers.authorization ?? null, expect).then(({ ok }) => {
+        void checkRelayToken(key, info.req.headers.authorization ?? null, { ...expect, audience: expect.model }).then(({ ok }) => {
           if (!ok) this.rejected++;
           done(ok, 401, "Unauthorized");
         });
@@ -234,6 +236,20 @@ export class FakeIndex {
   }
 }
 
+/**
+ * The relay credential the fakes derive from a test seed (the edge issues real ones; what a relay
+ * does with its credential does not depend on where it came from).
+ */
+export function testCredential(seed: string): string {
+  const h = createHash("sha256").update(seed).digest();
+  return formatRelayCredential(h.subarray(0, 16).toString("base64url"), h.toString("hex"));
+}
+
+/** Checks a connect token the way the edge does, with the test seed's credential. */
+export function checkTestToken(seed: string, presented: string | null, expect: { workerId: string; model: string; nowSeconds: number }): Promise<RelayTokenCheck> {
+  return checkRelayToken(parseRelayCredential(testCredential(seed))!, presented, { workerId: expect.workerId, audience: expect.model, nowSeconds: expect.nowSeconds });
+}
+
 /** Relay options for tests: the fake worker and index, short health and backoff timers. */
 export function testRelayOptions(worker: FakeWorker, index: FakeIndex, secret: string, extra: Partial<RelayOptionsInput> = {}): RelayOptionsInput {
   return {
@@ -241,7 +257,7 @@ export function testRelayOptions(worker: FakeWorker, index: FakeIndex, secret: s
     indexUrl: index.url,
     workerId: "w1",
     model: "Qwen/Qwen3-VL-8B-Instruct",
-    secret,
+    credential: testCredential(secret),
     healthIntervalMs: 30,
     healthTimeoutMs: 1000,
     backoffBaseMs: 20,

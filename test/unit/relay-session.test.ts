@@ -4,10 +4,8 @@
  * (hello → welcome → dump → events), reconnects, resync, fail-safe on lost history, worker
  * down/up (new epoch) and startup refusals.
  */
-import { createHmac } from "node:crypto";
 import { afterEach, beforeAll, describe, expect, it } from "vitest";
 import { localBlockHash } from "../../src/kv/block-hash.ts";
-import { checkRelayToken, relayToken, verifyRelayToken } from "../../src/kv/relay-auth.ts";
 import { localHashToHex, RelayMessageSchema, type RelayMessage } from "../../src/kv/relay-protocol.ts";
 import { backoffDelay, relayUrl } from "../../services/relay/index-session.ts";
 import { silentLogger } from "../../services/relay/log.ts";
@@ -15,7 +13,7 @@ import type { RelayOptionsInput } from "../../services/relay/options.ts";
 import { startRelay, type Relay } from "../../services/relay/relay.ts";
 import { RelayStartupError } from "../../services/relay/worker-info.ts";
 import { initHashing } from "../../src/util/hash.ts";
-import { FakeIndex, FakeWorker, indexView, storeEvents, testRelayOptions, waitFor, type IndexConn } from "./relay-fakes.ts";
+import { checkTestToken, FakeIndex, FakeWorker, indexView, storeEvents, testCredential, testRelayOptions, waitFor, type IndexConn } from "./relay-fakes.ts";
 
 const SECRET = "test-secret";
 const B = 4;
@@ -43,18 +41,6 @@ async function fleet(
   return { worker, index, relay };
 }
 
-describe("relayToken", () => {
-  it("is hex HMAC-SHA256(secret, 'relay:' + workerId) and verifies in constant time", async () => {
-    const expected = createHmac("sha256", SECRET).update("relay:w1").digest("hex");
-    expect(await relayToken(SECRET, "w1")).toBe(expected);
-    expect(await verifyRelayToken(SECRET, "w1", `Bearer ${expected}`)).toBe(true);
-    expect(await verifyRelayToken(SECRET, "w2", `Bearer ${expected}`)).toBe(false);
-    expect(await verifyRelayToken("other", "w1", expected)).toBe(false);
-    expect(await verifyRelayToken(SECRET, "w1", null)).toBe(false);
-    await expect(relayToken("", "w1")).rejects.toThrow();
-  });
-});
-
 describe("session helpers", () => {
   it("builds the relay URL and bounded jittered backoff", () => {
     const u = new URL(relayUrl("ws://127.0.0.1:8787", "w1", "Qwen/Qwen3-VL-8B-Instruct"));
@@ -80,7 +66,7 @@ describe("relay session", () => {
     const conn = index.last!;
     const now = Math.floor(Date.now() / 1000);
     const model = "Qwen/Qwen3-VL-8B-Instruct";
-    expect(await checkRelayToken(SECRET, conn.headers.authorization ?? null, { workerId: "w1", model, nowSeconds: now })).toMatchObject({ ok: true });
+    expect(await checkTestToken(SECRET, conn.headers.authorization ?? null, { workerId: "w1", model, nowSeconds: now })).toMatchObject({ ok: true });
     expect(conn.url.pathname).toBe("/v1/relay");
     expect(conn.url.searchParams.get("worker")).toBe("w1");
     for (const m of conn.messages) expect(RelayMessageSchema.safeParse(m).success).toBe(true);
@@ -146,7 +132,7 @@ describe("relay session", () => {
     expect(types(second).slice(0, 2)).toEqual(["hello", "dump"]);
     // A fresh single-use token per connect.
     expect(second.headers.authorization).not.toBe(index.conns[0]!.headers.authorization);
-    expect(await checkRelayToken(SECRET, second.headers.authorization ?? null, { workerId: "w1", model: "Qwen/Qwen3-VL-8B-Instruct", nowSeconds: Math.floor(Date.now() / 1000) })).toMatchObject({ ok: true });
+    expect(await checkTestToken(SECRET, second.headers.authorization ?? null, { workerId: "w1", model: "Qwen/Qwen3-VL-8B-Instruct", nowSeconds: Math.floor(Date.now() / 1000) })).toMatchObject({ ok: true });
     expect(indexView(second)).toEqual(relayView(relay));
     expect(relay.stats().session.connects).toBe(2);
   });
@@ -296,7 +282,7 @@ describe("startup checks", () => {
     open.push(worker);
     worker.kvEvents = false;
     await expect(
-      startRelay({ workerUrl: worker.url, indexUrl: "ws://127.0.0.1:1", workerId: "w1", secret: SECRET }, silentLogger),
+      startRelay({ workerUrl: worker.url, indexUrl: "ws://127.0.0.1:1", workerId: "w1", credential: testCredential(SECRET) }, silentLogger),
     ).rejects.toThrow(/KV events are not configured/);
   });
 
@@ -304,7 +290,7 @@ describe("startup checks", () => {
     const worker = await FakeWorker.create();
     open.push(worker);
     const p = startRelay(
-      { workerUrl: worker.url, indexUrl: "ws://127.0.0.1:1", workerId: "w1", secret: SECRET, blockSize: 16 },
+      { workerUrl: worker.url, indexUrl: "ws://127.0.0.1:1", workerId: "w1", credential: testCredential(SECRET), blockSize: 16 },
       silentLogger,
     );
     await expect(p).rejects.toBeInstanceOf(RelayStartupError);
@@ -314,7 +300,7 @@ describe("startup checks", () => {
   it("gives up when the worker never answers", async () => {
     await expect(
       startRelay(
-        { workerUrl: "http://127.0.0.1:1", indexUrl: "ws://127.0.0.1:1", workerId: "w1", secret: SECRET, startupTimeoutMs: 300 },
+        { workerUrl: "http://127.0.0.1:1", indexUrl: "ws://127.0.0.1:1", workerId: "w1", credential: testCredential(SECRET), startupTimeoutMs: 300 },
         silentLogger,
       ),
     ).rejects.toThrow(/unreachable/);

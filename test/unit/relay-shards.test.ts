@@ -5,7 +5,6 @@
  * root, in dumps and in event batches, through resyncs, re-sharding, down/up and approximate mode.
  */
 import { afterEach, beforeAll, describe, expect, it } from "vitest";
-import { checkRelayToken } from "../../src/kv/relay-auth.ts";
 import { RelayMessageSchema, type RelayMessage } from "../../src/kv/relay-protocol.ts";
 import { shardObjectName, shardOfHex } from "../../src/kv/shard.ts";
 import { relayUrl, tokenAudience } from "../../services/relay/index-session.ts";
@@ -13,7 +12,7 @@ import { createLogger } from "../../services/relay/log.ts";
 import type { RelayOptionsInput } from "../../services/relay/options.ts";
 import { startRelay, type Relay } from "../../services/relay/relay.ts";
 import { initHashing } from "../../src/util/hash.ts";
-import { FakeIndex, FakeWorker, indexView, storeEvents, testRelayOptions, waitFor, type IndexConn, type IndexView } from "./relay-fakes.ts";
+import { checkTestToken, FakeIndex, FakeWorker, indexView, storeEvents, testRelayOptions, waitFor, type IndexConn, type IndexView } from "./relay-fakes.ts";
 
 const SECRET = "shard-secret";
 const MODEL = "Qwen/Qwen3-VL-8B-Instruct";
@@ -133,7 +132,7 @@ describe("relay fan-out to a sharded index", () => {
     const now = Math.floor(Date.now() / 1000);
     for (const c of [c0, c1, c2]) {
       for (let k = 0; k < 3; k++) {
-        const check = await checkRelayToken(SECRET, c.headers.authorization ?? null, { workerId: "w1", model: shardObjectName(MODEL, k), nowSeconds: now });
+        const check = await checkTestToken(SECRET, c.headers.authorization ?? null, { workerId: "w1", model: shardObjectName(MODEL, k), nowSeconds: now });
         expect(check.ok, `socket of shard ${c.shard} with audience shard ${k}`).toBe(k === c.shard);
       }
       expect(c.messages[0]).toMatchObject({ type: "hello", workerId: "w1" });

@@ -2,6 +2,7 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { getQwenTokenizer } from "../../src/prompt/tokenizer/index.ts";
 import { renderChatPrompt } from "../../src/prompt/index.ts";
 import { startSimulatedWorker, type SimulatedWorker } from "../../services/sglang-sim/worker.ts";
+import { simOutputMarker } from "../../services/sglang-sim/scripted-output.ts";
 
 type Json = Record<string, any>;
 
@@ -195,6 +196,66 @@ describe("simulated SGLang /generate", () => {
   });
 });
 
+describe("simulated SGLang /generate: scripted answers, logprobs, n > 1, reasoning tokens", () => {
+  let w: SimulatedWorker;
+  beforeAll(async () => {
+    w = await startSimulatedWorker({ timingPreset: "instant", pageSize: 16 });
+  });
+  afterAll(async () => {
+    await w.close();
+  });
+  const answer = 'Sure.\n<tool_call>\n{"name": "f", "arguments": {"city": "Zürich 杭州"}}\n</tool_call>';
+
+  it("a [[sim-output:…]] marker scripts the answer exactly (then EOS); the last marker wins", async () => {
+    const text = `old ${simOutputMarker("no")} new ${simOutputMarker(answer)}`;
+    const body = (await (await post(w, "/generate", { text, sampling_params: { skip_special_tokens: false } })).json()) as Json;
+    // The matched EOS is trimmed from text even with special tokens kept (detokenizer trim_matched_stop)…
+    expect(body.text).toBe(answer);
+    // …unless no_stop_trim.
+    const kept = (await (await post(w, "/generate", { text, sampling_params: { skip_special_tokens: false, no_stop_trim: true } })).json()) as Json;
+    expect(kept.text).toBe(answer + "<|im_end|>");
+    const tok = getQwenTokenizer("qwen3_vl");
+    expect(body.output_ids).toEqual([...tok.encode(answer), tok.specialIds.imEnd]);
+    const frames = await sse(await post(w, "/generate", { text, stream: true }));
+    const texts = frames.filter((f): f is Json => typeof f !== "string").map((f) => f.text as string);
+    expect(texts.at(-1)).toBe(answer);
+    for (const t of texts) expect(t.includes("\uFFFD")).toBe(false); // split characters are held back
+  });
+
+  it("return_logprob gives [logprob, id, text] triples and top alternatives per output token", async () => {
+    const body = (await (
+      await post(w, "/generate", { text: simOutputMarker("a b"), return_logprob: true, top_logprobs_num: 3, return_text_in_logprobs: true })
+    ).json()) as Json;
+    const m = body.meta_info as Json;
+    expect(m.output_token_logprobs).toHaveLength(body.output_ids.length);
+    m.output_token_logprobs.forEach((t: [number, number, string], i: number) => {
+      expect(t[1]).toBe(body.output_ids[i]);
+      expect(t[0]).toBeLessThanOrEqual(0);
+      expect(m.output_top_logprobs[i]).toHaveLength(3);
+      expect(m.output_top_logprobs[i][0]).toEqual(t);
+    });
+    expect(m.output_token_logprobs[0][2]).toBe("a");
+  });
+
+  it("n > 1: a JSON array of n results with fresh rids; streams carry index", async () => {
+    const r = (await (await post(w, "/generate", { text: "n copies please ".repeat(20), rid: "abc", sampling_params: { n: 2, max_new_tokens: 3 } })).json()) as Json[];
+    expect(r).toHaveLength(2);
+    expect(r[0]!.meta_info.id).not.toBe("abc");
+    expect(r[1]!.meta_info.cached_tokens).toBeGreaterThan(0); // the prefix-warming copy ran first
+    const frames = (await sse(await post(w, "/generate", { text: "n copies stream", stream: true, sampling_params: { n: 2, max_new_tokens: 3 } }))).filter(
+      (f): f is Json => typeof f !== "string",
+    );
+    expect(new Set(frames.map((f) => f.index))).toEqual(new Set([0, 1]));
+  });
+
+  it("require_reasoning counts tokens through </think>", async () => {
+    const tok = getQwenTokenizer("qwen3_vl");
+    const thought = "Let me think.\n</think>\n\n";
+    const body = (await (await post(w, "/generate", { text: simOutputMarker(thought + "Done."), require_reasoning: true })).json()) as Json;
+    expect(body.meta_info.reasoning_tokens).toBe(tok.encode(thought.trimEnd()).length);
+  });
+});
+
 describe("simulated SGLang /generate errors", () => {
   let w: SimulatedWorker;
 
@@ -266,9 +327,8 @@ describe("simulated SGLang /generate errors", () => {
     await valueError({ text: "a", input_ids: [1] }, /Only one of text, input_ids/);
     await valueError({ input_ids: ids(0, 1000) }, /longer than the model's context length/);
     await valueError({ input_ids: ids(0, 900), sampling_params: { max_new_tokens: 200 } }, /maximum context length of 1000/);
-    await valueError({ text: "a", return_logprob: true }, /return_logprob is not supported/);
     await valueError({ text: ["a", "b"] }, /Batch requests are not supported/);
-    await valueError({ text: "a", sampling_params: { n: 2 } }, /n > 1 is not supported/);
+    await valueError({ text: "a", return_logprob: [true] }, /Batch requests are not supported/);
   });
 
   it("media that cannot be loaded or placed is refused like SGLang; mm_hashes alone are ignored", async () => {

@@ -1,9 +1,15 @@
 /**
  * The simulated SGLang worker with media, over real HTTP: images and videos made by ffmpeg in a
  * temp dir, served by a 127.0.0.1 media server in the test. Checks the expanded prompt against
- * src/layout (independently computed expected token ids), pad values from mm_hashes (Python
- * int(s, 16)) or from the SHA-256 of the bytes, cache hits/misses, and the pad-valued token ids in
- * the KV events (decoded from the replay ROUTER).
+ * token ids built with src/layout, pad values from mm_hashes (Python int(s, 16)) or from the SHA-256
+ * of the bytes, cache hits/misses, and the pad-valued token ids in the KV events (decoded from the
+ * replay ROUTER).
+ *
+ * Not independent: the simulator expands media with the same src/layout functions (and tokenizer)
+ * these expectations use, so a layout bug would be made identically on both sides. These tests show
+ * the simulator's plumbing (loading, mm_hashes, item order, caching, events) agrees with the edge's
+ * layout; exactness against ids built by upstream code is test/unit/sim-golden.test.ts (the
+ * simulator) and test/unit/whole-request-golden.test.ts (the edge).
  */
 import { decode } from "@msgpack/msgpack";
 import { execFileSync } from "node:child_process";
@@ -99,7 +105,7 @@ afterAll(async () => {
   rmSync(dir, { recursive: true, force: true });
 });
 
-// ---- expectations computed independently of the simulator -----------------------------------
+// ---- expectations from src/layout (the code the simulator runs too: consistency, not exactness) ----
 
 const tok = getQwenTokenizer("qwen3_vl");
 const encode = (s: string): number[] => tok.encode(s);

@@ -6,16 +6,24 @@
  */
 import { SELF, env } from "cloudflare:test";
 import { beforeAll, describe, expect, it } from "vitest";
-import { mintRelayToken, relayWorkerKey } from "../../src/kv/relay-auth.ts";
+import { mintRelayToken } from "../../src/kv/relay-auth.ts";
 import { localBlockHashes } from "../../src/kv/block-hash.ts";
 import { localHashToHex } from "../../src/kv/relay-protocol.ts";
 import { shardForRequest, shardObjectName } from "../../src/kv/shard.ts";
 import { initHashing } from "../../src/util/hash.ts";
-import { nextMessage } from "../workers/ws-helpers.ts";
+import { issueRelayKey, nextMessage } from "../workers/ws-helpers.ts";
+
+const urlOf = (worker: string) => `https://${worker}.invalid`;
+
+/** One issued relay credential per worker id (a worker's relay holds only its own). */
+const credentials = new Map<string, Promise<string>>();
+function credentialOf(worker: string): Promise<string> {
+  if (!credentials.has(worker)) credentials.set(worker, issueRelayKey((u, i) => SELF.fetch(u, i), worker, { url: urlOf(worker) }));
+  return credentials.get(worker)!;
+}
 import "../../functions/wasm-shim.ts";
 
 const MODEL = "Qwen/Qwen3-VL-8B-Instruct";
-const SECRET = "test-relay-secret-0123456789";
 const ADMIN = "test-admin-token-0123456789";
 const SHARDS = 3;
 const B = 16;
@@ -28,7 +36,7 @@ function relayUrl(worker: string, shard: number | string | null): string {
 }
 
 async function tokenFor(worker: string, shard: number): Promise<string> {
-  return mintRelayToken(await relayWorkerKey(SECRET, worker), worker, shardObjectName(MODEL, shard));
+  return mintRelayToken(await credentialOf(worker), worker, shardObjectName(MODEL, shard));
 }
 
 async function connect(worker: string, shard: number): Promise<{ ws: WebSocket; welcome: Record<string, unknown> }> {
@@ -39,7 +47,7 @@ async function connect(worker: string, shard: number): Promise<{ ws: WebSocket; 
   const ws = res.webSocket!;
   ws.accept();
   const welcome = nextMessage(ws, "welcome");
-  ws.send(JSON.stringify({ type: "hello", workerId: worker, url: `http://${worker}.invalid`, blockSize: B, epoch: 1, modelName: MODEL }));
+  ws.send(JSON.stringify({ type: "hello", workerId: worker, url: urlOf(worker), blockSize: B, epoch: 1, modelName: MODEL }));
   return { ws, welcome: await welcome };
 }
 

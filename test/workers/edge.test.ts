@@ -5,7 +5,8 @@
  */
 import { SELF, env, evictDurableObject } from "cloudflare:test";
 import { describe, expect, it } from "vitest";
-import { mintRelayToken, relayToken, relayWorkerKey } from "../../src/kv/relay-auth.ts";
+import { deriveRelayKey, formatRelayCredential, mintRelayToken } from "../../src/kv/relay-auth.ts";
+import { issueRelayKey, TEST_WORKER_URL } from "./ws-helpers.ts";
 import { localBlockHashes } from "../../src/kv/block-hash.ts";
 import { initHashing } from "../../src/util/hash.ts";
 import { localHashToHex } from "../../src/kv/relay-protocol.ts";
@@ -88,20 +89,24 @@ describe("relay ingestion and routing inside workerd", () => {
     const before = (await (await admin("/admin/workers")).json()) as { workers: unknown[] };
     await expectOpenAIError(await connectRelay("wa", null), 401);
     await expectOpenAIError(await connectRelay("wa", "00".repeat(32)), 401);
-    await expectOpenAIError(await connectRelay("wa", await relayToken(SECRET, "wb")), 401);
-    await expectOpenAIError(await connectRelay("wa", await relayToken("another-secret-0123456789", "wa")), 401);
+    const wb = await issueRelayKey((u, i) => SELF.fetch(u, i), "wb");
+    await expectOpenAIError(await connectRelay("wa", await mintRelayToken(wb, "wa", MODEL)), 401);
+    await expectOpenAIError(await connectRelay("wa", await mintRelayToken(wb, "wb", MODEL)), 401);
+    // A key of the right shape that was never issued (derived from the pool secret even).
+    const stray = { keyId: "AAAAAAAAAAAAAAAAAAAAAA", model: MODEL, workerId: "wa", url: TEST_WORKER_URL };
+    await expectOpenAIError(await connectRelay("wa", await mintRelayToken(formatRelayCredential(stray.keyId, await deriveRelayKey(SECRET, stray)), "wa", MODEL)), 401);
     const after = (await (await admin("/admin/workers")).json()) as { workers: unknown[] };
     expect(after.workers).toEqual(before.workers);
   });
 
   it("hello → welcome → dump; the index routes a matching prefix to that worker; eviction asks relays to resync", async () => {
     await initHashing();
-    const res = await connectRelay("w-route", await mintRelayToken(await relayWorkerKey(SECRET, "w-route"), "w-route", MODEL));
+    const res = await connectRelay("w-route", await mintRelayToken(await issueRelayKey((u, i) => SELF.fetch(u, i), "w-route"), "w-route", MODEL));
     expect(res.status).toBe(101);
     const ws = res.webSocket!;
     ws.accept();
     const welcome = waitMessage(ws, (m) => m.type === "welcome");
-    ws.send(JSON.stringify({ type: "hello", workerId: "w-route", url: "http://127.0.0.1:9", blockSize: 16, epoch: 1, modelName: MODEL }));
+    ws.send(JSON.stringify({ type: "hello", workerId: "w-route", url: TEST_WORKER_URL, blockSize: 16, epoch: 1, modelName: MODEL }));
     expect(await welcome).toMatchObject({ type: "welcome", poolBlockSize: 16 });
 
     const tokens = Array.from({ length: 64 }, (_, i) => 1000 + i);

@@ -4,12 +4,12 @@
  */
 import { SELF, env, evictDurableObject, runInDurableObject } from "cloudflare:test";
 import { describe, expect, it } from "vitest";
-import { mintRelayToken, relayWorkerKey } from "../../src/kv/relay-auth.ts";
+import { mintRelayToken } from "../../src/kv/relay-auth.ts";
+import { issueRelayKey, TEST_WORKER_URL } from "./ws-helpers.ts";
 import { initHashing } from "../../src/util/hash.ts";
 import "../../functions/wasm-shim.ts";
 
 const MODEL = "Qwen/Qwen3-VL-8B-Instruct";
-const SECRET = "test-relay-secret-0123456789";
 const ADMIN = "test-admin-token-0123456789";
 
 function waitMessage(ws: WebSocket, type: string): Promise<{ type: string; [k: string]: unknown }> {
@@ -42,7 +42,7 @@ describe("routing index persistence", () => {
   it("restores region, prefill rate and kvEvents=false after eviction", async () => {
     await initHashing();
     const id = "w-region";
-    const token = await mintRelayToken(await relayWorkerKey(SECRET, id), id, MODEL);
+    const token = await mintRelayToken(await issueRelayKey((u, i) => SELF.fetch(u, i), id), id, MODEL);
     const res = await SELF.fetch(`https://edge/v1/relay?worker=${id}&model=${encodeURIComponent(MODEL)}`, {
       headers: { upgrade: "websocket", authorization: `Bearer ${token}` },
     });
@@ -52,7 +52,7 @@ describe("routing index persistence", () => {
     const welcome = waitMessage(ws, "welcome");
     ws.send(
       JSON.stringify({
-        type: "hello", workerId: id, url: "http://127.0.0.1:9", blockSize: 16, epoch: 1, modelName: MODEL,
+        type: "hello", workerId: id, url: TEST_WORKER_URL, blockSize: 16, epoch: 1, modelName: MODEL,
         kvEvents: false, region: "eu", prefillTokensPerSec: 9000,
       }),
     );

@@ -5,13 +5,12 @@
  */
 import { SELF } from "cloudflare:test";
 import { describe, expect, it } from "vitest";
-import { mintRelayToken, relayWorkerKey } from "../../src/kv/relay-auth.ts";
+import { mintRelayToken } from "../../src/kv/relay-auth.ts";
 import { initHashing } from "../../src/util/hash.ts";
 import "../../functions/wasm-shim.ts";
-import { nextMessage } from "./ws-helpers.ts";
+import { issueRelayKey, nextMessage, TEST_WORKER_URL } from "./ws-helpers.ts";
 
 const MODEL = "Qwen/Qwen3-VL-8B-Instruct";
-const SECRET = "test-relay-secret-0123456789";
 const ADMIN = "test-admin-token-0123456789";
 
 async function lastSeen(workerId: string): Promise<number> {
@@ -23,7 +22,7 @@ async function lastSeen(workerId: string): Promise<number> {
 describe("lastSeen", () => {
   it("moves with every relay message, pings included", async () => {
     await initHashing();
-    const token = await mintRelayToken(await relayWorkerKey(SECRET, "seen-w1"), "seen-w1", MODEL);
+    const token = await mintRelayToken(await issueRelayKey((u, i) => SELF.fetch(u, i), "seen-w1"), "seen-w1", MODEL);
     const res = await SELF.fetch(`https://edge/v1/relay?worker=seen-w1&model=${encodeURIComponent(MODEL)}`, {
       headers: { upgrade: "websocket", authorization: `Bearer ${token}` },
     });
@@ -31,7 +30,7 @@ describe("lastSeen", () => {
     const ws = res.webSocket!;
     ws.accept();
     const welcome = nextMessage(ws, "welcome");
-    ws.send(JSON.stringify({ type: "hello", workerId: "seen-w1", url: "http://127.0.0.1:9", blockSize: 16, epoch: 3, modelName: MODEL }));
+    ws.send(JSON.stringify({ type: "hello", workerId: "seen-w1", url: TEST_WORKER_URL, blockSize: 16, epoch: 3, modelName: MODEL }));
     await welcome;
     const ack = nextMessage(ws, "ack");
     ws.send(JSON.stringify({ type: "dump", epoch: 3, seq: 0, blocks: [] }));

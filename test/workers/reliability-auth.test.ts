@@ -11,17 +11,16 @@
 import { SELF, createExecutionContext, env, evictDurableObject, waitOnExecutionContext } from "cloudflare:test";
 import { describe, expect, it } from "vitest";
 import worker from "../../functions/index.ts";
-import { mintRelayToken, relayWorkerKey, RELAY_TOKEN_MAX_SKEW_S } from "../../src/kv/relay-auth.ts";
+import { deriveRelayKey, formatRelayCredential, mintRelayToken, parseRelayCredential, RELAY_TOKEN_MAX_SKEW_S } from "../../src/kv/relay-auth.ts";
 import { localBlockHashes } from "../../src/kv/block-hash.ts";
 import { localHashToHex } from "../../src/kv/relay-protocol.ts";
 import { fullBucket, takeToken } from "../../src/edge/rate-limit.ts";
 import { initHashing } from "../../src/util/hash.ts";
 import "../../functions/wasm-shim.ts";
-import { nextMessage } from "./ws-helpers.ts";
+import { issueRelayKey, nextMessage, TEST_WORKER_URL } from "./ws-helpers.ts";
 
 const MODEL = "Qwen/Qwen3-VL-8B-Instruct";
 const OTHER_MODEL = "Qwen/Qwen2.5-VL-7B-Instruct";
-const SECRET = "test-relay-secret-0123456789";
 const ADMIN = "test-admin-token-0123456789";
 
 interface OpenAIError {
@@ -78,7 +77,7 @@ async function relaySession(workerId: string, token: string, blocks: number): Pr
   const ws = res.webSocket!;
   ws.accept();
   const welcome = nextMessage(ws, "welcome");
-  ws.send(JSON.stringify({ type: "hello", workerId, url: "http://127.0.0.1:9", blockSize: 16, epoch: 7, modelName: MODEL }));
+  ws.send(JSON.stringify({ type: "hello", workerId, url: TEST_WORKER_URL, blockSize: 16, epoch: 7, modelName: MODEL }));
   await welcome;
   const locals = localBlockHashes(Array.from({ length: blocks * 16 }, (_, i) => 5000 + i), 16);
   const rows = locals.map((l, i) => ({ h: String(900 + i), p: i === 0 ? null : String(899 + i), l: localHashToHex(l) }));
@@ -92,8 +91,11 @@ const now = () => Math.floor(Date.now() / 1000);
 
 describe("relay authentication", () => {
   it("refuses every bad token with 401 and leaves the index untouched; a replay is refused even after an index restart", async () => {
-    const key = await relayWorkerKey(SECRET, "auth-w1");
+    const issue = (w: string) => issueRelayKey((u, i) => SELF.fetch(u, i), w);
+    const key = await issue("auth-w1");
     const good = await mintRelayToken(key, "auth-w1", MODEL);
+    const cred = parseRelayCredential(key)!;
+    const otherSecretKey = formatRelayCredential(cred.keyId, await deriveRelayKey("another-secret-0123456789", { keyId: cred.keyId, model: MODEL, workerId: "auth-w1", url: TEST_WORKER_URL }));
     const ws = await relaySession("auth-w1", good, 3);
     const before = await indexState();
     expect((before as { indexedBlocks: number }).indexedBlocks).toBeGreaterThanOrEqual(3);
@@ -104,13 +106,14 @@ describe("relay authentication", () => {
     const refused: [string, string, string | null, string][] = [
       ["missing", "auth-w1", null, MODEL],
       ["garbage", "auth-w1", "not-a-token", MODEL],
-      ["legacy static key", "auth-w1", key, MODEL],
-      ["other secret", "auth-w1", await mintRelayToken(await relayWorkerKey("another-secret-0123456789", "auth-w1"), "auth-w1", MODEL), MODEL],
+      ["the credential itself", "auth-w1", key, MODEL],
+      ["the bare key", "auth-w1", cred.key, MODEL],
+      ["other secret", "auth-w1", await mintRelayToken(otherSecretKey, "auth-w1", MODEL), MODEL],
       ["tampered signature", "auth-w1", tampered, MODEL],
       ["tampered timestamp", "auth-w1", shiftedTime, MODEL],
       ["expired", "auth-w1", await mintRelayToken(key, "auth-w1", MODEL, { nowSeconds: now() - RELAY_TOKEN_MAX_SKEW_S - 5 }), MODEL],
       ["not yet valid", "auth-w1", await mintRelayToken(key, "auth-w1", MODEL, { nowSeconds: now() + RELAY_TOKEN_MAX_SKEW_S + 5 }), MODEL],
-      ["cross-worker (w2's token as w1)", "auth-w1", await mintRelayToken(await relayWorkerKey(SECRET, "auth-w2"), "auth-w2", MODEL), MODEL],
+      ["cross-worker (w2's token as w1)", "auth-w1", await mintRelayToken(await issue("auth-w2"), "auth-w2", MODEL), MODEL],
       ["cross-worker (w1's key signing for w2)", "auth-w2", await mintRelayToken(key, "auth-w2", MODEL), MODEL],
       ["cross-pool", "auth-w1", await mintRelayToken(key, "auth-w1", OTHER_MODEL), MODEL],
       ["replayed", "auth-w1", good, MODEL],
@@ -136,12 +139,12 @@ describe("relay authentication", () => {
   });
 
   it("a relay cannot say hello as another worker over its own authenticated socket", async () => {
-    const res = await connectRelay("auth-w3", await mintRelayToken(await relayWorkerKey(SECRET, "auth-w3"), "auth-w3", MODEL));
+    const res = await connectRelay("auth-w3", await mintRelayToken(await issueRelayKey((u, i) => SELF.fetch(u, i), "auth-w3"), "auth-w3", MODEL));
     const ws = res.webSocket!;
     ws.accept();
     const before = await indexState();
     const err = nextMessage(ws, "error");
-    ws.send(JSON.stringify({ type: "hello", workerId: "auth-w1", url: "http://127.0.0.1:9", blockSize: 16, epoch: 99, modelName: MODEL }));
+    ws.send(JSON.stringify({ type: "hello", workerId: "auth-w1", url: TEST_WORKER_URL, blockSize: 16, epoch: 99, modelName: MODEL }));
     expect((await err).message).toMatch(/does not match/);
     expect(await indexState()).toEqual(before);
   });
@@ -149,13 +152,16 @@ describe("relay authentication", () => {
 
 describe("admin authentication", () => {
   it("every operator route needs the admin token", async () => {
-    const relayKey = await relayWorkerKey(SECRET, "auth-w1");
+    const relayKey = await issueRelayKey((u, i) => SELF.fetch(u, i), "auth-w1");
     for (const [path, method] of [
       ["/admin/workers", "GET"],
       ["/admin/stats", "GET"],
       ["/admin/overview", "GET"],
       ["/admin/workers/auth-w1/local-hashes", "GET"],
       ["/admin/explain", "POST"],
+      ["/admin/relay-keys", "GET"],
+      ["/admin/relay-keys", "POST"],
+      ["/admin/relay-keys/AAAAAAAAAAAAAAAAAAAAAA/revoke", "POST"],
       ["/metrics", "GET"],
     ] as const) {
       for (const auth of [null, "Bearer wrong-admin-token-000000", `Bearer ${relayKey}`, `Basic ${btoa(`admin:${ADMIN}`)}`]) {

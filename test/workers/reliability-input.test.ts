@@ -11,15 +11,14 @@
 import { SELF } from "cloudflare:test";
 import fc from "fast-check";
 import { describe, expect, it } from "vitest";
-import { mintRelayToken, relayWorkerKey } from "../../src/kv/relay-auth.ts";
+import { mintRelayToken } from "../../src/kv/relay-auth.ts";
 import { localBlockHashes } from "../../src/kv/block-hash.ts";
 import { localHashToHex } from "../../src/kv/relay-protocol.ts";
 import { initHashing } from "../../src/util/hash.ts";
 import "../../functions/wasm-shim.ts";
-import { nextMessage } from "./ws-helpers.ts";
+import { issueRelayKey, nextMessage, TEST_WORKER_URL } from "./ws-helpers.ts";
 
 const MODEL = "Qwen/Qwen3-VL-8B-Instruct";
-const SECRET = "test-relay-secret-0123456789";
 const ADMIN = "test-admin-token-0123456789";
 /** Corpus size: KVEDGE_FUZZ_RUNS is not visible inside workerd, so the soak script cannot raise it. */
 const RUNS = 400;
@@ -75,7 +74,8 @@ const wrongTypes: fc.Arbitrary<{ [k: string]: Json }> = fc.oneof(
     ["stop", Array.from({ length: 17 }, (_, i) => `s${i}`)],
     ["tools", "x"],
     ["tools", [5]],
-    ["logprobs", true],
+    ["logprobs", "yes"],
+    ["top_logprobs", 21],
     ["rid", "mine"],
     ["session_id", "s"],
     ["input_ids", [1, 2, 3]],
@@ -214,7 +214,7 @@ async function snapshot(): Promise<{ registry: unknown; hashes: Record<string, s
 
 
 async function relay(workerId: string): Promise<WebSocket> {
-  const token = await mintRelayToken(await relayWorkerKey(SECRET, workerId), workerId, MODEL);
+  const token = await mintRelayToken(await issueRelayKey((u, i) => SELF.fetch(u, i), workerId), workerId, MODEL);
   const res = await SELF.fetch(`https://edge/v1/relay?worker=${workerId}&model=${encodeURIComponent(MODEL)}`, {
     headers: { upgrade: "websocket", authorization: `Bearer ${token}` },
   });
@@ -257,7 +257,7 @@ describe("bad relay messages (generated corpus)", () => {
     await initHashing();
     const ws = await relay("fuzz-w1");
     const welcome = nextMessage(ws, "welcome");
-    ws.send(JSON.stringify({ type: "hello", workerId: "fuzz-w1", url: "http://127.0.0.1:9", blockSize: 16, epoch: EPOCH, modelName: MODEL }));
+    ws.send(JSON.stringify({ type: "hello", workerId: "fuzz-w1", url: TEST_WORKER_URL, blockSize: 16, epoch: EPOCH, modelName: MODEL }));
     await welcome;
     const locals = localBlockHashes(Array.from({ length: 8 * 16 }, (_, i) => 7000 + i), 16);
     const rows = locals.map((l, i) => ({ h: String(-5000 - i), p: i === 0 ? null : String(-4999 - i), l: localHashToHex(l) }));
@@ -306,7 +306,7 @@ describe("bad relay messages (generated corpus)", () => {
     ] as const) {
       const ws = await relay(socketWorker);
       const err = nextMessage(ws, "error");
-      ws.send(JSON.stringify({ type: "hello", url: "http://127.0.0.1:9", epoch: 1, modelName: MODEL, ...hello }));
+      ws.send(JSON.stringify({ type: "hello", url: TEST_WORKER_URL, epoch: 1, modelName: MODEL, ...hello }));
       await err;
     }
     const after = await snapshot();

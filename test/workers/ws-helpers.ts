@@ -12,3 +12,24 @@ export function nextMessage(ws: WebSocket, type: string): Promise<{ type: string
     ws.addEventListener("message", on);
   });
 }
+
+/** The worker URL the in-workerd tests bind relay keys to and say hello with (nothing listens). */
+export const TEST_WORKER_URL = "https://127.0.0.1:9";
+
+/**
+ * Issues a relay credential through the admin API (the only way relays get keys), bound to
+ * `workerId` and `url` in pool `model`. `fetchEdge` is the test's SELF.fetch.
+ */
+export async function issueRelayKey(
+  fetchEdge: (url: string, init?: RequestInit) => Promise<Response>,
+  workerId: string,
+  opts: { model?: string; url?: string; adminToken?: string } = {},
+): Promise<string> {
+  const r = await fetchEdge("https://edge/admin/relay-keys", {
+    method: "POST",
+    headers: { authorization: `Bearer ${opts.adminToken ?? "test-admin-token-0123456789"}`, "content-type": "application/json" },
+    body: JSON.stringify({ model: opts.model ?? "Qwen/Qwen3-VL-8B-Instruct", workerId, url: opts.url ?? TEST_WORKER_URL }),
+  });
+  if (r.status !== 201) throw new Error(`issuing a relay key for ${workerId}: ${r.status} ${await r.text()}`);
+  return ((await r.json()) as { credential: string }).credential;
+}

@@ -1,0 +1,107 @@
+/**
+ * Relay keys, operator side (src/kv/relay-auth.ts; docs/relay.md §Credentials). Called by the admin
+ * routes after the admin check:
+ *   POST /admin/relay-keys                 {model?, workerId, url} → 201 {keyId, …, credential}
+ *   GET  /admin/relay-keys?model=M         → {model, keys: [records without key material]}
+ *   POST /admin/relay-keys/<keyId>/revoke?model=M → {key, closedSockets}
+ * The credential is returned once, to the admin caller, with `cache-control: no-store`; the edge
+ * keeps only the registry row (in the pool object) and derives the key again on every connect.
+ */
+import { z } from "zod";
+import { InvalidRequestError, MethodNotAllowedError, NotFoundError } from "../api/errors.ts";
+import type { EdgeConfig } from "../api/config.ts";
+import { readBodyText } from "../api/validate.ts";
+import {
+  deriveRelayKey,
+  formatRelayCredential,
+  newRelayKeyId,
+  normalizeWorkerUrl,
+  WORKER_ID_PATTERN,
+  type RelayKeyRecord,
+} from "../kv/relay-auth.ts";
+
+/** What these routes need from a pool's index (shard 0 keeps the registry; every shard closes sockets). */
+export interface RelayKeyIndexClient {
+  issueRelayKey(rec: RelayKeyRecord): Promise<boolean>;
+  relayKeys(): Promise<RelayKeyRecord[]>;
+  revokeRelayKey(keyId: string): Promise<RelayKeyRecord | null>;
+  closeRelayKey(keyId: string): Promise<number>;
+}
+
+export interface RelayKeyDeps {
+  config: EdgeConfig;
+  index(model: string, shard?: number): RelayKeyIndexClient;
+}
+
+const IssueSchema = z.object({
+  /** Default: the first configured model. */
+  model: z.string().min(1).max(256).optional(),
+  workerId: z.string().regex(WORKER_ID_PATTERN, "workerId must be 1-128 characters of [A-Za-z0-9._:-]"),
+  url: z.string().min(1).max(2048),
+});
+
+const MAX_ISSUE_BODY_BYTES = 8 * 1024;
+
+function json(body: unknown, status = 200): Response {
+  return new Response(JSON.stringify(body), { status, headers: { "content-type": "application/json", "cache-control": "no-store" } });
+}
+
+function poolOf(config: EdgeConfig, model: string | null): string {
+  const m = model ?? config.models[0]!.id;
+  if (!config.models.some((x) => x.id === m)) throw new NotFoundError(`Unknown model '${m}'.`, "model", "model_not_found");
+  return m;
+}
+
+/** Handles `/admin/relay-keys…`, or returns null for any other path. The caller checked admin auth. */
+export async function handleRelayKeyRoute(request: Request, path: string, deps: RelayKeyDeps): Promise<Response | null> {
+  if (path !== "/admin/relay-keys" && !path.startsWith("/admin/relay-keys/")) return null;
+  const url = new URL(request.url);
+  if (path === "/admin/relay-keys") {
+    if (request.method === "GET") {
+      const model = poolOf(deps.config, url.searchParams.get("model"));
+      return json({ model, keys: await deps.index(model).relayKeys() });
+    }
+    if (request.method !== "POST") throw new MethodNotAllowedError("Use GET or POST.");
+    return issue(request, deps);
+  }
+  const m = /^\/admin\/relay-keys\/([A-Za-z0-9_-]{22})\/revoke$/.exec(path);
+  if (!m) throw new NotFoundError("No such relay-key route.", null, "unknown_route");
+  if (request.method !== "POST") throw new MethodNotAllowedError("Use POST.");
+  const model = poolOf(deps.config, url.searchParams.get("model"));
+  const key = await deps.index(model).revokeRelayKey(m[1]!);
+  if (!key) throw new NotFoundError(`No relay key '${m[1]}' in pool '${model}'.`, "keyId", "relay_key_not_found");
+  // Every shard drops the sockets that connected with it (a relay feeds each shard separately).
+  const closed = await Promise.all(Array.from({ length: deps.config.shards }, (_, k) => deps.index(model, k).closeRelayKey(key.keyId)));
+  return json({ key, closedSockets: closed.reduce((a, b) => a + b, 0) });
+}
+
+async function issue(request: Request, deps: RelayKeyDeps): Promise<Response> {
+  const secret = deps.config.relaySecret;
+  if (!secret) throw new InvalidRequestError("RELAY_SECRET is not configured: relay keys cannot be issued.", null, "relay_secret_missing");
+  let raw: unknown;
+  try {
+    raw = JSON.parse(await readBodyText(request.body, { maxBodyBytes: MAX_ISSUE_BODY_BYTES }, request.headers.get("content-length")));
+  } catch (e) {
+    if (e instanceof SyntaxError) throw new InvalidRequestError("Body is not valid JSON.");
+    throw e;
+  }
+  const parsed = IssueSchema.safeParse(raw);
+  if (!parsed.success) {
+    const issue = parsed.error.issues[0]!;
+    throw new InvalidRequestError(issue.message, issue.path.join(".") || null);
+  }
+  const model = poolOf(deps.config, parsed.data.model ?? null);
+  const u = normalizeWorkerUrl(parsed.data.url, { allowHttp: deps.config.relayAllowHttp });
+  if (!u.ok) throw new InvalidRequestError(`${u.reason}.`, "url", "invalid_worker_url");
+  const rec: RelayKeyRecord = {
+    keyId: newRelayKeyId(),
+    model,
+    workerId: parsed.data.workerId,
+    url: u.url,
+    createdAt: Math.floor(Date.now() / 1000),
+    revokedAt: null,
+  };
+  if (!(await deps.index(model).issueRelayKey(rec))) throw new InvalidRequestError("Relay-key registry is full.", null, "relay_keys_full");
+  const credential = formatRelayCredential(rec.keyId, await deriveRelayKey(secret, rec));
+  return json({ ...rec, credential }, 201);
+}

@@ -1,0 +1,36 @@
+/** `kvedge relay-key` arguments (the commands themselves run against the real edge in test/e2e/tenant-eagle.test.ts). */
+import { describe, expect, it } from "vitest";
+// @ts-expect-error -- plain .mjs CLI without type declarations
+import * as cli from "../../scripts/kvedge.mjs";
+
+const { parseCli, UsageError } = cli as Record<string, any>;
+const env = { KVEDGE_ADMIN_TOKEN: "t" };
+
+describe("kvedge relay-key: arguments", () => {
+  it("issue, list and revoke parse; the key id is checked", () => {
+    expect(parseCli(["relay-key", "issue", "--worker", "w1", "--worker-url", "https://w1", "--out", "k"], env)).toMatchObject({
+      command: "relay-key",
+      sub: "issue",
+      worker: "w1",
+      workerUrl: "https://w1",
+      out: "k",
+    });
+    expect(parseCli(["relay-key", "list", "--model", "m"], env)).toMatchObject({ sub: "list", model: "m" });
+    expect(parseCli(["relay-key", "revoke", "AAAAAAAAAAAAAAAAAAAAAA"], env)).toMatchObject({ sub: "revoke", keyId: "AAAAAAAAAAAAAAAAAAAAAA" });
+  });
+
+  it("refuses what cannot be right", () => {
+    for (const argv of [
+      ["relay-key"],
+      ["relay-key", "rotate"],
+      ["relay-key", "issue", "--worker", "w1"],
+      ["relay-key", "issue", "--worker-url", "https://w1"],
+      ["relay-key", "revoke"],
+      ["relay-key", "revoke", "short"],
+      ["relay-key", "list", "extra"],
+      ["relay-key", "revoke", "AAAAAAAAAAAAAAAAAAAAAA", "extra"],
+    ])
+      expect(() => parseCli(argv, env), argv.join(" ")).toThrow(UsageError);
+    expect(() => parseCli(["relay-key", "list"], {}), "no admin token").toThrow(UsageError);
+  });
+});

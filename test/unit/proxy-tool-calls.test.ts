@@ -1,0 +1,464 @@
+/**
+ * The tool-call, reasoning, constraint and logprob translation against SGLang's own goldens. Cases
+ * marked "golden" are copied from sgl-project/sglang tests or derived by hand from its source:
+ * - test/registered/unit/function_call/test_qwen25_detector.py (TestQwen25Detector),
+ * - test/srt/test_reasoning_parser.py (TestQwen3Detector, TestReasoningParser),
+ * - python/sglang/srt/function_call/utils.py get_json_schema_constraint (forced-call schema),
+ * - python/sglang/srt/entrypoints/openai/utils.py to_openai_style_logprobs + serving_chat.py
+ *   _process_logprobs_tokens (logprob shape).
+ * Python's `json.dumps` text is written out literally (", " / ": " separators, ensure_ascii).
+ */
+import fc from "fast-check";
+import { describe, expect, it } from "vitest";
+import type { ToolDefinition } from "../../src/api/openai-schema.ts";
+import { parseChatRequest } from "../../src/api/validate.ts";
+import { ChoiceOutput, chatOutputPlan, finishChoiceText, modelParsers, type StreamDelta } from "../../src/proxy/chat-output.ts";
+import { createChatStreamCore } from "../../src/proxy/chat-stream.ts";
+import { buildGenerateBody } from "../../src/proxy/generate-request.ts";
+import { LogprobMetaSchema, toChoiceLogprobs } from "../../src/proxy/logprobs.ts";
+import { ReasoningStream, splitReasoning } from "../../src/proxy/reasoning.ts";
+import { forcedToolCallSchema } from "../../src/proxy/tool-calls/constraint.ts";
+import { JsonArrayToolCallStream, parseJsonArrayToolCalls } from "../../src/proxy/tool-calls/json-array.ts";
+import { parsePartialJson, pyJsonDumps } from "../../src/proxy/tool-calls/json.ts";
+import { parseQwenToolCalls, QwenToolCallStream, type ToolCallDelta } from "../../src/proxy/tool-calls/qwen25.ts";
+
+const tool = (name: string, parameters?: Record<string, unknown>): ToolDefinition => ({
+  type: "function",
+  function: { name, description: undefined, parameters, strict: false },
+});
+// test_qwen25_detector.py setUp: get_weather(city, unit) and search(query)
+const TOOLS = [
+  tool("get_weather", { type: "object", properties: { city: { type: "string" }, unit: { type: "string", enum: ["celsius", "fahrenheit"] } }, required: ["city"] }),
+  tool("search", { type: "object", properties: { query: { type: "string" } }, required: ["query"] }),
+];
+
+/** Feeds chunks; returns content, names in order, and per index the concatenated arguments. */
+function streamAll(chunks: readonly string[], tools = TOOLS) {
+  const s = new QwenToolCallStream(tools);
+  let content = "";
+  const calls: ToolCallDelta[] = [];
+  for (const c of chunks) {
+    const r = s.push(c);
+    content += r.content;
+    calls.push(...r.calls);
+  }
+  const end = s.finish();
+  content += end.content;
+  calls.push(...end.calls);
+  const names = calls.filter((c) => c.name !== undefined).map((c) => c.name);
+  const args: string[] = [];
+  for (const c of calls) args[c.index] = (args[c.index] ?? "") + c.arguments;
+  return { content, names, args, calls };
+}
+
+describe("qwen25 tool calls, non-stream (golden: test_qwen25_detector.py)", () => {
+  it("single call: name, json.dumps arguments, empty content", () => {
+    const r = parseQwenToolCalls('<tool_call>\n{"name": "get_weather", "arguments": {"city": "Beijing"}}\n</tool_call>', TOOLS);
+    expect(r.calls).toEqual([{ name: "get_weather", arguments: '{"city": "Beijing"}' }]);
+    expect(r.content).toBe("");
+  });
+
+  it("normal text before the call is stripped (test_normal_text_before_tool_call)", () => {
+    const r = parseQwenToolCalls('Let me check the weather. <tool_call>\n{"name": "get_weather", "arguments": {"city": "Tokyo"}}\n</tool_call>', TOOLS);
+    expect(r.content).toBe("Let me check the weather.");
+    expect(r.calls).toHaveLength(1);
+  });
+
+  it("parallel calls in order (test_parallel_tool_calls)", () => {
+    const text =
+      '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Beijing"}}\n</tool_call>\n' +
+      '<tool_call>\n{"name": "search", "arguments": {"query": "restaurants"}}\n</tool_call>';
+    expect(parseQwenToolCalls(text, TOOLS).calls).toEqual([
+      { name: "get_weather", arguments: '{"city": "Beijing"}' },
+      { name: "search", arguments: '{"query": "restaurants"}' },
+    ]);
+  });
+
+  it("a block that does not parse is skipped (test_malformed_json_is_skipped)", () => {
+    const text = '<tool_call>\n{not valid json}\n</tool_call>\n<tool_call>\n{"name": "search", "arguments": {"query": "books"}}\n</tool_call>';
+    expect(parseQwenToolCalls(text, TOOLS).calls).toEqual([{ name: "search", arguments: '{"query": "books"}' }]);
+  });
+
+  it("no markup, or no surviving call: the whole text stays content (function_call_parser.py parse_non_stream)", () => {
+    expect(parseQwenToolCalls("The weather is nice today.", TOOLS)).toEqual({ content: "The weather is nice today.", calls: [], hadMarkup: false });
+    const bad = 'Sure <tool_call>\n{"name": "nope", "arguments": {}}\n</tool_call>';
+    expect(parseQwenToolCalls(bad, TOOLS)).toEqual({ content: bad, calls: [], hadMarkup: true });
+    // bot_token is "<tool_call>\n": without the newline there is no call (test_has_tool_call_requires_newline_after_tag)
+    expect(parseQwenToolCalls("<tool_call>{}", TOOLS).hadMarkup).toBe(false);
+  });
+
+  it("arguments are Python json.dumps text: ensure_ascii=False, number lexemes kept, parameters preferred", () => {
+    const text = '<tool_call>\n{"name": "get_weather", "arguments": {"city": "杭州", "n": 1.0, "e": 1e2, "big": 12345678901234567890}}\n</tool_call>';
+    expect(parseQwenToolCalls(text, TOOLS).calls[0]!.arguments).toBe('{"city": "杭州", "n": 1.0, "e": 100.0, "big": 12345678901234567890}');
+    const viaParams = '<tool_call>\n{"name": "search", "parameters": {"query": "x"}}\n</tool_call>';
+    expect(parseQwenToolCalls(viaParams, TOOLS).calls[0]!.arguments).toBe('{"query": "x"}');
+    const none = '<tool_call>\n{"name": "search"}\n</tool_call>';
+    expect(parseQwenToolCalls(none, TOOLS).calls[0]!.arguments).toBe("{}");
+  });
+});
+
+describe("qwen25 tool calls, streaming (golden: test_qwen25_detector.py streaming tests)", () => {
+  it("chunked single call reconstructs the payload (test_streaming_single_tool_call_chunked)", () => {
+    const r = streamAll(["<tool_", 'call>\n{"name": "get_weather",', ' "arguments": {"city": "Beijing"', "}}\n</tool_call>"]);
+    expect(r.names).toEqual(["get_weather"]);
+    expect(JSON.parse(r.args[0]!)).toEqual({ city: "Beijing" });
+    expect(r.content).toBe("");
+  });
+
+  it("text then a call (test_streaming_text_then_tool_call)", () => {
+    const r = streamAll(["I'll look that up. ", '<tool_call>\n{"name": "get_weather",', ' "arguments": {"city": "Tokyo", "unit": "celsius"', "}}\n</tool_call>"]);
+    expect(r.content).toBe("I'll look that up. ");
+    expect(JSON.parse(r.args[0]!)).toEqual({ city: "Tokyo", unit: "celsius" });
+  });
+
+  it("a partial <tool_call> tail is held back, never leaked (test_streaming_partial_bot_token_*)", () => {
+    const s = new QwenToolCallStream(TOOLS);
+    expect(s.push("I think <tool")).toEqual({ content: "I think ", calls: [] });
+    const s2 = new QwenToolCallStream(TOOLS);
+    expect(s2.push("hello <tool_").content).toBe("hello ");
+    const r = s2.push('call>\n{"name": "search", "arguments": {"query": "hi"}}\n</tool_call>');
+    expect(r.calls.filter((c) => c.name).map((c) => c.name)).toEqual(["search"]);
+  });
+
+  it("the name comes first with empty arguments, then the arguments (test_streaming_arguments_emitted_after_name)", () => {
+    const r = streamAll(['<tool_call>\n{"name": "search",', ' "arguments": {"query": "x"}}\n</tool_call>']);
+    expect(r.calls[0]).toEqual({ index: 0, name: "search", arguments: "" });
+    expect(r.calls.slice(1).every((c) => c.name === undefined)).toBe(true);
+    expect(JSON.parse(r.args[0]!)).toEqual({ query: "x" });
+  });
+
+  it("two parallel calls at every split point equal the non-stream result (indices 0 and 1)", () => {
+    const text =
+      'Checking. <tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris", "unit": "celsius"}}\n</tool_call>\n' +
+      '<tool_call>\n{"name": "search", "arguments": {"query": "Paris \\"events\\""}}\n</tool_call>';
+    const whole = parseQwenToolCalls(text, TOOLS);
+    for (let cut = 0; cut <= text.length; cut++) {
+      const r = streamAll([text.slice(0, cut), text.slice(cut)]);
+      expect(r.names, `cut ${cut}`).toEqual(["get_weather", "search"]);
+      expect(r.args.map((a) => JSON.parse(a))).toEqual(whole.calls.map((c) => JSON.parse(c.arguments)));
+      expect(r.content.trim()).toBe(whole.content);
+    }
+    // token by token (one character per frame): ASCII args stream as the exact non-stream text
+    const byChar = streamAll([...text]);
+    expect(byChar.args).toEqual(whole.calls.map((c) => c.arguments));
+    expect(byChar.calls.filter((c) => c.index === 0 && c.name === undefined).length).toBeGreaterThan(3); // arguments in pieces
+  });
+
+  it("an unknown tool or broken JSON falls back to content", () => {
+    expect(streamAll(['<tool_call>\n{"name": "nope", "arguments": {}}\n</tool_call>']).content).toContain('"nope"');
+    const broken = streamAll(["<tool_call>\n{not json"]);
+    expect(broken.content).toBe("<tool_call>\n{not json");
+    expect(broken.names).toEqual([]);
+  });
+});
+
+describe("forced tool calls (tool_choice required / named)", () => {
+  it("schema as SGLang builds it (utils.py get_json_schema_constraint)", () => {
+    expect(forcedToolCallSchema(TOOLS, { type: "function", function: { name: "search" } }, true)).toEqual({
+      type: "array",
+      minItems: 1,
+      items: { properties: { name: { type: "string", enum: ["search"] }, parameters: TOOLS[1]!.function.parameters }, required: ["name", "parameters"] },
+    });
+    const req = forcedToolCallSchema([tool("noargs")], "required", false)!;
+    expect(req).toEqual({
+      type: "array",
+      minItems: 1,
+      items: { type: "object", anyOf: [{ properties: { name: { type: "string", enum: ["noargs"] }, parameters: { type: "object", properties: {} } }, required: ["name", "parameters"] }] },
+      maxItems: 1,
+    });
+    expect(forcedToolCallSchema(TOOLS, "auto", true)).toBeNull();
+  });
+
+  it("the schema goes to sampling_params.json_schema as json.dumps text, unless response_format already constrains", () => {
+    const body = (extra: Record<string, unknown>) =>
+      buildGenerateBody(parseChatRequest(JSON.stringify({ model: "q", messages: [{ role: "user", content: "hi" }], tools: [{ type: "function", function: { name: "f" } }], ...extra })), { text: "p" });
+    expect(body({ tool_choice: "required" }).sampling_params.json_schema).toBe(
+      '{"type": "array", "minItems": 1, "items": {"type": "object", "anyOf": [{"properties": {"name": {"type": "string", "enum": ["f"]}, "parameters": {"type": "object", "properties": {}}}, "required": ["name", "parameters"]}]}}',
+    );
+    expect(body({ tool_choice: "required", response_format: { type: "json_object" } }).sampling_params.json_schema).toBe('{"type": "object"}');
+    expect(body({ tool_choice: "auto" }).sampling_params.json_schema).toBeUndefined();
+  });
+
+  it("non-stream: the JSON array becomes calls (serving_chat.py _process_tool_calls); other text stays content", () => {
+    expect(parseJsonArrayToolCalls('[{"name": "search", "parameters": {"query": "a"}}, {"name": "get_weather", "parameters": {"city": "b"}}]').calls).toEqual([
+      { name: "search", arguments: '{"query": "a"}' },
+      { name: "get_weather", arguments: '{"city": "b"}' },
+    ]);
+    expect(parseJsonArrayToolCalls("not json").calls).toEqual([]);
+  });
+
+  it("streaming: names then arguments per element, at every split point", () => {
+    const text = '[{"name": "search", "parameters": {"query": "a b"}}, {"name": "get_weather", "parameters": {"city": "c"}}]';
+    for (let cut = 0; cut <= text.length; cut++) {
+      const s = new JsonArrayToolCallStream(TOOLS);
+      const deltas = [...s.push(text.slice(0, cut)).calls, ...s.push(text.slice(cut)).calls, ...s.finish().calls];
+      expect(deltas.filter((d) => d.name).map((d) => [d.index, d.name])).toEqual([[0, "search"], [1, "get_weather"]]);
+      const args: string[] = [];
+      for (const d of deltas) args[d.index] = (args[d.index] ?? "") + d.arguments;
+      expect(args).toEqual(['{"query": "a b"}', '{"city": "c"}']);
+    }
+  });
+});
+
+describe("reasoning (golden: test_reasoning_parser.py, reasoning_parser.py)", () => {
+  it("qwen3 non-stream", () => {
+    expect(splitReasoning("<think>Let me think about this problem</think>The answer is 42.", false)).toEqual({ reasoning: "Let me think about this problem", content: "The answer is 42." });
+    expect(splitReasoning("Direct answer without thinking.", false)).toEqual({ reasoning: "", content: "Direct answer without thinking." });
+    expect(splitReasoning("<think></think>Just the answer.", false)).toEqual({ reasoning: "", content: "Just the answer." });
+  });
+
+  it("qwen3-thinking: output starts inside reasoning; truncated output is all reasoning", () => {
+    expect(splitReasoning("I think this is the answer</think>The final answer is 42.", true)).toEqual({ reasoning: "I think this is the answer", content: "The final answer is 42." });
+    expect(splitReasoning("Still thinking", true)).toEqual({ reasoning: "Still thinking", content: "" });
+  });
+
+  it("streaming (test_parse_stream_chunk)", () => {
+    const s = new ReasoningStream(false);
+    expect(s.push("<think>")).toEqual({ reasoning: "", content: "" });
+    expect(s.push("thinking...")).toEqual({ reasoning: "thinking...", content: "" });
+    expect(s.push("</think>answer")).toEqual({ reasoning: "", content: "answer" });
+    const held = new ReasoningStream(true, false);
+    expect(held.push("a b")).toEqual({ reasoning: "", content: "" });
+    expect(held.push(" c</think>x")).toEqual({ reasoning: "a b c", content: "x" });
+  });
+
+  it("plan: the thinking template forces reasoning; enable_thinking off stops the qwen3 parser forcing it", () => {
+    const req = (extra: Record<string, unknown>) => parseChatRequest(JSON.stringify({ model: "q", messages: [{ role: "user", content: "hi" }], ...extra }));
+    expect(modelParsers({ templateId: "qwen3vl-thinking" })).toEqual({ toolCallParser: "qwen25", reasoningParser: "qwen3-thinking" });
+    expect(modelParsers({ templateId: "qwen3vl-instruct" }).reasoningParser).toBeNull();
+    expect(chatOutputPlan(req({}), { toolCallParser: null, reasoningParser: "qwen3-thinking" }).reasoning).toEqual({ force: true, stream: true });
+    expect(chatOutputPlan(req({ chat_template_kwargs: { enable_thinking: false } }), { toolCallParser: null, reasoningParser: "qwen3" }).reasoning).toEqual({ force: false, stream: true });
+    expect(chatOutputPlan(req({ separate_reasoning: false }), { toolCallParser: null, reasoningParser: "qwen3" }).reasoning).toBeNull();
+  });
+});
+
+describe("reasoning then tool calls, finish_reason (serving_chat.py _build_chat_response / stream)", () => {
+  const plan = chatOutputPlan(
+    parseChatRequest(JSON.stringify({ model: "q", messages: [{ role: "user", content: "hi" }], tools: [{ type: "function", function: { name: "search" } }] })),
+    { toolCallParser: "qwen25", reasoningParser: "qwen3-thinking" },
+  );
+  const text = 'Need to search.\n</think>\n\n<tool_call>\n{"name": "search", "arguments": {"query": "q"}}\n</tool_call>';
+
+  it("non-stream: reasoning split, call parsed, stop → tool_calls with matched_stop cleared", () => {
+    const m = finishChoiceText(plan, text, "stop", 151645);
+    expect(m).toMatchObject({ content: null, reasoning_content: "Need to search.\n", finishType: "tool_calls", matched: null });
+    expect(m.tool_calls).toEqual([{ id: expect.stringMatching(/^call_[0-9a-f]{24}$/), index: 0, type: "function", function: { name: "search", arguments: '{"query": "q"}' } }]);
+  });
+
+  it("stream: reasoning deltas, then the call (id, type, name, then arguments)", () => {
+    const out = new ChoiceOutput(plan);
+    const deltas: StreamDelta[] = [];
+    for (const ch of text) deltas.push(...out.push(ch));
+    deltas.push(...out.finish());
+    expect(deltas.filter((d) => d.kind === "reasoning").map((d) => (d as { text: string }).text).join("")).toBe("Need to search.\n"); // the "\n" went out before "</think>" arrived; SGLang rstrips only the chunk holding the end tag
+    const calls = deltas.filter((d) => d.kind === "tool_call").map((d) => (d as { call: { id?: string; function: { name?: string; arguments: string } } }).call);
+    expect(calls[0]).toMatchObject({ index: 0, type: "function", function: { name: "search", arguments: "" } });
+    expect(calls.map((c) => c.function.arguments).join("")).toBe('{"query": "q"}');
+    expect(out.sentToolCalls).toBe(true);
+  });
+});
+
+describe("json helpers", () => {
+  it("pyJsonDumps matches Python json.dumps", () => {
+    expect(pyJsonDumps({ a: [1, "é\n", null, true], b: {} })).toBe('{"a": [1, "\\u00e9\\n", null, true], "b": {}}');
+    expect(pyJsonDumps({ a: "é" }, false)).toBe('{"a": "é"}');
+    expect(pyJsonDumps("😀")).toBe('"\\ud83d\\ude00"');
+  });
+
+  it("parsePartialJson follows partial_json_parser for the flags SGLang uses", () => {
+    expect(parsePartialJson('{"name": "get_wea', false).value).toEqual({});
+    expect(parsePartialJson('{"name": "get_wea', true).value).toEqual({ name: "get_wea" });
+    expect(parsePartialJson('{"a": {"b": [1, 2', true).value).toMatchObject({ a: { b: [{ value: 1 }] } }); // 2 may still grow
+    expect(parsePartialJson('{"a": {"b": [1, 2]', true).value).toMatchObject({ a: { b: [{ value: 1 }, { value: 2 }] } });
+    expect(parsePartialJson('{"a": 1}\n</tool_call>', true)).toMatchObject({ end: 8, complete: true });
+    expect(() => parsePartialJson("{not", true)).toThrow();
+  });
+});
+
+describe("logprobs (utils.py to_openai_style_logprobs, serving_chat.py _process_logprobs_tokens)", () => {
+  it("token, UTF-8 bytes, logprob and top alternatives; equal top texts collapse like a Python dict", () => {
+    const meta = LogprobMetaSchema.parse({
+      output_token_logprobs: [[-0.1, 32, "A"], [-1.5, 19780, " é"]],
+      output_top_logprobs: [[[-0.1, 32, "A"], [-2.3, 33, "B"]], [[-1.5, 19780, " é"], [-1.6, 1, "x"], [-1.7, 2, "x"]]],
+    });
+    expect(toChoiceLogprobs(meta)).toEqual({
+      content: [
+        { token: "A", bytes: [65], logprob: -0.1, top_logprobs: [{ token: "A", bytes: [65], logprob: -0.1 }, { token: "B", bytes: [66], logprob: -2.3 }] },
+        {
+          token: " é",
+          bytes: [32, 195, 169],
+          logprob: -1.5,
+          top_logprobs: [{ token: " é", bytes: [32, 195, 169], logprob: -1.5 }, { token: "x", bytes: [120], logprob: -1.7 }],
+        },
+      ],
+    });
+    expect(toChoiceLogprobs(meta, 1).content.map((t) => t.token)).toEqual([" é"]);
+    expect(toChoiceLogprobs(LogprobMetaSchema.parse({ output_token_logprobs: [[-0.5, 7, "z"]] })).content[0]!.top_logprobs).toEqual([]);
+  });
+
+  it("the /generate body asks for them as the chat endpoint does", () => {
+    const b = buildGenerateBody(parseChatRequest(JSON.stringify({ model: "q", messages: [{ role: "user", content: "hi" }], logprobs: true, top_logprobs: 3 })), { text: "p" });
+    expect(b).toMatchObject({ return_logprob: true, top_logprobs_num: 3, logprob_start_len: -1, return_text_in_logprobs: true });
+  });
+});
+
+describe("stream translation with a plan (chat-stream.ts + chat-output.ts)", () => {
+  const enc = new TextEncoder();
+  const frame = (o: unknown) => `data: ${JSON.stringify(o)}\n\n`;
+  const meta = (n: number, finish: unknown = null, extra: Record<string, unknown> = {}) => ({ id: "r", finish_reason: finish, prompt_tokens: 100, completion_tokens: n, cached_tokens: 96, ...extra });
+  const run = (frames: string, plan: ReturnType<typeof chatOutputPlan>) => {
+    const core = createChatStreamCore({ id: "c", model: "q", now: () => 1, plan, includeUsage: true });
+    const out = [...core.push(enc.encode(frames)), ...core.end()];
+    return out.filter((f) => f !== "data: [DONE]\n\n").map((f) => JSON.parse(f.slice(6)) as { choices: { delta: Record<string, unknown>; finish_reason: string | null; matched_stop: unknown; logprobs: { content: { token: string }[] } | null }[]; usage?: { completion_tokens: number } });
+  };
+  const req = (extra: Record<string, unknown>) => parseChatRequest(JSON.stringify({ model: "q", messages: [{ role: "user", content: "hi" }], ...extra }));
+
+  it("tool-call deltas in OpenAI's shape; the finish chunk says tool_calls and keeps matched_stop (serving_chat.py stream)", () => {
+    const text = '<tool_call>\n{"name": "search", "arguments": {"query": "q"}}\n</tool_call>';
+    let frames = "";
+    for (let k = 1; k <= text.length; k += 7) frames += frame({ text: text.slice(0, k), meta_info: meta(k) });
+    frames += frame({ text, meta_info: meta(30, { type: "stop", matched: 151645 }) }) + "data: [DONE]\n\n";
+    const chunks = run(frames, chatOutputPlan(req({ tools: [{ type: "function", function: { name: "search" } }] }), { toolCallParser: "qwen25", reasoningParser: null }));
+    const toolDeltas = chunks.flatMap((c) => c.choices.flatMap((x) => (x.delta["tool_calls"] as { index: number; id?: string; function: { name?: string; arguments: string } }[]) ?? []));
+    expect(toolDeltas[0]).toMatchObject({ index: 0, type: "function", function: { name: "search", arguments: "" } });
+    expect(toolDeltas.map((d) => d.function.arguments).join("")).toBe('{"query": "q"}');
+    const fin = chunks.find((c) => c.choices[0]?.finish_reason)!.choices[0]!;
+    expect(fin).toMatchObject({ finish_reason: "tool_calls", matched_stop: 151645 });
+    expect(chunks.some((c) => typeof c.choices[0]?.delta["content"] === "string" && c.choices[0]!.delta["content"] !== "")).toBe(false);
+  });
+
+  it("logprobs sliced per frame and carried on chunks; continuous usage on each delta chunk", () => {
+    const lp = (n: number) => Array.from({ length: n }, (_, i) => [-0.1, i, ["A", " b", " c"][i]!]);
+    const frames =
+      frame({ text: "A", meta_info: meta(1, null, { output_token_logprobs: lp(1), output_top_logprobs: [[]] }) }) +
+      frame({ text: "A b c", meta_info: meta(3, { type: "length", length: 3 }, { output_token_logprobs: lp(3), output_top_logprobs: [[], [], []] }) }) +
+      "data: [DONE]\n\n";
+    const chunks = run(frames, chatOutputPlan(req({ logprobs: true, stream: true, stream_options: { continuous_usage_stats: true } }), { toolCallParser: null, reasoningParser: null }));
+    const tokens = chunks.flatMap((c) => c.choices.flatMap((x) => x.logprobs?.content.map((t) => t.token) ?? []));
+    expect(tokens).toEqual(["A", " b", " c"]);
+    const contentChunks = chunks.filter((c) => typeof c.choices[0]?.delta["content"] === "string" && c.choices[0]!.delta["content"] !== "");
+    expect(contentChunks.map((c) => c.usage?.completion_tokens)).toEqual([1, 3]);
+  });
+});
+
+describe("strict tools under tool_choice auto (function_call_parser.py get_structure_constraint)", () => {
+  it("a structural tag from qwen25 structure_info, json.dumps text; only with a tool-call parser", () => {
+    const body = (parser: "qwen25" | null) =>
+      buildGenerateBody(
+        parseChatRequest(
+          JSON.stringify({
+            model: "q",
+            messages: [{ role: "user", content: "hi" }],
+            tools: [
+              { type: "function", function: { name: "a", strict: true, parameters: { type: "object", properties: { x: { type: "integer" } } } } },
+              { type: "function", function: { name: "b", parameters: { type: "object" } } },
+            ],
+          }),
+        ),
+        { text: "p", toolCallParser: parser },
+      ).sampling_params.structural_tag;
+    expect(body("qwen25")).toBe(
+      '{"type": "structural_tag", "structures": [{"begin": "<tool_call>\\n{\\"name\\":\\"a\\", \\"arguments\\":", "schema": {"type": "object", "properties": {"x": {"type": "integer"}}}, "end": "}\\n</tool_call>"}, ' +
+        '{"begin": "<tool_call>\\n{\\"name\\":\\"b\\", \\"arguments\\":", "schema": {}, "end": "}\\n</tool_call>"}], "triggers": ["<tool_call>"]}',
+    );
+    expect(body(null)).toBeUndefined();
+  });
+});
+
+describe("parsePartialJson on every prefix (property)", () => {
+  it("never fails on a prefix of valid JSON; complete exactly at the end; the full text round-trips", () => {
+    fc.assert(
+      fc.property(fc.dictionary(fc.string({ maxLength: 4 }), fc.jsonValue({ maxDepth: 3 }), { maxKeys: 4 }), (obj) => {
+        const text = pyJsonDumps(obj, false);
+        for (let k = 1; k <= text.length; k++) {
+          const r = parsePartialJson(text.slice(0, k), true);
+          expect(r.complete).toBe(k === text.length);
+        }
+        const whole = parsePartialJson(text, true);
+        expect(pyJsonDumps(whole.value, false)).toBe(text);
+      }),
+      { numRuns: 150 },
+    );
+  });
+});
+
+describe("qwen25 streaming equals non-stream (property)", () => {
+  it("for random text, 1-3 calls with random arguments, and random chunking", () => {
+    const argsArb = fc.dictionary(fc.string({ maxLength: 5 }), fc.jsonValue({ maxDepth: 2 }), { maxKeys: 3 });
+    fc.assert(
+      fc.property(
+        fc.string({ maxLength: 12 }).filter((s) => !s.includes("<") && s.trim() === s),
+        fc.array(fc.tuple(fc.constantFrom("get_weather", "search"), argsArb), { minLength: 1, maxLength: 3 }),
+        fc.array(fc.integer({ min: 1, max: 9 }), { minLength: 1, maxLength: 40 }),
+        (prefix, calls, cuts) => {
+          const text = (prefix ? prefix + " " : "") + calls.map(([n, a]) => `<tool_call>\n${pyJsonDumps({ name: n, arguments: a }, false)}\n</tool_call>`).join("\n");
+          const whole = parseQwenToolCalls(text, TOOLS);
+          const chunks: string[] = [];
+          let at = 0;
+          for (let k = 0; at < text.length; k++) {
+            const n = cuts[k % cuts.length]!;
+            chunks.push(text.slice(at, at + n));
+            at += n;
+          }
+          const r = streamAll(chunks);
+          expect(r.names).toEqual(whole.calls.map((c) => c.name));
+          expect(r.args.map((a) => JSON.parse(a))).toEqual(whole.calls.map((c) => JSON.parse(c.arguments)));
+          expect(r.content.trim()).toBe(whole.content);
+        },
+      ),
+      { numRuns: 300 },
+    );
+  });
+});
+
+describe("forced-array and reasoning streams equal their non-stream parse (property)", () => {
+  it("JSON array of calls, random chunking", () => {
+    const argsArb = fc.dictionary(fc.string({ maxLength: 5 }), fc.jsonValue({ maxDepth: 2 }), { maxKeys: 3 });
+    fc.assert(
+      fc.property(fc.array(fc.tuple(fc.constantFrom("get_weather", "search"), argsArb), { minLength: 1, maxLength: 3 }), fc.array(fc.integer({ min: 1, max: 9 }), { minLength: 1, maxLength: 20 }), (calls, cuts) => {
+        const text = pyJsonDumps(calls.map(([name, parameters]) => ({ name, parameters })), false);
+        const whole = parseJsonArrayToolCalls(text);
+        const s = new JsonArrayToolCallStream(TOOLS);
+        const deltas: ToolCallDelta[] = [];
+        for (let at = 0, k = 0; at < text.length; k++) {
+          const n = cuts[k % cuts.length]!;
+          deltas.push(...s.push(text.slice(at, at + n)).calls);
+          at += n;
+        }
+        deltas.push(...s.finish().calls);
+        expect(deltas.filter((d) => d.name).map((d) => d.name)).toEqual(whole.calls.map((c) => c.name));
+        const args: string[] = [];
+        for (const d of deltas) args[d.index] = (args[d.index] ?? "") + d.arguments;
+        expect(args.map((a) => JSON.parse(a))).toEqual(whole.calls.map((c) => JSON.parse(c.arguments)));
+      }),
+      { numRuns: 200 },
+    );
+  });
+
+  it("reasoning then content, random chunking (forced reasoning, as the thinking template)", () => {
+    const word = fc.stringMatching(/^[a-z .]{1,12}$/);
+    fc.assert(
+      fc.property(word, word, fc.array(fc.integer({ min: 1, max: 6 }), { minLength: 1, maxLength: 10 }), (thought, answer, cuts) => {
+        const text = `${thought}\n</think>\n\n${answer}`;
+        const whole = splitReasoning(text, true);
+        const s = new ReasoningStream(true);
+        let r = "";
+        let c = "";
+        for (let at = 0, k = 0; at < text.length; k++) {
+          const n = cuts[k % cuts.length]!;
+          const out = s.push(text.slice(at, at + n));
+          r += out.reasoning;
+          c += out.content;
+          at += n;
+        }
+        const end = s.finish();
+        r += end.reasoning;
+        c += end.content;
+        // SGLang's stream strips less than its one-shot parse (only the piece holding </think>).
+        expect(r.trim()).toBe(whole.reasoning.trim());
+        expect(c.trim()).toBe(whole.content);
+      }),
+      { numRuns: 200 },
+    );
+  });
+});
