@@ -298,7 +298,10 @@ export class RoutingCore {
     const w = this.#workers.get(workerId);
     if (!w) return this.#drop("unknown_worker", false);
     if (msg.epoch !== w.epoch) return this.#drop("stale_epoch", false);
-    this.index.clearWorker(w.slot);
+    // An exact dump replaces the worker's blocks. An approximate one (the relay lost history) is
+    // merged into what the index still holds of this worker life: both are best guesses, and the
+    // index's copy may remember prefixes the relay's view lost.
+    if (!msg.approximate) this.index.clearWorker(w.slot);
     // Rows come parents first, so a cut keeps every admitted row's parent.
     const fit = this.budget.admit(this.index.size + this.approx.size, msg.blocks.length, this.#bySlot.length);
     const rows = fit < msg.blocks.length ? msg.blocks.slice(0, fit) : msg.blocks;
@@ -306,7 +309,7 @@ export class RoutingCore {
     this.counters.blocksStored += applied;
     if (failures) this.#count(`dump_${"parent_not_found"}`, failures);
     this.#budgetVerdict(workerId, msg.blocks.length - fit, true);
-    if (msg.approximate) this.approximate.mark(workerId, "relay", "relay lost history: its view may hold blocks the worker evicted");
+    if (msg.approximate) this.approximate.mark(workerId, "relay", "relay lost history: its view (merged with the index's last copy) may hold blocks the worker evicted");
     else this.approximate.clear(workerId, "relay");
     this.#synced.add(workerId);
     this.counters.dumps++;
@@ -375,13 +378,18 @@ export class RoutingCore {
     return rec;
   }
 
-  /** The relay's socket closed: its view can no longer be kept fresh, so stop trusting it. */
+  /**
+   * The relay's socket closed: its view can no longer be kept fresh. The index keeps its last copy
+   * of the worker's blocks (the worker still caches most of them) but no longer calls it synced:
+   * the worker is approximate until its relay's next exact dump. A relay that comes back having
+   * lost history sends an approximate dump, which is merged into this copy (applyDump).
+   */
   relayGone(workerId: string): void {
     const w = this.#workers.get(workerId);
     if (!w) return;
-    this.index.clearWorker(w.slot);
     this.#synced.delete(workerId);
-    this.approximate.clear(workerId);
+    if (this.index.workerBlockCount(w.slot) > 0 || this.approximate.has(workerId))
+      this.approximate.mark(workerId, "relay", "relay disconnected: routing on the index's last copy of its blocks");
   }
 
   removeWorker(workerId: string): boolean {

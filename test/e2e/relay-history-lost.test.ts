@@ -69,11 +69,14 @@ describe("relay restarted after its worker's replay buffer moved on", () => {
 
     await sleep(1200); // the relay saves its view every 500 ms here: a SIGKILL loses at most that much
     await fleet.killRelay(0);
-    await waitUntil(async () => (await row(w.id))?.blocks === 0, 10_000, async () => JSON.stringify(await row(w.id)));
+    // The index keeps its last copy of the worker's blocks, no longer synced.
+    await waitUntil(async () => (await row(w.id))?.approximate === true, 10_000, async () => JSON.stringify(await row(w.id)));
     // More batches than the worker's replay buffer (8) holds, while nobody listens.
     for (let k = 0; k < 14; k++) await direct(w.url, fleet.model, words(5000 + k, 200));
 
+    const welcomes = tap.records(`relay-${w.id}`, "index_welcome").length;
     await fleet.startRelay(0);
+    await waitUntil(async () => tap.records(`relay-${w.id}`, "index_welcome").length > welcomes, 30_000, () => "relay did not reconnect");
     await waitUntil(async () => tap.records(`relay-${w.id}`, "state_resumed").length > 0, 30_000, () => `relay did not resume its state: ${tap.lines.filter((l) => l.line.startsWith(`[relay-${w.id}]`) && /state_|history_lost|caught_up|resumed|replay/.test(l.line)).slice(-6).map((l) => l.line).join("\n")}`);
     const resumed = tap.records(`relay-${w.id}`, "state_resumed").at(-1)!;
     expect(resumed.verdict).toBe("gap");
@@ -112,23 +115,33 @@ describe("relay restarted after its worker's replay buffer moved on", () => {
     await waitParity(fleet, 0, 15_000);
     figures.afterFlush = exact;
 
-    // For comparison, the same fault for a relay without a saved view (what a restart did before
-    // state files): only the last buffered batches are known, the hot prompts are not.
-    for (const h of onW1) await ask(h.seed);
+    // The same fault for a relay without a saved view (as before state files): it knows only the
+    // last buffered batches and, unable to prove the same worker life, starts a new epoch, which
+    // fences out the index's last copy too. Reported for comparison, not asserted.
+    const hot2: { seed: number; worker: string }[] = [];
+    for (let seed = 101; seed <= 108; seed++) {
+      await ask(seed);
+      hot2.push({ seed, worker: (await ask(seed)).worker! });
+    }
+    const onW1b = hot2.filter((h) => h.worker === w.id);
     await waitParity(fleet, 0);
+    await sleep(1200);
     await fleet.killRelay(0);
     for (let k = 0; k < 14; k++) await direct(w.url, fleet.model, words(7000 + k, 200));
+    const welcomes2 = tap.records(`relay-${w.id}`, "index_welcome").length;
     await fleet.startRelay(0, ["--state-file", join(mkdtempSync(join(tmpdir(), "no-state-")), "none.json")]);
-    await waitUntil(async () => (await row(w.id))?.approximate === true, 15_000, async () => JSON.stringify(await row(w.id)));
+    await waitUntil(async () => tap.records(`relay-${w.id}`, "index_welcome").length > welcomes2, 30_000, () => "relay did not reconnect");
+    await sleep(300); // its (approximate) dump
+    expect(await row(w.id)).toMatchObject({ approximate: true, synced: false });
     let prompt2 = 0;
     let cached2 = 0;
     let onSame2 = 0;
-    for (const h of onW1) {
+    for (const h of onW1b) {
       const r = await ask(h.seed);
       prompt2 += r.promptTokens;
       cached2 += r.cachedTokens;
       if (r.worker === w.id) onSame2++;
     }
-    figures.withoutStateFile = { routedBackToW1: onSame2, hitRate: Number((cached2 / prompt2).toFixed(3)) };
+    figures.withoutStateFile = { hotPromptsOnW1: onW1b.length, routedBackToW1: onSame2, hitRate: prompt2 ? Number((cached2 / prompt2).toFixed(3)) : null };
   });
 });

@@ -70,6 +70,26 @@ describe("approximate workers in the index", () => {
   });
 });
 
+describe("the index's last copy of a worker whose relay went away", () => {
+  it("is kept (approximate, not synced); an approximate dump merges into it; an exact dump replaces it", () => {
+    const core = new RoutingCore({ blockSize: 4 });
+    hello(core, "a");
+    core.applyDump("a", { type: "dump", epoch: 1, seq: 0, blocks: dumpOf(tokens, 100) });
+    core.relayGone("a");
+    expect(row(core, "a")).toMatchObject({ blocks: 10, synced: false, approximate: true });
+    expect(core.peek({ localHashes: localBlockHashes(tokens, 4), isl: 40 }).overlapBlocks).toBe(10);
+    // The relay comes back having lost history: its view knows only a newer prompt.
+    hello(core, "a");
+    const other = tokens.map((t) => t + 500);
+    core.applyDump("a", { type: "dump", epoch: 1, seq: 50, blocks: dumpOf(other, 300), approximate: true });
+    expect(row(core, "a")).toMatchObject({ blocks: 20, synced: false, approximate: true });
+    // An exact view (e.g. after the worker's cache was flushed and re-filled) replaces the union.
+    core.applyDump("a", { type: "dump", epoch: 1, seq: 60, blocks: dumpOf(other, 300) });
+    expect(row(core, "a")).toMatchObject({ blocks: 10, synced: true, approximate: false });
+    expect(core.peek({ localHashes: localBlockHashes(tokens, 4), isl: 40 }).overlapBlocks).toBe(0);
+  });
+});
+
 describe("block budget of one index object", () => {
   it("admits up to the limit and counts the rest", () => {
     const b = new BlockBudget(10);
