@@ -1,6 +1,8 @@
 import { cloudflareTest } from "@cloudflare/vitest-pool-workers";
 import { defineConfig } from "vitest/config";
 
+const TEST_RATE_LIMIT = JSON.stringify({ authFailures: { requestsPerMinute: 6000, burst: 1000 } });
+
 // Three projects: pure logic in Node, integration inside workerd (the pool reads wrangler.toml),
 // and end-to-end tests that start the real local fleet (simulated SGLang + relays + wrangler dev).
 export default defineConfig({
@@ -18,8 +20,10 @@ export default defineConfig({
         plugins: [
           cloudflareTest({
             wrangler: { configPath: "./wrangler.toml" },
-            // Test-only secrets (production ones come from `wrangler secret put`).
-            miniflare: { bindings: { RELAY_SECRET: "test-relay-secret-0123456789", ADMIN_TOKEN: "test-admin-token-0123456789" } },
+            // Test-only secrets (production ones come from `wrangler secret put`). The API is open in
+            // these tests (KVEDGE_ACCESS=public) and failed logins have a roomy bucket (tests refuse many bad
+            // tokens on purpose); tests of the closed default and of the limits pass their own env.
+            miniflare: { bindings: { RELAY_SECRET: "test-relay-secret-0123456789", ADMIN_TOKEN: "test-admin-token-0123456789", KVEDGE_ACCESS: "public", KVEDGE_RATE_LIMIT: TEST_RATE_LIMIT } },
           }),
         ],
         test: { name: "workers", include: ["test/workers/**/*.test.ts"], testTimeout: 60_000 },
@@ -30,7 +34,7 @@ export default defineConfig({
           cloudflareTest({
             wrangler: { configPath: "./wrangler.toml" },
             miniflare: {
-              bindings: { RELAY_SECRET: "test-relay-secret-0123456789", ADMIN_TOKEN: "test-admin-token-0123456789", KVEDGE_SHARDS: "3" },
+              bindings: { RELAY_SECRET: "test-relay-secret-0123456789", ADMIN_TOKEN: "test-admin-token-0123456789", KVEDGE_SHARDS: "3", KVEDGE_ACCESS: "public", KVEDGE_RATE_LIMIT: TEST_RATE_LIMIT },
             },
           }),
         ],

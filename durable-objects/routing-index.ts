@@ -15,27 +15,8 @@ import { MAX_RELAY_MESSAGE_BYTES } from "../src/kv/relay-protocol.ts";
 import { initHashing } from "../src/util/hash.ts";
 import { parseRegionsVar, type RegionsConfig } from "../src/kv/regions.ts";
 
-/** A bad KVEDGE_REGIONS turns region-aware selection off (logged) rather than failing the pool. */
-function regionsOrNull(raw: string | undefined): RegionsConfig | null {
-  try {
-    return parseRegionsVar(raw);
-  } catch (e) {
-    console.warn(JSON.stringify({ event: "bad_config", var: "KVEDGE_REGIONS", message: e instanceof Error ? e.message : String(e) }));
-    return null;
-  }
-}
-import { RoutingConfigSchema, type RoutingConfig } from "../src/api/config.ts";
-
-function parseRoutingVar(raw: string | undefined): RoutingConfig {
-  try {
-    const r = RoutingConfigSchema.safeParse(raw ? JSON.parse(raw) : {});
-    return r.success ? r.data : RoutingConfigSchema.parse({});
-  } catch {
-    return RoutingConfigSchema.parse({});
-  }
-}
+import { parseRoutingVar, shardCountOf } from "../src/api/config.ts";
 import type { WorkerContract } from "../src/layout/index.ts";
-import { shardCountOf } from "../src/api/config.ts";
 import { shardObjectName } from "../src/kv/shard.ts";
 import { LoadOpBatchSchema, type LoadOpBatch, type LoadSyncStats } from "../src/kv/load-replica.ts";
 import { helloUrlMatchesKey, type RelayKeyRecord } from "../src/kv/relay-auth.ts";
@@ -100,7 +81,8 @@ export class RoutingIndex extends DurableObject<RoutingIndexEnv> {
 
   constructor(ctx: DurableObjectState, env: RoutingIndexEnv) {
     super(ctx, env);
-    // The same zod schema as the edge; a bad var falls back to defaults here and is reported by the edge.
+    // The same zod schemas as the edge: an invalid var throws (ConfigError naming the field) here
+    // too, so the index never runs on guessed defaults; the edge answers every request with it.
     const routing = parseRoutingVar(env.KVEDGE_ROUTING);
     this.#shards = shardCountOf(env.KVEDGE_SHARDS);
     this.#loadSyncMs = routing.loadSyncMs;
@@ -108,7 +90,7 @@ export class RoutingIndex extends DurableObject<RoutingIndexEnv> {
       blockSize: null,
       temperature: routing.temperature,
       decodeWeight: routing.decodeWeight,
-      regions: regionsOrNull(env.KVEDGE_REGIONS),
+      regions: parseRegionsVar(env.KVEDGE_REGIONS),
       cost: routing.cost,
       replicateLoad: this.#shards > 1,
       blockBudget: routing.blockBudget,

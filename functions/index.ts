@@ -4,11 +4,11 @@
 import "./wasm-shim.ts";
 import { RoutingIndex } from "../durable-objects/routing-index.ts";
 import { RateLimiter } from "../durable-objects/rate-limiter.ts";
-import { errorResponse, InvalidRequestError, MethodNotAllowedError, NotFoundError, AuthenticationError } from "../src/api/errors.ts";
-import { parseEdgeConfig, type EdgeConfig } from "../src/api/config.ts";
-import { bearerToken } from "../src/edge/auth.ts";
+import { errorResponse, InvalidRequestError, MethodNotAllowedError, NotFoundError, AuthenticationError, ConfigError } from "../src/api/errors.ts";
+import { parseEdgeConfig, type BucketConfig, type EdgeConfig } from "../src/api/config.ts";
+import { authorizeClient, bearerToken } from "../src/edge/auth.ts";
 import { verifyRelayConnect } from "../src/kv/relay-auth.ts";
-import { enforceRateLimit, parseRateLimitVar, rateLimitBucketName, rateLimitHeaders, type RateLimitConfig } from "../src/edge/rate-limit.ts";
+import { clientNetwork, enforceRateLimit, rateLimitBucketName, rateLimitHeaders, type BucketKind } from "../src/edge/rate-limit.ts";
 import { handleChatCompletions, type IndexClient } from "../src/edge/chat.ts";
 import { handleAdminRoute, type AdminIndexClient } from "../src/edge/admin-routes.ts";
 import { initHashing } from "../src/util/hash.ts";
@@ -24,33 +24,42 @@ export interface Env {
   RELAY_SECRET?: string;
   ADMIN_TOKEN?: string;
   KVEDGE_API_KEYS?: string;
-  /** Per-client token bucket, JSON `{"requestsPerMinute":600,"burst":60}`; unset = no limit. */
+  /** Rate limits (on by default; "off" or JSON, src/api/config.ts RateLimitsSchema). */
   KVEDGE_RATE_LIMIT?: string;
   RATE_LIMITER?: DurableObjectNamespace<RateLimiter>;
 }
 
-let cached: { env: Env; config: EdgeConfig; rateLimit: RateLimitConfig | null } | null = null;
+let cached: { env: Env; config: EdgeConfig } | null = null;
+/** The config, parsed once per env; an invalid one throws ConfigError on every request (logged once). */
 function configOf(env: Env): EdgeConfig {
-  return loaded(env).config;
+  if (cached?.env !== env) {
+    try {
+      cached = { env, config: parseEdgeConfig(env as unknown as Record<string, unknown>) };
+    } catch (err) {
+      if (loggedBadConfig !== env) console.error(JSON.stringify({ event: "bad_config", error: err instanceof Error ? err.message : String(err) }));
+      loggedBadConfig = env;
+      throw err;
+    }
+  }
+  return cached.config;
 }
-function loaded(env: Env): { config: EdgeConfig; rateLimit: RateLimitConfig | null } {
-  if (cached?.env !== env)
-    cached = { env, config: parseEdgeConfig(env as unknown as Record<string, unknown>), rateLimit: parseRateLimitVar(env.KVEDGE_RATE_LIMIT) };
-  return cached;
+let loggedBadConfig: Env | null = null;
+
+/** The client's network as the edge sees it (Cloudflare sets cf-connecting-ip; absent in local tests). */
+function networkOf(request: Request): string {
+  return clientNetwork(request.headers.get("cf-connecting-ip"));
 }
 
-/** Per-client limiter for the chat route (per API key; per client address without keys). */
-function rateLimiterFor(env: Env, request: Request): ((apiKey: string | null) => Promise<void>) | undefined {
-  const cfg = loaded(env).rateLimit;
-  if (!cfg) return undefined;
+/** Takes one request from a bucket; a no-op with rate limiting off. Throws RateLimitedError (429). */
+async function limit(env: Env, config: EdgeConfig, kind: BucketKind, client: { apiKey: string } | { network: string }): Promise<void> {
+  const limits = config.rateLimits;
+  if (!limits) return;
   const ns = env.RATE_LIMITER;
-  // Fail closed: a configured limit without its Durable Object binding is a deployment error.
-  if (!ns) throw new Error("KVEDGE_RATE_LIMIT is set but the RATE_LIMITER binding is missing");
-  return (apiKey) => {
-    const address = request.headers.get("cf-connecting-ip") ?? "unknown";
-    const name = rateLimitBucketName(apiKey !== null ? { apiKey } : { address });
-    return enforceRateLimit(ns.getByName(name), cfg);
-  };
+  // Fail closed: rate limiting on without its Durable Object binding is a deployment error.
+  if (!ns) throw new ConfigError("Invalid configuration: rate limiting is on but the RATE_LIMITER binding is missing.");
+  const cfg: BucketConfig = kind === "chat" ? { requestsPerMinute: limits.requestsPerMinute, burst: limits.burst } : kind === "auth" ? limits.authFailures : limits[kind];
+  await initHashing();
+  await enforceRateLimit(ns.getByName(rateLimitBucketName(kind, client)), cfg);
 }
 
 /** Shard `shard` of a pool's routing index; shard 0 is also the pool object (src/kv/shard.ts). */
@@ -108,6 +117,7 @@ async function route(request: Request, env: Env, ctx: ExecutionContext): Promise
   if (path === "/healthz") return json({ status: "ok" });
   if (path === "/v1/models") {
     if (method !== "GET") throw new MethodNotAllowedError("Use GET.");
+    authorizeClient(request, config);
     // Each pool, then its LoRA adapters as "<pool>:<adapter>" (the name a request selects them by).
     const data = config.models.flatMap((m) => [
       { id: m.id, object: "model", created: 0, owned_by: m.ownedBy },
@@ -123,11 +133,15 @@ async function route(request: Request, env: Env, ctx: ExecutionContext): Promise
       index: (model, shard) => indexFor(env, model, shard) as unknown as IndexClient,
       fetch: (input, init) => fetch(input, init),
       waitUntil: (p) => ctx.waitUntil(p),
-      rateLimit: rateLimiterFor(env, request),
+      rateLimit: (apiKey) => limit(env, config, "chat", apiKey !== null ? { apiKey } : { network: networkOf(request) }),
     });
   }
-  if (path === "/v1/relay") return handleRelayUpgrade(request, env, config);
-  if (path === "/metrics" || path === "/dashboard" || path.startsWith("/admin/")) {
+  if (path === "/v1/relay") {
+    await limit(env, config, "relay", { network: networkOf(request) });
+    return handleRelayUpgrade(request, env, config);
+  }
+  if (path === "/metrics" || path === "/dashboard" || path === "/dashboard/login" || path.startsWith("/admin/")) {
+    await limit(env, config, "admin", { network: networkOf(request) });
     await initHashing();
     const res = await handleAdminRoute(request, {
       config,
@@ -145,7 +159,15 @@ export default {
       return await route(request, env, ctx);
     } catch (err) {
       if (!(err instanceof Error) || !("type" in err)) console.error(JSON.stringify({ event: "unhandled", error: String(err), stack: err instanceof Error ? err.stack : undefined }));
-      return errorResponse(err, rateLimitHeaders(err));
+      let e = err;
+      // Failed authentication on any route spends a token of the client network's auth bucket;
+      // an empty bucket turns further attempts into 429 (guessing is slowed, not just refused).
+      if (err instanceof AuthenticationError && cached?.env === env)
+        e = await limit(env, cached.config, "auth", { network: networkOf(request) }).then(
+          () => err,
+          (limited: unknown) => limited,
+        );
+      return errorResponse(e, rateLimitHeaders(e));
     }
   },
 } satisfies ExportedHandler<Env>;

@@ -342,7 +342,10 @@ async function sendOne(opts, body, fetchImpl) {
   const stream = body.stream === true;
   const payload = stream ? { ...body, stream_options: { ...(body.stream_options ?? {}), include_usage: true } } : body;
   const headers = { "content-type": "application/json" };
-  if (opts.apiKey) headers.authorization = `Bearer ${opts.apiKey}`;
+  // The admin token, when given, is also a client credential and the one that shows the routing
+  // headers (x-kvedge-*: admin callers only unless KVEDGE_DEBUG_HEADERS=on).
+  const credential = opts.token || opts.apiKey;
+  if (credential) headers.authorization = `Bearer ${credential}`;
   const t0 = performance.now();
   let res;
   try {

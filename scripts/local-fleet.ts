@@ -37,8 +37,12 @@ export interface FleetOptions {
   relays?: boolean;
   /** Directory served at `mediaUrl` (images/videos for media requests); none = no media server. */
   mediaDir?: string;
-  /** Start the regional decode service (videos); default true when a media dir is given. */
+  /** Start the regional decode service and media store; default true when a media dir is given. */
   decode?: boolean;
+  /** Extra decode service arguments (e.g. --allow, --host-map, --max-downloads). */
+  decodeArgs?: string[];
+  /** Workers fetch media only from the store and data: URLs, like production workers (default true). */
+  lockedDownWorkers?: boolean;
   /** Exact media routing at the edge (KVEDGE_EXACT_MEDIA); default on. */
   exactMedia?: boolean;
   /** Model directory the workers and relays derive their contract from (default: the family's fixture). */
@@ -253,11 +257,13 @@ export async function startFleet(opts: FleetOptions = {}): Promise<Fleet> {
   let decodeUrl: string | null = null;
   let decodeProc: ChildProcess | null = null;
   const decodeToken = randomBytes(16).toString("hex");
+  // Signed worker URLs into the media store: the key is shared by the edge and the store only.
+  const mediaUrlKey = randomBytes(32).toString("hex");
   if (opts.decode ?? opts.mediaDir !== undefined) {
     const decodePort = await freePort();
-    const args = [join(ROOT, "services/decode/main.ts"), "--host", "127.0.0.1", "--port", String(decodePort)];
+    const args = [join(ROOT, "services/decode/main.ts"), "--host", "127.0.0.1", "--port", String(decodePort), ...(opts.decodeArgs ?? [])];
     if (mediaHost) args.push("--allow", mediaHost);
-    const dec = spawn(NODE, args, { cwd: ROOT, detached: true, env: { ...process.env, KVEDGE_DECODE_TOKEN: decodeToken }, stdio: ["ignore", "pipe", "pipe"] });
+    const dec = spawn(NODE, args, { cwd: ROOT, detached: true, env: { ...process.env, KVEDGE_DECODE_TOKEN: decodeToken, KVEDGE_MEDIA_URL_KEY: mediaUrlKey }, stdio: ["ignore", "pipe", "pipe"] });
     procs.push(dec);
     decodeProc = dec;
     pipeLogs(dec, "decode", log);
@@ -268,10 +274,14 @@ export async function startFleet(opts: FleetOptions = {}): Promise<Fleet> {
   const models = JSON.stringify([{ id: model, family, templateId: template, blockSize: pageSize }]);
   // The simulated workers speak plain http on 127.0.0.1: allow it for relay keys (development only).
   const vars: Record<string, string> = { KVEDGE_MODELS: models, RELAY_SECRET: relaySecret, ADMIN_TOKEN: adminToken, KVEDGE_RELAY_ALLOW_HTTP: "1" };
+  // Local development on 127.0.0.1: open API, routing headers shown, no rate limits (production
+  // defaults are closed, admin-only headers, limits on; tests that need them pass opts.vars).
+  Object.assign(vars, { KVEDGE_ACCESS: "public", KVEDGE_DEBUG_HEADERS: "on", KVEDGE_RATE_LIMIT: "off" });
   if (mediaHost) vars.KVEDGE_MEDIA = JSON.stringify({ allowlist: [mediaHost] });
   if (decodeUrl) {
     vars.KVEDGE_DECODE_URL = decodeUrl;
     vars.DECODE_TOKEN = decodeToken;
+    vars.KVEDGE_MEDIA_URL_KEY = mediaUrlKey;
   }
   if (opts.exactMedia === false) vars.KVEDGE_EXACT_MEDIA = "off";
   Object.assign(vars, opts.vars);
@@ -327,6 +337,8 @@ export async function startFleet(opts: FleetOptions = {}): Promise<Fleet> {
       "--family", family,
       "--template", template,
       "--model-dir", modelDir,
+      // Locked down like a production worker: media only from the store (signed URLs) and data:.
+      ...(opts.lockedDownWorkers !== false ? ["--locked-down-media", ...(decodeUrl ? ["--media-store", decodeUrl] : [])] : []),
       ...(opts.workerArgs?.[i] ?? []),
       ...extraArgs,
     ];

@@ -50,7 +50,7 @@ console.log(`
 kvedge is up: ${fleet.edgeUrl}   (OpenAI base URL: ${fleet.edgeUrl}/v1)
   workers: ${fleet.workers.map((w) => `${w.id}=${w.url}`).join(", ")}
   admin token (this run): ${fleet.adminToken}
-  dashboard: ${fleet.edgeUrl}/dashboard?token=${fleet.adminToken}
+  dashboard: ${fleet.edgeUrl}/dashboard   (sign in with the admin token above)
 
 Try (run twice and watch x-kvedge-overlap-blocks and cached_tokens):
   curl -s ${fleet.edgeUrl}/v1/chat/completions -H 'content-type: application/json' -D - \\

@@ -1,15 +1,21 @@
 /**
- * Edge configuration, from wrangler vars and secrets. zod is the source of truth; every field has a
- * default so a bare deployment works. JSON-valued vars arrive as strings and are parsed here once
- * per isolate.
+ * Edge configuration, from wrangler vars and secrets. zod is the source of truth: every field has a
+ * safe default so a bare deployment works (closed: API keys required), and an invalid value stops
+ * the Worker with a ConfigError naming the var and field — never a silent default. JSON-valued vars
+ * arrive as strings and are parsed here once per isolate. Objects are strict: a misspelt field is an
+ * error, not an ignored one.
  */
 import { z } from "zod";
 import { DEFAULT_BLOCK_BUDGET } from "../kv/block-budget.ts";
+import { ConfigError } from "./errors.ts";
+import { LimitsSchema, type Limits } from "./limits.ts";
+import { RegionsConfigSchema } from "../kv/regions.ts";
+import { SafeFetchPolicySchema } from "../media/safe-fetch.ts";
 
 export const ModelFamilySchema = z.enum(["qwen2_vl", "qwen2_5_vl", "qwen3_vl"]);
 export const TemplateIdSchema = z.enum(["qwen2vl", "qwen3vl-instruct", "qwen3vl-thinking"]);
 
-export const ModelConfigSchema = z.object({
+export const ModelConfigSchema = z.strictObject({
   /** The served model name clients send as `model`. */
   id: z.string().min(1).max(256),
   family: ModelFamilySchema,
@@ -17,6 +23,11 @@ export const ModelConfigSchema = z.object({
   /** KV block size = the workers' SGLang page size. */
   blockSize: z.number().int().min(1).max(4096).default(16),
   ownedBy: z.string().default("kvedge"),
+  /**
+   * The model's context in tokens; a prompt that cannot fit is refused at the edge (400
+   * context_length_exceeded) instead of being sent. Default per family (contextTokensOf).
+   */
+  contextTokens: z.number().int().min(1).max(16_777_216).optional(),
   /**
    * The workers' --tool-call-parser / --reasoning-parser, which the edge applies itself (it talks to
    * /generate). Absent: chosen from the template (src/proxy/chat-output.ts `modelParsers`); null: off.
@@ -32,11 +43,25 @@ export const ModelConfigSchema = z.object({
 });
 export type ModelConfig = z.infer<typeof ModelConfigSchema>;
 
+/**
+ * Context length per family: `max_position_embeddings` of the released checkpoints' config.json
+ * (Qwen2-VL-7B-Instruct 32768, Qwen2.5-VL-7B-Instruct 128000, Qwen3-VL-8B-Instruct 262144).
+ */
+const FAMILY_CONTEXT_TOKENS: Record<z.infer<typeof ModelFamilySchema>, number> = {
+  qwen2_vl: 32_768,
+  qwen2_5_vl: 128_000,
+  qwen3_vl: 262_144,
+};
+
+export function contextTokensOf(m: ModelConfig): number {
+  return m.contextTokens ?? FAMILY_CONTEXT_TOKENS[m.family];
+}
+
 export const DEFAULT_MODELS: ModelConfig[] = [
   { id: "Qwen/Qwen3-VL-8B-Instruct", family: "qwen3_vl", templateId: "qwen3vl-instruct", blockSize: 16, ownedBy: "kvedge", loraAdapters: [] },
 ];
 
-export const RoutingConfigSchema = z.object({
+export const RoutingConfigSchema = z.strictObject({
   /**
    * Worker cost: "ttft" = estimated time to first token (queued + uncached prefill at the worker's
    * prefill rate, decode interference, and round trip when KVEDGE_REGIONS is set; src/kv/regions.ts);
@@ -51,6 +76,12 @@ export const RoutingConfigSchema = z.object({
   maxAttempts: z.number().int().min(1).max(8).default(3),
   /** Timeout for the worker's response headers. */
   upstreamHeadersTimeoutMs: z.number().int().min(100).max(600_000).default(120_000),
+  /** Longest silence between two chunks of a worker's body (streamed or not) before the edge cuts it. */
+  upstreamIdleTimeoutMs: z.number().int().min(100).max(600_000).default(60_000),
+  /** Longest a whole upstream exchange may take, headers to last byte. */
+  upstreamDeadlineMs: z.number().int().min(1_000).max(3_600_000).default(900_000),
+  /** Cap on a non-streamed worker answer (bytes); larger answers are cut with a 502. */
+  maxUpstreamBodyBytes: z.number().int().min(1024).max(128 * 1024 * 1024).default(16 * 1024 * 1024),
   /** How long the edge caches a pool profile in the isolate. */
   profileTtlMs: z.number().int().min(0).max(60_000).default(2_000),
   /** Sharded index: longest delay before one shard's load changes reach the others (docs/scale.md). */
@@ -65,10 +96,49 @@ export const ShardCountVarSchema = z
   .union([z.string().regex(/^\s*\d{1,4}\s*$/, "KVEDGE_SHARDS must be a whole number").transform(Number), z.number()])
   .pipe(z.number().int().min(1, "KVEDGE_SHARDS must be at least 1").max(1024, "KVEDGE_SHARDS must be at most 1024"));
 
-/** The shard count a Durable Object reads from its env; a bad value there means 1 (the edge reports it). */
+/** One token bucket: `burst` requests at once, refilled at requestsPerMinute / 60 per second. */
+export const BucketConfigSchema = z.strictObject({
+  requestsPerMinute: z.number().positive().max(10_000_000),
+  burst: z.number().int().min(1).max(1_000_000),
+});
+export type BucketConfig = z.infer<typeof BucketConfigSchema>;
+
+/**
+ * `KVEDGE_RATE_LIMIT`: on by default. The top-level bucket is the chat route's (per API key, else
+ * per client /64 or /32); the others are per client network: failed authentication on any route,
+ * operator routes (`/admin/*`, `/metrics`, `/dashboard`), relay connects.
+ */
+export const RateLimitsSchema = z.strictObject({
+  requestsPerMinute: z.number().positive().max(10_000_000).default(600),
+  burst: z.number().int().min(1).max(1_000_000).default(120),
+  authFailures: BucketConfigSchema.default({ requestsPerMinute: 30, burst: 10 }),
+  admin: BucketConfigSchema.default({ requestsPerMinute: 300, burst: 100 }),
+  relay: BucketConfigSchema.default({ requestsPerMinute: 60, burst: 30 }),
+});
+export type RateLimits = z.infer<typeof RateLimitsSchema>;
+
+/** The shard count a Durable Object reads from its env (the same rule as the edge; throws ConfigError). */
 export function shardCountOf(raw: unknown): number {
+  if (raw === undefined || raw === "") return 1;
   const r = ShardCountVarSchema.safeParse(raw);
-  return r.success ? r.data : 1;
+  if (!r.success) throw configError("KVEDGE_SHARDS", r.error.issues);
+  return r.data;
+}
+
+/** `KVEDGE_ROUTING` as a Durable Object reads it (throws ConfigError; the edge refuses the same value). */
+export function parseRoutingVar(raw: unknown): RoutingConfig {
+  const r = z.object({ KVEDGE_ROUTING: jsonVar(RoutingConfigSchema, "KVEDGE_ROUTING") }).safeParse({ KVEDGE_ROUTING: raw });
+  if (!r.success) throw configError(null, r.error.issues);
+  return r.data.KVEDGE_ROUTING ?? RoutingConfigSchema.parse({});
+}
+
+/** zod issues → one ConfigError naming the var and field (`KVEDGE_ROUTING.maxAttempts: …`); never the value. */
+export function configError(varName: string | null, issues: readonly z.core.$ZodIssue[]): ConfigError {
+  const parts = issues.slice(0, 3).map((i) => {
+    const path = [...(varName ? [varName] : []), ...i.path.map(String)].join(".");
+    return `${path || "config"}: ${i.message}`;
+  });
+  return new ConfigError(`Invalid configuration: ${parts.join("; ")}.`);
 }
 
 function jsonVar<T extends z.ZodType>(schema: T, name: string) {
@@ -91,13 +161,32 @@ function jsonVar<T extends z.ZodType>(schema: T, name: string) {
 /** Raw environment → typed config. Unknown vars are ignored (bindings live in the same object). */
 export const EdgeEnvSchema = z.object({
   KVEDGE_MODELS: jsonVar(z.array(ModelConfigSchema).min(1).max(64), "KVEDGE_MODELS"),
-  KVEDGE_LIMITS: jsonVar(z.record(z.string(), z.unknown()), "KVEDGE_LIMITS"),
-  KVEDGE_ROUTING: jsonVar(RoutingConfigSchema.partial(), "KVEDGE_ROUTING"),
+  KVEDGE_LIMITS: jsonVar(LimitsSchema, "KVEDGE_LIMITS"),
+  KVEDGE_ROUTING: jsonVar(RoutingConfigSchema, "KVEDGE_ROUTING"),
+  /** Regions and RTT table (read by the index; validated here too so a bad value stops the edge). */
+  KVEDGE_REGIONS: jsonVar(RegionsConfigSchema, "KVEDGE_REGIONS"),
+  /** "off", or JSON overriding the default buckets (RateLimitsSchema). */
+  KVEDGE_RATE_LIMIT: z.preprocess((v) => (v === "off" ? "null" : v), jsonVar(RateLimitsSchema.nullable(), "KVEDGE_RATE_LIMIT")),
+  /**
+   * "public" serves `/v1` without API keys (an explicit operator choice). Unset = closed: without
+   * KVEDGE_API_KEYS every `/v1` request is refused.
+   */
+  KVEDGE_ACCESS: z.enum(["api_keys", "public"]).optional(),
+  /** "on" sends the `x-kvedge-*` routing headers to every client (else only to admin callers). */
+  KVEDGE_DEBUG_HEADERS: z.enum(["on", "off"]).optional(),
   /** SSRF-safe media fetch policy (caps, timeouts, a local-development allowlist; off by default). */
-  KVEDGE_MEDIA: jsonVar(z.record(z.string(), z.unknown()), "KVEDGE_MEDIA"),
+  KVEDGE_MEDIA: jsonVar(z.strictObject(SafeFetchPolicySchema.shape), "KVEDGE_MEDIA"),
   /** Regional decode service for videos (probe → content hash, frames, fps, size). */
   KVEDGE_DECODE_URL: z.string().url().optional(),
   DECODE_TOKEN: z.string().min(1).optional(),
+  /** The media store's URL as workers reach it (default: KVEDGE_DECODE_URL). */
+  KVEDGE_MEDIA_STORE_URL: z.string().url().optional(),
+  /** HMAC key shared with the media store for signed worker URLs (secret; required with KVEDGE_DECODE_URL). */
+  KVEDGE_MEDIA_URL_KEY: z.string().min(32, "KVEDGE_MEDIA_URL_KEY must be at least 32 characters").optional(),
+  /** Images fetched by the edge itself (no media store) are forwarded inline up to this size. */
+  KVEDGE_MEDIA_INLINE_MAX_BYTES: z.coerce.number().int().positive().max(64 * 1024 * 1024).optional(),
+  /** UNSAFE: forward client media URLs to workers, which then fetch them (SSRF from GPU nodes). */
+  KVEDGE_FORWARD_CLIENT_URLS: z.enum(["true", "false"]).optional(),
   /** "off" disables exact media routing (every media request routes on its text prefix). */
   KVEDGE_EXACT_MEDIA: z.enum(["on", "off"]).optional(),
   RELAY_SECRET: z.string().min(16).optional(),
@@ -122,9 +211,17 @@ export interface EdgeConfig {
   models: ModelConfig[];
   media: Record<string, unknown>;
   decode: { url?: string; token?: string; timeoutMs?: number };
+  /** What the worker may receive for media: verified inline bytes or signed store URLs (docs/media.md). */
+  mediaStore: { publicUrl: string | null; urlKey: string | null; urlTtlSec: number; inlineMaxBytes: number; forwardClientUrls: boolean };
   exactMedia: boolean;
-  limitsOverride: Record<string, unknown>;
+  limits: Limits;
   routing: RoutingConfig;
+  /** null = rate limiting switched off (`KVEDGE_RATE_LIMIT=off`). */
+  rateLimits: RateLimits | null;
+  /** `/v1` without an API key: only with KVEDGE_ACCESS=public. */
+  publicAccess: boolean;
+  /** `x-kvedge-*` routing headers for every client (KVEDGE_DEBUG_HEADERS=on); else admin only. */
+  debugHeaders: boolean;
   /** Shard objects per pool (KVEDGE_SHARDS). */
   shards: number;
   relaySecret: string | null;
@@ -136,8 +233,15 @@ export interface EdgeConfig {
   apiKeys: Set<string> | null;
 }
 
+/** Raw environment → EdgeConfig; throws ConfigError naming the first invalid var and field. */
 export function parseEdgeConfig(env: Record<string, unknown>): EdgeConfig {
-  const parsed = EdgeEnvSchema.parse(env);
+  const r = EdgeEnvSchema.superRefine((e, ctx) => {
+    if (e.KVEDGE_DECODE_URL && !e.KVEDGE_MEDIA_URL_KEY) {
+      ctx.addIssue({ code: "custom", path: ["KVEDGE_MEDIA_URL_KEY"], message: "KVEDGE_MEDIA_URL_KEY is required with KVEDGE_DECODE_URL (workers fetch stored media only through signed URLs)" });
+    }
+  }).safeParse(env);
+  if (!r.success) throw configError(null, r.error.issues);
+  const parsed = r.data;
   const keys = parsed.KVEDGE_API_KEYS?.split(",").map((k) => k.trim()).filter(Boolean) ?? [];
   return {
     models: parsed.KVEDGE_MODELS ?? DEFAULT_MODELS,
@@ -146,9 +250,19 @@ export function parseEdgeConfig(env: Record<string, unknown>): EdgeConfig {
       ...(parsed.KVEDGE_DECODE_URL ? { url: parsed.KVEDGE_DECODE_URL } : {}),
       ...(parsed.DECODE_TOKEN ? { token: parsed.DECODE_TOKEN } : {}),
     },
+    mediaStore: {
+      publicUrl: parsed.KVEDGE_MEDIA_STORE_URL ?? parsed.KVEDGE_DECODE_URL ?? null,
+      urlKey: parsed.KVEDGE_MEDIA_URL_KEY ?? null,
+      urlTtlSec: 300,
+      inlineMaxBytes: parsed.KVEDGE_MEDIA_INLINE_MAX_BYTES ?? 8 * 1024 * 1024,
+      forwardClientUrls: parsed.KVEDGE_FORWARD_CLIENT_URLS === "true",
+    },
     exactMedia: parsed.KVEDGE_EXACT_MEDIA !== "off",
-    limitsOverride: parsed.KVEDGE_LIMITS ?? {},
-    routing: RoutingConfigSchema.parse(parsed.KVEDGE_ROUTING ?? {}),
+    limits: parsed.KVEDGE_LIMITS ?? LimitsSchema.parse({}),
+    routing: parsed.KVEDGE_ROUTING ?? RoutingConfigSchema.parse({}),
+    rateLimits: parsed.KVEDGE_RATE_LIMIT === null ? null : (parsed.KVEDGE_RATE_LIMIT ?? RateLimitsSchema.parse({})),
+    publicAccess: parsed.KVEDGE_ACCESS === "public",
+    debugHeaders: parsed.KVEDGE_DEBUG_HEADERS === "on",
     shards: parsed.KVEDGE_SHARDS ?? 1,
     relaySecret: parsed.RELAY_SECRET ?? null,
     relayAllowHttp: parsed.KVEDGE_RELAY_ALLOW_HTTP === "1",

@@ -107,6 +107,16 @@ export class UpstreamTimeoutError extends KvedgeError {
   }
 }
 
+/**
+ * 500 on every request: the deployment's configuration is invalid (names the var and field, never
+ * its value). The Worker refuses to serve rather than guess a default.
+ */
+export class ConfigError extends KvedgeError {
+  constructor(message: string) {
+    super(message, "server_error", "configuration_error");
+  }
+}
+
 /** 500: a bug. The message shown to clients is generic; the cause is logged. */
 export class InternalError extends KvedgeError {
   constructor(message = "Internal error.") {

@@ -7,7 +7,7 @@ import { z } from "zod";
 
 const positiveInt = z.number().int().positive();
 
-export const LimitsSchema = z.object({
+export const LimitsSchema = z.strictObject({
   /** UTF-8 bytes of the whole request body (413 above). */
   maxBodyBytes: positiveInt.default(20 * 1024 * 1024),
   /** Nesting depth of the JSON body (arrays + objects); checked before JSON.parse. */
@@ -18,8 +18,15 @@ export const LimitsSchema = z.object({
   maxContentParts: positiveInt.default(256),
   /** UTF-16 code units of text in one message (content text, reasoning, tool-call arguments). */
   maxMessageChars: positiveInt.default(1_000_000),
-  /** UTF-16 code units of text over all messages and tools together. */
-  maxTotalChars: positiveInt.default(4_000_000),
+  /**
+   * UTF-16 code units of everything that reaches the chat template or the worker's grammar, over
+   * the whole request: message text, reasoning, tool-call arguments, tool names, descriptions and
+   * parameter schemas, `chat_template_kwargs`, `response_format` schemas, `regex`, `ebnf`.
+   * Structured values count as their compact JSON text.
+   */
+  maxTotalChars: positiveInt.default(2_000_000),
+  /** UTF-16 code units of the rendered prompt (template output), checked before tokenizing. */
+  maxPromptChars: positiveInt.default(2_500_000),
   /** Media parts (image, video, audio) over all messages. */
   maxMediaItems: positiveInt.default(64),
   /** Length of an http(s) media URL (data: URLs are bounded by maxBodyBytes only). */

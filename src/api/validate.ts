@@ -88,6 +88,29 @@ export function utf8ByteLength(s: string): number {
   return n;
 }
 
+/** JSON escapes can make text up to 6× its content (`\u00e9`): the pre-parse bound allows for it. */
+const MAX_ESCAPE_FACTOR = 6;
+const SYNTAX_SLACK_CHARS = 65_536;
+
+/**
+ * Characters of the JSON text outside `"data:…"` strings (inline media, bounded by the body cap
+ * only), found with native indexOf jumps: a body of megabytes of tool schema is refused from this
+ * before it is parsed or even scanned character by character. An escaped `\"data:` inside a string
+ * can only make the count smaller (the full limits after parsing still apply).
+ */
+function charsOutsideDataUrls(text: string): number {
+  let media = 0;
+  let i = text.indexOf('"data:');
+  while (i !== -1) {
+    let j = text.indexOf('"', i + 6);
+    while (j !== -1 && text.charCodeAt(j - 1) === 0x5c) j = text.indexOf('"', j + 1);
+    if (j === -1) break;
+    media += j - i + 1;
+    i = text.indexOf('"data:', j + 1);
+  }
+  return text.length - media;
+}
+
 /**
  * Maximum bracket nesting of a JSON text, ignoring brackets inside strings. Iterative, and run
  * before JSON.parse so that a body of 10^7 nested arrays is refused before it is materialised.
@@ -114,6 +137,35 @@ function jsonDepthExceeds(text: string, max: number): boolean {
     } else if (c === 0x5d || c === 0x7d) depth--;
   }
   return false;
+}
+
+/**
+ * Characters of `v` as compact JSON, counted without serialising it and stopping as soon as the
+ * count passes `budget` (so a huge schema costs no more than the budget to measure).
+ */
+export function jsonChars(v: unknown, budget: number): number {
+  let n = 0;
+  const stack: unknown[] = [v];
+  while (stack.length > 0 && n <= budget) {
+    const x = stack.pop();
+    if (typeof x === "string") n += x.length + 2;
+    else if (typeof x === "number" || typeof x === "boolean") n += String(x).length;
+    else if (x === null || x === undefined) n += 4;
+    else if (Array.isArray(x)) {
+      n += 2 + Math.max(0, x.length - 1);
+      if (n > budget) break;
+      for (const e of x) stack.push(e);
+    } else if (typeof x === "object") {
+      const keys = Object.keys(x);
+      n += 2 + Math.max(0, keys.length - 1);
+      if (n > budget) break;
+      for (const k of keys) {
+        n += k.length + 3;
+        stack.push((x as Record<string, unknown>)[k]);
+      }
+    }
+  }
+  return n;
 }
 
 const LONE_SURROGATE = /[\ud800-\udbff](?![\udc00-\udfff])|(?<![\ud800-\udbff])[\udc00-\udfff]/;
@@ -314,8 +366,9 @@ function checkLimits(req: ChatCompletionRequest, limits: Limits): void {
     if (m.role !== "user") {
       chars += m.reasoning_content?.length ?? 0;
       for (const call of m.tool_calls ?? []) {
-        const args = call.function.arguments;
-        if (typeof args === "string") chars += args.length;
+        const args: unknown = call.function.arguments;
+        chars += call.function.name?.length ?? 0;
+        chars += typeof args === "string" ? args.length : jsonChars(args, limits.maxMessageChars);
       }
     }
     if (chars > limits.maxMessageChars) {
@@ -323,10 +376,22 @@ function checkLimits(req: ChatCompletionRequest, limits: Limits): void {
     }
     total += chars;
   });
-  for (const t of req.tools ?? []) total += (t.function.description?.length ?? 0) + t.function.name.length;
   if (total > limits.maxTotalChars) {
     throw limitError(`Request text is ${total} characters (limit ${limits.maxTotalChars}).`, "messages");
   }
+  // Everything else the template renders or the worker compiles counts against the same budget.
+  const budget = () => limits.maxTotalChars - total;
+  const extra = (param: string, chars: number) => {
+    total += chars;
+    if (total > limits.maxTotalChars) throw limitError(`Request text including ${param} is over ${limits.maxTotalChars} characters.`, param);
+  };
+  (req.tools ?? []).forEach((t, i) => {
+    extra(`tools[${i}].function`, t.function.name.length + (t.function.description?.length ?? 0) + (t.function.parameters === undefined ? 0 : jsonChars(t.function.parameters, budget())));
+  });
+  if (req.chat_template_kwargs !== undefined) extra("chat_template_kwargs", jsonChars(req.chat_template_kwargs, budget()));
+  if (req.response_format !== undefined) extra("response_format", jsonChars(req.response_format, budget()));
+  if (req.regex !== undefined) extra("regex", req.regex.length);
+  if (req.ebnf !== undefined) extra("ebnf", req.ebnf.length);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -344,6 +409,10 @@ export function parseChatRequest(bodyText: string, limits: Limits = DEFAULT_LIMI
       throw new PayloadTooLargeError(`Request body exceeds ${limits.maxBodyBytes} bytes.`);
     }
     if (bodyText.trim() === "") throw new InvalidRequestError("Request body is empty; expected a JSON object.", null, "invalid_json");
+    const outside = charsOutsideDataUrls(bodyText);
+    if (outside > MAX_ESCAPE_FACTOR * limits.maxTotalChars + SYNTAX_SLACK_CHARS) {
+      throw limitError(`Request text (outside data: URLs) is ${outside} characters: far over the limit of ${limits.maxTotalChars}.`, null);
+    }
     if (jsonDepthExceeds(bodyText, limits.maxJsonDepth)) {
       throw new InvalidRequestError(`JSON body is nested deeper than ${limits.maxJsonDepth} levels.`, null, "invalid_json");
     }
@@ -398,6 +467,8 @@ export async function readBodyText(
   const decoder = new TextDecoder("utf-8", { fatal: true, ignoreBOM: false });
   let size = 0;
   let text = "";
+  /** Invalid UTF-8 seen: the rest of the body (within the cap) is read and dropped, then refused. */
+  let invalid: KvedgeError | null = null;
   try {
     for (;;) {
       const { done, value } = await reader.read();
@@ -407,10 +478,18 @@ export async function readBodyText(
         await reader.cancel().catch(() => undefined);
         throw tooLarge();
       }
-      text += decodeUtf8(decoder, value);
+      if (invalid) continue;
+      try {
+        text += decodeUtf8(decoder, value);
+      } catch (e) {
+        invalid = e as KvedgeError;
+        text = "";
+      }
     }
+    if (invalid) throw invalid;
     text += decodeUtf8(decoder);
   } catch (e) {
+    await reader.cancel().catch(() => undefined);
     if (e instanceof KvedgeError) throw e;
     throw new InvalidRequestError("Request body could not be read.");
   } finally {

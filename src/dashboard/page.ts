@@ -255,8 +255,8 @@ export function dashboardLoginHtml(error: string | null): string {
 <html lang="en"><head><meta charset="utf-8"><title>kvedge dashboard: sign in</title></head>
 <body style="font:14px system-ui,sans-serif;max-width:32rem;margin:4rem auto">
 <h1 style="font-size:18px">kvedge dashboard</h1>${msg}
-<p>Enter the admin token. It is exchanged for an HttpOnly session cookie and removed from the address bar.</p>
-<form method="get" action="/dashboard"><input type="password" name="token" autocomplete="off" style="width:100%;padding:6px" aria-label="admin token">
+<p>Enter the admin token. It is sent once (POST) and exchanged for an HttpOnly session cookie that expires after 12 hours.</p>
+<form method="post" action="/dashboard/login"><input type="password" name="token" autocomplete="off" style="width:100%;padding:6px" aria-label="admin token">
 <p><button type="submit">Open dashboard</button></p></form>
 </body></html>`;
 }

@@ -1,9 +1,11 @@
 /**
  * Operator routes: `/metrics` (Prometheus), `/dashboard` (HTML), `/admin/*` (JSON). All need the
  * admin token as `Authorization: Bearer <ADMIN_TOKEN>`. The dashboard also accepts a session
- * cookie, set once from `/dashboard?token=<ADMIN_TOKEN>`: its value is an HMAC of the token (never
- * the token itself), HttpOnly, SameSite=Strict; it authorises only the read-only GET routes the page
- * uses. Runtime-free: the index stubs are injected (functions/ wires them).
+ * cookie, obtained once by POSTing the token to `/dashboard/login` (a form body, never a URL: a
+ * token in a query string is refused). The cookie holds its expiry and an HMAC keyed by the token
+ * over it (never the token itself), is HttpOnly and SameSite=Strict, expires after 12 h (checked
+ * here, not only by the browser) and dies with the token's rotation; it authorises only the
+ * read-only GET routes the page uses. Runtime-free: the index stubs are injected (functions/).
  */
 import { AuthenticationError, InvalidRequestError, MethodNotAllowedError, NotFoundError } from "../api/errors.ts";
 import type { EdgeConfig } from "../api/config.ts";
@@ -61,6 +63,10 @@ export async function handleAdminRoute(request: Request, deps: AdminDeps): Promi
     requireMethod(request, "GET");
     return dashboard(request, url, deps.config);
   }
+  if (path === "/dashboard/login") {
+    requireMethod(request, "POST");
+    return login(request, url, deps.config);
+  }
   if (!path.startsWith("/admin/")) return null;
   if (path === "/admin/overview") {
     requireMethod(request, "GET");
@@ -105,13 +111,23 @@ function allShards(deps: AdminDeps, model: string): AdminIndexClient[] {
 
 // ---- auth ----
 
-async function sessionValue(adminToken: string): Promise<string> {
+/** `<expires unix s>.<hex HMAC-SHA256(token, "kvedge-dashboard-session-v2:" + expires)>`. */
+export async function sessionValue(adminToken: string, expiresAt: number): Promise<string> {
   const enc = new TextEncoder();
   const key = await crypto.subtle.importKey("raw", enc.encode(adminToken), { name: "HMAC", hash: "SHA-256" }, false, ["sign"]);
-  const mac = new Uint8Array(await crypto.subtle.sign("HMAC", key, enc.encode("kvedge-dashboard-session-v1")));
+  const mac = new Uint8Array(await crypto.subtle.sign("HMAC", key, enc.encode(`kvedge-dashboard-session-v2:${expiresAt}`)));
   let hex = "";
   for (const b of mac) hex += b.toString(16).padStart(2, "0");
-  return hex;
+  return `${expiresAt}.${hex}`;
+}
+
+/** A session cookie is valid when its MAC matches and its expiry is in the future (and not too far). */
+async function sessionValid(cookie: string, adminToken: string, nowS: number): Promise<boolean> {
+  const m = /^(\d{1,12})\.[0-9a-f]{64}$/.exec(cookie);
+  if (!m) return false;
+  const expiresAt = Number(m[1]);
+  if (expiresAt <= nowS || expiresAt > nowS + SESSION_MAX_AGE_S) return false;
+  return timingSafeEqualString(cookie, await sessionValue(adminToken, expiresAt));
 }
 
 function cookieOf(request: Request, name: string): string | null {
@@ -131,7 +147,7 @@ async function isAdmin(request: Request, config: EdgeConfig, allowCookie: boolea
   if (bearer !== null) return timingSafeEqualString(bearer, token);
   if (!allowCookie) return false;
   const cookie = cookieOf(request, SESSION_COOKIE);
-  return cookie !== null && timingSafeEqualString(cookie, await sessionValue(token));
+  return cookie !== null && (await sessionValid(cookie, token, Math.floor(Date.now() / 1000)));
 }
 
 async function requireAdminAuth(request: Request, config: EdgeConfig, allowCookie: boolean): Promise<void> {
@@ -144,15 +160,21 @@ function requireMethod(request: Request, method: string): void {
 
 // ---- dashboard ----
 
+/** Trades the admin token (form body `token=…`, POSTed once) for the expiring session cookie. */
+async function login(request: Request, url: URL, config: EdgeConfig): Promise<Response> {
+  const text = await readBodyText(request.body, { maxBodyBytes: 4096 }, request.headers.get("content-length"));
+  const given = new URLSearchParams(text).get("token") ?? "";
+  // Guessing is bounded by the operator routes' rate limit (functions/index.ts).
+  if (!config.adminToken || !timingSafeEqualString(given, config.adminToken)) return html(dashboardLoginHtml("That token is not the admin token."), 401);
+  const secure = url.protocol === "https:" ? "; Secure" : "";
+  const value = await sessionValue(config.adminToken, Math.floor(Date.now() / 1000) + SESSION_MAX_AGE_S);
+  const cookie = `${SESSION_COOKIE}=${value}; Path=/; HttpOnly; SameSite=Strict; Max-Age=${SESSION_MAX_AGE_S}${secure}`;
+  return new Response(null, { status: 303, headers: { location: "/dashboard", "set-cookie": cookie, "cache-control": "no-store", "referrer-policy": "no-referrer" } });
+}
+
 async function dashboard(request: Request, url: URL, config: EdgeConfig): Promise<Response> {
-  const given = url.searchParams.get("token");
-  if (given !== null) {
-    if (!config.adminToken || !timingSafeEqualString(given, config.adminToken)) return html(dashboardLoginHtml("That token is not the admin token."), 401);
-    // Trade the token for the session cookie and drop it from the address bar and history.
-    const secure = url.protocol === "https:" ? "; Secure" : "";
-    const cookie = `${SESSION_COOKIE}=${await sessionValue(config.adminToken)}; Path=/; HttpOnly; SameSite=Strict; Max-Age=${SESSION_MAX_AGE_S}${secure}`;
-    return new Response(null, { status: 303, headers: { location: "/dashboard", "set-cookie": cookie, "cache-control": "no-store", "referrer-policy": "no-referrer" } });
-  }
+  // Secrets never travel in URLs (logs, history, referrers): a token there is refused, not used.
+  if (url.searchParams.has("token")) return html(dashboardLoginHtml("Tokens are not accepted in the address: sign in with the form."), 400);
   if (!(await isAdmin(request, config, true))) return html(dashboardLoginHtml(null), 401);
   const nonce = crypto.randomUUID().replace(/-/g, "");
   return html(dashboardHtml(nonce), 200, {

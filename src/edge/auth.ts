@@ -1,4 +1,10 @@
-/** Credential checks shared by the edge routes. Constant-time comparison avoids timing leaks. */
+/**
+ * Credential checks shared by the edge routes. Constant-time comparison avoids timing leaks.
+ * `/v1` is closed by default: without configured API keys it serves nobody unless the operator set
+ * KVEDGE_ACCESS=public (src/api/config.ts). The admin token is also accepted on `/v1`: an admin
+ * caller sees the `x-kvedge-*` routing headers.
+ */
+import type { EdgeConfig } from "../api/config.ts";
 import { AuthenticationError } from "../api/errors.ts";
 
 export function timingSafeEqualString(a: string, b: string): boolean {
@@ -17,28 +23,31 @@ export function bearerToken(request: Request): string | null {
   return m ? m[1]! : null;
 }
 
-/** Admin endpoints: refused outright when no admin token is configured. */
-export function requireAdmin(request: Request, adminToken: string | null): void {
-  const t = bearerToken(request);
-  if (!adminToken || !t || !timingSafeEqualString(t, adminToken)) throw new AuthenticationError("Admin token required.");
-}
-
-/** Client API keys are optional: when none are configured the API is open. */
-export function requireApiKey(request: Request, keys: Set<string> | null): void {
-  matchApiKey(request, keys);
+/** Who is calling `/v1`: the rate-limit identity (an API key, or null = by client network) and admin or not. */
+export interface ClientIdentity {
+  apiKey: string | null;
+  admin: boolean;
 }
 
 /**
- * The configured API key the request presents (its rate-limit identity), or null when no keys are
- * configured; throws when keys are configured and none matches. Every key is compared, so timing
- * does not reveal which one (or how much of one) matched.
+ * Authorizes a `/v1` request. Every configured key is compared, so timing does not reveal which one
+ * (or how much of one) matched. Throws AuthenticationError (401) when the endpoint is closed (no
+ * keys, not public), when a key is required and missing, or when a presented token matches nothing.
  */
-export function matchApiKey(request: Request, keys: Set<string> | null): string | null {
-  if (!keys) return null;
+export function authorizeClient(request: Request, config: Pick<EdgeConfig, "apiKeys" | "adminToken" | "publicAccess">): ClientIdentity {
   const t = bearerToken(request);
-  if (!t) throw new AuthenticationError("Missing API key. Send 'Authorization: Bearer <key>'.");
+  if (t !== null && config.adminToken !== null && timingSafeEqualString(t, config.adminToken)) return { apiKey: null, admin: true };
+  const keys = config.apiKeys;
+  if (!keys) {
+    if (config.publicAccess) return { apiKey: null, admin: false };
+    throw new AuthenticationError("This endpoint requires an API key and none is configured (operators: set KVEDGE_API_KEYS, or KVEDGE_ACCESS=public).");
+  }
+  if (t === null) {
+    if (config.publicAccess) return { apiKey: null, admin: false };
+    throw new AuthenticationError("Missing API key. Send 'Authorization: Bearer <key>'.");
+  }
   let found: string | null = null;
   for (const k of keys) if (timingSafeEqualString(t, k)) found = k;
   if (found === null) throw new AuthenticationError("Invalid API key.");
-  return found;
+  return { apiKey: found, admin: false };
 }

@@ -12,8 +12,8 @@ import {
   UpstreamTimeoutError,
   errorResponse,
 } from "../api/errors.ts";
-import type { EdgeConfig, ModelConfig } from "../api/config.ts";
-import { parseLimits, type Limits } from "../api/limits.ts";
+import { contextTokensOf, type EdgeConfig, type ModelConfig, type RoutingConfig } from "../api/config.ts";
+import type { Limits } from "../api/limits.ts";
 import { parseChatRequest, readBodyText } from "../api/validate.ts";
 import type { ChatCompletionRequest } from "../api/openai-schema.ts";
 import { parseToolsKeepingNumbers, preparePrompt } from "../prompt/index.ts";
@@ -25,13 +25,15 @@ import type { RouteDecision, RouteRequest, SettleRequest } from "../kv/routing-c
 import { buildGenerateBody, newRequestId } from "../proxy/generate-request.ts";
 import { cacheSaltFor } from "./cache-salt.ts";
 import { createChatStreamTranslator, translateGenerateHttp } from "../proxy/translate.ts";
+import { guardUpstreamBody, readGuardedText } from "../proxy/upstream-guard.ts";
 import { chatOutputPlan, modelParsers, type ChatOutputPlan } from "../proxy/chat-output.ts";
-import { matchApiKey } from "./auth.ts";
-import { resolveMedia, type MediaDeps, type MediaPartRef } from "./media.ts";
+import { authorizeClient } from "./auth.ts";
+import { mediaItems, storeSigner, verifyMedia, type MediaDeps, type MediaPartRef, type VerifiedMedia } from "./media.ts";
 import { buildRoutingView, requestIneligibility, type RoutingView, type WorkerContract } from "../layout/index.ts";
 import { mmHashesAllowed } from "../proxy/generate-request.ts";
 import { SafeFetcher } from "../media/safe-fetch.ts";
 import { DecodeClient } from "../media/decode-client.ts";
+import { importMediaUrlKey } from "../media/signed-url.ts";
 
 /** What the edge needs from the routing index (the Durable Object stub satisfies it). */
 export interface PoolCohort {
@@ -70,11 +72,9 @@ export interface RoutingPlan {
   view?: Pick<RoutingView, "tokens" | "spans" | "padValues">;
 }
 
-let limitsCache: { src: Record<string, unknown>; limits: Limits } | null = null;
-/** The configured request limits, parsed once per config object (per isolate). */
+/** The configured request limits (parsed with the rest of the config, once per isolate). */
 export function limitsOf(config: EdgeConfig): Limits {
-  if (limitsCache?.src !== config.limitsOverride) limitsCache = { src: config.limitsOverride, limits: parseLimits(config.limitsOverride) };
-  return limitsCache.limits;
+  return config.limits;
 }
 
 /**
@@ -140,13 +140,18 @@ async function poolCohort(index: IndexClient, model: string, ttlMs: number): Pro
 let mediaDepsCache: { config: EdgeConfig; deps: MediaDeps } | null = null;
 function mediaDeps(deps: Pick<ChatDeps, "config" | "fetch">): MediaDeps {
   if (mediaDepsCache?.config !== deps.config) {
-    const policy = deps.config.media as { maxBytes?: number };
+    const store = deps.config.mediaStore;
+    const decode = new DecodeClient(deps.config.decode, (u, i) => deps.fetch(u, i));
+    const key = decode.configured && store.urlKey && store.publicUrl ? importMediaUrlKey(store.urlKey) : null;
+    key?.catch(() => undefined);
     mediaDepsCache = {
       config: deps.config,
       deps: {
         fetcher: new SafeFetcher(deps.config.media, { fetch: (url, init) => deps.fetch(url, init) }),
-        decode: new DecodeClient(deps.config.decode, (u, i) => deps.fetch(u, i)),
-        maxImageBytes: policy.maxBytes ?? 20 * 1024 * 1024,
+        decode,
+        inlineMaxBytes: store.inlineMaxBytes,
+        sign: key ? storeSigner(store.publicUrl!, key, store.urlTtlSec) : null,
+        forwardClientUrls: store.forwardClientUrls,
       },
     };
   }
@@ -181,14 +186,11 @@ async function planMediaRouting(
   deps: Pick<ChatDeps, "config" | "fetch">,
   req: ChatCompletionRequest,
   tokens: readonly number[],
-  parts: readonly MediaPartRef[],
+  media: readonly VerifiedMedia[],
   model: ModelConfig,
   index: IndexClient,
 ): Promise<RoutingPlan> {
   const tokenizer = getQwenTokenizer(model.family);
-  const media = mediaDeps(deps);
-  // Never forward a URL the SSRF policy refuses, whatever the routing outcome.
-  for (const p of parts) if (!p.url.startsWith("data:")) media.fetcher.checkUrl(p.url, p.param);
   const fallback = (reason: string) => textPrefixPlan(tokens, model.blockSize, tokenizer.specialIds.visionStart, reason);
   if (!deps.config.exactMedia) return fallback("exact_media_disabled");
   const { partTypes, uuids } = requestShape(req);
@@ -201,7 +203,7 @@ async function planMediaRouting(
   if (!mmHashesAllowed(req)) return fallback("n_greater_than_one");
   const { cohort } = await poolCohort(index, model.id, deps.config.routing.profileTtlMs);
   if (!cohort.ok) return fallback(cohort.reason);
-  const resolved = await resolveMedia(parts, cohort.digest, media);
+  const resolved = mediaItems(media, cohort.digest);
   if (resolved.unresolved) return fallback(resolved.unresolved.reason);
   const view = buildRoutingView(cohort.contract, tokens, resolved.items, (t) => tokenizer.encode(t));
   if (!view.ok) return fallback(view.reason);
@@ -245,6 +247,8 @@ export interface PreparedRouting {
   tokens: number[];
   plan: RoutingPlan;
   index: IndexClient;
+  /** Media as the worker receives it (verified bytes only), prompt order. */
+  media: VerifiedMedia[];
 }
 
 /**
@@ -254,12 +258,14 @@ export interface PreparedRouting {
 export async function prepareRouting(req: ChatCompletionRequest, deps: Pick<ChatDeps, "config" | "index" | "fetch">): Promise<PreparedRouting> {
   const model = modelConfig(deps.config, req.model);
   const prompt = preparePrompt(req, { family: model.family, templateId: model.templateId });
+  checkPromptChars(prompt.text.length, model, limitsOf(deps.config));
   const tokenizer = getQwenTokenizer(model.family);
   if (prompt.mediaParts.length === 0) {
     // Text: earlier turns' tokens and block hashes come from the isolate's prompt-prefix cache (exact:
     // the same as encode + localBlockHashes). The ids are built only if asked for (admin explain).
     const encoded = sharedPrefixCache().encode(tokenizer, prompt.text, model.blockSize);
     if (encoded.length === 0) throw new InvalidRequestError("The prompt is empty.", "messages");
+    checkPromptTokens(encoded.length, model);
     const plan: RoutingPlan = { localHashes: encoded.localHashes, isl: encoded.length, fallbackReason: null, mmHashes: null };
     let ids: number[] | null = null;
     return {
@@ -270,37 +276,71 @@ export async function prepareRouting(req: ChatCompletionRequest, deps: Pick<Chat
       },
       plan,
       index: deps.index(model.id),
+      media: [],
     };
   }
   const tokens = tokenizer.encode(prompt.text);
   if (tokens.length === 0) throw new InvalidRequestError("The prompt is empty.", "messages");
+  checkPromptTokens(tokens.length, model);
   const index = deps.index(model.id);
   const parts: MediaPartRef[] = prompt.mediaParts.map((p) => ({
     kind: p.kind,
     url: p.url,
     param: `messages[${p.messageIndex}].content[${p.partIndex}]`,
   }));
-  const plan = await planMediaRouting(deps, req, tokens, parts, model, index);
-  return { model, prompt, tokens, plan, index };
+  // Every item becomes verified bytes before anything else, whatever the routing outcome.
+  const media = await verifyMedia(parts, mediaDeps(deps));
+  const plan = await planMediaRouting(deps, req, tokens, media, model, index);
+  return { model, prompt, tokens, plan, index, media };
+}
+
+/** Longest token of the Qwen2/2.5/3 vocabularies, in UTF-16 units (a run of 128 spaces). */
+const MAX_TOKEN_CHARS = 128;
+
+/**
+ * Before tokenizing: the rendered prompt within `maxPromptChars`, and not so long that even at the
+ * longest token it could not fit the context (both bound the tokenizer's work per request).
+ */
+function checkPromptChars(chars: number, model: ModelConfig, limits: Limits): void {
+  const context = contextTokensOf(model);
+  if (chars > limits.maxPromptChars || chars > context * MAX_TOKEN_CHARS)
+    throw new InvalidRequestError(
+      `The rendered prompt is ${chars} characters, more than this endpoint accepts for '${model.id}' (limit ${Math.min(limits.maxPromptChars, context * MAX_TOKEN_CHARS)}).`,
+      "messages",
+      "context_length_exceeded",
+    );
+}
+
+/** After tokenizing: SGLang refuses input_len ≥ context_len (tokenizer_manager _validate_one_request); refuse it here first. */
+function checkPromptTokens(tokens: number, model: ModelConfig): void {
+  const context = contextTokensOf(model);
+  if (tokens >= context)
+    throw new InvalidRequestError(
+      `The input (${tokens} tokens) is longer than the model's context length (${context} tokens).`,
+      "messages",
+      "context_length_exceeded",
+    );
 }
 
 export async function handleChatCompletions(request: Request, deps: ChatDeps): Promise<Response> {
   const { config } = deps;
   // workerd advances clocks only across I/O, so this measures what awaits cost (body, index RPC).
   const arrivedAt = Date.now();
-  const apiKey = matchApiKey(request, config.apiKeys);
+  const caller = authorizeClient(request, config);
+  // Routing headers reveal topology and other tenants' cached prefixes: admin callers or debug only.
+  const showRouting = caller.admin || config.debugHeaders;
   // The limiter round trip overlaps reading and validating the body; its verdict is awaited
   // before any routing work (a refused request still spends its token).
-  const admitted = deps.rateLimit?.(apiKey) ?? null;
+  const admitted = deps.rateLimit?.(caller.apiKey) ?? null;
   admitted?.catch(() => undefined);
   const limits = limitsOf(config);
   const bodyText = await readBodyText(request.body, limits, request.headers.get("content-length"));
   const req = parseChatBody(bodyText, limits, { sizeChecked: true });
   if (admitted) await admitted;
-  const { model, prompt, plan } = await prepareRouting(req, deps);
+  const { model, prompt, plan, media } = await prepareRouting(req, deps);
   // Tenant / adapter isolation: SGLang keeps a salted request's KV apart, and so does the index.
   const { adapter } = resolveModel(config, req.model);
-  const cacheSalt = await cacheSaltFor(config, { apiKey, adapter });
+  const cacheSalt = await cacheSaltFor(config, { apiKey: caller.apiKey, adapter });
   const localHashes = cacheSalt === null ? plan.localHashes : namespacedLocalHashes(plan.localHashes, namespaceTag(cacheSalt));
   const parsers = modelParsers(model);
   const output = chatOutputPlan(req, parsers);
@@ -311,8 +351,8 @@ export async function handleChatCompletions(request: Request, deps: ChatDeps): P
     requireReasoning: output.reasoning?.force === true,
     toolCallParser: parsers.toolCallParser,
     media: {
-      imageData: prompt.mediaParts.filter((p) => p.kind === "image").map((p) => p.url),
-      videoData: prompt.mediaParts.filter((p) => p.kind === "video").map((p) => p.url),
+      imageData: media.filter((m) => m.kind === "image").map((m) => m.forward!),
+      videoData: media.filter((m) => m.kind === "video").map((m) => m.forward!),
       ...(plan.mmHashes ? { mmHashes: plan.mmHashes } : {}),
     },
   });
@@ -340,11 +380,11 @@ export async function handleChatCompletions(request: Request, deps: ChatDeps): P
     };
     try {
       const prefillDone = () => deps.waitUntil(shardIndex.markPrefillDone(decision.receiptId).catch(() => undefined));
-      const res = await proxyOnce(deps, decision, req, output, bodyJson, requestId, config.routing.upstreamHeadersTimeoutMs, settle, config.shards > 1, prefillDone);
-      const headers = routingHeaders(decision, plan, requestId, attempt, shard);
+      const res = await proxyOnce(deps, decision, req, output, bodyJson, requestId, config.routing, settle, config.shards > 1, prefillDone, request.signal ?? null);
+      const headers = showRouting ? routingHeaders(decision, plan, requestId, attempt, shard) : new Headers({ "x-request-id": requestId });
       for (const [k, v] of res.headers) headers.set(k, v);
       // Edge time before the upstream call (workerd clocks advance across I/O: body, index RPCs).
-      headers.set("server-timing", `kvedge-route;dur=${edgeOverheadMs}`);
+      if (showRouting) headers.set("server-timing", `kvedge-route;dur=${edgeOverheadMs}`);
       return new Response(res.body, { status: res.status, headers });
     } catch (err) {
       if (err instanceof RetryableUpstream) {
@@ -354,12 +394,16 @@ export async function handleChatCompletions(request: Request, deps: ChatDeps): P
           for (let k = 0; k < config.shards; k++)
             deps.waitUntil(deps.index(model.id, k).markDown(decision.workerId, err.message).catch(() => undefined));
         exclude.push(decision.workerId);
-        lastError = new UpstreamError(`Worker ${decision.workerId} failed before answering: ${err.message}`, null, "worker_unavailable");
+        // The client learns that a worker failed, never which one or how (ids, addresses, texts).
+        console.warn(JSON.stringify({ event: "worker_failed", worker: decision.workerId, requestId, error: err.message.slice(0, 300) }));
+        lastError = new UpstreamError("A worker failed before answering.", null, "worker_unavailable");
         continue;
       }
       settle({ promptTokens: null, cachedTokens: null, outcome: "error" });
       const e = err instanceof KvedgeError ? err : new UpstreamError("The worker's answer could not be processed.");
-      return errorResponse(e, { "x-request-id": requestId, "x-kvedge-worker": decision.workerId });
+      // The worker's own text stays in the logs; the client gets the sanitized message.
+      if (typeof e.cause === "string") console.warn(JSON.stringify({ event: "upstream_error", requestId, worker: decision.workerId, code: e.code, upstream: e.cause.slice(0, 1000) }));
+      return errorResponse(e, showRouting ? { "x-request-id": requestId, "x-kvedge-worker": decision.workerId } : { "x-request-id": requestId });
     }
   }
   throw lastError ?? new NoWorkerAvailableError();
@@ -372,7 +416,7 @@ async function proxyOnce(
   output: ChatOutputPlan,
   bodyJson: string,
   requestId: string,
-  headersTimeoutMs: number,
+  routing: RoutingConfig,
   settle: (s: Omit<SettleRequest, "receiptId">) => Promise<void>,
   /**
    * Sharded pool: hold a complete answer until its release has reached every shard, so a client's
@@ -381,9 +425,17 @@ async function proxyOnce(
   releaseBeforeReply: boolean,
   /** Called when a stream's first output arrives (its prefill is over; the TTFT cost stops counting it). */
   prefillDone: () => void,
+  /** The client's request signal: the client going away aborts the upstream request. */
+  clientSignal: AbortSignal | null,
 ): Promise<Response> {
   const abort = new AbortController();
-  const timer = setTimeout(() => abort.abort(), headersTimeoutMs);
+  const deadlineAt = Date.now() + routing.upstreamDeadlineMs;
+  if (clientSignal?.aborted) abort.abort();
+  else clientSignal?.addEventListener("abort", () => abort.abort(), { once: true });
+  const timer = setTimeout(() => abort.abort(), Math.min(routing.upstreamHeadersTimeoutMs, routing.upstreamDeadlineMs));
+  // The body: idle timeout, total deadline, a size cap when buffered; cancelling it aborts the request.
+  const guarded = (maxBytes?: number) =>
+    guardUpstreamBody(upstream.body ?? new ReadableStream(), { idleMs: routing.upstreamIdleTimeoutMs, deadlineAt, abort, ...(maxBytes !== undefined ? { maxBytes } : {}) });
   let upstream: Response;
   try {
     upstream = await deps.fetch(`${d.url}/generate`, {
@@ -404,10 +456,15 @@ async function proxyOnce(
   if (!req.stream) {
     let text: string;
     try {
-      text = await upstream.text();
+      text = await readGuardedText(guarded(routing.maxUpstreamBodyBytes));
     } catch (err) {
-      // The worker died while computing; the client has seen nothing yet.
-      throw new RetryableUpstream(err instanceof Error ? err.message : String(err), true);
+      // Cut by a deadline, the size cap or the client's going: not the worker's failure; not retried.
+      if (err instanceof UpstreamTimeoutError || (err instanceof UpstreamError && (err.code === "upstream_too_large" || err.code === "cancelled"))) throw err;
+      // The connection broke while the worker computed; the client has seen nothing yet. Retried
+      // elsewhere, but not marked down: one request that makes a worker drop its connection must
+      // not take workers out of the pool for everyone (a dead worker is seen by its relay, and by
+      // the next connect that is refused).
+      throw new RetryableUpstream(err instanceof Error ? err.message : String(err), false);
     }
     if (upstream.status === 503) throw new RetryableUpstream("worker overloaded (503)", false);
     try {
@@ -423,7 +480,7 @@ async function proxyOnce(
 
   if (upstream.status < 200 || upstream.status > 299) {
     if (upstream.status === 503) throw new RetryableUpstream("worker overloaded (503)", false);
-    const text = await upstream.text().catch(() => "");
+    const text = await readGuardedText(guarded(routing.maxUpstreamBodyBytes)).catch(() => "");
     return translateGenerateHttp(upstream.status, text, ctx) as never; // throws the mapped error
   }
   if (!upstream.body) throw new RetryableUpstream("empty upstream body", false);
@@ -441,12 +498,12 @@ async function proxyOnce(
         outcome: o.status === "completed" ? "ok" : "error",
       }),
   });
-  upstream.body.pipeTo(translator.writable).catch(() => undefined);
+  guarded().pipeTo(translator.writable).catch(() => undefined);
   const early = await translator.ready;
   if (early) {
     await translator.readable.cancel().catch(() => undefined);
     // Cut before any output: another worker can still answer in full.
-    if (early instanceof UpstreamError && early.upstreamStatus === null) throw new RetryableUpstream(early.message, true);
+    if (early instanceof UpstreamError && early.upstreamStatus === null) throw new RetryableUpstream(early.message, false);
     throw early;
   }
   prefillDone();

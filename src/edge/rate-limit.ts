@@ -1,27 +1,18 @@
 /**
- * Per-client rate limits for `POST /v1/chat/completions`: a token bucket per API key (or, when no
- * API keys are configured, per client address), `KVEDGE_RATE_LIMIT = {"requestsPerMinute":600,
- * "burst":60}`. A bucket holds up to `burst` requests and refills at requestsPerMinute / 60 per
- * second; a request that finds it empty gets 429 in the OpenAI error shape with `retry-after`.
- * The bucket arithmetic is pure (here); its state lives in one Durable Object per client
- * (durable-objects/rate-limiter.ts), so the limit holds across every edge isolate.
+ * Rate limits, on by default (`KVEDGE_RATE_LIMIT`, src/api/config.ts RateLimitsSchema):
+ * - `POST /v1/chat/completions`: a token bucket per API key, else per client network;
+ * - failed authentication on any route, operator routes and relay connects: a bucket per client
+ *   network each.
+ * A client network is the /64 of an IPv6 address (one subscriber's allocation: rotating through it
+ * buys nothing) or the /32 of an IPv4 one. A bucket holds up to `burst` requests and refills at
+ * requestsPerMinute / 60 per second; a request that finds it empty gets 429 in the OpenAI error
+ * shape with `retry-after`. The arithmetic is pure (here); each bucket lives in one Durable Object
+ * (durable-objects/rate-limiter.ts), so a limit holds across every edge isolate.
  */
-import { z } from "zod";
+import type { BucketConfig } from "../api/config.ts";
 import { RateLimitError } from "../api/errors.ts";
+import { parseIp, formatIpv4 } from "../media/ip-address.ts";
 import { bytesToHex, sha256 } from "../util/hash.ts";
-
-export const RateLimitConfigSchema = z.strictObject({
-  requestsPerMinute: z.number().positive().max(10_000_000),
-  burst: z.number().int().min(1).max(1_000_000),
-});
-export type RateLimitConfig = z.infer<typeof RateLimitConfigSchema>;
-
-/** `KVEDGE_RATE_LIMIT` → config; unset or empty = no rate limiting. Throws on a malformed value. */
-export function parseRateLimitVar(raw: unknown): RateLimitConfig | null {
-  if (raw === undefined || raw === null || raw === "") return null;
-  const value: unknown = typeof raw === "string" ? JSON.parse(raw) : raw;
-  return RateLimitConfigSchema.parse(value);
-}
 
 export interface BucketState {
   tokens: number;
@@ -38,7 +29,7 @@ export interface TakeResult {
 }
 
 /** Refills `state` up to `now` and takes one request if there is one. Mutates and returns the verdict. */
-export function takeToken(state: BucketState, cfg: RateLimitConfig, now: number): TakeResult {
+export function takeToken(state: BucketState, cfg: BucketConfig, now: number): TakeResult {
   const perMs = cfg.requestsPerMinute / 60_000;
   const elapsed = Math.max(0, now - state.at);
   state.tokens = Math.min(cfg.burst, state.tokens + elapsed * perMs);
@@ -50,8 +41,14 @@ export function takeToken(state: BucketState, cfg: RateLimitConfig, now: number)
   return { allowed: false, remaining: 0, retryAfterSeconds: Math.max(1, Math.ceil((1 - state.tokens) / perMs / 1000)) };
 }
 
-export function fullBucket(cfg: RateLimitConfig, now: number): BucketState {
+export function fullBucket(cfg: BucketConfig, now: number): BucketState {
   return { tokens: cfg.burst, at: now };
+}
+
+/** When the bucket is full again: from then on its stored state says nothing a fresh one would not. */
+export function fullAgainAt(state: BucketState, cfg: BucketConfig): number {
+  const perMs = cfg.requestsPerMinute / 60_000;
+  return state.at + Math.ceil(Math.max(0, cfg.burst - state.tokens) / perMs);
 }
 
 /** 429 with the wait the client should honour (`retry-after`, seconds). */
@@ -68,17 +65,39 @@ export function rateLimitHeaders(err: unknown): Record<string, string> | undefin
   return err instanceof RateLimitedError ? { "retry-after": String(err.retryAfterSeconds) } : undefined;
 }
 
-/** The bucket's name: a digest, so raw API keys never appear as object names (requires initHashing()). */
-export function rateLimitBucketName(client: { apiKey: string } | { address: string }): string {
-  return "apiKey" in client ? `key:${bytesToHex(sha256(new TextEncoder().encode(client.apiKey))).slice(0, 32)}` : `ip:${client.address}`;
+/**
+ * The client's network for rate limiting: `2001:db8:1:2::/64` for IPv6 (IPv4-mapped addresses count
+ * as IPv4), `203.0.113.7/32` for IPv4; anything unparsable is its own (bounded) label.
+ */
+export function clientNetwork(address: string | null): string {
+  if (!address) return "unknown";
+  const ip = parseIp(address.trim());
+  if (!ip) return `raw:${address.slice(0, 64)}`;
+  if (ip.family === 4) return `${formatIpv4(ip.value)}/32`;
+  const v = ip.value;
+  if (v >> 32n === 0xffffn) return `${formatIpv4(Number(v & 0xffffffffn))}/32`;
+  const top = v >> 64n;
+  const groups = [48n, 32n, 16n, 0n].map((s) => ((top >> s) & 0xffffn).toString(16));
+  return `${groups.join(":")}::/64`;
+}
+
+export type BucketKind = "chat" | "auth" | "admin" | "relay";
+
+/**
+ * A bucket's Durable Object name. API keys appear only as a digest (requires initHashing()); the
+ * kind keeps a client's failed logins, admin calls and chat requests in separate buckets.
+ */
+export function rateLimitBucketName(kind: BucketKind, client: { apiKey: string } | { network: string }): string {
+  if ("apiKey" in client) return `${kind}:key:${bytesToHex(sha256(new TextEncoder().encode(client.apiKey))).slice(0, 32)}`;
+  return `${kind}:net:${client.network}`;
 }
 
 export interface RateLimiterClient {
-  take(cfg: RateLimitConfig): Promise<TakeResult>;
+  take(cfg: BucketConfig): Promise<TakeResult>;
 }
 
 /** Takes one request from the client's bucket; throws RateLimitedError when it is empty. */
-export async function enforceRateLimit(limiter: RateLimiterClient, cfg: RateLimitConfig): Promise<void> {
+export async function enforceRateLimit(limiter: RateLimiterClient, cfg: BucketConfig): Promise<void> {
   const r = await limiter.take(cfg);
   if (!r.allowed) throw new RateLimitedError(r.retryAfterSeconds);
 }

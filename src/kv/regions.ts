@@ -20,7 +20,7 @@ import type { Candidate, Scored } from "./selection.ts";
 
 const RegionName = z.string().min(1).max(64).regex(/^[A-Za-z0-9._-]+$/);
 
-export const RegionsConfigSchema = z.object({
+export const RegionsConfigSchema = z.strictObject({
   /** This edge's region when fixed by configuration (single-region deploys, local development). */
   self: RegionName.optional(),
   /** Cloudflare colo (request.cf.colo, an IATA code) → region. */

@@ -10,7 +10,7 @@
  * Two layers: a synchronous core (bytes in → SSE strings out; easy to test at every byte
  * split) and a stream pair with backpressure, cancellation and callbacks for the edge.
  */
-import { UpstreamError, errorBody } from "../api/errors.ts";
+import { KvedgeError as KvedgeErrorClass, UpstreamError, errorBody } from "../api/errors.ts";
 import type { KvedgeError } from "../api/errors.ts";
 import { GenerateResultSchema } from "./sglang-wire.ts";
 import type { SglangFinishReason, SglangMetaInfo } from "./sglang-wire.ts";
@@ -451,9 +451,10 @@ export function createChatStreamTranslator(opts: ChatStreamOptions): ChatStreamT
       if (readableClosed) return;
       accept(core.end());
     },
-    abort() {
+    abort(reason) {
       if (readableClosed) return;
-      accept(core.fail(new UpstreamError("The connection to the worker failed mid-stream.")));
+      // A guard's own error (idle timeout, deadline: src/proxy/upstream-guard.ts) is told as it is.
+      accept(core.fail(reason instanceof KvedgeErrorClass ? reason : new UpstreamError("The connection to the worker failed mid-stream.")));
     },
   });
 

@@ -2,7 +2,7 @@
  * The operator dashboard in headless Chromium (Debian `chromium`, driven by playwright-core) against
  * the real local fleet, after repeated requests through the edge: the page must show both workers
  * and a nonzero hit rate read from the DOM; the screenshot is saved to docs/img/dashboard.png.
- * Also: the token is traded for an HttpOnly cookie and leaves the address bar; no session, no data.
+ * Also: the token is POSTed once for an expiring HttpOnly cookie (never in a URL); no session, no data.
  */
 import { existsSync, mkdirSync, statSync } from "node:fs";
 import { join } from "node:path";
@@ -66,18 +66,24 @@ describe("dashboard", () => {
       if (m.type() === "error") errors.push(m.text());
     });
     const t0 = Date.now();
-    const nav = await page.goto(`${fleet.edgeUrl}/dashboard?token=${fleet.adminToken}`);
+    // Sign in as an operator does: the token goes into the form (POST), never into a URL.
+    expect((await page.goto(`${fleet.edgeUrl}/dashboard`))?.status()).toBe(401);
+    await page.fill('input[name="token"]', fleet.adminToken);
+    const [nav] = await Promise.all([page.waitForNavigation(), page.click('button[type="submit"]')]);
     expect(nav?.status()).toBe(200);
+    expect(new URL(page.url()).pathname).toBe("/dashboard");
     await page.waitForSelector('body[data-ready="1"]', { state: "attached", timeout: 15_000 }).catch((e: unknown) => {
       throw new Error(`dashboard never rendered: ${String(e)}; page errors: ${JSON.stringify(errors)}`);
     });
     const loadMs = Date.now() - t0;
 
-    // The token left the address bar; the session cookie is HttpOnly (invisible to scripts).
+    // No token in the address bar; the session cookie is HttpOnly (invisible to scripts) and expires.
     expect(new URL(page.url()).search).toBe("");
     expect(await page.evaluate<string>("document.cookie")).not.toContain("kvedge_admin");
     const cookie = (await context.cookies()).find((c) => c.name === "kvedge_admin");
     expect(cookie).toMatchObject({ httpOnly: true, sameSite: "Strict" });
+    expect(cookie!.expires).toBeGreaterThan(Date.now() / 1000);
+    expect(cookie!.expires).toBeLessThanOrEqual(Date.now() / 1000 + 12 * 3600 + 60);
 
     // Wait until every settle has reached the index (they run after the responses).
     await page.waitForFunction('Number(document.getElementById("requests").getAttribute("data-value")) >= 24', null, { timeout: 10_000 });
@@ -112,7 +118,12 @@ describe("dashboard", () => {
     const res = await page.goto(`${fleet.edgeUrl}/dashboard`);
     expect(res?.status()).toBe(401);
     expect(await page.$('input[name="token"]')).not.toBeNull();
-    const bad = await page.goto(`${fleet.edgeUrl}/dashboard?token=wrong-token-wrong-token`);
+    // A token in the URL is refused, even the right one; a wrong one in the form is refused.
+    expect((await page.goto(`${fleet.edgeUrl}/dashboard?token=${fleet.adminToken}`))?.status()).toBe(400);
+    expect((await context.cookies()).find((c) => c.name === "kvedge_admin")).toBeUndefined();
+    await page.goto(`${fleet.edgeUrl}/dashboard`);
+    await page.fill('input[name="token"]', "wrong-token-wrong-token");
+    const [bad] = await Promise.all([page.waitForNavigation(), page.click('button[type="submit"]')]);
     expect(bad?.status()).toBe(401);
     const data = await page.evaluate(async () => (await fetch("/admin/overview")).status);
     expect(data).toBe(401);

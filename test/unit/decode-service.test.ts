@@ -11,7 +11,10 @@ import { tmpdir } from "node:os";
 import path from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { DecodeClient } from "../../src/media/decode-client.ts";
-import { initHashing, xxh3Hex } from "../../src/util/hash.ts";
+import { createHash } from "node:crypto";
+import { initHashing } from "../../src/util/hash.ts";
+
+const sha256Hex = (b: Uint8Array): string => createHash("sha256").update(b).digest("hex");
 import { startDecodeService, type DecodeService } from "../../services/decode/server.ts";
 
 const TOKEN = "decode-test-token-0123456789";
@@ -96,7 +99,7 @@ describe("decode service", () => {
     expect(r.headers.get("x-cache")).toBe("miss");
     const j = (await r.json()) as Record<string, unknown>;
     expect(j).toMatchObject({
-      contentHash: xxh3Hex(clipA, 0n),
+      contentDigest: sha256Hex(clipA),
       byteLength: clipA.length,
       totalFrames: 45,
       width: 96,
@@ -140,11 +143,11 @@ describe("decode service", () => {
   it("probes by URL; the same bytes under another URL hit the content-hash cache", async () => {
     const r = await probeUrl(`http://127.0.0.1:${mediaPort}/a.mp4`);
     expect(r.status).toBe(200);
-    const j = (await r.json()) as { contentHash: string };
-    expect(j.contentHash).toBe(xxh3Hex(clipA, 0n));
+    const j = (await r.json()) as { contentDigest: string };
+    expect(j.contentDigest).toBe(sha256Hex(clipA));
     expect(r.headers.get("x-cache")).toBe("hit"); // bytes probed in the first test
     const other = await probeUrl(`http://127.0.0.1:${mediaPort}/same-as-a.mp4`);
-    expect(((await other.json()) as { contentHash: string }).contentHash).toBe(j.contentHash);
+    expect(((await other.json()) as { contentDigest: string }).contentDigest).toBe(j.contentDigest);
   });
 
   it("revalidates a known URL with its ETag instead of downloading it again", async () => {
@@ -159,11 +162,11 @@ describe("decode service", () => {
   it("a URL whose content changes gets the new identity", async () => {
     const url = `http://127.0.0.1:${mediaPort}/changing.mp4`;
     changingVersion = 1;
-    const one = (await (await probeUrl(url)).json()) as { contentHash: string; totalFrames: number };
+    const one = (await (await probeUrl(url)).json()) as { contentDigest: string; totalFrames: number };
     changingVersion = 2;
-    const two = (await (await probeUrl(url)).json()) as { contentHash: string; totalFrames: number; avgFps: number };
-    expect(one.contentHash).toBe(xxh3Hex(clipA, 0n));
-    expect(two.contentHash).toBe(xxh3Hex(clipB, 0n));
+    const two = (await (await probeUrl(url)).json()) as { contentDigest: string; totalFrames: number; avgFps: number };
+    expect(one.contentDigest).toBe(sha256Hex(clipA));
+    expect(two.contentDigest).toBe(sha256Hex(clipB));
     expect([one.totalFrames, two.totalFrames]).toEqual([45, 20]);
     expect(two.avgFps).toBe(25);
   });
@@ -224,7 +227,7 @@ describe("DecodeClient (edge side): failures become fallback reasons", () => {
     const a = await c.probe({ bytes: clipB });
     expect(a.ok && a.probe.totalFrames).toBe(20);
     const b = await c.probe({ url: `http://127.0.0.1:${mediaPort}/a.mp4` });
-    expect(b.ok && b.probe.contentHash).toBe(xxh3Hex(clipA, 0n));
+    expect(b.ok && b.probe.contentDigest).toBe(sha256Hex(clipA));
   });
 
   it("names every failure instead of throwing", async () => {

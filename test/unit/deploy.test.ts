@@ -11,6 +11,7 @@ import { gzipSync } from "node:zlib";
 import { afterAll, describe, expect, it } from "vitest";
 import { unstable_readConfig } from "wrangler";
 import { EdgeEnvSchema } from "../../src/api/config.ts";
+import { checkDeployAccess } from "../../scripts/deploy-guard.ts";
 
 const ROOT = join(import.meta.dirname, "../..");
 /** Workers limits (compressed upload): 3 MiB on the Free plan, 10 MiB on Paid. Stay under Free. */
@@ -63,7 +64,7 @@ describe("deploy", () => {
       ]);
       expect(c.migrations.some((m: { new_sqlite_classes?: string[] }) => m.new_sqlite_classes?.includes("RoutingIndex"))).toBe(true);
       // Secrets must never be committed as vars.
-      for (const secret of ["ADMIN_TOKEN", "RELAY_SECRET", "KVEDGE_API_KEYS", "DECODE_TOKEN"]) expect(c.vars).not.toHaveProperty(secret);
+      for (const secret of ["ADMIN_TOKEN", "RELAY_SECRET", "KVEDGE_API_KEYS", "DECODE_TOKEN", "KVEDGE_MEDIA_URL_KEY"]) expect(c.vars).not.toHaveProperty(secret);
       const parsed = EdgeEnvSchema.safeParse(c.vars);
       expect(parsed.success, JSON.stringify(parsed.error?.issues)).toBe(true);
       expect(parsed.data!.KVEDGE_MODELS!.length).toBeGreaterThan(0);
@@ -71,4 +72,28 @@ describe("deploy", () => {
       if (env === "production") dryRun(env);
     });
   }
+
+  it("production is closed: the deploy guard refuses without KVEDGE_API_KEYS unless KVEDGE_ACCESS=public", () => {
+    const prod = unstable_readConfig({ config: join(ROOT, "wrangler.toml"), env: "production" });
+    const vars = prod.vars as Record<string, unknown>;
+    expect(vars.KVEDGE_ACCESS).toBeUndefined();
+    // The committed production config: no secrets → refused; the key set → allowed.
+    expect(checkDeployAccess("production", vars, []).ok).toBe(false);
+    expect(checkDeployAccess("production", vars, null).ok).toBe(false);
+    expect(checkDeployAccess("production", vars, ["ADMIN_TOKEN", "RELAY_SECRET"]).message).toMatch(/KVEDGE_API_KEYS is not set/);
+    expect(checkDeployAccess("production", vars, ["ADMIN_TOKEN", "KVEDGE_API_KEYS"]).ok).toBe(true);
+    expect(checkDeployAccess("production", { ...vars, KVEDGE_ACCESS: "public" }, []).ok).toBe(true);
+    // `npm run deploy:production` runs the guard first and stops on its refusal.
+    const pkg = JSON.parse(readFileSync(join(ROOT, "package.json"), "utf8")) as { scripts: Record<string, string> };
+    for (const s of ["deploy", "deploy:staging", "deploy:production"]) expect(pkg.scripts[s]).toMatch(/^node scripts\/deploy-guard\.ts( \w+)? && wrangler deploy/);
+    // The real script, without Cloudflare credentials (the secret list cannot be read): refuses, exit 1.
+    const r = spawnSync(process.execPath, [join(ROOT, "scripts/deploy-guard.ts"), "production"], {
+      cwd: ROOT,
+      encoding: "utf8",
+      env: { ...process.env, WRANGLER_SEND_METRICS: "false", NO_COLOR: "1", CLOUDFLARE_API_TOKEN: "" },
+      timeout: 120_000,
+    });
+    expect(r.status).toBe(1);
+    expect(r.stderr).toMatch(/Refusing to deploy.*KVEDGE_API_KEYS/);
+  });
 });

@@ -177,6 +177,7 @@ describe("admin authentication", () => {
 describe("client API keys and rate limits", () => {
   const keyed = {
     ...env,
+    KVEDGE_ACCESS: undefined,
     KVEDGE_API_KEYS: "key-alpha-0123456789,key-beta-0123456789",
     KVEDGE_RATE_LIMIT: JSON.stringify({ requestsPerMinute: 6, burst: 3 }),
   };

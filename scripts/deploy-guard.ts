@@ -1,0 +1,58 @@
+/**
+ * `npm run deploy*` runs this first: a deployment is closed unless the operator says otherwise.
+ * It refuses (exit 1) when the target environment would serve `/v1` without API keys: the
+ * KVEDGE_API_KEYS secret is not set there (`wrangler secret list`) and the environment's vars do
+ * not set KVEDGE_ACCESS = "public". The Worker enforces the same rule at run time (src/edge/auth.ts),
+ * so a deploy that bypasses this script still serves nobody without keys.
+ *
+ *   node scripts/deploy-guard.ts [env]
+ */
+import { spawnSync } from "node:child_process";
+import { join } from "node:path";
+import { unstable_readConfig } from "wrangler";
+
+const ROOT = join(import.meta.dirname, "..");
+
+export interface DeployCheck {
+  ok: boolean;
+  message: string;
+}
+
+/** The rule, pure: `secretNames` null = the secret list could not be read. */
+export function checkDeployAccess(env: string | null, vars: Record<string, unknown>, secretNames: readonly string[] | null): DeployCheck {
+  const where = env ? ` --env ${env}` : "";
+  if (vars.KVEDGE_ACCESS === "public")
+    return { ok: true, message: `KVEDGE_ACCESS = "public": /v1 will serve clients without API keys (rate limits still apply).` };
+  if (secretNames === null)
+    return {
+      ok: false,
+      message: `Refusing to deploy: cannot confirm that KVEDGE_API_KEYS is set (wrangler secret list${where} failed). Without it the API refuses every client. Set it with \`wrangler secret put KVEDGE_API_KEYS${where}\`, or set KVEDGE_ACCESS = "public" in wrangler.toml to serve an open API on purpose.`,
+    };
+  if (!secretNames.includes("KVEDGE_API_KEYS"))
+    return {
+      ok: false,
+      message: `Refusing to deploy: KVEDGE_API_KEYS is not set${env ? ` for ${env}` : ""}, so the API would refuse every client. Set it with \`wrangler secret put KVEDGE_API_KEYS${where}\`, or set KVEDGE_ACCESS = "public" in wrangler.toml to serve an open API on purpose.`,
+    };
+  return { ok: true, message: "KVEDGE_API_KEYS is set: /v1 requires an API key." };
+}
+
+function secretNamesOf(env: string | null): string[] | null {
+  const args = [join(ROOT, "node_modules/wrangler/bin/wrangler.js"), "secret", "list", "--format", "json"];
+  if (env) args.push("--env", env);
+  const r = spawnSync(process.execPath, args, { cwd: ROOT, encoding: "utf8", timeout: 60_000, env: { ...process.env, WRANGLER_SEND_METRICS: "false", NO_COLOR: "1" } });
+  if (r.status !== 0) return null;
+  try {
+    const list = JSON.parse(r.stdout) as { name?: unknown }[];
+    return list.map((s) => String(s.name));
+  } catch {
+    return null;
+  }
+}
+
+if (import.meta.main) {
+  const env = process.argv[2] ?? null;
+  const config = unstable_readConfig({ config: join(ROOT, "wrangler.toml"), ...(env ? { env } : {}) });
+  const check = checkDeployAccess(env, config.vars as Record<string, unknown>, config.vars.KVEDGE_ACCESS === "public" ? [] : secretNamesOf(env));
+  console[check.ok ? "log" : "error"](`deploy guard: ${check.message}`);
+  process.exit(check.ok ? 0 : 1);
+}

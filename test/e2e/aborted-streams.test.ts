@@ -1,0 +1,59 @@
+/**
+ * Clients that go away mid-stream, on the real local fleet (wrangler dev + simulated SGLang):
+ * - the upstream request is cancelled (request.signal, `enable_request_signal`): no worker finishes
+ *   the answer nobody reads;
+ * - the worker's load is released in the index (activeRequests back to 0); without the flag the
+ *   runtime never told the edge and 5 of 12 requests held their load for good.
+ * Not yet quiet: workerd still logs `Uncaught Error: Network connection lost.` (no JS stack) for
+ * some aborts; not yet located (docs/reliability.md, Known gaps). The count is printed; any other
+ * uncaught error fails the test.
+ */
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { startFleet, type Fleet } from "../../scripts/local-fleet.ts";
+import { LogTap, sleep, waitUntil } from "./reliability-helpers.ts";
+
+const tap = new LogTap();
+let fleet: Fleet;
+
+beforeAll(async () => {
+  fleet = await startFleet({ workers: 1, log: tap.sink });
+});
+afterAll(async () => {
+  await fleet?.stop();
+});
+
+async function activeRequests(): Promise<number> {
+  const r = (await fleet.admin(`/admin/workers?model=${encodeURIComponent(fleet.model)}`)) as { workers: { activeRequests: number }[] };
+  return r.workers.reduce((a, w) => a + w.activeRequests, 0);
+}
+
+describe("aborted client streams", () => {
+  it("cancel the upstream and release the load; nothing of ours uncaught", async () => {
+    const N = 12;
+    for (let i = 0; i < N; i++) {
+      const ac = new AbortController();
+      const r = await fetch(`${fleet.edgeUrl}/v1/chat/completions`, {
+        method: "POST",
+        headers: { "content-type": "application/json" },
+        body: JSON.stringify({ model: fleet.model, messages: [{ role: "user", content: `Write a long story, part ${i}.` }], max_tokens: 2000, stream: true, ignore_eos: true }),
+        signal: ac.signal,
+      });
+      expect(r.status).toBe(200);
+      const reader = r.body!.getReader();
+      await reader.read(); // the first chunk: the stream is live
+      ac.abort();
+      await reader.cancel().catch(() => undefined);
+    }
+    const ms = await waitUntil(async () => (await activeRequests()) === 0, 20_000, async () => `activeRequests ${await activeRequests()}`);
+    console.log(`aborted streams: ${N} aborted, load back to 0 within ${ms} ms`);
+    await sleep(500);
+    const edgeLines = tap.lines.map((l) => l.line).filter((l) => l.startsWith("[edge]"));
+    const uncaught = edgeLines.filter((l) => /Uncaught/i.test(l));
+    console.log(`aborted streams: runtime logged ${uncaught.length} uncaught "Network connection lost." for ${N} aborts`);
+    // Anything uncaught other than the runtime's own disconnect report is ours: none.
+    expect(uncaught.filter((l) => !/Network connection lost/.test(l))).toEqual([]);
+    // Each generation was cut short: the worker finished none of the 2000-token answers.
+    const finished = tap.lines.map((l) => l.line).filter((l) => /generate rid=.* out=2000\b/.test(l));
+    expect(finished).toEqual([]);
+  });
+});

@@ -1,0 +1,179 @@
+/**
+ * The edge's chat handler (src/edge/chat.ts, the same code workerd runs) against real HTTP upstreams:
+ * the simulated SGLang worker, and a worker that stalls (it relays the simulator's first frame, then
+ * goes silent). The routing index is the real RoutingCore in memory, so "load released" is read
+ * from the same load tracker the Durable Object uses.
+ * - a stalled stream is cut at the idle timeout: the client gets an OpenAI error event + [DONE],
+ *   the upstream connection is closed and the worker's load is released;
+ * - a stalled non-streamed answer ends in 504 in the OpenAI error shape, load released;
+ * - a client that goes away mid-stream cancels the upstream request and releases the load;
+ * - `x-kvedge-*` routing headers reach admin callers (or every caller with the debug flag) only.
+ */
+import { createServer, type IncomingMessage, type Server, type ServerResponse } from "node:http";
+import type { AddressInfo } from "node:net";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { parseEdgeConfig } from "../../src/api/config.ts";
+import { handleChatCompletions, type ChatDeps, type IndexClient } from "../../src/edge/chat.ts";
+import { RoutingCore } from "../../src/kv/routing-core.ts";
+import { initHashing } from "../../src/util/hash.ts";
+import { startSimulatedWorker, type SimulatedWorker } from "../../services/sglang-sim/worker.ts";
+
+const MODEL = "Qwen/Qwen3-VL-8B-Instruct";
+const ADMIN = "admin-token-for-this-test-0123";
+const IDLE_MS = 400;
+
+let sim: SimulatedWorker;
+let staller: Server;
+let stallerUrl = "";
+/** Upstream connections the staller saw closed (by the edge). */
+let closedUpstreams = 0;
+let stallMode: "after-first-frame" | "before-body" = "after-first-frame";
+
+async function readAll(req: IncomingMessage): Promise<string> {
+  let s = "";
+  for await (const c of req) s += String(c);
+  return s;
+}
+
+beforeAll(async () => {
+  await initHashing();
+  sim = await startSimulatedWorker({ timingPreset: "instant", pageSize: 16 });
+  staller = createServer(async (req: IncomingMessage, res: ServerResponse) => {
+    const body = await readAll(req);
+    res.on("close", () => closedUpstreams++);
+    if (stallMode === "before-body") {
+      res.writeHead(200, { "content-type": "application/json" });
+      res.flushHeaders();
+      return; // never a byte of body
+    }
+    const up = await fetch(`${sim.url}/generate`, { method: "POST", headers: { "content-type": "application/json" }, body });
+    res.writeHead(up.status, { "content-type": up.headers.get("content-type") ?? "text/event-stream" });
+    // Relay exactly the first SSE frame (the simulator may send several per chunk).
+    const reader = up.body!.getReader();
+    let buf = "";
+    while (!buf.includes("\n\n")) {
+      const c = await reader.read();
+      if (c.done) break;
+      buf += new TextDecoder().decode(c.value);
+    }
+    await reader.cancel();
+    res.write(buf.slice(0, buf.indexOf("\n\n") + 2));
+    // …then silence, with the connection held open.
+  });
+  await new Promise<void>((r) => staller.listen(0, "127.0.0.1", r));
+  stallerUrl = `http://127.0.0.1:${(staller.address() as AddressInfo).port}`;
+});
+
+afterAll(async () => {
+  staller.closeAllConnections();
+  await new Promise((r) => staller.close(r));
+  await sim.close();
+});
+
+function setup(url: string, vars: Record<string, string> = {}) {
+  const core = new RoutingCore({ blockSize: 16 });
+  core.hello({ type: "hello", workerId: "w1", url, blockSize: 16, epoch: 1, modelName: MODEL, contract: null, kvEvents: true }, "w1");
+  const index: IndexClient = {
+    route: async (r) => core.route(r),
+    profile: async () => ({ cohort: { ok: false, reason: "test", detail: "" } }),
+    settle: async (s) => void core.settle(s),
+    markDown: async () => undefined,
+    markPrefillDone: async (id) => core.markPrefillDone(id),
+  };
+  const config = parseEdgeConfig({
+    KVEDGE_ACCESS: "public",
+    ADMIN_TOKEN: ADMIN,
+    KVEDGE_ROUTING: JSON.stringify({ upstreamIdleTimeoutMs: IDLE_MS }),
+    ...vars,
+  });
+  const waits: Promise<unknown>[] = [];
+  const deps: ChatDeps = { config, index: () => index, fetch: (u, i) => fetch(u, i), waitUntil: (p) => void waits.push(p) };
+  return { core, deps, settled: () => Promise.all(waits) };
+}
+
+function chat(body: Record<string, unknown>, headers: Record<string, string> = {}): Request {
+  return new Request("http://edge/v1/chat/completions", {
+    method: "POST",
+    headers: { "content-type": "application/json", ...headers },
+    body: JSON.stringify({ model: MODEL, messages: [{ role: "user", content: "Tell me about stalls." }], max_tokens: 64, ...body }),
+  });
+}
+
+const routingHeaders = (r: Response) => [...r.headers.keys()].filter((k) => k.startsWith("x-kvedge-"));
+
+describe("upstream deadlines and cancellation (real handler, real HTTP)", () => {
+  it("a stalled stream is cut at the idle timeout with a clean error event; the load is released", async () => {
+    stallMode = "after-first-frame";
+    const { core, deps, settled } = setup(stallerUrl);
+    const closedBefore = closedUpstreams;
+    const t0 = Date.now();
+    const res = await handleChatCompletions(chat({ stream: true }), deps);
+    expect(res.status).toBe(200);
+    expect(core.load.size).toBe(1);
+    const text = await res.text();
+    const elapsed = Date.now() - t0;
+    const frames = text.split("\n\n").filter(Boolean);
+    expect(frames.at(-1)).toBe("data: [DONE]");
+    const err = JSON.parse(frames.at(-2)!.slice(6)) as { error: { code: string; type: string; message: string } };
+    expect(err.error).toMatchObject({ code: "upstream_timeout", type: "server_error" });
+    expect(Object.keys(err.error).sort()).toEqual(["code", "message", "param", "type"]);
+    expect(elapsed).toBeGreaterThanOrEqual(IDLE_MS);
+    expect(elapsed).toBeLessThan(IDLE_MS + 5_000);
+    await settled();
+    expect(core.load.size).toBe(0);
+    await expect.poll(() => closedUpstreams - closedBefore).toBe(1);
+  });
+
+  it("a stalled non-streamed answer ends in 504 (OpenAI shape) and releases the load", async () => {
+    stallMode = "before-body";
+    const { core, deps, settled } = setup(stallerUrl);
+    const res = await handleChatCompletions(chat({}), deps);
+    expect(res.status).toBe(504);
+    const j = (await res.json()) as { error: { code: string } };
+    expect(j.error.code).toBe("upstream_timeout");
+    await settled();
+    expect(core.load.size).toBe(0);
+  });
+
+  it("a client that goes away mid-stream cancels the upstream request and releases the load", async () => {
+    stallMode = "after-first-frame";
+    const { core, deps, settled } = setup(stallerUrl, { KVEDGE_ROUTING: JSON.stringify({ upstreamIdleTimeoutMs: 60_000 }) });
+    const closedBefore = closedUpstreams;
+    const res = await handleChatCompletions(chat({ stream: true }), deps);
+    const reader = res.body!.getReader();
+    const first = await reader.read();
+    expect(first.done).toBe(false);
+    await reader.cancel(); // the client disconnects
+    await expect.poll(() => closedUpstreams - closedBefore, { timeout: 5_000 }).toBe(1);
+    await settled();
+    expect(core.load.size).toBe(0);
+  });
+
+  it("x-kvedge-* routing headers only for admin callers or with KVEDGE_DEBUG_HEADERS=on", async () => {
+    const plain = setup(sim.url);
+    const anon = await handleChatCompletions(chat({}), plain.deps);
+    expect(anon.status).toBe(200);
+    expect(routingHeaders(anon)).toEqual([]);
+    expect(anon.headers.get("server-timing")).toBeNull();
+    expect(anon.headers.get("x-request-id")).toMatch(/.+/);
+    await anon.text();
+
+    const admin = await handleChatCompletions(chat({}, { authorization: `Bearer ${ADMIN}` }), plain.deps);
+    expect(admin.status).toBe(200);
+    expect(routingHeaders(admin)).toEqual(expect.arrayContaining(["x-kvedge-worker", "x-kvedge-overlap-blocks", "x-kvedge-receipt"]));
+    await admin.text();
+
+    const debug = setup(sim.url, { KVEDGE_DEBUG_HEADERS: "on" });
+    const dbg = await handleChatCompletions(chat({ stream: true }), debug.deps);
+    expect(dbg.headers.get("x-kvedge-worker")).toBe("w1");
+    await dbg.text();
+  });
+
+  it("error bodies name no worker: a dead worker's failure reads the same for every client", async () => {
+    const { deps } = setup("http://127.0.0.1:9");
+    const res = await handleChatCompletions(chat({}), deps).catch((e: unknown) => e);
+    // Every attempt failed: the handler throws the mapped error (functions/ renders it).
+    expect(res).toMatchObject({ code: "worker_unavailable" });
+    expect(String((res as Error).message)).not.toMatch(/w1|127\.0\.0\.1|ECONNREFUSED|fetch failed/);
+  });
+});
