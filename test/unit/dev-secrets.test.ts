@@ -23,7 +23,7 @@ describe("local fleet secrets file (scripts/dev-secrets.ts)", () => {
   });
 
   it("classifies the fleet's secrets as secrets and its configuration as plain vars", () => {
-    for (const n of ["RELAY_SECRET", "ADMIN_TOKEN", "DECODE_TOKEN", "KVEDGE_API_KEYS"]) expect(isSecretName(n), n).toBe(true);
-    for (const n of ["KVEDGE_MODELS", "KVEDGE_ROUTING", "KVEDGE_MEDIA", "KVEDGE_DECODE_URL", "KVEDGE_SHARDS"]) expect(isSecretName(n), n).toBe(false);
+    for (const n of ["RELAY_SECRET", "ADMIN_TOKEN", "DECODE_TOKEN", "KVEDGE_API_KEYS", "KVEDGE_MEDIA_URL_KEY"]) expect(isSecretName(n), n).toBe(true);
+    for (const n of ["KVEDGE_MODELS", "KVEDGE_ROUTING", "KVEDGE_MEDIA", "KVEDGE_DECODE_URL", "KVEDGE_SHARDS", "KVEDGE_ACCESS", "KVEDGE_RELAY_ALLOW_HTTP"]) expect(isSecretName(n), n).toBe(false);
   });
 });
