@@ -86,11 +86,6 @@ export class WorkerBlockSet {
     this.incomplete = false;
   }
 
-  /** Marks the view as incomplete (e.g. history lost before the relay saw it). */
-  markIncomplete(): void {
-    this.incomplete = true;
-  }
-
   apply(events: readonly KvCacheEvent[]): ApplyOutcome {
     const out: ApplyOutcome = { events: [], dropped: [], stored: 0, removed: 0 };
     for (const ev of events) {
