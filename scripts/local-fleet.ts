@@ -72,6 +72,8 @@ export interface Fleet {
   /** Base URL of the local media server (when a media dir was given). */
   mediaUrl: string | null;
   decodeUrl: string | null;
+  /** Which ffprobe the decode service probes with: "native", or "wasm" (the embedded default). */
+  decoder: string | null;
   model: string;
   adminToken: string;
   relaySecret: string;
@@ -168,6 +170,11 @@ function pipeLogs(proc: ChildProcess, name: string, log: (l: string) => void): v
   }
 }
 
+/** A health check that gives up: something else holding the port may accept and never answer. */
+function probe(url: string): Promise<Response> {
+  return fetch(url, { signal: AbortSignal.timeout(2_000) });
+}
+
 async function waitFor(check: () => Promise<boolean>, timeoutMs: number, what: string, proc?: ChildProcess): Promise<void> {
   const deadline = Date.now() + timeoutMs;
   while (Date.now() < deadline) {
@@ -204,7 +211,72 @@ function stopProc(p: ChildProcess | null, signal: NodeJS.Signals = "SIGTERM"): P
   });
 }
 
+/**
+ * What the fleet's children are tied to. Each child runs in its own process group (so a signal
+ * reaches wrangler's workerd too) and is registered with the reaper (scripts/fleet-reaper.mjs),
+ * which kills every registered group once this process's pipe to it closes: on stop(), on a failed
+ * start, and when this process dies in any way, SIGKILL included. A process "exit" hook kills the
+ * groups directly as well, for the ordinary exits.
+ */
+class FleetLife {
+  readonly procs: ChildProcess[] = [];
+  private readonly reaper: ChildProcess;
+  private readonly cleanups: (() => Promise<void>)[] = [];
+
+  constructor() {
+    this.reaper = spawn(NODE, [join(ROOT, "scripts/fleet-reaper.mjs")], { detached: true, stdio: ["pipe", "ignore", "ignore"] });
+    this.reaper.unref();
+    (this.reaper.stdin as unknown as { unref?: () => void }).unref?.();
+    this.reaper.stdin!.on("error", () => {}); // a dead reaper must not crash the launcher
+    process.once("exit", this.killAll);
+  }
+
+  track(p: ChildProcess): ChildProcess {
+    this.procs.push(p);
+    if (p.pid) this.reaper.stdin!.write(`+${p.pid}\n`);
+    return p;
+  }
+
+  /** Runs on a failed start (after the children are stopped). */
+  onAbort(fn: () => Promise<void>): void {
+    this.cleanups.push(fn);
+  }
+
+  private readonly killAll = (): void => {
+    for (const p of this.procs) {
+      try {
+        if (p.pid && p.exitCode === null) process.kill(-p.pid, "SIGKILL");
+      } catch {
+        // already gone
+      }
+    }
+  };
+
+  /** Stops every child (SIGTERM to its group, SIGKILL after 3 s), then lets the reaper go. */
+  async end(): Promise<void> {
+    await Promise.all(this.procs.map((p) => stopProc(p)));
+    process.removeListener("exit", this.killAll);
+    this.reaper.stdin!.end();
+  }
+
+  async abort(): Promise<void> {
+    await this.end();
+    for (const fn of this.cleanups) await fn().catch(() => {});
+  }
+}
+
 export async function startFleet(opts: FleetOptions = {}): Promise<Fleet> {
+  const life = new FleetLife();
+  try {
+    return await buildFleet(opts, life);
+  } catch (err) {
+    // A start that fails half-way (a port taken, a child that exits) leaves nothing running.
+    await life.abort();
+    throw err;
+  }
+}
+
+async function buildFleet(opts: FleetOptions, life: FleetLife): Promise<Fleet> {
   const log = opts.log ?? (() => {});
   const n = opts.workers ?? 2;
   const model = opts.model ?? "Qwen/Qwen3-VL-8B-Instruct";
@@ -216,19 +288,7 @@ export async function startFleet(opts: FleetOptions = {}): Promise<Fleet> {
   const edgePort = opts.edgePort ?? (await freePort());
   const persistTo = opts.persistTo ?? mkdtempSync(join(tmpdir(), "kvedge-state-"));
   const ownsPersist = opts.persistTo === undefined;
-  const procs: ChildProcess[] = [];
-  // Children run in their own process groups (so a kill reaches wrangler's workerd too); make sure
-  // they never outlive this process, even when it exits without calling stop().
-  const killAll = () => {
-    for (const p of procs) {
-      try {
-        if (p.pid && p.exitCode === null) process.kill(-p.pid, "SIGKILL");
-      } catch {
-        // already gone
-      }
-    }
-  };
-  process.once("exit", killAll);
+  if (ownsPersist) life.onAbort(async () => rmSync(persistTo, { recursive: true, force: true }));
 
   const modelDir = opts.modelDir ?? join(ROOT, "test/fixtures/models", family);
 
@@ -248,6 +308,7 @@ export async function startFleet(opts: FleetOptions = {}): Promise<Fleet> {
       res.writeHead(200, { "content-length": bytes.length, "cache-control": "no-store" }).end(bytes);
     });
     await new Promise<void>((r) => mediaServer!.listen(0, "127.0.0.1", r));
+    life.onAbort(() => new Promise<void>((r) => mediaServer!.close(() => r())));
     const a = mediaServer.address();
     mediaUrl = `http://127.0.0.1:${typeof a === "object" && a ? a.port : 0}`;
   }
@@ -256,6 +317,7 @@ export async function startFleet(opts: FleetOptions = {}): Promise<Fleet> {
   // Regional decode service (videos).
   let decodeUrl: string | null = null;
   let decodeProc: ChildProcess | null = null;
+  let decoder: string | null = null;
   const decodeToken = randomBytes(16).toString("hex");
   // Signed worker URLs into the media store: the key is shared by the edge and the store only.
   const mediaUrlKey = randomBytes(32).toString("hex");
@@ -264,11 +326,12 @@ export async function startFleet(opts: FleetOptions = {}): Promise<Fleet> {
     const args = [join(ROOT, "services/decode/main.ts"), "--host", "127.0.0.1", "--port", String(decodePort), ...(opts.decodeArgs ?? [])];
     if (mediaHost) args.push("--allow", mediaHost);
     const dec = spawn(NODE, args, { cwd: ROOT, detached: true, env: { ...process.env, KVEDGE_DECODE_TOKEN: decodeToken, KVEDGE_MEDIA_URL_KEY: mediaUrlKey }, stdio: ["ignore", "pipe", "pipe"] });
-    procs.push(dec);
+    life.track(dec);
     decodeProc = dec;
     pipeLogs(dec, "decode", log);
     decodeUrl = `http://127.0.0.1:${decodePort}`;
-    await waitFor(async () => (await fetch(`${decodeUrl}/healthz`)).status < 500, 30_000, "decode service", dec);
+    await waitFor(async () => (await probe(`${decodeUrl}/healthz`)).status < 500, 30_000, "decode service", dec);
+    decoder = ((await (await fetch(`${decodeUrl}/healthz`)).json()) as { decoder?: string }).decoder ?? null;
   }
 
   const models = JSON.stringify([{ id: model, family, templateId: template, blockSize: pageSize }]);
@@ -314,7 +377,7 @@ export async function startFleet(opts: FleetOptions = {}): Promise<Fleet> {
       env: { ...process.env, CLOUDFLARE_CF_FETCH_ENABLED: "false", WRANGLER_SEND_METRICS: "false", NO_COLOR: "1" },
       stdio: ["ignore", "pipe", "pipe"],
     });
-    procs.push(p);
+    life.track(p);
     pipeLogs(p, "edge", log);
     return p;
   };
@@ -344,17 +407,17 @@ export async function startFleet(opts: FleetOptions = {}): Promise<Fleet> {
     ];
     if (opts.timingPreset) args.push("--timing", opts.timingPreset);
     const proc = spawn(NODE, args, { cwd: ROOT, detached: true, stdio: ["ignore", "pipe", "pipe"] });
-    procs.push(proc);
+    life.track(proc);
     pipeLogs(proc, id, log);
     const url = `http://127.0.0.1:${port}`;
-    await waitFor(async () => (await fetch(`${url}/health`)).ok, 30_000, `worker ${id}`, proc);
+    await waitFor(async () => (await probe(`${url}/health`)).ok, 30_000, `worker ${id}`, proc);
     const md = extraArgs.lastIndexOf("--model-dir");
     return { id, url, port, kvPort, replayPort, proc, relay: null, modelDir: md >= 0 ? extraArgs[md + 1]! : modelDir };
   };
   for (let i = 0; i < n; i++) workers.push(await startWorker(i));
 
   try {
-    await waitFor(async () => (await fetch(`${edgeUrl}/healthz`)).ok, 60_000, "wrangler dev", edge);
+    await waitFor(async () => (await probe(`${edgeUrl}/healthz`)).ok, 60_000, "wrangler dev", edge);
   } catch (err) {
     // A port taken by another process between our probe and wrangler's bind makes wrangler exit at
     // once; one more start with a fresh inspector port covers that race. Anything else fails again.
@@ -362,7 +425,7 @@ export async function startFleet(opts: FleetOptions = {}): Promise<Fleet> {
     log(`[fleet] ${(err as Error).message}; starting wrangler dev once more`);
     wranglerArgs[inspectorArg] = String(await freePort());
     edge = spawnEdge();
-    await waitFor(async () => (await fetch(`${edgeUrl}/healthz`)).ok, 60_000, "wrangler dev (second start)", edge);
+    await waitFor(async () => (await probe(`${edgeUrl}/healthz`)).ok, 60_000, "wrangler dev (second start)", edge);
   }
 
   const relayArgsOf = workers.map((_, i) => opts.relayArgs?.[i] ?? []);
@@ -403,7 +466,7 @@ export async function startFleet(opts: FleetOptions = {}): Promise<Fleet> {
       ],
       { cwd: ROOT, detached: true, env: { ...process.env, KVEDGE_RELAY_KEY: key }, stdio: ["ignore", "pipe", "pipe"] },
     );
-    procs.push(relay);
+    life.track(relay);
     pipeLogs(relay, `relay-${w.id}`, log);
     return relay;
   };
@@ -445,6 +508,7 @@ export async function startFleet(opts: FleetOptions = {}): Promise<Fleet> {
     },
     mediaUrl,
     decodeUrl,
+    decoder,
     model,
     adminToken,
     relaySecret,
@@ -499,7 +563,7 @@ export async function startFleet(opts: FleetOptions = {}): Promise<Fleet> {
       await stopProc(edge, "SIGTERM");
       edge = spawnEdge();
       const proc = edge;
-      await waitFor(async () => (await fetch(`${edgeUrl}/healthz`)).ok, 60_000, "wrangler dev (restart)", proc);
+      await waitFor(async () => (await probe(`${edgeUrl}/healthz`)).ok, 60_000, "wrangler dev (restart)", proc);
     },
     processes() {
       const out: { name: string; pid: number }[] = [];
@@ -515,8 +579,7 @@ export async function startFleet(opts: FleetOptions = {}): Promise<Fleet> {
       return out;
     },
     async stop() {
-      await Promise.all(procs.map((p) => stopProc(p)));
-      process.removeListener("exit", killAll);
+      await life.end();
       if (mediaServer) await new Promise<void>((r) => mediaServer!.close(() => r()));
       if (ownsPersist) rmSync(persistTo, { recursive: true, force: true });
       secretsFile.remove();

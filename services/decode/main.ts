@@ -90,6 +90,7 @@ if (values["host-map"]) {
 try {
   const svc = await startDecodeService(opts);
   process.stdout.write(JSON.stringify({ ready: true, url: svc.url, decoder: svc.decoder }) + "\n");
+  if (svc.decoder === "wasm" && opts.decoder !== "wasm") process.stderr.write("decode: no native ffprobe found: probing with ffmpeg's wasm build (@ffmpeg/core)\n");
   let stopping = false;
   const stop = (): void => {
     if (stopping) return;

@@ -103,8 +103,9 @@ if (values.verbose) opts.verbose = true;
 try {
   const worker = await startSimulatedWorker(opts);
   process.stdout.write(
-    JSON.stringify({ ready: true, url: worker.url, kvEndpoint: worker.kvEndpoint, replayEndpoint: worker.replayEndpoint }) + "\n",
+    JSON.stringify({ ready: true, url: worker.url, kvEndpoint: worker.kvEndpoint, replayEndpoint: worker.replayEndpoint, videoDecoder: worker.videoDecoder }) + "\n",
   );
+  if (worker.videoDecoder === "wasm") process.stderr.write("sglang-sim: no native ffprobe found: videos are probed with ffmpeg's wasm build (@ffmpeg/core)\n");
   let stopping = false;
   const stop = (): void => {
     if (stopping) return;

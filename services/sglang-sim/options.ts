@@ -80,6 +80,8 @@ export const SimOptionsSchema = z.strictObject({
       lockedDown: z.boolean().default(false),
       storeUrl: z.url().nullable().default(null),
       ffprobePath: z.string().min(1).default("ffprobe"),
+      /** Video probing: native ffprobe, the embedded wasm build, or native when runnable (auto). */
+      decoder: z.enum(["native", "wasm", "auto"]).default("auto"),
     })
     .prefault({}),
 

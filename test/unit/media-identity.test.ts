@@ -2,10 +2,9 @@
  * Media identity: streamed image hashing with header sizes, and the mm-hash identity record
  * (same bytes under two URLs → same hash; one byte, frame count, fps bit or contract → different).
  */
-import { execFileSync } from "node:child_process";
 import http from "node:http";
 import type { AddressInfo } from "node:net";
-import { mkdtempSync, readFileSync, rmSync } from "node:fs";
+import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import path from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
@@ -15,6 +14,7 @@ import { identityRecordBytes, mediaIdentityHash, type IdentityInput } from "../.
 import { SafeFetcher } from "../../src/media/safe-fetch.ts";
 import { createHash } from "node:crypto";
 import { initHashing } from "../../src/util/hash.ts";
+import { ffmpegToFile } from "../helpers/wasm-media.ts";
 
 /** node:crypto as the independent SHA-256 (the code under test uses hash-wasm). */
 const sha256Hex = (b: Uint8Array): string => createHash("sha256").update(b).digest("hex");
@@ -27,8 +27,7 @@ beforeAll(async () => {
   await initHashing();
   const dir = mkdtempSync(path.join(tmpdir(), "kvedge-ident-"));
   const f = path.join(dir, "a.jpg");
-  execFileSync("ffmpeg", ["-v", "error", "-y", "-f", "lavfi", "-i", "testsrc=size=321x203", "-frames:v", "1", f]);
-  jpeg = new Uint8Array(readFileSync(f));
+  jpeg = new Uint8Array(await ffmpegToFile(["-f", "lavfi", "-i", "testsrc=size=321x203", "-frames:v", "1"], f));
   rmSync(dir, { recursive: true, force: true });
   server = http.createServer((req, res) => {
     if (req.url === "/a.jpg" || req.url === "/copy/of/a.jpg?x=1") {
