@@ -12,6 +12,7 @@ import { createServer } from "node:net";
 import { tmpdir } from "node:os";
 import { join, dirname } from "node:path";
 import { fileURLToPath } from "node:url";
+import { isSecretName, writeDevSecrets } from "./dev-secrets.ts";
 
 const ROOT = join(dirname(fileURLToPath(import.meta.url)), "..");
 const NODE = process.execPath;
@@ -66,6 +67,8 @@ export interface FleetWorker {
 
 export interface Fleet {
   edgeUrl: string;
+  /** wrangler dev's V8 inspector port (the edge isolate's heap: scripts/soak-heap.ts). */
+  readonly inspectorPort: number;
   /** Base URL of the local media server (when a media dir was given). */
   mediaUrl: string | null;
   decodeUrl: string | null;
@@ -361,7 +364,12 @@ async function buildFleet(opts: FleetOptions, life: FleetLife): Promise<Fleet> {
     "--log-level",
     "warn",
   ];
-  for (const [k, v] of Object.entries(vars)) wranglerArgs.push("--var", `${k}:${v}`);
+  // Secrets go through a private dotenv file (scripts/dev-secrets.ts), never argv; the rest stays --var.
+  const secretVars = Object.fromEntries(Object.entries(vars).filter(([k]) => isSecretName(k)));
+  const secretsFile = writeDevSecrets(secretVars);
+  wranglerArgs.push("--env-file", secretsFile.path);
+  process.once("exit", secretsFile.remove);
+  for (const [k, v] of Object.entries(vars)) if (!isSecretName(k)) wranglerArgs.push("--var", `${k}:${v}`);
   const spawnEdge = (): ChildProcess => {
     const p = spawn(NODE, wranglerArgs, {
       cwd: ROOT,
@@ -421,6 +429,8 @@ async function buildFleet(opts: FleetOptions, life: FleetLife): Promise<Fleet> {
   }
 
   const relayArgsOf = workers.map((_, i) => opts.relayArgs?.[i] ?? []);
+  // Each relay keeps its view of its worker here, so a restarted relay resumes it (docs/relay.md).
+  const relayStateDir = mkdtempSync(join(tmpdir(), "kvedge-relay-state-"));
   // Each relay holds only its own worker's key, issued through the admin API (RELAY_SECRET stays
   // with the edge), bound to the worker's id and URL; handed over in the environment, never argv.
   const relayKeys = new Map<string, string>();
@@ -449,6 +459,8 @@ async function buildFleet(opts: FleetOptions, life: FleetLife): Promise<Fleet> {
         "--model", model,
         "--key-env", "KVEDGE_RELAY_KEY",
         "--model-dir", w.modelDir,
+        "--state-file", join(relayStateDir, `${w.id}.json`),
+        "--state-interval-ms", "500",
         ...(relayArgsOf[workers.indexOf(w)] ?? []),
         ...extraArgs,
       ],
@@ -491,6 +503,9 @@ async function buildFleet(opts: FleetOptions, life: FleetLife): Promise<Fleet> {
 
   return {
     edgeUrl,
+    get inspectorPort() {
+      return Number(wranglerArgs[inspectorArg]);
+    },
     mediaUrl,
     decodeUrl,
     decoder,
@@ -567,6 +582,9 @@ async function buildFleet(opts: FleetOptions, life: FleetLife): Promise<Fleet> {
       await life.end();
       if (mediaServer) await new Promise<void>((r) => mediaServer!.close(() => r()));
       if (ownsPersist) rmSync(persistTo, { recursive: true, force: true });
+      secretsFile.remove();
+      rmSync(relayStateDir, { recursive: true, force: true });
+      process.removeListener("exit", secretsFile.remove);
     },
   };
 }

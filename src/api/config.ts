@@ -6,6 +6,7 @@
  * error, not an ignored one.
  */
 import { z } from "zod";
+import { DEFAULT_BLOCK_BUDGET } from "../kv/block-budget.ts";
 import { ConfigError } from "./errors.ts";
 import { LimitsSchema, type Limits } from "./limits.ts";
 import { RegionsConfigSchema } from "../kv/regions.ts";
@@ -85,6 +86,8 @@ export const RoutingConfigSchema = z.strictObject({
   profileTtlMs: z.number().int().min(0).max(60_000).default(2_000),
   /** Sharded index: longest delay before one shard's load changes reach the others (docs/scale.md). */
   loadSyncMs: z.number().int().min(0).max(1_000).default(5),
+  /** Most (worker, block) entries one index object holds; beyond it blocks are refused (src/kv/block-budget.ts, docs/scale.md §4). */
+  blockBudget: z.number().int().min(1_000).max(1_500_000).default(DEFAULT_BLOCK_BUDGET),
 });
 export type RoutingConfig = z.infer<typeof RoutingConfigSchema>;
 
