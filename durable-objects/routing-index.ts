@@ -23,6 +23,7 @@ import { helloUrlMatchesKey, type RelayKeyRecord } from "../src/kv/relay-auth.ts
 import { RelayKeyStore } from "./relay-key-store.ts";
 
 const SCHEMA_VERSION = 3;
+const LAST_SEEN_FLUSH_MS = 30_000;
 
 interface Attachment {
   workerId: string;
@@ -75,6 +76,8 @@ export class RoutingIndex extends DurableObject<RoutingIndexEnv> {
   #loadSyncTimer: ReturnType<typeof setTimeout> | null = null;
   /** The last delivery in flight to each peer shard (deliveries to one peer are serialised). */
   readonly #peerSends = new Map<number, Promise<void>>();
+  /** When each worker's lastSeen was last written to SQLite (#seen). */
+  readonly #lastSeenFlushed = new Map<string, number>();
 
   constructor(ctx: DurableObjectState, env: RoutingIndexEnv) {
     super(ctx, env);
@@ -90,6 +93,7 @@ export class RoutingIndex extends DurableObject<RoutingIndexEnv> {
       regions: parseRegionsVar(env.KVEDGE_REGIONS),
       cost: routing.cost,
       replicateLoad: this.#shards > 1,
+      blockBudget: routing.blockBudget,
     });
     ctx.blockConcurrencyWhile(async () => {
       await initHashing(); // contract digests (blake3) are computed on hello
@@ -132,6 +136,7 @@ export class RoutingIndex extends DurableObject<RoutingIndexEnv> {
   }
 
   #persist(rec: WorkerRecord): void {
+    this.#lastSeenFlushed.set(rec.workerId, rec.lastSeen);
     this.ctx.storage.sql.exec(
       `INSERT INTO workers (worker_id, url, block_size, epoch, status, model_name, contract_json, contract_digest, kv_events, last_seen,
          region, prefill_tokens_per_sec)
@@ -221,6 +226,7 @@ export class RoutingIndex extends DurableObject<RoutingIndexEnv> {
     const parsed = RelayMessageSchema.safeParse(raw);
     if (!parsed.success) return this.#reject(ws, `invalid message: ${parsed.error.issues[0]?.message ?? "schema"}`);
     const msg = parsed.data;
+    if (msg.type !== "hello") this.#seen(workerId);
     switch (msg.type) {
       case "hello": {
         // The worker URL is part of the relay key: a key cannot announce any other address.
@@ -268,6 +274,20 @@ export class RoutingIndex extends DurableObject<RoutingIndexEnv> {
         this.#send(ws, { type: "pong", t: msg.t });
         return;
     }
+  }
+
+  /**
+   * lastSeen is the last message from the relay (any message: events, dumps, pings), kept in memory
+   * and written to SQLite at most once per LAST_SEEN_FLUSH_MS per worker (hello and status rows
+   * carry it too), so a restarted index shows a recent time without a write per message.
+   */
+  #seen(workerId: string): void {
+    const at = this.core.touch(workerId);
+    if (at === null) return;
+    const flushed = this.#lastSeenFlushed.get(workerId) ?? 0;
+    if (at - flushed < LAST_SEEN_FLUSH_MS) return;
+    this.#lastSeenFlushed.set(workerId, at);
+    this.ctx.storage.sql.exec("UPDATE workers SET last_seen = ? WHERE worker_id = ?", at, workerId);
   }
 
   override async webSocketClose(ws: WebSocket): Promise<void> {
@@ -428,6 +448,7 @@ export class RoutingIndex extends DurableObject<RoutingIndexEnv> {
   /** Admin: forget a worker entirely. */
   async removeWorker(workerId: string): Promise<boolean> {
     const ok = this.core.removeWorker(workerId);
+    this.#lastSeenFlushed.delete(workerId);
     this.ctx.storage.sql.exec("DELETE FROM workers WHERE worker_id = ?", workerId);
     for (const ws of this.ctx.getWebSockets(workerId)) ws.close(4004, "worker removed");
     return ok;

@@ -174,7 +174,8 @@ export function formatWorkers(model, workers) {
         w.activeRequests,
         w.activePrefillTokens,
         w.activeDecodeBlocks,
-        w.kvEvents ? "yes" : "approx",
+        // "approx!" = events, but the index's view may be wrong (relay lost history / index full).
+        !w.kvEvents ? "approx" : w.approximate ? "approx!" : "yes",
         w.contractDigest ? w.contractDigest.slice(0, 12) : "none",
         w.url,
       ]),

@@ -12,6 +12,7 @@ import { createServer } from "node:net";
 import { tmpdir } from "node:os";
 import { join, dirname } from "node:path";
 import { fileURLToPath } from "node:url";
+import { isSecretName, writeDevSecrets } from "./dev-secrets.ts";
 
 const ROOT = join(dirname(fileURLToPath(import.meta.url)), "..");
 const NODE = process.execPath;
@@ -36,8 +37,12 @@ export interface FleetOptions {
   relays?: boolean;
   /** Directory served at `mediaUrl` (images/videos for media requests); none = no media server. */
   mediaDir?: string;
-  /** Start the regional decode service (videos); default true when a media dir is given. */
+  /** Start the regional decode service and media store; default true when a media dir is given. */
   decode?: boolean;
+  /** Extra decode service arguments (e.g. --allow, --host-map, --max-downloads). */
+  decodeArgs?: string[];
+  /** Workers fetch media only from the store and data: URLs, like production workers (default true). */
+  lockedDownWorkers?: boolean;
   /** Exact media routing at the edge (KVEDGE_EXACT_MEDIA); default on. */
   exactMedia?: boolean;
   /** Model directory the workers and relays derive their contract from (default: the family's fixture). */
@@ -62,9 +67,13 @@ export interface FleetWorker {
 
 export interface Fleet {
   edgeUrl: string;
+  /** wrangler dev's V8 inspector port (the edge isolate's heap: scripts/soak-heap.ts). */
+  readonly inspectorPort: number;
   /** Base URL of the local media server (when a media dir was given). */
   mediaUrl: string | null;
   decodeUrl: string | null;
+  /** Which ffprobe the decode service probes with: "native", or "wasm" (the embedded default). */
+  decoder: string | null;
   model: string;
   adminToken: string;
   relaySecret: string;
@@ -161,6 +170,11 @@ function pipeLogs(proc: ChildProcess, name: string, log: (l: string) => void): v
   }
 }
 
+/** A health check that gives up: something else holding the port may accept and never answer. */
+function probe(url: string): Promise<Response> {
+  return fetch(url, { signal: AbortSignal.timeout(2_000) });
+}
+
 async function waitFor(check: () => Promise<boolean>, timeoutMs: number, what: string, proc?: ChildProcess): Promise<void> {
   const deadline = Date.now() + timeoutMs;
   while (Date.now() < deadline) {
@@ -197,7 +211,72 @@ function stopProc(p: ChildProcess | null, signal: NodeJS.Signals = "SIGTERM"): P
   });
 }
 
+/**
+ * What the fleet's children are tied to. Each child runs in its own process group (so a signal
+ * reaches wrangler's workerd too) and is registered with the reaper (scripts/fleet-reaper.mjs),
+ * which kills every registered group once this process's pipe to it closes: on stop(), on a failed
+ * start, and when this process dies in any way, SIGKILL included. A process "exit" hook kills the
+ * groups directly as well, for the ordinary exits.
+ */
+class FleetLife {
+  readonly procs: ChildProcess[] = [];
+  private readonly reaper: ChildProcess;
+  private readonly cleanups: (() => Promise<void>)[] = [];
+
+  constructor() {
+    this.reaper = spawn(NODE, [join(ROOT, "scripts/fleet-reaper.mjs")], { detached: true, stdio: ["pipe", "ignore", "ignore"] });
+    this.reaper.unref();
+    (this.reaper.stdin as unknown as { unref?: () => void }).unref?.();
+    this.reaper.stdin!.on("error", () => {}); // a dead reaper must not crash the launcher
+    process.once("exit", this.killAll);
+  }
+
+  track(p: ChildProcess): ChildProcess {
+    this.procs.push(p);
+    if (p.pid) this.reaper.stdin!.write(`+${p.pid}\n`);
+    return p;
+  }
+
+  /** Runs on a failed start (after the children are stopped). */
+  onAbort(fn: () => Promise<void>): void {
+    this.cleanups.push(fn);
+  }
+
+  private readonly killAll = (): void => {
+    for (const p of this.procs) {
+      try {
+        if (p.pid && p.exitCode === null) process.kill(-p.pid, "SIGKILL");
+      } catch {
+        // already gone
+      }
+    }
+  };
+
+  /** Stops every child (SIGTERM to its group, SIGKILL after 3 s), then lets the reaper go. */
+  async end(): Promise<void> {
+    await Promise.all(this.procs.map((p) => stopProc(p)));
+    process.removeListener("exit", this.killAll);
+    this.reaper.stdin!.end();
+  }
+
+  async abort(): Promise<void> {
+    await this.end();
+    for (const fn of this.cleanups) await fn().catch(() => {});
+  }
+}
+
 export async function startFleet(opts: FleetOptions = {}): Promise<Fleet> {
+  const life = new FleetLife();
+  try {
+    return await buildFleet(opts, life);
+  } catch (err) {
+    // A start that fails half-way (a port taken, a child that exits) leaves nothing running.
+    await life.abort();
+    throw err;
+  }
+}
+
+async function buildFleet(opts: FleetOptions, life: FleetLife): Promise<Fleet> {
   const log = opts.log ?? (() => {});
   const n = opts.workers ?? 2;
   const model = opts.model ?? "Qwen/Qwen3-VL-8B-Instruct";
@@ -209,19 +288,7 @@ export async function startFleet(opts: FleetOptions = {}): Promise<Fleet> {
   const edgePort = opts.edgePort ?? (await freePort());
   const persistTo = opts.persistTo ?? mkdtempSync(join(tmpdir(), "kvedge-state-"));
   const ownsPersist = opts.persistTo === undefined;
-  const procs: ChildProcess[] = [];
-  // Children run in their own process groups (so a kill reaches wrangler's workerd too); make sure
-  // they never outlive this process, even when it exits without calling stop().
-  const killAll = () => {
-    for (const p of procs) {
-      try {
-        if (p.pid && p.exitCode === null) process.kill(-p.pid, "SIGKILL");
-      } catch {
-        // already gone
-      }
-    }
-  };
-  process.once("exit", killAll);
+  if (ownsPersist) life.onAbort(async () => rmSync(persistTo, { recursive: true, force: true }));
 
   const modelDir = opts.modelDir ?? join(ROOT, "test/fixtures/models", family);
 
@@ -241,6 +308,7 @@ export async function startFleet(opts: FleetOptions = {}): Promise<Fleet> {
       res.writeHead(200, { "content-length": bytes.length, "cache-control": "no-store" }).end(bytes);
     });
     await new Promise<void>((r) => mediaServer!.listen(0, "127.0.0.1", r));
+    life.onAbort(() => new Promise<void>((r) => mediaServer!.close(() => r())));
     const a = mediaServer.address();
     mediaUrl = `http://127.0.0.1:${typeof a === "object" && a ? a.port : 0}`;
   }
@@ -249,17 +317,21 @@ export async function startFleet(opts: FleetOptions = {}): Promise<Fleet> {
   // Regional decode service (videos).
   let decodeUrl: string | null = null;
   let decodeProc: ChildProcess | null = null;
+  let decoder: string | null = null;
   const decodeToken = randomBytes(16).toString("hex");
+  // Signed worker URLs into the media store: the key is shared by the edge and the store only.
+  const mediaUrlKey = randomBytes(32).toString("hex");
   if (opts.decode ?? opts.mediaDir !== undefined) {
     const decodePort = await freePort();
-    const args = [join(ROOT, "services/decode/main.ts"), "--host", "127.0.0.1", "--port", String(decodePort)];
+    const args = [join(ROOT, "services/decode/main.ts"), "--host", "127.0.0.1", "--port", String(decodePort), ...(opts.decodeArgs ?? [])];
     if (mediaHost) args.push("--allow", mediaHost);
-    const dec = spawn(NODE, args, { cwd: ROOT, detached: true, env: { ...process.env, KVEDGE_DECODE_TOKEN: decodeToken }, stdio: ["ignore", "pipe", "pipe"] });
-    procs.push(dec);
+    const dec = spawn(NODE, args, { cwd: ROOT, detached: true, env: { ...process.env, KVEDGE_DECODE_TOKEN: decodeToken, KVEDGE_MEDIA_URL_KEY: mediaUrlKey }, stdio: ["ignore", "pipe", "pipe"] });
+    life.track(dec);
     decodeProc = dec;
     pipeLogs(dec, "decode", log);
     decodeUrl = `http://127.0.0.1:${decodePort}`;
-    await waitFor(async () => (await fetch(`${decodeUrl}/healthz`)).status < 500, 30_000, "decode service", dec);
+    await waitFor(async () => (await probe(`${decodeUrl}/healthz`)).status < 500, 30_000, "decode service", dec);
+    decoder = ((await (await fetch(`${decodeUrl}/healthz`)).json()) as { decoder?: string }).decoder ?? null;
   }
 
   const models = JSON.stringify([{ id: model, family, templateId: template, blockSize: pageSize }]);
@@ -272,6 +344,7 @@ export async function startFleet(opts: FleetOptions = {}): Promise<Fleet> {
   if (decodeUrl) {
     vars.KVEDGE_DECODE_URL = decodeUrl;
     vars.DECODE_TOKEN = decodeToken;
+    vars.KVEDGE_MEDIA_URL_KEY = mediaUrlKey;
   }
   if (opts.exactMedia === false) vars.KVEDGE_EXACT_MEDIA = "off";
   Object.assign(vars, opts.vars);
@@ -291,7 +364,12 @@ export async function startFleet(opts: FleetOptions = {}): Promise<Fleet> {
     "--log-level",
     "warn",
   ];
-  for (const [k, v] of Object.entries(vars)) wranglerArgs.push("--var", `${k}:${v}`);
+  // Secrets go through a private dotenv file (scripts/dev-secrets.ts), never argv; the rest stays --var.
+  const secretVars = Object.fromEntries(Object.entries(vars).filter(([k]) => isSecretName(k)));
+  const secretsFile = writeDevSecrets(secretVars);
+  wranglerArgs.push("--env-file", secretsFile.path);
+  process.once("exit", secretsFile.remove);
+  for (const [k, v] of Object.entries(vars)) if (!isSecretName(k)) wranglerArgs.push("--var", `${k}:${v}`);
   const spawnEdge = (): ChildProcess => {
     const p = spawn(NODE, wranglerArgs, {
       cwd: ROOT,
@@ -299,7 +377,7 @@ export async function startFleet(opts: FleetOptions = {}): Promise<Fleet> {
       env: { ...process.env, CLOUDFLARE_CF_FETCH_ENABLED: "false", WRANGLER_SEND_METRICS: "false", NO_COLOR: "1" },
       stdio: ["ignore", "pipe", "pipe"],
     });
-    procs.push(p);
+    life.track(p);
     pipeLogs(p, "edge", log);
     return p;
   };
@@ -322,22 +400,24 @@ export async function startFleet(opts: FleetOptions = {}): Promise<Fleet> {
       "--family", family,
       "--template", template,
       "--model-dir", modelDir,
+      // Locked down like a production worker: media only from the store (signed URLs) and data:.
+      ...(opts.lockedDownWorkers !== false ? ["--locked-down-media", ...(decodeUrl ? ["--media-store", decodeUrl] : [])] : []),
       ...(opts.workerArgs?.[i] ?? []),
       ...extraArgs,
     ];
     if (opts.timingPreset) args.push("--timing", opts.timingPreset);
     const proc = spawn(NODE, args, { cwd: ROOT, detached: true, stdio: ["ignore", "pipe", "pipe"] });
-    procs.push(proc);
+    life.track(proc);
     pipeLogs(proc, id, log);
     const url = `http://127.0.0.1:${port}`;
-    await waitFor(async () => (await fetch(`${url}/health`)).ok, 30_000, `worker ${id}`, proc);
+    await waitFor(async () => (await probe(`${url}/health`)).ok, 30_000, `worker ${id}`, proc);
     const md = extraArgs.lastIndexOf("--model-dir");
     return { id, url, port, kvPort, replayPort, proc, relay: null, modelDir: md >= 0 ? extraArgs[md + 1]! : modelDir };
   };
   for (let i = 0; i < n; i++) workers.push(await startWorker(i));
 
   try {
-    await waitFor(async () => (await fetch(`${edgeUrl}/healthz`)).ok, 60_000, "wrangler dev", edge);
+    await waitFor(async () => (await probe(`${edgeUrl}/healthz`)).ok, 60_000, "wrangler dev", edge);
   } catch (err) {
     // A port taken by another process between our probe and wrangler's bind makes wrangler exit at
     // once; one more start with a fresh inspector port covers that race. Anything else fails again.
@@ -345,10 +425,12 @@ export async function startFleet(opts: FleetOptions = {}): Promise<Fleet> {
     log(`[fleet] ${(err as Error).message}; starting wrangler dev once more`);
     wranglerArgs[inspectorArg] = String(await freePort());
     edge = spawnEdge();
-    await waitFor(async () => (await fetch(`${edgeUrl}/healthz`)).ok, 60_000, "wrangler dev (second start)", edge);
+    await waitFor(async () => (await probe(`${edgeUrl}/healthz`)).ok, 60_000, "wrangler dev (second start)", edge);
   }
 
   const relayArgsOf = workers.map((_, i) => opts.relayArgs?.[i] ?? []);
+  // Each relay keeps its view of its worker here, so a restarted relay resumes it (docs/relay.md).
+  const relayStateDir = mkdtempSync(join(tmpdir(), "kvedge-relay-state-"));
   // Each relay holds only its own worker's key, issued through the admin API (RELAY_SECRET stays
   // with the edge), bound to the worker's id and URL; handed over in the environment, never argv.
   const relayKeys = new Map<string, string>();
@@ -377,12 +459,14 @@ export async function startFleet(opts: FleetOptions = {}): Promise<Fleet> {
         "--model", model,
         "--key-env", "KVEDGE_RELAY_KEY",
         "--model-dir", w.modelDir,
+        "--state-file", join(relayStateDir, `${w.id}.json`),
+        "--state-interval-ms", "500",
         ...(relayArgsOf[workers.indexOf(w)] ?? []),
         ...extraArgs,
       ],
       { cwd: ROOT, detached: true, env: { ...process.env, KVEDGE_RELAY_KEY: key }, stdio: ["ignore", "pipe", "pipe"] },
     );
-    procs.push(relay);
+    life.track(relay);
     pipeLogs(relay, `relay-${w.id}`, log);
     return relay;
   };
@@ -419,8 +503,12 @@ export async function startFleet(opts: FleetOptions = {}): Promise<Fleet> {
 
   return {
     edgeUrl,
+    get inspectorPort() {
+      return Number(wranglerArgs[inspectorArg]);
+    },
     mediaUrl,
     decodeUrl,
+    decoder,
     model,
     adminToken,
     relaySecret,
@@ -475,7 +563,7 @@ export async function startFleet(opts: FleetOptions = {}): Promise<Fleet> {
       await stopProc(edge, "SIGTERM");
       edge = spawnEdge();
       const proc = edge;
-      await waitFor(async () => (await fetch(`${edgeUrl}/healthz`)).ok, 60_000, "wrangler dev (restart)", proc);
+      await waitFor(async () => (await probe(`${edgeUrl}/healthz`)).ok, 60_000, "wrangler dev (restart)", proc);
     },
     processes() {
       const out: { name: string; pid: number }[] = [];
@@ -491,10 +579,12 @@ export async function startFleet(opts: FleetOptions = {}): Promise<Fleet> {
       return out;
     },
     async stop() {
-      await Promise.all(procs.map((p) => stopProc(p)));
-      process.removeListener("exit", killAll);
+      await life.end();
       if (mediaServer) await new Promise<void>((r) => mediaServer!.close(() => r()));
       if (ownsPersist) rmSync(persistTo, { recursive: true, force: true });
+      secretsFile.remove();
+      rmSync(relayStateDir, { recursive: true, force: true });
+      process.removeListener("exit", secretsFile.remove);
     },
   };
 }

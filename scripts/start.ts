@@ -1,73 +1,93 @@
 /**
  * `npm start`: the edge API with a local simulated fleet — 2 SGLang simulators with their relays,
  * the regional decode service, a local media server with sample media, and the edge under
- * `wrangler dev` — all on 127.0.0.1. Ctrl-C stops everything.
+ * `wrangler dev` — all on 127.0.0.1. Needs nothing beyond `npm ci`: without a native ffmpeg the
+ * sample media are made, and videos probed, by ffmpeg's wasm build (@ffmpeg/core).
+ * Ctrl-C (or SIGTERM) stops everything; so does this process dying any other way (the fleet's
+ * children are tied to it, see scripts/local-fleet.ts).
  */
-import { execFileSync } from "node:child_process";
-import { existsSync, mkdirSync } from "node:fs";
+import { existsSync, mkdirSync, renameSync } from "node:fs";
 import { join } from "node:path";
-import { startFleet } from "./local-fleet.ts";
+import { ffmpegOnFiles, WasmFfmpeg } from "../services/decode/wasm-core.ts";
+import { startFleet, type Fleet } from "./local-fleet.ts";
 
 const port = Number(process.env.PORT ?? 8787);
 const workers = Number(process.env.KVEDGE_WORKERS ?? 2);
 const verbose = process.env.KVEDGE_VERBOSE === "1";
 
-/** Sample media for the media examples, made with ffmpeg when it is installed (never downloaded). */
-function sampleMedia(): string | null {
+let fleet: Fleet | null = null;
+let stopping = false;
+const shutdown = async (code: number): Promise<void> => {
+  if (stopping) return;
+  stopping = true;
+  console.log("\nkvedge: stopping ...");
+  await fleet?.stop();
+  process.exit(code);
+};
+// Registered before the start: a Ctrl-C half-way through stops what has started so far.
+process.on("SIGINT", () => void shutdown(0));
+process.on("SIGTERM", () => void shutdown(0));
+process.on("SIGHUP", () => void shutdown(0));
+// Started by npm (or another parent) that dies without passing a signal on: stop with it.
+const parent = process.ppid;
+setInterval(() => {
+  if (process.ppid !== parent) void shutdown(0);
+}, 1000).unref();
+
+/** Sample media for the examples, made once with ffmpeg's wasm build (never downloaded). */
+async function sampleMedia(): Promise<string> {
   const dir = join(".wrangler", "samples");
-  try {
-    mkdirSync(dir, { recursive: true });
-    const ff = (args: string[]) => execFileSync("ffmpeg", ["-hide_banner", "-loglevel", "error", "-y", ...args], { stdio: "ignore" });
-    if (!existsSync(join(dir, "image.png"))) ff(["-f", "lavfi", "-i", "testsrc=size=640x480", "-frames:v", "1", join(dir, "image.png")]);
-    if (!existsSync(join(dir, "video.mp4")))
-      ff(["-f", "lavfi", "-i", "testsrc2=size=480x320:rate=30", "-t", "5", "-pix_fmt", "yuv420p", "-c:v", "libx264", join(dir, "video.mp4")]);
-    return dir;
-  } catch {
-    return null;
-  }
+  mkdirSync(dir, { recursive: true });
+  const ff = new WasmFfmpeg();
+  const make = async (name: string, args: string[]): Promise<void> => {
+    const file = join(dir, name);
+    if (existsSync(file)) return;
+    await ffmpegOnFiles(ff, ["-loglevel", "error", ...args], `${file}.part${name.slice(name.lastIndexOf("."))}`);
+    renameSync(`${file}.part${name.slice(name.lastIndexOf("."))}`, file);
+  };
+  await make("image.png", ["-f", "lavfi", "-i", "testsrc=size=640x480", "-frames:v", "1"]);
+  // 5 s at 30 fps: SGLang samples 10 frames (fps 2) from it.
+  await make("video.mp4", ["-f", "lavfi", "-i", "testsrc2=size=320x240:rate=30", "-t", "5", "-pix_fmt", "yuv420p", "-c:v", "libx264", "-preset", "ultrafast"]);
+  return dir;
 }
 
-const media = sampleMedia();
-console.log(`kvedge: starting ${workers} simulated SGLang workers, their relays${media ? ", the decode service, a media server" : ""} and the edge (wrangler dev) on 127.0.0.1:${port} ...`);
-const fleet = await startFleet({
-  workers,
-  edgePort: port,
-  persistTo: ".wrangler/state",
-  ...(media ? { mediaDir: media } : {}),
-  log: (l) => {
-    if (verbose || /error|warn|down|refus/i.test(l)) console.log(l);
-  },
-});
-const example = JSON.stringify({ model: fleet.model, messages: [{ role: "user", content: "Hello! What is KV-cache-aware routing?" }], max_tokens: 32 });
-const mediaExample = fleet.mediaUrl
-  ? JSON.stringify({
-      model: fleet.model,
-      messages: [{ role: "user", content: [{ type: "video_url", video_url: { url: `${fleet.mediaUrl}/video.mp4` } }, { type: "text", text: "What happens in this video?" }] }],
-      max_tokens: 32,
-    })
-  : null;
-console.log(`
-kvedge is up: ${fleet.edgeUrl}   (OpenAI base URL: ${fleet.edgeUrl}/v1)
-  workers: ${fleet.workers.map((w) => `${w.id}=${w.url}`).join(", ")}
-  admin token (this run): ${fleet.adminToken}
-  dashboard: ${fleet.edgeUrl}/dashboard   (sign in with the admin token above)
+const media = await sampleMedia();
+console.log(`kvedge: starting ${workers} simulated SGLang workers, their relays, the decode service, a media server and the edge (wrangler dev) on 127.0.0.1:${port} ...`);
+try {
+  fleet = await startFleet({
+    workers,
+    edgePort: port,
+    persistTo: process.env.KVEDGE_STATE_DIR ?? ".wrangler/state",
+    mediaDir: media,
+    log: (l) => {
+      if (verbose || /error|warn|down|refus/i.test(l)) console.log(l);
+    },
+  });
+} catch (err) {
+  // startFleet has already stopped whatever it had started.
+  console.error(`kvedge: failed to start: ${(err as Error).message}`);
+  if (/address already in use|EADDRINUSE/i.test((err as Error).message)) console.error(`kvedge: is port ${port} taken? Set PORT=... to use another.`);
+  process.exit(1);
+}
+if (stopping) await new Promise(() => {}); // a signal arrived during the start: shutdown() exits
 
-Try (run twice and watch x-kvedge-overlap-blocks and cached_tokens):
-  curl -s ${fleet.edgeUrl}/v1/chat/completions -H 'content-type: application/json' -D - \\
-    -d '${example}'
-${
-  mediaExample
-    ? `  curl -s ${fleet.edgeUrl}/v1/chat/completions -H 'content-type: application/json' -D - \\
-    -d '${mediaExample}'
-`
-    : "  (install ffmpeg for the media examples)\n"
-}  curl -s ${fleet.edgeUrl}/metrics -H 'authorization: Bearer ${fleet.adminToken}'
+const f = fleet;
+const body = (content: unknown): string => JSON.stringify({ model: f.model, messages: [{ role: "user", content }], max_tokens: 32 });
+const curl = (b: string): string => `  curl -s ${f.edgeUrl}/v1/chat/completions -H 'content-type: application/json' -D - \\\n    -d '${b}'`;
+const decoder =
+  f.decoder === "wasm" ? "ffmpeg's wasm build (@ffmpeg/core; no native ffprobe found)" : f.decoder === "native" ? "native ffprobe" : "none";
+console.log(`
+kvedge is up: ${f.edgeUrl}   (OpenAI base URL: ${f.edgeUrl}/v1)
+  workers: ${f.workers.map((w) => `${w.id}=${w.url}`).join(", ")}
+  media server: ${f.mediaUrl}   decode service: ${f.decodeUrl}
+  video probing (decode service and simulated workers): ${decoder}
+  admin token (this run): ${f.adminToken}
+  dashboard: ${f.edgeUrl}/dashboard   (sign in with the admin token above)
+
+Try (run each twice and watch x-kvedge-overlap-blocks and cached_tokens):
+${curl(body("Hello! What is KV-cache-aware routing?"))}
+${curl(body([{ type: "image_url", image_url: { url: `${f.mediaUrl}/image.png` } }, { type: "text", text: "What is in this image?" }]))}
+${curl(body([{ type: "video_url", video_url: { url: `${f.mediaUrl}/video.mp4` } }, { type: "text", text: "What happens in this video?" }]))}
+  curl -s ${f.edgeUrl}/metrics -H 'authorization: Bearer ${f.adminToken}'
 
 Ctrl-C to stop.`);
-const shutdown = async () => {
-  console.log("\nkvedge: stopping ...");
-  await fleet.stop();
-  process.exit(0);
-};
-process.on("SIGINT", () => void shutdown());
-process.on("SIGTERM", () => void shutdown());

@@ -66,7 +66,7 @@ const plainArgs = ["-v", "error", "-show_format", "-show_streams", clip];
 const scanArgs = ffprobeArgs(clip);
 
 const { svc, post, first } = await benchService("native");
-console.log(`probe: ${first.totalFrames} frames, avgFps ${first.avgFps}, ${first.width}x${first.height}, ${first.codec}, hash ${first.contentHash}`);
+console.log(`probe: ${first.totalFrames} frames, avgFps ${first.avgFps}, ${first.width}x${first.height}, ${first.codec}, sha256 ${first.contentDigest}`);
 
 // Latency: interleave the three so machine noise hits them alike.
 const lat = { service: [], plain: [], scan: [] };

@@ -82,6 +82,9 @@ export function runScale(trace, opts) {
         // The shard objects' own replication code (src/kv/load-replica.ts), as the Durable Object runs it.
         replicateLoad: layout === "replicated" && shards > 1,
         ...(layout === "central" && shards > 1 ? { index: new ShardedIndex(shards) } : {}),
+        // Per-object block budget (src/kv/block-budget.ts); bench/scale/budget.mjs shows what it refuses.
+        // Without one the simulation models an unbounded object (as before budgets existed).
+        ...(opts.blockBudget ? { blockBudget: opts.blockBudget } : { blockBudget: Number.MAX_SAFE_INTEGER, indexBudgetBytes: Infinity }),
       }),
   );
   const busy = { route: new Float64Array(nCores), events: new Float64Array(nCores), sync: new Float64Array(nCores) };
@@ -229,5 +232,7 @@ export function runScale(trace, opts) {
     perShardDecisions: [...perShardDecisions],
     busyMs: { route: [...busy.route], events: [...busy.events], sync: [...busy.sync], total: shardBusy },
     indexSizes,
+    budget: cores.map((c) => ({ limit: c.budget.limit, refused: c.budget.refused, bytes: c.index.storageBytes?.() ?? null })),
+    approximateWorkers: cores.map((c) => c.workers().filter((w) => w.approximate).length),
   };
 }

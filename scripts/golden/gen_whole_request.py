@@ -18,9 +18,10 @@ with upstream code wherever upstream code runs here:
   4. SGLang's padding: every maximal run of image/video pad ids belongs to one item (a Qwen3-VL video
      owns one run per temporal group); items are all images in prompt order, then all videos; each
      run is overwritten with `1_000_000 + int(mm_hash, 16) % 2**30` of its item's mm_hash.
-  5. The mm_hashes kvedge sends (its identity record, re-implemented here in Python from
-     src/media/identity-record.ts' documented layout with the `xxhash` package) and the router's
-     block hashes (xxh3-64, seed 1337, over little-endian u32 ids of each full 16-token block).
+  5. The mm_hashes kvedge sends (its identity record v2, re-implemented here in Python from
+     src/media/identity-record.ts' documented layout: SHA-256 of the raw bytes inside the record,
+     the first 8 bytes of the record's SHA-256 as the hash, with hashlib) and the router's block
+     hashes (xxh3-64, seed 1337, over little-endian u32 ids of each full 16-token block).
 
 Media are made here, deterministically: images with PIL, videos with OpenCV's MJPG encoder into AVI.
 They are written next to the golden file; the TypeScript test reads the same bytes.
@@ -33,6 +34,7 @@ templates/*.jinja and digests.json (each family's cohort contract digest, from t
 import argparse
 import base64
 import copy
+import hashlib
 import io
 import json
 import math
@@ -277,13 +279,17 @@ def u64(v):
     return int(v).to_bytes(8, "little")
 
 
+def content_digest(raw):
+    return hashlib.sha256(raw).hexdigest()
+
+
 def mm_identity(modality, content_hash_hex, meta, digest):
-    rec = lp(b"kvedge/mm-identity/v1") + field(1, modality.encode()) + field(2, u64(int(content_hash_hex, 16)))
+    rec = lp(b"kvedge/mm-identity/v2") + field(1, modality.encode()) + field(2, bytes.fromhex(content_hash_hex))
     rec += field(3, u64(meta["width"])) + field(4, u64(meta["height"]))
     if modality == "video":
         rec += field(5, u64(meta["totalFrames"])) + field(6, np.float64(meta["avgFps"]).tobytes())
     rec += field(7, digest.encode())
-    return format(xxhash.xxh3_64_intdigest(rec, seed=0), "016x")
+    return hashlib.sha256(rec).digest()[:8].hex()
 
 
 def block_hashes(ids):
@@ -725,7 +731,7 @@ def worker_ids(case, ctx):
         im.load()
         meta = {"width": im.size[0], "height": im.size[1]}
         images.append(im)
-        items.append({"modality": "image", "media": name, "contentHash": format(xxhash.xxh3_64_intdigest(raw, seed=0), "016x"), "meta": meta})
+        items.append({"modality": "image", "media": name, "contentHash": content_digest(raw), "meta": meta})
     for u in video_urls:
         name = u.rsplit("/", 1)[1][:-4]
         v = ctx["videos"][name]
@@ -835,7 +841,7 @@ def main():
         # rate OpenCV reports; they differ in the last bit for 2997/100 (29.97 vs 29.970000000000002).
         scale, rate = avi_time_base(raw)
         probe = {"totalFrames": len(frames), "avgFps": torchcodec_avg_fps(len(frames), scale, rate), "width": w, "height": h}
-        ctx["videos"][name] = {"frames": frames, "probe": probe, "contentHash": format(xxhash.xxh3_64_intdigest(raw, seed=0), "016x")}
+        ctx["videos"][name] = {"frames": frames, "probe": probe, "contentHash": content_digest(raw)}
         media_meta["videos"][name] = {"file": os.path.basename(path), "spec": spec, "probe": probe, "opencv_fps": fps, "time_base": [scale, rate], "contentHash": ctx["videos"][name]["contentHash"], "bytes": len(raw)}
     out_cases, failures = [], []
     for c in cases:

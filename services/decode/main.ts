@@ -1,9 +1,13 @@
 /**
  * CLI: npx node services/decode/main.ts [--host 127.0.0.1] [--port 7070] [--decoder native|wasm|auto]
  *   [--concurrency N] [--allow 127.0.0.1:8080 ...] [--max-body-bytes N] [--verbose]
- * The bearer token comes from the environment: KVEDGE_DECODE_TOKEN (or --no-auth for local
- * experiments). Prints one JSON line {ready, url, decoder} on stdout once listening.
+ *   [--max-downloads N] [--max-download-queue N] [--store-dir DIR] [--store-max-bytes N]
+ * Secrets come from the environment or a file, never argv: the bearer token from
+ * KVEDGE_DECODE_TOKEN (or --no-auth for local experiments), the signed-URL key shared with the
+ * edge from KVEDGE_MEDIA_URL_KEY or the file named by KVEDGE_MEDIA_URL_KEY_FILE. Prints one JSON
+ * line {ready, url, decoder} on stdout once listening.
  */
+import { readFileSync } from "node:fs";
 import { parseArgs } from "node:util";
 import { ZodError } from "zod";
 import { startDecodeService } from "./server.ts";
@@ -21,6 +25,13 @@ const { values } = parseArgs({
     "fetch-timeout-ms": { type: "string" },
     "probe-timeout-ms": { type: "string" },
     allow: { type: "string", multiple: true },
+    "max-downloads": { type: "string" },
+    "max-download-queue": { type: "string" },
+    "request-timeout-ms": { type: "string" },
+    "idle-timeout-ms": { type: "string" },
+    "store-dir": { type: "string" },
+    "store-max-bytes": { type: "string" },
+    "host-map": { type: "string", multiple: true },
     "no-auth": { type: "boolean" },
     verbose: { type: "boolean", short: "v" },
     help: { type: "boolean", short: "h" },
@@ -33,7 +44,10 @@ if (values.help) {
     "usage: KVEDGE_DECODE_TOKEN=... npx node services/decode/main.ts [--host 127.0.0.1] [--port 7070]\n" +
       "  [--decoder native|wasm|auto] [--ffprobe-path ffprobe] [--concurrency N] [--max-body-bytes N]\n" +
       "  [--max-fetch-bytes N] [--fetch-timeout-ms N] [--probe-timeout-ms N]\n" +
-      "  [--allow HOST:PORT|CIDR ...  (local development only)] [--no-auth] [--verbose]\n",
+      "  [--allow HOST:PORT|CIDR ...  (local development only)] [--no-auth] [--verbose]\n" +
+      "  [--max-downloads N] [--max-download-queue N] [--request-timeout-ms N] [--idle-timeout-ms N]\n" +
+      "  [--store-dir DIR] [--store-max-bytes N] [--host-map NAME=ADDR ...  (static answers, still SSRF-checked)]\n" +
+      "  env: KVEDGE_MEDIA_URL_KEY or KVEDGE_MEDIA_URL_KEY_FILE (signed media URLs, shared with the edge)\n",
   );
   process.exit(0);
 }
@@ -53,10 +67,30 @@ if (values["fetch-timeout-ms"] !== undefined) fetchPolicy.timeoutMs = int(values
 if (values.allow) fetchPolicy.allowlist = values.allow;
 opts.fetch = fetchPolicy;
 if (values.verbose) opts.verbose = true;
+if (values["max-downloads"] !== undefined) opts.maxDownloads = int(values["max-downloads"])!;
+if (values["max-download-queue"] !== undefined) opts.maxDownloadQueue = int(values["max-download-queue"])!;
+if (values["request-timeout-ms"] !== undefined) opts.requestTimeoutMs = int(values["request-timeout-ms"])!;
+if (values["idle-timeout-ms"] !== undefined) opts.idleTimeoutMs = int(values["idle-timeout-ms"])!;
+const keyFile = process.env.KVEDGE_MEDIA_URL_KEY_FILE;
+const urlKey = keyFile ? readFileSync(keyFile, "utf8").trim() : process.env.KVEDGE_MEDIA_URL_KEY || null;
+opts.store = { urlKey };
+if (!urlKey) process.stderr.write("decode: no KVEDGE_MEDIA_URL_KEY: the media store will serve no worker URLs (every /v1/media request is refused)\n");
+if (values["store-dir"] !== undefined) opts.store.dir = values["store-dir"];
+if (values["store-max-bytes"] !== undefined) opts.store.maxTotalBytes = int(values["store-max-bytes"])!;
+if (values["host-map"]) {
+  const map: Record<string, string[]> = {};
+  for (const e of values["host-map"]) {
+    const i = e.indexOf("=");
+    if (i <= 0) throw new Error(`--host-map ${e}: expected NAME=ADDR`);
+    (map[e.slice(0, i)] ??= []).push(e.slice(i + 1));
+  }
+  opts.hostMap = map;
+}
 
 try {
   const svc = await startDecodeService(opts);
   process.stdout.write(JSON.stringify({ ready: true, url: svc.url, decoder: svc.decoder }) + "\n");
+  if (svc.decoder === "wasm" && opts.decoder !== "wasm") process.stderr.write("decode: no native ffprobe found: probing with ffmpeg's wasm build (@ffmpeg/core)\n");
   let stopping = false;
   const stop = (): void => {
     if (stopping) return;

@@ -19,6 +19,33 @@ export const DecodeServiceOptionsSchema = z
     concurrency: z.number().int().min(1).max(256).default(() => os.availableParallelism()),
     /** Probes allowed to wait for a slot before the service answers 503. */
     maxQueue: z.number().int().min(0).default(256),
+    /** Downloads of client URLs running at once, and how many may wait before the service answers 503. */
+    maxDownloads: z.number().int().min(1).max(1024).default(8),
+    maxDownloadQueue: z.number().int().min(0).max(100_000).default(64),
+    /** Whole request (fetch, store, probe) deadline; the answer is 504 past it. Also node's requestTimeout. */
+    requestTimeoutMs: z.number().int().positive().default(120_000),
+    /** A download that delivers no bytes for this long is abandoned. */
+    idleTimeoutMs: z.number().int().positive().default(15_000),
+    /**
+     * The wasm decoder's memory cap: each thread holds the whole file in its (grow-only) wasm
+     * memory, so larger media are not probed by it (routing falls back) and the decoder's memory
+     * stays below concurrency × (this + the core's ~32 MiB base).
+     */
+    wasmMaxMediaBytes: z.number().int().positive().default(192 * 1024 * 1024),
+    /** The regional media store (content-addressed by SHA-256, LRU by bytes). */
+    store: z
+      .strictObject({
+        /** Directory of the stored files (default: a fresh temp directory, removed on close). */
+        dir: z.string().min(1).nullable().default(null),
+        maxTotalBytes: z.number().int().positive().default(4 * 1024 * 1024 * 1024),
+        /** HMAC key shared with the edge for `/v1/media/<digest>?exp&sig` (null: the store serves nothing). */
+        urlKey: z.string().min(32).nullable().default(null),
+        /** Signatures claiming a longer life than this are refused. */
+        maxUrlTtlSec: z.number().int().positive().default(900),
+      })
+      .prefault({}),
+    /** Static name → addresses answers consulted before DNS (tests; split-horizon names). Still SSRF-checked. */
+    hostMap: z.record(z.string(), z.array(z.string().min(1)).min(1)).default({}),
     /** Largest raw-bytes request body. */
     maxBodyBytes: z.number().int().positive().default(256 * 1024 * 1024),
     /** Media fetched by URL (SSRF policy, byte and time caps, local-dev allowlist). */

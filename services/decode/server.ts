@@ -1,13 +1,19 @@
 /**
- * The regional decode service: `POST /v1/probe` with `{url}` (JSON) or the raw media bytes
- * (application/octet-stream) → content hash + torchcodec-exact frame count and fps + size, codec.
- * Media bytes are spooled to a temp file while hashed; results are cached by content hash, and
- * URLs by their validators (ETag / Last-Modified, revalidated with a conditional GET). Concurrent
- * requests for one URL, or for one content hash, share one fetch/probe. Probes run at most
- * `concurrency` at once. `GET /healthz` reports the decoder and load.
+ * The regional decode service and media store.
+ * - `POST /v1/store` `{url, kind}`: fetches a client's media URL once with the SSRF-safe fetcher
+ *   (pinned DNS, every redirect re-checked), stores the bytes under their SHA-256 and answers what
+ *   the layout needs, computed from the stored bytes (image header, or the video probe).
+ * - `GET /v1/media/<digest>?exp&sig`: serves stored bytes to workers, only under a valid,
+ *   unexpired HMAC signature from the edge (src/media/signed-url.ts); no bearer token.
+ * - `POST /v1/probe`: `{url}` (fetched and stored as above) or raw bytes (not stored) → probe.
+ * Downloads run at most `maxDownloads` at once with a bounded queue (503 beyond it); a download is
+ * cancelled when every caller waiting for it has gone, when it stalls (`idleTimeoutMs`) and at the
+ * request deadline (`requestTimeoutMs`). Concurrent requests for one URL, or one digest, share one
+ * download/probe. Probes run at most `concurrency` at once. `GET /healthz` reports load.
  */
 import http from "node:http";
-import { mkdtemp, rm, unlink } from "node:fs/promises";
+import { createReadStream } from "node:fs";
+import { mkdtemp, open, rm, unlink } from "node:fs/promises";
 import path from "node:path";
 import {
   AuthenticationError,
@@ -22,13 +28,17 @@ import {
   httpStatusOf,
 } from "../../src/api/errors.ts";
 import { timingSafeEqualString } from "../../src/edge/auth.ts";
-import { MediaTooLargeError } from "../../src/media/errors.ts";
+import { MediaError, MediaTooLargeError, isMediaError } from "../../src/media/errors.ts";
+import { readImageHeader } from "../../src/media/image-header.ts";
 import { ProbeRequestSchema, type ProbeResult } from "../../src/media/probe-result.ts";
 import { SafeFetcher, type FetchLike, type Resolver } from "../../src/media/safe-fetch.ts";
+import { importMediaUrlKey, verifyMediaUrl } from "../../src/media/signed-url.ts";
+import { StoreRequestSchema, type StoreResult } from "../../src/media/store-result.ts";
 import { initHashing } from "../../src/util/hash.ts";
-import { LruCache, Semaphore, SingleFlight } from "./concurrency.ts";
+import { BoundedSemaphore, CancellableFlight, LruCache, QueueFullError, Semaphore, SingleFlight } from "./concurrency.ts";
 import type { ScanResult } from "./ffprobe-scan.ts";
 import { spoolToFile } from "./media-file.ts";
+import { MediaStore, type MediaStoreStats } from "./media-store.ts";
 import { DecodeServiceOptionsSchema, type DecodeServiceOptions, type DecodeServiceOptionsInput } from "./options.ts";
 import { nodeResolver, pinnedFetch } from "./pinned-fetch.ts";
 import { ProbeTimeoutError, selectProber, type DecoderKind, type Prober } from "./probers.ts";
@@ -47,47 +57,71 @@ export interface DecodeServiceStats {
   cacheHits: number;
   revalidated: number;
   shared: number;
+  /** Most downloads that ever ran at once (never above maxDownloads). */
+  downloadsPeak: number;
+  downloadsCancelled: number;
+  mediaServed: number;
+  mediaRefused: number;
 }
 
 export interface DecodeService {
   url: string;
   decoder: DecoderKind;
   stats: DecodeServiceStats;
+  store: () => MediaStoreStats;
   close(): Promise<void>;
 }
 
 interface UrlEntry {
   etag: string | null;
   lastModified: string | null;
-  contentHash: string;
+  digest: string;
+  byteLength: number;
+}
+
+interface Stored {
+  digest: string;
+  byteLength: number;
+  cache: CacheOutcome;
 }
 
 const MAX_JSON_BODY = 1 << 20;
+/** Image headers sit at the start (JPEG APPn segments can push them back a few MiB). */
+const MAX_HEADER_BYTES = 4 << 20;
+
+/** The caller went away before the answer: its share of any work is dropped. */
+class CallerGone extends Error {}
 
 export async function startDecodeService(input: DecodeServiceOptionsInput = {}, deps: DecodeServiceDeps = {}): Promise<DecodeService> {
   const opts: DecodeServiceOptions = DecodeServiceOptionsSchema.parse(input);
   await initHashing();
   const prober: Prober = await selectProber(opts.decoder, { ffprobePath: opts.ffprobePath, threads: opts.concurrency, timeoutMs: opts.probeTimeoutMs });
-  const fetcher = new SafeFetcher(opts.fetch, { fetch: deps.fetch ?? pinnedFetch, resolve: deps.resolve ?? nodeResolver });
+  const baseResolve = deps.resolve ?? nodeResolver;
+  const hostMap = new Map(Object.entries(opts.hostMap).map(([k, v]) => [k.toLowerCase().replace(/\.+$/, ""), v]));
+  const resolve: Resolver = async (host) => hostMap.get(host.toLowerCase().replace(/\.+$/, "")) ?? baseResolve(host);
+  const fetcher = new SafeFetcher(opts.fetch, { fetch: deps.fetch ?? pinnedFetch, resolve });
   const tmp = await mkdtemp(path.join(opts.tmpDir, "kvedge-decode-"));
+  const store = await MediaStore.open(opts.store.dir ?? path.join(tmp, "store"), opts.store.maxTotalBytes);
+  const urlKey = opts.store.urlKey ? await importMediaUrlKey(opts.store.urlKey) : null;
   const sem = new Semaphore(opts.concurrency);
-  const byHash = new LruCache<ProbeResult>(opts.cacheEntries);
+  const downloads = new BoundedSemaphore(opts.maxDownloads, opts.maxDownloadQueue);
+  const byDigest = new LruCache<ProbeResult>(opts.cacheEntries);
   const byUrl = new LruCache<UrlEntry>(opts.cacheEntries);
-  const hashFlight = new SingleFlight<ProbeResult>();
-  const urlFlight = new SingleFlight<{ result: ProbeResult; cache: CacheOutcome }>();
-  const stats: DecodeServiceStats = { probes: 0, fetches: 0, cacheHits: 0, revalidated: 0, shared: 0 };
+  const probeFlight = new SingleFlight<ProbeResult>();
+  const urlFlight = new CancellableFlight<Stored>();
+  const stats: DecodeServiceStats = { probes: 0, fetches: 0, cacheHits: 0, revalidated: 0, shared: 0, downloadsPeak: 0, downloadsCancelled: 0, mediaServed: 0, mediaRefused: 0 };
   let seq = 0;
   const tmpPath = (): string => path.join(tmp, `m${++seq}`);
   const log = (msg: string): void => {
     if (opts.verbose) process.stderr.write(`decode: ${msg}\n`);
   };
 
-  function toResult(contentHash: string, byteLength: number, scan: ScanResult): ProbeResult {
+  function toResult(contentDigest: string, byteLength: number, scan: ScanResult): ProbeResult {
     const { stream, meta } = scan;
     const fps = meta.averageFps;
     const decordFps = stream.avgFrameRate && stream.avgFrameRate.den !== 0 ? stream.avgFrameRate.num / stream.avgFrameRate.den : null;
     return {
-      contentHash,
+      contentDigest,
       byteLength,
       totalFrames: meta.numFrames,
       avgFps: fps !== null && Number.isFinite(fps) && fps > 0 ? fps : null,
@@ -101,71 +135,127 @@ export async function startDecodeService(input: DecodeServiceOptionsInput = {}, 
     };
   }
 
-  /** Probe of spooled bytes, deduplicated and cached by content hash. */
-  async function probeSpooled(contentHash: string, byteLength: number, file: string): Promise<{ result: ProbeResult; cache: CacheOutcome }> {
-    const cached = byHash.get(contentHash);
+  /** Probe of a file, deduplicated and cached by digest. */
+  async function probeFile(digest: string, byteLength: number, file: string): Promise<{ result: ProbeResult; cache: CacheOutcome }> {
+    const cached = byDigest.get(digest);
     if (cached) {
       stats.cacheHits++;
       return { result: cached, cache: "hit" };
     }
-    const { promise, shared } = hashFlight.do(contentHash, async () => {
+    if (prober.kind === "wasm" && byteLength > opts.wasmMaxMediaBytes) {
+      throw new MediaError("unprobeable_media", `Media above ${opts.wasmMaxMediaBytes} bytes is not probed by the wasm decoder (memory cap).`);
+    }
+    const { promise, shared } = probeFlight.do(digest, async () => {
       if (sem.inUse >= sem.limit && sem.waiting >= opts.maxQueue) throw new NoWorkerAvailableError("Decode service is at capacity.");
       const scan = await sem.run(() => {
         stats.probes++;
         return prober.probe(file);
       });
-      const r = toResult(contentHash, byteLength, scan);
-      byHash.set(contentHash, r);
+      const r = toResult(digest, byteLength, scan);
+      byDigest.set(digest, r);
       return r;
     });
     if (shared) stats.shared++;
     return { result: await promise, cache: shared ? "shared" : "miss" };
   }
 
-  async function probeBytes(body: AsyncIterable<Uint8Array>): Promise<{ result: ProbeResult; cache: CacheOutcome }> {
-    const file = tmpPath();
-    try {
-      const s = await spoolToFile(body, file, opts.maxBodyBytes);
-      return await probeSpooled(s.contentHash, s.byteLength, file);
-    } finally {
-      await unlink(file).catch(() => {});
-    }
-  }
-
-  async function fetchAndProbe(url: string): Promise<{ result: ProbeResult; cache: CacheOutcome }> {
-    const known = byUrl.get(url);
-    const headers: Record<string, string> = {};
-    if (known?.etag) headers["if-none-match"] = known.etag;
-    if (known?.lastModified) headers["if-modified-since"] = known.lastModified;
-    stats.fetches++;
-    let res = await fetcher.open(url, { headers, param: "url" });
-    if (res.status === 304) {
-      const r = known ? byHash.get(known.contentHash) : undefined;
-      if (r) {
-        stats.revalidated++;
-        return { result: r, cache: "revalidated" };
+  /** One download of a client URL into the store (conditional when the URL's validators are known). */
+  async function download(url: string, signal: AbortSignal): Promise<Stored> {
+    return downloads.run(async () => {
+      stats.downloadsPeak = Math.max(stats.downloadsPeak, downloads.inUse);
+      const known = byUrl.get(url);
+      const headers: Record<string, string> = {};
+      if (known && store.has(known.digest)) {
+        if (known.etag) headers["if-none-match"] = known.etag;
+        if (known.lastModified) headers["if-modified-since"] = known.lastModified;
       }
       stats.fetches++;
-      res = await fetcher.open(url, { param: "url" }); // cached result evicted: fetch in full
+      // Own controller: a stalled or refused body aborts the connection itself, not just the reader.
+      const transfer = new AbortController();
+      const onAbort = (): void => transfer.abort(signal.reason);
+      signal.addEventListener("abort", onAbort, { once: true });
+      try {
+        return await transferInto(url, known, headers, transfer.signal);
+      } catch (e) {
+        transfer.abort(e);
+        throw e;
+      } finally {
+        signal.removeEventListener("abort", onAbort);
+      }
+    }, signal);
+  }
+
+  async function transferInto(url: string, known: UrlEntry | undefined, headers: Record<string, string>, signal: AbortSignal): Promise<Stored> {
+    const res = await fetcher.open(url, { headers, param: "url", signal });
+    if (res.status === 304) {
+      if (known && store.has(known.digest)) {
+        stats.revalidated++;
+        store.use(known.digest);
+        return { digest: known.digest, byteLength: known.byteLength, cache: "revalidated" };
+      }
+      // Evicted while the conditional request was in flight: fetch in full.
+      await res.body.cancel().catch(() => {});
+      stats.fetches++;
+      return transferInto(url, undefined, {}, signal);
     }
     const file = tmpPath();
     try {
-      const s = await spoolToFile(res.body, file, opts.fetch.maxBytes);
+      const s = await spoolToFile(res.body, file, opts.fetch.maxBytes, { idleMs: opts.idleTimeoutMs, signal });
+      await store.put(file, s.contentDigest, s.byteLength);
       const etag = res.headers.get("etag");
       const lastModified = res.headers.get("last-modified");
-      if (etag || lastModified) byUrl.set(url, { etag, lastModified, contentHash: s.contentHash });
+      if (etag || lastModified) byUrl.set(url, { etag, lastModified, digest: s.contentDigest, byteLength: s.byteLength });
       else byUrl.delete(url);
-      return await probeSpooled(s.contentHash, s.byteLength, file);
+      return { digest: s.contentDigest, byteLength: s.byteLength, cache: "miss" };
     } finally {
       await unlink(file).catch(() => {});
     }
   }
 
-  async function probeUrl(url: string): Promise<{ result: ProbeResult; cache: CacheOutcome }> {
-    const { promise, shared } = urlFlight.do(url, () => fetchAndProbe(url));
+  async function storeUrl(url: string, signal: AbortSignal): Promise<Stored> {
+    const { promise, shared } = urlFlight.do(url, (s) => download(url, s), signal);
     if (shared) stats.shared++;
     const r = await promise;
-    return shared ? { result: r.result, cache: "shared" } : r;
+    return shared ? { ...r, cache: "shared" } : r;
+  }
+
+  async function imageOf(file: string, size: number): Promise<NonNullable<StoreResult["image"]>> {
+    const n = Math.min(size, MAX_HEADER_BYTES);
+    const fh = await open(file, "r");
+    try {
+      const buf = new Uint8Array(n);
+      await fh.read(buf, 0, n, 0);
+      const h = readImageHeader(buf, true, { param: "url" });
+      if (!h) throw new MediaError("corrupt", `No image size within the first ${n} bytes.`, "url");
+      return { width: h.width, height: h.height, format: h.format };
+    } finally {
+      await fh.close();
+    }
+  }
+
+  /** What the layout needs from stored bytes; `cache` = the probe's cache outcome (miss for images). */
+  async function describe(stored: Stored, kind: "image" | "video"): Promise<{ result: StoreResult; cache: CacheOutcome }> {
+    const f = store.use(stored.digest);
+    if (!f) throw new NoWorkerAvailableError("The media store evicted the item before it was described; retry.");
+    const base = { digest: stored.digest, byteLength: stored.byteLength, kind };
+    if (kind === "image") return { result: { ...base, image: await imageOf(f.path, f.size), probe: null, probeError: null }, cache: "miss" };
+    try {
+      const p = await probeFile(stored.digest, stored.byteLength, f.path);
+      return { result: { ...base, image: null, probe: p.result, probeError: null }, cache: p.cache };
+    } catch (e) {
+      if (!isMediaError(e)) throw e;
+      return { result: { ...base, image: null, probe: null, probeError: { reason: e.reason, message: e.message } }, cache: "miss" };
+    }
+  }
+
+  async function probeBytes(body: AsyncIterable<Uint8Array>, signal: AbortSignal): Promise<{ result: ProbeResult; cache: CacheOutcome }> {
+    const file = tmpPath();
+    try {
+      const s = await spoolToFile(body, file, opts.maxBodyBytes, { idleMs: opts.idleTimeoutMs, signal });
+      return await probeFile(s.contentDigest, s.byteLength, file);
+    } finally {
+      await unlink(file).catch(() => {});
+    }
   }
 
   async function readJson(req: http.IncomingMessage): Promise<unknown> {
@@ -183,31 +273,85 @@ export async function startDecodeService(input: DecodeServiceOptionsInput = {}, 
     }
   }
 
-  async function handle(req: http.IncomingMessage, res: http.ServerResponse): Promise<void> {
+  function requireToken(req: http.IncomingMessage): void {
+    if (opts.token === null) return;
+    const m = /^Bearer\s+(\S+)\s*$/i.exec(req.headers.authorization ?? "");
+    if (!m || !timingSafeEqualString(m[1]!, opts.token)) throw new AuthenticationError("Decode service token required.");
+  }
+
+  async function serveMedia(url: URL, res: http.ServerResponse): Promise<void> {
+    const refuse = (why: string): never => {
+      stats.mediaRefused++;
+      log(`media refused: ${why}`);
+      // One answer for every refusal: a worker (or anyone) learns nothing about what is stored.
+      throw new KvedgeError("Media URL is not valid.", "invalid_request_error", "media_url_refused");
+    };
+    if (!urlKey) refuse("no URL key configured");
+    const check = await verifyMediaUrl(urlKey!, url.pathname, url.searchParams, Math.floor(Date.now() / 1000), opts.store.maxUrlTtlSec);
+    if (!check.ok) refuse(check.reason);
+    const f = check.ok ? store.use(check.digest) : null;
+    if (!f) throw new NotFoundError("Media is no longer stored.");
+    stats.mediaServed++;
+    res.writeHead(200, { "content-type": "application/octet-stream", "content-length": f.size, "cache-control": "no-store", "x-content-type-options": "nosniff" });
+    await new Promise<void>((resolve, reject) => {
+      const s = createReadStream(f.path);
+      s.on("error", reject);
+      res.on("close", () => {
+        s.destroy();
+        resolve();
+      });
+      s.pipe(res);
+    });
+  }
+
+  async function handle(req: http.IncomingMessage, res: http.ServerResponse, signal: AbortSignal): Promise<void> {
     const url = new URL(req.url ?? "/", "http://decode");
     if (url.pathname === "/healthz") {
       if (req.method !== "GET") throw new MethodNotAllowedError("Use GET.");
-      send(res, 200, { ok: true, decoder: prober.kind, concurrency: sem.limit, inUse: sem.inUse, waiting: sem.waiting });
+      send(res, 200, {
+        ok: true,
+        decoder: prober.kind,
+        concurrency: sem.limit,
+        inUse: sem.inUse,
+        waiting: sem.waiting,
+        downloads: { limit: downloads.limit, inUse: downloads.inUse, waiting: downloads.waiting, peak: downloads.peakInUse },
+        store: store.stats,
+      });
       return;
     }
-    if (url.pathname !== "/v1/probe") throw new NotFoundError(`No route ${url.pathname}.`);
-    if (req.method !== "POST") throw new MethodNotAllowedError("Use POST.");
-    if (opts.token !== null) {
-      const m = /^Bearer\s+(\S+)\s*$/i.exec(req.headers.authorization ?? "");
-      if (!m || !timingSafeEqualString(m[1]!, opts.token)) throw new AuthenticationError("Decode service token required.");
+    if (url.pathname.startsWith("/v1/media/")) {
+      if (req.method !== "GET") throw new MethodNotAllowedError("Use GET.");
+      await serveMedia(url, res);
+      return;
     }
+    if (url.pathname !== "/v1/probe" && url.pathname !== "/v1/store") throw new NotFoundError(`No route ${url.pathname}.`);
+    if (req.method !== "POST") throw new MethodNotAllowedError("Use POST.");
+    requireToken(req);
     const type = (req.headers["content-type"] ?? "").split(";")[0]!.trim().toLowerCase();
+    if (url.pathname === "/v1/store") {
+      if (type !== "application/json") throw new InvalidRequestError("Content-Type must be application/json ({url, kind}).");
+      const parsed = StoreRequestSchema.safeParse(await readJson(req));
+      if (!parsed.success) throw new InvalidRequestError('Body must be {"url": string, "kind": "image" | "video"}.', "url");
+      const stored = await storeUrl(parsed.data.url, signal);
+      res.setHeader("x-cache", stored.cache);
+      send(res, 200, (await describe(stored, parsed.data.kind)).result);
+      return;
+    }
     let out: { result: ProbeResult; cache: CacheOutcome };
     if (type === "application/json") {
       const parsed = ProbeRequestSchema.safeParse(await readJson(req));
       if (!parsed.success) throw new InvalidRequestError("Body must be {\"url\": string}.", "url");
-      out = await probeUrl(parsed.data.url);
+      const stored = await storeUrl(parsed.data.url, signal);
+      const d = await describe(stored, "video");
+      if (!d.result.probe) throw new MediaError("unprobeable_media", d.result.probeError?.message ?? "Media could not be probed.");
+      // A fresh download reports whether its probe was cached; otherwise the download's own outcome.
+      out = { result: d.result.probe, cache: stored.cache === "miss" ? d.cache : stored.cache };
     } else if (type === "application/octet-stream") {
       const len = Number(req.headers["content-length"] ?? NaN);
       if (Number.isFinite(len) && len > opts.maxBodyBytes) {
         throw new MediaTooLargeError(opts.maxBodyBytes);
       }
-      out = await probeBytes(req as AsyncIterable<Uint8Array>);
+      out = await probeBytes(req as AsyncIterable<Uint8Array>, signal);
     } else {
       throw new InvalidRequestError("Content-Type must be application/json ({url}) or application/octet-stream (bytes).");
     }
@@ -216,9 +360,23 @@ export async function startDecodeService(input: DecodeServiceOptionsInput = {}, 
   }
 
   const server = http.createServer((req, res) => {
-    handle(req, res).catch((e: unknown) => {
+    // One signal per request: the caller hanging up, or the request deadline.
+    const ctrl = new AbortController();
+    const deadline = setTimeout(() => ctrl.abort(new UpstreamTimeoutError(`The decode service gave up after ${opts.requestTimeoutMs} ms.`)), opts.requestTimeoutMs);
+    res.on("close", () => {
+      clearTimeout(deadline);
+      if (!res.writableFinished && !ctrl.signal.aborted) ctrl.abort(new CallerGone("caller went away"));
+    });
+    handle(req, res, ctrl.signal).catch((e: unknown) => {
       let err: KvedgeError;
+      if (e instanceof CallerGone || (ctrl.signal.reason instanceof CallerGone && !(e instanceof KvedgeError))) {
+        stats.downloadsCancelled++;
+        log("caller went away; its work was dropped");
+        res.destroy();
+        return;
+      }
       if (e instanceof KvedgeError) err = e;
+      else if (e instanceof QueueFullError) err = new NoWorkerAvailableError("Decode service download queue is full.");
       else if (e instanceof ProbeTimeoutError) err = new UpstreamTimeoutError("Probe timed out.");
       else {
         log(`internal error: ${(e as Error).stack ?? String(e)}`);
@@ -233,7 +391,9 @@ export async function startDecodeService(input: DecodeServiceOptionsInput = {}, 
       send(res, httpStatusOf(err), errorBody(err));
     });
   });
-  server.requestTimeout = 0;
+  server.requestTimeout = opts.requestTimeoutMs;
+  server.headersTimeout = Math.min(opts.requestTimeoutMs, 30_000);
+  server.keepAliveTimeout = 5_000;
   await new Promise<void>((resolve, reject) => {
     server.once("error", reject);
     server.listen(opts.port, opts.host, () => resolve());
@@ -245,6 +405,7 @@ export async function startDecodeService(input: DecodeServiceOptionsInput = {}, 
     url: `http://${host}:${addr.port}`,
     decoder: prober.kind,
     stats,
+    store: () => store.stats,
     async close() {
       server.closeAllConnections();
       await new Promise<void>((r) => server.close(() => r()));

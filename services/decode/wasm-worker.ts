@@ -1,21 +1,11 @@
 /**
- * worker_thread body of the wasm decoder: one @ffmpeg/core instance (FFmpeg 5.1.4 in wasm) per
- * thread, because its exec is synchronous and would block the service's event loop. Each job
- * writes the media into the in-memory FS, runs the same ffprobe scan as the native path and
- * posts the text output back. Loading needs two shims (reference/workers-toolchain.md §2.2):
- * `self` (the build targets web workers) and the wasm bytes passed in directly.
+ * worker_thread body of the wasm decoder: one @ffmpeg/core instance per thread, because its exec
+ * is synchronous and would block the service's event loop. Each job writes the media into the
+ * in-memory FS, runs the same ffprobe scan as the native path and posts the text output back.
  */
-import { readFileSync } from "node:fs";
-import { fileURLToPath } from "node:url";
 import { parentPort } from "node:worker_threads";
 import { ffprobeArgs } from "./ffprobe-scan.ts";
-
-interface FfmpegCore {
-  FS: { writeFile(p: string, d: Uint8Array): void; readFile(p: string): Uint8Array; unlink(p: string): void };
-  ffprobe(...args: string[]): number;
-  setLogger(fn: (m: { type: string; message: string }) => void): void;
-  reset(): void;
-}
+import { loadFfmpegCore } from "./wasm-core.ts";
 
 export interface WasmJob {
   id: number;
@@ -23,11 +13,7 @@ export interface WasmJob {
 }
 export type WasmReply = { id: number; ok: true; stdout: string; stderr: string } | { id: number; ok: false; error: string };
 
-const coreJs = fileURLToPath(import.meta.resolve("@ffmpeg/core"));
-const g = globalThis as unknown as { self?: unknown };
-g.self ??= { location: { href: "file://" + coreJs } };
-const { default: createFFmpegCore } = (await import(coreJs)) as { default: (o: object) => Promise<FfmpegCore> };
-const core = await createFFmpegCore({ wasmBinary: readFileSync(coreJs.replace(/\.js$/, ".wasm")) });
+const core = await loadFfmpegCore();
 
 let stderr: string[] = [];
 core.setLogger((m) => {

@@ -38,7 +38,7 @@ export interface IndexSessionOptions {
    */
   onWelcome?(welcome: WelcomeInfo): void;
   /** The worker's current view, taken synchronously (so it is consistent with the event stream). */
-  snapshot(): { epoch: number; seq: number; blocks: DumpBlock[] };
+  snapshot(): { epoch: number; seq: number; blocks: DumpBlock[]; approximate?: boolean };
   /** Non-null while the worker is down: sent as `status: down` after each dump. */
   downReason(): string | null;
   flushIntervalMs: number;
@@ -329,7 +329,7 @@ export class IndexSession {
   private sendDump(): void {
     const snap = this.opts.snapshot();
     const first = snap.blocks.slice(0, this.opts.dumpChunkBlocks);
-    const dump: RelayDump = { type: "dump", epoch: snap.epoch, seq: snap.seq, blocks: first };
+    const dump: RelayDump = { type: "dump", epoch: snap.epoch, seq: snap.seq, blocks: first, ...(snap.approximate ? { approximate: true } : {}) };
     this.send(dump);
     this.counters.dumpsSent++;
     // A dump larger than one message continues as stored events (parents already sent first).

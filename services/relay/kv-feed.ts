@@ -23,6 +23,8 @@ export interface FeedBatch {
   events: KvCacheEvent[];
   dropped: DecodeDrop[];
   source: "live" | "replay";
+  /** The batch's msgpack payload as published (its digest proves a resumed stream: state-file.ts). */
+  payload: Uint8Array;
 }
 
 export interface KvFeedHandlers {
@@ -72,6 +74,8 @@ export function emptyFeedStats(): KvFeedStats {
   };
 }
 
+const EMPTY = new Uint8Array(0);
+
 export class KvFeed {
   private readonly opts: KvFeedOptions;
   private readonly sub: zmq.Subscriber;
@@ -97,11 +101,19 @@ export class KvFeed {
     return { ...this.counters, lastSeq: this.cursor };
   }
 
-  /** Connects, catches up on the replay buffer from seq 0, then follows the live stream. */
-  async start(): Promise<void> {
+  /**
+   * Connects, catches up on the replay buffer from seq 0 (or, resuming a saved view, delivers
+   * `resume.batches` after `resume.cursor`), then follows the live stream.
+   */
+  async start(resume?: { cursor: number; batches: ReplayedBatch[] }): Promise<void> {
     this.sub.connect(this.opts.endpoint);
     this.sub.subscribe(this.opts.topic);
-    await this.opts.serial.run(() => this.catchUp());
+    await this.opts.serial.run(async () => {
+      if (!resume) return this.catchUp();
+      this.cursor = resume.cursor;
+      this.deliverReplayed(resume.batches, resume.cursor + 1);
+      this.opts.log.info("resumed", { from: resume.cursor + 1, batches: resume.batches.length, lastSeq: this.cursor });
+    });
     this.loop = this.readLoop();
   }
 
@@ -174,7 +186,7 @@ export class KvFeed {
 
     if (this.cursor === null) {
       if (seq > 0) this.lose(0, seq, "started mid-stream without replay");
-      this.deliver({ seq, events: msg.events, dropped: msg.dropped, source: "live" });
+      this.deliver({ seq, events: msg.events, dropped: msg.dropped, source: "live", payload: frames[2] ?? EMPTY });
       return;
     }
     if (seq <= this.cursor) {
@@ -187,7 +199,7 @@ export class KvFeed {
       return;
     }
     this.counters.liveBatches++;
-    this.deliver({ seq, events: msg.events, dropped: msg.dropped, source: "live" });
+    this.deliver({ seq, events: msg.events, dropped: msg.dropped, source: "live", payload: frames[2] ?? EMPTY });
   }
 
   /** Missing [from, liveSeq): replay them, or report the loss and move on. */
@@ -225,7 +237,7 @@ export class KvFeed {
       if (b.seq > expected) this.lose(expected, b.seq, "replay buffer does not reach back far enough");
       const decoded = decodeKvEventBatch(b.payload);
       this.counters.replayedBatches++;
-      this.deliver({ seq: b.seq, events: decoded.events, dropped: decoded.dropped, source: "replay" });
+      this.deliver({ seq: b.seq, events: decoded.events, dropped: decoded.dropped, source: "replay", payload: b.payload });
     }
   }
 

@@ -17,7 +17,9 @@ const USAGE = `usage: npx node services/relay/main.ts --worker-url URL --index-u
        [--block-size N] [--kv-endpoint tcp://h:p] [--replay-endpoint tcp://h:p | none] [--topic T]
        [--model-dir DIR] [--dp-rank N] [--health-interval-ms N] [--health-timeout-ms N] [--log-level debug|info|warn|error]
        [--stats-interval-ms N] [--region NAME] [--prefill-tokens-per-sec N]
-       [--no-kv-events | --allow-no-kv-events]   (worker without KV events: approximate mode)`;
+       [--no-kv-events | --allow-no-kv-events]   (worker without KV events: approximate mode)
+       [--state-file PATH] [--state-interval-ms N]   (resume the saved view after a restart)
+       [--on-history-lost approximate|flush]   (flush: reset the worker's cache to be exact again)`;
 
 function positive(v: string | undefined, flag: string): number | undefined {
   if (v === undefined) return undefined;
@@ -31,6 +33,11 @@ function int(v: string | undefined, flag: string): number | undefined {
   const n = Number(v);
   if (!Number.isInteger(n)) throw new RelayStartupError(`${flag} must be an integer, got ${v}`);
   return n;
+}
+
+function onHistoryLost(v: string | undefined): "approximate" | "flush" | undefined {
+  if (v === undefined || v === "approximate" || v === "flush") return v;
+  throw new RelayStartupError(`--on-history-lost must be approximate or flush, not ${JSON.stringify(v)}`);
 }
 
 /** The relay credential from --key-file, else from the --key-env variable; checked by the options schema. */
@@ -75,6 +82,9 @@ async function main(): Promise<void> {
       "prefill-tokens-per-sec": { type: "string" },
       "no-kv-events": { type: "boolean" },
       "allow-no-kv-events": { type: "boolean" },
+      "state-file": { type: "string" },
+      "state-interval-ms": { type: "string" },
+      "on-history-lost": { type: "string" },
       help: { type: "boolean", short: "h" },
     },
     strict: true,
@@ -113,6 +123,9 @@ async function main(): Promise<void> {
       kvEvents,
       region: values.region,
       prefillTokensPerSec: positive(values["prefill-tokens-per-sec"], "--prefill-tokens-per-sec"),
+      stateFile: values["state-file"],
+      stateIntervalMs: int(values["state-interval-ms"], "--state-interval-ms"),
+      onHistoryLost: onHistoryLost(values["on-history-lost"]),
     },
     log,
   );
@@ -131,6 +144,7 @@ async function main(): Promise<void> {
             dropped: s.dropped,
             gaps: s.feed.gaps,
             historyLost: s.historyLost,
+            ...(s.approximate !== null ? { approximate: s.approximate } : {}),
             session: s.session.state,
             ...(s.shards > 1 ? { shards: s.shards, shardSessions: s.shardSessions.map((x) => x.state) } : {}),
           });

@@ -62,6 +62,23 @@ export const RelayOptionsSchema = z.object({
   welcomeTimeoutMs: z.number().int().min(10).default(10_000),
   dumpChunkBlocks: z.number().int().min(1).max(200_000).default(50_000),
   pingIntervalMs: z.number().int().min(100).default(30_000),
+  /**
+   * Where the relay keeps its view of the worker (state-file.ts): resumed at start, so a restart
+   * replays only the batches it missed. Unset: start from the worker's replay buffer alone.
+   */
+  stateFile: z.string().min(1).optional(),
+  /** How often the view is saved while it changes (and always on shutdown). */
+  stateIntervalMs: z.number().int().min(100).default(5000),
+  /** A view larger than this is not saved (the previous file stays); also the largest file read. */
+  stateMaxBytes: z.number().int().min(1024).default(128 * 1024 * 1024),
+  /**
+   * When the worker's replay buffer cannot cover what the relay missed: "approximate" keeps the
+   * relay's view and marks the worker approximate in the index until its cache is cleared or it
+   * restarts; "flush" also asks the worker to drop its cache (SGLang POST /flush_cache, retried
+   * while it is busy), which makes the view exact at once at the cost of every cached prefix.
+   */
+  onHistoryLost: z.enum(["approximate", "flush"]).default("approximate"),
+  flushRetryMs: z.number().int().min(10).default(2000),
 });
 
 export type RelayOptionsInput = z.input<typeof RelayOptionsSchema>;

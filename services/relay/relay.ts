@@ -4,9 +4,12 @@
  * the worker's health: a dead worker's cache is gone (status down + empty dump); a new process is
  * a new epoch (hello again, fresh dump).
  *
- * Fail-safe: whenever history is lost (gap replay cannot cover, relay started mid-stream) the
- * relay clears its view and sends an empty dump: the index may underestimate a cache, never
- * overestimate it.
+ * History: with a state file (state-keeper.ts) a restarted relay resumes its saved view and replays
+ * only the batches after it. Whenever history is really lost (the replay buffer no longer reaches
+ * back) the relay keeps its view, which may now hold blocks the worker evicted meanwhile, and says
+ * so: its dumps are marked `approximate` and the index shows and routes the worker as approximate
+ * until the view is exact again (AllBlocksCleared, e.g. after `--on-history-lost flush`, or a new
+ * worker life). The index is never told "synced" about a view that may be wrong.
  *
  * Without KV events (`kvEvents: "off"`, or `"auto"` on a worker whose /server_info has none) the
  * relay opens no ZMQ socket: hello says `kvEvents: false` (the index then assumes what it routes
@@ -26,6 +29,8 @@ import { createLogger, errorMessage, withFields, type Logger } from "./log.ts";
 import { RelayOptionsSchema, type RelayOptions, type RelayOptionsInput } from "./options.ts";
 import { IndexSession, relayUrl, type IndexSessionStats } from "./index-session.ts";
 import { ShardFanout } from "./shard-fanout.ts";
+import { StateKeeper, type Resume, type StateKeeperStats } from "./state-keeper.ts";
+import { flushWorkerCache } from "./flush-cache.ts";
 import { Serial } from "./serial.ts";
 import {
   fetchServerInfo,
@@ -58,6 +63,12 @@ export interface RelayStats {
   /** Drops by reason: decode problems (event-decode.ts) and block-set rules (worker-block-set.ts). */
   dropped: Record<string, number>;
   historyLost: number;
+  /** Why the relay's view may hold blocks the worker no longer has (null: exact as far as known). */
+  approximate: string | null;
+  /** Cache flushes the relay asked of the worker (`--on-history-lost flush`). */
+  flushes: number;
+  /** The state file (null: none configured). */
+  state: StateKeeperStats | null;
   workerDowns: number;
   newLives: number;
   feed: KvFeedStats;
@@ -137,7 +148,14 @@ class RelayImpl implements Relay {
   private downReason: string | null = null;
   private healthFailures = 0;
   private healthLoop: Promise<void> | null = null;
-  private readonly counters = { batches: 0, storedBlocks: 0, removedBlocks: 0, historyLost: 0, workerDowns: 0, newLives: 0 };
+  private readonly counters = { batches: 0, storedBlocks: 0, removedBlocks: 0, historyLost: 0, workerDowns: 0, newLives: 0, flushes: 0 };
+  private approximate: string | null = null;
+  /** Payload of the last applied batch (its digest goes into the state file). */
+  private lastPayload: Uint8Array | null = null;
+  /** Bumped on every change of the view, so the state keeper saves only what changed. */
+  private viewVersion = 0;
+  private readonly keeper: StateKeeper | null;
+  private flushLoop: Promise<void> | null = null;
   private readonly dropped: Record<string, number> = {};
 
   constructor(opts: RelayOptions, info: WorkerInfo, token: string, log: Logger, modelFiles: ModelDirFiles | null, contract: ContractResolution) {
@@ -190,9 +208,32 @@ class RelayImpl implements Relay {
           log: shard === 0 ? log : withFields(log, { shard }),
         }),
       blocks: () => this.set.dumpBlocks(),
-      position: () => ({ epoch: this.epoch, seq: this.feed?.lastSeq ?? -1 }),
+      position: () => ({ epoch: this.epoch, seq: this.feed?.lastSeq ?? -1, approximate: this.approximate !== null }),
       log,
     });
+    this.keeper =
+      opts.stateFile === undefined || this.feed === null
+        ? null
+        : new StateKeeper({
+            path: opts.stateFile,
+            intervalMs: opts.stateIntervalMs,
+            maxBytes: opts.stateMaxBytes,
+            replayEndpoint: info.replayEndpoint,
+            replayTimeoutMs: opts.replayTimeoutMs,
+            version: () => this.viewVersion,
+            view: () => ({
+              workerId: opts.workerId,
+              model: this.model,
+              blockSize: this.set.blockSize,
+              epoch: this.epoch,
+              startTimeMs: this.workerInfo.startTimeMs,
+              lastSeq: this.feed?.lastSeq ?? null,
+              lastPayload: this.lastPayload,
+              approximate: this.approximate,
+              blocks: () => this.set.dumpBlocks(),
+            }),
+            log,
+          });
   }
 
   get blockSet(): WorkerBlockSet {
@@ -236,17 +277,42 @@ class RelayImpl implements Relay {
       this.log.warn("kv_events_off", { reason: why, note: "approximate mode: hello kvEvents=false, empty dumps, no ZMQ" });
     }
     this.logContract();
-    await this.feed?.start();
+    const resume = await this.resumeSaved();
+    await this.feed?.start(resume ?? undefined);
+    this.keeper?.start();
     this.fanout.start();
     this.healthLoop = this.runHealthLoop();
+  }
+
+  /** Restores the saved view when it belongs to this worker's stream (state-keeper.ts). */
+  private async resumeSaved(): Promise<{ cursor: number; batches: Resume["batches"] } | null> {
+    const r = await this.keeper?.load({
+      workerId: this.opts.workerId,
+      model: this.model,
+      blockSize: this.set.blockSize,
+      startTimeMs: this.workerInfo.startTimeMs,
+    });
+    if (!r) return null;
+    const skipped = this.set.restore(r.state.blocks);
+    this.epoch = r.state.epoch;
+    // A buffer that starts after the saved batch cannot prove it is the same stream: approximate
+    // (the replay below also reports the lost range when batches are really missing).
+    this.approximate = r.state.approximate ?? (r.verdict === "gap" ? "resumed saved view; the replay buffer no longer holds its last batch" : null);
+    this.fanout.rebuildRouter();
+    this.viewVersion++;
+    this.log.info("state_resumed", { verdict: r.verdict, blocks: this.set.size, skipped, epoch: this.epoch, seq: r.cursor, approximate: this.approximate });
+    if (this.approximate !== null) this.startFlushIfAsked();
+    return { cursor: r.cursor, batches: r.batches };
   }
 
   async close(): Promise<void> {
     if (this.closing.signal.aborted) return;
     this.closing.abort();
     await this.feed?.close();
+    this.keeper?.close();
     await this.fanout.close();
     await this.healthLoop;
+    await this.flushLoop;
     this.log.info("relay_closed", {});
   }
 
@@ -262,6 +328,8 @@ class RelayImpl implements Relay {
       needsResync: this.set.needsResync,
       lastSeq: this.feed?.lastSeq ?? null,
       ...this.counters,
+      approximate: this.approximate,
+      state: this.keeper?.stats() ?? null,
       dropped: { ...this.dropped },
       feed: this.feed?.stats() ?? NO_FEED_STATS,
       ...this.sessionStats(),
@@ -291,6 +359,8 @@ class RelayImpl implements Relay {
 
   private onBatch(b: FeedBatch): void {
     this.counters.batches++;
+    this.lastPayload = b.payload;
+    this.viewVersion++;
     for (const d of b.dropped) this.countDrop(d.reason, 1);
     const wasIncomplete = this.set.needsResync;
     const out = this.set.apply(b.events);
@@ -300,15 +370,41 @@ class RelayImpl implements Relay {
     if (!wasIncomplete && this.set.needsResync) {
       this.log.warn("view_incomplete", { seq: b.seq, detail: out.dropped.find((d) => d.reason === "unknown_parent")?.detail });
     }
+    if (this.approximate !== null && out.events.some((e) => e.t === "cleared")) {
+      // Everything the view held is gone on the worker too: exact again (the index sees the same event).
+      this.log.info("view_exact_again", { seq: b.seq, was: this.approximate });
+      this.approximate = null;
+    }
     this.fanout.pushEvents(this.epoch, b.seq, out.events);
   }
 
+  /**
+   * Batches are gone for good: the view keeps what it knew (it may hold blocks evicted in the gap,
+   * and misses blocks stored in it) and is approximate from now on; every shard gets a dump saying so.
+   */
   private onHistoryLost(reason: string): void {
     this.counters.historyLost++;
-    this.set.clear();
-    this.set.markIncomplete();
-    this.fanout.rebuildRouter();
-    this.fanout.resyncAll(`history lost: ${reason}`);
+    this.approximate = `history lost: ${reason}`;
+    this.viewVersion++;
+    this.fanout.resyncAll(this.approximate);
+    this.startFlushIfAsked();
+  }
+
+  /** `--on-history-lost flush`: reset the worker's cache (retrying while it is busy) until exact. */
+  private startFlushIfAsked(): void {
+    if (this.opts.onHistoryLost !== "flush" || this.flushLoop !== null) return;
+    this.flushLoop = (async () => {
+      const signal = this.closing.signal;
+      while (!signal.aborted && this.approximate !== null && this.worker === "up") {
+        const r = await flushWorkerCache(this.opts.workerUrl, this.opts.serverInfoTimeoutMs);
+        this.counters.flushes++;
+        this.log.warn("worker_cache_flush", { ok: r.ok, status: r.status, detail: r.detail, reason: this.approximate });
+        if (r.ok) break; // AllBlocksCleared follows on the event stream and makes the view exact
+        await sleep(this.opts.flushRetryMs, signal);
+      }
+    })().finally(() => {
+      this.flushLoop = null;
+    });
   }
 
   private countDrop(reason: string, n: number): void {
@@ -322,6 +418,8 @@ class RelayImpl implements Relay {
     this.counters.workerDowns++;
     this.feed?.pause();
     this.set.clear();
+    this.approximate = null; // nothing is claimed for a dead worker
+    this.viewVersion++;
     this.fanout.rebuildRouter();
     this.log.warn("worker_down", { reason });
     this.fanout.resyncAll("worker down"); // empty dump, then status down, on every shard
@@ -349,6 +447,8 @@ class RelayImpl implements Relay {
     } else {
       this.set.clear();
     }
+    this.approximate = null; // a new process starts empty: its events are the whole truth
+    this.viewVersion++;
     this.fanout.rebuildRouter();
     this.workerInfo = { ...info, kvEndpoint: prev.kvEndpoint, replayEndpoint: prev.replayEndpoint, topic: prev.topic };
     this.epoch = nextEpoch(info.startTimeMs, this.epoch);

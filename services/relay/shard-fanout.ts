@@ -35,7 +35,7 @@ export interface ShardFanoutOptions {
   /** The worker's current blocks, parents before children (WorkerBlockSet.dumpBlocks). */
   blocks(): DumpBlock[];
   /** Epoch and last folded seq of a dump taken now. */
-  position(): { epoch: number; seq: number };
+  position(): { epoch: number; seq: number; approximate?: boolean };
   log: Logger;
 }
 

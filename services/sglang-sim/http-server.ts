@@ -8,6 +8,7 @@ import { handleGenerate, newRid, type GenerateContext } from "./generate.ts";
 import { handleChatCompletions, type OpenAIContext } from "./openai.ts";
 import type { SimOptions } from "./options.ts";
 import { validationErrorBody } from "./sglang-errors.ts";
+import { recentlyLoadedMedia } from "./media-fetch.ts";
 import type { Timing } from "./timing.ts";
 
 const MAX_BODY_BYTES = 64 * 1024 * 1024;
@@ -286,6 +287,10 @@ async function route(req: IncomingMessage, res: ServerResponse, d: HttpServerDep
   if (path === "/debug/requests" && method === "GET") {
     // Not SGLang: what callers sent, so tests can check e.g. that mm_hashes were (not) forwarded.
     return sendJson(res, 200, { requests: recentRequests });
+  }
+  if (path === "/debug/media" && method === "GET") {
+    // Not SGLang: the SHA-256 of every media item this worker processed (tests compare with the edge's).
+    return sendJson(res, 200, { media: recentlyLoadedMedia() });
   }
   if (path === "/debug/cache" && method === "GET") {
     const c = d.engine.cache;

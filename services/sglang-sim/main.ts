@@ -2,7 +2,7 @@
  * CLI: npx node services/sglang-sim/main.ts --port 30001 --kv-port 5557 --replay-port 5558 \
  *   --page-size 16 --capacity-tokens 200000 --model-name Qwen/Qwen3-VL-8B-Instruct \
  *   --family qwen3_vl --template qwen3vl-instruct [--timing fast|instant|h100-8b|l4-8b|h200-7b] \
- *   [--model-dir DIR] [--no-mm-hashes] [--sglang-version V]
+ *   [--model-dir DIR] [--no-mm-hashes] [--sglang-version V] [--locked-down-media] [--media-store URL]
  * Prints one JSON line with the bound endpoints on stdout once ready (the fleet script reads it).
  */
 import { parseArgs } from "node:util";
@@ -33,6 +33,8 @@ const { values } = parseArgs({
     "output-seed": { type: "string" },
     "model-dir": { type: "string" },
     "no-mm-hashes": { type: "boolean" },
+    "media-store": { type: "string" },
+    "locked-down-media": { type: "boolean" },
     "speculative-algorithm": { type: "string" },
     "sglang-version": { type: "string" },
     verbose: { type: "boolean", short: "v" },
@@ -50,6 +52,7 @@ if (values.help) {
       "  [--prefill-tokens-per-sec N] [--decode-ms-per-token N] [--no-cache-report]\n" +
       "  [--unknown-sampling-key-status 400|500] [--output-seed prompt|rid]\n" +
       "  [--model-dir DIR (default test/fixtures/models/<family>)] [--no-mm-hashes (ignore caller mm_hashes, version 0.5.10-sim)]\n" +
+      "  [--locked-down-media (media only as data: URLs or from --media-store URL's /v1/media/)]\n" +
       "  [--sglang-version V (/server_info.version; default 0.5.19-sim)] [--speculative-algorithm EAGLE (bigram KV keys)] [--verbose]\n",
   );
   process.exit(0);
@@ -84,6 +87,9 @@ if (values["unknown-sampling-key-status"] !== undefined) {
 if (values["output-seed"] !== undefined) opts.outputSeed = values["output-seed"] as "prompt" | "rid";
 if (values["model-dir"] !== undefined) opts.modelDir = values["model-dir"];
 if (values["no-mm-hashes"]) opts.acceptsMmHashes = false;
+if (values["media-store"] !== undefined || values["locked-down-media"]) {
+  opts.media = { lockedDown: true, storeUrl: values["media-store"] ?? null };
+}
 if (values["speculative-algorithm"] !== undefined) {
   if (!/^EAGLE3?$/.test(values["speculative-algorithm"])) {
     process.stderr.write(`sglang-sim: --speculative-algorithm ${values["speculative-algorithm"]} is not simulated (EAGLE, EAGLE3)\n`);
@@ -97,8 +103,9 @@ if (values.verbose) opts.verbose = true;
 try {
   const worker = await startSimulatedWorker(opts);
   process.stdout.write(
-    JSON.stringify({ ready: true, url: worker.url, kvEndpoint: worker.kvEndpoint, replayEndpoint: worker.replayEndpoint }) + "\n",
+    JSON.stringify({ ready: true, url: worker.url, kvEndpoint: worker.kvEndpoint, replayEndpoint: worker.replayEndpoint, videoDecoder: worker.videoDecoder }) + "\n",
   );
+  if (worker.videoDecoder === "wasm") process.stderr.write("sglang-sim: no native ffprobe found: videos are probed with ffmpeg's wasm build (@ffmpeg/core)\n");
   let stopping = false;
   const stop = (): void => {
     if (stopping) return;

@@ -7,8 +7,12 @@
  *
  * The simulator is a trusted local component, but fetches still go through the SSRF-safe fetcher
  * with a byte cap and a deadline; loopback is allowlisted so tests and the local fleet can serve
- * media from 127.0.0.1.
+ * media from 127.0.0.1. Locked down (`media.storeUrl`, the local fleet's default) it mirrors a
+ * production worker that can reach only the media store: any other URL is refused.
+ * Every item loaded is recorded by the SHA-256 of its bytes (`/debug/media`), so tests can prove
+ * the worker used exactly the bytes the edge verified.
  */
+import { createHash } from "node:crypto";
 import { decodeBase64Strict } from "../../src/media/data-url.ts";
 import { isMediaError } from "../../src/media/errors.ts";
 import { SafeFetcher } from "../../src/media/safe-fetch.ts";
@@ -25,8 +29,34 @@ export interface MediaLoader {
 const LOCAL_PATH = /^(file:|\/|\.{1,2}\/|[A-Za-z]:[\\/])/;
 const IMAGE_PATH_SUFFIX = /\.(png|jpe?g|webp|gif)$/i;
 
+export interface LoadedMedia {
+  seq: number;
+  kind: MediaKind;
+  /** SHA-256 of the bytes the worker processed. */
+  digest: string;
+  byteLength: number;
+  via: "store" | "url" | "data" | "base64";
+}
+
+/** The last items loaded (debug only; bounded). */
+const loaded: LoadedMedia[] = [];
+let loadSeq = 0;
+export function recentlyLoadedMedia(): readonly LoadedMedia[] {
+  return loaded;
+}
+
+function record(kind: MediaKind, bytes: Uint8Array, via: LoadedMedia["via"]): Uint8Array {
+  loaded.push({ seq: ++loadSeq, kind, digest: createHash("sha256").update(bytes).digest("hex"), byteLength: bytes.length, via });
+  if (loaded.length > 1024) loaded.shift();
+  return bytes;
+}
+
 export function createMediaLoader(media: SimOptions["media"]): MediaLoader {
-  const policy = { maxBytes: media.maxBytes, allowlist: media.allowlist, maxRedirects: 10, dataUrlBase64: "strict" as const };
+  const locked = media.lockedDown || media.storeUrl !== null;
+  const store = media.storeUrl === null ? null : new URL(media.storeUrl);
+  // Locked down: the only host:port the fetcher may reach is the store's.
+  const allowlist = locked ? (store ? [store.host] : []) : media.allowlist;
+  const policy = { maxBytes: media.maxBytes, allowlist, maxRedirects: locked ? 0 : 10, dataUrlBase64: "strict" as const };
   const fetchers: Record<MediaKind, SafeFetcher> = {
     image: new SafeFetcher({ ...policy, timeoutMs: media.imageTimeoutMs }, { fetch: pinnedFetch, resolve: nodeResolver }),
     video: new SafeFetcher({ ...policy, timeoutMs: media.videoTimeoutMs }, { fetch: pinnedFetch, resolve: nodeResolver }),
@@ -35,8 +65,12 @@ export function createMediaLoader(media: SimOptions["media"]): MediaLoader {
     async load(kind, item) {
       const what = `Failed to load ${kind}`;
       if (/^(https?|data):/i.test(item)) {
+        const isData = /^data:/i.test(item);
+        if (locked && !isData && !(store && fromStore(item, store))) {
+          throw new SglangValueError(`${what}: this worker fetches media only from its media store`);
+        }
         try {
-          return (await fetchers[kind].fetchBytes(item)).bytes;
+          return record(kind, (await fetchers[kind].fetchBytes(item)).bytes, isData ? "data" : locked ? "store" : "url");
         } catch (e) {
           if (isMediaError(e)) throw new SglangValueError(`${what}: ${e.message}`);
           throw e;
@@ -47,10 +81,19 @@ export function createMediaLoader(media: SimOptions["media"]): MediaLoader {
       }
       if (item.length > Math.ceil((media.maxBytes * 4) / 3) + 4) throw new SglangValueError(`${what}: media exceeds ${media.maxBytes} bytes`);
       try {
-        return decodeBase64Strict(item);
+        return record(kind, decodeBase64Strict(item), "base64");
       } catch {
         throw new SglangValueError(`${what}: Invalid base64-encoded string`);
       }
     },
   };
+}
+
+function fromStore(item: string, store: URL): boolean {
+  try {
+    const u = new URL(item);
+    return u.origin === store.origin && u.pathname.startsWith("/v1/media/") && u.username === "" && u.password === "";
+  } catch {
+    return false;
+  }
 }

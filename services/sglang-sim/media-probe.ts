@@ -3,8 +3,9 @@
  * - images: width/height from the header as Pillow's `Image.open` reports them; SGLang never
  *   applies EXIF orientation (see src/media/image-header.ts), so neither does the simulator;
  * - videos: torchcodec exact-mode `len(decoder)` and `metadata.average_fps` (torchcodec >= 0.11
- *   keeps the exact double), from a native ffprobe packet scan (services/decode), plus the stream's
- *   coded width/height.
+ *   keeps the exact double), from an ffprobe packet scan (services/decode: native ffprobe when
+ *   installed, else the embedded wasm build; both give the same answer), plus the stream's coded
+ *   width/height.
  */
 import { mkdtemp, rm, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
@@ -13,7 +14,7 @@ import type { ImageProbe, VideoProbe } from "../../src/layout/index.ts";
 import { isMediaError } from "../../src/media/errors.ts";
 import { readImageHeader } from "../../src/media/image-header.ts";
 import { bytesToHex, sha256 } from "../../src/util/hash.ts";
-import { NativeProber, ProbeTimeoutError } from "../decode/probers.ts";
+import { ProbeTimeoutError, selectProber, type DecoderKind, type Prober } from "../decode/probers.ts";
 import { SglangValueError } from "./sglang-errors.ts";
 
 export function probeImage(bytes: Uint8Array): ImageProbe {
@@ -35,13 +36,22 @@ const PROBE_CACHE_ENTRIES = 256;
  * which would dominate repeated-video tests.
  */
 export class VideoMetadataProber {
-  private readonly prober: NativeProber;
   private readonly cache = new Map<string, VideoProbe>();
   private dir: Promise<string> | null = null;
   private seq = 0;
 
-  constructor(opts: { ffprobePath: string; timeoutMs: number }) {
-    this.prober = new NativeProber({ ffprobePath: opts.ffprobePath, timeoutMs: opts.timeoutMs });
+  private readonly prober: Prober;
+  private constructor(prober: Prober) {
+    this.prober = prober;
+  }
+
+  /** `auto`: native ffprobe when `ffprobe -version` runs, else the wasm build (one thread, started on first use). */
+  static async create(opts: { decoder: DecoderKind | "auto"; ffprobePath: string; timeoutMs: number }): Promise<VideoMetadataProber> {
+    return new VideoMetadataProber(await selectProber(opts.decoder, { ffprobePath: opts.ffprobePath, threads: 1, timeoutMs: opts.timeoutMs }));
+  }
+
+  get decoder(): DecoderKind {
+    return this.prober.kind;
   }
 
   private tempDir(): Promise<string> {
@@ -84,6 +94,7 @@ export class VideoMetadataProber {
   }
 
   async close(): Promise<void> {
+    await this.prober.close();
     const d = this.dir;
     this.dir = null;
     if (d) await rm(await d, { recursive: true, force: true });

@@ -72,7 +72,16 @@ export const SimOptionsSchema = z.strictObject({
       videoTimeoutMs: z.number().int().positive().default(10_000),
       /** Hosts/CIDRs fetched although private (the simulator is a trusted local component). */
       allowlist: z.array(z.string().min(1)).default(["127.0.0.0/8", "[::1]", "localhost"]),
+      /**
+       * Locked down like a production worker: http(s) media only from the media store's
+       * `/v1/media/` (signed URLs from the edge; none without `storeUrl`), plus inline data.
+       * Off = fetch any URL (SGLang's default).
+       */
+      lockedDown: z.boolean().default(false),
+      storeUrl: z.url().nullable().default(null),
       ffprobePath: z.string().min(1).default("ffprobe"),
+      /** Video probing: native ffprobe, the embedded wasm build, or native when runnable (auto). */
+      decoder: z.enum(["native", "wasm", "auto"]).default("auto"),
     })
     .prefault({}),
 

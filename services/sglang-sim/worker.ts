@@ -38,6 +38,8 @@ export interface SimulatedWorker {
   readonly engine: SimEngine;
   /** The media contract the simulator follows (from its model dir and version). */
   readonly media: SimMediaContract;
+  /** Which ffprobe scans videos: a native one, or the embedded wasm build. */
+  readonly videoDecoder: "native" | "wasm";
 }
 
 export interface StartOptions extends SimOptionsInput {
@@ -57,7 +59,7 @@ export async function startSimulatedWorker(input: StartOptions = {}): Promise<Si
   const renderer = chatRenderer ?? defaultChatRenderer;
   const log = opts.verbose ? (line: string) => process.stderr.write(`sglang-sim: ${line}\n`) : () => {};
   const media = await loadSimContract(opts);
-  const videoProber = new VideoMetadataProber({ ffprobePath: opts.media.ffprobePath, timeoutMs: opts.media.videoTimeoutMs });
+  const videoProber = await VideoMetadataProber.create({ decoder: opts.media.decoder, ffprobePath: opts.media.ffprobePath, timeoutMs: opts.media.videoTimeoutMs });
   const expander =
     mediaExpander ?? createMediaExpander({ contract: media.contract, loader: createMediaLoader(opts.media), videoProber, log });
 
@@ -144,6 +146,7 @@ export async function startSimulatedWorker(input: StartOptions = {}): Promise<Si
     options: opts,
     engine,
     media,
+    videoDecoder: videoProber.decoder,
     cacheDump: () => cache.dump(),
     async close() {
       if (closed) return;

@@ -6,6 +6,7 @@
  * error, not an ignored one.
  */
 import { z } from "zod";
+import { DEFAULT_BLOCK_BUDGET } from "../kv/block-budget.ts";
 import { ConfigError } from "./errors.ts";
 import { LimitsSchema, type Limits } from "./limits.ts";
 import { RegionsConfigSchema } from "../kv/regions.ts";
@@ -85,6 +86,8 @@ export const RoutingConfigSchema = z.strictObject({
   profileTtlMs: z.number().int().min(0).max(60_000).default(2_000),
   /** Sharded index: longest delay before one shard's load changes reach the others (docs/scale.md). */
   loadSyncMs: z.number().int().min(0).max(1_000).default(5),
+  /** Most (worker, block) entries one index object holds; beyond it blocks are refused (src/kv/block-budget.ts, docs/scale.md §4). */
+  blockBudget: z.number().int().min(1_000).max(1_500_000).default(DEFAULT_BLOCK_BUDGET),
 });
 export type RoutingConfig = z.infer<typeof RoutingConfigSchema>;
 
@@ -176,6 +179,14 @@ export const EdgeEnvSchema = z.object({
   /** Regional decode service for videos (probe → content hash, frames, fps, size). */
   KVEDGE_DECODE_URL: z.string().url().optional(),
   DECODE_TOKEN: z.string().min(1).optional(),
+  /** The media store's URL as workers reach it (default: KVEDGE_DECODE_URL). */
+  KVEDGE_MEDIA_STORE_URL: z.string().url().optional(),
+  /** HMAC key shared with the media store for signed worker URLs (secret; required with KVEDGE_DECODE_URL). */
+  KVEDGE_MEDIA_URL_KEY: z.string().min(32, "KVEDGE_MEDIA_URL_KEY must be at least 32 characters").optional(),
+  /** Images fetched by the edge itself (no media store) are forwarded inline up to this size. */
+  KVEDGE_MEDIA_INLINE_MAX_BYTES: z.coerce.number().int().positive().max(64 * 1024 * 1024).optional(),
+  /** UNSAFE: forward client media URLs to workers, which then fetch them (SSRF from GPU nodes). */
+  KVEDGE_FORWARD_CLIENT_URLS: z.enum(["true", "false"]).optional(),
   /** "off" disables exact media routing (every media request routes on its text prefix). */
   KVEDGE_EXACT_MEDIA: z.enum(["on", "off"]).optional(),
   RELAY_SECRET: z.string().min(16).optional(),
@@ -200,6 +211,8 @@ export interface EdgeConfig {
   models: ModelConfig[];
   media: Record<string, unknown>;
   decode: { url?: string; token?: string; timeoutMs?: number };
+  /** What the worker may receive for media: verified inline bytes or signed store URLs (docs/media.md). */
+  mediaStore: { publicUrl: string | null; urlKey: string | null; urlTtlSec: number; inlineMaxBytes: number; forwardClientUrls: boolean };
   exactMedia: boolean;
   limits: Limits;
   routing: RoutingConfig;
@@ -222,7 +235,11 @@ export interface EdgeConfig {
 
 /** Raw environment → EdgeConfig; throws ConfigError naming the first invalid var and field. */
 export function parseEdgeConfig(env: Record<string, unknown>): EdgeConfig {
-  const r = EdgeEnvSchema.safeParse(env);
+  const r = EdgeEnvSchema.superRefine((e, ctx) => {
+    if (e.KVEDGE_DECODE_URL && !e.KVEDGE_MEDIA_URL_KEY) {
+      ctx.addIssue({ code: "custom", path: ["KVEDGE_MEDIA_URL_KEY"], message: "KVEDGE_MEDIA_URL_KEY is required with KVEDGE_DECODE_URL (workers fetch stored media only through signed URLs)" });
+    }
+  }).safeParse(env);
   if (!r.success) throw configError(null, r.error.issues);
   const parsed = r.data;
   const keys = parsed.KVEDGE_API_KEYS?.split(",").map((k) => k.trim()).filter(Boolean) ?? [];
@@ -232,6 +249,13 @@ export function parseEdgeConfig(env: Record<string, unknown>): EdgeConfig {
     decode: {
       ...(parsed.KVEDGE_DECODE_URL ? { url: parsed.KVEDGE_DECODE_URL } : {}),
       ...(parsed.DECODE_TOKEN ? { token: parsed.DECODE_TOKEN } : {}),
+    },
+    mediaStore: {
+      publicUrl: parsed.KVEDGE_MEDIA_STORE_URL ?? parsed.KVEDGE_DECODE_URL ?? null,
+      urlKey: parsed.KVEDGE_MEDIA_URL_KEY ?? null,
+      urlTtlSec: 300,
+      inlineMaxBytes: parsed.KVEDGE_MEDIA_INLINE_MAX_BYTES ?? 8 * 1024 * 1024,
+      forwardClientUrls: parsed.KVEDGE_FORWARD_CLIENT_URLS === "true",
     },
     exactMedia: parsed.KVEDGE_EXACT_MEDIA !== "off",
     limits: parsed.KVEDGE_LIMITS ?? LimitsSchema.parse({}),

@@ -77,7 +77,7 @@ function renderWorkers(s, drift, now) {
     cell(tr, r && r.promptTokens > 0 ? pct(r.actualCachedTokens / r.promptTokens) : "–");
     var d = drift[w.workerId]; cell(tr, d ? d.driftEwma.toFixed(2) + (d.drifting ? " drifting" : "") : "–", d && d.drifting ? "down" : "");
     cell(tr, w.contractDigest ? w.contractDigest.slice(0, 12) : "none", "muted").title = w.contractDigest || "this worker publishes no processor contract";
-    cell(tr, w.kvEvents ? "events" : "approximate");
+    cell(tr, !w.kvEvents ? "approximate" : w.approximate ? "approximate (events)" : "events", w.approximate ? "down" : "").title = (w.approximateReasons || []).join("; ");
     cell(tr, ago(w.lastSeen, now), "muted");
     body.appendChild(tr);
   });

@@ -29,11 +29,12 @@ import { guardUpstreamBody, readGuardedText } from "../proxy/upstream-guard.ts";
 import { chatOutputPlan, modelParsers, type ChatOutputPlan } from "../proxy/chat-output.ts";
 import { authorizeClient } from "./auth.ts";
 import { StageClock } from "./server-timing.ts";
-import { resolveMedia, type MediaDeps, type MediaPartRef } from "./media.ts";
+import { mediaItems, storeSigner, verifyMedia, type MediaDeps, type MediaPartRef, type VerifiedMedia } from "./media.ts";
 import { buildRoutingView, requestIneligibility, type RoutingView, type WorkerContract } from "../layout/index.ts";
 import { mmHashesAllowed } from "../proxy/generate-request.ts";
 import { SafeFetcher } from "../media/safe-fetch.ts";
 import { DecodeClient } from "../media/decode-client.ts";
+import { importMediaUrlKey } from "../media/signed-url.ts";
 
 /** What the edge needs from the routing index (the Durable Object stub satisfies it). */
 export interface PoolCohort {
@@ -140,13 +141,18 @@ async function poolCohort(index: IndexClient, model: string, ttlMs: number): Pro
 let mediaDepsCache: { config: EdgeConfig; deps: MediaDeps } | null = null;
 function mediaDeps(deps: Pick<ChatDeps, "config" | "fetch">): MediaDeps {
   if (mediaDepsCache?.config !== deps.config) {
-    const policy = deps.config.media as { maxBytes?: number };
+    const store = deps.config.mediaStore;
+    const decode = new DecodeClient(deps.config.decode, (u, i) => deps.fetch(u, i));
+    const key = decode.configured && store.urlKey && store.publicUrl ? importMediaUrlKey(store.urlKey) : null;
+    key?.catch(() => undefined);
     mediaDepsCache = {
       config: deps.config,
       deps: {
         fetcher: new SafeFetcher(deps.config.media, { fetch: (url, init) => deps.fetch(url, init) }),
-        decode: new DecodeClient(deps.config.decode, (u, i) => deps.fetch(u, i)),
-        maxImageBytes: policy.maxBytes ?? 20 * 1024 * 1024,
+        decode,
+        inlineMaxBytes: store.inlineMaxBytes,
+        sign: key ? storeSigner(store.publicUrl!, key, store.urlTtlSec) : null,
+        forwardClientUrls: store.forwardClientUrls,
       },
     };
   }
@@ -181,14 +187,11 @@ async function planMediaRouting(
   deps: Pick<ChatDeps, "config" | "fetch">,
   req: ChatCompletionRequest,
   tokens: readonly number[],
-  parts: readonly MediaPartRef[],
+  media: readonly VerifiedMedia[],
   model: ModelConfig,
   index: IndexClient,
 ): Promise<RoutingPlan> {
   const tokenizer = getQwenTokenizer(model.family);
-  const media = mediaDeps(deps);
-  // Never forward a URL the SSRF policy refuses, whatever the routing outcome.
-  for (const p of parts) if (!p.url.startsWith("data:")) media.fetcher.checkUrl(p.url, p.param);
   const fallback = (reason: string) => textPrefixPlan(tokens, model.blockSize, tokenizer.specialIds.visionStart, reason);
   if (!deps.config.exactMedia) return fallback("exact_media_disabled");
   const { partTypes, uuids } = requestShape(req);
@@ -201,7 +204,7 @@ async function planMediaRouting(
   if (!mmHashesAllowed(req)) return fallback("n_greater_than_one");
   const { cohort } = await poolCohort(index, model.id, deps.config.routing.profileTtlMs);
   if (!cohort.ok) return fallback(cohort.reason);
-  const resolved = await resolveMedia(parts, cohort.digest, media);
+  const resolved = mediaItems(media, cohort.digest);
   if (resolved.unresolved) return fallback(resolved.unresolved.reason);
   const view = buildRoutingView(cohort.contract, tokens, resolved.items, (t) => tokenizer.encode(t));
   if (!view.ok) return fallback(view.reason);
@@ -245,6 +248,8 @@ export interface PreparedRouting {
   tokens: number[];
   plan: RoutingPlan;
   index: IndexClient;
+  /** Media as the worker receives it (verified bytes only), prompt order. */
+  media: VerifiedMedia[];
 }
 
 /**
@@ -272,6 +277,7 @@ export async function prepareRouting(req: ChatCompletionRequest, deps: Pick<Chat
       },
       plan,
       index: deps.index(model.id),
+      media: [],
     };
   }
   const tokens = tokenizer.encode(prompt.text);
@@ -283,8 +289,10 @@ export async function prepareRouting(req: ChatCompletionRequest, deps: Pick<Chat
     url: p.url,
     param: `messages[${p.messageIndex}].content[${p.partIndex}]`,
   }));
-  const plan = await planMediaRouting(deps, req, tokens, parts, model, index);
-  return { model, prompt, tokens, plan, index };
+  // Every item becomes verified bytes before anything else, whatever the routing outcome.
+  const media = await verifyMedia(parts, mediaDeps(deps));
+  const plan = await planMediaRouting(deps, req, tokens, media, model, index);
+  return { model, prompt, tokens, plan, index, media };
 }
 
 /** Longest token of the Qwen2/2.5/3 vocabularies, in UTF-16 units (a run of 128 spaces). */
@@ -333,7 +341,7 @@ export async function handleChatCompletions(request: Request, deps: ChatDeps): P
   const req = parseChatBody(bodyText, limits, { sizeChecked: true });
   clock.mark("parse");
   if (admitted) await admitted;
-  const { model, prompt, plan } = await prepareRouting(req, deps);
+  const { model, prompt, plan, media } = await prepareRouting(req, deps);
   clock.mark("prepare");
   // Tenant / adapter isolation: SGLang keeps a salted request's KV apart, and so does the index.
   const { adapter } = resolveModel(config, req.model);
@@ -348,8 +356,8 @@ export async function handleChatCompletions(request: Request, deps: ChatDeps): P
     requireReasoning: output.reasoning?.force === true,
     toolCallParser: parsers.toolCallParser,
     media: {
-      imageData: prompt.mediaParts.filter((p) => p.kind === "image").map((p) => p.url),
-      videoData: prompt.mediaParts.filter((p) => p.kind === "video").map((p) => p.url),
+      imageData: media.filter((m) => m.kind === "image").map((m) => m.forward!),
+      videoData: media.filter((m) => m.kind === "video").map((m) => m.forward!),
       ...(plan.mmHashes ? { mmHashes: plan.mmHashes } : {}),
     },
   });
@@ -404,6 +412,8 @@ export async function handleChatCompletions(request: Request, deps: ChatDeps): P
       }
       settle({ promptTokens: null, cachedTokens: null, outcome: "error" });
       const e = err instanceof KvedgeError ? err : new UpstreamError("The worker's answer could not be processed.");
+      // The worker's own text stays in the logs; the client gets the sanitized message.
+      if (typeof e.cause === "string") console.warn(JSON.stringify({ event: "upstream_error", requestId, worker: decision.workerId, code: e.code, upstream: e.cause.slice(0, 1000) }));
       return errorResponse(e, showRouting ? { "x-request-id": requestId, "x-kvedge-worker": decision.workerId } : { "x-request-id": requestId });
     }
   }

@@ -1,17 +1,28 @@
 /**
- * Media identity at the edge: for each image or video of a request (prompt order) find its content
- * identity and the metadata the layout needs — images by an SSRF-safe fetch (xxh3 of the raw bytes,
- * width/height from the header), videos through the regional decode service. Failures never fail
- * the request: the item stays unresolved and the request falls back to text-prefix routing with a
- * named reason. Only URLs the SSRF policy refuses outright are the client's error (400), because
- * forwarding them would let the worker fetch them instead.
+ * Media at the edge: every image and video of a request is resolved to bytes the edge (or the
+ * regional media store on its behalf) has verified, and only those reach the worker. For each item
+ * (prompt order) this yields what the worker receives and the item's content identity:
+ * - client `data:` URLs: decoded and hashed here; forwarded as received when SGLang decodes them
+ *   to the same bytes, else re-encoded from the bytes hashed; videos probed by the decode service;
+ * - http(s) URLs with a media store configured: the store fetches them once (SSRF-safe, pinned
+ *   DNS), keeps the bytes under their SHA-256 and describes them; the worker gets a short-lived
+ *   signed store URL for exactly those bytes;
+ * - http(s) URLs without a store: images are fetched here and forwarded inline (up to a size cap);
+ *   videos are refused.
+ * A URL the edge cannot turn into verified bytes is the client's 400 (OpenAI error shape), on
+ * every path, whatever the routing outcome: a worker never receives a client URL, unless the
+ * operator opted into `KVEDGE_FORWARD_CLIENT_URLS` (unsafe; the old behaviour). Identity failures
+ * that leave the bytes usable (a video the decoder cannot read) only cost exact routing.
  */
-import { MediaError, isMediaError } from "../media/errors.ts";
+import { MediaError, MediaTooLargeError, isMediaError, type MediaErrorReason } from "../media/errors.ts";
 import { identifyImage } from "../media/image-identity.ts";
+import { encodeBase64, isDataUrl, parseDataUrl } from "../media/data-url.ts";
 import type { SafeFetcher } from "../media/safe-fetch.ts";
 import type { DecodeClient } from "../media/decode-client.ts";
-import { mediaIdentityHash } from "../media/identity-record.ts";
+import { mediaIdentityHash, type MediaMetadata } from "../media/identity-record.ts";
+import { signMediaPath } from "../media/signed-url.ts";
 import type { MediaItem } from "../layout/index.ts";
+import { createStreamingSha256 } from "../util/hash.ts";
 
 export interface MediaPartRef {
   kind: "image" | "video" | "audio";
@@ -19,62 +30,145 @@ export interface MediaPartRef {
   param: string;
 }
 
-export interface ResolvedMedia {
-  items: MediaItem[];
-  /** First reason an item could not be resolved (null = all resolved). */
+/** One media item as the worker will receive it, and what identifies it. */
+export interface VerifiedMedia {
+  kind: "image" | "video" | "audio";
+  /** What goes into image_data / video_data: a data: URL or a signed store URL (null for audio). */
+  forward: string | null;
+  /** SHA-256 of the bytes behind `forward` (null for audio). */
+  digest: string | null;
+  /** Metadata the layout needs; null when it could not be read (routing then falls back). */
+  metadata: MediaMetadata | null;
+  /** Why `metadata` is missing. */
   unresolved: { reason: string; detail: string } | null;
 }
-
-/** Policy refusals that must reach the client: the worker must never be asked to fetch these. */
-const CLIENT_ERRORS = new Set(["bad_url", "bad_scheme", "blocked_address", "credentials_in_url", "bad_redirect", "bad_data_url"]);
 
 export interface MediaDeps {
   fetcher: SafeFetcher;
   decode: DecodeClient;
-  maxImageBytes: number;
+  /** Images fetched by the edge itself: cap on the bytes (and on what is inlined). */
+  inlineMaxBytes: number;
+  /** Signs store paths (null when no store is configured). */
+  sign: ((digest: string) => Promise<string>) | null;
+  forwardClientUrls: boolean;
 }
 
-export async function resolveMedia(parts: readonly MediaPartRef[], contractDigest: string, deps: MediaDeps): Promise<ResolvedMedia> {
-  let unresolved: ResolvedMedia["unresolved"] = null;
-  const note = (reason: string, detail: string) => {
-    unresolved ??= { reason, detail };
-  };
-  const items = await Promise.all(
-    parts.map(async (p): Promise<MediaItem> => {
-      if (p.kind === "image") {
-        try {
-          const res = await deps.fetcher.open(p.url, { param: p.param });
-          const id = await identifyImage(res.body, { maxBytes: deps.maxImageBytes, param: p.param });
-          const metadata = { modality: "image" as const, width: id.header.width, height: id.header.height };
-          const hash = BigInt("0x" + mediaIdentityHash({ contentHash: id.contentHash, metadata, contractDigest }));
-          return { modality: "image", hash, probe: { width: metadata.width, height: metadata.height } };
-        } catch (err) {
-          if (err instanceof MediaError && CLIENT_ERRORS.has(err.reason)) throw err;
-          note("unresolved_media", isMediaError(err) ? `${err.reason}: ${err.message}` : String(err));
-          return { modality: "image", hash: null, probe: null };
-        }
+/** Builds the signer for store URLs as workers reach them. */
+export function storeSigner(publicUrl: string, key: Promise<CryptoKey>, ttlSec: number): (digest: string) => Promise<string> {
+  const base = publicUrl.replace(/\/+$/, "");
+  return async (digest) => base + (await signMediaPath(await key, digest, Math.floor(Date.now() / 1000) + ttlSec));
+}
+
+const MIME: Record<string, string> = { png: "image/png", jpeg: "image/jpeg", webp: "image/webp", gif: "image/gif", bmp: "image/bmp" };
+
+async function sha256Hex(bytes: Uint8Array): Promise<string> {
+  const h = await createStreamingSha256();
+  h.update(bytes);
+  return h.digest("hex");
+}
+
+/** The store's refusals of the media itself keep their reason; its own trouble is named as such. */
+const STORE_REASONS = new Set<MediaErrorReason>(["bad_url", "bad_scheme", "blocked_address", "credentials_in_url", "too_many_redirects", "bad_redirect", "dns_failed", "fetch_failed", "http_status", "timeout", "unknown_format", "truncated", "corrupt", "unsupported_format"]);
+
+function storeError(p: MediaPartRef, out: { reason: string; detail: string; status: number | null; code: string | null }): MediaError | MediaTooLargeError {
+  if (out.reason === "decode_media_rejected") {
+    if (out.status === 413) return new MediaTooLargeError(Number(/(\d+)-byte/.exec(out.detail)?.[1] ?? 0), p.param);
+    const reason = out.code?.startsWith("media_") ? (out.code.slice(6) as MediaErrorReason) : "fetch_failed";
+    return new MediaError(STORE_REASONS.has(reason) ? reason : "fetch_failed", `The ${p.kind} could not be fetched: ${out.detail}`, p.param);
+  }
+  return new MediaError("store_unavailable", `The ${p.kind} could not be stored for the worker (${out.reason}); it was not forwarded.`, p.param);
+}
+
+async function resolveOne(p: MediaPartRef, deps: MediaDeps): Promise<VerifiedMedia> {
+  if (p.kind === "audio") return { kind: "audio", forward: null, digest: null, metadata: null, unresolved: { reason: "audio", detail: "audio input" } };
+  const policy = deps.fetcher.policy;
+
+  if (isDataUrl(p.url)) {
+    if (!policy.allowDataUrls) throw new MediaError("bad_scheme", "data: URLs are not allowed.", p.param);
+    const d = parseDataUrl(p.url, { maxBytes: policy.maxBytes, base64Mode: policy.dataUrlBase64, param: p.param });
+    // SGLang checks `startswith("data:")` and strictly base64-decodes after the first comma; a URL
+    // it would read differently (leading space, upper-case scheme, forgiving base64) is re-encoded.
+    const forward = d.sglangCompatible && p.url.startsWith("data:") ? p.url : `data:${d.mimeType};base64,${encodeBase64(d.bytes)}`;
+    if (p.kind === "image") {
+      const id = await identifyImage(d.bytes, { maxBytes: policy.maxBytes, param: p.param });
+      return { kind: "image", forward, digest: id.contentDigest, metadata: { modality: "image", width: id.header.width, height: id.header.height }, unresolved: null };
+    }
+    const digest = await sha256Hex(d.bytes);
+    const out = await deps.decode.probe({ bytes: d.bytes });
+    if (!out.ok) return { kind: "video", forward, digest, metadata: null, unresolved: { reason: out.reason, detail: out.detail } };
+    return videoItem(forward, digest, out.probe);
+  }
+
+  // A client URL: refuse what the SSRF policy refuses outright before anyone connects.
+  deps.fetcher.checkUrl(p.url, p.param);
+
+  if (deps.sign) {
+    const out = await deps.decode.store(p.url, p.kind);
+    if (!out.ok) {
+      const err = storeError(p, out);
+      // Opted in to forwarding URLs: the store's trouble only costs exact routing (policy refusals still stop).
+      if (deps.forwardClientUrls && !(err instanceof MediaError && POLICY_REFUSALS.has(err.reason))) {
+        return { kind: p.kind, forward: p.url, digest: null, metadata: null, unresolved: { reason: out.reason, detail: out.detail } };
       }
-      if (p.kind === "video") {
-        // The decode service fetches the video itself; check the URL here so it cannot be used to
-        // reach private addresses either.
-        deps.fetcher.checkUrl(p.url.startsWith("data:") ? "https://inline.invalid/" : p.url, p.param);
-        const out = await deps.decode.probe({ url: p.url });
-        if (!out.ok) {
-          note(out.reason, out.detail);
-          return { modality: "video", hash: null, probe: null };
-        }
-        const r = out.probe;
-        if (r.avgFps === null) {
-          note("unprobeable_video", "decoder reports no frame rate");
-          return { modality: "video", hash: null, probe: null };
-        }
-        const metadata = { modality: "video" as const, width: r.width, height: r.height, totalFrames: r.totalFrames, avgFps: r.avgFps };
-        const hash = BigInt("0x" + mediaIdentityHash({ contentHash: r.contentHash, metadata, contractDigest }));
-        return { modality: "video", hash, probe: { totalFrames: r.totalFrames, avgFps: r.avgFps, width: r.width, height: r.height } };
-      }
-      note("audio", "audio input");
-      return { modality: "image", hash: null, probe: null };
-    }),
-  );
+      throw err;
+    }
+    const r = out.result;
+    const forward = deps.forwardClientUrls ? p.url : await deps.sign(r.digest);
+    if (p.kind === "image") {
+      if (!r.image) throw new MediaError("corrupt", "The media store returned no image size.", p.param);
+      return { kind: "image", forward, digest: r.digest, metadata: { modality: "image", width: r.image.width, height: r.image.height }, unresolved: null };
+    }
+    if (!r.probe) return { kind: "video", forward, digest: r.digest, metadata: null, unresolved: { reason: "unprobeable_video", detail: r.probeError?.message ?? "not probed" } };
+    return videoItem(forward, r.digest, r.probe);
+  }
+
+  if (p.kind === "video") {
+    if (deps.forwardClientUrls) return { kind: "video", forward: p.url, digest: null, metadata: null, unresolved: { reason: "decode_not_configured", detail: "no media store" } };
+    throw new MediaError("store_unavailable", "Video URLs need the regional media store, which is not configured; send the video as a data: URL.", p.param);
+  }
+  // No store: the edge fetches the image itself and forwards exactly those bytes inline.
+  try {
+    const res = await deps.fetcher.open(p.url, { param: p.param });
+    const id = await identifyImage(res.body, { maxBytes: Math.min(policy.maxBytes, deps.inlineMaxBytes), param: p.param });
+    const forward = deps.forwardClientUrls ? p.url : `data:${MIME[id.header.format] ?? "application/octet-stream"};base64,${encodeBase64(id.bytes)}`;
+    return { kind: "image", forward, digest: id.contentDigest, metadata: { modality: "image", width: id.header.width, height: id.header.height }, unresolved: null };
+  } catch (e) {
+    // Opted in to forwarding URLs: a fetch the edge could not make only costs exact routing.
+    if (deps.forwardClientUrls && isMediaError(e) && !(e instanceof MediaError && POLICY_REFUSALS.has(e.reason))) {
+      return { kind: "image", forward: p.url, digest: null, metadata: null, unresolved: { reason: "unresolved_media", detail: e.message } };
+    }
+    throw e;
+  }
+}
+
+/** Refused by policy: never forwarded, even with KVEDGE_FORWARD_CLIENT_URLS. */
+const POLICY_REFUSALS = new Set<MediaErrorReason>(["bad_url", "bad_scheme", "blocked_address", "credentials_in_url", "bad_redirect"]);
+
+function videoItem(forward: string, digest: string, probe: { width: number; height: number; totalFrames: number; avgFps: number | null }): VerifiedMedia {
+  if (probe.avgFps === null) return { kind: "video", forward, digest, metadata: null, unresolved: { reason: "unprobeable_video", detail: "decoder reports no frame rate" } };
+  return { kind: "video", forward, digest, metadata: { modality: "video", width: probe.width, height: probe.height, totalFrames: probe.totalFrames, avgFps: probe.avgFps }, unresolved: null };
+}
+
+/** Resolves every media part (prompt order); throws the client's 4xx for the first that cannot be verified. */
+export async function verifyMedia(parts: readonly MediaPartRef[], deps: MediaDeps): Promise<VerifiedMedia[]> {
+  return Promise.all(parts.map((p) => resolveOne(p, deps)));
+}
+
+/**
+ * The layout's items under one cohort contract: the mm hash is derived from the content digest
+ * and metadata. `unresolved` is the first item whose identity is missing (routing falls back).
+ */
+export function mediaItems(media: readonly VerifiedMedia[], contractDigest: string): { items: MediaItem[]; unresolved: { reason: string; detail: string } | null } {
+  let unresolved: { reason: string; detail: string } | null = null;
+  const items = media.map((m): MediaItem => {
+    if (!m.metadata || !m.digest) {
+      unresolved ??= m.unresolved ?? { reason: "unresolved_media", detail: "no identity" };
+      return { modality: m.kind === "video" ? "video" : "image", hash: null, probe: null };
+    }
+    const hash = BigInt("0x" + mediaIdentityHash({ contentDigest: m.digest, metadata: m.metadata, contractDigest }));
+    const md = m.metadata;
+    if (md.modality === "image") return { modality: "image", hash, probe: { width: md.width, height: md.height } };
+    return { modality: "video", hash, probe: { totalFrames: md.totalFrames, avgFps: md.avgFps, width: md.width, height: md.height } };
+  });
   return { items, unresolved };
 }

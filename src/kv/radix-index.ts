@@ -54,6 +54,8 @@ export interface WireDumpBlock extends WireBlock {
 export type IndexError = "parent_not_found" | "self_parent" | "unknown_worker";
 /** Why a whole stored event is void (nothing of it applied): a block that is its own ancestor. */
 export type ChainDefect = "self_parent" | "duplicate_in_event";
+/** A stored event's outcome: applied (or failed as applyStoredWire fails), void, or refused by `admit`. */
+export type StoredEventResult = ApplyResult | { ok: false; applied: 0; voided: ChainDefect } | { ok: false; applied: 0; refused: true };
 export type ApplyResult = { ok: true; applied: number } | { ok: false; applied: number; error: IndexError };
 
 // Node record fields (word offsets inside a record).
@@ -357,9 +359,10 @@ export class RadixIndex {
   /**
    * One relay "stored" event: like applyStoredWire, but an event in which a block repeats or equals
    * its parent is void as a whole (`voided`, nothing applied), as the relay's block set treats it.
-   * The check runs on the parsed 64-bit hashes (no string set per event).
+   * The check runs on the parsed 64-bit hashes (no string set per event). `admit(n)`, if given, is
+   * asked after that check and before storing (the block budget): false refuses the whole event.
    */
-  applyStoredEvent(slot: number, parentEngineHash: string | null, blocks: readonly WireBlock[]): ApplyResult | { ok: false; applied: 0; voided: ChainDefect } {
+  applyStoredEvent(slot: number, parentEngineHash: string | null, blocks: readonly WireBlock[], admit?: (blocks: number) => boolean): StoredEventResult {
     const n = blocks.length;
     this.#reserveBlocks(n);
     for (let i = 0; i < n; i++) {
@@ -380,6 +383,7 @@ export class RadixIndex {
     }
     const defect = this.#chainDefect(n, parentEngineHash !== null, pLo, pHi);
     if (defect) return { ok: false, applied: 0, voided: defect };
+    if (admit && !admit(n)) return { ok: false, applied: 0, refused: true };
     return this.#applyParsed(slot, parentEngineHash, n);
   }
 

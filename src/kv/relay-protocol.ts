@@ -65,6 +65,12 @@ export const RelayDumpSchema = z.object({
   /** Last engine sequence number folded into this dump (-1 when none yet). */
   seq: z.number().int().min(-1),
   blocks: z.array(DumpBlockSchema).max(MAX_BLOCKS_PER_MESSAGE),
+  /**
+   * The relay lost history (its worker's replay buffer no longer reached back): the view may hold
+   * blocks the worker evicted meanwhile. The index marks the worker approximate until a dump
+   * without this flag or a `cleared` event.
+   */
+  approximate: z.boolean().optional(),
 });
 export type RelayDump = z.infer<typeof RelayDumpSchema>;
 

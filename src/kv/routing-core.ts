@@ -5,6 +5,8 @@
  */
 import { RadixIndex } from "./radix-index.ts";
 import { ApproxIndex, type ApproxConfig } from "./approx-index.ts";
+import { ApproximateWorkers } from "./approximate-workers.ts";
+import { BlockBudget } from "./block-budget.ts";
 import type { BlockIndex } from "./shard.ts";
 import { RegionsConfigSchema, resolveEdgeRegion, scoreCandidatesByTtft, type RegionsConfig } from "./regions.ts";
 
@@ -116,6 +118,10 @@ export interface RoutingCoreOptions {
   cost?: "ttft" | "blocks";
   /** One shard of a sharded pool: queue this core's load changes for the other shards (load-replica.ts). */
   replicateLoad?: boolean;
+  /** Most (worker, block) entries this index holds (block-budget.ts); default DEFAULT_BLOCK_BUDGET. */
+  blockBudget?: number;
+  /** Bytes the block index may take (block-budget.ts DEFAULT_INDEX_BYTES); Infinity: entries only. */
+  indexBudgetBytes?: number;
 }
 
 export class RoutingCore {
@@ -139,6 +145,9 @@ export class RoutingCore {
   };
   /** Operator metrics (routing decisions, receipts, edge overhead); see src/metrics/. */
   readonly metrics = new PoolRecorder();
+  /** Workers whose indexed blocks may be wrong (relay lost history, budget refusals). */
+  readonly approximate = new ApproximateWorkers();
+  readonly budget: BlockBudget;
   #blockSize: number | null;
   readonly #workers = new Map<string, WorkerRecord & { slot: number }>();
   readonly #bySlot: string[] = [];
@@ -163,7 +172,9 @@ export class RoutingCore {
   constructor(opts: RoutingCoreOptions) {
     this.#blockSize = opts.blockSize;
     this.index = opts.index ?? new RadixIndex();
-    this.approx = new ApproxIndex(opts.approx);
+    this.budget = new BlockBudget(opts.blockBudget, opts.indexBudgetBytes);
+    // Approximate-mode entries share the object's budget: at most half of it.
+    this.approx = new ApproxIndex({ ...opts.approx, maxBlocks: Math.min(opts.approx?.maxBlocks ?? 2 ** 20, Math.max(1, Math.floor(this.budget.limit / 2))) });
     this.#regions = opts.regions ?? null;
     this.#localTtft = opts.cost === "ttft" ? { ...(opts.regions ?? RegionsConfigSchema.parse({})), self: LOCAL_REGION, rttMs: {}, defaultRttMs: 0 } : null;
     this.load = new LoadTracker(opts.staleMs ?? 300_000);
@@ -193,11 +204,22 @@ export class RoutingCore {
     if (this.#blockSize === null) this.#blockSize = rec.blockSize;
   }
 
-  workers(): (WorkerRecord & { blocks: number; synced: boolean; activeRequests: number; activePrefillTokens: number; activeDecodeBlocks: number })[] {
+  workers(): (WorkerRecord & {
+    blocks: number;
+    synced: boolean;
+    approximate: boolean;
+    approximateReasons: string[];
+    activeRequests: number;
+    activePrefillTokens: number;
+    activeDecodeBlocks: number;
+  })[] {
     return [...this.#workers.values()].map(({ slot, ...w }) => ({
       ...w,
       blocks: this.index.workerBlockCount(slot),
-      synced: this.#synced.has(w.workerId),
+      // Synced means the index mirrors the worker: never while its view may be wrong.
+      synced: this.#synced.has(w.workerId) && !this.approximate.has(w.workerId),
+      approximate: this.approximate.has(w.workerId),
+      approximateReasons: this.approximate.reasons(w.workerId),
       activeRequests: this.load.activeRequests(slot),
       activePrefillTokens: this.load.prefillTokens(slot),
       activeDecodeBlocks: this.load.decodeBlocks(slot),
@@ -211,7 +233,15 @@ export class RoutingCore {
     return rec;
   }
 
-  isSynced(workerId: string): boolean {
+  /** Any message from the worker's relay: the time operators see as lastSeen (in memory). */
+  touch(workerId: string): number | null {
+    const w = this.#workers.get(workerId);
+    if (!w) return null;
+    w.lastSeen = this.#now();
+    return w.lastSeen;
+  }
+
+    isSynced(workerId: string): boolean {
     return this.#synced.has(workerId);
   }
 
@@ -260,6 +290,7 @@ export class RoutingCore {
     if (prevEpoch === undefined || msg.epoch !== prevEpoch) this.index.clearWorker(full.slot)
     if (prevEpoch === undefined || msg.epoch !== prevEpoch) this.pending.clear(full.slot);
     if (prevEpoch === undefined || msg.epoch !== prevEpoch) this.approx.clear(full.slot);
+    if (prevEpoch === undefined || msg.epoch !== prevEpoch) this.approximate.clear(msg.workerId);
     this.#synced.delete(msg.workerId);
     return { ok: true, record: rec };
   }
@@ -268,10 +299,19 @@ export class RoutingCore {
     const w = this.#workers.get(workerId);
     if (!w) return this.#drop("unknown_worker", false);
     if (msg.epoch !== w.epoch) return this.#drop("stale_epoch", false);
-    this.index.clearWorker(w.slot);
-    const { applied, failed: failures } = this.index.applyDumpWire(w.slot, msg.blocks);
+    // An exact dump replaces the worker's blocks. An approximate one (the relay lost history) is
+    // merged into what the index still holds of this worker life: both are best guesses, and the
+    // index's copy may remember prefixes the relay's view lost.
+    if (!msg.approximate) this.index.clearWorker(w.slot);
+    // Rows come parents first, so a cut keeps every admitted row's parent.
+    const fit = this.budget.admit(this.index.size + this.approx.size, msg.blocks.length, this.#bySlot.length);
+    const rows = fit < msg.blocks.length ? msg.blocks.slice(0, fit) : msg.blocks;
+    const { applied, failed: failures } = this.index.applyDumpWire(w.slot, rows);
     this.counters.blocksStored += applied;
     if (failures) this.#count(`dump_${"parent_not_found"}`, failures);
+    this.#budgetVerdict(workerId, msg.blocks.length - fit, true);
+    if (msg.approximate) this.approximate.mark(workerId, "relay", "relay lost history: its view (merged with the index's last copy) may hold blocks the worker evicted");
+    else this.approximate.clear(workerId, "relay");
     this.#synced.add(workerId);
     this.counters.dumps++;
     w.lastSeen = this.#now();
@@ -287,10 +327,17 @@ export class RoutingCore {
     let resync = false;
     for (const ev of msg.events) {
       if (ev.t === "stored") {
-        const r = this.index.applyStoredEvent(w.slot, ev.parent, ev.blocks);
+        // Defects are checked first, then the block budget (a full index refuses the whole chain: a
+        // partial one would only be cut again by its children), then the chain is stored.
+        const r = this.index.applyStoredEvent(w.slot, ev.parent, ev.blocks, (n) => this.budget.admit(this.index.size + this.approx.size, n, this.#bySlot.length) >= n);
         if ("voided" in r) {
           // A block that is its own ancestor voids the whole event (as the relay's block set does).
           this.#count(r.voided, ev.blocks.length);
+          continue;
+        }
+        if ("refused" in r) {
+          this.#count("block_budget", ev.blocks.length);
+          this.#budgetVerdict(workerId, ev.blocks.length, false);
           continue;
         }
         this.counters.blocksStored += r.applied;
@@ -303,6 +350,8 @@ export class RoutingCore {
         this.counters.blocksRemoved += this.index.applyRemoved(w.slot, ev.hashes);
       } else {
         this.index.clearWorker(w.slot);
+        // The worker dropped everything: whatever the view got wrong is gone with it.
+        this.approximate.clear(workerId);
       }
       this.counters.eventsApplied++;
     }
@@ -324,17 +373,24 @@ export class RoutingCore {
       this.approx.clear(w.slot);
       this.load.releaseWorker(w.slot);
       this.#synced.delete(workerId);
+      this.approximate.clear(workerId);
     }
     const { slot: _s, ...rec } = w;
     return rec;
   }
 
-  /** The relay's socket closed: its view can no longer be kept fresh, so stop trusting it. */
+  /**
+   * The relay's socket closed: its view can no longer be kept fresh. The index keeps its last copy
+   * of the worker's blocks (the worker still caches most of them) but no longer calls it synced:
+   * the worker is approximate until its relay's next exact dump. A relay that comes back having
+   * lost history sends an approximate dump, which is merged into this copy (applyDump).
+   */
   relayGone(workerId: string): void {
     const w = this.#workers.get(workerId);
     if (!w) return;
-    this.index.clearWorker(w.slot);
     this.#synced.delete(workerId);
+    if (this.index.workerBlockCount(w.slot) > 0 || this.approximate.has(workerId))
+      this.approximate.mark(workerId, "relay", "relay disconnected: routing on the index's last copy of its blocks");
   }
 
   removeWorker(workerId: string): boolean {
@@ -347,6 +403,7 @@ export class RoutingCore {
     this.#bySlot[w.slot] = "";
     this.#workers.delete(workerId);
     this.#synced.delete(workerId);
+    this.approximate.clear(workerId);
     return true;
   }
 
@@ -363,7 +420,7 @@ export class RoutingCore {
     const chosen = live[i]!;
     const overlap = scored[i]!.overlapBlocks;
     this.pending.add(chosen.slot, req.localHashes, now);
-    if (!chosen.kvEvents) this.approx.record(chosen.slot, req.localHashes, now);
+    if (!chosen.kvEvents || this.approximate.has(chosen.workerId)) this.approx.record(chosen.slot, req.localHashes, now);
     const receiptId = `r${now.toString(36)}-${(this.#receiptSeq++).toString(36)}`;
     const requestBlocks = Math.ceil(req.isl / blockSize);
     const prefillTokens = Math.max(0, req.isl - overlap * blockSize);
@@ -529,7 +586,12 @@ export class RoutingCore {
     const pendingOverlap = this.pending.overlaps(req.localHashes, now);
     const candidates: Candidate[] = live.map((w) => ({
       slot: w.slot,
-      overlapBlocks: Math.max(w.kvEvents ? (this.#scores[w.slot] ?? 0) : this.approx.overlapOf(w.slot), pendingOverlap.get(w.slot) ?? 0),
+      overlapBlocks: Math.max(
+        !w.kvEvents ? this.approx.overlapOf(w.slot)
+        : this.approximate.has(w.workerId) ? Math.max(this.#scores[w.slot] ?? 0, this.approx.overlapOf(w.slot))
+        : (this.#scores[w.slot] ?? 0),
+        pendingOverlap.get(w.slot) ?? 0,
+      ),
       activePrefillTokens: this.load.prefillTokens(w.slot),
       activeDecodeBlocks: this.load.decodeBlocks(w.slot),
       sharedActiveBlocks: shared.get(w.slot) ?? 0,
@@ -554,6 +616,7 @@ export class RoutingCore {
       at: this.#now(),
       blockSize: this.#blockSize,
       indexedBlocks: this.index.size,
+      blockBudget: this.budget.limitFor(this.#bySlot.length),
       activeRequests: this.load.size,
       counters: { ...this.counters, dropReasons: { ...this.counters.dropReasons } },
       workers: workers.map((w) => ({
@@ -562,6 +625,8 @@ export class RoutingCore {
         status: w.status,
         blocks: w.blocks,
         synced: w.synced,
+        approximate: w.approximate,
+        approximateReasons: w.approximateReasons,
         activeRequests: w.activeRequests,
         activePrefillTokens: w.activePrefillTokens,
         activeDecodeBlocks: w.activeDecodeBlocks,
@@ -607,6 +672,14 @@ export class RoutingCore {
       return scoreCandidatesByTtft({ candidates, placements, isl: req.isl, blockSize, edgeRegion: LOCAL_REGION, config: this.#localTtft });
     }
     return scoreCandidates({ candidates, isl: req.isl, blockSize, decodeWeight: this.#decodeWeight });
+  }
+
+  /** Refused blocks make the worker approximate; a dump that fitted whole makes it exact again. */
+  #budgetVerdict(workerId: string, refused: number, wholeView: boolean): void {
+    if (refused > 0) {
+      if (wholeView) this.#count("block_budget", refused);
+      this.approximate.mark(workerId, "budget", `index object full (${this.budget.limitFor(this.#bySlot.length)} blocks): ${refused} block(s) refused`);
+    } else if (wholeView) this.approximate.clear(workerId, "budget");
   }
 
   #count(reason: string, n = 1): void {

@@ -14,7 +14,7 @@
  * shardOf is jump consistent hashing (Lamping & Veach 2014) over the local hash: going from N to
  * N+1 shards moves only ~1/(N+1) of the chains, all of them into the new shard.
  */
-import { RadixIndex, type ApplyResult, type ChainDefect, type WireBlock, type WireDumpBlock } from "./radix-index.ts";
+import { RadixIndex, type ApplyResult, type StoredEventResult, type WireBlock, type WireDumpBlock } from "./radix-index.ts";
 import type { RelayEvent } from "./relay-protocol.ts";
 import type { LocalHashes } from "./block-hash.ts";
 
@@ -26,7 +26,7 @@ export interface BlockIndex {
   workerBlockCount(slot: number): number;
   applyStoredWire(slot: number, parentEngineHash: string | null, blocks: readonly WireBlock[]): ApplyResult;
   /** A relay "stored" event: void as a whole when a block repeats or equals its parent. */
-  applyStoredEvent(slot: number, parentEngineHash: string | null, blocks: readonly WireBlock[]): ApplyResult | { ok: false; applied: 0; voided: ChainDefect };
+  applyStoredEvent(slot: number, parentEngineHash: string | null, blocks: readonly WireBlock[], admit?: (blocks: number) => boolean): StoredEventResult;
   applyDumpWire(slot: number, rows: readonly WireDumpBlock[]): { applied: number; failed: number };
   applyRemoved(slot: number, engineHashes: readonly string[]): number;
   clearWorker(slot: number): void;
@@ -277,7 +277,7 @@ export class ShardedIndex implements BlockIndex {
     return this.shards[r.shard]!.applyStoredWire(slot, parentEngineHash, blocks);
   }
 
-  applyStoredEvent(slot: number, parentEngineHash: string | null, blocks: readonly WireBlock[]): ApplyResult | { ok: false; applied: 0; voided: ChainDefect } {
+  applyStoredEvent(slot: number, parentEngineHash: string | null, blocks: readonly WireBlock[], admit?: (blocks: number) => boolean): StoredEventResult {
     // Checked before routing: a void event must not move any block between shards.
     const seen = new Set<string>();
     for (const b of blocks) {
@@ -285,6 +285,7 @@ export class ShardedIndex implements BlockIndex {
       if (seen.has(b.h)) return { ok: false, applied: 0, voided: "duplicate_in_event" };
       seen.add(b.h);
     }
+    if (admit && !admit(blocks.length)) return { ok: false, applied: 0, refused: true };
     return this.applyStoredWire(slot, parentEngineHash, blocks);
   }
 

@@ -20,7 +20,7 @@
  */
 import { localBlockHash, namespacedLocalHash, namespaceTag, type NamespaceTag } from "./block-hash.ts";
 import type { KvCacheEvent } from "./event-decode.ts";
-import { localHashToHex, type RelayDump, type RelayEvent } from "./relay-protocol.ts";
+import { hexToLocalHash, localHashToHex, type RelayDump, type RelayEvent } from "./relay-protocol.ts";
 
 export interface BlockEntry {
   parent: bigint | null;
@@ -84,11 +84,6 @@ export class WorkerBlockSet {
     this.blocks.clear();
     this.children.clear();
     this.incomplete = false;
-  }
-
-  /** Marks the view as incomplete (e.g. history lost before the relay saw it). */
-  markIncomplete(): void {
-    this.incomplete = true;
   }
 
   apply(events: readonly KvCacheEvent[]): ApplyOutcome {
@@ -263,6 +258,25 @@ export class WorkerBlockSet {
       if (kids) for (const k of kids) stack.push(k);
     }
     return out;
+  }
+
+  /**
+   * Replaces the set with dumped rows (parents before children), e.g. a relay's saved view.
+   * Returns how many rows were skipped (parent not held, or a repeated hash).
+   */
+  restore(rows: readonly DumpBlock[]): number {
+    this.clear();
+    let skipped = 0;
+    for (const r of rows) {
+      const h = BigInt(r.h);
+      const parent = r.p === null ? null : BigInt(r.p);
+      if (this.blocks.has(h) || h === parent || (parent !== null && !this.blocks.has(parent))) {
+        skipped++;
+        continue;
+      }
+      this.insert(h, parent, hexToLocalHash(r.l), this.blockSize);
+    }
+    return skipped;
   }
 
   /** The protocol's full dump (seq: last engine batch folded in, -1 when none). */

@@ -49,8 +49,17 @@ export function videoLayout(
 
 export type EncodeText = (text: string) => readonly number[];
 
-const memoByEncoder = new WeakMap<EncodeText, Map<string, readonly number[]>>();
-const MEMO_LIMIT = 65_536;
+interface Memo {
+  map: Map<string, readonly number[]>;
+  bytes: number;
+}
+const memoByEncoder = new WeakMap<EncodeText, Memo>();
+/** Estimated bytes of every encoder's memo together, and how often one started afresh. */
+const memoTotals = { bytes: 0, entries: 0, resets: 0 };
+/** Estimated bytes of one encoder's memo (text, ids, entry); over it the memo starts afresh. */
+export const MEMO_MAX_BYTES = 2 * 1024 * 1024;
+/** Longer pieces (a user's text between two media items) are not memoised: they rarely repeat. */
+const MEMO_MAX_TEXT_CHARS = 256;
 
 /**
  * Memoised standalone tokenisation (timestamp strings repeat across groups and requests).
@@ -59,16 +68,36 @@ const MEMO_LIMIT = 65_536;
 export function memoEncode(encode: EncodeText, text: string): readonly number[] {
   let m = memoByEncoder.get(encode);
   if (!m) {
-    m = new Map();
+    m = { map: new Map(), bytes: 0 };
     memoByEncoder.set(encode, m);
   }
-  let ids = m.get(text);
+  let ids = m.map.get(text);
   if (!ids) {
     ids = Object.freeze(encode(text).slice());
-    if (m.size >= MEMO_LIMIT) m.clear();
-    m.set(text, ids);
+    if (text.length > MEMO_MAX_TEXT_CHARS) return ids;
+    const bytes = memoEntryBytes(text, ids.length);
+    if (m.bytes + bytes > MEMO_MAX_BYTES) {
+      memoTotals.bytes -= m.bytes;
+      memoTotals.entries -= m.map.size;
+      memoTotals.resets++;
+      m.map.clear();
+      m.bytes = 0;
+    }
+    m.map.set(text, ids);
+    m.bytes += bytes;
+    memoTotals.bytes += bytes;
+    memoTotals.entries++;
   }
   return ids;
+}
+
+function memoEntryBytes(text: string, ids: number): number {
+  return 2 * text.length + 8 * ids + 120;
+}
+
+/** Estimated bytes of all memos (live encoders; one per tokenizer in practice). */
+export function layoutMemoStats(): { bytes: number; entries: number; resets: number } {
+  return { ...memoTotals };
 }
 
 /** Number of tokens the pieces render to. */

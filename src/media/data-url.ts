@@ -123,3 +123,11 @@ export function parseDataUrl(
   if (bytes.length > opts.maxBytes) throw new MediaTooLargeError(opts.maxBytes, param);
   return { mimeType, base64, bytes, sglangCompatible };
 }
+
+/** Standard base64 with padding (what SGLang's strict decoder accepts), in chunks to bound the call stack. */
+export function encodeBase64(bytes: Uint8Array): string {
+  let out = "";
+  // 3-byte aligned chunks keep padding only at the very end.
+  for (let i = 0; i < bytes.length; i += 3 * 8190) out += btoa(String.fromCharCode(...bytes.subarray(i, i + 3 * 8190)));
+  return out;
+}

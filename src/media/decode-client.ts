@@ -5,13 +5,14 @@
  */
 import { z } from "zod";
 import { ProbeResultSchema, type ProbeResult } from "./probe-result.ts";
+import { StoreResultSchema, type StoreResult } from "./store-result.ts";
 
 export const DecodeServiceConfigSchema = z.object({
-  /** Base URL, e.g. "http://127.0.0.1:7070". Unset = video identity disabled. */
+  /** Base URL, e.g. "http://127.0.0.1:7070". Unset = no media store (images inline, video URLs refused). */
   url: z.url().optional(),
   token: z.string().min(1).optional(),
-  /** Budget for one probe call, fetch of the media by the service included. */
-  timeoutMs: z.number().int().positive().default(8_000),
+  /** Budget for one store/probe call, the service's fetch of the media included. */
+  timeoutMs: z.number().int().positive().default(15_000),
 });
 export type DecodeServiceConfig = z.output<typeof DecodeServiceConfigSchema>;
 
@@ -31,6 +32,15 @@ export type ProbeOutcome =
 
 export type ProbeInput = { url: string } | { bytes: Uint8Array };
 
+/**
+ * The store's answer, or why there is none. `clientError` marks refusals about the media itself
+ * (the service's 4xx: blocked address, fetch failed, too large, …) with the service's code and
+ * message; the rest are the service's own trouble.
+ */
+export type StoreOutcome =
+  | { ok: true; result: StoreResult; cache: string | null }
+  | { ok: false; reason: DecodeFallbackReason; detail: string; status: number | null; code: string | null };
+
 type Fetch = (input: string, init: RequestInit) => Promise<Response>;
 
 export class DecodeClient {
@@ -46,50 +56,63 @@ export class DecodeClient {
     return this.config.url !== undefined;
   }
 
+  /** Has the media store fetch `url` (SSRF-safe, once) and keep its bytes; answers their digest and metadata. */
+  async store(url: string, kind: "image" | "video", signal?: AbortSignal): Promise<StoreOutcome> {
+    const out = await this.call("/v1/store", "application/json", JSON.stringify({ url, kind }), signal);
+    if (!out.ok) return out;
+    const parsed = StoreResultSchema.safeParse(out.json);
+    if (!parsed.success) return { ok: false, reason: "decode_bad_response", detail: issues(parsed.error), status: out.status, code: null };
+    return { ok: true, result: parsed.data, cache: out.cache };
+  }
+
   async probe(input: ProbeInput, signal?: AbortSignal): Promise<ProbeOutcome> {
+    const out = "url" in input
+      ? await this.call("/v1/probe", "application/json", JSON.stringify({ url: input.url }), signal)
+      : await this.call("/v1/probe", "application/octet-stream", input.bytes, signal);
+    if (!out.ok) return { ok: false, reason: out.reason, detail: out.detail, status: out.status };
+    const parsed = ProbeResultSchema.safeParse(out.json);
+    if (!parsed.success) return { ok: false, reason: "decode_bad_response", detail: issues(parsed.error), status: out.status };
+    return { ok: true, probe: parsed.data, cache: out.cache };
+  }
+
+  private async call(
+    route: string,
+    contentType: string,
+    body: BodyInit,
+    signal?: AbortSignal,
+  ): Promise<{ ok: true; json: unknown; status: number; cache: string | null } | { ok: false; reason: DecodeFallbackReason; detail: string; status: number | null; code: string | null }> {
     const base = this.config.url;
-    if (!base) return { ok: false, reason: "decode_not_configured", detail: "no decode service URL configured", status: null };
+    if (!base) return { ok: false, reason: "decode_not_configured", detail: "no decode service URL configured", status: null, code: null };
     const ctrl = new AbortController();
     const timer = setTimeout(() => ctrl.abort(), this.config.timeoutMs);
     const onAbort = (): void => ctrl.abort();
     signal?.addEventListener("abort", onAbort, { once: true });
-    const headers: Record<string, string> = {};
+    const headers: Record<string, string> = { "content-type": contentType };
     if (this.config.token) headers.authorization = `Bearer ${this.config.token}`;
-    let body: BodyInit;
-    if ("url" in input) {
-      headers["content-type"] = "application/json";
-      body = JSON.stringify({ url: input.url });
-    } else {
-      headers["content-type"] = "application/octet-stream";
-      body = input.bytes;
-    }
     try {
-      const res = await this.fetchImpl(`${base.replace(/\/+$/, "")}/v1/probe`, { method: "POST", headers, body, signal: ctrl.signal });
+      const res = await this.fetchImpl(`${base.replace(/\/+$/, "")}${route}`, { method: "POST", headers, body, signal: ctrl.signal });
       const text = await res.text();
       if (!res.ok) {
-        const detail = errorMessage(text) ?? `HTTP ${res.status}`;
+        const err = errorOf(text);
+        const detail = err?.message ?? `HTTP ${res.status}`;
         const reason: DecodeFallbackReason =
           res.status === 401 || res.status === 403 ? "decode_auth"
           : res.status === 400 || res.status === 413 || res.status === 422 ? "decode_media_rejected"
           : res.status === 429 || res.status === 503 ? "decode_overloaded"
           : res.status === 504 ? "decode_timeout"
           : "decode_error";
-        return { ok: false, reason, detail, status: res.status };
+        return { ok: false, reason, detail, status: res.status, code: err?.code ?? null };
       }
       let json: unknown;
       try {
         json = JSON.parse(text);
       } catch {
-        return { ok: false, reason: "decode_bad_response", detail: "response is not JSON", status: res.status };
+        return { ok: false, reason: "decode_bad_response", detail: "response is not JSON", status: res.status, code: null };
       }
-      const parsed = ProbeResultSchema.safeParse(json);
-      if (!parsed.success) {
-        return { ok: false, reason: "decode_bad_response", detail: parsed.error.issues.map((i) => `${i.path.join(".")}: ${i.message}`).join("; "), status: res.status };
-      }
-      return { ok: true, probe: parsed.data, cache: res.headers.get("x-cache") };
+      return { ok: true, json, status: res.status, cache: res.headers.get("x-cache") };
     } catch (e) {
-      if (ctrl.signal.aborted) return { ok: false, reason: "decode_timeout", detail: `no answer within ${this.config.timeoutMs} ms`, status: null };
-      return { ok: false, reason: "decode_unreachable", detail: (e as Error).message, status: null };
+      if (ctrl.signal.aborted) return { ok: false, reason: "decode_timeout", detail: `no answer within ${this.config.timeoutMs} ms`, status: null, code: null };
+      return { ok: false, reason: "decode_unreachable", detail: (e as Error).message, status: null, code: null };
     } finally {
       clearTimeout(timer);
       signal?.removeEventListener("abort", onAbort);
@@ -97,10 +120,15 @@ export class DecodeClient {
   }
 }
 
-function errorMessage(text: string): string | null {
+function issues(e: z.ZodError): string {
+  return e.issues.map((i) => `${i.path.join(".")}: ${i.message}`).join("; ");
+}
+
+function errorOf(text: string): { message: string; code: string | null } | null {
   try {
-    const j = JSON.parse(text) as { error?: { message?: unknown } };
-    return typeof j.error?.message === "string" ? j.error.message : null;
+    const j = JSON.parse(text) as { error?: { message?: unknown; code?: unknown } };
+    if (typeof j.error?.message !== "string") return null;
+    return { message: j.error.message, code: typeof j.error.code === "string" ? j.error.code : null };
   } catch {
     return null;
   }

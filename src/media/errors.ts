@@ -18,6 +18,8 @@ export type MediaErrorReason =
   | "http_status"
   | "timeout"
   | "bad_data_url"
+  // media store
+  | "store_unavailable"
   // content
   | "unknown_format"
   | "truncated"

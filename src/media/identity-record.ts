@@ -1,35 +1,37 @@
 /**
- * The mm hash sent to the worker for one media item: xxh3-64 (seed 0) over a tagged,
- * length-prefixed record of what decides the item's tokens and pad values: the modality, the
- * raw-bytes hash, the metadata the layout uses, and the cohort contract digest. The key is the
- * content, never the URL: the same bytes under two URLs share it; one changed byte, frame count,
- * fps bit or contract changes it.
+ * The mm hash sent to the worker for one media item: the first 8 bytes (16 hex digits) of a
+ * SHA-256 over a tagged, length-prefixed record of what decides the item's tokens and pad values:
+ * the modality, the SHA-256 of the raw bytes, the metadata the layout uses, and the cohort
+ * contract digest. The key is the content, never the URL: the same bytes under two URLs share it;
+ * one changed byte, frame count, fps bit or contract changes it. Both hashes are cryptographic, so
+ * nobody can choose two different media with one mm hash cheaper than by brute force (SGLang's pad
+ * value keeps only 30 bits of it: docs/media.md, "Identity").
  *
  * Record layout (all integers little-endian):
- *   lp("kvedge/mm-identity/v1")
+ *   lp("kvedge/mm-identity/v2")
  *   field(1, utf8 modality)                      "image" | "video"
- *   field(2, u64 raw-bytes xxh3-64)
+ *   field(2, 32-byte SHA-256 of the raw bytes)
  *   image: field(3, u64 width) field(4, u64 height)
  *   video: field(3, u64 width) field(4, u64 height) field(5, u64 total frames)
  *          field(6, f64 average fps, IEEE-754 bits)
  *   field(7, utf8 contract digest)
  * where lp(x) = u64 len(x) || x and field(t, x) = u8 t || lp(x).
  */
-import { xxh3Hex } from "../util/hash.ts";
+import { bytesToHex, sha256 } from "../util/hash.ts";
 
 export type MediaMetadata =
   | { modality: "image"; width: number; height: number }
   | { modality: "video"; width: number; height: number; totalFrames: number; avgFps: number };
 
 export interface IdentityInput {
-  /** xxh3-64 of the raw media bytes, 16 hex digits. */
-  contentHash: string;
+  /** SHA-256 of the raw media bytes, 64 lower-case hex digits. */
+  contentDigest: string;
   metadata: MediaMetadata;
   /** The cohort's contract digest (src/layout `contractDigest`). */
   contractDigest: string;
 }
 
-const MAGIC = "kvedge/mm-identity/v1";
+const MAGIC = "kvedge/mm-identity/v2";
 const enc = new TextEncoder();
 
 class RecordWriter {
@@ -78,13 +80,13 @@ function checkCount(name: string, v: number): bigint {
 
 /** The exact bytes hashed (exposed for tests and debugging). */
 export function identityRecordBytes(input: IdentityInput): Uint8Array {
-  if (!/^[0-9a-f]{16}$/.test(input.contentHash)) throw new TypeError("identity record: contentHash must be 16 lower-case hex digits");
+  if (!/^[0-9a-f]{64}$/.test(input.contentDigest)) throw new TypeError("identity record: contentDigest must be 64 lower-case hex digits");
   if (input.contractDigest.length === 0) throw new TypeError("identity record: contract digest is empty");
   const m = input.metadata;
   const w = new RecordWriter();
   w.lp(enc.encode(MAGIC));
   w.field(1, enc.encode(m.modality));
-  w.fieldU64(2, BigInt("0x" + input.contentHash));
+  w.field(2, hexBytes(input.contentDigest));
   w.fieldU64(3, checkCount("width", m.width));
   w.fieldU64(4, checkCount("height", m.height));
   if (m.modality === "video") {
@@ -96,7 +98,13 @@ export function identityRecordBytes(input: IdentityInput): Uint8Array {
   return w.bytes();
 }
 
+function hexBytes(h: string): Uint8Array {
+  const out = new Uint8Array(h.length / 2);
+  for (let i = 0; i < out.length; i++) out[i] = parseInt(h.slice(i * 2, i * 2 + 2), 16);
+  return out;
+}
+
 /** The mm hash: 16 lower-case hex digits. Requires `await initHashing()` first. */
 export function mediaIdentityHash(input: IdentityInput): string {
-  return xxh3Hex(identityRecordBytes(input), 0n);
+  return bytesToHex(sha256(identityRecordBytes(input)).subarray(0, 8));
 }

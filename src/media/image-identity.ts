@@ -1,16 +1,18 @@
 /**
- * Identity of one image at the edge: stream the bytes once with a cap, hash them with xxh3-64
- * (seed 0) and read width/height from the header on the way. Only the header prefix is kept in
- * memory, so a large image costs its hash time, not its size.
+ * Identity of one image at the edge: read the bytes once with a cap, hash them with SHA-256 and
+ * read width/height from the header on the way. The bytes are kept (the edge forwards exactly
+ * these bytes inline, never the URL they came from).
  */
-import { createStreamingXxh3 } from "../util/hash.ts";
+import { createStreamingSha256 } from "../util/hash.ts";
 import { MediaError, MediaTooLargeError } from "./errors.ts";
 import { readImageHeader, type ImageHeader } from "./image-header.ts";
 
 export interface ImageIdentity {
-  /** xxh3-64 of the raw bytes, 16 lower-case hex digits. */
-  contentHash: string;
+  /** SHA-256 of the raw bytes, 64 lower-case hex digits. */
+  contentDigest: string;
   byteLength: number;
+  /** The bytes hashed (what the worker must receive). */
+  bytes: Uint8Array;
   header: ImageHeader;
 }
 
@@ -30,17 +32,18 @@ export async function identifyImage(source: ReadableStream<Uint8Array> | Uint8Ar
   const maxHeader = Math.min(opts.maxHeaderBytes ?? DEFAULT_MAX_HEADER_BYTES, maxBytes);
   const param = opts.param ?? null;
   const headerOpts = { exifTranspose: opts.exifTranspose ?? false, param };
-  const hasher = await createStreamingXxh3(0n);
+  const hasher = await createStreamingSha256();
 
   if (source instanceof Uint8Array) {
     if (source.length > maxBytes) throw new MediaTooLargeError(maxBytes, param);
     hasher.update(source);
     const header = readImageHeader(source, true, headerOpts)!;
-    return { contentHash: hasher.digest("hex"), byteLength: source.length, header };
+    return { contentDigest: hasher.digest("hex"), byteLength: source.length, bytes: source, header };
   }
 
   let total = 0;
   let header: ImageHeader | null = null;
+  const chunks: Uint8Array[] = [];
   // Header prefix in a doubling buffer: parsing is retried per chunk without quadratic copying.
   let buf = new Uint8Array(0);
   let used = 0;
@@ -52,6 +55,7 @@ export async function identifyImage(source: ReadableStream<Uint8Array> | Uint8Ar
       total += value.byteLength;
       if (total > maxBytes) throw new MediaTooLargeError(maxBytes, param);
       hasher.update(value);
+      chunks.push(value);
       if (header === null) {
         if (used + value.length > buf.length) {
           const grown = new Uint8Array(Math.max(used + value.length, buf.length * 2, 4096));
@@ -70,5 +74,11 @@ export async function identifyImage(source: ReadableStream<Uint8Array> | Uint8Ar
     throw e;
   }
   header ??= readImageHeader(buf.subarray(0, used), true, headerOpts)!;
-  return { contentHash: hasher.digest("hex"), byteLength: total, header };
+  const bytes = new Uint8Array(total);
+  let o = 0;
+  for (const c of chunks) {
+    bytes.set(c, o);
+    o += c.byteLength;
+  }
+  return { contentDigest: hasher.digest("hex"), byteLength: total, bytes, header };
 }

@@ -9,8 +9,8 @@
 import { z } from "zod";
 
 export const ProbeResultSchema = z.object({
-  /** xxh3-64 (seed 0) of the raw media bytes, 16 lower-case hex digits. */
-  contentHash: z.string().regex(/^[0-9a-f]{16}$/),
+  /** SHA-256 of the raw media bytes, 64 lower-case hex digits. */
+  contentDigest: z.string().regex(/^[0-9a-f]{64}$/),
   byteLength: z.number().int().nonnegative(),
   totalFrames: z.number().int().nonnegative(),
   avgFps: z.number().positive().nullable(),

@@ -116,14 +116,18 @@ const LOCAL_NAME_SUFFIXES = [
   "in-addr.arpa",
   "ip6.arpa",
   "metadata.goog",
+  "svc", // Kubernetes service names (`redis.default.svc`)
+  "consul", // Consul service discovery
 ];
 const LOCAL_NAMES = new Set(["metadata", "instance-data", "kubernetes", "kubernetes.default", "kubernetes.default.svc"]);
 
-/** Lower-cases, strips one trailing dot and IPv6 brackets. */
+/**
+ * Lower-cases and strips every trailing dot: `127.0.0.1..` and `localhost...` must be judged as
+ * `127.0.0.1` and `localhost` (resolvers and some URL parsers drop the dots; the policy must not
+ * see a different host than the connection does).
+ */
 export function normalizeHostname(host: string): string {
-  let h = host.toLowerCase();
-  if (h.endsWith(".") && !h.endsWith("..")) h = h.slice(0, -1);
-  return h;
+  return host.toLowerCase().replace(/\.+$/, "");
 }
 
 export type HostClass =

@@ -62,6 +62,7 @@ export function mergeShardSnapshots(snapshots: readonly PoolMetricsSnapshot[]): 
     at: Math.max(...snapshots.map((s) => s.at)),
     blockSize: first.blockSize,
     indexedBlocks: sum(snapshots.map((s) => s.indexedBlocks)),
+    blockBudget: sum(snapshots.map((s) => s.blockBudget)),
     activeRequests: first.activeRequests,
     counters: mergeCounters(snapshots.map((s) => s.counters)),
     workers: mergeWorkers(snapshots.map((s) => s.workers)),
@@ -95,7 +96,7 @@ function mergeCounters(list: readonly IndexCounters[]): IndexCounters {
 }
 
 /** Per-shard worker lists → one row per worker with its blocks per shard (rules in the header). */
-export function mergeShardWorkers<T extends { workerId: string; blocks: number; synced: boolean; lastSeen: number }>(
+export function mergeShardWorkers<T extends { workerId: string; blocks: number; synced: boolean; lastSeen: number; approximate?: boolean; approximateReasons?: string[] }>(
   perShard: readonly (readonly T[])[],
 ): (T & { blocksPerShard: number[] })[] {
   // Insertion order: shard 0's workers first, then others in the order shards first report them.
@@ -114,6 +115,9 @@ export function mergeShardWorkers<T extends { workerId: string; blocks: number; 
       m.blocks += w.blocks;
       m.blocksPerShard[k] = w.blocks;
       m.synced &&= w.synced;
+      // Approximate on any shard: the worker's view as a whole may be wrong.
+      if (w.approximate) m.approximate = true;
+      if (w.approximateReasons?.length) m.approximateReasons = [...new Set([...(m.approximateReasons ?? []), ...w.approximateReasons])];
       m.lastSeen = Math.max(m.lastSeen, w.lastSeen);
     }
   });

@@ -65,6 +65,7 @@ function writePool(b: ExpositionBuilder, model: string, s: PoolMetricsSnapshot):
   for (const st of WORKER_STATES) byState.set({ model, state: st }, s.workers.filter((w) => w.status === st).length);
   const up = b.gauge("kvedge_worker_up", "1 if the worker is up.");
   const synced = b.gauge("kvedge_worker_synced", "1 if the worker's relay has delivered a full dump this index life.");
+  const approximate = b.gauge("kvedge_worker_approximate", "1 while the index's blocks for the worker may be wrong (relay lost history, or an index object full); routed in approximate mode.");
   const blocks = b.gauge("kvedge_worker_blocks", "Blocks the index holds for the worker.");
   const active = b.gauge("kvedge_worker_active_requests", "Requests routed to the worker and not yet settled.");
   const prefill = b.gauge("kvedge_worker_active_prefill_tokens", "Uncached prompt tokens of the worker's requests still in prefill.");
@@ -75,6 +76,7 @@ function writePool(b: ExpositionBuilder, model: string, s: PoolMetricsSnapshot):
     const l = { model, worker: w.workerId };
     up.set(l, w.status === "up" ? 1 : 0);
     synced.set(l, w.synced ? 1 : 0);
+    approximate.set(l, w.approximate ? 1 : 0);
     blocks.set(l, w.blocks);
     active.set(l, w.activeRequests);
     prefill.set(l, w.activePrefillTokens);
@@ -94,6 +96,7 @@ function writePool(b: ExpositionBuilder, model: string, s: PoolMetricsSnapshot):
   const c = s.counters;
   b.gauge("kvedge_pool_block_size_tokens", "The pool's KV block size (= SGLang page size).").set(m, s.blockSize ?? 0);
   b.gauge("kvedge_index_blocks", "(worker, block) entries in the index.").set(m, s.indexedBlocks);
+  b.gauge("kvedge_index_block_budget", "Most (worker, block) entries the index objects may hold (summed over shards); beyond it blocks are refused (drop reason block_budget).").set(m, s.blockBudget);
   b.gauge("kvedge_index_active_requests", "Requests with load held in the index.").set(m, s.activeRequests);
   b.counter("kvedge_index_events_applied_total", "KV events applied to the index.").set(m, c.eventsApplied);
   const dropped = b.counter("kvedge_index_events_dropped_total", "KV events or relay messages dropped, by reason.");

@@ -10,6 +10,9 @@ export interface WorkerView {
   status: "up" | "down" | "draining";
   blocks: number;
   synced: boolean;
+  /** The index's blocks for this worker may be wrong (src/kv/approximate-workers.ts). */
+  approximate: boolean;
+  approximateReasons: string[];
   activeRequests: number;
   activePrefillTokens: number;
   activeDecodeBlocks: number;
@@ -52,6 +55,8 @@ export interface PoolMetricsSnapshot {
   at: number;
   blockSize: number | null;
   indexedBlocks: number;
+  /** Most (worker, block) entries one index object holds (src/kv/block-budget.ts); summed over shards. */
+  blockBudget: number;
   activeRequests: number;
   counters: IndexCounters;
   workers: WorkerView[];

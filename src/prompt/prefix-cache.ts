@@ -34,6 +34,8 @@ export interface PrefixTokenizer {
 export const SPLIT_TOKEN = "<|im_start|>";
 /** Measured 20 B per cached token in Node (8 B ids, UTF-16 text); ~13 B with workerd's 4 B ids: 13–20 MB. */
 export const DEFAULT_PREFIX_CACHE_TOKENS = 1_000_000;
+/** The byte bound that holds whatever the tokens-per-character ratio (pieceBytes estimates each piece). */
+export const DEFAULT_PREFIX_CACHE_BYTES = 20 * 1024 * 1024;
 /** Characters of a prefix's head and tail that go into its key (the full text is compared on a hit). */
 const KEY_HEAD_CHARS = 128;
 const KEY_TAIL_CHARS = 512;
@@ -45,6 +47,17 @@ export interface PrefixCacheOptions {
   maxTokens?: number;
   /** A larger new piece is not stored, so one huge prompt cannot flush the rest (default maxTokens / 4). */
   maxEntryTokens?: number;
+  /** Estimated bytes of all cached pieces (default DEFAULT_PREFIX_CACHE_BYTES); a piece over a quarter is not stored. */
+  maxBytes?: number;
+}
+
+/**
+ * Estimated bytes one cached piece holds in V8: its text (UTF-16 worst case), its ids (a JS array of
+ * small integers, 8 B a slot without pointer compression), its block hashes (a BigInt object each
+ * plus its slot), and the node, key and bucket around them.
+ */
+export function pieceBytes(chars: number, ids: number, hashes: number): number {
+  return 2 * chars + 8 * ids + 40 * hashes + 240;
 }
 
 export interface PrefixCacheStats {
@@ -60,6 +73,9 @@ export interface PrefixCacheStats {
   /** Tokens held (each shared piece once), including pieces kept only as parents. */
   tokens: number;
   maxTokens: number;
+  /** Estimated bytes held (pieceBytes of each counted piece). */
+  bytes: number;
+  maxBytes: number;
 }
 
 export interface EncodedPrompt {
@@ -162,6 +178,7 @@ function ownText(text: string, start: number, end: number): string {
 export class PrefixCache {
   readonly maxTokens: number;
   readonly maxEntryTokens: number;
+  readonly maxBytes: number;
   /** Key → cached prefixes with that key. */
   private readonly buckets = new Map<bigint, Node[]>();
   /** Cached prefixes, least recently used first (a Set keeps insertion order; a hit re-inserts). */
@@ -169,6 +186,7 @@ export class PrefixCache {
   private readonly info = new WeakMap<object, TokenizerInfo>();
   private nextTokenizerId = 0;
   private tokens = 0;
+  private bytes = 0;
   private hits = 0;
   private misses = 0;
   private bypassed = 0;
@@ -182,6 +200,7 @@ export class PrefixCache {
   constructor(options: PrefixCacheOptions = {}) {
     this.maxTokens = options.maxTokens ?? DEFAULT_PREFIX_CACHE_TOKENS;
     this.maxEntryTokens = options.maxEntryTokens ?? Math.floor(this.maxTokens / 4);
+    this.maxBytes = options.maxBytes ?? DEFAULT_PREFIX_CACHE_BYTES;
   }
 
   /** tokenizer.encode(text) and its local block hashes, reusing the longest cached prefix. Requires initHashing(). */
@@ -236,7 +255,7 @@ export class PrefixCache {
       this.lru.delete(hit);
       this.lru.add(hit);
     } else this.misses++;
-    if (last > from && mid.length <= this.maxEntryTokens) {
+    if (last > from && mid.length <= this.maxEntryTokens && pieceBytes(last - from, mid.length, mid.length / blockSize + 1) <= this.maxBytes / 4) {
       const count = reused + mid.length;
       const blocks = Math.floor(count / blockSize);
       this.store({
@@ -266,13 +285,15 @@ export class PrefixCache {
       entries: this.lru.size,
       tokens: this.tokens,
       maxTokens: this.maxTokens,
+      bytes: this.bytes,
+      maxBytes: this.maxBytes,
     };
   }
 
   clear(): void {
     this.buckets.clear();
     this.lru.clear();
-    this.tokens = this.hits = this.misses = this.bypassed = this.reusedTokens = this.stores = this.evictions = 0;
+    this.tokens = this.bytes = this.hits = this.misses = this.bypassed = this.reusedTokens = this.stores = this.evictions = 0;
   }
 
   private tokenizerInfo(tokenizer: PrefixTokenizer): TokenizerInfo {
@@ -306,10 +327,15 @@ export class PrefixCache {
     if (b) b.push(n);
     else this.buckets.set(n.key, [n]);
     this.lru.add(n);
-    for (let x: Node | null = n; x; x = x.parent) if (x.holders++ === 0) this.tokens += x.ids.length;
+    for (let x: Node | null = n; x; x = x.parent) {
+      if (x.holders++ === 0) {
+        this.tokens += x.ids.length;
+        this.bytes += pieceBytes(x.text.length, x.ids.length, x.hashes.length);
+      }
+    }
     this.stores++;
     for (const old of this.lru) {
-      if (this.tokens <= this.maxTokens) break;
+      if (this.tokens <= this.maxTokens && this.bytes <= this.maxBytes) break;
       this.drop(old);
       this.evictions++;
     }
@@ -321,7 +347,12 @@ export class PrefixCache {
     const bucket = this.buckets.get(n.key)!;
     if (bucket.length === 1) this.buckets.delete(n.key);
     else bucket.splice(bucket.indexOf(n), 1);
-    for (let x: Node | null = n; x; x = x.parent) if (--x.holders === 0) this.tokens -= x.ids.length;
+    for (let x: Node | null = n; x; x = x.parent) {
+      if (--x.holders === 0) {
+        this.tokens -= x.ids.length;
+        this.bytes -= pieceBytes(x.text.length, x.ids.length, x.hashes.length);
+      }
+    }
   }
 }
 

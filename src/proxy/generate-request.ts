@@ -32,7 +32,7 @@ export const OPENAI_SAMPLING_FALLBACKS = {
 } as const;
 
 export interface GenerateMedia {
-  /** One entry per image, prompt order (URL or data: URI, the bytes the hashes were computed over). */
+  /** One entry per image, prompt order: a data: URL or a signed media-store URL of exactly the bytes the hashes were computed over (src/edge/media.ts); never a client URL. */
   imageData?: string[];
   /** One entry per video, prompt order. */
   videoData?: string[];

@@ -1,8 +1,9 @@
 /**
- * Maps what an SGLang worker reports as a failure to a KvedgeError. Request faults (4xx, e.g.
- * context too long, bad base64) pass through with SGLang's message as UpstreamRejectedError;
- * worker faults (5xx, malformed answers) become UpstreamError with a generic message — the
- * worker's own text goes to `cause` for logs, never to the client.
+ * Maps what an SGLang worker reports as a failure to a KvedgeError. Clients see the status class
+ * and a message written here, never the worker's text (it can echo internal addresses, paths, or
+ * what a fetch of some URL returned: a port scanner's oracle). Request faults (4xx) become
+ * UpstreamRejectedError, worker faults (5xx, malformed answers) UpstreamError; the worker's own
+ * text goes to `cause`, which the edge logs.
  */
 import { UpstreamError, UpstreamRejectedError, UpstreamTimeoutError } from "../api/errors.ts";
 import type { KvedgeError } from "../api/errors.ts";
@@ -50,11 +51,20 @@ function withCause<E extends KvedgeError>(err: E, cause: string): E {
   return err;
 }
 
-/** An error for a status code and SGLang's message. */
+/** Request faults clients can act on, recognised in SGLang's text and described in our own words. */
+const KNOWN_REJECTIONS: [RegExp, string][] = [
+  [/context length|maximum context|context (is )?too long/i, "The prompt is longer than the model's context length."],
+  [/Failed to load (image|video)|base64/i, "The worker could not decode a media item of the request."],
+];
+
+/** An error for a status code and SGLang's message (kept only as `cause`). */
 export function upstreamErrorFor(status: number, message: string): KvedgeError {
   const msg = message === "" ? `HTTP ${status}` : message;
   if (status === 408 || status === 504) return withCause(new UpstreamTimeoutError(), msg);
-  if (status >= 400 && status < 500 && status !== 429) return new UpstreamRejectedError(msg, status);
+  if (status >= 400 && status < 500 && status !== 429) {
+    const known = KNOWN_REJECTIONS.find(([re]) => re.test(msg))?.[1];
+    return withCause(new UpstreamRejectedError(known ?? `The worker rejected the request (HTTP ${status}).`, status), msg);
+  }
   return withCause(new UpstreamError(`The worker failed to process the request (HTTP ${status}).`, status), msg);
 }
 

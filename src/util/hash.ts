@@ -83,6 +83,13 @@ export async function createStreamingXxh3(seed: bigint = 0n): Promise<IHasher> {
   return h;
 }
 
+/** A streaming SHA-256 (media content digests). Owns a fresh hasher, like createStreamingXxh3. */
+export async function createStreamingSha256(): Promise<IHasher> {
+  const h = await createSHA256();
+  h.init();
+  return h;
+}
+
 export function sha256(bytes: Uint8Array): Uint8Array {
   const h = ready().sha256;
   h.init();

@@ -67,20 +67,21 @@ describe("fail-closed media routing", () => {
     await waitExact(userWith([text("cohort"), img()]));
   });
 
-  it("decode service down: videos fall back within the time budget and still succeed", async () => {
+  it("decode service (media store) down: video URLs are refused at once with the reason, never forwarded", async () => {
     await expectExact(userWith([text("video ok"), vid("a")]));
     await fleet.stopDecode();
     const started = Date.now();
-    const r = await expectFallback(userWith([text("video, decode down"), vid("b")]), "decode_unreachable");
+    const r = await chat(fleet.edgeUrl, { model: fleet.model, ...userWith([text("video, decode down"), vid("b")]) });
+    expect(r.status, JSON.stringify(r.body)).toBe(400);
+    expect((r.body as { error: { code: string; message: string } }).error).toMatchObject({ code: "media_store_unavailable", message: expect.stringContaining("decode_unreachable") });
     expect(Date.now() - started).toBeLessThan(10_000);
-    expect(r.promptTokens).toBeGreaterThan(100);
   });
 
   it("fallback reasons are exported as metrics", async () => {
     const res = await fetch(`${fleet.edgeUrl}/metrics`, { headers: { authorization: `Bearer ${fleet.adminToken}` } });
     expect(res.status).toBe(200);
     const body = await res.text();
-    for (const reason of ["mm_processor_kwargs", "media_uuids", "audio", "adjacent_videos", "no_contract", "contract_disagreement", "decode_unreachable"])
+    for (const reason of ["mm_processor_kwargs", "media_uuids", "audio", "adjacent_videos", "no_contract", "contract_disagreement"])
       expect(body, reason).toMatch(new RegExp(`reason="${reason}"`));
   });
 });

@@ -29,6 +29,8 @@ export interface WorkerRow {
   status: string;
   blocks: number;
   synced: boolean;
+  /** The index's blocks for the worker may be wrong (relay lost history, index object full). */
+  approximate: boolean;
   contractDigest: string | null;
 }
 

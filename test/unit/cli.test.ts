@@ -129,5 +129,8 @@ describe("kvedge CLI: workers rendering", () => {
     const plain = formatWorkers("m", [{ ...base, blocks: 12 }]);
     expect(plain).toMatch(/yes\s+12\s+0/);
     expect(plain).not.toContain("(");
+    // A worker with events whose view may be wrong (relay lost history, index full) says so.
+    const approx = formatWorkers("m", [{ ...base, synced: false, approximate: true, blocks: 7 }]);
+    expect(approx).toMatch(/no\s+7\s.*approx!/);
   });
 });

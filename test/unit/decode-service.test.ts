@@ -3,18 +3,24 @@
  * (content hash; URL + ETag revalidation), single-flight, SSRF refusals, and the edge's client
  * turning every failure into a fallback reason.
  */
-import { execFileSync } from "node:child_process";
 import http from "node:http";
 import type { AddressInfo } from "node:net";
-import { mkdtempSync, readFileSync, rmSync } from "node:fs";
+import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import path from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { DecodeClient } from "../../src/media/decode-client.ts";
-import { initHashing, xxh3Hex } from "../../src/util/hash.ts";
+import { createHash } from "node:crypto";
+import { initHashing } from "../../src/util/hash.ts";
+import { nativeAvailable } from "../../services/decode/probers.ts";
+
+const sha256Hex = (b: Uint8Array): string => createHash("sha256").update(b).digest("hex");
 import { startDecodeService, type DecodeService } from "../../services/decode/server.ts";
+import { ffmpegToFile } from "../helpers/wasm-media.ts";
 
 const TOKEN = "decode-test-token-0123456789";
+// The service as it starts here: native ffprobe when installed, else the embedded wasm build.
+const DECODER = (await nativeAvailable()) ? "native" : "wasm";
 let clipA: Uint8Array = new Uint8Array(0); // 45 frames @ 30000/1001
 let clipB: Uint8Array = new Uint8Array(0); // 20 frames @ 25
 let media: http.Server;
@@ -31,13 +37,10 @@ function listen(s: http.Server): Promise<number> {
 beforeAll(async () => {
   await initHashing();
   const dir = mkdtempSync(path.join(tmpdir(), "kvedge-svc-"));
-  const gen = (name: string, rate: string, frames: number): Uint8Array => {
-    const f = path.join(dir, name);
-    execFileSync("ffmpeg", ["-v", "error", "-y", "-f", "lavfi", "-i", `testsrc=size=96x64:rate=${rate}`, "-frames:v", String(frames), "-c:v", "libx264", "-preset", "veryfast", f]);
-    return new Uint8Array(readFileSync(f));
-  };
-  clipA = gen("a.mp4", "30000/1001", 45);
-  clipB = gen("b.mp4", "25", 20);
+  const gen = async (name: string, rate: string, frames: number): Promise<Uint8Array> =>
+    new Uint8Array(await ffmpegToFile(["-f", "lavfi", "-i", `testsrc=size=96x64:rate=${rate}`, "-frames:v", String(frames), "-c:v", "libx264", "-preset", "veryfast"], path.join(dir, name)));
+  clipA = await gen("a.mp4", "30000/1001", 45);
+  clipB = await gen("b.mp4", "25", 20);
   rmSync(dir, { recursive: true, force: true });
 
   media = http.createServer((req, res) => {
@@ -69,7 +72,7 @@ beforeAll(async () => {
   mediaPort = await listen(media);
   svc = await startDecodeService({
     token: TOKEN,
-    decoder: "native",
+    decoder: DECODER,
     concurrency: 2,
     maxBodyBytes: 200_000,
     fetch: { allowlist: [`127.0.0.1:${mediaPort}`] },
@@ -96,13 +99,13 @@ describe("decode service", () => {
     expect(r.headers.get("x-cache")).toBe("miss");
     const j = (await r.json()) as Record<string, unknown>;
     expect(j).toMatchObject({
-      contentHash: xxh3Hex(clipA, 0n),
+      contentDigest: sha256Hex(clipA),
       byteLength: clipA.length,
       totalFrames: 45,
       width: 96,
       height: 64,
       codec: "h264",
-      decoder: "native",
+      decoder: DECODER,
     });
     expect(j.avgFps).toBe(45 / ((45 * 1001) / 30000));
     const probes = svc.stats.probes;
@@ -140,11 +143,11 @@ describe("decode service", () => {
   it("probes by URL; the same bytes under another URL hit the content-hash cache", async () => {
     const r = await probeUrl(`http://127.0.0.1:${mediaPort}/a.mp4`);
     expect(r.status).toBe(200);
-    const j = (await r.json()) as { contentHash: string };
-    expect(j.contentHash).toBe(xxh3Hex(clipA, 0n));
+    const j = (await r.json()) as { contentDigest: string };
+    expect(j.contentDigest).toBe(sha256Hex(clipA));
     expect(r.headers.get("x-cache")).toBe("hit"); // bytes probed in the first test
     const other = await probeUrl(`http://127.0.0.1:${mediaPort}/same-as-a.mp4`);
-    expect(((await other.json()) as { contentHash: string }).contentHash).toBe(j.contentHash);
+    expect(((await other.json()) as { contentDigest: string }).contentDigest).toBe(j.contentDigest);
   });
 
   it("revalidates a known URL with its ETag instead of downloading it again", async () => {
@@ -159,11 +162,11 @@ describe("decode service", () => {
   it("a URL whose content changes gets the new identity", async () => {
     const url = `http://127.0.0.1:${mediaPort}/changing.mp4`;
     changingVersion = 1;
-    const one = (await (await probeUrl(url)).json()) as { contentHash: string; totalFrames: number };
+    const one = (await (await probeUrl(url)).json()) as { contentDigest: string; totalFrames: number };
     changingVersion = 2;
-    const two = (await (await probeUrl(url)).json()) as { contentHash: string; totalFrames: number; avgFps: number };
-    expect(one.contentHash).toBe(xxh3Hex(clipA, 0n));
-    expect(two.contentHash).toBe(xxh3Hex(clipB, 0n));
+    const two = (await (await probeUrl(url)).json()) as { contentDigest: string; totalFrames: number; avgFps: number };
+    expect(one.contentDigest).toBe(sha256Hex(clipA));
+    expect(two.contentDigest).toBe(sha256Hex(clipB));
     expect([one.totalFrames, two.totalFrames]).toEqual([45, 20]);
     expect(two.avgFps).toBe(25);
   });
@@ -197,10 +200,10 @@ describe("decode service", () => {
     expect((await fetch(`${svc.url}/v1/probe`)).status).toBe(405);
     expect((await fetch(`${svc.url}/nope`)).status).toBe(404);
     const h = (await (await fetch(`${svc.url}/healthz`)).json()) as { decoder: string; concurrency: number };
-    expect(h).toMatchObject({ ok: true, decoder: "native", concurrency: 2 });
+    expect(h).toMatchObject({ ok: true, decoder: DECODER, concurrency: 2 });
   });
 
-  it("the wasm decoder gives the same answer", async () => {
+  it(`the wasm decoder gives the same answer as the service's (${DECODER})`, async () => {
     const w = await startDecodeService({ token: TOKEN, decoder: "wasm", concurrency: 1 });
     try {
       const r = await fetch(`${w.url}/v1/probe`, {
@@ -211,7 +214,7 @@ describe("decode service", () => {
       const j = (await r.json()) as Record<string, unknown>;
       const n = (await (await post(clipB, "application/octet-stream")).json()) as Record<string, unknown>;
       expect(j.decoder).toBe("wasm");
-      expect({ ...j, decoder: "native" }).toEqual(n);
+      expect({ ...j, decoder: DECODER }).toEqual(n);
     } finally {
       await w.close();
     }
@@ -224,7 +227,7 @@ describe("DecodeClient (edge side): failures become fallback reasons", () => {
     const a = await c.probe({ bytes: clipB });
     expect(a.ok && a.probe.totalFrames).toBe(20);
     const b = await c.probe({ url: `http://127.0.0.1:${mediaPort}/a.mp4` });
-    expect(b.ok && b.probe.contentHash).toBe(xxh3Hex(clipA, 0n));
+    expect(b.ok && b.probe.contentDigest).toBe(sha256Hex(clipA));
   });
 
   it("names every failure instead of throwing", async () => {

@@ -64,7 +64,7 @@ describe("deploy", () => {
       ]);
       expect(c.migrations.some((m: { new_sqlite_classes?: string[] }) => m.new_sqlite_classes?.includes("RoutingIndex"))).toBe(true);
       // Secrets must never be committed as vars.
-      for (const secret of ["ADMIN_TOKEN", "RELAY_SECRET", "KVEDGE_API_KEYS", "DECODE_TOKEN"]) expect(c.vars).not.toHaveProperty(secret);
+      for (const secret of ["ADMIN_TOKEN", "RELAY_SECRET", "KVEDGE_API_KEYS", "DECODE_TOKEN", "KVEDGE_MEDIA_URL_KEY"]) expect(c.vars).not.toHaveProperty(secret);
       const parsed = EdgeEnvSchema.safeParse(c.vars);
       expect(parsed.success, JSON.stringify(parsed.error?.issues)).toBe(true);
       expect(parsed.data!.KVEDGE_MODELS!.length).toBeGreaterThan(0);

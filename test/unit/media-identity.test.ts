@@ -2,10 +2,9 @@
  * Media identity: streamed image hashing with header sizes, and the mm-hash identity record
  * (same bytes under two URLs → same hash; one byte, frame count, fps bit or contract → different).
  */
-import { execFileSync } from "node:child_process";
 import http from "node:http";
 import type { AddressInfo } from "node:net";
-import { mkdtempSync, readFileSync, rmSync } from "node:fs";
+import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import path from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
@@ -13,7 +12,12 @@ import { MediaTooLargeError } from "../../src/media/errors.ts";
 import { identifyImage } from "../../src/media/image-identity.ts";
 import { identityRecordBytes, mediaIdentityHash, type IdentityInput } from "../../src/media/identity-record.ts";
 import { SafeFetcher } from "../../src/media/safe-fetch.ts";
-import { initHashing, xxh3Hex } from "../../src/util/hash.ts";
+import { createHash } from "node:crypto";
+import { initHashing } from "../../src/util/hash.ts";
+import { ffmpegToFile } from "../helpers/wasm-media.ts";
+
+/** node:crypto as the independent SHA-256 (the code under test uses hash-wasm). */
+const sha256Hex = (b: Uint8Array): string => createHash("sha256").update(b).digest("hex");
 
 let jpeg: Uint8Array = new Uint8Array(0);
 let server: http.Server;
@@ -23,8 +27,7 @@ beforeAll(async () => {
   await initHashing();
   const dir = mkdtempSync(path.join(tmpdir(), "kvedge-ident-"));
   const f = path.join(dir, "a.jpg");
-  execFileSync("ffmpeg", ["-v", "error", "-y", "-f", "lavfi", "-i", "testsrc=size=321x203", "-frames:v", "1", f]);
-  jpeg = new Uint8Array(readFileSync(f));
+  jpeg = new Uint8Array(await ffmpegToFile(["-f", "lavfi", "-i", "testsrc=size=321x203", "-frames:v", "1"], f));
   rmSync(dir, { recursive: true, force: true });
   server = http.createServer((req, res) => {
     if (req.url === "/a.jpg" || req.url === "/copy/of/a.jpg?x=1") {
@@ -58,10 +61,10 @@ function chunked(bytes: Uint8Array, size: number): ReadableStream<Uint8Array> {
 }
 
 describe("identifyImage", () => {
-  it("hashes the raw bytes (xxh3-64, seed 0) and reads the size, streamed in any chunking", async () => {
+  it("hashes the raw bytes (SHA-256), keeps them, and reads the size, streamed in any chunking", async () => {
     const whole = await identifyImage(jpeg);
-    expect(whole.contentHash).toBe(xxh3Hex(jpeg, 0n));
-    expect(whole.contentHash).toMatch(/^[0-9a-f]{16}$/);
+    expect(whole.contentDigest).toBe(sha256Hex(jpeg));
+    expect(whole.bytes).toEqual(jpeg);
     expect([whole.header.width, whole.header.height]).toEqual([321, 203]);
     for (const size of [1, 7, 4096, 1 << 20]) {
       const s = await identifyImage(chunked(jpeg, size));
@@ -87,7 +90,7 @@ describe("identifyImage", () => {
 describe("identity record (mm hash)", () => {
   const contract = "a".repeat(64);
   const base: IdentityInput = {
-    contentHash: "0123456789abcdef",
+    contentDigest: "0123456789abcdef".repeat(4),
     metadata: { modality: "video", width: 1280, height: 720, totalFrames: 300, avgFps: 30000 / 1001 },
     contractDigest: contract,
   };
@@ -95,9 +98,9 @@ describe("identity record (mm hash)", () => {
   it("is 16 lower-case hex digits over a pinned record layout", () => {
     const h = mediaIdentityHash(base);
     expect(h).toMatch(/^[0-9a-f]{16}$/);
-    expect(h).toBe(xxh3Hex(identityRecordBytes(base), 0n));
+    expect(h).toBe(sha256Hex(identityRecordBytes(base)).slice(0, 16));
     const rec = identityRecordBytes(base);
-    const magic = "kvedge/mm-identity/v1";
+    const magic = "kvedge/mm-identity/v2";
     expect(new DataView(rec.buffer).getBigUint64(0, true)).toBe(BigInt(magic.length));
     expect(new TextDecoder().decode(rec.subarray(8, 8 + magic.length))).toBe(magic);
     // field 6 carries the fps as IEEE-754 bits
@@ -110,7 +113,7 @@ describe("identity record (mm hash)", () => {
     const h = mediaIdentityHash(base);
     const v = base.metadata as Extract<IdentityInput["metadata"], { modality: "video" }>;
     const variants: IdentityInput[] = [
-      { ...base, contentHash: "0123456789abcdee" },
+      { ...base, contentDigest: "0123456789abcdef".repeat(3) + "0123456789abcdee" },
       { ...base, metadata: { ...v, totalFrames: 301 } },
       { ...base, metadata: { ...v, avgFps: 29.97002997002997 + 3.6e-15 } }, // next double up
       { ...base, metadata: { ...v, avgFps: 29.97003 } }, // torchcodec ≤ 0.10 printf rounding
@@ -131,7 +134,7 @@ describe("identity record (mm hash)", () => {
       const r = await f.open(url);
       const img = await identifyImage(r.body);
       return mediaIdentityHash({
-        contentHash: img.contentHash,
+        contentDigest: img.contentDigest,
         metadata: { modality: "image", width: img.header.width, height: img.header.height },
         contractDigest: contract,
       });
@@ -143,12 +146,12 @@ describe("identity record (mm hash)", () => {
     changed[changed.length - 3]! ^= 1; // a byte in the entropy-coded data: same header, same size
     const img = await identifyImage(changed);
     expect([img.header.width, img.header.height]).toEqual([321, 203]);
-    const c = mediaIdentityHash({ contentHash: img.contentHash, metadata: { modality: "image", width: 321, height: 203 }, contractDigest: contract });
+    const c = mediaIdentityHash({ contentDigest: img.contentDigest, metadata: { modality: "image", width: 321, height: 203 }, contractDigest: contract });
     expect(c).not.toBe(a);
   });
 
   it("validates its inputs", () => {
-    expect(() => mediaIdentityHash({ ...base, contentHash: "XYZ" })).toThrow(TypeError);
+    expect(() => mediaIdentityHash({ ...base, contentDigest: "XYZ" })).toThrow(TypeError);
     expect(() => mediaIdentityHash({ ...base, contractDigest: "" })).toThrow(TypeError);
     expect(() => mediaIdentityHash({ ...base, metadata: { modality: "image", width: -1, height: 2 } })).toThrow(TypeError);
     expect(() => mediaIdentityHash({ ...base, metadata: { modality: "video", width: 1, height: 2, totalFrames: 3, avgFps: Number.NaN } })).toThrow(TypeError);

@@ -1,13 +1,15 @@
 // Differential test: kvedge's render of random preprocessed requests vs Jinja2 set up the way
-// transformers' apply_chat_template sets it up. Needs python3 with jinja2; skipped without them.
+// transformers' apply_chat_template sets it up. Needs python3 with jinja2: skipped locally without
+// them (with a printed reason), required under CI=true (.ci/run installs python3-jinja2).
 import { spawnSync } from "node:child_process";
 import { fileURLToPath } from "node:url";
 import { describe, expect, it } from "vitest";
+import { requireInCi } from "../helpers/required.ts";
 import { contentFormatOf, preprocessChat, PyNumber, renderTemplate, type TemplateId } from "../../src/prompt/index.ts";
 
 const TEMPLATE_DIR = fileURLToPath(new URL("../../src/prompt/templates/", import.meta.url));
 
-const hasJinja2 = spawnSync("python3", ["-c", "import jinja2"], { encoding: "utf8" }).status === 0;
+const hasJinja2 = requireInCi(spawnSync("python3", ["-c", "import jinja2"], { encoding: "utf8" }).status === 0, "python3 with jinja2", "the independent Jinja2 oracle for the chat-template renderer");
 
 // transformers' environment: ImmutableSandboxedEnvironment(trim_blocks, lstrip_blocks, loopcontrols)
 // with its own tojson (json.dumps, ensure_ascii=False, no key sorting) and raise_exception.

@@ -175,7 +175,7 @@ describe("stream translation core", () => {
     const { out, core } = runCore([enc.encode(up)]);
     const p = payloads(out) as any[];
     expect(p).toHaveLength(4);
-    expect(p[2]).toEqual({ error: { message: "boom", type: "invalid_request_error", param: null, code: "upstream_rejected" } });
+    expect(p[2]).toEqual({ error: { message: "The worker rejected the request (HTTP 400).", type: "invalid_request_error", param: null, code: "upstream_rejected" } });
     expect(p[3]).toBe("[DONE]");
     expect(core.error).toBeInstanceOf(UpstreamRejectedError);
     expect(core.outcome().status).toBe("upstream_error");
@@ -315,7 +315,7 @@ describe("stream translator (streams)", () => {
     void src.stream.pipeTo(t.writable).catch(() => undefined);
     const err = await t.ready;
     expect(err).toBeInstanceOf(UpstreamRejectedError);
-    expect(err!.message).toBe("context too long");
+    expect(err!.message).toBe("The prompt is longer than the model's context length.");
     expect(t.firstByteSent).toBe(false);
     await t.readable.cancel();
     expect((await t.done).status).toBe("upstream_error");

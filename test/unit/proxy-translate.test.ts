@@ -121,9 +121,10 @@ describe("upstream error mapping", () => {
   type Row = [status: number, body: string, cls: new (...a: never[]) => Error, clientStatus: number, message: string | RegExp];
   const ROWS: Row[] = [
     [400, '{"error":{"message":"The input (40000 tokens) is longer than the model\'s context length (32768 tokens)."}}', UpstreamRejectedError, 400, /context length/],
-    [400, '{"object":"error","message":"Invalid request","type":"Bad Request","param":null,"code":400}', UpstreamRejectedError, 400, "Invalid request"],
-    [422, '{"detail":[{"loc":["body","text"],"msg":"field required","type":"missing"}]}', UpstreamRejectedError, 422, "field required"],
-    [400, "Duplicate request ID detected", UpstreamRejectedError, 400, "Duplicate request ID detected"],
+    [400, '{"object":"error","message":"Invalid request","type":"Bad Request","param":null,"code":400}', UpstreamRejectedError, 400, "The worker rejected the request (HTTP 400)."],
+    [422, '{"detail":[{"loc":["body","text"],"msg":"field required","type":"missing"}]}', UpstreamRejectedError, 422, "The worker rejected the request (HTTP 422)."],
+    [400, "Duplicate request ID detected", UpstreamRejectedError, 400, "The worker rejected the request (HTTP 400)."],
+    [400, '{"error":{"message":"Failed to load image: connect ECONNREFUSED 10.0.3.7:6379"}}', UpstreamRejectedError, 400, "The worker could not decode a media item of the request."],
     [500, "Internal Server Error", UpstreamError, 502, /HTTP 500/],
     [503, '{"object":"error","message":"overloaded","type":"503","param":null,"code":503}', UpstreamError, 502, /HTTP 503/],
     [429, "slow down", UpstreamError, 502, /HTTP 429/],
@@ -137,16 +138,19 @@ describe("upstream error mapping", () => {
     else expect(e.message).toMatch(message);
   });
 
-  it("keeps worker 5xx details out of the client message", () => {
-    const e = upstreamHttpError(500, "Traceback: secret path /opt/x.py");
-    expect(e.message).not.toContain("secret");
-    expect(String(e.cause)).toContain("secret");
+  it("keeps worker details out of the client message, 4xx and 5xx alike (they go to cause, for logs)", () => {
+    for (const status of [400, 404, 422, 500]) {
+      const e = upstreamHttpError(status, '{"error":{"message":"Failed to fetch http://10.0.0.5:8080/admin: 401 secret-internal-page"}}');
+      expect(e.message).not.toMatch(/10\.0\.0\.5|secret|admin/);
+      expect(String(e.cause)).toContain("secret-internal-page");
+    }
   });
 
   it("maps inline stream error frames by their code", () => {
     const e = upstreamStreamError({ error: { message: "ctx too long", type: "invalid_request_error", code: 400, retryable: false } });
     expect(e).toBeInstanceOf(UpstreamRejectedError);
-    expect(e.message).toBe("ctx too long");
+    expect(e.message).toBe("The worker rejected the request (HTTP 400).");
+    expect(e.cause).toBe("ctx too long");
     expect(upstreamStreamError({ error: { message: "boom", code: 500 } })).toBeInstanceOf(UpstreamError);
     expect(upstreamStreamError({ error: "x" })).toBeInstanceOf(UpstreamError);
   });

@@ -90,6 +90,9 @@ export class FakeWorker {
   kvEvents = true;
   pageSize = 4;
   startTime = 1_700_000_000.5; // seconds, like Python's time.time()
+  /** POST /flush_cache calls answered 200; `flushBusy` more answer 400 first (requests running). */
+  flushes = 0;
+  flushBusy = 0;
   readonly pub: FakePublisher;
   private readonly server: Server;
 
@@ -98,6 +101,14 @@ export class FakeWorker {
     this.server = createServer((req, res) => {
       if (req.url === "/health") {
         res.writeHead(this.healthy ? 200 : 503).end();
+      } else if (req.url === "/flush_cache" && req.method === "POST") {
+        if (this.flushBusy > 0) {
+          this.flushBusy--;
+          res.writeHead(400).end("Cache not flushed: requests running\n");
+        } else {
+          this.flushes++;
+          res.writeHead(200).end("Cache flushed.\n");
+        }
       } else if (req.url === "/server_info") {
         res.writeHead(200, { "content-type": "application/json" }).end(JSON.stringify(this.serverInfo()));
       } else {

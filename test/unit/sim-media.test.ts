@@ -1,5 +1,5 @@
 /**
- * The simulated SGLang worker with media, over real HTTP: images and videos made by ffmpeg in a
+ * The simulated SGLang worker with media, over real HTTP: images and videos made by ffmpeg (wasm) in a
  * temp dir, served by a 127.0.0.1 media server in the test. Checks the expanded prompt against
  * token ids built with src/layout, pad values from mm_hashes (Python int(s, 16)) or from the SHA-256
  * of the bytes, cache hits/misses, and the pad-valued token ids in the KV events (decoded from the
@@ -12,9 +12,8 @@
  * simulator) and test/unit/whole-request-golden.test.ts (the edge).
  */
 import { decode } from "@msgpack/msgpack";
-import { execFileSync } from "node:child_process";
 import { createHash } from "node:crypto";
-import { mkdtempSync, readFileSync, rmSync } from "node:fs";
+import { mkdtempSync, rmSync } from "node:fs";
 import { createServer, type Server } from "node:http";
 import type { AddressInfo } from "node:net";
 import { tmpdir } from "node:os";
@@ -35,6 +34,7 @@ import { initHashing } from "../../src/util/hash.ts";
 import { contentHash } from "../../services/sglang-sim/media-hash.ts";
 import { startSimulatedWorker, type SimulatedWorker } from "../../services/sglang-sim/worker.ts";
 import { fixtureContract } from "../fixtures/models/load.ts";
+import { ffmpegToFile } from "../helpers/wasm-media.ts";
 
 type Json = Record<string, any>;
 const PAGE = 16;
@@ -43,10 +43,8 @@ const PAGE = 16;
 
 let dir: string;
 const files: Record<string, Buffer> = {};
-function ffmpeg(args: string[], name: string): Buffer {
-  const out = join(dir, name);
-  execFileSync("ffmpeg", ["-v", "error", "-y", ...args, out]);
-  return readFileSync(out);
+function ffmpeg(args: string[], name: string): Promise<Buffer> {
+  return ffmpegToFile(args, join(dir, name));
 }
 
 /** A media server whose routes can change bytes under the same URL. */
@@ -76,14 +74,14 @@ const media = new MediaServer();
 beforeAll(async () => {
   await initHashing();
   dir = mkdtempSync(join(tmpdir(), "sim-media-test-"));
-  files.imgA = ffmpeg(["-f", "lavfi", "-i", "testsrc=size=640x480:rate=1", "-frames:v", "1"], "a.png");
-  files.imgB = ffmpeg(["-f", "lavfi", "-i", "smptebars=size=640x480:rate=1", "-frames:v", "1"], "b.png");
-  files.img2 = ffmpeg(["-f", "lavfi", "-i", "testsrc2=size=300x200:rate=1", "-frames:v", "1"], "c.png");
-  const vid = (frames: number, name: string): Buffer =>
+  files.imgA = await ffmpeg(["-f", "lavfi", "-i", "testsrc=size=640x480:rate=1", "-frames:v", "1"], "a.png");
+  files.imgB = await ffmpeg(["-f", "lavfi", "-i", "smptebars=size=640x480:rate=1", "-frames:v", "1"], "b.png");
+  files.img2 = await ffmpeg(["-f", "lavfi", "-i", "testsrc2=size=300x200:rate=1", "-frames:v", "1"], "c.png");
+  const vid = (frames: number, name: string): Promise<Buffer> =>
     ffmpeg(["-f", "lavfi", "-i", "testsrc=size=320x240:rate=10", "-frames:v", String(frames), "-pix_fmt", "yuv420p", "-c:v", "libx264", "-bf", "0"], name);
-  files.vid10 = vid(10, "v10.mp4");
-  files.vid2 = vid(2, "v2.mp4");
-  files.vid1 = vid(1, "v1.mp4");
+  files.vid10 = await vid(10, "v10.mp4");
+  files.vid2 = await vid(2, "v2.mp4");
+  files.vid1 = await vid(1, "v1.mp4");
   await media.start();
   for (const [path, key] of [
     ["/a.png", "imgA"],

@@ -1,6 +1,6 @@
-import { readFileSync } from "node:fs";
+import { readdirSync, readFileSync } from "node:fs";
 import { createRequire } from "node:module";
-import { join, resolve } from "node:path";
+import { isAbsolute, join, resolve } from "node:path";
 import { beforeAll, describe, expect, it } from "vitest";
 import { InvalidRequestError } from "../../src/api/errors.ts";
 import { VOCAB_B64 } from "../../src/generated/tokenizer/qwen-vocab.js";
@@ -11,7 +11,23 @@ import { decodeVocab } from "../../src/prompt/tokenizer/vocab.ts";
 import { fuzzCorpus, longTexts, mulberry32 } from "./tokenizer-fuzz.ts";
 
 const require = createRequire(import.meta.url);
-const goldenDir = resolve(process.env.GOLDEN_DIR ?? join(import.meta.dirname, "../../../shared/golden"));
+// GOLDEN_DIR as golden.test.ts reads it (relative to the repository); every *.json there is read and
+// its tokenizer.encode cases run, whatever the files are called.
+const repoRoot = resolve(import.meta.dirname, "../..");
+const envDir = process.env.GOLDEN_DIR;
+const goldenDir = envDir ? (isAbsolute(envDir) ? envDir : resolve(repoRoot, envDir)) : resolve(repoRoot, "../shared/golden");
+interface EncodeCase {
+  id: string;
+  function: string;
+  inputs: { text: string };
+  expected: number[];
+}
+const goldenFiles = readdirSync(goldenDir).filter((f) => f.endsWith(".json")).sort();
+const encodeCases: EncodeCase[] = goldenFiles.flatMap((f) => {
+  const doc = JSON.parse(readFileSync(join(goldenDir, f), "utf8")) as EncodeCase[] | { cases?: EncodeCase[] };
+  const cases = Array.isArray(doc) ? doc : (doc.cases ?? []);
+  return cases.filter((c) => c.function === "tokenizer.encode").map((c) => ({ ...c, id: `${f}:${c.id}` }));
+});
 
 interface RustEncoding {
   getIds(): number[];
@@ -46,14 +62,14 @@ function mismatches(texts: string[], expected: number[][], encode: (t: string) =
   return bad;
 }
 
-describe("golden tokenizer_qwen.json", () => {
-  const cases = (JSON.parse(readFileSync(join(goldenDir, "tokenizer_qwen.json"), "utf8")) as {
-    cases: { id: string; function: string; inputs: { text: string }; expected: number[] }[];
-  }).cases;
+describe(`golden tokenizer.encode cases of every *.json in ${goldenDir}`, () => {
+  const cases = encodeCases;
 
-  it("has tokenizer.encode cases only", () => {
-    expect(cases.length).toBeGreaterThanOrEqual(562);
-    expect(cases.filter((c) => c.function !== "tokenizer.encode")).toEqual([]);
+  it("the golden directory holds tokenizer cases", () => {
+    expect(goldenFiles.length, `no *.json in ${goldenDir}`).toBeGreaterThan(0);
+    // The default set (../shared/golden) has 562; another GOLDEN_DIR may hold any number, even none.
+    if (!envDir) expect(cases.length).toBeGreaterThanOrEqual(562);
+    else if (cases.length === 0) console.log(`[golden] no tokenizer.encode cases in ${goldenDir}`);
   });
 
   it("every case matches under qwen3_vl", () => {

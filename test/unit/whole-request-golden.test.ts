@@ -28,10 +28,8 @@ import {
  * Cases the edge refuses on purpose (a 4xx where SGLang would answer), with the reason. Each must
  * still be refused; any other refusal is a failure.
  */
-const EDGE_REFUSES: { id: RegExp; why: RegExp }[] = [
-  // A named tool_choice needs a tool-call parser on the worker (src/api/validate.ts); SGLang renders it.
-  { id: /\/text\/tool-choice-named$/, why: /tool_choice/ },
-];
+// None today: a named tool_choice is served (forced-call schema, #19) and so compared like any case.
+const EDGE_REFUSES: { id: RegExp; why: RegExp }[] = [];
 const refusedOnPurpose = (c: GoldenCase): RegExp | null => EDGE_REFUSES.find((r) => r.id.test(c.id))?.why ?? null;
 
 let h: EdgeHarness;

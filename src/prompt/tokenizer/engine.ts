@@ -18,14 +18,21 @@ const MAY_NEED_NFC = /[\u0300-\uffff]/;
 export interface EngineOptions {
   /** Total characters of segment text kept in the segment LRU. */
   segmentCacheChars: number;
+  segmentCacheBytes?: number;
   /** Multi-token pieces kept per cache generation (two generations). */
   pieceCacheEntries: number;
+  /** Estimated bytes of both generations together (a generation turns old at half of it). */
+  pieceCacheBytes?: number;
 }
 
 export interface EngineCacheStats {
   segments: SegmentCacheStats;
-  pieces: { entries: number; maxEntries: number };
+  pieces: { entries: number; maxEntries: number; bytes: number; maxBytes: number };
 }
+
+/** Longer pieces (rare: a long run of letters) are BPE'd every time rather than cached. */
+const MAX_CACHED_PIECE_CHARS = 128;
+const PIECE_OVERHEAD_BYTES = 120;
 
 export class BpeEngine {
   readonly vocab: Vocab;
@@ -35,7 +42,10 @@ export class BpeEngine {
   // dropped, which approximates LRU without per-hit bookkeeping.
   private young = new Map<string, Int32Array>();
   private old = new Map<string, Int32Array>();
+  private youngBytes = 0;
+  private oldBytes = 0;
   private readonly pieceCacheEntries: number;
+  private readonly pieceCacheBytes: number;
   private buf = new Uint8Array(1024);
   private readonly scratch: number[] = [];
   private readonly skew: CodePointSet = skewCodePoints();
@@ -44,8 +54,9 @@ export class BpeEngine {
 
   constructor(vocab: Vocab, options: EngineOptions) {
     this.vocab = vocab;
-    this.segments = new SegmentCache(options.segmentCacheChars);
+    this.segments = new SegmentCache(options.segmentCacheChars, options.segmentCacheBytes);
     this.pieceCacheEntries = options.pieceCacheEntries;
+    this.pieceCacheBytes = options.pieceCacheBytes ?? 3 * 1024 * 1024;
   }
 
   /** Appends the ids of one segment (text containing no added token) to out. */
@@ -122,10 +133,15 @@ export class BpeEngine {
         bpe(v, this.buf, n, tmp);
         ids = Int32Array.from(tmp);
       }
-      this.young.set(piece, ids);
-      if (this.young.size >= this.pieceCacheEntries) {
-        this.old = this.young;
-        this.young = new Map();
+      if (piece.length <= MAX_CACHED_PIECE_CHARS) {
+        this.young.set(piece, ids);
+        this.youngBytes += 2 * piece.length + ids.byteLength + PIECE_OVERHEAD_BYTES;
+        if (this.young.size >= this.pieceCacheEntries || 2 * this.youngBytes >= this.pieceCacheBytes) {
+          this.old = this.young;
+          this.oldBytes = this.youngBytes;
+          this.young = new Map();
+          this.youngBytes = 0;
+        }
       }
     }
     for (let i = 0; i < ids.length; i++) out.push(ids[i]!);
@@ -173,7 +189,7 @@ export class BpeEngine {
   cacheStats(): EngineCacheStats {
     return {
       segments: this.segments.stats(),
-      pieces: { entries: this.young.size + this.old.size, maxEntries: 2 * this.pieceCacheEntries },
+      pieces: { entries: this.young.size + this.old.size, maxEntries: 2 * this.pieceCacheEntries, bytes: this.youngBytes + this.oldBytes, maxBytes: this.pieceCacheBytes },
     };
   }
 
@@ -181,5 +197,6 @@ export class BpeEngine {
     this.segments.clear();
     this.young = new Map();
     this.old = new Map();
+    this.youngBytes = this.oldBytes = 0;
   }
 }

@@ -14,9 +14,11 @@ export type { SegmentCacheStats } from "./segment-cache.ts";
 
 export const MODEL_FAMILIES: readonly ModelFamily[] = ["qwen2_vl", "qwen2_5_vl", "qwen3_vl"];
 
-/** Cache bounds: about 2 M characters of segment text (a few MB) and 2 × 50k BPE'd pieces. */
+/** Cache bounds: 2 M characters of segment text within 6 MiB, and 2 × 50k BPE'd pieces within 3 MiB. */
 export const DEFAULT_SEGMENT_CACHE_CHARS = 2_000_000;
+export const DEFAULT_SEGMENT_CACHE_BYTES = 6 * 1024 * 1024;
 export const DEFAULT_PIECE_CACHE_ENTRIES = 50_000;
+export const DEFAULT_PIECE_CACHE_BYTES = 3 * 1024 * 1024;
 
 let engine: BpeEngine | null = null;
 const tokenizers = new Map<ModelFamily, QwenTokenizer>();
@@ -24,7 +26,9 @@ const tokenizers = new Map<ModelFamily, QwenTokenizer>();
 function sharedEngine(): BpeEngine {
   engine ??= new BpeEngine(decodeVocab(VOCAB_B64), {
     segmentCacheChars: DEFAULT_SEGMENT_CACHE_CHARS,
+    segmentCacheBytes: DEFAULT_SEGMENT_CACHE_BYTES,
     pieceCacheEntries: DEFAULT_PIECE_CACHE_ENTRIES,
+    pieceCacheBytes: DEFAULT_PIECE_CACHE_BYTES,
   });
   return engine;
 }

@@ -1,15 +1,15 @@
-/** Test media generated with ffmpeg (never downloaded) and small helpers for media e2e tests. */
-import { execFileSync } from "node:child_process";
+/** Test media generated with ffmpeg's wasm build (never downloaded) and small helpers for media e2e tests. */
 import { copyFileSync, mkdtempSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
+import { ffmpegToFileSync } from "../../helpers/wasm-media.ts";
 
 export function makeMediaDir(): string {
   return mkdtempSync(join(tmpdir(), "kvedge-media-"));
 }
 
 function ffmpeg(args: string[]): void {
-  execFileSync("ffmpeg", ["-hide_banner", "-loglevel", "error", "-y", ...args], { stdio: ["ignore", "ignore", "inherit"] });
+  ffmpegToFileSync(["-loglevel", "error", ...args.slice(0, -1)], args.at(-1)!);
 }
 
 /** A clip of `seconds` at `fps` (H.264 MP4). 5 s at 30 fps → SGLang samples 10 frames. */

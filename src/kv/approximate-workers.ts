@@ -1,0 +1,40 @@
+/**
+ * Workers whose indexed blocks may be wrong, and why. A worker with KV events is normally exact
+ * (its relay mirrors every event); it becomes approximate when
+ *  - "relay": its relay lost history (the worker's replay buffer no longer reached back) and kept a
+ *    view that may hold blocks the worker evicted meanwhile (the relay's dump says `approximate`);
+ *  - "budget": this index object was full and refused some of its blocks (block-budget.ts).
+ * An approximate worker is not reported synced, and is routed like a worker without events as well
+ * (routed blocks assumed cached for the approximate-mode TTL), on top of whatever the index holds.
+ */
+export type ApproximateSource = "relay" | "budget";
+
+export class ApproximateWorkers {
+  readonly #reasons = new Map<string, Map<ApproximateSource, string>>();
+
+  mark(workerId: string, source: ApproximateSource, reason: string): void {
+    let m = this.#reasons.get(workerId);
+    if (!m) this.#reasons.set(workerId, (m = new Map()));
+    m.set(source, reason);
+  }
+
+  /** Clears one source (or all of them). */
+  clear(workerId: string, source?: ApproximateSource): void {
+    if (source === undefined) {
+      this.#reasons.delete(workerId);
+      return;
+    }
+    const m = this.#reasons.get(workerId);
+    if (!m) return;
+    m.delete(source);
+    if (m.size === 0) this.#reasons.delete(workerId);
+  }
+
+  has(workerId: string): boolean {
+    return this.#reasons.has(workerId);
+  }
+
+  reasons(workerId: string): string[] {
+    return [...(this.#reasons.get(workerId)?.values() ?? [])];
+  }
+}

@@ -1,0 +1,147 @@
+/**
+ * Issue #18 on the real local fleet: a relay killed while its worker publishes more KV-event batches
+ * than the worker's replay buffer holds (`--buffer-steps 8`), then restarted. The restarted relay
+ * resumes its saved view (state file) and finds the history gone: the index must then either equal
+ * the worker's cache, or mark the worker approximate — never "synced" with wrong blocks — and the
+ * prompts the worker still caches must keep hitting it (hit rate measured and printed). Finally the
+ * operator's choice, the worker's `POST /flush_cache`, makes the view exact at once.
+ * Also checked here: the fleet's secrets never appear in wrangler's argv (they travel in a 0600 file).
+ */
+import { mkdtempSync, readFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { startFleet, type Fleet } from "../../scripts/local-fleet.ts";
+import { chat } from "./helpers/media.ts";
+import { direct, indexLocalHashes, LogTap, sleep, trueLocalHashes, waitParity, waitUntil, words, workerRows } from "./reliability-helpers.ts";
+
+const tap = new LogTap();
+let fleet: Fleet;
+const figures: Record<string, unknown> = {};
+
+beforeAll(async () => {
+  fleet = await startFleet({
+    workers: 2,
+    log: tap.sink,
+    workerArgs: [["--buffer-steps", "8"], ["--buffer-steps", "8"]],
+    vars: { KVEDGE_ROUTING: JSON.stringify({ profileTtlMs: 0 }) },
+  });
+});
+afterAll(async () => {
+  await fleet?.stop();
+  console.log(`relay history lost: ${JSON.stringify(figures)}`);
+});
+
+const row = async (id: string) => (await workerRows(fleet)).find((w) => w.workerId === id) as
+  | { workerId: string; synced: boolean; approximate?: boolean; approximateReasons?: string[]; blocks: number }
+  | undefined;
+const ask = (seed: number) => chat(fleet.edgeUrl, { model: fleet.model, messages: [{ role: "user", content: words(seed, 400) }] });
+
+/** The parity rule: equal to the worker's cache, or marked approximate (and then not synced). */
+async function honest(i: number): Promise<{ equal: boolean; approximate: boolean; synced: boolean }> {
+  const w = fleet.workers[i]!;
+  const [index, truth, r] = await Promise.all([indexLocalHashes(fleet, w.id), trueLocalHashes(w.url), row(w.id)]);
+  const equal = JSON.stringify(index) === JSON.stringify(truth);
+  return { equal, approximate: r?.approximate === true, synced: r?.synced === true };
+}
+
+describe("relay restarted after its worker's replay buffer moved on", () => {
+  it("wrangler gets the fleet's secrets from a private file, not argv", () => {
+    const edge = fleet.processes().find((p) => p.name === "edge")!;
+    const argv = readFileSync(`/proc/${edge.pid}/cmdline`, "utf8");
+    expect(argv).toContain("--env-file");
+    expect(argv).not.toContain(fleet.relaySecret);
+  });
+
+  it("index exact or marked approximate, never synced with wrong blocks; hot prompts keep hitting", async () => {
+    // Hot prompts: each sent twice, so the second shows where it is cached.
+    const hot: { seed: number; worker: string }[] = [];
+    for (let seed = 1; seed <= 8; seed++) {
+      await ask(seed);
+      const r = await ask(seed);
+      expect(r.status).toBe(200);
+      hot.push({ seed, worker: r.worker! });
+    }
+    await waitParity(fleet, 0);
+    const w = fleet.workers[0]!;
+    const onW1 = hot.filter((h) => h.worker === w.id);
+    expect(onW1.length, "some hot prompts live on w1").toBeGreaterThan(0);
+
+    await sleep(1200); // the relay saves its view every 500 ms here: a SIGKILL loses at most that much
+    await fleet.killRelay(0);
+    // The index keeps its last copy of the worker's blocks, no longer synced.
+    await waitUntil(async () => (await row(w.id))?.approximate === true, 10_000, async () => JSON.stringify(await row(w.id)));
+    // More batches than the worker's replay buffer (8) holds, while nobody listens.
+    for (let k = 0; k < 14; k++) await direct(w.url, fleet.model, words(5000 + k, 200));
+
+    const welcomes = tap.records(`relay-${w.id}`, "index_welcome").length;
+    await fleet.startRelay(0);
+    await waitUntil(async () => tap.records(`relay-${w.id}`, "index_welcome").length > welcomes, 30_000, () => "relay did not reconnect");
+    await waitUntil(async () => tap.records(`relay-${w.id}`, "state_resumed").length > 0, 30_000, () => `relay did not resume its state: ${tap.lines.filter((l) => l.line.startsWith(`[relay-${w.id}]`) && /state_|history_lost|caught_up|resumed|replay/.test(l.line)).slice(-6).map((l) => l.line).join("\n")}`);
+    const resumed = tap.records(`relay-${w.id}`, "state_resumed").at(-1)!;
+    expect(resumed.verdict).toBe("gap");
+    await waitUntil(async () => (await row(w.id))?.approximate === true, 15_000, async () => JSON.stringify(await row(w.id)));
+    const after = await honest(0);
+    expect(after.equal || (after.approximate && !after.synced), JSON.stringify(after)).toBe(true);
+    expect(after.synced && !after.equal, "synced with wrong blocks").toBe(false);
+    figures.afterRestart = { ...after, reasons: (await row(w.id))?.approximateReasons };
+
+    // Repeated hot prompts keep hitting the worker's cache.
+    let prompt = 0;
+    let cached = 0;
+    let onSame = 0;
+    for (const h of onW1) {
+      const r = await ask(h.seed);
+      expect(r.status).toBe(200);
+      prompt += r.promptTokens;
+      cached += r.cachedTokens;
+      if (r.worker === h.worker) onSame++;
+    }
+    const hitRate = cached / prompt;
+    figures.hotPromptsOnW1 = onW1.length;
+    figures.routedBackToW1 = onSame;
+    figures.hitRate = Number(hitRate.toFixed(3));
+    expect(onSame).toBe(onW1.length);
+    expect(hitRate).toBeGreaterThan(0.8);
+
+    // The operator's choice: reset the worker's cache; the view is exact at once.
+    const flushed = await fetch(`${w.url}/flush_cache`, { method: "POST" });
+    expect(flushed.status).toBe(200);
+    await waitUntil(async () => (await row(w.id))?.approximate === false, 10_000, async () => JSON.stringify(await row(w.id)));
+    const exact = await honest(0);
+    expect(exact).toMatchObject({ equal: true, approximate: false, synced: true });
+    await ask(9001);
+    await direct(w.url, fleet.model, words(9002, 200));
+    await waitParity(fleet, 0, 15_000);
+    figures.afterFlush = exact;
+
+    // The same fault for a relay without a saved view (as before state files): it knows only the
+    // last buffered batches and, unable to prove the same worker life, starts a new epoch, which
+    // fences out the index's last copy too. Reported for comparison, not asserted.
+    const hot2: { seed: number; worker: string }[] = [];
+    for (let seed = 101; seed <= 108; seed++) {
+      await ask(seed);
+      hot2.push({ seed, worker: (await ask(seed)).worker! });
+    }
+    const onW1b = hot2.filter((h) => h.worker === w.id);
+    await waitParity(fleet, 0);
+    await sleep(1200);
+    await fleet.killRelay(0);
+    for (let k = 0; k < 14; k++) await direct(w.url, fleet.model, words(7000 + k, 200));
+    const welcomes2 = tap.records(`relay-${w.id}`, "index_welcome").length;
+    await fleet.startRelay(0, ["--state-file", join(mkdtempSync(join(tmpdir(), "no-state-")), "none.json")]);
+    await waitUntil(async () => tap.records(`relay-${w.id}`, "index_welcome").length > welcomes2, 30_000, () => "relay did not reconnect");
+    await sleep(300); // its (approximate) dump
+    expect(await row(w.id)).toMatchObject({ approximate: true, synced: false });
+    let prompt2 = 0;
+    let cached2 = 0;
+    let onSame2 = 0;
+    for (const h of onW1b) {
+      const r = await ask(h.seed);
+      prompt2 += r.promptTokens;
+      cached2 += r.cachedTokens;
+      if (r.worker === w.id) onSame2++;
+    }
+    figures.withoutStateFile = { hotPromptsOnW1: onW1b.length, routedBackToW1: onSame2, hitRate: prompt2 ? Number((cached2 / prompt2).toFixed(3)) : null };
+  });
+});

@@ -1,0 +1,111 @@
+/**
+ * Every per-isolate cache of the edge stays within its byte budget however much it is fed
+ * (src/edge/cache-budgets.ts), and the prompt-prefix cache's byte estimate is checked against what
+ * V8 really retains (heap after GC), so the budget means bytes, not a guess.
+ */
+import { runInNewContext } from "node:vm";
+import { setFlagsFromString } from "node:v8";
+import { beforeAll, describe, expect, it } from "vitest";
+import { edgeCacheBudgets } from "../../src/edge/cache-budgets.ts";
+import { layoutMemoStats, memoEncode, MEMO_MAX_BYTES } from "../../src/layout/layout.ts";
+import { PrefixCache, SPLIT_TOKEN } from "../../src/prompt/prefix-cache.ts";
+import { BpeEngine } from "../../src/prompt/tokenizer/engine.ts";
+import { SegmentCache } from "../../src/prompt/tokenizer/segment-cache.ts";
+import { decodeVocab } from "../../src/prompt/tokenizer/vocab.ts";
+import { VOCAB_B64 } from "../../src/generated/tokenizer/qwen-vocab.js";
+import { initHashing } from "../../src/util/hash.ts";
+
+setFlagsFromString("--expose-gc");
+const gc = runInNewContext("gc") as () => void;
+beforeAll(() => initHashing());
+
+/** Seeded words: distinct text per seed, like users' messages. */
+function text(seed: number, words: number): string {
+  const vocab = ["alpha", "beta", "gamma", "delta", "router", "cache", "prefix", "token", "edge", "index", "video", "frame"];
+  let x = (seed * 2654435761) >>> 0;
+  const out: string[] = [`#${seed}`];
+  for (let i = 0; i < words; i++) {
+    x = (Math.imul(x, 1664525) + 1013904223) >>> 0;
+    out.push(vocab[x % vocab.length]! + (x % 7 === 0 ? String(x % 1000) : ""));
+  }
+  return out.join(" ");
+}
+
+/** One token per character: isolates the prefix cache's own memory from a tokenizer's caches. */
+const charTokenizer = {
+  family: "chars",
+  addedTokens: [{ content: SPLIT_TOKEN }, { content: "<|im_end|>" }],
+  encode: (s: string) => Array.from(s, (c) => c.charCodeAt(0)),
+};
+
+function conversation(seed: number, turns: number): string {
+  let t = `${SPLIT_TOKEN}system\nYou are helpful.<|im_end|>\n`;
+  for (let k = 0; k < turns; k++) t += `${SPLIT_TOKEN}user\n${text(seed * 100 + k, 120)}<|im_end|>\n${SPLIT_TOKEN}assistant\nok ${k}<|im_end|>\n`;
+  return `${t}${SPLIT_TOKEN}assistant\n`;
+}
+
+describe("edge cache byte budgets", () => {
+  it("the prompt-prefix cache never holds more than its byte budget, and the estimate covers V8's real retention", () => {
+    const maxBytes = 4 * 1024 * 1024;
+    gc();
+    const before = process.memoryUsage().heapUsed;
+    const cache = new PrefixCache({ maxBytes, maxTokens: 1e9 });
+    let peak = 0;
+    for (let seed = 1; seed <= 600; seed++) {
+      for (let turns = 1; turns <= 4; turns++) cache.encode(charTokenizer, conversation(seed, turns), 16);
+      peak = Math.max(peak, cache.stats().bytes);
+      expect(cache.stats().bytes).toBeLessThanOrEqual(maxBytes);
+    }
+    gc();
+    const retained = process.memoryUsage().heapUsed - before;
+    const s = cache.stats();
+    expect(s.evictions, "the feed went far past the budget").toBeGreaterThan(1000);
+    expect(peak).toBeGreaterThan(maxBytes * 0.9);
+    // What V8 keeps alive for the cache is within the budget (plus 25 % for what the estimate misses).
+    expect(retained, `retained ${retained} B for an estimate of ${s.bytes} B`).toBeLessThan(maxBytes * 1.25);
+    expect(cache.encode(charTokenizer, conversation(600, 4), 16).reusedTokens).toBeGreaterThan(0); // still a cache
+  });
+
+  it("the token-segment cache stays within its byte budget (LRU)", () => {
+    const c = new SegmentCache(1e9, 256 * 1024);
+    for (let i = 0; i < 20_000; i++) {
+      const seg = text(i, 20);
+      c.set(seg, new Int32Array(seg.length >> 2));
+      expect(c.stats().bytes).toBeLessThanOrEqual(256 * 1024);
+    }
+    expect(c.stats().entries).toBeLessThan(20_000);
+  });
+
+  it("the BPE piece cache stays within its byte budget; very long pieces are not cached", () => {
+    const engine = new BpeEngine(decodeVocab(VOCAB_B64), { segmentCacheChars: 0, pieceCacheEntries: 1_000_000, pieceCacheBytes: 256 * 1024 });
+    const out: number[] = [];
+    const rare = (i: number) => Array.from({ length: 12 }, (_, k) => String.fromCharCode(97 + ((i * 7 + k * 13) % 26))).join("");
+    for (let i = 0; i < 6_000; i++) {
+      out.length = 0;
+      engine.encodeSegment(`${rare(i)} ${rare(i + 1)}zq ${i % 50 === 0 ? "x".repeat(300) : ""}`, out);
+      const p = engine.cacheStats().pieces;
+      expect(p.bytes).toBeLessThanOrEqual(p.maxBytes);
+    }
+    const entries = engine.cacheStats().pieces.entries;
+    expect(entries).toBeGreaterThan(0);
+    expect(entries, "the byte bound, not the entry bound, turned the generations").toBeLessThan(6_000);
+  });
+
+  it("the layout memo stays within its byte budget and skips long texts", () => {
+    const encode = (s: string) => Array.from(s, (c) => c.charCodeAt(0) % 100);
+    const start = layoutMemoStats();
+    for (let i = 0; i < 100_000; i++) memoEncode(encode, `<${i}.${i % 10} seconds>`);
+    memoEncode(encode, "y".repeat(10_000));
+    const s = layoutMemoStats();
+    expect(s.bytes - start.bytes).toBeLessThanOrEqual(MEMO_MAX_BYTES);
+    expect(s.resets).toBeGreaterThan(start.resets);
+  });
+
+  it("lists every budgeted cache with bytes within its budget", () => {
+    for (const b of edgeCacheBudgets()) {
+      expect(b.maxBytes, b.name).toBeGreaterThan(0);
+      expect(b.bytes, b.name).toBeLessThanOrEqual(b.maxBytes);
+    }
+    expect(edgeCacheBudgets().map((b) => b.name)).toEqual(["prompt_prefix", "token_segments", "bpe_pieces", "layout_memo"]);
+  });
+});

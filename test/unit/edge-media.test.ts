@@ -1,0 +1,132 @@
+/**
+ * The edge's media verification (src/edge/media.ts) against real HTTP on 127.0.0.1 and a real
+ * decode service: what a worker may receive is verified bytes only — inline data: URLs of bytes
+ * the edge hashed, or signed store URLs — and a URL that cannot be verified is the client's 400.
+ */
+import { createHash } from "node:crypto";
+import http from "node:http";
+import type { AddressInfo } from "node:net";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { verifyMedia, storeSigner, type MediaDeps } from "../../src/edge/media.ts";
+import { DecodeClient } from "../../src/media/decode-client.ts";
+import { decodeBase64Strict } from "../../src/media/data-url.ts";
+import { MediaError } from "../../src/media/errors.ts";
+import { SafeFetcher } from "../../src/media/safe-fetch.ts";
+import { importMediaUrlKey, verifyMediaUrl } from "../../src/media/signed-url.ts";
+import { initHashing } from "../../src/util/hash.ts";
+import { startDecodeService, type DecodeService } from "../../services/decode/server.ts";
+import { makePng } from "../helpers/png.ts";
+
+const sha = (b: Uint8Array): string => createHash("sha256").update(b).digest("hex");
+const KEY = "edge-media-test-key-0123456789abcdef";
+const TOKEN = "edge-media-token-0123456789";
+const png = makePng(40, 30, { seed: 5 });
+let server: http.Server;
+let port = 0;
+let svc: DecodeService;
+let hits = 0;
+
+beforeAll(async () => {
+  await initHashing();
+  server = http.createServer((req, res) => {
+    hits++;
+    if (req.url === "/a.png") {
+      res.writeHead(200, { "content-type": "image/png" });
+      res.end(png);
+    } else {
+      res.writeHead(404);
+      res.end();
+    }
+  });
+  await new Promise<void>((r) => server.listen(0, "127.0.0.1", r));
+  port = (server.address() as AddressInfo).port;
+  svc = await startDecodeService({ token: TOKEN, concurrency: 1, fetch: { allowlist: [`127.0.0.1:${port}`] }, store: { urlKey: KEY } });
+});
+afterAll(async () => {
+  await svc?.close();
+  server.closeAllConnections();
+  await new Promise((r) => server.close(r));
+});
+
+function deps(over: Partial<MediaDeps> = {}): MediaDeps {
+  return {
+    fetcher: new SafeFetcher({ allowlist: [`127.0.0.1:${port}`] }),
+    decode: new DecodeClient({}),
+    inlineMaxBytes: 1 << 20,
+    sign: null,
+    forwardClientUrls: false,
+    ...over,
+  };
+}
+const part = (kind: "image" | "video", url: string) => ({ kind, url, param: "messages[0].content[0]" });
+
+describe("edge media verification", () => {
+  it("without a store: an image URL is fetched once and forwarded inline as exactly the bytes hashed", async () => {
+    const [m] = await verifyMedia([part("image", `http://127.0.0.1:${port}/a.png`)], deps());
+    expect(m!.forward).toMatch(/^data:image\/png;base64,/);
+    expect(sha(decodeBase64Strict(m!.forward!.split(",")[1]!))).toBe(sha(png));
+    expect(m).toMatchObject({ digest: sha(png), metadata: { modality: "image", width: 40, height: 30 } });
+  });
+
+  it("without a store: video URLs are refused (400) unless the operator opted into forwarding URLs", async () => {
+    await expect(verifyMedia([part("video", `http://127.0.0.1:${port}/v.mp4`)], deps())).rejects.toMatchObject({ reason: "store_unavailable" });
+    const [m] = await verifyMedia([part("video", `http://127.0.0.1:${port}/v.mp4`)], deps({ forwardClientUrls: true }));
+    expect(m).toMatchObject({ forward: `http://127.0.0.1:${port}/v.mp4`, metadata: null });
+  });
+
+  it("images above the inline cap are refused, never forwarded by URL", async () => {
+    await expect(verifyMedia([part("image", `http://127.0.0.1:${port}/a.png`)], deps({ inlineMaxBytes: 100 }))).rejects.toMatchObject({ limitBytes: 100 });
+  });
+
+  it("fetch failures are the client's 400, whatever the routing would have been", async () => {
+    await expect(verifyMedia([part("image", `http://127.0.0.1:${port}/missing.png`)], deps())).rejects.toMatchObject({ reason: "http_status" });
+    await expect(verifyMedia([part("image", "http://10.0.0.1/a.png")], deps({ forwardClientUrls: true }))).rejects.toMatchObject({ reason: "blocked_address" });
+  });
+
+  it("client data: URLs: forwarded as received when SGLang decodes them alike, else re-encoded from the bytes hashed", async () => {
+    const b64 = Buffer.from(png).toString("base64");
+    const strict = `data:image/png;base64,${b64}`;
+    const [a] = await verifyMedia([part("image", strict)], deps());
+    expect(a!.forward).toBe(strict);
+    // Whitespace inside base64: a forgiving parser accepts it, SGLang's strict decoder would not.
+    const loose = `data:image/png;base64,${b64.slice(0, 8)} ${b64.slice(8)}`;
+    const [b] = await verifyMedia([part("image", loose)], deps({ fetcher: new SafeFetcher({ dataUrlBase64: "forgiving" }) }));
+    expect(b!.forward).toBe(strict);
+    expect(b!.digest).toBe(sha(png));
+    const [c] = await verifyMedia([part("image", ` DATA:image/png;base64,${b64}`)], deps());
+    expect(c!.forward).toBe(strict);
+  });
+
+  it("with a store: the worker gets a signed store URL for the digest, valid for a short time only", async () => {
+    const key = importMediaUrlKey(KEY);
+    const sign = storeSigner(svc.url, key, 60);
+    const before = hits;
+    const [m] = await verifyMedia([part("image", `http://127.0.0.1:${port}/a.png`)], deps({ decode: new DecodeClient({ url: svc.url, token: TOKEN }), sign }));
+    expect(hits).toBe(before + 1);
+    expect(m!.digest).toBe(sha(png));
+    const u = new URL(m!.forward!);
+    expect(u.origin).toBe(svc.url);
+    const now = Math.floor(Date.now() / 1000);
+    expect(await verifyMediaUrl(await key, u.pathname, u.searchParams, now, 60)).toEqual({ ok: true, digest: sha(png) });
+    expect(await verifyMediaUrl(await key, u.pathname, u.searchParams, now + 120, 3600)).toEqual({ ok: false, reason: "expired" });
+    const got = new Uint8Array(await (await fetch(u)).arrayBuffer());
+    expect(sha(got)).toBe(sha(png));
+    // The store's refusal keeps its reason; its absence is named as such.
+    await expect(verifyMedia([part("image", `http://127.0.0.1:${port}/missing.png`)], deps({ decode: new DecodeClient({ url: svc.url, token: TOKEN }), sign }))).rejects.toMatchObject({ reason: "http_status" });
+    const down = await verifyMedia([part("image", `http://127.0.0.1:${port}/a.png`)], deps({ decode: new DecodeClient({ url: "http://127.0.0.1:1", token: TOKEN }), sign })).catch((e: unknown) => e);
+    expect(down).toBeInstanceOf(MediaError);
+    expect((down as MediaError).reason).toBe("store_unavailable");
+  });
+});
+
+describe("media store configuration", () => {
+  it("a decode service URL without the signed-URL key stops the Worker, naming the field", async () => {
+    const { parseEdgeConfig } = await import("../../src/api/config.ts");
+    expect(() => parseEdgeConfig({ KVEDGE_DECODE_URL: "https://decode.example" })).toThrow(/KVEDGE_MEDIA_URL_KEY/);
+    expect(() => parseEdgeConfig({ KVEDGE_DECODE_URL: "https://decode.example", KVEDGE_MEDIA_URL_KEY: "short" })).toThrow(/KVEDGE_MEDIA_URL_KEY/);
+    const c = parseEdgeConfig({ KVEDGE_DECODE_URL: "https://decode.example", KVEDGE_MEDIA_URL_KEY: KEY, KVEDGE_MEDIA_STORE_URL: "https://store.internal" });
+    expect(c.mediaStore).toMatchObject({ publicUrl: "https://store.internal", urlKey: KEY, forwardClientUrls: false });
+    expect(parseEdgeConfig({}).mediaStore).toMatchObject({ publicUrl: null, forwardClientUrls: false, inlineMaxBytes: 8 * 1024 * 1024 });
+    expect(parseEdgeConfig({ KVEDGE_FORWARD_CLIENT_URLS: "true" }).mediaStore.forwardClientUrls).toBe(true);
+  });
+});

@@ -1,0 +1,227 @@
+/**
+ * The regional media store over real HTTP on 127.0.0.1: content addressing (SHA-256 of exactly
+ * the bytes fetched), dedup of the same bytes under two URLs, signed short-lived worker URLs
+ * (tampered, expired, over-long, unsigned, other digest: all refused with one answer), the LRU
+ * by bytes and the per-item cap, and the decode service's download bounds (issue 13): at most
+ * `maxDownloads` downloads at once, a bounded queue answering 503, cancellation when callers go,
+ * idle and request timeouts.
+ */
+import { createHash } from "node:crypto";
+import http from "node:http";
+import type { AddressInfo } from "node:net";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { DecodeClient } from "../../src/media/decode-client.ts";
+import { importMediaUrlKey, signMediaPath } from "../../src/media/signed-url.ts";
+import { startDecodeService, type DecodeService } from "../../services/decode/server.ts";
+import { makePng } from "../helpers/png.ts";
+
+const TOKEN = "store-test-token-0123456789";
+const KEY = "k".repeat(40);
+const sha = (b: Uint8Array): string => createHash("sha256").update(b).digest("hex");
+
+const imgA = makePng(64, 48, { seed: 1 });
+const imgB = makePng(32, 16, { seed: 2 });
+const big = makePng(16, 16, { padBytes: 300_000 });
+let media: http.Server;
+let port = 0;
+const hits: Record<string, number> = {};
+/** Open requests to /hold/*, the most ever open at once, and how many ended early (client gone). */
+const hold = { open: 0, peak: 0, closedEarly: 0, release: [] as (() => void)[] };
+let svc: DecodeService;
+
+function listen(s: http.Server): Promise<number> {
+  return new Promise((r) => s.listen(0, "127.0.0.1", () => r((s.address() as AddressInfo).port)));
+}
+
+beforeAll(async () => {
+  media = http.createServer((req, res) => {
+    const p = new URL(req.url!, "http://x").pathname;
+    hits[p] = (hits[p] ?? 0) + 1;
+    const send = (b: Uint8Array): void => {
+      res.writeHead(200, { "content-type": "image/png", "content-length": b.length });
+      res.end(b);
+    };
+    if (p === "/a.png" || p === "/copy-of-a.png") send(imgA);
+    else if (p === "/b.png") send(imgB);
+    else if (p === "/big.png") send(big);
+    else if (p.startsWith("/hold/")) {
+      hold.open++;
+      hold.peak = Math.max(hold.peak, hold.open);
+      let done = false;
+      res.on("close", () => {
+        hold.open--;
+        if (!done) hold.closedEarly++;
+      });
+      hold.release.push(() => {
+        done = true;
+        send(imgB);
+      });
+    } else if (p === "/stall.png") {
+      res.writeHead(200, { "content-type": "image/png" });
+      res.write(imgA.subarray(0, 100)); // then nothing
+    } else {
+      res.writeHead(404);
+      res.end();
+    }
+  });
+  port = await listen(media);
+  svc = await startDecodeService({
+    token: TOKEN,
+    concurrency: 1,
+    maxDownloads: 2,
+    maxDownloadQueue: 2,
+    idleTimeoutMs: 400,
+    fetch: { allowlist: [`127.0.0.1:${port}`], maxBytes: 200_000 },
+    store: { urlKey: KEY, maxTotalBytes: imgA.length + imgB.length + 10 },
+  });
+}, 60_000);
+
+afterAll(async () => {
+  for (const r of hold.release.splice(0)) r();
+  await svc?.close();
+  media.closeAllConnections();
+  await new Promise((r) => media.close(r));
+});
+
+const client = () => new DecodeClient({ url: svc.url, token: TOKEN });
+const u = (p: string) => `http://127.0.0.1:${port}${p}`;
+
+describe("media store", () => {
+  it("stores a URL's bytes under their SHA-256 and serves exactly them under a signed URL", async () => {
+    const out = await client().store(u("/a.png"), "image");
+    expect(out.ok).toBe(true);
+    if (!out.ok) return;
+    expect(out.result).toMatchObject({ digest: sha(imgA), byteLength: imgA.length, kind: "image", image: { width: 64, height: 48, format: "png" } });
+    const key = await importMediaUrlKey(KEY);
+    const path = await signMediaPath(key, out.result.digest, Math.floor(Date.now() / 1000) + 60);
+    const r = await fetch(svc.url + path); // no bearer token: workers hold none
+    expect(r.status).toBe(200);
+    expect(sha(new Uint8Array(await r.arrayBuffer()))).toBe(sha(imgA));
+  });
+
+  it("the same bytes under two URLs are stored once", async () => {
+    const before = svc.store();
+    const out = await client().store(u("/copy-of-a.png"), "image");
+    expect(out.ok && out.result.digest).toBe(sha(imgA));
+    expect(svc.store().items).toBe(before.items);
+    expect(svc.store().dedups).toBe(before.dedups + 1);
+  });
+
+  it("refuses every URL that is not signed for this digest and time, with one answer", async () => {
+    const key = await importMediaUrlKey(KEY);
+    const other = await importMediaUrlKey("o".repeat(40));
+    const now = Math.floor(Date.now() / 1000);
+    const d = sha(imgA);
+    const good = await signMediaPath(key, d, now + 60);
+    const bad = [
+      `/v1/media/${d}`,
+      good.replace(/sig=(.)/, (_m, c: string) => `sig=${c === "0" ? "1" : "0"}`),
+      await signMediaPath(other, d, now + 60),
+      await signMediaPath(key, d, now - 1), // expired
+      await signMediaPath(key, d, now + 24 * 3600), // longer than the store allows
+      good.replace(d, sha(imgB)), // signature of another digest
+      good.replace(/exp=\d+/, `exp=${now + 61}`),
+    ];
+    for (const p of bad) {
+      const r = await fetch(svc.url + p);
+      expect(r.status, p).toBe(400);
+      expect(((await r.json()) as { error: { code: string } }).error.code).toBe("media_url_refused");
+    }
+    expect((await fetch(svc.url + good, { method: "POST" })).status).toBe(405);
+  });
+
+  it("evicts least recently used items by bytes; a per-item cap refuses big media", async () => {
+    const key = await importMediaUrlKey(KEY);
+    const okB = await client().store(u("/b.png"), "image");
+    expect(okB.ok).toBe(true);
+    // a + b fill the store; a third item evicts the least recently used (a was used last by the dedup above, b now)
+    const third = makePng(8, 8, { seed: 3 });
+    expect(svc.store().bytes).toBeLessThanOrEqual(imgA.length + imgB.length + 10);
+    const tooBig = await client().store(u("/big.png"), "image");
+    expect(tooBig).toMatchObject({ ok: false, status: 413 });
+    expect(third.length).toBeGreaterThan(0);
+    const stats = svc.store();
+    expect(stats.bytes).toBeLessThanOrEqual(stats.maxBytes);
+    const path = await signMediaPath(key, sha(imgB), Math.floor(Date.now() / 1000) + 60);
+    expect((await fetch(svc.url + path)).status).toBe(200);
+  });
+});
+
+describe("decode service download bounds (issue 13)", () => {
+  it("holds at most its download bound, queues a bounded number, refuses the rest with 503, and cancels work whose callers left", async () => {
+    hold.peak = 0;
+    hold.closedEarly = 0;
+    const ctrls = Array.from({ length: 6 }, () => new AbortController());
+    const calls = ctrls.map((c, i) =>
+      fetch(`${svc.url}/v1/store`, {
+        method: "POST",
+        headers: { "content-type": "application/json", authorization: `Bearer ${TOKEN}` },
+        body: JSON.stringify({ url: u(`/hold/${i}.png`), kind: "image" }),
+        signal: c.signal,
+      }).then(
+        (r) => r.status,
+        () => "aborted" as const,
+      ),
+    );
+    // 2 run, 2 wait, 2 are refused at once.
+    await waitFor(() => hold.open === 2);
+    const h = (await (await fetch(`${svc.url}/healthz`)).json()) as { downloads: { inUse: number; waiting: number; limit: number } };
+    expect(h.downloads).toMatchObject({ limit: 2, inUse: 2 });
+    const refused = (await Promise.race([Promise.all([calls[4], calls[5]]), sleep(2000).then(() => null)])) ?? [];
+    expect(refused.filter((s) => s === 503).length + h.downloads.waiting).toBeGreaterThanOrEqual(2);
+    // Every caller leaves: running downloads are cancelled (the origin sees its connections closed)
+    // and queued ones never start.
+    for (const c of ctrls) c.abort();
+    await Promise.all(calls);
+    await waitFor(() => hold.open === 0);
+    await sleep(300);
+    expect(hold.peak).toBe(2);
+    expect(hold.closedEarly).toBe(2);
+    expect(svc.stats.downloadsPeak).toBeLessThanOrEqual(2);
+    const after = (await (await fetch(`${svc.url}/healthz`)).json()) as { downloads: { inUse: number; waiting: number } };
+    expect(after.downloads).toMatchObject({ inUse: 0, waiting: 0 });
+    hold.release.splice(0);
+  });
+
+  it("a stalled download is cut at the idle timeout", async () => {
+    const t = Date.now();
+    const out = await client().store(u("/stall.png"), "image");
+    expect(out).toMatchObject({ ok: false, status: 400, code: "media_timeout" });
+    expect(Date.now() - t).toBeLessThan(5_000);
+  });
+
+  it("the wasm decoder's memory cap: media above wasmMaxMediaBytes are stored but not probed by it", async () => {
+    const s = await startDecodeService({ token: TOKEN, decoder: "wasm", concurrency: 1, wasmMaxMediaBytes: 1000, fetch: { allowlist: [`127.0.0.1:${port}`] }, store: { urlKey: KEY } });
+    try {
+      const out = await new DecodeClient({ url: s.url, token: TOKEN }).store(u("/b.png"), "video");
+      expect(out.ok).toBe(true);
+      if (!out.ok) return;
+      expect(out.result).toMatchObject({ digest: sha(imgB), probe: null, probeError: { reason: "unprobeable_media" } });
+      expect(out.result.probeError!.message).toMatch(/memory cap/);
+      expect(s.stats.probes).toBe(0);
+    } finally {
+      await s.close();
+    }
+  });
+
+  it("the whole request is cut at the request deadline (504)", async () => {
+    const s = await startDecodeService({ token: TOKEN, concurrency: 1, requestTimeoutMs: 300, idleTimeoutMs: 10_000, fetch: { allowlist: [`127.0.0.1:${port}`] }, store: { urlKey: KEY } });
+    try {
+      const out = await new DecodeClient({ url: s.url, token: TOKEN }).store(u("/stall.png"), "image");
+      expect(out).toMatchObject({ ok: false, reason: "decode_timeout", status: 504 });
+    } finally {
+      await s.close();
+    }
+  });
+});
+
+function sleep(ms: number): Promise<void> {
+  return new Promise((r) => setTimeout(r, ms));
+}
+async function waitFor(cond: () => boolean, ms = 5_000): Promise<void> {
+  const end = Date.now() + ms;
+  while (!cond()) {
+    if (Date.now() > end) throw new Error("condition not reached");
+    await sleep(20);
+  }
+}

@@ -1,0 +1,48 @@
+/**
+ * `lastSeen` in /admin/workers is the time of the relay's last message of any kind (here a ping
+ * with no block change), kept in memory by the index (written to SQLite lazily), not the time of
+ * the last hello or status row.
+ */
+import { SELF } from "cloudflare:test";
+import { describe, expect, it } from "vitest";
+import { mintRelayToken } from "../../src/kv/relay-auth.ts";
+import { initHashing } from "../../src/util/hash.ts";
+import "../../functions/wasm-shim.ts";
+import { issueRelayKey, nextMessage, TEST_WORKER_URL } from "./ws-helpers.ts";
+
+const MODEL = "Qwen/Qwen3-VL-8B-Instruct";
+const ADMIN = "test-admin-token-0123456789";
+
+async function lastSeen(workerId: string): Promise<number> {
+  const r = await SELF.fetch(`https://edge/admin/workers?model=${encodeURIComponent(MODEL)}`, { headers: { authorization: `Bearer ${ADMIN}` } });
+  const { workers } = (await r.json()) as { workers: { workerId: string; lastSeen: number }[] };
+  return workers.find((w) => w.workerId === workerId)!.lastSeen;
+}
+
+describe("lastSeen", () => {
+  it("moves with every relay message, pings included", async () => {
+    await initHashing();
+    const token = await mintRelayToken(await issueRelayKey((u, i) => SELF.fetch(u, i), "seen-w1"), "seen-w1", MODEL);
+    const res = await SELF.fetch(`https://edge/v1/relay?worker=seen-w1&model=${encodeURIComponent(MODEL)}`, {
+      headers: { upgrade: "websocket", authorization: `Bearer ${token}` },
+    });
+    expect(res.status).toBe(101);
+    const ws = res.webSocket!;
+    ws.accept();
+    const welcome = nextMessage(ws, "welcome");
+    ws.send(JSON.stringify({ type: "hello", workerId: "seen-w1", url: TEST_WORKER_URL, blockSize: 16, epoch: 3, modelName: MODEL }));
+    await welcome;
+    const ack = nextMessage(ws, "ack");
+    ws.send(JSON.stringify({ type: "dump", epoch: 3, seq: 0, blocks: [] }));
+    await ack;
+    const first = await lastSeen("seen-w1");
+    await new Promise((r) => setTimeout(r, 30));
+    const pong = nextMessage(ws, "pong");
+    ws.send(JSON.stringify({ type: "ping", t: 1 }));
+    await pong;
+    const second = await lastSeen("seen-w1");
+    expect(second).toBeGreaterThan(first);
+    expect(Date.now() - second).toBeLessThan(5_000);
+    ws.close();
+  });
+});
