@@ -7,7 +7,7 @@
  */
 import { DurableObject } from "cloudflare:workers";
 import type { BucketConfig } from "../src/api/config.ts";
-import { fullAgainAt, fullBucket, takeToken, type BucketState, type TakeResult } from "../src/edge/rate-limit.ts";
+import { fullAgainAt, fullBucket, takeToken, type BucketState, type TakeResult } from "../src/util/token-bucket.ts";
 
 const KEY = "bucket";
 /** Slack after the refill moment, so an alarm never races a take that just refilled the bucket. */

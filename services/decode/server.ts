@@ -27,7 +27,7 @@ import {
   errorBody,
   httpStatusOf,
 } from "../../src/api/errors.ts";
-import { timingSafeEqualString } from "../../src/edge/auth.ts";
+import { timingSafeEqualString } from "../../src/util/constant-time.ts";
 import { MediaError, MediaTooLargeError, isMediaError } from "../../src/media/errors.ts";
 import { readImageHeader } from "../../src/media/image-header.ts";
 import { ProbeRequestSchema, type ProbeResult } from "../../src/media/probe-result.ts";

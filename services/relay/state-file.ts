@@ -88,9 +88,6 @@ export function loadRelayState(path: string, maxBytes: number): LoadResult {
   return { ok: true, state: r.data };
 }
 
-export function removeRelayState(path: string): void {
-  rmSync(path, { force: true });
-}
 
 /**
  * How a saved state relates to the worker's replay buffer, from the buffer's first batch at or

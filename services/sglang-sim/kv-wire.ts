@@ -15,8 +15,7 @@
  */
 import { encode } from "@msgpack/msgpack";
 import type { KvEvent } from "./radix-cache.ts";
-
-export const MEDIUM_GPU = "GPU";
+import { GPU_MEDIUM } from "../../src/kv/event-decode.ts";
 
 function wireInt(h: bigint): number | bigint {
   return h >= -0x8000_0000n && h <= 0xffff_ffffn ? Number(h) : h;
@@ -26,11 +25,11 @@ function eventToWire(e: KvEvent): unknown[] {
   switch (e.type) {
     case "BlockStored":
     {
-      const stored = ["BlockStored", [wireInt(e.hash)], e.parent === null ? null : wireInt(e.parent), e.pairs ?? e.tokens, e.blockSize, null, MEDIUM_GPU];
+      const stored = ["BlockStored", [wireInt(e.hash)], e.parent === null ? null : wireInt(e.parent), e.pairs ?? e.tokens, e.blockSize, null, GPU_MEDIUM];
       return e.cacheSalt === null || e.cacheSalt === undefined ? stored : [...stored, { cache_salt: e.cacheSalt }];
     }
     case "BlockRemoved":
-      return ["BlockRemoved", e.hashes.map(wireInt), MEDIUM_GPU];
+      return ["BlockRemoved", e.hashes.map(wireInt), GPU_MEDIUM];
     case "AllBlocksCleared":
       return ["AllBlocksCleared"];
   }

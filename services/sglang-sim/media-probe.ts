@@ -13,7 +13,8 @@ import { join } from "node:path";
 import type { ImageProbe, VideoProbe } from "../../src/layout/index.ts";
 import { isMediaError } from "../../src/media/errors.ts";
 import { readImageHeader } from "../../src/media/image-header.ts";
-import { bytesToHex, sha256 } from "../../src/util/hash.ts";
+import { sha256 } from "../../src/util/hash.ts";
+import { bytesToHex } from "../../src/util/hex.ts";
 import { ProbeTimeoutError, selectProber, type DecoderKind, type Prober } from "../decode/probers.ts";
 import { SglangValueError } from "./sglang-errors.ts";
 

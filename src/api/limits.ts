@@ -48,7 +48,6 @@ export const LimitsSchema = z.strictObject({
 /** Parsed limits (all defaults filled in). */
 export type Limits = z.output<typeof LimitsSchema>;
 /** What configuration may specify (every field optional). */
-export type LimitsInput = z.input<typeof LimitsSchema>;
 
 export const DEFAULT_LIMITS: Limits = LimitsSchema.parse({});
 

@@ -307,13 +307,7 @@ export const ChatCompletionRequestSchema = ChatCompletionRequestObject.transform
 });
 
 export type ChatCompletionRequest = z.output<typeof ChatCompletionRequestSchema>;
-export type ChatMessage = z.output<typeof MessageSchema>;
 export type ContentPart = z.output<typeof ContentPartSchema>;
-export type ImagePart = z.output<typeof ImagePartSchema>;
-export type VideoPart = z.output<typeof VideoPartSchema>;
 export type ToolDefinition = z.output<typeof ToolSchema>;
 export type ToolChoice = z.output<typeof ToolChoiceSchema>;
-export type ResponseFormat = z.output<typeof ResponseFormatSchema>;
 
-/** Top-level keys the schema knows (anything else is ignored). */
-export const KNOWN_REQUEST_KEYS: ReadonlySet<string> = new Set(Object.keys(ChatCompletionRequestObject.shape));

@@ -21,7 +21,9 @@ import { dashboardHtml, dashboardLoginHtml } from "../dashboard/page.ts";
 import { initHashing } from "../util/hash.ts";
 import { shardForRequest } from "../kv/shard.ts";
 import { mergeShardSnapshots, mergeShardWorkers } from "../metrics/merge-shards.ts";
-import { bearerToken, timingSafeEqualString } from "./auth.ts";
+import { bearerToken } from "./auth.ts";
+import { timingSafeEqualString } from "../util/constant-time.ts";
+import { bytesToHex } from "../util/hex.ts";
 import { limitsOf, parseChatBody, prepareRouting, type IndexClient, type RoutingPlan } from "./chat.ts";
 import { sglangItemOrder } from "../layout/index.ts";
 import { handleRelayKeyRoute, type RelayKeyIndexClient } from "./relay-key-routes.ts";
@@ -116,9 +118,7 @@ export async function sessionValue(adminToken: string, expiresAt: number): Promi
   const enc = new TextEncoder();
   const key = await crypto.subtle.importKey("raw", enc.encode(adminToken), { name: "HMAC", hash: "SHA-256" }, false, ["sign"]);
   const mac = new Uint8Array(await crypto.subtle.sign("HMAC", key, enc.encode(`kvedge-dashboard-session-v2:${expiresAt}`)));
-  let hex = "";
-  for (const b of mac) hex += b.toString(16).padStart(2, "0");
-  return `${expiresAt}.${hex}`;
+  return `${expiresAt}.${bytesToHex(mac)}`;
 }
 
 /** A session cookie is valid when its MAC matches and its expiry is in the future (and not too far). */

@@ -6,15 +6,7 @@
  */
 import type { EdgeConfig } from "../api/config.ts";
 import { AuthenticationError } from "../api/errors.ts";
-
-export function timingSafeEqualString(a: string, b: string): boolean {
-  const ea = new TextEncoder().encode(a);
-  const eb = new TextEncoder().encode(b);
-  let diff = ea.length ^ eb.length;
-  const n = Math.max(ea.length, eb.length);
-  for (let i = 0; i < n; i++) diff |= (ea[i] ?? 0) ^ (eb[i] ?? 0);
-  return diff === 0;
-}
+import { timingSafeEqualString } from "../util/constant-time.ts";
 
 export function bearerToken(request: Request): string | null {
   const h = request.headers.get("authorization");

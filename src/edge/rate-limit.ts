@@ -6,50 +6,15 @@
  * A client network is the /64 of an IPv6 address (one subscriber's allocation: rotating through it
  * buys nothing) or the /32 of an IPv4 one. A bucket holds up to `burst` requests and refills at
  * requestsPerMinute / 60 per second; a request that finds it empty gets 429 in the OpenAI error
- * shape with `retry-after`. The arithmetic is pure (here); each bucket lives in one Durable Object
+ * shape with `retry-after`. The bucket arithmetic is src/util/token-bucket.ts; each bucket lives in one Durable Object
  * (durable-objects/rate-limiter.ts), so a limit holds across every edge isolate.
  */
 import type { BucketConfig } from "../api/config.ts";
 import { RateLimitError } from "../api/errors.ts";
 import { parseIp, formatIpv4 } from "../media/ip-address.ts";
-import { bytesToHex, sha256 } from "../util/hash.ts";
-
-export interface BucketState {
-  tokens: number;
-  /** Time of the last refill, ms. */
-  at: number;
-}
-
-export interface TakeResult {
-  allowed: boolean;
-  /** Whole requests left in the bucket after this one. */
-  remaining: number;
-  /** Seconds until one request fits again (0 when allowed). */
-  retryAfterSeconds: number;
-}
-
-/** Refills `state` up to `now` and takes one request if there is one. Mutates and returns the verdict. */
-export function takeToken(state: BucketState, cfg: BucketConfig, now: number): TakeResult {
-  const perMs = cfg.requestsPerMinute / 60_000;
-  const elapsed = Math.max(0, now - state.at);
-  state.tokens = Math.min(cfg.burst, state.tokens + elapsed * perMs);
-  state.at = Math.max(state.at, now);
-  if (state.tokens >= 1) {
-    state.tokens -= 1;
-    return { allowed: true, remaining: Math.floor(state.tokens), retryAfterSeconds: 0 };
-  }
-  return { allowed: false, remaining: 0, retryAfterSeconds: Math.max(1, Math.ceil((1 - state.tokens) / perMs / 1000)) };
-}
-
-export function fullBucket(cfg: BucketConfig, now: number): BucketState {
-  return { tokens: cfg.burst, at: now };
-}
-
-/** When the bucket is full again: from then on its stored state says nothing a fresh one would not. */
-export function fullAgainAt(state: BucketState, cfg: BucketConfig): number {
-  const perMs = cfg.requestsPerMinute / 60_000;
-  return state.at + Math.ceil(Math.max(0, cfg.burst - state.tokens) / perMs);
-}
+import { sha256 } from "../util/hash.ts";
+import { bytesToHex } from "../util/hex.ts";
+import type { TakeResult } from "../util/token-bucket.ts";
 
 /** 429 with the wait the client should honour (`retry-after`, seconds). */
 export class RateLimitedError extends RateLimitError {

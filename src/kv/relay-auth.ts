@@ -12,6 +12,7 @@
  *    within ±maxSkew seconds of its own clock, and the pool's index accepts each nonce once.
  * WebCrypto only (`crypto.subtle`, `crypto.getRandomValues`): runs in workerd and Node 22 alike.
  */
+import { bytesToHex, hexToBytes } from "../util/hex.ts";
 
 export const RELAY_TOKEN_VERSION = "v2";
 export const RELAY_CREDENTIAL_PREFIX = "kvr1";
@@ -25,24 +26,12 @@ const NONCE = /^[A-Za-z0-9_-]{16,64}$/;
 const KEY_HEX = /^[0-9a-f]{64}$/;
 const TAIL = /^(\d{1,12})\.([A-Za-z0-9_-]{16,64})\.([0-9a-f]{64})$/;
 
-function hex(bytes: Uint8Array): string {
-  let s = "";
-  for (const b of bytes) s += b.toString(16).padStart(2, "0");
-  return s;
-}
-
-function unhex(s: string): Uint8Array {
-  const out = new Uint8Array(s.length / 2);
-  for (let i = 0; i < out.length; i++) out[i] = parseInt(s.slice(2 * i, 2 * i + 2), 16);
-  return out;
-}
-
 async function hmacKey(secret: string, usage: "sign" | "verify"): Promise<CryptoKey> {
   return crypto.subtle.importKey("raw", encoder.encode(secret), { name: "HMAC", hash: "SHA-256" }, false, [usage]);
 }
 
 async function hmacHex(secret: string, message: string): Promise<string> {
-  return hex(new Uint8Array(await crypto.subtle.sign("HMAC", await hmacKey(secret, "sign"), encoder.encode(message))));
+  return bytesToHex(new Uint8Array(await crypto.subtle.sign("HMAC", await hmacKey(secret, "sign"), encoder.encode(message))));
 }
 
 function base64url(bytes: Uint8Array): string {
@@ -210,7 +199,7 @@ export async function checkRelayToken(
   const ok = await crypto.subtle.verify(
     "HMAC",
     await hmacKey(key.key, "verify"),
-    unhex(m[3]!),
+    hexToBytes(m[3]!)!, // TAIL matched 64 hex digits
     encoder.encode(signedMessage(key.keyId, expect.workerId, issuedAt, nonce, expect.audience)),
   );
   if (!ok) return { ok: false, reason: "bad_signature" };

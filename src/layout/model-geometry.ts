@@ -3,7 +3,6 @@
  * vision special-token ids shared by the Qwen2/2.5/3-VL vocabulary.
  */
 export type QwenFamily = "qwen2_vl" | "qwen2_5_vl" | "qwen3_vl";
-export const QWEN_FAMILIES: readonly QwenFamily[] = ["qwen2_vl", "qwen2_5_vl", "qwen3_vl"];
 
 export interface HfGeometry {
   patchSize: number;

@@ -17,7 +17,8 @@
  *   field(7, utf8 contract digest)
  * where lp(x) = u64 len(x) || x and field(t, x) = u8 t || lp(x).
  */
-import { bytesToHex, sha256 } from "../util/hash.ts";
+import { sha256 } from "../util/hash.ts";
+import { bytesToHex } from "../util/hex.ts";
 
 export type MediaMetadata =
   | { modality: "image"; width: number; height: number }

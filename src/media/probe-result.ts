@@ -29,4 +29,3 @@ export const ProbeResultSchema = z.object({
 export type ProbeResult = z.infer<typeof ProbeResultSchema>;
 
 export const ProbeRequestSchema = z.strictObject({ url: z.string().min(1).max(1 << 20) });
-export type ProbeRequest = z.infer<typeof ProbeRequestSchema>;

@@ -6,6 +6,7 @@
  * `crypto.subtle.verify` compares in constant time.
  */
 import { z } from "zod";
+import { bytesToHex, hexToBytes } from "../util/hex.ts";
 
 const enc = new TextEncoder();
 const LABEL = "kvedge/media-url/v1";
@@ -25,25 +26,16 @@ function message(digest: string, exp: number): Uint8Array {
   return enc.encode(`${LABEL}\n${digest}\n${exp}`);
 }
 
-function hex(b: ArrayBuffer): string {
-  const u = new Uint8Array(b);
-  let s = "";
-  for (let i = 0; i < u.length; i++) s += u[i]!.toString(16).padStart(2, "0");
-  return s;
-}
-
+/** A signature is exactly 64 lower-case hex digits. */
 function unhex(s: string): Uint8Array | null {
-  if (!/^[0-9a-f]{64}$/.test(s)) return null;
-  const out = new Uint8Array(32);
-  for (let i = 0; i < 32; i++) out[i] = parseInt(s.slice(i * 2, i * 2 + 2), 16);
-  return out;
+  return s.length === 64 ? hexToBytes(s) : null;
 }
 
 /** The store-relative path a worker fetches: `/v1/media/<digest>?exp=…&sig=…`. */
 export async function signMediaPath(key: CryptoKey, digest: string, exp: number): Promise<string> {
   if (!MediaDigestSchema.safeParse(digest).success) throw new TypeError("media digest must be 64 lower-case hex digits");
   if (!Number.isSafeInteger(exp) || exp <= 0) throw new TypeError("exp must be a positive integer (unix seconds)");
-  const sig = hex(await crypto.subtle.sign("HMAC", key, message(digest, exp) as BufferSource));
+  const sig = bytesToHex(new Uint8Array(await crypto.subtle.sign("HMAC", key, message(digest, exp) as BufferSource)));
   return `/v1/media/${digest}?exp=${exp}&sig=${sig}`;
 }
 

@@ -12,7 +12,6 @@ export const StoreRequestSchema = z.strictObject({
   url: z.string().min(1).max(1 << 16),
   kind: z.enum(["image", "video"]),
 });
-export type StoreRequest = z.infer<typeof StoreRequestSchema>;
 
 export const StoreResultSchema = z.object({
   digest: MediaDigestSchema,

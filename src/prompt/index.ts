@@ -8,21 +8,11 @@ import { preprocessChat, type ChatRequestLike, type DroppedPart, type MediaPart 
 import { isCompatible, type ModelFamily, type ModelProfile, type TemplateId } from "./model-profile.ts";
 import { contentFormatOf, renderTemplate, templateSource } from "./template.ts";
 
-export type { ChatRequestLike, ContentFormat, DroppedPart, MediaKind, MediaPart, PreprocessedChat, TemplateMessage } from "./messages.ts";
-export { dumpTool, preprocessChat } from "./messages.ts";
-export type { ModelFamily, ModelProfile, ModelProfileOverrides, TemplateId } from "./model-profile.ts";
-export {
-  isCompatible,
-  ModelFamilySchema,
-  modelBasename,
-  ModelProfileOverridesSchema,
-  ModelProfileSchema,
-  resolveModelProfile,
-  SUPPORTED_MODELS,
-  TemplateIdSchema,
-  TEMPLATES_BY_FAMILY,
-} from "./model-profile.ts";
-export { contentFormatOf, detectContentFormat, getTemplate, renderTemplate, templateSource } from "./template.ts";
+export type { ChatRequestLike, DroppedPart, MediaPart } from "./messages.ts";
+export { preprocessChat } from "./messages.ts";
+export type { ModelFamily, ModelProfile, TemplateId } from "./model-profile.ts";
+export { modelBasename, ModelProfileOverridesSchema, ModelProfileSchema, resolveModelProfile, TemplateIdSchema } from "./model-profile.ts";
+export { contentFormatOf, detectContentFormat, getTemplate, renderTemplate } from "./template.ts";
 export { parseJsonKeepingNumbers, parseToolsKeepingNumbers, PyNumber, pythonFloatRepr, pythonNumberTextFromLexeme, pythonNumberTextFromValue } from "./py-json.ts";
 
 export interface PreparedPrompt {

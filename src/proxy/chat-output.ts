@@ -6,6 +6,7 @@
  * the text held tool-call markup. The plan is fixed per request; one ChoiceOutput runs per choice.
  */
 import type { ChatCompletionRequest, ToolDefinition } from "../api/openai-schema.ts";
+import { bytesToHex } from "../util/hex.ts";
 import { forceReasoning, ReasoningStream, splitReasoning, type ReasoningParserName } from "./reasoning.ts";
 import { JsonArrayToolCallStream, parseJsonArrayToolCalls } from "./tool-calls/json-array.ts";
 import { parseQwenToolCalls, QwenToolCallStream, type NonStreamToolResult, type StreamStep, type ToolCallDelta } from "./tool-calls/qwen25.ts";
@@ -63,9 +64,7 @@ export function chatOutputPlan(req: ChatCompletionRequest, parsers: ModelParsers
 export function newToolCallId(): string {
   const bytes = new Uint8Array(12);
   crypto.getRandomValues(bytes);
-  let s = "call_";
-  for (const b of bytes) s += b.toString(16).padStart(2, "0");
-  return s;
+  return `call_${bytesToHex(bytes)}`;
 }
 
 export interface OpenAIToolCall {

@@ -8,6 +8,7 @@
 import { z } from "zod";
 import { InternalError } from "../api/errors.ts";
 import type { ChatCompletionRequest } from "../api/openai-schema.ts";
+import { bytesToHex } from "../util/hex.ts";
 import type { GenerateRequestBody, SglangSamplingParams } from "./sglang-wire.ts";
 import { forcedToolCallSchema, qwenStructuralTag } from "./tool-calls/constraint.ts";
 import { pyJsonDumps } from "./tool-calls/json.ts";
@@ -65,9 +66,7 @@ export function mmHashesAllowed(req: Pick<ChatCompletionRequest, "n">): boolean 
 export function newRequestId(): string {
   const bytes = new Uint8Array(16);
   crypto.getRandomValues(bytes);
-  let s = "";
-  for (const b of bytes) s += b.toString(16).padStart(2, "0");
-  return s;
+  return bytesToHex(bytes);
 }
 
 type Constraint = Pick<SglangSamplingParams, "json_schema" | "structural_tag">;

@@ -92,14 +92,3 @@ export type SglangGenerateResult = z.output<typeof GenerateResultSchema>;
 /** The non-stream body: one object, or an array of n when n > 1. */
 export const GenerateResponseSchema = z.union([GenerateResultSchema, z.array(GenerateResultSchema).min(1)]);
 
-/** An inline error frame inside a 200 stream, or the body of an error response. */
-export const UpstreamErrorBodySchema = z.looseObject({
-  error: z.union([
-    z.looseObject({
-      message: z.string().optional(),
-      type: z.string().nullish(),
-      code: z.union([z.number(), z.string()]).nullish(),
-    }),
-    z.string(),
-  ]),
-});

@@ -12,8 +12,7 @@ import { LogprobMetaSchema, toChoiceLogprobs, type ChoiceLogprobs } from "./logp
 import { summarizeUsage, toOpenAIUsage } from "./usage.ts";
 import type { OpenAIUsage, UsageSummary } from "./usage.ts";
 
-export { createChatStreamTranslator, createChatStreamCore } from "./chat-stream.ts";
-export type { ChatStreamOptions, ChatStreamTranslator, ChatStreamCore, StreamOutcome } from "./chat-stream.ts";
+export { createChatStreamTranslator } from "./chat-stream.ts";
 
 export type FinishReason = "stop" | "length" | "abort" | "tool_calls" | (string & {});
 
@@ -128,4 +127,3 @@ export function translateGenerateHttp(
   return translateGenerateResponse(body, ctx);
 }
 
-export type { KvedgeError };

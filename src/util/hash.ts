@@ -41,19 +41,9 @@ function ready(): Hashers {
   return hashers;
 }
 
-/** Seeds other than the preloaded ones need an async hasher creation first. */
-export async function ensureXxh3Seed(seed: bigint): Promise<void> {
-  await initHashing();
-  const h = ready();
-  if (h.xxh3Seeded.has(seed)) return;
-  const lo = Number(seed & 0xffffffffn);
-  const hi = Number((seed >> 32n) & 0xffffffffn);
-  h.xxh3Seeded.set(seed, await createXXHash3(lo, hi));
-}
-
 function xxh3Hasher(seed: bigint): IHasher {
   const h = ready().xxh3Seeded.get(seed);
-  if (!h) throw new Error(`xxh3 seed ${seed} not initialised; call ensureXxh3Seed first`);
+  if (!h) throw new Error(`xxh3 seed ${seed} is not one of the preloaded seeds (initHashing)`);
   return h;
 }
 
@@ -66,13 +56,6 @@ export function xxh3_64(bytes: Uint8Array, seed: bigint = 0n): bigint {
   return new DataView(d.buffer, d.byteOffset, 8).getBigUint64(0, false);
 }
 
-/** xxh3-64 as 16 lower-case hex digits. */
-export function xxh3Hex(bytes: Uint8Array, seed: bigint = 0n): string {
-  const h = xxh3Hasher(seed);
-  h.init();
-  h.update(bytes);
-  return h.digest("hex");
-}
 
 /** A streaming xxh3-64 (for media bytes arriving in chunks). Not re-entrant across awaits: owns a fresh hasher. */
 export async function createStreamingXxh3(seed: bigint = 0n): Promise<IHasher> {
@@ -102,10 +85,4 @@ export function blake3Hex(bytes: Uint8Array | string): string {
   h.init();
   h.update(bytes);
   return h.digest("hex");
-}
-
-export function bytesToHex(bytes: Uint8Array): string {
-  let s = "";
-  for (let i = 0; i < bytes.length; i++) s += bytes[i]!.toString(16).padStart(2, "0");
-  return s;
 }

@@ -34,7 +34,8 @@ import {
   type VideoPipelineParams,
 } from "../../src/layout/index.ts";
 import { engineBlockHashes } from "../../src/kv/engine-block-hash.ts";
-import { bytesToHex, initHashing } from "../../src/util/hash.ts";
+import { initHashing } from "../../src/util/hash.ts";
+import { bytesToHex } from "../../src/util/hex.ts";
 
 const repoRoot = resolve(dirname(fileURLToPath(import.meta.url)), "../..");
 const envDir = process.env["GOLDEN_DIR"];

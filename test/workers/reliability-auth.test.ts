@@ -14,7 +14,7 @@ import worker from "../../functions/index.ts";
 import { deriveRelayKey, formatRelayCredential, mintRelayToken, parseRelayCredential, RELAY_TOKEN_MAX_SKEW_S } from "../../src/kv/relay-auth.ts";
 import { localBlockHashes } from "../../src/kv/block-hash.ts";
 import { localHashToHex } from "../../src/kv/relay-protocol.ts";
-import { fullBucket, takeToken } from "../../src/edge/rate-limit.ts";
+import { fullBucket, takeToken } from "../../src/util/token-bucket.ts";
 import { initHashing } from "../../src/util/hash.ts";
 import "../../functions/wasm-shim.ts";
 import { issueRelayKey, nextMessage, TEST_WORKER_URL } from "./ws-helpers.ts";

@@ -8,9 +8,8 @@ import { BpeEngine, type EngineCacheStats } from "./engine.ts";
 import { QwenTokenizerImpl, type AddedToken, type ModelFamily, type QwenTokenizer } from "./tokenizer.ts";
 import { decodeVocab } from "./vocab.ts";
 
-export type { AddedToken, ModelFamily, QwenTokenizer, SpecialIds } from "./tokenizer.ts";
+export type { ModelFamily, QwenTokenizer } from "./tokenizer.ts";
 export type { EngineCacheStats } from "./engine.ts";
-export type { SegmentCacheStats } from "./segment-cache.ts";
 
 export const MODEL_FAMILIES: readonly ModelFamily[] = ["qwen2_vl", "qwen2_5_vl", "qwen3_vl"];
 
