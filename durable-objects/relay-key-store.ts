@@ -1,9 +1,9 @@
 /**
- * The pool's relay-key registry (src/kv/relay-auth.ts), in the pool object's SQLite: which key ids
+ * The pool's relay-key registry (src/relay-wire/relay-auth.ts), in the pool object's SQLite: which key ids
  * exist, what each is bound to (pool, worker id, worker URL) and whether it was revoked. No key
  * material is stored: the edge derives keys from the pool secret and these rows.
  */
-import type { RelayKeyRecord } from "../src/kv/relay-auth.ts";
+import type { RelayKeyRecord } from "../src/relay-wire/relay-auth.ts";
 
 interface KeyRow extends Record<string, SqlStorageValue> {
   key_id: string;

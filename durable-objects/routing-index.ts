@@ -1,5 +1,5 @@
 /**
- * RoutingIndex: one Durable Object per model pool. Thin adapter around src/kv/routing-core.ts:
+ * RoutingIndex: one Durable Object per model pool. Thin adapter around src/routing-index/routing-core.ts:
  * - SQLite keeps the worker registry (survives eviction and restarts);
  * - relays connect over hibernatable WebSockets (authenticated by the edge before the upgrade
  *   reaches us; the verified worker id is the socket's tag);
@@ -8,18 +8,18 @@
  * (first start, or waking after hibernation) all connected relays are asked to resync.
  */
 import { DurableObject } from "cloudflare:workers";
-import { RoutingCore, type RouteDecision, type RoutePreview, type RouteRequest, type SettleRequest, type WorkerRecord } from "../src/kv/routing-core.ts";
+import { RoutingCore, type RouteDecision, type RoutePreview, type RouteRequest, type SettleRequest, type WorkerRecord } from "../src/routing-index/routing-core.ts";
 import type { PoolMetricsSnapshot } from "../src/metrics/pool-snapshot.ts";
-import { RelayMessageSchema, type IndexToRelay } from "../src/kv/relay-protocol.ts";
-import { MAX_RELAY_MESSAGE_BYTES } from "../src/kv/relay-protocol.ts";
+import { RelayMessageSchema, type IndexToRelay } from "../src/relay-wire/relay-protocol.ts";
+import { MAX_RELAY_MESSAGE_BYTES } from "../src/relay-wire/relay-protocol.ts";
 import { initHashing } from "../src/util/hash.ts";
-import { parseRegionsVar, type RegionsConfig } from "../src/kv/regions.ts";
+import { parseRegionsVar, type RegionsConfig } from "../src/selection/regions.ts";
 
 import { parseRoutingVar, shardCountOf } from "../src/api/config.ts";
 import type { WorkerContract } from "../src/layout/index.ts";
-import { shardObjectName } from "../src/kv/shard.ts";
-import { LoadOpBatchSchema, type LoadOpBatch, type LoadSyncStats } from "../src/kv/load-replica.ts";
-import { helloUrlMatchesKey, type RelayKeyRecord } from "../src/kv/relay-auth.ts";
+import { shardObjectName } from "../src/block-index/shard.ts";
+import { LoadOpBatchSchema, type LoadOpBatch, type LoadSyncStats } from "../src/load/load-replica.ts";
+import { helloUrlMatchesKey, type RelayKeyRecord } from "../src/relay-wire/relay-auth.ts";
 import { RelayKeyStore } from "./relay-key-store.ts";
 
 const SCHEMA_VERSION = 3;
@@ -34,7 +34,7 @@ interface Attachment {
 
 export interface RoutingIndexEnv {
   KVEDGE_ROUTING?: string;
-  /** Regions and RTT table for region-aware selection (src/kv/regions.ts); unset = off. */
+  /** Regions and RTT table for region-aware selection (src/selection/regions.ts); unset = off. */
   KVEDGE_REGIONS?: string;
   /** Shard objects per pool (docs/scale.md §3); unset = 1. */
   KVEDGE_SHARDS?: string;
@@ -341,7 +341,7 @@ export class RoutingIndex extends DurableObject<RoutingIndexEnv> {
     this.#scheduleLoadSync();
   }
 
-  // ---- load replication between shards (src/kv/load-replica.ts) ----
+  // ---- load replication between shards (src/load/load-replica.ts) ----
 
   /** Sends queued load changes to the other shards within loadSyncMs, batching what comes meanwhile. */
   #scheduleLoadSync(): void {

@@ -7,12 +7,12 @@ import { RateLimiter } from "../durable-objects/rate-limiter.ts";
 import { errorResponse, InvalidRequestError, MethodNotAllowedError, NotFoundError, AuthenticationError, ConfigError } from "../src/api/errors.ts";
 import { parseEdgeConfig, type BucketConfig, type EdgeConfig } from "../src/api/config.ts";
 import { authorizeClient, bearerToken } from "../src/edge/auth.ts";
-import { verifyRelayConnect } from "../src/kv/relay-auth.ts";
+import { verifyRelayConnect } from "../src/relay-wire/relay-auth.ts";
 import { clientNetwork, enforceRateLimit, rateLimitBucketName, rateLimitHeaders, type BucketKind } from "../src/edge/rate-limit.ts";
 import { handleChatCompletions, type IndexClient } from "../src/edge/chat.ts";
 import { handleAdminRoute, type AdminIndexClient } from "../src/edge/admin-routes.ts";
 import { initHashing } from "../src/util/hash.ts";
-import { shardObjectName } from "../src/kv/shard.ts";
+import { shardObjectName } from "../src/block-index/shard.ts";
 
 export { RoutingIndex, RateLimiter };
 
@@ -62,7 +62,7 @@ async function limit(env: Env, config: EdgeConfig, kind: BucketKind, client: { a
   await enforceRateLimit(ns.getByName(rateLimitBucketName(kind, client)), cfg);
 }
 
-/** Shard `shard` of a pool's routing index; shard 0 is also the pool object (src/kv/shard.ts). */
+/** Shard `shard` of a pool's routing index; shard 0 is also the pool object (src/block-index/shard.ts). */
 function indexFor(env: Env, model: string, shard = 0): DurableObjectStub<RoutingIndex> {
   return env.ROUTING_INDEX.getByName(shardObjectName(model, shard));
 }

@@ -3,8 +3,8 @@
  * and inside workerd): `workers` synced workers with `blocksPerWorker` blocks each, in chains of 64
  * (random contents: they occupy the index like real traffic but never match a real prompt).
  */
-import { localHashToHex } from "../../src/kv/relay-protocol.ts";
-import { RoutingCore } from "../../src/kv/routing-core.ts";
+import { localHashToHex } from "../../src/relay-wire/relay-protocol.ts";
+import { RoutingCore } from "../../src/routing-index/routing-core.ts";
 
 export interface IndexFixture {
   core: RoutingCore;

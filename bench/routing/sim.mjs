@@ -8,9 +8,9 @@
 // picks the least TTFT under the worker's own (true) cost model, not the router's estimate.
 import { PagedRadixCache } from "../../services/sglang-sim/radix-cache.ts";
 import { TIMING_PRESETS } from "../../services/sglang-sim/timing.ts";
-import { WorkerBlockSet } from "../../src/kv/worker-block-set.ts";
-import { RoutingCore } from "../../src/kv/routing-core.ts";
-import { localBlockHashes } from "../../src/kv/block-hash.ts";
+import { WorkerBlockSet } from "../../services/relay/worker-block-set.ts";
+import { RoutingCore } from "../../src/routing-index/routing-core.ts";
+import { localBlockHashes } from "../../src/blocks/block-hash.ts";
 import { rng } from "../lib/stats.mjs";
 import { Heap } from "../lib/heap.mjs";
 import { CalibratedWorker, LinearWorker, peekPrefix as peekPagePrefix } from "../lib/worker-model.mjs";

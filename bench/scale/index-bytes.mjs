@@ -2,7 +2,7 @@
 // chains of B blocks (shared system-prompt heads, then private turns), stored through the wire path
 // the Durable Object uses; reports the index's own typed-array storage and the V8 heap after GC.
 // `npx node --expose-gc bench/scale/index-bytes.mjs [workers] [blocksPerWorker]`
-import { RadixIndex } from "../../src/kv/radix-index.ts";
+import { RadixIndex } from "../../src/block-index/radix-index.ts";
 
 const W = Number(process.argv[2] ?? 32);
 const PER = Number(process.argv[3] ?? 30_000);

@@ -14,11 +14,11 @@
 // Work is timed per shard object (CPU time): route decisions, event ingestion, foreign load updates.
 import { PagedRadixCache } from "../../services/sglang-sim/radix-cache.ts";
 import { TIMING_PRESETS } from "../../services/sglang-sim/timing.ts";
-import { WorkerBlockSet } from "../../src/kv/worker-block-set.ts";
-import { RoutingCore } from "../../src/kv/routing-core.ts";
-import { ShardedIndex, ChainRootRouter, splitRelayEvents, shardOf } from "../../src/kv/shard.ts";
-import { RegionsConfigSchema } from "../../src/kv/regions.ts";
-import { localBlockHashes } from "../../src/kv/block-hash.ts";
+import { WorkerBlockSet } from "../../services/relay/worker-block-set.ts";
+import { RoutingCore } from "../../src/routing-index/routing-core.ts";
+import { ShardedIndex, ChainRootRouter, splitRelayEvents, shardOf } from "../../src/block-index/shard.ts";
+import { RegionsConfigSchema } from "../../src/selection/regions.ts";
+import { localBlockHashes } from "../../src/blocks/block-hash.ts";
 import { rng } from "../lib/stats.mjs";
 import { Heap } from "../lib/heap.mjs";
 import { admit, finished, prefilled } from "../lib/worker-model.mjs";
@@ -79,10 +79,10 @@ export function runScale(trace, opts) {
         random: rng(seed + 1000 * k),
         now: () => now,
         regions: SCALE_REGIONS,
-        // The shard objects' own replication code (src/kv/load-replica.ts), as the Durable Object runs it.
+        // The shard objects' own replication code (src/load/load-replica.ts), as the Durable Object runs it.
         replicateLoad: layout === "replicated" && shards > 1,
         ...(layout === "central" && shards > 1 ? { index: new ShardedIndex(shards) } : {}),
-        // Per-object block budget (src/kv/block-budget.ts); bench/scale/budget.mjs shows what it refuses.
+        // Per-object block budget (src/block-index/block-budget.ts); bench/scale/budget.mjs shows what it refuses.
         // Without one the simulation models an unbounded object (as before budgets existed).
         ...(opts.blockBudget ? { blockBudget: opts.blockBudget } : { blockBudget: Number.MAX_SAFE_INTEGER, indexBudgetBytes: Infinity }),
       }),

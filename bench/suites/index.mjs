@@ -1,4 +1,4 @@
-// Suite "index": the routing index (src/kv/radix-index.ts via RoutingCore) at 64 workers and 1 M
+// Suite "index": the routing index (src/block-index/radix-index.ts via RoutingCore) at 64 workers and 1 M
 // indexed (worker, block) entries: find-matches latency, event ingestion rate, memory per block.
 import { rng, summarize, zipf } from "../lib/stats.mjs";
 import { topSelfTime } from "../lib/profile.mjs";
@@ -17,8 +17,8 @@ export default {
   name: "index",
   title: "Routing index: find matches, ingestion, memory",
   async run(ctx) {
-    const { RoutingCore } = await import("../../src/kv/routing-core.ts");
-    const { localHashToHex, RelayEventsSchema } = await import("../../src/kv/relay-protocol.ts");
+    const { RoutingCore } = await import("../../src/routing-index/routing-core.ts");
+    const { localHashToHex, RelayEventsSchema } = await import("../../src/relay-wire/relay-protocol.ts");
     const WORKERS = 64;
     // --quick builds a quarter of the index: the 1 M-block figures come from full runs.
     const TOTAL = ctx.tiny ? 20_000 : ctx.quick ? 250_000 : 1_000_000;
@@ -39,7 +39,7 @@ export default {
     };
 
     const newCore = () => {
-      // 1 M entries is above an object's default block budget (src/kv/block-budget.ts): the suite
+      // 1 M entries is above an object's default block budget (src/block-index/block-budget.ts): the suite
       // measures the index itself at that size, so the budget is lifted here.
       const core = new RoutingCore({ blockSize: 16, random, now: () => Date.now(), blockBudget: 1 << 23, indexBudgetBytes: Infinity });
       for (let w = 0; w < WORKERS; w++) {

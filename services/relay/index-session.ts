@@ -1,5 +1,5 @@
 /**
- * The relay's outbound WebSocket session with its pool's routing index (src/kv/relay-protocol.ts).
+ * The relay's outbound WebSocket session with its pool's routing index (src/relay-wire/relay-protocol.ts).
  * Per connection: hello → wait for welcome → full dump → streamed `events` batches. Events produced
  * while not streaming are not queued: the dump sent after the next welcome already contains them.
  * Reconnects with jittered exponential backoff; answers `resync` with a fresh dump. Each connect
@@ -7,7 +7,7 @@
  * One session feeds one shard of the pool's index (services/relay/shard-fanout.ts, docs/scale.md §3).
  */
 import WebSocket from "ws";
-import type { DumpBlock } from "../../src/kv/worker-block-set.ts";
+import type { DumpBlock } from "./worker-block-set.ts";
 import {
   MAX_RELAY_MESSAGE_BYTES,
   type IndexToRelay,
@@ -17,16 +17,16 @@ import {
   type RelayHello,
   type RelayMessage,
   type WorkerStatus,
-} from "../../src/kv/relay-protocol.ts";
-import { mintRelayToken } from "../../src/kv/relay-auth.ts";
-import { shardObjectName } from "../../src/kv/shard.ts";
+} from "../../src/relay-wire/relay-protocol.ts";
+import { mintRelayToken } from "../../src/relay-wire/relay-auth.ts";
+import { shardObjectName } from "../../src/block-index/shard.ts";
 import { errorMessage, type Logger } from "./log.ts";
 
 export interface IndexSessionOptions {
   /** Full ws(s) URL of the relay endpoint, query included. */
   url: string;
   /**
-   * The worker's relay credential `kvr1.<key id>.<key>` (src/kv/relay-auth.ts). Never sent: every connect
+   * The worker's relay credential `kvr1.<key id>.<key>` (src/relay-wire/relay-auth.ts). Never sent: every connect
    * presents a fresh single-use token signed with it for the URL's worker and shard object
    * (`shardObjectName(model, shard)`; the plain model for shard 0).
    */

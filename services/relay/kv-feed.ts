@@ -13,7 +13,7 @@ import {
   decodeKvEventMessage,
   type DecodeDrop,
   type KvCacheEvent,
-} from "../../src/kv/event-decode.ts";
+} from "../../src/engine-events/event-decode.ts";
 import { errorMessage, type Logger } from "./log.ts";
 import { requestReplay, type ReplayedBatch } from "./replay-client.ts";
 import type { Serial } from "./serial.ts";

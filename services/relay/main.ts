@@ -10,7 +10,7 @@ import { parseArgs } from "node:util";
 import { createLogger, errorMessage, type LogLevel } from "./log.ts";
 import { startRelay } from "./relay.ts";
 import { RelayStartupError } from "./worker-info.ts";
-import { parseRelayCredential } from "../../src/kv/relay-auth.ts";
+import { parseRelayCredential } from "../../src/relay-wire/relay-auth.ts";
 
 const USAGE = `usage: npx node services/relay/main.ts --worker-url URL --index-url WS_URL --worker-id ID
        [--model NAME] [--key-env VAR (default KVEDGE_RELAY_KEY) | --key-file PATH] [--advertise-url URL]

@@ -1,6 +1,6 @@
 /** Relay configuration (zod is the source of truth; the CLI maps its flags onto this). */
 import { z } from "zod";
-import { parseRelayCredential } from "../../src/kv/relay-auth.ts";
+import { parseRelayCredential } from "../../src/relay-wire/relay-auth.ts";
 
 const wsUrl = z
   .string()
@@ -19,7 +19,7 @@ export const RelayOptionsSchema = z.object({
   /**
    * This worker's relay credential `kvr1.<key id>.<key>` (issued by `kvedge relay-key issue`, bound
    * to this worker id and advertised URL); each connect mints a fresh signed token from it
-   * (src/kv/relay-auth.ts). The pool secret never reaches a relay host.
+   * (src/relay-wire/relay-auth.ts). The pool secret never reaches a relay host.
    */
   credential: z.string().refine((s) => parseRelayCredential(s) !== null, "relay credential must look like kvr1.<key id>.<64 hex digits>"),
   /** Worker URL announced to the index (as the edge should reach it); defaults to workerUrl. */

@@ -20,8 +20,8 @@
  * part of the set whose chain roots hash to it (ShardFanout, docs/scale.md §3).
  */
 import type { ModelDirFiles } from "../../src/layout/index.ts";
-import type { RelayHello } from "../../src/kv/relay-protocol.ts";
-import { WorkerBlockSet } from "../../src/kv/worker-block-set.ts";
+import type { RelayHello } from "../../src/relay-wire/relay-protocol.ts";
+import { WorkerBlockSet } from "./worker-block-set.ts";
 import { initHashing } from "../../src/util/hash.ts";
 import { readModelDir, resolveContract, type ContractResolution } from "./contract.ts";
 import { KvFeed, emptyFeedStats, type FeedBatch, type KvFeedStats } from "./kv-feed.ts";

@@ -5,7 +5,7 @@
  * leak late replies into the next one.
  */
 import * as zmq from "zeromq";
-import { decodeSeq, encodeSeq, REPLAY_END_SEQ } from "../../src/kv/event-decode.ts";
+import { decodeSeq, encodeSeq, REPLAY_END_SEQ } from "../../src/engine-events/event-decode.ts";
 
 export interface ReplayedBatch {
   seq: number;

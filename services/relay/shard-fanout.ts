@@ -12,9 +12,9 @@
  * clears or replaces the set, and feeds it every applied batch), so a shard's dump is simply the
  * set's dump filtered by the router, parents still before children.
  */
-import type { RelayEvent } from "../../src/kv/relay-protocol.ts";
-import { ChainRootRouter, MAX_SHARDS, splitRelayEvents } from "../../src/kv/shard.ts";
-import type { DumpBlock } from "../../src/kv/worker-block-set.ts";
+import type { RelayEvent } from "../../src/relay-wire/relay-protocol.ts";
+import { ChainRootRouter, MAX_SHARDS, splitRelayEvents } from "../../src/block-index/shard.ts";
+import type { DumpBlock } from "./worker-block-set.ts";
 import type { IndexSession, IndexSessionOptions, IndexSessionStats, WelcomeInfo } from "./index-session.ts";
 import { errorMessage, type Logger } from "./log.ts";
 

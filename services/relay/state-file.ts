@@ -10,7 +10,7 @@ import { createHash } from "node:crypto";
 import { closeSync, fsyncSync, openSync, readFileSync, renameSync, rmSync, statSync, writeSync } from "node:fs";
 import { dirname } from "node:path";
 import { z } from "zod";
-import { DumpBlockSchema } from "../../src/kv/relay-protocol.ts";
+import { DumpBlockSchema } from "../../src/relay-wire/relay-protocol.ts";
 
 export const STATE_VERSION = 1;
 

@@ -3,7 +3,7 @@
  * resumed (and fetch the replay that follows it); while running, save the view every
  * `stateIntervalMs` when it changed; on shutdown, save once more.
  */
-import type { DumpBlock } from "../../src/kv/worker-block-set.ts";
+import type { DumpBlock } from "./worker-block-set.ts";
 import { errorMessage, type Logger } from "./log.ts";
 import { requestReplay, type ReplayedBatch } from "./replay-client.ts";
 import { loadRelayState, payloadDigest, resumeVerdict, saveRelayState, type RelayState } from "./state-file.ts";

@@ -15,7 +15,7 @@
  */
 import { encode } from "@msgpack/msgpack";
 import type { KvEvent } from "./radix-cache.ts";
-import { GPU_MEDIUM } from "../../src/kv/event-decode.ts";
+import { GPU_MEDIUM } from "../../src/engine-events/event-decode.ts";
 
 function wireInt(h: bigint): number | bigint {
   return h >= -0x8000_0000n && h <= 0xffff_ffffn ? Number(h) : h;

@@ -15,7 +15,7 @@
  *    elements in order, and events carry the pairs (mem_cache/events.py _record_store_event).
  * Requires initHashing() (engine hashes use the project's sha256).
  */
-import { engineBlockHashes } from "../../src/kv/engine-block-hash.ts";
+import { engineBlockHashes } from "./engine-block-hash.ts";
 import { sha256 } from "../../src/util/hash.ts";
 
 /** One radix key element: a token id, or (bigram mode) a pair "a,b". */

@@ -6,10 +6,10 @@
  * error, not an ignored one.
  */
 import { z } from "zod";
-import { DEFAULT_BLOCK_BUDGET } from "../kv/block-budget.ts";
+import { DEFAULT_BLOCK_BUDGET } from "../block-index/block-budget.ts";
 import { ConfigError } from "./errors.ts";
 import { LimitsSchema, type Limits } from "./limits.ts";
-import { RegionsConfigSchema } from "../kv/regions.ts";
+import { RegionsConfigSchema } from "../selection/regions.ts";
 import { SafeFetchPolicySchema } from "../media/safe-fetch.ts";
 
 export const ModelFamilySchema = z.enum(["qwen2_vl", "qwen2_5_vl", "qwen3_vl"]);
@@ -64,7 +64,7 @@ export const DEFAULT_MODELS: ModelConfig[] = [
 export const RoutingConfigSchema = z.strictObject({
   /**
    * Worker cost: "ttft" = estimated time to first token (queued + uncached prefill at the worker's
-   * prefill rate, decode interference, and round trip when KVEDGE_REGIONS is set; src/kv/regions.ts);
+   * prefill rate, decode interference, and round trip when KVEDGE_REGIONS is set; src/selection/regions.ts);
    * "blocks" = Dynamo's block count (uncached + queued prefill blocks + decodeWeight × decode blocks).
    */
   cost: z.enum(["ttft", "blocks"]).default("ttft"),
@@ -86,7 +86,7 @@ export const RoutingConfigSchema = z.strictObject({
   profileTtlMs: z.number().int().min(0).max(60_000).default(2_000),
   /** Sharded index: longest delay before one shard's load changes reach the others (docs/scale.md). */
   loadSyncMs: z.number().int().min(0).max(1_000).default(5),
-  /** Most (worker, block) entries one index object holds; beyond it blocks are refused (src/kv/block-budget.ts, docs/scale.md §4). */
+  /** Most (worker, block) entries one index object holds; beyond it blocks are refused (src/block-index/block-budget.ts, docs/scale.md §4). */
   blockBudget: z.number().int().min(1_000).max(1_500_000).default(DEFAULT_BLOCK_BUDGET),
 });
 export type RoutingConfig = z.infer<typeof RoutingConfigSchema>;

@@ -11,15 +11,15 @@ import { AuthenticationError, InvalidRequestError, MethodNotAllowedError, NotFou
 import type { EdgeConfig } from "../api/config.ts";
 import { readBodyText } from "../api/validate.ts";
 import { getQwenTokenizer } from "../prompt/tokenizer/index.ts";
-import type { RoutePreview } from "../kv/routing-core.ts";
-import { localHashToHex } from "../kv/relay-protocol.ts";
+import type { RoutePreview } from "../routing-index/routing-core.ts";
+import { localHashToHex } from "../relay-wire/relay-protocol.ts";
 import { EXPOSITION_CONTENT_TYPE } from "../metrics/exposition.ts";
 import { renderMetrics, type PoolScrape } from "../metrics/pool-families.ts";
 import { hitRate, type CohortView, type PoolMetricsSnapshot, type WorkerView } from "../metrics/pool-snapshot.ts";
 import { choiceReason } from "../metrics/decision-reason.ts";
 import { dashboardHtml, dashboardLoginHtml } from "../dashboard/page.ts";
 import { initHashing } from "../util/hash.ts";
-import { shardForRequest } from "../kv/shard.ts";
+import { shardForRequest } from "../block-index/shard.ts";
 import { mergeShardSnapshots, mergeShardWorkers } from "../metrics/merge-shards.ts";
 import { bearerToken } from "./auth.ts";
 import { timingSafeEqualString } from "../util/constant-time.ts";

@@ -19,9 +19,9 @@ import type { ChatCompletionRequest } from "../api/openai-schema.ts";
 import { parseToolsKeepingNumbers, preparePrompt } from "../prompt/index.ts";
 import { sharedPrefixCache } from "../prompt/prefix-cache.ts";
 import { getQwenTokenizer } from "../prompt/tokenizer/index.ts";
-import { localBlockHashes, namespacedLocalHashes, namespaceTag } from "../kv/block-hash.ts";
-import { shardForRequest } from "../kv/shard.ts";
-import type { RouteDecision, RouteRequest, SettleRequest } from "../kv/routing-core.ts";
+import { localBlockHashes, namespacedLocalHashes, namespaceTag } from "../blocks/block-hash.ts";
+import { shardForRequest } from "../block-index/shard.ts";
+import type { RouteDecision, RouteRequest, SettleRequest } from "../routing-index/routing-core.ts";
 import { buildGenerateBody, newRequestId } from "../proxy/generate-request.ts";
 import { cacheSaltFor } from "./cache-salt.ts";
 import { createChatStreamTranslator, translateGenerateHttp } from "../proxy/translate.ts";
@@ -524,7 +524,7 @@ async function proxyOnce(
   });
 }
 
-/** The Cloudflare colo serving this request (regions: src/kv/regions.ts); null outside Cloudflare. */
+/** The Cloudflare colo serving this request (regions: src/selection/regions.ts); null outside Cloudflare. */
 function edgeColoOf(request: Request): string | null {
   const colo = (request as { cf?: { colo?: unknown } }).cf?.colo;
   return typeof colo === "string" ? colo : null;

@@ -1,5 +1,5 @@
 /**
- * Relay keys, operator side (src/kv/relay-auth.ts; docs/relay.md §Credentials). Called by the admin
+ * Relay keys, operator side (src/relay-wire/relay-auth.ts; docs/relay.md §Credentials). Called by the admin
  * routes after the admin check:
  *   POST /admin/relay-keys                 {model?, workerId, url} → 201 {keyId, …, credential}
  *   GET  /admin/relay-keys?model=M         → {model, keys: [records without key material]}
@@ -18,7 +18,7 @@ import {
   normalizeWorkerUrl,
   WORKER_ID_PATTERN,
   type RelayKeyRecord,
-} from "../kv/relay-auth.ts";
+} from "../relay-wire/relay-auth.ts";
 
 /** What these routes need from a pool's index (shard 0 keeps the registry; every shard closes sockets). */
 export interface RelayKeyIndexClient {

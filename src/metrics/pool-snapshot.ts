@@ -10,7 +10,7 @@ export interface WorkerView {
   status: "up" | "down" | "draining";
   blocks: number;
   synced: boolean;
-  /** The index's blocks for this worker may be wrong (src/kv/approximate-workers.ts). */
+  /** The index's blocks for this worker may be wrong (src/routing-index/approximate-workers.ts). */
   approximate: boolean;
   approximateReasons: string[];
   activeRequests: number;
@@ -55,7 +55,7 @@ export interface PoolMetricsSnapshot {
   at: number;
   blockSize: number | null;
   indexedBlocks: number;
-  /** Most (worker, block) entries one index object holds (src/kv/block-budget.ts); summed over shards. */
+  /** Most (worker, block) entries one index object holds (src/block-index/block-budget.ts); summed over shards. */
   blockBudget: number;
   activeRequests: number;
   counters: IndexCounters;

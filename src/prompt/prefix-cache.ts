@@ -21,7 +21,7 @@
  * bucket. (Hashing the whole prefix instead, chained over the messages, was measured at ~75 % of a
  * hit.) Keys include the tokenizer (model family) and the block size. Bounded by cached tokens, LRU.
  */
-import { localBlockHashes, localBlockHashesOfParts } from "../kv/block-hash.ts";
+import { localBlockHashes, localBlockHashesOfParts } from "../blocks/block-hash.ts";
 import { xxh3_64 } from "../util/hash.ts";
 
 /** What the cache needs from a tokenizer (QwenTokenizer satisfies it). */

@@ -5,8 +5,8 @@
  * log capture from the fleet's children.
  */
 import * as zmq from "zeromq";
-import { localBlockHash } from "../../src/kv/block-hash.ts";
-import { localHashToHex } from "../../src/kv/relay-protocol.ts";
+import { localBlockHash } from "../../src/blocks/block-hash.ts";
+import { localHashToHex } from "../../src/relay-wire/relay-protocol.ts";
 import { initHashing } from "../../src/util/hash.ts";
 import type { Fleet } from "../../scripts/local-fleet.ts";
 

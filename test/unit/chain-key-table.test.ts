@@ -1,7 +1,7 @@
 import { describe, expect, it } from "vitest";
 import fc from "fast-check";
-import { ChainKeyTable } from "../../src/kv/chain-key-table.ts";
-import { chainKeysOf } from "../../src/kv/load-tracker.ts";
+import { ChainKeyTable } from "../../src/load/chain-key-table.ts";
+import { chainKeysOf } from "../../src/load/load-tracker.ts";
 
 /** The plain model: key → (slot → count). */
 class Model {

@@ -14,7 +14,7 @@ import type { AddressInfo } from "node:net";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { parseEdgeConfig } from "../../src/api/config.ts";
 import { handleChatCompletions, type ChatDeps, type IndexClient } from "../../src/edge/chat.ts";
-import { RoutingCore } from "../../src/kv/routing-core.ts";
+import { RoutingCore } from "../../src/routing-index/routing-core.ts";
 import { initHashing } from "../../src/util/hash.ts";
 import { startSimulatedWorker, type SimulatedWorker } from "../../services/sglang-sim/worker.ts";
 

@@ -3,16 +3,16 @@
  * shared prefixes stored as chained pages, leaves evicted) interleaved with junk — wrong frame
  * counts, bad sequence frames, random bytes and non-batch msgpack as payloads, unknown event tags,
  * malformed events, wrong block sizes, self-referencing and repeated blocks, unknown parents,
- * removals of unknown blocks, non-GPU media. Decoding (src/kv/event-decode.ts) and the worker block
- * set (src/kv/worker-block-set.ts) must count and drop every piece of junk and end with exactly
+ * removals of unknown blocks, non-GPU media. Decoding (src/engine-events/event-decode.ts) and the worker block
+ * set (services/relay/worker-block-set.ts) must count and drop every piece of junk and end with exactly
  * the block set of the valid stream alone.
  */
 import { encode } from "@msgpack/msgpack";
 import fc from "fast-check";
 import { beforeAll, describe, expect, it } from "vitest";
-import { decodeKvEventMessage, encodeSeq } from "../../src/kv/event-decode.ts";
-import { engineBlockHashes } from "../../src/kv/engine-block-hash.ts";
-import { WorkerBlockSet } from "../../src/kv/worker-block-set.ts";
+import { decodeKvEventMessage, encodeSeq } from "../../src/engine-events/event-decode.ts";
+import { engineBlockHashes } from "../../services/sglang-sim/engine-block-hash.ts";
+import { WorkerBlockSet } from "../../services/relay/worker-block-set.ts";
 import { initHashing } from "../../src/util/hash.ts";
 import { encodeEventBatch } from "../../services/sglang-sim/kv-wire.ts";
 import type { KvEvent } from "../../services/sglang-sim/radix-cache.ts";

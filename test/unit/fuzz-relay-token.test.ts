@@ -1,5 +1,5 @@
 /**
- * Relay credentials (src/kv/relay-auth.ts) under generated input: a key is HMAC(secret, binding)
+ * Relay credentials (src/relay-wire/relay-auth.ts) under generated input: a key is HMAC(secret, binding)
  * (checked against Node's own HMAC); a token minted with a worker's credential verifies for exactly
  * its key, worker, audience and time window; any single-character change, another worker id (dots
  * included), audience or clock outside ±skew is refused; the edge's whole connect check refuses
@@ -21,8 +21,8 @@ import {
   relayTokenKeyId,
   verifyRelayConnect,
   type RelayKeyRecord,
-} from "../../src/kv/relay-auth.ts";
-import { RelayHelloSchema } from "../../src/kv/relay-protocol.ts";
+} from "../../src/relay-wire/relay-auth.ts";
+import { RelayHelloSchema } from "../../src/relay-wire/relay-protocol.ts";
 
 const SECRET = "fuzz-relay-secret-0123456789";
 const MODEL = "Qwen/Qwen3-VL-8B-Instruct";

@@ -33,7 +33,7 @@ import {
   type SmallSidePolicy,
   type VideoPipelineParams,
 } from "../../src/layout/index.ts";
-import { engineBlockHashes } from "../../src/kv/engine-block-hash.ts";
+import { engineBlockHashes } from "../../services/sglang-sim/engine-block-hash.ts";
 import { initHashing } from "../../src/util/hash.ts";
 import { bytesToHex } from "../../src/util/hex.ts";
 

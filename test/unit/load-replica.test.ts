@@ -3,9 +3,9 @@
  * changes decisions there, and is released with it; ids never collide; lag is measured.
  */
 import { beforeAll, describe, expect, it } from "vitest";
-import { RoutingCore } from "../../src/kv/routing-core.ts";
-import { localBlockHashes } from "../../src/kv/block-hash.ts";
-import { LagWindow, LoadOpBatchSchema, replicaReceiptId, Tombstones } from "../../src/kv/load-replica.ts";
+import { RoutingCore } from "../../src/routing-index/routing-core.ts";
+import { localBlockHashes } from "../../src/blocks/block-hash.ts";
+import { LagWindow, LoadOpBatchSchema, replicaReceiptId, Tombstones } from "../../src/load/load-replica.ts";
 import { initHashing } from "../../src/util/hash.ts";
 
 beforeAll(() => initHashing());

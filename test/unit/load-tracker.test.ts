@@ -5,8 +5,8 @@
  */
 import fc from "fast-check";
 import { describe, expect, it } from "vitest";
-import { chainKeysOf, LoadTracker } from "../../src/kv/load-tracker.ts";
-import { PendingRoutes } from "../../src/kv/pending-routes.ts";
+import { chainKeysOf, LoadTracker } from "../../src/load/load-tracker.ts";
+import { PendingRoutes } from "../../src/load/pending-routes.ts";
 
 function chainKeysReference(hashes: readonly bigint[]): number[] {
   const out: number[] = [];

@@ -5,9 +5,9 @@
  */
 import { createRequire } from "node:module";
 import { beforeAll, describe, expect, it } from "vitest";
-import { RoutingCore } from "../../src/kv/routing-core.ts";
-import { localBlockHashes } from "../../src/kv/block-hash.ts";
-import { localHashToHex } from "../../src/kv/relay-protocol.ts";
+import { RoutingCore } from "../../src/routing-index/routing-core.ts";
+import { localBlockHashes } from "../../src/blocks/block-hash.ts";
+import { localHashToHex } from "../../src/relay-wire/relay-protocol.ts";
 import { renderMetrics } from "../../src/metrics/pool-families.ts";
 import { initHashing } from "../../src/util/hash.ts";
 import { parsePrometheusText } from "./metrics-prom-parser.ts";

@@ -6,9 +6,9 @@ import { ReceiptSeries } from "../../src/metrics/time-series.ts";
 import { choiceReason } from "../../src/metrics/decision-reason.ts";
 import { cohortOf, hitRate } from "../../src/metrics/pool-snapshot.ts";
 import { renderMetrics } from "../../src/metrics/pool-families.ts";
-import { RoutingCore } from "../../src/kv/routing-core.ts";
-import { localBlockHashes } from "../../src/kv/block-hash.ts";
-import { localHashToHex } from "../../src/kv/relay-protocol.ts";
+import { RoutingCore } from "../../src/routing-index/routing-core.ts";
+import { localBlockHashes } from "../../src/blocks/block-hash.ts";
+import { localHashToHex } from "../../src/relay-wire/relay-protocol.ts";
 import { initHashing } from "../../src/util/hash.ts";
 import { parsePrometheusText, PromParseError, sampleValue } from "./metrics-prom-parser.ts";
 

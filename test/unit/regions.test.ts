@@ -1,8 +1,8 @@
 import { beforeAll, describe, expect, it } from "vitest";
-import { estimateTtft, parseRegionsVar, resolveEdgeRegion, rttMs, RegionsConfigSchema } from "../../src/kv/regions.ts";
-import { RoutingCore } from "../../src/kv/routing-core.ts";
-import { localBlockHashes } from "../../src/kv/block-hash.ts";
-import { localHashToHex, RelayHelloSchema } from "../../src/kv/relay-protocol.ts";
+import { estimateTtft, parseRegionsVar, resolveEdgeRegion, rttMs, RegionsConfigSchema } from "../../src/selection/regions.ts";
+import { RoutingCore } from "../../src/routing-index/routing-core.ts";
+import { localBlockHashes } from "../../src/blocks/block-hash.ts";
+import { localHashToHex, RelayHelloSchema } from "../../src/relay-wire/relay-protocol.ts";
 import { initHashing } from "../../src/util/hash.ts";
 
 beforeAll(() => initHashing());

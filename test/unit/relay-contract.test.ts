@@ -8,7 +8,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
-import { RelayHelloSchema } from "../../src/kv/relay-protocol.ts";
+import { RelayHelloSchema } from "../../src/relay-wire/relay-protocol.ts";
 import { parseWorkerContract, SGLANG_CONTRACT_KEY, type QwenFamily } from "../../src/layout/index.ts";
 import { initHashing } from "../../src/util/hash.ts";
 import { readModelDir, resolveContract, runtimeFromServerInfo } from "../../services/relay/contract.ts";

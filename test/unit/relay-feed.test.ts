@@ -3,7 +3,7 @@
  * startup catch-up, gap detection with replay, unrecoverable gaps, replay timeouts, restarts.
  */
 import { afterEach, describe, expect, it } from "vitest";
-import { encodeSeq } from "../../src/kv/event-decode.ts";
+import { encodeSeq } from "../../src/engine-events/event-decode.ts";
 import { KvFeed, type FeedBatch } from "../../services/relay/kv-feed.ts";
 import { silentLogger } from "../../services/relay/log.ts";
 import { requestReplay } from "../../services/relay/replay-client.ts";

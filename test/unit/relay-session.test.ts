@@ -5,8 +5,8 @@
  * down/up (new epoch) and startup refusals.
  */
 import { afterEach, beforeAll, describe, expect, it } from "vitest";
-import { localBlockHash } from "../../src/kv/block-hash.ts";
-import { localHashToHex, RelayMessageSchema, type RelayMessage } from "../../src/kv/relay-protocol.ts";
+import { localBlockHash } from "../../src/blocks/block-hash.ts";
+import { localHashToHex, RelayMessageSchema, type RelayMessage } from "../../src/relay-wire/relay-protocol.ts";
 import { backoffDelay, relayUrl } from "../../services/relay/index-session.ts";
 import { silentLogger } from "../../services/relay/log.ts";
 import type { RelayOptionsInput } from "../../services/relay/options.ts";

@@ -5,8 +5,8 @@
  * root, in dumps and in event batches, through resyncs, re-sharding, down/up and approximate mode.
  */
 import { afterEach, beforeAll, describe, expect, it } from "vitest";
-import { RelayMessageSchema, type RelayMessage } from "../../src/kv/relay-protocol.ts";
-import { shardObjectName, shardOfHex } from "../../src/kv/shard.ts";
+import { RelayMessageSchema, type RelayMessage } from "../../src/relay-wire/relay-protocol.ts";
+import { shardObjectName, shardOfHex } from "../../src/block-index/shard.ts";
 import { relayUrl, tokenAudience } from "../../services/relay/index-session.ts";
 import { createLogger } from "../../services/relay/log.ts";
 import type { RelayOptionsInput } from "../../services/relay/options.ts";

@@ -1,9 +1,9 @@
 import { beforeAll, describe, expect, it } from "vitest";
-import { RoutingCore } from "../../src/kv/routing-core.ts";
-import { localBlockHashes } from "../../src/kv/block-hash.ts";
+import { RoutingCore } from "../../src/routing-index/routing-core.ts";
+import { localBlockHashes } from "../../src/blocks/block-hash.ts";
 import { initHashing } from "../../src/util/hash.ts";
-import { localHashToHex } from "../../src/kv/relay-protocol.ts";
-import { pickIndex, workerCost } from "../../src/kv/selection.ts";
+import { localHashToHex } from "../../src/relay-wire/relay-protocol.ts";
+import { pickIndex, workerCost } from "../../src/selection/selection.ts";
 
 beforeAll(() => initHashing());
 

@@ -14,11 +14,11 @@
  */
 import { readFileSync } from "node:fs";
 import { beforeAll, describe, expect, it } from "vitest";
-import { localBlockHashes, namespacedLocalHashes, namespaceTag } from "../../src/kv/block-hash.ts";
+import { localBlockHashes, namespacedLocalHashes, namespaceTag } from "../../src/blocks/block-hash.ts";
 import { encode } from "@msgpack/msgpack";
-import { decodeKvEventBatch, MAX_CACHE_SALT_CHARS, type KvCacheEvent } from "../../src/kv/event-decode.ts";
-import { hexToLocalHash } from "../../src/kv/relay-protocol.ts";
-import { WorkerBlockSet } from "../../src/kv/worker-block-set.ts";
+import { decodeKvEventBatch, MAX_CACHE_SALT_CHARS, type KvCacheEvent } from "../../src/engine-events/event-decode.ts";
+import { hexToLocalHash } from "../../src/relay-wire/relay-protocol.ts";
+import { WorkerBlockSet } from "../../services/relay/worker-block-set.ts";
 import { initHashing } from "../../src/util/hash.ts";
 import { encodeEventBatch } from "../../services/sglang-sim/kv-wire.ts";
 import { PagedRadixCache, type KvEvent } from "../../services/sglang-sim/radix-cache.ts";

@@ -1,11 +1,11 @@
 import { beforeAll, describe, expect, it } from "vitest";
 import fc from "fast-check";
-import { ChainRootRouter, ShardedIndex, canonicalEngineHash, shardOf, shardOfHex, splitRelayEvents } from "../../src/kv/shard.ts";
-import { RadixIndex, type WireBlock, type WireDumpBlock } from "../../src/kv/radix-index.ts";
-import { RoutingCore } from "../../src/kv/routing-core.ts";
-import { localBlockHashes } from "../../src/kv/block-hash.ts";
-import { localHashToHex, type RelayEvent } from "../../src/kv/relay-protocol.ts";
-import { WorkerBlockSet } from "../../src/kv/worker-block-set.ts";
+import { ChainRootRouter, ShardedIndex, canonicalEngineHash, shardOf, shardOfHex, splitRelayEvents } from "../../src/block-index/shard.ts";
+import { RadixIndex, type WireBlock, type WireDumpBlock } from "../../src/block-index/radix-index.ts";
+import { RoutingCore } from "../../src/routing-index/routing-core.ts";
+import { localBlockHashes } from "../../src/blocks/block-hash.ts";
+import { localHashToHex, type RelayEvent } from "../../src/relay-wire/relay-protocol.ts";
+import { WorkerBlockSet } from "../../services/relay/worker-block-set.ts";
 import { PagedRadixCache, type KvEvent } from "../../services/sglang-sim/radix-cache.ts";
 import { initHashing } from "../../src/util/hash.ts";
 import { mulberry32 } from "./tokenizer-fuzz.ts";

@@ -12,7 +12,7 @@ import { createServer, type Server } from "node:http";
 import type { AddressInfo } from "node:net";
 import * as zmq from "zeromq";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { engineBlockHashes } from "../../src/kv/engine-block-hash.ts";
+import { engineBlockHashes } from "../../services/sglang-sim/engine-block-hash.ts";
 import { initHashing } from "../../src/util/hash.ts";
 import { startSimulatedWorker, type SimulatedWorker } from "../../services/sglang-sim/worker.ts";
 import { golden, mediaFile, VIDEO_URL_PREFIX, type GoldenCase } from "../fixtures/whole-request/harness.ts";

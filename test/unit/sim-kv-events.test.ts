@@ -1,7 +1,7 @@
 import { decode } from "@msgpack/msgpack";
 import * as zmq from "zeromq";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { engineBlockHashes } from "../../src/kv/engine-block-hash.ts";
+import { engineBlockHashes } from "../../services/sglang-sim/engine-block-hash.ts";
 import { initHashing } from "../../src/util/hash.ts";
 import { encodeEventBatch } from "../../services/sglang-sim/kv-wire.ts";
 import { startSimulatedWorker, type SimulatedWorker } from "../../services/sglang-sim/worker.ts";

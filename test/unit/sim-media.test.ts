@@ -20,7 +20,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import * as zmq from "zeromq";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { engineBlockHashes } from "../../src/kv/engine-block-hash.ts";
+import { engineBlockHashes } from "../../services/sglang-sim/engine-block-hash.ts";
 import {
   expandPrompt,
   layoutImageItem,

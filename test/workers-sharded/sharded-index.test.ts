@@ -6,10 +6,10 @@
  */
 import { SELF, env } from "cloudflare:test";
 import { beforeAll, describe, expect, it } from "vitest";
-import { mintRelayToken } from "../../src/kv/relay-auth.ts";
-import { localBlockHashes } from "../../src/kv/block-hash.ts";
-import { localHashToHex } from "../../src/kv/relay-protocol.ts";
-import { shardForRequest, shardObjectName } from "../../src/kv/shard.ts";
+import { mintRelayToken } from "../../src/relay-wire/relay-auth.ts";
+import { localBlockHashes } from "../../src/blocks/block-hash.ts";
+import { localHashToHex } from "../../src/relay-wire/relay-protocol.ts";
+import { shardForRequest, shardObjectName } from "../../src/block-index/shard.ts";
 import { initHashing } from "../../src/util/hash.ts";
 import { issueRelayKey, nextMessage } from "../workers/ws-helpers.ts";
 

@@ -5,11 +5,11 @@
  */
 import { SELF, env, evictDurableObject } from "cloudflare:test";
 import { describe, expect, it } from "vitest";
-import { deriveRelayKey, formatRelayCredential, mintRelayToken } from "../../src/kv/relay-auth.ts";
+import { deriveRelayKey, formatRelayCredential, mintRelayToken } from "../../src/relay-wire/relay-auth.ts";
 import { issueRelayKey, TEST_WORKER_URL } from "./ws-helpers.ts";
-import { localBlockHashes } from "../../src/kv/block-hash.ts";
+import { localBlockHashes } from "../../src/blocks/block-hash.ts";
 import { initHashing } from "../../src/util/hash.ts";
-import { localHashToHex } from "../../src/kv/relay-protocol.ts";
+import { localHashToHex } from "../../src/relay-wire/relay-protocol.ts";
 import "../../functions/wasm-shim.ts";
 
 const MODEL = "Qwen/Qwen3-VL-8B-Instruct";

@@ -4,7 +4,7 @@
  */
 import { SELF, env, evictDurableObject, runInDurableObject } from "cloudflare:test";
 import { describe, expect, it } from "vitest";
-import { mintRelayToken } from "../../src/kv/relay-auth.ts";
+import { mintRelayToken } from "../../src/relay-wire/relay-auth.ts";
 import { issueRelayKey, TEST_WORKER_URL } from "./ws-helpers.ts";
 import { initHashing } from "../../src/util/hash.ts";
 import "../../functions/wasm-shim.ts";

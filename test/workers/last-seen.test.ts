@@ -5,7 +5,7 @@
  */
 import { SELF } from "cloudflare:test";
 import { describe, expect, it } from "vitest";
-import { mintRelayToken } from "../../src/kv/relay-auth.ts";
+import { mintRelayToken } from "../../src/relay-wire/relay-auth.ts";
 import { initHashing } from "../../src/util/hash.ts";
 import "../../functions/wasm-shim.ts";
 import { issueRelayKey, nextMessage, TEST_WORKER_URL } from "./ws-helpers.ts";

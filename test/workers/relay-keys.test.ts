@@ -6,7 +6,7 @@
  */
 import { SELF } from "cloudflare:test";
 import { describe, expect, it } from "vitest";
-import { mintRelayToken } from "../../src/kv/relay-auth.ts";
+import { mintRelayToken } from "../../src/relay-wire/relay-auth.ts";
 import "../../functions/wasm-shim.ts";
 import { issueRelayKey, nextMessage } from "./ws-helpers.ts";
 

@@ -11,9 +11,9 @@
 import { SELF, createExecutionContext, env, evictDurableObject, waitOnExecutionContext } from "cloudflare:test";
 import { describe, expect, it } from "vitest";
 import worker from "../../functions/index.ts";
-import { deriveRelayKey, formatRelayCredential, mintRelayToken, parseRelayCredential, RELAY_TOKEN_MAX_SKEW_S } from "../../src/kv/relay-auth.ts";
-import { localBlockHashes } from "../../src/kv/block-hash.ts";
-import { localHashToHex } from "../../src/kv/relay-protocol.ts";
+import { deriveRelayKey, formatRelayCredential, mintRelayToken, parseRelayCredential, RELAY_TOKEN_MAX_SKEW_S } from "../../src/relay-wire/relay-auth.ts";
+import { localBlockHashes } from "../../src/blocks/block-hash.ts";
+import { localHashToHex } from "../../src/relay-wire/relay-protocol.ts";
 import { fullBucket, takeToken } from "../../src/util/token-bucket.ts";
 import { initHashing } from "../../src/util/hash.ts";
 import "../../functions/wasm-shim.ts";

@@ -11,9 +11,9 @@
 import { SELF } from "cloudflare:test";
 import fc from "fast-check";
 import { describe, expect, it } from "vitest";
-import { mintRelayToken } from "../../src/kv/relay-auth.ts";
-import { localBlockHashes } from "../../src/kv/block-hash.ts";
-import { localHashToHex } from "../../src/kv/relay-protocol.ts";
+import { mintRelayToken } from "../../src/relay-wire/relay-auth.ts";
+import { localBlockHashes } from "../../src/blocks/block-hash.ts";
+import { localHashToHex } from "../../src/relay-wire/relay-protocol.ts";
 import { initHashing } from "../../src/util/hash.ts";
 import "../../functions/wasm-shim.ts";
 import { issueRelayKey, nextMessage, TEST_WORKER_URL } from "./ws-helpers.ts";

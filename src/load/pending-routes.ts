@@ -6,7 +6,7 @@
  * event path's latency) and are bounded per worker; the index stays the source of truth after that.
  * Chains are bucketed by their first block, so one lookup finds every chain that can overlap.
  */
-import type { LocalHashes } from "./block-hash.ts";
+import type { LocalHashes } from "../blocks/block-hash.ts";
 
 interface PendingChain {
   slot: number;

@@ -3,25 +3,25 @@
  * Durable Object persists it), the shared radix index fed by relay messages, active load, worker
  * selection and receipts. The Durable Object adapter only moves bytes and rows in and out.
  */
-import { RadixIndex } from "./radix-index.ts";
-import { ApproxIndex, type ApproxConfig } from "./approx-index.ts";
+import { RadixIndex } from "../block-index/radix-index.ts";
+import { ApproxIndex, type ApproxConfig } from "../block-index/approx-index.ts";
 import { ApproximateWorkers } from "./approximate-workers.ts";
-import { BlockBudget } from "./block-budget.ts";
-import type { BlockIndex } from "./shard.ts";
-import { RegionsConfigSchema, resolveEdgeRegion, scoreCandidatesByTtft, type RegionsConfig } from "./regions.ts";
+import { BlockBudget } from "../block-index/block-budget.ts";
+import type { BlockIndex } from "../block-index/shard.ts";
+import { RegionsConfigSchema, resolveEdgeRegion, scoreCandidatesByTtft, type RegionsConfig } from "../selection/regions.ts";
 
 /** The one region of TTFT scoring without a region table (cost "ttft"). */
 const LOCAL_REGION = "local";
-import { LoadTracker, chainKeysOf } from "./load-tracker.ts";
-import { PendingRoutes } from "./pending-routes.ts";
-import type { LocalHashes } from "./block-hash.ts";
+import { LoadTracker, chainKeysOf } from "../load/load-tracker.ts";
+import { PendingRoutes } from "../load/pending-routes.ts";
+import type { LocalHashes } from "../blocks/block-hash.ts";
 import { ReceiptBook, type Receipt } from "./receipts.ts";
-import { pickIndex, scoreCandidates, type Candidate } from "./selection.ts";
+import { pickIndex, scoreCandidates, type Candidate } from "../selection/selection.ts";
 import { cohortEligibility, contractDigest, parseWorkerContract, type CohortResult } from "../layout/index.ts";
-import { type RelayDump, type RelayEvents, type RelayHello, type WorkerStatus } from "./relay-protocol.ts";
+import { type RelayDump, type RelayEvents, type RelayHello, type WorkerStatus } from "../relay-wire/relay-protocol.ts";
 import { PoolRecorder, RECENT_KEPT } from "../metrics/pool-recorder.ts";
 import { cohortOf, type IndexCounters, type PoolMetricsSnapshot } from "../metrics/pool-snapshot.ts";
-import { LagWindow, replicaReceiptId, Tombstones, type LoadOp, type LoadSyncStats } from "./load-replica.ts";
+import { LagWindow, replicaReceiptId, Tombstones, type LoadOp, type LoadSyncStats } from "../load/load-replica.ts";
 
 export interface WorkerRecord {
   workerId: string;
@@ -105,11 +105,11 @@ export interface RoutingCoreOptions {
   staleMs?: number;
   random?: () => number;
   now?: () => number;
-  /** The block index (default: one RadixIndex; a ShardedIndex splits it by chain root, src/kv/shard.ts). */
+  /** The block index (default: one RadixIndex; a ShardedIndex splits it by chain root, src/block-index/shard.ts). */
   index?: BlockIndex;
-  /** Approximate mode for workers registered with kvEvents: false (src/kv/approx-index.ts). */
+  /** Approximate mode for workers registered with kvEvents: false (src/block-index/approx-index.ts). */
   approx?: Partial<ApproxConfig>;
-  /** RTT table and defaults for region-aware selection (src/kv/regions.ts); null = off. */
+  /** RTT table and defaults for region-aware selection (src/selection/regions.ts); null = off. */
   regions?: RegionsConfig | null;
   /**
    * "ttft": without a usable region (no config, or the edge's region unknown) still score by

@@ -14,7 +14,7 @@
  */
 import { z } from "zod";
 import { RadixIndex, type StoredBlock } from "./radix-index.ts";
-import type { LocalHashes } from "./block-hash.ts";
+import type { LocalHashes } from "../blocks/block-hash.ts";
 
 export const ApproxConfigSchema = z.object({
   /** How long a routed block is assumed cached without being routed again (Dynamo: 120 s). */

@@ -42,7 +42,7 @@ export const RelayHelloSchema = z.object({
   /** Whether this worker has KV events (false → approximate mode). */
   kvEvents: z.boolean().default(true),
   relayVersion: z.string().max(64).optional(),
-  /** Region the worker runs in (a name from KVEDGE_REGIONS; src/kv/regions.ts). */
+  /** Region the worker runs in (a name from KVEDGE_REGIONS; src/selection/regions.ts). */
   region: z.string().min(1).max(64).regex(/^[A-Za-z0-9._-]+$/).optional(),
   /** The worker's prefill throughput (measured or configured), tokens/s, for region-aware selection. */
   prefillTokensPerSec: z.number().positive().max(1e9).optional(),

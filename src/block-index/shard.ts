@@ -15,8 +15,8 @@
  * N+1 shards moves only ~1/(N+1) of the chains, all of them into the new shard.
  */
 import { RadixIndex, type ApplyResult, type StoredEventResult, type WireBlock, type WireDumpBlock } from "./radix-index.ts";
-import type { RelayEvent } from "./relay-protocol.ts";
-import type { LocalHashes } from "./block-hash.ts";
+import type { RelayEvent } from "../relay-wire/relay-protocol.ts";
+import type { LocalHashes } from "../blocks/block-hash.ts";
 
 /** What RoutingCore (and the Durable Object) need from a block index. RadixIndex is one. */
 export interface BlockIndex {

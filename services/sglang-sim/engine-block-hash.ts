@@ -4,7 +4,7 @@
  * published as the signed big-endian int64 of the first 8 digest bytes. The router treats these as
  * opaque ids; the simulator must publish exactly these. Requires initHashing().
  */
-import { sha256 } from "../util/hash.ts";
+import { sha256 } from "../../src/util/hash.ts";
 
 export interface EngineBlockHashes {
   digests: Uint8Array[];

@@ -1,6 +1,6 @@
 /**
  * One worker's current KV block set, maintained from its decoded KV events, and the translation of
- * each applied batch into the relay protocol (src/kv/relay-protocol.ts).
+ * each applied batch into the relay protocol (src/relay-wire/relay-protocol.ts).
  *
  * Rules (reference/dynamo-kv-routing.md §1.2–1.3):
  *  - Stored: block i's parent is the event's parent (i = 0) or block i-1. The local hash of each
@@ -18,9 +18,9 @@
  * Invariant: every block's parent is null or in the set, so a dump can list parents first.
  * Requires initHashing() before `apply`.
  */
-import { localBlockHash, namespacedLocalHash, namespaceTag, type NamespaceTag } from "./block-hash.ts";
-import type { KvCacheEvent } from "./event-decode.ts";
-import { hexToLocalHash, localHashToHex, type RelayDump, type RelayEvent } from "./relay-protocol.ts";
+import { localBlockHash, namespacedLocalHash, namespaceTag, type NamespaceTag } from "../../src/blocks/block-hash.ts";
+import type { KvCacheEvent } from "../../src/engine-events/event-decode.ts";
+import { hexToLocalHash, localHashToHex, type RelayDump, type RelayEvent } from "../../src/relay-wire/relay-protocol.ts";
 
 export interface BlockEntry {
   parent: bigint | null;
