@@ -6,7 +6,7 @@
  * bucket is full again deletes the stored state, so idle clients leave nothing behind.
  */
 import { DurableObject } from "cloudflare:workers";
-import type { BucketConfig } from "../src/api/config.ts";
+import type { BucketConfig } from "../src/config/config.ts";
 import { fullAgainAt, fullBucket, takeToken, type BucketState, type TakeResult } from "../src/util/token-bucket.ts";
 
 const KEY = "bucket";

@@ -15,7 +15,7 @@ import { MAX_RELAY_MESSAGE_BYTES } from "../src/relay-wire/relay-protocol.ts";
 import { initHashing } from "../src/util/hash.ts";
 import { parseRegionsVar, type RegionsConfig } from "../src/selection/regions.ts";
 
-import { parseRoutingVar, shardCountOf } from "../src/api/config.ts";
+import { parseRoutingVar, shardCountOf } from "../src/config/config.ts";
 import type { WorkerContract } from "../src/layout/index.ts";
 import { shardObjectName } from "../src/block-index/shard.ts";
 import { LoadOpBatchSchema, type LoadOpBatch, type LoadSyncStats } from "../src/load/load-replica.ts";

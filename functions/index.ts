@@ -5,7 +5,7 @@ import "./wasm-shim.ts";
 import { RoutingIndex } from "../durable-objects/routing-index.ts";
 import { RateLimiter } from "../durable-objects/rate-limiter.ts";
 import { errorResponse, InvalidRequestError, MethodNotAllowedError, NotFoundError, AuthenticationError, ConfigError } from "../src/api/errors.ts";
-import { parseEdgeConfig, type BucketConfig, type EdgeConfig } from "../src/api/config.ts";
+import { parseEdgeConfig, type BucketConfig, type EdgeConfig } from "../src/config/config.ts";
 import { authorizeClient, bearerToken } from "../src/edge/auth.ts";
 import { verifyRelayConnect } from "../src/relay-wire/relay-auth.ts";
 import { clientNetwork, enforceRateLimit, rateLimitBucketName, rateLimitHeaders, type BucketKind } from "../src/edge/rate-limit.ts";
@@ -24,7 +24,7 @@ export interface Env {
   RELAY_SECRET?: string;
   ADMIN_TOKEN?: string;
   KVEDGE_API_KEYS?: string;
-  /** Rate limits (on by default; "off" or JSON, src/api/config.ts RateLimitsSchema). */
+  /** Rate limits (on by default; "off" or JSON, src/config/config.ts RateLimitsSchema). */
   KVEDGE_RATE_LIMIT?: string;
   RATE_LIMITER?: DurableObjectNamespace<RateLimiter>;
 }

@@ -8,7 +8,7 @@
  * read-only GET routes the page uses. Runtime-free: the index stubs are injected (functions/).
  */
 import { AuthenticationError, InvalidRequestError, MethodNotAllowedError, NotFoundError } from "../api/errors.ts";
-import type { EdgeConfig } from "../api/config.ts";
+import type { EdgeConfig } from "../config/config.ts";
 import { readBodyText } from "../api/validate.ts";
 import { getQwenTokenizer } from "../prompt/tokenizer/index.ts";
 import type { RoutePreview } from "../routing-index/routing-core.ts";

@@ -1,10 +1,10 @@
 /**
  * Credential checks shared by the edge routes. Constant-time comparison avoids timing leaks.
  * `/v1` is closed by default: without configured API keys it serves nobody unless the operator set
- * KVEDGE_ACCESS=public (src/api/config.ts). The admin token is also accepted on `/v1`: an admin
+ * KVEDGE_ACCESS=public (src/config/config.ts). The admin token is also accepted on `/v1`: an admin
  * caller sees the `x-kvedge-*` routing headers.
  */
-import type { EdgeConfig } from "../api/config.ts";
+import type { EdgeConfig } from "../config/config.ts";
 import { AuthenticationError } from "../api/errors.ts";
 import { timingSafeEqualString } from "../util/constant-time.ts";
 

@@ -16,7 +16,7 @@
  * The router maps the request's local hashes into the salt's namespace (block-hash.ts); the relay
  * does the same with the salt each stored block reports, so the two meet only within a namespace.
  */
-import type { EdgeConfig } from "../api/config.ts";
+import type { EdgeConfig } from "../config/config.ts";
 
 const encoder = new TextEncoder();
 /** Salts computed in this isolate (bounded: API keys × adapters are configured, but stay safe). */

@@ -12,7 +12,7 @@ import {
   UpstreamTimeoutError,
   errorResponse,
 } from "../api/errors.ts";
-import { contextTokensOf, type EdgeConfig, type ModelConfig, type RoutingConfig } from "../api/config.ts";
+import { contextTokensOf, type EdgeConfig, type ModelConfig, type RoutingConfig } from "../config/config.ts";
 import type { Limits } from "../api/limits.ts";
 import { parseChatRequest, readBodyText } from "../api/validate.ts";
 import type { ChatCompletionRequest } from "../api/openai-schema.ts";

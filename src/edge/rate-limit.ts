@@ -1,5 +1,5 @@
 /**
- * Rate limits, on by default (`KVEDGE_RATE_LIMIT`, src/api/config.ts RateLimitsSchema):
+ * Rate limits, on by default (`KVEDGE_RATE_LIMIT`, src/config/config.ts RateLimitsSchema):
  * - `POST /v1/chat/completions`: a token bucket per API key, else per client network;
  * - failed authentication on any route, operator routes and relay connects: a bucket per client
  *   network each.
@@ -9,7 +9,7 @@
  * shape with `retry-after`. The bucket arithmetic is src/util/token-bucket.ts; each bucket lives in one Durable Object
  * (durable-objects/rate-limiter.ts), so a limit holds across every edge isolate.
  */
-import type { BucketConfig } from "../api/config.ts";
+import type { BucketConfig } from "../config/config.ts";
 import { RateLimitError } from "../api/errors.ts";
 import { parseIp, formatIpv4 } from "../media/ip-address.ts";
 import { sha256 } from "../util/hash.ts";

@@ -9,7 +9,7 @@
  */
 import { z } from "zod";
 import { InvalidRequestError, MethodNotAllowedError, NotFoundError } from "../api/errors.ts";
-import type { EdgeConfig } from "../api/config.ts";
+import type { EdgeConfig } from "../config/config.ts";
 import { readBodyText } from "../api/validate.ts";
 import {
   deriveRelayKey,

@@ -3,7 +3,7 @@
  * requestsPerMinute / 60 per second. The rate limiter Durable Object keeps one per key.
  */
 
-/** The two numbers a bucket needs (src/api/config.ts BucketConfig has them). */
+/** The two numbers a bucket needs (src/config/config.ts BucketConfig has them). */
 export interface BucketRate {
   requestsPerMinute: number;
   burst: number;

@@ -8,7 +8,7 @@
  */
 import { createHmac } from "node:crypto";
 import { beforeAll, describe, expect, it } from "vitest";
-import { parseEdgeConfig } from "../../src/api/config.ts";
+import { parseEdgeConfig } from "../../src/config/config.ts";
 import { NotFoundError } from "../../src/api/errors.ts";
 import { cacheSaltFor } from "../../src/edge/cache-salt.ts";
 import { resolveModel } from "../../src/edge/chat.ts";

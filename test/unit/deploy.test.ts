@@ -10,7 +10,7 @@ import { join } from "node:path";
 import { gzipSync } from "node:zlib";
 import { afterAll, describe, expect, it } from "vitest";
 import { unstable_readConfig } from "wrangler";
-import { EdgeEnvSchema } from "../../src/api/config.ts";
+import { EdgeEnvSchema } from "../../src/config/config.ts";
 import { checkDeployAccess } from "../../scripts/deploy-guard.ts";
 
 const ROOT = join(import.meta.dirname, "../..");

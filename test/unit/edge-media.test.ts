@@ -121,7 +121,7 @@ describe("edge media verification", () => {
 
 describe("media store configuration", () => {
   it("a decode service URL without the signed-URL key stops the Worker, naming the field", async () => {
-    const { parseEdgeConfig } = await import("../../src/api/config.ts");
+    const { parseEdgeConfig } = await import("../../src/config/config.ts");
     expect(() => parseEdgeConfig({ KVEDGE_DECODE_URL: "https://decode.example" })).toThrow(/KVEDGE_MEDIA_URL_KEY/);
     expect(() => parseEdgeConfig({ KVEDGE_DECODE_URL: "https://decode.example", KVEDGE_MEDIA_URL_KEY: "short" })).toThrow(/KVEDGE_MEDIA_URL_KEY/);
     const c = parseEdgeConfig({ KVEDGE_DECODE_URL: "https://decode.example", KVEDGE_MEDIA_URL_KEY: KEY, KVEDGE_MEDIA_STORE_URL: "https://store.internal" });

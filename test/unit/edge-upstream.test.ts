@@ -12,7 +12,7 @@
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from "node:http";
 import type { AddressInfo } from "node:net";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { parseEdgeConfig } from "../../src/api/config.ts";
+import { parseEdgeConfig } from "../../src/config/config.ts";
 import { handleChatCompletions, type ChatDeps, type IndexClient } from "../../src/edge/chat.ts";
 import { RoutingCore } from "../../src/routing-index/routing-core.ts";
 import { initHashing } from "../../src/util/hash.ts";

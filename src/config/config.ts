@@ -7,8 +7,8 @@
  */
 import { z } from "zod";
 import { DEFAULT_BLOCK_BUDGET } from "../block-index/block-budget.ts";
-import { ConfigError } from "./errors.ts";
-import { LimitsSchema, type Limits } from "./limits.ts";
+import { ConfigError } from "../api/errors.ts";
+import { LimitsSchema, type Limits } from "../api/limits.ts";
 import { RegionsConfigSchema } from "../selection/regions.ts";
 import { SafeFetchPolicySchema } from "../media/safe-fetch.ts";
 
