@@ -4,34 +4,18 @@
 // the GPU costs nothing), its relay (services/relay, real KV events over the real relay socket), a
 // local media server (the only loopback host the edge's SSRF allowlist admits) and, when asked, the
 // regional decode service (services/decode). Every part is the shipped code; nothing is copied.
-import { build } from "esbuild";
 import { Miniflare } from "miniflare";
 import { spawn } from "node:child_process";
 import { randomBytes } from "node:crypto";
-import { mkdirSync } from "node:fs";
 import { createServer } from "node:http";
 import { join } from "node:path";
-import { ROOT } from "./workerd.mjs";
+import { bundleForWorkerd, ROOT } from "./workerd.mjs";
 
 const OUT_DIR = join(ROOT, "bench/results/tmp/edge-real");
 const NODE = process.execPath;
 
-async function bundleEdge() {
-  mkdirSync(OUT_DIR, { recursive: true });
-  await build({
-    entryPoints: [join(ROOT, "functions/index.ts")],
-    outfile: join(OUT_DIR, "index.mjs"),
-    bundle: true,
-    format: "esm",
-    platform: "browser",
-    conditions: ["workerd", "worker", "browser"],
-    target: "es2022",
-    loader: { ".wasm": "copy" },
-    assetNames: "[name]",
-    external: ["cloudflare:*", "node:*"],
-    logLevel: "error",
-  });
-  return join(OUT_DIR, "index.mjs");
+function bundleEdge() {
+  return bundleForWorkerd(join(ROOT, "functions/index.ts"), join(OUT_DIR, "index.mjs"), ["cloudflare:*", "node:*"]);
 }
 
 function freePort() {

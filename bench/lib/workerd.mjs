@@ -9,25 +9,28 @@ import { fileURLToPath } from "node:url";
 export const ROOT = join(dirname(fileURLToPath(import.meta.url)), "../..");
 const OUT_DIR = join(ROOT, "bench/results/tmp/edge-worker");
 
+/** Bundles `entry` as wrangler would (browser platform, workerd conditions, *.wasm copied beside). */
+export async function bundleForWorkerd(entry, outfile, external = ["cloudflare:*"]) {
+  mkdirSync(dirname(outfile), { recursive: true });
+  await build({
+    entryPoints: [entry],
+    outfile,
+    bundle: true,
+    format: "esm",
+    platform: "browser",
+    conditions: ["workerd", "worker", "browser"],
+    target: "es2022",
+    loader: { ".wasm": "copy" },
+    assetNames: "[name]",
+    external,
+    logLevel: "error",
+  });
+  return outfile;
+}
+
 let built = null;
 async function bundle() {
-  built ??= (async () => {
-    mkdirSync(OUT_DIR, { recursive: true });
-    await build({
-      entryPoints: [join(ROOT, "bench/edge/worker.ts")],
-      outfile: join(OUT_DIR, "worker.mjs"),
-      bundle: true,
-      format: "esm",
-      platform: "browser",
-      conditions: ["workerd", "worker", "browser"],
-      target: "es2022",
-      loader: { ".wasm": "copy" },
-      assetNames: "[name]",
-      external: ["cloudflare:*"],
-      logLevel: "error",
-    });
-    return join(OUT_DIR, "worker.mjs");
-  })();
+  built ??= bundleForWorkerd(join(ROOT, "bench/edge/worker.ts"), join(OUT_DIR, "worker.mjs"));
   return built;
 }
 

@@ -11,12 +11,12 @@
 //   conditional GET answered 304), then the worker fetches the signed store URL.
 // "first" = a URL with bytes the store has not seen; "repeat" = the same URL again.
 // "added" = store path − direct path, medians.
-import { createHash, randomBytes } from "node:crypto";
+import { createHash } from "node:crypto";
 import http from "node:http";
 import { readFileSync } from "node:fs";
 import { createRequire } from "node:module";
-import { crc32, deflateSync } from "node:zlib";
 import { ROOT } from "../lib/workerd.mjs";
+import { makePng } from "../../test/helpers/png.ts";
 import { startDecodeService } from "../../services/decode/server.ts";
 import { SafeFetcher, readAll } from "../../src/media/safe-fetch.ts";
 import { importMediaUrlKey, signMediaPath } from "../../src/media/signed-url.ts";
@@ -24,28 +24,8 @@ import { nodeResolver, pinnedFetch } from "../../services/decode/pinned-fetch.ts
 
 const median = (xs) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)];
 
-function pngChunk(type, data) {
-  const len = Buffer.alloc(4);
-  len.writeUInt32BE(data.length);
-  const td = Buffer.concat([Buffer.from(type, "latin1"), data]);
-  const crc = Buffer.alloc(4);
-  crc.writeUInt32BE(crc32(td) >>> 0);
-  return Buffer.concat([len, td, crc]);
-}
-
-/** A valid PNG of about `bytes` bytes: random RGB rows, stored with little compression. */
-function bigPng(bytes) {
-  const w = 1024;
-  const h = Math.ceil(bytes / (w * 3));
-  const ihdr = Buffer.alloc(13);
-  ihdr.writeUInt32BE(w, 0);
-  ihdr.writeUInt32BE(h, 4);
-  ihdr[8] = 8;
-  ihdr[9] = 2;
-  const rows = randomBytes((w * 3 + 1) * h);
-  for (let y = 0; y < h; y++) rows[y * (w * 3 + 1)] = 0;
-  return Buffer.concat([Buffer.from([137, 80, 78, 71, 13, 10, 26, 10]), pngChunk("IHDR", ihdr), pngChunk("IDAT", deflateSync(rows, { level: 0 })), pngChunk("IEND", Buffer.alloc(0))]);
-}
+/** A valid PNG of about `bytes` bytes (random RGB rows, barely compressible); `seed` picks the bytes. */
+const bigPng = (bytes, seed) => Buffer.from(makePng(1024, Math.ceil(bytes / (1024 * 3)), { seed }));
 
 async function wasmVideo(bytes) {
   const req = createRequire(ROOT + "/package.json");
@@ -68,14 +48,14 @@ export default {
   async run(ctx) {
     const runs = ctx.tiny ? 2 : ctx.quick ? 4 : 9;
     ctx.progress(0.02, "generating media");
-    const items = { image: bigPng(5_000_000), video: await wasmVideo(50_000_000) };
+    const items = { image: bigPng(5_000_000, 1), video: await wasmVideo(50_000_000) };
     // Each URL (/kind/i) has its own bytes, so a "first" request is new content for the store (no
     // dedup, the video probed again): the image is regenerated, the video's trailing free box differs.
     const variants = new Map();
     const bytesOf = (kind, i) => {
       const k = `${kind}/${i}`;
       if (!variants.has(k)) {
-        if (kind === "image") variants.set(k, bigPng(5_000_000));
+        if (kind === "image") variants.set(k, bigPng(5_000_000, variants.size + 2));
         else {
           const v = Buffer.from(items.video);
           v.writeUInt32BE(Number(i.replace(/\D/g, "") || 0) + 1, v.length - 4);
