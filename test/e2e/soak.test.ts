@@ -9,8 +9,9 @@
  * `npm test` runs a short version; `npm run test:soak` the long one (KVEDGE_SOAK_SECONDS,
  * KVEDGE_SOAK_CLIENTS, KVEDGE_SOAK_WORKERS; KVEDGE_SOAK_REPORT = path for the JSON figures).
  */
-import { readFileSync, readdirSync, writeFileSync } from "node:fs";
+import { writeFileSync } from "node:fs";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { groupRss } from "../../scripts/soak-heap.ts";
 import { startFleet, type Fleet } from "../../scripts/local-fleet.ts";
 import { waitParity, words } from "./reliability-helpers.ts";
 
@@ -27,24 +28,6 @@ afterAll(async () => {
 });
 
 // ---- resource sampling (Linux /proc) --------------------------------------------------------
-
-/** RSS (bytes) of every process in the process group led by `pgid` (wrangler's workerd included). */
-function groupRss(pgid: number): number {
-  let total = 0;
-  for (const name of readdirSync("/proc")) {
-    if (!/^\d+$/.test(name)) continue;
-    try {
-      const stat = readFileSync(`/proc/${name}/stat`, "utf8");
-      const fields = stat.slice(stat.lastIndexOf(")") + 2).split(" ");
-      if (Number(fields[2]) !== pgid) continue; // field 5 (pgrp), counted after the command name
-      const m = /VmRSS:\s+(\d+) kB/.exec(readFileSync(`/proc/${name}/status`, "utf8"));
-      if (m) total += Number(m[1]) * 1024;
-    } catch {
-      // exited meanwhile
-    }
-  }
-  return total;
-}
 
 function sampleRss(): Record<string, number> {
   const out: Record<string, number> = {};

@@ -7,11 +7,10 @@
  * the simulator runs itself), so this is an exactness check of the simulator's media expansion.
  * Videos are probed by the simulator's decoder: native ffprobe when installed, else the wasm build.
  */
-import { decode } from "@msgpack/msgpack";
 import { createServer, type Server } from "node:http";
 import type { AddressInfo } from "node:net";
-import * as zmq from "zeromq";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { publishedBlocks } from "../helpers/published-blocks.ts";
 import { engineBlockHashes } from "../../services/sglang-sim/engine-block-hash.ts";
 import { initHashing } from "../../src/util/hash.ts";
 import { startSimulatedWorker, type SimulatedWorker } from "../../services/sglang-sim/worker.ts";
@@ -58,28 +57,6 @@ function generateBody(c: GoldenCase): Record<string, unknown> {
     ...(c.mm_hashes?.length ? { mm_hashes: c.mm_hashes } : {}),
     sampling_params: { max_new_tokens: 1 },
   };
-}
-
-async function publishedBlocks(endpoint: string): Promise<Map<bigint, number[]>> {
-  const dealer = new zmq.Dealer();
-  dealer.connect(endpoint);
-  const blocks = new Map<bigint, number[]>();
-  try {
-    await dealer.send([Buffer.alloc(0), Buffer.alloc(8)]);
-    for (;;) {
-      const [, seq, payload] = (await dealer.receive()) as Buffer[];
-      if (seq!.readBigInt64BE(0) === -1n) return blocks;
-      const [, events] = decode(payload!, { useBigInt64: true }) as [number, unknown[][], number];
-      for (const e of events) {
-        const id = (v: unknown): bigint => (typeof v === "bigint" ? v : BigInt(v as number));
-        if (e[0] === "BlockStored") blocks.set(id((e[1] as unknown[])[0]), (e[3] as unknown[]).map(Number));
-        else if (e[0] === "BlockRemoved") for (const h of e[1] as unknown[]) blocks.delete(id(h));
-        else if (e[0] === "AllBlocksCleared") blocks.clear();
-      }
-    }
-  } finally {
-    dealer.close();
-  }
 }
 
 const SIMS = [

@@ -11,15 +11,14 @@
  * layout; exactness against ids built by upstream code is test/unit/sim-golden.test.ts (the
  * simulator) and test/unit/whole-request-golden.test.ts (the edge).
  */
-import { decode } from "@msgpack/msgpack";
 import { createHash } from "node:crypto";
 import { mkdtempSync, rmSync } from "node:fs";
 import { createServer, type Server } from "node:http";
 import type { AddressInfo } from "node:net";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import * as zmq from "zeromq";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { publishedBlocks } from "../helpers/published-blocks.ts";
 import { engineBlockHashes } from "../../services/sglang-sim/engine-block-hash.ts";
 import {
   expandPrompt,
@@ -144,30 +143,6 @@ async function generate(w: SimulatedWorker, body: Json): Promise<Json> {
   const r = await post(w, "/generate", { sampling_params: { max_new_tokens: 2 }, ...body });
   expect(r.status, JSON.stringify(r.json)).toBe(200);
   return r.json.meta_info as Json;
-}
-
-const asBig = (v: unknown): bigint => (typeof v === "bigint" ? v : BigInt(v as number));
-
-/** Every BlockStored the worker published (decoded from its replay ROUTER): hash → token ids. */
-async function publishedBlocks(endpoint: string): Promise<Map<bigint, number[]>> {
-  const dealer = new zmq.Dealer();
-  dealer.connect(endpoint);
-  const blocks = new Map<bigint, number[]>();
-  try {
-    await dealer.send([Buffer.alloc(0), Buffer.alloc(8)]);
-    for (;;) {
-      const [, seq, payload] = (await dealer.receive()) as Buffer[];
-      if (seq!.readBigInt64BE(0) === -1n) return blocks;
-      const [, events] = decode(payload!, { useBigInt64: true }) as [number, unknown[][], number];
-      for (const e of events) {
-        if (e[0] === "BlockStored") blocks.set(asBig((e[1] as unknown[])[0]), (e[3] as unknown[]).map(Number));
-        else if (e[0] === "BlockRemoved") for (const h of e[1] as unknown[]) blocks.delete(asBig(h));
-        else if (e[0] === "AllBlocksCleared") blocks.clear();
-      }
-    }
-  } finally {
-    dealer.close();
-  }
 }
 
 /** The prompt's full pages are all published, under SGLang's hashes of the expected (pad-valued) ids. */
