@@ -116,11 +116,13 @@ export async function startEdgeFleet({ model = "Qwen/Qwen3-VL-8B-Instruct", fami
     if (decode) {
       const port = await freePort();
       const token = randomBytes(16).toString("hex");
-      const dec = child([join(ROOT, "services/decode/main.ts"), "--host", "127.0.0.1", "--port", String(port), "--allow", new URL(mediaUrl).host], { KVEDGE_DECODE_TOKEN: token });
+      const urlKey = randomBytes(32).toString("hex");
+      const dec = child([join(ROOT, "services/decode/main.ts"), "--host", "127.0.0.1", "--port", String(port), "--allow", new URL(mediaUrl).host], { KVEDGE_DECODE_TOKEN: token, KVEDGE_MEDIA_URL_KEY: urlKey });
       procs.push(dec);
       await waitFor(async () => (await fetch(`http://127.0.0.1:${port}/healthz`)).ok, 60_000, "decode service", dec);
       bindings.KVEDGE_DECODE_URL = `http://127.0.0.1:${port}`;
       bindings.DECODE_TOKEN = token;
+      bindings.KVEDGE_MEDIA_URL_KEY = urlKey;
     }
 
     const edgePort = await freePort();

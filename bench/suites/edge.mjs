@@ -13,11 +13,14 @@ import { freshText } from "../lib/corpus.mjs";
 import { rng, summarize } from "../lib/stats.mjs";
 import { barChart } from "../lib/svg.mjs";
 import { deflateSync, crc32 } from "node:zlib";
+import { ffmpegToFile } from "../../test/helpers/wasm-media.ts";
 
 const MODEL = "Qwen/Qwen3-VL-8B-Instruct";
 const SYSTEM = "You are a careful assistant. Answer from the provided material, cite the section you used, and say so when the material does not contain the answer.";
 const SIZES = { "1k": 1000, "8k": 8000, "32k": 32000, "100k": 100_000 };
 const GOALS = { "text-32k warm": 5, "text-32k cold": 20 };
+/** 768 frames (32 s at 24 fps, 320×240, H.264 by the wasm ffmpeg): SGLang samples it at its fps. */
+const VIDEO_FRAMES = 768;
 
 /** A valid RGB PNG of the given size (one flat colour; the edge reads its header and hashes its bytes). */
 function png(width, height, seed) {
@@ -81,14 +84,19 @@ export default {
     const fresh = (tokens) => freshText(tokens, random);
     const media = {};
     IMAGE_SIZES.forEach(([w, h], i) => (media[`/img-${i}.png`] = png(w, h, i + 1)));
+    ctx.progress(0, `edge: encoding a ${VIDEO_FRAMES}-frame video (wasm ffmpeg)`);
+    media["/video-768.mp4"] = await ffmpegToFile(["-f", "lavfi", "-i", "testsrc2=size=320x240:rate=24", "-frames:v", String(VIDEO_FRAMES), "-pix_fmt", "yuv420p", "-c:v", "libx264", "-preset", "ultrafast"], "video-768.mp4");
     // 100k-token prompts exceed the default per-message and total character limits' comfort zone: raise them for the bench.
-    const fleet = await startEdgeFleet({ media, limits: { maxMessageChars: 2_000_000, maxTotalChars: 8_000_000 } });
+    // The decode service is the media store: videos reach the worker through it (signed URLs).
+    const fleet = await startEdgeFleet({ media, decode: true, limits: { maxMessageChars: 2_000_000, maxTotalChars: 8_000_000 } });
     const edge = `${fleet.edgeUrl}/v1/chat/completions`;
     const direct = `${fleet.workerUrl}/v1/chat/completions`;
     const admin = { authorization: `Bearer ${fleet.adminToken}` };
     const reps = (size) => (ctx.tiny ? 2 : ctx.quick ? (size >= 100_000 ? 4 : 8) : size >= 100_000 ? 20 : 60);
     const body = (messages, stream) => JSON.stringify({ model: MODEL, messages, max_tokens: 16, stream, ...(stream ? { stream_options: { include_usage: true } } : {}) });
     const imageParts = () => IMAGE_SIZES.map((_, i) => ({ type: "image_url", image_url: { url: `${fleet.mediaUrl}/img-${i}.png` } }));
+    const videoPart = () => ({ type: "video_url", video_url: { url: `${fleet.mediaUrl}/video-768.mp4` } });
+    const mediaContent = (kind, text) => (kind === "image-4" ? [{ type: "text", text }, ...imageParts()] : kind === "video-768" ? [{ type: "text", text }, videoPart()] : text);
 
     // Warm-up: the isolate's tokenizer tables and JIT, and the worker's.
     const t0 = performance.now();
@@ -103,6 +111,10 @@ export default {
     const cases = [];
     for (const [label, size] of Object.entries(SIZES)) for (const temp of ["cold", "warm"]) for (const stream of [false, true]) cases.push({ kind: `text-${label}`, size, temp, stream });
     for (const temp of ["cold", "warm"]) for (const stream of [false, true]) cases.push({ kind: "image-4", size: 300, temp, stream });
+    // The video's metadata is cached (the store has its bytes and probe from the warm-up below), as
+    // for every repeat of a video; "cold" = new text around it.
+    for (const temp of ["cold", "warm"]) for (const stream of [false, true]) cases.push({ kind: "video-768", size: 300, temp, stream });
+    await timedPost(edge, body([{ role: "user", content: mediaContent("video-768", "Describe the clip.") }], false), false);
 
     const results = {};
     let step = 0;
@@ -112,7 +124,7 @@ export default {
       const n = reps(c.size);
       const opening = () => [
         { role: "system", content: SYSTEM },
-        { role: "user", content: c.kind === "image-4" ? [{ type: "text", text: fresh(c.size) }, ...imageParts()] : fresh(c.size) },
+        { role: "user", content: mediaContent(c.kind, fresh(c.size)) },
       ];
       // Warm: a conversation the edge has seen (sent once through it); each measured request is that
       // history plus a new answer and user turn (fresh text), so the size stays that of the case.
