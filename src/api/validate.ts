@@ -30,9 +30,9 @@ export function formatParam(path: readonly PropertyKey[]): string | null {
  * token ids, meta_info).
  */
 const UNSUPPORTED_FIELDS: Readonly<Record<string, string>> = {
-  cache_salt: "cache namespacing would hide prefix reuse from the router",
-  extra_key: "cache namespacing would hide prefix reuse from the router",
-  lora_path: "LoRA adapters are not routed",
+  cache_salt: "the router sets the cache namespace itself (per tenant, KVEDGE_KV_SHARING)",
+  extra_key: "the router sets the cache namespace itself (per tenant, KVEDGE_KV_SHARING)",
+  lora_path: 'choose an adapter with model "<pool>:<adapter>" (KVEDGE_MODELS loraAdapters)',
   custom_logit_processor: "custom logit processors are not accepted",
   custom_params: "custom logit processor parameters are not accepted",
   session_id: "sessions are not supported",
