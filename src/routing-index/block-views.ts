@@ -1,0 +1,216 @@
+/**
+ * What the index believes each worker caches: the block index fed by relay dumps and events, the
+ * approximate index for workers without events (and recent routes counted until events arrive),
+ * the block budget, which workers are synced or approximate, and each worker's overlap with a
+ * request. Event and dump counters go into the pool's shared counters.
+ */
+import { RadixIndex } from "../block-index/radix-index.ts";
+import { ApproxIndex, type ApproxConfig } from "../block-index/approx-index.ts";
+import { BlockBudget } from "../block-index/block-budget.ts";
+import type { BlockIndex } from "../block-index/shard.ts";
+import { PendingRoutes } from "../load/pending-routes.ts";
+import type { LocalHashes } from "../blocks/block-hash.ts";
+import type { RelayDump, RelayEvents } from "../relay-wire/relay-protocol.ts";
+import type { IndexCounters } from "../metrics/pool-snapshot.ts";
+import { ApproximateWorkers } from "./approximate-workers.ts";
+import type { SlottedWorker, WorkerRegistry } from "./worker-registry.ts";
+
+export type RelayApplyOutcome = { ok: true } | { ok: false; reason: string; resync: boolean };
+
+export interface BlockViewsOptions {
+  /** The block index (default: one RadixIndex; a ShardedIndex splits it by chain root, src/block-index/shard.ts). */
+  index?: BlockIndex;
+  /** Approximate mode for workers registered with kvEvents: false (src/block-index/approx-index.ts). */
+  approx?: Partial<ApproxConfig>;
+  /** Most (worker, block) entries this index holds (block-budget.ts); default DEFAULT_BLOCK_BUDGET. */
+  blockBudget?: number;
+  /** Bytes the block index may take (block-budget.ts DEFAULT_INDEX_BYTES); Infinity: entries only. */
+  indexBudgetBytes?: number;
+}
+
+export class BlockViews {
+  readonly index: BlockIndex;
+  /** Blocks assumed cached on workers without KV events (approximate mode). */
+  readonly approx: ApproxIndex;
+  readonly budget: BlockBudget;
+  /** Chains routed in the last seconds, counted as overlap until the worker's events arrive. */
+  readonly pending = new PendingRoutes();
+  /** Workers whose indexed blocks may be wrong (relay lost history, budget refusals). */
+  readonly approximate = new ApproximateWorkers();
+  readonly #registry: WorkerRegistry;
+  readonly #counters: IndexCounters;
+  /** Workers whose in-memory blocks are known to mirror the relay (a dump arrived this life). */
+  readonly #synced = new Set<string>();
+  #scores = new Int32Array(16);
+
+  constructor(registry: WorkerRegistry, counters: IndexCounters, opts: BlockViewsOptions = {}) {
+    this.#registry = registry;
+    this.#counters = counters;
+    this.index = opts.index ?? new RadixIndex();
+    this.budget = new BlockBudget(opts.blockBudget, opts.indexBudgetBytes);
+    // Approximate-mode entries share the object's budget: at most half of it.
+    this.approx = new ApproxIndex({ ...opts.approx, maxBlocks: Math.min(opts.approx?.maxBlocks ?? 2 ** 20, Math.max(1, Math.floor(this.budget.limit / 2))) });
+  }
+
+  isSynced(workerId: string): boolean {
+    return this.#synced.has(workerId);
+  }
+
+  /** Synced means the index mirrors the worker: never while its view may be wrong. */
+  isExact(workerId: string): boolean {
+    return this.#synced.has(workerId) && !this.approximate.has(workerId);
+  }
+
+  /** A worker took a new slot. */
+  addSlot(slot: number): void {
+    this.index.ensureWorker(slot);
+    if (this.#scores.length <= slot) this.#scores = new Int32Array(Math.max(slot + 1, this.#scores.length * 2));
+  }
+
+  /** Forgets everything believed about the worker's cache (a new worker life, or the worker is down). */
+  resetWorker(slot: number, workerId: string): void {
+    this.index.clearWorker(slot);
+    this.pending.clear(slot);
+    this.approx.clear(slot);
+    this.approximate.clear(workerId);
+    this.#synced.delete(workerId);
+  }
+
+  /** The worker left the registry: its slot is freed in every view. */
+  removeWorker(slot: number, workerId: string): void {
+    this.index.removeWorker(slot);
+    this.pending.clear(slot);
+    this.approx.clear(slot);
+    this.#synced.delete(workerId);
+    this.approximate.clear(workerId);
+  }
+
+  /** A new relay session: its dump, which follows, is the truth. */
+  unsync(workerId: string): void {
+    this.#synced.delete(workerId);
+  }
+
+  applyDump(workerId: string, msg: RelayDump): RelayApplyOutcome {
+    const w = this.#registry.get(workerId);
+    if (!w) return this.#drop("unknown_worker", false);
+    if (msg.epoch !== w.epoch) return this.#drop("stale_epoch", false);
+    // An exact dump replaces the worker's blocks. An approximate one (the relay lost history) is
+    // merged into what the index still holds of this worker life: both are best guesses, and the
+    // index's copy may remember prefixes the relay's view lost.
+    if (!msg.approximate) this.index.clearWorker(w.slot);
+    // Rows come parents first, so a cut keeps every admitted row's parent.
+    const fit = this.budget.admit(this.index.size + this.approx.size, msg.blocks.length, this.#registry.slotCount);
+    const rows = fit < msg.blocks.length ? msg.blocks.slice(0, fit) : msg.blocks;
+    const { applied, failed: failures } = this.index.applyDumpWire(w.slot, rows);
+    this.#counters.blocksStored += applied;
+    if (failures) this.#count(`dump_${"parent_not_found"}`, failures);
+    this.#budgetVerdict(workerId, msg.blocks.length - fit, true);
+    if (msg.approximate) this.approximate.mark(workerId, "relay", "relay lost history: its view (merged with the index's last copy) may hold blocks the worker evicted");
+    else this.approximate.clear(workerId, "relay");
+    this.#synced.add(workerId);
+    this.#counters.dumps++;
+    this.#registry.touch(workerId);
+    return { ok: true };
+  }
+
+  applyEvents(workerId: string, msg: RelayEvents): RelayApplyOutcome {
+    const w = this.#registry.get(workerId);
+    if (!w) return this.#drop("unknown_worker", false);
+    if (msg.epoch !== w.epoch) return this.#drop("stale_epoch", false);
+    if (!this.#synced.has(workerId)) return this.#drop("not_synced", true);
+    this.#registry.touch(workerId);
+    let resync = false;
+    for (const ev of msg.events) {
+      if (ev.t === "stored") {
+        // Defects are checked first, then the block budget (a full index refuses the whole chain: a
+        // partial one would only be cut again by its children), then the chain is stored.
+        const r = this.index.applyStoredEvent(w.slot, ev.parent, ev.blocks, (n) => this.budget.admit(this.index.size + this.approx.size, n, this.#registry.slotCount) >= n);
+        if ("voided" in r) {
+          // A block that is its own ancestor voids the whole event (as the relay's block set does).
+          this.#count(r.voided, ev.blocks.length);
+          continue;
+        }
+        if ("refused" in r) {
+          this.#count("block_budget", ev.blocks.length);
+          this.#budgetVerdict(workerId, ev.blocks.length, false);
+          continue;
+        }
+        this.#counters.blocksStored += r.applied;
+        if (!r.ok) {
+          this.#count(r.error);
+          if (r.error === "parent_not_found") resync = true;
+          continue;
+        }
+      } else if (ev.t === "removed") {
+        this.#counters.blocksRemoved += this.index.applyRemoved(w.slot, ev.hashes);
+      } else {
+        this.index.clearWorker(w.slot);
+        // The worker dropped everything: whatever the view got wrong is gone with it.
+        this.approximate.clear(workerId);
+      }
+      this.#counters.eventsApplied++;
+    }
+    if (resync) {
+      this.#synced.delete(workerId);
+      return { ok: false, reason: "parent_not_found", resync: true };
+    }
+    return { ok: true };
+  }
+
+  /**
+   * The relay's socket closed: its view can no longer be kept fresh. The index keeps its last copy
+   * of the worker's blocks (the worker still caches most of them) but no longer calls it synced:
+   * the worker is approximate until its relay's next exact dump. A relay that comes back having
+   * lost history sends an approximate dump, which is merged into this copy (applyDump).
+   */
+  relayGone(workerId: string): void {
+    const w = this.#registry.get(workerId);
+    if (!w) return;
+    this.#synced.delete(workerId);
+    if (this.index.workerBlockCount(w.slot) > 0 || this.approximate.has(workerId))
+      this.approximate.mark(workerId, "relay", "relay disconnected: routing on the index's last copy of its blocks");
+  }
+
+  /**
+   * Each worker's overlap with a request, in blocks, in the order given: from the index (or the
+   * approximate index for workers without events, or both for approximate workers), at least the
+   * overlap of chains recently routed to it.
+   */
+  overlaps(workers: readonly SlottedWorker[], localHashes: LocalHashes, now: number): number[] {
+    this.index.findMatches(localHashes, this.#scores);
+    this.approx.match(localHashes, now);
+    const pendingOverlap = this.pending.overlaps(localHashes, now);
+    return workers.map((w) =>
+      Math.max(
+        !w.kvEvents ? this.approx.overlapOf(w.slot)
+        : this.approximate.has(w.workerId) ? Math.max(this.#scores[w.slot] ?? 0, this.approx.overlapOf(w.slot))
+        : (this.#scores[w.slot] ?? 0),
+        pendingOverlap.get(w.slot) ?? 0,
+      ),
+    );
+  }
+
+  /** A request was routed to the worker: count its chain as cached there until events say otherwise. */
+  recordRoute(worker: SlottedWorker, localHashes: LocalHashes, now: number): void {
+    this.pending.add(worker.slot, localHashes, now);
+    if (!worker.kvEvents || this.approximate.has(worker.workerId)) this.approx.record(worker.slot, localHashes, now);
+  }
+
+  /** Refused blocks make the worker approximate; a dump that fitted whole makes it exact again. */
+  #budgetVerdict(workerId: string, refused: number, wholeView: boolean): void {
+    if (refused > 0) {
+      if (wholeView) this.#count("block_budget", refused);
+      this.approximate.mark(workerId, "budget", `index object full (${this.budget.limitFor(this.#registry.slotCount)} blocks): ${refused} block(s) refused`);
+    } else if (wholeView) this.approximate.clear(workerId, "budget");
+  }
+
+  #count(reason: string, n = 1): void {
+    this.#counters.eventsDropped += n;
+    this.#counters.dropReasons[reason] = (this.#counters.dropReasons[reason] ?? 0) + n;
+  }
+
+  #drop(reason: string, resync: boolean): RelayApplyOutcome {
+    this.#count(reason);
+    return { ok: false, reason, resync };
+  }
+}

@@ -1,0 +1,90 @@
+/**
+ * What operators see of one pool: a row per worker (registry, block views and load joined), the
+ * index counters, and the metrics snapshot (src/metrics/pool-snapshot.ts) built from those.
+ */
+import type { LoadTracker } from "../load/load-tracker.ts";
+import { RECENT_KEPT, type PoolRecorder } from "../metrics/pool-recorder.ts";
+import { cohortOf, type IndexCounters, type PoolMetricsSnapshot } from "../metrics/pool-snapshot.ts";
+import type { BlockViews } from "./block-views.ts";
+import { poolCohort } from "./cohort.ts";
+import type { ReceiptBook } from "./receipts.ts";
+import type { WorkerRecord, WorkerRegistry } from "./worker-registry.ts";
+
+export type WorkerRow = WorkerRecord & {
+  blocks: number;
+  synced: boolean;
+  approximate: boolean;
+  approximateReasons: string[];
+  activeRequests: number;
+  activePrefillTokens: number;
+  activeDecodeBlocks: number;
+};
+
+export function emptyIndexCounters(): IndexCounters {
+  return { eventsApplied: 0, blocksStored: 0, blocksRemoved: 0, eventsDropped: 0, dropReasons: {}, dumps: 0, routed: 0, settled: 0, expired: 0 };
+}
+
+/** Every registered worker with what the index holds of it and its in-flight load. */
+export function workerRows(registry: WorkerRegistry, views: BlockViews, load: LoadTracker): WorkerRow[] {
+  return registry.all().map(({ slot, ...w }) => ({
+    ...w,
+    blocks: views.index.workerBlockCount(slot),
+    synced: views.isExact(w.workerId),
+    approximate: views.approximate.has(w.workerId),
+    approximateReasons: views.approximate.reasons(w.workerId),
+    activeRequests: load.activeRequests(slot),
+    activePrefillTokens: load.prefillTokens(slot),
+    activeDecodeBlocks: load.decodeBlocks(slot),
+  }));
+}
+
+export interface PoolMetricsParts {
+  registry: WorkerRegistry;
+  views: BlockViews;
+  load: LoadTracker;
+  receipts: ReceiptBook;
+  metrics: PoolRecorder;
+  counters: IndexCounters;
+}
+
+/** Everything operators see about this pool (metrics scrape, dashboard), as plain JSON. */
+export function poolMetricsSnapshot(p: PoolMetricsParts, at: number): PoolMetricsSnapshot {
+  const workers = workerRows(p.registry, p.views, p.load);
+  const verdict = poolCohort(p.registry.all());
+  return {
+    at,
+    blockSize: p.registry.blockSize,
+    indexedBlocks: p.views.index.size,
+    blockBudget: p.views.budget.limitFor(p.registry.slotCount),
+    activeRequests: p.load.size,
+    counters: { ...p.counters, dropReasons: { ...p.counters.dropReasons } },
+    workers: workers.map((w) => ({
+      workerId: w.workerId,
+      url: w.url,
+      status: w.status,
+      blocks: w.blocks,
+      synced: w.synced,
+      approximate: w.approximate,
+      approximateReasons: w.approximateReasons,
+      activeRequests: w.activeRequests,
+      activePrefillTokens: w.activePrefillTokens,
+      activeDecodeBlocks: w.activeDecodeBlocks,
+      contractDigest: w.contractDigest,
+      kvEvents: w.kvEvents,
+      epoch: w.epoch,
+      lastSeen: w.lastSeen,
+    })),
+    drift: p.receipts.stats().map((d) => ({ workerId: d.workerId, driftEwma: d.driftEwma, drifting: d.drifting })),
+    cohort: cohortOf(workers, verdict),
+    recentReceipts: p.receipts.recent(RECENT_KEPT).map((r) => ({
+      at: r.at,
+      workerId: r.workerId,
+      outcome: r.outcome,
+      promptTokens: r.promptTokens,
+      predictedCachedTokens: Math.min(r.predictedOverlapBlocks * r.blockSize, r.promptTokens),
+      actualCachedTokens: r.actualCachedTokens,
+      fallbackReason: r.fallbackReason,
+    })),
+    recorder: p.metrics.snapshot(),
+  };
+}

@@ -1,0 +1,262 @@
+/**
+ * Routing one request: score every live worker (overlap from the block views, in-flight load,
+ * block cost or estimated TTFT by region), pick one, add the request's load, and keep its receipt
+ * pending until the edge settles it with the cached tokens the worker reported; peek() is the same
+ * choice without side effects.
+ */
+import type { LocalHashes } from "../blocks/block-hash.ts";
+import { chainKeysOf, type LoadTracker } from "../load/load-tracker.ts";
+import type { PoolRecorder } from "../metrics/pool-recorder.ts";
+import type { IndexCounters } from "../metrics/pool-snapshot.ts";
+import { RegionsConfigSchema, resolveEdgeRegion, scoreCandidatesByTtft, type RegionsConfig } from "../selection/regions.ts";
+import { pickIndex, scoreCandidates, type Candidate } from "../selection/selection.ts";
+import type { BlockViews } from "./block-views.ts";
+import type { LoadSync } from "./load-sync.ts";
+import type { Receipt, ReceiptBook } from "./receipts.ts";
+import type { WorkerRecord, WorkerRegistry } from "./worker-registry.ts";
+
+/** The one region of TTFT scoring without a region table (cost "ttft"). */
+const LOCAL_REGION = "local";
+
+/** Pending receipts kept at most (the oldest is dropped beyond). */
+const MAX_PENDING_RECEIPTS = 10_000;
+
+export interface RouteRequest {
+  localHashes: LocalHashes;
+  /** Input sequence length in tokens (the full prompt, not only hashed blocks). */
+  isl: number;
+  exclude?: readonly string[];
+  fallbackReason?: string | null;
+  /** The edge's region: with a regions config, selection minimises estimated TTFT from there. */
+  edgeRegion?: string | null;
+  /** The edge's Cloudflare colo (request.cf.colo), mapped to a region by the regions config. */
+  edgeColo?: string | null;
+}
+
+export interface RouteCandidateView {
+  workerId: string;
+  overlapBlocks: number;
+  cost: number;
+  activePrefillTokens: number;
+  activeDecodeBlocks: number;
+}
+
+export interface RouteDecision {
+  workerId: string;
+  url: string;
+  overlapBlocks: number;
+  totalBlocks: number;
+  blockSize: number;
+  receiptId: string;
+  candidates: RouteCandidateView[];
+}
+
+export interface SettleRequest {
+  receiptId: string;
+  promptTokens: number | null;
+  cachedTokens: number | null;
+  outcome: "ok" | "error";
+  /** The edge is retrying on another worker: this attempt is not the request's final outcome. */
+  retrying?: boolean;
+  /** Edge time from request arrival until the upstream call, for the overhead histogram. */
+  edgeOverheadMs?: number | null;
+}
+
+/** What route() would decide right now, without adding load or a receipt (explain, dry runs). */
+export interface RoutePreview {
+  workerId: string | null;
+  overlapBlocks: number;
+  totalBlocks: number;
+  blockSize: number;
+  candidates: RouteCandidateView[];
+  /** Other workers with the same lowest cost (the pick among them is random). */
+  tiedWith: string[];
+}
+
+type PreviewRequest = Pick<RouteRequest, "localHashes" | "isl" | "exclude" | "edgeRegion" | "edgeColo">;
+
+export interface RouterOptions {
+  temperature?: number;
+  /** Weight of decode load in the cost (default 1, Dynamo's); see selection.ts. */
+  decodeWeight?: number;
+  random?: () => number;
+  now?: () => number;
+  /** RTT table and defaults for region-aware selection (src/selection/regions.ts); null = off. */
+  regions?: RegionsConfig | null;
+  /**
+   * "ttft": without a usable region (no config, or the edge's region unknown) still score by
+   * estimated TTFT, with no round trip; "blocks" (default here): Dynamo's block cost then.
+   */
+  cost?: "ttft" | "blocks";
+}
+
+/** The parts of one pool a router reads and changes. */
+export interface RouterParts {
+  registry: WorkerRegistry;
+  views: BlockViews;
+  load: LoadTracker;
+  loadSync: LoadSync;
+  receipts: ReceiptBook;
+  metrics: PoolRecorder;
+  counters: IndexCounters;
+}
+
+export class Router {
+  readonly #p: RouterParts;
+  readonly #pending = new Map<string, Omit<Receipt, "actualCachedTokens" | "outcome">>();
+  #receiptSeq = 0;
+  readonly #temperature: number;
+  readonly #decodeWeight: number;
+  readonly #random: () => number;
+  readonly #now: () => number;
+  readonly #regions: RegionsConfig | null;
+  /** TTFT scoring when no region applies (cost "ttft"); null = block cost then. */
+  readonly #localTtft: RegionsConfig | null;
+
+  constructor(parts: RouterParts, opts: RouterOptions = {}) {
+    this.#p = parts;
+    this.#regions = opts.regions ?? null;
+    this.#localTtft = opts.cost === "ttft" ? { ...(opts.regions ?? RegionsConfigSchema.parse({})), self: LOCAL_REGION, rttMs: {}, defaultRttMs: 0 } : null;
+    this.#temperature = opts.temperature ?? 0;
+    this.#decodeWeight = opts.decodeWeight ?? 1;
+    this.#random = opts.random ?? Math.random;
+    this.#now = opts.now ?? Date.now;
+  }
+
+  route(req: RouteRequest): RouteDecision | null {
+    const { views, loadSync, counters, metrics } = this.#p;
+    const now = this.#now();
+    counters.expired += this.#p.load.expireStale(now);
+    const e = this.#evaluate(req);
+    if (!e) {
+      metrics.noWorker(req.fallbackReason ?? null);
+      return null;
+    }
+    const { live, chain, scored, candidateViews, blockSize } = e;
+    const i = pickIndex(scored, this.#temperature, this.#random);
+    const chosen = live[i]!;
+    const overlap = scored[i]!.overlapBlocks;
+    views.recordRoute(chosen, req.localHashes, now);
+    const receiptId = `r${now.toString(36)}-${(this.#receiptSeq++).toString(36)}`;
+    const requestBlocks = Math.ceil(req.isl / blockSize);
+    const prefillTokens = Math.max(0, req.isl - overlap * blockSize);
+    loadSync.add({ receiptId, slot: chosen.slot, prefillTokens, decodeBlocks: requestBlocks, chainKeys: chain, startedAt: now, prefillDone: false }, chosen.workerId);
+    this.#pending.set(receiptId, {
+      receiptId,
+      workerId: chosen.workerId,
+      at: now,
+      promptTokens: req.isl,
+      totalBlocks: req.localHashes.length,
+      predictedOverlapBlocks: overlap,
+      blockSize,
+      fallbackReason: req.fallbackReason ?? null,
+    });
+    if (this.#pending.size > MAX_PENDING_RECEIPTS) this.#pending.delete(this.#pending.keys().next().value!);
+    counters.routed++;
+    metrics.routed({
+      at: now,
+      receiptId,
+      workerId: chosen.workerId,
+      overlapBlocks: overlap,
+      totalBlocks: req.localHashes.length,
+      isl: req.isl,
+      fallbackReason: req.fallbackReason ?? null,
+      retry: (req.exclude?.length ?? 0) > 0,
+      candidates: candidateViews,
+    });
+    return {
+      workerId: chosen.workerId,
+      url: chosen.url,
+      overlapBlocks: overlap,
+      totalBlocks: req.localHashes.length,
+      blockSize,
+      receiptId,
+      candidates: candidateViews,
+    };
+  }
+
+  /** Frees the request's load and records its receipt. Returns true if drift just started. */
+  settle(req: SettleRequest): { drift: boolean; receipt: Receipt | null } {
+    this.#p.loadSync.release(req.receiptId);
+    const p = this.#pending.get(req.receiptId);
+    if (!p) return { drift: false, receipt: null };
+    this.#pending.delete(req.receiptId);
+    const receipt: Receipt = {
+      ...p,
+      promptTokens: req.promptTokens ?? p.promptTokens,
+      actualCachedTokens: req.cachedTokens,
+      outcome: req.outcome,
+    };
+    this.#p.counters.settled++;
+    this.#p.metrics.settled(
+      {
+        workerId: receipt.workerId,
+        outcome: receipt.outcome,
+        promptTokens: receipt.promptTokens,
+        predictedOverlapBlocks: receipt.predictedOverlapBlocks,
+        blockSize: receipt.blockSize,
+        actualCachedTokens: receipt.actualCachedTokens,
+        retrying: req.retrying === true,
+        edgeOverheadMs: req.edgeOverheadMs ?? null,
+      },
+      this.#now(),
+    );
+    return { drift: this.#p.receipts.settle(receipt), receipt };
+  }
+
+  /** route() without side effects: same candidates and costs, no load, receipt or counters. */
+  peek(req: PreviewRequest): RoutePreview {
+    const totalBlocks = req.localHashes.length;
+    const e = this.#evaluate(req);
+    if (!e) return { workerId: null, overlapBlocks: 0, totalBlocks, blockSize: this.#p.registry.blockSize ?? 16, candidates: [], tiedWith: [] };
+    const { live, scored, candidateViews, blockSize } = e;
+    const i = pickIndex(scored, this.#temperature, this.#random);
+    const minCost = Math.min(...scored.map((x) => x.cost));
+    const tiedWith = candidateViews.filter((v, k) => k !== i && scored[k]!.cost === minCost).map((v) => v.workerId);
+    return { workerId: live[i]!.workerId, overlapBlocks: scored[i]!.overlapBlocks, totalBlocks, blockSize, candidates: candidateViews, tiedWith };
+  }
+
+  /** Scores every live worker for a request (shared by route and peek): overlap, load, cost. */
+  #evaluate(req: PreviewRequest) {
+    const { registry, views, load } = this.#p;
+    const blockSize = registry.blockSize ?? 16;
+    const exclude = new Set(req.exclude ?? []);
+    const live = registry.all().filter((w) => w.status === "up" && !exclude.has(w.workerId));
+    if (live.length === 0) return null;
+    const now = this.#now();
+    const overlaps = views.overlaps(live, req.localHashes, now);
+    const chain = chainKeysOf(req.localHashes);
+    const shared = load.sharedPrefixes(chain);
+    const candidates: Candidate[] = live.map((w, k) => ({
+      slot: w.slot,
+      overlapBlocks: overlaps[k]!,
+      activePrefillTokens: load.prefillTokens(w.slot),
+      activeDecodeBlocks: load.decodeBlocks(w.slot),
+      sharedActiveBlocks: shared.get(w.slot) ?? 0,
+    }));
+    const scored = this.#score(live, candidates, req, blockSize);
+    const candidateViews: RouteCandidateView[] = live.map((w, k) => ({
+      workerId: w.workerId,
+      overlapBlocks: scored[k]!.overlapBlocks,
+      cost: scored[k]!.cost,
+      activePrefillTokens: candidates[k]!.activePrefillTokens,
+      activeDecodeBlocks: candidates[k]!.activeDecodeBlocks,
+    }));
+    return { live, chain, scored, candidateViews, blockSize };
+  }
+
+  /** Default block cost; estimated TTFT when regions are configured and the edge's region is known. */
+  #score(live: readonly WorkerRecord[], candidates: Candidate[], req: Pick<RouteRequest, "isl" | "edgeRegion" | "edgeColo">, blockSize: number) {
+    const edgeRegion = this.#regions ? (req.edgeRegion ?? resolveEdgeRegion(this.#regions, req.edgeColo)) : null;
+    if (this.#regions && edgeRegion) {
+      const placements = live.map((w) => ({ region: w.region ?? null, prefillTokensPerSec: w.prefillTokensPerSec ?? null }));
+      return scoreCandidatesByTtft({ candidates, placements, isl: req.isl, blockSize, edgeRegion, config: this.#regions });
+    }
+    if (this.#localTtft) {
+      // Every worker as if next door: queue + uncached prefill + decode interference.
+      const placements = live.map((w) => ({ region: LOCAL_REGION, prefillTokensPerSec: w.prefillTokensPerSec ?? null }));
+      return scoreCandidatesByTtft({ candidates, placements, isl: req.isl, blockSize, edgeRegion: LOCAL_REGION, config: this.#localTtft });
+    }
+    return scoreCandidates({ candidates, isl: req.isl, blockSize, decodeWeight: this.#decodeWeight });
+  }
+}

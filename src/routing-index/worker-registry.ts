@@ -1,0 +1,158 @@
+/**
+ * The pool's worker registry: one record per worker (in memory; the Durable Object persists the
+ * rows), the slot each worker holds in the indexes, the pool block size, relay hellos and their
+ * fencing by epoch, status and lastSeen. Knows nothing of blocks, load or routing.
+ */
+import type { RelayHello, WorkerStatus } from "../relay-wire/relay-protocol.ts";
+import { contractDigestOf } from "./cohort.ts";
+
+export interface WorkerRecord {
+  workerId: string;
+  url: string;
+  blockSize: number;
+  epoch: number;
+  status: WorkerStatus;
+  modelName: string;
+  contract: unknown;
+  contractDigest: string | null;
+  kvEvents: boolean;
+  lastSeen: number;
+  /** Region and prefill rate from the hello (region-aware selection); absent = unknown. */
+  region?: string | null;
+  prefillTokensPerSec?: number | null;
+}
+
+/** A registered worker: its record and the slot it holds in the indexes and the load tracker. */
+export type SlottedWorker = WorkerRecord & { slot: number };
+
+export type HelloOutcome =
+  | {
+      ok: true;
+      record: WorkerRecord;
+      worker: SlottedWorker;
+      /** The worker took a slot it did not hold before. */
+      added: boolean;
+      /** A new worker life (first hello or another epoch): whatever was cached of the old one is void. */
+      newLife: boolean;
+    }
+  | { ok: false; reason: string };
+
+export class WorkerRegistry {
+  #blockSize: number | null;
+  readonly #workers = new Map<string, SlottedWorker>();
+  readonly #bySlot: string[] = [];
+  readonly #now: () => number;
+
+  constructor(blockSize: number | null, now: () => number = Date.now) {
+    this.#blockSize = blockSize;
+    this.#now = now;
+  }
+
+  get blockSize(): number | null {
+    return this.#blockSize;
+  }
+
+  /** Sets the pool block size if none is known yet (from configuration, before any worker). */
+  adoptBlockSize(blockSize: number): void {
+    if (this.#blockSize === null) this.#blockSize = blockSize;
+  }
+
+  /** Slots ever handed out and not reused yet (free slots included): the indexes' width. */
+  get slotCount(): number {
+    return this.#bySlot.length;
+  }
+
+  slotOf(workerId: string): number {
+    return this.#workers.get(workerId)?.slot ?? -1;
+  }
+
+  get(workerId: string): SlottedWorker | undefined {
+    return this.#workers.get(workerId);
+  }
+
+  all(): SlottedWorker[] {
+    return [...this.#workers.values()];
+  }
+
+  /** The record without its slot (what callers persist and show). */
+  record(workerId: string): WorkerRecord | undefined {
+    const w = this.#workers.get(workerId);
+    if (!w) return undefined;
+    const { slot: _slot, ...rec } = w;
+    return rec;
+  }
+
+  /** Restores a registry row (after a Durable Object restart). Returns the worker and whether it took a new slot. */
+  restore(rec: WorkerRecord): { worker: SlottedWorker; added: boolean } {
+    const r = this.#upsert(rec);
+    if (this.#blockSize === null) this.#blockSize = rec.blockSize;
+    return r;
+  }
+
+  /** A relay said hello: the record to persist, or a refusal. */
+  hello(msg: RelayHello, authenticatedWorkerId: string): HelloOutcome {
+    if (msg.workerId !== authenticatedWorkerId) return { ok: false, reason: "worker id does not match the authenticated worker" };
+    if (this.#blockSize !== null && msg.blockSize !== this.#blockSize)
+      return { ok: false, reason: `block size ${msg.blockSize} differs from the pool's ${this.#blockSize}` };
+    const prev = this.#workers.get(msg.workerId);
+    if (prev && msg.epoch < prev.epoch) return { ok: false, reason: `stale epoch ${msg.epoch} < ${prev.epoch}` };
+    if (this.#blockSize === null) this.#blockSize = msg.blockSize;
+    const prevEpoch = prev?.epoch;
+    const record: WorkerRecord = {
+      workerId: msg.workerId,
+      url: msg.url.replace(/\/+$/, ""),
+      blockSize: msg.blockSize,
+      epoch: msg.epoch,
+      status: "up",
+      modelName: msg.modelName,
+      contract: msg.contract ?? null,
+      contractDigest: contractDigestOf(msg.contract),
+      kvEvents: msg.kvEvents,
+      lastSeen: this.#now(),
+      region: msg.region ?? null,
+      prefillTokensPerSec: msg.prefillTokensPerSec ?? null,
+    };
+    const { worker, added } = this.#upsert(record);
+    return { ok: true, record, worker, added, newLife: prevEpoch === undefined || msg.epoch !== prevEpoch };
+  }
+
+  /** Any message from the worker's relay: the time operators see as lastSeen (in memory). */
+  touch(workerId: string): number | null {
+    const w = this.#workers.get(workerId);
+    if (!w) return null;
+    w.lastSeen = this.#now();
+    return w.lastSeen;
+  }
+
+  /** Sets the status (and lastSeen); the worker, or undefined when unknown. */
+  setStatus(workerId: string, status: WorkerStatus): SlottedWorker | undefined {
+    const w = this.#workers.get(workerId);
+    if (!w) return undefined;
+    w.status = status;
+    w.lastSeen = this.#now();
+    return w;
+  }
+
+  /** Forgets the worker and frees its slot for the next new worker; the removed worker, if any. */
+  remove(workerId: string): SlottedWorker | undefined {
+    const w = this.#workers.get(workerId);
+    if (!w) return undefined;
+    this.#bySlot[w.slot] = "";
+    this.#workers.delete(workerId);
+    return w;
+  }
+
+  #upsert(rec: WorkerRecord): { worker: SlottedWorker; added: boolean } {
+    const existing = this.#workers.get(rec.workerId);
+    if (existing) {
+      Object.assign(existing, rec);
+      return { worker: existing, added: false };
+    }
+    let slot = this.#bySlot.indexOf("");
+    if (slot < 0) slot = this.#bySlot.length;
+    this.#bySlot[slot] = rec.workerId;
+    const worker = { ...rec, slot };
+    this.#workers.set(rec.workerId, worker);
+    return { worker, added: true };
+  }
+}
