@@ -33,9 +33,10 @@ export class LoadSync {
   }
 
   markPrefillDone(receiptId: string): void {
-    const r = this.#load.get(receiptId);
+    // Read before marking: the tracker marks the same record, and only the first mark goes out.
+    const wasPending = this.#load.get(receiptId)?.prefillDone === false;
     this.#load.markPrefillDone(receiptId);
-    if (this.#replicate && r && !r.prefillDone) this.#outbox.push({ op: "done", id: receiptId, at: this.#now() });
+    if (this.#replicate && wasPending) this.#outbox.push({ op: "done", id: receiptId, at: this.#now() });
   }
 
   /** Frees a request routed here; the released request, if it was still active. */

@@ -36,6 +36,16 @@ describe("LoadSync", () => {
     expect(sync.stats()).toMatchObject({ opsSent: 2, batchesSent: 1 });
   });
 
+  it("a stream's first output (prefill done) goes to the peers once, so they stop counting its prefill", () => {
+    const { load, sync } = setup(true);
+    sync.add(request("r2", 0), "a");
+    sync.takeOps();
+    sync.markPrefillDone("r2");
+    sync.markPrefillDone("r2"); // a second mark is not queued again
+    expect(load.prefillTokens(0)).toBe(0);
+    expect(sync.takeOps()).toEqual([{ op: "done", id: "r2", at: 50 }]);
+  });
+
   it("queues nothing when the pool is not sharded, but still moves the load", () => {
     const { load, sync } = setup(false);
     sync.add(request("r1", 0), "a");
