@@ -83,13 +83,15 @@ describe("sharded pool (3 shard objects)", () => {
     // The shards together hold exactly each worker's cache (parity with the simulator's own dump).
     for (let i = 0; i < fleet.workers.length; i++) await waitParity(fleet, i);
 
-    // Settles run after each response; wait until every load change has reached every other shard.
+    // Settles run after each response; wait until every load change has reached every other shard:
+    // an add and a release per request, and a "prefill done" per streamed one (its first output).
+    const expectedOps = prompts.length * 3 * 2 + prompts.length;
     let shards: ShardRow[] = [];
     const total = (f: (s: ShardRow) => number) => shards.reduce((a, s) => a + f(s), 0);
     await waitUntil(
       async () => {
         shards = ((await fleet.admin(`/admin/shards?model=${encodeURIComponent(fleet.model)}`)) as { shards: ShardRow[] }).shards;
-        return total((s) => s.loadSync.opsSent) === (prompts.length * 3) * 2 && total((s) => s.loadSync.opsReceived) === total((s) => s.loadSync.opsSent) * (SHARDS - 1);
+        return total((s) => s.loadSync.opsSent) === expectedOps && total((s) => s.loadSync.opsReceived) === total((s) => s.loadSync.opsSent) * (SHARDS - 1);
       },
       10_000,
       () => JSON.stringify(shards.map((s) => s.loadSync)),
