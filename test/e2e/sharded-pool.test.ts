@@ -104,7 +104,6 @@ describe("sharded pool (3 shard objects)", () => {
     }
     for (const k of shardsUsed) expect(shards[k]!.indexedBlocks).toBeGreaterThan(0);
     // Every shard that routed sent its load changes; every other shard applied them.
-    // One add and one release per request.
     const sent = total((s) => s.loadSync.opsSent);
     const received = total((s) => s.loadSync.opsReceived);
     expect(total((s) => s.loadSync.opsApplied)).toBe(received);
