@@ -1,9 +1,10 @@
-// Minimal Worker for scripts/repro-stream-abort.ts: nothing of kvedge, seven ways to stream a body.
+// Minimal Worker for scripts/repro-stream-abort.ts: nothing of kvedge, eight ways to stream a body.
 //   /js                   a JS ReadableStream fed by a timer (a chunk every 2 ms)
 //   /js-upstream          a JS ReadableStream passing an upstream fetch body through (read → enqueue)
 //   /js-upstream-nosignal the same, the upstream fetch without request.signal
 //   /js-upstream-catch    the same, an upstream read error closes the stream instead of erroring it
 //   /js-upstream-hwm1     the same with highWaterMark 1 (one chunk read ahead)
+//   /js-upstream-timer    the same, each chunk enqueued one timer turn after its read
 //   /js-upstream-push     a JS ReadableStream that reads the upstream on its own and enqueues (push)
 //   /native               the upstream fetch body returned as it is (a runtime stream)
 const enc = new TextEncoder();
@@ -56,6 +57,7 @@ export default {
             c.close();
             return;
           }
+          if (url.pathname === "/js-upstream-timer") await new Promise((res) => setTimeout(res, 0));
           if (r.done) c.close();
           else c.enqueue(r.value);
         },
