@@ -4,9 +4,13 @@
  *   the answer nobody reads;
  * - the worker's load is released in the index (activeRequests back to 0); without the flag the
  *   runtime never told the edge and 5 of 12 requests held their load for good.
- * Not yet quiet: workerd still logs `Uncaught Error: Network connection lost.` (no JS stack) for
- * some aborts; not yet located (docs/reliability.md, Known gaps). The count is printed; any other
- * uncaught error fails the test.
+ * Not quiet under `wrangler dev`, and not ours: workerd logs `Uncaught Error: Network connection lost.`
+ * (no JS stack) for a share of the aborts (3–8 of 12 here). scripts/repro-stream-abort.ts reproduces
+ * it with a 40-line Worker and no kvedge code (a JS ReadableStream fed by an upstream fetch: about 1
+ * abort in 4; the upstream body returned as it is: never): the runtime pumps a JS-sourced body inside
+ * the request, and a write to the departed client that fails before the runtime cancels the request
+ * is reported through the inspector `wrangler dev` attaches (docs/reliability.md, Known gaps). So the
+ * count is printed, not required to be 0; any other uncaught error fails the test.
  */
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { startFleet, type Fleet } from "../../scripts/local-fleet.ts";
@@ -49,9 +53,9 @@ describe("aborted client streams", () => {
     await sleep(500);
     const edgeLines = tap.lines.map((l) => l.line).filter((l) => l.startsWith("[edge]"));
     const uncaught = edgeLines.filter((l) => /Uncaught/i.test(l));
-    console.log(`aborted streams: runtime logged ${uncaught.length} uncaught "Network connection lost." for ${N} aborts`);
-    // Anything uncaught other than the runtime's own disconnect report is ours: none.
-    expect(uncaught.filter((l) => !/Network connection lost/.test(l))).toEqual([]);
+    console.log(`aborted streams: runtime logged ${uncaught.length} uncaught "Network connection lost." for ${N} aborts (workerd's, see scripts/repro-stream-abort.ts)`);
+    // Anything uncaught other than the runtime's own disconnect report (exactly that line) is ours: none.
+    expect(uncaught.filter((l) => !/Uncaught Error: Network connection lost\.\s*(\x1b\[0m)?\s*$/.test(l))).toEqual([]);
     // Each generation was cut short: the worker finished none of the 2000-token answers.
     const finished = tap.lines.map((l) => l.line).filter((l) => /generate rid=.* out=2000\b/.test(l));
     expect(finished).toEqual([]);
