@@ -36,8 +36,8 @@ export function guardUpstreamBody(body: ReadableStream<Uint8Array>, opts: Upstre
     if (done) return;
     done = true;
     clearTimeout(deadlineTimer);
-    // Never hand a foreign error (workerd's `Network connection lost.` from the client side) on to
-    // the upstream fetch: workerd would report it again as an uncaught error there.
+    // The upstream fetch and reader are cancelled with our own error, so what the edge logs names
+    // why (deadline, size, client gone) rather than whatever the runtime reported.
     const own = reason instanceof UpstreamError || reason instanceof UpstreamTimeoutError ? reason : new UpstreamError("The client went away.", null, "cancelled");
     opts.abort.abort(own);
     reader.cancel(own).catch(() => undefined);
