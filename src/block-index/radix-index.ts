@@ -167,6 +167,20 @@ function u64ToBigInt(lo: number, hi: number): bigint {
   return (BigInt(hi >>> 0) << 32n) | BigInt(lo >>> 0);
 }
 
+/**
+ * Frees a typed array's storage now instead of at the next full GC (ES2024 ArrayBuffer transfer;
+ * the lib target here is es2022). Why: a grown or rehashed table leaves its old buffer dead as
+ * external memory, and at millions of blocks that churn (about twice the live size) is what
+ * triggers most full collections during ingestion. `bytes` > 0 moves the contents into a buffer
+ * of that length (zero-filled beyond), which the allocator may grow in place.
+ */
+type TransferableBuffer = ArrayBuffer & { transfer?: (newByteLength?: number) => ArrayBuffer };
+function transferInt32(a: Int32Array, bytes: number): Int32Array | null {
+  const buf = a.buffer as TransferableBuffer;
+  if (typeof buf.transfer !== "function") return null;
+  return new Int32Array(buf.transfer(bytes));
+}
+
 function hex8(x: number): string {
   return (x >>> 0).toString(16).padStart(8, "0");
 }
@@ -254,6 +268,7 @@ class EngineTable {
     }
     this.slots = t;
     this.mask = m;
+    transferInt32(old, 0);
   }
 }
 
@@ -881,12 +896,17 @@ export class RadixIndex {
     }
     this.#kids = t;
     this.#kidMask = m;
+    transferInt32(old, 0);
   }
 
   #growNodes(): void {
     // ×1.5 keeps the reserve (and so bytes per block) lower than doubling at large sizes.
-    const next = new Int32Array(Math.ceil((this.#nodes.length / this.#stride) * 1.5) * this.#stride);
-    next.set(this.#nodes);
+    const length = Math.ceil((this.#nodes.length / this.#stride) * 1.5) * this.#stride;
+    let next = transferInt32(this.#nodes, length * 4);
+    if (!next) {
+      next = new Int32Array(length);
+      next.set(this.#nodes);
+    }
     this.#nodes = next;
   }
 
@@ -904,6 +924,7 @@ export class RadixIndex {
       for (let f = 0; f < MASK + oldWords; f++) next[b + f] = old[o + f]!;
     }
     this.#nodes = next;
+    transferInt32(old, 0);
     this.#words = words;
     this.#stride = stride;
     this.#alive = new Int32Array(words);
