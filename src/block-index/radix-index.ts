@@ -143,22 +143,36 @@ function parseDecimal64(s: string): void {
   parsedHi = hi | 0;
 }
 
+/** Hex digit value by char code (< 128), -1 for anything else: a table lookup instead of range
+ * branches, which mispredict on random hex (a letter in 6 of 16 digits). */
+const HEX_VALUE = new Int8Array(128).fill(-1);
+for (let d = 0; d < 16; d++) {
+  HEX_VALUE["0123456789abcdef".charCodeAt(d)] = d;
+  HEX_VALUE["0123456789ABCDEF".charCodeAt(d)] = d;
+}
+
 /** Parses 1–16 hex digits into parsedLo/parsedHi. */
 function parseHex64(s: string): void {
   const n = s.length;
   if (n < 1 || n > 16) throw new RangeError(`local hash ${JSON.stringify(s)} is not 16 hex digits`);
-  let lo = 0;
+  const split = n > 8 ? n - 8 : 0;
+  // `bad` collects every digit value: one -1 (not a hex digit) leaves it negative.
+  let bad = 0;
   let hi = 0;
-  for (let i = 0; i < n; i++) {
+  for (let i = 0; i < split; i++) {
     const c = s.charCodeAt(i);
-    let v: number;
-    if (c >= 48 && c <= 57) v = c - 48;
-    else if (c >= 97 && c <= 102) v = c - 87;
-    else if (c >= 65 && c <= 70) v = c - 55;
-    else throw new RangeError(`local hash ${JSON.stringify(s)} is not 16 hex digits`);
-    hi = (hi << 4) | (lo >>> 28);
+    const v = c < 128 ? HEX_VALUE[c]! : -1;
+    bad |= v;
+    hi = (hi << 4) | v;
+  }
+  let lo = 0;
+  for (let i = split; i < n; i++) {
+    const c = s.charCodeAt(i);
+    const v = c < 128 ? HEX_VALUE[c]! : -1;
+    bad |= v;
     lo = (lo << 4) | v;
   }
+  if (bad < 0) throw new RangeError(`local hash ${JSON.stringify(s)} is not 16 hex digits`);
   parsedLo = lo;
   parsedHi = hi;
 }
