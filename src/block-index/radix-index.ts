@@ -372,16 +372,7 @@ export class RadixIndex {
   /** Like applyStored, with blocks as they arrive on the relay wire (no BigInt conversion). */
   applyStoredWire(slot: number, parentEngineHash: string | null, blocks: readonly WireBlock[]): ApplyResult {
     const n = blocks.length;
-    this.#reserveBlocks(n);
-    for (let i = 0; i < n; i++) {
-      const b = blocks[i]!;
-      parseDecimal64(b.h);
-      this.#engLo[i] = parsedLo;
-      this.#engHi[i] = parsedHi;
-      parseHex64(b.l);
-      this.#locLo[i] = parsedLo;
-      this.#locHi[i] = parsedHi;
-    }
+    this.#parseWire(blocks, n);
     return this.#applyParsed(slot, parentEngineHash, n);
   }
 
@@ -393,16 +384,7 @@ export class RadixIndex {
    */
   applyStoredEvent(slot: number, parentEngineHash: string | null, blocks: readonly WireBlock[], admit?: (blocks: number) => boolean): StoredEventResult {
     const n = blocks.length;
-    this.#reserveBlocks(n);
-    for (let i = 0; i < n; i++) {
-      const b = blocks[i]!;
-      parseDecimal64(b.h);
-      this.#engLo[i] = parsedLo;
-      this.#engHi[i] = parsedHi;
-      parseHex64(b.l);
-      this.#locLo[i] = parsedLo;
-      this.#locHi[i] = parsedHi;
-    }
+    this.#parseWire(blocks, n);
     let pLo = 0;
     let pHi = 0;
     if (parentEngineHash !== null) {
@@ -414,6 +396,24 @@ export class RadixIndex {
     if (defect) return { ok: false, applied: 0, voided: defect };
     if (admit && !admit(n)) return { ok: false, applied: 0, refused: true };
     return this.#applyParsed(slot, parentEngineHash, n);
+  }
+
+  /** Parses wire blocks [0, n) into #engLo/#engHi/#locLo/#locHi. */
+  #parseWire(blocks: readonly WireBlock[], n: number): void {
+    this.#reserveBlocks(n);
+    const engLo = this.#engLo;
+    const engHi = this.#engHi;
+    const locLo = this.#locLo;
+    const locHi = this.#locHi;
+    for (let i = 0; i < n; i++) {
+      const b = blocks[i]!;
+      parseDecimal64(b.h);
+      engLo[i] = parsedLo;
+      engHi[i] = parsedHi;
+      parseHex64(b.l);
+      locLo[i] = parsedLo;
+      locHi[i] = parsedHi;
+    }
   }
 
   #dupAt = new Int32Array(0);
