@@ -203,6 +203,11 @@ function hex8(x: number): string {
 
 const ENGINE_SEED = 0x1b873593;
 
+/** An engine hash's bucket hash (masked per table). */
+function engineHash(lo: number, hi: number): number {
+  return mix(hi, lo, ENGINE_SEED);
+}
+
 /** One worker's engine hash → node table: open addressing, records [lo, hi, node]; node 0 = empty. */
 class EngineTable {
   slots: Int32Array;
@@ -216,9 +221,14 @@ class EngineTable {
 
   /** Bucket holding (lo, hi), or ~(the empty bucket where it would go) when absent. */
   probe(lo: number, hi: number): number {
+    return this.probeHashed(engineHash(lo, hi), lo, hi);
+  }
+
+  /** probe with `h` = engineHash(lo, hi) already computed (by touch's caller). */
+  probeHashed(h: number, lo: number, hi: number): number {
     const t = this.slots;
     const m = this.mask;
-    let i = mix(hi, lo, ENGINE_SEED) & m;
+    let i = h & m;
     for (;;) {
       const b = i * 3;
       if (t[b + 2]! === 0) return ~i;
@@ -227,9 +237,9 @@ class EngineTable {
     }
   }
 
-  /** Reads the home bucket of (lo, hi) so a later probe hits the cache. */
-  touch(lo: number, hi: number): number {
-    return this.slots[(mix(hi, lo, ENGINE_SEED) & this.mask) * 3 + 2]!;
+  /** Reads the home bucket of hash `h` (engineHash) so a later probe hits the cache. */
+  touch(h: number): number {
+    return this.slots[(h & this.mask) * 3 + 2]!;
   }
 
   /** Fills the empty bucket `i` returned (as ~i) by probe. */
@@ -251,7 +261,7 @@ class EngineTable {
       j = (j + 1) & m;
       const bj = j * 3;
       if (t[bj + 2]! === 0) break;
-      const home = mix(t[bj + 1]!, t[bj]!, ENGINE_SEED) & m;
+      const home = engineHash(t[bj]!, t[bj + 1]!) & m;
       // Move j into the hole unless its home lies cyclically in (i, j].
       const stays = i <= j ? home > i && home <= j : home > i || home <= j;
       if (!stays) {
@@ -274,7 +284,7 @@ class EngineTable {
     const m = capacity - 1;
     for (let b = 0; b < old.length; b += 3) {
       if (old[b + 2]! === 0) continue;
-      let i = mix(old[b + 1]!, old[b]!, ENGINE_SEED) & m;
+      let i = engineHash(old[b]!, old[b + 1]!) & m;
       while (t[i * 3 + 2]! !== 0) i = (i + 1) & m;
       t[i * 3] = old[b]!;
       t[i * 3 + 1] = old[b + 1]!;
@@ -309,6 +319,8 @@ export class RadixIndex {
   #keys = new Int32Array(128);
   #engLo = new Int32Array(64);
   #engHi = new Int32Array(64);
+  /** engineHash of each parsed engine hash, computed once for the prefetch touch and the probe. */
+  #engH = new Int32Array(64);
   #locLo = new Int32Array(64);
   #locHi = new Int32Array(64);
   /** Receives prefetch reads so the optimiser cannot drop them. */
@@ -490,7 +502,7 @@ export class RadixIndex {
       if (r.p !== null && eLo === pLo && eHi === pHi) continue;
       parseHex64(r.l);
       const key = mix(this.#nodes[parent * this.#stride + KEY]!, parsedLo, parsedHi) | 0;
-      this.#storeOne(slot, table, parent, key, eLo, eHi, parsedLo, parsedHi);
+      this.#storeOne(slot, table, parent, key, engineHash(eLo, eHi), eLo, eHi, parsedLo, parsedHi);
       applied++;
     }
     return { applied, failed: rows.length - applied };
@@ -504,18 +516,21 @@ export class RadixIndex {
     this.#reserveBlocks(n);
     const engLo = this.#engLo;
     const engHi = this.#engHi;
+    const engH = this.#engH;
     let sink = 0;
     for (let i = 0; i < n; i++) {
       parseDecimal64(engineHashes[i]!);
       engLo[i] = parsedLo;
       engHi[i] = parsedHi;
       // Touch the bucket now so the misses of the whole batch overlap (see the file comment).
-      sink ^= table.touch(parsedLo, parsedHi);
+      const h = engineHash(parsedLo, parsedHi);
+      engH[i] = h;
+      sink ^= table.touch(h);
     }
     this.#sink = sink;
     let removed = 0;
     for (let i = 0; i < n; i++) {
-      const at = table.probe(engLo[i]!, engHi[i]!);
+      const at = table.probeHashed(engH[i]!, engLo[i]!, engHi[i]!);
       if (at < 0) continue;
       const node = table.slots[at * 3 + 2]!;
       table.deleteAt(at);
@@ -691,6 +706,7 @@ export class RadixIndex {
     const cap = Math.max(n, this.#engLo.length * 2);
     this.#engLo = new Int32Array(cap);
     this.#engHi = new Int32Array(cap);
+    this.#engH = new Int32Array(cap);
     this.#locLo = new Int32Array(cap);
     this.#locHi = new Int32Array(cap);
     if (this.#keys.length < cap) this.#keys = new Int32Array(cap);
@@ -717,6 +733,7 @@ export class RadixIndex {
     const locLo = this.#locLo;
     const locHi = this.#locHi;
     const keys = this.#keys;
+    const engH = this.#engH;
     let key = this.#nodes[cur * this.#stride + KEY]!;
     let sink = 0;
     let ahead = 0;
@@ -730,7 +747,9 @@ export class RadixIndex {
         for (let d = ahead; d < end; d++) {
           key = mix(key, locLo[d]!, locHi[d]!) | 0;
           keys[d] = key;
-          sink ^= kt[2 * (key & km) + 1]! ^ table.touch(engLo[d]!, engHi[d]!);
+          const h = engineHash(engLo[d]!, engHi[d]!);
+          engH[d] = h;
+          sink ^= kt[2 * (key & km) + 1]! ^ table.touch(h);
         }
         ahead = end;
       }
@@ -740,17 +759,17 @@ export class RadixIndex {
         this.#sink = sink;
         return { ok: false, applied: i, error: "self_parent" };
       }
-      cur = this.#storeOne(slot, table, cur, keys[i]!, eLo, eHi, locLo[i]!, locHi[i]!);
+      cur = this.#storeOne(slot, table, cur, keys[i]!, engH[i]!, eLo, eHi, locLo[i]!, locHi[i]!);
     }
     this.#sink = sink;
     return { ok: true, applied: n };
   }
 
-  /** Marks `slot` on the child (parent, local) and points engine hash (eLo, eHi) at it. */
-  #storeOne(slot: number, table: EngineTable, parent: number, key: number, eLo: number, eHi: number, lLo: number, lHi: number): number {
+  /** Marks `slot` on the child (parent, local) and points engine hash (eLo, eHi), bucket hash `eh`, at it. */
+  #storeOne(slot: number, table: EngineTable, parent: number, key: number, eh: number, eLo: number, eHi: number, lLo: number, lHi: number): number {
     let child = this.#child(parent, key, lLo, lHi);
     if (child <= 0) child = this.#addChild(~child, parent, key, lLo, lHi);
-    const at = table.probe(eLo, eHi);
+    const at = table.probeHashed(eh, eLo, eHi);
     if (at < 0) {
       table.insertAt(~at, eLo, eHi, child);
       this.#ref(slot, child);
