@@ -143,28 +143,56 @@ function parseDecimal64(s: string): void {
   parsedHi = hi | 0;
 }
 
+/** Hex digit value by char code (< 128), -1 for anything else: a table lookup instead of range
+ * branches, which mispredict on random hex (a letter in 6 of 16 digits). */
+const HEX_VALUE = new Int8Array(128).fill(-1);
+for (let d = 0; d < 16; d++) {
+  HEX_VALUE["0123456789abcdef".charCodeAt(d)] = d;
+  HEX_VALUE["0123456789ABCDEF".charCodeAt(d)] = d;
+}
+
 /** Parses 1–16 hex digits into parsedLo/parsedHi. */
 function parseHex64(s: string): void {
   const n = s.length;
   if (n < 1 || n > 16) throw new RangeError(`local hash ${JSON.stringify(s)} is not 16 hex digits`);
-  let lo = 0;
+  const split = n > 8 ? n - 8 : 0;
+  // `bad` collects every digit value: one -1 (not a hex digit) leaves it negative.
+  let bad = 0;
   let hi = 0;
-  for (let i = 0; i < n; i++) {
+  for (let i = 0; i < split; i++) {
     const c = s.charCodeAt(i);
-    let v: number;
-    if (c >= 48 && c <= 57) v = c - 48;
-    else if (c >= 97 && c <= 102) v = c - 87;
-    else if (c >= 65 && c <= 70) v = c - 55;
-    else throw new RangeError(`local hash ${JSON.stringify(s)} is not 16 hex digits`);
-    hi = (hi << 4) | (lo >>> 28);
+    const v = c < 128 ? HEX_VALUE[c]! : -1;
+    bad |= v;
+    hi = (hi << 4) | v;
+  }
+  let lo = 0;
+  for (let i = split; i < n; i++) {
+    const c = s.charCodeAt(i);
+    const v = c < 128 ? HEX_VALUE[c]! : -1;
+    bad |= v;
     lo = (lo << 4) | v;
   }
+  if (bad < 0) throw new RangeError(`local hash ${JSON.stringify(s)} is not 16 hex digits`);
   parsedLo = lo;
   parsedHi = hi;
 }
 
 function u64ToBigInt(lo: number, hi: number): bigint {
   return (BigInt(hi >>> 0) << 32n) | BigInt(lo >>> 0);
+}
+
+/**
+ * Frees a typed array's storage now instead of at the next full GC (ES2024 ArrayBuffer transfer;
+ * the lib target here is es2022). Why: a grown or rehashed table leaves its old buffer dead as
+ * external memory, and at millions of blocks that churn (about twice the live size) is what
+ * triggers most full collections during ingestion. `bytes` > 0 moves the contents into a buffer
+ * of that length (zero-filled beyond), which the allocator may grow in place.
+ */
+type TransferableBuffer = ArrayBuffer & { transfer?: (newByteLength?: number) => ArrayBuffer };
+function transferInt32(a: Int32Array, bytes: number): Int32Array | null {
+  const buf = a.buffer as TransferableBuffer;
+  if (typeof buf.transfer !== "function") return null;
+  return new Int32Array(buf.transfer(bytes));
 }
 
 function hex8(x: number): string {
@@ -174,6 +202,11 @@ function hex8(x: number): string {
 // ---------------------------------------------------------------------------------------------
 
 const ENGINE_SEED = 0x1b873593;
+
+/** An engine hash's bucket hash (masked per table). */
+function engineHash(lo: number, hi: number): number {
+  return mix(hi, lo, ENGINE_SEED);
+}
 
 /** One worker's engine hash → node table: open addressing, records [lo, hi, node]; node 0 = empty. */
 class EngineTable {
@@ -188,9 +221,14 @@ class EngineTable {
 
   /** Bucket holding (lo, hi), or ~(the empty bucket where it would go) when absent. */
   probe(lo: number, hi: number): number {
+    return this.probeHashed(engineHash(lo, hi), lo, hi);
+  }
+
+  /** probe with `h` = engineHash(lo, hi) already computed (by touch's caller). */
+  probeHashed(h: number, lo: number, hi: number): number {
     const t = this.slots;
     const m = this.mask;
-    let i = mix(hi, lo, ENGINE_SEED) & m;
+    let i = h & m;
     for (;;) {
       const b = i * 3;
       if (t[b + 2]! === 0) return ~i;
@@ -199,9 +237,9 @@ class EngineTable {
     }
   }
 
-  /** Reads the home bucket of (lo, hi) so a later probe hits the cache. */
-  touch(lo: number, hi: number): number {
-    return this.slots[(mix(hi, lo, ENGINE_SEED) & this.mask) * 3 + 2]!;
+  /** Reads the home bucket of hash `h` (engineHash) so a later probe hits the cache. */
+  touch(h: number): number {
+    return this.slots[(h & this.mask) * 3 + 2]!;
   }
 
   /** Fills the empty bucket `i` returned (as ~i) by probe. */
@@ -223,7 +261,7 @@ class EngineTable {
       j = (j + 1) & m;
       const bj = j * 3;
       if (t[bj + 2]! === 0) break;
-      const home = mix(t[bj + 1]!, t[bj]!, ENGINE_SEED) & m;
+      const home = engineHash(t[bj]!, t[bj + 1]!) & m;
       // Move j into the hole unless its home lies cyclically in (i, j].
       const stays = i <= j ? home > i && home <= j : home > i || home <= j;
       if (!stays) {
@@ -246,7 +284,7 @@ class EngineTable {
     const m = capacity - 1;
     for (let b = 0; b < old.length; b += 3) {
       if (old[b + 2]! === 0) continue;
-      let i = mix(old[b + 1]!, old[b]!, ENGINE_SEED) & m;
+      let i = engineHash(old[b]!, old[b + 1]!) & m;
       while (t[i * 3 + 2]! !== 0) i = (i + 1) & m;
       t[i * 3] = old[b]!;
       t[i * 3 + 1] = old[b + 1]!;
@@ -254,6 +292,7 @@ class EngineTable {
     }
     this.slots = t;
     this.mask = m;
+    transferInt32(old, 0);
   }
 }
 
@@ -280,6 +319,8 @@ export class RadixIndex {
   #keys = new Int32Array(128);
   #engLo = new Int32Array(64);
   #engHi = new Int32Array(64);
+  /** engineHash of each parsed engine hash, computed once for the prefetch touch and the probe. */
+  #engH = new Int32Array(64);
   #locLo = new Int32Array(64);
   #locHi = new Int32Array(64);
   /** Receives prefetch reads so the optimiser cannot drop them. */
@@ -343,16 +384,7 @@ export class RadixIndex {
   /** Like applyStored, with blocks as they arrive on the relay wire (no BigInt conversion). */
   applyStoredWire(slot: number, parentEngineHash: string | null, blocks: readonly WireBlock[]): ApplyResult {
     const n = blocks.length;
-    this.#reserveBlocks(n);
-    for (let i = 0; i < n; i++) {
-      const b = blocks[i]!;
-      parseDecimal64(b.h);
-      this.#engLo[i] = parsedLo;
-      this.#engHi[i] = parsedHi;
-      parseHex64(b.l);
-      this.#locLo[i] = parsedLo;
-      this.#locHi[i] = parsedHi;
-    }
+    this.#parseWire(blocks, n);
     return this.#applyParsed(slot, parentEngineHash, n);
   }
 
@@ -364,16 +396,7 @@ export class RadixIndex {
    */
   applyStoredEvent(slot: number, parentEngineHash: string | null, blocks: readonly WireBlock[], admit?: (blocks: number) => boolean): StoredEventResult {
     const n = blocks.length;
-    this.#reserveBlocks(n);
-    for (let i = 0; i < n; i++) {
-      const b = blocks[i]!;
-      parseDecimal64(b.h);
-      this.#engLo[i] = parsedLo;
-      this.#engHi[i] = parsedHi;
-      parseHex64(b.l);
-      this.#locLo[i] = parsedLo;
-      this.#locHi[i] = parsedHi;
-    }
+    this.#parseWire(blocks, n);
     let pLo = 0;
     let pHi = 0;
     if (parentEngineHash !== null) {
@@ -385,6 +408,24 @@ export class RadixIndex {
     if (defect) return { ok: false, applied: 0, voided: defect };
     if (admit && !admit(n)) return { ok: false, applied: 0, refused: true };
     return this.#applyParsed(slot, parentEngineHash, n);
+  }
+
+  /** Parses wire blocks [0, n) into #engLo/#engHi/#locLo/#locHi. */
+  #parseWire(blocks: readonly WireBlock[], n: number): void {
+    this.#reserveBlocks(n);
+    const engLo = this.#engLo;
+    const engHi = this.#engHi;
+    const locLo = this.#locLo;
+    const locHi = this.#locHi;
+    for (let i = 0; i < n; i++) {
+      const b = blocks[i]!;
+      parseDecimal64(b.h);
+      engLo[i] = parsedLo;
+      engHi[i] = parsedHi;
+      parseHex64(b.l);
+      locLo[i] = parsedLo;
+      locHi[i] = parsedHi;
+    }
   }
 
   #dupAt = new Int32Array(0);
@@ -461,7 +502,7 @@ export class RadixIndex {
       if (r.p !== null && eLo === pLo && eHi === pHi) continue;
       parseHex64(r.l);
       const key = mix(this.#nodes[parent * this.#stride + KEY]!, parsedLo, parsedHi) | 0;
-      this.#storeOne(slot, table, parent, key, eLo, eHi, parsedLo, parsedHi);
+      this.#storeOne(slot, table, parent, key, engineHash(eLo, eHi), eLo, eHi, parsedLo, parsedHi);
       applied++;
     }
     return { applied, failed: rows.length - applied };
@@ -475,18 +516,21 @@ export class RadixIndex {
     this.#reserveBlocks(n);
     const engLo = this.#engLo;
     const engHi = this.#engHi;
+    const engH = this.#engH;
     let sink = 0;
     for (let i = 0; i < n; i++) {
       parseDecimal64(engineHashes[i]!);
       engLo[i] = parsedLo;
       engHi[i] = parsedHi;
       // Touch the bucket now so the misses of the whole batch overlap (see the file comment).
-      sink ^= table.touch(parsedLo, parsedHi);
+      const h = engineHash(parsedLo, parsedHi);
+      engH[i] = h;
+      sink ^= table.touch(h);
     }
     this.#sink = sink;
     let removed = 0;
     for (let i = 0; i < n; i++) {
-      const at = table.probe(engLo[i]!, engHi[i]!);
+      const at = table.probeHashed(engH[i]!, engLo[i]!, engHi[i]!);
       if (at < 0) continue;
       const node = table.slots[at * 3 + 2]!;
       table.deleteAt(at);
@@ -662,6 +706,7 @@ export class RadixIndex {
     const cap = Math.max(n, this.#engLo.length * 2);
     this.#engLo = new Int32Array(cap);
     this.#engHi = new Int32Array(cap);
+    this.#engH = new Int32Array(cap);
     this.#locLo = new Int32Array(cap);
     this.#locHi = new Int32Array(cap);
     if (this.#keys.length < cap) this.#keys = new Int32Array(cap);
@@ -688,6 +733,7 @@ export class RadixIndex {
     const locLo = this.#locLo;
     const locHi = this.#locHi;
     const keys = this.#keys;
+    const engH = this.#engH;
     let key = this.#nodes[cur * this.#stride + KEY]!;
     let sink = 0;
     let ahead = 0;
@@ -701,7 +747,9 @@ export class RadixIndex {
         for (let d = ahead; d < end; d++) {
           key = mix(key, locLo[d]!, locHi[d]!) | 0;
           keys[d] = key;
-          sink ^= kt[2 * (key & km) + 1]! ^ table.touch(engLo[d]!, engHi[d]!);
+          const h = engineHash(engLo[d]!, engHi[d]!);
+          engH[d] = h;
+          sink ^= kt[2 * (key & km) + 1]! ^ table.touch(h);
         }
         ahead = end;
       }
@@ -711,17 +759,17 @@ export class RadixIndex {
         this.#sink = sink;
         return { ok: false, applied: i, error: "self_parent" };
       }
-      cur = this.#storeOne(slot, table, cur, keys[i]!, eLo, eHi, locLo[i]!, locHi[i]!);
+      cur = this.#storeOne(slot, table, cur, keys[i]!, engH[i]!, eLo, eHi, locLo[i]!, locHi[i]!);
     }
     this.#sink = sink;
     return { ok: true, applied: n };
   }
 
-  /** Marks `slot` on the child (parent, local) and points engine hash (eLo, eHi) at it. */
-  #storeOne(slot: number, table: EngineTable, parent: number, key: number, eLo: number, eHi: number, lLo: number, lHi: number): number {
+  /** Marks `slot` on the child (parent, local) and points engine hash (eLo, eHi), bucket hash `eh`, at it. */
+  #storeOne(slot: number, table: EngineTable, parent: number, key: number, eh: number, eLo: number, eHi: number, lLo: number, lHi: number): number {
     let child = this.#child(parent, key, lLo, lHi);
     if (child <= 0) child = this.#addChild(~child, parent, key, lLo, lHi);
-    const at = table.probe(eLo, eHi);
+    const at = table.probeHashed(eh, eLo, eHi);
     if (at < 0) {
       table.insertAt(~at, eLo, eHi, child);
       this.#ref(slot, child);
@@ -881,12 +929,17 @@ export class RadixIndex {
     }
     this.#kids = t;
     this.#kidMask = m;
+    transferInt32(old, 0);
   }
 
   #growNodes(): void {
     // ×1.5 keeps the reserve (and so bytes per block) lower than doubling at large sizes.
-    const next = new Int32Array(Math.ceil((this.#nodes.length / this.#stride) * 1.5) * this.#stride);
-    next.set(this.#nodes);
+    const length = Math.ceil((this.#nodes.length / this.#stride) * 1.5) * this.#stride;
+    let next = transferInt32(this.#nodes, length * 4);
+    if (!next) {
+      next = new Int32Array(length);
+      next.set(this.#nodes);
+    }
     this.#nodes = next;
   }
 
@@ -904,6 +957,7 @@ export class RadixIndex {
       for (let f = 0; f < MASK + oldWords; f++) next[b + f] = old[o + f]!;
     }
     this.#nodes = next;
+    transferInt32(old, 0);
     this.#words = words;
     this.#stride = stride;
     this.#alive = new Int32Array(words);
