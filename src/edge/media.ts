@@ -22,7 +22,8 @@ import type { DecodeClient } from "../media/decode-client.ts";
 import { mediaIdentityHash, type MediaMetadata } from "../media/identity-record.ts";
 import { signMediaPath } from "../media/signed-url.ts";
 import type { MediaItem } from "../layout/index.ts";
-import { createStreamingSha256 } from "../util/hash.ts";
+import { sha256 } from "../util/hash.ts";
+import { bytesToHex } from "../util/hex.ts";
 
 export interface MediaPartRef {
   kind: "image" | "video" | "audio";
@@ -61,12 +62,6 @@ export function storeSigner(publicUrl: string, key: Promise<CryptoKey>, ttlSec: 
 
 const MIME: Record<string, string> = { png: "image/png", jpeg: "image/jpeg", webp: "image/webp", gif: "image/gif", bmp: "image/bmp" };
 
-async function sha256Hex(bytes: Uint8Array): Promise<string> {
-  const h = await createStreamingSha256();
-  h.update(bytes);
-  return h.digest("hex");
-}
-
 /** The store's refusals of the media itself keep their reason; its own trouble is named as such. */
 const STORE_REASONS = new Set<MediaErrorReason>(["bad_url", "bad_scheme", "blocked_address", "credentials_in_url", "too_many_redirects", "bad_redirect", "dns_failed", "fetch_failed", "http_status", "timeout", "unknown_format", "truncated", "corrupt", "unsupported_format"]);
 
@@ -93,7 +88,7 @@ async function resolveOne(p: MediaPartRef, deps: MediaDeps): Promise<VerifiedMed
       const id = await identifyImage(d.bytes, { maxBytes: policy.maxBytes, param: p.param });
       return { kind: "image", forward, digest: id.contentDigest, metadata: { modality: "image", width: id.header.width, height: id.header.height }, unresolved: null };
     }
-    const digest = await sha256Hex(d.bytes);
+    const digest = bytesToHex(sha256(d.bytes));
     const out = await deps.decode.probe({ bytes: d.bytes });
     if (!out.ok) return { kind: "video", forward, digest, metadata: null, unresolved: { reason: out.reason, detail: out.detail } };
     return videoItem(forward, digest, out.probe);
