@@ -4,21 +4,15 @@
  */
 import type { LoadTracker } from "../load/load-tracker.ts";
 import { RECENT_KEPT, type PoolRecorder } from "../metrics/pool-recorder.ts";
-import { cohortOf, type IndexCounters, type PoolMetricsSnapshot } from "../metrics/pool-snapshot.ts";
+import { cohortOf, type IndexCounters, type PoolMetricsSnapshot, type WorkerView } from "../metrics/pool-snapshot.ts";
 import type { BlockViews } from "./block-views.ts";
 import { poolCohort } from "./cohort.ts";
 import type { ReceiptBook } from "./receipts.ts";
 import type { WorkerRecord, WorkerRegistry } from "./worker-registry.ts";
 
-export type WorkerRow = WorkerRecord & {
-  blocks: number;
-  synced: boolean;
-  approximate: boolean;
-  approximateReasons: string[];
-  activeRequests: number;
-  activePrefillTokens: number;
-  activeDecodeBlocks: number;
-};
+/** A worker's record joined with what operators see of its blocks and load (the snapshot's WorkerView fields). */
+export type WorkerRow = WorkerRecord &
+  Pick<WorkerView, "blocks" | "synced" | "approximate" | "approximateReasons" | "activeRequests" | "activePrefillTokens" | "activeDecodeBlocks">;
 
 export function emptyIndexCounters(): IndexCounters {
   return { eventsApplied: 0, blocksStored: 0, blocksRemoved: 0, eventsDropped: 0, dropReasons: {}, dumps: 0, routed: 0, settled: 0, expired: 0 };
