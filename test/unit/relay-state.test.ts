@@ -66,7 +66,8 @@ describe("relay restart with a state file", () => {
     return relay;
   }
 
-  it("resumes the saved view and replays only the missed range: exact", async () => {
+  /** A worker, an index and a relay with a state file, after the relay applied one stored chain `a`. */
+  async function firstLife(): Promise<{ worker: FakeWorker; index: FakeIndex; path: string; a: ReturnType<typeof storeEvents>; seqA: number; r1: Relay }> {
     const worker = await FakeWorker.create();
     const index = await FakeIndex.create(SECRET);
     open.push(worker, index);
@@ -75,6 +76,11 @@ describe("relay restart with a state file", () => {
     const r1 = await relayWith(worker, index, path);
     const seqA = await worker.pub.publish(a.events);
     await waitFor(() => r1.stats().lastSeq === seqA, "a applied");
+    return { worker, index, path, a, seqA, r1 };
+  }
+
+  it("resumes the saved view and replays only the missed range: exact", async () => {
+    const { worker, index, path, a, seqA, r1 } = await firstLife();
     // Saved periodically while running (a SIGKILLed relay leaves this file behind).
     await waitFor(() => existsSync(path) && JSON.parse(readFileSync(path, "utf8")).lastSeq === seqA, "periodic save");
     await r1.close(); // and on shutdown
@@ -94,14 +100,7 @@ describe("relay restart with a state file", () => {
   });
 
   it("history really lost: resumes its saved view, marked approximate; flush makes it exact", async () => {
-    const worker = await FakeWorker.create();
-    const index = await FakeIndex.create(SECRET);
-    open.push(worker, index);
-    const path = join(mkdtempSync(join(tmpdir(), "relay-state-")), "w1.json");
-    const a = storeEvents(toks(8, 1));
-    const r1 = await relayWith(worker, index, path);
-    const seqA = await worker.pub.publish(a.events);
-    await waitFor(() => r1.stats().lastSeq === seqA, "a applied");
+    const { worker, index, path, a, r1 } = await firstLife();
     await r1.close();
 
     // While the relay is down the worker evicts a's last block and stores more than its buffer holds.
