@@ -366,6 +366,14 @@ describe("strict tools under tool_choice auto (function_call_parser.py get_struc
 });
 
 describe("parsePartialJson on every prefix (property)", () => {
+  it('keeps a "__proto__" key as data, as json.loads does (fast-check counterexample)', () => {
+    const text = '{"": {"__proto__": false}, "__proto__": [1]}';
+    const r = parsePartialJson(text, true);
+    expect(r.complete).toBe(true);
+    expect(pyJsonDumps(r.value, false)).toBe(text);
+    expect(Object.getPrototypeOf(r.value)).toBe(Object.prototype);
+  });
+
   it("never fails on a prefix of valid JSON; complete exactly at the end; the full text round-trips", () => {
     fc.assert(
       fc.property(fc.dictionary(fc.string({ maxLength: 4 }), fc.jsonValue({ maxDepth: 3 }), { maxKeys: 4 }), (obj) => {

@@ -155,7 +155,9 @@ export function parsePartialJson(text: string, allowPartialStrings: boolean): Pa
         i++;
         const v = value();
         if (v === CUT) return obj;
-        obj[key] = v;
+        // An own property for every key, "__proto__" included (plain assignment would set the
+        // object's prototype and drop the key, as JSON.parse does not).
+        Object.defineProperty(obj, key, { value: v, enumerable: true, writable: true, configurable: true });
         ws();
         if (atEnd()) return obj;
         if (text[i] === ",") {
