@@ -13,7 +13,10 @@ import { freshText } from "../lib/corpus.mjs";
 import { rng, summarize } from "../lib/stats.mjs";
 import { barChart } from "../lib/svg.mjs";
 import { deflateSync, crc32 } from "node:zlib";
+import { mkdirSync } from "node:fs";
+import { join } from "node:path";
 import { ffmpegToFile } from "../../test/helpers/wasm-media.ts";
+import { ROOT } from "../lib/workerd.mjs";
 
 const MODEL = "Qwen/Qwen3-VL-8B-Instruct";
 const SYSTEM = "You are a careful assistant. Answer from the provided material, cite the section you used, and say so when the material does not contain the answer.";
@@ -85,7 +88,8 @@ export default {
     const media = {};
     IMAGE_SIZES.forEach(([w, h], i) => (media[`/img-${i}.png`] = png(w, h, i + 1)));
     ctx.progress(0, `edge: encoding a ${VIDEO_FRAMES}-frame video (wasm ffmpeg)`);
-    media["/video-768.mp4"] = await ffmpegToFile(["-f", "lavfi", "-i", "testsrc2=size=320x240:rate=24", "-frames:v", String(VIDEO_FRAMES), "-pix_fmt", "yuv420p", "-c:v", "libx264", "-preset", "ultrafast"], "video-768.mp4");
+    mkdirSync(join(ROOT, "bench/results/tmp"), { recursive: true });
+    media["/video-768.mp4"] = await ffmpegToFile(["-f", "lavfi", "-i", "testsrc2=size=320x240:rate=24", "-frames:v", String(VIDEO_FRAMES), "-pix_fmt", "yuv420p", "-c:v", "libx264", "-preset", "ultrafast"], join(ROOT, "bench/results/tmp/video-768.mp4"));
     // 100k-token prompts exceed the default per-message and total character limits' comfort zone: raise them for the bench.
     // The decode service is the media store: videos reach the worker through it (signed URLs).
     const fleet = await startEdgeFleet({ media, decode: true, limits: { maxMessageChars: 2_000_000, maxTotalChars: 8_000_000 } });
