@@ -33,6 +33,12 @@ const chainArb = fc.array(fc.integer({ min: 0, max: 3 }), { minLength: 0, maxLen
   return hashes;
 });
 
+/**
+ * Local hashes as the edge computes them: of a block's own tokens only, so one hash recurs at other
+ * positions and after other prefixes (only the whole leading run identifies a prefix).
+ */
+const localChainArb = fc.array(fc.integer({ min: 0, max: 2 }), { minLength: 0, maxLength: 12 }).map((steps) => steps.map((s) => BigInt.asUintN(64, BigInt(s + 1) * 0x9e3779b97f4a7c15n)));
+
 function commonPrefix(a: readonly number[] | readonly bigint[], b: readonly number[] | readonly bigint[]): number {
   let k = 0;
   while (k < a.length && k < b.length && a[k] === b[k]) k++;
@@ -107,9 +113,9 @@ describe("LoadTracker", () => {
 describe("PendingRoutes", () => {
   it("overlaps equal the longest common run with any live chain per worker; repeats keep buckets short", () => {
     const op = fc.oneof(
-      fc.record({ t: fc.constant("add" as const), slot: fc.integer({ min: 0, max: 2 }), chain: chainArb, dt: fc.integer({ min: 0, max: 40 }) }),
+      fc.record({ t: fc.constant("add" as const), slot: fc.integer({ min: 0, max: 2 }), chain: localChainArb, typed: fc.boolean(), dt: fc.integer({ min: 0, max: 40 }) }),
       fc.record({ t: fc.constant("clear" as const), slot: fc.integer({ min: 0, max: 2 }) }),
-      fc.record({ t: fc.constant("query" as const), chain: chainArb, dt: fc.integer({ min: 0, max: 40 }) }),
+      fc.record({ t: fc.constant("query" as const), chain: localChainArb, typed: fc.boolean(), dt: fc.integer({ min: 0, max: 40 }) }),
     );
     fc.assert(
       fc.property(fc.array(op, { maxLength: 60 }), (ops) => {
@@ -119,7 +125,7 @@ describe("PendingRoutes", () => {
         for (const o of ops) {
           if (o.t === "add") {
             now += o.dt;
-            pr.add(o.slot, o.chain, now);
+            pr.add(o.slot, o.typed ? BigUint64Array.from(o.chain) : o.chain, now);
             if (o.chain.length === 0) continue;
             // A worker's chain that the new one repeats or extends is replaced by it.
             for (let i = model.length - 1; i >= 0; i--) {
@@ -141,7 +147,7 @@ describe("PendingRoutes", () => {
               const k = commonPrefix(o.chain, c.hashes);
               if (k > 0 && k > (expected.get(c.slot) ?? 0)) expected.set(c.slot, k);
             }
-            expect(pr.overlaps(o.chain, now)).toEqual(expected);
+            expect(pr.overlaps(o.typed ? BigUint64Array.from(o.chain) : o.chain, now)).toEqual(expected);
           }
         }
       }),
@@ -153,5 +159,22 @@ describe("PendingRoutes", () => {
     for (let i = 0; i < 1000; i++) pr.add(0, chain, i);
     expect(pr.overlaps(chain, 1000)).toEqual(new Map([[0, 2000]]));
     expect(pr.size).toBe(1);
+  });
+});
+
+describe("PendingRoutes bounds", () => {
+  it("holds at most maxBlocks block references in total, dropping the oldest chains first", () => {
+    const pr = new PendingRoutes(60_000, 256, 1000);
+    const chainOf = (seed: number, n: number) => Array.from({ length: n }, (_, i) => BigInt(seed * 100_000 + i + 1));
+    for (let s = 0; s < 10; s++) pr.add(s % 3, chainOf(s, 300), s);
+    expect(pr.blocks).toBeLessThanOrEqual(1000);
+    expect(pr.size).toBe(3);
+    // The newest three survive; the first seven are gone.
+    expect(pr.overlaps(chainOf(9, 300), 10)).toEqual(new Map([[0, 300]]));
+    expect(pr.overlaps(chainOf(6, 300), 10)).toEqual(new Map());
+    // A chain longer than the whole budget keeps its leading maxBlocks blocks.
+    pr.add(1, chainOf(42, 5000), 11);
+    expect(pr.blocks).toBe(1000);
+    expect(pr.overlaps(chainOf(42, 5000), 12)).toEqual(new Map([[1, 1000]]));
   });
 });
