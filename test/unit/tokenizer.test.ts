@@ -154,9 +154,16 @@ describe("BPE table", () => {
       const n = v.offset[id + 1]! - o;
       if (n < 2) continue;
       out.length = 0;
-      bpe(v, v.bytes.subarray(o, o + n), n, out);
+      bpe(v, Int32Array.from(v.bytes.subarray(o, o + n), (b) => v.byteId[b]!), n, out);
       if (out.length !== 1 || out[0] !== id) bad.push(id);
     }
+    expect(bad).toEqual([]);
+  });
+
+  it("every merge's operands precede the merged id (char-tokens.ts relies on it)", () => {
+    const v = decodeVocab(VOCAB_B64);
+    const bad: number[] = [];
+    for (let id = 0; id < v.size; id++) if (v.leftId[id]! >= id || v.rightId[id]! >= id) bad.push(id);
     expect(bad).toEqual([]);
   });
 });

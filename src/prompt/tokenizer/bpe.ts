@@ -1,22 +1,21 @@
 /**
  * Byte-level BPE over the pair table: repeatedly merge the adjacent pair with the lowest merge rank
  * (leftmost on ties), exactly as HF tokenizers' BPE::merge_word does. Since merge i yields id 256+i,
- * the merged id doubles as the rank.
+ * the merged id doubles as the rank. The input is a symbol sequence: byte tokens, or whole
+ * character tokens where char-tokens.ts proves that gives the same result.
  */
 import { lookupPair, NO_TOKEN, type Vocab } from "./vocab.ts";
 
-/** Pieces up to this many bytes use the quadratic scan; longer ones a heap (O(n log n)). */
+/** Pieces up to this many symbols use the quadratic scan; longer ones a heap (O(n log n)). */
 const SCAN_LIMIT = 64;
 const NO_RANK = 0x7fffffff;
 
-let ids = new Int32Array(256);
 let ranks = new Int32Array(256);
 
 function ensure(n: number): void {
-  if (ids.length >= n) return;
-  let size = ids.length;
+  if (ranks.length >= n) return;
+  let size = ranks.length;
   while (size < n) size <<= 1;
-  ids = new Int32Array(size);
   ranks = new Int32Array(size);
 }
 
@@ -25,12 +24,10 @@ function rankOf(v: Vocab, a: number, b: number): number {
   return r === NO_TOKEN ? NO_RANK : r;
 }
 
-/** Token ids of buf[0, n) (n >= 2), appended to out. */
-export function bpe(v: Vocab, buf: Uint8Array, n: number, out: number[]): void {
-  if (n > SCAN_LIMIT) return bpeHeap(v, buf, n, out);
+/** Token ids of the symbols ids[0, n) (n >= 2), appended to out; ids is used as scratch. */
+export function bpe(v: Vocab, ids: Int32Array, n: number, out: number[]): void {
+  if (n > SCAN_LIMIT) return bpeHeap(v, ids, n, out);
   ensure(n);
-  const byteId = v.byteId;
-  for (let i = 0; i < n; i++) ids[i] = byteId[buf[i]!]!;
   let m = n;
   for (let i = 0; i < m - 1; i++) ranks[i] = rankOf(v, ids[i]!, ids[i + 1]!);
   while (m > 1) {
@@ -55,23 +52,21 @@ export function bpe(v: Vocab, buf: Uint8Array, n: number, out: number[]): void {
   for (let i = 0; i < m; i++) out.push(ids[i]!);
 }
 
-// Heap path: symbols form a linked list over original byte positions; heap keys are
+// Heap path: symbols form a linked list over their original positions; heap keys are
 // rank * 2^32 + position, so ties go to the leftmost pair. Stale entries are skipped on pop.
 let next = new Int32Array(0);
 let prev = new Int32Array(0);
 let heap = new Float64Array(0);
 const POS = 0x100000000;
 
-function bpeHeap(v: Vocab, buf: Uint8Array, n: number, out: number[]): void {
+function bpeHeap(v: Vocab, ids: Int32Array, n: number, out: number[]): void {
   ensure(n);
   if (next.length < n) {
-    next = new Int32Array(ids.length);
-    prev = new Int32Array(ids.length);
-    heap = new Float64Array(ids.length);
+    next = new Int32Array(ranks.length);
+    prev = new Int32Array(ranks.length);
+    heap = new Float64Array(ranks.length);
   }
-  const byteId = v.byteId;
   for (let i = 0; i < n; i++) {
-    ids[i] = byteId[buf[i]!]!;
     next[i] = i + 1 < n ? i + 1 : -1;
     prev[i] = i - 1;
   }

@@ -4,6 +4,7 @@
  * Text holding a Unicode-skew code point takes the patched slow path (skew.ts).
  */
 import { bpe } from "./bpe.ts";
+import { CharTokens, UNRESOLVED } from "./char-tokens.ts";
 import { qwenPieceRegex } from "./pretokenize.ts";
 import { SegmentCache, type SegmentCacheStats } from "./segment-cache.ts";
 import { exactPieces, hasSkew, referenceNfc, skewCodePoints, type CodePointSet } from "./skew.ts";
@@ -47,6 +48,10 @@ export class BpeEngine {
   private readonly pieceCacheEntries: number;
   private readonly pieceCacheBytes: number;
   private buf = new Uint8Array(1024);
+  /** BPE's starting symbols of the current piece (see symbols()). */
+  private syms = new Int32Array(1024);
+  /** Made on the first non-ASCII piece that needs BPE. */
+  private charTokens: CharTokens | null = null;
   private readonly scratch: number[] = [];
   private readonly skew: CodePointSet = skewCodePoints();
   /** Set by utf8() when a piece holds a skew code point. */
@@ -124,13 +129,24 @@ export class BpeEngine {
       out.push(whole);
       return;
     }
+    let count = -1;
+    if (n !== piece.length) {
+      count = this.symbols(piece, n);
+      if (count < n) {
+        // Whole-character symbols leave a few merges, about what a cache probe costs, and such
+        // pieces (CJK clauses) rarely repeat: caching them would only evict useful entries.
+        bpe(v, this.syms, count, out);
+        return;
+      }
+    }
     let ids = this.young.get(piece);
     if (ids === undefined) {
       ids = this.old.get(piece);
       if (ids === undefined) {
         const tmp = this.scratch;
         tmp.length = 0;
-        bpe(v, this.buf, n, tmp);
+        if (count < 0) count = this.symbols(piece, n);
+        bpe(v, this.syms, count, tmp);
         ids = Int32Array.from(tmp);
       }
       if (piece.length <= MAX_CACHED_PIECE_CHARS) {
@@ -145,6 +161,51 @@ export class BpeEngine {
       }
     }
     for (let i = 0; i < ids.length; i++) out.push(ids[i]!);
+  }
+
+  /**
+   * BPE's starting symbols for piece (whose n UTF-8 bytes are in this.buf) into this.syms; returns
+   * their count. Bytes become byte tokens, except that a non-ASCII character listed by
+   * char-tokens.ts, with no ASCII character next to it in the piece, becomes its whole token.
+   */
+  private symbols(piece: string, n: number): number {
+    if (this.syms.length < n) this.syms = new Int32Array(this.buf.length);
+    const syms = this.syms;
+    const buf = this.buf;
+    const byteId = this.vocab.byteId;
+    const len = piece.length;
+    if (n === len) {
+      for (let i = 0; i < n; i++) syms[i] = byteId[buf[i]!]!;
+      return n;
+    }
+    const chars = (this.charTokens ??= new CharTokens(this.vocab));
+    const table = chars.table;
+    let m = 0;
+    let p = 0;
+    for (let i = 0; i < len; i++) {
+      const c = piece.charCodeAt(i);
+      if (c < 0x80) {
+        syms[m++] = byteId[c]!;
+        p++;
+        continue;
+      }
+      let id = table[c]!;
+      if (id === UNRESOLVED) id = chars.resolve(c);
+      if (id !== NO_TOKEN && (i === 0 || piece.charCodeAt(i - 1) >= 0x80) && (i + 1 === len || piece.charCodeAt(i + 1) >= 0x80)) {
+        syms[m++] = id;
+        p += c < 0x800 ? 2 : 3;
+        continue;
+      }
+      // Same widths as utf8(): a high surrogate takes its pair along.
+      let w = 3;
+      if (c < 0x800) w = 2;
+      else if (c >= 0xd800 && c <= 0xdbff) {
+        w = 4;
+        i++;
+      }
+      for (const end = p + w; p < end; p++) syms[m++] = byteId[buf[p]!]!;
+    }
+    return m;
   }
 
   /**

@@ -24,6 +24,12 @@ export interface Vocab {
   readonly byteMask: number;
   readonly pairTable: Int32Array;
   readonly pairMask: number;
+  /**
+   * Ids (ascending) of the merges that join part of a multi-byte character to a neighbouring
+   * character: a lead-byte fragment after a continuation byte, or continuation bytes alone before a
+   * lead byte. Collected here, in the pass that already reads every merge, for char-tokens.ts.
+   */
+  readonly fragmentMerges: readonly number[];
 }
 
 function tableSize(n: number): number {
@@ -72,6 +78,17 @@ export function lookupPair(v: Vocab, a: number, b: number): number {
   }
 }
 
+const isContinuation = (b: number): boolean => b >= 0x80 && b < 0xc0;
+
+/** Whether the merge of bytes[start, mid) and bytes[mid, end) is one of Vocab.fragmentMerges. */
+function joinsFragment(bytes: Uint8Array, start: number, mid: number, end: number): boolean {
+  const lead = bytes[mid]!;
+  if (lead < 0xc0 || !isContinuation(bytes[mid - 1]!)) return false;
+  if (end - mid < (lead >= 0xf0 ? 4 : lead >= 0xe0 ? 3 : 2)) return true;
+  for (let i = start; i < mid; i++) if (!isContinuation(bytes[i]!)) return false;
+  return true;
+}
+
 export function decodeVocab(b64: string): Vocab {
   const blob = decodeBase64(b64);
   const view = new DataView(blob.buffer, blob.byteOffset, blob.byteLength);
@@ -104,11 +121,13 @@ export function decodeVocab(b64: string): Vocab {
   const pairSize = tableSize(n);
   const pairTable = new Int32Array(pairSize).fill(NO_TOKEN);
   const pairMask = pairSize - 1;
-  const v: Vocab = { size: n, bytes, offset, byteId, leftId, rightId, byteTable, byteMask, pairTable, pairMask };
+  const fragmentMerges: number[] = [];
+  const v: Vocab = { size: n, bytes, offset, byteId, leftId, rightId, byteTable, byteMask, pairTable, pairMask, fragmentMerges };
   for (let id = 0; id < n; id++) {
     const l = leftLen[id]!;
     if (l === 0) continue;
     const o = offset[id]!;
+    if (joinsFragment(bytes, o, o + l, offset[id + 1]!)) fragmentMerges.push(id);
     const a = lookupBytes(v, bytes, o, o + l);
     const b = lookupBytes(v, bytes, o + l, offset[id + 1]!);
     if (a === NO_TOKEN || b === NO_TOKEN) throw new Error(`tokenizer vocabulary: merge operands of token ${id} are missing`);
