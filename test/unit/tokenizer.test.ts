@@ -5,6 +5,7 @@ import { beforeAll, describe, expect, it } from "vitest";
 import { InvalidRequestError } from "../../src/api/errors.ts";
 import { VOCAB_B64 } from "../../src/generated/tokenizer/qwen-vocab.js";
 import { bpe } from "../../src/prompt/tokenizer/bpe.ts";
+import { IdBuffer } from "../../src/prompt/tokenizer/id-buffer.ts";
 import { clearTokenizerCaches, getQwenTokenizer, tokenizerCacheStats } from "../../src/prompt/tokenizer/index.ts";
 import { SegmentCache } from "../../src/prompt/tokenizer/segment-cache.ts";
 import { decodeVocab } from "../../src/prompt/tokenizer/vocab.ts";
@@ -147,7 +148,7 @@ describe("differential against the Rust tokenizers binding", () => {
 describe("BPE table", () => {
   it("every token's bytes BPE-merge to that token (so the whole-piece shortcut is exact)", () => {
     const v = decodeVocab(VOCAB_B64);
-    const out: number[] = [];
+    const out = new IdBuffer();
     const bad: number[] = [];
     for (let id = 0; id < v.size; id++) {
       const o = v.offset[id]!;
@@ -155,7 +156,7 @@ describe("BPE table", () => {
       if (n < 2) continue;
       out.length = 0;
       bpe(v, Int32Array.from(v.bytes.subarray(o, o + n), (b) => v.byteId[b]!), n, out);
-      if (out.length !== 1 || out[0] !== id) bad.push(id);
+      if (out.length !== 1 || out.ids[0] !== id) bad.push(id);
     }
     expect(bad).toEqual([]);
   });

@@ -4,6 +4,7 @@
  * the merged id doubles as the rank. The input is a symbol sequence: byte tokens, or whole
  * character tokens where char-tokens.ts proves that gives the same result.
  */
+import type { IdBuffer } from "./id-buffer.ts";
 import { lookupPair, NO_TOKEN, type Vocab } from "./vocab.ts";
 
 /** Pieces up to this many symbols use the quadratic scan; longer ones a heap (O(n log n)). */
@@ -25,7 +26,7 @@ function rankOf(v: Vocab, a: number, b: number): number {
 }
 
 /** Token ids of the symbols ids[0, n) (n >= 2), appended to out; ids is used as scratch. */
-export function bpe(v: Vocab, ids: Int32Array, n: number, out: number[]): void {
+export function bpe(v: Vocab, ids: Int32Array, n: number, out: IdBuffer): void {
   if (n > SCAN_LIMIT) return bpeHeap(v, ids, n, out);
   ensure(n);
   let m = n;
@@ -59,7 +60,7 @@ let prev = new Int32Array(0);
 let heap = new Float64Array(0);
 const POS = 0x100000000;
 
-function bpeHeap(v: Vocab, ids: Int32Array, n: number, out: number[]): void {
+function bpeHeap(v: Vocab, ids: Int32Array, n: number, out: IdBuffer): void {
   ensure(n);
   if (next.length < n) {
     next = new Int32Array(ranks.length);

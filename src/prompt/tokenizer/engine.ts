@@ -5,6 +5,7 @@
  */
 import { bpe } from "./bpe.ts";
 import { CharTokens, UNRESOLVED } from "./char-tokens.ts";
+import { IdBuffer } from "./id-buffer.ts";
 import { qwenPieceRegex } from "./pretokenize.ts";
 import { SegmentCache, type SegmentCacheStats } from "./segment-cache.ts";
 import { exactPieces, hasSkew, referenceNfc, skewCodePoints, type CodePointSet } from "./skew.ts";
@@ -52,7 +53,7 @@ export class BpeEngine {
   private syms = new Int32Array(1024);
   /** Made on the first non-ASCII piece that needs BPE. */
   private charTokens: CharTokens | null = null;
-  private readonly scratch: number[] = [];
+  private readonly scratch = new IdBuffer();
   private readonly skew: CodePointSet = skewCodePoints();
   /** Set by utf8() when a piece holds a skew code point. */
   private sawSkew = false;
@@ -65,20 +66,20 @@ export class BpeEngine {
   }
 
   /** Appends the ids of one segment (text containing no added token) to out. */
-  encodeSegment(segment: string, out: number[]): void {
+  encodeSegment(segment: string, out: IdBuffer): void {
     if (segment.length === 0) return;
     const cached = this.segments.get(segment);
     if (cached !== undefined) {
-      for (let i = 0; i < cached.length; i++) out.push(cached[i]!);
+      out.pushAll(cached);
       return;
     }
     const start = out.length;
     this.encodeUncached(segment, out);
-    this.segments.set(segment, Int32Array.from(out.slice(start)));
+    this.segments.set(segment, out.ids.slice(start, out.length));
   }
 
   /** Encodes without consulting or filling the segment cache (benchmarks, tests). */
-  encodeUncached(segment: string, out: number[]): void {
+  encodeUncached(segment: string, out: IdBuffer): void {
     if (!MAY_NEED_NFC.test(segment)) {
       this.encodeFast(segment, out);
       return;
@@ -94,12 +95,12 @@ export class BpeEngine {
   }
 
   /** The slow path: the reference's NFC and exact `\p{L}`/`\p{N}`, never the runtime's. */
-  encodeSkewed(segment: string, out: number[]): void {
+  encodeSkewed(segment: string, out: IdBuffer): void {
     for (const piece of exactPieces(referenceNfc(segment))) this.encodePiece(piece, out);
   }
 
   /** Runtime NFC'd text through the runtime-class regex; false (ids incomplete) on a skew code point. */
-  private encodeFast(text: string, out: number[]): boolean {
+  private encodeFast(text: string, out: IdBuffer): boolean {
     this.sawSkew = false;
     const re = this.pieceRe;
     re.lastIndex = 0;
@@ -115,7 +116,7 @@ export class BpeEngine {
     return !this.sawSkew;
   }
 
-  private encodePiece(piece: string, out: number[]): void {
+  private encodePiece(piece: string, out: IdBuffer): void {
     const n = this.utf8(piece);
     const v = this.vocab;
     if (n === 1) {
@@ -129,25 +130,15 @@ export class BpeEngine {
       out.push(whole);
       return;
     }
-    let count = -1;
-    if (n !== piece.length) {
-      count = this.symbols(piece, n);
-      if (count < n) {
-        // Whole-character symbols leave a few merges, about what a cache probe costs, and such
-        // pieces (CJK clauses) rarely repeat: caching them would only evict useful entries.
-        bpe(v, this.syms, count, out);
-        return;
-      }
-    }
+    if (n !== piece.length && this.encodeWithWholeChars(piece, n, out)) return;
     let ids = this.young.get(piece);
     if (ids === undefined) {
       ids = this.old.get(piece);
       if (ids === undefined) {
         const tmp = this.scratch;
         tmp.length = 0;
-        if (count < 0) count = this.symbols(piece, n);
-        bpe(v, this.syms, count, tmp);
-        ids = Int32Array.from(tmp);
+        bpe(v, this.byteSymbols(n), n, tmp);
+        ids = tmp.ids.slice(0, tmp.length);
       }
       if (piece.length <= MAX_CACHED_PIECE_CHARS) {
         this.young.set(piece, ids);
@@ -160,24 +151,31 @@ export class BpeEngine {
         }
       }
     }
-    for (let i = 0; i < ids.length; i++) out.push(ids[i]!);
+    out.pushAll(ids);
+  }
+
+  /** Byte tokens of this.buf[0, n) in this.syms, which is returned. */
+  private byteSymbols(n: number): Int32Array {
+    if (this.syms.length < n) this.syms = new Int32Array(this.buf.length);
+    const syms = this.syms;
+    const byteId = this.vocab.byteId;
+    for (let i = 0; i < n; i++) syms[i] = byteId[this.buf[i]!]!;
+    return syms;
   }
 
   /**
-   * BPE's starting symbols for piece (whose n UTF-8 bytes are in this.buf) into this.syms; returns
-   * their count. Bytes become byte tokens, except that a non-ASCII character listed by
-   * char-tokens.ts, with no ASCII character next to it in the piece, becomes its whole token.
+   * BPE of a non-ASCII piece (its n UTF-8 bytes in this.buf) where some character enters whole
+   * (char-tokens.ts: listed, and no ASCII character next to it in the piece); false, with nothing
+   * appended, when none does. Such pieces skip the piece cache: whole-character symbols leave a few
+   * merges, about what a cache probe costs, and they (CJK clauses) rarely repeat, so caching them
+   * would only evict useful entries. Kept apart from encodePiece so the ASCII path stays small.
    */
-  private symbols(piece: string, n: number): number {
+  private encodeWithWholeChars(piece: string, n: number, out: IdBuffer): boolean {
     if (this.syms.length < n) this.syms = new Int32Array(this.buf.length);
     const syms = this.syms;
     const buf = this.buf;
     const byteId = this.vocab.byteId;
     const len = piece.length;
-    if (n === len) {
-      for (let i = 0; i < n; i++) syms[i] = byteId[buf[i]!]!;
-      return n;
-    }
     const chars = (this.charTokens ??= new CharTokens(this.vocab));
     const table = chars.table;
     let m = 0;
@@ -205,7 +203,9 @@ export class BpeEngine {
       }
       for (const end = p + w; p < end; p++) syms[m++] = byteId[buf[p]!]!;
     }
-    return m;
+    if (m === n) return false;
+    bpe(this.vocab, syms, m, out);
+    return true;
   }
 
   /**
