@@ -25,6 +25,12 @@ export interface Vocab {
   readonly pairTable: Int32Array;
   readonly pairMask: number;
   /**
+   * One bit per pair-hash bucket (2^20 bits, 128 KiB, cache-resident), set for every merge: a clear
+   * bit answers "no merge" without touching the 2 MiB pair table. Most pairs BPE looks up in CJK
+   * text (two adjacent characters) have no merge.
+   */
+  readonly pairFilter: Int32Array;
+  /**
    * Ids (ascending) of the merges that join part of a multi-byte character to a neighbouring
    * character: a lead-byte fragment after a continuation byte, or continuation bytes alone before a
    * lead byte. Collected here, in the pass that already reads every merge, for char-tokens.ts.
@@ -69,8 +75,10 @@ export function lookupBytes(v: Vocab, buf: Uint8Array, start: number, end: numbe
 
 /** Merged id (= merge rank) of the adjacent pair (a, b), or NO_TOKEN if no merge exists. */
 export function lookupPair(v: Vocab, a: number, b: number): number {
-  const { pairTable, pairMask, leftId, rightId } = v;
-  let slot = pairHash(a, b) & pairMask;
+  const { pairTable, pairMask, pairFilter, leftId, rightId } = v;
+  const h = pairHash(a, b);
+  if ((pairFilter[h >>> 17]! & (1 << ((h >>> 12) & 31))) === 0) return NO_TOKEN;
+  let slot = h & pairMask;
   for (;;) {
     const id = pairTable[slot]!;
     if (id === NO_TOKEN || (leftId[id] === a && rightId[id] === b)) return id;
@@ -122,7 +130,8 @@ export function decodeVocab(b64: string): Vocab {
   const pairTable = new Int32Array(pairSize).fill(NO_TOKEN);
   const pairMask = pairSize - 1;
   const fragmentMerges: number[] = [];
-  const v: Vocab = { size: n, bytes, offset, byteId, leftId, rightId, byteTable, byteMask, pairTable, pairMask, fragmentMerges };
+  const pairFilter = new Int32Array(1 << 15);
+  const v: Vocab = { size: n, bytes, offset, byteId, leftId, rightId, byteTable, byteMask, pairTable, pairMask, pairFilter, fragmentMerges };
   for (let id = 0; id < n; id++) {
     const l = leftLen[id]!;
     if (l === 0) continue;
@@ -133,7 +142,9 @@ export function decodeVocab(b64: string): Vocab {
     if (a === NO_TOKEN || b === NO_TOKEN) throw new Error(`tokenizer vocabulary: merge operands of token ${id} are missing`);
     leftId[id] = a;
     rightId[id] = b;
-    let slot = pairHash(a, b) & pairMask;
+    const h = pairHash(a, b);
+    pairFilter[h >>> 17]! |= 1 << ((h >>> 12) & 31);
+    let slot = h & pairMask;
     while (pairTable[slot] !== NO_TOKEN) slot = (slot + 1) & pairMask;
     pairTable[slot] = id;
   }
