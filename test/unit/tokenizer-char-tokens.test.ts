@@ -3,7 +3,7 @@
 import { createRequire } from "node:module";
 import { beforeAll, describe, expect, it } from "vitest";
 import { VOCAB_B64 } from "../../src/generated/tokenizer/qwen-vocab.js";
-import { CharTokens } from "../../src/prompt/tokenizer/char-tokens.ts";
+import { CharTokens, CONDITIONAL } from "../../src/prompt/tokenizer/char-tokens.ts";
 import { clearTokenizerCaches, getQwenTokenizer } from "../../src/prompt/tokenizer/index.ts";
 import { decodeVocab, lookupBytes, NO_TOKEN } from "../../src/prompt/tokenizer/vocab.ts";
 import { mulberry32 } from "./tokenizer-fuzz.ts";
@@ -66,10 +66,17 @@ const listed = [...table.keys()].filter((c) => table[c] !== NO_TOKEN).map((c) =>
 const isListed = new Set(listed);
 
 describe("whole-character BPE symbols", () => {
-  it("list thousands of characters, CJK among them", () => {
-    expect(listed.length).toBeGreaterThan(5000);
+  it("cover every single-token BMP character, most of them unconditionally", () => {
+    const unconditional = listed.filter((ch) => table[ch.charCodeAt(0)]! >= 0).length;
+    expect(unconditional).toBeGreaterThan(5000);
+    expect(listed.length - unconditional).toBeGreaterThan(1000);
     expect(table["中".charCodeAt(0)]).toBe(lookupBytes(v, enc.encode("中"), 0, 3));
     expect(table["a".charCodeAt(0)]).toBe(NO_TOKEN);
+    // 你 (e4 bd a0) before 除: the merge (a0, 除) outranks 你 itself, so 你 enters as bytes there only.
+    expect(table["你".charCodeAt(0)]).toBe(CONDITIONAL);
+    expect(chars.inContext("你除", 0)).toBe(NO_TOKEN);
+    expect(chars.inContext("你好", 0)).toBe(lookupBytes(v, enc.encode("你"), 0, 3));
+    expect(chars.inContext("你", 0)).toBe(lookupBytes(v, enc.encode("你"), 0, 3));
   });
 
   it("leave every merge across two non-ASCII characters as the reference has it", async () => {

@@ -4,7 +4,7 @@
  * Text holding a Unicode-skew code point takes the patched slow path (skew.ts).
  */
 import { bpe } from "./bpe.ts";
-import { CharTokens, UNRESOLVED } from "./char-tokens.ts";
+import { CharTokens, CONDITIONAL, UNRESOLVED } from "./char-tokens.ts";
 import { IdBuffer } from "./id-buffer.ts";
 import { qwenPieceRegex } from "./pretokenize.ts";
 import { SegmentCache, type SegmentCacheStats } from "./segment-cache.ts";
@@ -165,7 +165,7 @@ export class BpeEngine {
 
   /**
    * BPE of a non-ASCII piece (its n UTF-8 bytes in this.buf) where some character enters whole
-   * (char-tokens.ts: listed, and no ASCII character next to it in the piece); false, with nothing
+   * (char-tokens.ts allows it there, and no ASCII character is next to it in the piece); false, with nothing
    * appended, when none does. Such pieces skip the piece cache: whole-character symbols leave a few
    * merges, about what a cache probe costs, and they (CJK clauses) rarely repeat, so caching them
    * would only evict useful entries. Kept apart from encodePiece so the ASCII path stays small.
@@ -190,9 +190,12 @@ export class BpeEngine {
       let id = table[c]!;
       if (id === UNRESOLVED) id = chars.resolve(c);
       if (id !== NO_TOKEN && (i === 0 || piece.charCodeAt(i - 1) >= 0x80) && (i + 1 === len || piece.charCodeAt(i + 1) >= 0x80)) {
-        syms[m++] = id;
-        p += c < 0x800 ? 2 : 3;
-        continue;
+        if (id === CONDITIONAL) id = chars.inContext(piece, i);
+        if (id !== NO_TOKEN) {
+          syms[m++] = id;
+          p += c < 0x800 ? 2 : 3;
+          continue;
+        }
       }
       // Same widths as utf8(): a high surrogate takes its pair along.
       let w = 3;
