@@ -20,14 +20,17 @@
  * only) or ends with the whole left neighbour; likewise on the right with prefixes. So each such
  * merge becomes a test on the neighbour's code point (Hazard).
  */
-import { lookupBytes, NO_TOKEN, type Vocab } from "./vocab.ts";
+import { isContinuation as isCont, lookupBytes, NO_TOKEN, type Vocab } from "./vocab.ts";
 
 /** Table entry of a code unit not looked at yet. */
 export const UNRESOLVED = -2;
 /** Table entry of a character that enters whole unless a neighbour matches one of its hazards. */
 export const CONDITIONAL = -3;
 
-/** A merge that could split a character, as a test on the neighbour's code point on one side. */
+/**
+ * A merge that could split a character, as a test on the neighbour's code point on one side:
+ * it matches when min <= cp <= max and (cp & mask) === value.
+ */
 interface Hazard {
   rank: number;
   /** The neighbour it concerns: after the character (true) or before it. */
@@ -39,10 +42,6 @@ interface Hazard {
 }
 
 const ANY_NEIGHBOUR = { min: 0, max: 0x10ffff, mask: 0, value: 0 };
-
-function isCont(b: number): boolean {
-  return b >= 0x80 && b < 0xc0;
-}
 
 function utf8Length(lead: number): number {
   return lead >= 0xf0 ? 4 : lead >= 0xe0 ? 3 : 2;

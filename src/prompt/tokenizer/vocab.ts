@@ -86,7 +86,10 @@ export function lookupPair(v: Vocab, a: number, b: number): number {
   }
 }
 
-const isContinuation = (b: number): boolean => b >= 0x80 && b < 0xc0;
+/** A UTF-8 continuation byte (10xxxxxx). */
+export function isContinuation(b: number): boolean {
+  return b >= 0x80 && b < 0xc0;
+}
 
 /** Whether the merge of bytes[start, mid) and bytes[mid, end) is one of Vocab.fragmentMerges. */
 function joinsFragment(bytes: Uint8Array, start: number, mid: number, end: number): boolean {
