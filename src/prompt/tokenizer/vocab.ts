@@ -91,14 +91,9 @@ export function isContinuation(b: number): boolean {
   return b >= 0x80 && b < 0xc0;
 }
 
-/** Whether the merge of bytes[start, mid) and bytes[mid, end) is one of Vocab.fragmentMerges. */
-function joinsFragment(bytes: Uint8Array, start: number, mid: number, end: number): boolean {
-  const lead = bytes[mid]!;
-  if (lead < 0xc0 || !isContinuation(bytes[mid - 1]!)) return false;
-  if (end - mid < (lead >= 0xf0 ? 4 : lead >= 0xe0 ? 3 : 2)) return true;
-  for (let i = start; i < mid; i++) if (!isContinuation(bytes[i]!)) return false;
-  return true;
-}
+/** Fragment kinds of a token (decodeVocab), for Vocab.fragmentMerges. */
+const LEAD_FRAGMENT = 1; // a lead byte without all its continuation bytes
+const CONT_FRAGMENT = 2; // continuation bytes only
 
 export function decodeVocab(b64: string): Vocab {
   const blob = decodeBase64(b64);
@@ -118,10 +113,19 @@ export function decodeVocab(b64: string): Vocab {
   const byteTable = new Int32Array(byteSize).fill(NO_TOKEN);
   const byteMask = byteSize - 1;
   const byteId = new Int32Array(256).fill(NO_TOKEN);
+  const fragment = new Uint8Array(n);
   for (let id = 0; id < n; id++) {
     const o = offset[id]!;
     const e = offset[id + 1]!;
     if (e - o === 1) byteId[bytes[o]!] = id;
+    const first = bytes[o]!;
+    if (first >= 0xc0) {
+      if (e - o < (first >= 0xf0 ? 4 : first >= 0xe0 ? 3 : 2)) fragment[id] = LEAD_FRAGMENT;
+    } else if (isContinuation(first)) {
+      let i = o + 1;
+      while (i < e && isContinuation(bytes[i]!)) i++;
+      if (i === e) fragment[id] = CONT_FRAGMENT;
+    }
     let slot = hashBytes(bytes, o, e) & byteMask;
     while (byteTable[slot] !== NO_TOKEN) slot = (slot + 1) & byteMask;
     byteTable[slot] = id;
@@ -139,10 +143,10 @@ export function decodeVocab(b64: string): Vocab {
     const l = leftLen[id]!;
     if (l === 0) continue;
     const o = offset[id]!;
-    if (joinsFragment(bytes, o, o + l, offset[id + 1]!)) fragmentMerges.push(id);
     const a = lookupBytes(v, bytes, o, o + l);
     const b = lookupBytes(v, bytes, o + l, offset[id + 1]!);
     if (a === NO_TOKEN || b === NO_TOKEN) throw new Error(`tokenizer vocabulary: merge operands of token ${id} are missing`);
+    if ((fragment[b] === LEAD_FRAGMENT && isContinuation(bytes[o + l - 1]!)) || (fragment[a] === CONT_FRAGMENT && bytes[o + l]! >= 0xc0)) fragmentMerges.push(id);
     leftId[id] = a;
     rightId[id] = b;
     const h = pairHash(a, b);
