@@ -567,7 +567,6 @@ export class RadixIndex {
     return removed;
   }
 
-
   /** Drops every block of a worker (AllBlocksCleared, dump replacement, worker down). */
   clearWorker(slot: number): void {
     const table = this.#workers[slot];
