@@ -95,7 +95,14 @@ class CallerGone extends Error {}
 export async function startDecodeService(input: DecodeServiceOptionsInput = {}, deps: DecodeServiceDeps = {}): Promise<DecodeService> {
   const opts: DecodeServiceOptions = DecodeServiceOptionsSchema.parse(input);
   await initHashing();
-  const prober: Prober = await selectProber(opts.decoder, { ffprobePath: opts.ffprobePath, threads: opts.concurrency, timeoutMs: opts.probeTimeoutMs });
+  const prober: Prober = await selectProber(opts.decoder, {
+    ffprobePath: opts.ffprobePath,
+    threads: opts.concurrency,
+    // Native: one pre-started ffprobe per probe slot, so a probe does not wait for process start.
+    warm: opts.concurrency,
+    timeoutMs: opts.probeTimeoutMs,
+    tmpDir: opts.tmpDir,
+  });
   const baseResolve = deps.resolve ?? nodeResolver;
   const hostMap = new Map(Object.entries(opts.hostMap).map(([k, v]) => [k.toLowerCase().replace(/\.+$/, ""), v]));
   const resolve: Resolver = async (host) => hostMap.get(host.toLowerCase().replace(/\.+$/, "")) ?? baseResolve(host);
