@@ -89,6 +89,9 @@ const MAX_JSON_BODY = 1 << 20;
 /** Image headers sit at the start (JPEG APPn segments can push them back a few MiB). */
 const MAX_HEADER_BYTES = 4 << 20;
 
+/** Waiting ffprobe processes by default at most (memory: ~10 MiB each). */
+const DEFAULT_MAX_WARM_PROBES = 16;
+
 /** The caller went away before the answer: its share of any work is dropped. */
 class CallerGone extends Error {}
 
@@ -98,8 +101,8 @@ export async function startDecodeService(input: DecodeServiceOptionsInput = {}, 
   const prober: Prober = await selectProber(opts.decoder, {
     ffprobePath: opts.ffprobePath,
     threads: opts.concurrency,
-    // Native: one pre-started ffprobe per probe slot, so a probe does not wait for process start.
-    warm: opts.concurrency,
+    // Native: pre-started ffprobe processes, so a probe does not wait for process start.
+    warm: opts.warmProbes ?? Math.min(opts.concurrency, DEFAULT_MAX_WARM_PROBES),
     timeoutMs: opts.probeTimeoutMs,
     tmpDir: opts.tmpDir,
   });

@@ -10,6 +10,7 @@ import { tmpdir } from "node:os";
 import path from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { FfprobePool } from "../../services/decode/ffprobe-pool.ts";
+import type { ScanResult } from "../../services/decode/ffprobe-scan.ts";
 import { NativeProber, nativeAvailable, ProbeTimeoutError } from "../../services/decode/probers.ts";
 import { ffmpegToFile } from "../helpers/wasm-media.ts";
 import { requireInCi } from "../helpers/required.ts";
@@ -61,9 +62,9 @@ describe.skipIf(!hasNative)("pre-started ffprobe", () => {
     const cold = new NativeProber();
     const warm = new NativeProber({ warm: 2 });
     try {
-      const want = { [clipA]: await cold.probe(clipA), [clipB]: await cold.probe(clipB) };
-      expect(want[clipA].meta.numFrames).toBe(45);
-      expect(want[clipB].meta.numFrames).toBe(20);
+      const want: Record<string, ScanResult> = { [clipA]: await cold.probe(clipA), [clipB]: await cold.probe(clipB) };
+      expect(want[clipA]!.meta.numFrames).toBe(45);
+      expect(want[clipB]!.meta.numFrames).toBe(20);
       for (const f of [clipA, clipB, clipB, clipA]) expect(await warm.probe(f)).toEqual(want[f]);
       // Five at once over two slots: three start their own ffprobe.
       const files = [clipA, clipB, clipA, clipB, clipA];
