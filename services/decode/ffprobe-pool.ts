@@ -58,7 +58,8 @@ export class FfprobePool {
 
   /** Creates the slots' FIFOs (one `setpriv … mkfifo` run, which also proves setpriv works); null when that fails. */
   static async create(ffprobe: string, size: number, tmpDir: string): Promise<FfprobePool | null> {
-    const root = await mkdtemp(path.join(tmpDir, "kvedge-ffprobe-"));
+    // Absolute: each ffprobe runs in its slot's directory.
+    const root = path.resolve(await mkdtemp(path.join(tmpDir, "kvedge-ffprobe-")));
     const dirs = Array.from({ length: Math.max(1, size) }, (_, i) => path.join(root, `s${i}`));
     for (const d of dirs) await mkdir(d, { mode: 0o700 });
     const made = await new Promise<boolean>((resolve) => {
@@ -97,7 +98,8 @@ export class FfprobePool {
    * caller starts its own ffprobe). The time limit counts from here, start-up included.
    */
   async scan(mediaPath: string, timeoutMs: number): Promise<PooledOutcome | null> {
-    const slot = this.enabled ? this.slots.find((s) => !s.busy) : undefined;
+    const free = this.enabled ? this.slots.filter((s) => !s.busy) : [];
+    const slot = free.find((s) => !s.dead) ?? free[0];
     if (!slot) return null;
     slot.busy = true;
     try {
