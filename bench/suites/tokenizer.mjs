@@ -40,6 +40,7 @@ export default {
     const random = rng(0x70c);
     const { getQwenTokenizer } = await import("../../src/prompt/tokenizer/index.ts");
     const { BpeEngine } = await import("../../src/prompt/tokenizer/engine.ts");
+    const { IdBuffer } = await import("../../src/prompt/tokenizer/id-buffer.ts");
     const { decodeVocab } = await import("../../src/prompt/tokenizer/vocab.ts");
     const { VOCAB_B64 } = await import("../../src/generated/tokenizer/qwen-vocab.js");
     let t = performance.now();
@@ -69,10 +70,11 @@ export default {
     }
 
     const kvEncode = (s) => tok.encode(s);
+    const noSegIds = new IdBuffer();
     const kvNoSeg = (s) => {
-      const out = [];
-      noSeg.encodeSegment(s, out);
-      return out;
+      noSegIds.length = 0;
+      noSeg.encodeSegment(s, noSegIds);
+      return noSegIds.toArray();
     };
     const rustEncode = async (s) => (await rust.encode(s, null, { addSpecialTokens: false })).getIds();
     async function timeAll(fn, texts) {

@@ -213,7 +213,7 @@ export class SimEngine {
       }
       const ids = req.input.inputIds;
       // At least one prompt token is always computed (it produces the first logits).
-      const match = cache.matchPrefix(ids.slice(0, Math.max(0, ids.length - 1)), req.input.cacheSalt ?? null);
+      const match = cache.matchPrefix(ids, req.input.cacheSalt ?? null, Math.max(0, ids.length - 1));
       cache.incLockRef(match.node);
       const need = ids.length - match.length + req.plannedOutput;
       if (need > this.freeTokens) cache.evict(need - this.freeTokens);

@@ -119,23 +119,24 @@ export class PagedRadixCache {
    * Longest cached prefix of `tokens` in namespace `namespace`, in whole pages of key units
    * (tokens; bigram mode: pairs); splits a node the match ends inside.
    */
-  matchPrefix(tokens: readonly number[], namespace: string | null = null): MatchResult {
-    return this.walk(this.keyOf(tokens), namespace, ++this.clock);
+  matchPrefix(tokens: readonly number[], namespace: string | null = null, length = tokens.length): MatchResult {
+    const { key, keyLength } = this.keyOf(tokens, length);
+    return this.walk(key, keyLength, namespace, ++this.clock);
   }
 
   /**
    * Follows `key` down the tree as far as it is cached, touching every node on the way (LRU) and
    * splitting the node the match ends inside, so the returned node ends exactly at `length`.
    */
-  private walk(key: readonly Unit[], namespace: string | null, now: number): MatchResult {
+  private walk(key: readonly Unit[], keyLength: number, namespace: string | null, now: number): MatchResult {
     let node = this.root;
     node.lastAccess = now;
     let pos = 0;
-    while (pos < key.length) {
+    while (pos < keyLength) {
       const child = node.children.get(this.childKey(namespace, key, pos));
       if (!child) break;
       child.lastAccess = now;
-      const common = this.commonPages(child.key, key, pos);
+      const common = this.commonPages(child.key, key, keyLength, pos);
       if (common < child.key.length) {
         node = this.split(child, common);
         pos += common;
@@ -152,12 +153,12 @@ export class PagedRadixCache {
    * many tokens were already cached. New pages emit one BlockStored each.
    */
   insert(tokens: readonly number[], namespace: string | null = null): { node: RadixNode; alreadyCached: number } {
-    const key = this.keyOf(tokens);
+    const { key, keyLength } = this.keyOf(tokens, tokens.length);
     const now = ++this.clock;
-    let { node, length: pos } = this.walk(key, namespace, now);
+    let { node, length: pos } = this.walk(key, keyLength, namespace, now);
     const alreadyCached = pos;
-    if (pos < key.length) {
-      const rest = key.slice(pos);
+    if (pos < keyLength) {
+      const rest = key.slice(pos, keyLength);
       const prior = node.digests.length > 0 ? node.digests[node.digests.length - 1]! : namespace !== null ? cacheSaltSeed(namespace) : null;
       const { digests, hashes } = this.pageHashes(rest, prior);
       const leaf = this.newNode(rest, digests, hashes, node, namespace);
@@ -248,10 +249,15 @@ export class PagedRadixCache {
     return n;
   }
 
-  /** The radix key of `tokens`, truncated to whole pages: the tokens, or (bigram) their pairs. */
-  private keyOf(tokens: readonly number[]): Unit[] {
-    const units: Unit[] = this.bigram ? bigramUnits(tokens) : (tokens as number[]);
-    return units.slice(0, units.length - (units.length % this.pageSize));
+  /**
+   * The radix key of the first `length` tokens and its length truncated to whole pages: the tokens
+   * themselves (not copied: a 32k-token prompt is a large-object allocation per copy), or (bigram)
+   * their pairs.
+   */
+  private keyOf(tokens: readonly number[], length: number): { key: readonly Unit[]; keyLength: number } {
+    const key: readonly Unit[] = this.bigram ? bigramUnits(tokens.slice(0, length)) : tokens;
+    const n = this.bigram ? key.length : length;
+    return { key, keyLength: n - (n % this.pageSize) };
   }
 
   /** Children are keyed by namespace and first page (SGLang's get_child_key with extra_key). */
@@ -274,8 +280,8 @@ export class PagedRadixCache {
   }
 
   /** Common prefix of `nodeKey` and `key[pos..]`, in whole pages. */
-  private commonPages(nodeKey: readonly Unit[], key: readonly Unit[], pos: number): number {
-    const max = Math.min(nodeKey.length, key.length - pos);
+  private commonPages(nodeKey: readonly Unit[], key: readonly Unit[], keyLength: number, pos: number): number {
+    const max = Math.min(nodeKey.length, keyLength - pos);
     let i = 0;
     while (i < max && nodeKey[i] === key[pos + i]) i++;
     return i - (i % this.pageSize);

@@ -9,6 +9,7 @@ import { DEFAULT_LIMITS } from "./limits.ts";
 import type { Limits } from "./limits.ts";
 import { ChatCompletionRequestSchema } from "./openai-schema.ts";
 import { hasLoneSurrogate } from "../util/unicode.ts";
+import { closingQuote } from "../util/json-scan.ts";
 import type { ChatCompletionRequest, ContentPart } from "./openai-schema.ts";
 
 type PathKey = string | number;
@@ -122,16 +123,8 @@ function jsonDepthExceeds(text: string, max: number): boolean {
   for (let i = 0; i < text.length; i++) {
     const c = text.charCodeAt(i);
     if (c === 0x22) {
-      // jump to the closing quote: the next quote preceded by an even number of backslashes
-      let j = i + 1;
-      for (;;) {
-        j = text.indexOf('"', j);
-        if (j === -1) return false; // unterminated: JSON.parse reports it
-        let k = j - 1;
-        while (text.charCodeAt(k) === 0x5c) k--;
-        if ((j - 1 - k) % 2 === 0) break;
-        j++;
-      }
+      const j = closingQuote(text, i);
+      if (j === -1) return false; // unterminated: JSON.parse reports it
       i = j;
     } else if (c === 0x5b || c === 0x7b) {
       if (++depth > max) return true;
@@ -441,9 +434,9 @@ export function parseChatRequest(bodyText: string, limits: Limits = DEFAULT_LIMI
   }
 }
 
-function decodeUtf8(decoder: TextDecoder, bytes?: Uint8Array): string {
+function decodeUtf8(decoder: TextDecoder, bytes?: Uint8Array, whole = false): string {
   try {
-    return bytes === undefined ? decoder.decode() : decoder.decode(bytes, { stream: true });
+    return bytes === undefined ? decoder.decode() : decoder.decode(bytes, { stream: !whole });
   } catch {
     throw new InvalidRequestError("Request body is not valid UTF-8.", null, "invalid_json");
   }
@@ -463,6 +456,18 @@ export async function readBodyText(
     throw tooLarge();
   }
   if (body === null) return "";
+  // A declared length within the cap bounds the body (HTTP framing ends it there): read it whole in
+  // one native call and decode once, instead of a JS read, decode and string join per chunk.
+  if (contentLength !== null && /^\d+$/.test(contentLength)) {
+    let bytes: ArrayBuffer;
+    try {
+      bytes = await new Response(body).arrayBuffer();
+    } catch {
+      throw new InvalidRequestError("Request body could not be read.");
+    }
+    if (bytes.byteLength > limits.maxBodyBytes) throw tooLarge();
+    return decodeUtf8(new TextDecoder("utf-8", { fatal: true, ignoreBOM: false }), new Uint8Array(bytes), true);
+  }
   const reader = body.getReader();
   const decoder = new TextDecoder("utf-8", { fatal: true, ignoreBOM: false });
   let size = 0;

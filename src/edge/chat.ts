@@ -23,6 +23,7 @@ import { localBlockHashes, namespacedLocalHashes, namespaceTag } from "../blocks
 import { shardForRequest } from "../block-index/shard.ts";
 import type { RouteDecision, RouteRequest, SettleRequest } from "../routing-index/routing-core.ts";
 import { buildGenerateBody, newRequestId } from "../proxy/generate-request.ts";
+import { bodyOfChunks, generateBodyChunks } from "../proxy/generate-body.ts";
 import { cacheSaltFor } from "./cache-salt.ts";
 import { createChatStreamTranslator, translateGenerateHttp } from "../proxy/translate.ts";
 import { guardUpstreamBody, readGuardedText } from "../proxy/upstream-guard.ts";
@@ -367,7 +368,7 @@ export async function handleChatCompletions(request: Request, deps: ChatDeps): P
     body.extra_key = cacheSalt;
   }
   if (adapter !== null) body.lora_path = adapter;
-  const bodyJson = JSON.stringify(body);
+  const upstreamBody = generateBodyChunks(body);
   clock.mark("build");
 
   // A sharded pool: the shard of the first block holds every worker's overlap for this request.
@@ -389,7 +390,7 @@ export async function handleChatCompletions(request: Request, deps: ChatDeps): P
     };
     try {
       const prefillDone = () => deps.waitUntil(shardIndex.markPrefillDone(decision.receiptId).catch(() => undefined));
-      const res = await proxyOnce(deps, decision, req, output, bodyJson, requestId, config.routing, settle, config.shards > 1, prefillDone, request.signal ?? null);
+      const res = await proxyOnce(deps, decision, req, output, upstreamBody, requestId, config.routing, settle, config.shards > 1, prefillDone, request.signal ?? null);
       const headers = showRouting ? routingHeaders(decision, plan, requestId, attempt, shard) : new Headers({ "x-request-id": requestId });
       clock.mark("upstream");
       for (const [k, v] of res.headers) headers.set(k, v);
@@ -425,7 +426,8 @@ async function proxyOnce(
   d: RouteDecision,
   req: ChatCompletionRequest,
   output: ChatOutputPlan,
-  bodyJson: string,
+  /** The `/generate` body's UTF-8 chunks (generate-body.ts). */
+  upstreamBody: readonly Uint8Array[],
   requestId: string,
   routing: RoutingConfig,
   settle: (s: Omit<SettleRequest, "receiptId">) => Promise<void>,
@@ -452,7 +454,7 @@ async function proxyOnce(
     upstream = await deps.fetch(`${d.url}/generate`, {
       method: "POST",
       headers: { "content-type": "application/json" },
-      body: bodyJson,
+      body: bodyOfChunks(upstreamBody),
       signal: abort.signal,
     });
   } catch (err) {

@@ -7,6 +7,8 @@
  * (tool-call argument strings) and fall back to a documented policy otherwise (docs/prompt.md).
  */
 
+import { topLevelMemberSpan } from "../util/json-scan.ts";
+
 /** A JSON number together with the text Python's json.dumps would print for it. */
 export class PyNumber {
   readonly value: number;
@@ -82,13 +84,16 @@ export function parseJsonKeepingNumbers(text: string): unknown {
 
 /**
  * `tools` of a raw request body with every number's lexeme kept (PyNumber), for exact `tojson`
- * output: pass the result as the request's `tools` (dumpTool keeps PyNumbers). Costs a second,
- * slower parse of the body, so call it only when the request has tools. Null when absent.
+ * output: pass the result as the request's `tools` (dumpTool keeps PyNumbers). Costs a scan of
+ * the body and a second parse of its `tools`, so call it only when the request has tools. Null
+ * when absent.
  */
 export function parseToolsKeepingNumbers(bodyText: string): unknown[] | null {
-  const body = parseJsonKeepingNumbers(bodyText);
-  if (typeof body !== "object" || body === null || Array.isArray(body)) return null;
-  const tools = (body as Record<string, unknown>)["tools"];
+  // Only the `tools` member's text is parsed again (the reviver parse of a whole 32k-token chat
+  // cost as much as the first parse).
+  const span = topLevelMemberSpan(bodyText, "tools");
+  if (span === null) return null;
+  const tools = parseJsonKeepingNumbers(bodyText.slice(span[0], span[1]));
   return Array.isArray(tools) ? tools : null;
 }
 

@@ -3,6 +3,7 @@
  * (src/edge/cache-budgets.ts), and the prompt-prefix cache's byte estimate is checked against what
  * V8 really retains (heap after GC), so the budget means bytes, not a guess.
  */
+import { IdBuffer } from "../../src/prompt/tokenizer/id-buffer.ts";
 import { runInNewContext } from "node:vm";
 import { setFlagsFromString } from "node:v8";
 import { beforeAll, describe, expect, it } from "vitest";
@@ -78,7 +79,7 @@ describe("edge cache byte budgets", () => {
 
   it("the BPE piece cache stays within its byte budget; very long pieces are not cached", () => {
     const engine = new BpeEngine(decodeVocab(VOCAB_B64), { segmentCacheChars: 0, pieceCacheEntries: 1_000_000, pieceCacheBytes: 256 * 1024 });
-    const out: number[] = [];
+    const out = new IdBuffer();
     const rare = (i: number) => Array.from({ length: 12 }, (_, k) => String.fromCharCode(97 + ((i * 7 + k * 13) % 26))).join("");
     for (let i = 0; i < 6_000; i++) {
       out.length = 0;

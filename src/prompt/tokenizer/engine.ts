@@ -4,6 +4,7 @@
  * Text holding a Unicode-skew code point takes the patched slow path (skew.ts).
  */
 import { bpe } from "./bpe.ts";
+import { IdBuffer } from "./id-buffer.ts";
 import { qwenPieceRegex } from "./pretokenize.ts";
 import { SegmentCache, type SegmentCacheStats } from "./segment-cache.ts";
 import { exactPieces, hasSkew, referenceNfc, skewCodePoints, type CodePointSet } from "./skew.ts";
@@ -60,20 +61,20 @@ export class BpeEngine {
   }
 
   /** Appends the ids of one segment (text containing no added token) to out. */
-  encodeSegment(segment: string, out: number[]): void {
+  encodeSegment(segment: string, out: IdBuffer): void {
     if (segment.length === 0) return;
     const cached = this.segments.get(segment);
     if (cached !== undefined) {
-      for (let i = 0; i < cached.length; i++) out.push(cached[i]!);
+      out.pushAll(cached);
       return;
     }
     const start = out.length;
     this.encodeUncached(segment, out);
-    this.segments.set(segment, Int32Array.from(out.slice(start)));
+    this.segments.set(segment, out.ids.slice(start, out.length));
   }
 
   /** Encodes without consulting or filling the segment cache (benchmarks, tests). */
-  encodeUncached(segment: string, out: number[]): void {
+  encodeUncached(segment: string, out: IdBuffer): void {
     if (!MAY_NEED_NFC.test(segment)) {
       this.encodeFast(segment, out);
       return;
@@ -89,12 +90,12 @@ export class BpeEngine {
   }
 
   /** The slow path: the reference's NFC and exact `\p{L}`/`\p{N}`, never the runtime's. */
-  encodeSkewed(segment: string, out: number[]): void {
+  encodeSkewed(segment: string, out: IdBuffer): void {
     for (const piece of exactPieces(referenceNfc(segment))) this.encodePiece(piece, out);
   }
 
   /** Runtime NFC'd text through the runtime-class regex; false (ids incomplete) on a skew code point. */
-  private encodeFast(text: string, out: number[]): boolean {
+  private encodeFast(text: string, out: IdBuffer): boolean {
     this.sawSkew = false;
     const re = this.pieceRe;
     re.lastIndex = 0;
@@ -110,7 +111,7 @@ export class BpeEngine {
     return !this.sawSkew;
   }
 
-  private encodePiece(piece: string, out: number[]): void {
+  private encodePiece(piece: string, out: IdBuffer): void {
     const n = this.utf8(piece);
     const v = this.vocab;
     if (n === 1) {
@@ -144,7 +145,7 @@ export class BpeEngine {
         }
       }
     }
-    for (let i = 0; i < ids.length; i++) out.push(ids[i]!);
+    out.pushAll(ids);
   }
 
   /**

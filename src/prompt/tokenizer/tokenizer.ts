@@ -2,6 +2,7 @@
  * One Qwen tokenizer per model family. Families share the BPE engine (vocabulary, piece and
  * segment caches) and differ only in their added-token list (tokenizer.md §4.3).
  */
+import { IdBuffer } from "./id-buffer.ts";
 import { InvalidRequestError } from "../../api/errors.ts";
 import type { BpeEngine, EngineCacheStats } from "./engine.ts";
 import { hasLoneSurrogate } from "../../util/unicode.ts";
@@ -105,9 +106,11 @@ export class QwenTokenizerImpl implements QwenTokenizer {
     };
   }
 
+  private readonly idBuf = new IdBuffer();
   encode(text: string): number[] {
     assertWellFormed(text);
-    const out: number[] = [];
+    const out = this.idBuf;
+    out.length = 0;
     const re = this.addedRe;
     re.lastIndex = 0;
     let end = 0;
@@ -117,14 +120,15 @@ export class QwenTokenizerImpl implements QwenTokenizer {
       end = re.lastIndex;
     }
     this.engine.encodeSegment(end === 0 ? text : text.slice(end), out);
-    return out;
+    return out.toArray();
   }
 
   encodeOrdinary(text: string): number[] {
     assertWellFormed(text);
-    const out: number[] = [];
+    const out = this.idBuf;
+    out.length = 0;
     this.engine.encodeSegment(text, out);
-    return out;
+    return out.toArray();
   }
 
   decode(ids: ArrayLike<number>): string {

@@ -1,0 +1,148 @@
+#!/usr/bin/env node
+// Where the edge's time goes on one kind of request, through the real handler: starts the bench's
+// edge fleet (bench/lib/edge-fleet.mjs: the bundled Worker in workerd, the real Durable Object, a
+// simulated worker) with workerd's V8 inspector open, sends warm multi-turn requests of the given
+// size, prints edge − direct and the local hop floor, then a CPU profile of the edge isolate
+// (top self-time frames). Usage: node scripts/profile-edge.mjs [--tokens 32000] [--n 60] [--stream]
+import { execFileSync } from "node:child_process";
+import { readFileSync } from "node:fs";
+import { parseArgs } from "node:util";
+import WebSocket from "ws";
+import { startEdgeFleet } from "../bench/lib/edge-fleet.mjs";
+import { freshText } from "../bench/lib/corpus.mjs";
+import { rng, summarize } from "../bench/lib/stats.mjs";
+
+const { values: opt } = parseArgs({ options: { tokens: { type: "string", default: "32000" }, n: { type: "string", default: "60" }, stream: { type: "boolean", default: false }, top: { type: "string", default: "40" } } });
+const TOKENS = Number(opt.tokens);
+const N = Number(opt.n);
+const INSPECTOR = 9300 + Math.floor(Math.random() * 500);
+const MODEL = "Qwen/Qwen3-VL-8B-Instruct";
+
+async function post(url, body, headers = {}) {
+  const t = performance.now();
+  const r = await fetch(url, { method: "POST", body, headers: { "content-type": "application/json", ...headers } });
+  const text = await r.text();
+  if (!r.ok) throw new Error(`${url}: ${r.status} ${text.slice(0, 200)}`);
+  return { ms: performance.now() - t, headers: r.headers };
+}
+
+async function get(url) {
+  const t = performance.now();
+  const r = await fetch(url);
+  await r.arrayBuffer();
+  return performance.now() - t;
+}
+
+/** utime + stime of the processes whose command line matches `pattern`, in ms (Linux /proc). */
+function cpuMs(pattern) {
+  let pids = [];
+  try {
+    pids = execFileSync("pgrep", ["-f", pattern], { encoding: "utf8" }).trim().split("\n").filter(Boolean);
+  } catch {}
+  const tick = 1000 / 100;
+  let total = 0;
+  for (const pid of pids) {
+    try {
+      const f = readFileSync(`/proc/${pid}/stat`, "utf8").split(") ")[1].split(" ");
+      total += (Number(f[11]) + Number(f[12])) * tick;
+    } catch {}
+  }
+  return total;
+}
+
+/** A CDP session to the edge's isolate in workerd. */
+async function inspect(port) {
+  const targets = await (await fetch(`http://127.0.0.1:${port}/json`)).json();
+  const target = targets.find((t) => !/proxy|entry|RoutingIndex|RateLimiter/i.test(t.title ?? t.id)) ?? targets[0];
+  const ws = new WebSocket(target.webSocketDebuggerUrl ?? `ws://127.0.0.1:${port}/${target.id}`);
+  await new Promise((res, rej) => (ws.once("open", res), ws.once("error", rej)));
+  let id = 0;
+  const pending = new Map();
+  ws.on("message", (m) => {
+    const msg = JSON.parse(m.toString());
+    if (msg.id && pending.has(msg.id)) (pending.get(msg.id)(msg), pending.delete(msg.id));
+  });
+  const send = (method, params = {}) => new Promise((res) => (pending.set(++id, res), ws.send(JSON.stringify({ id, method, params }))));
+  return { send, close: () => ws.close(), targets };
+}
+
+function topSelf(profile, top) {
+  const byId = new Map(profile.nodes.map((n) => [n.id, n]));
+  const self = new Map();
+  for (let i = 0; i < profile.samples.length; i++) self.set(profile.samples[i], (self.get(profile.samples[i]) ?? 0) + (profile.timeDeltas[i] ?? 0));
+  const agg = new Map();
+  let total = 0;
+  for (const [nid, us] of self) {
+    const cf = byId.get(nid).callFrame;
+    if (cf.functionName === "(idle)") continue;
+    const key = `${cf.functionName || "(anonymous)"} ${cf.url ? `${cf.url.split("/").pop()}:${cf.lineNumber + 1}` : ""}`.trim();
+    agg.set(key, (agg.get(key) ?? 0) + us);
+    total += us;
+  }
+  return { totalMs: total / 1000, rows: [...agg].sort((a, b) => b[1] - a[1]).slice(0, top).map(([f, us]) => `${(us / 1000).toFixed(1).padStart(8)} ms  ${((100 * us) / total).toFixed(1).padStart(5)} %  ${f}`) };
+}
+
+const fleet = await startEdgeFleet({ limits: { maxMessageChars: 2_000_000, maxTotalChars: 8_000_000 }, inspectorPort: INSPECTOR });
+try {
+  const random = rng(0x9f0f);
+  const edge = `${fleet.edgeUrl}/v1/chat/completions`;
+  const direct = `${fleet.workerUrl}/v1/chat/completions`;
+  const admin = { authorization: `Bearer ${fleet.adminToken}` };
+  const body = (messages) => JSON.stringify({ model: MODEL, messages, max_tokens: 16, stream: opt.stream, ...(opt.stream ? { stream_options: { include_usage: true } } : {}) });
+  const history = [{ role: "system", content: "You are a careful assistant." }, { role: "user", content: freshText(TOKENS, random) }];
+  for (let i = 0; i < 10; i++) await post(edge, body([{ role: "user", content: freshText(2000, random) }]));
+  await post(edge, body(history));
+  const turn = () => body([...history, { role: "assistant", content: freshText(80, random) }, { role: "user", content: freshText(40, random) }]);
+  const hop = { edge: [], direct: [] };
+  for (let i = 0; i < 30; i++) {
+    hop.edge.push(await get(`${fleet.edgeUrl}/healthz`));
+    hop.direct.push(await get(`${fleet.workerUrl}/health`));
+  }
+  const over = [];
+  const edgeMs = [];
+  const directMs = [];
+  const timings = [];
+  for (let i = 0; i < N; i++) {
+    const b = turn();
+    await post(direct, b);
+    const e = await post(edge, b, admin);
+    const d = await post(direct, b);
+    over.push(e.ms - d.ms);
+    edgeMs.push(e.ms);
+    directMs.push(d.ms);
+    timings.push(e.headers.get("server-timing"));
+  }
+  console.log(`bytes per request: ${turn().length}`);
+  console.log(`hop floor p50: edge /healthz ${summarize(hop.edge).p50.toFixed(2)} ms, worker /health ${summarize(hop.direct).p50.toFixed(2)} ms`);
+  console.log(`overhead (edge − direct) p50 ${summarize(over).p50.toFixed(2)} ms, mean ${summarize(over).mean.toFixed(2)} ms over ${N}`);
+  console.log(`edge p50 ${summarize(edgeMs).p50.toFixed(2)} ms, direct p50 ${summarize(directMs).p50.toFixed(2)} ms`);
+  const stages = {};
+  for (const t of timings) for (const m of (t ?? "").matchAll(/([\w-]+);dur=([\d.]+)/g)) (stages[m[1]] ??= []).push(Number(m[2]));
+  console.log(`server-timing p50: ${Object.entries(stages).map(([k, v]) => `${k} ${summarize(v).p50}`).join(", ")}`);
+
+  // CPU per request of workerd (edge + index object) and of the simulated worker, edge requests only:
+  // steadier than wall time on a shared box.
+  {
+    const w0 = cpuMs("workerd serve");
+    const s0 = cpuMs("sglang-sim/main.ts");
+    const t0 = performance.now();
+    for (let i = 0; i < N; i++) await post(edge, turn(), admin);
+    const wall = (performance.now() - t0) / N;
+    console.log(`edge requests: wall ${wall.toFixed(2)} ms/request; CPU/request: workerd ${((cpuMs("workerd serve") - w0) / N).toFixed(2)} ms, simulated worker ${((cpuMs("sglang-sim/main.ts") - s0) / N).toFixed(2)} ms`);
+  }
+  const cdp = await inspect(INSPECTOR);
+  console.log(`inspector targets: ${cdp.targets.map((t) => t.title ?? t.id).join(", ")}`);
+  await cdp.send("Profiler.enable");
+  await cdp.send("Profiler.setSamplingInterval", { interval: 100 });
+  await cdp.send("Profiler.start");
+  const t0 = performance.now();
+  for (let i = 0; i < N; i++) await post(edge, turn(), admin);
+  const wall = performance.now() - t0;
+  const { result } = await cdp.send("Profiler.stop");
+  cdp.close();
+  const { totalMs, rows } = topSelf(result.profile, Number(opt.top));
+  console.log(`profiled ${N} edge requests: wall ${(wall / N).toFixed(2)} ms/request, isolate CPU (non-idle samples) ${(totalMs / N).toFixed(2)} ms/request`);
+  for (const r of rows) console.log(r);
+} finally {
+  await fleet.stop();
+}

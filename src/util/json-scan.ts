@@ -1,0 +1,58 @@
+/**
+ * Scanning JSON text without parsing it: native indexOf jumps over strings, a character loop over
+ * the rest. Used before JSON.parse (depth bounds) and to find one member's text in a large body.
+ */
+
+/** Index of the quote that closes the string opened at `open` (a `"`), or -1 when unterminated. */
+export function closingQuote(text: string, open: number): number {
+  let j = open + 1;
+  for (;;) {
+    j = text.indexOf('"', j);
+    if (j === -1) return -1;
+    // closed by a quote preceded by an even number of backslashes
+    let k = j - 1;
+    while (text.charCodeAt(k) === 0x5c) k--;
+    if ((j - 1 - k) % 2 === 0) return j;
+    j++;
+  }
+}
+
+function isSpace(c: number): boolean {
+  return c === 0x20 || c === 0x0a || c === 0x0d || c === 0x09;
+}
+
+/**
+ * [start, end) of the value of member `key` of the top-level object in valid JSON `text` (the last
+ * one when the key repeats, as JSON.parse keeps), or null when there is none. Keys written with
+ * escapes are compared decoded.
+ */
+export function topLevelMemberSpan(text: string, key: string): [number, number] | null {
+  let depth = 0;
+  let found: [number, number] | null = null;
+  let start = -1;
+  for (let i = 0; i < text.length; i++) {
+    const c = text.charCodeAt(i);
+    if (c === 0x22) {
+      const close = closingQuote(text, i);
+      if (close === -1) return null;
+      if (depth === 1) {
+        let j = close + 1;
+        while (j < text.length && isSpace(text.charCodeAt(j))) j++;
+        if (text.charCodeAt(j) === 0x3a) {
+          const raw = text.slice(i + 1, close);
+          if ((raw.includes("\\") ? (JSON.parse(text.slice(i, close + 1)) as string) : raw) === key) start = j + 1;
+          i = j;
+          continue;
+        }
+      }
+      i = close;
+    } else if (c === 0x5b || c === 0x7b) depth++;
+    else if (c === 0x5d || c === 0x7d) {
+      if (--depth === 0 && start !== -1) return [start, i];
+    } else if (c === 0x2c && depth === 1 && start !== -1) {
+      found = [start, i];
+      start = -1;
+    }
+  }
+  return found;
+}

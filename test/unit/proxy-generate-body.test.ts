@@ -1,0 +1,43 @@
+/**
+ * The `/generate` body's chunks against JSON.stringify (the oracle): byte for byte the same JSON
+ * as the body with `text` first, for texts that cross slice boundaries with surrogate pairs,
+ * escapes and lone-free Unicode; and the fetch body made of the chunks carries exactly those bytes.
+ */
+import fc from "fast-check";
+import { describe, expect, it } from "vitest";
+import { bodyOfChunks, generateBodyChunks } from "../../src/proxy/generate-body.ts";
+import type { GenerateRequestBody } from "../../src/proxy/sglang-wire.ts";
+
+const concat = (chunks: readonly Uint8Array[]): string => Buffer.concat(chunks.map((c) => Buffer.from(c))).toString("utf8");
+
+function body(text: string, extra: Partial<GenerateRequestBody> = {}): GenerateRequestBody {
+  return { text, sampling_params: { max_new_tokens: 16 }, stream: false, rid: "r1", ...extra } as GenerateRequestBody;
+}
+
+describe("generateBodyChunks", () => {
+  it("is JSON.stringify of the body with text first, whatever the text", () => {
+    // Long runs of one unit so that slices of 8192 units land on every kind of boundary.
+    const unit = fc.constantFrom("a", "é", "\n", '"', "\\", "\u2028", "😀", "中", "\u0001", "<|im_start|>");
+    const textArb = fc.tuple(fc.array(fc.tuple(unit, fc.integer({ min: 1, max: 9000 })), { maxLength: 6 }), fc.string({ unit: "grapheme", maxLength: 50 })).map(([runs, tail]) => runs.map(([u, n]) => u.repeat(n)).join("") + tail);
+    fc.assert(
+      fc.property(textArb, fc.integer({ min: 0, max: 8191 }), (text, pad) => {
+        const t = "x".repeat(pad) + text;
+        const b = body(t);
+        const { text: _, ...rest } = b;
+        expect(concat(generateBodyChunks(b))).toBe(JSON.stringify({ text: t, ...rest }));
+      }),
+      { numRuns: 150, seed: 4242 },
+    );
+  });
+
+  it("never splits a surrogate pair at a slice boundary, and handles an empty rest", () => {
+    const t = "a".repeat(8191) + "😀" + "b";
+    expect(JSON.parse(concat(generateBodyChunks(body(t)))).text).toBe(t);
+    expect(concat(generateBodyChunks({ text: "hi" } as GenerateRequestBody))).toBe('{"text":"hi"}');
+  });
+
+  it("the fetch body carries the same bytes, as often as it is sent", async () => {
+    const chunks = generateBodyChunks(body("q".repeat(20_000) + "é"));
+    for (let k = 0; k < 2; k++) expect(await new Response(bodyOfChunks(chunks)).text()).toBe(concat(chunks));
+  });
+});
