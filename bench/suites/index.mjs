@@ -135,43 +135,87 @@ export default {
     // --- ingestion --------------------------------------------------------------------------------
     ctx.progress(0.6, "index event ingestion");
     const ingestBlocks = ctx.tiny ? 20_000 : ctx.quick ? 150_000 : 1_000_000;
-    const ing = newCore();
-    // Relay batches: 8 events per message, each a 32-block chain (a prompt's uncached tail).
-    const msgs = [];
-    const removes = [];
-    let made = 0;
-    while (made < ingestBlocks) {
-      const w = msgs.length % WORKERS;
-      const events = [];
-      const rem = [];
-      for (let e = 0; e < 8 && made < ingestBlocks; e++) {
-        const blocks = Array.from({ length: 32 }, () => ({ h: String(engineSeq++ * 7919n), l: localHashToHex(u64()) }));
-        made += blocks.length;
-        events.push({ t: "stored", parent: null, blocks });
-        rem.push({ t: "removed", hashes: blocks.map((b) => b.h).reverse() });
+    // Relay batches: 8 events per message, each a 32-block chain (a prompt's uncached tail). The
+    // frames are kept as JSON text, as they arrive, and parsed a slice at a time outside the timed
+    // loop: a million live block objects would make every GC that the index's own buffer growth
+    // triggers (external memory pressure) mark a fixture heap an index object never has.
+    const makeFrames = (count) => {
+      const frames = [];
+      const removeFrames = [];
+      let made = 0;
+      while (made < count) {
+        const w = frames.length % WORKERS;
+        const events = [];
+        const rem = [];
+        for (let e = 0; e < 8 && made < count; e++) {
+          const blocks = Array.from({ length: 32 }, () => ({ h: String(engineSeq++ * 7919n), l: localHashToHex(u64()) }));
+          made += blocks.length;
+          events.push({ t: "stored", parent: null, blocks });
+          rem.push({ t: "removed", hashes: blocks.map((b) => b.h).reverse() });
+        }
+        frames.push({ w: `w${w}`, json: JSON.stringify({ type: "events", epoch: 1, seq: frames.length, events }) });
+        removeFrames.push({ w: `w${w}`, json: JSON.stringify({ type: "events", epoch: 1, seq: frames.length, events: rem }) });
       }
-      msgs.push({ w: `w${w}`, m: { type: "events", epoch: 1, seq: msgs.length, events } });
-      removes.push({ w: `w${w}`, m: { type: "events", epoch: 1, seq: msgs.length, events: rem } });
-    }
-    const json = msgs.slice(0, Math.min(msgs.length, 500)).map((x) => JSON.stringify(x.m));
-    // Wall time and this process's CPU time: on a shared box other jobs stretch the wall clock of a
-    // CPU-bound loop, not its CPU time (the goal is judged on both; a one-object index is single-threaded).
+      return { frames, removeFrames };
+    };
+    const { frames, removeFrames } = makeFrames(ingestBlocks);
+    // Steady state: a full object keeps storing new blocks while the engine evicts old ones.
+    // Whole frames (256 blocks), so that each evicted frame of the fill is replaced block for block.
+    const churnBlocks = Math.floor(ingestBlocks / 4 / 256) * 256;
+    const churn = makeFrames(churnBlocks);
+    const parsed = (list) => list.map(({ w, json }) => ({ w, m: JSON.parse(json) }));
+    // Wall time and this process's CPU time (all threads: GC and compiler work the loop causes
+    // count) of applyEvents alone: on a shared box other jobs stretch the wall clock of a CPU-bound
+    // loop, not its CPU time (the goal is judged on both; a one-object index is single-threaded).
     const cpuMs = () => {
       const u = process.cpuUsage();
       return (u.user + u.system) / 1000;
     };
-    let t = performance.now();
-    let c = cpuMs();
-    for (const { w, m } of msgs) ing.applyEvents(w, m);
-    const storeMs = performance.now() - t;
-    const storeCpuMs = cpuMs() - c;
-    t = performance.now();
-    c = cpuMs();
-    for (const { w, m } of removes) ing.applyEvents(w, m);
-    const removeMs = performance.now() - t;
-    const removeCpuMs = cpuMs() - c;
+    const SLICE = 64;
+    const ingest = (core, list) => {
+      let wallMs = 0;
+      let cpu = 0;
+      for (let i = 0; i < list.length; i += SLICE) {
+        const slice = parsed(list.slice(i, i + SLICE));
+        const t0 = performance.now();
+        const c0 = cpuMs();
+        for (const { w, m } of slice) core.applyEvents(w, m);
+        wallMs += performance.now() - t0;
+        cpu += cpuMs() - c0;
+      }
+      return { wallMs, cpuMs: cpu };
+    };
+    const ing = newCore();
+    // Setup garbage (the fixture's construction, earlier phases) is collected before, not during.
+    gc();
+    const stored = ingest(ing, frames);
+    gc();
+    // Steady state: the full object stores new chains while the oldest are evicted (as SGLang's LRU
+    // does at capacity), frame for frame; its size stays put, so its memory is already touched. A
+    // long-lived index object runs like this after its first fill, which pays each fresh page's
+    // first touch (13–16 µs per 4 KiB page on this VM). Stores and evictions are timed apart.
+    gc();
+    const restored = { wallMs: 0, cpuMs: 0 };
+    const evicted = { wallMs: 0, cpuMs: 0 };
+    for (let i = 0; i < churn.frames.length; i += SLICE) {
+      const ev = ingest(ing, removeFrames.slice(i, Math.min(i + SLICE, churn.frames.length)));
+      const st = ingest(ing, churn.frames.slice(i, i + SLICE));
+      evicted.wallMs += ev.wallMs;
+      evicted.cpuMs += ev.cpuMs;
+      restored.wallMs += st.wallMs;
+      restored.cpuMs += st.cpuMs;
+    }
+    if (ing.index.size !== ingestBlocks) throw new Error(`steady state holds ${ing.index.size} of ${ingestBlocks} entries`);
+    gc();
+    const removed = ingest(ing, [...removeFrames.slice(churn.frames.length), ...churn.removeFrames]);
+    if (ing.index.size !== 0) throw new Error(`ingestion left ${ing.index.size} entries`);
+    const storeMs = stored.wallMs;
+    const storeCpuMs = stored.cpuMs;
+    const removeMs = removed.wallMs;
+    const removeCpuMs = removed.cpuMs;
     // What the Durable Object does before applyEvents: JSON.parse + zod validation of the frame.
-    t = performance.now();
+    const json = frames.slice(0, Math.min(frames.length, 500)).map((f) => f.json);
+    let t = performance.now();
     let parsedBlocks = 0;
     for (const s of json) parsedBlocks += RelayEventsSchema.parse(JSON.parse(s)).events.reduce((a, e) => a + e.blocks.length, 0);
     const parseMs = performance.now() - t;
@@ -179,10 +223,13 @@ export default {
     const removeRate = (ingestBlocks / removeMs) * 1000;
     const storeCpuRate = (ingestBlocks / storeCpuMs) * 1000;
     const removeCpuRate = (ingestBlocks / removeCpuMs) * 1000;
+    const refillRate = (churnBlocks / restored.wallMs) * 1000;
+    const refillCpuRate = (churnBlocks / restored.cpuMs) * 1000;
     const parseRate = (parsedBlocks / parseMs) * 1000;
+    const profiled = parsed(frames.slice(0, Math.min(frames.length, 1500)));
     const ingProfile = await topSelfTime(() => {
       const c2 = newCore();
-      for (const { w, m } of msgs.slice(0, Math.min(msgs.length, 1500))) c2.applyEvents(w, m);
+      for (const { w, m } of profiled) c2.applyEvents(w, m);
     }, 8);
 
     // --- memory reference points: what each piece of a block costs on its own in V8 -----------------
@@ -218,7 +265,8 @@ export default {
       { metric: `findMatches p50 / p99, 64-block query, ${WORKERS} workers, ${(entries / 1e6).toFixed(2)} M blocks (popular prefix)`, value: `${fm["popular (many workers, 64 deep)"].p50us.toFixed(2)} / ${fm["popular (many workers, 64 deep)"].p99us.toFixed(2)}`, unit: "µs", goal: "p99 ≤ 10", pass: fm["popular (many workers, 64 deep)"].p99us <= 10 },
       { metric: "findMatches p50 / p99, one worker's 64-block prompt", value: `${fm["single worker, 64 deep"].p50us.toFixed(2)} / ${fm["single worker, 64 deep"].p99us.toFixed(2)}`, unit: "µs", goal: "p99 ≤ 10", pass: fm["single worker, 64 deep"].p99us <= 10 },
       { metric: "RoutingCore.route p50 / p99 (match + score 64 workers)", value: `${route.p50.toFixed(1)} / ${route.p99.toFixed(1)}`, unit: "µs", goal: "", pass: null },
-      { metric: "ingestion: stored block events/s (applyEvents), per wall / CPU second", value: `${(storeRate / 1e6).toFixed(2)} M / ${(storeCpuRate / 1e6).toFixed(2)} M`, unit: "blocks/s", goal: "≥ 2 M", pass: Math.min(storeRate, storeCpuRate) >= 2e6 },
+      { metric: "ingestion, first fill of an empty object: stored block events/s (applyEvents), per wall / CPU second", value: `${(storeRate / 1e6).toFixed(2)} M / ${(storeCpuRate / 1e6).toFixed(2)} M`, unit: "blocks/s", goal: "≥ 2 M", pass: Math.min(storeRate, storeCpuRate) >= 2e6 },
+      { metric: "ingestion, steady state (a full object storing while evicting): stored block events/s, per wall / CPU second", value: `${(refillRate / 1e6).toFixed(2)} M / ${(refillCpuRate / 1e6).toFixed(2)} M`, unit: "blocks/s", goal: "≥ 2 M", pass: Math.min(refillRate, refillCpuRate) >= 2e6 },
       { metric: "ingestion: removed block events/s, per wall / CPU second", value: `${(removeRate / 1e6).toFixed(2)} M / ${(removeCpuRate / 1e6).toFixed(2)} M`, unit: "blocks/s", goal: "", pass: null },
       { metric: "relay frame JSON.parse + zod, blocks/s", value: `${(parseRate / 1e6).toFixed(2)} M`, unit: "blocks/s", goal: "", pass: null },
       { metric: "memory per indexed block (heap delta / entries)", value: bytesPerBlock.toFixed(0), unit: "bytes", goal: "≤ 100", pass: bytesPerBlock <= 100 },
@@ -252,7 +300,7 @@ export default {
         findMatches: fm,
         timerOverheadUs: timerUs,
         routeUs: route,
-        ingestion: { blocks: ingestBlocks, storeRate, removeRate, storeCpuRate, removeCpuRate, parseRate },
+        ingestion: { blocks: ingestBlocks, storeRate, removeRate, storeCpuRate, removeCpuRate, refillRate, refillCpuRate, parseRate },
         profiles: { findMatches: fmProfile, ingestion: ingProfile },
         memoryReferenceBytesEach: ref,
       },

@@ -7,10 +7,14 @@
  *
  * Layout (why: ≤ 100 B per indexed block and no GC pressure at millions of blocks, where one JS
  * object + Map per node and a Map of strings per worker cost several hundred bytes per block):
- * - Nodes live in one growable Int32Array, one record of `5 + W` words per node: parent id, local
- *   hash lo/hi, child count, prefix key, then a W-word bitmask of worker slots (W = 2 covers 64
- *   workers; the mask widens, re-laying out the records once, when a higher slot appears). Freed
- *   records are chained in a free list and reused. Node 0 is the root.
+ * - Nodes live in Int32Array chunks of CHUNK_NODES records, one record of `5 + W` words per node:
+ *   parent id, local hash lo/hi, child count, prefix key, then a W-word bitmask of worker slots
+ *   (W = 2 covers 64 workers; the mask widens, re-laying out the records once, when a higher slot
+ *   appears). Node n is record n & IN_CHUNK of chunk n >>> CHUNK_BITS. Chunks, not one growable
+ *   array: growth adds a chunk instead of copying every record into a fresh 1.5× array, whose
+ *   first touch of new pages cost more than the stores themselves while an index fills (page
+ *   faults), and the reserve stays under one chunk. Freed records are chained in a free list and
+ *   reused. Node 0 is the root.
  * - The prefix key is a 32-bit rolling hash of the node's path (mix32(parent key, local hash)). The
  *   child table is keyed by it: open addressing over [prefix key, child id] pairs (linear probing,
  *   backward-shift deletion, load ≤ 0.7); a hit is confirmed exactly against the child's record
@@ -74,6 +78,11 @@ const NO_PARENT = -1;
 const ROOT_KEY = 0x2545f491;
 /** Blocks whose buckets are touched ahead of the walk (enough to overlap misses, little waste). */
 const AHEAD = 32;
+/** Records per node chunk (2^13: 224 KiB at 64 workers). The first chunk starts small and doubles up to it. */
+const CHUNK_BITS = 13;
+const CHUNK_NODES = 1 << CHUNK_BITS;
+const IN_CHUNK = CHUNK_NODES - 1;
+const FIRST_CHUNK_NODES = 1024;
 
 if (new Uint8Array(new Uint32Array([1]).buffer)[0] !== 1) throw new Error("radix index needs a little-endian platform");
 
@@ -295,7 +304,8 @@ export class RadixIndex {
   /** Mask words per node (32 worker slots each). */
   #words = 2;
   #stride = MASK + 2;
-  #nodes: Int32Array;
+  /** Node records, CHUNK_NODES per chunk (the first may be shorter while it grows). */
+  #chunks: Int32Array[];
   /** Records handed out at least once (ids < top). */
   #top = 1;
   #freeHead = 0;
@@ -322,9 +332,10 @@ export class RadixIndex {
   #sink = 0;
 
   constructor() {
-    this.#nodes = new Int32Array(1024 * this.#stride);
-    this.#nodes[PARENT] = NO_PARENT;
-    this.#nodes[KEY] = ROOT_KEY;
+    const first = new Int32Array(FIRST_CHUNK_NODES * this.#stride);
+    first[PARENT] = NO_PARENT;
+    first[KEY] = ROOT_KEY;
+    this.#chunks = [first];
   }
 
   /** Number of (worker, block) entries held. */
@@ -339,7 +350,8 @@ export class RadixIndex {
 
   /** Bytes of typed-array storage currently reserved (nodes, child table, engine tables). */
   storageBytes(): number {
-    let n = this.#nodes.byteLength + this.#kids.byteLength;
+    let n = this.#kids.byteLength;
+    for (const c of this.#chunks) n += c.byteLength;
     for (const t of this.#workers) if (t) n += t.slots.byteLength;
     return n;
   }
@@ -496,7 +508,7 @@ export class RadixIndex {
       const eHi = parsedHi;
       if (r.p !== null && eLo === pLo && eHi === pHi) continue;
       parseHex64(r.l);
-      const key = mix32(this.#nodes[parent * this.#stride + KEY]!, parsedLo, parsedHi) | 0;
+      const key = mix32(this.#chunks[parent >>> CHUNK_BITS]![(parent & IN_CHUNK) * this.#stride + KEY]!, parsedLo, parsedHi) | 0;
       this.#storeOne(slot, table, parent, key, engineHash(eLo, eHi), eLo, eHi, parsedLo, parsedHi);
       applied++;
     }
@@ -512,26 +524,46 @@ export class RadixIndex {
     const engLo = this.#engLo;
     const engHi = this.#engHi;
     const engH = this.#engH;
-    let sink = 0;
+    // Every hash is parsed before anything is removed: a malformed one throws with the index untouched.
     for (let i = 0; i < n; i++) {
       parseDecimal64(engineHashes[i]!);
       engLo[i] = parsedLo;
       engHi[i] = parsedHi;
-      // Touch the bucket now so the misses of the whole batch overlap (see the file comment).
-      const h = engineHash(parsedLo, parsedHi);
-      engH[i] = h;
-      sink ^= table.touch(h);
+      engH[i] = engineHash(parsedLo, parsedHi);
+    }
+    const chunks = this.#chunks;
+    const stride = this.#stride;
+    const nodeAt = this.#keys; // as scratch: prefix keys serve only stores and queries
+    let sink = 0;
+    let removed = 0;
+    for (let from = 0; from < n; from += AHEAD) {
+      const end = Math.min(n, from + AHEAD);
+      // A removal misses three times in a row (engine bucket → node record → its child-table
+      // bucket, which pruning edits): each level is touched for the whole stretch before the next,
+      // so the misses of a stretch overlap instead of forming one chain per block.
+      for (let i = from; i < end; i++) sink ^= table.touch(engH[i]!);
+      for (let i = from; i < end; i++) {
+        const at = table.probeHashed(engH[i]!, engLo[i]!, engHi[i]!);
+        const node = at < 0 ? ROOT : table.slots[at * 3 + 2]!;
+        nodeAt[i] = node;
+        sink ^= chunks[node >>> CHUNK_BITS]![(node & IN_CHUNK) * stride + KEY]!;
+      }
+      const kt = this.#kids;
+      const km = this.#kidMask;
+      for (let i = from; i < end; i++) {
+        const node = nodeAt[i]!;
+        sink ^= kt[2 * (chunks[node >>> CHUNK_BITS]![(node & IN_CHUNK) * stride + KEY]! & km) + 1]!;
+      }
+      for (let i = from; i < end; i++) {
+        const at = table.probeHashed(engH[i]!, engLo[i]!, engHi[i]!);
+        if (at < 0) continue;
+        const node = table.slots[at * 3 + 2]!;
+        table.deleteAt(at);
+        this.#unref(slot, node);
+        removed++;
+      }
     }
     this.#sink = sink;
-    let removed = 0;
-    for (let i = 0; i < n; i++) {
-      const at = table.probeHashed(engH[i]!, engLo[i]!, engHi[i]!);
-      if (at < 0) continue;
-      const node = table.slots[at * 3 + 2]!;
-      table.deleteAt(at);
-      this.#unref(slot, node);
-      removed++;
-    }
     return removed;
   }
 
@@ -583,7 +615,7 @@ export class RadixIndex {
     const keys = this.#keys;
     const kt = this.#kids;
     const km = this.#kidMask;
-    const nodes = this.#nodes;
+    const chunks = this.#chunks;
     const stride = this.#stride;
     const W = this.#words;
     const alive = this.#alive;
@@ -602,7 +634,10 @@ export class RadixIndex {
           keys[d] = key;
           sink ^= kt[2 * (key & km) + 1]!;
         }
-        for (let d = ahead; d < end; d++) sink ^= nodes[kt[2 * (keys[d]! & km) + 1]! * stride + MASK]!;
+        for (let d = ahead; d < end; d++) {
+          const id = kt[2 * (keys[d]! & km) + 1]!;
+          sink ^= chunks[id >>> CHUNK_BITS]![(id & IN_CHUNK) * stride + MASK]!;
+        }
         ahead = end;
       }
       const k = keys[depth]!;
@@ -610,20 +645,24 @@ export class RadixIndex {
       const hi = words[2 * depth + 1]! | 0;
       let i = k & km;
       let nxt = 0;
+      let nodes: Int32Array | undefined;
+      let base = 0;
       for (;;) {
         const id = kt[2 * i + 1]!;
         if (id === 0) break;
         if (kt[2 * i]! === k) {
-          const b = id * stride;
-          if (nodes[b + PARENT]! === cur && nodes[b + LO]! === lo && nodes[b + HI]! === hi) {
+          const c = chunks[id >>> CHUNK_BITS]!;
+          const b = (id & IN_CHUNK) * stride;
+          if (c[b + PARENT]! === cur && c[b + LO]! === lo && c[b + HI]! === hi) {
             nxt = id;
+            nodes = c;
+            base = b + MASK;
             break;
           }
         }
         i = (i + 1) & km;
       }
-      if (nxt === 0) break;
-      const base = nxt * stride + MASK;
+      if (nodes === undefined) break;
       let any = 0;
       if (depth === 0) {
         for (let w = 0; w < W; w++) any |= alive[w] = nodes[base + w]!;
@@ -662,18 +701,14 @@ export class RadixIndex {
   /** Local hashes of every block a worker holds (engine-table order), for parity checks and dumps. */
   workerLocalHashes(slot: number): bigint[] {
     const out: bigint[] = [];
-    const nodes = this.#nodes;
-    const stride = this.#stride;
-    this.#eachWorkerNode(slot, (node) => out.push(u64ToBigInt(nodes[node * stride + LO]!, nodes[node * stride + HI]!)));
+    this.#eachWorkerNode(slot, (c, b) => out.push(u64ToBigInt(c[b + LO]!, c[b + HI]!)));
     return out;
   }
 
   /** workerLocalHashes as 16 lower-case hex digits (the relay wire form). */
   workerLocalHashesHex(slot: number): string[] {
     const out: string[] = [];
-    const nodes = this.#nodes;
-    const stride = this.#stride;
-    this.#eachWorkerNode(slot, (node) => out.push(hex8(nodes[node * stride + HI]!) + hex8(nodes[node * stride + LO]!)));
+    this.#eachWorkerNode(slot, (c, b) => out.push(hex8(c[b + HI]!) + hex8(c[b + LO]!)));
     return out;
   }
 
@@ -687,11 +722,16 @@ export class RadixIndex {
     return out;
   }
 
-  #eachWorkerNode(slot: number, fn: (node: number) => void): void {
+  /** Calls fn with the chunk and record offset of each node the worker's engine table names. */
+  #eachWorkerNode(slot: number, fn: (chunk: Int32Array, base: number) => void): void {
     const table = this.#workers[slot];
     if (!table) return;
     const t = table.slots;
-    for (let b = 2; b < t.length; b += 3) if (t[b]! !== 0) fn(t[b]!);
+    const stride = this.#stride;
+    for (let b = 2; b < t.length; b += 3) {
+      const node = t[b]!;
+      if (node !== 0) fn(this.#chunks[node >>> CHUNK_BITS]!, (node & IN_CHUNK) * stride);
+    }
   }
 
   // --- stores -----------------------------------------------------------------------------------
@@ -729,7 +769,7 @@ export class RadixIndex {
     const locHi = this.#locHi;
     const keys = this.#keys;
     const engH = this.#engH;
-    let key = this.#nodes[cur * this.#stride + KEY]!;
+    let key = this.#chunks[cur >>> CHUNK_BITS]![(cur & IN_CHUNK) * this.#stride + KEY]!;
     let sink = 0;
     let ahead = 0;
     for (let i = 0; i < n; i++) {
@@ -773,7 +813,7 @@ export class RadixIndex {
     const old = table.slots[at * 3 + 2]!;
     if (old === child) {
       // Same placement: only an alias left without the mask bit needs converting back into it.
-      const w = this.#nodes[child * this.#stride + MASK + (slot >>> 5)]!;
+      const w = this.#chunks[child >>> CHUNK_BITS]![(child & IN_CHUNK) * this.#stride + MASK + (slot >>> 5)]!;
       if ((w & (1 << (slot & 31))) === 0) {
         this.#dropExtra(child);
         this.#ref(slot, child);
@@ -790,11 +830,12 @@ export class RadixIndex {
 
   /** One more engine-hash reference of `slot` to `node`: the mask bit, or an extra alias count. */
   #ref(slot: number, node: number): void {
-    const i = node * this.#stride + MASK + (slot >>> 5);
+    const c = this.#chunks[node >>> CHUNK_BITS]!;
+    const i = (node & IN_CHUNK) * this.#stride + MASK + (slot >>> 5);
     const bit = 1 << (slot & 31);
-    const w = this.#nodes[i]!;
+    const w = c[i]!;
     if ((w & bit) === 0) {
-      this.#nodes[i] = w | bit;
+      c[i] = w | bit;
       this.#blockCount++;
     } else {
       this.#extraRefs.set(node, (this.#extraRefs.get(node) ?? 0) + 1);
@@ -803,11 +844,12 @@ export class RadixIndex {
 
   /** Drops one engine-hash reference of `slot` to `node` (detaching the worker), then prunes. */
   #unref(slot: number, node: number): void {
-    const i = node * this.#stride + MASK + (slot >>> 5);
+    const c = this.#chunks[node >>> CHUNK_BITS]!;
+    const i = (node & IN_CHUNK) * this.#stride + MASK + (slot >>> 5);
     const bit = 1 << (slot & 31);
-    const w = this.#nodes[i]!;
+    const w = c[i]!;
     if ((w & bit) !== 0) {
-      this.#nodes[i] = w & ~bit;
+      c[i] = w & ~bit;
       this.#blockCount--;
     } else {
       this.#dropExtra(node);
@@ -823,11 +865,12 @@ export class RadixIndex {
 
   /** Frees `node` and then its ancestors while they hold no worker, child or alias. */
   #prune(node: number): void {
-    const nodes = this.#nodes;
+    const chunks = this.#chunks;
     const stride = this.#stride;
     const W = this.#words;
     while (node !== ROOT) {
-      const base = node * stride;
+      const nodes = chunks[node >>> CHUNK_BITS]!;
+      const base = (node & IN_CHUNK) * stride;
       if (nodes[base + KIDS]! !== 0) return;
       for (let k = 0; k < W; k++) if (nodes[base + MASK + k]! !== 0) return;
       if (this.#extraRefs.size !== 0 && this.#extraRefs.has(node)) return;
@@ -836,7 +879,7 @@ export class RadixIndex {
       nodes[base + PARENT] = this.#freeHead;
       this.#freeHead = node;
       this.#liveNodes--;
-      nodes[parent * stride + KIDS]!--;
+      chunks[parent >>> CHUNK_BITS]![(parent & IN_CHUNK) * stride + KIDS]!--;
       node = parent;
     }
   }
@@ -847,14 +890,15 @@ export class RadixIndex {
   #child(parent: number, key: number, lo: number, hi: number): number {
     const t = this.#kids;
     const m = this.#kidMask;
-    const nodes = this.#nodes;
+    const chunks = this.#chunks;
     const stride = this.#stride;
     let i = key & m;
     for (;;) {
       const c = t[2 * i + 1]!;
       if (c === 0) return ~i;
       if (t[2 * i]! === key) {
-        const b = c * stride;
+        const nodes = chunks[c >>> CHUNK_BITS]!;
+        const b = (c & IN_CHUNK) * stride;
         if (nodes[b + PARENT]! === parent && nodes[b + LO]! === lo && nodes[b + HI]! === hi) return c;
       }
       i = (i + 1) & m;
@@ -863,22 +907,23 @@ export class RadixIndex {
 
   /** Creates the child at the empty bucket `at` found by #child. */
   #addChild(at: number, parent: number, key: number, lo: number, hi: number): number {
+    const chunks = this.#chunks;
+    const stride = this.#stride;
     let node = this.#freeHead;
-    if (node !== 0) this.#freeHead = this.#nodes[node * this.#stride + PARENT]!;
+    if (node !== 0) this.#freeHead = chunks[node >>> CHUNK_BITS]![(node & IN_CHUNK) * stride + PARENT]!;
     else {
       node = this.#top++;
-      if ((node + 1) * this.#stride > this.#nodes.length) this.#growNodes();
+      if (node >>> CHUNK_BITS === chunks.length || ((node & IN_CHUNK) + 1) * stride > chunks[node >>> CHUNK_BITS]!.length) this.#growNodes(node);
     }
-    const nodes = this.#nodes;
-    const stride = this.#stride;
-    const b = node * stride;
+    const nodes = chunks[node >>> CHUNK_BITS]!;
+    const b = (node & IN_CHUNK) * stride;
     nodes[b + PARENT] = parent;
     nodes[b + LO] = lo;
     nodes[b + HI] = hi;
     nodes[b + KIDS] = 0;
     nodes[b + KEY] = key;
     for (let k = 0; k < this.#words; k++) nodes[b + MASK + k] = 0;
-    nodes[parent * stride + KIDS]!++;
+    chunks[parent >>> CHUNK_BITS]![(parent & IN_CHUNK) * stride + KIDS]!++;
     this.#liveNodes++;
     const t = this.#kids;
     t[2 * at] = key;
@@ -927,15 +972,21 @@ export class RadixIndex {
     transferInt32(old, 0);
   }
 
-  #growNodes(): void {
-    // ×1.5 keeps the reserve (and so bytes per block) lower than doubling at large sizes.
-    const length = Math.ceil((this.#nodes.length / this.#stride) * 1.5) * this.#stride;
-    let next = transferInt32(this.#nodes, length * 4);
+  /** Makes room for record `node` (= the next new id): the first chunk doubles up to full size, then chunks are added. */
+  #growNodes(node: number): void {
+    const chunks = this.#chunks;
+    if (node >>> CHUNK_BITS === chunks.length) {
+      chunks.push(new Int32Array(CHUNK_NODES * this.#stride));
+      return;
+    }
+    const first = chunks[0]!;
+    const length = Math.min(CHUNK_NODES, (first.length / this.#stride) * 2) * this.#stride;
+    let next = transferInt32(first, length * 4);
     if (!next) {
       next = new Int32Array(length);
-      next.set(this.#nodes);
+      next.set(first);
     }
-    this.#nodes = next;
+    chunks[0] = next;
   }
 
   /** Re-lays out every record with `words` mask words (a slot beyond the current mask appeared). */
@@ -943,18 +994,22 @@ export class RadixIndex {
     const oldStride = this.#stride;
     const oldWords = this.#words;
     const stride = MASK + words;
-    const capacity = this.#nodes.length / oldStride;
-    const old = this.#nodes;
-    const next = new Int32Array(capacity * stride);
-    for (let n = 0; n < this.#top; n++) {
-      const o = n * oldStride;
-      const b = n * stride;
-      for (let f = 0; f < MASK + oldWords; f++) next[b + f] = old[o + f]!;
+    const chunks = this.#chunks;
+    for (let c = 0; c < chunks.length; c++) {
+      const old = chunks[c]!;
+      const records = old.length / oldStride;
+      const next = new Int32Array(records * stride);
+      for (let n = 0; n < records; n++) {
+        const o = n * oldStride;
+        const b = n * stride;
+        for (let f = 0; f < MASK + oldWords; f++) next[b + f] = old[o + f]!;
+      }
+      chunks[c] = next;
+      transferInt32(old, 0);
     }
-    this.#nodes = next;
-    transferInt32(old, 0);
     this.#words = words;
     this.#stride = stride;
     this.#alive = new Int32Array(words);
   }
+
 }

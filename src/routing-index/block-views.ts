@@ -42,6 +42,8 @@ export class BlockViews {
   /** Workers whose in-memory blocks are known to mirror the relay (a dump arrived this life). */
   readonly #synced = new Set<string>();
   #scores = new Int32Array(16);
+  /** Whether a stored chain of n blocks fits the block budget (one closure, not one per event). */
+  readonly #admitChain = (n: number): boolean => this.budget.admit(this.index.size + this.approx.size, n, this.#registry.slotCount) >= n;
 
   constructor(registry: WorkerRegistry, counters: IndexCounters, opts: BlockViewsOptions = {}) {
     this.#registry = registry;
@@ -124,7 +126,7 @@ export class BlockViews {
       if (ev.t === "stored") {
         // Defects are checked first, then the block budget (a full index refuses the whole chain: a
         // partial one would only be cut again by its children), then the chain is stored.
-        const r = this.index.applyStoredEvent(w.slot, ev.parent, ev.blocks, (n) => this.budget.admit(this.index.size + this.approx.size, n, this.#registry.slotCount) >= n);
+        const r = this.index.applyStoredEvent(w.slot, ev.parent, ev.blocks, this.#admitChain);
         if ("voided" in r) {
           // A block that is its own ancestor voids the whole event (as the relay's block set does).
           this.#count(r.voided, ev.blocks.length);

@@ -191,3 +191,64 @@ describe("RadixIndex matches the path model", () => {
     );
   });
 });
+
+describe("RadixIndex matches the path model at scale", () => {
+  it("across several node chunks, with removals, aliases and a mask widening that re-lays out every chunk", () => {
+    // 800 chains of 16 blocks (four shared 4-block prefixes) hold ~9 600 nodes: more than one
+    // node chunk (8 192 records), so ids in every chunk are created, freed, reused and re-laid out.
+    let seed = 0x2545f491;
+    const rand = (n: number): number => {
+      seed = (Math.imul(seed, 1103515245) + 12345) >>> 0;
+      return (seed >>> 8) % n;
+    };
+    const prefixes = Array.from({ length: 4 }, (_, p) => Array.from({ length: 4 }, (_, i) => BigInt(p * 100 + i + 1)));
+    let nextEngine = 1;
+    let nextLocal = 1n << 40n;
+    const chains: { slot: number; blocks: { h: string; l: bigint }[] }[] = [];
+    const ix = new RadixIndex();
+    const model = new ModelIndex();
+    for (const s of [0, 1, 2, 3]) {
+      ix.ensureWorker(s);
+      model.ensure(s);
+    }
+    const store = (slot: number): void => {
+      const locals = [...prefixes[rand(4)]!, ...Array.from({ length: 12 }, () => nextLocal++)];
+      // Engine hashes are fresh per block, so a prefix stored again by one worker is an alias.
+      const blocks = locals.map((l) => ({ h: String(nextEngine++ * 7919), l }));
+      chains.push({ slot, blocks });
+      const wire = blocks.map((b) => ({ h: b.h, l: b.l.toString(16).padStart(16, "0") }));
+      expect(ix.applyStoredWire(slot, null, wire)).toEqual(model.stored(slot, null, blocks));
+    };
+    const evictSome = (count: number): void => {
+      for (let k = 0; k < count; k++) {
+        const c = chains[rand(chains.length)]!;
+        const hs = c.blocks.slice(rand(16)).map((b) => b.h).reverse();
+        expect(ix.applyRemoved(c.slot, hs)).toBe(model.removed(c.slot, hs));
+      }
+    };
+    const check = (slots: number[]): void => {
+      expect(ix.size).toBe(model.size);
+      expect(ix.nodeCount).toBe(model.nodeCount);
+      const scores = new Int32Array(128);
+      for (const s of slots) {
+        const w = model.workers.get(s)!;
+        expect(ix.workerBlockCount(s)).toBe(w.eng.size);
+        expect(ix.workerLocalHashes(s).sort()).toEqual([...w.eng.values()].map((p) => p[p.length - 1]!).sort());
+      }
+      for (let k = 0; k < 200; k++) {
+        const q = chains[rand(chains.length)]!.blocks.map((b) => b.l);
+        ix.findMatches(q, scores);
+        for (const s of slots) expect(scores[s]).toBe(model.match(q, s));
+      }
+    };
+    for (let i = 0; i < 800; i++) store(i % 4);
+    expect(ix.nodeCount).toBeGreaterThan(8192);
+    evictSome(300);
+    check([0, 1, 2, 3]);
+    ix.ensureWorker(100);
+    model.ensure(100);
+    for (let i = 0; i < 200; i++) store(i % 2 === 0 ? 100 : rand(4));
+    evictSome(200);
+    check([0, 1, 2, 3, 100]);
+  });
+});
