@@ -3,7 +3,7 @@
 // Run by the suite (bench/suites/media.mjs); alone: npx node bench/media/probe.mjs [--runs 15] [--wasm] [--quick]
 // The last stdout line is a JSON summary (bench/suites/media.mjs keeps it structured).
 import { execFile, execFileSync } from "node:child_process";
-import { mkdtempSync, readFileSync, rmSync } from "node:fs";
+import { mkdtempSync, readdirSync, readFileSync, rmSync } from "node:fs";
 import os from "node:os";
 import path from "node:path";
 import { performance } from "node:perf_hooks";
@@ -31,7 +31,30 @@ const pct = (xs, p) => {
 };
 const fmt = (ms) => `${ms.toFixed(1)} ms`;
 
+// The decode service restarts a pre-started ffprobe in the background after each probe
+// (services/decode/ffprobe-pool.ts). Before each timed call, wait (at most 3 s) until every child of
+// this process has exited or waits at its gate (Linux wchan "wait_for_partner": a FIFO open), so
+// that start-up lands in neither side's latency; the throughput runs below do not wait and pay it.
+function busyChildren() {
+  let n = 0;
+  try {
+    for (const task of readdirSync("/proc/self/task")) {
+      for (const pid of readFileSync(`/proc/self/task/${task}/children`, "utf8").split(" ").filter(Boolean)) {
+        try {
+          if (readFileSync(`/proc/${pid}/wchan`, "utf8") !== "wait_for_partner") n++;
+        } catch {} // exited meanwhile
+      }
+    }
+  } catch {} // no /proc: nothing to wait for
+  return n;
+}
+async function settle() {
+  const until = performance.now() + 3000;
+  while (busyChildren() > 0 && performance.now() < until) await new Promise((r) => setTimeout(r, 5));
+}
+
 async function time(fn) {
+  await settle();
   const t = performance.now();
   await fn();
   return performance.now() - t;

@@ -1,6 +1,6 @@
 /**
  * CLI: npx node services/decode/main.ts [--host 127.0.0.1] [--port 7070] [--decoder native|wasm|auto]
- *   [--concurrency N] [--allow 127.0.0.1:8080 ...] [--max-body-bytes N] [--verbose]
+ *   [--concurrency N] [--warm-probes N] [--allow 127.0.0.1:8080 ...] [--max-body-bytes N] [--verbose]
  *   [--max-downloads N] [--max-download-queue N] [--store-dir DIR] [--store-max-bytes N]
  * Secrets come from the environment or a file, never argv: the bearer token from
  * KVEDGE_DECODE_TOKEN (or --no-auth for local experiments), the signed-URL key shared with the
@@ -20,6 +20,7 @@ const { values } = parseArgs({
     decoder: { type: "string" },
     "ffprobe-path": { type: "string" },
     concurrency: { type: "string" },
+    "warm-probes": { type: "string" },
     "max-body-bytes": { type: "string" },
     "max-fetch-bytes": { type: "string" },
     "fetch-timeout-ms": { type: "string" },
@@ -42,7 +43,7 @@ const { values } = parseArgs({
 if (values.help) {
   process.stdout.write(
     "usage: KVEDGE_DECODE_TOKEN=... npx node services/decode/main.ts [--host 127.0.0.1] [--port 7070]\n" +
-      "  [--decoder native|wasm|auto] [--ffprobe-path ffprobe] [--concurrency N] [--max-body-bytes N]\n" +
+      "  [--decoder native|wasm|auto] [--ffprobe-path ffprobe] [--concurrency N] [--warm-probes N] [--max-body-bytes N]\n" +
       "  [--max-fetch-bytes N] [--fetch-timeout-ms N] [--probe-timeout-ms N]\n" +
       "  [--allow HOST:PORT|CIDR ...  (local development only)] [--no-auth] [--verbose]\n" +
       "  [--max-downloads N] [--max-download-queue N] [--request-timeout-ms N] [--idle-timeout-ms N]\n" +
@@ -59,6 +60,7 @@ if (values.port !== undefined) opts.port = int(values.port)!;
 if (values.decoder !== undefined) opts.decoder = values.decoder as "native" | "wasm" | "auto";
 if (values["ffprobe-path"] !== undefined) opts.ffprobePath = values["ffprobe-path"];
 if (values.concurrency !== undefined) opts.concurrency = int(values.concurrency)!;
+if (values["warm-probes"] !== undefined) opts.warmProbes = int(values["warm-probes"])!;
 if (values["max-body-bytes"] !== undefined) opts.maxBodyBytes = int(values["max-body-bytes"])!;
 if (values["probe-timeout-ms"] !== undefined) opts.probeTimeoutMs = int(values["probe-timeout-ms"])!;
 const fetchPolicy: NonNullable<DecodeServiceOptionsInput["fetch"]> = {};

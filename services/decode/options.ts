@@ -17,6 +17,12 @@ export const DecodeServiceOptionsSchema = z
     ffprobePath: z.string().min(1).default("ffprobe"),
     /** Probes running at once (native processes or wasm threads); default = cores. */
     concurrency: z.number().int().min(1).max(256).default(() => os.availableParallelism()),
+    /**
+     * Native decoder: ffprobe processes kept started and waiting for a probe (ffprobe-pool.ts),
+     * about 10 MiB of private memory each while they wait. null: min(concurrency, 16); 0: none,
+     * every probe starts its own ffprobe.
+     */
+    warmProbes: z.number().int().min(0).max(64).nullable().default(null),
     /** Probes allowed to wait for a slot before the service answers 503. */
     maxQueue: z.number().int().min(0).default(256),
     /** Downloads of client URLs running at once, and how many may wait before the service answers 503. */

@@ -1,13 +1,16 @@
 /**
  * The two decoders behind `/v1/probe`, with identical answers: native ffprobe (a child process
- * per probe) and @ffmpeg/core in worker threads (one core per thread, lazily started, replaced
+ * per probe, started ahead of need when `warm` > 0) and @ffmpeg/core in worker threads (one core per thread, lazily started, replaced
  * after a crash or timeout). `selectProber("auto")` takes native when `ffprobe -version` runs.
  */
 import { spawn } from "node:child_process";
 import { readFile } from "node:fs/promises";
+import { tmpdir } from "node:os";
 import { Worker } from "node:worker_threads";
 import { MediaError } from "../../src/media/errors.ts";
-import { FfprobeOutputParser, ffprobeArgs, parseFfprobeOutput, type ScanResult } from "./ffprobe-scan.ts";
+import { FfprobePool, type PooledOutcome } from "./ffprobe-pool.ts";
+import { startFfprobe } from "./ffprobe-run.ts";
+import { ffprobeArgs, parseFfprobeOutput, type ScanResult } from "./ffprobe-scan.ts";
 import type { WasmJob, WasmReply } from "./wasm-worker.ts";
 
 export type DecoderKind = "native" | "wasm";
@@ -30,42 +33,42 @@ export class NativeProber implements Prober {
   readonly kind = "native" as const;
   private readonly ffprobe: string;
   private readonly timeoutMs: number;
-  constructor(opts: { ffprobePath?: string; timeoutMs?: number } = {}) {
+  private readonly pool: Promise<FfprobePool | null> | null;
+
+  /** `warm`: ffprobe processes kept started ahead of need (ffprobe-pool.ts); 0 starts one per probe. */
+  constructor(opts: { ffprobePath?: string; timeoutMs?: number; warm?: number; tmpDir?: string } = {}) {
     this.ffprobe = opts.ffprobePath ?? "ffprobe";
     this.timeoutMs = opts.timeoutMs ?? 60_000;
+    const warm = opts.warm ?? 0;
+    // A pool that cannot be set up (no setpriv or mkfifo) leaves the prober starting one ffprobe per probe.
+    this.pool = warm > 0 ? FfprobePool.create(this.ffprobe, warm, opts.tmpDir ?? tmpdir()).catch(() => null) : null;
   }
 
-  probe(path: string): Promise<ScanResult> {
-    return new Promise((resolve, reject) => {
-      const child = spawn(this.ffprobe, ffprobeArgs(path), { stdio: ["ignore", "pipe", "pipe"] });
-      const parser = new FfprobeOutputParser();
-      let stderr = "";
-      let timedOut = false;
-      const timer = setTimeout(() => {
-        timedOut = true;
-        child.kill("SIGKILL");
-      }, this.timeoutMs);
-      child.stdout.setEncoding("utf8");
-      child.stdout.on("data", (s: string) => parser.push(s));
-      child.stderr.setEncoding("utf8");
-      child.stderr.on("data", (s: string) => {
-        if (stderr.length < 8192) stderr += s;
-      });
-      child.on("error", (e) => {
-        clearTimeout(timer);
-        reject(e);
-      });
-      child.on("close", (code) => {
-        clearTimeout(timer);
-        if (timedOut) return reject(new ProbeTimeoutError(`ffprobe exceeded ${this.timeoutMs} ms`));
-        const r = parser.finish();
-        if (code !== 0 || !r) return reject(unprobeable(stderr));
-        resolve(r);
-      });
-    });
+  async probe(path: string): Promise<ScanResult> {
+    const pool = await this.pool;
+    const pooled = pool ? await pool.scan(path, this.timeoutMs) : null;
+    const o = pooled ?? (await this.coldScan(path));
+    if (o.timedOut) throw new ProbeTimeoutError(`ffprobe exceeded ${this.timeoutMs} ms`);
+    if (o.error) throw o.error;
+    if (o.code !== 0 || !o.scan) throw unprobeable(o.stderr);
+    return o.scan;
   }
 
-  async close(): Promise<void> {}
+  private async coldScan(path: string): Promise<PooledOutcome> {
+    const run = startFfprobe(this.ffprobe, ffprobeArgs(path));
+    let timedOut = false;
+    const timer = setTimeout(() => {
+      timedOut = true;
+      run.child.kill("SIGKILL");
+    }, this.timeoutMs);
+    const o = await run.outcome;
+    clearTimeout(timer);
+    return { ...o, timedOut };
+  }
+
+  async close(): Promise<void> {
+    await (await this.pool)?.close();
+  }
 }
 
 /** Is a native ffprobe runnable? */
@@ -206,7 +209,7 @@ export class WasmProber implements Prober {
 
 export async function selectProber(
   decoder: "native" | "wasm" | "auto",
-  opts: { ffprobePath?: string; threads?: number; timeoutMs?: number } = {},
+  opts: { ffprobePath?: string; threads?: number; timeoutMs?: number; warm?: number; tmpDir?: string } = {},
 ): Promise<Prober> {
   if (decoder === "native" || (decoder === "auto" && (await nativeAvailable(opts.ffprobePath)))) {
     if (decoder === "native" && !(await nativeAvailable(opts.ffprobePath))) throw new Error(`native ffprobe not runnable (${opts.ffprobePath ?? "ffprobe"})`);

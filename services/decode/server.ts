@@ -89,13 +89,23 @@ const MAX_JSON_BODY = 1 << 20;
 /** Image headers sit at the start (JPEG APPn segments can push them back a few MiB). */
 const MAX_HEADER_BYTES = 4 << 20;
 
+/** Waiting ffprobe processes by default at most (memory: ~10 MiB each). */
+const DEFAULT_MAX_WARM_PROBES = 16;
+
 /** The caller went away before the answer: its share of any work is dropped. */
 class CallerGone extends Error {}
 
 export async function startDecodeService(input: DecodeServiceOptionsInput = {}, deps: DecodeServiceDeps = {}): Promise<DecodeService> {
   const opts: DecodeServiceOptions = DecodeServiceOptionsSchema.parse(input);
   await initHashing();
-  const prober: Prober = await selectProber(opts.decoder, { ffprobePath: opts.ffprobePath, threads: opts.concurrency, timeoutMs: opts.probeTimeoutMs });
+  const prober: Prober = await selectProber(opts.decoder, {
+    ffprobePath: opts.ffprobePath,
+    threads: opts.concurrency,
+    // Native: pre-started ffprobe processes, so a probe does not wait for process start.
+    warm: opts.warmProbes ?? Math.min(opts.concurrency, DEFAULT_MAX_WARM_PROBES),
+    timeoutMs: opts.probeTimeoutMs,
+    tmpDir: opts.tmpDir,
+  });
   const baseResolve = deps.resolve ?? nodeResolver;
   const hostMap = new Map(Object.entries(opts.hostMap).map(([k, v]) => [k.toLowerCase().replace(/\.+$/, ""), v]));
   const resolve: Resolver = async (host) => hostMap.get(host.toLowerCase().replace(/\.+$/, "")) ?? baseResolve(host);
