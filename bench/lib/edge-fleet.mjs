@@ -1,15 +1,16 @@
 // The real edge for the benchmarks: functions/index.ts bundled as wrangler bundles it (esbuild,
-// workerd conditions, *.wasm as precompiled modules) and run in workerd through Miniflare with the
+// workerd conditions, *.wasm as precompiled modules) and served by workerd itself (workerd-serve.mjs) with the
 // real Durable Objects, next to one simulated SGLang worker (services/sglang-sim, `instant` timing so
 // the GPU costs nothing), its relay (services/relay, real KV events over the real relay socket), a
 // local media server (the only loopback host the edge's SSRF allowlist admits) and, when asked, the
 // regional decode service (services/decode). Every part is the shipped code; nothing is copied.
-import { Miniflare } from "miniflare";
 import { spawn } from "node:child_process";
 import { randomBytes } from "node:crypto";
+import { rmSync } from "node:fs";
 import { createServer } from "node:http";
 import { join } from "node:path";
 import { bundleForWorkerd, ROOT } from "./workerd.mjs";
+import { serveWorkerd } from "./workerd-serve.mjs";
 
 const OUT_DIR = join(ROOT, "bench/results/tmp/edge-real");
 const NODE = process.execPath;
@@ -78,11 +79,11 @@ export async function startEdgeFleet({ model = "Qwen/Qwen3-VL-8B-Instruct", fami
   const scriptPath = await bundleEdge();
   const procs = [];
   const servers = [];
-  let mf = null;
+  const cleanup = [];
   const stop = async () => {
     await Promise.all(procs.map(kill));
     for (const s of servers) s.close();
-    if (mf) await mf.dispose();
+    for (const f of cleanup) f();
   };
   try {
     // Media server: conditional GETs answered with 304 (the decode service revalidates its cache).
@@ -125,24 +126,16 @@ export async function startEdgeFleet({ model = "Qwen/Qwen3-VL-8B-Instruct", fami
       bindings.KVEDGE_MEDIA_URL_KEY = urlKey;
     }
 
-    mf = new Miniflare({
-      modules: true,
-      scriptPath,
-      modulesRoot: OUT_DIR,
-      modulesRules: [{ type: "CompiledWasm", include: ["**/*.wasm"] }],
-      compatibilityDate: "2026-07-30",
-      durableObjects: { ROUTING_INDEX: { className: "RoutingIndex", useSQLite: true }, RATE_LIMITER: { className: "RateLimiter", useSQLite: true } },
-      bindings,
-      host: "127.0.0.1",
-      port: await freePort(),
-      // For profiling the edge isolate (scripts/profile-edge.mjs): workerd's V8 inspector.
-      ...(inspectorPort ? { inspectorPort } : {}),
-      // Clients reach the Worker on workerd's own socket for it, not through Miniflare's dev entry
-      // Worker (a proxy hop production does not have: ~1.3 ms more per request on this box).
-      unsafeDirectSockets: [{ host: "127.0.0.1", port: 0 }],
-    });
-    await mf.ready;
-    const edgeUrl = (await mf.unsafeGetDirectURL()).toString().replace(/\/$/, "");
+    // workerd serves the bundle as production runs it (bench/lib/workerd-serve.mjs): no Miniflare
+    // entry Worker in front of it, no outbound interceptor behind it.
+    const edgePort = await freePort();
+    const storageDir = join(OUT_DIR, `do-storage-${process.pid}-${edgePort}`);
+    cleanup.push(() => rmSync(storageDir, { recursive: true, force: true }));
+    const wd = serveWorkerd({ dir: OUT_DIR, vars: bindings, port: edgePort, compatibilityDate: "2026-07-30", compatibilityFlags: ["enable_request_signal"], storageDir, inspectorPort });
+    wd.stderr.setEncoding("utf8");
+    procs.push(wd);
+    const edgeUrl = `http://127.0.0.1:${edgePort}`;
+    await waitFor(async () => (await fetch(`${edgeUrl}/healthz`)).ok, 60_000, "workerd", wd);
 
     const [port, kvPort, replayPort] = [await freePort(), await freePort(), await freePort()];
     const modelDir = join(ROOT, "test/fixtures/models", family);
