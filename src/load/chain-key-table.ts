@@ -106,6 +106,16 @@ export class ChainKeyTable {
     return s === MULTI ? [...this.#multi.get(k)!.keys()] : [s];
   }
 
+  /** Calls `visit` with each slot holding `k`, without allocating; false when no slot holds it. */
+  eachHolder(k: number, visit: (slot: number) => void): boolean {
+    const at = this.#find(k | 0, Math.floor(k / 4294967296) + 1);
+    if (at < 0) return false;
+    const s = this.#slot[at]!;
+    if (s !== MULTI) visit(s);
+    else for (const slot of this.#multi.get(k)!.keys()) visit(slot);
+    return true;
+  }
+
   /** Whether `slot` holds `k`; false for an absent key. `present` receives whether the key is held at all. */
   holds(k: number, slot: number): boolean | null {
     const at = this.#find(k | 0, Math.floor(k / 4294967296) + 1);
