@@ -435,14 +435,17 @@ describe("helpers", () => {
     await expect(readBodyText(null)).resolves.toBe("");
   });
 
-  it("readBodyText with a declared length reads the body whole, with the same cap and UTF-8 checks", async () => {
+  it("readBodyText with a declared length copies the body into one buffer of that length, with the same cap and UTF-8 checks", async () => {
     const enc = new TextEncoder();
     const bytes = enc.encode("é");
     await expect(readBodyText(streamOf(enc.encode("hé"), bytes.slice(0, 1), bytes.slice(1)), { maxBodyBytes: 100 }, "5")).resolves.toBe("héé");
     await expect(readBodyText(streamOf(new Uint8Array([0x7b, 0xff])), { maxBodyBytes: 100 }, "2")).rejects.toBeInstanceOf(InvalidRequestError);
     await expect(readBodyText(streamOf(new Uint8Array([0xe9])), { maxBodyBytes: 100 }, "1")).rejects.toBeInstanceOf(InvalidRequestError);
-    // A stream longer than its header said (framing prevents it on a real connection) still meets the cap.
+    // A body longer than its header said is refused, never buffered past the declared length or the cap.
     await expect(readBodyText(streamOf(enc.encode("x".repeat(101))), { maxBodyBytes: 100 }, "10")).rejects.toBeInstanceOf(PayloadTooLargeError);
+    await expect(readBodyText(streamOf(enc.encode("x".repeat(8)), enc.encode("x".repeat(8))), { maxBodyBytes: 100 }, "10")).rejects.toBeInstanceOf(InvalidRequestError);
+    // A shorter body is what arrived (the runtime reports a truncated one as a read error).
+    await expect(readBodyText(streamOf(enc.encode("abc")), { maxBodyBytes: 100 }, "10")).resolves.toBe("abc");
     await expect(readBodyText(streamOf(), { maxBodyBytes: 100 }, "0")).resolves.toBe("");
   });
 });
