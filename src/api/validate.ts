@@ -458,33 +458,8 @@ export async function readBodyText(
   if (body === null) return "";
   // A declared length within the cap: the chunks are copied into one buffer of that size and
   // decoded once, instead of a decode and string join per chunk. The declared length is checked,
-  // not trusted: a body longer than it (a client that also sent chunked framing) is cut at the cap.
-  if (contentLength !== null && /^\d+$/.test(contentLength)) {
-    const declared = Number(contentLength);
-    const reader = body.getReader();
-    const buf = new Uint8Array(declared);
-    let size = 0;
-    try {
-      for (;;) {
-        const { done, value } = await reader.read();
-        if (done) break;
-        if (size + value.byteLength > declared) {
-          await reader.cancel().catch(() => undefined);
-          if (size + value.byteLength > limits.maxBodyBytes) throw tooLarge();
-          throw new InvalidRequestError("Request body is longer than its Content-Length.");
-        }
-        buf.set(value, size);
-        size += value.byteLength;
-      }
-    } catch (e) {
-      await reader.cancel().catch(() => undefined);
-      if (e instanceof KvedgeError) throw e;
-      throw new InvalidRequestError("Request body could not be read.");
-    } finally {
-      reader.releaseLock();
-    }
-    return decodeUtf8(new TextDecoder("utf-8", { fatal: true, ignoreBOM: false }), buf.subarray(0, size), true);
-  }
+  // not trusted: a body longer than it (a client that also sent chunked framing) is refused.
+  const whole = contentLength !== null && /^\d+$/.test(contentLength) ? new Uint8Array(Number(contentLength)) : null;
   const reader = body.getReader();
   const decoder = new TextDecoder("utf-8", { fatal: true, ignoreBOM: false });
   let size = 0;
@@ -495,11 +470,20 @@ export async function readBodyText(
     for (;;) {
       const { done, value } = await reader.read();
       if (done) break;
-      size += value.byteLength;
-      if (size > limits.maxBodyBytes) {
+      if (size + value.byteLength > limits.maxBodyBytes) {
         await reader.cancel().catch(() => undefined);
         throw tooLarge();
       }
+      if (whole) {
+        if (size + value.byteLength > whole.length) {
+          await reader.cancel().catch(() => undefined);
+          throw new InvalidRequestError("Request body is longer than its Content-Length.");
+        }
+        whole.set(value, size);
+        size += value.byteLength;
+        continue;
+      }
+      size += value.byteLength;
       if (invalid) continue;
       try {
         text += decodeUtf8(decoder, value);
@@ -508,6 +492,7 @@ export async function readBodyText(
         text = "";
       }
     }
+    if (whole) return decodeUtf8(decoder, whole.subarray(0, size), true);
     if (invalid) throw invalid;
     text += decodeUtf8(decoder);
   } catch (e) {
