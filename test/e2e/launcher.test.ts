@@ -140,7 +140,7 @@ describe("npm start owns its children", () => {
     }
     l.proc.kill(signal);
     await l.exited;
-    expect(await survivors(seen, 5_000)).toEqual([]);
+    expect(await survivors(new Map([...seen].map(([pid, s]) => [pid, [...s].join(" | ")])), 5_000)).toEqual([]);
     // and the edge port is free again
     await new Promise<void>((resolve, reject) => {
       const s = createServer().once("error", reject);
@@ -153,18 +153,20 @@ describe("npm start owns its children", () => {
     blocker = createServer((sock) => blockerSockets.push(sock)); // accepts and never answers
     await new Promise<void>((r) => blocker!.listen(port, "127.0.0.1", r));
     const l = startLauncher(port);
-    const seen = new Map<number, string>();
-    // Collect the fleet while it starts (the pieces come and go).
+    // Collect the fleet while it starts (the pieces come and go: under load a worker started just
+    // before the edge fails can live for less than a poll). Every command line a pid showed is kept
+    // (a child shows its parent's until it execs).
+    const seen = new Map<number, Set<string>>();
     const watch = setInterval(() => {
-      for (const [pid, cmd] of fleetOf(l.proc.pid!)) seen.set(pid, cmd);
-    }, 100);
+      for (const [pid, cmd] of fleetOf(l.proc.pid!)) (seen.get(pid) ?? seen.set(pid, new Set()).get(pid)!).add(cmd);
+    }, 20);
     const code = await l.exited;
     clearInterval(watch);
     expect(code, l.output()).toBe(1);
     expect(l.output()).toContain("failed to start");
-    const cmds = [...seen.values()].join("\n");
+    const cmds = [...seen.values()].flatMap((s) => [...s]).join("\n");
     expect(cmds).toContain("services/sglang-sim/main.ts"); // it really failed half-way
     expect(cmds).toContain("services/decode/main.ts");
-    expect(await survivors(seen, 5_000)).toEqual([]);
+    expect(await survivors(new Map([...seen].map(([pid, s]) => [pid, [...s].join(" | ")])), 5_000)).toEqual([]);
   });
 });
