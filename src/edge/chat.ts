@@ -26,7 +26,7 @@ import { buildGenerateBody, newRequestId } from "../proxy/generate-request.ts";
 import { bodyOfChunks, generateBodyChunks } from "../proxy/generate-body.ts";
 import { cacheSaltFor } from "./cache-salt.ts";
 import { createChatStreamTranslator, translateGenerateHttp } from "../proxy/translate.ts";
-import { guardUpstreamBody, readUpstreamText } from "../proxy/upstream-guard.ts";
+import { guardUpstreamBody, readGuardedText } from "../proxy/upstream-guard.ts";
 import { chatOutputPlan, modelParsers, type ChatOutputPlan } from "../proxy/chat-output.ts";
 import { authorizeClient } from "./auth.ts";
 import { StageClock } from "./server-timing.ts";
@@ -447,8 +447,8 @@ async function proxyOnce(
   else clientSignal?.addEventListener("abort", () => abort.abort(), { once: true });
   const timer = setTimeout(() => abort.abort(), Math.min(routing.upstreamHeadersTimeoutMs, routing.upstreamDeadlineMs));
   // The body: idle timeout, total deadline, a size cap when buffered; cancelling it aborts the request.
-  const guardOptions = (maxBytes?: number) => ({ idleMs: routing.upstreamIdleTimeoutMs, deadlineAt, abort, ...(maxBytes !== undefined ? { maxBytes } : {}) });
-  const guarded = () => guardUpstreamBody(upstream.body ?? new ReadableStream(), guardOptions());
+  const guarded = (maxBytes?: number) =>
+    guardUpstreamBody(upstream.body ?? new ReadableStream(), { idleMs: routing.upstreamIdleTimeoutMs, deadlineAt, abort, ...(maxBytes !== undefined ? { maxBytes } : {}) });
   let upstream: Response;
   try {
     upstream = await deps.fetch(`${d.url}/generate`, {
@@ -469,7 +469,7 @@ async function proxyOnce(
   if (!req.stream) {
     let text: string;
     try {
-      text = await readUpstreamText(upstream.body, guardOptions(routing.maxUpstreamBodyBytes));
+      text = await readGuardedText(guarded(routing.maxUpstreamBodyBytes));
     } catch (err) {
       // Cut by a deadline, the size cap or the client's going: not the worker's failure; not retried.
       if (err instanceof UpstreamTimeoutError || (err instanceof UpstreamError && (err.code === "upstream_too_large" || err.code === "cancelled"))) throw err;
@@ -493,7 +493,7 @@ async function proxyOnce(
 
   if (upstream.status < 200 || upstream.status > 299) {
     if (upstream.status === 503) throw new RetryableUpstream("worker overloaded (503)", false);
-    const text = await readUpstreamText(upstream.body, guardOptions(routing.maxUpstreamBodyBytes)).catch(() => "");
+    const text = await readGuardedText(guarded(routing.maxUpstreamBodyBytes)).catch(() => "");
     return translateGenerateHttp(upstream.status, text, ctx) as never; // throws the mapped error
   }
   if (!upstream.body) throw new RetryableUpstream("empty upstream body", false);

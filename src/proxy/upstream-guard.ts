@@ -99,56 +99,15 @@ export function guardUpstreamBody(body: ReadableStream<Uint8Array>, opts: Upstre
   );
 }
 
-/**
- * A buffered (unstreamed) answer as text, under the same guards as guardUpstreamBody (idle timeout,
- * total deadline, size cap; the client going away or a cut aborts the upstream request), read
- * straight from the body's reader: a wrapper stream per answer cost a stream, a pull and a reader
- * for what is one or two chunks. UTF-8 with replacement for bad bytes.
- */
-export async function readUpstreamText(body: ReadableStream<Uint8Array> | null, opts: UpstreamGuardOptions): Promise<string> {
-  const cancelled = () => new UpstreamError("The request was cancelled.", null, "cancelled");
-  if (opts.abort.signal.aborted) throw cancelled();
-  if (body === null) return "";
+/** Reads a guarded body to text (UTF-8, replacement for bad bytes); rejects with the guard's KvedgeError. */
+export async function readGuardedText(body: ReadableStream<Uint8Array>): Promise<string> {
   const reader = body.getReader();
-  const cut = (err: Error): never => {
-    opts.abort.abort(err);
-    reader.cancel(err).catch(() => undefined);
-    throw err;
-  };
-  let onAbort: () => void = () => undefined;
-  const aborted = new Promise<"aborted">((resolve) => {
-    onAbort = () => resolve("aborted");
-    opts.abort.signal.addEventListener("abort", onAbort, { once: true });
-  });
   const decoder = new TextDecoder();
   let text = "";
-  let bytes = 0;
-  try {
-    for (;;) {
-      const wait = Math.min(opts.idleMs, opts.deadlineAt - Date.now());
-      let timer: ReturnType<typeof setTimeout> | undefined;
-      const timeout = new Promise<"timeout">((resolve) => {
-        timer = setTimeout(() => resolve("timeout"), Math.max(0, wait));
-      });
-      let r: ReadableStreamReadResult<Uint8Array> | "timeout" | "aborted";
-      try {
-        r = await Promise.race([reader.read(), timeout, aborted]);
-      } catch {
-        // The connection to the worker broke (reset, `Network connection lost.`), or was aborted.
-        return cut(opts.abort.signal.aborted ? cancelled() : new UpstreamError("The connection to the worker failed mid-stream."));
-      } finally {
-        clearTimeout(timer);
-      }
-      if (r === "aborted") return cut(cancelled());
-      if (r === "timeout")
-        return cut(new UpstreamTimeoutError(opts.deadlineAt - Date.now() <= 0 ? "The worker did not finish in time." : `The worker sent nothing for ${Math.round(opts.idleMs / 1000)} s.`));
-      if (r.done) return text + decoder.decode();
-      bytes += r.value.byteLength;
-      if (opts.maxBytes !== undefined && bytes > opts.maxBytes) return cut(new UpstreamError(`The worker's answer exceeds ${opts.maxBytes} bytes.`, null, "upstream_too_large"));
-      text += decoder.decode(r.value, { stream: true });
-    }
-  } finally {
-    opts.abort.signal.removeEventListener("abort", onAbort);
+  for (;;) {
+    const { done, value } = await reader.read();
+    if (done) break;
+    text += decoder.decode(value, { stream: true });
   }
+  return text + decoder.decode();
 }
-
