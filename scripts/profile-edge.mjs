@@ -9,6 +9,7 @@ import { readFileSync } from "node:fs";
 import { parseArgs } from "node:util";
 import WebSocket from "ws";
 import { startEdgeFleet } from "../bench/lib/edge-fleet.mjs";
+import { selfTimes } from "../bench/lib/profile.mjs";
 import { freshText } from "../bench/lib/corpus.mjs";
 import { rng, summarize } from "../bench/lib/stats.mjs";
 
@@ -67,19 +68,8 @@ async function inspect(port) {
 }
 
 function topSelf(profile, top) {
-  const byId = new Map(profile.nodes.map((n) => [n.id, n]));
-  const self = new Map();
-  for (let i = 0; i < profile.samples.length; i++) self.set(profile.samples[i], (self.get(profile.samples[i]) ?? 0) + (profile.timeDeltas[i] ?? 0));
-  const agg = new Map();
-  let total = 0;
-  for (const [nid, us] of self) {
-    const cf = byId.get(nid).callFrame;
-    if (cf.functionName === "(idle)") continue;
-    const key = `${cf.functionName || "(anonymous)"} ${cf.url ? `${cf.url.split("/").pop()}:${cf.lineNumber + 1}` : ""}`.trim();
-    agg.set(key, (agg.get(key) ?? 0) + us);
-    total += us;
-  }
-  return { totalMs: total / 1000, rows: [...agg].sort((a, b) => b[1] - a[1]).slice(0, top).map(([f, us]) => `${(us / 1000).toFixed(1).padStart(8)} ms  ${((100 * us) / total).toFixed(1).padStart(5)} %  ${f}`) };
+  const { total, frames } = selfTimes(profile, { keep: (cf) => cf.functionName !== "(idle)", fileOf: (url) => url.split("/").pop() });
+  return { totalMs: total / 1000, rows: frames.slice(0, top).map(([f, us]) => `${(us / 1000).toFixed(1).padStart(8)} ms  ${((100 * us) / total).toFixed(1).padStart(5)} %  ${f}`) };
 }
 
 const fleet = await startEdgeFleet({ limits: { maxMessageChars: 2_000_000, maxTotalChars: 8_000_000 }, inspectorPort: INSPECTOR });

@@ -15,7 +15,7 @@
  *   first touch of new pages cost more than the stores themselves while an index fills (page
  *   faults), and the reserve stays under one chunk. Freed records are chained in a free list and
  *   reused. Node 0 is the root.
- * - The prefix key is a 32-bit rolling hash of the node's path (mix32(parent key, local hash)). The
+ * - The prefix key is a 32-bit rolling hash of the node's path (mix(parent key, local hash)). The
  *   child table is keyed by it: open addressing over [prefix key, child id] pairs (linear probing,
  *   backward-shift deletion, load ≤ 0.7); a hit is confirmed exactly against the child's record
  *   (parent id + local hash), so key collisions only cost a probe. Because the keys of a query's
@@ -38,8 +38,6 @@
  * - Engine hashes are keyed by their 64-bit two's-complement value: "-1" and
  *   "18446744073709551615" are the same block (SGLang emits int64 or uint64 for the same bits).
  */
-
-import { mix32 } from "../util/mix32.ts";
 
 export interface StoredBlock {
   engineHash: string;
@@ -85,6 +83,14 @@ const IN_CHUNK = CHUNK_NODES - 1;
 const FIRST_CHUNK_NODES = 1024;
 
 if (new Uint8Array(new Uint32Array([1]).buffer)[0] !== 1) throw new Error("radix index needs a little-endian platform");
+
+/** 3×u32 → u32 mixer (multiply-xorshift; keys are usually already random, tests use small ints). */
+function mix(a: number, b: number, c: number): number {
+  let h = Math.imul(a ^ 0x5bd1e995, 0x9e3779b1) ^ b;
+  h = Math.imul(h ^ (h >>> 16), 0x85ebca6b) ^ c;
+  h = Math.imul(h ^ (h >>> 13), 0xc2b2ae35);
+  return h ^ (h >>> 16);
+}
 
 
 // ---------------------------------------------------------------------------------------------
@@ -209,7 +215,7 @@ const ENGINE_SEED = 0x1b873593;
 
 /** An engine hash's bucket hash (masked per table). */
 function engineHash(lo: number, hi: number): number {
-  return mix32(hi, lo, ENGINE_SEED);
+  return mix(hi, lo, ENGINE_SEED);
 }
 
 /** One worker's engine hash → node table: open addressing, records [lo, hi, node]; node 0 = empty. */
@@ -508,7 +514,7 @@ export class RadixIndex {
       const eHi = parsedHi;
       if (r.p !== null && eLo === pLo && eHi === pHi) continue;
       parseHex64(r.l);
-      const key = mix32(this.#chunks[parent >>> CHUNK_BITS]![(parent & IN_CHUNK) * this.#stride + KEY]!, parsedLo, parsedHi) | 0;
+      const key = mix(this.#chunks[parent >>> CHUNK_BITS]![(parent & IN_CHUNK) * this.#stride + KEY]!, parsedLo, parsedHi) | 0;
       this.#storeOne(slot, table, parent, key, engineHash(eLo, eHi), eLo, eHi, parsedLo, parsedHi);
       applied++;
     }
@@ -630,7 +636,7 @@ export class RadixIndex {
         // independent loads that the CPU overlaps.
         const end = Math.min(count, ahead + AHEAD);
         for (let d = ahead; d < end; d++) {
-          key = mix32(key, words[2 * d]! | 0, words[2 * d + 1]! | 0) | 0;
+          key = mix(key, words[2 * d]! | 0, words[2 * d + 1]! | 0) | 0;
           keys[d] = key;
           sink ^= kt[2 * (key & km) + 1]!;
         }
@@ -780,7 +786,7 @@ export class RadixIndex {
         const kt = this.#kids;
         const km = this.#kidMask;
         for (let d = ahead; d < end; d++) {
-          key = mix32(key, locLo[d]!, locHi[d]!) | 0;
+          key = mix(key, locLo[d]!, locHi[d]!) | 0;
           keys[d] = key;
           const h = engineHash(engLo[d]!, engHi[d]!);
           engH[d] = h;
