@@ -442,26 +442,50 @@ function decodeUtf8(decoder: TextDecoder, bytes?: Uint8Array, whole = false): st
   }
 }
 
+/** What readBodyText needs of a Request. */
+export interface RequestBodySource {
+  readonly body: ReadableStream<Uint8Array> | null;
+  readonly headers: Headers;
+  arrayBuffer(): Promise<ArrayBuffer>;
+}
+
 /**
- * Reads a request body as UTF-8 text with a byte cap, stopping as soon as the cap is passed
- * (the body is never buffered beyond it). Invalid UTF-8 → 400; too large → 413.
+ * The body's declared length when the runtime frames the body by it: a Content-Length of digits
+ * and no Transfer-Encoding (with both, chunked framing wins in HTTP/1.1 and the declared length
+ * says nothing about what arrives). Otherwise null.
  */
-export async function readBodyText(
-  body: ReadableStream<Uint8Array> | null,
-  limits: Pick<Limits, "maxBodyBytes"> = DEFAULT_LIMITS,
-  contentLength: string | null = null,
-): Promise<string> {
+function framedLength(headers: Headers): number | null {
+  const declared = headers.get("content-length");
+  if (declared === null || !/^\d{1,15}$/.test(declared) || headers.has("transfer-encoding")) return null;
+  return Number(declared);
+}
+
+/**
+ * Reads a request body as UTF-8 text with a byte cap. Invalid UTF-8 → 400; too large → 413.
+ * - Framed by a Content-Length within the cap: read by the runtime into one buffer and decoded
+ *   once. The runtime's own read is ~1 ms cheaper at 136 kB than a JS reader loop in workerd (the
+ *   framing already bounds it); a length that still differs from the declared one is refused.
+ * - Otherwise (chunked): read chunk by chunk, stopping as soon as the cap is passed, so the body
+ *   is never buffered beyond it.
+ */
+export async function readBodyText(request: RequestBodySource, limits: Pick<Limits, "maxBodyBytes"> = DEFAULT_LIMITS): Promise<string> {
   const tooLarge = () => new PayloadTooLargeError(`Request body exceeds ${limits.maxBodyBytes} bytes.`);
-  if (contentLength !== null && /^\d+$/.test(contentLength) && Number(contentLength) > limits.maxBodyBytes) {
-    throw tooLarge();
-  }
-  if (body === null) return "";
-  // A declared length within the cap: the chunks are copied into one buffer of that size and
-  // decoded once, instead of a decode and string join per chunk. The declared length is checked,
-  // not trusted: a body longer than it (a client that also sent chunked framing) is refused.
-  const whole = contentLength !== null && /^\d+$/.test(contentLength) ? new Uint8Array(Number(contentLength)) : null;
-  const reader = body.getReader();
+  const framed = framedLength(request.headers);
+  if (framed !== null && framed > limits.maxBodyBytes) throw tooLarge();
+  if (request.body === null) return "";
   const decoder = new TextDecoder("utf-8", { fatal: true, ignoreBOM: false });
+  if (framed !== null) {
+    let bytes: ArrayBuffer;
+    try {
+      bytes = await request.arrayBuffer();
+    } catch {
+      throw new InvalidRequestError("Request body could not be read.");
+    }
+    if (bytes.byteLength > limits.maxBodyBytes) throw tooLarge();
+    if (bytes.byteLength !== framed) throw new InvalidRequestError(`Request body is ${bytes.byteLength} bytes, not the ${framed} its Content-Length declares.`);
+    return decodeUtf8(decoder, new Uint8Array(bytes), true);
+  }
+  const reader = request.body.getReader();
   let size = 0;
   let text = "";
   /** Invalid UTF-8 seen: the rest of the body (within the cap) is read and dropped, then refused. */
@@ -470,20 +494,11 @@ export async function readBodyText(
     for (;;) {
       const { done, value } = await reader.read();
       if (done) break;
-      if (size + value.byteLength > limits.maxBodyBytes) {
+      size += value.byteLength;
+      if (size > limits.maxBodyBytes) {
         await reader.cancel().catch(() => undefined);
         throw tooLarge();
       }
-      if (whole) {
-        if (size + value.byteLength > whole.length) {
-          await reader.cancel().catch(() => undefined);
-          throw new InvalidRequestError("Request body is longer than its Content-Length.");
-        }
-        whole.set(value, size);
-        size += value.byteLength;
-        continue;
-      }
-      size += value.byteLength;
       if (invalid) continue;
       try {
         text += decodeUtf8(decoder, value);
@@ -492,7 +507,6 @@ export async function readBodyText(
         text = "";
       }
     }
-    if (whole) return decodeUtf8(decoder, whole.subarray(0, size), true);
     if (invalid) throw invalid;
     text += decodeUtf8(decoder);
   } catch (e) {

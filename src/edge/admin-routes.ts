@@ -162,7 +162,7 @@ function requireMethod(request: Request, method: string): void {
 
 /** Trades the admin token (form body `token=…`, POSTed once) for the expiring session cookie. */
 async function login(request: Request, url: URL, config: EdgeConfig): Promise<Response> {
-  const text = await readBodyText(request.body, { maxBodyBytes: 4096 }, request.headers.get("content-length"));
+  const text = await readBodyText(request, { maxBodyBytes: 4096 });
   const given = new URLSearchParams(text).get("token") ?? "";
   // Guessing is bounded by the operator routes' rate limit (functions/index.ts).
   if (!config.adminToken || !timingSafeEqualString(given, config.adminToken)) return html(dashboardLoginHtml("That token is not the admin token."), 401);
@@ -279,7 +279,7 @@ function routedSequence(tokens: readonly number[], plan: RoutingPlan, visionStar
 async function explain(request: Request, deps: AdminDeps, allTokens = false): Promise<unknown> {
   await initHashing();
   const limits = limitsOf(deps.config);
-  const bodyText = await readBodyText(request.body, limits, request.headers.get("content-length"));
+  const bodyText = await readBodyText(request, limits);
   const req = parseChatBody(bodyText, limits, { sizeChecked: true });
   const { model, prompt, tokens, plan } = await prepareRouting(req, {
     config: deps.config,

@@ -337,7 +337,7 @@ export async function handleChatCompletions(request: Request, deps: ChatDeps): P
   const admitted = deps.rateLimit?.(caller.apiKey) ?? null;
   admitted?.catch(() => undefined);
   const limits = limitsOf(config);
-  const bodyText = await readBodyText(request.body, limits, request.headers.get("content-length"));
+  const bodyText = await readBodyText(request, limits);
   clock.mark("read");
   const req = parseChatBody(bodyText, limits, { sizeChecked: true });
   clock.mark("parse");
@@ -368,7 +368,7 @@ export async function handleChatCompletions(request: Request, deps: ChatDeps): P
     body.extra_key = cacheSalt;
   }
   if (adapter !== null) body.lora_path = adapter;
-  const upstreamBody = generateBodyChunks(body);
+  const upstreamBody = bodyOfChunks(generateBodyChunks(body));
   clock.mark("build");
 
   // A sharded pool: the shard of the first block holds every worker's overlap for this request.
@@ -426,8 +426,8 @@ async function proxyOnce(
   d: RouteDecision,
   req: ChatCompletionRequest,
   output: ChatOutputPlan,
-  /** The `/generate` body's UTF-8 chunks (generate-body.ts). */
-  upstreamBody: readonly Uint8Array[],
+  /** The `/generate` body (generate-body.ts). */
+  upstreamBody: Blob,
   requestId: string,
   routing: RoutingConfig,
   settle: (s: Omit<SettleRequest, "receiptId">) => Promise<void>,
@@ -454,7 +454,7 @@ async function proxyOnce(
     upstream = await deps.fetch(`${d.url}/generate`, {
       method: "POST",
       headers: { "content-type": "application/json" },
-      body: bodyOfChunks(upstreamBody),
+      body: upstreamBody,
       signal: abort.signal,
     });
   } catch (err) {

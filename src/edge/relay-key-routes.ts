@@ -80,7 +80,7 @@ async function issue(request: Request, deps: RelayKeyDeps): Promise<Response> {
   if (!secret) throw new InvalidRequestError("RELAY_SECRET is not configured: relay keys cannot be issued.", null, "relay_secret_missing");
   let raw: unknown;
   try {
-    raw = JSON.parse(await readBodyText(request.body, { maxBodyBytes: MAX_ISSUE_BODY_BYTES }, request.headers.get("content-length")));
+    raw = JSON.parse(await readBodyText(request, { maxBodyBytes: MAX_ISSUE_BODY_BYTES }));
   } catch (e) {
     if (e instanceof SyntaxError) throw new InvalidRequestError("Body is not valid JSON.");
     throw e;

@@ -322,9 +322,11 @@ describe("parseChatRequest: rejected requests", () => {
   it("readBodyText caps UTF-8 bytes while reading, so the edge's sizeChecked is sound", async () => {
     const body = JSON.stringify(req({ messages: [user("é".repeat(40))] }));
     const bytes = new TextEncoder().encode(body);
-    const stream = () => new ReadableStream<Uint8Array>({ start(c) { c.enqueue(bytes); c.close(); } });
-    await expect(readBodyText(stream(), { maxBodyBytes: bytes.length - 1 })).rejects.toBeInstanceOf(PayloadTooLargeError);
-    expect(await readBodyText(stream(), { maxBodyBytes: bytes.length })).toBe(body);
+    for (const headers of [{}, { "content-length": String(bytes.length) }] as Record<string, string>[]) {
+      const request = () => ({ body: new Response(bytes).body, headers: new Headers(headers), arrayBuffer: async () => bytes.slice().buffer });
+      await expect(readBodyText(request(), { maxBodyBytes: bytes.length - 1 })).rejects.toBeInstanceOf(PayloadTooLargeError);
+      expect(await readBodyText(request(), { maxBodyBytes: bytes.length })).toBe(body);
+    }
   });
 
   it("enforces per-message, total, part, media and URL limits with precise params", () => {
@@ -419,33 +421,53 @@ describe("helpers", () => {
       },
     });
 
-  it("readBodyText caps bytes, checks Content-Length and UTF-8", async () => {
+  /** A request body as the runtime hands it over: `arrayBuffer` reads the whole stream, as runtimes do. */
+  const source = (chunks: Uint8Array[], headers: Record<string, string> = {}, opts: { nativeRead?: boolean } = {}) => {
+    const body = streamOf(...chunks);
+    return {
+      body,
+      headers: new Headers(headers),
+      arrayBuffer: async () => {
+        if (opts.nativeRead === false) throw new Error("the body must be read chunk by chunk");
+        return new Response(body).arrayBuffer();
+      },
+    };
+  };
+
+  it("readBodyText without a framing length reads chunk by chunk: caps bytes, checks UTF-8", async () => {
     const enc = new TextEncoder();
-    await expect(readBodyText(streamOf(enc.encode("héllo")), { maxBodyBytes: 100 })).resolves.toBe("héllo");
+    const chunked = (...chunks: Uint8Array[]) => source(chunks, {}, { nativeRead: false });
+    await expect(readBodyText(chunked(enc.encode("héllo")), { maxBodyBytes: 100 })).resolves.toBe("héllo");
     // a multi-byte character split across chunks
     const bytes = enc.encode("é");
-    await expect(readBodyText(streamOf(bytes.slice(0, 1), bytes.slice(1)), { maxBodyBytes: 100 })).resolves.toBe("é");
-    await expect(readBodyText(streamOf(enc.encode("x".repeat(60)), enc.encode("x".repeat(60))), { maxBodyBytes: 100 })).rejects.toBeInstanceOf(
+    await expect(readBodyText(chunked(bytes.slice(0, 1), bytes.slice(1)), { maxBodyBytes: 100 })).resolves.toBe("é");
+    await expect(readBodyText(chunked(enc.encode("x".repeat(60)), enc.encode("x".repeat(60))), { maxBodyBytes: 100 })).rejects.toBeInstanceOf(
       PayloadTooLargeError,
     );
-    await expect(readBodyText(streamOf(), { maxBodyBytes: 100 }, "101")).rejects.toBeInstanceOf(PayloadTooLargeError);
-    await expect(readBodyText(streamOf(new Uint8Array([0xff, 0xfe])), { maxBodyBytes: 100 })).rejects.toBeInstanceOf(
-      InvalidRequestError,
-    );
-    await expect(readBodyText(null)).resolves.toBe("");
+    await expect(readBodyText(chunked(new Uint8Array([0xff, 0xfe])), { maxBodyBytes: 100 })).rejects.toBeInstanceOf(InvalidRequestError);
+    await expect(readBodyText({ body: null, headers: new Headers(), arrayBuffer: async () => new ArrayBuffer(0) })).resolves.toBe("");
+    // With Transfer-Encoding the declared length says nothing about what arrives: chunk by chunk, capped.
+    const both = source([enc.encode("x".repeat(60)), enc.encode("x".repeat(60))], { "content-length": "10", "transfer-encoding": "chunked" }, { nativeRead: false });
+    await expect(readBodyText(both, { maxBodyBytes: 100 })).rejects.toBeInstanceOf(PayloadTooLargeError);
+    // A real Request with a string body (no Content-Length header of its own).
+    await expect(readBodyText(new Request("http://edge.test/", { method: "POST", body: "héllo" }), { maxBodyBytes: 100 })).resolves.toBe("héllo");
   });
 
-  it("readBodyText with a declared length copies the body into one buffer of that length, with the same cap and UTF-8 checks", async () => {
+  it("readBodyText with a framing Content-Length reads the body in one go, with the same cap and UTF-8 checks", async () => {
     const enc = new TextEncoder();
     const bytes = enc.encode("é");
-    await expect(readBodyText(streamOf(enc.encode("hé"), bytes.slice(0, 1), bytes.slice(1)), { maxBodyBytes: 100 }, "5")).resolves.toBe("héé");
-    await expect(readBodyText(streamOf(new Uint8Array([0x7b, 0xff])), { maxBodyBytes: 100 }, "2")).rejects.toBeInstanceOf(InvalidRequestError);
-    await expect(readBodyText(streamOf(new Uint8Array([0xe9])), { maxBodyBytes: 100 }, "1")).rejects.toBeInstanceOf(InvalidRequestError);
-    // A body longer than its header said is refused, never buffered past the declared length or the cap.
-    await expect(readBodyText(streamOf(enc.encode("x".repeat(101))), { maxBodyBytes: 100 }, "10")).rejects.toBeInstanceOf(PayloadTooLargeError);
-    await expect(readBodyText(streamOf(enc.encode("x".repeat(8)), enc.encode("x".repeat(8))), { maxBodyBytes: 100 }, "10")).rejects.toBeInstanceOf(InvalidRequestError);
-    // A shorter body is what arrived (the runtime reports a truncated one as a read error).
-    await expect(readBodyText(streamOf(enc.encode("abc")), { maxBodyBytes: 100 }, "10")).resolves.toBe("abc");
-    await expect(readBodyText(streamOf(), { maxBodyBytes: 100 }, "0")).resolves.toBe("");
+    const framed = (length: string, ...chunks: Uint8Array[]) => source(chunks, { "content-length": length });
+    await expect(readBodyText(framed("5", enc.encode("hé"), bytes.slice(0, 1), bytes.slice(1)), { maxBodyBytes: 100 })).resolves.toBe("héé");
+    await expect(readBodyText(framed("2", new Uint8Array([0x7b, 0xff])), { maxBodyBytes: 100 })).rejects.toBeInstanceOf(InvalidRequestError);
+    await expect(readBodyText(framed("1", new Uint8Array([0xe9])), { maxBodyBytes: 100 })).rejects.toBeInstanceOf(InvalidRequestError);
+    // Declared over the cap: refused before a byte is read.
+    await expect(readBodyText(source([], { "content-length": "101" }, { nativeRead: false }), { maxBodyBytes: 100 })).rejects.toBeInstanceOf(PayloadTooLargeError);
+    // A body whose length differs from its header's is refused (over the cap: 413).
+    await expect(readBodyText(framed("10", enc.encode("x".repeat(101))), { maxBodyBytes: 100 })).rejects.toBeInstanceOf(PayloadTooLargeError);
+    await expect(readBodyText(framed("10", enc.encode("x".repeat(8)), enc.encode("x".repeat(8))), { maxBodyBytes: 100 })).rejects.toBeInstanceOf(InvalidRequestError);
+    await expect(readBodyText(framed("10", enc.encode("abc")), { maxBodyBytes: 100 })).rejects.toBeInstanceOf(InvalidRequestError);
+    await expect(readBodyText(framed("0"), { maxBodyBytes: 100 })).resolves.toBe("");
+    // A read the runtime fails (a dropped connection) is the client's 400.
+    await expect(readBodyText({ body: streamOf(), headers: new Headers({ "content-length": "3" }), arrayBuffer: () => Promise.reject(new Error("reset")) })).rejects.toBeInstanceOf(InvalidRequestError);
   });
 });

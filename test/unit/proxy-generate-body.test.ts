@@ -8,7 +8,7 @@ import { describe, expect, it } from "vitest";
 import { bodyOfChunks, generateBodyChunks } from "../../src/proxy/generate-body.ts";
 import type { GenerateRequestBody } from "../../src/proxy/sglang-wire.ts";
 
-const concat = (chunks: readonly Uint8Array[]): string => Buffer.concat(chunks.map((c) => Buffer.from(c))).toString("utf8");
+const concat = (chunks: readonly string[]): string => chunks.join("");
 
 function body(text: string, extra: Partial<GenerateRequestBody> = {}): GenerateRequestBody {
   return { text, sampling_params: { max_new_tokens: 16 }, stream: false, rid: "r1", ...extra } as GenerateRequestBody;
@@ -36,8 +36,10 @@ describe("generateBodyChunks", () => {
     expect(concat(generateBodyChunks({ text: "hi" } as GenerateRequestBody))).toBe('{"text":"hi"}');
   });
 
-  it("the fetch body carries the same bytes, as often as it is sent", async () => {
-    const chunks = generateBodyChunks(body("q".repeat(20_000) + "é"));
-    for (let k = 0; k < 2; k++) expect(await new Response(bodyOfChunks(chunks)).text()).toBe(concat(chunks));
+  it("the fetch body carries the same UTF-8 bytes, as often as it is sent", async () => {
+    const chunks = generateBodyChunks(body("q".repeat(20_000) + "é😀\ud800" + "中".repeat(9000)));
+    const blob = bodyOfChunks(chunks);
+    const expected = Buffer.from(concat(chunks), "utf8");
+    for (let k = 0; k < 2; k++) expect(Buffer.from(await new Response(blob).arrayBuffer()).equals(expected)).toBe(true);
   });
 });
