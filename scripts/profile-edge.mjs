@@ -3,9 +3,11 @@
 // edge fleet (bench/lib/edge-fleet.mjs: the bundled Worker in workerd, the real Durable Object, a
 // simulated worker) with workerd's V8 inspector open, sends warm multi-turn requests of the given
 // size, prints edge − direct and the local hop floor, then a CPU profile of the edge isolate
-// (top self-time frames). Usage: node scripts/profile-edge.mjs [--tokens 32000] [--n 60] [--stream]
+// (top self-time frames). The sampler inflates JS ~2× and sees no native frames: scripts/perf-edge.mjs
+// shows the runtime's share too. Usage: node scripts/profile-edge.mjs [--tokens 32000] [--n 60] [--stream]
+// [--save profile.cpuprofile] (the raw profile, for DevTools)
 import { execFileSync } from "node:child_process";
-import { readFileSync } from "node:fs";
+import { readFileSync, writeFileSync } from "node:fs";
 import { parseArgs } from "node:util";
 import WebSocket from "ws";
 import { startEdgeFleet } from "../bench/lib/edge-fleet.mjs";
@@ -13,7 +15,7 @@ import { selfTimes } from "../bench/lib/profile.mjs";
 import { freshText } from "../bench/lib/corpus.mjs";
 import { rng, summarize } from "../bench/lib/stats.mjs";
 
-const { values: opt } = parseArgs({ options: { tokens: { type: "string", default: "32000" }, n: { type: "string", default: "60" }, stream: { type: "boolean", default: false }, top: { type: "string", default: "40" } } });
+const { values: opt } = parseArgs({ options: { tokens: { type: "string", default: "32000" }, n: { type: "string", default: "60" }, stream: { type: "boolean", default: false }, top: { type: "string", default: "40" }, save: { type: "string" } } });
 const TOKENS = Number(opt.tokens);
 const N = Number(opt.n);
 const INSPECTOR = 9300 + Math.floor(Math.random() * 500);
@@ -120,6 +122,13 @@ try {
     const wall = (performance.now() - t0) / N;
     console.log(`edge requests: wall ${wall.toFixed(2)} ms/request; CPU/request: workerd ${((cpuMs("workerd serve") - w0) / N).toFixed(2)} ms, simulated worker ${((cpuMs("sglang-sim/main.ts") - s0) / N).toFixed(2)} ms`);
   }
+  {
+    const s0 = cpuMs("sglang-sim/main.ts");
+    const t0 = performance.now();
+    for (let i = 0; i < N; i++) await post(direct, turn());
+    const wall = (performance.now() - t0) / N;
+    console.log(`direct requests: wall ${wall.toFixed(2)} ms/request; CPU/request: simulated worker ${((cpuMs("sglang-sim/main.ts") - s0) / N).toFixed(2)} ms`);
+  }
   const cdp = await inspect(INSPECTOR);
   console.log(`inspector targets: ${cdp.targets.map((t) => t.title ?? t.id).join(", ")}`);
   await cdp.send("Profiler.enable");
@@ -130,6 +139,7 @@ try {
   const wall = performance.now() - t0;
   const { result } = await cdp.send("Profiler.stop");
   cdp.close();
+  if (opt.save) writeFileSync(opt.save, JSON.stringify(result.profile));
   const { totalMs, rows } = topSelf(result.profile, Number(opt.top));
   console.log(`profiled ${N} edge requests: wall ${(wall / N).toFixed(2)} ms/request, isolate CPU (non-idle samples) ${(totalMs / N).toFixed(2)} ms/request`);
   for (const r of rows) console.log(r);

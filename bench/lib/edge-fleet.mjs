@@ -73,9 +73,10 @@ function kill(p) {
 
 /**
  * Starts the fleet. `media`: { path: Buffer } served with an ETag; `decode`: start the decode service
- * (wasm ffmpeg) for videos; `inspectorPort`: open workerd's inspector there. Returns { edgeUrl, workerUrl, admin(path), stop() }.
+ * (wasm ffmpeg) for videos; `inspectorPort`: open workerd's inspector there; `v8Flags`: workerd's V8 flags
+ * (profiling: --perf-basic-prof). Returns { edgeUrl, workerUrl, edgePid, admin(path), stop() }.
  */
-export async function startEdgeFleet({ model = "Qwen/Qwen3-VL-8B-Instruct", family = "qwen3_vl", template = "qwen3vl-instruct", media = {}, decode = false, limits = null, inspectorPort = undefined } = {}) {
+export async function startEdgeFleet({ model = "Qwen/Qwen3-VL-8B-Instruct", family = "qwen3_vl", template = "qwen3vl-instruct", media = {}, decode = false, limits = null, inspectorPort = undefined, v8Flags = [] } = {}) {
   const scriptPath = await bundleEdge();
   const procs = [];
   const servers = [];
@@ -131,7 +132,7 @@ export async function startEdgeFleet({ model = "Qwen/Qwen3-VL-8B-Instruct", fami
     const edgePort = await freePort();
     const storageDir = join(OUT_DIR, `do-storage-${process.pid}-${edgePort}`);
     cleanup.push(() => rmSync(storageDir, { recursive: true, force: true }));
-    const wd = serveWorkerd({ dir: OUT_DIR, vars: bindings, port: edgePort, compatibilityDate: "2026-07-30", compatibilityFlags: ["enable_request_signal"], storageDir, inspectorPort });
+    const wd = serveWorkerd({ dir: OUT_DIR, vars: bindings, port: edgePort, compatibilityDate: "2026-07-30", compatibilityFlags: ["enable_request_signal"], storageDir, inspectorPort, v8Flags });
     wd.stderr.setEncoding("utf8");
     procs.push(wd);
     const edgeUrl = `http://127.0.0.1:${edgePort}`;
@@ -165,7 +166,7 @@ export async function startEdgeFleet({ model = "Qwen/Qwen3-VL-8B-Instruct", fami
       "relay sync",
       relay,
     );
-    return { edgeUrl, workerUrl, mediaUrl, adminToken, admin, stop };
+    return { edgeUrl, workerUrl, mediaUrl, adminToken, admin, stop, edgePid: wd.pid };
   } catch (e) {
     await stop();
     throw e;

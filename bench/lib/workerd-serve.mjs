@@ -17,7 +17,7 @@ const str = (s) => JSON.stringify(String(s));
  * Starts `workerd serve` on `dir` (the bundle: index.mjs plus its *.wasm modules) with text
  * bindings `vars`, on 127.0.0.1:`port`. Returns the child process.
  */
-export function serveWorkerd({ dir, vars, port, compatibilityDate, compatibilityFlags = [], storageDir, inspectorPort }) {
+export function serveWorkerd({ dir, vars, port, compatibilityDate, compatibilityFlags = [], storageDir, inspectorPort, v8Flags = [] }) {
   mkdirSync(storageDir, { recursive: true });
   const modules = [`(name = "index.mjs", esModule = embed "index.mjs")`];
   for (const f of readdirSync(dir).filter((f) => f.endsWith(".wasm")).sort()) modules.push(`(name = ${str(f)}, wasm = embed ${str(f)})`);
@@ -31,6 +31,7 @@ const config :Workerd.Config = (
     (name = "do-storage", disk = (path = ${str(storageDir)}, writable = true)),
   ],
   sockets = [(name = "http", address = ${str(`127.0.0.1:${port}`)}, http = (), service = "edge")],
+  v8Flags = [${v8Flags.map(str).join(", ")}],
 );
 const edge :Workerd.Worker = (
   modules = [${modules.join(", ")}],

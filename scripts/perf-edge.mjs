@@ -1,0 +1,124 @@
+#!/usr/bin/env node
+// Where workerd's CPU goes on one kind of edge request, native frames included: starts the bench's
+// edge fleet (bench/lib/edge-fleet.mjs: the bundled Worker in workerd with the real Durable Object,
+// a simulated worker and its relay) with V8's perf map on, records Linux `perf` (cpu-clock, call
+// graphs) on the workerd process while N requests run, and prints
+//   - the share of page faults, garbage collection, JSON.parse / JSON.stringify, text decoding and
+//     encoding, the rest of the JS and the runtime outside JS (HTTP, RPC, sockets), in ms per request,
+//     and what that runtime part was doing;
+//   - the JS functions with the most inclusive time, in ms per request.
+// The V8 inspector's sampling profiler (scripts/profile-edge.mjs) sees JS frames only and inflates
+// them ~2×; this one also sees what the runtime does around them. Needs `perf` (linux-tools) and a
+// kernel that lets this user record (perf_event_paranoid ≤ 2 for its own processes).
+// Usage: node scripts/perf-edge.mjs [--tokens 32000] [--n 200] [--cold] [--top 30]
+import { execFileSync, spawn } from "node:child_process";
+import { mkdtempSync, readFileSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { parseArgs } from "node:util";
+import { startEdgeFleet } from "../bench/lib/edge-fleet.mjs";
+import { freshText } from "../bench/lib/corpus.mjs";
+import { rng } from "../bench/lib/stats.mjs";
+
+const { values: opt } = parseArgs({ options: { tokens: { type: "string", default: "32000" }, n: { type: "string", default: "200" }, cold: { type: "boolean", default: false }, top: { type: "string", default: "30" } } });
+const TOKENS = Number(opt.tokens);
+const N = Number(opt.n);
+const MODEL = "Qwen/Qwen3-VL-8B-Instruct";
+
+try {
+  execFileSync("perf", ["--version"], { stdio: "ignore" });
+} catch {
+  console.error("perf-edge: needs Linux `perf` on PATH");
+  process.exit(2);
+}
+
+/** utime + stime of a process, in ms (Linux /proc). */
+function cpuMs(pid) {
+  const f = readFileSync(`/proc/${pid}/stat`, "utf8").split(") ")[1].split(" ");
+  return (Number(f[11]) + Number(f[12])) * 10;
+}
+
+/** One sample of `perf script` output: its frames, leaf first. */
+function* samplesOf(text) {
+  for (const block of text.split("\n\n")) {
+    const lines = block.split("\n").filter((l) => l.trim() !== "");
+    if (lines.length < 2) continue;
+    yield lines.slice(1).map((l) => l.trim().replace(/^[0-9a-f]+\s+/, ""));
+  }
+}
+
+/** What a sample was doing, checked in this order (a page fault inside JSON.parse counts as a fault). */
+const CATEGORIES = [
+  ["page faults", (f) => f.some((x) => x.includes("exc_page_fault"))],
+  ["garbage collection", (f) => f.some((x) => /Scavenge|MarkCompact|Sweeper|ConcurrentMarking|MinorMark|Heap::CollectGarbage|MemoryReducer|IncrementalMarking/.test(x))],
+  ["JSON.parse", (f) => f.some((x) => x.includes("Builtin_JsonParse"))],
+  ["JSON.stringify", (f) => f.some((x) => x.includes("Builtin_JsonStringify"))],
+  ["text decode / encode", (f) => f.some((x) => /TextDecoder|TextEncoder|Utf8::Encode|ucnv_/.test(x))],
+  ["other JS (edge + index code, and V8 natives it calls)", (f) => f.some((x) => x.startsWith("JS:"))],
+  ["runtime outside JS (HTTP, RPC, sockets, event loop)", () => true],
+];
+
+const fleet = await startEdgeFleet({ limits: { maxMessageChars: 2_000_000, maxTotalChars: 8_000_000 }, v8Flags: ["--perf-basic-prof"] });
+const dir = mkdtempSync(join(tmpdir(), "kvedge-perf-"));
+try {
+  // workerd's npm launcher is a node script; the runtime is its child.
+  const pid = execFileSync("pgrep", ["-P", String(fleet.edgePid)], { encoding: "utf8" }).trim().split("\n")[0];
+  const random = rng(0x9f0f);
+  const edge = `${fleet.edgeUrl}/v1/chat/completions`;
+  const body = (messages) => JSON.stringify({ model: MODEL, messages, max_tokens: 16 });
+  const history = [{ role: "system", content: "You are a careful assistant." }, { role: "user", content: freshText(TOKENS, random) }];
+  const next = () =>
+    opt.cold
+      ? body([{ role: "system", content: "You are a careful assistant." }, { role: "user", content: freshText(TOKENS, random) }])
+      : body([...history, { role: "assistant", content: freshText(80, random) }, { role: "user", content: freshText(40, random) }]);
+  const post = async (b) => {
+    const r = await fetch(edge, { method: "POST", body: b, headers: { "content-type": "application/json" } });
+    await r.arrayBuffer();
+    if (!r.ok) throw new Error(`edge answered ${r.status}`);
+  };
+  await post(body(history));
+  for (let i = 0; i < 20; i++) await post(next());
+  const bodies = Array.from({ length: N }, next);
+  const data = join(dir, "perf.data");
+  const rec = spawn("perf", ["record", "-e", "cpu-clock", "-F", "4000", "-g", "-p", pid, "-o", data], { stdio: ["ignore", "ignore", "pipe"] });
+  await new Promise((r) => setTimeout(r, 500));
+  const cpu0 = cpuMs(pid);
+  for (const b of bodies) await post(b);
+  const cpuPerRequest = (cpuMs(pid) - cpu0) / N;
+  rec.kill("SIGINT");
+  await new Promise((r) => rec.once("exit", r));
+  const script = execFileSync("perf", ["script", "-i", data, "-F", "ip,sym"], { encoding: "utf8", maxBuffer: 1 << 30, stdio: ["ignore", "pipe", "ignore"] });
+
+  const byCategory = new Map(CATEGORIES.map(([name]) => [name, 0]));
+  const inclusive = new Map();
+  /** Runtime samples by the frame below the last runtime-internal one: what the runtime was doing. */
+  const runtimeLeaves = new Map();
+  let total = 0;
+  for (const frames of samplesOf(script)) {
+    total++;
+    const [name] = CATEGORIES.find(([, test]) => test(frames));
+    byCategory.set(name, byCategory.get(name) + 1);
+    if (name === CATEGORIES.at(-1)[0]) {
+      const leaf = (frames.find((x) => !/^(\[|__|_raw|pvm_|native_|syscall|entry_|do_syscall|x64_|asm_|kj::_::|kj::Own|kj::Promise|operator)/.test(x)) ?? frames[0]).replace(/\(.*$/, "").slice(0, 110);
+      runtimeLeaves.set(leaf, (runtimeLeaves.get(leaf) ?? 0) + 1);
+    }
+    // Each JS function once per sample (recursion counted once), named without V8's tier marks.
+    const seen = new Set();
+    for (const f of frames) {
+      const m = /^JS:o?[~^+*-]?'?(.+?)(?::\d+)?$/.exec(f);
+      if (m && !seen.has(m[1])) (seen.add(m[1]), inclusive.set(m[1], (inclusive.get(m[1]) ?? 0) + 1));
+    }
+  }
+  const ms = (n) => ((n / total) * cpuPerRequest).toFixed(2).padStart(6);
+  const pct = (n) => `${((100 * n) / total).toFixed(1).padStart(5)} %`;
+  console.log(`${opt.cold ? "cold" : "warm"} ${TOKENS}-token requests: ${N}; workerd CPU ${cpuPerRequest.toFixed(2)} ms per request (edge isolate, index object, runtime; ${total} samples)`);
+  console.log("\nwhere it goes (ms per request):");
+  for (const [name, n] of byCategory) console.log(`${ms(n)} ms ${pct(n)}  ${name}`);
+  console.log("\nruntime, by innermost named frame (ms per request):");
+  for (const [name, n] of [...runtimeLeaves].sort((a, b) => b[1] - a[1]).slice(0, 12)) console.log(`${ms(n)} ms ${pct(n)}  ${name}`);
+  console.log("\nJS functions, inclusive (ms per request):");
+  for (const [name, n] of [...inclusive].sort((a, b) => b[1] - a[1]).slice(0, Number(opt.top))) console.log(`${ms(n)} ms ${pct(n)}  ${name}`);
+} finally {
+  rmSync(dir, { recursive: true, force: true });
+  await fleet.stop();
+}
