@@ -9,7 +9,7 @@ import { DEFAULT_LIMITS } from "./limits.ts";
 import type { Limits } from "./limits.ts";
 import { ChatCompletionRequestSchema } from "./openai-schema.ts";
 import { hasLoneSurrogate } from "../util/unicode.ts";
-import { closingQuote } from "../util/json-scan.ts";
+import { closingQuote, parseRecordingLiterals } from "../util/json-scan.ts";
 import type { ChatCompletionRequest, ContentPart } from "./openai-schema.ts";
 
 type PathKey = string | number;
@@ -389,11 +389,20 @@ function checkLimits(req: ChatCompletionRequest, limits: Limits): void {
 
 // ---------------------------------------------------------------------------------------------
 
+/** Message text members whose source text parseChatRequest can keep (`opts.literals`). */
+const LITERAL_KEYS: ReadonlySet<string> = new Set(["content", "text"]);
+
 /**
  * Validates a chat-completions request body. Throws PayloadTooLargeError (413) when the body
- * exceeds `limits.maxBodyBytes`, InvalidRequestError (400) for anything else wrong.
+ * exceeds `limits.maxBodyBytes`, InvalidRequestError (400) for anything else wrong. With
+ * `opts.literals`, long message texts whose source is already canonical JSON are recorded there
+ * (value → escaped text; parseRecordingLiterals), so the `/generate` body need not escape them again.
  */
-export function parseChatRequest(bodyText: string, limits: Limits = DEFAULT_LIMITS, opts: { sizeChecked?: boolean } = {}): ChatCompletionRequest {
+export function parseChatRequest(
+  bodyText: string,
+  limits: Limits = DEFAULT_LIMITS,
+  opts: { sizeChecked?: boolean; literals?: Map<string, string> } = {},
+): ChatCompletionRequest {
   try {
     if (typeof bodyText !== "string") throw new InvalidRequestError("Request body must be text.");
     // UTF-8 never takes fewer bytes than UTF-16 code units, so the cheap test goes first. Text from
@@ -411,7 +420,7 @@ export function parseChatRequest(bodyText: string, limits: Limits = DEFAULT_LIMI
     }
     let body: unknown;
     try {
-      body = JSON.parse(bodyText);
+      body = opts.literals ? parseRecordingLiterals(bodyText, LITERAL_KEYS, opts.literals) : JSON.parse(bodyText);
     } catch (e) {
       const detail = e instanceof Error ? e.message.slice(0, 200) : "parse error";
       throw new InvalidRequestError(`Request body is not valid JSON: ${detail}`, null, "invalid_json");

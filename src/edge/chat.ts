@@ -86,7 +86,7 @@ export function limitsOf(config: EdgeConfig): Limits {
  * where a JS number would print `0` (a different prompt), so only the lexeme gives the worker's
  * tools block (docs/prompt.md, number policy). The rest of each tool stays as validated.
  */
-export function parseChatBody(bodyText: string, limits: Limits, opts: { sizeChecked?: boolean } = {}): ChatCompletionRequest {
+export function parseChatBody(bodyText: string, limits: Limits, opts: { sizeChecked?: boolean; literals?: Map<string, string> } = {}): ChatCompletionRequest {
   const req = parseChatRequest(bodyText, limits, opts);
   if (req.tools && req.tools.length > 0) {
     const raw = parseToolsKeepingNumbers(bodyText);
@@ -339,7 +339,9 @@ export async function handleChatCompletions(request: Request, deps: ChatDeps): P
   const limits = limitsOf(config);
   const bodyText = await readBodyText(request, limits);
   clock.mark("read");
-  const req = parseChatBody(bodyText, limits, { sizeChecked: true });
+  // Long message texts whose JSON escaping can go to the worker as the client sent it (generate-body.ts).
+  const literals = new Map<string, string>();
+  const req = parseChatBody(bodyText, limits, { sizeChecked: true, literals });
   clock.mark("parse");
   if (admitted) await admitted;
   const { model, prompt, plan, media } = await prepareRouting(req, deps);
@@ -368,7 +370,7 @@ export async function handleChatCompletions(request: Request, deps: ChatDeps): P
     body.extra_key = cacheSalt;
   }
   if (adapter !== null) body.lora_path = adapter;
-  const upstreamBody = bodyOfChunks(generateBodyChunks(body));
+  const upstreamBody = bodyOfChunks(generateBodyChunks(body, literals));
   clock.mark("build");
 
   // A sharded pool: the shard of the first block holds every worker's overlap for this request.

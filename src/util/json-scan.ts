@@ -56,3 +56,35 @@ export function topLevelMemberSpan(text: string, key: string): [number, number] 
   }
   return found;
 }
+
+/** Whether JSON string text `s` has the escape `\<letter>` (a backslash after an even run of backslashes). */
+function hasEscape(s: string, letter: string): boolean {
+  const needle = `\\${letter}`;
+  for (let j = s.indexOf(needle); j !== -1; j = s.indexOf(needle, j + 1)) {
+    let k = j - 1;
+    while (k >= 0 && s.charCodeAt(k) === 0x5c) k--;
+    if ((j - 1 - k) % 2 === 0) return true;
+  }
+  return false;
+}
+
+/** Shortest string whose source text parseRecordingLiterals keeps (shorter ones cost little to escape again). */
+export const LITERAL_MIN_CHARS = 2048;
+
+/**
+ * JSON.parse that also keeps, for long string values under a key in `keys`, their source text
+ * (between the quotes) when it is exactly what JSON.stringify would write for them: it has no
+ * `\u` and no `\/` escape. The other escapes (`\" \\ \b \f \n \r \t`) are the ones JSON.stringify
+ * uses, and valid JSON has no raw control character, so such text is the canonical escaping and
+ * can be sent on without escaping the string again. Uses the reviver's source text (V8 ≥ 11.4;
+ * where the runtime has none, nothing is kept). Keys: value → escaped text, in document order.
+ */
+export function parseRecordingLiterals(text: string, keys: ReadonlySet<string>, into: Map<string, string>): unknown {
+  return JSON.parse(text, (key: string, value: unknown, context?: { source?: string }) => {
+    if (typeof value === "string" && value.length >= LITERAL_MIN_CHARS && keys.has(key) && context?.source !== undefined) {
+      const inner = context.source.slice(1, -1);
+      if (!hasEscape(inner, "u") && !hasEscape(inner, "/")) into.set(value, inner);
+    }
+    return value;
+  });
+}

@@ -1,10 +1,12 @@
 /**
  * topLevelMemberSpan against JSON.parse (the oracle): the span's text parses to the member JSON.parse
- * keeps, for random documents, with random whitespace, repeated and escaped keys.
+ * keeps, for random documents, with random whitespace, repeated and escaped keys. parseRecordingLiterals
+ * against JSON.parse and JSON.stringify: the same value, and a kept escaping is exactly JSON.stringify's,
+ * whatever escapes the client chose.
  */
 import fc from "fast-check";
 import { describe, expect, it } from "vitest";
-import { topLevelMemberSpan } from "../../src/util/json-scan.ts";
+import { LITERAL_MIN_CHARS, parseRecordingLiterals, topLevelMemberSpan } from "../../src/util/json-scan.ts";
 
 /** JSON text of `v` with random whitespace between tokens (strings kept intact). */
 function spaced(v: unknown, ws: () => string): string {
@@ -44,5 +46,42 @@ describe("topLevelMemberSpan", () => {
       const span = topLevelMemberSpan(text, KEY);
       expect(span === null ? undefined : JSON.parse(text.slice(span[0], span[1])), text).toEqual(want);
     }
+  });
+});
+
+/** A JSON string literal of `s` in one of the spellings clients use. */
+function literal(s: string, style: "canonical" | "ascii" | "slashes" | "all-u"): string {
+  if (style === "canonical") return JSON.stringify(s);
+  if (style === "slashes") return JSON.stringify(s).replace(/\//g, "\\/");
+  const hex = (c: number) => `\\u${c.toString(16).padStart(4, "0")}`;
+  // Python's json.dumps (ensure_ascii) writes non-ASCII as \uXXXX; "all-u" escapes every unit.
+  return JSON.stringify(s).replace(style === "ascii" ? /[^\x00-\x7f]/g : /[^"\\]/g, (ch) => hex(ch.charCodeAt(0)));
+}
+
+describe("parseRecordingLiterals", () => {
+  const keys = new Set(["content", "text"]);
+  it("parses as JSON.parse does and keeps only escapings equal to JSON.stringify's", () => {
+    // "\\u00" and "\\/" are a backslash then "u00" or "/": JSON escapes the backslash, so the
+    // source holds "\\" + "u00", which must not be taken for a \u escape.
+    const unit = fc.constantFrom("a", "/", "é", "\n", '"', "\\", "\\u00", "\\/", "\u0001", "\t", "😀", "中", "\u2028", "x y");
+    const textArb = fc.array(fc.tuple(unit, fc.integer({ min: 1, max: 900 })), { minLength: 1, maxLength: 5 }).map((runs) => runs.map(([u, n]) => u.repeat(n)).join(""));
+    const styleArb = fc.constantFrom("canonical", "ascii", "slashes", "all-u") as fc.Arbitrary<"canonical" | "ascii" | "slashes" | "all-u">;
+    fc.assert(
+      fc.property(fc.array(fc.tuple(fc.constantFrom("content", "text", "name"), textArb, styleArb), { minLength: 1, maxLength: 4 }), (members) => {
+        const body = `{"messages":[${members.map(([k, s, style]) => `{"role":"user",${JSON.stringify(k)}:${literal(s, style)}}`).join(",")}]}`;
+        const kept = new Map<string, string>();
+        expect(parseRecordingLiterals(body, keys, kept)).toEqual(JSON.parse(body));
+        for (const [value, escaped] of kept) expect(escaped).toBe(JSON.stringify(value).slice(1, -1));
+        for (const [k, s, style] of members) {
+          // Kept exactly when the client wrote JSON.stringify's spelling and that spelling has no
+          // \u escape of its own (a control character without a short escape).
+          const keepable = keys.has(k) && s.length >= LITERAL_MIN_CHARS && literal(s, style) === JSON.stringify(s) && !/[\u0000-\u0007\u000b\u000e-\u001f]/.test(s);
+          if (keepable) expect(kept.get(s)).toBe(JSON.stringify(s).slice(1, -1));
+          // (An identical string sent once canonically and once not is kept from the canonical one.)
+          if (!kept.has(s)) expect(keepable).toBe(false);
+        }
+      }),
+      { numRuns: 200, seed: 1515 },
+    );
   });
 });

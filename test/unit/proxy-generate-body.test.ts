@@ -6,6 +6,7 @@
 import fc from "fast-check";
 import { describe, expect, it } from "vitest";
 import { bodyOfChunks, generateBodyChunks } from "../../src/proxy/generate-body.ts";
+import { parseRecordingLiterals } from "../../src/util/json-scan.ts";
 import type { GenerateRequestBody } from "../../src/proxy/sglang-wire.ts";
 
 const concat = (chunks: readonly string[]): string => chunks.join("");
@@ -34,6 +35,33 @@ describe("generateBodyChunks", () => {
     const t = "a".repeat(8191) + "😀" + "b";
     expect(JSON.parse(concat(generateBodyChunks(body(t)))).text).toBe(t);
     expect(concat(generateBodyChunks({ text: "hi" } as GenerateRequestBody))).toBe('{"text":"hi"}');
+  });
+
+  it("reusing the client's escaping of message texts gives the same bytes, found or not, in any order", () => {
+    const unit = fc.constantFrom("a", "é", "\n", '"', "\\", "😀", "中", "<|im_start|>", "\u0001");
+    const piece = fc.array(fc.tuple(unit, fc.integer({ min: 1, max: 3000 })), { minLength: 1, maxLength: 4 }).map((runs) => runs.map(([u, n]) => u.repeat(n)).join(""));
+    fc.assert(
+      fc.property(fc.array(piece, { minLength: 1, maxLength: 4 }), fc.array(fc.nat(3), { minLength: 1, maxLength: 6 }), fc.string({ maxLength: 40 }), (contents, order, glue) => {
+        // The client's body (some texts sent with Python's \u escapes), and a prompt that uses the
+        // texts in another order, twice, or not at all, with template text around them.
+        const sent = contents.map((c, i) => (i % 2 ? JSON.stringify(c).replace(/[^\x00-\x7f]/g, (ch) => `\\u${ch.charCodeAt(0).toString(16).padStart(4, "0")}`) : JSON.stringify(c)));
+        const literals = new Map<string, string>();
+        parseRecordingLiterals(`{"messages":[${sent.map((l) => `{"role":"user","content":${l}}`).join(",")}]}`, new Set(["content"]), literals);
+        const text = order.map((k) => `${glue}<|im_start|>user\n${contents[k % contents.length]}<|im_end|>`).join("\n");
+        const b = body(text);
+        const { text: _, ...rest } = b;
+        expect(concat(generateBodyChunks(b, literals))).toBe(JSON.stringify({ text, ...rest }));
+      }),
+      { numRuns: 120, seed: 77 },
+    );
+  });
+
+  it("a reused text is one part, not escaped again", () => {
+    const long = "word ".repeat(1000) + "\n".repeat(10);
+    const literals = new Map<string, string>();
+    parseRecordingLiterals(JSON.stringify({ messages: [{ role: "user", content: long }] }), new Set(["content"]), literals);
+    const chunks = generateBodyChunks(body(`<|im_start|>user\n${long}<|im_end|>`), literals);
+    expect(chunks).toContain(JSON.stringify(long).slice(1, -1));
   });
 
   it("the fetch body carries the same UTF-8 bytes, as often as it is sent", async () => {
