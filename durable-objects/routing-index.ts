@@ -10,7 +10,8 @@
 import { DurableObject } from "cloudflare:workers";
 import { RoutingCore, type RouteDecision, type RoutePreview, type RouteRequest, type SettleRequest, type WorkerRecord } from "../src/routing-index/routing-core.ts";
 import type { PoolMetricsSnapshot } from "../src/metrics/pool-snapshot.ts";
-import { RelayMessageSchema, type IndexToRelay } from "../src/relay-wire/relay-protocol.ts";
+import type { IndexToRelay } from "../src/relay-wire/relay-protocol.ts";
+import { parseRelayMessage } from "../src/relay-wire/relay-message.ts";
 import { MAX_RELAY_MESSAGE_BYTES } from "../src/relay-wire/relay-protocol.ts";
 import { initHashing } from "../src/util/hash.ts";
 import { parseRegionsVar, type RegionsConfig } from "../src/selection/regions.ts";
@@ -223,7 +224,7 @@ export class RoutingIndex extends DurableObject<RoutingIndexEnv> {
     } catch {
       return this.#reject(ws, "malformed JSON");
     }
-    const parsed = RelayMessageSchema.safeParse(raw);
+    const parsed = parseRelayMessage(raw);
     if (!parsed.success) return this.#reject(ws, `invalid message: ${parsed.error.issues[0]?.message ?? "schema"}`);
     const msg = parsed.data;
     if (msg.type !== "hello") this.#seen(workerId);
