@@ -33,6 +33,12 @@ export const DEFAULT_MAX_PENDING_BLOCKS = 1 << 18;
 
 const NO_KEYS: readonly number[] = [];
 
+/** Whether `a` is a prefix of `b` (chain keys: the last ones equal already, the rest checked so a 53-bit collision cannot hand over wrong counts). */
+function isPrefix(a: readonly number[], b: readonly number[]): boolean {
+  for (let i = 0; i < a.length; i++) if (a[i] !== b[i]) return false;
+  return true;
+}
+
 export class PendingRoutes {
   /** Chain key → worker slots holding it, with counts. */
   readonly #refs = new ChainKeyTable();
@@ -64,11 +70,20 @@ export class PendingRoutes {
     const all = this.#keysOf(hashes);
     const keys = n === all.length ? all : all.slice(0, n);
     const order = (this.#order[slot] ??= []);
-    // A chain of this worker that the new one repeats or extends adds nothing: drop it, so repeats
-    // and the turns of one chat stay one chain instead of piling up.
-    for (const c of order) if (!c.dropped && c.keys.length <= n && c.keys[c.keys.length - 1] === keys[c.keys.length - 1]) this.#drop(c);
+    // A chain of this worker that the new one repeats or extends adds nothing: the longest such
+    // chain hands its counted keys over (the next turn of a chat counts only its new blocks), the
+    // others are dropped, so repeats and the turns of one chat stay one chain.
+    let heir: PendingChain | null = null;
+    for (const c of order) {
+      if (c.dropped || c.keys.length > n || c.keys[c.keys.length - 1] !== keys[c.keys.length - 1]) continue;
+      if (heir === null && isPrefix(c.keys, keys)) heir = c;
+      else if (heir !== null && c.keys.length > heir.keys.length && isPrefix(c.keys, keys)) (this.#drop(heir), (heir = c));
+      else this.#drop(c);
+    }
     const chain: PendingChain = { slot, keys, expiresAt: now + this.ttlMs, dropped: false };
-    for (let d = 0; d < n; d++) this.#refs.inc(keys[d]!, slot);
+    const from = heir === null ? 0 : heir.keys.length;
+    if (heir !== null) this.#retire(heir);
+    for (let d = from; d < n; d++) this.#refs.inc(keys[d]!, slot);
     this.#chains++;
     this.#blocks += n;
     this.#live[slot] = (this.#live[slot] ?? 0) + 1;
@@ -79,18 +94,26 @@ export class PendingRoutes {
     for (let i = this.#head; this.#blocks > this.maxBlocks; i++) if (!this.#all[i]!.dropped) this.#drop(this.#all[i]!);
   }
 
-  /** Per worker slot: the longest common leading run between `hashes` and its live chains. */
+  /**
+   * Per worker slot: the longest common leading run between `hashes` and its live chains. A slot
+   * that holds key i holds every key before it (key i names blocks [0, i]), so each slot's run is
+   * found by binary search: O(workers × log length) lookups, not a walk down the chain.
+   */
   overlaps(hashes: LocalHashes, now: number): Map<number, number> {
     this.#expire(now);
     const out = new Map<number, number>();
     if (hashes.length === 0 || this.#chains === 0) return out;
     const keys = this.#keysOf(hashes);
-    let depth = 0;
-    const mark = (slot: number): void => void out.set(slot, depth);
-    for (let d = 0; d < keys.length; d++) {
-      depth = d + 1;
-      if (!this.#refs.eachHolder(keys[d]!, mark)) break;
-    }
+    this.#refs.eachHolder(keys[0]!, (slot) => {
+      let lo = 1;
+      let hi = keys.length;
+      while (lo < hi) {
+        const mid = (lo + hi + 1) >>> 1;
+        if (this.#refs.holds(keys[mid - 1]!, slot) === true) lo = mid;
+        else hi = mid - 1;
+      }
+      out.set(slot, lo);
+    });
     return out;
   }
 
@@ -109,6 +132,11 @@ export class PendingRoutes {
     return this.#blocks;
   }
 
+  /** Distinct chain keys in the table (0 once every chain is gone). */
+  get keys(): number {
+    return this.#refs.size;
+  }
+
   clear(slot: number): void {
     for (const c of this.#order[slot] ?? []) if (!c.dropped) this.#drop(c);
     this.#order[slot] = undefined;
@@ -120,6 +148,15 @@ export class PendingRoutes {
       this.#lastHashes = hashes;
     }
     return this.#lastKeys;
+  }
+
+  /** Ends a chain whose counted keys the chain extending it took over. */
+  #retire(c: PendingChain): void {
+    c.dropped = true;
+    this.#chains--;
+    this.#blocks -= c.keys.length;
+    this.#live[c.slot]!--;
+    c.keys = NO_KEYS;
   }
 
   #drop(c: PendingChain): void {

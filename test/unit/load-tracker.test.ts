@@ -150,6 +150,9 @@ describe("PendingRoutes", () => {
             expect(pr.overlaps(o.typed ? BigUint64Array.from(o.chain) : o.chain, now)).toEqual(expected);
           }
         }
+        // Every count a chain took (or inherited from the chain it extended) is given back.
+        for (let slot = 0; slot <= 2; slot++) pr.clear(slot);
+        expect([pr.size, pr.blocks, pr.keys]).toEqual([0, 0, 0]);
       }),
       { numRuns: 400 },
     );
