@@ -11,6 +11,7 @@
  * with the salt SGLang reports in BlockStoredWithMetadata.
  */
 import { xxh3_64 } from "../util/hash.ts";
+import { XXH3_WORDS_MAX, XXH3_WORDS_MIN, xxh3Keys, xxh3Words } from "./xxh3-words.ts";
 
 export const LOCAL_HASH_SEED = 1337n;
 
@@ -40,13 +41,40 @@ export function localBlockHashes(tokens: ArrayLike<number>, blockSize: number): 
 }
 
 let blockBuf = new Uint8Array(64);
+let blockWords = new Uint32Array(16);
+const hashOut = new Uint32Array(2);
+const hashBytes = new DataView(new ArrayBuffer(8));
 
 /**
  * localBlockHashes of the parts' concatenation, without building it (the prompt-prefix cache hashes
- * a reused tail, the middle and the new text as one run). Requires initHashing().
+ * a reused tail, the middle and the new text as one run). Blocks of 5–32 tokens (17–128 bytes) are
+ * hashed by xxh3Words, the same XXH3-64 without hash-wasm's per-call cost. Requires initHashing().
  */
 export function localBlockHashesOfParts(parts: readonly ArrayLike<number>[], blockSize: number): bigint[] {
   if (!Number.isInteger(blockSize) || blockSize <= 0) throw new RangeError(`bad block size ${blockSize}`);
+  if (blockSize < XXH3_WORDS_MIN || blockSize > XXH3_WORDS_MAX) return hashBlocksThroughBytes(parts, blockSize);
+  if (blockWords.length < blockSize) blockWords = new Uint32Array(blockSize);
+  const words = blockWords;
+  const keys = xxh3Keys(LOCAL_HASH_SEED);
+  const out: bigint[] = [];
+  let fill = 0;
+  for (const part of parts) {
+    for (let i = 0; i < part.length; i++) {
+      words[fill] = part[i]!;
+      if (++fill === blockSize) {
+        xxh3Words(words, 0, blockSize, keys, hashOut, 0);
+        hashBytes.setUint32(0, hashOut[0]!, true);
+        hashBytes.setUint32(4, hashOut[1]!, true);
+        out.push(hashBytes.getBigUint64(0, true));
+        fill = 0;
+      }
+    }
+  }
+  return out;
+}
+
+/** Block sizes outside xxh3Words' range: the bytes through hash-wasm. */
+function hashBlocksThroughBytes(parts: readonly ArrayLike<number>[], blockSize: number): bigint[] {
   if (blockBuf.length < blockSize * 4) blockBuf = new Uint8Array(blockSize * 4);
   const buf = blockBuf.subarray(0, blockSize * 4);
   const view = new DataView(buf.buffer, 0, blockSize * 4);

@@ -1,0 +1,61 @@
+/**
+ * xxh3Words against hash-wasm's XXH3-64 (the oracle, a build of the reference C code): every input
+ * length it takes (5–32 little-endian words), random and extreme words, the seeds the router uses
+ * and random 64-bit ones; and block hashes through it equal the byte path's.
+ */
+import fc from "fast-check";
+import { createXXHash3 } from "hash-wasm";
+import { beforeAll, describe, expect, it } from "vitest";
+import { localBlockHashes } from "../../src/blocks/block-hash.ts";
+import { XXH3_WORDS_MAX, XXH3_WORDS_MIN, xxh3Keys, xxh3Words } from "../../src/blocks/xxh3-words.ts";
+import { initHashing, xxh3_64 } from "../../src/util/hash.ts";
+
+beforeAll(() => initHashing());
+
+function bytesOf(words: readonly number[]): Uint8Array {
+  const b = new Uint8Array(words.length * 4);
+  const v = new DataView(b.buffer);
+  words.forEach((w, i) => v.setUint32(i * 4, w >>> 0, true));
+  return b;
+}
+
+function ours(words: readonly number[], seed: bigint): bigint {
+  const out = new Uint32Array(2);
+  xxh3Words(words, 0, words.length, xxh3Keys(seed), out, 0);
+  return (BigInt(out[1]!) << 32n) | BigInt(out[0]!);
+}
+
+const word = fc.oneof(fc.constantFrom(0, 1, 0x7fffffff, 0x80000000, 0xffffffff, 151_642), fc.integer({ min: 0, max: 0xffffffff }));
+
+describe("xxh3Words", () => {
+  it("equals hash-wasm's XXH3-64 for every length from 17 to 128 bytes, seeds 0 and 1337", () => {
+    fc.assert(
+      fc.property(fc.array(word, { minLength: XXH3_WORDS_MIN, maxLength: XXH3_WORDS_MAX }), fc.constantFrom(0n, 1337n), (words, seed) => {
+        expect(ours(words, seed)).toBe(xxh3_64(bytesOf(words), seed));
+      }),
+      { numRuns: 3000, seed: 64 },
+    );
+  });
+
+  it("equals hash-wasm's XXH3-64 under random 64-bit seeds", async () => {
+    const cases = fc.sample(fc.tuple(fc.array(word, { minLength: XXH3_WORDS_MIN, maxLength: XXH3_WORDS_MAX }), fc.bigInt({ min: 0n, max: 2n ** 64n - 1n })), { numRuns: 300, seed: 7 });
+    for (const [words, seed] of cases) {
+      const h = await createXXHash3(Number(seed & 0xffffffffn), Number(seed >> 32n));
+      h.init();
+      h.update(bytesOf(words));
+      expect(ours(words, seed)).toBe(BigInt(`0x${h.digest("hex")}`));
+    }
+  });
+
+  it("gives block hashes equal to the byte path's, a word window anywhere in an array", () => {
+    const tokens = Array.from({ length: 4096 }, (_, i) => (i * 2654435761) >>> 8);
+    const blocks = localBlockHashes(tokens, 16);
+    expect(blocks).toHaveLength(256);
+    blocks.forEach((h, b) => expect(h).toBe(xxh3_64(bytesOf(tokens.slice(16 * b, 16 * b + 16)), 1337n)));
+    const out = new Uint32Array(4);
+    xxh3Words(tokens, 32, 16, xxh3Keys(1337n), out, 2);
+    expect((BigInt(out[3]!) << 32n) | BigInt(out[2]!)).toBe(blocks[2]);
+    // Block sizes outside 5–32 tokens go through hash-wasm's bytes: still the same hash.
+    for (const size of [1, 4, 33, 64]) expect(localBlockHashes(tokens.slice(0, size), size)[0]).toBe(xxh3_64(bytesOf(tokens.slice(0, size)), 1337n));
+  });
+});
