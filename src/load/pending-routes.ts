@@ -6,11 +6,11 @@
  * event path's latency) and are bounded per worker and in total; the index stays the source of
  * truth after that.
  *
- * Lookup costs O(overlap), whatever the number of chains: each chain is stored as the chain keys of
- * its blocks (chainKeysOf: key i identifies blocks [0, i], as a radix-tree path does), counted per
- * worker slot in one typed-array table. A query walks its own chain keys while the table has them;
- * each worker holding key i shares at least i + 1 leading blocks with one of its chains (a chain
- * that has a prefix has all shorter ones). Comparing chains block by block instead cost
+ * Each chain is stored as the chain keys of its blocks (chainKeysOf: key i identifies blocks [0, i],
+ * as a radix-tree path does), counted per worker slot in one typed-array table. A worker holding
+ * key i shares at least i + 1 leading blocks with one of its chains (a chain that has a prefix has
+ * all shorter ones), so a lookup binary-searches each worker holding the first key: O(workers ×
+ * log length), whatever the number of chains. Comparing chains block by block instead cost
  * O(chains × length) per route and per add: a few ms at 60 turns of one 32k-token chat. A false
  * match needs a 53-bit key collision and would only credit a worker with pending blocks for a few
  * seconds.
@@ -52,7 +52,7 @@ export class PendingRoutes {
   #blocks = 0;
   /** The last query's keys: a route asks overlaps() and then add() with the same hashes. */
   #lastHashes: LocalHashes | null = null;
-  #lastKeys: readonly number[] = NO_KEYS;
+  #lastKeys: number[] = [];
   readonly ttlMs: number;
   readonly maxPerWorker: number;
   readonly maxBlocks: number;
@@ -67,7 +67,7 @@ export class PendingRoutes {
     this.#expire(now);
     const n = Math.min(hashes.length, this.maxBlocks);
     if (n === 0) return;
-    const all = this.#keysOf(hashes);
+    const all = this.keysOf(hashes);
     const keys = n === all.length ? all : all.slice(0, n);
     const order = (this.#order[slot] ??= []);
     // A chain of this worker that the new one repeats or extends adds nothing: the longest such
@@ -103,7 +103,7 @@ export class PendingRoutes {
     this.#expire(now);
     const out = new Map<number, number>();
     if (hashes.length === 0 || this.#chains === 0) return out;
-    const keys = this.#keysOf(hashes);
+    const keys = this.keysOf(hashes);
     this.#refs.eachHolder(keys[0]!, (slot) => {
       let lo = 1;
       let hi = keys.length;
@@ -142,7 +142,11 @@ export class PendingRoutes {
     this.#order[slot] = undefined;
   }
 
-  #keysOf(hashes: LocalHashes): readonly number[] {
+  /**
+   * Chain keys of `hashes`, kept for the last array asked about: a route computes them once for
+   * the overlap, the load tracker and add(). Shared: callers must not modify the array.
+   */
+  keysOf(hashes: LocalHashes): number[] {
     if (hashes !== this.#lastHashes) {
       this.#lastKeys = chainKeysOf(hashes);
       this.#lastHashes = hashes;
@@ -150,23 +154,20 @@ export class PendingRoutes {
     return this.#lastKeys;
   }
 
-  /** Ends a chain whose counted keys the chain extending it took over. */
+  /** Ends a chain without touching its counted keys (the chain extending it took them over, or #drop gave them back). */
   #retire(c: PendingChain): void {
     c.dropped = true;
     this.#chains--;
     this.#blocks -= c.keys.length;
     this.#live[c.slot]!--;
+    // The lists may hold the chain a while longer; its keys are not needed any more.
     c.keys = NO_KEYS;
   }
 
+  /** Ends a chain and gives back its counted keys. */
   #drop(c: PendingChain): void {
-    c.dropped = true;
     for (let d = 0; d < c.keys.length; d++) this.#refs.dec(c.keys[d]!, c.slot);
-    this.#chains--;
-    this.#blocks -= c.keys.length;
-    this.#live[c.slot]!--;
-    // The lists may hold the chain a while longer; its keys are not needed any more.
-    c.keys = NO_KEYS;
+    this.#retire(c);
   }
 
   /** Drops chains whose time is up (the oldest first) and forgets dropped ones at the list head. */

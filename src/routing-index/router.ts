@@ -5,7 +5,7 @@
  * choice without side effects.
  */
 import type { LocalHashes } from "../blocks/block-hash.ts";
-import { chainKeysOf, type LoadTracker } from "../load/load-tracker.ts";
+import type { LoadTracker } from "../load/load-tracker.ts";
 import type { PoolRecorder } from "../metrics/pool-recorder.ts";
 import type { IndexCounters } from "../metrics/pool-snapshot.ts";
 import { RegionsConfigSchema, resolveEdgeRegion, scoreCandidatesByTtft, type RegionsConfig } from "../selection/regions.ts";
@@ -225,7 +225,7 @@ export class Router {
     if (live.length === 0) return null;
     const now = this.#now();
     const overlaps = views.overlaps(live, req.localHashes, now);
-    const chain = chainKeysOf(req.localHashes);
+    const chain = views.pending.keysOf(req.localHashes);
     const shared = load.sharedPrefixes(chain);
     const candidates: Candidate[] = live.map((w, k) => ({
       slot: w.slot,

@@ -1,20 +1,20 @@
 /**
  * Scanning JSON text without parsing it: native indexOf jumps over strings, a character loop over
- * the rest. Used before JSON.parse (depth bounds) and to find one member's text in a large body.
+ * the rest. Used before JSON.parse (depth bounds), to find one member's text in a large body, and
+ * to keep long strings' source text while parsing (parseRecordingLiterals).
  */
+
+/** Whether the character at `j` is escaped: preceded by an odd run of backslashes. */
+function isEscaped(text: string, j: number): boolean {
+  let k = j - 1;
+  while (k >= 0 && text.charCodeAt(k) === 0x5c) k--;
+  return (j - 1 - k) % 2 === 1;
+}
 
 /** Index of the quote that closes the string opened at `open` (a `"`), or -1 when unterminated. */
 export function closingQuote(text: string, open: number): number {
-  let j = open + 1;
-  for (;;) {
-    j = text.indexOf('"', j);
-    if (j === -1) return -1;
-    // closed by a quote preceded by an even number of backslashes
-    let k = j - 1;
-    while (text.charCodeAt(k) === 0x5c) k--;
-    if ((j - 1 - k) % 2 === 0) return j;
-    j++;
-  }
+  for (let j = text.indexOf('"', open + 1); j !== -1; j = text.indexOf('"', j + 1)) if (!isEscaped(text, j)) return j;
+  return -1;
 }
 
 function isSpace(c: number): boolean {
@@ -57,14 +57,10 @@ export function topLevelMemberSpan(text: string, key: string): [number, number] 
   return found;
 }
 
-/** Whether JSON string text `s` has the escape `\<letter>` (a backslash after an even run of backslashes). */
+/** Whether JSON string text `s` has the escape `\<letter>` (a backslash that is not itself escaped). */
 function hasEscape(s: string, letter: string): boolean {
   const needle = `\\${letter}`;
-  for (let j = s.indexOf(needle); j !== -1; j = s.indexOf(needle, j + 1)) {
-    let k = j - 1;
-    while (k >= 0 && s.charCodeAt(k) === 0x5c) k--;
-    if ((j - 1 - k) % 2 === 0) return true;
-  }
+  for (let j = s.indexOf(needle); j !== -1; j = s.indexOf(needle, j + 1)) if (!isEscaped(s, j)) return true;
   return false;
 }
 
@@ -80,6 +76,8 @@ export const LITERAL_MIN_CHARS = 2048;
  * where the runtime has none, nothing is kept). Keys: value → escaped text, in document order.
  */
 export function parseRecordingLiterals(text: string, keys: ReadonlySet<string>, into: Map<string, string>): unknown {
+  // A text this short holds no such string: no reviver walk for it.
+  if (text.length < LITERAL_MIN_CHARS + 2) return JSON.parse(text);
   return JSON.parse(text, (key: string, value: unknown, context?: { source?: string }) => {
     if (typeof value === "string" && value.length >= LITERAL_MIN_CHARS && keys.has(key) && context?.source !== undefined) {
       const inner = context.source.slice(1, -1);

@@ -154,10 +154,15 @@ export class BpeEngine {
     out.pushAll(ids);
   }
 
+  /** this.syms, with room for the symbols of an n-byte piece (at most one per byte). */
+  private symsFor(n: number): Int32Array {
+    if (this.syms.length < n) this.syms = new Int32Array(this.buf.length);
+    return this.syms;
+  }
+
   /** Byte tokens of this.buf[0, n) in this.syms, which is returned. */
   private byteSymbols(n: number): Int32Array {
-    if (this.syms.length < n) this.syms = new Int32Array(this.buf.length);
-    const syms = this.syms;
+    const syms = this.symsFor(n);
     const byteId = this.vocab.byteId;
     for (let i = 0; i < n; i++) syms[i] = byteId[this.buf[i]!]!;
     return syms;
@@ -171,8 +176,7 @@ export class BpeEngine {
    * would only evict useful entries. Kept apart from encodePiece so the ASCII path stays small.
    */
   private encodeWithWholeChars(piece: string, n: number, out: IdBuffer): boolean {
-    if (this.syms.length < n) this.syms = new Int32Array(this.buf.length);
-    const syms = this.syms;
+    const syms = this.symsFor(n);
     const buf = this.buf;
     const byteId = this.vocab.byteId;
     const len = piece.length;
