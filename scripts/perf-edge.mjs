@@ -12,11 +12,12 @@
 // kernel that lets this user record (perf_event_paranoid ≤ 2 for its own processes).
 // Usage: node scripts/perf-edge.mjs [--tokens 32000] [--n 200] [--cold] [--top 30]
 import { execFileSync, spawn } from "node:child_process";
-import { mkdtempSync, readFileSync, rmSync } from "node:fs";
+import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { parseArgs } from "node:util";
 import { startEdgeFleet } from "../bench/lib/edge-fleet.mjs";
+import { processCpuMs } from "../bench/lib/process-cpu.mjs";
 import { freshText } from "../bench/lib/corpus.mjs";
 import { rng } from "../bench/lib/stats.mjs";
 
@@ -30,12 +31,6 @@ try {
 } catch {
   console.error("perf-edge: needs Linux `perf` on PATH");
   process.exit(2);
-}
-
-/** utime + stime of a process, in ms (Linux /proc). */
-function cpuMs(pid) {
-  const f = readFileSync(`/proc/${pid}/stat`, "utf8").split(") ")[1].split(" ");
-  return (Number(f[11]) + Number(f[12])) * 10;
 }
 
 /** One sample of `perf script` output: its frames, leaf first. */
@@ -82,9 +77,9 @@ try {
   const data = join(dir, "perf.data");
   const rec = spawn("perf", ["record", "-e", "cpu-clock", "-F", "4000", "-g", "-p", pid, "-o", data], { stdio: ["ignore", "ignore", "pipe"] });
   await new Promise((r) => setTimeout(r, 500));
-  const cpu0 = cpuMs(pid);
+  const cpu0 = processCpuMs(pid);
   for (const b of bodies) await post(b);
-  const cpuPerRequest = (cpuMs(pid) - cpu0) / N;
+  const cpuPerRequest = (processCpuMs(pid) - cpu0) / N;
   rec.kill("SIGINT");
   await new Promise((r) => rec.once("exit", r));
   const script = execFileSync("perf", ["script", "-i", data, "-F", "ip,sym"], { encoding: "utf8", maxBuffer: 1 << 30, stdio: ["ignore", "pipe", "ignore"] });

@@ -7,10 +7,11 @@
 // shows the runtime's share too. Usage: node scripts/profile-edge.mjs [--tokens 32000] [--n 60] [--stream]
 // [--save profile.cpuprofile] (the raw profile, for DevTools)
 import { execFileSync } from "node:child_process";
-import { readFileSync, writeFileSync } from "node:fs";
+import { writeFileSync } from "node:fs";
 import { parseArgs } from "node:util";
 import WebSocket from "ws";
 import { startEdgeFleet } from "../bench/lib/edge-fleet.mjs";
+import { processCpuMs } from "../bench/lib/process-cpu.mjs";
 import { selfTimes } from "../bench/lib/profile.mjs";
 import { freshText } from "../bench/lib/corpus.mjs";
 import { rng, summarize } from "../bench/lib/stats.mjs";
@@ -42,12 +43,10 @@ function cpuMs(pattern) {
   try {
     pids = execFileSync("pgrep", ["-f", pattern], { encoding: "utf8" }).trim().split("\n").filter(Boolean);
   } catch {}
-  const tick = 1000 / 100;
   let total = 0;
   for (const pid of pids) {
     try {
-      const f = readFileSync(`/proc/${pid}/stat`, "utf8").split(") ")[1].split(" ");
-      total += (Number(f[11]) + Number(f[12])) * tick;
+      total += processCpuMs(pid);
     } catch {}
   }
   return total;
