@@ -9,7 +9,7 @@ import { DEFAULT_LIMITS } from "./limits.ts";
 import type { Limits } from "./limits.ts";
 import { ChatCompletionRequestSchema } from "./openai-schema.ts";
 import { hasLoneSurrogate } from "../util/unicode.ts";
-import { closingQuote, parseRecordingLiterals } from "../util/json-scan.ts";
+import { closingQuote, parseRecordingLiterals, type JsonLiteral } from "../util/json-scan.ts";
 import type { ChatCompletionRequest, ContentPart } from "./openai-schema.ts";
 
 type PathKey = string | number;
@@ -401,7 +401,7 @@ const LITERAL_KEYS: ReadonlySet<string> = new Set(["content", "text"]);
 export function parseChatRequest(
   bodyText: string,
   limits: Limits = DEFAULT_LIMITS,
-  opts: { sizeChecked?: boolean; literals?: Map<string, string> } = {},
+  opts: { sizeChecked?: boolean; literals?: JsonLiteral[] } = {},
 ): ChatCompletionRequest {
   try {
     if (typeof bodyText !== "string") throw new InvalidRequestError("Request body must be text.");

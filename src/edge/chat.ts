@@ -24,6 +24,7 @@ import { shardForRequest } from "../block-index/shard.ts";
 import type { RouteDecision, RouteRequest, SettleRequest } from "../routing-index/routing-core.ts";
 import { buildGenerateBody, newRequestId } from "../proxy/generate-request.ts";
 import { bodyOfChunks, generateBodyChunks } from "../proxy/generate-body.ts";
+import type { JsonLiteral } from "../util/json-scan.ts";
 import { cacheSaltFor } from "./cache-salt.ts";
 import { createChatStreamTranslator, translateGenerateHttp } from "../proxy/translate.ts";
 import { guardUpstreamBody, readGuardedText } from "../proxy/upstream-guard.ts";
@@ -86,7 +87,7 @@ export function limitsOf(config: EdgeConfig): Limits {
  * where a JS number would print `0` (a different prompt), so only the lexeme gives the worker's
  * tools block (docs/prompt.md, number policy). The rest of each tool stays as validated.
  */
-export function parseChatBody(bodyText: string, limits: Limits, opts: { sizeChecked?: boolean; literals?: Map<string, string> } = {}): ChatCompletionRequest {
+export function parseChatBody(bodyText: string, limits: Limits, opts: { sizeChecked?: boolean; literals?: JsonLiteral[] } = {}): ChatCompletionRequest {
   const req = parseChatRequest(bodyText, limits, opts);
   if (req.tools && req.tools.length > 0) {
     const raw = parseToolsKeepingNumbers(bodyText);
@@ -340,7 +341,7 @@ export async function handleChatCompletions(request: Request, deps: ChatDeps): P
   const bodyText = await readBodyText(request, limits);
   clock.mark("read");
   // Long message texts whose JSON escaping can go to the worker as the client sent it (generate-body.ts).
-  const literals = new Map<string, string>();
+  const literals: JsonLiteral[] = [];
   const req = parseChatBody(bodyText, limits, { sizeChecked: true, literals });
   clock.mark("parse");
   if (admitted) await admitted;

@@ -66,6 +66,8 @@ const MEMO_MAX_TEXT_CHARS = 256;
  * Safe because each text piece sits between special tokens, so it always tokenises on its own.
  */
 export function memoEncode(encode: EncodeText, text: string): readonly number[] {
+  // Checked before any lookup: V8 copies a string into its string table to use it as a Map key.
+  if (text.length > MEMO_MAX_TEXT_CHARS) return Object.freeze(encode(text).slice());
   let m = memoByEncoder.get(encode);
   if (!m) {
     m = { map: new Map(), bytes: 0 };
@@ -74,7 +76,6 @@ export function memoEncode(encode: EncodeText, text: string): readonly number[] 
   let ids = m.map.get(text);
   if (!ids) {
     ids = Object.freeze(encode(text).slice());
-    if (text.length > MEMO_MAX_TEXT_CHARS) return ids;
     const bytes = memoEntryBytes(text, ids.length);
     if (m.bytes + bytes > MEMO_MAX_BYTES) {
       memoTotals.bytes -= m.bytes;

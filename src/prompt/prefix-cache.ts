@@ -23,6 +23,7 @@
  */
 import { localBlockHashes, localBlockHashesOfParts } from "../blocks/block-hash.ts";
 import { xxh3_64 } from "../util/hash.ts";
+import { ownString } from "../util/own-string.ts";
 
 /** What the cache needs from a tokenizer (QwenTokenizer satisfies it). */
 export interface PrefixTokenizer {
@@ -135,7 +136,6 @@ export function splitIsSafe(addedTokens: readonly { content: string }[], split: 
 }
 
 const encoder = new TextEncoder();
-const decoder = new TextDecoder();
 type Ids = readonly number[];
 const EMPTY: readonly number[] = [];
 
@@ -167,12 +167,12 @@ function idsFrom(n: Node, start: number): number[] {
 }
 
 /**
- * `text.slice(start, end)` that does not keep all of `text` alive: V8 slices share their parent's
- * characters, and a short new turn must not pin the whole request. (Well-formed text round-trips.)
+ * `text.slice(start, end)` that does not keep all of `text` alive (ownString) unless it is most of
+ * it: a short new turn must not pin the whole request.
  */
 function ownText(text: string, start: number, end: number): string {
   const s = text.slice(start, end);
-  return 2 * s.length >= text.length ? s : decoder.decode(encoder.encode(s));
+  return 2 * s.length >= text.length ? s : ownString(s);
 }
 
 export class PrefixCache {

@@ -10,6 +10,7 @@
  * unit at a time except for surrogate pairs, no piece splits a pair, and a reused escaping is
  * JSON.stringify's own (json-scan.ts, parseRecordingLiterals).
  */
+import type { JsonLiteral } from "../util/json-scan.ts";
 import type { GenerateRequestBody } from "./sglang-wire.ts";
 
 /** UTF-16 units per escaped slice (well below V8's large-object size even when escaped 6×). */
@@ -35,12 +36,12 @@ function escapeSlices(chunks: string[], text: string, start: number, end: number
  * order, its escaping is reused instead of escaping it again: the same bytes, one JSON pass fewer
  * over most of a long prompt.
  */
-export function generateBodyChunks(body: GenerateRequestBody, literals?: ReadonlyMap<string, string>): string[] {
+export function generateBodyChunks(body: GenerateRequestBody, literals: readonly JsonLiteral[] = []): string[] {
   const { text, ...rest } = body;
   const chunks: string[] = ['{"text":"'];
   let cursor = 0;
   let misses = 0;
-  for (const [value, escaped] of literals ?? []) {
+  for (const { value, escaped } of literals) {
     // A piece that begins with a low or ends with a high surrogate could split a pair: not reused.
     if ((value.charCodeAt(0) & 0xfc00) === 0xdc00 || (value.charCodeAt(value.length - 1) & 0xfc00) === 0xd800) continue;
     const at = text.indexOf(value, cursor);

@@ -64,6 +64,12 @@ function hasEscape(s: string, letter: string): boolean {
   return false;
 }
 
+/** A parsed string and its source text, which is exactly JSON.stringify's escaping of it. */
+export interface JsonLiteral {
+  value: string;
+  escaped: string;
+}
+
 /** Shortest string whose source text parseRecordingLiterals keeps (shorter ones cost little to escape again). */
 export const LITERAL_MIN_CHARS = 2048;
 
@@ -73,15 +79,17 @@ export const LITERAL_MIN_CHARS = 2048;
  * `\u` and no `\/` escape. The other escapes (`\" \\ \b \f \n \r \t`) are the ones JSON.stringify
  * uses, and valid JSON has no raw control character, so such text is the canonical escaping and
  * can be sent on without escaping the string again. Uses the reviver's source text (V8 ≥ 11.4;
- * where the runtime has none, nothing is kept). Keys: value → escaped text, in document order.
+ * where the runtime has none, nothing is kept). Appended to `into` in document order. (A list, not a
+ * Map keyed by the text: V8 copies a string into its string table to use it as a Map key, and these
+ * are the longest strings of the request.)
  */
-export function parseRecordingLiterals(text: string, keys: ReadonlySet<string>, into: Map<string, string>): unknown {
+export function parseRecordingLiterals(text: string, keys: ReadonlySet<string>, into: JsonLiteral[]): unknown {
   // A text this short holds no such string: no reviver walk for it.
   if (text.length < LITERAL_MIN_CHARS + 2) return JSON.parse(text);
   return JSON.parse(text, (key: string, value: unknown, context?: { source?: string }) => {
     if (typeof value === "string" && value.length >= LITERAL_MIN_CHARS && keys.has(key) && context?.source !== undefined) {
       const inner = context.source.slice(1, -1);
-      if (!hasEscape(inner, "u") && !hasEscape(inner, "/")) into.set(value, inner);
+      if (!hasEscape(inner, "u") && !hasEscape(inner, "/")) into.push({ value, escaped: inner });
     }
     return value;
   });

@@ -11,7 +11,7 @@ import { edgeCacheBudgets } from "../../src/edge/cache-budgets.ts";
 import { layoutMemoStats, memoEncode, MEMO_MAX_BYTES } from "../../src/layout/layout.ts";
 import { PrefixCache, SPLIT_TOKEN } from "../../src/prompt/prefix-cache.ts";
 import { BpeEngine } from "../../src/prompt/tokenizer/engine.ts";
-import { SegmentCache } from "../../src/prompt/tokenizer/segment-cache.ts";
+import { fingerprint, SegmentCache } from "../../src/prompt/tokenizer/segment-cache.ts";
 import { decodeVocab } from "../../src/prompt/tokenizer/vocab.ts";
 import { VOCAB_B64 } from "../../src/generated/tokenizer/qwen-vocab.js";
 import { initHashing } from "../../src/util/hash.ts";
@@ -75,6 +75,40 @@ describe("edge cache byte budgets", () => {
       expect(c.stats().bytes).toBeLessThanOrEqual(256 * 1024);
     }
     expect(c.stats().entries).toBeLessThan(20_000);
+  });
+
+  it("the token-segment cache's estimate covers V8's real retention when segments are slices of larger prompts", () => {
+    const maxBytes = 2 * 1024 * 1024;
+    gc();
+    const before = process.memoryUsage().heapUsed;
+    const c = new SegmentCache(1e9, maxBytes);
+    for (let i = 0; i < 400; i++) {
+      // A 40 kB prompt per request, of which one 2 kB segment is cached: the cache must not keep the prompt.
+      const prompt = `${text(i, 6000)}`;
+      const seg = prompt.slice(1000, 3000);
+      c.set(seg, new Int32Array(500));
+      expect(c.get(seg)).toBeDefined();
+    }
+    gc();
+    const retained = process.memoryUsage().heapUsed - before;
+    const s = c.stats();
+    expect(s.entries).toBeGreaterThan(100);
+    expect(retained, `retained ${retained} B for an estimate of ${s.bytes} B`).toBeLessThan(s.bytes * 1.25);
+  });
+
+  it("the token-segment cache finds a segment whatever string object carries it, and never confuses two with one fingerprint", () => {
+    const c = new SegmentCache(1e9);
+    const long = text(7, 2000);
+    c.set(long.slice(0), Int32Array.of(1));
+    expect(c.get(`${long.slice(0, 500)}${long.slice(500)}`)).toEqual(Int32Array.of(1));
+    // Same length, head, tail and sampled characters: one fingerprint, two texts, two entries.
+    const i = 1000;
+    const other = long.slice(0, i) + (long[i] === "x" ? "y" : "x") + long.slice(i + 1);
+    expect(fingerprint(other)).toBe(fingerprint(long));
+    expect(c.get(other)).toBeUndefined();
+    c.set(other, Int32Array.of(2));
+    expect(c.get(other)).toEqual(Int32Array.of(2));
+    expect(c.get(long)).toEqual(Int32Array.of(1));
   });
 
   it("the BPE piece cache stays within its byte budget; very long pieces are not cached", () => {

@@ -6,7 +6,7 @@
 import fc from "fast-check";
 import { describe, expect, it } from "vitest";
 import { bodyOfChunks, generateBodyChunks } from "../../src/proxy/generate-body.ts";
-import { parseRecordingLiterals } from "../../src/util/json-scan.ts";
+import { parseRecordingLiterals, type JsonLiteral } from "../../src/util/json-scan.ts";
 import type { GenerateRequestBody } from "../../src/proxy/sglang-wire.ts";
 
 const concat = (chunks: readonly string[]): string => chunks.join("");
@@ -45,7 +45,7 @@ describe("generateBodyChunks", () => {
         // The client's body (some texts sent with Python's \u escapes), and a prompt that uses the
         // texts in another order, twice, or not at all, with template text around them.
         const sent = contents.map((c, i) => (i % 2 ? JSON.stringify(c).replace(/[^\x00-\x7f]/g, (ch) => `\\u${ch.charCodeAt(0).toString(16).padStart(4, "0")}`) : JSON.stringify(c)));
-        const literals = new Map<string, string>();
+        const literals: JsonLiteral[] = [];
         parseRecordingLiterals(`{"messages":[${sent.map((l) => `{"role":"user","content":${l}}`).join(",")}]}`, new Set(["content"]), literals);
         const text = order.map((k) => `${glue}<|im_start|>user\n${contents[k % contents.length]}<|im_end|>`).join("\n");
         const b = body(text);
@@ -58,7 +58,7 @@ describe("generateBodyChunks", () => {
 
   it("a reused text is one part, not escaped again", () => {
     const long = "word ".repeat(1000) + "\n".repeat(10);
-    const literals = new Map<string, string>();
+    const literals: JsonLiteral[] = [];
     parseRecordingLiterals(JSON.stringify({ messages: [{ role: "user", content: long }] }), new Set(["content"]), literals);
     const chunks = generateBodyChunks(body(`<|im_start|>user\n${long}<|im_end|>`), literals);
     expect(chunks).toContain(JSON.stringify(long).slice(1, -1));

@@ -11,7 +11,8 @@ import * as gen from "../../scripts/gen-unicode-patch.mjs";
 import { clearTokenizerCaches, getQwenTokenizer } from "../../src/prompt/tokenizer/index.ts";
 import { BpeEngine } from "../../src/prompt/tokenizer/engine.ts";
 import { qwenPieceRegex } from "../../src/prompt/tokenizer/pretokenize.ts";
-import { codePointSet, exactPieces, hasCodePoint, hasSkew, referenceNfc } from "../../src/prompt/tokenizer/skew.ts";
+import { PieceScanner } from "../../src/prompt/tokenizer/piece-scanner.ts";
+import { codePointSet, hasCodePoint, hasSkew, referenceNfc } from "../../src/prompt/tokenizer/skew.ts";
 import { L, N, nfcBarrier, skew } from "../../src/prompt/tokenizer/unicode-patch.ts";
 import { fuzzCorpus, longTexts, mulberry32 } from "./tokenizer-fuzz.ts";
 import { loadRustTokenizer, type RustTokenizer } from "./rust-tokenizer.ts";
@@ -157,7 +158,7 @@ describe("Unicode skew: fast/slow split", () => {
     }
   });
 
-  it("exactPieces (classified text) equals the regex over the exact L/N classes", () => {
+  it("the piece scanner equals the regex over the exact L/N classes (skew code points mixed in)", () => {
     const exactRe = qwenPieceRegex(L, N);
     const pieces = (t: string): string[] => {
       const out: string[] = [];
@@ -178,7 +179,8 @@ describe("Unicode skew: fast/slow split", () => {
       for (const ch of t) s += random() < 0.05 ? pool[Math.floor(random() * pool.length)] + ch : ch;
       return s;
     });
-    const bad = texts.filter((t) => JSON.stringify(exactPieces(t)) !== JSON.stringify(pieces(t)));
+    const scanner = new PieceScanner();
+    const bad = texts.filter((t) => JSON.stringify(scanner.pieces(t)) !== JSON.stringify(pieces(t)));
     expect(bad.map((t) => JSON.stringify(t).slice(0, 80))).toEqual([]);
   });
 

@@ -1,14 +1,15 @@
 /**
  * Ordinary-text encoder shared by every model family: NFC → Qwen2 pre-tokenizer → byte-level BPE.
- * Added tokens are split off before this (tokenizer.ts). Holds the per-piece and per-segment caches.
+ * Added tokens are split off before this (tokenizer.ts); pieces come from piece-scanner.ts. Holds the
+ * per-piece and per-segment caches.
  * Text holding a Unicode-skew code point takes the patched slow path (skew.ts).
  */
 import { bpe } from "./bpe.ts";
 import { CharTokens, CONDITIONAL, UNRESOLVED } from "./char-tokens.ts";
 import { IdBuffer } from "./id-buffer.ts";
-import { qwenPieceRegex } from "./pretokenize.ts";
+import { PieceScanner } from "./piece-scanner.ts";
 import { SegmentCache, type SegmentCacheStats } from "./segment-cache.ts";
-import { exactPieces, hasSkew, referenceNfc, skewCodePoints, type CodePointSet } from "./skew.ts";
+import { hasSkew, referenceNfc, skewCodePoints, type CodePointSet } from "./skew.ts";
 import { lookupBytes, NO_TOKEN, type Vocab } from "./vocab.ts";
 
 /**
@@ -38,7 +39,7 @@ const PIECE_OVERHEAD_BYTES = 120;
 
 export class BpeEngine {
   readonly vocab: Vocab;
-  private readonly pieceRe = qwenPieceRegex();
+  private readonly scanner = new PieceScanner();
   private readonly segments: SegmentCache;
   // Two-generation piece cache: when `young` fills up it becomes `old` and the previous old is
   // dropped, which approximates LRU without per-hit bookkeeping.
@@ -94,30 +95,32 @@ export class BpeEngine {
     this.encodeSkewed(segment, out);
   }
 
-  /** The slow path: the reference's NFC and exact `\p{L}`/`\p{N}`, never the runtime's. */
+  /** The slow path: the reference's NFC; the same exact `\p{L}`/`\p{N}` split as the fast path. */
   encodeSkewed(segment: string, out: IdBuffer): void {
-    for (const piece of exactPieces(referenceNfc(segment))) this.encodePiece(piece, out);
+    const text = referenceNfc(segment);
+    for (let i = 0; i < text.length; ) {
+      const end = this.scanner.pieceEnd(text, i);
+      this.encodeSpan(text, i, end, out);
+      i = end;
+    }
   }
 
-  /** Runtime NFC'd text through the runtime-class regex; false (ids incomplete) on a skew code point. */
+  /** Runtime NFC'd text; false (ids incomplete) on a skew code point. */
   private encodeFast(text: string, out: IdBuffer): boolean {
     this.sawSkew = false;
-    const re = this.pieceRe;
-    re.lastIndex = 0;
-    let end = 0;
-    for (let m = re.exec(text); m !== null; m = re.exec(text)) {
-      // Isolated split keeps unmatched gaps as pieces too (none are expected with this regex).
-      if (m.index > end) this.encodePiece(text.slice(end, m.index), out);
-      this.encodePiece(m[0], out);
+    const scanner = this.scanner;
+    for (let i = 0; i < text.length; ) {
+      const end = scanner.pieceEnd(text, i);
+      this.encodeSpan(text, i, end, out);
       if (this.sawSkew) return false;
-      end = re.lastIndex;
+      i = end;
     }
-    if (end < text.length) this.encodePiece(text.slice(end), out);
-    return !this.sawSkew;
+    return true;
   }
 
-  private encodePiece(piece: string, out: IdBuffer): void {
-    const n = this.utf8(piece);
+  /** Ids of the piece text[start, end); the piece's string is made only when a cache or BPE needs it. */
+  private encodeSpan(text: string, start: number, end: number, out: IdBuffer): void {
+    const n = this.utf8(text, start, end);
     const v = this.vocab;
     if (n === 1) {
       out.push(v.byteId[this.buf[0]!]!);
@@ -130,6 +133,7 @@ export class BpeEngine {
       out.push(whole);
       return;
     }
+    const piece = text.slice(start, end);
     if (n !== piece.length && this.encodeWithWholeChars(piece, n, out)) return;
     let ids = this.young.get(piece);
     if (ids === undefined) {
@@ -216,18 +220,17 @@ export class BpeEngine {
   }
 
   /**
-   * UTF-8 of s into this.buf; returns the byte length. s must be well-formed UTF-16.
-   * Also sets sawSkew when s holds a skew code point.
+   * UTF-8 of s[start, end) into this.buf; returns the byte length. s must be well-formed UTF-16.
+   * Also sets sawSkew when it holds a skew code point.
    */
-  private utf8(s: string): number {
-    const len = s.length;
-    if (this.buf.length < len * 3) this.buf = new Uint8Array(len * 3 + 64);
+  private utf8(s: string, start: number, end: number): number {
+    if (this.buf.length < (end - start) * 3) this.buf = new Uint8Array((end - start) * 3 + 64);
     const buf = this.buf;
     const skew = this.skew;
     // Branch-free skew lookup per non-ASCII code point (no skew code point is below U+0300).
     let hit = 0;
     let n = 0;
-    for (let i = 0; i < len; i++) {
+    for (let i = start; i < end; i++) {
       const c = s.charCodeAt(i);
       if (c < 0x80) {
         buf[n++] = c;

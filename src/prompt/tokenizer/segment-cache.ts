@@ -2,8 +2,16 @@
  * Bounded LRU of token ids per text segment (the text between two added tokens). Tokenization of a
  * segment does not depend on its neighbours, so a repeated system prompt or an earlier chat turn is
  * served from here instead of being tokenized again. Bounded by total cached characters and by an
- * estimate of the bytes held (UTF-16 key, 4 B per id, a fixed per-entry overhead).
+ * estimate of the bytes held (UTF-16 text, 4 B per id, a fixed per-entry overhead).
+ *
+ * Keyed by a fingerprint of the text (its length, head, tail and evenly spaced characters), not by
+ * the text: V8 copies a string into its string table to use it as a Map key, which for a 130 kB
+ * segment cost more than the rest of a lookup. The text decides: an entry is used only when its
+ * text equals the segment, so a fingerprint collision costs a compare, never wrong ids; colliding
+ * segments share a bucket of at most MAX_BUCKET.
  */
+import { ownString } from "../../util/own-string.ts";
+
 export interface SegmentCacheStats {
   hits: number;
   misses: number;
@@ -14,15 +22,43 @@ export interface SegmentCacheStats {
   maxBytes: number;
 }
 
-/** Map entry, key string header and typed-array header, measured order of magnitude in V8. */
+/** Map entry, bucket, string header and typed-array header, measured order of magnitude in V8. */
 const ENTRY_OVERHEAD_BYTES = 160;
+/** Characters sampled from each of head, tail and middle for a fingerprint (shorter texts: all of them). */
+const SAMPLE_CHARS = 64;
+const MAX_BUCKET = 4;
 
 export function segmentEntryBytes(segment: string, ids: Int32Array): number {
   return 2 * segment.length + ids.byteLength + ENTRY_OVERHEAD_BYTES;
 }
 
+/** A hash of s's length and of up to 3 × SAMPLE_CHARS of its characters. */
+export function fingerprint(s: string): number {
+  const n = s.length;
+  let h = Math.imul(n ^ 0x2f6b1c35, 0x9e3779b1);
+  const mix = (c: number): void => {
+    h = Math.imul(h ^ c, 0x01000193);
+  };
+  if (n <= 3 * SAMPLE_CHARS) {
+    for (let i = 0; i < n; i++) mix(s.charCodeAt(i));
+  } else {
+    const step = Math.floor((n - 2 * SAMPLE_CHARS) / SAMPLE_CHARS);
+    for (let i = 0; i < SAMPLE_CHARS; i++) mix(s.charCodeAt(i));
+    for (let i = 0; i < SAMPLE_CHARS; i++) mix(s.charCodeAt(SAMPLE_CHARS + i * step));
+    for (let i = n - SAMPLE_CHARS; i < n; i++) mix(s.charCodeAt(i));
+  }
+  return (h ^ (h >>> 15)) >>> 0;
+}
+
+interface Entry {
+  text: string;
+  ids: Int32Array;
+}
+
 export class SegmentCache {
-  private readonly map = new Map<string, Int32Array>();
+  /** Fingerprint → entries, least recently used bucket first (a hit moves its bucket to the end). */
+  private readonly map = new Map<number, Entry[]>();
+  private entries = 0;
   private chars = 0;
   private bytes = 0;
   private hits = 0;
@@ -39,34 +75,49 @@ export class SegmentCache {
   }
 
   get(segment: string): Int32Array | undefined {
-    const ids = this.map.get(segment);
-    if (ids === undefined) {
+    const key = fingerprint(segment);
+    const bucket = this.map.get(key);
+    const entry = bucket?.find((e) => e.text === segment);
+    if (bucket === undefined || entry === undefined) {
       this.misses++;
       return undefined;
     }
     this.hits++;
     // Re-insert to mark as most recently used (Map keeps insertion order).
-    this.map.delete(segment);
-    this.map.set(segment, ids);
-    return ids;
+    this.map.delete(key);
+    this.map.set(key, bucket);
+    return entry.ids;
   }
 
   set(segment: string, ids: Int32Array): void {
-    if (segment.length > this.maxSegmentChars || this.map.has(segment)) return;
-    this.map.set(segment, ids);
-    this.chars += segment.length;
-    this.bytes += segmentEntryBytes(segment, ids);
-    if (this.chars <= this.maxChars && this.bytes <= this.maxBytes) return;
-    for (const [key, old] of this.map) {
+    if (segment.length > this.maxSegmentChars) return;
+    const key = fingerprint(segment);
+    let bucket = this.map.get(key);
+    if (bucket?.some((e) => e.text === segment)) return;
+    if (bucket === undefined) this.map.set(key, (bucket = []));
+    else if (bucket.length >= MAX_BUCKET) this.remove(bucket, bucket[0]!);
+    const text = ownString(segment);
+    bucket.push({ text, ids });
+    this.entries++;
+    this.chars += text.length;
+    this.bytes += segmentEntryBytes(text, ids);
+    for (const [k, b] of this.map) {
       if (this.chars <= this.maxChars && this.bytes <= this.maxBytes) break;
-      this.map.delete(key);
-      this.chars -= key.length;
-      this.bytes -= segmentEntryBytes(key, old);
+      while (b.length > 0) this.remove(b, b[0]!);
+      this.map.delete(k);
     }
+  }
+
+  private remove(bucket: Entry[], e: Entry): void {
+    bucket.splice(bucket.indexOf(e), 1);
+    this.entries--;
+    this.chars -= e.text.length;
+    this.bytes -= segmentEntryBytes(e.text, e.ids);
   }
 
   clear(): void {
     this.map.clear();
+    this.entries = 0;
     this.chars = 0;
     this.bytes = 0;
     this.hits = 0;
@@ -74,6 +125,6 @@ export class SegmentCache {
   }
 
   stats(): SegmentCacheStats {
-    return { hits: this.hits, misses: this.misses, entries: this.map.size, chars: this.chars, maxChars: this.maxChars, bytes: this.bytes, maxBytes: this.maxBytes };
+    return { hits: this.hits, misses: this.misses, entries: this.entries, chars: this.chars, maxChars: this.maxChars, bytes: this.bytes, maxBytes: this.maxBytes };
   }
 }

@@ -1,10 +1,9 @@
 /**
  * The generated Unicode patch at run time (docs/tokenizer.md "Unicode patch", ref §6.4).
- * Text holding a `skew` code point is encoded on a slow path that never consults the runtime's
- * Unicode tables for `\p{L}`/`\p{N}`, and whose NFC leaves the reference's inert code points alone.
+ * Text holding a `skew` code point is encoded on a slow path whose NFC leaves the reference's inert
+ * code points alone (both paths split with the reference's exact `\p{L}`/`\p{N}`: piece-scanner.ts).
  */
-import { qwenPieceRegex } from "./pretokenize.ts";
-import { L, N, nfcBarrier, skew } from "./unicode-patch.ts";
+import { nfcBarrier, skew } from "./unicode-patch.ts";
 
 /** Bit set over all code points (139 KB). */
 export type CodePointSet = Uint8Array;
@@ -65,17 +64,12 @@ export function hasSkew(s: string): boolean {
   return false;
 }
 
-interface Exact {
-  letter: CodePointSet;
-  number: CodePointSet;
-  barrier: CodePointSet;
-}
-let exact: Exact | null = null;
+let barrierSet: CodePointSet | null = null;
 
-function exactSets(): Exact {
+function barrierCodePoints(): CodePointSet {
   // The generator writes `skew = nfcBarrier` when the two sets coincide: share the bit set then.
-  exact ??= { letter: codePointSet(L), number: codePointSet(N), barrier: nfcBarrier === skew ? skewCodePoints() : codePointSet(nfcBarrier) };
-  return exact;
+  barrierSet ??= nfcBarrier === skew ? skewCodePoints() : codePointSet(nfcBarrier);
+  return barrierSet;
 }
 
 /**
@@ -83,7 +77,7 @@ function exactSets(): Exact {
  * between them is normalized on its own and the barriers are copied verbatim.
  */
 export function referenceNfc(s: string): string {
-  const barrier = exactSets().barrier;
+  const barrier = barrierCodePoints();
   let out = "";
   let run = 0;
   for (let i = 0; i < s.length; ) {
@@ -96,57 +90,4 @@ export function referenceNfc(s: string): string {
     i += w;
   }
   return run === 0 ? s.normalize("NFC") : out + s.slice(run).normalize("NFC");
-}
-
-// Stand-ins for the classification below: ASCII letters/digits are themselves, so the contraction
-// alternatives see the real text; other letters become "a", which no contraction continues with.
-const STAND_IN_LETTER = 0x61;
-const STAND_IN_NUMBER = 0x31;
-const STAND_IN_OTHER = 0x21;
-/** The Qwen regex over the classified text: every class is ASCII plus ſ and the explicit whitespace. */
-const CLASSIFIED_RE = qwenPieceRegex("A-Za-z\\u017f", "0-9");
-
-function isOnigSpace(c: number): boolean {
-  return c === 0x85 || c === 0xa0 || c === 0x1680 || (c >= 0x2000 && c <= 0x200a) || c === 0x2028 || c === 0x2029 || c === 0x202f || c === 0x205f || c === 0x3000;
-}
-
-/**
- * Pieces of text under the Qwen regex with the reference's exact `\p{L}`/`\p{N}` (the same as
- * `qwenPieceRegex(L, N)`, which V8 runs ~5x slower than the runtime classes): each code point is
- * mapped to one code unit of its class (ASCII, ſ and the whitespace class stay themselves), the
- * small regex splits that, and the offsets map back. Unmatched gaps are pieces too.
- */
-export function exactPieces(text: string): string[] {
-  const { letter, number } = exactSets();
-  const codes = new Uint16Array(text.length);
-  const at = new Int32Array(text.length + 1);
-  let n = 0;
-  for (let i = 0; i < text.length; ) {
-    const c = text.codePointAt(i)!;
-    at[n] = i;
-    codes[n++] =
-      c < 0x80 || c === 0x17f || isOnigSpace(c)
-        ? c
-        : hasCodePoint(letter, c)
-          ? STAND_IN_LETTER
-          : hasCodePoint(number, c)
-            ? STAND_IN_NUMBER
-            : STAND_IN_OTHER;
-    i += c > 0xffff ? 2 : 1;
-  }
-  at[n] = text.length;
-  let classified = "";
-  for (let i = 0; i < n; i += 4096) classified += String.fromCharCode(...codes.subarray(i, Math.min(n, i + 4096)));
-
-  const pieces: string[] = [];
-  const re = CLASSIFIED_RE;
-  re.lastIndex = 0;
-  let end = 0;
-  for (let m = re.exec(classified); m !== null; m = re.exec(classified)) {
-    if (m.index > end) pieces.push(text.slice(at[end]!, at[m.index]!));
-    end = re.lastIndex;
-    pieces.push(text.slice(at[m.index]!, at[end]!));
-  }
-  if (end < n) pieces.push(text.slice(at[end]!));
-  return pieces;
 }
