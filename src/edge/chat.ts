@@ -282,7 +282,7 @@ export async function prepareRouting(req: ChatCompletionRequest, deps: Pick<Chat
       media: [],
     };
   }
-  const tokens = tokenizer.encode(prompt.text);
+  const tokens = tokenizer.encode(prompt.text, prompt.text.length);
   if (tokens.length === 0) throw new InvalidRequestError("The prompt is empty.", "messages");
   checkPromptTokens(tokens.length, model);
   const index = deps.index(model.id);

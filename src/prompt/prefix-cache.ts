@@ -29,7 +29,8 @@ import { ownString } from "../util/own-string.ts";
 export interface PrefixTokenizer {
   readonly family: string;
   readonly addedTokens: readonly { content: string }[];
-  encode(text: string): number[];
+  /** `sourceChars`: the length of the unsliced string text was sliced from (QwenTokenizer.encode). */
+  encode(text: string, sourceChars?: number): number[];
 }
 
 export const SPLIT_TOKEN = "<|im_start|>";
@@ -237,8 +238,8 @@ export class PrefixCache {
     }
     const from = hit ? hit.end : 0;
     // Two encodes, split at the last split point, so the stored prefix's token count is known.
-    const mid = last > from ? tokenizer.encode(text.slice(from, last)) : EMPTY;
-    const tail = tokenizer.encode(from === 0 && last === 0 ? text : text.slice(Math.max(from, last)));
+    const mid = last > from ? tokenizer.encode(text.slice(from, last), text.length) : EMPTY;
+    const tail = tokenizer.encode(from === 0 && last === 0 ? text : text.slice(Math.max(from, last)), text.length);
     const reused = hit ? hit.count : 0;
     const length = reused + mid.length + tail.length;
     onTokenized?.();

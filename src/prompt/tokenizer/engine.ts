@@ -66,8 +66,8 @@ export class BpeEngine {
     this.pieceCacheBytes = options.pieceCacheBytes ?? 3 * 1024 * 1024;
   }
 
-  /** Appends the ids of one segment (text containing no added token) to out. */
-  encodeSegment(segment: string, out: IdBuffer): void {
+  /** Appends the ids of one segment (text containing no added token; sliced from a string of sourceChars) to out. */
+  encodeSegment(segment: string, out: IdBuffer, sourceChars = Number.POSITIVE_INFINITY): void {
     if (segment.length === 0) return;
     const cached = this.segments.get(segment);
     if (cached !== undefined) {
@@ -76,7 +76,7 @@ export class BpeEngine {
     }
     const start = out.length;
     this.encodeUncached(segment, out);
-    this.segments.set(segment, out.ids.slice(start, out.length));
+    this.segments.set(segment, out.ids.slice(start, out.length), sourceChars);
   }
 
   /** Encodes without consulting or filling the segment cache (benchmarks, tests). */
