@@ -135,16 +135,19 @@ export class BpeEngine {
     }
     const piece = text.slice(start, end);
     if (n !== piece.length && this.encodeWithWholeChars(piece, n, out)) return;
-    let ids = this.young.get(piece);
+    // Longer pieces are never cached, and not looked up either: V8 copies a string into its string
+    // table to use it as a Map key.
+    const cacheable = piece.length <= MAX_CACHED_PIECE_CHARS;
+    let ids = cacheable ? this.young.get(piece) : undefined;
     if (ids === undefined) {
-      ids = this.old.get(piece);
+      if (cacheable) ids = this.old.get(piece);
       if (ids === undefined) {
         const tmp = this.scratch;
         tmp.length = 0;
         bpe(v, this.byteSymbols(n), n, tmp);
         ids = tmp.ids.slice(0, tmp.length);
       }
-      if (piece.length <= MAX_CACHED_PIECE_CHARS) {
+      if (cacheable) {
         this.young.set(piece, ids);
         this.youngBytes += 2 * piece.length + ids.byteLength + PIECE_OVERHEAD_BYTES;
         if (this.young.size >= this.pieceCacheEntries || 2 * this.youngBytes >= this.pieceCacheBytes) {

@@ -45,10 +45,7 @@ function isOnigSpace(c: number): boolean {
   return c === 0x85 || c === 0xa0 || c === 0x1680 || (c >= 0x2000 && c <= 0x200a) || c === 0x2028 || c === 0x2029 || c === 0x202f || c === 0x205f || c === 0x3000;
 }
 
-/**
- * Splits text into pieces. Each piece is reported as its end offset: ends[0, returned count) are
- * ascending, the last is text.length, and piece k is text[ends[k-1] (or 0), ends[k]).
- */
+/** Splits text into pieces: pieceEnd(text, i) is where the piece starting at i ends (the next one starts). */
 export class PieceScanner {
   private readonly letter: CodePointSet;
   private readonly number: CodePointSet;
@@ -130,17 +127,6 @@ export class PieceScanner {
       }
     }
     return j;
-  }
-
-  /** All pieces of text as strings (the slow path and tests; the engine walks pieceEnd itself). */
-  pieces(text: string): string[] {
-    const out: string[] = [];
-    for (let i = 0; i < text.length; ) {
-      const end = this.pieceEnd(text, i);
-      out.push(text.slice(i, end));
-      i = end;
-    }
-    return out;
   }
 }
 
