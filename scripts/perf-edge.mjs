@@ -17,7 +17,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { parseArgs } from "node:util";
 import { startEdgeFleet } from "../bench/lib/edge-fleet.mjs";
-import { processCpuMs } from "../bench/lib/process-cpu.mjs";
+import { processCpuMs, processMinorFaults } from "../bench/lib/process-cpu.mjs";
 import { freshText } from "../bench/lib/corpus.mjs";
 import { rng } from "../bench/lib/stats.mjs";
 
@@ -78,8 +78,10 @@ try {
   const rec = spawn("perf", ["record", "-e", "cpu-clock", "-F", "4000", "-g", "-p", pid, "-o", data], { stdio: ["ignore", "ignore", "pipe"] });
   await new Promise((r) => setTimeout(r, 500));
   const cpu0 = processCpuMs(pid);
+  const faults0 = processMinorFaults(pid);
   for (const b of bodies) await post(b);
   const cpuPerRequest = (processCpuMs(pid) - cpu0) / N;
+  const faultsPerRequest = (processMinorFaults(pid) - faults0) / N;
   rec.kill("SIGINT");
   await new Promise((r) => rec.once("exit", r));
   const script = execFileSync("perf", ["script", "-i", data, "-F", "ip,sym"], { encoding: "utf8", maxBuffer: 1 << 30, stdio: ["ignore", "pipe", "ignore"] });
@@ -88,6 +90,8 @@ try {
   const inclusive = new Map();
   /** Runtime samples by the frame below the last runtime-internal one: what the runtime was doing. */
   const runtimeLeaves = new Map();
+  /** Page-fault samples by the innermost JS function above the fault: which allocation touched fresh pages. */
+  const faultSites = new Map();
   let total = 0;
   for (const frames of samplesOf(script)) {
     total++;
@@ -96,6 +100,10 @@ try {
     if (name === CATEGORIES.at(-1)[0]) {
       const leaf = (frames.find((x) => !/^(\[|__|_raw|pvm_|native_|syscall|entry_|do_syscall|x64_|asm_|kj::_::|kj::Own|kj::Promise|operator)/.test(x)) ?? frames[0]).replace(/\(.*$/, "").slice(0, 110);
       runtimeLeaves.set(leaf, (runtimeLeaves.get(leaf) ?? 0) + 1);
+    }
+    if (name === CATEGORIES[0][0]) {
+      const site = (frames.find((x) => x.startsWith("JS:")) ?? "(no JS frame: runtime)").replace(/^JS:o?[~^+*-]?'?/, "").slice(0, 110);
+      faultSites.set(site, (faultSites.get(site) ?? 0) + 1);
     }
     // Each JS function once per sample (recursion counted once), named without V8's tier marks.
     const seen = new Set();
@@ -106,11 +114,13 @@ try {
   }
   const ms = (n) => ((n / total) * cpuPerRequest).toFixed(2).padStart(6);
   const pct = (n) => `${((100 * n) / total).toFixed(1).padStart(5)} %`;
-  console.log(`${opt.cold ? "cold" : "warm"} ${TOKENS}-token requests: ${N}; workerd CPU ${cpuPerRequest.toFixed(2)} ms per request (edge isolate, index object, runtime; ${total} samples)`);
+  console.log(`${opt.cold ? "cold" : "warm"} ${TOKENS}-token requests: ${N}; workerd CPU ${cpuPerRequest.toFixed(2)} ms per request (edge isolate, index object, runtime; ${total} samples); ${faultsPerRequest.toFixed(0)} minor page faults per request`);
   console.log("\nwhere it goes (ms per request):");
   for (const [name, n] of byCategory) console.log(`${ms(n)} ms ${pct(n)}  ${name}`);
   console.log("\nruntime, by innermost named frame (ms per request):");
   for (const [name, n] of [...runtimeLeaves].sort((a, b) => b[1] - a[1]).slice(0, 12)) console.log(`${ms(n)} ms ${pct(n)}  ${name}`);
+  console.log("\npage faults, by innermost JS function (ms per request):");
+  for (const [name, n] of [...faultSites].sort((a, b) => b[1] - a[1]).slice(0, 12)) console.log(`${ms(n)} ms ${pct(n)}  ${name}`);
   console.log("\nJS functions, inclusive (ms per request):");
   for (const [name, n] of [...inclusive].sort((a, b) => b[1] - a[1]).slice(0, Number(opt.top))) console.log(`${ms(n)} ms ${pct(n)}  ${name}`);
 } finally {

@@ -9,3 +9,8 @@ export function processCpuMs(pid) {
   const f = readFileSync(`/proc/${pid}/stat`, "utf8").split(") ")[1].split(" ");
   return ((Number(f[11]) + Number(f[12])) * 1000) / TICKS_PER_SECOND;
 }
+
+/** Minor page faults of a process so far (its first touches of fresh pages; Linux only). */
+export function processMinorFaults(pid) {
+  return Number(readFileSync(`/proc/${pid}/stat`, "utf8").split(") ")[1].split(" ")[7]);
+}

@@ -13,6 +13,31 @@ const heap = () => {
   return m.heapUsed + m.arrayBuffers;
 };
 
+/**
+ * What a first touch of a fresh 4 KiB page costs on this machine: a 64 MiB typed array (fresh pages
+ * from the allocator, as the index's grown tables get them) written once per page, minus the same
+ * loop over the now-resident pages; three rounds, the median. Per page fault, as counted by the OS.
+ */
+function firstTouchCost() {
+  const PAGE = 4096;
+  const rounds = [];
+  for (let r = 0; r < 3; r++) {
+    const a = new Uint8Array(64 << 20);
+    const f0 = process.resourceUsage().minorPageFault;
+    let t = performance.now();
+    for (let i = 0; i < a.length; i += PAGE) a[i] = 1;
+    const fresh = performance.now() - t;
+    const faults = process.resourceUsage().minorPageFault - f0;
+    t = performance.now();
+    for (let i = 0; i < a.length; i += PAGE) a[i] = 2;
+    const resident = performance.now() - t;
+    rounds.push({ usPerFault: ((fresh - resident) * 1000) / Math.max(1, faults), faults });
+    gc();
+  }
+  rounds.sort((x, y) => x.usPerFault - y.usPerFault);
+  return rounds[1];
+}
+
 export default {
   name: "index",
   title: "Routing index: find matches, ingestion, memory",
@@ -175,20 +200,24 @@ export default {
       return (u.user + u.system) / 1000;
     };
     const SLICE = 64;
+    const minorFaults = () => process.resourceUsage().minorPageFault;
     const ingest = (core, list) => {
       let wallMs = 0;
       let cpu = 0;
+      let faults = 0;
       for (let i = 0; i < list.length; i += SLICE) {
         const slice = parsed(list.slice(i, i + SLICE));
+        const f0 = minorFaults();
         const t0 = performance.now();
         const c0 = cpuMs();
         for (const { w, m } of slice) core.applyEvents(w, m);
         wallMs += performance.now() - t0;
         cpu += cpuMs() - c0;
+        faults += minorFaults() - f0;
       }
-      return { wallMs, cpuMs: cpu };
+      return { wallMs, cpuMs: cpu, faults };
     };
-    const ing = newCore();
+    let ing = newCore();
     // Setup garbage (the fixture's construction, earlier phases) is collected before, not during.
     gc();
     const stored = ingest(ing, frames);
@@ -215,6 +244,12 @@ export default {
     if (ing.index.size !== 0) throw new Error(`ingestion left ${ing.index.size} entries`);
     const storeMs = stored.wallMs;
     const storeCpuMs = stored.cpuMs;
+    // The same fill into a new empty object once the emptied one is gone: its pages are the
+    // process's to reuse (as in a runtime process that has hosted other objects), so what is left
+    // is the index's own work; the fresh fill above also pays the machine's first touch per page.
+    ing = null;
+    gc();
+    const refilled = ingest(newCore(), frames);
     const removeMs = removed.wallMs;
     const removeCpuMs = removed.cpuMs;
     // What the Durable Object does before applyEvents: JSON.parse + validation of the frame
@@ -241,6 +276,7 @@ export default {
     const refillRate = (churnBlocks / restored.wallMs) * 1000;
     const refillCpuRate = (churnBlocks / restored.cpuMs) * 1000;
     const parseRate = (parsedBlocks / parseMs) * 1000;
+    const pageTouch = firstTouchCost();
     const profiled = parsed(frames.slice(0, Math.min(frames.length, 1500)));
     const ingProfile = await topSelfTime(() => {
       const c2 = newCore();
@@ -280,7 +316,9 @@ export default {
       { metric: `findMatches p50 / p99, 64-block query, ${WORKERS} workers, ${(entries / 1e6).toFixed(2)} M blocks (popular prefix)`, value: `${fm["popular (many workers, 64 deep)"].p50us.toFixed(2)} / ${fm["popular (many workers, 64 deep)"].p99us.toFixed(2)}`, unit: "µs", goal: "p99 ≤ 10", pass: fm["popular (many workers, 64 deep)"].p99us <= 10 },
       { metric: "findMatches p50 / p99, one worker's 64-block prompt", value: `${fm["single worker, 64 deep"].p50us.toFixed(2)} / ${fm["single worker, 64 deep"].p99us.toFixed(2)}`, unit: "µs", goal: "p99 ≤ 10", pass: fm["single worker, 64 deep"].p99us <= 10 },
       { metric: "RoutingCore.route p50 / p99 (match + score 64 workers)", value: `${route.p50.toFixed(1)} / ${route.p99.toFixed(1)}`, unit: "µs", goal: "", pass: null },
-      { metric: "ingestion, first fill of an empty object: stored block events/s (applyEvents), per wall / CPU second", value: `${(storeRate / 1e6).toFixed(2)} M / ${(storeCpuRate / 1e6).toFixed(2)} M`, unit: "blocks/s", goal: "≥ 2 M", pass: Math.min(storeRate, storeCpuRate) >= 2e6 },
+      { metric: "ingestion, first fill of an empty object (fresh memory): stored block events/s (applyEvents), per wall / CPU second", value: `${(storeRate / 1e6).toFixed(2)} M / ${(storeCpuRate / 1e6).toFixed(2)} M`, unit: "blocks/s", goal: "≥ 2 M", pass: Math.min(storeRate, storeCpuRate) >= 2e6 },
+      { metric: `ingestion, first fill: its first touches of fresh pages, ${(stored.faults / 1e3).toFixed(1)} k page faults × ${pageTouch.usPerFault.toFixed(1)} µs (this machine, per 4 KiB page)`, value: `${((100 * stored.faults * pageTouch.usPerFault) / 1000 / storeMs).toFixed(0)} % of its wall time`, unit: "", goal: "", pass: null },
+      { metric: `ingestion, the same first fill into memory the process reused (a new object after the first was freed; ${(refilled.faults / 1e3).toFixed(1)} k page faults), per wall / CPU second`, value: `${(ingestBlocks / refilled.wallMs / 1e3).toFixed(2)} M / ${(ingestBlocks / refilled.cpuMs / 1e3).toFixed(2)} M`, unit: "blocks/s", goal: "", pass: null },
       { metric: "ingestion, steady state (a full object storing while evicting): stored block events/s, per wall / CPU second", value: `${(refillRate / 1e6).toFixed(2)} M / ${(refillCpuRate / 1e6).toFixed(2)} M`, unit: "blocks/s", goal: "≥ 2 M", pass: Math.min(refillRate, refillCpuRate) >= 2e6 },
       { metric: "ingestion: removed block events/s, per wall / CPU second", value: `${(removeRate / 1e6).toFixed(2)} M / ${(removeCpuRate / 1e6).toFixed(2)} M`, unit: "blocks/s", goal: "", pass: null },
       { metric: "relay frame JSON.parse + validation as the index object does it (zod alone, jitless)", value: `${(parseRate / 1e6).toFixed(2)} M (${(zodParseRate / 1e6).toFixed(2)} M)`, unit: "blocks/s", goal: "", pass: null },
@@ -315,7 +353,8 @@ export default {
         findMatches: fm,
         timerOverheadUs: timerUs,
         routeUs: route,
-        ingestion: { blocks: ingestBlocks, storeRate, removeRate, storeCpuRate, removeCpuRate, refillRate, refillCpuRate, parseRate, zodParseRate },
+        pageTouch,
+        ingestion: { blocks: ingestBlocks, firstFillFaults: stored.faults, reusedFill: refilled, storeRate, removeRate, storeCpuRate, removeCpuRate, refillRate, refillCpuRate, parseRate, zodParseRate },
         profiles: { findMatches: fmProfile, ingestion: ingProfile },
         memoryReferenceBytesEach: ref,
       },
