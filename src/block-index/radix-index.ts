@@ -196,7 +196,8 @@ function u64ToBigInt(lo: number, hi: number): bigint {
  * the lib target here is es2022). Why: a grown or rehashed table leaves its old buffer dead as
  * external memory, and at millions of blocks that churn (about twice the live size) is what
  * triggers most full collections during ingestion. `bytes` > 0 moves the contents into a buffer
- * of that length (zero-filled beyond), which the allocator may grow in place.
+ * of that length (zero-filled beyond); Node 22 copies it into fresh pages rather than growing it in
+ * place (measured: the whole new length faults), so growth by transfer saves no first touches.
  */
 type TransferableBuffer = ArrayBuffer & { transfer?: (newByteLength?: number) => ArrayBuffer };
 function transferInt32(a: Int32Array, bytes: number): Int32Array | null {
