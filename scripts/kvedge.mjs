@@ -7,6 +7,7 @@
  *   npx kvedge workers [--model M]         one pool's workers: state, blocks, load, contract
  *   npx kvedge explain request.json        how the edge would route this chat request (nothing sent)
  *   npx kvedge explain --tokens req.json   the same, plus the whole routed id sequence, media spans and block hashes
+ *   npx kvedge explain --as-tenant req.json  as the tenant of KVEDGE_API_KEY (its own cache namespace)
  *   npx kvedge replay trace.jsonl          send a JSONL trace of chat requests; hit rate, latency
  *   npx kvedge relay-key issue|list|revoke per-worker relay credentials (docs/relay.md §Credentials)
  *
@@ -23,6 +24,7 @@ commands:
   workers [--model M]            workers of one pool (default: the first configured model)
   explain <request.json>         token view, blocks, eligibility and the worker the edge would pick
           [--tokens]             also the whole routed id sequence, each media item's span and pad value, every block hash
+          [--as-tenant]          route in the cache namespace of the --api-key / KVEDGE_API_KEY tenant
   replay <trace.jsonl>           replay chat requests through the edge; prints hit rate and latency
          [--concurrency N] [--limit N]
   relay-key issue --worker ID --worker-url URL [--model M] [--out FILE]
@@ -34,7 +36,7 @@ commands:
 options:
   --url URL        edge base URL (env KVEDGE_URL, default http://127.0.0.1:8787)
   --token T        admin token (env KVEDGE_ADMIN_TOKEN)
-  --api-key K      client API key for replay (env KVEDGE_API_KEY)
+  --api-key K      client API key for replay and explain --as-tenant (env KVEDGE_API_KEY)
   --json           print JSON instead of text
   -h, --help`;
 
@@ -51,6 +53,7 @@ export function parseCli(argv, env = {}) {
     model: null,
     json: false,
     tokens: false,
+    asTenant: false,
     concurrency: 1,
     limit: Infinity,
     help: false,
@@ -80,6 +83,7 @@ export function parseCli(argv, env = {}) {
     else if (a === "--model") opts.model = value();
     else if (a === "--json") opts.json = true;
     else if (a === "--tokens") opts.tokens = true;
+    else if (a === "--as-tenant") opts.asTenant = true;
     else if (a === "--concurrency") opts.concurrency = intValue();
     else if (a === "--limit") opts.limit = intValue();
     else if (a === "--worker") opts.worker = value();
@@ -92,6 +96,8 @@ export function parseCli(argv, env = {}) {
   opts.command = positional[0] ?? null;
   if (!["status", "workers", "explain", "replay", "relay-key"].includes(opts.command ?? "")) throw new UsageError(opts.command ? `unknown command ${opts.command}` : "missing command");
   if (opts.tokens && opts.command !== "explain") throw new UsageError("--tokens is an explain option");
+  if (opts.asTenant && opts.command !== "explain") throw new UsageError("--as-tenant is an explain option");
+  if (opts.asTenant && !opts.apiKey) throw new UsageError("--as-tenant needs the tenant's key: --api-key or KVEDGE_API_KEY");
   if (opts.command === "relay-key") {
     opts.sub = positional[1] ?? null;
     if (!["issue", "list", "revoke"].includes(opts.sub ?? "")) throw new UsageError("relay-key needs issue, list or revoke");
@@ -195,6 +201,7 @@ export function formatExplain(e) {
     `routing      ${e.routing}${e.fallbackReason ? ` (fallback: ${e.fallbackReason})` : ""}`,
     `eligibility  ${e.eligibility}`,
     `media        ${e.prompt.mediaItems.length ? e.prompt.mediaItems.join(", ") : "none"}`,
+    `namespace    ${namespaceLine(e.namespace)}`,
     `tokens       ${e.tokens.count} in the prompt, ${e.tokens.routed} routed`,
     `  first      ${renderTokens(e.tokens.head)}`,
   ];
@@ -217,6 +224,15 @@ export function formatExplain(e) {
     );
   for (const w of e.warnings) lines.push(`warning: ${w}`);
   return lines.join("\n");
+}
+
+/** Which cache namespace an explain ran in (older edges do not report one). */
+function namespaceLine(ns) {
+  if (!ns) return "not reported by this edge";
+  const parts = [];
+  if (ns.tenant) parts.push("the tenant's own");
+  if (ns.adapter) parts.push(`adapter ${ns.adapter}`);
+  return `${parts.length ? parts.join(", ") : "the pool's common"} (${ns.salted ? "salted" : "unsalted"}; sharing ${ns.sharing})`;
 }
 
 /** `explain --tokens`: the routed ids as one JSON array line (diffable against a worker's ids), spans, block hashes. */
@@ -447,7 +463,9 @@ export async function run(argv, env, io = { out: (s) => process.stdout.write(s +
     } else if (opts.command === "explain") {
       const body = readFileSync(opts.file, "utf8");
       const path = opts.tokens ? "/admin/explain?tokens=all" : "/admin/explain";
-      const o = await adminJson(opts, path, { method: "POST", headers: { "content-type": "application/json" }, body }, fetchImpl);
+      // The tenant's key travels in a header, never the URL.
+      const headers = { "content-type": "application/json", ...(opts.asTenant ? { "x-kvedge-tenant-key": opts.apiKey } : {}) };
+      const o = await adminJson(opts, path, { method: "POST", headers, body }, fetchImpl);
       io.out(opts.json ? JSON.stringify(o, null, 2) : opts.tokens ? `${formatExplain(o)}\n${formatRouted(o.routed)}` : formatExplain(o));
     } else {
       const bodies = parseTrace(readFileSync(opts.file, "utf8"));

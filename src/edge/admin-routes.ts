@@ -24,7 +24,8 @@ import { mergeShardSnapshots, mergeShardWorkers } from "../metrics/merge-shards.
 import { bearerToken } from "./auth.ts";
 import { timingSafeEqualString } from "../util/constant-time.ts";
 import { bytesToHex } from "../util/hex.ts";
-import { limitsOf, parseChatBody, prepareRouting, type IndexClient, type RoutingPlan } from "./chat.ts";
+import { limitsOf, parseChatBody, prepareRouting, resolveModel, type IndexClient, type RoutingPlan } from "./chat.ts";
+import { routingNamespace } from "./cache-salt.ts";
 import { sglangItemOrder } from "../layout/index.ts";
 import { handleRelayKeyRoute, type RelayKeyIndexClient } from "./relay-key-routes.ts";
 
@@ -250,9 +251,10 @@ async function overview(deps: AdminDeps): Promise<{ generatedAt: number; models:
  * The whole routed sequence (`?tokens=all`), for diffing kvedge against a worker's own ids: the ids
  * whose blocks are hashed (exact: the expanded prompt with every media token set to its item's pad
  * value; text-prefix fallback: the tokens before the first media placeholder), each media item's
- * span, pad value and mm_hash, and every block hash.
+ * span, pad value and mm_hash, and every block hash (in the request's cache namespace, as the index
+ * keys them).
  */
-function routedSequence(tokens: readonly number[], plan: RoutingPlan, visionStartId: number, kinds: readonly string[]): unknown {
+function routedSequence(tokens: readonly number[], plan: RoutingPlan, blockHashes: readonly string[], visionStartId: number, kinds: readonly string[]): unknown {
   let ids: number[];
   if (plan.view) ids = Array.from(plan.view.tokens);
   else if (plan.fallbackReason === null) ids = tokens.slice();
@@ -267,8 +269,24 @@ function routedSequence(tokens: readonly number[], plan: RoutingPlan, visionStar
   return {
     ids,
     items: view ? view.spans.map((s) => ({ kind: kinds[s.item], start: s.start, end: s.end, padValue: view.padValues[s.item], mmHash: mmHashOf.get(s.item) ?? null })) : [],
-    blockHashes: plan.localHashes.map(localHashToHex),
+    blockHashes,
   };
+}
+
+/**
+ * Names the tenant `explain` routes as: its API key, in a header (never the URL). Requests with a key
+ * are routed in that tenant's cache namespace under per_tenant sharing, so without it an explain of
+ * such a request would look at blocks it can never match.
+ */
+const TENANT_KEY_HEADER = "x-kvedge-tenant-key";
+
+function explainTenant(request: Request, config: EdgeConfig): string | null {
+  const presented = request.headers.get(TENANT_KEY_HEADER);
+  if (presented === null) return null;
+  let found: string | null = null;
+  for (const k of config.apiKeys ?? []) if (timingSafeEqualString(presented, k)) found = k;
+  if (found === null) throw new InvalidRequestError(`${TENANT_KEY_HEADER} is not one of the configured API keys.`, TENANT_KEY_HEADER);
+  return found;
 }
 
 /**
@@ -287,12 +305,18 @@ async function explain(request: Request, deps: AdminDeps, allTokens = false): Pr
     fetch: deps.fetch,
   });
   const tokenizer = getQwenTokenizer(model.family);
-  const shard = shardForRequest(plan.localHashes, deps.config.shards);
-  const preview = await deps.index(model.id, shard).peek({ localHashes: plan.localHashes, isl: plan.isl });
+  // The namespace the request would be routed in, by the same rule as /v1/chat/completions.
+  const tenant = explainTenant(request, deps.config);
+  const { adapter } = resolveModel(deps.config, req.model);
+  const { cacheSalt, localHashes } = await routingNamespace(deps.config, { apiKey: tenant, adapter }, plan.localHashes);
+  const shard = shardForRequest(localHashes, deps.config.shards);
+  const preview = await deps.index(model.id, shard).peek({ localHashes, isl: plan.isl });
   const view = (ids: number[]) => ids.map((id) => ({ id, text: tokenizer.decode([id]) }));
-  const hashes = plan.localHashes.map(localHashToHex);
+  const hashes = localHashes.map(localHashToHex);
   const chosen = preview.workerId;
   const warnings: string[] = [];
+  if (tenant === null && deps.config.kvSharing === "per_tenant" && deps.config.apiKeys)
+    warnings.push(`explained in the pool's common namespace: requests with an API key are routed in their tenant's own (send the key as ${TENANT_KEY_HEADER})`);
   if (preview.candidates.length > 0 && preview.blockSize !== model.blockSize)
     warnings.push(`configured blockSize ${model.blockSize} differs from the index's ${preview.blockSize}: no prefix can match`);
   if (chosen === null) warnings.push("no worker is up: the request would fail with 503");
@@ -304,6 +328,12 @@ async function explain(request: Request, deps: AdminDeps, allTokens = false): Pr
       plan.fallbackReason === null
         ? "exact: the routed token sequence is the one the worker will cache"
         : `text-prefix fallback (${plan.fallbackReason}): only the tokens before the first media placeholder are hashed`,
+    namespace: {
+      salted: cacheSalt !== null,
+      tenant: tenant !== null && deps.config.kvSharing === "per_tenant",
+      adapter,
+      sharing: deps.config.kvSharing,
+    },
     prompt: { chars: prompt.text.length, mediaItems: prompt.mediaParts.map((p) => p.kind), mmHashes: plan.mmHashes },
     tokens: {
       count: tokens.length,
@@ -328,7 +358,7 @@ async function explain(request: Request, deps: AdminDeps, allTokens = false): Pr
     },
     candidates: preview.candidates,
     ...(deps.config.shards > 1 ? { shard: { index: shard, of: deps.config.shards } } : {}),
-    ...(allTokens ? { routed: routedSequence(tokens, plan, tokenizer.specialIds.visionStart, prompt.mediaParts.map((p) => p.kind)) } : {}),
+    ...(allTokens ? { routed: routedSequence(tokens, plan, hashes, tokenizer.specialIds.visionStart, prompt.mediaParts.map((p) => p.kind)) } : {}),
     warnings,
   };
 }

@@ -17,6 +17,7 @@
  * does the same with the salt each stored block reports, so the two meet only within a namespace.
  */
 import type { EdgeConfig } from "../config/config.ts";
+import { namespacedLocalHashes, namespaceTag } from "../blocks/block-hash.ts";
 
 const encoder = new TextEncoder();
 /** Salts computed in this isolate (bounded: API keys × adapters are configured, but stay safe). */
@@ -49,6 +50,20 @@ export function cacheSaltFor(config: Pick<EdgeConfig, "kvSharing" | "relaySecret
     memo.set(message, salt);
   }
   return salt;
+}
+
+/** A request's cache namespace and its block hashes there: what the index is asked and the worker told. */
+export interface RoutingNamespace {
+  /** The cache_salt for `/generate` (null: the pool's common namespace). */
+  cacheSalt: string | null;
+  /** The request's local block hashes moved into that namespace (the plain ones when unsalted). */
+  localHashes: readonly bigint[];
+}
+
+/** Salt and namespaced hashes for a request: the one rule both routing and `explain` follow. Requires initHashing(). */
+export async function routingNamespace(config: Pick<EdgeConfig, "kvSharing" | "relaySecret">, input: CacheNamespaceInput, plainHashes: readonly bigint[]): Promise<RoutingNamespace> {
+  const cacheSalt = await cacheSaltFor(config, input);
+  return { cacheSalt, localHashes: cacheSalt === null ? plainHashes : namespacedLocalHashes(plainHashes, namespaceTag(cacheSalt)) };
 }
 
 async function hmacBase64url(secret: string, message: string): Promise<string> {

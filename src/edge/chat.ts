@@ -19,13 +19,13 @@ import type { ChatCompletionRequest } from "../api/openai-schema.ts";
 import { parseToolsKeepingNumbers, preparePrompt } from "../prompt/index.ts";
 import { sharedPrefixCache } from "../prompt/prefix-cache.ts";
 import { getQwenTokenizer } from "../prompt/tokenizer/index.ts";
-import { localBlockHashes, namespacedLocalHashes, namespaceTag } from "../blocks/block-hash.ts";
+import { localBlockHashes } from "../blocks/block-hash.ts";
 import { shardForRequest } from "../block-index/shard.ts";
 import type { RouteDecision, RouteRequest, SettleRequest } from "../routing-index/routing-core.ts";
 import { buildGenerateBody, newRequestId } from "../proxy/generate-request.ts";
 import { bodyOfChunks, generateBodyChunks } from "../proxy/generate-body.ts";
 import type { JsonLiteral } from "../util/json-scan.ts";
-import { cacheSaltFor } from "./cache-salt.ts";
+import { routingNamespace } from "./cache-salt.ts";
 import { createChatStreamTranslator, translateGenerateHttp } from "../proxy/translate.ts";
 import { guardUpstreamBody, readGuardedText } from "../proxy/upstream-guard.ts";
 import { chatOutputPlan, modelParsers, type ChatOutputPlan } from "../proxy/chat-output.ts";
@@ -349,8 +349,7 @@ export async function handleChatCompletions(request: Request, deps: ChatDeps): P
   clock.mark("prepare");
   // Tenant / adapter isolation: SGLang keeps a salted request's KV apart, and so does the index.
   const { adapter } = resolveModel(config, req.model);
-  const cacheSalt = await cacheSaltFor(config, { apiKey: caller.apiKey, adapter });
-  const localHashes = cacheSalt === null ? plan.localHashes : namespacedLocalHashes(plan.localHashes, namespaceTag(cacheSalt));
+  const { cacheSalt, localHashes } = await routingNamespace(config, { apiKey: caller.apiKey, adapter }, plan.localHashes);
   const parsers = modelParsers(model);
   const output = chatOutputPlan(req, parsers);
   const requestId = newRequestId();

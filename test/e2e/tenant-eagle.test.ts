@@ -9,7 +9,10 @@
  *    the base model's blocks (SGLang's events carry no adapter; the edge salts adapter requests);
  *  - an EAGLE worker (`--speculative-algorithm EAGLE`: bigram radix keys, KV events with token pairs)
  *    gets repeats cached and routed like its plain neighbour;
- *  - `kvedge relay-key` issues (mode-0600 file), lists and revokes keys on the real edge.
+ *  - `kvedge relay-key` issues (mode-0600 file), lists and revokes keys on the real edge;
+ *  - `/admin/explain` explains in the namespace the request is routed in (the adapter from the body,
+ *    the tenant from x-kvedge-tenant-key): it finds a tenant's or an adapter's blocks where the
+ *    real requests put them, and none in the common namespace.
  * Predictions come from the index's receipts (/admin/stats), actual reuse from the worker's usage.
  */
 import { mkdtempSync, readFileSync, statSync } from "node:fs";
@@ -80,6 +83,21 @@ async function ask(fleet: Fleet, key: string | null, text: string, model = fleet
   };
 }
 
+interface Explained {
+  namespace: { salted: boolean; tenant: boolean; adapter: string | null };
+  decision: { workerId: string | null; overlapBlocks: number };
+  blocks: { total: number };
+  warnings: string[];
+}
+
+/** POST /admin/explain of the same request `ask` sends, as the tenant of `tenantKey` (header) or as the admin alone. */
+async function explain(fleet: Fleet, tenantKey: string | null, text: string, model = fleet.model): Promise<{ status: number; body: Explained }> {
+  const headers: Record<string, string> = { "content-type": "application/json", authorization: `Bearer ${fleet.adminToken}` };
+  if (tenantKey) headers["x-kvedge-tenant-key"] = tenantKey;
+  const r = await fetch(`${fleet.edgeUrl}/admin/explain`, { method: "POST", headers, body: JSON.stringify({ model, messages: [{ role: "user", content: text }], max_tokens: 4 }) });
+  return { status: r.status, body: (await r.json()) as Explained };
+}
+
 const logs = process.env.KVEDGE_E2E_LOGS ? (l: string) => console.log(l) : undefined;
 
 describe("per-tenant KV isolation and an EAGLE worker", () => {
@@ -119,6 +137,18 @@ describe("per-tenant KV isolation and an EAGLE worker", () => {
     const a3 = await ask(fleet, KEY_A, p);
     expect(a3.workerId).toBe(a1.workerId);
     expect(a3.cachedTokens / a3.promptTokens).toBeGreaterThanOrEqual(0.9);
+    // explain routes in the namespace the real request used: as A it finds A's blocks where A's
+    // requests went; as the admin alone (the pool's common namespace) it finds none, and says why.
+    const asA = await explain(fleet, KEY_A, p);
+    expect(asA.status).toBe(200);
+    expect(asA.body.namespace).toMatchObject({ salted: true, tenant: true, adapter: null });
+    expect(asA.body.decision.workerId).toBe(a1.workerId);
+    expect(asA.body.decision.overlapBlocks).toBeGreaterThan(0.8 * asA.body.blocks.total);
+    const asAdmin = await explain(fleet, null, p);
+    expect(asAdmin.body.namespace.salted).toBe(false);
+    expect(asAdmin.body.decision.overlapBlocks).toBe(0);
+    expect(asAdmin.body.warnings.join(" ")).toMatch(/common namespace.*x-kvedge-tenant-key/);
+    expect((await explain(fleet, "not-a-configured-key", p)).status).toBe(400);
     const ratio = (x: Answer) => (x.cachedTokens / x.promptTokens).toFixed(3);
     console.log(
       `per_tenant: ${a1.promptTokens} prompt tokens; A repeat cached ${ratio(a2)} (predicted ${a2.predictedBlocks}/${a2.totalBlocks} blocks); ` +
@@ -135,6 +165,11 @@ describe("per-tenant KV isolation and an EAGLE worker", () => {
     expect(x1.cachedTokens).toBe(0);
     const x2 = await ask(fleet, KEY_A, p, lora);
     expect(x2.workerId).toBe(x1.workerId);
+    // explain of the adapter's request finds the adapter's blocks, in its own namespace.
+    const explained = await explain(fleet, KEY_A, p, lora);
+    expect(explained.body.namespace).toMatchObject({ salted: true, tenant: true, adapter: "sql-x" });
+    expect(explained.body.decision.workerId).toBe(x1.workerId);
+    expect(explained.body.decision.overlapBlocks).toBeGreaterThan(0.8 * explained.body.blocks.total);
     expect(x2.cachedTokens / x2.promptTokens).toBeGreaterThanOrEqual(0.9);
     const base2 = await ask(fleet, KEY_A, p);
     expect(base2.workerId).toBe(base.workerId);

@@ -121,6 +121,42 @@ describe("kvedge CLI: explain --tokens", () => {
   });
 });
 
+describe("kvedge CLI: explain --as-tenant", () => {
+  it("sends the tenant's key in a header (never the URL) and prints the namespace the edge routed in", async () => {
+    expect(() => parseCli(["explain", "--as-tenant", "r.json"], { KVEDGE_ADMIN_TOKEN: "t" })).toThrow(/needs the tenant's key/);
+    expect(() => parseCli(["status", "--as-tenant"], { KVEDGE_ADMIN_TOKEN: "t", KVEDGE_API_KEY: "k" })).toThrow(/explain option/);
+    const seen: { url: string; tenant: string | null }[] = [];
+    const dir = mkdtempSync(join(tmpdir(), "kvedge-cli-tenant-"));
+    try {
+      writeFileSync(join(dir, "r.json"), "{}");
+      const answer = {
+        model: "m", routing: "exact", fallbackReason: null, eligibility: "exact",
+        namespace: { salted: true, tenant: true, adapter: "sql-x", sharing: "per_tenant" },
+        prompt: { chars: 1, mediaItems: [], mmHashes: null },
+        tokens: { count: 16, routed: 16, head: [], tail: [] },
+        blocks: { blockSize: 16, total: 1, partialTailTokens: 0, first: ["00000000000000aa"], last: [] },
+        decision: { workerId: "w1", overlapBlocks: 1, predictedCachedTokens: 16, tiedWith: [], reason: "r" },
+        candidates: [],
+        warnings: [],
+      };
+      const fetchImpl = async (url: string, init: RequestInit) => {
+        seen.push({ url, tenant: new Headers(init.headers).get("x-kvedge-tenant-key") });
+        return new Response(JSON.stringify(answer), { status: 200 });
+      };
+      const out: string[] = [];
+      const io = { out: (x: string) => out.push(x), err: (x: string) => out.push(x) };
+      expect(await run(["explain", "--as-tenant", join(dir, "r.json")], { KVEDGE_ADMIN_TOKEN: "t", KVEDGE_API_KEY: "tenant-key-1" }, io, fetchImpl)).toBe(0);
+      expect(seen).toEqual([{ url: "http://127.0.0.1:8787/admin/explain", tenant: "tenant-key-1" }]);
+      expect(out.join("\n")).toContain("namespace    the tenant's own, adapter sql-x (salted; sharing per_tenant)");
+      // Without --as-tenant the key stays home.
+      expect(await run(["explain", join(dir, "r.json")], { KVEDGE_ADMIN_TOKEN: "t", KVEDGE_API_KEY: "tenant-key-1" }, io, fetchImpl)).toBe(0);
+      expect(seen[1]!.tenant).toBeNull();
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
+  });
+});
+
 describe("kvedge CLI: workers rendering", () => {
   it("shows a sharded pool's per-shard block split, and plain counts otherwise", () => {
     const { formatWorkers } = cli as Record<string, any>;
