@@ -103,10 +103,14 @@ export default {
     const videoPart = () => ({ type: "video_url", video_url: { url: `${fleet.mediaUrl}/video-768.mp4` } });
     const mediaContent = (kind, text) => (kind === "image-4" ? [{ type: "text", text }, ...imageParts()] : kind === "video-768" ? [{ type: "text", text }, videoPart()] : text);
 
-    // Warm-up: the isolate's tokenizer tables and JIT, and the worker's.
-    const t0 = performance.now();
-    await timedPost(edge, body([{ role: "user", content: fresh(1000) }], false));
-    const firstMs = performance.now() - t0;
+    // The first chat request of each side, the worker's own first: its cold start (tokenizer
+    // tables, JIT) is the simulator's, not the edge's, and would otherwise land in the edge's.
+    const workerFirst = await timedPost(direct, body([{ role: "user", content: fresh(1000) }], false));
+    // Then the edge's first chat request: its isolate has served only health and admin requests
+    // (the fleet's start-up), so this is the chat path's first use (tokenizer tables, template, JIT).
+    const edgeFirst = await timedPost(edge, body([{ role: "user", content: fresh(1000) }], false), false, admin);
+    const firstMs = edgeFirst.total;
+    const firstStages = serverTiming(edgeFirst.headers);
     for (let i = 0; i < (ctx.tiny ? 2 : 10); i++) {
       const b = body([{ role: "system", content: SYSTEM }, { role: "user", content: fresh(2000) }], i % 2 === 1);
       await timedPost(edge, b, i % 2 === 1);
@@ -223,7 +227,8 @@ export default {
       goal: "sub-linear (< 100)",
       pass: w100 / Math.max(0.1, w1) < 100,
     });
-    summary.push({ metric: "first request in a fresh isolate (1k text, through the edge)", value: fmt(firstMs), unit: "ms", goal: "", pass: null });
+    summary.push({ metric: "first chat request through the edge (1k text; the isolate had served only health and admin requests, the worker was warm) [edge stages before upstream]", value: `${fmt(firstMs)} [${firstStages["kvedge-route"] ?? "–"}]`, unit: "ms", goal: "", pass: null });
+    summary.push({ metric: "the simulated worker's own first chat request (reference: its cold start)", value: fmt(workerFirst.total), unit: "ms", goal: "", pass: null });
     const hopFloor = { edgeHealthzP50: summarize(hop.edge).p50, workerHealthP50: summarize(hop.worker).p50 };
     summary.push({ metric: "local hop floor: GET /healthz through the edge vs the worker's own /health, p50", value: `${hopFloor.edgeHealthzP50.toFixed(2)} vs ${hopFloor.workerHealthP50.toFixed(2)}`, unit: "ms", goal: "", pass: null });
     const keys = Object.keys(results);
@@ -237,6 +242,6 @@ export default {
       ]),
     });
     await fleet.stop();
-    return { summary, details: { firstRequestMs: firstMs, hopFloor, cases: results, worker: "services/sglang-sim, timing instant" }, plots: [{ file: "edge.svg", svg: plot }] };
+    return { summary, details: { firstRequestMs: firstMs, firstRequestStages: firstStages, workerFirstRequestMs: workerFirst.total, hopFloor, cases: results, worker: "services/sglang-sim, timing instant" }, plots: [{ file: "edge.svg", svg: plot }] };
   },
 };
