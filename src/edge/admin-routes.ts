@@ -296,6 +296,8 @@ function explainTenant(request: Request, config: EdgeConfig): string | null {
  */
 async function explain(request: Request, deps: AdminDeps, allTokens = false): Promise<unknown> {
   await initHashing();
+  // Checked before any work: a wrong key is the caller's mistake, not the request's.
+  const tenant = explainTenant(request, deps.config);
   const limits = limitsOf(deps.config);
   const bodyText = await readBodyText(request, limits);
   const req = parseChatBody(bodyText, limits, { sizeChecked: true });
@@ -306,7 +308,6 @@ async function explain(request: Request, deps: AdminDeps, allTokens = false): Pr
   });
   const tokenizer = getQwenTokenizer(model.family);
   // The namespace the request would be routed in, by the same rule as /v1/chat/completions.
-  const tenant = explainTenant(request, deps.config);
   const { adapter } = resolveModel(deps.config, req.model);
   const { cacheSalt, localHashes } = await routingNamespace(deps.config, { apiKey: tenant, adapter }, plan.localHashes);
   const shard = shardForRequest(localHashes, deps.config.shards);
