@@ -6,6 +6,8 @@
 //   - the share of page faults, garbage collection, JSON.parse / JSON.stringify, text decoding and
 //     encoding, the rest of the JS and the runtime outside JS (HTTP, RPC, sockets), in ms per request,
 //     and what that runtime part was doing;
+//   - workerd's minor page faults per request (from /proc), and the JS function each page-fault
+//     sample was in (which allocation touched fresh pages);
 //   - the JS functions with the most inclusive time, in ms per request.
 // The V8 inspector's sampling profiler (scripts/profile-edge.mjs) sees JS frames only and inflates
 // them ~2×; this one also sees what the runtime does around them. Needs `perf` (linux-tools) and a
