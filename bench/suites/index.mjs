@@ -5,6 +5,8 @@ import { topSelfTime } from "../lib/profile.mjs";
 import { barChart } from "../lib/svg.mjs";
 
 const gc = globalThis.gc ?? (() => {});
+/** This process's minor page faults so far (first touches of fresh pages). */
+const minorFaults = () => process.resourceUsage().minorPageFault;
 // JS heap plus ArrayBuffer backing stores (typed-array storage lives outside the JS heap).
 const heap = () => {
   gc();
@@ -23,11 +25,11 @@ function firstTouchCost() {
   const rounds = [];
   for (let r = 0; r < 3; r++) {
     const a = new Uint8Array(64 << 20);
-    const f0 = process.resourceUsage().minorPageFault;
+    const f0 = minorFaults();
     let t = performance.now();
     for (let i = 0; i < a.length; i += PAGE) a[i] = 1;
     const fresh = performance.now() - t;
-    const faults = process.resourceUsage().minorPageFault - f0;
+    const faults = minorFaults() - f0;
     t = performance.now();
     for (let i = 0; i < a.length; i += PAGE) a[i] = 2;
     const resident = performance.now() - t;
@@ -200,7 +202,6 @@ export default {
       return (u.user + u.system) / 1000;
     };
     const SLICE = 64;
-    const minorFaults = () => process.resourceUsage().minorPageFault;
     const ingest = (core, list) => {
       let wallMs = 0;
       let cpu = 0;

@@ -21,7 +21,7 @@ import { dashboardHtml, dashboardLoginHtml } from "../dashboard/page.ts";
 import { initHashing } from "../util/hash.ts";
 import { shardForRequest } from "../block-index/shard.ts";
 import { mergeShardSnapshots, mergeShardWorkers } from "../metrics/merge-shards.ts";
-import { bearerToken } from "./auth.ts";
+import { bearerToken, matchApiKey } from "./auth.ts";
 import { timingSafeEqualString } from "../util/constant-time.ts";
 import { bytesToHex } from "../util/hex.ts";
 import { limitsOf, parseChatBody, prepareRouting, resolveModel, type IndexClient, type RoutingPlan } from "./chat.ts";
@@ -283,8 +283,7 @@ const TENANT_KEY_HEADER = "x-kvedge-tenant-key";
 function explainTenant(request: Request, config: EdgeConfig): string | null {
   const presented = request.headers.get(TENANT_KEY_HEADER);
   if (presented === null) return null;
-  let found: string | null = null;
-  for (const k of config.apiKeys ?? []) if (timingSafeEqualString(presented, k)) found = k;
+  const found = matchApiKey(presented, config.apiKeys ?? []);
   if (found === null) throw new InvalidRequestError(`${TENANT_KEY_HEADER} is not one of the configured API keys.`, TENANT_KEY_HEADER);
   return found;
 }

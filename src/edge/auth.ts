@@ -38,8 +38,14 @@ export function authorizeClient(request: Request, config: Pick<EdgeConfig, "apiK
     if (config.publicAccess) return { apiKey: null, admin: false };
     throw new AuthenticationError("Missing API key. Send 'Authorization: Bearer <key>'.");
   }
-  let found: string | null = null;
-  for (const k of keys) if (timingSafeEqualString(t, k)) found = k;
+  const found = matchApiKey(t, keys);
   if (found === null) throw new AuthenticationError("Invalid API key.");
   return { apiKey: found, admin: false };
+}
+
+/** The configured key equal to `presented`, or null. Every key is compared, so timing does not reveal which one matched. */
+export function matchApiKey(presented: string, keys: Iterable<string>): string | null {
+  let found: string | null = null;
+  for (const k of keys) if (timingSafeEqualString(presented, k)) found = k;
+  return found;
 }
