@@ -2,6 +2,7 @@
  * CLI: npx node services/decode/main.ts [--host 127.0.0.1] [--port 7070] [--decoder native|wasm|auto]
  *   [--concurrency N] [--warm-probes N] [--allow 127.0.0.1:8080 ...] [--max-body-bytes N] [--verbose]
  *   [--max-downloads N] [--max-download-queue N] [--store-dir DIR] [--store-max-bytes N]
+ *   [--max-url-fresh-sec N]
  * Secrets come from the environment or a file, never argv: the bearer token from
  * KVEDGE_DECODE_TOKEN (or --no-auth for local experiments), the signed-URL key shared with the
  * edge from KVEDGE_MEDIA_URL_KEY or the file named by KVEDGE_MEDIA_URL_KEY_FILE. Prints one JSON
@@ -32,6 +33,7 @@ const { values } = parseArgs({
     "idle-timeout-ms": { type: "string" },
     "store-dir": { type: "string" },
     "store-max-bytes": { type: "string" },
+    "max-url-fresh-sec": { type: "string" },
     "host-map": { type: "string", multiple: true },
     "no-auth": { type: "boolean" },
     verbose: { type: "boolean", short: "v" },
@@ -48,6 +50,7 @@ if (values.help) {
       "  [--allow HOST:PORT|CIDR ...  (local development only)] [--no-auth] [--verbose]\n" +
       "  [--max-downloads N] [--max-download-queue N] [--request-timeout-ms N] [--idle-timeout-ms N]\n" +
       "  [--store-dir DIR] [--store-max-bytes N] [--host-map NAME=ADDR ...  (static answers, still SSRF-checked)]\n" +
+      "  [--max-url-fresh-sec N  (reuse a URL's bytes without asking its origin for at most N s of its stated freshness; 0: always ask)]\n" +
       "  env: KVEDGE_MEDIA_URL_KEY or KVEDGE_MEDIA_URL_KEY_FILE (signed media URLs, shared with the edge)\n",
   );
   process.exit(0);
@@ -73,6 +76,7 @@ if (values["max-downloads"] !== undefined) opts.maxDownloads = int(values["max-d
 if (values["max-download-queue"] !== undefined) opts.maxDownloadQueue = int(values["max-download-queue"])!;
 if (values["request-timeout-ms"] !== undefined) opts.requestTimeoutMs = int(values["request-timeout-ms"])!;
 if (values["idle-timeout-ms"] !== undefined) opts.idleTimeoutMs = int(values["idle-timeout-ms"])!;
+if (values["max-url-fresh-sec"] !== undefined) opts.maxUrlFreshSec = int(values["max-url-fresh-sec"])!;
 const keyFile = process.env.KVEDGE_MEDIA_URL_KEY_FILE;
 const urlKey = keyFile ? readFileSync(keyFile, "utf8").trim() : process.env.KVEDGE_MEDIA_URL_KEY || null;
 opts.store = { urlKey };

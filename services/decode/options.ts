@@ -60,6 +60,12 @@ export const DecodeServiceOptionsSchema = z
       timeoutMs: z.number().int().positive().default(30_000),
     }).prefault({}),
     probeTimeoutMs: z.number().int().positive().default(60_000),
+    /**
+     * Longest time the store reuses a URL's bytes on the origin's word alone (its Cache-Control
+     * max-age / s-maxage or Expires, http-freshness.ts) before asking it again; 0: every use is a
+     * conditional request, as for responses that state no freshness.
+     */
+    maxUrlFreshSec: z.number().int().min(0).max(7 * 86_400).default(3_600),
     /** Entries in each cache (results by content hash; URL → validators + content hash). */
     cacheEntries: z.number().int().min(0).default(10_000),
     tmpDir: z.string().min(1).default(() => os.tmpdir()),

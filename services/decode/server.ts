@@ -40,10 +40,13 @@ import type { ScanResult } from "./ffprobe-scan.ts";
 import { spoolToFile } from "./media-file.ts";
 import { MediaStore, type MediaStoreStats } from "./media-store.ts";
 import { DecodeServiceOptionsSchema, type DecodeServiceOptions, type DecodeServiceOptionsInput } from "./options.ts";
+import { fieldsAfter304, freshnessFieldsOf, freshUntil, type FreshnessFields } from "./http-freshness.ts";
 import { nodeResolver, pinnedFetch } from "./pinned-fetch.ts";
 import { ProbeTimeoutError, selectProber, type DecoderKind, type Prober } from "./probers.ts";
 
-export type CacheOutcome = "miss" | "hit" | "revalidated" | "shared";
+/** miss: fetched in full; hit: probe cached by digest; revalidated: the origin answered 304; fresh: reused
+ * without contacting the origin (HTTP freshness, http-freshness.ts); shared: joined a concurrent request's. */
+export type CacheOutcome = "miss" | "hit" | "revalidated" | "fresh" | "shared";
 
 export interface DecodeServiceDeps {
   /** DNS for URL media (default: node:dns); tests map names to loopback here. */
@@ -56,6 +59,8 @@ export interface DecodeServiceStats {
   fetches: number;
   cacheHits: number;
   revalidated: number;
+  /** URL requests answered from the store within the origin's freshness, without a request to it. */
+  fresh: number;
   shared: number;
   /** Most downloads that ever ran at once (never above maxDownloads). */
   downloadsPeak: number;
@@ -75,6 +80,10 @@ export interface DecodeService {
 interface UrlEntry {
   etag: string | null;
   lastModified: string | null;
+  /** The stored response's freshness fields (updated by each 304). */
+  freshness: FreshnessFields;
+  /** Until when the bytes may be reused without asking the origin (epoch ms; past = revalidate). */
+  freshUntil: number;
   digest: string;
   byteLength: number;
 }
@@ -119,7 +128,7 @@ export async function startDecodeService(input: DecodeServiceOptionsInput = {}, 
   const byUrl = new LruCache<UrlEntry>(opts.cacheEntries);
   const probeFlight = new SingleFlight<ProbeResult>();
   const urlFlight = new CancellableFlight<Stored>();
-  const stats: DecodeServiceStats = { probes: 0, fetches: 0, cacheHits: 0, revalidated: 0, shared: 0, downloadsPeak: 0, downloadsCancelled: 0, mediaServed: 0, mediaRefused: 0 };
+  const stats: DecodeServiceStats = { probes: 0, fetches: 0, cacheHits: 0, revalidated: 0, fresh: 0, shared: 0, downloadsPeak: 0, downloadsCancelled: 0, mediaServed: 0, mediaRefused: 0 };
   let seq = 0;
   const tmpPath = (): string => path.join(tmp, `m${++seq}`);
   const log = (msg: string): void => {
@@ -196,11 +205,15 @@ export async function startDecodeService(input: DecodeServiceOptionsInput = {}, 
   }
 
   async function transferInto(url: string, known: UrlEntry | undefined, headers: Record<string, string>, signal: AbortSignal): Promise<Stored> {
+    const sentAt = Date.now();
     const res = await fetcher.open(url, { headers, param: "url", signal });
+    const arrivedAt = Date.now();
     if (res.status === 304) {
       if (known && store.has(known.digest)) {
         stats.revalidated++;
         store.use(known.digest);
+        known.freshness = fieldsAfter304(known.freshness, freshnessFieldsOf(res.headers));
+        known.freshUntil = freshUntil(known.freshness, sentAt, arrivedAt, opts.maxUrlFreshSec * 1000);
         return { digest: known.digest, byteLength: known.byteLength, cache: "revalidated" };
       }
       // Evicted while the conditional request was in flight: fetch in full.
@@ -214,7 +227,10 @@ export async function startDecodeService(input: DecodeServiceOptionsInput = {}, 
       await store.put(file, s.contentDigest, s.byteLength);
       const etag = res.headers.get("etag");
       const lastModified = res.headers.get("last-modified");
-      if (etag || lastModified) byUrl.set(url, { etag, lastModified, digest: s.contentDigest, byteLength: s.byteLength });
+      const freshness = freshnessFieldsOf(res.headers);
+      const until = freshUntil(freshness, sentAt, arrivedAt, opts.maxUrlFreshSec * 1000);
+      // Kept when the bytes can be reused as they are (fresh) or confirmed by a conditional request.
+      if (etag || lastModified || until > arrivedAt) byUrl.set(url, { etag, lastModified, freshness, freshUntil: until, digest: s.contentDigest, byteLength: s.byteLength });
       else byUrl.delete(url);
       return { digest: s.contentDigest, byteLength: s.byteLength, cache: "miss" };
     } finally {
@@ -223,6 +239,12 @@ export async function startDecodeService(input: DecodeServiceOptionsInput = {}, 
   }
 
   async function storeUrl(url: string, signal: AbortSignal): Promise<Stored> {
+    const known = byUrl.get(url);
+    if (known && Date.now() < known.freshUntil && store.has(known.digest)) {
+      stats.fresh++;
+      store.use(known.digest);
+      return { digest: known.digest, byteLength: known.byteLength, cache: "fresh" };
+    }
     const { promise, shared } = urlFlight.do(url, (s) => download(url, s), signal);
     if (shared) stats.shared++;
     const r = await promise;

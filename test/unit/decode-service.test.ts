@@ -1,6 +1,7 @@
 /**
  * The decode service over real HTTP on 127.0.0.1: auth, caps, probe by bytes and by URL, caches
- * (content hash; URL + ETag revalidation), single-flight, SSRF refusals, and the edge's client
+ * (content hash; URL + ETag revalidation; reuse within the origin's Cache-Control freshness),
+ * single-flight, SSRF refusals, and the edge's client
  * turning every failure into a fallback reason.
  */
 import http from "node:http";
@@ -47,20 +48,25 @@ beforeAll(async () => {
     const p = new URL(req.url!, "http://x").pathname;
     hits[p] = (hits[p] ?? 0) + 1;
     if (req.headers["if-none-match"]) conditionalSeen.push(`${p} ${req.headers["if-none-match"]}`);
-    const serve = (body: Uint8Array, etag: string | null, delayMs = 0): void => {
+    const serve = (body: Uint8Array, etag: string | null, delayMs = 0, extra: Record<string, string> = {}, extra304 = extra): void => {
       if (etag && req.headers["if-none-match"] === etag) {
-        res.writeHead(304, { etag });
+        res.writeHead(304, { etag, ...extra304 });
         res.end();
         return;
       }
       setTimeout(() => {
-        res.writeHead(200, { "content-type": "video/mp4", ...(etag ? { etag } : {}) });
+        res.writeHead(200, { "content-type": "video/mp4", ...(etag ? { etag } : {}), ...extra });
         res.end(body);
       }, delayMs);
     };
     if (p === "/a.mp4" || p === "/same-as-a.mp4") serve(clipA, '"a1"');
     else if (p === "/changing.mp4") serve(changingVersion === 1 ? clipA : clipB, `"v${changingVersion}"`);
     else if (p === "/slow.mp4") serve(clipB, null, 300);
+    else if (p === "/fresh.mp4") serve(clipB, '"f1"', 0, { "cache-control": "max-age=60" });
+    else if (p === "/fresh-no-validators.mp4") serve(clipB, null, 0, { "cache-control": "public, max-age=60" });
+    else if (p === "/no-cache.mp4") serve(clipB, '"n1"', 0, { "cache-control": "no-cache, max-age=60" });
+    // Fresh for one second; the 304 that revalidates it grants a minute.
+    else if (p === "/short.mp4") serve(clipB, '"s1"', 0, { "cache-control": "max-age=1" }, { "cache-control": "max-age=60" });
     else if (p === "/to-metadata") {
       res.writeHead(302, { location: "http://169.254.169.254/latest/meta-data/" });
       res.end();
@@ -157,6 +163,53 @@ describe("decode service", () => {
     expect(r.status).toBe(200);
     expect(r.headers.get("x-cache")).toBe("revalidated");
     expect(conditionalSeen.slice(before)).toEqual(['/a.mp4 "a1"']);
+  });
+
+  it("reuses a URL's bytes without asking the origin while its Cache-Control says they are fresh", async () => {
+    const ask = async (p: string): Promise<string | null> => {
+      const r = await probeUrl(`http://127.0.0.1:${mediaPort}${p}`);
+      expect(r.status, p).toBe(200);
+      expect(((await r.json()) as { contentDigest: string }).contentDigest).toBe(sha256Hex(clipB));
+      return r.headers.get("x-cache");
+    };
+    for (const p of ["/fresh.mp4", "/fresh-no-validators.mp4", "/no-cache.mp4"]) {
+      hits[p] = 0;
+      await ask(p);
+    }
+    const fresh = svc.stats.fresh;
+    expect([await ask("/fresh.mp4"), await ask("/fresh-no-validators.mp4"), await ask("/no-cache.mp4")]).toEqual(["fresh", "fresh", "revalidated"]);
+    expect([hits["/fresh.mp4"], hits["/fresh-no-validators.mp4"], hits["/no-cache.mp4"]]).toEqual([1, 1, 2]);
+    expect(svc.stats.fresh).toBe(fresh + 2);
+  });
+
+  it("asks the origin again once the freshness has run out, and takes a 304's new lifetime", async () => {
+    const p = "/short.mp4";
+    hits[p] = 0;
+    await probeUrl(`http://127.0.0.1:${mediaPort}${p}`);
+    expect((await probeUrl(`http://127.0.0.1:${mediaPort}${p}`)).headers.get("x-cache")).toBe("fresh");
+    await new Promise((r) => setTimeout(r, 1_100));
+    expect((await probeUrl(`http://127.0.0.1:${mediaPort}${p}`)).headers.get("x-cache")).toBe("revalidated");
+    expect((await probeUrl(`http://127.0.0.1:${mediaPort}${p}`)).headers.get("x-cache")).toBe("fresh");
+    expect(hits[p]).toBe(2);
+  });
+
+  it("with maxUrlFreshSec 0 every use is a conditional request", async () => {
+    const strict = await startDecodeService({ token: TOKEN, decoder: DECODER, concurrency: 1, maxUrlFreshSec: 0, fetch: { allowlist: [`127.0.0.1:${mediaPort}`] } });
+    try {
+      const ask = async (): Promise<string | null> =>
+        (
+          await fetch(`${strict.url}/v1/probe`, {
+            method: "POST",
+            headers: { "content-type": "application/json", authorization: `Bearer ${TOKEN}` },
+            body: JSON.stringify({ url: `http://127.0.0.1:${mediaPort}/fresh.mp4` }),
+          })
+        ).headers.get("x-cache");
+      await ask();
+      expect(await ask()).toBe("revalidated");
+      expect(strict.stats.fresh).toBe(0);
+    } finally {
+      await strict.close();
+    }
   });
 
   it("a URL whose content changes gets the new identity", async () => {
