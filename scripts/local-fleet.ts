@@ -51,7 +51,17 @@ export interface FleetOptions {
   workerArgs?: string[][];
   /** Per-worker extra relay CLI args (e.g. ["--no-kv-events"], ["--region", "eu"]); kept across relay restarts. */
   relayArgs?: string[][];
+  /** The edge exited on its own more often than the fleet restarts it (EDGE_RESTARTS_PER_MINUTE): the fleet is of no use. */
+  onEdgeLost?: (reason: string) => void;
 }
+
+/**
+ * Restarts of an edge that exited on its own, within a minute, before the fleet gives up on it.
+ * Why restart at all: `wrangler dev` exits when a client hangs up in the middle of its request body
+ * (its ProxyWorker treats the lost body as fatal; cloudflare/workers-sdk#15203, open as of wrangler
+ * 4.164), so one client timing out would otherwise leave a fleet with no edge.
+ */
+const EDGE_RESTARTS_PER_MINUTE = 5;
 
 export interface FleetWorker {
   id: string;
@@ -67,6 +77,8 @@ export interface FleetWorker {
 
 export interface Fleet {
   edgeUrl: string;
+  /** Times the edge exited on its own and was started again (on the same port and state). */
+  readonly edgeRestarts: number;
   /** wrangler dev's V8 inspector port (the edge isolate's heap: scripts/soak-heap.ts). */
   readonly inspectorPort: number;
   /** Base URL of the local media server (when a media dir was given). */
@@ -383,6 +395,37 @@ async function buildFleet(opts: FleetOptions, life: FleetLife): Promise<Fleet> {
   };
   let edge = spawnEdge();
   const edgeUrl = `http://127.0.0.1:${edgePort}`;
+  // Once the fleet is up, an edge exit nobody asked for is a crash: start it again (see EDGE_RESTARTS_PER_MINUTE).
+  let superviseEdge = false;
+  let edgeRestarts = 0;
+  const recentEdgeRestarts: number[] = [];
+  const watchEdge = (p: ChildProcess): void => {
+    p.once("exit", (code, signal) => {
+      if (!superviseEdge || p !== edge) return;
+      // wrangler's workerd may outlive it and hold the port: the whole group goes.
+      try {
+        if (p.pid) process.kill(-p.pid, "SIGKILL");
+      } catch {}
+      const now = Date.now();
+      while (recentEdgeRestarts.length > 0 && now - recentEdgeRestarts[0]! > 60_000) recentEdgeRestarts.shift();
+      if (recentEdgeRestarts.length >= EDGE_RESTARTS_PER_MINUTE) {
+        const reason = `the edge (wrangler dev) exited ${EDGE_RESTARTS_PER_MINUTE + 1} times within a minute (last: ${code ?? signal})`;
+        log(`[fleet] ${reason}: giving up on it`);
+        opts.onEdgeLost?.(reason);
+        return;
+      }
+      recentEdgeRestarts.push(now);
+      edgeRestarts++;
+      log(`[fleet] the edge (wrangler dev) exited on its own (${code ?? signal}); restarting it on the same port (wrangler dev exits when a client hangs up mid-upload: cloudflare/workers-sdk#15203)`);
+      edge = spawnEdge();
+      watchEdge(edge);
+      const proc = edge;
+      waitFor(async () => (await probe(`${edgeUrl}/healthz`)).ok, 60_000, "wrangler dev (after a crash)", proc).then(
+        () => log("[fleet] the edge is serving again"),
+        (e: unknown) => log(`[fleet] the edge did not come back: ${(e as Error).message}`),
+      );
+    });
+  };
   const inspectorArg = wranglerArgs.indexOf("--inspector-port") + 1;
 
   const workers: FleetWorker[] = [];
@@ -427,6 +470,8 @@ async function buildFleet(opts: FleetOptions, life: FleetLife): Promise<Fleet> {
     edge = spawnEdge();
     await waitFor(async () => (await probe(`${edgeUrl}/healthz`)).ok, 60_000, "wrangler dev (second start)", edge);
   }
+  watchEdge(edge);
+  superviseEdge = true;
 
   const relayArgsOf = workers.map((_, i) => opts.relayArgs?.[i] ?? []);
   // Each relay keeps its view of its worker here, so a restarted relay resumes it (docs/relay.md).
@@ -503,6 +548,9 @@ async function buildFleet(opts: FleetOptions, life: FleetLife): Promise<Fleet> {
 
   return {
     edgeUrl,
+    get edgeRestarts() {
+      return edgeRestarts;
+    },
     get inspectorPort() {
       return Number(wranglerArgs[inspectorArg]);
     },
@@ -560,8 +608,11 @@ async function buildFleet(opts: FleetOptions, life: FleetLife): Promise<Fleet> {
       signalGroup(decodeProc, "SIGCONT");
     },
     async restartEdge() {
+      superviseEdge = false;
       await stopProc(edge, "SIGTERM");
       edge = spawnEdge();
+      watchEdge(edge);
+      superviseEdge = true;
       const proc = edge;
       await waitFor(async () => (await probe(`${edgeUrl}/healthz`)).ok, 60_000, "wrangler dev (restart)", proc);
     },
@@ -579,6 +630,7 @@ async function buildFleet(opts: FleetOptions, life: FleetLife): Promise<Fleet> {
       return out;
     },
     async stop() {
+      superviseEdge = false;
       await life.end();
       if (mediaServer) await new Promise<void>((r) => mediaServer!.close(() => r()));
       if (ownsPersist) rmSync(persistTo, { recursive: true, force: true });

@@ -60,7 +60,11 @@ try {
     persistTo: process.env.KVEDGE_STATE_DIR ?? ".wrangler/state",
     mediaDir: media,
     log: (l) => {
-      if (verbose || /error|warn|down|refus/i.test(l)) console.log(l);
+      if (verbose || l.startsWith("[fleet]") || /error|warn|down|refus/i.test(l)) console.log(l);
+    },
+    onEdgeLost: (reason) => {
+      console.error(`kvedge: ${reason}; stopping.`);
+      void shutdown(1);
     },
   });
 } catch (err) {

@@ -11,7 +11,13 @@
  * the request, and a write to the departed client that fails before the runtime cancels the request
  * is reported through the inspector `wrangler dev` attaches (docs/reliability.md, Known gaps). So the
  * count is printed, not required to be 0; any other uncaught error fails the test.
+ *
+ * Clients that go away mid-upload: `wrangler dev` itself exits on one (its ProxyWorker treats the
+ * lost request body as fatal: cloudflare/workers-sdk#15203, open), which left `npm start` a fleet
+ * with no edge. The fleet now restarts the edge on the same port (scripts/local-fleet.ts); the
+ * test checks that the endpoint answers again afterwards, whether or not this wrangler crashed.
  */
+import { connect } from "node:net";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { startFleet, type Fleet } from "../../scripts/local-fleet.ts";
 import { LogTap, sleep, waitUntil } from "./reliability-helpers.ts";
@@ -59,5 +65,43 @@ describe("aborted client streams", () => {
     // Each generation was cut short: the worker finished none of the 2000-token answers.
     const finished = tap.lines.map((l) => l.line).filter((l) => /generate rid=.* out=2000\b/.test(l));
     expect(finished).toEqual([]);
+  });
+});
+
+/** Sends a request head announcing `declared` body bytes, a few of them, then hangs up. */
+function abandonUpload(edgeUrl: string, path: string, declared: number): Promise<void> {
+  const { hostname, port } = new URL(edgeUrl);
+  return new Promise((resolve) => {
+    const sock = connect(Number(port), hostname, () => {
+      sock.write(`POST ${path} HTTP/1.1\r\nHost: ${hostname}:${port}\r\nContent-Type: application/json\r\nContent-Length: ${declared}\r\n\r\n{"model":`);
+      setTimeout(() => sock.destroy(), 200);
+    });
+    sock.on("error", () => undefined);
+    sock.on("close", () => resolve());
+  });
+}
+
+describe("aborted client uploads", () => {
+  it("leave the endpoint serving: the fleet restarts an edge that wrangler dev took down", async () => {
+    const before = fleet.edgeRestarts;
+    for (let i = 0; i < 3; i++) {
+      await abandonUpload(fleet.edgeUrl, "/v1/chat/completions", 100_000);
+      await sleep(300);
+    }
+    const chat = async (): Promise<number> => {
+      try {
+        const r = await fetch(`${fleet.edgeUrl}/v1/chat/completions`, {
+          method: "POST",
+          headers: { "content-type": "application/json" },
+          body: JSON.stringify({ model: fleet.model, messages: [{ role: "user", content: "Still there?" }], max_tokens: 8 }),
+        });
+        await r.arrayBuffer();
+        return r.status;
+      } catch {
+        return 0;
+      }
+    };
+    const ms = await waitUntil(async () => (await chat()) === 200, 90_000, () => `edge restarts ${fleet.edgeRestarts - before}`, 250);
+    console.log(`aborted uploads: endpoint answering ${ms} ms after the last; edge restarts by the fleet: ${fleet.edgeRestarts - before}`);
   });
 });
