@@ -3,7 +3,9 @@
  * router that talks to `/generate` (sgl-project/sglang python/sglang/srt/entrypoints/openai/
  * serving_chat.py @0c078e6f `_build_chat_response` and `_generate_chat_stream`): reasoning is split out first,
  * then tool calls are parsed from what is left, and finish_reason "stop" becomes "tool_calls" when
- * the text held tool-call markup. The plan is fixed per request; one ChoiceOutput runs per choice.
+ * a call was returned (SGLang: when the text held tool-call markup, even if no call survived; an
+ * OpenAI client reads "tool_calls" as "there are calls to run"). The plan is fixed per request; one
+ * ChoiceOutput runs per choice.
  */
 import type { ChatCompletionRequest, ToolDefinition } from "../api/openai-schema.ts";
 import { bytesToHex } from "../util/hex.ts";
@@ -99,15 +101,14 @@ export function finishChoiceText(
   let toolCalls: OpenAIToolCall[] | null = null;
   if (plan.tools !== null) {
     const forced = plan.tools.mode === "array";
-    const parsed: NonStreamToolResult = forced ? parseJsonArrayToolCalls(text) : parseQwenToolCalls(text, plan.tools.list);
-    if ((forced || parsed.hadMarkup) && finishType === "stop") {
-      finishType = "tool_calls";
-      matched = null;
-    }
-    if (parsed.hadMarkup) {
+    const parsed: NonStreamToolResult = forced ? parseJsonArrayToolCalls(text, plan.tools.list) : parseQwenToolCalls(text, plan.tools.list);
+    if (parsed.calls.length > 0) {
+      if (finishType === "stop") {
+        finishType = "tool_calls";
+        matched = null;
+      }
       text = parsed.content;
       toolCalls = parsed.calls.map((c, index) => ({ id: newToolCallId(), index, type: "function", function: { name: c.name, arguments: c.arguments } }));
-      if (forced && parsed.calls.length === 0) toolCalls = null;
     }
   }
   return { content: text === "" ? null : text, reasoning_content: reasoning, tool_calls: toolCalls, finishType, matched };
@@ -185,7 +186,6 @@ export class ChoiceOutput {
   }
 
   private toolDelta(c: ToolCallDelta): Extract<StreamDelta, { kind: "tool_call" }>["call"] {
-    if (c.name === undefined) return { index: c.index, function: { arguments: c.arguments } };
     return { index: c.index, id: newToolCallId(), type: "function", function: { name: c.name, arguments: c.arguments } };
   }
 }

@@ -80,7 +80,7 @@ describe("openai SDK against an instruct fleet", () => {
     expect((c as unknown as { matched_stop: unknown }).matched_stop).toBeNull(); // cleared with the tool_calls rewrite
   });
 
-  it("tools, stream: the SDK accumulates both calls; name first, arguments in pieces, indices 0 and 1", async () => {
+  it("tools, stream: the SDK accumulates both calls, each sent whole (id, type, name, arguments), indices 0 and 1", async () => {
     const stream = client.chat.completions.stream({ model: fleet.model, messages: [user("Weather in Beijing, and restaurants? (stream)", PARALLEL)], tools: TOOLS, stream_options: { include_usage: true } });
     const deltas: OpenAI.Chat.Completions.ChatCompletionChunk.Choice.Delta.ToolCall[] = [];
     stream.on("chunk", (chunk) => {
@@ -93,14 +93,35 @@ describe("openai SDK against an instruct fleet", () => {
     expect(c.finish_reason).toBe("tool_calls");
     expect(c.message.tool_calls).toMatchObject(PARALLEL_CALLS);
     expect(done).toEqual(['0:get_weather:{"city": "Beijing"}', '1:search:{"query": "restaurants"}']);
-    // OpenAI's streaming shape: per call, a first delta with id, type and name, then argument pieces.
+    // OpenAI's streaming shape, one delta per call: a call is sent once complete (docs/api.md).
     for (const index of [0, 1]) {
       const mine = deltas.filter((d) => d.index === index);
-      expect(mine[0]).toMatchObject({ index, id: expect.stringMatching(/^call_/), type: "function", function: { name: PARALLEL_CALLS[index]!.function.name, arguments: "" } });
-      expect(mine.length).toBeGreaterThan(2);
-      expect(mine.slice(1).every((d) => d.id === undefined && d.function?.name === undefined)).toBe(true);
+      expect(mine).toEqual([{ index, id: expect.stringMatching(/^call_/), type: "function", function: { name: PARALLEL_CALLS[index]!.function.name, arguments: PARALLEL_CALLS[index]!.function.arguments } }]);
     }
     expect(final.usage?.completion_tokens).toBeGreaterThan(0);
+  });
+
+  it("tools, stream: a call cut off by max_tokens or broken after its name is never sent as a call", async () => {
+    const cases = [
+      { answer: '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris", "unit": "celsius"}}\n</tool_call>', maxTokens: 12, finish: "length" },
+      { answer: '<tool_call>\n{"name": "get_weather", "arguments": {"city": }\n</tool_call>', maxTokens: 200, finish: "stop" },
+    ];
+    for (const { answer, maxTokens, finish } of cases) {
+      const chunks = await client.chat.completions.create({ model: fleet.model, messages: [user("Weather in Paris? (cut)", answer)], tools: TOOLS, max_tokens: maxTokens, stream: true });
+      let content = "";
+      let toolDeltas = 0;
+      let finishReason: string | null = null;
+      for await (const chunk of chunks) {
+        for (const ch of chunk.choices) {
+          content += ch.delta.content ?? "";
+          toolDeltas += ch.delta.tool_calls?.length ?? 0;
+          finishReason = ch.finish_reason ?? finishReason;
+        }
+      }
+      expect(toolDeltas, answer).toBe(0);
+      expect(finishReason, answer).toBe(finish);
+      expect(answer.startsWith(content) && content.startsWith("<tool_call>"), content).toBe(true);
+    }
   });
 
   it("forced tool (named tool_choice): SGLang's array schema is forwarded and the array becomes tool_calls", async () => {

@@ -80,11 +80,11 @@ describe("qwen25 tool calls, non-stream (golden: test_qwen25_detector.py)", () =
   });
 
   it("no markup, or no surviving call: the whole text stays content (function_call_parser.py parse_non_stream)", () => {
-    expect(parseQwenToolCalls("The weather is nice today.", TOOLS)).toEqual({ content: "The weather is nice today.", calls: [], hadMarkup: false });
+    expect(parseQwenToolCalls("The weather is nice today.", TOOLS)).toEqual({ content: "The weather is nice today.", calls: [] });
     const bad = 'Sure <tool_call>\n{"name": "nope", "arguments": {}}\n</tool_call>';
-    expect(parseQwenToolCalls(bad, TOOLS)).toEqual({ content: bad, calls: [], hadMarkup: true });
+    expect(parseQwenToolCalls(bad, TOOLS)).toEqual({ content: bad, calls: [] });
     // bot_token is "<tool_call>\n": without the newline there is no call (test_has_tool_call_requires_newline_after_tag)
-    expect(parseQwenToolCalls("<tool_call>{}", TOOLS).hadMarkup).toBe(false);
+    expect(parseQwenToolCalls('<tool_call>{"name": "search"}', TOOLS).calls).toEqual([]);
   });
 
   it("arguments are Python json.dumps text: ensure_ascii=False, number lexemes kept, parameters preferred", () => {
@@ -94,6 +94,15 @@ describe("qwen25 tool calls, non-stream (golden: test_qwen25_detector.py)", () =
     expect(parseQwenToolCalls(viaParams, TOOLS).calls[0]!.arguments).toBe('{"query": "x"}');
     const none = '<tool_call>\n{"name": "search"}\n</tool_call>';
     expect(parseQwenToolCalls(none, TOOLS).calls[0]!.arguments).toBe("{}");
+  });
+
+  it("arguments Python would dump as Infinity/NaN are no call (not JSON; deliberate difference)", () => {
+    for (const v of ["1E400", "-1e999", "NaN", "Infinity"]) {
+      const text = `<tool_call>\n{"name": "search", "arguments": {"query": "x", "n": [${v}]}}\n</tool_call>`;
+      expect(parseQwenToolCalls(text, TOOLS), v).toEqual({ content: text, calls: [] });
+    }
+    // Tiny and negative-zero numbers are JSON: kept, in Python's text.
+    expect(parseQwenToolCalls('<tool_call>\n{"name": "search", "arguments": {"x": 1.0e-7, "y": -0.0}}\n</tool_call>', TOOLS).calls[0]!.arguments).toBe('{"x": 1e-07, "y": -0.0}');
   });
 });
 
@@ -120,11 +129,32 @@ describe("qwen25 tool calls, streaming (golden: test_qwen25_detector.py streamin
     expect(r.calls.filter((c) => c.name).map((c) => c.name)).toEqual(["search"]);
   });
 
-  it("the name comes first with empty arguments, then the arguments (test_streaming_arguments_emitted_after_name)", () => {
-    const r = streamAll(['<tool_call>\n{"name": "search",', ' "arguments": {"query": "x"}}\n</tool_call>']);
-    expect(r.calls[0]).toEqual({ index: 0, name: "search", arguments: "" });
-    expect(r.calls.slice(1).every((c) => c.name === undefined)).toBe(true);
-    expect(JSON.parse(r.args[0]!)).toEqual({ query: "x" });
+  it("a call goes out whole, once its JSON closes: name and complete arguments in one delta (deliberate difference)", () => {
+    const s = new QwenToolCallStream(TOOLS);
+    expect(s.push('<tool_call>\n{"name": "search",').calls).toEqual([]);
+    expect(s.push(' "arguments": {"query": "x"').calls).toEqual([]);
+    expect(s.push("}}").calls).toEqual([{ index: 0, name: "search", arguments: '{"query": "x"}' }]);
+    expect(s.push("\n</tool_call>")).toEqual({ content: "", calls: [] });
+    expect(s.finish()).toEqual({ content: "", calls: [] });
+  });
+
+  it("a block that is no call is never sent as one: broken, cut off, cut by a stop string, unknown tool (text as it is)", () => {
+    const cases = [
+      '<tool_call>\n{"name": "get_weather", "arguments": {"city": }\n</tool_call>', // broken after the name
+      '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Pa', // end of output (EOS or max_tokens) mid-value
+      '<tool_call>\n{"name": "get_weather", "arguments": {"city": "', // a stop string cut the value
+      '<tool_call>\n{"name": "get_weather", "argu', // max_tokens inside the block
+      '<tool_call>\n{"name": "rm_rf", "arguments": {}}\n</tool_call>', // no such tool: closing tag kept, as non-stream keeps it
+      '<tool_call>\n{"name": "search", "arguments": {"n": 1E400}}\n</tool_call>', // arguments that would dump to Infinity
+    ];
+    for (const text of cases) {
+      for (const chunks of [[text], [...text]]) {
+        const r = streamAll(chunks);
+        expect(r.calls, text).toEqual([]);
+        expect(r.content, text).toBe(text);
+      }
+      expect(parseQwenToolCalls(text, TOOLS), text).toEqual({ content: text, calls: [] });
+    }
   });
 
   it("two parallel calls at every split point equal the non-stream result (indices 0 and 1)", () => {
@@ -138,10 +168,10 @@ describe("qwen25 tool calls, streaming (golden: test_qwen25_detector.py streamin
       expect(r.args.map((a) => JSON.parse(a))).toEqual(whole.calls.map((c) => JSON.parse(c.arguments)));
       expect(r.content.trim()).toBe(whole.content);
     }
-    // token by token (one character per frame): ASCII args stream as the exact non-stream text
+    // token by token (one character per frame): ASCII args as the exact non-stream text, one delta per call
     const byChar = streamAll([...text]);
     expect(byChar.args).toEqual(whole.calls.map((c) => c.arguments));
-    expect(byChar.calls.filter((c) => c.index === 0 && c.name === undefined).length).toBeGreaterThan(3); // arguments in pieces
+    expect(byChar.calls.map((c) => c.index)).toEqual([0, 1]);
   });
 
   it("an unknown tool or broken JSON falls back to content", () => {
@@ -180,22 +210,32 @@ describe("forced tool calls (tool_choice required / named)", () => {
   });
 
   it("non-stream: the JSON array becomes calls (serving_chat.py _process_tool_calls); other text stays content", () => {
-    expect(parseJsonArrayToolCalls('[{"name": "search", "parameters": {"query": "a"}}, {"name": "get_weather", "parameters": {"city": "b"}}]').calls).toEqual([
+    expect(parseJsonArrayToolCalls('[{"name": "search", "parameters": {"query": "a"}}, {"name": "get_weather", "parameters": {"city": "b"}}]', TOOLS).calls).toEqual([
       { name: "search", arguments: '{"query": "a"}' },
       { name: "get_weather", arguments: '{"city": "b"}' },
     ]);
-    expect(parseJsonArrayToolCalls("not json").calls).toEqual([]);
+    expect(parseJsonArrayToolCalls("not json", TOOLS)).toEqual({ content: "not json", calls: [] });
+    // One item naming no offered tool, or with non-JSON arguments: the whole output stays content.
+    const unknown = '[{"name": "search", "parameters": {}}, {"name": "rm_rf", "parameters": {}}]';
+    expect(parseJsonArrayToolCalls(unknown, TOOLS)).toEqual({ content: unknown, calls: [] });
+    expect(parseJsonArrayToolCalls('[{"name": "search", "parameters": {"n": NaN}}]', TOOLS).calls).toEqual([]);
   });
 
-  it("streaming: names then arguments per element, at every split point", () => {
+  it("streaming: the calls go out whole when the array ends, at every split point; a cut-off array is content", () => {
     const text = '[{"name": "search", "parameters": {"query": "a b"}}, {"name": "get_weather", "parameters": {"city": "c"}}]';
     for (let cut = 0; cut <= text.length; cut++) {
       const s = new JsonArrayToolCallStream(TOOLS);
-      const deltas = [...s.push(text.slice(0, cut)).calls, ...s.push(text.slice(cut)).calls, ...s.finish().calls];
-      expect(deltas.filter((d) => d.name).map((d) => [d.index, d.name])).toEqual([[0, "search"], [1, "get_weather"]]);
-      const args: string[] = [];
-      for (const d of deltas) args[d.index] = (args[d.index] ?? "") + d.arguments;
-      expect(args).toEqual(['{"query": "a b"}', '{"city": "c"}']);
+      expect([...s.push(text.slice(0, cut)).calls, ...s.push(text.slice(cut)).calls]).toEqual([]);
+      expect(s.finish()).toEqual({
+        content: "",
+        calls: [
+          { index: 0, name: "search", arguments: '{"query": "a b"}' },
+          { index: 1, name: "get_weather", arguments: '{"city": "c"}' },
+        ],
+      });
+      const cutOff = new JsonArrayToolCallStream(TOOLS);
+      cutOff.push(text.slice(0, cut));
+      if (cut < text.length) expect(cutOff.finish(), `cut ${cut}`).toEqual({ content: text.slice(0, cut), calls: [] });
     }
   });
 });
@@ -245,16 +285,34 @@ describe("reasoning then tool calls, finish_reason (serving_chat.py _build_chat_
     expect(m.tool_calls).toEqual([{ id: expect.stringMatching(/^call_[0-9a-f]{24}$/), index: 0, type: "function", function: { name: "search", arguments: '{"query": "q"}' } }]);
   });
 
-  it("stream: reasoning deltas, then the call (id, type, name, then arguments)", () => {
+  it("stream: reasoning deltas, then the call whole (id, type, name, arguments)", () => {
     const out = new ChoiceOutput(plan);
     const deltas: StreamDelta[] = [];
     for (const ch of text) deltas.push(...out.push(ch));
     deltas.push(...out.finish());
     expect(deltas.filter((d) => d.kind === "reasoning").map((d) => (d as { text: string }).text).join("")).toBe("Need to search.\n"); // the "\n" went out before "</think>" arrived; SGLang rstrips only the chunk holding the end tag
     const calls = deltas.filter((d) => d.kind === "tool_call").map((d) => (d as { call: { id?: string; function: { name?: string; arguments: string } } }).call);
-    expect(calls[0]).toMatchObject({ index: 0, type: "function", function: { name: "search", arguments: "" } });
-    expect(calls.map((c) => c.function.arguments).join("")).toBe('{"query": "q"}');
+    expect(calls).toEqual([{ index: 0, id: expect.stringMatching(/^call_[0-9a-f]{24}$/), type: "function", function: { name: "search", arguments: '{"query": "q"}' } }]);
     expect(out.sentToolCalls).toBe(true);
+  });
+
+  it("finish_reason tool_calls only with calls: markup that yields none stays stop, in both modes", () => {
+    const tools = chatOutputPlan(parseChatRequest(JSON.stringify({ model: "q", messages: [{ role: "user", content: "hi" }], tools: [{ type: "function", function: { name: "search" } }] })), { toolCallParser: "qwen25", reasoningParser: null });
+    const forced = chatOutputPlan(
+      parseChatRequest(JSON.stringify({ model: "q", messages: [{ role: "user", content: "hi" }], tools: [{ type: "function", function: { name: "search" } }], tool_choice: "required" })),
+      { toolCallParser: "qwen25", reasoningParser: null },
+    );
+    for (const [plan, text] of [
+      [tools, '<tool_call>\n{"name": "rm_rf", "arguments": {}}\n</tool_call>'],
+      [tools, "ok <tool_call>\n"],
+      [forced, "not an array"],
+    ] as const) {
+      expect(finishChoiceText(plan, text, "stop", 151645), text).toMatchObject({ content: text, tool_calls: null, finishType: "stop", matched: 151645 });
+      const out = new ChoiceOutput(plan);
+      const deltas = [...out.push(text), ...out.finish()];
+      expect(deltas.filter((d) => d.kind === "tool_call"), text).toEqual([]);
+      expect(out.sentToolCalls).toBe(false);
+    }
   });
 });
 
@@ -320,8 +378,7 @@ describe("stream translation with a plan (chat-stream.ts + chat-output.ts)", () 
     frames += frame({ text, meta_info: meta(30, { type: "stop", matched: 151645 }) }) + "data: [DONE]\n\n";
     const chunks = run(frames, chatOutputPlan(req({ tools: [{ type: "function", function: { name: "search" } }] }), { toolCallParser: "qwen25", reasoningParser: null }));
     const toolDeltas = chunks.flatMap((c) => c.choices.flatMap((x) => (x.delta["tool_calls"] as { index: number; id?: string; function: { name?: string; arguments: string } }[]) ?? []));
-    expect(toolDeltas[0]).toMatchObject({ index: 0, type: "function", function: { name: "search", arguments: "" } });
-    expect(toolDeltas.map((d) => d.function.arguments).join("")).toBe('{"query": "q"}');
+    expect(toolDeltas).toEqual([{ index: 0, id: expect.stringMatching(/^call_/), type: "function", function: { name: "search", arguments: '{"query": "q"}' } }]);
     const fin = chunks.find((c) => c.choices[0]?.finish_reason)!.choices[0]!;
     expect(fin).toMatchObject({ finish_reason: "tool_calls", matched_stop: 151645 });
     expect(chunks.some((c) => typeof c.choices[0]?.delta["content"] === "string" && c.choices[0]!.delta["content"] !== "")).toBe(false);
@@ -425,7 +482,7 @@ describe("forced-array and reasoning streams equal their non-stream parse (prope
     fc.assert(
       fc.property(fc.array(fc.tuple(fc.constantFrom("get_weather", "search"), argsArb), { minLength: 1, maxLength: 3 }), fc.array(fc.integer({ min: 1, max: 9 }), { minLength: 1, maxLength: 20 }), (calls, cuts) => {
         const text = pyJsonDumps(calls.map(([name, parameters]) => ({ name, parameters })), false);
-        const whole = parseJsonArrayToolCalls(text);
+        const whole = parseJsonArrayToolCalls(text, TOOLS);
         const s = new JsonArrayToolCallStream(TOOLS);
         const deltas: ToolCallDelta[] = [];
         for (let at = 0, k = 0; at < text.length; k++) {

@@ -5,105 +5,63 @@
  * `_process_tool_calls`: `orjson.loads(text)`, each item → name + `json.dumps(item["parameters"],
  * ensure_ascii=False)`; streaming: function_call/json_array_parser.py @8613c481, the base detector with "[" as
  * start token and "," between calls). Output that is not such an array stays content.
+ *
+ * Streamed, the calls are sent once the array is complete, all of it read as the non-stream answer
+ * reads it: the output is nothing but the array, so nothing is held back that a client could use
+ * earlier, and an array cut off by max_tokens or a stop string is never sent as calls with made-up
+ * arguments (SGLang streams names and growing arguments: deliberate difference).
  */
 import type { ToolDefinition } from "../../api/openai-schema.ts";
-import { MalformedJson, parsePartialJson, parsePyJson, pyJsonDumps, type PyJson } from "./json.ts";
-import { commonPrefixLength, isJsonObject, type NonStreamToolResult, type StreamStep } from "./qwen25.ts";
+import { parsePyJson, type PyJson } from "./json.ts";
+import { callsOfBlock, isJsonObject, type NonStreamToolResult, type StreamStep } from "./qwen25.ts";
 
-/** Non-stream: the whole output is the array. */
-export function parseJsonArrayToolCalls(text: string): NonStreamToolResult {
+/**
+ * Non-stream: the whole output is the array; every item names an offered tool and has `parameters`,
+ * or none is a call. (A tool name outside the offer cannot pass SGLang's constraint; an output that
+ * was cut off does not parse.)
+ */
+export function parseJsonArrayToolCalls(text: string, tools: readonly ToolDefinition[]): NonStreamToolResult {
   let parsed: PyJson;
   try {
     parsed = parsePyJson(text);
   } catch {
-    return { content: text, calls: [], hadMarkup: true };
+    return { content: text, calls: [] };
   }
   if (!Array.isArray(parsed) || !parsed.every((t) => isJsonObject(t) && typeof t["name"] === "string" && t["parameters"] !== undefined)) {
-    return { content: text, calls: [], hadMarkup: true };
+    return { content: text, calls: [] };
   }
-  const calls = parsed.map((t) => {
+  const known = new Set(tools.map((t) => t.function.name));
+  const items = parsed.map((t) => {
     const o = t as { [k: string]: PyJson };
-    return { name: o["name"] as string, arguments: pyJsonDumps(o["parameters"], false) };
+    return { name: o["name"]!, arguments: o["parameters"]! };
   });
-  return { content: "", calls, hadMarkup: true };
+  const calls = callsOfBlock(items, known, false);
+  if (calls.length !== items.length) return { content: text, calls: [] };
+  return { content: "", calls };
 }
 
-/** Streaming: re-reads the growing array; names first, then arguments as a growing common prefix. */
+/** Streaming: the output is kept until it ends, then read as the non-stream answer reads it. */
 export class JsonArrayToolCallStream {
-  private readonly known: Set<string>;
+  private readonly tools: readonly ToolDefinition[];
   private text = "";
-  private named = 0;
-  /** Per call: argument text sent, and the previous dumps of its arguments. */
-  private sent: string[] = [];
-  private prev: (string | null)[] = [];
-  private failed = false;
+  private sent = 0;
 
   constructor(tools: readonly ToolDefinition[]) {
-    this.known = new Set(tools.map((t) => t.function.name));
+    this.tools = tools;
   }
 
   get callCount(): number {
-    return this.named;
+    return this.sent;
   }
 
   push(delta: string): StreamStep {
     this.text += delta;
-    return this.step(false);
+    return { content: "", calls: [] };
   }
 
   finish(): StreamStep {
-    const out = this.step(true);
-    if (this.failed && this.named === 0) out.content += this.text;
-    return out;
-  }
-
-  private step(final: boolean): StreamStep {
-    const out: StreamStep = { content: "", calls: [] };
-    if (this.failed || this.text.trim() === "") return out;
-    let items: PyJson[];
-    let itemsStrict: PyJson[];
-    try {
-      const loose = parsePartialJson(this.text.trimStart(), true).value;
-      const strict = parsePartialJson(this.text.trimStart(), false).value;
-      if (!Array.isArray(loose) || !Array.isArray(strict)) throw new MalformedJson("not an array");
-      items = loose;
-      itemsStrict = strict;
-    } catch (e) {
-      if (!(e instanceof MalformedJson)) throw e;
-      this.failed = true;
-      return out;
-    }
-    for (let i = 0; i < items.length; i++) {
-      const item = items[i];
-      if (!isJsonObject(item)) continue;
-      if (i >= this.named) {
-        // Names are sent only once complete (strict parse), in order.
-        const strictItem = itemsStrict[i];
-        const name = isJsonObject(strictItem) ? strictItem["name"] : undefined;
-        if (i > this.named || typeof name !== "string") break;
-        if (!this.known.has(name)) {
-          this.failed = true;
-          return out;
-        }
-        out.calls.push({ index: i, name, arguments: "" });
-        this.named++;
-        this.sent.push("");
-        this.prev.push(null);
-      }
-      const params = item["parameters"];
-      if (params === undefined) continue;
-      const cur = pyJsonDumps(params);
-      const closed = final || i < items.length - 1;
-      const sent = this.sent[i]!;
-      let next = sent;
-      if (closed) next = cur;
-      else if (this.prev[i] !== null && this.prev[i] !== cur) next = cur.slice(0, commonPrefixLength(this.prev[i]!, cur));
-      if (next.length > sent.length && next.startsWith(sent)) {
-        out.calls.push({ index: i, arguments: next.slice(sent.length) });
-        this.sent[i] = next;
-      }
-      this.prev[i] = cur;
-    }
-    return out;
+    const parsed = parseJsonArrayToolCalls(this.text, this.tools);
+    this.sent = parsed.calls.length;
+    return { content: parsed.content, calls: parsed.calls.map((c, index) => ({ index, name: c.name, arguments: c.arguments })) };
   }
 }

@@ -13,12 +13,12 @@
  * stays content (function_call_parser.py `parse_non_stream`: "return full_text, []").
  *
  * Streaming (base_format_detector.py @72a0fbe5 `parse_streaming_increment` + the Qwen25 override): text before a
- * call streams as content, holding back a tail that may be the start of `<tool_call>\n`; inside a call
- * the name is sent once it is complete and valid (with `arguments: ""`), then the arguments stream as the
- * growing common prefix of successive `json.dumps(arguments)` (ensure_ascii default, as SGLang streams
- * them), and the rest is sent when the call's JSON closes. Deliberate differences: a block naming an
- * unknown tool or whose JSON is broken falls back to content (SGLang drops it mid-stream), and text
- * between and after calls that is only whitespace or `</tool_call>` is not sent as content.
+ * call streams as content, holding back a tail that may be the start of `<tool_call>\n`. Deliberate
+ * differences: SGLang sends a call's name as soon as it is complete and then its arguments as they
+ * grow, so a call that turns out broken or is cut off reached the client half-made; here a call is
+ * sent whole once its JSON closes and it is valid (arguments as `json.dumps` with ensure_ascii, as
+ * SGLang streams them), and a block that is no call (broken JSON, unknown tool, cut off) is sent as
+ * the text it is. Text between and after calls that is only whitespace or `</tool_call>` is not sent.
  */
 import type { ToolDefinition } from "../../api/openai-schema.ts";
 import { PyNumber } from "../../prompt/py-json.ts";
@@ -38,8 +38,6 @@ export interface NonStreamToolResult {
   /** Content left after the calls were taken out (null when empty, as SGLang's `text if text else None`). */
   content: string;
   calls: ParsedToolCall[];
-  /** The text held a `<tool_call>\n` block (SGLang then reports finish_reason "tool_calls"). */
-  hadMarkup: boolean;
 }
 
 export function isJsonObject(v: PyJson | undefined): v is { [k: string]: PyJson } {
@@ -66,10 +64,37 @@ function pyStrip(s: string): string {
   return s.replace(/^[\s\u001c-\u001f\u0085]+|[\s\u001c-\u001f\u0085]+$/gu, "");
 }
 
+/** A JSON value holding a number Python reads as inf or nan (`1e400`, `Infinity`, `NaN`): its dumps is not JSON. */
+function hasNonFinite(v: PyJson | undefined): boolean {
+  if (v instanceof PyNumber) return !Number.isFinite(v.value);
+  if (Array.isArray(v)) return v.some(hasNonFinite);
+  if (typeof v === "object" && v !== null) return Object.values(v).some(hasNonFinite);
+  return false;
+}
+
+/**
+ * The calls of one parsed block: an object, or an array of them (qwen25_detector.py parses either).
+ * An item counts when it names an offered tool and its arguments dump to valid JSON; SGLang would
+ * send `Infinity`/`NaN` (Python's json.dumps), which no JSON parser a client uses accepts, so such
+ * an item is not a call (deliberate difference).
+ */
+export function callsOfBlock(block: PyJson, known: ReadonlySet<string>, ensureAscii: boolean): ParsedToolCall[] {
+  const calls: ParsedToolCall[] = [];
+  for (const act of Array.isArray(block) ? block : [block]) {
+    if (!isJsonObject(act)) continue;
+    const name = act["name"];
+    if (typeof name !== "string" || !known.has(name)) continue; // "undefined function": skipped
+    const args = argumentsOf(act);
+    if (hasNonFinite(args)) continue;
+    calls.push({ name, arguments: pyJsonDumps(args, ensureAscii) });
+  }
+  return calls;
+}
+
 /** One-shot parse of a complete output (qwen25_detector.py `detect_and_parse`). */
 export function parseQwenToolCalls(text: string, tools: readonly ToolDefinition[]): NonStreamToolResult {
   const idx = text.indexOf(QWEN_BOT);
-  if (idx === -1) return { content: text, calls: [], hadMarkup: false };
+  if (idx === -1) return { content: text, calls: [] };
   const known = new Set(tools.map((t) => t.function.name));
   const calls: ParsedToolCall[] = [];
   const block = /<tool_call>\n([\s\S]*?)\n<\/tool_call>/g;
@@ -80,21 +105,16 @@ export function parseQwenToolCalls(text: string, tools: readonly ToolDefinition[
     } catch {
       continue; // json.JSONDecodeError: logged and skipped by SGLang
     }
-    for (const act of Array.isArray(parsed) ? parsed : [parsed]) {
-      if (!isJsonObject(act)) continue;
-      const name = act["name"];
-      if (typeof name !== "string" || !known.has(name)) continue; // "undefined function": skipped
-      calls.push({ name, arguments: pyJsonDumps(argumentsOf(act), false) });
-    }
+    calls.push(...callsOfBlock(parsed, known, false));
   }
-  if (calls.length === 0) return { content: text, calls, hadMarkup: true };
-  return { content: pyStrip(text.slice(0, idx)), calls, hadMarkup: true };
+  if (calls.length === 0) return { content: text, calls };
+  return { content: pyStrip(text.slice(0, idx)), calls };
 }
 
-/** One streamed tool-call delta: the first carries the name (and `arguments: ""`), later ones argument text. */
+/** One streamed tool call, whole: its name and its complete arguments. */
 export interface ToolCallDelta {
   index: number;
-  name?: string;
+  name: string;
   arguments: string;
 }
 
@@ -103,30 +123,27 @@ export interface StreamStep {
   calls: ToolCallDelta[];
 }
 
-export function commonPrefixLength(a: string, b: string): number {
-  const n = Math.min(a.length, b.length);
-  let i = 0;
-  while (i < n && a.charCodeAt(i) === b.charCodeAt(i)) i++;
-  return i;
-}
-
-/** Incremental parser for one choice's stream. */
+/**
+ * Incremental parser for one choice's stream. A call is sent whole (name and arguments in one
+ * delta) once its JSON closes and it is valid: a client acting on a streamed call never gets one
+ * that later turns out broken, cut off by max_tokens or a stop string, or naming no offered tool.
+ * (SGLang streams the name first and then the arguments as they grow, so such a call reached the
+ * client half-made, with finish_reason "tool_calls": deliberate difference.) A block that is not a
+ * call is sent as the text it is, closing tag included, as the non-stream answer keeps it.
+ */
 export class QwenToolCallStream {
   private readonly known: Set<string>;
-  private mode: "text" | "call" | "between" = "text";
+  /** text: plain text; call: inside a block, not yet complete; between: after a call; raw: a block that is not a call, up to its closing tag. */
+  private mode: "text" | "call" | "between" | "raw" = "text";
   private buf = "";
-  /** Calls whose name was sent. */
+  /** Calls sent. */
   private count = 0;
-  private nameSent = false;
-  /** Argument text sent for the current call, and the previous dumps of its arguments. */
-  private sentArgs = "";
-  private prevArgs: string | null = null;
 
   constructor(tools: readonly ToolDefinition[]) {
     this.known = new Set(tools.map((t) => t.function.name));
   }
 
-  /** Calls started so far (each has an index 0..n-1). */
+  /** Calls sent so far (each has an index 0..n-1). */
   get callCount(): number {
     return this.count;
   }
@@ -138,19 +155,13 @@ export class QwenToolCallStream {
     return out;
   }
 
-  /** End of output: flushes held text and any arguments not yet sent. */
+  /** End of output: flushes held text; a call still open (cut off) is sent as the text it is. */
   finish(): StreamStep {
     const out: StreamStep = { content: "", calls: [] };
     this.run(out, true);
-    if (this.mode === "call") {
-      if (!this.nameSent) out.content += QWEN_BOT + this.buf;
-      else if (this.prevArgs !== null && this.prevArgs.startsWith(this.sentArgs) && this.prevArgs.length > this.sentArgs.length) {
-        // serving_chat.py `_check_for_unstreamed_tool_args`: the last call's remaining arguments.
-        out.calls.push({ index: this.count - 1, arguments: this.prevArgs.slice(this.sentArgs.length) });
-      }
-    } else if (this.mode === "text") {
-      out.content += this.buf.split(EOT_BARE).join("");
-    }
+    if (this.mode === "call") out.content += QWEN_BOT + this.buf;
+    else if (this.mode === "raw") out.content += this.buf;
+    else if (this.mode === "text") out.content += this.buf.split(EOT_BARE).join("");
     this.buf = "";
     return out;
   }
@@ -162,7 +173,7 @@ export class QwenToolCallStream {
         if (at !== -1) {
           out.content += this.buf.slice(0, at).split(EOT_BARE).join("");
           this.buf = this.buf.slice(at + QWEN_BOT.length);
-          this.startCall();
+          this.mode = "call";
           continue;
         }
         if (final) return;
@@ -173,11 +184,25 @@ export class QwenToolCallStream {
         this.buf = this.buf.slice(emit.length);
         return;
       }
+      if (this.mode === "raw") {
+        const at = this.buf.indexOf(EOT_BARE);
+        if (at !== -1) {
+          out.content += this.buf.slice(0, at + EOT_BARE.length);
+          this.buf = this.buf.slice(at + EOT_BARE.length);
+          this.mode = "text";
+          continue;
+        }
+        if (final) return;
+        const emit = this.buf.slice(0, this.buf.length - heldTail(this.buf, [EOT_BARE]));
+        out.content += emit;
+        this.buf = this.buf.slice(emit.length);
+        return;
+      }
       if (this.mode === "between") {
         const rest = this.buf.replace(/^(?:\s|<\/tool_call>)+/u, "");
         if (rest.startsWith(QWEN_BOT)) {
           this.buf = rest.slice(QWEN_BOT.length);
-          this.startCall();
+          this.mode = "call";
           continue;
         }
         if (rest === "" || (!final && (QWEN_BOT.startsWith(rest) || EOT_BARE.startsWith(rest)))) {
@@ -193,84 +218,42 @@ export class QwenToolCallStream {
     }
   }
 
-  private startCall(): void {
-    this.mode = "call";
-    this.nameSent = false;
-    this.sentArgs = "";
-    this.prevArgs = null;
-  }
-
-  /** Falls back to text for a block that is not a valid call. */
+  /** The current block is not a call: its text goes out as it is. */
   private abandonCall(out: StreamStep): void {
     out.content += QWEN_BOT;
-    this.mode = "text";
+    this.mode = "raw";
   }
 
-  /** Advances the current call; true when the mode changed and the loop should continue. */
+  /** Advances the current block; true when the mode changed and the loop should continue. */
   private stepCall(out: StreamStep): boolean {
     const lead = /^\s*/u.exec(this.buf)![0].length;
     const body = this.buf.slice(lead);
     if (body === "") return false;
     let parsed;
     try {
-      parsed = parsePartialJson(body, this.nameSent);
+      parsed = parsePartialJson(body, false);
     } catch (e) {
       if (!(e instanceof MalformedJson)) throw e;
-      if (!this.nameSent) {
-        this.abandonCall(out);
-        return true;
-      }
-      return false; // a broken call after its name: nothing more is sent for it
-    }
-    const obj = parsed.value;
-    if (!isJsonObject(obj)) {
-      if (!this.nameSent) {
-        this.abandonCall(out);
-        return true;
-      }
-      return false;
-    }
-    if (!this.nameSent) {
-      const name = obj["name"];
-      if (name === undefined) {
-        if (parsed.complete) {
-          this.abandonCall(out);
-          return true;
-        }
-        return false;
-      }
-      if (typeof name !== "string" || !this.known.has(name)) {
-        this.abandonCall(out);
-        return true;
-      }
-      out.calls.push({ index: this.count, name, arguments: "" });
-      this.count++;
-      this.nameSent = true;
-      // Arguments may already be here; parse again with partial strings allowed.
+      this.abandonCall(out);
       return true;
     }
-    const index = this.count - 1;
-    const args = obj["parameters"] !== undefined ? obj["parameters"] : obj["arguments"];
-    if (parsed.complete) {
-      const full = pyJsonDumps(args === undefined || !truthy(args) ? argumentsOf(obj) : args);
-      const rest = full.startsWith(this.sentArgs) ? full.slice(this.sentArgs.length) : "";
-      if (rest !== "") out.calls.push({ index, arguments: rest });
-      this.buf = body.slice(parsed.end);
-      this.mode = "between";
-      this.prevArgs = null;
+    const value = parsed.value;
+    // Known early: a value that is no object or array, or an object whose (complete) name is no offered tool.
+    const badName = isJsonObject(value) && value["name"] !== undefined && !(typeof value["name"] === "string" && this.known.has(value["name"]));
+    if ((!isJsonObject(value) && !Array.isArray(value)) || badName) {
+      this.abandonCall(out);
       return true;
     }
-    if (args !== undefined && truthy(args)) {
-      const cur = pyJsonDumps(args);
-      if (this.prevArgs !== null && cur !== this.prevArgs) {
-        const stable = cur.slice(0, commonPrefixLength(this.prevArgs, cur));
-        if (stable.length > this.sentArgs.length && stable.startsWith(this.sentArgs)) {
-          out.calls.push({ index, arguments: stable.slice(this.sentArgs.length) });
-          this.sentArgs = stable;
-        }
-      }
-      this.prevArgs = cur;
+    if (!parsed.complete) return false;
+    // Streamed arguments are dumped with ensure_ascii, as SGLang streams them.
+    const calls = callsOfBlock(value, this.known, true);
+    if (calls.length === 0) {
+      this.abandonCall(out);
+      return true;
     }
-    return false;
+    for (const c of calls) out.calls.push({ index: this.count++, name: c.name, arguments: c.arguments });
+    this.buf = body.slice(parsed.end);
+    this.mode = "between";
+    return true;
   }
 }
