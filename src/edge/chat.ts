@@ -268,7 +268,7 @@ export async function prepareRouting(req: ChatCompletionRequest, deps: Pick<Chat
     // the same as encode + localBlockHashes). The ids are built only if asked for (admin explain).
     const encoded = sharedPrefixCache().encode(tokenizer, prompt.text, model.blockSize);
     if (encoded.length === 0) throw new InvalidRequestError("The prompt is empty.", "messages");
-    checkPromptTokens(encoded.length, model);
+    checkContextFit(encoded.length, req, model);
     const plan: RoutingPlan = { localHashes: encoded.localHashes, isl: encoded.length, fallbackReason: null, mmHashes: null };
     let ids: number[] | null = null;
     return {
@@ -294,6 +294,8 @@ export async function prepareRouting(req: ChatCompletionRequest, deps: Pick<Chat
   // Every item becomes verified bytes before anything else, whatever the routing outcome.
   const media = await verifyMedia(parts, mediaDeps(deps));
   const plan = await planMediaRouting(deps, req, tokens, media, model, index);
+  // The worker counts expanded media tokens: exact when the plan is, else the text tokens are a lower bound.
+  checkContextFit(plan.fallbackReason === null ? plan.isl : tokens.length, req, model);
   return { model, prompt, tokens, plan, index, media };
 }
 
@@ -321,6 +323,24 @@ function checkPromptTokens(tokens: number, model: ModelConfig): void {
     throw new InvalidRequestError(
       `The input (${tokens} tokens) is longer than the model's context length (${context} tokens).`,
       "messages",
+      "context_length_exceeded",
+    );
+}
+
+/**
+ * SGLang also refuses input + max_new_tokens ≥ context_len (same function): with the prompt's
+ * token count (exact, or a lower bound, so a refusal here is always one the worker would make),
+ * say so with both numbers instead of forwarding a request that can only fail.
+ */
+function checkContextFit(promptTokens: number, req: ChatCompletionRequest, model: ModelConfig): void {
+  checkPromptTokens(promptTokens, model);
+  const maxNew = req.max_completion_tokens ?? req.max_tokens;
+  if (maxNew === undefined || maxNew === null) return;
+  const context = contextTokensOf(model);
+  if (promptTokens + maxNew >= context)
+    throw new InvalidRequestError(
+      `The input (${promptTokens} tokens) plus the completion (${maxNew} tokens) is ${promptTokens + maxNew} tokens, which does not fit the model's context length (${context} tokens): lower ${req.max_completion_tokens != null ? "max_completion_tokens" : "max_tokens"} or shorten the messages.`,
+      req.max_completion_tokens != null ? "max_completion_tokens" : "max_tokens",
       "context_length_exceeded",
     );
 }

@@ -72,6 +72,17 @@ describe("edge API surface", () => {
     await expectOpenAIError(await SELF.fetch("https://edge/nowhere"), 404);
   });
 
+  it("a completion that cannot fit the context is refused here, naming both counts (SGLang would refuse it too)", async () => {
+    // Qwen3-VL: 262 144 tokens of context; "hi" renders to 9 prompt tokens with the generation prompt.
+    const e = await expectOpenAIError(await post({ model: MODEL, messages: [{ role: "user", content: "hi" }], max_tokens: 262_136 }), 400);
+    expect(e).toMatchObject({ code: "context_length_exceeded", param: "max_tokens" });
+    expect(e.message).toContain("(9 tokens) plus the completion (262136 tokens) is 262145 tokens");
+    const c = await expectOpenAIError(await post({ model: MODEL, messages: [{ role: "user", content: "hi" }], max_tokens: 5, max_completion_tokens: 262_135 }), 400);
+    expect(c).toMatchObject({ code: "context_length_exceeded", param: "max_completion_tokens" });
+    // One token below the bound is the worker's to answer (no worker here: 503, not a 400).
+    expect((await post({ model: MODEL, messages: [{ role: "user", content: "hi" }], max_tokens: 262_134 })).status).toBe(503);
+  });
+
   it("no worker → 503 in the OpenAI error shape, not a hang", async () => {
     const e = await expectOpenAIError(await post({ model: "Qwen/Qwen2.5-VL-7B-Instruct", messages: [{ role: "user", content: "hi" }] }), 503);
     expect(e.code).toBe("no_worker_available");
