@@ -63,7 +63,7 @@ export function storeSigner(publicUrl: string, key: Promise<CryptoKey>, ttlSec: 
 const MIME: Record<string, string> = { png: "image/png", jpeg: "image/jpeg", webp: "image/webp", gif: "image/gif", bmp: "image/bmp" };
 
 /** The store's refusals of the media itself keep their reason; its own trouble is named as such. */
-const STORE_REASONS = new Set<MediaErrorReason>(["bad_url", "bad_scheme", "blocked_address", "credentials_in_url", "too_many_redirects", "bad_redirect", "dns_failed", "fetch_failed", "http_status", "timeout", "unknown_format", "truncated", "corrupt", "unsupported_format"]);
+const STORE_REASONS = new Set<MediaErrorReason>(["bad_url", "bad_scheme", "blocked_address", "credentials_in_url", "too_many_redirects", "bad_redirect", "dns_failed", "fetch_failed", "http_status", "timeout", "unknown_format", "truncated", "corrupt", "too_many_pixels", "unsupported_format"]);
 
 function storeError(p: MediaPartRef, out: { reason: string; detail: string; status: number | null; code: string | null }): MediaError | MediaTooLargeError {
   if (out.reason === "decode_media_rejected") {

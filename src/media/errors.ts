@@ -24,6 +24,7 @@ export type MediaErrorReason =
   | "unknown_format"
   | "truncated"
   | "corrupt"
+  | "too_many_pixels"
   | "unsupported_format"
   | "unprobeable_media";
 

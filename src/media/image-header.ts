@@ -94,8 +94,19 @@ function corrupt(format: string, why: string, param: string | null): MediaError 
   return new MediaError("corrupt", `Corrupt ${format} header: ${why}.`, param);
 }
 
+/**
+ * The most pixels Pillow's `Image.open` accepts: above 2 × `Image.MAX_IMAGE_PIXELS` (1024³ // 4 // 3)
+ * it raises DecompressionBombError (PIL/Image.py `_decompression_bomb_check`), so a worker's
+ * `load_image` cannot open the image. Refused here from the header alone: a 100-byte file can claim
+ * 60 000 × 60 000 pixels.
+ */
+export const MAX_IMAGE_PIXELS = 2 * Math.floor((1024 * 1024 * 1024) / 4 / 3);
+
 function dims(w: number, h: number, format: string, param: string | null): void {
   if (!(w > 0 && h > 0)) throw corrupt(format, `size ${w}x${h}`, param);
+  if (w * h > MAX_IMAGE_PIXELS) {
+    throw new MediaError("too_many_pixels", `The ${format} image is ${w}x${h} (${w * h} pixels); the worker's image decoder opens at most ${MAX_IMAGE_PIXELS} pixels.`, param);
+  }
 }
 
 function readPng(b: Uint8Array, param: string | null): Omit<ImageHeader, "width" | "height" | "orientation"> {
@@ -183,12 +194,14 @@ function readWebp(b: Uint8Array, param: string | null): Omit<ImageHeader, "width
     const bits = (b[21]! | (b[22]! << 8) | (b[23]! << 16) | (b[24]! << 24)) >>> 0;
     const w = (bits & 0x3fff) + 1;
     const h = ((bits >>> 14) & 0x3fff) + 1;
+    dims(w, h, "WebP", param);
     return { format: "webp", storedWidth: w, storedHeight: h, detail: "VP8L" };
   }
   if (fourcc === "VP8X") {
     need(b, 30);
     const w = u24le(b, 24) + 1;
     const h = u24le(b, 27) + 1;
+    dims(w, h, "WebP", param);
     return { format: "webp", storedWidth: w, storedHeight: h, detail: "VP8X" };
   }
   throw corrupt("WebP", `unknown chunk ${JSON.stringify(fourcc)}`, param);

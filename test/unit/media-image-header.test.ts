@@ -9,7 +9,7 @@ import { tmpdir } from "node:os";
 import path from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { MediaError } from "../../src/media/errors.ts";
-import { exifOrientation, readImageHeader, type ImageFormat } from "../../src/media/image-header.ts";
+import { exifOrientation, MAX_IMAGE_PIXELS, readImageHeader, type ImageFormat } from "../../src/media/image-header.ts";
 import { ffmpegToFile, ffprobeFile } from "../helpers/wasm-media.ts";
 
 let dir = "";
@@ -183,6 +183,29 @@ describe("hand-made variants", () => {
     expect(readImageHeader(g.subarray(0, g.length - 3), false)).toBeNull();
     const plain = Uint8Array.from([...Buffer.from("GIF87a"), 10, 0, 10, 0, 0, 0, 0, 0x2c, 0, 0, 0, 0, 4, 0, 4, 0, 0]);
     expect(readImageHeader(plain, true)).toMatchObject({ width: 10, height: 10 });
+  });
+
+  it("a header claiming more pixels than Pillow opens is refused, in every format (a 100-byte gigapixel file)", () => {
+    // Pillow 10+: DecompressionBombError above 2 × MAX_IMAGE_PIXELS, MAX_IMAGE_PIXELS = int(1024 * 1024 * 1024 // 4 // 3).
+    expect(MAX_IMAGE_PIXELS).toBe(178_956_970);
+    const png = (w: number, h: number): Uint8Array => {
+      const b = new Uint8Array(files["a.png"]!);
+      new DataView(b.buffer).setUint32(16, w);
+      new DataView(b.buffer).setUint32(20, h);
+      return b;
+    };
+    expect(reason(() => readImageHeader(png(60_000, 60_000), true))).toBe("too_many_pixels");
+    // The bound itself opens: 13 378 × 13 377 = 178 957 506 > bound; 13 377 × 13 377 = 178 944 129 ≤ bound.
+    expect(reason(() => readImageHeader(png(13_378, 13_377), true))).toBe("too_many_pixels");
+    expect(readImageHeader(png(13_377, 13_377), true)).toMatchObject({ width: 13_377, height: 13_377 });
+    const vp8x = Uint8Array.from([...Buffer.from("RIFF"), 0, 0, 0, 0, ...Buffer.from("WEBPVP8X"), 10, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff, 0, 0xff, 0xff, 0]);
+    expect(reason(() => readImageHeader(vp8x, true))).toBe("too_many_pixels");
+    const vp8l = Uint8Array.from([...Buffer.from("RIFF"), 0, 0, 0, 0, ...Buffer.from("WEBPVP8L"), 0, 0, 0, 0, 0x2f, 0xff, 0xff, 0xff, 0x0f]);
+    expect(reason(() => readImageHeader(vp8l, true))).toBe("too_many_pixels");
+    const bmp = new Uint8Array(files["a.bmp"]!);
+    new DataView(bmp.buffer).setInt32(18, 20_000, true);
+    new DataView(bmp.buffer).setInt32(22, 20_000, true);
+    expect(reason(() => readImageHeader(bmp, true))).toBe("too_many_pixels");
   });
 
   it("unknown, unsupported and corrupt files have named reasons", () => {
