@@ -68,6 +68,15 @@ export interface PreprocessedChat {
 const GENERIC_ROLES = new Set(["system", "assistant", "tool", "function", "developer", "latest_reminder"]);
 
 /**
+ * OpenAI roles the Qwen-VL templates have no branch for, as the role they mean: `developer` is
+ * OpenAI's name for system instructions (newer SDKs send it), `function` the deprecated form of a
+ * tool result. SGLang passes them on unchanged and the Qwen3-VL templates print nothing for them,
+ * so the instructions were silently lost (deliberate difference; the edge renders the prompt the
+ * worker receives, so routing stays exact).
+ */
+const TEMPLATE_ROLE: Readonly<Record<string, string>> = { developer: "system", function: "tool" };
+
+/**
  * Template kwargs that would collide with apply_chat_template's own arguments. The first four make
  * SGLang's call raise TypeError (→ 400); the rest would silently change transformers' behaviour,
  * which kvedge does not model, so they are refused too (fail closed).
@@ -231,10 +240,11 @@ function processMessage(raw: unknown, m: number, format: ContentFormat, sink: Me
   const rawRole = raw["role"];
   if (typeof rawRole !== "string") throw new InvalidRequestError(`${param}.role must be a string.`, `${param}.role`);
   const isUser = rawRole === "user";
-  const role = isUser ? "user" : rawRole.toLowerCase();
-  if (!isUser && !GENERIC_ROLES.has(role)) {
+  const given = isUser ? "user" : rawRole.toLowerCase();
+  if (!isUser && !GENERIC_ROLES.has(given)) {
     throw new InvalidRequestError(`${param}.role must be one of user, ${[...GENERIC_ROLES].join(", ")}.`, `${param}.role`);
   }
+  const role = TEMPLATE_ROLE[given] ?? given;
   let content: unknown = raw["content"] ?? null;
   if (content !== null && typeof content !== "string" && !Array.isArray(content)) {
     throw new InvalidRequestError(`${param}.content must be a string or an array of content parts.`, `${param}.content`);

@@ -109,7 +109,10 @@ describe("message fields", () => {
   });
 
   it("roles: generic roles are lower-cased; user must be exact; unknown roles are 400s", () => {
-    expect(pre({ messages: [{ role: "Developer", content: "d" }] }).messages[0]!.role).toBe("developer");
+    // developer is system instructions and function a tool result, as OpenAI means them (the Qwen3-VL templates print neither).
+    expect(pre({ messages: [{ role: "Developer", content: "d" }] }).messages[0]!.role).toBe("system");
+    expect(pre({ messages: [{ role: "user", content: "q" }, { role: "function", name: "f", content: [{ type: "text", text: "r" }] }] }).messages[1]).toMatchObject({ role: "tool", content: "r" });
+    expect(pre({ messages: [{ role: "latest_reminder", content: "x" }] }).messages[0]!.role).toBe("latest_reminder");
     invalid(() => pre({ messages: [{ role: "User", content: "x" }] }));
     invalid(() => pre({ messages: [{ role: "robot", content: "x" }] }));
     invalid(() => pre({ messages: [{ role: "user" }] }));
