@@ -253,7 +253,20 @@ function issueToError(issues: readonly z.core.$ZodIssue[]): InvalidRequestError 
 // Semantics and limits
 
 /** Request-level rules SGLang enforces after parsing (serving_chat `_validate_request`, SamplingParams.verify). */
+/** OpenAI's rule for function names; a call the model writes can only be matched to a name it can spell back. */
+const TOOL_NAME = /^[A-Za-z0-9_-]{1,64}$/;
+
 function checkSemantics(req: ChatCompletionRequest): void {
+  const seen = new Set<string>();
+  for (const [i, t] of (req.tools ?? []).entries()) {
+    const name = t.function.name;
+    if (!TOOL_NAME.test(name)) {
+      throw new InvalidRequestError(`Tool name ${JSON.stringify(name.slice(0, 80))} must be 1-64 letters, digits, '_' or '-'.`, `tools[${i}].function.name`);
+    }
+    // Two tools of one name: a call naming it could mean either.
+    if (seen.has(name)) throw new InvalidRequestError(`Tool name '${name}' appears more than once.`, `tools[${i}].function.name`);
+    seen.add(name);
+  }
   const tc = req.tool_choice;
   if (tc === "required" || typeof tc === "object") {
     const hasTools = req.tools !== undefined && req.tools.length > 0;
