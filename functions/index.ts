@@ -11,6 +11,7 @@ import { verifyRelayConnect } from "../src/relay-wire/relay-auth.ts";
 import { clientNetwork, enforceRateLimit, rateLimitBucketName, rateLimitHeaders, type BucketKind } from "../src/edge/rate-limit.ts";
 import { handleChatCompletions, type IndexClient } from "../src/edge/chat.ts";
 import { handleAdminRoute, type AdminIndexClient } from "../src/edge/admin-routes.ts";
+import { preflightResponse, withCors } from "../src/edge/cors.ts";
 import { initHashing } from "../src/util/hash.ts";
 import { shardObjectName } from "../src/block-index/shard.ts";
 
@@ -114,6 +115,8 @@ async function route(request: Request, env: Env, ctx: ExecutionContext): Promise
   const path = url.pathname.replace(/\/+$/, "") || "/";
   const method = request.method;
 
+  const preflight = preflightResponse(request, path, config.cors);
+  if (preflight) return preflight;
   if (path === "/healthz") return json({ status: "ok" });
   if (path === "/v1/models") {
     if (method !== "GET") throw new MethodNotAllowedError("Use GET.");
@@ -155,8 +158,12 @@ async function route(request: Request, env: Env, ctx: ExecutionContext): Promise
 
 export default {
   async fetch(request, env, ctx): Promise<Response> {
+    const path = new URL(request.url).pathname.replace(/\/+$/, "") || "/";
+    // CORS headers on answers and errors alike (a page must be able to read a 4xx); a config that
+    // does not parse has no policy, so its error goes out without them.
+    const cors = (res: Response): Response => (cached?.env === env ? withCors(res, request, path, cached.config.cors) : res);
     try {
-      return await route(request, env, ctx);
+      return cors(await route(request, env, ctx));
     } catch (err) {
       if (!(err instanceof Error) || !("type" in err)) console.error(JSON.stringify({ event: "unhandled", error: String(err), stack: err instanceof Error ? err.stack : undefined }));
       let e = err;
@@ -167,7 +174,7 @@ export default {
           () => err,
           (limited: unknown) => limited,
         );
-      return errorResponse(e, rateLimitHeaders(e));
+      return cors(errorResponse(e, rateLimitHeaders(e)));
     }
   },
 } satisfies ExportedHandler<Env>;

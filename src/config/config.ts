@@ -205,7 +205,18 @@ export const EdgeEnvSchema = z.object({
   KVEDGE_API_KEYS: z.string().optional(),
   /** Shard objects per pool's block index (1 = one object; docs/scale.md). */
   KVEDGE_SHARDS: ShardCountVarSchema.optional(),
+  /** CORS for `/v1`: "*" (default), "off", or comma-separated origins (src/edge/cors.ts). */
+  KVEDGE_CORS: z
+    .string()
+    .optional()
+    .refine(
+      (v) => v === undefined || v === "*" || v === "off" || v.split(",").every((o) => /^https?:\/\/[A-Za-z0-9.-]+(?::\d{1,5})?$/.test(o.trim())),
+      'KVEDGE_CORS must be "*", "off", or comma-separated origins like https://app.example.com',
+    ),
 });
+
+/** Which browser origins may call `/v1` (src/edge/cors.ts); null = none. */
+export type CorsPolicy = { origins: "*" | ReadonlySet<string> } | null;
 
 export interface EdgeConfig {
   models: ModelConfig[];
@@ -224,6 +235,8 @@ export interface EdgeConfig {
   debugHeaders: boolean;
   /** Shard objects per pool (KVEDGE_SHARDS). */
   shards: number;
+  /** KVEDGE_CORS: which browser origins may call `/v1` (null: none). */
+  cors: CorsPolicy;
   relaySecret: string | null;
   /** KVEDGE_RELAY_ALLOW_HTTP=1: plain-http worker URLs allowed (development). */
   relayAllowHttp: boolean;
@@ -264,6 +277,10 @@ export function parseEdgeConfig(env: Record<string, unknown>): EdgeConfig {
     publicAccess: parsed.KVEDGE_ACCESS === "public",
     debugHeaders: parsed.KVEDGE_DEBUG_HEADERS === "on",
     shards: parsed.KVEDGE_SHARDS ?? 1,
+    cors:
+      parsed.KVEDGE_CORS === "off" ? null
+      : parsed.KVEDGE_CORS === undefined || parsed.KVEDGE_CORS === "*" ? { origins: "*" }
+      : { origins: new Set(parsed.KVEDGE_CORS.split(",").map((o) => o.trim())) },
     relaySecret: parsed.RELAY_SECRET ?? null,
     relayAllowHttp: parsed.KVEDGE_RELAY_ALLOW_HTTP === "1",
     kvSharing: parsed.KVEDGE_KV_SHARING ?? "per_tenant",

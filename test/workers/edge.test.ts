@@ -83,6 +83,30 @@ describe("edge API surface", () => {
     expect((await post({ model: MODEL, messages: [{ role: "user", content: "hi" }], max_tokens: 262_134 })).status).toBe(503);
   });
 
+  it("CORS: the public API answers browser preflights and errors readably; admin routes stay closed to pages", async () => {
+    const pre = await SELF.fetch("https://edge/v1/chat/completions", {
+      method: "OPTIONS",
+      headers: { origin: "https://app.example", "access-control-request-method": "POST", "access-control-request-headers": "Authorization, Content-Type, X-Stainless-OS, x-evil" },
+    });
+    expect(pre.status).toBe(204);
+    expect(pre.headers.get("access-control-allow-origin")).toBe("*");
+    expect(pre.headers.get("access-control-allow-methods")).toBe("POST, OPTIONS");
+    expect(pre.headers.get("access-control-allow-headers")).toBe("authorization, content-type, x-stainless-os");
+    const models = await SELF.fetch("https://edge/v1/models", { headers: { origin: "https://app.example" } });
+    expect(models.headers.get("access-control-allow-origin")).toBe("*");
+    const bad = await SELF.fetch("https://edge/v1/chat/completions", { method: "POST", headers: { origin: "https://app.example", "content-type": "application/json" }, body: "{" });
+    expect(bad.status).toBe(400);
+    expect(bad.headers.get("access-control-allow-origin")).toBe("*");
+    expect(bad.headers.get("access-control-expose-headers")).toContain("x-request-id");
+    // No Origin (server-side clients): nothing added.
+    expect((await SELF.fetch("https://edge/v1/models")).headers.get("access-control-allow-origin")).toBeNull();
+    for (const path of ["/admin/workers", "/metrics", "/dashboard"]) {
+      const r = await SELF.fetch(`https://edge${path}`, { headers: { origin: "https://app.example", authorization: `Bearer ${ADMIN}` } });
+      expect(r.headers.get("access-control-allow-origin"), path).toBeNull();
+      expect((await SELF.fetch(`https://edge${path}`, { method: "OPTIONS", headers: { origin: "https://app.example" } })).status, path).not.toBe(204);
+    }
+  });
+
   it("no worker → 503 in the OpenAI error shape, not a hang", async () => {
     const e = await expectOpenAIError(await post({ model: "Qwen/Qwen2.5-VL-7B-Instruct", messages: [{ role: "user", content: "hi" }] }), 503);
     expect(e.code).toBe("no_worker_available");

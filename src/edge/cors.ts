@@ -1,0 +1,54 @@
+/**
+ * CORS for the public API only (`/v1/models`, `/v1/chat/completions`), so a browser app can call
+ * it with an API key it holds. Authentication is a bearer key, never a cookie, so allowing any
+ * origin grants a page nothing its key does not already; admin, relay, metrics and dashboard routes
+ * send no CORS headers and stay closed to cross-origin pages. `KVEDGE_CORS`: "*" (default), "off",
+ * or a comma-separated list of origins (then echoed with `Vary: Origin`).
+ */
+import type { CorsPolicy } from "../config/config.ts";
+
+/** The method each CORS-enabled route serves. */
+const CORS_ROUTES: Readonly<Record<string, string>> = { "/v1/models": "GET", "/v1/chat/completions": "POST" };
+/** Headers a page may read: the request id for support, and the rate limiter's back-off. */
+const EXPOSED = "x-request-id, retry-after";
+/** Headers a page may send (the OpenAI SDKs add their own `x-stainless-*` and `openai-*` ones, which carry nothing the edge reads). */
+const REQUEST_HEADER = /^(?:authorization|content-type|x-api-key|x-stainless-[a-z0-9-]+|openai-[a-z0-9-]+)$/;
+
+function allowedOrigin(policy: CorsPolicy, origin: string | null): string | null {
+  if (policy === null || origin === null) return null;
+  if (policy.origins === "*") return "*";
+  return policy.origins.has(origin) ? origin : null;
+}
+
+/** The answer to a preflight (`OPTIONS` on a CORS route), or null when the request is none. */
+export function preflightResponse(request: Request, path: string, policy: CorsPolicy): Response | null {
+  const method = CORS_ROUTES[path];
+  if (request.method !== "OPTIONS" || method === undefined) return null;
+  const origin = allowedOrigin(policy, request.headers.get("origin"));
+  const wanted = (request.headers.get("access-control-request-headers") ?? "")
+    .split(",")
+    .map((h) => h.trim().toLowerCase())
+    .filter((h) => h !== "");
+  const headers = new Headers({ allow: `${method}, OPTIONS` });
+  if (origin !== null) {
+    headers.set("access-control-allow-origin", origin);
+    headers.set("access-control-allow-methods", `${method}, OPTIONS`);
+    headers.set("access-control-allow-headers", wanted.filter((h) => REQUEST_HEADER.test(h)).join(", ") || "authorization, content-type");
+    headers.set("access-control-max-age", "86400");
+    if (origin !== "*") headers.set("vary", "Origin");
+  }
+  return new Response(null, { status: 204, headers });
+}
+
+/** `response` with the CORS headers its route and the request's origin call for. */
+export function withCors(response: Response, request: Request, path: string, policy: CorsPolicy): Response {
+  if (CORS_ROUTES[path] === undefined) return response;
+  const origin = allowedOrigin(policy, request.headers.get("origin"));
+  if (origin === null) return response;
+  // Responses from fetch() have immutable headers: copy (the body streams through untouched).
+  const out = new Response(response.body, response);
+  out.headers.set("access-control-allow-origin", origin);
+  out.headers.set("access-control-expose-headers", EXPOSED);
+  if (origin !== "*") out.headers.append("vary", "Origin");
+  return out;
+}
