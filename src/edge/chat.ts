@@ -190,6 +190,8 @@ async function planMediaRouting(
   req: ChatCompletionRequest,
   tokens: readonly number[],
   media: readonly VerifiedMedia[],
+  /** Each media item's request path (prompt order), for errors about one item. */
+  params: readonly string[],
   model: ModelConfig,
   index: IndexClient,
 ): Promise<RoutingPlan> {
@@ -209,7 +211,15 @@ async function planMediaRouting(
   const resolved = mediaItems(media, cohort.digest);
   if (resolved.unresolved) return fallback(resolved.unresolved.reason);
   const view = buildRoutingView(cohort.contract, tokens, resolved.items, (t) => tokenizer.encode(t));
-  if (!view.ok) return fallback(view.reason);
+  if (!view.ok) {
+    // The pool's own processor raises for this item (the transformers resize rules under its
+    // contract, e.g. an aspect ratio above 200): the client's 400 here, naming the part, instead of
+    // an opaque rejection from the worker.
+    if (view.reason === "worker_would_reject" && view.item !== undefined) {
+      throw new InvalidRequestError(`The model's processor cannot take this ${media[view.item]?.kind ?? "media item"}: ${view.detail.replace(/^\w+: worker raises /, "")}.`, params[view.item] ?? null, "media_unprocessable");
+    }
+    return fallback(view.reason);
+  }
   return {
     localHashes: localBlockHashes(view.tokens, model.blockSize),
     isl: view.tokens.length,
@@ -293,7 +303,15 @@ export async function prepareRouting(req: ChatCompletionRequest, deps: Pick<Chat
   }));
   // Every item becomes verified bytes before anything else, whatever the routing outcome.
   const media = await verifyMedia(parts, mediaDeps(deps));
-  const plan = await planMediaRouting(deps, req, tokens, media, model, index);
+  const plan = await planMediaRouting(
+    deps,
+    req,
+    tokens,
+    media,
+    parts.map((p) => p.param),
+    model,
+    index,
+  );
   // The worker counts expanded media tokens: exact when the plan is, else the text tokens are a lower bound.
   checkContextFit(plan.fallbackReason === null ? plan.isl : tokens.length, req, model);
   return { model, prompt, tokens, plan, index, media };

@@ -31,6 +31,8 @@ export interface Ineligible {
   ok: false;
   reason: IneligibleReason;
   detail: string;
+  /** The media item (prompt order) the reason is about, when it is about one. */
+  item?: number;
 }
 
 export function ineligible(reason: IneligibleReason, detail: string): Ineligible {

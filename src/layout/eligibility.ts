@@ -93,12 +93,12 @@ export function buildRoutingView(
   if (!contract.acceptsMmHashes) return ineligible("worker_rejects_mm_hashes", "worker cannot take caller mm_hashes");
   const expandItems: { modality: Modality; pieces: LayoutPiece[]; padValue: number }[] = [];
   const hashes: { modality: Modality; mmHash: string }[] = [];
-  for (const it of items) {
+  for (const [i, it] of items.entries()) {
     if (it.hash === null || it.probe === null) {
       return ineligible(it.modality === "video" ? "unprobeable_video" : "unresolved_media", `${it.modality} not resolved`);
     }
     const r = it.modality === "image" ? layoutImageItem(contract, it.probe) : layoutVideoItem(contract, it.probe);
-    if (!r.ok) return r;
+    if (!r.ok) return { ...r, item: i };
     const mmHash = mmHashHex(it.hash);
     expandItems.push({ modality: it.modality, pieces: r.pieces, padValue: padValueFromMmHash(mmHash) });
     hashes.push({ modality: it.modality, mmHash });

@@ -8,6 +8,7 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { join } from "node:path";
 import { startFleet, type Fleet } from "../../scripts/local-fleet.ts";
 import { chat, image, makeImage, makeMediaDir, makeVideo, sentToWorker, text, userWith, video, type ChatResult } from "./helpers/media.ts";
+import { makePng } from "../helpers/png.ts";
 
 const logs = process.env.KVEDGE_E2E_LOGS ? (l: string) => console.log(l) : undefined;
 let fleet: Fleet;
@@ -52,6 +53,16 @@ describe("fail-closed media routing", () => {
     await expectFallback(userWith([text("uuid"), { ...img(), uuid: "client-id-1" }]), "media_uuids");
     await expectFallback(userWith([text("audio"), img(), { type: "input_audio", input_audio: { data: "UklGRg==", format: "wav" } }]), "audio");
     await expectFallback(userWith([text("two videos"), vid("a"), vid("b")]), "adjacent_videos");
+  });
+
+  it("an image the pool's processor raises on is the client's 400 naming the part, never forwarded", async () => {
+    // transformers' Qwen2-VL smart_resize: "absolute aspect ratio must be smaller than 200".
+    const thin = `data:image/png;base64,${Buffer.from(makePng(1, 300)).toString("base64")}`;
+    const r = await chat(fleet.edgeUrl, { model: fleet.model, ...userWith([text("thin"), img(), image(thin)]) });
+    expect(r.status, JSON.stringify(r.body)).toBe(400);
+    const e = (r.body as { error: { code: string; param: string; message: string } }).error;
+    expect(e).toMatchObject({ code: "media_unprocessable", param: "messages[0].content[2]" });
+    expect(e.message).toContain("absolute aspect ratio must be smaller than 200, got 300");
   });
 
   it("a worker joining with no contract, or a different one, turns exact routing off until it leaves", async () => {
