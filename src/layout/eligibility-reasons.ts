@@ -1,4 +1,8 @@
-/** Named reasons a request (or a worker pool) falls back to text-prefix routing. Never fails the request. */
+/**
+ * Named reasons a request (or a worker pool) falls back to text-prefix routing. None fails the
+ * request by itself, except that the edge refuses a `worker_would_reject` item (the pool's own
+ * processor raises on it, so forwarding could only end in the worker's rejection).
+ */
 export type IneligibleReason =
   // request shape (ARCHITECTURE.md §3 "Fail closed")
   | "mm_processor_kwargs"
