@@ -119,7 +119,7 @@ async function route(request: Request, env: Env, ctx: ExecutionContext): Promise
   if (preflight) return preflight;
   if (path === "/healthz") return json({ status: "ok" });
   if (path === "/v1/models") {
-    if (method !== "GET") throw new MethodNotAllowedError("Use GET.");
+    if (method !== "GET" && method !== "HEAD") throw new MethodNotAllowedError(["GET", "HEAD"]);
     authorizeClient(request, config);
     // Each pool, then its LoRA adapters as "<pool>:<adapter>" (the name a request selects them by).
     const data = config.models.flatMap((m) => [
@@ -129,7 +129,7 @@ async function route(request: Request, env: Env, ctx: ExecutionContext): Promise
     return json({ object: "list", data });
   }
   if (path === "/v1/chat/completions") {
-    if (method !== "POST") throw new MethodNotAllowedError("Use POST.");
+    if (method !== "POST") throw new MethodNotAllowedError(["POST"]);
     await initHashing();
     return handleChatCompletions(request, {
       config,

@@ -339,7 +339,7 @@ export async function startDecodeService(input: DecodeServiceOptionsInput = {}, 
   async function handle(req: http.IncomingMessage, res: http.ServerResponse, signal: AbortSignal): Promise<void> {
     const url = new URL(req.url ?? "/", "http://decode");
     if (url.pathname === "/healthz") {
-      if (req.method !== "GET") throw new MethodNotAllowedError("Use GET.");
+      if (req.method !== "GET") throw new MethodNotAllowedError(["GET"]);
       send(res, 200, {
         ok: true,
         decoder: prober.kind,
@@ -352,12 +352,12 @@ export async function startDecodeService(input: DecodeServiceOptionsInput = {}, 
       return;
     }
     if (url.pathname.startsWith("/v1/media/")) {
-      if (req.method !== "GET") throw new MethodNotAllowedError("Use GET.");
+      if (req.method !== "GET") throw new MethodNotAllowedError(["GET"]);
       await serveMedia(url, res);
       return;
     }
     if (url.pathname !== "/v1/probe" && url.pathname !== "/v1/store") throw new NotFoundError(`No route ${url.pathname}.`);
-    if (req.method !== "POST") throw new MethodNotAllowedError("Use POST.");
+    if (req.method !== "POST") throw new MethodNotAllowedError(["POST"]);
     requireToken(req);
     const type = (req.headers["content-type"] ?? "").split(";")[0]!.trim().toLowerCase();
     if (url.pathname === "/v1/store") {
@@ -416,6 +416,7 @@ export async function startDecodeService(input: DecodeServiceOptionsInput = {}, 
       }
       // An unread upload body (e.g. 413 or 401): answer, then drop the connection so the client
       // does not reuse a socket with half a request body still in it.
+      if (err instanceof MethodNotAllowedError && !res.headersSent) res.setHeader("allow", err.allow.join(", "));
       if (!req.complete && !res.headersSent) {
         res.setHeader("connection", "close");
         res.on("finish", () => req.destroy());

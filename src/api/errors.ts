@@ -60,8 +60,11 @@ export class AuthenticationError extends KvedgeError {
 
 /** 405 */
 export class MethodNotAllowedError extends KvedgeError {
-  constructor(message: string) {
-    super(message, "invalid_request_error", "method_not_allowed");
+  /** The methods the route serves: the 405's `Allow` header (RFC 9110 §15.5.6 requires it). */
+  readonly allow: readonly string[];
+  constructor(allow: readonly string[]) {
+    super(`Use ${allow.join(" or ")}.`, "invalid_request_error", "method_not_allowed");
+    this.allow = allow;
   }
 }
 
@@ -163,5 +166,6 @@ export function errorResponse(err: unknown, headers?: HeadersInit): Response {
   const e = asKvedgeError(err);
   const h = new Headers(headers);
   h.set("content-type", "application/json");
+  if (e instanceof MethodNotAllowedError) h.set("allow", e.allow.join(", "));
   return new Response(JSON.stringify(errorBody(e)), { status: httpStatusOf(e), headers: h });
 }

@@ -156,7 +156,7 @@ async function requireAdminAuth(request: Request, config: EdgeConfig, allowCooki
 }
 
 function requireMethod(request: Request, method: string): void {
-  if (request.method !== method) throw new MethodNotAllowedError(`Use ${method}.`);
+  if (request.method !== method) throw new MethodNotAllowedError([method]);
 }
 
 // ---- dashboard ----

@@ -61,12 +61,12 @@ export async function handleRelayKeyRoute(request: Request, path: string, deps: 
       const model = poolOf(deps.config, url.searchParams.get("model"));
       return json({ model, keys: await deps.index(model).relayKeys() });
     }
-    if (request.method !== "POST") throw new MethodNotAllowedError("Use GET or POST.");
+    if (request.method !== "POST") throw new MethodNotAllowedError(["GET", "POST"]);
     return issue(request, deps);
   }
   const m = /^\/admin\/relay-keys\/([A-Za-z0-9_-]{22})\/revoke$/.exec(path);
   if (!m) throw new NotFoundError("No such relay-key route.", null, "unknown_route");
-  if (request.method !== "POST") throw new MethodNotAllowedError("Use POST.");
+  if (request.method !== "POST") throw new MethodNotAllowedError(["POST"]);
   const model = poolOf(deps.config, url.searchParams.get("model"));
   const key = await deps.index(model).revokeRelayKey(m[1]!);
   if (!key) throw new NotFoundError(`No relay key '${m[1]}' in pool '${model}'.`, "keyId", "relay_key_not_found");

@@ -250,7 +250,8 @@ describe("decode service", () => {
     expect((await post("x", "text/plain")).status).toBe(400);
     expect((await post("{", "application/json")).status).toBe(400);
     expect((await post(JSON.stringify({ url: 1 }), "application/json")).status).toBe(400);
-    expect((await fetch(`${svc.url}/v1/probe`)).status).toBe(405);
+    const get = await fetch(`${svc.url}/v1/probe`);
+    expect([get.status, get.headers.get("allow")]).toEqual([405, "POST"]);
     expect((await fetch(`${svc.url}/nope`)).status).toBe(404);
     const h = (await (await fetch(`${svc.url}/healthz`)).json()) as { decoder: string; concurrency: number };
     expect(h).toMatchObject({ ok: true, decoder: DECODER, concurrency: 2 });

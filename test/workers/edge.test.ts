@@ -68,7 +68,11 @@ describe("edge API surface", () => {
     await expectOpenAIError(await post({ model: MODEL, messages: [{ role: "user", content: "x" }], max_tokens: "ten" }), 400);
     expect((await expectOpenAIError(await post({ model: "nope", messages: [{ role: "user", content: "x" }] }), 404)).code).toBe("model_not_found");
     await expectOpenAIError(await post(null, JSON.stringify({ model: MODEL, messages: [{ role: "user", content: "x".repeat(21 * 1024 * 1024) }] })), 413);
-    await expectOpenAIError(await SELF.fetch("https://edge/v1/chat/completions"), 405);
+    const wrongMethod = await SELF.fetch("https://edge/v1/chat/completions");
+    expect(wrongMethod.headers.get("allow")).toBe("POST");
+    await expectOpenAIError(wrongMethod, 405);
+    expect((await SELF.fetch("https://edge/v1/models", { method: "DELETE" })).headers.get("allow")).toBe("GET, HEAD");
+    expect((await SELF.fetch("https://edge/v1/models", { method: "HEAD" })).status).toBe(200);
     await expectOpenAIError(await SELF.fetch("https://edge/nowhere"), 404);
   });
 
