@@ -88,6 +88,8 @@ async function resolveOne(p: MediaPartRef, deps: MediaDeps): Promise<VerifiedMed
       const id = await identifyImage(d.bytes, { maxBytes: policy.maxBytes, param: p.param });
       return { kind: "image", forward, digest: id.contentDigest, metadata: { modality: "image", width: id.header.width, height: id.header.height }, unresolved: null };
     }
+    // No bytes cannot be a video for any decoder (unlike bytes one decoder cannot read: those only cost exact routing).
+    if (d.bytes.length === 0) throw new MediaError("truncated", "Video is empty.", p.param);
     const digest = bytesToHex(sha256(d.bytes));
     const out = await deps.decode.probe({ bytes: d.bytes });
     if (!out.ok) return { kind: "video", forward, digest, metadata: null, unresolved: { reason: out.reason, detail: out.detail } };

@@ -97,6 +97,10 @@ describe("edge media verification", () => {
     expect(c!.forward).toBe(strict);
   });
 
+  it("an empty data: video is the client's 400 naming the part (no bytes are a video for no decoder)", async () => {
+    await expect(verifyMedia([part("video", "data:video/mp4;base64,")], deps())).rejects.toMatchObject({ reason: "truncated", param: "messages[0].content[0]" });
+  });
+
   it("with a store: the worker gets a signed store URL for the digest, valid for a short time only", async () => {
     const key = importMediaUrlKey(KEY);
     const sign = storeSigner(svc.url, key, 60);
