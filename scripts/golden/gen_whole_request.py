@@ -76,6 +76,11 @@ MM_PAD_SHIFT_VALUE = 1_000_000  # schedule_batch.py L129 (sglang 9d147fd)
 
 GENERIC_ROLES = {"system", "assistant", "tool", "function", "developer", "latest_reminder"}
 
+# kvedge's one deliberate difference in normalisation (src/prompt/messages.ts TEMPLATE_ROLE): the
+# edge renders the prompt the worker receives, and renders `developer` as `system` and `function` as
+# `tool` (SGLang passes them on; the Qwen3-VL templates print neither).
+TEMPLATE_ROLE = {"developer": "system", "function": "tool"}
+
 
 def dump_tool(t):
     """protocol.py `Tool.model_dump()`: type, function{description,name,parameters,strict}, defer_loading."""
@@ -108,7 +113,7 @@ def message_dump(m):
     role = m["role"]
     if role == "user":
         return {"role": "user", "content": m.get("content")}
-    out = {"role": role.lower(), "content": m.get("content")}
+    out = {"role": TEMPLATE_ROLE.get(role.lower(), role.lower()), "content": m.get("content")}
     for k in ("name", "tool_call_id", "reasoning_content"):
         out[k] = m.get(k)
     out["tool_calls"] = [dump_tool_call(c) for c in m["tool_calls"]] if m.get("tool_calls") else None

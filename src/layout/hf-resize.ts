@@ -3,6 +3,7 @@
  * - qwen2_vl image_processing `smart_resize` (all Qwen-VL images; Qwen2/2.5 video frames),
  * - qwen3_vl video_processing `smart_resize` with a whole-clip pixel budget.
  */
+import { pythonFloatRepr } from "../util/py-float.ts";
 import { pyInt, roundHalfEven } from "./numerics.ts";
 import { PyValueError, pyDiv } from "./py-errors.ts";
 import type { Hw } from "./sglang-video.ts";
@@ -16,7 +17,7 @@ export function hfImageSmartResize(
   maxPixels: number,
 ): Hw {
   const ratio = pyDiv(Math.max(height, width), Math.min(height, width));
-  if (ratio > 200) throw new PyValueError(`absolute aspect ratio must be smaller than 200, got ${ratio}`);
+  if (ratio > 200) throw new PyValueError(`absolute aspect ratio must be smaller than 200, got ${pythonFloatRepr(ratio)}`);
   let hBar = roundHalfEven(pyDiv(height, factor)) * factor;
   let wBar = roundHalfEven(pyDiv(width, factor)) * factor;
   if (hBar * wBar > maxPixels) {
@@ -63,7 +64,7 @@ export function hfQwen3VideoSmartResize(numFrames: number, height: number, width
     width = pyInt(width * scale);
   }
   const ratio = pyDiv(Math.max(height, width), Math.min(height, width));
-  if (ratio > 200) throw new PyValueError(`absolute aspect ratio must be smaller than 200, got ${ratio}`);
+  if (ratio > 200) throw new PyValueError(`absolute aspect ratio must be smaller than 200, got ${pythonFloatRepr(ratio)}`);
   let hBar = roundHalfEven(height / factor) * factor;
   let wBar = roundHalfEven(width / factor) * factor;
   const tq = numFrames / temporalFactor;

@@ -2,6 +2,7 @@
  * SGLang's own Qwen-VL resize and frame sampling (qwen_vl.py smart_resize L80-110, smart_nframes
  * L128-173, preprocess_video L177-256). Float operation order is kept exactly as in Python.
  */
+import { pythonFloatRepr } from "../util/py-float.ts";
 import { ceilByFactor, floorByFactor, pyInt, roundByFactor } from "./numerics.ts";
 import { PyAssertionError, PyValueError, pyDiv } from "./py-errors.ts";
 import { SGLANG_DEFAULTS, type SglangPreprocess, type SglangVideoConfig } from "./sglang-constants.ts";
@@ -19,7 +20,7 @@ export function sglangSmartResize(
 ): Hw {
   const ratio = pyDiv(Math.max(height, width), Math.min(height, width));
   if (ratio > maxRatio) {
-    throw new PyValueError(`absolute aspect ratio must be smaller than ${maxRatio}, got ${ratio}`);
+    throw new PyValueError(`absolute aspect ratio must be smaller than ${maxRatio}, got ${pythonFloatRepr(ratio)}`);
   }
   let hBar = Math.max(factor, roundByFactor(height, factor));
   let wBar = Math.max(factor, roundByFactor(width, factor));

@@ -13,7 +13,8 @@ export { preprocessChat } from "./messages.ts";
 export type { ModelFamily, ModelProfile, TemplateId } from "./model-profile.ts";
 export { modelBasename, ModelProfileOverridesSchema, ModelProfileSchema, resolveModelProfile, TemplateIdSchema } from "./model-profile.ts";
 export { contentFormatOf, detectContentFormat, getTemplate, renderTemplate } from "./template.ts";
-export { parseJsonKeepingNumbers, parseToolsKeepingNumbers, PyNumber, pythonFloatRepr, pythonNumberTextFromLexeme, pythonNumberTextFromValue } from "./py-json.ts";
+export { parseJsonKeepingNumbers, parseToolsKeepingNumbers, PyNumber, pythonNumberTextFromLexeme, pythonNumberTextFromValue } from "./py-json.ts";
+export { pythonFloatRepr } from "../util/py-float.ts";
 
 export interface PreparedPrompt {
   /** The full prompt: rendered template + continuation prefix (SGLang's `text` for /generate). */
