@@ -62,7 +62,7 @@ describe("fail-closed media routing", () => {
     expect(r.status, JSON.stringify(r.body)).toBe(400);
     const e = (r.body as { error: { code: string; param: string; message: string } }).error;
     expect(e).toMatchObject({ code: "media_unprocessable", param: "messages[0].content[2]" });
-    expect(e.message).toContain("absolute aspect ratio must be smaller than 200, got 300");
+    expect(e.message).toContain("ValueError: absolute aspect ratio must be smaller than 200, got 300.0."); // Python float text, as the worker words it
   });
 
   it("a worker joining with no contract, or a different one, turns exact routing off until it leaves", async () => {
