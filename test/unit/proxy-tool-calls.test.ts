@@ -129,12 +129,13 @@ describe("qwen25 tool calls, streaming (golden: test_qwen25_detector.py streamin
     expect(r.calls.filter((c) => c.name).map((c) => c.name)).toEqual(["search"]);
   });
 
-  it("a call goes out whole, once its JSON closes: name and complete arguments in one delta (deliberate difference)", () => {
+  it("a call goes out whole when its block ends: name and complete arguments in one delta (deliberate difference)", () => {
     const s = new QwenToolCallStream(TOOLS);
     expect(s.push('<tool_call>\n{"name": "search",').calls).toEqual([]);
     expect(s.push(' "arguments": {"query": "x"').calls).toEqual([]);
-    expect(s.push("}}").calls).toEqual([{ index: 0, name: "search", arguments: '{"query": "x"}' }]);
-    expect(s.push("\n</tool_call>")).toEqual({ content: "", calls: [] });
+    expect(s.push("}}\n</tool_").calls).toEqual([]);
+    expect(s.push("call>")).toEqual({ content: "", calls: [{ index: 0, name: "search", arguments: '{"query": "x"}' }] });
+    expect(s.push("\n")).toEqual({ content: "", calls: [] });
     expect(s.finish()).toEqual({ content: "", calls: [] });
   });
 
@@ -146,6 +147,10 @@ describe("qwen25 tool calls, streaming (golden: test_qwen25_detector.py streamin
       '<tool_call>\n{"name": "get_weather", "argu', // max_tokens inside the block
       '<tool_call>\n{"name": "rm_rf", "arguments": {}}\n</tool_call>', // no such tool: closing tag kept, as non-stream keeps it
       '<tool_call>\n{"name": "search", "arguments": {"n": 1E400}}\n</tool_call>', // arguments that would dump to Infinity
+      '<tool_call>\n{"name": "search", "arguments": {"query": "x"}}\n', // stop string "</tool_call>", or max_tokens before the end
+      '<tool_call>\n{"name": "search", "arguments": {"query": "x"}}</tool_call>', // no newline before the end tag
+      '<tool_call>\n{"name": "search", "arguments": {"query": "x"}} x\n</tool_call>', // text after the JSON
+      '<tool_call>\nnot json\n</tool_call>', // known early: sent as it streams
     ];
     for (const text of cases) {
       for (const chunks of [[text], [...text]]) {
@@ -172,6 +177,24 @@ describe("qwen25 tool calls, streaming (golden: test_qwen25_detector.py streamin
     const byChar = streamAll([...text]);
     expect(byChar.args).toEqual(whole.calls.map((c) => c.arguments));
     expect(byChar.calls.map((c) => c.index)).toEqual([0, 1]);
+  });
+
+  it("read as the non-stream parse reads the whole: duplicate keys, blocks ended only by newline + tag, text after a call", () => {
+    const same = (text: string) => {
+      const whole = parseQwenToolCalls(text, TOOLS);
+      for (const chunks of [[text], [...text]]) {
+        const r = streamAll(chunks);
+        expect(r.calls.map((c) => [c.name, JSON.parse(c.arguments)]), text).toEqual(whole.calls.map((c) => [c.name, JSON.parse(c.arguments)]));
+        if (whole.calls.length === 0) expect(r.content, text).toBe(text);
+        else expect(r.content.trim(), text).toBe(whole.content);
+      }
+    };
+    // Python's json.loads keeps the last of two equal keys.
+    same('<tool_call>\n{"name": "nope", "name": "search", "arguments": {"query": "q"}}\n</tool_call>');
+    // The first block runs to the first "\n</tool_call>": it swallows the second, and no call parses.
+    same('<tool_call>\n{"name": "search"}</tool_call>\n<tool_call>\n{"name": "search", "arguments": {}}\n</tool_call>');
+    // After a call, other text and blocks that are no call are not sent (the non-stream content is the text before the first call).
+    same('Sure. <tool_call>\n{"name": "search", "arguments": {"query": "q"}}\n</tool_call>\nDone <tool_call>\n{"name": "nope"}\n</tool_call> bye');
   });
 
   it("an unknown tool or broken JSON falls back to content", () => {

@@ -123,18 +123,26 @@ export interface StreamStep {
   calls: ToolCallDelta[];
 }
 
+/** Where a block ends, exactly as the non-stream parse reads it (the first `\n</tool_call>` after its start). */
+const BLOCK_END = "\n</tool_call>";
+const PY_LEADING_SPACE = /^[\s\u001c-\u001f\u0085]*/u;
+
 /**
- * Incremental parser for one choice's stream. A call is sent whole (name and arguments in one
- * delta) once its JSON closes and it is valid: a client acting on a streamed call never gets one
- * that later turns out broken, cut off by max_tokens or a stop string, or naming no offered tool.
- * (SGLang streams the name first and then the arguments as they grow, so such a call reached the
- * client half-made, with finish_reason "tool_calls": deliberate difference.) A block that is not a
- * call is sent as the text it is, closing tag included, as the non-stream answer keeps it.
+ * Incremental parser for one choice's stream, block for block as `parseQwenToolCalls` reads the
+ * whole text: a block runs from `<tool_call>\n` to the first `\n</tool_call>`, and only then is it
+ * judged. A block that holds calls sends each whole (name and arguments in one delta); one that
+ * does not (broken JSON, no offered tool, arguments that are not JSON, cut off by max_tokens or a
+ * stop string before its end) is sent as the text it is. Once a call has gone out, other text is no
+ * longer sent, as the non-stream answer keeps only the text before the first call; text before that
+ * streams as it comes (a block judged no call before a later call therefore reaches a streaming
+ * client as text, where the non-stream answer drops it: the stream cannot wait for the end).
+ * SGLang streams a call's name first and its arguments as they grow, so a call that turned out
+ * broken or was cut off reached the client half-made (deliberate difference).
  */
 export class QwenToolCallStream {
   private readonly known: Set<string>;
-  /** text: plain text; call: inside a block, not yet complete; between: after a call; raw: a block that is not a call, up to its closing tag. */
-  private mode: "text" | "call" | "between" | "raw" = "text";
+  /** text: plain text; call: inside a block, before its end; raw: a block known to be no call, up to its end. */
+  private mode: "text" | "call" | "raw" = "text";
   private buf = "";
   /** Calls sent. */
   private count = 0;
@@ -155,15 +163,20 @@ export class QwenToolCallStream {
     return out;
   }
 
-  /** End of output: flushes held text; a call still open (cut off) is sent as the text it is. */
+  /** End of output: flushes held text; a block still open (cut off) is sent as the text it is. */
   finish(): StreamStep {
     const out: StreamStep = { content: "", calls: [] };
     this.run(out, true);
-    if (this.mode === "call") out.content += QWEN_BOT + this.buf;
-    else if (this.mode === "raw") out.content += this.buf;
-    else if (this.mode === "text") out.content += this.buf.split(EOT_BARE).join("");
+    if (this.mode === "call") this.text(out, QWEN_BOT + this.buf);
+    else if (this.mode === "raw") this.text(out, this.buf);
+    else this.text(out, this.buf.split(EOT_BARE).join(""));
     this.buf = "";
     return out;
+  }
+
+  /** Text for the client, unless a call has gone out (see the class comment). */
+  private text(out: StreamStep, s: string): void {
+    if (this.count === 0) out.content += s;
   }
 
   private run(out: StreamStep, final: boolean): void {
@@ -171,89 +184,66 @@ export class QwenToolCallStream {
       if (this.mode === "text") {
         const at = this.buf.indexOf(QWEN_BOT);
         if (at !== -1) {
-          out.content += this.buf.slice(0, at).split(EOT_BARE).join("");
+          // A stray "</tool_call>" in normal text is dropped (qwen25_detector.py streaming override).
+          this.text(out, this.buf.slice(0, at).split(EOT_BARE).join(""));
           this.buf = this.buf.slice(at + QWEN_BOT.length);
           this.mode = "call";
           continue;
         }
         if (final) return;
-        const keep = heldTail(this.buf, [QWEN_BOT, EOT_BARE]);
-        const emit = this.buf.slice(0, this.buf.length - keep);
-        // A stray "</tool_call>" in normal text is dropped (qwen25_detector.py streaming override).
-        out.content += emit.split(EOT_BARE).join("");
+        const emit = this.buf.slice(0, this.buf.length - heldTail(this.buf, [QWEN_BOT, EOT_BARE]));
+        this.text(out, emit.split(EOT_BARE).join(""));
         this.buf = this.buf.slice(emit.length);
         return;
       }
+      const end = this.buf.indexOf(BLOCK_END);
       if (this.mode === "raw") {
-        const at = this.buf.indexOf(EOT_BARE);
-        if (at !== -1) {
-          out.content += this.buf.slice(0, at + EOT_BARE.length);
-          this.buf = this.buf.slice(at + EOT_BARE.length);
+        if (end !== -1) {
+          this.text(out, this.buf.slice(0, end + BLOCK_END.length));
+          this.buf = this.buf.slice(end + BLOCK_END.length);
           this.mode = "text";
           continue;
         }
         if (final) return;
-        const emit = this.buf.slice(0, this.buf.length - heldTail(this.buf, [EOT_BARE]));
-        out.content += emit;
+        const emit = this.buf.slice(0, this.buf.length - heldTail(this.buf, [BLOCK_END]));
+        this.text(out, emit);
         this.buf = this.buf.slice(emit.length);
         return;
       }
-      if (this.mode === "between") {
-        const rest = this.buf.replace(/^(?:\s|<\/tool_call>)+/u, "");
-        if (rest.startsWith(QWEN_BOT)) {
-          this.buf = rest.slice(QWEN_BOT.length);
-          this.mode = "call";
+      // call
+      if (end === -1) {
+        if (!final && this.cannotBeCall(this.buf)) {
+          this.text(out, QWEN_BOT);
+          this.mode = "raw";
           continue;
         }
-        if (rest === "" || (!final && (QWEN_BOT.startsWith(rest) || EOT_BARE.startsWith(rest)))) {
-          if (final) this.buf = "";
-          return; // only separators so far
-        }
-        this.mode = "text";
-        this.buf = rest;
-        continue;
+        return;
       }
-      // call
-      if (!this.stepCall(out)) return;
+      const body = this.buf.slice(0, end);
+      this.buf = this.buf.slice(end + BLOCK_END.length);
+      this.mode = "text";
+      let calls: ParsedToolCall[] = [];
+      try {
+        // Streamed arguments are dumped with ensure_ascii, as SGLang streams them.
+        calls = callsOfBlock(parsePyJson(pyStrip(body)), this.known, true);
+      } catch {
+        calls = [];
+      }
+      if (calls.length === 0) this.text(out, QWEN_BOT + body + BLOCK_END);
+      for (const c of calls) out.calls.push({ index: this.count++, name: c.name, arguments: c.arguments });
     }
   }
 
-  /** The current block is not a call: its text goes out as it is. */
-  private abandonCall(out: StreamStep): void {
-    out.content += QWEN_BOT;
-    this.mode = "raw";
-  }
-
-  /** Advances the current block; true when the mode changed and the loop should continue. */
-  private stepCall(out: StreamStep): boolean {
-    const lead = /^\s*/u.exec(this.buf)![0].length;
-    const body = this.buf.slice(lead);
+  /** Known before its end: the block's text cannot start a JSON object or array. */
+  private cannotBeCall(text: string): boolean {
+    const body = text.slice(PY_LEADING_SPACE.exec(text)![0].length);
     if (body === "") return false;
-    let parsed;
     try {
-      parsed = parsePartialJson(body, false);
+      const v = parsePartialJson(body, false).value;
+      return !isJsonObject(v) && !Array.isArray(v);
     } catch (e) {
       if (!(e instanceof MalformedJson)) throw e;
-      this.abandonCall(out);
       return true;
     }
-    const value = parsed.value;
-    // Known early: a value that is no object or array, or an object whose (complete) name is no offered tool.
-    const badName = isJsonObject(value) && value["name"] !== undefined && !(typeof value["name"] === "string" && this.known.has(value["name"]));
-    if ((!isJsonObject(value) && !Array.isArray(value)) || badName) {
-      this.abandonCall(out);
-      return true;
-    }
-    if (!parsed.complete) return false;
-    // Streamed arguments are dumped with ensure_ascii, as SGLang streams them.
-    const calls = callsOfBlock(value, this.known, true);
-    if (calls.length === 0) {
-      this.abandonCall(out);
-      return true;
-    }
-    for (const c of calls) out.calls.push({ index: this.count++, name: c.name, arguments: c.arguments });
-    this.buf = body.slice(parsed.end);
-    this.mode = "between";
-    return true;
   }
 }
