@@ -113,12 +113,14 @@ function httpDate(v: string | null): number | null {
 }
 
 /**
- * Until when (epoch ms) the stored bytes may be reused without contacting the origin; a value ≤
- * `responseTime` means never. `requestTime` / `responseTime`: when the request was sent and the
- * response (200 or 304) arrived, by this process's clock. `maxMs`: the operator's cap.
+ * For how long (ms, from the response's arrival) the stored bytes may be reused without contacting
+ * the origin; 0 = never. `requestTime` / `responseTime`: when the request was sent and the response
+ * (200 or 304) arrived, by the wall clock (the `Date` header is compared with them). `maxMs`: the
+ * operator's cap. The caller keeps the deadline on a monotonic clock, so a wall-clock step does not
+ * stretch it.
  */
-export function freshUntil(f: FreshnessFields, requestTime: number, responseTime: number, maxMs: number): number {
-  const never = responseTime;
+export function freshFor(f: FreshnessFields, requestTime: number, responseTime: number, maxMs: number): number {
+  const never = 0;
   if (maxMs <= 0) return never;
   if (f.vary !== null && f.vary.split(",").some((v) => v.trim() === "*")) return never;
   let lifetimeMs: number | null = null;
@@ -148,5 +150,5 @@ export function freshUntil(f: FreshnessFields, requestTime: number, responseTime
   if (ageField === null) return never;
   const initialAge = Math.max(apparentAge, ageField * 1000 + Math.max(0, responseTime - requestTime));
   const left = Math.min(lifetimeMs - initialAge, maxMs);
-  return left > 0 ? responseTime + left : never;
+  return left > 0 ? left : never;
 }

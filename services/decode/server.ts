@@ -40,7 +40,7 @@ import type { ScanResult } from "./ffprobe-scan.ts";
 import { spoolToFile } from "./media-file.ts";
 import { MediaStore, type MediaStoreStats } from "./media-store.ts";
 import { DecodeServiceOptionsSchema, type DecodeServiceOptions, type DecodeServiceOptionsInput } from "./options.ts";
-import { fieldsAfter304, freshnessFieldsOf, freshUntil, type FreshnessFields } from "./http-freshness.ts";
+import { fieldsAfter304, freshFor, freshnessFieldsOf, type FreshnessFields } from "./http-freshness.ts";
 import { nodeResolver, pinnedFetch } from "./pinned-fetch.ts";
 import { ProbeTimeoutError, selectProber, type DecoderKind, type Prober } from "./probers.ts";
 
@@ -82,7 +82,7 @@ interface UrlEntry {
   lastModified: string | null;
   /** The stored response's freshness fields (updated by each 304). */
   freshness: FreshnessFields;
-  /** Until when the bytes may be reused without asking the origin (epoch ms; past = revalidate). */
+  /** Until when the bytes may be reused without asking the origin (performance.now() ms; 0 or past = ask). */
   freshUntil: number;
   digest: string;
   byteLength: number;
@@ -204,6 +204,17 @@ export async function startDecodeService(input: DecodeServiceOptionsInput = {}, 
     }, signal);
   }
 
+  /**
+   * Until when (this process's monotonic clock, ms; 0 = never) the bytes may be reused without
+   * asking the origin. Only for an answer of the URL itself: after a redirect, the freshness is the
+   * target's, and the redirect (a "latest" link) may point elsewhere next time.
+   */
+  function reuseUntil(fields: FreshnessFields, redirects: number, sentAt: number, arrivedAt: number): number {
+    if (redirects > 0) return 0;
+    const left = freshFor(fields, sentAt, arrivedAt, opts.maxUrlFreshSec * 1000);
+    return left > 0 ? performance.now() + left : 0;
+  }
+
   async function transferInto(url: string, known: UrlEntry | undefined, headers: Record<string, string>, signal: AbortSignal): Promise<Stored> {
     const sentAt = Date.now();
     const res = await fetcher.open(url, { headers, param: "url", signal });
@@ -213,7 +224,7 @@ export async function startDecodeService(input: DecodeServiceOptionsInput = {}, 
         stats.revalidated++;
         store.use(known.digest);
         known.freshness = fieldsAfter304(known.freshness, freshnessFieldsOf(res.headers));
-        known.freshUntil = freshUntil(known.freshness, sentAt, arrivedAt, opts.maxUrlFreshSec * 1000);
+        known.freshUntil = reuseUntil(known.freshness, res.redirects, sentAt, arrivedAt);
         return { digest: known.digest, byteLength: known.byteLength, cache: "revalidated" };
       }
       // Evicted while the conditional request was in flight: fetch in full.
@@ -228,9 +239,9 @@ export async function startDecodeService(input: DecodeServiceOptionsInput = {}, 
       const etag = res.headers.get("etag");
       const lastModified = res.headers.get("last-modified");
       const freshness = freshnessFieldsOf(res.headers);
-      const until = freshUntil(freshness, sentAt, arrivedAt, opts.maxUrlFreshSec * 1000);
+      const until = reuseUntil(freshness, res.redirects, sentAt, arrivedAt);
       // Kept when the bytes can be reused as they are (fresh) or confirmed by a conditional request.
-      if (etag || lastModified || until > arrivedAt) byUrl.set(url, { etag, lastModified, freshness, freshUntil: until, digest: s.contentDigest, byteLength: s.byteLength });
+      if (etag || lastModified || until > 0) byUrl.set(url, { etag, lastModified, freshness, freshUntil: until, digest: s.contentDigest, byteLength: s.byteLength });
       else byUrl.delete(url);
       return { digest: s.contentDigest, byteLength: s.byteLength, cache: "miss" };
     } finally {
@@ -240,7 +251,7 @@ export async function startDecodeService(input: DecodeServiceOptionsInput = {}, 
 
   async function storeUrl(url: string, signal: AbortSignal): Promise<Stored> {
     const known = byUrl.get(url);
-    if (known && Date.now() < known.freshUntil && store.has(known.digest)) {
+    if (known && performance.now() < known.freshUntil && store.has(known.digest)) {
       stats.fresh++;
       store.use(known.digest);
       return { digest: known.digest, byteLength: known.byteLength, cache: "fresh" };

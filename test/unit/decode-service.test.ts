@@ -67,7 +67,11 @@ beforeAll(async () => {
     else if (p === "/no-cache.mp4") serve(clipB, '"n1"', 0, { "cache-control": "no-cache, max-age=60" });
     // Fresh for one second; the 304 that revalidates it grants a minute.
     else if (p === "/short.mp4") serve(clipB, '"s1"', 0, { "cache-control": "max-age=1" }, { "cache-control": "max-age=60" });
-    else if (p === "/to-metadata") {
+    else if (p === "/latest.mp4") {
+      // A "latest" link: the redirect itself says nothing about freshness; its target does.
+      res.writeHead(302, { location: "/fresh.mp4" });
+      res.end();
+    } else if (p === "/to-metadata") {
       res.writeHead(302, { location: "http://169.254.169.254/latest/meta-data/" });
       res.end();
     } else {
@@ -180,6 +184,14 @@ describe("decode service", () => {
     expect([await ask("/fresh.mp4"), await ask("/fresh-no-validators.mp4"), await ask("/no-cache.mp4")]).toEqual(["fresh", "fresh", "revalidated"]);
     expect([hits["/fresh.mp4"], hits["/fresh-no-validators.mp4"], hits["/no-cache.mp4"]]).toEqual([1, 1, 2]);
     expect(svc.stats.fresh).toBe(fresh + 2);
+  });
+
+  it("a redirect's target being fresh does not make the redirecting URL fresh", async () => {
+    const url = `http://127.0.0.1:${mediaPort}/latest.mp4`;
+    hits["/latest.mp4"] = 0;
+    await probeUrl(url);
+    expect((await probeUrl(url)).headers.get("x-cache")).not.toBe("fresh");
+    expect(hits["/latest.mp4"]).toBe(2);
   });
 
   it("asks the origin again once the freshness has run out, and takes a 304's new lifetime", async () => {

@@ -5,7 +5,7 @@
  * RFC's formulas by hand, not from the implementation.
  */
 import { describe, expect, it } from "vitest";
-import { fieldsAfter304, freshUntil, type FreshnessFields } from "../../services/decode/http-freshness.ts";
+import { fieldsAfter304, freshFor, type FreshnessFields } from "../../services/decode/http-freshness.ts";
 
 const T = Date.parse("2026-12-05T06:00:00Z");
 const imf = (ms: number): string => new Date(ms).toUTCString();
@@ -13,7 +13,7 @@ const DAY = 86_400_000;
 const none: FreshnessFields = { cacheControl: null, expires: null, pragma: null, vary: null, date: null, age: null };
 const f = (over: Partial<FreshnessFields>): FreshnessFields => ({ ...none, date: imf(T), ...over });
 /** Seconds of reuse left, as the store sees it at the response's arrival (T), request sent at T. */
-const left = (fields: FreshnessFields, maxMs = DAY, sentAt = T): number => (freshUntil(fields, sentAt, T, maxMs) - T) / 1000;
+const left = (fields: FreshnessFields, maxMs = DAY, sentAt = T): number => freshFor(fields, sentAt, T, maxMs) / 1000;
 
 describe("HTTP freshness for the media store (RFC 9111, shared cache)", () => {
   it("takes the lifetime from s-maxage, else max-age, else Expires − Date; nothing else makes a response fresh", () => {
