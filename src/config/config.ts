@@ -29,6 +29,11 @@ export const ModelConfigSchema = z.strictObject({
    */
   contextTokens: z.number().int().min(1).max(16_777_216).optional(),
   /**
+   * The workers run with SGLang's `--allow-auto-truncate`: an over-long input is truncated and
+   * `max_new_tokens` clamped instead of refused, so the edge refuses neither (default false, as SGLang).
+   */
+  allowAutoTruncate: z.boolean().default(false),
+  /**
    * The workers' --tool-call-parser / --reasoning-parser, which the edge applies itself (it talks to
    * /generate). Absent: chosen from the template (src/proxy/chat-output.ts `modelParsers`); null: off.
    */
@@ -58,7 +63,7 @@ export function contextTokensOf(m: ModelConfig): number {
 }
 
 export const DEFAULT_MODELS: ModelConfig[] = [
-  { id: "Qwen/Qwen3-VL-8B-Instruct", family: "qwen3_vl", templateId: "qwen3vl-instruct", blockSize: 16, ownedBy: "kvedge", loraAdapters: [] },
+  { id: "Qwen/Qwen3-VL-8B-Instruct", family: "qwen3_vl", templateId: "qwen3vl-instruct", blockSize: 16, ownedBy: "kvedge", allowAutoTruncate: false, loraAdapters: [] },
 ];
 
 export const RoutingConfigSchema = z.strictObject({

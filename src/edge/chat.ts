@@ -336,6 +336,7 @@ function checkPromptChars(chars: number, model: ModelConfig, limits: Limits): vo
 
 /** After tokenizing: SGLang refuses input_len ≥ context_len (tokenizer_manager _validate_one_request); refuse it here first. */
 function checkPromptTokens(tokens: number, model: ModelConfig): void {
+  if (model.allowAutoTruncate) return;
   const context = contextTokensOf(model);
   if (tokens >= context)
     throw new InvalidRequestError(
@@ -346,12 +347,14 @@ function checkPromptTokens(tokens: number, model: ModelConfig): void {
 }
 
 /**
- * SGLang also refuses input + max_new_tokens ≥ context_len (same function): with the prompt's
- * token count (exact, or a lower bound, so a refusal here is always one the worker would make),
+ * SGLang also refuses input + max_new_tokens ≥ context_len (same function) unless its workers run
+ * with --allow-auto-truncate (then they clamp; `allowAutoTruncate` in the model config): with the
+ * prompt's token count (exact, or a lower bound, so a refusal here is one the worker would make),
  * say so with both numbers instead of forwarding a request that can only fail.
  */
 function checkContextFit(promptTokens: number, req: ChatCompletionRequest, model: ModelConfig): void {
   checkPromptTokens(promptTokens, model);
+  if (model.allowAutoTruncate) return;
   const maxNew = req.max_completion_tokens ?? req.max_tokens;
   if (maxNew === undefined || maxNew === null) return;
   const context = contextTokensOf(model);

@@ -169,6 +169,16 @@ describe("upstream deadlines and cancellation (real handler, real HTTP)", () => 
     await dbg.text();
   });
 
+  it("max_tokens past the context: refused at the edge, unless the pool's workers auto-truncate (then theirs to clamp)", async () => {
+    const strict = setup(sim.url);
+    const refused = await handleChatCompletions(chat({ max_tokens: 262_144 }), strict.deps).catch((e: unknown) => e);
+    expect(refused).toMatchObject({ code: "context_length_exceeded", param: "max_tokens" });
+    const lenient = setup(sim.url, { KVEDGE_MODELS: JSON.stringify([{ id: MODEL, family: "qwen3_vl", templateId: "qwen3vl-instruct", allowAutoTruncate: true }]) });
+    // Forwarded: this simulated worker does not auto-truncate, so the rejection is the worker's.
+    const r = await handleChatCompletions(chat({ max_tokens: 262_144 }), lenient.deps);
+    expect([r.status, ((await r.json()) as { error: { code: string } }).error.code]).toEqual([400, "upstream_rejected"]);
+  });
+
   it("error bodies name no worker: a dead worker's failure reads the same for every client", async () => {
     const { deps } = setup("http://127.0.0.1:9");
     const res = await handleChatCompletions(chat({}), deps).catch((e: unknown) => e);
