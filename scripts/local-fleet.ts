@@ -397,11 +397,13 @@ async function buildFleet(opts: FleetOptions, life: FleetLife): Promise<Fleet> {
   const edgeUrl = `http://127.0.0.1:${edgePort}`;
   // Once the fleet is up, an edge exit nobody asked for is a crash: start it again (see EDGE_RESTARTS_PER_MINUTE).
   let superviseEdge = false;
+  /** stop() has begun: nothing is started or supervised any more. */
+  let stopped = false;
   let edgeRestarts = 0;
   const recentEdgeRestarts: number[] = [];
   const watchEdge = (p: ChildProcess): void => {
     p.once("exit", (code, signal) => {
-      if (!superviseEdge || p !== edge) return;
+      if (!superviseEdge || stopped || p !== edge) return;
       // wrangler's workerd may outlive it and hold the port: the whole group goes.
       try {
         if (p.pid) process.kill(-p.pid, "SIGKILL");
@@ -610,6 +612,7 @@ async function buildFleet(opts: FleetOptions, life: FleetLife): Promise<Fleet> {
     async restartEdge() {
       superviseEdge = false;
       await stopProc(edge, "SIGTERM");
+      if (stopped) throw new Error("the fleet was stopped during restartEdge");
       edge = spawnEdge();
       watchEdge(edge);
       superviseEdge = true;
@@ -630,6 +633,7 @@ async function buildFleet(opts: FleetOptions, life: FleetLife): Promise<Fleet> {
       return out;
     },
     async stop() {
+      stopped = true;
       superviseEdge = false;
       await life.end();
       if (mediaServer) await new Promise<void>((r) => mediaServer!.close(() => r()));
