@@ -11,7 +11,7 @@ import { verifyRelayConnect } from "../src/relay-wire/relay-auth.ts";
 import { clientNetwork, enforceRateLimit, rateLimitBucketName, rateLimitHeaders, type BucketKind } from "../src/edge/rate-limit.ts";
 import { handleChatCompletions, type IndexClient } from "../src/edge/chat.ts";
 import { handleAdminRoute, type AdminIndexClient } from "../src/edge/admin-routes.ts";
-import { preflightResponse, withCors } from "../src/edge/cors.ts";
+import { preflightResponse, PUBLIC_ROUTE_METHODS, withCors } from "../src/edge/cors.ts";
 import { initHashing } from "../src/util/hash.ts";
 import { shardObjectName } from "../src/block-index/shard.ts";
 
@@ -119,7 +119,7 @@ async function route(request: Request, env: Env, ctx: ExecutionContext): Promise
   if (preflight) return preflight;
   if (path === "/healthz") return json({ status: "ok" });
   if (path === "/v1/models") {
-    if (method !== "GET" && method !== "HEAD") throw new MethodNotAllowedError(["GET", "HEAD"]);
+    if (method !== "GET" && method !== "HEAD") throw new MethodNotAllowedError(PUBLIC_ROUTE_METHODS[path]!);
     authorizeClient(request, config);
     // Each pool, then its LoRA adapters as "<pool>:<adapter>" (the name a request selects them by).
     const data = config.models.flatMap((m) => [
@@ -129,7 +129,7 @@ async function route(request: Request, env: Env, ctx: ExecutionContext): Promise
     return json({ object: "list", data });
   }
   if (path === "/v1/chat/completions") {
-    if (method !== "POST") throw new MethodNotAllowedError(["POST"]);
+    if (method !== "POST") throw new MethodNotAllowedError(PUBLIC_ROUTE_METHODS[path]!);
     await initHashing();
     return handleChatCompletions(request, {
       config,

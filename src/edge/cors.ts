@@ -7,8 +7,11 @@
  */
 import type { CorsPolicy } from "../config/config.ts";
 
-/** The method each CORS-enabled route serves. */
-const CORS_ROUTES: Readonly<Record<string, string>> = { "/v1/models": "GET", "/v1/chat/completions": "POST" };
+/** The methods each public route serves (OPTIONS, the preflight, on both): its `Allow` header. */
+export const PUBLIC_ROUTE_METHODS: Readonly<Record<string, readonly string[]>> = {
+  "/v1/models": ["GET", "HEAD", "OPTIONS"],
+  "/v1/chat/completions": ["POST", "OPTIONS"],
+};
 /** Headers a page may read: the request id for support, and the rate limiter's back-off. */
 const EXPOSED = "x-request-id, retry-after";
 /** Headers a page may send (the OpenAI SDKs add their own `x-stainless-*` and `openai-*` ones, which carry nothing the edge reads). */
@@ -22,17 +25,17 @@ function allowedOrigin(policy: CorsPolicy, origin: string | null): string | null
 
 /** The answer to a preflight (`OPTIONS` on a CORS route), or null when the request is none. */
 export function preflightResponse(request: Request, path: string, policy: CorsPolicy): Response | null {
-  const method = CORS_ROUTES[path];
-  if (request.method !== "OPTIONS" || method === undefined) return null;
+  const methods = PUBLIC_ROUTE_METHODS[path];
+  if (request.method !== "OPTIONS" || methods === undefined) return null;
   const origin = allowedOrigin(policy, request.headers.get("origin"));
   const wanted = (request.headers.get("access-control-request-headers") ?? "")
     .split(",")
     .map((h) => h.trim().toLowerCase())
     .filter((h) => h !== "");
-  const headers = new Headers({ allow: `${method}, OPTIONS` });
+  const headers = new Headers({ allow: methods.join(", ") });
   if (origin !== null) {
     headers.set("access-control-allow-origin", origin);
-    headers.set("access-control-allow-methods", `${method}, OPTIONS`);
+    headers.set("access-control-allow-methods", methods.join(", "));
     headers.set("access-control-allow-headers", wanted.filter((h) => REQUEST_HEADER.test(h)).join(", ") || "authorization, content-type");
     headers.set("access-control-max-age", "86400");
     if (origin !== "*") headers.set("vary", "Origin");
@@ -40,9 +43,9 @@ export function preflightResponse(request: Request, path: string, policy: CorsPo
   return new Response(null, { status: 204, headers });
 }
 
-/** `response` with the CORS headers its route and the request's origin call for. */
+/** `response` with the CORS headers its route and the request's origin call for (a preflight's answer has its own). */
 export function withCors(response: Response, request: Request, path: string, policy: CorsPolicy): Response {
-  if (CORS_ROUTES[path] === undefined) return response;
+  if (PUBLIC_ROUTE_METHODS[path] === undefined || request.method === "OPTIONS") return response;
   const origin = allowedOrigin(policy, request.headers.get("origin"));
   if (origin === null) return response;
   // Responses from fetch() have immutable headers: copy (the body streams through untouched).

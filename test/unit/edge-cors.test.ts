@@ -27,11 +27,15 @@ describe("CORS", () => {
     const pre = preflightResponse(req("https://b.example", "OPTIONS"), "/v1/models", policy)!;
     expect(pre.status).toBe(204);
     expect(pre.headers.get("access-control-allow-origin")).toBeNull();
+    // A listed origin's preflight: Vary once (the preflight is not wrapped again).
+    const listed = req("https://a.example", "OPTIONS");
+    const answered = withCors(preflightResponse(listed, "/v1/models", policy)!, listed, "/v1/models", policy);
+    expect([answered.headers.get("access-control-allow-origin"), answered.headers.get("vary")]).toEqual(["https://a.example", "Origin"]);
   });
 
   it("off: nothing added anywhere; a preflight still gets its 204 with Allow", () => {
     expect(withCors(new Response("x"), req("https://a.example"), "/v1/models", null).headers.get("access-control-allow-origin")).toBeNull();
     const pre = preflightResponse(req("https://a.example", "OPTIONS"), "/v1/models", null)!;
-    expect([pre.status, pre.headers.get("allow"), pre.headers.get("access-control-allow-origin")]).toEqual([204, "GET, OPTIONS", null]);
+    expect([pre.status, pre.headers.get("allow"), pre.headers.get("access-control-allow-origin")]).toEqual([204, "GET, HEAD, OPTIONS", null]);
   });
 });

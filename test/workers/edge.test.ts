@@ -69,9 +69,9 @@ describe("edge API surface", () => {
     expect((await expectOpenAIError(await post({ model: "nope", messages: [{ role: "user", content: "x" }] }), 404)).code).toBe("model_not_found");
     await expectOpenAIError(await post(null, JSON.stringify({ model: MODEL, messages: [{ role: "user", content: "x".repeat(21 * 1024 * 1024) }] })), 413);
     const wrongMethod = await SELF.fetch("https://edge/v1/chat/completions");
-    expect(wrongMethod.headers.get("allow")).toBe("POST");
+    expect(wrongMethod.headers.get("allow")).toBe("POST, OPTIONS");
     await expectOpenAIError(wrongMethod, 405);
-    expect((await SELF.fetch("https://edge/v1/models", { method: "DELETE" })).headers.get("allow")).toBe("GET, HEAD");
+    expect((await SELF.fetch("https://edge/v1/models", { method: "DELETE" })).headers.get("allow")).toBe("GET, HEAD, OPTIONS");
     expect((await SELF.fetch("https://edge/v1/models", { method: "HEAD" })).status).toBe(200);
     await expectOpenAIError(await SELF.fetch("https://edge/nowhere"), 404);
   });
