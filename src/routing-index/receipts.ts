@@ -22,7 +22,12 @@ export interface WorkerReceiptStats {
   settled: number;
   predictedTokens: number;
   actualCachedTokens: number;
-  /** EWMA of (predicted − actual) / max(predicted, 1) over settled receipts; > 0 means over-prediction. */
+  /**
+   * EWMA of (predicted − actual) / max(predicted, actual, 1) over settled receipts, each term in
+   * [−1, 1]; > 0 means over-prediction. (Divided by the prediction alone, one request the index
+   * knew nothing of, predicted 0 and 304 cached, weighed −304 and kept drift alerting off for the
+   * next ~50 over-predicted requests.)
+   */
   driftEwma: number;
   drifting: boolean;
 }
@@ -54,7 +59,7 @@ export class ReceiptBook {
     s.settled++;
     s.predictedTokens += predicted;
     s.actualCachedTokens += r.actualCachedTokens;
-    const gap = (predicted - r.actualCachedTokens) / Math.max(predicted, 1);
+    const gap = (predicted - r.actualCachedTokens) / Math.max(predicted, r.actualCachedTokens, 1);
     s.driftEwma = s.settled === 1 ? gap : s.driftEwma + this.alpha * (gap - s.driftEwma);
     const was = s.drifting;
     s.drifting = s.settled >= 5 && s.driftEwma > this.driftThreshold;

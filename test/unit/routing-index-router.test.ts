@@ -113,3 +113,32 @@ describe("Router", () => {
     expect(router.settle({ receiptId: first.receiptId, promptTokens: 4, cachedTokens: 0, outcome: "ok" }).receipt).toBeNull();
   });
 });
+
+describe("receipt drift", () => {
+  const receipt = (predictedBlocks: number, cached: number) => ({
+    receiptId: "r",
+    workerId: "w",
+    at: 0,
+    promptTokens: 1024,
+    totalBlocks: 64,
+    predictedOverlapBlocks: predictedBlocks,
+    blockSize: 16,
+    actualCachedTokens: cached,
+    outcome: "ok" as const,
+    fallbackReason: null,
+  });
+
+  it("each receipt weighs at most 1 either way, so one cold request cannot mute drift alerting", () => {
+    const book = new ReceiptBook();
+    book.settle(receipt(0, 304)); // the index knew nothing, the worker had 304 tokens
+    expect(book.stats()[0]!.driftEwma).toBe(-1);
+    // Then the index over-predicts every time (predicted 32 blocks, nothing cached): drift within a dozen.
+    let n = 0;
+    while (!book.stats()[0]!.drifting && n < 100) {
+      book.settle(receipt(32, 0));
+      n++;
+    }
+    expect(n).toBeLessThanOrEqual(15);
+  });
+});
+
