@@ -85,27 +85,35 @@ export async function handleAdminRoute(request: Request, deps: AdminDeps): Promi
     if (tokens !== null && tokens !== "all") throw new InvalidRequestError("tokens must be 'all' (the whole routed sequence) or absent.", "tokens");
     return json(await explain(request, deps, tokens === "all"));
   }
+  const local = /^\/admin\/workers\/([^/]+)\/local-hashes$/.exec(path);
+  if (!(path === "/admin/workers" || path === "/admin/stats" || path === "/admin/shards" || local)) return null;
+  // The rest read pool state (worker URLs, contracts): GET only, never cached.
+  requireMethod(request, "GET");
   const model = url.searchParams.get("model") ?? deps.config.models[0]!.id;
   if (!deps.config.models.some((m) => m.id === model)) throw new NotFoundError(`Unknown model '${model}'.`, "model", "model_not_found");
   const stub = deps.index(model);
   const shards = allShards(deps, model);
+  const noStore = { "cache-control": "no-store" };
   if (path === "/admin/workers") {
     const lists = await Promise.all(shards.map((s) => s.workers() as Promise<WorkerView[]>));
     // One shard: its rows as they are; more: blocks per shard, synced only where every shard is.
-    return json({ model, workers: lists.length === 1 ? lists[0] : mergeShardWorkers(lists) });
+    return json({ model, workers: lists.length === 1 ? lists[0] : mergeShardWorkers(lists) }, noStore);
   }
   if (path === "/admin/stats") {
     const [stats, perShard] = await Promise.all([stub.stats(), Promise.all(shards.map((s) => s.shardInfo()))]);
-    return json({ model, stats, shards: perShard });
+    return json({ model, stats, shards: perShard }, noStore);
   }
-  if (path === "/admin/shards") return json({ model, shards: await Promise.all(shards.map((s) => s.shardInfo())) });
-  const m = /^\/admin\/workers\/([^/]+)\/local-hashes$/.exec(path);
-  if (m) {
-    const workerId = decodeURIComponent(m[1]!);
-    const parts = await Promise.all(shards.map((s) => s.workerLocalHashes(workerId)));
-    return json({ workerId: m[1], localHashes: parts.flat(), ...(parts.length > 1 ? { perShard: parts.map((p) => p.length) } : {}) });
+  if (path === "/admin/shards") return json({ model, shards: await Promise.all(shards.map((s) => s.shardInfo())) }, noStore);
+  let workerId: string;
+  try {
+    workerId = decodeURIComponent(local![1]!);
+  } catch {
+    throw new InvalidRequestError("The worker id in the path is not valid percent-encoding.", "worker");
   }
-  return null;
+  const known = (await (stub.workers() as Promise<WorkerView[]>)).some((w) => w.workerId === workerId);
+  if (!known) throw new NotFoundError(`Unknown worker '${workerId.slice(0, 128)}' in pool '${model}'.`, "worker", "worker_not_found");
+  const parts = await Promise.all(shards.map((s) => s.workerLocalHashes(workerId)));
+  return json({ workerId, localHashes: parts.flat(), ...(parts.length > 1 ? { perShard: parts.map((p) => p.length) } : {}) }, noStore);
 }
 
 function allShards(deps: AdminDeps, model: string): AdminIndexClient[] {

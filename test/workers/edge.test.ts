@@ -119,7 +119,13 @@ describe("edge API surface", () => {
   it("admin endpoints need the admin token", async () => {
     await expectOpenAIError(await SELF.fetch("https://edge/admin/workers"), 401);
     await expectOpenAIError(await SELF.fetch("https://edge/admin/workers", { headers: { authorization: "Bearer wrong-token-wrong-token" } }), 401);
-    expect((await admin("/admin/workers")).status).toBe(200);
+    const ok = await admin("/admin/workers");
+    expect([ok.status, ok.headers.get("cache-control")]).toEqual([200, "no-store"]);
+    // Read-only routes: GET only; a bad path is the caller's 4xx, never a 500.
+    const post = await SELF.fetch("https://edge/admin/workers", { method: "POST", headers: { authorization: `Bearer ${ADMIN}` } });
+    expect([post.status, post.headers.get("allow")]).toEqual([405, "GET"]);
+    expect((await expectOpenAIError(await admin("/admin/workers/%ZZ/local-hashes"), 400)).param).toBe("worker");
+    expect((await expectOpenAIError(await admin("/admin/workers/no-such-worker/local-hashes"), 404)).code).toBe("worker_not_found");
   });
 });
 
