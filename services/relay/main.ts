@@ -136,7 +136,7 @@ async function main(): Promise<void> {
       ? setInterval(() => {
           const s = relay.stats();
           log.info("stats", {
-            worker: s.worker,
+            workerState: s.worker,
             epoch: s.epoch,
             blocks: s.blocks,
             lastSeq: s.lastSeq,
