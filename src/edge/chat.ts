@@ -454,8 +454,8 @@ export async function handleChatCompletions(request: Request, deps: ChatDeps): P
         lastError = new UpstreamError("A worker failed before answering.", null, "worker_unavailable");
         continue;
       }
-      settle({ promptTokens: null, cachedTokens: null, outcome: "error" });
       const e = err instanceof KvedgeError ? err : new UpstreamError("The worker's answer could not be processed.");
+      settle({ promptTokens: null, cachedTokens: null, outcome: e.code === "cancelled" ? "cancelled" : "error" });
       // The worker's own text stays in the logs; the client gets the sanitized message.
       if (typeof e.cause === "string") console.warn(JSON.stringify({ event: "upstream_error", requestId, worker: decision.workerId, code: e.code, upstream: e.cause.slice(0, 1000) }));
       return errorResponse(e, showRouting ? { "x-request-id": requestId, "x-kvedge-worker": decision.workerId } : { "x-request-id": requestId });
@@ -551,7 +551,8 @@ async function proxyOnce(
       settle({
         promptTokens: o.usage?.prompt_tokens ?? null,
         cachedTokens: o.usage?.cached_tokens ?? null,
-        outcome: o.status === "completed" ? "ok" : "error",
+        // The client's going can reach the translator first as the upstream read it cut (request.signal).
+        outcome: o.status === "completed" ? "ok" : o.status === "client_cancelled" || o.error?.code === "cancelled" ? "cancelled" : "error",
       }),
   });
   guarded().pipeTo(translator.writable).catch(() => undefined);

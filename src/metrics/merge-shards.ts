@@ -41,6 +41,7 @@ const COUNTER_FIELDS: Record<Exclude<keyof IndexCounters, "dropReasons">, true> 
 const RECEIPT_FIELDS: Record<keyof WorkerReceiptTotals, true> = {
   ok: true,
   error: true,
+  cancelled: true,
   unreported: true,
   promptTokens: true,
   predictedCachedTokens: true,

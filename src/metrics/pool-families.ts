@@ -27,7 +27,7 @@ function writePool(b: ExpositionBuilder, model: string, s: PoolMetricsSnapshot):
   const m = { model };
 
   // Requests and routing decisions.
-  const requests = b.counter("kvedge_requests_total", "Routed chat requests by final outcome (ok, error, no_worker). Requests rejected before routing are not counted.");
+  const requests = b.counter("kvedge_requests_total", "Routed chat requests by final outcome (ok, error, cancelled by the client, no_worker). Requests rejected before routing are not counted.");
   for (const [outcome, n] of Object.entries(r.requests)) requests.set({ model, outcome }, n);
   const decisions = b.counter("kvedge_routing_decisions_total", "Routing decisions by chosen worker and mode (exact token sequence or text-prefix fallback).");
   for (const [worker, byMode] of Object.entries(r.decisions))
@@ -47,7 +47,7 @@ function writePool(b: ExpositionBuilder, model: string, s: PoolMetricsSnapshot):
   const predicted = b.counter("kvedge_receipt_predicted_cached_tokens_total", "Cached tokens the index predicted (overlap blocks × block size, capped at the prompt).");
   const actual = b.counter("kvedge_receipt_actual_cached_tokens_total", "Cached tokens the worker reported.");
   for (const [worker, t] of Object.entries(r.receipts)) {
-    receipts.set({ model, worker, outcome: "ok" }, t.ok).set({ model, worker, outcome: "error" }, t.error);
+    receipts.set({ model, worker, outcome: "ok" }, t.ok).set({ model, worker, outcome: "error" }, t.error).set({ model, worker, outcome: "cancelled" }, t.cancelled ?? 0);
     unreported.set({ model, worker }, t.unreported);
     prompt.set({ model, worker }, t.promptTokens);
     predicted.set({ model, worker }, t.predictedCachedTokens);

@@ -27,6 +27,8 @@ export interface DecisionRecord {
 export interface WorkerReceiptTotals {
   ok: number;
   error: number;
+  /** The client went away before the answer ended: neither the worker's failure nor a result. */
+  cancelled: number;
   /** Settled ok but the worker reported no cached_tokens (SGLang without --enable-cache-report). */
   unreported: number;
   promptTokens: number;
@@ -62,7 +64,7 @@ export interface RoutedInput {
 
 export interface SettledInput {
   workerId: string;
-  outcome: "ok" | "error" | "pending";
+  outcome: "ok" | "error" | "cancelled" | "pending";
   promptTokens: number;
   predictedOverlapBlocks: number;
   blockSize: number;
@@ -79,7 +81,7 @@ const RECENT_DECISIONS = RECENT_KEPT;
 const MAX_REASON_LABELS = 64;
 
 export class PoolRecorder {
-  readonly #requests: Record<string, number> = { ok: 0, error: 0, no_worker: 0 };
+  readonly #requests: Record<string, number> = { ok: 0, error: 0, cancelled: 0, no_worker: 0 };
   readonly #decisions: Record<string, Record<RoutingMode, number>> = {};
   readonly #fallbacks: Record<string, number> = {};
   #retries = 0;
@@ -127,8 +129,14 @@ export class PoolRecorder {
   settled(s: SettledInput, now: number): void {
     if (s.edgeOverheadMs !== null && Number.isFinite(s.edgeOverheadMs) && s.edgeOverheadMs >= 0) this.#overhead.observe(s.edgeOverheadMs / 1000);
     const ok = s.outcome === "ok";
-    if (!s.retrying) this.#requests[ok ? "ok" : "error"]!++;
-    const w = (this.#receipts[s.workerId] ??= { ok: 0, error: 0, unreported: 0, promptTokens: 0, predictedCachedTokens: 0, actualCachedTokens: 0 });
+    const cancelled = s.outcome === "cancelled";
+    if (!s.retrying) this.#requests[ok ? "ok" : cancelled ? "cancelled" : "error"]!++;
+    const w = (this.#receipts[s.workerId] ??= { ok: 0, error: 0, cancelled: 0, unreported: 0, promptTokens: 0, predictedCachedTokens: 0, actualCachedTokens: 0 });
+    // A client that hung up is no error rate of the pool's (and no result to compare).
+    if (cancelled) {
+      w.cancelled++;
+      return;
+    }
     if (!ok) {
       w.error++;
       this.#series.add(now, { ok: false, promptTokens: 0, predictedCachedTokens: 0, actualCachedTokens: 0 });

@@ -44,7 +44,7 @@ export interface DriftView {
 export interface ReceiptView {
   at: number;
   workerId: string;
-  outcome: "ok" | "error" | "pending";
+  outcome: "ok" | "error" | "cancelled" | "pending";
   promptTokens: number;
   predictedCachedTokens: number;
   actualCachedTokens: number | null;

@@ -13,7 +13,7 @@ export interface Receipt {
   predictedOverlapBlocks: number;
   blockSize: number;
   actualCachedTokens: number | null;
-  outcome: "ok" | "error" | "pending";
+  outcome: "ok" | "error" | "cancelled" | "pending";
   fallbackReason: string | null;
 }
 

@@ -55,7 +55,7 @@ export interface SettleRequest {
   receiptId: string;
   promptTokens: number | null;
   cachedTokens: number | null;
-  outcome: "ok" | "error";
+  outcome: "ok" | "error" | "cancelled";
   /** The edge is retrying on another worker: this attempt is not the request's final outcome. */
   retrying?: boolean;
   /** Edge time from request arrival until the upstream call, for the overhead histogram. */

@@ -65,6 +65,11 @@ describe("aborted client streams", () => {
     // Each generation was cut short: the worker finished none of the 2000-token answers.
     const finished = tap.lines.map((l) => l.line).filter((l) => /generate rid=.* out=2000\b/.test(l));
     expect(finished).toEqual([]);
+    // The pool's metrics count them as cancelled by the client, not as errors.
+    const metrics = await (await fetch(`${fleet.edgeUrl}/metrics`, { headers: { authorization: `Bearer ${fleet.adminToken}` } })).text();
+    const count = (outcome: string) => Number(new RegExp(`^kvedge_requests_total\\{[^}]*outcome="${outcome}"[^}]*\\} (\\d+)`, "m").exec(metrics)?.[1] ?? NaN);
+    expect(count("error")).toBe(0);
+    expect(count("cancelled")).toBeGreaterThanOrEqual(1);
   });
 });
 

@@ -102,11 +102,11 @@ describe("mergeShardSnapshots", () => {
     expect(merged.recorder).toEqual(ref);
     // Spot-check the sums explicitly, so the test does not only rest on the reference recorder.
     const m = merged.recorder;
-    expect(m.requests).toEqual({ ok: 3, error: 1, no_worker: 1 });
+    expect(m.requests).toEqual({ ok: 3, error: 1, cancelled: 0, no_worker: 1 });
     expect(m.decisions).toEqual({ a: { exact: 2, text_prefix: 0 }, b: { exact: 0, text_prefix: 2 } });
     expect(m.fallbacks).toEqual({ media_layout_unavailable: 1, audio: 2 });
     expect(m.retries).toBe(1);
-    expect(m.receipts["a"]).toEqual({ ok: 3, error: 0, unreported: 1, promptTokens: 164, predictedCachedTokens: 32 + 100, actualCachedTokens: 96 });
+    expect(m.receipts["a"]).toEqual({ ok: 3, error: 0, cancelled: 0, unreported: 1, promptTokens: 164, predictedCachedTokens: 32 + 100, actualCachedTokens: 96 });
     expect(m.receipts["b"]).toMatchObject({ ok: 0, error: 2 });
     expect(m.overlapBlocks.count).toBe(4);
     expect(m.overlapBlocks.sum).toBe(7);

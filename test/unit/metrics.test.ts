@@ -87,15 +87,17 @@ describe("PoolRecorder", () => {
     r.settled({ ...base, workerId: "a", outcome: "error", actualCachedTokens: null, retrying: true }, 10_000);
     r.settled({ ...base, workerId: "b", outcome: "ok", actualCachedTokens: 32, retrying: false }, 10_001);
     r.noWorker("audio");
+    // A client that hung up mid-answer: counted as cancelled, not as the pool's error.
+    r.settled({ ...base, workerId: "b", outcome: "cancelled", actualCachedTokens: null, retrying: false }, 10_002);
     const s = r.snapshot();
-    expect(s.requests).toEqual({ ok: 1, error: 0, no_worker: 1 });
+    expect(s.requests).toEqual({ ok: 1, error: 0, cancelled: 1, no_worker: 1 });
     expect(s.decisions).toEqual({ a: { exact: 1, text_prefix: 0 }, b: { exact: 0, text_prefix: 1 } });
     expect(s.fallbacks).toEqual({ media_layout_unavailable: 1, audio: 1 });
     expect(s.retries).toBe(1);
-    expect(s.receipts["b"]).toEqual({ ok: 1, error: 0, unreported: 0, promptTokens: 64, predictedCachedTokens: 48, actualCachedTokens: 32 });
+    expect(s.receipts["b"]).toEqual({ ok: 1, error: 0, cancelled: 1, unreported: 0, promptTokens: 64, predictedCachedTokens: 48, actualCachedTokens: 32 });
     expect(s.receipts["a"]!.error).toBe(1);
-    expect(s.edgeOverheadSeconds.count).toBe(2);
-    expect(s.edgeOverheadSeconds.sum).toBeCloseTo(0.008);
+    expect(s.edgeOverheadSeconds.count).toBe(3);
+    expect(s.edgeOverheadSeconds.sum).toBeCloseTo(0.012);
     expect(s.overlapBlocks.sum).toBe(3);
     expect(s.recentDecisions.map((d) => d.receiptId)).toEqual(["r2", "r1"]);
     expect(s.recentDecisions[0]!.reason).toMatch(/^retry after a failed worker; load outweighed prefix: a held 3\/4/);
