@@ -142,11 +142,18 @@ export function createMediaExpander(deps: MediaExpanderDeps): MediaExpander {
       if (t === ids.imagePad) order.push({ modality: "image", kindIndex: seen.image++ });
       else if (t === ids.videoPad) order.push({ modality: "video", kindIndex: seen.video++ });
     }
-    if (seen.image !== images.length || seen.video !== videos.length) {
+    // SGLang's base processor (python/sglang/srt/multimodal/processors/base_processor.py @3b05740b,
+    // `submit_data_loading_tasks`) takes the items of each modality in order, one per placeholder:
+    // a placeholder without an item is a ValueError; items left over only log a warning and are
+    // not loaded (an image in an assistant message, which the Qwen3-VL templates do not print).
+    if (seen.image > images.length || seen.video > videos.length) {
       throw new SglangValueError(
-        `Mismatch between media placeholders and media items: text has ${seen.image} image and ${seen.video} video placeholder(s), ` +
+        `Mismatch: more media placeholders than media items: text has ${seen.image} image and ${seen.video} video placeholder(s), ` +
           `the request has ${images.length} image(s) and ${videos.length} video(s).`,
       );
+    }
+    if (seen.image < images.length || seen.video < videos.length) {
+      deps.log(`more media items than placeholders (${images.length} image(s) for ${seen.image}, ${videos.length} video(s) for ${seen.video}): the extra ones are not loaded`);
     }
     if (order.length === 0) {
       // mm_hashes alone: zero items, so SGLang ignores the list.

@@ -55,6 +55,20 @@ describe("fail-closed media routing", () => {
     await expectFallback(userWith([text("two videos"), vid("a"), vid("b")]), "adjacent_videos");
   });
 
+  it("an image in an assistant message (the Qwen3-VL templates print none): served, routed on the text prefix", async () => {
+    // SGLang's base processor does not load media items beyond the prompt's placeholders (a warning).
+    await expectFallback(
+      {
+        messages: [
+          { role: "user", content: [text("what is this?"), img()] },
+          { role: "assistant", content: [text("a test card, like this one:"), img()] },
+          { role: "user", content: "and?" },
+        ],
+      },
+      "placeholder_mismatch",
+    );
+  });
+
   it("an image the pool's processor raises on is the client's 400 naming the part, never forwarded", async () => {
     // transformers' Qwen2-VL smart_resize: "absolute aspect ratio must be smaller than 200".
     const thin = `data:image/png;base64,${Buffer.from(makePng(1, 300)).toString("base64")}`;

@@ -333,7 +333,9 @@ describe("simulated SGLang /generate errors", () => {
 
   it("media that cannot be loaded or placed is refused like SGLang; mm_hashes alone are ignored", async () => {
     await valueError({ text: "<|vision_start|><|image_pad|><|vision_end|>", image_data: ["data:image/png;base64,AAAA"] }, /Failed to load image/);
-    await valueError({ text: "x", video_data: "http://example.com/a.mp4" }, /Mismatch between media placeholders/);
+    // More items than placeholders: SGLang warns and does not load the extras (base_processor.py @3b05740b).
+    const extra = await post(w, "/generate", { text: "x", video_data: "http://example.com/a.mp4", sampling_params: { max_new_tokens: 1 } });
+    expect(extra.status).toBe(200);
     const hashesOnly = await post(w, "/generate", { text: "x", mm_hashes: ["abcd"], sampling_params: { max_new_tokens: 1 } });
     expect(hashesOnly.status).toBe(200);
     const ok = await post(w, "/generate", { text: "x", image_data: null, video_data: [], sampling_params: { max_new_tokens: 1 } });

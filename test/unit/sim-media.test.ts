@@ -340,7 +340,7 @@ describe("simulated worker with media (Qwen3-VL)", () => {
       [{ text: imagePrompt("e1"), image_data: [`http://127.0.0.1:${port}/x.png`] }, /Failed to load image/],
       [{ text: imagePrompt("e2"), image_data: [media.url("/missing.png")] }, /Failed to load image: .*404/],
       [{ text: videoPrompt("e3"), video_data: [media.url("/v1.mp4")] }, /^nframes should in interval \[2, 1\], but got 0\.$/],
-      [{ text: imagePrompt("e4", 2), image_data: [media.url("/a.png")] }, /Mismatch between media placeholders/],
+      [{ text: imagePrompt("e4", 2), image_data: [media.url("/a.png")] }, /Mismatch: more media placeholders than media items/],
       [{ text: imagePrompt("e5"), image_data: ["data:image/png;base64,AAA"] }, /Failed to load image/],
       [{ text: imagePrompt("e6"), image_data: ["/etc/passwd"] }, /does not read media from its own disk/],
       [{ text: imagePrompt("e7"), image_data: [media.url("/v2.mp4")] }, /Failed to load image/],
