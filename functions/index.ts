@@ -109,10 +109,9 @@ async function handleRelayUpgrade(request: Request, env: Env, config: EdgeConfig
   return res;
 }
 
-async function route(request: Request, env: Env, ctx: ExecutionContext): Promise<Response> {
+/** `path`: the request's pathname without trailing slashes, worked out once in fetch(). */
+async function route(request: Request, path: string, env: Env, ctx: ExecutionContext): Promise<Response> {
   const config = configOf(env);
-  const url = new URL(request.url);
-  const path = url.pathname.replace(/\/+$/, "") || "/";
   const method = request.method;
 
   const preflight = preflightResponse(request, path, config.cors);
@@ -163,7 +162,7 @@ export default {
     // does not parse has no policy, so its error goes out without them.
     const cors = (res: Response): Response => (cached?.env === env ? withCors(res, request, path, cached.config.cors) : res);
     try {
-      return cors(await route(request, env, ctx));
+      return cors(await route(request, path, env, ctx));
     } catch (err) {
       if (!(err instanceof Error) || !("type" in err)) console.error(JSON.stringify({ event: "unhandled", error: String(err), stack: err instanceof Error ? err.stack : undefined }));
       let e = err;

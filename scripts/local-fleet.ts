@@ -395,6 +395,8 @@ async function buildFleet(opts: FleetOptions, life: FleetLife): Promise<Fleet> {
   };
   let edge = spawnEdge();
   const edgeUrl = `http://127.0.0.1:${edgePort}`;
+  /** Resolves once the edge process `proc` answers its health check; fails if it exits first. */
+  const edgeServing = (proc: ChildProcess, what: string): Promise<void> => waitFor(async () => (await probe(`${edgeUrl}/healthz`)).ok, 60_000, what, proc);
   // Once the fleet is up, an edge exit nobody asked for is a crash: start it again (see EDGE_RESTARTS_PER_MINUTE).
   let superviseEdge = false;
   /** stop() has begun: nothing is started or supervised any more. */
@@ -421,8 +423,7 @@ async function buildFleet(opts: FleetOptions, life: FleetLife): Promise<Fleet> {
       log(`[fleet] the edge (wrangler dev) exited on its own (${code ?? signal}); restarting it on the same port (wrangler dev exits when a client hangs up mid-upload: cloudflare/workers-sdk#15203)`);
       edge = spawnEdge();
       watchEdge(edge);
-      const proc = edge;
-      waitFor(async () => (await probe(`${edgeUrl}/healthz`)).ok, 60_000, "wrangler dev (after a crash)", proc).then(
+      edgeServing(edge, "wrangler dev (after a crash)").then(
         () => log("[fleet] the edge is serving again"),
         (e: unknown) => log(`[fleet] the edge did not come back: ${(e as Error).message}`),
       );
@@ -462,7 +463,7 @@ async function buildFleet(opts: FleetOptions, life: FleetLife): Promise<Fleet> {
   for (let i = 0; i < n; i++) workers.push(await startWorker(i));
 
   try {
-    await waitFor(async () => (await probe(`${edgeUrl}/healthz`)).ok, 60_000, "wrangler dev", edge);
+    await edgeServing(edge, "wrangler dev");
   } catch (err) {
     // A port taken by another process between our probe and wrangler's bind makes wrangler exit at
     // once; one more start with a fresh inspector port covers that race. Anything else fails again.
@@ -470,7 +471,7 @@ async function buildFleet(opts: FleetOptions, life: FleetLife): Promise<Fleet> {
     log(`[fleet] ${(err as Error).message}; starting wrangler dev once more`);
     wranglerArgs[inspectorArg] = String(await freePort());
     edge = spawnEdge();
-    await waitFor(async () => (await probe(`${edgeUrl}/healthz`)).ok, 60_000, "wrangler dev (second start)", edge);
+    await edgeServing(edge, "wrangler dev (second start)");
   }
   watchEdge(edge);
   superviseEdge = true;
@@ -616,8 +617,7 @@ async function buildFleet(opts: FleetOptions, life: FleetLife): Promise<Fleet> {
       edge = spawnEdge();
       watchEdge(edge);
       superviseEdge = true;
-      const proc = edge;
-      await waitFor(async () => (await probe(`${edgeUrl}/healthz`)).ok, 60_000, "wrangler dev (restart)", proc);
+      await edgeServing(edge, "wrangler dev (restart)");
     },
     processes() {
       const out: { name: string; pid: number }[] = [];

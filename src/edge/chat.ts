@@ -190,8 +190,8 @@ async function planMediaRouting(
   req: ChatCompletionRequest,
   tokens: readonly number[],
   media: readonly VerifiedMedia[],
-  /** Each media item's request path (prompt order), for errors about one item. */
-  params: readonly string[],
+  /** The media parts as the request names them (prompt order, as `media`), for errors about one item. */
+  parts: readonly MediaPartRef[],
   model: ModelConfig,
   index: IndexClient,
 ): Promise<RoutingPlan> {
@@ -216,7 +216,8 @@ async function planMediaRouting(
     // contract, e.g. an aspect ratio above 200): the client's 400 here, naming the part, instead of
     // an opaque rejection from the worker.
     if (view.reason === "worker_would_reject" && view.item !== undefined) {
-      throw new InvalidRequestError(`The model's processor cannot take this ${media[view.item]?.kind ?? "media item"}: ${view.detail.replace(/^\w+: worker raises /, "")}.`, params[view.item] ?? null, "media_unprocessable");
+      const part = parts[view.item];
+      throw new InvalidRequestError(`The model's processor cannot take this ${part?.kind ?? "media item"}: ${view.detail.replace(/^\w+: worker raises /, "")}.`, part?.param ?? null, "media_unprocessable");
     }
     return fallback(view.reason);
   }
@@ -303,15 +304,7 @@ export async function prepareRouting(req: ChatCompletionRequest, deps: Pick<Chat
   }));
   // Every item becomes verified bytes before anything else, whatever the routing outcome.
   const media = await verifyMedia(parts, mediaDeps(deps));
-  const plan = await planMediaRouting(
-    deps,
-    req,
-    tokens,
-    media,
-    parts.map((p) => p.param),
-    model,
-    index,
-  );
+  const plan = await planMediaRouting(deps, req, tokens, media, parts, model, index);
   // The worker counts expanded media tokens: exact when the plan is, else the text tokens are a lower bound.
   checkContextFit(plan.fallbackReason === null ? plan.isl : tokens.length, req, model);
   return { model, prompt, tokens, plan, index, media };
@@ -358,10 +351,11 @@ function checkContextFit(promptTokens: number, req: ChatCompletionRequest, model
   const maxNew = req.max_completion_tokens ?? req.max_tokens;
   if (maxNew === undefined || maxNew === null) return;
   const context = contextTokensOf(model);
+  const field = req.max_completion_tokens != null ? "max_completion_tokens" : "max_tokens";
   if (promptTokens + maxNew >= context)
     throw new InvalidRequestError(
-      `The input (${promptTokens} tokens) plus the completion (${maxNew} tokens) is ${promptTokens + maxNew} tokens, which does not fit the model's context length (${context} tokens): lower ${req.max_completion_tokens != null ? "max_completion_tokens" : "max_tokens"} or shorten the messages.`,
-      req.max_completion_tokens != null ? "max_completion_tokens" : "max_tokens",
+      `The input (${promptTokens} tokens) plus the completion (${maxNew} tokens) is ${promptTokens + maxNew} tokens, which does not fit the model's context length (${context} tokens): lower ${field} or shorten the messages.`,
+      field,
       "context_length_exceeded",
     );
 }

@@ -15,10 +15,10 @@
  * Streaming (base_format_detector.py @72a0fbe5 `parse_streaming_increment` + the Qwen25 override): text before a
  * call streams as content, holding back a tail that may be the start of `<tool_call>\n`. Deliberate
  * differences: SGLang sends a call's name as soon as it is complete and then its arguments as they
- * grow, so a call that turns out broken or is cut off reached the client half-made; here a call is
- * sent whole once its JSON closes and it is valid (arguments as `json.dumps` with ensure_ascii, as
- * SGLang streams them), and a block that is no call (broken JSON, unknown tool, cut off) is sent as
- * the text it is. Text between and after calls that is only whitespace or `</tool_call>` is not sent.
+ * grow, so a call that turns out broken or is cut off reached the client half-made; here a block is
+ * judged when it ends, as the one-shot parse judges it, and each of its calls is sent whole
+ * (arguments as `json.dumps` with ensure_ascii, as SGLang streams them); a block that is no call
+ * (broken JSON, unknown tool, cut off) is sent as the text it is, and nothing after the first call.
  */
 import type { ToolDefinition } from "../../api/openai-schema.ts";
 import { PyNumber } from "../../prompt/py-json.ts";
@@ -91,6 +91,17 @@ export function callsOfBlock(block: PyJson, known: ReadonlySet<string>, ensureAs
   return calls;
 }
 
+/** The calls in the text between a block's `<tool_call>\n` and `\n</tool_call>`; none when it is not JSON (json.JSONDecodeError: logged and skipped by SGLang). */
+function callsOfBlockText(body: string, known: ReadonlySet<string>, ensureAscii: boolean): ParsedToolCall[] {
+  let parsed: PyJson;
+  try {
+    parsed = parsePyJson(pyStrip(body));
+  } catch {
+    return [];
+  }
+  return callsOfBlock(parsed, known, ensureAscii);
+}
+
 /** One-shot parse of a complete output (qwen25_detector.py `detect_and_parse`). */
 export function parseQwenToolCalls(text: string, tools: readonly ToolDefinition[]): NonStreamToolResult {
   const idx = text.indexOf(QWEN_BOT);
@@ -98,15 +109,7 @@ export function parseQwenToolCalls(text: string, tools: readonly ToolDefinition[
   const known = new Set(tools.map((t) => t.function.name));
   const calls: ParsedToolCall[] = [];
   const block = /<tool_call>\n([\s\S]*?)\n<\/tool_call>/g;
-  for (const m of text.matchAll(block)) {
-    let parsed: PyJson;
-    try {
-      parsed = parsePyJson(pyStrip(m[1]!));
-    } catch {
-      continue; // json.JSONDecodeError: logged and skipped by SGLang
-    }
-    calls.push(...callsOfBlock(parsed, known, false));
-  }
+  for (const m of text.matchAll(block)) calls.push(...callsOfBlockText(m[1]!, known, false));
   if (calls.length === 0) return { content: text, calls };
   return { content: pyStrip(text.slice(0, idx)), calls };
 }
@@ -222,13 +225,8 @@ export class QwenToolCallStream {
       const body = this.buf.slice(0, end);
       this.buf = this.buf.slice(end + BLOCK_END.length);
       this.mode = "text";
-      let calls: ParsedToolCall[] = [];
-      try {
-        // Streamed arguments are dumped with ensure_ascii, as SGLang streams them.
-        calls = callsOfBlock(parsePyJson(pyStrip(body)), this.known, true);
-      } catch {
-        calls = [];
-      }
+      // Streamed arguments are dumped with ensure_ascii, as SGLang streams them.
+      const calls = callsOfBlockText(body, this.known, true);
       if (calls.length === 0) this.text(out, QWEN_BOT + body + BLOCK_END);
       for (const c of calls) out.calls.push({ index: this.count++, name: c.name, arguments: c.arguments });
     }
