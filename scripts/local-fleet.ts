@@ -298,6 +298,10 @@ async function buildFleet(opts: FleetOptions, life: FleetLife): Promise<Fleet> {
   const relaySecret = opts.relaySecret ?? randomBytes(24).toString("hex");
   const adminToken = opts.adminToken ?? randomBytes(24).toString("hex");
   const edgePort = opts.edgePort ?? (await freePort());
+  // A port the caller chose (PORT for npm start, a test's pick) may be free now and the kernel's
+  // next bind(0) answer: never hand it to the decode service or a worker, or wrangler cannot bind it
+  // and the decode service answers the edge's health check in its place.
+  issuedPorts.add(edgePort);
   const persistTo = opts.persistTo ?? mkdtempSync(join(tmpdir(), "kvedge-state-"));
   const ownsPersist = opts.persistTo === undefined;
   if (ownsPersist) life.onAbort(async () => rmSync(persistTo, { recursive: true, force: true }));
