@@ -258,11 +258,14 @@ export class RoutingIndex extends DurableObject<RoutingIndexEnv> {
         const r = this.core.applyDump(workerId, msg);
         if (!r.ok && r.reason === "unknown_worker") this.#send(ws, { type: "resync", reason: "say hello first" });
         else this.#send(ws, { type: "ack", seq: msg.seq });
+        // Stored blocks can end routed requests' prefills: the other shards hear of it too.
+        this.#scheduleLoadSync();
         return;
       }
       case "events": {
         const r = this.core.applyEvents(workerId, msg);
         if (!r.ok && r.resync) this.#send(ws, { type: "resync", reason: r.reason });
+        this.#scheduleLoadSync();
         return;
       }
       case "status": {

@@ -154,8 +154,10 @@ export function simulate(trace, { policy, workers, capacityTokens, timing = TIMI
       {
         req,
         r,
+        // As the edge does: a streamed request's first output tells the index its prefill is over
+        // (chat.ts prefillDone); an unstreamed one's answer comes whole, at its end.
         onPrefilled: () => {
-          if (core && receipt) core.markPrefillDone(receipt);
+          if (core && receipt && req.stream) core.markPrefillDone(receipt);
         },
         onFinished: () => {
           if (core && receipt) core.settle({ receiptId: receipt, promptTokens: req.tokens.length, cachedTokens: r.cached, outcome: "ok" });

@@ -8,9 +8,15 @@ const VE = 151653;
 const IM_START = 151644;
 const IM_END = 151645;
 
-/** `skew` scales every popularity exponent: 1 = the default Zipf mix, 0 = uniform picks, 1.5 = more skewed. */
-export function makeTrace({ seed, requests, meanGapMs, imagePads, videoPads, skew = 1 }) {
+/**
+ * `skew` scales every popularity exponent: 1 = the default Zipf mix, 0 = uniform picks, 1.5 = more
+ * skewed. `streamShare`: the fraction of requests a client streams (the edge learns a streamed
+ * request's prefill is over from its first output; an unstreamed one says nothing until it ends).
+ * Drawn from its own seeded sequence, so the rest of the trace is the same whatever the share.
+ */
+export function makeTrace({ seed, requests, meanGapMs, imagePads, videoPads, skew = 1, streamShare = 0.5 }) {
   const random = rng(seed);
+  const streamRandom = rng(seed ^ 0x2f1a);
   const int = (lo, hi) => lo + Math.floor(random() * (hi - lo + 1));
   const text = (n) => Array.from({ length: n }, () => int(1000, 150_000));
   const turn = (role, body) => [IM_START, role, 198, ...body, IM_END, 198];
@@ -79,7 +85,7 @@ export function makeTrace({ seed, requests, meanGapMs, imagePads, videoPads, ske
       tokens = [...systems[pickSystem()], ...turn(872, text(int(300, 3000))), IM_START, 77091, 198];
       urlKey = `text:${i}`;
     }
-    out.push({ id: i, at: t, kind, tokens, output, urlKey });
+    out.push({ id: i, at: t, kind, tokens, output, urlKey, stream: streamRandom() < streamShare });
   }
   return out;
 }

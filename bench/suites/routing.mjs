@@ -4,14 +4,17 @@
 // and "linear" (one serial prefill lane at 12k tokens/s: the model the router's ttft cost assumes,
 // used before calibration). Per policy: hit rate, TTFT p50/p99, throughput. The oracle knows every
 // cache and queue and picks the least TTFT under the worker's true cost model (not the router's).
-// Sensitivity (calibrated): prefill rate ±50 % at the same arrivals, and a more skewed / a uniform
-// workload, so a default that wins only in one corner shows.
+// Half the requests are streamed. Sensitivity (calibrated): prefill rate ±50 % at the same
+// arrivals, a more skewed / a uniform workload, every / no request streamed, so a default that wins
+// only in one corner shows.
 import { makeTrace } from "../routing/trace.mjs";
 import { simulate, infiniteCacheHitRate, POLICIES } from "../routing/sim.mjs";
 import { summarize } from "../lib/stats.mjs";
 import { barChart } from "../lib/svg.mjs";
 
 const SENSITIVITY_POLICIES = ["kvedge", "kvedge-blocks", "least-loaded", "round-robin", "oracle"];
+/** Fraction of the trace's requests that are streamed (the rest are answered whole). */
+const STREAM_SHARE = 0.5;
 
 function measure(trace, policy, cfg, timing) {
   const t = performance.now();
@@ -99,19 +102,24 @@ export default {
       runs.push({ name: "calibrated, prefill rate −50 %", model: "calibrated", timing: { ...models.calibrated, prefillScale: 2 }, skew: 1, cfg: sens, gap: calGap, policies: SENSITIVITY_POLICIES });
       runs.push({ name: "calibrated, skewed workload (Zipf ×1.5)", model: "calibrated", timing: models.calibrated, skew: 1.5, cfg: sens, policies: SENSITIVITY_POLICIES });
       runs.push({ name: "calibrated, uniform workload", model: "calibrated", timing: models.calibrated, skew: 0, cfg: sens, policies: SENSITIVITY_POLICIES });
+      // Half the requests are streamed in the runs above; the index learns an unstreamed request's
+      // prefill is over only from the worker's own KV events (routing-core.ts), a streamed one's also
+      // from the edge at its first output.
+      runs.push({ name: "calibrated, every request streamed", model: "calibrated", timing: models.calibrated, skew: 1, streamShare: 1, cfg: sens, policies: SENSITIVITY_POLICIES });
+      runs.push({ name: "calibrated, no request streamed", model: "calibrated", timing: models.calibrated, skew: 1, streamShare: 0, cfg: sens, policies: SENSITIVITY_POLICIES });
     }
     const totalSims = runs.reduce((s, r) => s + r.policies.length, 0);
     let k = 0;
     const out = {};
     for (const run of runs) {
       const meanGapMs = run.gap ?? gapFor(run.timing, run.skew, run.cfg.workers);
-      const trace = makeTrace({ seed: 42, requests: run.cfg.requests, meanGapMs, imagePads, videoPads, skew: run.skew });
+      const trace = makeTrace({ seed: 42, requests: run.cfg.requests, meanGapMs, imagePads, videoPads, skew: run.skew, streamShare: run.streamShare ?? STREAM_SHARE });
       const rows = {};
       for (const policy of run.policies) {
         ctx.progress(k++ / totalSims, `routing ${run.name}: ${policy}`);
         rows[policy] = measure(trace, policy, run.cfg, run.timing);
       }
-      out[run.name] = { config: { ...run.cfg, skew: run.skew, meanGapMs, timing: run.timing }, ceiling: infiniteCacheHitRate(trace), policies: rows };
+      out[run.name] = { config: { ...run.cfg, skew: run.skew, streamShare: run.streamShare ?? STREAM_SHARE, meanGapMs, timing: run.timing }, ceiling: infiniteCacheHitRate(trace), policies: rows };
     }
 
     const summary = [];

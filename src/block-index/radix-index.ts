@@ -93,6 +93,43 @@ function mix(a: number, b: number, c: number): number {
 }
 
 
+/**
+ * Where a chain of local hashes ends in the tree, as a node of it would be found: the prefix key of
+ * the whole path and the last block's local hash (holdsChainEnd), plus the chain's first local hash
+ * (the shard that holds it, shard.ts). Computed from the hashes alone, in O(chain length).
+ */
+export interface ChainEnd {
+  key: number;
+  lo: number;
+  hi: number;
+  root: bigint;
+}
+
+const endWords = new Uint32Array(2);
+const endBig = new BigUint64Array(endWords.buffer);
+
+/** The ChainEnd of the first `count` (≥ 1) hashes of `localHashes`. */
+export function chainEndOf(localHashes: readonly bigint[] | BigUint64Array, count: number): ChainEnd {
+  if (!Number.isInteger(count) || count < 1 || count > localHashes.length) throw new RangeError(`bad chain length ${count}`);
+  let key = ROOT_KEY;
+  let lo = 0;
+  let hi = 0;
+  // A BigUint64Array (the route RPC's form) is read through a u32 view: no BigInt per block.
+  const words = localHashes instanceof BigUint64Array ? new Uint32Array(localHashes.buffer, localHashes.byteOffset, 2 * count) : null;
+  for (let d = 0; d < count; d++) {
+    if (words) {
+      lo = words[2 * d]! | 0;
+      hi = words[2 * d + 1]! | 0;
+    } else {
+      endBig[0] = (localHashes as readonly bigint[])[d]!;
+      lo = endWords[0]! | 0;
+      hi = endWords[1]! | 0;
+    }
+    key = mix(key, lo, hi) | 0;
+  }
+  return { key, lo, hi, root: localHashes[0]! };
+}
+
 // ---------------------------------------------------------------------------------------------
 // 64-bit string parsing without BigInt (BigInt parsing allocates and costs ~10× more per block).
 
@@ -702,6 +739,30 @@ export class RadixIndex {
         scores[w * 32 + 31 - Math.clz32(bit)] = depth;
         rest ^= bit;
       }
+    }
+  }
+
+  /**
+   * Whether the worker holds the block a chain ends in (chainEndOf): a node with the chain's prefix
+   * key and last local hash that the worker is marked on. One probe run of the child table instead
+   * of a walk down the chain. The prefix key is a 32-bit hash of the path, so a different path could
+   * pass (a key collision on a node with the same last block, held by the same worker): callers use
+   * the answer where that only blurs an estimate (prefill completion, routing-core.ts).
+   */
+  holdsChainEnd(slot: number, end: ChainEnd): boolean {
+    if (!Number.isInteger(slot) || slot < 0 || slot >= this.#words * 32) return false;
+    const kt = this.#kids;
+    const km = this.#kidMask;
+    const stride = this.#stride;
+    const word = MASK + (slot >>> 5);
+    const bit = 1 << (slot & 31);
+    for (let i = end.key & km; ; i = (i + 1) & km) {
+      const id = kt[2 * i + 1]!;
+      if (id === 0) return false;
+      if (kt[2 * i]! !== end.key) continue;
+      const c = this.#chunks[id >>> CHUNK_BITS]!;
+      const b = (id & IN_CHUNK) * stride;
+      if (c[b + LO]! === end.lo && c[b + HI]! === end.hi && (c[b + word]! & bit) !== 0) return true;
     }
   }
 

@@ -14,7 +14,7 @@
  * shardOf is jump consistent hashing (Lamping & Veach 2014) over the local hash: going from N to
  * N+1 shards moves only ~1/(N+1) of the chains, all of them into the new shard.
  */
-import { RadixIndex, type ApplyResult, type StoredEventResult, type WireBlock, type WireDumpBlock } from "./radix-index.ts";
+import { RadixIndex, type ApplyResult, type ChainEnd, type StoredEventResult, type WireBlock, type WireDumpBlock } from "./radix-index.ts";
 import type { RelayEvent } from "../relay-wire/relay-protocol.ts";
 import type { LocalHashes } from "../blocks/block-hash.ts";
 
@@ -32,6 +32,8 @@ export interface BlockIndex {
   clearWorker(slot: number): void;
   removeWorker(slot: number): void;
   findMatches(localHashes: readonly bigint[] | BigUint64Array, scores: Int32Array): void;
+  /** Whether the worker holds the block a chain ends in (RadixIndex.holdsChainEnd). */
+  holdsChainEnd(slot: number, end: ChainEnd): boolean;
   workerLocalHashesHex(slot: number): string[];
 }
 
@@ -326,6 +328,10 @@ export class ShardedIndex implements BlockIndex {
       return;
     }
     this.shards[shardOf(localHashes[0]!, this.shards.length)]!.findMatches(localHashes, scores);
+  }
+
+  holdsChainEnd(slot: number, end: ChainEnd): boolean {
+    return this.shards[shardOf(end.root, this.shards.length)]!.holdsChainEnd(slot, end);
   }
 
   workerLocalHashesHex(slot: number): string[] {

@@ -5,7 +5,9 @@
  * choice without side effects.
  */
 import type { LocalHashes } from "../blocks/block-hash.ts";
+import { chainEndOf } from "../block-index/radix-index.ts";
 import type { LoadTracker } from "../load/load-tracker.ts";
+import type { PrefillWatch } from "./prefill-watch.ts";
 import type { PoolRecorder } from "../metrics/pool-recorder.ts";
 import type { IndexCounters } from "../metrics/pool-snapshot.ts";
 import { RegionsConfigSchema, resolveEdgeRegion, scoreCandidatesByTtft, type RegionsConfig } from "../selection/regions.ts";
@@ -96,6 +98,8 @@ export interface RouterParts {
   views: BlockViews;
   load: LoadTracker;
   loadSync: LoadSync;
+  /** Routed requests whose prefill the worker's stored blocks will end (routing-core.ts). */
+  prefillWatch: PrefillWatch;
   receipts: ReceiptBook;
   metrics: PoolRecorder;
   counters: IndexCounters;
@@ -141,6 +145,12 @@ export class Router {
     const requestBlocks = Math.ceil(req.isl / blockSize);
     const prefillTokens = Math.max(0, req.isl - overlap * blockSize);
     loadSync.add({ receiptId, slot: chosen.slot, prefillTokens, decodeBlocks: requestBlocks, chainKeys: chain, startedAt: now, prefillDone: false }, chosen.workerId);
+    // Full blocks the worker lacks: storing the last of them ends this prefill (prefill-watch.ts).
+    // Only when the hashes cover every full block of the prompt: a chain cut short (routing on a
+    // text prefix) can be held while the rest of the prompt is still being prefilled.
+    const fullBlocks = Math.floor(req.isl / blockSize);
+    if (chosen.kvEvents && req.localHashes.length === fullBlocks && fullBlocks > overlap)
+      this.#p.prefillWatch.watch(chosen.slot, receiptId, chainEndOf(req.localHashes, fullBlocks));
     this.#pending.set(receiptId, {
       receiptId,
       workerId: chosen.workerId,

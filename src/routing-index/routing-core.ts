@@ -12,6 +12,7 @@ import type { ApproxIndex, ApproxConfig } from "../block-index/approx-index.ts";
 import type { BlockBudget } from "../block-index/block-budget.ts";
 import type { BlockIndex } from "../block-index/shard.ts";
 import { LoadTracker } from "../load/load-tracker.ts";
+import { PrefillWatch } from "./prefill-watch.ts";
 import type { PendingRoutes } from "../load/pending-routes.ts";
 import type { LoadOp, LoadSyncStats } from "../load/load-replica.ts";
 import type { CohortResult } from "../layout/index.ts";
@@ -80,6 +81,8 @@ export class RoutingCore {
   readonly #registry: WorkerRegistry;
   readonly #views: BlockViews;
   readonly #loadSync: LoadSync;
+  /** Unfinished prefills, ended by the worker's own stored blocks (prefill-watch.ts). */
+  readonly #prefillWatch = new PrefillWatch();
   readonly #router: Router;
   readonly #now: () => number;
 
@@ -95,7 +98,7 @@ export class RoutingCore {
     this.load = new LoadTracker(opts.staleMs ?? 300_000);
     this.#loadSync = new LoadSync(this.load, this.#registry, opts.replicateLoad ?? false, this.#now);
     this.#router = new Router(
-      { registry: this.#registry, views: this.#views, load: this.load, loadSync: this.#loadSync, receipts: this.receipts, metrics: this.metrics, counters: this.counters },
+      { registry: this.#registry, views: this.#views, load: this.load, loadSync: this.#loadSync, prefillWatch: this.#prefillWatch, receipts: this.receipts, metrics: this.metrics, counters: this.counters },
       { ...opts, now: this.#now },
     );
   }
@@ -156,6 +159,7 @@ export class RoutingCore {
     if (status === "down") {
       this.#views.resetWorker(w.slot, workerId);
       this.load.releaseWorker(w.slot);
+      this.#prefillWatch.clear(w.slot);
     }
     const { slot: _s, ...rec } = w;
     return rec;
@@ -166,6 +170,7 @@ export class RoutingCore {
     if (!w) return false;
     this.#views.removeWorker(w.slot, workerId);
     this.load.releaseWorker(w.slot);
+    this.#prefillWatch.clear(w.slot);
     return true;
   }
 
@@ -177,11 +182,27 @@ export class RoutingCore {
   // ---- block views (block-views.ts) ----
 
   applyDump(workerId: string, msg: RelayDump): RelayApplyOutcome {
-    return this.#views.applyDump(workerId, msg);
+    const out = this.#views.applyDump(workerId, msg);
+    if (msg.blocks.length > 0) this.#endPrefills(workerId);
+    return out;
   }
 
   applyEvents(workerId: string, msg: RelayEvents): RelayApplyOutcome {
-    return this.#views.applyEvents(workerId, msg);
+    const out = this.#views.applyEvents(workerId, msg);
+    if (msg.events.some((e) => e.t === "stored")) this.#endPrefills(workerId);
+    return out;
+  }
+
+  /** The worker stored blocks: requests routed to it whose chain it now holds have finished their prefill. */
+  #endPrefills(workerId: string): void {
+    const w = this.#registry.get(workerId);
+    if (!w || this.#prefillWatch.watched(w.slot) === 0) return;
+    const done = this.#prefillWatch.finished(
+      w.slot,
+      (end) => this.index.holdsChainEnd(w.slot, end),
+      (id) => this.load.get(id)?.prefillDone === false,
+    );
+    for (const id of done) this.#loadSync.markPrefillDone(id);
   }
 
   /** The relay's socket closed: the worker is approximate until its next exact dump (block-views.ts). */

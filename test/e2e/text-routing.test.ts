@@ -115,3 +115,30 @@ describe("text KV routing end to end", () => {
     while (!(await reader.read()).done);
   });
 });
+
+describe("unstreamed requests", () => {
+  it("stop counting as queued prefill once the worker's KV events show their prompt cached, while the answer is still being generated", async () => {
+    // Nothing reaches the edge before the whole answer: only the worker's own stored blocks (relayed
+    // to the index) can tell that its prefill is over (src/routing-index/prefill-watch.ts).
+    const body = JSON.stringify({ model: fleet.model, messages: [{ role: "user", content: promptText(7000, 800) }], max_tokens: 400, ignore_eos: true });
+    const answer = fetch(`${fleet.edgeUrl}/v1/chat/completions`, { method: "POST", headers: { "content-type": "application/json" }, body });
+    type Row = { workerId: string; activeRequests: number; activePrefillTokens: number };
+    const seen: Row[] = [];
+    let done = false;
+    void answer.finally(() => (done = true));
+    while (!done) {
+      const { workers } = (await fleet.admin(`/admin/workers?model=${encodeURIComponent(fleet.model)}`)) as { workers: Row[] };
+      const busy = workers.find((w) => w.activeRequests === 1);
+      if (busy) seen.push(busy);
+      if (busy?.activePrefillTokens === 0) break;
+      await new Promise((res) => setTimeout(res, 20));
+    }
+    const r = await answer;
+    expect(r.status).toBe(200);
+    const json = (await r.json()) as { usage: { completion_tokens: number } };
+    expect(json.usage.completion_tokens).toBe(400);
+    // Counted with its prefill first, then still active (decoding) with none.
+    expect(seen.some((w) => w.activePrefillTokens > 0)).toBe(true);
+    expect(seen.at(-1)).toMatchObject({ activeRequests: 1, activePrefillTokens: 0 });
+  });
+});

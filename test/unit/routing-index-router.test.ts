@@ -3,6 +3,7 @@
  * the longest cached prefix wins, the request's uncached prefill is added as load, the receipt is
  * pending until settled, peek() decides the same with no side effect, exclusions and no-worker.
  */
+import { PrefillWatch } from "../../src/routing-index/prefill-watch.ts";
 import { beforeAll, describe, expect, it } from "vitest";
 import { Router, type RouterOptions } from "../../src/routing-index/router.ts";
 import { BlockViews } from "../../src/routing-index/block-views.ts";
@@ -37,8 +38,9 @@ function pool(workers: Record<string, number>, opts: RouterOptions = {}) {
     const blocks = hashes().slice(0, cachedBlocks).map((l, i) => ({ h: String(100 + i), p: i === 0 ? null : String(99 + i), l: localHashToHex(l) }));
     views.applyDump(id, { type: "dump", epoch: 1, seq: 0, blocks });
   }
-  const router = new Router({ registry, views, load, loadSync, receipts, metrics, counters }, { random: () => 0, ...opts, now });
-  return { router, registry, views, load, loadSync, receipts, metrics, counters };
+  const prefillWatch = new PrefillWatch();
+  const router = new Router({ registry, views, load, loadSync, prefillWatch, receipts, metrics, counters }, { random: () => 0, ...opts, now });
+  return { router, registry, views, load, loadSync, prefillWatch, receipts, metrics, counters };
 }
 
 describe("Router", () => {
