@@ -2,14 +2,17 @@
  * Routed requests whose prefill the index has not seen end yet, per worker slot, by where each
  * request's chain of full blocks ends (radix-index.ts chainEndOf).
  *
- * Why: a request's prefill tokens count as its worker's queue until its prefill is over (src/load/load-tracker.ts),
- * and the edge can tell only for a streamed request (its first output). An unstreamed one would count
- * until its answer ends, for the whole decode, and make its worker look busy for seconds after it
- * is not. The worker's own KV events tell it for every request: SGLang caches a request's prompt
- * pages in its radix tree as its prefill chunks finish (`cache_unfinished_req`), each page
- * emitting BlockStored, so the request's last full block is stored when its last chunk is done. A
- * worker that holds the block the chain ends in has therefore finished that prefill (or holds the
- * same prefix for another request, which makes this request's prefill a cache hit).
+ * Why: a request's prefill tokens count as its worker's queue until its prefill is over
+ * (src/load/load-tracker.ts), and the edge can tell only for a streamed request (its first
+ * output). An unstreamed one would count until its answer ends, for the whole decode, and make its
+ * worker look busy for seconds after it is not. The worker's own KV events tell it for every
+ * request: SGLang puts a request's prompt pages into its radix tree when its prefill is done ("This
+ * updates radix so others can match": `cache_unfinished_req` in process_batch_result_prefill,
+ * python/sglang/srt/managers/scheduler_output_processor_mixin.py; a chunked prompt's earlier chunks
+ * as they finish), each new page a BlockStored event, so the request's last full block is stored
+ * when its last chunk is done. A worker that holds the block the chain ends in has therefore
+ * finished that prefill (or holds the same prefix for another request, which makes this request's
+ * prefill a cache hit).
  */
 import type { ChainEnd } from "../block-index/radix-index.ts";
 
