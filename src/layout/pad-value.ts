@@ -5,6 +5,7 @@
  */
 import { PyValueError } from "./py-errors.ts";
 import { MM_PAD_SHIFT_VALUE } from "./sglang-constants.ts";
+import { isPyWhitespace } from "../util/py-str.ts";
 
 const PAD_MODULUS = 1n << 30n;
 
@@ -13,13 +14,6 @@ export function padValueFromHash(hash: bigint): number {
   const m = ((hash % PAD_MODULUS) + PAD_MODULUS) % PAD_MODULUS;
   return MM_PAD_SHIFT_VALUE + Number(m);
 }
-
-// Characters Python's str.isspace()/int() strip (Py_UNICODE_ISSPACE); differs from JS \s.
-const PY_SPACE = new Set<number>([
-  0x09, 0x0a, 0x0b, 0x0c, 0x0d, 0x1c, 0x1d, 0x1e, 0x1f, 0x20, 0x85, 0xa0, 0x1680,
-  0x2000, 0x2001, 0x2002, 0x2003, 0x2004, 0x2005, 0x2006, 0x2007, 0x2008, 0x2009, 0x200a,
-  0x2028, 0x2029, 0x202f, 0x205f, 0x3000,
-]);
 
 const DECIMAL_DIGIT = /^\p{Nd}$/u;
 
@@ -44,8 +38,8 @@ export function parsePythonHexInt(s: string): bigint {
   const cps = Array.from(s, (ch) => ch.codePointAt(0)!);
   let a = 0;
   let b = cps.length;
-  while (a < b && PY_SPACE.has(cps[a]!)) a++;
-  while (b > a && PY_SPACE.has(cps[b - 1]!)) b--;
+  while (a < b && isPyWhitespace(cps[a]!)) a++;
+  while (b > a && isPyWhitespace(cps[b - 1]!)) b--;
   let negative = false;
   if (a < b && (cps[a] === 0x2b || cps[a] === 0x2d)) {
     negative = cps[a] === 0x2d;

@@ -6,21 +6,17 @@
  * a call of a context function with Python's behaviour, `x.lstrip(c)` → `__kvedge_lstrip(x, c)`.
  */
 import { Template } from "@huggingface/jinja";
+import { isPyWhitespace } from "../util/py-str.ts";
 
 const STRIP_METHODS = ["strip", "lstrip", "rstrip"] as const;
 type StripMethod = (typeof STRIP_METHODS)[number];
 
-/** Python str.isspace() code points (bidi WS/B/S or category Zs), as `str.strip()` uses them. */
-const PY_WHITESPACE = new Set([
-  0x09, 0x0a, 0x0b, 0x0c, 0x0d, 0x1c, 0x1d, 0x1e, 0x1f, 0x20, 0x85, 0xa0, 0x1680, 0x2000, 0x2001, 0x2002, 0x2003, 0x2004, 0x2005,
-  0x2006, 0x2007, 0x2008, 0x2009, 0x200a, 0x2028, 0x2029, 0x202f, 0x205f, 0x3000,
-]);
 
 /** Python `s.strip(chars)` / `lstrip` / `rstrip` on code points; chars None strips whitespace. */
 export function pyStrip(s: unknown, chars: unknown, method: StripMethod): string {
   if (typeof s !== "string") throw new TypeError(`'${method}' needs a string, got ${s === undefined ? "undefined" : typeof s}`);
   let strip: (cp: number) => boolean;
-  if (chars === undefined || chars === null) strip = (cp) => PY_WHITESPACE.has(cp);
+  if (chars === undefined || chars === null) strip = isPyWhitespace;
   else if (typeof chars === "string") {
     const set = new Set(Array.from(chars, (c) => c.codePointAt(0)!));
     strip = (cp) => set.has(cp);

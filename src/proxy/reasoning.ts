@@ -11,19 +11,13 @@
  */
 
 import { heldTail } from "./partial-tag.ts";
+import { pyRstrip, pyStrip } from "../util/py-str.ts";
 
 export type ReasoningParserName = "qwen3" | "qwen3-thinking";
 
 const START = "<think>";
 const END = "</think>";
 
-/** Python `str.strip()` for the whitespace around reasoning. */
-function pyStrip(s: string): string {
-  return s.replace(/^\s+|\s+$/gu, "");
-}
-function pyRstrip(s: string): string {
-  return s.replace(/\s+$/u, "");
-}
 
 /** `force_reasoning` for a request (serving_chat.py `_get_reasoning_from_request`). */
 export function forceReasoning(parser: ReasoningParserName, chatTemplateKwargs: Record<string, unknown> | undefined): boolean {
@@ -56,6 +50,8 @@ export function splitReasoning(text: string, force: boolean): ReasoningSplit {
  */
 export class ReasoningStream {
   private buf = "";
+  /** Reasoning held back when it is not streamed (stream_reasoning false), before `buf`. */
+  private unsent: string[] = [];
   private inReasoning: boolean;
   private strippedStart = false;
   /** `</think>` was seen: the rest is content. */
@@ -77,17 +73,21 @@ export class ReasoningStream {
     }
     if (this.inReasoning && cur.includes(END)) {
       const at = cur.indexOf(END);
+      const before = this.unsent.join("") + cur.slice(0, at);
       this.buf = "";
+      this.unsent = [];
       this.inReasoning = false;
       this.done = true;
-      return { reasoning: pyRstrip(cur.slice(0, at)), content: cur.slice(at + END.length) };
+      return { reasoning: pyRstrip(before), content: cur.slice(at + END.length) };
     }
     if (this.inReasoning) {
+      const keep = heldTail(cur, this.strippedStart ? [END] : [END, START]);
       if (!this.streamReasoning) {
-        this.buf = cur;
+        // Kept in pieces and only the newest searched: searching all of it per delta grew as its square.
+        this.unsent.push(cur.slice(0, cur.length - keep));
+        this.buf = cur.slice(cur.length - keep);
         return { reasoning: "", content: "" };
       }
-      const keep = heldTail(cur, this.strippedStart ? [END] : [END, START]);
       this.buf = cur.slice(cur.length - keep);
       return { reasoning: cur.slice(0, cur.length - keep), content: "" };
     }
@@ -98,8 +98,9 @@ export class ReasoningStream {
 
   /** End of output: what a non-streaming reasoning block held back. */
   finish(): ReasoningSplit {
-    const rest = this.buf;
+    const rest = this.unsent.join("") + this.buf;
     this.buf = "";
+    this.unsent = [];
     if (rest === "") return { reasoning: "", content: "" };
     return this.inReasoning ? { reasoning: rest, content: "" } : { reasoning: "", content: rest };
   }

@@ -17,16 +17,17 @@
  * differences: SGLang sends a call's name as soon as it is complete and then its arguments as they
  * grow, so a call that turns out broken or is cut off reached the client half-made; here a block is
  * judged when it ends, as the one-shot parse judges it, and each of its calls is sent whole
- * (arguments as `json.dumps` with ensure_ascii, as SGLang streams them); a block that is no call
- * (broken JSON, unknown tool, cut off) is sent as the text it is, and nothing after the first call.
+ * (arguments as `json.dumps` with ensure_ascii, as SGLang streams them); content follows the
+ * one-shot parse too (QwenToolCallStream). SGLang's stream drops a stray `</tool_call>` in text; its
+ * one-shot parse, and both of ours, keep it.
  */
 import type { ToolDefinition } from "../../api/openai-schema.ts";
 import { PyNumber } from "../../prompt/py-json.ts";
 import { heldTail } from "../partial-tag.ts";
-import { MalformedJson, parsePartialJson, parsePyJson, pyJsonDumps, type PyJson } from "./json.ts";
+import { parsePyJson, pyJsonDumps, type PyJson } from "./json.ts";
+import { isPyWhitespace, pyStrip } from "../../util/py-str.ts";
 
 const QWEN_BOT = "<tool_call>\n";
-const EOT_BARE = "</tool_call>";
 
 export interface ParsedToolCall {
   name: string;
@@ -59,10 +60,6 @@ function argumentsOf(call: { [k: string]: PyJson }): PyJson {
   return call["arguments"] === undefined ? {} : call["arguments"]!;
 }
 
-/** Python `str.strip()` for the whitespace a model emits around calls. */
-function pyStrip(s: string): string {
-  return s.replace(/^[\s\u001c-\u001f\u0085]+|[\s\u001c-\u001f\u0085]+$/gu, "");
-}
 
 /** A JSON value holding a number Python reads as inf or nan (`1e400`, `Infinity`, `NaN`): its dumps is not JSON. */
 function hasNonFinite(v: PyJson | undefined): boolean {
@@ -128,25 +125,48 @@ export interface StreamStep {
 
 /** Where a block ends, exactly as the non-stream parse reads it (the first `\n</tool_call>` after its start). */
 const BLOCK_END = "\n</tool_call>";
-const PY_LEADING_SPACE = /^[\s\u001c-\u001f\u0085]*/u;
+
+/** Length of the run of Python whitespace that ends `s`. */
+function trailingSpace(s: string): number {
+  let n = 0;
+  while (n < s.length && isPyWhitespace(s.charCodeAt(s.length - 1 - n))) n++;
+  return n;
+}
 
 /**
- * Incremental parser for one choice's stream, block for block as `parseQwenToolCalls` reads the
- * whole text: a block runs from `<tool_call>\n` to the first `\n</tool_call>`, and only then is it
- * judged. A block that holds calls sends each whole (name and arguments in one delta); one that
- * does not (broken JSON, no offered tool, arguments that are not JSON, cut off by max_tokens or a
- * stop string before its end) is sent as the text it is. Once a call has gone out, other text is no
- * longer sent, as the non-stream answer keeps only the text before the first call; text before that
- * streams as it comes (a block judged no call before a later call therefore reaches a streaming
- * client as text, where the non-stream answer drops it: the stream cannot wait for the end).
+ * Incremental parser for one choice's stream that answers what `parseQwenToolCalls` answers for the
+ * whole text. A block runs from `<tool_call>\n` to the first `\n</tool_call>` and is judged when
+ * it ends; each call in it is sent whole (name and arguments in one delta). Text before the first
+ * block streams as it comes, except the whitespace just before that block (the one-shot parse
+ * strips it when calls follow). From the first block on, text waits: once a call has been sent it
+ * is dropped (the non-stream answer keeps only the text before the first block), and if the output
+ * ends without any call it is sent then, block markup and all (the non-stream answer is then the
+ * whole text). So a block that is no call (broken JSON, no offered tool, cut off by max_tokens or a
+ * stop string) reaches a streaming client as text only at the end, and only if no call follows.
+ * One difference remains: whitespace at the very start of an answer that later calls a tool is
+ * streamed, where the one-shot parse strips it (the stream cannot know a call will come).
  * SGLang streams a call's name first and its arguments as they grow, so a call that turned out
  * broken or was cut off reached the client half-made (deliberate difference).
+ *
+ * Linear in the output: a block's text is kept in pieces and only the newest piece (plus a
+ * straddling end) is searched per delta, and nothing is parsed before the block ends. Searching
+ * and parsing the whole block again per delta cost seconds for a tool call writing a long file.
  */
 export class QwenToolCallStream {
   private readonly known: Set<string>;
-  /** text: plain text; call: inside a block, before its end; raw: a block known to be no call, up to its end. */
-  private mode: "text" | "call" | "raw" = "text";
-  private buf = "";
+  /** text: outside a block; call: inside one, before its end. */
+  private mode: "text" | "call" = "text";
+  /** Text mode: a tail that may be the start of `<tool_call>\n`, not yet judged. */
+  private botTail = "";
+  /** Text mode before the first block: trailing whitespace not yet sent. */
+  private space = "";
+  /** Call mode: the block's text so far, in pieces, and its length. */
+  private body: string[] = [];
+  private bodyLength = 0;
+  /** Call mode: the body's last BLOCK_END.length − 1 characters (an end may straddle two deltas). */
+  private bodyTail = "";
+  /** From the first `<tool_call>\n` on: text waiting for the end of output or the first call. */
+  private held: string[] | null = null;
   /** Calls sent. */
   private count = 0;
 
@@ -161,87 +181,80 @@ export class QwenToolCallStream {
 
   push(delta: string): StreamStep {
     const out: StreamStep = { content: "", calls: [] };
-    this.buf += delta;
-    this.run(out, false);
+    this.feed(out, delta);
     return out;
   }
 
-  /** End of output: flushes held text; a block still open (cut off) is sent as the text it is. */
+  /** End of output: held text goes out if no call did; a block still open (cut off) counts as text. */
   finish(): StreamStep {
     const out: StreamStep = { content: "", calls: [] };
-    this.run(out, true);
-    if (this.mode === "call") this.text(out, QWEN_BOT + this.buf);
-    else if (this.mode === "raw") this.text(out, this.buf);
-    else this.text(out, this.buf.split(EOT_BARE).join(""));
-    this.buf = "";
+    if (this.mode === "call") this.text(out, QWEN_BOT + this.body.join(""));
+    else this.text(out, this.space + this.botTail);
+    if (this.held !== null && this.count === 0) out.content += this.held.join("");
+    this.held = null;
+    this.body = [];
+    this.botTail = this.space = this.bodyTail = "";
     return out;
   }
 
-  /** Text for the client, unless a call has gone out (see the class comment). */
+  /** Text for the client: live before the first block, held after it, dropped after a call. */
   private text(out: StreamStep, s: string): void {
-    if (this.count === 0) out.content += s;
+    if (s === "" || this.count > 0) return;
+    if (this.held !== null) this.held.push(s);
+    else out.content += s;
   }
 
-  private run(out: StreamStep, final: boolean): void {
-    for (;;) {
-      if (this.mode === "text") {
-        const at = this.buf.indexOf(QWEN_BOT);
-        if (at !== -1) {
-          // A stray "</tool_call>" in normal text is dropped (qwen25_detector.py streaming override).
-          this.text(out, this.buf.slice(0, at).split(EOT_BARE).join(""));
-          this.buf = this.buf.slice(at + QWEN_BOT.length);
-          this.mode = "call";
-          continue;
-        }
-        if (final) return;
-        const emit = this.buf.slice(0, this.buf.length - heldTail(this.buf, [QWEN_BOT, EOT_BARE]));
-        this.text(out, emit.split(EOT_BARE).join(""));
-        this.buf = this.buf.slice(emit.length);
-        return;
-      }
-      const end = this.buf.indexOf(BLOCK_END);
-      if (this.mode === "raw") {
-        if (end !== -1) {
-          this.text(out, this.buf.slice(0, end + BLOCK_END.length));
-          this.buf = this.buf.slice(end + BLOCK_END.length);
-          this.mode = "text";
-          continue;
-        }
-        if (final) return;
-        const emit = this.buf.slice(0, this.buf.length - heldTail(this.buf, [BLOCK_END]));
-        this.text(out, emit);
-        this.buf = this.buf.slice(emit.length);
-        return;
-      }
-      // call
-      if (end === -1) {
-        if (!final && this.cannotBeCall(this.buf)) {
-          this.text(out, QWEN_BOT);
-          this.mode = "raw";
-          continue;
-        }
-        return;
-      }
-      const body = this.buf.slice(0, end);
-      this.buf = this.buf.slice(end + BLOCK_END.length);
-      this.mode = "text";
-      // Streamed arguments are dumped with ensure_ascii, as SGLang streams them.
-      const calls = callsOfBlockText(body, this.known, true);
-      if (calls.length === 0) this.text(out, QWEN_BOT + body + BLOCK_END);
-      for (const c of calls) out.calls.push({ index: this.count++, name: c.name, arguments: c.arguments });
-    }
+  private feed(out: StreamStep, delta: string): void {
+    let rest = delta;
+    while (rest !== "") rest = this.mode === "text" ? this.feedText(out, rest) : this.feedBlock(out, rest);
   }
 
-  /** Known before its end: the block's text cannot start a JSON object or array. */
-  private cannotBeCall(text: string): boolean {
-    const body = text.slice(PY_LEADING_SPACE.exec(text)![0].length);
-    if (body === "") return false;
-    try {
-      const v = parsePartialJson(body, false).value;
-      return !isJsonObject(v) && !Array.isArray(v);
-    } catch (e) {
-      if (!(e instanceof MalformedJson)) throw e;
-      return true;
+  /** Text mode: sends or holds text up to the next block's start; returns what follows it ("" when none). */
+  private feedText(out: StreamStep, delta: string): string {
+    const s = this.botTail + delta;
+    const at = s.indexOf(QWEN_BOT);
+    const upTo = at === -1 ? s.length - heldTail(s, [QWEN_BOT]) : at;
+    const before = s.slice(0, upTo);
+    this.botTail = at === -1 ? s.slice(upTo) : "";
+    if (this.held === null) {
+      // Before the first block: whitespace that ends the text waits, since a block may follow.
+      const ws = trailingSpace(before);
+      if (ws < before.length) {
+        this.text(out, this.space + before.slice(0, before.length - ws));
+        this.space = before.slice(before.length - ws);
+      } else this.space += before;
+      if (at === -1) return "";
+      this.held = [this.space];
+      this.space = "";
+    } else this.text(out, before);
+    if (at === -1) return "";
+    this.mode = "call";
+    this.body = [];
+    this.bodyLength = 0;
+    this.bodyTail = "";
+    return s.slice(at + QWEN_BOT.length);
+  }
+
+  /** Call mode: collects the block until its end, then judges it; returns the text after it. */
+  private feedBlock(out: StreamStep, delta: string): string {
+    const window = this.bodyTail + delta;
+    const j = window.indexOf(BLOCK_END);
+    if (j === -1) {
+      this.body.push(delta);
+      this.bodyLength += delta.length;
+      this.bodyTail = window.slice(-(BLOCK_END.length - 1));
+      return "";
     }
+    const whole = this.body.join("") + delta;
+    const endAt = this.bodyLength - this.bodyTail.length + j;
+    const text = whole.slice(0, endAt);
+    this.mode = "text";
+    this.body = [];
+    // Streamed arguments are dumped with ensure_ascii, as SGLang streams them.
+    const calls = callsOfBlockText(text, this.known, true);
+    if (calls.length === 0) this.text(out, QWEN_BOT + text + BLOCK_END);
+    else this.held = [];
+    for (const c of calls) out.calls.push({ index: this.count++, name: c.name, arguments: c.arguments });
+    return whole.slice(endAt + BLOCK_END.length);
   }
 }
