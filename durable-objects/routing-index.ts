@@ -23,7 +23,7 @@ import { LoadOpBatchSchema, type LoadOpBatch, type LoadSyncStats } from "../src/
 import { helloUrlMatchesKey, type RelayKeyRecord } from "../src/relay-wire/relay-auth.ts";
 import { RelayKeyStore } from "./relay-key-store.ts";
 
-const SCHEMA_VERSION = 3;
+const SCHEMA_VERSION = 4;
 const LAST_SEEN_FLUSH_MS = 30_000;
 
 interface Attachment {
@@ -132,6 +132,10 @@ export class RoutingIndex extends DurableObject<RoutingIndexEnv> {
       sql.exec("ALTER TABLE workers ADD COLUMN region TEXT");
       sql.exec("ALTER TABLE workers ADD COLUMN prefill_tokens_per_sec REAL");
     }
+    if (version < 4) {
+      // How the worker streams (the edge translates cumulative and incremental frames differently).
+      sql.exec("ALTER TABLE workers ADD COLUMN incremental_streaming INTEGER NOT NULL DEFAULT 0");
+    }
     if (version < SCHEMA_VERSION)
       sql.exec("INSERT INTO meta (k, v) VALUES ('schema_version', ?) ON CONFLICT(k) DO UPDATE SET v = excluded.v", String(SCHEMA_VERSION));
   }
@@ -140,12 +144,13 @@ export class RoutingIndex extends DurableObject<RoutingIndexEnv> {
     this.#lastSeenFlushed.set(rec.workerId, rec.lastSeen);
     this.ctx.storage.sql.exec(
       `INSERT INTO workers (worker_id, url, block_size, epoch, status, model_name, contract_json, contract_digest, kv_events, last_seen,
-         region, prefill_tokens_per_sec)
-       VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+         region, prefill_tokens_per_sec, incremental_streaming)
+       VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
        ON CONFLICT(worker_id) DO UPDATE SET url = excluded.url, block_size = excluded.block_size, epoch = excluded.epoch,
          status = excluded.status, model_name = excluded.model_name, contract_json = excluded.contract_json,
          contract_digest = excluded.contract_digest, kv_events = excluded.kv_events, last_seen = excluded.last_seen,
-         region = excluded.region, prefill_tokens_per_sec = excluded.prefill_tokens_per_sec`,
+         region = excluded.region, prefill_tokens_per_sec = excluded.prefill_tokens_per_sec,
+         incremental_streaming = excluded.incremental_streaming`,
       rec.workerId,
       rec.url,
       rec.blockSize,
@@ -158,6 +163,7 @@ export class RoutingIndex extends DurableObject<RoutingIndexEnv> {
       rec.lastSeen,
       rec.region ?? null,
       rec.prefillTokensPerSec ?? null,
+      rec.incrementalStreaming ? 1 : 0,
     );
     if (this.core.blockSize !== null)
       this.ctx.storage.sql.exec("INSERT INTO meta (k, v) VALUES ('block_size', ?) ON CONFLICT(k) DO NOTHING", String(this.core.blockSize));
@@ -529,6 +535,7 @@ interface WorkerRow extends Record<string, SqlStorageValue> {
   last_seen: number;
   region: string | null;
   prefill_tokens_per_sec: number | null;
+  incremental_streaming: number;
 }
 
 function rowToRecord(r: WorkerRow): WorkerRecord {
@@ -545,6 +552,7 @@ function rowToRecord(r: WorkerRow): WorkerRecord {
     lastSeen: r.last_seen,
     region: r.region ?? null,
     prefillTokensPerSec: r.prefill_tokens_per_sec ?? null,
+    incrementalStreaming: r.incremental_streaming === 1,
   };
 }
 

@@ -351,6 +351,7 @@ class RelayImpl implements Relay {
       modelName: this.model,
       contract: this.contractState.published,
       kvEvents: this.feed !== null,
+      incrementalStreaming: this.workerInfo.incrementalStreaming,
       relayVersion: RELAY_VERSION,
       ...(this.opts.region !== undefined ? { region: this.opts.region } : {}),
       ...(this.opts.prefillTokensPerSec !== undefined ? { prefillTokensPerSec: this.opts.prefillTokensPerSec } : {}),

@@ -22,6 +22,11 @@ export interface WorkerInfo {
   /** Worker process start time (ms since epoch) when the worker publishes one. */
   startTimeMs: number | null;
   dpSize: number;
+  /**
+   * `--incremental-streaming-output` (ServerArgs.incremental_streaming_output): stream frames carry
+   * only the new text. The edge must know, or it would take each delta for the text so far.
+   */
+  incrementalStreaming: boolean;
 }
 
 export interface WorkerInfoOverrides {
@@ -93,7 +98,8 @@ export function parseWorkerInfo(raw: unknown, workerUrl: string, o: WorkerInfoOv
   const served = raw["served_model_name"] ?? raw["model_path"];
   const modelName = typeof served === "string" && served.length > 0 ? served : null;
   const dpSize = positiveInt(kv?.["dp_size"]) ?? positiveInt(raw["dp_size"]) ?? 1;
-  return { blockSize, kvEndpoint, replayEndpoint, topic, modelName, startTimeMs: startTimeMs(raw), dpSize };
+  const incrementalStreaming = raw["incremental_streaming_output"] === true;
+  return { blockSize, kvEndpoint, replayEndpoint, topic, modelName, startTimeMs: startTimeMs(raw), dpSize, incrementalStreaming };
 }
 
 /** `tcp://*:5558` → `tcp://<worker host>:<5558 + rank>` (SGLang offsets every publisher port by rank). */

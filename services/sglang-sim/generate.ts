@@ -78,6 +78,8 @@ export interface GenerateContext {
   maxReqInputLen: number;
   dpRank: number;
   unknownSamplingKeyStatus: 400 | 500;
+  /** `--incremental-streaming-output`: stream frames carry deltas (incrementalFrame). */
+  incrementalStreaming: boolean;
   mediaExpander: MediaExpander | null;
   log: (line: string) => void;
 }
@@ -272,6 +274,34 @@ async function copiesOf(prepared: PreparedRequest, ctx: GenerateContext): Promis
   return Array.from({ length: s.n }, (_, i) => ({ rid: newRid(), sampling: { ...s, n: 1, samplingSeed: (s.samplingSeed ?? 0) + i } }));
 }
 
+interface StreamedSoFar {
+  text: number;
+  ids: number;
+  logprobs: number;
+}
+
+/**
+ * A cumulative stream frame as `--incremental-streaming-output` sends it: `text`, `output_ids` and
+ * the output logprob arrays hold only what earlier frames did not (`output_token_logprobs_length`
+ * stays the total; reference/sglang-generate-api.md §4.2, §4.4). Advances `so`.
+ */
+function incrementalFrame(out: Record<string, unknown>, so: StreamedSoFar): Record<string, unknown> {
+  const text = out["text"] as string;
+  const ids = out["output_ids"] as number[];
+  const meta = { ...(out["meta_info"] as Record<string, unknown>) };
+  const tokens = meta["output_token_logprobs"];
+  if (Array.isArray(tokens)) {
+    meta["output_token_logprobs"] = tokens.slice(so.logprobs);
+    const top = meta["output_top_logprobs"];
+    if (Array.isArray(top)) meta["output_top_logprobs"] = top.slice(so.logprobs);
+    so.logprobs = tokens.length;
+  }
+  const delta = { ...out, text: text.slice(so.text), output_ids: ids.slice(so.ids), meta_info: meta };
+  so.text = text.length;
+  so.ids = ids.length;
+  return delta;
+}
+
 function outputOf(s: RequestSnapshot, prepared: PreparedRequest, ctx: GenerateContext, first: boolean): Record<string, unknown> {
   return generateOutput(s, prepared.prompt, { first, dpRank: ctx.dpRank, output: { prepared, tokenizer: ctx.tokenizer } });
 }
@@ -376,8 +406,15 @@ async function streamGenerate(res: ServerResponse, body: GenerateBody, ctx: Gene
     if (!res.writableFinished) for (const rid of rids) ctx.engine.abort(rid, false);
   });
   const multi = prepared.sampling.n > 1;
+  /** Per choice: how much of its text, ids and output logprobs earlier frames carried (incremental mode). */
+  const sent = new Map<number, StreamedSoFar>();
   const frame = (s: RequestSnapshot, first: boolean, index: number) => {
-    const out = outputOf(s, prepared, ctx, first);
+    let out = outputOf(s, prepared, ctx, first);
+    if (ctx.incrementalStreaming) {
+      const so = sent.get(index) ?? { text: 0, ids: 0, logprobs: 0 };
+      out = incrementalFrame(out, so);
+      sent.set(index, so);
+    }
     return multi ? { ...out, index } : out;
   };
   try {

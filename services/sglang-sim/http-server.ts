@@ -114,7 +114,7 @@ export function serverInfo(d: HttpServerDeps): Record<string, unknown> {
     dp_size: 1,
     tp_size: 1,
     kv_events_config: kvConfig ? JSON.stringify(kvConfig) : null,
-    incremental_streaming_output: false,
+    incremental_streaming_output: o.incrementalStreamingOutput,
     stream_interval: 1,
     stream_response_default_include_usage: false,
     enable_cache_report: o.enableCacheReport,

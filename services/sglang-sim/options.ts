@@ -96,6 +96,11 @@ export const SimOptionsSchema = z.strictObject({
    * instead: `{"error":{"message"}}`, or an inline error frame + [DONE] in a stream.
    */
   unknownSamplingKeyStatus: z.union([z.literal(400), z.literal(500)]).default(400),
+  /**
+   * `--incremental-streaming-output`: /generate stream frames carry the new text, ids and output
+   * logprobs only (SGLang's default sends all of each so far; reference/sglang-generate-api.md §4.2).
+   */
+  incrementalStreamingOutput: z.boolean().default(false),
 
   /** Prefill/decode cost model: a preset name, optionally refined field by field. */
   timingPreset: TimingPresetNameSchema.default("fast"),

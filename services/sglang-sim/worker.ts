@@ -106,6 +106,7 @@ export async function startSimulatedWorker(input: StartOptions = {}): Promise<Si
       maxReqInputLen,
       dpRank: opts.dpRank,
       unknownSamplingKeyStatus: opts.unknownSamplingKeyStatus,
+      incrementalStreaming: opts.incrementalStreamingOutput,
       mediaExpander: expander,
       log,
       family: opts.family,

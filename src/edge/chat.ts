@@ -538,6 +538,7 @@ async function proxyOnce(
     id: ctx.id,
     model: req.model,
     n: req.n,
+    incremental: d.incrementalStreaming,
     includeUsage: req.stream_options?.include_usage === true,
     plan: output,
     holdEndUntilFinished: releaseBeforeReply,

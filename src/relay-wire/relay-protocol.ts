@@ -41,6 +41,12 @@ export const RelayHelloSchema = z.object({
   contract: z.unknown().nullable().default(null),
   /** Whether this worker has KV events (false → approximate mode). */
   kvEvents: z.boolean().default(true),
+  /**
+   * The worker runs `--incremental-streaming-output` (/server_info `incremental_streaming_output`):
+   * its `/generate` stream frames carry the new text only, not all of it so far. Absent (older
+   * relays): SGLang's default, cumulative frames.
+   */
+  incrementalStreaming: z.boolean().optional(),
   relayVersion: z.string().max(64).optional(),
   /** Region the worker runs in (a name from KVEDGE_REGIONS; src/selection/regions.ts). */
   region: z.string().min(1).max(64).regex(/^[A-Za-z0-9._-]+$/).optional(),

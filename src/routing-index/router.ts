@@ -46,6 +46,8 @@ export interface RouteCandidateView {
 export interface RouteDecision {
   workerId: string;
   url: string;
+  /** The worker's stream frames carry deltas (`--incremental-streaming-output`), not cumulative text. */
+  incrementalStreaming: boolean;
   overlapBlocks: number;
   totalBlocks: number;
   blockSize: number;
@@ -177,6 +179,7 @@ export class Router {
     return {
       workerId: chosen.workerId,
       url: chosen.url,
+      incrementalStreaming: chosen.incrementalStreaming,
       overlapBlocks: overlap,
       totalBlocks: req.localHashes.length,
       blockSize,

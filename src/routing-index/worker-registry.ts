@@ -16,6 +16,8 @@ export interface WorkerRecord {
   contract: unknown;
   contractDigest: string | null;
   kvEvents: boolean;
+  /** Stream frames carry deltas (`--incremental-streaming-output`), not cumulative text. */
+  incrementalStreaming: boolean;
   lastSeen: number;
   /** Region and prefill rate from the hello (region-aware selection); absent = unknown. */
   region?: string | null;
@@ -108,6 +110,7 @@ export class WorkerRegistry {
       contract: msg.contract ?? null,
       contractDigest: contractDigestOf(msg.contract),
       kvEvents: msg.kvEvents,
+      incrementalStreaming: msg.incrementalStreaming ?? false,
       lastSeen: this.#now(),
       region: msg.region ?? null,
       prefillTokensPerSec: msg.prefillTokensPerSec ?? null,

@@ -88,6 +88,8 @@ export async function waitFor(cond: () => boolean, what: string, timeoutMs = 10_
 export class FakeWorker {
   healthy = true;
   kvEvents = true;
+  /** /server_info `incremental_streaming_output` (SGLang's --incremental-streaming-output). */
+  incrementalStreaming = false;
   pageSize = 4;
   startTime = 1_700_000_000.5; // seconds, like Python's time.time()
   /** POST /flush_cache calls answered 200; `flushBusy` more answer 400 first (requests running). */
@@ -142,6 +144,7 @@ export class FakeWorker {
       kv_events: this.kvEvents
         ? { publisher: "zmq", endpoint_host: "*", endpoint_port_base: pubPort, topic: "", block_size: this.pageSize, dp_size: 1 }
         : null,
+      incremental_streaming_output: this.incrementalStreaming,
       status: "ready",
     };
   }

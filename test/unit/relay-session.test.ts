@@ -80,6 +80,7 @@ describe("relay session", () => {
       modelName: "Qwen/Qwen3-VL-8B-Instruct",
       contract: null,
       kvEvents: true,
+      incrementalStreaming: false,
     });
     expect(dump).toEqual({
       type: "dump",
@@ -248,9 +249,10 @@ describe("relay without KV events (approximate mode)", () => {
   it("--allow-no-kv-events on a worker without kv_events: starts in approximate mode; down/up still works", async () => {
     const worker = await FakeWorker.create();
     worker.kvEvents = false;
+    worker.incrementalStreaming = true; // the hello also says how the worker streams
     const { index, relay } = await fleet({ worker, extra: { kvEvents: "auto" } });
     await waitFor(() => index.last !== undefined && types(index.last).includes("dump"), "dump");
-    expect(index.last!.messages[0]).toMatchObject({ type: "hello", kvEvents: false, epoch: 1_700_000_000_500 });
+    expect(index.last!.messages[0]).toMatchObject({ type: "hello", kvEvents: false, incrementalStreaming: true, epoch: 1_700_000_000_500 });
     expect(index.last!.messages[0]).not.toHaveProperty("region");
 
     worker.healthy = false;

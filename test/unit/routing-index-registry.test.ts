@@ -67,7 +67,7 @@ describe("WorkerRegistry", () => {
 
   it("restores persisted rows (adopting their block size) and updates a known one in place", () => {
     const reg = new WorkerRegistry(null);
-    const rec: WorkerRecord = { workerId: "a", url: "http://a", blockSize: 32, epoch: 7, status: "draining", modelName: "m", contract: null, contractDigest: null, kvEvents: false, lastSeen: 10 };
+    const rec: WorkerRecord = { workerId: "a", url: "http://a", blockSize: 32, epoch: 7, status: "draining", modelName: "m", contract: null, contractDigest: null, kvEvents: false, incrementalStreaming: true, lastSeen: 10 };
     expect(reg.restore(rec)).toMatchObject({ added: true, worker: { slot: 0, epoch: 7, status: "draining" } });
     expect(reg.blockSize).toBe(32);
     expect(reg.restore({ ...rec, epoch: 8 })).toMatchObject({ added: false, worker: { slot: 0, epoch: 8 } });

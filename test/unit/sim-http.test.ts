@@ -160,6 +160,28 @@ describe("simulated SGLang /generate", () => {
     expect(data.at(-1)!.meta_info.finish_reason).toEqual({ type: "length", length: 6 });
   });
 
+  it("with --incremental-streaming-output, frames carry only what is new: text, ids and output logprobs", async () => {
+    const body = { input_ids: ids(4_000, 31), stream: true, return_logprob: true, top_logprobs_num: 2, sampling_params: { max_new_tokens: 8, ignore_eos: true } };
+    const inc = await startSimulatedWorker({ timingPreset: "instant", pageSize: 16, incrementalStreamingOutput: true });
+    try {
+      expect(((await (await fetch(`${inc.url}/server_info`)).json()) as Json).incremental_streaming_output).toBe(true);
+      const cumulative = (await sse(await post(w, "/generate", body))).slice(0, -1) as Json[];
+      const deltas = (await sse(await post(inc, "/generate", body))).slice(0, -1) as Json[];
+      expect(deltas).toHaveLength(cumulative.length);
+      const last = cumulative.at(-1)!;
+      expect(deltas.map((f) => f.text).join("")).toBe(last.text);
+      expect(deltas.flatMap((f) => f.output_ids)).toEqual(last.output_ids);
+      expect(deltas.flatMap((f) => f.meta_info.output_token_logprobs)).toEqual(last.meta_info.output_token_logprobs);
+      expect(deltas.flatMap((f) => f.meta_info.output_top_logprobs)).toEqual(last.meta_info.output_top_logprobs);
+      deltas.forEach((f, i) => {
+        expect(f.output_ids).toHaveLength(1);
+        expect(f.meta_info.output_token_logprobs_length).toBe(i + 1); // stays the total (§4.4)
+      });
+    } finally {
+      await inc.close();
+    }
+  });
+
   it("never leaks a stop string (or its beginning) into a stream, and text only grows", async () => {
     const body = { input_ids: ids(3_000, 25), sampling_params: { max_new_tokens: 60, ignore_eos: true } };
     const full = (await (await post(w, "/generate", body)).json()) as Json;
