@@ -271,6 +271,8 @@ class RelayImpl implements Relay {
       blockSize: i.blockSize,
       epoch: this.epoch,
       model: this.model,
+      // Cumulative stream frames cost the edge work growing as the square of an answer (docs/real-sglang.md).
+      streaming: i.incrementalStreaming ? "incremental" : "cumulative (consider --incremental-streaming-output)",
     });
     if (this.feed === null) {
       const why = this.opts.kvEvents === "off" ? "--no-kv-events" : "worker /server_info has no kv_events (--allow-no-kv-events)";
