@@ -19,8 +19,9 @@ import { LogprobMetaSchema, toChoiceLogprobs } from "../../src/proxy/logprobs.ts
 import { ReasoningStream, splitReasoning } from "../../src/proxy/reasoning.ts";
 import { forcedToolCallSchema } from "../../src/proxy/tool-calls/constraint.ts";
 import { JsonArrayToolCallStream, parseJsonArrayToolCalls } from "../../src/proxy/tool-calls/json-array.ts";
-import { parsePartialJson, pyJsonDumps } from "../../src/proxy/tool-calls/json.ts";
-import { parseQwenToolCalls, QwenToolCallStream, type ToolCallDelta } from "../../src/proxy/tool-calls/qwen25.ts";
+import { parsePartialJson, parsePyJson, pyJsonDumps } from "../../src/proxy/tool-calls/json.ts";
+import { callsOfBlock, parseQwenToolCalls, QwenToolCallStream, type ToolCallDelta } from "../../src/proxy/tool-calls/qwen25.ts";
+import { pyStrip } from "../../src/util/py-str.ts";
 
 const tool = (name: string, parameters?: Record<string, unknown>): ToolDefinition => ({
   type: "function",
@@ -492,6 +493,16 @@ describe("qwen25 streaming equals non-stream (property)", () => {
         (prefix, parts, cutOff, cuts) => {
           const text = prefix + parts.map(([b, t]) => b + t).join("") + cutOff;
           const whole = parseQwenToolCalls(text, TOOLS);
+          // The one-shot parse finds the blocks SGLang's regex finds (qwen25_detector.py), by plain searches.
+          const known = new Set(TOOLS.map((t) => t.function.name));
+          const byRegex = [...text.matchAll(/<tool_call>\n([\s\S]*?)\n<\/tool_call>/g)].flatMap((m) => {
+            try {
+              return callsOfBlock(parsePyJson(pyStrip(m[1]!)), known, false);
+            } catch {
+              return [];
+            }
+          });
+          expect(whole.calls).toEqual(byRegex);
           const chunks: string[] = [];
           for (let at = 0, k = 0; at < text.length; k++) {
             const n = cuts[k % cuts.length]!;

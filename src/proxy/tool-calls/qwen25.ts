@@ -28,6 +28,8 @@ import { parsePyJson, pyJsonDumps, type PyJson } from "./json.ts";
 import { isPyWhitespace, pyStrip } from "../../util/py-str.ts";
 
 const QWEN_BOT = "<tool_call>\n";
+/** Where a block ends: the first `\n</tool_call>` after its start. */
+const BLOCK_END = "\n</tool_call>";
 
 export interface ParsedToolCall {
   name: string;
@@ -105,8 +107,15 @@ export function parseQwenToolCalls(text: string, tools: readonly ToolDefinition[
   if (idx === -1) return { content: text, calls: [] };
   const known = new Set(tools.map((t) => t.function.name));
   const calls: ParsedToolCall[] = [];
-  const block = /<tool_call>\n([\s\S]*?)\n<\/tool_call>/g;
-  for (const m of text.matchAll(block)) calls.push(...callsOfBlockText(m[1]!, known, false));
+  // The blocks /<tool_call>\n([\s\S]*?)\n<\/tool_call>/g finds, by two searches each: that regex
+  // rescans to the end from every opening that has no end (thousands of openings: quadratic).
+  for (let open = idx; open !== -1; ) {
+    const body = open + QWEN_BOT.length;
+    const end = text.indexOf(BLOCK_END, body);
+    if (end === -1) break; // no later opening can have an end either
+    calls.push(...callsOfBlockText(text.slice(body, end), known, false));
+    open = text.indexOf(QWEN_BOT, end + BLOCK_END.length);
+  }
   if (calls.length === 0) return { content: text, calls };
   return { content: pyStrip(text.slice(0, idx)), calls };
 }
@@ -123,8 +132,6 @@ export interface StreamStep {
   calls: ToolCallDelta[];
 }
 
-/** Where a block ends, exactly as the non-stream parse reads it (the first `\n</tool_call>` after its start). */
-const BLOCK_END = "\n</tool_call>";
 
 /** Length of the run of Python whitespace that ends `s`. */
 function trailingSpace(s: string): number {
