@@ -93,6 +93,18 @@ interface ChoiceState {
 }
 
 /** The synchronous translation state machine. */
+/** The output logprob arrays of a frame's meta_info from position `from` on (the rest as it is). */
+function newLogprobs(meta: Record<string, unknown>, from: number): Record<string, unknown> {
+  if (from === 0) return meta;
+  const tokens = meta["output_token_logprobs"];
+  const tops = meta["output_top_logprobs"];
+  return {
+    ...meta,
+    ...(Array.isArray(tokens) ? { output_token_logprobs: tokens.slice(from) } : {}),
+    ...(Array.isArray(tops) ? { output_top_logprobs: tops.slice(from) } : {}),
+  };
+}
+
 export function createChatStreamCore(opts: ChatStreamOptions): ChatStreamCore {
   const n = opts.n ?? 1;
   const plan = opts.plan ?? PLAIN_OUTPUT;
@@ -231,15 +243,17 @@ export function createChatStreamCore(opts: ChatStreamOptions): ChatStreamCore {
       st.prevText = frame.text;
     }
     if (plan.logprobs) {
-      const lp = LogprobMetaSchema.safeParse(frame.meta_info);
+      // Cumulative frames carry every position so far; incremental ones only the new positions.
+      // Only the new ones are validated: checking all of a cumulative frame's arrays per frame grew
+      // as the square of the answer.
+      const from = opts.incremental ? 0 : st.lpSeen;
+      const lp = LogprobMetaSchema.safeParse(newLogprobs(frame.meta_info, from));
       if (!lp.success) {
         failInto(out, malformedUpstream("stream frame: malformed logprobs"));
         return;
       }
-      // Cumulative frames carry every position so far; incremental ones only the new positions.
-      const from = opts.incremental ? 0 : st.lpSeen;
-      st.lpPending.push(...toChoiceLogprobs(lp.data, from).content);
-      st.lpSeen = opts.incremental ? st.lpSeen + logprobCount(lp.data) : Math.max(st.lpSeen, logprobCount(lp.data));
+      st.lpPending.push(...toChoiceLogprobs(lp.data).content);
+      st.lpSeen = opts.incremental ? st.lpSeen + logprobCount(lp.data) : Math.max(st.lpSeen, from + logprobCount(lp.data));
     }
     st.sentLen += delta.length;
     emitDeltas(out, index, st, delta === "" ? [] : st.output.push(delta));
