@@ -62,7 +62,6 @@ function argumentsOf(call: { [k: string]: PyJson }): PyJson {
   return call["arguments"] === undefined ? {} : call["arguments"]!;
 }
 
-
 /** A JSON value holding a number Python reads as inf or nan (`1e400`, `Infinity`, `NaN`): its dumps is not JSON. */
 function hasNonFinite(v: PyJson | undefined): boolean {
   if (v instanceof PyNumber) return !Number.isFinite(v.value);
@@ -131,7 +130,6 @@ export interface StreamStep {
   content: string;
   calls: ToolCallDelta[];
 }
-
 
 /** Length of the run of Python whitespace that ends `s`. */
 function trailingSpace(s: string): number {
