@@ -18,7 +18,6 @@ export type ReasoningParserName = "qwen3" | "qwen3-thinking";
 const START = "<think>";
 const END = "</think>";
 
-
 /** `force_reasoning` for a request (serving_chat.py `_get_reasoning_from_request`). */
 export function forceReasoning(parser: ReasoningParserName, chatTemplateKwargs: Record<string, unknown> | undefined): boolean {
   if (parser === "qwen3-thinking") return true;
