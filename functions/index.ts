@@ -14,6 +14,7 @@ import { handleAdminRoute, type AdminIndexClient } from "../src/edge/admin-route
 import { preflightResponse, PUBLIC_ROUTE_METHODS, withCors } from "../src/edge/cors.ts";
 import { initHashing } from "../src/util/hash.ts";
 import { shardObjectName } from "../src/block-index/shard.ts";
+import { stripTrailing } from "../src/util/strip-trailing.ts";
 
 export { RoutingIndex, RateLimiter };
 
@@ -157,7 +158,7 @@ async function route(request: Request, path: string, env: Env, ctx: ExecutionCon
 
 export default {
   async fetch(request, env, ctx): Promise<Response> {
-    const path = new URL(request.url).pathname.replace(/\/+$/, "") || "/";
+    const path = stripTrailing(new URL(request.url).pathname, "/") || "/";
     // CORS headers on answers and errors alike (a page must be able to read a 4xx); a config that
     // does not parse has no policy, so its error goes out without them.
     const cors = (res: Response): Response => (cached?.env === env ? withCors(res, request, path, cached.config.cors) : res);

@@ -43,6 +43,7 @@ import { DecodeServiceOptionsSchema, type DecodeServiceOptions, type DecodeServi
 import { fieldsAfter304, freshFor, freshnessFieldsOf, type FreshnessFields } from "./http-freshness.ts";
 import { nodeResolver, pinnedFetch } from "./pinned-fetch.ts";
 import { ProbeTimeoutError, selectProber, type DecoderKind, type Prober } from "./probers.ts";
+import { stripTrailing } from "../../src/util/strip-trailing.ts";
 
 /** miss: fetched in full; hit: probe cached by digest; revalidated: the origin answered 304; fresh: reused
  * without contacting the origin (HTTP freshness, http-freshness.ts); shared: joined a concurrent request's. */
@@ -116,8 +117,8 @@ export async function startDecodeService(input: DecodeServiceOptionsInput = {}, 
     tmpDir: opts.tmpDir,
   });
   const baseResolve = deps.resolve ?? nodeResolver;
-  const hostMap = new Map(Object.entries(opts.hostMap).map(([k, v]) => [k.toLowerCase().replace(/\.+$/, ""), v]));
-  const resolve: Resolver = async (host) => hostMap.get(host.toLowerCase().replace(/\.+$/, "")) ?? baseResolve(host);
+  const hostMap = new Map(Object.entries(opts.hostMap).map(([k, v]) => [stripTrailing(k.toLowerCase(), "."), v]));
+  const resolve: Resolver = async (host) => hostMap.get(stripTrailing(host.toLowerCase(), ".")) ?? baseResolve(host);
   const fetcher = new SafeFetcher(opts.fetch, { fetch: deps.fetch ?? pinnedFetch, resolve });
   const tmp = await mkdtemp(path.join(opts.tmpDir, "kvedge-decode-"));
   const store = await MediaStore.open(opts.store.dir ?? path.join(tmp, "store"), opts.store.maxTotalBytes);

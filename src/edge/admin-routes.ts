@@ -28,6 +28,7 @@ import { limitsOf, parseChatBody, prepareRouting, resolveModel, type IndexClient
 import { routingNamespace } from "./cache-salt.ts";
 import { sglangItemOrder } from "../layout/index.ts";
 import { handleRelayKeyRoute, type RelayKeyIndexClient } from "./relay-key-routes.ts";
+import { stripTrailing } from "../util/strip-trailing.ts";
 
 /** What the operator routes need from a pool's routing index (the Durable Object stub has it). */
 export interface AdminIndexClient extends IndexClient, RelayKeyIndexClient {
@@ -56,7 +57,7 @@ const TOKEN_VIEW = 16;
 /** Handles an operator route, or returns null when the path is not one. */
 export async function handleAdminRoute(request: Request, deps: AdminDeps): Promise<Response | null> {
   const url = new URL(request.url);
-  const path = url.pathname.replace(/\/+$/, "") || "/";
+  const path = stripTrailing(url.pathname, "/") || "/";
   if (path === "/metrics") {
     requireMethod(request, "GET");
     await requireAdminAuth(request, deps.config, false);

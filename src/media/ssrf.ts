@@ -6,6 +6,7 @@
  * A local-development allowlist (explicit, empty by default) lets named destinations through.
  */
 import { cidrContains, endsInNumber, formatIp, parseCidr, parseIpv4, parseIpv6, type Cidr, type IpAddress } from "./ip-address.ts";
+import { stripTrailing } from "../util/strip-trailing.ts";
 
 export type BlockCategory =
   | "unspecified"
@@ -127,7 +128,7 @@ const LOCAL_NAMES = new Set(["metadata", "instance-data", "kubernetes", "kuberne
  * see a different host than the connection does).
  */
 export function normalizeHostname(host: string): string {
-  return host.toLowerCase().replace(/\.+$/, "");
+  return stripTrailing(host.toLowerCase(), ".");
 }
 
 export type HostClass =

@@ -13,6 +13,7 @@
  * WebCrypto only (`crypto.subtle`, `crypto.getRandomValues`): runs in workerd and Node 22 alike.
  */
 import { bytesToHex, hexToBytes } from "../util/hex.ts";
+import { stripTrailing } from "../util/strip-trailing.ts";
 
 export const RELAY_TOKEN_VERSION = "v2";
 export const RELAY_CREDENTIAL_PREFIX = "kvr1";
@@ -62,7 +63,7 @@ export function normalizeWorkerUrl(raw: string, opts: { allowHttp: boolean }): W
   if (u.username !== "" || u.password !== "") return { ok: false, reason: "worker URL must not carry credentials" };
   if (u.search !== "" || u.hash !== "") return { ok: false, reason: "worker URL must not carry a query or fragment" };
   if (u.hostname === "") return { ok: false, reason: "worker URL has no host" };
-  return { ok: true, url: u.origin + u.pathname.replace(/\/+$/, "") };
+  return { ok: true, url: u.origin + stripTrailing(u.pathname, "/") };
 }
 
 // ---- keys and credentials ----

@@ -5,6 +5,7 @@
  */
 import type { RelayHello, WorkerStatus } from "../relay-wire/relay-protocol.ts";
 import { contractDigestOf } from "./cohort.ts";
+import { stripTrailing } from "../util/strip-trailing.ts";
 
 export interface WorkerRecord {
   workerId: string;
@@ -102,7 +103,7 @@ export class WorkerRegistry {
     const prevEpoch = prev?.epoch;
     const record: WorkerRecord = {
       workerId: msg.workerId,
-      url: msg.url.replace(/\/+$/, ""),
+      url: stripTrailing(msg.url, "/"),
       blockSize: msg.blockSize,
       epoch: msg.epoch,
       status: "up",
