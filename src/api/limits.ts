@@ -39,6 +39,16 @@ export const LimitsSchema = z.strictObject({
   maxStopSequences: positiveInt.default(16),
   /** Length of one `stop` string. */
   maxStopChars: positiveInt.default(1024),
+  /**
+   * Number of `stop_regex` patterns (an SGLang extension). 0, the default, refuses them: SGLang
+   * searches the output's tail with each pattern in Python's backtracking `re` on its scheduler
+   * thread at every generated token (schedule_batch.py `tail_str`; a pattern it cannot bound scans
+   * the whole output), so one pattern such as `(a|aa)*$` can stall a worker for every client.
+   * Raise it only where clients are trusted.
+   */
+  maxStopRegexes: z.number().int().min(0).default(0),
+  /** Length of one `stop_regex` pattern. */
+  maxStopRegexChars: positiveInt.default(256),
   /** Number of entries in `tools`. */
   maxTools: positiveInt.default(128),
   /** Length of `model`. */

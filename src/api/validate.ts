@@ -342,6 +342,16 @@ function checkLimits(req: ChatCompletionRequest, limits: Limits): void {
       if (s.length > limits.maxStopChars) throw limitError(`Stop sequences are limited to ${limits.maxStopChars} characters.`, `stop[${i}]`);
     });
   }
+  if (req.stop_regex !== undefined) {
+    const patterns = typeof req.stop_regex === "string" ? [req.stop_regex] : req.stop_regex;
+    if (limits.maxStopRegexes === 0) {
+      throw limitError("stop_regex is not accepted on this endpoint: each pattern runs on the worker's scheduler at every token (operators can allow it with KVEDGE_LIMITS.maxStopRegexes).", "stop_regex");
+    }
+    if (patterns.length > limits.maxStopRegexes) throw limitError(`At most ${limits.maxStopRegexes} stop_regex patterns are allowed.`, "stop_regex");
+    patterns.forEach((p, i) => {
+      if (p.length > limits.maxStopRegexChars) throw limitError(`stop_regex patterns are limited to ${limits.maxStopRegexChars} characters.`, typeof req.stop_regex === "string" ? "stop_regex" : `stop_regex[${i}]`);
+    });
+  }
   if (req.tools !== undefined && req.tools.length > limits.maxTools) {
     throw limitError(`At most ${limits.maxTools} tools are allowed.`, "tools");
   }

@@ -43,3 +43,16 @@ describe("bounded work per request", () => {
     expect(() => parseChatRequest(body, limits)).toThrow(expect.objectContaining({ code: "limit_exceeded", param: "tools[0].function" }));
   });
 });
+
+describe("stop_regex (runs in Python's backtracking re on the worker's scheduler at every token)", () => {
+  const body = (stop_regex: unknown) => JSON.stringify({ model: "m", messages: [{ role: "user", content: "hi" }], stop_regex });
+  it("is refused by default, naming the limit that allows it", () => {
+    expect(() => parseChatRequest(body("(a|aa)*$"), DEFAULT_LIMITS)).toThrow(expect.objectContaining({ code: "limit_exceeded", param: "stop_regex", message: expect.stringMatching(/maxStopRegexes/) }));
+  });
+  it("passes within the limits an operator sets, and each pattern's length is bounded", () => {
+    const limits = { ...DEFAULT_LIMITS, maxStopRegexes: 2, maxStopRegexChars: 8 };
+    expect(parseChatRequest(body(["\\d+", "END"]), limits).stop_regex).toEqual(["\\d+", "END"]);
+    expect(() => parseChatRequest(body(["a", "b", "c"]), limits)).toThrow(expect.objectContaining({ code: "limit_exceeded", param: "stop_regex" }));
+    expect(() => parseChatRequest(body(["ok", "x".repeat(9)]), limits)).toThrow(expect.objectContaining({ param: "stop_regex[1]" }));
+  });
+});

@@ -1,6 +1,7 @@
 import { describe, expect, it } from "vitest";
 import { InternalError } from "../../src/api/errors.ts";
 import { parseChatRequest } from "../../src/api/validate.ts";
+import { DEFAULT_LIMITS } from "../../src/api/limits.ts";
 import {
   buildGenerateBody,
   buildSamplingParams,
@@ -9,8 +10,9 @@ import {
 } from "../../src/proxy/generate-request.ts";
 import type { SglangSamplingParams } from "../../src/proxy/sglang-wire.ts";
 
+// stop_regex is refused by default (limits.ts maxStopRegexes); the mapping is what an operator who allows it gets.
 const parse = (extra: Record<string, unknown> = {}) =>
-  parseChatRequest(JSON.stringify({ model: "qwen", messages: [{ role: "user", content: "hi" }], ...extra }));
+  parseChatRequest(JSON.stringify({ model: "qwen", messages: [{ role: "user", content: "hi" }], ...extra }), { ...DEFAULT_LIMITS, maxStopRegexes: 4 });
 
 /** SamplingParams keys that exist in SGLang (sglang-generate-api.md §2); anything else is a 500 there. */
 const SGLANG_SAMPLING_KEYS = new Set([
