@@ -30,6 +30,7 @@ interface AdminWorker {
   kvEvents: boolean;
   region?: string | null;
   prefillTokensPerSec?: number | null;
+  incrementalStreaming?: boolean;
 }
 
 async function adminWorkers(): Promise<AdminWorker[]> {
@@ -53,14 +54,14 @@ describe("routing index persistence", () => {
     ws.send(
       JSON.stringify({
         type: "hello", workerId: id, url: TEST_WORKER_URL, blockSize: 16, epoch: 1, modelName: MODEL,
-        kvEvents: false, region: "eu", prefillTokensPerSec: 9000,
+        kvEvents: false, region: "eu", prefillTokensPerSec: 9000, incrementalStreaming: true,
       }),
     );
     await welcome;
-    expect((await adminWorkers()).find((w) => w.workerId === id)).toMatchObject({ kvEvents: false, region: "eu", prefillTokensPerSec: 9000 });
+    expect((await adminWorkers()).find((w) => w.workerId === id)).toMatchObject({ kvEvents: false, region: "eu", prefillTokensPerSec: 9000, incrementalStreaming: true });
 
     await evictDurableObject(env.ROUTING_INDEX.getByName(MODEL));
-    expect((await adminWorkers()).find((w) => w.workerId === id)).toMatchObject({ kvEvents: false, region: "eu", prefillTokensPerSec: 9000 });
+    expect((await adminWorkers()).find((w) => w.workerId === id)).toMatchObject({ kvEvents: false, region: "eu", prefillTokensPerSec: 9000, incrementalStreaming: true });
     ws.close();
   });
 
@@ -84,15 +85,16 @@ describe("routing index persistence", () => {
     await evictDurableObject(stub);
     const workers = await stub.workers();
     expect(workers).toHaveLength(1);
-    expect(workers[0]).toMatchObject({ workerId: "old-1", epoch: 5, status: "down", kvEvents: true, region: null, prefillTokensPerSec: null });
+    // A row from before version 4 reads as a worker streaming cumulative frames (SGLang's default).
+    expect(workers[0]).toMatchObject({ workerId: "old-1", epoch: 5, status: "down", kvEvents: true, region: null, prefillTokensPerSec: null, incrementalStreaming: false });
     await runInDurableObject(stub, (_instance, state) => {
       const sql = state.storage.sql;
-      expect(sql.exec<{ v: string }>("SELECT v FROM meta WHERE k = 'schema_version'").one().v).toBe("3");
-      sql.exec("UPDATE workers SET region = 'us', prefill_tokens_per_sec = 12000 WHERE worker_id = 'old-1'");
+      expect(sql.exec<{ v: string }>("SELECT v FROM meta WHERE k = 'schema_version'").one().v).toBe("4");
+      sql.exec("UPDATE workers SET region = 'us', prefill_tokens_per_sec = 12000, incremental_streaming = 1 WHERE worker_id = 'old-1'");
       // The nonce table of version 2 exists too.
       expect(sql.exec("SELECT count(*) AS n FROM relay_nonces").one()).toMatchObject({ n: 0 });
     });
     await evictDurableObject(stub);
-    expect((await stub.workers())[0]).toMatchObject({ region: "us", prefillTokensPerSec: 12000 });
+    expect((await stub.workers())[0]).toMatchObject({ region: "us", prefillTokensPerSec: 12000, incrementalStreaming: true });
   });
 });
