@@ -342,8 +342,8 @@ function checkLimits(req: ChatCompletionRequest, limits: Limits): void {
       if (s.length > limits.maxStopChars) throw limitError(`Stop sequences are limited to ${limits.maxStopChars} characters.`, `stop[${i}]`);
     });
   }
-  if (req.stop_regex !== undefined) {
-    const patterns = typeof req.stop_regex === "string" ? [req.stop_regex] : req.stop_regex;
+  const patterns = req.stop_regex === undefined ? [] : typeof req.stop_regex === "string" ? [req.stop_regex] : req.stop_regex;
+  if (patterns.length > 0) {
     if (limits.maxStopRegexes === 0) {
       throw limitError("stop_regex is not accepted on this endpoint: each pattern runs on the worker's scheduler at every token (operators can allow it with KVEDGE_LIMITS.maxStopRegexes).", "stop_regex");
     }

@@ -149,9 +149,10 @@ export class Router {
     loadSync.add({ receiptId, slot: chosen.slot, prefillTokens, decodeBlocks: requestBlocks, chainKeys: chain, startedAt: now, prefillDone: false }, chosen.workerId);
     // Full blocks the worker lacks: storing the last of them ends this prefill (prefill-watch.ts).
     // Only when the hashes cover every full block of the prompt: a chain cut short (routing on a
-    // text prefix) can be held while the rest of the prompt is still being prefilled.
+    // text prefix, which every fallback is; its isl may not count the media after it) can be held
+    // while the rest of the prompt is still being prefilled.
     const fullBlocks = Math.floor(req.isl / blockSize);
-    if (chosen.kvEvents && req.localHashes.length === fullBlocks && fullBlocks > overlap)
+    if (chosen.kvEvents && (req.fallbackReason ?? null) === null && req.localHashes.length === fullBlocks && fullBlocks > overlap)
       this.#p.prefillWatch.watch(chosen.slot, receiptId, chainEndOf(req.localHashes, fullBlocks));
     this.#pending.set(receiptId, {
       receiptId,

@@ -46,6 +46,9 @@ describe("bounded work per request", () => {
 
 describe("stop_regex (runs in Python's backtracking re on the worker's scheduler at every token)", () => {
   const body = (stop_regex: unknown) => JSON.stringify({ model: "m", messages: [{ role: "user", content: "hi" }], stop_regex });
+  it("an empty list is no pattern, as SGLang reads it", () => {
+    expect(parseChatRequest(body([]), DEFAULT_LIMITS).stop_regex).toEqual([]);
+  });
   it("is refused by default, naming the limit that allows it", () => {
     expect(() => parseChatRequest(body("(a|aa)*$"), DEFAULT_LIMITS)).toThrow(expect.objectContaining({ code: "limit_exceeded", param: "stop_regex", message: expect.stringMatching(/maxStopRegexes/) }));
   });

@@ -126,6 +126,18 @@ describe("RoutingCore: prefill end from the worker's stored blocks", () => {
     expect(core.load.prefillTokens(slot)).toBe(0);
   });
 
+  it("a fallback route (text before media) is not watched even when its isl counts only the hashed text", () => {
+    // The edge's text-prefix plan hashes the text before the first image and counts that text's
+    // tokens: hashes and isl agree, but the image after them is still to be prefilled.
+    const core = pool();
+    const text = tokens(40);
+    const locals = localBlockHashes(text, B);
+    const d = core.route({ localHashes: locals, isl: text.length, fallbackReason: "media_unprobeable" })!;
+    const slot = core.slotOf(d.workerId);
+    stored(core, d.workerId, null, wire(locals, 100));
+    expect(core.load.prefillTokens(slot)).toBe(40);
+  });
+
   it("a worker that goes down takes its watched requests with it", () => {
     const core = pool();
     const locals = localBlockHashes(tokens(40), B);
