@@ -88,4 +88,33 @@ describe("relay CLI", () => {
     expect(r.code).toBe(2);
     expect(r.stderr).toMatch(/block size 4 but --block-size 64/);
   });
+
+  it("logs its start (with how the worker streams) and periodic stats under its own worker field", async () => {
+    const w = await FakeWorker.create();
+    open.push(w);
+    w.incrementalStreaming = true;
+    const child = spawn(process.execPath, [MAIN, "--worker-url", w.url, "--index-url", "ws://127.0.0.1:1", "--worker-id", "w7", "--stats-interval-ms", "100"], {
+      env: { PATH: process.env["PATH"] ?? "", KVEDGE_RELAY_KEY: testCredential("s") },
+    });
+    const lines: Record<string, unknown>[] = [];
+    let buf = "";
+    const stats = new Promise<Record<string, unknown>>((resolve) => {
+      child.stderr.on("data", (d: Buffer) => {
+        buf += d.toString();
+        for (let i = buf.indexOf("\n"); i !== -1; i = buf.indexOf("\n")) {
+          const line = JSON.parse(buf.slice(0, i)) as Record<string, unknown>;
+          buf = buf.slice(i + 1);
+          lines.push(line);
+          if (line["msg"] === "stats") resolve(line);
+        }
+      });
+    });
+    try {
+      // The stats line's worker state is `workerState`: `worker` stays the relay's worker id on every line.
+      expect(await stats).toMatchObject({ worker: "w7", workerState: "up", msg: "stats" });
+      expect(lines.find((l) => l["msg"] === "relay_start")).toMatchObject({ worker: "w7", streaming: "incremental" });
+    } finally {
+      child.kill("SIGTERM");
+    }
+  });
 });
