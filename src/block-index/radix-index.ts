@@ -39,6 +39,8 @@
  *   "18446744073709551615" are the same block (SGLang emits int64 or uint64 for the same bits).
  */
 
+import { localHashWords } from "../blocks/block-hash.ts";
+
 export interface StoredBlock {
   engineHash: string;
   localHash: bigint;
@@ -105,29 +107,13 @@ export interface ChainEnd {
   root: bigint;
 }
 
-const endWords = new Uint32Array(2);
-const endBig = new BigUint64Array(endWords.buffer);
-
 /** The ChainEnd of the first `count` (≥ 1) hashes of `localHashes`. */
 export function chainEndOf(localHashes: readonly bigint[] | BigUint64Array, count: number): ChainEnd {
   if (!Number.isInteger(count) || count < 1 || count > localHashes.length) throw new RangeError(`bad chain length ${count}`);
+  const words = localHashWords(localHashes, count);
   let key = ROOT_KEY;
-  let lo = 0;
-  let hi = 0;
-  // A BigUint64Array (the route RPC's form) is read through a u32 view: no BigInt per block.
-  const words = localHashes instanceof BigUint64Array ? new Uint32Array(localHashes.buffer, localHashes.byteOffset, 2 * count) : null;
-  for (let d = 0; d < count; d++) {
-    if (words) {
-      lo = words[2 * d]! | 0;
-      hi = words[2 * d + 1]! | 0;
-    } else {
-      endBig[0] = (localHashes as readonly bigint[])[d]!;
-      lo = endWords[0]! | 0;
-      hi = endWords[1]! | 0;
-    }
-    key = mix(key, lo, hi) | 0;
-  }
-  return { key, lo, hi, root: localHashes[0]! };
+  for (let d = 0; d < count; d++) key = mix(key, words[2 * d]! | 0, words[2 * d + 1]! | 0) | 0;
+  return { key, lo: words[2 * count - 2]! | 0, hi: words[2 * count - 1]! | 0, root: localHashes[0]! };
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -21,6 +21,15 @@ export const LOCAL_HASH_SEED = 1337n;
  */
 export type LocalHashes = readonly bigint[] | BigUint64Array;
 
+/**
+ * The first `count` hashes as little-endian u32 pairs (lo at 2i, hi at 2i + 1): a view of a
+ * BigUint64Array (the route RPC's form, no copy), a converted copy of a bigint array.
+ */
+export function localHashWords(hashes: LocalHashes, count = hashes.length): Uint32Array {
+  const big = hashes instanceof BigUint64Array ? hashes : BigUint64Array.from(hashes.slice(0, count));
+  return new Uint32Array(big.buffer, big.byteOffset, 2 * count);
+}
+
 /** 8 bytes identifying a cache namespace inside local hashes; null = no namespace. */
 export type NamespaceTag = Uint8Array | null;
 

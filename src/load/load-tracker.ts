@@ -22,10 +22,8 @@ export interface ActiveRequest {
   prefillDone: boolean;
 }
 
+import { localHashWords } from "../blocks/block-hash.ts";
 import { ChainKeyTable } from "./chain-key-table.ts";
-
-const hashSlot = new BigUint64Array(1);
-const hashWords = new Uint32Array(hashSlot.buffer);
 
 /**
  * Position-aware 53-bit keys for a chain of local block hashes: key_i mixes key_{i-1} with block
@@ -34,22 +32,13 @@ const hashWords = new Uint32Array(hashSlot.buffer);
 export function chainKeysOf(localHashes: readonly bigint[] | BigUint64Array): number[] {
   const n = localHashes.length;
   const out = new Array<number>(n);
-  // The two 32-bit words of each hash through a typed-array view: no BigInt arithmetic per block
-  // (a BigUint64Array is read in place; an array goes through a one-slot view, a BigInt write each).
-  const words = localHashes instanceof BigUint64Array ? new Uint32Array(localHashes.buffer, localHashes.byteOffset, 2 * n) : null;
+  // The two 32-bit words of each hash through a typed-array view: no BigInt arithmetic per block.
+  const words = localHashWords(localHashes);
   let a = 0x9e3779b9 | 0;
   let b = 0x85ebca6b | 0;
   for (let i = 0; i < n; i++) {
-    let lo: number;
-    let hi: number;
-    if (words) {
-      lo = words[2 * i]! | 0;
-      hi = words[2 * i + 1]! | 0;
-    } else {
-      hashSlot[0] = (localHashes as readonly bigint[])[i]!;
-      lo = hashWords[0]! | 0;
-      hi = hashWords[1]! | 0;
-    }
+    const lo = words[2 * i]! | 0;
+    const hi = words[2 * i + 1]! | 0;
     a = Math.imul(a ^ lo, 0x01000193) ^ Math.imul(b, 0x5bd1e995);
     b = Math.imul(b ^ hi, 0x27d4eb2d) ^ (a >>> 15);
     out[i] = (a >>> 0) * 0x200000 + ((b >>> 0) & 0x1fffff);
