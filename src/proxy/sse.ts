@@ -89,12 +89,38 @@ export function createSseParser(maxEventChars = DEFAULT_MAX_EVENT_CHARS): SsePar
     return out;
   }
 
+  /**
+   * Text after `buf` holding no line end, in pieces: joined once, when a line end arrives. Appending
+   * each chunk to `buf` made V8 copy the whole unfinished line per chunk (a 4 MB line in 4 kB
+   * chunks: 5.6 s; in 512 B chunks: 46 s).
+   */
+  let pending: string[] = [];
+  let pendingChars = 0;
+
+  function take(): void {
+    if (pending.length === 0) return;
+    // Nothing in the pieces needs scanning again (only when `buf` had no CR waiting at its end).
+    if (scanned === buf.length) scanned += pendingChars;
+    buf += pending.join("");
+    pending = [];
+    pendingChars = 0;
+  }
+
   return {
     push(chunk) {
-      buf += decoder.decode(chunk, { stream: true });
+      const text = decoder.decode(chunk, { stream: true });
+      if (scanned === buf.length && text.indexOf("\n") === -1 && text.indexOf("\r") === -1) {
+        pending.push(text);
+        pendingChars += text.length;
+        if (buf.length + pendingChars > maxEventChars) throw malformedUpstream("SSE line too long");
+        return [];
+      }
+      take();
+      buf += text;
       return drain(false);
     },
     end() {
+      take();
       buf += decoder.decode();
       const out = drain(true);
       if (buf !== "") {
