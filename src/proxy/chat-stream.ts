@@ -92,7 +92,6 @@ interface ChoiceState {
   lpPending: TokenLogprob[];
 }
 
-/** The synchronous translation state machine. */
 /** The output logprob arrays of a frame's meta_info from position `from` on (the rest as it is). */
 function newLogprobs(meta: Record<string, unknown>, from: number): Record<string, unknown> {
   if (from === 0) return meta;
@@ -105,6 +104,7 @@ function newLogprobs(meta: Record<string, unknown>, from: number): Record<string
   };
 }
 
+/** The synchronous translation state machine. */
 export function createChatStreamCore(opts: ChatStreamOptions): ChatStreamCore {
   const n = opts.n ?? 1;
   const plan = opts.plan ?? PLAIN_OUTPUT;

@@ -35,13 +35,6 @@ export function pyStrip(s: string): string {
   return start === 0 && end === s.length ? s : s.slice(start, end);
 }
 
-/** Python `s.lstrip()` (no argument). */
-export function pyLstrip(s: string): string {
-  let start = 0;
-  while (start < s.length && isPyWhitespace(s.charCodeAt(start))) start++;
-  return start === 0 ? s : s.slice(start);
-}
-
 /** Python `s.rstrip()` (no argument). */
 export function pyRstrip(s: string): string {
   let end = s.length;

@@ -25,7 +25,7 @@ import type { ToolDefinition } from "../../api/openai-schema.ts";
 import { PyNumber } from "../../prompt/py-json.ts";
 import { heldTail } from "../partial-tag.ts";
 import { parsePyJson, pyJsonDumps, type PyJson } from "./json.ts";
-import { isPyWhitespace, pyStrip } from "../../util/py-str.ts";
+import { pyRstrip, pyStrip } from "../../util/py-str.ts";
 
 const QWEN_BOT = "<tool_call>\n";
 /** Where a block ends: the first `\n</tool_call>` after its start. */
@@ -131,13 +131,6 @@ export interface StreamStep {
   calls: ToolCallDelta[];
 }
 
-/** Length of the run of Python whitespace that ends `s`. */
-function trailingSpace(s: string): number {
-  let n = 0;
-  while (n < s.length && isPyWhitespace(s.charCodeAt(s.length - 1 - n))) n++;
-  return n;
-}
-
 /**
  * Incremental parser for one choice's stream that answers what `parseQwenToolCalls` answers for the
  * whole text. A block runs from `<tool_call>\n` to the first `\n</tool_call>` and is judged when
@@ -223,10 +216,10 @@ export class QwenToolCallStream {
     this.botTail = at === -1 ? s.slice(upTo) : "";
     if (this.held === null) {
       // Before the first block: whitespace that ends the text waits, since a block may follow.
-      const ws = trailingSpace(before);
-      if (ws < before.length) {
-        this.text(out, this.space + before.slice(0, before.length - ws));
-        this.space = before.slice(before.length - ws);
+      const shown = pyRstrip(before);
+      if (shown !== "") {
+        this.text(out, this.space + shown);
+        this.space = before.slice(shown.length);
       } else this.space += before;
       if (at === -1) return "";
       this.held = [this.space];
