@@ -32,17 +32,6 @@ import {
 const EDGE_REFUSES: { id: RegExp; why: RegExp }[] = [];
 const refusedOnPurpose = (c: GoldenCase): RegExp | null => EDGE_REFUSES.find((r) => r.id.test(c.id))?.why ?? null;
 
-/**
- * Cases the edge renders differently on purpose, with what it renders instead. `developer` is
- * rendered as `system` (docs/api.md, Messages): SGLang passes the role on, so the Qwen3-VL templates
- * drop the instruction and Qwen2-VL's print an untrained `developer` turn. The generator applies the
- * same mapping since 2026-12-05 (gen_whole_request.py `TEMPLATE_ROLE`), but the committed set was
- * made before, and no device was lent to re-run it: these cases are not compared with upstream ids
- * until it is. Each must still render the mapping (so it cannot be dropped silently).
- */
-const EDGE_RENDERS_OTHERWISE: { id: RegExp; renders: RegExp }[] = [{ id: /\/extra\/developer-and-names$/, renders: /^<\|im_start\|>system\nAnswer in French\.<\|im_end\|>\n<\|im_start\|>user\nHi<\|im_end\|>/ }];
-const rendersOtherwise = (c: GoldenCase): RegExp | null => EDGE_RENDERS_OTHERWISE.find((r) => r.id.test(c.id))?.renders ?? null;
-
 let h: EdgeHarness;
 const results = new Map<string, EdgeResult>();
 
@@ -78,11 +67,6 @@ describe("whole-request golden set (upstream ids)", () => {
       const why = refusedOnPurpose(c);
       if (why) {
         if (e.refused === undefined || !why.test(e.refused)) failing.push(`${c.id}: expected the edge's documented refusal (${why.source})`);
-        continue;
-      }
-      const renders = rendersOtherwise(c);
-      if (renders) {
-        if (e.refused !== undefined || !renders.test(e.prep.prompt.text)) failing.push(`${c.id}: expected the edge's documented rendering (${renders.source})`);
         continue;
       }
       const p = problems(c, e);
