@@ -288,6 +288,43 @@ describe("reasoning (golden: test_reasoning_parser.py, reasoning_parser.py)", ()
     expect(held.push(" c</think>x")).toEqual({ reasoning: "a b c", content: "x" });
   });
 
+  it("unstreamed reasoning (stream_reasoning false) is held in work linear in its length (characters searched, counted)", () => {
+    const { includes, indexOf } = String.prototype;
+    let searched = 0;
+    const count = function (this: string, from?: number) {
+      searched += this.length - Math.max(0, from ?? 0);
+    };
+    const spies = [
+      vi.spyOn(String.prototype, "includes").mockImplementation(function (this: string, search: string, from?: number) {
+        count.call(this, from);
+        return includes.call(this, search, from);
+      }),
+      vi.spyOn(String.prototype, "indexOf").mockImplementation(function (this: string, search: string, from?: number) {
+        count.call(this, from);
+        return indexOf.call(this, search, from);
+      }),
+    ];
+    const s = new ReasoningStream(true, false);
+    let total = 0;
+    let end: { reasoning: string; content: string };
+    try {
+      for (let i = 0; i < 20_000; i++) {
+        const d = `step ${i % 10} <thi`.slice(0, 8 + (i % 4));
+        total += d.length;
+        expect(s.push(d)).toEqual({ reasoning: "", content: "" });
+      }
+      total += 13;
+      end = s.push("</think>done.");
+    } finally {
+      for (const spy of spies) spy.mockRestore();
+    }
+    expect(end.content).toBe("done.");
+    expect(end.reasoning.length).toBeGreaterThan(150_000);
+    // Each delta is searched with a few held characters; searching all that was held, per delta,
+    // would be ~20 000 × 100 000 characters.
+    expect(searched).toBeLessThan(4 * total);
+  });
+
   it("plan: the thinking template forces reasoning; enable_thinking off stops the qwen3 parser forcing it", () => {
     const req = (extra: Record<string, unknown>) => parseChatRequest(JSON.stringify({ model: "q", messages: [{ role: "user", content: "hi" }], ...extra }));
     expect(modelParsers({ templateId: "qwen3vl-thinking" })).toEqual({ toolCallParser: "qwen25", reasoningParser: "qwen3-thinking" });
@@ -421,6 +458,34 @@ describe("stream translation with a plan (chat-stream.ts + chat-output.ts)", () 
     expect(tokens).toEqual(["A", " b", " c"]);
     const contentChunks = chunks.filter((c) => typeof c.choices[0]?.delta["content"] === "string" && c.choices[0]!.delta["content"] !== "");
     expect(contentChunks.map((c) => c.usage?.completion_tokens)).toEqual([1, 3]);
+  });
+
+  it("cumulative frames: each position's logprob is validated once, not once per frame (entries validated, counted)", () => {
+    const N = 600;
+    const entry = (i: number) => [-0.25, 1000 + i, `t${i}`];
+    let frames = "";
+    for (let k = 1; k <= N; k++) {
+      const text = Array.from({ length: k }, (_, i) => `t${i}`).join("");
+      frames += frame({ text, meta_info: meta(k, k === N ? { type: "length", length: N } : null, { output_token_logprobs: Array.from({ length: k }, (_, i) => entry(i)), output_top_logprobs: Array.from({ length: k }, () => []) }) });
+    }
+    frames += "data: [DONE]\n\n";
+    const safeParse = LogprobMetaSchema.safeParse.bind(LogprobMetaSchema);
+    let validated = 0;
+    const spy = vi.spyOn(LogprobMetaSchema, "safeParse").mockImplementation(((v: unknown) => {
+      const tokens = (v as { output_token_logprobs?: unknown[] }).output_token_logprobs;
+      validated += tokens?.length ?? 0;
+      return safeParse(v);
+    }) as typeof LogprobMetaSchema.safeParse);
+    let chunks;
+    try {
+      chunks = run(frames, chatOutputPlan(req({ logprobs: true, stream: true }), { toolCallParser: null, reasoningParser: null }));
+    } finally {
+      spy.mockRestore();
+    }
+    const tokens = chunks.flatMap((c) => c.choices.flatMap((x) => x.logprobs?.content.map((t) => t.token) ?? []));
+    expect(tokens).toEqual(Array.from({ length: N }, (_, i) => `t${i}`));
+    // Re-validating every frame whole: N(N+1)/2 = 180 300 entries.
+    expect(validated).toBe(N);
   });
 });
 
