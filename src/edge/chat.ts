@@ -28,7 +28,7 @@ import type { JsonLiteral } from "../util/json-scan.ts";
 import { routingNamespace } from "./cache-salt.ts";
 import { createChatStreamTranslator, translateGenerateHttp } from "../proxy/translate.ts";
 import { guardUpstreamBody, readGuardedText } from "../proxy/upstream-guard.ts";
-import { chatOutputPlan, modelParsers, type ChatOutputPlan } from "../proxy/chat-output.ts";
+import { chatOutputPlan, modelParsers, requiresReasoning, type ChatOutputPlan } from "../proxy/chat-output.ts";
 import { authorizeClient } from "./auth.ts";
 import { StageClock } from "./server-timing.ts";
 import { mediaItems, storeSigner, verifyMedia, type MediaDeps, type MediaPartRef, type VerifiedMedia } from "./media.ts";
@@ -391,7 +391,7 @@ export async function handleChatCompletions(request: Request, deps: ChatDeps): P
   const body = buildGenerateBody(req, {
     text: prompt.text,
     rid: requestId,
-    requireReasoning: output.reasoning?.force === true,
+    requireReasoning: requiresReasoning(req, parsers),
     toolCallParser: parsers.toolCallParser,
     media: {
       imageData: media.filter((m) => m.kind === "image").map((m) => m.forward!),

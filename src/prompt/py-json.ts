@@ -48,15 +48,21 @@ interface ReviverContext {
 }
 
 /**
- * JSON.parse that keeps each number's lexeme (as a PyNumber) via the reviver's source-text access
- * (V8 ≥ 11.4: Node 22, workerd). Without that support numbers fall back to the value policy.
+ * The reviver's source-text access (V8 ≥ 11.4: workerd, Node 22) is what keeps `1.0` as `1.0`.
+ * A runtime without it (Node 20) would render other prompts than SGLang with no sign of it, so
+ * loading this module there fails instead.
+ */
+const reviverSeesSource = JSON.parse("1.0", (_k: string, v: unknown, context?: ReviverContext) => (context?.source === "1.0" ? "yes" : v) as unknown) === "yes";
+if (!reviverSeesSource) throw new Error("kvedge needs JSON.parse source text access (workerd, or Node.js 22 or newer) to render prompts exactly");
+
+/**
+ * JSON.parse that keeps each number's lexeme (as a PyNumber) via the reviver's source-text access.
  * Throws SyntaxError on invalid JSON, like JSON.parse.
  */
 export function parseJsonKeepingNumbers(text: string): unknown {
   return JSON.parse(text, function revive(this: unknown, _key: string, value: unknown, context?: ReviverContext) {
     if (typeof value !== "number") return value;
-    const lexeme = context?.source;
-    return new PyNumber(value, lexeme === undefined ? pythonNumberTextFromValue(value) : pythonNumberTextFromLexeme(lexeme));
+    return new PyNumber(value, pythonNumberTextFromLexeme(context!.source!));
   } as (this: unknown, key: string, value: unknown) => unknown);
 }
 

@@ -49,6 +49,16 @@ export interface ChatOutputPlan {
 
 export const PLAIN_OUTPUT: ChatOutputPlan = { tools: null, reasoning: null, logprobs: false, continuousUsage: false };
 
+/**
+ * Whether the worker is told the output starts with reasoning (`require_reasoning`): SGLang sends
+ * `_get_reasoning_from_request(request)` (serving_chat.py `_convert_to_internal_request`), which
+ * depends on the parser and the template kwargs only, not on `separate_reasoning`. The worker then
+ * counts reasoning tokens, and its grammar backend may hold an output constraint until `</think>`.
+ */
+export function requiresReasoning(req: ChatCompletionRequest, parsers: ModelParsers): boolean {
+  return parsers.reasoningParser !== null && forceReasoning(parsers.reasoningParser, req.chat_template_kwargs);
+}
+
 /** The plan for one request (serving_chat.py: `tool_choice != "none" and tools and tool_call_parser`, etc.). */
 export function chatOutputPlan(req: ChatCompletionRequest, parsers: ModelParsers): ChatOutputPlan {
   const forced = req.tool_choice === "required" || typeof req.tool_choice === "object";

@@ -55,6 +55,9 @@ function withCause<E extends KvedgeError>(err: E, cause: string): E {
 const KNOWN_REJECTIONS: [RegExp, string][] = [
   [/context length|maximum context|context (is )?too long/i, "The prompt is longer than the model's context length."],
   [/Failed to load (image|video)|base64/i, "The worker could not decode a media item of the request."],
+  // SGLang aborts a request whose grammar its backend cannot compile: "Invalid grammar request: …"
+  // (scheduler / grammar manager, also "… with cache hit").
+  [/Invalid grammar request/i, "The worker could not compile the request's output constraint (response_format, a strict tool's parameters, or a forced tool call)."],
 ];
 
 /** An error for a status code and SGLang's message (kept only as `cause`). */

@@ -12,7 +12,7 @@ import fc from "fast-check";
 import { describe, expect, it, vi } from "vitest";
 import type { ToolDefinition } from "../../src/api/openai-schema.ts";
 import { parseChatRequest } from "../../src/api/validate.ts";
-import { ChoiceOutput, chatOutputPlan, finishChoiceText, modelParsers, type StreamDelta } from "../../src/proxy/chat-output.ts";
+import { ChoiceOutput, chatOutputPlan, finishChoiceText, modelParsers, requiresReasoning, type StreamDelta } from "../../src/proxy/chat-output.ts";
 import { createChatStreamCore } from "../../src/proxy/chat-stream.ts";
 import { buildGenerateBody } from "../../src/proxy/generate-request.ts";
 import { LogprobMetaSchema, toChoiceLogprobs } from "../../src/proxy/logprobs.ts";
@@ -332,6 +332,17 @@ describe("reasoning (golden: test_reasoning_parser.py, reasoning_parser.py)", ()
     expect(chatOutputPlan(req({}), { toolCallParser: null, reasoningParser: "qwen3-thinking" }).reasoning).toEqual({ force: true, stream: true });
     expect(chatOutputPlan(req({ chat_template_kwargs: { enable_thinking: false } }), { toolCallParser: null, reasoningParser: "qwen3" }).reasoning).toEqual({ force: false, stream: true });
     expect(chatOutputPlan(req({ separate_reasoning: false }), { toolCallParser: null, reasoningParser: "qwen3" }).reasoning).toBeNull();
+  });
+
+  it("require_reasoning follows the parser and enable_thinking, not separate_reasoning (serving_chat.py _get_reasoning_from_request)", () => {
+    const req = (extra: Record<string, unknown>) => parseChatRequest(JSON.stringify({ model: "q", messages: [{ role: "user", content: "hi" }], ...extra }));
+    const thinking = { toolCallParser: null, reasoningParser: "qwen3-thinking" as const };
+    const qwen3 = { toolCallParser: null, reasoningParser: "qwen3" as const };
+    expect(requiresReasoning(req({ separate_reasoning: false }), thinking)).toBe(true);
+    expect(requiresReasoning(req({ separate_reasoning: false }), qwen3)).toBe(true);
+    expect(requiresReasoning(req({ chat_template_kwargs: { enable_thinking: false } }), qwen3)).toBe(false);
+    expect(requiresReasoning(req({ chat_template_kwargs: { enable_thinking: false } }), thinking)).toBe(true);
+    expect(requiresReasoning(req({}), { toolCallParser: null, reasoningParser: null })).toBe(false);
   });
 });
 

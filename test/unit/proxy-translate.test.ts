@@ -125,6 +125,7 @@ describe("upstream error mapping", () => {
     [422, '{"detail":[{"loc":["body","text"],"msg":"field required","type":"missing"}]}', UpstreamRejectedError, 422, "The worker rejected the request (HTTP 422)."],
     [400, "Duplicate request ID detected", UpstreamRejectedError, 400, "The worker rejected the request (HTTP 400)."],
     [400, '{"error":{"message":"Failed to load image: connect ECONNREFUSED 10.0.3.7:6379"}}', UpstreamRejectedError, 400, "The worker could not decode a media item of the request."],
+    [400, "{\"error\":{\"message\":\"Invalid grammar request: req.grammar_key=('json', '{\\\"type\\\": \\\"object\\\", \\\"patternProperties\\\": {}}')\"}}", UpstreamRejectedError, 400, /could not compile the request's output constraint/],
     [500, "Internal Server Error", UpstreamError, 502, /HTTP 500/],
     [503, '{"object":"error","message":"overloaded","type":"503","param":null,"code":503}', UpstreamError, 502, /HTTP 503/],
     [429, "slow down", UpstreamError, 502, /HTTP 429/],
