@@ -14,7 +14,7 @@ import type { IndexToRelay } from "../src/relay-wire/relay-protocol.ts";
 import { parseRelayMessage } from "../src/relay-wire/relay-message.ts";
 import { MAX_RELAY_MESSAGE_BYTES } from "../src/relay-wire/relay-protocol.ts";
 import { initHashing } from "../src/util/hash.ts";
-import { parseRegionsVar, type RegionsConfig } from "../src/selection/regions.ts";
+import { parseRegionsVar } from "../src/selection/regions.ts";
 
 import { parseRoutingVar, shardCountOf } from "../src/config/config.ts";
 import type { WorkerContract } from "../src/layout/index.ts";

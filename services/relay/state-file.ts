@@ -7,7 +7,7 @@
  * resume from; a view too large for `maxBytes` is not written (the previous file stays).
  */
 import { createHash } from "node:crypto";
-import { closeSync, fsyncSync, openSync, readFileSync, renameSync, rmSync, statSync, writeSync } from "node:fs";
+import { closeSync, fsyncSync, openSync, readFileSync, renameSync, statSync, writeSync } from "node:fs";
 import { dirname } from "node:path";
 import { z } from "zod";
 import { DumpBlockSchema } from "../../src/relay-wire/relay-protocol.ts";

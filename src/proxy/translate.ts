@@ -3,7 +3,6 @@
  * `/v1/chat/completions` builds it (reference/sglang-generate-api.md §6). Streaming lives in
  * chat-stream.ts; both share the finish-reason and usage rules here and in usage.ts.
  */
-import type { KvedgeError } from "../api/errors.ts";
 import { GenerateResponseSchema } from "./sglang-wire.ts";
 import type { SglangFinishReason, SglangGenerateResult } from "./sglang-wire.ts";
 import { abortErrorOf, malformedUpstream, upstreamHttpError } from "./upstream-error.ts";

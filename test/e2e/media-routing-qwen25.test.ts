@@ -5,7 +5,7 @@
  */
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { startFleet, type Fleet } from "../../scripts/local-fleet.ts";
-import { chat, expectExactRepeats as expectExact, repeat3 as send3, image, makeImage, makeMediaDir, makeVideo, text, userWith, video, type ChatResult } from "./helpers/media.ts";
+import { expectExactRepeats as expectExact, repeat3 as send3, image, makeImage, makeMediaDir, makeVideo, text, userWith, video, type ChatResult } from "./helpers/media.ts";
 
 let fleet: Fleet;
 

@@ -6,7 +6,6 @@ import { RadixIndex, type ApplyResult } from "../../src/block-index/radix-index.
 
 type Path = string;
 const pathKey = (locals: readonly bigint[]): Path => locals.join(",");
-const lastLocal = (p: Path): bigint => BigInt(p.slice(p.lastIndexOf(",") + 1));
 const u64 = (s: string): bigint => BigInt.asUintN(64, BigInt(s));
 
 /** The obviously-correct model: engine hash → path, and the set of paths the worker holds. */
