@@ -3,7 +3,7 @@
  * - SQLite keeps the worker registry (survives eviction and restarts);
  * - relays connect over hibernatable WebSockets (authenticated by the edge before the upgrade
  *   reaches us; the verified worker id is the socket's tag);
- * - the edge calls route / settle / markDown over RPC.
+ * - the edge calls route / settle / quarantine over RPC.
  * The block index itself lives in memory and is rebuilt from relay dumps: on every construction
  * (first start, or waking after hibernation) all connected relays are asked to resync.
  */
@@ -31,6 +31,11 @@ interface Attachment {
   /** The relay key the connect was signed with, and the worker URL it is bound to (relay-auth.ts). */
   keyId?: string;
   url?: string;
+  /**
+   * Set when this socket's hello is accepted: its relay session (ms clock, strictly increasing).
+   * Only the worker's newest session is heard; older sockets are closed (relay-sessions below).
+   */
+  session?: number;
 }
 
 export interface RoutingIndexEnv {
@@ -79,6 +84,9 @@ export class RoutingIndex extends DurableObject<RoutingIndexEnv> {
   readonly #peerSends = new Map<number, Promise<void>>();
   /** When each worker's lastSeen was last written to SQLite (#seen). */
   readonly #lastSeenFlushed = new Map<string, number>();
+  /** Each worker's newest relay session (see #currentSessionOf), and the last session handed out. */
+  readonly #currentSession = new Map<string, number>();
+  #lastSession = 0;
 
   constructor(ctx: DurableObjectState, env: RoutingIndexEnv) {
     super(ctx, env);
@@ -219,6 +227,44 @@ export class RoutingIndex extends DurableObject<RoutingIndexEnv> {
     return true;
   }
 
+  /**
+   * The worker's newest relay session, remembered here and rebuilt from the sockets' attachments
+   * after a wake. A socket the index never saw close (half-open) or a frame delayed on an old
+   * connection must not count as the relay: only the newest session's frames are applied, and only
+   * its close means the relay is gone.
+   */
+  #currentSessionOf(workerId: string): number | undefined {
+    let s = this.#currentSession.get(workerId);
+    if (s !== undefined) return s;
+    for (const ws of this.ctx.getWebSockets(workerId)) {
+      const a = ws.deserializeAttachment() as Attachment;
+      if (a.session !== undefined && (s === undefined || a.session > s)) s = a.session;
+    }
+    if (s !== undefined) this.#currentSession.set(workerId, s);
+    return s;
+  }
+
+  /** A hello was accepted on `ws`: it is the worker's session now, and older sockets are closed. */
+  #startSession(ws: WebSocket, att: Attachment): void {
+    const session = Math.max(Date.now(), this.#lastSession + 1);
+    this.#lastSession = session;
+    ws.serializeAttachment({ ...att, session } satisfies Attachment);
+    this.#currentSession.set(att.workerId, session);
+    for (const other of this.ctx.getWebSockets(att.workerId)) {
+      if (other === ws) continue;
+      try {
+        other.close(4009, "superseded by a newer relay session");
+      } catch {
+        // Already closing.
+      }
+    }
+  }
+
+  /** Whether frames from this socket are the worker's relay (sockets from before sessions existed count while none has one). */
+  #isCurrent(att: Attachment): boolean {
+    return att.session === this.#currentSessionOf(att.workerId);
+  }
+
   override async webSocketMessage(ws: WebSocket, message: string | ArrayBuffer): Promise<void> {
     const att = ws.deserializeAttachment() as Attachment;
     const workerId = att.workerId;
@@ -233,7 +279,17 @@ export class RoutingIndex extends DurableObject<RoutingIndexEnv> {
     const parsed = parseRelayMessage(raw);
     if (!parsed.success) return this.#reject(ws, `invalid message: ${parsed.error.issues[0]?.message ?? "schema"}`);
     const msg = parsed.data;
-    if (msg.type !== "hello") this.#seen(workerId);
+    if (msg.type !== "hello") {
+      if (!this.#isCurrent(att)) {
+        // An older connection of a relay that has reconnected since: its frames are history.
+        this.core.counters.eventsDropped++;
+        this.core.counters.dropReasons["superseded_session"] = (this.core.counters.dropReasons["superseded_session"] ?? 0) + 1;
+        this.#send(ws, { type: "error", message: "superseded by a newer relay session" });
+        ws.close(4009, "superseded by a newer relay session");
+        return;
+      }
+      this.#seen(workerId);
+    }
     switch (msg.type) {
       case "hello": {
         // The worker URL is part of the relay key: a key cannot announce any other address.
@@ -245,10 +301,20 @@ export class RoutingIndex extends DurableObject<RoutingIndexEnv> {
         // Registered under the bound URL's one spelling (the edge appends /generate to it).
         const r = this.core.hello({ ...msg, url: att.url ?? msg.url }, workerId);
         if (!r.ok) {
+          // Refused (an older epoch, another block size) while no session of the registered life is
+          // open: that life is over, and its blocks must stop counting.
+          const registered = this.#currentSessionOf(workerId);
+          const liveSession = this.ctx.getWebSockets(workerId).some((s) => s !== ws && s.readyState === WebSocket.OPEN && registered !== undefined && (s.deserializeAttachment() as Attachment).session === registered);
+          const fenced = liveSession ? undefined : this.core.fenceRefusedLife(workerId, msg.epoch);
+          if (fenced) {
+            this.#persist(fenced);
+            console.warn(JSON.stringify({ event: "worker_down", workerId, reason: `refused hello of another life: ${r.reason}` }));
+          }
           this.#send(ws, { type: "error", message: r.reason });
           ws.close(4003, r.reason.slice(0, 120));
           return;
         }
+        this.#startSession(ws, att);
         this.#persist(r.record);
         this.#send(ws, {
           type: "welcome",
@@ -309,10 +375,13 @@ export class RoutingIndex extends DurableObject<RoutingIndexEnv> {
   }
 
   #relayDetached(ws: WebSocket): void {
-    const { workerId } = ws.deserializeAttachment() as Attachment;
-    // A reconnect may already have opened a newer socket for this worker; only the last one counts.
-    const others = this.ctx.getWebSockets(workerId).filter((s) => s !== ws && s.readyState === WebSocket.OPEN);
-    if (others.length === 0) this.core.relayGone(workerId);
+    const att = ws.deserializeAttachment() as Attachment;
+    // Only the newest session's close means the relay is gone; a superseded socket's does not. (The
+    // closing socket may no longer be listed, so it counts as newest when nothing newer is known.)
+    const current = this.#currentSessionOf(att.workerId);
+    if (current !== undefined && (att.session ?? -1) < current) return;
+    if (att.session !== undefined) this.#currentSession.set(att.workerId, att.session);
+    this.core.relayGone(att.workerId);
   }
 
   #send(ws: WebSocket, msg: IndexToRelay): void {
@@ -426,12 +495,10 @@ export class RoutingIndex extends DurableObject<RoutingIndexEnv> {
   }
 
   /** The edge could not connect to the worker: stop routing to it until its relay says otherwise. */
-  async markDown(workerId: string, reason: string): Promise<void> {
-    const rec = this.core.setStatus(workerId, "down");
-    if (rec) {
-      this.#persist(rec);
-      console.warn(JSON.stringify({ event: "worker_down", workerId, reason }));
-    }
+  /** An edge could not connect to the worker: routing avoids it for a while (RoutingCore.quarantine). */
+  async quarantine(workerId: string, reason: string): Promise<void> {
+    const rec = this.core.quarantine(workerId);
+    if (rec) console.warn(JSON.stringify({ event: "worker_quarantined", workerId, until: rec.quarantinedUntil, reason }));
   }
 
   async profile(): Promise<PoolProfile> {

@@ -4,6 +4,8 @@
  * while not streaming are not queued: the dump sent after the next welcome already contains them.
  * Reconnects with jittered exponential backoff; answers `resync` with a fresh dump. Each connect
  * mints a new single-use token (a captured one is worthless once used or after a minute).
+ * Liveness: a connection the index no longer answers (half-open TCP, blackholed path, an index that
+ * stopped reading) is terminated and reconnected like a dropped one (see `pongTimeoutMs`).
  * One session feeds one shard of the pool's index (services/relay/shard-fanout.ts, docs/scale.md §3).
  */
 import WebSocket from "ws";
@@ -49,8 +51,24 @@ export interface IndexSessionOptions {
   /** Blocks in the `dump` message itself; the rest follow as `stored` events (see docs/relay.md). */
   dumpChunkBlocks: number;
   pingIntervalMs: number;
+  /**
+   * Liveness deadline (default DEFAULT_PONG_TIMEOUT_MS): after a `ping` has left the relay's send
+   * buffer, a `pong` (or any other message from the index) must arrive within this time, else the
+   * socket is terminated and the session reconnects (hello, full dump). While the ping is still
+   * queued behind the relay's own data (a large dump on a slow path), the deadline is extended only
+   * as long as that data keeps draining: a send buffer that stops moving for this long counts as
+   * dead too.
+   */
+  pongTimeoutMs?: number;
   log: Logger;
 }
+
+/**
+ * Twice the welcome timeout: the index answers a ping in order, after whatever the relay sent
+ * before it (a queued dump), and it may be busy with other relays' dumps after its own restart. With
+ * the 30 s ping, a dead path is noticed within ≈ 50 s (70 s if the send buffer had to fill first).
+ */
+export const DEFAULT_PONG_TIMEOUT_MS = 20_000;
 
 /** What a `welcome` says about the index layout (both absent from an unsharded index). */
 export interface WelcomeInfo {
@@ -69,7 +87,19 @@ export interface IndexSessionStats {
   eventsSent: number;
   resyncRequests: number;
   bytesSent: number;
+  /** Connections terminated because the index stopped answering (no pong within the deadline). */
+  livenessTimeouts: number;
   lastError: string | null;
+}
+
+/** The pong awaited for one ping (at most one at a time; any message from the index ends it). */
+interface PongWait {
+  ws: WebSocket;
+  timer: NodeJS.Timeout;
+  /** When the ping left the send buffer (its write callback); null while still queued. */
+  pingOutAt: number | null;
+  /** Messages written out on the socket at the last check: progress while the ping is queued. */
+  written: number;
 }
 
 /** The relay endpoint of one shard; shard 0 carries no `shard` parameter (today's URL). */
@@ -104,6 +134,9 @@ export class IndexSession {
   private welcomeTimer: NodeJS.Timeout | null = null;
   private flushTimer: NodeJS.Timeout | null = null;
   private pingTimer: NodeJS.Timeout | null = null;
+  private pongWait: PongWait | null = null;
+  /** Messages of the current socket written out (handed to the OS): whether its buffer drains. */
+  private written = 0;
   private pending: RelayEvent[] = [];
   private pendingBlocks = 0;
   private pendingEpoch = 0;
@@ -118,6 +151,7 @@ export class IndexSession {
     eventsSent: 0,
     resyncRequests: 0,
     bytesSent: 0,
+    livenessTimeouts: 0,
     lastError: null as string | null,
   };
 
@@ -239,6 +273,7 @@ export class IndexSession {
       handshakeTimeout: this.opts.welcomeTimeoutMs,
     });
     this.ws = ws;
+    this.written = 0;
     ws.on("open", () => {
       if (ws !== this.ws) return;
       this.state = "awaiting_welcome";
@@ -249,7 +284,9 @@ export class IndexSession {
       }, this.opts.welcomeTimeoutMs);
     });
     ws.on("message", (data, isBinary) => {
-      if (ws !== this.ws || isBinary) return;
+      if (ws !== this.ws) return; // a superseded socket proves nothing about the current one
+      this.heardFromIndex();
+      if (isBinary) return;
       this.onMessage(data.toString());
     });
     ws.on("error", (err) => {
@@ -307,7 +344,7 @@ export class IndexSession {
         if ((this.state as SessionState) !== "awaiting_welcome") return; // closed or restarted by the hook
         this.state = "streaming";
         this.sendDump();
-        this.pingTimer = setInterval(() => this.send({ type: "ping", t: Date.now() }), this.opts.pingIntervalMs);
+        this.pingTimer = setInterval(() => this.ping(), this.opts.pingIntervalMs);
         this.pingTimer.unref();
         return;
       }
@@ -345,12 +382,72 @@ export class IndexSession {
     if (down !== null) this.send({ type: "status", epoch: snap.epoch, status: "down", reason: down });
   }
 
-  private send(msg: RelayMessage): void {
+  private send(msg: RelayMessage, written?: () => void): void {
     const ws = this.ws;
     if (!ws || ws.readyState !== WebSocket.OPEN) return;
     const text = JSON.stringify(msg);
     this.counters.bytesSent += text.length;
-    ws.send(text);
+    // Called once the frame is handed to the OS (not while it waits in ws's or the socket's buffer).
+    ws.send(text, (err) => {
+      if (err || ws !== this.ws) return;
+      this.written++;
+      written?.();
+    });
+  }
+
+  /** Sends a ping and, unless one is already awaited, starts waiting for its pong. */
+  private ping(): void {
+    const ws = this.ws;
+    if (!ws || ws.readyState !== WebSocket.OPEN || this.state !== "streaming") return;
+    if (this.pongWait !== null) {
+      this.send({ type: "ping", t: Date.now() });
+      return;
+    }
+    const wait: PongWait = { ws, timer: setTimeout(() => this.checkLiveness(wait), this.pongTimeoutMs()), pingOutAt: null, written: this.written };
+    wait.timer.unref();
+    this.pongWait = wait;
+    this.send({ type: "ping", t: Date.now() }, () => (wait.pingOutAt = Date.now()));
+  }
+
+  /** Any message from the index on the current socket: it is alive and read what came before. */
+  private heardFromIndex(): void {
+    if (this.pongWait) clearTimeout(this.pongWait.timer);
+    this.pongWait = null;
+  }
+
+  private checkLiveness(wait: PongWait): void {
+    if (wait !== this.pongWait || wait.ws !== this.ws || this.state !== "streaming") return;
+    const timeoutMs = this.pongTimeoutMs();
+    const rearm = (ms: number): void => {
+      wait.timer = setTimeout(() => this.checkLiveness(wait), ms);
+      wait.timer.unref();
+    };
+    if (wait.pingOutAt !== null) {
+      // The ping left late (behind a dump): it still gets the whole deadline from then.
+      const left = wait.pingOutAt + timeoutMs - Date.now();
+      if (left > 0) {
+        rearm(left);
+        return;
+      }
+    } else if (this.written > wait.written) {
+      // Still queued behind our own data, which is moving: a slow path, not a dead one.
+      wait.written = this.written;
+      rearm(timeoutMs);
+      return;
+    }
+    this.pongWait = null;
+    this.counters.livenessTimeouts++;
+    const pingQueued = wait.pingOutAt === null;
+    this.counters.lastError = pingQueued
+      ? `index liveness: send buffer stalled for ${timeoutMs} ms`
+      : `index liveness: no pong within ${timeoutMs} ms`;
+    this.opts.log.warn("index_liveness_timeout", { timeoutMs, pingQueued, bufferedBytes: wait.ws.bufferedAmount });
+    // Not close(): a closing handshake cannot complete on a dead path. "close" follows and reconnects.
+    wait.ws.terminate();
+  }
+
+  private pongTimeoutMs(): number {
+    return this.opts.pongTimeoutMs ?? DEFAULT_PONG_TIMEOUT_MS;
   }
 
   private discardPending(): void {
@@ -364,5 +461,7 @@ export class IndexSession {
     for (const t of [this.reconnectTimer, this.welcomeTimer, this.flushTimer]) if (t) clearTimeout(t);
     if (this.pingTimer) clearInterval(this.pingTimer);
     this.reconnectTimer = this.welcomeTimer = this.flushTimer = this.pingTimer = null;
+    if (this.pongWait) clearTimeout(this.pongWait.timer);
+    this.pongWait = null;
   }
 }

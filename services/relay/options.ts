@@ -62,6 +62,8 @@ export const RelayOptionsSchema = z.object({
   welcomeTimeoutMs: z.number().int().min(10).default(10_000),
   dumpChunkBlocks: z.number().int().min(1).max(200_000).default(50_000),
   pingIntervalMs: z.number().int().min(100).default(30_000),
+  /** No pong this long after a ping: the index path is dead, reconnect (index-session.ts DEFAULT_PONG_TIMEOUT_MS). */
+  pongTimeoutMs: z.number().int().min(100).default(20_000),
   /**
    * Where the relay keeps its view of the worker (state-file.ts): resumed at start, so a restart
    * replays only the batches it missed. Unset: start from the worker's replay buffer alone.

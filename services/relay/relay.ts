@@ -205,6 +205,7 @@ class RelayImpl implements Relay {
           welcomeTimeoutMs: opts.welcomeTimeoutMs,
           dumpChunkBlocks: opts.dumpChunkBlocks,
           pingIntervalMs: opts.pingIntervalMs,
+          pongTimeoutMs: opts.pongTimeoutMs,
           log: shard === 0 ? log : withFields(log, { shard }),
         }),
       blocks: () => this.set.dumpBlocks(),

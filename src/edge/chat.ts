@@ -47,7 +47,8 @@ export interface IndexClient {
   route(req: RouteRequest): Promise<RouteDecision | null>;
   profile(): Promise<PoolCohort>;
   settle(req: SettleRequest): Promise<void>;
-  markDown(workerId: string, reason: string): Promise<void>;
+  /** The edge could not connect to the worker: route elsewhere for a while (RoutingCore.quarantine). */
+  quarantine(workerId: string, reason: string): Promise<void>;
   /** The worker produced its first output: the request's prefill no longer queues others. */
   markPrefillDone(receiptId: string): Promise<void>;
 }
@@ -247,10 +248,11 @@ function routingHeaders(d: RouteDecision, plan: RoutingPlan, requestId: string, 
 
 /** A failure where the worker never produced output: safe to send the request elsewhere. */
 class RetryableUpstream extends Error {
-  readonly markDown: boolean;
-  constructor(message: string, markDown: boolean) {
+  /** No connection to the worker: keep other requests away from it for a while too. */
+  readonly unreachable: boolean;
+  constructor(message: string, unreachable: boolean) {
     super(message);
-    this.markDown = markDown;
+    this.unreachable = unreachable;
   }
 }
 
@@ -438,10 +440,11 @@ export async function handleChatCompletions(request: Request, deps: ChatDeps): P
     } catch (err) {
       if (err instanceof RetryableUpstream) {
         settle({ promptTokens: null, cachedTokens: null, outcome: "error", retrying: attempt < config.routing.maxAttempts });
-        // Every shard routes to this worker: tell them all (its relay's status follows anyway).
-        if (err.markDown)
+        // Every shard routes to this worker: tell them all. A quarantine, not "down": a lost pooled
+        // connection or a blip says little, and a dead worker is reported down by its relay.
+        if (err.unreachable)
           for (let k = 0; k < config.shards; k++)
-            deps.waitUntil(deps.index(model.id, k).markDown(decision.workerId, err.message).catch(() => undefined));
+            deps.waitUntil(deps.index(model.id, k).quarantine(decision.workerId, err.message).catch(() => undefined));
         exclude.push(decision.workerId);
         // The client learns that a worker failed, never which one or how (ids, addresses, texts).
         console.warn(JSON.stringify({ event: "worker_failed", worker: decision.workerId, requestId, error: err.message.slice(0, 300) }));
@@ -496,7 +499,7 @@ async function proxyOnce(
     });
   } catch (err) {
     if (abort.signal.aborted) throw new UpstreamTimeoutError();
-    // Connection refused/reset before any byte: the worker is gone, nothing was processed.
+    // Connection refused/reset before any byte: nothing was processed (the worker may be gone).
     throw new RetryableUpstream(err instanceof Error ? err.message : String(err), true);
   } finally {
     clearTimeout(timer);

@@ -3,11 +3,14 @@
  * (its relay mirrors every event); it becomes approximate when
  *  - "relay": its relay lost history (the worker's replay buffer no longer reached back) and kept a
  *    view that may hold blocks the worker evicted meanwhile (the relay's dump says `approximate`);
- *  - "budget": this index object was full and refused some of its blocks (block-budget.ts).
+ *  - "budget": this index object was full and refused some of its blocks (block-budget.ts);
+ *  - "silent": nothing has come from its relay for longer than a few of the relay's pings, so the
+ *    path may be dead without a close (half-open socket) and events lost: cleared by the next
+ *    message from the relay (a dead path ends in the relay's own liveness timeout and a new dump).
  * An approximate worker is not reported synced, and is routed like a worker without events as well
  * (routed blocks assumed cached for the approximate-mode TTL), on top of whatever the index holds.
  */
-export type ApproximateSource = "relay" | "budget";
+export type ApproximateSource = "relay" | "budget" | "silent";
 
 export class ApproximateWorkers {
   readonly #reasons = new Map<string, Map<ApproximateSource, string>>();

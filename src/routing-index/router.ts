@@ -235,9 +235,9 @@ export class Router {
     const { registry, views, load } = this.#p;
     const blockSize = registry.blockSize ?? 16;
     const exclude = new Set(req.exclude ?? []);
-    const live = registry.all().filter((w) => w.status === "up" && !exclude.has(w.workerId));
-    if (live.length === 0) return null;
     const now = this.#now();
+    const live = registry.all().filter((w) => w.status === "up" && !((w.quarantinedUntil ?? 0) > now) && !exclude.has(w.workerId));
+    if (live.length === 0) return null;
     const overlaps = views.overlaps(live, req.localHashes, now);
     const chain = views.pending.keysOf(req.localHashes);
     const shared = load.sharedPrefixes(chain);

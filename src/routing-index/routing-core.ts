@@ -62,7 +62,16 @@ export interface RoutingCoreOptions {
   blockBudget?: number;
   /** Bytes the block index may take (block-budget.ts DEFAULT_INDEX_BYTES); Infinity: entries only. */
   indexBudgetBytes?: number;
+  /** A synced worker whose relay is silent this long is approximate (default DEFAULT_RELAY_SILENT_MS). */
+  relaySilentMs?: number;
+  /** How long an edge's failed connect keeps routing away from a worker (default DEFAULT_QUARANTINE_MS). */
+  quarantineMs?: number;
 }
+
+/** Three of the relay's 30 s pings (services/relay/options.ts pingIntervalMs) missed. */
+export const DEFAULT_RELAY_SILENT_MS = 90_000;
+/** Long enough for the relay's health check (every 0.5 s) to report a dead worker down first. */
+export const DEFAULT_QUARANTINE_MS = 15_000;
 
 export class RoutingCore {
   readonly index: BlockIndex;
@@ -85,9 +94,13 @@ export class RoutingCore {
   readonly #prefillWatch = new PrefillWatch();
   readonly #router: Router;
   readonly #now: () => number;
+  readonly #relaySilentMs: number;
+  readonly #quarantineMs: number;
 
   constructor(opts: RoutingCoreOptions) {
     this.#now = opts.now ?? Date.now;
+    this.#relaySilentMs = opts.relaySilentMs ?? DEFAULT_RELAY_SILENT_MS;
+    this.#quarantineMs = opts.quarantineMs ?? DEFAULT_QUARANTINE_MS;
     this.#registry = new WorkerRegistry(opts.blockSize, this.#now);
     this.#views = new BlockViews(this.#registry, this.counters, opts);
     this.index = this.#views.index;
@@ -125,6 +138,7 @@ export class RoutingCore {
   }
 
   workers(): WorkerRow[] {
+    this.#markSilentRelays();
     return workerRows(this.#registry, this.#views, this.load);
   }
 
@@ -132,9 +146,24 @@ export class RoutingCore {
     return this.#registry.record(workerId);
   }
 
-  /** Any message from the worker's relay: the time operators see as lastSeen (in memory). */
+  /** Any message from the worker's relay: the time operators see as lastSeen (in memory); a silent relay is heard again. */
   touch(workerId: string): number | null {
-    return this.#registry.touch(workerId);
+    const at = this.#registry.touch(workerId);
+    if (at !== null) this.approximate.clear(workerId, "silent");
+    return at;
+  }
+
+  /**
+   * Workers whose relay has said nothing (events, dumps, pings) for longer than `relaySilentMs`:
+   * their view is marked approximate until the relay is heard again. Checked lazily, before each
+   * read of the views (the index object has no timer of its own).
+   */
+  #markSilentRelays(): void {
+    const now = this.#now();
+    for (const w of this.#registry.all()) {
+      if (!w.kvEvents || now - w.lastSeen <= this.#relaySilentMs || !this.#views.isSynced(w.workerId) || this.approximate.has(w.workerId)) continue;
+      this.approximate.mark(w.workerId, "silent", `nothing from its relay for ${Math.round((now - w.lastSeen) / 1000)} s: the path may be dead and events lost`);
+    }
   }
 
   isSynced(workerId: string): boolean {
@@ -148,9 +177,34 @@ export class RoutingCore {
     if (r.added) this.#views.addSlot(r.worker.slot);
     // Every hello starts a new relay session: the relay follows with a dump, which is the truth.
     // A newer epoch also fences out whatever the old process had cached.
-    if (r.newLife) this.#views.resetWorker(r.worker.slot, msg.workerId);
-    else this.#views.unsync(msg.workerId);
+    if (r.newLife) {
+      this.#views.resetWorker(r.worker.slot, msg.workerId);
+      delete r.worker.quarantinedUntil; // a new process: the edges' failed connects were to the old one
+    } else this.#views.unsync(msg.workerId);
     return { ok: true, record: r.record };
+  }
+
+  /**
+   * An edge could not connect to the worker (nothing was processed): route elsewhere for
+   * `quarantineMs`. Its view and status stay: a dead worker is reported down by its relay's health
+   * check, and a live one (a lost pooled connection, a network blip) comes back by itself.
+   */
+  quarantine(workerId: string): WorkerRecord | undefined {
+    const w = this.#registry.quarantine(workerId, this.#now() + this.#quarantineMs);
+    if (!w) return undefined;
+    const { slot: _s, ...rec } = w;
+    return rec;
+  }
+
+  /**
+   * A relay authenticated as this worker announced another life that the pool refuses (an older
+   * epoch or another block size) while no relay session of the registered life is open: that life
+   * is over, so its blocks stop counting and the worker is down until a hello the pool accepts.
+   */
+  fenceRefusedLife(workerId: string, epoch: number): WorkerRecord | undefined {
+    const w = this.#registry.get(workerId);
+    if (!w || w.epoch === epoch) return undefined;
+    return this.setStatus(workerId, "down");
   }
 
   setStatus(workerId: string, status: WorkerStatus): WorkerRecord | undefined {
@@ -213,11 +267,13 @@ export class RoutingCore {
   // ---- routing (router.ts) ----
 
   route(req: RouteRequest): RouteDecision | null {
+    this.#markSilentRelays();
     return this.#router.route(req);
   }
 
   /** route() without side effects: same candidates and costs, no load, receipt or counters. */
   peek(req: Pick<RouteRequest, "localHashes" | "isl" | "exclude" | "edgeRegion" | "edgeColo">): RoutePreview {
+    this.#markSilentRelays();
     return this.#router.peek(req);
   }
 
@@ -259,6 +315,7 @@ export class RoutingCore {
 
   /** Everything operators see about this pool (metrics scrape, dashboard), as plain JSON. */
   metricsSnapshot(): PoolMetricsSnapshot {
+    this.#markSilentRelays();
     const parts = { registry: this.#registry, views: this.#views, load: this.load, receipts: this.receipts, metrics: this.metrics, counters: this.counters };
     return poolMetricsSnapshot(parts, this.#now());
   }

@@ -23,6 +23,11 @@ export interface WorkerRecord {
   /** Region and prefill rate from the hello (region-aware selection); absent = unknown. */
   region?: string | null;
   prefillTokensPerSec?: number | null;
+  /**
+   * An edge could not connect to the worker: no routing to it before this time (ms), while its
+   * relay's view and status stay as they are (in memory only: a restarted index forgets it).
+   */
+  quarantinedUntil?: number;
 }
 
 /** A registered worker: its record and the slot it holds in the indexes and the load tracker. */
@@ -134,6 +139,14 @@ export class WorkerRegistry {
     if (!w) return undefined;
     w.status = status;
     w.lastSeen = this.#now();
+    return w;
+  }
+
+  /** Keeps routing away from the worker until `until` (ms); the worker, or undefined when unknown. */
+  quarantine(workerId: string, until: number): SlottedWorker | undefined {
+    const w = this.#workers.get(workerId);
+    if (!w) return undefined;
+    w.quarantinedUntil = Math.max(w.quarantinedUntil ?? 0, until);
     return w;
   }
 

@@ -77,7 +77,7 @@ function setup(url: string, vars: Record<string, string> = {}) {
     route: async (r) => core.route(r),
     profile: async () => ({ cohort: { ok: false, reason: "test", detail: "" } }),
     settle: async (s) => void core.settle(s),
-    markDown: async () => undefined,
+    quarantine: async () => undefined,
     markPrefillDone: async (id) => core.markPrefillDone(id),
   };
   const config = parseEdgeConfig({

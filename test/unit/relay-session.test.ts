@@ -2,17 +2,20 @@
  * The whole relay (startRelay) against real sockets: a fake worker (HTTP + ZMQ PUB + replay
  * ROUTER) and a fake index (ws server verifying the relay token). Checks the session protocol
  * (hello → welcome → dump → events), reconnects, resync, fail-safe on lost history, worker
- * down/up (new epoch) and startup refusals.
+ * down/up (new epoch) and startup refusals; and the session's liveness deadline (IndexSession alone
+ * against a bare ws server that stops answering or reading without closing).
  */
 import { afterEach, beforeAll, describe, expect, it } from "vitest";
 import { localBlockHash } from "../../src/blocks/block-hash.ts";
 import { localHashToHex, RelayMessageSchema, type RelayMessage } from "../../src/relay-wire/relay-protocol.ts";
-import { backoffDelay, relayUrl } from "../../services/relay/index-session.ts";
+import { backoffDelay, IndexSession, relayUrl } from "../../services/relay/index-session.ts";
 import { silentLogger } from "../../services/relay/log.ts";
 import type { RelayOptionsInput } from "../../services/relay/options.ts";
 import { startRelay, type Relay } from "../../services/relay/relay.ts";
 import { RelayStartupError } from "../../services/relay/worker-info.ts";
 import { initHashing } from "../../src/util/hash.ts";
+import { WebSocketServer, type WebSocket } from "ws";
+import type { AddressInfo, Socket } from "node:net";
 import { checkTestToken, FakeIndex, FakeWorker, indexView, storeEvents, testCredential, testRelayOptions, waitFor, type IndexConn } from "./relay-fakes.ts";
 
 const SECRET = "test-secret";
@@ -228,6 +231,128 @@ describe("relay session", () => {
     await waitFor(() => indexView(second).size === 1, "new life's blocks");
     expect([...indexView(second).keys()]).toEqual([n.hashes[0]!.toString()]);
     expect(relay.stats()).toMatchObject({ worker: "up", epoch: 1_700_000_060_500, workerDowns: 1, newLives: 1 });
+  });
+});
+
+/**
+ * An index that welcomes and records, and answers pings only while `answerPings` is set; it never
+ * closes a connection itself (a dead path: nothing arrives, nothing is closed). `stopReading`
+ * also stops reading the socket (an index that no longer consumes what the relay sends).
+ */
+class SilentIndex {
+  answerPings = true;
+  readonly conns: { ws: WebSocket; messages: RelayMessage[]; closed: boolean }[] = [];
+  private readonly wss = new WebSocketServer({ host: "127.0.0.1", port: 0 });
+
+  constructor() {
+    this.wss.on("connection", (ws) => {
+      const conn = { ws, messages: [] as RelayMessage[], closed: false };
+      this.conns.push(conn);
+      ws.on("close", () => (conn.closed = true));
+      ws.on("message", (data) => {
+        const msg = JSON.parse(data.toString()) as RelayMessage;
+        conn.messages.push(msg);
+        if (msg.type === "hello") ws.send(JSON.stringify({ type: "welcome", workerId: msg.workerId, epoch: msg.epoch, poolBlockSize: B }));
+        if (msg.type === "ping" && this.answerPings) ws.send(JSON.stringify({ type: "pong", t: msg.t }));
+      });
+    });
+  }
+
+  ready(): Promise<void> {
+    return new Promise((r) => (this.wss.address() ? r() : this.wss.once("listening", () => r())));
+  }
+
+  get url(): string {
+    return `ws://127.0.0.1:${(this.wss.address() as AddressInfo).port}`;
+  }
+
+  stopReading(i: number): void {
+    (this.conns[i]!.ws as unknown as { _socket: Socket })._socket.pause();
+  }
+
+  async close(): Promise<void> {
+    for (const c of this.conns) c.ws.terminate();
+    await new Promise((r) => this.wss.close(r));
+  }
+}
+
+describe("index liveness (no pong within the deadline)", () => {
+  const PING_MS = 100;
+  const PONG_TIMEOUT_MS = 300;
+
+  async function session(): Promise<{ index: SilentIndex; session: IndexSession; epochs: number[] }> {
+    const index = new SilentIndex();
+    await index.ready();
+    open.push(index);
+    let epoch = 1;
+    const epochs: number[] = [];
+    const s = new IndexSession({
+      url: relayUrl(index.url, "w1", "m"),
+      token: testCredential(SECRET),
+      hello: () => ({ type: "hello", workerId: "w1", url: "http://127.0.0.1:1", blockSize: B, epoch, modelName: "m", contract: null, kvEvents: true }),
+      snapshot: () => {
+        epochs.push(epoch);
+        return { epoch, seq: 0, blocks: [{ h: "1", p: null, l: "00000000000000aa" }] };
+      },
+      downReason: () => null,
+      flushIntervalMs: 1,
+      flushBlocks: 1000,
+      backoffBaseMs: 20,
+      backoffCapMs: 200,
+      welcomeTimeoutMs: 2000,
+      dumpChunkBlocks: 1000,
+      pingIntervalMs: PING_MS,
+      pongTimeoutMs: PONG_TIMEOUT_MS,
+      log: silentLogger,
+    });
+    open.push(s);
+    s.start();
+    epoch = 2; // a later hello is a new one
+    return { index, session: s, epochs };
+  }
+  const kinds = (c: { messages: RelayMessage[] }): string[] => c.messages.map((m) => m.type);
+
+  it("terminates a connection the index stopped answering (never closed) and reconnects with hello + a fresh dump", async () => {
+    const { index, session: s } = await session();
+    await waitFor(() => index.conns.length === 1 && kinds(index.conns[0]!).includes("dump"), "first dump");
+    index.answerPings = false; // the path goes dead: nothing comes back, nothing is closed
+    s.pushEvents(1, 1, [{ t: "stored", parent: "1", blocks: [{ h: "2", l: "00000000000000bb" }] }]);
+    await waitFor(() => index.conns.length === 2 && kinds(index.conns[1]!).includes("dump"), "second session's dump", 5000);
+    const [first, second] = index.conns as [(typeof index.conns)[0], (typeof index.conns)[0]];
+    expect(kinds(first)).toContain("ping"); // it did ping, and heard nothing back
+    await waitFor(() => first.closed, "the dead connection is gone");
+    expect(kinds(second).slice(0, 2)).toEqual(["hello", "dump"]);
+    expect(second.messages[0]).toMatchObject({ type: "hello", epoch: 2 });
+    expect(s.stats()).toMatchObject({ connects: 2, welcomes: 2, dumpsSent: 2, livenessTimeouts: 1 });
+    expect(s.stats().lastError).toMatch(/no pong within 300 ms/);
+
+    // The new connection is answered: it stays.
+    index.answerPings = true;
+    const pings = (): number => kinds(second).filter((t) => t === "ping").length;
+    await waitFor(() => pings() >= 4, "pings answered on the new connection");
+    expect(index.conns).toHaveLength(2);
+    expect(s.stats()).toMatchObject({ state: "streaming", livenessTimeouts: 1 });
+  });
+
+  it("keeps a connection whose pings are answered", async () => {
+    const { index, session: s } = await session();
+    await waitFor(() => index.conns.length === 1 && kinds(index.conns[0]!).filter((t) => t === "ping").length >= 8, "8 pings answered");
+    // 8 pings span ≥ 2.5 deadlines: an unanswered connection would have been dropped by now.
+    expect(index.conns).toHaveLength(1);
+    expect(index.conns[0]!.closed).toBe(false);
+    expect(s.stats()).toMatchObject({ state: "streaming", connects: 1, livenessTimeouts: 0 });
+  });
+
+  it("treats an index that stopped reading (send buffer stalled, ping stuck behind it) as dead", async () => {
+    const { index, session: s } = await session();
+    await waitFor(() => index.conns.length === 1 && kinds(index.conns[0]!).includes("dump"), "first dump");
+    index.stopReading(0);
+    // Far more than the socket buffers hold: the relay's own send buffer fills and stops draining.
+    const stored = Array.from({ length: 1000 }, (_, i) => ({ t: "stored" as const, parent: null, blocks: [{ h: String(1000 + i), l: "00000000000000cc" }] }));
+    for (let i = 0; i < 600; i++) s.pushEvents(1, i + 1, stored);
+    await waitFor(() => index.conns.length === 2 && kinds(index.conns[1]!).includes("dump"), "second session's dump", 5000);
+    expect(s.stats().livenessTimeouts).toBe(1);
+    expect(s.stats().lastError).toMatch(/send buffer stalled/);
   });
 });
 

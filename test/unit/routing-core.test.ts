@@ -55,6 +55,59 @@ describe("RoutingCore", () => {
     expect(storeChain(core, "a", tokens, 1)).toMatchObject({ ok: false, reason: "stale_epoch" });
   });
 
+  it("a synced worker whose relay has been silent too long is approximate until the relay is heard again", () => {
+    let now = 1_000_000;
+    const core = new RoutingCore({ blockSize: 4, now: () => now, relaySilentMs: 90_000 });
+    hello(core, "a");
+    storeChain(core, "a", tokens);
+    expect(core.workers()[0]).toMatchObject({ synced: true, approximate: false });
+    now += 90_000;
+    expect(core.workers()[0]).toMatchObject({ synced: true, approximate: false });
+    now += 1;
+    // No message for more than three pings: the path may be dead (half-open) and events lost.
+    expect(core.workers()[0]).toMatchObject({ synced: false, approximate: true });
+    expect(core.workers()[0]!.approximateReasons.join()).toMatch(/nothing from its relay for 90 s/);
+    core.touch("a"); // a ping arrives
+    expect(core.workers()[0]).toMatchObject({ synced: true, approximate: false });
+    // route() checks too, without any read of the worker list first.
+    now += 200_000;
+    core.route({ localHashes: localBlockHashes(tokens, 4), isl: 40 });
+    expect(core.approximate.has("a")).toBe(true);
+  });
+
+  it("an edge's failed connect quarantines the worker: routed around until it expires, its view and status kept", () => {
+    let now = 1_000_000;
+    const core = new RoutingCore({ blockSize: 4, now: () => now, random: () => 0.5, quarantineMs: 15_000 });
+    hello(core, "a");
+    hello(core, "b");
+    storeChain(core, "a", tokens);
+    const ask = () => core.route({ localHashes: localBlockHashes(tokens, 4), isl: 40 })!;
+    const first = ask();
+    expect(first.workerId).toBe("a");
+    core.settle({ receiptId: first.receiptId, promptTokens: 40, cachedTokens: 40, outcome: "ok" });
+    expect(core.quarantine("a")).toMatchObject({ status: "up", quarantinedUntil: 1_015_000 });
+    const during = ask();
+    expect(during.workerId).toBe("b");
+    core.settle({ receiptId: during.receiptId, promptTokens: 40, cachedTokens: 0, outcome: "ok" });
+    expect(core.workers().find((w) => w.workerId === "a")).toMatchObject({ status: "up", synced: true, blocks: 10 });
+    now += 15_001;
+    expect(ask()).toMatchObject({ workerId: "a", overlapBlocks: 10 });
+    // A new life of the worker ends a quarantine at once.
+    core.quarantine("a");
+    hello(core, "a", 2);
+    expect(core.worker("a")!.quarantinedUntil).toBeUndefined();
+  });
+
+  it("fenceRefusedLife: another life refused by the pool ends the registered one (down, no blocks)", () => {
+    const core = new RoutingCore({ blockSize: 4 });
+    hello(core, "a", 5);
+    storeChain(core, "a", tokens, 5);
+    expect(hello(core, "a", 4).ok).toBe(false);
+    expect(core.fenceRefusedLife("a", 5)).toBeUndefined(); // the same life: nothing to fence
+    expect(core.fenceRefusedLife("a", 4)).toMatchObject({ status: "down" });
+    expect(core.workers()[0]).toMatchObject({ status: "down", blocks: 0, synced: false });
+  });
+
   it("load spreads cold requests across workers", () => {
     const core = new RoutingCore({ blockSize: 4, random: () => 0.99 });
     hello(core, "a");
