@@ -12,6 +12,21 @@ export const LimitsSchema = z.strictObject({
   maxBodyBytes: positiveInt.default(20 * 1024 * 1024),
   /** Nesting depth of the JSON body (arrays + objects); checked before JSON.parse. */
   maxJsonDepth: positiveInt.default(64),
+  /**
+   * JSON values in the body (every object, array, string, number, boolean and null, at any depth,
+   * object members counted once each), counted before JSON.parse from the `{`, `[` and `,` outside
+   * strings. It bounds what JSON.parse, the walks after it and the isolate's heap (128 MB on
+   * Workers) can be made to do by a body that stays under the byte cap: 4 million `{}` are 12 MB.
+   * 200 000 is about twice the largest legitimate request the other limits let through: 1 024
+   * messages with tool calls are ~10 000 values, 64 media parts ~300, and 128 tools whose schemas
+   * fill a whole 262 144-token context (~1 M characters of schema, ≥ 10 characters per value) about
+   * 100 000 (a dense enum schema, ~4 characters per value, twice that); logit_bias, stop and
+   * stop_token_ids add a few thousand at most. At the limit, the cheapest-to-send shapes (`{}`,
+   * numbers, short strings) validate in 15–80 ms with JSON.parse and ~200 ms with the edge's
+   * source-keeping parse (parseRecordingLiterals), each within a 64 MiB V8 heap (measured warm on
+   * the 2-core dev box); refusing 4 million `{}` costs < 50 ms.
+   */
+  maxJsonValues: positiveInt.default(200_000),
   /** Number of entries in `messages`. */
   maxMessages: positiveInt.default(1024),
   /** Number of parts in one message's `content` array. */
@@ -29,11 +44,14 @@ export const LimitsSchema = z.strictObject({
   maxPromptChars: positiveInt.default(2_500_000),
   /** Media parts (image, video, audio) over all messages. */
   maxMediaItems: positiveInt.default(64),
-  /** Length of an http(s) media URL (data: URLs are bounded by maxBodyBytes only). */
+  /**
+   * Length of an http(s) media URL (data: URLs are bounded by maxBodyBytes only; before parsing,
+   * at most maxMediaItems `"url": "data:…"` strings are left out of the maxTotalChars pre-count).
+   */
   maxUrlChars: positiveInt.default(8192),
   /** Upper bound for `n`. */
   maxN: positiveInt.default(8),
-  /** Upper bound for `max_tokens` / `max_completion_tokens`. */
+  /** Upper bound for `max_tokens` / `max_completion_tokens`, and for `min_tokens`. */
   maxMaxTokens: positiveInt.default(262_144),
   /** Number of `stop` strings. */
   maxStopSequences: positiveInt.default(16),

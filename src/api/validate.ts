@@ -94,43 +94,89 @@ export function utf8ByteLength(s: string): number {
 const MAX_ESCAPE_FACTOR = 6;
 const SYNTAX_SLACK_CHARS = 65_536;
 
+function isJsonSpace(c: number): boolean {
+  return c === 0x20 || c === 0x0a || c === 0x0d || c === 0x09;
+}
+
 /**
- * Characters of the JSON text outside `"data:…"` strings (inline media, bounded by the body cap
- * only), found with native indexOf jumps: a body of megabytes of tool schema is refused from this
- * before it is parsed or even scanned character by character. An escaped `\"data:` inside a string
- * can only make the count smaller (the full limits after parsing still apply).
+ * Whether the `"` at `open` opens the value of a `"url"` member: `"url"`, optional whitespace, `:`,
+ * optional whitespace, then `open`. Where a media data URL can be (`image_url.url`, `video_url.url`,
+ * `audio_url.url`). A quote inside a string is escaped, so it is preceded by `\`, not `:`; and a
+ * `"url"` preceded by `\` is the tail of a longer string, not a key.
  */
-function charsOutsideDataUrls(text: string): number {
+function opensUrlValue(text: string, open: number): boolean {
+  let k = open - 1;
+  while (k >= 0 && isJsonSpace(text.charCodeAt(k))) k--;
+  if (k < 0 || text.charCodeAt(k) !== 0x3a) return false;
+  k--;
+  while (k >= 0 && isJsonSpace(text.charCodeAt(k))) k--;
+  return k >= 4 && text.startsWith('"url"', k - 4) && text.charCodeAt(k - 5) !== 0x5c;
+}
+
+/**
+ * Characters of the JSON text outside inline media: the first `maxItems` strings that begin with
+ * `data:` and are the value of a `"url"` member (data URLs of image/video/audio parts, bounded by
+ * the body cap only). Found with native indexOf jumps: a body of megabytes of tool schema is
+ * refused from this before it is parsed or even scanned character by character. A `"data:` string
+ * anywhere else (another key, an unknown field, a tool schema), or past `maxItems` (more media
+ * than the request may hold), counts in full. A key written with escapes (`"\u0075rl"`) is not
+ * recognised: its data URL counts too (the count only errs towards refusing). Linear: every `"data:`
+ * is looked at once, and the whitespace before it once.
+ */
+function charsOutsideMediaDataUrls(text: string, maxItems: number): number {
   let media = 0;
+  let items = 0;
   let i = text.indexOf('"data:');
-  while (i !== -1) {
-    let j = text.indexOf('"', i + 6);
-    while (j !== -1 && text.charCodeAt(j - 1) === 0x5c) j = text.indexOf('"', j + 1);
+  while (i !== -1 && items < maxItems) {
+    if (!opensUrlValue(text, i)) {
+      i = text.indexOf('"data:', i + 1);
+      continue;
+    }
+    const j = closingQuote(text, i);
     if (j === -1) break;
     media += j - i + 1;
+    items++;
     i = text.indexOf('"data:', j + 1);
   }
   return text.length - media;
 }
 
+/** What scanJsonStructure found: the first limit passed (or null) and the values counted so far. */
+export interface JsonStructure {
+  over: "depth" | "values" | null;
+  values: number;
+}
+
 /**
- * Maximum bracket nesting of a JSON text, ignoring brackets inside strings. Iterative, and run
- * before JSON.parse so that a body of 10^7 nested arrays is refused before it is materialised.
- * Strings are skipped with native indexOf (media data URLs make up most large bodies).
+ * One pass over a JSON text before JSON.parse, ignoring everything inside strings (skipped with
+ * native indexOf; media data URLs make up most large bodies): the bracket nesting depth, and the
+ * number of JSON values. In valid JSON every value is the root, the first element or member of a
+ * non-empty array or object, or follows a `,`; so values = 1 + commas + non-empty containers, an
+ * exact count that needs no tokenizing. Stops at the first limit passed, so a body of 10^7 nested
+ * arrays or of 4 million `{}` costs no more than the limits to refuse, and is never materialised.
+ * On invalid JSON the answer is approximate; JSON.parse then reports the syntax error.
  */
-function jsonDepthExceeds(text: string, max: number): boolean {
+export function scanJsonStructure(text: string, maxDepth: number, maxValues: number): JsonStructure {
   let depth = 0;
-  for (let i = 0; i < text.length; i++) {
+  let values = 1;
+  const n = text.length;
+  for (let i = 0; i < n; i++) {
     const c = text.charCodeAt(i);
     if (c === 0x22) {
       const j = closingQuote(text, i);
-      if (j === -1) return false; // unterminated: JSON.parse reports it
+      if (j === -1) break; // unterminated: JSON.parse reports it
       i = j;
     } else if (c === 0x5b || c === 0x7b) {
-      if (++depth > max) return true;
+      if (++depth > maxDepth) return { over: "depth", values };
+      let k = i + 1;
+      while (k < n && isJsonSpace(text.charCodeAt(k))) k++;
+      const d = text.charCodeAt(k);
+      if (d !== 0x5d && d !== 0x7d && ++values > maxValues) return { over: "values", values };
+      i = k - 1;
     } else if (c === 0x5d || c === 0x7d) depth--;
+    else if (c === 0x2c && ++values > maxValues) return { over: "values", values };
   }
-  return false;
+  return { over: null, values };
 }
 
 /**
@@ -163,39 +209,72 @@ export function jsonChars(v: unknown, budget: number): number {
 }
 
 
+/** A container on checkStrings' path: its keys (null for an array) and the next child to look at. */
+interface WalkFrame {
+  node: object;
+  keys: string[] | null;
+  /** Children [0, scanned) were checked; then containers among them are entered from the last down. */
+  scanned: number;
+  next: number;
+}
+
+function walkFrame(node: object): WalkFrame {
+  const keys = Array.isArray(node) ? null : Object.keys(node);
+  const n = keys === null ? (node as unknown[]).length : keys.length;
+  return { node, keys, scanned: 0, next: n };
+}
+
+/** The path to the child being looked at in the innermost frame (`child`: that frame's index). */
+function walkPath(frames: readonly WalkFrame[], child: number): PathKey[] {
+  return frames.map((f, d) => {
+    const i = d === frames.length - 1 ? child : f.next;
+    return f.keys === null ? i : f.keys[i]!;
+  });
+}
+
 /**
  * Walks the parsed body once (iteratively): refuses lone surrogates (they cannot be encoded as
  * UTF-8 for the worker) and `__proto__` keys (no legitimate use; prototype games downstream).
+ * Depth-first with one frame per open container (at most maxJsonDepth live): no path is kept per
+ * value; the path is rebuilt from the frames only for the error. Order as a stack walk: a
+ * container's own keys and strings first, then its child containers from the last to the first.
  */
 function checkStrings(root: unknown): void {
-  const stack: { value: unknown; path: PathKey[] }[] = [{ value: root, path: [] }];
-  while (stack.length > 0) {
-    const { value, path } = stack.pop()!;
-    if (Array.isArray(value)) {
-      for (let i = 0; i < value.length; i++) {
-        const v: unknown = value[i];
-        if (typeof v === "string") checkString(v, [...path, i]);
-        else if (typeof v === "object" && v !== null) stack.push({ value: v, path: [...path, i] });
-      }
-    } else if (typeof value === "object" && value !== null) {
-      for (const key of Object.keys(value)) {
+  if (typeof root !== "object" || root === null) return;
+  const frames: WalkFrame[] = [walkFrame(root)];
+  while (frames.length > 0) {
+    const f = frames[frames.length - 1]!;
+    const record = f.node as Record<string, unknown>;
+    const count = f.keys === null ? (f.node as unknown[]).length : f.keys.length;
+    if (f.scanned < count) {
+      const i = f.scanned++;
+      const key = f.keys === null ? i : f.keys[i]!;
+      if (typeof key === "string") {
         if (key === "__proto__") {
-          throw new InvalidRequestError("The key '__proto__' is not allowed.", formatParam([...path, key]));
+          throw new InvalidRequestError("The key '__proto__' is not allowed.", formatParam(walkPath(frames, i)));
         }
         if (hasLoneSurrogate(key)) {
-          throw new InvalidRequestError("Object keys must be valid Unicode (lone surrogate found).", formatParam(path));
+          throw new InvalidRequestError("Object keys must be valid Unicode (lone surrogate found).", formatParam(walkPath(frames, i).slice(0, -1)));
         }
-        const v: unknown = (value as Record<string, unknown>)[key];
-        if (typeof v === "string") checkString(v, [...path, key]);
-        else if (typeof v === "object" && v !== null) stack.push({ value: v, path: [...path, key] });
+      }
+      const v: unknown = record[key];
+      if (typeof v === "string" && hasLoneSurrogate(v)) {
+        throw new InvalidRequestError("Strings must be valid Unicode (lone surrogate found).", formatParam(walkPath(frames, i)));
+      }
+      continue;
+    }
+    // All children checked: enter the child containers, last first.
+    let entered = false;
+    while (f.next > 0) {
+      const i = --f.next;
+      const v: unknown = record[f.keys === null ? i : f.keys[i]!];
+      if (typeof v === "object" && v !== null) {
+        frames.push(walkFrame(v));
+        entered = true;
+        break;
       }
     }
-  }
-}
-
-function checkString(s: string, path: PathKey[]): void {
-  if (hasLoneSurrogate(s)) {
-    throw new InvalidRequestError("Strings must be valid Unicode (lone surrogate found).", formatParam(path));
+    if (!entered) frames.pop();
   }
 }
 
@@ -334,6 +413,9 @@ function checkLimits(req: ChatCompletionRequest, limits: Limits): void {
     const v = req[key];
     if (v !== undefined && v > limits.maxMaxTokens) throw limitError(`${key} must be at most ${limits.maxMaxTokens}.`, key);
   }
+  // With max_tokens absent, checkSemantics has no maximum to hold min_tokens to: SGLang would be
+  // asked for that many tokens, ignoring EOS and stop strings until then.
+  if (req.min_tokens > limits.maxMaxTokens) throw limitError(`min_tokens must be at most ${limits.maxMaxTokens}.`, "min_tokens");
   if (req.stop !== undefined) {
     if (req.stop.length > limits.maxStopSequences) {
       throw limitError(`At most ${limits.maxStopSequences} stop sequences are allowed.`, "stop");
@@ -434,12 +516,16 @@ export function parseChatRequest(
       throw new PayloadTooLargeError(`Request body exceeds ${limits.maxBodyBytes} bytes.`);
     }
     if (bodyText.trim() === "") throw new InvalidRequestError("Request body is empty; expected a JSON object.", null, "invalid_json");
-    const outside = charsOutsideDataUrls(bodyText);
+    const outside = charsOutsideMediaDataUrls(bodyText, limits.maxMediaItems);
     if (outside > MAX_ESCAPE_FACTOR * limits.maxTotalChars + SYNTAX_SLACK_CHARS) {
       throw limitError(`Request text (outside data: URLs) is ${outside} characters: far over the limit of ${limits.maxTotalChars}.`, null);
     }
-    if (jsonDepthExceeds(bodyText, limits.maxJsonDepth)) {
+    const structure = scanJsonStructure(bodyText, limits.maxJsonDepth, limits.maxJsonValues);
+    if (structure.over === "depth") {
       throw new InvalidRequestError(`JSON body is nested deeper than ${limits.maxJsonDepth} levels.`, null, "invalid_json");
+    }
+    if (structure.over === "values") {
+      throw limitError(`JSON body holds more than ${limits.maxJsonValues} values (objects, arrays, strings, numbers, …; KVEDGE_LIMITS.maxJsonValues).`, null);
     }
     let body: unknown;
     try {

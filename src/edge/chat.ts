@@ -22,7 +22,7 @@ import { getQwenTokenizer } from "../prompt/tokenizer/index.ts";
 import { localBlockHashes } from "../blocks/block-hash.ts";
 import { shardForRequest } from "../block-index/shard.ts";
 import type { RouteDecision, RouteRequest, SettleRequest } from "../routing-index/routing-core.ts";
-import { buildGenerateBody, newRequestId } from "../proxy/generate-request.ts";
+import { buildGenerateBody, newRequestId, outputCap } from "../proxy/generate-request.ts";
 import { bodyOfChunks, generateBodyChunks } from "../proxy/generate-body.ts";
 import type { JsonLiteral } from "../util/json-scan.ts";
 import { routingNamespace } from "./cache-salt.ts";
@@ -393,6 +393,7 @@ export async function handleChatCompletions(request: Request, deps: ChatDeps): P
   const body = buildGenerateBody(req, {
     text: prompt.text,
     rid: requestId,
+    defaultMaxNewTokens: outputCap(limitsOf(config).maxMaxTokens, { tokens: plan.isl, exact: plan.fallbackReason === null }, contextTokensOf(model), model.allowAutoTruncate),
     requireReasoning: requiresReasoning(req, parsers),
     toolCallParser: parsers.toolCallParser,
     media: {

@@ -52,6 +52,20 @@ export interface BuildGenerateOptions {
   requireReasoning?: boolean;
   /** The model's tool-call parser: with one, strict tools under tool_choice "auto" get a structural tag. */
   toolCallParser?: "qwen25" | null;
+  /** `max_new_tokens` when the request names no maximum (outputCap); null: none (up to the context). */
+  defaultMaxNewTokens?: number | null;
+}
+
+/**
+ * The output cap for a request that names no `max_tokens`: SGLang then generates up to the end of
+ * the context, so the operator's `maxMaxTokens` must bound it too, where it is the tighter bound.
+ * Only with an exact prompt count: with a lower bound (an inexact media layout) the worker could
+ * refuse prompt + cap as too long, so nothing is sent (as without the cap); nor when the workers
+ * clamp by themselves (--allow-auto-truncate).
+ */
+export function outputCap(cap: number, prompt: { tokens: number; exact: boolean }, contextTokens: number, autoTruncate: boolean): number | null {
+  if (!prompt.exact || autoTruncate) return null;
+  return prompt.tokens + cap < contextTokens ? cap : null;
 }
 
 /**
@@ -101,6 +115,7 @@ export function buildSamplingParams(
   req: ChatCompletionRequest,
   modelDefaults: ModelSamplingDefaults = {},
   toolCallParser: "qwen25" | null = null,
+  defaultMaxNewTokens: number | null = null,
 ): SglangSamplingParams {
   const pick = <K extends keyof typeof OPENAI_SAMPLING_FALLBACKS>(k: K): number =>
     req[k] ?? modelDefaults[k] ?? OPENAI_SAMPLING_FALLBACKS[k];
@@ -108,7 +123,7 @@ export function buildSamplingParams(
   const spaces = req.chat_template_kwargs?.["spaces_between_special_tokens"];
   const params: SglangSamplingParams = {
     // SGLang: `max_completion_tokens or max_tokens`; validation forbids 0, so `??` is the same.
-    max_new_tokens: req.max_completion_tokens ?? req.max_tokens ?? null,
+    max_new_tokens: req.max_completion_tokens ?? req.max_tokens ?? defaultMaxNewTokens,
     min_new_tokens: req.min_tokens,
     temperature: pick("temperature"),
     top_p: pick("top_p"),
@@ -139,7 +154,7 @@ export function buildSamplingParams(
 export function buildGenerateBody(req: ChatCompletionRequest, opts: BuildGenerateOptions): GenerateRequestBody {
   const body: GenerateRequestBody = {
     text: opts.text,
-    sampling_params: buildSamplingParams(req, opts.modelDefaults, opts.toolCallParser ?? null),
+    sampling_params: buildSamplingParams(req, opts.modelDefaults, opts.toolCallParser ?? null, opts.defaultMaxNewTokens ?? null),
     stream: req.stream,
   };
   if (opts.rid !== undefined) body.rid = opts.rid;

@@ -352,6 +352,33 @@ describe("parseChatRequest: rejected requests", () => {
   });
 });
 
+describe("parseChatRequest: completion length bounds", () => {
+  it("refuses min_tokens above maxMaxTokens even when max_tokens is absent (it would be forwarded as min_new_tokens)", () => {
+    const e = failure(req({ min_tokens: 100_000_000 }));
+    expect(e.code).toBe("limit_exceeded");
+    expect(e.param).toBe("min_tokens");
+    expect(e.message).toBe(`min_tokens must be at most ${DEFAULT_LIMITS.maxMaxTokens}.`);
+    const limits = parseLimits({ maxMaxTokens: 100 });
+    expect(parse(req({ min_tokens: 100 }), limits).min_tokens).toBe(100);
+    expect(failure(req({ min_tokens: 101 }), limits).param).toBe("min_tokens");
+    // with a maximum, the existing rule still speaks first
+    expect(failure(req({ min_tokens: 50, max_tokens: 10 }), limits).message).toMatch(/exceeds the maximum \(10\)/);
+    expect(failure(req({ max_tokens: 101 }), limits).param).toBe("max_tokens");
+  });
+});
+
+describe("parseChatRequest: the string and key walk", () => {
+  it("names the same offender as before when several values are bad: a container's own values first, then its children last-first", () => {
+    const bad = "a\ud800";
+    const text = (members: string) => `{"model":"q","messages":[{"role":"user","content":"x"}],${members}}`;
+    expect(failure(text(`"a":{"b":"${bad}"},"c":"${bad}"`)).param).toBe("c");
+    expect(failure(text(`"a":{"b":"${bad}"},"d":[1,{"e":"${bad}"}]`)).param).toBe("d[1].e");
+    expect(failure(text(`"a":[{"b":[[{"c":"${bad}"}]]}],"z":0`)).param).toBe("a[0].b[0][0].c");
+    expect(failure(text(`"a":[{"b":[[{"__proto__":1}]]}]`)).param).toBe("a[0].b[0][0].__proto__");
+    expect(failure(text(`"a":{"k":[{"\udc00":1}]}`)).param).toBe("a.k[0]");
+  });
+});
+
 describe("parseChatRequest: never throws anything but KvedgeError", () => {
   const check = (text: string) => {
     try {

@@ -7,6 +7,7 @@ import {
   buildSamplingParams,
   mmHashesAllowed,
   newRequestId,
+  outputCap,
 } from "../../src/proxy/generate-request.ts";
 import type { SglangSamplingParams } from "../../src/proxy/sglang-wire.ts";
 
@@ -84,6 +85,27 @@ describe("buildSamplingParams mapping table", () => {
 
   it("serialises to JSON with an explicit null max_new_tokens", () => {
     expect(JSON.stringify(buildSamplingParams(parse()))).toContain('"max_new_tokens":null');
+  });
+});
+
+describe("outputCap: maxMaxTokens bounds a request without max_tokens", () => {
+  it("caps where the operator's bound is tighter than the context, with an exact prompt count", () => {
+    expect(outputCap(4096, { tokens: 1000, exact: true }, 32768, false)).toBe(4096);
+    // The context is the tighter bound: nothing sent, SGLang stops at the context as before.
+    expect(outputCap(262144, { tokens: 1000, exact: true }, 262144, false)).toBeNull();
+    expect(outputCap(4096, { tokens: 28672, exact: true }, 32768, false)).toBeNull();
+    // A lower-bound prompt count could make the worker refuse prompt + cap; auto-truncating workers clamp.
+    expect(outputCap(4096, { tokens: 1000, exact: false }, 32768, false)).toBeNull();
+    expect(outputCap(4096, { tokens: 1000, exact: true }, 32768, true)).toBeNull();
+  });
+
+  it("the cap is max_new_tokens only when the request names no maximum", () => {
+    const body = (extra: Record<string, unknown>) =>
+      buildGenerateBody(parseChatRequest(JSON.stringify({ model: "q", messages: [{ role: "user", content: "hi" }], ...extra })), { text: "p", defaultMaxNewTokens: 4096 }).sampling_params.max_new_tokens;
+    expect(body({})).toBe(4096);
+    expect(body({ max_tokens: 10 })).toBe(10);
+    expect(body({ max_completion_tokens: 20 })).toBe(20);
+    expect(buildGenerateBody(parseChatRequest(JSON.stringify({ model: "q", messages: [{ role: "user", content: "hi" }] })), { text: "p" }).sampling_params.max_new_tokens).toBeNull();
   });
 });
 
