@@ -366,7 +366,8 @@ export class IndexSession {
   private sendDump(): void {
     const snap = this.opts.snapshot();
     const first = snap.blocks.slice(0, this.opts.dumpChunkBlocks);
-    const dump: RelayDump = { type: "dump", epoch: snap.epoch, seq: snap.seq, blocks: first, ...(snap.approximate ? { approximate: true } : {}) };
+    const rest = snap.blocks.length - first.length;
+    const dump: RelayDump = { type: "dump", epoch: snap.epoch, seq: snap.seq, blocks: first, ...(snap.approximate ? { approximate: true } : {}), ...(rest > 0 ? { continues: rest } : {}) };
     this.send(dump);
     this.counters.dumpsSent++;
     // A dump larger than one message continues as stored events (parents already sent first).

@@ -64,8 +64,8 @@ function isPlainEvents(m: Record<string, unknown>): boolean {
 
 function isPlainDump(m: Record<string, unknown>): boolean {
   const blocks = m.blocks;
-  const keys = keyCount(m);
-  if (!(keys === 4 || (keys === 5 && typeof m.approximate === "boolean"))) return false;
+  const optional = (m.approximate === undefined ? 0 : typeof m.approximate === "boolean" ? 1 : NaN) + (m.continues === undefined ? 0 : isCount(m.continues, 0) ? 1 : NaN);
+  if (keyCount(m) !== 4 + optional) return false;
   if (!isCount(m.epoch, 0) || !isCount(m.seq, -1) || !Array.isArray(blocks) || blocks.length > MAX_BLOCKS_PER_MESSAGE) return false;
   for (const b of blocks) if (!isRecord(b) || keyCount(b) !== 3 || !isEngineHash(b.h) || !(b.p === null || isEngineHash(b.p)) || !isLocalHash(b.l)) return false;
   return true;

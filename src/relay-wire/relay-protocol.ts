@@ -77,6 +77,13 @@ export const RelayDumpSchema = z.object({
    * without this flag or a `cleared` event.
    */
   approximate: z.boolean().optional(),
+  /**
+   * Blocks of this dump still to come, as `stored` events right after it (a dump larger than one
+   * message): until they have arrived the index holds part of the worker's blocks and does not
+   * report it synced. Absent: the dump is complete (and what an index that predates the field
+   * ignores).
+   */
+  continues: z.number().int().min(0).optional(),
 });
 export type RelayDump = z.infer<typeof RelayDumpSchema>;
 

@@ -41,6 +41,8 @@ export class BlockViews {
   readonly #counters: IndexCounters;
   /** Workers whose in-memory blocks are known to mirror the relay (a dump arrived this life). */
   readonly #synced = new Set<string>();
+  /** Blocks of a worker's last dump still to come as stored events (RelayDump `continues`). */
+  readonly #dumpRemaining = new Map<string, number>();
   #scores = new Int32Array(16);
   /** Whether a stored chain of n blocks fits the block budget (one closure, not one per event). */
   readonly #admitChain = (n: number): boolean => this.budget.admit(this.index.size + this.approx.size, n, this.#registry.slotCount) >= n;
@@ -60,7 +62,7 @@ export class BlockViews {
 
   /** Synced means the index mirrors the worker: never while its view may be wrong. */
   isExact(workerId: string): boolean {
-    return this.#synced.has(workerId) && !this.approximate.has(workerId);
+    return this.#synced.has(workerId) && !this.approximate.has(workerId) && !this.#dumpRemaining.has(workerId);
   }
 
   /** A worker took a new slot. */
@@ -76,6 +78,7 @@ export class BlockViews {
     this.approx.clear(slot);
     this.approximate.clear(workerId);
     this.#synced.delete(workerId);
+    this.#dumpRemaining.delete(workerId);
   }
 
   /** The worker left the registry: its slot is freed in every view. */
@@ -85,11 +88,13 @@ export class BlockViews {
     this.approx.clear(slot);
     this.#synced.delete(workerId);
     this.approximate.clear(workerId);
+    this.#dumpRemaining.delete(workerId);
   }
 
   /** A new relay session: its dump, which follows, is the truth. */
   unsync(workerId: string): void {
     this.#synced.delete(workerId);
+    this.#dumpRemaining.delete(workerId);
   }
 
   applyDump(workerId: string, msg: RelayDump): RelayApplyOutcome {
@@ -110,6 +115,8 @@ export class BlockViews {
     if (msg.approximate) this.approximate.mark(workerId, "relay", "relay lost history: its view (merged with the index's last copy) may hold blocks the worker evicted");
     else this.approximate.clear(workerId, "relay");
     this.#synced.add(workerId);
+    if (msg.continues) this.#dumpRemaining.set(workerId, msg.continues);
+    else this.#dumpRemaining.delete(workerId);
     this.#counters.dumps++;
     this.#registry.touch(workerId);
     return { ok: true };
@@ -121,6 +128,14 @@ export class BlockViews {
     if (msg.epoch !== w.epoch) return this.#drop("stale_epoch", false);
     if (!this.#synced.has(workerId)) return this.#drop("not_synced", true);
     this.#registry.touch(workerId);
+    const remaining = this.#dumpRemaining.get(workerId);
+    if (remaining !== undefined) {
+      // The dump's continuation comes first on the socket: count its blocks in, applied or refused.
+      let stored = 0;
+      for (const ev of msg.events) if (ev.t === "stored") stored += ev.blocks.length;
+      if (remaining - stored > 0) this.#dumpRemaining.set(workerId, remaining - stored);
+      else this.#dumpRemaining.delete(workerId);
+    }
     let resync = false;
     for (const ev of msg.events) {
       if (ev.t === "stored") {
@@ -169,6 +184,7 @@ export class BlockViews {
     const w = this.#registry.get(workerId);
     if (!w) return;
     this.#synced.delete(workerId);
+    this.#dumpRemaining.delete(workerId);
     if (this.index.workerBlockCount(w.slot) > 0 || this.approximate.has(workerId))
       this.approximate.mark(workerId, "relay", "relay disconnected: routing on the index's last copy of its blocks");
   }

@@ -27,7 +27,7 @@ const removed = opt({ t: fc.constant("removed"), hashes: fc.array(engineHash, { 
 const event = fc.oneof({ weight: 4, arbitrary: stored }, { weight: 2, arbitrary: removed }, { weight: 1, arbitrary: opt({ t: fc.constant("cleared") }, ["t"]) }, { weight: 1, arbitrary: fc.constant({ t: "other" }) });
 const events = opt({ type: fc.constant("events"), epoch: count, seq: count, events: fc.array(event, { maxLength: 4 }) }, ["type", "epoch", "seq", "events"]);
 const dump = opt(
-  { type: fc.constant("dump"), epoch: count, seq: count, blocks: fc.array(opt({ h: engineHash, p: fc.option(engineHash, { nil: null }), l: localHash }, ["h", "p", "l"]), { maxLength: 5 }), approximate: fc.oneof(fc.boolean(), fc.constant("yes")) },
+  { type: fc.constant("dump"), epoch: count, seq: count, blocks: fc.array(opt({ h: engineHash, p: fc.option(engineHash, { nil: null }), l: localHash }, ["h", "p", "l"]), { maxLength: 5 }), approximate: fc.oneof(fc.boolean(), fc.constant("yes")), continues: count },
   ["type", "epoch", "seq", "blocks"],
 );
 const ping = fc.record({ type: fc.constant("ping"), t: fc.integer() });
@@ -68,6 +68,8 @@ describe("parseRelayMessage", () => {
       { type: "events", epoch: 3, seq: 9, events: [{ t: "stored", parent: null, blocks: [{ h: "-42", l: "00000000000000ff" }] }, { t: "removed", hashes: ["7"] }, { t: "cleared" }] },
       { type: "dump", epoch: 0, seq: -1, blocks: [{ h: "1", p: null, l: "0123456789abcdef" }, { h: "2", p: "1", l: "fedcba9876543210" }] },
       { type: "dump", epoch: 1, seq: 4, blocks: [], approximate: true },
+      { type: "dump", epoch: 1, seq: 4, blocks: [], continues: 3 },
+      { type: "dump", epoch: 1, seq: 4, blocks: [], approximate: false, continues: 0 },
     ];
     for (const m of msgs) {
       const r = parseRelayMessage(m);

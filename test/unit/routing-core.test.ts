@@ -108,6 +108,26 @@ describe("RoutingCore", () => {
     expect(core.workers()[0]).toMatchObject({ status: "down", blocks: 0, synced: false });
   });
 
+  it("a dump continued in stored events: synced only once its last block has arrived (RelayDump continues)", () => {
+    const core = new RoutingCore({ blockSize: 4 });
+    hello(core, "a");
+    const locals = localBlockHashes(tokens, 4);
+    const rows = locals.map((l, i) => ({ h: String(1000 + i), p: i === 0 ? null : String(999 + i), l: localHashToHex(l) }));
+    core.applyDump("a", { type: "dump", epoch: 1, seq: 7, blocks: rows.slice(0, 4), continues: 6 });
+    const row = () => core.workers()[0]!;
+    expect(row()).toMatchObject({ synced: false, blocks: 4 });
+    const more = (from: number, to: number) => core.applyEvents("a", { type: "events", epoch: 1, seq: 7, events: rows.slice(from, to).map((r) => ({ t: "stored" as const, parent: r.p, blocks: [{ h: r.h, l: r.l }] })) });
+    expect(more(4, 8)).toMatchObject({ ok: true });
+    expect(row()).toMatchObject({ synced: false, blocks: 8 });
+    more(8, 10);
+    expect(row()).toMatchObject({ synced: true, approximate: false, blocks: 10 });
+    // A complete dump (no continuation) is synced at once, and clears what a cut-off one left.
+    core.applyDump("a", { type: "dump", epoch: 1, seq: 8, blocks: rows.slice(0, 2), continues: 8 });
+    hello(core, "a");
+    storeChain(core, "a", tokens);
+    expect(row()).toMatchObject({ synced: true, blocks: 10 });
+  });
+
   it("load spreads cold requests across workers", () => {
     const core = new RoutingCore({ blockSize: 4, random: () => 0.99 });
     hello(core, "a");
