@@ -310,7 +310,8 @@ export class RoutingIndex extends DurableObject<RoutingIndexEnv> {
             this.#persist(fenced);
             console.warn(JSON.stringify({ event: "worker_down", workerId, reason: `refused hello of another life: ${r.reason}` }));
           }
-          this.#send(ws, { type: "error", message: r.reason });
+          // Only once that life is over may the relay take an epoch above it (never past a live relay).
+          this.#send(ws, { type: "error", message: r.reason, ...(fenced && r.indexEpoch !== undefined ? { indexEpoch: r.indexEpoch } : {}) });
           ws.close(4003, r.reason.slice(0, 120));
           return;
         }

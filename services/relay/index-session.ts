@@ -39,6 +39,8 @@ export interface IndexSessionOptions {
    * follows already uses the new layout.
    */
   onWelcome?(welcome: WelcomeInfo): void;
+  /** The index refused our hello as older than a life it has ended (error `indexEpoch`). */
+  onEpochBehind?(indexEpoch: number): void;
   /** The worker's current view, taken synchronously (so it is consistent with the event stream). */
   snapshot(): { epoch: number; seq: number; blocks: DumpBlock[]; approximate?: boolean };
   /** Non-null while the worker is down: sent as `status: down` after each dump. */
@@ -354,6 +356,7 @@ export class IndexSession {
         return;
       case "error":
         this.opts.log.warn("index_error", { message: msg.message });
+        if (this.state === "awaiting_welcome" && typeof msg.indexEpoch === "number" && Number.isSafeInteger(msg.indexEpoch)) this.opts.onEpochBehind?.(msg.indexEpoch);
         return;
       case "ack":
       case "pong":

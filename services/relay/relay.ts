@@ -197,6 +197,7 @@ class RelayImpl implements Relay {
           hello: () => this.hello(),
           snapshot: hooks.snapshot,
           onWelcome: hooks.onWelcome,
+          onEpochBehind: (indexEpoch) => this.onEpochBehind(indexEpoch),
           downReason: () => (this.worker === "down" ? (this.downReason ?? "worker down") : null),
           flushIntervalMs: opts.flushIntervalMs,
           flushBlocks: opts.flushBlocks,
@@ -427,6 +428,18 @@ class RelayImpl implements Relay {
     this.fanout.rebuildRouter();
     this.log.warn("worker_down", { reason });
     this.fanout.resyncAll("worker down"); // empty dump, then status down, on every shard
+  }
+
+  /**
+   * The index ended a life of this worker with a later epoch than ours (the worker's published start
+   * time or this clock lags the one that made it) and refused our hello: say hello above it.
+   */
+  private onEpochBehind(indexEpoch: number): void {
+    if (indexEpoch < this.epoch) return;
+    const from = this.epoch;
+    this.epoch = indexEpoch + 1;
+    this.log.warn("epoch_behind_index", { from, to: this.epoch });
+    this.fanout.restartAll(`epoch ${from} behind the index's ${indexEpoch}`);
   }
 
   /** A (possibly) new worker process: new epoch, catch up from its replay buffer, hello again. */

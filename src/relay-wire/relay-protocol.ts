@@ -128,7 +128,15 @@ export type IndexToRelay =
     }
   | { type: "ack"; seq: number }
   | { type: "resync"; reason: string }
-  | { type: "error"; message: string }
+  | {
+      type: "error";
+      message: string;
+      /**
+       * With a hello refused as older than the life the pool holds, once the index has ended that
+       * life (no relay of it connected): its epoch, so the relay can say hello above it.
+       */
+      indexEpoch?: number;
+    }
   | { type: "pong"; t: number };
 
 export function localHashToHex(h: bigint): string {

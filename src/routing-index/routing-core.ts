@@ -171,7 +171,7 @@ export class RoutingCore {
   }
 
   /** A relay said hello. Returns the record to persist, or a refusal. */
-  hello(msg: RelayHello, authenticatedWorkerId: string): { ok: true; record: WorkerRecord } | { ok: false; reason: string } {
+  hello(msg: RelayHello, authenticatedWorkerId: string): { ok: true; record: WorkerRecord } | { ok: false; reason: string; indexEpoch?: number } {
     const r = this.#registry.hello(msg, authenticatedWorkerId);
     if (!r.ok) return r;
     if (r.added) this.#views.addSlot(r.worker.slot);

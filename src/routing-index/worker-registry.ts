@@ -43,7 +43,7 @@ export type HelloOutcome =
       /** A new worker life (first hello or another epoch): whatever was cached of the old one is void. */
       newLife: boolean;
     }
-  | { ok: false; reason: string };
+  | { ok: false; reason: string; /** A stale-epoch refusal: the epoch the pool holds. */ indexEpoch?: number };
 
 export class WorkerRegistry {
   #blockSize: number | null;
@@ -103,7 +103,7 @@ export class WorkerRegistry {
     if (this.#blockSize !== null && msg.blockSize !== this.#blockSize)
       return { ok: false, reason: `block size ${msg.blockSize} differs from the pool's ${this.#blockSize}` };
     const prev = this.#workers.get(msg.workerId);
-    if (prev && msg.epoch < prev.epoch) return { ok: false, reason: `stale epoch ${msg.epoch} < ${prev.epoch}` };
+    if (prev && msg.epoch < prev.epoch) return { ok: false, reason: `stale epoch ${msg.epoch} < ${prev.epoch}`, indexEpoch: prev.epoch };
     if (this.#blockSize === null) this.#blockSize = msg.blockSize;
     const prevEpoch = prev?.epoch;
     const record: WorkerRecord = {

@@ -123,6 +123,24 @@ describe("relay session", () => {
     expect(index.last!.messages[1]).toMatchObject({ type: "dump", blocks: [{ p: null }] });
   });
 
+  it("a hello refused as older than a life the index has ended (error indexEpoch): hello again above it", async () => {
+    const index = await FakeIndex.create(SECRET);
+    index.autoWelcome = false;
+    const { relay } = await fleet({ index });
+    await waitFor(() => index.last?.messages.length === 1, "hello");
+    const first = index.last!.messages[0] as { type: string; epoch: number };
+    // An error without indexEpoch (the life is still held by a live relay) changes nothing.
+    index.last!.ws.send(JSON.stringify({ type: "error", message: `stale epoch ${first.epoch} < ${first.epoch + 5000}` }));
+    await new Promise((r) => setTimeout(r, 100));
+    expect(index.conns).toHaveLength(1);
+    index.last!.ws.send(JSON.stringify({ type: "error", message: `stale epoch ${first.epoch} < ${first.epoch + 5000}`, indexEpoch: first.epoch + 5000 }));
+    await waitFor(() => index.conns.length === 2 && index.last!.messages.length === 1, "a new session's hello");
+    expect(index.last!.messages[0]).toMatchObject({ type: "hello", epoch: first.epoch + 5001 });
+    index.welcome(index.last!);
+    await waitFor(() => relay.stats().session.state === "streaming", "streaming");
+    expect(relay.stats().epoch).toBe(first.epoch + 5001);
+  });
+
   it("reconnects after the index drops it and sends hello + a fresh dump again", async () => {
     const { worker, index, relay } = await fleet();
     await worker.pub.publish(storeEvents(toks(8, 1)).events);

@@ -117,8 +117,13 @@ describe("relay sessions", () => {
     const s2 = await open(id, credential);
     const refused = nextMessage(s2, "error");
     s2.send(JSON.stringify({ type: "hello", workerId: id, url: TEST_WORKER_URL, blockSize: B, epoch: 1_700_000_099_000, modelName: MODEL, kvEvents: true }));
-    expect(String((await refused).message)).toMatch(/stale epoch/);
+    // The index ends the old life and tells the relay the epoch to say hello above.
+    expect(await refused).toMatchObject({ message: expect.stringMatching(/stale epoch/), indexEpoch: 1_700_000_100_000 });
     expect(await until(() => row(id), (r) => r.status === "down")).toMatchObject({ status: "down", blocks: 0 });
+    const s3 = await open(id, credential);
+    await helloAndDump(s3, id, 1_700_000_100_001, 1, chain(tokens(32, 7), 500));
+    expect(await row(id)).toMatchObject({ status: "up", synced: true, blocks: 2 });
+    s3.close();
   });
 
   it("a refused hello while the registered life's relay is connected changes nothing (a late relay of an old life)", async () => {
@@ -130,7 +135,7 @@ describe("relay sessions", () => {
     const old = await open(id, credential);
     const refused = nextMessage(old, "error");
     old.send(JSON.stringify({ type: "hello", workerId: id, url: TEST_WORKER_URL, blockSize: B, epoch: 1_700_000_000_000, modelName: MODEL, kvEvents: true }));
-    await refused;
+    expect((await refused).indexEpoch).toBeUndefined(); // never an epoch to climb past a live relay
     expect(await row(id)).toMatchObject({ status: "up", synced: true, blocks: 4 });
     s1.close();
   });
