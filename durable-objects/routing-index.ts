@@ -22,21 +22,11 @@ import { shardObjectName } from "../src/block-index/shard.ts";
 import { LoadOpBatchSchema, type LoadOpBatch, type LoadSyncStats } from "../src/load/load-replica.ts";
 import { helloUrlMatchesKey, type RelayKeyRecord } from "../src/relay-wire/relay-auth.ts";
 import { RelayKeyStore } from "./relay-key-store.ts";
+import { RelaySessions, type RelayAttachment as Attachment } from "./relay-sessions.ts";
 
 const SCHEMA_VERSION = 4;
 const LAST_SEEN_FLUSH_MS = 30_000;
 
-interface Attachment {
-  workerId: string;
-  /** The relay key the connect was signed with, and the worker URL it is bound to (relay-auth.ts). */
-  keyId?: string;
-  url?: string;
-  /**
-   * Set when this socket's hello is accepted: its relay session (ms clock, strictly increasing).
-   * Only the worker's newest session is heard; older sockets are closed (relay-sessions below).
-   */
-  session?: number;
-}
 
 export interface RoutingIndexEnv {
   KVEDGE_ROUTING?: string;
@@ -84,9 +74,8 @@ export class RoutingIndex extends DurableObject<RoutingIndexEnv> {
   readonly #peerSends = new Map<number, Promise<void>>();
   /** When each worker's lastSeen was last written to SQLite (#seen). */
   readonly #lastSeenFlushed = new Map<string, number>();
-  /** Each worker's newest relay session (see #currentSessionOf), and the last session handed out. */
-  readonly #currentSession = new Map<string, number>();
-  #lastSession = 0;
+  /** Which socket speaks for each worker (relay-sessions.ts). */
+  readonly #sessions = new RelaySessions((workerId) => this.ctx.getWebSockets(workerId));
 
   constructor(ctx: DurableObjectState, env: RoutingIndexEnv) {
     super(ctx, env);
@@ -227,44 +216,6 @@ export class RoutingIndex extends DurableObject<RoutingIndexEnv> {
     return true;
   }
 
-  /**
-   * The worker's newest relay session, remembered here and rebuilt from the sockets' attachments
-   * after a wake. A socket the index never saw close (half-open) or a frame delayed on an old
-   * connection must not count as the relay: only the newest session's frames are applied, and only
-   * its close means the relay is gone.
-   */
-  #currentSessionOf(workerId: string): number | undefined {
-    let s = this.#currentSession.get(workerId);
-    if (s !== undefined) return s;
-    for (const ws of this.ctx.getWebSockets(workerId)) {
-      const a = ws.deserializeAttachment() as Attachment;
-      if (a.session !== undefined && (s === undefined || a.session > s)) s = a.session;
-    }
-    if (s !== undefined) this.#currentSession.set(workerId, s);
-    return s;
-  }
-
-  /** A hello was accepted on `ws`: it is the worker's session now, and older sockets are closed. */
-  #startSession(ws: WebSocket, att: Attachment): void {
-    const session = Math.max(Date.now(), this.#lastSession + 1);
-    this.#lastSession = session;
-    ws.serializeAttachment({ ...att, session } satisfies Attachment);
-    this.#currentSession.set(att.workerId, session);
-    for (const other of this.ctx.getWebSockets(att.workerId)) {
-      if (other === ws) continue;
-      try {
-        other.close(4009, "superseded by a newer relay session");
-      } catch {
-        // Already closing.
-      }
-    }
-  }
-
-  /** Whether frames from this socket are the worker's relay (sockets from before sessions existed count while none has one). */
-  #isCurrent(att: Attachment): boolean {
-    return att.session === this.#currentSessionOf(att.workerId);
-  }
-
   override async webSocketMessage(ws: WebSocket, message: string | ArrayBuffer): Promise<void> {
     const att = ws.deserializeAttachment() as Attachment;
     const workerId = att.workerId;
@@ -280,12 +231,12 @@ export class RoutingIndex extends DurableObject<RoutingIndexEnv> {
     if (!parsed.success) return this.#reject(ws, `invalid message: ${parsed.error.issues[0]?.message ?? "schema"}`);
     const msg = parsed.data;
     if (msg.type !== "hello") {
-      if (!this.#isCurrent(att)) {
+      if (!this.#sessions.isCurrent(att)) {
         // An older connection of a relay that has reconnected since: its frames are history.
         this.core.counters.eventsDropped++;
         this.core.counters.dropReasons["superseded_session"] = (this.core.counters.dropReasons["superseded_session"] ?? 0) + 1;
         this.#send(ws, { type: "error", message: "superseded by a newer relay session" });
-        ws.close(4009, "superseded by a newer relay session");
+        this.#sessions.refuse(ws);
         return;
       }
       this.#seen(workerId);
@@ -303,9 +254,7 @@ export class RoutingIndex extends DurableObject<RoutingIndexEnv> {
         if (!r.ok) {
           // Refused (an older epoch, another block size) while no session of the registered life is
           // open: that life is over, and its blocks must stop counting.
-          const registered = this.#currentSessionOf(workerId);
-          const liveSession = this.ctx.getWebSockets(workerId).some((s) => s !== ws && s.readyState === WebSocket.OPEN && registered !== undefined && (s.deserializeAttachment() as Attachment).session === registered);
-          const fenced = liveSession ? undefined : this.core.fenceRefusedLife(workerId, msg.epoch);
+          const fenced = this.#sessions.hasLiveSession(workerId, ws) ? undefined : this.core.fenceRefusedLife(workerId, msg.epoch);
           if (fenced) {
             this.#persist(fenced);
             console.warn(JSON.stringify({ event: "worker_down", workerId, reason: `refused hello of another life: ${r.reason}` }));
@@ -315,7 +264,7 @@ export class RoutingIndex extends DurableObject<RoutingIndexEnv> {
           ws.close(4003, r.reason.slice(0, 120));
           return;
         }
-        this.#startSession(ws, att);
+        this.#sessions.start(ws, att);
         this.#persist(r.record);
         this.#send(ws, {
           type: "welcome",
@@ -377,12 +326,8 @@ export class RoutingIndex extends DurableObject<RoutingIndexEnv> {
 
   #relayDetached(ws: WebSocket): void {
     const att = ws.deserializeAttachment() as Attachment;
-    // Only the newest session's close means the relay is gone; a superseded socket's does not. (The
-    // closing socket may no longer be listed, so it counts as newest when nothing newer is known.)
-    const current = this.#currentSessionOf(att.workerId);
-    if (current !== undefined && (att.session ?? -1) < current) return;
-    if (att.session !== undefined) this.#currentSession.set(att.workerId, att.session);
-    this.core.relayGone(att.workerId);
+    // Only the newest session's close means the relay is gone; a superseded socket's does not.
+    if (this.#sessions.closed(att)) this.core.relayGone(att.workerId);
   }
 
   #send(ws: WebSocket, msg: IndexToRelay): void {

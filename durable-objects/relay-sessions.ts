@@ -1,0 +1,91 @@
+/**
+ * Which relay socket speaks for a worker. A relay that reconnects leaves its old socket behind: the
+ * index may never see it close (a half-open connection) and frames delayed on it may arrive after
+ * the new session's dump. Only the worker's newest session counts: an accepted hello starts one
+ * (recorded in the socket's attachment, so it survives hibernation) and closes every older socket
+ * of the worker; frames from any other socket are history; only the newest session's close means the
+ * relay is gone.
+ */
+
+/** What the routing index keeps on each relay socket (serializeAttachment). */
+export interface RelayAttachment {
+  workerId: string;
+  /** The relay key the connect was signed with, and the worker URL it is bound to (relay-auth.ts). */
+  keyId?: string;
+  url?: string;
+  /** Set when this socket's hello is accepted: its session (ms clock, strictly increasing). */
+  session?: number;
+}
+
+/** Close code for a socket whose relay has opened a newer session. */
+export const SUPERSEDED_CLOSE = 4009;
+const SUPERSEDED_REASON = "superseded by a newer relay session";
+
+export class RelaySessions {
+  readonly #socketsOf: (workerId: string) => WebSocket[];
+  /** Each worker's newest session, remembered here and rebuilt from attachments after a wake. */
+  readonly #current = new Map<string, number>();
+  #last = 0;
+
+  constructor(socketsOf: (workerId: string) => WebSocket[]) {
+    this.#socketsOf = socketsOf;
+  }
+
+  /** The worker's newest session, if any socket of it said an accepted hello. */
+  current(workerId: string): number | undefined {
+    let s = this.#current.get(workerId);
+    if (s !== undefined) return s;
+    for (const ws of this.#socketsOf(workerId)) {
+      const a = ws.deserializeAttachment() as RelayAttachment;
+      if (a.session !== undefined && (s === undefined || a.session > s)) s = a.session;
+    }
+    if (s !== undefined) this.#current.set(workerId, s);
+    return s;
+  }
+
+  /** A hello was accepted on `ws`: its session is the worker's now, and older sockets are closed. */
+  start(ws: WebSocket, att: RelayAttachment): void {
+    const session = Math.max(Date.now(), this.#last + 1);
+    this.#last = session;
+    ws.serializeAttachment({ ...att, session } satisfies RelayAttachment);
+    this.#current.set(att.workerId, session);
+    for (const other of this.#socketsOf(att.workerId)) if (other !== ws) close(other);
+  }
+
+  /** Whether frames from this socket are the worker's relay (sockets from before sessions existed count while none has one). */
+  isCurrent(att: RelayAttachment): boolean {
+    return att.session === this.current(att.workerId);
+  }
+
+  /** Closes a socket that is not the worker's relay any more. */
+  refuse(ws: WebSocket): void {
+    close(ws);
+  }
+
+  /** Whether another socket than `ws` carries the worker's newest session and is open. */
+  hasLiveSession(workerId: string, ws: WebSocket): boolean {
+    const current = this.current(workerId);
+    if (current === undefined) return false;
+    return this.#socketsOf(workerId).some((s) => s !== ws && s.readyState === WebSocket.OPEN && (s.deserializeAttachment() as RelayAttachment).session === current);
+  }
+
+  /**
+   * A socket closed: whether that was the worker's relay (its newest session, or a socket from
+   * before sessions while none has one). The closing socket may no longer be listed, so it counts as
+   * newest when nothing newer is known.
+   */
+  closed(att: RelayAttachment): boolean {
+    const current = this.current(att.workerId);
+    if (current !== undefined && (att.session ?? -1) < current) return false;
+    if (att.session !== undefined) this.#current.set(att.workerId, att.session);
+    return true;
+  }
+}
+
+function close(ws: WebSocket): void {
+  try {
+    ws.close(SUPERSEDED_CLOSE, SUPERSEDED_REASON);
+  } catch {
+    // Already closing.
+  }
+}
