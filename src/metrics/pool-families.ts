@@ -66,6 +66,7 @@ function writePool(b: ExpositionBuilder, model: string, s: PoolMetricsSnapshot):
   const up = b.gauge("kvedge_worker_up", "1 if the worker is up.");
   const synced = b.gauge("kvedge_worker_synced", "1 if the worker's relay has delivered a full dump this index life.");
   const approximate = b.gauge("kvedge_worker_approximate", "1 while the index's blocks for the worker may be wrong (relay lost history, or an index object full); routed in approximate mode.");
+  const quarantined = b.gauge("kvedge_worker_quarantined", "1 while routing avoids the worker because an edge could not connect to it (RoutingCore.quarantine).");
   const blocks = b.gauge("kvedge_worker_blocks", "Blocks the index holds for the worker.");
   const active = b.gauge("kvedge_worker_active_requests", "Requests routed to the worker and not yet settled.");
   const prefill = b.gauge("kvedge_worker_active_prefill_tokens", "Uncached prompt tokens of the worker's requests still in prefill.");
@@ -77,6 +78,7 @@ function writePool(b: ExpositionBuilder, model: string, s: PoolMetricsSnapshot):
     up.set(l, w.status === "up" ? 1 : 0);
     synced.set(l, w.synced ? 1 : 0);
     approximate.set(l, w.approximate ? 1 : 0);
+    quarantined.set(l, w.quarantined ? 1 : 0);
     blocks.set(l, w.blocks);
     active.set(l, w.activeRequests);
     prefill.set(l, w.activePrefillTokens);

@@ -13,6 +13,8 @@ export interface WorkerView {
   /** The index's blocks for this worker may be wrong (src/routing-index/approximate-workers.ts). */
   approximate: boolean;
   approximateReasons: string[];
+  /** An edge could not connect to it lately: routed around for now (RoutingCore.quarantine). */
+  quarantined: boolean;
   activeRequests: number;
   activePrefillTokens: number;
   activeDecodeBlocks: number;

@@ -60,6 +60,7 @@ export function poolMetricsSnapshot(p: PoolMetricsParts, at: number): PoolMetric
       synced: w.synced,
       approximate: w.approximate,
       approximateReasons: w.approximateReasons,
+      quarantined: (w.quarantinedUntil ?? 0) > at,
       activeRequests: w.activeRequests,
       activePrefillTokens: w.activePrefillTokens,
       activeDecodeBlocks: w.activeDecodeBlocks,

@@ -28,6 +28,7 @@ function worker(workerId: string, over: Partial<WorkerView> = {}): WorkerView {
     synced: true,
     approximate: false,
     approximateReasons: [],
+    quarantined: false,
     activeRequests: 0,
     activePrefillTokens: 0,
     activeDecodeBlocks: 0,

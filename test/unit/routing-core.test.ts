@@ -90,7 +90,9 @@ describe("RoutingCore", () => {
     expect(during.workerId).toBe("b");
     core.settle({ receiptId: during.receiptId, promptTokens: 40, cachedTokens: 0, outcome: "ok" });
     expect(core.workers().find((w) => w.workerId === "a")).toMatchObject({ status: "up", synced: true, blocks: 10 });
+    expect(core.metricsSnapshot().workers.find((w) => w.workerId === "a")!.quarantined).toBe(true);
     now += 15_001;
+    expect(core.metricsSnapshot().workers.find((w) => w.workerId === "a")!.quarantined).toBe(false);
     expect(ask()).toMatchObject({ workerId: "a", overlapBlocks: 10 });
     // A new life of the worker ends a quarantine at once.
     core.quarantine("a");
