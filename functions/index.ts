@@ -151,7 +151,13 @@ async function route(request: Request, path: string, env: Env, ctx: ExecutionCon
       index: (model, shard) => indexFor(env, model, shard) as unknown as AdminIndexClient,
       fetch: (input, init) => fetch(input, init),
     });
-    if (res) return res;
+    if (res) {
+      // The dashboard answers a wrong token or a forged cookie with its sign-in page (401), not an
+      // AuthenticationError: such attempts spend the auth bucket too (a bare first visit does not).
+      const attempted = path === "/dashboard/login" || request.headers.has("cookie") || request.headers.has("authorization");
+      if (res.status === 401 && attempted) await limit(env, config, "auth", { network: networkOf(request) });
+      return res;
+    }
   }
   throw new NotFoundError(`No route for ${method} ${path}.`, null, "unknown_route");
 }

@@ -1,11 +1,16 @@
 /**
- * `npm run deploy*` runs this first: a deployment is closed unless the operator says otherwise.
+ * `npm run deploy*` is this script: it checks the target environment, then runs `wrangler deploy`
+ * with the same arguments. A deployment is closed unless the operator says otherwise.
  * It refuses (exit 1) when the target environment would serve `/v1` without API keys: the
  * KVEDGE_API_KEYS secret is not set there (`wrangler secret list`) and the environment's vars do
  * not set KVEDGE_ACCESS = "public". The Worker enforces the same rule at run time (src/edge/auth.ts),
  * so a deploy that bypasses this script still serves nobody without keys.
  *
- *   node scripts/deploy-guard.ts [env]
+ *   node scripts/deploy-guard.ts [--check] [wrangler deploy arguments, e.g. --env production]
+ *
+ * One script and one argument list: a guard that ran before `wrangler deploy` in an npm script got
+ * none of the arguments npm appends (`npm run deploy -- --env production` checked the top-level
+ * environment and deployed production). `--check` checks without deploying.
  */
 import { spawnSync } from "node:child_process";
 import { join } from "node:path";
@@ -49,10 +54,28 @@ function secretNamesOf(env: string | null): string[] | null {
   }
 }
 
+/** The environment `wrangler deploy` would target with these arguments (`--env X`, `--env=X`, `-e X`); null = top level. */
+export function targetEnvOf(args: readonly string[]): string | null {
+  let env: string | null = null;
+  for (let i = 0; i < args.length; i++) {
+    const a = args[i]!;
+    if (a === "--env" || a === "-e") env = args[++i] ?? null;
+    else if (a.startsWith("--env=")) env = a.slice(6);
+    else if (a.startsWith("-e=")) env = a.slice(3);
+  }
+  return env === "" ? null : env;
+}
+
 if (import.meta.main) {
-  const env = process.argv[2] ?? null;
+  const args = process.argv.slice(2);
+  const checkOnly = args.includes("--check");
+  const wranglerArgs = args.filter((a) => a !== "--check");
+  const env = targetEnvOf(wranglerArgs);
   const config = unstable_readConfig({ config: join(ROOT, "wrangler.toml"), ...(env ? { env } : {}) });
   const check = checkDeployAccess(env, config.vars as Record<string, unknown>, config.vars.KVEDGE_ACCESS === "public" ? [] : secretNamesOf(env));
   console[check.ok ? "log" : "error"](`deploy guard: ${check.message}`);
-  process.exit(check.ok ? 0 : 1);
+  if (!check.ok) process.exit(1);
+  if (checkOnly) process.exit(0);
+  const r = spawnSync(process.execPath, [join(ROOT, "node_modules/wrangler/bin/wrangler.js"), "deploy", ...wranglerArgs], { cwd: ROOT, stdio: "inherit" });
+  process.exit(r.status ?? 1);
 }

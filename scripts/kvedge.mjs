@@ -11,8 +11,9 @@
  *   npx kvedge replay trace.jsonl          send a JSONL trace of chat requests; hit rate, latency
  *   npx kvedge relay-key issue|list|revoke per-worker relay credentials (docs/relay.md §Credentials)
  *
- * Connection: --url / KVEDGE_URL (default http://127.0.0.1:8787), --token / KVEDGE_ADMIN_TOKEN,
- * --api-key / KVEDGE_API_KEY (client key for replay, when the edge requires one). --json prints
+ * Connection: --url / KVEDGE_URL (default http://127.0.0.1:8787); secrets from the environment only
+ * (a command line is readable by every local user): KVEDGE_ADMIN_TOKEN, and KVEDGE_API_KEY (client
+ * key for replay, when the edge requires one). --json prints
  * the raw JSON instead of text.
  */
 import { readFileSync, realpathSync, writeFileSync } from "node:fs";
@@ -24,7 +25,7 @@ commands:
   workers [--model M]            workers of one pool (default: the first configured model)
   explain <request.json>         token view, blocks, eligibility and the worker the edge would pick
           [--tokens]             also the whole routed id sequence, each media item's span and pad value, every block hash
-          [--as-tenant]          route in the cache namespace of the --api-key / KVEDGE_API_KEY tenant
+          [--as-tenant]          route in the cache namespace of the KVEDGE_API_KEY tenant
   replay <trace.jsonl>           replay chat requests through the edge; prints hit rate and latency
          [--concurrency N] [--limit N]
   relay-key issue --worker ID --worker-url URL [--model M] [--out FILE]
@@ -35,8 +36,8 @@ commands:
                                  revoke a key; relays connected with it are disconnected
 options:
   --url URL        edge base URL (env KVEDGE_URL, default http://127.0.0.1:8787)
-  --token T        admin token (env KVEDGE_ADMIN_TOKEN)
-  --api-key K      client API key for replay and explain --as-tenant (env KVEDGE_API_KEY)
+  env KVEDGE_ADMIN_TOKEN   admin token (never a flag: command lines are visible to other users)
+  env KVEDGE_API_KEY       client API key for replay and explain --as-tenant
   --json           print JSON instead of text
   -h, --help`;
 
@@ -78,8 +79,7 @@ export function parseCli(argv, env = {}) {
     };
     if (a === "-h" || a === "--help") opts.help = true;
     else if (a === "--url") opts.url = value();
-    else if (a === "--token") opts.token = value();
-    else if (a === "--api-key") opts.apiKey = value();
+    else if (a === "--token" || a === "--api-key") throw new UsageError(`${a} is not accepted (a command line is visible to other local users): set ${a === "--token" ? "KVEDGE_ADMIN_TOKEN" : "KVEDGE_API_KEY"} in the environment`);
     else if (a === "--model") opts.model = value();
     else if (a === "--json") opts.json = true;
     else if (a === "--tokens") opts.tokens = true;
@@ -97,7 +97,7 @@ export function parseCli(argv, env = {}) {
   if (!["status", "workers", "explain", "replay", "relay-key"].includes(opts.command ?? "")) throw new UsageError(opts.command ? `unknown command ${opts.command}` : "missing command");
   if (opts.tokens && opts.command !== "explain") throw new UsageError("--tokens is an explain option");
   if (opts.asTenant && opts.command !== "explain") throw new UsageError("--as-tenant is an explain option");
-  if (opts.asTenant && !opts.apiKey) throw new UsageError("--as-tenant needs the tenant's key: --api-key or KVEDGE_API_KEY");
+  if (opts.asTenant && !opts.apiKey) throw new UsageError("--as-tenant needs the tenant's key in KVEDGE_API_KEY");
   if (opts.command === "relay-key") {
     opts.sub = positional[1] ?? null;
     if (!["issue", "list", "revoke"].includes(opts.sub ?? "")) throw new UsageError("relay-key needs issue, list or revoke");
@@ -117,7 +117,7 @@ export function parseCli(argv, env = {}) {
   } catch {
     throw new UsageError(`bad --url ${opts.url}`);
   }
-  if (opts.command !== "replay" && !opts.token) throw new UsageError("admin token missing: pass --token or set KVEDGE_ADMIN_TOKEN");
+  if (opts.command !== "replay" && !opts.token) throw new UsageError("admin token missing: set KVEDGE_ADMIN_TOKEN");
   return opts;
 }
 

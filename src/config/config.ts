@@ -11,6 +11,7 @@ import { ConfigError } from "../api/errors.ts";
 import { LimitsSchema, type Limits } from "../api/limits.ts";
 import { RegionsConfigSchema } from "../selection/regions.ts";
 import { SafeFetchPolicySchema } from "../media/safe-fetch.ts";
+import { isCompatible } from "../prompt/model-profile.ts";
 
 export const ModelFamilySchema = z.enum(["qwen2_vl", "qwen2_5_vl", "qwen3_vl"]);
 export const TemplateIdSchema = z.enum(["qwen2vl", "qwen3vl-instruct", "qwen3vl-thinking"]);
@@ -45,7 +46,7 @@ export const ModelConfigSchema = z.strictObject({
    * own cache namespace (src/edge/cache-salt.ts).
    */
   loraAdapters: z.array(z.string().regex(/^[A-Za-z0-9._-]{1,128}$/, "LoRA adapter names are 1-128 characters of [A-Za-z0-9._-]")).max(256).default([]),
-});
+}).refine((m) => isCompatible(m.family, m.templateId), { path: ["templateId"], message: "templateId must be a chat template of the model's family (qwen2vl for qwen2_vl and qwen2_5_vl; qwen3vl-instruct or qwen3vl-thinking for qwen3_vl)" });
 export type ModelConfig = z.infer<typeof ModelConfigSchema>;
 
 /**
@@ -163,6 +164,22 @@ function jsonVar<T extends z.ZodType>(schema: T, name: string) {
     .pipe(schema.optional());
 }
 
+/**
+ * The URL of a service the edge calls with a bearer secret (the decode service) or hands to workers
+ * (the media store): https, or plain http to a loopback address only (a local fleet on one host);
+ * no credentials, query or fragment, which would travel with every call or signed URL.
+ */
+function serviceUrl(name: string) {
+  return z
+    .string()
+    .url()
+    .refine((v) => {
+      const u = new URL(v);
+      const loopback = u.hostname === "localhost" || u.hostname === "[::1]" || /^127\.\d+\.\d+\.\d+$/.test(u.hostname);
+      return (u.protocol === "https:" || (u.protocol === "http:" && loopback)) && u.username === "" && u.password === "" && u.search === "" && u.hash === "";
+    }, `${name} must be an https URL (plain http only to a loopback address) without credentials, query or fragment`);
+}
+
 /** Raw environment → typed config. Unknown vars are ignored (bindings live in the same object). */
 export const EdgeEnvSchema = z.object({
   KVEDGE_MODELS: jsonVar(z.array(ModelConfigSchema).min(1).max(64), "KVEDGE_MODELS"),
@@ -171,7 +188,7 @@ export const EdgeEnvSchema = z.object({
   /** Regions and RTT table (read by the index; validated here too so a bad value stops the edge). */
   KVEDGE_REGIONS: jsonVar(RegionsConfigSchema, "KVEDGE_REGIONS"),
   /** "off", or JSON overriding the default buckets (RateLimitsSchema). */
-  KVEDGE_RATE_LIMIT: z.preprocess((v) => (v === "off" ? "null" : v), jsonVar(RateLimitsSchema.nullable(), "KVEDGE_RATE_LIMIT")),
+  KVEDGE_RATE_LIMIT: z.preprocess((v) => (v === "off" ? undefined : v), jsonVar(RateLimitsSchema, "KVEDGE_RATE_LIMIT")),
   /**
    * "public" serves `/v1` without API keys (an explicit operator choice). Unset = closed: without
    * KVEDGE_API_KEYS every `/v1` request is refused.
@@ -182,10 +199,10 @@ export const EdgeEnvSchema = z.object({
   /** SSRF-safe media fetch policy (caps, timeouts, a local-development allowlist; off by default). */
   KVEDGE_MEDIA: jsonVar(z.strictObject(SafeFetchPolicySchema.shape), "KVEDGE_MEDIA"),
   /** Regional decode service for videos (probe → content hash, frames, fps, size). */
-  KVEDGE_DECODE_URL: z.string().url().optional(),
+  KVEDGE_DECODE_URL: serviceUrl("KVEDGE_DECODE_URL").optional(),
   DECODE_TOKEN: z.string().min(1).optional(),
   /** The media store's URL as workers reach it (default: KVEDGE_DECODE_URL). */
-  KVEDGE_MEDIA_STORE_URL: z.string().url().optional(),
+  KVEDGE_MEDIA_STORE_URL: serviceUrl("KVEDGE_MEDIA_STORE_URL").optional(),
   /** HMAC key shared with the media store for signed worker URLs (secret; required with KVEDGE_DECODE_URL). */
   KVEDGE_MEDIA_URL_KEY: z.string().min(32, "KVEDGE_MEDIA_URL_KEY must be at least 32 characters").optional(),
   /** Images fetched by the edge itself (no media store) are forwarded inline up to this size. */
@@ -205,7 +222,7 @@ export const EdgeEnvSchema = z.object({
    * cache_salt, so tenants never reuse or detect each other's cached prefixes; "shared" shares them.
    */
   KVEDGE_KV_SHARING: z.enum(["per_tenant", "shared"]).optional(),
-  ADMIN_TOKEN: z.string().min(16).optional(),
+  ADMIN_TOKEN: z.string().min(16).regex(/^\S+$/, "ADMIN_TOKEN must not contain whitespace").optional(),
   /** Comma-separated client API keys; when set, `Authorization: Bearer <key>` is required. */
   KVEDGE_API_KEYS: z.string().optional(),
   /** Shard objects per pool's block index (1 = one object; docs/scale.md). */
@@ -257,6 +274,23 @@ export function parseEdgeConfig(env: Record<string, unknown>): EdgeConfig {
     if (e.KVEDGE_DECODE_URL && !e.KVEDGE_MEDIA_URL_KEY) {
       ctx.addIssue({ code: "custom", path: ["KVEDGE_MEDIA_URL_KEY"], message: "KVEDGE_MEDIA_URL_KEY is required with KVEDGE_DECODE_URL (workers fetch stored media only through signed URLs)" });
     }
+    if (e.KVEDGE_MEDIA_STORE_URL && !e.KVEDGE_DECODE_URL) {
+      ctx.addIssue({ code: "custom", path: ["KVEDGE_MEDIA_STORE_URL"], message: "KVEDGE_MEDIA_STORE_URL needs KVEDGE_DECODE_URL (the store is the decode service)" });
+    }
+    const keys = e.KVEDGE_API_KEYS?.split(",").map((k) => k.trim()).filter(Boolean) ?? [];
+    if (keys.some((k) => k.length < 16)) ctx.addIssue({ code: "custom", path: ["KVEDGE_API_KEYS"], message: "every API key must be at least 16 characters" });
+    // One secret, one role: a tenant key that is also the admin token would open /admin to that tenant.
+    const others: [string, string | undefined][] = [["RELAY_SECRET", e.RELAY_SECRET], ["DECODE_TOKEN", e.DECODE_TOKEN], ["KVEDGE_MEDIA_URL_KEY", e.KVEDGE_MEDIA_URL_KEY]];
+    if (e.ADMIN_TOKEN !== undefined) {
+      if (keys.includes(e.ADMIN_TOKEN)) ctx.addIssue({ code: "custom", path: ["ADMIN_TOKEN"], message: "ADMIN_TOKEN must not also be an API key (KVEDGE_API_KEYS)" });
+      for (const [name, v] of others) if (v === e.ADMIN_TOKEN) ctx.addIssue({ code: "custom", path: ["ADMIN_TOKEN"], message: `ADMIN_TOKEN must differ from ${name}` });
+    }
+    for (const [name, v] of others) if (v !== undefined && keys.includes(v)) ctx.addIssue({ code: "custom", path: ["KVEDGE_API_KEYS"], message: `an API key must not equal ${name}` });
+    const ids = new Set<string>();
+    for (const [i, m] of (e.KVEDGE_MODELS ?? []).entries()) {
+      if (ids.has(m.id)) ctx.addIssue({ code: "custom", path: ["KVEDGE_MODELS", i, "id"], message: `model id "${m.id}" is listed twice` });
+      ids.add(m.id);
+    }
   }).safeParse(env);
   if (!r.success) throw configError(null, r.error.issues);
   const parsed = r.data;
@@ -278,7 +312,8 @@ export function parseEdgeConfig(env: Record<string, unknown>): EdgeConfig {
     exactMedia: parsed.KVEDGE_EXACT_MEDIA !== "off",
     limits: parsed.KVEDGE_LIMITS ?? LimitsSchema.parse({}),
     routing: parsed.KVEDGE_ROUTING ?? RoutingConfigSchema.parse({}),
-    rateLimits: parsed.KVEDGE_RATE_LIMIT === null ? null : (parsed.KVEDGE_RATE_LIMIT ?? RateLimitsSchema.parse({})),
+    // "off" is the one way to switch limits off: a JSON null is refused, not read as "off".
+    rateLimits: env["KVEDGE_RATE_LIMIT"] === "off" ? null : (parsed.KVEDGE_RATE_LIMIT ?? RateLimitsSchema.parse({})),
     publicAccess: parsed.KVEDGE_ACCESS === "public",
     debugHeaders: parsed.KVEDGE_DEBUG_HEADERS === "on",
     shards: parsed.KVEDGE_SHARDS ?? 1,

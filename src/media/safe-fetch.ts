@@ -11,7 +11,7 @@ import { z } from "zod";
 import { parseDataUrl, isDataUrl } from "./data-url.ts";
 import { MediaError, MediaTooLargeError, isMediaError } from "./errors.ts";
 import { parseIp, type IpAddress } from "./ip-address.ts";
-import { Allowlist, classifyHost, defaultPort } from "./ssrf.ts";
+import { Allowlist, classifyHost, defaultPort, parseAllowRule } from "./ssrf.ts";
 
 export const SafeFetchPolicySchema = z.object({
   /** Largest body accepted (bytes). */
@@ -20,7 +20,17 @@ export const SafeFetchPolicySchema = z.object({
   timeoutMs: z.number().int().positive().default(10_000),
   maxRedirects: z.number().int().min(0).max(20).default(5),
   /** Local development only: "127.0.0.1:8080", "[::1]:8080", "localhost:8080", "10.0.0.0/8". Empty = off. */
-  allowlist: z.array(z.string().min(1)).default([]),
+  allowlist: z
+    .array(
+      z.string().min(1).superRefine((entry, ctx) => {
+        try {
+          parseAllowRule(entry);
+        } catch (e) {
+          ctx.addIssue({ code: "custom", message: e instanceof Error ? e.message : String(e) });
+        }
+      }),
+    )
+    .default([]),
   allowDataUrls: z.boolean().default(true),
   /** How `data:` base64 bodies are decoded (strict = SGLang's). */
   dataUrlBase64: z.enum(["strict", "forgiving"]).default("strict"),

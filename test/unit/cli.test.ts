@@ -25,13 +25,19 @@ describe("kvedge CLI: arguments", () => {
       expect(() => parseCli(argv, {}), argv.join(" ")).toThrow(UsageError);
   });
 
+  it("secrets never as flags (a command line is visible to other local users): --token and --api-key are refused, naming the variable", () => {
+    expect(() => parseCli(["status", "--token", "t"], {})).toThrow(/--token is not accepted.*KVEDGE_ADMIN_TOKEN/);
+    expect(() => parseCli(["replay", "t.jsonl", "--api-key", "k"], {})).toThrow(/--api-key is not accepted.*KVEDGE_API_KEY/);
+    expect(parseCli(["replay", "t.jsonl"], { KVEDGE_API_KEY: "k" }).apiKey).toBe("k");
+  });
+
   it("exit codes: usage 2, help 0, unreachable edge 1", async () => {
     const c = capture();
     expect(await run(["bogus"], {}, c.io)).toBe(2);
     expect(c.err.join("\n")).toMatch(/unknown command bogus[\s\S]*usage: kvedge/);
     expect(await run(["--help"], {}, capture().io)).toBe(0);
     const d = capture();
-    expect(await run(["status", "--url", "http://127.0.0.1:9", "--token", "t"], {}, d.io)).toBe(1);
+    expect(await run(["status", "--url", "http://127.0.0.1:9"], { KVEDGE_ADMIN_TOKEN: "t" }, d.io)).toBe(1);
     expect(d.err.join("")).toMatch(/^kvedge status: /);
   });
 });

@@ -11,7 +11,7 @@ import { gzipSync } from "node:zlib";
 import { afterAll, describe, expect, it } from "vitest";
 import { unstable_readConfig } from "wrangler";
 import { EdgeEnvSchema } from "../../src/config/config.ts";
-import { checkDeployAccess } from "../../scripts/deploy-guard.ts";
+import { checkDeployAccess, targetEnvOf } from "../../scripts/deploy-guard.ts";
 
 const ROOT = join(import.meta.dirname, "../..");
 /** Workers limits (compressed upload): 3 MiB on the Free plan, 10 MiB on Paid. Stay under Free. */
@@ -83,11 +83,18 @@ describe("deploy", () => {
     expect(checkDeployAccess("production", vars, ["ADMIN_TOKEN", "RELAY_SECRET"]).message).toMatch(/KVEDGE_API_KEYS is not set/);
     expect(checkDeployAccess("production", vars, ["ADMIN_TOKEN", "KVEDGE_API_KEYS"]).ok).toBe(true);
     expect(checkDeployAccess("production", { ...vars, KVEDGE_ACCESS: "public" }, []).ok).toBe(true);
-    // `npm run deploy:production` runs the guard first and stops on its refusal.
+    // `npm run deploy*` is the guard itself, which deploys only after its check, with the same
+    // arguments: `npm run deploy -- --env production` checks production (npm appends the arguments).
     const pkg = JSON.parse(readFileSync(join(ROOT, "package.json"), "utf8")) as { scripts: Record<string, string> };
-    for (const s of ["deploy", "deploy:staging", "deploy:production"]) expect(pkg.scripts[s]).toMatch(/^node scripts\/deploy-guard\.ts( \w+)? && wrangler deploy/);
+    expect(pkg.scripts["deploy"]).toBe("node scripts/deploy-guard.ts");
+    expect(pkg.scripts["deploy:staging"]).toBe("node scripts/deploy-guard.ts --env staging");
+    expect(pkg.scripts["deploy:production"]).toBe("node scripts/deploy-guard.ts --env production");
+    expect(targetEnvOf(["--env", "production"])).toBe("production");
+    expect(targetEnvOf(["--env=staging", "--dry-run"])).toBe("staging");
+    expect(targetEnvOf(["-e", "production"])).toBe("production");
+    expect(targetEnvOf(["--dry-run"])).toBeNull();
     // The real script, without Cloudflare credentials (the secret list cannot be read): refuses, exit 1.
-    const r = spawnSync(process.execPath, [join(ROOT, "scripts/deploy-guard.ts"), "production"], {
+    const r = spawnSync(process.execPath, [join(ROOT, "scripts/deploy-guard.ts"), "--env", "production"], {
       cwd: ROOT,
       encoding: "utf8",
       env: { ...process.env, WRANGLER_SEND_METRICS: "false", NO_COLOR: "1", CLOUDFLARE_API_TOKEN: "" },

@@ -25,7 +25,7 @@ describe("WorkerRegistry", () => {
     // The first worker's block size became the pool's.
     expect(reg.blockSize).toBe(16);
     expect(reg.hello(helloMsg("b", { blockSize: 4 }), "b")).toEqual({ ok: false, reason: "block size 4 differs from the pool's 16" });
-    expect(reg.hello(helloMsg("a", { epoch: 2, blockSize: 16 }), "a")).toEqual({ ok: false, reason: "stale epoch 2 < 3" });
+    expect(reg.hello(helloMsg("a", { epoch: 2, blockSize: 16 }), "a")).toEqual({ ok: false, reason: "stale epoch 2 < 3", indexEpoch: 3 });
     expect(reg.get("a")!.epoch).toBe(3);
     expect(reg.slotCount).toBe(1);
   });

@@ -73,6 +73,17 @@ describe("configuration by zod", () => {
     ["bad access mode", { KVEDGE_ACCESS: "open" }, /KVEDGE_ACCESS/],
     ["bad shards", { KVEDGE_SHARDS: "many" }, /KVEDGE_SHARDS/],
     ["bad media policy field", { KVEDGE_MEDIA: '{"maxByte":1}' }, /KVEDGE_MEDIA/],
+    // Found by a configuration review (2026-12-05): each was accepted and ran less safe, or failed per request.
+    ["rate limits switched off by a JSON null (only \"off\" does)", { KVEDGE_RATE_LIMIT: "null" }, /KVEDGE_RATE_LIMIT/],
+    ["a tenant key that is also the admin token", { KVEDGE_API_KEYS: "tenant-a-0123456789,test-admin-token-0123456789" }, /ADMIN_TOKEN must not also be an API key/],
+    ["a short API key", { KVEDGE_API_KEYS: "x" }, /KVEDGE_API_KEYS: every API key must be at least 16/],
+    ["the admin token reused as the relay secret", { RELAY_SECRET: "test-admin-token-0123456789" }, /ADMIN_TOKEN must differ from RELAY_SECRET/],
+    ["a decode service over plain http off the host (its bearer token in clear)", { KVEDGE_DECODE_URL: "http://decode.example.com:7070", DECODE_TOKEN: "decode-token-0123456789", KVEDGE_MEDIA_URL_KEY: "k".repeat(32) }, /KVEDGE_DECODE_URL must be an https URL/],
+    ["a decode URL with credentials in it", { KVEDGE_DECODE_URL: "https://user:pw@decode.example.com", KVEDGE_MEDIA_URL_KEY: "k".repeat(32) }, /KVEDGE_DECODE_URL/],
+    ["a media store URL without a decode service", { KVEDGE_MEDIA_STORE_URL: "https://store.example.com" }, /KVEDGE_MEDIA_STORE_URL needs KVEDGE_DECODE_URL/],
+    ["a template of another family", { KVEDGE_MODELS: '[{"id":"m","family":"qwen3_vl","templateId":"qwen2vl"}]' }, /KVEDGE_MODELS\.0\.templateId/],
+    ["a model id listed twice", { KVEDGE_MODELS: '[{"id":"m","family":"qwen3_vl","templateId":"qwen3vl-instruct"},{"id":"m","family":"qwen2_vl","templateId":"qwen2vl"}]' }, /KVEDGE_MODELS\.1\.id/],
+    ["a media allowlist entry that is not a CIDR", { KVEDGE_MEDIA: '{"allowlist":["10.0.0.0/33"]}' }, /KVEDGE_MEDIA\.allowlist\.0.*not a CIDR/],
   ];
   for (const [what, vars, field] of cases)
     it(`${what}: every request answers 500 naming the field`, async () => {
@@ -112,6 +123,21 @@ describe("rate limits (on by default)", () => {
     const adminIp = "203.0.113.9";
     for (let i = 0; i < 3; i++) expect((await call(vars, "/admin/workers", { ip: adminIp, headers: { authorization: `Bearer ${ADMIN}` } })).status).toBe(200);
     await openAIError(await call(vars, "/admin/workers", { ip: adminIp, headers: { authorization: `Bearer ${ADMIN}` } }), 429);
+  });
+
+  it("wrong dashboard sign-ins and forged session cookies spend the auth-failure bucket too", async () => {
+    const vars = { KVEDGE_API_KEYS: "k-two-0123456789", KVEDGE_ACCESS: undefined, KVEDGE_RATE_LIMIT: JSON.stringify({ authFailures: { requestsPerMinute: 1, burst: 2 }, admin: { requestsPerMinute: 600, burst: 100 } }) };
+    const ip = "2001:db8:cc:1::5";
+    const signIn = () => call(vars, "/dashboard/login", { ip, method: "POST", body: new URLSearchParams({ token: "a-guess-0123456789" }) });
+    expect((await signIn()).status).toBe(401);
+    expect((await call(vars, "/dashboard", { ip, headers: { cookie: "kvedge_admin=9999999999.forged" } })).status).toBe(401);
+    // The bucket (burst 2) is empty: further guesses, on any route, are slowed.
+    await openAIError(await signIn(), 429);
+    await openAIError(await chat(vars, { ip, auth: "Bearer wrong-1" }), 429);
+    // A first visit without any credential is not an attempt.
+    expect((await call(vars, "/dashboard", { ip: "2001:db8:cc:2::5" })).status).toBe(401);
+    expect((await call(vars, "/dashboard", { ip: "2001:db8:cc:2::5" })).status).toBe(401);
+    expect((await call(vars, "/dashboard", { ip: "2001:db8:cc:2::5" })).status).toBe(401);
   });
 
   it("a bucket's stored state expires (alarm) once it is full again", async () => {
