@@ -14,14 +14,14 @@
  *
  * Bounds: at most `size` processes wait, each in its own 0700 directory; they run under
  * `setpriv --pdeathsig KILL`, so they die with this process even when it is killed, and
- * `close()` kills them. Linux only (FIFO opened O_RDWR never blocks; setpriv is util-linux).
+ * `close()` kills them; each under the prober's memory cap (ffprobe-run.ts memoryCapped). Linux only (FIFO opened O_RDWR never blocks; setpriv is util-linux).
  */
 import { spawn, type ChildProcess } from "node:child_process";
 import { constants } from "node:fs";
 import { mkdir, mkdtemp, open, rm, symlink, unlink } from "node:fs/promises";
 import path from "node:path";
 import { ffprobeArgs } from "./ffprobe-scan.ts";
-import { startFfprobe, type FfprobeOutcome, type FfprobeRun } from "./ffprobe-run.ts";
+import { memoryCapped, startFfprobe, type FfprobeOutcome, type FfprobeRun } from "./ffprobe-run.ts";
 
 const GATE = "gate";
 const INPUT = "input";
@@ -43,21 +43,23 @@ interface Slot {
 
 export class FfprobePool {
   private readonly ffprobe: string;
+  private readonly memoryBytes: number;
   private readonly root: string;
   private readonly slots: Slot[];
   private closed = false;
   /** False once a run showed this ffprobe does not wait at the gate. */
   private gated = true;
 
-  private constructor(ffprobe: string, root: string, dirs: string[]) {
+  private constructor(ffprobe: string, memoryBytes: number, root: string, dirs: string[]) {
     this.ffprobe = ffprobe;
+    this.memoryBytes = memoryBytes;
     this.root = root;
     this.slots = dirs.map((dir) => ({ dir, run: null, dead: false, busy: false }));
     for (const s of this.slots) this.prestart(s);
   }
 
   /** Creates the slots' FIFOs (one `setpriv … mkfifo` run, which also proves setpriv works); null when that fails. */
-  static async create(ffprobe: string, size: number, tmpDir: string): Promise<FfprobePool | null> {
+  static async create(ffprobe: string, memoryBytes: number, size: number, tmpDir: string): Promise<FfprobePool | null> {
     // Absolute: each ffprobe runs in its slot's directory.
     const root = path.resolve(await mkdtemp(path.join(tmpDir, "kvedge-ffprobe-")));
     const dirs = Array.from({ length: Math.max(1, size) }, (_, i) => path.join(root, `s${i}`));
@@ -71,7 +73,7 @@ export class FfprobePool {
       await rm(root, { recursive: true, force: true });
       return null;
     }
-    return new FfprobePool(ffprobe, root, dirs);
+    return new FfprobePool(ffprobe, memoryBytes, root, dirs);
   }
 
   get enabled(): boolean {
@@ -80,7 +82,8 @@ export class FfprobePool {
 
   private prestart(slot: Slot): void {
     slot.dead = false;
-    const run = startFfprobe("setpriv", PDEATHSIG.concat(this.ffprobe, ...ffprobeArgs(path.join(slot.dir, INPUT))), {
+    const [cmd, args] = memoryCapped(this.ffprobe, ffprobeArgs(path.join(slot.dir, INPUT)), this.memoryBytes);
+    const run = startFfprobe("setpriv", PDEATHSIG.concat(cmd, ...args), {
       // A relative report name: FFREPORT's value is a key=value list with its own escaping.
       cwd: slot.dir,
       env: { ...process.env, FFREPORT: `file=${GATE}:level=-8` },

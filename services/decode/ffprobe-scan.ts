@@ -40,13 +40,29 @@ function num(v: string | undefined): number | null {
   return Number.isFinite(n) ? n : null;
 }
 
+/**
+ * Most packets a probe reads: 4.6 h at 60 fps. A few KB of container can declare ~100 M samples
+ * (one stts/stsc/stsz entry each); the packet lines alone then cost this process tens of seconds.
+ */
+export const MAX_PROBE_PACKETS = 1_000_000;
+
 /** Feeds ffprobe's compact output line by line (chunk boundaries anywhere). */
 export class FfprobeOutputParser {
   private readonly scan = new PacketScan();
   private stream: StreamInfo | null = null;
   private rest = "";
+  private packets = 0;
+  /** More packets than `maxPackets`: the rest is not read (the caller stops ffprobe and refuses the media). */
+  overflowed = false;
+
+  private readonly maxPackets: number;
+
+  constructor(maxPackets = MAX_PROBE_PACKETS) {
+    this.maxPackets = maxPackets;
+  }
 
   push(chunk: string): void {
+    if (this.overflowed) return;
     const text = this.rest + chunk;
     const lines = text.split("\n");
     this.rest = lines.pop() ?? "";
@@ -65,6 +81,10 @@ export class FfprobeOutputParser {
       if (eq > 0) kv.set(f.slice(0, eq), f.slice(eq + 1));
     }
     if (kind === "packet") {
+      if (++this.packets > this.maxPackets) {
+        this.overflowed = true;
+        return;
+      }
       const flags = kv.get("flags") ?? "";
       this.scan.add(num(kv.get("pts")), num(kv.get("dts")), num(kv.get("duration")), flags.includes("D"));
     } else if (kind === "stream") {
@@ -82,6 +102,7 @@ export class FfprobeOutputParser {
 
   /** null when ffprobe reported no video stream. */
   finish(): ScanResult | null {
+    if (this.overflowed) return null;
     if (this.rest) this.line(this.rest);
     this.rest = "";
     if (!this.stream || this.stream.timeBase.den === 0) return null;

@@ -9,8 +9,8 @@ import { tmpdir } from "node:os";
 import { Worker } from "node:worker_threads";
 import { MediaError } from "../../src/media/errors.ts";
 import { FfprobePool, type PooledOutcome } from "./ffprobe-pool.ts";
-import { startFfprobe } from "./ffprobe-run.ts";
-import { ffprobeArgs, parseFfprobeOutput, type ScanResult } from "./ffprobe-scan.ts";
+import { memoryCapped, prlimitAvailable, startFfprobe } from "./ffprobe-run.ts";
+import { ffprobeArgs, MAX_PROBE_PACKETS, parseFfprobeOutput, type ScanResult } from "./ffprobe-scan.ts";
 import type { WasmJob, WasmReply } from "./wasm-worker.ts";
 
 export type DecoderKind = "native" | "wasm";
@@ -24,6 +24,22 @@ export interface Prober {
 
 export class ProbeTimeoutError extends Error {}
 
+/** Data-segment cap of a native ffprobe (ffprobe-run.ts memoryCapped): a legitimate probe needs tens of MB. */
+export const DEFAULT_PROBE_MEMORY_BYTES = 512 * 1024 * 1024;
+
+function tooManyPackets(): MediaError {
+  return new MediaError("unprobeable_media", `Media could not be probed: it holds more than ${MAX_PROBE_PACKETS} video packets.`);
+}
+
+/**
+ * A scan without a single video packet is no video any decoder can sample (it is also what an
+ * ffprobe under the memory cap reports for a container whose sample tables it could not index).
+ */
+function withFrames(scan: ScanResult): ScanResult {
+  if (scan.meta.numFrames === 0) throw new MediaError("unprobeable_media", "Media could not be probed: no video frames (or more than could be indexed).");
+  return scan;
+}
+
 function unprobeable(detail: string): MediaError {
   const last = detail.trim().split("\n").filter(Boolean).pop() ?? "no video stream";
   return new MediaError("unprobeable_media", `Media could not be probed: ${last.replace(/^\/in: |^.*?: (?=Invalid)/, "")}`);
@@ -33,15 +49,17 @@ export class NativeProber implements Prober {
   readonly kind = "native" as const;
   private readonly ffprobe: string;
   private readonly timeoutMs: number;
+  private readonly memoryBytes: number;
   private readonly pool: Promise<FfprobePool | null> | null;
 
   /** `warm`: ffprobe processes kept started ahead of need (ffprobe-pool.ts); 0 starts one per probe. */
-  constructor(opts: { ffprobePath?: string; timeoutMs?: number; warm?: number; tmpDir?: string } = {}) {
+  constructor(opts: { ffprobePath?: string; timeoutMs?: number; warm?: number; tmpDir?: string; memoryBytes?: number } = {}) {
     this.ffprobe = opts.ffprobePath ?? "ffprobe";
     this.timeoutMs = opts.timeoutMs ?? 60_000;
+    this.memoryBytes = opts.memoryBytes ?? DEFAULT_PROBE_MEMORY_BYTES;
     const warm = opts.warm ?? 0;
     // A pool that cannot be set up (no setpriv or mkfifo) leaves the prober starting one ffprobe per probe.
-    this.pool = warm > 0 ? FfprobePool.create(this.ffprobe, warm, opts.tmpDir ?? tmpdir()).catch(() => null) : null;
+    this.pool = warm > 0 ? FfprobePool.create(this.ffprobe, this.memoryBytes, warm, opts.tmpDir ?? tmpdir()).catch(() => null) : null;
   }
 
   async probe(path: string): Promise<ScanResult> {
@@ -49,13 +67,14 @@ export class NativeProber implements Prober {
     const pooled = pool ? await pool.scan(path, this.timeoutMs) : null;
     const o = pooled ?? (await this.coldScan(path));
     if (o.timedOut) throw new ProbeTimeoutError(`ffprobe exceeded ${this.timeoutMs} ms`);
+    if (o.tooManyPackets) throw tooManyPackets();
     if (o.error) throw o.error;
     if (o.code !== 0 || !o.scan) throw unprobeable(o.stderr);
-    return o.scan;
+    return withFrames(o.scan);
   }
 
   private async coldScan(path: string): Promise<PooledOutcome> {
-    const run = startFfprobe(this.ffprobe, ffprobeArgs(path));
+    const run = startFfprobe(...memoryCapped(this.ffprobe, ffprobeArgs(path), this.memoryBytes));
     let timedOut = false;
     const timer = setTimeout(() => {
       timedOut = true;
@@ -191,7 +210,7 @@ export class WasmProber implements Prober {
       }
       const r = parseFfprobeOutput(reply.stdout);
       if (!r) throw unprobeable(reply.stderr);
-      return r;
+      return withFrames(r);
     } catch (e) {
       if (!(e instanceof MediaError) && !(e instanceof ProbeTimeoutError)) dead = true;
       throw e;
@@ -211,8 +230,10 @@ export async function selectProber(
   decoder: "native" | "wasm" | "auto",
   opts: { ffprobePath?: string; threads?: number; timeoutMs?: number; warm?: number; tmpDir?: string } = {},
 ): Promise<Prober> {
-  if (decoder === "native" || (decoder === "auto" && (await nativeAvailable(opts.ffprobePath)))) {
-    if (decoder === "native" && !(await nativeAvailable(opts.ffprobePath))) throw new Error(`native ffprobe not runnable (${opts.ffprobePath ?? "ffprobe"})`);
+  // Native needs prlimit too: an ffprobe without a memory cap is one small file away from GBs.
+  const native = async (): Promise<boolean> => (await nativeAvailable(opts.ffprobePath)) && (await prlimitAvailable());
+  if (decoder === "native" || (decoder === "auto" && (await native()))) {
+    if (decoder === "native" && !(await native())) throw new Error(`native ffprobe not runnable with a memory cap (${opts.ffprobePath ?? "ffprobe"}, prlimit from util-linux)`);
     return new NativeProber(opts);
   }
   return new WasmProber(opts);

@@ -68,7 +68,12 @@ export interface DecodeServiceStats {
   downloadsCancelled: number;
   mediaServed: number;
   mediaRefused: number;
+  /** Probe requests answered with a recent failure of the same bytes, without probing again. */
+  failuresReused: number;
 }
+
+/** How long a failed probe's answer is reused for the same bytes. */
+export const FAILED_PROBE_TTL_MS = 10 * 60_000;
 
 export interface DecodeService {
   url: string;
@@ -126,10 +131,16 @@ export async function startDecodeService(input: DecodeServiceOptionsInput = {}, 
   const sem = new Semaphore(opts.concurrency);
   const downloads = new BoundedSemaphore(opts.maxDownloads, opts.maxDownloadQueue);
   const byDigest = new LruCache<ProbeResult>(opts.cacheEntries);
+  /**
+   * Probes that failed (unreadable, too many packets, out of time), by digest, for
+   * FAILED_PROBE_TTL_MS: the same bytes sent again are refused at once instead of probed again (a
+   * few KB of hostile container could otherwise buy a probe's whole time limit on every request).
+   */
+  const failedByDigest = new LruCache<{ error: Error; until: number }>(opts.cacheEntries);
   const byUrl = new LruCache<UrlEntry>(opts.cacheEntries);
   const probeFlight = new SingleFlight<ProbeResult>();
   const urlFlight = new CancellableFlight<Stored>();
-  const stats: DecodeServiceStats = { probes: 0, fetches: 0, cacheHits: 0, revalidated: 0, fresh: 0, shared: 0, downloadsPeak: 0, downloadsCancelled: 0, mediaServed: 0, mediaRefused: 0 };
+  const stats: DecodeServiceStats = { probes: 0, fetches: 0, cacheHits: 0, revalidated: 0, fresh: 0, shared: 0, downloadsPeak: 0, downloadsCancelled: 0, mediaServed: 0, mediaRefused: 0, failuresReused: 0 };
   let seq = 0;
   const tmpPath = (): string => path.join(tmp, `m${++seq}`);
   const log = (msg: string): void => {
@@ -162,15 +173,26 @@ export async function startDecodeService(input: DecodeServiceOptionsInput = {}, 
       stats.cacheHits++;
       return { result: cached, cache: "hit" };
     }
+    const failed = failedByDigest.get(digest);
+    if (failed && failed.until > Date.now()) {
+      stats.failuresReused++;
+      throw failed.error;
+    }
     if (prober.kind === "wasm" && byteLength > opts.wasmMaxMediaBytes) {
       throw new MediaError("unprobeable_media", `Media above ${opts.wasmMaxMediaBytes} bytes is not probed by the wasm decoder (memory cap).`);
     }
     const { promise, shared } = probeFlight.do(digest, async () => {
       if (sem.inUse >= sem.limit && sem.waiting >= opts.maxQueue) throw new NoWorkerAvailableError("Decode service is at capacity.");
-      const scan = await sem.run(() => {
-        stats.probes++;
-        return prober.probe(file);
-      });
+      const scan = await sem
+        .run(() => {
+          stats.probes++;
+          return prober.probe(file);
+        })
+        .catch((e: unknown) => {
+          // The media's own fault or its cost (not this service's capacity): remembered for its bytes.
+          if (e instanceof MediaError || e instanceof ProbeTimeoutError) failedByDigest.set(digest, { error: e, until: Date.now() + FAILED_PROBE_TTL_MS });
+          throw e;
+        });
       const r = toResult(digest, byteLength, scan);
       byDigest.set(digest, r);
       return r;

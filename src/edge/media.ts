@@ -110,6 +110,8 @@ async function resolveOne(p: MediaPartRef, deps: MediaDeps): Promise<VerifiedMed
       throw err;
     }
     const r = out.result;
+    // As for data: URLs: no bytes are no video (the worker would only refuse it later).
+    if (p.kind === "video" && r.byteLength === 0) throw new MediaError("truncated", "Video is empty.", p.param);
     const forward = deps.forwardClientUrls ? p.url : await deps.sign(r.digest);
     if (p.kind === "image") {
       if (!r.image) throw new MediaError("corrupt", "The media store returned no image size.", p.param);

@@ -17,6 +17,7 @@ import { nativeAvailable } from "../../services/decode/probers.ts";
 
 const sha256Hex = (b: Uint8Array): string => createHash("sha256").update(b).digest("hex");
 import { startDecodeService, type DecodeService } from "../../services/decode/server.ts";
+import { sampleBombMp4 } from "../helpers/sample-bomb.ts";
 import { ffmpegToFile } from "../helpers/wasm-media.ts";
 
 const TOKEN = "decode-test-token-0123456789";
@@ -123,6 +124,21 @@ describe("decode service", () => {
     expect(again.headers.get("x-cache")).toBe("hit");
     expect(await again.json()).toEqual(j);
     expect(svc.stats.probes).toBe(probes);
+  });
+
+  it.runIf(DECODER === "native")("a few KB of container declaring 86 M samples is refused at once under the memory cap, and the same bytes are not probed again", async () => {
+    const bomb = sampleBombMp4(86_000_000);
+    expect(bomb.length).toBeLessThan(5_000);
+    const probes = svc.stats.probes;
+    const r = await post(bomb, "application/octet-stream");
+    // Uncapped, ffprobe built a 2 GB index over 5-60 s; at 512 MiB of data segment it gives up at once.
+    expect(r.status).toBe(400);
+    expect(((await r.json()) as { error: { message: string } }).error.message).toMatch(/could not be probed/);
+    const again = await post(bomb, "application/octet-stream");
+    expect(again.status).toBe(400);
+    await again.text();
+    expect(svc.stats.probes).toBe(probes + 1);
+    expect(svc.stats.failuresReused).toBeGreaterThanOrEqual(1);
   });
 
   it("requires the bearer token", async () => {

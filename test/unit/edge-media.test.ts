@@ -33,6 +33,9 @@ beforeAll(async () => {
     if (req.url === "/a.png") {
       res.writeHead(200, { "content-type": "image/png" });
       res.end(png);
+    } else if (req.url === "/empty.mp4") {
+      res.writeHead(200, { "content-type": "video/mp4", "content-length": "0" });
+      res.end();
     } else {
       res.writeHead(404);
       res.end();
@@ -99,6 +102,11 @@ describe("edge media verification", () => {
 
   it("an empty data: video is the client's 400 naming the part (no bytes are a video for no decoder)", async () => {
     await expect(verifyMedia([part("video", "data:video/mp4;base64,")], deps())).rejects.toMatchObject({ reason: "truncated", param: "messages[0].content[0]" });
+  });
+
+  it("with a store: an empty video at a URL is the client's 400 too, as an empty data: video is", async () => {
+    const sign = storeSigner(svc.url, importMediaUrlKey(KEY), 60);
+    await expect(verifyMedia([part("video", `http://127.0.0.1:${port}/empty.mp4`)], deps({ decode: new DecodeClient({ url: svc.url, token: TOKEN }), sign }))).rejects.toMatchObject({ reason: "truncated", param: "messages[0].content[0]" });
   });
 
   it("with a store: the worker gets a signed store URL for the digest, valid for a short time only", async () => {

@@ -11,7 +11,7 @@ import path from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { FfprobePool } from "../../services/decode/ffprobe-pool.ts";
 import type { ScanResult } from "../../services/decode/ffprobe-scan.ts";
-import { NativeProber, nativeAvailable, ProbeTimeoutError } from "../../services/decode/probers.ts";
+import { DEFAULT_PROBE_MEMORY_BYTES, NativeProber, nativeAvailable, ProbeTimeoutError } from "../../services/decode/probers.ts";
 import { ffmpegToFile } from "../helpers/wasm-media.ts";
 import { requireInCi } from "../helpers/required.ts";
 
@@ -27,7 +27,7 @@ function ffprobeChildren(pid: number | "self" = "self"): number[] {
   const out: number[] = [];
   for (const task of readdirSync(`/proc/${pid}/task`)) {
     for (const c of readFileSync(`/proc/${pid}/task/${task}/children`, "utf8").split(" ").filter(Boolean)) {
-      if (["ffprobe", "setpriv"].includes(readFileSync(`/proc/${c}/comm`, "utf8").trim())) out.push(Number(c));
+      if (["ffprobe", "setpriv", "prlimit"].includes(readFileSync(`/proc/${c}/comm`, "utf8").trim())) out.push(Number(c));
     }
   }
   return out;
@@ -82,7 +82,7 @@ describe.skipIf(!hasNative)("pre-started ffprobe", () => {
     const wrapper = path.join(dir, "ungated-ffprobe");
     writeFileSync(wrapper, '#!/bin/sh\nunset FFREPORT\nsleep 0.3\nexec ffprobe "$@"\n');
     chmodSync(wrapper, 0o755);
-    const pool = (await FfprobePool.create(wrapper, 1, dir))!;
+    const pool = (await FfprobePool.create(wrapper, DEFAULT_PROBE_MEMORY_BYTES, 1, dir))!;
     try {
       expect(pool.enabled).toBe(true);
       expect(await pool.scan(clipA, 30_000)).toBeNull();
@@ -100,7 +100,7 @@ describe.skipIf(!hasNative)("pre-started ffprobe", () => {
   });
 
   it("kills a probe past its time limit, and the slot works again (pool under a relative tmpDir)", async () => {
-    const pool = (await FfprobePool.create("ffprobe", 1, path.relative(process.cwd(), dir)))!;
+    const pool = (await FfprobePool.create("ffprobe", DEFAULT_PROBE_MEMORY_BYTES, 1, path.relative(process.cwd(), dir)))!;
     try {
       expect(await pool.scan(clipA, 1)).toMatchObject({ timedOut: true });
       expect((await pool.scan(clipA, 30_000))!.scan!.meta.numFrames).toBe(45);
@@ -116,7 +116,7 @@ describe.skipIf(!hasNative)("pre-started ffprobe", () => {
   });
 
   it("leaves no process behind: close() kills the waiting ones, and they die with their owner", async () => {
-    const pool = (await FfprobePool.create("ffprobe", 2, dir))!;
+    const pool = (await FfprobePool.create("ffprobe", DEFAULT_PROBE_MEMORY_BYTES, 2, dir))!;
     const pids = ffprobeChildren();
     expect(pids).toHaveLength(2);
     await pool.close();
@@ -124,7 +124,7 @@ describe.skipIf(!hasNative)("pre-started ffprobe", () => {
 
     // An owner killed with SIGKILL runs no cleanup; setpriv's parent-death signal does it.
     const script = `import { FfprobePool } from ${JSON.stringify(path.join(ROOT, "services/decode/ffprobe-pool.ts"))};
-await FfprobePool.create("ffprobe", 2, ${JSON.stringify(dir)});
+await FfprobePool.create("ffprobe", 536870912, 2, ${JSON.stringify(dir)});
 process.stdout.write("ready\\n");
 setInterval(() => {}, 1000);`;
     const owner = spawn(process.execPath, ["--input-type=module", "-e", script], { stdio: ["ignore", "pipe", "inherit"] });
