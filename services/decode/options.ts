@@ -60,6 +60,8 @@ export const DecodeServiceOptionsSchema = z
       timeoutMs: z.number().int().positive().default(30_000),
     }).prefault({}),
     probeTimeoutMs: z.number().int().positive().default(60_000),
+    /** Data-segment cap of each native ffprobe (probers.ts DEFAULT_PROBE_MEMORY_BYTES, 512 MiB). */
+    probeMemoryBytes: z.number().int().min(64 * 1024 * 1024).default(512 * 1024 * 1024),
     /**
      * Longest time the store reuses a URL's bytes on the origin's word alone (its Cache-Control
      * max-age / s-maxage or Expires, http-freshness.ts) before asking it again; 0: every use is a

@@ -228,7 +228,7 @@ export class WasmProber implements Prober {
 
 export async function selectProber(
   decoder: "native" | "wasm" | "auto",
-  opts: { ffprobePath?: string; threads?: number; timeoutMs?: number; warm?: number; tmpDir?: string } = {},
+  opts: { ffprobePath?: string; threads?: number; timeoutMs?: number; warm?: number; tmpDir?: string; memoryBytes?: number } = {},
 ): Promise<Prober> {
   // Native needs prlimit too: an ffprobe without a memory cap is one small file away from GBs.
   const native = async (): Promise<boolean> => (await nativeAvailable(opts.ffprobePath)) && (await prlimitAvailable());

@@ -119,6 +119,7 @@ export async function startDecodeService(input: DecodeServiceOptionsInput = {}, 
     // Native: pre-started ffprobe processes, so a probe does not wait for process start.
     warm: opts.warmProbes ?? Math.min(opts.concurrency, DEFAULT_MAX_WARM_PROBES),
     timeoutMs: opts.probeTimeoutMs,
+    memoryBytes: opts.probeMemoryBytes,
     tmpDir: opts.tmpDir,
   });
   const baseResolve = deps.resolve ?? nodeResolver;
