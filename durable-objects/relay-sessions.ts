@@ -31,25 +31,39 @@ export class RelaySessions {
     this.#socketsOf = socketsOf;
   }
 
-  /** The worker's newest session, if any socket of it said an accepted hello. */
+  /**
+   * The worker's newest session, if any socket of it said an accepted hello. Rebuilt after a wake
+   * from the open sockets only: one this index closed as superseded may still be listed while its
+   * peer never answers the close, and must not become current again.
+   */
   current(workerId: string): number | undefined {
     let s = this.#current.get(workerId);
     if (s !== undefined) return s;
     for (const ws of this.#socketsOf(workerId)) {
       const a = ws.deserializeAttachment() as RelayAttachment;
-      if (a.session !== undefined && (s === undefined || a.session > s)) s = a.session;
+      if (a.session === undefined) continue;
+      // Sessions stay increasing across a wake even on a clock behind an earlier host's.
+      this.#last = Math.max(this.#last, a.session);
+      if (ws.readyState === WebSocket.OPEN && (s === undefined || a.session > s)) s = a.session;
     }
     if (s !== undefined) this.#current.set(workerId, s);
     return s;
   }
 
-  /** A hello was accepted on `ws`: its session is the worker's now, and older sockets are closed. */
+  /**
+   * A hello was accepted on `ws`: its session is the worker's now, and sockets of older sessions are
+   * closed. A socket that has not said hello yet is left alone (it may be the relay's newer
+   * connection, whose hello is on its way); its frames are not heard unless its hello is accepted.
+   */
   start(ws: WebSocket, att: RelayAttachment): void {
+    this.current(att.workerId); // after a wake: learn the sessions already handed out first
     const session = Math.max(Date.now(), this.#last + 1);
     this.#last = session;
     ws.serializeAttachment({ ...att, session } satisfies RelayAttachment);
     this.#current.set(att.workerId, session);
-    for (const other of this.#socketsOf(att.workerId)) if (other !== ws) close(other);
+    for (const other of this.#socketsOf(att.workerId)) {
+      if (other !== ws && (other.deserializeAttachment() as RelayAttachment).session !== undefined) close(other);
+    }
   }
 
   /** Whether frames from this socket are the worker's relay (sockets from before sessions existed count while none has one). */

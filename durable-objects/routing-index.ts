@@ -254,7 +254,9 @@ export class RoutingIndex extends DurableObject<RoutingIndexEnv> {
         if (!r.ok) {
           // Refused (an older epoch, another block size) while no session of the registered life is
           // open: that life is over, and its blocks must stop counting.
-          const fenced = this.#sessions.hasLiveSession(workerId, ws) ? undefined : this.core.fenceRefusedLife(workerId, msg.epoch);
+          // A session whose relay has been silent past the limit is a half-open socket, not a relay.
+          const live = this.#sessions.hasLiveSession(workerId, ws) && !this.core.relaySilent(workerId);
+          const fenced = live ? undefined : this.core.fenceRefusedLife(workerId, msg.epoch);
           if (fenced) {
             this.#persist(fenced);
             console.warn(JSON.stringify({ event: "worker_down", workerId, reason: `refused hello of another life: ${r.reason}` }));
@@ -440,7 +442,6 @@ export class RoutingIndex extends DurableObject<RoutingIndexEnv> {
     };
   }
 
-  /** The edge could not connect to the worker: stop routing to it until its relay says otherwise. */
   /** An edge could not connect to the worker: routing avoids it for a while (RoutingCore.quarantine). */
   async quarantine(workerId: string, reason: string): Promise<void> {
     const rec = this.core.quarantine(workerId);

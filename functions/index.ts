@@ -154,7 +154,7 @@ async function route(request: Request, path: string, env: Env, ctx: ExecutionCon
     if (res) {
       // The dashboard answers a wrong token or a forged cookie with its sign-in page (401), not an
       // AuthenticationError: such attempts spend the auth bucket too (a bare first visit does not).
-      const attempted = path === "/dashboard/login" || request.headers.has("cookie") || request.headers.has("authorization");
+      const attempted = path === "/dashboard/login" || /(?:^|;\s*)kvedge_admin=/.test(request.headers.get("cookie") ?? "") || request.headers.has("authorization");
       if (res.status === 401 && attempted) await limit(env, config, "auth", { network: networkOf(request) });
       return res;
     }

@@ -236,5 +236,7 @@ export async function selectProber(
     if (decoder === "native" && !(await native())) throw new Error(`native ffprobe not runnable with a memory cap (${opts.ffprobePath ?? "ffprobe"}, prlimit from util-linux)`);
     return new NativeProber(opts);
   }
+  if (decoder === "auto" && (await nativeAvailable(opts.ffprobePath)))
+    process.stderr.write("decode: ffprobe is installed but prlimit (util-linux) is not, so it cannot run under a memory cap: using the wasm decoder, whose memory a hostile container can still grow (docs/media.md, Store limits)\n");
   return new WasmProber(opts);
 }

@@ -190,8 +190,9 @@ export async function startDecodeService(input: DecodeServiceOptionsInput = {}, 
           return prober.probe(file);
         })
         .catch((e: unknown) => {
-          // The media's own fault or its cost (not this service's capacity): remembered for its bytes.
-          if (e instanceof MediaError || e instanceof ProbeTimeoutError) failedByDigest.set(digest, { error: e, until: Date.now() + FAILED_PROBE_TTL_MS });
+          // The media's own fault: remembered for its bytes. Not a timeout, which can be this
+          // service's load as much as the media (a hostile container fails fast under the memory cap).
+          if (e instanceof MediaError) failedByDigest.set(digest, { error: e, until: Date.now() + FAILED_PROBE_TTL_MS });
           throw e;
         });
       const r = toResult(digest, byteLength, scan);

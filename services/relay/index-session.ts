@@ -102,6 +102,8 @@ interface PongWait {
   pingOutAt: number | null;
   /** Messages written out on the socket at the last check: progress while the ping is queued. */
   written: number;
+  /** The socket's buffered bytes at the last check: a multi-MB dump chunk drains in bytes long before it counts as a message. */
+  buffered: number;
 }
 
 /** The relay endpoint of one shard; shard 0 carries no `shard` parameter (today's URL). */
@@ -407,7 +409,7 @@ export class IndexSession {
       this.send({ type: "ping", t: Date.now() });
       return;
     }
-    const wait: PongWait = { ws, timer: setTimeout(() => this.checkLiveness(wait), this.pongTimeoutMs()), pingOutAt: null, written: this.written };
+    const wait: PongWait = { ws, timer: setTimeout(() => this.checkLiveness(wait), this.pongTimeoutMs()), pingOutAt: null, written: this.written, buffered: ws.bufferedAmount };
     wait.timer.unref();
     this.pongWait = wait;
     this.send({ type: "ping", t: Date.now() }, () => (wait.pingOutAt = Date.now()));
@@ -433,9 +435,12 @@ export class IndexSession {
         rearm(left);
         return;
       }
-    } else if (this.written > wait.written) {
-      // Still queued behind our own data, which is moving: a slow path, not a dead one.
+    } else if (this.written > wait.written || wait.ws.bufferedAmount < wait.buffered) {
+      // Still queued behind our own data, which is moving (whole messages, or bytes of one): a slow
+      // path, not a dead one. (Bytes already in the kernel's send buffer are not visible here: after
+      // the ping has left, a path slower than that buffer per deadline, ~2 Mbit/s, reads as dead.)
       wait.written = this.written;
+      wait.buffered = wait.ws.bufferedAmount;
       rearm(timeoutMs);
       return;
     }

@@ -438,6 +438,7 @@ class RelayImpl implements Relay {
     if (indexEpoch < this.epoch) return;
     const from = this.epoch;
     this.epoch = indexEpoch + 1;
+    this.viewVersion++; // the state file keeps the new epoch (a restart must not say hello with the old one)
     this.log.warn("epoch_behind_index", { from, to: this.epoch });
     this.fanout.restartAll(`epoch ${from} behind the index's ${indexEpoch}`);
   }

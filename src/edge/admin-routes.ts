@@ -174,7 +174,8 @@ function requireMethod(request: Request, method: string): void {
 async function login(request: Request, url: URL, config: EdgeConfig): Promise<Response> {
   const text = await readBodyText(request, { maxBodyBytes: 4096 });
   const given = new URLSearchParams(text).get("token") ?? "";
-  // Guessing is bounded by the auth-failure bucket, as on every route (functions/index.ts spends it on this 401).
+  // Guessing is slowed like any failed authentication: this 401 spends the auth-failure bucket and an
+  // empty one turns further attempts into 429 (functions/index.ts); the admin bucket bounds them too.
   if (!config.adminToken || !timingSafeEqualString(given, config.adminToken)) return html(dashboardLoginHtml("That token is not the admin token."), 401);
   const secure = url.protocol === "https:" ? "; Secure" : "";
   const value = await sessionValue(config.adminToken, Math.floor(Date.now() / 1000) + SESSION_MAX_AGE_S);

@@ -23,7 +23,8 @@ export function forceReasoning(parser: ReasoningParserName, chatTemplateKwargs: 
   if (parser === "qwen3-thinking") return true;
   // qwen3 reasons by default: "not kwargs or kwargs.get('enable_thinking', True) is True"
   if (chatTemplateKwargs === undefined || Object.keys(chatTemplateKwargs).length === 0) return true;
-  return (chatTemplateKwargs["enable_thinking"] ?? true) === true;
+  // Python: `.get("enable_thinking", True) is True`: only a missing key defaults; a null is not True.
+  return ("enable_thinking" in chatTemplateKwargs ? chatTemplateKwargs["enable_thinking"] : true) === true;
 }
 
 export interface ReasoningSplit {

@@ -12,20 +12,21 @@ import type { WorkerRecord, WorkerRegistry } from "./worker-registry.ts";
 
 /** A worker's record joined with what operators see of its blocks and load (the snapshot's WorkerView fields). */
 export type WorkerRow = WorkerRecord &
-  Pick<WorkerView, "blocks" | "synced" | "approximate" | "approximateReasons" | "activeRequests" | "activePrefillTokens" | "activeDecodeBlocks">;
+  Pick<WorkerView, "blocks" | "synced" | "approximate" | "approximateReasons" | "quarantined" | "activeRequests" | "activePrefillTokens" | "activeDecodeBlocks">;
 
 export function emptyIndexCounters(): IndexCounters {
   return { eventsApplied: 0, blocksStored: 0, blocksRemoved: 0, eventsDropped: 0, dropReasons: {}, dumps: 0, routed: 0, settled: 0, expired: 0 };
 }
 
 /** Every registered worker with what the index holds of it and its in-flight load. */
-export function workerRows(registry: WorkerRegistry, views: BlockViews, load: LoadTracker): WorkerRow[] {
+export function workerRows(registry: WorkerRegistry, views: BlockViews, load: LoadTracker, at: number): WorkerRow[] {
   return registry.all().map(({ slot, ...w }) => ({
     ...w,
     blocks: views.index.workerBlockCount(slot),
     synced: views.isExact(w.workerId),
     approximate: views.approximate.has(w.workerId),
     approximateReasons: views.approximate.reasons(w.workerId),
+    quarantined: (w.quarantinedUntil ?? 0) > at,
     activeRequests: load.activeRequests(slot),
     activePrefillTokens: load.prefillTokens(slot),
     activeDecodeBlocks: load.decodeBlocks(slot),
@@ -43,7 +44,7 @@ export interface PoolMetricsParts {
 
 /** Everything operators see about this pool (metrics scrape, dashboard), as plain JSON. */
 export function poolMetricsSnapshot(p: PoolMetricsParts, at: number): PoolMetricsSnapshot {
-  const workers = workerRows(p.registry, p.views, p.load);
+  const workers = workerRows(p.registry, p.views, p.load, at);
   const verdict = poolCohort(p.registry.all());
   return {
     at,
@@ -60,7 +61,7 @@ export function poolMetricsSnapshot(p: PoolMetricsParts, at: number): PoolMetric
       synced: w.synced,
       approximate: w.approximate,
       approximateReasons: w.approximateReasons,
-      quarantined: (w.quarantinedUntil ?? 0) > at,
+      quarantined: w.quarantined,
       activeRequests: w.activeRequests,
       activePrefillTokens: w.activePrefillTokens,
       activeDecodeBlocks: w.activeDecodeBlocks,

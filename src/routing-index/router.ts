@@ -236,7 +236,11 @@ export class Router {
     const blockSize = registry.blockSize ?? 16;
     const exclude = new Set(req.exclude ?? []);
     const now = this.#now();
-    const live = registry.all().filter((w) => w.status === "up" && !((w.quarantinedUntil ?? 0) > now) && !exclude.has(w.workerId));
+    const up = registry.all().filter((w) => w.status === "up" && !exclude.has(w.workerId));
+    // Quarantined workers (an edge's failed connect) only when nothing else is up: a pool whose
+    // every worker had one lost pooled connection must not answer 503 for the quarantine's length.
+    const clear = up.filter((w) => !((w.quarantinedUntil ?? 0) > now));
+    const live = clear.length > 0 ? clear : up;
     if (live.length === 0) return null;
     const overlaps = views.overlaps(live, req.localHashes, now);
     const chain = views.pending.keysOf(req.localHashes);

@@ -139,7 +139,7 @@ export class RoutingCore {
 
   workers(): WorkerRow[] {
     this.#markSilentRelays();
-    return workerRows(this.#registry, this.#views, this.load);
+    return workerRows(this.#registry, this.#views, this.load, this.#now());
   }
 
   worker(workerId: string): WorkerRecord | undefined {
@@ -151,6 +151,12 @@ export class RoutingCore {
     const at = this.#registry.touch(workerId);
     if (at !== null) this.approximate.clear(workerId, "silent");
     return at;
+  }
+
+  /** Whether the worker's relay has said nothing for longer than `relaySilentMs`. */
+  relaySilent(workerId: string): boolean {
+    const w = this.#registry.get(workerId);
+    return w !== undefined && this.#now() - w.lastSeen > this.#relaySilentMs;
   }
 
   /**

@@ -341,6 +341,9 @@ describe("reasoning (golden: test_reasoning_parser.py, reasoning_parser.py)", ()
     expect(requiresReasoning(req({ separate_reasoning: false }), thinking)).toBe(true);
     expect(requiresReasoning(req({ separate_reasoning: false }), qwen3)).toBe(true);
     expect(requiresReasoning(req({ chat_template_kwargs: { enable_thinking: false } }), qwen3)).toBe(false);
+    // Python's `.get("enable_thinking", True) is True`: an explicit null is not True.
+    expect(requiresReasoning(req({ chat_template_kwargs: { enable_thinking: null } }), qwen3)).toBe(false);
+    expect(requiresReasoning(req({ chat_template_kwargs: { other: 1 } }), qwen3)).toBe(true);
     expect(requiresReasoning(req({ chat_template_kwargs: { enable_thinking: false } }), thinking)).toBe(true);
     expect(requiresReasoning(req({}), { toolCallParser: null, reasoningParser: null })).toBe(false);
   });

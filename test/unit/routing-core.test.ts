@@ -67,7 +67,9 @@ describe("RoutingCore", () => {
     // No message for more than three pings: the path may be dead (half-open) and events lost.
     expect(core.workers()[0]).toMatchObject({ synced: false, approximate: true });
     expect(core.workers()[0]!.approximateReasons.join()).toMatch(/nothing from its relay for 90 s/);
+    expect(core.relaySilent("a")).toBe(true);
     core.touch("a"); // a ping arrives
+    expect(core.relaySilent("a")).toBe(false);
     expect(core.workers()[0]).toMatchObject({ synced: true, approximate: false });
     // route() checks too, without any read of the worker list first.
     now += 200_000;
@@ -94,6 +96,11 @@ describe("RoutingCore", () => {
     now += 15_001;
     expect(core.metricsSnapshot().workers.find((w) => w.workerId === "a")!.quarantined).toBe(false);
     expect(ask()).toMatchObject({ workerId: "a", overlapBlocks: 10 });
+    // Every worker quarantined (one lost pooled connection each): still routed rather than 503.
+    core.quarantine("a");
+    core.quarantine("b");
+    expect(ask().workerId).toBe("a");
+    now += 15_001;
     // A new life of the worker ends a quarantine at once.
     core.quarantine("a");
     hello(core, "a", 2);

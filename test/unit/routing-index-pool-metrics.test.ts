@@ -38,9 +38,9 @@ describe("pool metrics", () => {
     const blocks = localBlockHashes(Array.from({ length: 12 }, (_, i) => i), 4).map((l, i) => ({ h: String(i + 1), p: i ? String(i) : null, l: localHashToHex(l) }));
     p.views.applyDump("b", { type: "dump", epoch: 2, seq: 0, blocks });
     p.load.add({ receiptId: "r", slot: p.registry.slotOf("b"), prefillTokens: 30, decodeBlocks: 9, startedAt: 0, prefillDone: false });
-    const rows = workerRows(p.registry, p.views, p.load);
+    const rows = workerRows(p.registry, p.views, p.load, 100);
     expect(rows.map((w) => [w.workerId, w.blocks, w.synced, w.activeRequests])).toEqual([["a", 0, false, 0], ["b", 3, true, 1]]);
-    expect(rows[1]).toMatchObject({ url: "http://b", epoch: 2, lastSeen: 77, activePrefillTokens: 30, activeDecodeBlocks: 9, approximate: false, approximateReasons: [] });
+    expect(rows[1]).toMatchObject({ url: "http://b", epoch: 2, lastSeen: 77, activePrefillTokens: 30, activeDecodeBlocks: 9, approximate: false, approximateReasons: [], quarantined: false });
     expect(rows[1]).not.toHaveProperty("slot");
   });
 
