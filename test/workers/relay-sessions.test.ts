@@ -53,6 +53,22 @@ async function row(id: string): Promise<{ status: string; synced: boolean; appro
   return { status: w.status, synced: w.synced, approximate: w.approximate, blocks: w.blocks };
 }
 
+/** A worker registered by a relay session at `epoch` with 4 blocks; its key for more connects. */
+async function registered(id: string, epoch: number): Promise<{ credential: string; s1: WebSocket }> {
+  await initHashing();
+  const credential = await issueRelayKey((u, i) => SELF.fetch(u, i), id);
+  const s1 = await open(id, credential);
+  await helloAndDump(s1, id, epoch, 5, chain(tokens(64, 1), 100));
+  return { credential, s1 };
+}
+
+/** Says hello at `epoch` on `ws`; the index's `error` answer. */
+function refusedHello(ws: WebSocket, id: string, epoch: number): Promise<{ type: string; [k: string]: unknown }> {
+  const refused = nextMessage(ws, "error");
+  ws.send(JSON.stringify({ type: "hello", workerId: id, url: TEST_WORKER_URL, blockSize: B, epoch, modelName: MODEL, kvEvents: true }));
+  return refused;
+}
+
 /** Waits until `check` holds (the index handles socket events asynchronously). */
 async function until<T>(read: () => Promise<T>, check: (v: T) => boolean): Promise<T> {
   for (let i = 0; i < 100; i++) {
@@ -106,19 +122,14 @@ describe("relay sessions", () => {
   });
 
   it("a refused hello of another life ends the registered life when no session of it is open", async () => {
-    await initHashing();
     const id = "w-sessions-3";
-    const credential = await issueRelayKey((u, i) => SELF.fetch(u, i), id);
-    const s1 = await open(id, credential);
-    await helloAndDump(s1, id, 1_700_000_100_000, 5, chain(tokens(64, 1), 100));
+    const { credential, s1 } = await registered(id, 1_700_000_100_000);
     s1.close(1001, "worker restarted");
     await until(() => row(id), (r) => !r.synced);
     // The restarted worker's relay has a clock behind: its epoch is lower, and the pool refuses it.
     const s2 = await open(id, credential);
-    const refused = nextMessage(s2, "error");
-    s2.send(JSON.stringify({ type: "hello", workerId: id, url: TEST_WORKER_URL, blockSize: B, epoch: 1_700_000_099_000, modelName: MODEL, kvEvents: true }));
     // The index ends the old life and tells the relay the epoch to say hello above.
-    expect(await refused).toMatchObject({ message: expect.stringMatching(/stale epoch/), indexEpoch: 1_700_000_100_000 });
+    expect(await refusedHello(s2, id, 1_700_000_099_000)).toMatchObject({ message: expect.stringMatching(/stale epoch/), indexEpoch: 1_700_000_100_000 });
     expect(await until(() => row(id), (r) => r.status === "down")).toMatchObject({ status: "down", blocks: 0 });
     const s3 = await open(id, credential);
     await helloAndDump(s3, id, 1_700_000_100_001, 1, chain(tokens(32, 7), 500));
@@ -127,15 +138,10 @@ describe("relay sessions", () => {
   });
 
   it("a refused hello while the registered life's relay is connected changes nothing (a late relay of an old life)", async () => {
-    await initHashing();
     const id = "w-sessions-4";
-    const credential = await issueRelayKey((u, i) => SELF.fetch(u, i), id);
-    const s1 = await open(id, credential);
-    await helloAndDump(s1, id, 1_700_000_100_000, 5, chain(tokens(64, 1), 100));
+    const { credential, s1 } = await registered(id, 1_700_000_100_000);
     const old = await open(id, credential);
-    const refused = nextMessage(old, "error");
-    old.send(JSON.stringify({ type: "hello", workerId: id, url: TEST_WORKER_URL, blockSize: B, epoch: 1_700_000_000_000, modelName: MODEL, kvEvents: true }));
-    expect((await refused).indexEpoch).toBeUndefined(); // never an epoch to climb past a live relay
+    expect((await refusedHello(old, id, 1_700_000_000_000)).indexEpoch).toBeUndefined(); // never an epoch to climb past a live relay
     expect(await row(id)).toMatchObject({ status: "up", synced: true, blocks: 4 });
     s1.close();
   });
