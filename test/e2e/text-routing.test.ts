@@ -120,7 +120,9 @@ describe("unstreamed requests", () => {
   it("stop counting as queued prefill once the worker's KV events show their prompt cached, while the answer is still being generated", async () => {
     // Nothing reaches the edge before the whole answer: only the worker's own stored blocks (relayed
     // to the index) can tell that its prefill is over (src/routing-index/prefill-watch.ts).
-    const body = JSON.stringify({ model: fleet.model, messages: [{ role: "user", content: promptText(7000, 800) }], max_tokens: 400, ignore_eos: true });
+    // ~8k tokens: a prefill of ~80 ms at the fleet's timing, so the polls below see it under CI load
+    // (with 800 words it lasted ~10 ms, and a loaded CI run once saw the request only after it).
+    const body = JSON.stringify({ model: fleet.model, messages: [{ role: "user", content: promptText(7000, 6000) }], max_tokens: 400, ignore_eos: true });
     const answer = fetch(`${fleet.edgeUrl}/v1/chat/completions`, { method: "POST", headers: { "content-type": "application/json" }, body });
     type Row = { workerId: string; activeRequests: number; activePrefillTokens: number };
     const seen: Row[] = [];
