@@ -14,7 +14,7 @@
  * operator opted into `KVEDGE_FORWARD_CLIENT_URLS` (unsafe; the old behaviour). Identity failures
  * that leave the bytes usable (a video the decoder cannot read) only cost exact routing.
  */
-import { MediaError, MediaTooLargeError, isMediaError, type MediaErrorReason } from "../media/errors.ts";
+import { MediaError, MediaStoreUnavailableError, MediaTooLargeError, isMediaError, type MediaErrorReason } from "../media/errors.ts";
 import { identifyImage } from "../media/image-identity.ts";
 import { encodeBase64, isDataUrl, parseDataUrl } from "../media/data-url.ts";
 import type { SafeFetcher } from "../media/safe-fetch.ts";
@@ -65,13 +65,13 @@ const MIME: Record<string, string> = { png: "image/png", jpeg: "image/jpeg", web
 /** The store's refusals of the media itself keep their reason; its own trouble is named as such. */
 const STORE_REASONS = new Set<MediaErrorReason>(["bad_url", "bad_scheme", "blocked_address", "credentials_in_url", "too_many_redirects", "bad_redirect", "dns_failed", "fetch_failed", "http_status", "timeout", "unknown_format", "truncated", "corrupt", "too_many_pixels", "unsupported_format"]);
 
-function storeError(p: MediaPartRef, out: { reason: string; detail: string; status: number | null; code: string | null }): MediaError | MediaTooLargeError {
+function storeError(p: MediaPartRef, out: { reason: string; detail: string; status: number | null; code: string | null }): MediaError | MediaTooLargeError | MediaStoreUnavailableError {
   if (out.reason === "decode_media_rejected") {
     if (out.status === 413) return new MediaTooLargeError(Number(/(\d+)-byte/.exec(out.detail)?.[1] ?? 0), p.param);
     const reason = out.code?.startsWith("media_") ? (out.code.slice(6) as MediaErrorReason) : "fetch_failed";
     return new MediaError(STORE_REASONS.has(reason) ? reason : "fetch_failed", `The ${p.kind} could not be fetched: ${out.detail}`, p.param);
   }
-  return new MediaError("store_unavailable", `The ${p.kind} could not be stored for the worker (${out.reason}); it was not forwarded.`, p.param);
+  return new MediaStoreUnavailableError(`The ${p.kind} could not be stored for the worker (${out.reason}); it was not forwarded. Retry later.`, p.param);
 }
 
 async function resolveOne(p: MediaPartRef, deps: MediaDeps): Promise<VerifiedMedia> {

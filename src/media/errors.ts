@@ -3,7 +3,7 @@
  * header cannot be read. They extend the api hierarchy so they render as 400 (413 for size caps);
  * `reason` is a stable machine-readable name the edge records when it falls back.
  */
-import { InvalidRequestError, PayloadTooLargeError } from "../api/errors.ts";
+import { InvalidRequestError, KvedgeError, PayloadTooLargeError } from "../api/errors.ts";
 
 export type MediaErrorReason =
   // fetch policy
@@ -46,8 +46,20 @@ export class MediaTooLargeError extends PayloadTooLargeError {
   }
 }
 
-export type AnyMediaError = MediaError | MediaTooLargeError;
+/**
+ * 503: the media store could not take the item (down, overloaded, out of time, refusing the
+ * edge's token): the service's fault, not the request's, so clients may retry; the item was not
+ * forwarded to any worker.
+ */
+export class MediaStoreUnavailableError extends KvedgeError {
+  readonly reason = "store_unavailable" as const;
+  constructor(message: string, param: string | null = null) {
+    super(message, "service_unavailable", "media_store_unavailable", param);
+  }
+}
+
+export type AnyMediaError = MediaError | MediaTooLargeError | MediaStoreUnavailableError;
 
 export function isMediaError(e: unknown): e is AnyMediaError {
-  return e instanceof MediaError || e instanceof MediaTooLargeError;
+  return e instanceof MediaError || e instanceof MediaTooLargeError || e instanceof MediaStoreUnavailableError;
 }

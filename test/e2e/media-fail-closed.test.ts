@@ -97,7 +97,7 @@ describe("fail-closed media routing", () => {
     await fleet.stopDecode();
     const started = Date.now();
     const r = await chat(fleet.edgeUrl, { model: fleet.model, ...userWith([text("video, decode down"), vid("b")]) });
-    expect(r.status, JSON.stringify(r.body)).toBe(400);
+    expect(r.status, JSON.stringify(r.body)).toBe(503);
     expect((r.body as { error: { code: string; message: string } }).error).toMatchObject({ code: "media_store_unavailable", message: expect.stringContaining("decode_unreachable") });
     expect(Date.now() - started).toBeLessThan(10_000);
   });

@@ -257,7 +257,7 @@ describe("faults on the local fleet", () => {
     const slow = await chat(fleet.edgeUrl, { model: fleet.model, ...userWith([text("decode hung"), vid("b")]) });
     const tookMs = Date.now() - started;
     fleet.resumeDecode();
-    expect(slow.status, JSON.stringify(slow.body)).toBe(400);
+    expect(slow.status, JSON.stringify(slow.body)).toBe(503);
     expect((slow.body as { error: { code: string } }).error.code).toBe("media_store_unavailable");
     // The decode budget is 15 s (src/media/decode-client.ts); the request must not wait much longer.
     expect(tookMs).toBeLessThan(15_000 + 5_000);

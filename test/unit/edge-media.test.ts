@@ -10,7 +10,8 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { verifyMedia, storeSigner, type MediaDeps } from "../../src/edge/media.ts";
 import { DecodeClient } from "../../src/media/decode-client.ts";
 import { decodeBase64Strict } from "../../src/media/data-url.ts";
-import { MediaError } from "../../src/media/errors.ts";
+import { MediaError, MediaStoreUnavailableError } from "../../src/media/errors.ts";
+import { httpStatusOf } from "../../src/api/errors.ts";
 import { SafeFetcher } from "../../src/media/safe-fetch.ts";
 import { importMediaUrlKey, verifyMediaUrl } from "../../src/media/signed-url.ts";
 import { initHashing } from "../../src/util/hash.ts";
@@ -126,8 +127,10 @@ describe("edge media verification", () => {
     // The store's refusal keeps its reason; its absence is named as such.
     await expect(verifyMedia([part("image", `http://127.0.0.1:${port}/missing.png`)], deps({ decode: new DecodeClient({ url: svc.url, token: TOKEN }), sign }))).rejects.toMatchObject({ reason: "http_status" });
     const down = await verifyMedia([part("image", `http://127.0.0.1:${port}/a.png`)], deps({ decode: new DecodeClient({ url: "http://127.0.0.1:1", token: TOKEN }), sign })).catch((e: unknown) => e);
-    expect(down).toBeInstanceOf(MediaError);
-    expect((down as MediaError).reason).toBe("store_unavailable");
+    // The store's own trouble is a 503 the client may retry, not the request's fault.
+    expect(down).toBeInstanceOf(MediaStoreUnavailableError);
+    expect(httpStatusOf(down as MediaStoreUnavailableError)).toBe(503);
+    expect((down as MediaStoreUnavailableError).code).toBe("media_store_unavailable");
   });
 });
 
