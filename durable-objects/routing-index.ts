@@ -233,9 +233,7 @@ export class RoutingIndex extends DurableObject<RoutingIndexEnv> {
     if (msg.type !== "hello") {
       if (!this.#sessions.isCurrent(att)) {
         // An older connection of a relay that has reconnected since: its frames are history.
-        this.core.counters.eventsDropped++;
-        this.core.counters.dropReasons["superseded_session"] = (this.core.counters.dropReasons["superseded_session"] ?? 0) + 1;
-        this.#send(ws, { type: "error", message: "superseded by a newer relay session" });
+        this.#reject(ws, "superseded by a newer relay session", "superseded_session");
         this.#sessions.refuse(ws);
         return;
       }
@@ -340,9 +338,9 @@ export class RoutingIndex extends DurableObject<RoutingIndexEnv> {
     }
   }
 
-  #reject(ws: WebSocket, reason: string): void {
+  #reject(ws: WebSocket, reason: string, dropReason = "bad_message"): void {
     this.core.counters.eventsDropped++;
-    this.core.counters.dropReasons["bad_message"] = (this.core.counters.dropReasons["bad_message"] ?? 0) + 1;
+    this.core.counters.dropReasons[dropReason] = (this.core.counters.dropReasons[dropReason] ?? 0) + 1;
     this.#send(ws, { type: "error", message: reason });
   }
 

@@ -10,7 +10,7 @@ import { authorizeClient, bearerToken } from "../src/edge/auth.ts";
 import { verifyRelayConnect } from "../src/relay-wire/relay-auth.ts";
 import { clientNetwork, enforceRateLimit, rateLimitBucketName, rateLimitHeaders, type BucketKind } from "../src/edge/rate-limit.ts";
 import { handleChatCompletions, type IndexClient } from "../src/edge/chat.ts";
-import { handleAdminRoute, type AdminIndexClient } from "../src/edge/admin-routes.ts";
+import { handleAdminRoute, presentsAdminCredentials, type AdminIndexClient } from "../src/edge/admin-routes.ts";
 import { preflightResponse, PUBLIC_ROUTE_METHODS, withCors } from "../src/edge/cors.ts";
 import { initHashing } from "../src/util/hash.ts";
 import { shardObjectName } from "../src/block-index/shard.ts";
@@ -154,8 +154,7 @@ async function route(request: Request, path: string, env: Env, ctx: ExecutionCon
     if (res) {
       // The dashboard answers a wrong token or a forged cookie with its sign-in page (401), not an
       // AuthenticationError: such attempts spend the auth bucket too (a bare first visit does not).
-      const attempted = path === "/dashboard/login" || /(?:^|;\s*)kvedge_admin=/.test(request.headers.get("cookie") ?? "") || request.headers.has("authorization");
-      if (res.status === 401 && attempted) await limit(env, config, "auth", { network: networkOf(request) });
+      if (res.status === 401 && presentsAdminCredentials(request, path)) await limit(env, config, "auth", { network: networkOf(request) });
       return res;
     }
   }

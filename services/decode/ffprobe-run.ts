@@ -24,6 +24,9 @@ export interface FfprobeRun {
   outcome: Promise<FfprobeOutcome>;
 }
 
+/** Data-segment cap of a native ffprobe: a legitimate probe needs tens of MB. */
+export const DEFAULT_PROBE_MEMORY_BYTES = 512 * 1024 * 1024;
+
 /**
  * ffprobe under a data-segment cap (`prlimit --data`, util-linux; RLIMIT_DATA counts the heap and
  * private anonymous mappings, not the shared libraries): a 4.7 KB MP4 declaring 86 M samples made

@@ -6,6 +6,7 @@
 import os from "node:os";
 import { z } from "zod";
 import { SafeFetchPolicySchema } from "../../src/media/safe-fetch.ts";
+import { DEFAULT_PROBE_MEMORY_BYTES } from "./ffprobe-run.ts";
 
 export const DecodeServiceOptionsSchema = z
   .strictObject({
@@ -60,8 +61,8 @@ export const DecodeServiceOptionsSchema = z
       timeoutMs: z.number().int().positive().default(30_000),
     }).prefault({}),
     probeTimeoutMs: z.number().int().positive().default(60_000),
-    /** Data-segment cap of each native ffprobe (probers.ts DEFAULT_PROBE_MEMORY_BYTES, 512 MiB). */
-    probeMemoryBytes: z.number().int().min(64 * 1024 * 1024).default(512 * 1024 * 1024),
+    /** Data-segment cap of each native ffprobe (ffprobe-run.ts memoryCapped). */
+    probeMemoryBytes: z.number().int().min(64 * 1024 * 1024).default(DEFAULT_PROBE_MEMORY_BYTES),
     /**
      * Longest time the store reuses a URL's bytes on the origin's word alone (its Cache-Control
      * max-age / s-maxage or Expires, http-freshness.ts) before asking it again; 0: every use is a

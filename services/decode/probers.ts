@@ -9,7 +9,7 @@ import { tmpdir } from "node:os";
 import { Worker } from "node:worker_threads";
 import { MediaError } from "../../src/media/errors.ts";
 import { FfprobePool, type PooledOutcome } from "./ffprobe-pool.ts";
-import { memoryCapped, prlimitAvailable, startFfprobe } from "./ffprobe-run.ts";
+import { DEFAULT_PROBE_MEMORY_BYTES, memoryCapped, prlimitAvailable, startFfprobe } from "./ffprobe-run.ts";
 import { ffprobeArgs, MAX_PROBE_PACKETS, parseFfprobeOutput, type ScanResult } from "./ffprobe-scan.ts";
 import type { WasmJob, WasmReply } from "./wasm-worker.ts";
 
@@ -23,9 +23,6 @@ export interface Prober {
 }
 
 export class ProbeTimeoutError extends Error {}
-
-/** Data-segment cap of a native ffprobe (ffprobe-run.ts memoryCapped): a legitimate probe needs tens of MB. */
-export const DEFAULT_PROBE_MEMORY_BYTES = 512 * 1024 * 1024;
 
 function tooManyPackets(): MediaError {
   return new MediaError("unprobeable_media", `Media could not be probed: it holds more than ${MAX_PROBE_PACKETS} video packets.`);
@@ -230,13 +227,13 @@ export async function selectProber(
   decoder: "native" | "wasm" | "auto",
   opts: { ffprobePath?: string; threads?: number; timeoutMs?: number; warm?: number; tmpDir?: string; memoryBytes?: number } = {},
 ): Promise<Prober> {
+  if (decoder === "wasm") return new WasmProber(opts);
   // Native needs prlimit too: an ffprobe without a memory cap is one small file away from GBs.
-  const native = async (): Promise<boolean> => (await nativeAvailable(opts.ffprobePath)) && (await prlimitAvailable());
-  if (decoder === "native" || (decoder === "auto" && (await native()))) {
-    if (decoder === "native" && !(await native())) throw new Error(`native ffprobe not runnable with a memory cap (${opts.ffprobePath ?? "ffprobe"}, prlimit from util-linux)`);
-    return new NativeProber(opts);
-  }
-  if (decoder === "auto" && (await nativeAvailable(opts.ffprobePath)))
+  const ffprobe = await nativeAvailable(opts.ffprobePath);
+  const capped = ffprobe && (await prlimitAvailable());
+  if (capped) return new NativeProber(opts);
+  if (decoder === "native") throw new Error(`native ffprobe not runnable with a memory cap (${opts.ffprobePath ?? "ffprobe"}, prlimit from util-linux)`);
+  if (ffprobe)
     process.stderr.write("decode: ffprobe is installed but prlimit (util-linux) is not, so it cannot run under a memory cap: using the wasm decoder, whose memory a hostile container can still grow (docs/media.md, Store limits)\n");
   return new WasmProber(opts);
 }

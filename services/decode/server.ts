@@ -133,7 +133,7 @@ export async function startDecodeService(input: DecodeServiceOptionsInput = {}, 
   const downloads = new BoundedSemaphore(opts.maxDownloads, opts.maxDownloadQueue);
   const byDigest = new LruCache<ProbeResult>(opts.cacheEntries);
   /**
-   * Probes that failed (unreadable, too many packets, out of time), by digest, for
+   * Probes that failed on the media (unreadable, too many packets, no frames), by digest, for
    * FAILED_PROBE_TTL_MS: the same bytes sent again are refused at once instead of probed again (a
    * few KB of hostile container could otherwise buy a probe's whole time limit on every request).
    */

@@ -11,6 +11,7 @@ import { ConfigError } from "../api/errors.ts";
 import { LimitsSchema, type Limits } from "../api/limits.ts";
 import { RegionsConfigSchema } from "../selection/regions.ts";
 import { SafeFetchPolicySchema } from "../media/safe-fetch.ts";
+import { classifyHost } from "../media/ssrf.ts";
 import { isCompatible } from "../prompt/model-profile.ts";
 
 export const ModelFamilySchema = z.enum(["qwen2_vl", "qwen2_5_vl", "qwen3_vl"]);
@@ -175,9 +176,15 @@ function serviceUrl(name: string) {
     .url()
     .refine((v) => {
       const u = new URL(v);
-      const loopback = u.hostname === "localhost" || u.hostname === "[::1]" || /^127\.\d+\.\d+\.\d+$/.test(u.hostname);
+      const host = classifyHost(u.hostname);
+      const loopback = host.kind === "ip" ? host.blocked === "loopback" : host.name === "localhost";
       return (u.protocol === "https:" || (u.protocol === "http:" && loopback)) && u.username === "" && u.password === "" && u.search === "" && u.hash === "";
     }, `${name} must be an https URL (plain http only to a loopback address) without credentials, query or fragment`);
+}
+
+/** KVEDGE_API_KEYS as the list of keys (comma-separated, trimmed, empty entries dropped). */
+function apiKeyList(raw: string | undefined): string[] {
+  return raw?.split(",").map((k) => k.trim()).filter(Boolean) ?? [];
 }
 
 /** Raw environment → typed config. Unknown vars are ignored (bindings live in the same object). */
@@ -277,7 +284,7 @@ export function parseEdgeConfig(env: Record<string, unknown>): EdgeConfig {
     if (e.KVEDGE_MEDIA_STORE_URL && !e.KVEDGE_DECODE_URL) {
       ctx.addIssue({ code: "custom", path: ["KVEDGE_MEDIA_STORE_URL"], message: "KVEDGE_MEDIA_STORE_URL needs KVEDGE_DECODE_URL (the store is the decode service)" });
     }
-    const keys = e.KVEDGE_API_KEYS?.split(",").map((k) => k.trim()).filter(Boolean) ?? [];
+    const keys = apiKeyList(e.KVEDGE_API_KEYS);
     if (keys.some((k) => k.length < 16)) ctx.addIssue({ code: "custom", path: ["KVEDGE_API_KEYS"], message: "every API key must be at least 16 characters" });
     // One secret, one role: a tenant key that is also the admin token would open /admin to that tenant.
     const others: [string, string | undefined][] = [["RELAY_SECRET", e.RELAY_SECRET], ["DECODE_TOKEN", e.DECODE_TOKEN], ["KVEDGE_MEDIA_URL_KEY", e.KVEDGE_MEDIA_URL_KEY]];
@@ -294,7 +301,7 @@ export function parseEdgeConfig(env: Record<string, unknown>): EdgeConfig {
   }).safeParse(env);
   if (!r.success) throw configError(null, r.error.issues);
   const parsed = r.data;
-  const keys = parsed.KVEDGE_API_KEYS?.split(",").map((k) => k.trim()).filter(Boolean) ?? [];
+  const keys = apiKeyList(parsed.KVEDGE_API_KEYS);
   return {
     models: parsed.KVEDGE_MODELS ?? DEFAULT_MODELS,
     media: parsed.KVEDGE_MEDIA ?? {},

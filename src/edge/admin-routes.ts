@@ -150,6 +150,15 @@ function cookieOf(request: Request, name: string): string | null {
   return null;
 }
 
+/**
+ * Whether the request tries to sign in as the operator (the login form, a bearer, a session
+ * cookie): a 401 to it is a failed authentication (functions/index.ts spends the auth bucket on it);
+ * a first visit without any credential is not.
+ */
+export function presentsAdminCredentials(request: Request, path: string): boolean {
+  return path === "/dashboard/login" || request.headers.has("authorization") || cookieOf(request, SESSION_COOKIE) !== null;
+}
+
 async function isAdmin(request: Request, config: EdgeConfig, allowCookie: boolean): Promise<boolean> {
   const token = config.adminToken;
   if (!token) return false;

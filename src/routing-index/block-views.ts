@@ -39,10 +39,11 @@ export class BlockViews {
   readonly approximate = new ApproximateWorkers();
   readonly #registry: WorkerRegistry;
   readonly #counters: IndexCounters;
-  /** Workers whose in-memory blocks are known to mirror the relay (a dump arrived this life). */
-  readonly #synced = new Set<string>();
-  /** Blocks of a worker's last dump still to come as stored events (RelayDump `continues`). */
-  readonly #dumpRemaining = new Map<string, number>();
+  /**
+   * Workers whose in-memory blocks are known to mirror the relay (a dump arrived this life), with
+   * the blocks of that dump still to come as stored events (RelayDump `continues`; 0: complete).
+   */
+  readonly #synced = new Map<string, number>();
   #scores = new Int32Array(16);
   /** Whether a stored chain of n blocks fits the block budget (one closure, not one per event). */
   readonly #admitChain = (n: number): boolean => this.budget.admit(this.index.size + this.approx.size, n, this.#registry.slotCount) >= n;
@@ -62,7 +63,7 @@ export class BlockViews {
 
   /** Synced means the index mirrors the worker: never while its view may be wrong. */
   isExact(workerId: string): boolean {
-    return this.#synced.has(workerId) && !this.approximate.has(workerId) && !this.#dumpRemaining.has(workerId);
+    return this.#synced.get(workerId) === 0 && !this.approximate.has(workerId);
   }
 
   /** A worker took a new slot. */
@@ -78,7 +79,6 @@ export class BlockViews {
     this.approx.clear(slot);
     this.approximate.clear(workerId);
     this.#synced.delete(workerId);
-    this.#dumpRemaining.delete(workerId);
   }
 
   /** The worker left the registry: its slot is freed in every view. */
@@ -88,13 +88,11 @@ export class BlockViews {
     this.approx.clear(slot);
     this.#synced.delete(workerId);
     this.approximate.clear(workerId);
-    this.#dumpRemaining.delete(workerId);
   }
 
   /** A new relay session: its dump, which follows, is the truth. */
   unsync(workerId: string): void {
     this.#synced.delete(workerId);
-    this.#dumpRemaining.delete(workerId);
   }
 
   applyDump(workerId: string, msg: RelayDump): RelayApplyOutcome {
@@ -114,9 +112,7 @@ export class BlockViews {
     this.#budgetVerdict(workerId, msg.blocks.length - fit, true);
     if (msg.approximate) this.approximate.mark(workerId, "relay", "relay lost history: its view (merged with the index's last copy) may hold blocks the worker evicted");
     else this.approximate.clear(workerId, "relay");
-    this.#synced.add(workerId);
-    if (msg.continues) this.#dumpRemaining.set(workerId, msg.continues);
-    else this.#dumpRemaining.delete(workerId);
+    this.#synced.set(workerId, msg.continues ?? 0);
     this.#counters.dumps++;
     this.#registry.touch(workerId);
     return { ok: true };
@@ -128,13 +124,12 @@ export class BlockViews {
     if (msg.epoch !== w.epoch) return this.#drop("stale_epoch", false);
     if (!this.#synced.has(workerId)) return this.#drop("not_synced", true);
     this.#registry.touch(workerId);
-    const remaining = this.#dumpRemaining.get(workerId);
-    if (remaining !== undefined) {
+    const remaining = this.#synced.get(workerId)!;
+    if (remaining > 0) {
       // The dump's continuation comes first on the socket: count its blocks in, applied or refused.
       let stored = 0;
       for (const ev of msg.events) if (ev.t === "stored") stored += ev.blocks.length;
-      if (remaining - stored > 0) this.#dumpRemaining.set(workerId, remaining - stored);
-      else this.#dumpRemaining.delete(workerId);
+      this.#synced.set(workerId, Math.max(0, remaining - stored));
     }
     let resync = false;
     for (const ev of msg.events) {
@@ -184,7 +179,6 @@ export class BlockViews {
     const w = this.#registry.get(workerId);
     if (!w) return;
     this.#synced.delete(workerId);
-    this.#dumpRemaining.delete(workerId);
     if (this.index.workerBlockCount(w.slot) > 0 || this.approximate.has(workerId))
       this.approximate.mark(workerId, "relay", "relay disconnected: routing on the index's last copy of its blocks");
   }

@@ -8,7 +8,7 @@ import { cohortOf, type IndexCounters, type PoolMetricsSnapshot, type WorkerView
 import type { BlockViews } from "./block-views.ts";
 import { poolCohort } from "./cohort.ts";
 import type { ReceiptBook } from "./receipts.ts";
-import type { WorkerRecord, WorkerRegistry } from "./worker-registry.ts";
+import { isQuarantined, type WorkerRecord, type WorkerRegistry } from "./worker-registry.ts";
 
 /** A worker's record joined with what operators see of its blocks and load (the snapshot's WorkerView fields). */
 export type WorkerRow = WorkerRecord &
@@ -26,7 +26,7 @@ export function workerRows(registry: WorkerRegistry, views: BlockViews, load: Lo
     synced: views.isExact(w.workerId),
     approximate: views.approximate.has(w.workerId),
     approximateReasons: views.approximate.reasons(w.workerId),
-    quarantined: (w.quarantinedUntil ?? 0) > at,
+    quarantined: isQuarantined(w, at),
     activeRequests: load.activeRequests(slot),
     activePrefillTokens: load.prefillTokens(slot),
     activeDecodeBlocks: load.decodeBlocks(slot),

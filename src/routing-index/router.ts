@@ -15,7 +15,7 @@ import { pickIndex, scoreCandidates, type Candidate } from "../selection/selecti
 import type { BlockViews } from "./block-views.ts";
 import type { LoadSync } from "./load-sync.ts";
 import type { Receipt, ReceiptBook } from "./receipts.ts";
-import type { WorkerRecord, WorkerRegistry } from "./worker-registry.ts";
+import { isQuarantined, type WorkerRecord, type WorkerRegistry } from "./worker-registry.ts";
 
 /** The one region of TTFT scoring without a region table (cost "ttft"). */
 const LOCAL_REGION = "local";
@@ -239,7 +239,7 @@ export class Router {
     const up = registry.all().filter((w) => w.status === "up" && !exclude.has(w.workerId));
     // Quarantined workers (an edge's failed connect) only when nothing else is up: a pool whose
     // every worker had one lost pooled connection must not answer 503 for the quarantine's length.
-    const clear = up.filter((w) => !((w.quarantinedUntil ?? 0) > now));
+    const clear = up.filter((w) => !isQuarantined(w, now));
     const live = clear.length > 0 ? clear : up;
     if (live.length === 0) return null;
     const overlaps = views.overlaps(live, req.localHashes, now);

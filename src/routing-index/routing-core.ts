@@ -156,7 +156,11 @@ export class RoutingCore {
   /** Whether the worker's relay has said nothing for longer than `relaySilentMs`. */
   relaySilent(workerId: string): boolean {
     const w = this.#registry.get(workerId);
-    return w !== undefined && this.#now() - w.lastSeen > this.#relaySilentMs;
+    return w !== undefined && this.#silentSince(w, this.#now());
+  }
+
+  #silentSince(w: WorkerRecord, now: number): boolean {
+    return now - w.lastSeen > this.#relaySilentMs;
   }
 
   /**
@@ -167,7 +171,7 @@ export class RoutingCore {
   #markSilentRelays(): void {
     const now = this.#now();
     for (const w of this.#registry.all()) {
-      if (!w.kvEvents || now - w.lastSeen <= this.#relaySilentMs || !this.#views.isSynced(w.workerId) || this.approximate.has(w.workerId)) continue;
+      if (!w.kvEvents || !this.#silentSince(w, now) || !this.#views.isSynced(w.workerId) || this.approximate.has(w.workerId)) continue;
       this.approximate.mark(w.workerId, "silent", `nothing from its relay for ${Math.round((now - w.lastSeen) / 1000)} s: the path may be dead and events lost`);
     }
   }
@@ -196,10 +200,7 @@ export class RoutingCore {
    * check, and a live one (a lost pooled connection, a network blip) comes back by itself.
    */
   quarantine(workerId: string): WorkerRecord | undefined {
-    const w = this.#registry.quarantine(workerId, this.#now() + this.#quarantineMs);
-    if (!w) return undefined;
-    const { slot: _s, ...rec } = w;
-    return rec;
+    return this.#registry.quarantine(workerId, this.#now() + this.#quarantineMs) ? this.#registry.record(workerId) : undefined;
   }
 
   /**

@@ -30,6 +30,11 @@ export interface WorkerRecord {
   quarantinedUntil?: number;
 }
 
+/** Whether an edge's failed connect still keeps routing away from the worker at `at` (ms). */
+export function isQuarantined(w: Pick<WorkerRecord, "quarantinedUntil">, at: number): boolean {
+  return (w.quarantinedUntil ?? 0) > at;
+}
+
 /** A registered worker: its record and the slot it holds in the indexes and the load tracker. */
 export type SlottedWorker = WorkerRecord & { slot: number };
 

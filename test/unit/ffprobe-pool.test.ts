@@ -11,7 +11,8 @@ import path from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { FfprobePool } from "../../services/decode/ffprobe-pool.ts";
 import type { ScanResult } from "../../services/decode/ffprobe-scan.ts";
-import { DEFAULT_PROBE_MEMORY_BYTES, NativeProber, nativeAvailable, ProbeTimeoutError } from "../../services/decode/probers.ts";
+import { NativeProber, nativeAvailable, ProbeTimeoutError } from "../../services/decode/probers.ts";
+import { DEFAULT_PROBE_MEMORY_BYTES } from "../../services/decode/ffprobe-run.ts";
 import { ffmpegToFile } from "../helpers/wasm-media.ts";
 import { requireInCi } from "../helpers/required.ts";
 
