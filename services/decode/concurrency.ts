@@ -1,45 +1,4 @@
-/** Small concurrency tools for the decode service: a counting semaphore, single-flight, an LRU map. */
-
-export class Semaphore {
-  private active = 0;
-  private readonly queue: (() => void)[] = [];
-  readonly limit: number;
-  constructor(limit: number) {
-    this.limit = Math.max(1, limit);
-  }
-  get inUse(): number {
-    return this.active;
-  }
-  get waiting(): number {
-    return this.queue.length;
-  }
-  async run<T>(fn: () => Promise<T>): Promise<T> {
-    if (this.active >= this.limit) await new Promise<void>((r) => this.queue.push(r));
-    else this.active++;
-    try {
-      return await fn();
-    } finally {
-      const next = this.queue.shift();
-      if (next) next();
-      else this.active--;
-    }
-  }
-}
-
-/** Concurrent calls with one key share one execution (and its result or error). */
-export class SingleFlight<T> {
-  private readonly inflight = new Map<string, Promise<T>>();
-  get size(): number {
-    return this.inflight.size;
-  }
-  do(key: string, fn: () => Promise<T>): { promise: Promise<T>; shared: boolean } {
-    const existing = this.inflight.get(key);
-    if (existing) return { promise: existing, shared: true };
-    const p = fn().finally(() => this.inflight.delete(key));
-    this.inflight.set(key, p);
-    return { promise: p, shared: false };
-  }
-}
+/** Small concurrency tools for the decode service: an LRU map, cancellable single-flight, the queue-full error (slots: fair-slots.ts). */
 
 export class LruCache<V> {
   private readonly map = new Map<string, V>();
@@ -70,61 +29,6 @@ export class LruCache<V> {
 
 /** Thrown when a bounded queue is full: the service answers 503 at once instead of queueing. */
 export class QueueFullError extends Error {}
-
-/**
- * A semaphore with a bounded wait queue and cancellation: a waiter whose signal aborts leaves the
- * queue without ever taking a slot.
- */
-export class BoundedSemaphore {
-  private active = 0;
-  private readonly queue: { grant: () => void }[] = [];
-  readonly limit: number;
-  readonly maxQueue: number;
-  private peak = 0;
-  constructor(limit: number, maxQueue: number) {
-    this.limit = Math.max(1, limit);
-    this.maxQueue = Math.max(0, maxQueue);
-  }
-  get inUse(): number {
-    return this.active;
-  }
-  get waiting(): number {
-    return this.queue.length;
-  }
-  /** Most slots ever held at once. */
-  get peakInUse(): number {
-    return this.peak;
-  }
-  async run<T>(fn: () => Promise<T>, signal?: AbortSignal): Promise<T> {
-    if (signal?.aborted) throw signal.reason;
-    if (this.active >= this.limit) {
-      if (this.queue.length >= this.maxQueue) throw new QueueFullError("queue full");
-      await new Promise<void>((resolve, reject) => {
-        const entry = {
-          grant: () => {
-            signal?.removeEventListener("abort", onAbort);
-            resolve();
-          },
-        };
-        const onAbort = (): void => {
-          const i = this.queue.indexOf(entry);
-          if (i !== -1) this.queue.splice(i, 1);
-          reject(signal!.reason);
-        };
-        signal?.addEventListener("abort", onAbort, { once: true });
-        this.queue.push(entry);
-      });
-    } else this.active++;
-    this.peak = Math.max(this.peak, this.active);
-    try {
-      return await fn();
-    } finally {
-      const next = this.queue.shift();
-      if (next) next.grant();
-      else this.active--;
-    }
-  }
-}
 
 /**
  * Single-flight whose work is cancelled when every caller has gone: each caller joins with its own

@@ -29,6 +29,7 @@ const { values } = parseArgs({
     allow: { type: "string", multiple: true },
     "max-downloads": { type: "string" },
     "max-download-queue": { type: "string" },
+    "client-share": { type: "string" },
     "request-timeout-ms": { type: "string" },
     "idle-timeout-ms": { type: "string" },
     "store-dir": { type: "string" },
@@ -49,6 +50,7 @@ if (values.help) {
       "  [--max-fetch-bytes N] [--fetch-timeout-ms N] [--probe-timeout-ms N]\n" +
       "  [--allow HOST:PORT|CIDR ...  (local development only)] [--no-auth] [--verbose]\n" +
       "  [--max-downloads N] [--max-download-queue N] [--request-timeout-ms N] [--idle-timeout-ms N]\n" +
+      "  [--client-share F  (most of the probe and download slots one edge client holds, 0 < F <= 1; default 0.5)]\n" +
       "  [--store-dir DIR] [--store-max-bytes N] [--host-map NAME=ADDR ...  (static answers, still SSRF-checked)]\n" +
       "  [--max-url-fresh-sec N  (reuse a URL's bytes without asking its origin for at most N s of its stated freshness; 0: always ask)]\n" +
       "  env: KVEDGE_MEDIA_URL_KEY or KVEDGE_MEDIA_URL_KEY_FILE (signed media URLs, shared with the edge)\n",
@@ -74,6 +76,7 @@ opts.fetch = fetchPolicy;
 if (values.verbose) opts.verbose = true;
 if (values["max-downloads"] !== undefined) opts.maxDownloads = int(values["max-downloads"])!;
 if (values["max-download-queue"] !== undefined) opts.maxDownloadQueue = int(values["max-download-queue"])!;
+if (values["client-share"] !== undefined) opts.clientShare = Number(values["client-share"]);
 if (values["request-timeout-ms"] !== undefined) opts.requestTimeoutMs = int(values["request-timeout-ms"])!;
 if (values["idle-timeout-ms"] !== undefined) opts.idleTimeoutMs = int(values["idle-timeout-ms"])!;
 if (values["max-url-fresh-sec"] !== undefined) opts.maxUrlFreshSec = int(values["max-url-fresh-sec"])!;

@@ -29,14 +29,19 @@ export const DecodeServiceOptionsSchema = z
     /** Downloads of client URLs running at once, and how many may wait before the service answers 503. */
     maxDownloads: z.number().int().min(1).max(1024).default(8),
     maxDownloadQueue: z.number().int().min(0).max(100_000).default(64),
+    /**
+     * Largest fraction of the probe slots, the download slots and each queue one client holds
+     * (fair-slots.ts; clients as the edge labels them). 1: first come, first served.
+     */
+    clientShare: z.number().gt(0).max(1).default(0.5),
     /** Whole request (fetch, store, probe) deadline; the answer is 504 past it. Also node's requestTimeout. */
     requestTimeoutMs: z.number().int().positive().default(120_000),
     /** A download that delivers no bytes for this long is abandoned. */
     idleTimeoutMs: z.number().int().positive().default(15_000),
     /**
-     * The wasm decoder's memory cap: each thread holds the whole file in its (grow-only) wasm
-     * memory, so larger media are not probed by it (routing falls back) and the decoder's memory
-     * stays below concurrency × (this + the core's ~32 MiB base).
+     * Largest media the wasm decoder probes: each thread holds the whole file (in its in-memory
+     * file system, outside the wasm heap, which probeMemoryBytes caps), so larger media are not
+     * probed by it (routing falls back).
      */
     wasmMaxMediaBytes: z.number().int().positive().default(192 * 1024 * 1024),
     /** The regional media store (content-addressed by SHA-256, LRU by bytes). */
@@ -61,7 +66,7 @@ export const DecodeServiceOptionsSchema = z
       timeoutMs: z.number().int().positive().default(30_000),
     }).prefault({}),
     probeTimeoutMs: z.number().int().positive().default(60_000),
-    /** Data-segment cap of each native ffprobe (ffprobe-run.ts memoryCapped). */
+    /** Data-segment cap of each native ffprobe (ffprobe-run.ts memoryCapped), and wasm-heap cap of each wasm thread (wasm-core.ts withMemoryMax). */
     probeMemoryBytes: z.number().int().min(64 * 1024 * 1024).default(DEFAULT_PROBE_MEMORY_BYTES),
     /**
      * Longest time the store reuses a URL's bytes on the origin's word alone (its Cache-Control

@@ -11,7 +11,7 @@ import { MediaError } from "../../src/media/errors.ts";
 import { FfprobePool, type PooledOutcome } from "./ffprobe-pool.ts";
 import { DEFAULT_PROBE_MEMORY_BYTES, memoryCapped, prlimitAvailable, startFfprobe } from "./ffprobe-run.ts";
 import { ffprobeArgs, MAX_PROBE_PACKETS, parseFfprobeOutput, type ScanResult } from "./ffprobe-scan.ts";
-import type { WasmJob, WasmReply } from "./wasm-worker.ts";
+import type { WasmJob, WasmReply, WasmWorkerData } from "./wasm-worker.ts";
 
 export type DecoderKind = "native" | "wasm";
 
@@ -106,18 +106,21 @@ export class WasmProber implements Prober {
   readonly kind = "wasm" as const;
   private readonly size: number;
   private readonly timeoutMs: number;
+  private readonly memoryBytes: number;
   private readonly slots: Slot[] = [];
   private readonly waiters: ((s: Slot) => void)[] = [];
   private nextId = 1;
   private closed = false;
 
-  constructor(opts: { threads?: number; timeoutMs?: number } = {}) {
+  constructor(opts: { threads?: number; timeoutMs?: number; memoryBytes?: number } = {}) {
     this.size = Math.max(1, opts.threads ?? 1);
     this.timeoutMs = opts.timeoutMs ?? 60_000;
+    this.memoryBytes = opts.memoryBytes ?? DEFAULT_PROBE_MEMORY_BYTES;
   }
 
   private spawn(): Slot {
-    const worker = new Worker(new URL("./wasm-worker.ts", import.meta.url));
+    const data: WasmWorkerData = { maxHeapBytes: this.memoryBytes };
+    const worker = new Worker(new URL("./wasm-worker.ts", import.meta.url), { workerData: data });
     worker.unref();
     const ready = new Promise<void>((resolve, reject) => {
       const onMsg = (m: unknown): void => {
@@ -234,6 +237,6 @@ export async function selectProber(
   if (capped) return new NativeProber(opts);
   if (decoder === "native") throw new Error(`native ffprobe not runnable with a memory cap (${opts.ffprobePath ?? "ffprobe"}, prlimit from util-linux)`);
   if (ffprobe)
-    process.stderr.write("decode: ffprobe is installed but prlimit (util-linux) is not, so it cannot run under a memory cap: using the wasm decoder, whose memory a hostile container can still grow (docs/media.md, Store limits)\n");
+    process.stderr.write("decode: ffprobe is installed but prlimit (util-linux) is not, so it cannot run under a memory cap: using the wasm decoder, whose memory is capped instead (docs/media.md, Store limits)\n");
   return new WasmProber(opts);
 }

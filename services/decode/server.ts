@@ -35,7 +35,8 @@ import { SafeFetcher, type FetchLike, type Resolver } from "../../src/media/safe
 import { importMediaUrlKey, verifyMediaUrl } from "../../src/media/signed-url.ts";
 import { StoreRequestSchema, type StoreResult } from "../../src/media/store-result.ts";
 import { initHashing } from "../../src/util/hash.ts";
-import { BoundedSemaphore, CancellableFlight, LruCache, QueueFullError, Semaphore, SingleFlight } from "./concurrency.ts";
+import { CancellableFlight, LruCache, QueueFullError } from "./concurrency.ts";
+import { FairSlots } from "./fair-slots.ts";
 import type { ScanResult } from "./ffprobe-scan.ts";
 import { spoolToFile } from "./media-file.ts";
 import { MediaStore, type MediaStoreStats } from "./media-store.ts";
@@ -110,6 +111,16 @@ const DEFAULT_MAX_WARM_PROBES = 16;
 /** The caller went away before the answer: its share of any work is dropped. */
 class CallerGone extends Error {}
 
+/** Who a call is for (the edge's client label, fair-slots.ts) and when it stops waiting. */
+interface Caller {
+  /** null: no label (not capped per client). */
+  client: string | null;
+  signal: AbortSignal;
+}
+
+/** `x-kvedge-client`: an opaque label the edge derives from its client. */
+const CLIENT_LABEL = /^[A-Za-z0-9:._-]{1,80}$/;
+
 export async function startDecodeService(input: DecodeServiceOptionsInput = {}, deps: DecodeServiceDeps = {}): Promise<DecodeService> {
   const opts: DecodeServiceOptions = DecodeServiceOptionsSchema.parse(input);
   await initHashing();
@@ -129,8 +140,9 @@ export async function startDecodeService(input: DecodeServiceOptionsInput = {}, 
   const tmp = await mkdtemp(path.join(opts.tmpDir, "kvedge-decode-"));
   const store = await MediaStore.open(opts.store.dir ?? path.join(tmp, "store"), opts.store.maxTotalBytes);
   const urlKey = opts.store.urlKey ? await importMediaUrlKey(opts.store.urlKey) : null;
-  const sem = new Semaphore(opts.concurrency);
-  const downloads = new BoundedSemaphore(opts.maxDownloads, opts.maxDownloadQueue);
+  // Shared by clients (fair-slots.ts): no client holds more than its share of either.
+  const probes = new FairSlots({ limit: opts.concurrency, maxQueue: opts.maxQueue, share: opts.clientShare });
+  const downloads = new FairSlots({ limit: opts.maxDownloads, maxQueue: opts.maxDownloadQueue, share: opts.clientShare });
   const byDigest = new LruCache<ProbeResult>(opts.cacheEntries);
   /**
    * Probes that failed on the media (unreadable, too many packets, no frames), by digest, for
@@ -139,7 +151,7 @@ export async function startDecodeService(input: DecodeServiceOptionsInput = {}, 
    */
   const failedByDigest = new LruCache<{ error: Error; until: number }>(opts.cacheEntries);
   const byUrl = new LruCache<UrlEntry>(opts.cacheEntries);
-  const probeFlight = new SingleFlight<ProbeResult>();
+  const probeFlight = new CancellableFlight<ProbeResult>();
   const urlFlight = new CancellableFlight<Stored>();
   const stats: DecodeServiceStats = { probes: 0, fetches: 0, cacheHits: 0, revalidated: 0, fresh: 0, shared: 0, downloadsPeak: 0, downloadsCancelled: 0, mediaServed: 0, mediaRefused: 0, failuresReused: 0 };
   let seq = 0;
@@ -167,45 +179,61 @@ export async function startDecodeService(input: DecodeServiceOptionsInput = {}, 
     };
   }
 
-  /** Probe of a file, deduplicated and cached by digest. */
-  async function probeFile(digest: string, byteLength: number, file: string): Promise<{ result: ProbeResult; cache: CacheOutcome }> {
+  /**
+   * Probe of a file, deduplicated and cached by digest. A probe still waiting for a slot is dropped
+   * when every caller of it has gone. `ownedFile`: a temporary file of this call, removed when the
+   * probe that reads it ends (not when its caller leaves: another caller may share that probe).
+   */
+  async function probeFile(digest: string, byteLength: number, file: string, caller: Caller, ownedFile = false): Promise<{ result: ProbeResult; cache: CacheOutcome }> {
+    const drop = (): void => void (ownedFile && unlink(file).catch(() => {}));
     const cached = byDigest.get(digest);
     if (cached) {
       stats.cacheHits++;
+      drop();
       return { result: cached, cache: "hit" };
     }
     const failed = failedByDigest.get(digest);
     if (failed && failed.until > Date.now()) {
       stats.failuresReused++;
+      drop();
       throw failed.error;
     }
     if (prober.kind === "wasm" && byteLength > opts.wasmMaxMediaBytes) {
+      drop();
       throw new MediaError("unprobeable_media", `Media above ${opts.wasmMaxMediaBytes} bytes is not probed by the wasm decoder (memory cap).`);
     }
-    const { promise, shared } = probeFlight.do(digest, async () => {
-      if (sem.inUse >= sem.limit && sem.waiting >= opts.maxQueue) throw new NoWorkerAvailableError("Decode service is at capacity.");
-      const scan = await sem
-        .run(() => {
-          stats.probes++;
-          return prober.probe(file);
-        })
+    const { promise, shared } = probeFlight.do(digest, async (flightSignal) => {
+      const scan = await probes
+        .run(
+          caller.client,
+          () => {
+            stats.probes++;
+            return prober.probe(file);
+          },
+          flightSignal,
+        )
         .catch((e: unknown) => {
           // The media's own fault: remembered for its bytes. Not a timeout, which can be this
           // service's load as much as the media (a hostile container fails fast under the memory cap).
           if (e instanceof MediaError) failedByDigest.set(digest, { error: e, until: Date.now() + FAILED_PROBE_TTL_MS });
           throw e;
-        });
+        })
+        .finally(drop);
       const r = toResult(digest, byteLength, scan);
       byDigest.set(digest, r);
       return r;
-    });
-    if (shared) stats.shared++;
+    }, caller.signal);
+    if (shared) {
+      stats.shared++;
+      // The running probe reads the first caller's file, not this one.
+      drop();
+    }
     return { result: await promise, cache: shared ? "shared" : "miss" };
   }
 
   /** One download of a client URL into the store (conditional when the URL's validators are known). */
-  async function download(url: string, signal: AbortSignal): Promise<Stored> {
-    return downloads.run(async () => {
+  async function download(url: string, client: string | null, signal: AbortSignal): Promise<Stored> {
+    return downloads.run(client, async () => {
       stats.downloadsPeak = Math.max(stats.downloadsPeak, downloads.inUse);
       const known = byUrl.get(url);
       const headers: Record<string, string> = {};
@@ -274,14 +302,14 @@ export async function startDecodeService(input: DecodeServiceOptionsInput = {}, 
     }
   }
 
-  async function storeUrl(url: string, signal: AbortSignal): Promise<Stored> {
+  async function storeUrl(url: string, caller: Caller): Promise<Stored> {
     const known = byUrl.get(url);
     if (known && performance.now() < known.freshUntil && store.has(known.digest)) {
       stats.fresh++;
       store.use(known.digest);
       return { digest: known.digest, byteLength: known.byteLength, cache: "fresh" };
     }
-    const { promise, shared } = urlFlight.do(url, (s) => download(url, s), signal);
+    const { promise, shared } = urlFlight.do(url, (s) => download(url, caller.client, s), caller.signal);
     if (shared) stats.shared++;
     const r = await promise;
     return shared ? { ...r, cache: "shared" } : r;
@@ -302,13 +330,13 @@ export async function startDecodeService(input: DecodeServiceOptionsInput = {}, 
   }
 
   /** What the layout needs from stored bytes; `cache` = the probe's cache outcome (miss for images). */
-  async function describe(stored: Stored, kind: "image" | "video"): Promise<{ result: StoreResult; cache: CacheOutcome }> {
+  async function describe(stored: Stored, kind: "image" | "video", caller: Caller): Promise<{ result: StoreResult; cache: CacheOutcome }> {
     const f = store.use(stored.digest);
     if (!f) throw new NoWorkerAvailableError("The media store evicted the item before it was described; retry.");
     const base = { digest: stored.digest, byteLength: stored.byteLength, kind };
     if (kind === "image") return { result: { ...base, image: await imageOf(f.path, f.size), probe: null, probeError: null }, cache: "miss" };
     try {
-      const p = await probeFile(stored.digest, stored.byteLength, f.path);
+      const p = await probeFile(stored.digest, stored.byteLength, f.path, caller);
       return { result: { ...base, image: null, probe: p.result, probeError: null }, cache: p.cache };
     } catch (e) {
       if (!isMediaError(e)) throw e;
@@ -316,14 +344,16 @@ export async function startDecodeService(input: DecodeServiceOptionsInput = {}, 
     }
   }
 
-  async function probeBytes(body: AsyncIterable<Uint8Array>, signal: AbortSignal): Promise<{ result: ProbeResult; cache: CacheOutcome }> {
+  async function probeBytes(body: AsyncIterable<Uint8Array>, caller: Caller): Promise<{ result: ProbeResult; cache: CacheOutcome }> {
     const file = tmpPath();
+    let s;
     try {
-      const s = await spoolToFile(body, file, opts.maxBodyBytes, { idleMs: opts.idleTimeoutMs, signal });
-      return await probeFile(s.contentDigest, s.byteLength, file);
-    } finally {
+      s = await spoolToFile(body, file, opts.maxBodyBytes, { idleMs: opts.idleTimeoutMs, signal: caller.signal });
+    } catch (e) {
       await unlink(file).catch(() => {});
+      throw e;
     }
+    return probeFile(s.contentDigest, s.byteLength, file, caller, true);
   }
 
   async function readJson(req: http.IncomingMessage): Promise<unknown> {
@@ -379,10 +409,11 @@ export async function startDecodeService(input: DecodeServiceOptionsInput = {}, 
       send(res, 200, {
         ok: true,
         decoder: prober.kind,
-        concurrency: sem.limit,
-        inUse: sem.inUse,
-        waiting: sem.waiting,
-        downloads: { limit: downloads.limit, inUse: downloads.inUse, waiting: downloads.waiting, peak: downloads.peakInUse },
+        concurrency: probes.limit,
+        inUse: probes.inUse,
+        waiting: probes.waiting,
+        perClient: { probes: probes.perClient, downloads: downloads.perClient },
+        downloads: { limit: downloads.limit, inUse: downloads.inUse, waiting: downloads.waiting, peak: downloads.peakInUse, clients: downloads.clients },
         store: store.stats,
       });
       return;
@@ -395,22 +426,26 @@ export async function startDecodeService(input: DecodeServiceOptionsInput = {}, 
     if (url.pathname !== "/v1/probe" && url.pathname !== "/v1/store") throw new NotFoundError(`No route ${url.pathname}.`);
     if (req.method !== "POST") throw new MethodNotAllowedError(["POST"]);
     requireToken(req);
+    // The edge's label of its client (authenticated with the edge's token): whose share a call spends.
+    const label = req.headers["x-kvedge-client"];
+    if (label !== undefined && (typeof label !== "string" || !CLIENT_LABEL.test(label))) throw new InvalidRequestError("x-kvedge-client must be 1-80 characters of [A-Za-z0-9:._-].");
+    const caller: Caller = { client: label ?? null, signal };
     const type = (req.headers["content-type"] ?? "").split(";")[0]!.trim().toLowerCase();
     if (url.pathname === "/v1/store") {
       if (type !== "application/json") throw new InvalidRequestError("Content-Type must be application/json ({url, kind}).");
       const parsed = StoreRequestSchema.safeParse(await readJson(req));
       if (!parsed.success) throw new InvalidRequestError('Body must be {"url": string, "kind": "image" | "video"}.', "url");
-      const stored = await storeUrl(parsed.data.url, signal);
+      const stored = await storeUrl(parsed.data.url, caller);
       res.setHeader("x-cache", stored.cache);
-      send(res, 200, (await describe(stored, parsed.data.kind)).result);
+      send(res, 200, (await describe(stored, parsed.data.kind, caller)).result);
       return;
     }
     let out: { result: ProbeResult; cache: CacheOutcome };
     if (type === "application/json") {
       const parsed = ProbeRequestSchema.safeParse(await readJson(req));
       if (!parsed.success) throw new InvalidRequestError("Body must be {\"url\": string}.", "url");
-      const stored = await storeUrl(parsed.data.url, signal);
-      const d = await describe(stored, "video");
+      const stored = await storeUrl(parsed.data.url, caller);
+      const d = await describe(stored, "video", caller);
       if (!d.result.probe) throw new MediaError("unprobeable_media", d.result.probeError?.message ?? "Media could not be probed.");
       // A fresh download reports whether its probe was cached; otherwise the download's own outcome.
       out = { result: d.result.probe, cache: stored.cache === "miss" ? d.cache : stored.cache };
@@ -419,7 +454,7 @@ export async function startDecodeService(input: DecodeServiceOptionsInput = {}, 
       if (Number.isFinite(len) && len > opts.maxBodyBytes) {
         throw new MediaTooLargeError(opts.maxBodyBytes);
       }
-      out = await probeBytes(req as AsyncIterable<Uint8Array>, signal);
+      out = await probeBytes(req as AsyncIterable<Uint8Array>, caller);
     } else {
       throw new InvalidRequestError("Content-Type must be application/json ({url}) or application/octet-stream (bytes).");
     }
@@ -444,7 +479,7 @@ export async function startDecodeService(input: DecodeServiceOptionsInput = {}, 
         return;
       }
       if (e instanceof KvedgeError) err = e;
-      else if (e instanceof QueueFullError) err = new NoWorkerAvailableError("Decode service download queue is full.");
+      else if (e instanceof QueueFullError) err = new NoWorkerAvailableError("Decode service is at capacity (its queue, or this client's share of it, is full).");
       else if (e instanceof ProbeTimeoutError) err = new UpstreamTimeoutError("Probe timed out.");
       else {
         log(`internal error: ${(e as Error).stack ?? String(e)}`);

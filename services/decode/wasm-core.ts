@@ -18,12 +18,82 @@ export interface FfmpegCore {
   reset(): void;
 }
 
-export async function loadFfmpegCore(): Promise<FfmpegCore> {
+/**
+ * Loads a core. `maxHeapBytes`: the most wasm memory it may ever hold. The build lets its heap grow
+ * to 2 GiB, and a few KB of container declaring millions of samples take all of it (11 s and 2.1 GB
+ * of RSS for one probe, measured); with the cap, a request beyond it fails as an allocation failure
+ * (ffmpeg's ENOMEM), as the native ffprobe's data-segment cap does (ffprobe-run.ts).
+ */
+export async function loadFfmpegCore(opts: { maxHeapBytes?: number } = {}): Promise<FfmpegCore> {
   const coreJs = fileURLToPath(import.meta.resolve("@ffmpeg/core"));
   const g = globalThis as unknown as { self?: unknown };
   g.self ??= { location: { href: "file://" + coreJs } };
   const { default: createFFmpegCore } = (await import(coreJs)) as { default: (o: object) => Promise<FfmpegCore> };
-  return createFFmpegCore({ wasmBinary: readFileSync(coreJs.replace(/\.js$/, ".wasm")) });
+  const wasm = readFileSync(coreJs.replace(/\.js$/, ".wasm"));
+  return createFFmpegCore({ wasmBinary: opts.maxHeapBytes === undefined ? wasm : withMemoryMax(wasm, opts.maxHeapBytes) });
+}
+
+const WASM_PAGE = 65536;
+
+/** Reads an unsigned LEB128 at `o`: its value and the offset after it. */
+function uleb(b: Uint8Array, o: number): { value: number; next: number } {
+  let value = 0;
+  let scale = 1;
+  for (;;) {
+    const byte = b[o++];
+    if (byte === undefined) throw new Error("wasm: truncated LEB128");
+    value += (byte & 0x7f) * scale;
+    if ((byte & 0x80) === 0) return { value, next: o };
+    scale *= 128;
+  }
+}
+
+function ulebBytes(n: number): number[] {
+  const out: number[] = [];
+  do {
+    let byte = n % 128;
+    n = Math.floor(n / 128);
+    if (n > 0) byte |= 0x80;
+    out.push(byte);
+  } while (n > 0);
+  return out;
+}
+
+/**
+ * The module with its one memory's maximum lowered to `maxBytes` (whole 64 KiB pages, at least its
+ * initial size): memory.grow beyond it fails, which the runtime reports as a failed allocation.
+ * Rewrites the memory section (id 5) only; refuses a module it does not understand.
+ */
+export function withMemoryMax(wasm: Uint8Array, maxBytes: number): Uint8Array {
+  if (wasm.length < 8 || wasm[0] !== 0 || wasm[1] !== 0x61 || wasm[2] !== 0x73 || wasm[3] !== 0x6d) throw new Error("wasm: not a module");
+  let o = 8;
+  while (o < wasm.length) {
+    const id = wasm[o]!;
+    const size = uleb(wasm, o + 1);
+    const start = size.next;
+    const end = start + size.value;
+    if (id === 5) {
+      const count = uleb(wasm, start);
+      if (count.value !== 1) throw new Error(`wasm: ${count.value} memories, expected 1`);
+      const flags = wasm[count.next]!;
+      if (flags !== 0 && flags !== 1) throw new Error(`wasm: memory flags ${flags} (shared or 64-bit) not handled`);
+      const initial = uleb(wasm, count.next + 1);
+      const oldMax = flags === 1 ? uleb(wasm, initial.next) : null;
+      let pages = Math.max(initial.value, Math.floor(maxBytes / WASM_PAGE));
+      if (oldMax) pages = Math.min(pages, oldMax.value);
+      const body = [...ulebBytes(1), 1, ...ulebBytes(initial.value), ...ulebBytes(pages)];
+      const tail = wasm.subarray(oldMax ? oldMax.next : initial.next, end);
+      if (tail.length !== 0) throw new Error("wasm: unexpected bytes after the memory limits");
+      const section = Uint8Array.from([5, ...ulebBytes(body.length), ...body]);
+      const out = new Uint8Array(o + section.length + (wasm.length - end));
+      out.set(wasm.subarray(0, o), 0);
+      out.set(section, o);
+      out.set(wasm.subarray(end), o + section.length);
+      return out;
+    }
+    o = end;
+  }
+  throw new Error("wasm: no memory section (an imported memory is not handled)");
 }
 
 /**

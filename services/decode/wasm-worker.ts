@@ -1,9 +1,9 @@
 /**
  * worker_thread body of the wasm decoder: one @ffmpeg/core instance per thread, because its exec
- * is synchronous and would block the service's event loop. Each job writes the media into the
+ * is synchronous and would block the service's event loop. Its wasm memory is capped at start. Each job writes the media into the
  * in-memory FS, runs the same ffprobe scan as the native path and posts the text output back.
  */
-import { parentPort } from "node:worker_threads";
+import { parentPort, workerData } from "node:worker_threads";
 import { ffprobeArgs } from "./ffprobe-scan.ts";
 import { loadFfmpegCore } from "./wasm-core.ts";
 
@@ -13,7 +13,13 @@ export interface WasmJob {
 }
 export type WasmReply = { id: number; ok: true; stdout: string; stderr: string } | { id: number; ok: false; error: string };
 
-const core = await loadFfmpegCore();
+/** What the thread is started with (WasmProber). */
+export interface WasmWorkerData {
+  /** The core's wasm memory cap (wasm-core.ts withMemoryMax). */
+  maxHeapBytes: number;
+}
+
+const core = await loadFfmpegCore({ maxHeapBytes: (workerData as WasmWorkerData).maxHeapBytes });
 
 let stderr: string[] = [];
 core.setLogger((m) => {

@@ -32,6 +32,8 @@ import { chatOutputPlan, modelParsers, requiresReasoning, type ChatOutputPlan } 
 import { authorizeClient } from "./auth.ts";
 import { StageClock } from "./server-timing.ts";
 import { mediaItems, storeSigner, verifyMedia, type MediaDeps, type MediaPartRef, type VerifiedMedia } from "./media.ts";
+import { clientLabel, type ClientRef } from "./client-label.ts";
+import { clientNetwork } from "./rate-limit.ts";
 import { buildRoutingView, requestIneligibility, type RoutingView, type WorkerContract } from "../layout/index.ts";
 import { mmHashesAllowed } from "../proxy/generate-request.ts";
 import { SafeFetcher } from "../media/safe-fetch.ts";
@@ -271,7 +273,12 @@ export interface PreparedRouting {
  * Everything up to the pick: template → tokens → media identity → layout → block hashes. Shared by
  * the chat handler and the admin `explain` endpoint so both always agree.
  */
-export async function prepareRouting(req: ChatCompletionRequest, deps: Pick<ChatDeps, "config" | "index" | "fetch">): Promise<PreparedRouting> {
+export async function prepareRouting(
+  req: ChatCompletionRequest,
+  deps: Pick<ChatDeps, "config" | "index" | "fetch">,
+  /** Whose request it is (the media store's fair share) and when it has gone; none for admin explain. */
+  caller: { client: ClientRef | null; signal: AbortSignal | null } | null = null,
+): Promise<PreparedRouting> {
   const model = modelConfig(deps.config, req.model);
   const prompt = preparePrompt(req, { family: model.family, templateId: model.templateId });
   checkPromptChars(prompt.text.length, model, limitsOf(deps.config));
@@ -305,7 +312,7 @@ export async function prepareRouting(req: ChatCompletionRequest, deps: Pick<Chat
     param: `messages[${p.messageIndex}].content[${p.partIndex}]`,
   }));
   // Every item becomes verified bytes before anything else, whatever the routing outcome.
-  const media = await verifyMedia(parts, mediaDeps(deps));
+  const media = await verifyMedia(parts, mediaDeps(deps), { client: caller?.client ? clientLabel(caller.client) : null, signal: caller?.signal ?? null });
   const plan = await planMediaRouting(deps, req, tokens, media, parts, model, index);
   // The worker counts expanded media tokens: exact when the plan is, else the text tokens are a lower bound.
   checkContextFit(plan.fallbackReason === null ? plan.isl : tokens.length, req, model);
@@ -382,7 +389,10 @@ export async function handleChatCompletions(request: Request, deps: ChatDeps): P
   const req = parseChatBody(bodyText, limits, { sizeChecked: true, literals });
   clock.mark("parse");
   if (admitted) await admitted;
-  const { model, prompt, plan, media } = await prepareRouting(req, deps);
+  // Without a key or a client address (a local fleet) the edge cannot tell clients apart: no label.
+  const address = request.headers.get("cf-connecting-ip");
+  const client: ClientRef | null = caller.apiKey !== null ? { apiKey: caller.apiKey } : address ? { network: clientNetwork(address) } : null;
+  const { model, prompt, plan, media } = await prepareRouting(req, deps, { client, signal: request.signal ?? null });
   clock.mark("prepare");
   // Tenant / adapter isolation: SGLang keeps a salted request's KV apart, and so does the index.
   const { adapter } = resolveModel(config, req.model);

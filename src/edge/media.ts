@@ -18,7 +18,7 @@ import { MediaError, MediaStoreUnavailableError, MediaTooLargeError, isMediaErro
 import { identifyImage } from "../media/image-identity.ts";
 import { encodeBase64, isDataUrl, parseDataUrl } from "../media/data-url.ts";
 import type { SafeFetcher } from "../media/safe-fetch.ts";
-import type { DecodeClient } from "../media/decode-client.ts";
+import type { DecodeCallOptions, DecodeClient } from "../media/decode-client.ts";
 import { mediaIdentityHash, type MediaMetadata } from "../media/identity-record.ts";
 import { signMediaPath } from "../media/signed-url.ts";
 import type { MediaItem } from "../layout/index.ts";
@@ -54,6 +54,15 @@ export interface MediaDeps {
   forwardClientUrls: boolean;
 }
 
+/**
+ * Whose request the media belongs to: the media store gives each client label at most a share of
+ * its slots (docs/media.md Fair shares), and `signal` ends the request's calls when it has gone.
+ */
+export interface MediaCaller {
+  client: string | null;
+  signal: AbortSignal | null;
+}
+
 /** Builds the signer for store URLs as workers reach them. */
 export function storeSigner(publicUrl: string, key: Promise<CryptoKey>, ttlSec: number): (digest: string) => Promise<string> {
   const base = publicUrl.replace(/\/+$/, "");
@@ -74,7 +83,7 @@ function storeError(p: MediaPartRef, out: { reason: string; detail: string; stat
   return new MediaStoreUnavailableError(`The ${p.kind} could not be stored for the worker (${out.reason}); it was not forwarded. Retry later.`, p.param);
 }
 
-async function resolveOne(p: MediaPartRef, deps: MediaDeps): Promise<VerifiedMedia> {
+async function resolveOne(p: MediaPartRef, deps: MediaDeps, call: Required<DecodeCallOptions>): Promise<VerifiedMedia> {
   if (p.kind === "audio") return { kind: "audio", forward: null, digest: null, metadata: null, unresolved: { reason: "audio", detail: "audio input" } };
   const policy = deps.fetcher.policy;
 
@@ -91,7 +100,7 @@ async function resolveOne(p: MediaPartRef, deps: MediaDeps): Promise<VerifiedMed
     // No bytes cannot be a video for any decoder (unlike bytes one decoder cannot read: those only cost exact routing).
     if (d.bytes.length === 0) throw new MediaError("truncated", "Video is empty.", p.param);
     const digest = bytesToHex(sha256(d.bytes));
-    const out = await deps.decode.probe({ bytes: d.bytes });
+    const out = await deps.decode.probe({ bytes: d.bytes }, call);
     if (!out.ok) return { kind: "video", forward, digest, metadata: null, unresolved: { reason: out.reason, detail: out.detail } };
     return videoItem(forward, digest, out.probe);
   }
@@ -100,7 +109,7 @@ async function resolveOne(p: MediaPartRef, deps: MediaDeps): Promise<VerifiedMed
   deps.fetcher.checkUrl(p.url, p.param);
 
   if (deps.sign) {
-    const out = await deps.decode.store(p.url, p.kind);
+    const out = await deps.decode.store(p.url, p.kind, call);
     if (!out.ok) {
       const err = storeError(p, out);
       // Opted in to forwarding URLs: the store's trouble only costs exact routing (policy refusals still stop).
@@ -127,7 +136,7 @@ async function resolveOne(p: MediaPartRef, deps: MediaDeps): Promise<VerifiedMed
   }
   // No store: the edge fetches the image itself and forwards exactly those bytes inline.
   try {
-    const res = await deps.fetcher.open(p.url, { param: p.param });
+    const res = await deps.fetcher.open(p.url, { param: p.param, ...(call.signal ? { signal: call.signal } : {}) });
     const id = await identifyImage(res.body, { maxBytes: Math.min(policy.maxBytes, deps.inlineMaxBytes), param: p.param });
     const forward = deps.forwardClientUrls ? p.url : `data:${MIME[id.header.format] ?? "application/octet-stream"};base64,${encodeBase64(id.bytes)}`;
     return { kind: "image", forward, digest: id.contentDigest, metadata: { modality: "image", width: id.header.width, height: id.header.height }, unresolved: null };
@@ -148,9 +157,29 @@ function videoItem(forward: string, digest: string, probe: { width: number; heig
   return { kind: "video", forward, digest, metadata: { modality: "video", width: probe.width, height: probe.height, totalFrames: probe.totalFrames, avgFps: probe.avgFps }, unresolved: null };
 }
 
-/** Resolves every media part (prompt order); throws the client's 4xx for the first that cannot be verified. */
-export async function verifyMedia(parts: readonly MediaPartRef[], deps: MediaDeps): Promise<VerifiedMedia[]> {
-  return Promise.all(parts.map((p) => resolveOne(p, deps)));
+/**
+ * Resolves every media part (prompt order); throws the client's 4xx for the first that cannot be
+ * verified. Once one item has failed, or the caller's signal ends, the other items' calls are
+ * cancelled: they would only hold the media store's slots for an answer nobody reads.
+ */
+export async function verifyMedia(parts: readonly MediaPartRef[], deps: MediaDeps, caller: MediaCaller = { client: null, signal: null }): Promise<VerifiedMedia[]> {
+  const over = new AbortController();
+  const onGone = (): void => over.abort(caller.signal!.reason);
+  if (caller.signal?.aborted) onGone();
+  else caller.signal?.addEventListener("abort", onGone, { once: true });
+  const call = { client: caller.client, signal: over.signal };
+  try {
+    return await Promise.all(
+      parts.map((p) =>
+        resolveOne(p, deps, call).catch((e: unknown) => {
+          over.abort(e);
+          throw e;
+        }),
+      ),
+    );
+  } finally {
+    caller.signal?.removeEventListener("abort", onGone);
+  }
 }
 
 /**

@@ -24,7 +24,9 @@ export type DecodeFallbackReason =
   | "decode_media_rejected"
   | "decode_overloaded"
   | "decode_error"
-  | "decode_bad_response";
+  | "decode_bad_response"
+  /** The caller's request ended (client gone, or another item of it failed): nothing is routed on this. */
+  | "decode_cancelled";
 
 export type ProbeOutcome =
   | { ok: true; probe: ProbeResult; cache: string | null }
@@ -43,6 +45,16 @@ export type StoreOutcome =
 
 type Fetch = (input: string, init: RequestInit) => Promise<Response>;
 
+/**
+ * Whose call it is and when to stop: `client` is the edge's opaque label of its client (sent as
+ * `x-kvedge-client`; the service gives each client at most a share of its slots), `signal` ends
+ * the call when the client's request has gone.
+ */
+export interface DecodeCallOptions {
+  client?: string | null;
+  signal?: AbortSignal | null;
+}
+
 export class DecodeClient {
   private readonly config: DecodeServiceConfig;
   private readonly fetchImpl: Fetch;
@@ -57,18 +69,18 @@ export class DecodeClient {
   }
 
   /** Has the media store fetch `url` (SSRF-safe, once) and keep its bytes; answers their digest and metadata. */
-  async store(url: string, kind: "image" | "video", signal?: AbortSignal): Promise<StoreOutcome> {
-    const out = await this.call("/v1/store", "application/json", JSON.stringify({ url, kind }), signal);
+  async store(url: string, kind: "image" | "video", call: DecodeCallOptions = {}): Promise<StoreOutcome> {
+    const out = await this.call("/v1/store", "application/json", JSON.stringify({ url, kind }), call);
     if (!out.ok) return out;
     const parsed = StoreResultSchema.safeParse(out.json);
     if (!parsed.success) return { ok: false, reason: "decode_bad_response", detail: issues(parsed.error), status: out.status, code: null };
     return { ok: true, result: parsed.data, cache: out.cache };
   }
 
-  async probe(input: ProbeInput, signal?: AbortSignal): Promise<ProbeOutcome> {
+  async probe(input: ProbeInput, call: DecodeCallOptions = {}): Promise<ProbeOutcome> {
     const out = "url" in input
-      ? await this.call("/v1/probe", "application/json", JSON.stringify({ url: input.url }), signal)
-      : await this.call("/v1/probe", "application/octet-stream", input.bytes, signal);
+      ? await this.call("/v1/probe", "application/json", JSON.stringify({ url: input.url }), call)
+      : await this.call("/v1/probe", "application/octet-stream", input.bytes, call);
     if (!out.ok) return { ok: false, reason: out.reason, detail: out.detail, status: out.status };
     const parsed = ProbeResultSchema.safeParse(out.json);
     if (!parsed.success) return { ok: false, reason: "decode_bad_response", detail: issues(parsed.error), status: out.status };
@@ -79,7 +91,7 @@ export class DecodeClient {
     route: string,
     contentType: string,
     body: BodyInit,
-    signal?: AbortSignal,
+    { client = null, signal = null }: DecodeCallOptions,
   ): Promise<{ ok: true; json: unknown; status: number; cache: string | null } | { ok: false; reason: DecodeFallbackReason; detail: string; status: number | null; code: string | null }> {
     const base = this.config.url;
     if (!base) return { ok: false, reason: "decode_not_configured", detail: "no decode service URL configured", status: null, code: null };
@@ -89,6 +101,7 @@ export class DecodeClient {
     signal?.addEventListener("abort", onAbort, { once: true });
     const headers: Record<string, string> = { "content-type": contentType };
     if (this.config.token) headers.authorization = `Bearer ${this.config.token}`;
+    if (client) headers["x-kvedge-client"] = client;
     try {
       const res = await this.fetchImpl(`${base.replace(/\/+$/, "")}${route}`, { method: "POST", headers, body, signal: ctrl.signal });
       const text = await res.text();
@@ -111,6 +124,7 @@ export class DecodeClient {
       }
       return { ok: true, json, status: res.status, cache: res.headers.get("x-cache") };
     } catch (e) {
+      if (signal?.aborted) return { ok: false, reason: "decode_cancelled", detail: "the request was cancelled", status: null, code: null };
       if (ctrl.signal.aborted) return { ok: false, reason: "decode_timeout", detail: `no answer within ${this.config.timeoutMs} ms`, status: null, code: null };
       return { ok: false, reason: "decode_unreachable", detail: (e as Error).message, status: null, code: null };
     } finally {

@@ -26,6 +26,14 @@ let server: http.Server;
 let port = 0;
 let svc: DecodeService;
 let hits = 0;
+const held = { open: 0, closed: 0 };
+async function waitFor(cond: () => boolean, ms = 5_000): Promise<void> {
+  const until = Date.now() + ms;
+  while (!cond()) {
+    if (Date.now() > until) throw new Error("timed out waiting");
+    await new Promise((r) => setTimeout(r, 10));
+  }
+}
 
 beforeAll(async () => {
   await initHashing();
@@ -34,6 +42,13 @@ beforeAll(async () => {
     if (req.url === "/a.png") {
       res.writeHead(200, { "content-type": "image/png" });
       res.end(png);
+    } else if (req.url?.startsWith("/hold")) {
+      // Never answers; counts the connections the store gave up on.
+      held.open++;
+      res.on("close", () => {
+        held.open--;
+        held.closed++;
+      });
     } else if (req.url === "/empty.mp4") {
       res.writeHead(200, { "content-type": "video/mp4", "content-length": "0" });
       res.end();
@@ -131,6 +146,25 @@ describe("edge media verification", () => {
     expect(down).toBeInstanceOf(MediaStoreUnavailableError);
     expect(httpStatusOf(down as MediaStoreUnavailableError)).toBe(503);
     expect((down as MediaStoreUnavailableError).code).toBe("media_store_unavailable");
+  });
+
+  it("one failed item, or the client leaving, cancels the request's other store calls (they would hold the store's slots for nobody)", async () => {
+    const sign = storeSigner(svc.url, importMediaUrlKey(KEY), 60);
+    const d = deps({ decode: new DecodeClient({ url: svc.url, token: TOKEN }), sign });
+    const closed = held.closed;
+    // The hold never answers (the store's idle timeout is 15 s); the second item fails at once.
+    const t = Date.now();
+    const failed = verifyMedia([part("image", `http://127.0.0.1:${port}/hold-1.png`), part("image", `http://127.0.0.1:${port}/missing.png`)], d, { client: "c-test", signal: null });
+    await expect(failed).rejects.toMatchObject({ reason: "http_status" });
+    await waitFor(() => held.closed === closed + 1 && held.open === 0);
+    expect(Date.now() - t).toBeLessThan(5_000);
+    // The client leaves while its item is being fetched.
+    const gone = new AbortController();
+    const left = verifyMedia([part("image", `http://127.0.0.1:${port}/hold-2.png`)], d, { client: "c-test", signal: gone.signal });
+    await waitFor(() => held.open === 1);
+    gone.abort(new Error("client left"));
+    await expect(left).rejects.toBeInstanceOf(MediaStoreUnavailableError);
+    await waitFor(() => held.closed === closed + 2 && held.open === 0);
   });
 });
 

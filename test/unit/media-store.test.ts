@@ -4,7 +4,7 @@
  * (tampered, expired, over-long, unsigned, other digest: all refused with one answer), the LRU
  * by bytes and the per-item cap, and the decode service's download bounds (issue 13): at most
  * `maxDownloads` downloads at once, a bounded queue answering 503, cancellation when callers go,
- * idle and request timeouts.
+ * each client's share of the slots (fair-slots.ts), idle and request timeouts.
  */
 import { createHash } from "node:crypto";
 import http from "node:http";
@@ -155,7 +155,8 @@ describe("decode service download bounds (issue 13)", () => {
     const calls = ctrls.map((c, i) =>
       fetch(`${svc.url}/v1/store`, {
         method: "POST",
-        headers: { "content-type": "application/json", authorization: `Bearer ${TOKEN}` },
+        // Six clients: the bounds across clients (one client's share is the next test).
+        headers: { "content-type": "application/json", authorization: `Bearer ${TOKEN}`, "x-kvedge-client": `c-${i}` },
         body: JSON.stringify({ url: u(`/hold/${i}.png`), kind: "image" }),
         signal: c.signal,
       }).then(
@@ -180,6 +181,47 @@ describe("decode service download bounds (issue 13)", () => {
     expect(svc.stats.downloadsPeak).toBeLessThanOrEqual(2);
     const after = (await (await fetch(`${svc.url}/healthz`)).json()) as { downloads: { inUse: number; waiting: number } };
     expect(after.downloads).toMatchObject({ inUse: 0, waiting: 0 });
+    hold.release.splice(0);
+  });
+
+  it("one client holds at most its share of the downloads and of the queue: another client's download starts at once", async () => {
+    hold.peak = 0;
+    hold.closedEarly = 0;
+    const store = (client: string, path: string, signal?: AbortSignal) =>
+      fetch(`${svc.url}/v1/store`, {
+        method: "POST",
+        headers: { "content-type": "application/json", authorization: `Bearer ${TOKEN}`, "x-kvedge-client": client },
+        body: JSON.stringify({ url: u(path), kind: "image" }),
+        ...(signal ? { signal } : {}),
+      }).then(
+        async (r) => ({ status: r.status, body: (await r.json()) as { error?: { code?: string }; digest?: string } }),
+        () => ({ status: 0, body: {} as { error?: { code?: string } } }),
+      );
+    // maxDownloads 2, queue 2, share 0.5: one client runs one download and queues one. The first
+    // two go through the edge's client, which labels them (x-kvedge-client).
+    const ctrl = new AbortController();
+    const hogCalls = [0, 1].map((i) => client().store(u(`/hold/hog-${i}.png`), "image", { client: "c-hog", signal: ctrl.signal }));
+    await waitFor(() => hold.open === 1);
+    const refused = await Promise.all([2, 3].map((i) => store("c-hog", `/hold/hog-${i}.png`)));
+    expect(refused.map((r) => r.status)).toEqual([503, 503]);
+    expect(refused[0]!.body.error?.code).toBe("no_worker_available");
+    // Another client is not behind the first: its download starts while the hog's wait.
+    const other = store("c-other", "/hold/other.png");
+    await waitFor(() => hold.open === 2);
+    const h = (await (await fetch(`${svc.url}/healthz`)).json()) as { perClient: { downloads: number }; downloads: { inUse: number; waiting: number; clients: number } };
+    expect(h.perClient.downloads).toBe(1);
+    expect(h.downloads).toMatchObject({ inUse: 2, waiting: 1, clients: 2 });
+    // A bad label is refused before any work.
+    const bad = await fetch(`${svc.url}/v1/store`, { method: "POST", headers: { "content-type": "application/json", authorization: `Bearer ${TOKEN}`, "x-kvedge-client": "a b" }, body: JSON.stringify({ url: u("/a.png"), kind: "image" }) });
+    expect(bad.status).toBe(400);
+    await bad.arrayBuffer();
+    // The second client's download completes; the hog leaves.
+    hold.release[hold.release.length - 1]!();
+    expect((await other).status).toBe(200);
+    ctrl.abort();
+    expect((await Promise.all(hogCalls)).map((o) => (o.ok ? "ok" : o.reason))).toEqual(["decode_cancelled", "decode_cancelled"]);
+    await waitFor(() => hold.open === 0);
+    expect(hold.peak).toBe(2);
     hold.release.splice(0);
   });
 

@@ -1,0 +1,160 @@
+/**
+ * Slots (downloads, probes) shared by the decode service's clients. The edge names the client of
+ * each call (an opaque label of its API key or network, `x-kvedge-client`). A call without a label
+ * (an operator's own, or an edge that cannot tell its clients apart: a local fleet without
+ * `cf-connecting-ip`) is not capped per client; it waits in line as the group "".
+ *
+ * Why not first come, first served: one client could hold every slot (a request with many stalled
+ * URLs or hostile videos) for the length of the timeouts, and every other client's media waited or
+ * was refused. Here a client holds at most `perClient` slots and queues at most `perClientQueue`
+ * calls, so at least `limit − perClient` slots stay for the others; a freed slot goes to the
+ * waiting client that holds the fewest slots (its oldest call; ties: the oldest call). Not
+ * work-conserving on purpose: a running download cannot be taken back, so the share is what keeps
+ * room for the next client.
+ */
+import { QueueFullError } from "./concurrency.ts";
+
+export interface FairSlotsOptions {
+  /** Slots held at once across clients. */
+  limit: number;
+  /** Calls allowed to wait across clients. */
+  maxQueue: number;
+  /** Largest fraction of the slots (and of the queue) one client may hold; 1 = first come, first served. */
+  share: number;
+}
+
+interface Waiter {
+  /** The queue's key: the label, or "" for unlabeled calls. */
+  client: string;
+  capped: boolean;
+  seq: number;
+  grant: () => void;
+}
+
+/** The most one client may hold of `total` under `share` (at least one). */
+export function shareOf(total: number, share: number): number {
+  return Math.max(1, Math.floor(total * share));
+}
+
+export class FairSlots {
+  readonly limit: number;
+  readonly maxQueue: number;
+  readonly perClient: number;
+  readonly perClientQueue: number;
+  private active = 0;
+  private peak = 0;
+  private seq = 0;
+  private readonly held = new Map<string, number>();
+  /** Each client's waiting calls, oldest first. */
+  private readonly queues = new Map<string, Waiter[]>();
+  private queued = 0;
+
+  constructor(o: FairSlotsOptions) {
+    this.limit = Math.max(1, o.limit);
+    this.maxQueue = Math.max(0, o.maxQueue);
+    this.perClient = Math.min(this.limit, shareOf(this.limit, o.share));
+    this.perClientQueue = this.maxQueue === 0 ? 0 : Math.min(this.maxQueue, shareOf(this.maxQueue, o.share));
+  }
+
+  get inUse(): number {
+    return this.active;
+  }
+  get waiting(): number {
+    return this.queued;
+  }
+  /** Most slots ever held at once. */
+  get peakInUse(): number {
+    return this.peak;
+  }
+  /** Clients holding or waiting for a slot. */
+  get clients(): number {
+    return new Set([...this.held.keys(), ...this.queues.keys()]).size;
+  }
+  heldBy(client: string): number {
+    return this.held.get(client) ?? 0;
+  }
+
+  /**
+   * Runs `fn` in a slot of `label` (null: unlabeled, no per-client cap); a call whose signal aborts
+   * while it waits leaves the queue.
+   */
+  async run<T>(label: string | null, fn: () => Promise<T>, signal?: AbortSignal): Promise<T> {
+    if (signal?.aborted) throw signal.reason;
+    const client = label ?? "";
+    const capped = label !== null;
+    if (this.active < this.limit && (!capped || this.heldBy(client) < this.perClient)) this.take(client);
+    else await this.wait(client, capped, signal);
+    try {
+      return await fn();
+    } finally {
+      this.release(client);
+    }
+  }
+
+  private take(client: string): void {
+    this.active++;
+    this.held.set(client, this.heldBy(client) + 1);
+    this.peak = Math.max(this.peak, this.active);
+  }
+
+  private wait(client: string, capped: boolean, signal?: AbortSignal): Promise<void> {
+    const mine = this.queues.get(client) ?? [];
+    if (this.queued >= this.maxQueue || (capped && mine.length >= this.perClientQueue)) return Promise.reject(new QueueFullError("queue full"));
+    return new Promise<void>((resolve, reject) => {
+      const onAbort = (): void => {
+        this.dequeue(w);
+        reject(signal!.reason);
+      };
+      const w: Waiter = {
+        client,
+        capped,
+        seq: this.seq++,
+        grant: () => {
+          signal?.removeEventListener("abort", onAbort);
+          resolve();
+        },
+      };
+      signal?.addEventListener("abort", onAbort, { once: true });
+      mine.push(w);
+      this.queues.set(client, mine);
+      this.queued++;
+    });
+  }
+
+  private dequeue(w: Waiter): void {
+    const q = this.queues.get(w.client);
+    const i = q ? q.indexOf(w) : -1;
+    if (i === -1) return;
+    q!.splice(i, 1);
+    if (q!.length === 0) this.queues.delete(w.client);
+    this.queued--;
+  }
+
+  private release(client: string): void {
+    this.active--;
+    const n = this.heldBy(client) - 1;
+    if (n > 0) this.held.set(client, n);
+    else this.held.delete(client);
+    // Fill every slot a waiting client may take (one release can unblock a client at its cap only).
+    for (;;) {
+      const next = this.nextWaiter();
+      if (!next) return;
+      this.dequeue(next);
+      this.take(next.client);
+      next.grant();
+    }
+  }
+
+  /** The oldest call of the waiting client under its cap holding the fewest slots; null when none may start. */
+  private nextWaiter(): Waiter | null {
+    if (this.active >= this.limit) return null;
+    let best: Waiter | null = null;
+    for (const [client, q] of this.queues) {
+      const h = this.heldBy(client);
+      const w = q[0]!;
+      if (w.capped && h >= this.perClient) continue;
+      if (!best || h < this.heldBy(best.client) || (h === this.heldBy(best.client) && w.seq < best.seq)) best = w;
+    }
+    return best;
+  }
+}
