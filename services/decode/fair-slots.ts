@@ -11,6 +11,11 @@
  * waiting client that holds the fewest slots (its oldest call; ties: the oldest call). Not
  * work-conserving on purpose: a running download cannot be taken back, so the share is what keeps
  * room for the next client.
+ *
+ * One piece of work can be wanted by several clients (a popular URL, the same video bytes): a
+ * claim is joined by each of them and waits in each one's line, and whichever line reaches it
+ * first takes the slot (charged to that client). So no client waits behind another client's share
+ * for work it also asked for.
  */
 import { QueueFullError } from "./concurrency.ts";
 
@@ -19,16 +24,33 @@ export interface FairSlotsOptions {
   limit: number;
   /** Calls allowed to wait across clients. */
   maxQueue: number;
-  /** Largest fraction of the slots (and of the queue) one client may hold; 1 = first come, first served. */
+  /** Largest fraction of the slots (and of the queue) one labeled client may hold (no cap at 1). */
   share: number;
 }
 
+/** A wait for one slot, which other clients wanting the same work can join. */
+export interface SlotClaim {
+  /** The key the slot is charged to (pass it to release), once granted. Rejects with QueueFullError, or when every waiter's signal has aborted. */
+  readonly granted: Promise<string>;
+  /** Another client wants this work: it may also be granted the slot, from its own line. A no-op once granted, or when its line is full. */
+  join(label: string | null, signal?: AbortSignal): void;
+}
+
+interface Ticket {
+  done: boolean;
+  entries: Waiter[];
+  resolve: (key: string) => void;
+  reject: (e: unknown) => void;
+}
+
 interface Waiter {
-  /** The queue's key: the label, or "" for unlabeled calls. */
+  /** The line's key: the label, or "" for unlabeled calls. */
   client: string;
   capped: boolean;
   seq: number;
-  grant: () => void;
+  ticket: Ticket;
+  signal: AbortSignal | undefined;
+  onAbort: () => void;
 }
 
 /** The most one client may hold of `total` under `share` (at least one). */
@@ -74,51 +96,95 @@ export class FairSlots {
     return this.held.get(client) ?? 0;
   }
 
-  /**
-   * Runs `fn` in a slot of `label` (null: unlabeled, no per-client cap); a call whose signal aborts
-   * while it waits leaves the queue.
-   */
+  /** Runs `fn` in a slot of `label` (null: unlabeled, no per-client cap); a call whose signal aborts while it waits leaves the queue. */
   async run<T>(label: string | null, fn: () => Promise<T>, signal?: AbortSignal): Promise<T> {
-    if (signal?.aborted) throw signal.reason;
-    const client = label ?? "";
-    const capped = label !== null;
-    if (this.active < this.limit && (!capped || this.heldBy(client) < this.perClient)) this.take(client);
-    else await this.wait(client, capped, signal);
+    const key = await this.claim(label, signal).granted;
     try {
       return await fn();
     } finally {
-      this.release(client);
+      this.release(key);
     }
+  }
+
+  /** Waits for a slot for `label`; release(key) when the work is over. */
+  claim(label: string | null, signal?: AbortSignal): SlotClaim {
+    let ticket!: Ticket;
+    const granted = new Promise<string>((resolve, reject) => {
+      ticket = { done: false, entries: [], resolve, reject };
+    });
+    granted.catch(() => undefined);
+    if (!this.offer(ticket, label, signal)) this.finish(ticket, null, new QueueFullError("queue full"));
+    return { granted, join: (l, s) => void (!ticket.done && this.offer(ticket, l, s)) };
+  }
+
+  /** Gives back a slot taken under `key` (what `granted` resolved to). */
+  release(key: string): void {
+    this.active--;
+    const n = this.heldBy(key) - 1;
+    if (n > 0) this.held.set(key, n);
+    else this.held.delete(key);
+    // Fill every slot a waiting client may take (one release can unblock a client at its cap only).
+    for (;;) {
+      const next = this.nextWaiter();
+      if (!next) return;
+      this.take(next.client);
+      this.finish(next.ticket, next.client, null);
+    }
+  }
+
+  /** Takes a slot for the ticket under `label` at once, or queues it in that line; false when the line is full. */
+  private offer(ticket: Ticket, label: string | null, signal?: AbortSignal): boolean {
+    if (signal?.aborted) {
+      if (ticket.entries.length === 0) this.finish(ticket, null, signal.reason);
+      return true;
+    }
+    const client = label ?? "";
+    const capped = label !== null;
+    if (this.active < this.limit && (!capped || this.heldBy(client) < this.perClient)) {
+      this.take(client);
+      this.finish(ticket, client, null);
+      return true;
+    }
+    const mine = this.queues.get(client) ?? [];
+    if (this.queued >= this.maxQueue || (capped && mine.length >= this.perClientQueue)) return false;
+    const w: Waiter = {
+      client,
+      capped,
+      seq: this.seq++,
+      ticket,
+      signal,
+      onAbort: () => {
+        this.dequeue(w);
+        ticket.entries.splice(ticket.entries.indexOf(w), 1);
+        // The last waiter of the work gone: nobody wants it any more.
+        if (ticket.entries.length === 0) this.finish(ticket, null, signal!.reason);
+      },
+    };
+    signal?.addEventListener("abort", w.onAbort, { once: true });
+    mine.push(w);
+    this.queues.set(client, mine);
+    this.queued++;
+    ticket.entries.push(w);
+    return true;
+  }
+
+  /** Ends a ticket: granted to `key`, or failed with `error`; its other waiters leave their lines. */
+  private finish(ticket: Ticket, key: string | null, error: unknown): void {
+    if (ticket.done) return;
+    ticket.done = true;
+    for (const w of ticket.entries) {
+      w.signal?.removeEventListener("abort", w.onAbort);
+      this.dequeue(w);
+    }
+    ticket.entries.length = 0;
+    if (key !== null) ticket.resolve(key);
+    else ticket.reject(error);
   }
 
   private take(client: string): void {
     this.active++;
     this.held.set(client, this.heldBy(client) + 1);
     this.peak = Math.max(this.peak, this.active);
-  }
-
-  private wait(client: string, capped: boolean, signal?: AbortSignal): Promise<void> {
-    const mine = this.queues.get(client) ?? [];
-    if (this.queued >= this.maxQueue || (capped && mine.length >= this.perClientQueue)) return Promise.reject(new QueueFullError("queue full"));
-    return new Promise<void>((resolve, reject) => {
-      const onAbort = (): void => {
-        this.dequeue(w);
-        reject(signal!.reason);
-      };
-      const w: Waiter = {
-        client,
-        capped,
-        seq: this.seq++,
-        grant: () => {
-          signal?.removeEventListener("abort", onAbort);
-          resolve();
-        },
-      };
-      signal?.addEventListener("abort", onAbort, { once: true });
-      mine.push(w);
-      this.queues.set(client, mine);
-      this.queued++;
-    });
   }
 
   private dequeue(w: Waiter): void {
@@ -128,21 +194,6 @@ export class FairSlots {
     q!.splice(i, 1);
     if (q!.length === 0) this.queues.delete(w.client);
     this.queued--;
-  }
-
-  private release(client: string): void {
-    this.active--;
-    const n = this.heldBy(client) - 1;
-    if (n > 0) this.held.set(client, n);
-    else this.held.delete(client);
-    // Fill every slot a waiting client may take (one release can unblock a client at its cap only).
-    for (;;) {
-      const next = this.nextWaiter();
-      if (!next) return;
-      this.dequeue(next);
-      this.take(next.client);
-      next.grant();
-    }
   }
 
   /** The oldest call of the waiting client under its cap holding the fewest slots; null when none may start. */

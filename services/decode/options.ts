@@ -31,7 +31,7 @@ export const DecodeServiceOptionsSchema = z
     maxDownloadQueue: z.number().int().min(0).max(100_000).default(64),
     /**
      * Largest fraction of the probe slots, the download slots and each queue one client holds
-     * (fair-slots.ts; clients as the edge labels them). 1: first come, first served.
+     * (fair-slots.ts; clients as the edge labels them). 1: no cap (a freed slot still goes to the waiting client holding the fewest).
      */
     clientShare: z.number().gt(0).max(1).default(0.5),
     /** Whole request (fetch, store, probe) deadline; the answer is 504 past it. Also node's requestTimeout. */

@@ -13,7 +13,7 @@
  */
 import http from "node:http";
 import { createReadStream } from "node:fs";
-import { mkdtemp, open, rm, unlink } from "node:fs/promises";
+import { link, mkdtemp, open, rm, unlink } from "node:fs/promises";
 import path from "node:path";
 import {
   AuthenticationError,
@@ -36,7 +36,7 @@ import { importMediaUrlKey, verifyMediaUrl } from "../../src/media/signed-url.ts
 import { StoreRequestSchema, type StoreResult } from "../../src/media/store-result.ts";
 import { initHashing } from "../../src/util/hash.ts";
 import { CancellableFlight, LruCache, QueueFullError } from "./concurrency.ts";
-import { FairSlots } from "./fair-slots.ts";
+import { FairSlots, type SlotClaim } from "./fair-slots.ts";
 import type { ScanResult } from "./ffprobe-scan.ts";
 import { spoolToFile } from "./media-file.ts";
 import { MediaStore, type MediaStoreStats } from "./media-store.ts";
@@ -143,6 +143,29 @@ export async function startDecodeService(input: DecodeServiceOptionsInput = {}, 
   // Shared by clients (fair-slots.ts): no client holds more than its share of either.
   const probes = new FairSlots({ limit: opts.concurrency, maxQueue: opts.maxQueue, share: opts.clientShare });
   const downloads = new FairSlots({ limit: opts.maxDownloads, maxQueue: opts.maxDownloadQueue, share: opts.clientShare });
+  /** Slot claims of flights still waiting for a slot, by flight key: a caller who joins the flight joins its claim too. */
+  const waitingProbes = new Map<string, SlotClaim>();
+  const waitingDownloads = new Map<string, SlotClaim>();
+
+  /**
+   * Runs `work` in a slot of `slots` claimed for `label`, joinable under `key` by other callers of
+   * the same flight until it is granted (fair-slots.ts), and given back when the work ends.
+   */
+  async function inSlot<R>(slots: FairSlots, waiting: Map<string, SlotClaim>, key: string, label: string | null, signal: AbortSignal, work: () => Promise<R>): Promise<R> {
+    const claim = slots.claim(label, signal);
+    waiting.set(key, claim);
+    let charged: string;
+    try {
+      charged = await claim.granted;
+    } finally {
+      if (waiting.get(key) === claim) waiting.delete(key);
+    }
+    try {
+      return await work();
+    } finally {
+      slots.release(charged);
+    }
+  }
   const byDigest = new LruCache<ProbeResult>(opts.cacheEntries);
   /**
    * Probes that failed on the media (unreadable, too many packets, no frames), by digest, for
@@ -202,16 +225,13 @@ export async function startDecodeService(input: DecodeServiceOptionsInput = {}, 
       drop();
       throw new MediaError("unprobeable_media", `Media above ${opts.wasmMaxMediaBytes} bytes is not probed by the wasm decoder (memory cap).`);
     }
-    const { promise, shared } = probeFlight.do(digest, async (flightSignal) => {
-      const scan = await probes
-        .run(
-          caller.client,
-          () => {
-            stats.probes++;
-            return prober.probe(file);
-          },
-          flightSignal,
-        )
+    const { promise, shared } = probeFlight.do(digest, async (flightSignal, commit) => {
+      const scan = await inSlot(probes, waitingProbes, digest, caller.client, flightSignal, () => {
+        // A started probe runs to its end: later callers share it even if every caller leaves.
+        commit();
+        stats.probes++;
+        return prober.probe(file);
+      })
         .catch((e: unknown) => {
           // The media's own fault: remembered for its bytes. Not a timeout, which can be this
           // service's load as much as the media (a hostile container fails fast under the memory cap).
@@ -225,15 +245,16 @@ export async function startDecodeService(input: DecodeServiceOptionsInput = {}, 
     }, caller.signal);
     if (shared) {
       stats.shared++;
-      // The running probe reads the first caller's file, not this one.
+      // The probe reads the first caller's file, not this one; still waiting, it may start in this caller's share.
       drop();
+      waitingProbes.get(digest)?.join(caller.client, caller.signal);
     }
     return { result: await promise, cache: shared ? "shared" : "miss" };
   }
 
   /** One download of a client URL into the store (conditional when the URL's validators are known). */
   async function download(url: string, client: string | null, signal: AbortSignal): Promise<Stored> {
-    return downloads.run(client, async () => {
+    return inSlot(downloads, waitingDownloads, url, client, signal, async () => {
       stats.downloadsPeak = Math.max(stats.downloadsPeak, downloads.inUse);
       const known = byUrl.get(url);
       const headers: Record<string, string> = {};
@@ -254,7 +275,7 @@ export async function startDecodeService(input: DecodeServiceOptionsInput = {}, 
       } finally {
         signal.removeEventListener("abort", onAbort);
       }
-    }, signal);
+    });
   }
 
   /**
@@ -310,7 +331,11 @@ export async function startDecodeService(input: DecodeServiceOptionsInput = {}, 
       return { digest: known.digest, byteLength: known.byteLength, cache: "fresh" };
     }
     const { promise, shared } = urlFlight.do(url, (s) => download(url, caller.client, s), caller.signal);
-    if (shared) stats.shared++;
+    if (shared) {
+      stats.shared++;
+      // Still waiting for a slot: it may also start in this caller's share.
+      waitingDownloads.get(url)?.join(caller.client, caller.signal);
+    }
     const r = await promise;
     return shared ? { ...r, cache: "shared" } : r;
   }
@@ -335,8 +360,15 @@ export async function startDecodeService(input: DecodeServiceOptionsInput = {}, 
     if (!f) throw new NoWorkerAvailableError("The media store evicted the item before it was described; retry.");
     const base = { digest: stored.digest, byteLength: stored.byteLength, kind };
     if (kind === "image") return { result: { ...base, image: await imageOf(f.path, f.size), probe: null, probeError: null }, cache: "miss" };
+    // The probe may wait for a slot while the store evicts the file: it reads a link of its own
+    // (the stored path itself where a link cannot be made, e.g. a store on another file system).
+    const own = tmpPath();
+    const linked = await link(f.path, own).then(
+      () => true,
+      () => false,
+    );
     try {
-      const p = await probeFile(stored.digest, stored.byteLength, f.path, caller);
+      const p = await probeFile(stored.digest, stored.byteLength, linked ? own : f.path, caller, linked);
       return { result: { ...base, image: null, probe: p.result, probeError: null }, cache: p.cache };
     } catch (e) {
       if (!isMediaError(e)) throw e;

@@ -39,7 +39,13 @@ beforeAll(async () => {
   await initHashing();
   server = http.createServer((req, res) => {
     hits++;
-    if (req.url === "/a.png") {
+    if (req.url?.startsWith("/slow.png?")) {
+      // Slow enough that a request's items are all in flight at once unless the edge paces them.
+      setTimeout(() => {
+        res.writeHead(200, { "content-type": "image/png" });
+        res.end(png);
+      }, 100);
+    } else if (req.url === "/a.png") {
       res.writeHead(200, { "content-type": "image/png" });
       res.end(png);
     } else if (req.url?.startsWith("/hold")) {
@@ -146,6 +152,15 @@ describe("edge media verification", () => {
     expect(down).toBeInstanceOf(MediaStoreUnavailableError);
     expect(httpStatusOf(down as MediaStoreUnavailableError)).toBe(503);
     expect((down as MediaStoreUnavailableError).code).toBe("media_store_unavailable");
+  });
+
+  it("a request with 64 media URLs (the item limit) is verified in full: the edge resolves a few at a time, within its client's share of the store", async () => {
+    const sign = storeSigner(svc.url, importMediaUrlKey(KEY), 60);
+    const d = deps({ decode: new DecodeClient({ url: svc.url, token: TOKEN }), sign });
+    const parts = Array.from({ length: 64 }, (_, i) => part("image", `http://127.0.0.1:${port}/slow.png?i=${i}`));
+    const out = await verifyMedia(parts, d, { client: "c-many", signal: null });
+    expect(out).toHaveLength(64);
+    expect(out.every((m) => m.digest === sha(png))).toBe(true);
   });
 
   it("one failed item, or the client leaving, cancels the request's other store calls (they would hold the store's slots for nobody)", async () => {

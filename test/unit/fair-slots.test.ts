@@ -165,6 +165,62 @@ describe("FairSlots", () => {
     expect(slots).toMatchObject({ inUse: 0, waiting: 0, clients: 0 });
   });
 
+  it("a claim joined by another client starts from whichever line reaches it first, charged to that client", async () => {
+    const slots = new FairSlots({ limit: 4, maxQueue: 8, share: 0.5 });
+    const h = harness(slots);
+    // a holds its share (2); its claim for shared work waits in a's line.
+    const a = [h.run("a", "a1"), h.run("a", "a2")];
+    await tick();
+    const claim = slots.claim("a");
+    let charged: string | null = null;
+    void claim.granted.then((k) => (charged = k));
+    await tick();
+    expect(charged).toBeNull();
+    expect(slots.waiting).toBe(1);
+    // b wants the same work and holds nothing: the work starts at once, in b's share.
+    claim.join("b");
+    await tick();
+    expect(charged).toBe("b");
+    expect(slots).toMatchObject({ inUse: 3, waiting: 0 });
+    expect(slots.heldBy("b")).toBe(1);
+    slots.release("b");
+    // Joined while both lines are full: the first line to reach it wins, and the other entry leaves.
+    const c = [h.run("c", "c1"), h.run("c", "c2")];
+    await tick();
+    const both = slots.claim("a");
+    both.join("c");
+    expect(slots.waiting).toBe(2);
+    h.done("c1");
+    expect(await both.granted).toBe("c");
+    expect(slots.waiting).toBe(0);
+    slots.release("c");
+    for (const n of ["a1", "a2", "c2"]) h.done(n);
+    await Promise.all([...a, ...c]);
+    expect(slots).toMatchObject({ inUse: 0, waiting: 0, clients: 0 });
+  });
+
+  it("a joined claim is dropped only when every waiter's signal has aborted", async () => {
+    const slots = new FairSlots({ limit: 1, maxQueue: 8, share: 1 });
+    const h = harness(slots);
+    const first = h.run("x", "x1");
+    const ca = new AbortController();
+    const cb = new AbortController();
+    const claim = slots.claim("a", ca.signal);
+    claim.join("b", cb.signal);
+    expect(slots.waiting).toBe(2);
+    ca.abort(new Error("a left"));
+    expect(slots.waiting).toBe(1);
+    cb.abort(new Error("b left"));
+    await expect(claim.granted).rejects.toThrow("b left");
+    expect(slots.waiting).toBe(0);
+    // A claim whose line is full fails at once.
+    const full = new FairSlots({ limit: 1, maxQueue: 0, share: 1 });
+    await full.claim("a").granted;
+    await expect(full.claim("b").granted).rejects.toBeInstanceOf(QueueFullError);
+    h.done("x1");
+    await first;
+  });
+
   it("a task that throws gives its slot back", async () => {
     const slots = new FairSlots({ limit: 1, maxQueue: 1, share: 1 });
     await expect(slots.run("a", async () => Promise.reject(new Error("boom")))).rejects.toThrow("boom");

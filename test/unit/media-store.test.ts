@@ -225,6 +225,27 @@ describe("decode service download bounds (issue 13)", () => {
     hold.release.splice(0);
   });
 
+  it("a download another client also asked for starts in that client's share, not behind the first client's", async () => {
+    hold.peak = 0;
+    const call = (client: string, path: string, signal: AbortSignal) => new DecodeClient({ url: svc.url, token: TOKEN }).store(u(path), "image", { client, signal });
+    const ctrl = new AbortController();
+    // The hog runs its one download (its share of 2) and queues the shared URL behind it.
+    const hogHeld = call("c-hog", "/hold/hog-held.png", ctrl.signal);
+    await waitFor(() => hold.open === 1);
+    const hogShared = call("c-hog", "/hold/shared.png", ctrl.signal);
+    await sleep(100);
+    expect(hold.open).toBe(1);
+    // The other client joins that download: it starts at once, in its own share.
+    const other = call("c-other", "/hold/shared.png", ctrl.signal);
+    await waitFor(() => hold.open === 2);
+    const h = (await (await fetch(`${svc.url}/healthz`)).json()) as { downloads: { inUse: number; waiting: number } };
+    expect(h.downloads).toMatchObject({ inUse: 2, waiting: 0 });
+    ctrl.abort();
+    await Promise.all([hogHeld, hogShared, other]);
+    await waitFor(() => hold.open === 0);
+    hold.release.splice(0);
+  });
+
   it("a stalled download is cut at the idle timeout", async () => {
     const t = Date.now();
     const out = await client().store(u("/stall.png"), "image");
