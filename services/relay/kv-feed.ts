@@ -33,6 +33,12 @@ export interface KvFeedHandlers {
   onHistoryLost(info: { missingFrom: number; resumeAt: number; reason: string }): void;
   /** The publisher's live seq went backwards: a new worker process. */
   onPublisherRestart(info: { previousSeq: number; seq: number }): Promise<void>;
+  /**
+   * The publisher's connection closed: its process ended (it lives as long as its worker, next to
+   * this relay). Whatever answers on the endpoint next is another process, whose seq may already
+   * be past the old one's (a fast restart would otherwise pass for a gap in one stream).
+   */
+  onPublisherGone(): void;
   /** Messages dropped whole (no usable seq). */
   onDrop(drops: DecodeDrop[]): void;
 }
@@ -106,6 +112,15 @@ export class KvFeed {
    * `resume.batches` after `resume.cursor`), then follows the live stream.
    */
   async start(resume?: { cursor: number; batches: ReplayedBatch[] }): Promise<void> {
+    // Its connection closing means the worker process ended (on localhost a blip is unlikely, and
+    // would cost one health interval down and a re-dump).
+    this.sub.events.on("disconnect", () => {
+      if (this.closed) return;
+      this.opts.log.warn("publisher_disconnected", { endpoint: this.opts.endpoint });
+      void this.opts.serial.run(async () => {
+        if (!this.closed) this.opts.handlers.onPublisherGone();
+      });
+    });
     this.sub.connect(this.opts.endpoint);
     this.sub.subscribe(this.opts.topic);
     await this.opts.serial.run(async () => {

@@ -184,6 +184,12 @@ class RelayImpl implements Relay {
         onBatch: (b) => this.onBatch(b),
         onHistoryLost: (i) => this.onHistoryLost(i.reason),
         onPublisherRestart: (i) => this.newLife(`publisher seq went back ${i.previousSeq} → ${i.seq}`),
+        // Down now, not after two failed health checks: the health check that answers again starts
+        // the new life (a restart faster than two checks was otherwise missed when the new
+        // process's seq had passed the old one's, or it published nothing yet).
+        onPublisherGone: () => {
+          if (this.worker === "up") this.workerDown("the KV publisher's connection closed (the worker process ended)");
+        },
         onDrop: (drops) => {
           for (const d of drops) this.countDrop(d.reason, 1);
         },

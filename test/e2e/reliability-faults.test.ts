@@ -173,12 +173,17 @@ describe("faults on the local fleet", () => {
     };
     const epochs: number[] = [(await row("w2"))!.epoch];
 
-    // A restart is seen by the relay's health checks failing while the process is gone (a real
-    // SGLang takes far longer than that to come back). A restart faster than two health checks is
-    // only caught when the new process's KV sequence visibly starts again; under CPU contention
-    // that signal can be missed (the new sequence may already be past the old one when the
-    // relay's SUB socket reconnects), so it is a documented gap (docs/reliability.md), not tested.
-    for (const [downMs, nudge] of [[2500, false]] as const) {
+    // The relay sees the KV publisher's connection close the moment the process ends (kv-feed.ts),
+    // reports the worker down, and starts a new life when its health check answers again. The
+    // second restart is faster than two of that relay's health checks (4 s apart) and sends no
+    // traffic: health checks alone miss it, and the new process's sequence, which may already be
+    // past the old one's, would have passed for a gap.
+    for (const [downMs, nudge, healthEveryMs] of [[2500, false, null], [200, false, 4000]] as const) {
+      if (healthEveryMs !== null) {
+        await fleet.startRelay(1, ["--health-interval-ms", String(healthEveryMs)]);
+        await converge(1);
+        epochs.push((await row("w2"))!.epoch);
+      }
       const prompt = words(seed++, 400);
       await direct(fleet.workers[1]!.url, fleet.model, prompt);
       await waitParity(fleet, 1);

@@ -16,8 +16,8 @@ import { shardObjectName } from "../../src/block-index/shard.ts";
 import type { RelayOptionsInput } from "../../services/relay/options.ts";
 
 export class FakePublisher {
-  readonly pub = new zmq.Publisher({ linger: 0 });
-  readonly router = new zmq.Router({ linger: 0 });
+  pub = new zmq.Publisher({ linger: 0 });
+  router = new zmq.Router({ linger: 0 });
   buffer: { seq: number; payload: Uint8Array }[] = [];
   nextSeq = 0;
   answerReplay = true;
@@ -50,6 +50,22 @@ export class FakePublisher {
   /** A new publisher process: seq restarts at 0, buffer empty. */
   restart(): void {
     this.nextSeq = 0;
+    this.buffer = [];
+  }
+
+  /**
+   * A new publisher process on the same endpoints: the old sockets close (subscribers see the
+   * connection go), new ones bind the same ports, the buffer is empty and seq starts at `seqFrom`.
+   */
+  async reopen(seqFrom = 0): Promise<void> {
+    const [pubAt, routerAt] = [this.endpoint, this.replayEndpoint];
+    this.close();
+    this.pub = new zmq.Publisher({ linger: 0 });
+    this.router = new zmq.Router({ linger: 0 });
+    await this.pub.bind(pubAt);
+    await this.router.bind(routerAt);
+    void this.serveReplay();
+    this.nextSeq = seqFrom;
     this.buffer = [];
   }
 

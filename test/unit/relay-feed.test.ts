@@ -16,6 +16,7 @@ interface Harness {
   delivered: FeedBatch[];
   lost: { missingFrom: number; resumeAt: number; reason: string }[];
   restarts: { previousSeq: number; seq: number }[];
+  gone: number;
 }
 
 const open: { close(): unknown }[] = [];
@@ -25,7 +26,7 @@ afterEach(async () => {
 
 async function harness(opts: { replay?: boolean; replayTimeoutMs?: number; pub?: FakePublisher } = {}): Promise<Harness> {
   const pub = opts.pub ?? (await FakePublisher.create());
-  const h: Harness = { pub, feed: null as unknown as KvFeed, delivered: [], lost: [], restarts: [] };
+  const h: Harness = { pub, feed: null as unknown as KvFeed, delivered: [], lost: [], restarts: [], gone: 0 };
   h.feed = new KvFeed({
     endpoint: pub.endpoint,
     replayEndpoint: opts.replay === false ? null : pub.replayEndpoint,
@@ -40,6 +41,10 @@ async function harness(opts: { replay?: boolean; replayTimeoutMs?: number; pub?:
         h.restarts.push(i);
         h.feed.reset();
         await h.feed.catchUp();
+      },
+      onPublisherGone: () => {
+        h.gone++;
+        h.feed.pause();
       },
       onDrop: () => {},
     },
@@ -170,6 +175,24 @@ describe("KvFeed", () => {
     await waitFor(() => h.restarts.length === 1 && h.feed.lastSeq === 1, "restart handled");
     expect(seqs(h.delivered.slice(count))).toEqual([0, 1]);
     expect(h.delivered[count]!.events).toEqual([{ type: "AllBlocksCleared" }]);
+  });
+
+  it("a publisher whose connection closes is reported gone at once, whatever seq its successor starts at", async () => {
+    const h = await harness();
+    await warmUp(h);
+    for (let i = 0; i < 3; i++) await h.pub.publish();
+    await waitFor(() => h.feed.lastSeq === h.pub.nextSeq - 1, "first life");
+    const old = h.pub.nextSeq;
+    const count = h.delivered.length;
+    // A fast restart whose publisher already counts past the old one: no seq goes back.
+    await h.pub.reopen(old + 20);
+    await waitFor(() => h.gone === 1, "publisher gone", 15_000);
+    // Paused by the owner (the relay: worker down) until a new life resets the feed.
+    for (let i = 0; i < 3; i++) await h.pub.publish();
+    await new Promise((r) => setTimeout(r, 300));
+    expect(h.delivered.length).toBe(count);
+    expect(h.lost).toEqual([]);
+    expect(h.restarts).toEqual([]);
   });
 
   it("counts malformed live messages without stopping", async () => {
