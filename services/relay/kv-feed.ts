@@ -117,9 +117,11 @@ export class KvFeed {
     this.sub.events.on("disconnect", () => {
       if (this.closed) return;
       this.opts.log.warn("publisher_disconnected", { endpoint: this.opts.endpoint });
-      void this.opts.serial.run(async () => {
-        if (!this.closed) this.opts.handlers.onPublisherGone();
-      });
+      this.opts.serial
+        .run(async () => {
+          if (!this.closed) this.opts.handlers.onPublisherGone();
+        })
+        .catch((e: unknown) => this.opts.log.error("publisher_gone_failed", { error: errorMessage(e) }));
     });
     this.sub.connect(this.opts.endpoint);
     this.sub.subscribe(this.opts.topic);
