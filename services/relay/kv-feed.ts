@@ -91,6 +91,8 @@ export class KvFeed {
   private paused = false;
   private closed = false;
   private loop: Promise<void> | null = null;
+  /** A connection to the publisher completed its handshake and has not closed since. */
+  private handshaken = false;
   private readonly counters: Omit<KvFeedStats, "lastSeq"> = emptyFeedStats();
 
   constructor(opts: KvFeedOptions) {
@@ -112,10 +114,15 @@ export class KvFeed {
    * `resume.batches` after `resume.cursor`), then follows the live stream.
    */
   async start(resume?: { cursor: number; batches: ReplayedBatch[] }): Promise<void> {
-    // Its connection closing means the worker process ended (on localhost a blip is unlikely, and
-    // would cost one health interval down and a re-dump).
+    // A connection to the publisher that completed its handshake and then closed: connected directly
+    // beside the worker, that means its process ended. (A failed handshake also ends in
+    // "disconnect", e.g. an endpoint that is not a ZMQ publisher: not counted.) A false alarm on a
+    // live process costs one health interval down, a new epoch and a catch-up from replay, which
+    // is approximate once the process has published more than its replay buffer holds.
+    this.sub.events.on("handshake", () => void (this.handshaken = true));
     this.sub.events.on("disconnect", () => {
-      if (this.closed) return;
+      if (this.closed || !this.handshaken) return;
+      this.handshaken = false;
       this.opts.log.warn("publisher_disconnected", { endpoint: this.opts.endpoint });
       this.opts.serial
         .run(async () => {

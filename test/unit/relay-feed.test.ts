@@ -2,6 +2,8 @@
  * KvFeed against a real ZMQ PUB + ROUTER pair on 127.0.0.1 (random ports): ordered delivery,
  * startup catch-up, gap detection with replay, unrecoverable gaps, replay timeouts, restarts.
  */
+import { createServer } from "node:net";
+import type { AddressInfo } from "node:net";
 import { afterEach, describe, expect, it } from "vitest";
 import { encodeSeq } from "../../src/engine-events/event-decode.ts";
 import { KvFeed, type FeedBatch } from "../../services/relay/kv-feed.ts";
@@ -193,6 +195,32 @@ describe("KvFeed", () => {
     expect(h.delivered.length).toBe(count);
     expect(h.lost).toEqual([]);
     expect(h.restarts).toEqual([]);
+  });
+
+  it("a connection that never completes its handshake (not a ZMQ publisher) is not taken for a publisher gone", async () => {
+    // Accepts and hangs up at once: libzmq reports each attempt as a failed handshake and a disconnect.
+    const server = createServer((sock) => sock.end("HTTP/1.1 400 Bad Request\r\n\r\n"));
+    await new Promise<void>((r) => server.listen(0, "127.0.0.1", r));
+    let gone = 0;
+    const feed = new KvFeed({
+      endpoint: `tcp://127.0.0.1:${(server.address() as AddressInfo).port}`,
+      replayEndpoint: null,
+      topic: "",
+      replayTimeoutMs: 500,
+      serial: new Serial(),
+      log: silentLogger,
+      handlers: { onBatch: () => {}, onHistoryLost: () => {}, onPublisherRestart: async () => {}, onPublisherGone: () => void gone++, onDrop: () => {} },
+    });
+    let attempts = 0;
+    server.on("connection", () => attempts++);
+    try {
+      await feed.start();
+      await waitFor(() => attempts >= 3, "reconnect attempts");
+      expect(gone).toBe(0);
+    } finally {
+      await feed.close();
+      server.close();
+    }
   });
 
   it("counts malformed live messages without stopping", async () => {
