@@ -96,17 +96,7 @@ export class FairSlots {
     return this.held.get(client) ?? 0;
   }
 
-  /** Runs `fn` in a slot of `label` (null: unlabeled, no per-client cap); a call whose signal aborts while it waits leaves the queue. */
-  async run<T>(label: string | null, fn: () => Promise<T>, signal?: AbortSignal): Promise<T> {
-    const key = await this.claim(label, signal).granted;
-    try {
-      return await fn();
-    } finally {
-      this.release(key);
-    }
-  }
-
-  /** Waits for a slot for `label`; release(key) when the work is over. */
+  /** Waits for a slot for `label` (null: unlabeled, no per-client cap); release(key) when the work is over. */
   claim(label: string | null, signal?: AbortSignal): SlotClaim {
     let ticket!: Ticket;
     const granted = new Promise<string>((resolve, reject) => {

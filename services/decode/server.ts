@@ -360,13 +360,15 @@ export async function startDecodeService(input: DecodeServiceOptionsInput = {}, 
     if (!f) throw new NoWorkerAvailableError("The media store evicted the item before it was described; retry.");
     const base = { digest: stored.digest, byteLength: stored.byteLength, kind };
     if (kind === "image") return { result: { ...base, image: await imageOf(f.path, f.size), probe: null, probeError: null }, cache: "miss" };
-    // The probe may wait for a slot while the store evicts the file: it reads a link of its own
+    // A probe to run may wait for a slot while the store evicts the file: it reads a link of its own
     // (the stored path itself where a link cannot be made, e.g. a store on another file system).
     const own = tmpPath();
-    const linked = await link(f.path, own).then(
-      () => true,
-      () => false,
-    );
+    const linked =
+      byDigest.get(stored.digest) === undefined &&
+      (await link(f.path, own).then(
+        () => true,
+        () => false,
+      ));
     try {
       const p = await probeFile(stored.digest, stored.byteLength, linked ? own : f.path, caller, linked);
       return { result: { ...base, image: null, probe: p.result, probeError: null }, cache: p.cache };

@@ -7,12 +7,23 @@ import { describe, expect, it } from "vitest";
 import { FairSlots, shareOf } from "../../services/decode/fair-slots.ts";
 import { QueueFullError } from "../../services/decode/concurrency.ts";
 
+/** Runs `fn` in a slot of `label`, as the service does (claim, work, release). */
+async function inSlot<T>(slots: FairSlots, label: string | null, fn: () => Promise<T>, signal?: AbortSignal): Promise<T> {
+  const key = await slots.claim(label, signal).granted;
+  try {
+    return await fn();
+  } finally {
+    slots.release(key);
+  }
+}
+
 /** A task that runs until released; `started` lists task names in start order. */
 function harness(slots: FairSlots) {
   const started: string[] = [];
   const release = new Map<string, () => void>();
   const run = (client: string | null, name: string, signal?: AbortSignal) =>
-    slots.run(
+    inSlot(
+      slots,
       client,
       () =>
         new Promise<string>((resolve) => {
@@ -141,7 +152,7 @@ describe("FairSlots", () => {
     expect(h.started).toEqual(["a1", "c1"]);
     h.done("c1");
     await Promise.all([first, next]);
-    await expect(slots.run("x", async () => 1, AbortSignal.abort(new Error("already")))).rejects.toThrow("already");
+    await expect(inSlot(slots, "x", async () => 1, AbortSignal.abort(new Error("already")))).rejects.toThrow("already");
     expect(slots).toMatchObject({ inUse: 0, waiting: 0 });
   });
 
@@ -223,8 +234,8 @@ describe("FairSlots", () => {
 
   it("a task that throws gives its slot back", async () => {
     const slots = new FairSlots({ limit: 1, maxQueue: 1, share: 1 });
-    await expect(slots.run("a", async () => Promise.reject(new Error("boom")))).rejects.toThrow("boom");
-    expect(await slots.run("a", async () => 7)).toBe(7);
+    await expect(inSlot(slots, "a", async () => Promise.reject(new Error("boom")))).rejects.toThrow("boom");
+    expect(await inSlot(slots, "a", async () => 7)).toBe(7);
     expect(slots).toMatchObject({ inUse: 0, clients: 0 });
   });
 });
