@@ -84,12 +84,20 @@ function storeError(p: MediaPartRef, out: { reason: string; detail: string; stat
   return new MediaStoreUnavailableError(`The ${p.kind} could not be stored for the worker (${out.reason}); it was not forwarded. Retry later.`, p.param);
 }
 
+/** What the policy refuses outright (data: URLs when off, the SSRF rules on a URL), before anyone connects. */
+function precheck(p: MediaPartRef, deps: MediaDeps): void {
+  if (p.kind === "audio") return;
+  if (isDataUrl(p.url)) {
+    if (!deps.fetcher.policy.allowDataUrls) throw new MediaError("bad_scheme", "data: URLs are not allowed.", p.param);
+  } else deps.fetcher.checkUrl(p.url, p.param);
+}
+
+/** One item, after precheck. */
 async function resolveOne(p: MediaPartRef, deps: MediaDeps, call: Required<DecodeCallOptions>): Promise<VerifiedMedia> {
   if (p.kind === "audio") return { kind: "audio", forward: null, digest: null, metadata: null, unresolved: { reason: "audio", detail: "audio input" } };
   const policy = deps.fetcher.policy;
 
   if (isDataUrl(p.url)) {
-    if (!policy.allowDataUrls) throw new MediaError("bad_scheme", "data: URLs are not allowed.", p.param);
     const d = parseDataUrl(p.url, { maxBytes: policy.maxBytes, base64Mode: policy.dataUrlBase64, param: p.param });
     // SGLang checks `startswith("data:")` and strictly base64-decodes after the first comma; a URL
     // it would read differently (leading space, upper-case scheme, forgiving base64) is re-encoded.
@@ -106,8 +114,6 @@ async function resolveOne(p: MediaPartRef, deps: MediaDeps, call: Required<Decod
     return videoItem(forward, digest, out.probe);
   }
 
-  // A client URL: refuse what the SSRF policy refuses outright before anyone connects.
-  deps.fetcher.checkUrl(p.url, p.param);
 
   if (deps.sign) {
     const out = await deps.decode.store(p.url, p.kind, call);
@@ -173,6 +179,8 @@ const MEDIA_CALLS_PER_REQUEST = 4;
  * for an answer nobody reads.
  */
 export async function verifyMedia(parts: readonly MediaPartRef[], deps: MediaDeps, caller: MediaCaller = { client: null, signal: null }): Promise<VerifiedMedia[]> {
+  // Every item's policy first: one refused URL stops the request before any item is fetched.
+  for (const p of parts) precheck(p, deps);
   const over = new AbortController();
   const onGone = (): void => over.abort(caller.signal!.reason);
   if (caller.signal?.aborted) onGone();

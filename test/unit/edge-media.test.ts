@@ -163,6 +163,16 @@ describe("edge media verification", () => {
     expect(out.every((m) => m.digest === sha(png))).toBe(true);
   });
 
+  it("a URL the policy refuses stops the request before any of its items is fetched, wherever it stands", async () => {
+    const sign = storeSigner(svc.url, importMediaUrlKey(KEY), 60);
+    const d = deps({ decode: new DecodeClient({ url: svc.url, token: TOKEN }), sign });
+    const before = hits;
+    const parts = [...Array.from({ length: 6 }, (_, i) => part("image", `http://127.0.0.1:${port}/slow.png?p=${i}`)), part("image", "http://10.0.0.1/x.png")];
+    await expect(verifyMedia(parts, d, { client: "c-pre", signal: null })).rejects.toMatchObject({ reason: "blocked_address" });
+    await new Promise((r) => setTimeout(r, 200));
+    expect(hits).toBe(before);
+  });
+
   it("one failed item, or the client leaving, cancels the request's other store calls (they would hold the store's slots for nobody)", async () => {
     const sign = storeSigner(svc.url, importMediaUrlKey(KEY), 60);
     const d = deps({ decode: new DecodeClient({ url: svc.url, token: TOKEN }), sign });

@@ -62,8 +62,9 @@ export class FakePublisher {
     this.close();
     this.pub = new zmq.Publisher({ linger: 0 });
     this.router = new zmq.Router({ linger: 0 });
-    await this.pub.bind(pubAt);
-    await this.router.bind(routerAt);
+    // The closed sockets give their ports back on ZMQ's I/O thread, a moment later.
+    await bindWhenFree(this.pub, pubAt);
+    await bindWhenFree(this.router, routerAt);
     void this.serveReplay();
     this.nextSeq = seqFrom;
     this.buffer = [];
@@ -88,6 +89,18 @@ export class FakePublisher {
   close(): void {
     this.pub.close();
     this.router.close();
+  }
+}
+
+/** Binds `endpoint`, retrying while the port is still held by a socket just closed. */
+async function bindWhenFree(socket: zmq.Publisher | zmq.Router, endpoint: string): Promise<void> {
+  for (let i = 0; ; i++) {
+    try {
+      return await socket.bind(endpoint);
+    } catch (e) {
+      if (i >= 100 || !/in use/i.test((e as Error).message)) throw e;
+      await new Promise((r) => setTimeout(r, 20));
+    }
   }
 }
 
