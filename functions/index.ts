@@ -9,6 +9,7 @@ import { parseEdgeConfig, type BucketConfig, type EdgeConfig } from "../src/conf
 import { authorizeClient, bearerToken } from "../src/edge/auth.ts";
 import { verifyRelayConnect } from "../src/relay-wire/relay-auth.ts";
 import { clientNetwork, enforceRateLimit, rateLimitBucketName, rateLimitHeaders, type BucketKind } from "../src/edge/rate-limit.ts";
+import type { ClientRef } from "../src/edge/client-label.ts";
 import { handleChatCompletions, type IndexClient } from "../src/edge/chat.ts";
 import { handleAdminRoute, presentsAdminCredentials, type AdminIndexClient } from "../src/edge/admin-routes.ts";
 import { preflightResponse, PUBLIC_ROUTE_METHODS, withCors } from "../src/edge/cors.ts";
@@ -53,7 +54,7 @@ function networkOf(request: Request): string {
 }
 
 /** Takes one request from a bucket; a no-op with rate limiting off. Throws RateLimitedError (429). */
-async function limit(env: Env, config: EdgeConfig, kind: BucketKind, client: { apiKey: string } | { network: string }): Promise<void> {
+async function limit(env: Env, config: EdgeConfig, kind: BucketKind, client: ClientRef): Promise<void> {
   const limits = config.rateLimits;
   if (!limits) return;
   const ns = env.RATE_LIMITER;

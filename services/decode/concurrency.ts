@@ -43,6 +43,8 @@ export class CancellableFlight<T> {
     return this.inflight.size;
   }
   do(key: string, fn: (signal: AbortSignal, commit: () => void) => Promise<T>, caller?: AbortSignal): { promise: Promise<T>; shared: boolean } {
+    // A caller already gone starts nothing.
+    if (caller?.aborted) return { promise: Promise.reject(caller.reason as Error), shared: false };
     let f = this.inflight.get(key);
     const shared = f !== undefined;
     if (!f) {

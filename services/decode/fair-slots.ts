@@ -54,7 +54,7 @@ interface Waiter {
 }
 
 /** The most one client may hold of `total` under `share` (at least one). */
-export function shareOf(total: number, share: number): number {
+function shareOf(total: number, share: number): number {
   return Math.max(1, Math.floor(total * share));
 }
 
@@ -92,7 +92,7 @@ export class FairSlots {
   get clients(): number {
     return new Set([...this.held.keys(), ...this.queues.keys()]).size;
   }
-  heldBy(client: string): number {
+  private heldBy(client: string): number {
     return this.held.get(client) ?? 0;
   }
 

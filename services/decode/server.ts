@@ -161,6 +161,8 @@ export async function startDecodeService(input: DecodeServiceOptionsInput = {}, 
       if (waiting.get(key) === claim) waiting.delete(key);
     }
     try {
+      // Everyone may have left between the grant and now: the slot goes back unused.
+      signal.throwIfAborted();
       return await work();
     } finally {
       slots.release(charged);

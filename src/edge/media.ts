@@ -178,6 +178,8 @@ const MEDIA_CALLS_PER_REQUEST = 4;
  * signal ends, the other items' calls are cancelled: they would only hold the media store's slots
  * for an answer nobody reads.
  */
+const clientGone = (): UpstreamError => new UpstreamError("The client went away before its media were verified.", null, "cancelled");
+
 export async function verifyMedia(parts: readonly MediaPartRef[], deps: MediaDeps, caller: MediaCaller = { client: null, signal: null }): Promise<VerifiedMedia[]> {
   // Every item's policy first: one refused URL stops the request before any item is fetched.
   for (const p of parts) precheck(p, deps);
@@ -199,15 +201,17 @@ export async function verifyMedia(parts: readonly MediaPartRef[], deps: MediaDep
       Array.from({ length: Math.min(MEDIA_CALLS_PER_REQUEST, parts.length) }, () =>
         lane().catch((e: unknown) => {
           over.abort(e);
-          throw e;
+          // A call cut because the client left fails as whatever it was doing (a store outage, a
+          // fetch timeout): name the real cause.
+          throw caller.signal?.aborted ? clientGone() : e;
         }),
       ),
     );
   } finally {
     caller.signal?.removeEventListener("abort", onGone);
   }
-  // Cancelled calls come back as unresolved items: a request whose client left stops here.
-  if (caller.signal?.aborted) throw new UpstreamError("The client went away before its media were verified.", null, "cancelled");
+  // Cancelled probes come back as unresolved items: a request whose client left stops here.
+  if (caller.signal?.aborted) throw clientGone();
   return out;
 }
 

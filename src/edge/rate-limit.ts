@@ -15,6 +15,7 @@ import { parseIp, formatIpv4 } from "../media/ip-address.ts";
 import { sha256 } from "../util/hash.ts";
 import { bytesToHex } from "../util/hex.ts";
 import type { TakeResult } from "../util/token-bucket.ts";
+import type { ClientRef } from "./client-label.ts";
 
 /** 429 with the wait the client should honour (`retry-after`, seconds). */
 export class RateLimitedError extends RateLimitError {
@@ -52,7 +53,7 @@ export type BucketKind = "chat" | "auth" | "admin" | "relay";
  * A bucket's Durable Object name. API keys appear only as a digest (requires initHashing()); the
  * kind keeps a client's failed logins, admin calls and chat requests in separate buckets.
  */
-export function rateLimitBucketName(kind: BucketKind, client: { apiKey: string } | { network: string }): string {
+export function rateLimitBucketName(kind: BucketKind, client: ClientRef): string {
   if ("apiKey" in client) return `${kind}:key:${bytesToHex(sha256(new TextEncoder().encode(client.apiKey))).slice(0, 32)}`;
   return `${kind}:net:${client.network}`;
 }

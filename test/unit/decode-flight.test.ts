@@ -39,6 +39,15 @@ describe("CancellableFlight", () => {
     expect(starts).toBe(2);
   });
 
+  it("a caller already gone starts nothing", async () => {
+    const flight = new CancellableFlight<string>();
+    let starts = 0;
+    const out = flight.do("k", async () => String(++starts), AbortSignal.abort(new Error("gone")));
+    await expect(out.promise).rejects.toThrow("gone");
+    expect(starts).toBe(0);
+    expect(flight.size).toBe(0);
+  });
+
   it("committed work survives its callers leaving and is shared by the next caller (one run)", async () => {
     const flight = new CancellableFlight<string>();
     let starts = 0;

@@ -202,6 +202,12 @@ describe("decode service download bounds (issue 13)", () => {
     const ctrl = new AbortController();
     const hogCalls = [0, 1].map((i) => client().store(u(`/hold/hog-${i}.png`), "image", { client: "c-hog", signal: ctrl.signal }));
     await waitFor(() => hold.open === 1);
+    // Both of its calls in: one running, one waiting in its line.
+    for (let i = 0; i < 200; i++) {
+      const q = (await (await fetch(`${svc.url}/healthz`)).json()) as { downloads: { waiting: number } };
+      if (q.downloads.waiting === 1) break;
+      await sleep(10);
+    }
     const refused = await Promise.all([2, 3].map((i) => store("c-hog", `/hold/hog-${i}.png`)));
     expect(refused.map((r) => r.status)).toEqual([503, 503]);
     expect(refused[0]!.body.error?.code).toBe("no_worker_available");

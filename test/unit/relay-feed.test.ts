@@ -184,16 +184,10 @@ describe("KvFeed", () => {
     await warmUp(h);
     for (let i = 0; i < 3; i++) await h.pub.publish();
     await waitFor(() => h.feed.lastSeq === h.pub.nextSeq - 1, "first life");
-    const old = h.pub.nextSeq;
-    const count = h.delivered.length;
-    // A fast restart whose publisher already counts past the old one: no seq goes back.
-    await h.pub.reopen(old + 20);
+    // A fast restart whose publisher already counts past the old one: no seq goes back, and
+    // nothing is published yet; only the closed connection tells.
+    await h.pub.reopen(h.pub.nextSeq + 20);
     await waitFor(() => h.gone === 1, "publisher gone", 15_000);
-    // Paused by the owner (the relay: worker down) until a new life resets the feed.
-    for (let i = 0; i < 3; i++) await h.pub.publish();
-    await new Promise((r) => setTimeout(r, 300));
-    expect(h.delivered.length).toBe(count);
-    expect(h.lost).toEqual([]);
     expect(h.restarts).toEqual([]);
   });
 
