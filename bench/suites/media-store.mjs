@@ -13,6 +13,10 @@
 // a URL whose origin sends Cache-Control: max-age, asked again within it (the store answers without
 // contacting the origin; the origin's request count is checked).
 // "added" = store path − direct path, medians.
+// Fair share: one client holds every download it can with URLs that stall (their bytes stop after
+// the headers until the store's idle timeout cuts them); another client then stores an image. The
+// time it waits is measured with the per-client share (default, half the slots) and without it
+// (clientShare 1: one client may hold them all, as first come, first served allowed).
 import { createHash } from "node:crypto";
 import http from "node:http";
 import { readFileSync } from "node:fs";
@@ -68,9 +72,17 @@ export default {
       return variants.get(k);
     };
     const originRequests = new Map();
+    const stalled = new Set();
     const origin = http.createServer((req, res) => {
       originRequests.set(req.url, (originRequests.get(req.url) ?? 0) + 1);
       const [, kind, i] = req.url.split("/");
+      if (kind === "stall") {
+        res.writeHead(200, { "content-type": "image/png" });
+        res.write(items.image.subarray(0, 1000));
+        stalled.add(res);
+        res.on("close", () => stalled.delete(res));
+        return;
+      }
       const etag = `"${kind}-${i}"`;
       // URLs /kind/f<i> state a freshness lifetime, as CDNs serve most public media.
       const freshness = i.startsWith("f") ? { "cache-control": "max-age=600" } : {};
@@ -161,8 +173,36 @@ export default {
       const agg = (4 * items.video.length) / 1e6 / ((performance.now() - t) / 1000);
       summary.push({ metric: "store serve throughput, 4 concurrent readers of the 50 MB video", value: agg.toFixed(0), unit: "MB/s", goal: "", pass: null });
       details.concurrentServeMBps = agg;
+
+      ctx.progress(0.95, "fair share");
+      const idleMs = 2000;
+      const waited = {};
+      for (const share of [0.5, 1]) {
+        const fair = await startDecodeService({ token, concurrency: 2, maxDownloads: 8, idleTimeoutMs: idleMs, clientShare: share, fetch: { allowlist: [originHost] }, store: { urlKey: key } });
+        try {
+          const store = (client, url) =>
+            fetch(`${fair.url}/v1/store`, { method: "POST", headers: { "content-type": "application/json", authorization: `Bearer ${token}`, "x-kvedge-client": client }, body: JSON.stringify({ url, kind: "image" }) }).then((x) => x.arrayBuffer());
+          const hog = Array.from({ length: 8 }, (_, i) => store("c-hog", `http://${originHost}/stall/${share}-${i}`));
+          const want = share < 1 ? 4 : 8;
+          bytesOf("image", `fair-${share}`); // the origin's bytes made before the clock starts
+          for (let i = 0; i < 500 && stalled.size < want; i++) await new Promise((r) => setTimeout(r, 5));
+          waited[share] = await timed(() => store("c-other", `http://${originHost}/image/fair-${share}`));
+          await Promise.all(hog);
+        } finally {
+          await fair.close();
+        }
+      }
+      summary.push({
+        metric: `a second client's 5 MB image while one client holds its stalled downloads (idle cut ${idleMs / 1000} s): with the per-client share / one client may hold every slot`,
+        value: `${waited[0.5].toFixed(0)} / ${waited[1].toFixed(0)}`,
+        unit: "ms",
+        goal: "",
+        pass: null,
+      });
+      details.fairShareWaitMs = waited;
     } finally {
       await svc.close();
+      for (const res of stalled) res.destroy();
       origin.closeAllConnections();
       await new Promise((r) => origin.close(r));
     }
