@@ -14,7 +14,8 @@
  *
  * Bounds: at most `size` processes wait, each in its own 0700 directory; they run under
  * `setpriv --pdeathsig KILL`, so they die with this process even when it is killed, and
- * `close()` kills them; each under the prober's memory cap (ffprobe-run.ts memoryCapped). Linux only (FIFO opened O_RDWR never blocks; setpriv is util-linux).
+ * `close()` kills them; each runs under the prober's memory cap (ffprobe-run.ts memoryCapped).
+ * Linux only (FIFO opened O_RDWR never blocks; setpriv is util-linux).
  */
 import { spawn, type ChildProcess } from "node:child_process";
 import { constants } from "node:fs";

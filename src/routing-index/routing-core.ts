@@ -156,10 +156,10 @@ export class RoutingCore {
   /** Whether the worker's relay has said nothing for longer than `relaySilentMs`. */
   relaySilent(workerId: string): boolean {
     const w = this.#registry.get(workerId);
-    return w !== undefined && this.#silentSince(w, this.#now());
+    return w !== undefined && this.#isSilent(w, this.#now());
   }
 
-  #silentSince(w: WorkerRecord, now: number): boolean {
+  #isSilent(w: WorkerRecord, now: number): boolean {
     return now - w.lastSeen > this.#relaySilentMs;
   }
 
@@ -171,7 +171,7 @@ export class RoutingCore {
   #markSilentRelays(): void {
     const now = this.#now();
     for (const w of this.#registry.all()) {
-      if (!w.kvEvents || !this.#silentSince(w, now) || !this.#views.isSynced(w.workerId) || this.approximate.has(w.workerId)) continue;
+      if (!w.kvEvents || !this.#isSilent(w, now) || !this.#views.isSynced(w.workerId) || this.approximate.has(w.workerId)) continue;
       this.approximate.mark(w.workerId, "silent", `nothing from its relay for ${Math.round((now - w.lastSeen) / 1000)} s: the path may be dead and events lost`);
     }
   }
