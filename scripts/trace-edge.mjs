@@ -1,18 +1,18 @@
 #!/usr/bin/env node
 // When, in wall time, workerd does its part of an edge request. Starts the bench's edge fleet
-// (bench/lib/edge-fleet.mjs) and records the workerd process's socket reads and writes with Linux
-// `perf` syscall tracepoints (a few events per request, so the timeline is hardly disturbed), plus
-// cpu-clock samples without call graphs. Per request it finds
+// (bench/lib/edge-fleet.mjs) and records the workerd process's reads and writes (sockets among
+// others) with Linux `perf` syscall tracepoints (a few events per request, so the timeline is
+// hardly disturbed), plus cpu-clock samples without call graphs. Per request it finds
 //   in     the last read of the client's body,
 //   up     the first write on the worker's connection after it (the `/generate` request's head),
 //   resp   the first bytes read back on that connection (the worker's answer),
 //   first, out   the first and the last write to the client before the next request,
 // and prints the p50 and mean of the windows between them: before (read, parse, prepare, route,
 // build), worker, and after (translation and the reply; a stream's last write is its end), with
-// each workerd thread's time on a CPU inside each window (mean per request). A window much longer
-// than its thread's busy time is waiting (a lock, another thread, the scheduler); one about as
-// long is work, which scripts/perf-edge.mjs breaks down. Needs `perf` and permission to record
-// syscall tracepoints (root, or perf_event_paranoid ≤ -1).
+// the three busiest workerd threads' time on a CPU inside each window (mean per request). A window
+// much longer than its thread's busy time is waiting (a lock, another thread, the scheduler); one
+// about as long is work, which scripts/perf-edge.mjs breaks down. Needs `perf` and permission to
+// record syscall tracepoints (root, or perf_event_paranoid ≤ -1).
 // Usage: node scripts/trace-edge.mjs [--tokens 32000] [--n 80] [--cold] [--stream]
 import { execFileSync, spawn } from "node:child_process";
 import { mkdtempSync, rmSync } from "node:fs";
@@ -39,8 +39,9 @@ try {
 /** perf script lines → { tid, ms, event, fields } (call graphs are not recorded). */
 function* eventsOf(text) {
   for (const line of text.split("\n")) {
-    const m = /^\s*(\d+)\s+([\d.]+):\s+(\S+?):\s(.*)$/.exec(line);
-    if (m) yield { tid: Number(m[1]), ms: Number(m[2]) * 1000, event: m[3], fields: m[4] };
+    // A cpu-clock sample may have nothing after its event's colon.
+    const m = /^\s*(\d+)\s+([\d.]+):\s+(\S+):(?:\s(.*))?$/.exec(line);
+    if (m) yield { tid: Number(m[1]), ms: Number(m[2]) * 1000, event: m[3], fields: m[4] ?? "" };
   }
 }
 
@@ -89,20 +90,33 @@ function windowsOf(events, bodyBytes) {
       if (before < bodyBytes / 2 && before + x.bytes >= bodyBytes / 2) big.push(i);
     }
   }
-  const upstreamFds = new Set(big.map((i) => ios[i].fd));
   const requests = [];
   for (const [k, w] of big.entries()) {
     const { tid, fd: upstream } = ios[w];
+    // The client's connection: the last one, before this write and after the previous request's,
+    // whose reads since its last write add up to half a body (the traced calls also see eventfds,
+    // pipes and files).
+    const from = k > 0 ? big[k - 1] + 1 : 0;
+    const readSince = new Map();
     let last = -1;
-    for (let i = w - 1; i >= 0 && last === -1; i--) if (ios[i].kind === "read" && ios[i].tid === tid && !upstreamFds.has(ios[i].fd)) last = i;
+    for (let i = from; i < w; i++) {
+      const x = ios[i];
+      if (x.tid !== tid || x.fd === upstream) continue;
+      if (x.kind === "write") readSince.set(x.fd, 0);
+      else {
+        readSince.set(x.fd, (readSince.get(x.fd) ?? 0) + x.bytes);
+        if (readSince.get(x.fd) >= bodyBytes / 2) last = i;
+      }
+    }
     if (last === -1) continue;
     const client = ios[last].fd;
+    const mine = (x) => x.tid === tid && x.fd === client;
     const up = ios.slice(last + 1, w + 1).find((x) => x.kind === "write" && x.fd === upstream);
     const end = k + 1 < big.length ? big[k + 1] : ios.length;
     const resp = ios.slice(w + 1, end).find((x) => x.kind === "read" && x.fd === upstream);
-    const outs = ios.slice(w + 1, end).filter((x) => x.kind === "write" && x.fd === client && (resp === undefined || x.ms >= resp.ms));
+    const outs = ios.slice(w + 1, end).filter((x) => x.kind === "write" && mine(x) && (resp === undefined || x.ms >= resp.ms));
     // The next request's body arriving on the same connection ends this one's writes.
-    const nextIn = ios.slice(w + 1, end).find((x) => x.kind === "read" && x.fd === client);
+    const nextIn = ios.slice(w + 1, end).find((x) => x.kind === "read" && mine(x));
     const replies = outs.filter((x) => nextIn === undefined || x.ms <= nextIn.ms);
     if (up && resp && replies.length > 0) requests.push({ tid, in: ios[last].ms, up: up.ms, resp: resp.ms, first: replies[0].ms, out: replies.at(-1).ms });
   }
@@ -132,11 +146,16 @@ try {
   const data = join(dir, "perf.data");
   const events = [...READS, ...WRITES].flatMap((c) => ["-e", `syscalls:sys_enter_${c}`, "-e", `syscalls:sys_exit_${c}`]);
   const rec = spawn("perf", ["record", ...events, "-e", `cpu-clock/freq=${SAMPLE_HZ}/`, "-p", pid, "-o", data], { stdio: ["ignore", "ignore", "pipe"] });
+  let recErr = "";
+  rec.stderr.on("data", (d) => (recErr += d));
+  const recExit = new Promise((r) => rec.once("exit", r));
   await new Promise((r) => setTimeout(r, 500));
+  // perf gives up at once without permission to record tracepoints.
+  if (rec.exitCode !== null) throw new Error(`trace-edge: perf record exited: ${recErr.trim().slice(0, 500)}`);
   // Apart, so that one request's late work (events, settle) is not in the next one's windows.
   for (const b of bodies) (await post(b), await new Promise((r) => setTimeout(r, 30)));
   rec.kill("SIGINT");
-  await new Promise((r) => rec.once("exit", r));
+  await recExit;
   const script = execFileSync("perf", ["script", "-i", data, "-F", "tid,time,event,trace"], { encoding: "utf8", maxBuffer: 1 << 30, stdio: ["ignore", "pipe", "ignore"] });
   const all = [...eventsOf(script)];
   const requests = windowsOf(all, Math.min(...bodies.map((b) => Buffer.byteLength(b))));
@@ -152,10 +171,15 @@ try {
   for (const [name, a, b] of windows) {
     const spans = requests.map((r) => r[b] - r[a]);
     const s = summarize(spans);
+    // The thread that served each request counts as "request thread", whichever it was.
     const busy = new Map();
-    for (const r of requests) for (const e of samples) if (e.ms >= r[a] && e.ms < r[b]) busy.set(e.tid, (busy.get(e.tid) ?? 0) + 1000 / SAMPLE_HZ);
-    const main = requests[0].tid;
-    const threads = [...busy].sort((x, y) => y[1] - x[1]).slice(0, 3).map(([tid, ms]) => `${tid === main ? "request thread" : `thread ${tid}`} ${(ms / requests.length).toFixed(2)}`);
+    for (const r of requests)
+      for (const e of samples)
+        if (e.ms >= r[a] && e.ms < r[b]) {
+          const who = e.tid === r.tid ? "request thread" : `thread ${e.tid}`;
+          busy.set(who, (busy.get(who) ?? 0) + 1000 / SAMPLE_HZ);
+        }
+    const threads = [...busy].sort((x, y) => y[1] - x[1]).slice(0, 3).map(([who, ms]) => `${who} ${(ms / requests.length).toFixed(2)}`);
     console.log(`  ${name.padEnd(25)} ${s.p50.toFixed(2).padStart(6)} / ${s.mean.toFixed(2).padStart(6)}   busy: ${threads.join(", ") || "none sampled"}`);
   }
 } finally {
