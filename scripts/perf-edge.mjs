@@ -20,20 +20,13 @@ import { join } from "node:path";
 import { parseArgs } from "node:util";
 import { startEdgeFleet } from "../bench/lib/edge-fleet.mjs";
 import { processCpuMs, processMinorFaults } from "../bench/lib/process-cpu.mjs";
-import { freshText } from "../bench/lib/corpus.mjs";
-import { rng } from "../bench/lib/stats.mjs";
+import { requestShape, requirePerf, workerdPid } from "../bench/lib/perf-session.mjs";
 
 const { values: opt } = parseArgs({ options: { tokens: { type: "string", default: "32000" }, n: { type: "string", default: "200" }, cold: { type: "boolean", default: false }, top: { type: "string", default: "30" } } });
 const TOKENS = Number(opt.tokens);
 const N = Number(opt.n);
-const MODEL = "Qwen/Qwen3-VL-8B-Instruct";
 
-try {
-  execFileSync("perf", ["--version"], { stdio: "ignore" });
-} catch {
-  console.error("perf-edge: needs Linux `perf` on PATH");
-  process.exit(2);
-}
+requirePerf("perf-edge");
 
 /** One sample of `perf script` output: its frames, leaf first. */
 function* samplesOf(text) {
@@ -58,23 +51,9 @@ const CATEGORIES = [
 const fleet = await startEdgeFleet({ limits: { maxMessageChars: 2_000_000, maxTotalChars: 8_000_000 }, v8Flags: ["--perf-basic-prof"] });
 const dir = mkdtempSync(join(tmpdir(), "kvedge-perf-"));
 try {
-  // workerd's npm launcher is a node script; the runtime is its child.
-  const pid = execFileSync("pgrep", ["-P", String(fleet.edgePid)], { encoding: "utf8" }).trim().split("\n")[0];
-  const random = rng(0x9f0f);
-  const edge = `${fleet.edgeUrl}/v1/chat/completions`;
-  const body = (messages) => JSON.stringify({ model: MODEL, messages, max_tokens: 16 });
-  const history = [{ role: "system", content: "You are a careful assistant." }, { role: "user", content: freshText(TOKENS, random) }];
-  const next = () =>
-    opt.cold
-      ? body([{ role: "system", content: "You are a careful assistant." }, { role: "user", content: freshText(TOKENS, random) }])
-      : body([...history, { role: "assistant", content: freshText(80, random) }, { role: "user", content: freshText(40, random) }]);
-  const post = async (b) => {
-    const r = await fetch(edge, { method: "POST", body: b, headers: { "content-type": "application/json" } });
-    await r.arrayBuffer();
-    if (!r.ok) throw new Error(`edge answered ${r.status}`);
-  };
-  await post(body(history));
-  for (let i = 0; i < 20; i++) await post(next());
+  const pid = workerdPid(fleet);
+  const { next, post, warmUp } = requestShape(fleet, { tokens: TOKENS, cold: opt.cold, seed: 0x9f0f });
+  await warmUp();
   const bodies = Array.from({ length: N }, next);
   const data = join(dir, "perf.data");
   const rec = spawn("perf", ["record", "-e", "cpu-clock", "-F", "4000", "-g", "-p", pid, "-o", data], { stdio: ["ignore", "ignore", "pipe"] });

@@ -20,21 +20,15 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { parseArgs } from "node:util";
 import { startEdgeFleet } from "../bench/lib/edge-fleet.mjs";
-import { freshText } from "../bench/lib/corpus.mjs";
-import { rng, summarize } from "../bench/lib/stats.mjs";
+import { requestShape, requirePerf, workerdPid } from "../bench/lib/perf-session.mjs";
+import { summarize } from "../bench/lib/stats.mjs";
 
 const { values: opt } = parseArgs({ options: { tokens: { type: "string", default: "32000" }, n: { type: "string", default: "80" }, cold: { type: "boolean", default: false }, stream: { type: "boolean", default: false } } });
 const TOKENS = Number(opt.tokens);
 const N = Number(opt.n);
 const SAMPLE_HZ = 2000;
-const MODEL = "Qwen/Qwen3-VL-8B-Instruct";
 
-try {
-  execFileSync("perf", ["--version"], { stdio: "ignore" });
-} catch {
-  console.error("trace-edge: needs Linux `perf` on PATH");
-  process.exit(2);
-}
+requirePerf("trace-edge");
 
 /** perf script lines → { tid, ms, event, fields } (call graphs are not recorded). */
 function* eventsOf(text) {
@@ -126,22 +120,9 @@ function windowsOf(events, bodyBytes) {
 const fleet = await startEdgeFleet({ limits: { maxMessageChars: 2_000_000, maxTotalChars: 8_000_000 } });
 const dir = mkdtempSync(join(tmpdir(), "kvedge-trace-"));
 try {
-  const pid = execFileSync("pgrep", ["-P", String(fleet.edgePid)], { encoding: "utf8" }).trim().split("\n")[0];
-  const random = rng(0x7ace);
-  const edge = `${fleet.edgeUrl}/v1/chat/completions`;
-  const body = (messages) => JSON.stringify({ model: MODEL, messages, max_tokens: 16, stream: opt.stream });
-  const history = [{ role: "system", content: "You are a careful assistant." }, { role: "user", content: freshText(TOKENS, random) }];
-  const next = () =>
-    opt.cold
-      ? body([{ role: "system", content: "You are a careful assistant." }, { role: "user", content: freshText(TOKENS, random) }])
-      : body([...history, { role: "assistant", content: freshText(80, random) }, { role: "user", content: freshText(40, random) }]);
-  const post = async (b) => {
-    const r = await fetch(edge, { method: "POST", body: b, headers: { "content-type": "application/json" } });
-    await r.arrayBuffer();
-    if (!r.ok) throw new Error(`edge answered ${r.status}`);
-  };
-  await post(body(history));
-  for (let i = 0; i < 20; i++) await post(next());
+  const pid = workerdPid(fleet);
+  const { next, post, warmUp } = requestShape(fleet, { tokens: TOKENS, cold: opt.cold, stream: opt.stream, seed: 0x7ace });
+  await warmUp();
   const bodies = Array.from({ length: N }, next);
   const data = join(dir, "perf.data");
   const events = [...READS, ...WRITES].flatMap((c) => ["-e", `syscalls:sys_enter_${c}`, "-e", `syscalls:sys_exit_${c}`]);

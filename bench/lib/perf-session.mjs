@@ -1,0 +1,50 @@
+// What the perf-based profiling scripts (scripts/perf-edge.mjs, scripts/trace-edge.mjs) share: the
+// check for Linux `perf`, the workerd process to record, and the request shape they replay through
+// the bench's edge fleet (a 32k-token conversation's next turn, or fresh text each time).
+import { execFileSync } from "node:child_process";
+import { freshText } from "./corpus.mjs";
+import { rng } from "./stats.mjs";
+
+const MODEL = "Qwen/Qwen3-VL-8B-Instruct";
+const SYSTEM = "You are a careful assistant.";
+
+/** Exits with status 2 and a message naming `script` when `perf` is not on PATH. */
+export function requirePerf(script) {
+  try {
+    execFileSync("perf", ["--version"], { stdio: "ignore" });
+  } catch {
+    console.error(`${script}: needs Linux \`perf\` on PATH`);
+    process.exit(2);
+  }
+}
+
+/** The workerd runtime's pid (workerd's npm launcher is a node script; the runtime is its child). */
+export function workerdPid(fleet) {
+  return execFileSync("pgrep", ["-P", String(fleet.edgePid)], { encoding: "utf8" }).trim().split("\n")[0];
+}
+
+/**
+ * Requests of one shape against the fleet's edge: `next()` makes a body (warm: a conversation of
+ * `tokens` the edge has seen, plus a new answer and user turn; cold: fresh text of `tokens`),
+ * `post(body)` sends it and reads the answer, `warmUp()` sends the conversation once and 20 bodies.
+ */
+export function requestShape(fleet, { tokens, cold = false, stream = false, seed }) {
+  const random = rng(seed);
+  const edge = `${fleet.edgeUrl}/v1/chat/completions`;
+  const body = (messages) => JSON.stringify({ model: MODEL, messages, max_tokens: 16, ...(stream ? { stream: true } : {}) });
+  const history = [{ role: "system", content: SYSTEM }, { role: "user", content: freshText(tokens, random) }];
+  const next = () =>
+    cold
+      ? body([{ role: "system", content: SYSTEM }, { role: "user", content: freshText(tokens, random) }])
+      : body([...history, { role: "assistant", content: freshText(80, random) }, { role: "user", content: freshText(40, random) }]);
+  const post = async (b) => {
+    const r = await fetch(edge, { method: "POST", body: b, headers: { "content-type": "application/json" } });
+    await r.arrayBuffer();
+    if (!r.ok) throw new Error(`edge answered ${r.status}`);
+  };
+  const warmUp = async () => {
+    await post(body(history));
+    for (let i = 0; i < 20; i++) await post(next());
+  };
+  return { next, post, warmUp };
+}
