@@ -114,7 +114,6 @@ async function resolveOne(p: MediaPartRef, deps: MediaDeps, call: Required<Decod
     return videoItem(forward, digest, out.probe);
   }
 
-
   if (deps.sign) {
     const out = await deps.decode.store(p.url, p.kind, call);
     if (!out.ok) {
@@ -172,14 +171,14 @@ function videoItem(forward: string, digest: string, probe: { width: number; heig
  */
 const MEDIA_CALLS_PER_REQUEST = 4;
 
+const clientGone = (): UpstreamError => new UpstreamError("The client went away before its media were verified.", null, "cancelled");
+
 /**
  * Resolves every media part (prompt order), at most MEDIA_CALLS_PER_REQUEST at a time; throws the
  * client's 4xx for the first that cannot be verified. Once one item has failed, or the caller's
  * signal ends, the other items' calls are cancelled: they would only hold the media store's slots
  * for an answer nobody reads.
  */
-const clientGone = (): UpstreamError => new UpstreamError("The client went away before its media were verified.", null, "cancelled");
-
 export async function verifyMedia(parts: readonly MediaPartRef[], deps: MediaDeps, caller: MediaCaller = { client: null, signal: null }): Promise<VerifiedMedia[]> {
   // Every item's policy first: one refused URL stops the request before any item is fetched.
   for (const p of parts) precheck(p, deps);
