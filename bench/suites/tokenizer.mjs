@@ -12,7 +12,7 @@ const require = createRequire(import.meta.url);
 
 function goldenCases() {
   const env = process.env.GOLDEN_DIR;
-  const dir = env ? (isAbsolute(env) ? env : resolve(ROOT, env)) : resolve(ROOT, "../shared/golden");
+  const dir = env ? (isAbsolute(env) ? env : resolve(ROOT, env)) : resolve(ROOT, "test/fixtures/golden");
   if (!existsSync(dir)) return { dir, cases: [] };
   const cases = [];
   for (const f of readdirSync(dir).filter((f) => f.endsWith(".json")).sort()) {

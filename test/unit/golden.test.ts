@@ -1,6 +1,7 @@
 /**
  * Runs EVERY case of EVERY *.json in the golden directory (env GOLDEN_DIR, default
- * ../shared/golden relative to the repo root), dispatching on `function`. Unknown functions fail.
+ * test/fixtures/golden; a relative GOLDEN_DIR is taken from the repo root), dispatching on `function`.
+ * Unknown functions fail.
  * One test per (file, function) with a compact summary of failing case ids.
  */
 import { readdirSync, readFileSync } from "node:fs";
@@ -39,7 +40,7 @@ import { bytesToHex } from "../../src/util/hex.ts";
 
 const repoRoot = resolve(dirname(fileURLToPath(import.meta.url)), "../..");
 const envDir = process.env["GOLDEN_DIR"];
-const goldenDir = envDir ? (isAbsolute(envDir) ? envDir : resolve(repoRoot, envDir)) : resolve(repoRoot, "../shared/golden");
+const goldenDir = envDir ? (isAbsolute(envDir) ? envDir : resolve(repoRoot, envDir)) : resolve(repoRoot, "test/fixtures/golden");
 
 interface GoldenCase {
   id: string;

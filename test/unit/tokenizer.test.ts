@@ -16,7 +16,7 @@ const require = createRequire(import.meta.url);
 // its tokenizer.encode cases run, whatever the files are called.
 const repoRoot = resolve(import.meta.dirname, "../..");
 const envDir = process.env.GOLDEN_DIR;
-const goldenDir = envDir ? (isAbsolute(envDir) ? envDir : resolve(repoRoot, envDir)) : resolve(repoRoot, "../shared/golden");
+const goldenDir = envDir ? (isAbsolute(envDir) ? envDir : resolve(repoRoot, envDir)) : resolve(repoRoot, "test/fixtures/golden");
 interface EncodeCase {
   id: string;
   function: string;
@@ -68,7 +68,7 @@ describe(`golden tokenizer.encode cases of every *.json in ${goldenDir}`, () => 
 
   it("the golden directory holds tokenizer cases", () => {
     expect(goldenFiles.length, `no *.json in ${goldenDir}`).toBeGreaterThan(0);
-    // The default set (../shared/golden) has 562; another GOLDEN_DIR may hold any number, even none.
+    // The default set (test/fixtures/golden) has 562; another GOLDEN_DIR may hold any number, even none.
     if (!envDir) expect(cases.length).toBeGreaterThanOrEqual(562);
     else if (cases.length === 0) console.log(`[golden] no tokenizer.encode cases in ${goldenDir}`);
   });
