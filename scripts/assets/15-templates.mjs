@@ -1,7 +1,8 @@
 // Turns the committed chat templates (src/prompt/templates/*.jinja) into an ES module of strings,
 // so workerd, vite and Node import them without text loaders. Every template must match its
-// pinned SHA-256 (the values in ../shared/templates/README.md): an editor or formatter touching a
-// file changes the rendered prompts, so the build refuses it instead of shipping it.
+// pinned SHA-256 (PINNED_TEMPLATES; where each copy comes from: src/prompt/templates/README.md): an
+// editor or formatter touching a file changes the rendered prompts, so the build refuses it instead of
+// shipping it.
 import { createHash } from "node:crypto";
 import { mkdirSync, readdirSync, readFileSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
@@ -42,7 +43,7 @@ export async function build(options = {}) {
     if (sha256 !== pin.sha256 || bytes.length !== pin.bytes) {
       throw new Error(
         `templates: ${file} does not match its pin (got sha256 ${sha256}, ${bytes.length} bytes; ` +
-          `expected ${pin.sha256}, ${pin.bytes} bytes). Restore it with cp from ../shared/templates/.`,
+          `expected ${pin.sha256}, ${pin.bytes} bytes). Restore the committed copy: git checkout -- src/prompt/templates/${file}`,
       );
     }
     // fatal: a template that is not valid UTF-8 would be silently altered by decoding.

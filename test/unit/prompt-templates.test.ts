@@ -41,13 +41,15 @@ function copyTemplates(): { src: string; out: string } {
 }
 
 describe("template build (scripts/assets/15-templates.mjs)", () => {
-  it("pins match the shared reference README values", async () => {
+  it("pins match the values in src/prompt/templates/README.md", async () => {
     const { PINNED_TEMPLATES } = await loadBuilder();
-    expect(PINNED_TEMPLATES).toEqual({
-      qwen2vl: { sha256: "a0bc6f6fc7a29a80017a433e8f03a1cc1236e838a944a2d034295a60c4f2fddb", bytes: 1017 },
-      "qwen3vl-instruct": { sha256: "3636d0f0bd6bef02654cdffdc447b79cb2cef8ab02cc75267345946291a489e4", bytes: 5292 },
-      "qwen3vl-thinking": { sha256: "36e042fe45641f067b1f2381fcc8955d10d956a3ed333ecdf7f7eb0916f68956", bytes: 5199 },
-    });
+    // Table rows: | `<id>.jinja` | family | bytes | `<sha256>` | ...
+    const readme = readFileSync(join(TEMPLATE_DIR, "README.md"), "utf8");
+    const documented = Object.fromEntries(
+      [...readme.matchAll(/^\| `([\w-]+)\.jinja` \|[^|]*\| (\d+) \| `([0-9a-f]{64})` \|/gm)].map((m) => [m[1], { sha256: m[3], bytes: Number(m[2]) }]),
+    );
+    expect(Object.keys(documented)).toEqual([...IDS]);
+    expect(PINNED_TEMPLATES).toEqual(documented);
   });
 
   it("builds a module whose strings are byte-identical to the files", async () => {
@@ -68,7 +70,7 @@ describe("template build (scripts/assets/15-templates.mjs)", () => {
     const { build } = await loadBuilder();
     const { src, out } = copyTemplates();
     writeFileSync(join(src, "qwen2vl.jinja"), readFileSync(join(src, "qwen2vl.jinja"), "utf8") + "\n");
-    await expect(build({ srcDir: src, outDir: out })).rejects.toThrow(/qwen2vl\.jinja does not match its pin/);
+    await expect(build({ srcDir: src, outDir: out })).rejects.toThrow(/qwen2vl\.jinja does not match its pin.*git checkout -- src\/prompt\/templates\/qwen2vl\.jinja/);
   });
 
   it("refuses a missing pinned template and an unpinned extra one", async () => {
