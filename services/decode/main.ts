@@ -1,5 +1,7 @@
 /**
- * CLI: npx node services/decode/main.ts [--host 127.0.0.1] [--port 7070] [--decoder native|wasm|auto]
+ * CLI: the regional media store and decode service. Installed from the kvedge-host package as
+ * `kvedge-store` (scripts/build-host-package.mjs); from a clone, `npx node services/decode/main.ts`.
+ *   kvedge-store [--host 127.0.0.1] [--port 7070] [--decoder native|wasm|auto]
  *   [--concurrency N] [--warm-probes N] [--allow 127.0.0.1:8080 ...] [--max-body-bytes N] [--verbose]
  *   [--max-downloads N] [--max-download-queue N] [--store-dir DIR] [--store-max-bytes N]
  *   [--max-url-fresh-sec N]
@@ -45,7 +47,7 @@ const { values } = parseArgs({
 
 if (values.help) {
   process.stdout.write(
-    "usage: KVEDGE_DECODE_TOKEN=... npx node services/decode/main.ts [--host 127.0.0.1] [--port 7070]\n" +
+    "usage: KVEDGE_DECODE_TOKEN=... kvedge-store [--host 127.0.0.1] [--port 7070]\n" +
       "  [--decoder native|wasm|auto] [--ffprobe-path ffprobe] [--concurrency N] [--warm-probes N] [--max-body-bytes N]\n" +
       "  [--max-fetch-bytes N] [--fetch-timeout-ms N] [--probe-timeout-ms N]\n" +
       "  [--allow HOST:PORT|CIDR ...  (local development only)] [--no-auth] [--verbose]\n" +

@@ -13,6 +13,7 @@ import { RegionsConfigSchema } from "../selection/regions.ts";
 import { SafeFetchPolicySchema } from "../media/safe-fetch.ts";
 import { classifyHost } from "../media/ssrf.ts";
 import { isCompatible } from "../prompt/model-profile.ts";
+import { normalizeWorkerUrl } from "../relay-wire/relay-auth.ts";
 
 export const ModelFamilySchema = z.enum(["qwen2_vl", "qwen2_5_vl", "qwen3_vl"]);
 export const TemplateIdSchema = z.enum(["qwen2vl", "qwen3vl-instruct", "qwen3vl-thinking"]);
@@ -182,6 +183,20 @@ function serviceUrl(name: string) {
     }, `${name} must be an https URL (plain http only to a loopback address) without credentials, query or fragment`);
 }
 
+/**
+ * `KVEDGE_WORKER_KEYS`: worker URL (the spelling relay keys bind, normalizeWorkerUrl) → that worker's
+ * SGLang API key, a header-safe token (it travels as `Authorization: Bearer <key>`).
+ */
+const WorkerKeysSchema = z
+  .record(
+    z.string().refine((u) => {
+      const n = normalizeWorkerUrl(u, { allowHttp: true });
+      return n.ok && n.url === u;
+    }, "each KVEDGE_WORKER_KEYS name must be a worker URL as relay keys bind it (scheme://host[:port][/path], no trailing slash, credentials, query or fragment)"),
+    z.string().regex(/^[\x21-\x7e]{16,512}$/, "each worker key must be 16-512 visible ASCII characters"),
+  )
+  .refine((m) => Object.keys(m).length <= 4096, "KVEDGE_WORKER_KEYS holds at most 4096 workers");
+
 /** KVEDGE_API_KEYS as the list of keys (comma-separated, trimmed, empty entries dropped). */
 function apiKeyList(raw: string | undefined): string[] {
   return raw?.split(",").map((k) => k.trim()).filter(Boolean) ?? [];
@@ -229,6 +244,22 @@ export const EdgeEnvSchema = z.object({
    * cache_salt, so tenants never reuse or detect each other's cached prefixes; "shared" shares them.
    */
   KVEDGE_KV_SHARING: z.enum(["per_tenant", "shared"]).optional(),
+  /**
+   * Edge → worker authentication (src/edge/worker-auth.ts): "required" (default) sends nothing to a
+   * worker the edge holds no credential for (it is skipped as unavailable); "none" calls workers
+   * without one (a closed network of your own; development).
+   */
+  KVEDGE_WORKER_AUTH: z.enum(["required", "none"]).optional(),
+  /**
+   * Secret from which the edge derives each worker's SGLang `--api-key`, bound to the worker URL its
+   * relay key registers (POST /admin/relay-keys returns it once as `workerApiKey`).
+   */
+  KVEDGE_WORKER_KEY_SECRET: z.string().min(32, "KVEDGE_WORKER_KEY_SECRET must be at least 32 characters").optional(),
+  /** Secret: JSON {"<worker URL>": "<its SGLang --api-key>"}, for keys chosen outside the edge; wins over the derived key. */
+  KVEDGE_WORKER_KEYS: jsonVar(WorkerKeysSchema, "KVEDGE_WORKER_KEYS"),
+  /** Cloudflare Access service token sent to every worker (workers behind an Access-protected Tunnel); both or neither. */
+  CF_ACCESS_CLIENT_ID: z.string().regex(/^[\x21-\x7e]{1,256}$/, "CF_ACCESS_CLIENT_ID must be 1-256 visible ASCII characters").optional(),
+  CF_ACCESS_CLIENT_SECRET: z.string().regex(/^[\x21-\x7e]{16,512}$/, "CF_ACCESS_CLIENT_SECRET must be 16-512 visible ASCII characters").optional(),
   ADMIN_TOKEN: z.string().min(16).regex(/^\S+$/, "ADMIN_TOKEN must not contain whitespace").optional(),
   /** Comma-separated client API keys; when set, `Authorization: Bearer <key>` is required. */
   KVEDGE_API_KEYS: z.string().optional(),
@@ -273,6 +304,19 @@ export interface EdgeConfig {
   kvSharing: "per_tenant" | "shared";
   adminToken: string | null;
   apiKeys: Set<string> | null;
+  /** Edge → worker credentials (src/edge/worker-auth.ts). */
+  workerAuth: WorkerAuthConfig;
+}
+
+export interface WorkerAuthConfig {
+  /** KVEDGE_WORKER_AUTH: a worker without a credential is never called (default true). */
+  required: boolean;
+  /** KVEDGE_WORKER_KEY_SECRET: each worker's key is derived from it and the worker's URL. */
+  keySecret: string | null;
+  /** KVEDGE_WORKER_KEYS: explicit keys by worker URL (win over derived ones). */
+  keys: ReadonlyMap<string, string>;
+  /** Cloudflare Access service token headers for every worker call. */
+  access: { clientId: string; clientSecret: string } | null;
 }
 
 /** Raw environment → EdgeConfig; throws ConfigError naming the first invalid var and field. */
@@ -287,7 +331,12 @@ export function parseEdgeConfig(env: Record<string, unknown>): EdgeConfig {
     const keys = apiKeyList(e.KVEDGE_API_KEYS);
     if (keys.some((k) => k.length < 16)) ctx.addIssue({ code: "custom", path: ["KVEDGE_API_KEYS"], message: "every API key must be at least 16 characters" });
     // One secret, one role: a tenant key that is also the admin token would open /admin to that tenant.
-    const others: [string, string | undefined][] = [["RELAY_SECRET", e.RELAY_SECRET], ["DECODE_TOKEN", e.DECODE_TOKEN], ["KVEDGE_MEDIA_URL_KEY", e.KVEDGE_MEDIA_URL_KEY]];
+    const others: [string, string | undefined][] = [["RELAY_SECRET", e.RELAY_SECRET], ["DECODE_TOKEN", e.DECODE_TOKEN], ["KVEDGE_MEDIA_URL_KEY", e.KVEDGE_MEDIA_URL_KEY], ["KVEDGE_WORKER_KEY_SECRET", e.KVEDGE_WORKER_KEY_SECRET]];
+    if ((e.CF_ACCESS_CLIENT_ID === undefined) !== (e.CF_ACCESS_CLIENT_SECRET === undefined))
+      ctx.addIssue({ code: "custom", path: [e.CF_ACCESS_CLIENT_ID === undefined ? "CF_ACCESS_CLIENT_ID" : "CF_ACCESS_CLIENT_SECRET"], message: "CF_ACCESS_CLIENT_ID and CF_ACCESS_CLIENT_SECRET go together (a Cloudflare Access service token)" });
+    // A worker key that is also a tenant key or the admin token would let that worker call the edge as them.
+    for (const [url, k] of Object.entries(e.KVEDGE_WORKER_KEYS ?? {}))
+      if (keys.includes(k) || k === e.ADMIN_TOKEN) ctx.addIssue({ code: "custom", path: ["KVEDGE_WORKER_KEYS", url], message: "a worker key must not also be an API key or the admin token" });
     if (e.ADMIN_TOKEN !== undefined) {
       if (keys.includes(e.ADMIN_TOKEN)) ctx.addIssue({ code: "custom", path: ["ADMIN_TOKEN"], message: "ADMIN_TOKEN must not also be an API key (KVEDGE_API_KEYS)" });
       for (const [name, v] of others) if (v === e.ADMIN_TOKEN) ctx.addIssue({ code: "custom", path: ["ADMIN_TOKEN"], message: `ADMIN_TOKEN must differ from ${name}` });
@@ -333,5 +382,11 @@ export function parseEdgeConfig(env: Record<string, unknown>): EdgeConfig {
     kvSharing: parsed.KVEDGE_KV_SHARING ?? "per_tenant",
     adminToken: parsed.ADMIN_TOKEN ?? null,
     apiKeys: keys.length ? new Set(keys) : null,
+    workerAuth: {
+      required: parsed.KVEDGE_WORKER_AUTH !== "none",
+      keySecret: parsed.KVEDGE_WORKER_KEY_SECRET ?? null,
+      keys: new Map(Object.entries(parsed.KVEDGE_WORKER_KEYS ?? {})),
+      access: parsed.CF_ACCESS_CLIENT_ID && parsed.CF_ACCESS_CLIENT_SECRET ? { clientId: parsed.CF_ACCESS_CLIENT_ID, clientSecret: parsed.CF_ACCESS_CLIENT_SECRET } : null,
+    },
   };
 }

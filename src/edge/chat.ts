@@ -39,6 +39,7 @@ import { mmHashesAllowed } from "../proxy/generate-request.ts";
 import { SafeFetcher } from "../media/safe-fetch.ts";
 import { DecodeClient } from "../media/decode-client.ts";
 import { importMediaUrlKey } from "../media/signed-url.ts";
+import { workerAuthHeaders } from "./worker-auth.ts";
 
 /** What the edge needs from the routing index (the Durable Object stub satisfies it). */
 export interface PoolCohort {
@@ -500,11 +501,17 @@ async function proxyOnce(
   // The body: idle timeout, total deadline, a size cap when buffered; cancelling it aborts the request.
   const guarded = (maxBytes?: number) =>
     guardUpstreamBody(upstream.body ?? new ReadableStream(), { idleMs: routing.upstreamIdleTimeoutMs, deadlineAt, abort, ...(maxBytes !== undefined ? { maxBytes } : {}) });
+  // The worker's credential, bound to its registered URL; none configured: it is not called at all.
+  const auth = await workerAuthHeaders(deps.config.workerAuth, d.url);
+  if (auth === null) {
+    clearTimeout(timer);
+    throw new RetryableUpstream("the edge holds no credential for this worker (KVEDGE_WORKER_KEYS or KVEDGE_WORKER_KEY_SECRET)", false);
+  }
   let upstream: Response;
   try {
     upstream = await deps.fetch(`${d.url}/generate`, {
       method: "POST",
-      headers: { "content-type": "application/json" },
+      headers: { "content-type": "application/json", ...auth },
       body: upstreamBody,
       signal: abort.signal,
     });
@@ -514,6 +521,12 @@ async function proxyOnce(
     throw new RetryableUpstream(err instanceof Error ? err.message : String(err), true);
   } finally {
     clearTimeout(timer);
+  }
+  if (upstream.status === 401 || upstream.status === 403) {
+    // The worker refused the edge's credential (a key not set, or rotated on one side only): an
+    // operator's error the client cannot fix; another worker may still answer.
+    await upstream.body?.cancel().catch(() => undefined);
+    throw new RetryableUpstream(`worker refused the edge's credential (HTTP ${upstream.status})`, false);
   }
   const ctx = { id: `chatcmpl-${requestId}`, model: req.model, n: req.n, plan: output };
 

@@ -1,10 +1,10 @@
 /**
  * Relay keys, operator side (src/relay-wire/relay-auth.ts; docs/relay.md §Credentials). Called by the admin
  * routes after the admin check:
- *   POST /admin/relay-keys                 {model?, workerId, url} → 201 {keyId, …, credential}
+ *   POST /admin/relay-keys                 {model?, workerId, url} → 201 {keyId, …, credential, workerApiKey}
  *   GET  /admin/relay-keys?model=M         → {model, keys: [records without key material]}
  *   POST /admin/relay-keys/<keyId>/revoke?model=M → {key, closedSockets}
- * The credential is returned once, to the admin caller, with `cache-control: no-store`; the edge
+ * The credential (and, with KVEDGE_WORKER_KEY_SECRET, the worker's SGLang API key: worker-auth.ts) is returned once, to the admin caller, with `cache-control: no-store`; the edge
  * keeps only the registry row (in the pool object) and derives the key again on every connect.
  */
 import { z } from "zod";
@@ -19,6 +19,7 @@ import {
   WORKER_ID_PATTERN,
   type RelayKeyRecord,
 } from "../relay-wire/relay-auth.ts";
+import { deriveWorkerApiKey } from "./worker-auth.ts";
 
 /** What these routes need from a pool's index (shard 0 keeps the registry; every shard closes sockets). */
 export interface RelayKeyIndexClient {
@@ -103,5 +104,8 @@ async function issue(request: Request, deps: RelayKeyDeps): Promise<Response> {
   };
   if (!(await deps.index(model).issueRelayKey(rec))) throw new InvalidRequestError("Relay-key registry is full.", null, "relay_keys_full");
   const credential = formatRelayCredential(rec.keyId, await deriveRelayKey(secret, rec));
-  return json({ ...rec, credential }, 201);
+  // The worker's SGLang --api-key (and its relay's), bound to the same URL; only when the edge derives it.
+  const explicit = deps.config.workerAuth.keys.has(rec.url);
+  const workerApiKey = !explicit && deps.config.workerAuth.keySecret ? await deriveWorkerApiKey(deps.config.workerAuth.keySecret, rec.url) : null;
+  return json({ ...rec, credential, workerApiKey }, 201);
 }
