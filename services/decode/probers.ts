@@ -102,6 +102,12 @@ interface Slot {
   busy: boolean;
 }
 
+/**
+ * The thread's module: wasm-worker.ts beside this source file, or wasm-worker.js beside the bundle
+ * of the packaged store (scripts/build-host-package.mjs), whose module is a .js file.
+ */
+const WASM_WORKER_URL = new URL(import.meta.url.endsWith(".ts") ? "./wasm-worker.ts" : "./wasm-worker.js", import.meta.url);
+
 export class WasmProber implements Prober {
   readonly kind = "wasm" as const;
   private readonly size: number;
@@ -120,7 +126,7 @@ export class WasmProber implements Prober {
 
   private spawn(): Slot {
     const data: WasmWorkerData = { maxHeapBytes: this.memoryBytes };
-    const worker = new Worker(new URL("./wasm-worker.ts", import.meta.url), { workerData: data });
+    const worker = new Worker(WASM_WORKER_URL, { workerData: data });
     worker.unref();
     const ready = new Promise<void>((resolve, reject) => {
       const onMsg = (m: unknown): void => {

@@ -1,6 +1,7 @@
 /**
- * CLI: one relay beside one SGLang worker.
- *   npx node services/relay/main.ts --worker-url http://127.0.0.1:30001 --index-url ws://127.0.0.1:8787 \
+ * CLI: one relay beside one SGLang worker. Installed from the kvedge-host package as `kvedge-relay`
+ * (scripts/build-host-package.mjs); from a clone, `npx node services/relay/main.ts`.
+ *   kvedge-relay --worker-url http://127.0.0.1:30001 --index-url ws://127.0.0.1:8787 \
  *     --worker-id w1 --model Qwen/Qwen3-VL-8B-Instruct --key-env KVEDGE_RELAY_KEY
  * The worker's relay credential (`kvedge relay-key issue`) is read from the named environment
  * variable or from a file (never from argv: argv is world-readable).
@@ -12,7 +13,7 @@ import { startRelay } from "./relay.ts";
 import { RelayStartupError } from "./worker-info.ts";
 import { parseRelayCredential } from "../../src/relay-wire/relay-auth.ts";
 
-const USAGE = `usage: npx node services/relay/main.ts --worker-url URL --index-url WS_URL --worker-id ID
+const USAGE = `usage: kvedge-relay --worker-url URL --index-url WS_URL --worker-id ID
        [--model NAME] [--key-env VAR (default KVEDGE_RELAY_KEY) | --key-file PATH] [--advertise-url URL]
        [--block-size N] [--kv-endpoint tcp://h:p] [--replay-endpoint tcp://h:p | none] [--topic T]
        [--model-dir DIR] [--dp-rank N] [--health-interval-ms N] [--health-timeout-ms N] [--log-level debug|info|warn|error]
