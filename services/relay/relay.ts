@@ -362,6 +362,7 @@ class RelayImpl implements Relay {
       contract: this.contractState.published,
       kvEvents: this.feed !== null,
       incrementalStreaming: this.workerInfo.incrementalStreaming,
+      ...(this.workerInfo.kvCapacityTokens !== null ? { kvCapacityTokens: this.workerInfo.kvCapacityTokens } : {}),
       relayVersion: RELAY_VERSION,
       ...(this.opts.region !== undefined ? { region: this.opts.region } : {}),
       ...(this.opts.prefillTokensPerSec !== undefined ? { prefillTokensPerSec: this.opts.prefillTokensPerSec } : {}),

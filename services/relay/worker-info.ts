@@ -3,6 +3,7 @@
  * sglang-qwen-vl.md §3.1): block size, KV event and replay endpoints, topic, model name, start time;
  * and the `/health` probe.
  */
+import { MAX_KV_CAPACITY_TOKENS } from "../../src/relay-wire/relay-protocol.ts";
 
 export class RelayStartupError extends Error {
   constructor(message: string) {
@@ -27,6 +28,12 @@ export interface WorkerInfo {
    * only the new text. The edge must know, or it would take each delta for the text so far.
    */
   incrementalStreaming: boolean;
+  /**
+   * KV pool size in tokens (`max_total_num_tokens`, from the scheduler's init info that SGLang's
+   * /server_info merges in: python/sglang/srt/entrypoints/http_server.py `server_info`,
+   * scheduler.py `get_init_info`); null when absent. The index bounds this worker's blocks by it.
+   */
+  kvCapacityTokens: number | null;
 }
 
 export interface WorkerInfoOverrides {
@@ -99,7 +106,9 @@ export function parseWorkerInfo(raw: unknown, workerUrl: string, o: WorkerInfoOv
   const modelName = typeof served === "string" && served.length > 0 ? served : null;
   const dpSize = positiveInt(kv?.["dp_size"]) ?? positiveInt(raw["dp_size"]) ?? 1;
   const incrementalStreaming = raw["incremental_streaming_output"] === true;
-  return { blockSize, kvEndpoint, replayEndpoint, topic, modelName, startTimeMs: startTimeMs(raw), dpSize, incrementalStreaming };
+  const capacity = positiveInt(raw["max_total_num_tokens"]);
+  const kvCapacityTokens = capacity !== null && capacity <= MAX_KV_CAPACITY_TOKENS ? capacity : null;
+  return { blockSize, kvEndpoint, replayEndpoint, topic, modelName, startTimeMs: startTimeMs(raw), dpSize, incrementalStreaming, kvCapacityTokens };
 }
 
 /** `tcp://*:5558` → `tcp://<worker host>:<5558 + rank>` (SGLang offsets every publisher port by rank). */

@@ -6,9 +6,9 @@
  * 1 024). The budget is the smaller of an entry count and what fits in `DEFAULT_INDEX_BYTES`
  * (46 MiB: a capacity doubling still fits, with room for the isolate, load tracking, receipts and
  * the approximate-mode index). A pool whose workers cache more than one object's budget needs more shards
- * (docs/scale.md §4). When full, the object refuses further stored blocks instead of growing: each
- * refusal is counted (`block_budget` drop reason) and the worker whose blocks were refused is marked
- * approximate until a dump of it fits again.
+ * (docs/scale.md §4). Each worker gets a share of the budget (src/routing-index/block-shares.ts);
+ * blocks past it are refused instead of stored: each refusal is counted (`block_budget` drop
+ * reason) and the worker whose blocks were refused is marked approximate until a dump of it fits.
  */
 export const DEFAULT_BLOCK_BUDGET = 600_000;
 export const DEFAULT_INDEX_BYTES = 46 * 1024 * 1024;
@@ -36,11 +36,8 @@ export class BlockBudget {
     return Math.min(this.limit, Math.floor(this.maxBytes / bytesPerEntry(workers)));
   }
 
-  /** How many of `wanted` more blocks fit next to `held` (with `workers` slots); the rest are counted as refused. */
-  admit(held: number, wanted: number, workers = 1): number {
-    const room = Math.max(0, this.limitFor(workers) - held);
-    const ok = Math.min(room, wanted);
-    this.refused += wanted - ok;
-    return ok;
+  /** Counts blocks refused (past the object's limit or the worker's share: routing-index/block-shares.ts). */
+  countRefused(n: number): void {
+    this.refused += n;
   }
 }

@@ -14,6 +14,8 @@ import { normalizeWorkerUrl } from "./relay-auth.ts";
 
 export const MAX_RELAY_MESSAGE_BYTES = 8 * 1024 * 1024;
 export const MAX_BLOCKS_PER_MESSAGE = 200_000;
+/** 2^34 tokens: beyond any GPU's KV pool; a larger claim is refused at hello. */
+export const MAX_KV_CAPACITY_TOKENS = 2 ** 34;
 
 const engineHash = z.string().regex(/^-?\d{1,20}$/, "engine hash must be a decimal int64");
 const localHash = z.string().regex(/^[0-9a-f]{16}$/, "local hash must be 16 lower-case hex digits");
@@ -47,6 +49,11 @@ export const RelayHelloSchema = z.object({
    * relays): SGLang's default, cumulative frames.
    */
   incrementalStreaming: z.boolean().optional(),
+  /**
+   * The worker's KV pool size in tokens (/server_info `max_total_num_tokens`): bounds how many of
+   * its blocks the index holds (block-views.ts). Absent: only the worker's fair share bounds it.
+   */
+  kvCapacityTokens: z.number().int().min(1).max(MAX_KV_CAPACITY_TOKENS).optional(),
   relayVersion: z.string().max(64).optional(),
   /** Region the worker runs in (a name from KVEDGE_REGIONS; src/selection/regions.ts). */
   region: z.string().min(1).max(64).regex(/^[A-Za-z0-9._-]+$/).optional(),

@@ -1,8 +1,8 @@
 /**
  * What the index believes each worker caches: the block index fed by relay dumps and events, the
  * approximate index for workers without events (and recent routes counted until events arrive),
- * the block budget, which workers are synced or approximate, and each worker's overlap with a
- * request. Event and dump counters go into the pool's shared counters.
+ * the block budget and each worker's share of it (block-shares.ts), which workers are synced or
+ * approximate, and each worker's overlap with a request. Event and dump counters go into the pool's shared counters.
  */
 import { RadixIndex } from "../block-index/radix-index.ts";
 import { ApproxIndex, type ApproxConfig } from "../block-index/approx-index.ts";
@@ -13,6 +13,7 @@ import type { LocalHashes } from "../blocks/block-hash.ts";
 import type { RelayDump, RelayEvents } from "../relay-wire/relay-protocol.ts";
 import type { IndexCounters } from "../metrics/pool-snapshot.ts";
 import { ApproximateWorkers } from "./approximate-workers.ts";
+import { BlockShares } from "./block-shares.ts";
 import type { SlottedWorker, WorkerRegistry } from "./worker-registry.ts";
 
 export type RelayApplyOutcome = { ok: true } | { ok: false; reason: string; resync: boolean };
@@ -44,9 +45,19 @@ export class BlockViews {
    * the blocks of that dump still to come as stored events (RelayDump `continues`; 0: complete).
    */
   readonly #synced = new Map<string, number>();
+  readonly #shares: BlockShares;
   #scores = new Int32Array(16);
-  /** Whether a stored chain of n blocks fits the block budget (one closure, not one per event). */
-  readonly #admitChain = (n: number): boolean => this.budget.admit(this.index.size + this.approx.size, n, this.#registry.slotCount) >= n;
+  /** Blocks the worker whose events are being applied may still store (computed once per message). */
+  #room = 0;
+  /** Whether a stored chain of n blocks fits the worker's room (one closure, not one per event). */
+  readonly #admitChain = (n: number): boolean => {
+    if (n > this.#room) {
+      this.budget.countRefused(n);
+      return false;
+    }
+    this.#room -= n;
+    return true;
+  };
 
   constructor(registry: WorkerRegistry, counters: IndexCounters, opts: BlockViewsOptions = {}) {
     this.#registry = registry;
@@ -55,6 +66,7 @@ export class BlockViews {
     this.budget = new BlockBudget(opts.blockBudget, opts.indexBudgetBytes);
     // Approximate-mode entries share the object's budget: at most half of it.
     this.approx = new ApproxIndex({ ...opts.approx, maxBlocks: Math.min(opts.approx?.maxBlocks ?? 2 ** 20, Math.max(1, Math.floor(this.budget.limit / 2))) });
+    this.#shares = new BlockShares(registry, this.index, this.approx, this.budget);
   }
 
   isSynced(workerId: string): boolean {
@@ -104,7 +116,8 @@ export class BlockViews {
     // index's copy may remember prefixes the relay's view lost.
     if (!msg.approximate) this.index.clearWorker(w.slot);
     // Rows come parents first, so a cut keeps every admitted row's parent.
-    const fit = this.budget.admit(this.index.size + this.approx.size, msg.blocks.length, this.#registry.slotCount);
+    const fit = Math.min(msg.blocks.length, this.#roomFor(w, msg.blocks.length));
+    this.budget.countRefused(msg.blocks.length - fit);
     const rows = fit < msg.blocks.length ? msg.blocks.slice(0, fit) : msg.blocks;
     const { applied, failed: failures } = this.index.applyDumpWire(w.slot, rows);
     this.#counters.blocksStored += applied;
@@ -124,13 +137,12 @@ export class BlockViews {
     if (msg.epoch !== w.epoch) return this.#drop("stale_epoch", false);
     if (!this.#synced.has(workerId)) return this.#drop("not_synced", true);
     this.#registry.touch(workerId);
+    let stored = 0;
+    for (const ev of msg.events) if (ev.t === "stored") stored += ev.blocks.length;
+    // The dump's continuation comes first on the socket: count its blocks in, applied or refused.
     const remaining = this.#synced.get(workerId)!;
-    if (remaining > 0) {
-      // The dump's continuation comes first on the socket: count its blocks in, applied or refused.
-      let stored = 0;
-      for (const ev of msg.events) if (ev.t === "stored") stored += ev.blocks.length;
-      this.#synced.set(workerId, Math.max(0, remaining - stored));
-    }
+    if (remaining > 0) this.#synced.set(workerId, Math.max(0, remaining - stored));
+    if (stored > 0) this.#room = this.#roomFor(w, stored);
     let resync = false;
     for (const ev of msg.events) {
       if (ev.t === "stored") {
@@ -154,8 +166,11 @@ export class BlockViews {
           continue;
         }
       } else if (ev.t === "removed") {
-        this.#counters.blocksRemoved += this.index.applyRemoved(w.slot, ev.hashes);
+        const removed = this.index.applyRemoved(w.slot, ev.hashes);
+        this.#counters.blocksRemoved += removed;
+        this.#room += removed;
       } else {
+        this.#room += this.index.workerBlockCount(w.slot);
         this.index.clearWorker(w.slot);
         // The worker dropped everything: whatever the view got wrong is gone with it.
         this.approximate.clear(workerId);
@@ -208,11 +223,38 @@ export class BlockViews {
     if (!worker.kvEvents || this.approximate.has(worker.workerId)) this.approx.record(worker.slot, localHashes, now);
   }
 
+  /**
+   * Room for `wanted` more blocks of the worker (block-shares.ts). A worker still under its
+   * guarantee that finds too little room takes it back from the workers furthest past theirs.
+   */
+  #roomFor(w: SlottedWorker, wanted: number): number {
+    let room = this.#shares.room(w);
+    const owed = Math.min(wanted, this.#shares.guarantee(w) - this.index.workerBlockCount(w.slot));
+    while (room < owed) {
+      const over = this.#shares.furthestOver(w);
+      if (!over) break;
+      this.#shed(over);
+      room = this.#shares.room(w);
+    }
+    return room;
+  }
+
+  /** Drops the view of a worker past its share: approximate and unsynced until a dump that fits. */
+  #shed(w: SlottedWorker): void {
+    const held = this.index.workerBlockCount(w.slot);
+    this.index.clearWorker(w.slot);
+    this.#synced.delete(w.workerId);
+    this.#count("share_shed", held);
+    this.approximate.mark(w.workerId, "budget", `past its share of the index (${this.#shares.guarantee(w)} blocks) while another worker needed room: ${held} block(s) dropped`);
+  }
+
   /** Refused blocks make the worker approximate; a dump that fitted whole makes it exact again. */
   #budgetVerdict(workerId: string, refused: number, wholeView: boolean): void {
     if (refused > 0) {
       if (wholeView) this.#count("block_budget", refused);
-      this.approximate.mark(workerId, "budget", `index object full (${this.budget.limitFor(this.#registry.slotCount)} blocks): ${refused} block(s) refused`);
+      const w = this.#registry.get(workerId);
+      const bound = w ? `${this.#shares.guarantee(w)} blocks guaranteed, ${this.budget.limitFor(this.#registry.slotCount)} in the object` : "";
+      this.approximate.mark(workerId, "budget", `past its share of the index (${bound}): ${refused} block(s) refused`);
     } else if (wholeView) this.approximate.clear(workerId, "budget");
   }
 

@@ -23,6 +23,8 @@ export interface WorkerRecord {
   /** Region and prefill rate from the hello (region-aware selection); absent = unknown. */
   region?: string | null;
   prefillTokensPerSec?: number | null;
+  /** The worker's KV pool size in tokens from the hello (/server_info max_total_num_tokens); absent = unknown. */
+  kvCapacityTokens?: number | null;
   /**
    * An edge could not connect to the worker: no routing to it before this time (ms), while its
    * relay's view and status stay as they are (in memory only: a restarted index forgets it).
@@ -125,6 +127,7 @@ export class WorkerRegistry {
       lastSeen: this.#now(),
       region: msg.region ?? null,
       prefillTokensPerSec: msg.prefillTokensPerSec ?? null,
+      kvCapacityTokens: msg.kvCapacityTokens ?? null,
     };
     const { worker, added } = this.#upsert(record);
     return { ok: true, record, worker, added, newLife: prevEpoch === undefined || msg.epoch !== prevEpoch };

@@ -119,6 +119,8 @@ export class FakeWorker {
   kvEvents = true;
   /** /server_info `incremental_streaming_output` (SGLang's --incremental-streaming-output). */
   incrementalStreaming = false;
+  /** /server_info `max_total_num_tokens` (the KV pool size); null: the field is absent. */
+  maxTotalNumTokens: number | null = 8192;
   pageSize = 4;
   startTime = 1_700_000_000.5; // seconds, like Python's time.time()
   /** POST /flush_cache calls answered 200; `flushBusy` more answer 400 first (requests running). */
@@ -174,6 +176,7 @@ export class FakeWorker {
         ? { publisher: "zmq", endpoint_host: "*", endpoint_port_base: pubPort, topic: "", block_size: this.pageSize, dp_size: 1 }
         : null,
       incremental_streaming_output: this.incrementalStreaming,
+      ...(this.maxTotalNumTokens !== null ? { max_total_num_tokens: this.maxTotalNumTokens } : {}),
       status: "ready",
     };
   }

@@ -84,6 +84,7 @@ describe("relay session", () => {
       contract: null,
       kvEvents: true,
       incrementalStreaming: false,
+      kvCapacityTokens: 8192,
     });
     expect(dump).toEqual({
       type: "dump",
@@ -394,10 +395,12 @@ describe("relay without KV events (approximate mode)", () => {
     const worker = await FakeWorker.create();
     worker.kvEvents = false;
     worker.incrementalStreaming = true; // the hello also says how the worker streams
+    worker.maxTotalNumTokens = null; // and its KV capacity only when /server_info has one
     const { index, relay } = await fleet({ worker, extra: { kvEvents: "auto" } });
     await waitFor(() => index.last !== undefined && types(index.last).includes("dump"), "dump");
     expect(index.last!.messages[0]).toMatchObject({ type: "hello", kvEvents: false, incrementalStreaming: true, epoch: 1_700_000_000_500 });
     expect(index.last!.messages[0]).not.toHaveProperty("region");
+    expect(index.last!.messages[0]).not.toHaveProperty("kvCapacityTokens");
 
     worker.healthy = false;
     await waitFor(() => types(index.last!).includes("status"), "status down");

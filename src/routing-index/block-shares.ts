@@ -1,0 +1,81 @@
+/**
+ * Per-worker shares of one index object's block budget, so that one relay (honest but large, or
+ * holding a stolen key and sending fabricated blocks) cannot take the room the other workers need.
+ *
+ * Each worker with KV events has a bound and a guarantee:
+ *  - bound: twice what its own KV pool can hold, `ceil(kvCapacityTokens / blockSize) × 2` blocks
+ *    (the capacity from its hello, /server_info `max_total_num_tokens`; the headroom covers a
+ *    relay view that lags the worker's removals); no capacity in the hello: no such bound;
+ *  - guarantee: the smaller of its bound and an even split of the object's limit among the live
+ *    workers with events (`floor(limit / n)`).
+ * A worker may store past its guarantee only into room that no other worker's unused guarantee
+ * reserves, and never past its bound. When a worker still under its guarantee finds no room (a
+ * worker joined, or the limit shrank as slots were added), the worker furthest past its own
+ * guarantee is shed: its view is dropped and marked approximate, never the other way round.
+ */
+import type { ApproxIndex } from "../block-index/approx-index.ts";
+import type { BlockBudget } from "../block-index/block-budget.ts";
+import type { BlockIndex } from "../block-index/shard.ts";
+import type { SlottedWorker, WorkerRegistry } from "./worker-registry.ts";
+
+/** Capacity headroom factor: the relay's view may hold removed blocks until their events arrive. */
+export const KV_CAPACITY_HEADROOM = 2;
+
+/** Most blocks the index holds for a worker, from its own KV capacity (Infinity when unknown). */
+export function capacityBlocks(w: Pick<SlottedWorker, "kvCapacityTokens" | "blockSize">): number {
+  if (!w.kvCapacityTokens) return Infinity;
+  return Math.ceil(w.kvCapacityTokens / w.blockSize) * KV_CAPACITY_HEADROOM;
+}
+
+export class BlockShares {
+  readonly #registry: WorkerRegistry;
+  readonly #index: BlockIndex;
+  readonly #approx: ApproxIndex;
+  readonly #budget: BlockBudget;
+
+  constructor(registry: WorkerRegistry, index: BlockIndex, approx: ApproxIndex, budget: BlockBudget) {
+    this.#registry = registry;
+    this.#index = index;
+    this.#approx = approx;
+    this.#budget = budget;
+  }
+
+  /** Workers that hold blocks in this index (with events, not down). */
+  #peers(): SlottedWorker[] {
+    return this.#registry.all().filter((w) => w.kvEvents && w.status !== "down");
+  }
+
+  #limit(): number {
+    return this.#budget.limitFor(this.#registry.slotCount);
+  }
+
+  /** The blocks the worker is sure to find room for. */
+  guarantee(w: SlottedWorker): number {
+    return Math.min(capacityBlocks(w), Math.floor(this.#limit() / Math.max(1, this.#peers().length)));
+  }
+
+  /** How many more blocks the worker may store now (its bound, the others' unused guarantees, the object's limit). */
+  room(w: SlottedWorker): number {
+    const limit = this.#limit();
+    const peers = this.#peers();
+    const share = Math.floor(limit / Math.max(1, peers.length));
+    let reserved = 0;
+    for (const o of peers) if (o !== w) reserved += Math.max(0, Math.min(capacityBlocks(o), share) - this.#index.workerBlockCount(o.slot));
+    const free = limit - reserved - this.#index.size - this.#approx.size;
+    return Math.max(0, Math.min(capacityBlocks(w) - this.#index.workerBlockCount(w.slot), free));
+  }
+
+  /** The worker (other than `w`) furthest past its guarantee, if any is past it. */
+  furthestOver(w: SlottedWorker): SlottedWorker | undefined {
+    const peers = this.#peers();
+    const share = Math.floor(this.#limit() / Math.max(1, peers.length));
+    let worst: SlottedWorker | undefined;
+    let most = 0;
+    for (const o of peers) {
+      if (o === w) continue;
+      const over = this.#index.workerBlockCount(o.slot) - Math.min(capacityBlocks(o), share);
+      if (over > most) [worst, most] = [o, over];
+    }
+    return worst;
+  }
+}
