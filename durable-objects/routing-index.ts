@@ -24,7 +24,7 @@ import { helloUrlMatchesKey, type RelayKeyRecord } from "../src/relay-wire/relay
 import { RelayKeyStore } from "./relay-key-store.ts";
 import { RelaySessions, type RelayAttachment as Attachment } from "./relay-sessions.ts";
 
-const SCHEMA_VERSION = 4;
+const SCHEMA_VERSION = 5;
 const LAST_SEEN_FLUSH_MS = 30_000;
 
 
@@ -133,6 +133,10 @@ export class RoutingIndex extends DurableObject<RoutingIndexEnv> {
       // How the worker streams (the edge translates cumulative and incremental frames differently).
       sql.exec("ALTER TABLE workers ADD COLUMN incremental_streaming INTEGER NOT NULL DEFAULT 0");
     }
+    if (version < 5) {
+      // The worker's KV capacity bounds its share of the index after a restart too (block-shares.ts).
+      sql.exec("ALTER TABLE workers ADD COLUMN kv_capacity_tokens INTEGER");
+    }
     if (version < SCHEMA_VERSION)
       sql.exec("INSERT INTO meta (k, v) VALUES ('schema_version', ?) ON CONFLICT(k) DO UPDATE SET v = excluded.v", String(SCHEMA_VERSION));
   }
@@ -141,13 +145,13 @@ export class RoutingIndex extends DurableObject<RoutingIndexEnv> {
     this.#lastSeenFlushed.set(rec.workerId, rec.lastSeen);
     this.ctx.storage.sql.exec(
       `INSERT INTO workers (worker_id, url, block_size, epoch, status, model_name, contract_json, contract_digest, kv_events, last_seen,
-         region, prefill_tokens_per_sec, incremental_streaming)
-       VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+         region, prefill_tokens_per_sec, incremental_streaming, kv_capacity_tokens)
+       VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
        ON CONFLICT(worker_id) DO UPDATE SET url = excluded.url, block_size = excluded.block_size, epoch = excluded.epoch,
          status = excluded.status, model_name = excluded.model_name, contract_json = excluded.contract_json,
          contract_digest = excluded.contract_digest, kv_events = excluded.kv_events, last_seen = excluded.last_seen,
          region = excluded.region, prefill_tokens_per_sec = excluded.prefill_tokens_per_sec,
-         incremental_streaming = excluded.incremental_streaming`,
+         incremental_streaming = excluded.incremental_streaming, kv_capacity_tokens = excluded.kv_capacity_tokens`,
       rec.workerId,
       rec.url,
       rec.blockSize,
@@ -161,6 +165,7 @@ export class RoutingIndex extends DurableObject<RoutingIndexEnv> {
       rec.region ?? null,
       rec.prefillTokensPerSec ?? null,
       rec.incrementalStreaming ? 1 : 0,
+      rec.kvCapacityTokens ?? null,
     );
     if (this.core.blockSize !== null)
       this.ctx.storage.sql.exec("INSERT INTO meta (k, v) VALUES ('block_size', ?) ON CONFLICT(k) DO NOTHING", String(this.core.blockSize));
@@ -548,6 +553,7 @@ interface WorkerRow extends Record<string, SqlStorageValue> {
   region: string | null;
   prefill_tokens_per_sec: number | null;
   incremental_streaming: number;
+  kv_capacity_tokens: number | null;
 }
 
 function rowToRecord(r: WorkerRow): WorkerRecord {
@@ -565,6 +571,7 @@ function rowToRecord(r: WorkerRow): WorkerRecord {
     region: r.region ?? null,
     prefillTokensPerSec: r.prefill_tokens_per_sec ?? null,
     incrementalStreaming: r.incremental_streaming === 1,
+    kvCapacityTokens: r.kv_capacity_tokens ?? null,
   };
 }
 

@@ -89,7 +89,7 @@ describe("routing index persistence", () => {
     expect(workers[0]).toMatchObject({ workerId: "old-1", epoch: 5, status: "down", kvEvents: true, region: null, prefillTokensPerSec: null, incrementalStreaming: false });
     await runInDurableObject(stub, (_instance, state) => {
       const sql = state.storage.sql;
-      expect(sql.exec<{ v: string }>("SELECT v FROM meta WHERE k = 'schema_version'").one().v).toBe("4");
+      expect(sql.exec<{ v: string }>("SELECT v FROM meta WHERE k = 'schema_version'").one().v).toBe("5");
       sql.exec("UPDATE workers SET region = 'us', prefill_tokens_per_sec = 12000, incremental_streaming = 1 WHERE worker_id = 'old-1'");
       // The nonce table of version 2 exists too.
       expect(sql.exec("SELECT count(*) AS n FROM relay_nonces").one()).toMatchObject({ n: 0 });
