@@ -4,9 +4,11 @@
  * the radix cache is reset, which publishes `AllBlocksCleared` (mem_cache/radix_cache.py `reset` →
  * `_record_all_cleared_event`), and 400 while requests are running or waiting (nothing flushed).
  */
-export async function flushWorkerCache(workerUrl: string, timeoutMs: number): Promise<{ ok: boolean; status: number | null; detail: string }> {
+import { workerHeaders } from "./worker-info.ts";
+
+export async function flushWorkerCache(workerUrl: string, timeoutMs: number, apiKey?: string | null): Promise<{ ok: boolean; status: number | null; detail: string }> {
   try {
-    const r = await fetch(new URL("/flush_cache", workerUrl), { method: "POST", signal: AbortSignal.timeout(timeoutMs) });
+    const r = await fetch(new URL("/flush_cache", workerUrl), { method: "POST", headers: workerHeaders(apiKey), signal: AbortSignal.timeout(timeoutMs) });
     const text = (await r.text()).slice(0, 200).trim();
     return { ok: r.status === 200, status: r.status, detail: text };
   } catch (e) {

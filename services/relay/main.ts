@@ -15,6 +15,7 @@ import { parseRelayCredential } from "../../src/relay-wire/relay-auth.ts";
 
 const USAGE = `usage: kvedge-relay --worker-url URL --index-url WS_URL --worker-id ID
        [--model NAME] [--key-env VAR (default KVEDGE_RELAY_KEY) | --key-file PATH] [--advertise-url URL]
+       [--worker-key-env VAR (default KVEDGE_WORKER_API_KEY; unset: none) | --worker-key-file PATH]   (the worker's SGLang --api-key)
        [--block-size N] [--kv-endpoint tcp://h:p] [--replay-endpoint tcp://h:p | none] [--topic T]
        [--model-dir DIR] [--dp-rank N] [--health-interval-ms N] [--health-timeout-ms N] [--log-level debug|info|warn|error]
        [--stats-interval-ms N] [--region NAME] [--prefill-tokens-per-sec N]
@@ -59,6 +60,19 @@ async function readCredential(envName: string, file: string | undefined): Promis
   return v.trim();
 }
 
+/** The worker's SGLang API key from --worker-key-file, else the --worker-key-env variable (optional: a worker without --api-key needs none). */
+async function readWorkerApiKey(envName: string, file: string | undefined): Promise<string | undefined> {
+  if (file === undefined) return process.env[envName]?.trim() || undefined;
+  try {
+    const v = (await readFile(file, "utf8")).trim();
+    if (!v) throw new RelayStartupError(`worker key: ${file} is empty`);
+    return v;
+  } catch (e) {
+    if (e instanceof RelayStartupError) throw e;
+    throw new RelayStartupError(`worker key: cannot read ${file} (${errorMessage(e)})`);
+  }
+}
+
 async function main(): Promise<void> {
   const { values } = parseArgs({
     options: {
@@ -68,6 +82,8 @@ async function main(): Promise<void> {
       model: { type: "string" },
       "key-env": { type: "string", default: "KVEDGE_RELAY_KEY" },
       "key-file": { type: "string" },
+      "worker-key-env": { type: "string", default: "KVEDGE_WORKER_API_KEY" },
+      "worker-key-file": { type: "string" },
       "advertise-url": { type: "string" },
       "block-size": { type: "string" },
       "kv-endpoint": { type: "string" },
@@ -97,6 +113,7 @@ async function main(): Promise<void> {
   const workerId = values["worker-id"];
   if (!values["worker-url"] || !values["index-url"] || !workerId) throw new RelayStartupError(USAGE);
   const credential = await readCredential(values["key-env"]!, values["key-file"]);
+  const workerApiKey = await readWorkerApiKey(values["worker-key-env"]!, values["worker-key-file"]);
   const level = values["log-level"] as LogLevel;
   const log = createLogger({ svc: "relay", worker: workerId }, level);
 
@@ -111,6 +128,7 @@ async function main(): Promise<void> {
       indexUrl: values["index-url"],
       workerId,
       credential,
+      workerApiKey,
       model: values.model,
       advertiseUrl: values["advertise-url"],
       blockSize: int(values["block-size"], "--block-size"),

@@ -22,6 +22,11 @@ export const RelayOptionsSchema = z.object({
    * (src/relay-wire/relay-auth.ts). The pool secret never reaches a relay host.
    */
   credential: z.string().refine((s) => parseRelayCredential(s) !== null, "relay credential must look like kvr1.<key id>.<64 hex digits>"),
+  /**
+   * The worker's SGLang `--api-key` (the edge's `workerApiKey` for this worker), sent as a bearer on
+   * /server_info and /flush_cache. Read from the environment or a file by the CLI, never argv.
+   */
+  workerApiKey: z.string().min(1).max(4096).optional(),
   /** Worker URL announced to the index (as the edge should reach it); defaults to workerUrl. */
   advertiseUrl: z.string().url().optional(),
   /** Expected block size: refuse to start when the worker's page size differs. */

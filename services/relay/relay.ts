@@ -118,7 +118,7 @@ async function waitForServerInfo(opts: RelayOptions, log: Logger): Promise<unkno
   let delay = 200;
   for (;;) {
     try {
-      return await fetchServerInfo(opts.workerUrl, opts.serverInfoTimeoutMs);
+      return await fetchServerInfo(opts.workerUrl, opts.serverInfoTimeoutMs, opts.workerApiKey);
     } catch (e) {
       if (Date.now() + delay > deadline) {
         throw new RelayStartupError(`worker ${opts.workerUrl}: /server_info unreachable (${errorMessage(e)})`);
@@ -408,7 +408,7 @@ class RelayImpl implements Relay {
     this.flushLoop = (async () => {
       const signal = this.closing.signal;
       while (!signal.aborted && this.approximate !== null && this.worker === "up") {
-        const r = await flushWorkerCache(this.opts.workerUrl, this.opts.serverInfoTimeoutMs);
+        const r = await flushWorkerCache(this.opts.workerUrl, this.opts.serverInfoTimeoutMs, this.opts.workerApiKey);
         this.counters.flushes++;
         this.log.warn("worker_cache_flush", { ok: r.ok, status: r.status, detail: r.detail, reason: this.approximate });
         if (r.ok) break; // AllBlocksCleared follows on the event stream and makes the view exact
@@ -455,7 +455,7 @@ class RelayImpl implements Relay {
     let info: WorkerInfo;
     let raw: unknown;
     try {
-      raw = await fetchServerInfo(this.opts.workerUrl, this.opts.serverInfoTimeoutMs);
+      raw = await fetchServerInfo(this.opts.workerUrl, this.opts.serverInfoTimeoutMs, this.opts.workerApiKey);
       info = parseWorkerInfo(raw, this.opts.workerUrl, overridesOf(this.opts));
     } catch (e) {
       this.log.error("worker_info_failed", { reason, error: errorMessage(e) });

@@ -1,6 +1,7 @@
 /**
- * What the relay learns from the worker's `GET /server_info` (reference/sglang-generate-api.md §7.1,
- * sglang-qwen-vl.md §3.1): block size, KV event and replay endpoints, topic, model name, start time;
+ * What the relay learns from the worker's `GET /server_info` (sgl-project/sglang @9d147fd
+ * python/sglang/srt/entrypoints/http_server.py L719-751; its `kv_events` entry comes from
+ * python/sglang/srt/server_args.py `describe_kv_events_publisher`, L7577-7664): block size, KV event and replay endpoints, topic, model name, start time;
  * and the `/health` probe.
  */
 import { MAX_KV_CAPACITY_TOKENS } from "../../src/relay-wire/relay-protocol.ts";
@@ -162,15 +163,24 @@ export function nextEpoch(startTimeMs: number | null, previous: number | null): 
   return candidate > previous ? candidate : previous + 1;
 }
 
-export async function fetchServerInfo(workerUrl: string, timeoutMs: number): Promise<unknown> {
-  let res = await fetch(new URL("/server_info", workerUrl), { signal: AbortSignal.timeout(timeoutMs) });
+/**
+ * Headers for the relay's calls to its worker: SGLang's `--api-key` as a bearer (every path but
+ * /health* and /metrics* needs it when the worker runs with one; docs/security.md).
+ */
+export function workerHeaders(apiKey: string | null | undefined): Record<string, string> {
+  return apiKey ? { authorization: `Bearer ${apiKey}` } : {};
+}
+
+export async function fetchServerInfo(workerUrl: string, timeoutMs: number, apiKey?: string | null): Promise<unknown> {
+  const headers = workerHeaders(apiKey);
+  let res = await fetch(new URL("/server_info", workerUrl), { headers, signal: AbortSignal.timeout(timeoutMs) });
   if (res.status === 404) {
     await res.body?.cancel();
-    res = await fetch(new URL("/get_server_info", workerUrl), { signal: AbortSignal.timeout(timeoutMs) });
+    res = await fetch(new URL("/get_server_info", workerUrl), { headers, signal: AbortSignal.timeout(timeoutMs) });
   }
   if (!res.ok) {
     await res.body?.cancel();
-    throw new Error(`GET /server_info → HTTP ${res.status}`);
+    throw new Error(`GET /server_info → HTTP ${res.status}${res.status === 401 ? " (the worker runs with --api-key: give the relay its key with --worker-key-env or --worker-key-file)" : ""}`);
   }
   return (await res.json()) as unknown;
 }

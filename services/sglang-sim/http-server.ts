@@ -1,6 +1,7 @@
 /**
  * The simulator's HTTP surface (node:http): SGLang's routes plus the debug route `/debug/cache`.
- * Info payloads follow reference/sglang-generate-api.md §7.
+ * Info payloads follow sgl-project/sglang python/sglang/srt/entrypoints/http_server.py @9d147fd
+ * (`/health*` L602-676, `/model_info` L679-706, `/server_info` L719-751).
  */
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from "node:http";
 import type { SimEngine } from "./engine.ts";
@@ -10,6 +11,7 @@ import type { SimOptions } from "./options.ts";
 import { validationErrorBody } from "./sglang-errors.ts";
 import { recentlyLoadedMedia } from "./media-fetch.ts";
 import type { Timing } from "./timing.ts";
+import { authorized } from "./http-auth.ts";
 
 const MAX_BODY_BYTES = 64 * 1024 * 1024;
 
@@ -204,6 +206,10 @@ async function route(req: IncomingMessage, res: ServerResponse, d: HttpServerDep
   const url = new URL(req.url ?? "/", "http://sim");
   const path = url.pathname;
   const method = req.method ?? "GET";
+  if (!authorized(d.opts.apiKey, method, path, req.headers.authorization)) {
+    req.resume();
+    return sendJson(res, 401, { error: "Unauthorized" });
+  }
 
   if (path === "/generate" && (method === "POST" || method === "PUT")) {
     const body = await readJson(req, res);

@@ -5,6 +5,7 @@
  *   [--model-dir DIR] [--no-mm-hashes] [--sglang-version V] [--locked-down-media] [--media-store URL]
  * Prints one JSON line with the bound endpoints on stdout once ready (the fleet script reads it).
  */
+import { readFileSync } from "node:fs";
 import { parseArgs } from "node:util";
 import { ZodError } from "zod";
 import { startSimulatedWorker, type StartOptions } from "./worker.ts";
@@ -38,6 +39,8 @@ const { values } = parseArgs({
     "locked-down-media": { type: "boolean" },
     "speculative-algorithm": { type: "string" },
     "sglang-version": { type: "string" },
+    "api-key-env": { type: "string" },
+    "api-key-file": { type: "string" },
     verbose: { type: "boolean", short: "v" },
     help: { type: "boolean", short: "h" },
   },
@@ -54,7 +57,8 @@ if (values.help) {
       "  [--unknown-sampling-key-status 400|500] [--incremental-streaming-output] [--output-seed prompt|rid]\n" +
       "  [--model-dir DIR (default test/fixtures/models/<family>)] [--no-mm-hashes (ignore caller mm_hashes, version 0.5.10-sim)]\n" +
       "  [--locked-down-media (media only as data: URLs or from --media-store URL's /v1/media/)]\n" +
-      "  [--sglang-version V (/server_info.version; default 0.5.19-sim)] [--speculative-algorithm EAGLE (bigram KV keys)] [--verbose]\n",
+      "  [--sglang-version V (/server_info.version; default 0.5.19-sim)] [--speculative-algorithm EAGLE (bigram KV keys)] [--verbose]\n" +
+      "  [--api-key-env VAR | --api-key-file PATH (SGLang's --api-key, read from the environment or a file, never argv)]\n",
   );
   process.exit(0);
 }
@@ -101,6 +105,15 @@ if (values["speculative-algorithm"] !== undefined) {
 }
 if (values["sglang-version"] !== undefined) opts.version = values["sglang-version"];
 if (values.verbose) opts.verbose = true;
+if (values["api-key-file"] !== undefined) opts.apiKey = readFileSync(values["api-key-file"], "utf8").trim();
+else if (values["api-key-env"] !== undefined) {
+  const key = process.env[values["api-key-env"]];
+  if (!key) {
+    process.stderr.write(`sglang-sim: --api-key-env: ${values["api-key-env"]} is empty or unset\n`);
+    process.exit(2);
+  }
+  opts.apiKey = key;
+}
 
 try {
   const worker = await startSimulatedWorker(opts);

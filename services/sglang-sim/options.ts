@@ -98,7 +98,8 @@ export const SimOptionsSchema = z.strictObject({
   unknownSamplingKeyStatus: z.union([z.literal(400), z.literal(500)]).default(400),
   /**
    * `--incremental-streaming-output`: /generate stream frames carry the new text, ids and output
-   * logprobs only (SGLang's default sends all of each so far; reference/sglang-generate-api.md §4.2).
+   * logprobs only (SGLang's default sends all of each so far; sgl-project/sglang
+   * python/sglang/srt/entrypoints/http_server.py @9d147fd L818-849).
    */
   incrementalStreamingOutput: z.boolean().default(false),
 
@@ -115,6 +116,11 @@ export const SimOptionsSchema = z.strictObject({
   outputSeed: z.enum(["prompt", "rid"]).default("prompt"),
   /** Log one line per request to stderr. */
   verbose: z.boolean().default(false),
+  /**
+   * SGLang's `--api-key`: every request needs `Authorization: Bearer <key>` except OPTIONS and paths
+   * starting with /health or /metrics (401 `{"error":"Unauthorized"}`; http-auth.ts). Null: open.
+   */
+  apiKey: z.string().min(1).max(4096).nullable().default(null),
 });
 
 export type SimOptionsInput = z.input<typeof SimOptionsSchema>;

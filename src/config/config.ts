@@ -188,14 +188,16 @@ function serviceUrl(name: string) {
  * SGLang API key, a header-safe token (it travels as `Authorization: Bearer <key>`).
  */
 const WorkerKeysSchema = z
-  .record(
-    z.string().refine((u) => {
+  .record(z.string(), z.string().regex(/^[\x21-\x7e]{16,512}$/, "each worker key must be 16-512 visible ASCII characters"))
+  .superRefine((m, ctx) => {
+    const urls = Object.keys(m);
+    if (urls.length > 4096) ctx.addIssue({ code: "custom", message: "KVEDGE_WORKER_KEYS holds at most 4096 workers" });
+    for (const u of urls) {
       const n = normalizeWorkerUrl(u, { allowHttp: true });
-      return n.ok && n.url === u;
-    }, "each KVEDGE_WORKER_KEYS name must be a worker URL as relay keys bind it (scheme://host[:port][/path], no trailing slash, credentials, query or fragment)"),
-    z.string().regex(/^[\x21-\x7e]{16,512}$/, "each worker key must be 16-512 visible ASCII characters"),
-  )
-  .refine((m) => Object.keys(m).length <= 4096, "KVEDGE_WORKER_KEYS holds at most 4096 workers");
+      if (!n.ok || n.url !== u)
+        ctx.addIssue({ code: "custom", path: [u], message: "each KVEDGE_WORKER_KEYS name must be a worker URL as relay keys bind it (scheme://host[:port][/path], no trailing slash, credentials, query or fragment)" });
+    }
+  });
 
 /** KVEDGE_API_KEYS as the list of keys (comma-separated, trimmed, empty entries dropped). */
 function apiKeyList(raw: string | undefined): string[] {

@@ -84,6 +84,8 @@ function setup(url: string, vars: Record<string, string> = {}) {
     KVEDGE_ACCESS: "public",
     ADMIN_TOKEN: ADMIN,
     KVEDGE_ROUTING: JSON.stringify({ upstreamIdleTimeoutMs: IDLE_MS }),
+    // These upstreams run without --api-key (worker credentials: worker-auth.test.ts).
+    KVEDGE_WORKER_AUTH: "none",
     ...vars,
   });
   const waits: Promise<unknown>[] = [];
