@@ -1,6 +1,6 @@
 /**
- * The local fleet: N simulated SGLang workers, one relay beside each, and the edge Worker under
- * `wrangler dev`, all on 127.0.0.1. Used by `npm start` and by the end-to-end tests, so what the
+ * The local fleet: N simulated SGLang workers, one relay beside each, and the edge Worker served by
+ * Miniflare (scripts/local-edge.ts), all on 127.0.0.1. Used by `npm start` and by the end-to-end tests, so what the
  * tests exercise is exactly what a user runs. Every part is a real child process: killing a worker
  * really closes its sockets.
  */
@@ -12,7 +12,7 @@ import { createServer } from "node:net";
 import { tmpdir } from "node:os";
 import { join, dirname } from "node:path";
 import { fileURLToPath } from "node:url";
-import { isSecretName, writeDevSecrets } from "./dev-secrets.ts";
+import { prepareLocalEdge } from "./local-edge.ts";
 
 const ROOT = join(dirname(fileURLToPath(import.meta.url)), "..");
 const NODE = process.execPath;
@@ -28,7 +28,7 @@ export interface FleetOptions {
   timingPreset?: string;
   relaySecret?: string;
   adminToken?: string;
-  /** Directory for wrangler's local state; a fresh temp dir by default (removed on stop). */
+  /** The edge's local state (as wrangler dev's --persist-to); a fresh temp dir by default (removed on stop). */
   persistTo?: string;
   log?: (line: string) => void;
   /** Extra vars for the Worker (KVEDGE_ROUTING etc.). */
@@ -51,17 +51,11 @@ export interface FleetOptions {
   workerArgs?: string[][];
   /** Per-worker extra relay CLI args (e.g. ["--no-kv-events"], ["--region", "eu"]); kept across relay restarts. */
   relayArgs?: string[][];
-  /** The edge exited on its own more often than the fleet restarts it (EDGE_RESTARTS_PER_MINUTE): the fleet is of no use. */
+  /** Open the V8 inspector on the edge (scripts/soak-heap.ts reads the isolate's heap through it); off by default. */
+  inspector?: boolean;
+  /** The edge process exited without being asked to: the fleet has no edge any more. */
   onEdgeLost?: (reason: string) => void;
 }
-
-/**
- * Restarts of an edge that exited on its own, within a minute, before the fleet gives up on it.
- * Why restart at all: `wrangler dev` exits when a client hangs up in the middle of its request body
- * (its ProxyWorker treats the lost body as fatal; cloudflare/workers-sdk#15203, open as of wrangler
- * 4.164), so one client timing out would otherwise leave a fleet with no edge.
- */
-const EDGE_RESTARTS_PER_MINUTE = 5;
 
 export interface FleetWorker {
   id: string;
@@ -77,10 +71,8 @@ export interface FleetWorker {
 
 export interface Fleet {
   edgeUrl: string;
-  /** Times the edge exited on its own and was started again (on the same port and state). */
-  readonly edgeRestarts: number;
-  /** wrangler dev's V8 inspector port (the edge isolate's heap: scripts/soak-heap.ts). */
-  readonly inspectorPort: number;
+  /** The edge's V8 inspector port (the edge isolate's heap: scripts/soak-heap.ts); null unless `inspector` was asked for. */
+  readonly inspectorPort: number | null;
   /** Base URL of the local media server (when a media dir was given). */
   mediaUrl: string | null;
   decodeUrl: string | null;
@@ -112,11 +104,11 @@ export interface Fleet {
   pauseDecode(): void;
   resumeDecode(): void;
   /**
-   * Restarts `wrangler dev` on the same port with the same --persist-to: the routing index objects
-   * start again from their SQLite state, with empty memory. Resolves once the edge answers.
+   * Restarts the edge process on the same port with the same state directory: the routing index
+   * objects start again from their SQLite state, with empty memory. Resolves once the edge answers.
    */
   restartEdge(): Promise<void>;
-  /** Process-group leaders of the fleet's children, for resource sampling. */
+  /** Process-group leaders of the fleet's children, for resource sampling ("edge": the Miniflare host, its workerd in its group). */
   processes(): { name: string; pid: number }[];
   /** Waits until every live worker's relay has synced its blocks with the index. */
   waitForSync(timeoutMs?: number): Promise<void>;
@@ -125,8 +117,8 @@ export interface Fleet {
 }
 
 // Ports this process has handed out: the kernel may give a just-closed ephemeral port to the next
-// bind(0), so two calls in a row could otherwise return the same port (e.g. wrangler's --port and
-// --inspector-port), and wrangler exits at once when they collide.
+// bind(0), so two calls in a row could otherwise return the same port (e.g. the edge's port and its
+// inspector's), and the edge exits at once when they collide.
 const issuedPorts = new Set<number>();
 
 export async function freePort(): Promise<number> {
@@ -225,7 +217,7 @@ function stopProc(p: ChildProcess | null, signal: NodeJS.Signals = "SIGTERM"): P
 
 /**
  * What the fleet's children are tied to. Each child runs in its own process group (so a signal
- * reaches wrangler's workerd too) and is registered with the reaper (scripts/fleet-reaper.mjs),
+ * reaches the edge's workerd too) and is registered with the reaper (scripts/fleet-reaper.mjs),
  * which kills every registered group once this process's pipe to it closes: on stop(), on a failed
  * start, and when this process dies in any way, SIGKILL included. A process "exit" hook kills the
  * groups directly as well, for the ordinary exits.
@@ -299,7 +291,7 @@ async function buildFleet(opts: FleetOptions, life: FleetLife): Promise<Fleet> {
   const adminToken = opts.adminToken ?? randomBytes(24).toString("hex");
   const edgePort = opts.edgePort ?? (await freePort());
   // A port the caller chose (PORT for npm start, a test's pick) may be free now and the kernel's
-  // next bind(0) answer: never hand it to the decode service or a worker, or wrangler cannot bind it
+  // next bind(0) answer: never hand it to the decode service or a worker, or the edge cannot bind it
   // and the decode service answers the edge's health check in its place.
   issuedPorts.add(edgePort);
   const persistTo = opts.persistTo ?? mkdtempSync(join(tmpdir(), "kvedge-state-"));
@@ -364,35 +356,13 @@ async function buildFleet(opts: FleetOptions, life: FleetLife): Promise<Fleet> {
   }
   if (opts.exactMedia === false) vars.KVEDGE_EXACT_MEDIA = "off";
   Object.assign(vars, opts.vars);
-  const wranglerArgs = [
-    join(ROOT, "node_modules/wrangler/bin/wrangler.js"),
-    "dev",
-    "--local",
-    "--ip",
-    "127.0.0.1",
-    "--port",
-    String(edgePort),
-    "--inspector-port",
-    String(await freePort()),
-    "--persist-to",
-    persistTo,
-    "--show-interactive-dev-session=false",
-    "--log-level",
-    "warn",
-  ];
-  // Secrets go through a private dotenv file (scripts/dev-secrets.ts), never argv; the rest stays --var.
-  const secretVars = Object.fromEntries(Object.entries(vars).filter(([k]) => isSecretName(k)));
-  const secretsFile = writeDevSecrets(secretVars);
-  wranglerArgs.push("--env-file", secretsFile.path);
-  process.once("exit", secretsFile.remove);
-  for (const [k, v] of Object.entries(vars)) if (!isSecretName(k)) wranglerArgs.push("--var", `${k}:${v}`);
+  // The edge: the Worker as `npm run deploy` bundles it, served by Miniflare (scripts/local-edge.ts).
+  const inspectorPort = opts.inspector ? await freePort() : null;
+  const localEdge = await prepareLocalEdge({ root: ROOT, port: edgePort, persistTo, bindings: vars, ...(inspectorPort !== null ? { inspectorPort } : {}) });
+  life.onAbort(async () => localEdge.remove());
+  process.once("exit", localEdge.remove);
   const spawnEdge = (): ChildProcess => {
-    const p = spawn(NODE, wranglerArgs, {
-      cwd: ROOT,
-      detached: true,
-      env: { ...process.env, CLOUDFLARE_CF_FETCH_ENABLED: "false", WRANGLER_SEND_METRICS: "false", NO_COLOR: "1" },
-      stdio: ["ignore", "pipe", "pipe"],
-    });
+    const p = localEdge.spawn();
     life.track(p);
     pipeLogs(p, "edge", log);
     return p;
@@ -401,39 +371,18 @@ async function buildFleet(opts: FleetOptions, life: FleetLife): Promise<Fleet> {
   const edgeUrl = `http://127.0.0.1:${edgePort}`;
   /** Resolves once the edge process `proc` answers its health check; fails if it exits first. */
   const edgeServing = (proc: ChildProcess, what: string): Promise<void> => waitFor(async () => (await probe(`${edgeUrl}/healthz`)).ok, 60_000, what, proc);
-  // Once the fleet is up, an edge exit nobody asked for is a crash: start it again (see EDGE_RESTARTS_PER_MINUTE).
-  let superviseEdge = false;
-  /** stop() has begun: nothing is started or supervised any more. */
+  /** Once the fleet is up and until stop() or restartEdge() stops it, the edge exiting means the fleet has lost it. */
+  let watchingEdge = false;
+  /** stop() has begun: nothing is started any more. */
   let stopped = false;
-  let edgeRestarts = 0;
-  const recentEdgeRestarts: number[] = [];
   const watchEdge = (p: ChildProcess): void => {
     p.once("exit", (code, signal) => {
-      if (!superviseEdge || stopped || p !== edge) return;
-      // wrangler's workerd may outlive it and hold the port: the whole group goes.
-      try {
-        if (p.pid) process.kill(-p.pid, "SIGKILL");
-      } catch {}
-      const now = Date.now();
-      while (recentEdgeRestarts.length > 0 && now - recentEdgeRestarts[0]! > 60_000) recentEdgeRestarts.shift();
-      if (recentEdgeRestarts.length >= EDGE_RESTARTS_PER_MINUTE) {
-        const reason = `the edge (wrangler dev) exited ${EDGE_RESTARTS_PER_MINUTE + 1} times within a minute (last: ${code ?? signal})`;
-        log(`[fleet] ${reason}: giving up on it`);
-        opts.onEdgeLost?.(reason);
-        return;
-      }
-      recentEdgeRestarts.push(now);
-      edgeRestarts++;
-      log(`[fleet] the edge (wrangler dev) exited on its own (${code ?? signal}); restarting it on the same port (wrangler dev exits when a client hangs up mid-upload: cloudflare/workers-sdk#15203)`);
-      edge = spawnEdge();
-      watchEdge(edge);
-      edgeServing(edge, "wrangler dev (after a crash)").then(
-        () => log("[fleet] the edge is serving again"),
-        (e: unknown) => log(`[fleet] the edge did not come back: ${(e as Error).message}`),
-      );
+      if (!watchingEdge || stopped || p !== edge) return;
+      const reason = `the edge process exited on its own (${code ?? signal})`;
+      log(`[fleet] ${reason}`);
+      opts.onEdgeLost?.(reason);
     });
   };
-  const inspectorArg = wranglerArgs.indexOf("--inspector-port") + 1;
 
   const workers: FleetWorker[] = [];
   const startWorker = async (i: number, extraArgs: string[] = [], ports?: [number, number, number]): Promise<FleetWorker> => {
@@ -466,19 +415,9 @@ async function buildFleet(opts: FleetOptions, life: FleetLife): Promise<Fleet> {
   };
   for (let i = 0; i < n; i++) workers.push(await startWorker(i));
 
-  try {
-    await edgeServing(edge, "wrangler dev");
-  } catch (err) {
-    // A port taken by another process between our probe and wrangler's bind makes wrangler exit at
-    // once; one more start with a fresh inspector port covers that race. Anything else fails again.
-    if (edge.exitCode === null) throw err;
-    log(`[fleet] ${(err as Error).message}; starting wrangler dev once more`);
-    wranglerArgs[inspectorArg] = String(await freePort());
-    edge = spawnEdge();
-    await edgeServing(edge, "wrangler dev (second start)");
-  }
+  await edgeServing(edge, "the edge");
   watchEdge(edge);
-  superviseEdge = true;
+  watchingEdge = true;
 
   const relayArgsOf = workers.map((_, i) => opts.relayArgs?.[i] ?? []);
   // Each relay keeps its view of its worker here, so a restarted relay resumes it (docs/relay.md).
@@ -555,12 +494,7 @@ async function buildFleet(opts: FleetOptions, life: FleetLife): Promise<Fleet> {
 
   return {
     edgeUrl,
-    get edgeRestarts() {
-      return edgeRestarts;
-    },
-    get inspectorPort() {
-      return Number(wranglerArgs[inspectorArg]);
-    },
+    inspectorPort,
     mediaUrl,
     decodeUrl,
     decoder,
@@ -615,13 +549,13 @@ async function buildFleet(opts: FleetOptions, life: FleetLife): Promise<Fleet> {
       signalGroup(decodeProc, "SIGCONT");
     },
     async restartEdge() {
-      superviseEdge = false;
+      watchingEdge = false;
       await stopProc(edge, "SIGTERM");
       if (stopped) throw new Error("the fleet was stopped during restartEdge");
       edge = spawnEdge();
       watchEdge(edge);
-      superviseEdge = true;
-      await edgeServing(edge, "wrangler dev (restart)");
+      watchingEdge = true;
+      await edgeServing(edge, "the edge (restart)");
     },
     processes() {
       const out: { name: string; pid: number }[] = [];
@@ -638,13 +572,13 @@ async function buildFleet(opts: FleetOptions, life: FleetLife): Promise<Fleet> {
     },
     async stop() {
       stopped = true;
-      superviseEdge = false;
+      watchingEdge = false;
       await life.end();
       if (mediaServer) await new Promise<void>((r) => mediaServer!.close(() => r()));
       if (ownsPersist) rmSync(persistTo, { recursive: true, force: true });
-      secretsFile.remove();
+      localEdge.remove();
       rmSync(relayStateDir, { recursive: true, force: true });
-      process.removeListener("exit", secretsFile.remove);
+      process.removeListener("exit", localEdge.remove);
     },
   };
 }

@@ -1,10 +1,11 @@
 /**
  * Edge isolate heap under a long multi-turn load (issue #18): C clients run 4-turn conversations on
- * shared system prompts through `wrangler dev` and the simulated fleet until N requests are done;
- * every `sampleEvery` requests the edge isolate is garbage-collected and its V8 heap read through
- * wrangler dev's inspector (`HeapProfiler.collectGarbage`, then `Runtime.getHeapUsage`: workerd has
- * no process.memoryUsage). wrangler dev runs the routing-index Durable Objects in the same isolate,
- * so the figure is edge + index together (the index is itself bounded by its block budget).
+ * shared system prompts through the local edge (scripts/local-edge.ts) and the simulated fleet until
+ * N requests are done; every `sampleEvery` requests the edge isolate is garbage-collected and its V8
+ * heap read through the inspector the fleet opens on request (`HeapProfiler.collectGarbage`, then
+ * `Runtime.getHeapUsage`: workerd has no process.memoryUsage). The routing-index Durable Objects
+ * run in the same isolate, so the figure is edge + index together (the index is itself bounded by
+ * its block budget).
  *
  *   node scripts/soak-heap.ts [--requests 50000] [--clients 16] [--workers 2] [--sample-every 1000]
  *        [--bound-mb 64] [--out bench/results/soak-heap]   → soak-heap.json + soak-heap.svg
@@ -24,7 +25,7 @@ export interface HeapSample {
   /** V8 heap in use after a full GC (bytes). */
   heapUsed: number;
   heapTotal: number;
-  /** RSS of wrangler dev's whole process group (its runtime included), for comparison. */
+  /** RSS of the edge's whole process group (the Miniflare host and its workerd), for comparison. */
   edgeRss: number;
 }
 
@@ -84,7 +85,7 @@ export class RestartTap {
   };
 }
 
-/** A V8 inspector session on wrangler dev's `--inspector-port`. */
+/** A V8 inspector session on the edge's inspector port (Fleet.inspectorPort). */
 export class IsolateInspector {
   #ws: WebSocket;
   #id = 0;
@@ -149,8 +150,10 @@ const SYSTEMS = Array.from({ length: 8 }, (_, i) => `You are assistant #${i}. ${
 
 /** Drives the load and samples the isolate's heap; the fleet is the caller's. */
 export async function runHeapSoak(fleet: Fleet, o: HeapSoakOptions): Promise<HeapSoakResult> {
-  let inspector = await IsolateInspector.connect(fleet.inspectorPort);
-  // wrangler's inspector proxy may not answer the first calls of a session: retry on a fresh one.
+  const port = fleet.inspectorPort;
+  if (port === null) throw new Error("runHeapSoak: start the fleet with `inspector: true`");
+  let inspector = await IsolateInspector.connect(port);
+  // Miniflare's inspector proxy may not answer the first calls of a session: retry on a fresh one.
   for (let attempt = 0; ; attempt++) {
     try {
       await fetch(`${fleet.edgeUrl}/healthz`);
@@ -159,7 +162,7 @@ export async function runHeapSoak(fleet: Fleet, o: HeapSoakOptions): Promise<Hea
     } catch (e) {
       inspector.close();
       if (attempt >= 5) throw e;
-      inspector = await IsolateInspector.connect(fleet.inspectorPort);
+      inspector = await IsolateInspector.connect(port);
     }
   }
   const started = performance.now();
@@ -248,7 +251,7 @@ export function heapSvg(r: HeapSoakResult, boundBytes: number, title: string): s
     `<text x="${W - R}" y="${y(boundBytes) - 6}" text-anchor="end" fill="#c00">bound ${mb(boundBytes)} MB</text>`,
     ...r.indexRestarts.map((n) => `<line x1="${x(n)}" x2="${x(n)}" y1="${T}" y2="${H - B}" stroke="#999" stroke-dasharray="2 3"/>`),
     `<polyline points="${pts}" fill="none" stroke="#1f6feb" stroke-width="2"/>`,
-    r.indexRestarts.length ? `<text x="${L + 8}" y="${H - B - 8}" fill="#666">dotted: the index object restarted under wrangler dev (relays resynced)</text>` : "",
+    r.indexRestarts.length ? `<text x="${L + 8}" y="${H - B - 8}" fill="#666">dotted: the index object restarted (relays resynced)</text>` : "",
     `<text x="${L + 8}" y="${T + 14}" fill="#1f6feb">isolate heap after GC (edge + index objects), peak ${mb(r.peakHeap)} MB</text>`,
     `</svg>`,
   ].join("\n");
@@ -267,7 +270,7 @@ async function main(): Promise<void> {
   });
   const bound = Number(values["bound-mb"]) * 1048576;
   const restarts = new RestartTap();
-  const fleet = await startFleet({ workers: Number(values.workers), timingPreset: "instant", log: restarts.sink });
+  const fleet = await startFleet({ workers: Number(values.workers), timingPreset: "instant", inspector: true, log: restarts.sink });
   try {
     const r = await runHeapSoak(fleet, {
       restarts,

@@ -1,7 +1,7 @@
 /**
  * `npm start`: the edge API with a local simulated fleet — 2 SGLang simulators with their relays,
- * the regional decode service, a local media server with sample media, and the edge under
- * `wrangler dev` — all on 127.0.0.1. Needs nothing beyond `npm ci`: without a native ffmpeg the
+ * the regional decode service, a local media server with sample media, and the edge Worker served by
+ * Miniflare (scripts/local-edge.ts) — all on 127.0.0.1. Needs nothing beyond `npm ci`: without a native ffmpeg the
  * sample media are made, and videos probed, by ffmpeg's wasm build (@ffmpeg/core).
  * Ctrl-C (or SIGTERM) stops everything; so does this process dying any other way (the fleet's
  * children are tied to it, see scripts/local-fleet.ts).
@@ -52,7 +52,7 @@ async function sampleMedia(): Promise<string> {
 }
 
 const media = await sampleMedia();
-console.log(`kvedge: starting ${workers} simulated SGLang workers, their relays, the decode service, a media server and the edge (wrangler dev) on 127.0.0.1:${port} ...`);
+console.log(`kvedge: starting ${workers} simulated SGLang workers, their relays, the decode service, a media server and the edge (Miniflare) on 127.0.0.1:${port} ...`);
 try {
   fleet = await startFleet({
     workers,

@@ -1,6 +1,6 @@
 /**
  * The short CI variant of the edge heap soak (scripts/soak-heap.ts; the 50k-request run and its
- * curve are in docs/reliability.md): multi-turn load through wrangler dev, the isolate's V8 heap
+ * curve are in docs/reliability.md): multi-turn load through the local edge, the isolate's V8 heap
  * read after a full GC through its inspector. Fails when the heap passes the stated bound (64 MB)
  * or a request fails.
  */
@@ -13,7 +13,7 @@ const BOUND = 64 * 1024 * 1024;
 
 let fleet: Fleet;
 beforeAll(async () => {
-  fleet = await startFleet({ workers: 2, timingPreset: "instant" });
+  fleet = await startFleet({ workers: 2, timingPreset: "instant", inspector: true });
 });
 afterAll(async () => {
   await fleet?.stop();
