@@ -1,0 +1,83 @@
+/**
+ * W3C Trace Context (Recommendation, https://www.w3.org/TR/trace-context/): the `traceparent`
+ * header, `version-traceid-parentid-flags` in lower-case hex. The edge continues a client's valid
+ * trace or starts one, and is one span of it: its own span id goes to every call it makes (the
+ * worker's /generate, the media store), so each hop's logs name the same trace id.
+ *
+ * Parsing follows the spec's rules: version 00 is exactly 55 characters; a higher version (not ff)
+ * is read by its first four fields when the 56th character is absent or a dash; trace id and
+ * parent id must not be all zeros; anything else is no context (a new trace is started). What
+ * goes out is version 00 with only the flag that version defines (sampled), others set to zero.
+ */
+
+const HEADER = /^([0-9a-f]{2})-([0-9a-f]{32})-([0-9a-f]{16})-([0-9a-f]{2})/;
+const VERSION_00_LENGTH = 55;
+const SAMPLED = 0x01;
+const ALL_ZEROS = /^0+$/;
+
+/** A received `traceparent`: the caller's trace, and its span (our parent). */
+export interface TraceParent {
+  traceId: string;
+  parentId: string;
+  /** The trace-flags byte as received. */
+  flags: number;
+}
+
+/** The edge's span of a trace: what goes out in `traceparent` and back in `traceresponse`. */
+export interface EdgeTrace {
+  traceId: string;
+  /** The edge's own span id (a parent id to the calls it makes). */
+  spanId: string;
+  /** The client's span, when the client sent a valid `traceparent`; null when the edge started the trace. */
+  parentId: string | null;
+  sampled: boolean;
+  /** `traceparent` for the edge's outgoing calls: version 00, this trace, the edge's span. */
+  header: string;
+}
+
+/** A `traceparent` value, or null when it is absent or invalid by the spec's parsing rules. */
+export function parseTraceparent(value: string | null | undefined): TraceParent | null {
+  if (!value) return null;
+  const m = HEADER.exec(value);
+  if (!m) return null;
+  const version = m[1]!, traceId = m[2]!, parentId = m[3]!, flags = m[4]!;
+  if (version === "ff") return null;
+  if (version === "00" ? value.length !== VERSION_00_LENGTH : value.length > VERSION_00_LENGTH && value[VERSION_00_LENGTH] !== "-") return null;
+  if (ALL_ZEROS.test(traceId) || ALL_ZEROS.test(parentId)) return null;
+  return { traceId, parentId, flags: parseInt(flags, 16) };
+}
+
+/** A version-00 `traceparent`. */
+export function formatTraceparent(traceId: string, spanId: string, sampled: boolean): string {
+  return `00-${traceId}-${spanId}-${sampled ? "01" : "00"}`;
+}
+
+/** Fills a buffer with random bytes (crypto.getRandomValues by default). */
+export type RandomBytes = (bytes: Uint8Array) => void;
+
+const cryptoRandom: RandomBytes = (b) => {
+  crypto.getRandomValues(b);
+};
+
+/** `n` random bytes as lower-case hex, never all zeros (an invalid id). */
+function randomId(n: number, random: RandomBytes): string {
+  const b = new Uint8Array(n);
+  do random(b);
+  while (b.every((x) => x === 0));
+  let s = "";
+  for (const x of b) s += x.toString(16).padStart(2, "0");
+  return s;
+}
+
+/**
+ * The edge's span for a request carrying `incoming` (its `traceparent` header, or null): the
+ * client's trace when valid, else a new random trace. A new trace is marked sampled: the edge
+ * records every request's trace id with its routing receipt.
+ */
+export function startEdgeTrace(incoming: string | null, random: RandomBytes = cryptoRandom): EdgeTrace {
+  const parent = parseTraceparent(incoming);
+  const traceId = parent?.traceId ?? randomId(16, random);
+  const spanId = randomId(8, random);
+  const sampled = parent ? (parent.flags & SAMPLED) !== 0 : true;
+  return { traceId, spanId, parentId: parent?.parentId ?? null, sampled, header: formatTraceparent(traceId, spanId, sampled) };
+}

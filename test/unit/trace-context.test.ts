@@ -1,0 +1,95 @@
+/**
+ * W3C traceparent parsing and the edge's span (src/util/trace-context.ts), against the spec's
+ * parsing rules: https://www.w3.org/TR/trace-context/#traceparent-header.
+ */
+import fc from "fast-check";
+import { describe, expect, it } from "vitest";
+import { formatTraceparent, parseTraceparent, startEdgeTrace, type RandomBytes } from "../../src/util/trace-context.ts";
+
+const TRACE = "4bf92f3577b34da6a3ce929d0e0e4736";
+const SPAN = "00f067aa0ba902b7";
+const VALID = `00-${TRACE}-${SPAN}-01`;
+
+/** Random bytes from a fixed list of fills, in order (then the last one again). */
+function scripted(...fills: number[]): RandomBytes {
+  let i = 0;
+  return (b) => {
+    b.fill(fills[Math.min(i++, fills.length - 1)]!);
+  };
+}
+
+describe("parseTraceparent", () => {
+  it("reads a version-00 header", () => {
+    expect(parseTraceparent(VALID)).toEqual({ traceId: TRACE, parentId: SPAN, flags: 1 });
+    expect(parseTraceparent(`00-${TRACE}-${SPAN}-00`)).toEqual({ traceId: TRACE, parentId: SPAN, flags: 0 });
+  });
+
+  it.each([
+    ["absent", null],
+    ["empty", ""],
+    ["upper-case hex", `00-${TRACE.toUpperCase()}-${SPAN}-01`],
+    ["all-zero trace id", `00-${"0".repeat(32)}-${SPAN}-01`],
+    ["all-zero parent id", `00-${TRACE}-${"0".repeat(16)}-01`],
+    ["version ff", `ff-${TRACE}-${SPAN}-01`],
+    ["version 00 with more after it", `${VALID}-extra`],
+    ["short trace id", `00-${TRACE.slice(1)}-${SPAN}-01`],
+    ["long parent id", `00-${TRACE}-${SPAN}0-01`],
+    ["one-digit flags", `00-${TRACE}-${SPAN}-1`],
+    ["non-hex", `00-${TRACE.replace("4", "g")}-${SPAN}-01`],
+    ["two headers joined by a comma", `${VALID}, 00-${"1".repeat(32)}-${SPAN}-01`],
+    ["leading space", ` ${VALID}`],
+    ["a future version glued to more text", `cc-${TRACE}-${SPAN}-01x`],
+    ["one-digit version", `0-${TRACE}-${SPAN}-01`],
+  ])("refuses %s", (_why, value) => {
+    expect(parseTraceparent(value)).toBeNull();
+  });
+
+  it("reads a higher version by its first four fields", () => {
+    expect(parseTraceparent(`cc-${TRACE}-${SPAN}-09`)).toEqual({ traceId: TRACE, parentId: SPAN, flags: 9 });
+    expect(parseTraceparent(`cc-${TRACE}-${SPAN}-01-what-the-future-will-be-like`)).toEqual({ traceId: TRACE, parentId: SPAN, flags: 1 });
+  });
+
+  it("reads back whatever formatTraceparent writes", () => {
+    const hex = (n: number) => fc.uint8Array({ minLength: n, maxLength: n }).filter((b) => b.some((x) => x !== 0)).map((b) => Buffer.from(b).toString("hex"));
+    fc.assert(
+      fc.property(hex(16), hex(8), fc.boolean(), (traceId, spanId, sampled) => {
+        expect(parseTraceparent(formatTraceparent(traceId, spanId, sampled))).toEqual({ traceId, parentId: spanId, flags: sampled ? 1 : 0 });
+      }),
+    );
+  });
+});
+
+describe("startEdgeTrace", () => {
+  it("continues a client's trace with a span of its own", () => {
+    const t = startEdgeTrace(VALID, scripted(0xab));
+    expect(t).toEqual({ traceId: TRACE, spanId: "ab".repeat(8), parentId: SPAN, sampled: true, header: `00-${TRACE}-${"ab".repeat(8)}-01` });
+  });
+
+  it("keeps the client's sampling decision and zeroes flags version 00 does not define", () => {
+    expect(startEdgeTrace(`00-${TRACE}-${SPAN}-00`).header).toMatch(/-00$/);
+    expect(startEdgeTrace(`00-${TRACE}-${SPAN}-03`).header).toMatch(/-01$/);
+    expect(startEdgeTrace(`cc-${TRACE}-${SPAN}-ff-more`).header).toMatch(new RegExp(`^00-${TRACE}-[0-9a-f]{16}-01$`));
+  });
+
+  it("starts a new sampled trace when the header is absent or invalid", () => {
+    for (const incoming of [null, `00-${"0".repeat(32)}-${SPAN}-01`, "garbage"]) {
+      const t = startEdgeTrace(incoming);
+      expect(t.parentId).toBeNull();
+      expect(t.sampled).toBe(true);
+      expect(t.traceId).toMatch(/^[0-9a-f]{32}$/);
+      expect(t.spanId).toMatch(/^[0-9a-f]{16}$/);
+      expect(t.traceId).not.toBe(TRACE);
+      expect(parseTraceparent(t.header)).toEqual({ traceId: t.traceId, parentId: t.spanId, flags: 1 });
+    }
+  });
+
+  it("draws fresh random ids each time, never all zeros", () => {
+    const a = startEdgeTrace(null), b = startEdgeTrace(null);
+    expect(a.traceId).not.toBe(b.traceId);
+    expect(a.spanId).not.toBe(b.spanId);
+    // A source that yields zeros first: the ids are drawn again.
+    const t = startEdgeTrace(null, scripted(0, 0x11, 0, 0x22));
+    expect(t.traceId).toBe("11".repeat(16));
+    expect(t.spanId).toBe("22".repeat(8));
+  });
+});
