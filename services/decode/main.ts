@@ -13,7 +13,10 @@
 import { readFileSync } from "node:fs";
 import { parseArgs } from "node:util";
 import { ZodError } from "zod";
+import { fileURLToPath } from "node:url";
+import { installLastResort } from "./last-resort.ts";
 import { startDecodeService } from "./server.ts";
+import { exitWithSupervisor, isSupervisedChild, supervise } from "./supervisor.ts";
 import type { DecodeServiceOptionsInput } from "./options.ts";
 
 const { values } = parseArgs({
@@ -36,9 +39,12 @@ const { values } = parseArgs({
     "idle-timeout-ms": { type: "string" },
     "store-dir": { type: "string" },
     "store-max-bytes": { type: "string" },
+    "store-max-items": { type: "string" },
+    "store-client-share": { type: "string" },
     "max-url-fresh-sec": { type: "string" },
     "host-map": { type: "string", multiple: true },
     "no-auth": { type: "boolean" },
+    "no-supervise": { type: "boolean" },
     verbose: { type: "boolean", short: "v" },
     help: { type: "boolean", short: "h" },
   },
@@ -51,9 +57,11 @@ if (values.help) {
       "  [--decoder native|wasm|auto] [--ffprobe-path ffprobe] [--concurrency N] [--warm-probes N] [--max-body-bytes N]\n" +
       "  [--max-fetch-bytes N] [--fetch-timeout-ms N] [--probe-timeout-ms N]\n" +
       "  [--allow HOST:PORT|CIDR ...  (local development only)] [--no-auth] [--verbose]\n" +
+      "  [--no-supervise  (serve in this process; default: a supervisor restarts the serving process when it dies)]\n" +
       "  [--max-downloads N] [--max-download-queue N] [--request-timeout-ms N] [--idle-timeout-ms N]\n" +
       "  [--client-share F  (most of the probe and download slots one edge client holds, 0 < F <= 1; default 0.5)]\n" +
-      "  [--store-dir DIR] [--store-max-bytes N] [--host-map NAME=ADDR ...  (static answers, still SSRF-checked)]\n" +
+      "  [--store-dir DIR] [--store-max-bytes N] [--store-max-items N] [--store-client-share F  (most of the store's bytes one client holds; default 0.25)]\n" +
+      "  [--host-map NAME=ADDR ...  (static answers, still SSRF-checked)]\n" +
       "  [--max-url-fresh-sec N  (reuse a URL's bytes without asking its origin for at most N s of its stated freshness; 0: always ask)]\n" +
       "  env: KVEDGE_MEDIA_URL_KEY or KVEDGE_MEDIA_URL_KEY_FILE (signed media URLs, shared with the edge)\n",
   );
@@ -88,6 +96,8 @@ opts.store = { urlKey };
 if (!urlKey) process.stderr.write("decode: no KVEDGE_MEDIA_URL_KEY: the media store will serve no worker URLs (every /v1/media request is refused)\n");
 if (values["store-dir"] !== undefined) opts.store.dir = values["store-dir"];
 if (values["store-max-bytes"] !== undefined) opts.store.maxTotalBytes = int(values["store-max-bytes"])!;
+if (values["store-max-items"] !== undefined) opts.store.maxItems = int(values["store-max-items"])!;
+if (values["store-client-share"] !== undefined) opts.store.clientShare = Number(values["store-client-share"]);
 if (values["host-map"]) {
   const map: Record<string, string[]> = {};
   for (const e of values["host-map"]) {
@@ -98,23 +108,34 @@ if (values["host-map"]) {
   opts.hostMap = map;
 }
 
-try {
-  const svc = await startDecodeService(opts);
-  process.stdout.write(JSON.stringify({ ready: true, url: svc.url, decoder: svc.decoder }) + "\n");
-  if (svc.decoder === "wasm" && opts.decoder !== "wasm") process.stderr.write("decode: no native ffprobe found: probing with ffmpeg's wasm build (@ffmpeg/core)\n");
-  let stopping = false;
-  const stop = (): void => {
-    if (stopping) return;
-    stopping = true;
-    void svc.close().then(() => process.exit(0));
-  };
-  process.on("SIGINT", stop);
-  process.on("SIGTERM", stop);
-} catch (err) {
-  if (err instanceof ZodError) {
-    process.stderr.write(`decode: bad options: ${err.issues.map((i) => `${i.path.join(".")}: ${i.message}`).join("; ")}\n`);
-  } else {
-    process.stderr.write(`decode: failed to start: ${(err as Error).stack ?? String(err)}\n`);
+// By default this process only supervises (supervisor.ts): a child with the same arguments serves.
+if (!isSupervisedChild() && values["no-supervise"] !== true) {
+  supervise({ script: fileURLToPath(import.meta.url), args: process.argv.slice(2), port: opts.port ?? 0, storeDir: opts.store.dir ?? null });
+} else {
+  if (isSupervisedChild()) exitWithSupervisor();
+  installLastResort((msg) => process.stderr.write(`decode: ${msg}\n`));
+  await serve();
+}
+
+async function serve(): Promise<void> {
+  try {
+    const svc = await startDecodeService(opts);
+    process.stdout.write(JSON.stringify({ ready: true, url: svc.url, decoder: svc.decoder }) + "\n");
+    if (svc.decoder === "wasm" && opts.decoder !== "wasm") process.stderr.write("decode: no native ffprobe found: probing with ffmpeg's wasm build (@ffmpeg/core)\n");
+    let stopping = false;
+    const stop = (): void => {
+      if (stopping) return;
+      stopping = true;
+      void svc.close().then(() => process.exit(0));
+    };
+    process.on("SIGINT", stop);
+    process.on("SIGTERM", stop);
+  } catch (err) {
+    if (err instanceof ZodError) {
+      process.stderr.write(`decode: bad options: ${err.issues.map((i) => `${i.path.join(".")}: ${i.message}`).join("; ")}\n`);
+    } else {
+      process.stderr.write(`decode: failed to start: ${(err as Error).stack ?? String(err)}\n`);
+    }
+    process.exit(1);
   }
-  process.exit(1);
 }

@@ -1,88 +1,203 @@
 /**
  * The regional media store's disk: files named by the SHA-256 of their bytes in one directory,
- * bounded by a per-item cap (enforced while spooling) and a total cap (least recently used items
- * are evicted first; a hit or a served read counts as a use). Content addressing makes a put
- * idempotent: the same bytes from two URLs are stored once. Files are unlinked on eviction; a read
- * already streaming keeps its open descriptor, so eviction never cuts a transfer.
+ * bounded by a per-item cap (enforced while spooling), a total of bytes and a count of items.
+ * Each item is charged to the client label that stored it (the edge's `x-kvedge-client`); a label
+ * holds at most `clientMaxBytes`, beyond which its own least recently used items go. When the
+ * whole store is over a cap, the items go from the owner holding the most (bytes, or items for the
+ * count cap), least recently used first: a client filling the store pays for it before anyone
+ * else, so one client cannot evict the media of tenants holding less than it. Unlabelled items
+ * (the edge knew no client) are one owner, not capped by `clientMaxBytes`.
+ * Content addressing makes a put idempotent: the same bytes from two URLs are stored once (charged
+ * to whoever stored them first). The owner is part of the file name (`<digest>@<label>`), so a
+ * restarted service re-indexes the directory with each item's owner, oldest first by mtime, and
+ * the caps hold again before it serves. Files are unlinked on eviction; a read already streaming
+ * keeps its open descriptor, so eviction never cuts a transfer.
  */
-import { mkdir, readdir, rename, unlink } from "node:fs/promises";
+import { mkdir, readdir, rename, stat, unlink } from "node:fs/promises";
 import path from "node:path";
+import { MediaTooLargeError } from "../../src/media/errors.ts";
 
 export interface MediaStoreStats {
   items: number;
   bytes: number;
   maxBytes: number;
+  maxItems: number;
+  /** Owners (client labels) holding items. */
+  owners: number;
   puts: number;
   dedups: number;
   evictions: number;
+  /** Items found on disk at start and kept (re-indexed within the caps). */
+  restored: number;
+}
+
+export interface MediaStoreLimits {
+  maxBytes: number;
+  maxItems: number;
+  /** Most bytes one labelled client holds. */
+  clientMaxBytes: number;
+}
+
+/** The owner of items stored without a client label. */
+const UNLABELLED = "";
+const FILE_NAME = /^([0-9a-f]{64})(?:@([A-Za-z0-9:._-]{1,80}))?$/;
+
+interface Owner {
+  bytes: number;
+  /** digest → size, least recently used first. */
+  items: Map<string, number>;
 }
 
 export class MediaStore {
-  private readonly items = new Map<string, number>(); // digest → size, in LRU order (oldest first)
+  private readonly owners = new Map<string, Owner>();
+  /** digest → owner label. */
+  private readonly ownerOf = new Map<string, string>();
   private total = 0;
   private puts = 0;
   private dedups = 0;
   private evictions = 0;
+  private restored = 0;
   readonly dir: string;
-  readonly maxBytes: number;
+  readonly limits: MediaStoreLimits;
 
-  private constructor(dir: string, maxBytes: number) {
+  private constructor(dir: string, limits: MediaStoreLimits) {
     this.dir = dir;
-    this.maxBytes = maxBytes;
+    this.limits = limits;
   }
 
-  /** Opens (creates) the directory. The index lives in memory: files left by an earlier run are removed, so the caps hold. */
-  static async open(dir: string, maxBytes: number): Promise<MediaStore> {
+  /** Opens (creates) the directory and re-indexes the items an earlier run stored there, within the caps. */
+  static async open(dir: string, limits: MediaStoreLimits): Promise<MediaStore> {
     await mkdir(dir, { recursive: true });
-    for (const name of await readdir(dir)) if (/^[0-9a-f]{64}$/.test(name)) await unlink(path.join(dir, name)).catch(() => {});
-    return new MediaStore(dir, maxBytes);
+    const store = new MediaStore(dir, limits);
+    const found = new Map<string, { owner: string; size: number; mtimeMs: number }>();
+    for (const name of await readdir(dir)) {
+      const m = FILE_NAME.exec(name);
+      if (!m) continue;
+      const s = await stat(path.join(dir, name)).catch(() => null);
+      if (!s?.isFile()) continue;
+      // Two files of one digest (two owners): one is kept, the other is a duplicate.
+      if (found.has(m[1]!)) await unlink(path.join(dir, name)).catch(() => {});
+      else found.set(m[1]!, { owner: m[2] ?? UNLABELLED, size: s.size, mtimeMs: s.mtimeMs });
+    }
+    for (const [digest, f] of [...found].sort((a, b) => a[1].mtimeMs - b[1].mtimeMs)) store.add(digest, f.owner, f.size);
+    for (const owner of [...store.owners.keys()]) await store.evictWithinQuota(owner, null);
+    await store.evictToCaps(null);
+    store.restored = store.ownerOf.size;
+    return store;
   }
 
-  private file(digest: string): string {
+  private file(digest: string, owner: string): string {
     if (!/^[0-9a-f]{64}$/.test(digest)) throw new TypeError("bad digest");
-    return path.join(this.dir, digest);
+    return path.join(this.dir, owner === UNLABELLED ? digest : `${digest}@${owner}`);
   }
 
   /** The stored file of `digest` (marked used), or null when absent or evicted. */
   use(digest: string): { path: string; size: number } | null {
-    const size = this.items.get(digest);
-    if (size === undefined) return null;
-    this.items.delete(digest);
-    this.items.set(digest, size);
-    return { path: this.file(digest), size };
+    const owner = this.ownerOf.get(digest);
+    if (owner === undefined) return null;
+    const o = this.owners.get(owner)!;
+    const size = o.items.get(digest)!;
+    o.items.delete(digest);
+    o.items.set(digest, size);
+    return { path: this.file(digest, owner), size };
   }
 
   has(digest: string): boolean {
-    return this.items.has(digest);
+    return this.ownerOf.has(digest);
   }
 
-  /** Moves a spooled file into the store under its digest, then evicts down to the total cap. */
-  async put(spooled: string, digest: string, size: number): Promise<void> {
+  /**
+   * Moves a spooled (and verified) file into the store under its digest, charged to `client`, then
+   * evicts down to that client's quota and to the store's caps. An item above either byte cap is refused.
+   */
+  async put(spooled: string, digest: string, size: number, client: string | null): Promise<void> {
     this.puts++;
-    if (this.items.has(digest)) {
+    if (this.ownerOf.has(digest)) {
       this.dedups++;
       this.use(digest);
       await unlink(spooled).catch(() => {});
       return;
     }
-    await rename(spooled, this.file(digest));
-    this.items.set(digest, size);
-    this.total += size;
-    await this.evict(digest);
+    const owner = client ?? UNLABELLED;
+    const cap = owner === UNLABELLED ? this.limits.maxBytes : Math.min(this.limits.maxBytes, this.limits.clientMaxBytes);
+    if (size > cap) {
+      await unlink(spooled).catch(() => {});
+      throw new MediaTooLargeError(cap, "url");
+    }
+    await rename(spooled, this.file(digest, owner));
+    this.add(digest, owner, size);
+    await this.evictWithinQuota(owner, digest);
+    await this.evictToCaps(digest);
   }
 
-  private async evict(keep: string): Promise<void> {
-    for (const [d, size] of this.items) {
-      if (this.total <= this.maxBytes) break;
-      if (d === keep) continue;
-      this.items.delete(d);
-      this.total -= size;
-      this.evictions++;
-      await unlink(this.file(d)).catch(() => {});
+  private add(digest: string, owner: string, size: number): void {
+    let o = this.owners.get(owner);
+    if (!o) this.owners.set(owner, (o = { bytes: 0, items: new Map() }));
+    o.items.set(digest, size);
+    o.bytes += size;
+    this.ownerOf.set(digest, owner);
+    this.total += size;
+  }
+
+  private async remove(digest: string, owner: string): Promise<void> {
+    const o = this.owners.get(owner)!;
+    const size = o.items.get(digest)!;
+    o.items.delete(digest);
+    o.bytes -= size;
+    if (o.items.size === 0) this.owners.delete(owner);
+    this.ownerOf.delete(digest);
+    this.total -= size;
+    this.evictions++;
+    await unlink(this.file(digest, owner)).catch(() => {});
+  }
+
+  /** Oldest item of `owner` other than `keep`, or null. */
+  private oldest(owner: string, keep: string | null): string | null {
+    for (const d of this.owners.get(owner)?.items.keys() ?? []) if (d !== keep) return d;
+    return null;
+  }
+
+  private async evictWithinQuota(owner: string, keep: string | null): Promise<void> {
+    if (owner === UNLABELLED) return;
+    for (;;) {
+      const o = this.owners.get(owner);
+      if (!o || o.bytes <= this.limits.clientMaxBytes) return;
+      const d = this.oldest(owner, keep);
+      if (d === null) return;
+      await this.remove(d, owner);
+    }
+  }
+
+  /** Over a cap: the owner holding the most (bytes, or items) gives up its least recently used item. */
+  private async evictToCaps(keep: string | null): Promise<void> {
+    for (;;) {
+      const overBytes = this.total > this.limits.maxBytes;
+      if (!overBytes && this.ownerOf.size <= this.limits.maxItems) return;
+      let victim: string | null = null;
+      let most = -1;
+      for (const [label, o] of this.owners) {
+        const held = overBytes ? o.bytes : o.items.size;
+        if (held > most && this.oldest(label, keep) !== null) {
+          most = held;
+          victim = label;
+        }
+      }
+      if (victim === null) return;
+      await this.remove(this.oldest(victim, keep)!, victim);
     }
   }
 
   get stats(): MediaStoreStats {
-    return { items: this.items.size, bytes: this.total, maxBytes: this.maxBytes, puts: this.puts, dedups: this.dedups, evictions: this.evictions };
+    return {
+      items: this.ownerOf.size,
+      bytes: this.total,
+      maxBytes: this.limits.maxBytes,
+      maxItems: this.limits.maxItems,
+      owners: this.owners.size,
+      puts: this.puts,
+      dedups: this.dedups,
+      evictions: this.evictions,
+      restored: this.restored,
+    };
   }
 }

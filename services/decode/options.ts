@@ -44,12 +44,19 @@ export const DecodeServiceOptionsSchema = z
      * probed by it (routing falls back).
      */
     wasmMaxMediaBytes: z.number().int().positive().default(192 * 1024 * 1024),
-    /** The regional media store (content-addressed by SHA-256, LRU by bytes). */
+    /** The regional media store (content-addressed by SHA-256; LRU by bytes per client, media-store.ts). */
     store: z
       .strictObject({
-        /** Directory of the stored files (default: a fresh temp directory, removed on close). */
+        /** Directory of the stored files, re-indexed at start (default: a fresh temp directory, removed on close). */
         dir: z.string().min(1).nullable().default(null),
         maxTotalBytes: z.number().int().positive().default(4 * 1024 * 1024 * 1024),
+        /** Most items stored at once (also bounds the re-index of a directory at start). */
+        maxItems: z.number().int().positive().max(10_000_000).default(100_000),
+        /**
+         * Largest fraction of maxTotalBytes one client label's stored media may hold (media-store.ts);
+         * past it, that client's own least recently used items go. 1: no quota.
+         */
+        clientShare: z.number().gt(0).max(1).default(0.25),
         /** HMAC key shared with the edge for `/v1/media/<digest>?exp&sig` (null: the store serves nothing). */
         urlKey: z.string().min(32).nullable().default(null),
         /** Signatures claiming a longer life than this are refused. */

@@ -28,7 +28,7 @@ import {
   httpStatusOf,
 } from "../../src/api/errors.ts";
 import { timingSafeEqualString } from "../../src/util/constant-time.ts";
-import { MediaError, MediaTooLargeError, isMediaError } from "../../src/media/errors.ts";
+import { MediaError, MediaTooLargeError } from "../../src/media/errors.ts";
 import { readImageHeader } from "../../src/media/image-header.ts";
 import { ProbeRequestSchema, type ProbeResult } from "../../src/media/probe-result.ts";
 import { SafeFetcher, type FetchLike, type Resolver } from "../../src/media/safe-fetch.ts";
@@ -37,6 +37,7 @@ import { StoreRequestSchema, type StoreResult } from "../../src/media/store-resu
 import { initHashing } from "../../src/util/hash.ts";
 import { CancellableFlight, LruCache, QueueFullError } from "./concurrency.ts";
 import { FairSlots, type SlotClaim } from "./fair-slots.ts";
+import { inRequestScope } from "./last-resort.ts";
 import type { ScanResult } from "./ffprobe-scan.ts";
 import { spoolToFile } from "./media-file.ts";
 import { MediaStore, type MediaStoreStats } from "./media-store.ts";
@@ -101,6 +102,9 @@ interface Stored {
   cache: CacheOutcome;
 }
 
+/** A download's outcome: the origin confirmed a stored item (304), or new bytes wait in a temp file to be verified. */
+type Fetched = { stored: Stored } | { spooled: { file: string; entry: UrlEntry } };
+
 const MAX_JSON_BODY = 1 << 20;
 /** Image headers sit at the start (JPEG APPn segments can push them back a few MiB). */
 const MAX_HEADER_BYTES = 4 << 20;
@@ -138,7 +142,11 @@ export async function startDecodeService(input: DecodeServiceOptionsInput = {}, 
   const resolve: Resolver = async (host) => hostMap.get(stripTrailing(host.toLowerCase(), ".")) ?? baseResolve(host);
   const fetcher = new SafeFetcher(opts.fetch, { fetch: deps.fetch ?? pinnedFetch, resolve });
   const tmp = await mkdtemp(path.join(opts.tmpDir, "kvedge-decode-"));
-  const store = await MediaStore.open(opts.store.dir ?? path.join(tmp, "store"), opts.store.maxTotalBytes);
+  const store = await MediaStore.open(opts.store.dir ?? path.join(tmp, "store"), {
+    maxBytes: opts.store.maxTotalBytes,
+    maxItems: opts.store.maxItems,
+    clientMaxBytes: Math.floor(opts.store.maxTotalBytes * opts.store.clientShare),
+  });
   const urlKey = opts.store.urlKey ? await importMediaUrlKey(opts.store.urlKey) : null;
   // Shared by clients (fair-slots.ts): no client holds more than its share of either.
   const probes = new FairSlots({ limit: opts.concurrency, maxQueue: opts.maxQueue, share: opts.clientShare });
@@ -254,8 +262,8 @@ export async function startDecodeService(input: DecodeServiceOptionsInput = {}, 
     return { result: await promise, cache: shared ? "shared" : "miss" };
   }
 
-  /** One download of a client URL into the store (conditional when the URL's validators are known). */
-  async function download(url: string, client: string | null, signal: AbortSignal): Promise<Stored> {
+  /** One download of a client URL (conditional when the URL's validators are known): the stored item it confirms, or a spooled file to verify. */
+  async function download(url: string, client: string | null, signal: AbortSignal): Promise<Fetched> {
     return inSlot(downloads, waitingDownloads, url, client, signal, async () => {
       stats.downloadsPeak = Math.max(stats.downloadsPeak, downloads.inUse);
       const known = byUrl.get(url);
@@ -291,7 +299,7 @@ export async function startDecodeService(input: DecodeServiceOptionsInput = {}, 
     return left > 0 ? performance.now() + left : 0;
   }
 
-  async function transferInto(url: string, known: UrlEntry | undefined, headers: Record<string, string>, signal: AbortSignal): Promise<Stored> {
+  async function transferInto(url: string, known: UrlEntry | undefined, headers: Record<string, string>, signal: AbortSignal): Promise<Fetched> {
     const sentAt = Date.now();
     const res = await fetcher.open(url, { headers, param: "url", signal });
     const arrivedAt = Date.now();
@@ -301,7 +309,7 @@ export async function startDecodeService(input: DecodeServiceOptionsInput = {}, 
         store.use(known.digest);
         known.freshness = fieldsAfter304(known.freshness, freshnessFieldsOf(res.headers));
         known.freshUntil = reuseUntil(known.freshness, res.redirects, sentAt, arrivedAt);
-        return { digest: known.digest, byteLength: known.byteLength, cache: "revalidated" };
+        return { stored: { digest: known.digest, byteLength: known.byteLength, cache: "revalidated" } };
       }
       // Evicted while the conditional request was in flight: fetch in full.
       await res.body.cancel().catch(() => {});
@@ -311,28 +319,62 @@ export async function startDecodeService(input: DecodeServiceOptionsInput = {}, 
     const file = tmpPath();
     try {
       const s = await spoolToFile(res.body, file, opts.fetch.maxBytes, { idleMs: opts.idleTimeoutMs, signal });
-      await store.put(file, s.contentDigest, s.byteLength);
-      const etag = res.headers.get("etag");
-      const lastModified = res.headers.get("last-modified");
       const freshness = freshnessFieldsOf(res.headers);
-      const until = reuseUntil(freshness, res.redirects, sentAt, arrivedAt);
-      // Kept when the bytes can be reused as they are (fresh) or confirmed by a conditional request.
-      if (etag || lastModified || until > 0) byUrl.set(url, { etag, lastModified, freshness, freshUntil: until, digest: s.contentDigest, byteLength: s.byteLength });
-      else byUrl.delete(url);
-      return { digest: s.contentDigest, byteLength: s.byteLength, cache: "miss" };
-    } finally {
+      const entry: UrlEntry = {
+        etag: res.headers.get("etag"),
+        lastModified: res.headers.get("last-modified"),
+        freshness,
+        freshUntil: reuseUntil(freshness, res.redirects, sentAt, arrivedAt),
+        digest: s.contentDigest,
+        byteLength: s.byteLength,
+      };
+      return { spooled: { file, entry } };
+    } catch (e) {
       await unlink(file).catch(() => {});
+      throw e;
     }
   }
 
-  async function storeUrl(url: string, caller: Caller): Promise<Stored> {
+  /**
+   * Checks spooled bytes are the media they were sent as (an image's header; a video's probe,
+   * whose result is then cached by digest) before anything is stored: junk refused with a 400
+   * takes no room from anyone.
+   */
+  async function verifySpooled(file: string, digest: string, byteLength: number, kind: "image" | "video", caller: Caller): Promise<void> {
+    if (kind === "image") {
+      await imageOf(file, byteLength);
+      return;
+    }
+    if (byteLength === 0) throw new MediaError("truncated", "Video is empty.", "url");
+    // The probe may outlive this caller (another may join it): it reads a link of its own.
+    const own = tmpPath();
+    await link(file, own);
+    await probeFile(digest, byteLength, own, caller, true);
+  }
+
+  async function storeUrl(url: string, kind: "image" | "video", caller: Caller): Promise<Stored> {
     const known = byUrl.get(url);
     if (known && performance.now() < known.freshUntil && store.has(known.digest)) {
       stats.fresh++;
       store.use(known.digest);
       return { digest: known.digest, byteLength: known.byteLength, cache: "fresh" };
     }
-    const { promise, shared } = urlFlight.do(url, (s) => download(url, caller.client, s), caller.signal);
+    // One flight per URL and kind: the bytes are verified as that kind before they are stored.
+    const { promise, shared } = urlFlight.do(`${kind} ${url}`, async (s) => {
+      const got = await download(url, caller.client, s);
+      if ("stored" in got) return got.stored;
+      const { file, entry } = got.spooled;
+      try {
+        await verifySpooled(file, entry.digest, entry.byteLength, kind, { client: caller.client, signal: s });
+        await store.put(file, entry.digest, entry.byteLength, caller.client);
+      } finally {
+        await unlink(file).catch(() => {});
+      }
+      // Kept when the bytes can be reused as they are (fresh) or confirmed by a conditional request.
+      if (entry.etag || entry.lastModified || entry.freshUntil > 0) byUrl.set(url, entry);
+      else byUrl.delete(url);
+      return { digest: entry.digest, byteLength: entry.byteLength, cache: "miss" };
+    }, caller.signal);
     if (shared) {
       stats.shared++;
       // Still waiting for a slot: it may also start in this caller's share.
@@ -361,7 +403,7 @@ export async function startDecodeService(input: DecodeServiceOptionsInput = {}, 
     const f = store.use(stored.digest);
     if (!f) throw new NoWorkerAvailableError("The media store evicted the item before it was described; retry.");
     const base = { digest: stored.digest, byteLength: stored.byteLength, kind };
-    if (kind === "image") return { result: { ...base, image: await imageOf(f.path, f.size), probe: null, probeError: null }, cache: "miss" };
+    if (kind === "image") return { result: { ...base, image: await imageOf(f.path, f.size), probe: null }, cache: "miss" };
     // A probe to run may wait for a slot while the store evicts the file: it reads a link of its own
     // (the stored path itself where a link cannot be made, e.g. a store on another file system).
     const own = tmpPath();
@@ -371,13 +413,8 @@ export async function startDecodeService(input: DecodeServiceOptionsInput = {}, 
         () => true,
         () => false,
       ));
-    try {
-      const p = await probeFile(stored.digest, stored.byteLength, linked ? own : f.path, caller, linked);
-      return { result: { ...base, image: null, probe: p.result, probeError: null }, cache: p.cache };
-    } catch (e) {
-      if (!isMediaError(e)) throw e;
-      return { result: { ...base, image: null, probe: null, probeError: { reason: e.reason, message: e.message } }, cache: "miss" };
-    }
+    const p = await probeFile(stored.digest, stored.byteLength, linked ? own : f.path, caller, linked);
+    return { result: { ...base, image: null, probe: p.result }, cache: p.cache };
   }
 
   async function probeBytes(body: AsyncIterable<Uint8Array>, caller: Caller): Promise<{ result: ProbeResult; cache: CacheOutcome }> {
@@ -407,10 +444,15 @@ export async function startDecodeService(input: DecodeServiceOptionsInput = {}, 
     }
   }
 
-  function requireToken(req: http.IncomingMessage): void {
-    if (opts.token === null) return;
+  /** Does the request carry the edge's token (always true with allowNoAuth and no token)? */
+  function hasToken(req: http.IncomingMessage): boolean {
+    if (opts.token === null) return true;
     const m = /^Bearer\s+(\S+)\s*$/i.exec(req.headers.authorization ?? "");
-    if (!m || !timingSafeEqualString(m[1]!, opts.token)) throw new AuthenticationError("Decode service token required.");
+    return m !== null && timingSafeEqualString(m[1]!, opts.token);
+  }
+
+  function requireToken(req: http.IncomingMessage): void {
+    if (!hasToken(req)) throw new AuthenticationError("Decode service token required.");
   }
 
   async function serveMedia(url: URL, res: http.ServerResponse): Promise<void> {
@@ -442,6 +484,8 @@ export async function startDecodeService(input: DecodeServiceOptionsInput = {}, 
     const url = new URL(req.url ?? "/", "http://decode");
     if (url.pathname === "/healthz") {
       if (req.method !== "GET") throw new MethodNotAllowedError(["GET"]);
+      // Liveness for anyone; load and the store's contents (whether bytes are stored) for the edge's token only.
+      if (!hasToken(req)) return send(res, 200, { ok: true, decoder: prober.kind });
       send(res, 200, {
         ok: true,
         decoder: prober.kind,
@@ -471,7 +515,7 @@ export async function startDecodeService(input: DecodeServiceOptionsInput = {}, 
       if (type !== "application/json") throw new InvalidRequestError("Content-Type must be application/json ({url, kind}).");
       const parsed = StoreRequestSchema.safeParse(await readJson(req));
       if (!parsed.success) throw new InvalidRequestError('Body must be {"url": string, "kind": "image" | "video"}.', "url");
-      const stored = await storeUrl(parsed.data.url, caller);
+      const stored = await storeUrl(parsed.data.url, parsed.data.kind, caller);
       res.setHeader("x-cache", stored.cache);
       send(res, 200, (await describe(stored, parsed.data.kind, caller)).result);
       return;
@@ -480,11 +524,10 @@ export async function startDecodeService(input: DecodeServiceOptionsInput = {}, 
     if (type === "application/json") {
       const parsed = ProbeRequestSchema.safeParse(await readJson(req));
       if (!parsed.success) throw new InvalidRequestError("Body must be {\"url\": string}.", "url");
-      const stored = await storeUrl(parsed.data.url, caller);
+      const stored = await storeUrl(parsed.data.url, "video", caller);
       const d = await describe(stored, "video", caller);
-      if (!d.result.probe) throw new MediaError("unprobeable_media", d.result.probeError?.message ?? "Media could not be probed.");
       // A fresh download reports whether its probe was cached; otherwise the download's own outcome.
-      out = { result: d.result.probe, cache: stored.cache === "miss" ? d.cache : stored.cache };
+      out = { result: d.result.probe!, cache: stored.cache === "miss" ? d.cache : stored.cache };
     } else if (type === "application/octet-stream") {
       const len = Number(req.headers["content-length"] ?? NaN);
       if (Number.isFinite(len) && len > opts.maxBodyBytes) {
@@ -498,7 +541,21 @@ export async function startDecodeService(input: DecodeServiceOptionsInput = {}, 
     send(res, 200, out.result);
   }
 
-  const server = http.createServer((req, res) => {
+  const server = http.createServer((req, res) =>
+    inRequestScope(
+      (e) => {
+        log(`request failed outside its handler: ${(e as Error)?.stack ?? String(e)}`);
+        if (!res.headersSent) {
+          res.setHeader("connection", "close");
+          send(res, 500, errorBody(new InternalError()));
+        } else res.destroy();
+        req.destroy();
+      },
+      () => onRequest(req, res),
+    ),
+  );
+
+  function onRequest(req: http.IncomingMessage, res: http.ServerResponse): void {
     // One signal per request: the caller hanging up, or the request deadline.
     const ctrl = new AbortController();
     const deadline = setTimeout(() => ctrl.abort(new UpstreamTimeoutError(`The decode service gave up after ${opts.requestTimeoutMs} ms.`)), opts.requestTimeoutMs);
@@ -530,7 +587,7 @@ export async function startDecodeService(input: DecodeServiceOptionsInput = {}, 
       }
       send(res, httpStatusOf(err), errorBody(err));
     });
-  });
+  }
   server.requestTimeout = opts.requestTimeoutMs;
   server.headersTimeout = Math.min(opts.requestTimeoutMs, 30_000);
   server.keepAliveTimeout = 5_000;

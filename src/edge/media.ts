@@ -11,8 +11,10 @@
  *   videos are refused.
  * A URL the edge cannot turn into verified bytes is the client's 400 (OpenAI error shape), on
  * every path, whatever the routing outcome: a worker never receives a client URL, unless the
- * operator opted into `KVEDGE_FORWARD_CLIENT_URLS` (unsafe; the old behaviour). Identity failures
- * that leave the bytes usable (a video the decoder cannot read) only cost exact routing.
+ * operator opted into `KVEDGE_FORWARD_CLIENT_URLS` (unsafe; the old behaviour). A video the
+ * decoder cannot read is the client's 4xx too (workers get only media the store could verify);
+ * identity failures that leave the bytes usable (no frame rate, the store unreachable for a data:
+ * video) only cost exact routing.
  */
 import { MediaError, MediaStoreUnavailableError, MediaTooLargeError, isMediaError, type MediaErrorReason } from "../media/errors.ts";
 import { UpstreamError } from "../api/errors.ts";
@@ -73,7 +75,7 @@ export function storeSigner(publicUrl: string, key: Promise<CryptoKey>, ttlSec: 
 const MIME: Record<string, string> = { png: "image/png", jpeg: "image/jpeg", webp: "image/webp", gif: "image/gif", bmp: "image/bmp" };
 
 /** The store's refusals of the media itself keep their reason; its own trouble is named as such. */
-const STORE_REASONS = new Set<MediaErrorReason>(["bad_url", "bad_scheme", "blocked_address", "credentials_in_url", "too_many_redirects", "bad_redirect", "dns_failed", "fetch_failed", "http_status", "timeout", "unknown_format", "truncated", "corrupt", "too_many_pixels", "unsupported_format"]);
+const STORE_REASONS = new Set<MediaErrorReason>(["bad_url", "bad_scheme", "blocked_address", "credentials_in_url", "too_many_redirects", "bad_redirect", "dns_failed", "fetch_failed", "http_status", "timeout", "unknown_format", "truncated", "corrupt", "too_many_pixels", "unsupported_format", "unprobeable_media"]);
 
 function storeError(p: MediaPartRef, out: { reason: string; detail: string; status: number | null; code: string | null }): MediaError | MediaTooLargeError | MediaStoreUnavailableError {
   if (out.reason === "decode_media_rejected") {
@@ -110,6 +112,8 @@ async function resolveOne(p: MediaPartRef, deps: MediaDeps, call: Required<Decod
     if (d.bytes.length === 0) throw new MediaError("truncated", "Video is empty.", p.param);
     const digest = bytesToHex(sha256(d.bytes));
     const out = await deps.decode.probe({ bytes: d.bytes }, call);
+    // A video the decoder refuses is not forwarded: workers get only media the store could verify.
+    if (!out.ok && out.reason === "decode_media_rejected") throw new MediaError("unprobeable_media", `The video could not be probed: ${out.detail}`, p.param);
     if (!out.ok) return { kind: "video", forward, digest, metadata: null, unresolved: { reason: out.reason, detail: out.detail } };
     return videoItem(forward, digest, out.probe);
   }
@@ -132,7 +136,8 @@ async function resolveOne(p: MediaPartRef, deps: MediaDeps, call: Required<Decod
       if (!r.image) throw new MediaError("corrupt", "The media store returned no image size.", p.param);
       return { kind: "image", forward, digest: r.digest, metadata: { modality: "image", width: r.image.width, height: r.image.height }, unresolved: null };
     }
-    if (!r.probe) return { kind: "video", forward, digest: r.digest, metadata: null, unresolved: { reason: "unprobeable_video", detail: r.probeError?.message ?? "not probed" } };
+    // The store refuses a video it cannot probe (4xx); an answer without a probe is refused the same way.
+    if (!r.probe) throw new MediaError("unprobeable_media", "The media store returned no probe of the video.", p.param);
     return videoItem(forward, r.digest, r.probe);
   }
 

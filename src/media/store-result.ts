@@ -1,8 +1,9 @@
 /**
  * What the media store's `POST /v1/store` answers: the SHA-256 the bytes are stored under and
  * what the layout needs, computed from exactly those stored bytes (image size from the header,
- * video frames and fps from the probe). A video the decoder cannot read is still stored (the
- * worker gets it and decides); `probeError` then says why the edge cannot route it exactly.
+ * video frames and fps from the probe). Bytes are stored only once verified as the kind asked
+ * for: an image without a readable header, or a video the decoder cannot probe, is a 4xx and not
+ * stored, so `probe` is set for every video answered.
  */
 import { z } from "zod";
 import { ProbeResultSchema } from "./probe-result.ts";
@@ -19,6 +20,5 @@ export const StoreResultSchema = z.object({
   kind: z.enum(["image", "video"]),
   image: z.object({ width: z.number().int().nonnegative(), height: z.number().int().nonnegative(), format: z.string() }).nullable(),
   probe: ProbeResultSchema.nullable(),
-  probeError: z.object({ reason: z.string(), message: z.string() }).nullable(),
 });
 export type StoreResult = z.infer<typeof StoreResultSchema>;

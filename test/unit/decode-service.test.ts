@@ -281,8 +281,10 @@ describe("decode service", () => {
     const get = await fetch(`${svc.url}/v1/probe`);
     expect([get.status, get.headers.get("allow")]).toEqual([405, "POST"]);
     expect((await fetch(`${svc.url}/nope`)).status).toBe(404);
-    const h = (await (await fetch(`${svc.url}/healthz`)).json()) as { decoder: string; concurrency: number };
+    const h = (await (await fetch(`${svc.url}/healthz`, { headers: { authorization: `Bearer ${TOKEN}` } })).json()) as { decoder: string; concurrency: number };
     expect(h).toMatchObject({ ok: true, decoder: DECODER, concurrency: 2 });
+    // Without the edge's token: liveness only, nothing about load or what is stored.
+    expect(await (await fetch(`${svc.url}/healthz`)).json()).toEqual({ ok: true, decoder: DECODER });
   });
 
   it(`the wasm decoder gives the same answer as the service's (${DECODER})`, async () => {

@@ -84,6 +84,8 @@ afterAll(async () => {
 });
 
 const client = () => new DecodeClient({ url: svc.url, token: TOKEN });
+/** The store's statistics are for the edge's token only. */
+const admin = { headers: { authorization: `Bearer ${TOKEN}` } };
 const u = (p: string) => `http://127.0.0.1:${port}${p}`;
 
 describe("media store", () => {
@@ -166,7 +168,7 @@ describe("decode service download bounds (issue 13)", () => {
     );
     // 2 run, 2 wait, 2 are refused at once.
     await waitFor(() => hold.open === 2);
-    const h = (await (await fetch(`${svc.url}/healthz`)).json()) as { downloads: { inUse: number; waiting: number; limit: number } };
+    const h = (await (await fetch(`${svc.url}/healthz`, admin)).json()) as { downloads: { inUse: number; waiting: number; limit: number } };
     expect(h.downloads).toMatchObject({ limit: 2, inUse: 2 });
     const refused = (await Promise.race([Promise.all([calls[4], calls[5]]), sleep(2000).then(() => null)])) ?? [];
     expect(refused.filter((s) => s === 503).length + h.downloads.waiting).toBeGreaterThanOrEqual(2);
@@ -179,7 +181,7 @@ describe("decode service download bounds (issue 13)", () => {
     expect(hold.peak).toBe(2);
     expect(hold.closedEarly).toBe(2);
     expect(svc.stats.downloadsPeak).toBeLessThanOrEqual(2);
-    const after = (await (await fetch(`${svc.url}/healthz`)).json()) as { downloads: { inUse: number; waiting: number } };
+    const after = (await (await fetch(`${svc.url}/healthz`, admin)).json()) as { downloads: { inUse: number; waiting: number } };
     expect(after.downloads).toMatchObject({ inUse: 0, waiting: 0 });
     hold.release.splice(0);
   });
@@ -204,7 +206,7 @@ describe("decode service download bounds (issue 13)", () => {
     await waitFor(() => hold.open === 1);
     // Both of its calls in: one running, one waiting in its line.
     for (let i = 0; i < 200; i++) {
-      const q = (await (await fetch(`${svc.url}/healthz`)).json()) as { downloads: { waiting: number } };
+      const q = (await (await fetch(`${svc.url}/healthz`, admin)).json()) as { downloads: { waiting: number } };
       if (q.downloads.waiting === 1) break;
       await sleep(10);
     }
@@ -214,7 +216,7 @@ describe("decode service download bounds (issue 13)", () => {
     // Another client is not behind the first: its download starts while the hog's wait.
     const other = store("c-other", "/hold/other.png");
     await waitFor(() => hold.open === 2);
-    const h = (await (await fetch(`${svc.url}/healthz`)).json()) as { perClient: { downloads: number }; downloads: { inUse: number; waiting: number; clients: number } };
+    const h = (await (await fetch(`${svc.url}/healthz`, admin)).json()) as { perClient: { downloads: number }; downloads: { inUse: number; waiting: number; clients: number } };
     expect(h.perClient.downloads).toBe(1);
     expect(h.downloads).toMatchObject({ inUse: 2, waiting: 1, clients: 2 });
     // A bad label is refused before any work.
@@ -244,7 +246,7 @@ describe("decode service download bounds (issue 13)", () => {
     // The other client joins that download: it starts at once, in its own share.
     const other = call("c-other", "/hold/shared.png", ctrl.signal);
     await waitFor(() => hold.open === 2);
-    const h = (await (await fetch(`${svc.url}/healthz`)).json()) as { downloads: { inUse: number; waiting: number } };
+    const h = (await (await fetch(`${svc.url}/healthz`, admin)).json()) as { downloads: { inUse: number; waiting: number } };
     expect(h.downloads).toMatchObject({ inUse: 2, waiting: 0 });
     ctrl.abort();
     await Promise.all([hogHeld, hogShared, other]);
@@ -259,15 +261,15 @@ describe("decode service download bounds (issue 13)", () => {
     expect(Date.now() - t).toBeLessThan(5_000);
   });
 
-  it("the wasm decoder's memory cap: media above wasmMaxMediaBytes are stored but not probed by it", async () => {
+  it("the wasm decoder's memory cap: media above wasmMaxMediaBytes are not probed by it, refused and not stored", async () => {
     const s = await startDecodeService({ token: TOKEN, decoder: "wasm", concurrency: 1, wasmMaxMediaBytes: 1000, fetch: { allowlist: [`127.0.0.1:${port}`] }, store: { urlKey: KEY } });
     try {
       const out = await new DecodeClient({ url: s.url, token: TOKEN }).store(u("/b.png"), "video");
-      expect(out.ok).toBe(true);
-      if (!out.ok) return;
-      expect(out.result).toMatchObject({ digest: sha(imgB), probe: null, probeError: { reason: "unprobeable_media" } });
-      expect(out.result.probeError!.message).toMatch(/memory cap/);
+      expect(out).toMatchObject({ ok: false, status: 400, code: "media_unprobeable_media" });
+      if (out.ok) return;
+      expect(out.detail).toMatch(/memory cap/);
       expect(s.stats.probes).toBe(0);
+      expect(s.store().items).toBe(0);
     } finally {
       await s.close();
     }
