@@ -13,6 +13,7 @@ import { tmpdir } from "node:os";
 import { join, dirname } from "node:path";
 import { fileURLToPath } from "node:url";
 import { prepareLocalEdge } from "./local-edge.ts";
+import { deriveWorkerApiKey } from "../src/edge/worker-auth.ts";
 
 const ROOT = join(dirname(fileURLToPath(import.meta.url)), "..");
 const NODE = process.execPath;
@@ -67,6 +68,8 @@ export interface FleetWorker {
   relay: ChildProcess | null;
   /** The model directory this worker (and its relay) derive the contract from. */
   modelDir: string;
+  /** The worker's SGLang --api-key (the edge derives the same from KVEDGE_WORKER_KEY_SECRET and the URL). */
+  apiKey: string;
 }
 
 export interface Fleet {
@@ -344,7 +347,9 @@ async function buildFleet(opts: FleetOptions, life: FleetLife): Promise<Fleet> {
 
   const models = JSON.stringify([{ id: model, family, templateId: template, blockSize: pageSize }]);
   // The simulated workers speak plain http on 127.0.0.1: allow it for relay keys (development only).
-  const vars: Record<string, string> = { KVEDGE_MODELS: models, RELAY_SECRET: relaySecret, ADMIN_TOKEN: adminToken, KVEDGE_RELAY_ALLOW_HTTP: "1" };
+  // Each worker runs with its own --api-key, derived from this secret and its URL as the edge derives it.
+  const workerKeySecret = randomBytes(32).toString("hex");
+  const vars: Record<string, string> = { KVEDGE_MODELS: models, RELAY_SECRET: relaySecret, ADMIN_TOKEN: adminToken, KVEDGE_RELAY_ALLOW_HTTP: "1", KVEDGE_WORKER_KEY_SECRET: workerKeySecret };
   // Local development on 127.0.0.1: open API, routing headers shown, no rate limits (production
   // defaults are closed, admin-only headers, limits on; tests that need them pass opts.vars).
   Object.assign(vars, { KVEDGE_ACCESS: "public", KVEDGE_DEBUG_HEADERS: "on", KVEDGE_RATE_LIMIT: "off" });
@@ -401,17 +406,19 @@ async function buildFleet(opts: FleetOptions, life: FleetLife): Promise<Fleet> {
       "--model-dir", modelDir,
       // Locked down like a production worker: media only from the store (signed URLs) and data:.
       ...(opts.lockedDownWorkers !== false ? ["--locked-down-media", ...(decodeUrl ? ["--media-store", decodeUrl] : [])] : []),
+      "--api-key-env", "KVEDGE_SIM_API_KEY",
       ...(opts.workerArgs?.[i] ?? []),
       ...extraArgs,
     ];
     if (opts.timingPreset) args.push("--timing", opts.timingPreset);
-    const proc = spawn(NODE, args, { cwd: ROOT, detached: true, stdio: ["ignore", "pipe", "pipe"] });
+    const url = `http://127.0.0.1:${port}`;
+    const apiKey = await deriveWorkerApiKey(workerKeySecret, url);
+    const proc = spawn(NODE, args, { cwd: ROOT, detached: true, env: { ...process.env, KVEDGE_SIM_API_KEY: apiKey }, stdio: ["ignore", "pipe", "pipe"] });
     life.track(proc);
     pipeLogs(proc, id, log);
-    const url = `http://127.0.0.1:${port}`;
     await waitFor(async () => (await probe(`${url}/health`)).ok, 30_000, `worker ${id}`, proc);
     const md = extraArgs.lastIndexOf("--model-dir");
-    return { id, url, port, kvPort, replayPort, proc, relay: null, modelDir: md >= 0 ? extraArgs[md + 1]! : modelDir };
+    return { id, url, port, kvPort, replayPort, proc, relay: null, modelDir: md >= 0 ? extraArgs[md + 1]! : modelDir, apiKey };
   };
   for (let i = 0; i < n; i++) workers.push(await startWorker(i));
 
@@ -455,7 +462,7 @@ async function buildFleet(opts: FleetOptions, life: FleetLife): Promise<Fleet> {
         ...(relayArgsOf[workers.indexOf(w)] ?? []),
         ...extraArgs,
       ],
-      { cwd: ROOT, detached: true, env: { ...process.env, KVEDGE_RELAY_KEY: key }, stdio: ["ignore", "pipe", "pipe"] },
+      { cwd: ROOT, detached: true, env: { ...process.env, KVEDGE_RELAY_KEY: key, KVEDGE_WORKER_API_KEY: w.apiKey }, stdio: ["ignore", "pipe", "pipe"] },
     );
     life.track(relay);
     pipeLogs(relay, `relay-${w.id}`, log);

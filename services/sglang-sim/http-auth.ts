@@ -4,12 +4,13 @@
  * OPTIONS and any path starting with /health or /metrics pass; everything else, unknown paths
  * included, needs `Authorization: <scheme> <key>` with the scheme "bearer" in any case, the header
  * split at its first space and the rest compared in constant time; otherwise 401 {"error":"Unauthorized"}.
+ * The simulator's own /debug/* routes (no SGLang counterpart: instruments for tests) stay open.
  */
 import { timingSafeEqual } from "node:crypto";
 
 export function authorized(apiKey: string | null, method: string, path: string, authorization: string | undefined): boolean {
   if (apiKey === null || method === "OPTIONS") return true;
-  if (path.startsWith("/health") || path.startsWith("/metrics")) return true;
+  if (path.startsWith("/health") || path.startsWith("/metrics") || path.startsWith("/debug/")) return true;
   if (!authorization) return false;
   const space = authorization.indexOf(" ");
   if (space < 0 || authorization.slice(0, space).toLowerCase() !== "bearer") return false;

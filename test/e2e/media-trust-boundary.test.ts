@@ -212,7 +212,7 @@ describe("media trust boundary (issue 12)", () => {
     const w = fleet.workers[0]!;
     const r = await fetch(`${w.url}/generate`, {
       method: "POST",
-      headers: { "content-type": "application/json" },
+      headers: { "content-type": "application/json", authorization: `Bearer ${w.apiKey}` },
       body: JSON.stringify({ text: "<|vision_start|><|image_pad|><|vision_end|>hi", image_data: [`http://127.0.0.1:${trapPort}/x.png`], sampling_params: { max_new_tokens: 1 } }),
     });
     expect(r.status).toBe(400);

@@ -72,7 +72,7 @@ describe("relay restarted after its worker's replay buffer moved on", () => {
     // The index keeps its last copy of the worker's blocks, no longer synced.
     await waitUntil(async () => (await row(w.id))?.approximate === true, 10_000, async () => JSON.stringify(await row(w.id)));
     // More batches than the worker's replay buffer (8) holds, while nobody listens.
-    for (let k = 0; k < 14; k++) await direct(w.url, fleet.model, words(5000 + k, 200));
+    for (let k = 0; k < 14; k++) await direct(w, fleet.model, words(5000 + k, 200));
 
     const welcomes = tap.records(`relay-${w.id}`, "index_welcome").length;
     await fleet.startRelay(0);
@@ -105,13 +105,13 @@ describe("relay restarted after its worker's replay buffer moved on", () => {
     expect(hitRate).toBeGreaterThan(0.8);
 
     // The operator's choice: reset the worker's cache; the view is exact at once.
-    const flushed = await fetch(`${w.url}/flush_cache`, { method: "POST" });
+    const flushed = await fetch(`${w.url}/flush_cache`, { method: "POST", headers: { authorization: `Bearer ${w.apiKey}` } });
     expect(flushed.status).toBe(200);
     await waitUntil(async () => (await row(w.id))?.approximate === false, 10_000, async () => JSON.stringify(await row(w.id)));
     const exact = await honest(0);
     expect(exact).toMatchObject({ equal: true, approximate: false, synced: true });
     await ask(9001);
-    await direct(w.url, fleet.model, words(9002, 200));
+    await direct(w, fleet.model, words(9002, 200));
     await waitParity(fleet, 0, 15_000);
     figures.afterFlush = exact;
 
@@ -127,7 +127,7 @@ describe("relay restarted after its worker's replay buffer moved on", () => {
     await waitParity(fleet, 0);
     await sleep(1200);
     await fleet.killRelay(0);
-    for (let k = 0; k < 14; k++) await direct(w.url, fleet.model, words(7000 + k, 200));
+    for (let k = 0; k < 14; k++) await direct(w, fleet.model, words(7000 + k, 200));
     const welcomes2 = tap.records(`relay-${w.id}`, "index_welcome").length;
     await fleet.startRelay(0, ["--state-file", join(mkdtempSync(join(tmpdir(), "no-state-")), "none.json")]);
     await waitUntil(async () => tap.records(`relay-${w.id}`, "index_welcome").length > welcomes2, 30_000, () => "relay did not reconnect");

@@ -47,7 +47,7 @@ afterAll(async () => {
 const row = async (id: string): Promise<WorkerRow | undefined> => (await workerRows(fleet)).find((w) => w.workerId === id);
 let seed = 1000;
 const traffic = async (i: number, n: number) => {
-  for (let k = 0; k < n; k++) await direct(fleet.workers[i]!.url, fleet.model, words(seed++));
+  for (let k = 0; k < n; k++) await direct(fleet.workers[i]!, fleet.model, words(seed++));
 };
 
 /** Sends fresh prompts to worker i until its relay has caught up with the index (a message lost before the relay subscribed shows up as a gap only once the next one arrives). */
@@ -125,7 +125,7 @@ describe("faults on the local fleet", () => {
     await traffic(i, 1);
     await waitUntil(async () => tap.records(`relay-${w.id}`, "history_lost").length > 0, 10_000, () => "no history_lost");
     const fresh = words(seed++);
-    await direct(w.url, fleet.model, fresh);
+    await direct(w, fleet.model, fresh);
     await sleep(300);
     const index = await indexLocalHashes(fleet, w.id);
     const truth = await trueLocalHashes(w.url);
@@ -186,7 +186,7 @@ describe("faults on the local fleet", () => {
         if (now !== epochs.at(-1)) epochs.push(now);
       }
       const prompt = words(seed++, 400);
-      await direct(fleet.workers[1]!.url, fleet.model, prompt);
+      await direct(fleet.workers[1]!, fleet.model, prompt);
       await waitParity(fleet, 1);
       expect(await explainOverlap(prompt, "w2")).toBeGreaterThan(10);
 
@@ -244,7 +244,7 @@ describe("faults on the local fleet", () => {
 
     // Routing uses the restored blocks: a prompt already cached on w1 is routed with overlap.
     const prompt = words(seed++, 400);
-    await direct(fleet.workers[0]!.url, fleet.model, prompt);
+    await direct(fleet.workers[0]!, fleet.model, prompt);
     await waitParity(fleet, 0);
     const r = await chat(fleet.edgeUrl, { model: fleet.model, messages: [{ role: "user", content: prompt }] });
     expect(r.status).toBe(200);

@@ -83,10 +83,11 @@ export function words(seed: number, n = 300): string {
 }
 
 /** One chat completion straight to a simulated worker (its cache and KV events change, the edge is not involved). */
-export async function direct(workerUrl: string, model: string, text: string): Promise<void> {
+export async function direct(worker: { url: string; apiKey: string }, model: string, text: string): Promise<void> {
+  const workerUrl = worker.url;
   const r = await fetch(`${workerUrl}/v1/chat/completions`, {
     method: "POST",
-    headers: { "content-type": "application/json" },
+    headers: { "content-type": "application/json", authorization: `Bearer ${worker.apiKey}` },
     body: JSON.stringify({ model, messages: [{ role: "user", content: text }], max_tokens: 2 }),
   });
   if (r.status !== 200) throw new Error(`worker ${workerUrl}: ${r.status} ${await r.text()}`);

@@ -65,7 +65,7 @@ describe("the simulated worker with --api-key answers as SGLang", () => {
   });
 
   it("every other path is guarded too (server info, cache flush, unknown paths); /health*, /metrics* and OPTIONS are not", async () => {
-    for (const [path, method] of [["/server_info", "GET"], ["/get_server_info", "GET"], ["/flush_cache", "POST"], ["/debug/requests", "GET"], ["/no-such-path", "GET"]] as const)
+    for (const [path, method] of [["/server_info", "GET"], ["/get_server_info", "GET"], ["/flush_cache", "POST"], ["/v1/chat/completions", "POST"], ["/no-such-path", "GET"]] as const)
       expect((await call(path, { method })).status, path).toBe(401);
     expect((await call("/server_info", { headers: { authorization: `Bearer ${simKey}` } })).status).toBe(200);
     expect((await call("/health")).status).toBe(200);
