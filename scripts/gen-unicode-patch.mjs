@@ -1,6 +1,6 @@
 #!/usr/bin/env node
 /**
- * Generates the tokenizer's Unicode patch (ref tokenizer.md §3.4, §6.4) from the HF `tokenizers`
+ * Generates the tokenizer's Unicode patch (docs/tokenizer.md, "Unicode patch") from the HF `tokenizers`
  * Rust binding, i.e. from the reference's own Oniguruma regex engine and NFC tables:
  *   src/prompt/tokenizer/unicode-patch.ts   L, N, nfcBarrier, skew (JS class bodies)
  *   test/fixtures/unicode-skew-ids.json     reference ids of strings full of skew code points
@@ -28,7 +28,7 @@ const ALL = [];
 for (let c = 0; c < MAX; c++) if (isScalar(c)) ALL.push(c);
 const chr = (c) => String.fromCodePoint(c);
 
-/** NFC comparison contexts of ref §6.4 step 2 (`c c` catches characters that compose with themselves). */
+/** Contexts in which runtime and reference NFC are compared (`c c` catches characters that compose with themselves). */
 export const NFC_CONTEXTS = [
   (c) => c,
   (c) => "\u0301" + c,
@@ -39,7 +39,7 @@ export const NFC_CONTEXTS = [
   (c) => c + c,
 ];
 /**
- * Splitting contexts of ref §6.4 step 2, plus `c's`: a letter only the runtime knows keeps `'s` a
+ * Contexts in which runtime and reference splitting are compared, plus `c's`: a letter only the runtime knows keeps `'s` a
  * contraction there, while the reference glues `c'` together (the other contexts give equal ids).
  */
 export const SPLIT_CONTEXTS = [
@@ -49,7 +49,7 @@ export const SPLIT_CONTEXTS = [
   (c) => "!" + c + "!",
   (c) => c + "'s",
 ];
-/** Fixture strings: the ref §3.4 sweep context followed by the contraction context. */
+/** Fixture strings: the sweep context of test/unit/tokenizer-unicode.test.ts, then the contraction context. */
 const FIXTURE_CONTEXT = (c) => `a${c}b ${c}1${c}${c} \u0301${c}\n${c}'s `;
 
 function loadReference() {
@@ -313,7 +313,7 @@ export async function generate({ verifySplit = true } = {}) {
     "",
   ].join("\n");
 
-  // Fixture: reference ids of strings that pack several skew code points in the ref §3.4 context.
+  // Fixture: reference ids of strings that pack several skew code points in the sweep context.
   const cps = fixtureCodePoints({ nfcSkew, lnOnly, unassigned });
   const texts = [];
   for (let i = 0; i < cps.length; i += 3) texts.push(cps.slice(i, i + 3).map((c) => FIXTURE_CONTEXT(chr(c))).join(""));

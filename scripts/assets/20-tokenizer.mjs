@@ -16,7 +16,7 @@ import { fileURLToPath } from "node:url";
 export const TOKENIZER_JSON_SHA256 = "aeb13307a71acd8fe81861d94ad54ab689df773318809eed3cbe794b4492dae4";
 const FORMAT_VERSION = 1;
 
-/** Highest added-token id per family (tokenizer.md §4.3); Qwen3-VL takes every added token. */
+/** Highest added-token id per family (docs/tokenizer.md, "Pipeline"); Qwen3-VL takes every added token. */
 const FAMILY_MAX_ADDED_ID = { qwen2_vl: 151656, qwen2_5_vl: 151664, qwen3_vl: Infinity };
 const FAMILY_ADDED_COUNT = { qwen2_vl: 14, qwen2_5_vl: 22, qwen3_vl: 26 };
 

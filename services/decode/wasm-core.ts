@@ -3,8 +3,8 @@
  * command in it. This is the embedded default for machines without a native ffmpeg: the decode
  * service's wasm threads probe with it, and `npm start` and the tests make their sample media with
  * its encoders (libx264, libvpx, libwebp, png, ...), so nothing needs to come from apt. Loading
- * needs two shims (reference/workers-toolchain.md §2.2): `self` (the build targets web workers)
- * and the wasm bytes passed in directly.
+ * needs two shims, as `@ffmpeg/core` 0.12.10 is an emscripten build for web workers: `self` and the
+ * wasm bytes passed in directly.
  */
 import { readFileSync, writeFileSync } from "node:fs";
 import { basename } from "node:path";

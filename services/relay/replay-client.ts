@@ -1,5 +1,6 @@
 /**
- * Client of SGLang's KV-event replay ROUTER (reference/sglang-qwen-vl.md §3.1): send
+ * Client of SGLang's KV-event replay ROUTER (sgl-project/sglang python/sglang/srt/disaggregation/
+ * kv_events.py @9d147fd L348-369): send
  * `[b"", start_seq (8 B BE)]`, receive `[b"", seq, payload]` per buffered batch with seq ≥ start,
  * then the end marker `[b"", -1, b""]`. A fresh DEALER per request, so a timed-out request can never
  * leak late replies into the next one.

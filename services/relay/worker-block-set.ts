@@ -2,7 +2,8 @@
  * One worker's current KV block set, maintained from its decoded KV events, and the translation of
  * each applied batch into the relay protocol (src/relay-wire/relay-protocol.ts).
  *
- * Rules (reference/dynamo-kv-routing.md §1.2–1.3):
+ * Rules (as Dynamo ingests SGLang's events: ai-dynamo/dynamo lib/kv-router/src/zmq_wire/convert.rs
+ * @4fb5a208 `convert_event`, `create_stored_blocks`):
  *  - Stored: block i's parent is the event's parent (i = 0) or block i-1. The local hash of each
  *    block is recomputed from its token ids; the first block whose token count differs from the
  *    block size ends the event (later blocks would hang off a block the index never saw).

@@ -1,7 +1,9 @@
 /**
  * SGLang's native `POST /generate` (GenerateReqInput → {text, output_ids, meta_info}) for single
  * requests: body validation with SGLang's error shapes, tokenization, context checks, and the
- * non-stream / cumulative-SSE response formats (reference/sglang-generate-api.md §1-4).
+ * non-stream / cumulative-SSE response formats (sgl-project/sglang @9d147fd: `GenerateReqInput` in
+ * python/sglang/srt/managers/io_struct.py L154-786, the route in
+ * python/sglang/srt/entrypoints/http_server.py L809-859).
  */
 import { randomUUID } from "node:crypto";
 import type { ServerResponse } from "node:http";
@@ -264,7 +266,8 @@ interface Copy {
 }
 
 /**
- * n > 1 as SGLang's tokenizer manager runs it (reference/sglang-generate-api.md §1.2): a prefix-warming
+ * n > 1 as SGLang's tokenizer manager runs it (sgl-project/sglang python/sglang/srt/managers/
+ * tokenizer_manager.py @9d147fd L1578-1697): a prefix-warming
  * copy with max_new_tokens 0 first, then n copies with fresh rids (each its own sampling draw here).
  */
 async function copiesOf(prepared: PreparedRequest, ctx: GenerateContext): Promise<Copy[]> {
@@ -283,7 +286,8 @@ interface StreamedSoFar {
 /**
  * A cumulative stream frame as `--incremental-streaming-output` sends it: `text`, `output_ids` and
  * the output logprob arrays hold only what earlier frames did not (`output_token_logprobs_length`
- * stays the total; reference/sglang-generate-api.md §4.2, §4.4). Advances `so`.
+ * stays the total; sgl-project/sglang @9d147fd python/sglang/srt/entrypoints/http_server.py L818-849,
+ * python/sglang/srt/managers/tokenizer_manager.py L2178-2351). Advances `so`.
  */
 function incrementalFrame(out: Record<string, unknown>, so: StreamedSoFar): Record<string, unknown> {
   const text = out["text"] as string;

@@ -1,6 +1,6 @@
 /**
  * Loads one media item's bytes the way SGLang's `load_image` / `load_video` accept them
- * (reference/sglang-generate-api.md §3.1, sglang-qwen-vl.md §8.1): http(s) URLs are fetched
+ * (sgl-project/sglang python/sglang/srt/utils/common.py @9d147fd L1586-1747): http(s) URLs are fetched
  * (redirects followed, REQUEST_TIMEOUT: 3 s images, 10 s videos), `data:` URLs are base64-decoded
  * strictly after the first comma, and any other string is strict bare base64. Unlike SGLang the
  * simulator never reads its own disk (`file://`, paths): those are refused.

@@ -1,5 +1,6 @@
 /**
- * Media item identity → pad value, as SGLang's scheduler computes it (sglang-qwen-vl.md §2.3):
+ * Media item identity → pad value, as SGLang's scheduler computes it (sgl-project/sglang
+ * python/sglang/srt/managers/schedule_batch.py @9d147fd L129, L144-146):
  * `pad = 1_000_000 + hash % 2^30`, where `hash` is the caller's `mm_hashes` entry parsed with
  * Python `int(s, 16)`, or else SGLang's own `hash_feature`: the first 8 bytes (big-endian) of a
  * SHA-256. SGLang hashes the processed pixel tensor; the simulator has no pixels and hashes the

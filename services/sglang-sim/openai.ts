@@ -2,7 +2,7 @@
  * SGLang's own OpenAI endpoint `POST /v1/chat/completions` (serving_chat.py): the chat template is
  * rendered with the project's renderer (the same one the router uses, so prompts and cache keys
  * agree), sampling fields are mapped as SGLang maps them, and responses/chunks follow
- * reference/sglang-generate-api.md §5-6 (bare-uuid ids, role chunk, content deltas, a separate
+ * sgl-project/sglang python/sglang/srt/entrypoints/openai/serving_chat.py @9d147fd L535-1450 (bare-uuid ids, role chunk, content deltas, a separate
  * finish chunk, optional usage chunk, [DONE]).
  */
 import type { ServerResponse } from "node:http";

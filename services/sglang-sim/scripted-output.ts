@@ -5,7 +5,8 @@
  * the prompt wins, so a multi-turn conversation scripts its newest turn. Not in SGLang.
  *
  * Also the simulator's stand-ins for two engine outputs: deterministic per-token logprobs (SGLang's
- * `[logprob, token_id, text|null]` triples, reference/sglang-generate-api.md §4.4) and the reasoning
+ * `[logprob, token_id, text|null]` triples, sgl-project/sglang python/sglang/srt/managers/
+ * tokenizer_manager.py @9d147fd L2178-2351) and the reasoning
  * token count a scheduler reports when `require_reasoning` is set (tokens up to and including the
  * one that closes `</think>`).
  */

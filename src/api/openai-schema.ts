@@ -1,7 +1,7 @@
 /**
  * The request schema of `POST /v1/chat/completions`: the single source of truth for the request
- * type. It follows what SGLang's own OpenAI server accepts (`protocol.py` ChatCompletionRequest,
- * reference/sglang-generate-api.md §5.2), with these deliberate differences:
+ * type. It follows what SGLang's own OpenAI server accepts (`ChatCompletionRequest`, sgl-project/sglang
+ * python/sglang/srt/entrypoints/openai/protocol.py @9d147fd L654-955), with these deliberate differences:
  * - unknown keys are ignored (stripped) at every level, as pydantic does for SGLang;
  * - `null` is accepted wherever a field is optional and means "absent";
  * - roles are case-insensitive (SGLang lower-cases every role but `user`);

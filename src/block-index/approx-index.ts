@@ -1,7 +1,8 @@
 /**
- * Approximate mode (reference/dynamo-kv-routing.md §1.7): for workers without KV events the router
- * assumes that a worker it routed a request to now caches every full block of that request. Each
- * assumed block lives for `ttlMs` (refreshed whenever a later route to the same worker covers it)
+ * Approximate mode (as Dynamo's, ai-dynamo/dynamo lib/kv-router/src/approx.rs @209c9e83): for
+ * workers without KV events the router assumes that a worker it routed a request to now caches
+ * every full block of that request. Each assumed block lives for `ttlMs` (refreshed whenever a
+ * later route to the same worker covers it)
  * and the whole set is bounded: above `maxBlocks` (worker, block) entries the earliest-expiring ones
  * are dropped until `pruneTargetRatio × maxBlocks` remain.
  *

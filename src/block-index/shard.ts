@@ -1,5 +1,5 @@
 /**
- * Sharding a pool's block index by chain root (ARCHITECTURE.md §5, docs/scale.md).
+ * Sharding a pool's block index by chain root (docs/scale.md §3).
  *
  * Overlap counts consecutive blocks from a request's first block, so every block that can ever
  * count for a request lies in the subtree of that request's first block. Splitting the index by

@@ -1,6 +1,8 @@
 /**
  * Decoding of SGLang's KV-event messages (ZMQ PUB multipart `[topic, seq u64 BE, msgpack batch]`,
- * batch = `[ts, events, attn_dp_rank]`; reference/sglang-qwen-vl.md §3, dynamo-kv-routing.md §1.3).
+ * batch = `[ts, events, attn_dp_rank]`; sgl-project/sglang python/sglang/srt/disaggregation/kv_events.py
+ * @9d147fd: payload L61-127, frames L331-338; Dynamo's reader: ai-dynamo/dynamo
+ * lib/kv-router/src/zmq_wire/deserialize.rs).
  *
  * Pure and total: malformed input never throws; whatever cannot be used is returned in `dropped`
  * with a reason, so a relay loop can count it and carry on. Tolerated shapes:

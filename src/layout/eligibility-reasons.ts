@@ -4,7 +4,7 @@
  * processor raises on it, so forwarding could only end in the worker's rejection).
  */
 export type IneligibleReason =
-  // request shape (ARCHITECTURE.md §3 "Fail closed")
+  // request shape (docs/layout.md, "Fail-closed reasons")
   | "mm_processor_kwargs"
   | "media_uuids"
   | "audio"

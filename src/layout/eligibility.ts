@@ -1,5 +1,5 @@
 /**
- * Fail-closed eligibility (ARCHITECTURE.md §3): each rule returns a named reason or null, and
+ * Fail-closed eligibility (docs/layout.md, "Fail-closed reasons"): each rule returns a named reason or null, and
  * `buildRoutingView` assembles the exact routing token view only when every rule passes.
  */
 import { parseWorkerContract, type WorkerContract } from "./contract.ts";

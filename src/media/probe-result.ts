@@ -1,6 +1,7 @@
 /**
  * What the decode service's `POST /v1/probe` returns. `totalFrames` and `avgFps` are torchcodec's
- * exact-mode `len(decoder)` and `metadata.average_fps` (reference/sglang-qwen-vl.md §8.2): the
+ * exact-mode `len(decoder)` and `metadata.average_fps` (meta-pytorch/torchcodec v0.11.1
+ * src/torchcodec/_core/SingleStreamDecoder.cpp `scanFileAndUpdateMetadataAndIndex`): the
  * number of non-discarded packets of the best video stream, and that count divided by the pts
  * span (max(pts + duration) − min pts) in seconds; `avgFps` falls back to r_frame_rate only when
  * the span is zero, and is null when that is 0/0 too. `decord` holds what the decord backend

@@ -1,6 +1,6 @@
 /**
- * torchcodec's exact-mode stream metadata from a packet scan (reference/sglang-qwen-vl.md §8.2,
- * `SingleStreamDecoder::scanFileAndUpdateMetadataAndIndex` + `Metadata.cpp`), fed one packet at a
+ * torchcodec's exact-mode stream metadata from a packet scan (meta-pytorch/torchcodec v0.11.1
+ * src/torchcodec/_core/SingleStreamDecoder.cpp `scanFileAndUpdateMetadataAndIndex` + `Metadata.cpp`), fed one packet at a
  * time so long videos need no packet array:
  *   skip packets flagged discard; t = pts, or dts when pts is missing;
  *   begin = min t, end = max(t + duration), frames = packet count (0 packets: begin = end = 0);

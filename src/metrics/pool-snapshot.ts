@@ -51,6 +51,7 @@ export interface ReceiptView {
   predictedCachedTokens: number;
   actualCachedTokens: number | null;
   fallbackReason: string | null;
+  traceId: string | null;
 }
 
 export interface PoolMetricsSnapshot {
@@ -87,7 +88,7 @@ export interface CohortView {
 
 /**
  * Maps the index's cohort verdict (layout/cohortEligibility over the up workers) onto a small state
- * set for gauges and the dashboard (ARCHITECTURE §3: exact media routing only when all agree).
+ * set for gauges and the dashboard (docs/layout.md, "Worker contract": exact media routing only when all agree).
  */
 export function cohortOf(
   workers: readonly Pick<WorkerView, "status" | "contractDigest">[],

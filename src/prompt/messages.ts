@@ -2,7 +2,8 @@
  * SGLang's OpenAI chat preprocessing, mirrored so the router renders the same prompt the worker
  * will (its prefix-cache keys depend on every byte). Upstream: serving_chat.py
  * `_apply_jinja_template` and jinja_template_utils.py `process_content_for_template_format`
- * (reference/tokenizer.md §7.4, reference/sglang-generate-api.md §5.1). Steps, in SGLang's order:
+ * (sgl-project/sglang @9d147fd python/sglang/srt/entrypoints/openai/serving_chat.py L640-946,
+ * python/sglang/srt/parser/jinja_template_utils.py L81-245). Steps, in SGLang's order:
  *   1. pydantic dump: only the known message fields survive; generic roles are lower-cased;
  *   2. assistant tool_call arguments given as a JSON string are parsed (must be an object);
  *   3. `content` None → "";

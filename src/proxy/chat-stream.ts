@@ -1,6 +1,7 @@
 /**
  * SGLang `/generate` SSE → OpenAI `chat.completion.chunk` SSE, rebuilt the way SGLang's own
- * `/v1/chat/completions` streams (reference/sglang-generate-api.md §4.2, §6.4): per choice a role
+ * `/v1/chat/completions` streams (sgl-project/sglang @9d147fd: python/sglang/srt/entrypoints/
+ * http_server.py L818-849, python/sglang/srt/entrypoints/openai/serving_chat.py L1042-1279): per choice a role
  * chunk on its first frame, content deltas (from cumulative text unless the worker streams
  * increments), then after the upstream `[DONE]` one finish chunk per choice in the order they
  * finished, the usage chunk when asked for, and `[DONE]`. An upstream error (inline error frame,
@@ -20,7 +21,8 @@ import { abortErrorOf, malformedUpstream, upstreamStreamError } from "./upstream
 import { summarizeUsage, toOpenAIUsage } from "./usage.ts";
 import type { UsageSummary } from "./usage.ts";
 import { ChoiceOutput, PLAIN_OUTPUT, type ChatOutputPlan, type StreamDelta } from "./chat-output.ts";
-import { LogprobMetaSchema, logprobCount, toChoiceLogprobs, type TokenLogprob } from "./logprobs.ts";
+import { LogprobMetaSchema, toChoiceLogprobs, type TokenLogprob } from "./logprobs.ts";
+import { newArrayCursor, splitCumulativeFrame, trailingIndex, TOKEN_KEY, TOP_KEY, type ArrayCursor } from "./logprob-tail.ts";
 
 export interface ChatStreamOptions {
   /** The completion id shown on every chunk (the edge's request id). */
@@ -87,21 +89,11 @@ interface ChoiceState {
   finish: SglangFinishReason | null;
   meta: SglangMetaInfo | undefined;
   output: ChoiceOutput;
-  /** Logprob positions consumed, and those not yet attached to a chunk. */
-  lpSeen: number;
+  /** Where the consumed part of each cumulative logprob array ends (logprob-tail.ts). */
+  lpTokens: ArrayCursor;
+  lpTops: ArrayCursor;
+  /** Logprob positions not yet attached to a chunk. */
   lpPending: TokenLogprob[];
-}
-
-/** The output logprob arrays of a frame's meta_info from position `from` on (the rest as it is). */
-function newLogprobs(meta: Record<string, unknown>, from: number): Record<string, unknown> {
-  if (from === 0) return meta;
-  const tokens = meta["output_token_logprobs"];
-  const tops = meta["output_top_logprobs"];
-  return {
-    ...meta,
-    ...(Array.isArray(tokens) ? { output_token_logprobs: tokens.slice(from) } : {}),
-    ...(Array.isArray(tops) ? { output_top_logprobs: tops.slice(from) } : {}),
-  };
 }
 
 /** The synchronous translation state machine. */
@@ -117,7 +109,8 @@ export function createChatStreamCore(opts: ChatStreamOptions): ChatStreamCore {
     finish: null,
     meta: undefined,
     output: new ChoiceOutput(plan),
-    lpSeen: 0,
+    lpTokens: newArrayCursor(),
+    lpTops: newArrayCursor(),
     lpPending: [],
   }));
   const finishOrder: number[] = [];
@@ -199,9 +192,33 @@ export function createChatStreamCore(opts: ChatStreamOptions): ChatStreamCore {
       else completeInto(out);
       return;
     }
+    // Cumulative frames repeat every logprob position so far: only the new ones are parsed
+    // (logprob-tail.ts), so a frame costs what its new tokens do, not the whole answer again.
+    const cumulativeLogprobs = plan.logprobs && !opts.incremental;
+    const expectedIndex = cumulativeLogprobs ? trailingIndex(data) : 0;
+    let newLogprobs: Record<string, unknown> | null = null;
+    let frameText = data;
+    if (cumulativeLogprobs) {
+      const cursors = choices[expectedIndex];
+      if (cursors === undefined) {
+        failInto(out, malformedUpstream(`choice index ${expectedIndex} out of range`));
+        return;
+      }
+      const split = splitCumulativeFrame(data, cursors.lpTokens, cursors.lpTops);
+      if (typeof split === "string") {
+        failInto(out, malformedUpstream(`stream frame: ${split}`));
+        return;
+      }
+      if (split.tops !== null && split.tops.length !== (split.tokens?.length ?? 0)) {
+        failInto(out, malformedUpstream("stream frame: logprob arrays differ in length"));
+        return;
+      }
+      frameText = split.rest;
+      newLogprobs = { ...(split.tokens ? { [TOKEN_KEY]: split.tokens } : {}), ...(split.tops ? { [TOP_KEY]: split.tops } : {}) };
+    }
     let raw: unknown;
     try {
-      raw = JSON.parse(data);
+      raw = JSON.parse(frameText);
     } catch {
       failInto(out, malformedUpstream("stream frame is not JSON"));
       return;
@@ -220,6 +237,10 @@ export function createChatStreamCore(opts: ChatStreamOptions): ChatStreamCore {
     const st = choices[index];
     if (st === undefined) {
       failInto(out, malformedUpstream(`choice index ${index} out of range`));
+      return;
+    }
+    if (cumulativeLogprobs && index !== expectedIndex) {
+      failInto(out, malformedUpstream("stream frame: choice index is not its last member"));
       return;
     }
     st.meta = frame.meta_info;
@@ -243,17 +264,13 @@ export function createChatStreamCore(opts: ChatStreamOptions): ChatStreamCore {
       st.prevText = frame.text;
     }
     if (plan.logprobs) {
-      // Cumulative frames carry every position so far; incremental ones only the new positions.
-      // Only the new ones are validated: checking all of a cumulative frame's arrays per frame grew
-      // as the square of the answer.
-      const from = opts.incremental ? 0 : st.lpSeen;
-      const lp = LogprobMetaSchema.safeParse(newLogprobs(frame.meta_info, from));
+      // Incremental frames carry only the new positions; of cumulative ones only those were parsed.
+      const lp = LogprobMetaSchema.safeParse(newLogprobs ?? frame.meta_info);
       if (!lp.success) {
         failInto(out, malformedUpstream("stream frame: malformed logprobs"));
         return;
       }
       st.lpPending.push(...toChoiceLogprobs(lp.data).content);
-      st.lpSeen = opts.incremental ? st.lpSeen + logprobCount(lp.data) : Math.max(st.lpSeen, from + logprobCount(lp.data));
     }
     st.sentLen += delta.length;
     emitDeltas(out, index, st, delta === "" ? [] : st.output.push(delta));

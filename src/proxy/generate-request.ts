@@ -1,7 +1,7 @@
 /**
  * Builds the SGLang `/generate` body from a validated chat request and its rendered prompt,
  * mapping fields exactly as SGLang's own `/v1/chat/completions` does (`to_sampling_params`,
- * reference/sglang-generate-api.md §5.2). Traps handled here: `max_new_tokens` is always sent
+ * sgl-project/sglang python/sglang/srt/entrypoints/openai/serving_chat.py @9d147fd L535-638). Traps handled here: `max_new_tokens` is always sent
  * (absent would mean 128), generation_config defaults are applied by us (`/generate` ignores
  * them), `seed` becomes `sampling_seed`, and no key outside SamplingParams is ever sent.
  */
@@ -69,7 +69,8 @@ export function outputCap(cap: number, prompt: { tokens: number; exact: boolean 
 }
 
 /**
- * SGLang drops caller `mm_hashes` when it splits a request into n copies (§1.2), so they are
+ * SGLang drops caller `mm_hashes` when it splits a request into n copies (`GenerateReqInput.__getitem__`,
+ * sgl-project/sglang python/sglang/srt/managers/io_struct.py @9d147fd L703-786), so they are
  * honoured for n = 1 only; layout should fall back to text-prefix routing otherwise.
  */
 export function mmHashesAllowed(req: Pick<ChatCompletionRequest, "n">): boolean {

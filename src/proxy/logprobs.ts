@@ -7,7 +7,8 @@
  * null). Each token becomes `{token, bytes: UTF-8 of token, logprob, top_logprobs: [...]}`; the top
  * alternatives go through a dict keyed by token text, so equal texts collapse into one entry holding
  * the last logprob at the first position (Python dict semantics). Streams slice both arrays by the
- * count already sent (reference/sglang-generate-api.md §4.4, §7 item 15).
+ * count already sent (sgl-project/sglang python/sglang/srt/managers/tokenizer_manager.py @9d147fd
+ * L2178-2351).
  */
 import { z } from "zod";
 
@@ -59,9 +60,4 @@ export function toChoiceLogprobs(meta: LogprobMeta, from = 0): ChoiceLogprobs {
     content.push({ token, bytes: bytesOf(token), logprob: finite(lp), top_logprobs: top });
   }
   return { content };
-}
-
-/** Number of output positions the meta carries (what a stream has consumed after this frame). */
-export function logprobCount(meta: LogprobMeta): number {
-  return meta.output_token_logprobs?.length ?? 0;
 }

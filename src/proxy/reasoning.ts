@@ -2,7 +2,7 @@
  * `<think>…</think>` → `reasoning_content`, as SGLang's `qwen3` / `qwen3-thinking` reasoning parsers
  * split it (sgl-project/sglang python/sglang/srt/parser/reasoning_parser.py @bafa16ec: Qwen3Detector over
  * BaseReasoningFormatDetector; `qwen3-thinking` forces reasoning, so output that starts inside the
- * thinking block — the Qwen3-VL-Thinking template pre-fills `<think>\n`, ../shared/templates/
+ * thinking block — the Qwen3-VL-Thinking template pre-fills `<think>\n`, src/prompt/templates/
  * qwen3vl-thinking.jinja L109 — is reasoning until `</think>`).
  *
  * When it applies (serving_chat.py `_get_reasoning_from_request` + `separate_reasoning`): `qwen3`

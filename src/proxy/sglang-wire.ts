@@ -1,5 +1,8 @@
 /**
- * SGLang `/generate` wire shapes (reference/sglang-generate-api.md §1-§4). Request types are
+ * SGLang `/generate` wire shapes (sgl-project/sglang @9d147fd: `GenerateReqInput` in
+ * python/sglang/srt/managers/io_struct.py L154-786, `SamplingParams` in
+ * python/sglang/srt/sampling/sampling_params.py L75-273, responses from
+ * python/sglang/srt/entrypoints/http_server.py L809-859). Request types are
  * closed (an unknown sampling key makes SGLang fail with a 500 or a broken stream); response
  * schemas are lenient (SGLang adds `meta_info` keys freely) and validate only what we read.
  */

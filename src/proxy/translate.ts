@@ -1,6 +1,7 @@
 /**
  * SGLang `/generate` answers → OpenAI `chat.completion`, built as SGLang's own
- * `/v1/chat/completions` builds it (reference/sglang-generate-api.md §6). Streaming lives in
+ * `/v1/chat/completions` builds it (sgl-project/sglang python/sglang/srt/entrypoints/openai/
+ * serving_chat.py @9d147fd L1306-1450). Streaming lives in
  * chat-stream.ts; both share the finish-reason and usage rules here and in usage.ts.
  */
 import { GenerateResponseSchema } from "./sglang-wire.ts";

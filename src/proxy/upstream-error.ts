@@ -15,7 +15,8 @@ function clip(s: string): string {
   return s.length > MAX_MESSAGE ? `${s.slice(0, MAX_MESSAGE)}…` : s;
 }
 
-/** Pulls a human message out of the bodies SGLang/FastAPI produce (§4.5). */
+/** Pulls a human message out of the bodies SGLang/FastAPI produce (sgl-project/sglang
+ * python/sglang/srt/entrypoints/http_server.py @9d147fd: error handlers L480-580). */
 export function upstreamMessageOf(bodyText: string): string {
   let parsed: unknown;
   try {
@@ -76,7 +77,7 @@ export function upstreamHttpError(status: number, bodyText: string): KvedgeError
   return upstreamErrorFor(status, upstreamMessageOf(bodyText));
 }
 
-/** An inline `{"error": {...}}` frame of a 200 stream (§4.5: `code` carries the status). */
+/** An inline `{"error": {...}}` frame of a 200 stream (http_server.py @9d147fd L826-844: `code` carries the status). */
 export function upstreamStreamError(frame: unknown): KvedgeError {
   const err = typeof frame === "object" && frame !== null ? (frame as Record<string, unknown>)["error"] : undefined;
   if (typeof err === "string") return upstreamErrorFor(500, err);

@@ -1,6 +1,6 @@
 /**
  * Worker contracts and the pool's cohort: exact media routing only while every worker that is up
- * publishes the same valid contract (ARCHITECTURE.md §3).
+ * publishes the same valid contract (docs/layout.md, "Worker contract").
  */
 import { cohortEligibility, contractDigest, parseWorkerContract, type CohortResult } from "../layout/index.ts";
 

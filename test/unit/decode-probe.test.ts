@@ -1,7 +1,7 @@
 /**
  * Frame count and average fps of generated clips, exactly as torchcodec (exact mode) reports them:
  * the expectation is computed here, independently of services/decode, from
- * `ffprobe -show_packets -of json` per reference/sglang-qwen-vl.md §8.4, and both decoders
+ * `ffprobe -show_packets -of json` (torchcodec's exact-mode rule: src/media/torchcodec-metadata.ts), and both decoders
  * (native ffprobe and @ffmpeg/core wasm) must match it and each other bit for bit.
  * Clips are made with ffmpeg's wasm build, so this runs on a machine without ffmpeg; the wasm
  * decoder is checked everywhere, the native one where ffprobe is installed (required in CI).

@@ -12,7 +12,7 @@
  *   `smart_resize` (L67-100 at 04e7e5e6): a side below `factor` is scaled up first (L78-81), then
  *   `max/min > 200` raises ValueError (L83-86). transformers 4.57 raised ValueError for the small
  *   side instead (`if height < factor or width < factor: raise`, then `elif` the aspect check);
- *   which branch SGLang's pin (5.12.1) has is unverified (reference/sglang-qwen-vl.md §1.6).
+ *   which branch SGLang's pin (5.12.1) has is unverified (docs/layout.md, "Known gaps and unverified points").
  *
  * The oracle below is that Python run by python3 (stdlib only), independent of src/layout. For
  * each branch the worker either raises ValueError, and kvedge must fail closed to text-prefix

@@ -1,5 +1,6 @@
 /**
- * Behaviours from reference/dynamo-kv-routing.md §5.2 (Qwen video routing unit tests), expressed on
+ * Behaviours from the Qwen video routing unit tests of ai-dynamo/dynamo
+ * lib/llm/src/preprocessor/mm_routing/qwen3.rs (PR #15014), expressed on
  * kvedge's pipeline, which reproduces SGLang's own preprocess from the decoder's frame count and fps.
  */
 import fc from "fast-check";

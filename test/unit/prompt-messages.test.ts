@@ -1,4 +1,5 @@
-// SGLang message preprocessing (reference/tokenizer.md §7.4, sglang-generate-api.md §5.1).
+// SGLang message preprocessing (sgl-project/sglang @9d147fd python/sglang/srt/entrypoints/openai/
+// serving_chat.py L640-946, python/sglang/srt/parser/jinja_template_utils.py L81-245).
 import { describe, expect, it } from "vitest";
 import { InvalidRequestError } from "../../src/api/errors.ts";
 import { preprocessChat, PyNumber, type ChatRequestLike } from "../../src/prompt/index.ts";

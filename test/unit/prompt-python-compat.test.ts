@@ -1,4 +1,4 @@
-// Python number text for tojson and Python str.strip semantics (reference/tokenizer.md §7.3).
+// Python number text for tojson and Python str.strip semantics (docs/prompt.md, "Number policy for `tojson`").
 import fc from "fast-check";
 import { describe, expect, it } from "vitest";
 import { pyStrip } from "../../src/prompt/jinja-compat.ts";

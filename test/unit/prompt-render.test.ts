@@ -1,5 +1,6 @@
 // Rendered prompts against the reference outputs of transformers' apply_chat_template after SGLang
-// preprocessing (reference/tokenizer.md §7.2) and the behaviours of §7.3–7.4.
+// preprocessing (prompts and ids from transformers 5.17 `apply_chat_template` with the HF `tokenizers`
+// reference), and the preprocessing and Jinja2 behaviours of docs/prompt.md.
 import { describe, expect, it } from "vitest";
 import { InvalidRequestError } from "../../src/api/errors.ts";
 import { preparePrompt, renderChatPrompt } from "../../src/prompt/index.ts";
@@ -11,7 +12,7 @@ const VIDEO_THEN_TEXT = [
 
 const Q3_VIDEO = "<|im_start|>user\n<|vision_start|><|video_pad|><|vision_end|>Describe<|im_end|>\n<|im_start|>assistant\n";
 
-describe("reference prompts (tokenizer.md §7.2)", () => {
+describe("reference prompts (transformers apply_chat_template)", () => {
   it("Qwen3-VL-Instruct: video + text", () => {
     const text = renderChatPrompt("qwen3_vl", "qwen3vl-instruct", { messages: VIDEO_THEN_TEXT });
     expect(text).toBe(Q3_VIDEO);
@@ -168,7 +169,7 @@ describe("tools, tool calls and tool messages", () => {
   });
 });
 
-describe("Python tojson number text (tokenizer.md §7.3)", () => {
+describe("Python tojson number text (Jinja2 in transformers)", () => {
   it("tool-call arguments keep their lexemes: 1.0, 1e+20, big ints, -0.0, 1.5e-07", () => {
     const text = renderChatPrompt("qwen3_vl", "qwen3vl-instruct", {
       messages: [

@@ -15,7 +15,7 @@ import type { SglangSamplingParams } from "../../src/proxy/sglang-wire.ts";
 const parse = (extra: Record<string, unknown> = {}) =>
   parseChatRequest(JSON.stringify({ model: "qwen", messages: [{ role: "user", content: "hi" }], ...extra }), { ...DEFAULT_LIMITS, maxStopRegexes: 4 });
 
-/** SamplingParams keys that exist in SGLang (sglang-generate-api.md §2); anything else is a 500 there. */
+/** SamplingParams keys that exist in SGLang (python/sglang/srt/sampling/sampling_params.py @9d147fd L75-273); anything else is a 500 there. */
 const SGLANG_SAMPLING_KEYS = new Set([
   "max_new_tokens", "min_new_tokens", "temperature", "top_p", "top_k", "min_p", "presence_penalty",
   "frequency_penalty", "repetition_penalty", "stop", "stop_token_ids", "stop_regex", "n", "ignore_eos",

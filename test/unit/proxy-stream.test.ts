@@ -25,7 +25,7 @@ const meta = (over: Record<string, unknown> = {}) => ({
 const frame = (o: unknown) => `data: ${JSON.stringify(o)}\n\n`;
 const DONE = "data: [DONE]\n\n";
 
-/** The cumulative-mode example of reference/sglang-generate-api.md §4.2. */
+/** A cumulative-mode `/generate` stream as SGLang sends it (python/sglang/srt/entrypoints/http_server.py @9d147fd L818-849). */
 const UPSTREAM =
   frame({ text: "A", output_ids: [32], meta_info: meta({ response_sent_to_client_ts: 1.5 }) }) +
   frame({ text: "A grey", output_ids: [32, 19780], meta_info: meta({ completion_tokens: 2 }) }) +
@@ -95,7 +95,7 @@ function payloads(out: string): unknown[] {
 }
 
 describe("stream translation core", () => {
-  it("rebuilds SGLang's /v1 chunk sequence (§6.4) with usage", () => {
+  it("rebuilds SGLang's /v1 chunk sequence with usage", () => {
     expect(runCore([enc.encode(UPSTREAM)]).out).toBe(EXPECTED);
   });
 

@@ -8,7 +8,7 @@ import {
 import { translateGenerateHttp, translateGenerateResponse } from "../../src/proxy/translate.ts";
 import { upstreamHttpError, upstreamStreamError } from "../../src/proxy/upstream-error.ts";
 
-// The example of reference/sglang-generate-api.md §4.1.
+// A non-streaming `/generate` answer as SGLang builds it (python/sglang/srt/managers/tokenizer_manager.py @9d147fd L2013-2064).
 const RESULT = {
   text: "A grey cat is sitting on a windowsill.",
   output_ids: [32, 19780, 8251, 374, 11699, 389, 264, 3241, 29627, 13, 151645],
@@ -31,7 +31,7 @@ const RESULT = {
 const ctx = { id: "9b1c7e4f0a2d4c7e8f3b5a6d1e2f3a4b", model: "Qwen/Qwen2.5-VL-7B-Instruct", n: 1, created: 1784131200 };
 
 describe("non-stream translation", () => {
-  it("matches SGLang's chat.completion (§6.3) with cached tokens reported", () => {
+  it("matches SGLang's chat.completion with cached tokens reported", () => {
     const { completion, usage } = translateGenerateResponse(RESULT, ctx);
     expect(completion).toEqual({
       id: ctx.id,

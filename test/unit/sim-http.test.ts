@@ -175,7 +175,7 @@ describe("simulated SGLang /generate", () => {
       expect(deltas.flatMap((f) => f.meta_info.output_top_logprobs)).toEqual(last.meta_info.output_top_logprobs);
       deltas.forEach((f, i) => {
         expect(f.output_ids).toHaveLength(1);
-        expect(f.meta_info.output_token_logprobs_length).toBe(i + 1); // stays the total (§4.4)
+        expect(f.meta_info.output_token_logprobs_length).toBe(i + 1); // stays the total
       });
     } finally {
       await inc.close();

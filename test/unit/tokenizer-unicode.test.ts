@@ -1,6 +1,6 @@
 /**
- * Unicode skew (ref tokenizer.md §3.4, §6.4): our ids equal the Rust binding's on every code point
- * the patch is about, in the ref contexts, plus a seeded sweep over all planes; the committed patch
+ * Unicode skew (docs/tokenizer.md, "Unicode patch"): our ids equal the Rust binding's on every code point
+ * the patch is about, in the generator's contexts, plus a seeded sweep over all planes; the committed patch
  * is what scripts/gen-unicode-patch.mjs produces under this Node; the slow path's splitting equals
  * the plain regex over the exact classes.
  */
@@ -25,11 +25,11 @@ const generator = gen as {
   NFC_CONTEXTS: Ctx[];
   SPLIT_CONTEXTS: Ctx[];
 };
-/** ref §3.4 sweep context, then the §6.4 NFC and split contexts (the latter with `c's`). */
+/** The sweep context, then the generator's NFC and split contexts (the latter with `c's`). */
 const SWEEP: Ctx = (c) => `a${c}b ${c}1${c}${c} \u0301${c}\n`;
 const CONTEXTS: Ctx[] = [SWEEP, ...generator.NFC_CONTEXTS, ...generator.SPLIT_CONTEXTS];
 
-/** The 68 code points that differed from the reference under Node 22.23.5 before the patch (§3.4 sweep). */
+/** The 68 code points that differed from the reference under Node 22.23.5 before the patch (sweep context). */
 const OLD_MISMATCHES = [
   0x7fd, 0x899, 0x89a, 0x89b, 0x8cf, 0x8d0, 0x8d1, 0x8d2, 0x8d3, 0xc3c, 0xd3b, 0xd3c, 0xeba, 0x1715, 0x1abf, 0x1ac0,
   0x1ac3, 0x1ac4, 0x1aca, 0x1add, 0x1ae6, 0x1df7, 0x1df8, 0x1df9, 0x1dfa, 0xa82c, 0x10efa, 0x10efb, 0x10efd, 0x10efe,
@@ -95,7 +95,7 @@ for (let c = 0; c < 0x110000; c++) {
 }
 
 describe("Unicode skew: ids equal the Rust binding's", () => {
-  it("the 68 code points that used to differ, in the §3.4 and §6.4 contexts", async () => {
+  it("the 68 code points that used to differ, in the sweep, NFC and split contexts", async () => {
     expect(OLD_MISMATCHES).toHaveLength(68);
     expect(await contextMismatches(OLD_MISMATCHES)).toEqual([]);
   });
@@ -110,7 +110,7 @@ describe("Unicode skew: ids equal the Rust binding's", () => {
     expect(await contextMismatches(sample(unassignedSkew, 3000, 0x5ca1e))).toEqual([]);
   });
 
-  it("seeded sweep: 20,000 code points across all planes, in the §3.4 context", async () => {
+  it("seeded sweep: 20,000 code points across all planes, in the sweep context", async () => {
     const random = mulberry32(0x2026);
     const cps: number[] = [];
     while (cps.length < 20_000) {

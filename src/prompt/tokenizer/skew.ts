@@ -1,5 +1,6 @@
 /**
- * The generated Unicode patch at run time (docs/tokenizer.md "Unicode patch", ref §6.4).
+ * The generated Unicode patch at run time (docs/tokenizer.md, "Unicode patch"; made by
+ * scripts/gen-unicode-patch.mjs).
  * Text holding a `skew` code point is encoded on a slow path whose NFC leaves the reference's inert
  * code points alone (both paths split with the reference's exact `\p{L}`/`\p{N}`: piece-scanner.ts).
  */

@@ -1,6 +1,6 @@
 /**
  * One Qwen tokenizer per model family. Families share the BPE engine (vocabulary, piece and
- * segment caches) and differ only in their added-token list (tokenizer.md §4.3).
+ * segment caches) and differ only in their added-token list (docs/tokenizer.md, "Pipeline").
  */
 import { IdBuffer } from "./id-buffer.ts";
 import { InvalidRequestError } from "../../api/errors.ts";
@@ -186,7 +186,7 @@ export class QwenTokenizerImpl implements QwenTokenizer {
   }
 }
 
-/** The router refuses to hash lone surrogates: HF's Python tokenizer rejects them (tokenizer.md §3.3). */
+/** The router refuses to hash lone surrogates: HF's Python tokenizer rejects them (docs/tokenizer.md, "API"). */
 export function assertWellFormed(text: string): void {
   if (hasLoneSurrogate(text)) {
     throw new InvalidRequestError("Text contains a lone UTF-16 surrogate, which is not valid Unicode.", null, "invalid_unicode");

@@ -2,7 +2,7 @@
  * The Qwen tool-call format, as SGLang's `qwen25` / `qwen` parser reads it
  * (sgl-project/sglang python/sglang/srt/function_call/qwen25_detector.py @44484b16; the parser map
  * in function_call_parser.py @ce2b3128 `ToolCallParserEnum` maps both names to Qwen25Detector). The Qwen3-VL chat templates teach it
- * (../shared/templates/qwen3vl-*.jinja L20/L36: "<tool_call>\n{"name": …, "arguments": …}\n</tool_call>"),
+ * (src/prompt/templates/qwen3vl-*.jinja L20/L36: "<tool_call>\n{"name": …, "arguments": …}\n</tool_call>"),
  * and Qwen2.5-VL is served with the same parser. Each call is one block
  * `<tool_call>\n{"name": "…", "arguments": {…}}\n</tool_call>`; parallel calls are consecutive blocks.
  *
