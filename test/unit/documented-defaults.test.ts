@@ -122,6 +122,7 @@ const ACTUAL: Record<string, Record<string, Expected>> = {
     indexUrl: undefined,
     workerId: undefined,
     credential: undefined,
+    workerApiKey: undefined,
     advertiseUrl: mentions("workerUrl"),
     model: mentions("served_model_name"),
     blockSize: undefined,
