@@ -26,6 +26,7 @@ import { DEFAULT_MAX_EVENT_CHARS } from "../../src/proxy/sse.ts";
 import { DEFAULT_PREFIX_CACHE_BYTES, DEFAULT_PREFIX_CACHE_TOKENS } from "../../src/prompt/prefix-cache.ts";
 import { DEFAULT_PIECE_CACHE_BYTES, DEFAULT_PIECE_CACHE_ENTRIES, DEFAULT_SEGMENT_CACHE_BYTES, DEFAULT_SEGMENT_CACHE_CHARS } from "../../src/prompt/tokenizer/index.ts";
 import { MEMO_MAX_BYTES } from "../../src/layout/layout.ts";
+import { ApproxConfigSchema } from "../../src/block-index/approx-index.ts";
 import { MAX_RELAY_KEYS } from "../../durable-objects/relay-key-store.ts";
 import { RelayOptionsSchema } from "../../services/relay/options.ts";
 import { DecodeServiceOptionsSchema } from "../../services/decode/options.ts";
@@ -116,6 +117,7 @@ const ACTUAL: Record<string, Record<string, Expected>> = {
     MEMO_MAX_BYTES,
     MAX_RELAY_KEYS,
   },
+  approx: ApproxConfigSchema.parse({}),
   relay: {
     ...RelayOptionsSchema.parse(relayRequired),
     workerUrl: undefined,
