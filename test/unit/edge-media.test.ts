@@ -22,6 +22,8 @@ const sha = (b: Uint8Array): string => createHash("sha256").update(b).digest("he
 const KEY = "edge-media-test-key-0123456789abcdef";
 const TOKEN = "edge-media-token-0123456789";
 const png = makePng(40, 30, { seed: 5 });
+/** Bytes no decoder reads as a video. */
+const JUNK_VIDEO = new TextEncoder().encode("not a video, just some text ".repeat(64));
 let server: http.Server;
 let port = 0;
 let svc: DecodeService;
@@ -55,6 +57,9 @@ beforeAll(async () => {
         held.open--;
         held.closed++;
       });
+    } else if (req.url === "/junk.mp4") {
+      res.writeHead(200, { "content-type": "video/mp4" });
+      res.end(JUNK_VIDEO);
     } else if (req.url === "/empty.mp4") {
       res.writeHead(200, { "content-type": "video/mp4", "content-length": "0" });
       res.end();
@@ -129,6 +134,19 @@ describe("edge media verification", () => {
   it("with a store: an empty video at a URL is the client's 400 too, as an empty data: video is", async () => {
     const sign = storeSigner(svc.url, importMediaUrlKey(KEY), 60);
     await expect(verifyMedia([part("video", `http://127.0.0.1:${port}/empty.mp4`)], deps({ decode: new DecodeClient({ url: svc.url, token: TOKEN }), sign }))).rejects.toMatchObject({ reason: "truncated", param: "messages[0].content[0]" });
+  });
+
+  it("a video the store cannot probe is the client's 4xx, by URL or as a data: URL, and never forwarded", async () => {
+    const decode = new DecodeClient({ url: svc.url, token: TOKEN });
+    const sign = storeSigner(svc.url, importMediaUrlKey(KEY), 60);
+    const before = svc.store().items;
+    const byUrl = verifyMedia([part("video", `http://127.0.0.1:${port}/junk.mp4`)], deps({ decode, sign }));
+    await expect(byUrl).rejects.toMatchObject({ reason: "unprobeable_media", param: "messages[0].content[0]" });
+    expect(httpStatusOf((await byUrl.catch((e: unknown) => e)) as MediaError)).toBe(400);
+    // Not kept either: the store holds only bytes verified as what they were sent as.
+    expect(svc.store().items).toBe(before);
+    const inline = `data:video/mp4;base64,${Buffer.from(JUNK_VIDEO).toString("base64")}`;
+    await expect(verifyMedia([part("video", inline)], deps({ decode }))).rejects.toMatchObject({ reason: "unprobeable_media" });
   });
 
   it("with a store: the worker gets a signed store URL for the digest, valid for a short time only", async () => {
