@@ -13,6 +13,7 @@ import type { ClientRef } from "../src/edge/client-label.ts";
 import { handleChatCompletions, type IndexClient } from "../src/edge/chat.ts";
 import { handleAdminRoute, presentsAdminCredentials, type AdminIndexClient } from "../src/edge/admin-routes.ts";
 import { preflightResponse, PUBLIC_ROUTE_METHODS, withCors } from "../src/edge/cors.ts";
+import { readinessResponse } from "../src/edge/readiness.ts";
 import { initHashing } from "../src/util/hash.ts";
 import { shardObjectName } from "../src/block-index/shard.ts";
 import { stripTrailing } from "../src/util/strip-trailing.ts";
@@ -119,6 +120,14 @@ async function route(request: Request, path: string, env: Env, ctx: ExecutionCon
   const preflight = preflightResponse(request, path, config.cors);
   if (preflight) return preflight;
   if (path === "/healthz") return json({ status: "ok" });
+  if (path === "/readyz") {
+    // It asks each pool's index object: throttled like the admin routes, which do too.
+    await limit(env, config, "admin", { network: networkOf(request) });
+    return readinessResponse(
+      config.models.map((m) => m.id),
+      (model) => indexFor(env, model).workers(),
+    );
+  }
   if (path === "/v1/models") {
     if (method !== "GET" && method !== "HEAD") throw new MethodNotAllowedError(PUBLIC_ROUTE_METHODS[path]!);
     authorizeClient(request, config);
