@@ -17,6 +17,7 @@ import { readinessResponse } from "../src/edge/readiness.ts";
 import { initHashing } from "../src/util/hash.ts";
 import { shardObjectName } from "../src/block-index/shard.ts";
 import { stripTrailing } from "../src/util/strip-trailing.ts";
+import { startEdgeTrace, TRACE_RESPONSE_HEADER, type EdgeTrace } from "../src/util/trace-context.ts";
 
 export { RoutingIndex, RateLimiter };
 
@@ -112,8 +113,8 @@ async function handleRelayUpgrade(request: Request, env: Env, config: EdgeConfig
   return res;
 }
 
-/** `path`: the request's pathname without trailing slashes, worked out once in fetch(). */
-async function route(request: Request, path: string, env: Env, ctx: ExecutionContext): Promise<Response> {
+/** `path`: the request's pathname without trailing slashes, worked out once in fetch(); `trace`: a chat request's trace context. */
+async function route(request: Request, path: string, env: Env, ctx: ExecutionContext, trace: EdgeTrace | undefined): Promise<Response> {
   const config = configOf(env);
   const method = request.method;
 
@@ -147,6 +148,7 @@ async function route(request: Request, path: string, env: Env, ctx: ExecutionCon
       fetch: (input, init) => fetch(input, init),
       waitUntil: (p) => ctx.waitUntil(p),
       rateLimit: (apiKey) => limit(env, config, "chat", apiKey !== null ? { apiKey } : { network: networkOf(request) }),
+      trace,
     });
   }
   if (path === "/v1/relay") {
@@ -177,8 +179,15 @@ export default {
     // CORS headers on answers and errors alike (a page must be able to read a 4xx); a config that
     // does not parse has no policy, so its error goes out without them.
     const cors = (res: Response): Response => (cached?.env === env ? withCors(res, request, path, cached.config.cors) : res);
+    // A chat request's W3C trace context (src/util/trace-context.ts): the client's, or one started
+    // here; its answers and errors alike name it to the client.
+    const trace = path === "/v1/chat/completions" ? startEdgeTrace(request.headers.get("traceparent")) : undefined;
+    const traced = (res: Response): Response => {
+      if (trace) res.headers.set(TRACE_RESPONSE_HEADER, trace.header);
+      return res;
+    };
     try {
-      return cors(await route(request, path, env, ctx));
+      return cors(traced(await route(request, path, env, ctx, trace)));
     } catch (err) {
       if (!(err instanceof Error) || !("type" in err)) console.error(JSON.stringify({ event: "unhandled", error: String(err), stack: err instanceof Error ? err.stack : undefined }));
       let e = err;
@@ -189,7 +198,7 @@ export default {
           () => err,
           (limited: unknown) => limited,
         );
-      return cors(errorResponse(e, rateLimitHeaders(e)));
+      return cors(traced(errorResponse(e, rateLimitHeaders(e))));
     }
   },
 } satisfies ExportedHandler<Env>;

@@ -46,6 +46,7 @@ import { fieldsAfter304, freshFor, freshnessFieldsOf, type FreshnessFields } fro
 import { nodeResolver, pinnedFetch } from "./pinned-fetch.ts";
 import { ProbeTimeoutError, selectProber, type DecoderKind, type Prober } from "./probers.ts";
 import { stripTrailing } from "../../src/util/strip-trailing.ts";
+import { parseTraceparent } from "../../src/util/trace-context.ts";
 
 /** miss: fetched in full; hit: probe cached by digest; revalidated: the origin answered 304; fresh: reused
  * without contacting the origin (HTTP freshness, http-freshness.ts); shared: joined a concurrent request's. */
@@ -510,6 +511,9 @@ export async function startDecodeService(input: DecodeServiceOptionsInput = {}, 
     const label = req.headers["x-kvedge-client"];
     if (label !== undefined && (typeof label !== "string" || !CLIENT_LABEL.test(label))) throw new InvalidRequestError("x-kvedge-client must be 1-80 characters of [A-Za-z0-9:._-].");
     const caller: Caller = { client: label ?? null, signal };
+    // The edge's W3C trace context: one line per call names the client request's trace (--verbose).
+    const trace = parseTraceparent(req.headers.traceparent?.toString());
+    if (trace) log(`${url.pathname} trace=${trace.traceId} parent=${trace.parentId}`);
     const type = (req.headers["content-type"] ?? "").split(";")[0]!.trim().toLowerCase();
     if (url.pathname === "/v1/store") {
       if (type !== "application/json") throw new InvalidRequestError("Content-Type must be application/json ({url, kind}).");

@@ -173,8 +173,10 @@ const recentRequests: {
   jsonSchema: unknown;
   returnLogprob: unknown;
   requireReasoning: unknown;
+  /** The W3C `traceparent` header the request came with (SGLang with --enable-trace parents its spans on it). */
+  traceparent: string | null;
 }[] = [];
-function recordRequest(body: unknown): void {
+function recordRequest(body: unknown, traceparent: string | undefined): void {
   const b = (body ?? {}) as { rid?: unknown; mm_hashes?: unknown; image_data?: unknown; video_data?: unknown; sampling_params?: { json_schema?: unknown }; return_logprob?: unknown; require_reasoning?: unknown };
   const count = (v: unknown) => (Array.isArray(v) ? v.length : v ? 1 : 0);
   recentRequests.push({
@@ -185,6 +187,7 @@ function recordRequest(body: unknown): void {
     jsonSchema: b.sampling_params?.json_schema ?? null,
     returnLogprob: b.return_logprob ?? null,
     requireReasoning: b.require_reasoning ?? null,
+    traceparent: traceparent ?? null,
   });
   if (recentRequests.length > 256) recentRequests.shift();
 }
@@ -214,7 +217,7 @@ async function route(req: IncomingMessage, res: ServerResponse, d: HttpServerDep
   if (path === "/generate" && (method === "POST" || method === "PUT")) {
     const body = await readJson(req, res);
     if (body.ok) {
-      recordRequest(body.value);
+      recordRequest(body.value, req.headers.traceparent?.toString());
       await handleGenerate(res, body.value, gen);
     }
     return;

@@ -40,6 +40,7 @@ import { SafeFetcher } from "../media/safe-fetch.ts";
 import { DecodeClient } from "../media/decode-client.ts";
 import { importMediaUrlKey } from "../media/signed-url.ts";
 import { workerAuthHeaders } from "./worker-auth.ts";
+import { startEdgeTrace, type EdgeTrace } from "../util/trace-context.ts";
 
 /** What the edge needs from the routing index (the Durable Object stub satisfies it). */
 export interface PoolCohort {
@@ -64,6 +65,8 @@ export interface ChatDeps {
   waitUntil(p: Promise<unknown>): void;
   /** Takes one request from the client's rate-limit bucket (null key = no API keys configured); rejects with 429. */
   rateLimit?: (apiKey: string | null) => Promise<void>;
+  /** The request's W3C trace context at the edge (functions/ starts it, so error answers name it too); absent: started from the request's own `traceparent`. */
+  trace?: EdgeTrace;
 }
 
 /** Why the request was not routed on its exact token sequence (null = exact). */
@@ -278,7 +281,7 @@ export async function prepareRouting(
   req: ChatCompletionRequest,
   deps: Pick<ChatDeps, "config" | "index" | "fetch">,
   /** Whose request it is (the media store's fair share) and when it has gone; none for admin explain. */
-  caller: { client: ClientRef | null; signal: AbortSignal | null } | null = null,
+  caller: { client: ClientRef | null; signal: AbortSignal | null; traceparent?: string | null } | null = null,
 ): Promise<PreparedRouting> {
   const model = modelConfig(deps.config, req.model);
   const prompt = preparePrompt(req, { family: model.family, templateId: model.templateId });
@@ -313,7 +316,7 @@ export async function prepareRouting(
     param: `messages[${p.messageIndex}].content[${p.partIndex}]`,
   }));
   // Every item becomes verified bytes before anything else, whatever the routing outcome.
-  const media = await verifyMedia(parts, mediaDeps(deps), { client: caller?.client ? clientLabel(caller.client) : null, signal: caller?.signal ?? null });
+  const media = await verifyMedia(parts, mediaDeps(deps), { client: caller?.client ? clientLabel(caller.client) : null, signal: caller?.signal ?? null, traceparent: caller?.traceparent ?? null });
   const plan = await planMediaRouting(deps, req, tokens, media, parts, model, index);
   // The worker counts expanded media tokens: exact when the plan is, else the text tokens are a lower bound.
   checkContextFit(plan.fallbackReason === null ? plan.isl : tokens.length, req, model);
@@ -376,6 +379,7 @@ export async function handleChatCompletions(request: Request, deps: ChatDeps): P
   const clock = new StageClock();
   const arrivedAt = clock.start;
   const caller = authorizeClient(request, config);
+  const trace = deps.trace ?? startEdgeTrace(request.headers.get("traceparent"));
   // Routing headers reveal topology and other tenants' cached prefixes: admin callers or debug only.
   const showRouting = caller.admin || config.debugHeaders;
   // The limiter round trip overlaps reading and validating the body; its verdict is awaited
@@ -393,7 +397,7 @@ export async function handleChatCompletions(request: Request, deps: ChatDeps): P
   // Without a key or a client address (a local fleet) the edge cannot tell clients apart: no label.
   const address = request.headers.get("cf-connecting-ip");
   const client: ClientRef | null = caller.apiKey !== null ? { apiKey: caller.apiKey } : address ? { network: clientNetwork(address) } : null;
-  const { model, prompt, plan, media } = await prepareRouting(req, deps, { client, signal: request.signal ?? null });
+  const { model, prompt, plan, media } = await prepareRouting(req, deps, { client, signal: request.signal ?? null, traceparent: trace.header });
   clock.mark("prepare");
   // Tenant / adapter isolation: SGLang keeps a salted request's KV apart, and so does the index.
   const { adapter } = resolveModel(config, req.model);
@@ -430,7 +434,7 @@ export async function handleChatCompletions(request: Request, deps: ChatDeps): P
   // One buffer over the RPC instead of thousands of BigInts (serialized and read back per attempt).
   const routeHashes = BigUint64Array.from(localHashes);
   for (let attempt = 1; attempt <= config.routing.maxAttempts; attempt++) {
-    const decision = await shardIndex.route({ localHashes: routeHashes, isl: plan.isl, exclude, fallbackReason: plan.fallbackReason, edgeColo: edgeColoOf(request) });
+    const decision = await shardIndex.route({ localHashes: routeHashes, isl: plan.isl, exclude, fallbackReason: plan.fallbackReason, edgeColo: edgeColoOf(request), traceId: trace.traceId });
     if (!decision) break;
     clock.mark("route");
     const edgeOverheadMs = Date.now() - arrivedAt;
@@ -441,7 +445,7 @@ export async function handleChatCompletions(request: Request, deps: ChatDeps): P
     };
     try {
       const prefillDone = () => deps.waitUntil(shardIndex.markPrefillDone(decision.receiptId).catch(() => undefined));
-      const res = await proxyOnce(deps, decision, req, output, upstreamBody, requestId, config.routing, settle, config.shards > 1, prefillDone, request.signal ?? null);
+      const res = await proxyOnce(deps, decision, req, output, upstreamBody, requestId, config.routing, settle, config.shards > 1, prefillDone, request.signal ?? null, trace.header);
       const headers = showRouting ? routingHeaders(decision, plan, requestId, attempt, shard) : new Headers({ "x-request-id": requestId });
       clock.mark("upstream");
       for (const [k, v] of res.headers) headers.set(k, v);
@@ -459,14 +463,14 @@ export async function handleChatCompletions(request: Request, deps: ChatDeps): P
             deps.waitUntil(deps.index(model.id, k).quarantine(decision.workerId, err.message).catch(() => undefined));
         exclude.push(decision.workerId);
         // The client learns that a worker failed, never which one or how (ids, addresses, texts).
-        console.warn(JSON.stringify({ event: "worker_failed", worker: decision.workerId, requestId, error: err.message.slice(0, 300) }));
+        console.warn(JSON.stringify({ event: "worker_failed", worker: decision.workerId, requestId, traceId: trace.traceId, error: err.message.slice(0, 300) }));
         lastError = new UpstreamError("A worker failed before answering.", null, "worker_unavailable");
         continue;
       }
       const e = err instanceof KvedgeError ? err : new UpstreamError("The worker's answer could not be processed.");
       settle({ promptTokens: null, cachedTokens: null, outcome: e.code === "cancelled" ? "cancelled" : "error" });
       // The worker's own text stays in the logs; the client gets the sanitized message.
-      if (typeof e.cause === "string") console.warn(JSON.stringify({ event: "upstream_error", requestId, worker: decision.workerId, code: e.code, upstream: e.cause.slice(0, 1000) }));
+      if (typeof e.cause === "string") console.warn(JSON.stringify({ event: "upstream_error", requestId, traceId: trace.traceId, worker: decision.workerId, code: e.code, upstream: e.cause.slice(0, 1000) }));
       return errorResponse(e, showRouting ? { "x-request-id": requestId, "x-kvedge-worker": decision.workerId } : { "x-request-id": requestId });
     }
   }
@@ -492,6 +496,12 @@ async function proxyOnce(
   prefillDone: () => void,
   /** The client's request signal: the client going away aborts the upstream request. */
   clientSignal: AbortSignal | null,
+  /**
+   * The request's trace context with the edge's span. SGLang run with --enable-trace parents its
+   * request span on it (TRACE_HEADERS, python/sglang/srt/tracing/trace.py L40, and its
+   * trace_req_start; sgl-project/sglang@021a892).
+   */
+  traceparent: string,
 ): Promise<Response> {
   const abort = new AbortController();
   const deadlineAt = Date.now() + routing.upstreamDeadlineMs;
@@ -511,7 +521,7 @@ async function proxyOnce(
   try {
     upstream = await deps.fetch(`${d.url}/generate`, {
       method: "POST",
-      headers: { "content-type": "application/json", ...auth },
+      headers: { "content-type": "application/json", traceparent, ...auth },
       body: upstreamBody,
       signal: abort.signal,
     });

@@ -12,10 +12,13 @@ export const PUBLIC_ROUTE_METHODS: Readonly<Record<string, readonly string[]>> =
   "/v1/models": ["GET", "HEAD", "OPTIONS"],
   "/v1/chat/completions": ["POST", "OPTIONS"],
 };
-/** Headers a page may read: the request id for support, and the rate limiter's back-off. */
-const EXPOSED = "x-request-id, retry-after";
-/** Headers a page may send (the OpenAI SDKs add their own `x-stainless-*` and `openai-*` ones, which carry nothing the edge reads). */
-const REQUEST_HEADER = /^(?:authorization|content-type|x-api-key|x-stainless-[a-z0-9-]+|openai-[a-z0-9-]+)$/;
+/** Headers a page may read: the request id for support, the rate limiter's back-off, the request's trace (trace-context.ts). */
+const EXPOSED = "x-request-id, retry-after, traceresponse";
+/**
+ * Headers a page may send (the OpenAI SDKs add their own `x-stainless-*` and `openai-*` ones, which
+ * carry nothing the edge reads; a traced page adds W3C `traceparent`, which it reads, and `tracestate`).
+ */
+const REQUEST_HEADER = /^(?:authorization|content-type|x-api-key|x-stainless-[a-z0-9-]+|openai-[a-z0-9-]+|traceparent|tracestate)$/;
 
 function allowedOrigin(policy: CorsPolicy, origin: string | null): string | null {
   if (policy === null || origin === null) return null;

@@ -60,10 +60,12 @@ export interface MediaDeps {
 /**
  * Whose request the media belongs to: the media store gives each client label at most a share of
  * its slots (docs/media.md Fair shares), and `signal` ends the request's calls when it has gone.
+ * `traceparent`: the request's trace context at the edge, sent with each media store call.
  */
 export interface MediaCaller {
   client: string | null;
   signal: AbortSignal | null;
+  traceparent?: string | null;
 }
 
 /** Builds the signer for store URLs as workers reach them. */
@@ -191,7 +193,7 @@ export async function verifyMedia(parts: readonly MediaPartRef[], deps: MediaDep
   const onGone = (): void => over.abort(caller.signal!.reason);
   if (caller.signal?.aborted) onGone();
   else caller.signal?.addEventListener("abort", onGone, { once: true });
-  const call = { client: caller.client, signal: over.signal };
+  const call = { client: caller.client, signal: over.signal, traceparent: caller.traceparent ?? null };
   const out = new Array<VerifiedMedia>(parts.length);
   let next = 0;
   const lane = async (): Promise<void> => {

@@ -48,11 +48,13 @@ type Fetch = (input: string, init: RequestInit) => Promise<Response>;
 /**
  * Whose call it is and when to stop: `client` is the edge's opaque label of its client (sent as
  * `x-kvedge-client`; the service gives each client at most a share of its slots), `signal` ends
- * the call when the client's request has gone.
+ * the call when the client's request has gone, `traceparent` is the request's W3C trace context
+ * at the edge (src/util/trace-context.ts), which the service logs.
  */
 export interface DecodeCallOptions {
   client?: string | null;
   signal?: AbortSignal | null;
+  traceparent?: string | null;
 }
 
 export class DecodeClient {
@@ -91,7 +93,7 @@ export class DecodeClient {
     route: string,
     contentType: string,
     body: BodyInit,
-    { client = null, signal = null }: DecodeCallOptions,
+    { client = null, signal = null, traceparent = null }: DecodeCallOptions,
   ): Promise<{ ok: true; json: unknown; status: number; cache: string | null } | { ok: false; reason: DecodeFallbackReason; detail: string; status: number | null; code: string | null }> {
     const base = this.config.url;
     if (!base) return { ok: false, reason: "decode_not_configured", detail: "no decode service URL configured", status: null, code: null };
@@ -102,6 +104,7 @@ export class DecodeClient {
     const headers: Record<string, string> = { "content-type": contentType };
     if (this.config.token) headers.authorization = `Bearer ${this.config.token}`;
     if (client) headers["x-kvedge-client"] = client;
+    if (traceparent) headers.traceparent = traceparent;
     try {
       const res = await this.fetchImpl(`${base.replace(/\/+$/, "")}${route}`, { method: "POST", headers, body, signal: ctrl.signal });
       const text = await res.text();

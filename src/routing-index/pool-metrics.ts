@@ -80,6 +80,7 @@ export function poolMetricsSnapshot(p: PoolMetricsParts, at: number): PoolMetric
       predictedCachedTokens: Math.min(r.predictedOverlapBlocks * r.blockSize, r.promptTokens),
       actualCachedTokens: r.actualCachedTokens,
       fallbackReason: r.fallbackReason,
+      traceId: r.traceId,
     })),
     recorder: p.metrics.snapshot(),
   };

@@ -15,6 +15,8 @@ export interface Receipt {
   actualCachedTokens: number | null;
   outcome: "ok" | "error" | "cancelled" | "pending";
   fallbackReason: string | null;
+  /** The request's W3C trace id: the receipt of a request a client traced can be found by it. */
+  traceId: string | null;
 }
 
 export interface WorkerReceiptStats {

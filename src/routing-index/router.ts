@@ -29,6 +29,8 @@ export interface RouteRequest {
   isl: number;
   exclude?: readonly string[];
   fallbackReason?: string | null;
+  /** The request's W3C trace id (src/util/trace-context.ts), kept with its receipt. */
+  traceId?: string | null;
   /** The edge's region: with a regions config, selection minimises estimated TTFT from there. */
   edgeRegion?: string | null;
   /** The edge's Cloudflare colo (request.cf.colo), mapped to a region by the regions config. */
@@ -163,6 +165,7 @@ export class Router {
       predictedOverlapBlocks: overlap,
       blockSize,
       fallbackReason: req.fallbackReason ?? null,
+      traceId: req.traceId ?? null,
     });
     if (this.#pending.size > MAX_PENDING_RECEIPTS) this.#pending.delete(this.#pending.keys().next().value!);
     counters.routed++;

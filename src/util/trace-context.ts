@@ -10,6 +10,14 @@
  * goes out is version 00 with only the flag that version defines (sampled), others set to zero.
  */
 
+/**
+ * The response header that names the edge's span to the client: `traceresponse`, same format as
+ * `traceparent`, from the Trace Context Level 2 drafts (https://w3c.github.io/trace-context/
+ * #traceresponse-header; a draft, not in the Recommendation), which OpenTelemetry's response
+ * propagators read. OpenAI clients keep reading `x-request-id`, which the edge sends as well.
+ */
+export const TRACE_RESPONSE_HEADER = "traceresponse";
+
 const HEADER = /^([0-9a-f]{2})-([0-9a-f]{32})-([0-9a-f]{16})-([0-9a-f]{2})/;
 const VERSION_00_LENGTH = 55;
 const SAMPLED = 0x01;

@@ -189,3 +189,37 @@ describe("upstream deadlines and cancellation (real handler, real HTTP)", () => 
     expect(String((res as Error).message)).not.toMatch(/w1|127\.0\.0\.1|ECONNREFUSED|fetch failed/);
   });
 });
+
+describe("W3C trace context through the handler (real simulator)", () => {
+  const CLIENT_TRACE = "4bf92f3577b34da6a3ce929d0e0e4736";
+  const CLIENT_SPAN = "00f067aa0ba902b7";
+  /** The traceparent the simulator received with /generate for this completion's request id. */
+  const receivedBy = async (completionId: string): Promise<string | null> => {
+    const rid = completionId.replace(/^chatcmpl-/, "");
+    const r = (await (await fetch(`${sim.url}/debug/requests`)).json()) as { requests: { rid: string | null; traceparent: string | null }[] };
+    return r.requests.find((x) => x.rid === rid)?.traceparent ?? null;
+  };
+
+  it("a client's trace reaches the worker with the edge's span, and its receipt", async () => {
+    const { core, deps, settled } = setup(sim.url);
+    const res = await handleChatCompletions(chat({}, { traceparent: `00-${CLIENT_TRACE}-${CLIENT_SPAN}-01` }), deps);
+    const { id } = (await res.json()) as { id: string };
+    await settled();
+    const sent = await receivedBy(id);
+    expect(sent).toMatch(new RegExp(`^00-${CLIENT_TRACE}-[0-9a-f]{16}-01$`));
+    expect(sent).not.toContain(CLIENT_SPAN);
+    expect(core.receipts.recent()[0]!.traceId).toBe(CLIENT_TRACE);
+  });
+
+  it("an invalid traceparent is ignored: the worker gets a new trace, recorded with the receipt", async () => {
+    const { core, deps, settled } = setup(sim.url);
+    const res = await handleChatCompletions(chat({}, { traceparent: `00-${"0".repeat(32)}-${CLIENT_SPAN}-01` }), deps);
+    const { id } = (await res.json()) as { id: string };
+    await settled();
+    const sent = await receivedBy(id);
+    const traceId = /^00-([0-9a-f]{32})-[0-9a-f]{16}-01$/.exec(sent ?? "")?.[1];
+    expect(traceId).toBeDefined();
+    expect(traceId).not.toBe("0".repeat(32));
+    expect(core.receipts.recent()[0]!.traceId).toBe(traceId);
+  });
+});

@@ -196,7 +196,7 @@ describe("mergeShardSnapshots", () => {
   });
 
   it("recent receipts and decisions merge newest first, capped at what one index keeps", () => {
-    const receipt = (at: number, workerId: string) => ({ at, workerId, outcome: "ok" as const, promptTokens: 1, predictedCachedTokens: 0, actualCachedTokens: 0, fallbackReason: null });
+    const receipt = (at: number, workerId: string) => ({ at, workerId, outcome: "ok" as const, promptTokens: 1, predictedCachedTokens: 0, actualCachedTokens: 0, fallbackReason: null, traceId: null });
     const r0 = new PoolRecorder();
     const r1 = new PoolRecorder();
     for (let i = 0; i < 60; i++) route(r0, i * 2, "a"); // keeps 50: at 20..118 (even)

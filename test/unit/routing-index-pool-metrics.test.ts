@@ -48,14 +48,14 @@ describe("pool metrics", () => {
     const p = parts({ a: null });
     p.counters.eventsDropped = 2;
     p.counters.dropReasons["stale_epoch"] = 2;
-    p.receipts.settle({ receiptId: "r1", workerId: "a", at: 5, promptTokens: 10, totalBlocks: 3, predictedOverlapBlocks: 3, blockSize: 4, actualCachedTokens: 8, outcome: "ok", fallbackReason: null });
+    p.receipts.settle({ receiptId: "r1", workerId: "a", at: 5, promptTokens: 10, totalBlocks: 3, predictedOverlapBlocks: 3, blockSize: 4, actualCachedTokens: 8, outcome: "ok", fallbackReason: null, traceId: "4bf92f3577b34da6a3ce929d0e0e4736" });
     const s = poolMetricsSnapshot(p, 1234);
     expect(s).toMatchObject({ at: 1234, blockSize: 4, indexedBlocks: 0, blockBudget: p.views.budget.limitFor(1), activeRequests: 0 });
     expect(s.counters).toEqual({ ...emptyIndexCounters(), eventsDropped: 2, dropReasons: { stale_epoch: 2 } });
     p.counters.dropReasons["stale_epoch"] = 9;
     expect(s.counters.dropReasons["stale_epoch"]).toBe(2);
     // Predicted cached tokens are capped by the prompt (3 blocks × 4 > 10 tokens).
-    expect(s.recentReceipts).toEqual([{ at: 5, workerId: "a", outcome: "ok", promptTokens: 10, predictedCachedTokens: 10, actualCachedTokens: 8, fallbackReason: null }]);
+    expect(s.recentReceipts).toEqual([{ at: 5, workerId: "a", outcome: "ok", promptTokens: 10, predictedCachedTokens: 10, actualCachedTokens: 8, fallbackReason: null, traceId: "4bf92f3577b34da6a3ce929d0e0e4736" }]);
     expect(s.drift).toEqual([{ workerId: "a", driftEwma: 0.2, drifting: false }]);
     expect(s.cohort).toMatchObject({ state: "no_contract", exactMedia: false });
   });

@@ -65,7 +65,7 @@ describe("Router", () => {
     const s = router.settle({ receiptId: d.receiptId, promptTokens: 41, cachedTokens: 36, outcome: "ok", edgeOverheadMs: 3 });
     expect(s.receipt).toEqual({
       receiptId: d.receiptId, workerId: "a", at: 1_000, promptTokens: 41, totalBlocks: 10, predictedOverlapBlocks: 10, blockSize: 4,
-      actualCachedTokens: 36, outcome: "ok", fallbackReason: "no_contract",
+      actualCachedTokens: 36, outcome: "ok", fallbackReason: "no_contract", traceId: null,
     });
     expect(s.drift).toBe(false);
     expect(load.size).toBe(0);
@@ -108,6 +108,15 @@ describe("Router", () => {
     expect(load.size).toBe(1);
   });
 
+  it("keeps the request's trace id with its receipt", () => {
+    const { router, receipts } = pool({ a: 0 });
+    const traced = router.route({ localHashes: hashes(), isl: 40, traceId: "4bf92f3577b34da6a3ce929d0e0e4736" })!;
+    const untraced = router.route({ localHashes: hashes(), isl: 40 })!;
+    expect(router.settle({ receiptId: traced.receiptId, promptTokens: 40, cachedTokens: 0, outcome: "ok" }).receipt?.traceId).toBe("4bf92f3577b34da6a3ce929d0e0e4736");
+    expect(router.settle({ receiptId: untraced.receiptId, promptTokens: 40, cachedTokens: 0, outcome: "ok" }).receipt?.traceId).toBeNull();
+    expect(receipts.recent().map((r) => r.traceId)).toEqual([null, "4bf92f3577b34da6a3ce929d0e0e4736"]);
+  });
+
   it("keeps at most 10 000 pending receipts, dropping the oldest", () => {
     const { router } = pool({ a: 0 });
     const first = router.route({ localHashes: hashes().slice(0, 1), isl: 4 })!;
@@ -128,6 +137,7 @@ describe("receipt drift", () => {
     actualCachedTokens: cached,
     outcome: "ok" as const,
     fallbackReason: null,
+    traceId: null,
   });
 
   it("each receipt weighs at most 1 either way, so one cold request cannot mute drift alerting", () => {

@@ -116,6 +116,26 @@ describe("edge API surface", () => {
     expect(e.code).toBe("no_worker_available");
   });
 
+  it("trace context: a chat answer names the client's trace (or a new one) in traceresponse, errors included; pages may send and read it", async () => {
+    const trace = "4bf92f3577b34da6a3ce929d0e0e4736";
+    const chat = (headers: Record<string, string>) =>
+      SELF.fetch("https://edge/v1/chat/completions", { method: "POST", headers: { "content-type": "application/json", origin: "https://app.example", ...headers }, body: JSON.stringify({ model: "Qwen/Qwen2.5-VL-7B-Instruct", messages: [{ role: "user", content: "hi" }] }) });
+    const continued = await chat({ traceparent: `00-${trace}-00f067aa0ba902b7-01` });
+    expect(continued.status).toBe(503);
+    expect(continued.headers.get("traceresponse")).toMatch(new RegExp(`^00-${trace}-(?!00f067aa0ba902b7)[0-9a-f]{16}-01$`));
+    expect(continued.headers.get("access-control-expose-headers")).toContain("traceresponse");
+    const started = (await chat({ traceparent: `00-${trace.toUpperCase()}-00f067aa0ba902b7-01` })).headers.get("traceresponse");
+    expect(started).toMatch(/^00-[0-9a-f]{32}-[0-9a-f]{16}-01$/);
+    expect(started).not.toContain(trace);
+    // Only chat requests are traced.
+    expect((await SELF.fetch("https://edge/v1/models", { headers: { traceparent: `00-${trace}-00f067aa0ba902b7-01` } })).headers.get("traceresponse")).toBeNull();
+    const pre = await SELF.fetch("https://edge/v1/chat/completions", {
+      method: "OPTIONS",
+      headers: { origin: "https://app.example", "access-control-request-method": "POST", "access-control-request-headers": "content-type, traceparent, tracestate" },
+    });
+    expect(pre.headers.get("access-control-allow-headers")).toBe("content-type, traceparent, tracestate");
+  });
+
   it("admin endpoints need the admin token", async () => {
     await expectOpenAIError(await SELF.fetch("https://edge/admin/workers"), 401);
     await expectOpenAIError(await SELF.fetch("https://edge/admin/workers", { headers: { authorization: "Bearer wrong-token-wrong-token" } }), 401);
