@@ -1,7 +1,7 @@
 /**
  * The launcher owns its children: `node scripts/start.ts` (what `npm start` runs) is stopped with
  * SIGINT or SIGTERM, or killed with SIGKILL (no chance to clean up), and every process it started (simulators, relays,
- * decode service, wrangler dev and its workerd, the reaper) must be gone within 5 s; a start that
+ * decode service, the edge's Miniflare host and its workerd, the reaper) must be gone within 5 s; a start that
  * fails half-way (the edge port already taken, after the decode service and a worker are up) must
  * exit non-zero and leave nothing running either. Processes are found through /proc: descendants
  * of the launcher by parent pid, and members of their process groups.
@@ -132,10 +132,15 @@ describe("npm start owns its children", () => {
       await new Promise((r) => setTimeout(r, 250));
     }
     for (const [pid, cmd] of fleetOf(l.proc.pid!)) seen.set(pid, cmd);
+    // "up" means ready: /readyz agrees, and the first request (the printed text example) succeeds.
+    expect((await fetch(`http://127.0.0.1:${port}/readyz`)).status).toBe(200);
+    const text = [...l.output().matchAll(/-d '(\{.*\})'$/gm)].map((m) => m[1]!).find((b) => !b.includes("_url"))!;
+    const first = await fetch(`http://127.0.0.1:${port}/v1/chat/completions`, { method: "POST", headers: { "content-type": "application/json" }, body: text });
+    expect(first.status, await first.text()).toBe(200);
     if (signal === "SIGKILL") await examplesWork(l.output(), port);
     const cmds = [...seen.values()].join("\n");
-    // The whole fleet was found: decode service, simulator, relay, wrangler with workerd, reaper.
-    for (const part of ["services/decode/main.ts", "services/sglang-sim/main.ts", "services/relay/main.ts", "wrangler", "workerd", "fleet-reaper"]) {
+    // The whole fleet was found: decode service, simulator, relay, the edge's host with workerd, reaper.
+    for (const part of ["services/decode/main.ts", "services/sglang-sim/main.ts", "services/relay/main.ts", "scripts/edge-host.ts", "workerd", "fleet-reaper"]) {
       expect(cmds).toContain(part);
     }
     l.proc.kill(signal);
