@@ -25,7 +25,8 @@ import { bearerToken, matchApiKey } from "./auth.ts";
 import { timingSafeEqualString } from "../util/constant-time.ts";
 import { bytesToHex } from "../util/hex.ts";
 import { limitsOf, parseChatBody, prepareRouting, resolveModel, type IndexClient, type RoutingPlan } from "./chat.ts";
-import { routingNamespace } from "./cache-salt.ts";
+import { namespacedHashes, routingNamespace, type CacheTenant } from "./cache-salt.ts";
+import { clientNetwork } from "./rate-limit.ts";
 import { sglangItemOrder } from "../layout/index.ts";
 import { handleRelayKeyRoute, type RelayKeyIndexClient } from "./relay-key-routes.ts";
 import { stripTrailing } from "../util/strip-trailing.ts";
@@ -319,15 +320,20 @@ async function explain(request: Request, deps: AdminDeps, allTokens = false): Pr
   const limits = limitsOf(deps.config);
   const bodyText = await readBodyText(request, limits);
   const req = parseChatBody(bodyText, limits, { sizeChecked: true });
-  const { model, prompt, tokens, plan } = await prepareRouting(req, {
-    config: deps.config,
-    index: (m, k) => deps.index(m, k),
-    fetch: deps.fetch,
-  });
-  const tokenizer = getQwenTokenizer(model.family);
-  // The namespace the request would be routed in, by the same rule as /v1/chat/completions.
+  // The namespace the request would be routed in, by the same rule as /v1/chat/completions: the
+  // tenant named, else (public endpoint) a keyless caller of the admin's own network, else the common one.
   const { adapter } = resolveModel(deps.config, req.model);
-  const { cacheSalt, localHashes } = await routingNamespace(deps.config, { apiKey: tenant, adapter }, plan.localHashes);
+  const cacheFor: CacheTenant = tenant !== null ? { apiKey: tenant } : deps.config.publicAccess ? { network: clientNetwork(request.headers.get("cf-connecting-ip")) } : null;
+  const namespace = await routingNamespace(deps.config, { tenant: cacheFor, adapter });
+  const { model, prompt, tokens, plan } = await prepareRouting(
+    req,
+    { config: deps.config, index: (m, k) => deps.index(m, k), fetch: deps.fetch },
+    null,
+    namespace.tag,
+  );
+  const tokenizer = getQwenTokenizer(model.family);
+  const { cacheSalt } = namespace;
+  const localHashes = namespacedHashes(namespace, plan.localHashes);
   const shard = shardForRequest(localHashes, deps.config.shards);
   const preview = await deps.index(model.id, shard).peek({ localHashes, isl: plan.isl });
   const view = (ids: number[]) => ids.map((id) => ({ id, text: tokenizer.decode([id]) }));
@@ -335,7 +341,7 @@ async function explain(request: Request, deps: AdminDeps, allTokens = false): Pr
   const chosen = preview.workerId;
   const warnings: string[] = [];
   if (tenant === null && deps.config.kvSharing === "per_tenant" && deps.config.apiKeys)
-    warnings.push(`explained in the pool's common namespace: requests with an API key are routed in their tenant's own (send the key as ${TENANT_KEY_HEADER})`);
+    warnings.push(`explained ${cacheFor === null ? "in the pool's common namespace" : "as a keyless caller of your network"}: requests with an API key are routed in their tenant's own (send the key as ${TENANT_KEY_HEADER})`);
   if (preview.candidates.length > 0 && preview.blockSize !== model.blockSize)
     warnings.push(`configured blockSize ${model.blockSize} differs from the index's ${preview.blockSize}: no prefix can match`);
   if (chosen === null) warnings.push("no worker is up: the request would fail with 503");
@@ -350,6 +356,7 @@ async function explain(request: Request, deps: AdminDeps, allTokens = false): Pr
     namespace: {
       salted: cacheSalt !== null,
       tenant: tenant !== null && deps.config.kvSharing === "per_tenant",
+      network: cacheFor !== null && "network" in cacheFor && deps.config.kvSharing === "per_tenant",
       adapter,
       sharing: deps.config.kvSharing,
     },

@@ -6,35 +6,47 @@
  * different salts in disjoint subtrees, and salted blocks are published as
  * BlockStoredWithMetadata{cache_salt} with a salt-seeded hash chain (disaggregation/kv_events.py,
  * mem_cache/utils.py compute_node_event_hash_values). The edge sends one salt per namespace:
- *   tenant  = the request's API key, when KVEDGE_KV_SHARING is "per_tenant" (default) and keys are
- *             configured; nobody without that key can reuse or detect its cached prefixes;
+ *   tenant  = who is calling, when KVEDGE_KV_SHARING is "per_tenant" (default): the request's API key;
+ *             an admin caller, all in one namespace of their own; an anonymous public caller
+ *             (KVEDGE_ACCESS=public), by client network (/64 for IPv6, /32 for IPv4). Nobody outside
+ *             a namespace can reuse or detect its cached prefixes, so `cached_tokens` and time to
+ *             first token only ever tell a caller about their own namespace;
  *   adapter = the LoRA adapter the request names (`model: "<pool>:<adapter>"`): SGLang's events do
  *             not say which adapter a block belongs to (lora_id is always None), so an adapter's
  *             blocks must come back salted to never be predicted for another adapter or the base.
  * The salt is a keyed hash, HMAC-SHA256(RELAY_SECRET, JSON ["kvedge-cache-salt-v1", tenant, adapter])
- * in base64url (43 characters): workers and relays see it, never the API key, and cannot invert it.
+ * in base64url (43 characters), tenant being the API key, ["admin"] or ["network", "<net>"] (a list
+ * never equals a key): workers and relays see it, never the key or the address, and cannot invert it.
  * The router maps the request's local hashes into the salt's namespace (block-hash.ts); the relay
  * does the same with the salt each stored block reports, so the two meet only within a namespace.
+ * Media item hashes move into the namespace too (namespacedItemHash): they are the `mm_hashes` the
+ * worker keys its embedding cache by, so "was this image sent recently" stays within a namespace.
  */
 import type { EdgeConfig } from "../config/config.ts";
-import { namespacedLocalHashes, namespaceTag } from "../blocks/block-hash.ts";
+import { namespacedLocalHash, namespacedLocalHashes, namespaceTag, type NamespaceTag } from "../blocks/block-hash.ts";
 
 const encoder = new TextEncoder();
-/** Salts computed in this isolate (bounded: API keys × adapters are configured, but stay safe). */
+/** Salts computed in this isolate (bounded: client networks are many; cleared when full). */
 const memo = new Map<string, Promise<string>>();
 let memoSecret: string | null = null;
 const MEMO_MAX = 4096;
 
+/**
+ * Whose cache a request uses: an API key's tenant, the admin callers, the anonymous callers of one
+ * client network (rate-limit.ts clientNetwork), or null, the pool's common namespace (requests no
+ * caller of the edge makes: a worker called directly; every request under KVEDGE_KV_SHARING=shared).
+ */
+export type CacheTenant = { apiKey: string } | { admin: true } | { network: string } | null;
+
 export interface CacheNamespaceInput {
-  /** The API key the request authenticated with (null: the API has no keys). */
-  apiKey: string | null;
+  tenant: CacheTenant;
   /** The LoRA adapter the request names (null: the base model). */
   adapter: string | null;
 }
 
 /** The cache_salt to send for this request, or null when it shares the pool's common namespace. */
 export function cacheSaltFor(config: Pick<EdgeConfig, "kvSharing" | "relaySecret">, input: CacheNamespaceInput): Promise<string | null> {
-  const tenant = config.kvSharing === "per_tenant" ? input.apiKey : null;
+  const tenant = config.kvSharing === "per_tenant" ? tenantPart(input.tenant) : null;
   if (tenant === null && input.adapter === null) return Promise.resolve(null);
   // Without the pool secret no worker can register, so there is nothing to isolate from.
   const secret = config.relaySecret;
@@ -52,18 +64,38 @@ export function cacheSaltFor(config: Pick<EdgeConfig, "kvSharing" | "relaySecret
   return salt;
 }
 
-/** A request's cache namespace and its block hashes there: what the index is asked and the worker told. */
+/** The tenant's part of the salt message: API-key tenants keep the key itself (their salts predate the others). */
+function tenantPart(t: CacheTenant): string | string[] | null {
+  if (t === null) return null;
+  if ("apiKey" in t) return t.apiKey;
+  if ("admin" in t) return ["admin"];
+  return ["network", t.network];
+}
+
+/** A request's cache namespace: the salt the worker is told and its tag for hashes (null: the common one). */
 export interface RoutingNamespace {
   /** The cache_salt for `/generate` (null: the pool's common namespace). */
   cacheSalt: string | null;
-  /** The request's local block hashes moved into that namespace (the plain ones when unsalted). */
-  localHashes: readonly bigint[];
+  tag: NamespaceTag;
 }
 
-/** Salt and namespaced hashes for a request: the one rule both routing and `explain` follow. Requires initHashing(). */
-export async function routingNamespace(config: Pick<EdgeConfig, "kvSharing" | "relaySecret">, input: CacheNamespaceInput, plainHashes: readonly bigint[]): Promise<RoutingNamespace> {
+/** The namespace a request routes in: the one rule both routing and `explain` follow. Requires initHashing(). */
+export async function routingNamespace(config: Pick<EdgeConfig, "kvSharing" | "relaySecret">, input: CacheNamespaceInput): Promise<RoutingNamespace> {
   const cacheSalt = await cacheSaltFor(config, input);
-  return { cacheSalt, localHashes: cacheSalt === null ? plainHashes : namespacedLocalHashes(plainHashes, namespaceTag(cacheSalt)) };
+  return { cacheSalt, tag: cacheSalt === null ? null : namespaceTag(cacheSalt) };
+}
+
+/** The request's local block hashes moved into its namespace (the plain ones when unsalted). */
+export function namespacedHashes(ns: RoutingNamespace, plainHashes: readonly bigint[]): readonly bigint[] {
+  return ns.tag === null ? plainHashes : namespacedLocalHashes(plainHashes, ns.tag);
+}
+
+/**
+ * A media item's identity hash (the `mm_hashes` entry, whose value also gives the item's pad tokens)
+ * moved into the namespace: the edge's routed tokens and the worker's cached ones use the same value.
+ */
+export function namespacedItemHash(hash: bigint, tag: NamespaceTag): bigint {
+  return tag === null ? hash : namespacedLocalHash(hash, tag);
 }
 
 async function hmacBase64url(secret: string, message: string): Promise<string> {

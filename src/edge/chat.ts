@@ -25,11 +25,12 @@ import type { RouteDecision, RouteRequest, SettleRequest } from "../routing-inde
 import { buildGenerateBody, newRequestId, outputCap } from "../proxy/generate-request.ts";
 import { bodyOfChunks, generateBodyChunks } from "../proxy/generate-body.ts";
 import type { JsonLiteral } from "../util/json-scan.ts";
-import { routingNamespace } from "./cache-salt.ts";
+import { namespacedHashes, namespacedItemHash, routingNamespace, type CacheTenant } from "./cache-salt.ts";
+import type { NamespaceTag } from "../blocks/block-hash.ts";
 import { createChatStreamTranslator, translateGenerateHttp } from "../proxy/translate.ts";
 import { guardUpstreamBody, readGuardedText } from "../proxy/upstream-guard.ts";
 import { chatOutputPlan, modelParsers, requiresReasoning, type ChatOutputPlan } from "../proxy/chat-output.ts";
-import { authorizeClient } from "./auth.ts";
+import { authorizeClient, type ClientIdentity } from "./auth.ts";
 import { StageClock } from "./server-timing.ts";
 import { mediaItems, storeSigner, verifyMedia, type MediaDeps, type MediaPartRef, type VerifiedMedia } from "./media.ts";
 import { clientLabel, type ClientRef } from "./client-label.ts";
@@ -201,6 +202,8 @@ async function planMediaRouting(
   parts: readonly MediaPartRef[],
   model: ModelConfig,
   index: IndexClient,
+  /** The request's cache namespace: item hashes (mm_hashes, pad values) move into it. */
+  itemTag: NamespaceTag,
 ): Promise<RoutingPlan> {
   const tokenizer = getQwenTokenizer(model.family);
   const fallback = (reason: string) => textPrefixPlan(tokens, model.blockSize, tokenizer.specialIds.visionStart, reason);
@@ -217,7 +220,8 @@ async function planMediaRouting(
   if (!cohort.ok) return fallback(cohort.reason);
   const resolved = mediaItems(media, cohort.digest);
   if (resolved.unresolved) return fallback(resolved.unresolved.reason);
-  const view = buildRoutingView(cohort.contract, tokens, resolved.items, (t) => tokenizer.encode(t));
+  const items = resolved.items.map((it) => (it.hash === null ? it : { ...it, hash: namespacedItemHash(it.hash, itemTag) }));
+  const view = buildRoutingView(cohort.contract, tokens, items, (t) => tokenizer.encode(t));
   if (!view.ok) {
     // The pool's own processor raises for this item (the transformers resize rules under its
     // contract, e.g. an aspect ratio above 200): the client's 400 here, naming the part, instead of
@@ -282,6 +286,8 @@ export async function prepareRouting(
   deps: Pick<ChatDeps, "config" | "index" | "fetch">,
   /** Whose request it is (the media store's fair share) and when it has gone; none for admin explain. */
   caller: { client: ClientRef | null; signal: AbortSignal | null; traceparent?: string | null } | null = null,
+  /** The request's cache namespace (cache-salt.ts routingNamespace): media item hashes move into it. */
+  itemTag: NamespaceTag = null,
 ): Promise<PreparedRouting> {
   const model = modelConfig(deps.config, req.model);
   const prompt = preparePrompt(req, { family: model.family, templateId: model.templateId });
@@ -317,7 +323,7 @@ export async function prepareRouting(
   }));
   // Every item becomes verified bytes before anything else, whatever the routing outcome.
   const media = await verifyMedia(parts, mediaDeps(deps), { client: caller?.client ? clientLabel(caller.client) : null, signal: caller?.signal ?? null, traceparent: caller?.traceparent ?? null });
-  const plan = await planMediaRouting(deps, req, tokens, media, parts, model, index);
+  const plan = await planMediaRouting(deps, req, tokens, media, parts, model, index, itemTag);
   // The worker counts expanded media tokens: exact when the plan is, else the text tokens are a lower bound.
   checkContextFit(plan.fallbackReason === null ? plan.isl : tokens.length, req, model);
   return { model, prompt, tokens, plan, index, media };
@@ -397,11 +403,13 @@ export async function handleChatCompletions(request: Request, deps: ChatDeps): P
   // Without a key or a client address (a local fleet) the edge cannot tell clients apart: no label.
   const address = request.headers.get("cf-connecting-ip");
   const client: ClientRef | null = caller.apiKey !== null ? { apiKey: caller.apiKey } : address ? { network: clientNetwork(address) } : null;
-  const { model, prompt, plan, media } = await prepareRouting(req, deps, { client, signal: request.signal ?? null, traceparent: trace.header });
-  clock.mark("prepare");
-  // Tenant / adapter isolation: SGLang keeps a salted request's KV apart, and so does the index.
+  // Tenant / adapter isolation: SGLang keeps a salted request's KV and media embeddings apart, and so does the index.
   const { adapter } = resolveModel(config, req.model);
-  const { cacheSalt, localHashes } = await routingNamespace(config, { apiKey: caller.apiKey, adapter }, plan.localHashes);
+  const namespace = await routingNamespace(config, { tenant: cacheTenant(caller, address), adapter });
+  const { model, prompt, plan, media } = await prepareRouting(req, deps, { client, signal: request.signal ?? null, traceparent: trace.header }, namespace.tag);
+  clock.mark("prepare");
+  const { cacheSalt } = namespace;
+  const localHashes = namespacedHashes(namespace, plan.localHashes);
   const parsers = modelParsers(model);
   const output = chatOutputPlan(req, parsers);
   const requestId = newRequestId();
@@ -600,6 +608,16 @@ async function proxyOnce(
     status: 200,
     headers: { "content-type": "text/event-stream", "cache-control": "no-cache" },
   });
+}
+
+/**
+ * Whose cache namespace a `/v1` caller uses: its API key's, the admin callers' own, or, keyless on a
+ * public endpoint, its client network's (/64, /32; "unknown" without an address, as outside Cloudflare).
+ */
+export function cacheTenant(caller: ClientIdentity, address: string | null): CacheTenant {
+  if (caller.admin) return { admin: true };
+  if (caller.apiKey !== null) return { apiKey: caller.apiKey };
+  return { network: clientNetwork(address) };
 }
 
 /** The Cloudflare colo serving this request (regions: src/selection/regions.ts); null outside Cloudflare. */

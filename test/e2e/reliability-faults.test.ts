@@ -34,7 +34,8 @@ beforeAll(async () => {
   const dir = makeMediaDir();
   makeVideo(dir, "a.mp4", { seconds: 2 });
   makeVideo(dir, "b.mp4", { seconds: 2, source: "testsrc2" });
-  fleet = await startFleet({ workers: 2, mediaDir: dir, log: tap.sink, vars: { KVEDGE_ROUTING: JSON.stringify({ profileTtlMs: 0 }) } });
+  // Shared: prompts sent to a worker directly (the common namespace) must be routable through the edge.
+  fleet = await startFleet({ workers: 2, mediaDir: dir, log: tap.sink, vars: { KVEDGE_ROUTING: JSON.stringify({ profileTtlMs: 0 }), KVEDGE_KV_SHARING: "shared" } });
 });
 afterAll(async () => {
   fleet?.resumeRelays();

@@ -5,16 +5,16 @@
  * log capture from the fleet's children.
  */
 import * as zmq from "zeromq";
-import { localBlockHash } from "../../src/blocks/block-hash.ts";
+import { localBlockHash, namespacedLocalHash, namespaceTag } from "../../src/blocks/block-hash.ts";
 import { localHashToHex } from "../../src/relay-wire/relay-protocol.ts";
 import { initHashing } from "../../src/util/hash.ts";
 import type { Fleet } from "../../scripts/local-fleet.ts";
 
-/** The worker's true block set, as local hashes (sorted; a multiset: equal blocks may repeat). */
+/** The worker's true block set, as local hashes in each block's cache namespace (sorted; a multiset: equal blocks may repeat). */
 export async function trueLocalHashes(workerUrl: string): Promise<string[]> {
   await initHashing();
-  const r = (await (await fetch(`${workerUrl}/debug/cache`)).json()) as { blocks: { tokens: number[] }[] };
-  return r.blocks.map((b) => localHashToHex(localBlockHash(b.tokens))).sort();
+  const r = (await (await fetch(`${workerUrl}/debug/cache`)).json()) as { blocks: { tokens: number[]; cacheSalt?: string }[] };
+  return r.blocks.map((b) => localHashToHex(namespacedLocalHash(localBlockHash(b.tokens), namespaceTag(b.cacheSalt)))).sort();
 }
 
 export async function indexLocalHashes(fleet: Fleet, workerId: string): Promise<string[]> {

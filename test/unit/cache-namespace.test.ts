@@ -33,7 +33,7 @@ function config(sharing: "per_tenant" | "shared") {
   });
 }
 
-const expectedSalt = (tenant: string | null, adapter: string | null) =>
+const expectedSalt = (tenant: string | string[] | null, adapter: string | null) =>
   createHmac("sha256", SECRET).update(JSON.stringify(["kvedge-cache-salt-v1", tenant, adapter])).digest("base64url");
 
 beforeAll(() => initHashing());
@@ -41,27 +41,45 @@ beforeAll(() => initHashing());
 describe("cache_salt", () => {
   it("per_tenant: one keyed salt per API key (never the key), and per adapter", async () => {
     const c = config("per_tenant");
-    const a = await cacheSaltFor(c, { apiKey: "key-a-0123456789", adapter: null });
-    const b = await cacheSaltFor(c, { apiKey: "key-b-0123456789", adapter: null });
+    const a = await cacheSaltFor(c, { tenant: { apiKey: "key-a-0123456789" }, adapter: null });
+    const b = await cacheSaltFor(c, { tenant: { apiKey: "key-b-0123456789" }, adapter: null });
     expect(a).toBe(expectedSalt("key-a-0123456789", null));
     expect(a).toMatch(/^[A-Za-z0-9_-]{43}$/);
     expect(a).not.toContain("key-a");
     expect(b).not.toBe(a);
-    expect(await cacheSaltFor(c, { apiKey: "key-a-0123456789", adapter: null })).toBe(a);
-    expect(await cacheSaltFor(c, { apiKey: "key-a-0123456789", adapter: "sql-x" })).toBe(expectedSalt("key-a-0123456789", "sql-x"));
-    // No API keys configured: one tenant, no salt.
-    expect(await cacheSaltFor(c, { apiKey: null, adapter: null })).toBeNull();
+    expect(await cacheSaltFor(c, { tenant: { apiKey: "key-a-0123456789" }, adapter: null })).toBe(a);
+    expect(await cacheSaltFor(c, { tenant: { apiKey: "key-a-0123456789" }, adapter: "sql-x" })).toBe(expectedSalt("key-a-0123456789", "sql-x"));
+    // The common namespace (no caller of the edge: a worker called directly): no salt.
+    expect(await cacheSaltFor(c, { tenant: null, adapter: null })).toBeNull();
     // No pool secret: no worker can register, nothing to isolate.
-    expect(await cacheSaltFor({ ...c, relaySecret: null }, { apiKey: "key-a-0123456789", adapter: null })).toBeNull();
+    expect(await cacheSaltFor({ ...c, relaySecret: null }, { tenant: { apiKey: "key-a-0123456789" }, adapter: null })).toBeNull();
+  });
+
+  it("per_tenant: admin callers have one namespace of their own, keyless callers one per client network", async () => {
+    const c = config("per_tenant");
+    const admin = await cacheSaltFor(c, { tenant: { admin: true }, adapter: null });
+    const v4 = await cacheSaltFor(c, { tenant: { network: "203.0.113.7/32" }, adapter: null });
+    const v6 = await cacheSaltFor(c, { tenant: { network: "2001:db8:1:2::/64" }, adapter: null });
+    expect(admin).toBe(expectedSalt(["admin"], null));
+    expect(v4).toBe(expectedSalt(["network", "203.0.113.7/32"], null));
+    expect(v6).toBe(expectedSalt(["network", "2001:db8:1:2::/64"], null));
+    const key = await cacheSaltFor(c, { tenant: { apiKey: "key-a-0123456789" }, adapter: null });
+    expect(new Set([admin, v4, v6, key, null]).size).toBe(5);
+    // A key spelled like the admin tenant's part is still that key's own namespace.
+    expect(await cacheSaltFor(c, { tenant: { apiKey: '["admin"]' }, adapter: null })).not.toBe(admin);
+    expect(await cacheSaltFor(c, { tenant: { network: "203.0.113.7/32" }, adapter: "sql-x" })).toBe(expectedSalt(["network", "203.0.113.7/32"], "sql-x"));
+    // shared: every caller in the common namespace (adapters still apart).
+    const s = config("shared");
+    for (const tenant of [{ admin: true as const }, { network: "203.0.113.7/32" }]) expect(await cacheSaltFor(s, { tenant, adapter: null })).toBeNull();
   });
 
   it("shared: tenants share the base namespace; adapters are still apart", async () => {
     const c = config("shared");
-    expect(await cacheSaltFor(c, { apiKey: "key-a-0123456789", adapter: null })).toBeNull();
-    const x = await cacheSaltFor(c, { apiKey: "key-a-0123456789", adapter: "sql-x" });
+    expect(await cacheSaltFor(c, { tenant: { apiKey: "key-a-0123456789" }, adapter: null })).toBeNull();
+    const x = await cacheSaltFor(c, { tenant: { apiKey: "key-a-0123456789" }, adapter: "sql-x" });
     expect(x).toBe(expectedSalt(null, "sql-x"));
-    expect(await cacheSaltFor(c, { apiKey: "key-b-0123456789", adapter: "sql-x" })).toBe(x);
-    expect(await cacheSaltFor(c, { apiKey: "key-a-0123456789", adapter: "chat-y" })).not.toBe(x);
+    expect(await cacheSaltFor(c, { tenant: { apiKey: "key-b-0123456789" }, adapter: "sql-x" })).toBe(x);
+    expect(await cacheSaltFor(c, { tenant: { apiKey: "key-a-0123456789" }, adapter: "chat-y" })).not.toBe(x);
   });
 
   it("model '<pool>:<adapter>' selects a configured adapter; anything else is model_not_found", () => {
@@ -88,7 +106,7 @@ describe("no predicted overlap crosses tenants or LoRA adapters", () => {
   it("each namespace predicts only its own blocks", async () => {
     const c = config("per_tenant");
     const tokens = Array.from({ length: 40 }, (_, i) => 500 + i);
-    const salt = (apiKey: string, adapter: string | null) => cacheSaltFor(c, { apiKey, adapter });
+    const salt = (apiKey: string, adapter: string | null) => cacheSaltFor(c, { tenant: { apiKey }, adapter });
     const core = new RoutingCore({ blockSize: B, random: () => 0.5 });
     const sA = await salt("key-a-0123456789", null);
     const sAx = await salt("key-a-0123456789", "sql-x");
