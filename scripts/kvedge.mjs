@@ -30,7 +30,9 @@ commands:
          [--concurrency N] [--limit N]
   relay-key issue --worker ID --worker-url URL [--model M] [--out FILE]
                                  issue a relay credential bound to one worker and its URL; printed
-                                 on stdout, or written to FILE (mode 0600) with --out
+                                 on stdout, or written to FILE (mode 0600) with --out; the worker's
+                                 SGLang --api-key (edge with KVEDGE_WORKER_KEY_SECRET) is in --json,
+                                 or written to FILE.worker-api-key
   relay-key list [--model M]     the pool's relay keys (ids, bindings, revoked; no key material)
   relay-key revoke <keyId> [--model M]
                                  revoke a key; relays connected with it are disconnected
@@ -508,7 +510,9 @@ async function relayKeyCommand(opts, io, fetchImpl) {
   if (opts.out) {
     // The credential is a secret: owner-only file, never echoed.
     writeFileSync(opts.out, o.credential + "\n", { mode: 0o600 });
-    io.out(`issued ${o.keyId} for worker ${o.workerId} at ${o.url} (pool ${o.model}); credential written to ${opts.out}`);
+    // The worker's SGLang --api-key (edges with KVEDGE_WORKER_KEY_SECRET), a secret too: beside it.
+    if (o.workerApiKey) writeFileSync(`${opts.out}.worker-api-key`, o.workerApiKey + "\n", { mode: 0o600 });
+    io.out(`issued ${o.keyId} for worker ${o.workerId} at ${o.url} (pool ${o.model}); credential written to ${opts.out}${o.workerApiKey ? `, the worker's --api-key to ${opts.out}.worker-api-key` : ""}`);
   } else io.out(opts.json ? JSON.stringify(o, null, 2) : o.credential);
   return 0;
 }

@@ -11,6 +11,7 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { parseEdgeConfig } from "../../src/config/config.ts";
 import { handleChatCompletions, type ChatDeps, type IndexClient } from "../../src/edge/chat.ts";
 import { deriveWorkerApiKey } from "../../src/edge/worker-auth.ts";
+import { handleRelayKeyRoute } from "../../src/edge/relay-key-routes.ts";
 import { RoutingCore } from "../../src/routing-index/routing-core.ts";
 import { initHashing } from "../../src/util/hash.ts";
 import { startSimulatedWorker, type SimulatedWorker } from "../../services/sglang-sim/worker.ts";
@@ -165,6 +166,27 @@ describe("the edge authenticates to each worker with that worker's key", () => {
       rec.closeAllConnections();
       await new Promise((r) => rec.close(r));
     }
+  });
+});
+
+describe("the operator gets the worker's key with its relay key", () => {
+  async function issue(vars: Record<string, string>, url: string): Promise<{ url: string; credential: string; workerApiKey: string | null }> {
+    const config = parseEdgeConfig({ RELAY_SECRET: "relay-secret-for-this-test-0123456789", KVEDGE_RELAY_ALLOW_HTTP: "1", ...vars });
+    const index = { issueRelayKey: async () => true, relayKeys: async () => [], revokeRelayKey: async () => null, closeRelayKey: async () => 0 };
+    const req = new Request("http://edge/admin/relay-keys", { method: "POST", body: JSON.stringify({ workerId: "gpu-1", url }) });
+    const res = await handleRelayKeyRoute(req, "/admin/relay-keys", { config, index: () => index });
+    expect(res!.status).toBe(201);
+    return (await res!.json()) as { url: string; credential: string; workerApiKey: string | null };
+  }
+
+  it("derived from KVEDGE_WORKER_KEY_SECRET and the URL the relay key binds; none when the edge does not derive it", async () => {
+    const o = await issue({ KVEDGE_WORKER_KEY_SECRET: KEY_SECRET }, "https://gpu-1.example.com/");
+    expect(o.url).toBe("https://gpu-1.example.com");
+    expect(o.workerApiKey).toBe(await deriveWorkerApiKey(KEY_SECRET, "https://gpu-1.example.com"));
+    expect(o.workerApiKey).toMatch(/^kvw1-[0-9a-f]{64}$/);
+    expect((await issue({}, "https://gpu-1.example.com")).workerApiKey).toBeNull();
+    const explicit = { KVEDGE_WORKER_KEY_SECRET: KEY_SECRET, KVEDGE_WORKER_KEYS: JSON.stringify({ "https://gpu-1.example.com": "operator-chosen-key-0123" }) };
+    expect((await issue(explicit, "https://gpu-1.example.com")).workerApiKey).toBeNull();
   });
 });
 
