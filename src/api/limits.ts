@@ -67,6 +67,17 @@ export const LimitsSchema = z.strictObject({
   maxStopRegexes: z.number().int().min(0).default(0),
   /** Length of one `stop_regex` pattern. */
   maxStopRegexChars: positiveInt.default(256),
+  /**
+   * Output constraints the worker compiles (`regex`, `ebnf`, `response_format` json_schema and
+   * structural_tag, tool schemas that become one; grammar-bounds.ts): positions after expanding
+   * bounded repetitions (`x{m,n}` counts n times, nested counts multiply; a schema's nodes,
+   * `maxLength`, `maxItems` × item schema, `pattern`).
+   */
+  maxGrammarExpansion: positiveInt.default(65_536),
+  /** Nesting of groups in a regex or EBNF grammar, or of objects in a schema. */
+  maxGrammarDepth: positiveInt.default(32),
+  /** `|` alternatives in a regex or EBNF grammar, branches of anyOf / oneOf / allOf in a schema. */
+  maxGrammarAlternatives: positiveInt.default(1024),
   /** Number of entries in `tools`. */
   maxTools: positiveInt.default(128),
   /** Length of `model`. */

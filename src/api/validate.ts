@@ -6,6 +6,7 @@
 import type { z } from "zod";
 import { InvalidRequestError, KvedgeError, PayloadTooLargeError } from "./errors.ts";
 import { DEFAULT_LIMITS } from "./limits.ts";
+import { checkPatternGrammar, checkSchemaGrammar } from "./grammar-bounds.ts";
 import type { Limits } from "./limits.ts";
 import { ChatCompletionRequestSchema } from "./openai-schema.ts";
 import { hasLoneSurrogate } from "../util/unicode.ts";
@@ -490,6 +491,23 @@ function checkLimits(req: ChatCompletionRequest, limits: Limits): void {
   if (req.response_format !== undefined) extra("response_format", jsonChars(req.response_format, budget()));
   if (req.regex !== undefined) extra("regex", req.regex.length);
   if (req.ebnf !== undefined) extra("ebnf", req.ebnf.length);
+  checkGrammars(req, limits);
+}
+
+/** Complexity bounds of every output constraint the worker will compile (grammar-bounds.ts). */
+function checkGrammars(req: ChatCompletionRequest, limits: Limits): void {
+  if (req.regex !== undefined) checkPatternGrammar(req.regex, "regex", "regex", limits);
+  if (req.ebnf !== undefined) checkPatternGrammar(req.ebnf, "ebnf", "ebnf", limits);
+  const rf = req.response_format;
+  if (rf?.type === "json_schema") {
+    const inner = rf.json_schema?.schema !== undefined;
+    checkSchemaGrammar(inner ? rf.json_schema!.schema : rf.schema, inner ? "response_format.json_schema.schema" : "response_format.schema", limits);
+  } else if (rf?.type === "structural_tag") checkSchemaGrammar(rf, "response_format", limits);
+  // Tool schemas become a json_schema or structural_tag constraint when a call is forced or a tool is strict.
+  const forced = req.tool_choice === "required" || typeof req.tool_choice === "object";
+  (req.tools ?? []).forEach((t, i) => {
+    if ((forced || t.function.strict) && t.function.parameters !== undefined) checkSchemaGrammar(t.function.parameters, `tools[${i}].function.parameters`, limits);
+  });
 }
 
 // ---------------------------------------------------------------------------------------------
