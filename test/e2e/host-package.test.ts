@@ -89,7 +89,7 @@ describe("kvedge-host installed from its tarball", () => {
     const relay = runBin(
       "kvedge-relay",
       ["--worker-url", w.url, "--index-url", new URL(f.edgeUrl).href.replace(/^http/, "ws"), "--worker-id", w.id, "--model", f.model, "--model-dir", FAMILY_DIR],
-      { KVEDGE_RELAY_KEY: credential },
+      { KVEDGE_RELAY_KEY: credential, KVEDGE_WORKER_API_KEY: w.apiKey },
     );
     const row = async () => (await workerRows(f)).find((r) => r.workerId === w.id);
     await waitUntil(async () => (await row())?.synced === true && relay.exitCode === null, 30_000, async () => `row ${JSON.stringify(await row())}; relay exit ${relay.exitCode}; ${lastLines()}`, 100);
