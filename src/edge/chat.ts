@@ -388,10 +388,9 @@ export async function handleChatCompletions(request: Request, deps: ChatDeps): P
   const trace = deps.trace ?? startEdgeTrace(request.headers.get("traceparent"));
   // Routing headers reveal topology and other tenants' cached prefixes: admin callers or debug only.
   const showRouting = caller.admin || config.debugHeaders;
-  // The limiter round trip overlaps reading and validating the body; its verdict is awaited
-  // before any routing work (a refused request still spends its token).
-  const admitted = deps.rateLimit?.(caller.apiKey) ?? null;
-  admitted?.catch(() => undefined);
+  // The rate-limit verdict comes before the body is read: a refused client cannot make the edge
+  // read, buffer or parse up to maxBodyBytes (or wait on a body that never ends).
+  await deps.rateLimit?.(caller.apiKey);
   const limits = limitsOf(config);
   const bodyText = await readBodyText(request, limits);
   clock.mark("read");
@@ -399,7 +398,6 @@ export async function handleChatCompletions(request: Request, deps: ChatDeps): P
   const literals: JsonLiteral[] = [];
   const req = parseChatBody(bodyText, limits, { sizeChecked: true, literals });
   clock.mark("parse");
-  if (admitted) await admitted;
   // Without a key or a client address (a local fleet) the edge cannot tell clients apart: no label.
   const address = request.headers.get("cf-connecting-ip");
   const client: ClientRef | null = caller.apiKey !== null ? { apiKey: caller.apiKey } : address ? { network: clientNetwork(address) } : null;
