@@ -14,6 +14,7 @@ import { join, dirname } from "node:path";
 import { fileURLToPath } from "node:url";
 import { prepareLocalEdge } from "./local-edge.ts";
 import { deriveWorkerApiKey } from "../src/edge/worker-auth.ts";
+import { importMediaUrlKey, workerMediaCredential } from "../src/media/signed-url.ts";
 
 const ROOT = join(dirname(fileURLToPath(import.meta.url)), "..");
 const NODE = process.execPath;
@@ -352,7 +353,9 @@ async function buildFleet(opts: FleetOptions, life: FleetLife): Promise<Fleet> {
   const vars: Record<string, string> = { KVEDGE_MODELS: models, RELAY_SECRET: relaySecret, ADMIN_TOKEN: adminToken, KVEDGE_RELAY_ALLOW_HTTP: "1", KVEDGE_WORKER_KEY_SECRET: workerKeySecret };
   // Local development on 127.0.0.1: open API, routing headers shown, no rate limits (production
   // defaults are closed, admin-only headers, limits on; tests that need them pass opts.vars).
-  Object.assign(vars, { KVEDGE_ACCESS: "public", KVEDGE_DEBUG_HEADERS: "on", KVEDGE_RATE_LIMIT: "off" });
+  // One developer, one cache namespace (KVEDGE_KV_SHARING=shared): a prompt sent to a worker directly
+  // is routable through the edge. Tests of isolation pass "per_tenant", the production default.
+  Object.assign(vars, { KVEDGE_ACCESS: "public", KVEDGE_DEBUG_HEADERS: "on", KVEDGE_RATE_LIMIT: "off", KVEDGE_KV_SHARING: "shared" });
   if (mediaHost) vars.KVEDGE_MEDIA = JSON.stringify({ allowlist: [mediaHost] });
   if (decodeUrl) {
     vars.KVEDGE_DECODE_URL = decodeUrl;
@@ -413,7 +416,9 @@ async function buildFleet(opts: FleetOptions, life: FleetLife): Promise<Fleet> {
     if (opts.timingPreset) args.push("--timing", opts.timingPreset);
     const url = `http://127.0.0.1:${port}`;
     const apiKey = await deriveWorkerApiKey(workerKeySecret, url);
-    const proc = spawn(NODE, args, { cwd: ROOT, detached: true, env: { ...process.env, KVEDGE_SIM_API_KEY: apiKey }, stdio: ["ignore", "pipe", "pipe"] });
+    // Its media credential: the store serves a signed URL only to the worker it was issued for.
+    const mediaCredential = `${id}:${await workerMediaCredential(await importMediaUrlKey(mediaUrlKey), id)}`;
+    const proc = spawn(NODE, args, { cwd: ROOT, detached: true, env: { ...process.env, KVEDGE_SIM_API_KEY: apiKey, KVEDGE_MEDIA_STORE_CREDENTIAL: mediaCredential }, stdio: ["ignore", "pipe", "pipe"] });
     life.track(proc);
     pipeLogs(proc, id, log);
     await waitFor(async () => (await probe(`${url}/health`)).ok, 30_000, `worker ${id}`, proc);

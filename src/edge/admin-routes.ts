@@ -299,6 +299,8 @@ function routedSequence(tokens: readonly number[], plan: RoutingPlan, blockHashe
  * such a request would look at blocks it can never match.
  */
 const TENANT_KEY_HEADER = "x-kvedge-tenant-key";
+/** Names a keyless caller's address instead: such requests route in their client network's namespace (/64, /32). */
+const CLIENT_IP_HEADER = "x-kvedge-client-ip";
 
 function explainTenant(request: Request, config: EdgeConfig): string | null {
   const presented = request.headers.get(TENANT_KEY_HEADER);
@@ -321,9 +323,10 @@ async function explain(request: Request, deps: AdminDeps, allTokens = false): Pr
   const bodyText = await readBodyText(request, limits);
   const req = parseChatBody(bodyText, limits, { sizeChecked: true });
   // The namespace the request would be routed in, by the same rule as /v1/chat/completions: the
-  // tenant named, else (public endpoint) a keyless caller of the admin's own network, else the common one.
+  // tenant named, else a keyless caller from the address named, else the pool's common one.
   const { adapter } = resolveModel(deps.config, req.model);
-  const cacheFor: CacheTenant = tenant !== null ? { apiKey: tenant } : deps.config.publicAccess ? { network: clientNetwork(request.headers.get("cf-connecting-ip")) } : null;
+  const clientIp = request.headers.get(CLIENT_IP_HEADER);
+  const cacheFor: CacheTenant = tenant !== null ? { apiKey: tenant } : clientIp !== null ? { network: clientNetwork(clientIp) } : null;
   const namespace = await routingNamespace(deps.config, { tenant: cacheFor, adapter });
   const { model, prompt, tokens, plan } = await prepareRouting(
     req,
@@ -340,8 +343,10 @@ async function explain(request: Request, deps: AdminDeps, allTokens = false): Pr
   const hashes = localHashes.map(localHashToHex);
   const chosen = preview.workerId;
   const warnings: string[] = [];
-  if (tenant === null && deps.config.kvSharing === "per_tenant" && deps.config.apiKeys)
-    warnings.push(`explained ${cacheFor === null ? "in the pool's common namespace" : "as a keyless caller of your network"}: requests with an API key are routed in their tenant's own (send the key as ${TENANT_KEY_HEADER})`);
+  if (cacheFor === null && deps.config.kvSharing === "per_tenant")
+    warnings.push(
+      `explained in the pool's common namespace: requests with an API key are routed in their tenant's own (send the key as ${TENANT_KEY_HEADER}), keyless ones in their client network's (send the address as ${CLIENT_IP_HEADER})`,
+    );
   if (preview.candidates.length > 0 && preview.blockSize !== model.blockSize)
     warnings.push(`configured blockSize ${model.blockSize} differs from the index's ${preview.blockSize}: no prefix can match`);
   if (chosen === null) warnings.push("no worker is up: the request would fail with 503");

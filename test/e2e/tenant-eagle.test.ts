@@ -106,12 +106,12 @@ describe("per-tenant KV isolation and an EAGLE worker", () => {
     await fleet?.stop();
   });
 
-  it("starts: a plain worker and an EAGLE worker, API keys, per_tenant sharing (the default)", async () => {
+  it("starts: a plain worker and an EAGLE worker, API keys, per_tenant sharing (production's default; the local fleet's is shared)", async () => {
     const models = [{ id: "Qwen/Qwen3-VL-8B-Instruct", family: "qwen3_vl", templateId: "qwen3vl-instruct", blockSize: 16, loraAdapters: ["sql-x"] }];
     fleet = await startFleet({
       workers: 2,
       workerArgs: [[], ["--speculative-algorithm", "EAGLE"]],
-      vars: { KVEDGE_API_KEYS: `${KEY_A},${KEY_B}`, KVEDGE_MODELS: JSON.stringify(models) },
+      vars: { KVEDGE_API_KEYS: `${KEY_A},${KEY_B}`, KVEDGE_MODELS: JSON.stringify(models), KVEDGE_KV_SHARING: "per_tenant" },
       log: logs,
     });
     expect(fleet.workers).toHaveLength(2);
