@@ -27,6 +27,10 @@ import { DEFAULT_PREFIX_CACHE_BYTES, DEFAULT_PREFIX_CACHE_TOKENS } from "../../s
 import { DEFAULT_PIECE_CACHE_BYTES, DEFAULT_PIECE_CACHE_ENTRIES, DEFAULT_SEGMENT_CACHE_BYTES, DEFAULT_SEGMENT_CACHE_CHARS } from "../../src/prompt/tokenizer/index.ts";
 import { MEMO_MAX_BYTES } from "../../src/layout/layout.ts";
 import { ApproxConfigSchema } from "../../src/block-index/approx-index.ts";
+import { PendingRoutes } from "../../src/load/pending-routes.ts";
+import { KV_CAPACITY_HEADROOM } from "../../src/routing-index/block-shares.ts";
+import { MAX_PROBE_PACKETS } from "../../services/decode/ffprobe-scan.ts";
+import { FAILED_PROBE_TTL_MS } from "../../services/decode/server.ts";
 import { MAX_RELAY_KEYS } from "../../durable-objects/relay-key-store.ts";
 import { RelayOptionsSchema } from "../../services/relay/options.ts";
 import { DecodeServiceOptionsSchema } from "../../services/decode/options.ts";
@@ -116,6 +120,12 @@ const ACTUAL: Record<string, Record<string, Expected>> = {
     DEFAULT_PIECE_CACHE_BYTES,
     MEMO_MAX_BYTES,
     MAX_RELAY_KEYS,
+    "PendingRoutes.ttlMs": new PendingRoutes().ttlMs,
+    "PendingRoutes.maxPerWorker": new PendingRoutes().maxPerWorker,
+    "PendingRoutes.maxBlocks": new PendingRoutes().maxBlocks,
+    KV_CAPACITY_HEADROOM,
+    MAX_PROBE_PACKETS,
+    FAILED_PROBE_TTL_MS,
   },
   approx: ApproxConfigSchema.parse({}),
   relay: {
