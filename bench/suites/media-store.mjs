@@ -25,7 +25,7 @@ import { ROOT } from "../lib/workerd.mjs";
 import { makePng } from "../../test/helpers/png.ts";
 import { startDecodeService } from "../../services/decode/server.ts";
 import { SafeFetcher, readAll } from "../../src/media/safe-fetch.ts";
-import { importMediaUrlKey, signMediaPath } from "../../src/media/signed-url.ts";
+import { importMediaUrlKey, signMediaPath, workerMediaCredential } from "../../src/media/signed-url.ts";
 import { nodeResolver, pinnedFetch } from "../../services/decode/pinned-fetch.ts";
 
 const median = (xs) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)];
@@ -100,6 +100,8 @@ export default {
     const token = "bench-token-0123456789";
     const svc = await startDecodeService({ token, concurrency: 2, fetch: { allowlist: [originHost] }, store: { urlKey: key } });
     const hmac = await importMediaUrlKey(key);
+    // The worker presents its media credential, as a worker must (the store serves a URL only to the worker it names).
+    const workerAuth = { headers: { authorization: `Basic ${btoa(`w1:${await workerMediaCredential(hmac, "w1")}`)}` } };
     // The worker's fetch (as the simulated worker's loader) and the edge's identity fetch.
     const worker = new SafeFetcher({ maxBytes: 64 << 20, timeoutMs: 60_000, allowlist: ["127.0.0.0/8"] }, { fetch: pinnedFetch, resolve: nodeResolver });
     const edge = new SafeFetcher({ maxBytes: 64 << 20, timeoutMs: 60_000, allowlist: [originHost] }, { fetch: pinnedFetch, resolve: nodeResolver });
@@ -143,9 +145,9 @@ export default {
               digest = await storeCall();
             });
             if (phase === "fresh") samples.freshOriginRequests += (originRequests.get(`/${kind}/f${i}`) ?? 0) - before;
-            const path = await signMediaPath(hmac, digest, Math.floor(Date.now() / 1000) + 60);
+            const path = await signMediaPath(hmac, digest, Math.floor(Date.now() / 1000) + 60, "w1");
             const serve = await timed(async () => {
-              const got = await readAll((await worker.open(svc.url + path)).body);
+              const got = await readAll((await worker.open(svc.url + path, workerAuth)).body);
               if (got.length !== items[kind].length) throw new Error("short read from the store");
             });
             samples.ingest[phase].push(ingest);
@@ -167,9 +169,9 @@ export default {
       // Serve throughput under concurrency: 4 workers read the 50 MB video at once.
       ctx.progress(0.9, "concurrent serve");
       const r = await fetch(`${svc.url}/v1/store`, { method: "POST", headers: { "content-type": "application/json", authorization: `Bearer ${token}` }, body: JSON.stringify({ url: `http://${originHost}/video/x`, kind: "video" }) });
-      const path = await signMediaPath(hmac, (await r.json()).digest, Math.floor(Date.now() / 1000) + 60);
+      const path = await signMediaPath(hmac, (await r.json()).digest, Math.floor(Date.now() / 1000) + 60, "w1");
       const t = performance.now();
-      await Promise.all(Array.from({ length: 4 }, async () => readAll((await worker.open(svc.url + path)).body)));
+      await Promise.all(Array.from({ length: 4 }, async () => readAll((await worker.open(svc.url + path, workerAuth)).body)));
       const agg = (4 * items.video.length) / 1e6 / ((performance.now() - t) / 1000);
       summary.push({ metric: "store serve throughput, 4 concurrent readers of the 50 MB video", value: agg.toFixed(0), unit: "MB/s", goal: "", pass: null });
       details.concurrentServeMBps = agg;

@@ -15,6 +15,7 @@ import { parseArgs } from "node:util";
 import { ZodError } from "zod";
 import { fileURLToPath } from "node:url";
 import { installLastResort } from "./last-resort.ts";
+import { importMediaUrlKey, workerMediaCredential } from "../../src/media/signed-url.ts";
 import { startDecodeService } from "./server.ts";
 import { exitWithSupervisor, isSupervisedChild, supervise } from "./supervisor.ts";
 import type { DecodeServiceOptionsInput } from "./options.ts";
@@ -45,6 +46,8 @@ const { values } = parseArgs({
     "host-map": { type: "string", multiple: true },
     "no-auth": { type: "boolean" },
     "no-supervise": { type: "boolean" },
+    "no-worker-credential": { type: "boolean" },
+    "worker-credential": { type: "string" },
     verbose: { type: "boolean", short: "v" },
     help: { type: "boolean", short: "h" },
   },
@@ -58,6 +61,8 @@ if (values.help) {
       "  [--max-fetch-bytes N] [--fetch-timeout-ms N] [--probe-timeout-ms N]\n" +
       "  [--allow HOST:PORT|CIDR ...  (local development only)] [--no-auth] [--verbose]\n" +
       "  [--no-supervise  (serve in this process; default: a supervisor restarts the serving process when it dies)]\n" +
+      "  [--no-worker-credential  (serve a signed URL to whoever holds it, not only to the worker it names)]\n" +
+      "  --worker-credential ID  prints worker ID's media credential as a .netrc fragment (login ID password ...) and exits\n" +
       "  [--max-downloads N] [--max-download-queue N] [--request-timeout-ms N] [--idle-timeout-ms N]\n" +
       "  [--client-share F  (most of the probe and download slots one edge client holds, 0 < F <= 1; default 0.5)]\n" +
       "  [--store-dir DIR] [--store-max-bytes N] [--store-max-items N] [--store-client-share F  (most of the store's bytes one client holds; default 0.25)]\n" +
@@ -95,6 +100,14 @@ const urlKey = keyFile ? readFileSync(keyFile, "utf8").trim() : process.env.KVED
 opts.store = { urlKey };
 if (!urlKey) process.stderr.write("decode: no KVEDGE_MEDIA_URL_KEY: the media store will serve no worker URLs (every /v1/media request is refused)\n");
 if (values["store-dir"] !== undefined) opts.store.dir = values["store-dir"];
+if (values["no-worker-credential"]) opts.store.requireWorkerCredential = false;
+if (values["worker-credential"] !== undefined) {
+  if (!urlKey) throw new Error("--worker-credential needs the media URL key (KVEDGE_MEDIA_URL_KEY or KVEDGE_MEDIA_URL_KEY_FILE)");
+  const id = values["worker-credential"];
+  // For SGLang's ~/.netrc, after "machine <the store's host>": python-requests sends it as Basic auth.
+  process.stdout.write(`login ${id} password ${await workerMediaCredential(await importMediaUrlKey(urlKey), id)}\n`);
+  process.exit(0);
+}
 if (values["store-max-bytes"] !== undefined) opts.store.maxTotalBytes = int(values["store-max-bytes"])!;
 if (values["store-max-items"] !== undefined) opts.store.maxItems = int(values["store-max-items"])!;
 if (values["store-client-share"] !== undefined) opts.store.clientShare = Number(values["store-client-share"]);

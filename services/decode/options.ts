@@ -59,6 +59,11 @@ export const DecodeServiceOptionsSchema = z
         clientShare: z.number().gt(0).max(1).default(0.25),
         /** HMAC key shared with the edge for `/v1/media/<digest>?exp&sig` (null: the store serves nothing). */
         urlKey: z.string().min(32).nullable().default(null),
+        /**
+         * A signed URL is served only to the worker it names, proven by its media credential
+         * (Basic auth, src/media/signed-url.ts workerMediaCredential). false: anyone holding the URL.
+         */
+        requireWorkerCredential: z.boolean().default(true),
         /** Signatures claiming a longer life than this are refused. */
         maxUrlTtlSec: z.number().int().positive().default(900),
       })

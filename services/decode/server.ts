@@ -3,8 +3,9 @@
  * - `POST /v1/store` `{url, kind}`: fetches a client's media URL once with the SSRF-safe fetcher
  *   (pinned DNS, every redirect re-checked), stores the bytes under their SHA-256 and answers what
  *   the layout needs, computed from the stored bytes (image header, or the video probe).
- * - `GET /v1/media/<digest>?exp&sig`: serves stored bytes to workers, only under a valid,
- *   unexpired HMAC signature from the edge (src/media/signed-url.ts); no bearer token.
+ * - `GET /v1/media/<digest>?exp&w&sig`: serves stored bytes to workers, only under a valid,
+ *   unexpired HMAC signature from the edge (src/media/signed-url.ts) and only to the worker `w` it
+ *   names (its media credential as Basic auth); no bearer token.
  * - `POST /v1/probe`: `{url}` (fetched and stored as above) or raw bytes (not stored) → probe.
  * Downloads run at most `maxDownloads` at once with a bounded queue (503 beyond it); a download is
  * cancelled when every caller waiting for it has gone, when it stalls (`idleTimeoutMs`) and at the
@@ -32,7 +33,7 @@ import { MediaError, MediaTooLargeError } from "../../src/media/errors.ts";
 import { readImageHeader } from "../../src/media/image-header.ts";
 import { ProbeRequestSchema, type ProbeResult } from "../../src/media/probe-result.ts";
 import { SafeFetcher, type FetchLike, type Resolver } from "../../src/media/safe-fetch.ts";
-import { importMediaUrlKey, verifyMediaUrl } from "../../src/media/signed-url.ts";
+import { importMediaUrlKey, presentsWorkerCredential, verifyMediaUrl } from "../../src/media/signed-url.ts";
 import { StoreRequestSchema, type StoreResult } from "../../src/media/store-result.ts";
 import { initHashing } from "../../src/util/hash.ts";
 import { CancellableFlight, LruCache, QueueFullError } from "./concurrency.ts";
@@ -456,7 +457,7 @@ export async function startDecodeService(input: DecodeServiceOptionsInput = {}, 
     if (!hasToken(req)) throw new AuthenticationError("Decode service token required.");
   }
 
-  async function serveMedia(url: URL, res: http.ServerResponse): Promise<void> {
+  async function serveMedia(url: URL, authorization: string | undefined, res: http.ServerResponse): Promise<void> {
     const refuse = (why: string): never => {
       stats.mediaRefused++;
       log(`media refused: ${why}`);
@@ -466,6 +467,8 @@ export async function startDecodeService(input: DecodeServiceOptionsInput = {}, 
     if (!urlKey) refuse("no URL key configured");
     const check = await verifyMediaUrl(urlKey!, url.pathname, url.searchParams, Math.floor(Date.now() / 1000), opts.store.maxUrlTtlSec);
     if (!check.ok) refuse(check.reason);
+    // The URL names the worker it was issued for: only that worker's credential fetches it.
+    if (check.ok && opts.store.requireWorkerCredential && !(await presentsWorkerCredential(urlKey!, authorization, check.workerId))) refuse(`not worker ${check.workerId}'s credential`);
     const f = check.ok ? store.use(check.digest) : null;
     if (!f) throw new NotFoundError("Media is no longer stored.");
     stats.mediaServed++;
@@ -501,7 +504,7 @@ export async function startDecodeService(input: DecodeServiceOptionsInput = {}, 
     }
     if (url.pathname.startsWith("/v1/media/")) {
       if (req.method !== "GET") throw new MethodNotAllowedError(["GET"]);
-      await serveMedia(url, res);
+      await serveMedia(url, req.headers.authorization, res);
       return;
     }
     if (url.pathname !== "/v1/probe" && url.pathname !== "/v1/store") throw new NotFoundError(`No route ${url.pathname}.`);

@@ -94,7 +94,8 @@ if (values["output-seed"] !== undefined) opts.outputSeed = values["output-seed"]
 if (values["model-dir"] !== undefined) opts.modelDir = values["model-dir"];
 if (values["no-mm-hashes"]) opts.acceptsMmHashes = false;
 if (values["media-store"] !== undefined || values["locked-down-media"]) {
-  opts.media = { lockedDown: true, storeUrl: values["media-store"] ?? null };
+  // The worker's media credential comes from the environment, never argv.
+  opts.media = { lockedDown: true, storeUrl: values["media-store"] ?? null, storeCredential: process.env.KVEDGE_MEDIA_STORE_CREDENTIAL || null };
 }
 if (values["speculative-algorithm"] !== undefined) {
   if (!/^EAGLE3?$/.test(values["speculative-algorithm"])) {

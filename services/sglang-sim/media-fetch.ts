@@ -8,7 +8,8 @@
  * The simulator is a trusted local component, but fetches still go through the SSRF-safe fetcher
  * with a byte cap and a deadline; loopback is allowlisted so tests and the local fleet can serve
  * media from 127.0.0.1. Locked down (`media.storeUrl`, the local fleet's default) it mirrors a
- * production worker that can reach only the media store: any other URL is refused.
+ * production worker that can reach only the media store: any other URL is refused, and store
+ * fetches carry the worker's media credential (Basic auth, as python-requests sends a ~/.netrc entry).
  * Every item loaded is recorded by the SHA-256 of its bytes (`/debug/media`), so tests can prove
  * the worker used exactly the bytes the edge verified.
  */
@@ -54,6 +55,7 @@ function record(kind: MediaKind, bytes: Uint8Array, via: LoadedMedia["via"]): Ui
 export function createMediaLoader(media: SimOptions["media"]): MediaLoader {
   const locked = media.lockedDown || media.storeUrl !== null;
   const store = media.storeUrl === null ? null : new URL(media.storeUrl);
+  const storeAuth = media.storeCredential === null ? null : `Basic ${Buffer.from(media.storeCredential).toString("base64")}`;
   // Locked down: the only host:port the fetcher may reach is the store's.
   const allowlist = locked ? (store ? [store.host] : []) : media.allowlist;
   const policy = { maxBytes: media.maxBytes, allowlist, maxRedirects: locked ? 0 : 10, dataUrlBase64: "strict" as const };
@@ -69,8 +71,10 @@ export function createMediaLoader(media: SimOptions["media"]): MediaLoader {
         if (locked && !isData && !(store && fromStore(item, store))) {
           throw new SglangValueError(`${what}: this worker fetches media only from its media store`);
         }
+        // To the store, the worker proves who it is (the store serves a URL only to the worker it names).
+        const headers = storeAuth && store && !isData && fromStore(item, store) ? { authorization: storeAuth } : undefined;
         try {
-          return record(kind, (await fetchers[kind].fetchBytes(item)).bytes, isData ? "data" : locked ? "store" : "url");
+          return record(kind, (await fetchers[kind].fetchBytes(item, headers ? { headers } : {})).bytes, isData ? "data" : locked ? "store" : "url");
         } catch (e) {
           if (isMediaError(e)) throw new SglangValueError(`${what}: ${e.message}`);
           throw e;

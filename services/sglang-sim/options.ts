@@ -79,6 +79,11 @@ export const SimOptionsSchema = z.strictObject({
        */
       lockedDown: z.boolean().default(false),
       storeUrl: z.url().nullable().default(null),
+      /**
+       * `<worker id>:<media credential>`, sent as Basic auth on fetches from the store (what SGLang's
+       * python-requests sends from a ~/.netrc entry for the store's host; src/media/signed-url.ts).
+       */
+      storeCredential: z.string().min(3).nullable().default(null),
       ffprobePath: z.string().min(1).default("ffprobe"),
       /** Video probing: native ffprobe, the embedded wasm build, or native when runnable (auto). */
       decoder: z.enum(["native", "wasm", "auto"]).default("auto"),

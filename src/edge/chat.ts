@@ -32,7 +32,7 @@ import { guardUpstreamBody, readGuardedText } from "../proxy/upstream-guard.ts";
 import { chatOutputPlan, modelParsers, requiresReasoning, type ChatOutputPlan } from "../proxy/chat-output.ts";
 import { authorizeClient, type ClientIdentity } from "./auth.ts";
 import { StageClock } from "./server-timing.ts";
-import { mediaItems, storeSigner, verifyMedia, type MediaDeps, type MediaPartRef, type VerifiedMedia } from "./media.ts";
+import { mediaItems, needsWorkerForwards, storeSigner, verifyMedia, workerForwards, type MediaDeps, type MediaPartRef, type VerifiedMedia } from "./media.ts";
 import { clientLabel, type ClientRef } from "./client-label.ts";
 import { clientNetwork } from "./rate-limit.ts";
 import { buildRoutingView, requestIneligibility, type RoutingView, type WorkerContract } from "../layout/index.ts";
@@ -411,25 +411,28 @@ export async function handleChatCompletions(request: Request, deps: ChatDeps): P
   const parsers = modelParsers(model);
   const output = chatOutputPlan(req, parsers);
   const requestId = newRequestId();
-  const body = buildGenerateBody(req, {
-    text: prompt.text,
-    rid: requestId,
-    defaultMaxNewTokens: outputCap(limitsOf(config).maxMaxTokens, { tokens: plan.isl, exact: plan.fallbackReason === null }, contextTokensOf(model), model.allowAutoTruncate),
-    requireReasoning: requiresReasoning(req, parsers),
-    toolCallParser: parsers.toolCallParser,
-    media: {
-      imageData: media.filter((m) => m.kind === "image").map((m) => m.forward!),
-      videoData: media.filter((m) => m.kind === "video").map((m) => m.forward!),
-      ...(plan.mmHashes ? { mmHashes: plan.mmHashes } : {}),
-    },
-  });
-  if (cacheSalt !== null) {
-    body.cache_salt = cacheSalt;
-    // Older SGLang /generate has no cache_salt (dropped silently) but namespaces by extra_key.
-    body.extra_key = cacheSalt;
-  }
-  if (adapter !== null) body.lora_path = adapter;
-  const upstreamBody = bodyOfChunks(generateBodyChunks(body, literals));
+  // Stored media go to each worker under URLs signed for that worker only: with any, the body is built per attempt.
+  const bodyFor = async (workerId: string): Promise<Blob> => {
+    const body = buildGenerateBody(req, {
+      text: prompt.text,
+      rid: requestId,
+      defaultMaxNewTokens: outputCap(limitsOf(config).maxMaxTokens, { tokens: plan.isl, exact: plan.fallbackReason === null }, contextTokensOf(model), model.allowAutoTruncate),
+      requireReasoning: requiresReasoning(req, parsers),
+      toolCallParser: parsers.toolCallParser,
+      media: {
+        ...(await workerForwards(media, mediaDeps(deps).sign, workerId)),
+        ...(plan.mmHashes ? { mmHashes: plan.mmHashes } : {}),
+      },
+    });
+    if (cacheSalt !== null) {
+      body.cache_salt = cacheSalt;
+      // Older SGLang /generate has no cache_salt (dropped silently) but namespaces by extra_key.
+      body.extra_key = cacheSalt;
+    }
+    if (adapter !== null) body.lora_path = adapter;
+    return bodyOfChunks(generateBodyChunks(body, literals));
+  };
+  const sharedBody = needsWorkerForwards(media) ? null : await bodyFor("");
   clock.mark("build");
 
   // A sharded pool: the shard of the first block holds every worker's overlap for this request.
@@ -442,6 +445,7 @@ export async function handleChatCompletions(request: Request, deps: ChatDeps): P
   for (let attempt = 1; attempt <= config.routing.maxAttempts; attempt++) {
     const decision = await shardIndex.route({ localHashes: routeHashes, isl: plan.isl, exclude, fallbackReason: plan.fallbackReason, edgeColo: edgeColoOf(request), traceId: trace.traceId });
     if (!decision) break;
+    const upstreamBody = sharedBody ?? (await bodyFor(decision.workerId));
     clock.mark("route");
     const edgeOverheadMs = Date.now() - arrivedAt;
     const settle = (s: Omit<SettleRequest, "receiptId">): Promise<void> => {

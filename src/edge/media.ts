@@ -5,8 +5,8 @@
  * - client `data:` URLs: decoded and hashed here; forwarded as received when SGLang decodes them
  *   to the same bytes, else re-encoded from the bytes hashed; videos probed by the decode service;
  * - http(s) URLs with a media store configured: the store fetches them once (SSRF-safe, pinned
- *   DNS), keeps the bytes under their SHA-256 and describes them; the worker gets a short-lived
- *   signed store URL for exactly those bytes;
+ *   DNS), keeps the bytes under their SHA-256 and describes them; the worker the request is
+ *   routed to gets a short-lived store URL for exactly those bytes, signed for that worker only;
  * - http(s) URLs without a store: images are fetched here and forwarded inline (up to a size cap);
  *   videos are refused.
  * A URL the edge cannot turn into verified bytes is the client's 400 (OpenAI error shape), on
@@ -37,9 +37,14 @@ export interface MediaPartRef {
 /** One media item as the worker will receive it, and what identifies it. */
 export interface VerifiedMedia {
   kind: "image" | "video" | "audio";
-  /** What goes into image_data / video_data: a data: URL or a signed store URL (null for audio). */
+  /**
+   * What goes into image_data / video_data as it is for every worker: a data: URL (or the client's
+   * URL, opted in). null for audio and for stored items, whose URL is signed per worker (`stored`).
+   */
   forward: string | null;
-  /** SHA-256 of the bytes behind `forward` (null for audio). */
+  /** Stored in the media store: the worker it is routed to gets a store URL signed for it (workerForwards). */
+  stored: boolean;
+  /** SHA-256 of the bytes behind `forward` or the store URL (null for audio). */
   digest: string | null;
   /** Metadata the layout needs; null when it could not be read (routing then falls back). */
   metadata: MediaMetadata | null;
@@ -52,8 +57,8 @@ export interface MediaDeps {
   decode: DecodeClient;
   /** Images fetched by the edge itself: cap on the bytes (and on what is inlined). */
   inlineMaxBytes: number;
-  /** Signs store paths (null when no store is configured). */
-  sign: ((digest: string) => Promise<string>) | null;
+  /** Signs store URLs for one worker (null when no store is configured). */
+  sign: MediaSigner | null;
   forwardClientUrls: boolean;
 }
 
@@ -68,10 +73,25 @@ export interface MediaCaller {
   traceparent?: string | null;
 }
 
+/** A store URL of `digest` for worker `workerId` only (signed-url.ts). */
+export type MediaSigner = (digest: string, workerId: string) => Promise<string>;
+
 /** Builds the signer for store URLs as workers reach them. */
-export function storeSigner(publicUrl: string, key: Promise<CryptoKey>, ttlSec: number): (digest: string) => Promise<string> {
+export function storeSigner(publicUrl: string, key: Promise<CryptoKey>, ttlSec: number): MediaSigner {
   const base = publicUrl.replace(/\/+$/, "");
-  return async (digest) => base + (await signMediaPath(await key, digest, Math.floor(Date.now() / 1000) + ttlSec));
+  return async (digest, workerId) => base + (await signMediaPath(await key, digest, Math.floor(Date.now() / 1000) + ttlSec, workerId));
+}
+
+/** True when the request's media must be signed for the worker it goes to (the body differs per worker). */
+export function needsWorkerForwards(media: readonly VerifiedMedia[]): boolean {
+  return media.some((m) => m.stored);
+}
+
+/** image_data and video_data as worker `workerId` receives them (prompt order). */
+export async function workerForwards(media: readonly VerifiedMedia[], sign: MediaSigner | null, workerId: string): Promise<{ imageData: string[]; videoData: string[] }> {
+  const urls = await Promise.all(media.map((m) => (m.stored ? sign!(m.digest!, workerId) : m.forward)));
+  const pick = (kind: "image" | "video"): string[] => urls.filter((_, i) => media[i]!.kind === kind).map((u) => u!);
+  return { imageData: pick("image"), videoData: pick("video") };
 }
 
 const MIME: Record<string, string> = { png: "image/png", jpeg: "image/jpeg", webp: "image/webp", gif: "image/gif", bmp: "image/bmp" };
@@ -98,7 +118,7 @@ function precheck(p: MediaPartRef, deps: MediaDeps): void {
 
 /** One item, after precheck. */
 async function resolveOne(p: MediaPartRef, deps: MediaDeps, call: Required<DecodeCallOptions>): Promise<VerifiedMedia> {
-  if (p.kind === "audio") return { kind: "audio", forward: null, digest: null, metadata: null, unresolved: { reason: "audio", detail: "audio input" } };
+  if (p.kind === "audio") return { kind: "audio", forward: null, stored: false, digest: null, metadata: null, unresolved: { reason: "audio", detail: "audio input" } };
   const policy = deps.fetcher.policy;
 
   if (isDataUrl(p.url)) {
@@ -108,7 +128,7 @@ async function resolveOne(p: MediaPartRef, deps: MediaDeps, call: Required<Decod
     const forward = d.sglangCompatible && p.url.startsWith("data:") ? p.url : `data:${d.mimeType};base64,${encodeBase64(d.bytes)}`;
     if (p.kind === "image") {
       const id = await identifyImage(d.bytes, { maxBytes: policy.maxBytes, param: p.param });
-      return { kind: "image", forward, digest: id.contentDigest, metadata: { modality: "image", width: id.header.width, height: id.header.height }, unresolved: null };
+      return { kind: "image", forward, stored: false, digest: id.contentDigest, metadata: { modality: "image", width: id.header.width, height: id.header.height }, unresolved: null };
     }
     // No bytes cannot be a video for any decoder (unlike bytes one decoder cannot read: those only cost exact routing).
     if (d.bytes.length === 0) throw new MediaError("truncated", "Video is empty.", p.param);
@@ -116,8 +136,8 @@ async function resolveOne(p: MediaPartRef, deps: MediaDeps, call: Required<Decod
     const out = await deps.decode.probe({ bytes: d.bytes }, call);
     // A video the decoder refuses is not forwarded: workers get only media the store could verify.
     if (!out.ok && out.reason === "decode_media_rejected") throw new MediaError("unprobeable_media", `The video could not be probed: ${out.detail}`, p.param);
-    if (!out.ok) return { kind: "video", forward, digest, metadata: null, unresolved: { reason: out.reason, detail: out.detail } };
-    return videoItem(forward, digest, out.probe);
+    if (!out.ok) return { kind: "video", forward, stored: false, digest, metadata: null, unresolved: { reason: out.reason, detail: out.detail } };
+    return videoItem({ forward, stored: false }, digest, out.probe);
   }
 
   if (deps.sign) {
@@ -126,25 +146,26 @@ async function resolveOne(p: MediaPartRef, deps: MediaDeps, call: Required<Decod
       const err = storeError(p, out);
       // Opted in to forwarding URLs: the store's trouble only costs exact routing (policy refusals still stop).
       if (deps.forwardClientUrls && !(err instanceof MediaError && POLICY_REFUSALS.has(err.reason))) {
-        return { kind: p.kind, forward: p.url, digest: null, metadata: null, unresolved: { reason: out.reason, detail: out.detail } };
+        return { kind: p.kind, forward: p.url, stored: false, digest: null, metadata: null, unresolved: { reason: out.reason, detail: out.detail } };
       }
       throw err;
     }
     const r = out.result;
     // As for data: URLs: no bytes are no video (the worker would only refuse it later).
     if (p.kind === "video" && r.byteLength === 0) throw new MediaError("truncated", "Video is empty.", p.param);
-    const forward = deps.forwardClientUrls ? p.url : await deps.sign(r.digest);
+    // The store URL is signed later, for the worker the request is routed to (workerForwards).
+    const via = deps.forwardClientUrls ? { forward: p.url, stored: false } : { forward: null, stored: true };
     if (p.kind === "image") {
       if (!r.image) throw new MediaError("corrupt", "The media store returned no image size.", p.param);
-      return { kind: "image", forward, digest: r.digest, metadata: { modality: "image", width: r.image.width, height: r.image.height }, unresolved: null };
+      return { kind: "image", ...via, digest: r.digest, metadata: { modality: "image", width: r.image.width, height: r.image.height }, unresolved: null };
     }
     // The store refuses a video it cannot probe (4xx); an answer without a probe is refused the same way.
     if (!r.probe) throw new MediaError("unprobeable_media", "The media store returned no probe of the video.", p.param);
-    return videoItem(forward, r.digest, r.probe);
+    return videoItem(via, r.digest, r.probe);
   }
 
   if (p.kind === "video") {
-    if (deps.forwardClientUrls) return { kind: "video", forward: p.url, digest: null, metadata: null, unresolved: { reason: "decode_not_configured", detail: "no media store" } };
+    if (deps.forwardClientUrls) return { kind: "video", forward: p.url, stored: false, digest: null, metadata: null, unresolved: { reason: "decode_not_configured", detail: "no media store" } };
     throw new MediaError("store_unavailable", "Video URLs need the regional media store, which is not configured; send the video as a data: URL.", p.param);
   }
   // No store: the edge fetches the image itself and forwards exactly those bytes inline.
@@ -152,11 +173,11 @@ async function resolveOne(p: MediaPartRef, deps: MediaDeps, call: Required<Decod
     const res = await deps.fetcher.open(p.url, { param: p.param, ...(call.signal ? { signal: call.signal } : {}) });
     const id = await identifyImage(res.body, { maxBytes: Math.min(policy.maxBytes, deps.inlineMaxBytes), param: p.param });
     const forward = deps.forwardClientUrls ? p.url : `data:${MIME[id.header.format] ?? "application/octet-stream"};base64,${encodeBase64(id.bytes)}`;
-    return { kind: "image", forward, digest: id.contentDigest, metadata: { modality: "image", width: id.header.width, height: id.header.height }, unresolved: null };
+    return { kind: "image", forward, stored: false, digest: id.contentDigest, metadata: { modality: "image", width: id.header.width, height: id.header.height }, unresolved: null };
   } catch (e) {
     // Opted in to forwarding URLs: a fetch the edge could not make only costs exact routing.
     if (deps.forwardClientUrls && isMediaError(e) && !(e instanceof MediaError && POLICY_REFUSALS.has(e.reason))) {
-      return { kind: "image", forward: p.url, digest: null, metadata: null, unresolved: { reason: "unresolved_media", detail: e.message } };
+      return { kind: "image", forward: p.url, stored: false, digest: null, metadata: null, unresolved: { reason: "unresolved_media", detail: e.message } };
     }
     throw e;
   }
@@ -165,9 +186,9 @@ async function resolveOne(p: MediaPartRef, deps: MediaDeps, call: Required<Decod
 /** Refused by policy: never forwarded, even with KVEDGE_FORWARD_CLIENT_URLS. */
 const POLICY_REFUSALS = new Set<MediaErrorReason>(["bad_url", "bad_scheme", "blocked_address", "credentials_in_url", "bad_redirect"]);
 
-function videoItem(forward: string, digest: string, probe: { width: number; height: number; totalFrames: number; avgFps: number | null }): VerifiedMedia {
-  if (probe.avgFps === null) return { kind: "video", forward, digest, metadata: null, unresolved: { reason: "unprobeable_video", detail: "decoder reports no frame rate" } };
-  return { kind: "video", forward, digest, metadata: { modality: "video", width: probe.width, height: probe.height, totalFrames: probe.totalFrames, avgFps: probe.avgFps }, unresolved: null };
+function videoItem(via: { forward: string | null; stored: boolean }, digest: string, probe: { width: number; height: number; totalFrames: number; avgFps: number | null }): VerifiedMedia {
+  if (probe.avgFps === null) return { kind: "video", ...via, digest, metadata: null, unresolved: { reason: "unprobeable_video", detail: "decoder reports no frame rate" } };
+  return { kind: "video", ...via, digest, metadata: { modality: "video", width: probe.width, height: probe.height, totalFrames: probe.totalFrames, avgFps: probe.avgFps }, unresolved: null };
 }
 
 /**

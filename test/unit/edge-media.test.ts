@@ -7,13 +7,13 @@ import { createHash } from "node:crypto";
 import http from "node:http";
 import type { AddressInfo } from "node:net";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { verifyMedia, storeSigner, type MediaDeps } from "../../src/edge/media.ts";
+import { verifyMedia, storeSigner, workerForwards, type MediaDeps } from "../../src/edge/media.ts";
 import { DecodeClient } from "../../src/media/decode-client.ts";
 import { decodeBase64Strict } from "../../src/media/data-url.ts";
 import { MediaError, MediaStoreUnavailableError } from "../../src/media/errors.ts";
 import { httpStatusOf } from "../../src/api/errors.ts";
 import { SafeFetcher } from "../../src/media/safe-fetch.ts";
-import { importMediaUrlKey, verifyMediaUrl } from "../../src/media/signed-url.ts";
+import { importMediaUrlKey, verifyMediaUrl, workerMediaCredential } from "../../src/media/signed-url.ts";
 import { initHashing } from "../../src/util/hash.ts";
 import { startDecodeService, type DecodeService } from "../../services/decode/server.ts";
 import { makePng } from "../helpers/png.ts";
@@ -149,20 +149,25 @@ describe("edge media verification", () => {
     await expect(verifyMedia([part("video", inline)], deps({ decode }))).rejects.toMatchObject({ reason: "unprobeable_media" });
   });
 
-  it("with a store: the worker gets a signed store URL for the digest, valid for a short time only", async () => {
+  it("with a store: each worker gets a store URL for the digest signed for it alone, valid for a short time only", async () => {
     const key = importMediaUrlKey(KEY);
     const sign = storeSigner(svc.url, key, 60);
     const before = hits;
-    const [m] = await verifyMedia([part("image", `http://127.0.0.1:${port}/a.png`)], deps({ decode: new DecodeClient({ url: svc.url, token: TOKEN }), sign }));
+    const verified = await verifyMedia([part("image", `http://127.0.0.1:${port}/a.png`)], deps({ decode: new DecodeClient({ url: svc.url, token: TOKEN }), sign }));
+    const [m] = verified;
     expect(hits).toBe(before + 1);
-    expect(m!.digest).toBe(sha(png));
-    const u = new URL(m!.forward!);
-    expect(u.origin).toBe(svc.url);
+    expect(m).toMatchObject({ digest: sha(png), stored: true, forward: null });
+    const [w1, w2] = await Promise.all(["w1", "w2"].map(async (w) => new URL((await workerForwards(verified, sign, w)).imageData[0]!)));
+    expect(w1!.origin).toBe(svc.url);
     const now = Math.floor(Date.now() / 1000);
-    expect(await verifyMediaUrl(await key, u.pathname, u.searchParams, now, 60)).toEqual({ ok: true, digest: sha(png) });
-    expect(await verifyMediaUrl(await key, u.pathname, u.searchParams, now + 120, 3600)).toEqual({ ok: false, reason: "expired" });
-    const got = new Uint8Array(await (await fetch(u)).arrayBuffer());
+    expect(await verifyMediaUrl(await key, w1!.pathname, w1!.searchParams, now, 60)).toEqual({ ok: true, digest: sha(png), workerId: "w1" });
+    expect(await verifyMediaUrl(await key, w2!.pathname, w2!.searchParams, now, 60)).toEqual({ ok: true, digest: sha(png), workerId: "w2" });
+    expect(await verifyMediaUrl(await key, w1!.pathname, w1!.searchParams, now + 120, 3600)).toEqual({ ok: false, reason: "expired" });
+    const as = async (w: string): Promise<RequestInit> => ({ headers: { authorization: `Basic ${btoa(`${w}:${await workerMediaCredential(await key, w)}`)}` } });
+    const got = new Uint8Array(await (await fetch(w1!, await as("w1"))).arrayBuffer());
     expect(sha(got)).toBe(sha(png));
+    // w1's URL is w1's alone.
+    expect((await fetch(w1!, await as("w2"))).status).toBe(400);
     // The store's refusal keeps its reason; its absence is named as such.
     await expect(verifyMedia([part("image", `http://127.0.0.1:${port}/missing.png`)], deps({ decode: new DecodeClient({ url: svc.url, token: TOKEN }), sign }))).rejects.toMatchObject({ reason: "http_status" });
     const down = await verifyMedia([part("image", `http://127.0.0.1:${port}/a.png`)], deps({ decode: new DecodeClient({ url: "http://127.0.0.1:1", token: TOKEN }), sign })).catch((e: unknown) => e);

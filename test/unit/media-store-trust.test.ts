@@ -15,7 +15,7 @@ import path from "node:path";
 import { createInterface } from "node:readline";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { DecodeClient } from "../../src/media/decode-client.ts";
-import { importMediaUrlKey, signMediaPath } from "../../src/media/signed-url.ts";
+import { importMediaUrlKey, signMediaPath, workerMediaCredential } from "../../src/media/signed-url.ts";
 import { MediaStore } from "../../services/decode/media-store.ts";
 import { startDecodeService, type DecodeService } from "../../services/decode/server.ts";
 import { makePng } from "../helpers/png.ts";
@@ -64,7 +64,10 @@ afterAll(async () => {
   await new Promise((r) => raw.close(r));
 });
 
-const signed = async (svcUrl: string, digest: string): Promise<string> => svcUrl + (await signMediaPath(await importMediaUrlKey(KEY), digest, Math.floor(Date.now() / 1000) + 120));
+const signed = async (svcUrl: string, digest: string): Promise<string> => svcUrl + (await signMediaPath(await importMediaUrlKey(KEY), digest, Math.floor(Date.now() / 1000) + 120, WORKER));
+/** The worker the URLs are for, presenting its media credential as Basic auth. */
+const WORKER = "gpu-1";
+const asWorker = async (): Promise<RequestInit> => ({ headers: { authorization: `Basic ${btoa(`${WORKER}:${await workerMediaCredential(await importMediaUrlKey(KEY), WORKER)}`)}` } });
 const storeAs = (svcUrl: string, client: string, url: string) => new DecodeClient({ url: svcUrl, token: TOKEN }).store(url, "image", { client });
 
 describe("an origin cannot take the media store down", () => {
@@ -98,7 +101,7 @@ describe("an origin cannot take the media store down", () => {
       }
     }
     expect(seen).toEqual(new Map([[400, 1000]]));
-    const r = await fetch(url);
+    const r = await fetch(url, await asWorker());
     expect(r.status).toBe(200);
     expect(sha(new Uint8Array(await r.arrayBuffer()))).toBe(sha(tenantImage));
     expect((await storeAs(svc.url, "tenant", `http://127.0.0.1:${originPort}/flood/1.png`)).ok).toBe(true);
@@ -126,7 +129,7 @@ describe("one client cannot evict another tenant's media", () => {
       expect(svc.store()).toMatchObject({ items: 1, bytes: tenantImage.length });
       // Valid images, twice what the whole store holds: the flooder's own oldest go.
       for (let i = 0; i < 10; i++) expect((await storeAs(svc.url, "flooder", `http://127.0.0.1:${originPort}/flood/${i}.png`)).ok).toBe(true);
-      expect((await fetch(url)).status).toBe(200);
+      expect((await fetch(url, await asWorker())).status).toBe(200);
       const stats = svc.store();
       expect(stats.bytes).toBeLessThanOrEqual(tenantImage.length + 2.5 * flood);
       expect(stats.evictions).toBe(8);
@@ -134,7 +137,7 @@ describe("one client cannot evict another tenant's media", () => {
       for (let i = 10; i < 20; i++) expect((await storeAs(svc.url, i < 15 ? "flooder-2" : "flooder-3", `http://127.0.0.1:${originPort}/flood/${i}.png`)).ok).toBe(true);
       expect(svc.store().evictions).toBeGreaterThan(8 + 3 + 3);
       expect(svc.store().bytes).toBeLessThanOrEqual(maxTotalBytes);
-      expect((await fetch(url)).status).toBe(200);
+      expect((await fetch(url, await asWorker())).status).toBe(200);
     } finally {
       await svc.close();
     }
@@ -159,11 +162,11 @@ describe("restarts", () => {
       const svcUrl = (JSON.parse(ready) as { url: string }).url;
       expect((await storeAs(svcUrl, "tenant", `http://127.0.0.1:${originPort}/tenant.png`)).ok).toBe(true);
       const url = await signed(svcUrl, sha(tenantImage));
-      expect((await fetch(url)).status).toBe(200);
+      expect((await fetch(url, await asWorker())).status).toBe(200);
       process.kill(pids[0]!, "SIGKILL");
       await until(() => serving === 1, 30_000);
       expect(pids.length).toBe(2);
-      const r = await fetch(url);
+      const r = await fetch(url, await asWorker());
       expect(r.status).toBe(200);
       expect(sha(new Uint8Array(await r.arrayBuffer()))).toBe(sha(tenantImage));
       const h = (await (await fetch(`${svcUrl}/healthz`, { headers: { authorization: `Bearer ${TOKEN}` } })).json()) as { store: { restored: number } };

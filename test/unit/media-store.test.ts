@@ -11,7 +11,7 @@ import http from "node:http";
 import type { AddressInfo } from "node:net";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { DecodeClient } from "../../src/media/decode-client.ts";
-import { importMediaUrlKey, signMediaPath } from "../../src/media/signed-url.ts";
+import { importMediaUrlKey, signMediaPath, workerMediaCredential } from "../../src/media/signed-url.ts";
 import { startDecodeService, type DecodeService } from "../../services/decode/server.ts";
 import { makePng } from "../helpers/png.ts";
 
@@ -87,6 +87,11 @@ const client = () => new DecodeClient({ url: svc.url, token: TOKEN });
 /** The store's statistics are for the edge's token only. */
 const admin = { headers: { authorization: `Bearer ${TOKEN}` } };
 const u = (p: string) => `http://127.0.0.1:${port}${p}`;
+/** A fetch as worker `id` (its media credential as Basic auth, as python-requests sends a .netrc entry). */
+async function asWorker(id: string, key?: CryptoKey): Promise<RequestInit> {
+  const cred = await workerMediaCredential(key ?? (await importMediaUrlKey(KEY)), id);
+  return { headers: { authorization: `Basic ${btoa(`${id}:${cred}`)}` } };
+}
 
 describe("media store", () => {
   it("stores a URL's bytes under their SHA-256 and serves exactly them under a signed URL", async () => {
@@ -95,8 +100,8 @@ describe("media store", () => {
     if (!out.ok) return;
     expect(out.result).toMatchObject({ digest: sha(imgA), byteLength: imgA.length, kind: "image", image: { width: 64, height: 48, format: "png" } });
     const key = await importMediaUrlKey(KEY);
-    const path = await signMediaPath(key, out.result.digest, Math.floor(Date.now() / 1000) + 60);
-    const r = await fetch(svc.url + path); // no bearer token: workers hold none
+    const path = await signMediaPath(key, out.result.digest, Math.floor(Date.now() / 1000) + 60, "gpu-1");
+    const r = await fetch(svc.url + path, await asWorker("gpu-1")); // no bearer token: workers hold none
     expect(r.status).toBe(200);
     expect(sha(new Uint8Array(await r.arrayBuffer()))).toBe(sha(imgA));
   });
@@ -109,27 +114,35 @@ describe("media store", () => {
     expect(svc.store().dedups).toBe(before.dedups + 1);
   });
 
-  it("refuses every URL that is not signed for this digest and time, with one answer", async () => {
+  it("refuses every URL that is not signed for this digest, time and worker, with one answer", async () => {
     const key = await importMediaUrlKey(KEY);
     const other = await importMediaUrlKey("o".repeat(40));
     const now = Math.floor(Date.now() / 1000);
     const d = sha(imgA);
-    const good = await signMediaPath(key, d, now + 60);
-    const bad = [
-      `/v1/media/${d}`,
-      good.replace(/sig=(.)/, (_m, c: string) => `sig=${c === "0" ? "1" : "0"}`),
-      await signMediaPath(other, d, now + 60),
-      await signMediaPath(key, d, now - 1), // expired
-      await signMediaPath(key, d, now + 24 * 3600), // longer than the store allows
-      good.replace(d, sha(imgB)), // signature of another digest
-      good.replace(/exp=\d+/, `exp=${now + 61}`),
+    const good = await signMediaPath(key, d, now + 60, "w:1");
+    const w1 = await asWorker("w:1");
+    expect((await fetch(svc.url + good, w1)).status).toBe(200);
+    const bad: [string, RequestInit][] = [
+      [`/v1/media/${d}`, w1],
+      [good.replace(/sig=(.)/, (_m, c: string) => `sig=${c === "0" ? "1" : "0"}`), w1],
+      [await signMediaPath(other, d, now + 60, "w:1"), w1],
+      [await signMediaPath(key, d, now - 1, "w:1"), w1], // expired
+      [await signMediaPath(key, d, now + 24 * 3600, "w:1"), w1], // longer than the store allows
+      [good.replace(d, sha(imgB)), w1], // signature of another digest
+      [good.replace(/exp=\d+/, `exp=${now + 61}`), w1],
+      [good.replace("w=w:1", "w=w:2"), await asWorker("w:2")], // the URL re-addressed to another worker
+      [good, {}], // the URL alone: no worker's credential
+      [good, await asWorker("w:2")], // another worker's credential
+      [good, await asWorker("w:1", other)], // a credential not derived from the store's key
+      [good, { headers: { authorization: `Basic ${btoa("w:1:" + "0".repeat(64))}` } }],
+      [good, { headers: { authorization: `Bearer ${TOKEN}` } }], // the edge's token is not a worker's
     ];
-    for (const p of bad) {
-      const r = await fetch(svc.url + p);
-      expect(r.status, p).toBe(400);
+    for (const [p, init] of bad) {
+      const r = await fetch(svc.url + p, init);
+      expect(r.status, `${p} ${JSON.stringify(init)}`).toBe(400);
       expect(((await r.json()) as { error: { code: string } }).error.code).toBe("media_url_refused");
     }
-    expect((await fetch(svc.url + good, { method: "POST" })).status).toBe(405);
+    expect((await fetch(svc.url + good, { method: "POST", ...w1 })).status).toBe(405);
   });
 
   it("evicts least recently used items by bytes; a per-item cap refuses big media", async () => {
@@ -144,8 +157,8 @@ describe("media store", () => {
     expect(third.length).toBeGreaterThan(0);
     const stats = svc.store();
     expect(stats.bytes).toBeLessThanOrEqual(stats.maxBytes);
-    const path = await signMediaPath(key, sha(imgB), Math.floor(Date.now() / 1000) + 60);
-    expect((await fetch(svc.url + path)).status).toBe(200);
+    const path = await signMediaPath(key, sha(imgB), Math.floor(Date.now() / 1000) + 60, "gpu-1");
+    expect((await fetch(svc.url + path, await asWorker("gpu-1"))).status).toBe(200);
   });
 });
 
