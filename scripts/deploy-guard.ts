@@ -4,7 +4,9 @@
  * It refuses (exit 1) when the target environment would serve `/v1` without API keys: the
  * KVEDGE_API_KEYS secret is not set there (`wrangler secret list`) and the environment's vars do
  * not set KVEDGE_ACCESS = "public". The Worker enforces the same rule at run time (src/edge/auth.ts),
- * so a deploy that bypasses this script still serves nobody without keys.
+ * so a deploy that bypasses this script still serves nobody without keys. Likewise it refuses when
+ * no worker could be called: neither KVEDGE_WORKER_KEY_SECRET nor KVEDGE_WORKER_KEYS is set and the
+ * vars do not set KVEDGE_WORKER_AUTH = "none" (the Worker calls no worker it holds no key for).
  *
  *   node scripts/deploy-guard.ts [--check] [wrangler deploy arguments, e.g. --env production]
  *
@@ -41,6 +43,17 @@ export function checkDeployAccess(env: string | null, vars: Record<string, unkno
   return { ok: true, message: "KVEDGE_API_KEYS is set: /v1 requires an API key." };
 }
 
+/** Workers are called only with their SGLang --api-key (src/edge/worker-auth.ts): without a source of keys, none would be. */
+export function checkDeployWorkerAuth(env: string | null, vars: Record<string, unknown>, secretNames: readonly string[] | null): DeployCheck {
+  const where = env ? ` --env ${env}` : "";
+  if (vars.KVEDGE_WORKER_AUTH === "none") return { ok: true, message: `KVEDGE_WORKER_AUTH = "none": workers are called without a key (a network of your own).` };
+  const fix = `Set one with \`wrangler secret put KVEDGE_WORKER_KEY_SECRET${where}\` (docs/security.md), or set KVEDGE_WORKER_AUTH = "none" in wrangler.toml for workers on a network of your own.`;
+  if (secretNames === null) return { ok: false, message: `Refusing to deploy: cannot confirm that KVEDGE_WORKER_KEY_SECRET or KVEDGE_WORKER_KEYS is set (wrangler secret list${where} failed). ${fix}` };
+  if (!secretNames.includes("KVEDGE_WORKER_KEY_SECRET") && !secretNames.includes("KVEDGE_WORKER_KEYS"))
+    return { ok: false, message: `Refusing to deploy: neither KVEDGE_WORKER_KEY_SECRET nor KVEDGE_WORKER_KEYS is set${env ? ` for ${env}` : ""}, so no worker would be called (each needs its SGLang --api-key). ${fix}` };
+  return { ok: true, message: "worker keys are set: each worker is called with its own --api-key." };
+}
+
 function secretNamesOf(env: string | null): string[] | null {
   const args = [join(ROOT, "node_modules/wrangler/bin/wrangler.js"), "secret", "list", "--format", "json"];
   if (env) args.push("--env", env);
@@ -72,9 +85,11 @@ if (import.meta.main) {
   const wranglerArgs = args.filter((a) => a !== "--check");
   const env = targetEnvOf(wranglerArgs);
   const config = unstable_readConfig({ config: join(ROOT, "wrangler.toml"), ...(env ? { env } : {}) });
-  const check = checkDeployAccess(env, config.vars as Record<string, unknown>, config.vars.KVEDGE_ACCESS === "public" ? [] : secretNamesOf(env));
-  console[check.ok ? "log" : "error"](`deploy guard: ${check.message}`);
-  if (!check.ok) process.exit(1);
+  const vars = config.vars as Record<string, unknown>;
+  const secrets = vars.KVEDGE_ACCESS === "public" && vars.KVEDGE_WORKER_AUTH === "none" ? [] : secretNamesOf(env);
+  const checks = [checkDeployAccess(env, vars, vars.KVEDGE_ACCESS === "public" ? [] : secrets), checkDeployWorkerAuth(env, vars, secrets)];
+  for (const check of checks) console[check.ok ? "log" : "error"](`deploy guard: ${check.message}`);
+  if (checks.some((c) => !c.ok)) process.exit(1);
   if (checkOnly) process.exit(0);
   const r = spawnSync(process.execPath, [join(ROOT, "node_modules/wrangler/bin/wrangler.js"), "deploy", ...wranglerArgs], { cwd: ROOT, stdio: "inherit" });
   process.exit(r.status ?? 1);

@@ -11,7 +11,7 @@ import { gzipSync } from "node:zlib";
 import { afterAll, describe, expect, it } from "vitest";
 import { unstable_readConfig } from "wrangler";
 import { EdgeEnvSchema } from "../../src/config/config.ts";
-import { checkDeployAccess, targetEnvOf } from "../../scripts/deploy-guard.ts";
+import { checkDeployAccess, checkDeployWorkerAuth, targetEnvOf } from "../../scripts/deploy-guard.ts";
 
 const ROOT = join(import.meta.dirname, "../..");
 /** Workers limits (compressed upload): 3 MiB on the Free plan, 10 MiB on Paid. Stay under Free. */
@@ -83,6 +83,12 @@ describe("deploy", () => {
     expect(checkDeployAccess("production", vars, ["ADMIN_TOKEN", "RELAY_SECRET"]).message).toMatch(/KVEDGE_API_KEYS is not set/);
     expect(checkDeployAccess("production", vars, ["ADMIN_TOKEN", "KVEDGE_API_KEYS"]).ok).toBe(true);
     expect(checkDeployAccess("production", { ...vars, KVEDGE_ACCESS: "public" }, []).ok).toBe(true);
+    // Workers are called only with their key: a deploy without a source of worker keys would route nowhere.
+    expect(checkDeployWorkerAuth("production", vars, ["KVEDGE_API_KEYS"]).message).toMatch(/neither KVEDGE_WORKER_KEY_SECRET nor KVEDGE_WORKER_KEYS is set/);
+    expect(checkDeployWorkerAuth("production", vars, null).ok).toBe(false);
+    expect(checkDeployWorkerAuth("production", vars, ["KVEDGE_WORKER_KEY_SECRET"]).ok).toBe(true);
+    expect(checkDeployWorkerAuth("production", vars, ["KVEDGE_WORKER_KEYS"]).ok).toBe(true);
+    expect(checkDeployWorkerAuth("production", { ...vars, KVEDGE_WORKER_AUTH: "none" }, []).ok).toBe(true);
     // `npm run deploy*` is the guard itself, which deploys only after its check, with the same
     // arguments: `npm run deploy -- --env production` checks production (npm appends the arguments).
     const pkg = JSON.parse(readFileSync(join(ROOT, "package.json"), "utf8")) as { scripts: Record<string, string> };
