@@ -88,13 +88,17 @@ async function handleRelayUpgrade(request: Request, env: Env, config: EdgeConfig
   const shard = /^\d{1,4}$/.test(shardParam) ? Number(shardParam) : -1;
   if (shard < 0 || shard >= config.shards)
     throw new InvalidRequestError(`Bad shard '${shardParam.slice(0, 16)}': this pool has ${config.shards} (0…${config.shards - 1}).`, "shard");
-  // The key's registry row (pool object), then signature, worker, pool, URL policy and freshness,
-  // so refused connects never reach the shard; it then accepts the token's nonce once.
+  // Signature, worker, pool, URL policy and freshness first, with no I/O (the token names its whole
+  // binding); only a connect that passes spends the relay bucket and asks the pool object for the
+  // key's registry row. The shard then accepts the token's nonce once.
   const check = await verifyRelayConnect(
     config.relaySecret,
     bearerToken(request),
     { workerId, model, audience: shardObjectName(model, shard), nowSeconds: Math.floor(Date.now() / 1000), allowHttp: config.relayAllowHttp },
-    (keyId) => indexFor(env, model).relayKey(keyId),
+    async (keyId) => {
+      await limit(env, config, "relay", { network: networkOf(request) });
+      return indexFor(env, model).relayKey(keyId);
+    },
   );
   if (!check.ok) throw new AuthenticationError(`Relay token refused (${check.reason}).`);
   const headers = new Headers({
@@ -151,10 +155,7 @@ async function route(request: Request, path: string, env: Env, ctx: ExecutionCon
       trace,
     });
   }
-  if (path === "/v1/relay") {
-    await limit(env, config, "relay", { network: networkOf(request) });
-    return handleRelayUpgrade(request, env, config);
-  }
+  if (path === "/v1/relay") return handleRelayUpgrade(request, env, config);
   if (path === "/metrics" || path === "/dashboard" || path === "/dashboard/login" || path.startsWith("/admin/")) {
     await limit(env, config, "admin", { network: networkOf(request) });
     await initHashing();

@@ -252,7 +252,7 @@ export class IndexSession {
     this.counters.connects++;
     const gen = ++this.connectGen;
     const worker = new URL(this.opts.url).searchParams.get("worker") ?? "";
-    mintRelayToken(this.opts.token, worker, tokenAudience(this.opts.url)).then(
+    mintRelayToken(this.opts.token, worker, tokenAudience(this.opts.url), { url: this.opts.hello().url }).then(
       (token) => {
         if (gen === this.connectGen && this.state === "connecting") this.open(token);
       },

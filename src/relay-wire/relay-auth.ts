@@ -7,15 +7,18 @@
  *    nor any relay host ever holds the pool secret, and a stolen key signs for one worker at one URL;
  *  - the credential a relay host holds: `kvr1.<keyId>.<key hex>` (env var or file, never argv);
  *  - the connect token, minted fresh for every WebSocket connect and sent as `Authorization: Bearer`:
- *      v2.<keyId>.<workerId>.<unixSeconds>.<nonce>.<hex HMAC-SHA256(key, "v2.<keyId>.<workerId>.<unixSeconds>.<nonce>\n<audience>")>
- *    The audience (the pool's shard object) is signed but not carried. The edge accepts a token
- *    within ±maxSkew seconds of its own clock, and the pool's index accepts each nonce once.
+ *      v3.<keyId>.<workerId>.<url>.<unixSeconds>.<nonce>.<hex HMAC-SHA256(key, "v3.<keyId>.<workerId>.<url>.<unixSeconds>.<nonce>\n<audience>")>
+ *    with <url> the worker URL the key is bound to, base64url. The audience (the pool's shard
+ *    object) is signed but not carried. The token names the whole binding, so the edge derives the
+ *    key and checks the signature before it asks the pool's index anything (a forged connect never
+ *    reaches a Durable Object of the pool). The edge accepts a token within ±maxSkew seconds of its
+ *    own clock, and the pool's index accepts each nonce once.
  * WebCrypto only (`crypto.subtle`, `crypto.getRandomValues`): runs in workerd and Node 22 alike.
  */
 import { bytesToHex, hexToBytes } from "../util/hex.ts";
 import { stripTrailing } from "../util/strip-trailing.ts";
 
-export const RELAY_TOKEN_VERSION = "v2";
+export const RELAY_TOKEN_VERSION = "v3";
 export const RELAY_CREDENTIAL_PREFIX = "kvr1";
 /** How far a token's timestamp may be from the verifier's clock, either way. */
 export const RELAY_TOKEN_MAX_SKEW_S = 60;
@@ -25,7 +28,8 @@ export const WORKER_ID_PATTERN = /^[A-Za-z0-9._:-]{1,128}$/;
 const KEY_ID = /^[A-Za-z0-9_-]{22}$/;
 const NONCE = /^[A-Za-z0-9_-]{16,64}$/;
 const KEY_HEX = /^[0-9a-f]{64}$/;
-const TAIL = /^(\d{1,12})\.([A-Za-z0-9_-]{16,64})\.([0-9a-f]{64})$/;
+/** After `v3.<keyId>.<workerId>.`: the URL (2048 characters at most, base64url), time, nonce, MAC. */
+const TAIL = /^([A-Za-z0-9_-]{1,2731})\.(\d{1,12})\.([A-Za-z0-9_-]{16,64})\.([0-9a-f]{64})$/;
 
 async function hmacKey(secret: string, usage: "sign" | "verify"): Promise<CryptoKey> {
   return crypto.subtle.importKey("raw", encoder.encode(secret), { name: "HMAC", hash: "SHA-256" }, false, [usage]);
@@ -39,6 +43,16 @@ function base64url(bytes: Uint8Array): string {
   let bin = "";
   for (const x of bytes) bin += String.fromCharCode(x);
   return btoa(bin).replace(/\+/g, "-").replace(/\//g, "_").replace(/=+$/, "");
+}
+
+/** base64url (no padding) → UTF-8 text, or null when it is not valid UTF-8. */
+function fromBase64url(s: string): string | null {
+  try {
+    const bin = atob(s.replace(/-/g, "+").replace(/_/g, "/"));
+    return new TextDecoder("utf-8", { fatal: true, ignoreBOM: true }).decode(Uint8Array.from(bin, (c) => c.charCodeAt(0)));
+  } catch {
+    return null;
+  }
 }
 
 // ---- worker URLs ----
@@ -108,8 +122,8 @@ export function parseRelayCredential(s: string): { keyId: string; key: string } 
 
 // ---- connect tokens ----
 
-function signedMessage(keyId: string, workerId: string, issuedAt: number, nonce: string, audience: string): string {
-  return `${RELAY_TOKEN_VERSION}.${keyId}.${workerId}.${issuedAt}.${nonce}\n${audience}`;
+function signedMessage(keyId: string, workerId: string, url64: string, issuedAt: number, nonce: string, audience: string): string {
+  return `${RELAY_TOKEN_VERSION}.${keyId}.${workerId}.${url64}.${issuedAt}.${nonce}\n${audience}`;
 }
 
 /** 128 random bits, base64url without padding (22 characters). */
@@ -118,14 +132,16 @@ export function newRelayNonce(): string {
 }
 
 export interface MintOptions {
+  /** The worker URL the credential's key is bound to (what the relay's hello announces). */
+  url: string;
   /** Issue time in Unix seconds (default: now). */
   nowSeconds?: number;
   /** Default: a fresh random nonce. */
   nonce?: string;
 }
 
-/** A fresh single-use connect token for `workerId` towards `audience`, signed with the credential's key. */
-export async function mintRelayToken(credential: string, workerId: string, audience: string, opts: MintOptions = {}): Promise<string> {
+/** A fresh single-use connect token for `workerId` at `opts.url` towards `audience`, signed with the credential's key. */
+export async function mintRelayToken(credential: string, workerId: string, audience: string, opts: MintOptions): Promise<string> {
   const cred = parseRelayCredential(credential);
   if (!cred) throw new RangeError("relay credential must look like kvr1.<key id>.<64 hex digits>");
   if (!WORKER_ID_PATTERN.test(workerId)) throw new RangeError(`bad worker id ${JSON.stringify(workerId)}`);
@@ -133,8 +149,10 @@ export async function mintRelayToken(credential: string, workerId: string, audie
   if (!Number.isSafeInteger(issuedAt) || issuedAt < 0) throw new RangeError(`bad issue time ${issuedAt}`);
   const nonce = opts.nonce ?? newRelayNonce();
   if (!NONCE.test(nonce)) throw new RangeError("nonce must be 16-64 characters of [A-Za-z0-9_-]");
-  const mac = await hmacHex(cred.key, signedMessage(cred.keyId, workerId, issuedAt, nonce, audience));
-  return `${RELAY_TOKEN_VERSION}.${cred.keyId}.${workerId}.${issuedAt}.${nonce}.${mac}`;
+  if (opts.url.length > 2048) throw new RangeError("worker URL longer than 2048 characters");
+  const url64 = base64url(encoder.encode(opts.url));
+  const mac = await hmacHex(cred.key, signedMessage(cred.keyId, workerId, url64, issuedAt, nonce, audience));
+  return `${RELAY_TOKEN_VERSION}.${cred.keyId}.${workerId}.${url64}.${issuedAt}.${nonce}.${mac}`;
 }
 
 function bare(presented: string): string {
@@ -144,7 +162,7 @@ function bare(presented: string): string {
 /** The key id a presented token names (the verifier looks its binding up), or null when malformed. */
 export function relayTokenKeyId(presented: string | null): string | null {
   if (presented === null) return null;
-  const m = /^v2\.([A-Za-z0-9_-]{22})\./.exec(bare(presented));
+  const m = /^v3\.([A-Za-z0-9_-]{22})\./.exec(bare(presented));
   return m ? m[1]! : null;
 }
 
@@ -160,7 +178,15 @@ export type RelayTokenRefusal =
   | "bad_signature";
 
 export type RelayTokenCheck =
-  | { ok: true; nonce: string; issuedAt: number; /** Unix seconds after which the token is refused anyway. */ expiresAt: number }
+  | {
+      ok: true;
+      nonce: string;
+      issuedAt: number;
+      /** Unix seconds after which the token is refused anyway. */
+      expiresAt: number;
+      /** The worker URL the token names (as the relay wrote it). */
+      url: string;
+    }
   | { ok: false; reason: RelayTokenRefusal };
 
 export interface RelayTokenExpectation {
@@ -170,6 +196,28 @@ export interface RelayTokenExpectation {
   audience: string;
   nowSeconds: number;
   maxSkewSeconds?: number;
+}
+
+interface TokenParts {
+  url64: string;
+  /** The worker URL the token names, decoded. */
+  url: string;
+  issuedAt: number;
+  nonce: string;
+  mac: string;
+}
+
+/** The parts of a token after `v3.<keyId>.<workerId>.` (format only: nothing is verified). */
+function tokenParts(token: string, keyId: string, workerId: string): TokenParts | RelayTokenRefusal {
+  if (!token.startsWith(`${RELAY_TOKEN_VERSION}.${keyId}.`)) return "malformed";
+  // The worker id may itself contain dots: match the expected one as a prefix, parse the rest.
+  const prefix = `${RELAY_TOKEN_VERSION}.${keyId}.${workerId}.`;
+  if (!WORKER_ID_PATTERN.test(workerId) || !token.startsWith(prefix)) return TAIL.test(token.split(".").slice(-4).join(".")) ? "worker_mismatch" : "malformed";
+  const m = TAIL.exec(token.slice(prefix.length));
+  if (!m) return "malformed";
+  const url = fromBase64url(m[1]!);
+  if (url === null) return "malformed";
+  return { url64: m[1]!, url, issuedAt: Number(m[2]), nonce: m[3]!, mac: m[4]! };
 }
 
 /**
@@ -183,28 +231,19 @@ export async function checkRelayToken(
   expect: RelayTokenExpectation,
 ): Promise<RelayTokenCheck> {
   if (presented === null || presented.trim() === "") return { ok: false, reason: "missing" };
-  const token = bare(presented);
   const skew = expect.maxSkewSeconds ?? RELAY_TOKEN_MAX_SKEW_S;
-  if (!token.startsWith(`${RELAY_TOKEN_VERSION}.${key.keyId}.`)) return { ok: false, reason: "malformed" };
-  // The worker id may itself contain dots: match the expected one as a prefix, parse the rest.
-  const prefix = `${RELAY_TOKEN_VERSION}.${key.keyId}.${expect.workerId}.`;
-  if (!WORKER_ID_PATTERN.test(expect.workerId) || !token.startsWith(prefix)) {
-    return { ok: false, reason: TAIL.test(token.split(".").slice(-3).join(".")) ? "worker_mismatch" : "malformed" };
-  }
-  const m = TAIL.exec(token.slice(prefix.length));
-  if (!m) return { ok: false, reason: "malformed" };
-  const issuedAt = Number(m[1]);
-  const nonce = m[2]!;
-  if (issuedAt < expect.nowSeconds - skew) return { ok: false, reason: "expired" };
-  if (issuedAt > expect.nowSeconds + skew) return { ok: false, reason: "not_yet_valid" };
+  const t = tokenParts(bare(presented), key.keyId, expect.workerId);
+  if (typeof t === "string") return { ok: false, reason: t };
+  if (t.issuedAt < expect.nowSeconds - skew) return { ok: false, reason: "expired" };
+  if (t.issuedAt > expect.nowSeconds + skew) return { ok: false, reason: "not_yet_valid" };
   const ok = await crypto.subtle.verify(
     "HMAC",
     await hmacKey(key.key, "verify"),
-    hexToBytes(m[3]!)!, // TAIL matched 64 hex digits
-    encoder.encode(signedMessage(key.keyId, expect.workerId, issuedAt, nonce, expect.audience)),
+    hexToBytes(t.mac)!, // TAIL matched 64 hex digits
+    encoder.encode(signedMessage(key.keyId, expect.workerId, t.url64, t.issuedAt, t.nonce, expect.audience)),
   );
   if (!ok) return { ok: false, reason: "bad_signature" };
-  return { ok: true, nonce, issuedAt, expiresAt: issuedAt + skew };
+  return { ok: true, nonce: t.nonce, issuedAt: t.issuedAt, expiresAt: t.issuedAt + skew, url: t.url };
 }
 
 export interface RelayConnectCheckInput extends RelayTokenExpectation {
@@ -217,9 +256,11 @@ export interface RelayConnectCheckInput extends RelayTokenExpectation {
 export type RelayConnectCheck = (RelayTokenCheck & { ok: false }) | (RelayTokenCheck & { ok: true; record: RelayKeyRecord });
 
 /**
- * The edge's whole check of a relay connect: the token's key id must name a registered, unrevoked
- * key bound to this pool and worker (looked up with `lookup`, the pool index's registry), its URL
- * must still meet the URL policy, and the token must verify with the key derived from the secret.
+ * The edge's whole check of a relay connect. First without any I/O: the token names its key id,
+ * worker and URL, so the key is derived from the secret for this pool and the signature, worker,
+ * audience, freshness and URL policy are checked. Only a token that passes reaches `lookup` (the
+ * pool index's registry: a Durable Object), which must hold that key unrevoked with the same
+ * binding.
  */
 export async function verifyRelayConnect(
   secret: string | null,
@@ -231,14 +272,18 @@ export async function verifyRelayConnect(
   if (!secret) return { ok: false, reason: "unknown_key" };
   const keyId = relayTokenKeyId(presented);
   if (keyId === null) return { ok: false, reason: "malformed" };
-  const record = await lookup(keyId);
-  if (!record || record.model !== expect.model) return { ok: false, reason: "unknown_key" };
-  if (record.revokedAt !== null) return { ok: false, reason: "revoked" };
-  if (record.workerId !== expect.workerId) return { ok: false, reason: "worker_mismatch" };
-  if (!normalizeWorkerUrl(record.url, { allowHttp: expect.allowHttp }).ok) return { ok: false, reason: "insecure_url" };
-  const key = await deriveRelayKey(secret, record);
+  const parts = tokenParts(bare(presented), keyId, expect.workerId);
+  if (typeof parts === "string") return { ok: false, reason: parts };
+  const url = normalizeWorkerUrl(parts.url, { allowHttp: expect.allowHttp });
+  if (!url.ok) return { ok: false, reason: "insecure_url" };
+  const key = await deriveRelayKey(secret, { keyId, model: expect.model, workerId: expect.workerId, url: url.url });
   const check = await checkRelayToken({ keyId, key }, presented, expect);
-  return check.ok ? { ...check, record } : check;
+  if (!check.ok) return check;
+  const record = await lookup(keyId);
+  // A signature that verifies for a binding the registry does not hold was made with the secret itself.
+  if (!record || record.model !== expect.model || record.workerId !== expect.workerId || record.url !== url.url) return { ok: false, reason: "unknown_key" };
+  if (record.revokedAt !== null) return { ok: false, reason: "revoked" };
+  return { ...check, record };
 }
 
 /** Whether a hello's `url` is the URL the connect's key is bound to (same normalised spelling). */

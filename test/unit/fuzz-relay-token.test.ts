@@ -47,15 +47,17 @@ describe("relay keys and connect tokens", () => {
     const cred = await credentialOf(rec);
     expect(cred).toBe(`kvr1.${KEY_ID}.${key}`);
     expect(parseRelayCredential(`${cred}\n`)).toEqual({ keyId: KEY_ID, key });
-    const t = await mintRelayToken(cred, "w.1", MODEL, { nowSeconds: NOW, nonce: "abcdefghijklmnop" });
-    const mac = createHmac("sha256", key).update(`v2.${KEY_ID}.w.1.${NOW}.abcdefghijklmnop\n${MODEL}`).digest("hex");
-    expect(t).toBe(`v2.${KEY_ID}.w.1.${NOW}.abcdefghijklmnop.${mac}`);
+    const t = await mintRelayToken(cred, "w.1", MODEL, { url: rec.url, nowSeconds: NOW, nonce: "abcdefghijklmnop" });
+    const url64 = Buffer.from(rec.url).toString("base64url");
+    const mac = createHmac("sha256", key).update(`v3.${KEY_ID}.w.1.${url64}.${NOW}.abcdefghijklmnop\n${MODEL}`).digest("hex");
+    expect(t).toBe(`v3.${KEY_ID}.w.1.${url64}.${NOW}.abcdefghijklmnop.${mac}`);
     expect(relayTokenKeyId(`Bearer ${t}`)).toBe(KEY_ID);
     expect(await checkRelayToken({ keyId: KEY_ID, key }, `Bearer ${t}`, { workerId: "w.1", audience: MODEL, nowSeconds: NOW })).toEqual({
       ok: true,
       nonce: "abcdefghijklmnop",
       issuedAt: NOW,
       expiresAt: NOW + RELAY_TOKEN_MAX_SKEW_S,
+      url: rec.url,
     });
     // Every part of the binding changes the key.
     for (const change of [{ keyId: "BAAAAAAAAAAAAAAAAAAAAA" }, { model: "other" }, { workerId: "w.2" }, { url: "https://gpu-2.example:30000" }])
@@ -67,7 +69,7 @@ describe("relay keys and connect tokens", () => {
       fc.asyncProperty(workerId, workerId, fc.integer({ min: -3 * RELAY_TOKEN_MAX_SKEW_S, max: 3 * RELAY_TOKEN_MAX_SKEW_S }), fc.nat(), fc.string({ minLength: 1, maxLength: 1 }), async (w, other, skew, at, ch) => {
         const rec = record({ workerId: w });
         const key = { keyId: KEY_ID, key: await deriveRelayKey(SECRET, rec) };
-        const t = await mintRelayToken(await credentialOf(rec), w, MODEL, { nowSeconds: NOW });
+        const t = await mintRelayToken(await credentialOf(rec), w, MODEL, { url: rec.url, nowSeconds: NOW });
         const check = (token: string, expect: Partial<{ workerId: string; audience: string; nowSeconds: number }> = {}, k = key) =>
           checkRelayToken(k, token, { workerId: w, audience: MODEL, nowSeconds: NOW, ...expect });
         expect((await check(t)).ok).toBe(true);
@@ -85,7 +87,7 @@ describe("relay keys and connect tokens", () => {
   it("arbitrary strings are refused without throwing", async () => {
     const key = { keyId: KEY_ID, key: await deriveRelayKey(SECRET, record()) };
     await fc.assert(
-      fc.asyncProperty(fc.oneof(fc.string({ maxLength: 200 }), fc.stringMatching(/^v2\.[A-Za-z0-9_-]{22}\.[a-z0-9.]{0,20}\.\d{0,12}\.[A-Za-z0-9_-]{0,30}\.[0-9a-f]{0,64}$/)), async (s) => {
+      fc.asyncProperty(fc.oneof(fc.string({ maxLength: 200 }), fc.stringMatching(/^v3\.[A-Za-z0-9_-]{22}\.[a-z0-9.]{0,20}\.[A-Za-z0-9_-]{0,40}\.\d{0,12}\.[A-Za-z0-9_-]{0,30}\.[0-9a-f]{0,64}$/)), async (s) => {
         expect((await checkRelayToken(key, s, { workerId: "w.1", audience: MODEL, nowSeconds: NOW })).ok).toBe(false);
         expect((await verifyRelayConnect(SECRET, s, { workerId: "w.1", model: MODEL, audience: MODEL, nowSeconds: NOW, allowHttp: false }, async () => record())).ok).toBe(false);
       }),
@@ -108,19 +110,29 @@ describe("the edge's connect check", () => {
     const a = record();
     const credA = await credentialOf(a);
     const registry = new Map([[a.keyId, a]]);
-    const lookup = async (id: string) => registry.get(id) ?? null;
-    const token = (w: string, cred = credA) => mintRelayToken(cred, w, MODEL, { nowSeconds: NOW });
+    let lookups = 0;
+    const lookup = async (id: string) => {
+      lookups++;
+      return registry.get(id) ?? null;
+    };
+    const token = (w: string, cred = credA, url = a.url) => mintRelayToken(cred, w, MODEL, { url, nowSeconds: NOW });
 
     const ok = await verifyRelayConnect(SECRET, await token("w.1"), expectFor(), lookup);
     expect(ok).toMatchObject({ ok: true, record: a });
-    // Worker B with A's key (signed for B, or A's token presented as B).
-    expect(await verifyRelayConnect(SECRET, await token("w.2"), expectFor({ workerId: "w.2" }), lookup)).toEqual({ ok: false, reason: "worker_mismatch" });
+    // Worker B with A's key (signed for B, or A's token presented as B), or A's key claiming
+    // another URL: refused before the registry is asked (no Durable Object touched on the edge).
+    lookups = 0;
+    expect(await verifyRelayConnect(SECRET, await token("w.2"), expectFor({ workerId: "w.2" }), lookup)).toEqual({ ok: false, reason: "bad_signature" });
     expect(await verifyRelayConnect(SECRET, await token("w.1"), expectFor({ workerId: "w.2" }), lookup)).toEqual({ ok: false, reason: "worker_mismatch" });
+    expect(await verifyRelayConnect(SECRET, await token("w.1", credA, "https://gpu-9.example:30000"), expectFor(), lookup)).toEqual({ ok: false, reason: "bad_signature" });
+    const forged = await credentialOf(a, "another-secret-0123456789");
+    expect(await verifyRelayConnect(SECRET, await token("w.1", forged), expectFor(), lookup)).toEqual({ ok: false, reason: "bad_signature" });
+    expect(lookups).toBe(0);
     // A key nobody issued (derived with the right secret but never registered).
     const stray = await credentialOf(record({ keyId: "CAAAAAAAAAAAAAAAAAAAAA" }));
     expect(await verifyRelayConnect(SECRET, await token("w.1", stray), expectFor(), lookup)).toEqual({ ok: false, reason: "unknown_key" });
-    // Another pool's registry row.
-    expect(await verifyRelayConnect(SECRET, await token("w.1"), expectFor({ model: "other" }), lookup)).toEqual({ ok: false, reason: "unknown_key" });
+    // Presented to another pool: the key is derived for that pool, so the signature fails.
+    expect(await verifyRelayConnect(SECRET, await token("w.1"), expectFor({ model: "other" }), lookup)).toEqual({ ok: false, reason: "bad_signature" });
     // Revoked.
     registry.set(a.keyId, { ...a, revokedAt: NOW });
     expect(await verifyRelayConnect(SECRET, await token("w.1"), expectFor(), lookup)).toEqual({ ok: false, reason: "revoked" });
@@ -128,10 +140,10 @@ describe("the edge's connect check", () => {
     const h = record({ url: "http://127.0.0.1:30000" });
     registry.set(h.keyId, h);
     const credH = await credentialOf(h);
-    expect((await verifyRelayConnect(SECRET, await token("w.1", credH), expectFor({ allowHttp: true }), lookup)).ok).toBe(true);
-    expect(await verifyRelayConnect(SECRET, await token("w.1", credH), expectFor(), lookup)).toEqual({ ok: false, reason: "insecure_url" });
+    expect((await verifyRelayConnect(SECRET, await token("w.1", credH, h.url), expectFor({ allowHttp: true }), lookup)).ok).toBe(true);
+    expect(await verifyRelayConnect(SECRET, await token("w.1", credH, h.url), expectFor(), lookup)).toEqual({ ok: false, reason: "insecure_url" });
     // No pool secret on the edge: nothing verifies.
-    expect((await verifyRelayConnect(null, await token("w.1", credH), expectFor({ allowHttp: true }), lookup)).ok).toBe(false);
+    expect((await verifyRelayConnect(null, await token("w.1", credH, h.url), expectFor({ allowHttp: true }), lookup)).ok).toBe(false);
   });
 
   it("worker URLs: https only (http with the development flag); no ftp:, file:, credentials, query or fragment", () => {

@@ -36,7 +36,7 @@ function relayUrl(worker: string, shard: number | string | null): string {
 }
 
 async function tokenFor(worker: string, shard: number): Promise<string> {
-  return mintRelayToken(await credentialOf(worker), worker, shardObjectName(MODEL, shard));
+  return mintRelayToken(await credentialOf(worker), worker, shardObjectName(MODEL, shard), { url: urlOf(worker) });
 }
 
 async function connect(worker: string, shard: number): Promise<{ ws: WebSocket; welcome: Record<string, unknown> }> {

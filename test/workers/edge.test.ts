@@ -155,18 +155,18 @@ describe("relay ingestion and routing inside workerd", () => {
     await expectOpenAIError(await connectRelay("wa", null), 401);
     await expectOpenAIError(await connectRelay("wa", "00".repeat(32)), 401);
     const wb = await issueRelayKey((u, i) => SELF.fetch(u, i), "wb");
-    await expectOpenAIError(await connectRelay("wa", await mintRelayToken(wb, "wa", MODEL)), 401);
-    await expectOpenAIError(await connectRelay("wa", await mintRelayToken(wb, "wb", MODEL)), 401);
+    await expectOpenAIError(await connectRelay("wa", await mintRelayToken(wb, "wa", MODEL, { url: TEST_WORKER_URL })), 401);
+    await expectOpenAIError(await connectRelay("wa", await mintRelayToken(wb, "wb", MODEL, { url: TEST_WORKER_URL })), 401);
     // A key of the right shape that was never issued (derived from the pool secret even).
     const stray = { keyId: "AAAAAAAAAAAAAAAAAAAAAA", model: MODEL, workerId: "wa", url: TEST_WORKER_URL };
-    await expectOpenAIError(await connectRelay("wa", await mintRelayToken(formatRelayCredential(stray.keyId, await deriveRelayKey(SECRET, stray)), "wa", MODEL)), 401);
+    await expectOpenAIError(await connectRelay("wa", await mintRelayToken(formatRelayCredential(stray.keyId, await deriveRelayKey(SECRET, stray)), "wa", MODEL, { url: TEST_WORKER_URL })), 401);
     const after = (await (await admin("/admin/workers")).json()) as { workers: unknown[] };
     expect(after.workers).toEqual(before.workers);
   });
 
   it("hello → welcome → dump; the index routes a matching prefix to that worker; eviction asks relays to resync", async () => {
     await initHashing();
-    const res = await connectRelay("w-route", await mintRelayToken(await issueRelayKey((u, i) => SELF.fetch(u, i), "w-route"), "w-route", MODEL));
+    const res = await connectRelay("w-route", await mintRelayToken(await issueRelayKey((u, i) => SELF.fetch(u, i), "w-route"), "w-route", MODEL, { url: TEST_WORKER_URL }));
     expect(res.status).toBe(101);
     const ws = res.webSocket!;
     ws.accept();

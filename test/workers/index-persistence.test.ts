@@ -43,7 +43,7 @@ describe("routing index persistence", () => {
   it("restores region, prefill rate and kvEvents=false after eviction", async () => {
     await initHashing();
     const id = "w-region";
-    const token = await mintRelayToken(await issueRelayKey((u, i) => SELF.fetch(u, i), id), id, MODEL);
+    const token = await mintRelayToken(await issueRelayKey((u, i) => SELF.fetch(u, i), id), id, MODEL, { url: TEST_WORKER_URL });
     const res = await SELF.fetch(`https://edge/v1/relay?worker=${id}&model=${encodeURIComponent(MODEL)}`, {
       headers: { upgrade: "websocket", authorization: `Bearer ${token}` },
     });

@@ -32,7 +32,7 @@ function chain(n: number, base: number) {
 }
 
 async function connect(id: string, url: string, hello: Record<string, unknown>): Promise<WebSocket> {
-  const token = await mintRelayToken(await issueRelayKey((u, i) => SELF.fetch(u, i), id, { url }), id, MODEL);
+  const token = await mintRelayToken(await issueRelayKey((u, i) => SELF.fetch(u, i), id, { url }), id, MODEL, { url });
   const res = await SELF.fetch(`https://edge/v1/relay?worker=${id}&model=${encodeURIComponent(MODEL)}`, {
     headers: { upgrade: "websocket", authorization: `Bearer ${token}` },
   });

@@ -22,7 +22,7 @@ async function lastSeen(workerId: string): Promise<number> {
 describe("lastSeen", () => {
   it("moves with every relay message, pings included", async () => {
     await initHashing();
-    const token = await mintRelayToken(await issueRelayKey((u, i) => SELF.fetch(u, i), "seen-w1"), "seen-w1", MODEL);
+    const token = await mintRelayToken(await issueRelayKey((u, i) => SELF.fetch(u, i), "seen-w1"), "seen-w1", MODEL, { url: TEST_WORKER_URL });
     const res = await SELF.fetch(`https://edge/v1/relay?worker=seen-w1&model=${encodeURIComponent(MODEL)}`, {
       headers: { upgrade: "websocket", authorization: `Bearer ${token}` },
     });

@@ -48,13 +48,14 @@ describe("relay keys", () => {
   it("a key for worker A registers A at its URL only: not B, not another URL", async () => {
     const keyA = await issueRelayKey(fetchEdge, "k-a", { url: "https://gpu-a.example:30000/" });
     // As worker B: refused before the upgrade.
-    const asB = await connectRelay("k-b", await mintRelayToken(keyA, "k-b", MODEL));
+    const asB = await connectRelay("k-b", await mintRelayToken(keyA, "k-b", MODEL, { url: "https://gpu-a.example:30000/" }));
     expect(asB.status).toBe(401);
-    expect((await errorOf(asB)).message).toMatch(/worker_mismatch/);
+    // The key is derived for A: a signature for B does not verify.
+    expect((await errorOf(asB)).message).toMatch(/bad_signature/);
 
     // As A but announcing another URL (or a plain-http one): the index refuses the hello.
     for (const url of ["https://evil.example:30000", "http://gpu-a.example:30000"]) {
-      const res = await connectRelay("k-a", await mintRelayToken(keyA, "k-a", MODEL));
+      const res = await connectRelay("k-a", await mintRelayToken(keyA, "k-a", MODEL, { url: "https://gpu-a.example:30000/" }));
       expect(res.status).toBe(101);
       const ws = res.webSocket!;
       ws.accept();
@@ -67,7 +68,7 @@ describe("relay keys", () => {
     expect(none.workers.map((w) => w.workerId)).not.toContain("k-a");
 
     // At its own URL (any spelling that normalises to it): registered.
-    const res = await connectRelay("k-a", await mintRelayToken(keyA, "k-a", MODEL));
+    const res = await connectRelay("k-a", await mintRelayToken(keyA, "k-a", MODEL, { url: "https://gpu-a.example:30000/" }));
     const ws = res.webSocket!;
     ws.accept();
     const welcome = nextMessage(ws, "welcome");
@@ -82,7 +83,7 @@ describe("relay keys", () => {
   it("revoke: the key is refused from then on and its open sockets are closed; list shows no key material", async () => {
     const cred = await issueRelayKey(fetchEdge, "k-r", { url: "https://gpu-r.example" });
     const keyId = cred.split(".")[1]!;
-    const res = await connectRelay("k-r", await mintRelayToken(cred, "k-r", MODEL));
+    const res = await connectRelay("k-r", await mintRelayToken(cred, "k-r", MODEL, { url: "https://gpu-r.example" }));
     const ws = res.webSocket!;
     ws.accept();
     const welcome = nextMessage(ws, "welcome");
@@ -103,7 +104,7 @@ describe("relay keys", () => {
     const after = (await (await admin(`/admin/workers?model=${encodeURIComponent(MODEL)}`)).json()) as { workers: { workerId: string; status: string }[] };
     expect(after.workers.find((w) => w.workerId === "k-r")?.status).toBe("down");
 
-    const again = await connectRelay("k-r", await mintRelayToken(cred, "k-r", MODEL));
+    const again = await connectRelay("k-r", await mintRelayToken(cred, "k-r", MODEL, { url: "https://gpu-r.example" }));
     expect(again.status).toBe(401);
     expect((await errorOf(again)).message).toMatch(/revoked/);
     expect((await admin(`/admin/relay-keys/BAAAAAAAAAAAAAAAAAAAAA/revoke?model=${encodeURIComponent(MODEL)}`, { method: "POST" })).status).toBe(404);

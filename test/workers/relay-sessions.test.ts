@@ -22,7 +22,7 @@ const chain = (t: number[], base: number) =>
   localBlockHashes(t, B).map((l, i) => ({ h: String(base + i), p: i === 0 ? null : String(base + i - 1), l: localHashToHex(l) }));
 
 async function open(id: string, credential: string): Promise<WebSocket> {
-  const token = await mintRelayToken(credential, id, MODEL);
+  const token = await mintRelayToken(credential, id, MODEL, { url: TEST_WORKER_URL });
   const res = await SELF.fetch(`https://edge/v1/relay?worker=${id}&model=${encodeURIComponent(MODEL)}`, { headers: { upgrade: "websocket", authorization: `Bearer ${token}` } });
   expect(res.status).toBe(101);
   const ws = res.webSocket!;

@@ -93,7 +93,7 @@ describe("relay authentication", () => {
   it("refuses every bad token with 401 and leaves the index untouched; a replay is refused even after an index restart", async () => {
     const issue = (w: string) => issueRelayKey((u, i) => SELF.fetch(u, i), w);
     const key = await issue("auth-w1");
-    const good = await mintRelayToken(key, "auth-w1", MODEL);
+    const good = await mintRelayToken(key, "auth-w1", MODEL, { url: TEST_WORKER_URL });
     const cred = parseRelayCredential(key)!;
     const otherSecretKey = formatRelayCredential(cred.keyId, await deriveRelayKey("another-secret-0123456789", { keyId: cred.keyId, model: MODEL, workerId: "auth-w1", url: TEST_WORKER_URL }));
     const ws = await relaySession("auth-w1", good, 3);
@@ -102,20 +102,20 @@ describe("relay authentication", () => {
 
     const tampered = good.slice(0, -1) + (good.endsWith("0") ? "1" : "0");
     const parts = good.split(".");
-    const shiftedTime = [parts[0], parts[1], String(Number(parts[2]) + 1), parts[3], parts[4]].join(".");
+    const shiftedTime = [...parts.slice(0, 4), String(Number(parts[4]) + 1), ...parts.slice(5)].join(".");
     const refused: [string, string, string | null, string][] = [
       ["missing", "auth-w1", null, MODEL],
       ["garbage", "auth-w1", "not-a-token", MODEL],
       ["the credential itself", "auth-w1", key, MODEL],
       ["the bare key", "auth-w1", cred.key, MODEL],
-      ["other secret", "auth-w1", await mintRelayToken(otherSecretKey, "auth-w1", MODEL), MODEL],
+      ["other secret", "auth-w1", await mintRelayToken(otherSecretKey, "auth-w1", MODEL, { url: TEST_WORKER_URL }), MODEL],
       ["tampered signature", "auth-w1", tampered, MODEL],
       ["tampered timestamp", "auth-w1", shiftedTime, MODEL],
-      ["expired", "auth-w1", await mintRelayToken(key, "auth-w1", MODEL, { nowSeconds: now() - RELAY_TOKEN_MAX_SKEW_S - 5 }), MODEL],
-      ["not yet valid", "auth-w1", await mintRelayToken(key, "auth-w1", MODEL, { nowSeconds: now() + RELAY_TOKEN_MAX_SKEW_S + 5 }), MODEL],
-      ["cross-worker (w2's token as w1)", "auth-w1", await mintRelayToken(await issue("auth-w2"), "auth-w2", MODEL), MODEL],
-      ["cross-worker (w1's key signing for w2)", "auth-w2", await mintRelayToken(key, "auth-w2", MODEL), MODEL],
-      ["cross-pool", "auth-w1", await mintRelayToken(key, "auth-w1", OTHER_MODEL), MODEL],
+      ["expired", "auth-w1", await mintRelayToken(key, "auth-w1", MODEL, { url: TEST_WORKER_URL, nowSeconds: now() - RELAY_TOKEN_MAX_SKEW_S - 5 }), MODEL],
+      ["not yet valid", "auth-w1", await mintRelayToken(key, "auth-w1", MODEL, { url: TEST_WORKER_URL, nowSeconds: now() + RELAY_TOKEN_MAX_SKEW_S + 5 }), MODEL],
+      ["cross-worker (w2's token as w1)", "auth-w1", await mintRelayToken(await issue("auth-w2"), "auth-w2", MODEL, { url: TEST_WORKER_URL }), MODEL],
+      ["cross-worker (w1's key signing for w2)", "auth-w2", await mintRelayToken(key, "auth-w2", MODEL, { url: TEST_WORKER_URL }), MODEL],
+      ["cross-pool", "auth-w1", await mintRelayToken(key, "auth-w1", OTHER_MODEL, { url: TEST_WORKER_URL }), MODEL],
       ["replayed", "auth-w1", good, MODEL],
     ];
     for (const [what, workerId, token, model] of refused) {
@@ -131,7 +131,7 @@ describe("relay authentication", () => {
     const after = (await indexState()) as { workers: WorkerView[] };
     expect(after.workers.map((w) => [w.workerId, w.epoch])).toEqual((before as { workers: WorkerView[] }).workers.map((w) => [w.workerId, w.epoch]));
     // A fresh token for the same worker is accepted.
-    const again = await connectRelay("auth-w1", await mintRelayToken(key, "auth-w1", MODEL));
+    const again = await connectRelay("auth-w1", await mintRelayToken(key, "auth-w1", MODEL, { url: TEST_WORKER_URL }));
     expect(again.status).toBe(101);
     again.webSocket!.accept();
     again.webSocket!.close();
@@ -139,7 +139,7 @@ describe("relay authentication", () => {
   });
 
   it("a relay cannot say hello as another worker over its own authenticated socket", async () => {
-    const res = await connectRelay("auth-w3", await mintRelayToken(await issueRelayKey((u, i) => SELF.fetch(u, i), "auth-w3"), "auth-w3", MODEL));
+    const res = await connectRelay("auth-w3", await mintRelayToken(await issueRelayKey((u, i) => SELF.fetch(u, i), "auth-w3"), "auth-w3", MODEL, { url: TEST_WORKER_URL }));
     const ws = res.webSocket!;
     ws.accept();
     const before = await indexState();

@@ -214,7 +214,7 @@ async function snapshot(): Promise<{ registry: unknown; hashes: Record<string, s
 
 
 async function relay(workerId: string): Promise<WebSocket> {
-  const token = await mintRelayToken(await issueRelayKey((u, i) => SELF.fetch(u, i), workerId), workerId, MODEL);
+  const token = await mintRelayToken(await issueRelayKey((u, i) => SELF.fetch(u, i), workerId), workerId, MODEL, { url: TEST_WORKER_URL });
   const res = await SELF.fetch(`https://edge/v1/relay?worker=${workerId}&model=${encodeURIComponent(MODEL)}`, {
     headers: { upgrade: "websocket", authorization: `Bearer ${token}` },
   });
