@@ -7,7 +7,10 @@
  * expires. The worker named in the URL proves it is that worker with its own media credential,
  * HMAC-SHA256(key, "kvedge/media-worker/v1\n" + worker id), sent as HTTP Basic auth (login = worker
  * id): derived from the same key, so the store needs no list of workers, and SGLang sends it with
- * no change of its own (python-requests reads Basic credentials for a host from ~/.netrc). A URL
+ * no change of its own: it fetches media URLs with `requests.get` (sgl-project/sglang
+ * python/sglang/srt/utils/common.py @004f0c7 load_image, load_video), and python-requests adds a
+ * ~/.netrc entry for the host as Basic auth when no other auth is set (psf/requests
+ * src/requests/sessions.py Session.prepare_request, get_netrc_auth under trust_env). A URL
  * that leaks (logs, another worker) is useless without that worker's credential. WebCrypto in both
  * runtimes: `crypto.subtle.verify` compares in constant time.
  */
