@@ -16,6 +16,7 @@ export function authorized(apiKey: string | null, method: string, path: string, 
   if (space < 0 || authorization.slice(0, space).toLowerCase() !== "bearer") return false;
   const given = Buffer.from(authorization.slice(space + 1), "utf8");
   const want = Buffer.from(apiKey, "utf8");
-  // compare_digest takes time by the expected length only; so does this (a length mismatch still compares).
-  return timingSafeEqual(given.length === want.length ? given : want, want) && given.length === want.length;
+  // Time by the expected length only, as compare_digest: a length mismatch still runs one comparison.
+  if (given.length !== want.length) return !timingSafeEqual(want, want);
+  return timingSafeEqual(given, want);
 }
