@@ -102,6 +102,8 @@ interface Stored {
   digest: string;
   byteLength: number;
   cache: CacheOutcome;
+  /** New bytes verified as a video here: how their probe went (null otherwise). */
+  probed: CacheOutcome | null;
 }
 
 /** A download's outcome: the origin confirmed a stored item (304), or new bytes wait in a temp file to be verified. */
@@ -311,7 +313,7 @@ export async function startDecodeService(input: DecodeServiceOptionsInput = {}, 
         store.use(known.digest);
         known.freshness = fieldsAfter304(known.freshness, freshnessFieldsOf(res.headers));
         known.freshUntil = reuseUntil(known.freshness, res.redirects, sentAt, arrivedAt);
-        return { stored: { digest: known.digest, byteLength: known.byteLength, cache: "revalidated" } };
+        return { stored: { digest: known.digest, byteLength: known.byteLength, cache: "revalidated", probed: null } };
       }
       // Evicted while the conditional request was in flight: fetch in full.
       await res.body.cancel().catch(() => {});
@@ -342,16 +344,16 @@ export async function startDecodeService(input: DecodeServiceOptionsInput = {}, 
    * whose result is then cached by digest) before anything is stored: junk refused with a 400
    * takes no room from anyone.
    */
-  async function verifySpooled(file: string, digest: string, byteLength: number, kind: "image" | "video", caller: Caller): Promise<void> {
+  async function verifySpooled(file: string, digest: string, byteLength: number, kind: "image" | "video", caller: Caller): Promise<CacheOutcome | null> {
     if (kind === "image") {
       await imageOf(file, byteLength);
-      return;
+      return null;
     }
     if (byteLength === 0) throw new MediaError("truncated", "Video is empty.", "url");
     // The probe may outlive this caller (another may join it): it reads a link of its own.
     const own = tmpPath();
     await link(file, own);
-    await probeFile(digest, byteLength, own, caller, true);
+    return (await probeFile(digest, byteLength, own, caller, true)).cache;
   }
 
   async function storeUrl(url: string, kind: "image" | "video", caller: Caller): Promise<Stored> {
@@ -359,15 +361,16 @@ export async function startDecodeService(input: DecodeServiceOptionsInput = {}, 
     if (known && performance.now() < known.freshUntil && store.has(known.digest)) {
       stats.fresh++;
       store.use(known.digest);
-      return { digest: known.digest, byteLength: known.byteLength, cache: "fresh" };
+      return { digest: known.digest, byteLength: known.byteLength, cache: "fresh", probed: null };
     }
     // One flight per URL and kind: the bytes are verified as that kind before they are stored.
     const { promise, shared } = urlFlight.do(`${kind} ${url}`, async (s) => {
       const got = await download(url, caller.client, s);
       if ("stored" in got) return got.stored;
       const { file, entry } = got.spooled;
+      let probed: CacheOutcome | null;
       try {
-        await verifySpooled(file, entry.digest, entry.byteLength, kind, { client: caller.client, signal: s });
+        probed = await verifySpooled(file, entry.digest, entry.byteLength, kind, { client: caller.client, signal: s });
         await store.put(file, entry.digest, entry.byteLength, caller.client);
       } finally {
         await unlink(file).catch(() => {});
@@ -375,7 +378,7 @@ export async function startDecodeService(input: DecodeServiceOptionsInput = {}, 
       // Kept when the bytes can be reused as they are (fresh) or confirmed by a conditional request.
       if (entry.etag || entry.lastModified || entry.freshUntil > 0) byUrl.set(url, entry);
       else byUrl.delete(url);
-      return { digest: entry.digest, byteLength: entry.byteLength, cache: "miss" };
+      return { digest: entry.digest, byteLength: entry.byteLength, cache: "miss", probed };
     }, caller.signal);
     if (shared) {
       stats.shared++;
@@ -533,8 +536,8 @@ export async function startDecodeService(input: DecodeServiceOptionsInput = {}, 
       if (!parsed.success) throw new InvalidRequestError("Body must be {\"url\": string}.", "url");
       const stored = await storeUrl(parsed.data.url, "video", caller);
       const d = await describe(stored, "video", caller);
-      // A fresh download reports whether its probe was cached; otherwise the download's own outcome.
-      out = { result: d.result.probe!, cache: stored.cache === "miss" ? d.cache : stored.cache };
+      // A fresh download reports whether its probe (while verifying it) was cached; otherwise the download's own outcome.
+      out = { result: d.result.probe!, cache: stored.cache === "miss" ? (stored.probed ?? d.cache) : stored.cache };
     } else if (type === "application/octet-stream") {
       const len = Number(req.headers["content-length"] ?? NaN);
       if (Number.isFinite(len) && len > opts.maxBodyBytes) {
@@ -552,11 +555,10 @@ export async function startDecodeService(input: DecodeServiceOptionsInput = {}, 
     inRequestScope(
       (e) => {
         log(`request failed outside its handler: ${(e as Error)?.stack ?? String(e)}`);
-        if (!res.headersSent) {
-          res.setHeader("connection", "close");
-          send(res, 500, errorBody(new InternalError()));
-        } else res.destroy();
-        req.destroy();
+        if (res.headersSent) return void res.destroy();
+        res.setHeader("connection", "close");
+        res.on("finish", () => req.destroy());
+        send(res, 500, errorBody(new InternalError()));
       },
       () => onRequest(req, res),
     ),
