@@ -87,7 +87,7 @@ function deps(): ChatDeps {
   });
   // w1 first; once it is excluded (it failed), w2.
   const index: IndexClient = {
-    route: async (r) => (r.exclude.includes("w1") ? decision("w2", sim.url) : decision("w1", dropperUrl)),
+    route: async (r) => (r.exclude?.includes("w1") ? decision("w2", sim.url) : decision("w1", dropperUrl)),
     profile: async () => ({ cohort: { ok: false, reason: "test", detail: "" } }),
     settle: async () => undefined,
     quarantine: async () => undefined,
