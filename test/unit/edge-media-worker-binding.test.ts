@@ -3,12 +3,14 @@
  * it (issue 32): the real chat handler, a real media store and origin, a first worker that drops
  * the connection (the edge retries elsewhere) and a simulated SGLang worker locked down to the
  * store with its own media credential. The retry carries a URL signed for the second worker; the
- * first worker's URL does not open for the second worker's credential.
+ * first worker's URL does not open for the second worker's credential. A video the store cannot
+ * probe is the client's 400 at the edge, and no worker is called.
  */
 import http from "node:http";
 import type { AddressInfo } from "node:net";
 import { createHash } from "node:crypto";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { httpStatusOf, type KvedgeError } from "../../src/api/errors.ts";
 import { parseEdgeConfig } from "../../src/config/config.ts";
 import { handleChatCompletions, type ChatDeps, type IndexClient } from "../../src/edge/chat.ts";
 import { importMediaUrlKey, workerMediaCredential } from "../../src/media/signed-url.ts";
@@ -37,7 +39,11 @@ const basic = async (id: string): Promise<string> => `Basic ${btoa(`${id}:${awai
 
 beforeAll(async () => {
   await initHashing();
-  origin = http.createServer((_req, res) => {
+  origin = http.createServer((req, res) => {
+    if (req.url === "/junk.mp4") {
+      res.writeHead(200, { "content-type": "video/mp4" });
+      return void res.end("no decoder reads this as a video ".repeat(32));
+    }
     res.writeHead(200, { "content-type": "image/png" });
     res.end(png);
   });
@@ -113,4 +119,17 @@ describe("signed media URLs are bound to the worker they were issued for", () =>
     expect((await fetch(w1Url)).status).toBe(400);
     expect((await fetch(w1Url, { headers: { authorization: await basic("w1") } })).status).toBe(200);
   });
+
+  it("a video the store cannot probe is the client's 400 at the edge; no worker is called", async () => {
+    const before = { dropped: dropped.length, generated: await generatedBySim() };
+    const body = { model: MODEL, max_tokens: 4, messages: [{ role: "user", content: [{ type: "text", text: "And this?" }, { type: "video_url", video_url: { url: `http://${originHost}/junk.mp4` } }] }] };
+    const err = (await handleChatCompletions(new Request("http://edge/v1/chat/completions", { method: "POST", headers: { "content-type": "application/json" }, body: JSON.stringify(body) }), deps()).catch((e: unknown) => e)) as KvedgeError;
+    expect(err).toMatchObject({ code: "media_unprobeable_media", param: "messages[0].content[1]" });
+    expect(httpStatusOf(err)).toBe(400);
+    expect({ dropped: dropped.length, generated: await generatedBySim() }).toEqual(before);
+  });
 });
+
+async function generatedBySim(): Promise<number> {
+  return ((await (await fetch(`${sim.url}/debug/requests`)).json()) as { requests: unknown[] }).requests.length;
+}
