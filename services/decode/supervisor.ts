@@ -8,13 +8,17 @@
  * (bad options, port in use) is not restarted, nor one that stopped in order (code 0): the supervisor
  * exits with its code.
  * The child is tied to the supervisor by an IPC channel and exits when it closes, so killing the
- * supervisor (even with SIGKILL) leaves no orphan. SIGINT/SIGTERM stop the child, then the supervisor.
+ * supervisor (even with SIGKILL) leaves no orphan. SIGINT/SIGTERM stop the child (SIGKILL after
+ * 10 s), then the supervisor.
  */
 import { spawn, type ChildProcess } from "node:child_process";
 import { mkdtempSync, rmSync } from "node:fs";
 import os from "node:os";
 import path from "node:path";
 import { createInterface } from "node:readline";
+
+/** How long a child has to stop after SIGTERM before it is killed. */
+const STOP_GRACE_MS = 10_000;
 
 /** Set in the child's environment: it serves instead of supervising. */
 export const SUPERVISED_ENV = "KVEDGE_DECODE_SUPERVISED";
@@ -97,8 +101,10 @@ export function supervise(o: SupervisorOptions): void {
     if (stopping) return;
     stopping = true;
     if (restartTimer) clearTimeout(restartTimer);
-    if (child) child.kill("SIGTERM");
-    else finish(0);
+    if (!child) return void finish(0);
+    child.kill("SIGTERM");
+    // A child that does not stop in time is killed.
+    setTimeout(() => child?.kill("SIGKILL"), STOP_GRACE_MS).unref();
   };
   process.on("SIGINT", stop);
   process.on("SIGTERM", stop);
