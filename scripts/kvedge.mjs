@@ -8,6 +8,7 @@
  *   npx kvedge explain request.json        how the edge would route this chat request (nothing sent)
  *   npx kvedge explain --tokens req.json   the same, plus the whole routed id sequence, media spans and block hashes
  *   npx kvedge explain --as-tenant req.json  as the tenant of KVEDGE_API_KEY (its own cache namespace)
+ *   npx kvedge explain --as-client 203.0.113.7 req.json  as a keyless caller from that address (its network's namespace)
  *   npx kvedge replay trace.jsonl          send a JSONL trace of chat requests; hit rate, latency
  *   npx kvedge relay-key issue|list|revoke per-worker relay credentials (docs/relay.md §Credentials)
  *
@@ -26,6 +27,7 @@ commands:
   explain <request.json>         token view, blocks, eligibility and the worker the edge would pick
           [--tokens]             also the whole routed id sequence, each media item's span and pad value, every block hash
           [--as-tenant]          route in the cache namespace of the KVEDGE_API_KEY tenant
+          [--as-client IP]       route as a keyless caller from IP (its /64 or /32 namespace)
   replay <trace.jsonl>           replay chat requests through the edge; prints hit rate and latency
          [--concurrency N] [--limit N]
   relay-key issue --worker ID --worker-url URL [--model M] [--out FILE]
@@ -57,6 +59,7 @@ export function parseCli(argv, env = {}) {
     json: false,
     tokens: false,
     asTenant: false,
+    asClient: null,
     concurrency: 1,
     limit: Infinity,
     help: false,
@@ -86,6 +89,7 @@ export function parseCli(argv, env = {}) {
     else if (a === "--json") opts.json = true;
     else if (a === "--tokens") opts.tokens = true;
     else if (a === "--as-tenant") opts.asTenant = true;
+    else if (a === "--as-client") opts.asClient = value();
     else if (a === "--concurrency") opts.concurrency = intValue();
     else if (a === "--limit") opts.limit = intValue();
     else if (a === "--worker") opts.worker = value();
@@ -100,6 +104,8 @@ export function parseCli(argv, env = {}) {
   if (opts.tokens && opts.command !== "explain") throw new UsageError("--tokens is an explain option");
   if (opts.asTenant && opts.command !== "explain") throw new UsageError("--as-tenant is an explain option");
   if (opts.asTenant && !opts.apiKey) throw new UsageError("--as-tenant needs the tenant's key in KVEDGE_API_KEY");
+  if (opts.asClient !== null && opts.command !== "explain") throw new UsageError("--as-client is an explain option");
+  if (opts.asClient !== null && opts.asTenant) throw new UsageError("--as-client and --as-tenant name different callers: give one");
   if (opts.command === "relay-key") {
     opts.sub = positional[1] ?? null;
     if (!["issue", "list", "revoke"].includes(opts.sub ?? "")) throw new UsageError("relay-key needs issue, list or revoke");
@@ -233,6 +239,7 @@ function namespaceLine(ns) {
   if (!ns) return "not reported by this edge";
   const parts = [];
   if (ns.tenant) parts.push("the tenant's own");
+  if (ns.network) parts.push("the client network's own");
   if (ns.adapter) parts.push(`adapter ${ns.adapter}`);
   return `${parts.length ? parts.join(", ") : "the pool's common"} (${ns.salted ? "salted" : "unsalted"}; sharing ${ns.sharing})`;
 }
@@ -466,7 +473,7 @@ export async function run(argv, env, io = { out: (s) => process.stdout.write(s +
       const body = readFileSync(opts.file, "utf8");
       const path = opts.tokens ? "/admin/explain?tokens=all" : "/admin/explain";
       // The tenant's key travels in a header, never the URL.
-      const headers = { "content-type": "application/json", ...(opts.asTenant ? { "x-kvedge-tenant-key": opts.apiKey } : {}) };
+      const headers = { "content-type": "application/json", ...(opts.asTenant ? { "x-kvedge-tenant-key": opts.apiKey } : {}), ...(opts.asClient !== null ? { "x-kvedge-client-ip": opts.asClient } : {}) };
       const o = await adminJson(opts, path, { method: "POST", headers, body }, fetchImpl);
       io.out(opts.json ? JSON.stringify(o, null, 2) : opts.tokens ? `${formatExplain(o)}\n${formatRouted(o.routed)}` : formatExplain(o));
     } else {

@@ -131,7 +131,7 @@ describe("kvedge CLI: explain --as-tenant", () => {
   it("sends the tenant's key in a header (never the URL) and prints the namespace the edge routed in", async () => {
     expect(() => parseCli(["explain", "--as-tenant", "r.json"], { KVEDGE_ADMIN_TOKEN: "t" })).toThrow(/needs the tenant's key/);
     expect(() => parseCli(["status", "--as-tenant"], { KVEDGE_ADMIN_TOKEN: "t", KVEDGE_API_KEY: "k" })).toThrow(/explain option/);
-    const seen: { url: string; tenant: string | null }[] = [];
+    const seen: { url: string; tenant: string | null; client?: string | null }[] = [];
     const dir = mkdtempSync(join(tmpdir(), "kvedge-cli-tenant-"));
     try {
       writeFileSync(join(dir, "r.json"), "{}");
@@ -146,17 +146,26 @@ describe("kvedge CLI: explain --as-tenant", () => {
         warnings: [],
       };
       const fetchImpl = async (url: string, init: RequestInit) => {
-        seen.push({ url, tenant: new Headers(init.headers).get("x-kvedge-tenant-key") });
+        const h = new Headers(init.headers);
+        seen.push({ url, tenant: h.get("x-kvedge-tenant-key"), client: h.get("x-kvedge-client-ip") });
         return new Response(JSON.stringify(answer), { status: 200 });
       };
       const out: string[] = [];
       const io = { out: (x: string) => out.push(x), err: (x: string) => out.push(x) };
       expect(await run(["explain", "--as-tenant", join(dir, "r.json")], { KVEDGE_ADMIN_TOKEN: "t", KVEDGE_API_KEY: "tenant-key-1" }, io, fetchImpl)).toBe(0);
-      expect(seen).toEqual([{ url: "http://127.0.0.1:8787/admin/explain", tenant: "tenant-key-1" }]);
+      expect(seen).toEqual([{ url: "http://127.0.0.1:8787/admin/explain", tenant: "tenant-key-1", client: null }]);
       expect(out.join("\n")).toContain("namespace    the tenant's own, adapter sql-x (salted; sharing per_tenant)");
       // Without --as-tenant the key stays home.
       expect(await run(["explain", join(dir, "r.json")], { KVEDGE_ADMIN_TOKEN: "t", KVEDGE_API_KEY: "tenant-key-1" }, io, fetchImpl)).toBe(0);
       expect(seen[1]!.tenant).toBeNull();
+      expect(seen[1]!.client).toBeNull();
+      // A keyless caller named by address: its network's namespace.
+      answer.namespace = { salted: true, tenant: false, network: true, adapter: null, sharing: "per_tenant" } as never;
+      expect(await run(["explain", "--as-client", "203.0.113.7", join(dir, "r.json")], { KVEDGE_ADMIN_TOKEN: "t" }, io, fetchImpl)).toBe(0);
+      expect(seen[2]).toEqual({ url: "http://127.0.0.1:8787/admin/explain", tenant: null, client: "203.0.113.7" });
+      expect(out.join("\n")).toContain("namespace    the client network's own (salted; sharing per_tenant)");
+      expect(() => parseCli(["status", "--as-client", "203.0.113.7"], { KVEDGE_ADMIN_TOKEN: "t" })).toThrow(/explain option/);
+      expect(() => parseCli(["explain", "--as-client", "203.0.113.7", "--as-tenant", "r.json"], { KVEDGE_ADMIN_TOKEN: "t", KVEDGE_API_KEY: "k" })).toThrow(/give one/);
     } finally {
       rmSync(dir, { recursive: true, force: true });
     }
