@@ -12,9 +12,9 @@
  * A URL the edge cannot turn into verified bytes is the client's 400 (OpenAI error shape), on
  * every path, whatever the routing outcome: a worker never receives a client URL, unless the
  * operator opted into `KVEDGE_FORWARD_CLIENT_URLS` (unsafe; the old behaviour). A video the
- * decoder cannot read is the client's 4xx too (workers get only media the store could verify);
- * identity failures that leave the bytes usable (no frame rate, the store unreachable for a data:
- * video) only cost exact routing.
+ * decoder cannot read is the client's 4xx too, and a data: video the decode service could not
+ * check (not configured: 400; unreachable, overloaded: 503) is not forwarded either (workers get
+ * only media the store could verify); a probed video without a frame rate only costs exact routing.
  */
 import { MediaError, MediaStoreUnavailableError, MediaTooLargeError, isMediaError, type MediaErrorReason } from "../media/errors.ts";
 import { UpstreamError } from "../api/errors.ts";
@@ -130,13 +130,18 @@ async function resolveOne(p: MediaPartRef, deps: MediaDeps, call: Required<Decod
       const id = await identifyImage(d.bytes, { maxBytes: policy.maxBytes, param: p.param });
       return { kind: "image", forward, stored: false, digest: id.contentDigest, metadata: { modality: "image", width: id.header.width, height: id.header.height }, unresolved: null };
     }
-    // No bytes cannot be a video for any decoder (unlike bytes one decoder cannot read: those only cost exact routing).
+    // No bytes cannot be a video for any decoder.
     if (d.bytes.length === 0) throw new MediaError("truncated", "Video is empty.", p.param);
     const digest = bytesToHex(sha256(d.bytes));
     const out = await deps.decode.probe({ bytes: d.bytes }, call);
-    // A video the decoder refuses is not forwarded: workers get only media the store could verify.
-    if (!out.ok && out.reason === "decode_media_rejected") throw new MediaError("unprobeable_media", `The video could not be probed: ${out.detail}`, p.param);
-    if (!out.ok) return { kind: "video", forward, stored: false, digest, metadata: null, unresolved: { reason: out.reason, detail: out.detail } };
+    if (!out.ok) {
+      // A video the decoder refuses is not forwarded: workers get only media the store could verify.
+      if (out.reason === "decode_media_rejected") throw new MediaError("unprobeable_media", `The video could not be probed: ${out.detail}`, p.param);
+      // Cancelled (the request is ending), or opted in to forwarding unverified media: only exact routing is lost.
+      if (out.reason === "decode_cancelled" || deps.forwardClientUrls) return { kind: "video", forward, stored: false, digest, metadata: null, unresolved: { reason: out.reason, detail: out.detail } };
+      if (out.reason === "decode_not_configured") throw new MediaError("store_unavailable", "Videos are verified by the regional media store, which is not configured; this video was not forwarded.", p.param);
+      throw new MediaStoreUnavailableError(`The video could not be verified (${out.reason}); it was not forwarded. Retry later.`, p.param);
+    }
     return videoItem({ forward, stored: false }, digest, out.probe);
   }
 

@@ -149,6 +149,18 @@ describe("edge media verification", () => {
     await expect(verifyMedia([part("video", inline)], deps({ decode }))).rejects.toMatchObject({ reason: "unprobeable_media" });
   });
 
+  it("a data: video the decode service could not check is not forwarded: 400 without one, 503 when it is down; forwarded unresolved only when opted in", async () => {
+    const inline = part("video", `data:video/mp4;base64,${Buffer.from(JUNK_VIDEO).toString("base64")}`);
+    const none = await verifyMedia([inline], deps()).catch((e: unknown) => e);
+    expect(none).toMatchObject({ reason: "store_unavailable", param: "messages[0].content[0]" });
+    expect(httpStatusOf(none as MediaError)).toBe(400);
+    const down = await verifyMedia([inline], deps({ decode: new DecodeClient({ url: "http://127.0.0.1:1", token: TOKEN }) })).catch((e: unknown) => e);
+    expect(down).toBeInstanceOf(MediaStoreUnavailableError);
+    expect(httpStatusOf(down as MediaStoreUnavailableError)).toBe(503);
+    const [m] = await verifyMedia([inline], deps({ decode: new DecodeClient({ url: "http://127.0.0.1:1", token: TOKEN }), forwardClientUrls: true }));
+    expect(m).toMatchObject({ kind: "video", metadata: null, unresolved: { reason: "decode_unreachable" } });
+  });
+
   it("with a store: each worker gets a store URL for the digest signed for it alone, valid for a short time only", async () => {
     const key = importMediaUrlKey(KEY);
     const sign = storeSigner(svc.url, key, 60);
