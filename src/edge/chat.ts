@@ -28,6 +28,7 @@ import type { JsonLiteral } from "../util/json-scan.ts";
 import { namespacedHashes, namespacedItemHash, routingNamespace, type CacheTenant } from "./cache-salt.ts";
 import type { NamespaceTag } from "../blocks/block-hash.ts";
 import { createChatStreamTranslator, translateGenerateHttp } from "../proxy/translate.ts";
+import { cumulativeLogprobBytes, MAX_CUMULATIVE_LOGPROB_BYTES, maxCumulativeLogprobTokens } from "../proxy/stream-cost.ts";
 import { guardUpstreamBody, readGuardedText } from "../proxy/upstream-guard.ts";
 import { chatOutputPlan, modelParsers, requiresReasoning, type ChatOutputPlan } from "../proxy/chat-output.ts";
 import { authorizeClient, type ClientIdentity } from "./auth.ts";
@@ -410,6 +411,7 @@ export async function handleChatCompletions(request: Request, deps: ChatDeps): P
   const localHashes = namespacedHashes(namespace, plan.localHashes);
   const parsers = modelParsers(model);
   const output = chatOutputPlan(req, parsers);
+  const costly = costlyLogprobStream(req, output, req.max_completion_tokens ?? req.max_tokens ?? outputCap(limitsOf(config).maxMaxTokens, { tokens: plan.isl, exact: plan.fallbackReason === null }, contextTokensOf(model), model.allowAutoTruncate) ?? contextTokensOf(model));
   const requestId = newRequestId();
   // Stored media go to each worker under URLs signed for that worker only: with any, the body is built per attempt.
   const bodyFor = async (workerId: string): Promise<Blob> => {
@@ -443,7 +445,8 @@ export async function handleChatCompletions(request: Request, deps: ChatDeps): P
   // One buffer over the RPC instead of thousands of BigInts (serialized and read back per attempt).
   const routeHashes = BigUint64Array.from(localHashes);
   for (let attempt = 1; attempt <= config.routing.maxAttempts; attempt++) {
-    const decision = await shardIndex.route({ localHashes: routeHashes, isl: plan.isl, exclude, fallbackReason: plan.fallbackReason, edgeColo: edgeColoOf(request), traceId: trace.traceId });
+    const decision = await shardIndex.route({ localHashes: routeHashes, isl: plan.isl, exclude, fallbackReason: plan.fallbackReason, edgeColo: edgeColoOf(request), traceId: trace.traceId, ...(costly ? { incrementalOnly: true } : {}) });
+    if (!decision && costly && attempt === 1) throw costly;
     if (!decision) break;
     const upstreamBody = sharedBody ?? (await bodyFor(decision.workerId));
     clock.mark("route");
@@ -485,6 +488,22 @@ export async function handleChatCompletions(request: Request, deps: ChatDeps): P
     }
   }
   throw lastError ?? new NoWorkerAvailableError();
+}
+
+/**
+ * A stream with logprobs whose cumulative frames would make the edge receive more than
+ * MAX_CUMULATIVE_LOGPROB_BYTES (src/proxy/stream-cost.ts): it goes only to workers that stream
+ * increments, and this is the client's 400 when the pool has none. Null when any worker will do.
+ */
+function costlyLogprobStream(req: ChatCompletionRequest, output: ChatOutputPlan, maxNewTokens: number): InvalidRequestError | null {
+  const top = req.top_logprobs ?? 0;
+  if (!req.stream || !output.logprobs || cumulativeLogprobBytes(maxNewTokens, top, req.n) <= MAX_CUMULATIVE_LOGPROB_BYTES) return null;
+  const field = req.max_completion_tokens !== undefined ? "max_completion_tokens" : "max_tokens";
+  return new InvalidRequestError(
+    `Streaming logprobs for up to ${maxNewTokens} tokens is refused here: this pool's workers resend every earlier position in each stream frame, which would cost the edge quadratic work. Set ${field} to at most ${maxCumulativeLogprobTokens(top, req.n)}${top > 0 ? ", lower top_logprobs" : ""}, or use stream: false (operators: run workers with --incremental-streaming-output).`,
+    field,
+    "logprobs_stream_too_costly",
+  );
 }
 
 async function proxyOnce(

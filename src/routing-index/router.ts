@@ -35,6 +35,8 @@ export interface RouteRequest {
   edgeRegion?: string | null;
   /** The edge's Cloudflare colo (request.cf.colo), mapped to a region by the regions config. */
   edgeColo?: string | null;
+  /** Only workers whose stream frames carry increments (a stream too costly in cumulative frames: src/proxy/stream-cost.ts). */
+  incrementalOnly?: boolean;
 }
 
 export interface RouteCandidateView {
@@ -79,7 +81,7 @@ export interface RoutePreview {
   tiedWith: string[];
 }
 
-type PreviewRequest = Pick<RouteRequest, "localHashes" | "isl" | "exclude" | "edgeRegion" | "edgeColo">;
+type PreviewRequest = Pick<RouteRequest, "localHashes" | "isl" | "exclude" | "edgeRegion" | "edgeColo" | "incrementalOnly">;
 
 export interface RouterOptions {
   temperature?: number;
@@ -239,7 +241,7 @@ export class Router {
     const blockSize = registry.blockSize ?? 16;
     const exclude = new Set(req.exclude ?? []);
     const now = this.#now();
-    const up = registry.all().filter((w) => w.status === "up" && !exclude.has(w.workerId));
+    const up = registry.all().filter((w) => w.status === "up" && !exclude.has(w.workerId) && (!req.incrementalOnly || w.incrementalStreaming));
     // Quarantined workers (an edge's failed connect) only when nothing else is up: a pool whose
     // every worker had one lost pooled connection must not answer 503 for the quarantine's length.
     const clear = up.filter((w) => !isQuarantined(w, now));

@@ -172,7 +172,9 @@ describe("openai SDK against an instruct fleet", () => {
     const sent = await lastGenerate(fleet, ridOf(r.id));
     expect(sent!.returnLogprob).toBe(true);
 
-    const stream = await client.chat.completions.create({ model: fleet.model, messages: [user("Say something about Paris (stream).", answer)], logprobs: true, stream: true });
+    // A bounded answer: this fleet's workers stream cumulative frames, where an unbounded logprob
+    // stream is refused (src/proxy/stream-cost.ts).
+    const stream = await client.chat.completions.create({ model: fleet.model, messages: [user("Say something about Paris (stream).", answer)], logprobs: true, stream: true, max_tokens: 256 });
     const streamed: string[] = [];
     for await (const chunk of stream) for (const ch of chunk.choices) for (const t of ch.logprobs?.content ?? []) streamed.push(t.token);
     expect(streamed.slice(0, -1).join("")).toBe(answer);
