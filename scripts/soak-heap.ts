@@ -5,10 +5,11 @@
  * heap read through the inspector the fleet opens on request (`HeapProfiler.collectGarbage`, then
  * `Runtime.getHeapUsage`: workerd has no process.memoryUsage). The routing-index Durable Objects
  * run in the same isolate, so the figure is edge + index together (the index is itself bounded by
- * its block budget).
+ * its block budget). Each sample also records the RSS of the edge's processes (the Miniflare host and
+ * its workerd); `--no-inspector` runs the fleet exactly as `npm start` does and samples only those.
  *
  *   node scripts/soak-heap.ts [--requests 50000] [--clients 16] [--workers 2] [--sample-every 1000]
- *        [--bound-mb 64] [--out bench/results/soak-heap]   → soak-heap.json + soak-heap.svg
+ *        [--bound-mb 64] [--no-inspector] [--out bench/results/soak-heap]   → soak-heap.json (+ soak-heap.svg)
  *
  * test/e2e/edge-heap.test.ts runs a short version in CI.
  */
@@ -22,29 +23,37 @@ import { startFleet, type Fleet } from "./local-fleet.ts";
 export interface HeapSample {
   requests: number;
   seconds: number;
-  /** V8 heap in use after a full GC (bytes). */
-  heapUsed: number;
-  heapTotal: number;
+  /** V8 heap in use after a full GC (bytes); null without an inspector. */
+  heapUsed: number | null;
+  heapTotal: number | null;
   /** RSS of the edge's whole process group (the Miniflare host and its workerd), for comparison. */
   edgeRss: number;
+  /** The same, per process name in that group ("node": the Miniflare host; "workerd"). */
+  edgeRssByProcess: Record<string, number>;
 }
 
-/** RSS (bytes) of every process in process group `pgid` (Linux /proc). */
-export function groupRss(pgid: number): number {
-  let total = 0;
+/** RSS (bytes) of each process in process group `pgid`, summed by process name (Linux /proc). */
+export function groupRssByName(pgid: number): Record<string, number> {
+  const out: Record<string, number> = {};
   for (const name of readdirSync("/proc")) {
     if (!/^\d+$/.test(name)) continue;
     try {
       const stat = readFileSync(`/proc/${name}/stat`, "utf8");
       const fields = stat.slice(stat.lastIndexOf(")") + 2).split(" ");
       if (Number(fields[2]) !== pgid) continue;
+      const comm = stat.slice(stat.indexOf("(") + 1, stat.lastIndexOf(")"));
       const m = /VmRSS:\s+(\d+) kB/.exec(readFileSync(`/proc/${name}/status`, "utf8"));
-      if (m) total += Number(m[1]) * 1024;
+      if (m) out[comm] = (out[comm] ?? 0) + Number(m[1]) * 1024;
     } catch {
       // exited meanwhile
     }
   }
-  return total;
+  return out;
+}
+
+/** RSS (bytes) of every process in process group `pgid` (Linux /proc). */
+export function groupRss(pgid: number): number {
+  return Object.values(groupRssByName(pgid)).reduce((a, b) => a + b, 0);
 }
 
 export interface HeapSoakResult {
@@ -53,11 +62,14 @@ export interface HeapSoakResult {
   clients: number;
   seconds: number;
   samples: HeapSample[];
-  /** Largest post-GC heap seen, and the last one (bytes). */
-  peakHeap: number;
-  finalHeap: number;
-  /** Post-GC heap growth over the second half of the run (bytes; ~0 when bounded). */
-  secondHalfGrowth: number;
+  /** Largest post-GC heap seen, and the last one (bytes); null without an inspector. */
+  peakHeap: number | null;
+  finalHeap: number | null;
+  /** Post-GC heap growth over the second half of the run (bytes; ~0 when bounded); null without an inspector. */
+  secondHalfGrowth: number | null;
+  /** The edge's processes: largest RSS seen, and their RSS growth over the second half of the run (bytes). */
+  peakEdgeRss: number;
+  edgeRssSecondHalfGrowth: number;
   /** Requests done when the relays were told "index restarted" (the index object was rebuilt). */
   indexRestarts: number[];
 }
@@ -148,23 +160,24 @@ function words(seed: number, n: number): string {
 
 const SYSTEMS = Array.from({ length: 8 }, (_, i) => `You are assistant #${i}. ${words(90_000 + i, 500)}`);
 
-/** Drives the load and samples the isolate's heap; the fleet is the caller's. */
-export async function runHeapSoak(fleet: Fleet, o: HeapSoakOptions): Promise<HeapSoakResult> {
-  const port = fleet.inspectorPort;
-  if (port === null) throw new Error("runHeapSoak: start the fleet with `inspector: true`");
-  let inspector = await IsolateInspector.connect(port);
-  // Miniflare's inspector proxy may not answer the first calls of a session: retry on a fresh one.
+/** An inspector session that answers (Miniflare's inspector proxy may not answer the first calls of a session: retried on a fresh one). */
+async function connectInspector(fleet: Fleet, port: number): Promise<IsolateInspector> {
   for (let attempt = 0; ; attempt++) {
+    const inspector = await IsolateInspector.connect(port);
     try {
       await fetch(`${fleet.edgeUrl}/healthz`);
       await inspector.heap(10_000);
-      break;
+      return inspector;
     } catch (e) {
       inspector.close();
       if (attempt >= 5) throw e;
-      inspector = await IsolateInspector.connect(port);
     }
   }
+}
+
+/** Drives the load and samples the edge; the fleet is the caller's (heap figures only when it has an inspector). */
+export async function runHeapSoak(fleet: Fleet, o: HeapSoakOptions): Promise<HeapSoakResult> {
+  const inspector = fleet.inspectorPort === null ? null : await connectInspector(fleet, fleet.inspectorPort);
   const started = performance.now();
   const samples: HeapSample[] = [];
   let done = 0;
@@ -172,9 +185,17 @@ export async function runHeapSoak(fleet: Fleet, o: HeapSoakOptions): Promise<Hea
   let nextSample = 0;
   let sampling: Promise<void> = Promise.resolve();
   const sample = async (): Promise<void> => {
-    const h = await inspector.heap();
+    const h = inspector ? await inspector.heap() : null;
     const edge = fleet.processes().find((p) => p.name === "edge");
-    const s = { requests: done, seconds: (performance.now() - started) / 1000, heapUsed: h.usedSize, heapTotal: h.totalSize, edgeRss: edge ? groupRss(edge.pid) : 0 };
+    const byProcess = edge ? groupRssByName(edge.pid) : {};
+    const s: HeapSample = {
+      requests: done,
+      seconds: (performance.now() - started) / 1000,
+      heapUsed: h?.usedSize ?? null,
+      heapTotal: h?.totalSize ?? null,
+      edgeRss: Object.values(byProcess).reduce((a, b) => a + b, 0),
+      edgeRssByProcess: byProcess,
+    };
     samples.push(s);
     o.onSample?.(s);
   };
@@ -208,24 +229,29 @@ export async function runHeapSoak(fleet: Fleet, o: HeapSoakOptions): Promise<Hea
   await Promise.all(Array.from({ length: o.clients }, (_, i) => client(i)));
   await sampling;
   if (samples.at(-1)!.requests !== done) await sample();
-  inspector.close();
+  inspector?.close();
   const half = samples.filter((s) => s.requests >= done / 2);
-  const heaps = samples.map((s) => s.heapUsed);
+  const heaps = inspector ? samples.map((s) => s.heapUsed!) : null;
+  const growth = (of: (s: HeapSample) => number): number => (half.length > 1 ? of(half.at(-1)!) - of(half[0]!) : 0);
   return {
     requests: done,
     errors,
     clients: o.clients,
     seconds: (performance.now() - started) / 1000,
     samples,
-    peakHeap: Math.max(...heaps),
-    finalHeap: heaps.at(-1)!,
-    secondHalfGrowth: half.length > 1 ? half.at(-1)!.heapUsed - half[0]!.heapUsed : 0,
+    peakHeap: heaps ? Math.max(...heaps) : null,
+    finalHeap: heaps ? heaps.at(-1)! : null,
+    secondHalfGrowth: heaps ? growth((s) => s.heapUsed!) : null,
+    peakEdgeRss: Math.max(...samples.map((s) => s.edgeRss)),
+    edgeRssSecondHalfGrowth: growth((s) => s.edgeRss),
     indexRestarts: o.restarts ? [...o.restarts.at] : [],
   };
 }
 
-/** Heap over requests as an SVG line chart, with the stated bound. */
+/** Heap over requests as an SVG line chart, with the stated bound (a run with heap samples). */
 export function heapSvg(r: HeapSoakResult, boundBytes: number, title: string): string {
+  const peak = r.peakHeap;
+  if (peak === null) throw new Error("heapSvg: the run has no heap samples (no inspector)");
   const W = 760;
   const H = 320;
   const L = 60;
@@ -233,11 +259,11 @@ export function heapSvg(r: HeapSoakResult, boundBytes: number, title: string): s
   const T = 40;
   const R = 20;
   const maxX = Math.max(1, r.requests);
-  const maxY = Math.max(boundBytes * 1.15, r.peakHeap * 1.1);
+  const maxY = Math.max(boundBytes * 1.15, peak * 1.1);
   const x = (v: number) => L + ((W - L - R) * v) / maxX;
   const y = (v: number) => H - B - ((H - B - T) * v) / maxY;
   const mb = (v: number) => (v / 1048576).toFixed(0);
-  const pts = r.samples.map((s) => `${x(s.requests).toFixed(1)},${y(s.heapUsed).toFixed(1)}`).join(" ");
+  const pts = r.samples.map((s) => `${x(s.requests).toFixed(1)},${y(s.heapUsed ?? 0).toFixed(1)}`).join(" ");
   const yTicks = Array.from({ length: 5 }, (_, i) => (maxY * i) / 4);
   const xTicks = Array.from({ length: 6 }, (_, i) => Math.round((maxX * i) / 5));
   return [
@@ -252,7 +278,7 @@ export function heapSvg(r: HeapSoakResult, boundBytes: number, title: string): s
     ...r.indexRestarts.map((n) => `<line x1="${x(n)}" x2="${x(n)}" y1="${T}" y2="${H - B}" stroke="#999" stroke-dasharray="2 3"/>`),
     `<polyline points="${pts}" fill="none" stroke="#1f6feb" stroke-width="2"/>`,
     r.indexRestarts.length ? `<text x="${L + 8}" y="${H - B - 8}" fill="#666">dotted: the index object restarted (relays resynced)</text>` : "",
-    `<text x="${L + 8}" y="${T + 14}" fill="#1f6feb">isolate heap after GC (edge + index objects), peak ${mb(r.peakHeap)} MB</text>`,
+    `<text x="${L + 8}" y="${T + 14}" fill="#1f6feb">isolate heap after GC (edge + index objects), peak ${mb(peak)} MB</text>`,
     `</svg>`,
   ].join("\n");
 }
@@ -265,26 +291,34 @@ async function main(): Promise<void> {
       workers: { type: "string", default: "2" },
       "sample-every": { type: "string", default: "1000" },
       "bound-mb": { type: "string", default: "64" },
+      "no-inspector": { type: "boolean", default: false },
       out: { type: "string", default: "bench/results/soak-heap" },
     },
   });
   const bound = Number(values["bound-mb"]) * 1048576;
   const restarts = new RestartTap();
-  const fleet = await startFleet({ workers: Number(values.workers), timingPreset: "instant", inspector: true, log: restarts.sink });
+  const fleet = await startFleet({ workers: Number(values.workers), timingPreset: "instant", inspector: !values["no-inspector"], log: restarts.sink });
+  const mb = (b: number) => (b / 1048576).toFixed(1);
+  const rssText = (byProcess: Record<string, number>): string =>
+    Object.entries(byProcess)
+      .map(([name, b]) => `${name} ${mb(b)} MB`)
+      .join(", ");
   try {
     const r = await runHeapSoak(fleet, {
       restarts,
       requests: Number(values.requests),
       clients: Number(values.clients),
       sampleEvery: Number(values["sample-every"]),
-      onSample: (s) => process.stderr.write(`${s.requests} requests, ${s.seconds.toFixed(0)} s: heap ${(s.heapUsed / 1048576).toFixed(1)} MB\n`),
+      onSample: (s) => process.stderr.write(`${s.requests} requests, ${s.seconds.toFixed(0)} s: ${s.heapUsed === null ? "" : `heap ${mb(s.heapUsed)} MB, `}edge RSS ${rssText(s.edgeRssByProcess)}\n`),
     });
     mkdirSync(values.out!, { recursive: true });
     writeFileSync(join(values.out!, "soak-heap.json"), JSON.stringify({ ...r, boundBytes: bound, workers: Number(values.workers) }, null, 1) + "\n");
-    writeFileSync(join(values.out!, "soak-heap.svg"), heapSvg(r, bound, `Edge isolate heap over ${r.requests} multi-turn requests (${r.clients} clients)`) + "\n");
-    const mb = (b: number) => (b / 1048576).toFixed(1);
-    console.log(`requests ${r.requests}, errors ${r.errors}, ${r.seconds.toFixed(0)} s; heap peak ${mb(r.peakHeap)} MB, final ${mb(r.finalHeap)} MB, second-half growth ${mb(r.secondHalfGrowth)} MB, bound ${mb(bound)} MB; index restarts at ${JSON.stringify(r.indexRestarts)}`);
-    if (r.peakHeap > bound) process.exitCode = 1;
+    if (r.peakHeap !== null) writeFileSync(join(values.out!, "soak-heap.svg"), heapSvg(r, bound, `Edge isolate heap over ${r.requests} multi-turn requests (${r.clients} clients)`) + "\n");
+    const heap = r.peakHeap === null ? "" : `heap peak ${mb(r.peakHeap)} MB, final ${mb(r.finalHeap!)} MB, second-half growth ${mb(r.secondHalfGrowth!)} MB, bound ${mb(bound)} MB; `;
+    console.log(
+      `requests ${r.requests}, errors ${r.errors}, ${r.seconds.toFixed(0)} s; ${heap}edge processes' RSS peak ${mb(r.peakEdgeRss)} MB, final ${rssText(r.samples.at(-1)!.edgeRssByProcess)}, second-half growth ${mb(r.edgeRssSecondHalfGrowth)} MB; index restarts at ${JSON.stringify(r.indexRestarts)}`,
+    );
+    if (r.peakHeap !== null && r.peakHeap > bound) process.exitCode = 1;
   } finally {
     await fleet.stop();
   }
