@@ -1,5 +1,5 @@
 /**
- * `kvedge explain --tokens` against the real local fleet (wrangler dev + a simulated Qwen3-VL worker
+ * `kvedge explain --tokens` against the real local fleet (the edge under Miniflare + a simulated Qwen3-VL worker
  * and its relay, contract derived from the fixture model directory) prints, for whole-request golden
  * cases, exactly the ids upstream code builds (test/fixtures/whole-request: transformers'
  * apply_chat_template, tokenizer and Qwen3-VL processor, SGLang's padding), and the block hashes of

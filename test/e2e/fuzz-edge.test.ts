@@ -1,5 +1,5 @@
 /**
- * Fuzzing the real edge (the local fleet of `npm start`: wrangler dev + simulated SGLang workers
+ * Fuzzing the real edge (the local fleet of `npm start`: the edge under Miniflare + simulated SGLang workers
  * with relays + a media server) with mutated chat requests (test/e2e/helpers/fuzz.ts: every
  * field, types, sizes, encodings, nesting, tools, media parts). Done when:
  * - 0 responses with a 5xx status and 0 dropped connections (or hung requests);

@@ -1,5 +1,5 @@
 /**
- * Operator surface on the real local fleet (2 simulated SGLang workers + relays + wrangler dev):
+ * Operator surface on the real local fleet (2 simulated SGLang workers + relays + the edge under Miniflare):
  * `/metrics` scrapes parse with a strict Prometheus text-format parser and count what was sent;
  * the `kvedge` CLI's status, workers, explain (no load added) and replay work against the edge.
  */

@@ -1,6 +1,6 @@
 /**
  * The chat API end to end with the real `openai` SDK against the local fleet (simulated SGLang workers
- * + relays + wrangler dev). The simulated model answers with scripted text ([[sim-output:…]]), chosen
+ * + relays + the edge under Miniflare). The simulated model answers with scripted text ([[sim-output:…]]), chosen
  * to be the model outputs of SGLang's own parser tests, and each result is compared with what SGLang's
  * `/v1/chat/completions` returns for that output (worked out from its source and tests, cited inline:
  * test/registered/unit/function_call/test_qwen25_detector.py, test_reasoning_parser.py,

@@ -1,5 +1,5 @@
 /**
- * Faults on the real local fleet (simulated SGLang workers, relays, decode service, wrangler dev),
+ * Faults on the real local fleet (simulated SGLang workers, relays, decode service, the edge under Miniflare),
  * each followed by a check of what the index holds against the worker's true block set (local
  * hashes computed from the simulator's own `/debug/cache`):
  * - relay killed and restarted: the index keeps its last copy of the worker's blocks, marked
@@ -11,7 +11,7 @@
  *   block the worker lacks here (only stores were lost);
  * - worker restarted on the same ports (new epoch): its old blocks are fenced out, nothing routes
  *   on them, the index equals the new process's cache;
- * - index restarted (wrangler dev restarted on the same --persist-to, relays paused meanwhile):
+ * - index restarted (the edge process restarted on the same state directory, relays paused meanwhile):
  *   registry and contracts come back from SQLite; blocks come back from relay dumps within 1 s of
  *   the relays' reconnect;
  * - decode service (media store) hung ("slow"): video URL requests are refused (400,

@@ -1,5 +1,5 @@
 /**
- * A sharded pool end to end on the real local fleet: wrangler dev with KVEDGE_SHARDS=3, two
+ * A sharded pool end to end on the real local fleet: the edge with KVEDGE_SHARDS=3, two
  * simulated SGLang workers, relays fanning out to the three shard objects. Distinct prompts spread
  * over the shards (x-kvedge-shard), every repeat returns to the worker that cached it, the union of
  * the shards equals each worker's true block set, and load flows between the shards (lag reported).

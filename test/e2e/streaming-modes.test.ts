@@ -3,7 +3,7 @@
  * text (SGLang's default sends all of it so far, which costs the edge work quadratic in the answer's
  * length). The relay reads the mode from /server_info and says it in its hello; the edge translates
  * that worker's frames as deltas. Real local fleet: a simulated worker in incremental mode, relay,
- * wrangler dev. The same prompt streamed and not must give the same answer (the simulator's output
+ * the edge under Miniflare. The same prompt streamed and not must give the same answer (the simulator's output
  * is seeded by the prompt).
  */
 import { afterAll, beforeAll, describe, expect, it } from "vitest";

@@ -1,6 +1,6 @@
 /**
  * End to end on the real local fleet (simulated SGLang workers + relays with per-worker keys +
- * wrangler dev), API keys configured:
+ * the edge under Miniflare), API keys configured:
  *  - per_tenant (the default): two tenants with the same prompt never share blocks: the second
  *    tenant is predicted no overlap and the worker (whose radix cache namespaces by cache_salt, as
  *    SGLang's does) reports nothing cached; each tenant's own repeats hit;

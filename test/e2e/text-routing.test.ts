@@ -1,5 +1,5 @@
 /**
- * End to end on the real local fleet (2 simulated SGLang workers + relays + wrangler dev):
+ * End to end on the real local fleet (2 simulated SGLang workers + relays + the edge under Miniflare):
  * 20 distinct ~3k-token prompts, each sent 3 times, interleaved. Every repeat must land on the
  * worker that served its first copy, with cached/prompt ≥ 0.9. The same workload under round-robin
  * (sent straight to the workers, as a naive balancer would) is the control.
