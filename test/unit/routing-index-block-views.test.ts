@@ -89,7 +89,7 @@ describe("BlockViews", () => {
     expect(counters.dropReasons["block_budget"]).toBe(4);
     expect(views.isSynced("a")).toBe(true);
     expect(views.isExact("a")).toBe(false);
-    expect(views.approximate.reasons("a")[0]).toMatch(/index object full \(6 blocks\): 4 block\(s\) refused/);
+    expect(views.approximate.reasons("a")[0]).toMatch(/past its share of the index \(6 blocks guaranteed, 6 in the object\): 4 block\(s\) refused/);
     views.applyDump("a", { type: "dump", epoch: 1, seq: 1, blocks: dumpOf(tokens.slice(0, 20), 100) });
     expect(views.isExact("a")).toBe(true);
   });

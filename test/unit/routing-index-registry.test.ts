@@ -41,15 +41,16 @@ describe("WorkerRegistry", () => {
   it("builds the record from the hello: trailing slashes cut, status up, lastSeen now, contract digest", () => {
     const published = { [SGLANG_CONTRACT_KEY]: fixtureContract("qwen2_5_vl") };
     const reg = new WorkerRegistry(4, () => 1234);
-    const r = reg.hello(helloMsg("a", { url: "http://a:30000///", contract: published, region: "eu", prefillTokensPerSec: 9000 }), "a");
+    const r = reg.hello(helloMsg("a", { url: "http://a:30000///", contract: published, region: "eu", prefillTokensPerSec: 9000, kvCapacityTokens: 500_000 }), "a");
     if (!r.ok) throw new Error(r.reason);
     expect(r.record).toEqual({
       workerId: "a", url: "http://a:30000", blockSize: 4, epoch: 1, status: "up", modelName: "m", contract: published,
       contractDigest: contractDigest(fixtureContract("qwen2_5_vl")), kvEvents: true, incrementalStreaming: false, lastSeen: 1234, region: "eu", prefillTokensPerSec: 9000,
+      kvCapacityTokens: 500_000,
     });
     // The record callers see carries no slot; an unparseable contract has no digest.
     expect(reg.record("a")).toEqual(r.record);
-    expect(reg.hello(helloMsg("b", { contract: { nope: 1 } }), "b")).toMatchObject({ ok: true, record: { contractDigest: null, region: null, prefillTokensPerSec: null } });
+    expect(reg.hello(helloMsg("b", { contract: { nope: 1 } }), "b")).toMatchObject({ ok: true, record: { contractDigest: null, region: null, prefillTokensPerSec: null, kvCapacityTokens: null } });
   });
 
   it("reuses a removed worker's slot for the next new worker, and keeps the others' slots", () => {
