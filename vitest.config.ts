@@ -4,7 +4,7 @@ import { defineConfig } from "vitest/config";
 const TEST_RATE_LIMIT = JSON.stringify({ authFailures: { requestsPerMinute: 6000, burst: 1000 } });
 
 // Three projects: pure logic in Node, integration inside workerd (the pool reads wrangler.toml),
-// and end-to-end tests that start the real local fleet (simulated SGLang + relays + wrangler dev).
+// and end-to-end tests that start the real local fleet (simulated SGLang + relays + the edge under Miniflare).
 export default defineConfig({
   test: {
     projects: [
