@@ -27,6 +27,11 @@ export function capacityBlocks(w: Pick<SlottedWorker, "kvCapacityTokens" | "bloc
   return Math.ceil(w.kvCapacityTokens / w.blockSize) * KV_CAPACITY_HEADROOM;
 }
 
+/** A worker that holds blocks in this index. */
+function holdsBlocks(w: SlottedWorker): boolean {
+  return w.kvEvents && w.status !== "down";
+}
+
 export class BlockShares {
   readonly #registry: WorkerRegistry;
   readonly #index: BlockIndex;
@@ -40,39 +45,43 @@ export class BlockShares {
     this.#budget = budget;
   }
 
-  /** Workers that hold blocks in this index (with events, not down). */
-  #peers(): SlottedWorker[] {
-    return this.#registry.all().filter((w) => w.kvEvents && w.status !== "down");
-  }
-
-  #limit(): number {
-    return this.#budget.limitFor(this.#registry.slotCount);
+  /** The even split of the object's limit among the workers that hold blocks. */
+  #share(): number {
+    let n = 0;
+    for (const o of this.#registry.values()) if (holdsBlocks(o)) n++;
+    return Math.floor(this.#budget.limitFor(this.#registry.slotCount) / Math.max(1, n));
   }
 
   /** The blocks the worker is sure to find room for. */
   guarantee(w: SlottedWorker): number {
-    return Math.min(capacityBlocks(w), Math.floor(this.#limit() / Math.max(1, this.#peers().length)));
+    return Math.min(capacityBlocks(w), this.#share());
   }
 
-  /** How many more blocks the worker may store now (its bound, the others' unused guarantees, the object's limit). */
-  room(w: SlottedWorker): number {
-    const limit = this.#limit();
-    const peers = this.#peers();
-    const share = Math.floor(limit / Math.max(1, peers.length));
+  /**
+   * How many more blocks the worker may store now (its bound, the others' unused guarantees, the
+   * object's limit), and how many of its guarantee it has not used yet. Two passes over the
+   * registry, nothing allocated: this runs for every relay message that stores blocks.
+   */
+  look(w: SlottedWorker): { room: number; owed: number } {
+    const share = this.#share();
     let reserved = 0;
-    for (const o of peers) if (o !== w) reserved += Math.max(0, Math.min(capacityBlocks(o), share) - this.#index.workerBlockCount(o.slot));
-    const free = limit - reserved - this.#index.size - this.#approx.size;
-    return Math.max(0, Math.min(capacityBlocks(w) - this.#index.workerBlockCount(w.slot), free));
+    for (const o of this.#registry.values()) {
+      if (o === w || !holdsBlocks(o)) continue;
+      const unused = Math.min(capacityBlocks(o), share) - this.#index.workerBlockCount(o.slot);
+      if (unused > 0) reserved += unused;
+    }
+    const held = this.#index.workerBlockCount(w.slot);
+    const free = this.#budget.limitFor(this.#registry.slotCount) - reserved - this.#index.size - this.#approx.size;
+    return { room: Math.max(0, Math.min(capacityBlocks(w) - held, free)), owed: Math.min(capacityBlocks(w), share) - held };
   }
 
   /** The worker (other than `w`) furthest past its guarantee, if any is past it. */
   furthestOver(w: SlottedWorker): SlottedWorker | undefined {
-    const peers = this.#peers();
-    const share = Math.floor(this.#limit() / Math.max(1, peers.length));
+    const share = this.#share();
     let worst: SlottedWorker | undefined;
     let most = 0;
-    for (const o of peers) {
-      if (o === w) continue;
+    for (const o of this.#registry.values()) {
+      if (o === w || !holdsBlocks(o)) continue;
       const over = this.#index.workerBlockCount(o.slot) - Math.min(capacityBlocks(o), share);
       if (over > most) [worst, most] = [o, over];
     }

@@ -228,13 +228,13 @@ export class BlockViews {
    * guarantee that finds too little room takes it back from the workers furthest past theirs.
    */
   #roomFor(w: SlottedWorker, wanted: number): number {
-    let room = this.#shares.room(w);
-    const owed = Math.min(wanted, this.#shares.guarantee(w) - this.index.workerBlockCount(w.slot));
+    let { room, owed } = this.#shares.look(w);
+    owed = Math.min(wanted, owed);
     while (room < owed) {
       const over = this.#shares.furthestOver(w);
       if (!over) break;
       this.#shed(over);
-      room = this.#shares.room(w);
+      room = this.#shares.look(w).room;
     }
     return room;
   }

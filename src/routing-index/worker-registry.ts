@@ -89,6 +89,11 @@ export class WorkerRegistry {
     return [...this.#workers.values()];
   }
 
+  /** The workers without copying them (hot paths). */
+  values(): IterableIterator<SlottedWorker> {
+    return this.#workers.values();
+  }
+
   /** The record without its slot (what callers persist and show). */
   record(workerId: string): WorkerRecord | undefined {
     const w = this.#workers.get(workerId);
