@@ -94,15 +94,17 @@ async function pairedOverhead(n: number): Promise<{ directP50: number; edgeP50: 
   const added: number[] = [];
   for (let i = 0; i < n; i++) {
     const body = JSON.stringify({ model: fleet.model, messages: [{ role: "user", content: `Paired ${i}: ${words(70_000 + i, 200)}` }], max_tokens: 1 });
-    const go = async (url: string) => {
+    const go = async (url: string, workerKey?: string) => {
       const t = performance.now();
-      const r = await fetch(`${url}/v1/chat/completions`, { method: "POST", headers: { "content-type": "application/json" }, body });
+      const headers: Record<string, string> = { "content-type": "application/json", ...(workerKey ? { authorization: `Bearer ${workerKey}` } : {}) };
+      const r = await fetch(`${url}/v1/chat/completions`, { method: "POST", headers, body });
       await r.text();
       expect(r.status).toBe(200);
       return performance.now() - t;
     };
     // Cold on both paths: the direct call goes to a worker, the edge call is a new prompt too.
-    const d = await go(fleet.workers[i % fleet.workers.length]!.url);
+    const w = fleet.workers[i % fleet.workers.length]!;
+    const d = await go(w.url, w.apiKey);
     const e = await go(fleet.edgeUrl);
     direct.push(d);
     viaEdge.push(e);

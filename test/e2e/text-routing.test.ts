@@ -46,9 +46,11 @@ interface Result {
   cachedTokens: number;
 }
 
-async function ask(url: string, text: string, viaEdge: boolean, model: string): Promise<Result> {
+/** `workerKey`: the worker's SGLang API key, for a request straight to a worker. */
+async function ask(url: string, text: string, viaEdge: boolean, model: string, workerKey?: string): Promise<Result> {
   const body = JSON.stringify({ model, messages: [{ role: "user", content: text }], max_tokens: 4 });
-  const r = await fetch(`${url}/v1/chat/completions`, { method: "POST", headers: { "content-type": "application/json" }, body });
+  const headers: Record<string, string> = { "content-type": "application/json", ...(workerKey ? { authorization: `Bearer ${workerKey}` } : {}) };
+  const r = await fetch(`${url}/v1/chat/completions`, { method: "POST", headers, body });
   const json = (await r.json()) as { usage?: { prompt_tokens: number; prompt_tokens_details?: { cached_tokens?: number } }; error?: unknown };
   expect(r.status, JSON.stringify(json)).toBe(200);
   return {
@@ -84,7 +86,7 @@ describe("text KV routing end to end", () => {
     for (let round = 0; round < 3; round++) {
       for (const i of order(rrPrompts.length, 7 + round)) {
         const w = fleet.workers[k++ % fleet.workers.length]!;
-        const r = await ask(w.url, rrPrompts[i]!, false, fleet.model);
+        const r = await ask(w.url, rrPrompts[i]!, false, fleet.model, w.apiKey);
         if (round > 0) rrRatios.push(r.cachedTokens / r.promptTokens);
       }
     }
