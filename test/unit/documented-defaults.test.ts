@@ -19,7 +19,8 @@ import { ReceiptBook } from "../../src/routing-index/receipts.ts";
 import { DEFAULT_QUARANTINE_MS, DEFAULT_RELAY_SILENT_MS } from "../../src/routing-index/routing-core.ts";
 import { RECENT_KEPT } from "../../src/metrics/pool-recorder.ts";
 import { MAX_ROUTING_TOKENS } from "../../src/layout/eligibility.ts";
-import { MAX_BLOCKS_PER_MESSAGE, MAX_RELAY_MESSAGE_BYTES } from "../../src/relay-wire/relay-protocol.ts";
+import { MAX_BLOCKS_PER_MESSAGE, MAX_KV_CAPACITY_TOKENS, MAX_RELAY_MESSAGE_BYTES } from "../../src/relay-wire/relay-protocol.ts";
+import { LOGPROB_ENTRY_BYTES, MAX_CUMULATIVE_LOGPROB_BYTES } from "../../src/proxy/stream-cost.ts";
 import { RELAY_TOKEN_MAX_SKEW_S } from "../../src/relay-wire/relay-auth.ts";
 import { DEFAULT_INDEX_BYTES } from "../../src/block-index/block-budget.ts";
 import { DEFAULT_MAX_EVENT_CHARS } from "../../src/proxy/sse.ts";
@@ -126,6 +127,9 @@ const ACTUAL: Record<string, Record<string, Expected>> = {
     KV_CAPACITY_HEADROOM,
     MAX_PROBE_PACKETS,
     FAILED_PROBE_TTL_MS,
+    MAX_CUMULATIVE_LOGPROB_BYTES,
+    LOGPROB_ENTRY_BYTES,
+    MAX_KV_CAPACITY_TOKENS,
   },
   approx: ApproxConfigSchema.parse({}),
   relay: {
