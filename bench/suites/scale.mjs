@@ -1,5 +1,5 @@
 // Suite "scale": routing decisions per second — end to end through the real edge Worker and one
-// RoutingIndex Durable Object (wrangler dev + simulated workers + relays, all on 127.0.0.1), and
+// RoutingIndex Durable Object (the local fleet: the edge under Miniflare + simulated workers + relays, all on 127.0.0.1), and
 // for the RoutingCore alone (in Node and inside workerd).
 import { startBenchWorker } from "../lib/workerd.mjs";
 import { rng, summarize } from "../lib/stats.mjs";
