@@ -8,7 +8,6 @@ import { spawn, type ChildProcess } from "node:child_process";
 import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { unstable_getMiniflareWorkerOptions, unstable_readConfig } from "wrangler";
 import type { EdgeHostOptions } from "./edge-host.ts";
 
 export interface LocalEdgeOptions {
@@ -47,6 +46,8 @@ async function bundle(root: string): Promise<string> {
 }
 
 export async function prepareLocalEdge(opts: LocalEdgeOptions): Promise<LocalEdge> {
+  // Loaded here, not at import: callers that only want freePort() skip wrangler's ~1 s load.
+  const { unstable_getMiniflareWorkerOptions, unstable_readConfig } = await import("wrangler");
   const config = unstable_readConfig({ config: join(opts.root, "wrangler.toml") }, { hideWarnings: true });
   const { workerOptions } = unstable_getMiniflareWorkerOptions(config);
   const dir = await bundle(opts.root);

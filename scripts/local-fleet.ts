@@ -1,7 +1,7 @@
 /**
  * The local fleet: N simulated SGLang workers, one relay beside each, and the edge Worker served by
- * Miniflare (scripts/local-edge.ts), all on 127.0.0.1. Used by `npm start` and by the end-to-end tests, so what the
- * tests exercise is exactly what a user runs. Every part is a real child process: killing a worker
+ * Miniflare (scripts/local-edge.ts), all on 127.0.0.1. Used by `npm start` and by the end-to-end
+ * tests, so what the tests exercise is exactly what a user runs. Every part is a real child process: killing a worker
  * really closes its sockets.
  */
 import { spawn, type ChildProcess } from "node:child_process";
