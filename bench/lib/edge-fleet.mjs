@@ -113,6 +113,9 @@ export async function startEdgeFleet({ model = "Qwen/Qwen3-VL-8B-Instruct", fami
       KVEDGE_RELAY_ALLOW_HTTP: "1",
       KVEDGE_ACCESS: "public",
       KVEDGE_RATE_LIMIT: "off",
+      // The simulated worker runs without --api-key, so the bench's direct requests (the baseline
+      // the edge's overhead is measured against) need none; the edge then sends no credential either.
+      KVEDGE_WORKER_AUTH: "none",
     };
     if (limits) bindings.KVEDGE_LIMITS = JSON.stringify(limits);
     if (decode) {
