@@ -8,19 +8,18 @@
  * (first start, or waking after hibernation) all connected relays are asked to resync.
  */
 import { DurableObject } from "cloudflare:workers";
-import { RoutingCore, type RouteDecision, type RoutePreview, type RouteRequest, type SettleRequest, type WorkerRecord } from "../src/routing-index/routing-core.ts";
+import { RoutingCore, type WorkerRecord } from "../src/routing-index/routing-core.ts";
+import type { PeekRequest, PoolIndexFrontDoor, PoolProfile, PoolStats, RouteDecision, RoutePreview, RouteRequest, SettleRequest, ShardInfo, WorkerRow } from "../src/routing-index/front-door.ts";
 import type { PoolMetricsSnapshot } from "../src/metrics/pool-snapshot.ts";
 import type { IndexToRelay } from "../src/relay-wire/relay-protocol.ts";
-import { parseRelayMessage } from "../src/relay-wire/relay-message.ts";
-import { MAX_RELAY_MESSAGE_BYTES } from "../src/relay-wire/relay-protocol.ts";
+import { relayFrame } from "../src/routing-index/relay-inbox.ts";
 import { initHashing } from "../src/util/hash.ts";
 import { parseRegionsVar } from "../src/selection/regions.ts";
 
 import { parseRoutingVar, shardCountOf } from "../src/config/config.ts";
-import type { WorkerContract } from "../src/layout/index.ts";
-import { shardObjectName } from "../src/block-index/shard.ts";
-import { LoadOpBatchSchema, type LoadOpBatch, type LoadSyncStats } from "../src/load/load-replica.ts";
-import { helloUrlMatchesKey, type RelayKeyRecord } from "../src/relay-wire/relay-auth.ts";
+import { shardObjectName } from "../src/routing-index/pool-address.ts";
+import { LoadOpBatchSchema, type LoadOpBatch } from "../src/load/load-replica.ts";
+import type { RelayKeyRecord } from "../src/relay-wire/relay-auth.ts";
 import { RelayKeyStore } from "./relay-key-store.ts";
 import { RelaySessions, type RelayAttachment as Attachment } from "./relay-sessions.ts";
 
@@ -44,25 +43,7 @@ interface ShardIdentity {
   shard: number;
 }
 
-export interface ShardInfo {
-  model: string | null;
-  shard: number | null;
-  shards: number;
-  indexedBlocks: number;
-  activeRequests: number;
-  workers: number;
-  loadSync: LoadSyncStats;
-}
-
-export interface PoolProfile {
-  blockSize: number | null;
-  workers: number;
-  workersUp: number;
-  /** The cohort contract when every up worker publishes the same one; else why not. */
-  cohort: { ok: true; contract: WorkerContract; digest: string } | { ok: false; reason: string; detail: string };
-}
-
-export class RoutingIndex extends DurableObject<RoutingIndexEnv> {
+export class RoutingIndex extends DurableObject<RoutingIndexEnv> implements PoolIndexFrontDoor {
   readonly core: RoutingCore;
   /** Shards in this pool (KVEDGE_SHARDS); with 1 there is no load replication. */
   readonly #shards: number;
@@ -103,7 +84,7 @@ export class RoutingIndex extends DurableObject<RoutingIndexEnv> {
       if (model !== undefined && shard !== undefined) this.#identity = { model, shard: Number(shard) };
       const bs = this.ctx.storage.sql.exec<{ v: string }>("SELECT v FROM meta WHERE k = 'block_size'").toArray()[0];
       if (bs) this.core.adoptBlockSize(Number(bs.v));
-      for (const row of this.ctx.storage.sql.exec<WorkerRow>("SELECT * FROM workers")) this.core.restoreWorker(rowToRecord(row));
+      for (const row of this.ctx.storage.sql.exec<WorkerSqlRow>("SELECT * FROM workers")) this.core.restoreWorker(rowToRecord(row));
     });
     // Memory was lost if we are waking up with sockets still attached: ask every relay for a dump.
     for (const ws of ctx.getWebSockets()) this.#send(ws, { type: "resync", reason: "index restarted" });
@@ -223,88 +204,25 @@ export class RoutingIndex extends DurableObject<RoutingIndexEnv> {
 
   override async webSocketMessage(ws: WebSocket, message: string | ArrayBuffer): Promise<void> {
     const att = ws.deserializeAttachment() as Attachment;
-    const workerId = att.workerId;
-    const size = typeof message === "string" ? message.length : message.byteLength;
-    if (size > MAX_RELAY_MESSAGE_BYTES) return this.#reject(ws, "message too large");
-    let raw: unknown;
-    try {
-      raw = JSON.parse(typeof message === "string" ? message : new TextDecoder().decode(message));
-    } catch {
-      return this.#reject(ws, "malformed JSON");
-    }
-    const parsed = parseRelayMessage(raw);
-    if (!parsed.success) return this.#reject(ws, `invalid message: ${parsed.error.issues[0]?.message ?? "schema"}`);
-    const msg = parsed.data;
-    if (msg.type !== "hello") {
-      if (!this.#sessions.isCurrent(att)) {
-        // An older connection of a relay that has reconnected since: its frames are history.
-        this.#reject(ws, "superseded by a newer relay session", "superseded_session");
-        this.#sessions.refuse(ws);
-        return;
-      }
-      this.#seen(workerId);
-    }
-    switch (msg.type) {
-      case "hello": {
-        // The worker URL is part of the relay key: a key cannot announce any other address.
-        if (!helloUrlMatchesKey(msg.url, att.url)) {
-          this.#send(ws, { type: "error", message: "hello url is not the URL this relay key is bound to" });
-          ws.close(4003, "hello url not bound to relay key");
-          return;
-        }
-        // Registered under the bound URL's one spelling (the edge appends /generate to it).
-        const r = this.core.hello({ ...msg, url: att.url ?? msg.url }, workerId);
-        if (!r.ok) {
-          // Refused (an older epoch, another block size) while no session of the registered life is
-          // open: that life is over, and its blocks must stop counting.
-          // A session whose relay has been silent past the limit is a half-open socket, not a relay.
-          const live = this.#sessions.hasLiveSession(workerId, ws) && !this.core.relaySilent(workerId);
-          const fenced = live ? undefined : this.core.fenceRefusedLife(workerId, msg.epoch);
-          if (fenced) {
-            this.#persist(fenced);
-            console.warn(JSON.stringify({ event: "worker_down", workerId, reason: `refused hello of another life: ${r.reason}` }));
-          }
-          // Only once that life is over may the relay take an epoch above it (never past a live relay).
-          this.#send(ws, { type: "error", message: r.reason, ...(fenced && r.indexEpoch !== undefined ? { indexEpoch: r.indexEpoch } : {}) });
-          ws.close(4003, r.reason.slice(0, 120));
-          return;
-        }
-        this.#sessions.start(ws, att);
-        this.#persist(r.record);
-        this.#send(ws, {
-          type: "welcome",
-          workerId,
-          epoch: msg.epoch,
-          poolBlockSize: this.core.blockSize ?? msg.blockSize,
-          shards: this.#shards,
-          shard: this.#identity?.shard ?? 0,
-        });
-        return;
-      }
-      case "dump": {
-        const r = this.core.applyDump(workerId, msg);
-        if (!r.ok && r.reason === "unknown_worker") this.#send(ws, { type: "resync", reason: "say hello first" });
-        else this.#send(ws, { type: "ack", seq: msg.seq });
-        // Stored blocks can end routed requests' prefills: the other shards hear of it too.
-        this.#scheduleLoadSync();
-        return;
-      }
-      case "events": {
-        const r = this.core.applyEvents(workerId, msg);
-        if (!r.ok && r.resync) this.#send(ws, { type: "resync", reason: r.reason });
-        this.#scheduleLoadSync();
-        return;
-      }
-      case "status": {
-        if (msg.epoch !== this.core.worker(workerId)?.epoch) return;
-        const rec = this.core.setStatus(workerId, msg.status);
-        if (rec) this.#persist(rec);
-        return;
-      }
-      case "ping":
-        this.#send(ws, { type: "pong", t: msg.t });
-        return;
-    }
+    const v = relayFrame(
+      this.core,
+      message,
+      {
+        workerId: att.workerId,
+        boundUrl: att.url,
+        isCurrent: () => this.#sessions.isCurrent(att),
+        hasLiveSession: () => this.#sessions.hasLiveSession(att.workerId, ws),
+      },
+      { shards: this.#shards, shard: this.#identity?.shard ?? 0 },
+    );
+    if (v.heardAt !== null) this.#flushLastSeen(att.workerId, v.heardAt);
+    if (v.startSession) this.#sessions.start(ws, att);
+    for (const rec of v.persist) this.#persist(rec);
+    if (v.warn) console.warn(JSON.stringify(v.warn));
+    for (const reply of v.replies) this.#send(ws, reply);
+    if (v.close) ws.close(v.close.code, v.close.reason);
+    if (v.superseded) this.#sessions.refuse(ws);
+    if (v.loadChanged) this.#scheduleLoadSync();
   }
 
   /**
@@ -312,9 +230,7 @@ export class RoutingIndex extends DurableObject<RoutingIndexEnv> {
    * and written to SQLite at most once per LAST_SEEN_FLUSH_MS per worker (hello and status rows
    * carry it too), so a restarted index shows a recent time without a write per message.
    */
-  #seen(workerId: string): void {
-    const at = this.core.touch(workerId);
-    if (at === null) return;
+  #flushLastSeen(workerId: string, at: number): void {
     const flushed = this.#lastSeenFlushed.get(workerId) ?? 0;
     if (at - flushed < LAST_SEEN_FLUSH_MS) return;
     this.#lastSeenFlushed.set(workerId, at);
@@ -341,12 +257,6 @@ export class RoutingIndex extends DurableObject<RoutingIndexEnv> {
     } catch {
       // The socket is closing; the relay reconnects and resyncs.
     }
-  }
-
-  #reject(ws: WebSocket, reason: string, dropReason = "bad_message"): void {
-    this.core.counters.eventsDropped++;
-    this.core.counters.dropReasons[dropReason] = (this.core.counters.dropReasons[dropReason] ?? 0) + 1;
-    this.#send(ws, { type: "error", message: reason });
   }
 
   // ---- RPC (edge → index) ----
@@ -456,11 +366,11 @@ export class RoutingIndex extends DurableObject<RoutingIndexEnv> {
     return { blockSize: this.core.blockSize, workers: ws.length, workersUp: ws.filter((w) => w.status === "up").length, cohort: this.core.cohort() };
   }
 
-  async workers() {
+  async workers(): Promise<WorkerRow[]> {
     return this.core.workers();
   }
 
-  async stats() {
+  async stats(): Promise<PoolStats> {
     return {
       blockSize: this.core.blockSize,
       indexedBlocks: this.core.index.size,
@@ -534,12 +444,12 @@ export class RoutingIndex extends DurableObject<RoutingIndexEnv> {
   }
 
   /** What route() would pick now, without adding load or a receipt (`POST /admin/explain`). */
-  async peek(req: { localHashes: readonly bigint[]; isl: number; exclude?: readonly string[] }): Promise<RoutePreview> {
+  async peek(req: PeekRequest): Promise<RoutePreview> {
     return this.core.peek(req);
   }
 }
 
-interface WorkerRow extends Record<string, SqlStorageValue> {
+interface WorkerSqlRow extends Record<string, SqlStorageValue> {
   worker_id: string;
   url: string;
   block_size: number;
@@ -556,7 +466,7 @@ interface WorkerRow extends Record<string, SqlStorageValue> {
   kv_capacity_tokens: number | null;
 }
 
-function rowToRecord(r: WorkerRow): WorkerRecord {
+function rowToRecord(r: WorkerSqlRow): WorkerRecord {
   return {
     workerId: r.worker_id,
     url: r.url,

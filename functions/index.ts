@@ -4,22 +4,24 @@
 import "./wasm-shim.ts";
 import { RoutingIndex } from "../durable-objects/routing-index.ts";
 import { RateLimiter } from "../durable-objects/rate-limiter.ts";
+import { ResponseStore } from "../durable-objects/response-store.ts";
+import { handleResponsesRoute } from "../src/edge/responses/handler.ts";
 import { errorResponse, InvalidRequestError, MethodNotAllowedError, NotFoundError, AuthenticationError, ConfigError } from "../src/api/errors.ts";
 import { parseEdgeConfig, type BucketConfig, type EdgeConfig } from "../src/config/config.ts";
 import { authorizeClient, bearerToken } from "../src/edge/auth.ts";
 import { verifyRelayConnect } from "../src/relay-wire/relay-auth.ts";
 import { clientNetwork, enforceRateLimit, rateLimitBucketName, rateLimitHeaders, type BucketKind } from "../src/edge/rate-limit.ts";
 import type { ClientRef } from "../src/edge/client-label.ts";
-import { handleChatCompletions, type IndexClient } from "../src/edge/chat.ts";
-import { handleAdminRoute, presentsAdminCredentials, type AdminIndexClient } from "../src/edge/admin-routes.ts";
+import { handleChatCompletions } from "../src/edge/chat.ts";
+import { handleAdminRoute, presentsAdminCredentials } from "../src/edge/admin-routes.ts";
 import { preflightResponse, PUBLIC_ROUTE_METHODS, withCors } from "../src/edge/cors.ts";
 import { readinessResponse } from "../src/edge/readiness.ts";
 import { initHashing } from "../src/util/hash.ts";
-import { shardObjectName } from "../src/block-index/shard.ts";
+import { shardObjectName } from "../src/routing-index/pool-address.ts";
 import { stripTrailing } from "../src/util/strip-trailing.ts";
 import { startEdgeTrace, TRACE_RESPONSE_HEADER, type EdgeTrace } from "../src/util/trace-context.ts";
 
-export { RoutingIndex, RateLimiter };
+export { RoutingIndex, RateLimiter, ResponseStore };
 
 export interface Env {
   ROUTING_INDEX: DurableObjectNamespace<RoutingIndex>;
@@ -32,6 +34,8 @@ export interface Env {
   /** Rate limits (on by default; "off" or JSON, src/config/config.ts RateLimitsSchema). */
   KVEDGE_RATE_LIMIT?: string;
   RATE_LIMITER?: DurableObjectNamespace<RateLimiter>;
+  /** Stored Responses, one object per tenant (durable-objects/response-store.ts); absent: `store` is off. */
+  RESPONSE_STORE?: DurableObjectNamespace<ResponseStore>;
 }
 
 let cached: { env: Env; config: EdgeConfig } | null = null;
@@ -67,7 +71,7 @@ async function limit(env: Env, config: EdgeConfig, kind: BucketKind, client: Cli
   await enforceRateLimit(ns.getByName(rateLimitBucketName(kind, client)), cfg);
 }
 
-/** Shard `shard` of a pool's routing index; shard 0 is also the pool object (src/block-index/shard.ts). */
+/** Shard `shard` of a pool's routing index; shard 0 is also the pool object (src/routing-index/pool-address.ts). */
 function indexFor(env: Env, model: string, shard = 0): DurableObjectStub<RoutingIndex> {
   return env.ROUTING_INDEX.getByName(shardObjectName(model, shard));
 }
@@ -148,12 +152,25 @@ async function route(request: Request, path: string, env: Env, ctx: ExecutionCon
     await initHashing();
     return handleChatCompletions(request, {
       config,
-      index: (model, shard) => indexFor(env, model, shard) as unknown as IndexClient,
+      index: (model, shard) => indexFor(env, model, shard),
       fetch: (input, init) => fetch(input, init),
       waitUntil: (p) => ctx.waitUntil(p),
       rateLimit: (apiKey) => limit(env, config, "chat", apiKey !== null ? { apiKey } : { network: networkOf(request) }),
       trace,
     });
+  }
+  if (path === "/v1/responses" || path.startsWith("/v1/responses/")) {
+    await initHashing();
+    const store = env.RESPONSE_STORE;
+    const res = await handleResponsesRoute(request, path, {
+      config,
+      index: (model, shard) => indexFor(env, model, shard),
+      fetch: (input, init) => fetch(input, init),
+      waitUntil: (p) => ctx.waitUntil(p),
+      rateLimit: (apiKey) => limit(env, config, "chat", apiKey !== null ? { apiKey } : { network: networkOf(request) }),
+      ...(store ? { responseStore: (name: string) => store.getByName(name) } : {}),
+    });
+    if (res) return res;
   }
   if (path === "/v1/relay") return handleRelayUpgrade(request, env, config);
   if (path === "/metrics" || path === "/dashboard" || path === "/dashboard/login" || path.startsWith("/admin/")) {
@@ -161,7 +178,7 @@ async function route(request: Request, path: string, env: Env, ctx: ExecutionCon
     await initHashing();
     const res = await handleAdminRoute(request, {
       config,
-      index: (model, shard) => indexFor(env, model, shard) as unknown as AdminIndexClient,
+      index: (model, shard) => indexFor(env, model, shard),
       fetch: (input, init) => fetch(input, init),
     });
     if (res) {

@@ -11,41 +11,36 @@ import { AuthenticationError, InvalidRequestError, MethodNotAllowedError, NotFou
 import type { EdgeConfig } from "../config/config.ts";
 import { readBodyText } from "../api/validate.ts";
 import { getQwenTokenizer } from "../prompt/tokenizer/index.ts";
-import type { RoutePreview } from "../routing-index/routing-core.ts";
+import type { ChatFrontDoor, OperatorFrontDoor, RelayKeyFrontDoor, RoutePreview } from "../routing-index/front-door.ts";
 import { localHashToHex } from "../relay-wire/relay-protocol.ts";
 import { EXPOSITION_CONTENT_TYPE } from "../metrics/exposition.ts";
 import { renderMetrics, type PoolScrape } from "../metrics/pool-families.ts";
-import { hitRate, type CohortView, type PoolMetricsSnapshot, type WorkerView } from "../metrics/pool-snapshot.ts";
+import { hitRate, type CohortView, type PoolMetricsSnapshot } from "../metrics/pool-snapshot.ts";
 import { choiceReason } from "../metrics/decision-reason.ts";
 import { dashboardHtml, dashboardLoginHtml } from "../dashboard/page.ts";
 import { initHashing } from "../util/hash.ts";
-import { shardForRequest } from "../block-index/shard.ts";
+import { shardForRequest } from "../routing-index/pool-address.ts";
 import { mergeShardSnapshots, mergeShardWorkers } from "../metrics/merge-shards.ts";
 import { bearerToken, matchApiKey } from "./auth.ts";
 import { timingSafeEqualString } from "../util/constant-time.ts";
 import { bytesToHex } from "../util/hex.ts";
-import { limitsOf, parseChatBody, prepareRouting, resolveModel, type IndexClient, type RoutingPlan } from "./chat.ts";
+import { limitsOf, parseChatBody } from "./chat/parse.ts";
+import { prepareRouting } from "./chat/prepare.ts";
+import { resolveModel } from "./chat/resolve-model.ts";
+import type { RoutingPlan } from "./chat/layout.ts";
 import { namespacedHashes, routingNamespace, type CacheTenant } from "./cache-salt.ts";
 import { clientNetwork } from "./rate-limit.ts";
 import { sglangItemOrder } from "../layout/index.ts";
-import { handleRelayKeyRoute, type RelayKeyIndexClient } from "./relay-key-routes.ts";
+import { handleRelayKeyRoute } from "./relay-key-routes.ts";
 import { stripTrailing } from "../util/strip-trailing.ts";
 
-/** What the operator routes need from a pool's routing index (the Durable Object stub has it). */
-export interface AdminIndexClient extends IndexClient, RelayKeyIndexClient {
-  workers(): Promise<unknown>;
-  stats(): Promise<unknown>;
-  workerLocalHashes(workerId: string): Promise<string[]>;
-  metrics(): Promise<PoolMetricsSnapshot>;
-  peek(req: { localHashes: readonly bigint[]; isl: number }): Promise<RoutePreview>;
-  /** One shard's size, load replica and load-sync figures. */
-  shardInfo(): Promise<unknown>;
-}
+/** What the operator routes ask of a pool's shard (explain plans a request as chat does). */
+export type AdminFrontDoor = ChatFrontDoor & OperatorFrontDoor & RelayKeyFrontDoor;
 
 export interface AdminDeps {
   config: EdgeConfig;
   /** Shard `shard` (default 0, the pool object) of a pool's routing index. */
-  index(model: string, shard?: number): AdminIndexClient;
+  index(model: string, shard?: number): AdminFrontDoor;
   /** Outbound fetch (media identity for `explain`). */
   fetch(input: string, init: RequestInit): Promise<Response>;
 }
@@ -97,7 +92,7 @@ export async function handleAdminRoute(request: Request, deps: AdminDeps): Promi
   const shards = allShards(deps, model);
   const noStore = { "cache-control": "no-store" };
   if (path === "/admin/workers") {
-    const lists = await Promise.all(shards.map((s) => s.workers() as Promise<WorkerView[]>));
+    const lists = await Promise.all(shards.map((s) => s.workers()));
     // One shard: its rows as they are; more: blocks per shard, synced only where every shard is.
     return json({ model, workers: lists.length === 1 ? lists[0] : mergeShardWorkers(lists) }, noStore);
   }
@@ -112,13 +107,13 @@ export async function handleAdminRoute(request: Request, deps: AdminDeps): Promi
   } catch {
     throw new InvalidRequestError("The worker id in the path is not valid percent-encoding.", "worker");
   }
-  const known = (await (stub.workers() as Promise<WorkerView[]>)).some((w) => w.workerId === workerId);
+  const known = (await stub.workers()).some((w) => w.workerId === workerId);
   if (!known) throw new NotFoundError(`Unknown worker '${workerId.slice(0, 128)}' in pool '${model}'.`, "worker", "worker_not_found");
   const parts = await Promise.all(shards.map((s) => s.workerLocalHashes(workerId)));
   return json({ workerId, localHashes: parts.flat(), ...(parts.length > 1 ? { perShard: parts.map((p) => p.length) } : {}) }, noStore);
 }
 
-function allShards(deps: AdminDeps, model: string): AdminIndexClient[] {
+function allShards(deps: AdminDeps, model: string): AdminFrontDoor[] {
   return Array.from({ length: deps.config.shards }, (_, k) => deps.index(model, k));
 }
 

@@ -20,18 +20,12 @@ import {
   type RelayKeyRecord,
 } from "../relay-wire/relay-auth.ts";
 import { deriveWorkerApiKey } from "./worker-auth.ts";
-
-/** What these routes need from a pool's index (shard 0 keeps the registry; every shard closes sockets). */
-export interface RelayKeyIndexClient {
-  issueRelayKey(rec: RelayKeyRecord): Promise<boolean>;
-  relayKeys(): Promise<RelayKeyRecord[]>;
-  revokeRelayKey(keyId: string): Promise<RelayKeyRecord | null>;
-  closeRelayKey(keyId: string): Promise<number>;
-}
+import type { RelayKeyFrontDoor } from "../routing-index/front-door.ts";
 
 export interface RelayKeyDeps {
   config: EdgeConfig;
-  index(model: string, shard?: number): RelayKeyIndexClient;
+  /** Shard 0 keeps the pool's key registry; every shard closes the sockets of a revoked key. */
+  index(model: string, shard?: number): RelayKeyFrontDoor;
 }
 
 const IssueSchema = z.object({

@@ -7,19 +7,20 @@
 import { RadixIndex } from "../block-index/radix-index.ts";
 import { ApproxIndex, type ApproxConfig } from "../block-index/approx-index.ts";
 import { BlockBudget } from "../block-index/block-budget.ts";
-import type { BlockIndex } from "../block-index/shard.ts";
+import type { BlockIndex } from "../block-index/block-index.ts";
 import { PendingRoutes } from "../load/pending-routes.ts";
 import type { LocalHashes } from "../blocks/block-hash.ts";
 import type { RelayDump, RelayEvents } from "../relay-wire/relay-protocol.ts";
 import type { IndexCounters } from "../metrics/pool-snapshot.ts";
 import { ApproximateWorkers } from "./approximate-workers.ts";
 import { BlockShares } from "./block-shares.ts";
+import { countDropped } from "./drop-count.ts";
 import type { SlottedWorker, WorkerRegistry } from "./worker-registry.ts";
 
 export type RelayApplyOutcome = { ok: true } | { ok: false; reason: string; resync: boolean };
 
 export interface BlockViewsOptions {
-  /** The block index (default: one RadixIndex; a ShardedIndex splits it by chain root, src/block-index/shard.ts). */
+  /** The block index (default: one RadixIndex; a ShardedIndex splits it by chain root, src/block-index/sharded-index.ts). */
   index?: BlockIndex;
   /** Approximate mode for workers registered with kvEvents: false (src/block-index/approx-index.ts). */
   approx?: Partial<ApproxConfig>;
@@ -259,8 +260,7 @@ export class BlockViews {
   }
 
   #count(reason: string, n = 1): void {
-    this.#counters.eventsDropped += n;
-    this.#counters.dropReasons[reason] = (this.#counters.dropReasons[reason] ?? 0) + n;
+    countDropped(this.#counters, reason, n);
   }
 
   #drop(reason: string, resync: boolean): RelayApplyOutcome {

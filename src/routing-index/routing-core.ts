@@ -10,7 +10,7 @@
  */
 import type { ApproxIndex, ApproxConfig } from "../block-index/approx-index.ts";
 import type { BlockBudget } from "../block-index/block-budget.ts";
-import type { BlockIndex } from "../block-index/shard.ts";
+import type { BlockIndex } from "../block-index/block-index.ts";
 import { LoadTracker } from "../load/load-tracker.ts";
 import { PrefillWatch } from "./prefill-watch.ts";
 import type { PendingRoutes } from "../load/pending-routes.ts";
@@ -22,6 +22,7 @@ import type { RelayDump, RelayEvents, RelayHello, WorkerStatus } from "../relay-
 import type { RegionsConfig } from "../selection/regions.ts";
 import type { ApproximateWorkers } from "./approximate-workers.ts";
 import { BlockViews, type RelayApplyOutcome } from "./block-views.ts";
+import { countDropped } from "./drop-count.ts";
 import { poolCohort } from "./cohort.ts";
 import { LoadSync } from "./load-sync.ts";
 import { emptyIndexCounters, poolMetricsSnapshot, workerRows, type WorkerRow } from "./pool-metrics.ts";
@@ -45,7 +46,7 @@ export interface RoutingCoreOptions {
   staleMs?: number;
   random?: () => number;
   now?: () => number;
-  /** The block index (default: one RadixIndex; a ShardedIndex splits it by chain root, src/block-index/shard.ts). */
+  /** The block index (default: one RadixIndex; a ShardedIndex splits it by chain root, src/block-index/sharded-index.ts). */
   index?: BlockIndex;
   /** Approximate mode for workers registered with kvEvents: false (src/block-index/approx-index.ts). */
   approx?: Partial<ApproxConfig>;
@@ -264,6 +265,11 @@ export class RoutingCore {
       (id) => this.load.get(id)?.prefillDone === false,
     );
     for (const id of done) this.#loadSync.markPrefillDone(id);
+  }
+
+  /** A relay frame the index refused (too large, malformed, from a superseded session): counted with the views' drops. */
+  countDropped(reason: string): void {
+    countDropped(this.counters, reason);
   }
 
   /** The relay's socket closed: the worker is approximate until its next exact dump (block-views.ts). */

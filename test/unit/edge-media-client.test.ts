@@ -8,7 +8,8 @@ import http from "node:http";
 import type { AddressInfo } from "node:net";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { parseEdgeConfig } from "../../src/config/config.ts";
-import { handleChatCompletions, type ChatDeps, type IndexClient } from "../../src/edge/chat.ts";
+import { handleChatCompletions, type ChatDeps } from "../../src/edge/chat.ts";
+import type { ChatFrontDoor } from "../../src/routing-index/front-door.ts";
 import { clientLabel } from "../../src/edge/client-label.ts";
 import { initHashing } from "../../src/util/hash.ts";
 import { startDecodeService, type DecodeService } from "../../services/decode/server.ts";
@@ -53,9 +54,9 @@ function deps(): ChatDeps {
     KVEDGE_MEDIA_URL_KEY: KEY,
   });
   // No worker: the request stops after its media are verified (503), which is all this test needs.
-  const index: IndexClient = {
+  const index: ChatFrontDoor = {
     route: async () => null,
-    profile: async () => ({ cohort: { ok: false, reason: "test", detail: "" } }),
+    profile: async () => ({ blockSize: null, workers: 1, workersUp: 1, cohort: { ok: false, reason: "no_contract", detail: "" } }),
     settle: async () => undefined,
     quarantine: async () => undefined,
     markPrefillDone: async () => undefined,

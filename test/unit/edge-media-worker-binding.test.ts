@@ -12,7 +12,8 @@ import { createHash } from "node:crypto";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { httpStatusOf, type KvedgeError } from "../../src/api/errors.ts";
 import { parseEdgeConfig } from "../../src/config/config.ts";
-import { handleChatCompletions, type ChatDeps, type IndexClient } from "../../src/edge/chat.ts";
+import { handleChatCompletions, type ChatDeps } from "../../src/edge/chat.ts";
+import type { ChatFrontDoor } from "../../src/routing-index/front-door.ts";
 import { importMediaUrlKey, workerMediaCredential } from "../../src/media/signed-url.ts";
 import type { RouteDecision } from "../../src/routing-index/router.ts";
 import { initHashing } from "../../src/util/hash.ts";
@@ -92,9 +93,9 @@ function deps(): ChatDeps {
     KVEDGE_MEDIA_URL_KEY: KEY,
   });
   // w1 first; once it is excluded (it failed), w2.
-  const index: IndexClient = {
+  const index: ChatFrontDoor = {
     route: async (r) => (r.exclude?.includes("w1") ? decision("w2", sim.url) : decision("w1", dropperUrl)),
-    profile: async () => ({ cohort: { ok: false, reason: "test", detail: "" } }),
+    profile: async () => ({ blockSize: null, workers: 1, workersUp: 1, cohort: { ok: false, reason: "no_contract", detail: "" } }),
     settle: async () => undefined,
     quarantine: async () => undefined,
     markPrefillDone: async () => undefined,

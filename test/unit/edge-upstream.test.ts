@@ -13,7 +13,8 @@ import { createServer, type IncomingMessage, type Server, type ServerResponse } 
 import type { AddressInfo } from "node:net";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { parseEdgeConfig } from "../../src/config/config.ts";
-import { handleChatCompletions, type ChatDeps, type IndexClient } from "../../src/edge/chat.ts";
+import { handleChatCompletions, type ChatDeps } from "../../src/edge/chat.ts";
+import type { ChatFrontDoor } from "../../src/routing-index/front-door.ts";
 import { RoutingCore } from "../../src/routing-index/routing-core.ts";
 import { initHashing } from "../../src/util/hash.ts";
 import { startSimulatedWorker, type SimulatedWorker } from "../../services/sglang-sim/worker.ts";
@@ -73,9 +74,9 @@ afterAll(async () => {
 function setup(url: string, vars: Record<string, string> = {}) {
   const core = new RoutingCore({ blockSize: 16 });
   core.hello({ type: "hello", workerId: "w1", url, blockSize: 16, epoch: 1, modelName: MODEL, contract: null, kvEvents: true }, "w1");
-  const index: IndexClient = {
+  const index: ChatFrontDoor = {
     route: async (r) => core.route(r),
-    profile: async () => ({ cohort: { ok: false, reason: "test", detail: "" } }),
+    profile: async () => ({ blockSize: null, workers: 1, workersUp: 1, cohort: { ok: false, reason: "no_contract", detail: "" } }),
     settle: async (s) => void core.settle(s),
     quarantine: async () => undefined,
     markPrefillDone: async (id) => core.markPrefillDone(id),

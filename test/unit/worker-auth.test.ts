@@ -9,7 +9,8 @@ import { createServer, type Server } from "node:http";
 import type { AddressInfo } from "node:net";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { parseEdgeConfig } from "../../src/config/config.ts";
-import { handleChatCompletions, type ChatDeps, type IndexClient } from "../../src/edge/chat.ts";
+import { handleChatCompletions, type ChatDeps } from "../../src/edge/chat.ts";
+import type { ChatFrontDoor, RelayKeyFrontDoor } from "../../src/routing-index/front-door.ts";
 import { deriveWorkerApiKey } from "../../src/edge/worker-auth.ts";
 import { handleRelayKeyRoute } from "../../src/edge/relay-key-routes.ts";
 import { RoutingCore } from "../../src/routing-index/routing-core.ts";
@@ -86,9 +87,9 @@ describe("the edge authenticates to each worker with that worker's key", () => {
   function setup(workerUrl: string, vars: Record<string, string>) {
     const core = new RoutingCore({ blockSize: 16 });
     core.hello({ type: "hello", workerId: "w1", url: workerUrl, blockSize: 16, epoch: 1, modelName: MODEL, contract: null, kvEvents: true }, "w1");
-    const index: IndexClient = {
+    const index: ChatFrontDoor = {
       route: async (r) => core.route(r),
-      profile: async () => ({ cohort: { ok: false, reason: "test", detail: "" } }),
+      profile: async () => ({ blockSize: null, workers: 1, workersUp: 1, cohort: { ok: false, reason: "no_contract", detail: "" } }),
       settle: async (s) => void core.settle(s),
       quarantine: async () => undefined,
       markPrefillDone: async (id) => core.markPrefillDone(id),
@@ -172,7 +173,7 @@ describe("the edge authenticates to each worker with that worker's key", () => {
 describe("the operator gets the worker's key with its relay key", () => {
   async function issue(vars: Record<string, string>, url: string): Promise<{ url: string; credential: string; workerApiKey: string | null }> {
     const config = parseEdgeConfig({ RELAY_SECRET: "relay-secret-for-this-test-0123456789", KVEDGE_RELAY_ALLOW_HTTP: "1", ...vars });
-    const index = { issueRelayKey: async () => true, relayKeys: async () => [], revokeRelayKey: async () => null, closeRelayKey: async () => 0 };
+    const index: RelayKeyFrontDoor = { issueRelayKey: async () => true, relayKey: async () => null, relayKeys: async () => [], revokeRelayKey: async () => null, closeRelayKey: async () => 0 };
     const req = new Request("http://edge/admin/relay-keys", { method: "POST", body: JSON.stringify({ workerId: "gpu-1", url }) });
     const res = await handleRelayKeyRoute(req, "/admin/relay-keys", { config, index: () => index });
     expect(res!.status).toBe(201);

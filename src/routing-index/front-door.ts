@@ -1,0 +1,97 @@
+/**
+ * The front door of a pool's routing index: everything the edge (chat, admin routes, readiness,
+ * relay keys) and peer shards ask of a pool's Durable Object, with each request and answer type
+ * defined once. durable-objects/routing-index.ts implements it; functions/ hands the edge a
+ * `DurableObjectStub` of that class, which Workers RPC types by these methods (no hand-written
+ * client, no cast). Code in src/edge and functions/ reaches the object through this file only.
+ */
+import type { RelayKeyRecord } from "../relay-wire/relay-auth.ts";
+import type { CohortResult } from "../layout/index.ts";
+import type { LoadOpBatch, LoadSyncStats } from "../load/load-replica.ts";
+import type { PoolMetricsSnapshot } from "../metrics/pool-snapshot.ts";
+import type { WorkerRow } from "./pool-metrics.ts";
+import type { Receipt, WorkerReceiptStats } from "./receipts.ts";
+import type { IndexCounters } from "../metrics/pool-snapshot.ts";
+import type { RouteDecision, RoutePreview, RouteRequest, SettleRequest } from "./router.ts";
+
+export type { RouteCandidateView, RouteDecision, RoutePreview, RouteRequest, SettleRequest } from "./router.ts";
+export type { WorkerRow } from "./pool-metrics.ts";
+
+/** What `explain` asks: route()'s inputs that shape the choice, nothing that records it. */
+export type PeekRequest = Pick<RouteRequest, "localHashes" | "isl" | "exclude" | "edgeRegion" | "edgeColo">;
+
+/** The pool as the edge plans a request for it: block size, workers, and the cohort contract. */
+export interface PoolProfile {
+  blockSize: number | null;
+  workers: number;
+  workersUp: number;
+  /** The cohort contract when every up worker publishes the same one; else why not (layout/eligibility.ts). */
+  cohort: CohortResult;
+}
+
+/** One shard's part of the pool (`/admin/shards`). */
+export interface ShardInfo {
+  model: string | null;
+  shard: number | null;
+  shards: number;
+  indexedBlocks: number;
+  activeRequests: number;
+  workers: number;
+  loadSync: LoadSyncStats;
+}
+
+/** `/admin/stats`: the pool object's counters, receipts and registry. */
+export interface PoolStats {
+  blockSize: number | null;
+  indexedBlocks: number;
+  activeRequests: number;
+  counters: IndexCounters;
+  receipts: WorkerReceiptStats[];
+  recentReceipts: Receipt[];
+  workers: WorkerRow[];
+}
+
+/** What a chat request asks of its pool's shard. */
+export interface ChatFrontDoor {
+  /** Picks a worker for a request and adds its load. null = no worker up. */
+  route(req: RouteRequest): Promise<RouteDecision | null>;
+  /** Frees a request's load and records the predicted-vs-actual receipt. */
+  settle(req: SettleRequest): Promise<void>;
+  /** The worker produced its first output: the request's prefill no longer queues others. */
+  markPrefillDone(receiptId: string): Promise<void>;
+  /** The edge could not connect to the worker: route elsewhere for a while (RoutingCore.quarantine). */
+  quarantine(workerId: string, reason: string): Promise<void>;
+  profile(): Promise<PoolProfile>;
+}
+
+/** Relay keys: shard 0 keeps the pool's registry; every shard closes the sockets of a revoked key. */
+export interface RelayKeyFrontDoor {
+  issueRelayKey(rec: RelayKeyRecord): Promise<boolean>;
+  relayKey(keyId: string): Promise<RelayKeyRecord | null>;
+  relayKeys(): Promise<RelayKeyRecord[]>;
+  revokeRelayKey(keyId: string): Promise<RelayKeyRecord | null>;
+  /** Closes this shard's relay sockets of the key; returns how many. */
+  closeRelayKey(keyId: string): Promise<number>;
+}
+
+/** Operators (`/admin/*`, `/metrics`, `/dashboard`, `/readyz`). */
+export interface OperatorFrontDoor {
+  workers(): Promise<WorkerRow[]>;
+  stats(): Promise<PoolStats>;
+  shardInfo(): Promise<ShardInfo>;
+  metrics(): Promise<PoolMetricsSnapshot>;
+  /** What route() would pick now, without adding load or a receipt (`POST /admin/explain`). */
+  peek(req: PeekRequest): Promise<RoutePreview>;
+  /** The local hashes the index holds for a worker (parity checks against the engine). */
+  workerLocalHashes(workerId: string): Promise<string[]>;
+  /** Forgets a worker entirely and closes its relay sockets. */
+  removeWorker(workerId: string): Promise<boolean>;
+}
+
+/** What one shard sends the others (src/load/load-replica.ts). */
+export interface PeerFrontDoor {
+  applyLoadOps(batch: LoadOpBatch): Promise<void>;
+}
+
+/** Everything a pool's index object answers over RPC. */
+export interface PoolIndexFrontDoor extends ChatFrontDoor, RelayKeyFrontDoor, OperatorFrontDoor, PeerFrontDoor {}
