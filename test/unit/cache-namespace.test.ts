@@ -11,7 +11,7 @@ import { beforeAll, describe, expect, it } from "vitest";
 import { parseEdgeConfig } from "../../src/config/config.ts";
 import { NotFoundError } from "../../src/api/errors.ts";
 import { cacheSaltFor } from "../../src/edge/cache-salt.ts";
-import { resolveModel } from "../../src/edge/chat.ts";
+import { resolveModel } from "../../src/edge/chat/resolve-model.ts";
 import { localBlockHashes, namespacedLocalHashes, namespaceTag } from "../../src/blocks/block-hash.ts";
 import { decodeKvEventBatch } from "../../src/engine-events/event-decode.ts";
 import { RoutingCore } from "../../src/routing-index/routing-core.ts";

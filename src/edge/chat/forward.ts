@@ -1,0 +1,91 @@
+/**
+ * Stages 7–9 with retries: route → proxy → settle, up to `routing.maxAttempts` workers. A worker
+ * that fails before any output is settled as an error, excluded (and quarantined when unreachable)
+ * and the next pick tried; any other failure is the client's answer. Endpoint-neutral: the body and
+ * the answer's shape come from the caller.
+ */
+import { errorResponse, KvedgeError, NoWorkerAvailableError, UpstreamError } from "../../api/errors.ts";
+import type { EdgeConfig } from "../../config/config.ts";
+import type { EdgeTrace } from "../../util/trace-context.ts";
+import type { StageClock } from "../server-timing.ts";
+import type { FallbackReason } from "./layout.ts";
+import type { EdgeFetch } from "./media-deps.ts";
+import { proxyOnce, RetryableUpstream, type AnswerFormat } from "./proxy.ts";
+import { routingHeaders, type RouteTarget } from "./route.ts";
+import { openReceipt, quarantineEverywhere, type SettleDeps } from "./settle.ts";
+
+export interface ForwardDeps extends SettleDeps {
+  config: EdgeConfig;
+  fetch: EdgeFetch;
+}
+
+export interface ForwardInput {
+  model: string;
+  target: RouteTarget;
+  fallbackReason: FallbackReason;
+  bodyFor(workerId: string): Promise<Blob>;
+  answer: AnswerFormat;
+  requestId: string;
+  trace: EdgeTrace;
+  /** The client's request signal: its going aborts the upstream request. */
+  clientSignal: AbortSignal | null;
+  /** Routing headers and server-timing on the answer (admin callers or debug headers). */
+  showRouting: boolean;
+  /** Admin callers also get every stage's time in server-timing. */
+  admin: boolean;
+  clock: StageClock;
+  /** The answer when the first pick finds no worker that passes the route's filter (incrementalOnly). */
+  noneEligible: KvedgeError | null;
+}
+
+export async function forward(deps: ForwardDeps, input: ForwardInput): Promise<Response> {
+  const { config } = deps;
+  const { target, requestId, trace } = input;
+  const exclude: string[] = [];
+  let lastError: KvedgeError | null = null;
+  for (let attempt = 1; attempt <= config.routing.maxAttempts; attempt++) {
+    const decision = await target.pick(exclude);
+    if (!decision && input.noneEligible && attempt === 1) throw input.noneEligible;
+    if (!decision) break;
+    const body = await input.bodyFor(decision.workerId);
+    input.clock.mark("route");
+    const edgeOverheadMs = Date.now() - input.clock.start;
+    const receipt = openReceipt(deps, target.index, decision, edgeOverheadMs);
+    try {
+      const res = await proxyOnce({
+        config,
+        fetch: deps.fetch,
+        decision,
+        body,
+        answer: input.answer,
+        receipt,
+        releaseBeforeReply: config.shards > 1,
+        clientSignal: input.clientSignal,
+        traceparent: trace.header,
+      });
+      const headers = input.showRouting ? routingHeaders(decision, input.fallbackReason, requestId, attempt, target.shard) : new Headers({ "x-request-id": requestId });
+      input.clock.mark("upstream");
+      for (const [k, v] of res.headers) headers.set(k, v);
+      // Edge time before the upstream call (workerd clocks advance across I/O: body, index RPCs);
+      // admin callers also get the stages (upstream = until the answer's headers, or all of it unstreamed).
+      if (input.showRouting) headers.set("server-timing", `kvedge-route;dur=${edgeOverheadMs}${input.admin ? `, ${input.clock.header()}` : ""}`);
+      return new Response(res.body, { status: res.status, headers });
+    } catch (err) {
+      if (err instanceof RetryableUpstream) {
+        receipt.settle({ promptTokens: null, cachedTokens: null, outcome: "error", retrying: attempt < config.routing.maxAttempts });
+        if (err.unreachable) quarantineEverywhere(deps, input.model, config.shards, decision.workerId, err.message);
+        exclude.push(decision.workerId);
+        // The client learns that a worker failed, never which one or how (ids, addresses, texts).
+        console.warn(JSON.stringify({ event: "worker_failed", worker: decision.workerId, requestId, traceId: trace.traceId, error: err.message.slice(0, 300) }));
+        lastError = new UpstreamError("A worker failed before answering.", null, "worker_unavailable");
+        continue;
+      }
+      const e = err instanceof KvedgeError ? err : new UpstreamError("The worker's answer could not be processed.");
+      receipt.settle({ promptTokens: null, cachedTokens: null, outcome: e.code === "cancelled" ? "cancelled" : "error" });
+      // The worker's own text stays in the logs; the client gets the sanitized message.
+      if (typeof e.cause === "string") console.warn(JSON.stringify({ event: "upstream_error", requestId, traceId: trace.traceId, worker: decision.workerId, code: e.code, upstream: e.cause.slice(0, 1000) }));
+      return errorResponse(e, input.showRouting ? { "x-request-id": requestId, "x-kvedge-worker": decision.workerId } : { "x-request-id": requestId });
+    }
+  }
+  throw lastError ?? new NoWorkerAvailableError();
+}

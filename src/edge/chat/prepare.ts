@@ -1,0 +1,74 @@
+/**
+ * Stages 3–5 in order (prompt → media → layout): everything up to the pick. Shared by the chat
+ * handler and the admin `explain` endpoint so both always agree.
+ */
+import { InvalidRequestError } from "../../api/errors.ts";
+import type { ChatCompletionRequest } from "../../api/openai-schema.ts";
+import type { EdgeConfig, ModelConfig } from "../../config/config.ts";
+import type { NamespaceTag } from "../../blocks/block-hash.ts";
+import { sharedPrefixCache } from "../../prompt/prefix-cache.ts";
+import { getQwenTokenizer } from "../../prompt/tokenizer/index.ts";
+import type { ChatFrontDoor } from "../../routing-index/front-door.ts";
+import type { VerifiedMedia } from "../media.ts";
+import { planMediaRouting, type RoutingPlan } from "./layout.ts";
+import type { EdgeFetch } from "./media-deps.ts";
+import { limitsOf } from "./parse.ts";
+import { checkContextFit, encodeMediaPrompt, renderPrompt, type RenderedPrompt } from "./prompt.ts";
+import { resolveModel } from "./resolve-model.ts";
+import { verifyPromptMedia, type MediaRequester } from "./verify-media.ts";
+
+export interface PrepareDeps {
+  config: EdgeConfig;
+  /** Shard `shard` (default 0, the pool object) of a pool's routing index. */
+  index(model: string, shard?: number): ChatFrontDoor;
+  fetch: EdgeFetch;
+}
+
+export interface PreparedRouting {
+  model: ModelConfig;
+  prompt: RenderedPrompt;
+  /** Template tokens before media expansion (text-only: the routed sequence itself). */
+  tokens: number[];
+  plan: RoutingPlan;
+  index: ChatFrontDoor;
+  /** Media as the worker receives it (verified bytes only), prompt order. */
+  media: VerifiedMedia[];
+}
+
+export async function prepareRouting(
+  req: ChatCompletionRequest,
+  deps: PrepareDeps,
+  /** Whose request it is (the media store's fair share) and when it has gone; none for admin explain. */
+  requester: MediaRequester = null,
+  /** The request's cache namespace (cache-salt.ts routingNamespace): media item hashes move into it. */
+  itemTag: NamespaceTag = null,
+): Promise<PreparedRouting> {
+  const { model } = resolveModel(deps.config, req.model);
+  const prompt = renderPrompt(req, model, limitsOf(deps.config));
+  const index = deps.index(model.id);
+  if (prompt.mediaParts.length === 0) {
+    // Text: earlier turns' tokens and block hashes come from the isolate's prompt-prefix cache (exact:
+    // the same as encode + localBlockHashes). The ids are built only if asked for (admin explain).
+    const encoded = sharedPrefixCache().encode(getQwenTokenizer(model.family), prompt.text, model.blockSize);
+    if (encoded.length === 0) throw new InvalidRequestError("The prompt is empty.", "messages");
+    checkContextFit(encoded.length, req, model);
+    const plan: RoutingPlan = { localHashes: encoded.localHashes, isl: encoded.length, fallbackReason: null, mmHashes: null };
+    let ids: number[] | null = null;
+    return {
+      model,
+      prompt,
+      get tokens() {
+        return (ids ??= encoded.tokens());
+      },
+      plan,
+      index,
+      media: [],
+    };
+  }
+  const tokens = encodeMediaPrompt(prompt, model);
+  const media = await verifyPromptMedia(prompt, deps, requester);
+  const plan = await planMediaRouting({ config: deps.config, req, model, index, tokens, media, itemTag });
+  // The worker counts expanded media tokens: exact when the plan is, else the text tokens are a lower bound.
+  checkContextFit(plan.fallbackReason === null ? plan.isl : tokens.length, req, model);
+  return { model, prompt, tokens, plan, index, media: media.media };
+}

@@ -1,0 +1,77 @@
+/**
+ * Stage 3, prompt: the chat template rendered as SGLang renders it, then tokenized, each step
+ * bounded by the model's context so a request the worker would refuse is refused here first.
+ */
+import { InvalidRequestError } from "../../api/errors.ts";
+import type { Limits } from "../../api/limits.ts";
+import type { ChatCompletionRequest } from "../../api/openai-schema.ts";
+import { contextTokensOf, type ModelConfig } from "../../config/config.ts";
+import { preparePrompt } from "../../prompt/index.ts";
+import { getQwenTokenizer } from "../../prompt/tokenizer/index.ts";
+
+export type RenderedPrompt = ReturnType<typeof preparePrompt>;
+
+/** Longest token of the Qwen2/2.5/3 vocabularies, in UTF-16 units (a run of 128 spaces). */
+const MAX_TOKEN_CHARS = 128;
+
+/** The prompt text and its media parts, within `maxPromptChars` and what the context could hold. */
+export function renderPrompt(req: ChatCompletionRequest, model: ModelConfig, limits: Limits): RenderedPrompt {
+  const prompt = preparePrompt(req, { family: model.family, templateId: model.templateId });
+  checkPromptChars(prompt.text.length, model, limits);
+  return prompt;
+}
+
+/** A media prompt's template tokens (placeholders not yet expanded), non-empty and shorter than the context. */
+export function encodeMediaPrompt(prompt: RenderedPrompt, model: ModelConfig): number[] {
+  const tokens = getQwenTokenizer(model.family).encode(prompt.text, prompt.text.length);
+  if (tokens.length === 0) throw new InvalidRequestError("The prompt is empty.", "messages");
+  checkPromptTokens(tokens.length, model);
+  return tokens;
+}
+
+/**
+ * Before tokenizing: the rendered prompt within `maxPromptChars`, and not so long that even at the
+ * longest token it could not fit the context (both bound the tokenizer's work per request).
+ */
+function checkPromptChars(chars: number, model: ModelConfig, limits: Limits): void {
+  const context = contextTokensOf(model);
+  if (chars > limits.maxPromptChars || chars > context * MAX_TOKEN_CHARS)
+    throw new InvalidRequestError(
+      `The rendered prompt is ${chars} characters, more than this endpoint accepts for '${model.id}' (limit ${Math.min(limits.maxPromptChars, context * MAX_TOKEN_CHARS)}).`,
+      "messages",
+      "context_length_exceeded",
+    );
+}
+
+/** After tokenizing: SGLang refuses input_len ≥ context_len (tokenizer_manager _validate_one_request); refuse it here first. */
+function checkPromptTokens(tokens: number, model: ModelConfig): void {
+  if (model.allowAutoTruncate) return;
+  const context = contextTokensOf(model);
+  if (tokens >= context)
+    throw new InvalidRequestError(
+      `The input (${tokens} tokens) is longer than the model's context length (${context} tokens).`,
+      "messages",
+      "context_length_exceeded",
+    );
+}
+
+/**
+ * SGLang also refuses input + max_new_tokens ≥ context_len (same function) unless its workers run
+ * with --allow-auto-truncate (then they clamp; `allowAutoTruncate` in the model config): with the
+ * prompt's token count (exact, or a lower bound, so a refusal here is one the worker would make),
+ * say so with both numbers instead of forwarding a request that can only fail.
+ */
+export function checkContextFit(promptTokens: number, req: ChatCompletionRequest, model: ModelConfig): void {
+  checkPromptTokens(promptTokens, model);
+  if (model.allowAutoTruncate) return;
+  const maxNew = req.max_completion_tokens ?? req.max_tokens;
+  if (maxNew === undefined || maxNew === null) return;
+  const context = contextTokensOf(model);
+  const field = req.max_completion_tokens != null ? "max_completion_tokens" : "max_tokens";
+  if (promptTokens + maxNew >= context)
+    throw new InvalidRequestError(
+      `The input (${promptTokens} tokens) plus the completion (${maxNew} tokens) is ${promptTokens + maxNew} tokens, which does not fit the model's context length (${context} tokens): lower ${field} or shorten the messages.`,
+      field,
+      "context_length_exceeded",
+    );
+}

@@ -1,0 +1,167 @@
+/**
+ * Stage 8, proxy: one attempt at the picked worker's `/generate`, with its credential, a deadline
+ * for the headers, idle and total deadlines and a size cap for the body, and the client's going
+ * aborting it. The answer's shape (chat, completions, …) is the caller's `AnswerFormat`; this file
+ * knows only `/generate`. A failure before any output throws RetryableUpstream: the retry loop
+ * (forward.ts) sends the request elsewhere.
+ */
+import { UpstreamError, UpstreamTimeoutError, type KvedgeError } from "../../api/errors.ts";
+import type { EdgeConfig } from "../../config/config.ts";
+import type { StreamOutcome } from "../../proxy/chat-stream.ts";
+import { guardUpstreamBody, readGuardedText } from "../../proxy/upstream-guard.ts";
+import type { RouteDecision } from "../../routing-index/front-door.ts";
+import { workerAuthHeaders } from "../worker-auth.ts";
+import type { EdgeFetch } from "./media-deps.ts";
+import type { Receipt } from "./settle.ts";
+
+/** A failure where the worker never produced output: safe to send the request elsewhere. */
+export class RetryableUpstream extends Error {
+  /** No connection to the worker: keep other requests away from it for a while too. */
+  readonly unreachable: boolean;
+  constructor(message: string, unreachable: boolean) {
+    super(message);
+    this.unreachable = unreachable;
+  }
+}
+
+/** A streamed answer's translator: `/generate` SSE in, the client's frames out. */
+export interface AnswerStream {
+  readonly writable: WritableStream<Uint8Array>;
+  readonly readable: ReadableStream<Uint8Array>;
+  /** The upstream error when it failed before any output; null once output started. */
+  readonly ready: Promise<KvedgeError | null>;
+}
+
+/** How an endpoint turns `/generate` answers into its own. */
+export interface AnswerFormat {
+  stream: boolean;
+  /** A complete answer → the client's JSON and token counts; a non-2xx status throws its mapped error. */
+  complete(status: number, text: string): { body: unknown; usage: { prompt_tokens: number; cached_tokens: number } };
+  streamAnswer(opts: {
+    /** The worker runs --incremental-streaming-output. */
+    incremental: boolean;
+    /** Hold the last frames until onFinish's promise settles. */
+    holdEndUntilFinished: boolean;
+    onFinish: (o: StreamOutcome) => unknown;
+  }): AnswerStream;
+}
+
+export interface ProxyInput {
+  config: Pick<EdgeConfig, "routing" | "workerAuth">;
+  fetch: EdgeFetch;
+  decision: RouteDecision;
+  /** The `/generate` body (src/proxy/generate-body.ts). */
+  body: Blob;
+  answer: AnswerFormat;
+  receipt: Receipt;
+  /**
+   * Sharded pool: hold a complete answer until its release has reached every shard, so a client's
+   * next request never sees this one as load on a shard whose replica lags (docs/scale.md §3).
+   */
+  releaseBeforeReply: boolean;
+  /** The client's request signal: the client going away aborts the upstream request. */
+  clientSignal: AbortSignal | null;
+  /**
+   * The request's trace context with the edge's span. SGLang run with --enable-trace parents its
+   * request span on it (TRACE_HEADERS, python/sglang/srt/tracing/trace.py L40, and its
+   * trace_req_start; sgl-project/sglang@021a892).
+   */
+  traceparent: string;
+}
+
+export async function proxyOnce(input: ProxyInput): Promise<Response> {
+  const { routing } = input.config;
+  const { decision: d, answer, receipt } = input;
+  const abort = new AbortController();
+  const deadlineAt = Date.now() + routing.upstreamDeadlineMs;
+  const clientSignal = input.clientSignal;
+  if (clientSignal?.aborted) abort.abort();
+  else clientSignal?.addEventListener("abort", () => abort.abort(), { once: true });
+  const timer = setTimeout(() => abort.abort(), Math.min(routing.upstreamHeadersTimeoutMs, routing.upstreamDeadlineMs));
+  // The body: idle timeout, total deadline, a size cap when buffered; cancelling it aborts the request.
+  const guarded = (maxBytes?: number) =>
+    guardUpstreamBody(upstream.body ?? new ReadableStream(), { idleMs: routing.upstreamIdleTimeoutMs, deadlineAt, abort, ...(maxBytes !== undefined ? { maxBytes } : {}) });
+  // The worker's credential, bound to its registered URL; none configured: it is not called at all.
+  const auth = await workerAuthHeaders(input.config.workerAuth, d.url);
+  if (auth === null) {
+    clearTimeout(timer);
+    throw new RetryableUpstream("the edge holds no credential for this worker (KVEDGE_WORKER_KEYS or KVEDGE_WORKER_KEY_SECRET)", false);
+  }
+  let upstream: Response;
+  try {
+    upstream = await input.fetch(`${d.url}/generate`, {
+      method: "POST",
+      headers: { "content-type": "application/json", traceparent: input.traceparent, ...auth },
+      body: input.body,
+      signal: abort.signal,
+    });
+  } catch (err) {
+    if (abort.signal.aborted) throw new UpstreamTimeoutError();
+    // Connection refused/reset before any byte: nothing was processed (the worker may be gone).
+    throw new RetryableUpstream(err instanceof Error ? err.message : String(err), true);
+  } finally {
+    clearTimeout(timer);
+  }
+  if (upstream.status === 401 || upstream.status === 403) {
+    // The worker refused the edge's credential (a key not set, or rotated on one side only): an
+    // operator's error the client cannot fix; another worker may still answer.
+    await upstream.body?.cancel().catch(() => undefined);
+    throw new RetryableUpstream(`worker refused the edge's credential (HTTP ${upstream.status})`, false);
+  }
+
+  if (!answer.stream) {
+    let text: string;
+    try {
+      text = await readGuardedText(guarded(routing.maxUpstreamBodyBytes));
+    } catch (err) {
+      // Cut by a deadline, the size cap or the client's going: not the worker's failure; not retried.
+      if (err instanceof UpstreamTimeoutError || (err instanceof UpstreamError && (err.code === "upstream_too_large" || err.code === "cancelled"))) throw err;
+      // The connection broke while the worker computed; the client has seen nothing yet. Retried
+      // elsewhere, but not marked down: one request that makes a worker drop its connection must
+      // not take workers out of the pool for everyone (a dead worker is seen by its relay, and by
+      // the next connect that is refused).
+      throw new RetryableUpstream(err instanceof Error ? err.message : String(err), false);
+    }
+    if (upstream.status === 503) throw new RetryableUpstream("worker overloaded (503)", false);
+    try {
+      const { body, usage } = answer.complete(upstream.status, text);
+      const settled = receipt.settle({ promptTokens: usage.prompt_tokens, cachedTokens: usage.cached_tokens, outcome: "ok" });
+      if (input.releaseBeforeReply) await settled;
+      return new Response(JSON.stringify(body), { status: 200, headers: { "content-type": "application/json" } });
+    } catch (err) {
+      receipt.settle({ promptTokens: null, cachedTokens: null, outcome: "error" });
+      throw err;
+    }
+  }
+
+  if (upstream.status < 200 || upstream.status > 299) {
+    if (upstream.status === 503) throw new RetryableUpstream("worker overloaded (503)", false);
+    const text = await readGuardedText(guarded(routing.maxUpstreamBodyBytes)).catch(() => "");
+    return answer.complete(upstream.status, text) as never; // throws the mapped error
+  }
+  if (!upstream.body) throw new RetryableUpstream("empty upstream body", false);
+  const translator = answer.streamAnswer({
+    incremental: d.incrementalStreaming,
+    holdEndUntilFinished: input.releaseBeforeReply,
+    onFinish: (o) =>
+      receipt.settle({
+        promptTokens: o.usage?.prompt_tokens ?? null,
+        cachedTokens: o.usage?.cached_tokens ?? null,
+        // The client's going can reach the translator first as the upstream read it cut (request.signal).
+        outcome: o.status === "completed" ? "ok" : o.status === "client_cancelled" || o.error?.code === "cancelled" ? "cancelled" : "error",
+      }),
+  });
+  guarded().pipeTo(translator.writable).catch(() => undefined);
+  const early = await translator.ready;
+  if (early) {
+    await translator.readable.cancel().catch(() => undefined);
+    // Cut before any output: another worker can still answer in full.
+    if (early instanceof UpstreamError && early.upstreamStatus === null) throw new RetryableUpstream(early.message, false);
+    throw early;
+  }
+  receipt.prefillDone();
+  return new Response(translator.readable, {
+    status: 200,
+    headers: { "content-type": "text/event-stream", "cache-control": "no-cache" },
+  });
+}

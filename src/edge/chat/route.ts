@@ -1,0 +1,75 @@
+/**
+ * Stage 7, route: the shard that holds this request's blocks, and the pick it makes (a worker, its
+ * predicted overlap and a receipt). Endpoint-neutral: any `/generate`-backed route reuses it.
+ */
+import { shardForRequest } from "../../routing-index/pool-address.ts";
+import type { ChatFrontDoor, RouteDecision } from "../../routing-index/front-door.ts";
+import type { FallbackReason } from "./layout.ts";
+
+export interface RouteInput {
+  /** Shard `shard` of a pool's routing index. */
+  index(model: string, shard?: number): ChatFrontDoor;
+  /** The pool's shard count (KVEDGE_SHARDS). */
+  shards: number;
+  model: string;
+  /** The routed sequence's block hashes, in the request's cache namespace. */
+  localHashes: readonly bigint[];
+  isl: number;
+  fallbackReason: FallbackReason;
+  /** The Cloudflare colo serving the request (regions); null outside Cloudflare. */
+  edgeColo: string | null;
+  traceId: string;
+  /** Only workers that stream increments (a costly logprob stream, chat-answer.ts). */
+  incrementalOnly: boolean;
+}
+
+export interface RouteTarget {
+  shard: number;
+  index: ChatFrontDoor;
+  /** A worker for the request, never one in `exclude`; null when none is up (or passes the filter). */
+  pick(exclude: readonly string[]): Promise<RouteDecision | null>;
+}
+
+export function routeTarget(input: RouteInput): RouteTarget {
+  // A sharded pool: the shard of the first block holds every worker's overlap for this request.
+  const shard = shardForRequest(input.localHashes, input.shards);
+  const index = input.index(input.model, shard);
+  // One buffer over the RPC instead of thousands of BigInts (serialized and read back per attempt).
+  const localHashes = BigUint64Array.from(input.localHashes);
+  return {
+    shard,
+    index,
+    pick: (exclude) =>
+      index.route({
+        localHashes,
+        isl: input.isl,
+        exclude,
+        fallbackReason: input.fallbackReason,
+        edgeColo: input.edgeColo,
+        traceId: input.traceId,
+        ...(input.incrementalOnly ? { incrementalOnly: true } : {}),
+      }),
+  };
+}
+
+/** The pick as response headers (admin callers and debug only: they reveal topology). */
+export function routingHeaders(d: RouteDecision, fallbackReason: FallbackReason, requestId: string, attempts: number, shard: number): Headers {
+  const h = new Headers({
+    "x-request-id": requestId,
+    "x-kvedge-worker": d.workerId,
+    "x-kvedge-overlap-blocks": String(d.overlapBlocks),
+    "x-kvedge-total-blocks": String(d.totalBlocks),
+    "x-kvedge-receipt": d.receiptId,
+    "x-kvedge-routing": fallbackReason === null ? "exact" : "text_prefix",
+    "x-kvedge-attempts": String(attempts),
+  });
+  if (fallbackReason) h.set("x-kvedge-fallback-reason", fallbackReason);
+  if (shard > 0) h.set("x-kvedge-shard", String(shard));
+  return h;
+}
+
+/** The Cloudflare colo serving this request (regions: src/selection/regions.ts); null outside Cloudflare. */
+export function edgeColoOf(request: Request): string | null {
+  const colo = (request as { cf?: { colo?: unknown } }).cf?.colo;
+  return typeof colo === "string" ? colo : null;
+}
