@@ -61,3 +61,59 @@ describe("docs/architecture.md map", () => {
     expect(bad).toEqual([]);
   });
 });
+
+/**
+ * The edge and functions/ reach a pool's routing index through its front door only
+ * (src/routing-index/front-door.ts): they import from src/routing-index nothing but the door and
+ * the objects' names (pool-address.ts), write no client types of their own and cast no stub; the
+ * Durable Object implements the door and answers nothing over RPC that the door does not declare.
+ */
+describe("the routing index's front door", () => {
+  const DOOR = join(SRC, "routing-index/front-door.ts");
+  const OBJECT = join(ROOT, "durable-objects/routing-index.ts");
+  const EDGE_FILES = [...tsFiles(join(SRC, "edge")), ...tsFiles(join(ROOT, "functions"))];
+  const doorText = readFileSync(DOOR, "utf8");
+  const doorMethods = new Set([...doorText.matchAll(/^\s+([a-zA-Z]+)\(.*\): Promise</gm)].map((m) => m[1]!));
+
+  it("is the edge's only way into the routing index", () => {
+    const bad: string[] = [];
+    for (const file of EDGE_FILES) {
+      const text = readFileSync(file, "utf8");
+      for (const m of text.matchAll(/(?:from|import)\s*\(?\s*["'](\.{1,2}\/[^"']+)["']/g)) {
+        const target = relative(ROOT, resolve(dirname(file), m[1]!));
+        const where = `${relative(ROOT, file)} → ${target}`;
+        if (target.startsWith("src/routing-index/") && target !== "src/routing-index/front-door.ts" && target !== "src/routing-index/pool-address.ts")
+          bad.push(`${where}: the edge asks the index through front-door.ts`);
+        // functions/index.ts exports the object classes and names their bindings; nothing else imports them.
+        if (target.startsWith("durable-objects/") && relative(ROOT, file) !== "functions/index.ts") bad.push(`${where}: only functions/index.ts wires the objects`);
+      }
+    }
+    expect(doorMethods.size).toBeGreaterThan(15);
+    expect(bad).toEqual([]);
+  });
+
+  it("has no hand-written twin: no edge type declares the door's methods, no stub is cast", () => {
+    const bad: string[] = [];
+    for (const file of EDGE_FILES) {
+      const text = readFileSync(file, "utf8");
+      const where = relative(ROOT, file);
+      // A client type of its own declares several of the door's methods (one alone may be a namesake).
+      for (const t of text.matchAll(/(?:interface|type) ([A-Za-z]+)[^{\n]*\{([\s\S]*?)\n\}/g)) {
+        const declared = [...t[2]!.matchAll(/^\s+([a-zA-Z]+)\(.*\): Promise</gm)].map((m) => m[1]!).filter((name) => doorMethods.has(name));
+        if (declared.length >= 2) bad.push(`${where}: ${t[1]} declares ${declared.join(", ")} (take the type from front-door.ts)`);
+      }
+      text.split("\n").forEach((line, i) => {
+        if (/ as unknown as /.test(line) && /index|Index|stub|Stub|FrontDoor/.test(line)) bad.push(`${where}:${i + 1}: casts across the edge ↔ index boundary`);
+      });
+    }
+    expect(bad).toEqual([]);
+  });
+
+  it("is what the Durable Object implements, and all it answers over RPC", () => {
+    const text = readFileSync(OBJECT, "utf8");
+    expect(text).toMatch(/class RoutingIndex extends DurableObject<[A-Za-z]+> implements PoolIndexFrontDoor \{/);
+    const rpc = [...text.matchAll(/^ {2}async ([a-zA-Z]+)\(/gm)].map((m) => m[1]!);
+    expect(rpc.length).toBeGreaterThan(15);
+    expect(rpc.filter((name) => !doorMethods.has(name))).toEqual([]);
+  });
+});
