@@ -61,8 +61,9 @@ describe("deploy", () => {
       expect(c.durable_objects.bindings).toEqual([
         { name: "ROUTING_INDEX", class_name: "RoutingIndex" },
         { name: "RATE_LIMITER", class_name: "RateLimiter" },
+        { name: "RESPONSE_STORE", class_name: "ResponseStore" },
       ]);
-      expect(c.migrations.some((m: { new_sqlite_classes?: string[] }) => m.new_sqlite_classes?.includes("RoutingIndex"))).toBe(true);
+      for (const cls of ["RoutingIndex", "RateLimiter", "ResponseStore"]) expect(c.migrations.some((m: { new_sqlite_classes?: string[] }) => m.new_sqlite_classes?.includes(cls)), cls).toBe(true);
       // Secrets must never be committed as vars.
       for (const secret of ["ADMIN_TOKEN", "RELAY_SECRET", "KVEDGE_API_KEYS", "DECODE_TOKEN", "KVEDGE_MEDIA_URL_KEY"]) expect(c.vars).not.toHaveProperty(secret);
       const parsed = EdgeEnvSchema.safeParse(c.vars);

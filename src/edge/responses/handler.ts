@@ -1,0 +1,148 @@
+/**
+ * `/v1/responses` at the edge. POST translates the request into the chat request with the same
+ * messages (src/api/responses-schema.ts) and runs it through the chat handler, so routing, media,
+ * limits, proxying and settling are the chat path's own and the prompt is the same prompt; the answer
+ * is translated back (response-output.ts). `previous_response_id` prepends the stored conversation
+ * of the caller's own tenant; GET and DELETE `/v1/responses/{id}` read and remove it there.
+ */
+import { InvalidRequestError, MethodNotAllowedError, NotFoundError } from "../../api/errors.ts";
+import { readBodyText, scanJsonStructure, formatParam } from "../../api/validate.ts";
+import { inputToMessages, refuseUnsupported, ResponseCreateSchema, toChatRequest, type ChatMessage, type InputItem, type ResponseCreateRequest } from "../../api/responses-schema.ts";
+import { authorizeClient } from "../auth.ts";
+import { handleChatCompletions, type ChatDeps } from "../chat.ts";
+import { limitsOf } from "../chat/parse.ts";
+import { cacheTenant } from "../chat/resolve-model.ts";
+
+type IndexClient = ReturnType<ChatDeps["index"]>;
+import { chatStreamToResponses, newItemId, outputItems, responseObject, responsesUsage, statusOf, type ChatCompletionLike, type OutputItem } from "./response-output.ts";
+import { isResponseId, MAX_STORED_RECORD_BYTES, STORED_BYTES_PER_TENANT, STORED_RESPONSE_TTL_MS, storeNameOf, type ResponseStoreClient, type StoredResponse } from "./stored-response.ts";
+
+export interface ResponsesDeps extends ChatDeps {
+  /** The tenant's response store (one object per tenant name); absent: storing is off. */
+  responseStore?: (name: string) => ResponseStoreClient;
+}
+
+const RESPONSE_PATH = /^\/v1\/responses\/([^/]{1,128})$/;
+
+/** Serves `/v1/responses` and `/v1/responses/{id}`; null for any other path. */
+export async function handleResponsesRoute(request: Request, path: string, deps: ResponsesDeps): Promise<Response | null> {
+  if (path === "/v1/responses") {
+    if (request.method !== "POST") throw new MethodNotAllowedError(["POST"]);
+    return createResponse(request, deps);
+  }
+  const m = RESPONSE_PATH.exec(path);
+  if (!m) return null;
+  if (request.method !== "GET" && request.method !== "DELETE") throw new MethodNotAllowedError(["GET", "DELETE"]);
+  const id = decodeURIComponent(m[1]!);
+  const caller = authorizeClient(request, deps.config);
+  await deps.rateLimit?.(caller.apiKey);
+  const store = storeFor(request, deps, caller);
+  const notFound = () => new NotFoundError(`Response with id '${id.slice(0, 64)}' not found.`, null, "response_not_found");
+  if (!store || !isResponseId(id)) throw notFound();
+  if (request.method === "DELETE") {
+    if (!(await store.delete(id))) throw notFound();
+    return json({ id, object: "response", deleted: true });
+  }
+  const body = await store.get(id, Date.now());
+  if (body === null) throw notFound();
+  return json((JSON.parse(body) as StoredResponse).response);
+}
+
+function json(body: unknown, headers?: Headers): Response {
+  const h = new Headers(headers);
+  h.set("content-type", "application/json");
+  return new Response(JSON.stringify(body), { status: 200, headers: h });
+}
+
+function storeFor(request: Request, deps: ResponsesDeps, caller: ReturnType<typeof authorizeClient>): ResponseStoreClient | null {
+  if (!deps.responseStore) return null;
+  return deps.responseStore(storeNameOf(cacheTenant(caller, request.headers.get("cf-connecting-ip"))));
+}
+
+function parseCreate(text: string, deps: ResponsesDeps): ResponseCreateRequest {
+  const limits = limitsOf(deps.config);
+  const structure = scanJsonStructure(text, limits.maxJsonDepth, limits.maxJsonValues);
+  if (structure.over) throw new InvalidRequestError(`JSON body exceeds the ${structure.over === "depth" ? `nesting limit (${limits.maxJsonDepth})` : `value limit (${limits.maxJsonValues})`}.`, null, "invalid_json");
+  let body: unknown;
+  try {
+    body = JSON.parse(text);
+  } catch {
+    throw new InvalidRequestError("Request body is not valid JSON.", null, "invalid_json");
+  }
+  const parsed = ResponseCreateSchema.safeParse(body);
+  if (!parsed.success) {
+    const issue = parsed.error.issues[0]!;
+    const param = formatParam(issue.path);
+    throw new InvalidRequestError(`Invalid ${param ?? "request"}: ${issue.message}`, param);
+  }
+  refuseUnsupported(parsed.data);
+  return parsed.data;
+}
+
+async function createResponse(request: Request, deps: ResponsesDeps): Promise<Response> {
+  const caller = authorizeClient(request, deps.config);
+  const req = parseCreate(await readBodyText(request, limitsOf(deps.config)), deps);
+  const store = storeFor(request, deps, caller);
+  let history: ChatMessage[] = [];
+  if (req.previous_response_id !== undefined) {
+    const id = req.previous_response_id;
+    const body = store && isResponseId(id) ? await store.get(id, Date.now()) : null;
+    if (body === null) throw new NotFoundError(`Previous response with id '${id.slice(0, 64)}' not found.`, "previous_response_id", "previous_response_not_found");
+    history = (JSON.parse(body) as StoredResponse).conversation;
+  }
+  const input = inputToMessages(req.input);
+  const chatBody = toChatRequest(req, history, input);
+
+  // The chat handler reads the caller's credentials, address and trace from these headers.
+  const headers = new Headers(request.headers);
+  headers.set("content-type", "application/json");
+  headers.delete("content-length");
+  const chatRequest = new Request(request.url, { method: "POST", headers, body: JSON.stringify(chatBody), signal: request.signal });
+  let worker: string | null = null;
+  const index = (model: string, shard?: number): IndexClient => {
+    const inner = deps.index(model, shard);
+    return new Proxy(inner, {
+      get(target, prop, receiver) {
+        if (prop !== "route") return Reflect.get(target, prop, receiver) as unknown;
+        const route: IndexClient["route"] = async (r) => {
+          const d = await target.route(r);
+          if (d) worker = d.workerId;
+          return d;
+        };
+        return route;
+      },
+    });
+  };
+  const chat = await handleChatCompletions(chatRequest, { ...deps, index });
+  if (chat.status !== 200) return chat;
+
+  const id = newItemId("resp");
+  const createdAt = Math.floor(Date.now() / 1000);
+  const keep = async (response: Record<string, unknown>, output: OutputItem[]): Promise<boolean> => {
+    if (!store || !req.store) return false;
+    const record: StoredResponse = { response, conversation: [...history, ...input, ...inputToMessages(output as unknown as InputItem[])], worker };
+    const text = JSON.stringify(record);
+    if (text.length > MAX_STORED_RECORD_BYTES) return false;
+    return store.put(id, text, Date.now(), STORED_RESPONSE_TTL_MS, STORED_BYTES_PER_TENANT).catch((err: unknown) => {
+      console.warn(JSON.stringify({ event: "response_store_failed", error: String(err).slice(0, 300) }));
+      return false;
+    });
+  };
+
+  const outHeaders = new Headers(chat.headers);
+  outHeaders.delete("content-length");
+  if (!req.stream) {
+    const completion = (await chat.json()) as ChatCompletionLike;
+    const output = outputItems(completion);
+    const status = statusOf(completion.choices[0]?.finish_reason);
+    const response = responseObject(id, req, createdAt, status, output, responsesUsage(completion.usage));
+    // Not stored (too large, or the store failed): the answer says so, and a continuation would 404.
+    if (req.store && !(await keep(response, output))) response.store = false;
+    return json(response, outHeaders);
+  }
+  const translate = chatStreamToResponses(id, req, createdAt, (o) => {
+    if (o.status !== "failed") deps.waitUntil(keep(o.response, o.output));
+  });
+  outHeaders.set("content-type", "text/event-stream");
+  return new Response(chat.body!.pipeThrough(translate), { status: 200, headers: outHeaders });
+}

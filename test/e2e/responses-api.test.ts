@@ -1,0 +1,136 @@
+/**
+ * `/v1/responses` end to end with the real `openai` SDK against the local fleet (simulated SGLang
+ * workers, relays, the edge under Miniflare with its ResponseStore objects): create and stream with a
+ * function tool and an image, a three-turn `previous_response_id` conversation that stays on its
+ * worker's KV, retrieve and delete, and another tenant's id answered 404.
+ */
+import OpenAI from "openai";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { startFleet, type Fleet } from "../../scripts/local-fleet.ts";
+import { simOutputMarker } from "../../services/sglang-sim/scripted-output.ts";
+import { makePng } from "../helpers/png.ts";
+
+const log = process.env.KVEDGE_E2E_LOGS ? (l: string) => console.log(l) : undefined;
+
+const TOOLS: OpenAI.Responses.FunctionTool[] = [
+  {
+    type: "function",
+    name: "get_weather",
+    description: "Get weather information",
+    parameters: { type: "object", properties: { city: { type: "string" } }, required: ["city"] },
+    strict: false,
+  },
+];
+const CALL = '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call>';
+/** Long, fixed instructions so cache ratios are measured over many blocks. */
+const INSTRUCTIONS = `You are a travel agent. ${Array.from({ length: 120 }, (_, i) => `Rule ${i}: be precise about cities and dates.`).join(" ")}`;
+const PNG = `data:image/png;base64,${Buffer.from(makePng(64, 48, { seed: 7 })).toString("base64")}`;
+
+describe("openai SDK: the Responses API", () => {
+  let fleet: Fleet;
+  let client: OpenAI;
+  /** The same edge as seen from another client network (another tenant of the keyless endpoint). */
+  let other: OpenAI;
+  beforeAll(async () => {
+    fleet = await startFleet({ workers: 2, log });
+    client = new OpenAI({ baseURL: `${fleet.edgeUrl}/v1`, apiKey: "unused", maxRetries: 0, defaultHeaders: { "cf-connecting-ip": "203.0.113.7" } });
+    other = new OpenAI({ baseURL: `${fleet.edgeUrl}/v1`, apiKey: "unused", maxRetries: 0, defaultHeaders: { "cf-connecting-ip": "198.51.100.9" } });
+  });
+  afterAll(async () => {
+    await fleet?.stop();
+  });
+
+  it("create with a tool and an image: a function_call item, usage with cached_tokens; the tool result continues it", async () => {
+    const r = await client.responses.create({
+      model: fleet.model,
+      instructions: INSTRUCTIONS,
+      input: [{ role: "user", content: [{ type: "input_text", text: `What is the weather where this was taken? ${simOutputMarker(CALL)}` }, { type: "input_image", image_url: PNG, detail: "auto" }] }],
+      tools: TOOLS,
+    });
+    expect(r.id).toMatch(/^resp_[0-9a-f]{32}$/);
+    expect(r.status).toBe("completed");
+    expect(r.output).toMatchObject([{ type: "function_call", name: "get_weather", arguments: '{"city": "Paris"}', status: "completed" }]);
+    const call = r.output[0] as OpenAI.Responses.ResponseFunctionToolCall;
+    expect(call.call_id).toMatch(/^call_/);
+    expect(r.usage!.input_tokens).toBeGreaterThan(100);
+    expect(r.usage!.input_tokens_details.cached_tokens).toBeGreaterThanOrEqual(0);
+    expect(r.usage!.total_tokens).toBe(r.usage!.input_tokens + r.usage!.output_tokens);
+
+    const next = await client.responses.create({
+      model: fleet.model,
+      instructions: INSTRUCTIONS,
+      previous_response_id: r.id,
+      input: [{ type: "function_call_output", call_id: call.call_id, output: `{"temp_c": 21} ${simOutputMarker("It is 21 °C in Paris.")}` }],
+      tools: TOOLS,
+    });
+    expect(next.output_text).toBe("It is 21 °C in Paris.");
+    expect(next.previous_response_id).toBe(r.id);
+  });
+
+  it("stream with a tool: the SDK accumulates the event sequence; sequence numbers run 0, 1, 2…", async () => {
+    const stream = client.responses.stream({
+      model: fleet.model,
+      input: [{ role: "user", content: [{ type: "input_text", text: `Weather? ${simOutputMarker(`Let me check. ${CALL}`)}` }, { type: "input_image", image_url: PNG, detail: "auto" }] }],
+      tools: TOOLS,
+    });
+    const types: string[] = [];
+    const seqs: number[] = [];
+    for await (const e of stream) {
+      types.push(e.type);
+      seqs.push(e.sequence_number);
+    }
+    const final = await stream.finalResponse();
+    expect(seqs).toEqual(seqs.map((_, i) => i));
+    expect(types.slice(0, 2)).toEqual(["response.created", "response.in_progress"]);
+    expect(types.at(-1)).toBe("response.completed");
+    expect(types).toContain("response.content_part.added");
+    expect(types).toContain("response.output_text.delta");
+    expect(types).toContain("response.function_call_arguments.done");
+    expect(final.output.map((o) => o.type)).toEqual(["message", "function_call"]);
+    expect((final.output[0] as OpenAI.Responses.ResponseOutputMessage).content).toMatchObject([{ type: "output_text", text: "Let me check.", annotations: [], logprobs: [] }]);
+    expect(final.output[1]).toMatchObject({ name: "get_weather", arguments: '{"city": "Paris"}' });
+    expect(final.usage!.input_tokens).toBeGreaterThan(0);
+
+    // The stored copy is the streamed response.
+    const stored = await client.responses.retrieve(final.id);
+    // (the SDK adds `parsed` to the streamed copy's text parts).
+    expect(final.output).toMatchObject(stored.output);
+  });
+
+  it("previous_response_id over 3 turns: later turns go to the same worker, ≥ 95% of the prompt cached", async () => {
+    let previous: string | undefined;
+    const workers: string[] = [];
+    for (const [i, answer] of ["Paris in spring.", "Lyon in autumn.", "Nice in winter."].entries()) {
+      const { data, response } = await client.responses
+        .create({ model: fleet.model, instructions: INSTRUCTIONS, input: `Turn ${i}: where should I go? ${simOutputMarker(answer)}`, ...(previous ? { previous_response_id: previous } : {}) })
+        .withResponse();
+      expect(data.output_text).toBe(answer);
+      workers.push(response.headers.get("x-kvedge-worker")!);
+      if (i > 0) expect(data.usage!.input_tokens_details.cached_tokens / data.usage!.input_tokens, `turn ${i}`).toBeGreaterThanOrEqual(0.95);
+      previous = data.id;
+    }
+    expect(new Set(workers).size).toBe(1);
+  });
+
+  it("retrieve and delete; another tenant's id, an unknown id and a deleted id are 404 in OpenAI's shape", async () => {
+    const r = await client.responses.create({ model: fleet.model, input: `Keep this. ${simOutputMarker("Kept.")}` });
+    expect((await client.responses.retrieve(r.id)).output_text).toBe("Kept.");
+    for (const attempt of [() => other.responses.retrieve(r.id), () => other.responses.delete(r.id), () => other.responses.create({ model: fleet.model, input: "Continue.", previous_response_id: r.id })]) {
+      const err = await attempt().then(() => null, (e: unknown) => e);
+      expect(err).toBeInstanceOf(OpenAI.NotFoundError);
+      expect((err as InstanceType<typeof OpenAI.NotFoundError>).error).toMatchObject({ type: "not_found_error", message: expect.stringContaining("not found") });
+    }
+    await client.responses.delete(r.id);
+    await expect(client.responses.retrieve(r.id)).rejects.toBeInstanceOf(OpenAI.NotFoundError);
+    await expect(client.responses.retrieve("resp_00000000000000000000000000000000")).rejects.toBeInstanceOf(OpenAI.NotFoundError);
+  });
+
+  it("store: false keeps nothing; unsupported fields are a 400 naming them", async () => {
+    const r = await client.responses.create({ model: fleet.model, input: `Forget this. ${simOutputMarker("Gone.")}`, store: false });
+    expect((r as unknown as { store: boolean }).store).toBe(false);
+    await expect(client.responses.retrieve(r.id)).rejects.toBeInstanceOf(OpenAI.NotFoundError);
+    const err = await client.responses.create({ model: fleet.model, input: "x", tools: [{ type: "web_search" }] }).then(() => null, (e: unknown) => e);
+    expect(err).toBeInstanceOf(OpenAI.BadRequestError);
+    expect((err as InstanceType<typeof OpenAI.BadRequestError>).param).toBe("tools[0].type");
+  });
+});
