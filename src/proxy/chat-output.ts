@@ -10,8 +10,7 @@
 import type { ChatCompletionRequest, ToolDefinition } from "../api/openai-schema.ts";
 import { bytesToHex } from "../util/hex.ts";
 import { forceReasoning, ReasoningStream, splitReasoning, type ReasoningParserName } from "./reasoning.ts";
-import { JsonArrayToolCallStream, parseJsonArrayToolCalls } from "./tool-calls/json-array.ts";
-import { parseQwenToolCalls, QwenToolCallStream, type NonStreamToolResult, type StreamStep, type ToolCallDelta } from "./tool-calls/qwen25.ts";
+import { parseQwenToolCalls, QwenToolCallStream, type NonStreamToolResult, type ToolCallDelta } from "./tool-calls/qwen25.ts";
 
 export type ToolCallParserName = "qwen25";
 export type { ReasoningParserName };
@@ -39,8 +38,8 @@ export function modelParsers(model: {
 }
 
 export interface ChatOutputPlan {
-  /** Tools to parse calls for, and how: the model's markup, or the forced JSON array. */
-  tools: { list: ToolDefinition[]; mode: "markup" | "array" } | null;
+  /** Tools to parse calls for (forced ones too: they are constrained to the same markup). */
+  tools: { list: ToolDefinition[] } | null;
   /** Reasoning split, when the model has a reasoning parser and the request keeps it separate. */
   reasoning: { force: boolean; stream: boolean } | null;
   logprobs: boolean;
@@ -61,10 +60,9 @@ export function requiresReasoning(req: ChatCompletionRequest, parsers: ModelPars
 
 /** The plan for one request (serving_chat.py: `tool_choice != "none" and tools and tool_call_parser`, etc.). */
 export function chatOutputPlan(req: ChatCompletionRequest, parsers: ModelParsers): ChatOutputPlan {
-  const forced = req.tool_choice === "required" || typeof req.tool_choice === "object";
   const hasTools = req.tools !== undefined && req.tools.length > 0 && req.tool_choice !== "none";
   // Without a tool-call parser SGLang still constrains a forced call but returns the array as text.
-  const tools = hasTools && parsers.toolCallParser !== null ? { list: req.tools!, mode: forced ? ("array" as const) : ("markup" as const) } : null;
+  const tools = hasTools && parsers.toolCallParser !== null ? { list: req.tools! } : null;
   const reasoning =
     parsers.reasoningParser !== null && req.separate_reasoning
       ? { force: forceReasoning(parsers.reasoningParser, req.chat_template_kwargs), stream: req.stream_reasoning }
@@ -110,8 +108,7 @@ export function finishChoiceText(
   }
   let toolCalls: OpenAIToolCall[] | null = null;
   if (plan.tools !== null) {
-    const forced = plan.tools.mode === "array";
-    const parsed: NonStreamToolResult = forced ? parseJsonArrayToolCalls(text, plan.tools.list) : parseQwenToolCalls(text, plan.tools.list);
+    const parsed: NonStreamToolResult = parseQwenToolCalls(text, plan.tools.list);
     if (parsed.calls.length > 0) {
       if (finishType === "stop") {
         finishType = "tool_calls";
@@ -130,25 +127,14 @@ export type StreamDelta =
   | { kind: "content"; text: string }
   | { kind: "tool_call"; call: { index: number; id?: string; type?: "function"; function: { name?: string; arguments: string } } };
 
-interface ToolStream {
-  push(delta: string): StreamStep;
-  finish(): StreamStep;
-  readonly callCount: number;
-}
-
 /** Streaming: text deltas of one choice → reasoning / content / tool-call deltas. */
 export class ChoiceOutput {
   private readonly reasoning: ReasoningStream | null;
-  private readonly tools: ToolStream | null;
+  private readonly tools: QwenToolCallStream | null;
 
   constructor(plan: ChatOutputPlan) {
     this.reasoning = plan.reasoning === null ? null : new ReasoningStream(plan.reasoning.force, plan.reasoning.stream);
-    this.tools =
-      plan.tools === null
-        ? null
-        : plan.tools.mode === "array"
-          ? new JsonArrayToolCallStream(plan.tools.list)
-          : new QwenToolCallStream(plan.tools.list);
+    this.tools = plan.tools === null ? null : new QwenToolCallStream(plan.tools.list);
   }
 
   /** A tool call was sent (finish "stop" then reads "tool_calls"). */

@@ -103,10 +103,14 @@ function constraintOf(req: ChatCompletionRequest, toolCallParser: "qwen25" | nul
   } else if (rf?.type === "structural_tag") out = { structural_tag: pyJsonDumps(rf) };
   const hasOther = out.json_schema !== undefined || out.structural_tag !== undefined || req.regex !== undefined || req.ebnf !== undefined;
   if (!hasOther && req.tools !== undefined && req.tools.length > 0) {
-    const forced = forcedToolCallSchema(req.tools, req.tool_choice, req.parallel_tool_calls);
-    const tag = toolCallParser === "qwen25" ? qwenStructuralTag(req.tools, req.tool_choice) : null;
-    if (forced !== null) out = { json_schema: pyJsonDumps(forced) };
-    else if (tag !== null) out = { structural_tag: pyJsonDumps(tag) };
+    // With the qwen25 parser a forced call is written in its own <tool_call> format (constraint.ts).
+    if (toolCallParser === "qwen25") {
+      const tag = qwenStructuralTag(req.tools, req.tool_choice);
+      if (tag !== null) out = { structural_tag: pyJsonDumps(tag) };
+    } else {
+      const forced = forcedToolCallSchema(req.tools, req.tool_choice, req.parallel_tool_calls);
+      if (forced !== null) out = { json_schema: pyJsonDumps(forced) };
+    }
   }
   return out;
 }

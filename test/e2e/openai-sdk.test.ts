@@ -124,8 +124,8 @@ describe("openai SDK against an instruct fleet", () => {
     }
   });
 
-  it("forced tool (named tool_choice): SGLang's array schema is forwarded and the array becomes tool_calls", async () => {
-    const answer = '[{"name": "get_weather", "parameters": {"city": "Paris", "unit": "celsius"}}]';
+  it("forced tool (named tool_choice): constrained in the native <tool_call> format, read as any other call", async () => {
+    const answer = '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris", "unit": "celsius"}}\n</tool_call>';
     const r = await client.chat.completions.create({
       model: fleet.model,
       messages: [user("Weather in Paris?", answer)],
@@ -134,13 +134,9 @@ describe("openai SDK against an instruct fleet", () => {
     });
     expect(r.choices[0]!.finish_reason).toBe("tool_calls");
     expect(r.choices[0]!.message.tool_calls).toMatchObject([{ type: "function", function: { name: "get_weather", arguments: '{"city": "Paris", "unit": "celsius"}' } }]);
-    // function_call/utils.py get_json_schema_constraint(named, parallel_tool_calls=True), sent as json.dumps text.
+    // function_call_parser.py get_structure_constraint: a structural tag (unit-tested), no JSON-array schema.
     const sent = await lastGenerate(fleet, ridOf(r.id));
-    expect(JSON.parse(sent!.jsonSchema as string)).toEqual({
-      type: "array",
-      minItems: 1,
-      items: { properties: { name: { type: "string", enum: ["get_weather"] }, parameters: TOOLS[0]!.function.parameters }, required: ["name", "parameters"] },
-    });
+    expect(sent!.jsonSchema).toBeNull();
   });
 
   it("json_schema: parse() with a zod schema returns validated JSON; the schema reached the worker", async () => {
@@ -251,10 +247,10 @@ describe("openai SDK against a thinking fleet (Qwen3-VL-Thinking template, qwen3
   it("non-stream: reasoning_content split out, reasoning_tokens counted", async () => {
     const r = await client.chat.completions.create({ model: fleet.model, messages: [user("What is 6*7?", THOUGHT)] });
     const m = r.choices[0]!.message as typeof r.choices[0]["message"] & { reasoning_content?: string | null };
-    // reasoning_parser.py detect_and_parse (force_reasoning): reasoning = text before </think> (not
-    // right-stripped), content = the rest, stripped.
+    // reasoning_parser.py @002e9bfc detect_and_parse (force_reasoning): the text before </think> and
+    // the rest, whitespace kept on both sides.
     expect(m.reasoning_content).toBe("The user asks for 6 times 7.\n");
-    expect(m.content).toBe("The answer is 42.");
+    expect(m.content).toBe("\n\nThe answer is 42.");
     const u = r.usage as typeof r.usage & { reasoning_tokens?: number };
     expect(u!.reasoning_tokens).toBeGreaterThan(0);
     expect(u!.completion_tokens_details?.reasoning_tokens).toBe(u!.reasoning_tokens);

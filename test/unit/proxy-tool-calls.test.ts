@@ -18,8 +18,7 @@ import { buildGenerateBody } from "../../src/proxy/generate-request.ts";
 import { LogprobMetaSchema, toChoiceLogprobs } from "../../src/proxy/logprobs.ts";
 import { ReasoningStream, splitReasoning } from "../../src/proxy/reasoning.ts";
 import { forcedToolCallSchema } from "../../src/proxy/tool-calls/constraint.ts";
-import { JsonArrayToolCallStream, parseJsonArrayToolCalls } from "../../src/proxy/tool-calls/json-array.ts";
-import { parsePartialJson, parsePyJson, pyJsonDumps } from "../../src/proxy/tool-calls/json.ts";
+import { parsePyJson, pyJsonDumps } from "../../src/proxy/tool-calls/json.ts";
 import { callsOfBlock, parseQwenToolCalls, QwenToolCallStream, type ToolCallDelta } from "../../src/proxy/tool-calls/qwen25.ts";
 import { pyStrip } from "../../src/util/py-str.ts";
 
@@ -97,12 +96,12 @@ describe("qwen25 tool calls, non-stream (golden: test_qwen25_detector.py)", () =
     expect(parseQwenToolCalls(none, TOOLS).calls[0]!.arguments).toBe("{}");
   });
 
-  it("arguments Python would dump as Infinity/NaN are no call (not JSON; deliberate difference)", () => {
-    for (const v of ["1E400", "-1e999", "NaN", "Infinity"]) {
+  it("arguments Python dumps as Infinity/NaN are sent in Python's text (json.dumps allow_nan, as SGLang sends them)", () => {
+    for (const [v, py] of [["1E400", "Infinity"], ["-1e999", "-Infinity"], ["NaN", "NaN"], ["Infinity", "Infinity"], ["-Infinity", "-Infinity"]]) {
       const text = `<tool_call>\n{"name": "search", "arguments": {"query": "x", "n": [${v}]}}\n</tool_call>`;
-      expect(parseQwenToolCalls(text, TOOLS), v).toEqual({ content: text, calls: [] });
+      expect(parseQwenToolCalls(text, TOOLS).calls, v).toEqual([{ name: "search", arguments: `{"query": "x", "n": [${py}]}` }]);
     }
-    // Tiny and negative-zero numbers are JSON: kept, in Python's text.
+    // Tiny and negative-zero numbers: kept, in Python's text.
     expect(parseQwenToolCalls('<tool_call>\n{"name": "search", "arguments": {"x": 1.0e-7, "y": -0.0}}\n</tool_call>', TOOLS).calls[0]!.arguments).toBe('{"x": 1e-07, "y": -0.0}');
   });
 });
@@ -149,7 +148,6 @@ describe("qwen25 tool calls, streaming (golden: test_qwen25_detector.py streamin
       '<tool_call>\n{"name": "get_weather", "arguments": {"city": "', // a stop string cut the value
       '<tool_call>\n{"name": "get_weather", "argu', // max_tokens inside the block
       '<tool_call>\n{"name": "rm_rf", "arguments": {}}\n</tool_call>', // no such tool: closing tag kept, as non-stream keeps it
-      '<tool_call>\n{"name": "search", "arguments": {"n": 1E400}}\n</tool_call>', // arguments that would dump to Infinity
       '<tool_call>\n{"name": "search", "arguments": {"query": "x"}}\n', // stop string "</tool_call>", or max_tokens before the end
       '<tool_call>\n{"name": "search", "arguments": {"query": "x"}}</tool_call>', // no newline before the end tag
       '<tool_call>\n{"name": "search", "arguments": {"query": "x"}} x\n</tool_call>', // text after the JSON
@@ -225,7 +223,7 @@ describe("forced tool calls (tool_choice required / named)", () => {
     expect(forcedToolCallSchema(TOOLS, "auto", true)).toBeNull();
   });
 
-  it("the schema goes to sampling_params.json_schema as json.dumps text, unless response_format already constrains", () => {
+  it("without a tool-call parser the schema goes to sampling_params.json_schema as json.dumps text, unless response_format already constrains", () => {
     const body = (extra: Record<string, unknown>) =>
       buildGenerateBody(parseChatRequest(JSON.stringify({ model: "q", messages: [{ role: "user", content: "hi" }], tools: [{ type: "function", function: { name: "f" } }], ...extra })), { text: "p" });
     expect(body({ tool_choice: "required" }).sampling_params.json_schema).toBe(
@@ -235,34 +233,23 @@ describe("forced tool calls (tool_choice required / named)", () => {
     expect(body({ tool_choice: "auto" }).sampling_params.json_schema).toBeUndefined();
   });
 
-  it("non-stream: the JSON array becomes calls (serving_chat.py _process_tool_calls); other text stays content", () => {
-    expect(parseJsonArrayToolCalls('[{"name": "search", "parameters": {"query": "a"}}, {"name": "get_weather", "parameters": {"city": "b"}}]', TOOLS).calls).toEqual([
-      { name: "search", arguments: '{"query": "a"}' },
-      { name: "get_weather", arguments: '{"city": "b"}' },
-    ]);
-    expect(parseJsonArrayToolCalls("not json", TOOLS)).toEqual({ content: "not json", calls: [] });
-    // One item naming no offered tool, or with non-JSON arguments: the whole output stays content.
-    const unknown = '[{"name": "search", "parameters": {}}, {"name": "rm_rf", "parameters": {}}]';
-    expect(parseJsonArrayToolCalls(unknown, TOOLS)).toEqual({ content: unknown, calls: [] });
-    expect(parseJsonArrayToolCalls('[{"name": "search", "parameters": {"n": NaN}}]', TOOLS).calls).toEqual([]);
-  });
-
-  it("streaming: the calls go out whole when the array ends, at every split point; a cut-off array is content", () => {
-    const text = '[{"name": "search", "parameters": {"query": "a b"}}, {"name": "get_weather", "parameters": {"city": "c"}}]';
-    for (let cut = 0; cut <= text.length; cut++) {
-      const s = new JsonArrayToolCallStream(TOOLS);
-      expect([...s.push(text.slice(0, cut)).calls, ...s.push(text.slice(cut)).calls]).toEqual([]);
-      expect(s.finish()).toEqual({
-        content: "",
-        calls: [
-          { index: 0, name: "search", arguments: '{"query": "a b"}' },
-          { index: 1, name: "get_weather", arguments: '{"city": "c"}' },
-        ],
-      });
-      const cutOff = new JsonArrayToolCallStream(TOOLS);
-      cutOff.push(text.slice(0, cut));
-      if (cut < text.length) expect(cutOff.finish(), `cut ${cut}`).toEqual({ content: text.slice(0, cut), calls: [] });
-    }
+  it("with the qwen25 parser a forced call is constrained in the native <tool_call> format (function_call_parser.py get_legacy_structural_tag, at_least_one)", () => {
+    const tools = [
+      { type: "function", function: { name: "f", strict: true, parameters: { type: "object", properties: { x: { type: "integer" } } } } },
+      { type: "function", function: { name: "g" } },
+    ];
+    const params = (extra: Record<string, unknown>) =>
+      buildGenerateBody(parseChatRequest(JSON.stringify({ model: "q", messages: [{ role: "user", content: "hi" }], tools, ...extra })), { text: "p", toolCallParser: "qwen25" }).sampling_params;
+    const f = '{"begin": "<tool_call>\\n{\\"name\\":\\"f\\", \\"arguments\\":", "schema": {"type": "object", "properties": {"x": {"type": "integer"}}}, "end": "}\\n</tool_call>"}';
+    const g = '{"begin": "<tool_call>\\n{\\"name\\":\\"g\\", \\"arguments\\":", "schema": {}, "end": "}\\n</tool_call>"}';
+    expect(params({ tool_choice: "required" }).structural_tag).toBe(`{"type": "structural_tag", "structures": [${f}, ${g}], "triggers": ["<tool_call>"], "at_least_one": true}`);
+    expect(params({ tool_choice: { type: "function", function: { name: "g" } } }).structural_tag).toBe(`{"type": "structural_tag", "structures": [${g}], "triggers": ["<tool_call>"], "at_least_one": true}`);
+    expect(params({ tool_choice: "required" }).json_schema).toBeUndefined();
+    // The forced output is the model's markup, read by the same parser as any other answer.
+    const plan = chatOutputPlan(parseChatRequest(JSON.stringify({ model: "q", messages: [{ role: "user", content: "hi" }], tools: TOOLS, tool_choice: "required" })), modelParsers({ templateId: "qwen3vl-instruct" }));
+    const out = finishChoiceText(plan, '<tool_call>\n{"name": "search", "arguments": {"query": "a"}}\n</tool_call>', "stop", 151645);
+    expect(out.tool_calls?.map((c) => c.function)).toEqual([{ name: "search", arguments: '{"query": "a"}' }]);
+    expect(out.finishType).toBe("tool_calls");
   });
 });
 
@@ -285,7 +272,7 @@ describe("reasoning (golden: test_reasoning_parser.py, reasoning_parser.py)", ()
     expect(s.push("</think>answer")).toEqual({ reasoning: "", content: "answer" });
     const held = new ReasoningStream(true, false);
     expect(held.push("a b")).toEqual({ reasoning: "", content: "" });
-    expect(held.push(" c</think>x")).toEqual({ reasoning: "a b c", content: "x" });
+    expect(held.push(" c </think>x")).toEqual({ reasoning: "a b c ", content: "x" });
   });
 
   it("unstreamed reasoning (stream_reasoning false) is held in work linear in its length (characters searched, counted)", () => {
@@ -398,15 +385,6 @@ describe("json helpers", () => {
     expect(pyJsonDumps({ a: [1, "é\n", null, true], b: {} })).toBe('{"a": [1, "\\u00e9\\n", null, true], "b": {}}');
     expect(pyJsonDumps({ a: "é" }, false)).toBe('{"a": "é"}');
     expect(pyJsonDumps("😀")).toBe('"\\ud83d\\ude00"');
-  });
-
-  it("parsePartialJson follows partial_json_parser for the flags SGLang uses", () => {
-    expect(parsePartialJson('{"name": "get_wea', false).value).toEqual({});
-    expect(parsePartialJson('{"name": "get_wea', true).value).toEqual({ name: "get_wea" });
-    expect(parsePartialJson('{"a": {"b": [1, 2', true).value).toMatchObject({ a: { b: [{ value: 1 }] } }); // 2 may still grow
-    expect(parsePartialJson('{"a": {"b": [1, 2]', true).value).toMatchObject({ a: { b: [{ value: 1 }, { value: 2 }] } });
-    expect(parsePartialJson('{"a": 1}\n</tool_call>', true)).toMatchObject({ end: 8, complete: true });
-    expect(() => parsePartialJson("{not", true)).toThrow();
   });
 });
 
@@ -521,34 +499,9 @@ describe("strict tools under tool_choice auto (function_call_parser.py get_struc
       ).sampling_params.structural_tag;
     expect(body("qwen25")).toBe(
       '{"type": "structural_tag", "structures": [{"begin": "<tool_call>\\n{\\"name\\":\\"a\\", \\"arguments\\":", "schema": {"type": "object", "properties": {"x": {"type": "integer"}}}, "end": "}\\n</tool_call>"}, ' +
-        '{"begin": "<tool_call>\\n{\\"name\\":\\"b\\", \\"arguments\\":", "schema": {}, "end": "}\\n</tool_call>"}], "triggers": ["<tool_call>"]}',
+        '{"begin": "<tool_call>\\n{\\"name\\":\\"b\\", \\"arguments\\":", "schema": {}, "end": "}\\n</tool_call>"}], "triggers": ["<tool_call>"], "at_least_one": false}',
     );
     expect(body(null)).toBeUndefined();
-  });
-});
-
-describe("parsePartialJson on every prefix (property)", () => {
-  it('keeps a "__proto__" key as data, as json.loads does (fast-check counterexample)', () => {
-    const text = '{"": {"__proto__": false}, "__proto__": [1]}';
-    const r = parsePartialJson(text, true);
-    expect(r.complete).toBe(true);
-    expect(pyJsonDumps(r.value, false)).toBe(text);
-    expect(Object.getPrototypeOf(r.value)).toBe(Object.prototype);
-  });
-
-  it("never fails on a prefix of valid JSON; complete exactly at the end; the full text round-trips", () => {
-    fc.assert(
-      fc.property(fc.dictionary(fc.string({ maxLength: 4 }), fc.jsonValue({ maxDepth: 3 }), { maxKeys: 4 }), (obj) => {
-        const text = pyJsonDumps(obj, false);
-        for (let k = 1; k <= text.length; k++) {
-          const r = parsePartialJson(text.slice(0, k), true);
-          expect(r.complete).toBe(k === text.length);
-        }
-        const whole = parsePartialJson(text, true);
-        expect(pyJsonDumps(whole.value, false)).toBe(text);
-      }),
-      { numRuns: 150 },
-    );
   });
 });
 
@@ -576,7 +529,7 @@ describe("qwen25 streaming equals non-stream (property)", () => {
           const known = new Set(TOOLS.map((t) => t.function.name));
           const byRegex = [...text.matchAll(/<tool_call>\n([\s\S]*?)\n<\/tool_call>/g)].flatMap((m) => {
             try {
-              return callsOfBlock(parsePyJson(pyStrip(m[1]!)), known, false);
+              return callsOfBlock(parsePyJson(pyStrip(m[1]!)), known);
             } catch {
               return [];
             }
@@ -590,7 +543,7 @@ describe("qwen25 streaming equals non-stream (property)", () => {
           }
           const r = streamAll(chunks);
           expect(r.names).toEqual(whole.calls.map((c) => c.name));
-          expect(r.args.map((a) => JSON.parse(a))).toEqual(whole.calls.map((c) => JSON.parse(c.arguments)));
+          expect(r.args).toEqual(whole.calls.map((c) => c.arguments));
           expect(r.content).toBe(whole.content);
         },
       ),
@@ -641,30 +594,7 @@ describe("qwen25 streaming equals non-stream (property)", () => {
   });
 });
 
-describe("forced-array and reasoning streams equal their non-stream parse (property)", () => {
-  it("JSON array of calls, random chunking", () => {
-    const argsArb = fc.dictionary(fc.string({ maxLength: 5 }), fc.jsonValue({ maxDepth: 2 }), { maxKeys: 3 });
-    fc.assert(
-      fc.property(fc.array(fc.tuple(fc.constantFrom("get_weather", "search"), argsArb), { minLength: 1, maxLength: 3 }), fc.array(fc.integer({ min: 1, max: 9 }), { minLength: 1, maxLength: 20 }), (calls, cuts) => {
-        const text = pyJsonDumps(calls.map(([name, parameters]) => ({ name, parameters })), false);
-        const whole = parseJsonArrayToolCalls(text, TOOLS);
-        const s = new JsonArrayToolCallStream(TOOLS);
-        const deltas: ToolCallDelta[] = [];
-        for (let at = 0, k = 0; at < text.length; k++) {
-          const n = cuts[k % cuts.length]!;
-          deltas.push(...s.push(text.slice(at, at + n)).calls);
-          at += n;
-        }
-        deltas.push(...s.finish().calls);
-        expect(deltas.filter((d) => d.name).map((d) => d.name)).toEqual(whole.calls.map((c) => c.name));
-        const args: string[] = [];
-        for (const d of deltas) args[d.index] = (args[d.index] ?? "") + d.arguments;
-        expect(args.map((a) => JSON.parse(a))).toEqual(whole.calls.map((c) => JSON.parse(c.arguments)));
-      }),
-      { numRuns: 200 },
-    );
-  });
-
+describe("reasoning streams equal their non-stream parse (property)", () => {
   it("reasoning then content, random chunking (forced reasoning, as the thinking template)", () => {
     const word = fc.stringMatching(/^[a-z .]{1,12}$/);
     fc.assert(
@@ -685,9 +615,8 @@ describe("forced-array and reasoning streams equal their non-stream parse (prope
         const end = s.finish();
         r += end.reasoning;
         c += end.content;
-        // SGLang's stream strips less than its one-shot parse (only the piece holding </think>).
-        expect(r.trim()).toBe(whole.reasoning.trim());
-        expect(c.trim()).toBe(whole.content);
+        expect(r).toBe(whole.reasoning);
+        expect(c).toBe(whole.content);
       }),
       { numRuns: 200 },
     );

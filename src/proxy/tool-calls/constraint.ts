@@ -1,10 +1,15 @@
 /**
- * The JSON schema SGLang constrains decoding with when a tool call is forced
- * (sgl-project/sglang python/sglang/srt/function_call/utils.py `get_json_schema_constraint` and
- * `_get_tool_schema`, called from serving_chat.py `_process_messages` for `tool_choice: "required"`
- * or a named tool): an array of at least one `{"name": <enum of the tool name>, "parameters": <the
- * tool's parameters schema, or an empty object schema>}`; `maxItems: 1` when parallel_tool_calls is
- * false; for "required" the tools' `$defs` are merged at the top (conflicting definitions → 400).
+ * The constraints SGLang decodes a tool call under (sgl-project/sglang python/sglang/srt/
+ * function_call/function_call_parser.py @00828e56 `get_structure_constraint`, called from
+ * serving_chat.py `_prepare_tools`):
+ * - with a tool-call parser whose format has a structural tag (qwen25 has: `structure_info`, and no
+ *   XGrammar model-native tag), `tool_choice` "required" or a named tool gets the legacy structural
+ *   tag with `at_least_one`, so the forced call is written in the model's own `<tool_call>` format
+ *   and read by the same parser as any other; "auto" gets the tag without it only when a tool is
+ *   strict;
+ * - without a tool-call parser, a forced call is constrained to a JSON array
+ *   `[{"name": …, "parameters": {…}}, …]` (function_call/utils.py `get_json_schema_constraint`), and
+ *   the array comes back as text.
  */
 import { InvalidRequestError } from "../../api/errors.ts";
 import type { ToolChoice, ToolDefinition } from "../../api/openai-schema.ts";
@@ -61,21 +66,33 @@ export function forcedToolCallSchema(
 }
 
 /**
- * tool_choice "auto" with a strict tool: SGLang constrains each call's arguments with a structural tag
- * built from the parser's structure_info (function_call_parser.py `get_structure_tag` /
- * `get_structure_constraint`; qwen25_detector.py `structure_info`: begin `<tool_call>\n{"name":"NAME",
- * "arguments":`, end `}\n</tool_call>`, trigger `<tool_call>`). Non-strict tools accept any arguments
- * (schema `{}`). Null when no tool is strict.
+ * The legacy structural tag from qwen25's structure_info (qwen25_detector.py `structure_info`:
+ * begin `<tool_call>\n{"name":"NAME", "arguments":`, end `}\n</tool_call>`, trigger `<tool_call>`;
+ * function_call_parser.py `get_legacy_structural_tag`): one structure per tool, whose arguments
+ * follow the tool's schema only when it is strict (`{}` accepts any). "required" covers every tool
+ * and a named choice only that tool (the template is shown only that tool too: serving_chat.py
+ * `_prepare_tools`), both with `at_least_one`; "auto" is constrained only when a tool is strict.
+ * Null when nothing is constrained. The field order is the pydantic model's, as SGLang dumps it.
  */
 export function qwenStructuralTag(tools: readonly ToolDefinition[], choice: ToolChoice): Record<string, unknown> | null {
-  if (choice !== "auto" || !tools.some((t) => t.function.strict)) return null;
+  let offered: readonly ToolDefinition[];
+  if (typeof choice === "object") {
+    offered = tools.filter((t) => t.function.name === choice.function.name);
+    if (offered.length === 0) return null;
+  } else if (choice === "required") offered = tools;
+  else if (choice === "auto" && tools.some((t) => t.function.strict)) offered = tools;
+  else return null;
+  const forced = choice !== "auto";
+  // get_legacy_structural_tag validates the $defs first (_get_tool_schema_defs): conflicts are a 400.
+  if (forced) toolDefs(offered);
   return {
     type: "structural_tag",
-    structures: tools.map((t) => ({
+    structures: offered.map((t) => ({
       begin: `<tool_call>\n{"name":"${t.function.name}", "arguments":`,
       schema: t.function.strict ? (t.function.parameters ?? {}) : {},
       end: "}\n</tool_call>",
     })),
     triggers: ["<tool_call>"],
+    at_least_one: forced,
   };
 }

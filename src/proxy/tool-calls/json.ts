@@ -1,20 +1,176 @@
 /**
  * The two JSON operations SGLang's tool-call parsers lean on, with Python's semantics:
+ * - `parsePyJson`: Python `json.loads` (objects keep their key order, integer-like keys included,
+ *   as a dict does, where a JS object would put them first; a repeated key keeps its first place
+ *   and its last value; `NaN`, `Infinity` and `-Infinity` are read as Python reads them; an int
+ *   lexeme is an exact int however long, a float lexeme that overflows is inf);
  * - `pyJsonDumps`: Python `json.dumps` text (", " and ": " separators, `ensure_ascii`, Python
- *   number text from the lexeme the model wrote: `1.0` stays `1.0`, `1e2` becomes `100.0`);
- * - `parsePartialJson`: what `partial_json_parser.loads` gives for a prefix of a JSON text while
- *   the model is still writing it (function_call/utils.py `_partial_json_loads`), plus where the
- *   first complete value ends (`JSONDecoder.raw_decode` for "Extra data").
+ *   number text from the lexeme the model wrote: `1.0` stays `1.0`, `1e2` becomes `100.0`, a
+ *   400-digit int keeps its digits, `1e400` becomes `Infinity`).
  * Numbers are kept as PyNumber (src/prompt/py-json.ts) so dumps prints what Python would.
  */
-import { PyNumber, parseJsonKeepingNumbers, pythonNumberTextFromLexeme, pythonNumberTextFromValue } from "../../prompt/py-json.ts";
+import { PyNumber, pythonNumberTextFromValue } from "../../prompt/py-json.ts";
+import { pythonFloatRepr } from "../../util/py-float.ts";
 
-export type PyJson = null | boolean | string | PyNumber | PyJson[] | { [k: string]: PyJson };
+/** A parsed JSON value; objects are Maps so their key order is the text's (Python dict order). */
+export type PyJson = null | boolean | string | PyNumber | PyJson[] | PyObject;
+export type PyObject = Map<string, PyJson>;
 
-/** Complete JSON text → values with Python number text kept; throws SyntaxError like json.loads. */
-export function parsePyJson(text: string): PyJson {
-  return parseJsonKeepingNumbers(text) as PyJson;
+/**
+ * Python's int(str) refuses more digits than this (sys.int_info.default_max_str_digits, Python
+ * 3.11+), so json.loads of such an int raises ValueError: the text is no JSON to it.
+ */
+const PY_INT_MAX_STR_DIGITS = 4300;
+
+/** Python json.dumps text of a number lexeme: an int stays an exact int, a float is its repr (inf → Infinity). */
+function pythonTextOfLexeme(lexeme: string, isInt: boolean): string {
+  if (isInt) return BigInt(lexeme).toString();
+  return pythonFloatRepr(Number(lexeme));
 }
+
+const NUMBER = /-?(?:0|[1-9]\d*)(\.\d+)?([eE][+-]?\d+)?/y;
+const ESCAPES: Record<string, string> = { '"': '"', "\\": "\\", "/": "/", b: "\b", f: "\f", n: "\n", r: "\r", t: "\t" };
+
+/** Complete JSON text → values as Python's json.loads gives them; throws SyntaxError where it raises. */
+export function parsePyJson(text: string): PyJson {
+  let i = 0;
+  const fail = (what: string): never => {
+    throw new SyntaxError(`${what} at ${i}`);
+  };
+  const ws = () => {
+    while (i < text.length) {
+      const c = text.charCodeAt(i);
+      if (c !== 0x20 && c !== 0x09 && c !== 0x0a && c !== 0x0d) break;
+      i++;
+    }
+  };
+  const str = (): string => {
+    i++; // opening quote
+    let out = "";
+    let from = i;
+    for (;;) {
+      if (i >= text.length) fail("unterminated string");
+      const c = text.charCodeAt(i);
+      if (c === 0x22) {
+        out += text.slice(from, i);
+        i++;
+        return out;
+      }
+      if (c < 0x20) fail("control character in string"); // json.loads is strict by default
+      if (c !== 0x5c) {
+        i++;
+        continue;
+      }
+      out += text.slice(from, i);
+      const e = text[i + 1];
+      if (e === undefined) fail("unterminated string");
+      if (e === "u") {
+        const hex = text.slice(i + 2, i + 6);
+        if (!/^[0-9a-fA-F]{4}$/.test(hex)) fail("bad \\u escape");
+        out += String.fromCharCode(parseInt(hex, 16));
+        i += 6;
+      } else {
+        const s = ESCAPES[e!];
+        if (s === undefined) fail("bad escape");
+        out += s;
+        i += 2;
+      }
+      from = i;
+    }
+  };
+  // Depth is bounded by the caller's text size (a block is at most one output); recursion depth
+  // of a pathological nesting is capped here as Python's recursion limit caps json.loads.
+  let depth = 0;
+  const value = (): PyJson => {
+    ws();
+    if (i >= text.length) fail("expecting value");
+    const c = text[i]!;
+    if (c === "{" || c === "[") {
+      if (++depth > 900) fail("nested too deeply");
+      const v = c === "{" ? obj() : arr();
+      depth--;
+      return v;
+    }
+    if (c === '"') return str();
+    for (const [word, v] of LITERALS) {
+      if (text.startsWith(word, i)) {
+        i += word.length;
+        return v;
+      }
+    }
+    NUMBER.lastIndex = i;
+    const m = NUMBER.exec(text);
+    if (m === null) return fail("expecting value");
+    i = NUMBER.lastIndex;
+    const isInt = m[1] === undefined && m[2] === undefined;
+    if (isInt && m[0].replace("-", "").length > PY_INT_MAX_STR_DIGITS) fail("int too long for Python");
+    return new PyNumber(Number(m[0]), pythonTextOfLexeme(m[0], isInt));
+  };
+  const obj = (): PyObject => {
+    i++;
+    const o: PyObject = new Map();
+    ws();
+    if (text[i] === "}") {
+      i++;
+      return o;
+    }
+    for (;;) {
+      ws();
+      if (text[i] !== '"') fail("expecting property name");
+      const key = str();
+      ws();
+      if (text[i] !== ":") fail("expecting ':'");
+      i++;
+      o.set(key, value()); // a repeated key keeps its first place and takes the last value, as a dict
+      ws();
+      if (text[i] === ",") {
+        i++;
+        continue;
+      }
+      if (text[i] === "}") {
+        i++;
+        return o;
+      }
+      fail("expecting ',' or '}'");
+    }
+  };
+  const arr = (): PyJson[] => {
+    i++;
+    const a: PyJson[] = [];
+    ws();
+    if (text[i] === "]") {
+      i++;
+      return a;
+    }
+    for (;;) {
+      a.push(value());
+      ws();
+      if (text[i] === ",") {
+        i++;
+        continue;
+      }
+      if (text[i] === "]") {
+        i++;
+        return a;
+      }
+      fail("expecting ',' or ']'");
+    }
+  };
+  const v = value();
+  ws();
+  if (i !== text.length) fail("extra data");
+  return v;
+}
+
+/** Python json.loads also reads these constants (json/scanner.py); `-Infinity` before numbers. */
+const LITERALS: ReadonlyArray<readonly [string, PyJson]> = [
+  ["true", true],
+  ["false", false],
+  ["null", null],
+  ["NaN", new PyNumber(NaN, "NaN")],
+  ["Infinity", new PyNumber(Infinity, "Infinity")],
+  ["-Infinity", new PyNumber(-Infinity, "-Infinity")],
+];
 
 function escapeString(s: string, ensureAscii: boolean): string {
   let out = '"';
@@ -33,7 +189,10 @@ function escapeString(s: string, ensureAscii: boolean): string {
   return out + '"';
 }
 
-/** Python `json.dumps(v, ensure_ascii=...)` with default separators. Plain JS numbers use the value policy. */
+/**
+ * Python `json.dumps(v, ensure_ascii=...)` with default separators. Maps (parsed objects) and plain
+ * objects (schemas kvedge builds) are both dicts; plain JS numbers use the value policy.
+ */
 export function pyJsonDumps(v: unknown, ensureAscii = true): string {
   if (v === null || v === undefined) return "null";
   if (v === true) return "true";
@@ -42,197 +201,8 @@ export function pyJsonDumps(v: unknown, ensureAscii = true): string {
   if (v instanceof PyNumber) return v.pythonText;
   if (typeof v === "number") return pythonNumberTextFromValue(v);
   if (Array.isArray(v)) return v.length === 0 ? "[]" : `[${v.map((x) => pyJsonDumps(x, ensureAscii)).join(", ")}]`;
-  if (typeof v === "object") {
-    const keys = Object.keys(v);
-    if (keys.length === 0) return "{}";
-    return `{${keys.map((k) => `${escapeString(k, ensureAscii)}: ${pyJsonDumps((v as Record<string, unknown>)[k], ensureAscii)}`).join(", ")}}`;
-  }
-  throw new TypeError(`not JSON serializable: ${typeof v}`);
-}
-
-export class MalformedJson extends Error {}
-
-export interface PartialJson {
-  value: PyJson;
-  /** Index just past the first value when it is complete (text after it is "extra data"). */
-  end: number;
-  /** The first value was closed (parsing it alone with json.loads would succeed). */
-  complete: boolean;
-}
-
-/** Marks a value cut off by the end of input that the flags do not allow to be partial. */
-const CUT = Symbol("cut");
-type Parsed = PyJson | typeof CUT;
-
-const NUMBER = /-?(?:0|[1-9]\d*)(?:\.\d+)?(?:[eE][+-]?\d+)?/y;
-const WS = /[ \t\n\r]*/y;
-
-/**
- * Parses a JSON prefix as `partial_json_parser.loads(text, flags)` does for the flags SGLang uses:
- * `allowPartialStrings` false (`Allow.ALL & ~Allow.STR`, before the tool name is sent) drops a
- * string cut off by the end; objects and arrays cut off are closed; a member or element whose
- * value is cut off is dropped; a number or literal touching the end is dropped (see below).
- * Throws MalformedJson when the text cannot be the start of a JSON value.
- */
-export function parsePartialJson(text: string, allowPartialStrings: boolean): PartialJson {
-  let i = 0;
-  /** Set when any value was closed by the end of input rather than by its own syntax. */
-  let truncated = false;
-  const ws = () => {
-    WS.lastIndex = i;
-    WS.exec(text);
-    i = WS.lastIndex;
-  };
-  const atEnd = () => {
-    if (i < text.length) return false;
-    truncated = true;
-    return true;
-  };
-
-  function str(): string | typeof CUT {
-    i++; // opening quote
-    let out = "";
-    while (i < text.length) {
-      const c = text[i]!;
-      if (c === '"') {
-        i++;
-        return out;
-      }
-      if (c === "\\") {
-        if (i + 1 >= text.length) break;
-        const e = text[i + 1]!;
-        const simple: Record<string, string> = { '"': '"', "\\": "\\", "/": "/", b: "\b", f: "\f", n: "\n", r: "\r", t: "\t" };
-        if (e in simple) {
-          out += simple[e];
-          i += 2;
-          continue;
-        }
-        if (e === "u") {
-          const hex = text.slice(i + 2, i + 6);
-          if (hex.length < 4) break; // cut inside the escape
-          if (!/^[0-9a-fA-F]{4}$/.test(hex)) throw new MalformedJson("bad \\u escape");
-          out += String.fromCharCode(parseInt(hex, 16));
-          i += 6;
-          continue;
-        }
-        throw new MalformedJson("bad escape");
-      }
-      if (c.charCodeAt(0) < 0x20) throw new MalformedJson("control character in string");
-      out += c;
-      i++;
-    }
-    i = text.length;
-    truncated = true;
-    return allowPartialStrings ? out : CUT;
-  }
-
-  function value(): Parsed {
-    ws();
-    if (atEnd()) return CUT;
-    const c = text[i]!;
-    if (c === "{") {
-      i++;
-      const obj: Record<string, PyJson> = {};
-      ws();
-      if (atEnd()) return obj;
-      if (text[i] === "}") {
-        i++;
-        return obj;
-      }
-      for (;;) {
-        ws();
-        if (atEnd()) return obj;
-        if (text[i] !== '"') throw new MalformedJson("expected a key");
-        const savedFlag = allowPartialStrings;
-        // A key cut off is never kept, whatever the flags.
-        allowPartialStrings = false;
-        const key = str();
-        allowPartialStrings = savedFlag;
-        if (key === CUT) return obj;
-        ws();
-        if (atEnd()) return obj;
-        if (text[i] !== ":") throw new MalformedJson("expected ':'");
-        i++;
-        const v = value();
-        if (v === CUT) return obj;
-        // An own property for every key, "__proto__" included (plain assignment would set the
-        // object's prototype and drop the key, as JSON.parse does not).
-        Object.defineProperty(obj, key, { value: v, enumerable: true, writable: true, configurable: true });
-        ws();
-        if (atEnd()) return obj;
-        if (text[i] === ",") {
-          i++;
-          continue;
-        }
-        if (text[i] === "}") {
-          i++;
-          return obj;
-        }
-        throw new MalformedJson("expected ',' or '}'");
-      }
-    }
-    if (c === "[") {
-      i++;
-      const arr: PyJson[] = [];
-      ws();
-      if (atEnd()) return arr;
-      if (text[i] === "]") {
-        i++;
-        return arr;
-      }
-      for (;;) {
-        const v = value();
-        if (v === CUT) return arr;
-        arr.push(v);
-        ws();
-        if (atEnd()) return arr;
-        if (text[i] === ",") {
-          i++;
-          continue;
-        }
-        if (text[i] === "]") {
-          i++;
-          return arr;
-        }
-        throw new MalformedJson("expected ',' or ']'");
-      }
-    }
-    if (c === '"') return str();
-    if (c === "-" || (c >= "0" && c <= "9")) {
-      NUMBER.lastIndex = i;
-      const m = NUMBER.exec(text);
-      if (!m) {
-        if (text.length - i === 1) return (i = text.length), (truncated = true), CUT; // a lone "-"
-        throw new MalformedJson("bad number");
-      }
-      i = NUMBER.lastIndex;
-      // A number touching the end may still grow ("12" → "123", "3.4" → "3.4e+250"), and Python's
-      // repr of the part seen so far need not be a prefix of the final repr, so it is left out until
-      // it ends (partial_json_parser keeps it, which makes SGLang stream digits that later change).
-      if (atEnd() || /^[.eE][+-]?$/.test(text.slice(i))) {
-        i = text.length;
-        truncated = true;
-        return CUT;
-      }
-      if (!/[.eE+\-0-9]/.test(text[i]!)) return new PyNumber(Number(m[0]), pythonNumberTextFromLexeme(m[0]));
-      throw new MalformedJson("bad number");
-    }
-    for (const [word, v] of [["true", true], ["false", false], ["null", null]] as const) {
-      if (text.startsWith(word, i)) {
-        i += word.length;
-        return v;
-      }
-      if (word.startsWith(text.slice(i))) {
-        i = text.length;
-        truncated = true;
-        return CUT;
-      }
-    }
-    throw new MalformedJson(`unexpected '${c}'`);
-  }
-
-  const v = value();
-  if (v === CUT) throw new MalformedJson("no value yet");
-  // Complete when nothing was closed by the end of input (json.loads of text[:end] would succeed).
-  return { value: v, end: i, complete: !truncated };
+  const entries = v instanceof Map ? [...(v as Map<string, unknown>)] : typeof v === "object" ? Object.entries(v) : null;
+  if (entries === null) throw new TypeError(`not JSON serializable: ${typeof v}`);
+  if (entries.length === 0) return "{}";
+  return `{${entries.map(([k, x]) => `${escapeString(k, ensureAscii)}: ${pyJsonDumps(x, ensureAscii)}`).join(", ")}}`;
 }

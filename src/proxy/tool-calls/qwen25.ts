@@ -1,30 +1,32 @@
 /**
  * The Qwen tool-call format, as SGLang's `qwen25` / `qwen` parser reads it
- * (sgl-project/sglang python/sglang/srt/function_call/qwen25_detector.py @44484b16; the parser map
- * in function_call_parser.py @ce2b3128 `ToolCallParserEnum` maps both names to Qwen25Detector). The Qwen3-VL chat templates teach it
- * (src/prompt/templates/qwen3vl-*.jinja L20/L36: "<tool_call>\n{"name": …, "arguments": …}\n</tool_call>"),
- * and Qwen2.5-VL is served with the same parser. Each call is one block
- * `<tool_call>\n{"name": "…", "arguments": {…}}\n</tool_call>`; parallel calls are consecutive blocks.
+ * (sgl-project/sglang python/sglang/srt/function_call/qwen25_detector.py; the parser map in
+ * function_call_parser.py @00828e56 `ToolCallParserEnum` maps both names to Qwen25Detector). The
+ * Qwen3-VL chat templates teach it (src/prompt/templates/qwen3vl-*.jinja L20/L36:
+ * "<tool_call>\n{"name": …, "arguments": …}\n</tool_call>"), and Qwen2.5-VL is served with the same
+ * parser. Each call is one block `<tool_call>\n{"name": "…", "arguments": {…}}\n</tool_call>`;
+ * parallel calls are consecutive blocks.
  *
- * Non-stream (`detect_and_parse`, qwen25_detector.py): content = the text before the first
- * `<tool_call>\n`, stripped; every block whose JSON parses and names a known tool becomes a call with
- * `arguments = json.dumps(parameters or arguments or {}, ensure_ascii=False)` (base_format_detector.py
- * `parse_base_json`); a block that does not parse is skipped. When no call survives, the whole text
- * stays content (function_call_parser.py `parse_non_stream`: "return full_text, []").
+ * Non-stream (`detect_and_parse`): content = the text before the first `<tool_call>\n`, stripped;
+ * every block whose JSON parses (Python json.loads: json.ts) and names a known tool becomes a call
+ * with `arguments = json.dumps(parameters or arguments or {}, ensure_ascii=False)`
+ * (base_format_detector.py `parse_base_json`); a block that does not parse is skipped. When no call
+ * survives, the whole text stays content (function_call_parser.py `parse_non_stream`).
  *
- * Streaming (base_format_detector.py @72a0fbe5 `parse_streaming_increment` + the Qwen25 override): text before a
- * call streams as content, holding back a tail that may be the start of `<tool_call>\n`. Deliberate
- * differences: SGLang sends a call's name as soon as it is complete and then its arguments as they
- * grow, so a call that turns out broken or is cut off reached the client half-made; here a block is
- * judged when it ends, as the one-shot parse judges it, and each of its calls is sent whole
- * (arguments as `json.dumps` with ensure_ascii, as SGLang streams them); content follows the
- * one-shot parse too (QwenToolCallStream). SGLang's stream drops a stray `</tool_call>` in text; its
+ * Streaming: text before a call streams as content, holding back a tail that may be the start of
+ * `<tool_call>\n`. Arguments are `json.dumps(…, ensure_ascii=False)` in both modes, as SGLang's
+ * streaming diff builds them (base_format_detector.py `parse_streaming_increment`, `cur_args_json`,
+ * in the version whose `finish` drains held state). Deliberate differences: SGLang sends a call's
+ * name as soon as it is complete and then its arguments as they grow, so a call that turns out
+ * broken or is cut off reached the client half-made; here a block is judged when it ends, as the
+ * one-shot parse judges it, and each of its calls is sent whole; content follows the one-shot
+ * parse too (QwenToolCallStream). SGLang's stream drops a stray `</tool_call>` in text; its
  * one-shot parse, and both of ours, keep it.
  */
 import type { ToolDefinition } from "../../api/openai-schema.ts";
 import { PyNumber } from "../../prompt/py-json.ts";
 import { heldTail } from "../partial-tag.ts";
-import { parsePyJson, pyJsonDumps, type PyJson } from "./json.ts";
+import { parsePyJson, pyJsonDumps, type PyJson, type PyObject } from "./json.ts";
 import { pyRstrip, pyStrip } from "../../util/py-str.ts";
 
 const QWEN_BOT = "<tool_call>\n";
@@ -43,8 +45,8 @@ export interface NonStreamToolResult {
   calls: ParsedToolCall[];
 }
 
-export function isJsonObject(v: PyJson | undefined): v is { [k: string]: PyJson } {
-  return typeof v === "object" && v !== null && !Array.isArray(v) && !(v instanceof PyNumber);
+export function isJsonObject(v: PyJson | undefined): v is PyObject {
+  return v instanceof Map;
 }
 
 /** Python truthiness of a parsed JSON value (for `parameters or arguments`). */
@@ -52,52 +54,43 @@ export function truthy(v: PyJson | undefined): boolean {
   if (v === undefined || v === null || v === false || v === "") return false;
   if (Array.isArray(v)) return v.length > 0;
   if (v instanceof PyNumber) return v.value !== 0;
-  if (typeof v === "object") return Object.keys(v).length > 0;
+  if (v instanceof Map) return v.size > 0;
   return true;
 }
 
-function argumentsOf(call: { [k: string]: PyJson }): PyJson {
-  const params = call["parameters"];
+function argumentsOf(call: PyObject): PyJson {
+  const params = call.get("parameters");
   if (truthy(params)) return params!;
-  return call["arguments"] === undefined ? {} : call["arguments"]!;
-}
-
-/** A JSON value holding a number Python reads as inf or nan (`1e400`, `Infinity`, `NaN`): its dumps is not JSON. */
-function hasNonFinite(v: PyJson | undefined): boolean {
-  if (v instanceof PyNumber) return !Number.isFinite(v.value);
-  if (Array.isArray(v)) return v.some(hasNonFinite);
-  if (typeof v === "object" && v !== null) return Object.values(v).some(hasNonFinite);
-  return false;
+  return call.get("arguments") ?? new Map();
 }
 
 /**
  * The calls of one parsed block: an object, or an array of them (qwen25_detector.py parses either).
- * An item counts when it names an offered tool and its arguments dump to valid JSON; SGLang would
- * send `Infinity`/`NaN` (Python's json.dumps), which no JSON parser a client uses accepts, so such
- * an item is not a call (deliberate difference).
+ * An item counts when it names an offered tool. Its arguments are what Python's json.dumps prints,
+ * `Infinity` and `NaN` included for a float that overflows or a literal NaN (json.dumps allows them
+ * by default, and Python clients' json.loads reads them back).
  */
-export function callsOfBlock(block: PyJson, known: ReadonlySet<string>, ensureAscii: boolean): ParsedToolCall[] {
+export function callsOfBlock(block: PyJson, known: ReadonlySet<string>): ParsedToolCall[] {
   const calls: ParsedToolCall[] = [];
   for (const act of Array.isArray(block) ? block : [block]) {
     if (!isJsonObject(act)) continue;
-    const name = act["name"];
+    const name = act.get("name");
     if (typeof name !== "string" || !known.has(name)) continue; // "undefined function": skipped
     const args = argumentsOf(act);
-    if (hasNonFinite(args)) continue;
-    calls.push({ name, arguments: pyJsonDumps(args, ensureAscii) });
+    calls.push({ name, arguments: pyJsonDumps(args, false) });
   }
   return calls;
 }
 
 /** The calls in the text between a block's `<tool_call>\n` and `\n</tool_call>`; none when it is not JSON (json.JSONDecodeError: logged and skipped by SGLang). */
-function callsOfBlockText(body: string, known: ReadonlySet<string>, ensureAscii: boolean): ParsedToolCall[] {
+function callsOfBlockText(body: string, known: ReadonlySet<string>): ParsedToolCall[] {
   let parsed: PyJson;
   try {
     parsed = parsePyJson(pyStrip(body));
   } catch {
     return [];
   }
-  return callsOfBlock(parsed, known, ensureAscii);
+  return callsOfBlock(parsed, known);
 }
 
 /** One-shot parse of a complete output (qwen25_detector.py `detect_and_parse`). */
@@ -112,7 +105,7 @@ export function parseQwenToolCalls(text: string, tools: readonly ToolDefinition[
     const body = open + QWEN_BOT.length;
     const end = text.indexOf(BLOCK_END, body);
     if (end === -1) break; // no later opening can have an end either
-    calls.push(...callsOfBlockText(text.slice(body, end), known, false));
+    calls.push(...callsOfBlockText(text.slice(body, end), known));
     open = text.indexOf(QWEN_BOT, end + BLOCK_END.length);
   }
   if (calls.length === 0) return { content: text, calls };
@@ -144,7 +137,8 @@ export interface StreamStep {
  * One difference remains: whitespace at the very start of an answer that later calls a tool is
  * streamed, where the one-shot parse strips it (the stream cannot know a call will come).
  * SGLang streams a call's name first and its arguments as they grow, so a call that turned out
- * broken or was cut off reached the client half-made (deliberate difference).
+ * broken or was cut off reached the client half-made (deliberate difference). Arguments are the
+ * non-stream answer's text, character for character (ensure_ascii=False in both).
  *
  * Linear in the output: a block's text is kept in pieces and only the newest piece (plus a
  * straddling end) is searched per delta, and nothing is parsed before the block ends. Searching
@@ -248,8 +242,7 @@ export class QwenToolCallStream {
     const text = whole.slice(0, endAt);
     this.mode = "text";
     this.body = [];
-    // Streamed arguments are dumped with ensure_ascii, as SGLang streams them.
-    const calls = callsOfBlockText(text, this.known, true);
+    const calls = callsOfBlockText(text, this.known);
     if (calls.length === 0) this.text(out, QWEN_BOT + text + BLOCK_END);
     else this.held = [];
     for (const c of calls) out.calls.push({ index: this.count++, name: c.name, arguments: c.arguments });
