@@ -2,7 +2,7 @@
  * workerd forbids WebAssembly.compile(bytes); hash-wasm calls exactly that on its embedded
  * binaries. We bundle the same binaries as precompiled modules (scripts/assets/10-hash-wasm.mjs)
  * and answer compile() for exactly those bytes, recognised by length + FNV-1a. Anything else still
- * goes to the original, which throws as before. Import this module before anything uses hash-wasm.
+ * goes to the original, which workerd refuses. Import this module before anything uses hash-wasm.
  */
 import blake3Module from "../src/generated/wasm/blake3.wasm";
 import sha256Module from "../src/generated/wasm/sha256.wasm";

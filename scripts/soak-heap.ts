@@ -1,5 +1,5 @@
 /**
- * Edge isolate heap under a long multi-turn load (issue #18): C clients run 4-turn conversations on
+ * Edge isolate heap under a long multi-turn load: C clients run 4-turn conversations on
  * shared system prompts through the local edge (scripts/local-edge.ts) and the simulated fleet until
  * N requests are done; every `sampleEvery` requests the edge isolate is garbage-collected and its V8
  * heap read through the inspector the fleet opens on request (`HeapProfiler.collectGarbage`, then

@@ -1,4 +1,4 @@
-// Suite "layout" (issue 3): media layout cost from probe metadata to the full routing token view,
+// Suite "layout": media layout cost from probe metadata to the full routing token view,
 // for a 768-frame 4K video and a 20-image request (the cases of bench/layout.bench.mjs, as a suite).
 import { sampleFor, summarize } from "../lib/stats.mjs";
 import { barChart } from "../lib/svg.mjs";

@@ -1,4 +1,4 @@
-// Suite "media-store" (issue 12): the cost of moving media once through the regional media store,
+// Suite "media-store": the cost of moving media once through the regional media store,
 // side by side with the direct path (the worker fetching the client's URL itself), for a 5 MB
 // image and a 50 MB video, first request and repeat; plus the store's ingest and serve throughput.
 // All on 127.0.0.1: an origin server (with ETag), the real decode service/store, a fetch like the

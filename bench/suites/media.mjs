@@ -1,4 +1,4 @@
-// Suite "media" (issue 4): runs bench/media/probe.mjs (owned by the media work) when it exists,
+// Suite "media": runs bench/media/probe.mjs (owned by the media work) when it exists,
 // running it as its own process and keeping its output verbatim.
 import { spawn } from "node:child_process";
 import { existsSync } from "node:fs";

@@ -2,7 +2,7 @@
  * How long the media store may reuse a URL's stored bytes without asking the origin again: HTTP
  * freshness as a shared cache computes it (RFC 9111 §4.2), and nothing looser.
  * - Lifetime: `s-maxage`, else `max-age`, else `Expires` − `Date`. No heuristic freshness: a
- *   response that states none is revalidated on every use (ETag / Last-Modified), as before.
+ *   response that states none is revalidated on every use (ETag / Last-Modified).
  * - Never fresh: `no-store`, `no-cache` (any form), `private` (a shared cache must not reuse it),
  *   `Vary: *`, HTTP/1.0 `Pragma: no-cache` without Cache-Control, and any directive it cannot read
  *   (a repeated or malformed `max-age`/`s-maxage`, an `Expires` that is not an IMF-fixdate): §4.2.1

@@ -1,5 +1,5 @@
 /**
- * The worker contract a relay publishes at hello (issue 5): derived from the served model's
+ * The worker contract a relay publishes at hello: derived from the served model's
  * directory (config.json, preprocessor_config.json, video_preprocessor_config.json) and the
  * worker's `/server_info` (version, `mm_process_config`). Published only when the worker accepts
  * caller `mm_hashes`: a worker that ignores them pads media with its own hashes, so the router's

@@ -6,7 +6,7 @@
  * Cache namespaces (SGLang's `cache_salt`; docs/relay.md §Tenant isolation): a namespaced block's
  * local hash is xxh3-64(namespace tag (8 bytes) || its plain local hash (u64 LE)), so a salted block
  * and an unsalted (or differently salted) block with the same tokens never share a local hash, and
- * unsalted blocks hash exactly as before. The edge maps a request's hashes with the salt it sends
+ * an unsalted block's local hash is its plain one. The edge maps a request's hashes with the salt it sends
  * (after the prompt-prefix cache, whatever path produced them); the relay maps a stored block's
  * with the salt SGLang reports in BlockStoredWithMetadata.
  */

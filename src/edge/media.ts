@@ -11,7 +11,7 @@
  *   videos are refused.
  * A URL the edge cannot turn into verified bytes is the client's 400 (OpenAI error shape), on
  * every path, whatever the routing outcome: a worker never receives a client URL, unless the
- * operator opted into `KVEDGE_FORWARD_CLIENT_URLS` (unsafe; the old behaviour). A video the
+ * operator opted into `KVEDGE_FORWARD_CLIENT_URLS` (unsafe: the worker fetches it itself). A video the
  * decoder cannot read is the client's 4xx too, and a data: video the decode service could not
  * check (not configured: 400; unreachable, overloaded: 503) is not forwarded either (workers get
  * only media the store could verify); a probed video without a frame rate only costs exact routing.

@@ -8,7 +8,7 @@
  * - the edge still serves normal requests afterwards.
  * It also samples the workerd processes' resident memory during the run (the edge's peak).
  * Size: KVEDGE_FUZZ_REQUESTS (default 2,500; `npm run test:fuzz` = 10,000), KVEDGE_FUZZ_SEED (default 1).
- * Media parts the edge cannot verify are refused with a 400 (issue #12: workers only ever receive
+ * Media parts the edge cannot verify are refused with a 400 (workers only ever receive
  * verified bytes), so an unusable "video" never reaches a worker and no 5xx is exempt.
  */
 import { readFileSync, readdirSync, writeFileSync } from "node:fs";

@@ -1,5 +1,5 @@
 /**
- * Issue 12 end to end on the local fleet: media crosses the network from the client's URL exactly
+ * The media trust boundary end to end on the local fleet: media crosses the network from the client's URL exactly
  * once, into the regional media store, and workers (locked down: store URLs and data: only) use
  * exactly the bytes the edge verified.
  *
@@ -128,7 +128,7 @@ function corpus(): string[] {
   return [...direct, ...redirects];
 }
 
-describe("media trust boundary (issue 12)", () => {
+describe("media trust boundary", () => {
   it("refuses every loopback/private/metadata spelling, as image and video, with and without uuid; the trap sees 0 connections", async () => {
     const urls = corpus();
     expect(urls.length).toBeGreaterThanOrEqual(40);

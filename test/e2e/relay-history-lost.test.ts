@@ -1,5 +1,5 @@
 /**
- * Issue #18 on the real local fleet: a relay killed while its worker publishes more KV-event batches
+ * Lost history on the real local fleet: a relay killed while its worker publishes more KV-event batches
  * than the worker's replay buffer holds (`--buffer-steps 8`), then restarted. The restarted relay
  * resumes its saved view (state file) and finds the history gone: the index must then either equal
  * the worker's cache, or mark the worker approximate — never "synced" with wrong blocks — and the
@@ -131,7 +131,7 @@ describe("relay restarted after its worker's replay buffer moved on", () => {
     await waitParity(fleet, 0, 15_000);
     figures.afterFlush = exact;
 
-    // The same fault for a relay without a saved view (as before state files): it knows only the
+    // The same fault for a relay without a saved view (no state file): it knows only the
     // last buffered batches and, unable to prove the same worker life, starts a new epoch, which
     // fences out the index's last copy too. Reported for comparison, not asserted.
     const hot2: { seed: number; worker: string }[] = [];

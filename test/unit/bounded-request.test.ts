@@ -1,5 +1,5 @@
 /**
- * Bounded work per request, in Node (a real clock): the 19 MB tool schema of issue #13 is refused
+ * Bounded work per request, in Node (a real clock): a 19 MB tool schema is refused
  * by the pre-parse count, and every template input counts (jsonChars stops at its budget, so a
  * huge value costs no more than the budget to measure). The figure is printed for
  * docs/reliability.md; no timed assertion.

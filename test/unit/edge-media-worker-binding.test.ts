@@ -1,6 +1,6 @@
 /**
  * A stored item's URL is signed for the worker the request goes to, and only that worker fetches
- * it (issue 32): the real chat handler, a real media store and origin, a first worker that drops
+ * it: the real chat handler, a real media store and origin, a first worker that drops
  * the connection (the edge retries elsewhere) and a simulated SGLang worker locked down to the
  * store with its own media credential. The retry carries a URL signed for the second worker; the
  * first worker's URL does not open for the second worker's credential. A video the store cannot

@@ -1,5 +1,5 @@
 /**
- * The origin side of the media store under generated misbehaviour (issue 32): a raw TCP server
+ * The origin side of the media store under generated misbehaviour: a raw TCP server
  * answers each fetch of the real decode service (its own process, unsupervised, so a crash is an
  * exit) with a generated status line (every code 0-999, other versions, garbage), headers
  * (missing, conflicting or negative lengths, chunked framing errors, 20 kB and 2,000 headers,

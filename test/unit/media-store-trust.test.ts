@@ -1,5 +1,5 @@
 /**
- * The media store against one hostile party at a time, over real HTTP on 127.0.0.1 (issue 32):
+ * The media store against one hostile party at a time, over real HTTP on 127.0.0.1:
  * an origin answering every status 0-999 (a raw TCP server writes the status line) cannot take the
  * service down; a client flooding junk, or valid media past its quota, cannot evict another
  * tenant's stored media; the service restarted under its supervisor re-indexes its files, so a

@@ -2,7 +2,7 @@
  * The regional media store over real HTTP on 127.0.0.1: content addressing (SHA-256 of exactly
  * the bytes fetched), dedup of the same bytes under two URLs, signed short-lived worker URLs
  * (tampered, expired, over-long, unsigned, other digest: all refused with one answer), the LRU
- * by bytes and the per-item cap, and the decode service's download bounds (issue 13): at most
+ * by bytes and the per-item cap, and the decode service's download bounds: at most
  * `maxDownloads` downloads at once, a bounded queue answering 503, cancellation when callers go,
  * each client's share of the slots (fair-slots.ts), idle and request timeouts.
  */
@@ -162,7 +162,7 @@ describe("media store", () => {
   });
 });
 
-describe("decode service download bounds (issue 13)", () => {
+describe("decode service download bounds", () => {
   it("holds at most its download bound, queues a bounded number, refuses the rest with 503, and cancels work whose callers left", async () => {
     hold.peak = 0;
     hold.closedEarly = 0;

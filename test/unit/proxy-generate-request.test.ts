@@ -91,7 +91,7 @@ describe("buildSamplingParams mapping table", () => {
 describe("outputCap: maxMaxTokens bounds a request without max_tokens", () => {
   it("caps where the operator's bound is tighter than the context, with an exact prompt count", () => {
     expect(outputCap(4096, { tokens: 1000, exact: true }, 32768, false)).toBe(4096);
-    // The context is the tighter bound: nothing sent, SGLang stops at the context as before.
+    // The context is the tighter bound: nothing sent, SGLang stops at the context by itself.
     expect(outputCap(262144, { tokens: 1000, exact: true }, 262144, false)).toBeNull();
     expect(outputCap(4096, { tokens: 28672, exact: true }, 32768, false)).toBeNull();
     // A lower-bound prompt count could make the worker refuse prompt + cap; auto-truncating workers clamp.

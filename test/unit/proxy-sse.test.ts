@@ -89,8 +89,8 @@ describe("SSE parser", () => {
     const bytes = enc.encode(line);
     const chunks: Uint8Array[] = [];
     for (let i = 0; i < bytes.length; i += 100) chunks.push(bytes.slice(i, i + 100));
-    // Each search of a string makes V8 flatten it: the old parser searched the whole unfinished
-    // line (appended to per chunk) on every chunk, ~200 MB of strings for this 200 kB line.
+    // Each search of a string makes V8 flatten it: searching the whole unfinished line (appended
+    // to per chunk) on every chunk would flatten ~200 MB of strings for this 200 kB line.
     const indexOf = String.prototype.indexOf;
     let searched = 0;
     const spy = vi.spyOn(String.prototype, "indexOf").mockImplementation(function (this: string, search: string, from?: number) {

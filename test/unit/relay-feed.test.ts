@@ -100,7 +100,7 @@ describe("KvFeed", () => {
     const last = h.pub.nextSeq - 1;
     await waitFor(() => h.feed.lastSeq === last, "live batches");
     expect(seqs(h.delivered)).toEqual(range(0, last));
-    // stats() reports the same position (it used to be overwritten with null).
+    // stats() reports the same position, not null.
     expect(h.feed.stats().lastSeq).toBe(last);
     expect(h.lost).toEqual([]);
   });

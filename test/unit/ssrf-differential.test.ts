@@ -1,6 +1,6 @@
 /**
  * Differential test of the hand-written IP parsing and address classes (src/media/ip-address.ts,
- * ssrf.ts) against ipaddr.js, a widely used library (issue 17):
+ * ssrf.ts) against ipaddr.js, a widely used library:
  * - IPv4 in every spelling both accept (1–4 parts; decimal, octal, hex per part): same address;
  * - IPv6 in compressed, full and dotted-tail text: same 128-bit value;
  * - classes: every address ipaddr.js puts in a special range is refused by our policy, except
