@@ -1,7 +1,7 @@
 /**
  * The regional decode service and media store: its lifecycle (build the parts, listen, close).
  * What each request does is read in order in:
- * - route.ts, routes.ts: the route table and the dispatch of a path to its route;
+ * - route.ts, route-table.ts: the route table and the dispatch of a path to its route;
  * - request.ts: each request's signal (caller gone, deadline) and its error answer;
  * - healthz-route.ts `GET /healthz`; media-route.ts `GET /v1/media/<digest>?exp&w&sig` (workers,
  *   signed URLs); store-route.ts `POST /v1/store`; probe-route.ts `POST /v1/probe`;
@@ -21,13 +21,13 @@ import type { MediaStoreStats } from "./media-store.ts";
 import { DecodeServiceOptionsSchema, type DecodeServiceOptionsInput } from "./options.ts";
 import type { DecoderKind } from "./probers.ts";
 import { failOutsideHandler, serveRequest } from "./request.ts";
-import { decodeRoutes } from "./routes.ts";
+import { decodeRoutes } from "./route-table.ts";
 import { assembleParts, type DecodeServiceDeps } from "./service-parts.ts";
 import type { DecodeServiceStats } from "./stats.ts";
 
 export { FAILED_PROBE_TTL_MS } from "./probe-cache.ts";
 export type { DecodeServiceDeps } from "./service-parts.ts";
-export type { CacheOutcome, DecodeServiceStats } from "./stats.ts";
+export type { DecodeServiceStats } from "./stats.ts";
 
 export interface DecodeService {
   url: string;
