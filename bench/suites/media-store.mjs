@@ -5,9 +5,9 @@
 // simulated worker's. No native ffmpeg: the video comes from @ffmpeg/core (wasm), padded to size
 // with an MP4 `free` box (the same video to every decoder, 50 MB on the wire).
 //
-// direct path (old design): the edge fetches + hashes the item (identity), then the worker fetches
-//   the client's URL again from the origin;
-// store path (now): POST /v1/store (the store fetches, hashes, spools, describes; a repeat is a
+// direct path (the baseline: no store): the edge fetches + hashes the item (identity), then the worker
+//   fetches the client's URL again from the origin;
+// store path (kvedge's): POST /v1/store (the store fetches, hashes, spools, describes; a repeat is a
 //   conditional GET answered 304), then the worker fetches the signed store URL.
 // "first" = a URL with bytes the store has not seen; "repeat" = the same URL again; "fresh repeat" =
 // a URL whose origin sends Cache-Control: max-age, asked again within it (the store answers without
