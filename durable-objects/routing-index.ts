@@ -44,7 +44,7 @@ interface ShardIdentity {
 }
 
 export class RoutingIndex extends DurableObject<RoutingIndexEnv> implements PoolIndexFrontDoor {
-  readonly core: RoutingCore;
+  readonly #core: RoutingCore;
   /** Shards in this pool (KVEDGE_SHARDS); with 1 there is no load replication. */
   readonly #shards: number;
   readonly #loadSyncMs: number;
@@ -65,7 +65,7 @@ export class RoutingIndex extends DurableObject<RoutingIndexEnv> implements Pool
     const routing = parseRoutingVar(env.KVEDGE_ROUTING);
     this.#shards = shardCountOf(env.KVEDGE_SHARDS);
     this.#loadSyncMs = routing.loadSyncMs;
-    this.core = new RoutingCore({
+    this.#core = new RoutingCore({
       blockSize: null,
       temperature: routing.temperature,
       decodeWeight: routing.decodeWeight,
@@ -83,8 +83,8 @@ export class RoutingIndex extends DurableObject<RoutingIndexEnv> implements Pool
       const shard = id.find((r) => r.k === "shard_index")?.v;
       if (model !== undefined && shard !== undefined) this.#identity = { model, shard: Number(shard) };
       const bs = this.ctx.storage.sql.exec<{ v: string }>("SELECT v FROM meta WHERE k = 'block_size'").toArray()[0];
-      if (bs) this.core.adoptBlockSize(Number(bs.v));
-      for (const row of this.ctx.storage.sql.exec<WorkerSqlRow>("SELECT * FROM workers")) this.core.restoreWorker(rowToRecord(row));
+      if (bs) this.#core.adoptBlockSize(Number(bs.v));
+      for (const row of this.ctx.storage.sql.exec<WorkerSqlRow>("SELECT * FROM workers")) this.#core.restoreWorker(rowToRecord(row));
     });
     // Memory was lost if we are waking up with sockets still attached: ask every relay for a dump.
     for (const ws of ctx.getWebSockets()) this.#send(ws, { type: "resync", reason: "index restarted" });
@@ -148,8 +148,8 @@ export class RoutingIndex extends DurableObject<RoutingIndexEnv> implements Pool
       rec.incrementalStreaming ? 1 : 0,
       rec.kvCapacityTokens ?? null,
     );
-    if (this.core.blockSize !== null)
-      this.ctx.storage.sql.exec("INSERT INTO meta (k, v) VALUES ('block_size', ?) ON CONFLICT(k) DO NOTHING", String(this.core.blockSize));
+    if (this.#core.blockSize !== null)
+      this.ctx.storage.sql.exec("INSERT INTO meta (k, v) VALUES ('block_size', ?) ON CONFLICT(k) DO NOTHING", String(this.#core.blockSize));
   }
 
   /**
@@ -167,8 +167,8 @@ export class RoutingIndex extends DurableObject<RoutingIndexEnv> implements Pool
     if (!this.#claimNonce(nonce, workerId, expiresAt)) return new Response("relay token already used", { status: 401 });
     this.#learnIdentity(request.headers.get("x-kvedge-pool"), Number(request.headers.get("x-kvedge-shard") ?? "0"));
     const poolBlockSize = Number(request.headers.get("x-kvedge-block-size"));
-    if (this.core.blockSize === null && Number.isInteger(poolBlockSize) && poolBlockSize > 0) {
-      this.core.adoptBlockSize(poolBlockSize);
+    if (this.#core.blockSize === null && Number.isInteger(poolBlockSize) && poolBlockSize > 0) {
+      this.#core.adoptBlockSize(poolBlockSize);
       this.ctx.storage.sql.exec("INSERT INTO meta (k, v) VALUES ('block_size', ?) ON CONFLICT(k) DO NOTHING", String(poolBlockSize));
     }
     const pair = new WebSocketPair();
@@ -205,7 +205,7 @@ export class RoutingIndex extends DurableObject<RoutingIndexEnv> implements Pool
   override async webSocketMessage(ws: WebSocket, message: string | ArrayBuffer): Promise<void> {
     const att = ws.deserializeAttachment() as Attachment;
     const v = relayFrame(
-      this.core,
+      this.#core,
       message,
       {
         workerId: att.workerId,
@@ -248,7 +248,7 @@ export class RoutingIndex extends DurableObject<RoutingIndexEnv> implements Pool
   #relayDetached(ws: WebSocket): void {
     const att = ws.deserializeAttachment() as Attachment;
     // Only the newest session's close means the relay is gone; a superseded socket's does not.
-    if (this.#sessions.closed(att)) this.core.relayGone(att.workerId);
+    if (this.#sessions.closed(att)) this.#core.relayGone(att.workerId);
   }
 
   #send(ws: WebSocket, msg: IndexToRelay): void {
@@ -263,21 +263,21 @@ export class RoutingIndex extends DurableObject<RoutingIndexEnv> implements Pool
 
   /** Picks a worker for a request and adds its load. null = no worker up. */
   async route(req: RouteRequest): Promise<RouteDecision | null> {
-    const d = this.core.route(req);
+    const d = this.#core.route(req);
     this.#scheduleLoadSync();
     return d;
   }
 
   /** Frees a request's load and records the predicted-vs-actual receipt. */
   async settle(req: SettleRequest): Promise<void> {
-    const r = this.core.settle(req);
+    const r = this.#core.settle(req);
     // A release goes out at once and the edge may wait for it (release before reply, chat.ts).
     if (this.#shards > 1) await this.#flushLoadNow();
     if (r.drift && r.receipt) console.warn(JSON.stringify({ event: "routing_drift", workerId: r.receipt.workerId }));
   }
 
   async markPrefillDone(receiptId: string): Promise<void> {
-    this.core.markPrefillDone(receiptId);
+    this.#core.markPrefillDone(receiptId);
     this.#scheduleLoadSync();
   }
 
@@ -285,7 +285,7 @@ export class RoutingIndex extends DurableObject<RoutingIndexEnv> implements Pool
 
   /** Sends queued load changes to the other shards within loadSyncMs, batching what comes meanwhile. */
   #scheduleLoadSync(): void {
-    if (this.#shards <= 1 || this.#loadSyncTimer !== null || this.core.pendingLoadOps === 0) return;
+    if (this.#shards <= 1 || this.#loadSyncTimer !== null || this.#core.pendingLoadOps === 0) return;
     this.#loadSyncTimer = setTimeout(() => {
       this.#loadSyncTimer = null;
       this.ctx.waitUntil(this.#flushLoadOps());
@@ -303,12 +303,12 @@ export class RoutingIndex extends DurableObject<RoutingIndexEnv> implements Pool
   async #flushLoadOps(): Promise<void> {
     const ns = this.env.ROUTING_INDEX;
     const me = this.#identity;
-    const ops = this.core.takeLoadOps();
+    const ops = this.#core.takeLoadOps();
     // Without a binding or before the edge told us who we are, peers cannot be named: the others
     // then route on their own load only (counted as failures so it shows on /admin/stats).
     if (ops.length === 0) return;
     if (!ns || !me) {
-      this.core.loadSendFailed();
+      this.#core.loadSendFailed();
       return;
     }
     const batch: LoadOpBatch = { from: me.shard, ops };
@@ -321,7 +321,7 @@ export class RoutingIndex extends DurableObject<RoutingIndexEnv> implements Pool
         ns.getByName(shardObjectName(me.model, k)).applyLoadOps(batch).then(
           () => undefined,
           (err: unknown) => {
-            this.core.loadSendFailed();
+            this.#core.loadSendFailed();
             console.warn(JSON.stringify({ event: "load_sync_failed", to: k, error: String(err) }));
           },
         ),
@@ -339,52 +339,45 @@ export class RoutingIndex extends DurableObject<RoutingIndexEnv> implements Pool
       console.warn(JSON.stringify({ event: "load_sync_bad_batch", issue: parsed.error.issues[0]?.message }));
       return;
     }
-    this.core.applyRemoteLoad(parsed.data.from, parsed.data.ops);
+    this.#core.applyRemoteLoad(parsed.data.from, parsed.data.ops);
   }
 
   /** This shard's part of the pool (`/admin/shards`). */
   async shardInfo(): Promise<ShardInfo> {
+    const { indexedBlocks, activeRequests } = this.#core.sizes();
     return {
       model: this.#identity?.model ?? null,
       shard: this.#identity?.shard ?? null,
       shards: this.#shards,
-      indexedBlocks: this.core.index.size,
-      activeRequests: this.core.load.size,
-      workers: this.core.workers().length,
-      loadSync: this.core.loadSyncStats(),
+      indexedBlocks,
+      activeRequests,
+      workers: this.#core.workers().length,
+      loadSync: this.#core.loadSyncStats(),
     };
   }
 
   /** An edge could not connect to the worker: routing avoids it for a while (RoutingCore.quarantine). */
   async quarantine(workerId: string, reason: string): Promise<void> {
-    const rec = this.core.quarantine(workerId);
+    const rec = this.#core.quarantine(workerId);
     if (rec) console.warn(JSON.stringify({ event: "worker_quarantined", workerId, until: rec.quarantinedUntil, reason }));
   }
 
   async profile(): Promise<PoolProfile> {
-    const ws = this.core.workers();
-    return { blockSize: this.core.blockSize, workers: ws.length, workersUp: ws.filter((w) => w.status === "up").length, cohort: this.core.cohort() };
+    const ws = this.#core.workers();
+    return { blockSize: this.#core.blockSize, workers: ws.length, workersUp: ws.filter((w) => w.status === "up").length, cohort: this.#core.cohort() };
   }
 
   async workers(): Promise<WorkerRow[]> {
-    return this.core.workers();
+    return this.#core.workers();
   }
 
   async stats(): Promise<PoolStats> {
-    return {
-      blockSize: this.core.blockSize,
-      indexedBlocks: this.core.index.size,
-      activeRequests: this.core.load.size,
-      counters: this.core.counters,
-      receipts: this.core.receipts.stats(),
-      recentReceipts: this.core.receipts.recent(50),
-      workers: this.core.workers(),
-    };
+    return this.#core.stats();
   }
 
   /** Admin: forget a worker entirely. */
   async removeWorker(workerId: string): Promise<boolean> {
-    const ok = this.core.removeWorker(workerId);
+    const ok = this.#core.removeWorker(workerId);
     this.#lastSeenFlushed.delete(workerId);
     this.ctx.storage.sql.exec("DELETE FROM workers WHERE worker_id = ?", workerId);
     for (const ws of this.ctx.getWebSockets(workerId)) ws.close(4004, "worker removed");
@@ -423,7 +416,7 @@ export class RoutingIndex extends DurableObject<RoutingIndexEnv> implements Pool
       // A relay already reconnected with another (valid) key keeps the worker up.
       const others = this.ctx.getWebSockets(att.workerId).filter((o) => o !== ws && o.readyState === WebSocket.OPEN && (o.deserializeAttachment() as Attachment).keyId !== keyId);
       if (others.length === 0) {
-        const rec = this.core.setStatus(att.workerId, "down");
+        const rec = this.#core.setStatus(att.workerId, "down");
         if (rec) this.#persist(rec);
       }
       n++;
@@ -433,19 +426,17 @@ export class RoutingIndex extends DurableObject<RoutingIndexEnv> implements Pool
 
   /** Test/ops hook: the local hashes a worker holds, for parity checks against the engine. */
   async workerLocalHashes(workerId: string): Promise<string[]> {
-    const slot = this.core.slotOf(workerId);
-    if (slot < 0) return [];
-    return this.core.index.workerLocalHashesHex(slot);
+    return this.#core.workerLocalHashes(workerId);
   }
 
   /** Operators: registry, load, index counters, routing decisions and receipts (/metrics, /dashboard). */
   async metrics(): Promise<PoolMetricsSnapshot> {
-    return this.core.metricsSnapshot();
+    return this.#core.metricsSnapshot();
   }
 
   /** What route() would pick now, without adding load or a receipt (`POST /admin/explain`). */
   async peek(req: PeekRequest): Promise<RoutePreview> {
-    return this.core.peek(req);
+    return this.#core.peek(req);
   }
 }
 

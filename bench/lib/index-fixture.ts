@@ -55,5 +55,5 @@ export function createIndexFixture(workers: number, blocksPerWorker: number, see
     const r = core.applyDump(workerId, { type: "dump", epoch: 1, seq: -1, blocks });
     if (!r.ok) throw new Error(r.reason);
   }
-  return { core, indexedBlocks: core.index.size, chains };
+  return { core, indexedBlocks: core.sizes().indexedBlocks, chains };
 }

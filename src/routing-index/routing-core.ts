@@ -8,25 +8,24 @@
  *  - cohort.ts: worker contracts and the pool's cohort;
  *  - pool-metrics.ts: worker rows, counters and the metrics snapshot.
  */
-import type { ApproxIndex, ApproxConfig } from "../block-index/approx-index.ts";
-import type { BlockBudget } from "../block-index/block-budget.ts";
+import type { ApproxConfig } from "../block-index/approx-index.ts";
 import type { BlockIndex } from "../block-index/block-index.ts";
 import { LoadTracker } from "../load/load-tracker.ts";
 import { PrefillWatch } from "./prefill-watch.ts";
-import type { PendingRoutes } from "../load/pending-routes.ts";
 import type { LoadOp, LoadSyncStats } from "../load/load-replica.ts";
 import type { CohortResult } from "../layout/index.ts";
 import { PoolRecorder } from "../metrics/pool-recorder.ts";
 import type { IndexCounters, PoolMetricsSnapshot } from "../metrics/pool-snapshot.ts";
 import type { RelayDump, RelayEvents, RelayHello, WorkerStatus } from "../relay-wire/relay-protocol.ts";
 import type { RegionsConfig } from "../selection/regions.ts";
-import type { ApproximateWorkers } from "./approximate-workers.ts";
+import { DEFAULT_SELECTION_COST, type SelectionCost } from "../selection/selection.ts";
 import { BlockViews, type RelayApplyOutcome } from "./block-views.ts";
 import { countDropped } from "./drop-count.ts";
 import { poolCohort } from "./cohort.ts";
 import { LoadSync } from "./load-sync.ts";
 import { emptyIndexCounters, poolMetricsSnapshot, workerRows, type WorkerRow } from "./pool-metrics.ts";
 import { ReceiptBook, type Receipt } from "./receipts.ts";
+import type { PoolStats } from "./front-door.ts";
 import { Router, type RouteDecision, type RoutePreview, type RouteRequest, type SettleRequest } from "./router.ts";
 import { WorkerRegistry, type WorkerRecord } from "./worker-registry.ts";
 
@@ -37,11 +36,21 @@ export type { WorkerRecord } from "./worker-registry.ts";
 /** The index's event and routing counters (the metrics snapshot exports the same shape). */
 export type CoreCounters = IndexCounters;
 
+/** What one index object holds now (RoutingCore.sizes). */
+export interface IndexSizes {
+  indexedBlocks: number;
+  /** Blocks assumed cached on workers without KV events (approximate mode, src/block-index/approx-index.ts). */
+  assumedBlocks: number;
+  /** Blocks refused by the block budget since start (block-budget.ts). */
+  blocksRefused: number;
+  activeRequests: number;
+}
+
 export interface RoutingCoreOptions {
   /** Pool block size; null = adopt the first worker's. */
   blockSize: number | null;
   temperature?: number;
-  /** Weight of decode load in the cost (default 1, Dynamo's); see selection.ts. */
+  /** Weight of decode load in the block cost (default 1, Dynamo's); see src/selection/block-cost.ts. */
   decodeWeight?: number;
   staleMs?: number;
   random?: () => number;
@@ -50,13 +59,10 @@ export interface RoutingCoreOptions {
   index?: BlockIndex;
   /** Approximate mode for workers registered with kvEvents: false (src/block-index/approx-index.ts). */
   approx?: Partial<ApproxConfig>;
-  /** RTT table and defaults for region-aware selection (src/selection/regions.ts); null = off. */
+  /** RTT table and TTFT tunables for region-aware selection (src/selection/regions.ts); null = off. */
   regions?: RegionsConfig | null;
-  /**
-   * "ttft": without a usable region (no config, or the edge's region unknown) still score by
-   * estimated TTFT, with no round trip; "blocks" (default here): Dynamo's block cost then.
-   */
-  cost?: "ttft" | "blocks";
+  /** Which cost scores workers (src/selection/selection.ts); default DEFAULT_SELECTION_COST. */
+  cost?: SelectionCost;
   /** One shard of a sharded pool: queue this core's load changes for the other shards (load-replica.ts). */
   replicateLoad?: boolean;
   /** Most (worker, block) entries this index holds (block-budget.ts); default DEFAULT_BLOCK_BUDGET. */
@@ -75,19 +81,11 @@ export const DEFAULT_RELAY_SILENT_MS = 90_000;
 export const DEFAULT_QUARANTINE_MS = 15_000;
 
 export class RoutingCore {
-  readonly index: BlockIndex;
-  /** Blocks assumed cached on workers without KV events (approximate mode). */
-  readonly approx: ApproxIndex;
-  readonly load: LoadTracker;
-  readonly receipts = new ReceiptBook();
-  /** Chains routed in the last seconds, counted as overlap until the worker's events arrive. */
-  readonly pending: PendingRoutes;
-  readonly counters: CoreCounters = emptyIndexCounters();
+  readonly #load: LoadTracker;
+  readonly #receipts = new ReceiptBook();
+  readonly #counters: CoreCounters = emptyIndexCounters();
   /** Operator metrics (routing decisions, receipts, edge overhead); see src/metrics/. */
-  readonly metrics = new PoolRecorder();
-  /** Workers whose indexed blocks may be wrong (relay lost history, budget refusals). */
-  readonly approximate: ApproximateWorkers;
-  readonly budget: BlockBudget;
+  readonly #metrics = new PoolRecorder();
   readonly #registry: WorkerRegistry;
   readonly #views: BlockViews;
   readonly #loadSync: LoadSync;
@@ -103,17 +101,12 @@ export class RoutingCore {
     this.#relaySilentMs = opts.relaySilentMs ?? DEFAULT_RELAY_SILENT_MS;
     this.#quarantineMs = opts.quarantineMs ?? DEFAULT_QUARANTINE_MS;
     this.#registry = new WorkerRegistry(opts.blockSize, this.#now);
-    this.#views = new BlockViews(this.#registry, this.counters, opts);
-    this.index = this.#views.index;
-    this.approx = this.#views.approx;
-    this.budget = this.#views.budget;
-    this.pending = this.#views.pending;
-    this.approximate = this.#views.approximate;
-    this.load = new LoadTracker(opts.staleMs ?? 300_000);
-    this.#loadSync = new LoadSync(this.load, this.#registry, opts.replicateLoad ?? false, this.#now);
+    this.#views = new BlockViews(this.#registry, this.#counters, opts);
+    this.#load = new LoadTracker(opts.staleMs ?? 300_000);
+    this.#loadSync = new LoadSync(this.#load, this.#registry, opts.replicateLoad ?? false, this.#now);
     this.#router = new Router(
-      { registry: this.#registry, views: this.#views, load: this.load, loadSync: this.#loadSync, prefillWatch: this.#prefillWatch, receipts: this.receipts, metrics: this.metrics, counters: this.counters },
-      { ...opts, now: this.#now },
+      { registry: this.#registry, views: this.#views, load: this.#load, loadSync: this.#loadSync, prefillWatch: this.#prefillWatch, receipts: this.#receipts, metrics: this.#metrics, counters: this.#counters },
+      { ...opts, cost: opts.cost ?? DEFAULT_SELECTION_COST, now: this.#now },
     );
   }
 
@@ -128,10 +121,6 @@ export class RoutingCore {
     this.#registry.adoptBlockSize(blockSize);
   }
 
-  slotOf(workerId: string): number {
-    return this.#registry.slotOf(workerId);
-  }
-
   /** Restores a registry row (after a Durable Object restart). Blocks come later, from dumps. */
   restoreWorker(rec: WorkerRecord): void {
     const { worker, added } = this.#registry.restore(rec);
@@ -140,7 +129,7 @@ export class RoutingCore {
 
   workers(): WorkerRow[] {
     this.#markSilentRelays();
-    return workerRows(this.#registry, this.#views, this.load, this.#now());
+    return workerRows(this.#registry, this.#views, this.#load, this.#now());
   }
 
   worker(workerId: string): WorkerRecord | undefined {
@@ -150,7 +139,7 @@ export class RoutingCore {
   /** Any message from the worker's relay: the time operators see as lastSeen (in memory); a silent relay is heard again. */
   touch(workerId: string): number | null {
     const at = this.#registry.touch(workerId);
-    if (at !== null) this.approximate.clear(workerId, "silent");
+    if (at !== null) this.#views.approximate.clear(workerId, "silent");
     return at;
   }
 
@@ -172,13 +161,18 @@ export class RoutingCore {
   #markSilentRelays(): void {
     const now = this.#now();
     for (const w of this.#registry.all()) {
-      if (!w.kvEvents || !this.#isSilent(w, now) || !this.#views.isSynced(w.workerId) || this.approximate.has(w.workerId)) continue;
-      this.approximate.mark(w.workerId, "silent", `nothing from its relay for ${Math.round((now - w.lastSeen) / 1000)} s: the path may be dead and events lost`);
+      if (!w.kvEvents || !this.#isSilent(w, now) || !this.#views.isSynced(w.workerId) || this.#views.approximate.has(w.workerId)) continue;
+      this.#views.approximate.mark(w.workerId, "silent", `nothing from its relay for ${Math.round((now - w.lastSeen) / 1000)} s: the path may be dead and events lost`);
     }
   }
 
   isSynced(workerId: string): boolean {
     return this.#views.isSynced(workerId);
+  }
+
+  /** Whether the index's view of the worker may be wrong (approximate-workers.ts); no check for silence first. */
+  isApproximate(workerId: string): boolean {
+    return this.#views.approximate.has(workerId);
   }
 
   /** A relay said hello. Returns the record to persist, or a refusal. */
@@ -220,7 +214,7 @@ export class RoutingCore {
     if (!w) return undefined;
     if (status === "down") {
       this.#views.resetWorker(w.slot, workerId);
-      this.load.releaseWorker(w.slot);
+      this.#load.releaseWorker(w.slot);
       this.#prefillWatch.clear(w.slot);
     }
     const { slot: _s, ...rec } = w;
@@ -231,7 +225,7 @@ export class RoutingCore {
     const w = this.#registry.remove(workerId);
     if (!w) return false;
     this.#views.removeWorker(w.slot, workerId);
-    this.load.releaseWorker(w.slot);
+    this.#load.releaseWorker(w.slot);
     this.#prefillWatch.clear(w.slot);
     return true;
   }
@@ -261,15 +255,15 @@ export class RoutingCore {
     if (!w || this.#prefillWatch.watched(w.slot) === 0) return;
     const done = this.#prefillWatch.finished(
       w.slot,
-      (end) => this.index.holdsChainEnd(w.slot, end),
-      (id) => this.load.get(id)?.prefillDone === false,
+      (end) => this.#views.index.holdsChainEnd(w.slot, end),
+      (id) => this.#load.get(id)?.prefillDone === false,
     );
     for (const id of done) this.#loadSync.markPrefillDone(id);
   }
 
   /** A relay frame the index refused (too large, malformed, from a superseded session): counted with the views' drops. */
   countDropped(reason: string): void {
-    countDropped(this.counters, reason);
+    countDropped(this.#counters, reason);
   }
 
   /** The relay's socket closed: the worker is approximate until its next exact dump (block-views.ts). */
@@ -324,12 +318,36 @@ export class RoutingCore {
     return this.#loadSync.stats();
   }
 
-  // ---- metrics (pool-metrics.ts) ----
+  // ---- what operators see (pool-metrics.ts) ----
+
+  /** What the index holds now: blocks (indexed, and assumed for workers without events), refused blocks, in-flight requests. */
+  sizes(): IndexSizes {
+    return { indexedBlocks: this.#views.index.size, assumedBlocks: this.#views.approx.size, blocksRefused: this.#views.budget.refused, activeRequests: this.#load.size };
+  }
+
+  /** `/admin/stats`: counters, receipts and the registry. */
+  stats(): PoolStats {
+    return {
+      blockSize: this.blockSize,
+      indexedBlocks: this.#views.index.size,
+      activeRequests: this.#load.size,
+      counters: this.#counters,
+      receipts: this.#receipts.stats(),
+      recentReceipts: this.#receipts.recent(50),
+      workers: this.workers(),
+    };
+  }
+
+  /** The local hashes (hex) the index holds for a worker; none for an unknown one. */
+  workerLocalHashes(workerId: string): string[] {
+    const slot = this.#registry.slotOf(workerId);
+    return slot < 0 ? [] : this.#views.index.workerLocalHashesHex(slot);
+  }
 
   /** Everything operators see about this pool (metrics scrape, dashboard), as plain JSON. */
   metricsSnapshot(): PoolMetricsSnapshot {
     this.#markSilentRelays();
-    const parts = { registry: this.#registry, views: this.#views, load: this.load, receipts: this.receipts, metrics: this.metrics, counters: this.counters };
+    const parts = { registry: this.#registry, views: this.#views, load: this.#load, receipts: this.#receipts, metrics: this.#metrics, counters: this.#counters };
     return poolMetricsSnapshot(parts, this.#now());
   }
 }

@@ -101,7 +101,7 @@ describe("RoutingCore approximate mode", () => {
     expect(first.workerId).toBe("ax");
     expect(first.overlapBlocks).toBe(0);
     core.settle({ receiptId: first.receiptId, promptTokens: 400, cachedTokens: 0, outcome: "ok" });
-    expect(core.approx.size).toBe(100);
+    expect(core.sizes().assumedBlocks).toBe(100);
     // 60 s later (pending routes last 5 s): only the assumption makes "ax" win over the tie-winner "ev".
     now = 60_000;
     const again = core.route({ localHashes: hashes, isl: 400 })!;
@@ -137,7 +137,7 @@ describe("RoutingCore approximate mode", () => {
     const view = core.peek({ localHashes: hashes, isl: 80 });
     expect(view.candidates.find((c) => c.workerId === "ev")!.overlapBlocks).toBe(8);
     expect(view.candidates.find((c) => c.workerId === "ax")!.overlapBlocks).toBe(0);
-    expect(core.approx.size).toBe(0);
+    expect(core.sizes().assumedBlocks).toBe(0);
     // Routing to "ax" (the other is excluded) is remembered for "ax" only.
     const e = core.route({ localHashes: hashes, isl: 80, exclude: ["ev"] })!;
     expect(e.workerId).toBe("ax");
@@ -148,6 +148,6 @@ describe("RoutingCore approximate mode", () => {
     expect(v2.workerId).toBe("ax");
     // A worker going down forgets what was assumed for it.
     core.setStatus("ax", "down");
-    expect(core.approx.size).toBe(0);
+    expect(core.sizes().assumedBlocks).toBe(0);
   });
 });

@@ -112,7 +112,7 @@ describe("upstream deadlines and cancellation (real handler, real HTTP)", () => 
     const t0 = Date.now();
     const res = await handleChatCompletions(chat({ stream: true }), deps);
     expect(res.status).toBe(200);
-    expect(core.load.size).toBe(1);
+    expect(core.sizes().activeRequests).toBe(1);
     const text = await res.text();
     const elapsed = Date.now() - t0;
     const frames = text.split("\n\n").filter(Boolean);
@@ -123,7 +123,7 @@ describe("upstream deadlines and cancellation (real handler, real HTTP)", () => 
     expect(elapsed).toBeGreaterThanOrEqual(IDLE_MS);
     expect(elapsed).toBeLessThan(IDLE_MS + 5_000);
     await settled();
-    expect(core.load.size).toBe(0);
+    expect(core.sizes().activeRequests).toBe(0);
     await expect.poll(() => closedUpstreams - closedBefore).toBe(1);
   });
 
@@ -135,7 +135,7 @@ describe("upstream deadlines and cancellation (real handler, real HTTP)", () => 
     const j = (await res.json()) as { error: { code: string } };
     expect(j.error.code).toBe("upstream_timeout");
     await settled();
-    expect(core.load.size).toBe(0);
+    expect(core.sizes().activeRequests).toBe(0);
   });
 
   it("a client that goes away mid-stream cancels the upstream request and releases the load", async () => {
@@ -149,7 +149,7 @@ describe("upstream deadlines and cancellation (real handler, real HTTP)", () => 
     await reader.cancel(); // the client disconnects
     await expect.poll(() => closedUpstreams - closedBefore, { timeout: 5_000 }).toBe(1);
     await settled();
-    expect(core.load.size).toBe(0);
+    expect(core.sizes().activeRequests).toBe(0);
   });
 
   it("x-kvedge-* routing headers only for admin callers or with KVEDGE_DEBUG_HEADERS=on", async () => {
@@ -209,7 +209,7 @@ describe("W3C trace context through the handler (real simulator)", () => {
     const sent = await receivedBy(id);
     expect(sent).toMatch(new RegExp(`^00-${CLIENT_TRACE}-[0-9a-f]{16}-01$`));
     expect(sent).not.toContain(CLIENT_SPAN);
-    expect(core.receipts.recent()[0]!.traceId).toBe(CLIENT_TRACE);
+    expect(core.stats().recentReceipts[0]!.traceId).toBe(CLIENT_TRACE);
   });
 
   it("an invalid traceparent is ignored: the worker gets a new trace, recorded with the receipt", async () => {
@@ -221,6 +221,6 @@ describe("W3C trace context through the handler (real simulator)", () => {
     const traceId = /^00-([0-9a-f]{32})-[0-9a-f]{16}-01$/.exec(sent ?? "")?.[1];
     expect(traceId).toBeDefined();
     expect(traceId).not.toBe("0".repeat(32));
-    expect(core.receipts.recent()[0]!.traceId).toBe(traceId);
+    expect(core.stats().recentReceipts[0]!.traceId).toBe(traceId);
   });
 });

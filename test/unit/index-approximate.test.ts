@@ -109,24 +109,24 @@ describe("block budget of one index object", () => {
     core.applyDump("a", { type: "dump", epoch: 1, seq: 0, blocks: dumpOf(tokens, 100) });
     core.applyDump("b", { type: "dump", epoch: 1, seq: 0, blocks: dumpOf([...tokens, ...tokens.map((t) => t + 50)], 200) });
     // b may use what the unused part of a's share (12: an even split) leaves: 12 of its 20.
-    expect(core.index.size).toBe(22);
+    expect(core.sizes().indexedBlocks).toBe(22);
     expect(row(core, "b")).toMatchObject({ blocks: 12, approximate: true, synced: false });
     expect(row(core, "a")).toMatchObject({ approximate: false, synced: true });
-    expect(core.counters.dropReasons["block_budget"]).toBe(8);
+    expect(core.stats().counters.dropReasons["block_budget"]).toBe(8);
     // Streamed blocks beyond the share are refused too, whole chains at a time.
     const more = dumpOf(tokens.map((t) => t + 900), 300).slice(0, 2);
     core.applyEvents("b", { type: "events", epoch: 1, seq: 1, events: [{ t: "stored", parent: null, blocks: more.map((b) => ({ h: b.h, l: b.l })) }] });
-    expect(core.index.size).toBe(22);
-    expect(core.counters.dropReasons["block_budget"]).toBe(10);
+    expect(core.sizes().indexedBlocks).toBe(22);
+    expect(core.stats().counters.dropReasons["block_budget"]).toBe(10);
     // a is within its share: its chain is stored, and the object is full.
     core.applyEvents("a", { type: "events", epoch: 1, seq: 1, events: [{ t: "stored", parent: null, blocks: more.map((b) => ({ h: b.h, l: b.l })) }] });
     expect(row(core, "a")).toMatchObject({ blocks: 12, approximate: false, synced: true });
-    expect(core.index.size).toBe(24);
+    expect(core.sizes().indexedBlocks).toBe(24);
     // Room again (a's blocks removed): b's next dump fits whole and b is exact.
     core.applyEvents("a", { type: "events", epoch: 1, seq: 2, events: [{ t: "cleared" }] });
     core.applyDump("b", { type: "dump", epoch: 1, seq: 1, blocks: dumpOf(tokens, 200) });
     expect(row(core, "b")).toMatchObject({ blocks: 10, approximate: false, synced: true });
-    expect(core.budget.refused).toBe(10);
+    expect(core.sizes().blocksRefused).toBe(10);
     expect(core.metricsSnapshot().blockBudget).toBe(24);
   });
 });

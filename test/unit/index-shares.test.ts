@@ -48,7 +48,7 @@ describe("a flooding relay cannot take the honest workers' room in the index", (
     // The flooder's streamed blocks are refused as well.
     storeMore(core, "flood", 1, 50, 200_000, 4);
     expect(row(core, "flood").blocks).toBe(1_000);
-    expect(core.counters.dropReasons["block_budget"]).toBe(4_050);
+    expect(core.stats().counters.dropReasons["block_budget"]).toBe(4_050);
   });
 
   it("flood before the honest worker joins: the flooder's view is dropped for the newcomer's share, never the newcomer's", () => {

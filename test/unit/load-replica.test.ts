@@ -5,7 +5,7 @@
 import { beforeAll, describe, expect, it } from "vitest";
 import { RoutingCore } from "../../src/routing-index/routing-core.ts";
 import { localBlockHashes } from "../../src/blocks/block-hash.ts";
-import { LagWindow, LoadOpBatchSchema, replicaReceiptId, Tombstones } from "../../src/load/load-replica.ts";
+import { LagWindow, LoadOpBatchSchema, Tombstones } from "../../src/load/load-replica.ts";
 import { initHashing } from "../../src/util/hash.ts";
 
 beforeAll(() => initHashing());
@@ -52,7 +52,7 @@ describe("load replication between shards", () => {
     t += 7;
     s1.applyRemoteLoad(0, rel);
     expect(s1.workers().find((x) => x.workerId === d0.workerId)!.activeRequests).toBe(0);
-    expect(s1.load.size).toBe(1);
+    expect(s1.sizes().activeRequests).toBe(1);
     const stats = s1.loadSyncStats();
     expect(stats).toMatchObject({ opsReceived: 2, opsApplied: 2, opsSkipped: 0 });
     expect(stats.lag).toMatchObject({ samples: 2, maxMs: 7 });
@@ -64,8 +64,8 @@ describe("load replication between shards", () => {
     const add = { op: "add" as const, id: "r1-0", workerId: "a", prefillTokens: 8, decodeBlocks: 2, chainKeys: [1, 2], at: 5 };
     s2.applyRemoteLoad(0, [add]);
     s2.applyRemoteLoad(1, [add]);
-    expect(s2.load.size).toBe(2);
-    expect(s2.load.get(replicaReceiptId(0, "r1-0"))).toBeDefined();
+    expect(s2.sizes().activeRequests).toBe(2);
+    expect(s2.workers().find((x) => x.workerId === "a")!.activeRequests).toBe(2);
     // A duplicate delivery does not double the load.
     expect(s2.applyRemoteLoad(0, [add])).toEqual({ applied: 0, skipped: 1 });
     expect(s2.applyRemoteLoad(0, [{ ...add, id: "r2", workerId: "nobody" }])).toEqual({ applied: 0, skipped: 1 });
@@ -74,7 +74,7 @@ describe("load replication between shards", () => {
     expect(s2.workers().find((x) => x.workerId === "a")!.activePrefillTokens).toBe(8); // shard 1's entry still prefilling
     // A worker going down drops its replica load too.
     s2.setStatus("a", "down");
-    expect(s2.load.size).toBe(0);
+    expect(s2.sizes().activeRequests).toBe(0);
   });
 
   it("a release that overtakes its add leaves no phantom load; tombstones are bounded", () => {
@@ -82,7 +82,7 @@ describe("load replication between shards", () => {
     const add = { op: "add" as const, id: "r9", workerId: "b", prefillTokens: 100, decodeBlocks: 7, chainKeys: [], at: 9 };
     expect(s.applyRemoteLoad(2, [{ op: "release", id: "r9", at: 9 }])).toEqual({ applied: 0, skipped: 1 });
     expect(s.applyRemoteLoad(2, [add])).toEqual({ applied: 0, skipped: 1 });
-    expect(s.load.size).toBe(0);
+    expect(s.sizes().activeRequests).toBe(0);
     // The tombstone is used up: the same id added again later (not a real case, but bounded) counts.
     expect(s.applyRemoteLoad(2, [add])).toEqual({ applied: 1, skipped: 0 });
     const t = new Tombstones(100, 3);

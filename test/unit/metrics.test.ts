@@ -162,9 +162,9 @@ describe("RoutingCore → /metrics exposition", () => {
     const { core, hashes } = pool("m");
     const p = core.peek({ localHashes: hashes, isl: 16 });
     expect(p).toMatchObject({ workerId: "a", overlapBlocks: 4, totalBlocks: 4, tiedWith: [] });
-    expect(core.load.size).toBe(0);
-    expect(core.counters.routed).toBe(0);
-    expect(core.metrics.snapshot().recentDecisions).toHaveLength(0);
+    expect(core.sizes().activeRequests).toBe(0);
+    expect(core.stats().counters.routed).toBe(0);
+    expect(core.metricsSnapshot().recorder.recentDecisions).toHaveLength(0);
     expect(core.route({ localHashes: hashes, isl: 16 })!.workerId).toBe(p.workerId);
   });
 

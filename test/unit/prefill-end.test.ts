@@ -2,7 +2,7 @@
 // own KV events), streamed or not: RadixIndex.holdsChainEnd, PrefillWatch and RoutingCore together.
 import { beforeAll, describe, expect, it } from "vitest";
 import { chainEndOf, RadixIndex } from "../../src/block-index/radix-index.ts";
-import { ShardedIndex } from "../../src/block-index/shard.ts";
+import { ShardedIndex } from "../../src/block-index/sharded-index.ts";
 import { localBlockHashes } from "../../src/blocks/block-hash.ts";
 import { PrefillWatch } from "../../src/routing-index/prefill-watch.ts";
 import { localHashToHex } from "../../src/relay-wire/relay-protocol.ts";
@@ -87,6 +87,7 @@ describe("RoutingCore: prefill end from the worker's stored blocks", () => {
     return core;
   }
   let seq = 1;
+  const loadOn = (core: RoutingCore, workerId: string) => core.workers().find((w) => w.workerId === workerId)!;
   const stored = (core: RoutingCore, id: string, parent: string | null, blocks: ReturnType<typeof wire>) =>
     core.applyEvents(id, { type: "events", epoch: 1, seq: seq++, events: [{ t: "stored", parent, blocks }] });
 
@@ -95,23 +96,22 @@ describe("RoutingCore: prefill end from the worker's stored blocks", () => {
     const prompt = tokens(42); // 10 full blocks + 2 tokens
     const locals = localBlockHashes(prompt, B);
     const d = core.route({ localHashes: locals, isl: prompt.length })!;
-    const slot = core.slotOf(d.workerId);
-    expect(core.load.prefillTokens(slot)).toBe(42);
+    expect(loadOn(core, d.workerId).activePrefillTokens).toBe(42);
     core.takeLoadOps();
     // The first chunk's blocks: not over yet.
     expect(stored(core, d.workerId, null, wire(locals.slice(0, 6), 100)).ok).toBe(true);
-    expect(core.load.prefillTokens(slot)).toBe(42);
+    expect(loadOn(core, d.workerId).activePrefillTokens).toBe(42);
     // Another worker storing the whole chain says nothing about this one.
     stored(core, d.workerId === "a" ? "b" : "a", null, wire(locals, 900));
-    expect(core.load.prefillTokens(slot)).toBe(42);
+    expect(loadOn(core, d.workerId).activePrefillTokens).toBe(42);
     stored(core, d.workerId, "105", wire(locals.slice(6), 106));
-    expect(core.load.prefillTokens(slot)).toBe(0);
-    expect(core.load.activeRequests(slot)).toBe(1); // still decoding: only its prefill ended
+    expect(loadOn(core, d.workerId).activePrefillTokens).toBe(0);
+    expect(loadOn(core, d.workerId).activeRequests).toBe(1); // still decoding: only its prefill ended
     // The other shards hear of it as they would from the edge.
     expect(core.takeLoadOps()).toMatchObject([{ op: "done", id: d.receiptId }]);
     core.settle({ receiptId: d.receiptId, promptTokens: 42, cachedTokens: 0, outcome: "ok" });
-    expect(core.load.prefillTokens(slot)).toBe(0);
-    expect(core.load.size).toBe(0);
+    expect(loadOn(core, d.workerId).activePrefillTokens).toBe(0);
+    expect(core.sizes().activeRequests).toBe(0);
   });
 
   it("a chain routed on a prefix of the prompt (text before unhashed media) is not ended by its prefix", () => {
@@ -119,11 +119,10 @@ describe("RoutingCore: prefill end from the worker's stored blocks", () => {
     const prompt = tokens(80);
     const prefix = localBlockHashes(prompt.slice(0, 16), B); // 4 of the prompt's 20 full blocks
     const d = core.route({ localHashes: prefix, isl: prompt.length })!;
-    const slot = core.slotOf(d.workerId);
     stored(core, d.workerId, null, wire(prefix, 100));
-    expect(core.load.prefillTokens(slot)).toBe(80);
+    expect(loadOn(core, d.workerId).activePrefillTokens).toBe(80);
     core.markPrefillDone(d.receiptId); // the edge's signal for a stream still ends it
-    expect(core.load.prefillTokens(slot)).toBe(0);
+    expect(loadOn(core, d.workerId).activePrefillTokens).toBe(0);
   });
 
   it("a fallback route (text before media) is not watched even when its isl counts only the hashed text", () => {
@@ -133,9 +132,8 @@ describe("RoutingCore: prefill end from the worker's stored blocks", () => {
     const text = tokens(40);
     const locals = localBlockHashes(text, B);
     const d = core.route({ localHashes: locals, isl: text.length, fallbackReason: "media_unprobeable" })!;
-    const slot = core.slotOf(d.workerId);
     stored(core, d.workerId, null, wire(locals, 100));
-    expect(core.load.prefillTokens(slot)).toBe(40);
+    expect(loadOn(core, d.workerId).activePrefillTokens).toBe(40);
   });
 
   it("a worker that goes down takes its watched requests with it", () => {
@@ -143,9 +141,9 @@ describe("RoutingCore: prefill end from the worker's stored blocks", () => {
     const locals = localBlockHashes(tokens(40), B);
     const d = core.route({ localHashes: locals, isl: 40 })!;
     core.setStatus(d.workerId, "down");
-    expect(core.load.size).toBe(0);
+    expect(core.sizes().activeRequests).toBe(0);
     core.setStatus(d.workerId, "up");
     expect(stored(core, d.workerId, null, wire(locals, 100)).ok).toBe(false); // unsynced after down: nothing to end either
-    expect(core.load.size).toBe(0);
+    expect(core.sizes().activeRequests).toBe(0);
   });
 });

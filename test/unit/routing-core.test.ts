@@ -3,7 +3,8 @@ import { RoutingCore } from "../../src/routing-index/routing-core.ts";
 import { localBlockHashes } from "../../src/blocks/block-hash.ts";
 import { initHashing } from "../../src/util/hash.ts";
 import { localHashToHex } from "../../src/relay-wire/relay-protocol.ts";
-import { pickIndex, workerCost } from "../../src/selection/selection.ts";
+import { blockCost } from "../../src/selection/block-cost.ts";
+import { pickIndex } from "../../src/selection/selection.ts";
 
 beforeAll(() => initHashing());
 
@@ -32,7 +33,7 @@ describe("RoutingCore", () => {
     expect(d.totalBlocks).toBe(10);
     const { receipt } = core.settle({ receiptId: d.receiptId, promptTokens: 40, cachedTokens: 40, outcome: "ok" });
     expect(receipt).toMatchObject({ workerId: "b", predictedOverlapBlocks: 10, actualCachedTokens: 40 });
-    expect(core.load.size).toBe(0);
+    expect(core.sizes().activeRequests).toBe(0);
   });
 
   it("refuses hellos with the wrong worker id, block size or a stale epoch", () => {
@@ -47,9 +48,9 @@ describe("RoutingCore", () => {
     const core = new RoutingCore({ blockSize: 4 });
     hello(core, "a", 1);
     storeChain(core, "a", tokens, 1);
-    expect(core.index.size).toBe(10);
+    expect(core.sizes().indexedBlocks).toBe(10);
     hello(core, "a", 2);
-    expect(core.index.size).toBe(0);
+    expect(core.sizes().indexedBlocks).toBe(0);
     const r = core.applyEvents("a", { type: "events", epoch: 2, seq: 1, events: [{ t: "cleared" }] });
     expect(r).toMatchObject({ ok: false, resync: true });
     expect(storeChain(core, "a", tokens, 1)).toMatchObject({ ok: false, reason: "stale_epoch" });
@@ -74,7 +75,7 @@ describe("RoutingCore", () => {
     // route() checks too, without any read of the worker list first.
     now += 200_000;
     core.route({ localHashes: localBlockHashes(tokens, 4), isl: 40 });
-    expect(core.approximate.has("a")).toBe(true);
+    expect(core.isApproximate("a")).toBe(true);
   });
 
   it("an edge's failed connect quarantines the worker: routed around until it expires, its view and status kept", () => {
@@ -152,14 +153,14 @@ describe("RoutingCore", () => {
     hello(core, "b");
     storeChain(core, "a", tokens);
     core.setStatus("a", "down");
-    expect(core.index.size).toBe(0);
+    expect(core.sizes().indexedBlocks).toBe(0);
     for (let i = 0; i < 5; i++) expect(core.route({ localHashes: localBlockHashes(tokens, 4), isl: 40 })!.workerId).toBe("b");
     expect(core.route({ localHashes: [], isl: 1, exclude: ["b"] })).toBeNull();
   });
 
   it("selection cost and tie-breaking", () => {
-    expect(workerCost({ slot: 0, overlapBlocks: 2, activePrefillTokens: 0, activeDecodeBlocks: 0 }, 16, 4)).toBe(2 + 4);
-    expect(workerCost({ slot: 0, overlapBlocks: 9, activePrefillTokens: 0, activeDecodeBlocks: 3 }, 16, 4)).toBe(0 + 3 + 4);
+    expect(blockCost({ slot: 0, overlapBlocks: 2, activePrefillTokens: 0, activeDecodeBlocks: 0 }, 16, 4)).toBe(2 + 4);
+    expect(blockCost({ slot: 0, overlapBlocks: 9, activePrefillTokens: 0, activeDecodeBlocks: 3 }, 16, 4)).toBe(0 + 3 + 4);
     const scored = [{ slot: 0, cost: 1, overlapBlocks: 0 }, { slot: 1, cost: 1, overlapBlocks: 0 }, { slot: 2, cost: 2, overlapBlocks: 0 }];
     const seen = new Set<number>();
     let x = 0;
@@ -198,13 +199,13 @@ describe("receipts", () => {
       if (core.settle({ receiptId: d.receiptId, promptTokens: 40, cachedTokens: 0, outcome: "ok" }).drift) flagged++;
     }
     expect(flagged).toBe(1);
-    expect(core.receipts.stats()[0]).toMatchObject({ workerId: "a", drifting: true });
+    expect(core.stats().receipts[0]).toMatchObject({ workerId: "a", drifting: true });
     // Accurate receipts bring it back.
     for (let i = 0; i < 40; i++) {
       const d = core.route({ localHashes: hashes, isl: 40 })!;
       core.settle({ receiptId: d.receiptId, promptTokens: 40, cachedTokens: 40, outcome: "ok" });
     }
-    expect(core.receipts.stats()[0]!.drifting).toBe(false);
+    expect(core.stats().receipts[0]!.drifting).toBe(false);
   });
 });
 
@@ -214,13 +215,13 @@ describe("decode load counts shared blocks once", () => {
     hello(core, "a");
     const base = Array.from({ length: 40 }, (_, i) => i + 1);
     const first = core.route({ localHashes: localBlockHashes(base, 4), isl: 40 })!;
-    expect(core.load.decodeBlocks(0)).toBe(10);
+    expect(core.workers()[0]!.activeDecodeBlocks).toBe(10);
     const longer = [...base, ...Array.from({ length: 8 }, (_, i) => 900 + i)];
     const second = core.route({ localHashes: localBlockHashes(longer, 4), isl: 48 })!;
-    expect(core.load.decodeBlocks(0)).toBe(12);
+    expect(core.workers()[0]!.activeDecodeBlocks).toBe(12);
     core.settle({ receiptId: first.receiptId, promptTokens: 40, cachedTokens: 0, outcome: "ok" });
-    expect(core.load.decodeBlocks(0)).toBe(12);
+    expect(core.workers()[0]!.activeDecodeBlocks).toBe(12);
     core.settle({ receiptId: second.receiptId, promptTokens: 48, cachedTokens: 40, outcome: "ok" });
-    expect(core.load.decodeBlocks(0)).toBe(0);
+    expect(core.workers()[0]!.activeDecodeBlocks).toBe(0);
   });
 });

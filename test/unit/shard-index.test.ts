@@ -1,6 +1,8 @@
 import { beforeAll, describe, expect, it } from "vitest";
 import fc from "fast-check";
-import { ChainRootRouter, ShardedIndex, canonicalEngineHash, shardOf, shardOfHex, splitRelayEvents } from "../../src/block-index/shard.ts";
+import { ShardedIndex } from "../../src/block-index/sharded-index.ts";
+import { ChainRootRouter, canonicalEngineHash, shardOf, shardOfHex } from "../../src/relay-wire/chain-shards.ts";
+import { splitRelayEvents } from "../../src/relay-wire/split-events.ts";
 import { RadixIndex, type WireBlock, type WireDumpBlock } from "../../src/block-index/radix-index.ts";
 import { RoutingCore } from "../../src/routing-index/routing-core.ts";
 import { localBlockHashes } from "../../src/blocks/block-hash.ts";
@@ -259,7 +261,7 @@ describe("RoutingCore over a ShardedIndex", () => {
       for (const n of [1, 2, 4, 8]) {
         const { decisions, core } = replay(n, seed);
         expect(decisions).toEqual(base.decisions);
-        expect(core.index.size).toBe(base.core.index.size);
+        expect(core.sizes().indexedBlocks).toBe(base.core.sizes().indexedBlocks);
       }
     }
   });
