@@ -6,7 +6,8 @@ import { RoutingIndex } from "../durable-objects/routing-index.ts";
 import { RateLimiter } from "../durable-objects/rate-limiter.ts";
 import { ResponseStore } from "../durable-objects/response-store.ts";
 import { handleResponsesRoute } from "../src/edge/responses/handler.ts";
-import { errorResponse, InvalidRequestError, MethodNotAllowedError, NotFoundError, AuthenticationError, ConfigError } from "../src/api/errors.ts";
+import { handleCompletions } from "../src/edge/completions/handler.ts";
+import { errorResponse, InvalidRequestError, NotFoundError, AuthenticationError, ConfigError } from "../src/api/errors.ts";
 import { parseEdgeConfig, type BucketConfig, type EdgeConfig } from "../src/config/config.ts";
 import { authorizeClient, bearerToken } from "../src/edge/auth.ts";
 import { verifyRelayConnect } from "../src/relay-wire/relay-auth.ts";
@@ -14,7 +15,8 @@ import { clientNetwork, enforceRateLimit, rateLimitBucketName, rateLimitHeaders,
 import type { ClientRef } from "../src/edge/client-label.ts";
 import { handleChatCompletions } from "../src/edge/chat.ts";
 import { handleAdminRoute, presentsAdminCredentials } from "../src/edge/admin-routes.ts";
-import { preflightResponse, PUBLIC_ROUTE_METHODS, withCors } from "../src/edge/cors.ts";
+import { preflightResponse, withCors } from "../src/edge/cors.ts";
+import { dispatch, type Route } from "../src/edge/route-table.ts";
 import { readinessResponse } from "../src/edge/readiness.ts";
 import { initHashing } from "../src/util/hash.ts";
 import { shardObjectName } from "../src/routing-index/pool-address.ts";
@@ -121,74 +123,111 @@ async function handleRelayUpgrade(request: Request, env: Env, config: EdgeConfig
   return res;
 }
 
-/** `path`: the request's pathname without trailing slashes, worked out once in fetch(); `trace`: a chat request's trace context. */
-async function route(request: Request, path: string, env: Env, ctx: ExecutionContext, trace: EdgeTrace | undefined): Promise<Response> {
-  const config = configOf(env);
-  const method = request.method;
+/** One request as the route handlers see it. */
+interface EdgeRequest {
+  request: Request;
+  /** The pathname without trailing slashes, worked out once in fetch(). */
+  path: string;
+  env: Env;
+  ctx: ExecutionContext;
+  config: EdgeConfig;
+  /** A chat request's trace context. */
+  trace: EdgeTrace | undefined;
+}
 
-  const preflight = preflightResponse(request, path, config.cors);
-  if (preflight) return preflight;
-  if (path === "/healthz") return json({ status: "ok" });
-  if (path === "/readyz") {
-    // It asks each pool's index object: throttled like the admin routes, which do too.
-    await limit(env, config, "admin", { network: networkOf(request) });
-    return readinessResponse(
-      config.models.map((m) => m.id),
-      (model) => indexFor(env, model).workers(),
-    );
-  }
-  if (path === "/v1/models") {
-    if (method !== "GET" && method !== "HEAD") throw new MethodNotAllowedError(PUBLIC_ROUTE_METHODS[path]!);
-    authorizeClient(request, config);
-    // Each pool, then its LoRA adapters as "<pool>:<adapter>" (the name a request selects them by).
-    const data = config.models.flatMap((m) => [
-      { id: m.id, object: "model", created: 0, owned_by: m.ownedBy },
-      ...m.loraAdapters.map((a) => ({ id: `${m.id}:${a}`, object: "model", created: 0, owned_by: m.ownedBy, parent: m.id })),
-    ]);
-    return json({ object: "list", data });
-  }
-  if (path === "/v1/chat/completions") {
-    if (method !== "POST") throw new MethodNotAllowedError(PUBLIC_ROUTE_METHODS[path]!);
-    await initHashing();
-    return handleChatCompletions(request, {
-      config,
-      index: (model, shard) => indexFor(env, model, shard),
-      fetch: (input, init) => fetch(input, init),
-      waitUntil: (p) => ctx.waitUntil(p),
-      rateLimit: (apiKey) => limit(env, config, "chat", apiKey !== null ? { apiKey } : { network: networkOf(request) }),
-      trace,
-    });
-  }
-  if (path === "/v1/responses" || path.startsWith("/v1/responses/")) {
-    await initHashing();
-    const store = env.RESPONSE_STORE;
-    const res = await handleResponsesRoute(request, path, {
-      config,
-      index: (model, shard) => indexFor(env, model, shard),
-      fetch: (input, init) => fetch(input, init),
-      waitUntil: (p) => ctx.waitUntil(p),
-      rateLimit: (apiKey) => limit(env, config, "chat", apiKey !== null ? { apiKey } : { network: networkOf(request) }),
-      ...(store ? { responseStore: (name: string) => store.getByName(name) } : {}),
-    });
-    if (res) return res;
-  }
-  if (path === "/v1/relay") return handleRelayUpgrade(request, env, config);
-  if (path === "/metrics" || path === "/dashboard" || path === "/dashboard/login" || path.startsWith("/admin/")) {
-    await limit(env, config, "admin", { network: networkOf(request) });
-    await initHashing();
-    const res = await handleAdminRoute(request, {
-      config,
-      index: (model, shard) => indexFor(env, model, shard),
-      fetch: (input, init) => fetch(input, init),
-    });
-    if (res) {
-      // The dashboard answers a wrong token or a forged cookie with its sign-in page (401), not an
-      // AuthenticationError: such attempts spend the auth bucket too (a bare first visit does not).
-      if (res.status === 401 && presentsAdminCredentials(request, path)) await limit(env, config, "auth", { network: networkOf(request) });
-      return res;
-    }
-  }
-  throw new NotFoundError(`No route for ${method} ${path}.`, null, "unknown_route");
+/** The Worker's routes: path → method → handler (src/edge/route-table.ts answers 404 and 405). */
+const ROUTES: readonly Route<EdgeRequest>[] = [
+  { path: "/healthz", methods: { "*": () => json({ status: "ok" }) } },
+  { path: "/readyz", methods: { "*": readyz } },
+  { path: "/v1/models", methods: { GET: models, HEAD: models, OPTIONS: preflight } },
+  { path: "/v1/chat/completions", methods: { POST: chatCompletions, OPTIONS: preflight } },
+  { path: "/v1/completions", methods: { POST: completions } },
+  { path: "/v1/responses", methods: { "*": responses } },
+  { path: "/v1/responses/*", methods: { "*": responses } },
+  { path: "/v1/relay", methods: { "*": (r) => handleRelayUpgrade(r.request, r.env, r.config) } },
+  { path: "/metrics", methods: { "*": operator } },
+  { path: "/dashboard", methods: { "*": operator } },
+  { path: "/dashboard/login", methods: { "*": operator } },
+  { path: "/admin/*", methods: { "*": operator } },
+];
+
+/** A public route's CORS preflight (src/edge/cors.ts). */
+function preflight(r: EdgeRequest): Response | null {
+  return preflightResponse(r.request, r.path, r.config.cors);
+}
+
+async function readyz(r: EdgeRequest): Promise<Response> {
+  // It asks each pool's index object: throttled like the admin routes, which do too.
+  await limit(r.env, r.config, "admin", { network: networkOf(r.request) });
+  return readinessResponse(
+    r.config.models.map((m) => m.id),
+    (model) => indexFor(r.env, model).workers(),
+  );
+}
+
+function models(r: EdgeRequest): Response {
+  authorizeClient(r.request, r.config);
+  // Each pool, then its LoRA adapters as "<pool>:<adapter>" (the name a request selects them by).
+  const data = r.config.models.flatMap((m) => [
+    { id: m.id, object: "model", created: 0, owned_by: m.ownedBy },
+    ...m.loraAdapters.map((a) => ({ id: `${m.id}:${a}`, object: "model", created: 0, owned_by: m.ownedBy, parent: m.id })),
+  ]);
+  return json({ object: "list", data });
+}
+
+async function chatCompletions(r: EdgeRequest): Promise<Response> {
+  const { request, env, config } = r;
+  await initHashing();
+  return handleChatCompletions(request, {
+    config,
+    index: (model, shard) => indexFor(env, model, shard),
+    fetch: (input, init) => fetch(input, init),
+    waitUntil: (p) => r.ctx.waitUntil(p),
+    rateLimit: (apiKey) => limit(env, config, "chat", apiKey !== null ? { apiKey } : { network: networkOf(request) }),
+    trace: r.trace,
+  });
+}
+
+async function completions(r: EdgeRequest): Promise<Response> {
+  const { request, env, config } = r;
+  await initHashing();
+  return handleCompletions(request, {
+    config,
+    index: (model, shard) => indexFor(env, model, shard),
+    fetch: (input, init) => fetch(input, init),
+    waitUntil: (p) => r.ctx.waitUntil(p),
+    rateLimit: (apiKey) => limit(env, config, "chat", apiKey !== null ? { apiKey } : { network: networkOf(request) }),
+  });
+}
+
+async function responses(r: EdgeRequest): Promise<Response | null> {
+  const { request, env, config } = r;
+  await initHashing();
+  const store = env.RESPONSE_STORE;
+  return handleResponsesRoute(request, r.path, {
+    config,
+    index: (model, shard) => indexFor(env, model, shard),
+    fetch: (input, init) => fetch(input, init),
+    waitUntil: (p) => r.ctx.waitUntil(p),
+    rateLimit: (apiKey) => limit(env, config, "chat", apiKey !== null ? { apiKey } : { network: networkOf(request) }),
+    ...(store ? { responseStore: (name: string) => store.getByName(name) } : {}),
+  });
+}
+
+/** `/metrics`, `/dashboard`, `/admin/*` (src/edge/admin-routes.ts), behind the admin bucket. */
+async function operator(r: EdgeRequest): Promise<Response> {
+  const { request, env, config } = r;
+  await limit(env, config, "admin", { network: networkOf(request) });
+  await initHashing();
+  const res = await handleAdminRoute(request, {
+    config,
+    index: (model, shard) => indexFor(env, model, shard),
+    fetch: (input, init) => fetch(input, init),
+  });
+  // The dashboard answers a wrong token or a forged cookie with its sign-in page (401), not an
+  // AuthenticationError: such attempts spend the auth bucket too (a bare first visit does not).
+  if (res.status === 401 && presentsAdminCredentials(request, r.path)) await limit(env, config, "auth", { network: networkOf(request) });
+  return res;
 }
 
 export default {
@@ -205,7 +244,7 @@ export default {
       return res;
     };
     try {
-      return cors(traced(await route(request, path, env, ctx, trace)));
+      return cors(traced(await dispatch(ROUTES, request.method, path, { request, path, env, ctx, config: configOf(env), trace })));
     } catch (err) {
       if (!(err instanceof Error) || !("type" in err)) console.error(JSON.stringify({ event: "unhandled", error: String(err), stack: err instanceof Error ? err.stack : undefined }));
       let e = err;

@@ -7,7 +7,7 @@
  * here, not only by the browser) and dies with the token's rotation; it authorises only the
  * read-only GET routes the page uses. Runtime-free: the index stubs are injected (functions/).
  */
-import { AuthenticationError, InvalidRequestError, MethodNotAllowedError, NotFoundError } from "../api/errors.ts";
+import { AuthenticationError, InvalidRequestError, NotFoundError } from "../api/errors.ts";
 import type { EdgeConfig } from "../config/config.ts";
 import { readBodyText } from "../api/validate.ts";
 import { getQwenTokenizer } from "../prompt/tokenizer/index.ts";
@@ -31,7 +31,8 @@ import type { RoutingPlan } from "./chat/layout.ts";
 import { namespacedHashes, routingNamespace, type CacheTenant } from "./cache-salt.ts";
 import { clientNetwork } from "./rate-limit.ts";
 import { sglangItemOrder } from "../layout/index.ts";
-import { handleRelayKeyRoute } from "./relay-key-routes.ts";
+import { RELAY_KEY_ROUTES } from "./relay-key-routes.ts";
+import { dispatch, routeFor, type Route } from "./route-table.ts";
 import { stripTrailing } from "../util/strip-trailing.ts";
 
 /** What the operator routes ask of a pool's shard (explain plans a request as chat does). */
@@ -50,67 +51,97 @@ const SESSION_MAX_AGE_S = 12 * 3600;
 /** Tokens shown at each end of the prompt by `explain`. */
 const TOKEN_VIEW = 16;
 
-/** Handles an operator route, or returns null when the path is not one. */
-export async function handleAdminRoute(request: Request, deps: AdminDeps): Promise<Response | null> {
+/** One operator request as the route handlers see it. */
+interface AdminCall {
+  request: Request;
+  url: URL;
+  deps: AdminDeps;
+}
+
+/** Routes that check their own credential (the dashboard's session cookie, the login form). */
+const OWN_AUTH_ROUTES: readonly Route<AdminCall>[] = [
+  { path: "/metrics", methods: { GET: metricsRoute } },
+  { path: "/dashboard", methods: { GET: (c) => dashboard(c.request, c.url, c.deps.config) } },
+  { path: "/dashboard/login", methods: { POST: (c) => login(c.request, c.url, c.deps.config) } },
+  { path: "/admin/overview", methods: { GET: overviewRoute } },
+];
+
+/** Every other `/admin/*` route: the admin token is checked before the path is looked at. */
+const TOKEN_ROUTES: readonly Route<AdminCall>[] = [
+  ...RELAY_KEY_ROUTES,
+  { path: "/admin/explain", methods: { POST: explainRoute } },
+  // These read pool state (worker URLs, contracts): GET only, never cached.
+  { path: "/admin/workers", methods: { GET: workersRoute } },
+  { path: "/admin/stats", methods: { GET: statsRoute } },
+  { path: "/admin/shards", methods: { GET: shardsRoute } },
+  { path: /^\/admin\/workers\/([^/]+)\/local-hashes$/, methods: { GET: (c, [worker]) => localHashesRoute(c, worker!) } },
+];
+
+/** Serves an operator route (`/metrics`, `/dashboard…`, `/admin/*`); an unknown one is 404 once the token passed. */
+export async function handleAdminRoute(request: Request, deps: AdminDeps): Promise<Response> {
   const url = new URL(request.url);
   const path = stripTrailing(url.pathname, "/") || "/";
-  if (path === "/metrics") {
-    requireMethod(request, "GET");
-    await requireAdminAuth(request, deps.config, false);
-    return new Response(await scrape(deps), { headers: { "content-type": EXPOSITION_CONTENT_TYPE, "cache-control": "no-store" } });
-  }
-  if (path === "/dashboard") {
-    requireMethod(request, "GET");
-    return dashboard(request, url, deps.config);
-  }
-  if (path === "/dashboard/login") {
-    requireMethod(request, "POST");
-    return login(request, url, deps.config);
-  }
-  if (!path.startsWith("/admin/")) return null;
-  if (path === "/admin/overview") {
-    requireMethod(request, "GET");
-    await requireAdminAuth(request, deps.config, true);
-    return json(await overview(deps), { "cache-control": "no-store" });
-  }
+  const call: AdminCall = { request, url, deps };
+  if (routeFor(OWN_AUTH_ROUTES, path)) return dispatch(OWN_AUTH_ROUTES, request.method, path, call);
   await requireAdminAuth(request, deps.config, false);
-  const relayKeys = await handleRelayKeyRoute(request, path, deps);
-  if (relayKeys) return relayKeys;
-  if (path === "/admin/explain") {
-    requireMethod(request, "POST");
-    const tokens = url.searchParams.get("tokens");
-    if (tokens !== null && tokens !== "all") throw new InvalidRequestError("tokens must be 'all' (the whole routed sequence) or absent.", "tokens");
-    return json(await explain(request, deps, tokens === "all"));
-  }
-  const local = /^\/admin\/workers\/([^/]+)\/local-hashes$/.exec(path);
-  if (!(path === "/admin/workers" || path === "/admin/stats" || path === "/admin/shards" || local)) return null;
-  // The rest read pool state (worker URLs, contracts): GET only, never cached.
-  requireMethod(request, "GET");
+  return dispatch(TOKEN_ROUTES, request.method, path, call);
+}
+
+const NO_STORE = { "cache-control": "no-store" };
+
+async function metricsRoute({ request, deps }: AdminCall): Promise<Response> {
+  await requireAdminAuth(request, deps.config, false);
+  return new Response(await scrape(deps), { headers: { "content-type": EXPOSITION_CONTENT_TYPE, "cache-control": "no-store" } });
+}
+
+async function overviewRoute({ request, deps }: AdminCall): Promise<Response> {
+  await requireAdminAuth(request, deps.config, true);
+  return json(await overview(deps), NO_STORE);
+}
+
+async function explainRoute({ request, url, deps }: AdminCall): Promise<Response> {
+  const tokens = url.searchParams.get("tokens");
+  if (tokens !== null && tokens !== "all") throw new InvalidRequestError("tokens must be 'all' (the whole routed sequence) or absent.", "tokens");
+  return json(await explain(request, deps, tokens === "all"));
+}
+
+/** The pool named by `?model=` (default: the first configured). */
+function poolOf({ url, deps }: AdminCall): string {
   const model = url.searchParams.get("model") ?? deps.config.models[0]!.id;
   if (!deps.config.models.some((m) => m.id === model)) throw new NotFoundError(`Unknown model '${model}'.`, "model", "model_not_found");
-  const stub = deps.index(model);
-  const shards = allShards(deps, model);
-  const noStore = { "cache-control": "no-store" };
-  if (path === "/admin/workers") {
-    const lists = await Promise.all(shards.map((s) => s.workers()));
-    // One shard: its rows as they are; more: blocks per shard, synced only where every shard is.
-    return json({ model, workers: lists.length === 1 ? lists[0] : mergeShardWorkers(lists) }, noStore);
-  }
-  if (path === "/admin/stats") {
-    const [stats, perShard] = await Promise.all([stub.stats(), Promise.all(shards.map((s) => s.shardInfo()))]);
-    return json({ model, stats, shards: perShard }, noStore);
-  }
-  if (path === "/admin/shards") return json({ model, shards: await Promise.all(shards.map((s) => s.shardInfo())) }, noStore);
+  return model;
+}
+
+async function workersRoute(c: AdminCall): Promise<Response> {
+  const model = poolOf(c);
+  const lists = await Promise.all(allShards(c.deps, model).map((s) => s.workers()));
+  // One shard: its rows as they are; more: blocks per shard, synced only where every shard is.
+  return json({ model, workers: lists.length === 1 ? lists[0] : mergeShardWorkers(lists) }, NO_STORE);
+}
+
+async function statsRoute(c: AdminCall): Promise<Response> {
+  const model = poolOf(c);
+  const [stats, perShard] = await Promise.all([c.deps.index(model).stats(), Promise.all(allShards(c.deps, model).map((s) => s.shardInfo()))]);
+  return json({ model, stats, shards: perShard }, NO_STORE);
+}
+
+async function shardsRoute(c: AdminCall): Promise<Response> {
+  const model = poolOf(c);
+  return json({ model, shards: await Promise.all(allShards(c.deps, model).map((s) => s.shardInfo())) }, NO_STORE);
+}
+
+async function localHashesRoute(c: AdminCall, encodedWorker: string): Promise<Response> {
+  const model = poolOf(c);
   let workerId: string;
   try {
-    workerId = decodeURIComponent(local![1]!);
+    workerId = decodeURIComponent(encodedWorker);
   } catch {
     throw new InvalidRequestError("The worker id in the path is not valid percent-encoding.", "worker");
   }
-  const known = (await stub.workers()).some((w) => w.workerId === workerId);
+  const known = (await c.deps.index(model).workers()).some((w) => w.workerId === workerId);
   if (!known) throw new NotFoundError(`Unknown worker '${workerId.slice(0, 128)}' in pool '${model}'.`, "worker", "worker_not_found");
-  const parts = await Promise.all(shards.map((s) => s.workerLocalHashes(workerId)));
-  return json({ workerId, localHashes: parts.flat(), ...(parts.length > 1 ? { perShard: parts.map((p) => p.length) } : {}) }, noStore);
+  const parts = await Promise.all(allShards(c.deps, model).map((s) => s.workerLocalHashes(workerId)));
+  return json({ workerId, localHashes: parts.flat(), ...(parts.length > 1 ? { perShard: parts.map((p) => p.length) } : {}) }, NO_STORE);
 }
 
 function allShards(deps: AdminDeps, model: string): AdminFrontDoor[] {
@@ -167,10 +198,6 @@ async function isAdmin(request: Request, config: EdgeConfig, allowCookie: boolea
 
 async function requireAdminAuth(request: Request, config: EdgeConfig, allowCookie: boolean): Promise<void> {
   if (!(await isAdmin(request, config, allowCookie))) throw new AuthenticationError("Admin token required.");
-}
-
-function requireMethod(request: Request, method: string): void {
-  if (request.method !== method) throw new MethodNotAllowedError([method]);
 }
 
 // ---- dashboard ----

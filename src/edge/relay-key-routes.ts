@@ -1,6 +1,6 @@
 /**
  * Relay keys, operator side (src/relay-wire/relay-auth.ts; docs/relay.md §Credentials). Called by the admin
- * routes after the admin check:
+ * routes after the admin check (RELAY_KEY_ROUTES):
  *   POST /admin/relay-keys                 {model?, workerId, url} → 201 {keyId, …, credential, workerApiKey}
  *   GET  /admin/relay-keys?model=M         → {model, keys: [records without key material]}
  *   POST /admin/relay-keys/<keyId>/revoke?model=M → {key, closedSockets}
@@ -8,7 +8,7 @@
  * keeps only the registry row (in the pool object) and derives the key again on every connect.
  */
 import { z } from "zod";
-import { InvalidRequestError, MethodNotAllowedError, NotFoundError } from "../api/errors.ts";
+import { InvalidRequestError, NotFoundError } from "../api/errors.ts";
 import type { EdgeConfig } from "../config/config.ts";
 import { readBodyText } from "../api/validate.ts";
 import {
@@ -21,6 +21,7 @@ import {
 } from "../relay-wire/relay-auth.ts";
 import { deriveWorkerApiKey } from "./worker-auth.ts";
 import type { RelayKeyFrontDoor } from "../routing-index/front-door.ts";
+import type { Route } from "./route-table.ts";
 
 export interface RelayKeyDeps {
   config: EdgeConfig;
@@ -47,24 +48,28 @@ function poolOf(config: EdgeConfig, model: string | null): string {
   return m;
 }
 
-/** Handles `/admin/relay-keys…`, or returns null for any other path. The caller checked admin auth. */
-export async function handleRelayKeyRoute(request: Request, path: string, deps: RelayKeyDeps): Promise<Response | null> {
-  if (path !== "/admin/relay-keys" && !path.startsWith("/admin/relay-keys/")) return null;
-  const url = new URL(request.url);
-  if (path === "/admin/relay-keys") {
-    if (request.method === "GET") {
-      const model = poolOf(deps.config, url.searchParams.get("model"));
-      return json({ model, keys: await deps.index(model).relayKeys() });
-    }
-    if (request.method !== "POST") throw new MethodNotAllowedError(["GET", "POST"]);
-    return issue(request, deps);
-  }
-  const m = /^\/admin\/relay-keys\/([A-Za-z0-9_-]{22})\/revoke$/.exec(path);
-  if (!m) throw new NotFoundError("No such relay-key route.", null, "unknown_route");
-  if (request.method !== "POST") throw new MethodNotAllowedError(["POST"]);
+/** A relay-key call: the admin routes checked the caller's token before. */
+export interface RelayKeyCall {
+  request: Request;
+  url: URL;
+  deps: RelayKeyDeps;
+}
+
+/** `/admin/relay-keys…` (src/edge/route-table.ts), behind the admin token (admin-routes.ts). */
+export const RELAY_KEY_ROUTES: readonly Route<RelayKeyCall>[] = [
+  { path: "/admin/relay-keys", methods: { GET: list, POST: (c) => issue(c.request, c.deps) } },
+  { path: /^\/admin\/relay-keys\/([A-Za-z0-9_-]{22})\/revoke$/, methods: { POST: (c, [keyId]) => revoke(c, keyId!) } },
+];
+
+async function list(c: RelayKeyCall): Promise<Response> {
+  const model = poolOf(c.deps.config, c.url.searchParams.get("model"));
+  return json({ model, keys: await c.deps.index(model).relayKeys() });
+}
+
+async function revoke({ url, deps }: RelayKeyCall, keyId: string): Promise<Response> {
   const model = poolOf(deps.config, url.searchParams.get("model"));
-  const key = await deps.index(model).revokeRelayKey(m[1]!);
-  if (!key) throw new NotFoundError(`No relay key '${m[1]}' in pool '${model}'.`, "keyId", "relay_key_not_found");
+  const key = await deps.index(model).revokeRelayKey(keyId);
+  if (!key) throw new NotFoundError(`No relay key '${keyId}' in pool '${model}'.`, "keyId", "relay_key_not_found");
   // Every shard drops the sockets that connected with it (a relay feeds each shard separately).
   const closed = await Promise.all(Array.from({ length: deps.config.shards }, (_, k) => deps.index(model, k).closeRelayKey(key.keyId)));
   return json({ key, closedSockets: closed.reduce((a, b) => a + b, 0) });

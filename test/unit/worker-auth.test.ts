@@ -12,7 +12,8 @@ import { parseEdgeConfig } from "../../src/config/config.ts";
 import { handleChatCompletions, type ChatDeps } from "../../src/edge/chat.ts";
 import type { ChatFrontDoor, RelayKeyFrontDoor } from "../../src/routing-index/front-door.ts";
 import { deriveWorkerApiKey } from "../../src/edge/worker-auth.ts";
-import { handleRelayKeyRoute } from "../../src/edge/relay-key-routes.ts";
+import { RELAY_KEY_ROUTES } from "../../src/edge/relay-key-routes.ts";
+import { dispatch } from "../../src/edge/route-table.ts";
 import { RoutingCore } from "../../src/routing-index/routing-core.ts";
 import { initHashing } from "../../src/util/hash.ts";
 import { startSimulatedWorker, type SimulatedWorker } from "../../services/sglang-sim/worker.ts";
@@ -175,9 +176,9 @@ describe("the operator gets the worker's key with its relay key", () => {
     const config = parseEdgeConfig({ RELAY_SECRET: "relay-secret-for-this-test-0123456789", KVEDGE_RELAY_ALLOW_HTTP: "1", ...vars });
     const index: RelayKeyFrontDoor = { issueRelayKey: async () => true, relayKey: async () => null, relayKeys: async () => [], revokeRelayKey: async () => null, closeRelayKey: async () => 0 };
     const req = new Request("http://edge/admin/relay-keys", { method: "POST", body: JSON.stringify({ workerId: "gpu-1", url }) });
-    const res = await handleRelayKeyRoute(req, "/admin/relay-keys", { config, index: () => index });
-    expect(res!.status).toBe(201);
-    return (await res!.json()) as { url: string; credential: string; workerApiKey: string | null };
+    const res = await dispatch(RELAY_KEY_ROUTES, "POST", "/admin/relay-keys", { request: req, url: new URL(req.url), deps: { config, index: () => index } });
+    expect(res.status).toBe(201);
+    return (await res.json()) as { url: string; credential: string; workerApiKey: string | null };
   }
 
   it("derived from KVEDGE_WORKER_KEY_SECRET and the URL the relay key binds; none when the edge does not derive it", async () => {
