@@ -1,5 +1,7 @@
 /**
- * Recently routed block chains, per worker, until the worker's own KV events can have arrived.
+ * Overlap predicted from recent routes: recently routed block chains, per worker, count as blocks
+ * the worker holds until its own KV events can have arrived (block-views.ts adds this overlap to the
+ * block index's).
  * A request's blocks reach the index only after the worker has prefilled it and the relay has
  * forwarded the events; a repeat (or the next turn of a chat) arriving before that would otherwise
  * see no overlap and could land elsewhere. Entries live for `ttlMs` (a few seconds, well above the
@@ -16,8 +18,8 @@
  * seconds.
  */
 import type { LocalHashes } from "../blocks/block-hash.ts";
-import { ChainKeyTable } from "./chain-key-table.ts";
-import { chainKeysOf } from "./load-tracker.ts";
+import { ChainKeyTable } from "../blocks/chain-key-table.ts";
+import { chainKeysOf } from "../blocks/chain-keys.ts";
 
 interface PendingChain {
   slot: number;

@@ -1,0 +1,58 @@
+/**
+ * Cost "ttft": the estimated time to first token as the client at this edge sees it, in ms
+ * (lower wins),
+ *
+ *   ttft(w) = round trip from the edge to w (regions.ts; 0 without a regions table)
+ *           + (w's active prefill tokens + uncached tokens of this request) / w's prefill rate
+ *           + decodeMsPerBlock × (w's active decode blocks + this request's new blocks)
+ *
+ * where uncached = max(0, ISL − overlap × block size). Cache overlap is worth exactly the prefill
+ * time it saves, so it is traded against queueing (and round trips) in the same unit: a long cached
+ * prefix wins until the worker's queue, or the extra round trip to it, costs more than the prefill
+ * it saves.
+ */
+import type { Candidate, Scored } from "./selection.ts";
+
+/** The estimate's tunables (`KVEDGE_REGIONS` may set both; regions.ts). */
+export interface TtftParams {
+  /** Prefill throughput assumed for workers that report none (tokens/s). */
+  defaultPrefillTokensPerSec: number;
+  /** Time-to-first-token cost of one active decode block on a worker (batch interference), ms. */
+  decodeMsPerBlock: number;
+}
+
+export const DEFAULT_TTFT_PARAMS: Readonly<TtftParams> = { defaultPrefillTokensPerSec: 10_000, decodeMsPerBlock: 0.01 };
+
+/** How far a candidate is from the edge and how fast it prefills (from its relay's hello). */
+export interface Placement {
+  rttMs: number;
+  prefillTokensPerSec: number | null;
+}
+
+export interface TtftBreakdown {
+  rttMs: number;
+  queueMs: number;
+  prefillMs: number;
+  decodeLoadMs: number;
+  totalMs: number;
+}
+
+export function estimateTtft(params: TtftParams, c: Candidate, p: Placement, isl: number, blockSize: number): TtftBreakdown {
+  const rate = p.prefillTokensPerSec ?? params.defaultPrefillTokensPerSec;
+  const uncached = Math.max(0, isl - c.overlapBlocks * blockSize);
+  const queueMs = (Math.max(0, c.activePrefillTokens) / rate) * 1000;
+  const prefill = (uncached / rate) * 1000;
+  // New decode blocks: the request's, minus a leading run the worker's active requests already hold.
+  const requestBlocks = Math.max(0, Math.ceil(isl / blockSize) - (c.sharedActiveBlocks ?? 0));
+  const decodeLoadMs = params.decodeMsPerBlock * (c.activeDecodeBlocks + requestBlocks);
+  return { rttMs: p.rttMs, queueMs, prefillMs: prefill, decodeLoadMs, totalMs: p.rttMs + queueMs + prefill + decodeLoadMs };
+}
+
+/** Scores candidates by estimated TTFT in ms; `placements[i]` is candidate i's. */
+export function scoreByTtft(input: { candidates: readonly Candidate[]; placements: readonly Placement[]; isl: number; blockSize: number; params: TtftParams }): Scored[] {
+  return input.candidates.map((c, i) => ({
+    slot: c.slot,
+    cost: estimateTtft(input.params, c, input.placements[i]!, input.isl, input.blockSize).totalMs,
+    overlapBlocks: c.overlapBlocks,
+  }));
+}
