@@ -21,7 +21,7 @@ import {
   type WorkerStatus,
 } from "../../src/relay-wire/relay-protocol.ts";
 import { mintRelayToken } from "../../src/relay-wire/relay-auth.ts";
-import { shardObjectName } from "../../src/block-index/shard.ts";
+import { shardObjectName } from "../../src/routing-index/pool-address.ts";
 import { errorMessage, type Logger } from "./log.ts";
 
 export interface IndexSessionOptions {

@@ -13,7 +13,8 @@
  * set's dump filtered by the router, parents still before children.
  */
 import type { RelayEvent } from "../../src/relay-wire/relay-protocol.ts";
-import { ChainRootRouter, MAX_SHARDS, splitRelayEvents } from "../../src/block-index/shard.ts";
+import { ChainRootRouter, MAX_SHARDS } from "../../src/relay-wire/chain-shards.ts";
+import { splitRelayEvents } from "../../src/relay-wire/split-events.ts";
 import type { DumpBlock } from "./worker-block-set.ts";
 import type { IndexSession, IndexSessionOptions, IndexSessionStats, WelcomeInfo } from "./index-session.ts";
 import { errorMessage, type Logger } from "./log.ts";

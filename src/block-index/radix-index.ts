@@ -98,7 +98,7 @@ function mix(a: number, b: number, c: number): number {
 /**
  * Where a chain of local hashes ends in the tree, as a node of it would be found: the prefix key of
  * the whole path and the last block's local hash (holdsChainEnd), plus the chain's first local hash
- * (the shard that holds it, shard.ts). Computed from the hashes alone, in O(chain length).
+ * (the shard that holds it, sharded-index.ts). Computed from the hashes alone, in O(chain length).
  */
 export interface ChainEnd {
   key: number;

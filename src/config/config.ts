@@ -10,6 +10,7 @@ import { DEFAULT_BLOCK_BUDGET } from "../block-index/block-budget.ts";
 import { ConfigError } from "../api/errors.ts";
 import { LimitsSchema, type Limits } from "../api/limits.ts";
 import { RegionsConfigSchema } from "../selection/regions.ts";
+import { DEFAULT_SELECTION_COST, SELECTION_COSTS } from "../selection/selection.ts";
 import { SafeFetchPolicySchema } from "../media/safe-fetch.ts";
 import { classifyHost } from "../media/ssrf.ts";
 import { isCompatible } from "../prompt/model-profile.ts";
@@ -72,10 +73,11 @@ export const DEFAULT_MODELS: ModelConfig[] = [
 export const RoutingConfigSchema = z.strictObject({
   /**
    * Worker cost: "ttft" = estimated time to first token (queued + uncached prefill at the worker's
-   * prefill rate, decode interference, and round trip when KVEDGE_REGIONS is set; src/selection/regions.ts);
-   * "blocks" = Dynamo's block count (uncached + queued prefill blocks + decodeWeight × decode blocks).
+   * prefill rate, decode interference, and round trip when KVEDGE_REGIONS is set; src/selection/ttft-cost.ts);
+   * "blocks" = Dynamo's block count (uncached + queued prefill blocks + decodeWeight × decode blocks;
+   * src/selection/block-cost.ts).
    */
-  cost: z.enum(["ttft", "blocks"]).default("ttft"),
+  cost: z.enum(SELECTION_COSTS).default(DEFAULT_SELECTION_COST),
   /** Softmax temperature for selection; 0 = argmin with random tie-break. */
   temperature: z.number().min(0).max(10).default(0),
   /** cost "blocks": weight of decode load (active + new KV blocks) against prefill/overlap; 1 = Dynamo's. */

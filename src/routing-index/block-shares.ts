@@ -15,7 +15,7 @@
  */
 import type { ApproxIndex } from "../block-index/approx-index.ts";
 import type { BlockBudget } from "../block-index/block-budget.ts";
-import type { BlockIndex } from "../block-index/shard.ts";
+import type { BlockIndex } from "../block-index/block-index.ts";
 import type { SlottedWorker, WorkerRegistry } from "./worker-registry.ts";
 
 /** Capacity headroom factor: the relay's view may hold removed blocks until their events arrive. */

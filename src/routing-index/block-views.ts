@@ -8,7 +8,7 @@ import { RadixIndex } from "../block-index/radix-index.ts";
 import { ApproxIndex, type ApproxConfig } from "../block-index/approx-index.ts";
 import { BlockBudget } from "../block-index/block-budget.ts";
 import type { BlockIndex } from "../block-index/block-index.ts";
-import { PendingRoutes } from "../load/pending-routes.ts";
+import { PendingRoutes } from "../block-index/pending-routes.ts";
 import type { LocalHashes } from "../blocks/block-hash.ts";
 import type { RelayDump, RelayEvents } from "../relay-wire/relay-protocol.ts";
 import type { IndexCounters } from "../metrics/pool-snapshot.ts";

@@ -10,15 +10,14 @@ import type { LoadTracker } from "../load/load-tracker.ts";
 import type { PrefillWatch } from "./prefill-watch.ts";
 import type { PoolRecorder } from "../metrics/pool-recorder.ts";
 import type { IndexCounters } from "../metrics/pool-snapshot.ts";
-import { RegionsConfigSchema, resolveEdgeRegion, scoreCandidatesByTtft, type RegionsConfig } from "../selection/regions.ts";
-import { pickIndex, scoreCandidates, type Candidate } from "../selection/selection.ts";
+import { scoreByBlocks } from "../selection/block-cost.ts";
+import { resolveEdgeRegion, rttMs, type RegionsConfig } from "../selection/regions.ts";
+import { pickIndex, type Candidate, type SelectionCost } from "../selection/selection.ts";
+import { DEFAULT_TTFT_PARAMS, scoreByTtft } from "../selection/ttft-cost.ts";
 import type { BlockViews } from "./block-views.ts";
 import type { LoadSync } from "./load-sync.ts";
 import type { Receipt, ReceiptBook } from "./receipts.ts";
 import { isQuarantined, type WorkerRecord, type WorkerRegistry } from "./worker-registry.ts";
-
-/** The one region of TTFT scoring without a region table (cost "ttft"). */
-const LOCAL_REGION = "local";
 
 /** Pending receipts kept at most (the oldest is dropped beyond). */
 const MAX_PENDING_RECEIPTS = 10_000;
@@ -85,17 +84,14 @@ type PreviewRequest = Pick<RouteRequest, "localHashes" | "isl" | "exclude" | "ed
 
 export interface RouterOptions {
   temperature?: number;
-  /** Weight of decode load in the cost (default 1, Dynamo's); see selection.ts. */
+  /** Weight of decode load in the block cost (default 1, Dynamo's); see src/selection/block-cost.ts. */
   decodeWeight?: number;
   random?: () => number;
   now?: () => number;
-  /** RTT table and defaults for region-aware selection (src/selection/regions.ts); null = off. */
+  /** RTT table and TTFT tunables for region-aware selection (src/selection/regions.ts); null = off. */
   regions?: RegionsConfig | null;
-  /**
-   * "ttft": without a usable region (no config, or the edge's region unknown) still score by
-   * estimated TTFT, with no round trip; "blocks" (default here): Dynamo's block cost then.
-   */
-  cost?: "ttft" | "blocks";
+  /** Which cost scores workers (src/selection/selection.ts); RoutingCore supplies the default. */
+  cost: SelectionCost;
 }
 
 /** The parts of one pool a router reads and changes. */
@@ -120,13 +116,12 @@ export class Router {
   readonly #random: () => number;
   readonly #now: () => number;
   readonly #regions: RegionsConfig | null;
-  /** TTFT scoring when no region applies (cost "ttft"); null = block cost then. */
-  readonly #localTtft: RegionsConfig | null;
+  readonly #cost: SelectionCost;
 
-  constructor(parts: RouterParts, opts: RouterOptions = {}) {
+  constructor(parts: RouterParts, opts: RouterOptions) {
     this.#p = parts;
     this.#regions = opts.regions ?? null;
-    this.#localTtft = opts.cost === "ttft" ? { ...(opts.regions ?? RegionsConfigSchema.parse({})), self: LOCAL_REGION, rttMs: {}, defaultRttMs: 0 } : null;
+    this.#cost = opts.cost;
     this.#temperature = opts.temperature ?? 0;
     this.#decodeWeight = opts.decodeWeight ?? 1;
     this.#random = opts.random ?? Math.random;
@@ -268,18 +263,19 @@ export class Router {
     return { live, chain, scored, candidateViews, blockSize };
   }
 
-  /** Default block cost; estimated TTFT when regions are configured and the edge's region is known. */
+  /**
+   * The pool's cost (src/selection/selection.ts). Estimated TTFT counts each worker's round trip
+   * when a regions table knows the edge's region, and none otherwise; cost "blocks" yields to it
+   * only where round trips are known.
+   */
   #score(live: readonly WorkerRecord[], candidates: Candidate[], req: Pick<RouteRequest, "isl" | "edgeRegion" | "edgeColo">, blockSize: number) {
-    const edgeRegion = this.#regions ? (req.edgeRegion ?? resolveEdgeRegion(this.#regions, req.edgeColo)) : null;
-    if (this.#regions && edgeRegion) {
-      const placements = live.map((w) => ({ region: w.region ?? null, prefillTokensPerSec: w.prefillTokensPerSec ?? null }));
-      return scoreCandidatesByTtft({ candidates, placements, isl: req.isl, blockSize, edgeRegion, config: this.#regions });
-    }
-    if (this.#localTtft) {
-      // Every worker as if next door: queue + uncached prefill + decode interference.
-      const placements = live.map((w) => ({ region: LOCAL_REGION, prefillTokensPerSec: w.prefillTokensPerSec ?? null }));
-      return scoreCandidatesByTtft({ candidates, placements, isl: req.isl, blockSize, edgeRegion: LOCAL_REGION, config: this.#localTtft });
-    }
-    return scoreCandidates({ candidates, isl: req.isl, blockSize, decodeWeight: this.#decodeWeight });
+    const regions = this.#regions;
+    const edgeRegion = regions ? (req.edgeRegion ?? resolveEdgeRegion(regions, req.edgeColo)) : null;
+    if (this.#cost === "blocks" && !edgeRegion) return scoreByBlocks({ candidates, isl: req.isl, blockSize, decodeWeight: this.#decodeWeight });
+    const placements = live.map((w) => ({
+      rttMs: regions && edgeRegion ? rttMs(regions, edgeRegion, w.region ?? null) : 0,
+      prefillTokensPerSec: w.prefillTokensPerSec ?? null,
+    }));
+    return scoreByTtft({ candidates, placements, isl: req.isl, blockSize, params: regions ?? DEFAULT_TTFT_PARAMS });
   }
 }

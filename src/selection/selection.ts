@@ -1,10 +1,15 @@
 /**
- * Worker selection. Cost per worker (lower wins):
- *   max(0, (active prefill tokens + ISL) / B − overlap) + active decode blocks + request blocks
+ * Worker selection: every live worker gets a cost, the lowest wins. Two costs, one per file:
+ *  - "ttft" (ttft-cost.ts, the default): estimated time to first token in ms. With a regions table
+ *    (regions.ts) and the edge's region known it includes each worker's round trip from the edge;
+ *    otherwise every worker is scored with no round trip.
+ *  - "blocks" (block-cost.ts): Dynamo's block count. With a regions table and the edge's region
+ *    known, estimated TTFT is used instead, since only it can weigh round trips.
  * Ties are broken uniformly at random (reservoir sampling); with temperature T > 0 costs are
  * min–max normalised and sampled from a softmax instead.
  */
 
+/** What every cost reads of one worker for one request. */
 export interface Candidate {
   slot: number;
   overlapBlocks: number;
@@ -14,38 +19,16 @@ export interface Candidate {
   sharedActiveBlocks?: number;
 }
 
-export interface SelectionInput {
-  candidates: readonly Candidate[];
-  isl: number;
-  blockSize: number;
-  temperature?: number;
-  overlapWeight?: number;
-  /** Weight of the decode-load terms (Dynamo's default 1; 0 = prefill/TTFT only). */
-  decodeWeight?: number;
-  random?: () => number;
-}
-
 export interface Scored {
   slot: number;
   cost: number;
   overlapBlocks: number;
 }
 
-export function workerCost(c: Candidate, isl: number, blockSize: number, overlapWeight = 1, decodeWeight = 1): number {
-  // Blocks the request adds to the worker's decode load: all of them, minus a leading run that
-  // active requests on that worker already hold (counted once, like Dynamo's unique blocks).
-  const requestBlocks = Math.ceil(isl / blockSize) - (c.sharedActiveBlocks ?? 0);
-  const prefill = Math.max(0, (c.activePrefillTokens + isl) / blockSize - overlapWeight * c.overlapBlocks);
-  return prefill + decodeWeight * (c.activeDecodeBlocks + requestBlocks);
-}
-
-export function scoreCandidates(input: SelectionInput): Scored[] {
-  return input.candidates.map((c) => ({
-    slot: c.slot,
-    cost: workerCost(c, input.isl, input.blockSize, input.overlapWeight ?? 1, input.decodeWeight ?? 1),
-    overlapBlocks: c.overlapBlocks,
-  }));
-}
+export const SELECTION_COSTS = ["ttft", "blocks"] as const;
+export type SelectionCost = (typeof SELECTION_COSTS)[number];
+/** The cost a pool uses unless configured otherwise (`KVEDGE_ROUTING.cost`). */
+export const DEFAULT_SELECTION_COST: SelectionCost = "ttft";
 
 /** Returns the index into `scored` of the chosen worker, or -1 when empty. */
 export function pickIndex(scored: readonly Scored[], temperature = 0, random: () => number = Math.random): number {

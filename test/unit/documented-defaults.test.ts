@@ -28,7 +28,7 @@ import { DEFAULT_PREFIX_CACHE_BYTES, DEFAULT_PREFIX_CACHE_TOKENS } from "../../s
 import { DEFAULT_PIECE_CACHE_BYTES, DEFAULT_PIECE_CACHE_ENTRIES, DEFAULT_SEGMENT_CACHE_BYTES, DEFAULT_SEGMENT_CACHE_CHARS } from "../../src/prompt/tokenizer/index.ts";
 import { MEMO_MAX_BYTES } from "../../src/layout/layout.ts";
 import { ApproxConfigSchema } from "../../src/block-index/approx-index.ts";
-import { PendingRoutes } from "../../src/load/pending-routes.ts";
+import { PendingRoutes } from "../../src/block-index/pending-routes.ts";
 import { KV_CAPACITY_HEADROOM } from "../../src/routing-index/block-shares.ts";
 import { MAX_PROBE_PACKETS } from "../../services/decode/ffprobe-scan.ts";
 import { FAILED_PROBE_TTL_MS } from "../../services/decode/server.ts";

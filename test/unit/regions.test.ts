@@ -1,5 +1,6 @@
 import { beforeAll, describe, expect, it } from "vitest";
-import { estimateTtft, parseRegionsVar, resolveEdgeRegion, rttMs, RegionsConfigSchema } from "../../src/selection/regions.ts";
+import { parseRegionsVar, resolveEdgeRegion, rttMs, RegionsConfigSchema } from "../../src/selection/regions.ts";
+import { estimateTtft } from "../../src/selection/ttft-cost.ts";
 import { RoutingCore } from "../../src/routing-index/routing-core.ts";
 import { localBlockHashes } from "../../src/blocks/block-hash.ts";
 import { localHashToHex, RelayHelloSchema } from "../../src/relay-wire/relay-protocol.ts";
@@ -16,8 +17,8 @@ const CONFIG = RegionsConfigSchema.parse({
   decodeMsPerBlock: 0.01,
 });
 
-function pool() {
-  const core = new RoutingCore({ blockSize: B, random: () => 0.99, regions: CONFIG });
+function pool(cost?: "ttft" | "blocks") {
+  const core = new RoutingCore({ blockSize: B, random: () => 0.99, regions: CONFIG, ...(cost ? { cost } : {}) });
   for (const [id, region] of [["eu-1", "eu"], ["us-1", "us"], ["ap-1", "ap"]] as const) {
     const hello = RelayHelloSchema.parse({ type: "hello", workerId: id, url: `http://${id}`, blockSize: B, epoch: 1, modelName: "m", region, prefillTokensPerSec: 10_000 });
     expect(core.hello(hello, id).ok).toBe(true);
@@ -119,8 +120,8 @@ describe("region-aware selection (edge in eu; RTT eu 2 ms, us 80 ms, ap 160 ms; 
   it("uses the worker's prefill rate: a fast far worker beats a slow near one for a big cold prefill", () => {
     const cfg = CONFIG;
     const cold = { slot: 0, overlapBlocks: 0, activePrefillTokens: 0, activeDecodeBlocks: 0 };
-    const near = estimateTtft(cfg, "eu", cold, { region: "eu", prefillTokensPerSec: 2_000 }, 8000, B);
-    const far = estimateTtft(cfg, "eu", cold, { region: "us", prefillTokensPerSec: 12_000 }, 8000, B);
+    const near = estimateTtft(cfg, cold, { rttMs: rttMs(cfg, "eu", "eu"), prefillTokensPerSec: 2_000 }, 8000, B);
+    const far = estimateTtft(cfg, cold, { rttMs: rttMs(cfg, "eu", "us"), prefillTokensPerSec: 12_000 }, 8000, B);
     expect(near.totalMs).toBeCloseTo(2 + 4000 + 5, 6);
     expect(far.totalMs).toBeCloseTo(80 + 666.6666666 + 5, 5);
     expect(far.totalMs).toBeLessThan(near.totalMs);
@@ -135,14 +136,25 @@ describe("region-aware selection (edge in eu; RTT eu 2 ms, us 80 ms, ap 160 ms; 
     expect(core.peek({ localHashes: h, isl: 2000, edgeColo: "IAD", edgeRegion: "eu" }).workerId).toBe("eu-1");
   });
 
-  it("keeps the default block cost when the edge's region is unknown", () => {
+  it("cost \"blocks\" scores by Dynamo's block cost while the edge's region is unknown", () => {
+    const core = pool("blocks");
+    const h = localBlockHashes(tokens(2000), B);
+    cache(core, "ap-1", h.slice(0, 31));
+    const d = core.route({ localHashes: h, isl: 2000 })!;
+    // max(0, 125 − 31) + 0 + 125 = 219 for ap vs 250 elsewhere: the overlap wins.
+    expect(d.workerId).toBe("ap-1");
+    expect(costOf(d, "ap-1")).toBe(219);
+  });
+
+  it("cost \"ttft\" (the default) counts no round trip while the edge's region is unknown, with the table's tunables", () => {
     const core = pool();
     const h = localBlockHashes(tokens(2000), B);
     cache(core, "ap-1", h.slice(0, 31));
     const d = core.route({ localHashes: h, isl: 2000 })!;
-    // Default cost: max(0, 125 − 31) + 0 + 125 = 219 for ap vs 250 elsewhere: the overlap wins.
+    // ap: (2000 − 496) tokens at 10k/s = 150.4 ms + 0.01 × 125; the others 200 ms + 1.25, no RTT.
     expect(d.workerId).toBe("ap-1");
-    expect(costOf(d, "ap-1")).toBe(219);
+    expect(costOf(d, "ap-1")).toBeCloseTo(151.65, 6);
+    expect(costOf(d, "eu-1")).toBeCloseTo(201.25, 6);
   });
 });
 

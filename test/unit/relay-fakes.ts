@@ -12,7 +12,7 @@ import { engineBlockHashes } from "../../services/sglang-sim/engine-block-hash.t
 import { createHash } from "node:crypto";
 import { checkRelayToken, formatRelayCredential, parseRelayCredential, type RelayTokenCheck } from "../../src/relay-wire/relay-auth.ts";
 import type { RelayMessage } from "../../src/relay-wire/relay-protocol.ts";
-import { shardObjectName } from "../../src/block-index/shard.ts";
+import { shardObjectName } from "../../src/routing-index/pool-address.ts";
 import type { RelayOptionsInput } from "../../services/relay/options.ts";
 
 export class FakePublisher {

@@ -5,7 +5,7 @@
  */
 import { describe, expect, it } from "vitest";
 import type { RelayEvent } from "../../src/relay-wire/relay-protocol.ts";
-import { shardOfHex } from "../../src/block-index/shard.ts";
+import { shardOfHex } from "../../src/relay-wire/chain-shards.ts";
 import type { DumpBlock } from "../../services/relay/worker-block-set.ts";
 import type { IndexSessionStats, WelcomeInfo } from "../../services/relay/index-session.ts";
 import { ShardFanout, type ShardSession, type ShardSessionHooks } from "../../services/relay/shard-fanout.ts";

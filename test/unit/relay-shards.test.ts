@@ -6,7 +6,8 @@
  */
 import { afterEach, beforeAll, describe, expect, it } from "vitest";
 import { RelayMessageSchema, type RelayMessage } from "../../src/relay-wire/relay-protocol.ts";
-import { shardObjectName, shardOfHex } from "../../src/block-index/shard.ts";
+import { shardOfHex } from "../../src/relay-wire/chain-shards.ts";
+import { shardObjectName } from "../../src/routing-index/pool-address.ts";
 import { relayUrl, tokenAudience } from "../../services/relay/index-session.ts";
 import { createLogger } from "../../services/relay/log.ts";
 import type { RelayOptionsInput } from "../../services/relay/options.ts";

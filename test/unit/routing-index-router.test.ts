@@ -22,7 +22,7 @@ beforeAll(() => initHashing());
 const tokens = Array.from({ length: 40 }, (_, i) => i + 1);
 const hashes = () => localBlockHashes(tokens, 4);
 
-function pool(workers: Record<string, number>, opts: RouterOptions = {}) {
+function pool(workers: Record<string, number>, opts: Partial<RouterOptions> = {}) {
   const now = opts.now ?? (() => 1_000);
   const registry = new WorkerRegistry(4, now);
   const counters = emptyIndexCounters();
@@ -39,7 +39,7 @@ function pool(workers: Record<string, number>, opts: RouterOptions = {}) {
     views.applyDump(id, { type: "dump", epoch: 1, seq: 0, blocks });
   }
   const prefillWatch = new PrefillWatch();
-  const router = new Router({ registry, views, load, loadSync, prefillWatch, receipts, metrics, counters }, { random: () => 0, ...opts, now });
+  const router = new Router({ registry, views, load, loadSync, prefillWatch, receipts, metrics, counters }, { random: () => 0, cost: "blocks", ...opts, now });
   return { router, registry, views, load, loadSync, prefillWatch, receipts, metrics, counters };
 }
 

@@ -9,7 +9,7 @@ import { beforeAll, describe, expect, it } from "vitest";
 import { mintRelayToken } from "../../src/relay-wire/relay-auth.ts";
 import { localBlockHashes } from "../../src/blocks/block-hash.ts";
 import { localHashToHex } from "../../src/relay-wire/relay-protocol.ts";
-import { shardForRequest, shardObjectName } from "../../src/block-index/shard.ts";
+import { shardForRequest, shardObjectName } from "../../src/routing-index/pool-address.ts";
 import { initHashing } from "../../src/util/hash.ts";
 import { issueRelayKey, nextMessage } from "../workers/ws-helpers.ts";
 

@@ -8,7 +8,7 @@ import { createExecutionContext, env, listDurableObjectIds, waitOnExecutionConte
 import { describe, expect, it } from "vitest";
 import worker from "../../functions/index.ts";
 import { deriveRelayKey, formatRelayCredential, mintRelayToken, newRelayKeyId } from "../../src/relay-wire/relay-auth.ts";
-import { shardObjectName } from "../../src/block-index/shard.ts";
+import { shardObjectName } from "../../src/routing-index/pool-address.ts";
 import { TEST_WORKER_URL } from "./ws-helpers.ts";
 import "../../functions/wasm-shim.ts";
 
