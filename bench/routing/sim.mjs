@@ -1,11 +1,19 @@
-// Replays a trace against N simulated SGLang caches (services/sglang-sim PagedRadixCache, capacity
-// forcing eviction) under one routing policy and one worker cost model: "linear" (one serial prefill
-// lane at a fixed rate: the model the router's ttft cost assumes) or "calibrated" (SGLang's
-// prefill-first scheduler with chunked prefill and batched decode on the GPU-measured cost table;
-// bench/lib/worker-model.mjs). kvedge and text-prefix policies route through a real RoutingCore fed
-// by the same relay translation the relays use (KV events → WorkerBlockSet → relay events →
-// applyEvents), delivered after a propagation lag. The oracle knows every cache and queue exactly and
-// picks the least TTFT under the worker's own (true) cost model, not the router's estimate.
+// Replays a trace against N simulated SGLang workers (services/sglang-sim PagedRadixCache with a KV
+// capacity forcing LRU eviction; the GPU-calibrated cost model of bench/lib/worker-model.mjs) under
+// one routing policy. Policies that use kvedge's index route through a real RoutingCore fed by the
+// relays' own translation (KV events → WorkerBlockSet → relay events → applyEvents), delivered after
+// a propagation lag. Baselines:
+//   kvedge          the shipped default: RoutingCore, cost "ttft" (estimated time to first token);
+//   approximate     the same router with workers that send no KV events (approximate mode: blocks
+//                   assumed cached where they were routed, src/block-index/approx-index.ts);
+//   dynamo-blocks   the same router with cost "blocks": Dynamo's KV-router cost (overlap blocks
+//                   against prefill + decode blocks, decode weight 1);
+//   llm-d           llm-d's weighted scorers: 3 × prefix score (cached share of the request's blocks,
+//                   from the same relay-fed index) + 2 × queue score (min–max normalised waiting
+//                   queue), highest wins (weights: the default profile, prefix 3 / queue 2);
+//   session-sticky  a hash of the session id picks the worker (consistent affinity, no load view);
+//   least-loaded    fewest in-flight requests (ties rotate);
+//   round-robin     in turn.
 import { PagedRadixCache } from "../../services/sglang-sim/radix-cache.ts";
 import { TIMING_PRESETS } from "../../services/sglang-sim/timing.ts";
 import { WorkerBlockSet } from "../../services/relay/worker-block-set.ts";
@@ -14,10 +22,8 @@ import { localBlockHashes } from "../../src/blocks/block-hash.ts";
 import { rng } from "../lib/stats.mjs";
 import { Heap } from "../lib/heap.mjs";
 import { CalibratedWorker, LinearWorker, peekPrefix as peekPagePrefix } from "../lib/worker-model.mjs";
-import { VISION_START } from "./trace.mjs";
 
-const PAGE = 16;
-
+export const PAGE = 16;
 
 /** Longest cached prefix (whole pages) without touching LRU state or splitting nodes. */
 export const peekPrefix = (cache, tokens) => peekPagePrefix(cache, tokens, PAGE);
@@ -28,32 +34,34 @@ function fnv(s) {
   return h;
 }
 
-// kvedge = the shipped default (cost "ttft": estimated time to first token from the router's own
-// load view); kvedge-blocks = the same router with KVEDGE_ROUTING.cost "blocks" (Dynamo's cost).
-export const POLICIES = ["kvedge", "kvedge-blocks", "text-prefix", "url-keyed", "least-loaded", "round-robin", "index+ttft", "oracle"];
+export const POLICIES = ["kvedge", "approximate", "dynamo-blocks", "llm-d", "session-sticky", "least-loaded", "round-robin"];
+/** llm-d scorer weights (prefix-cache-scorer, queue-scorer). */
+export const LLMD_WEIGHTS = { prefix: 3, queue: 2 };
 
-export function simulate(trace, { policy, workers, capacityTokens, timing = TIMING_PRESETS["h100-8b"], lagMs = 10, seed = 7 }) {
+const CORE_POLICIES = new Set(["kvedge", "approximate", "dynamo-blocks", "llm-d"]);
+
+export function simulate(trace, { policy, workers, capacityTokens, timing = TIMING_PRESETS["h200-7b"], lagMs = 10, seed = 7 }) {
+  if (!POLICIES.includes(policy)) throw new Error(`unknown policy ${policy}`);
   const Worker = timing.calibration ? CalibratedWorker : LinearWorker;
   const random = rng(seed);
   let now = 0;
   let seq = 0;
   const events = new Heap();
-  const usesCore = policy === "kvedge" || policy === "kvedge-blocks" || policy === "text-prefix" || policy === "index+ttft";
-  // kvedge as deployed by default (cost "ttft", workers reporting no prefill rate); kvedge-blocks:
-  // Dynamo's block cost with decode weight 1 (the previous default, KVEDGE_ROUTING.cost "blocks").
-  const cost = policy === "kvedge-blocks" ? "blocks" : "ttft";
-  const core = usesCore ? new RoutingCore({ blockSize: PAGE, random, now: () => now, cost }) : null;
+  const core = CORE_POLICIES.has(policy) ? new RoutingCore({ blockSize: PAGE, random, now: () => now, cost: policy === "dynamo-blocks" ? "blocks" : "ttft" }) : null;
+  const kvEvents = policy !== "approximate";
   const W = [];
   for (let w = 0; w < workers; w++) {
     const id = `w${w + 1}`;
     const st = { id, served: 0, pendingRelay: [], blockSet: null, worker: null };
     if (core) {
-      core.hello({ type: "hello", workerId: id, url: `http://sim/${id}`, blockSize: PAGE, epoch: 1, modelName: "m", contract: null, kvEvents: true }, id);
-      core.applyDump(id, { type: "dump", epoch: 1, seq: -1, blocks: [] });
-      st.blockSet = new WorkerBlockSet(PAGE);
+      core.hello({ type: "hello", workerId: id, url: `http://sim/${id}`, blockSize: PAGE, epoch: 1, modelName: "m", contract: null, kvEvents }, id);
+      if (kvEvents) {
+        core.applyDump(id, { type: "dump", epoch: 1, seq: -1, blocks: [] });
+        st.blockSet = new WorkerBlockSet(PAGE);
+      }
     }
     // The relay's translation of each KV event, queued until it would reach the index.
-    const sink = !core
+    const sink = !st.blockSet
       ? () => {}
       : (ev) => {
           const kv =
@@ -85,54 +93,40 @@ export function simulate(trace, { policy, workers, capacityTokens, timing = TIMI
   let rr = 0;
   const results = [];
   for (const req of trace) events.push({ t: req.at, seq: seq++, type: "arrive", req });
+  const queued = (w) => W[w].worker.waiting?.length ?? W[w].worker.active;
 
   const choose = (req) => {
     if (policy === "round-robin") return { w: rr++ % workers };
+    if (policy === "session-sticky") return { w: fnv(req.session) % workers };
     if (policy === "least-loaded") {
-      let best = 0;
-      for (let w = 1; w < workers; w++) if (W[w].worker.active < W[best].worker.active) best = w;
-      // Rotate the start on ties so equal loads spread.
-      const ties = W.map((s, i) => i).filter((i) => W[i].worker.active === W[best].worker.active);
+      let min = Infinity;
+      for (const st of W) min = Math.min(min, st.worker.active);
+      const ties = W.map((_s, i) => i).filter((i) => W[i].worker.active === min);
       return { w: ties[rr++ % ties.length] };
     }
-    if (policy === "url-keyed") return { w: fnv(req.urlKey) % workers };
-    if (policy === "oracle") {
-      // Knows every cache exactly and each worker's prefill queue: the TTFT-greedy choice.
-      let best = 0;
-      let bestT = Infinity;
-      for (let w = 0; w < workers; w++) {
-        const hit = peekPrefix(W[w].cache, req.tokens);
-        const t = W[w].worker.predictTtft(now, req.tokens.length - hit, hit);
-        if (t < bestT) {
-          bestT = t;
-          best = w;
-        }
-      }
-      return { w: best };
-    }
-    if (policy === "index+ttft") {
-      // Ablation: the same TTFT-greedy choice, but overlaps come from the router's index (relay-fed).
-      deliver();
-      const scores = new Int32Array(64);
-      core.index.findMatches(localBlockHashes(req.tokens, PAGE), scores);
-      let best = 0;
-      let bestT = Infinity;
-      for (let w = 0; w < workers; w++) {
-        const overlap = scores[core.slotOf(W[w].id)] * PAGE;
-        const t = W[w].worker.predictTtft(now, req.tokens.length - overlap, overlap);
-        if (t < bestT) {
-          bestT = t;
-          best = w;
-        }
-      }
-      return { w: best };
-    }
     deliver();
-    // text-prefix: media ignored, so only the text before the first media token is hashed.
-    const cut = req.tokens.indexOf(VISION_START);
-    const hashes = localBlockHashes(policy === "text-prefix" && cut >= 0 ? req.tokens.slice(0, cut) : req.tokens, PAGE);
-    const d = core.route({ localHashes: hashes, isl: req.tokens.length });
-    return { w: Number(d.workerId.slice(1)) - 1, receipt: d.receiptId, predicted: d.overlapBlocks };
+    const localHashes = localBlockHashes(req.tokens, PAGE);
+    if (policy === "llm-d") {
+      const preview = core.peek({ localHashes, isl: req.tokens.length });
+      const overlap = new Map(preview.candidates.map((c) => [c.workerId, c.overlapBlocks]));
+      const qs = W.map((_s, i) => queued(i));
+      const qMin = Math.min(...qs);
+      const qMax = Math.max(...qs);
+      let best = -Infinity;
+      let ties = [];
+      for (let w = 0; w < workers; w++) {
+        const prefix = localHashes.length ? (overlap.get(W[w].id) ?? 0) / localHashes.length : 0;
+        const queue = qMax === qMin ? 1 : (qMax - qs[w]) / (qMax - qMin);
+        const score = LLMD_WEIGHTS.prefix * prefix + LLMD_WEIGHTS.queue * queue;
+        if (score > best + 1e-12) {
+          best = score;
+          ties = [w];
+        } else if (Math.abs(score - best) <= 1e-12) ties.push(w);
+      }
+      return { w: ties[Math.floor(random() * ties.length)] };
+    }
+    const d = core.route({ localHashes, isl: req.tokens.length });
+    return { w: Number(d.workerId.slice(1)) - 1, receipt: d.receiptId };
   };
 
   while (events.size) {
@@ -143,12 +137,10 @@ export function simulate(trace, { policy, workers, capacityTokens, timing = TIMI
       continue;
     }
     const req = ev.req;
-    let best = 0;
-    for (const st of W) best = Math.max(best, peekPrefix(st.cache, req.tokens));
     const { w, receipt } = choose(req);
     const st = W[w];
     st.served++;
-    const r = { id: req.id, kind: req.kind, worker: w, tokens: req.tokens.length, outputTokens: req.output.length, cached: 0, best, ttft: NaN, finishAt: NaN, arrivedAt: now, receipt };
+    const r = { id: req.id, kind: req.kind, worker: w, tokens: req.tokens.length, outputTokens: req.output.length, cached: 0, ttft: NaN, finishAt: NaN, arrivedAt: now, receipt };
     results.push(r);
     st.worker.submit(
       {
@@ -169,15 +161,16 @@ export function simulate(trace, { policy, workers, capacityTokens, timing = TIMI
   return { results, served: W.map((s) => s.served) };
 }
 
-/** Hit rate of one infinite cache that saw every earlier request (the workload's ceiling). */
-export function infiniteCacheHitRate(trace) {
+/**
+ * Per request, the prefix an infinite cache shared by the whole fleet would hold when it arrives
+ * (every earlier prompt and answer, as SGLang caches them): the trace's ceiling.
+ */
+export function infiniteCacheHits(trace) {
   const cache = new PagedRadixCache(PAGE);
-  let hit = 0;
-  let total = 0;
+  const hits = new Array(trace.length);
   for (const req of [...trace].sort((a, b) => a.at - b.at)) {
-    hit += peekPrefix(cache, req.tokens);
-    total += req.tokens.length;
+    hits[req.id] = peekPrefix(cache, req.tokens);
     cache.insert(req.tokens.concat(req.output.slice(0, req.output.length - 1)));
   }
-  return hit / total;
+  return hits;
 }

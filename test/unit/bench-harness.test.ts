@@ -44,13 +44,18 @@ describe("bench harness", () => {
     // The tokenizer suite checks exactness on the golden cases inside the bench run.
     expect(latest.suites.tokenizer.details.goldenCases).toBeGreaterThan(0);
     expect(latest.suites.tokenizer.details.kvExact).toBe(latest.suites.tokenizer.details.goldenCases);
-    // Every routing policy was replayed over the same trace, on both worker models.
-    for (const model of ["calibrated", "linear"]) expect(Object.keys(latest.suites.routing.details.runs[model].policies)).toContain("oracle");
+    // Every routing policy was replayed on every trace, against the infinite-cache ceiling.
+    const routing = latest.suites.routing.details;
+    for (const trace of ["chat", "agent", "docqa", "mooncake"]) {
+      expect(Object.keys(routing.traces[trace].byCapacity["1"])).toEqual(routing.policies);
+      expect(routing.traces[trace].ceiling.mean).toBeGreaterThan(0);
+    }
+    expect(routing.policies).toEqual(expect.arrayContaining(["kvedge", "approximate", "dynamo-blocks", "llm-d", "session-sticky", "least-loaded", "round-robin"]));
     // The edge's figures come from the real handler: every case has an edge − direct overhead.
     for (const c of Object.values(latest.suites.edge.details.cases) as { overheadP50: number }[]) expect(Number.isFinite(c.overheadP50)).toBe(true);
     expect(r.stdout).toMatch(/\| suite\s+\| metric/);
     const plots = readdirSync(join(out, "plots")).filter((f) => f.endsWith(".svg"));
-    expect(plots).toEqual(expect.arrayContaining(["edge.svg", "tokenizer.svg", "index.svg", "hashing.svg", "routing-hit-rate.svg", "routing-ttft-calibrated.svg", "routing-ttft-linear.svg", "layout.svg"]));
+    expect(plots).toEqual(expect.arrayContaining(["edge.svg", "tokenizer.svg", "index.svg", "hashing.svg", "routing-hit-rate.svg", "routing-goodput.svg", "routing-ttft.svg", "layout.svg"]));
     for (const p of plots) expect(readFileSync(join(out, "plots", p), "utf8")).toMatch(/^<svg [^>]*xmlns="http:\/\/www.w3.org\/2000\/svg"[\s\S]*<\/svg>\n$/);
     expect(readdirSync(join(out, "runs")).length).toBe(1);
   });

@@ -1,0 +1,231 @@
+// Seeded generators of routing traces shaped like published workloads (parameters and their sources
+// in TRACE_PARAMS; docs/benchmarks.md §Routing). Each returns requests in arrival order:
+// { id, at (ms), kind, session, turn, tokens, output, stream }. Tokens are ids of a ChatML-like
+// rendering (system, user, assistant and tool turns), so a follow-up request's prompt starts with the
+// earlier request's prompt and answer exactly as a chat template renders them. Time is open loop: a
+// session's next request comes a think (or tool) time after its previous one, whatever the fleet does.
+// `rate` scales how often sessions start (the suite sets it for a target load); every other parameter
+// keeps the published shape.
+import { rng, zipf } from "../lib/stats.mjs";
+
+const IM_START = 151644;
+const IM_END = 151645;
+const NL = 198;
+const ROLE = { system: 9125, user: 872, assistant: 77091, tool: 14172 };
+/** Longest context any generator produces (Qwen2.5-VL's max_position_embeddings, 131 072). */
+export const MAX_CONTEXT = 131_072;
+
+/**
+ * Trace parameters. Lengths are tokens, times ms; lognormal(median, sigma). Where a figure is
+ * published, `source` names it; the rest are stated assumptions.
+ */
+export const TRACE_PARAMS = {
+  chat: {
+    source:
+      "multi-turn chat: turns per conversation and message lengths in the range of ShareGPT/LMSYS-Chat conversations; think time between turns lognormal, median 20 s (an assumption: no published inter-turn distribution with figures was found to cite), so follow-ups arrive seconds to minutes apart, not within 1 s",
+    systemPrompts: 8,
+    systemTokens: [200, 2000],
+    turnsMean: 5,
+    turnsMax: 20,
+    userTokens: { median: 120, sigma: 1.0, max: 4000 },
+    answerTokens: { median: 250, sigma: 0.8, max: 2000 },
+    thinkMs: { median: 20_000, sigma: 1.0, max: 600_000 },
+    /** Reading the answer: it streams at this rate before the user starts thinking. */
+    answerMsPerToken: 10,
+  },
+  agent: {
+    source:
+      "agent loops: a fixed system prompt + tool schemas, then tool call / tool output steps appended each turn; steps keep 86–97 % of the next prompt as prefix (issue #37; the trace's measured reuse is reported with the results); tool outputs lognormal, median 2k tokens, up to 32k",
+    agents: 4,
+    prefixTokens: [4000, 10_000],
+    taskTokens: [200, 1500],
+    stepsRange: [10, 60],
+    callTokens: { median: 150, sigma: 0.6, max: 1000 },
+    toolTokens: { median: 2000, sigma: 1.0, max: 32_000 },
+    toolMs: { median: 1500, sigma: 1.0, max: 60_000 },
+    callMsPerToken: 10,
+  },
+  docqa: {
+    source: "document QA: shared long documents (lognormal, median 20k tokens, 4k–120k), Zipf-popular (s = 1), each asked many independent questions",
+    documents: 30,
+    docTokens: { median: 20_000, sigma: 0.9, min: 4000, max: 120_000 },
+    docZipf: 1.0,
+    systemPrompts: 3,
+    systemTokens: [150, 600],
+    questionTokens: { median: 60, sigma: 0.8, max: 800 },
+    answerTokens: { median: 200, sigma: 0.7, max: 1500 },
+  },
+  mooncake: {
+    source:
+      "Mooncake trace shape (Qin et al., Mooncake, arXiv 2407.00079 / FAST '25; kvcache-ai/Mooncake trace: 23 608 requests in one hour, 512-token hash blocks): mean input 7 590 tokens, mean output 182; input lognormal with that mean (sigma 1.0, median 4.6k); requests share Zipf-popular block-aligned prefixes or continue an earlier request, mixed so that an infinite cache hits about half the input tokens (the trace's reported order; not replayed here)",
+    inputMean: 7590,
+    inputSigma: 1.0,
+    outputMean: 182,
+    outputSigma: 0.8,
+    hashBlock: 512,
+    roots: 200,
+    rootZipf: 1.0,
+    rootBlocks: { median: 6, sigma: 0.8, max: 64 },
+    continueShare: 0.35,
+    rootShare: 0.6,
+  },
+};
+
+function sampler(seed) {
+  const random = rng(seed);
+  const int = (lo, hi) => lo + Math.floor(random() * (hi - lo + 1));
+  const normal = () => Math.sqrt(-2 * Math.log(1 - random())) * Math.cos(2 * Math.PI * random());
+  const lognormal = ({ median, sigma, min = 1, max = Infinity }) => Math.round(Math.min(max, Math.max(min, median * Math.exp(sigma * normal()))));
+  const exp = (mean) => -Math.log(1 - random()) * mean;
+  const text = (n) => {
+    const out = new Array(n);
+    for (let i = 0; i < n; i++) out[i] = 1000 + Math.floor(random() * 149_000);
+    return out;
+  };
+  return { random, int, lognormal, exp, text };
+}
+
+const turn = (role, body) => [IM_START, ROLE[role], NL, ...body, IM_END, NL];
+const GEN = [IM_START, ROLE.assistant, NL];
+/** The answer as the template renders it into the next prompt (the generation prompt is already there). */
+const closeAnswer = (output) => [...output, IM_END, NL];
+
+function finish(requests, streamRandom) {
+  requests.sort((a, b) => a.at - b.at);
+  return requests.map((r, id) => ({ ...r, id, stream: streamRandom() < 0.5 }));
+}
+
+/** Multi-turn chat with think time. */
+export function chatTrace({ seed, sessions, rate }) {
+  const P = TRACE_PARAMS.chat;
+  const s = sampler(seed);
+  const systems = Array.from({ length: P.systemPrompts }, () => turn("system", s.text(s.int(...P.systemTokens))));
+  const pickSystem = zipf(systems.length, 1, s.random);
+  const out = [];
+  let start = 0;
+  for (let k = 0; k < sessions; k++) {
+    start += s.exp(1000 / rate);
+    const turns = Math.min(P.turnsMax, 1 + Math.floor(s.exp(P.turnsMean - 1)));
+    let history = systems[pickSystem()];
+    let at = start;
+    for (let t = 0; t < turns && history.length < MAX_CONTEXT - 8000; t++) {
+      history = [...history, ...turn("user", s.text(s.lognormal(P.userTokens)))];
+      const output = s.text(s.lognormal(P.answerTokens));
+      const tokens = [...history, ...GEN];
+      out.push({ at, kind: "chat", session: `chat-${k}`, turn: t, tokens, output });
+      history = [...tokens, ...closeAnswer(output)];
+      at += output.length * P.answerMsPerToken + s.lognormal(P.thinkMs);
+    }
+  }
+  return finish(out, rng(seed ^ 0x2f1a));
+}
+
+/** Agent loops: tool call and tool output appended each step. */
+export function agentTrace({ seed, sessions, rate }) {
+  const P = TRACE_PARAMS.agent;
+  const s = sampler(seed);
+  const prefixes = Array.from({ length: P.agents }, () => turn("system", s.text(s.int(...P.prefixTokens))));
+  const pickAgent = zipf(prefixes.length, 1, s.random);
+  const out = [];
+  let start = 0;
+  for (let k = 0; k < sessions; k++) {
+    start += s.exp(1000 / rate);
+    const steps = s.int(...P.stepsRange);
+    let tokens = [...prefixes[pickAgent()], ...turn("user", s.text(s.int(...P.taskTokens))), ...GEN];
+    let at = start;
+    for (let t = 0; t < steps; t++) {
+      const output = s.text(s.lognormal(P.callTokens));
+      out.push({ at, kind: "agent", session: `agent-${k}`, turn: t, tokens, output });
+      const tool = s.text(s.lognormal(P.toolTokens));
+      const next = [...tokens, ...closeAnswer(output), ...turn("tool", tool), ...GEN];
+      if (next.length + P.callTokens.max > MAX_CONTEXT) break;
+      tokens = next;
+      at += output.length * P.callMsPerToken + s.lognormal(P.toolMs);
+    }
+  }
+  return finish(out, rng(seed ^ 0x2f1a));
+}
+
+/** Document QA: many independent questions over shared long documents. */
+export function docqaTrace({ seed, sessions, rate }) {
+  const P = TRACE_PARAMS.docqa;
+  const s = sampler(seed);
+  const docs = Array.from({ length: P.documents }, () => s.text(s.lognormal(P.docTokens)));
+  const systems = Array.from({ length: P.systemPrompts }, () => turn("system", s.text(s.int(...P.systemTokens))));
+  const pickDoc = zipf(docs.length, P.docZipf, s.random);
+  const out = [];
+  let at = 0;
+  // One "session" is one question (each is its own conversation).
+  for (let k = 0; k < sessions; k++) {
+    at += s.exp(1000 / rate);
+    const d = pickDoc();
+    const tokens = [...systems[d % systems.length], ...turn("user", [...docs[d], ...s.text(s.lognormal(P.questionTokens))]), ...GEN];
+    out.push({ at, kind: "docqa", session: `doc-${d}-q${k}`, turn: 0, tokens, output: s.text(s.lognormal(P.answerTokens)) });
+  }
+  return finish(out, rng(seed ^ 0x2f1a));
+}
+
+/** The Mooncake trace's shape: long inputs, short outputs, shared block-aligned prefixes. */
+export function mooncakeTrace({ seed, sessions, rate }) {
+  const P = TRACE_PARAMS.mooncake;
+  const s = sampler(seed);
+  const median = (mean, sigma) => mean / Math.exp((sigma * sigma) / 2);
+  const inputLen = () => s.lognormal({ median: median(P.inputMean, P.inputSigma), sigma: P.inputSigma, min: 64, max: MAX_CONTEXT - 4096 });
+  const outputLen = () => s.lognormal({ median: median(P.outputMean, P.outputSigma), sigma: P.outputSigma, max: 4096 });
+  const roots = Array.from({ length: P.roots }, () => s.text(P.hashBlock * s.lognormal(P.rootBlocks)));
+  const pickRoot = zipf(roots.length, P.rootZipf, s.random);
+  const recent = [];
+  const out = [];
+  let at = 0;
+  for (let k = 0; k < sessions; k++) {
+    at += s.exp(1000 / rate);
+    const want = inputLen();
+    const output = s.text(outputLen());
+    let tokens;
+    let session;
+    const u = s.random();
+    const prev = recent.length ? recent[s.int(Math.max(0, recent.length - 64), recent.length - 1)] : null;
+    if (u < P.continueShare && prev && prev.tokens.length + prev.output.length + 16 <= want) {
+      // A later turn of an earlier request (when the drawn length leaves room): its whole input and
+      // answer, then new input, so the input length keeps the drawn distribution.
+      tokens = [...prev.tokens, ...prev.output, ...s.text(want - prev.tokens.length - prev.output.length)];
+      session = prev.session;
+    } else if (u < P.continueShare + P.rootShare) {
+      const root = roots[pickRoot()];
+      tokens = [...root, ...s.text(Math.max(16, want - root.length))];
+      session = `mc-${k}`;
+    } else {
+      tokens = s.text(want);
+      session = `mc-${k}`;
+    }
+    const req = { at, kind: "mooncake", session, turn: 0, tokens, output };
+    out.push(req);
+    recent.push(req);
+  }
+  return finish(out, rng(seed ^ 0x2f1a));
+}
+
+export const TRACES = { chat: chatTrace, agent: agentTrace, docqa: docqaTrace, mooncake: mooncakeTrace };
+
+/** Shape of a generated trace: lengths, and for follow-ups the share of the prompt that is the previous request's prompt. */
+export function traceShape(trace) {
+  const lens = trace.map((r) => r.tokens.length).sort((a, b) => a - b);
+  const q = (p) => lens[Math.min(lens.length - 1, Math.floor(p * lens.length))];
+  const last = new Map();
+  const reuse = [];
+  for (const r of trace) {
+    const prev = last.get(r.session);
+    if (prev && r.tokens.length > prev.tokens.length) reuse.push(prev.tokens.length / r.tokens.length);
+    last.set(r.session, r);
+  }
+  reuse.sort((a, b) => a - b);
+  const rq = (p) => (reuse.length ? +reuse[Math.min(reuse.length - 1, Math.floor(p * reuse.length))].toFixed(3) : null);
+  return {
+    requests: trace.length,
+    sessions: last.size,
+    spanS: +((trace[trace.length - 1].at - trace[0].at) / 1000).toFixed(1),
+    inputTokens: { mean: Math.round(lens.reduce((a, b) => a + b, 0) / lens.length), p50: q(0.5), p90: q(0.9), max: lens[lens.length - 1] },
+    outputTokensMean: Math.round(trace.reduce((a, r) => a + r.output.length, 0) / trace.length),
+    followUpPrefixShare: { n: reuse.length, p10: rq(0.1), p50: rq(0.5), p90: rq(0.9) },
+  };
+}
