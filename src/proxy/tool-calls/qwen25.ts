@@ -11,7 +11,9 @@
  * every block whose JSON parses (Python json.loads: json.ts) and names a known tool becomes a call
  * with `arguments = json.dumps(parameters or arguments or {}, ensure_ascii=False)`
  * (base_format_detector.py `parse_base_json`); a block that does not parse is skipped. When no call
- * survives, the whole text stays content (function_call_parser.py `parse_non_stream`).
+ * survives, the whole text stays content. Deliberate difference: SGLang's `parse_non_stream`
+ * (function_call_parser.py @00828e56) then answers only the text before the markup, so a broken
+ * or cut-off call vanishes from the answer while finish_reason says "tool_calls".
  *
  * Streaming: text before a call streams as content, holding back a tail that may be the start of
  * `<tool_call>\n`. Arguments are `json.dumps(…, ensure_ascii=False)` in both modes, as SGLang's
