@@ -14,6 +14,7 @@ import { DEFAULT_SELECTION_COST, SELECTION_COSTS } from "../selection/selection.
 import { SafeFetchPolicySchema } from "../media/safe-fetch.ts";
 import { classifyHost } from "../media/ssrf.ts";
 import { isCompatible } from "../prompt/model-profile.ts";
+import { MAX_SHARDS } from "../relay-wire/chain-shards.ts";
 import { normalizeWorkerUrl } from "../relay-wire/relay-auth.ts";
 
 export const ModelFamilySchema = z.enum(["qwen2_vl", "qwen2_5_vl", "qwen3_vl"]);
@@ -101,10 +102,10 @@ export const RoutingConfigSchema = z.strictObject({
 });
 export type RoutingConfig = z.infer<typeof RoutingConfigSchema>;
 
-/** `KVEDGE_SHARDS`: a whole number 1…1024, as a string var or a number. */
+/** `KVEDGE_SHARDS`: a whole number 1…MAX_SHARDS (1024), as a string var or a number. */
 export const ShardCountVarSchema = z
   .union([z.string().regex(/^\s*\d{1,4}\s*$/, "KVEDGE_SHARDS must be a whole number").transform(Number), z.number()])
-  .pipe(z.number().int().min(1, "KVEDGE_SHARDS must be at least 1").max(1024, "KVEDGE_SHARDS must be at most 1024"));
+  .pipe(z.number().int().min(1, "KVEDGE_SHARDS must be at least 1").max(MAX_SHARDS, `KVEDGE_SHARDS must be at most ${MAX_SHARDS}`));
 
 /** One token bucket: `burst` requests at once, refilled at requestsPerMinute / 60 per second. */
 export const BucketConfigSchema = z.strictObject({

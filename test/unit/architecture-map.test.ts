@@ -117,3 +117,23 @@ describe("the routing index's front door", () => {
     expect(rpc.filter((name) => !doorMethods.has(name))).toEqual([]);
   });
 });
+
+/**
+ * The block index is the routing index's inside: the edge, the Worker's adapters and the relay find
+ * a pool's shards through pool-address.ts and the relay wire's placement rule (chain-shards.ts),
+ * never in src/block-index/.
+ */
+describe("the block index", () => {
+  it("is reached by no edge file, adapter or relay", () => {
+    const files = ["src/edge", "functions", "durable-objects", "services/relay"].flatMap((d) => tsFiles(join(ROOT, d)));
+    const bad: string[] = [];
+    for (const file of files) {
+      for (const m of readFileSync(file, "utf8").matchAll(/(?:from|import)\s*\(?\s*["'](\.{1,2}\/[^"']+)["']/g)) {
+        const target = relative(ROOT, resolve(dirname(file), m[1]!));
+        if (target.startsWith("src/block-index/")) bad.push(`${relative(ROOT, file)} → ${target}`);
+      }
+    }
+    expect(files.length).toBeGreaterThan(30);
+    expect(bad).toEqual([]);
+  });
+});
