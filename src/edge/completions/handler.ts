@@ -1,0 +1,133 @@
+/**
+ * POST /v1/completions at the edge: the prompt is routed as it is (no chat template) by the same
+ * index, namespace and retry loop as chat (src/edge/chat/ stages: resolve model → route → forward),
+ * and the worker's `/generate` answer is shaped as a text completion (completion-answer.ts). A list of
+ * prompts is a batch: each prompt is routed on its own (each may be cached elsewhere) and the
+ * choices are numbered prompt × n, as SGLang and OpenAI number them.
+ */
+import { InvalidRequestError } from "../../api/errors.ts";
+import { CompletionRequestSchema, promptsOf, refuseUnsupportedCompletion, samplingRequestOf, type CompletionPrompt, type CompletionRequest } from "../../api/completions-schema.ts";
+import { formatParam, readBodyText, scanJsonStructure } from "../../api/validate.ts";
+import { localBlockHashes } from "../../blocks/block-hash.ts";
+import { contextTokensOf, type ModelConfig } from "../../config/config.ts";
+import { getQwenTokenizer } from "../../prompt/tokenizer/index.ts";
+import { buildGenerateBody, newRequestId } from "../../proxy/generate-request.ts";
+import type { OpenAIUsage } from "../../proxy/usage.ts";
+import { startEdgeTrace } from "../../util/trace-context.ts";
+import { authorizeClient } from "../auth.ts";
+import { namespacedHashes } from "../cache-salt.ts";
+import type { ChatDeps } from "../chat.ts";
+import { forward } from "../chat/forward.ts";
+import { limitsOf } from "../chat/parse.ts";
+import { cacheTenant, resolveChatModel } from "../chat/resolve-model.ts";
+import { edgeColoOf, routeTarget } from "../chat/route.ts";
+import { StageClock } from "../server-timing.ts";
+import { completionAnswer, type TextCompletion } from "./completion-answer.ts";
+
+export async function handleCompletions(request: Request, deps: ChatDeps): Promise<Response> {
+  const { config } = deps;
+  const clock = new StageClock();
+  const trace = deps.trace ?? startEdgeTrace(request.headers.get("traceparent"));
+  const caller = authorizeClient(request, config);
+  await deps.rateLimit?.(caller.apiKey);
+  const limits = limitsOf(config);
+  const req = parseCompletion(await readBodyText(request, limits), limits);
+  clock.mark("parse");
+  const prompts = promptsOf(req, limits);
+  const address = request.headers.get("cf-connecting-ip");
+  const { model, adapter, namespace } = await resolveChatModel(config, req.model, cacheTenant(caller, address));
+  const sampling = samplingRequestOf(req);
+  const tokenizer = getQwenTokenizer(model.family);
+  const showRouting = caller.admin || config.debugHeaders;
+
+  const one = async (prompt: CompletionPrompt, i: number): Promise<Response> => {
+    const param = prompts.length > 1 ? `prompt[${i}]` : "prompt";
+    if ("text" in prompt && prompt.text.length > limits.maxPromptChars) throw new InvalidRequestError(`The prompt is ${prompt.text.length} characters, more than this endpoint accepts (${limits.maxPromptChars}).`, param, "context_length_exceeded");
+    const ids = "ids" in prompt ? prompt.ids : tokenizer.encode(prompt.text, prompt.text.length);
+    if (ids.length === 0) throw new InvalidRequestError("The prompt is empty.", param);
+    checkFit(ids.length, req.max_tokens, model, param);
+    const requestId = newRequestId();
+    const body = buildGenerateBody(sampling, { text: "text" in prompt ? prompt.text : "", rid: requestId });
+    const wire: Record<string, unknown> = { ...body };
+    if ("ids" in prompt) {
+      delete wire.text;
+      wire.input_ids = prompt.ids;
+    }
+    if (namespace.cacheSalt !== null) wire.cache_salt = wire.extra_key = namespace.cacheSalt;
+    if (adapter !== null) wire.lora_path = adapter;
+    const blob = new Blob([JSON.stringify(wire)], { type: "application/json" });
+    const target = routeTarget({
+      index: deps.index,
+      shards: config.shards,
+      model: model.id,
+      localHashes: namespacedHashes(namespace, localBlockHashes(ids, model.blockSize)),
+      isl: ids.length,
+      fallbackReason: null,
+      edgeColo: edgeColoOf(request),
+      traceId: trace.traceId,
+      incrementalOnly: false,
+    });
+    const echo = req.echo ? ("text" in prompt ? prompt.text : tokenizer.decode(prompt.ids)) : null;
+    return forward(deps, {
+      model: model.id,
+      target,
+      fallbackReason: null,
+      bodyFor: async () => blob,
+      answer: completionAnswer({ sampling, id: `cmpl-${requestId}`, echo, firstIndex: i * req.n }),
+      requestId,
+      trace,
+      clientSignal: request.signal ?? null,
+      showRouting,
+      admin: caller.admin,
+      clock,
+      noneEligible: null,
+    });
+  };
+
+  if (prompts.length === 1) return one(prompts[0]!, 0);
+  const answers = await Promise.all(prompts.map(one));
+  const failed = answers.find((r) => r.status !== 200);
+  if (failed) return failed;
+  const parts = (await Promise.all(answers.map((r) => r.json()))) as TextCompletion[];
+  const first = parts[0]!;
+  const merged: TextCompletion = { ...first, choices: parts.flatMap((p) => p.choices), usage: sumUsage(parts.map((p) => p.usage)) };
+  return new Response(JSON.stringify(merged), { status: 200, headers: { "content-type": "application/json", "x-request-id": first.id.replace(/^cmpl-/, "") } });
+}
+
+function parseCompletion(text: string, limits: ReturnType<typeof limitsOf>): CompletionRequest {
+  const structure = scanJsonStructure(text, limits.maxJsonDepth, limits.maxJsonValues);
+  if (structure.over) throw new InvalidRequestError(`JSON body exceeds the ${structure.over === "depth" ? `nesting limit (${limits.maxJsonDepth})` : `value limit (${limits.maxJsonValues})`}.`, null, "invalid_json");
+  let body: unknown;
+  try {
+    body = JSON.parse(text);
+  } catch {
+    throw new InvalidRequestError("Request body is not valid JSON.", null, "invalid_json");
+  }
+  const parsed = CompletionRequestSchema.safeParse(body);
+  if (!parsed.success) {
+    const issue = parsed.error.issues[0]!;
+    const param = formatParam(issue.path);
+    throw new InvalidRequestError(`Invalid ${param ?? "request"}: ${issue.message}`, param);
+  }
+  refuseUnsupportedCompletion(parsed.data);
+  return parsed.data;
+}
+
+/** SGLang refuses input + max_new_tokens ≥ context unless its workers clamp (--allow-auto-truncate). */
+function checkFit(promptTokens: number, maxTokens: number, model: ModelConfig, param: string): void {
+  if (model.allowAutoTruncate) return;
+  const context = contextTokensOf(model);
+  if (promptTokens + maxTokens >= context)
+    throw new InvalidRequestError(`The prompt (${promptTokens} tokens) plus max_tokens (${maxTokens}) does not fit the model's context length (${context} tokens).`, param, "context_length_exceeded");
+}
+
+function sumUsage(list: readonly OpenAIUsage[]): OpenAIUsage {
+  const out = structuredClone(list[0]!);
+  for (const u of list.slice(1)) {
+    out.prompt_tokens += u.prompt_tokens;
+    out.completion_tokens += u.completion_tokens;
+    out.total_tokens += u.total_tokens;
+    out.prompt_tokens_details.cached_tokens += u.prompt_tokens_details.cached_tokens;
+  }
+  return out;
+}
