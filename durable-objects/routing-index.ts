@@ -9,7 +9,7 @@
  */
 import { DurableObject } from "cloudflare:workers";
 import { RoutingCore, type WorkerRecord } from "../src/routing-index/routing-core.ts";
-import type { PeekRequest, PoolIndexFrontDoor, PoolProfile, PoolStats, RouteDecision, RoutePreview, RouteRequest, SettleRequest, ShardInfo, WorkerRow } from "../src/routing-index/front-door.ts";
+import { readRelayConnect, type PeekRequest, type PoolIndexFrontDoor, type PoolProfile, type PoolStats, type RouteDecision, type RoutePreview, type RouteRequest, type SettleRequest, type ShardInfo, type WorkerRow } from "../src/routing-index/front-door.ts";
 import type { PoolMetricsSnapshot } from "../src/metrics/pool-snapshot.ts";
 import type { IndexToRelay } from "../src/relay-wire/relay-protocol.ts";
 import { relayFrame } from "../src/routing-index/relay-inbox.ts";
@@ -158,25 +158,18 @@ export class RoutingIndex extends DurableObject<RoutingIndexEnv> implements Pool
    * place that sees every connect of the pool, with memory that survives restarts (SQLite).
    */
   override async fetch(request: Request): Promise<Response> {
-    if (request.headers.get("upgrade")?.toLowerCase() !== "websocket") return new Response("expected websocket", { status: 426 });
-    const workerId = request.headers.get("x-kvedge-worker");
-    if (!workerId) return new Response("missing worker", { status: 400 });
-    const nonce = request.headers.get("x-kvedge-relay-nonce");
-    const expiresAt = Number(request.headers.get("x-kvedge-relay-expires"));
-    if (!nonce || !Number.isSafeInteger(expiresAt)) return new Response("relay token nonce missing", { status: 401 });
-    if (!this.#claimNonce(nonce, workerId, expiresAt)) return new Response("relay token already used", { status: 401 });
-    this.#learnIdentity(request.headers.get("x-kvedge-pool"), Number(request.headers.get("x-kvedge-shard") ?? "0"));
-    const poolBlockSize = Number(request.headers.get("x-kvedge-block-size"));
-    if (this.#core.blockSize === null && Number.isInteger(poolBlockSize) && poolBlockSize > 0) {
-      this.#core.adoptBlockSize(poolBlockSize);
-      this.ctx.storage.sql.exec("INSERT INTO meta (k, v) VALUES ('block_size', ?) ON CONFLICT(k) DO NOTHING", String(poolBlockSize));
+    const c = readRelayConnect(request.headers);
+    if (!c.ok) return new Response(c.message, { status: c.status });
+    if (!this.#claimNonce(c.nonce, c.workerId, c.expiresAt)) return new Response("relay token already used", { status: 401 });
+    this.#learnIdentity(c.pool, c.shard);
+    if (this.#core.blockSize === null && Number.isInteger(c.blockSize) && c.blockSize > 0) {
+      this.#core.adoptBlockSize(c.blockSize);
+      this.ctx.storage.sql.exec("INSERT INTO meta (k, v) VALUES ('block_size', ?) ON CONFLICT(k) DO NOTHING", String(c.blockSize));
     }
     const pair = new WebSocketPair();
     const [client, server] = [pair[0], pair[1]];
-    this.ctx.acceptWebSocket(server, [workerId]);
-    const keyId = request.headers.get("x-kvedge-relay-key-id") ?? undefined;
-    const boundUrl = request.headers.get("x-kvedge-relay-url") ?? undefined;
-    server.serializeAttachment({ workerId, keyId, url: boundUrl } satisfies Attachment);
+    this.ctx.acceptWebSocket(server, [c.workerId]);
+    server.serializeAttachment({ workerId: c.workerId, keyId: c.keyId, url: c.url } satisfies Attachment);
     return new Response(null, { status: 101, webSocket: client });
   }
 

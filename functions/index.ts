@@ -20,6 +20,7 @@ import { dispatch, type Route } from "../src/edge/route-table.ts";
 import { readinessResponse } from "../src/edge/readiness.ts";
 import { initHashing } from "../src/util/hash.ts";
 import { shardObjectName } from "../src/routing-index/pool-address.ts";
+import { relayConnectRequest } from "../src/routing-index/front-door.ts";
 import { stripTrailing } from "../src/util/strip-trailing.ts";
 import { startEdgeTrace, TRACE_RESPONSE_HEADER, type EdgeTrace } from "../src/util/trace-context.ts";
 
@@ -107,18 +108,17 @@ async function handleRelayUpgrade(request: Request, env: Env, config: EdgeConfig
     },
   );
   if (!check.ok) throw new AuthenticationError(`Relay token refused (${check.reason}).`);
-  const headers = new Headers({
-    upgrade: "websocket",
-    "x-kvedge-worker": workerId,
-    "x-kvedge-block-size": String(pool.blockSize),
-    "x-kvedge-relay-nonce": check.nonce,
-    "x-kvedge-relay-expires": String(check.expiresAt),
-    "x-kvedge-relay-key-id": check.record.keyId,
-    "x-kvedge-relay-url": check.record.url,
-    "x-kvedge-pool": model,
-    "x-kvedge-shard": String(shard),
+  const connect = relayConnectRequest({
+    workerId,
+    nonce: check.nonce,
+    expiresAt: check.expiresAt,
+    keyId: check.record.keyId,
+    url: check.record.url,
+    pool: model,
+    shard,
+    blockSize: pool.blockSize,
   });
-  const res = await indexFor(env, model, shard).fetch(new Request("https://index/relay", { headers }));
+  const res = await indexFor(env, model, shard).fetch(connect);
   if (res.status === 401) throw new AuthenticationError(`Relay token refused (${(await res.text()) || "replayed"}).`);
   return res;
 }

@@ -95,3 +95,70 @@ export interface PeerFrontDoor {
 
 /** Everything a pool's index object answers over RPC. */
 export interface PoolIndexFrontDoor extends ChatFrontDoor, RelayKeyFrontDoor, OperatorFrontDoor, PeerFrontDoor {}
+
+/**
+ * A relay connect the edge has verified (signature, worker, pool, freshness: relay-auth.ts), handed
+ * to the shard's object with the WebSocket upgrade (`fetch`) as request headers, named here once.
+ */
+export interface RelayConnect {
+  workerId: string;
+  /** The connect token's nonce and expiry (unix s): each shard accepts a nonce once. */
+  nonce: string;
+  expiresAt: number;
+  /** The relay key the token was signed with, and the worker URL that key is bound to. */
+  keyId: string;
+  url: string;
+  /** The pool and shard the object is (kept so it can name its peers after a restart). */
+  pool: string;
+  shard: number;
+  /** The pool's configured block size, adopted by an object that has none yet. */
+  blockSize: number;
+}
+
+const CONNECT_HEADERS = {
+  workerId: "x-kvedge-worker",
+  nonce: "x-kvedge-relay-nonce",
+  expiresAt: "x-kvedge-relay-expires",
+  keyId: "x-kvedge-relay-key-id",
+  url: "x-kvedge-relay-url",
+  pool: "x-kvedge-pool",
+  shard: "x-kvedge-shard",
+  blockSize: "x-kvedge-block-size",
+} as const satisfies Record<keyof RelayConnect, string>;
+
+/** The upgrade request the edge sends the shard's object for a verified relay connect. */
+export function relayConnectRequest(c: RelayConnect): Request {
+  const headers = new Headers({ upgrade: "websocket" });
+  for (const [field, name] of Object.entries(CONNECT_HEADERS)) headers.set(name, String(c[field as keyof RelayConnect]));
+  return new Request("https://index/relay", { headers });
+}
+
+/** What the object reads of a connect: the parts it needs, or the answer that refuses it. */
+export type RelayConnectRead =
+  | { ok: true; workerId: string; nonce: string; expiresAt: number; keyId: string | undefined; url: string | undefined; pool: string | null; shard: number; blockSize: number }
+  | { ok: false; status: 400 | 401 | 426; message: string };
+
+/**
+ * Reads a relay connect on the object's side. Only the worker, nonce and expiry are required;
+ * the pool, shard and block size are hints the object skips when absent or malformed (null, NaN or
+ * a block size of 0).
+ */
+export function readRelayConnect(headers: Headers): RelayConnectRead {
+  if (headers.get("upgrade")?.toLowerCase() !== "websocket") return { ok: false, status: 426, message: "expected websocket" };
+  const workerId = headers.get(CONNECT_HEADERS.workerId);
+  if (!workerId) return { ok: false, status: 400, message: "missing worker" };
+  const nonce = headers.get(CONNECT_HEADERS.nonce);
+  const expiresAt = Number(headers.get(CONNECT_HEADERS.expiresAt));
+  if (!nonce || !Number.isSafeInteger(expiresAt)) return { ok: false, status: 401, message: "relay token nonce missing" };
+  return {
+    ok: true,
+    workerId,
+    nonce,
+    expiresAt,
+    keyId: headers.get(CONNECT_HEADERS.keyId) ?? undefined,
+    url: headers.get(CONNECT_HEADERS.url) ?? undefined,
+    pool: headers.get(CONNECT_HEADERS.pool),
+    shard: Number(headers.get(CONNECT_HEADERS.shard) ?? "0"),
+    blockSize: Number(headers.get(CONNECT_HEADERS.blockSize)),
+  };
+}
