@@ -1,9 +1,12 @@
 /**
- * RoutingIndex: one Durable Object per model pool. Thin adapter around src/routing-index/routing-core.ts:
- * - SQLite keeps the worker registry (survives eviction and restarts);
+ * RoutingIndex: one Durable Object per model pool (or per shard), the adapter that gives
+ * src/routing-index/ its runtime; it implements the pool's front door (front-door.ts) and decides
+ * nothing itself:
+ * - SQLite keeps the worker registry, relay keys and connect nonces (survives eviction and restarts);
  * - relays connect over hibernatable WebSockets (authenticated by the edge before the upgrade
- *   reaches us; the verified worker id is the socket's tag);
- * - the edge calls route / settle / quarantine over RPC.
+ *   reaches us; the verified worker id is the socket's tag); each frame's verdict comes from
+ *   relay-inbox.ts and is carried out here;
+ * - the edge calls the front door's methods over RPC; peer shards get load changes the same way.
  * The block index itself lives in memory and is rebuilt from relay dumps: on every construction
  * (first start, or waking after hibernation) all connected relays are asked to resync.
  */

@@ -1,6 +1,7 @@
 /**
- * The routing index of one model pool, free of runtime bindings: a facade over its pieces, which
- * the Durable Object adapter drives (it only moves bytes and rows in and out).
+ * The routing index of one model pool, free of runtime bindings. Its pieces are private: callers
+ * (relay-inbox.ts, the Durable Object, tests) use its methods and read what it holds through
+ * workers(), sizes(), stats() and metricsSnapshot().
  *  - worker-registry.ts: worker records, slots, hellos, status, lastSeen;
  *  - block-views.ts: what each worker caches (dumps, events, approximate workers, block budget);
  *  - load-sync.ts: in-flight load changed here, and its replication between shards;
