@@ -1,12 +1,11 @@
 /**
  * Overlap predicted from recent routes: recently routed block chains, per worker, count as blocks
- * the worker holds until its own KV events can have arrived (block-views.ts adds this overlap to the
- * block index's).
- * A request's blocks reach the index only after the worker has prefilled it and the relay has
- * forwarded the events; a repeat (or the next turn of a chat) arriving before that would otherwise
- * see no overlap and could land elsewhere. Entries live for `ttlMs` (a few seconds, well above the
- * event path's latency) and are bounded per worker and in total; the index stays the source of
- * truth after that.
+ * the worker holds until its own KV events can have arrived (src/routing-index/block-views.ts adds
+ * this overlap to the block index's). A request's blocks reach the index only after the worker has
+ * prefilled it and the relay has forwarded the events; a repeat (or the next turn of a chat)
+ * arriving before that would otherwise see no overlap and could land elsewhere. Entries live for
+ * `ttlMs` (a few seconds, well above the event path's latency) and are bounded per worker and in
+ * total; the index stays the source of truth after that.
  *
  * Each chain is stored as the chain keys of its blocks (chainKeysOf: key i identifies blocks [0, i],
  * as a radix-tree path does), counted per worker slot in one typed-array table. A worker holding
