@@ -63,7 +63,7 @@ export function truthy(v: PyJson | undefined): boolean {
 function argumentsOf(call: PyObject): PyJson {
   const params = call.get("parameters");
   if (truthy(params)) return params!;
-  return call.get("arguments") ?? new Map();
+  return call.has("arguments") ? call.get("arguments")! : new Map(); // a null stays null ("null")
 }
 
 /**
