@@ -30,7 +30,6 @@ export interface PreparedRouting {
   /** Template tokens before media expansion (text-only: the routed sequence itself). */
   tokens: number[];
   plan: RoutingPlan;
-  index: ChatFrontDoor;
   /** Media as the worker receives it (verified bytes only), prompt order. */
   media: VerifiedMedia[];
 }
@@ -45,7 +44,6 @@ export async function prepareRouting(
 ): Promise<PreparedRouting> {
   const { model } = resolveModel(deps.config, req.model);
   const prompt = renderPrompt(req, model, limitsOf(deps.config));
-  const index = deps.index(model.id);
   if (prompt.mediaParts.length === 0) {
     // Text: earlier turns' tokens and block hashes come from the isolate's prompt-prefix cache (exact:
     // the same as encode + localBlockHashes). The ids are built only if asked for (admin explain).
@@ -61,14 +59,13 @@ export async function prepareRouting(
         return (ids ??= encoded.tokens());
       },
       plan,
-      index,
       media: [],
     };
   }
   const tokens = encodeMediaPrompt(prompt, model);
   const media = await verifyPromptMedia(prompt, deps, requester);
-  const plan = await planMediaRouting({ config: deps.config, req, model, index, tokens, media, itemTag });
+  const plan = await planMediaRouting({ config: deps.config, req, model, index: deps.index(model.id), tokens, media, itemTag });
   // The worker counts expanded media tokens: exact when the plan is, else the text tokens are a lower bound.
   checkContextFit(plan.fallbackReason === null ? plan.isl : tokens.length, req, model);
-  return { model, prompt, tokens, plan, index, media: media.media };
+  return { model, prompt, tokens, plan, media: media.media };
 }
