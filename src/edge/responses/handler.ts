@@ -81,6 +81,9 @@ function parseCreate(text: string, deps: ResponsesDeps): ResponseCreateRequest {
 
 async function createResponse(request: Request, deps: ResponsesDeps): Promise<Response> {
   const caller = authorizeClient(request, deps.config);
+  // The rate-limit verdict comes before the body is read and the store is asked; the chat handler
+  // below then runs without it (one request, one token).
+  await deps.rateLimit?.(caller.apiKey);
   const req = parseCreate(await readBodyText(request, limitsOf(deps.config)), deps);
   const store = storeFor(request, deps, caller);
   let history: ChatMessage[] = [];
@@ -113,7 +116,8 @@ async function createResponse(request: Request, deps: ResponsesDeps): Promise<Re
       },
     });
   };
-  const chat = await handleChatCompletions(chatRequest, { ...deps, index });
+  const { rateLimit: _taken, ...chatDeps } = deps;
+  const chat = await handleChatCompletions(chatRequest, { ...chatDeps, index });
   if (chat.status !== 200) return chat;
 
   const id = newItemId("resp");
@@ -122,7 +126,7 @@ async function createResponse(request: Request, deps: ResponsesDeps): Promise<Re
     if (!store || !req.store) return false;
     const record: StoredResponse = { response, conversation: [...history, ...input, ...inputToMessages(output as unknown as InputItem[])], worker };
     const text = JSON.stringify(record);
-    if (text.length > MAX_STORED_RECORD_BYTES) return false;
+    if (new TextEncoder().encode(text).byteLength > MAX_STORED_RECORD_BYTES) return false;
     return store.put(id, text, Date.now(), STORED_RESPONSE_TTL_MS, STORED_BYTES_PER_TENANT).catch((err: unknown) => {
       console.warn(JSON.stringify({ event: "response_store_failed", error: String(err).slice(0, 300) }));
       return false;
