@@ -24,7 +24,7 @@ import { shardObjectName } from "../src/routing-index/pool-address.ts";
 import { LoadOpBatchSchema, type LoadOpBatch } from "../src/load/load-replica.ts";
 import type { RelayKeyRecord } from "../src/relay-wire/relay-auth.ts";
 import { RelayKeyStore } from "./relay-key-store.ts";
-import { RelaySessions, type RelayAttachment as Attachment } from "./relay-sessions.ts";
+import { RelaySessions, type RelayAttachment as Attachment } from "../src/routing-index/relay-sessions.ts";
 
 const SCHEMA_VERSION = 5;
 const LAST_SEEN_FLUSH_MS = 30_000;

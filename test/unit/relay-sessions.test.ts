@@ -1,12 +1,12 @@
 /**
- * Which relay socket speaks for a worker (durable-objects/relay-sessions.ts), with stand-in sockets:
+ * Which relay socket speaks for a worker (src/routing-index/relay-sessions.ts), with stand-in sockets:
  * the newest accepted hello wins, older sockets are closed and never current again, also after a
  * wake that rebuilt the bookkeeping from the sockets' attachments.
  */
 import { describe, expect, it } from "vitest";
-import { RelaySessions, SUPERSEDED_CLOSE, type RelayAttachment } from "../../durable-objects/relay-sessions.ts";
+import { RelaySessions, SUPERSEDED_CLOSE, type RelayAttachment, type RelaySocket } from "../../src/routing-index/relay-sessions.ts";
 
-class FakeSocket {
+class FakeSocket implements RelaySocket {
   attachment: RelayAttachment;
   readyState: number = WebSocket.OPEN;
   closedWith: number | null = null;
@@ -26,21 +26,20 @@ class FakeSocket {
   }
 }
 
-const host = (sockets: FakeSocket[]) => new RelaySessions((id) => sockets.filter((s) => s.attachment.workerId === id) as unknown as WebSocket[]);
-const ws = (s: FakeSocket) => s as unknown as WebSocket;
+const host = (sockets: FakeSocket[]) => new RelaySessions((id) => sockets.filter((s) => s.attachment.workerId === id));
 
 describe("RelaySessions", () => {
   it("the newest hello is current; the older socket is closed and its frames are not the relay's", () => {
     const a = new FakeSocket("w");
     const b = new FakeSocket("w");
     const sessions = host([a, b]);
-    sessions.start(ws(a), a.attachment);
+    sessions.start(a, a.attachment);
     expect(sessions.isCurrent(a.attachment)).toBe(true);
-    sessions.start(ws(b), b.attachment);
+    sessions.start(b, b.attachment);
     expect(a.closedWith).toBe(SUPERSEDED_CLOSE);
     expect(sessions.isCurrent(a.attachment)).toBe(false);
     expect(sessions.isCurrent(b.attachment)).toBe(true);
-    expect(sessions.hasLiveSession("w", ws(a))).toBe(true);
+    expect(sessions.hasLiveSession("w", a)).toBe(true);
     // The superseded socket's close does not mean the relay is gone; the current one's does.
     expect(sessions.closed(a.attachment)).toBe(false);
     expect(sessions.closed(b.attachment)).toBe(true);
@@ -51,8 +50,8 @@ describe("RelaySessions", () => {
     const b = new FakeSocket("w");
     const sockets = [a, b];
     const before = host(sockets);
-    before.start(ws(a), a.attachment);
-    before.start(ws(b), b.attachment);
+    before.start(a, a.attachment);
+    before.start(b, b.attachment);
     // b goes away; a is still listed (closing, its peer never answered); the object hibernates.
     sockets.splice(1, 1);
     const woken = host(sockets);
@@ -65,7 +64,7 @@ describe("RelaySessions", () => {
     a.attachment = { workerId: "w", session: Date.now() + 3_600_000 }; // made on a host whose clock ran ahead
     const b = new FakeSocket("w");
     const woken = host([a, b]);
-    woken.start(ws(b), b.attachment);
+    woken.start(b, b.attachment);
     expect(b.attachment.session!).toBeGreaterThan(a.attachment.session!);
     expect(woken.isCurrent(b.attachment)).toBe(true);
     expect(woken.closed(a.attachment)).toBe(false);
@@ -75,10 +74,10 @@ describe("RelaySessions", () => {
     const a = new FakeSocket("w");
     const b = new FakeSocket("w");
     const sessions = host([a, b]);
-    sessions.start(ws(a), a.attachment);
+    sessions.start(a, a.attachment);
     expect(b.closedWith).toBeNull();
     expect(sessions.isCurrent(b.attachment)).toBe(false); // not heard before its own hello
-    sessions.start(ws(b), b.attachment);
+    sessions.start(b, b.attachment);
     expect(a.closedWith).toBe(SUPERSEDED_CLOSE);
     expect(sessions.isCurrent(b.attachment)).toBe(true);
   });

@@ -4,7 +4,7 @@
  * the new session's dump. Only the worker's newest session counts: an accepted hello starts one
  * (recorded in the socket's attachment, so it survives hibernation) and closes every older socket
  * of the worker; frames from any other socket are history; only the newest session's close means the
- * relay is gone.
+ * relay is gone. Runtime-free: it sees the sockets through RelaySocket, which workerd's WebSocket has.
  */
 
 /** What the routing index keeps on each relay socket (serializeAttachment). */
@@ -17,17 +17,28 @@ export interface RelayAttachment {
   session?: number;
 }
 
+/** What this bookkeeping uses of a hibernatable WebSocket (workerd's `WebSocket` has all of it). */
+export interface RelaySocket {
+  readonly readyState: number;
+  deserializeAttachment(): unknown;
+  serializeAttachment(attachment: unknown): void;
+  close(code?: number, reason?: string): void;
+}
+
+/** readyState of an open socket (the WHATWG WebSocket OPEN). */
+const OPEN = 1;
+
 /** Close code for a socket whose relay has opened a newer session. */
 export const SUPERSEDED_CLOSE = 4009;
 const SUPERSEDED_REASON = "superseded by a newer relay session";
 
 export class RelaySessions {
-  readonly #socketsOf: (workerId: string) => WebSocket[];
+  readonly #socketsOf: (workerId: string) => readonly RelaySocket[];
   /** Each worker's newest session, remembered here and rebuilt from attachments after a wake. */
   readonly #current = new Map<string, number>();
   #last = 0;
 
-  constructor(socketsOf: (workerId: string) => WebSocket[]) {
+  constructor(socketsOf: (workerId: string) => readonly RelaySocket[]) {
     this.#socketsOf = socketsOf;
   }
 
@@ -44,7 +55,7 @@ export class RelaySessions {
       if (a.session === undefined) continue;
       // Sessions stay increasing across a wake even on a clock behind an earlier host's.
       this.#last = Math.max(this.#last, a.session);
-      if (ws.readyState === WebSocket.OPEN && (s === undefined || a.session > s)) s = a.session;
+      if (ws.readyState === OPEN && (s === undefined || a.session > s)) s = a.session;
     }
     if (s !== undefined) this.#current.set(workerId, s);
     return s;
@@ -55,7 +66,7 @@ export class RelaySessions {
    * closed. A socket that has not said hello yet is left alone (it may be the relay's newer
    * connection, whose hello is on its way); its frames are not heard unless its hello is accepted.
    */
-  start(ws: WebSocket, att: RelayAttachment): void {
+  start(ws: RelaySocket, att: RelayAttachment): void {
     this.current(att.workerId); // after a wake: learn the sessions already handed out first
     const session = Math.max(Date.now(), this.#last + 1);
     this.#last = session;
@@ -72,15 +83,15 @@ export class RelaySessions {
   }
 
   /** Closes a socket that is not the worker's relay any more. */
-  refuse(ws: WebSocket): void {
+  refuse(ws: RelaySocket): void {
     close(ws);
   }
 
   /** Whether another socket than `ws` carries the worker's newest session and is open. */
-  hasLiveSession(workerId: string, ws: WebSocket): boolean {
+  hasLiveSession(workerId: string, ws: RelaySocket): boolean {
     const current = this.current(workerId);
     if (current === undefined) return false;
-    return this.#socketsOf(workerId).some((s) => s !== ws && s.readyState === WebSocket.OPEN && (s.deserializeAttachment() as RelayAttachment).session === current);
+    return this.#socketsOf(workerId).some((s) => s !== ws && s.readyState === OPEN && (s.deserializeAttachment() as RelayAttachment).session === current);
   }
 
   /**
@@ -96,7 +107,7 @@ export class RelaySessions {
   }
 }
 
-function close(ws: WebSocket): void {
+function close(ws: RelaySocket): void {
   try {
     ws.close(SUPERSEDED_CLOSE, SUPERSEDED_REASON);
   } catch {
