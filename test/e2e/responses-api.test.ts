@@ -1,7 +1,7 @@
 /**
  * `/v1/responses` end to end with the real `openai` SDK against the local fleet (simulated SGLang
  * workers, relays, the edge under Miniflare with its ResponseStore objects): create and stream with a
- * function tool and an image, a three-turn `previous_response_id` conversation that stays on its
+ * function tool and an image, a video (kvedge's input_video part), a three-turn `previous_response_id` conversation that stays on its
  * worker's KV, retrieve and delete, and another tenant's id answered 404.
  */
 import OpenAI from "openai";
@@ -9,6 +9,7 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { startFleet, type Fleet } from "../../scripts/local-fleet.ts";
 import { simOutputMarker } from "../../services/sglang-sim/scripted-output.ts";
 import { makePng } from "../helpers/png.ts";
+import { makeMediaDir, makeVideo } from "./helpers/media.ts";
 
 const log = process.env.KVEDGE_E2E_LOGS ? (l: string) => console.log(l) : undefined;
 
@@ -32,7 +33,9 @@ describe("openai SDK: the Responses API", () => {
   /** The same edge as seen from another client network (another tenant of the keyless endpoint). */
   let other: OpenAI;
   beforeAll(async () => {
-    fleet = await startFleet({ workers: 2, log });
+    const dir = makeMediaDir();
+    makeVideo(dir, "clip.mp4", { frames: 2 });
+    fleet = await startFleet({ workers: 2, mediaDir: dir, log });
     client = new OpenAI({ baseURL: `${fleet.edgeUrl}/v1`, apiKey: "unused", maxRetries: 0, defaultHeaders: { "cf-connecting-ip": "203.0.113.7" } });
     other = new OpenAI({ baseURL: `${fleet.edgeUrl}/v1`, apiKey: "unused", maxRetries: 0, defaultHeaders: { "cf-connecting-ip": "198.51.100.9" } });
   });
@@ -95,6 +98,16 @@ describe("openai SDK: the Responses API", () => {
     const stored = await client.responses.retrieve(final.id);
     // (the SDK adds `parsed` to the streamed copy's text parts).
     expect(final.output).toMatchObject(stored.output);
+  });
+
+  it("a video (input_video, a kvedge extension) is routed on its exact layout; a repeat is served from that worker's cache", async () => {
+    const input = [{ role: "user", content: [{ type: "input_text", text: `What happens in this clip? ${simOutputMarker("A test pattern.")}` }, { type: "input_video", video_url: `${fleet.mediaUrl}/clip.mp4` }] }] as unknown as OpenAI.Responses.ResponseInput;
+    const first = await client.responses.create({ model: fleet.model, input }).withResponse();
+    expect(first.data.output_text).toBe("A test pattern.");
+    expect(first.response.headers.get("x-kvedge-routing")).toBe("exact");
+    const again = await client.responses.create({ model: fleet.model, input }).withResponse();
+    expect(again.response.headers.get("x-kvedge-worker")).toBe(first.response.headers.get("x-kvedge-worker"));
+    expect(again.data.usage!.input_tokens_details.cached_tokens / again.data.usage!.input_tokens).toBeGreaterThanOrEqual(0.9);
   });
 
   it("previous_response_id over 3 turns: later turns go to the same worker, ≥ 95% of the prompt cached", async () => {
