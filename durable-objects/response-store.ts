@@ -47,7 +47,8 @@ export class ResponseStore extends DurableObject {
 
   async delete(id: string): Promise<boolean> {
     this.#init();
-    return this.ctx.storage.sql.exec("DELETE FROM responses WHERE id = ?", id).rowsWritten > 0;
+    const removed = this.ctx.storage.sql.exec<{ id: string }>("DELETE FROM responses WHERE id = ? RETURNING id", id).toArray();
+    return removed.length > 0;
   }
 
   /** The latest expiry has passed: every record is gone. */
