@@ -409,9 +409,7 @@ export class RoutingIndex extends DurableObject<RoutingIndexEnv> implements Pool
       if (att.keyId !== keyId) continue;
       ws.close(4005, "relay key revoked");
       this.#relayDetached(ws);
-      // A relay already reconnected with another (valid) key keeps the worker up.
-      const others = this.ctx.getWebSockets(att.workerId).filter((o) => o !== ws && o.readyState === WebSocket.OPEN && (o.deserializeAttachment() as Attachment).keyId !== keyId);
-      if (others.length === 0) {
+      if (!this.#sessions.servedByAnotherKey(att.workerId, ws, keyId)) {
         const rec = this.#core.setStatus(att.workerId, "down");
         if (rec) this.#persist(rec);
       }

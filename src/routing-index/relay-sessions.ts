@@ -95,6 +95,14 @@ export class RelaySessions {
   }
 
   /**
+   * `ws`'s relay key was revoked: whether another open socket of the worker connected with another
+   * key (a relay already reconnected with a valid key keeps the worker up).
+   */
+  servedByAnotherKey(workerId: string, ws: RelaySocket, revokedKeyId: string): boolean {
+    return this.#socketsOf(workerId).some((s) => s !== ws && s.readyState === OPEN && (s.deserializeAttachment() as RelayAttachment).keyId !== revokedKeyId);
+  }
+
+  /**
    * A socket closed: whether that was the worker's relay (its newest session, or a socket from
    * before sessions while none has one). The closing socket may no longer be listed, so it counts as
    * newest when nothing newer is known.

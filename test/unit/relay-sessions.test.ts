@@ -29,6 +29,19 @@ class FakeSocket implements RelaySocket {
 const host = (sockets: FakeSocket[]) => new RelaySessions((id) => sockets.filter((s) => s.attachment.workerId === id));
 
 describe("RelaySessions", () => {
+  it("a revoked key leaves the worker served only by an open socket of another key", () => {
+    const revoked = new FakeSocket("w");
+    revoked.attachment = { workerId: "w", keyId: "old" };
+    const sameKey = new FakeSocket("w");
+    sameKey.attachment = { workerId: "w", keyId: "old" };
+    const otherKey = new FakeSocket("w");
+    otherKey.attachment = { workerId: "w", keyId: "new" };
+    expect(host([revoked, sameKey]).servedByAnotherKey("w", revoked, "old")).toBe(false);
+    expect(host([revoked, sameKey, otherKey]).servedByAnotherKey("w", revoked, "old")).toBe(true);
+    otherKey.close(1000); // closing: it no longer serves the worker
+    expect(host([revoked, otherKey]).servedByAnotherKey("w", revoked, "old")).toBe(false);
+  });
+
   it("the newest hello is current; the older socket is closed and its frames are not the relay's", () => {
     const a = new FakeSocket("w");
     const b = new FakeSocket("w");
