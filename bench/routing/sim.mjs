@@ -147,7 +147,7 @@ export function simulate(trace, { policy, workers, capacityTokens, timing = TIMI
         req,
         r,
         // As the edge does: a streamed request's first output tells the index its prefill is over
-        // (chat.ts prefillDone); an unstreamed one's answer comes whole, at its end.
+        // (src/edge/chat/proxy.ts, receipt.prefillDone); an unstreamed one's answer comes whole, at its end.
         onPrefilled: () => {
           if (core && receipt && req.stream) core.markPrefillDone(receipt);
         },

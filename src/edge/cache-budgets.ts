@@ -3,7 +3,7 @@
  * (docs/reliability.md "Edge memory"). An isolate has 128 MB; these budgets add up to ~35 MiB of
  * estimated bytes, leaving the rest to the tokenizer's BPE table (~25 MB, fixed), the code and the
  * requests in flight. Small caches bounded by configuration (one entry per configured model: the
- * pool cohort in chat.ts, the parsed config in functions/index.ts, per-template parse results) are
+ * pool profile in chat/pool-profile-cache.ts, the parsed config in functions/index.ts, per-template parse results) are
  * not listed. A test fills each listed cache far past its budget (test/unit/edge-cache-budgets.test.ts).
  */
 import { layoutMemoStats, MEMO_MAX_BYTES } from "../layout/layout.ts";
