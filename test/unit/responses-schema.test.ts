@@ -171,7 +171,9 @@ async function translate(chatSse: string[]): Promise<{ text: string; outcome: St
       c.close();
     },
   });
-  const text = await new Response(source.pipeThrough(chatStreamToResponses("resp_1", req, 1, (o) => (outcome = o)))).text();
+  const text = await new Response(source.pipeThrough(chatStreamToResponses("resp_1", req, 1, (o) => {
+    outcome = o;
+  }))).text();
   return { text, outcome };
 }
 

@@ -144,9 +144,7 @@ async function createResponse(request: Request, deps: ResponsesDeps): Promise<Re
     if (req.store && !(await keep(response, output))) response.store = false;
     return json(response, outHeaders);
   }
-  const translate = chatStreamToResponses(id, req, createdAt, (o) => {
-    if (o.status !== "failed") deps.waitUntil(keep(o.response, o.output));
-  });
+  const translate = chatStreamToResponses(id, req, createdAt, (o) => (o.status === "failed" ? undefined : keep(o.response, o.output)));
   outHeaders.set("content-type", "text/event-stream");
   return new Response(chat.body!.pipeThrough(translate), { status: 200, headers: outHeaders });
 }

@@ -136,7 +136,7 @@ interface ChatChunk {
  * Chat SSE bytes in, Responses SSE bytes out. `onEnd` gets the final response once (completed,
  * incomplete or failed) — the caller stores it.
  */
-export function chatStreamToResponses(id: string, req: ResponseCreateRequest, createdAt: number, onEnd: (o: StreamOutcome) => void): TransformStream<Uint8Array, Uint8Array> {
+export function chatStreamToResponses(id: string, req: ResponseCreateRequest, createdAt: number, onEnd: (o: StreamOutcome) => Promise<unknown> | void): TransformStream<Uint8Array, Uint8Array> {
   const parser = createSseParser();
   const encoder = new TextEncoder();
   let seq = 0;
@@ -226,17 +226,18 @@ export function chatStreamToResponses(id: string, req: ResponseCreateRequest, cr
     emit(ctl, "response.failed", { response });
     onEnd({ response, output, status: "failed" });
   };
-  const finishUp = (ctl: TransformStreamDefaultController<Uint8Array>) => {
+  /** The terminal event goes out once onEnd has settled (stored): a client that reads it can retrieve the response. */
+  const finishUp = async (ctl: TransformStreamDefaultController<Uint8Array>) => {
     if (ended) return;
     ended = true;
     closeOpen(ctl);
     closeCalls(ctl);
     const status = statusOf(finish);
     const response = responseObject(id, req, createdAt, status, output, usage);
+    await onEnd({ response, output, status });
     emit(ctl, status === "completed" ? "response.completed" : "response.incomplete", { response });
-    onEnd({ response, output, status });
   };
-  const handle = (ctl: TransformStreamDefaultController<Uint8Array>, data: string) => {
+  const handle = async (ctl: TransformStreamDefaultController<Uint8Array>, data: string) => {
     if (ended) return;
     if (data === "[DONE]") return finishUp(ctl);
     let chunk: ChatChunk;
@@ -262,17 +263,17 @@ export function chatStreamToResponses(id: string, req: ResponseCreateRequest, cr
       emit(ctl, "response.created", { response });
       emit(ctl, "response.in_progress", { response });
     },
-    transform(bytes, ctl) {
+    async transform(bytes, ctl) {
       let events;
       try {
         events = parser.push(bytes);
       } catch {
         return fail(ctl, { message: "The worker's stream could not be read.", code: "upstream_malformed" });
       }
-      for (const e of events) handle(ctl, e.data);
+      for (const e of events) await handle(ctl, e.data);
     },
-    flush(ctl) {
-      for (const e of parser.end()) handle(ctl, e.data);
+    async flush(ctl) {
+      for (const e of parser.end()) await handle(ctl, e.data);
       // A chat stream always ends with [DONE]; one cut before it failed.
       fail(ctl, { message: "The response stream ended early.", code: "upstream_incomplete" });
     },
