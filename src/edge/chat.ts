@@ -63,7 +63,7 @@ export async function handleChatCompletions(request: Request, deps: ChatDeps): P
 
   const localHashes = namespacedHashes(namespace, plan.localHashes);
   const target = routeTarget({
-    index: deps.index,
+    index: (m, k) => deps.index(m, k),
     shards: config.shards,
     model: model.id,
     localHashes,
