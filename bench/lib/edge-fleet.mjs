@@ -11,6 +11,7 @@ import { createServer } from "node:http";
 import { join } from "node:path";
 import { bundleForWorkerd, ROOT } from "./workerd.mjs";
 import { serveWorkerd } from "./workerd-serve.mjs";
+import { importMediaUrlKey, workerMediaCredential } from "../../src/media/signed-url.ts";
 
 const OUT_DIR = join(ROOT, "bench/results/tmp/edge-real");
 const NODE = process.execPath;
@@ -118,6 +119,7 @@ export async function startEdgeFleet({ model = "Qwen/Qwen3-VL-8B-Instruct", fami
       KVEDGE_WORKER_AUTH: "none",
     };
     if (limits) bindings.KVEDGE_LIMITS = JSON.stringify(limits);
+    let mediaStoreCredential = null;
     if (decode) {
       const port = await freePort();
       const token = randomBytes(16).toString("hex");
@@ -128,6 +130,8 @@ export async function startEdgeFleet({ model = "Qwen/Qwen3-VL-8B-Instruct", fami
       bindings.KVEDGE_DECODE_URL = `http://127.0.0.1:${port}`;
       bindings.DECODE_TOKEN = token;
       bindings.KVEDGE_MEDIA_URL_KEY = urlKey;
+      // The store serves a signed URL only to the worker it names (w1, as registered below).
+      mediaStoreCredential = `w1:${await workerMediaCredential(await importMediaUrlKey(urlKey), "w1")}`;
     }
 
     // workerd serves the bundle as production runs it (bench/lib/workerd-serve.mjs): no Miniflare
@@ -147,7 +151,7 @@ export async function startEdgeFleet({ model = "Qwen/Qwen3-VL-8B-Instruct", fami
       join(ROOT, "services/sglang-sim/main.ts"),
       ...["--port", port, "--kv-port", kvPort, "--replay-port", replayPort, "--page-size", 16, "--capacity-tokens", 2_000_000].map(String),
       ...["--model-name", model, "--family", family, "--template", template, "--model-dir", modelDir, "--timing", "instant", "--context-length", "262144"],
-    ]);
+    ], mediaStoreCredential ? { KVEDGE_MEDIA_STORE_CREDENTIAL: mediaStoreCredential } : {});
     procs.push(worker);
     const workerUrl = `http://127.0.0.1:${port}`;
     await waitFor(async () => (await fetch(`${workerUrl}/health`)).ok, 60_000, "simulated worker", worker);
