@@ -151,6 +151,7 @@ export async function startEdgeFleet({ model = "Qwen/Qwen3-VL-8B-Instruct", fami
       join(ROOT, "services/sglang-sim/main.ts"),
       ...["--port", port, "--kv-port", kvPort, "--replay-port", replayPort, "--page-size", 16, "--capacity-tokens", 2_000_000].map(String),
       ...["--model-name", model, "--family", family, "--template", template, "--model-dir", modelDir, "--timing", "instant", "--context-length", "262144"],
+      ...(decode ? ["--media-store", bindings.KVEDGE_DECODE_URL] : []),
     ], mediaStoreCredential ? { KVEDGE_MEDIA_STORE_CREDENTIAL: mediaStoreCredential } : {});
     procs.push(worker);
     const workerUrl = `http://127.0.0.1:${port}`;

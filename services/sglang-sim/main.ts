@@ -95,7 +95,7 @@ if (values["model-dir"] !== undefined) opts.modelDir = values["model-dir"];
 if (values["no-mm-hashes"]) opts.acceptsMmHashes = false;
 if (values["media-store"] !== undefined || values["locked-down-media"]) {
   // The worker's media credential comes from the environment, never argv.
-  opts.media = { lockedDown: true, storeUrl: values["media-store"] ?? null, storeCredential: process.env.KVEDGE_MEDIA_STORE_CREDENTIAL || null };
+  opts.media = { lockedDown: values["locked-down-media"] === true, storeUrl: values["media-store"] ?? null, storeCredential: process.env.KVEDGE_MEDIA_STORE_CREDENTIAL || null };
 }
 if (values["speculative-algorithm"] !== undefined) {
   if (!/^EAGLE3?$/.test(values["speculative-algorithm"])) {

@@ -7,9 +7,9 @@
  *
  * The simulator is a trusted local component, but fetches still go through the SSRF-safe fetcher
  * with a byte cap and a deadline; loopback is allowlisted so tests and the local fleet can serve
- * media from 127.0.0.1. Locked down (`media.storeUrl`, the local fleet's default) it mirrors a
- * production worker that can reach only the media store: any other URL is refused, and store
- * fetches carry the worker's media credential (Basic auth, as python-requests sends a ~/.netrc entry).
+ * media from 127.0.0.1. Locked down (`media.lockedDown`, the local fleet's default) it mirrors a
+ * production worker that can reach only the media store: any other URL is refused. Fetches from
+ * `media.storeUrl` carry the worker's media credential (Basic auth, as python-requests sends a ~/.netrc entry).
  * Every item loaded is recorded by the SHA-256 of its bytes (`/debug/media`), so tests can prove
  * the worker used exactly the bytes the edge verified.
  */
@@ -53,7 +53,8 @@ function record(kind: MediaKind, bytes: Uint8Array, via: LoadedMedia["via"]): Ui
 }
 
 export function createMediaLoader(media: SimOptions["media"]): MediaLoader {
-  const locked = media.lockedDown || media.storeUrl !== null;
+  // A store URL alone only says where to prove who the worker is; --locked-down-media limits fetches to it.
+  const locked = media.lockedDown;
   const store = media.storeUrl === null ? null : new URL(media.storeUrl);
   const storeAuth = media.storeCredential === null ? null : `Basic ${Buffer.from(media.storeCredential).toString("base64")}`;
   // Locked down: the only host:port the fetcher may reach is the store's.
