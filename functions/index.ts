@@ -20,7 +20,7 @@ import { dispatch, type Route } from "../src/edge/route-table.ts";
 import { readinessResponse } from "../src/edge/readiness.ts";
 import { initHashing } from "../src/util/hash.ts";
 import { shardObjectName } from "../src/routing-index/pool-address.ts";
-import { relayConnectRequest } from "../src/routing-index/front-door.ts";
+import { relayConnectRequest, relayConnectTarget } from "../src/routing-index/front-door.ts";
 import { stripTrailing } from "../src/util/strip-trailing.ts";
 import { startEdgeTrace, TRACE_RESPONSE_HEADER, type EdgeTrace } from "../src/util/trace-context.ts";
 
@@ -108,8 +108,10 @@ async function handleRelayUpgrade(request: Request, env: Env, config: EdgeConfig
     },
   );
   if (!check.ok) throw new AuthenticationError(`Relay token refused (${check.reason}).`);
+  const target = relayConnectTarget(workerId, url.searchParams.get("rank"));
+  if (!target.ok) throw new InvalidRequestError(target.message, "rank");
   const connect = relayConnectRequest({
-    workerId,
+    workerId: target.targetId,
     nonce: check.nonce,
     expiresAt: check.expiresAt,
     keyId: check.record.keyId,

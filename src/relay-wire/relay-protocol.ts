@@ -23,6 +23,10 @@ const localHash = z.string().regex(/^[0-9a-f]{16}$/, "local hash must be 16 lowe
 export const WorkerStatusSchema = z.enum(["up", "down", "draining"]);
 export type WorkerStatus = z.infer<typeof WorkerStatusSchema>;
 
+/** SGLang's DisaggregationMode values (python/sglang/srt/disaggregation/utils.py): "null" is a unified worker. */
+export const DisaggregationModeSchema = z.enum(["null", "prefill", "decode"]);
+export type DisaggregationMode = z.infer<typeof DisaggregationModeSchema>;
+
 export const RelayHelloSchema = z.object({
   type: z.literal("hello"),
   workerId: z.string().min(1).max(128).regex(/^[A-Za-z0-9._:-]+$/),
@@ -59,15 +63,46 @@ export const RelayHelloSchema = z.object({
   region: z.string().min(1).max(64).regex(/^[A-Za-z0-9._-]+$/).optional(),
   /** The worker's prefill throughput (measured or configured), tokens/s, for region-aware selection. */
   prefillTokensPerSec: z.number().positive().max(1e9).optional(),
+  /**
+   * The worker's role in a prefill/decode disaggregated pool: /server_info `disaggregation_mode`
+   * (SGLang `--disaggregation-mode null|prefill|decode`, python/sglang/srt/server_args.py L2434 @9d147fd).
+   * Absent: "null", a unified worker.
+   */
+  disaggregationMode: DisaggregationModeSchema.optional(),
+  /**
+   * A prefill worker's bootstrap server port (/server_info `disaggregation_bootstrap_port`, SGLang's
+   * default 8998, server_args.py L2445): the edge sends it to both sides as `bootstrap_port`.
+   */
+  bootstrapPort: z.number().int().min(1).max(65535).optional(),
+  /**
+   * The worker's attention-DP size (/server_info `dp_size` with `enable_dp_attention`) and which
+   * rank's KV event stream this session carries (SGLang publishes each rank on port base + rank).
+   * With `dpSize` > 1 each rank is its own routing target (src/routing-index/rank-target.ts), and
+   * the relay connects with `&rank=<rank>`. Absent: one rank, today's single-rank worker.
+   */
+  dpSize: z.number().int().min(1).max(1024).optional(),
+  dpRank: z.number().int().min(0).max(1023).optional(),
 });
 export type RelayHello = z.infer<typeof RelayHelloSchema>;
 
+/**
+ * The cache tier a block lives in, by SGLang's StorageMedium name (disaggregation/kv_events.py
+ * @9d147fd L82-88). Only the tiers SGLang reports are carried: its HiCache emits GPU and CPU_PINNED
+ * (host memory); DISK and EXTERNAL are declared there but never sent. Absent on an event or dump
+ * row: GPU, what a relay without tiers sends.
+ */
+export const KV_TIERS = ["GPU", "CPU_PINNED"] as const;
+export const KvTierSchema = z.enum(KV_TIERS);
+export type KvTier = z.infer<typeof KvTierSchema>;
+/** The tier below the GPU: blocks there are loaded back before use (src/selection/tier-cost.ts). */
+export const HOST_TIER: KvTier = "CPU_PINNED";
+
 export const StoredBlockSchema = z.object({ h: engineHash, l: localHash });
-export const DumpBlockSchema = z.object({ h: engineHash, p: engineHash.nullable(), l: localHash });
+export const DumpBlockSchema = z.object({ h: engineHash, p: engineHash.nullable(), l: localHash, tier: KvTierSchema.optional() });
 
 export const RelayEventSchema = z.discriminatedUnion("t", [
-  z.object({ t: z.literal("stored"), parent: engineHash.nullable(), blocks: z.array(StoredBlockSchema).min(1) }),
-  z.object({ t: z.literal("removed"), hashes: z.array(engineHash).min(1) }),
+  z.object({ t: z.literal("stored"), parent: engineHash.nullable(), blocks: z.array(StoredBlockSchema).min(1), tier: KvTierSchema.optional() }),
+  z.object({ t: z.literal("removed"), hashes: z.array(engineHash).min(1), tier: KvTierSchema.optional() }),
   z.object({ t: z.literal("cleared") }),
 ]);
 export type RelayEvent = z.infer<typeof RelayEventSchema>;

@@ -13,6 +13,10 @@ import type { WorkerRow } from "./pool-metrics.ts";
 import type { Receipt, WorkerReceiptStats } from "./receipts.ts";
 import type { IndexCounters } from "../metrics/pool-snapshot.ts";
 import type { RouteDecision, RoutePreview, RouteRequest, SettleRequest } from "./router.ts";
+import { MAX_DP_SIZE, rankTargetId } from "./rank-target.ts";
+
+/** Which worker and DP-attention rank a routing target is (the edge sends the rank to SGLang). */
+export { parseRankTarget } from "./rank-target.ts";
 
 export type { RouteCandidateView, RouteDecision, RoutePreview, RouteRequest, SettleRequest } from "./router.ts";
 export type { WorkerRow } from "./pool-metrics.ts";
@@ -125,6 +129,17 @@ const CONNECT_HEADERS = {
   shard: "x-kvedge-shard",
   blockSize: "x-kvedge-block-size",
 } as const satisfies Record<keyof RelayConnect, string>;
+
+/**
+ * Which index target a verified relay connect speaks for: the worker, or with the `rank` parameter
+ * (a DP-attention rank's session) the rank target `<worker>#<rank>` (rank-target.ts).
+ */
+export function relayConnectTarget(workerId: string, rankParam: string | null): { ok: true; targetId: string } | { ok: false; message: string } {
+  if (rankParam === null) return { ok: true, targetId: workerId };
+  if (!/^\d{1,4}$/.test(rankParam) || Number(rankParam) >= MAX_DP_SIZE)
+    return { ok: false, message: `Bad rank '${rankParam.slice(0, 16)}': a DP rank is an integer 0…${MAX_DP_SIZE - 1}.` };
+  return { ok: true, targetId: rankTargetId(workerId, Number(rankParam), MAX_DP_SIZE) };
+}
 
 /** The upgrade request the edge sends the shard's object for a verified relay connect. */
 export function relayConnectRequest(c: RelayConnect): Request {

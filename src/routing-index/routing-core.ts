@@ -184,9 +184,9 @@ export class RoutingCore {
     // Every hello starts a new relay session: the relay follows with a dump, which is the truth.
     // A newer epoch also fences out whatever the old process had cached.
     if (r.newLife) {
-      this.#views.resetWorker(r.worker.slot, msg.workerId);
+      this.#views.resetWorker(r.worker.slot, r.worker.workerId);
       delete r.worker.quarantinedUntil; // a new process: the edges' failed connects were to the old one
-    } else this.#views.unsync(msg.workerId);
+    } else this.#views.unsync(r.worker.workerId);
     return { ok: true, record: r.record };
   }
 

@@ -3,9 +3,10 @@
  * rows), the slot each worker holds in the indexes, the pool block size, relay hellos and their
  * fencing by epoch, status and lastSeen. Knows nothing of blocks, load or routing.
  */
-import type { RelayHello, WorkerStatus } from "../relay-wire/relay-protocol.ts";
+import type { DisaggregationMode, RelayHello, WorkerStatus } from "../relay-wire/relay-protocol.ts";
 import { contractDigestOf } from "./cohort.ts";
 import { stripTrailing } from "../util/strip-trailing.ts";
+import { parseRankTarget, rankClaimProblem, rankTargetId } from "./rank-target.ts";
 
 export interface WorkerRecord {
   workerId: string;
@@ -25,11 +26,19 @@ export interface WorkerRecord {
   prefillTokensPerSec?: number | null;
   /** The worker's KV pool size in tokens from the hello (/server_info max_total_num_tokens); absent = unknown. */
   kvCapacityTokens?: number | null;
+  /** Role in a prefill/decode pool from the hello (absent or "null": unified); a prefill's bootstrap port. */
+  disaggregationMode?: DisaggregationMode;
+  bootstrapPort?: number | null;
   /**
    * An edge could not connect to the worker: no routing to it before this time (ms), while its
    * relay's view and status stay as they are (in memory only: a restarted index forgets it).
    */
   quarantinedUntil?: number;
+  /**
+   * A DP-attention rank target (`<worker>#<rank>`, rank-target.ts): the worker's DP size from the
+   * hello (in memory; the rank itself is read from the target id, so it survives a restore).
+   */
+  dpSize?: number;
 }
 
 /** Whether an edge's failed connect still keeps routing away from the worker at `at` (ms). */
@@ -111,15 +120,24 @@ export class WorkerRegistry {
 
   /** A relay said hello: the record to persist, or a refusal. */
   hello(msg: RelayHello, authenticatedWorkerId: string): HelloOutcome {
-    if (msg.workerId !== authenticatedWorkerId) return { ok: false, reason: "worker id does not match the authenticated worker" };
-    if (this.#blockSize !== null && msg.blockSize !== this.#blockSize)
-      return { ok: false, reason: `block size ${msg.blockSize} differs from the pool's ${this.#blockSize}` };
-    const prev = this.#workers.get(msg.workerId);
+    const dpSize = msg.dpSize ?? 1;
+    const rankProblem = rankClaimProblem(msg.workerId, msg.dpRank ?? 0, dpSize);
+    if (rankProblem !== null) return { ok: false, reason: rankProblem };
+    // The edge names the socket by the connect's worker and rank (`<worker>#<rank>` for a DP worker).
+    const targetId = rankTargetId(msg.workerId, msg.dpRank ?? 0, dpSize);
+    if (targetId !== authenticatedWorkerId) return { ok: false, reason: "worker id does not match the authenticated worker" };
+    if (this.#blockSize !== null && msg.blockSize !== this.#blockSize) {
+      const who = dpSize > 1 ? `worker ${msg.workerId} rank ${msg.dpRank ?? 0}: ` : "";
+      return { ok: false, reason: `${who}block size ${msg.blockSize} differs from the pool's ${this.#blockSize}` };
+    }
+    const sibling = this.#rankSiblingProblem(msg.workerId, targetId, dpSize, msg.url);
+    if (sibling !== null) return { ok: false, reason: sibling };
+    const prev = this.#workers.get(targetId);
     if (prev && msg.epoch < prev.epoch) return { ok: false, reason: `stale epoch ${msg.epoch} < ${prev.epoch}`, indexEpoch: prev.epoch };
     if (this.#blockSize === null) this.#blockSize = msg.blockSize;
     const prevEpoch = prev?.epoch;
     const record: WorkerRecord = {
-      workerId: msg.workerId,
+      workerId: targetId,
       url: stripTrailing(msg.url, "/"),
       blockSize: msg.blockSize,
       epoch: msg.epoch,
@@ -133,9 +151,29 @@ export class WorkerRegistry {
       region: msg.region ?? null,
       prefillTokensPerSec: msg.prefillTokensPerSec ?? null,
       kvCapacityTokens: msg.kvCapacityTokens ?? null,
+      disaggregationMode: msg.disaggregationMode ?? "null",
+      bootstrapPort: msg.bootstrapPort ?? null,
+      ...(dpSize > 1 ? { dpSize } : {}),
     };
     const { worker, added } = this.#upsert(record);
     return { ok: true, record, worker, added, newLife: prevEpoch === undefined || msg.epoch !== prevEpoch };
+  }
+
+  /**
+   * Ranks of one worker must agree on what the worker is: its DP size and URL (the pool's block size
+   * is checked for every target). A rank claiming otherwise is refused, naming the worker and rank.
+   */
+  #rankSiblingProblem(workerId: string, targetId: string, dpSize: number, url: string): string | null {
+    for (const w of this.#workers.values()) {
+      if (w.workerId === targetId) continue;
+      const other = parseRankTarget(w.workerId);
+      if (other.workerId !== workerId) continue;
+      const otherSize = other.rank === null ? 1 : (w.dpSize ?? dpSize);
+      if (otherSize !== dpSize)
+        return `worker ${workerId}: ${targetId} says dp size ${dpSize} but ${w.workerId} said ${otherSize} (restart every rank's relay, or remove the stale target)`;
+      if (stripTrailing(url, "/") !== w.url) return `worker ${workerId}: ${targetId} says url ${url} but ${w.workerId} said ${w.url}`;
+    }
+    return null;
   }
 
   /** Any message from the worker's relay: the time operators see as lastSeen (in memory). */

@@ -13,6 +13,8 @@ import type { EdgeFetch } from "./media-deps.ts";
 import { proxyOnce, RetryableUpstream, type AnswerFormat } from "./proxy.ts";
 import { routingHeaders, type RouteTarget } from "./route.ts";
 import { openReceipt, quarantineEverywhere, type SettleDeps } from "./settle.ts";
+import { parseRankTarget } from "../../routing-index/front-door.ts";
+import { withRoutedDpRank } from "../../proxy/routed-rank.ts";
 
 export interface ForwardDeps extends SettleDeps {
   config: EdgeConfig;
@@ -47,7 +49,10 @@ export async function forward(deps: ForwardDeps, input: ForwardInput): Promise<R
     const decision = await target.pick(exclude);
     if (!decision && input.noneEligible && attempt === 1) throw input.noneEligible;
     if (!decision) break;
-    const body = await input.bodyFor(decision.workerId);
+    // A DP-attention rank target (`<worker>#<rank>`): media are signed for the worker (its ranks share
+    // its media credential), and the worker is told which rank holds the prefix.
+    const { workerId, rank } = parseRankTarget(decision.workerId);
+    const body = rank === null ? await input.bodyFor(workerId) : withRoutedDpRank(await input.bodyFor(workerId), rank);
     input.clock.mark("route");
     const edgeOverheadMs = Date.now() - input.clock.start;
     const receipt = openReceipt(deps, target.index, decision, edgeOverheadMs);
