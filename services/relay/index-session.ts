@@ -106,12 +106,17 @@ interface PongWait {
   buffered: number;
 }
 
-/** The relay endpoint of one shard; shard 0 carries no `shard` parameter (today's URL). */
-export function relayUrl(indexUrl: string, workerId: string, model: string, shard = 0): string {
+/**
+ * The relay endpoint of one shard; shard 0 carries no `shard` parameter (today's URL). A DP-attention
+ * rank's session names its rank (`rank`; src/routing-index/rank-target.ts); a single-rank worker's none.
+ */
+export function relayUrl(indexUrl: string, workerId: string, model: string, shard = 0, rank: number | null = null): string {
   const u = new URL(indexUrl);
   if (u.pathname === "" || u.pathname === "/") u.pathname = "/v1/relay";
   u.searchParams.set("worker", workerId);
   u.searchParams.set("model", model);
+  if (rank !== null) u.searchParams.set("rank", String(rank));
+  else u.searchParams.delete("rank");
   if (shard !== 0) u.searchParams.set("shard", String(shard));
   else u.searchParams.delete("shard");
   return u.toString();
@@ -380,7 +385,7 @@ export class IndexSession {
     for (let i = first.length; i < snap.blocks.length; i += this.opts.dumpChunkBlocks) {
       const events: RelayEvent[] = snap.blocks
         .slice(i, i + this.opts.dumpChunkBlocks)
-        .map((b) => ({ t: "stored", parent: b.p, blocks: [{ h: b.h, l: b.l }] }));
+        .map((b) => ({ t: "stored", parent: b.p, blocks: [{ h: b.h, l: b.l }], ...(b.tier !== undefined ? { tier: b.tier } : {}) }));
       this.send({ type: "events", epoch: snap.epoch, seq, events });
       this.counters.eventMessagesSent++;
     }

@@ -9,7 +9,7 @@
 import { readFile } from "node:fs/promises";
 import { parseArgs } from "node:util";
 import { createLogger, errorMessage, type LogLevel } from "./log.ts";
-import { startRelay } from "./relay.ts";
+import { startWorkerRelays } from "./rank-relays.ts";
 import { RelayStartupError } from "./worker-info.ts";
 import { parseRelayCredential } from "../../src/relay-wire/relay-auth.ts";
 
@@ -17,7 +17,7 @@ const USAGE = `usage: kvedge-relay --worker-url URL --index-url WS_URL --worker-
        [--model NAME] [--key-env VAR (default KVEDGE_RELAY_KEY) | --key-file PATH] [--advertise-url URL]
        [--worker-key-env VAR (default KVEDGE_WORKER_API_KEY; unset: none) | --worker-key-file PATH]   (the worker's SGLang --api-key)
        [--block-size N] [--kv-endpoint tcp://h:p] [--replay-endpoint tcp://h:p | none] [--topic T]
-       [--model-dir DIR] [--dp-rank N] [--health-interval-ms N] [--health-timeout-ms N] [--log-level debug|info|warn|error]
+       [--model-dir DIR] [--dp-rank N (default: every rank of a --dp-size worker)] [--health-interval-ms N] [--health-timeout-ms N] [--log-level debug|info|warn|error]
        [--stats-interval-ms N] [--region NAME] [--prefill-tokens-per-sec N]
        [--no-kv-events | --allow-no-kv-events]   (worker without KV events: approximate mode)
        [--state-file PATH] [--state-interval-ms N]   (resume the saved view after a restart)
@@ -122,7 +122,7 @@ async function main(): Promise<void> {
     throw new RelayStartupError("--no-kv-events and --allow-no-kv-events are mutually exclusive");
   }
   const kvEvents = values["no-kv-events"] ? "off" : values["allow-no-kv-events"] ? "auto" : "required";
-  const relay = await startRelay(
+  const relays = await startWorkerRelays(
     {
       workerUrl: values["worker-url"],
       indexUrl: values["index-url"],
@@ -153,19 +153,22 @@ async function main(): Promise<void> {
   const statsTimer =
     statsEvery > 0
       ? setInterval(() => {
-          const s = relay.stats();
-          log.info("stats", {
-            workerState: s.worker,
-            epoch: s.epoch,
-            blocks: s.blocks,
-            lastSeq: s.lastSeq,
-            batches: s.batches,
-            dropped: s.dropped,
-            gaps: s.feed.gaps,
-            historyLost: s.historyLost,
-            ...(s.approximate !== null ? { approximate: s.approximate } : {}),
-            session: s.session.state,
-            ...(s.shards > 1 ? { shards: s.shards, shardSessions: s.shardSessions.map((x) => x.state) } : {}),
+          relays.forEach((relay, rank) => {
+            const s = relay.stats();
+            log.info("stats", {
+              ...(relays.length > 1 ? { rank } : {}),
+              workerState: s.worker,
+              epoch: s.epoch,
+              blocks: s.blocks,
+              lastSeq: s.lastSeq,
+              batches: s.batches,
+              dropped: s.dropped,
+              gaps: s.feed.gaps,
+              historyLost: s.historyLost,
+              ...(s.approximate !== null ? { approximate: s.approximate } : {}),
+              session: s.session.state,
+              ...(s.shards > 1 ? { shards: s.shards, shardSessions: s.shardSessions.map((x) => x.state) } : {}),
+            });
           });
         }, statsEvery)
       : null;
@@ -173,7 +176,7 @@ async function main(): Promise<void> {
   const shutdown = (signal: string): void => {
     log.info("shutdown", { signal });
     if (statsTimer) clearInterval(statsTimer);
-    relay.close().then(
+    Promise.all(relays.map((r) => r.close())).then(
       () => process.exit(0),
       () => process.exit(1),
     );

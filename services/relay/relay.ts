@@ -21,7 +21,8 @@
  */
 import type { ModelDirFiles } from "../../src/layout/index.ts";
 import type { RelayHello } from "../../src/relay-wire/relay-protocol.ts";
-import { WorkerBlockSet } from "./worker-block-set.ts";
+import { TieredBlockSet } from "./tiered-block-set.ts";
+import type { WorkerBlockSet } from "./worker-block-set.ts";
 import { initHashing } from "../../src/util/hash.ts";
 import { readModelDir, resolveContract, type ContractResolution } from "./contract.ts";
 import { KvFeed, emptyFeedStats, type FeedBatch, type KvFeedStats } from "./kv-feed.ts";
@@ -55,6 +56,8 @@ export interface RelayStats {
   epoch: number;
   blockSize: number;
   blocks: number;
+  /** Blocks in the host-memory tier (HiCache CPU_PINNED). */
+  hostBlocks: number;
   needsResync: boolean;
   lastSeq: number | null;
   batches: number;
@@ -83,8 +86,10 @@ export interface RelayStats {
 export interface Relay {
   close(): Promise<void>;
   stats(): RelayStats;
-  /** The worker's current block set (replaced when a new worker life changes the block size). */
+  /** The worker's current GPU block set (replaced when a new worker life changes the block size). */
   readonly blockSet: WorkerBlockSet;
+  /** Its host-memory tier (SGLang HiCache CPU_PINNED; empty without HiCache). */
+  readonly hostBlockSet: WorkerBlockSet;
   readonly info: WorkerInfo;
   /** What hello carries as `contract` (null: none published; see the `contract_*` log lines). */
   readonly contract: Record<string, unknown> | null;
@@ -142,7 +147,7 @@ class RelayImpl implements Relay {
   private workerInfo: WorkerInfo;
   private readonly modelFiles: ModelDirFiles | null;
   private contractState: ContractResolution;
-  private set: WorkerBlockSet;
+  private set: TieredBlockSet;
   private epoch: number;
   private worker: WorkerState = "up";
   private downReason: string | null = null;
@@ -168,10 +173,10 @@ class RelayImpl implements Relay {
     if (opts.model && info.modelName && opts.model !== info.modelName) {
       log.warn("model_name_differs", { given: opts.model, served: info.modelName });
     }
-    if (info.dpSize > 1) {
-      log.warn("dp_size_gt_1", { dpSize: info.dpSize, followingRank: opts.dpRank, note: "one relay covers one rank" });
+    if (opts.dpRank >= info.dpSize) {
+      throw new RelayStartupError(`worker ${opts.workerUrl}: --dp-rank ${opts.dpRank} is outside its dp size ${info.dpSize} (/server_info dp_size)`);
     }
-    this.set = new WorkerBlockSet(info.blockSize);
+    this.set = new TieredBlockSet(info.blockSize);
     this.epoch = nextEpoch(info.startTimeMs, null);
     this.feed = info.kvEndpoint === null ? null : new KvFeed({
       endpoint: info.kvEndpoint,
@@ -198,7 +203,7 @@ class RelayImpl implements Relay {
     this.fanout = new ShardFanout({
       newSession: (shard, hooks) =>
         new IndexSession({
-          url: relayUrl(opts.indexUrl, opts.workerId, this.model, shard),
+          url: relayUrl(opts.indexUrl, opts.workerId, this.model, shard, info.dpSize > 1 ? opts.dpRank : null),
           token,
           hello: () => this.hello(),
           snapshot: hooks.snapshot,
@@ -245,7 +250,11 @@ class RelayImpl implements Relay {
   }
 
   get blockSet(): WorkerBlockSet {
-    return this.set;
+    return this.set.gpu;
+  }
+
+  get hostBlockSet(): WorkerBlockSet {
+    return this.set.host;
   }
 
   get info(): WorkerInfo {
@@ -334,7 +343,8 @@ class RelayImpl implements Relay {
       worker: this.worker,
       epoch: this.epoch,
       blockSize: this.set.blockSize,
-      blocks: this.set.size,
+      blocks: this.set.gpu.size,
+      hostBlocks: this.set.host.size,
       needsResync: this.set.needsResync,
       lastSeq: this.feed?.lastSeq ?? null,
       ...this.counters,
@@ -363,9 +373,12 @@ class RelayImpl implements Relay {
       kvEvents: this.feed !== null,
       incrementalStreaming: this.workerInfo.incrementalStreaming,
       ...(this.workerInfo.kvCapacityTokens !== null ? { kvCapacityTokens: this.workerInfo.kvCapacityTokens } : {}),
+      ...(this.workerInfo.disaggregationMode !== "null" ? { disaggregationMode: this.workerInfo.disaggregationMode } : {}),
+      ...(this.workerInfo.bootstrapPort !== null ? { bootstrapPort: this.workerInfo.bootstrapPort } : {}),
       relayVersion: RELAY_VERSION,
       ...(this.opts.region !== undefined ? { region: this.opts.region } : {}),
       ...(this.opts.prefillTokensPerSec !== undefined ? { prefillTokensPerSec: this.opts.prefillTokensPerSec } : {}),
+      ...(this.workerInfo.dpSize > 1 ? { dpSize: this.workerInfo.dpSize, dpRank: this.opts.dpRank } : {}),
     };
   }
 
@@ -468,7 +481,7 @@ class RelayImpl implements Relay {
     }
     if (info.blockSize !== this.set.blockSize) {
       this.log.warn("block_size_changed", { was: this.set.blockSize, now: info.blockSize });
-      this.set = new WorkerBlockSet(info.blockSize);
+      this.set = new TieredBlockSet(info.blockSize);
     } else {
       this.set.clear();
     }
