@@ -95,8 +95,8 @@ def chain(raw, page, bigram=False, salt=None):
     return out
 
 
-def stored(h, parent, tokens, page, salt, coalesce=False):
-    args = dict(block_hashes=h, parent_block_hash=parent, token_ids=tokens, block_size=page, lora_id=None, medium="GPU")
+def stored(h, parent, tokens, page, salt, coalesce=False, medium="GPU"):
+    args = dict(block_hashes=h, parent_block_hash=parent, token_ids=tokens, block_size=page, lora_id=None, medium=medium)
     if salt is None:
         return BlockStored(**args)
     return BlockStoredWithMetadata(**args, metadata=BlockStoredMetadata(cache_salt=salt))
@@ -128,6 +128,29 @@ def expected(c, page, bigram, salt, coalesce):
     return out
 
 
+def hicache_tiers(enc, raw, page):
+    """One chain through HiCache's tiers (mem_cache/hiradix_cache.py @9d147fd): stored on the GPU
+    (L1827), backed up to host memory (`_finish_write_through_ack` L853-862: BlockStored CPU_PINNED),
+    the node evicted from the GPU with its host copy kept (`_detach_backuped` L1139-1149:
+    BlockRemoved GPU, every page of the node), then from host memory (`evict_host`: BlockRemoved
+    CPU_PINNED); DISK and EXTERNAL, declared by StorageMedium but not sent at that pin, last."""
+    c = chain(raw, page)
+    hashes = [h for h, _ in c]
+    evs, exp, parent = [], [], None
+    for medium in ("GPU", "CPU_PINNED"):
+        parent = None
+        for h, p in c:
+            evs.append(stored([h], parent, list(p), page, None, medium=medium))
+            exp.append({"type": "BlockStored", "blockHashes": [str(h)], "parent": parent if parent is None else str(parent),
+                        "tokenIds": list(p), "blockSize": page, "cacheSalt": None, "bigram": False, "medium": medium})
+            parent = h
+    for medium in ("GPU", "CPU_PINNED", "DISK", "EXTERNAL"):
+        evs.append(BlockRemoved(block_hashes=hashes, medium=medium))
+        exp.append({"type": "BlockRemoved", "blockHashes": [str(h) for h in hashes], "medium": medium})
+    payload = enc.encode(EventBatch(ts=1767225600.5, events=evs, attn_dp_rank=0))
+    return {"name": "hicache_tiers", "raw": raw, "pageSize": page, "payloadHex": payload.hex(), "events": exp}
+
+
 def main():
     enc = msgspec.msgpack.Encoder()
     page = 4
@@ -149,6 +172,7 @@ def main():
             exp += [{"type": "BlockRemoved", "blockHashes": [str(c[-1][0])]}, {"type": "AllBlocksCleared"}]
         payload = enc.encode(EventBatch(ts=1767225600.5, events=evs, attn_dp_rank=0))
         cases.append({"name": name, "raw": raw, "pageSize": page, "payloadHex": payload.hex(), "events": exp})
+    cases.append(hicache_tiers(enc, raw, page))
     json.dump({"generator": "scripts/golden/gen_sglang_kv_events.py", "msgspec": msgspec.__version__, "cases": cases}, sys.stdout, indent=1)
     sys.stdout.write("\n")
 

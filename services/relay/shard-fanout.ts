@@ -84,8 +84,8 @@ export class ShardFanout {
 
   /** Blocks of shard `shard` in dump order (all of them while unsharded). */
   blocksFor(shard: number): DumpBlock[] {
-    const rows = this.opts.blocks();
-    if (this.router === null) return shard === 0 ? rows : [];
+    if (this.router === null) return shard === 0 ? this.opts.blocks() : [];
+    const rows = gpuRows(this.opts.blocks());
     const mine = this.router.size === rows.length ? pick(this.router, rows, shard) : null;
     if (mine !== null) return mine;
     // Only a bug breaks the mirror; a rebuild makes this dump (and later events) right again.
@@ -101,7 +101,7 @@ export class ShardFanout {
       return;
     }
     const router = new ChainRootRouter(this.count);
-    for (const row of this.opts.blocks()) router.routeDumpRow(row);
+    for (const row of gpuRows(this.opts.blocks())) router.routeDumpRow(row);
     this.router = router;
   }
 
@@ -112,7 +112,7 @@ export class ShardFanout {
       this.sessions[0]!.pushEvents(epoch, seq, events);
       return;
     }
-    const { perShard, resync } = splitRelayEvents(this.router, events);
+    const { perShard, resync } = splitRelayEvents(this.router, events.filter((e) => e.t === "cleared" || e.tier === undefined));
     if (resync) {
       // The set only emits chains whose parent it holds, so the mirror broke: start over.
       this.log.warn("shard_split_resync", { seq, note: "router lost a parent the block set holds" });
@@ -182,6 +182,14 @@ export class ShardFanout {
       if (this.started) s.start();
     }
   }
+}
+
+/**
+ * A sharded index tracks the GPU tier only: a host copy shares its engine hash with the GPU block
+ * it backs up, and the chain-root router places each hash once.
+ */
+function gpuRows(rows: DumpBlock[]): DumpBlock[] {
+  return rows.some((r) => r.tier !== undefined) ? rows.filter((r) => r.tier === undefined) : rows;
 }
 
 /** The rows the router places in `shard` (order kept), or null when it does not know a row. */

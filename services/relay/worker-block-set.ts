@@ -34,7 +34,9 @@ export type BlockSetDropReason =
   | "self_parent"
   | "duplicate_in_event"
   | "unknown_parent"
-  | "unknown_removed";
+  | "unknown_removed"
+  /** A medium the relay keeps no view of (DISK, EXTERNAL: declared by SGLang, never sent). */
+  | "untracked_medium";
 
 export interface BlockSetDrop {
   reason: BlockSetDropReason;

@@ -15,8 +15,10 @@
  *  - EAGLE bigram token ids (SGLang mem_cache/events.py `_record_store_event`: with `is_bigram`
  *    radix keys each page is sent as pairs `(t_j, t_{j+1})`): mapped to the tokens the page holds,
  *    the first element of every pair (docs/relay.md §EAGLE); pairs that do not chain are dropped.
- * Events for media other than the GPU (CPU_PINNED, DISK, EXTERNAL: offload tiers) are dropped with
- * reason `non_gpu_medium` unless `keepAllMedia` is set: routing only credits blocks in GPU memory.
+ * Events keep their `medium` (SGLang's StorageMedium: "GPU", "CPU_PINNED", "DISK", "EXTERNAL";
+ * kv_events.py @9d147fd L82-88, filled on every event since PR #18205); HiCache reports its host tier
+ * as CPU_PINNED (mem_cache/hiradix_cache.py @9d147fd `_finish_write_through_ack` L853-862,
+ * `evict_host` L1207-1236). Which tiers are tracked is the consumer's choice (services/relay).
  */
 import { Decoder } from "@msgpack/msgpack";
 
@@ -56,8 +58,7 @@ export type DecodeDropReason =
   | "bad_batch"
   | "bad_event"
   | "unknown_tag"
-  | "bad_bigram"
-  | "non_gpu_medium";
+  | "bad_bigram";
 
 export interface DecodeDrop {
   reason: DecodeDropReason;
@@ -76,11 +77,6 @@ export interface DecodedKvMessage extends DecodedKvBatch {
   topic: string;
   /** Batch sequence number; null when the frame is unusable (then nothing else was decoded). */
   seq: number | null;
-}
-
-export interface DecodeOptions {
-  /** Keep events for every medium instead of dropping non-GPU ones. */
-  keepAllMedia?: boolean;
 }
 
 /** The replay end marker: seq -1 as a signed 8-byte big-endian integer. */
@@ -108,7 +104,7 @@ export function encodeSeq(seq: number): Uint8Array {
 }
 
 /** Decodes one whole ZMQ message: `[topic, seq, payload]`. */
-export function decodeKvEventMessage(frames: readonly Uint8Array[], opts: DecodeOptions = {}): DecodedKvMessage {
+export function decodeKvEventMessage(frames: readonly Uint8Array[]): DecodedKvMessage {
   if (frames.length !== 3) {
     return emptyMessage("", null, { reason: "frame_count", detail: `expected 3 frames, got ${frames.length}` });
   }
@@ -117,7 +113,7 @@ export function decodeKvEventMessage(frames: readonly Uint8Array[], opts: Decode
   if (seq === null || seq < 0) {
     return emptyMessage(topic, null, { reason: "bad_seq", detail: `seq frame of ${frames[1]!.byteLength} bytes` });
   }
-  return { topic, seq, ...decodeKvEventBatch(frames[2]!, opts) };
+  return { topic, seq, ...decodeKvEventBatch(frames[2]!) };
 }
 
 function emptyMessage(topic: string, seq: number | null, drop: DecodeDrop): DecodedKvMessage {
@@ -125,7 +121,7 @@ function emptyMessage(topic: string, seq: number | null, drop: DecodeDrop): Deco
 }
 
 /** Decodes one msgpack batch payload. */
-export function decodeKvEventBatch(payload: Uint8Array, opts: DecodeOptions = {}): DecodedKvBatch {
+export function decodeKvEventBatch(payload: Uint8Array): DecodedKvBatch {
   const out: DecodedKvBatch = { ts: null, attnDpRank: null, events: [], dropped: [] };
   let root: unknown;
   try {
@@ -155,12 +151,7 @@ export function decodeKvEventBatch(payload: Uint8Array, opts: DecodeOptions = {}
   out.attnDpRank = r !== null && r >= 0 ? r : null;
   for (const raw of events) {
     const ev = decodeEvent(raw, out.dropped);
-    if (!ev) continue;
-    if (ev.type !== "AllBlocksCleared" && ev.medium !== GPU_MEDIUM && !opts.keepAllMedia) {
-      out.dropped.push({ reason: "non_gpu_medium", detail: `${ev.type} on ${ev.medium}` });
-      continue;
-    }
-    out.events.push(ev);
+    if (ev) out.events.push(ev);
   }
   return out;
 }

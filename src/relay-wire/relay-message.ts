@@ -8,7 +8,7 @@
  * test/unit/relay-message.test.ts checks the direct path against zod.
  */
 import type { z } from "zod";
-import { MAX_BLOCKS_PER_MESSAGE, RelayMessageSchema, type RelayMessage } from "./relay-protocol.ts";
+import { KV_TIERS, MAX_BLOCKS_PER_MESSAGE, RelayMessageSchema, type RelayMessage } from "./relay-protocol.ts";
 
 const ENGINE_HASH = /^-?\d{1,20}$/;
 const LOCAL_HASH = /^[0-9a-f]{16}$/;
@@ -32,19 +32,21 @@ function isCount(v: unknown, min: number): boolean {
 
 const isEngineHash = (v: unknown): boolean => typeof v === "string" && ENGINE_HASH.test(v);
 const isLocalHash = (v: unknown): boolean => typeof v === "string" && LOCAL_HASH.test(v);
+/** Keys an optional `tier` adds (0 when absent, 1 when a known tier, NaN otherwise: never a match). */
+const tierKeys = (v: unknown): number => (v === undefined ? 0 : (KV_TIERS as readonly unknown[]).includes(v) ? 1 : NaN);
 
 function isEvent(e: unknown): boolean {
   if (!isRecord(e)) return false;
   switch (e.t) {
     case "stored": {
       const blocks = e.blocks;
-      if (keyCount(e) !== 3 || !(e.parent === null || isEngineHash(e.parent)) || !Array.isArray(blocks) || blocks.length === 0) return false;
+      if (keyCount(e) !== 3 + tierKeys(e.tier) || !(e.parent === null || isEngineHash(e.parent)) || !Array.isArray(blocks) || blocks.length === 0) return false;
       for (const b of blocks) if (!isRecord(b) || keyCount(b) !== 2 || !isEngineHash(b.h) || !isLocalHash(b.l)) return false;
       return true;
     }
     case "removed": {
       const hashes = e.hashes;
-      if (keyCount(e) !== 2 || !Array.isArray(hashes) || hashes.length === 0) return false;
+      if (keyCount(e) !== 2 + tierKeys(e.tier) || !Array.isArray(hashes) || hashes.length === 0) return false;
       for (const h of hashes) if (!isEngineHash(h)) return false;
       return true;
     }
@@ -67,7 +69,7 @@ function isPlainDump(m: Record<string, unknown>): boolean {
   const optional = (m.approximate === undefined ? 0 : typeof m.approximate === "boolean" ? 1 : NaN) + (m.continues === undefined ? 0 : isCount(m.continues, 0) ? 1 : NaN);
   if (keyCount(m) !== 4 + optional) return false;
   if (!isCount(m.epoch, 0) || !isCount(m.seq, -1) || !Array.isArray(blocks) || blocks.length > MAX_BLOCKS_PER_MESSAGE) return false;
-  for (const b of blocks) if (!isRecord(b) || keyCount(b) !== 3 || !isEngineHash(b.h) || !(b.p === null || isEngineHash(b.p)) || !isLocalHash(b.l)) return false;
+  for (const b of blocks) if (!isRecord(b) || keyCount(b) !== 3 + tierKeys(b.tier) || !isEngineHash(b.h) || !(b.p === null || isEngineHash(b.p)) || !isLocalHash(b.l)) return false;
   return true;
 }
 

@@ -116,12 +116,11 @@ describe("decodeKvEventBatch", () => {
     expect((b.events[0] as BlockStoredEvent).blockSize).toBe(2);
   });
 
-  it("drops non-GPU media (unless asked to keep them)", () => {
+  it("keeps every medium (HiCache tiers are the relay's to sort)", () => {
     const payload = pack([0, [["BlockStored", [1], null, [1, 2], 2, null, "CPU_PINNED"], ["BlockRemoved", [1], "DISK"]], 0]);
     const b = decodeKvEventBatch(payload);
-    expect(b.events).toEqual([]);
-    expect(b.dropped.map((d) => d.reason)).toEqual(["non_gpu_medium", "non_gpu_medium"]);
-    expect(decodeKvEventBatch(payload, { keepAllMedia: true }).events).toHaveLength(2);
+    expect(b.dropped).toEqual([]);
+    expect(b.events.map((e) => e.type !== "AllBlocksCleared" && e.medium)).toEqual(["CPU_PINNED", "DISK"]);
   });
 
   it("counts malformed input and unknown tags without throwing", () => {

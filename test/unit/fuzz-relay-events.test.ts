@@ -4,7 +4,7 @@
  * counts, bad sequence frames, random bytes and non-batch msgpack as payloads, unknown event tags,
  * malformed events, wrong block sizes, self-referencing and repeated blocks, unknown parents,
  * removals of unknown blocks, non-GPU media. Decoding (src/engine-events/event-decode.ts) and the worker block
- * set (services/relay/worker-block-set.ts) must count and drop every piece of junk and end with exactly
+ * set (services/relay/tiered-block-set.ts) must count and drop every piece of junk and end with exactly
  * the block set of the valid stream alone.
  */
 import { encode } from "@msgpack/msgpack";
@@ -12,7 +12,7 @@ import fc from "fast-check";
 import { beforeAll, describe, expect, it } from "vitest";
 import { decodeKvEventMessage, encodeSeq } from "../../src/engine-events/event-decode.ts";
 import { engineBlockHashes } from "../../services/sglang-sim/engine-block-hash.ts";
-import { WorkerBlockSet } from "../../services/relay/worker-block-set.ts";
+import { TieredBlockSet } from "../../services/relay/tiered-block-set.ts";
 import { initHashing } from "../../src/util/hash.ts";
 import { encodeEventBatch } from "../../services/sglang-sim/kv-wire.ts";
 import type { KvEvent } from "../../services/sglang-sim/radix-cache.ts";
@@ -53,7 +53,7 @@ const junkArb: fc.Arbitrary<Junk> = fc.oneof(
   junkHash.map((h) => ({ t: "repeated" as const, h })),
   fc.tuple(junkHash, junkHash).map(([parent, h]) => ({ t: "unknown_parent" as const, parent, h })),
   junkHash.map((h) => ({ t: "removed_unknown" as const, h })),
-  fc.tuple(junkHash, fc.constantFrom("CPU_PINNED", "DISK", "EXTERNAL")).map(([h, medium]) => ({ t: "non_gpu" as const, h, medium })),
+  fc.tuple(junkHash, fc.constantFrom("DISK", "EXTERNAL")).map(([h, medium]) => ({ t: "non_gpu" as const, h, medium })),
 );
 
 const stepArb: fc.Arbitrary<Step> = fc.oneof(
@@ -131,14 +131,14 @@ function validEvents(step: Exclude<Step, { t: "junk" }>, m: Model): KvEvent[] {
   return [{ type: "BlockRemoved", hashes: [leaf] }];
 }
 
-function apply(set: WorkerBlockSet, frames: Uint8Array[]): number {
+function apply(set: TieredBlockSet, frames: Uint8Array[]): number {
   const msg = decodeKvEventMessage(frames);
   if (msg.seq === null) return msg.dropped.length;
   const out = set.apply(msg.events);
   return msg.dropped.length + out.dropped.reduce((n, d) => n + (d.count > 0 ? 1 : 0), 0);
 }
 
-const view = (s: WorkerBlockSet) => s.dumpBlocks().map((b) => `${b.h}<${b.p}:${b.l}`).sort();
+const view = (s: TieredBlockSet) => s.dumpBlocks().map((b) => `${b.h}<${b.p}:${b.l}`).sort();
 
 describe("relay input fuzz: junk is counted and dropped, the block set is the valid stream's", () => {
   it(`${RUNS} generated streams`, () => {
@@ -147,8 +147,8 @@ describe("relay input fuzz: junk is counted and dropped, the block set is the va
     fc.assert(
       fc.property(fc.array(stepArb, { minLength: 1, maxLength: 40, size: "max" }), (steps) => {
         const model: Model = { parent: new Map() };
-        const clean = new WorkerBlockSet(B);
-        const noisy = new WorkerBlockSet(B);
+        const clean = new TieredBlockSet(B);
+        const noisy = new TieredBlockSet(B);
         let seq = 0n;
         let drops = 0;
         let required = 0;

@@ -17,7 +17,8 @@ import { beforeAll, describe, expect, it } from "vitest";
 import { localBlockHashes, namespacedLocalHashes, namespaceTag } from "../../src/blocks/block-hash.ts";
 import { encode } from "@msgpack/msgpack";
 import { decodeKvEventBatch, MAX_CACHE_SALT_CHARS, type KvCacheEvent } from "../../src/engine-events/event-decode.ts";
-import { hexToLocalHash } from "../../src/relay-wire/relay-protocol.ts";
+import { hexToLocalHash, localHashToHex } from "../../src/relay-wire/relay-protocol.ts";
+import { TieredBlockSet } from "../../services/relay/tiered-block-set.ts";
 import { WorkerBlockSet } from "../../services/relay/worker-block-set.ts";
 import { initHashing } from "../../src/util/hash.ts";
 import { encodeEventBatch } from "../../services/sglang-sim/kv-wire.ts";
@@ -31,6 +32,7 @@ interface ExpectedEvent {
   blockSize?: number;
   cacheSalt?: string | null;
   bigram?: boolean;
+  medium?: string;
 }
 interface Case {
   name: string;
@@ -43,7 +45,9 @@ const fixture = JSON.parse(readFileSync(new URL("../fixtures/sglang-kv-events.js
 const byName = (n: string) => fixture.cases.find((c) => c.name === n)!;
 const unhex = (h: string) => Uint8Array.from(Buffer.from(h, "hex"));
 
-function simplify(e: KvCacheEvent): ExpectedEvent {
+/** The case's events as decoded; `medium` only where the fixture states it (the tiers case). */
+function simplify(e: KvCacheEvent, withMedium = false): ExpectedEvent {
+  const m = withMedium && e.type !== "AllBlocksCleared" ? { medium: e.medium } : {};
   if (e.type === "BlockStored")
     return {
       type: e.type,
@@ -53,8 +57,9 @@ function simplify(e: KvCacheEvent): ExpectedEvent {
       blockSize: e.blockSize ?? undefined,
       cacheSalt: e.cacheSalt ?? null,
       bigram: e.bigram ?? false,
+      ...m,
     };
-  if (e.type === "BlockRemoved") return { type: e.type, blockHashes: e.blockHashes.map(String) };
+  if (e.type === "BlockRemoved") return { type: e.type, blockHashes: e.blockHashes.map(String), ...m };
   return { type: e.type };
 }
 
@@ -62,7 +67,7 @@ beforeAll(() => initHashing());
 
 describe("SGLang-encoded KV events", () => {
   it("has every case the generator writes", () => {
-    expect(fixture.cases.map((c) => c.name)).toEqual(["plain", "plain_coalesced", "salted", "salted_coalesced", "bigram", "bigram_coalesced", "bigram_salted"]);
+    expect(fixture.cases.map((c) => c.name)).toEqual(["plain", "plain_coalesced", "salted", "salted_coalesced", "bigram", "bigram_coalesced", "bigram_salted", "hicache_tiers"]);
   });
 
   for (const c of fixture.cases) {
@@ -71,7 +76,7 @@ describe("SGLang-encoded KV events", () => {
       expect(b.dropped).toEqual([]);
       expect(b.ts).toBe(1767225600.5);
       expect(b.attnDpRank).toBe(0);
-      expect(b.events.map(simplify)).toEqual(c.events);
+      expect(b.events.map((e) => simplify(e, c.name === "hicache_tiers"))).toEqual(c.events);
     });
   }
 
@@ -126,6 +131,27 @@ describe("SGLang-encoded KV events", () => {
     for (const h of salted) expect(plainLocals).not.toContain(h);
     expect(namespacedLocalHashes(localBlockHashes(byName("salted").raw, 4), namespaceTag("tenant-b"))).not.toContain(salted[0]);
     expect(localsOf("bigram_salted")).toEqual(namespacedLocalHashes(localBlockHashes(byName("plain").raw, 4), namespaceTag("tenant-b")).slice(0, 2));
+  });
+
+  it("HiCache tiers: a GPU eviction with a host copy leaves the block in the relay's host tier, tagged on the wire", () => {
+    const c = byName("hicache_tiers");
+    const locals = localBlockHashes(c.raw, 4).slice(0, 3).map(localHashToHex);
+    const events = decodeKvEventBatch(unhex(c.payloadHex)).events;
+    const set = new TieredBlockSet(4);
+    // Stored on the GPU, backed up to host memory, evicted from the GPU.
+    const upToGpuEviction = set.apply(events.slice(0, 7));
+    expect(upToGpuEviction.dropped).toEqual([]);
+    expect(set.gpu.size).toBe(0);
+    expect(set.host.size).toBe(3);
+    expect(upToGpuEviction.events.filter((e) => e.t === "stored" && e.tier === "CPU_PINNED").flatMap((e) => (e.t === "stored" ? e.blocks.map((b) => b.l) : []))).toEqual(locals);
+    const gpuEviction = upToGpuEviction.events.at(-1)!;
+    expect(gpuEviction.t === "removed" && [[...gpuEviction.hashes].sort(), gpuEviction.tier]).toEqual([[...c.events[6]!.blockHashes!].sort(), undefined]);
+    expect(set.dumpBlocks().map((r) => [r.l, r.tier])).toEqual(locals.map((l) => [l, "CPU_PINNED"]));
+    // Evicted from host memory: gone; DISK and EXTERNAL are counted, not tracked.
+    const rest = set.apply(events.slice(7));
+    expect(set.size).toBe(0);
+    expect(rest.events).toEqual([expect.objectContaining({ t: "removed", tier: "CPU_PINNED" })]);
+    expect(rest.dropped.map((d) => [d.reason, d.count])).toEqual([["untracked_medium", 3], ["untracked_medium", 3]]);
   });
 
   it("refuses bigram pairs that do not chain, mixed token lists and malformed metadata", () => {
