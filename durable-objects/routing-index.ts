@@ -10,6 +10,7 @@
  * The block index itself lives in memory and is rebuilt from relay dumps: on every construction
  * (first start, or waking after hibernation) all connected relays are asked to resync.
  */
+import { pdPoolProblem } from "../src/routing-index/pd-pool.ts";
 import { DurableObject } from "cloudflare:workers";
 import { RoutingCore, type WorkerRecord } from "../src/routing-index/routing-core.ts";
 import { readRelayConnect, type PeekRequest, type PoolIndexFrontDoor, type PoolProfile, type PoolStats, type RouteDecision, type RoutePreview, type RouteRequest, type SettleRequest, type ShardInfo, type WorkerRow } from "../src/routing-index/front-door.ts";
@@ -121,6 +122,11 @@ export class RoutingIndex extends DurableObject<RoutingIndexEnv> implements Pool
       // The worker's KV capacity bounds its share of the index after a restart too (block-shares.ts).
       sql.exec("ALTER TABLE workers ADD COLUMN kv_capacity_tokens INTEGER");
     }
+    // A worker's PD role survives a restart (a decode worker routed as unified would get no bootstrap
+    // fields). Added by column presence, not by schema version, so other additions stay independent.
+    const columns = new Set(sql.exec<{ name: string }>("PRAGMA table_info(workers)").toArray().map((c) => c.name));
+    if (!columns.has("disaggregation_mode")) sql.exec("ALTER TABLE workers ADD COLUMN disaggregation_mode TEXT");
+    if (!columns.has("bootstrap_port")) sql.exec("ALTER TABLE workers ADD COLUMN bootstrap_port INTEGER");
     if (version < SCHEMA_VERSION)
       sql.exec("INSERT INTO meta (k, v) VALUES ('schema_version', ?) ON CONFLICT(k) DO UPDATE SET v = excluded.v", String(SCHEMA_VERSION));
   }
@@ -129,13 +135,14 @@ export class RoutingIndex extends DurableObject<RoutingIndexEnv> implements Pool
     this.#lastSeenFlushed.set(rec.workerId, rec.lastSeen);
     this.ctx.storage.sql.exec(
       `INSERT INTO workers (worker_id, url, block_size, epoch, status, model_name, contract_json, contract_digest, kv_events, last_seen,
-         region, prefill_tokens_per_sec, incremental_streaming, kv_capacity_tokens)
-       VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+         region, prefill_tokens_per_sec, incremental_streaming, kv_capacity_tokens, disaggregation_mode, bootstrap_port)
+       VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
        ON CONFLICT(worker_id) DO UPDATE SET url = excluded.url, block_size = excluded.block_size, epoch = excluded.epoch,
          status = excluded.status, model_name = excluded.model_name, contract_json = excluded.contract_json,
          contract_digest = excluded.contract_digest, kv_events = excluded.kv_events, last_seen = excluded.last_seen,
          region = excluded.region, prefill_tokens_per_sec = excluded.prefill_tokens_per_sec,
-         incremental_streaming = excluded.incremental_streaming, kv_capacity_tokens = excluded.kv_capacity_tokens`,
+         incremental_streaming = excluded.incremental_streaming, kv_capacity_tokens = excluded.kv_capacity_tokens,
+         disaggregation_mode = excluded.disaggregation_mode, bootstrap_port = excluded.bootstrap_port`,
       rec.workerId,
       rec.url,
       rec.blockSize,
@@ -150,6 +157,8 @@ export class RoutingIndex extends DurableObject<RoutingIndexEnv> implements Pool
       rec.prefillTokensPerSec ?? null,
       rec.incrementalStreaming ? 1 : 0,
       rec.kvCapacityTokens ?? null,
+      rec.disaggregationMode ?? "null",
+      rec.bootstrapPort ?? null,
     );
     if (this.#core.blockSize !== null)
       this.ctx.storage.sql.exec("INSERT INTO meta (k, v) VALUES ('block_size', ?) ON CONFLICT(k) DO NOTHING", String(this.#core.blockSize));
@@ -360,7 +369,7 @@ export class RoutingIndex extends DurableObject<RoutingIndexEnv> implements Pool
 
   async profile(): Promise<PoolProfile> {
     const ws = this.#core.workers();
-    return { blockSize: this.#core.blockSize, workers: ws.length, workersUp: ws.filter((w) => w.status === "up").length, cohort: this.#core.cohort() };
+    return { blockSize: this.#core.blockSize, workers: ws.length, workersUp: ws.filter((w) => w.status === "up").length, cohort: this.#core.cohort(), pdProblem: pdPoolProblem(ws) };
   }
 
   async workers(): Promise<WorkerRow[]> {
@@ -449,6 +458,8 @@ interface WorkerSqlRow extends Record<string, SqlStorageValue> {
   prefill_tokens_per_sec: number | null;
   incremental_streaming: number;
   kv_capacity_tokens: number | null;
+  disaggregation_mode: string | null;
+  bootstrap_port: number | null;
 }
 
 function rowToRecord(r: WorkerSqlRow): WorkerRecord {
@@ -467,6 +478,8 @@ function rowToRecord(r: WorkerSqlRow): WorkerRecord {
     prefillTokensPerSec: r.prefill_tokens_per_sec ?? null,
     incrementalStreaming: r.incremental_streaming === 1,
     kvCapacityTokens: r.kv_capacity_tokens ?? null,
+    disaggregationMode: r.disaggregation_mode === "prefill" || r.disaggregation_mode === "decode" ? r.disaggregation_mode : "null",
+    bootstrapPort: r.bootstrap_port ?? null,
   };
 }
 

@@ -4,7 +4,7 @@
  * python/sglang/srt/server_args.py `describe_kv_events_publisher`, L7577-7664): block size, KV event and replay endpoints, topic, model name, start time;
  * and the `/health` probe.
  */
-import { MAX_KV_CAPACITY_TOKENS } from "../../src/relay-wire/relay-protocol.ts";
+import { DisaggregationModeSchema, MAX_KV_CAPACITY_TOKENS, type DisaggregationMode } from "../../src/relay-wire/relay-protocol.ts";
 
 export class RelayStartupError extends Error {
   constructor(message: string) {
@@ -35,6 +35,10 @@ export interface WorkerInfo {
    * scheduler.py `get_init_info`); null when absent. The index bounds this worker's blocks by it.
    */
   kvCapacityTokens: number | null;
+  /** `disaggregation_mode` (server_args.py L2434 @9d147fd): "null" unified, or a PD pool's prefill or decode side. */
+  disaggregationMode: DisaggregationMode;
+  /** A prefill worker's `disaggregation_bootstrap_port` (L2445; default 8998); null on other roles. */
+  bootstrapPort: number | null;
 }
 
 export interface WorkerInfoOverrides {
@@ -109,7 +113,18 @@ export function parseWorkerInfo(raw: unknown, workerUrl: string, o: WorkerInfoOv
   const incrementalStreaming = raw["incremental_streaming_output"] === true;
   const capacity = positiveInt(raw["max_total_num_tokens"]);
   const kvCapacityTokens = capacity !== null && capacity <= MAX_KV_CAPACITY_TOKENS ? capacity : null;
-  return { blockSize, kvEndpoint, replayEndpoint, topic, modelName, startTimeMs: startTimeMs(raw), dpSize, incrementalStreaming, kvCapacityTokens };
+  const { disaggregationMode, bootstrapPort } = disaggregationOf(raw, workerUrl);
+  return { blockSize, kvEndpoint, replayEndpoint, topic, modelName, startTimeMs: startTimeMs(raw), dpSize, incrementalStreaming, kvCapacityTokens, disaggregationMode, bootstrapPort };
+}
+
+/** The worker's PD role and, on a prefill, its bootstrap port; an unknown role stops the relay. */
+function disaggregationOf(raw: Record<string, unknown>, workerUrl: string): { disaggregationMode: DisaggregationMode; bootstrapPort: number | null } {
+  const mode = DisaggregationModeSchema.safeParse(raw["disaggregation_mode"] ?? "null");
+  if (!mode.success) throw new RelayStartupError(`worker ${workerUrl}: /server_info disaggregation_mode ${JSON.stringify(raw["disaggregation_mode"])} is none of null, prefill, decode`);
+  if (mode.data !== "prefill") return { disaggregationMode: mode.data, bootstrapPort: null };
+  const port = positiveInt(raw["disaggregation_bootstrap_port"]);
+  if (port === null || port > 65535) throw new RelayStartupError(`worker ${workerUrl}: a prefill worker without a valid disaggregation_bootstrap_port in /server_info`);
+  return { disaggregationMode: "prefill", bootstrapPort: port };
 }
 
 /** `tcp://*:5558` → `tcp://<worker host>:<5558 + rank>` (SGLang offsets every publisher port by rank). */

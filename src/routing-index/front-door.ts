@@ -31,6 +31,8 @@ export interface PoolProfile {
   workersUp: number;
   /** The cohort contract when every up worker publishes the same one; else why not (layout/eligibility.ts). */
   cohort: CohortResult;
+  /** A prefill/decode pool that cannot pair its workers, naming the worker (pd-pool.ts); null otherwise. */
+  pdProblem?: string | null;
 }
 
 /** One shard's part of the pool (`/admin/shards`). */

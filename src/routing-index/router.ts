@@ -18,6 +18,7 @@ import type { BlockViews } from "./block-views.ts";
 import type { LoadSync } from "./load-sync.ts";
 import type { Receipt, ReceiptBook } from "./receipts.ts";
 import { isQuarantined, type WorkerRecord, type WorkerRegistry } from "./worker-registry.ts";
+import { decodeLoadId, isDecodeWorker, isPrefillWorker, pickDecode } from "./pd-pool.ts";
 
 /** Pending receipts kept at most (the oldest is dropped beyond). */
 const MAX_PENDING_RECEIPTS = 10_000;
@@ -36,6 +37,8 @@ export interface RouteRequest {
   edgeColo?: string | null;
   /** Only workers whose stream frames carry increments (a stream too costly in cumulative frames: src/proxy/stream-cost.ts). */
   incrementalOnly?: boolean;
+  /** Only these workers (admission sends a waiting request to the worker that has room: src/admission/). */
+  onlyWorkers?: readonly string[];
 }
 
 export interface RouteCandidateView {
@@ -56,6 +59,19 @@ export interface RouteDecision {
   blockSize: number;
   receiptId: string;
   candidates: RouteCandidateView[];
+  /**
+   * A prefill/decode pair (the picked worker is a prefill): the decode worker, picked by load, and
+   * the prefill's bootstrap port. Absent for a unified worker.
+   */
+  pd?: PdDecision;
+}
+
+export interface PdDecision {
+  decodeWorkerId: string;
+  decodeUrl: string;
+  /** The decode worker's stream frames carry deltas: the client's answer streams from it. */
+  decodeIncrementalStreaming: boolean;
+  bootstrapPort: number;
 }
 
 export interface SettleRequest {
@@ -80,7 +96,7 @@ export interface RoutePreview {
   tiedWith: string[];
 }
 
-type PreviewRequest = Pick<RouteRequest, "localHashes" | "isl" | "exclude" | "edgeRegion" | "edgeColo" | "incrementalOnly">;
+type PreviewRequest = Pick<RouteRequest, "localHashes" | "isl" | "exclude" | "edgeRegion" | "edgeColo" | "incrementalOnly" | "onlyWorkers">;
 
 export interface RouterOptions {
   temperature?: number;
@@ -141,11 +157,19 @@ export class Router {
     const i = pickIndex(scored, this.#temperature, this.#random);
     const chosen = live[i]!;
     const overlap = scored[i]!.overlapBlocks;
+    // A prefill worker needs a decode peer (by load); none up: no pair, the pool cannot serve.
+    const decode = isPrefillWorker(chosen) ? pickDecode(this.#liveDecoders(req), (slot) => this.#p.load.decodeBlocks(slot)) : null;
+    if (isPrefillWorker(chosen) && (decode === null || chosen.bootstrapPort == null)) {
+      metrics.noWorker(req.fallbackReason ?? null);
+      return null;
+    }
     views.recordRoute(chosen, req.localHashes, now);
     const receiptId = `r${now.toString(36)}-${(this.#receiptSeq++).toString(36)}`;
     const requestBlocks = Math.ceil(req.isl / blockSize);
     const prefillTokens = Math.max(0, req.isl - overlap * blockSize);
-    loadSync.add({ receiptId, slot: chosen.slot, prefillTokens, decodeBlocks: requestBlocks, chainKeys: chain, startedAt: now, prefillDone: false }, chosen.workerId);
+    // A PD pair: the prefill holds the prompt's prefill, the decode its decode blocks.
+    loadSync.add({ receiptId, slot: chosen.slot, prefillTokens, decodeBlocks: decode ? 0 : requestBlocks, chainKeys: chain, startedAt: now, prefillDone: false }, chosen.workerId);
+    if (decode) loadSync.add({ receiptId: decodeLoadId(receiptId), slot: decode.slot, prefillTokens: 0, decodeBlocks: requestBlocks, chainKeys: [], startedAt: now, prefillDone: true }, decode.workerId);
     // Full blocks the worker lacks: storing the last of them ends this prefill (prefill-watch.ts).
     // Only when the hashes cover every full block of the prompt: a chain cut short (routing on a
     // text prefix, which every fallback is; its isl may not count the media after it) can be held
@@ -186,12 +210,25 @@ export class Router {
       blockSize,
       receiptId,
       candidates: candidateViews,
+      ...(decode && chosen.bootstrapPort != null
+        ? { pd: { decodeWorkerId: decode.workerId, decodeUrl: decode.url, decodeIncrementalStreaming: decode.incrementalStreaming, bootstrapPort: chosen.bootstrapPort } }
+        : {}),
     };
+  }
+
+  /** Decode workers that may take a PD request's decode side now (up, not excluded, not quarantined). */
+  #liveDecoders(req: Pick<RouteRequest, "exclude" | "incrementalOnly">) {
+    const exclude = new Set(req.exclude ?? []);
+    const now = this.#now();
+    return this.#p.registry
+      .all()
+      .filter((w) => isDecodeWorker(w) && w.status === "up" && !exclude.has(w.workerId) && !isQuarantined(w, now) && (!req.incrementalOnly || w.incrementalStreaming));
   }
 
   /** Frees the request's load and records its receipt. Returns true if drift just started. */
   settle(req: SettleRequest): { drift: boolean; receipt: Receipt | null } {
     this.#p.loadSync.release(req.receiptId);
+    this.#p.loadSync.release(decodeLoadId(req.receiptId));
     const p = this.#pending.get(req.receiptId);
     if (!p) return { drift: false, receipt: null };
     this.#pending.delete(req.receiptId);
@@ -235,8 +272,10 @@ export class Router {
     const { registry, views, load } = this.#p;
     const blockSize = registry.blockSize ?? 16;
     const exclude = new Set(req.exclude ?? []);
+    if (req.onlyWorkers) for (const w of registry.all()) if (!req.onlyWorkers.includes(w.workerId)) exclude.add(w.workerId);
     const now = this.#now();
-    const up = registry.all().filter((w) => w.status === "up" && !exclude.has(w.workerId) && (!req.incrementalOnly || w.incrementalStreaming));
+    // Decode workers never take the prefill pick: they hold no prefix the index sees (pd-pool.ts).
+    const up = registry.all().filter((w) => w.status === "up" && !isDecodeWorker(w) && !exclude.has(w.workerId) && (!req.incrementalOnly || isPrefillWorker(w) || w.incrementalStreaming));
     // Quarantined workers (an edge's failed connect) only when nothing else is up: a pool whose
     // every worker had one lost pooled connection must not answer 503 for the quarantine's length.
     const clear = up.filter((w) => !isQuarantined(w, now));

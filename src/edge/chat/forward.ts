@@ -78,10 +78,12 @@ export async function forward(deps: ForwardDeps, input: ForwardInput): Promise<R
     } catch (err) {
       if (err instanceof RetryableUpstream) {
         receipt.settle({ promptTokens: null, cachedTokens: null, outcome: "error", retrying: attempt < config.routing.maxAttempts });
-        if (err.unreachable) quarantineEverywhere(deps, input.model, config.shards, decision.workerId, err.message);
-        exclude.push(decision.workerId);
+        // A PD pair's failing side may be its decode worker: that one is kept away, not the prefill.
+        const failed = err.workerId ?? decision.workerId;
+        if (err.unreachable) quarantineEverywhere(deps, input.model, config.shards, failed, err.message);
+        exclude.push(failed);
         // The client learns that a worker failed, never which one or how (ids, addresses, texts).
-        console.warn(JSON.stringify({ event: "worker_failed", worker: decision.workerId, requestId, traceId: trace.traceId, error: err.message.slice(0, 300) }));
+        console.warn(JSON.stringify({ event: "worker_failed", worker: failed, requestId, traceId: trace.traceId, error: err.message.slice(0, 300) }));
         lastError = new UpstreamError("A worker failed before answering.", null, "worker_unavailable");
         continue;
       }

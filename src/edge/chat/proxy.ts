@@ -11,6 +11,7 @@ import type { StreamOutcome } from "../../proxy/chat-stream.ts";
 import { guardUpstreamBody, readGuardedText } from "../../proxy/upstream-guard.ts";
 import type { RouteDecision } from "../../routing-index/front-door.ts";
 import { workerAuthHeaders } from "../worker-auth.ts";
+import { PairSideFailed, sendPair } from "./pd-dispatch.ts";
 import type { EdgeFetch } from "./media-deps.ts";
 import type { Receipt } from "./settle.ts";
 
@@ -18,9 +19,12 @@ import type { Receipt } from "./settle.ts";
 export class RetryableUpstream extends Error {
   /** No connection to the worker: keep other requests away from it for a while too. */
   readonly unreachable: boolean;
-  constructor(message: string, unreachable: boolean) {
+  /** The worker that failed when not the picked one (a PD pair's decode side); null: the pick. */
+  readonly workerId: string | null;
+  constructor(message: string, unreachable: boolean, workerId: string | null = null) {
     super(message);
     this.unreachable = unreachable;
+    this.workerId = workerId;
   }
 }
 
@@ -87,15 +91,33 @@ export async function proxyOnce(input: ProxyInput): Promise<Response> {
     clearTimeout(timer);
     throw new RetryableUpstream("the edge holds no credential for this worker (KVEDGE_WORKER_KEYS or KVEDGE_WORKER_KEY_SECRET)", false);
   }
+  const decodeAuth = d.pd ? await workerAuthHeaders(input.config.workerAuth, d.pd.decodeUrl) : null;
+  if (d.pd && decodeAuth === null) {
+    clearTimeout(timer);
+    throw new RetryableUpstream("the edge holds no credential for this decode worker (KVEDGE_WORKER_KEYS or KVEDGE_WORKER_KEY_SECRET)", false, d.pd.decodeWorkerId);
+  }
+  const headersFor = (a: Record<string, string>) => ({ "content-type": "application/json", traceparent: input.traceparent, ...a });
   let upstream: Response;
   try {
-    upstream = await input.fetch(`${d.url}/generate`, {
-      method: "POST",
-      headers: { "content-type": "application/json", traceparent: input.traceparent, ...auth },
-      body: input.body,
-      signal: abort.signal,
-    });
+    upstream = d.pd
+      ? (
+          await sendPair({
+            fetch: input.fetch,
+            prefill: { workerId: d.workerId, url: d.url, headers: headersFor(auth) },
+            decode: { workerId: d.pd.decodeWorkerId, url: d.pd.decodeUrl, headers: headersFor(decodeAuth ?? {}) },
+            pd: d.pd,
+            body: input.body,
+            signal: abort.signal,
+            maxPrefillBodyBytes: routing.maxUpstreamBodyBytes,
+          })
+        ).decode
+      : await input.fetch(`${d.url}/generate`, { method: "POST", headers: headersFor(auth), body: input.body, signal: abort.signal });
   } catch (err) {
+    if (err instanceof PairSideFailed) {
+      // The prefill refused the request itself (4xx): the client's answer, as SGLang's gateway returns it.
+      if (err.clientError) return answer.complete(err.clientError.status, err.clientError.text) as never;
+      throw new RetryableUpstream(err.message, err.unreachable, err.workerId === d.workerId ? null : err.workerId);
+    }
     if (abort.signal.aborted) throw new UpstreamTimeoutError();
     // Connection refused/reset before any byte: nothing was processed (the worker may be gone).
     throw new RetryableUpstream(err instanceof Error ? err.message : String(err), true);
@@ -141,7 +163,8 @@ export async function proxyOnce(input: ProxyInput): Promise<Response> {
   }
   if (!upstream.body) throw new RetryableUpstream("empty upstream body", false);
   const translator = answer.streamAnswer({
-    incremental: d.incrementalStreaming,
+    // A PD pair streams from its decode side.
+    incremental: d.pd ? d.pd.decodeIncrementalStreaming : d.incrementalStreaming,
     holdEndUntilFinished: input.releaseBeforeReply,
     onFinish: (o) =>
       receipt.settle({

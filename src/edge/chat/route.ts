@@ -2,6 +2,7 @@
  * Stage 7, route: the shard that holds this request's blocks, and the pick it makes (a worker, its
  * predicted overlap and a receipt). Endpoint-neutral: any `/generate`-backed route reuses it.
  */
+import { NoWorkerAvailableError } from "../../api/errors.ts";
 import { shardForRequest } from "../../routing-index/pool-address.ts";
 import type { ChatFrontDoor, RouteDecision } from "../../routing-index/front-door.ts";
 import type { FallbackReason } from "./layout.ts";
@@ -39,8 +40,8 @@ export function routeTarget(input: RouteInput): RouteTarget {
   return {
     shard,
     index,
-    pick: (exclude) =>
-      index.route({
+    pick: async (exclude) => {
+      const d = await index.route({
         localHashes,
         isl: input.isl,
         exclude,
@@ -48,7 +49,14 @@ export function routeTarget(input: RouteInput): RouteTarget {
         edgeColo: input.edgeColo,
         traceId: input.traceId,
         ...(input.incrementalOnly ? { incrementalOnly: true } : {}),
-      }),
+      });
+      // No pick on the first try: a prefill/decode pool that cannot pair is named, not a bare 503.
+      if (d === null && exclude.length === 0) {
+        const problem = (await index.profile()).pdProblem;
+        if (problem) throw new NoWorkerAvailableError(`This model's pool cannot serve requests: ${problem}.`);
+      }
+      return d;
+    },
   };
 }
 
