@@ -163,7 +163,8 @@ export function simulate(trace, { policy, workers, capacityTokens, timing = TIMI
 
 /**
  * Per request, the prefix an infinite cache shared by the whole fleet would hold when it arrives
- * (every earlier prompt and answer, as SGLang caches them): the trace's ceiling.
+ * (every earlier prompt and answer, as SGLang caches them): the trace's ceiling. `workingSetTokens`:
+ * what that cache holds at the end (the KV the trace needs never to evict).
  */
 export function infiniteCacheHits(trace) {
   const cache = new PagedRadixCache(PAGE);
@@ -172,5 +173,5 @@ export function infiniteCacheHits(trace) {
     hits[req.id] = peekPrefix(cache, req.tokens);
     cache.insert(req.tokens.concat(req.output.slice(0, req.output.length - 1)));
   }
-  return hits;
+  return { hits, workingSetTokens: cache.totalTokens };
 }

@@ -57,7 +57,7 @@ export const TRACE_PARAMS = {
   },
   mooncake: {
     source:
-      "Mooncake trace shape (Qin et al., Mooncake, arXiv 2407.00079 / FAST '25; kvcache-ai/Mooncake trace: 23 608 requests in one hour, 512-token hash blocks): mean input 7 590 tokens, mean output 182; input lognormal with that mean (sigma 1.0, median 4.6k); requests share Zipf-popular block-aligned prefixes or continue an earlier request, mixed so that an infinite cache hits about half the input tokens (the trace's reported order; not replayed here)",
+      "Mooncake trace shape (Qin et al., Mooncake, arXiv 2407.00079 / FAST '25; kvcache-ai/Mooncake trace: 23 608 requests in one hour, 512-token hash blocks): mean input 7 590 tokens, mean output 182; input lognormal with that mean (sigma 1.0, median 4.6k); 35 % of requests continue an earlier one (its input and answer, then new input) where the drawn length leaves room, 60 % of the rest start with one of 200 Zipf-popular 512-token-aligned prefixes (median 6 blocks): these shares are our choice, not the trace's (it is not replayed here); the resulting infinite-cache ceiling is reported",
     inputMean: 7590,
     inputSigma: 1.0,
     outputMean: 182,

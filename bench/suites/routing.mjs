@@ -28,8 +28,8 @@ const RELAY_LAG_MS = 10;
 const SIZES = {
   // sessions per trace (agent: loops of tens of steps; docqa, mooncake: one request each)
   tiny: { workers: 2, seeds: [1], capacities: [1], sessions: { chat: 20, agent: 2, docqa: 20, mooncake: 30 } },
-  quick: { workers: 4, seeds: [1, 2, 3], capacities: [1, 0.25], sessions: { chat: 60, agent: 4, docqa: 80, mooncake: 120 } },
-  full: { workers: 4, seeds: [1, 2, 3], capacities: [1, 0.5, 0.25], sessions: { chat: 300, agent: 12, docqa: 200, mooncake: 300 } },
+  quick: { workers: 4, seeds: [1, 2, 3], capacities: [1, 0.1], sessions: { chat: 60, agent: 4, docqa: 80, mooncake: 120 } },
+  full: { workers: 4, seeds: [1, 2, 3], capacities: [1, 0.25, 0.1], sessions: { chat: 300, agent: 12, docqa: 200, mooncake: 300 } },
 };
 
 const mean = (xs) => xs.reduce((a, b) => a + b, 0) / xs.length;
@@ -59,12 +59,12 @@ export default {
       const gen = TRACES[name];
       const sessions = size.sessions[name];
       const probe = gen({ seed, sessions, rate: 1 });
-      const probeLoad = loadOf(probe, idealPrefill(probe, infiniteCacheHits(probe)));
+      const probeLoad = loadOf(probe, idealPrefill(probe, infiniteCacheHits(probe).hits));
       const rate = Math.min(TARGET_LOAD / probeLoad, PACED.has(name) ? sessions / MIN_START_WINDOW_S : Infinity);
       const trace = gen({ seed, sessions, rate });
-      const hits = infiniteCacheHits(trace);
+      const { hits, workingSetTokens } = infiniteCacheHits(trace);
       const ideal = idealPrefill(trace, hits);
-      return { trace, hits, ideal, rate, load: loadOf(trace, ideal) };
+      return { trace, hits, workingSetTokens, ideal, rate, load: loadOf(trace, ideal) };
     };
 
     const names = Object.keys(TRACES);
@@ -108,7 +108,7 @@ export default {
           }
           runs[factor] = rows;
         }
-        perSeed.push({ seed, shape: traceShape(t.trace), ceiling, load: t.load, sessionRatePerS: t.rate, offeredRps: t.trace.length / span, runs });
+        perSeed.push({ seed, shape: { ...traceShape(t.trace), workingSetTokens: t.workingSetTokens }, ceiling, load: t.load, sessionRatePerS: t.rate, offeredRps: t.trace.length / span, runs });
       }
       // Mean ± sd over seeds per capacity and policy.
       const byCapacity = {};
@@ -120,7 +120,14 @@ export default {
           byCapacity[factor][policy] = m;
         }
       }
-      out[name] = { params: TRACE_PARAMS[name], ceiling: agg(perSeed.map((s) => s.ceiling)), load: agg(perSeed.map((s) => s.load)), seeds: perSeed, byCapacity };
+      out[name] = {
+        params: TRACE_PARAMS[name],
+        ceiling: agg(perSeed.map((s) => s.ceiling)),
+        load: agg(perSeed.map((s) => s.load)),
+        workingSetTokens: agg(perSeed.map((s) => s.shape.workingSetTokens)),
+        seeds: perSeed,
+        byCapacity,
+      };
     }
 
     const f = (a, digits = 0, scale = 1) => (size.seeds.length > 1 ? `${(a.mean * scale).toFixed(digits)}±${(a.sd * scale).toFixed(digits)}` : (a.mean * scale).toFixed(digits));
@@ -130,8 +137,8 @@ export default {
       const o = out[name];
       const shape = o.seeds[0].shape;
       summary.push({
-        metric: `${name}: trace (seed ${o.seeds[0].seed}) — requests, input mean / p90 / max, follow-up prefix share p10–p90; infinite-cache ceiling`,
-        value: `${shape.requests}, ${shape.inputTokens.mean} / ${shape.inputTokens.p90} / ${shape.inputTokens.max} tok, ${shape.followUpPrefixShare.p10 ?? "–"}–${shape.followUpPrefixShare.p90 ?? "–"}; ${f(o.ceiling, 1, 100)} %`,
+        metric: `${name}: trace (seed ${o.seeds[0].seed}) — requests, input mean / p90 / max, follow-up prefix share p10–p90; working set ÷ fleet KV; ideal-prefill load; infinite-cache ceiling`,
+        value: `${shape.requests}, ${shape.inputTokens.mean} / ${shape.inputTokens.p90} / ${shape.inputTokens.max} tok, ${shape.followUpPrefixShare.p10 ?? "–"}–${shape.followUpPrefixShare.p90 ?? "–"}; ${(o.workingSetTokens.mean / (size.workers * kv.tokens)).toFixed(2)}; ${f(o.load, 2)}; ${f(o.ceiling, 1, 100)} %`,
         unit: "",
         goal: "",
         pass: null,
