@@ -71,6 +71,30 @@ export const DEFAULT_MODELS: ModelConfig[] = [
   { id: "Qwen/Qwen3-VL-8B-Instruct", family: "qwen3_vl", templateId: "qwen3vl-instruct", blockSize: 16, ownedBy: "kvedge", allowAutoTruncate: false, loraAdapters: [] },
 ];
 
+/**
+ * `KVEDGE_ROUTING.admission`: when every worker of a pool is at its load bound, requests wait in the
+ * pool's object (src/admission/admission-gate.ts) instead of piling into the workers' own queues.
+ * The defaults never delay a request while a worker is under its bound, and bound no worker whose
+ * relay reports no KV capacity: an unloaded pool routes as without admission.
+ */
+export const AdmissionConfigSchema = z.strictObject({
+  /** Off: every request is routed at once, whatever the load. */
+  enabled: z.boolean().default(true),
+  /** A worker is full when the prompt KV tokens of its in-flight requests reach this fraction of its KV capacity (the hello's kvCapacityTokens). */
+  loadFactor: z.number().min(0.05).max(16).default(1),
+  /** The bound in tokens of a worker whose relay reports no capacity; absent: such a worker is never full. */
+  workerTokens: z.number().int().min(1).max(2 ** 30).optional(),
+  /** Requests waiting in one pool object at most; past it the newcomer (or a lower band's newest) gets 429. */
+  maxQueue: z.number().int().min(0).max(100_000).default(1024),
+  /** Longest a request waits before it gets 429. */
+  maxWaitMs: z.number().int().min(0).max(600_000).default(30_000),
+  /** Every this long of waiting moves a request one band up (no band waits for ever). */
+  agingMs: z.number().int().min(100).max(600_000).default(10_000),
+  /** Whether any caller may ask for the priority band (service_tier "priority", priority > 0); else operator keys only. */
+  openPriority: z.boolean().default(false),
+});
+export type AdmissionConfig = z.infer<typeof AdmissionConfigSchema>;
+
 export const RoutingConfigSchema = z.strictObject({
   /**
    * Worker cost: "ttft" = estimated time to first token (queued + uncached prefill at the worker's
@@ -99,6 +123,8 @@ export const RoutingConfigSchema = z.strictObject({
   loadSyncMs: z.number().int().min(0).max(1_000).default(5),
   /** Most (worker, block) entries one index object holds; beyond it blocks are refused (src/block-index/block-budget.ts, docs/scale.md §4). */
   blockBudget: z.number().int().min(1_000).max(1_500_000).default(DEFAULT_BLOCK_BUDGET),
+  /** Admission per pool under overload (AdmissionConfigSchema). */
+  admission: AdmissionConfigSchema.default(AdmissionConfigSchema.parse({})),
 });
 export type RoutingConfig = z.infer<typeof RoutingConfigSchema>;
 

@@ -28,7 +28,11 @@ import { emptyIndexCounters, poolMetricsSnapshot, workerRows, type WorkerRow } f
 import { ReceiptBook, type Receipt } from "./receipts.ts";
 import type { PoolStats } from "./front-door.ts";
 import { Router, type RouteDecision, type RoutePreview, type RouteRequest, type SettleRequest } from "./router.ts";
-import { WorkerRegistry, type WorkerRecord } from "./worker-registry.ts";
+import { isQuarantined, WorkerRegistry, type WorkerRecord } from "./worker-registry.ts";
+import { AdmissionGate, type AdmissionTicket, type AdmitOutcome, type Timers } from "../admission/admission-gate.ts";
+import type { BandStatsSnapshot } from "../admission/admission-stats.ts";
+import { isFull, loadBoundTokens } from "../admission/load-bound.ts";
+import { AdmissionConfigSchema, type AdmissionConfig } from "../config/config.ts";
 
 export type { RelayApplyOutcome } from "./block-views.ts";
 export type { RouteCandidateView, RouteDecision, RoutePreview, RouteRequest, SettleRequest } from "./router.ts";
@@ -74,7 +78,20 @@ export interface RoutingCoreOptions {
   relaySilentMs?: number;
   /** How long an edge's failed connect keeps routing away from a worker (default DEFAULT_QUARANTINE_MS). */
   quarantineMs?: number;
+  /** Admission under overload (src/admission/); default AdmissionConfigSchema's defaults. */
+  admission?: AdmissionConfig;
+  /** The timer of the admission queue's deadlines (default setTimeout). */
+  timers?: Timers;
 }
+
+/** A pool's admission state for operators (metrics, /admin/stats). */
+export interface AdmissionSnapshot {
+  /** Requests waiting now, per band (0 = priority, 1 = default, 2 = flex). */
+  queuedByBand: number[];
+  bands: BandStatsSnapshot[];
+}
+
+const GLOBAL_TIMERS: Timers = { set: (fn, ms) => setTimeout(fn, ms), clear: (h) => clearTimeout(h as ReturnType<typeof setTimeout>) };
 
 /** Three of the relay's 30 s pings (services/relay/options.ts pingIntervalMs) missed. */
 export const DEFAULT_RELAY_SILENT_MS = 90_000;
@@ -96,6 +113,8 @@ export class RoutingCore {
   readonly #now: () => number;
   readonly #relaySilentMs: number;
   readonly #quarantineMs: number;
+  readonly #admissionCfg: AdmissionConfig;
+  readonly #admission: AdmissionGate<RouteRequest, RouteDecision>;
 
   constructor(opts: RoutingCoreOptions) {
     this.#now = opts.now ?? Date.now;
@@ -109,6 +128,34 @@ export class RoutingCore {
       { registry: this.#registry, views: this.#views, load: this.#load, loadSync: this.#loadSync, prefillWatch: this.#prefillWatch, receipts: this.#receipts, metrics: this.#metrics, counters: this.#counters },
       { ...opts, cost: opts.cost ?? DEFAULT_SELECTION_COST, now: this.#now },
     );
+    this.#admissionCfg = opts.admission ?? AdmissionConfigSchema.parse({});
+    this.#admission = new AdmissionGate(
+      this.#admissionCfg,
+      {
+        room: () => this.#rooms(),
+        route: (req, onlyWorkers) => this.route(onlyWorkers ? { ...req, onlyWorkers } : req),
+        overlapOn: (req, workerId) => this.#router.peek({ ...req, onlyWorkers: [workerId] }).overlapBlocks,
+        uncachedTokens: (req) => {
+          const p = this.#router.peek(req);
+          return Math.max(0, req.isl - p.overlapBlocks * p.blockSize);
+        },
+        receiptOf: (d) => d.receiptId,
+      },
+      this.#now,
+      opts.timers ?? GLOBAL_TIMERS,
+    );
+  }
+
+  /** Routable workers (up; quarantined ones only when no other is up, as the router) and whether each is at its load bound. */
+  #rooms(): { workerId: string; full: boolean }[] {
+    const now = this.#now();
+    const blockSize = this.#registry.blockSize ?? 16;
+    const up = this.#registry.all().filter((w) => w.status === "up");
+    const clear = up.filter((w) => !isQuarantined(w, now));
+    return (clear.length > 0 ? clear : up).map((w) => ({
+      workerId: w.workerId,
+      full: isFull(this.#load.decodeBlocks(w.slot) * blockSize, loadBoundTokens(w.kvCapacityTokens, this.#admissionCfg)),
+    }));
   }
 
   // ---- worker registry (worker-registry.ts) ----
@@ -187,6 +234,7 @@ export class RoutingCore {
       this.#views.resetWorker(r.worker.slot, r.worker.workerId);
       delete r.worker.quarantinedUntil; // a new process: the edges' failed connects were to the old one
     } else this.#views.unsync(r.worker.workerId);
+    this.#admission.pump(r.worker.workerId);
     return { ok: true, record: r.record };
   }
 
@@ -218,6 +266,7 @@ export class RoutingCore {
       this.#load.releaseWorker(w.slot);
       this.#prefillWatch.clear(w.slot);
     }
+    this.#admission.pump(status === "up" ? workerId : null);
     const { slot: _s, ...rec } = w;
     return rec;
   }
@@ -287,11 +336,37 @@ export class RoutingCore {
 
   markPrefillDone(receiptId: string): void {
     this.#loadSync.markPrefillDone(receiptId);
+    this.#admission.pump(null);
   }
 
-  /** Frees the request's load and records its receipt. Returns true if drift just started. */
+  /** Frees the request's load and records its receipt; a waiting request may take the freed room. Returns true if drift just started. */
   settle(req: SettleRequest): { drift: boolean; receipt: Receipt | null } {
-    return this.#router.settle(req);
+    const r = this.#router.settle(req);
+    this.#admission.settled(req.receiptId, r.receipt?.workerId ?? null);
+    return r;
+  }
+
+  // ---- admission under overload (src/admission/) ----
+
+  /**
+   * Routes the request at once while a worker is under its load bound and nobody waits; otherwise
+   * the answer comes when a worker frees room (routed), or the request is refused (429) past the
+   * queue's bound or its deadline.
+   */
+  admit(req: RouteRequest, ticket: AdmissionTicket): Promise<AdmitOutcome<RouteDecision>> | AdmitOutcome<RouteDecision> {
+    this.#markSilentRelays();
+    return this.#admission.admit(req, ticket);
+  }
+
+  /** The client left: a waiting request leaves no trace; one admitted lately is settled as cancelled. */
+  leaveQueue(ticket: string): boolean {
+    const r = this.#admission.leave(ticket);
+    if (r?.left === "admitted") this.settle({ receiptId: r.receiptId, promptTokens: null, cachedTokens: null, outcome: "cancelled" });
+    return r !== null;
+  }
+
+  admissionSnapshot(): AdmissionSnapshot {
+    return { queuedByBand: this.#admission.depthByBand(), bands: this.#admission.stats.snapshot() };
   }
 
   // ---- load replication between shards (load-sync.ts) ----
