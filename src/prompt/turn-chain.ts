@@ -1,0 +1,473 @@
+/**
+ * Turn chain: the rendered prompt of a conversation's earlier turns, kept per isolate and keyed by
+ * the raw JSON text of its messages, so the next turn preprocesses and renders only the messages
+ * after its last user query.
+ *
+ * Which earlier text is stable. In the three Qwen-VL templates a message's rendering depends on
+ * itself, the roles of its neighbours (tool results are grouped into one user block), the running
+ * image/video counters (printed with add_vision_id), the tools and kwargs (the scope below), and, in
+ * the thinking template, on whether it comes after the last user query (`ns.last_query_index`:
+ * assistant turns after it keep their reasoning, earlier ones lose it). Appending messages can only
+ * move the last query later. So the text before the last query's block never changes when the
+ * conversation grows, and the last query (a user message, not a `<tool_response>` wrapper) closes
+ * its own block whatever follows it.
+ *
+ * How the rest is rendered exactly. The template runs on [X, ...messages from the query on], where
+ * X is one stand-in user message holding as many image and video items as the skipped messages
+ * (the counters carry on), and the text X renders to (header + its block, measured once by
+ * rendering [X] alone) is cut off. The query's own block is a user block, so nothing before it is
+ * read by what follows (roles of neighbours: the query is a user; last_query_index: found at or
+ * after the query). A store computes the stable prefix the same way from a full render (full text
+ * minus the tail) and checks that the full text ends with that tail, so stored text is the full
+ * path's own.
+ *
+ * Keys. The scope (template, family, and the raw text of tools, tool_choice, chat_template_kwargs
+ * and reasoning_effort) and a message prefix's raw JSON text decide the rendering of that prefix
+ * (parsing, validation and preprocessing are functions of them). An entry is found by an xxh3 of
+ * the scope, the prefix's message count and length and a window of its text, and used only when
+ * its scope and its whole raw text equal the request's (compared, never trusted to the hash).
+ * Entries extend the one they were built from (each keeps only its own raw and rendered piece), so
+ * turns of one conversation share memory. Bounded by estimated bytes, LRU.
+ *
+ * A sample of hits (checkRate) is also rendered whole; a mismatch is logged, the entry dropped and
+ * the full result used.
+ */
+import type { MediaKind, MediaPart, DroppedPart, TemplateMessage, ChatRequestLike } from "./messages.ts";
+import { preprocessChat } from "./messages.ts";
+import type { ModelProfile, TemplateId } from "./model-profile.ts";
+import { contentFormatOf, renderTemplate, templateSource, type RenderInput } from "./template.ts";
+import { xxh3_64 } from "../util/hash.ts";
+import { closingQuote } from "../util/json-scan.ts";
+import { ownString } from "../util/own-string.ts";
+
+/** The rendered prompt as preparePrompt (index.ts) returns it. */
+export interface ChainedPrompt {
+  text: string;
+  mediaParts: MediaPart[];
+  hasAudio: boolean;
+  droppedParts: DroppedPart[];
+  assistantPrefix: string | null;
+  family: ModelProfile["family"];
+  templateId: TemplateId;
+  templateSha256: string;
+}
+
+export type TemplateRenderer = (id: TemplateId, input: RenderInput) => string;
+
+/** Estimated bytes of all entries (UTF-16 raw and rendered text, media parts, nodes). */
+export const DEFAULT_TURN_CHAIN_BYTES = 16 * 1024 * 1024;
+/** Share of hits also rendered whole and compared. */
+export const DEFAULT_TURN_CHECK_RATE = 0.01;
+const KEY_HEAD_CHARS = 128;
+const KEY_TAIL_CHARS = 512;
+const MAX_BUCKET = 4;
+const GENERATION_START = "<|im_start|>assistant";
+
+export interface TurnChainOptions {
+  maxBytes?: number;
+  /** 0–1: share of hits also rendered whole (default DEFAULT_TURN_CHECK_RATE). */
+  checkRate?: number;
+  /** The template renderer (default renderTemplate); a test injects a faulty one. */
+  render?: TemplateRenderer;
+  random?: () => number;
+  /** Called with what a sampled check found different (default: a console.warn event). */
+  onMismatch?: (detail: { templateId: TemplateId; messages: number; reusedMessages: number }) => void;
+}
+
+export interface TurnChainStats {
+  hits: number;
+  misses: number;
+  reusedMessages: number;
+  checks: number;
+  mismatches: number;
+  stores: number;
+  evictions: number;
+  entries: number;
+  bytes: number;
+  maxBytes: number;
+}
+
+interface Node {
+  parent: Node | null;
+  key: bigint;
+  scope: string;
+  /** Own raw JSON text: the messages array's text from the parent's end to this prefix's end. */
+  raw: string;
+  rawEnd: number;
+  /** Own rendered text (the stable prefix is the parents' then this). */
+  text: string;
+  /** Messages covered (the request's last query is message `messages`). */
+  messages: number;
+  /** Own media and dropped parts (indices as in the whole request). */
+  media: MediaPart[];
+  dropped: DroppedPart[];
+  /** Prefix totals of image and video items (the stand-in's counters). */
+  images: number;
+  videos: number;
+  holders: number;
+  bytes: number;
+}
+
+/** Spans of the body's top-level members and of each element of its `messages` array. */
+export interface BodyLayout {
+  members: Map<string, [number, number]>;
+  /** Where the messages array's text starts (after `[`) and each element's [start, end). */
+  messagesOpen: number;
+  messages: [number, number][];
+}
+
+function isSpace(c: number): boolean {
+  return c === 0x20 || c === 0x0a || c === 0x0d || c === 0x09;
+}
+
+/** Index just past the JSON value starting at `i` in valid JSON `text` (strings skipped by indexOf). */
+function valueEnd(text: string, i: number): number {
+  let depth = 0;
+  for (; i < text.length; i++) {
+    const c = text.charCodeAt(i);
+    if (c === 0x22) {
+      i = closingQuote(text, i);
+      if (i < 0) return -1;
+      if (depth === 0) return i + 1;
+    } else if (c === 0x5b || c === 0x7b) depth++;
+    else if (c === 0x5d || c === 0x7d) {
+      // At depth 0 the closing bracket is the container's: a scalar ends before it.
+      if (depth === 0) return i;
+      if (--depth === 0) return i + 1;
+    } else if (depth === 0 && (c === 0x2c || isSpace(c))) return i;
+  }
+  return depth === 0 ? i : -1;
+}
+
+/**
+ * One pass over a valid JSON object body: its top-level members (the last of a repeated key, as
+ * JSON.parse keeps) and the elements of `messages`. Null when the text is not shaped so.
+ */
+export function scanBodyLayout(text: string): BodyLayout | null {
+  const members = new Map<string, [number, number]>();
+  let i = 0;
+  while (i < text.length && isSpace(text.charCodeAt(i))) i++;
+  if (text.charCodeAt(i) !== 0x7b) return null;
+  i++;
+  for (;;) {
+    while (i < text.length && (isSpace(text.charCodeAt(i)) || text.charCodeAt(i) === 0x2c)) i++;
+    if (i >= text.length) return null;
+    if (text.charCodeAt(i) === 0x7d) break;
+    if (text.charCodeAt(i) !== 0x22) return null;
+    const close = closingQuote(text, i);
+    if (close < 0) return null;
+    const rawKey = text.slice(i + 1, close);
+    const key = rawKey.includes("\\") ? (JSON.parse(text.slice(i, close + 1)) as string) : rawKey;
+    i = close + 1;
+    while (i < text.length && (isSpace(text.charCodeAt(i)) || text.charCodeAt(i) === 0x3a)) i++;
+    const end = valueEnd(text, i);
+    if (end < 0) return null;
+    members.set(key, [i, end]);
+    i = end;
+  }
+  const span = members.get("messages");
+  if (!span || text.charCodeAt(span[0]) !== 0x5b) return null;
+  const messages: [number, number][] = [];
+  let j = span[0] + 1;
+  for (;;) {
+    while (j < span[1] && (isSpace(text.charCodeAt(j)) || text.charCodeAt(j) === 0x2c)) j++;
+    if (j >= span[1] - 1) break;
+    const end = valueEnd(text, j);
+    if (end < 0 || end > span[1]) return null;
+    messages.push([j, end]);
+    j = end;
+  }
+  return { members, messagesOpen: span[0] + 1, messages };
+}
+
+const SCOPE_MEMBERS = ["tools", "tool_choice", "chat_template_kwargs", "reasoning_effort"] as const;
+
+function scopeOf(profile: ModelProfile, text: string, layout: BodyLayout): string {
+  let s = `${profile.family}\u0000${profile.templateId}`;
+  for (const m of SCOPE_MEMBERS) {
+    const span = layout.members.get(m);
+    s += `\u0000${span ? text.slice(span[0], span[1]) : ""}`;
+  }
+  return s;
+}
+
+/** A user message that opens a query: its text is not a tool result SGLang-style wrapped. */
+function isQuery(m: TemplateMessage | undefined): boolean {
+  if (!m || m.role !== "user") return false;
+  const c = m.content;
+  const text = typeof c === "string" ? c : Array.isArray(c) ? c.map((p) => (p && typeof p === "object" && typeof (p as { text?: unknown }).text === "string" ? (p as { text: string }).text : "")).join("") : "";
+  return !(text.startsWith("<tool_response>") && text.endsWith("</tool_response>"));
+}
+
+function lastQuery(messages: readonly TemplateMessage[]): number {
+  for (let i = messages.length - 1; i >= 1; i--) if (isQuery(messages[i])) return i;
+  return -1;
+}
+
+function countKinds(parts: readonly MediaPart[], before: number): Record<MediaKind, number> {
+  const n: Record<MediaKind, number> = { image: 0, video: 0, audio: 0 };
+  for (const p of parts) if (p.messageIndex < before) n[p.kind]++;
+  return n;
+}
+
+function nodeBytes(raw: number, text: number, media: number, scope: number): number {
+  return 2 * (raw + text + scope) + 200 * media + 300;
+}
+
+function chainOf(n: Node): Node[] {
+  const out: Node[] = [];
+  for (let x: Node | null = n; x; x = x.parent) out.push(x);
+  return out.reverse();
+}
+
+export class TurnChainCache {
+  readonly maxBytes: number;
+  readonly checkRate: number;
+  private readonly render: TemplateRenderer;
+  private readonly random: () => number;
+  private readonly onMismatch: NonNullable<TurnChainOptions["onMismatch"]>;
+  private readonly buckets = new Map<bigint, Node[]>();
+  private readonly lru = new Set<Node>();
+  private bytes = 0;
+  private s = { hits: 0, misses: 0, reusedMessages: 0, checks: 0, mismatches: 0, stores: 0, evictions: 0 };
+  private readonly encoder = new TextEncoder();
+  private readonly buf = new Uint8Array(24 + 3 * (KEY_HEAD_CHARS + KEY_TAIL_CHARS));
+
+  constructor(options: TurnChainOptions = {}) {
+    this.maxBytes = options.maxBytes ?? DEFAULT_TURN_CHAIN_BYTES;
+    this.checkRate = options.checkRate ?? DEFAULT_TURN_CHECK_RATE;
+    this.render = options.render ?? renderTemplate;
+    this.random = options.random ?? Math.random;
+    this.onMismatch = options.onMismatch ?? ((d) => console.warn(JSON.stringify({ event: "turn_chain_mismatch", ...d })));
+  }
+
+  /**
+   * preparePrompt(request, profile) for the request parsed from `body`, reusing the rendered text
+   * of the longest cached message prefix. `request` must be what the edge parsed from `body`.
+   */
+  prepare(request: ChatRequestLike, body: string, profile: ModelProfile): ChainedPrompt {
+    const layout = scanBodyLayout(body);
+    if (!layout || layout.messages.length !== request.messages.length) return this.full(request, profile, null);
+    const scope = scopeOf(profile, body, layout);
+    const scopeHash = xxh3_64(this.encoder.encode(scope));
+    const hit = this.lookup(body, layout, scope, scopeHash);
+    if (!hit) {
+      this.s.misses++;
+      return this.full(request, profile, { body, layout, scope, scopeHash, parent: null });
+    }
+    let extended: { prompt: ChainedPrompt; store: () => void } | null = null;
+    try {
+      extended = this.extend(request, body, layout, profile, hit.node, hit.chain, scope, scopeHash);
+    } catch {
+      extended = null;
+    }
+    if (!extended) {
+      this.s.misses++;
+      return this.full(request, profile, null);
+    }
+    const out = extended.prompt;
+    this.s.hits++;
+    this.s.reusedMessages += hit.node.messages;
+    this.lru.delete(hit.node);
+    this.lru.add(hit.node);
+    if (this.checkRate > 0 && this.random() < this.checkRate) {
+      this.s.checks++;
+      const whole = this.full(request, profile, null);
+      if (whole.text !== out.text || whole.assistantPrefix !== out.assistantPrefix || JSON.stringify([whole.mediaParts, whole.droppedParts, whole.hasAudio]) !== JSON.stringify([out.mediaParts, out.droppedParts, out.hasAudio])) {
+        this.s.mismatches++;
+        this.onMismatch({ templateId: profile.templateId, messages: request.messages.length, reusedMessages: hit.node.messages });
+        this.drop(hit.node);
+        return whole;
+      }
+    }
+    // Only a result that passed its check (or was not sampled) seeds the next turn.
+    extended.store();
+    return out;
+  }
+
+  stats(): TurnChainStats {
+    return { ...this.s, entries: this.lru.size, bytes: this.bytes, maxBytes: this.maxBytes };
+  }
+
+  clear(): void {
+    this.buckets.clear();
+    this.lru.clear();
+    this.bytes = 0;
+    this.s = { hits: 0, misses: 0, reusedMessages: 0, checks: 0, mismatches: 0, stores: 0, evictions: 0 };
+  }
+
+  private full(request: ChatRequestLike, profile: ModelProfile, store: StoreContext | null): ChainedPrompt {
+    const pre = preprocessChat(request, contentFormatOf(profile.templateId));
+    const input = { messages: pre.messages, tools: pre.tools, kwargs: pre.templateKwargs };
+    const rendered = this.render(profile.templateId, input);
+    if (store) this.storeFrom(store, profile, input, rendered, pre.mediaParts, pre.droppedParts, 0, "");
+    return {
+      text: rendered + (pre.assistantPrefix ?? ""),
+      mediaParts: pre.mediaParts,
+      hasAudio: pre.hasAudio,
+      droppedParts: pre.droppedParts,
+      assistantPrefix: pre.assistantPrefix,
+      family: profile.family,
+      templateId: profile.templateId,
+      templateSha256: templateSource(profile.templateId).sha256,
+    };
+  }
+
+  /** The request's prompt from a cached prefix of `node.messages` messages, or null where the rules do not hold. */
+  private extend(request: ChatRequestLike, body: string, layout: BodyLayout, profile: ModelProfile, node: Node, chain: Node[], scope: string, scopeHash: bigint): { prompt: ChainedPrompt; store: () => void } | null {
+    const q = node.messages;
+    const pre = preprocessChat({ ...request, messages: request.messages.slice(q) }, contentFormatOf(profile.templateId));
+    if (!isQuery(pre.messages[0])) return null;
+    const tail = this.renderTail(profile.templateId, node.images, node.videos, pre.messages, pre.tools, pre.templateKwargs);
+    if (tail === null) return null;
+    const media: MediaPart[] = [];
+    const dropped: DroppedPart[] = [];
+    let stable = "";
+    for (const x of chain) {
+      stable += x.text;
+      media.push(...x.media);
+      dropped.push(...x.dropped);
+    }
+    const counts = { image: node.images, video: node.videos, audio: 0 };
+    const base = media.length;
+    for (const p of pre.mediaParts) media.push({ ...p, index: p.index + base, kindIndex: p.kindIndex + counts[p.kind], messageIndex: p.messageIndex + q });
+    for (const d of pre.droppedParts) dropped.push({ ...d, messageIndex: d.messageIndex + q });
+    const rendered = stable + tail;
+    const whole = [...new Array<TemplateMessage>(q), ...pre.messages];
+    // The new turn's last query: store its stable prefix (the rendered text before it) for the next turn.
+    const input = { messages: whole, tools: pre.tools, kwargs: pre.templateKwargs };
+    const store = () => this.storeFrom({ body, layout, scope, scopeHash, parent: node }, profile, input, rendered, media, dropped, q, stable);
+    const prompt: ChainedPrompt = {
+      text: rendered + (pre.assistantPrefix ?? ""),
+      mediaParts: media,
+      hasAudio: media.some((p) => p.kind === "audio"),
+      droppedParts: dropped,
+      assistantPrefix: pre.assistantPrefix,
+      family: profile.family,
+      templateId: profile.templateId,
+      templateSha256: templateSource(profile.templateId).sha256,
+    };
+    return { prompt, store };
+  }
+
+  /**
+   * The rendered text of `messages` (the first a query) after `images` and `videos` earlier items,
+   * through the generation prompt; null when the stand-in cannot be cut off cleanly.
+   */
+  private renderTail(id: TemplateId, images: number, videos: number, messages: readonly TemplateMessage[], tools: RenderInput["tools"], kwargs: Record<string, unknown>): string | null {
+    const items = [...Array.from({ length: images }, () => ({ type: "image" })), ...Array.from({ length: videos }, () => ({ type: "video" }))];
+    if (items.length > 0 && contentFormatOf(id) !== "openai") return null;
+    const standIn: TemplateMessage = { role: "user", content: items.length > 0 ? items : "" };
+    const alone = this.render(id, { messages: [standIn], tools, kwargs });
+    const cut = alone.lastIndexOf(GENERATION_START);
+    if (cut < 0) return null;
+    const withTail = this.render(id, { messages: [standIn, ...messages], tools, kwargs });
+    if (!withTail.startsWith(alone.slice(0, cut))) return null;
+    return withTail.slice(cut);
+  }
+
+  /**
+   * Stores the stable prefix of a request rendered as `rendered` (template output, no continuation
+   * prefix): the text before its last query's block. `input.messages` from index `from` on are the
+   * request's preprocessed messages (earlier slots may be empty); `known` is the rendered text of
+   * messages before `from` (the parent's).
+   */
+  private storeFrom(ctx: StoreContext, profile: ModelProfile, input: RenderInput, rendered: string, media: readonly MediaPart[], dropped: readonly DroppedPart[], from: number, known: string): void {
+    const messages = input.messages as TemplateMessage[];
+    const q = lastQuery(messages);
+    // Preprocessing may drop a final assistant message (continue_final_message): keep to the request's messages.
+    if (q <= from || q >= ctx.layout.messages.length) return;
+    const counts = countKinds(media, q);
+    const tail = this.renderTail(profile.templateId, counts.image, counts.video, messages.slice(q), input.tools, input.kwargs);
+    if (tail === null || !rendered.endsWith(tail)) return;
+    const stableEnd = rendered.length - tail.length;
+    if (stableEnd < known.length) return;
+    const rawEnd = ctx.layout.messages[q - 1]![1] - ctx.layout.messagesOpen;
+    const parentRaw = ctx.parent ? ctx.parent.rawEnd : 0;
+    const key = this.key(ctx.scopeHash, q, ctx.body, ctx.layout.messagesOpen, rawEnd);
+    if (this.buckets.get(key)?.some((n) => n.messages === q && n.rawEnd === rawEnd && n.scope === ctx.scope)) return;
+    const raw = ownString(ctx.body.slice(ctx.layout.messagesOpen + parentRaw, ctx.layout.messagesOpen + rawEnd));
+    const text = ownString(rendered.slice(known.length, stableEnd));
+    const ownMedia = media.filter((p) => p.messageIndex >= from && p.messageIndex < q);
+    const ownDropped = dropped.filter((d) => d.messageIndex >= from && d.messageIndex < q);
+    const bytes = nodeBytes(raw.length, text.length, ownMedia.length + ownDropped.length, ctx.parent ? 0 : ctx.scope.length);
+    if (bytes > this.maxBytes / 4) return;
+    const node: Node = { parent: ctx.parent, key, scope: ctx.scope, raw, rawEnd, text, messages: q, media: ownMedia, dropped: ownDropped, images: counts.image, videos: counts.video, holders: 0, bytes };
+    const bucket = this.buckets.get(key);
+    if (bucket && bucket.length >= MAX_BUCKET) this.drop(bucket[0]!);
+    const b = this.buckets.get(key);
+    if (b) b.push(node);
+    else this.buckets.set(key, [node]);
+    this.lru.add(node);
+    for (let x: Node | null = node; x; x = x.parent) if (x.holders++ === 0) this.bytes += x.bytes;
+    this.s.stores++;
+    for (const old of this.lru) {
+      if (this.bytes <= this.maxBytes) break;
+      this.drop(old);
+      this.s.evictions++;
+    }
+  }
+
+  /** The longest cached message prefix of the request (leaving at least one message new). */
+  private lookup(body: string, layout: BodyLayout, scope: string, scopeHash: bigint): { node: Node; chain: Node[] } | null {
+    const open = layout.messagesOpen;
+    for (let q = layout.messages.length - 1; q >= 1; q--) {
+      const rawEnd = layout.messages[q - 1]![1] - open;
+      const bucket = this.buckets.get(this.key(scopeHash, q, body, open, rawEnd));
+      if (!bucket) continue;
+      for (const n of bucket) {
+        if (n.messages !== q || n.rawEnd !== rawEnd || n.scope !== scope) continue;
+        const chain = chainOf(n);
+        let at = open;
+        let same = true;
+        for (const x of chain) {
+          if (body.slice(at, at + x.raw.length) !== x.raw) {
+            same = false;
+            break;
+          }
+          at += x.raw.length;
+        }
+        if (same) return { node: n, chain };
+      }
+    }
+    return null;
+  }
+
+  private key(scopeHash: bigint, messages: number, body: string, open: number, rawEnd: number): bigint {
+    const v = new DataView(this.buf.buffer);
+    v.setBigUint64(0, scopeHash, true);
+    v.setUint32(8, messages, true);
+    v.setUint32(12, rawEnd, true);
+    let n = 16;
+    const headEnd = Math.min(rawEnd, KEY_HEAD_CHARS);
+    n += this.encoder.encodeInto(body.slice(open, open + headEnd), this.buf.subarray(n)).written;
+    n += this.encoder.encodeInto(body.slice(open + Math.max(headEnd, rawEnd - KEY_TAIL_CHARS), open + rawEnd), this.buf.subarray(n)).written;
+    return xxh3_64(this.buf.subarray(0, n));
+  }
+
+  private drop(n: Node): void {
+    if (!this.lru.delete(n)) return;
+    const bucket = this.buckets.get(n.key);
+    if (bucket) {
+      const i = bucket.indexOf(n);
+      if (i >= 0) bucket.splice(i, 1);
+      if (bucket.length === 0) this.buckets.delete(n.key);
+    }
+    for (let x: Node | null = n; x; x = x.parent) if (--x.holders === 0) this.bytes -= x.bytes;
+  }
+}
+
+interface StoreContext {
+  body: string;
+  layout: BodyLayout;
+  scope: string;
+  scopeHash: bigint;
+  parent: Node | null;
+}
+
+let shared: TurnChainCache | null = null;
+/** The isolate's turn chain (the edge's prompt stage); the check rate is fixed on first use. */
+export function sharedTurnChain(checkRate: number = DEFAULT_TURN_CHECK_RATE): TurnChainCache {
+  shared ??= new TurnChainCache({ checkRate });
+  return shared;
+}

@@ -1,0 +1,195 @@
+import { beforeAll, describe, expect, it } from "vitest";
+import { DEFAULT_LIMITS } from "../../src/api/limits.ts";
+import { localBlockHashes } from "../../src/blocks/block-hash.ts";
+import { parseChatBody } from "../../src/edge/chat/parse.ts";
+import { preparePrompt, renderTemplate, type ModelFamily, type TemplateId } from "../../src/prompt/index.ts";
+import { PrefixCache } from "../../src/prompt/prefix-cache.ts";
+import { getQwenTokenizer } from "../../src/prompt/tokenizer/index.ts";
+import { scanBodyLayout, TurnChainCache } from "../../src/prompt/turn-chain.ts";
+import { initHashing } from "../../src/util/hash.ts";
+
+beforeAll(() => initHashing());
+
+const PROFILES: { family: ModelFamily; templateId: TemplateId }[] = [
+  { family: "qwen2_5_vl", templateId: "qwen2vl" },
+  { family: "qwen3_vl", templateId: "qwen3vl-instruct" },
+  { family: "qwen3_vl", templateId: "qwen3vl-thinking" },
+];
+const BLOCK = 16;
+const TOOLS = [{ type: "function", function: { name: "read_file", description: "Read a file", parameters: { type: "object", properties: { path: { type: "string" }, limit: { type: "number", default: 0.0 } } } } }];
+
+type Msg = Record<string, unknown>;
+interface Conversation {
+  name: string;
+  /** Extra top-level members of every request. */
+  extra: Record<string, unknown>;
+  /** Requests that find their history (a first request of one message stores nothing: nothing comes before its query). */
+  hits: number;
+  /** Each turn: what is appended (the assistant's answer to the previous request, then the new input). */
+  turns: Msg[][];
+}
+
+const img = (n: number) => ({ type: "image_url", image_url: { url: `https://example.com/img-${n}.png` } });
+const longText = (seed: number, words: number) => Array.from({ length: words }, (_, i) => `w${(seed * 7919 + i * 31) % 1000}`).join(" ");
+
+const CONVERSATIONS: Conversation[] = [
+  {
+    name: "text",
+    extra: {},
+    hits: 3,
+    turns: [
+      [{ role: "system", content: "Be brief." }, { role: "user", content: longText(1, 300) }],
+      [{ role: "assistant", content: longText(2, 120) }, { role: "user", content: "And then?" }],
+      [{ role: "assistant", content: longText(3, 80) }, { role: "user", content: [{ type: "text", text: "Parts " }, { type: "text", text: "too." }] }],
+      [{ role: "assistant", content: "Done." }, { role: "user", content: longText(4, 50) }],
+    ],
+  },
+  {
+    name: "tools (agent loop with consecutive tool results)",
+    extra: { tools: TOOLS },
+    hits: 4,
+    turns: [
+      [{ role: "system", content: "You are an agent." }, { role: "user", content: "Read a.txt and b.txt" }],
+      [
+        { role: "assistant", content: "", tool_calls: [{ id: "c1", type: "function", function: { name: "read_file", arguments: '{"path": "a.txt", "limit": 1.0}' } }, { id: "c2", type: "function", function: { name: "read_file", arguments: '{"path": "b.txt"}' } }] },
+        { role: "tool", tool_call_id: "c1", content: longText(5, 400) },
+        { role: "tool", tool_call_id: "c2", content: longText(6, 400) },
+      ],
+      [{ role: "assistant", content: "Both read." }, { role: "user", content: "<tool_response>\nlooks like a tool result\n</tool_response>" }],
+      [{ role: "assistant", content: "Noted." }, { role: "user", content: "Summarize." }],
+      [{ role: "assistant", content: null, tool_calls: [{ id: "c3", type: "function", function: { name: "read_file", arguments: { path: "c.txt" } } }] }, { role: "tool", tool_call_id: "c3", content: longText(7, 200) }],
+    ],
+  },
+  {
+    name: "reasoning (earlier turns' reasoning dropped by the thinking template)",
+    extra: { chat_template_kwargs: { enable_thinking: true } },
+    hits: 3,
+    turns: [
+      [{ role: "user", content: "Think about 2+2." }],
+      [{ role: "assistant", content: "4", reasoning_content: "two plus two" }, { role: "user", content: "And 3+3?" }],
+      [{ role: "assistant", content: "<think>\nthree and three\n</think>\n\n6" }, { role: "user", content: "Now 4+4." }],
+      [
+        { role: "assistant", content: "", reasoning_content: "I should look it up", tool_calls: [{ id: "t1", type: "function", function: { name: "read_file", arguments: "{}" } }] },
+        { role: "tool", tool_call_id: "t1", content: "8" },
+      ],
+      [{ role: "assistant", content: "8", reasoning_content: "the tool said 8" }, { role: "user", content: "Thanks." }],
+    ],
+  },
+  {
+    name: "images (vision counters carry on with add_vision_id)",
+    extra: { chat_template_kwargs: { add_vision_id: true } },
+    hits: 2,
+    turns: [
+      [{ role: "user", content: [{ type: "text", text: "Compare" }, img(1), img(2)] }],
+      [{ role: "assistant", content: "They differ." }, { role: "user", content: [img(3), { type: "text", text: "and this one?" }] }],
+      [{ role: "assistant", content: "Similar." }, { role: "user", content: "No image now." }],
+      [{ role: "assistant", content: "OK." }, { role: "user", content: [{ type: "video_url", video_url: { url: "https://example.com/v.mp4" } }, img(4)] }],
+    ],
+  },
+];
+
+function bodyOf(messages: Msg[], extra: Record<string, unknown>): string {
+  return JSON.stringify({ model: "m", ...extra, messages, max_tokens: 8 });
+}
+
+describe("turn chain: the incremental prompt equals the full path at every turn", () => {
+  for (const profile of PROFILES) {
+    for (const conv of CONVERSATIONS) {
+      it(`${profile.templateId}: ${conv.name}`, () => {
+        const chain = new TurnChainCache({ checkRate: 0 });
+        const prefix = new PrefixCache();
+        const tok = getQwenTokenizer(profile.family);
+        const messages: Msg[] = [];
+        let reused = 0;
+        for (const turn of conv.turns) {
+          messages.push(...turn);
+          const body = bodyOf(messages, conv.extra);
+          const req = parseChatBody(body, DEFAULT_LIMITS);
+          const full = preparePrompt(req, profile);
+          const inc = chain.prepare(req, body, profile);
+          expect(inc.text).toBe(full.text);
+          expect(inc.mediaParts).toEqual(full.mediaParts);
+          expect(inc.droppedParts).toEqual(full.droppedParts);
+          expect(inc.assistantPrefix).toBe(full.assistantPrefix);
+          // Token ids and block hashes as the edge computes them (prefix cache) against a fresh encode.
+          const encoded = prefix.encode(tok, inc.text, BLOCK);
+          const ids = tok.encode(full.text);
+          expect(encoded.tokens()).toEqual(ids);
+          expect(encoded.localHashes).toEqual(localBlockHashes(ids, BLOCK));
+          reused = chain.stats().reusedMessages;
+        }
+        expect(chain.stats().hits).toBe(conv.hits);
+        expect(reused).toBeGreaterThan(0);
+        expect(chain.stats().mismatches).toBe(0);
+      });
+    }
+  }
+
+  it("a changed earlier message, tool list or kwarg is never reused", () => {
+    const profile = PROFILES[2]!;
+    const chain = new TurnChainCache({ checkRate: 0 });
+    const first: Msg[] = [{ role: "user", content: "Q1" }, { role: "assistant", content: "A1", reasoning_content: "r1" }, { role: "user", content: "Q2" }];
+    chain.prepare(parseChatBody(bodyOf(first, {}), DEFAULT_LIMITS), bodyOf(first, {}), profile);
+    const variants: [Msg[], Record<string, unknown>][] = [
+      [[{ role: "user", content: "Q1!" }, ...first.slice(1), { role: "assistant", content: "A2" }, { role: "user", content: "Q3" }], {}],
+      [[...first, { role: "assistant", content: "A2" }, { role: "user", content: "Q3" }], { tools: TOOLS }],
+      [[...first, { role: "assistant", content: "A2" }, { role: "user", content: "Q3" }], { chat_template_kwargs: { enable_thinking: false } }],
+    ];
+    for (const [messages, extra] of variants) {
+      const body = bodyOf(messages, extra);
+      const req = parseChatBody(body, DEFAULT_LIMITS);
+      const before = chain.stats().hits;
+      expect(chain.prepare(req, body, profile).text).toBe(preparePrompt(req, profile).text);
+      expect(chain.stats().hits).toBe(before);
+    }
+  });
+
+  it("a forced mismatch is found by the sampled check, logged, and the full result is used", () => {
+    const profile = PROFILES[1]!;
+    // A renderer that corrupts the incremental path's renders of more than one new message (the
+    // stand-in first): the first request stores a sound entry, the second reuses it wrongly.
+    const faulty = (id: TemplateId, input: Parameters<typeof renderTemplate>[1]) => {
+      const out = renderTemplate(id, input);
+      const first = input.messages[0];
+      return input.messages.length > 2 && first?.["role"] === "user" && first["content"] === "" ? out.replace("Q2", "Q2 (corrupted)") : out;
+    };
+    const mismatches: unknown[] = [];
+    const chain = new TurnChainCache({ checkRate: 1, render: faulty, onMismatch: (d) => mismatches.push(d) });
+    const history: Msg[] = [{ role: "user", content: "Q1" }, { role: "assistant", content: "A1" }, { role: "user", content: "Q2" }];
+    const body1 = bodyOf(history, {});
+    chain.prepare(parseChatBody(body1, DEFAULT_LIMITS), body1, profile);
+    const next = [...history, { role: "assistant", content: "A2" }, { role: "user", content: "Q3" }];
+    const body2 = bodyOf(next, {});
+    const req2 = parseChatBody(body2, DEFAULT_LIMITS);
+    const out = chain.prepare(req2, body2, profile);
+    expect(out.text).toBe(preparePrompt(req2, profile).text);
+    expect(mismatches).toEqual([{ templateId: "qwen3vl-instruct", messages: 5, reusedMessages: 2 }]);
+    expect(chain.stats().mismatches).toBe(1);
+    // Neither the entry it came from nor anything built from the wrong result is used again.
+    const third = [...next, { role: "assistant", content: "A3" }, { role: "user", content: "Q4" }];
+    const body3 = bodyOf(third, {});
+    const req3 = parseChatBody(body3, DEFAULT_LIMITS);
+    expect(chain.prepare(req3, body3, profile).text).toBe(preparePrompt(req3, profile).text);
+    expect(chain.stats().hits).toBe(1);
+  });
+
+  it("stays within its byte budget, evicting least recently used conversations", () => {
+    const profile = PROFILES[1]!;
+    const chain = new TurnChainCache({ checkRate: 0, maxBytes: 200_000 });
+    for (let c = 0; c < 60; c++) {
+      const messages: Msg[] = [{ role: "user", content: longText(c, 2000) }, { role: "assistant", content: "ok" }, { role: "user", content: "next" }];
+      const body = bodyOf(messages, {});
+      chain.prepare(parseChatBody(body, DEFAULT_LIMITS), body, profile);
+      expect(chain.stats().bytes).toBeLessThanOrEqual(200_000);
+    }
+    expect(chain.stats().evictions).toBeGreaterThan(0);
+  });
+
+  it("scans a body's members and message elements as JSON.parse reads them", () => {
+    const body = ' { "model" : "m", "messages" : [ {"role":"user","content":"a \\" ] , }"} ,{"role":"assistant","content":[1,{"x":"}"}]} ], "messages2": [] } ';
+    const layout = scanBodyLayout(body)!;
+    const parsed = JSON.parse(body) as { messages: unknown[] };
+    expect(layout.messages.map(([s, e]) => JSON.parse(body.slice(s, e)))).toEqual(parsed.messages);
+    expect([...layout.members.keys()]).toEqual(["model", "messages", "messages2"]);
+  });
+});
