@@ -75,6 +75,7 @@ export class RoutingIndex extends DurableObject<RoutingIndexEnv> implements Pool
       decodeWeight: routing.decodeWeight,
       regions: parseRegionsVar(env.KVEDGE_REGIONS),
       cost: routing.cost,
+      tiers: { kvBytesPerToken: routing.kvBytesPerToken, hostLoadGBps: routing.hostLoadGBps },
       replicateLoad: this.#shards > 1,
       blockBudget: routing.blockBudget,
     });

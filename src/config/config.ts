@@ -11,6 +11,7 @@ import { ConfigError } from "../api/errors.ts";
 import { LimitsSchema, type Limits } from "../api/limits.ts";
 import { RegionsConfigSchema } from "../selection/regions.ts";
 import { DEFAULT_SELECTION_COST, SELECTION_COSTS } from "../selection/selection.ts";
+import { DEFAULT_TIER_COST } from "../selection/tier-cost.ts";
 import { SafeFetchPolicySchema } from "../media/safe-fetch.ts";
 import { classifyHost } from "../media/ssrf.ts";
 import { isCompatible } from "../prompt/model-profile.ts";
@@ -107,6 +108,13 @@ export const RoutingConfigSchema = z.strictObject({
   temperature: z.number().min(0).max(10).default(0),
   /** cost "blocks": weight of decode load (active + new KV blocks) against prefill/overlap; 1 = Dynamo's. */
   decodeWeight: z.number().min(0).max(10).default(1),
+  /**
+   * cost "ttft", HiCache workers: the KV bytes one token takes on the pool's model (layers × KV
+   * heads × head dim × 2 × bytes per element) and the host-memory → GPU load-back bandwidth in GB/s,
+   * which price a prefix held in a worker's host memory (src/selection/tier-cost.ts).
+   */
+  kvBytesPerToken: z.number().int().min(1).max(100_000_000).default(DEFAULT_TIER_COST.kvBytesPerToken),
+  hostLoadGBps: z.number().positive().max(10_000).default(DEFAULT_TIER_COST.hostLoadGBps),
   /** Attempts across workers when a worker refuses the connection before any byte. */
   maxAttempts: z.number().int().min(1).max(8).default(3),
   /** Timeout for the worker's response headers. */

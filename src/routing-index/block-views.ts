@@ -10,7 +10,7 @@ import { BlockBudget } from "../block-index/block-budget.ts";
 import type { BlockIndex } from "../block-index/block-index.ts";
 import { PendingRoutes } from "../block-index/pending-routes.ts";
 import type { LocalHashes } from "../blocks/block-hash.ts";
-import type { RelayDump, RelayEvents } from "../relay-wire/relay-protocol.ts";
+import { HOST_TIER, type RelayDump, type RelayEvents } from "../relay-wire/relay-protocol.ts";
 import type { IndexCounters } from "../metrics/pool-snapshot.ts";
 import { ApproximateWorkers } from "./approximate-workers.ts";
 import { BlockShares } from "./block-shares.ts";
@@ -32,6 +32,12 @@ export interface BlockViewsOptions {
 
 export class BlockViews {
   readonly index: BlockIndex;
+  /**
+   * Each worker's blocks in host memory (SGLang HiCache's CPU_PINNED tier), from events tagged
+   * with that tier: kept apart from `index` (the GPU tier), whose blocks need no load-back. A block
+   * evicted from the GPU with a host copy leaves `index` and stays here.
+   */
+  readonly host: BlockIndex = new RadixIndex();
   /** Blocks assumed cached on workers without KV events (approximate mode). */
   readonly approx: ApproxIndex;
   readonly budget: BlockBudget;
@@ -48,6 +54,7 @@ export class BlockViews {
   readonly #synced = new Map<string, number>();
   readonly #shares: BlockShares;
   #scores = new Int32Array(16);
+  #hostScores = new Int32Array(16);
   /** Blocks the worker whose events are being applied may still store (computed once per message). */
   #room = 0;
   /** Whether a stored chain of n blocks fits the worker's room (one closure, not one per event). */
@@ -82,12 +89,15 @@ export class BlockViews {
   /** A worker took a new slot. */
   addSlot(slot: number): void {
     this.index.ensureWorker(slot);
+    this.host.ensureWorker(slot);
     if (this.#scores.length <= slot) this.#scores = new Int32Array(Math.max(slot + 1, this.#scores.length * 2));
+    if (this.#hostScores.length <= slot) this.#hostScores = new Int32Array(this.#scores.length);
   }
 
   /** Forgets everything believed about the worker's cache (a new worker life, or the worker is down). */
   resetWorker(slot: number, workerId: string): void {
     this.index.clearWorker(slot);
+    this.host.clearWorker(slot);
     this.pending.clear(slot);
     this.approx.clear(slot);
     this.approximate.clear(workerId);
@@ -97,6 +107,7 @@ export class BlockViews {
   /** The worker left the registry: its slot is freed in every view. */
   removeWorker(slot: number, workerId: string): void {
     this.index.removeWorker(slot);
+    this.host.removeWorker(slot);
     this.pending.clear(slot);
     this.approx.clear(slot);
     this.#synced.delete(workerId);
@@ -115,15 +126,19 @@ export class BlockViews {
     // An exact dump replaces the worker's blocks. An approximate one (the relay lost history) is
     // merged into what the index still holds of this worker life: both are best guesses, and the
     // index's copy may remember prefixes the relay's view lost.
-    if (!msg.approximate) this.index.clearWorker(w.slot);
+    if (!msg.approximate) {
+      this.index.clearWorker(w.slot);
+      this.host.clearWorker(w.slot);
+    }
+    const gpuRows = this.#applyHostRows(w, msg.blocks);
     // Rows come parents first, so a cut keeps every admitted row's parent.
-    const fit = Math.min(msg.blocks.length, this.#roomFor(w, msg.blocks.length));
-    this.budget.countRefused(msg.blocks.length - fit);
-    const rows = fit < msg.blocks.length ? msg.blocks.slice(0, fit) : msg.blocks;
+    const fit = Math.min(gpuRows.length, this.#roomFor(w, gpuRows.length));
+    this.budget.countRefused(gpuRows.length - fit);
+    const rows = fit < gpuRows.length ? gpuRows.slice(0, fit) : gpuRows;
     const { applied, failed: failures } = this.index.applyDumpWire(w.slot, rows);
     this.#counters.blocksStored += applied;
     if (failures) this.#count(`dump_${"parent_not_found"}`, failures);
-    this.#budgetVerdict(workerId, msg.blocks.length - fit, true);
+    this.#budgetVerdict(workerId, gpuRows.length - fit, true);
     if (msg.approximate) this.approximate.mark(workerId, "relay", "relay lost history: its view (merged with the index's last copy) may hold blocks the worker evicted");
     else this.approximate.clear(workerId, "relay");
     this.#synced.set(workerId, msg.continues ?? 0);
@@ -139,13 +154,18 @@ export class BlockViews {
     if (!this.#synced.has(workerId)) return this.#drop("not_synced", true);
     this.#registry.touch(workerId);
     let stored = 0;
-    for (const ev of msg.events) if (ev.t === "stored") stored += ev.blocks.length;
+    let hostStored = 0;
+    for (const ev of msg.events) if (ev.t === "stored") ev.tier === HOST_TIER ? (hostStored += ev.blocks.length) : (stored += ev.blocks.length);
     // The dump's continuation comes first on the socket: count its blocks in, applied or refused.
     const remaining = this.#synced.get(workerId)!;
-    if (remaining > 0) this.#synced.set(workerId, Math.max(0, remaining - stored));
+    if (remaining > 0) this.#synced.set(workerId, Math.max(0, remaining - stored - hostStored));
     if (stored > 0) this.#room = this.#roomFor(w, stored);
     let resync = false;
     for (const ev of msg.events) {
+      if (ev.t !== "cleared" && ev.tier === HOST_TIER) {
+        if (!this.#applyHostEvent(w, ev)) resync = true;
+        continue;
+      }
       if (ev.t === "stored") {
         // Defects are checked first, then the block budget (a full index refuses the whole chain: a
         // partial one would only be cut again by its children), then the chain is stored.
@@ -173,6 +193,7 @@ export class BlockViews {
       } else {
         this.#room += this.index.workerBlockCount(w.slot);
         this.index.clearWorker(w.slot);
+        this.host.clearWorker(w.slot);
         // The worker dropped everything: whatever the view got wrong is gone with it.
         this.approximate.clear(workerId);
       }
@@ -218,10 +239,58 @@ export class BlockViews {
     );
   }
 
+  /**
+   * Each worker's longest prefix of the request in host memory, in blocks, in the order given (0
+   * for workers without it). Call after overlaps(); a host prefix past the GPU overlap is what a
+   * HiCache worker loads back instead of prefilling.
+   */
+  hostOverlaps(workers: readonly SlottedWorker[], localHashes: LocalHashes): number[] {
+    if (this.host.size === 0) return workers.map(() => 0);
+    this.host.findMatches(localHashes, this.#hostScores);
+    return workers.map((w) => (w.kvEvents ? (this.#hostScores[w.slot] ?? 0) : 0));
+  }
+
   /** A request was routed to the worker: count its chain as cached there until events say otherwise. */
   recordRoute(worker: SlottedWorker, localHashes: LocalHashes, now: number): void {
     this.pending.add(worker.slot, localHashes, now);
     if (!worker.kvEvents || this.approximate.has(worker.workerId)) this.approx.record(worker.slot, localHashes, now);
+  }
+
+  /**
+   * Applies a dump's host-tier rows (parents first) and returns its GPU rows. Host rows are bounded
+   * by the worker's guarantee of the index (block-shares.ts), beyond it refused and counted.
+   */
+  #applyHostRows(w: SlottedWorker, rows: RelayDump["blocks"]): RelayDump["blocks"] {
+    if (!rows.some((r) => r.tier === HOST_TIER)) return rows;
+    const host = rows.filter((r) => r.tier === HOST_TIER);
+    const room = Math.max(0, this.#shares.guarantee(w) - this.host.workerBlockCount(w.slot));
+    if (host.length > room) this.#count("host_tier_budget", host.length - room);
+    const { applied, failed } = this.host.applyDumpWire(w.slot, host.length > room ? host.slice(0, room) : host);
+    this.#counters.blocksStored += applied;
+    if (failed) this.#count("dump_parent_not_found", failed);
+    return rows.filter((r) => r.tier !== HOST_TIER);
+  }
+
+  /** One host-tier event; false when a stored chain's parent is unknown (the relay should resync). */
+  #applyHostEvent(w: SlottedWorker, ev: Exclude<RelayEvents["events"][number], { t: "cleared" }>): boolean {
+    if (ev.t === "removed") {
+      this.#counters.blocksRemoved += this.host.applyRemoved(w.slot, ev.hashes);
+      this.#counters.eventsApplied++;
+      return true;
+    }
+    const room = this.#shares.guarantee(w) - this.host.workerBlockCount(w.slot);
+    const r = this.host.applyStoredEvent(w.slot, ev.parent, ev.blocks, (n) => n <= room);
+    if ("voided" in r) this.#count(r.voided, ev.blocks.length);
+    else if ("refused" in r) this.#count("host_tier_budget", ev.blocks.length);
+    else {
+      this.#counters.blocksStored += r.applied;
+      this.#counters.eventsApplied++;
+      if (!r.ok) {
+        this.#count(r.error);
+        return r.error !== "parent_not_found";
+      }
+    }
+    return true;
   }
 
   /**

@@ -10,7 +10,10 @@ export interface Receipt {
   at: number;
   promptTokens: number;
   totalBlocks: number;
+  /** Cached blocks predicted in every tier (GPU + host memory). */
   predictedOverlapBlocks: number;
+  /** Of those, blocks predicted in the worker's host memory (HiCache), loaded back; absent: none. */
+  predictedHostBlocks?: number;
   blockSize: number;
   actualCachedTokens: number | null;
   outcome: "ok" | "error" | "cancelled" | "pending";

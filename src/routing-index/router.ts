@@ -14,6 +14,7 @@ import { scoreByBlocks } from "../selection/block-cost.ts";
 import { resolveEdgeRegion, rttMs, type RegionsConfig } from "../selection/regions.ts";
 import { pickIndex, type Candidate, type SelectionCost } from "../selection/selection.ts";
 import { DEFAULT_TTFT_PARAMS, scoreByTtft } from "../selection/ttft-cost.ts";
+import type { TierCostParams } from "../selection/tier-cost.ts";
 import type { BlockViews } from "./block-views.ts";
 import type { LoadSync } from "./load-sync.ts";
 import type { Receipt, ReceiptBook } from "./receipts.ts";
@@ -44,6 +45,8 @@ export interface RouteRequest {
 export interface RouteCandidateView {
   workerId: string;
   overlapBlocks: number;
+  /** Blocks past the GPU overlap in the worker's host memory (HiCache CPU_PINNED); absent: none. */
+  hostBlocks?: number;
   cost: number;
   activePrefillTokens: number;
   activeDecodeBlocks: number;
@@ -54,7 +57,10 @@ export interface RouteDecision {
   url: string;
   /** The worker's stream frames carry deltas (`--incremental-streaming-output`), not cumulative text. */
   incrementalStreaming: boolean;
+  /** Cached blocks the pick was credited with, in every tier (GPU + host). */
   overlapBlocks: number;
+  /** Of those, blocks in host memory (loaded back by the worker, not prefilled); absent: none. */
+  hostBlocks?: number;
   totalBlocks: number;
   blockSize: number;
   receiptId: string;
@@ -89,6 +95,8 @@ export interface SettleRequest {
 export interface RoutePreview {
   workerId: string | null;
   overlapBlocks: number;
+  /** Of `overlapBlocks`, blocks in the pick's host memory; absent: none. */
+  hostBlocks?: number;
   totalBlocks: number;
   blockSize: number;
   candidates: RouteCandidateView[];
@@ -108,6 +116,8 @@ export interface RouterOptions {
   regions?: RegionsConfig | null;
   /** Which cost scores workers (src/selection/selection.ts); RoutingCore supplies the default. */
   cost: SelectionCost;
+  /** Load-back pricing of host-memory blocks for cost "ttft" (src/selection/tier-cost.ts); absent: its defaults. */
+  tiers?: TierCostParams;
 }
 
 /** The parts of one pool a router reads and changes. */
@@ -133,11 +143,13 @@ export class Router {
   readonly #now: () => number;
   readonly #regions: RegionsConfig | null;
   readonly #cost: SelectionCost;
+  readonly #tiers: TierCostParams | undefined;
 
   constructor(parts: RouterParts, opts: RouterOptions) {
     this.#p = parts;
     this.#regions = opts.regions ?? null;
     this.#cost = opts.cost;
+    this.#tiers = opts.tiers;
     this.#temperature = opts.temperature ?? 0;
     this.#decodeWeight = opts.decodeWeight ?? 1;
     this.#random = opts.random ?? Math.random;
@@ -156,7 +168,9 @@ export class Router {
     const { live, chain, scored, candidateViews, blockSize } = e;
     const i = pickIndex(scored, this.#temperature, this.#random);
     const chosen = live[i]!;
-    const overlap = scored[i]!.overlapBlocks;
+    // Host-memory blocks are cached too: the worker loads them back and reports them as cached.
+    const hostBlocks = scored[i]!.hostBlocks ?? 0;
+    const overlap = scored[i]!.overlapBlocks + hostBlocks;
     // A prefill worker needs a decode peer (by load); none up: no pair, the pool cannot serve.
     const decode = isPrefillWorker(chosen) ? pickDecode(this.#liveDecoders(req), (slot) => this.#p.load.decodeBlocks(slot)) : null;
     if (isPrefillWorker(chosen) && (decode === null || chosen.bootstrapPort == null)) {
@@ -184,6 +198,7 @@ export class Router {
       promptTokens: req.isl,
       totalBlocks: req.localHashes.length,
       predictedOverlapBlocks: overlap,
+      ...(hostBlocks > 0 ? { predictedHostBlocks: hostBlocks } : {}),
       blockSize,
       fallbackReason: req.fallbackReason ?? null,
       traceId: req.traceId ?? null,
@@ -206,6 +221,7 @@ export class Router {
       url: chosen.url,
       incrementalStreaming: chosen.incrementalStreaming,
       overlapBlocks: overlap,
+      hostBlocks,
       totalBlocks: req.localHashes.length,
       blockSize,
       receiptId,
@@ -259,12 +275,13 @@ export class Router {
   peek(req: PreviewRequest): RoutePreview {
     const totalBlocks = req.localHashes.length;
     const e = this.#evaluate(req);
-    if (!e) return { workerId: null, overlapBlocks: 0, totalBlocks, blockSize: this.#p.registry.blockSize ?? 16, candidates: [], tiedWith: [] };
+    if (!e) return { workerId: null, overlapBlocks: 0, hostBlocks: 0, totalBlocks, blockSize: this.#p.registry.blockSize ?? 16, candidates: [], tiedWith: [] };
     const { live, scored, candidateViews, blockSize } = e;
     const i = pickIndex(scored, this.#temperature, this.#random);
     const minCost = Math.min(...scored.map((x) => x.cost));
     const tiedWith = candidateViews.filter((v, k) => k !== i && scored[k]!.cost === minCost).map((v) => v.workerId);
-    return { workerId: live[i]!.workerId, overlapBlocks: scored[i]!.overlapBlocks, totalBlocks, blockSize, candidates: candidateViews, tiedWith };
+    const hostBlocks = scored[i]!.hostBlocks ?? 0;
+    return { workerId: live[i]!.workerId, overlapBlocks: scored[i]!.overlapBlocks + hostBlocks, hostBlocks, totalBlocks, blockSize, candidates: candidateViews, tiedWith };
   }
 
   /** Scores every live worker for a request (shared by route and peek): overlap, load, cost. */
@@ -282,6 +299,7 @@ export class Router {
     const live = clear.length > 0 ? clear : up;
     if (live.length === 0) return null;
     const overlaps = views.overlaps(live, req.localHashes, now);
+    const hostOverlaps = views.hostOverlaps(live, req.localHashes);
     const chain = views.pending.keysOf(req.localHashes);
     const shared = load.sharedPrefixes(chain);
     const candidates: Candidate[] = live.map((w, k) => ({
@@ -290,6 +308,7 @@ export class Router {
       activePrefillTokens: load.prefillTokens(w.slot),
       activeDecodeBlocks: load.decodeBlocks(w.slot),
       sharedActiveBlocks: shared.get(w.slot) ?? 0,
+      hostBlocks: Math.max(0, hostOverlaps[k]! - overlaps[k]!),
     }));
     const scored = this.#score(live, candidates, req, blockSize);
     const candidateViews: RouteCandidateView[] = live.map((w, k) => ({
@@ -298,6 +317,7 @@ export class Router {
       cost: scored[k]!.cost,
       activePrefillTokens: candidates[k]!.activePrefillTokens,
       activeDecodeBlocks: candidates[k]!.activeDecodeBlocks,
+      ...(scored[k]!.hostBlocks ? { hostBlocks: scored[k]!.hostBlocks } : {}),
     }));
     return { live, chain, scored, candidateViews, blockSize };
   }
@@ -315,6 +335,6 @@ export class Router {
       rttMs: regions && edgeRegion ? rttMs(regions, edgeRegion, w.region ?? null) : 0,
       prefillTokensPerSec: w.prefillTokensPerSec ?? null,
     }));
-    return scoreByTtft({ candidates, placements, isl: req.isl, blockSize, params: regions ?? DEFAULT_TTFT_PARAMS });
+    return scoreByTtft({ candidates, placements, isl: req.isl, blockSize, params: regions ?? DEFAULT_TTFT_PARAMS, ...(this.#tiers ? { tiers: this.#tiers } : {}) });
   }
 }

@@ -20,6 +20,7 @@ import type { IndexCounters, PoolMetricsSnapshot } from "../metrics/pool-snapsho
 import type { RelayDump, RelayEvents, RelayHello, WorkerStatus } from "../relay-wire/relay-protocol.ts";
 import type { RegionsConfig } from "../selection/regions.ts";
 import { DEFAULT_SELECTION_COST, type SelectionCost } from "../selection/selection.ts";
+import type { TierCostParams } from "../selection/tier-cost.ts";
 import { BlockViews, type RelayApplyOutcome } from "./block-views.ts";
 import { countDropped } from "./drop-count.ts";
 import { poolCohort } from "./cohort.ts";
@@ -68,6 +69,8 @@ export interface RoutingCoreOptions {
   regions?: RegionsConfig | null;
   /** Which cost scores workers (src/selection/selection.ts); default DEFAULT_SELECTION_COST. */
   cost?: SelectionCost;
+  /** Load-back pricing of host-memory (HiCache) blocks (src/selection/tier-cost.ts); default DEFAULT_TIER_COST. */
+  tiers?: TierCostParams;
   /** One shard of a sharded pool: queue this core's load changes for the other shards (load-replica.ts). */
   replicateLoad?: boolean;
   /** Most (worker, block) entries this index holds (block-budget.ts); default DEFAULT_BLOCK_BUDGET. */

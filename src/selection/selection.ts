@@ -17,12 +17,16 @@ export interface Candidate {
   activeDecodeBlocks: number;
   /** Leading request blocks already held by the worker's active requests (not new decode load). */
   sharedActiveBlocks?: number;
+  /** Blocks right after the GPU overlap held in the worker's host memory (HiCache): loaded back, not prefilled. */
+  hostBlocks?: number;
 }
 
 export interface Scored {
   slot: number;
   cost: number;
   overlapBlocks: number;
+  /** Host-memory blocks the cost credited past `overlapBlocks` (0 or absent: none). */
+  hostBlocks?: number;
 }
 
 export const SELECTION_COSTS = ["ttft", "blocks"] as const;

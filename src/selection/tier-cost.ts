@@ -1,0 +1,27 @@
+/**
+ * What a cached block below the GPU costs: SGLang's HiCache loads a host-memory (CPU_PINNED) hit
+ * back to the GPU before the request's prefill continues (mem_cache/hiradix_cache.py @9d147fd
+ * `load_back` L1242-1315), so the block saves its prefill but costs its bytes over the host→GPU
+ * bandwidth. Bytes per token come from the model's KV geometry:
+ *   layers × KV heads × head dim × 2 (K and V) × bytes per element.
+ */
+
+export interface TierCostParams {
+  /** KV cache bytes one token takes on the worker (all layers, K and V). */
+  kvBytesPerToken: number;
+  /** Host-memory → GPU load-back bandwidth, GB/s (10^9 bytes). */
+  hostLoadGBps: number;
+}
+
+/**
+ * Qwen3-VL-8B (the default model): 36 layers × 8 KV heads × 128 head dim × 2 (K, V) × 2 bytes
+ * (bf16) = 147 456 bytes per token. Host → GPU 37 GB/s: FlexKV's H2D measurement on H20
+ * (sglang mem_cache/storage/flexkv/README.md); SGLang publishes no figure of its own.
+ */
+export const DEFAULT_TIER_COST: Readonly<TierCostParams> = { kvBytesPerToken: 147_456, hostLoadGBps: 37 };
+
+/** Milliseconds to load `blocks` blocks of `blockSize` tokens back from host memory. */
+export function hostLoadBackMs(p: TierCostParams, blocks: number, blockSize: number): number {
+  if (blocks <= 0) return 0;
+  return ((blocks * blockSize * p.kvBytesPerToken) / (p.hostLoadGBps * 1e9)) * 1000;
+}
