@@ -27,6 +27,8 @@ export interface RequestSnapshot {
   finishReason: FinishReason | null;
   /** Seconds since the request was received; set on the final snapshot only. */
   e2eLatency: number | null;
+  /** The DP rank that served it (dp-engines.ts); absent: a single scheduler. */
+  dpRank?: number;
 }
 
 export interface SubmitInput {
@@ -39,6 +41,8 @@ export interface SubmitInput {
   onFrame?: (s: RequestSnapshot) => void;
   /** Scripted answer tokens (scripted-output.ts); null = the seeded pseudo-random words. */
   script?: number[] | null;
+  /** GenerateReqInput.routed_dp_rank: the DP rank to run on (dp-engines.ts); absent: the controller picks. */
+  routedDpRank?: number | null;
 }
 
 export interface EngineConfig {
@@ -52,10 +56,16 @@ export interface EngineConfig {
   outputSeed: "prompt" | "rid";
   /** End of a scheduler step: publish the KV events it produced as one batch. */
   onStepEnd: () => void;
+  /** A request's prompt KV is computed (a PD prefill hands it to its decode peer then: disaggregation.ts). */
+  onPrefilled?: (rid: string, cachedTokens: number, promptTokens: number) => void;
+  /** A PD decode's request whose prompt KV came from its prefill peer: the peer's cached tokens (taken once); else null. */
+  transferredCached?: (rid: string) => number | null;
 }
 
 interface LiveRequest {
   input: SubmitInput;
+  /** A PD decode request: its prompt KV came from the prefill peer, which had this many tokens cached. */
+  transferredCached: number | null;
   receivedAt: number;
   abort: AbortController;
   abortMessage: string;
@@ -145,8 +155,10 @@ export class SimEngine {
       input.script ?? null,
     );
     return new Promise<RequestSnapshot>((resolve) => {
+      const transferredCached = this.cfg.transferredCached?.(input.rid) ?? null;
       const req: LiveRequest = {
         input,
+        transferredCached,
         receivedAt: performance.now(),
         abort: new AbortController(),
         abortMessage: "Abort in waiting queue",
@@ -231,7 +243,7 @@ export class SimEngine {
         continue;
       }
       this.waiting.shift();
-      req.cachedTokens = match.length;
+      req.cachedTokens = req.transferredCached ?? match.length;
       req.lockedNode = match.node;
       req.reserved = need;
       this.reservedTotal += need;
@@ -251,7 +263,8 @@ export class SimEngine {
       const uncached = inputIds.length - req.cachedTokens;
       const timing = this.cfg.timing;
       this.prefillsPending++;
-      const prefill = this.prefillLane.then(() => sleep(prefillMs(timing, uncached, req.cachedTokens), signal));
+      // A PD decode request computes no prefill: its KV arrived from the prefill peer.
+      const prefill = req.transferredCached !== null ? Promise.resolve() : this.prefillLane.then(() => sleep(prefillMs(timing, uncached, req.cachedTokens), signal));
       this.prefillLane = prefill.catch(() => {});
       try {
         await prefill;
@@ -260,9 +273,11 @@ export class SimEngine {
       }
 
       // cache_unfinished_req: the prompt becomes matchable for others right after prefill.
-      this.cacheTokens(req, inputIds);
+      // A PD decode keeps no radix tree (SGLang forces ChunkCache there): nothing inserted, no events.
+      if (req.transferredCached === null) this.cacheTokens(req, inputIds);
       this.release(req, inputIds.length - (inputIds.length % this.cfg.cache.pageSize) - req.cachedTokens);
       this.cfg.onStepEnd();
+      if (req.transferredCached === null) this.cfg.onPrefilled?.(req.input.rid, req.cachedTokens, inputIds.length);
       req.abortMessage = "Abort in running batch";
 
       const decodeStart = performance.now();
@@ -362,7 +377,7 @@ export class SimEngine {
     prefilled: boolean,
   ): void {
     if (req.lockedNode) {
-      if (prefilled) {
+      if (prefilled && req.transferredCached === null) {
         // cache_finished_req: prompt + output whose KV exists (the last sampled token has none yet).
         const kvTokens = req.input.inputIds.concat(outputIds.slice(0, Math.max(0, outputIds.length - 1)));
         this.cacheTokens(req, kvTokens);

@@ -9,7 +9,8 @@ import { randomUUID } from "node:crypto";
 import type { ServerResponse } from "node:http";
 import { z } from "zod";
 import type { QwenTokenizer } from "../../src/prompt/tokenizer/index.ts";
-import type { FinishReason, RequestSnapshot, SimEngine } from "./engine.ts";
+import type { FinishReason, RequestSnapshot } from "./engine.ts";
+import type { SimScheduler } from "./dp-engines.ts";
 import { parseSamplingParams, SamplingTypeError, type SamplingParams } from "./sampling-params.ts";
 import { fakeOutputLogprobs, reasoningTokenCount, scriptedAnswer } from "./scripted-output.ts";
 import {
@@ -39,6 +40,8 @@ export const GenerateBodySchema = z.looseObject({
   extra_key: z.union([z.string(), z.array(z.string())]).nullish(),
   /** GenerateReqInput.cache_salt (managers/io_struct.py): a namespace for otherwise identical prefixes. */
   cache_salt: z.union([z.string(), z.array(z.string())]).nullish(),
+  /** GenerateReqInput.routed_dp_rank (managers/io_struct.py L252 @9d147fd): the DP rank to run on. */
+  routed_dp_rank: z.number().int().nullish(),
 });
 export type GenerateBody = z.infer<typeof GenerateBodySchema>;
 
@@ -74,7 +77,9 @@ export interface PreparedPrompt {
 export type MediaExpander = (body: GenerateBody, tokenizer: QwenTokenizer) => Promise<PreparedPrompt>;
 
 export interface GenerateContext {
-  engine: SimEngine;
+  engine: SimScheduler;
+  /** The worker's DP size (`--dp-size`); a routed_dp_rank must be below it. Absent: 1. */
+  dpSize?: number;
   tokenizer: QwenTokenizer;
   contextLength: number;
   maxReqInputLen: number;
@@ -100,6 +105,8 @@ export interface PreparedRequest {
   logprobs: { topN: number; withText: boolean } | null;
   /** require_reasoning: meta_info.reasoning_tokens counts the thinking block. */
   requireReasoning: boolean;
+  /** routed_dp_rank, checked against the DP size (null: the controller picks). */
+  routedDpRank: number | null;
 }
 
 export function newRid(): string {
@@ -187,6 +194,10 @@ export async function prepareGenerate(body: GenerateBody, ctx: GenerateContext):
   }
   const rid = typeof body.rid === "string" && body.rid.length > 0 ? body.rid : newRid();
   if (Array.isArray(body.cache_salt)) throw new SglangValueError("A list cache_salt needs a batch request; the simulator takes one prompt.");
+  const routedDpRank = body.routed_dp_rank ?? null;
+  // SGLang's tokenizer manager refuses a rank outside [0, dp_size) with a ValueError (tokenizer_manager.py L623-632).
+  if (routedDpRank !== null && (routedDpRank < 0 || routedDpRank >= (ctx.dpSize ?? 1)))
+    throw new SglangValueError(`routed_dp_rank ${routedDpRank} is out of range [0, ${ctx.dpSize ?? 1})`);
   const answer = typeof body.text === "string" ? scriptedAnswer(body.text) : null;
   return {
     rid,
@@ -197,6 +208,7 @@ export async function prepareGenerate(body: GenerateBody, ctx: GenerateContext):
     script: answer === null ? null : ctx.tokenizer.encode(answer),
     logprobs: body.return_logprob === true ? { topN: Math.max(0, body.top_logprobs_num ?? 0), withText: body.return_text_in_logprobs === true } : null,
     requireReasoning: body.require_reasoning === true,
+    routedDpRank,
   };
 }
 
@@ -273,7 +285,7 @@ interface Copy {
 async function copiesOf(prepared: PreparedRequest, ctx: GenerateContext): Promise<Copy[]> {
   const s = prepared.sampling;
   if (s.n <= 1) return [{ rid: prepared.rid, sampling: s }];
-  await ctx.engine.submit({ rid: newRid(), inputIds: prepared.prompt.inputIds, sampling: { ...s, n: 1, maxNewTokens: 0, minNewTokens: 0 }, cacheSalt: prepared.cacheSalt });
+  await ctx.engine.submit({ rid: newRid(), inputIds: prepared.prompt.inputIds, sampling: { ...s, n: 1, maxNewTokens: 0, minNewTokens: 0 }, cacheSalt: prepared.cacheSalt, routedDpRank: prepared.routedDpRank });
   return Array.from({ length: s.n }, (_, i) => ({ rid: newRid(), sampling: { ...s, n: 1, samplingSeed: (s.samplingSeed ?? 0) + i } }));
 }
 
@@ -307,7 +319,7 @@ function incrementalFrame(out: Record<string, unknown>, so: StreamedSoFar): Reco
 }
 
 function outputOf(s: RequestSnapshot, prepared: PreparedRequest, ctx: GenerateContext, first: boolean): Record<string, unknown> {
-  return generateOutput(s, prepared.prompt, { first, dpRank: ctx.dpRank, output: { prepared, tokenizer: ctx.tokenizer } });
+  return generateOutput(s, prepared.prompt, { first, dpRank: s.dpRank ?? ctx.dpRank, output: { prepared, tokenizer: ctx.tokenizer } });
 }
 
 /** Handles one /generate call whose JSON body has been read. */
@@ -345,7 +357,7 @@ export async function handleGenerate(
     const copies = await copiesOf(prepared, ctx);
     rids = copies.map((c) => c.rid);
     finals = await Promise.all(
-      copies.map((c) => ctx.engine.submit({ rid: c.rid, inputIds: prepared.prompt.inputIds, sampling: c.sampling, script: prepared.script, cacheSalt: prepared.cacheSalt })),
+      copies.map((c) => ctx.engine.submit({ rid: c.rid, inputIds: prepared.prompt.inputIds, sampling: c.sampling, script: prepared.script, cacheSalt: prepared.cacheSalt, routedDpRank: prepared.routedDpRank })),
     );
   } catch (err) {
     return sendGenerateError(res, err);
@@ -431,6 +443,7 @@ async function streamGenerate(res: ServerResponse, body: GenerateBody, ctx: Gene
           rid: c.rid,
           inputIds: prepared.prompt.inputIds,
           sampling: c.sampling,
+          routedDpRank: prepared.routedDpRank,
           script: prepared.script,
           cacheSalt: prepared.cacheSalt,
           onFrame: (s) => {

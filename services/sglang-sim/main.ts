@@ -16,6 +16,10 @@ const { values } = parseArgs({
     port: { type: "string" },
     "kv-port": { type: "string" },
     "replay-port": { type: "string" },
+    "dp-size": { type: "string" },
+    "enable-dp-attention": { type: "boolean" },
+    "disaggregation-mode": { type: "string" },
+    "disaggregation-bootstrap-port": { type: "string" },
     "no-kv-events": { type: "boolean" },
     topic: { type: "string" },
     "buffer-steps": { type: "string" },
@@ -49,7 +53,8 @@ const { values } = parseArgs({
 
 if (values.help) {
   process.stdout.write(
-    "usage: npx node services/sglang-sim/main.ts [--host 127.0.0.1] [--port 30001] [--kv-port 5557] [--replay-port 5558]\n" +
+    "usage: npx node services/sglang-sim/main.ts [--host 127.0.0.1] [--port 30001] [--kv-port 5557] [--replay-port 5558] [--dp-size N [--enable-dp-attention]] (rank r publishes on kv/replay port + r)\n" +
+      "  [--disaggregation-mode null|prefill|decode [--disaggregation-bootstrap-port P (prefill; default ephemeral)]]\n" +
       "  [--no-kv-events] [--topic T] [--buffer-steps N] [--page-size 16] [--capacity-tokens 200000] [--context-length N]\n" +
       "  [--model-name NAME] [--served-model-name NAME] [--family qwen2_vl|qwen2_5_vl|qwen3_vl]\n" +
       "  [--template qwen2vl|qwen3vl-instruct|qwen3vl-thinking] [--timing fast|instant|h100-8b|l4-8b|h200-7b]\n" +
@@ -71,6 +76,10 @@ if (values.port !== undefined) opts.port = int(values.port)!;
 if (values["kv-port"] !== undefined) opts.kvPort = int(values["kv-port"])!;
 if (values["replay-port"] !== undefined) opts.replayPort = int(values["replay-port"])!;
 if (values["no-kv-events"]) opts.kvEvents = false;
+if (values["dp-size"] !== undefined) opts.dpSize = int(values["dp-size"])!;
+if (values["enable-dp-attention"]) opts.enableDpAttention = true;
+if (values["disaggregation-mode"] !== undefined) opts.disaggregationMode = values["disaggregation-mode"] as StartOptions["disaggregationMode"];
+if (values["disaggregation-bootstrap-port"] !== undefined) opts.disaggregationBootstrapPort = int(values["disaggregation-bootstrap-port"])!;
 if (values.topic !== undefined) opts.topic = values.topic;
 if (values["buffer-steps"] !== undefined) opts.bufferSteps = int(values["buffer-steps"])!;
 if (values["page-size"] !== undefined) opts.pageSize = int(values["page-size"])!;

@@ -33,6 +33,24 @@ export const SimOptionsSchema = z.strictObject({
   hwm: z.number().int().min(0).default(100_000),
   /** Attention data-parallel rank written into every batch (the third payload element). */
   dpRank: z.number().int().min(0).default(0),
+  /**
+   * `--dp-size`: data-parallel ranks, each with its own radix cache, KV pool (`capacityTokens` each)
+   * and KV event publisher on kvPort + rank / replayPort + rank (dp-engines.ts). With more than one,
+   * `dpRank` is unused: each rank reports its own.
+   */
+  dpSize: z.number().int().min(1).max(16).default(1),
+  /** `--enable-dp-attention` (reported in /server_info; the simulator's ranks behave the same either way). */
+  enableDpAttention: z.boolean().default(false),
+
+  /**
+   * `--disaggregation-mode`: "prefill" or "decode" side of a PD pool (disaggregation.ts), "null" a
+   * unified worker (SGLang server_args.py L2434 @9d147fd).
+   */
+  disaggregationMode: z.enum(["null", "prefill", "decode"]).default("null"),
+  /** A prefill's bootstrap port (SGLang's default 8998, L2445); 0 = ephemeral. */
+  disaggregationBootstrapPort: port.default(0),
+  /** How long a decode waits for its prefill peer's KV (SGLANG_DISAGGREGATION_WAITING_TIMEOUT, 300 s: environ.py L359-362). */
+  disaggregationWaitingTimeoutMs: z.number().int().min(1).max(3_600_000).default(300_000),
 
   /** Radix-cache page size = KV block size (`/server_info.page_size`, `kv_events.block_size`). */
   pageSize: z.number().int().min(1).max(4096).default(16),
