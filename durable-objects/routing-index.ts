@@ -13,7 +13,7 @@
 import { pdPoolProblem } from "../src/routing-index/pd-pool.ts";
 import { DurableObject } from "cloudflare:workers";
 import { RoutingCore, type WorkerRecord } from "../src/routing-index/routing-core.ts";
-import { readRelayConnect, type PeekRequest, type PoolIndexFrontDoor, type PoolProfile, type PoolStats, type RouteDecision, type RoutePreview, type RouteRequest, type SettleRequest, type ShardInfo, type WorkerRow } from "../src/routing-index/front-door.ts";
+import { readRelayConnect, type AdmitRequest, type AdmitResult, type PeekRequest, type PoolIndexFrontDoor, type PoolProfile, type PoolStats, type RouteDecision, type RoutePreview, type RouteRequest, type SettleRequest, type ShardInfo, type WorkerRow } from "../src/routing-index/front-door.ts";
 import type { PoolMetricsSnapshot } from "../src/metrics/pool-snapshot.ts";
 import type { IndexToRelay } from "../src/relay-wire/relay-protocol.ts";
 import { relayFrame } from "../src/routing-index/relay-inbox.ts";
@@ -78,6 +78,7 @@ export class RoutingIndex extends DurableObject<RoutingIndexEnv> implements Pool
       tiers: { kvBytesPerToken: routing.kvBytesPerToken, hostLoadGBps: routing.hostLoadGBps },
       replicateLoad: this.#shards > 1,
       blockBudget: routing.blockBudget,
+      admission: routing.admission,
     });
     ctx.blockConcurrencyWhile(async () => {
       await initHashing(); // contract digests (blake3) are computed on hello
@@ -272,6 +273,19 @@ export class RoutingIndex extends DurableObject<RoutingIndexEnv> implements Pool
     const d = this.#core.route(req);
     this.#scheduleLoadSync();
     return d;
+  }
+
+  /** A first pick through admission: at once under the bound, else this call waits in the pool's queue. */
+  async admit(req: AdmitRequest): Promise<AdmitResult> {
+    const r = await this.#core.admit(req, req.admission);
+    this.#scheduleLoadSync();
+    return r;
+  }
+
+  async leaveQueue(ticket: string): Promise<boolean> {
+    const left = this.#core.leaveQueue(ticket);
+    this.#scheduleLoadSync();
+    return left;
   }
 
   /** Frees a request's load and records the predicted-vs-actual receipt. */

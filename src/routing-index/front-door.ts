@@ -13,6 +13,17 @@ import type { WorkerRow } from "./pool-metrics.ts";
 import type { Receipt, WorkerReceiptStats } from "./receipts.ts";
 import type { IndexCounters } from "../metrics/pool-snapshot.ts";
 import type { RouteDecision, RoutePreview, RouteRequest, SettleRequest } from "./router.ts";
+import type { AdmissionTicket, AdmitOutcome } from "../admission/admission-gate.ts";
+
+export type { AdmissionTicket } from "../admission/admission-gate.ts";
+
+/** A request's first pick under admission (src/admission/): the route and the ticket it waits with. */
+export interface AdmitRequest extends RouteRequest {
+  admission: AdmissionTicket;
+}
+
+/** Routed (at once or after waiting), none up (503), refused (429 with Retry-After), or left. */
+export type AdmitResult = AdmitOutcome<RouteDecision>;
 import { MAX_DP_SIZE, rankTargetId } from "./rank-target.ts";
 
 /** Which worker and DP-attention rank a routing target is (the edge sends the rank to SGLang). */
@@ -70,6 +81,17 @@ export interface ChatFrontDoor {
   profile(): Promise<PoolProfile>;
 }
 
+/**
+ * Admission (src/admission/): a request's first pick waits in the pool's object while every worker
+ * is at its load bound. The edge's chat path asks it; a retry goes to route() at once.
+ */
+export interface AdmissionFrontDoor {
+  /** Answered at once under the load bound, else when a worker frees room or the request is refused (one pending call, no polling). */
+  admit(req: AdmitRequest): Promise<AdmitResult>;
+  /** The client left: its waiting request leaves the queue (one admitted lately is settled as cancelled). */
+  leaveQueue(ticket: string): Promise<boolean>;
+}
+
 /** Relay keys: shard 0 keeps the pool's registry; every shard closes the sockets of a revoked key. */
 export interface RelayKeyFrontDoor {
   issueRelayKey(rec: RelayKeyRecord): Promise<boolean>;
@@ -100,7 +122,7 @@ export interface PeerFrontDoor {
 }
 
 /** Everything a pool's index object answers over RPC. */
-export interface PoolIndexFrontDoor extends ChatFrontDoor, RelayKeyFrontDoor, OperatorFrontDoor, PeerFrontDoor {}
+export interface PoolIndexFrontDoor extends ChatFrontDoor, AdmissionFrontDoor, RelayKeyFrontDoor, OperatorFrontDoor, PeerFrontDoor {}
 
 /**
  * A relay connect the edge has verified (signature, worker, pool, freshness: relay-auth.ts), handed

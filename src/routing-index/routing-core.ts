@@ -390,7 +390,10 @@ export class RoutingCore {
 
   /** Applies another shard's load changes to this shard's replica of the pool's load. */
   applyRemoteLoad(fromShard: number, ops: readonly LoadOp[]): { applied: number; skipped: number } {
-    return this.#loadSync.applyRemote(fromShard, ops);
+    const r = this.#loadSync.applyRemote(fromShard, ops);
+    // Another shard's settle may have freed room for a request waiting here.
+    this.#admission.pump(null);
+    return r;
   }
 
   loadSyncStats(): LoadSyncStats {
