@@ -183,6 +183,7 @@ async function chatCompletions(r: EdgeRequest): Promise<Response> {
   return handleChatCompletions(request, {
     config,
     index: (model, shard) => indexFor(env, model, shard),
+    admissionIndex: (model, shard) => indexFor(env, model, shard),
     fetch: (input, init) => fetch(input, init),
     waitUntil: (p) => r.ctx.waitUntil(p),
     rateLimit: (apiKey) => limit(env, config, "chat", apiKey !== null ? { apiKey } : { network: networkOf(request) }),

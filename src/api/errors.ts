@@ -70,8 +70,8 @@ export class MethodNotAllowedError extends KvedgeError {
 
 /** 429 */
 export class RateLimitError extends KvedgeError {
-  constructor(message = "Rate limit exceeded.") {
-    super(message, "rate_limit_error", "rate_limit_exceeded");
+  constructor(message = "Rate limit exceeded.", code = "rate_limit_exceeded") {
+    super(message, "rate_limit_error", code);
   }
 }
 

@@ -23,12 +23,16 @@ import { parseChat, type ParseDeps } from "./chat/parse.ts";
 import { prepareRouting, type PrepareDeps } from "./chat/prepare.ts";
 import { cacheTenant, resolveChatModel } from "./chat/resolve-model.ts";
 import { edgeColoOf, routeTarget } from "./chat/route.ts";
+import { admissionTicket } from "./chat/admission.ts";
+import type { AdmissionFrontDoor } from "../routing-index/front-door.ts";
 import { chatUpstreamBody } from "./chat/upstream-body.ts";
 import { StageClock } from "./server-timing.ts";
 
 export interface ChatDeps extends ParseDeps, PrepareDeps, ForwardDeps {
   /** The request's W3C trace context at the edge (functions/ starts it, so error answers name it too); absent: started from the request's own `traceparent`. */
   trace?: EdgeTrace;
+  /** The pool's admission queue (src/admission/); absent: every first pick is routed at once. */
+  admissionIndex?(model: string, shard?: number): AdmissionFrontDoor;
 }
 
 export async function handleChatCompletions(request: Request, deps: ChatDeps): Promise<Response> {
@@ -72,6 +76,22 @@ export async function handleChatCompletions(request: Request, deps: ChatDeps): P
     edgeColo: edgeColoOf(request),
     traceId: trace.traceId,
     incrementalOnly: costly !== null,
+    ...(deps.admissionIndex
+      ? {
+          admission: {
+            index: (m, k) => deps.admissionIndex!(m, k),
+            ticket: admissionTicket({
+              requestId,
+              serviceTier: req.service_tier,
+              client,
+              priorityAllowed: caller.admin || config.routing.admission.openPriority,
+              decodeBudget: req.max_completion_tokens ?? req.max_tokens ?? defaultMaxNewTokens ?? 0,
+            }),
+            signal: request.signal ?? null,
+            waitUntil: deps.waitUntil,
+          },
+        }
+      : {}),
   });
   return forward(deps, {
     model: model.id,

@@ -20,8 +20,8 @@ import type { ClientRef } from "./client-label.ts";
 /** 429 with the wait the client should honour (`retry-after`, seconds). */
 export class RateLimitedError extends RateLimitError {
   readonly retryAfterSeconds: number;
-  constructor(retryAfterSeconds: number) {
-    super(`Rate limit exceeded. Retry after ${retryAfterSeconds} s.`);
+  constructor(retryAfterSeconds: number, message = `Rate limit exceeded. Retry after ${retryAfterSeconds} s.`, code?: string) {
+    super(message, code);
     this.retryAfterSeconds = retryAfterSeconds;
   }
 }

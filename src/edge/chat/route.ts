@@ -5,6 +5,7 @@
 import { NoWorkerAvailableError } from "../../api/errors.ts";
 import { shardForRequest } from "../../routing-index/pool-address.ts";
 import type { ChatFrontDoor, RouteDecision } from "../../routing-index/front-door.ts";
+import { admitFirstPick, type AdmissionInput } from "./admission.ts";
 import type { FallbackReason } from "./layout.ts";
 
 export interface RouteInput {
@@ -22,6 +23,8 @@ export interface RouteInput {
   traceId: string;
   /** Only workers that stream increments (a costly logprob stream, chat-answer.ts). */
   incrementalOnly: boolean;
+  /** The first pick waits in the pool's admission queue when every worker is full (chat/admission.ts); absent: routed at once. */
+  admission?: AdmissionInput;
 }
 
 export interface RouteTarget {
@@ -41,7 +44,7 @@ export function routeTarget(input: RouteInput): RouteTarget {
     shard,
     index,
     pick: async (exclude) => {
-      const d = await index.route({
+      const req = {
         localHashes,
         isl: input.isl,
         exclude,
@@ -49,7 +52,11 @@ export function routeTarget(input: RouteInput): RouteTarget {
         edgeColo: input.edgeColo,
         traceId: input.traceId,
         ...(input.incrementalOnly ? { incrementalOnly: true } : {}),
-      });
+      };
+      // The first pick may wait for room in the pool's queue; a retry was admitted already.
+      const admission = input.admission;
+      const d =
+        admission && exclude.length === 0 ? await admitFirstPick(admission.index(input.model, shard), { ...req, admission: admission.ticket }, admission) : await index.route(req);
       // No pick on the first try: a prefill/decode pool that cannot pair is named, not a bare 503.
       if (d === null && exclude.length === 0) {
         const problem = (await index.profile()).pdProblem;
