@@ -15,6 +15,7 @@ import { DEFAULT_TIER_COST } from "../selection/tier-cost.ts";
 import { SafeFetchPolicySchema } from "../media/safe-fetch.ts";
 import { classifyHost } from "../media/ssrf.ts";
 import { isCompatible } from "../prompt/model-profile.ts";
+import { DEFAULT_TURN_CHECK_RATE } from "../prompt/turn-chain.ts";
 import { MAX_SHARDS } from "../relay-wire/chain-shards.ts";
 import { normalizeWorkerUrl } from "../relay-wire/relay-auth.ts";
 
@@ -272,6 +273,8 @@ export const EdgeEnvSchema = z.object({
   KVEDGE_FORWARD_CLIENT_URLS: z.enum(["true", "false"]).optional(),
   /** "off" disables exact media routing (every media request routes on its text prefix). */
   KVEDGE_EXACT_MEDIA: z.enum(["on", "off"]).optional(),
+  /** Share (0–1) of turn-chain hits also rendered whole and compared (src/prompt/turn-chain.ts); default 0.01. */
+  KVEDGE_TURN_CHECK_RATE: z.coerce.number().min(0).max(1).optional(),
   RELAY_SECRET: z.string().min(16).optional(),
   /**
    * Development only: "1" lets relay keys bind plain-http worker URLs (the local fleet's simulated
@@ -324,6 +327,8 @@ export interface EdgeConfig {
   /** What the worker may receive for media: verified inline bytes or signed store URLs (docs/media.md). */
   mediaStore: { publicUrl: string | null; urlKey: string | null; urlTtlSec: number; inlineMaxBytes: number; forwardClientUrls: boolean };
   exactMedia: boolean;
+  /** KVEDGE_TURN_CHECK_RATE: share of the prompt stage's turn-chain hits checked against a full render. */
+  turnCheckRate: number;
   limits: Limits;
   routing: RoutingConfig;
   /** null = rate limiting switched off (`KVEDGE_RATE_LIMIT=off`). */
@@ -405,6 +410,7 @@ export function parseEdgeConfig(env: Record<string, unknown>): EdgeConfig {
       forwardClientUrls: parsed.KVEDGE_FORWARD_CLIENT_URLS === "true",
     },
     exactMedia: parsed.KVEDGE_EXACT_MEDIA !== "off",
+    turnCheckRate: parsed.KVEDGE_TURN_CHECK_RATE ?? DEFAULT_TURN_CHECK_RATE,
     limits: parsed.KVEDGE_LIMITS ?? LimitsSchema.parse({}),
     routing: parsed.KVEDGE_ROUTING ?? RoutingConfigSchema.parse({}),
     // "off" is the one way to switch limits off: a JSON null is refused, not read as "off".

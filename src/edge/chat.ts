@@ -40,9 +40,9 @@ export async function handleChatCompletions(request: Request, deps: ChatDeps): P
   // workerd advances clocks only across I/O, so this measures what awaits cost (body, index RPC).
   const clock = new StageClock();
   const trace = deps.trace ?? startEdgeTrace(request.headers.get("traceparent"));
-  const { caller, showRouting, req, literals, address, client } = await parseChat(request, deps, clock);
+  const { caller, showRouting, req, bodyText, literals, address, client } = await parseChat(request, deps, clock);
   const { adapter, namespace } = await resolveChatModel(config, req.model, cacheTenant(caller, address));
-  const { model, prompt, plan, media } = await prepareRouting(req, deps, { client, signal: request.signal ?? null, traceparent: trace.header }, namespace.tag);
+  const { model, prompt, plan, media } = await prepareRouting(req, deps, { client, signal: request.signal ?? null, traceparent: trace.header }, namespace.tag, bodyText);
   clock.mark("prepare");
 
   const parsers = modelParsers(model);

@@ -10,6 +10,7 @@ import { beforeAll, describe, expect, it } from "vitest";
 import { edgeCacheBudgets } from "../../src/edge/cache-budgets.ts";
 import { layoutMemoStats, memoEncode, MEMO_MAX_BYTES } from "../../src/layout/layout.ts";
 import { PrefixCache, SPLIT_TOKEN } from "../../src/prompt/prefix-cache.ts";
+import { TurnChainCache } from "../../src/prompt/turn-chain.ts";
 import { BpeEngine } from "../../src/prompt/tokenizer/engine.ts";
 import { fingerprint, SegmentCache } from "../../src/prompt/tokenizer/segment-cache.ts";
 import { decodeVocab } from "../../src/prompt/tokenizer/vocab.ts";
@@ -65,6 +66,30 @@ describe("edge cache byte budgets", () => {
     // What V8 keeps alive for the cache is within the budget (plus 25 % for what the estimate misses).
     expect(retained, `retained ${retained} B for an estimate of ${s.bytes} B`).toBeLessThan(maxBytes * 1.25);
     expect(cache.encode(charTokenizer, conversation(600, 4), 16).reusedTokens).toBeGreaterThan(0); // still a cache
+  });
+
+  it("the turn chain never holds more than its byte budget, and the estimate covers V8's real retention", () => {
+    const maxBytes = 4 * 1024 * 1024;
+    const profile = { family: "qwen3_vl", templateId: "qwen3vl-instruct" } as const;
+    gc();
+    const before = process.memoryUsage().heapUsed;
+    const chain = new TurnChainCache({ maxBytes, checkRate: 0 });
+    for (let seed = 1; seed <= 600; seed++) {
+      const messages: { role: string; content: string }[] = [{ role: "system", content: "You are helpful." }];
+      for (let turn = 0; turn < 4; turn++) {
+        messages.push({ role: "user", content: text(seed * 100 + turn, 300) });
+        const body = JSON.stringify({ model: "m", messages });
+        chain.prepare({ messages }, body, profile);
+        expect(chain.stats().bytes).toBeLessThanOrEqual(maxBytes);
+        messages.push({ role: "assistant", content: `ok ${turn}` });
+      }
+    }
+    gc();
+    const retained = process.memoryUsage().heapUsed - before;
+    const s = chain.stats();
+    expect(s.evictions, "the feed went far past the budget").toBeGreaterThan(100);
+    expect(s.hits, "still a cache").toBeGreaterThan(1000);
+    expect(retained, `retained ${retained} B for an estimate of ${s.bytes} B`).toBeLessThan(maxBytes * 1.25);
   });
 
   it("the token-segment cache stays within its byte budget (LRU)", () => {
@@ -146,6 +171,6 @@ describe("edge cache byte budgets", () => {
       expect(b.maxBytes, b.name).toBeGreaterThan(0);
       expect(b.bytes, b.name).toBeLessThanOrEqual(b.maxBytes);
     }
-    expect(edgeCacheBudgets().map((b) => b.name)).toEqual(["prompt_prefix", "token_segments", "bpe_pieces", "layout_memo"]);
+    expect(edgeCacheBudgets().map((b) => b.name)).toEqual(["prompt_prefix", "token_segments", "bpe_pieces", "layout_memo", "turn_chain"]);
   });
 });

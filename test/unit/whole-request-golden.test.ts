@@ -11,6 +11,7 @@
 import { beforeAll, describe, expect, it } from "vitest";
 import { initHashing } from "../../src/util/hash.ts";
 import { mmHashHex } from "../../src/layout/index.ts";
+import { sharedTurnChain } from "../../src/prompt/turn-chain.ts";
 import {
   clientBody,
   clientRequest,
@@ -73,6 +74,28 @@ describe("whole-request golden set (upstream ids)", () => {
       if (p.length) failing.push(`${c.id}: ${p.join("; ")}`);
     }
     expect(failing).toEqual([]);
+  });
+
+  it("through the turn chain, a repeat of every case (its history reused) is prepared exactly as the full path", async () => {
+    // No sampled check: a wrong reuse must show here, not be replaced by the full result.
+    expect(sharedTurnChain(0).checkRate).toBe(0);
+    const failing: string[] = [];
+    for (const c of golden.cases) {
+      const body = clientBody(c);
+      const full = results.get(c.id)!;
+      for (let pass = 0; pass < 2; pass++) {
+        const e = await runEdge(h, body, true);
+        if (full.refused !== undefined || e.refused !== undefined) {
+          if (e.refused !== full.refused) failing.push(`${c.id} pass ${pass}: refused ${String(e.refused)} vs ${String(full.refused)}`);
+          continue;
+        }
+        if (e.prep.prompt.text !== full.prep.prompt.text) failing.push(`${c.id} pass ${pass}: prompt text differs`);
+        if (e.routed.join() !== full.routed.join()) failing.push(`${c.id} pass ${pass}: routed ids differ`);
+        if (e.blockHashes.join() !== full.blockHashes.join()) failing.push(`${c.id} pass ${pass}: block hashes differ`);
+      }
+    }
+    expect(failing).toEqual([]);
+    expect(sharedTurnChain().stats().hits, "repeats of multi-turn cases reuse their history").toBeGreaterThan(50);
   });
 
   it("the golden block hashes follow from the golden ids (hash-wasm, not the edge)", async () => {

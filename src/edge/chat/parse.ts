@@ -24,6 +24,8 @@ export interface ParsedChat {
   /** Routing headers reveal topology and other tenants' cached prefixes: admin callers or debug only. */
   showRouting: boolean;
   req: ChatCompletionRequest;
+  /** The body as read: the prompt stage keys earlier turns' rendered text by its messages' raw JSON (prompt/turn-chain.ts). */
+  bodyText: string;
   /** Long message texts whose JSON escaping can go to the worker as the client sent it (generate-body.ts). */
   literals: JsonLiteral[];
   /** The client's address (cf-connecting-ip); null outside Cloudflare. */
@@ -52,7 +54,7 @@ export async function parseChat(request: Request, deps: ParseDeps, clock: StageC
   // Without a key or a client address (a local fleet) the edge cannot tell clients apart: no label.
   const address = request.headers.get("cf-connecting-ip");
   const client: ClientRef | null = caller.apiKey !== null ? { apiKey: caller.apiKey } : address ? { network: clientNetwork(address) } : null;
-  return { caller, showRouting: caller.admin || config.debugHeaders, req, literals, address, client };
+  return { caller, showRouting: caller.admin || config.debugHeaders, req, bodyText, literals, address, client };
 }
 
 /**

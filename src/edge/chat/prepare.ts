@@ -41,9 +41,11 @@ export async function prepareRouting(
   requester: MediaRequester = null,
   /** The request's cache namespace (cache-salt.ts routingNamespace): media item hashes move into it. */
   itemTag: NamespaceTag = null,
+  /** The body `req` was parsed from: earlier turns' rendered text is reused by its raw JSON (prompt.ts). */
+  bodyText: string | null = null,
 ): Promise<PreparedRouting> {
   const { model } = resolveModel(deps.config, req.model);
-  const prompt = renderPrompt(req, model, limitsOf(deps.config));
+  const prompt = renderPrompt(req, model, limitsOf(deps.config), bodyText === null ? null : { bodyText, checkRate: deps.config.turnCheckRate });
   if (prompt.mediaParts.length === 0) {
     // Text: earlier turns' tokens and block hashes come from the isolate's prompt-prefix cache (exact:
     // the same as encode + localBlockHashes). The ids are built only if asked for (admin explain).

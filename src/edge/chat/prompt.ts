@@ -7,6 +7,7 @@ import type { Limits } from "../../api/limits.ts";
 import type { ChatCompletionRequest } from "../../api/openai-schema.ts";
 import { contextTokensOf, type ModelConfig } from "../../config/config.ts";
 import { preparePrompt } from "../../prompt/index.ts";
+import { sharedTurnChain } from "../../prompt/turn-chain.ts";
 import { getQwenTokenizer } from "../../prompt/tokenizer/index.ts";
 
 export type RenderedPrompt = ReturnType<typeof preparePrompt>;
@@ -14,9 +15,15 @@ export type RenderedPrompt = ReturnType<typeof preparePrompt>;
 /** Longest token of the Qwen2/2.5/3 vocabularies, in UTF-16 units (a run of 128 spaces). */
 const MAX_TOKEN_CHARS = 128;
 
-/** The prompt text and its media parts, within `maxPromptChars` and what the context could hold. */
-export function renderPrompt(req: ChatCompletionRequest, model: ModelConfig, limits: Limits): RenderedPrompt {
-  const prompt = preparePrompt(req, { family: model.family, templateId: model.templateId });
+/**
+ * The prompt text and its media parts, within `maxPromptChars` and what the context could hold.
+ * With the body `req` was parsed from, earlier turns' rendered text comes from the isolate's turn
+ * chain (only the messages from the last user query on are rendered; a `checkRate` share of hits
+ * is also rendered whole and compared).
+ */
+export function renderPrompt(req: ChatCompletionRequest, model: ModelConfig, limits: Limits, source: { bodyText: string; checkRate: number } | null = null): RenderedPrompt {
+  const profile = { family: model.family, templateId: model.templateId };
+  const prompt = source ? sharedTurnChain(source.checkRate).prepare(req, source.bodyText, profile) : preparePrompt(req, profile);
   checkPromptChars(prompt.text.length, model, limits);
   return prompt;
 }
