@@ -83,6 +83,7 @@ const ACTUAL: Record<string, Record<string, Expected>> = {
     KVEDGE_KV_SHARING: cfg.kvSharing,
     KVEDGE_SHARDS: cfg.shards,
     KVEDGE_RELAY_ALLOW_HTTP: cfg.relayAllowHttp ? "1" : "0",
+    KVEDGE_TURN_CHECK_RATE: cfg.turnCheckRate,
     KVEDGE_WORKER_AUTH: cfg.workerAuth.required ? "required" : "none",
   },
   model: {
@@ -94,7 +95,7 @@ const ACTUAL: Record<string, Record<string, Expected>> = {
     toolCallParser: modelParsers({ templateId: "qwen3vl-instruct" }).toolCallParser,
     reasoningParser: mentions(String(modelParsers({ templateId: "qwen3vl-thinking" }).reasoningParser), String(modelParsers({ templateId: "qwen3vl-instruct" }).reasoningParser)),
   },
-  routing: RoutingConfigSchema.parse({}),
+  routing: { ...flatten(RoutingConfigSchema.parse({})), "admission.workerTokens": undefined },
   regions: { ...RegionsConfigSchema.parse({}), self: undefined },
   limits: LimitsSchema.parse({}),
   media: SafeFetchPolicySchema.parse({}),
