@@ -4,15 +4,14 @@
  * (larger runs first unless the worker runs --schedule-low-priority-values-first;
  * python/sglang/srt/server_args.py, sgl-project/sglang) map onto three bands.
  */
+import type { ServiceTier } from "../api/openai-schema.ts";
+
 export const BAND_PRIORITY = 0;
 export const BAND_DEFAULT = 1;
 export const BAND_FLEX = 2;
 export const BAND_COUNT = 3;
 export const BAND_NAMES = ["priority", "default", "flex"] as const;
 export type BandName = (typeof BAND_NAMES)[number];
-
-export const SERVICE_TIERS = ["auto", "default", "flex", "scale", "priority", "fast"] as const;
-export type ServiceTier = (typeof SERVICE_TIERS)[number];
 
 export interface BandInput {
   serviceTier?: ServiceTier | undefined;
