@@ -76,7 +76,7 @@ describe("admission in the pool object (workerd)", () => {
     expect(await within(goneCall, 5_000)).toEqual({ kind: "left" });
     if (admitted === "pending" || admitted.kind !== "routed") throw new Error("unreachable");
     await stub.settle({ receiptId: admitted.decision.receiptId, promptTokens: null, cachedTokens: null, outcome: "ok" });
-    expect((await stub.stats()).activeRequests).toBe(0);
+    expect((await stub.shardInfo()).activeRequests).toBe(0);
     ws.close();
   });
 });
