@@ -184,7 +184,6 @@ async function chatCompletions(r: EdgeRequest): Promise<Response> {
     config,
     index: (model, shard) => indexFor(env, model, shard),
     admissionIndex: (model, shard) => indexFor(env, model, shard),
-    admissionIndex: (model, shard) => indexFor(env, model, shard),
     fetch: (input, init) => fetch(input, init),
     waitUntil: (p) => r.ctx.waitUntil(p),
     rateLimit: (apiKey) => limit(env, config, "chat", apiKey !== null ? { apiKey } : { network: networkOf(request) }),

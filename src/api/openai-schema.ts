@@ -30,10 +30,6 @@ const finite = z.number();
 export const SERVICE_TIERS = ["auto", "default", "flex", "scale", "priority", "fast"] as const;
 export type ServiceTier = (typeof SERVICE_TIERS)[number];
 
-/** OpenAI's `service_tier` values (`fast` is answered as priority); the edge maps them onto admission bands (src/admission/bands.ts). */
-export const SERVICE_TIERS = ["auto", "default", "flex", "scale", "priority", "fast"] as const;
-export type ServiceTier = (typeof SERVICE_TIERS)[number];
-
 const MEDIA_URL = /^(?:https?:\/\/[^\s]|data:[^,]*,)/i;
 
 /** A media reference. The scheme is checked here; the SSRF-safe fetch re-checks the host. */
@@ -297,9 +293,6 @@ const ChatCompletionRequestObject = z.object({
   // reasoning output (SGLang extensions; src/proxy/reasoning.ts)
   separate_reasoning: withDefault(z.boolean(), true),
   stream_reasoning: withDefault(z.boolean(), true),
-
-  // admission under overload: the band the request waits in when the pool is full (src/admission/bands.ts)
-  service_tier: opt(z.enum(SERVICE_TIERS)),
 
   // admission under overload: the band the request waits in when the pool is full (src/admission/bands.ts)
   service_tier: opt(z.enum(SERVICE_TIERS)),

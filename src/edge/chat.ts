@@ -25,8 +25,6 @@ import { cacheTenant, resolveChatModel } from "./chat/resolve-model.ts";
 import { edgeColoOf, routeTarget } from "./chat/route.ts";
 import { admissionTicket } from "./chat/admission.ts";
 import type { AdmissionFrontDoor } from "../routing-index/front-door.ts";
-import { admissionTicket } from "./chat/admission.ts";
-import type { AdmissionFrontDoor } from "../routing-index/front-door.ts";
 import { chatUpstreamBody } from "./chat/upstream-body.ts";
 import { StageClock } from "./server-timing.ts";
 

@@ -6,7 +6,6 @@ import { NoWorkerAvailableError } from "../../api/errors.ts";
 import { shardForRequest } from "../../routing-index/pool-address.ts";
 import type { ChatFrontDoor, RouteDecision } from "../../routing-index/front-door.ts";
 import { admitFirstPick, type AdmissionInput } from "./admission.ts";
-import { admitFirstPick, type AdmissionInput } from "./admission.ts";
 import type { FallbackReason } from "./layout.ts";
 
 export interface RouteInput {
