@@ -19,6 +19,14 @@ import { importMediaUrlKey, workerMediaCredential } from "../src/media/signed-ur
 const ROOT = join(dirname(fileURLToPath(import.meta.url)), "..");
 const NODE = process.execPath;
 
+export type FleetShape = "unified" | "pd";
+
+/** A worker's `--disaggregation-mode` in a fleet of this shape (worker i of n). */
+export function fleetRoleOf(shape: FleetShape, i: number, n: number): "null" | "prefill" | "decode" {
+  if (shape === "unified") return "null";
+  return i < Math.ceil(n / 2) ? "prefill" : "decode";
+}
+
 export interface FleetOptions {
   workers?: number;
   edgePort?: number;
@@ -49,6 +57,16 @@ export interface FleetOptions {
   exactMedia?: boolean;
   /** Model directory the workers and relays derive their contract from (default: the family's fixture). */
   modelDir?: string;
+  /**
+   * Fleet shape: "unified" (default) workers, or "pd": a prefill/decode pool whose first
+   * ceil(workers / 2) workers run `--disaggregation-mode prefill` and the rest `decode`.
+   */
+  shape?: FleetShape;
+  /**
+   * Attention-DP ranks per worker (the simulator's `--dp-size N --enable-dp-attention`, rank r
+   * publishing on kv/replay port + r); each rank is a routing target `<worker>#<rank>`. Default 1.
+   */
+  dpSize?: number;
   /** Per-worker overrides: extra simulator CLI args (e.g. ["--no-mm-hashes"]). */
   workerArgs?: string[][];
   /** Per-worker extra relay CLI args (e.g. ["--no-kv-events"], ["--region", "eu"]); kept across relay restarts. */
@@ -134,6 +152,28 @@ export async function freePort(): Promise<number> {
     }
   }
   throw new Error("freePort: no unused ephemeral port after 50 attempts");
+}
+
+/** `count` consecutive free ports (a DP worker's per-rank event ports): the first of them. */
+export async function freePortRange(count: number): Promise<number> {
+  for (let attempt = 0; attempt < 50; attempt++) {
+    const first = await freePort();
+    const rest = Array.from({ length: count - 1 }, (_, k) => first + 1 + k);
+    if (rest.some((p) => p > 65535 || issuedPorts.has(p))) continue;
+    if ((await Promise.all(rest.map(portIsFree))).every(Boolean)) {
+      for (const p of rest) issuedPorts.add(p);
+      return first;
+    }
+  }
+  throw new Error(`freePortRange: no ${count} consecutive free ports after 50 attempts`);
+}
+
+function portIsFree(port: number): Promise<boolean> {
+  return new Promise((resolve) => {
+    const s = createServer();
+    s.once("error", () => resolve(false));
+    s.listen(port, "127.0.0.1", () => s.close(() => resolve(true)));
+  });
 }
 
 function ephemeralPort(): Promise<number> {
@@ -394,7 +434,13 @@ async function buildFleet(opts: FleetOptions, life: FleetLife): Promise<Fleet> {
 
   const workers: FleetWorker[] = [];
   const startWorker = async (i: number, extraArgs: string[] = [], ports?: [number, number, number]): Promise<FleetWorker> => {
-    const [port, kvPort, replayPort] = ports ?? [await freePort(), await freePort(), await freePort()];
+    const dp = opts.dpSize ?? 1;
+    const eventPorts = async (): Promise<[number, number]> => {
+      if (dp === 1) return [await freePort(), await freePort()];
+      const first = await freePortRange(2 * dp);
+      return [first, first + dp];
+    };
+    const [port, kvPort, replayPort] = ports ?? [await freePort(), ...(await eventPorts())];
     const id = `w${i + 1}`;
     const args = [
       join(ROOT, "services/sglang-sim/main.ts"),
@@ -410,6 +456,8 @@ async function buildFleet(opts: FleetOptions, life: FleetLife): Promise<Fleet> {
       // Locked down like a production worker: media only from the store (signed URLs) and data:.
       ...(opts.lockedDownWorkers !== false ? ["--locked-down-media", ...(decodeUrl ? ["--media-store", decodeUrl] : [])] : []),
       "--api-key-env", "KVEDGE_SIM_API_KEY",
+      ...(dp > 1 ? ["--dp-size", String(dp), "--enable-dp-attention"] : []),
+      ...(fleetRoleOf(opts.shape ?? "unified", i, n) !== "null" ? ["--disaggregation-mode", fleetRoleOf(opts.shape ?? "unified", i, n)] : []),
       ...(opts.workerArgs?.[i] ?? []),
       ...extraArgs,
     ];
@@ -486,7 +534,9 @@ async function buildFleet(opts: FleetOptions, life: FleetLife): Promise<Fleet> {
       async () => {
         const body = (await admin(`/admin/workers?model=${encodeURIComponent(model)}`)) as { workers: { workerId: string; synced: boolean; status: string }[] };
         const live = workers.filter((w) => w.proc.exitCode === null && w.proc.signalCode === null).map((w) => w.id);
-        return live.every((id) => body.workers.some((x) => x.workerId === id && x.synced && x.status === "up"));
+        // A DP worker is synced when every rank's target (`<worker>#<rank>`) is.
+        const targets = live.flatMap((id) => ((opts.dpSize ?? 1) > 1 ? Array.from({ length: opts.dpSize! }, (_, r) => `${id}#${r}`) : [id]));
+        return targets.every((id) => body.workers.some((x) => x.workerId === id && x.synced && x.status === "up"));
       },
       timeoutMs,
       "relays to sync",

@@ -9,11 +9,20 @@
 import { existsSync, mkdirSync, renameSync } from "node:fs";
 import { join } from "node:path";
 import { ffmpegOnFiles, WasmFfmpeg } from "../services/decode/wasm-core.ts";
-import { startFleet, type Fleet } from "./local-fleet.ts";
+import { startFleet, type Fleet, type FleetShape } from "./local-fleet.ts";
 
 const port = Number(process.env.PORT ?? 8787);
 const workers = Number(process.env.KVEDGE_WORKERS ?? 2);
+/** Attention-DP ranks per simulated worker (each rank a routing target); 1 = single-rank workers. */
+const dpSize = Number(process.env.KVEDGE_DP_SIZE ?? 1);
 const verbose = process.env.KVEDGE_VERBOSE === "1";
+// KVEDGE_FLEET=pd: a prefill/decode pool (the first half of the workers prefill, the rest decode).
+const shapeVar = process.env.KVEDGE_FLEET ?? "unified";
+if (shapeVar !== "unified" && shapeVar !== "pd") {
+  console.error(`kvedge: KVEDGE_FLEET=${shapeVar} is none of unified, pd`);
+  process.exit(2);
+}
+const shape: FleetShape = shapeVar;
 
 let fleet: Fleet | null = null;
 let stopping = false;
@@ -54,8 +63,11 @@ async function sampleMedia(): Promise<string> {
 const media = await sampleMedia();
 console.log(`kvedge: starting ${workers} simulated SGLang workers, their relays, the decode service, a media server and the edge (Miniflare) on 127.0.0.1:${port} ...`);
 try {
+  if (!Number.isInteger(dpSize) || dpSize < 1 || dpSize > 16) throw new Error(`KVEDGE_DP_SIZE must be an integer 1…16, not ${process.env.KVEDGE_DP_SIZE}`);
   fleet = await startFleet({
     workers,
+    dpSize,
+    shape,
     edgePort: port,
     persistTo: process.env.KVEDGE_STATE_DIR ?? ".wrangler/state",
     mediaDir: media,

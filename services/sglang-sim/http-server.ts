@@ -4,8 +4,10 @@
  * (`/health*` L602-676, `/model_info` L679-706, `/server_info` L719-751).
  */
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from "node:http";
-import type { SimEngine } from "./engine.ts";
+import type { SimScheduler } from "./dp-engines.ts";
+import type { PagedRadixCache } from "./radix-cache.ts";
 import { handleGenerate, newRid, type GenerateContext } from "./generate.ts";
+import type { PdSide } from "./pd-generate.ts";
 import { handleChatCompletions, type OpenAIContext } from "./openai.ts";
 import type { SimOptions } from "./options.ts";
 import { validationErrorBody } from "./sglang-errors.ts";
@@ -25,11 +27,15 @@ export interface KvEndpointInfo {
 export interface HttpServerDeps {
   opts: SimOptions;
   timing: Timing;
-  engine: SimEngine;
+  engine: SimScheduler;
+  /** Every DP rank's radix cache, rank r at index r (/debug/cache?rank=r). */
+  rankCaches?: readonly PagedRadixCache[];
   openai: OpenAIContext;
   kv: KvEndpointInfo | null;
   /** The model directory the media contract was derived from. */
   modelDir: string;
+  /** The worker's side of a PD pool (pd-generate.ts); null for a unified worker. */
+  pd?: PdSide | null;
   maxReqInputLen: number;
   /** False while shutting down: health endpoints answer 503. */
   isServing: () => boolean;
@@ -113,9 +119,22 @@ export function serverInfo(d: HttpServerDeps): Record<string, unknown> {
     host: o.host,
     context_length: null,
     page_size: o.pageSize,
-    dp_size: 1,
+    // HiCache (server_args.py @9d147fd L2118-2181); the simulator has no L3 storage backend.
+    enable_hierarchical_cache: o.hicache !== null,
+    hicache_ratio: o.hicache?.ratio ?? 2.0,
+    hicache_size: 0,
+    hicache_write_policy: "write_through",
+    hicache_storage_backend: null,
+    dp_size: o.dpSize,
+    enable_dp_attention: o.enableDpAttention,
+    // `auto` resolves to follow_bootstrap_room on a PD prefill, round_robin elsewhere (server_args.py L3086-3101 @9d147fd).
+    load_balance_method: o.disaggregationMode === "prefill" ? "follow_bootstrap_room" : "round_robin",
     tp_size: 1,
     kv_events_config: kvConfig ? JSON.stringify(kvConfig) : null,
+    disaggregation_mode: o.disaggregationMode,
+    // The KV moves by no real transfer engine here: SGLang's "fake" backend is the nearest name.
+    disaggregation_transfer_backend: o.disaggregationMode === "null" ? "mooncake" : "fake",
+    disaggregation_bootstrap_port: d.pd?.bootstrapPort ?? 8998,
     incremental_streaming_output: o.incrementalStreamingOutput,
     stream_interval: 1,
     stream_response_default_include_usage: false,
@@ -139,14 +158,13 @@ export function serverInfo(d: HttpServerDeps): Record<string, unknown> {
     status: "ready",
     max_total_num_tokens: o.capacityTokens,
     max_req_input_len: d.maxReqInputLen,
-    internal_states: [
-      {
-        ...args,
-        last_gen_throughput: d.engine.throughput,
-        memory_usage: { weight: 0, kvcache: 0, token_capacity: o.capacityTokens, graph: 0 },
-        effective_max_running_requests_per_dp: 4096,
-      },
-    ],
+    // One entry per DP rank (http_server.py L729-751 @9d147fd).
+    internal_states: Array.from({ length: o.dpSize }, () => ({
+      ...args,
+      last_gen_throughput: d.engine.throughput / o.dpSize,
+      memory_usage: { weight: 0, kvcache: 0, token_capacity: o.capacityTokens, graph: 0 },
+      effective_max_running_requests_per_dp: 4096,
+    })),
     version: o.version,
     kv_events: d.kv
       ? {
@@ -155,7 +173,7 @@ export function serverInfo(d: HttpServerDeps): Record<string, unknown> {
           endpoint_port_base: d.kv.port,
           topic: o.topic,
           block_size: o.pageSize,
-          dp_size: 1,
+          dp_size: o.dpSize,
         }
       : null,
     // Not in SGLang: lets tools tell a simulator from a real worker and read its cost model.
@@ -218,6 +236,7 @@ async function route(req: IncomingMessage, res: ServerResponse, d: HttpServerDep
     const body = await readJson(req, res);
     if (body.ok) {
       recordRequest(body.value, req.headers.traceparent?.toString());
+      if (d.pd && !(await d.pd.beforeGenerate(body.value, res))) return;
       await handleGenerate(res, body.value, gen);
     }
     return;
@@ -302,7 +321,10 @@ async function route(req: IncomingMessage, res: ServerResponse, d: HttpServerDep
     return sendJson(res, 200, { media: recentlyLoadedMedia() });
   }
   if (path === "/debug/cache" && method === "GET") {
-    const c = d.engine.cache;
+    // `?rank=r`: DP rank r's radix cache (dp-engines.ts); default rank 0.
+    const rank = Number(url.searchParams.get("rank") ?? "0");
+    const c = d.rankCaches?.[rank] ?? (rank === 0 ? d.engine.cache : null);
+    if (c === null) return sendJson(res, 404, { detail: `no DP rank ${url.searchParams.get("rank")}` });
     return sendJson(res, 200, {
       page_size: c.pageSize,
       total_tokens: c.totalTokens,
