@@ -93,7 +93,7 @@ export async function handleChatCompletions(request: Request, deps: ChatDeps): P
         }
       : {}),
   });
-  return forward(deps, {
+  const answer = await forward(deps, {
     model: model.id,
     target,
     fallbackReason: plan.fallbackReason,
@@ -107,4 +107,7 @@ export async function handleChatCompletions(request: Request, deps: ChatDeps): P
     clock,
     noneEligible: costly,
   });
+  // How much of the prompt the turn chain supplied (admin and debug only, like the routing headers).
+  if (showRouting) answer.headers.set("x-kvedge-prompt-reused-messages", String(prompt.reusedMessages ?? 0));
+  return answer;
 }

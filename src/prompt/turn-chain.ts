@@ -50,6 +50,8 @@ export interface ChainedPrompt {
   family: ModelProfile["family"];
   templateId: TemplateId;
   templateSha256: string;
+  /** Leading messages whose rendered text came from the chain (0: rendered whole). */
+  reusedMessages?: number;
 }
 
 export type TemplateRenderer = (id: TemplateId, input: RenderInput) => string;
@@ -282,7 +284,7 @@ export class TurnChainCache {
     }
     // Only a result that passed its check (or was not sampled) seeds the next turn.
     extended.store();
-    return out;
+    return { ...out, reusedMessages: hit.node.messages };
   }
 
   stats(): TurnChainStats {

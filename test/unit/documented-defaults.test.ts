@@ -76,7 +76,6 @@ const ACTUAL: Record<string, Record<string, Expected>> = {
     KVEDGE_MEDIA_INLINE_MAX_BYTES: cfg.mediaStore.inlineMaxBytes,
     KVEDGE_FORWARD_CLIENT_URLS: cfg.mediaStore.forwardClientUrls,
     KVEDGE_EXACT_MEDIA: cfg.exactMedia ? "on" : "off",
-    KVEDGE_TURN_CHECK_RATE: cfg.turnCheckRate,
     KVEDGE_ACCESS: cfg.publicAccess ? "public" : "api_keys",
     KVEDGE_DEBUG_HEADERS: cfg.debugHeaders ? "on" : "off",
     KVEDGE_CORS: cfg.cors === null ? "off" : cfg.cors.origins === "*" ? "*" : [...cfg.cors.origins].join(","),

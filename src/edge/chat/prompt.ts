@@ -7,10 +7,11 @@ import type { Limits } from "../../api/limits.ts";
 import type { ChatCompletionRequest } from "../../api/openai-schema.ts";
 import { contextTokensOf, type ModelConfig } from "../../config/config.ts";
 import { preparePrompt } from "../../prompt/index.ts";
-import { sharedTurnChain } from "../../prompt/turn-chain.ts";
+import { sharedTurnChain, type ChainedPrompt } from "../../prompt/turn-chain.ts";
 import { getQwenTokenizer } from "../../prompt/tokenizer/index.ts";
 
-export type RenderedPrompt = ReturnType<typeof preparePrompt>;
+/** preparePrompt's result, plus how many leading messages the turn chain supplied. */
+export type RenderedPrompt = ChainedPrompt;
 
 /** Longest token of the Qwen2/2.5/3 vocabularies, in UTF-16 units (a run of 128 spaces). */
 const MAX_TOKEN_CHARS = 128;
