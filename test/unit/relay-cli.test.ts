@@ -50,6 +50,14 @@ describe("relay CLI", () => {
     expect(missing.stderr).toMatch(/relay key: cannot read/);
   });
 
+  it("refuses to follow a DP rank the worker does not have, naming it", async () => {
+    const w = await FakeWorker.create();
+    open.push(w);
+    const r = await run(["--worker-url", w.url, "--index-url", "ws://127.0.0.1:1", "--worker-id", "w1", "--dp-rank", "3"], { KVEDGE_RELAY_KEY: testCredential("s") });
+    expect(r.code).toBe(2);
+    expect(r.stderr).toMatch(/refusing to start: worker .*: --dp-rank 3 is outside its dp size 1/);
+  });
+
   it("refuses a worker without KV events", async () => {
     const w = await FakeWorker.create();
     open.push(w);
