@@ -34,11 +34,10 @@ const HEARTBEAT_FAILURES = 2;
 
 /** The error a PD side answers with (SGLang aborts the request with a message and status 400/500). */
 export class PdRequestError extends Error {
-  constructor(
-    message: string,
-    readonly status: 400 | 500,
-  ) {
+  readonly status: 400 | 500;
+  constructor(message: string, status: 400 | 500) {
     super(message);
+    this.status = status;
   }
 }
 

@@ -20,6 +20,8 @@ export interface Receipt {
   fallbackReason: string | null;
   /** The request's W3C trace id: the receipt of a request a client traced can be found by it. */
   traceId: string | null;
+  /** A prefill/decode pair's decode side (`workerId` is then its prefill); absent: a unified worker. */
+  decodeWorkerId?: string;
 }
 
 export interface WorkerReceiptStats {

@@ -202,6 +202,7 @@ export class Router {
       blockSize,
       fallbackReason: req.fallbackReason ?? null,
       traceId: req.traceId ?? null,
+      ...(decode ? { decodeWorkerId: decode.workerId } : {}),
     });
     if (this.#pending.size > MAX_PENDING_RECEIPTS) this.#pending.delete(this.#pending.keys().next().value!);
     counters.routed++;

@@ -53,6 +53,8 @@ export async function forward(deps: ForwardDeps, input: ForwardInput): Promise<R
     // its media credential), and the worker is told which rank holds the prefix.
     const { workerId, rank } = parseRankTarget(decision.workerId);
     const body = rank === null ? await input.bodyFor(workerId) : withRoutedDpRank(await input.bodyFor(workerId), rank);
+    // A PD pair's decode side reads the media too, under URLs signed for it.
+    const decodeBody = decision.pd ? await input.bodyFor(decision.pd.decodeWorkerId) : undefined;
     input.clock.mark("route");
     const edgeOverheadMs = Date.now() - input.clock.start;
     const receipt = openReceipt(deps, target.index, decision, edgeOverheadMs);
@@ -62,6 +64,7 @@ export async function forward(deps: ForwardDeps, input: ForwardInput): Promise<R
         fetch: deps.fetch,
         decision,
         body,
+        ...(decodeBody ? { decodeBody } : {}),
         answer: input.answer,
         receipt,
         releaseBeforeReply: config.shards > 1,

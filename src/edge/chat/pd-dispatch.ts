@@ -52,14 +52,15 @@ export async function withBootstrap(body: Blob, f: BootstrapFields): Promise<Blo
 
 /** Why a pair failed before the answer's first byte, and which of its workers to blame. */
 export class PairSideFailed extends Error {
-  constructor(
-    message: string,
-    readonly workerId: string,
-    readonly unreachable: boolean,
-    /** The prefill answered a client error (4xx): its status and text, for the client. */
-    readonly clientError: { status: number; text: string } | null = null,
-  ) {
+  readonly workerId: string;
+  readonly unreachable: boolean;
+  /** The prefill answered a client error (4xx): its status and text, for the client. */
+  readonly clientError: { status: number; text: string } | null;
+  constructor(message: string, workerId: string, unreachable: boolean, clientError: { status: number; text: string } | null = null) {
     super(message);
+    this.workerId = workerId;
+    this.unreachable = unreachable;
+    this.clientError = clientError;
   }
 }
 
@@ -68,7 +69,8 @@ export interface PairInput {
   prefill: { workerId: string; url: string; headers: Record<string, string> };
   decode: { workerId: string; url: string; headers: Record<string, string> };
   pd: PdDecision;
-  body: Blob;
+  prefillBody: Blob;
+  decodeBody: Blob;
   /** Aborts both sides (client gone, deadline). */
   signal: AbortSignal;
   maxPrefillBodyBytes: number;
@@ -84,7 +86,7 @@ export interface PairInput {
 export async function sendPair(input: PairInput): Promise<{ decode: Response; room: bigint; prefill: Promise<void> }> {
   const { room, release } = takeBootstrapRoom();
   const fields: BootstrapFields = { host: bootstrapHostOf(input.prefill.url), port: input.pd.bootstrapPort, room };
-  const body = await withBootstrap(input.body, fields);
+  const [prefillBody, decodeBody] = await Promise.all([withBootstrap(input.prefillBody, fields), withBootstrap(input.decodeBody, fields)]);
   const prefillAbort = new AbortController();
   const decodeAbort = new AbortController();
   const prefillSignal = AbortSignal.any([input.signal, prefillAbort.signal]);
@@ -92,7 +94,7 @@ export async function sendPair(input: PairInput): Promise<{ decode: Response; ro
   let prefillFailure: PairSideFailed | null = null;
   const prefill = (async () => {
     try {
-      const res = await input.fetch(`${input.prefill.url}/generate`, { method: "POST", headers: input.prefill.headers, body, signal: prefillSignal });
+      const res = await input.fetch(`${input.prefill.url}/generate`, { method: "POST", headers: input.prefill.headers, body: prefillBody, signal: prefillSignal });
       const text = await readCapped(res, input.maxPrefillBodyBytes);
       if (!res.ok) {
         const clientError = res.status >= 400 && res.status < 500 && res.status !== 408 && res.status !== 429 ? { status: res.status, text } : null;
@@ -105,7 +107,7 @@ export async function sendPair(input: PairInput): Promise<{ decode: Response; ro
     }
   })().finally(release);
   try {
-    const decode = await input.fetch(`${input.decode.url}/generate`, { method: "POST", headers: input.decode.headers, body, signal: decodeSignal });
+    const decode = await input.fetch(`${input.decode.url}/generate`, { method: "POST", headers: input.decode.headers, body: decodeBody, signal: decodeSignal });
     return { decode, room, prefill };
   } catch (err) {
     if (prefillFailure) throw prefillFailure;

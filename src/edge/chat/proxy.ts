@@ -56,6 +56,8 @@ export interface ProxyInput {
   decision: RouteDecision;
   /** The `/generate` body (src/proxy/generate-body.ts). */
   body: Blob;
+  /** A PD pair's decode body (its media signed for the decode worker); absent: `body`. */
+  decodeBody?: Blob;
   answer: AnswerFormat;
   receipt: Receipt;
   /**
@@ -106,7 +108,8 @@ export async function proxyOnce(input: ProxyInput): Promise<Response> {
             prefill: { workerId: d.workerId, url: d.url, headers: headersFor(auth) },
             decode: { workerId: d.pd.decodeWorkerId, url: d.pd.decodeUrl, headers: headersFor(decodeAuth ?? {}) },
             pd: d.pd,
-            body: input.body,
+            prefillBody: input.body,
+            decodeBody: input.decodeBody ?? input.body,
             signal: abort.signal,
             maxPrefillBodyBytes: routing.maxUpstreamBodyBytes,
           })

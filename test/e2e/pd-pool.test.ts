@@ -1,0 +1,178 @@
+/**
+ * A prefill/decode pool end to end (scripts/local-fleet.ts shape "pd"): w1, w2 run
+ * `--disaggregation-mode prefill`, w3, w4 `decode`, each with its relay, behind the edge. The edge
+ * picks the prefill by exact overlap and the decode by load, sends both SGLang's bootstrap fields
+ * and streams from the decode; the simulated decode waits for its prefill peer's KV.
+ */
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { startFleet, type Fleet } from "../../scripts/local-fleet.ts";
+import { chat, image, makeImage, makeMediaDir, text, userWith } from "./helpers/media.ts";
+
+const logs = process.env.KVEDGE_E2E_LOGS ? (l: string) => console.log(l) : undefined;
+let fleet: Fleet;
+const PREFILL = ["w1", "w2"];
+const DECODE = ["w3", "w4"];
+
+beforeAll(async () => {
+  const dir = makeMediaDir();
+  makeImage(dir, "img0.png", { source: "testsrc" });
+  fleet = await startFleet({ workers: 4, shape: "pd", mediaDir: dir, log: logs });
+});
+afterAll(async () => {
+  await fleet?.stop();
+});
+
+/** ~2k tokens of seeded distinct text. */
+function longPrompt(seed: number, words = 1600): string {
+  const vocab = ["router", "cache", "prefix", "token", "block", "worker", "decode", "prefill", "edge", "index", "room", "bootstrap"];
+  let x = (seed * 2654435761) >>> 0;
+  const out: string[] = [`Report ${seed}:`];
+  for (let i = 0; i < words; i++) {
+    x = (Math.imul(x, 1664525) + 1013904223) >>> 0;
+    out.push(vocab[x % vocab.length]!);
+  }
+  return out.join(" ");
+}
+
+interface StreamResult {
+  status: number;
+  worker: string | null;
+  decode: string | null;
+  content: string;
+  promptTokens: number;
+  cachedTokens: number;
+  done: boolean;
+}
+
+async function streamChat(body: Record<string, unknown>): Promise<StreamResult> {
+  const r = await fetch(`${fleet.edgeUrl}/v1/chat/completions`, {
+    method: "POST",
+    headers: { "content-type": "application/json" },
+    body: JSON.stringify({ model: fleet.model, max_tokens: 8, stream: true, stream_options: { include_usage: true }, ...body }),
+  });
+  const raw = await r.text();
+  let content = "";
+  let promptTokens = 0;
+  let cachedTokens = 0;
+  for (const line of raw.split("\n")) {
+    if (!line.startsWith("data: {")) continue;
+    const f = JSON.parse(line.slice(6)) as { choices?: { delta?: { content?: string } }[]; usage?: { prompt_tokens: number; prompt_tokens_details?: { cached_tokens?: number } } };
+    content += f.choices?.[0]?.delta?.content ?? "";
+    if (f.usage) {
+      promptTokens = f.usage.prompt_tokens;
+      cachedTokens = f.usage.prompt_tokens_details?.cached_tokens ?? 0;
+    }
+  }
+  return { status: r.status, worker: r.headers.get("x-kvedge-worker"), decode: r.headers.get("x-kvedge-decode-worker"), content, promptTokens, cachedTokens, done: raw.includes("data: [DONE]") };
+}
+
+async function plainChat(body: Record<string, unknown>) {
+  const r = await fetch(`${fleet.edgeUrl}/v1/chat/completions`, { method: "POST", headers: { "content-type": "application/json" }, body: JSON.stringify({ model: fleet.model, max_tokens: 8, ...body }) });
+  const json = (await r.json()) as { choices?: { message?: { content?: string } }[]; usage?: { prompt_tokens: number; prompt_tokens_details?: { cached_tokens?: number } }; error?: { message: string } };
+  return {
+    status: r.status,
+    worker: r.headers.get("x-kvedge-worker"),
+    decode: r.headers.get("x-kvedge-decode-worker"),
+    attempts: Number(r.headers.get("x-kvedge-attempts") ?? "0"),
+    content: json.choices?.[0]?.message?.content ?? "",
+    promptTokens: json.usage?.prompt_tokens ?? 0,
+    cachedTokens: json.usage?.prompt_tokens_details?.cached_tokens ?? 0,
+    json,
+  };
+}
+
+async function workerRows() {
+  const r = await fetch(`${fleet.edgeUrl}/admin/workers?model=${encodeURIComponent(fleet.model)}`, { headers: { authorization: `Bearer ${fleet.adminToken}` } });
+  return ((await r.json()) as { workers: { workerId: string; disaggregationMode?: string; bootstrapPort?: number | null }[] }).workers;
+}
+
+describe("prefill/decode pool", () => {
+  it("knows each worker's role from its relay's hello", async () => {
+    const workers = await workerRows();
+    const role = new Map(workers.map((w) => [w.workerId, w]));
+    for (const id of PREFILL) {
+      expect(role.get(id)?.disaggregationMode).toBe("prefill");
+      expect(role.get(id)?.bootstrapPort).toBeGreaterThan(0);
+    }
+    for (const id of DECODE) expect(role.get(id)?.disaggregationMode).toBe("decode");
+  });
+
+  it("serves text chats, unstreamed and streamed, as a prefill/decode pair", async () => {
+    const a = await plainChat({ messages: [{ role: "user", content: "Say something short." }] });
+    expect(a.status, JSON.stringify(a.json)).toBe(200);
+    expect(PREFILL).toContain(a.worker);
+    expect(DECODE).toContain(a.decode);
+    expect(a.content.length).toBeGreaterThan(0);
+    const s = await streamChat({ messages: [{ role: "user", content: "Say something else." }] });
+    expect(s.status).toBe(200);
+    expect(s.done).toBe(true);
+    expect(PREFILL).toContain(s.worker);
+    expect(DECODE).toContain(s.decode);
+    expect(s.content.length).toBeGreaterThan(0);
+  });
+
+  it("serves image chats, unstreamed and streamed", async () => {
+    const body = userWith([text("What is in this picture?"), image(`${fleet.mediaUrl}/img0.png`)]);
+    const a = await chat(fleet.edgeUrl, { model: fleet.model, ...body });
+    expect(a.status, JSON.stringify(a.body)).toBe(200);
+    expect(PREFILL).toContain(a.worker);
+    const s = await streamChat(body);
+    expect(s.status).toBe(200);
+    expect(s.done).toBe(true);
+    expect(s.content.length).toBeGreaterThan(0);
+    // The repeat lands on the prefill that holds the image's blocks.
+    expect(s.worker).toBe(a.worker);
+    // Every full block of the prompt (the last, partial one is never cached: block size 16).
+    expect(s.cachedTokens).toBeGreaterThanOrEqual(Math.floor((s.promptTokens - 1) / 16) * 16);
+  });
+
+  it("sends the repeat of a long prompt to the prefill worker that holds it, cached ≥ 0.95 of the prompt", async () => {
+    for (const seed of [1, 2, 3, 4]) {
+      const messages = [{ role: "user", content: longPrompt(seed) }];
+      const first = await plainChat({ messages });
+      expect(first.status, JSON.stringify(first.json)).toBe(200);
+      expect(first.promptTokens).toBeGreaterThan(1500);
+      const again = await streamChat({ messages });
+      expect(again.worker, `prompt ${seed}`).toBe(first.worker);
+      expect(again.cachedTokens / again.promptTokens).toBeGreaterThanOrEqual(0.95);
+    }
+  });
+
+  it("moves a request whose decode worker died before the first byte to another pair", async () => {
+    // The decode worker the index picks first when loads tie (the first it registered) dies with
+    // its relay, so the index still holds it up: only the edge's failed connect reveals it.
+    const rows = await workerRows();
+    const doomed = rows.find((w) => w.disaggregationMode === "decode")!.workerId;
+    const survivor = DECODE.find((id) => id !== doomed)!;
+    const i = Number(doomed.slice(1)) - 1;
+    await fleet.killRelay(i);
+    await fleet.killWorker(i);
+    let moved = false;
+    for (let k = 0; k < 6 && !moved; k++) {
+      const r = await plainChat({ messages: [{ role: "user", content: longPrompt(20 + k, 300) }] });
+      expect(r.status, JSON.stringify(r.json)).toBe(200);
+      expect(r.decode).toBe(survivor);
+      moved = r.attempts === 2;
+    }
+    expect(moved, "a request went to the dead decode worker first and was moved").toBe(true);
+    const s = await streamChat({ messages: [{ role: "user", content: longPrompt(10, 300) }] });
+    expect(s.status).toBe(200);
+    expect(s.decode).toBe(survivor);
+    expect(s.content.length).toBeGreaterThan(0);
+  });
+
+  it("refuses a pool whose decode worker has no prefill peer, naming it", async () => {
+    await fleet.killWorker(0);
+    await fleet.killWorker(1);
+    // The relays report the prefill workers down (health checked every 0.5 s).
+    const deadline = Date.now() + 20_000;
+    let r = await plainChat({ messages: [{ role: "user", content: "Anyone there?" }] });
+    while (!/no prefill peer/.test(r.json.error?.message ?? "") && Date.now() < deadline) {
+      await new Promise((res) => setTimeout(res, 300));
+      r = await plainChat({ messages: [{ role: "user", content: "Anyone there?" }] });
+    }
+    expect(r.status).toBe(503);
+    // The dead decode worker's relay died with it: the index names whichever decode worker it holds first.
+    expect(r.json.error?.message).toMatch(/decode worker w[34] has no prefill peer up/);
+  });
+});
