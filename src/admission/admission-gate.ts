@@ -7,7 +7,8 @@
  * queue's order gives it, routed to that worker. Runtime-free: the pool and the timer are injected.
  */
 import { AdmissionQueue, type QueuedEntry } from "./admission-queue.ts";
-import { BAND_COUNT } from "./bands.ts";
+import { BAND_COUNT, BAND_NAMES } from "./bands.ts";
+import { MAX_TENANTS_SHOWN, type AdmissionSnapshot } from "../metrics/admission-snapshot.ts";
 import { DrainRate } from "./drain-rate.ts";
 import { TenantLedger } from "./tenant-ledger.ts";
 import { AdmissionStats, type RefusalReason } from "./admission-stats.ts";
@@ -82,7 +83,7 @@ export class AdmissionGate<R, D> {
   readonly #ledger = new TenantLedger();
   readonly #drain = new DrainRate();
   readonly #recentAdmitted = new Map<string, string>();
-  readonly stats = new AdmissionStats(BAND_COUNT);
+  readonly #stats = new AdmissionStats(BAND_NAMES);
   #timer: unknown = null;
   #timerAt: number | null = null;
 
@@ -98,8 +99,10 @@ export class AdmissionGate<R, D> {
     return this.#queue.size;
   }
 
-  depthByBand(): number[] {
-    return this.#queue.depthByBand(BAND_COUNT);
+  /** What waits now (per band, and for the tenants with most waiting) and the counters since start. */
+  snapshot(): AdmissionSnapshot {
+    const tenants = [...this.#queue.depthByTenant()].sort((a, b) => b[1] - a[1]).slice(0, MAX_TENANTS_SHOWN);
+    return { bands: this.#stats.snapshot(this.#queue.depthByBand(BAND_COUNT)), queuedByTenant: Object.fromEntries(tenants) };
   }
 
   admit(req: R, t: AdmissionTicket): Promise<AdmitOutcome<D>> | AdmitOutcome<D> {
@@ -124,7 +127,7 @@ export class AdmissionGate<R, D> {
         resolve(this.#refuse(band, "queue_full", now));
         return;
       }
-      this.stats.queued(band);
+      this.#stats.queued(band);
       if (added.evicted) added.evicted.payload.resolve(this.#refuse(added.evicted.band, "evicted", now));
       this.pump(null);
     });
@@ -138,7 +141,7 @@ export class AdmissionGate<R, D> {
     const e = this.#queue.remove(ticket);
     if (e) {
       e.payload.resolve({ kind: "left" });
-      this.stats.left(e.band);
+      this.#stats.left(e.band);
       this.#armTimer();
       return { left: "queue" };
     }
@@ -187,11 +190,11 @@ export class AdmissionGate<R, D> {
     this.#ledger.charge(receiptId, t.tenant, cost);
     this.#recentAdmitted.set(t.ticket, receiptId);
     if (this.#recentAdmitted.size > RECENT_ADMITTED) this.#recentAdmitted.delete(this.#recentAdmitted.keys().next().value!);
-    this.stats.admitted(band, waited, waitedMs);
+    this.#stats.admitted(band, waited, waitedMs);
   }
 
   #refuse(band: number, reason: RefusalReason, now: number): AdmitOutcome<D> {
-    this.stats.refused(band, reason);
+    this.#stats.refused(band, reason);
     const retryAfterSeconds = this.#drain.retryAfterSeconds(now, this.#queue.size, Math.ceil(this.#cfg.maxWaitMs / 1000));
     return { kind: "refused", reason, retryAfterSeconds };
   }

@@ -90,6 +90,13 @@ export class AdmissionQueue<T> {
     return out;
   }
 
+  /** How many requests each tenant has waiting. */
+  depthByTenant(): Map<string, number> {
+    const out = new Map<string, number>();
+    for (const e of this.#entries.values()) out.set(e.tenant, (out.get(e.tenant) ?? 0) + 1);
+    return out;
+  }
+
   /**
    * Removes and returns the request that goes next (the order above). `usage` is a tenant's
    * in-flight cost; `overlap` the request's cached blocks on the worker that has room, asked only

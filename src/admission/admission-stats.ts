@@ -2,46 +2,36 @@
  * Admission counters of one pool object, per band, as plain JSON for the metrics snapshot
  * (src/metrics/pool-families.ts renders them for Prometheus, KEDA and HPA).
  */
-import { Histogram, type HistogramSnapshot } from "../metrics/histogram.ts";
+import { Histogram } from "../metrics/histogram.ts";
+import type { BandStatsSnapshot, RefusalReason } from "../metrics/admission-snapshot.ts";
+
+export type { RefusalReason } from "../metrics/admission-snapshot.ts";
 
 /** Queue wait, seconds (admitted after waiting). */
 export const WAIT_BUCKETS: readonly number[] = [0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60];
-
-/** Why a waiting request got 429: the queue was full, its deadline passed, or a higher band took its place. */
-export type RefusalReason = "queue_full" | "deadline" | "evicted";
-
-export interface BandStatsSnapshot {
-  /** Routed at once (under the bound). */
-  admittedImmediately: number;
-  /** Routed after waiting in the queue. */
-  admittedAfterWait: number;
-  refused: Record<RefusalReason, number>;
-  /** Clients that left the queue before admission. */
-  left: number;
-  /** Requests that entered the queue. */
-  queued: number;
-  waitSeconds: HistogramSnapshot;
-}
 
 interface BandStats {
   admittedImmediately: number;
   admittedAfterWait: number;
   refused: Record<RefusalReason, number>;
   left: number;
-  queued: number;
+  /** Requests that entered the queue. */
+  entered: number;
   wait: Histogram;
 }
 
 export class AdmissionStats {
   readonly #bands: BandStats[];
+  readonly #names: readonly string[];
 
-  constructor(bands: number) {
-    this.#bands = Array.from({ length: bands }, () => ({
+  constructor(names: readonly string[]) {
+    this.#names = names;
+    this.#bands = names.map(() => ({
       admittedImmediately: 0,
       admittedAfterWait: 0,
       refused: { queue_full: 0, deadline: 0, evicted: 0 },
       left: 0,
-      queued: 0,
+      entered: 0,
       wait: new Histogram(WAIT_BUCKETS),
     }));
   }
@@ -65,16 +55,19 @@ export class AdmissionStats {
   }
 
   queued(band: number): void {
-    this.#bands[band]!.queued++;
+    this.#bands[band]!.entered++;
   }
 
-  snapshot(): BandStatsSnapshot[] {
-    return this.#bands.map((b) => ({
+  /** Per band, with what waits now (`queuedNow`, per band) beside the counters. */
+  snapshot(queuedNow: readonly number[]): BandStatsSnapshot[] {
+    return this.#bands.map((b, k) => ({
+      band: this.#names[k]!,
+      queued: queuedNow[k] ?? 0,
       admittedImmediately: b.admittedImmediately,
       admittedAfterWait: b.admittedAfterWait,
       refused: { ...b.refused },
       left: b.left,
-      queued: b.queued,
+      enqueued: b.entered,
       waitSeconds: b.wait.snapshot(),
     }));
   }

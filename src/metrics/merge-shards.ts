@@ -22,6 +22,7 @@
  * Inputs are never mutated.
  */
 import type { HistogramSnapshot } from "./histogram.ts";
+import { MAX_TENANTS_SHOWN, type AdmissionSnapshot, type RefusalReason } from "./admission-snapshot.ts";
 import { RECENT_KEPT, type DecisionRecord, type RecorderSnapshot, type RoutingMode, type WorkerReceiptTotals } from "./pool-recorder.ts";
 import type { DriftView, IndexCounters, PoolMetricsSnapshot, ReceiptView, WorkerView } from "./pool-snapshot.ts";
 import { SERIES_CAPACITY, type SeriesPoint } from "./time-series.ts";
@@ -71,7 +72,31 @@ export function mergeShardSnapshots(snapshots: readonly PoolMetricsSnapshot[]): 
     cohort: { ...first.cohort },
     recentReceipts: newestFirst<ReceiptView>(snapshots.map((s) => s.recentReceipts)),
     recorder: mergeRecorders(snapshots.map((s) => s.recorder)),
+    ...mergeAdmission(snapshots.flatMap((s) => (s.admission ? [s.admission] : []))),
   };
+}
+
+/** Each shard queues its own requests: depths and counters add up, band by band. */
+function mergeAdmission(list: readonly AdmissionSnapshot[]): { admission?: AdmissionSnapshot } {
+  const first = list[0];
+  if (!first) return {};
+  const bands = first.bands.map((b, k) => {
+    const all = list.map((a) => a.bands[k]!);
+    return {
+      band: b.band,
+      queued: sum(all.map((x) => x.queued)),
+      admittedImmediately: sum(all.map((x) => x.admittedImmediately)),
+      admittedAfterWait: sum(all.map((x) => x.admittedAfterWait)),
+      refused: sumRecords(all.map((x) => x.refused)) as Record<RefusalReason, number>,
+      left: sum(all.map((x) => x.left)),
+      enqueued: sum(all.map((x) => x.enqueued)),
+      waitSeconds: mergeHistograms(`admission wait (${b.band})`, all.map((x) => x.waitSeconds)),
+    };
+  });
+  const tenants = Object.entries(sumRecords(list.map((a) => a.queuedByTenant)))
+    .sort((a, b) => b[1] - a[1])
+    .slice(0, MAX_TENANTS_SHOWN);
+  return { admission: { bands, queuedByTenant: Object.fromEntries(tenants) } };
 }
 
 function sum(xs: readonly number[]): number {

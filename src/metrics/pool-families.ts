@@ -5,6 +5,7 @@
  */
 import { ExpositionBuilder } from "./exposition.ts";
 import { COHORT_STATES, type PoolMetricsSnapshot } from "./pool-snapshot.ts";
+import { REFUSAL_REASONS, type AdmissionSnapshot } from "./admission-snapshot.ts";
 
 export interface PoolScrape {
   model: string;
@@ -108,4 +109,30 @@ function writePool(b: ExpositionBuilder, model: string, s: PoolMetricsSnapshot):
   b.counter("kvedge_index_blocks_removed_total", "Blocks removed from the index by events.").set(m, c.blocksRemoved);
   b.counter("kvedge_index_dumps_total", "Full block-set dumps applied (relay connects and resyncs).").set(m, c.dumps);
   b.counter("kvedge_index_load_expired_total", "Routed requests whose load expired because the edge never settled them.").set(m, c.expired);
+
+  if (s.admission) writeAdmission(b, model, s.admission);
+}
+
+/**
+ * Admission (src/admission/), named for autoscalers: scale on kvedge_admission_queue_depth (KEDA's
+ * Prometheus scaler, or an HPA external metric) and on the wait it causes.
+ */
+function writeAdmission(b: ExpositionBuilder, model: string, a: AdmissionSnapshot): void {
+  const depth = b.gauge("kvedge_admission_queue_depth", "Requests waiting in the pool's admission queue now, by band.");
+  const admitted = b.counter("kvedge_admission_admitted_total", "Requests admitted, by band and whether they waited (queued) or not (immediate).");
+  const refused = b.counter("kvedge_admission_refused_total", "Requests refused with 429, by band and reason (queue_full, deadline, evicted).");
+  const left = b.counter("kvedge_admission_left_total", "Clients that left the queue before admission, by band.");
+  const enqueued = b.counter("kvedge_admission_enqueued_total", "Requests that entered the queue, by band.");
+  const wait = b.histogram("kvedge_admission_wait_seconds", "Time waited in the queue by requests admitted after waiting, by band.");
+  for (const x of a.bands) {
+    const l = { model, band: x.band };
+    depth.set(l, x.queued);
+    admitted.set({ ...l, wait: "immediate" }, x.admittedImmediately).set({ ...l, wait: "queued" }, x.admittedAfterWait);
+    for (const reason of REFUSAL_REASONS) refused.set({ ...l, reason }, x.refused[reason]);
+    left.set(l, x.left);
+    enqueued.set(l, x.enqueued);
+    wait.histogram(l, x.waitSeconds);
+  }
+  const byTenant = b.gauge("kvedge_admission_tenant_queue_depth", "Requests waiting now per tenant (a digest of the API key or client network), for the tenants with most waiting.");
+  for (const [tenant, n] of Object.entries(a.queuedByTenant)) byTenant.set({ model, tenant }, n);
 }

@@ -2,6 +2,7 @@
  * Everything one pool's index reports to operators in one RPC: registry and load per worker,
  * index counters, drift, and the recorder's routing/receipt data. Plain JSON (no bigint, no Map).
  */
+import type { AdmissionSnapshot } from "./admission-snapshot.ts";
 import type { RecorderSnapshot } from "./pool-recorder.ts";
 
 export interface WorkerView {
@@ -69,6 +70,8 @@ export interface PoolMetricsSnapshot {
   /** Most recent settled receipts, newest first. */
   recentReceipts: ReceiptView[];
   recorder: RecorderSnapshot;
+  /** The admission queue (src/admission/); absent from a snapshot made without one. */
+  admission?: AdmissionSnapshot;
 }
 
 export type CohortState = "no_workers" | "no_contract" | "invalid" | "disagree" | "agree";

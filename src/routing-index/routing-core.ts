@@ -31,7 +31,7 @@ import type { PoolStats } from "./front-door.ts";
 import { Router, type RouteDecision, type RoutePreview, type RouteRequest, type SettleRequest } from "./router.ts";
 import { isQuarantined, WorkerRegistry, type WorkerRecord } from "./worker-registry.ts";
 import { AdmissionGate, type AdmissionTicket, type AdmitOutcome, type Timers } from "../admission/admission-gate.ts";
-import type { BandStatsSnapshot } from "../admission/admission-stats.ts";
+import type { AdmissionSnapshot } from "../metrics/admission-snapshot.ts";
 import { isFull, loadBoundTokens } from "../admission/load-bound.ts";
 import { AdmissionConfigSchema, type AdmissionConfig } from "../config/config.ts";
 
@@ -85,13 +85,6 @@ export interface RoutingCoreOptions {
   admission?: AdmissionConfig;
   /** The timer of the admission queue's deadlines (default setTimeout). */
   timers?: Timers;
-}
-
-/** A pool's admission state for operators (metrics, /admin/stats). */
-export interface AdmissionSnapshot {
-  /** Requests waiting now, per band (0 = priority, 1 = default, 2 = flex). */
-  queuedByBand: number[];
-  bands: BandStatsSnapshot[];
 }
 
 const GLOBAL_TIMERS: Timers = { set: (fn, ms) => setTimeout(fn, ms), clear: (h) => clearTimeout(h as ReturnType<typeof setTimeout>) };
@@ -369,7 +362,7 @@ export class RoutingCore {
   }
 
   admissionSnapshot(): AdmissionSnapshot {
-    return { queuedByBand: this.#admission.depthByBand(), bands: this.#admission.stats.snapshot() };
+    return this.#admission.snapshot();
   }
 
   // ---- load replication between shards (load-sync.ts) ----
@@ -430,6 +423,6 @@ export class RoutingCore {
   metricsSnapshot(): PoolMetricsSnapshot {
     this.#markSilentRelays();
     const parts = { registry: this.#registry, views: this.#views, load: this.#load, receipts: this.#receipts, metrics: this.#metrics, counters: this.#counters };
-    return poolMetricsSnapshot(parts, this.#now());
+    return { ...poolMetricsSnapshot(parts, this.#now()), admission: this.#admission.snapshot() };
   }
 }

@@ -94,7 +94,7 @@ describe("admission under the bound", () => {
     const boxes = Array.from({ length: 200 }, (_, k) => admit(core, prompt(k), ticket()));
     // Answered synchronously: no wait, no queue.
     expect(boxes.every((b) => b.outcome?.kind === "routed")).toBe(true);
-    expect(core.admissionSnapshot().queuedByBand).toEqual([0, 0, 0]);
+    expect(core.admissionSnapshot().bands.map((b) => b.queued)).toEqual([0, 0, 0]);
     expect(core.admissionSnapshot().bands[BAND_DEFAULT]!.admittedImmediately).toBe(200);
   });
 
@@ -121,7 +121,7 @@ describe("admission queue", () => {
     const boxes = Array.from({ length: 12 }, (_, k) => admit(core, prompt(k), ticket(), seen));
     await flush();
     expect(boxes.filter((b) => b.outcome?.kind === "routed")).toHaveLength(2);
-    expect(core.admissionSnapshot().queuedByBand[BAND_DEFAULT]).toBe(10);
+    expect(core.admissionSnapshot().bands[BAND_DEFAULT]!.queued).toBe(10);
     // Finish whatever runs, one at a time, until every request has run.
     const done = new Set<string>();
     for (let round = 0; round < 12; round++) {
@@ -135,7 +135,7 @@ describe("admission queue", () => {
     expect(done.size).toBe(12);
     expect(new Set(boxes.map((b) => (b.outcome?.kind === "routed" ? b.outcome.decision.receiptId : "none"))).size).toBe(12);
     expect(core.sizes().activeRequests).toBe(0);
-    expect(core.admissionSnapshot().bands[BAND_DEFAULT]).toMatchObject({ admittedImmediately: 2, admittedAfterWait: 10, queued: 10 });
+    expect(core.admissionSnapshot().bands[BAND_DEFAULT]).toMatchObject({ admittedImmediately: 2, admittedAfterWait: 10, enqueued: 10 });
   });
 
   it("gives the freed worker the waiting request with the most cached blocks on it", async () => {
@@ -213,7 +213,7 @@ describe("admission queue", () => {
     const o = waiting.outcome!;
     // Nothing drained yet: the wait the pool allows (5 s).
     if (o.kind === "refused") expect(o.retryAfterSeconds).toBe(5);
-    expect(core.admissionSnapshot().queuedByBand).toEqual([0, 0, 0]);
+    expect(core.admissionSnapshot().bands.map((b) => b.queued)).toEqual([0, 0, 0]);
     expect(clock.pending).toBe(0);
     expect(core.admissionSnapshot().bands[BAND_DEFAULT]!.refused.deadline).toBe(2);
   });
@@ -231,7 +231,7 @@ describe("admission queue", () => {
     expect(f2.outcome).toMatchObject({ kind: "refused", reason: "evicted" });
     expect(f1.outcome).toBeNull();
     expect(p.outcome).toBeNull();
-    expect(core.admissionSnapshot().queuedByBand).toEqual([1, 0, 1]);
+    expect(core.admissionSnapshot().bands.map((b) => b.queued)).toEqual([1, 0, 1]);
   });
 
   it("a client that leaves the queue leaves no trace; one that leaves after admission is settled", async () => {
@@ -315,5 +315,40 @@ describe("bands and Retry-After", () => {
     expect(d.retryAfterSeconds(t0 + 2_000, 1_000, 30)).toBe(60);
     expect(d.retryAfterSeconds(t0 + 2_000, 0, 30)).toBe(1);
     expect(d.perSecond(t0 + 30_000)).toBe(0); // the window moved past them
+  });
+});
+
+describe("admission signals", () => {
+  it("exports queue depth, admissions, refusals and waits per band and tenant, summed over shards", async () => {
+    const { renderMetrics } = await import("../../src/metrics/pool-families.ts");
+    const { mergeShardSnapshots } = await import("../../src/metrics/merge-shards.ts");
+    const { parsePrometheusText, sampleValue } = await import("./metrics-prom-parser.ts");
+    const { core, clock } = pool({ workers: ["a"], capacityTokens: 40, admission: { maxWaitMs: 1_000 } });
+    const running = admit(core, prompt(0), ticket());
+    const waits = admit(core, prompt(1), ticket({ tenant: "t-1", band: BAND_FLEX }));
+    admit(core, prompt(2), ticket({ tenant: "t-2" }));
+    admit(core, prompt(3), ticket({ tenant: "t-2" }));
+    clock.advance(400);
+    settle(core, running.outcome);
+    await flush();
+    expect(waits.outcome).toBeNull(); // default band before flex
+    const one = core.metricsSnapshot();
+    const f = parsePrometheusText(renderMetrics([{ model: "m", snapshot: one }]));
+    expect(sampleValue(f, "kvedge_admission_queue_depth", { model: "m", band: "default" })).toBe(1);
+    expect(sampleValue(f, "kvedge_admission_queue_depth", { model: "m", band: "flex" })).toBe(1);
+    expect(sampleValue(f, "kvedge_admission_admitted_total", { model: "m", band: "default", wait: "immediate" })).toBe(1);
+    expect(sampleValue(f, "kvedge_admission_admitted_total", { model: "m", band: "default", wait: "queued" })).toBe(1);
+    expect(sampleValue(f, "kvedge_admission_wait_seconds_count", { model: "m", band: "default" })).toBe(1);
+    expect(sampleValue(f, "kvedge_admission_wait_seconds_sum", { model: "m", band: "default" })).toBeCloseTo(0.4);
+    expect(sampleValue(f, "kvedge_admission_tenant_queue_depth", { model: "m", tenant: "t-2" })).toBe(1);
+    clock.advance(1_000);
+    await flush();
+    const later = parsePrometheusText(renderMetrics([{ model: "m", snapshot: core.metricsSnapshot() }]));
+    expect(sampleValue(later, "kvedge_admission_refused_total", { model: "m", band: "flex", reason: "deadline" })).toBe(1);
+    expect(sampleValue(later, "kvedge_admission_queue_depth", { model: "m", band: "flex" })).toBe(0);
+    // Two shards' queues: depths and counters add up.
+    const merged = mergeShardSnapshots([one, one]);
+    expect(merged.admission!.bands[BAND_DEFAULT]).toMatchObject({ queued: 2, admittedImmediately: 2, admittedAfterWait: 2 });
+    expect(merged.admission!.queuedByTenant["t-2"]).toBe(2);
   });
 });

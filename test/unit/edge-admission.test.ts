@@ -70,10 +70,10 @@ describe("edge admission", () => {
     const abort = new AbortController();
     const waiting = admitFirstPick(door, { ...routeReq(2), admission: input(door, "r2").ticket }, input(door, "r2", abort.signal));
     await new Promise((r) => setTimeout(r, 10));
-    expect(core.admissionSnapshot().queuedByBand[BAND_DEFAULT]).toBe(1);
+    expect(core.admissionSnapshot().bands[BAND_DEFAULT]!.queued).toBe(1);
     abort.abort();
     await expect(waiting).rejects.toMatchObject({ code: "cancelled" });
-    expect(core.admissionSnapshot().queuedByBand[BAND_DEFAULT]).toBe(0);
+    expect(core.admissionSnapshot().bands[BAND_DEFAULT]!.queued).toBe(0);
     expect(core.admissionSnapshot().bands[BAND_DEFAULT]!.left).toBe(1);
   });
 });
