@@ -161,11 +161,12 @@ export class WorkerRegistry {
 
   /**
    * Ranks of one worker must agree on what the worker is: its DP size and URL (the pool's block size
-   * is checked for every target). A rank claiming otherwise is refused, naming the worker and rank.
+   * is checked for every target). A rank claiming otherwise while another is up is refused, naming
+   * the worker and rank; ranks that are down belong to an ended life (a restart may change dp size).
    */
   #rankSiblingProblem(workerId: string, targetId: string, dpSize: number, url: string): string | null {
     for (const w of this.#workers.values()) {
-      if (w.workerId === targetId) continue;
+      if (w.workerId === targetId || w.status !== "up") continue;
       const other = parseRankTarget(w.workerId);
       if (other.workerId !== workerId) continue;
       const otherSize = other.rank === null ? 1 : (w.dpSize ?? dpSize);

@@ -90,6 +90,9 @@ describe("the index with DP ranks", () => {
     expect(sayHello(core, rankHello("w1", 0, 2)).ok).toBe(true);
     expect(sayHello(core, rankHello("w1", 1, 2, { blockSize: 8 }))).toMatchObject({ ok: false, reason: "worker w1 rank 1: block size 8 differs from the pool's 4" });
     expect(sayHello(core, rankHello("w1", 2, 4))).toMatchObject({ ok: false, reason: expect.stringContaining("worker w1: w1#2 says dp size 4 but w1#0 said 2") });
+    // Once the old life's ranks are down (the worker restarted with another dp size), the new one is taken.
+    core.setStatus("w1#0", "down");
+    expect(sayHello(core, rankHello("w1", 2, 4)).ok).toBe(true);
   });
 
   it("refuses a hello whose rank is not the one its connect named", () => {
