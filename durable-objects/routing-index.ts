@@ -395,6 +395,15 @@ export class RoutingIndex extends DurableObject<RoutingIndexEnv> implements Pool
     return this.#core.stats();
   }
 
+  /** Admin: the worker takes no new requests; its row shows when the running ones have finished. */
+  async drainWorker(workerId: string): Promise<boolean> {
+    const rec = this.#core.setStatus(workerId, "draining");
+    if (!rec) return false;
+    this.#persist(rec);
+    console.warn(JSON.stringify({ event: "worker_draining", workerId }));
+    return true;
+  }
+
   /** Admin: forget a worker entirely. */
   async removeWorker(workerId: string): Promise<boolean> {
     const ok = this.#core.removeWorker(workerId);

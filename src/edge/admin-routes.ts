@@ -75,6 +75,7 @@ const TOKEN_ROUTES: readonly Route<AdminCall>[] = [
   { path: "/admin/stats", methods: { GET: statsRoute } },
   { path: "/admin/shards", methods: { GET: shardsRoute } },
   { path: /^\/admin\/workers\/([^/]+)\/local-hashes$/, methods: { GET: (c, [worker]) => localHashesRoute(c, worker!) } },
+  { path: /^\/admin\/workers\/([^/]+)\/drain$/, methods: { POST: (c, [worker]) => drainRoute(c, worker!) } },
 ];
 
 /** Serves an operator route (`/metrics`, `/dashboard…`, `/admin/*`); an unknown one is 404 once the token passed. */
@@ -130,14 +131,32 @@ async function shardsRoute(c: AdminCall): Promise<Response> {
   return json({ model, shards: await Promise.all(allShards(c.deps, model).map((s) => s.shardInfo())) }, NO_STORE);
 }
 
-async function localHashesRoute(c: AdminCall, encodedWorker: string): Promise<Response> {
-  const model = poolOf(c);
-  let workerId: string;
+function workerIdOf(encodedWorker: string): string {
   try {
-    workerId = decodeURIComponent(encodedWorker);
+    return decodeURIComponent(encodedWorker);
   } catch {
     throw new InvalidRequestError("The worker id in the path is not valid percent-encoding.", "worker");
   }
+}
+
+/**
+ * Drains a worker on every shard (a rolling restart: drain, wait for activeRequests 0 in
+ * /admin/workers, restart; its new life joins up). Answers the worker's row.
+ */
+async function drainRoute(c: AdminCall, encodedWorker: string): Promise<Response> {
+  const model = poolOf(c);
+  const workerId = workerIdOf(encodedWorker);
+  const shards = allShards(c.deps, model);
+  const known = await Promise.all(shards.map((s) => s.drainWorker(workerId)));
+  if (!known.some(Boolean)) throw new NotFoundError(`Unknown worker '${workerId.slice(0, 128)}' in pool '${model}'.`, "worker", "worker_not_found");
+  const lists = await Promise.all(shards.map((s) => s.workers()));
+  const rows = lists.length === 1 ? lists[0]! : mergeShardWorkers(lists);
+  return json({ model, worker: rows.find((w) => w.workerId === workerId) ?? null }, NO_STORE);
+}
+
+async function localHashesRoute(c: AdminCall, encodedWorker: string): Promise<Response> {
+  const model = poolOf(c);
+  const workerId = workerIdOf(encodedWorker);
   const known = (await c.deps.index(model).workers()).some((w) => w.workerId === workerId);
   if (!known) throw new NotFoundError(`Unknown worker '${workerId.slice(0, 128)}' in pool '${model}'.`, "worker", "worker_not_found");
   const parts = await Promise.all(allShards(c.deps, model).map((s) => s.workerLocalHashes(workerId)));

@@ -114,6 +114,11 @@ export interface OperatorFrontDoor {
   workerLocalHashes(workerId: string): Promise<string[]>;
   /** Forgets a worker entirely and closes its relay sockets. */
   removeWorker(workerId: string): Promise<boolean>;
+  /**
+   * Drain: the worker takes no new request (nor any waiting in the admission queue); the running
+   * ones finish; a new life of it (a restart's hello) joins the pool up. false: unknown worker.
+   */
+  drainWorker(workerId: string): Promise<boolean>;
 }
 
 /** What one shard sends the others (src/load/load-replica.ts). */
