@@ -17,6 +17,7 @@ import { mkdirSync } from "node:fs";
 import { join } from "node:path";
 import { ffmpegToFile } from "../../test/helpers/wasm-media.ts";
 import { ROOT } from "../lib/workerd.mjs";
+import { HISTORY_BINS, runConversations } from "../edge/conversations.mjs";
 
 const MODEL = "Qwen/Qwen3-VL-8B-Instruct";
 const SYSTEM = "You are a careful assistant. Answer from the provided material, cite the section you used, and say so when the material does not contain the answer.";
@@ -206,6 +207,18 @@ export default {
       };
     }
 
+    // Growing conversations, many per isolate (bench/edge/conversations.mjs); KVEDGE_BENCH_EDGE_CASES
+    // selects them by the word "conversations".
+    let conversations = null;
+    if (!only || only.test("conversations")) {
+      ctx.progress(0.9, "edge conversations");
+      conversations = await runConversations(
+        ctx,
+        { edge, direct, admin, body: (messages) => body(messages, false), fresh, image: (i) => imageParts()[i % IMAGE_SIZES.length], timedPost, edgePid: fleet.edgePid },
+        ctx.tiny ? { runs: 1, perKind: { chat: 1, agent: 1, vision: 1 }, targetTokens: 8_000 } : ctx.quick ? { runs: 2, perKind: { chat: 2, agent: 1, vision: 1 }, targetTokens: 100_000 } : { runs: 3, perKind: { chat: 6, agent: 3, vision: 3 }, targetTokens: 100_000 },
+      );
+    }
+
     const fmt = (x) => x.toFixed(1);
     const summary = Object.entries(results).map(([k, r]) => {
       const goalKey = k.replace(/ stream$/, "");
@@ -227,6 +240,23 @@ export default {
       goal: "sub-linear (< 100)",
       pass: w100 / Math.max(0.1, w1) < 100,
     });
+    if (conversations) {
+      const convGoals = { chat: { "24–40k (32k)": 2, "80–120k (100k)": 3 }, agent: { "24–40k (32k)": 2, "80–120k (100k)": 3 }, vision: Object.fromEntries(HISTORY_BINS.map(([b]) => [b, 3])) };
+      for (const [kind, k] of Object.entries(conversations.kinds)) {
+        for (const [bin, r] of Object.entries(k.bins)) {
+          const goal = convGoals[kind]?.[bin];
+          summary.push({
+            metric: `conversations ${kind}, warm turn at ${bin} history (n=${r.n}): overhead p50 / p99 [workerd CPU mean per request]`,
+            value: `${fmt(r.overheadP50)} / ${fmt(r.overheadP99)} [${fmt(r.workerdCpuMeanPerRequest)}]`,
+            unit: "ms",
+            goal: goal ? `p50 ≤ ${goal}` : "",
+            pass: goal ? r.overheadP50 <= goal : null,
+          });
+        }
+        summary.push({ metric: `conversations ${kind}: turns whose history the turn chain supplied (of ${k.turns} turns, first turns excluded)`, value: k.reuseRate === null ? "–" : `${(100 * k.reuseRate).toFixed(0)} %`, unit: "", goal: "", pass: null });
+        if (k.growthUsPer1kTokens !== null) summary.push({ metric: `conversations ${kind}: warm overhead growth (least squares over history tokens)`, value: k.growthUsPer1kTokens.toFixed(1), unit: "µs per 1k tokens", goal: "≤ 15", pass: k.growthUsPer1kTokens <= 15 });
+      }
+    }
     summary.push({ metric: "first chat request through the edge (1k text; the isolate had served only health and admin requests, the worker was warm) [edge stages before upstream]", value: `${fmt(firstMs)} [${firstStages["kvedge-route"] ?? "–"}]`, unit: "ms", goal: "", pass: null });
     summary.push({ metric: "the simulated worker's own first chat request (reference: its cold start)", value: fmt(workerFirst.total), unit: "ms", goal: "", pass: null });
     const hopFloor = { edgeHealthzP50: summarize(hop.edge).p50, workerHealthP50: summarize(hop.worker).p50 };
@@ -242,6 +272,6 @@ export default {
       ]),
     });
     await fleet.stop();
-    return { summary, details: { firstRequestMs: firstMs, firstRequestStages: firstStages, workerFirstRequestMs: workerFirst.total, hopFloor, cases: results, worker: "services/sglang-sim, timing instant" }, plots: [{ file: "edge.svg", svg: plot }] };
+    return { summary, details: { conversations, firstRequestMs: firstMs, firstRequestStages: firstStages, workerFirstRequestMs: workerFirst.total, hopFloor, cases: results, worker: "services/sglang-sim, timing instant" }, plots: [{ file: "edge.svg", svg: plot }] };
   },
 };
