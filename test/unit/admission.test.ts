@@ -289,6 +289,26 @@ describe("admission queue", () => {
   });
 });
 
+describe("drain", () => {
+  it("a draining worker takes no new or waiting request; its running ones finish; its next life is up", async () => {
+    const { core } = pool({ workers: ["a", "b"], capacityTokens: 40 });
+    const onA = admit(core, prompt(1), ticket());
+    const onB = admit(core, prompt(2), ticket());
+    const waiting = admit(core, prompt(3), ticket());
+    expect(core.setStatus("a", "draining")?.status).toBe("draining");
+    settle(core, onA.outcome); // a frees room, but drains: the waiting request stays for b
+    await flush();
+    expect(waiting.outcome).toBeNull();
+    settle(core, onB.outcome);
+    await flush();
+    expect(waiting.outcome).toMatchObject({ kind: "routed", decision: { workerId: "b" } });
+    expect(core.workers().find((w) => w.workerId === "a")).toMatchObject({ status: "draining", activeRequests: 0 });
+    // Its restart: a new epoch's hello joins the pool up.
+    core.hello({ type: "hello", workerId: "a", url: "http://a", blockSize: BS, epoch: 2, modelName: "m", contract: null, kvEvents: true, kvCapacityTokens: 40 }, "a");
+    expect(admit(core, prompt(4), ticket()).outcome).toMatchObject({ kind: "routed", decision: { workerId: "a" } });
+  });
+});
+
 describe("bands and Retry-After", () => {
   it("maps service_tier and SGLang priority onto bands; priority only where allowed", () => {
     expect(bandOf({ priorityAllowed: false })).toBe(BAND_DEFAULT);
