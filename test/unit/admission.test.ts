@@ -292,20 +292,23 @@ describe("admission queue", () => {
 describe("drain", () => {
   it("a draining worker takes no new or waiting request; its running ones finish; its next life is up", async () => {
     const { core } = pool({ workers: ["a", "b"], capacityTokens: 40 });
-    const onA = admit(core, prompt(1), ticket());
-    const onB = admit(core, prompt(2), ticket());
+    const first = admit(core, prompt(1), ticket());
+    const second = admit(core, prompt(2), ticket());
     const waiting = admit(core, prompt(3), ticket());
-    expect(core.setStatus("a", "draining")?.status).toBe("draining");
-    settle(core, onA.outcome); // a frees room, but drains: the waiting request stays for b
+    if (first.outcome?.kind !== "routed" || second.outcome?.kind !== "routed") throw new Error("both run at once");
+    const drained = first.outcome.decision.workerId;
+    const other = second.outcome.decision.workerId;
+    expect(core.setStatus(drained, "draining")?.status).toBe("draining");
+    settle(core, first.outcome); // the drained worker frees room, but takes nothing: the waiting request stays
     await flush();
     expect(waiting.outcome).toBeNull();
-    settle(core, onB.outcome);
+    settle(core, second.outcome);
     await flush();
-    expect(waiting.outcome).toMatchObject({ kind: "routed", decision: { workerId: "b" } });
-    expect(core.workers().find((w) => w.workerId === "a")).toMatchObject({ status: "draining", activeRequests: 0 });
+    expect(waiting.outcome).toMatchObject({ kind: "routed", decision: { workerId: other } });
+    expect(core.workers().find((w) => w.workerId === drained)).toMatchObject({ status: "draining", activeRequests: 0 });
     // Its restart: a new epoch's hello joins the pool up.
-    core.hello({ type: "hello", workerId: "a", url: "http://a", blockSize: BS, epoch: 2, modelName: "m", contract: null, kvEvents: true, kvCapacityTokens: 40 }, "a");
-    expect(admit(core, prompt(4), ticket()).outcome).toMatchObject({ kind: "routed", decision: { workerId: "a" } });
+    core.hello({ type: "hello", workerId: drained, url: `http://${drained}`, blockSize: BS, epoch: 2, modelName: "m", contract: null, kvEvents: true, kvCapacityTokens: 40 }, drained);
+    expect(admit(core, prompt(4), ticket()).outcome).toMatchObject({ kind: "routed", decision: { workerId: drained } });
   });
 });
 
