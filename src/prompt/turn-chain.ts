@@ -64,6 +64,8 @@ const KEY_HEAD_CHARS = 128;
 const KEY_TAIL_CHARS = 512;
 const MAX_BUCKET = 4;
 const GENERATION_START = "<|im_start|>assistant";
+/** Characters of stand-in prefixes (and their keys) kept before the memo is cleared. */
+const STAND_IN_MEMO_CHARS = 1 << 20;
 
 export interface TurnChainOptions {
   maxBytes?: number;
@@ -234,6 +236,9 @@ export class TurnChainCache {
   private s = { hits: 0, misses: 0, reusedMessages: 0, checks: 0, mismatches: 0, stores: 0, evictions: 0 };
   private readonly encoder = new TextEncoder();
   private readonly buf = new Uint8Array(24 + 3 * (KEY_HEAD_CHARS + KEY_TAIL_CHARS));
+  /** What the stand-in renders to (header and its block), per scope and item counts: one render per hit saved. */
+  private readonly standIns = new Map<string, string>();
+  private standInChars = 0;
 
   constructor(options: TurnChainOptions = {}) {
     this.maxBytes = options.maxBytes ?? DEFAULT_TURN_CHAIN_BYTES;
@@ -292,6 +297,8 @@ export class TurnChainCache {
   }
 
   clear(): void {
+    this.standIns.clear();
+    this.standInChars = 0;
     this.buckets.clear();
     this.lru.clear();
     this.bytes = 0;
@@ -320,7 +327,7 @@ export class TurnChainCache {
     const q = node.messages;
     const pre = preprocessChat({ ...request, messages: request.messages.slice(q) }, contentFormatOf(profile.templateId));
     if (!isQuery(pre.messages[0])) return null;
-    const tail = this.renderTail(profile.templateId, node.images, node.videos, pre.messages, pre.tools, pre.templateKwargs);
+    const tail = this.renderTail(profile.templateId, scope, node.images, node.videos, pre.messages, pre.tools, pre.templateKwargs);
     if (tail === null) return null;
     const media: MediaPart[] = [];
     const dropped: DroppedPart[] = [];
@@ -356,16 +363,28 @@ export class TurnChainCache {
    * The rendered text of `messages` (the first a query) after `images` and `videos` earlier items,
    * through the generation prompt; null when the stand-in cannot be cut off cleanly.
    */
-  private renderTail(id: TemplateId, images: number, videos: number, messages: readonly TemplateMessage[], tools: RenderInput["tools"], kwargs: Record<string, unknown>): string | null {
+  private renderTail(id: TemplateId, scope: string, images: number, videos: number, messages: readonly TemplateMessage[], tools: RenderInput["tools"], kwargs: Record<string, unknown>): string | null {
     const items = [...Array.from({ length: images }, () => ({ type: "image" })), ...Array.from({ length: videos }, () => ({ type: "video" }))];
     if (items.length > 0 && contentFormatOf(id) !== "openai") return null;
     const standIn: TemplateMessage = { role: "user", content: items.length > 0 ? items : "" };
-    const alone = this.render(id, { messages: [standIn], tools, kwargs });
-    const cut = alone.lastIndexOf(GENERATION_START);
-    if (cut < 0) return null;
+    // The scope holds the template and everything else the render reads besides the messages.
+    const memoKey = `${images}\u0000${videos}\u0000${scope}`;
+    let head = this.standIns.get(memoKey);
+    if (head === undefined) {
+      const alone = this.render(id, { messages: [standIn], tools, kwargs });
+      const cut = alone.lastIndexOf(GENERATION_START);
+      if (cut < 0) return null;
+      head = alone.slice(0, cut);
+      if (this.standInChars + memoKey.length + head.length > STAND_IN_MEMO_CHARS) {
+        this.standIns.clear();
+        this.standInChars = 0;
+      }
+      this.standIns.set(memoKey, head);
+      this.standInChars += memoKey.length + head.length;
+    }
     const withTail = this.render(id, { messages: [standIn, ...messages], tools, kwargs });
-    if (!withTail.startsWith(alone.slice(0, cut))) return null;
-    return withTail.slice(cut);
+    if (!withTail.startsWith(head)) return null;
+    return withTail.slice(head.length);
   }
 
   /**
@@ -380,7 +399,7 @@ export class TurnChainCache {
     // Preprocessing may drop a final assistant message (continue_final_message): keep to the request's messages.
     if (q <= from || q >= ctx.layout.messages.length) return;
     const counts = countKinds(media, q);
-    const tail = this.renderTail(profile.templateId, counts.image, counts.video, messages.slice(q), input.tools, input.kwargs);
+    const tail = this.renderTail(profile.templateId, ctx.scope, counts.image, counts.video, messages.slice(q), input.tools, input.kwargs);
     if (tail === null || !rendered.endsWith(tail)) return;
     const stableEnd = rendered.length - tail.length;
     if (stableEnd < known.length) return;
