@@ -76,6 +76,7 @@ export class RoutingIndex extends DurableObject<RoutingIndexEnv> implements Pool
       regions: parseRegionsVar(env.KVEDGE_REGIONS),
       cost: routing.cost,
       tiers: { kvBytesPerToken: routing.kvBytesPerToken, hostLoadGBps: routing.hostLoadGBps },
+      pdTransfer: { kvBytesPerToken: routing.kvBytesPerToken, transferGBps: routing.pdTransferGBps },
       replicateLoad: this.#shards > 1,
       blockBudget: routing.blockBudget,
       admission: routing.admission,

@@ -193,5 +193,5 @@ export async function receiveRoomKv(peer: { host: string; port: number; room: nu
       await new Promise((r) => setTimeout(r, Math.min(HEARTBEAT_MS, Math.max(0, deadline - Date.now()))));
     }
   }
-  throw new PdRequestError(`KV transfer timed out after ${Math.round(timeoutMs / 1000)} s waiting for the prefill peer ${host}:${peer.port} (room ${peer.room})`, 500);
+  throw new PdRequestError(`KV transfer timed out after ${timeoutMs / 1000} s waiting for the prefill peer ${host}:${peer.port} (room ${peer.room})`, 500);
 }

@@ -5,6 +5,7 @@
  * arrive as strings and are parsed here once per isolate. Objects are strict: a misspelt field is an
  * error, not an ignored one.
  */
+import { DEFAULT_PD_TRANSFER_GBPS } from "../selection/pd-transfer-cost.ts";
 import { z } from "zod";
 import { DEFAULT_BLOCK_BUDGET } from "../block-index/block-budget.ts";
 import { ConfigError } from "../api/errors.ts";
@@ -116,6 +117,11 @@ export const RoutingConfigSchema = z.strictObject({
    */
   kvBytesPerToken: z.number().int().min(1).max(100_000_000).default(DEFAULT_TIER_COST.kvBytesPerToken),
   hostLoadGBps: z.number().positive().max(10_000).default(DEFAULT_TIER_COST.hostLoadGBps),
+  /**
+   * cost "ttft", prefill/decode pools: the prefill → decode KV transfer bandwidth in GB/s; a pair's
+   * estimate adds the prompt's KV bytes over it (src/selection/pd-transfer-cost.ts).
+   */
+  pdTransferGBps: z.number().positive().max(10_000).default(DEFAULT_PD_TRANSFER_GBPS),
   /** Attempts across workers when a worker refuses the connection before any byte. */
   maxAttempts: z.number().int().min(1).max(8).default(3),
   /** Timeout for the worker's response headers. */
@@ -160,6 +166,10 @@ export const RateLimitsSchema = z.strictObject({
   authFailures: BucketConfigSchema.default({ requestsPerMinute: 30, burst: 10 }),
   admin: BucketConfigSchema.default({ requestsPerMinute: 300, burst: 100 }),
   relay: BucketConfigSchema.default({ requestsPerMinute: 60, burst: 30 }),
+  /** Prompt tokens per minute per API key (else client network) on the chat route; absent: no token quota (src/edge/token-quota.ts). */
+  inputTokensPerMinute: z.number().int().min(1).max(1_000_000_000).optional(),
+  /** Output tokens per minute, counted up front as each request's max_tokens (or the edge's cap), as OpenAI counts them; absent: no quota. */
+  outputTokensPerMinute: z.number().int().min(1).max(1_000_000_000).optional(),
 });
 export type RateLimits = z.infer<typeof RateLimitsSchema>;
 

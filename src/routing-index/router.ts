@@ -14,7 +14,8 @@ import { scoreByBlocks } from "../selection/block-cost.ts";
 import { resolveEdgeRegion, rttMs, type RegionsConfig } from "../selection/regions.ts";
 import { pickIndex, type Candidate, type SelectionCost } from "../selection/selection.ts";
 import { DEFAULT_TTFT_PARAMS, scoreByTtft } from "../selection/ttft-cost.ts";
-import type { TierCostParams } from "../selection/tier-cost.ts";
+import { DEFAULT_TIER_COST, type TierCostParams } from "../selection/tier-cost.ts";
+import { DEFAULT_PD_TRANSFER_GBPS, pdTransferMs, type PdTransferParams } from "../selection/pd-transfer-cost.ts";
 import type { BlockViews } from "./block-views.ts";
 import type { LoadSync } from "./load-sync.ts";
 import type { Receipt, ReceiptBook } from "./receipts.ts";
@@ -102,6 +103,8 @@ export interface RoutePreview {
   candidates: RouteCandidateView[];
   /** Other workers with the same lowest cost (the pick among them is random). */
   tiedWith: string[];
+  /** A prefill/decode pair: the decode worker route() would pair with the prefill now (by load). */
+  decodeWorkerId?: string;
 }
 
 type PreviewRequest = Pick<RouteRequest, "localHashes" | "isl" | "exclude" | "edgeRegion" | "edgeColo" | "incrementalOnly" | "onlyWorkers">;
@@ -118,6 +121,8 @@ export interface RouterOptions {
   cost: SelectionCost;
   /** Load-back pricing of host-memory blocks for cost "ttft" (src/selection/tier-cost.ts); absent: its defaults. */
   tiers?: TierCostParams;
+  /** KV bytes per token and prefill → decode bandwidth for PD pairs under cost "ttft"; absent: the defaults. */
+  pdTransfer?: PdTransferParams;
 }
 
 /** The parts of one pool a router reads and changes. */
@@ -144,12 +149,14 @@ export class Router {
   readonly #regions: RegionsConfig | null;
   readonly #cost: SelectionCost;
   readonly #tiers: TierCostParams | undefined;
+  readonly #pdTransfer: PdTransferParams;
 
   constructor(parts: RouterParts, opts: RouterOptions) {
     this.#p = parts;
     this.#regions = opts.regions ?? null;
     this.#cost = opts.cost;
     this.#tiers = opts.tiers;
+    this.#pdTransfer = opts.pdTransfer ?? { kvBytesPerToken: DEFAULT_TIER_COST.kvBytesPerToken, transferGBps: DEFAULT_PD_TRANSFER_GBPS };
     this.#temperature = opts.temperature ?? 0;
     this.#decodeWeight = opts.decodeWeight ?? 1;
     this.#random = opts.random ?? Math.random;
@@ -181,9 +188,10 @@ export class Router {
     const receiptId = `r${now.toString(36)}-${(this.#receiptSeq++).toString(36)}`;
     const requestBlocks = Math.ceil(req.isl / blockSize);
     const prefillTokens = Math.max(0, req.isl - overlap * blockSize);
-    // A PD pair: the prefill holds the prompt's prefill, the decode its decode blocks.
-    loadSync.add({ receiptId, slot: chosen.slot, prefillTokens, decodeBlocks: decode ? 0 : requestBlocks, chainKeys: chain, startedAt: now, prefillDone: false }, chosen.workerId);
-    if (decode) loadSync.add({ receiptId: decodeLoadId(receiptId), slot: decode.slot, prefillTokens: 0, decodeBlocks: requestBlocks, chainKeys: [], startedAt: now, prefillDone: true }, decode.workerId);
+    loadSync.add({ receiptId, slot: chosen.slot, prefillTokens, decodeBlocks: requestBlocks, chainKeys: chain, startedAt: now, prefillDone: false }, chosen.workerId);
+    // A PD pair: the decode holds the prompt's KV too (transferred), and decodes; the prefill's
+    // share is counted until the request settles (it frees its copy once sent: an overestimate).
+    if (decode) loadSync.add({ receiptId: decodeLoadId(receiptId), slot: decode.slot, prefillTokens: 0, decodeBlocks: requestBlocks, chainKeys: chain, startedAt: now, prefillDone: true }, decode.workerId);
     // Full blocks the worker lacks: storing the last of them ends this prefill (prefill-watch.ts).
     // Only when the hashes cover every full block of the prompt: a chain cut short (routing on a
     // text prefix, which every fallback is; its isl may not count the media after it) can be held
@@ -282,7 +290,17 @@ export class Router {
     const minCost = Math.min(...scored.map((x) => x.cost));
     const tiedWith = candidateViews.filter((v, k) => k !== i && scored[k]!.cost === minCost).map((v) => v.workerId);
     const hostBlocks = scored[i]!.hostBlocks ?? 0;
-    return { workerId: live[i]!.workerId, overlapBlocks: scored[i]!.overlapBlocks + hostBlocks, hostBlocks, totalBlocks, blockSize, candidates: candidateViews, tiedWith };
+    const decode = isPrefillWorker(live[i]!) ? pickDecode(this.#liveDecoders(req), (slot) => this.#p.load.decodeBlocks(slot)) : null;
+    return {
+      workerId: live[i]!.workerId,
+      overlapBlocks: scored[i]!.overlapBlocks + hostBlocks,
+      hostBlocks,
+      totalBlocks,
+      blockSize,
+      candidates: candidateViews,
+      tiedWith,
+      ...(decode ? { decodeWorkerId: decode.workerId } : {}),
+    };
   }
 
   /** Scores every live worker for a request (shared by route and peek): overlap, load, cost. */
@@ -336,6 +354,9 @@ export class Router {
       rttMs: regions && edgeRegion ? rttMs(regions, edgeRegion, w.region ?? null) : 0,
       prefillTokensPerSec: w.prefillTokensPerSec ?? null,
     }));
-    return scoreByTtft({ candidates, placements, isl: req.isl, blockSize, params: regions ?? DEFAULT_TTFT_PARAMS, ...(this.#tiers ? { tiers: this.#tiers } : {}) });
+    const scored = scoreByTtft({ candidates, placements, isl: req.isl, blockSize, params: regions ?? DEFAULT_TTFT_PARAMS, ...(this.#tiers ? { tiers: this.#tiers } : {}) });
+    // A prefill worker's first token also waits for the prompt's KV to reach its decode peer.
+    const transferMs = pdTransferMs(this.#pdTransfer, req.isl);
+    return scored.map((x, k) => (isPrefillWorker(live[k]!) ? { ...x, cost: x.cost + transferMs } : x));
   }
 }

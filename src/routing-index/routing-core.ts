@@ -21,6 +21,7 @@ import type { RelayDump, RelayEvents, RelayHello, WorkerStatus } from "../relay-
 import type { RegionsConfig } from "../selection/regions.ts";
 import { DEFAULT_SELECTION_COST, type SelectionCost } from "../selection/selection.ts";
 import type { TierCostParams } from "../selection/tier-cost.ts";
+import type { PdTransferParams } from "../selection/pd-transfer-cost.ts";
 import { BlockViews, type RelayApplyOutcome } from "./block-views.ts";
 import { countDropped } from "./drop-count.ts";
 import { poolCohort } from "./cohort.ts";
@@ -71,6 +72,8 @@ export interface RoutingCoreOptions {
   cost?: SelectionCost;
   /** Load-back pricing of host-memory (HiCache) blocks (src/selection/tier-cost.ts); default DEFAULT_TIER_COST. */
   tiers?: TierCostParams;
+  /** KV bytes per token and prefill → decode bandwidth: a PD pair's TTFT adds the transfer (pd-transfer-cost.ts). */
+  pdTransfer?: PdTransferParams;
   /** One shard of a sharded pool: queue this core's load changes for the other shards (load-replica.ts). */
   replicateLoad?: boolean;
   /** Most (worker, block) entries this index holds (block-budget.ts); default DEFAULT_BLOCK_BUDGET. */

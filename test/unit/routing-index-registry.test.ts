@@ -46,7 +46,7 @@ describe("WorkerRegistry", () => {
     expect(r.record).toEqual({
       workerId: "a", url: "http://a:30000", blockSize: 4, epoch: 1, status: "up", modelName: "m", contract: published,
       contractDigest: contractDigest(fixtureContract("qwen2_5_vl")), kvEvents: true, incrementalStreaming: false, lastSeen: 1234, region: "eu", prefillTokensPerSec: 9000,
-      kvCapacityTokens: 500_000,
+      kvCapacityTokens: 500_000, disaggregationMode: "null", bootstrapPort: null,
     });
     // The record callers see carries no slot; an unparseable contract has no digest.
     expect(reg.record("a")).toEqual(r.record);

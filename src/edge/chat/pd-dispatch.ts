@@ -11,16 +11,18 @@
 import type { PdDecision } from "../../routing-index/router.ts";
 import type { EdgeFetch } from "./media-deps.ts";
 
-/** SGLang stores the room as uint64 and reads 0 as "metadata not landed" (disaggregation/utils.py L117-126, L248-254). */
+/** SGLang stores the room as uint64 (int64 on NPU) and reads 0 as "metadata not landed" (disaggregation/utils.py L117-126, L248-254). */
 const ROOM_MASK = (1n << 63n) - 1n;
+/** A scalar room with n > 1 becomes room + i (io_struct.py L669-675): headroom below 2^63 for that. */
+const MAX_ROOM = ROOM_MASK - 1024n;
 /** Rooms of this isolate's requests in flight: a room must be unique among them (decode.py L1716-1734). */
 const roomsInFlight = new Set<bigint>();
 
-/** A random room in [1, 2^63 − 1], unique among this isolate's requests in flight; release it when done. */
+/** A random room in [1, 2^63 − 1025], unique among this isolate's requests in flight; release it when done. */
 export function takeBootstrapRoom(random: () => bigint = randomU64): { room: bigint; release(): void } {
   for (;;) {
     const room = random() & ROOM_MASK;
-    if (room === 0n || roomsInFlight.has(room)) continue;
+    if (room === 0n || room > MAX_ROOM || roomsInFlight.has(room)) continue;
     roomsInFlight.add(room);
     return { room, release: () => void roomsInFlight.delete(room) };
   }
