@@ -78,6 +78,10 @@ export function routingHeaders(d: RouteDecision, fallbackReason: FallbackReason,
     "x-kvedge-routing": fallbackReason === null ? "exact" : "text_prefix",
     "x-kvedge-attempts": String(attempts),
   });
+  // A prefill/decode pair: x-kvedge-worker is its prefill (where the prefix is), this its decode.
+  if (d.pd) h.set("x-kvedge-decode-worker", d.pd.decodeWorkerId);
+  // Of the overlap, blocks in the worker's host memory (HiCache): loaded back there, not prefilled.
+  if (d.hostBlocks) h.set("x-kvedge-host-blocks", String(d.hostBlocks));
   if (fallbackReason) h.set("x-kvedge-fallback-reason", fallbackReason);
   if (shard > 0) h.set("x-kvedge-shard", String(shard));
   return h;
