@@ -160,6 +160,7 @@ async function main(): Promise<void> {
               workerState: s.worker,
               epoch: s.epoch,
               blocks: s.blocks,
+              ...(s.hostBlocks > 0 ? { hostBlocks: s.hostBlocks } : {}),
               lastSeq: s.lastSeq,
               batches: s.batches,
               dropped: s.dropped,

@@ -5,7 +5,8 @@
  * concurrent requests can share it) and prompt + output when the request ends (cache_finished_req).
  */
 import type { QwenTokenizer } from "../../src/prompt/tokenizer/index.ts";
-import type { PagedRadixCache, RadixNode } from "./radix-cache.ts";
+import type { MatchResult, PagedRadixCache, RadixNode } from "./radix-cache.ts";
+import type { HostTier } from "./hicache.ts";
 import type { SamplingParams } from "./sampling-params.ts";
 import { SglangValueError } from "./sglang-errors.ts";
 import { decodeStepMs, prefillMs, type Timing } from "./timing.ts";
@@ -60,6 +61,8 @@ export interface EngineConfig {
   onPrefilled?: (rid: string, cachedTokens: number, promptTokens: number) => void;
   /** A PD decode's request whose prompt KV came from its prefill peer: the peer's cached tokens (taken once); else null. */
   transferredCached?: (rid: string) => number | null;
+  /** HiCache's host-memory tier (`--enable-hierarchical-cache`, hicache.ts); absent: GPU only. */
+  hostTier?: HostTier | null;
 }
 
 interface LiveRequest {
@@ -70,6 +73,8 @@ interface LiveRequest {
   abort: AbortController;
   abortMessage: string;
   cachedTokens: number;
+  /** Time to load this request's host-memory pages back to the GPU (HiCache), before its prefill. */
+  loadBackMs: number;
   lockedNode: RadixNode | null;
   /** Tokens of the KV pool this request holds outside the tree. */
   reserved: number;
@@ -163,6 +168,7 @@ export class SimEngine {
         abort: new AbortController(),
         abortMessage: "Abort in waiting queue",
         cachedTokens: 0,
+        loadBackMs: 0,
         lockedNode: null,
         reserved: 0,
         decodeContext: 0,
@@ -225,7 +231,9 @@ export class SimEngine {
       }
       const ids = req.input.inputIds;
       // At least one prompt token is always computed (it produces the first logits).
-      const match = cache.matchPrefix(ids, req.input.cacheSalt ?? null, Math.max(0, ids.length - 1));
+      let match = cache.matchPrefix(ids, req.input.cacheSalt ?? null, Math.max(0, ids.length - 1));
+      const loaded = this.loadBack(ids, req.input.cacheSalt ?? null, match);
+      if (loaded) match = loaded.match;
       cache.incLockRef(match.node);
       const need = ids.length - match.length + req.plannedOutput;
       if (need > this.freeTokens) cache.evict(need - this.freeTokens);
@@ -244,6 +252,7 @@ export class SimEngine {
       }
       this.waiting.shift();
       req.cachedTokens = req.transferredCached ?? match.length;
+      req.loadBackMs = loaded?.ms ?? 0;
       req.lockedNode = match.node;
       req.reserved = need;
       this.reservedTotal += need;
@@ -264,7 +273,7 @@ export class SimEngine {
       const timing = this.cfg.timing;
       this.prefillsPending++;
       // A PD decode request computes no prefill: its KV arrived from the prefill peer.
-      const prefill = req.transferredCached !== null ? Promise.resolve() : this.prefillLane.then(() => sleep(prefillMs(timing, uncached, req.cachedTokens), signal));
+      const prefill = req.transferredCached !== null ? Promise.resolve() : this.prefillLane.then(() => sleep(req.loadBackMs + prefillMs(timing, uncached, req.cachedTokens), signal));
       this.prefillLane = prefill.catch(() => {});
       try {
         await prefill;
@@ -351,6 +360,24 @@ export class SimEngine {
         this.finish(req, reason, outputIds, text, prefilled);
       }
     }
+  }
+
+  /**
+   * HiCache load-back: the pages right after the GPU match that host memory holds go back into the
+   * GPU tree (their BlockStored(GPU) events included), making room first as SGLang does. Null when
+   * there is nothing to load or no room for it.
+   */
+  private loadBack(ids: readonly number[], salt: string | null, match: MatchResult): { match: MatchResult; ms: number } | null {
+    const host = this.cfg.hostTier;
+    const cache = this.cfg.cache;
+    const tokens = host ? host.hitTokens(ids, salt, match.length, Math.max(0, ids.length - 1)) : 0;
+    if (!host || tokens === 0) return null;
+    cache.incLockRef(match.node);
+    if (tokens > this.freeTokens) cache.evict(tokens - this.freeTokens);
+    cache.decLockRef(match.node);
+    if (tokens > this.freeTokens) return null;
+    const { node } = cache.insert(ids.slice(0, match.length + tokens), salt);
+    return { match: { length: match.length + tokens, node }, ms: host.loadBackMs(tokens) };
   }
 
   /** Inserts `tokens` into the tree and moves this request's lock to the node that now covers them. */

@@ -7,6 +7,7 @@
  *     (BlockStoredWithMetadata, only for salted blocks; kw_only `metadata` goes last)
  *   token_ids are [a, b] pairs for EAGLE bigram pages (mem_cache/events.py _record_store_event)
  *   ["BlockRemoved", [h…], "GPU"]
+ *   medium "CPU_PINNED" instead of "GPU" for HiCache's host tier (hicache.ts)
  *   ["AllBlocksCleared"]
  * msgspec writes integers in their most compact msgpack form; @msgpack/msgpack does the same for
  * JS numbers, and for BigInt it writes uint64 (>= 0) / int64 (< 0), which is what msgspec picks for
@@ -25,11 +26,11 @@ function eventToWire(e: KvEvent): unknown[] {
   switch (e.type) {
     case "BlockStored":
     {
-      const stored = ["BlockStored", [wireInt(e.hash)], e.parent === null ? null : wireInt(e.parent), e.pairs ?? e.tokens, e.blockSize, null, GPU_MEDIUM];
+      const stored = ["BlockStored", [wireInt(e.hash)], e.parent === null ? null : wireInt(e.parent), e.pairs ?? e.tokens, e.blockSize, null, e.medium ?? GPU_MEDIUM];
       return e.cacheSalt === null || e.cacheSalt === undefined ? stored : [...stored, { cache_salt: e.cacheSalt }];
     }
     case "BlockRemoved":
-      return ["BlockRemoved", e.hashes.map(wireInt), GPU_MEDIUM];
+      return ["BlockRemoved", e.hashes.map(wireInt), e.medium ?? GPU_MEDIUM];
     case "AllBlocksCleared":
       return ["AllBlocksCleared"];
   }

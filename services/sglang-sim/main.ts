@@ -42,6 +42,9 @@ const { values } = parseArgs({
     "media-store": { type: "string" },
     "locked-down-media": { type: "boolean" },
     "speculative-algorithm": { type: "string" },
+    "enable-hierarchical-cache": { type: "boolean" },
+    "hicache-ratio": { type: "string" },
+    "hicache-load-gbps": { type: "string" },
     "sglang-version": { type: "string" },
     "api-key-env": { type: "string" },
     "api-key-file": { type: "string" },
@@ -62,7 +65,8 @@ if (values.help) {
       "  [--unknown-sampling-key-status 400|500] [--incremental-streaming-output] [--output-seed prompt|rid]\n" +
       "  [--model-dir DIR (default test/fixtures/models/<family>)] [--no-mm-hashes (ignore caller mm_hashes, version 0.5.10-sim)]\n" +
       "  [--locked-down-media (media only as data: URLs or from --media-store URL's /v1/media/)]\n" +
-      "  [--sglang-version V (/server_info.version; default 0.5.19-sim)] [--speculative-algorithm EAGLE (bigram KV keys)] [--verbose]\n" +
+      "  [--sglang-version V (/server_info.version; default 0.5.19-sim)] [--speculative-algorithm EAGLE (bigram KV keys)]\n" +
+      "  [--enable-hierarchical-cache [--hicache-ratio 2.0] [--hicache-load-gbps 37]] (HiCache host tier, write-through) [--verbose]\n" +
       "  [--api-key-env VAR | --api-key-file PATH (SGLang's --api-key, read from the environment or a file, never argv)]\n",
   );
   process.exit(0);
@@ -112,6 +116,12 @@ if (values["speculative-algorithm"] !== undefined) {
     process.exit(2);
   }
   opts.eagle = true;
+}
+if (values["enable-hierarchical-cache"]) {
+  opts.hicache = {
+    ...(values["hicache-ratio"] !== undefined ? { ratio: Number(values["hicache-ratio"]) } : {}),
+    ...(values["hicache-load-gbps"] !== undefined ? { loadGBps: Number(values["hicache-load-gbps"]) } : {}),
+  };
 }
 if (values["sglang-version"] !== undefined) opts.version = values["sglang-version"];
 if (values.verbose) opts.verbose = true;

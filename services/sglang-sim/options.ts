@@ -77,6 +77,20 @@ export const SimOptionsSchema = z.strictObject({
    */
   eagle: z.boolean().default(false),
   /**
+   * `--enable-hierarchical-cache` (HiCache, hicache.ts): a host-memory tier of `ratio` ×
+   * capacityTokens (`--hicache-ratio`: SGLang's default 2.0, must be > 1), written through (SGLang's
+   * default `--hicache-write-policy write_through`, the one simulated), loaded back at `loadGBps`
+   * for `kvBytesPerToken` bytes a token (Qwen3-VL-8B bf16: 147 456). null: GPU only.
+   */
+  hicache: z
+    .strictObject({
+      ratio: z.number().gt(1).max(1000).default(2),
+      kvBytesPerToken: z.number().int().min(1).max(100_000_000).default(147_456),
+      loadGBps: z.number().positive().max(10_000).default(37),
+    })
+    .nullable()
+    .default(null),
+  /**
    * The served model's directory (config.json, preprocessor_config.json,
    * video_preprocessor_config.json): the simulator derives its own media contract from it.
    * Default: test/fixtures/models/<family> in this repository.
@@ -167,6 +181,10 @@ export function parseSimOptions(input: unknown): SimOptions {
         input: version,
       },
     ]);
+  }
+  // HiCache's host tier keys pages by plain token chains (hicache.ts), not EAGLE's bigram pages.
+  if (o.hicache !== null && o.eagle) {
+    throw new z.ZodError([{ code: "custom", path: ["hicache"], message: "hicache is not simulated together with eagle (bigram pages)", input: o.hicache }]);
   }
   return { ...o, version };
 }

@@ -28,9 +28,12 @@ export interface PageTokens {
   pairs?: [number, number][];
 }
 
+/** The tier an event is about: absent for the GPU; "CPU_PINNED" for HiCache's host memory (hicache.ts). */
+type Medium = { medium?: "CPU_PINNED" };
+
 export type KvEvent =
-  | ({ type: "BlockStored"; hash: bigint; parent: bigint | null; blockSize: number; /** SGLang cache_salt (absent: none). */ cacheSalt?: string | null } & PageTokens)
-  | { type: "BlockRemoved"; hashes: bigint[] }
+  | ({ type: "BlockStored"; hash: bigint; parent: bigint | null; blockSize: number; /** SGLang cache_salt (absent: none). */ cacheSalt?: string | null } & PageTokens & Medium)
+  | ({ type: "BlockRemoved"; hashes: bigint[] } & Medium)
   | { type: "AllBlocksCleared" };
 
 export type KvEventSink = (event: KvEvent) => void;

@@ -16,7 +16,8 @@ import { createMediaLoader } from "./media-fetch.ts";
 import { VideoMetadataProber } from "./media-probe.ts";
 import { defaultChatRenderer, type ChatRenderer } from "./openai.ts";
 import { parseSimOptions, type SimOptions, type SimOptionsInput } from "./options.ts";
-import { PagedRadixCache, type CacheBlock } from "./radix-cache.ts";
+import { PagedRadixCache, type CacheBlock, type KvEvent } from "./radix-cache.ts";
+import { HostTier } from "./hicache.ts";
 import { resolveTiming } from "./timing.ts";
 import { buildOutputVocabulary } from "./token-source.ts";
 
@@ -75,9 +76,12 @@ export async function startSimulatedWorker(input: StartOptions = {}): Promise<Si
       })
     : null;
 
-  const cache = new PagedRadixCache(opts.pageSize, (e) => publisher?.record(e), { bigram: opts.eagle });
+  const record = (e: KvEvent) => publisher?.record(e);
+  const hostTier = opts.hicache ? new HostTier({ pageSize: opts.pageSize, capacityTokens: Math.floor(opts.hicache.ratio * opts.capacityTokens), kvBytesPerToken: opts.hicache.kvBytesPerToken, loadGBps: opts.hicache.loadGBps }, record) : null;
+  const cache = new PagedRadixCache(opts.pageSize, hostTier ? hostTier.observe : record, { bigram: opts.eagle });
   const engine = new SimEngine({
     cache,
+    hostTier,
     capacityTokens: opts.capacityTokens,
     contextLength: opts.contextLength,
     tokenizer,

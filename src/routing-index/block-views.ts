@@ -258,17 +258,27 @@ export class BlockViews {
 
   /**
    * Applies a dump's host-tier rows (parents first) and returns its GPU rows. Host rows are bounded
-   * by the worker's guarantee of the index (block-shares.ts), beyond it refused and counted.
+   * per worker (#hostRoom), beyond it refused and counted.
    */
   #applyHostRows(w: SlottedWorker, rows: RelayDump["blocks"]): RelayDump["blocks"] {
     if (!rows.some((r) => r.tier === HOST_TIER)) return rows;
     const host = rows.filter((r) => r.tier === HOST_TIER);
-    const room = Math.max(0, this.#shares.guarantee(w) - this.host.workerBlockCount(w.slot));
+    const room = this.#hostRoom(w);
     if (host.length > room) this.#count("host_tier_budget", host.length - room);
     const { applied, failed } = this.host.applyDumpWire(w.slot, host.length > room ? host.slice(0, room) : host);
     this.#counters.blocksStored += applied;
     if (failed) this.#count("dump_parent_not_found", failed);
     return rows.filter((r) => r.tier !== HOST_TIER);
+  }
+
+  /**
+   * Host-tier blocks the worker may still add: an even split of the object's block budget among its
+   * workers. A host tier is several times the GPU's (SGLang's --hicache-ratio, default 2), so the
+   * GPU share (block-shares.ts) would cut it short.
+   */
+  #hostRoom(w: SlottedWorker): number {
+    const slots = Math.max(1, this.#registry.slotCount);
+    return Math.max(0, Math.floor(this.budget.limitFor(slots) / slots) - this.host.workerBlockCount(w.slot));
   }
 
   /** One host-tier event; false when a stored chain's parent is unknown (the relay should resync). */
@@ -278,7 +288,7 @@ export class BlockViews {
       this.#counters.eventsApplied++;
       return true;
     }
-    const room = this.#shares.guarantee(w) - this.host.workerBlockCount(w.slot);
+    const room = this.#hostRoom(w);
     const r = this.host.applyStoredEvent(w.slot, ev.parent, ev.blocks, (n) => n <= room);
     if ("voided" in r) this.#count(r.voided, ev.blocks.length);
     else if ("refused" in r) this.#count("host_tier_budget", ev.blocks.length);

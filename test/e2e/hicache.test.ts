@@ -1,0 +1,97 @@
+/**
+ * HiCache tiers on the real local fleet (simulated SGLang workers with `--enable-hierarchical-cache`,
+ * real relays over ZMQ, the edge under workerd): a conversation whose prefix was evicted from its
+ * worker's device tier but kept in host memory is still routed to that worker and reported cached —
+ * the relay keeps the host tier (BlockStored/BlockRemoved with medium CPU_PINNED), the index credits
+ * it, and the simulator loads it back (counted in cached tokens and in its prefill time).
+ */
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { startFleet, type Fleet } from "../../scripts/local-fleet.ts";
+import { direct, sleep, trueLocalHashes, waitParity, words } from "./reliability-helpers.ts";
+import { PendingRoutes } from "../../src/block-index/pending-routes.ts";
+
+let fleet: Fleet;
+const figures: Record<string, unknown> = {};
+/** Small device tier (a few prompts), host memory 8× larger. */
+const PENDING_TTL_MS = new PendingRoutes().ttlMs;
+const hicacheArgs = ["--enable-hierarchical-cache", "--hicache-ratio", "8"];
+
+beforeAll(async () => {
+  fleet = await startFleet({
+    workers: 2,
+    capacityTokens: 1_500,
+    workerArgs: [hicacheArgs, hicacheArgs],
+    vars: { KVEDGE_ROUTING: JSON.stringify({ profileTtlMs: 0 }) },
+  });
+});
+afterAll(async () => {
+  await fleet?.stop();
+  console.log(`hicache: ${JSON.stringify(figures)}`);
+});
+
+interface Turn {
+  status: number;
+  worker: string | null;
+  overlapBlocks: number;
+  hostBlocks: number;
+  cachedTokens: number;
+  content: string;
+}
+
+async function send(messages: { role: string; content: string }[]): Promise<Turn> {
+  const r = await fetch(`${fleet.edgeUrl}/v1/chat/completions`, {
+    method: "POST",
+    headers: { "content-type": "application/json" },
+    body: JSON.stringify({ model: fleet.model, messages, max_tokens: 8 }),
+  });
+  const json = (await r.json()) as { choices?: { message: { content: string } }[]; usage?: { prompt_tokens_details?: { cached_tokens?: number } } };
+  return {
+    status: r.status,
+    worker: r.headers.get("x-kvedge-worker"),
+    overlapBlocks: Number(r.headers.get("x-kvedge-overlap-blocks") ?? "0"),
+    hostBlocks: Number(r.headers.get("x-kvedge-host-blocks") ?? "0"),
+    cachedTokens: json.usage?.prompt_tokens_details?.cached_tokens ?? 0,
+    content: json.choices?.[0]?.message.content ?? "",
+  };
+}
+
+describe("HiCache: a prefix evicted from the GPU but kept in host memory", () => {
+  it("is routed to its worker, credited from the host tier and reported cached (load-back)", async () => {
+    const conversations = [1, 2, 3];
+    for (const seed of conversations) {
+      const user = words(seed, 300);
+      const w0 = fleet.workers.map((x) => x.url);
+      const before = new Map(await Promise.all(w0.map(async (u) => [u, await trueLocalHashes(u)] as const)));
+      const first = await send([{ role: "user", content: user }]);
+      const routedBy = Date.now();
+      expect(first.status).toBe(200);
+      const w = fleet.workers.find((x) => x.id === first.worker)!;
+      const onGpu = (await trueLocalHashes(w.url)).filter((h) => !before.get(w.url)!.includes(h));
+      expect(onGpu.length).toBeGreaterThan(10);
+      // Other prompts straight to that worker push the conversation out of its small device tier.
+      let left = onGpu.length;
+      for (let k = 0; k < 30 && left > 0; k++) {
+        await direct(w, fleet.model, words(1000 + seed * 100 + k, 300));
+        const after = await trueLocalHashes(w.url);
+        left = onGpu.filter((h) => after.includes(h)).length;
+      }
+      expect(left, "conversation left the device tier").toBe(0);
+      // The next turn, once the index mirrors the worker's device tier again (evictions applied).
+      await waitParity(fleet, fleet.workers.indexOf(w));
+      // A route counts as cached on its worker's GPU for PENDING_TTL_MS (events may lag): past it.
+      await sleep(Math.max(0, routedBy + PENDING_TTL_MS + 100 - Date.now()));
+      const t = await send([
+        { role: "user", content: user },
+        { role: "assistant", content: first.content },
+        { role: "user", content: `Go on (${seed}).` },
+      ]);
+      expect(t.status).toBe(200);
+      expect(t.hostBlocks).toBeGreaterThan(0);
+      expect(t.worker).toBe(first.worker);
+      expect(t.overlapBlocks).toBeGreaterThanOrEqual(t.hostBlocks);
+      // The worker loaded the host pages back: they count as cached tokens.
+      expect(t.cachedTokens).toBeGreaterThanOrEqual(t.hostBlocks * 16);
+      figures[`conversation_${seed}`] = { worker: t.worker, overlapBlocks: t.overlapBlocks, hostBlocks: t.hostBlocks, cachedTokens: t.cachedTokens };
+    }
+  });
+});
