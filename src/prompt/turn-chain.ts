@@ -309,7 +309,7 @@ export class TurnChainCache {
     const pre = preprocessChat(request, contentFormatOf(profile.templateId));
     const input = { messages: pre.messages, tools: pre.tools, kwargs: pre.templateKwargs };
     const rendered = this.render(profile.templateId, input);
-    if (store) this.storeFrom(store, profile, input, rendered, pre.mediaParts, pre.droppedParts, 0, "");
+    if (store) this.storeFrom(store, profile, input, rendered, pre.mediaParts, pre.droppedParts, 0);
     return {
       text: rendered + (pre.assistantPrefix ?? ""),
       mediaParts: pre.mediaParts,
@@ -345,7 +345,7 @@ export class TurnChainCache {
     const whole = [...new Array<TemplateMessage>(q), ...pre.messages];
     // The new turn's last query: store its stable prefix (the rendered text before it) for the next turn.
     const input = { messages: whole, tools: pre.tools, kwargs: pre.templateKwargs };
-    const store = () => this.storeFrom({ body, layout, scope, scopeHash, parent: node }, profile, input, rendered, media, dropped, q, stable);
+    const store = () => this.storeFrom({ body, layout, scope, scopeHash, parent: node }, profile, input, tail, media, dropped, q);
     const prompt: ChainedPrompt = {
       text: rendered + (pre.assistantPrefix ?? ""),
       mediaParts: media,
@@ -388,27 +388,26 @@ export class TurnChainCache {
   }
 
   /**
-   * Stores the stable prefix of a request rendered as `rendered` (template output, no continuation
-   * prefix): the text before its last query's block. `input.messages` from index `from` on are the
-   * request's preprocessed messages (earlier slots may be empty); `known` is the rendered text of
-   * messages before `from` (the parent's).
+   * Stores the stable prefix of a request (the rendered text before its last query's block).
+   * `input.messages` from index `from` on are the request's preprocessed messages (earlier slots may
+   * be empty); `after` is the template's output from message `from` on (no continuation prefix),
+   * what follows the parent's stable prefix (all of it without a parent). Only `after` is read: the
+   * history's text is never copied again.
    */
-  private storeFrom(ctx: StoreContext, profile: ModelProfile, input: RenderInput, rendered: string, media: readonly MediaPart[], dropped: readonly DroppedPart[], from: number, known: string): void {
+  private storeFrom(ctx: StoreContext, profile: ModelProfile, input: RenderInput, after: string, media: readonly MediaPart[], dropped: readonly DroppedPart[], from: number): void {
     const messages = input.messages as TemplateMessage[];
     const q = lastQuery(messages);
     // Preprocessing may drop a final assistant message (continue_final_message): keep to the request's messages.
     if (q <= from || q >= ctx.layout.messages.length) return;
     const counts = countKinds(media, q);
     const tail = this.renderTail(profile.templateId, ctx.scope, counts.image, counts.video, messages.slice(q), input.tools, input.kwargs);
-    if (tail === null || !rendered.endsWith(tail)) return;
-    const stableEnd = rendered.length - tail.length;
-    if (stableEnd < known.length) return;
+    if (tail === null || tail.length > after.length || !after.endsWith(tail)) return;
     const rawEnd = ctx.layout.messages[q - 1]![1] - ctx.layout.messagesOpen;
     const parentRaw = ctx.parent ? ctx.parent.rawEnd : 0;
     const key = this.key(ctx.scopeHash, q, ctx.body, ctx.layout.messagesOpen, rawEnd);
     if (this.buckets.get(key)?.some((n) => n.messages === q && n.rawEnd === rawEnd && n.scope === ctx.scope)) return;
     const raw = ownString(ctx.body.slice(ctx.layout.messagesOpen + parentRaw, ctx.layout.messagesOpen + rawEnd));
-    const text = ownString(rendered.slice(known.length, stableEnd));
+    const text = ownString(after.slice(0, after.length - tail.length));
     const ownMedia = media.filter((p) => p.messageIndex >= from && p.messageIndex < q);
     const ownDropped = dropped.filter((d) => d.messageIndex >= from && d.messageIndex < q);
     const bytes = nodeBytes(raw.length, text.length, ownMedia.length + ownDropped.length, ctx.parent ? 0 : ctx.scope.length);
