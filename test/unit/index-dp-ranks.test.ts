@@ -13,6 +13,7 @@ import { parseRankTarget, rankTargetId } from "../../src/routing-index/rank-targ
 import { relayConnectTarget } from "../../src/routing-index/front-door.ts";
 import { withRoutedDpRank } from "../../src/proxy/routed-rank.ts";
 import { bodyOfChunks, generateBodyChunks } from "../../src/proxy/generate-body.ts";
+import { parseChatRequest } from "../../src/api/validate.ts";
 
 beforeAll(() => initHashing());
 
@@ -107,5 +108,12 @@ describe("routed_dp_rank on /generate", () => {
     const ranked = JSON.parse(await withRoutedDpRank(body, 1).text()) as Record<string, unknown>;
     expect(ranked).toEqual({ routed_dp_rank: 1, ...(JSON.parse(await body.text()) as object) });
     expect(() => withRoutedDpRank(body, -1)).toThrow(RangeError);
+  });
+
+  it("is the edge's alone: a client's rank fields are refused, naming them", () => {
+    for (const field of ["routed_dp_rank", "data_parallel_rank", "disagg_prefill_dp_rank"]) {
+      const text = JSON.stringify({ model: "m", messages: [{ role: "user", content: "hi" }], [field]: 1 });
+      expect(() => parseChatRequest(text), field).toThrow(expect.objectContaining({ type: "invalid_request_error", code: "unsupported_parameter", param: field }));
+    }
   });
 });
