@@ -12,6 +12,8 @@ const logs = process.env.KVEDGE_E2E_LOGS ? (l: string) => console.log(l) : undef
 let fleet: Fleet;
 const PREFILL = ["w1", "w2"];
 const DECODE = ["w3", "w4"];
+/** Which prefill worker holds each long prompt (the repeat test fills it). */
+const holders = new Map<number, string>();
 
 beforeAll(async () => {
   const dir = makeMediaDir();
@@ -134,6 +136,7 @@ describe("prefill/decode pool", () => {
       expect(first.promptTokens).toBeGreaterThan(1500);
       const again = await streamChat({ messages });
       expect(again.worker, `prompt ${seed}`).toBe(first.worker);
+      holders.set(seed, first.worker!);
       expect(again.cachedTokens / again.promptTokens).toBeGreaterThanOrEqual(0.95);
     }
   });
@@ -161,18 +164,40 @@ describe("prefill/decode pool", () => {
     expect(s.content.length).toBeGreaterThan(0);
   });
 
-  it("refuses a pool whose decode worker has no prefill peer, naming it", async () => {
-    await fleet.killWorker(0);
-    await fleet.killWorker(1);
-    // The relays report the prefill workers down (health checked every 0.5 s).
-    const deadline = Date.now() + 20_000;
-    let r = await plainChat({ messages: [{ role: "user", content: "Anyone there?" }] });
-    while (!/no prefill peer/.test(r.json.error?.message ?? "") && Date.now() < deadline) {
-      await new Promise((res) => setTimeout(res, 300));
-      r = await plainChat({ messages: [{ role: "user", content: "Anyone there?" }] });
-    }
+  it("moves a request whose prefill worker died before the first byte to another pair", async () => {
+    const [seed, holder] = [...holders.entries()][0]!;
+    const other = PREFILL.find((id) => id !== holder)!;
+    const i = Number(holder.slice(1)) - 1;
+    // The relay dies first: the index still credits the dead worker with the prompt's prefix.
+    await fleet.killRelay(i);
+    await fleet.killWorker(i);
+    const r = await plainChat({ messages: [{ role: "user", content: longPrompt(seed) }] });
+    expect(r.status, JSON.stringify(r.json)).toBe(200);
+    expect(r.worker).toBe(other);
+    expect(r.attempts).toBe(2);
+    expect(r.content.length).toBeGreaterThan(0);
+  });
+});
+
+describe("a misconfigured prefill/decode pool", () => {
+  let lone: Fleet;
+  beforeAll(async () => {
+    // One decode worker and no prefill: no pair can be formed.
+    lone = await startFleet({ workers: 1, workerArgs: [["--disaggregation-mode", "decode"]], log: logs });
+  });
+  afterAll(async () => {
+    await lone?.stop();
+  });
+
+  it("refuses requests with a message naming the decode worker without a prefill peer", async () => {
+    const r = await fetch(`${lone.edgeUrl}/v1/chat/completions`, {
+      method: "POST",
+      headers: { "content-type": "application/json" },
+      body: JSON.stringify({ model: lone.model, max_tokens: 4, messages: [{ role: "user", content: "Anyone there?" }] }),
+    });
+    const json = (await r.json()) as { error?: { message: string; code: string } };
     expect(r.status).toBe(503);
-    // The dead decode worker's relay died with it: the index names whichever decode worker it holds first.
-    expect(r.json.error?.message).toMatch(/decode worker w[34] has no prefill peer up/);
+    expect(json.error?.code).toBe("no_worker_available");
+    expect(json.error?.message).toMatch(/decode worker w1 has no prefill peer up/);
   });
 });
