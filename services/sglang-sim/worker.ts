@@ -9,7 +9,8 @@ import { initHashing } from "../../src/util/hash.ts";
 import { SimEngine } from "./engine.ts";
 import type { MediaExpander } from "./generate.ts";
 import { createHttpServer } from "./http-server.ts";
-import { KvEventPublisher } from "./kv-publisher.ts";
+import { startPdSide } from "./pd-generate.ts";
+import { DpSimEngines, startRankPublishers } from "./dp-engines.ts";
 import { loadSimContract, type SimMediaContract } from "./media-contract.ts";
 import { createMediaExpander } from "./media-expand.ts";
 import { createMediaLoader } from "./media-fetch.ts";
@@ -35,8 +36,10 @@ export interface SimulatedWorker {
   kill(): void;
   /** The worker's true current block set, parents before children. */
   cacheDump(): CacheBlock[];
-  /** Direct access for tests. */
+  /** Direct access for tests (rank 0's scheduler). */
   readonly engine: SimEngine;
+  /** Every DP rank's scheduler, rank r at index r (one for a worker without --dp-size). */
+  readonly rankEngines: readonly SimEngine[];
   /** The media contract the simulator follows (from its model dir and version). */
   readonly media: SimMediaContract;
   /** Which ffprobe scans videos: a native one, or the embedded wasm build. */
@@ -64,33 +67,39 @@ export async function startSimulatedWorker(input: StartOptions = {}): Promise<Si
   const expander =
     mediaExpander ?? createMediaExpander({ contract: media.contract, loader: createMediaLoader(opts.media), videoProber, log });
 
-  const publisher = opts.kvEvents
-    ? await KvEventPublisher.start({
-        host: opts.host,
-        port: opts.kvPort,
-        replayPort: opts.replayPort,
-        topic: opts.topic,
-        bufferSteps: opts.bufferSteps,
-        hwm: opts.hwm,
-        dpRank: opts.dpRank,
-      })
-    : null;
-
-  const record = (e: KvEvent) => publisher?.record(e);
-  const hostTier = opts.hicache ? new HostTier({ pageSize: opts.pageSize, capacityTokens: Math.floor(opts.hicache.ratio * opts.capacityTokens), kvBytesPerToken: opts.hicache.kvBytesPerToken, loadGBps: opts.hicache.loadGBps }, record) : null;
-  const cache = new PagedRadixCache(opts.pageSize, hostTier ? hostTier.observe : record, { bigram: opts.eagle });
-  const engine = new SimEngine({
-    cache,
-    hostTier,
-    capacityTokens: opts.capacityTokens,
-    contextLength: opts.contextLength,
-    tokenizer,
-    vocab,
-    timing,
-    naturalOutputTokens: opts.naturalOutputTokens,
-    outputSeed: opts.outputSeed,
-    onStepEnd: () => publisher?.flush(),
+  // One publisher, cache and scheduler per DP rank (dp-engines.ts); rank 0's are the worker's own.
+  const publishers = opts.kvEvents
+    ? await startRankPublishers(
+        { host: opts.host, port: opts.kvPort, replayPort: opts.replayPort, topic: opts.topic, bufferSteps: opts.bufferSteps, hwm: opts.hwm },
+        opts.dpRank,
+        opts.dpSize,
+      )
+    : [];
+  const publisher = publishers[0] ?? null;
+  // A PD side (--disaggregation-mode): the prefill's bootstrap server, the decode's KV wait (pd-generate.ts).
+  const pd = await startPdSide(opts);
+  const rankEngines = Array.from({ length: opts.dpSize }, (_, rank) => {
+    const pub = publishers[rank] ?? null;
+    const record = (e: KvEvent) => pub?.record(e);
+    const hostTier = opts.hicache ? new HostTier({ pageSize: opts.pageSize, capacityTokens: Math.floor(opts.hicache.ratio * opts.capacityTokens), kvBytesPerToken: opts.hicache.kvBytesPerToken, loadGBps: opts.hicache.loadGBps }, record) : null;
+    const rankCache = new PagedRadixCache(opts.pageSize, hostTier ? hostTier.observe : record, { bigram: opts.eagle });
+    return new SimEngine({
+      cache: rankCache,
+      hostTier,
+      capacityTokens: opts.capacityTokens,
+      contextLength: opts.contextLength,
+      tokenizer,
+      vocab,
+      timing,
+      naturalOutputTokens: opts.naturalOutputTokens,
+      outputSeed: opts.outputSeed,
+      onStepEnd: () => pub?.flush(),
+      ...pd?.engineHooks,
+    });
   });
+  const engine = rankEngines[0]!;
+  const cache = engine.cache;
+  const scheduler = new DpSimEngines(rankEngines);
 
   const maxReqInputLen = Math.min(opts.contextLength - 1, opts.capacityTokens - 1);
   let serving = true;
@@ -98,13 +107,16 @@ export async function startSimulatedWorker(input: StartOptions = {}): Promise<Si
   const server: Server = createHttpServer({
     opts,
     timing,
-    engine,
+    engine: scheduler,
+    rankCaches: rankEngines.map((e) => e.cache),
     kv: publisher ? { host: wildcard ? "*" : opts.host, port: publisher.port, replayPort: publisher.replayPort } : null,
     modelDir: media.modelDir,
+    pd,
     maxReqInputLen,
     isServing: () => serving,
     openai: {
-      engine,
+      engine: scheduler,
+      dpSize: opts.dpSize,
       tokenizer,
       contextLength: opts.contextLength,
       maxReqInputLen,
@@ -133,7 +145,7 @@ export async function startSimulatedWorker(input: StartOptions = {}): Promise<Si
       });
     });
   } catch (err) {
-    publisher?.kill();
+    for (const p of publishers) p.kill();
     await videoProber.close();
     throw err;
   }
@@ -150,6 +162,7 @@ export async function startSimulatedWorker(input: StartOptions = {}): Promise<Si
     replayEndpoint: publisher ? `tcp://${kvHost}:${publisher.replayPort}` : null,
     options: opts,
     engine,
+    rankEngines,
     media,
     videoDecoder: videoProber.decoder,
     cacheDump: () => cache.dump(),
@@ -157,7 +170,7 @@ export async function startSimulatedWorker(input: StartOptions = {}): Promise<Si
       if (closed) return;
       closed = true;
       serving = false;
-      engine.abortAll();
+      scheduler.abortAll();
       await new Promise<void>((resolve) => {
         server.close(() => resolve());
         server.closeIdleConnections();
@@ -165,18 +178,20 @@ export async function startSimulatedWorker(input: StartOptions = {}): Promise<Si
           for (const s of sockets) s.destroy();
         }, 1_000).unref();
       });
-      await publisher?.close();
+      await Promise.all(publishers.map((p) => p.close()));
       await videoProber.close();
+      await pd?.close();
     },
     kill() {
       if (closed) return;
       closed = true;
       serving = false;
-      publisher?.kill();
+      for (const p of publishers) p.kill();
       for (const s of sockets) s.destroy();
       server.close();
       // In-flight requests die with their sockets; stop their timers from touching the cache.
-      engine.abortAll();
+      scheduler.abortAll();
+      pd?.kill();
       void videoProber.close();
     },
   };
