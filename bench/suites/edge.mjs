@@ -18,6 +18,7 @@ import { join } from "node:path";
 import { ffmpegToFile } from "../../test/helpers/wasm-media.ts";
 import { ROOT } from "../lib/workerd.mjs";
 import { HISTORY_BINS, runConversations } from "../edge/conversations.mjs";
+import { promptStageFigures } from "../edge/prompt-stage.mjs";
 
 const MODEL = "Qwen/Qwen3-VL-8B-Instruct";
 const SYSTEM = "You are a careful assistant. Answer from the provided material, cite the section you used, and say so when the material does not contain the answer.";
@@ -219,6 +220,9 @@ export default {
       );
     }
 
+    // The same per-turn work in this process, stage by stage (workerd has no clock inside a request).
+    const stages = await promptStageFigures({ sizes: ctx.tiny ? [8000] : [32_000, 100_000], turns: ctx.tiny ? 3 : ctx.quick ? 20 : 60, fresh });
+
     const fmt = (x) => x.toFixed(1);
     const summary = Object.entries(results).map(([k, r]) => {
       const goalKey = k.replace(/ stream$/, "");
@@ -257,6 +261,15 @@ export default {
         if (k.growthUsPer1kTokens !== null) summary.push({ metric: `conversations ${kind}: warm overhead growth (least squares over history tokens)`, value: k.growthUsPer1kTokens.toFixed(1), unit: "µs per 1k tokens", goal: "≤ 15", pass: k.growthUsPer1kTokens <= 15 });
       }
     }
+    for (const [size, st] of Object.entries(stages)) {
+      summary.push({
+        metric: `per-turn stages in process (Node, chat history ${st.promptTokens} tok, p50): parse+validate / render whole / render via turn chain / tokens+hashes / worker body`,
+        value: [st.parse, st.renderWhole, st.renderChain, st.tokensAndHashes, st.body].map((x) => x.toFixed(2)).join(" / "),
+        unit: "ms",
+        goal: "",
+        pass: null,
+      });
+    }
     summary.push({ metric: "first chat request through the edge (1k text; the isolate had served only health and admin requests, the worker was warm) [edge stages before upstream]", value: `${fmt(firstMs)} [${firstStages["kvedge-route"] ?? "–"}]`, unit: "ms", goal: "", pass: null });
     summary.push({ metric: "the simulated worker's own first chat request (reference: its cold start)", value: fmt(workerFirst.total), unit: "ms", goal: "", pass: null });
     const hopFloor = { edgeHealthzP50: summarize(hop.edge).p50, workerHealthP50: summarize(hop.worker).p50 };
@@ -272,6 +285,6 @@ export default {
       ]),
     });
     await fleet.stop();
-    return { summary, details: { conversations, firstRequestMs: firstMs, firstRequestStages: firstStages, workerFirstRequestMs: workerFirst.total, hopFloor, cases: results, worker: "services/sglang-sim, timing instant" }, plots: [{ file: "edge.svg", svg: plot }] };
+    return { summary, details: { conversations, stages, firstRequestMs: firstMs, firstRequestStages: firstStages, workerFirstRequestMs: workerFirst.total, hopFloor, cases: results, worker: "services/sglang-sim, timing instant" }, plots: [{ file: "edge.svg", svg: plot }] };
   },
 };
