@@ -31,6 +31,8 @@ interface AdminWorker {
   region?: string | null;
   prefillTokensPerSec?: number | null;
   incrementalStreaming?: boolean;
+  disaggregationMode?: string;
+  bootstrapPort?: number | null;
 }
 
 async function adminWorkers(): Promise<AdminWorker[]> {
@@ -54,14 +56,15 @@ describe("routing index persistence", () => {
     ws.send(
       JSON.stringify({
         type: "hello", workerId: id, url: TEST_WORKER_URL, blockSize: 16, epoch: 1, modelName: MODEL,
-        kvEvents: false, region: "eu", prefillTokensPerSec: 9000, incrementalStreaming: true,
+        kvEvents: false, region: "eu", prefillTokensPerSec: 9000, incrementalStreaming: true, disaggregationMode: "prefill", bootstrapPort: 8998,
       }),
     );
     await welcome;
     expect((await adminWorkers()).find((w) => w.workerId === id)).toMatchObject({ kvEvents: false, region: "eu", prefillTokensPerSec: 9000, incrementalStreaming: true });
 
     await evictDurableObject(env.ROUTING_INDEX.getByName(MODEL));
-    expect((await adminWorkers()).find((w) => w.workerId === id)).toMatchObject({ kvEvents: false, region: "eu", prefillTokensPerSec: 9000, incrementalStreaming: true });
+    // The PD role too: a prefill restored as unified would be sent requests without a decode peer.
+    expect((await adminWorkers()).find((w) => w.workerId === id)).toMatchObject({ kvEvents: false, region: "eu", prefillTokensPerSec: 9000, incrementalStreaming: true, disaggregationMode: "prefill", bootstrapPort: 8998 });
     ws.close();
   });
 
@@ -86,7 +89,7 @@ describe("routing index persistence", () => {
     const workers = await stub.workers();
     expect(workers).toHaveLength(1);
     // A row from before version 4 reads as a worker streaming cumulative frames (SGLang's default).
-    expect(workers[0]).toMatchObject({ workerId: "old-1", epoch: 5, status: "down", kvEvents: true, region: null, prefillTokensPerSec: null, incrementalStreaming: false });
+    expect(workers[0]).toMatchObject({ workerId: "old-1", epoch: 5, status: "down", kvEvents: true, region: null, prefillTokensPerSec: null, incrementalStreaming: false, disaggregationMode: "null", bootstrapPort: null });
     await runInDurableObject(stub, (_instance, state) => {
       const sql = state.storage.sql;
       expect(sql.exec<{ v: string }>("SELECT v FROM meta WHERE k = 'schema_version'").one().v).toBe("5");
