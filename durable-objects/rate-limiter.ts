@@ -17,11 +17,11 @@ export class RateLimiter extends DurableObject {
   #bucket: BucketState | null = null;
   #alarmAt: number | null = null;
 
-  /** Takes one request from the bucket under `cfg` (sent by the edge with every call). */
-  async take(cfg: BucketConfig): Promise<TakeResult> {
+  /** Takes `amount` (one request, or a request's tokens) from the bucket under `cfg` (sent by the edge with every call). */
+  async take(cfg: BucketConfig, amount = 1): Promise<TakeResult> {
     const now = Date.now();
     this.#bucket ??= this.ctx.storage.kv.get<BucketState>(KEY) ?? fullBucket(cfg, now);
-    const r = takeToken(this.#bucket, cfg, now);
+    const r = takeToken(this.#bucket, cfg, now, amount);
     this.ctx.storage.kv.put(KEY, this.#bucket);
     const expireAt = fullAgainAt(this.#bucket, cfg) + EXPIRY_SLACK_MS;
     // Only ever move the alarm later (a take empties the bucket further); one write per change.

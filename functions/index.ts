@@ -11,7 +11,8 @@ import { errorResponse, InvalidRequestError, NotFoundError, AuthenticationError,
 import { parseEdgeConfig, type BucketConfig, type EdgeConfig } from "../src/config/config.ts";
 import { authorizeClient, bearerToken } from "../src/edge/auth.ts";
 import { verifyRelayConnect } from "../src/relay-wire/relay-auth.ts";
-import { clientNetwork, enforceRateLimit, rateLimitBucketName, rateLimitHeaders, type BucketKind } from "../src/edge/rate-limit.ts";
+import { clientNetwork, enforceRateLimit, rateLimitBucketName, rateLimitHeaders, requestLimitHeaders, type BucketKind } from "../src/edge/rate-limit.ts";
+import { enforceTokenQuota, type TokenCounts } from "../src/edge/token-quota.ts";
 import type { ClientRef } from "../src/edge/client-label.ts";
 import { handleChatCompletions } from "../src/edge/chat.ts";
 import { handleAdminRoute, presentsAdminCredentials } from "../src/edge/admin-routes.ts";
@@ -62,16 +63,26 @@ function networkOf(request: Request): string {
   return clientNetwork(request.headers.get("cf-connecting-ip"));
 }
 
-/** Takes one request from a bucket; a no-op with rate limiting off. Throws RateLimitedError (429). */
-async function limit(env: Env, config: EdgeConfig, kind: BucketKind, client: ClientRef): Promise<void> {
+/** Takes one request from a bucket; a no-op with rate limiting off. Throws RateLimitedError (429); answers the chat bucket's `x-ratelimit-*-requests`. */
+async function limit(env: Env, config: EdgeConfig, kind: BucketKind, client: ClientRef): Promise<Record<string, string>> {
   const limits = config.rateLimits;
-  if (!limits) return;
+  if (!limits) return {};
   const ns = env.RATE_LIMITER;
   // Fail closed: rate limiting on without its Durable Object binding is a deployment error.
   if (!ns) throw new ConfigError("Invalid configuration: rate limiting is on but the RATE_LIMITER binding is missing.");
   const cfg: BucketConfig = kind === "chat" ? { requestsPerMinute: limits.requestsPerMinute, burst: limits.burst } : kind === "auth" ? limits.authFailures : limits[kind];
   await initHashing();
-  await enforceRateLimit(ns.getByName(rateLimitBucketName(kind, client)), cfg);
+  return requestLimitHeaders(cfg, await enforceRateLimit(ns.getByName(rateLimitBucketName(kind, client)), cfg));
+}
+
+/** The chat route's token quotas (src/edge/token-quota.ts); none with rate limiting off or no quota configured. */
+async function tokenQuota(env: Env, config: EdgeConfig, client: ClientRef, tokens: TokenCounts): Promise<Record<string, string>> {
+  const limits = config.rateLimits;
+  const ns = env.RATE_LIMITER;
+  if (!limits || (limits.inputTokensPerMinute === undefined && limits.outputTokensPerMinute === undefined)) return {};
+  if (!ns) throw new ConfigError("Invalid configuration: rate limiting is on but the RATE_LIMITER binding is missing.");
+  await initHashing();
+  return enforceTokenQuota((kind) => ns.getByName(rateLimitBucketName(kind, client)), limits, tokens);
 }
 
 /** Shard `shard` of a pool's routing index; shard 0 is also the pool object (src/routing-index/pool-address.ts). */
@@ -184,6 +195,7 @@ async function chatCompletions(r: EdgeRequest): Promise<Response> {
     config,
     index: (model, shard) => indexFor(env, model, shard),
     admissionIndex: (model, shard) => indexFor(env, model, shard),
+    tokenQuota: (apiKey, tokens) => tokenQuota(env, config, apiKey !== null ? { apiKey } : { network: networkOf(request) }, tokens),
     fetch: (input, init) => fetch(input, init),
     waitUntil: (p) => r.ctx.waitUntil(p),
     rateLimit: (apiKey) => limit(env, config, "chat", apiKey !== null ? { apiKey } : { network: networkOf(request) }),

@@ -24,6 +24,7 @@ import { prepareRouting, type PrepareDeps } from "./chat/prepare.ts";
 import { cacheTenant, resolveChatModel } from "./chat/resolve-model.ts";
 import { edgeColoOf, routeTarget } from "./chat/route.ts";
 import { admissionTicket } from "./chat/admission.ts";
+import type { TokenCounts } from "./token-quota.ts";
 import type { AdmissionFrontDoor } from "../routing-index/front-door.ts";
 import { chatUpstreamBody } from "./chat/upstream-body.ts";
 import { StageClock } from "./server-timing.ts";
@@ -31,6 +32,8 @@ import { StageClock } from "./server-timing.ts";
 export interface ChatDeps extends ParseDeps, PrepareDeps, ForwardDeps {
   /** The request's W3C trace context at the edge (functions/ starts it, so error answers name it too); absent: started from the request's own `traceparent`. */
   trace?: EdgeTrace;
+  /** Takes the request's prompt and output tokens from the caller's token quotas; rejects with 429; resolves to their `x-ratelimit-*` headers. */
+  tokenQuota?(apiKey: string | null, tokens: TokenCounts): Promise<Record<string, string>>;
   /** The pool's admission queue (src/admission/); absent: every first pick is routed at once. */
   admissionIndex?(model: string, shard?: number): AdmissionFrontDoor;
 }
@@ -40,7 +43,7 @@ export async function handleChatCompletions(request: Request, deps: ChatDeps): P
   // workerd advances clocks only across I/O, so this measures what awaits cost (body, index RPC).
   const clock = new StageClock();
   const trace = deps.trace ?? startEdgeTrace(request.headers.get("traceparent"));
-  const { caller, showRouting, req, bodyText, literals, address, client } = await parseChat(request, deps, clock);
+  const { caller, showRouting, req, limitHeaders, bodyText, literals, address, client } = await parseChat(request, deps, clock);
   const { adapter, namespace } = await resolveChatModel(config, req.model, cacheTenant(caller, address));
   const { model, prompt, plan, media } = await prepareRouting(req, deps, { client, signal: request.signal ?? null, traceparent: trace.header }, namespace.tag, bodyText);
   clock.mark("prepare");
@@ -48,7 +51,10 @@ export async function handleChatCompletions(request: Request, deps: ChatDeps): P
   const parsers = modelParsers(model);
   const output = chatOutputPlan(req, parsers);
   const defaultMaxNewTokens = outputCap(config.limits.maxMaxTokens, { tokens: plan.isl, exact: plan.fallbackReason === null }, contextTokensOf(model), model.allowAutoTruncate);
-  const costly = costlyLogprobStream(req, output, req.max_completion_tokens ?? req.max_tokens ?? defaultMaxNewTokens ?? contextTokensOf(model));
+  const outputBudget = req.max_completion_tokens ?? req.max_tokens ?? defaultMaxNewTokens ?? contextTokensOf(model);
+  const costly = costlyLogprobStream(req, output, outputBudget);
+  // Token quotas once the prompt is counted (src/edge/token-quota.ts): a refusal is a 429 before any routing.
+  const quotaHeaders = (await deps.tokenQuota?.(caller.apiKey, { input: plan.isl, output: outputBudget })) ?? {};
   const requestId = newRequestId();
   const bodyFor = await chatUpstreamBody({
     req,
@@ -85,7 +91,7 @@ export async function handleChatCompletions(request: Request, deps: ChatDeps): P
               serviceTier: req.service_tier,
               client,
               priorityAllowed: caller.admin || config.routing.admission.openPriority,
-              decodeBudget: req.max_completion_tokens ?? req.max_tokens ?? defaultMaxNewTokens ?? 0,
+              decodeBudget: outputBudget,
             }),
             signal: request.signal ?? null,
             waitUntil: deps.waitUntil,
@@ -109,5 +115,6 @@ export async function handleChatCompletions(request: Request, deps: ChatDeps): P
   });
   // How much of the prompt the turn chain supplied (admin and debug only, like the routing headers).
   if (showRouting) answer.headers.set("x-kvedge-prompt-reused-messages", String(prompt.reusedMessages ?? 0));
+  for (const [k, v] of Object.entries({ ...limitHeaders, ...quotaHeaders })) answer.headers.set(k, v);
   return answer;
 }

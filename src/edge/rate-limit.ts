@@ -20,15 +20,18 @@ import type { ClientRef } from "./client-label.ts";
 /** 429 with the wait the client should honour (`retry-after`, seconds). */
 export class RateLimitedError extends RateLimitError {
   readonly retryAfterSeconds: number;
-  constructor(retryAfterSeconds: number, message = `Rate limit exceeded. Retry after ${retryAfterSeconds} s.`, code?: string) {
+  /** More headers for the 429 (a token quota's `x-ratelimit-*`, token-quota.ts). */
+  readonly headers: Readonly<Record<string, string>>;
+  constructor(retryAfterSeconds: number, message = `Rate limit exceeded. Retry after ${retryAfterSeconds} s.`, code?: string, headers: Record<string, string> = {}) {
     super(message, code);
     this.retryAfterSeconds = retryAfterSeconds;
+    this.headers = headers;
   }
 }
 
-/** Headers for an error response: `retry-after` on a RateLimitedError. */
+/** Headers for an error response: `retry-after` (and any `x-ratelimit-*`) on a RateLimitedError. */
 export function rateLimitHeaders(err: unknown): Record<string, string> | undefined {
-  return err instanceof RateLimitedError ? { "retry-after": String(err.retryAfterSeconds) } : undefined;
+  return err instanceof RateLimitedError ? { ...err.headers, "retry-after": String(err.retryAfterSeconds) } : undefined;
 }
 
 /**
@@ -48,22 +51,51 @@ export function clientNetwork(address: string | null): string {
 }
 
 export type BucketKind = "chat" | "auth" | "admin" | "relay";
+/** Token quotas' buckets (token-quota.ts), per API key or client network like the chat bucket. */
+export type QuotaKind = "input_tokens" | "output_tokens";
 
 /**
  * A bucket's Durable Object name. API keys appear only as a digest (requires initHashing()); the
  * kind keeps a client's failed logins, admin calls and chat requests in separate buckets.
  */
-export function rateLimitBucketName(kind: BucketKind, client: ClientRef): string {
+export function rateLimitBucketName(kind: BucketKind | QuotaKind, client: ClientRef): string {
   if ("apiKey" in client) return `${kind}:key:${bytesToHex(sha256(new TextEncoder().encode(client.apiKey))).slice(0, 32)}`;
   return `${kind}:net:${client.network}`;
 }
 
 export interface RateLimiterClient {
-  take(cfg: BucketConfig): Promise<TakeResult>;
+  take(cfg: BucketConfig, amount?: number): Promise<TakeResult>;
 }
 
-/** Takes one request from the client's bucket; throws RateLimitedError when it is empty. */
-export async function enforceRateLimit(limiter: RateLimiterClient, cfg: BucketConfig): Promise<void> {
+/** Takes one request from the client's bucket; throws RateLimitedError when it is empty. Returns the bucket's state (x-ratelimit-*-requests). */
+export async function enforceRateLimit(limiter: RateLimiterClient, cfg: BucketConfig): Promise<TakeResult> {
   const r = await limiter.take(cfg);
-  if (!r.allowed) throw new RateLimitedError(r.retryAfterSeconds);
+  if (!r.allowed) throw new RateLimitedError(r.retryAfterSeconds, undefined, undefined, requestLimitHeaders(cfg, r));
+  return r;
+}
+
+/** OpenAI's `x-ratelimit-*-requests` for the chat bucket's state. */
+export function requestLimitHeaders(cfg: BucketConfig, r: TakeResult): Record<string, string> {
+  return rateLimitTriple("requests", cfg.requestsPerMinute, r);
+}
+
+/**
+ * `x-ratelimit-limit-<what>`, `-remaining-<what>`, `-reset-<what>` as OpenAI sends them: the
+ * per-minute limit, what is left, and the time until the bucket is full again ("1s", "6m0s", "20ms").
+ */
+export function rateLimitTriple(what: string, perMinute: number, r: TakeResult): Record<string, string> {
+  return {
+    [`x-ratelimit-limit-${what}`]: String(perMinute),
+    [`x-ratelimit-remaining-${what}`]: String(r.remaining),
+    [`x-ratelimit-reset-${what}`]: resetDuration(r.resetMs),
+  };
+}
+
+/** OpenAI's reset format: "20ms" under a second, else minutes and whole seconds ("1s", "6m0s"). */
+export function resetDuration(ms: number): string {
+  const t = Math.max(0, Math.ceil(ms));
+  if (t < 1000) return `${t}ms`;
+  const s = Math.ceil(t / 1000);
+  const m = Math.floor(s / 60);
+  return m > 0 ? `${m}m${s % 60}s` : `${s}s`;
 }

@@ -1,6 +1,7 @@
 /**
- * Token-bucket arithmetic (pure): a bucket holds up to `burst` requests and refills at
- * requestsPerMinute / 60 per second. The rate limiter Durable Object keeps one per key.
+ * Token-bucket arithmetic (pure): a bucket holds up to `burst` units (requests, or prompt/output
+ * tokens for token quotas) and refills at requestsPerMinute / 60 per second. The rate limiter
+ * Durable Object keeps one per key.
  */
 
 /** The two numbers a bucket needs (src/config/config.ts BucketConfig has them). */
@@ -21,19 +22,27 @@ export interface TakeResult {
   remaining: number;
   /** Seconds until one request fits again (0 when allowed). */
   retryAfterSeconds: number;
+  /** Milliseconds until the bucket is full again (OpenAI's x-ratelimit-reset-*). */
+  resetMs: number;
 }
 
-/** Refills `state` up to `now` and takes one request if there is one. Mutates and returns the verdict. */
-export function takeToken(state: BucketState, cfg: BucketRate, now: number): TakeResult {
+/**
+ * Refills `state` up to `now` and takes `amount` units (default one request) if they are there.
+ * An amount above `burst` needs a full bucket and empties it (a prompt larger than a minute's token
+ * quota is served once the bucket is full, not refused for ever). Mutates and returns the verdict.
+ */
+export function takeToken(state: BucketState, cfg: BucketRate, now: number, amount = 1): TakeResult {
   const perMs = cfg.requestsPerMinute / 60_000;
   const elapsed = Math.max(0, now - state.at);
   state.tokens = Math.min(cfg.burst, state.tokens + elapsed * perMs);
   state.at = Math.max(state.at, now);
-  if (state.tokens >= 1) {
-    state.tokens -= 1;
-    return { allowed: true, remaining: Math.floor(state.tokens), retryAfterSeconds: 0 };
+  const need = Math.min(Math.max(0, amount), cfg.burst);
+  if (state.tokens >= need) {
+    state.tokens -= need;
+    return { allowed: true, remaining: Math.floor(state.tokens), retryAfterSeconds: 0, resetMs: fullAgainAt(state, cfg) - state.at };
   }
-  return { allowed: false, remaining: 0, retryAfterSeconds: Math.max(1, Math.ceil((1 - state.tokens) / perMs / 1000)) };
+  const retryAfterSeconds = Math.max(1, Math.ceil((need - state.tokens) / perMs / 1000));
+  return { allowed: false, remaining: Math.floor(state.tokens), retryAfterSeconds, resetMs: fullAgainAt(state, cfg) - state.at };
 }
 
 export function fullBucket(cfg: BucketRate, now: number): BucketState {

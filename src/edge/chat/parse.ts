@@ -15,8 +15,8 @@ import type { StageClock } from "../server-timing.ts";
 
 export interface ParseDeps {
   config: EdgeConfig;
-  /** Takes one request from the client's rate-limit bucket (null key = no API keys configured); rejects with 429. */
-  rateLimit?: (apiKey: string | null) => Promise<void>;
+  /** Takes one request from the client's rate-limit bucket (null key = no API keys configured); rejects with 429; resolves to the bucket's `x-ratelimit-*-requests`. */
+  rateLimit?: (apiKey: string | null) => Promise<Record<string, string> | void>;
 }
 
 export interface ParsedChat {
@@ -24,6 +24,8 @@ export interface ParsedChat {
   /** Routing headers reveal topology and other tenants' cached prefixes: admin callers or debug only. */
   showRouting: boolean;
   req: ChatCompletionRequest;
+  /** The request bucket's `x-ratelimit-*-requests` for the answer (none with rate limiting off). */
+  limitHeaders: Record<string, string>;
   /** The body as read: the prompt stage keys earlier turns' rendered text by its messages' raw JSON (prompt/turn-chain.ts). */
   bodyText: string;
   /** Long message texts whose JSON escaping can go to the worker as the client sent it (generate-body.ts). */
@@ -44,7 +46,7 @@ export async function parseChat(request: Request, deps: ParseDeps, clock: StageC
   const caller = authorizeClient(request, config);
   // The rate-limit verdict comes before the body is read: a refused client cannot make the edge
   // read, buffer or parse up to maxBodyBytes (or wait on a body that never ends).
-  await deps.rateLimit?.(caller.apiKey);
+  const limitHeaders = (await deps.rateLimit?.(caller.apiKey)) ?? {};
   const limits = limitsOf(config);
   const bodyText = await readBodyText(request, limits);
   clock.mark("read");
@@ -54,7 +56,7 @@ export async function parseChat(request: Request, deps: ParseDeps, clock: StageC
   // Without a key or a client address (a local fleet) the edge cannot tell clients apart: no label.
   const address = request.headers.get("cf-connecting-ip");
   const client: ClientRef | null = caller.apiKey !== null ? { apiKey: caller.apiKey } : address ? { network: clientNetwork(address) } : null;
-  return { caller, showRouting: caller.admin || config.debugHeaders, req, bodyText, literals, address, client };
+  return { caller, showRouting: caller.admin || config.debugHeaders, req, limitHeaders, bodyText, literals, address, client };
 }
 
 /**
