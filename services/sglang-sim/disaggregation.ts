@@ -9,7 +9,9 @@
  *    `SGLANG_DISAGGREGATION_WAITING_TIMEOUT` (300 s, environ.py L359-362) and giving up after two
  *    failed connects (SGLang's heartbeat: disaggregation/common/conn.py L1122-1140), then decodes
  *    without a prefill of its own, keeps no radix tree (ChunkCache: no KV events) and reports the
- *    prefill's cached tokens.
+ *    prefill's cached tokens, as SGLang's decode does: it reads them from the prefill's metadata
+ *    buffer with the first token (disaggregation/decode.py `_commit_transfer_to_req`, read in the
+ *    mirror zyzshishui/sglang @277147c).
  * Simulated: the exchange is one HTTP long-poll (`GET /sim/kv/<room>` on the bootstrap port), not
  * SGLang's bootstrap protocol, and no KV bytes move; only the peers, the room and the timing are real.
  */
