@@ -25,6 +25,8 @@ export interface FeedBatch {
   source: "live" | "replay";
   /** The batch's msgpack payload as published (its digest proves a resumed stream: state-file.ts). */
   payload: Uint8Array;
+  /** The rank its publisher stamped in it (EventBatch.attn_dp_rank); null when absent. */
+  attnDpRank?: number | null;
 }
 
 export interface KvFeedHandlers {
@@ -210,7 +212,7 @@ export class KvFeed {
 
     if (this.cursor === null) {
       if (seq > 0) this.lose(0, seq, "started mid-stream without replay");
-      this.deliver({ seq, events: msg.events, dropped: msg.dropped, source: "live", payload: frames[2] ?? EMPTY });
+      this.deliver({ seq, events: msg.events, dropped: msg.dropped, source: "live", payload: frames[2] ?? EMPTY, attnDpRank: msg.attnDpRank });
       return;
     }
     if (seq <= this.cursor) {
@@ -223,7 +225,7 @@ export class KvFeed {
       return;
     }
     this.counters.liveBatches++;
-    this.deliver({ seq, events: msg.events, dropped: msg.dropped, source: "live", payload: frames[2] ?? EMPTY });
+    this.deliver({ seq, events: msg.events, dropped: msg.dropped, source: "live", payload: frames[2] ?? EMPTY, attnDpRank: msg.attnDpRank });
   }
 
   /** Missing [from, liveSeq): replay them, or report the loss and move on. */
@@ -261,7 +263,7 @@ export class KvFeed {
       if (b.seq > expected) this.lose(expected, b.seq, "replay buffer does not reach back far enough");
       const decoded = decodeKvEventBatch(b.payload);
       this.counters.replayedBatches++;
-      this.deliver({ seq: b.seq, events: decoded.events, dropped: decoded.dropped, source: "replay", payload: b.payload });
+      this.deliver({ seq: b.seq, events: decoded.events, dropped: decoded.dropped, source: "replay", payload: b.payload, attnDpRank: decoded.attnDpRank });
     }
   }
 

@@ -162,6 +162,8 @@ class RelayImpl implements Relay {
   private readonly keeper: StateKeeper | null;
   private flushLoop: Promise<void> | null = null;
   private readonly dropped: Record<string, number> = {};
+  /** A batch of another DP rank arrived (logged once). */
+  private wrongRankSeen = false;
 
   constructor(opts: RelayOptions, info: WorkerInfo, token: string, log: Logger, modelFiles: ModelDirFiles | null, contract: ContractResolution) {
     this.opts = opts;
@@ -384,6 +386,15 @@ class RelayImpl implements Relay {
 
   private onBatch(b: FeedBatch): void {
     this.counters.batches++;
+    // A DP worker's rank publishes only its own rank's batches (kv_events.py @9d147fd
+    // ZmqEventPublisher.publish stamps attn_dp_rank): another rank's batch means this relay's
+    // endpoint is that rank's (a wrong --kv-endpoint or port layout), and its blocks are not this rank's.
+    if (this.workerInfo.dpSize > 1 && b.attnDpRank !== undefined && b.attnDpRank !== null && b.attnDpRank !== this.opts.dpRank) {
+      this.countDrop("wrong_dp_rank", 1);
+      if (!this.wrongRankSeen) this.log.error("wrong_dp_rank", { following: this.opts.dpRank, batchRank: b.attnDpRank, endpoint: this.workerInfo.kvEndpoint });
+      this.wrongRankSeen = true;
+      return;
+    }
     this.lastPayload = b.payload;
     this.viewVersion++;
     for (const d of b.dropped) this.countDrop(d.reason, 1);
