@@ -34,6 +34,10 @@ import { isQuarantined, WorkerRegistry, type WorkerRecord } from "./worker-regis
 import { AdmissionGate, type AdmissionTicket, type AdmitOutcome, type Timers } from "../admission/admission-gate.ts";
 import type { AdmissionSnapshot } from "../metrics/admission-snapshot.ts";
 import { isFull, loadBoundTokens } from "../admission/load-bound.ts";
+import { SessionAffinity } from "./session-affinity.ts";
+
+/** A first pick through admission: the route, and the conversation's affinity key (session-affinity.ts), if any. */
+export type AdmissionRouteRequest = RouteRequest & { affinityKey?: string | null };
 import { AdmissionConfigSchema, type AdmissionConfig } from "../config/config.ts";
 
 export type { RelayApplyOutcome } from "./block-views.ts";
@@ -113,7 +117,8 @@ export class RoutingCore {
   readonly #relaySilentMs: number;
   readonly #quarantineMs: number;
   readonly #admissionCfg: AdmissionConfig;
-  readonly #admission: AdmissionGate<RouteRequest, RouteDecision>;
+  readonly #admission: AdmissionGate<AdmissionRouteRequest, RouteDecision>;
+  readonly #affinity = new SessionAffinity();
 
   constructor(opts: RoutingCoreOptions) {
     this.#now = opts.now ?? Date.now;
@@ -132,7 +137,7 @@ export class RoutingCore {
       this.#admissionCfg,
       {
         room: () => this.#rooms(),
-        route: (req, onlyWorkers) => this.route(onlyWorkers ? { ...req, onlyWorkers } : req),
+        route: (req, onlyWorkers) => this.#routeWithAffinity(req, onlyWorkers),
         overlapOn: (req, workerId) => this.#router.peek({ ...req, onlyWorkers: [workerId] }).overlapBlocks,
         uncachedTokens: (req) => {
           const p = this.#router.peek(req);
@@ -143,6 +148,33 @@ export class RoutingCore {
       this.#now,
       opts.timers ?? GLOBAL_TIMERS,
     );
+  }
+
+  /**
+   * Routes a first pick: to the worker its conversation's key prefers while that worker is under
+   * its load cap and no other holds more of the request (session-affinity.ts), else as route()
+   * decides; the key then remembers where it went.
+   */
+  #routeWithAffinity(req: AdmissionRouteRequest, onlyWorkers: readonly string[] | null): RouteDecision | null {
+    const { affinityKey, ...route } = req;
+    const key = affinityKey ?? null;
+    let only = onlyWorkers;
+    if (key !== null) {
+      const rooms = this.#rooms().filter((w) => !onlyWorkers || onlyWorkers.includes(w.workerId));
+      const full = new Map(rooms.map((w) => [w.workerId, w.full]));
+      const preview = rooms.length > 0 ? this.#router.peek({ ...route, onlyWorkers: rooms.map((w) => w.workerId) }) : null;
+      const candidates = (preview?.candidates ?? []).map((c) => ({
+        workerId: c.workerId,
+        overlapBlocks: c.overlapBlocks,
+        activeRequests: this.#load.activeRequests(this.#registry.slotOf(c.workerId)),
+        full: full.get(c.workerId) ?? true,
+      }));
+      const preferred = this.#affinity.preferred(key, candidates, this.#now());
+      if (preferred !== null) only = [preferred];
+    }
+    const d = this.route(only ? { ...route, onlyWorkers: only } : route);
+    if (d && key !== null) this.#affinity.record(key, d.workerId, this.#now());
+    return d;
   }
 
   /** Routable workers (up; quarantined ones only when no other is up, as the router) and whether each is at its load bound. */
@@ -273,6 +305,7 @@ export class RoutingCore {
   removeWorker(workerId: string): boolean {
     const w = this.#registry.remove(workerId);
     if (!w) return false;
+    this.#affinity.forgetWorker(workerId);
     this.#views.removeWorker(w.slot, workerId);
     this.#load.releaseWorker(w.slot);
     this.#prefillWatch.clear(w.slot);
@@ -352,7 +385,7 @@ export class RoutingCore {
    * the answer comes when a worker frees room (routed), or the request is refused (429) past the
    * queue's bound or its deadline.
    */
-  admit(req: RouteRequest, ticket: AdmissionTicket): Promise<AdmitOutcome<RouteDecision>> | AdmitOutcome<RouteDecision> {
+  admit(req: AdmissionRouteRequest, ticket: AdmissionTicket): Promise<AdmitOutcome<RouteDecision>> | AdmitOutcome<RouteDecision> {
     this.#markSilentRelays();
     return this.#admission.admit(req, ticket);
   }
