@@ -172,7 +172,8 @@ export class RoutingCore {
       const preferred = this.#affinity.preferred(key, candidates, this.#now());
       if (preferred !== null) only = [preferred];
     }
-    const d = this.route(only ? { ...route, onlyWorkers: only } : route);
+    // The preferred worker may still refuse the request (a stream filter): then as route() decides.
+    const d = (only !== onlyWorkers && only ? this.route({ ...route, onlyWorkers: only }) : null) ?? this.route(onlyWorkers ? { ...route, onlyWorkers } : route);
     if (d && key !== null) this.#affinity.record(key, d.workerId, this.#now());
     return d;
   }
