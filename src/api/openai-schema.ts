@@ -296,6 +296,9 @@ const ChatCompletionRequestObject = z.object({
 
   // admission under overload: the band the request waits in when the pool is full (src/admission/bands.ts)
   service_tier: opt(z.enum(SERVICE_TIERS)),
+  // session affinity: a conversation's key keeps it on its worker (src/edge/chat/affinity.ts); OpenAI's bounds
+  prompt_cache_key: opt(z.string().max(1024)),
+  safety_identifier: opt(z.string().max(64)),
 
   // accepted and ignored, as by SGLang
   user: opt(z.string()),

@@ -20,6 +20,8 @@ export type { AdmissionTicket } from "../admission/admission-gate.ts";
 /** A request's first pick under admission (src/admission/): the route and the ticket it waits with. */
 export interface AdmitRequest extends RouteRequest {
   admission: AdmissionTicket;
+  /** The conversation's key (src/edge/chat/affinity.ts): its worker is preferred (src/routing-index/session-affinity.ts). */
+  affinityKey?: string | null;
 }
 
 /** Routed (at once or after waiting), none up (503), refused (429 with Retry-After), or left. */
