@@ -31,7 +31,7 @@ import { MAX_DP_SIZE, rankTargetId } from "./rank-target.ts";
 /** Which worker and DP-attention rank a routing target is (the edge sends the rank to SGLang). */
 export { parseRankTarget } from "./rank-target.ts";
 
-export type { RouteCandidateView, RouteDecision, RoutePreview, RouteRequest, SettleRequest } from "./router.ts";
+export type { PdDecision, RouteCandidateView, RouteDecision, RoutePreview, RouteRequest, SettleRequest } from "./router.ts";
 export type { WorkerRow } from "./pool-metrics.ts";
 
 /** What `explain` asks: route()'s inputs that shape the choice, nothing that records it. */

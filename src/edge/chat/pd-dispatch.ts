@@ -8,7 +8,7 @@
  * (python/sglang/srt/managers/io_struct.py L245-249). Only the edge sets them: clients' are refused
  * (src/api/validate.ts).
  */
-import type { PdDecision } from "../../routing-index/router.ts";
+import type { PdDecision } from "../../routing-index/front-door.ts";
 import type { EdgeFetch } from "./media-deps.ts";
 
 /** SGLang stores the room as uint64 (int64 on NPU) and reads 0 as "metadata not landed" (disaggregation/utils.py L117-126, L248-254). */
