@@ -6,7 +6,7 @@
  */
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { startFleet, type Fleet } from "../../scripts/local-fleet.ts";
-import { chat, image, makeImage, makeMediaDir, text, userWith } from "./helpers/media.ts";
+import { chat, image, makeImage, makeMediaDir, makeVideo, text, userWith, video } from "./helpers/media.ts";
 
 const logs = process.env.KVEDGE_E2E_LOGS ? (l: string) => console.log(l) : undefined;
 let fleet: Fleet;
@@ -18,6 +18,7 @@ const holders = new Map<number, string>();
 beforeAll(async () => {
   const dir = makeMediaDir();
   makeImage(dir, "img0.png", { source: "testsrc" });
+  makeVideo(dir, "clip.mp4", { seconds: 2, fps: 10 });
   fleet = await startFleet({ workers: 4, shape: "pd", mediaDir: dir, log: logs });
 });
 afterAll(async () => {
@@ -125,6 +126,19 @@ describe("prefill/decode pool", () => {
     // The repeat lands on the prefill that holds the image's blocks.
     expect(s.worker).toBe(a.worker);
     // Every full block of the prompt (the last, partial one is never cached: block size 16).
+    expect(s.cachedTokens).toBeGreaterThanOrEqual(Math.floor((s.promptTokens - 1) / 16) * 16);
+  });
+
+  it("serves a video chat and sends its repeat to the prefill that holds the video's blocks", async () => {
+    const body = userWith([text("Describe the clip."), video(`${fleet.mediaUrl}/clip.mp4`)]);
+    const a = await chat(fleet.edgeUrl, { model: fleet.model, ...body });
+    expect(a.status, JSON.stringify(a.body)).toBe(200);
+    expect(a.routing).toBe("exact");
+    expect(PREFILL).toContain(a.worker);
+    const s = await streamChat(body);
+    expect(s.status).toBe(200);
+    expect(s.done).toBe(true);
+    expect(s.worker).toBe(a.worker);
     expect(s.cachedTokens).toBeGreaterThanOrEqual(Math.floor((s.promptTokens - 1) / 16) * 16);
   });
 
