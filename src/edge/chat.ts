@@ -24,6 +24,7 @@ import { prepareRouting, type PrepareDeps } from "./chat/prepare.ts";
 import { cacheTenant, resolveChatModel } from "./chat/resolve-model.ts";
 import { edgeColoOf, routeTarget } from "./chat/route.ts";
 import { admissionTicket } from "./chat/admission.ts";
+import { affinityKeyOf } from "./chat/affinity.ts";
 import type { TokenCounts } from "./token-quota.ts";
 import type { AdmissionFrontDoor } from "../routing-index/front-door.ts";
 import { chatUpstreamBody } from "./chat/upstream-body.ts";
@@ -72,6 +73,7 @@ export async function handleChatCompletions(request: Request, deps: ChatDeps): P
   clock.mark("build");
 
   const localHashes = namespacedHashes(namespace, plan.localHashes);
+  const ticket = admissionTicket({ requestId, serviceTier: req.service_tier, client, priorityAllowed: caller.admin || config.routing.admission.openPriority, decodeBudget: outputBudget });
   const target = routeTarget({
     index: (m, k) => deps.index(m, k),
     shards: config.shards,
@@ -86,12 +88,12 @@ export async function handleChatCompletions(request: Request, deps: ChatDeps): P
       ? {
           admission: {
             index: (m, k) => deps.admissionIndex!(m, k),
-            ticket: admissionTicket({
-              requestId,
-              serviceTier: req.service_tier,
-              client,
-              priorityAllowed: caller.admin || config.routing.admission.openPriority,
-              decodeBudget: outputBudget,
+            ticket,
+            affinityKey: affinityKeyOf(ticket.tenant, {
+              promptCacheKey: req.prompt_cache_key,
+              sessionHeader: request.headers.get("x-session-id"),
+              safetyIdentifier: req.safety_identifier,
+              user: req.user,
             }),
             signal: request.signal ?? null,
             waitUntil: deps.waitUntil,

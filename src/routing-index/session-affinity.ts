@@ -3,7 +3,7 @@
  * x-session-id, safety_identifier or user, per tenant: src/edge/chat/affinity.ts) remembers the
  * worker that served it last, so every edge location sends the next turn there while:
  *  - that worker is up and under its admission bound (not full), and holds no more than twice the
- *    pool's mean of in-flight requests plus two (the load cap);
+ *    other workers' mean of in-flight requests plus two (the load cap);
  *  - no other worker has strictly more cached blocks of the request (exact overlap knows better).
  * Bounded: the oldest keys are forgotten past `maxKeys`, and a key unused for `ttlMs` is stale.
  */
@@ -37,8 +37,9 @@ export class SessionAffinity {
     if (!e || now - e.at > this.#ttlMs) return null;
     const mine = candidates.find((c) => c.workerId === e.workerId);
     if (!mine || mine.full) return null;
-    const mean = candidates.reduce((s, c) => s + c.activeRequests, 0) / candidates.length;
-    if (mine.activeRequests > 2 * mean + 2) return null;
+    const others = candidates.filter((c) => c !== mine);
+    const othersMean = others.length === 0 ? Infinity : others.reduce((s, c) => s + c.activeRequests, 0) / others.length;
+    if (mine.activeRequests > 2 * othersMean + 2) return null;
     if (candidates.some((c) => c.overlapBlocks > mine.overlapBlocks)) return null;
     return mine.workerId;
   }

@@ -289,6 +289,58 @@ describe("admission queue", () => {
   });
 });
 
+describe("session affinity", () => {
+  const withKey = (core: RoutingCore, tokens: number[], key: string) =>
+    core.admit({ localHashes: localBlockHashes(tokens, BS), isl: tokens.length, affinityKey: key }, ticket()) as Outcome;
+
+  it("keeps a conversation on its worker under the load cap; exact overlap wins when it knows better", async () => {
+    const { affinityKeyOf } = await import("../../src/edge/chat/affinity.ts");
+    const { core } = pool({ workers: ["a", "b"] });
+    store(core, "b", prompt(1));
+    const key = affinityKeyOf("tenant-1", { promptCacheKey: "conv-1", sessionHeader: null })!;
+    const turn1 = withKey(core, prompt(1), key);
+    expect(turn1).toMatchObject({ kind: "routed", decision: { workerId: "b", overlapBlocks: 10 } });
+    // A cold prompt: b has a request in flight and a none, so routing alone would pick a; the key keeps it on b.
+    expect(core.peek({ localHashes: localBlockHashes(prompt(2), BS), isl: 40 }).workerId).toBe("a");
+    const turn2 = withKey(core, prompt(2), key);
+    expect(turn2).toMatchObject({ kind: "routed", decision: { workerId: "b" } });
+    // Another tenant's same prompt_cache_key is another key: routing decides.
+    const other = affinityKeyOf("tenant-2", { promptCacheKey: "conv-1", sessionHeader: null })!;
+    expect(other).not.toBe(key);
+    expect(withKey(core, prompt(3), other)).toMatchObject({ decision: { workerId: "a" } });
+    // a holds this prompt: exact overlap beats the prior, and the key follows it.
+    store(core, "a", prompt(4));
+    expect(withKey(core, prompt(4), key)).toMatchObject({ decision: { workerId: "a", overlapBlocks: 10 } });
+    expect(withKey(core, prompt(5), key)).toMatchObject({ decision: { workerId: "a" } });
+  });
+
+  it("past the load cap the key yields to routing", () => {
+    const { core } = pool({ workers: ["a", "b"] });
+    const first = withKey(core, prompt(1), "k");
+    const home = first.kind === "routed" ? first.decision.workerId : "";
+    // Home holds 1, 2, 3 … while the other holds none: the cap is 2 × the others' mean + 2.
+    const homes: string[] = [];
+    for (let i = 2; i < 8; i++) {
+      const o = withKey(core, prompt(i), "k");
+      homes.push(o.kind === "routed" ? o.decision.workerId : "none");
+    }
+    expect(homes.filter((w) => w === home).length).toBeGreaterThanOrEqual(2);
+    expect(homes.some((w) => w !== home)).toBe(true);
+  });
+
+  it("the key comes from prompt_cache_key, else x-session-id, else safety_identifier, else user", async () => {
+    const { affinityKeyOf, MAX_SESSION_ID_CHARS } = await import("../../src/edge/chat/affinity.ts");
+    const t = "tenant";
+    expect(affinityKeyOf(t, { sessionHeader: null })).toBeNull();
+    const byUser = affinityKeyOf(t, { sessionHeader: null, user: "u" });
+    expect(affinityKeyOf(t, { sessionHeader: null, user: "u", safetyIdentifier: "s" })).not.toBe(byUser);
+    expect(affinityKeyOf(t, { sessionHeader: "h", user: "u", safetyIdentifier: "s" })).toBe(affinityKeyOf(t, { sessionHeader: "h" }));
+    expect(affinityKeyOf(t, { promptCacheKey: "p", sessionHeader: "h" })).toBe(affinityKeyOf(t, { promptCacheKey: "p", sessionHeader: null }));
+    expect(affinityKeyOf(t, { sessionHeader: "x".repeat(MAX_SESSION_ID_CHARS + 1) })).toBeNull();
+    expect(byUser).toMatch(/^a-[0-9a-f]{32}$/);
+  });
+});
+
 describe("drain", () => {
   it("a draining worker takes no new or waiting request; its running ones finish; its next life is up", async () => {
     const { core } = pool({ workers: ["a", "b"], capacityTokens: 40 });

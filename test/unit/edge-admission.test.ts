@@ -31,6 +31,7 @@ function input(door: AdmissionFrontDoor, requestId: string, signal: AbortSignal 
   return {
     index: () => door,
     ticket: admissionTicket({ requestId, serviceTier: undefined, client: null, priorityAllowed: false, decodeBudget: 8 }),
+    affinityKey: null,
     signal,
     waitUntil: () => undefined,
   };

@@ -18,6 +18,8 @@ export interface AdmissionInput {
   /** Shard `shard` of the pool's index, as admission asks it. */
   index(model: string, shard?: number): AdmissionFrontDoor;
   ticket: AdmissionTicket;
+  /** The conversation's key (affinity.ts); null: none. */
+  affinityKey: string | null;
   /** The client's request signal: its going takes the request out of the queue. */
   signal: AbortSignal | null;
   waitUntil(p: Promise<unknown>): void;

@@ -56,7 +56,7 @@ export function routeTarget(input: RouteInput): RouteTarget {
       // The first pick may wait for room in the pool's queue; a retry was admitted already.
       const admission = input.admission;
       const d =
-        admission && exclude.length === 0 ? await admitFirstPick(admission.index(input.model, shard), { ...req, admission: admission.ticket }, admission) : await index.route(req);
+        admission && exclude.length === 0 ? await admitFirstPick(admission.index(input.model, shard), { ...req, admission: admission.ticket, affinityKey: admission.affinityKey }, admission) : await index.route(req);
       // No pick on the first try: a prefill/decode pool that cannot pair is named, not a bare 503.
       if (d === null && exclude.length === 0) {
         const problem = (await index.profile()).pdProblem;
