@@ -86,7 +86,7 @@ async function plainChat(body: Record<string, unknown>) {
 
 async function workerRows() {
   const r = await fetch(`${fleet.edgeUrl}/admin/workers?model=${encodeURIComponent(fleet.model)}`, { headers: { authorization: `Bearer ${fleet.adminToken}` } });
-  return ((await r.json()) as { workers: { workerId: string; disaggregationMode?: string; bootstrapPort?: number | null }[] }).workers;
+  return ((await r.json()) as { workers: { workerId: string; disaggregationMode?: string; bootstrapPort?: number | null; activeRequests: number }[] }).workers;
 }
 
 describe("prefill/decode pool", () => {
@@ -190,6 +190,42 @@ describe("prefill/decode pool", () => {
     expect(r.worker).toBe(other);
     expect(r.attempts).toBe(2);
     expect(r.content.length).toBeGreaterThan(0);
+  });
+  it("ends a stream cleanly when its decode worker dies after the first byte, and frees the pair's load", async () => {
+    const r = await fetch(`${fleet.edgeUrl}/v1/chat/completions`, {
+      method: "POST",
+      headers: { "content-type": "application/json" },
+      body: JSON.stringify({ model: fleet.model, max_tokens: 3000, ignore_eos: true, stream: true, messages: [{ role: "user", content: "Talk for a long time." }] }),
+    });
+    expect(r.status).toBe(200);
+    const prefill = r.headers.get("x-kvedge-worker")!;
+    const decode = r.headers.get("x-kvedge-decode-worker")!;
+    const reader = r.body!.getReader();
+    const dec = new TextDecoder();
+    let seen = "";
+    while (!seen.includes('"content"')) {
+      const { done, value } = await reader.read();
+      if (done) break;
+      seen += dec.decode(value, { stream: true });
+    }
+    expect(seen).toContain('"content"');
+    await fleet.killWorker(Number(decode.slice(1)) - 1);
+    for (;;) {
+      const { done, value } = await reader.read();
+      if (done) break;
+      seen += dec.decode(value, { stream: true });
+    }
+    // A clean end: an error event for the client, no [DONE] after a cut answer.
+    expect(seen).toMatch(/"error"/);
+    // The prefill's share is released by the settlement (its relay still reports it up).
+    const deadline = Date.now() + 10_000;
+    let busy = 1;
+    while (Date.now() < deadline) {
+      busy = (await workerRows()).find((w) => w.workerId === prefill)!.activeRequests;
+      if (busy === 0) break;
+      await new Promise((res) => setTimeout(res, 200));
+    }
+    expect(busy).toBe(0);
   });
 });
 
