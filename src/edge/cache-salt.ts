@@ -85,9 +85,32 @@ export async function routingNamespace(config: Pick<EdgeConfig, "kvSharing" | "r
   return { cacheSalt, tag: cacheSalt === null ? null : namespaceTag(cacheSalt) };
 }
 
-/** The request's local block hashes moved into its namespace (the plain ones when unsalted). */
-export function namespacedHashes(ns: RoutingNamespace, plainHashes: readonly bigint[]): readonly bigint[] {
-  return ns.tag === null ? plainHashes : namespacedLocalHashes(plainHashes, ns.tag);
+/**
+ * Namespaced copies of the prompt-prefix cache's hash pieces, one namespace per piece (a
+ * conversation is one tenant's): a new turn namespaces only its new blocks. Held as long as the
+ * piece is (at most the cache's own hashes once more).
+ */
+const namespacedPieces = new WeakMap<readonly bigint[], { salt: string; hashes: readonly bigint[] }>();
+
+/**
+ * The request's local block hashes moved into its namespace (the plain ones when unsalted).
+ * `pieces`: the same hashes as the prompt-prefix cache's pieces (all but the last kept there), so
+ * earlier turns' namespaced hashes are reused.
+ */
+export function namespacedHashes(ns: RoutingNamespace, plainHashes: readonly bigint[], pieces?: readonly (readonly bigint[])[]): readonly bigint[] {
+  if (ns.tag === null || ns.cacheSalt === null) return plainHashes;
+  if (!pieces || pieces.length < 2) return namespacedLocalHashes(plainHashes, ns.tag);
+  const out: bigint[] = [];
+  pieces.forEach((piece, i) => {
+    let done = namespacedPieces.get(piece);
+    if (!done || done.salt !== ns.cacheSalt) {
+      done = { salt: ns.cacheSalt!, hashes: namespacedLocalHashes(piece, ns.tag!) };
+      // The last piece is this request's own (not cached): nothing to keep it for.
+      if (i < pieces.length - 1) namespacedPieces.set(piece, done);
+    }
+    for (const h of done.hashes) out.push(h);
+  });
+  return out;
 }
 
 /**

@@ -88,6 +88,11 @@ export interface EncodedPrompt {
   /** Leading tokens taken from the cache (0 on a miss). */
   readonly reusedTokens: number;
   /**
+   * localHashes as consecutive pieces: the cached prefixes' own arrays (the same objects on every
+   * hit, never modified), then this request's. Per-piece work can be kept per piece (cache-salt.ts).
+   */
+  readonly hashPieces: readonly (readonly bigint[])[];
+  /**
    * tokenizer.encode(text) as a fresh array. Built on demand: routing needs only the count and the
    * hashes, and copying ~32k ids costs more than the rest of a cache hit.
    */
@@ -140,14 +145,14 @@ const encoder = new TextEncoder();
 type Ids = readonly number[];
 const EMPTY: readonly number[] = [];
 
-function encoded(chunks: readonly Ids[], length: number, localHashes: bigint[], reusedTokens: number): EncodedPrompt {
+function encoded(chunks: readonly Ids[], length: number, localHashes: bigint[], reusedTokens: number, hashPieces: readonly (readonly bigint[])[] = [localHashes]): EncodedPrompt {
   const tokens = (): number[] => {
     const out = new Array<number>(length);
     let n = 0;
     for (const c of chunks) for (let i = 0; i < c.length; i++) out[n++] = c[i]!;
     return out;
   };
-  return { length, localHashes, reusedTokens, tokens };
+  return { length, localHashes, reusedTokens, hashPieces, tokens };
 }
 
 /** Nodes from the root to n. */
@@ -272,7 +277,7 @@ export class PrefixCache {
         holders: 0,
       });
     }
-    return encoded([...chain.map((x) => x.ids), mid, tail], length, localHashes, reused);
+    return encoded([...chain.map((x) => x.ids), mid, tail], length, localHashes, reused, hit ? [...chain.map((x) => x.hashes), fresh] : [fresh]);
   }
 
   stats(): PrefixCacheStats {

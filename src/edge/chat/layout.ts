@@ -21,6 +21,8 @@ export type FallbackReason = string | null;
 
 export interface RoutingPlan {
   localHashes: bigint[];
+  /** localHashes in the prompt-prefix cache's pieces (text requests), for work kept per piece. */
+  hashPieces?: readonly (readonly bigint[])[];
   isl: number;
   fallbackReason: FallbackReason;
   /** Forwarded to SGLang only when the exact layout was built (images first, then videos). */

@@ -52,7 +52,7 @@ export async function prepareRouting(
     const encoded = sharedPrefixCache().encode(getQwenTokenizer(model.family), prompt.text, model.blockSize);
     if (encoded.length === 0) throw new InvalidRequestError("The prompt is empty.", "messages");
     checkContextFit(encoded.length, req, model);
-    const plan: RoutingPlan = { localHashes: encoded.localHashes, isl: encoded.length, fallbackReason: null, mmHashes: null };
+    const plan: RoutingPlan = { localHashes: encoded.localHashes, hashPieces: encoded.hashPieces, isl: encoded.length, fallbackReason: null, mmHashes: null };
     let ids: number[] | null = null;
     return {
       model,
