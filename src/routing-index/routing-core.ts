@@ -273,10 +273,14 @@ export class RoutingCore {
   /**
    * An edge could not connect to the worker (nothing was processed): route elsewhere for
    * `quarantineMs`. Its view and status stay: a dead worker is reported down by its relay's health
-   * check, and a live one (a lost pooled connection, a network blip) comes back by itself.
+   * check, and a live one (a lost pooled connection, a network blip) comes back by itself. The
+   * other DP ranks of the worker (rank-target.ts) share its URL, so they stay away with it.
    */
   quarantine(workerId: string): WorkerRecord | undefined {
-    return this.#registry.quarantine(workerId, this.#now() + this.#quarantineMs) ? this.#registry.record(workerId) : undefined;
+    const until = this.#now() + this.#quarantineMs;
+    const w = this.#registry.get(workerId);
+    if (w) for (const other of this.#registry.values()) if (other.workerId !== workerId && other.url === w.url) this.#registry.quarantine(other.workerId, until);
+    return this.#registry.quarantine(workerId, until) ? this.#registry.record(workerId) : undefined;
   }
 
   /**

@@ -74,6 +74,15 @@ describe("the index with DP ranks", () => {
     expect(new Set([a.workerId, b.workerId])).toEqual(new Set(["w1#0", "w1#1"]));
   });
 
+  it("keeps every rank of an unreachable worker away (they share its URL)", () => {
+    const core = new RoutingCore({ blockSize: 4, random: () => 0.5 });
+    for (const w of ["w1", "w2"]) for (const r of [0, 1]) sayHello(core, rankHello(w, r, 2));
+    storeChain(core, "w1#1", tokens);
+    expect(core.route({ localHashes: localBlockHashes(tokens, 4), isl: 40 })!.workerId).toBe("w1#1");
+    core.quarantine("w1#0");
+    for (let i = 0; i < 4; i++) expect(core.route({ localHashes: localBlockHashes(tokens, 4), isl: 40 })!.workerId).toMatch(/^w2#/);
+  });
+
   it("keeps a single-rank worker's plain id beside DP workers", () => {
     const core = new RoutingCore({ blockSize: 4 });
     expect(sayHello(core, RelayHelloSchema.parse({ type: "hello", workerId: "solo", url: "http://solo", blockSize: 4, epoch: 1, modelName: "m", contract: null })).ok).toBe(true);
