@@ -76,6 +76,8 @@ export interface PairInput {
   /** Aborts both sides (client gone, deadline). */
   signal: AbortSignal;
   maxPrefillBodyBytes: number;
+  /** The prefill's whole exchange ends by then at the latest (its room is held until it ends). */
+  prefillDeadlineMs: number;
 }
 
 /**
@@ -91,7 +93,7 @@ export async function sendPair(input: PairInput): Promise<{ decode: Response; ro
   const [prefillBody, decodeBody] = await Promise.all([withBootstrap(input.prefillBody, fields), withBootstrap(input.decodeBody, fields)]);
   const prefillAbort = new AbortController();
   const decodeAbort = new AbortController();
-  const prefillSignal = AbortSignal.any([input.signal, prefillAbort.signal]);
+  const prefillSignal = AbortSignal.any([input.signal, prefillAbort.signal, AbortSignal.timeout(input.prefillDeadlineMs)]);
   const decodeSignal = AbortSignal.any([input.signal, decodeAbort.signal]);
   let prefillFailure: PairSideFailed | null = null;
   const prefill = (async () => {
@@ -104,6 +106,8 @@ export async function sendPair(input: PairInput): Promise<{ decode: Response; ro
       }
     } catch (err) {
       if (input.signal.aborted || prefillAbort.signal.aborted) return;
+      // Past its deadline the prefill is abandoned; the decode has its own deadlines.
+      if (prefillSignal.aborted) return;
       prefillFailure = err instanceof PairSideFailed ? err : new PairSideFailed(err instanceof Error ? err.message : String(err), input.prefill.workerId, true);
       decodeAbort.abort();
     }

@@ -112,6 +112,7 @@ export async function proxyOnce(input: ProxyInput): Promise<Response> {
             decodeBody: input.decodeBody ?? input.body,
             signal: abort.signal,
             maxPrefillBodyBytes: routing.maxUpstreamBodyBytes,
+            prefillDeadlineMs: routing.upstreamDeadlineMs,
           })
         ).decode
       : await input.fetch(`${d.url}/generate`, { method: "POST", headers: headersFor(auth), body: input.body, signal: abort.signal });
