@@ -296,6 +296,8 @@ const ChatCompletionRequestObject = z.object({
 
   // admission under overload: the band the request waits in when the pool is full (src/admission/bands.ts)
   service_tier: opt(z.enum(SERVICE_TIERS)),
+  // SGLang's request priority (larger first): > 0 asks for the priority band, < 0 for flex; not sent to the worker
+  priority: opt(int.min(-1_000_000).max(1_000_000)),
   // session affinity: a conversation's key keeps it on its worker (src/edge/chat/affinity.ts); OpenAI's bounds
   prompt_cache_key: opt(z.string().max(1024)),
   safety_identifier: opt(z.string().max(64)),

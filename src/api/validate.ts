@@ -41,7 +41,6 @@ const UNSUPPORTED_FIELDS: Readonly<Record<string, string>> = {
   session_params: "sessions are not supported",
   input_ids: "pre-tokenized prompts are not supported; send messages",
   rid: "request ids are assigned by the router",
-  priority: "request priority is not supported",
   bootstrap_host: "PD disaggregation fields are not accepted",
   bootstrap_port: "PD disaggregation fields are not accepted",
   bootstrap_room: "PD disaggregation fields are not accepted",

@@ -44,6 +44,8 @@ describe("edge admission", () => {
     expect(admissionTicket({ ...base, serviceTier: "flex", priorityAllowed: false }).band).toBe(BAND_FLEX);
     expect(admissionTicket({ ...base, serviceTier: "priority", priorityAllowed: false }).band).toBe(BAND_DEFAULT);
     expect(admissionTicket({ ...base, serviceTier: "priority", priorityAllowed: true }).band).toBe(BAND_PRIORITY);
+    expect(admissionTicket({ ...base, serviceTier: undefined, priority: 10, priorityAllowed: true }).band).toBe(BAND_PRIORITY);
+    expect(admissionTicket({ ...base, serviceTier: undefined, priority: -1, priorityAllowed: false }).band).toBe(BAND_FLEX);
     const keyed = admissionTicket({ ...base, client: { apiKey: "sk-a" }, serviceTier: undefined, priorityAllowed: false });
     expect(keyed.tenant).toBe(clientLabel({ apiKey: "sk-a" }));
     expect(keyed.tenant).not.toContain("sk-a");

@@ -28,6 +28,8 @@ export interface AdmissionInput {
 export interface TicketInput {
   requestId: string;
   serviceTier: ServiceTier | undefined;
+  /** SGLang's integer priority, if the request carries one. */
+  priority?: number | undefined;
   client: ClientRef | null;
   /** Operator callers, or any caller where KVEDGE_ROUTING.admission.openPriority is on. */
   priorityAllowed: boolean;
@@ -38,7 +40,7 @@ export interface TicketInput {
 export function admissionTicket(t: TicketInput): AdmissionTicket {
   return {
     ticket: t.requestId,
-    band: bandOf({ serviceTier: t.serviceTier, priorityAllowed: t.priorityAllowed }),
+    band: bandOf({ serviceTier: t.serviceTier, priority: t.priority, priorityAllowed: t.priorityAllowed }),
     tenant: t.client ? clientLabel(t.client) : ANONYMOUS_TENANT,
     decodeBudget: Math.max(0, Math.trunc(t.decodeBudget)),
   };
