@@ -176,6 +176,9 @@ async function main(): Promise<void> {
 
   const shutdown = (signal: string): void => {
     log.info("shutdown", { signal });
+    // A SIGTERM is an orderly stop (a rolling restart): the index stops sending the worker new
+    // requests before this relay's sockets close. SIGINT (a developer's Ctrl-C) only closes.
+    if (signal === "SIGTERM") for (const r of relays) r.drain("relay received SIGTERM");
     if (statsTimer) clearInterval(statsTimer);
     Promise.all(relays.map((r) => r.close())).then(
       () => process.exit(0),

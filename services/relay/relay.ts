@@ -85,6 +85,8 @@ export interface RelayStats {
 
 export interface Relay {
   close(): Promise<void>;
+  /** Tells the index the worker is draining (no new requests; running ones finish): the relay's SIGTERM. */
+  drain(reason: string): void;
   stats(): RelayStats;
   /** The worker's current GPU block set (replaced when a new worker life changes the block size). */
   readonly blockSet: WorkerBlockSet;
@@ -326,6 +328,11 @@ class RelayImpl implements Relay {
     return { cursor: r.cursor, batches: r.batches };
   }
 
+  drain(reason: string): void {
+    this.log.info("worker_draining", { reason });
+    this.fanout.announce("draining", reason);
+  }
+
   async close(): Promise<void> {
     if (this.closing.signal.aborted) return;
     this.closing.abort();
@@ -375,6 +382,7 @@ class RelayImpl implements Relay {
       kvEvents: this.feed !== null,
       incrementalStreaming: this.workerInfo.incrementalStreaming,
       ...(this.workerInfo.kvCapacityTokens !== null ? { kvCapacityTokens: this.workerInfo.kvCapacityTokens } : {}),
+      ...(this.workerInfo.hicacheStorage !== null ? { hicacheStorage: this.workerInfo.hicacheStorage } : {}),
       ...(this.workerInfo.disaggregationMode !== "null" ? { disaggregationMode: this.workerInfo.disaggregationMode } : {}),
       ...(this.workerInfo.bootstrapPort !== null ? { bootstrapPort: this.workerInfo.bootstrapPort } : {}),
       relayVersion: RELAY_VERSION,

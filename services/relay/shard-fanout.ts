@@ -12,7 +12,7 @@
  * clears or replaces the set, and feeds it every applied batch), so a shard's dump is simply the
  * set's dump filtered by the router, parents still before children.
  */
-import type { RelayEvent } from "../../src/relay-wire/relay-protocol.ts";
+import type { RelayEvent, WorkerStatus } from "../../src/relay-wire/relay-protocol.ts";
 import { ChainRootRouter, MAX_SHARDS } from "../../src/relay-wire/chain-shards.ts";
 import { splitRelayEvents } from "../../src/relay-wire/split-events.ts";
 import type { DumpBlock } from "./worker-block-set.ts";
@@ -20,7 +20,7 @@ import type { IndexSession, IndexSessionOptions, IndexSessionStats, WelcomeInfo 
 import { errorMessage, type Logger } from "./log.ts";
 
 /** What the fan-out uses of a session (an IndexSession; a stand-in in tests). */
-export type ShardSession = Pick<IndexSession, "start" | "close" | "pushEvents" | "resync" | "restart" | "stats">;
+export type ShardSession = Pick<IndexSession, "start" | "close" | "pushEvents" | "resync" | "restart" | "stats" | "sendStatus">;
 
 export type SessionSnapshot = ReturnType<IndexSessionOptions["snapshot"]>;
 
@@ -128,6 +128,11 @@ export class ShardFanout {
   /** Every streaming session replaces its shard's view with a fresh dump. */
   resyncAll(reason: string): void {
     for (const s of this.sessions) s.resync(reason);
+  }
+
+  /** Every streaming session tells its shard the worker's status (a relay's SIGTERM: draining). */
+  announce(status: WorkerStatus, reason: string): void {
+    for (const s of this.sessions) s.sendStatus(status, reason);
   }
 
   /** Every session starts over with a new hello (new epoch). */

@@ -28,6 +28,7 @@ function stub(shard: number, hooks: ShardSessionHooks): Stub {
     pushEvents: (_e, _s, events) => void s.pushed.push(events),
     resync: (reason) => void s.calls.push(`resync:${reason}`),
     restart: () => void s.calls.push("restart"),
+    sendStatus: (status, reason) => void s.calls.push(`status:${status}:${reason ?? ""}`),
     stats: () => ({ state: "streaming" }) as IndexSessionStats,
   };
   return s;
@@ -95,6 +96,14 @@ describe("ShardFanout", () => {
     expect(logs.find((l) => l.msg === "shard_count_disagrees")).toMatchObject({ f: { shard: 1, says: 4, shard0: 2 } });
     expect(fanout.shardCount).toBe(2);
     expect(logs.filter((l) => l.msg === "shards_changed").map((l) => l.f)).toEqual([{ from: 1, to: 3 }, { from: 3, to: 2 }]);
+  });
+
+  it("announces a drain to every shard's session (the relay's SIGTERM)", () => {
+    const { fanout, made, welcome } = setup();
+    fanout.start();
+    welcome(made[0]!, { shards: 3, shard: 0 });
+    fanout.announce("draining", "relay received SIGTERM");
+    expect(made.map((s) => s.calls.filter((c) => c.startsWith("status:")))).toEqual([0, 1, 2].map(() => ["status:draining:relay received SIGTERM"]));
   });
 
   it("does not start new shard sessions before start() or after close()", async () => {
