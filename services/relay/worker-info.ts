@@ -4,6 +4,7 @@
  * python/sglang/srt/server_args.py `describe_kv_events_publisher`, L7577-7664): block size, KV event and replay endpoints, topic, model name, start time;
  * and the `/health` probe.
  */
+import { createHash } from "node:crypto";
 import { DisaggregationModeSchema, MAX_KV_CAPACITY_TOKENS, type DisaggregationMode } from "../../src/relay-wire/relay-protocol.ts";
 
 export class RelayStartupError extends Error {
@@ -39,6 +40,12 @@ export interface WorkerInfo {
   disaggregationMode: DisaggregationMode;
   /** A prefill worker's `disaggregation_bootstrap_port` (L2445; default 8998); null on other roles. */
   bootstrapPort: number | null;
+  /**
+   * The HiCache storage backend (L3) the worker writes to: `hicache_storage_backend` with a digest of
+   * `hicache_storage_backend_extra_config` (server_args.py @9d147fd L2118-2181), so workers naming
+   * the same backend and configuration share one; null without `enable_hierarchical_cache` or L3.
+   */
+  hicacheStorage: string | null;
 }
 
 export interface WorkerInfoOverrides {
@@ -114,7 +121,15 @@ export function parseWorkerInfo(raw: unknown, workerUrl: string, o: WorkerInfoOv
   const capacity = positiveInt(raw["max_total_num_tokens"]);
   const kvCapacityTokens = capacity !== null && capacity <= MAX_KV_CAPACITY_TOKENS ? capacity : null;
   const { disaggregationMode, bootstrapPort } = disaggregationOf(raw, workerUrl);
-  return { blockSize, kvEndpoint, replayEndpoint, topic, modelName, startTimeMs: startTimeMs(raw), dpSize, incrementalStreaming, kvCapacityTokens, disaggregationMode, bootstrapPort };
+  return { blockSize, kvEndpoint, replayEndpoint, topic, modelName, startTimeMs: startTimeMs(raw), dpSize, incrementalStreaming, kvCapacityTokens, disaggregationMode, bootstrapPort, hicacheStorage: hicacheStorageOf(raw) };
+}
+
+/** `<backend>` or `<backend>:<sha-256 prefix of its extra config>`; null when no L3 is attached. */
+function hicacheStorageOf(raw: Record<string, unknown>): string | null {
+  const backend = raw["hicache_storage_backend"];
+  if (raw["enable_hierarchical_cache"] !== true || typeof backend !== "string" || !/^[A-Za-z0-9_.-]{1,64}$/.test(backend)) return null;
+  const extra = raw["hicache_storage_backend_extra_config"];
+  return typeof extra === "string" && extra.length > 0 ? `${backend}:${createHash("sha256").update(extra).digest("hex").slice(0, 32)}` : backend;
 }
 
 /** The worker's PD role and, on a prefill, its bootstrap port; an unknown role stops the relay. */

@@ -370,14 +370,15 @@ export class SimEngine {
   private loadBack(ids: readonly number[], salt: string | null, match: MatchResult): { match: MatchResult; ms: number } | null {
     const host = this.cfg.hostTier;
     const cache = this.cfg.cache;
-    const tokens = host ? host.hitTokens(ids, salt, match.length, Math.max(0, ids.length - 1)) : 0;
-    if (!host || tokens === 0) return null;
+    const hit = host ? host.lookup(ids, salt, match.length, Math.max(0, ids.length - 1)) : null;
+    const tokens = hit ? hit.hostTokens + hit.storageTokens : 0;
+    if (!host || !hit || tokens === 0) return null;
     cache.incLockRef(match.node);
     if (tokens > this.freeTokens) cache.evict(tokens - this.freeTokens);
     cache.decLockRef(match.node);
     if (tokens > this.freeTokens) return null;
     const { node } = cache.insert(ids.slice(0, match.length + tokens), salt);
-    return { match: { length: match.length + tokens, node }, ms: host.loadBackMs(tokens) };
+    return { match: { length: match.length + tokens, node }, ms: host.loadBackMs(hit) };
   }
 
   /** Inserts `tokens` into the tree and moves this request's lock to the node that now covers them. */

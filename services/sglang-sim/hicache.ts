@@ -13,9 +13,16 @@
  *  - a request whose prefix continues in host memory past the GPU match loads those pages back
  *    (`load_back` L1242-1315, not below 10 tokens, L205): they are stored on the GPU again
  *    (`BlockStored(GPU)`), count as cached, and cost bytes / bandwidth before the prefill;
- *  - flush_cache (AllBlocksCleared) empties both tiers.
+ *  - flush_cache (AllBlocksCleared) empties both tiers;
+ *  - optionally a storage backend (L3; `storageDir`, SGLang's `file` backend shared by several
+ *    workers): every page written to host memory is written there too (one empty file per page
+ *    hash; SGLang sends no event for it, L865), a prefix continuing there past host memory is
+ *    prefetched into host memory (`BlockStored(CPU_PINNED)`, `_insert_helper_host` L1649-1690) and
+ *    loaded back at the storage bandwidth.
  * Only the pages' hashes are kept: the KV itself is not simulated. Requires initHashing().
  */
+import { existsSync, mkdirSync, writeFileSync } from "node:fs";
+import { join } from "node:path";
 import { engineBlockHashes } from "./engine-block-hash.ts";
 import { cacheSaltSeed, type KvEvent, type KvEventSink } from "./radix-cache.ts";
 
@@ -31,6 +38,16 @@ export interface HostTierOptions {
   kvBytesPerToken: number;
   /** Host → GPU bandwidth, GB/s. */
   loadGBps: number;
+  /** A storage backend's directory (SGLang `file` backend), possibly shared with other workers; null: none. */
+  storageDir?: string | null;
+  /** Storage → GPU bandwidth, GB/s. */
+  storageLoadGBps?: number;
+}
+
+/** What a request finds past its GPU match: tokens in host memory, then tokens in storage. */
+export interface TierHit {
+  hostTokens: number;
+  storageTokens: number;
 }
 
 interface HostPage {
@@ -50,6 +67,7 @@ export class HostTier {
     if (!(opts.capacityTokens >= opts.pageSize)) throw new RangeError(`host tier of ${opts.capacityTokens} tokens holds no page of ${opts.pageSize}`);
     this.opts = opts;
     this.sink = sink;
+    if (opts.storageDir) mkdirSync(opts.storageDir, { recursive: true });
   }
 
   /** Pages held in host memory. */
@@ -80,28 +98,44 @@ export class HostTier {
   };
 
   /**
-   * Tokens right after the first `gpuTokens` of `tokens` (up to `limit`, whole pages) held in host
-   * memory: what a request loads back. 0 below SGLang's load-back threshold.
+   * The pages right after the first `gpuTokens` of `tokens` (up to `limit`, whole pages) held in
+   * host memory, then in storage (prefetched into host memory here): what a request loads back.
+   * Nothing below SGLang's load-back threshold.
    */
-  hitTokens(tokens: readonly number[], salt: string | null, gpuTokens: number, limit: number): number {
+  lookup(tokens: readonly number[], salt: string | null, gpuTokens: number, limit: number): TierHit {
+    const none = { hostTokens: 0, storageTokens: 0 };
     const P = this.opts.pageSize;
     const end = Math.floor(Math.min(limit, tokens.length) / P) * P;
-    if (end <= gpuTokens || this.pages.size === 0) return 0;
+    const dir = this.opts.storageDir ?? null;
+    if (end <= gpuTokens || (this.pages.size === 0 && dir === null)) return none;
     const { hashes } = engineBlockHashes(tokens.slice(0, end), P, salt !== null ? cacheSaltSeed(salt) : null);
-    let n = 0;
     const now = ++this.clock;
-    for (let i = gpuTokens / P; i < hashes.length; i++) {
+    let i = gpuTokens / P;
+    for (; i < hashes.length; i++) {
       const page = this.pages.get(hashes[i]!);
       if (!page) break;
       page.lastAccess = now;
-      n++;
     }
-    return n * P >= MIN_LOAD_BACK_TOKENS ? n * P : 0;
+    const host = i - gpuTokens / P;
+    let stored = 0;
+    for (; dir !== null && i < hashes.length && existsSync(join(dir, hashes[i]!.toString())); i++) {
+      if (!this.prefetch(hashes[i]!, i === 0 ? null : hashes[i - 1]!, tokens.slice(i * P, (i + 1) * P), salt)) break;
+      stored++;
+    }
+    return (host + stored) * P >= MIN_LOAD_BACK_TOKENS ? { hostTokens: host * P, storageTokens: stored * P } : none;
   }
 
-  /** Milliseconds to load `tokens` tokens of KV back to the GPU. */
-  loadBackMs(tokens: number): number {
-    return ((tokens * this.opts.kvBytesPerToken) / (this.opts.loadGBps * 1e9)) * 1000;
+  /** Milliseconds to load a hit's KV to the GPU. */
+  loadBackMs(hit: TierHit): number {
+    const ms = (tokens: number, gbps: number) => ((tokens * this.opts.kvBytesPerToken) / (gbps * 1e9)) * 1000;
+    return ms(hit.hostTokens, this.opts.loadGBps) + (hit.storageTokens > 0 ? ms(hit.storageTokens, this.opts.storageLoadGBps ?? 2) : 0);
+  }
+
+  /** A storage page lands in host memory (its parent's host copy first); false when there is no room. */
+  private prefetch(hash: bigint, parent: bigint | null, tokens: number[], salt: string | null): boolean {
+    if (this.pages.has(hash)) return true;
+    this.writeThrough({ type: "BlockStored", hash, parent, tokens, blockSize: this.opts.pageSize, ...(salt !== null ? { cacheSalt: salt } : {}) });
+    return this.pages.has(hash);
   }
 
   private writeThrough(e: Extract<KvEvent, { type: "BlockStored" }>): void {
@@ -116,6 +150,9 @@ export class HostTier {
     this.pages.set(e.hash, { parent: e.parent, children: 0, lastAccess: ++this.clock });
     if (e.parent !== null) this.pages.get(e.parent)!.children++;
     this.sink({ ...e, medium: HOST_MEDIUM });
+    // SGLang backs host pages up to its storage backend, with no event (hiradix_cache.py L865).
+    const dir = this.opts.storageDir ?? null;
+    if (dir !== null) writeFileSync(join(dir, e.hash.toString()), "");
   }
 
   /** Evicts up to `n` least recently used host-only leaf pages; false when none could go. */

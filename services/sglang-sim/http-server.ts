@@ -124,7 +124,8 @@ export function serverInfo(d: HttpServerDeps): Record<string, unknown> {
     hicache_ratio: o.hicache?.ratio ?? 2.0,
     hicache_size: 0,
     hicache_write_policy: "write_through",
-    hicache_storage_backend: null,
+    hicache_storage_backend: o.hicache?.storageDir ? "file" : null,
+    hicache_storage_backend_extra_config: null,
     dp_size: o.dpSize,
     enable_dp_attention: o.enableDpAttention,
     // `auto` resolves to follow_bootstrap_room on a PD prefill, round_robin elsewhere (server_args.py L3086-3101 @9d147fd).

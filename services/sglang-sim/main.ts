@@ -45,6 +45,7 @@ const { values } = parseArgs({
     "enable-hierarchical-cache": { type: "boolean" },
     "hicache-ratio": { type: "string" },
     "hicache-load-gbps": { type: "string" },
+    "hicache-storage-backend": { type: "string" },
     "sglang-version": { type: "string" },
     "api-key-env": { type: "string" },
     "api-key-file": { type: "string" },
@@ -66,13 +67,22 @@ if (values.help) {
       "  [--model-dir DIR (default test/fixtures/models/<family>)] [--no-mm-hashes (ignore caller mm_hashes, version 0.5.10-sim)]\n" +
       "  [--locked-down-media (media only as data: URLs or from --media-store URL's /v1/media/)]\n" +
       "  [--sglang-version V (/server_info.version; default 0.5.19-sim)] [--speculative-algorithm EAGLE (bigram KV keys)]\n" +
-      "  [--enable-hierarchical-cache [--hicache-ratio 2.0] [--hicache-load-gbps 37]] (HiCache host tier, write-through) [--verbose]\n" +
+      "  [--enable-hierarchical-cache [--hicache-ratio 2.0] [--hicache-load-gbps 37] [--hicache-storage-backend file]] (HiCache host tier, write-through) [--verbose]\n" +
       "  [--api-key-env VAR | --api-key-file PATH (SGLang's --api-key, read from the environment or a file, never argv)]\n",
   );
   process.exit(0);
 }
 
 const int = (v: string | undefined): number | undefined => (v === undefined ? undefined : Number(v));
+
+/** SGLang's `file` storage backend keeps its pages under this directory (hicache_storage.py HiCacheFile). */
+function fileStorageDir(backend: string): string {
+  if (backend !== "file") {
+    process.stderr.write(`sglang-sim: --hicache-storage-backend ${backend} is not simulated (file)\n`);
+    process.exit(2);
+  }
+  return process.env.SGLANG_HICACHE_FILE_BACKEND_STORAGE_DIR || "/tmp/hicache";
+}
 
 const opts: StartOptions = {};
 if (values.host !== undefined) opts.host = values.host;
@@ -121,6 +131,7 @@ if (values["enable-hierarchical-cache"]) {
   opts.hicache = {
     ...(values["hicache-ratio"] !== undefined ? { ratio: Number(values["hicache-ratio"]) } : {}),
     ...(values["hicache-load-gbps"] !== undefined ? { loadGBps: Number(values["hicache-load-gbps"]) } : {}),
+    ...(values["hicache-storage-backend"] !== undefined ? { storageDir: fileStorageDir(values["hicache-storage-backend"]) } : {}),
   };
 }
 if (values["sglang-version"] !== undefined) opts.version = values["sglang-version"];

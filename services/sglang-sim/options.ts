@@ -87,6 +87,14 @@ export const SimOptionsSchema = z.strictObject({
       ratio: z.number().gt(1).max(1000).default(2),
       kvBytesPerToken: z.number().int().min(1).max(100_000_000).default(147_456),
       loadGBps: z.number().positive().max(10_000).default(37),
+      /**
+       * `--hicache-storage-backend file`: the backend's directory (SGLang reads it from
+       * SGLANG_HICACHE_FILE_BACKEND_STORAGE_DIR, default /tmp/hicache: mem_cache/hicache_storage.py
+       * HiCacheFile), shared by every simulated worker given the same one. null: no storage tier.
+       */
+      storageDir: z.string().min(1).nullable().default(null),
+      /** Storage → GPU bandwidth, GB/s. */
+      storageLoadGBps: z.number().positive().max(10_000).default(2),
     })
     .nullable()
     .default(null),

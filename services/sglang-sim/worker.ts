@@ -81,7 +81,7 @@ export async function startSimulatedWorker(input: StartOptions = {}): Promise<Si
   const rankEngines = Array.from({ length: opts.dpSize }, (_, rank) => {
     const pub = publishers[rank] ?? null;
     const record = (e: KvEvent) => pub?.record(e);
-    const hostTier = opts.hicache ? new HostTier({ pageSize: opts.pageSize, capacityTokens: Math.floor(opts.hicache.ratio * opts.capacityTokens), kvBytesPerToken: opts.hicache.kvBytesPerToken, loadGBps: opts.hicache.loadGBps }, record) : null;
+    const hostTier = opts.hicache ? new HostTier({ pageSize: opts.pageSize, capacityTokens: Math.floor(opts.hicache.ratio * opts.capacityTokens), ...opts.hicache }, record) : null;
     const rankCache = new PagedRadixCache(opts.pageSize, hostTier ? hostTier.observe : record, { bigram: opts.eagle });
     return new SimEngine({
       cache: rankCache,

@@ -12,7 +12,7 @@ import { ConfigError } from "../api/errors.ts";
 import { LimitsSchema, type Limits } from "../api/limits.ts";
 import { RegionsConfigSchema } from "../selection/regions.ts";
 import { DEFAULT_SELECTION_COST, SELECTION_COSTS } from "../selection/selection.ts";
-import { DEFAULT_TIER_COST } from "../selection/tier-cost.ts";
+import { DEFAULT_STORAGE_CAPACITY_BLOCKS, DEFAULT_TIER_COST } from "../selection/tier-cost.ts";
 import { SafeFetchPolicySchema } from "../media/safe-fetch.ts";
 import { classifyHost } from "../media/ssrf.ts";
 import { isCompatible } from "../prompt/model-profile.ts";
@@ -117,6 +117,9 @@ export const RoutingConfigSchema = z.strictObject({
    */
   kvBytesPerToken: z.number().int().min(1).max(100_000_000).default(DEFAULT_TIER_COST.kvBytesPerToken),
   hostLoadGBps: z.number().positive().max(10_000).default(DEFAULT_TIER_COST.hostLoadGBps),
+  /** Load bandwidth of a HiCache storage backend shared by workers (GB/s), and the blocks its approximate view keeps. */
+  storageLoadGBps: z.number().positive().max(10_000).default(DEFAULT_TIER_COST.storageLoadGBps),
+  storageCapacityBlocks: z.number().int().min(1).max(16_777_216).default(DEFAULT_STORAGE_CAPACITY_BLOCKS),
   /**
    * cost "ttft", prefill/decode pools: the prefill → decode KV transfer bandwidth in GB/s; a pair's
    * estimate adds the prompt's KV bytes over it (src/selection/pd-transfer-cost.ts).

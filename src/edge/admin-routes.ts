@@ -427,6 +427,10 @@ async function explain(request: Request, deps: AdminDeps, allTokens = false): Pr
       predictedCachedTokens: Math.min(preview.overlapBlocks * preview.blockSize, plan.isl),
       tiedWith: preview.tiedWith,
       reason: chosen === null ? "no worker up" : choiceReason(chosen, preview.candidates, preview.totalBlocks),
+      // HiCache: where the credited blocks are; the storage view is an estimate (SGLang reports no L3 events).
+      ...(preview.hostBlocks || preview.storageBlocks
+        ? { tiers: { gpuBlocks: preview.overlapBlocks - (preview.hostBlocks ?? 0) - (preview.storageBlocks ?? 0), hostBlocks: preview.hostBlocks ?? 0, storageBlocks: preview.storageBlocks ?? 0, storageApproximate: (preview.storageBlocks ?? 0) > 0 } }
+        : {}),
     },
     candidates: preview.candidates,
     ...(deps.config.shards > 1 ? { shard: { index: shard, of: deps.config.shards } } : {}),

@@ -64,6 +64,13 @@ export const RelayHelloSchema = z.object({
   /** The worker's prefill throughput (measured or configured), tokens/s, for region-aware selection. */
   prefillTokensPerSec: z.number().positive().max(1e9).optional(),
   /**
+   * The HiCache storage backend (L3) the worker is attached to (/server_info
+   * `hicache_storage_backend` and its extra config; services/relay/worker-info.ts): workers naming the
+   * same one share it, and the index keeps an approximate view of it (src/routing-index/storage-views.ts).
+   * Absent: none.
+   */
+  hicacheStorage: z.string().min(1).max(256).optional(),
+  /**
    * The worker's role in a prefill/decode disaggregated pool: /server_info `disaggregation_mode`
    * (SGLang `--disaggregation-mode null|prefill|decode`, python/sglang/srt/server_args.py L2434 @9d147fd).
    * Absent: "null", a unified worker.

@@ -13,6 +13,8 @@ import type { LocalHashes } from "../blocks/block-hash.ts";
 import { HOST_TIER, type RelayDump, type RelayEvents } from "../relay-wire/relay-protocol.ts";
 import type { IndexCounters } from "../metrics/pool-snapshot.ts";
 import { ApproximateWorkers } from "./approximate-workers.ts";
+import { SharedStorageViews } from "./storage-views.ts";
+import { DEFAULT_STORAGE_CAPACITY_BLOCKS } from "../selection/tier-cost.ts";
 import { BlockShares } from "./block-shares.ts";
 import { countDropped } from "./drop-count.ts";
 import type { SlottedWorker, WorkerRegistry } from "./worker-registry.ts";
@@ -28,6 +30,8 @@ export interface BlockViewsOptions {
   blockBudget?: number;
   /** Bytes the block index may take (block-budget.ts DEFAULT_INDEX_BYTES); Infinity: entries only. */
   indexBudgetBytes?: number;
+  /** Blocks each shared HiCache storage view keeps before aging out its oldest (storage-views.ts); default DEFAULT_STORAGE_CAPACITY_BLOCKS. */
+  storageCapacityBlocks?: number;
 }
 
 export class BlockViews {
@@ -38,6 +42,8 @@ export class BlockViews {
    * evicted from the GPU with a host copy leaves `index` and stays here.
    */
   readonly host: BlockIndex = new RadixIndex();
+  /** Approximate views of HiCache storage backends shared by workers (storage-views.ts). */
+  readonly storage: SharedStorageViews;
   /** Blocks assumed cached on workers without KV events (approximate mode). */
   readonly approx: ApproxIndex;
   readonly budget: BlockBudget;
@@ -72,6 +78,7 @@ export class BlockViews {
     this.#counters = counters;
     this.index = opts.index ?? new RadixIndex();
     this.budget = new BlockBudget(opts.blockBudget, opts.indexBudgetBytes);
+    this.storage = new SharedStorageViews(opts.storageCapacityBlocks ?? DEFAULT_STORAGE_CAPACITY_BLOCKS);
     // Approximate-mode entries share the object's budget: at most half of it.
     this.approx = new ApproxIndex({ ...opts.approx, maxBlocks: Math.min(opts.approx?.maxBlocks ?? 2 ** 20, Math.max(1, Math.floor(this.budget.limit / 2))) });
     this.#shares = new BlockShares(registry, this.index, this.approx, this.budget);
@@ -108,6 +115,7 @@ export class BlockViews {
   removeWorker(slot: number, workerId: string): void {
     this.index.removeWorker(slot);
     this.host.removeWorker(slot);
+    this.storage.detach(workerId);
     this.pending.clear(slot);
     this.approx.clear(slot);
     this.#synced.delete(workerId);
@@ -265,7 +273,9 @@ export class BlockViews {
     const host = rows.filter((r) => r.tier === HOST_TIER);
     const room = this.#hostRoom(w);
     if (host.length > room) this.#count("host_tier_budget", host.length - room);
-    const { applied, failed } = this.host.applyDumpWire(w.slot, host.length > room ? host.slice(0, room) : host);
+    const kept = host.length > room ? host.slice(0, room) : host;
+    const { applied, failed } = this.host.applyDumpWire(w.slot, kept);
+    if (this.storage.attached(w.workerId)) for (const r of kept) this.storage.stored(w.workerId, r.p, [{ h: r.h, l: r.l }]);
     this.#counters.blocksStored += applied;
     if (failed) this.#count("dump_parent_not_found", failed);
     return rows.filter((r) => r.tier !== HOST_TIER);
@@ -295,6 +305,8 @@ export class BlockViews {
     else {
       this.#counters.blocksStored += r.applied;
       this.#counters.eventsApplied++;
+      // SGLang writes host pages through to its storage backend (L3): a shared one holds them too.
+      if (r.ok) this.storage.stored(w.workerId, ev.parent, ev.blocks);
       if (!r.ok) {
         this.#count(r.error);
         return r.error !== "parent_not_found";

@@ -14,6 +14,8 @@ export interface Receipt {
   predictedOverlapBlocks: number;
   /** Of those, blocks predicted in the worker's host memory (HiCache), loaded back; absent: none. */
   predictedHostBlocks?: number;
+  /** Of those, blocks assumed in its shared storage backend (approximate view); absent: none. */
+  predictedStorageBlocks?: number;
   blockSize: number;
   actualCachedTokens: number | null;
   outcome: "ok" | "error" | "cancelled" | "pending";

@@ -48,6 +48,8 @@ export interface RouteCandidateView {
   overlapBlocks: number;
   /** Blocks past the GPU overlap in the worker's host memory (HiCache CPU_PINNED); absent: none. */
   hostBlocks?: number;
+  /** Blocks past those assumed in a storage backend the worker shares (approximate view); absent: none. */
+  storageBlocks?: number;
   cost: number;
   activePrefillTokens: number;
   activeDecodeBlocks: number;
@@ -62,6 +64,8 @@ export interface RouteDecision {
   overlapBlocks: number;
   /** Of those, blocks in host memory (loaded back by the worker, not prefilled); absent: none. */
   hostBlocks?: number;
+  /** Of those, blocks assumed in the worker's shared storage backend: approximate (SGLang reports no L3 events). */
+  storageBlocks?: number;
   totalBlocks: number;
   blockSize: number;
   receiptId: string;
@@ -98,6 +102,8 @@ export interface RoutePreview {
   overlapBlocks: number;
   /** Of `overlapBlocks`, blocks in the pick's host memory; absent: none. */
   hostBlocks?: number;
+  /** Of `overlapBlocks`, blocks assumed in the pick's shared storage (approximate); absent: none. */
+  storageBlocks?: number;
   totalBlocks: number;
   blockSize: number;
   candidates: RouteCandidateView[];
@@ -177,7 +183,8 @@ export class Router {
     const chosen = live[i]!;
     // Host-memory blocks are cached too: the worker loads them back and reports them as cached.
     const hostBlocks = scored[i]!.hostBlocks ?? 0;
-    const overlap = scored[i]!.overlapBlocks + hostBlocks;
+    const storageBlocks = scored[i]!.storageBlocks ?? 0;
+    const overlap = scored[i]!.overlapBlocks + hostBlocks + storageBlocks;
     // A prefill worker needs a decode peer (by load); none up: no pair, the pool cannot serve.
     const decode = isPrefillWorker(chosen) ? pickDecode(this.#liveDecoders(req), (slot) => this.#p.load.decodeBlocks(slot)) : null;
     if (isPrefillWorker(chosen) && (decode === null || chosen.bootstrapPort == null)) {
@@ -207,6 +214,7 @@ export class Router {
       totalBlocks: req.localHashes.length,
       predictedOverlapBlocks: overlap,
       ...(hostBlocks > 0 ? { predictedHostBlocks: hostBlocks } : {}),
+      ...(storageBlocks > 0 ? { predictedStorageBlocks: storageBlocks } : {}),
       blockSize,
       fallbackReason: req.fallbackReason ?? null,
       traceId: req.traceId ?? null,
@@ -231,6 +239,7 @@ export class Router {
       incrementalStreaming: chosen.incrementalStreaming,
       overlapBlocks: overlap,
       hostBlocks,
+      ...(storageBlocks > 0 ? { storageBlocks } : {}),
       totalBlocks: req.localHashes.length,
       blockSize,
       receiptId,
@@ -290,11 +299,13 @@ export class Router {
     const minCost = Math.min(...scored.map((x) => x.cost));
     const tiedWith = candidateViews.filter((v, k) => k !== i && scored[k]!.cost === minCost).map((v) => v.workerId);
     const hostBlocks = scored[i]!.hostBlocks ?? 0;
+    const storageBlocks = scored[i]!.storageBlocks ?? 0;
     const decode = isPrefillWorker(live[i]!) ? pickDecode(this.#liveDecoders(req), (slot) => this.#p.load.decodeBlocks(slot)) : null;
     return {
       workerId: live[i]!.workerId,
-      overlapBlocks: scored[i]!.overlapBlocks + hostBlocks,
+      overlapBlocks: scored[i]!.overlapBlocks + hostBlocks + storageBlocks,
       hostBlocks,
+      ...(storageBlocks > 0 ? { storageBlocks } : {}),
       totalBlocks,
       blockSize,
       candidates: candidateViews,
@@ -319,6 +330,7 @@ export class Router {
     if (live.length === 0) return null;
     const overlaps = views.overlaps(live, req.localHashes, now);
     const hostOverlaps = views.hostOverlaps(live, req.localHashes);
+    const storageOverlaps = views.storage.overlaps(live, req.localHashes);
     const chain = views.pending.keysOf(req.localHashes);
     const shared = load.sharedPrefixes(chain);
     const candidates: Candidate[] = live.map((w, k) => ({
@@ -328,6 +340,7 @@ export class Router {
       activeDecodeBlocks: load.decodeBlocks(w.slot),
       sharedActiveBlocks: shared.get(w.slot) ?? 0,
       hostBlocks: Math.max(0, hostOverlaps[k]! - overlaps[k]!),
+      storageBlocks: Math.max(0, storageOverlaps[k]! - Math.max(overlaps[k]!, hostOverlaps[k]!)),
     }));
     const scored = this.#score(live, candidates, req, blockSize);
     const candidateViews: RouteCandidateView[] = live.map((w, k) => ({
@@ -337,6 +350,7 @@ export class Router {
       activePrefillTokens: candidates[k]!.activePrefillTokens,
       activeDecodeBlocks: candidates[k]!.activeDecodeBlocks,
       ...(scored[k]!.hostBlocks ? { hostBlocks: scored[k]!.hostBlocks } : {}),
+      ...(scored[k]!.storageBlocks ? { storageBlocks: scored[k]!.storageBlocks } : {}),
     }));
     return { live, chain, scored, candidateViews, blockSize };
   }

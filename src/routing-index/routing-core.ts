@@ -76,6 +76,8 @@ export interface RoutingCoreOptions {
   cost?: SelectionCost;
   /** Load-back pricing of host-memory (HiCache) blocks (src/selection/tier-cost.ts); default DEFAULT_TIER_COST. */
   tiers?: TierCostParams;
+  /** Blocks each shared HiCache storage view keeps (block-views.ts DEFAULT_STORAGE_CAPACITY_BLOCKS). */
+  storageCapacityBlocks?: number;
   /** KV bytes per token and prefill → decode bandwidth: a PD pair's TTFT adds the transfer (pd-transfer-cost.ts). */
   pdTransfer?: PdTransferParams;
   /** One shard of a sharded pool: queue this core's load changes for the other shards (load-replica.ts). */
@@ -260,6 +262,7 @@ export class RoutingCore {
     const r = this.#registry.hello(msg, authenticatedWorkerId);
     if (!r.ok) return r;
     if (r.added) this.#views.addSlot(r.worker.slot);
+    this.#views.storage.attach(r.worker.workerId, msg.hicacheStorage ?? null);
     // Every hello starts a new relay session: the relay follows with a dump, which is the truth.
     // A newer epoch also fences out whatever the old process had cached.
     if (r.newLife) {

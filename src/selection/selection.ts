@@ -19,6 +19,8 @@ export interface Candidate {
   sharedActiveBlocks?: number;
   /** Blocks right after the GPU overlap held in the worker's host memory (HiCache): loaded back, not prefilled. */
   hostBlocks?: number;
+  /** Blocks after those assumed in a storage backend the worker shares (approximate; HiCache L3). */
+  storageBlocks?: number;
 }
 
 export interface Scored {
@@ -27,6 +29,8 @@ export interface Scored {
   overlapBlocks: number;
   /** Host-memory blocks the cost credited past `overlapBlocks` (0 or absent: none). */
   hostBlocks?: number;
+  /** Shared-storage blocks credited past those (approximate; 0 or absent: none). */
+  storageBlocks?: number;
 }
 
 export const SELECTION_COSTS = ["ttft", "blocks"] as const;

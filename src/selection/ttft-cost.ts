@@ -4,7 +4,7 @@
  *
  *   ttft(w) = round trip from the edge to w (regions.ts; 0 without a regions table)
  *           + (w's active prefill tokens + uncached tokens of this request) / w's prefill rate
- *           + load-back of the request's blocks in w's host memory (tier-cost.ts)
+ *           + load-back of the request's blocks in w's host memory or shared storage (tier-cost.ts)
  *           + decodeMsPerBlock × (w's active decode blocks + this request's new blocks)
  *
  * where uncached = max(0, ISL − (GPU overlap + host blocks) × block size). A host-memory hit saves
@@ -15,7 +15,7 @@
  * it saves.
  */
 import type { Candidate, Scored } from "./selection.ts";
-import { DEFAULT_TIER_COST, hostLoadBackMs, type TierCostParams } from "./tier-cost.ts";
+import { DEFAULT_TIER_COST, hostLoadBackMs, storageLoadMs, type TierCostParams } from "./tier-cost.ts";
 
 /** The estimate's tunables (`KVEDGE_REGIONS` may set both; regions.ts). */
 export interface TtftParams {
@@ -37,7 +37,7 @@ export interface TtftBreakdown {
   rttMs: number;
   queueMs: number;
   prefillMs: number;
-  /** Loading the request's host-memory blocks back to the GPU. */
+  /** Loading the request's host-memory and shared-storage blocks to the GPU. */
   loadBackMs: number;
   decodeLoadMs: number;
   totalMs: number;
@@ -46,8 +46,9 @@ export interface TtftBreakdown {
 export function estimateTtft(params: TtftParams, c: Candidate, p: Placement, isl: number, blockSize: number, tiers: TierCostParams = DEFAULT_TIER_COST): TtftBreakdown {
   const rate = p.prefillTokensPerSec ?? params.defaultPrefillTokensPerSec;
   const hostBlocks = c.hostBlocks ?? 0;
-  const uncached = Math.max(0, isl - (c.overlapBlocks + hostBlocks) * blockSize);
-  const loadBackMs = hostLoadBackMs(tiers, hostBlocks, blockSize);
+  const storageBlocks = c.storageBlocks ?? 0;
+  const uncached = Math.max(0, isl - (c.overlapBlocks + hostBlocks + storageBlocks) * blockSize);
+  const loadBackMs = hostLoadBackMs(tiers, hostBlocks, blockSize) + storageLoadMs(tiers, storageBlocks, blockSize);
   const queueMs = (Math.max(0, c.activePrefillTokens) / rate) * 1000;
   const prefill = (uncached / rate) * 1000;
   // New decode blocks: the request's, minus a leading run the worker's active requests already hold.
@@ -63,5 +64,6 @@ export function scoreByTtft(input: { candidates: readonly Candidate[]; placement
     cost: estimateTtft(input.params, c, input.placements[i]!, input.isl, input.blockSize, input.tiers).totalMs,
     overlapBlocks: c.overlapBlocks,
     ...(c.hostBlocks ? { hostBlocks: c.hostBlocks } : {}),
+    ...(c.storageBlocks ? { storageBlocks: c.storageBlocks } : {}),
   }));
 }

@@ -3,20 +3,28 @@
  * real relays over ZMQ, the edge under workerd): a conversation whose prefix was evicted from its
  * worker's device tier but kept in host memory is still routed to that worker and reported cached —
  * the relay keeps the host tier (BlockStored/BlockRemoved with medium CPU_PINNED), the index credits
- * it, and the simulator loads it back (counted in cached tokens and in its prefill time).
+ * it, and the simulator loads it back (counted in cached tokens and in its prefill time). Both
+ * workers share one `file` storage backend (L3): a prefix either wrote is credited to both, marked
+ * approximate, and the other worker really serves it from storage.
  */
+import { mkdtempSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { startFleet, type Fleet } from "../../scripts/local-fleet.ts";
-import { direct, sleep, trueLocalHashes, waitParity, words } from "./reliability-helpers.ts";
+import { direct, sleep, trueLocalHashes, waitParity, waitUntil, words } from "./reliability-helpers.ts";
 import { PendingRoutes } from "../../src/block-index/pending-routes.ts";
 
 let fleet: Fleet;
 const figures: Record<string, unknown> = {};
 /** Small device tier (a few prompts), host memory 8× larger. */
 const PENDING_TTL_MS = new PendingRoutes().ttlMs;
-const hicacheArgs = ["--enable-hierarchical-cache", "--hicache-ratio", "8"];
+const hicacheArgs = ["--enable-hierarchical-cache", "--hicache-ratio", "8", "--hicache-storage-backend", "file"];
+/** SGLang's file backend directory, shared by both workers (they inherit the environment). */
+const storageDir = mkdtempSync(join(tmpdir(), "kvedge-hicache-"));
 
 beforeAll(async () => {
+  process.env.SGLANG_HICACHE_FILE_BACKEND_STORAGE_DIR = storageDir;
   fleet = await startFleet({
     workers: 2,
     capacityTokens: 1_500,
@@ -26,6 +34,8 @@ beforeAll(async () => {
 });
 afterAll(async () => {
   await fleet?.stop();
+  delete process.env.SGLANG_HICACHE_FILE_BACKEND_STORAGE_DIR;
+  rmSync(storageDir, { recursive: true, force: true });
   console.log(`hicache: ${JSON.stringify(figures)}`);
 });
 
@@ -93,5 +103,76 @@ describe("HiCache: a prefix evicted from the GPU but kept in host memory", () =>
       expect(t.cachedTokens).toBeGreaterThanOrEqual(t.hostBlocks * 16);
       figures[`conversation_${seed}`] = { worker: t.worker, overlapBlocks: t.overlapBlocks, hostBlocks: t.hostBlocks, cachedTokens: t.cachedTokens };
     }
+  });
+});
+
+interface Explained {
+  decision: { workerId: string; overlapBlocks: number; tiers?: { gpuBlocks: number; hostBlocks: number; storageBlocks: number; storageApproximate: boolean } };
+  candidates: { workerId: string; overlapBlocks: number; hostBlocks?: number; storageBlocks?: number }[];
+}
+
+describe("HiCache: a storage backend shared by both workers", () => {
+  it("a prefix one worker wrote is credited to every attached worker, marked approximate, and served from storage", async () => {
+    const user = words(77, 300);
+    const first = await send([{ role: "user", content: user }]);
+    expect(first.status).toBe(200);
+    const other = fleet.workers.find((x) => x.id !== first.worker)!;
+    const messages = [
+      { role: "user", content: user },
+      { role: "assistant", content: first.content },
+      { role: "user", content: "And then?" },
+    ];
+    let e: Explained | null = null;
+    await waitUntil(
+      async () => {
+        e = (await (await fetch(`${fleet.edgeUrl}/admin/explain`, { method: "POST", headers: { authorization: `Bearer ${fleet.adminToken}`, "content-type": "application/json" }, body: JSON.stringify({ model: fleet.model, messages }) })).json()) as Explained;
+        return (e.candidates.find((c) => c.workerId === other.id)?.storageBlocks ?? 0) > 0;
+      },
+      10_000,
+      () => JSON.stringify(e?.candidates),
+      100,
+    );
+    const credited = e!.candidates.find((c) => c.workerId === other.id)!;
+    // The worker that never saw the conversation: its whole overlap is the shared storage view.
+    expect(credited.overlapBlocks).toBe(0);
+    expect(credited.storageBlocks).toBeGreaterThanOrEqual(15);
+    // The writer holds it on its GPU: picked, and its GPU copy beats a load from storage.
+    expect(e!.decision.workerId).toBe(first.worker);
+    // The other worker serves it from the shared backend (prefetched to host memory, loaded back).
+    const r = await fetch(`${other.url}/v1/chat/completions`, {
+      method: "POST",
+      headers: { "content-type": "application/json", authorization: `Bearer ${other.apiKey}` },
+      body: JSON.stringify({ model: fleet.model, messages: [{ role: "user", content: user }], max_tokens: 2 }),
+    });
+    const usage = ((await r.json()) as { usage: { prompt_tokens_details?: { cached_tokens?: number } } }).usage;
+    expect(usage.prompt_tokens_details?.cached_tokens ?? 0).toBeGreaterThanOrEqual(credited.storageBlocks! * 16 - 16);
+    figures.storage = { credited: credited.storageBlocks, servedFromStorage: usage.prompt_tokens_details?.cached_tokens };
+  });
+
+  it("with the writer drained, the next turn goes to the other worker on the storage view: approximate, served from storage", async () => {
+    const user = words(78, 300);
+    const first = await send([{ role: "user", content: user }]);
+    expect(first.status).toBe(200);
+    const messages = [
+      { role: "user", content: user },
+      { role: "assistant", content: first.content },
+      { role: "user", content: "More." },
+    ];
+    const other = fleet.workers.find((x) => x.id !== first.worker)!;
+    const drained = await fetch(`${fleet.edgeUrl}/admin/workers/${first.worker}/drain?model=${encodeURIComponent(fleet.model)}`, { method: "POST", headers: { authorization: `Bearer ${fleet.adminToken}` } });
+    expect(drained.status).toBe(200);
+    const e = (await (await fetch(`${fleet.edgeUrl}/admin/explain`, { method: "POST", headers: { authorization: `Bearer ${fleet.adminToken}`, "content-type": "application/json" }, body: JSON.stringify({ model: fleet.model, messages }) })).json()) as Explained;
+    expect(e.decision.workerId).toBe(other.id);
+    expect(e.decision.tiers).toMatchObject({ gpuBlocks: 0, hostBlocks: 0, storageApproximate: true });
+    const r = await fetch(`${fleet.edgeUrl}/v1/chat/completions`, { method: "POST", headers: { "content-type": "application/json" }, body: JSON.stringify({ model: fleet.model, messages, max_tokens: 4 }) });
+    expect(r.status).toBe(200);
+    expect(r.headers.get("x-kvedge-worker")).toBe(other.id);
+    const storage = r.headers.get("x-kvedge-storage-blocks") ?? "";
+    expect(storage).toMatch(/^\d+; approximate$/);
+    const blocks = Number(storage.split(";")[0]);
+    expect(blocks).toBe(e.decision.tiers!.storageBlocks);
+    const cached = ((await r.json()) as { usage: { prompt_tokens_details?: { cached_tokens?: number } } }).usage.prompt_tokens_details?.cached_tokens ?? 0;
+    expect(cached).toBeGreaterThanOrEqual(blocks * 16);
+    figures.storageRouted = { worker: other.id, storageBlocks: blocks, cachedTokens: cached };
   });
 });

@@ -17,8 +17,8 @@ const B = 16;
 const tokens = Array.from({ length: 64 * B }, (_, i) => (i * 7919) % 50_000);
 const hashes = () => localBlockHashes(tokens, B);
 
-function hello(core: RoutingCore, id: string) {
-  return core.hello({ type: "hello", workerId: id, url: `http://${id}`, blockSize: B, epoch: 1, modelName: "m", contract: null, kvEvents: true }, id);
+function hello(core: RoutingCore, id: string, hicacheStorage?: string) {
+  return core.hello({ type: "hello", workerId: id, url: `http://${id}`, blockSize: B, epoch: 1, modelName: "m", contract: null, kvEvents: true, ...(hicacheStorage ? { hicacheStorage } : {}) }, id);
 }
 
 function chainRows(n: number, base: number) {
@@ -62,11 +62,31 @@ describe("host-memory tier in the index", () => {
     expect(core.peek({ localHashes: hashes(), isl: tokens.length }).workerId).toBe("gpu");
     expect(core.peek({ localHashes: hashes(), isl: tokens.length, exclude: ["gpu"] }).workerId).toBe("host");
     // A link so slow that loading 1024 tokens' KV back takes longer than prefilling them.
-    const slow = new RoutingCore({ blockSize: B, random: () => 0.5, tiers: { kvBytesPerToken: DEFAULT_TIER_COST.kvBytesPerToken, hostLoadGBps: 0.001 } });
+    const slow = new RoutingCore({ blockSize: B, random: () => 0.5, tiers: { ...DEFAULT_TIER_COST, hostLoadGBps: 0.001 } });
     for (const id of ["host", "none"]) hello(slow, id);
     slow.applyDump("host", { type: "dump", epoch: 1, seq: 0, blocks: chainRows(64, 100).map((r) => ({ ...r, tier: "CPU_PINNED" as const })) });
     slow.applyDump("none", { type: "dump", epoch: 1, seq: 0, blocks: [] });
     expect(slow.peek({ localHashes: hashes(), isl: tokens.length }).workerId).toBe("none");
+  });
+
+  it("a shared storage view credits every attached worker (approximate) and ages out past its capacity", () => {
+    const core = new RoutingCore({ blockSize: B, random: () => 0.5, storageCapacityBlocks: 64 });
+    hello(core, "a", "file");
+    hello(core, "b", "file");
+    hello(core, "c");
+    hello(core, "d", "mooncake");
+    for (const id of ["a", "b", "c", "d"]) core.applyDump(id, { type: "dump", epoch: 1, seq: 0, blocks: [] });
+    const hostStore = (rows: ReturnType<typeof chainRows>, seq: number) =>
+      core.applyEvents("a", { type: "events", epoch: 1, seq, events: [{ t: "stored", parent: null, blocks: rows.map((r) => ({ h: r.h, l: r.l })), tier: "CPU_PINNED" }] });
+    hostStore(chainRows(64, 100), 1);
+    const byId = (p: { candidates: { workerId: string; overlapBlocks: number; hostBlocks?: number; storageBlocks?: number }[] }) => Object.fromEntries(p.candidates.map((c) => [c.workerId, [c.overlapBlocks, c.hostBlocks ?? 0, c.storageBlocks ?? 0]]));
+    expect(byId(core.peek({ localHashes: hashes(), isl: tokens.length }))).toEqual({ a: [0, 64, 0], b: [0, 0, 64], c: [0, 0, 0], d: [0, 0, 0] });
+    expect(core.peek({ localHashes: hashes(), isl: tokens.length, exclude: ["a"] })).toMatchObject({ workerId: "b", overlapBlocks: 64, storageBlocks: 64 });
+    // Another 64-block chain fills the view: the first is aged out.
+    const other = localBlockHashes(tokens.map((t) => t + 1), B);
+    core.applyEvents("a", { type: "events", epoch: 1, seq: 2, events: [{ t: "stored", parent: null, blocks: other.map((l, i) => ({ h: String(9000 + i), l: localHashToHex(l) })), tier: "CPU_PINNED" }] });
+    expect(byId(core.peek({ localHashes: hashes(), isl: tokens.length })).b).toEqual([0, 0, 0]);
+    expect(byId(core.peek({ localHashes: other, isl: tokens.length })).b).toEqual([0, 0, 64]);
   });
 
   it("load-back time is bytes over bandwidth", () => {

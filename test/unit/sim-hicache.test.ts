@@ -53,7 +53,7 @@ describe("simulator HiCache → relay → index", () => {
     const p = r.core.peek({ localHashes: localBlockHashes(prompt(1), P), isl: 20 * P });
     expect(p).toMatchObject({ workerId: "w", overlapBlocks: 20, hostBlocks: 20 });
     // The simulator loads it back: 20 pages from host memory.
-    expect(r.host.hitTokens(prompt(1), null, 0, 20 * P)).toBe(20 * P);
+    expect(r.host.lookup(prompt(1), null, 0, 20 * P)).toEqual({ hostTokens: 20 * P, storageTokens: 0 });
     for (let s = 6; s <= 9; s++) r.store(prompt(s)); // host memory (6 prompts) overflows: LRU host-only pages go
     expect(r.host.has(0n)).toBe(false);
     expect(r.relay.host.size).toBe(r.host.size);

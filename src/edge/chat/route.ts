@@ -82,6 +82,8 @@ export function routingHeaders(d: RouteDecision, fallbackReason: FallbackReason,
   if (d.pd) h.set("x-kvedge-decode-worker", d.pd.decodeWorkerId);
   // Of the overlap, blocks in the worker's host memory (HiCache): loaded back there, not prefilled.
   if (d.hostBlocks) h.set("x-kvedge-host-blocks", String(d.hostBlocks));
+  // Of the overlap, blocks assumed in a storage backend the worker shares: an approximate view.
+  if (d.storageBlocks) h.set("x-kvedge-storage-blocks", `${d.storageBlocks}; approximate`);
   if (fallbackReason) h.set("x-kvedge-fallback-reason", fallbackReason);
   if (shard > 0) h.set("x-kvedge-shard", String(shard));
   return h;

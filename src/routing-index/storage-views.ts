@@ -1,0 +1,83 @@
+/**
+ * Approximate views of HiCache storage backends (L3) shared by several workers. SGLang reports
+ * nothing for L3 (no KV event is sent for a storage write or for anything held there:
+ * mem_cache/hiradix_cache.py @9d147fd `write_backup_storage` L865), but it backs every page written
+ * to host memory up to its storage backend, and a worker attached to a shared backend can prefetch
+ * a page any of them wrote. So each group of workers naming the same backend (relay hello
+ * `hicacheStorage`, from /server_info) gets one view: every block stored in any member's host
+ * tier is assumed stored, credited to every member, and aged out oldest first past the group's
+ * capacity. Nothing here is exact: routing reports it as approximate.
+ */
+import { RadixIndex } from "../block-index/radix-index.ts";
+import type { WireBlock } from "../block-index/radix-index.ts";
+import type { LocalHashes } from "../blocks/block-hash.ts";
+import type { SlottedWorker } from "./worker-registry.ts";
+
+/** Storage groups one index keeps at most; a backend past it is not tracked. */
+export const MAX_STORAGE_GROUPS = 64;
+
+export class SharedStorageViews {
+  /** Slot k: group k's blocks. */
+  readonly #index = new RadixIndex();
+  readonly #groups = new Map<string, number>();
+  readonly #groupOf = new Map<string, number>();
+  /** Stored chains of each group, oldest first (the aging order). */
+  readonly #chains = new Map<number, string[][]>();
+  readonly #held = new Map<number, number>();
+  readonly #capacityBlocks: number;
+  #scores = new Int32Array(8);
+
+  constructor(capacityBlocks: number) {
+    if (!Number.isInteger(capacityBlocks) || capacityBlocks < 1) throw new RangeError(`bad storage capacity ${capacityBlocks}`);
+    this.#capacityBlocks = capacityBlocks;
+  }
+
+  /** The worker's hello named this backend identity (null: none, or it left one). */
+  attach(workerId: string, identity: string | null): void {
+    this.#groupOf.delete(workerId);
+    if (identity === null) return;
+    let slot = this.#groups.get(identity);
+    if (slot === undefined) {
+      if (this.#groups.size >= MAX_STORAGE_GROUPS) return;
+      slot = this.#groups.size;
+      this.#groups.set(identity, slot);
+      this.#index.ensureWorker(slot);
+      this.#chains.set(slot, []);
+      this.#held.set(slot, 0);
+      if (this.#scores.length <= slot) this.#scores = new Int32Array(this.#scores.length * 2);
+    }
+    this.#groupOf.set(workerId, slot);
+  }
+
+  detach(workerId: string): void {
+    this.#groupOf.delete(workerId);
+  }
+
+  /** Whether the worker shares a storage backend this index keeps a view of. */
+  attached(workerId: string): boolean {
+    return this.#groupOf.has(workerId);
+  }
+
+  /** Blocks the worker stored in host memory: written to its group's backend too. */
+  stored(workerId: string, parent: string | null, blocks: readonly WireBlock[]): void {
+    const slot = this.#groupOf.get(workerId);
+    if (slot === undefined || blocks.length === 0) return;
+    const r = this.#index.applyStoredEvent(slot, parent, blocks);
+    if (r.applied === 0) return;
+    this.#chains.get(slot)!.push(blocks.map((b) => b.h));
+    let held = this.#held.get(slot)! + r.applied;
+    const chains = this.#chains.get(slot)!;
+    while (held > this.#capacityBlocks && chains.length > 0) held -= this.#index.applyRemoved(slot, chains.shift()!);
+    this.#held.set(slot, held);
+  }
+
+  /** Each worker's longest prefix of the request in its group's storage view, in blocks (0: none). */
+  overlaps(workers: readonly SlottedWorker[], localHashes: LocalHashes): number[] {
+    if (this.#groupOf.size === 0 || this.#index.size === 0) return workers.map(() => 0);
+    this.#index.findMatches(localHashes, this.#scores);
+    return workers.map((w) => {
+      const slot = this.#groupOf.get(w.workerId);
+      return slot === undefined ? 0 : (this.#scores[slot] ?? 0);
+    });
+  }
+}
