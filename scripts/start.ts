@@ -9,7 +9,7 @@
 import { existsSync, mkdirSync, renameSync } from "node:fs";
 import { join } from "node:path";
 import { ffmpegOnFiles, WasmFfmpeg } from "../services/decode/wasm-core.ts";
-import { startFleet, type Fleet, type FleetShape } from "./local-fleet.ts";
+import { fleetRoleOf, startFleet, type Fleet, type FleetShape } from "./local-fleet.ts";
 
 const port = Number(process.env.PORT ?? 8787);
 const workers = Number(process.env.KVEDGE_WORKERS ?? 2);
@@ -94,7 +94,7 @@ const decoder =
   f.decoder === "wasm" ? "ffmpeg's wasm build (@ffmpeg/core; no native ffprobe found)" : f.decoder === "native" ? "native ffprobe" : "none";
 console.log(`
 kvedge is up: ${f.edgeUrl}   (OpenAI base URL: ${f.edgeUrl}/v1)
-  workers: ${f.workers.map((w) => `${w.id}=${w.url}`).join(", ")}
+  workers: ${f.workers.map((w, i) => `${w.id}=${w.url}${shape === "pd" ? ` (${fleetRoleOf(shape, i, f.workers.length)})` : ""}`).join(", ")}
   media server: ${f.mediaUrl}   decode service: ${f.decodeUrl}
   video probing (decode service and simulated workers): ${decoder}
   admin token (this run): ${f.adminToken}
