@@ -56,8 +56,10 @@ export interface AdmissionPool<R, D> {
   route(req: R, onlyWorkers: readonly string[] | null): D | null;
   /** The request's cached blocks on a worker. */
   overlapOn(req: R, workerId: string): number;
-  /** The request's predicted uncached prefill tokens on its best worker. */
+  /** The request's predicted uncached prefill tokens on its best worker (a preview: asked only of requests that wait). */
   uncachedTokens(req: R): number;
+  /** Its uncached prefill tokens on the worker a decision chose. */
+  uncachedTokensOf(req: R, d: D): number;
   receiptOf(d: D): string;
 }
 
@@ -111,14 +113,16 @@ export class AdmissionGate<R, D> {
     const rooms = this.#pool.room();
     if (rooms.length === 0) return { kind: "none" };
     const roomy = rooms.filter((w) => !w.full).map((w) => w.workerId);
-    const cost = this.#pool.uncachedTokens(req) + Math.max(0, t.decodeBudget);
     if (!this.#cfg.enabled || (this.#queue.size === 0 && roomy.length > 0)) {
-      // Under the bound: today's routing, among the workers with room when some are full.
-      const d = this.#pool.route(req, !this.#cfg.enabled || roomy.length === rooms.length ? null : roomy);
+      // Under the bound: today's routing, among the workers with room when some are full (and
+      // among all if none of those can take this request).
+      const all = !this.#cfg.enabled || roomy.length === rooms.length;
+      const d = this.#pool.route(req, all ? null : roomy) ?? (all ? null : this.#pool.route(req, null));
       if (d === null) return { kind: "none" };
-      this.#admitted(t, d, cost, band, 0, false);
+      this.#admitted(t, d, this.#pool.uncachedTokensOf(req, d) + Math.max(0, t.decodeBudget), band, 0, false);
       return { kind: "routed", decision: d, waitedMs: 0 };
     }
+    const cost = this.#pool.uncachedTokens(req) + Math.max(0, t.decodeBudget);
     const wait = Math.min(this.#cfg.maxWaitMs, t.maxWaitMs ?? Infinity);
     if (wait <= 0) return this.#refuse(band, "queue_full", now);
     return new Promise<AdmitOutcome<D>>((resolve) => {

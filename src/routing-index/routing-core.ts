@@ -35,6 +35,7 @@ import { AdmissionGate, type AdmissionTicket, type AdmitOutcome, type Timers } f
 import type { AdmissionSnapshot } from "../metrics/admission-snapshot.ts";
 import { isFull, loadBoundTokens } from "../admission/load-bound.ts";
 import { SessionAffinity } from "./session-affinity.ts";
+import { isDecodeWorker } from "./pd-pool.ts";
 
 /** A first pick through admission: the route, and the conversation's affinity key (session-affinity.ts), if any. */
 export type AdmissionRouteRequest = RouteRequest & { affinityKey?: string | null };
@@ -145,6 +146,7 @@ export class RoutingCore {
           const p = this.#router.peek(req);
           return Math.max(0, req.isl - p.overlapBlocks * p.blockSize);
         },
+        uncachedTokensOf: (req, d) => Math.max(0, req.isl - d.overlapBlocks * d.blockSize),
         receiptOf: (d) => d.receiptId,
       },
       this.#now,
@@ -184,7 +186,8 @@ export class RoutingCore {
   #rooms(): { workerId: string; full: boolean }[] {
     const now = this.#now();
     const blockSize = this.#registry.blockSize ?? 16;
-    const up = this.#registry.all().filter((w) => w.status === "up");
+    // A PD pool's decode workers never take a first pick (pd-pool.ts): their room is the pair's, not a pick's.
+    const up = this.#registry.all().filter((w) => w.status === "up" && !isDecodeWorker(w));
     const clear = up.filter((w) => !isQuarantined(w, now));
     return (clear.length > 0 ? clear : up).map((w) => ({
       workerId: w.workerId,
