@@ -198,6 +198,7 @@ function mergeRecorders(list: readonly RecorderSnapshot[]): RecorderSnapshot {
     overlapBlocks: mergeHistograms("overlapBlocks", list.map((r) => r.overlapBlocks)),
     requestBlocks: mergeHistograms("requestBlocks", list.map((r) => r.requestBlocks)),
     overlapRatio: mergeHistograms("overlapRatio", list.map((r) => r.overlapRatio)),
+    tierBlocks: { gpu: sum(list.map((r) => r.tierBlocks.gpu)), host: sum(list.map((r) => r.tierBlocks.host)), storage: sum(list.map((r) => r.tierBlocks.storage)) },
     edgeOverheadSeconds: mergeHistograms("edgeOverheadSeconds", list.map((r) => r.edgeOverheadSeconds)),
     receipts,
     series: mergeSeries(list.map((r) => r.series)),

@@ -39,6 +39,9 @@ function writePool(b: ExpositionBuilder, model: string, s: PoolMetricsSnapshot):
   b.histogram("kvedge_routing_overlap_blocks", "Leading prompt blocks the chosen worker already held, per decision.").histogram(m, r.overlapBlocks);
   b.histogram("kvedge_routing_request_blocks", "Full blocks in the routed prompt, per decision.").histogram(m, r.requestBlocks);
   b.histogram("kvedge_routing_overlap_ratio", "Overlap blocks / request blocks, per decision with at least one block.").histogram(m, r.overlapRatio);
+  // Hit rate per tier: this counter's rate over kvedge_routing_request_blocks_sum's.
+  const tiers = b.counter("kvedge_routing_matched_blocks_total", "Overlap blocks of routing decisions by the tier they were credited in: gpu, host (HiCache host memory) or storage (a shared storage backend, approximate).");
+  for (const [tier, n] of Object.entries(r.tierBlocks)) tiers.set({ model, tier }, n);
   b.histogram("kvedge_edge_overhead_seconds", "Edge time from request arrival to the upstream call (validation, prompt, tokenizer, hashing, index round trip).").histogram(m, r.edgeOverheadSeconds);
 
   // Receipts: predicted vs actual cached tokens.

@@ -17,6 +17,9 @@ export interface DecisionRecord {
   mode: RoutingMode;
   fallbackReason: string | null;
   overlapBlocks: number;
+  /** Of `overlapBlocks`, blocks in host memory and in a shared storage view (HiCache); absent: none. */
+  hostBlocks?: number;
+  storageBlocks?: number;
   totalBlocks: number;
   isl: number;
   candidates: number;
@@ -44,17 +47,25 @@ export interface RecorderSnapshot {
   overlapBlocks: HistogramSnapshot;
   requestBlocks: HistogramSnapshot;
   overlapRatio: HistogramSnapshot;
+  /** Overlap blocks of every decision summed by the tier they were credited in (HiCache). */
+  tierBlocks: Record<CacheTier, number>;
   edgeOverheadSeconds: HistogramSnapshot;
   receipts: Record<string, WorkerReceiptTotals>;
   series: SeriesPoint[];
   recentDecisions: DecisionRecord[];
 }
 
+/** Where credited blocks were: GPU, host memory (CPU_PINNED), a shared storage view (approximate). */
+export type CacheTier = "gpu" | "host" | "storage";
+
 export interface RoutedInput {
   at: number;
   receiptId: string;
   workerId: string;
+  /** Blocks credited in every tier. */
   overlapBlocks: number;
+  hostBlocks?: number;
+  storageBlocks?: number;
   totalBlocks: number;
   isl: number;
   fallbackReason: string | null;
@@ -88,6 +99,7 @@ export class PoolRecorder {
   readonly #overlap = new Histogram(BLOCK_BUCKETS);
   readonly #requestBlocks = new Histogram(BLOCK_BUCKETS);
   readonly #overlapRatio = new Histogram(RATIO_BUCKETS);
+  readonly #tierBlocks: Record<CacheTier, number> = { gpu: 0, host: 0, storage: 0 };
   readonly #overhead = new Histogram(OVERHEAD_BUCKETS);
   readonly #receipts: Record<string, WorkerReceiptTotals> = {};
   readonly #series = new ReceiptSeries();
@@ -102,6 +114,11 @@ export class PoolRecorder {
     this.#overlap.observe(r.overlapBlocks);
     this.#requestBlocks.observe(r.totalBlocks);
     if (r.totalBlocks > 0) this.#overlapRatio.observe(r.overlapBlocks / r.totalBlocks);
+    const host = r.hostBlocks ?? 0;
+    const storage = r.storageBlocks ?? 0;
+    this.#tierBlocks.gpu += r.overlapBlocks - host - storage;
+    this.#tierBlocks.host += host;
+    this.#tierBlocks.storage += storage;
     const rec: DecisionRecord = {
       at: r.at,
       receiptId: r.receiptId,
@@ -109,6 +126,8 @@ export class PoolRecorder {
       mode,
       fallbackReason: r.fallbackReason,
       overlapBlocks: r.overlapBlocks,
+      ...(host > 0 ? { hostBlocks: host } : {}),
+      ...(storage > 0 ? { storageBlocks: storage } : {}),
       totalBlocks: r.totalBlocks,
       isl: r.isl,
       candidates: r.candidates.length,
@@ -174,6 +193,7 @@ export class PoolRecorder {
       overlapBlocks: this.#overlap.snapshot(),
       requestBlocks: this.#requestBlocks.snapshot(),
       overlapRatio: this.#overlapRatio.snapshot(),
+      tierBlocks: { ...this.#tierBlocks },
       edgeOverheadSeconds: this.#overhead.snapshot(),
       receipts,
       series: this.#series.snapshot(),

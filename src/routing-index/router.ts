@@ -227,6 +227,8 @@ export class Router {
       receiptId,
       workerId: chosen.workerId,
       overlapBlocks: overlap,
+      hostBlocks,
+      storageBlocks,
       totalBlocks: req.localHashes.length,
       isl: req.isl,
       fallbackReason: req.fallbackReason ?? null,

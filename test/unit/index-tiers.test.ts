@@ -10,6 +10,7 @@ import { initHashing } from "../../src/util/hash.ts";
 import { localHashToHex } from "../../src/relay-wire/relay-protocol.ts";
 import { DEFAULT_TIER_COST, hostLoadBackMs } from "../../src/selection/tier-cost.ts";
 import { estimateTtft } from "../../src/selection/ttft-cost.ts";
+import { renderMetrics } from "../../src/metrics/pool-families.ts";
 
 beforeAll(() => initHashing());
 
@@ -27,7 +28,8 @@ function chainRows(n: number, base: number) {
 
 describe("host-memory tier in the index", () => {
   it("a GPU eviction with a host copy keeps the worker's credit: routed there, host blocks counted as cached", () => {
-    const core = new RoutingCore({ blockSize: B, random: () => 0.5 });
+    let now = 1_000_000;
+    const core = new RoutingCore({ blockSize: B, random: () => 0.5, now: () => now });
     hello(core, "a");
     hello(core, "b");
     core.applyDump("a", { type: "dump", epoch: 1, seq: 0, blocks: chainRows(64, 100) });
@@ -38,6 +40,11 @@ describe("host-memory tier in the index", () => {
     expect(core.applyEvents("a", { type: "events", epoch: 1, seq: 2, events: [{ t: "removed", hashes: host.slice(16).map((r) => r.h) }] })).toEqual({ ok: true });
     const p = core.peek({ localHashes: hashes(), isl: tokens.length });
     expect(p).toMatchObject({ workerId: "a", overlapBlocks: 64, hostBlocks: 48 });
+    // Routed: the decision, its receipt and the per-tier metrics name the tiers.
+    expect(core.route({ localHashes: hashes(), isl: tokens.length })).toMatchObject({ workerId: "a", overlapBlocks: 64, hostBlocks: 48 });
+    expect(core.metricsSnapshot().recorder.tierBlocks).toEqual({ gpu: 16, host: 48, storage: 0 });
+    expect(renderMetrics([{ model: "m", snapshot: core.metricsSnapshot() }] as never)).toMatch(/kvedge_routing_matched_blocks_total\{model="m",tier="host"\} 48/);
+    now += 60_000; // past the routed chain's pending window (counted as GPU overlap until then)
     expect(p.candidates.find((c) => c.workerId === "a")).toMatchObject({ overlapBlocks: 16, hostBlocks: 48 });
     // Evicted from host memory too: only the GPU prefix is left.
     core.applyEvents("a", { type: "events", epoch: 1, seq: 3, events: [{ t: "removed", hashes: host.slice(16).map((r) => r.h), tier: "CPU_PINNED" }] });
