@@ -337,7 +337,8 @@ export class TurnChainCache {
       media.push(...x.media);
       dropped.push(...x.dropped);
     }
-    const counts = { image: node.images, video: node.videos, audio: 0 };
+    // Per-kind positions continue after the reused messages' items (audio too: refused later, but numbered as the full path numbers it).
+    const counts = countKinds(media, q);
     const base = media.length;
     for (const p of pre.mediaParts) media.push({ ...p, index: p.index + base, kindIndex: p.kindIndex + counts[p.kind], messageIndex: p.messageIndex + q });
     for (const d of pre.droppedParts) dropped.push({ ...d, messageIndex: d.messageIndex + q });

@@ -76,14 +76,17 @@ const CONVERSATIONS: Conversation[] = [
     ],
   },
   {
-    name: "images (vision counters carry on with add_vision_id)",
+    name: "images, a video and audio (per-kind numbering and vision counters carry on with add_vision_id)",
     extra: { chat_template_kwargs: { add_vision_id: true } },
-    hits: 2,
+    hits: 5,
     turns: [
       [{ role: "user", content: [{ type: "text", text: "Compare" }, img(1), img(2)] }],
       [{ role: "assistant", content: "They differ." }, { role: "user", content: [img(3), { type: "text", text: "and this one?" }] }],
       [{ role: "assistant", content: "Similar." }, { role: "user", content: "No image now." }],
       [{ role: "assistant", content: "OK." }, { role: "user", content: [{ type: "video_url", video_url: { url: "https://example.com/v.mp4" } }, img(4)] }],
+      [{ role: "assistant", content: "Heard." }, { role: "user", content: [{ type: "audio_url", audio_url: { url: "https://example.com/a.wav" } }, { type: "text", text: "and this?" }] }],
+      [{ role: "assistant", content: "Noise." }, { role: "user", content: "Plain text." }],
+      [{ role: "assistant", content: "Fine." }, { role: "user", content: [{ type: "audio_url", audio_url: { url: "https://example.com/b.wav" } }, img(5)] }],
     ],
   },
 ];
