@@ -39,11 +39,20 @@ export function pdPoolProblem(workers: Iterable<Named>): string | null {
   return null;
 }
 
-/** The decode worker for a PD request: the least loaded (decode blocks in flight), ties by slot. */
-export function pickDecode<W extends { slot: number }>(decoders: readonly W[], decodeBlocks: (slot: number) => number): W | null {
+/**
+ * The decode worker for a PD request: one in the prefill's region when there is one (the KV crosses
+ * no region boundary), then the least loaded (decode blocks in flight); ties by registration order.
+ */
+export function pickDecode<W extends { slot: number; region?: string | null }>(
+  decoders: readonly W[],
+  decodeBlocks: (slot: number) => number,
+  prefillRegion: string | null = null,
+): W | null {
+  const near = prefillRegion === null ? [] : decoders.filter((w) => (w.region ?? null) === prefillRegion);
+  const pool = near.length > 0 ? near : decoders;
   let best: W | null = null;
   let bestLoad = Infinity;
-  for (const w of decoders) {
+  for (const w of pool) {
     const load = decodeBlocks(w.slot);
     if (load < bestLoad) {
       best = w;

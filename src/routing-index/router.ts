@@ -186,7 +186,7 @@ export class Router {
     const storageBlocks = scored[i]!.storageBlocks ?? 0;
     const overlap = scored[i]!.overlapBlocks + hostBlocks + storageBlocks;
     // A prefill worker needs a decode peer (by load); none up: no pair, the pool cannot serve.
-    const decode = isPrefillWorker(chosen) ? pickDecode(this.#liveDecoders(req), (slot) => this.#p.load.decodeBlocks(slot)) : null;
+    const decode = isPrefillWorker(chosen) ? pickDecode(this.#liveDecoders(req), (slot) => this.#p.load.decodeBlocks(slot), chosen.region ?? null) : null;
     if (isPrefillWorker(chosen) && (decode === null || chosen.bootstrapPort == null)) {
       metrics.noWorker(req.fallbackReason ?? null);
       return null;
@@ -302,7 +302,7 @@ export class Router {
     const tiedWith = candidateViews.filter((v, k) => k !== i && scored[k]!.cost === minCost).map((v) => v.workerId);
     const hostBlocks = scored[i]!.hostBlocks ?? 0;
     const storageBlocks = scored[i]!.storageBlocks ?? 0;
-    const decode = isPrefillWorker(live[i]!) ? pickDecode(this.#liveDecoders(req), (slot) => this.#p.load.decodeBlocks(slot)) : null;
+    const decode = isPrefillWorker(live[i]!) ? pickDecode(this.#liveDecoders(req), (slot) => this.#p.load.decodeBlocks(slot), live[i]!.region ?? null) : null;
     return {
       workerId: live[i]!.workerId,
       overlapBlocks: scored[i]!.overlapBlocks + hostBlocks + storageBlocks,

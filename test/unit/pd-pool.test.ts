@@ -19,8 +19,9 @@ const B = 16;
 const tokens = Array.from({ length: 64 * B }, (_, i) => (i * 7919) % 50_000);
 const hashes = () => localBlockHashes(tokens, B);
 
-function hello(core: RoutingCore, id: string, mode: DisaggregationMode = "null") {
+function hello(core: RoutingCore, id: string, mode: DisaggregationMode = "null", region?: string) {
   const msg = RelayHelloSchema.parse({
+    ...(region ? { region } : {}),
     type: "hello",
     workerId: id,
     url: `http://${id}.local:30000`,
@@ -64,6 +65,17 @@ describe("prefill/decode pairs in the index", () => {
     expect(core.stats().recentReceipts[0]).toMatchObject({ workerId: "p2", decodeWorkerId: "d2" });
     // explain shows both stages.
     expect(core.peek(req)).toMatchObject({ workerId: "p2", decodeWorkerId: "d1" });
+  });
+
+  it("prefers a decode worker in the prefill's region, however loaded, over one elsewhere", () => {
+    const core = new RoutingCore({ blockSize: B, random: () => 0.5 });
+    hello(core, "p-eu", "prefill", "eu");
+    hello(core, "d-us", "decode", "us");
+    hello(core, "d-eu", "decode", "eu");
+    const req = { localHashes: hashes(), isl: tokens.length };
+    expect(core.route(req)!.pd?.decodeWorkerId).toBe("d-eu");
+    expect(core.route(req)!.pd?.decodeWorkerId).toBe("d-eu"); // loaded, still the near one
+    expect(core.route({ ...req, exclude: ["d-eu"] })!.pd?.decodeWorkerId).toBe("d-us");
   });
 
   it("never takes a decode worker for the prefill pick, and an excluded decode is replaced", () => {
