@@ -406,13 +406,15 @@ export class RoutingIndex extends DurableObject<RoutingIndexEnv> implements Pool
     return true;
   }
 
-  /** Admin: forget a worker entirely. */
+  /** Admin: forget a worker entirely (a DP worker's id takes every rank target with it). */
   async removeWorker(workerId: string): Promise<boolean> {
-    const ok = this.#core.removeWorker(workerId);
-    this.#lastSeenFlushed.delete(workerId);
-    this.ctx.storage.sql.exec("DELETE FROM workers WHERE worker_id = ?", workerId);
-    for (const ws of this.ctx.getWebSockets(workerId)) ws.close(4004, "worker removed");
-    return ok;
+    const removed = this.#core.removeWorker(workerId);
+    for (const id of new Set([workerId, ...removed])) {
+      this.#lastSeenFlushed.delete(id);
+      this.ctx.storage.sql.exec("DELETE FROM workers WHERE worker_id = ?", id);
+      for (const ws of this.ctx.getWebSockets(id)) ws.close(4004, "worker removed");
+    }
+    return removed.length > 0;
   }
 
   // ---- relay keys (the pool object's registry; relay-auth.ts) ----

@@ -36,6 +36,7 @@ import type { AdmissionSnapshot } from "../metrics/admission-snapshot.ts";
 import { isFull, loadBoundTokens } from "../admission/load-bound.ts";
 import { SessionAffinity } from "./session-affinity.ts";
 import { isDecodeWorker } from "./pd-pool.ts";
+import { parseRankTarget } from "./rank-target.ts";
 
 /** A first pick through admission: the route, and the conversation's affinity key (session-affinity.ts), if any. */
 export type AdmissionRouteRequest = RouteRequest & { affinityKey?: string | null };
@@ -313,14 +314,23 @@ export class RoutingCore {
     return rec;
   }
 
-  removeWorker(workerId: string): boolean {
-    const w = this.#registry.remove(workerId);
-    if (!w) return false;
-    this.#affinity.forgetWorker(workerId);
-    this.#views.removeWorker(w.slot, workerId);
-    this.#load.releaseWorker(w.slot);
-    this.#prefillWatch.clear(w.slot);
-    return true;
+  /**
+   * Forgets a target, or a worker with every DP-rank target it has (`w1` takes `w1#0`, `w1#1`, …;
+   * `w1#1` only itself). The removed target ids; empty when none was known.
+   */
+  removeWorker(workerId: string): string[] {
+    const ids = this.#registry
+      .all()
+      .map((w) => w.workerId)
+      .filter((id) => id === workerId || (parseRankTarget(id).rank !== null && parseRankTarget(id).workerId === workerId));
+    for (const id of ids) {
+      const w = this.#registry.remove(id)!;
+      this.#affinity.forgetWorker(id);
+      this.#views.removeWorker(w.slot, id);
+      this.#load.releaseWorker(w.slot);
+      this.#prefillWatch.clear(w.slot);
+    }
+    return ids;
   }
 
   /** The pool's cohort contract (cohort.ts). */

@@ -105,6 +105,18 @@ describe("the index with DP ranks", () => {
     expect(sayHello(core, rankHello("w1", 2, 4)).ok).toBe(true);
   });
 
+  it("removing a DP worker removes every rank target; removing one rank target leaves the others", () => {
+    const core = new RoutingCore({ blockSize: 4, random: () => 0.5 });
+    for (const w of ["w1", "w2", "w10"]) for (const r of [0, 1]) sayHello(core, rankHello(w, r, 2));
+    storeChain(core, "w1#0", tokens);
+    expect(core.removeWorker("w2#1")).toEqual(["w2#1"]);
+    expect(core.removeWorker("w1")).toEqual(["w1#0", "w1#1"]);
+    expect(core.workers().map((w) => w.workerId).sort()).toEqual(["w10#0", "w10#1", "w2#0"]);
+    // The removed rank's blocks no longer draw the prefix.
+    expect(core.route({ localHashes: localBlockHashes(tokens, 4), isl: 40 })!.overlapBlocks).toBe(0);
+    expect(core.removeWorker("w1")).toEqual([]);
+  });
+
   it("refuses a hello whose rank is not the one its connect named", () => {
     const core = new RoutingCore({ blockSize: 4 });
     expect(sayHello(core, rankHello("w1", 1, 2), "0")).toMatchObject({ ok: false, reason: "worker id does not match the authenticated worker" });
