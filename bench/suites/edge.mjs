@@ -81,6 +81,25 @@ function serverTiming(h) {
   return out;
 }
 
+/**
+ * How many conversations of each kind, to what history, over how many runs. KVEDGE_BENCH_EDGE_CONVERSATIONS
+ * (e.g. "chat=40,agent=0,vision=0,target=40000,runs=1") overrides it: a working set larger than the
+ * isolate's caches shows the reuse rate below 100 %.
+ */
+function conversationShape(ctx) {
+  const shape = ctx.tiny ? { runs: 1, perKind: { chat: 1, agent: 1, vision: 1 }, targetTokens: 8_000 } : ctx.quick ? { runs: 2, perKind: { chat: 2, agent: 1, vision: 1 }, targetTokens: 100_000 } : { runs: 3, perKind: { chat: 6, agent: 3, vision: 3 }, targetTokens: 100_000 };
+  for (const part of (process.env.KVEDGE_BENCH_EDGE_CONVERSATIONS ?? "").split(",").filter(Boolean)) {
+    const [k, v] = part.split("=");
+    const n = Number(v);
+    if (!Number.isInteger(n) || n < 0) throw new Error(`KVEDGE_BENCH_EDGE_CONVERSATIONS: ${part}`);
+    if (k === "runs") shape.runs = n;
+    else if (k === "target") shape.targetTokens = n;
+    else if (k in shape.perKind) shape.perKind[k] = n;
+    else throw new Error(`KVEDGE_BENCH_EDGE_CONVERSATIONS: unknown ${k}`);
+  }
+  return shape;
+}
+
 export default {
   name: "edge",
   title: "Edge overhead through the real handler (edge − direct, same run)",
@@ -216,7 +235,7 @@ export default {
       conversations = await runConversations(
         ctx,
         { edge, direct, admin, body: (messages) => body(messages, false), fresh, image: (i) => imageParts()[i % IMAGE_SIZES.length], timedPost, edgePid: fleet.edgePid },
-        ctx.tiny ? { runs: 1, perKind: { chat: 1, agent: 1, vision: 1 }, targetTokens: 8_000 } : ctx.quick ? { runs: 2, perKind: { chat: 2, agent: 1, vision: 1 }, targetTokens: 100_000 } : { runs: 3, perKind: { chat: 6, agent: 3, vision: 3 }, targetTokens: 100_000 },
+        conversationShape(ctx),
       );
     }
 
