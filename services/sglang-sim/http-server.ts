@@ -8,6 +8,7 @@ import type { SimScheduler } from "./dp-engines.ts";
 import type { PagedRadixCache } from "./radix-cache.ts";
 import { handleGenerate, newRid, type GenerateContext } from "./generate.ts";
 import type { PdSide } from "./pd-generate.ts";
+import { parseGenerateJson } from "./disaggregation.ts";
 import { handleChatCompletions, type OpenAIContext } from "./openai.ts";
 import type { SimOptions } from "./options.ts";
 import { validationErrorBody } from "./sglang-errors.ts";
@@ -83,7 +84,7 @@ function sendEmpty(res: ServerResponse, status: number): void {
   res.end();
 }
 
-async function readJson(req: IncomingMessage, res: ServerResponse): Promise<{ ok: true; value: unknown } | { ok: false }> {
+async function readJson(req: IncomingMessage, res: ServerResponse, parse: (text: string) => unknown = JSON.parse): Promise<{ ok: true; value: unknown } | { ok: false }> {
   let buf: Buffer;
   try {
     buf = await readBody(req);
@@ -92,7 +93,7 @@ async function readJson(req: IncomingMessage, res: ServerResponse): Promise<{ ok
     return { ok: false };
   }
   try {
-    return { ok: true, value: JSON.parse(buf.toString("utf8")) };
+    return { ok: true, value: parse(buf.toString("utf8")) };
   } catch (err) {
     sendJson(res, 400, validationErrorBody(`JSON decode error: ${(err as Error).message}`));
     return { ok: false };
@@ -234,7 +235,8 @@ async function route(req: IncomingMessage, res: ServerResponse, d: HttpServerDep
   }
 
   if (path === "/generate" && (method === "POST" || method === "PUT")) {
-    const body = await readJson(req, res);
+    // A PD side reads the bootstrap room exactly (rooms pass 2^53; the DP rank follows room % dp_size).
+    const body = await readJson(req, res, d.pd ? parseGenerateJson : undefined);
     if (body.ok) {
       recordRequest(body.value, req.headers.traceparent?.toString());
       if (d.pd && !(await d.pd.beforeGenerate(body.value, res))) return;

@@ -5,7 +5,7 @@
  */
 import type { ServerResponse } from "node:http";
 import type { EngineConfig } from "./engine.ts";
-import { BootstrapServer, bootstrapOf, PdRequestError, receiveRoomKv } from "./disaggregation.ts";
+import { BootstrapServer, bootstrapOf, PdRequestError, rankField, receiveRoomKv } from "./disaggregation.ts";
 import type { SimOptions } from "./options.ts";
 
 export interface PdSide {
@@ -26,7 +26,7 @@ const MAX_PENDING_TRANSFERS = 10_000;
 export async function startPdSide(opts: SimOptions): Promise<PdSide | null> {
   if (opts.disaggregationMode === "null") return null;
   if (opts.disaggregationMode === "prefill") {
-    const bootstrap = await BootstrapServer.start(opts.host, opts.disaggregationBootstrapPort);
+    const bootstrap = await BootstrapServer.start(opts.host, opts.disaggregationBootstrapPort, opts.dpSize);
     return {
       mode: "prefill",
       bootstrapPort: bootstrap.port,
@@ -35,7 +35,7 @@ export async function startPdSide(opts: SimOptions): Promise<PdSide | null> {
         return answerErrors(res, () => {
           const b = singleRequest(body);
           const { room } = bootstrapOf(b, "prefill");
-          bootstrap.expect(ridOf(b, room), room);
+          bootstrap.expect(ridOf(b, room), room, prefillRank(b, room, opts.dpSize));
           // A prefill server ends the request after its first token; the decode continues it.
           const sp = isRecord(b["sampling_params"]) ? { ...b["sampling_params"] } : {};
           delete sp["min_new_tokens"];
@@ -64,7 +64,7 @@ export async function startPdSide(opts: SimOptions): Promise<PdSide | null> {
         const b = singleRequest(body);
         const peer = bootstrapOf(b, "decode");
         const rid = ridOf(b, peer.room);
-        const kv = await receiveRoomKv(peer, opts.disaggregationWaitingTimeoutMs, gone.signal);
+        const kv = await receiveRoomKv({ ...peer, prefillDpRank: rankField(b, "disagg_prefill_dp_rank") }, opts.disaggregationWaitingTimeoutMs, gone.signal);
         transfers.set(rid, kv.cachedTokens);
         if (transfers.size > MAX_PENDING_TRANSFERS) transfers.delete(transfers.keys().next().value!);
       });
@@ -102,8 +102,27 @@ function singleRequest(body: unknown): Record<string, unknown> {
   return body;
 }
 
+/**
+ * The DP rank a prefill runs the request on: `routed_dp_rank`, else `room % dp_size`
+ * (follow_bootstrap_room, set in the body for the scheduler). A rank that is not the room's fails the
+ * request unless the body names the prefill rank (`disagg_prefill_dp_rank`) for the decode.
+ */
+function prefillRank(b: Record<string, unknown>, room: bigint, dpSize: number): number {
+  if (dpSize <= 1) return 0;
+  const implied = Number(room % BigInt(dpSize));
+  const routed = rankField(b, "routed_dp_rank");
+  if (routed === null) b["routed_dp_rank"] = implied;
+  const rank = routed ?? implied;
+  if (rank !== implied && rankField(b, "disagg_prefill_dp_rank") === null)
+    throw new PdRequestError(
+      `follow_bootstrap_room conflict: dispatched to dp_rank ${rank} but bootstrap_room ${room} implies dp_rank ${implied}. Set SGLANG_DISAGGREGATION_FORCE_QUERY_PREFILL_DP_RANK=1 to allow mixed routing.`,
+      500,
+    );
+  return rank;
+}
+
 /** The request's rid, set when the caller gave none (both sides then use one derived from the room). */
-function ridOf(b: Record<string, unknown>, room: number): string {
+function ridOf(b: Record<string, unknown>, room: bigint): string {
   if (typeof b["rid"] === "string" && b["rid"].length > 0) return b["rid"];
   const rid = `pd-${room}`;
   b["rid"] = rid;

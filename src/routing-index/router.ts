@@ -83,6 +83,8 @@ export interface PdDecision {
   /** The decode worker's stream frames carry deltas: the client's answer streams from it. */
   decodeIncrementalStreaming: boolean;
   bootstrapPort: number;
+  /** The prefill worker's DP size (1: one rank); its rank is the prefill target's (rank-target.ts). */
+  prefillDpSize: number;
 }
 
 export interface SettleRequest {
@@ -247,7 +249,7 @@ export class Router {
       receiptId,
       candidates: candidateViews,
       ...(decode && chosen.bootstrapPort != null
-        ? { pd: { decodeWorkerId: decode.workerId, decodeUrl: decode.url, decodeIncrementalStreaming: decode.incrementalStreaming, bootstrapPort: chosen.bootstrapPort } }
+        ? { pd: { decodeWorkerId: decode.workerId, decodeUrl: decode.url, decodeIncrementalStreaming: decode.incrementalStreaming, bootstrapPort: chosen.bootstrapPort, prefillDpSize: chosen.dpSize ?? 1 } }
         : {}),
     };
   }

@@ -53,8 +53,14 @@ export async function forward(deps: ForwardDeps, input: ForwardInput): Promise<R
     // its media credential), and the worker is told which rank holds the prefix.
     const { workerId, rank } = parseRankTarget(decision.workerId);
     const body = rank === null ? await input.bodyFor(workerId) : withRoutedDpRank(await input.bodyFor(workerId), rank);
-    // A PD pair's decode side reads the media too, under URLs signed for it.
-    const decodeBody = decision.pd ? await input.bodyFor(decision.pd.decodeWorkerId) : undefined;
+    // A PD pair's decode side reads the media too, under URLs signed for its worker; a decode rank
+    // target is told its rank like any other.
+    const decodeTarget = decision.pd ? parseRankTarget(decision.pd.decodeWorkerId) : null;
+    const decodeBody = decodeTarget
+      ? decodeTarget.rank === null
+        ? await input.bodyFor(decodeTarget.workerId)
+        : withRoutedDpRank(await input.bodyFor(decodeTarget.workerId), decodeTarget.rank)
+      : undefined;
     input.clock.mark("route");
     const edgeOverheadMs = Date.now() - input.clock.start;
     const receipt = openReceipt(deps, target.index, decision, edgeOverheadMs);

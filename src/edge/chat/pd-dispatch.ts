@@ -8,7 +8,7 @@
  * (python/sglang/srt/managers/io_struct.py L245-249). Only the edge sets them: clients' are refused
  * (src/api/validate.ts).
  */
-import type { PdDecision } from "../../routing-index/front-door.ts";
+import { parseRankTarget, type PdDecision } from "../../routing-index/front-door.ts";
 import type { EdgeFetch } from "./media-deps.ts";
 
 /** SGLang stores the room as uint64 (int64 on NPU) and reads 0 as "metadata not landed" (disaggregation/utils.py L117-126, L248-254). */
@@ -18,10 +18,18 @@ const MAX_ROOM = ROOM_MASK - 1024n;
 /** Rooms of this isolate's requests in flight: a room must be unique among them (decode.py L1716-1734). */
 const roomsInFlight = new Set<bigint>();
 
-/** A random room in [1, 2^63 − 1025], unique among this isolate's requests in flight; release it when done. */
-export function takeBootstrapRoom(random: () => bigint = randomU64): { room: bigint; release(): void } {
+/**
+ * A random room in [1, 2^63 − 1025], unique among this isolate's requests in flight; release it when
+ * done. With `rank` of a prefill with `dpSize` ranks, the room is ≡ rank (mod dpSize): a DP prefill
+ * runs a request on rank `room % dp_size` (`--load-balance-method auto` → `follow_bootstrap_room`,
+ * server_args.py L3086-3101 @9d147fd) and fails one dispatched elsewhere with "follow_bootstrap_room
+ * conflict" (disaggregation/common/conn.py `CommonKVSender.__init__` @ad7733e4); the decode reads the
+ * prefill's rank the same way when it is not told (disaggregation/decode.py L549-566 @9d147fd).
+ */
+export function takeBootstrapRoom(random: () => bigint = randomU64, rank: { rank: number; dpSize: number } | null = null): { room: bigint; release(): void } {
   for (;;) {
-    const room = random() & ROOM_MASK;
+    let room = random() & ROOM_MASK;
+    if (rank && rank.dpSize > 1) room = room - (room % BigInt(rank.dpSize)) + BigInt(rank.rank);
     if (room === 0n || room > MAX_ROOM || roomsInFlight.has(room)) continue;
     roomsInFlight.add(room);
     return { room, release: () => void roomsInFlight.delete(room) };
@@ -36,6 +44,12 @@ export interface BootstrapFields {
   host: string;
   port: number;
   room: bigint;
+  /**
+   * The prefill's DP rank when the index chose one: GenerateReqInput's `disagg_prefill_dp_rank`
+   * (managers/io_struct.py @9d147fd), which the decode takes as the prefill rank to pull the KV from,
+   * as sgl-model-gateway's and smg's PD routers send it (pd_router.rs L298-319; smg pd_router.rs L400-420).
+   */
+  prefillDpRank?: number | null;
 }
 
 /** The prefill's host as SGLang's bootstrap client dials it: the hostname, IPv6 without brackets. */
@@ -48,7 +62,8 @@ export async function withBootstrap(body: Blob, f: BootstrapFields): Promise<Blo
   const last = await body.slice(-1).text();
   if (last !== "}") throw new Error("generate body is not a JSON object");
   const empty = body.size === 2;
-  const fields = `"bootstrap_host":${JSON.stringify(f.host)},"bootstrap_port":${f.port},"bootstrap_room":${f.room.toString()}}`;
+  const rank = f.prefillDpRank ?? null;
+  const fields = `"bootstrap_host":${JSON.stringify(f.host)},"bootstrap_port":${f.port},"bootstrap_room":${f.room.toString()}${rank === null ? "" : `,"disagg_prefill_dp_rank":${rank}`}}`;
   return new Blob([body.slice(0, -1), empty ? "" : ",", fields], { type: body.type });
 }
 
@@ -88,8 +103,11 @@ export interface PairInput {
  * has been read (or failed); nothing waits on it after the decode's first byte.
  */
 export async function sendPair(input: PairInput): Promise<{ decode: Response; room: bigint; prefill: Promise<void> }> {
-  const { room, release } = takeBootstrapRoom();
-  const fields: BootstrapFields = { host: bootstrapHostOf(input.prefill.url), port: input.pd.bootstrapPort, room };
+  // The prefill target's rank (`<worker>#<rank>`): the room follows it, and the decode is told it.
+  const { rank } = parseRankTarget(input.prefill.workerId);
+  const ranked = rank !== null && input.pd.prefillDpSize > 1 ? { rank, dpSize: input.pd.prefillDpSize } : null;
+  const { room, release } = takeBootstrapRoom(undefined, ranked);
+  const fields: BootstrapFields = { host: bootstrapHostOf(input.prefill.url), port: input.pd.bootstrapPort, room, prefillDpRank: ranked ? rank : null };
   const [prefillBody, decodeBody] = await Promise.all([withBootstrap(input.prefillBody, fields), withBootstrap(input.decodeBody, fields)]);
   const prefillAbort = new AbortController();
   const decodeAbort = new AbortController();
