@@ -98,7 +98,7 @@ const ACTUAL: Record<string, Record<string, Expected>> = {
   regions: { ...RegionsConfigSchema.parse({}), self: undefined },
   limits: LimitsSchema.parse({}),
   media: SafeFetchPolicySchema.parse({}),
-  rateLimit: flatten(RateLimitsSchema.parse({})),
+  rateLimit: { ...flatten(RateLimitsSchema.parse({})), inputTokensPerMinute: undefined, outputTokensPerMinute: undefined },
   fixed: {
     "DecodeServiceConfig.timeoutMs": DecodeServiceConfigSchema.parse({}).timeoutMs,
     "mediaStore.urlTtlSec": cfg.mediaStore.urlTtlSec,
