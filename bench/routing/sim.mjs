@@ -14,6 +14,12 @@
 //   session-sticky  a hash of the session id picks the worker (consistent affinity, no load view);
 //   least-loaded    fewest in-flight requests (ties rotate);
 //   round-robin     in turn.
+// Media-blind peers (they differ from kvedge and session-sticky only where prompts carry media):
+//   text-prefix     the kvedge router fed only the text before the prompt's first media item (a
+//                   router that hashes text and cannot place media in the prefix);
+//   url-keyed       a hash of the prompt's first media URL picks the worker (media keyed by URL, not
+//                   content; a prompt without media by its session), so one item under two URLs
+//                   lands on two workers.
 import { PagedRadixCache } from "../../services/sglang-sim/radix-cache.ts";
 import { TIMING_PRESETS } from "../../services/sglang-sim/timing.ts";
 import { WorkerBlockSet } from "../../services/relay/worker-block-set.ts";
@@ -22,6 +28,7 @@ import { localBlockHashes } from "../../src/blocks/block-hash.ts";
 import { rng } from "../lib/stats.mjs";
 import { Heap } from "../lib/heap.mjs";
 import { CalibratedWorker, LinearWorker, peekPrefix as peekPagePrefix } from "../lib/worker-model.mjs";
+import { VISION_START } from "./traces.mjs";
 
 export const PAGE = 16;
 
@@ -34,11 +41,13 @@ function fnv(s) {
   return h;
 }
 
-export const POLICIES = ["kvedge", "approximate", "dynamo-blocks", "llm-d", "session-sticky", "least-loaded", "round-robin"];
+export const POLICIES = ["kvedge", "approximate", "dynamo-blocks", "llm-d", "session-sticky", "least-loaded", "round-robin", "text-prefix", "url-keyed"];
+/** Policies that route on media: on a trace without media they make kvedge's and session-sticky's choices. */
+export const MEDIA_BLIND_POLICIES = ["text-prefix", "url-keyed"];
 /** llm-d scorer weights (prefix-cache-scorer, queue-scorer). */
 export const LLMD_WEIGHTS = { prefix: 3, queue: 2 };
 
-const CORE_POLICIES = new Set(["kvedge", "approximate", "dynamo-blocks", "llm-d"]);
+const CORE_POLICIES = new Set(["kvedge", "approximate", "dynamo-blocks", "llm-d", "text-prefix"]);
 
 export function simulate(trace, { policy, workers, capacityTokens, timing = TIMING_PRESETS["h200-7b"], lagMs = 10, seed = 7 }) {
   if (!POLICIES.includes(policy)) throw new Error(`unknown policy ${policy}`);
@@ -98,6 +107,7 @@ export function simulate(trace, { policy, workers, capacityTokens, timing = TIMI
   const choose = (req) => {
     if (policy === "round-robin") return { w: rr++ % workers };
     if (policy === "session-sticky") return { w: fnv(req.session) % workers };
+    if (policy === "url-keyed") return { w: fnv(req.mediaUrl ?? req.session) % workers };
     if (policy === "least-loaded") {
       let min = Infinity;
       for (const st of W) min = Math.min(min, st.worker.active);
@@ -105,7 +115,8 @@ export function simulate(trace, { policy, workers, capacityTokens, timing = TIMI
       return { w: ties[rr++ % ties.length] };
     }
     deliver();
-    const localHashes = localBlockHashes(req.tokens, PAGE);
+    const cut = policy === "text-prefix" ? req.tokens.indexOf(VISION_START) : -1;
+    const localHashes = localBlockHashes(cut >= 0 ? req.tokens.slice(0, cut) : req.tokens, PAGE);
     if (policy === "llm-d") {
       const preview = core.peek({ localHashes, isl: req.tokens.length });
       const overlap = new Map(preview.candidates.map((c) => [c.workerId, c.overlapBlocks]));

@@ -1,17 +1,23 @@
 // Seeded generators of routing traces shaped like published workloads (parameters and their sources
 // in TRACE_PARAMS; docs/benchmarks.md §Routing). Each returns requests in arrival order:
-// { id, at (ms), kind, session, turn, tokens, output, stream }. Tokens are ids of a ChatML-like
+// { id, at (ms), kind, session, turn, tokens, output, stream } (vision adds mediaUrl, attached). Tokens are ids of a ChatML-like
 // rendering (system, user, assistant and tool turns), so a follow-up request's prompt starts with the
 // earlier request's prompt and answer exactly as a chat template renders them. Time is open loop: a
 // session's next request comes a think (or tool) time after its previous one, whatever the fleet does.
 // `rate` scales how often sessions start (the suite sets it for a target load); every other parameter
 // keeps the published shape.
 import { rng, zipf } from "../lib/stats.mjs";
+import { MEDIA_SHAPES, mediaTokenCounts } from "./media-tokens.mjs";
 
 const IM_START = 151644;
 const IM_END = 151645;
 const NL = 198;
 const ROLE = { system: 9125, user: 872, assistant: 77091, tool: 14172 };
+/** Qwen2-VL family <|vision_start|> and <|vision_end|>: a media item's pad span sits between them. */
+export const VISION_START = 151652;
+const VISION_END = 151653;
+/** SGLang replaces a media item's pad tokens by one value derived from its content hash; offset here past the vocabulary. */
+const PAD_BASE = 1_000_000;
 /** Longest context any generator produces (Qwen2.5-VL's max_position_embeddings, 131 072). */
 export const MAX_CONTEXT = 131_072;
 
@@ -68,6 +74,28 @@ export const TRACE_PARAMS = {
     rootBlocks: { median: 6, sigma: 0.8, max: 64 },
     continueShare: 0.35,
     rootShare: 0.6,
+  },
+  vision: {
+    source:
+      "multi-turn vision chat: a first user turn with 1–3 images or a video, then follow-ups of which some attach new media and some re-send an image already in the conversation; media drawn Zipf-popular from shared pools (the same item reaches many users), a quarter never seen before; a repeated item comes under a URL not seen before half the time (signed or CDN URLs, re-uploads); pad tokens per item from kvedge's layout of the Qwen2.5-VL contract (media-tokens.mjs); think time as in chat. The shares are our assumptions (no published multi-turn vision trace with these figures was found); the resulting repeat and URL shares are reported",
+    media: MEDIA_SHAPES,
+    systemPrompts: 8,
+    systemTokens: [200, 1500],
+    turnsMean: 4,
+    turnsMax: 12,
+    imagePool: 400,
+    videoPool: 40,
+    mediaZipf: 1.0,
+    freshShare: 0.25,
+    videoShare: 0.2,
+    firstTurnImages: [1, 3],
+    newMediaTurnShare: 0.3,
+    resendTurnShare: 0.15,
+    otherUrlShare: 0.5,
+    userTokens: { median: 60, sigma: 0.9, max: 2000 },
+    answerTokens: { median: 200, sigma: 0.8, max: 2000 },
+    thinkMs: { median: 20_000, sigma: 1.0, max: 600_000 },
+    answerMsPerToken: 10,
   },
 };
 
@@ -205,7 +233,104 @@ export function mooncakeTrace({ seed, sessions, rate }) {
   return finish(out, rng(seed ^ 0x2f1a));
 }
 
-export const TRACES = { chat: chatTrace, agent: agentTrace, docqa: docqaTrace, mooncake: mooncakeTrace };
+/**
+ * Multi-turn vision chat. Each request carries `mediaUrl` (the URL of its prompt's first media item:
+ * what a peer keying media by URL routes on) and `attached` (this turn's new items: content id, URL).
+ */
+export function visionTrace({ seed, sessions, rate }) {
+  const P = TRACE_PARAMS.vision;
+  const s = sampler(seed);
+  const pads = mediaTokenCounts(P.media);
+  let nextId = 1;
+  const item = (kind) => {
+    const id = nextId++;
+    const list = kind === "video" ? pads.videos : pads.images;
+    // Distinct pad values per item (an odd multiplier is a bijection mod 2^30).
+    return { id, kind, pads: list[s.int(0, list.length - 1)], pad: PAD_BASE + ((id * 2654435761) % 2 ** 30), url: `https://media.example/${kind}/${id}`, urls: 1 };
+  };
+  const images = Array.from({ length: P.imagePool }, () => item("image"));
+  const videos = Array.from({ length: P.videoPool }, () => item("video"));
+  const pickImage = zipf(images.length, P.mediaZipf, s.random);
+  const pickVideo = zipf(videos.length, P.mediaZipf, s.random);
+  const systems = Array.from({ length: P.systemPrompts }, () => turn("system", s.text(s.int(...P.systemTokens))));
+  const pickSystem = zipf(systems.length, 1, s.random);
+  // A repeated item keeps its first URL or arrives under one not seen before.
+  const urlOf = (m) => (s.random() < P.otherUrlShare ? `${m.url}?sig=${m.urls++}` : m.url);
+  const draw = (kind) => {
+    if (s.random() < P.freshShare) {
+      const m = item(kind);
+      return { m, url: m.url };
+    }
+    const m = kind === "video" ? videos[pickVideo()] : images[pickImage()];
+    return { m, url: urlOf(m) };
+  };
+  const span = (m) => [VISION_START, ...new Array(m.pads).fill(m.pad), VISION_END];
+  const out = [];
+  let start = 0;
+  for (let k = 0; k < sessions; k++) {
+    start += s.exp(1000 / rate);
+    const turns = Math.min(P.turnsMax, 1 + Math.floor(s.exp(P.turnsMean - 1)));
+    let history = systems[pickSystem()];
+    let at = start;
+    let firstUrl = null;
+    const shown = [];
+    for (let t = 0; t < turns; t++) {
+      const attach = [];
+      if (t === 0) {
+        if (s.random() < P.videoShare) attach.push(draw("video"));
+        else for (let i = s.int(...P.firstTurnImages); i > 0; i--) attach.push(draw("image"));
+      } else {
+        const u = s.random();
+        if (u < P.newMediaTurnShare) attach.push(draw(s.random() < P.videoShare ? "video" : "image"));
+        else if (u < P.newMediaTurnShare + P.resendTurnShare && shown.length) {
+          const m = shown[s.int(0, shown.length - 1)];
+          attach.push({ m, url: urlOf(m) });
+        }
+      }
+      const body = [...attach.flatMap(({ m }) => span(m)), ...s.text(s.lognormal(P.userTokens))];
+      if (history.length + body.length + P.answerTokens.max + 16 > MAX_CONTEXT) break;
+      for (const a of attach) if (a.m.kind === "image") shown.push(a.m);
+      firstUrl ??= attach[0]?.url ?? null;
+      history = [...history, ...turn("user", body)];
+      const output = s.text(s.lognormal(P.answerTokens));
+      const tokens = [...history, ...GEN];
+      const attached = attach.map(({ m, url }) => ({ content: m.id, url }));
+      out.push({ at, kind: "vision", session: `vision-${k}`, turn: t, tokens, output, mediaUrl: firstUrl, attached });
+      history = [...tokens, ...closeAnswer(output)];
+      at += output.length * P.answerMsPerToken + s.lognormal(P.thinkMs);
+    }
+  }
+  return finish(out, rng(seed ^ 0x2f1a));
+}
+
+/**
+ * Media reuse in a vision trace, in arrival order: attachments, the share whose content came earlier
+ * (in any conversation), and of those the share under a URL not seen before for that content.
+ */
+export function mediaShape(trace) {
+  const seen = new Map();
+  let n = 0;
+  let repeats = 0;
+  let otherUrl = 0;
+  let mediaTokens = 0;
+  let tokens = 0;
+  for (const r of trace) {
+    tokens += r.tokens.length;
+    for (const t of r.tokens) if (t >= PAD_BASE) mediaTokens++;
+    for (const a of r.attached ?? []) {
+      n++;
+      const urls = seen.get(a.content);
+      if (urls) {
+        repeats++;
+        if (!urls.has(a.url)) otherUrl++;
+        urls.add(a.url);
+      } else seen.set(a.content, new Set([a.url]));
+    }
+  }
+  return { attachments: n, repeatShare: n ? repeats / n : 0, repeatUnderOtherUrlShare: repeats ? otherUrl / repeats : 0, mediaTokenShare: tokens ? mediaTokens / tokens : 0 };
+}
+
+export const TRACES = { chat: chatTrace, agent: agentTrace, docqa: docqaTrace, mooncake: mooncakeTrace, vision: visionTrace };
 
 /** Shape of a generated trace: lengths, and for follow-ups the share of the prompt that is the previous request's prompt. */
 export function traceShape(trace) {

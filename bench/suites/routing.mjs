@@ -1,13 +1,16 @@
 // Suite "routing": routing policies replayed on traces shaped like published workloads (multi-turn
-// chat with think time, agent loops, document QA, the Mooncake trace's shape; bench/routing/traces.mjs)
+// chat with think time, agent loops, document QA, the Mooncake trace's shape, multi-turn vision chat
+// with repeated images and videos; bench/routing/traces.mjs)
 // against simulated SGLang workers on the GPU-calibrated cost model (one H200 per worker,
 // bench/calibration), at the KV capacity an H200 holds for the model (bench/routing/kv-capacity.mjs)
 // and swept below it. Every configuration runs on several seeds (trace and router randomness);
 // figures are the mean over seeds ± their standard deviation.
 // Per policy: token hit rate ÷ the infinite-cache ceiling, goodput at the TTFT SLO, TTFT p50/p99 on
 // the worker, and end-to-end TTFT with the edge's measured overhead added (bench/routing/edge-overhead.mjs).
-import { TRACES, TRACE_PARAMS, traceShape } from "../routing/traces.mjs";
-import { simulate, infiniteCacheHits, POLICIES, LLMD_WEIGHTS, PAGE } from "../routing/sim.mjs";
+// The media-blind peers (text-prefix, url-keyed) run on the traces with media only: elsewhere they
+// make kvedge's and session-sticky's choices.
+import { TRACES, TRACE_PARAMS, traceShape, mediaShape } from "../routing/traces.mjs";
+import { simulate, infiniteCacheHits, POLICIES, MEDIA_BLIND_POLICIES, LLMD_WEIGHTS, PAGE } from "../routing/sim.mjs";
 import { kvCapacity } from "../routing/kv-capacity.mjs";
 import { loadEdgeOverhead, edgeOverheadMs } from "../routing/edge-overhead.mjs";
 import { summarize } from "../lib/stats.mjs";
@@ -21,15 +24,18 @@ const SLO_FACTOR = 2;
 /** Shortest window over which the sessions of a paced trace start (s). */
 const MIN_START_WINDOW_S = 120;
 /** Traces whose sessions are paced by think or tool time, not by an arrival rate. */
-const PACED = new Set(["chat", "agent"]);
+const PACED = new Set(["chat", "agent", "vision"]);
+/** Traces whose prompts carry media. */
+const MEDIA_TRACES = new Set(["vision"]);
+const policiesFor = (name) => (MEDIA_TRACES.has(name) ? POLICIES : POLICIES.filter((p) => !MEDIA_BLIND_POLICIES.includes(p)));
 /** Relay → index propagation delay for KV events. */
 const RELAY_LAG_MS = 10;
 
 const SIZES = {
   // sessions per trace (agent: loops of tens of steps; docqa, mooncake: one request each)
-  tiny: { workers: 2, seeds: [1], capacities: [1], sessions: { chat: 20, agent: 2, docqa: 20, mooncake: 30 } },
-  quick: { workers: 4, seeds: [1, 2, 3], capacities: [1, 0.1], sessions: { chat: 60, agent: 4, docqa: 80, mooncake: 120 } },
-  full: { workers: 4, seeds: [1, 2, 3], capacities: [1, 0.25, 0.1], sessions: { chat: 300, agent: 12, docqa: 200, mooncake: 300 } },
+  tiny: { workers: 2, seeds: [1], capacities: [1], sessions: { chat: 20, agent: 2, docqa: 20, mooncake: 30, vision: 12 } },
+  quick: { workers: 4, seeds: [1, 2, 3], capacities: [1, 0.1], sessions: { chat: 60, agent: 4, docqa: 80, mooncake: 120, vision: 40 } },
+  full: { workers: 4, seeds: [1, 2, 3], capacities: [1, 0.25, 0.1], sessions: { chat: 300, agent: 12, docqa: 200, mooncake: 300, vision: 100 } },
 };
 
 const mean = (xs) => xs.reduce((a, b) => a + b, 0) / xs.length;
@@ -68,10 +74,11 @@ export default {
     };
 
     const names = Object.keys(TRACES);
-    const total = names.length * size.seeds.length * size.capacities.length * POLICIES.length;
+    const total = names.reduce((n, name) => n + policiesFor(name).length, 0) * size.seeds.length * size.capacities.length;
     let done = 0;
     const out = {};
     for (const name of names) {
+      const policies = policiesFor(name);
       const perSeed = [];
       for (const seed of size.seeds) {
         ctx.progress(done / total, `routing ${name} seed ${seed}: trace`);
@@ -83,16 +90,17 @@ export default {
         // A session's first request meets a cold edge (nothing of it cached in the isolate), a follow-up a warm one.
         const seen = new Set();
         const warm = t.trace.map((r) => (seen.has(r.session) ? true : (seen.add(r.session), false)));
+        const hasMedia = t.trace.map((r) => r.mediaUrl != null);
         const runs = {};
         for (const factor of size.capacities) {
           const capacityTokens = Math.round(kv.tokens * factor);
           const rows = {};
-          for (const policy of POLICIES) {
+          for (const policy of policies) {
             ctx.progress(done++ / total, `routing ${name} seed ${seed} ${factor}× KV: ${policy}`);
             const { results, served } = simulate(t.trace, { policy, workers: size.workers, capacityTokens, timing, lagMs: RELAY_LAG_MS, seed });
             const cached = results.reduce((s, r) => s + r.cached, 0);
             const ttft = summarize(results.map((r) => r.ttft));
-            const e2e = summarize(results.map((r) => r.ttft + edgeOverheadMs(edge, r.tokens, warm[r.id])));
+            const e2e = summarize(results.map((r) => r.ttft + edgeOverheadMs(edge, r.tokens, warm[r.id], hasMedia[r.id])));
             const met = results.filter((r) => r.ttft <= slo[r.id]).length;
             rows[policy] = {
               hitRate: cached / totalTokens,
@@ -108,13 +116,14 @@ export default {
           }
           runs[factor] = rows;
         }
-        perSeed.push({ seed, shape: { ...traceShape(t.trace), workingSetTokens: t.workingSetTokens }, ceiling, load: t.load, sessionRatePerS: t.rate, offeredRps: t.trace.length / span, runs });
+        const media = MEDIA_TRACES.has(name) ? { media: mediaShape(t.trace) } : {};
+        perSeed.push({ seed, shape: { ...traceShape(t.trace), ...media, workingSetTokens: t.workingSetTokens }, ceiling, load: t.load, sessionRatePerS: t.rate, offeredRps: t.trace.length / span, runs });
       }
       // Mean ± sd over seeds per capacity and policy.
       const byCapacity = {};
       for (const factor of size.capacities) {
         byCapacity[factor] = {};
-        for (const policy of POLICIES) {
+        for (const policy of policies) {
           const m = {};
           for (const key of Object.keys(perSeed[0].runs[factor][policy])) m[key] = agg(perSeed.map((s) => s.runs[factor][policy][key]));
           byCapacity[factor][policy] = m;
@@ -122,6 +131,7 @@ export default {
       }
       out[name] = {
         params: TRACE_PARAMS[name],
+        policies,
         ceiling: agg(perSeed.map((s) => s.ceiling)),
         load: agg(perSeed.map((s) => s.load)),
         workingSetTokens: agg(perSeed.map((s) => s.shape.workingSetTokens)),
@@ -143,7 +153,17 @@ export default {
         goal: "",
         pass: null,
       });
-      for (const policy of POLICIES) {
+      if (shape.media) {
+        const m = shape.media;
+        summary.push({
+          metric: `${name}: media (seed ${o.seeds[0].seed}) — attachments, share repeating earlier content, of those under a URL not seen before, media share of prompt tokens`,
+          value: `${m.attachments}, ${(100 * m.repeatShare).toFixed(1)} %, ${(100 * m.repeatUnderOtherUrlShare).toFixed(1)} %, ${(100 * m.mediaTokenShare).toFixed(1)} %`,
+          unit: "",
+          goal: "",
+          pass: null,
+        });
+      }
+      for (const policy of o.policies) {
         const r = o.byCapacity[top][policy];
         summary.push({
           metric: `${name} ${top}× KV: ${policy} — hit ÷ ceiling, goodput, SLO met, TTFT p50 / p99, e2e p50 / p99`,
@@ -156,8 +176,8 @@ export default {
       for (const factor of size.capacities.slice(1)) {
         const rows = o.byCapacity[factor];
         summary.push({
-          metric: `${name} ${factor}× KV: goodput req/s (TTFT p99 ms) — ${POLICIES.join(" ; ")}`,
-          value: POLICIES.map((p) => `${rows[p].goodputRps.mean.toFixed(2)} (${rows[p].ttftP99.mean.toFixed(0)})`).join(" ; "),
+          metric: `${name} ${factor}× KV: goodput req/s (TTFT p99 ms) — ${o.policies.join(" ; ")}`,
+          value: o.policies.map((p) => `${rows[p].goodputRps.mean.toFixed(2)} (${rows[p].ttftP99.mean.toFixed(0)})`).join(" ; "),
           unit: "",
           goal: "",
           pass: null,
@@ -168,7 +188,7 @@ export default {
       const p99Losses = [];
       for (const factor of size.capacities) {
         const rows = o.byCapacity[factor];
-        const bestOther = Math.max(...POLICIES.filter((p) => p !== "kvedge").map((p) => rows[p].goodputRps.mean));
+        const bestOther = Math.max(...o.policies.filter((p) => p !== "kvedge").map((p) => rows[p].goodputRps.mean));
         if (rows.kvedge.goodputRps.mean < bestOther) losses.push(`${factor}×: ${rows.kvedge.goodputRps.mean.toFixed(2)} < ${bestOther.toFixed(2)}`);
         if (rows.kvedge.ttftP99.mean > rows["least-loaded"].ttftP99.mean) p99Losses.push(`${factor}×: ${rows.kvedge.ttftP99.mean.toFixed(0)} > ${rows["least-loaded"].ttftP99.mean.toFixed(0)}`);
       }
@@ -183,7 +203,7 @@ export default {
           title: `Prefix-cache hit rate ÷ infinite-cache ceiling, ${size.workers} H200 workers, ${top}× KV (${(kv.tokens / 1e6).toFixed(2)} M tokens each)`,
           unit: "× ceiling",
           goal: { value: 1, label: "ceiling" },
-          bars: names.flatMap((n) => POLICIES.map((p) => ({ label: `${n} ${p}`, value: out[n].byCapacity[top][p].hitOfCeiling.mean, group: n }))),
+          bars: names.flatMap((n) => out[n].policies.map((p) => ({ label: `${n} ${p}`, value: out[n].byCapacity[top][p].hitOfCeiling.mean, group: n }))),
         }),
       },
       {
@@ -191,7 +211,7 @@ export default {
         svg: barChart({
           title: `Goodput at the TTFT SLO (max(${SLO_FLOOR_MS / 1000} s, ${SLO_FACTOR}× ideal prefill)), ${top}× KV, mean of ${size.seeds.length} seeds`,
           unit: "requests/s meeting the SLO",
-          bars: names.flatMap((n) => POLICIES.map((p) => ({ label: `${n} ${p}`, value: out[n].byCapacity[top][p].goodputRps.mean, group: n }))),
+          bars: names.flatMap((n) => out[n].policies.map((p) => ({ label: `${n} ${p}`, value: out[n].byCapacity[top][p].goodputRps.mean, group: n }))),
         }),
       },
       {
@@ -200,7 +220,7 @@ export default {
           title: `TTFT p99 on the worker, ${top}× KV, mean of ${size.seeds.length} seeds`,
           unit: "ms",
           log: true,
-          bars: names.flatMap((n) => POLICIES.map((p) => ({ label: `${n} ${p}`, value: Math.max(1, out[n].byCapacity[top][p].ttftP99.mean), group: n }))),
+          bars: names.flatMap((n) => out[n].policies.map((p) => ({ label: `${n} ${p}`, value: Math.max(1, out[n].byCapacity[top][p].ttftP99.mean), group: n }))),
         }),
       },
     ];

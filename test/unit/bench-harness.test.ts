@@ -44,13 +44,22 @@ describe("bench harness", () => {
     // The tokenizer suite checks exactness on the golden cases inside the bench run.
     expect(latest.suites.tokenizer.details.goldenCases).toBeGreaterThan(0);
     expect(latest.suites.tokenizer.details.kvExact).toBe(latest.suites.tokenizer.details.goldenCases);
-    // Every routing policy was replayed on every trace, against the infinite-cache ceiling.
+    // Every routing policy was replayed on every trace, against the infinite-cache ceiling; the
+    // media-blind peers on the vision trace (on text they make kvedge's and session-sticky's choices).
     const routing = latest.suites.routing.details;
-    for (const trace of ["chat", "agent", "docqa", "mooncake"]) {
-      expect(Object.keys(routing.traces[trace].byCapacity["1"])).toEqual(routing.policies);
+    const mediaBlind = ["text-prefix", "url-keyed"];
+    expect(routing.policies).toEqual(expect.arrayContaining(["kvedge", "approximate", "dynamo-blocks", "llm-d", "session-sticky", "least-loaded", "round-robin", ...mediaBlind]));
+    for (const trace of ["chat", "agent", "docqa", "mooncake", "vision"]) {
+      const policies = trace === "vision" ? routing.policies : routing.policies.filter((p: string) => !mediaBlind.includes(p));
+      expect(Object.keys(routing.traces[trace].byCapacity["1"])).toEqual(policies);
       expect(routing.traces[trace].ceiling.mean).toBeGreaterThan(0);
     }
-    expect(routing.policies).toEqual(expect.arrayContaining(["kvedge", "approximate", "dynamo-blocks", "llm-d", "session-sticky", "least-loaded", "round-robin"]));
+    // The vision trace repeats media across turns and users, some under other URLs; a router that
+    // sees only the text before the first media item finds less of it cached than kvedge.
+    const vision = routing.traces.vision;
+    expect(vision.seeds[0].shape.media.repeatShare).toBeGreaterThan(0);
+    expect(vision.seeds[0].shape.media.repeatUnderOtherUrlShare).toBeGreaterThan(0);
+    expect(vision.byCapacity["1"]["text-prefix"].hitRate.mean).toBeLessThan(vision.byCapacity["1"].kvedge.hitRate.mean);
     // The edge's figures come from the real handler: every case has an edge − direct overhead.
     for (const c of Object.values(latest.suites.edge.details.cases) as { overheadP50: number }[]) expect(Number.isFinite(c.overheadP50)).toBe(true);
     expect(r.stdout).toMatch(/\| suite\s+\| metric/);
