@@ -172,6 +172,22 @@ describe("upstream deadlines and cancellation (real handler, real HTTP)", () => 
     await dbg.text();
   });
 
+  it("a conversation's next turns reuse its earlier turns' rendered prompt (the handler gives the body to the turn chain)", async () => {
+    const { deps } = setup(sim.url);
+    const admin = { authorization: `Bearer ${ADMIN}` };
+    const messages: Record<string, unknown>[] = [{ role: "system", content: "Turn-chain test: be brief." }, { role: "user", content: "First question about stalls?" }];
+    const reused: string[] = [];
+    for (let turn = 0; turn < 3; turn++) {
+      const res = await handleChatCompletions(chat({ messages }, admin), deps);
+      expect(res.status).toBe(200);
+      reused.push(res.headers.get("x-kvedge-prompt-reused-messages") ?? "absent");
+      await res.text();
+      messages.push({ role: "assistant", content: `Answer ${turn}.` }, { role: "user", content: `Follow-up ${turn}?` });
+    }
+    // Turn 1 renders whole; then everything before the previous request's last question is reused.
+    expect(reused).toEqual(["0", "1", "3"]);
+  });
+
   it("max_tokens past the context: refused at the edge, unless the pool's workers auto-truncate (then theirs to clamp)", async () => {
     const strict = setup(sim.url);
     const refused = await handleChatCompletions(chat({ max_tokens: 262_144 }), strict.deps).catch((e: unknown) => e);
