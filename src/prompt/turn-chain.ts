@@ -226,7 +226,8 @@ function chainOf(n: Node): Node[] {
 
 export class TurnChainCache {
   readonly maxBytes: number;
-  readonly checkRate: number;
+  /** Share of hits also rendered whole (the edge sets it from its config on each request). */
+  checkRate: number;
   private readonly render: TemplateRenderer;
   private readonly random: () => number;
   private readonly onMismatch: NonNullable<TurnChainOptions["onMismatch"]>;
@@ -487,8 +488,9 @@ interface StoreContext {
 }
 
 let shared: TurnChainCache | null = null;
-/** The isolate's turn chain (the edge's prompt stage); the check rate is fixed on first use. */
-export function sharedTurnChain(checkRate: number = DEFAULT_TURN_CHECK_RATE): TurnChainCache {
-  shared ??= new TurnChainCache({ checkRate });
+/** The isolate's turn chain (the edge's prompt stage); `checkRate`, when given, becomes its check rate. */
+export function sharedTurnChain(checkRate?: number): TurnChainCache {
+  shared ??= new TurnChainCache({ checkRate: checkRate ?? DEFAULT_TURN_CHECK_RATE });
+  if (checkRate !== undefined) shared.checkRate = checkRate;
   return shared;
 }

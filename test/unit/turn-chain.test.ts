@@ -5,7 +5,7 @@ import { parseChatBody } from "../../src/edge/chat/parse.ts";
 import { preparePrompt, renderTemplate, type ModelFamily, type TemplateId } from "../../src/prompt/index.ts";
 import { PrefixCache } from "../../src/prompt/prefix-cache.ts";
 import { getQwenTokenizer } from "../../src/prompt/tokenizer/index.ts";
-import { scanBodyLayout, TurnChainCache } from "../../src/prompt/turn-chain.ts";
+import { DEFAULT_TURN_CHECK_RATE, scanBodyLayout, sharedTurnChain, TurnChainCache } from "../../src/prompt/turn-chain.ts";
 import { initHashing } from "../../src/util/hash.ts";
 
 beforeAll(() => initHashing());
@@ -186,6 +186,12 @@ describe("turn chain: the incremental prompt equals the full path at every turn"
       expect(chain.stats().bytes).toBeLessThanOrEqual(200_000);
     }
     expect(chain.stats().evictions).toBeGreaterThan(0);
+  });
+
+  it("the isolate's chain takes the configured check rate even after a first use without one (the cache-budget listing)", () => {
+    expect(sharedTurnChain().checkRate).toBe(DEFAULT_TURN_CHECK_RATE);
+    expect(sharedTurnChain(0.25).checkRate).toBe(0.25);
+    expect(sharedTurnChain().checkRate).toBe(0.25);
   });
 
   it("scans a body's members and message elements as JSON.parse reads them", () => {
