@@ -136,12 +136,15 @@ export class WorkerRegistry {
     if (prev && msg.epoch < prev.epoch) return { ok: false, reason: `stale epoch ${msg.epoch} < ${prev.epoch}`, indexEpoch: prev.epoch };
     if (this.#blockSize === null) this.#blockSize = msg.blockSize;
     const prevEpoch = prev?.epoch;
+    // A drain is the operator's word on this worker life: a relay reconnecting to the same life
+    // (same epoch, a pool object restart included) keeps it; a new life joins up.
+    const keepsDrain = prev !== undefined && prev.epoch === msg.epoch && prev.status === "draining";
     const record: WorkerRecord = {
       workerId: targetId,
       url: stripTrailing(msg.url, "/"),
       blockSize: msg.blockSize,
       epoch: msg.epoch,
-      status: "up",
+      status: keepsDrain ? "draining" : "up",
       modelName: msg.modelName,
       contract: msg.contract ?? null,
       contractDigest: contractDigestOf(msg.contract),

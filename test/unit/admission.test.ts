@@ -358,6 +358,13 @@ describe("drain", () => {
     await flush();
     expect(waiting.outcome).toMatchObject({ kind: "routed", decision: { workerId: other } });
     expect(core.workers().find((w) => w.workerId === drained)).toMatchObject({ status: "draining", activeRequests: 0 });
+    // Its relay reconnects to the same life (same epoch): still draining, still takes nothing.
+    core.hello({ type: "hello", workerId: drained, url: `http://${drained}`, blockSize: BS, epoch: 1, modelName: "m", contract: null, kvEvents: true, kvCapacityTokens: 40 }, drained);
+    expect(core.workers().find((w) => w.workerId === drained)?.status).toBe("draining");
+    settle(core, waiting.outcome);
+    const held = admit(core, prompt(5), ticket());
+    expect(held.outcome).toMatchObject({ kind: "routed", decision: { workerId: other } });
+    settle(core, held.outcome!);
     // Its restart: a new epoch's hello joins the pool up.
     core.hello({ type: "hello", workerId: drained, url: `http://${drained}`, blockSize: BS, epoch: 2, modelName: "m", contract: null, kvEvents: true, kvCapacityTokens: 40 }, drained);
     expect(admit(core, prompt(4), ticket()).outcome).toMatchObject({ kind: "routed", decision: { workerId: drained } });

@@ -30,6 +30,24 @@ describe("WorkerRegistry", () => {
     expect(reg.slotCount).toBe(1);
   });
 
+  it("keeps a draining worker draining when its relay says hello again in the same life, and up in a new life", () => {
+    const reg = new WorkerRegistry(4, () => 1);
+    reg.hello(helloMsg("a", { epoch: 5 }), "a");
+    reg.setStatus("a", "draining");
+    const again = reg.hello(helloMsg("a", { epoch: 5 }), "a");
+    expect(again).toMatchObject({ ok: true, newLife: false, record: { status: "draining" } });
+    expect(reg.get("a")!.status).toBe("draining");
+    // A pool object restart: the persisted row comes back draining, then the relay reconnects.
+    const restarted = new WorkerRegistry(4, () => 2);
+    restarted.restore(reg.record("a")!);
+    expect(restarted.hello(helloMsg("a", { epoch: 5 }), "a")).toMatchObject({ ok: true, record: { status: "draining" } });
+    // A down worker of the same life comes back up; the worker's next life joins up.
+    reg.setStatus("a", "down");
+    expect(reg.hello(helloMsg("a", { epoch: 5 }), "a")).toMatchObject({ ok: true, record: { status: "up" } });
+    reg.setStatus("a", "draining");
+    expect(reg.hello(helloMsg("a", { epoch: 6 }), "a")).toMatchObject({ ok: true, newLife: true, record: { status: "up" } });
+  });
+
   it("tells a new worker life (first hello, another epoch) from a reconnect of the same life", () => {
     const reg = new WorkerRegistry(4, () => 1);
     const first = reg.hello(helloMsg("a"), "a");
