@@ -7,12 +7,12 @@
  */
 import OpenAI from "openai";
 import { describe, expect, it } from "vitest";
-import { InvalidRequestError } from "../../src/api/errors.ts";
-import { DEFAULT_LIMITS } from "../../src/api/limits.ts";
-import { inputToMessages, refuseUnsupported, ResponseCreateSchema, toChatRequest } from "../../src/api/responses-schema.ts";
-import { parseChatRequest } from "../../src/api/validate.ts";
-import { preparePrompt } from "../../src/prompt/index.ts";
-import { chatStreamToResponses, type StreamOutcome } from "../../src/edge/responses/response-output.ts";
+import { InvalidRequestError } from "../../../src/api/errors.ts";
+import { DEFAULT_LIMITS } from "../../../src/api/limits.ts";
+import { inputToMessages, refuseUnsupported, ResponseCreateSchema, toChatRequest } from "../../../src/api/responses-schema.ts";
+import { parseChatRequest } from "../../../src/api/validate.ts";
+import { preparePrompt } from "../../../src/prompt/index.ts";
+import { chatStreamToResponses, type StreamOutcome } from "../../../src/edge/responses/response-output.ts";
 
 const PROFILE = { family: "qwen3_vl", templateId: "qwen3vl-instruct" } as const;
 const PNG = "data:image/png;base64,iVBORw0KGgo=";

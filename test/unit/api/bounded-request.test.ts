@@ -9,10 +9,10 @@ import { pathToFileURL } from "node:url";
 import { join } from "node:path";
 import fc from "fast-check";
 import { afterEach, describe, expect, it, vi } from "vitest";
-import { jsonChars, parseChatRequest, scanJsonStructure } from "../../src/api/validate.ts";
-import { DEFAULT_LIMITS } from "../../src/api/limits.ts";
-import { InvalidRequestError } from "../../src/api/errors.ts";
-import type { JsonLiteral } from "../../src/util/json-scan.ts";
+import { jsonChars, parseChatRequest, scanJsonStructure } from "../../../src/api/validate.ts";
+import { DEFAULT_LIMITS } from "../../../src/api/limits.ts";
+import { InvalidRequestError } from "../../../src/api/errors.ts";
+import type { JsonLiteral } from "../../../src/util/json-scan.ts";
 
 describe("bounded work per request", () => {
   it("refuses a 19 MB tool schema before JSON.parse", () => {
@@ -193,8 +193,8 @@ describe("bounded work before JSON.parse (black-box findings: millions of values
 
   it("walking the parsed body keeps no path per value: 500 000 {} fit a 96 MiB V8 heap (maxJsonValues raised)", () => {
     // The old walk kept `{value, path: [...path, i]}` for every pending container and ran out of a 128 MB heap here.
-    const validate = pathToFileURL(join(import.meta.dirname, "../../src/api/validate.ts")).href;
-    const limits = pathToFileURL(join(import.meta.dirname, "../../src/api/limits.ts")).href;
+    const validate = pathToFileURL(join(import.meta.dirname, "../../../src/api/validate.ts")).href;
+    const limits = pathToFileURL(join(import.meta.dirname, "../../../src/api/limits.ts")).href;
     const code = `
       const { parseChatRequest } = await import(${JSON.stringify(validate)});
       const { DEFAULT_LIMITS } = await import(${JSON.stringify(limits)});

@@ -1,8 +1,8 @@
 import fc from "fast-check";
 import { describe, expect, it } from "vitest";
-import { InvalidRequestError, KvedgeError, PayloadTooLargeError, httpStatusOf } from "../../src/api/errors.ts";
-import { DEFAULT_LIMITS, parseLimits } from "../../src/api/limits.ts";
-import { formatParam, parseChatRequest, readBodyText, utf8ByteLength } from "../../src/api/validate.ts";
+import { InvalidRequestError, KvedgeError, PayloadTooLargeError, httpStatusOf } from "../../../src/api/errors.ts";
+import { DEFAULT_LIMITS, parseLimits } from "../../../src/api/limits.ts";
+import { formatParam, parseChatRequest, readBodyText, utf8ByteLength } from "../../../src/api/validate.ts";
 
 const user = (content: unknown) => ({ role: "user", content });
 const req = (extra: Record<string, unknown> = {}) => ({ model: "qwen", messages: [user("hi")], ...extra });

@@ -3,11 +3,11 @@
  * (src/edge/completions/completion-answer.ts), on `/generate` bodies in SGLang's shape.
  */
 import { describe, expect, it } from "vitest";
-import { CompletionRequestSchema, promptsOf, refuseUnsupportedCompletion, samplingRequestOf } from "../../src/api/completions-schema.ts";
-import { InvalidRequestError } from "../../src/api/errors.ts";
-import { DEFAULT_LIMITS } from "../../src/api/limits.ts";
-import { buildGenerateBody } from "../../src/proxy/generate-request.ts";
-import { completionAnswer } from "../../src/edge/completions/completion-answer.ts";
+import { CompletionRequestSchema, promptsOf, refuseUnsupportedCompletion, samplingRequestOf } from "../../../src/api/completions-schema.ts";
+import { InvalidRequestError } from "../../../src/api/errors.ts";
+import { DEFAULT_LIMITS } from "../../../src/api/limits.ts";
+import { buildGenerateBody } from "../../../src/proxy/generate-request.ts";
+import { completionAnswer } from "../../../src/edge/completions/completion-answer.ts";
 
 const parse = (body: Record<string, unknown>) => CompletionRequestSchema.parse({ model: "m", ...body });
 

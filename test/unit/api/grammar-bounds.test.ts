@@ -4,9 +4,9 @@
  * constraints pass.
  */
 import { describe, expect, it } from "vitest";
-import { parseChatRequest } from "../../src/api/validate.ts";
-import { DEFAULT_LIMITS, parseLimits } from "../../src/api/limits.ts";
-import { InvalidRequestError, httpStatusOf } from "../../src/api/errors.ts";
+import { parseChatRequest } from "../../../src/api/validate.ts";
+import { DEFAULT_LIMITS, parseLimits } from "../../../src/api/limits.ts";
+import { InvalidRequestError, httpStatusOf } from "../../../src/api/errors.ts";
 
 const base = { model: "q", messages: [{ role: "user", content: "hi" }] };
 const parse = (extra: Record<string, unknown>, limits = DEFAULT_LIMITS) => parseChatRequest(JSON.stringify({ ...base, ...extra }), limits);
