@@ -51,8 +51,8 @@ export interface MediaItemInfo {
   /** Position in image_data / video_data. */
   kindIndex: number;
   padValue: number;
-  /** Where the pad value came from: the caller's mm_hashes entry, or the item's content hash. */
-  padSource: "mm_hashes" | "content";
+  /** Where the pad value came from: the caller's mm_hashes entry, the item's content hash, or an encoder's embedding. */
+  padSource: "mm_hashes" | "content" | "embedding";
   /** Media (pad) tokens of the item. */
   padCount: number;
   /** The item's token run [start, end) in the expanded prompt (vision tokens and timestamps included). */

@@ -9,9 +9,11 @@ import type { PagedRadixCache } from "./radix-cache.ts";
 import { handleGenerate, newRid, type GenerateContext } from "./generate.ts";
 import type { PdSide } from "./pd-generate.ts";
 import { parseGenerateJson } from "./disaggregation.ts";
+import { handleEncode, type EncoderCache } from "./encoder.ts";
+import type { MediaLoader } from "./media-fetch.ts";
 import { handleChatCompletions, type OpenAIContext } from "./openai.ts";
 import type { SimOptions } from "./options.ts";
-import { validationErrorBody } from "./sglang-errors.ts";
+import { SglangInternalError, SglangValueError, validationErrorBody } from "./sglang-errors.ts";
 import { recentlyLoadedMedia } from "./media-fetch.ts";
 import type { Timing } from "./timing.ts";
 import { authorized } from "./http-auth.ts";
@@ -37,6 +39,8 @@ export interface HttpServerDeps {
   modelDir: string;
   /** The worker's side of a PD pool (pd-generate.ts); null for a unified worker. */
   pd?: PdSide | null;
+  /** An encoder-only server's cache and media loader (encoder.ts); null otherwise. */
+  encoder?: { cache: EncoderCache; loader: MediaLoader; useCache: boolean } | null;
   maxReqInputLen: number;
   /** False while shutting down: health endpoints answer 503. */
   isServing: () => boolean;
@@ -134,6 +138,12 @@ export function serverInfo(d: HttpServerDeps): Record<string, unknown> {
     tp_size: 1,
     kv_events_config: kvConfig ? JSON.stringify(kvConfig) : null,
     disaggregation_mode: o.disaggregationMode,
+    // EPD (server_args.py L2481-2510 @9d147fd): an encoder-only server, or a language-only one and its encoders.
+    encoder_only: o.encoderOnly,
+    language_only: o.languageOnly,
+    encoder_urls: o.encoderUrls,
+    encoder_transfer_backend: o.encoderTransferBackend,
+    enable_prefix_mm_cache: o.enablePrefixMmCache,
     // The KV moves by no real transfer engine here: SGLang's "fake" backend is the nearest name.
     disaggregation_transfer_backend: o.disaggregationMode === "null" ? "mooncake" : "fake",
     disaggregation_bootstrap_port: d.pd?.bootstrapPort ?? 8998,
@@ -234,6 +244,23 @@ async function route(req: IncomingMessage, res: ServerResponse, d: HttpServerDep
     return sendJson(res, 401, { error: "Unauthorized" });
   }
 
+  if (d.encoder) {
+    // An encoder-only server serves /encode, not generation (SGLang runs it as its own app: encode_server.py).
+    if (path === "/encode" && method === "POST") {
+      const body = await readJson(req, res);
+      if (!body.ok) return;
+      try {
+        return sendJson(res, 200, await handleEncode(body.value, d.encoder));
+      } catch (err) {
+        if (err instanceof SglangValueError) return sendJson(res, 400, { message: err.message });
+        if (err instanceof SglangInternalError) return sendJson(res, 500, { message: err.message });
+        throw err;
+      }
+    }
+    // Not in SGLang: the encoder cache's hit counters, for tests.
+    if (path === "/sim/encoder" && method === "GET") return sendJson(res, 200, d.encoder.cache.stats());
+    if (path === "/generate" || path === "/v1/chat/completions") return sendJson(res, 404, { detail: "Not Found" });
+  }
   if (path === "/generate" && (method === "POST" || method === "PUT")) {
     // A PD side reads the bootstrap room exactly (rooms pass 2^53; the DP rank follows room % dp_size).
     const body = await readJson(req, res, d.pd ? parseGenerateJson : undefined);

@@ -21,6 +21,11 @@ const { values } = parseArgs({
     "disaggregation-mode": { type: "string" },
     "disaggregation-bootstrap-port": { type: "string" },
     "no-kv-events": { type: "boolean" },
+    "encoder-only": { type: "boolean" },
+    "enable-prefix-mm-cache": { type: "boolean" },
+    "language-only": { type: "boolean" },
+    "encoder-urls": { type: "string", multiple: true },
+    "encoder-transfer-backend": { type: "string" },
     topic: { type: "string" },
     "buffer-steps": { type: "string" },
     "page-size": { type: "string" },
@@ -59,6 +64,7 @@ if (values.help) {
   process.stdout.write(
     "usage: npx node services/sglang-sim/main.ts [--host 127.0.0.1] [--port 30001] [--kv-port 5557] [--replay-port 5558] [--dp-size N [--enable-dp-attention]] (rank r publishes on kv/replay port + r)\n" +
       "  [--disaggregation-mode null|prefill|decode [--disaggregation-bootstrap-port P (prefill; default ephemeral)]]\n" +
+      "  [--encoder-only [--enable-prefix-mm-cache]] [--language-only --encoder-urls URL[,URL…] [--encoder-transfer-backend zmq_to_scheduler|zmq_to_tokenizer|mooncake]]\n" +
       "  [--no-kv-events] [--topic T] [--buffer-steps N] [--page-size 16] [--capacity-tokens 200000] [--context-length N]\n" +
       "  [--model-name NAME] [--served-model-name NAME] [--family qwen2_vl|qwen2_5_vl|qwen3_vl]\n" +
       "  [--template qwen2vl|qwen3vl-instruct|qwen3vl-thinking] [--timing fast|instant|h100-8b|l4-8b|h200-7b]\n" +
@@ -94,6 +100,12 @@ if (values["dp-size"] !== undefined) opts.dpSize = int(values["dp-size"])!;
 if (values["enable-dp-attention"]) opts.enableDpAttention = true;
 if (values["disaggregation-mode"] !== undefined) opts.disaggregationMode = values["disaggregation-mode"] as StartOptions["disaggregationMode"];
 if (values["disaggregation-bootstrap-port"] !== undefined) opts.disaggregationBootstrapPort = int(values["disaggregation-bootstrap-port"])!;
+if (values["encoder-only"]) opts.encoderOnly = true;
+if (values["enable-prefix-mm-cache"]) opts.enablePrefixMmCache = true;
+if (values["language-only"]) opts.languageOnly = true;
+// SGLang takes `--encoder-urls A B`; here each URL is its own flag or a comma-separated list.
+if (values["encoder-urls"] !== undefined) opts.encoderUrls = values["encoder-urls"].flatMap((v) => v.split(",")).filter((v) => v.length > 0);
+if (values["encoder-transfer-backend"] !== undefined) opts.encoderTransferBackend = values["encoder-transfer-backend"] as StartOptions["encoderTransferBackend"];
 if (values.topic !== undefined) opts.topic = values.topic;
 if (values["buffer-steps"] !== undefined) opts.bufferSteps = int(values["buffer-steps"])!;
 if (values["page-size"] !== undefined) opts.pageSize = int(values["page-size"])!;

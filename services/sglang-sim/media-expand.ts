@@ -15,6 +15,7 @@ import {
   isPyError,
   layoutImageItem,
   layoutVideoItem,
+  padValueFromHash,
   sglangItemOrder,
   smartNframes,
   type EncodeText,
@@ -31,12 +32,19 @@ import { callerPadValue, contentPadValue } from "./media-hash.ts";
 import type { MediaLoader } from "./media-fetch.ts";
 import { probeImage, type VideoMetadataProber } from "./media-probe.ts";
 import { SglangInternalError, SglangValueError } from "./sglang-errors.ts";
+import type { EncodedItem, EncodeRequestItem } from "./encoder.ts";
 
 export interface MediaExpanderDeps {
   contract: WorkerContract;
   loader: MediaLoader;
   videoProber: Pick<VideoMetadataProber, "probe">;
   log: (line: string) => void;
+  /**
+   * A language-only server's encoders (encoder.ts): each item's embedding comes from them. With
+   * `callerHashes` false (zmq_to_scheduler, mooncake) pad values come from the embeddings, and
+   * caller mm_hashes are never applied; with true (zmq_to_tokenizer) they are, as on a unified worker.
+   */
+  remoteEncode?: { encode: (items: EncodeRequestItem[]) => Promise<EncodedItem[]>; callerHashes: boolean };
 }
 
 function items(v: unknown, field: string): string[] {
@@ -165,7 +173,8 @@ export function createMediaExpander(deps: MediaExpanderDeps): MediaExpander {
     );
 
     const sglangOrder = sglangItemOrder(loaded);
-    const hashes = body.mm_hashes;
+    const encoded = deps.remoteEncode ? await deps.remoteEncode.encode(loaded.map((it) => ({ modality: it.modality, source: it.source }))) : null;
+    const hashes = deps.remoteEncode && !deps.remoteEncode.callerHashes ? null : body.mm_hashes;
     let callerHashes: unknown[] | null = null;
     if (hashes !== null && hashes !== undefined) {
       if (!deps.contract.acceptsMmHashes) deps.log(`mm_hashes ignored: SGLang ${deps.contract.sglangVersion} does not take caller hashes`);
@@ -177,8 +186,10 @@ export function createMediaExpander(deps: MediaExpanderDeps): MediaExpander {
     const padSources = new Array<MediaItemInfo["padSource"]>(loaded.length);
     sglangOrder.forEach((itemIdx, j) => {
       const fromCaller = callerHashes ? callerPadValue(callerHashes[j]) : null;
-      padValues[itemIdx] = fromCaller ?? contentPadValue(loaded[itemIdx]!.bytes);
-      padSources[itemIdx] = fromCaller !== null ? "mm_hashes" : "content";
+      // Without a caller hash, SGLang hashes the item it holds: the pixels, or the encoder's embedding.
+      const own = encoded ? padValueFromHash(BigInt(`0x${encoded[itemIdx]!.embeddingHash}`)) : contentPadValue(loaded[itemIdx]!.bytes);
+      padValues[itemIdx] = fromCaller ?? own;
+      padSources[itemIdx] = fromCaller !== null ? "mm_hashes" : encoded ? "embedding" : "content";
     });
 
     const expandItems: ExpandItem[] = loaded.map((it, i) => ({ modality: it.modality, pieces: it.pieces, padValue: padValues[i]! }));

@@ -52,6 +52,20 @@ export const SimOptionsSchema = z.strictObject({
   /** How long a decode waits for its prefill peer's KV (SGLANG_DISAGGREGATION_WAITING_TIMEOUT, 300 s: environ.py L359-362). */
   disaggregationWaitingTimeoutMs: z.number().int().min(1).max(3_600_000).default(300_000),
 
+  /**
+   * Encoder disaggregation (EPD, encoder.ts; SGLang server_args.py L2481-2510 @9d147fd):
+   * `--encoder-only` runs only the vision encoder (POST /encode; no KV events, no /generate routing).
+   */
+  encoderOnly: z.boolean().default(false),
+  /** `--enable-prefix-mm-cache` on an encoder: embeddings cached by the item's own hash (hits counted at /sim/encoder). */
+  enablePrefixMmCache: z.boolean().default(false),
+  /** `--language-only`: media go to `encoderUrls` for their embeddings. */
+  languageOnly: z.boolean().default(false),
+  /** `--encoder-urls`: the encoders a language-only server posts media to. */
+  encoderUrls: z.array(z.url()).max(64).default([]),
+  /** `--encoder-transfer-backend`: only `zmq_to_tokenizer` applies caller mm_hashes to encoder-made items. */
+  encoderTransferBackend: z.enum(["zmq_to_scheduler", "zmq_to_tokenizer", "mooncake"]).default("zmq_to_scheduler"),
+
   /** Radix-cache page size = KV block size (`/server_info.page_size`, `kv_events.block_size`). */
   pageSize: z.number().int().min(1).max(4096).default(16),
   /** KV pool size in tokens (`max_total_num_tokens`): tree + in-flight requests must fit. */

@@ -13,6 +13,10 @@ import { startPdSide } from "./pd-generate.ts";
 import { DpSimEngines, startRankPublishers } from "./dp-engines.ts";
 import { loadSimContract, type SimMediaContract } from "./media-contract.ts";
 import { createMediaExpander } from "./media-expand.ts";
+import { EncoderCache, encodeRemotely, type EncodeRequestItem } from "./encoder.ts";
+
+/** Embeddings an encoder keeps (SGLang bounds its cache by SGLANG_VLM_CACHE_SIZE_MB, 4096; the simulator by count). */
+const ENCODER_CACHE_ENTRIES = 4096;
 import { createMediaLoader } from "./media-fetch.ts";
 import { VideoMetadataProber } from "./media-probe.ts";
 import { defaultChatRenderer, type ChatRenderer } from "./openai.ts";
@@ -64,11 +68,19 @@ export async function startSimulatedWorker(input: StartOptions = {}): Promise<Si
   const log = opts.verbose ? (line: string) => process.stderr.write(`sglang-sim: ${line}\n`) : () => {};
   const media = await loadSimContract(opts);
   const videoProber = await VideoMetadataProber.create({ decoder: opts.media.decoder, ffprobePath: opts.media.ffprobePath, timeoutMs: opts.media.videoTimeoutMs });
+  const loader = createMediaLoader(opts.media);
+  // A language-only server gets each item's embedding from its encoders (encoder.ts).
+  const remoteEncode =
+    opts.languageOnly && opts.encoderUrls.length > 0
+      ? { encode: (items: EncodeRequestItem[]) => encodeRemotely(items, opts.encoderUrls, opts.media.videoTimeoutMs), callerHashes: opts.encoderTransferBackend === "zmq_to_tokenizer" }
+      : undefined;
   const expander =
-    mediaExpander ?? createMediaExpander({ contract: media.contract, loader: createMediaLoader(opts.media), videoProber, log });
+    mediaExpander ?? createMediaExpander({ contract: media.contract, loader, videoProber, log, ...(remoteEncode ? { remoteEncode } : {}) });
+  const encoder = opts.encoderOnly ? { cache: new EncoderCache(ENCODER_CACHE_ENTRIES), loader, useCache: opts.enablePrefixMmCache } : null;
 
   // One publisher, cache and scheduler per DP rank (dp-engines.ts); rank 0's are the worker's own.
-  const publishers = opts.kvEvents
+  // An encoder has no radix cache and publishes no KV events.
+  const publishers = opts.kvEvents && !opts.encoderOnly
     ? await startRankPublishers(
         { host: opts.host, port: opts.kvPort, replayPort: opts.replayPort, topic: opts.topic, bufferSteps: opts.bufferSteps, hwm: opts.hwm },
         opts.dpRank,
@@ -112,6 +124,7 @@ export async function startSimulatedWorker(input: StartOptions = {}): Promise<Si
     kv: publisher ? { host: wildcard ? "*" : opts.host, port: publisher.port, replayPort: publisher.replayPort } : null,
     modelDir: media.modelDir,
     pd,
+    encoder,
     maxReqInputLen,
     isServing: () => serving,
     openai: {
