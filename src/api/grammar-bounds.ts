@@ -38,7 +38,8 @@ interface Frame {
   last: number;
 }
 
-const QUANT = /^\{\s*(\d{0,9})\s*(?:(,)\s*(\d{0,9})\s*)?\}/;
+/** `{m}`, `{m,}`, `{,n}`, `{m,n}`: any number of digits (leading zeros too), as Python's re and XGrammar read them. */
+const QUANT = /\{\s*(\d*)\s*(?:(,)\s*(\d*)\s*)?\}/y;
 
 /**
  * Measures a regex (Python / XGrammar syntax) or an EBNF grammar (GBNF-style: `name ::= …`,
@@ -108,8 +109,9 @@ function measurePattern(text: string, dialect: "regex" | "ebnf", limits: Grammar
       repeat(1);
       if (dialect === "regex" && (text[i + 1] === "?" || text[i + 1] === "+")) i++;
     } else if (c === "{") {
-      const m = QUANT.exec(text.slice(i, i + 40));
-      if (!m) {
+      QUANT.lastIndex = i;
+      const m = QUANT.exec(text);
+      if (!m || (m[1] === "" && m[2] === undefined)) {
         atom(1);
         continue;
       }
@@ -175,6 +177,15 @@ function measureSchema(v: unknown, depth: number, limits: GrammarLimits, tally: 
     if (BRANCH_KEYS.has(k) && Array.isArray(child)) {
       tally.alternatives += child.length;
       if (tally.alternatives > limits.maxGrammarAlternatives) throw new Exceeded(`more than ${limits.maxGrammarAlternatives} alternatives (KVEDGE_LIMITS.maxGrammarAlternatives)`);
+    }
+    if (k === "patternProperties" && child !== null && typeof child === "object" && !Array.isArray(child)) {
+      // Each key is a regex the compiler turns into the property name's grammar.
+      for (const key of Object.keys(child)) {
+        const before = tally.expansion;
+        measurePattern(key, "regex", { ...limits, maxGrammarExpansion: limits.maxGrammarExpansion - sum }, tally);
+        sum = add(tally.expansion - before, sum);
+        tally.expansion = before;
+      }
     }
     if (typeof child === "string" && (k === "pattern" || k === "regex")) {
       const before = tally.expansion;
