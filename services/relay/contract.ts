@@ -84,5 +84,24 @@ export function resolveContract(files: ModelDirFiles | null, serverInfo: unknown
       detail: `SGLang ${runtime.version} ignores caller mm_hashes (needs >= 0.5.13): its media cache keys could never match the router's`,
     };
   }
+  const epd = encoderBackendProblem(serverInfo);
+  if (epd) return { published: null, reason: "encoder_backend_ignores_mm_hashes", detail: epd };
   return { published: { [SGLANG_CONTRACT_KEY]: r.contract }, contract: r.contract };
+}
+
+/**
+ * An encoder-backed (`--language-only`) worker applies caller mm_hashes only to items whose
+ * embeddings come back through its tokenizer (`--encoder-transfer-backend zmq_to_tokenizer`:
+ * sgl-project/sglang managers/tokenizer_manager.py `_tokenize_one_request` @001067ff). With
+ * `zmq_to_scheduler` (SGLang's default) or `mooncake` the scheduler builds the items from the
+ * received embeddings (disaggregation/encode_receiver.py `WaitingImageRequest` @00126648) and pads
+ * them with a hash of the embedding, which no router can compute. Null when the worker is fine.
+ */
+export function encoderBackendProblem(serverInfo: unknown): string | null {
+  if (typeof serverInfo !== "object" || serverInfo === null) return null;
+  const info = serverInfo as Record<string, unknown>;
+  if (info["language_only"] !== true) return null;
+  const backend = info["encoder_transfer_backend"];
+  if (backend === "zmq_to_tokenizer") return null;
+  return `this --language-only worker takes embeddings by --encoder-transfer-backend ${typeof backend === "string" ? backend : "(unknown)"}, which pads media with the embedding's hash and ignores caller mm_hashes: start it with --encoder-transfer-backend zmq_to_tokenizer for exact media routing`;
 }

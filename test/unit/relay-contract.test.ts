@@ -62,6 +62,14 @@ describe("contract resolution", () => {
     expect(parseWorkerContract(ok.published)).toEqual({ ok: true, contract: fixtureContract("qwen3_vl") });
     expect(resolveContract(files, { version: "0.5.12" })).toMatchObject({ published: null, reason: "worker_rejects_mm_hashes" });
     expect(resolveContract(null, { version: "0.5.19" })).toMatchObject({ published: null, reason: "no_model_dir" });
+    // An encoder-backed worker publishes only where its encoders' items take the caller's mm_hashes.
+    for (const backend of ["zmq_to_scheduler", "mooncake"])
+      expect(resolveContract(files, { version: "0.5.19", language_only: true, encoder_transfer_backend: backend })).toMatchObject({
+        published: null,
+        reason: "encoder_backend_ignores_mm_hashes",
+        detail: expect.stringContaining(backend),
+      });
+    expect(resolveContract(files, { version: "0.5.19", language_only: true, encoder_transfer_backend: "zmq_to_tokenizer" }).published).not.toBeNull();
     expect(resolveContract(files, { page_size: 16 })).toMatchObject({ published: null, reason: "no_version" });
     // --mm-process-config video overrides from /server_info reach the contract.
     const over = resolveContract(files, { version: "0.5.19", mm_process_config: '{"video":{"fps":1.0}}' });
