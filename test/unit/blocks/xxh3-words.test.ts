@@ -6,9 +6,9 @@
 import fc from "fast-check";
 import { createXXHash3 } from "hash-wasm";
 import { beforeAll, describe, expect, it } from "vitest";
-import { localBlockHashes } from "../../src/blocks/block-hash.ts";
-import { XXH3_WORDS_MAX, XXH3_WORDS_MIN, xxh3Keys, xxh3Words } from "../../src/blocks/xxh3-words.ts";
-import { initHashing, xxh3_64 } from "../../src/util/hash.ts";
+import { localBlockHashes } from "../../../src/blocks/block-hash.ts";
+import { XXH3_WORDS_MAX, XXH3_WORDS_MIN, xxh3Keys, xxh3Words } from "../../../src/blocks/xxh3-words.ts";
+import { initHashing, xxh3_64 } from "../../../src/util/hash.ts";
 
 beforeAll(() => initHashing());
 

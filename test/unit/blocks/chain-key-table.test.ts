@@ -1,7 +1,7 @@
 import { describe, expect, it } from "vitest";
 import fc from "fast-check";
-import { ChainKeyTable } from "../../src/blocks/chain-key-table.ts";
-import { chainKeysOf } from "../../src/blocks/chain-keys.ts";
+import { ChainKeyTable } from "../../../src/blocks/chain-key-table.ts";
+import { chainKeysOf } from "../../../src/blocks/chain-keys.ts";
 
 /** The plain model: key → (slot → count). */
 class Model {

@@ -4,8 +4,8 @@
  */
 import fc from "fast-check";
 import { beforeAll, describe, expect, it } from "vitest";
-import { localBlockHash, localBlockHashes, localBlockHashesOfParts, namespacedLocalHash, namespacedLocalHashes, namespaceTag } from "../../src/blocks/block-hash.ts";
-import { initHashing } from "../../src/util/hash.ts";
+import { localBlockHash, localBlockHashes, localBlockHashesOfParts, namespacedLocalHash, namespacedLocalHashes, namespaceTag } from "../../../src/blocks/block-hash.ts";
+import { initHashing } from "../../../src/util/hash.ts";
 
 beforeAll(() => initHashing());
 
