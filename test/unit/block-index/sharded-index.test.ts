@@ -1,16 +1,16 @@
 import { beforeAll, describe, expect, it } from "vitest";
 import fc from "fast-check";
-import { ShardedIndex } from "../../src/block-index/sharded-index.ts";
-import { ChainRootRouter, canonicalEngineHash, shardOf, shardOfHex } from "../../src/relay-wire/chain-shards.ts";
-import { splitRelayEvents } from "../../src/relay-wire/split-events.ts";
-import { RadixIndex, type WireBlock, type WireDumpBlock } from "../../src/block-index/radix-index.ts";
-import { RoutingCore } from "../../src/routing-index/routing-core.ts";
-import { localBlockHashes } from "../../src/blocks/block-hash.ts";
-import { localHashToHex, type RelayEvent } from "../../src/relay-wire/relay-protocol.ts";
-import { WorkerBlockSet } from "../../services/relay/worker-block-set.ts";
-import { PagedRadixCache, type KvEvent } from "../../services/sglang-sim/radix-cache.ts";
-import { initHashing } from "../../src/util/hash.ts";
-import { mulberry32 } from "./tokenizer-fuzz.ts";
+import { ShardedIndex } from "../../../src/block-index/sharded-index.ts";
+import { ChainRootRouter, canonicalEngineHash, shardOf, shardOfHex } from "../../../src/relay-wire/chain-shards.ts";
+import { splitRelayEvents } from "../../../src/relay-wire/split-events.ts";
+import { RadixIndex, type WireBlock, type WireDumpBlock } from "../../../src/block-index/radix-index.ts";
+import { RoutingCore } from "../../../src/routing-index/routing-core.ts";
+import { localBlockHashes } from "../../../src/blocks/block-hash.ts";
+import { localHashToHex, type RelayEvent } from "../../../src/relay-wire/relay-protocol.ts";
+import { WorkerBlockSet } from "../../../services/relay/worker-block-set.ts";
+import { PagedRadixCache, type KvEvent } from "../../../services/sglang-sim/radix-cache.ts";
+import { initHashing } from "../../../src/util/hash.ts";
+import { mulberry32 } from "../tokenizer-fuzz.ts";
 
 beforeAll(() => initHashing());
 

@@ -1,7 +1,7 @@
 import { describe, expect, it } from "vitest";
 import fc from "fast-check";
-import { RadixIndex } from "../../src/block-index/radix-index.ts";
-import { ShardedIndex } from "../../src/block-index/sharded-index.ts";
+import { RadixIndex } from "../../../src/block-index/radix-index.ts";
+import { ShardedIndex } from "../../../src/block-index/sharded-index.ts";
 
 const hex = (l: number) => l.toString(16).padStart(16, "0");
 

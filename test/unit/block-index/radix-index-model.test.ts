@@ -2,7 +2,7 @@
 // local hashes from the root) and each worker is two plain collections.
 import fc from "fast-check";
 import { describe, expect, it } from "vitest";
-import { RadixIndex, type ApplyResult } from "../../src/block-index/radix-index.ts";
+import { RadixIndex, type ApplyResult } from "../../../src/block-index/radix-index.ts";
 
 type Path = string;
 const pathKey = (locals: readonly bigint[]): Path => locals.join(",");

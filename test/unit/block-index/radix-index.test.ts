@@ -1,5 +1,5 @@
 import { describe, expect, it } from "vitest";
-import { RadixIndex } from "../../src/block-index/radix-index.ts";
+import { RadixIndex } from "../../../src/block-index/radix-index.ts";
 
 const blk = (h: string, l: number) => ({ engineHash: h, localHash: BigInt(l) });
 const hex = (l: bigint) => l.toString(16).padStart(16, "0");
