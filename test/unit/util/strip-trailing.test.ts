@@ -1,7 +1,7 @@
 // stripTrailing equals the trailing-run regex it replaced, in work linear in the run (counted).
 import fc from "fast-check";
 import { describe, expect, it, vi } from "vitest";
-import { stripTrailing } from "../../src/util/strip-trailing.ts";
+import { stripTrailing } from "../../../src/util/strip-trailing.ts";
 
 const escapeRegex = (c: string): string => c.replace(/[.*+?^${}()|[\]\\/]/g, "\\$&");
 

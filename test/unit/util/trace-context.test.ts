@@ -4,7 +4,7 @@
  */
 import fc from "fast-check";
 import { describe, expect, it } from "vitest";
-import { formatTraceparent, parseTraceparent, startEdgeTrace, type RandomBytes } from "../../src/util/trace-context.ts";
+import { formatTraceparent, parseTraceparent, startEdgeTrace, type RandomBytes } from "../../../src/util/trace-context.ts";
 
 const TRACE = "4bf92f3577b34da6a3ce929d0e0e4736";
 const SPAN = "00f067aa0ba902b7";

@@ -6,7 +6,7 @@
  */
 import fc from "fast-check";
 import { describe, expect, it } from "vitest";
-import { LITERAL_MIN_CHARS, parseRecordingLiterals, topLevelMemberSpan, type JsonLiteral } from "../../src/util/json-scan.ts";
+import { LITERAL_MIN_CHARS, parseRecordingLiterals, topLevelMemberSpan, type JsonLiteral } from "../../../src/util/json-scan.ts";
 
 /** JSON text of `v` with random whitespace between tokens (strings kept intact). */
 function spaced(v: unknown, ws: () => string): string {
