@@ -11,7 +11,7 @@ import {
   roundByFactor,
   roundHalfEven,
   sglangSmartResize,
-} from "../../src/layout/index.ts";
+} from "../../../src/layout/index.ts";
 
 /**
  * Reference for Python f"{x:.1f}": write the double's exact decimal expansion (m*2^e = m*5^-e/10^-e)

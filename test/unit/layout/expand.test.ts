@@ -13,9 +13,9 @@ import {
   type ExpandItem,
   type MediaItem,
   type WorkerContract,
-} from "../../src/layout/index.ts";
-import { getQwenTokenizer } from "../../src/prompt/tokenizer/index.ts";
-import { fixtureContract } from "../fixtures/models/load.ts";
+} from "../../../src/layout/index.ts";
+import { getQwenTokenizer } from "../../../src/prompt/tokenizer/index.ts";
+import { fixtureContract } from "../../fixtures/models/load.ts";
 
 const tok = getQwenTokenizer("qwen3_vl");
 const encode = (t: string): number[] => tok.encode(t);

@@ -33,12 +33,12 @@ import {
   type QwenFamily,
   type SmallSidePolicy,
   type VideoPipelineParams,
-} from "../../src/layout/index.ts";
-import { engineBlockHashes } from "../../services/sglang-sim/engine-block-hash.ts";
-import { initHashing } from "../../src/util/hash.ts";
-import { bytesToHex } from "../../src/util/hex.ts";
+} from "../../../src/layout/index.ts";
+import { engineBlockHashes } from "../../../services/sglang-sim/engine-block-hash.ts";
+import { initHashing } from "../../../src/util/hash.ts";
+import { bytesToHex } from "../../../src/util/hex.ts";
 
-const repoRoot = resolve(dirname(fileURLToPath(import.meta.url)), "../..");
+const repoRoot = resolve(dirname(fileURLToPath(import.meta.url)), "../../..");
 const envDir = process.env["GOLDEN_DIR"];
 const goldenDir = envDir ? (isAbsolute(envDir) ? envDir : resolve(repoRoot, envDir)) : resolve(repoRoot, "test/fixtures/golden");
 
@@ -256,7 +256,7 @@ const files = readdirSync(goldenDir).filter((f) => f.endsWith(".json")).sort();
 beforeAll(async () => {
   await initHashing();
   try {
-    const mod = await import("../../src/prompt/tokenizer/index.ts");
+    const mod = await import("../../../src/prompt/tokenizer/index.ts");
     const tok = mod.getQwenTokenizer("qwen3_vl");
     encodeQwen3 = (t) => tok.encode(t);
   } catch (e) {

@@ -11,9 +11,9 @@ import {
   deriveContract,
   parseWorkerContract,
   type WorkerContract,
-} from "../../src/layout/index.ts";
-import { initHashing } from "../../src/util/hash.ts";
-import { DEFAULT_RUNTIME, fixtureContract, fixtureModelDir } from "../fixtures/models/load.ts";
+} from "../../../src/layout/index.ts";
+import { initHashing } from "../../../src/util/hash.ts";
+import { DEFAULT_RUNTIME, fixtureContract, fixtureModelDir } from "../../fixtures/models/load.ts";
 
 beforeAll(async () => {
   await initHashing();

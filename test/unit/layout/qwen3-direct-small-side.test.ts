@@ -22,9 +22,9 @@
  */
 import { spawnSync } from "node:child_process";
 import { describe, expect, it } from "vitest";
-import { layoutVideoItem, type WorkerContract } from "../../src/layout/index.ts";
-import { fixtureContract } from "../fixtures/models/load.ts";
-import { requireInCi } from "../helpers/required.ts";
+import { layoutVideoItem, type WorkerContract } from "../../../src/layout/index.ts";
+import { fixtureContract } from "../../fixtures/models/load.ts";
+import { requireInCi } from "../../helpers/required.ts";
 
 const hasPython = requireInCi(spawnSync("python3", ["-c", "import math"]).status === 0, "python3", "the upstream-transcribed resize oracle");
 

@@ -20,9 +20,9 @@ import {
   timestampText,
   type QwenFamily,
   type WorkerContract,
-} from "../../src/layout/index.ts";
-import { getQwenTokenizer } from "../../src/prompt/tokenizer/index.ts";
-import { fixtureContract } from "../fixtures/models/load.ts";
+} from "../../../src/layout/index.ts";
+import { getQwenTokenizer } from "../../../src/prompt/tokenizer/index.ts";
+import { fixtureContract } from "../../fixtures/models/load.ts";
 
 const encode = (t: string): number[] => getQwenTokenizer("qwen3_vl").encode(t);
 let qwen3: WorkerContract;
