@@ -5,9 +5,9 @@
  */
 import fc from "fast-check";
 import { describe, expect, it } from "vitest";
-import { chainKeysOf } from "../../src/blocks/chain-keys.ts";
-import { LoadTracker } from "../../src/load/load-tracker.ts";
-import { PendingRoutes } from "../../src/block-index/pending-routes.ts";
+import { chainKeysOf } from "../../../src/blocks/chain-keys.ts";
+import { LoadTracker } from "../../../src/load/load-tracker.ts";
+import { PendingRoutes } from "../../../src/block-index/pending-routes.ts";
 
 function chainKeysReference(hashes: readonly bigint[]): number[] {
   const out: number[] = [];

@@ -3,10 +3,10 @@
  * changes decisions there, and is released with it; ids never collide; lag is measured.
  */
 import { beforeAll, describe, expect, it } from "vitest";
-import { RoutingCore } from "../../src/routing-index/routing-core.ts";
-import { localBlockHashes } from "../../src/blocks/block-hash.ts";
-import { LagWindow, LoadOpBatchSchema, Tombstones } from "../../src/load/load-replica.ts";
-import { initHashing } from "../../src/util/hash.ts";
+import { RoutingCore } from "../../../src/routing-index/routing-core.ts";
+import { localBlockHashes } from "../../../src/blocks/block-hash.ts";
+import { LagWindow, LoadOpBatchSchema, Tombstones } from "../../../src/load/load-replica.ts";
+import { initHashing } from "../../../src/util/hash.ts";
 
 beforeAll(() => initHashing());
 
