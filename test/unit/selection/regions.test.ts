@@ -1,10 +1,10 @@
 import { beforeAll, describe, expect, it } from "vitest";
-import { parseRegionsVar, resolveEdgeRegion, rttMs, RegionsConfigSchema } from "../../src/selection/regions.ts";
-import { estimateTtft } from "../../src/selection/ttft-cost.ts";
-import { RoutingCore } from "../../src/routing-index/routing-core.ts";
-import { localBlockHashes } from "../../src/blocks/block-hash.ts";
-import { localHashToHex, RelayHelloSchema } from "../../src/relay-wire/relay-protocol.ts";
-import { initHashing } from "../../src/util/hash.ts";
+import { parseRegionsVar, resolveEdgeRegion, rttMs, RegionsConfigSchema } from "../../../src/selection/regions.ts";
+import { estimateTtft } from "../../../src/selection/ttft-cost.ts";
+import { RoutingCore } from "../../../src/routing-index/routing-core.ts";
+import { localBlockHashes } from "../../../src/blocks/block-hash.ts";
+import { localHashToHex, RelayHelloSchema } from "../../../src/relay-wire/relay-protocol.ts";
+import { initHashing } from "../../../src/util/hash.ts";
 
 beforeAll(() => initHashing());
 
