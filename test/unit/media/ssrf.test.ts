@@ -4,11 +4,11 @@
  * our own parser (inet_aton grammar), and public destinations pass.
  */
 import { describe, expect, it } from "vitest";
-import { MediaError, MediaTooLargeError } from "../../src/media/errors.ts";
-import { parseDataUrl } from "../../src/media/data-url.ts";
-import { formatIp, parseIp, parseIpv4, parseIpv6 } from "../../src/media/ip-address.ts";
-import { SafeFetcher, type FetchLike, type PinnedDestination } from "../../src/media/safe-fetch.ts";
-import { Allowlist, classifyHost } from "../../src/media/ssrf.ts";
+import { MediaError, MediaTooLargeError } from "../../../src/media/errors.ts";
+import { parseDataUrl } from "../../../src/media/data-url.ts";
+import { formatIp, parseIp, parseIpv4, parseIpv6 } from "../../../src/media/ip-address.ts";
+import { SafeFetcher, type FetchLike, type PinnedDestination } from "../../../src/media/safe-fetch.ts";
+import { Allowlist, classifyHost } from "../../../src/media/ssrf.ts";
 
 const fetcher = new SafeFetcher();
 

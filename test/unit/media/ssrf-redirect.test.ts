@@ -8,9 +8,9 @@
 import http from "node:http";
 import type { AddressInfo } from "node:net";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { MediaError, MediaTooLargeError } from "../../src/media/errors.ts";
-import { SafeFetcher, readAll, type SafeFetchDeps } from "../../src/media/safe-fetch.ts";
-import { pinnedFetch } from "../../services/decode/pinned-fetch.ts";
+import { MediaError, MediaTooLargeError } from "../../../src/media/errors.ts";
+import { SafeFetcher, readAll, type SafeFetchDeps } from "../../../src/media/safe-fetch.ts";
+import { pinnedFetch } from "../../../services/decode/pinned-fetch.ts";
 
 let a: http.Server;
 let b: http.Server;

@@ -8,9 +8,9 @@ import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import path from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { MediaError } from "../../src/media/errors.ts";
-import { exifOrientation, MAX_IMAGE_PIXELS, readImageHeader, type ImageFormat } from "../../src/media/image-header.ts";
-import { ffmpegToFile, ffprobeFile } from "../helpers/wasm-media.ts";
+import { MediaError } from "../../../src/media/errors.ts";
+import { exifOrientation, MAX_IMAGE_PIXELS, readImageHeader, type ImageFormat } from "../../../src/media/image-header.ts";
+import { ffmpegToFile, ffprobeFile } from "../../helpers/wasm-media.ts";
 
 let dir = "";
 const W = 33;

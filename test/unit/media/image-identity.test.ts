@@ -8,13 +8,13 @@ import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import path from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { MediaTooLargeError } from "../../src/media/errors.ts";
-import { identifyImage } from "../../src/media/image-identity.ts";
-import { identityRecordBytes, mediaIdentityHash, type IdentityInput } from "../../src/media/identity-record.ts";
-import { SafeFetcher } from "../../src/media/safe-fetch.ts";
+import { MediaTooLargeError } from "../../../src/media/errors.ts";
+import { identifyImage } from "../../../src/media/image-identity.ts";
+import { identityRecordBytes, mediaIdentityHash, type IdentityInput } from "../../../src/media/identity-record.ts";
+import { SafeFetcher } from "../../../src/media/safe-fetch.ts";
 import { createHash } from "node:crypto";
-import { initHashing } from "../../src/util/hash.ts";
-import { ffmpegToFile } from "../helpers/wasm-media.ts";
+import { initHashing } from "../../../src/util/hash.ts";
+import { ffmpegToFile } from "../../helpers/wasm-media.ts";
 
 /** node:crypto as the independent SHA-256 (the code under test uses hash-wasm). */
 const sha256Hex = (b: Uint8Array): string => createHash("sha256").update(b).digest("hex");

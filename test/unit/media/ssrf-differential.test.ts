@@ -11,8 +11,8 @@
 import fc from "fast-check";
 import ipaddr from "ipaddr.js";
 import { describe, expect, it } from "vitest";
-import { cidrContains, parseCidr, parseIpv4, parseIpv6, type IpAddress } from "../../src/media/ip-address.ts";
-import { blockedAddressCategory } from "../../src/media/ssrf.ts";
+import { cidrContains, parseCidr, parseIpv4, parseIpv6, type IpAddress } from "../../../src/media/ip-address.ts";
+import { blockedAddressCategory } from "../../../src/media/ssrf.ts";
 
 const RUNS = 4000;
 
