@@ -1,16 +1,16 @@
 import { beforeAll, describe, expect, it } from "vitest";
-import { ExpositionBuilder, formatValue } from "../../src/metrics/exposition.ts";
-import { Histogram } from "../../src/metrics/histogram.ts";
-import { PoolRecorder } from "../../src/metrics/pool-recorder.ts";
-import { ReceiptSeries } from "../../src/metrics/time-series.ts";
-import { choiceReason } from "../../src/metrics/decision-reason.ts";
-import { cohortOf, hitRate } from "../../src/metrics/pool-snapshot.ts";
-import { renderMetrics } from "../../src/metrics/pool-families.ts";
-import { RoutingCore } from "../../src/routing-index/routing-core.ts";
-import { localBlockHashes } from "../../src/blocks/block-hash.ts";
-import { localHashToHex } from "../../src/relay-wire/relay-protocol.ts";
-import { initHashing } from "../../src/util/hash.ts";
-import { parsePrometheusText, PromParseError, sampleValue } from "./metrics-prom-parser.ts";
+import { ExpositionBuilder, formatValue } from "../../../src/metrics/exposition.ts";
+import { Histogram } from "../../../src/metrics/histogram.ts";
+import { PoolRecorder } from "../../../src/metrics/pool-recorder.ts";
+import { ReceiptSeries } from "../../../src/metrics/time-series.ts";
+import { choiceReason } from "../../../src/metrics/decision-reason.ts";
+import { cohortOf, hitRate } from "../../../src/metrics/pool-snapshot.ts";
+import { renderMetrics } from "../../../src/metrics/pool-families.ts";
+import { RoutingCore } from "../../../src/routing-index/routing-core.ts";
+import { localBlockHashes } from "../../../src/blocks/block-hash.ts";
+import { localHashToHex } from "../../../src/relay-wire/relay-protocol.ts";
+import { initHashing } from "../../../src/util/hash.ts";
+import { parsePrometheusText, PromParseError, sampleValue } from "../metrics-prom-parser.ts";
 
 beforeAll(() => initHashing());
 

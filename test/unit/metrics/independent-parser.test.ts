@@ -5,12 +5,12 @@
  */
 import { createRequire } from "node:module";
 import { beforeAll, describe, expect, it } from "vitest";
-import { RoutingCore } from "../../src/routing-index/routing-core.ts";
-import { localBlockHashes } from "../../src/blocks/block-hash.ts";
-import { localHashToHex } from "../../src/relay-wire/relay-protocol.ts";
-import { renderMetrics } from "../../src/metrics/pool-families.ts";
-import { initHashing } from "../../src/util/hash.ts";
-import { parsePrometheusText } from "./metrics-prom-parser.ts";
+import { RoutingCore } from "../../../src/routing-index/routing-core.ts";
+import { localBlockHashes } from "../../../src/blocks/block-hash.ts";
+import { localHashToHex } from "../../../src/relay-wire/relay-protocol.ts";
+import { renderMetrics } from "../../../src/metrics/pool-families.ts";
+import { initHashing } from "../../../src/util/hash.ts";
+import { parsePrometheusText } from "../metrics-prom-parser.ts";
 
 interface IndependentFamily {
   name: string;

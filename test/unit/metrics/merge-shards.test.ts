@@ -1,10 +1,10 @@
 import { describe, expect, it } from "vitest";
-import { mergeShardSnapshots, mergeShardWorkers } from "../../src/metrics/merge-shards.ts";
-import { PoolRecorder, type RoutedInput, type SettledInput } from "../../src/metrics/pool-recorder.ts";
-import { cohortOf, type IndexCounters, type PoolMetricsSnapshot, type WorkerView } from "../../src/metrics/pool-snapshot.ts";
-import { renderMetrics } from "../../src/metrics/pool-families.ts";
-import { SERIES_CAPACITY } from "../../src/metrics/time-series.ts";
-import { parsePrometheusText, sampleValue } from "./metrics-prom-parser.ts";
+import { mergeShardSnapshots, mergeShardWorkers } from "../../../src/metrics/merge-shards.ts";
+import { PoolRecorder, type RoutedInput, type SettledInput } from "../../../src/metrics/pool-recorder.ts";
+import { cohortOf, type IndexCounters, type PoolMetricsSnapshot, type WorkerView } from "../../../src/metrics/pool-snapshot.ts";
+import { renderMetrics } from "../../../src/metrics/pool-families.ts";
+import { SERIES_CAPACITY } from "../../../src/metrics/time-series.ts";
+import { parsePrometheusText, sampleValue } from "../metrics-prom-parser.ts";
 
 const CANDS = [
   { workerId: "a", overlapBlocks: 3, cost: 10 },
