@@ -116,7 +116,7 @@ export async function sendPair(input: PairInput): Promise<{ decode: Response; ro
   let prefillFailure: PairSideFailed | null = null;
   const prefill = (async () => {
     try {
-      const res = await input.fetch(`${input.prefill.url}/generate`, { method: "POST", headers: input.prefill.headers, body: prefillBody, signal: prefillSignal });
+      const res = await input.fetch(`${input.prefill.url}/generate`, { method: "POST", headers: input.prefill.headers, body: prefillBody, signal: prefillSignal, redirect: "manual" });
       const text = await readCapped(res, input.maxPrefillBodyBytes);
       if (!res.ok) {
         const clientError = res.status >= 400 && res.status < 500 && res.status !== 408 && res.status !== 429 ? { status: res.status, text } : null;
@@ -131,7 +131,7 @@ export async function sendPair(input: PairInput): Promise<{ decode: Response; ro
     }
   })().finally(release);
   try {
-    const decode = await input.fetch(`${input.decode.url}/generate`, { method: "POST", headers: input.decode.headers, body: decodeBody, signal: decodeSignal });
+    const decode = await input.fetch(`${input.decode.url}/generate`, { method: "POST", headers: input.decode.headers, body: decodeBody, signal: decodeSignal, redirect: "manual" });
     return { decode, room, prefill };
   } catch (err) {
     if (prefillFailure) throw prefillFailure;

@@ -115,7 +115,7 @@ export async function proxyOnce(input: ProxyInput): Promise<Response> {
             prefillDeadlineMs: routing.upstreamDeadlineMs,
           })
         ).decode
-      : await input.fetch(`${d.url}/generate`, { method: "POST", headers: headersFor(auth), body: input.body, signal: abort.signal });
+      : await input.fetch(`${d.url}/generate`, { method: "POST", headers: headersFor(auth), body: input.body, signal: abort.signal, redirect: "manual" });
   } catch (err) {
     if (err instanceof PairSideFailed) {
       // The prefill refused the request itself (4xx): the client's answer, as SGLang's gateway returns it.
@@ -133,6 +133,12 @@ export async function proxyOnce(input: ProxyInput): Promise<Response> {
     // operator's error the client cannot fix; another worker may still answer.
     await upstream.body?.cancel().catch(() => undefined);
     throw new RetryableUpstream(`worker refused the edge's credential (HTTP ${upstream.status})`, false);
+  }
+  if (upstream.status >= 300 && upstream.status <= 399) {
+    // Not followed: the worker's credentials (fetch keeps the Access token across origins) go only
+    // to the URL the worker is registered at, never to a Location whoever answers there names.
+    await upstream.body?.cancel().catch(() => undefined);
+    throw new RetryableUpstream(`worker answered a redirect (HTTP ${upstream.status}); worker redirects are not followed`, false);
   }
 
   if (!answer.stream) {
