@@ -67,6 +67,14 @@ export interface FleetOptions {
    * publishing on kv/replay port + r); each rank is a routing target `<worker>#<rank>`. Default 1.
    */
   dpSize?: number;
+  /**
+   * Encoder-only servers (EPD, the simulator's `--encoder-only --enable-prefix-mm-cache`), started
+   * before the workers, with no relay (no KV events; never a routing target). Every worker that is
+   * not a decode runs `--language-only --encoder-urls <them> --encoder-transfer-backend
+   * zmq_to_tokenizer`. They fetch media from the store as worker w1 (its credential): an encoder can
+   * read the signed URLs of one worker only. Default 0.
+   */
+  encoders?: number;
   /** Per-worker overrides: extra simulator CLI args (e.g. ["--no-mm-hashes"]). */
   workerArgs?: string[][];
   /** Per-worker extra relay CLI args (e.g. ["--no-kv-events"], ["--region", "eu"]); kept across relay restarts. */
@@ -104,6 +112,8 @@ export interface Fleet {
   adminToken: string;
   relaySecret: string;
   workers: FleetWorker[];
+  /** The encoder-only servers' URLs (`encoders`). */
+  encoderUrls: string[];
   /** Stops the decode service (videos then fall back to text-prefix routing). */
   stopDecode(): Promise<void>;
   /** Starts one more worker (and its relay) with extra simulator / relay args; resolves once it is synced. */
@@ -433,6 +443,24 @@ async function buildFleet(opts: FleetOptions, life: FleetLife): Promise<Fleet> {
   };
 
   const workers: FleetWorker[] = [];
+  const encoderUrls: string[] = [];
+  const startEncoder = async (e: number): Promise<string> => {
+    const port = await freePort();
+    const args = [
+      join(ROOT, "services/sglang-sim/main.ts"),
+      "--port", String(port),
+      "--encoder-only", "--enable-prefix-mm-cache",
+      "--model-name", model, "--family", family, "--template", template, "--model-dir", modelDir,
+      ...(opts.lockedDownWorkers !== false ? ["--locked-down-media", ...(decodeUrl ? ["--media-store", decodeUrl] : [])] : []),
+    ];
+    const credential = `w1:${await workerMediaCredential(await importMediaUrlKey(mediaUrlKey), "w1")}`;
+    const proc = spawn(NODE, args, { cwd: ROOT, detached: true, env: { ...process.env, KVEDGE_MEDIA_STORE_CREDENTIAL: credential }, stdio: ["ignore", "pipe", "pipe"] });
+    life.track(proc);
+    pipeLogs(proc, `e${e + 1}`, log);
+    const url = `http://127.0.0.1:${port}`;
+    await waitFor(async () => (await probe(`${url}/health`)).ok, 30_000, `encoder e${e + 1}`, proc);
+    return url;
+  };
   const startWorker = async (i: number, extraArgs: string[] = [], ports?: [number, number, number]): Promise<FleetWorker> => {
     const dp = opts.dpSize ?? 1;
     const eventPorts = async (): Promise<[number, number]> => {
@@ -458,6 +486,9 @@ async function buildFleet(opts: FleetOptions, life: FleetLife): Promise<Fleet> {
       "--api-key-env", "KVEDGE_SIM_API_KEY",
       ...(dp > 1 ? ["--dp-size", String(dp), "--enable-dp-attention"] : []),
       ...(fleetRoleOf(opts.shape ?? "unified", i, n) !== "null" ? ["--disaggregation-mode", fleetRoleOf(opts.shape ?? "unified", i, n)] : []),
+      ...(encoderUrls.length > 0 && fleetRoleOf(opts.shape ?? "unified", i, n) !== "decode"
+        ? ["--language-only", "--encoder-urls", encoderUrls.join(","), "--encoder-transfer-backend", "zmq_to_tokenizer"]
+        : []),
       ...(opts.workerArgs?.[i] ?? []),
       ...extraArgs,
     ];
@@ -473,6 +504,7 @@ async function buildFleet(opts: FleetOptions, life: FleetLife): Promise<Fleet> {
     const md = extraArgs.lastIndexOf("--model-dir");
     return { id, url, port, kvPort, replayPort, proc, relay: null, modelDir: md >= 0 ? extraArgs[md + 1]! : modelDir, apiKey };
   };
+  for (let e = 0; e < (opts.encoders ?? 0); e++) encoderUrls.push(await startEncoder(e));
   for (let i = 0; i < n; i++) workers.push(await startWorker(i));
 
   await edgeServing(edge, "the edge");
@@ -564,6 +596,7 @@ async function buildFleet(opts: FleetOptions, life: FleetLife): Promise<Fleet> {
     adminToken,
     relaySecret,
     workers,
+    encoderUrls,
     admin,
     waitForSync,
     stopDecode: () => stopProc(decodeProc, "SIGKILL"),
