@@ -7,7 +7,9 @@
  *    (the capacity from its hello, /server_info `max_total_num_tokens`; the headroom covers a
  *    relay view that lags the worker's removals); no capacity in the hello: no such bound;
  *  - guarantee: the smaller of its bound and an even split of the object's limit among the live
- *    workers with events (`floor(limit / n)`).
+ *    workers with events (`floor(limit / n)`). A worker is what one relay key names: the rank
+ *    targets of a DP-attention worker (rank-target.ts) split its part, each `1 / dpSize` of it
+ *    (the `&rank=` of a connect is not signed, so one key's ranks must not count as many workers).
  * A worker may store past its guarantee only into room that no other worker's unused guarantee
  * reserves, and never past its bound. When a worker still under its guarantee finds no room (a
  * worker joined, or the limit shrank as slots were added), the worker furthest past its own
@@ -32,6 +34,16 @@ function holdsBlocks(w: SlottedWorker): boolean {
   return w.kvEvents && w.status !== "down";
 }
 
+/** The target's part of one worker's share: one of its `dpSize` ranks (up siblings agree on it). */
+function rankWeight(w: Pick<SlottedWorker, "dpSize">): number {
+  return 1 / Math.max(1, w.dpSize ?? 1);
+}
+
+/** The blocks `w` is sure to find room for, given one worker's share. */
+function guaranteeOf(w: SlottedWorker, share: number): number {
+  return Math.min(capacityBlocks(w), Math.floor(share * rankWeight(w)));
+}
+
 export class BlockShares {
   readonly #registry: WorkerRegistry;
   readonly #index: BlockIndex;
@@ -45,16 +57,16 @@ export class BlockShares {
     this.#budget = budget;
   }
 
-  /** The even split of the object's limit among the workers that hold blocks. */
+  /** The even split of the object's limit among the workers that hold blocks (a worker's ranks count as one). */
   #share(): number {
     let n = 0;
-    for (const o of this.#registry.values()) if (holdsBlocks(o)) n++;
+    for (const o of this.#registry.values()) if (holdsBlocks(o)) n += rankWeight(o);
     return Math.floor(this.#budget.limitFor(this.#registry.slotCount) / Math.max(1, n));
   }
 
   /** The blocks the worker is sure to find room for. */
   guarantee(w: SlottedWorker): number {
-    return Math.min(capacityBlocks(w), this.#share());
+    return guaranteeOf(w, this.#share());
   }
 
   /**
@@ -67,12 +79,12 @@ export class BlockShares {
     let reserved = 0;
     for (const o of this.#registry.values()) {
       if (o === w || !holdsBlocks(o)) continue;
-      const unused = Math.min(capacityBlocks(o), share) - this.#index.workerBlockCount(o.slot);
+      const unused = guaranteeOf(o, share) - this.#index.workerBlockCount(o.slot);
       if (unused > 0) reserved += unused;
     }
     const held = this.#index.workerBlockCount(w.slot);
     const free = this.#budget.limitFor(this.#registry.slotCount) - reserved - this.#index.size - this.#approx.size;
-    return { room: Math.max(0, Math.min(capacityBlocks(w) - held, free)), owed: Math.min(capacityBlocks(w), share) - held };
+    return { room: Math.max(0, Math.min(capacityBlocks(w) - held, free)), owed: guaranteeOf(w, share) - held };
   }
 
   /** The worker (other than `w`) furthest past its guarantee, if any is past it. */
@@ -82,7 +94,7 @@ export class BlockShares {
     let most = 0;
     for (const o of this.#registry.values()) {
       if (o === w || !holdsBlocks(o)) continue;
-      const over = this.#index.workerBlockCount(o.slot) - Math.min(capacityBlocks(o), share);
+      const over = this.#index.workerBlockCount(o.slot) - guaranteeOf(o, share);
       if (over > most) [worst, most] = [o, over];
     }
     return worst;
