@@ -383,6 +383,7 @@ class RelayImpl implements Relay {
       incrementalStreaming: this.workerInfo.incrementalStreaming,
       ...(this.workerInfo.kvCapacityTokens !== null ? { kvCapacityTokens: this.workerInfo.kvCapacityTokens } : {}),
       ...(this.workerInfo.hicacheStorage !== null ? { hicacheStorage: this.workerInfo.hicacheStorage } : {}),
+      ...(this.workerInfo.languageOnly ? { languageOnly: true as const } : {}),
       ...(this.workerInfo.disaggregationMode !== "null" ? { disaggregationMode: this.workerInfo.disaggregationMode } : {}),
       ...(this.workerInfo.bootstrapPort !== null ? { bootstrapPort: this.workerInfo.bootstrapPort } : {}),
       relayVersion: RELAY_VERSION,

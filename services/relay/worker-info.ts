@@ -46,6 +46,8 @@ export interface WorkerInfo {
    * the same backend and configuration share one; null without `enable_hierarchical_cache` or L3.
    */
   hicacheStorage: string | null;
+  /** `language_only` (SGLang's EPD): the worker takes media embeddings from its `--encoder-urls`. */
+  languageOnly: boolean;
 }
 
 export interface WorkerInfoOverrides {
@@ -121,7 +123,7 @@ export function parseWorkerInfo(raw: unknown, workerUrl: string, o: WorkerInfoOv
   const capacity = positiveInt(raw["max_total_num_tokens"]);
   const kvCapacityTokens = capacity !== null && capacity <= MAX_KV_CAPACITY_TOKENS ? capacity : null;
   const { disaggregationMode, bootstrapPort } = disaggregationOf(raw, workerUrl);
-  return { blockSize, kvEndpoint, replayEndpoint, topic, modelName, startTimeMs: startTimeMs(raw), dpSize, incrementalStreaming, kvCapacityTokens, disaggregationMode, bootstrapPort, hicacheStorage: hicacheStorageOf(raw) };
+  return { blockSize, kvEndpoint, replayEndpoint, topic, modelName, startTimeMs: startTimeMs(raw), dpSize, incrementalStreaming, kvCapacityTokens, disaggregationMode, bootstrapPort, hicacheStorage: hicacheStorageOf(raw), languageOnly: raw["language_only"] === true };
 }
 
 /** `<backend>` or `<backend>:<sha-256 prefix of its extra config>`; null when no L3 is attached. */

@@ -71,6 +71,13 @@ export const RelayHelloSchema = z.object({
    */
   hicacheStorage: z.string().min(1).max(256).optional(),
   /**
+   * The worker takes its media embeddings from encoder servers: /server_info `language_only`
+   * (SGLang's EPD, `--language-only --encoder-urls …`: server_args.py L2481-2510 @9d147fd). The
+   * worker itself posts media to its encoders; they publish no KV events and are never routing
+   * targets. Absent: the worker encodes media itself.
+   */
+  languageOnly: z.literal(true).optional(),
+  /**
    * The worker's role in a prefill/decode disaggregated pool: /server_info `disaggregation_mode`
    * (SGLang `--disaggregation-mode null|prefill|decode`, python/sglang/srt/server_args.py L2434 @9d147fd).
    * Absent: "null", a unified worker.

@@ -39,6 +39,8 @@ export interface WorkerRecord {
    * hello (in memory; the rank itself is read from the target id, so it survives a restore).
    */
   dpSize?: number;
+  /** The worker takes media embeddings from encoder servers (hello `languageOnly`; in memory, restated by every hello). */
+  languageOnly?: true;
 }
 
 /** Whether an edge's failed connect still keeps routing away from the worker at `at` (ms). */
@@ -157,6 +159,7 @@ export class WorkerRegistry {
       disaggregationMode: msg.disaggregationMode ?? "null",
       bootstrapPort: msg.bootstrapPort ?? null,
       ...(dpSize > 1 ? { dpSize } : {}),
+      ...(msg.languageOnly ? { languageOnly: true as const } : {}),
     };
     const { worker, added } = this.#upsert(record);
     return { ok: true, record, worker, added, newLife: prevEpoch === undefined || msg.epoch !== prevEpoch };

@@ -26,10 +26,16 @@ afterAll(async () => {
 const encoderStats = async () => (await (await fetch(`${fleet.encoderUrls[0]}/sim/encoder`)).json()) as { hits: number; misses: number };
 
 describe("an EPD pool", () => {
-  it("lists the prefill and the decode, never the encoder, as workers", async () => {
+  it("lists the prefill (encoder-backed) and the decode, never the encoder, as workers", async () => {
     const r = await fetch(`${fleet.edgeUrl}/admin/workers`, { headers: { authorization: `Bearer ${fleet.adminToken}` } });
-    const rows = ((await r.json()) as { workers: { workerId: string; contract: unknown }[] }).workers;
+    const rows = ((await r.json()) as { workers: { workerId: string; contract: unknown; languageOnly?: boolean; disaggregationMode: string }[] }).workers;
     expect(rows.map((w) => w.workerId).sort()).toEqual(["w1", "w2"]);
+    // The prefill's relay says it is encoder-backed (/server_info language_only) and publishes its
+    // contract (zmq_to_tokenizer applies the edge's mm_hashes); the decode encodes nothing.
+    const w1 = rows.find((w) => w.workerId === "w1")!;
+    expect(w1).toMatchObject({ disaggregationMode: "prefill", languageOnly: true });
+    expect(w1.contract).not.toBeNull();
+    expect(rows.find((w) => w.workerId === "w2")!.languageOnly).toBeUndefined();
   });
 
   it("a repeated video hits the encoder's cache and the prefill's KV (cached ≥ 0.95)", async () => {
