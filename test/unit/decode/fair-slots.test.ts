@@ -4,8 +4,8 @@
  * goes to the waiting client holding the fewest; a waiter whose signal aborts leaves the queue.
  */
 import { describe, expect, it } from "vitest";
-import { FairSlots } from "../../services/decode/fair-slots.ts";
-import { QueueFullError } from "../../services/decode/concurrency.ts";
+import { FairSlots } from "../../../services/decode/fair-slots.ts";
+import { QueueFullError } from "../../../services/decode/concurrency.ts";
 
 /** Runs `fn` in a slot of `label`, as the service does (claim, work, release). */
 async function inSlot<T>(slots: FairSlots, label: string | null, fn: () => Promise<T>, signal?: AbortSignal): Promise<T> {

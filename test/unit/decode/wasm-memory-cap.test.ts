@@ -5,11 +5,11 @@
  * that took the uncapped core to its 2 GiB build maximum (11 s, 2.1 GB of RSS, measured).
  */
 import { describe, expect, it } from "vitest";
-import { loadFfmpegCore, withMemoryMax } from "../../services/decode/wasm-core.ts";
-import { ffprobeArgs } from "../../services/decode/ffprobe-scan.ts";
-import { WasmProber } from "../../services/decode/probers.ts";
-import { MediaError } from "../../src/media/errors.ts";
-import { sampleBombMp4 } from "../helpers/sample-bomb.ts";
+import { loadFfmpegCore, withMemoryMax } from "../../../services/decode/wasm-core.ts";
+import { ffprobeArgs } from "../../../services/decode/ffprobe-scan.ts";
+import { WasmProber } from "../../../services/decode/probers.ts";
+import { MediaError } from "../../../src/media/errors.ts";
+import { sampleBombMp4 } from "../../helpers/sample-bomb.ts";
 import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import path from "node:path";

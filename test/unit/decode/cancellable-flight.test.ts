@@ -4,7 +4,7 @@
  * joinable until it settles, so a caller arriving later shares it instead of starting it again.
  */
 import { describe, expect, it } from "vitest";
-import { CancellableFlight } from "../../services/decode/concurrency.ts";
+import { CancellableFlight } from "../../../services/decode/concurrency.ts";
 
 function deferred<T>() {
   let resolve!: (v: T) => void;

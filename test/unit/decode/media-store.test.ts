@@ -10,10 +10,10 @@ import { createHash } from "node:crypto";
 import http from "node:http";
 import type { AddressInfo } from "node:net";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { DecodeClient } from "../../src/media/decode-client.ts";
-import { importMediaUrlKey, signMediaPath, workerMediaCredential } from "../../src/media/signed-url.ts";
-import { startDecodeService, type DecodeService } from "../../services/decode/server.ts";
-import { makePng } from "../helpers/png.ts";
+import { DecodeClient } from "../../../src/media/decode-client.ts";
+import { importMediaUrlKey, signMediaPath, workerMediaCredential } from "../../../src/media/signed-url.ts";
+import { startDecodeService, type DecodeService } from "../../../services/decode/server.ts";
+import { makePng } from "../../helpers/png.ts";
 
 const TOKEN = "store-test-token-0123456789";
 const KEY = "k".repeat(40);

@@ -14,11 +14,11 @@ import { tmpdir } from "node:os";
 import path from "node:path";
 import { createInterface } from "node:readline";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { DecodeClient } from "../../src/media/decode-client.ts";
-import { importMediaUrlKey, signMediaPath, workerMediaCredential } from "../../src/media/signed-url.ts";
-import { MediaStore } from "../../services/decode/media-store.ts";
-import { startDecodeService, type DecodeService } from "../../services/decode/server.ts";
-import { makePng } from "../helpers/png.ts";
+import { DecodeClient } from "../../../src/media/decode-client.ts";
+import { importMediaUrlKey, signMediaPath, workerMediaCredential } from "../../../src/media/signed-url.ts";
+import { MediaStore } from "../../../services/decode/media-store.ts";
+import { startDecodeService, type DecodeService } from "../../../services/decode/server.ts";
+import { makePng } from "../../helpers/png.ts";
 
 const TOKEN = "trust-test-token-0123456789";
 const KEY = "t".repeat(40);

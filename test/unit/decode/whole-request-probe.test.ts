@@ -7,10 +7,10 @@
  */
 import { afterAll, describe, expect, it } from "vitest";
 import { fileURLToPath } from "node:url";
-import { NativeProber, nativeAvailable, WasmProber, type Prober } from "../../services/decode/probers.ts";
-import { golden } from "../fixtures/whole-request/harness.ts";
+import { NativeProber, nativeAvailable, WasmProber, type Prober } from "../../../services/decode/probers.ts";
+import { golden } from "../../fixtures/whole-request/harness.ts";
 
-const MEDIA = fileURLToPath(new URL("../fixtures/whole-request/media/", import.meta.url));
+const MEDIA = fileURLToPath(new URL("../../fixtures/whole-request/media/", import.meta.url));
 const probers: Prober[] = [new WasmProber({ threads: 2 })];
 if (await nativeAvailable()) probers.push(new NativeProber());
 

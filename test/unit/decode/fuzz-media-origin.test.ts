@@ -17,7 +17,7 @@ import path from "node:path";
 import { createInterface } from "node:readline";
 import { gzipSync } from "node:zlib";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { makePng } from "../helpers/png.ts";
+import { makePng } from "../../helpers/png.ts";
 
 const TOKEN = "fuzz-origin-token-0123456789";
 const SEED = Number(process.env.KVEDGE_FUZZ_SEED ?? 20261206);

@@ -4,7 +4,7 @@
  * IVF of 15 M one-byte frames: ~26 s of the decode service's CPU before the cap).
  */
 import { describe, expect, it } from "vitest";
-import { FfprobeOutputParser, MAX_PROBE_PACKETS } from "../../services/decode/ffprobe-scan.ts";
+import { FfprobeOutputParser, MAX_PROBE_PACKETS } from "../../../services/decode/ffprobe-scan.ts";
 
 const STREAM = "stream|codec_name=h264|width=64|height=64|time_base=1/1000|r_frame_rate=30/1|avg_frame_rate=30/1\n";
 const packet = (i: number): string => `packet|pts=${i * 33}|dts=${i * 33}|duration=33|flags=K__\n`;

@@ -5,7 +5,7 @@
  * RFC's formulas by hand, not from the implementation.
  */
 import { describe, expect, it } from "vitest";
-import { fieldsAfter304, freshFor, type FreshnessFields } from "../../services/decode/http-freshness.ts";
+import { fieldsAfter304, freshFor, type FreshnessFields } from "../../../services/decode/http-freshness.ts";
 
 const T = Date.parse("2026-12-05T06:00:00Z");
 const imf = (ms: number): string => new Date(ms).toUTCString();

@@ -9,15 +9,15 @@ import { chmodSync, existsSync, mkdtempSync, readdirSync, readFileSync, rmSync, 
 import { tmpdir } from "node:os";
 import path from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { FfprobePool } from "../../services/decode/ffprobe-pool.ts";
-import type { ScanResult } from "../../services/decode/ffprobe-scan.ts";
-import { NativeProber, nativeAvailable, ProbeTimeoutError } from "../../services/decode/probers.ts";
-import { DEFAULT_PROBE_MEMORY_BYTES } from "../../services/decode/ffprobe-run.ts";
-import { ffmpegToFile } from "../helpers/wasm-media.ts";
-import { requireInCi } from "../helpers/required.ts";
+import { FfprobePool } from "../../../services/decode/ffprobe-pool.ts";
+import type { ScanResult } from "../../../services/decode/ffprobe-scan.ts";
+import { NativeProber, nativeAvailable, ProbeTimeoutError } from "../../../services/decode/probers.ts";
+import { DEFAULT_PROBE_MEMORY_BYTES } from "../../../services/decode/ffprobe-run.ts";
+import { ffmpegToFile } from "../../helpers/wasm-media.ts";
+import { requireInCi } from "../../helpers/required.ts";
 
 const hasNative = requireInCi(await nativeAvailable(), "native ffprobe", "the pool runs the native ffprobe");
-const ROOT = path.resolve(import.meta.dirname, "../..");
+const ROOT = path.resolve(import.meta.dirname, "../../..");
 let dir = "";
 let clipA = ""; // 45 frames @ 30000/1001
 let clipB = ""; // 20 frames @ 25

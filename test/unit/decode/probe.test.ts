@@ -10,11 +10,11 @@ import { mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import path from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { MediaError } from "../../src/media/errors.ts";
-import { NativeProber, nativeAvailable, WasmProber } from "../../services/decode/probers.ts";
-import type { ScanResult } from "../../services/decode/ffprobe-scan.ts";
-import { requireInCi } from "../helpers/required.ts";
-import { ffmpegToFile, ffprobeFile } from "../helpers/wasm-media.ts";
+import { MediaError } from "../../../src/media/errors.ts";
+import { NativeProber, nativeAvailable, WasmProber } from "../../../services/decode/probers.ts";
+import type { ScanResult } from "../../../services/decode/ffprobe-scan.ts";
+import { requireInCi } from "../../helpers/required.ts";
+import { ffmpegToFile, ffprobeFile } from "../../helpers/wasm-media.ts";
 
 interface Clip {
   name: string;

@@ -10,15 +10,15 @@ import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import path from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { DecodeClient } from "../../src/media/decode-client.ts";
+import { DecodeClient } from "../../../src/media/decode-client.ts";
 import { createHash } from "node:crypto";
-import { initHashing } from "../../src/util/hash.ts";
-import { nativeAvailable } from "../../services/decode/probers.ts";
+import { initHashing } from "../../../src/util/hash.ts";
+import { nativeAvailable } from "../../../services/decode/probers.ts";
 
 const sha256Hex = (b: Uint8Array): string => createHash("sha256").update(b).digest("hex");
-import { startDecodeService, type DecodeService } from "../../services/decode/server.ts";
-import { sampleBombMp4 } from "../helpers/sample-bomb.ts";
-import { ffmpegToFile } from "../helpers/wasm-media.ts";
+import { startDecodeService, type DecodeService } from "../../../services/decode/server.ts";
+import { sampleBombMp4 } from "../../helpers/sample-bomb.ts";
+import { ffmpegToFile } from "../../helpers/wasm-media.ts";
 
 const TOKEN = "decode-test-token-0123456789";
 // The service as it starts here: native ffprobe when installed, else the embedded wasm build.
