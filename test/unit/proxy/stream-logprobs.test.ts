@@ -5,9 +5,9 @@
  * handed to JSON.parse, with and without top_logprobs 20, over the same 1 000-token stream.
  */
 import { afterEach, describe, expect, it, vi } from "vitest";
-import { createChatStreamCore } from "../../src/proxy/chat-stream.ts";
-import { chatOutputPlan } from "../../src/proxy/chat-output.ts";
-import { parseChatRequest } from "../../src/api/validate.ts";
+import { createChatStreamCore } from "../../../src/proxy/chat-stream.ts";
+import { chatOutputPlan } from "../../../src/proxy/chat-output.ts";
+import { parseChatRequest } from "../../../src/api/validate.ts";
 
 const enc = new TextEncoder();
 const TOKENS = 1_000;

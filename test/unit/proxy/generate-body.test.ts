@@ -5,9 +5,9 @@
  */
 import fc from "fast-check";
 import { describe, expect, it } from "vitest";
-import { bodyOfChunks, generateBodyChunks } from "../../src/proxy/generate-body.ts";
-import { parseRecordingLiterals, type JsonLiteral } from "../../src/util/json-scan.ts";
-import type { GenerateRequestBody } from "../../src/proxy/sglang-wire.ts";
+import { bodyOfChunks, generateBodyChunks } from "../../../src/proxy/generate-body.ts";
+import { parseRecordingLiterals, type JsonLiteral } from "../../../src/util/json-scan.ts";
+import type { GenerateRequestBody } from "../../../src/proxy/sglang-wire.ts";
 
 const concat = (chunks: readonly string[]): string => chunks.join("");
 

@@ -10,17 +10,17 @@
  */
 import fc from "fast-check";
 import { describe, expect, it, vi } from "vitest";
-import type { ToolDefinition } from "../../src/api/openai-schema.ts";
-import { parseChatRequest } from "../../src/api/validate.ts";
-import { ChoiceOutput, chatOutputPlan, finishChoiceText, modelParsers, requiresReasoning, type StreamDelta } from "../../src/proxy/chat-output.ts";
-import { createChatStreamCore } from "../../src/proxy/chat-stream.ts";
-import { buildGenerateBody } from "../../src/proxy/generate-request.ts";
-import { LogprobMetaSchema, toChoiceLogprobs } from "../../src/proxy/logprobs.ts";
-import { ReasoningStream, splitReasoning } from "../../src/proxy/reasoning.ts";
-import { forcedToolCallSchema } from "../../src/proxy/tool-calls/constraint.ts";
-import { parsePyJson, pyJsonDumps } from "../../src/proxy/tool-calls/json.ts";
-import { callsOfBlock, parseQwenToolCalls, QwenToolCallStream, type ToolCallDelta } from "../../src/proxy/tool-calls/qwen25.ts";
-import { pyStrip } from "../../src/util/py-str.ts";
+import type { ToolDefinition } from "../../../src/api/openai-schema.ts";
+import { parseChatRequest } from "../../../src/api/validate.ts";
+import { ChoiceOutput, chatOutputPlan, finishChoiceText, modelParsers, requiresReasoning, type StreamDelta } from "../../../src/proxy/chat-output.ts";
+import { createChatStreamCore } from "../../../src/proxy/chat-stream.ts";
+import { buildGenerateBody } from "../../../src/proxy/generate-request.ts";
+import { LogprobMetaSchema, toChoiceLogprobs } from "../../../src/proxy/logprobs.ts";
+import { ReasoningStream, splitReasoning } from "../../../src/proxy/reasoning.ts";
+import { forcedToolCallSchema } from "../../../src/proxy/tool-calls/constraint.ts";
+import { parsePyJson, pyJsonDumps } from "../../../src/proxy/tool-calls/json.ts";
+import { callsOfBlock, parseQwenToolCalls, QwenToolCallStream, type ToolCallDelta } from "../../../src/proxy/tool-calls/qwen25.ts";
+import { pyStrip } from "../../../src/util/py-str.ts";
 
 const tool = (name: string, parameters?: Record<string, unknown>): ToolDefinition => ({
   type: "function",

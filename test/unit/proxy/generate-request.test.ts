@@ -1,15 +1,15 @@
 import { describe, expect, it } from "vitest";
-import { InternalError } from "../../src/api/errors.ts";
-import { parseChatRequest } from "../../src/api/validate.ts";
-import { DEFAULT_LIMITS } from "../../src/api/limits.ts";
+import { InternalError } from "../../../src/api/errors.ts";
+import { parseChatRequest } from "../../../src/api/validate.ts";
+import { DEFAULT_LIMITS } from "../../../src/api/limits.ts";
 import {
   buildGenerateBody,
   buildSamplingParams,
   mmHashesAllowed,
   newRequestId,
   outputCap,
-} from "../../src/proxy/generate-request.ts";
-import type { SglangSamplingParams } from "../../src/proxy/sglang-wire.ts";
+} from "../../../src/proxy/generate-request.ts";
+import type { SglangSamplingParams } from "../../../src/proxy/sglang-wire.ts";
 
 // stop_regex is refused by default (limits.ts maxStopRegexes); the mapping is what an operator who allows it gets.
 const parse = (extra: Record<string, unknown> = {}) =>

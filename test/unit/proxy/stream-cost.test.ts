@@ -3,9 +3,9 @@
  * and the router's incremental-only selection it relies on.
  */
 import { beforeAll, describe, expect, it } from "vitest";
-import { cumulativeLogprobBytes, MAX_CUMULATIVE_LOGPROB_BYTES, maxCumulativeLogprobTokens } from "../../src/proxy/stream-cost.ts";
-import { RoutingCore } from "../../src/routing-index/routing-core.ts";
-import { initHashing } from "../../src/util/hash.ts";
+import { cumulativeLogprobBytes, MAX_CUMULATIVE_LOGPROB_BYTES, maxCumulativeLogprobTokens } from "../../../src/proxy/stream-cost.ts";
+import { RoutingCore } from "../../../src/routing-index/routing-core.ts";
+import { initHashing } from "../../../src/util/hash.ts";
 
 beforeAll(() => initHashing());
 

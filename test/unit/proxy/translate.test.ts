@@ -4,9 +4,9 @@ import {
   UpstreamRejectedError,
   UpstreamTimeoutError,
   httpStatusOf,
-} from "../../src/api/errors.ts";
-import { translateGenerateHttp, translateGenerateResponse } from "../../src/proxy/translate.ts";
-import { upstreamHttpError, upstreamStreamError } from "../../src/proxy/upstream-error.ts";
+} from "../../../src/api/errors.ts";
+import { translateGenerateHttp, translateGenerateResponse } from "../../../src/proxy/translate.ts";
+import { upstreamHttpError, upstreamStreamError } from "../../../src/proxy/upstream-error.ts";
 
 // A non-streaming `/generate` answer as SGLang builds it (python/sglang/srt/managers/tokenizer_manager.py @9d147fd L2013-2064).
 const RESULT = {

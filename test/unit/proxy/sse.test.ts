@@ -1,8 +1,8 @@
 import fc from "fast-check";
 import { describe, expect, it, vi } from "vitest";
-import { UpstreamError } from "../../src/api/errors.ts";
-import { createSseParser } from "../../src/proxy/sse.ts";
-import type { SseEvent } from "../../src/proxy/sse.ts";
+import { UpstreamError } from "../../../src/api/errors.ts";
+import { createSseParser } from "../../../src/proxy/sse.ts";
+import type { SseEvent } from "../../../src/proxy/sse.ts";
 
 const enc = new TextEncoder();
 

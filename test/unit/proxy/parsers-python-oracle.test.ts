@@ -11,12 +11,12 @@
 import { spawnSync } from "node:child_process";
 import fc from "fast-check";
 import { describe, expect, it } from "vitest";
-import type { ToolDefinition } from "../../src/api/openai-schema.ts";
-import { ChoiceOutput, finishChoiceText, type ChatOutputPlan } from "../../src/proxy/chat-output.ts";
-import { ReasoningStream, splitReasoning } from "../../src/proxy/reasoning.ts";
-import { parseQwenToolCalls, QwenToolCallStream } from "../../src/proxy/tool-calls/qwen25.ts";
-import { pyStrip } from "../../src/util/py-str.ts";
-import { requireInCi } from "../helpers/required.ts";
+import type { ToolDefinition } from "../../../src/api/openai-schema.ts";
+import { ChoiceOutput, finishChoiceText, type ChatOutputPlan } from "../../../src/proxy/chat-output.ts";
+import { ReasoningStream, splitReasoning } from "../../../src/proxy/reasoning.ts";
+import { parseQwenToolCalls, QwenToolCallStream } from "../../../src/proxy/tool-calls/qwen25.ts";
+import { pyStrip } from "../../../src/util/py-str.ts";
+import { requireInCi } from "../../helpers/required.ts";
 
 const tool = (name: string): ToolDefinition => ({ type: "function", function: { name, description: undefined, parameters: undefined, strict: false } });
 const TOOLS = [tool("get_weather"), tool("search")];

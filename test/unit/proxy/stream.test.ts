@@ -2,10 +2,10 @@ import { createServer } from "node:http";
 import type { AddressInfo } from "node:net";
 import fc from "fast-check";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { UpstreamError, UpstreamRejectedError } from "../../src/api/errors.ts";
-import { createChatStreamCore, createChatStreamTranslator } from "../../src/proxy/chat-stream.ts";
-import type { ChatStreamOptions, StreamOutcome } from "../../src/proxy/chat-stream.ts";
-import type { UsageSummary } from "../../src/proxy/usage.ts";
+import { UpstreamError, UpstreamRejectedError } from "../../../src/api/errors.ts";
+import { createChatStreamCore, createChatStreamTranslator } from "../../../src/proxy/chat-stream.ts";
+import type { ChatStreamOptions, StreamOutcome } from "../../../src/proxy/chat-stream.ts";
+import type { UsageSummary } from "../../../src/proxy/usage.ts";
 
 const enc = new TextEncoder();
 const dec = new TextDecoder();
