@@ -10,7 +10,7 @@ import { localHashToHex, type RelayEvent } from "../../../src/relay-wire/relay-p
 import { WorkerBlockSet } from "../../../services/relay/worker-block-set.ts";
 import { PagedRadixCache, type KvEvent } from "../../../services/sglang-sim/radix-cache.ts";
 import { initHashing } from "../../../src/util/hash.ts";
-import { mulberry32 } from "../tokenizer-fuzz.ts";
+import { mulberry32 } from "../support/tokenizer-fuzz.ts";
 
 beforeAll(() => initHashing());
 

@@ -2,7 +2,7 @@
  * Seeded text generator for the tokenizer differential tests and benchmark: mixed scripts,
  * whitespace oddities, contractions, combining marks, emoji, code, and added tokens inline.
  */
-import { rng } from "../../bench/lib/stats.mjs";
+import { rng } from "../../../bench/lib/stats.mjs";
 
 /** The bench's seeded PRNG (mulberry32), one implementation for tests and benchmarks. */
 export const mulberry32: (seed: number) => () => number = rng;
