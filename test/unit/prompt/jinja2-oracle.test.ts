@@ -4,10 +4,10 @@
 import { spawnSync } from "node:child_process";
 import { fileURLToPath } from "node:url";
 import { describe, expect, it } from "vitest";
-import { requireInCi } from "../helpers/required.ts";
-import { contentFormatOf, preprocessChat, PyNumber, renderTemplate, type TemplateId } from "../../src/prompt/index.ts";
+import { requireInCi } from "../../helpers/required.ts";
+import { contentFormatOf, preprocessChat, PyNumber, renderTemplate, type TemplateId } from "../../../src/prompt/index.ts";
 
-const TEMPLATE_DIR = fileURLToPath(new URL("../../src/prompt/templates/", import.meta.url));
+const TEMPLATE_DIR = fileURLToPath(new URL("../../../src/prompt/templates/", import.meta.url));
 
 const hasJinja2 = requireInCi(spawnSync("python3", ["-c", "import jinja2"], { encoding: "utf8" }).status === 0, "python3 with jinja2", "the independent Jinja2 oracle for the chat-template renderer");
 

@@ -1,7 +1,7 @@
 // Python number text for tojson and Python str.strip semantics (docs/prompt.md, "Number policy for `tojson`").
 import fc from "fast-check";
 import { describe, expect, it } from "vitest";
-import { pyStrip } from "../../src/prompt/jinja-compat.ts";
+import { pyStrip } from "../../../src/prompt/jinja-compat.ts";
 import {
   parseJsonKeepingNumbers,
   parseToolsKeepingNumbers,
@@ -10,7 +10,7 @@ import {
   pythonNumberTextFromLexeme,
   pythonNumberTextFromValue,
   renderChatPrompt,
-} from "../../src/prompt/index.ts";
+} from "../../../src/prompt/index.ts";
 
 // Expected values: CPython 3.11 `json.dumps(json.loads(lexeme))`.
 const PYTHON_DUMPS: Record<string, string> = {

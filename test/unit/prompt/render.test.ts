@@ -2,9 +2,9 @@
 // preprocessing (prompts and ids from transformers 5.17 `apply_chat_template` with the HF `tokenizers`
 // reference), and the preprocessing and Jinja2 behaviours of docs/prompt.md.
 import { describe, expect, it } from "vitest";
-import { InvalidRequestError } from "../../src/api/errors.ts";
-import { preparePrompt, renderChatPrompt } from "../../src/prompt/index.ts";
-import { getQwenTokenizer } from "../../src/prompt/tokenizer/index.ts";
+import { InvalidRequestError } from "../../../src/api/errors.ts";
+import { preparePrompt, renderChatPrompt } from "../../../src/prompt/index.ts";
+import { getQwenTokenizer } from "../../../src/prompt/tokenizer/index.ts";
 
 const VIDEO_THEN_TEXT = [
   { role: "user", content: [{ type: "video_url", video_url: { url: "https://example.com/v.mp4" } }, { type: "text", text: "Describe" }] },

@@ -2,19 +2,19 @@ import { readdirSync, readFileSync } from "node:fs";
 import { createRequire } from "node:module";
 import { isAbsolute, join, resolve } from "node:path";
 import { beforeAll, describe, expect, it } from "vitest";
-import { InvalidRequestError } from "../../src/api/errors.ts";
-import { VOCAB_B64 } from "../../src/generated/tokenizer/qwen-vocab.js";
-import { bpe } from "../../src/prompt/tokenizer/bpe.ts";
-import { IdBuffer } from "../../src/prompt/tokenizer/id-buffer.ts";
-import { clearTokenizerCaches, getQwenTokenizer, tokenizerCacheStats } from "../../src/prompt/tokenizer/index.ts";
-import { SegmentCache } from "../../src/prompt/tokenizer/segment-cache.ts";
-import { decodeVocab } from "../../src/prompt/tokenizer/vocab.ts";
-import { fuzzCorpus, longTexts, mulberry32 } from "./tokenizer-fuzz.ts";
+import { InvalidRequestError } from "../../../src/api/errors.ts";
+import { VOCAB_B64 } from "../../../src/generated/tokenizer/qwen-vocab.js";
+import { bpe } from "../../../src/prompt/tokenizer/bpe.ts";
+import { IdBuffer } from "../../../src/prompt/tokenizer/id-buffer.ts";
+import { clearTokenizerCaches, getQwenTokenizer, tokenizerCacheStats } from "../../../src/prompt/tokenizer/index.ts";
+import { SegmentCache } from "../../../src/prompt/tokenizer/segment-cache.ts";
+import { decodeVocab } from "../../../src/prompt/tokenizer/vocab.ts";
+import { fuzzCorpus, longTexts, mulberry32 } from "../support/tokenizer-fuzz.ts";
 
 const require = createRequire(import.meta.url);
 // GOLDEN_DIR as golden.test.ts reads it (relative to the repository); every *.json there is read and
 // its tokenizer.encode cases run, whatever the files are called.
-const repoRoot = resolve(import.meta.dirname, "../..");
+const repoRoot = resolve(import.meta.dirname, "../../..");
 const envDir = process.env.GOLDEN_DIR;
 const goldenDir = envDir ? (isAbsolute(envDir) ? envDir : resolve(repoRoot, envDir)) : resolve(repoRoot, "test/fixtures/golden");
 interface EncodeCase {

@@ -1,8 +1,8 @@
 // SGLang message preprocessing (sgl-project/sglang @9d147fd python/sglang/srt/entrypoints/openai/
 // serving_chat.py L640-946, python/sglang/srt/parser/jinja_template_utils.py L81-245).
 import { describe, expect, it } from "vitest";
-import { InvalidRequestError } from "../../src/api/errors.ts";
-import { preprocessChat, PyNumber, type ChatRequestLike } from "../../src/prompt/index.ts";
+import { InvalidRequestError } from "../../../src/api/errors.ts";
+import { preprocessChat, PyNumber, type ChatRequestLike } from "../../../src/prompt/index.ts";
 
 const pre = (request: ChatRequestLike) => preprocessChat(request, "openai");
 

@@ -1,12 +1,12 @@
 import fc from "fast-check";
 import { beforeAll, describe, expect, it } from "vitest";
-import { InvalidRequestError } from "../../src/api/errors.ts";
-import { localBlockHashes } from "../../src/blocks/block-hash.ts";
-import { preparePrompt, type ModelFamily, type TemplateId } from "../../src/prompt/index.ts";
-import { PrefixCache, SPLIT_TOKEN, splitIsSafe, type PrefixTokenizer } from "../../src/prompt/prefix-cache.ts";
-import { getQwenTokenizer, MODEL_FAMILIES } from "../../src/prompt/tokenizer/index.ts";
-import { initHashing } from "../../src/util/hash.ts";
-import { fuzzString, mulberry32 } from "./tokenizer-fuzz.ts";
+import { InvalidRequestError } from "../../../src/api/errors.ts";
+import { localBlockHashes } from "../../../src/blocks/block-hash.ts";
+import { preparePrompt, type ModelFamily, type TemplateId } from "../../../src/prompt/index.ts";
+import { PrefixCache, SPLIT_TOKEN, splitIsSafe, type PrefixTokenizer } from "../../../src/prompt/prefix-cache.ts";
+import { getQwenTokenizer, MODEL_FAMILIES } from "../../../src/prompt/tokenizer/index.ts";
+import { initHashing } from "../../../src/util/hash.ts";
+import { fuzzString, mulberry32 } from "../support/tokenizer-fuzz.ts";
 
 beforeAll(() => initHashing());
 

@@ -8,10 +8,10 @@ import { join } from "node:path";
 import { fileURLToPath, pathToFileURL } from "node:url";
 import { promisify } from "node:util";
 import { afterAll, describe, expect, it } from "vitest";
-import { CHAT_TEMPLATES } from "../../src/generated/templates.js";
-import { contentFormatOf, detectContentFormat, getTemplate, TemplateIdSchema } from "../../src/prompt/index.ts";
+import { CHAT_TEMPLATES } from "../../../src/generated/templates.js";
+import { contentFormatOf, detectContentFormat, getTemplate, TemplateIdSchema } from "../../../src/prompt/index.ts";
 
-const ROOT = fileURLToPath(new URL("../../", import.meta.url));
+const ROOT = fileURLToPath(new URL("../../../", import.meta.url));
 const TEMPLATE_DIR = join(ROOT, "src/prompt/templates");
 const IDS = TemplateIdSchema.options;
 
@@ -57,7 +57,7 @@ describe("template build (scripts/assets/15-templates.mjs)", () => {
     const { src, out } = copyTemplates();
     const res = await build({ srcDir: src, outDir: out });
     expect(res.ids).toEqual([...IDS]);
-    const mod = (await import(pathToFileURL(res.outFile).href)) as typeof import("../../src/generated/templates.js");
+    const mod = (await import(pathToFileURL(res.outFile).href)) as typeof import("../../../src/generated/templates.js");
     for (const id of IDS) {
       const bytes = readFileSync(join(TEMPLATE_DIR, `${id}.jinja`));
       expect(Buffer.from(mod.CHAT_TEMPLATES[id].text, "utf8").equals(bytes)).toBe(true);

@@ -1,5 +1,5 @@
 import { describe, expect, it } from "vitest";
-import { modelBasename, ModelProfileOverridesSchema, ModelProfileSchema, resolveModelProfile } from "../../src/prompt/index.ts";
+import { modelBasename, ModelProfileOverridesSchema, ModelProfileSchema, resolveModelProfile } from "../../../src/prompt/index.ts";
 
 describe("model profiles", () => {
   it.each([

@@ -1,11 +1,11 @@
 // Whole-character BPE symbols (src/prompt/tokenizer/char-tokens.ts) against the Rust binding: every
 // merge that joins two non-ASCII characters, in context, and seeded runs of mixed characters.
 import { beforeAll, describe, expect, it } from "vitest";
-import { VOCAB_B64 } from "../../src/generated/tokenizer/qwen-vocab.js";
-import { CharTokens, CONDITIONAL } from "../../src/prompt/tokenizer/char-tokens.ts";
-import { clearTokenizerCaches, getQwenTokenizer } from "../../src/prompt/tokenizer/index.ts";
-import { decodeVocab, lookupBytes, NO_TOKEN } from "../../src/prompt/tokenizer/vocab.ts";
-import { mulberry32 } from "./tokenizer-fuzz.ts";
+import { VOCAB_B64 } from "../../../src/generated/tokenizer/qwen-vocab.js";
+import { CharTokens, CONDITIONAL } from "../../../src/prompt/tokenizer/char-tokens.ts";
+import { clearTokenizerCaches, getQwenTokenizer } from "../../../src/prompt/tokenizer/index.ts";
+import { decodeVocab, lookupBytes, NO_TOKEN } from "../../../src/prompt/tokenizer/vocab.ts";
+import { mulberry32 } from "../support/tokenizer-fuzz.ts";
 import { loadRustTokenizer, type RustTokenizer } from "./rust-tokenizer.ts";
 
 let rust: RustTokenizer;

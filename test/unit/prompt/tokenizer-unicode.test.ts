@@ -7,14 +7,14 @@
 import { readFileSync } from "node:fs";
 import { beforeAll, describe, expect, it, vi } from "vitest";
 // @ts-expect-error -- plain .mjs dev script without type declarations
-import * as gen from "../../scripts/gen-unicode-patch.mjs";
-import { clearTokenizerCaches, getQwenTokenizer } from "../../src/prompt/tokenizer/index.ts";
-import { BpeEngine } from "../../src/prompt/tokenizer/engine.ts";
-import { qwenPieceRegex } from "../../src/prompt/tokenizer/pretokenize.ts";
-import { PieceScanner } from "../../src/prompt/tokenizer/piece-scanner.ts";
-import { codePointSet, hasCodePoint, hasSkew, referenceNfc } from "../../src/prompt/tokenizer/skew.ts";
-import { L, N, nfcBarrier, skew } from "../../src/prompt/tokenizer/unicode-patch.ts";
-import { fuzzCorpus, longTexts, mulberry32 } from "./tokenizer-fuzz.ts";
+import * as gen from "../../../scripts/gen-unicode-patch.mjs";
+import { clearTokenizerCaches, getQwenTokenizer } from "../../../src/prompt/tokenizer/index.ts";
+import { BpeEngine } from "../../../src/prompt/tokenizer/engine.ts";
+import { qwenPieceRegex } from "../../../src/prompt/tokenizer/pretokenize.ts";
+import { PieceScanner } from "../../../src/prompt/tokenizer/piece-scanner.ts";
+import { codePointSet, hasCodePoint, hasSkew, referenceNfc } from "../../../src/prompt/tokenizer/skew.ts";
+import { L, N, nfcBarrier, skew } from "../../../src/prompt/tokenizer/unicode-patch.ts";
+import { fuzzCorpus, longTexts, mulberry32 } from "../support/tokenizer-fuzz.ts";
 import { loadRustTokenizer, type RustTokenizer } from "./rust-tokenizer.ts";
 
 type Ctx = (c: string) => string;
