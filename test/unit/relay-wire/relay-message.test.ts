@@ -5,8 +5,8 @@
  */
 import fc from "fast-check";
 import { describe, expect, it } from "vitest";
-import { parseRelayMessage } from "../../src/relay-wire/relay-message.ts";
-import { RelayMessageSchema } from "../../src/relay-wire/relay-protocol.ts";
+import { parseRelayMessage } from "../../../src/relay-wire/relay-message.ts";
+import { RelayMessageSchema } from "../../../src/relay-wire/relay-protocol.ts";
 
 // Mostly valid values, so that whole messages are often valid but for one detail.
 const engineHash = fc.oneof(

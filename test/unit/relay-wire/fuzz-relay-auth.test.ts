@@ -21,8 +21,8 @@ import {
   relayTokenKeyId,
   verifyRelayConnect,
   type RelayKeyRecord,
-} from "../../src/relay-wire/relay-auth.ts";
-import { RelayHelloSchema } from "../../src/relay-wire/relay-protocol.ts";
+} from "../../../src/relay-wire/relay-auth.ts";
+import { RelayHelloSchema } from "../../../src/relay-wire/relay-protocol.ts";
 
 const SECRET = "fuzz-relay-secret-0123456789";
 const MODEL = "Qwen/Qwen3-VL-8B-Instruct";
