@@ -3,7 +3,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { describe, expect, it } from "vitest";
 // @ts-expect-error -- plain .mjs CLI without type declarations
-import * as cli from "../../scripts/kvedge.mjs";
+import * as cli from "../../../scripts/kvedge.mjs";
 
 const { parseCli, parseTrace, percentile, summarizeReplay, usageFromSse, formatExplain, renderTokens, run, UsageError } = cli as Record<string, any>;
 

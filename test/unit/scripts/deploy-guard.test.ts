@@ -10,10 +10,10 @@ import { join } from "node:path";
 import { gzipSync } from "node:zlib";
 import { afterAll, describe, expect, it } from "vitest";
 import { unstable_readConfig } from "wrangler";
-import { EdgeEnvSchema } from "../../src/config/config.ts";
-import { checkDeployAccess, checkDeployWorkerAuth, targetEnvOf } from "../../scripts/deploy-guard.ts";
+import { EdgeEnvSchema } from "../../../src/config/config.ts";
+import { checkDeployAccess, checkDeployWorkerAuth, targetEnvOf } from "../../../scripts/deploy-guard.ts";
 
-const ROOT = join(import.meta.dirname, "../..");
+const ROOT = join(import.meta.dirname, "../../..");
 /** Workers limits (compressed upload): 3 MiB on the Free plan, 10 MiB on Paid. Stay under Free. */
 const FREE_PLAN_GZIP_LIMIT = 3 * 1024 * 1024;
 const dirs: string[] = [];

@@ -1,7 +1,7 @@
 /** `kvedge relay-key` arguments (the commands themselves run against the real edge in test/e2e/tenant-eagle.test.ts). */
 import { describe, expect, it } from "vitest";
 // @ts-expect-error -- plain .mjs CLI without type declarations
-import * as cli from "../../scripts/kvedge.mjs";
+import * as cli from "../../../scripts/kvedge.mjs";
 
 const { parseCli, UsageError } = cli as Record<string, any>;
 const env = { KVEDGE_ADMIN_TOKEN: "t" };
