@@ -1,5 +1,5 @@
 import { describe, expect, it } from "vitest";
-import { StageClock } from "../../src/edge/server-timing.ts";
+import { StageClock } from "../../../src/edge/server-timing.ts";
 
 describe("StageClock (Server-Timing stages for admin callers)", () => {
   it("books each stage the time since the previous mark, in order, as Server-Timing entries", () => {

@@ -1,5 +1,5 @@
 import { describe, expect, it } from "vitest";
-import { poolReady, readinessResponse, type ReadinessRow } from "../../src/edge/readiness.ts";
+import { poolReady, readinessResponse, type ReadinessRow } from "../../../src/edge/readiness.ts";
 
 const row = (over: Partial<ReadinessRow> = {}): ReadinessRow => ({ status: "up", synced: true, quarantined: false, ...over });
 

@@ -8,17 +8,17 @@
  */
 import { createHmac } from "node:crypto";
 import { beforeAll, describe, expect, it } from "vitest";
-import { parseEdgeConfig } from "../../src/config/config.ts";
-import { NotFoundError } from "../../src/api/errors.ts";
-import { cacheSaltFor } from "../../src/edge/cache-salt.ts";
-import { resolveModel } from "../../src/edge/chat/resolve-model.ts";
-import { localBlockHashes, namespacedLocalHashes, namespaceTag } from "../../src/blocks/block-hash.ts";
-import { decodeKvEventBatch } from "../../src/engine-events/event-decode.ts";
-import { RoutingCore } from "../../src/routing-index/routing-core.ts";
-import { WorkerBlockSet } from "../../services/relay/worker-block-set.ts";
-import { initHashing } from "../../src/util/hash.ts";
-import { encodeEventBatch } from "../../services/sglang-sim/kv-wire.ts";
-import { PagedRadixCache, type KvEvent } from "../../services/sglang-sim/radix-cache.ts";
+import { parseEdgeConfig } from "../../../src/config/config.ts";
+import { NotFoundError } from "../../../src/api/errors.ts";
+import { cacheSaltFor } from "../../../src/edge/cache-salt.ts";
+import { resolveModel } from "../../../src/edge/chat/resolve-model.ts";
+import { localBlockHashes, namespacedLocalHashes, namespaceTag } from "../../../src/blocks/block-hash.ts";
+import { decodeKvEventBatch } from "../../../src/engine-events/event-decode.ts";
+import { RoutingCore } from "../../../src/routing-index/routing-core.ts";
+import { WorkerBlockSet } from "../../../services/relay/worker-block-set.ts";
+import { initHashing } from "../../../src/util/hash.ts";
+import { encodeEventBatch } from "../../../services/sglang-sim/kv-wire.ts";
+import { PagedRadixCache, type KvEvent } from "../../../services/sglang-sim/radix-cache.ts";
 
 const SECRET = "namespace-test-secret-0123456789";
 const MODEL = "Qwen/Qwen3-VL-8B-Instruct";

@@ -8,16 +8,16 @@
 import { createServer, type Server } from "node:http";
 import type { AddressInfo } from "node:net";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { parseEdgeConfig } from "../../src/config/config.ts";
-import { handleChatCompletions, type ChatDeps } from "../../src/edge/chat.ts";
-import type { ChatFrontDoor, RelayKeyFrontDoor } from "../../src/routing-index/front-door.ts";
-import { deriveWorkerApiKey } from "../../src/edge/worker-auth.ts";
-import { RELAY_KEY_ROUTES } from "../../src/edge/relay-key-routes.ts";
-import { dispatch } from "../../src/edge/route-table.ts";
-import { RoutingCore } from "../../src/routing-index/routing-core.ts";
-import { initHashing } from "../../src/util/hash.ts";
-import { startSimulatedWorker, type SimulatedWorker } from "../../services/sglang-sim/worker.ts";
-import { fetchServerInfo } from "../../services/relay/worker-info.ts";
+import { parseEdgeConfig } from "../../../src/config/config.ts";
+import { handleChatCompletions, type ChatDeps } from "../../../src/edge/chat.ts";
+import type { ChatFrontDoor, RelayKeyFrontDoor } from "../../../src/routing-index/front-door.ts";
+import { deriveWorkerApiKey } from "../../../src/edge/worker-auth.ts";
+import { RELAY_KEY_ROUTES } from "../../../src/edge/relay-key-routes.ts";
+import { dispatch } from "../../../src/edge/route-table.ts";
+import { RoutingCore } from "../../../src/routing-index/routing-core.ts";
+import { initHashing } from "../../../src/util/hash.ts";
+import { startSimulatedWorker, type SimulatedWorker } from "../../../services/sglang-sim/worker.ts";
+import { fetchServerInfo } from "../../../services/relay/worker-info.ts";
 
 const MODEL = "Qwen/Qwen3-VL-8B-Instruct";
 const KEY_SECRET = "worker-key-secret-for-this-test-0123456789";

@@ -7,13 +7,13 @@
 import http from "node:http";
 import type { AddressInfo } from "node:net";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { parseEdgeConfig } from "../../src/config/config.ts";
-import { handleChatCompletions, type ChatDeps } from "../../src/edge/chat.ts";
-import type { ChatFrontDoor } from "../../src/routing-index/front-door.ts";
-import { clientLabel } from "../../src/edge/client-label.ts";
-import { initHashing } from "../../src/util/hash.ts";
-import { startDecodeService, type DecodeService } from "../../services/decode/server.ts";
-import { makePng } from "../helpers/png.ts";
+import { parseEdgeConfig } from "../../../src/config/config.ts";
+import { handleChatCompletions, type ChatDeps } from "../../../src/edge/chat.ts";
+import type { ChatFrontDoor } from "../../../src/routing-index/front-door.ts";
+import { clientLabel } from "../../../src/edge/client-label.ts";
+import { initHashing } from "../../../src/util/hash.ts";
+import { startDecodeService, type DecodeService } from "../../../services/decode/server.ts";
+import { makePng } from "../../helpers/png.ts";
 
 const MODEL = "Qwen/Qwen3-VL-8B-Instruct";
 const TOKEN = "edge-client-label-token-0123456789";

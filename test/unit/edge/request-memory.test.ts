@@ -10,7 +10,7 @@ import { spawnSync } from "node:child_process";
 import { join } from "node:path";
 import { describe, expect, it } from "vitest";
 
-const CHILD = join(import.meta.dirname, "fixtures/request-memory-child.ts");
+const CHILD = join(import.meta.dirname, "request-memory-child.ts");
 
 const cases: [string, RegExp][] = [
   ["text", /^refused: context_length_exceeded$/],

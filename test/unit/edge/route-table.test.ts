@@ -3,8 +3,8 @@
  * serves; 404 and 405 come out of it as the API's errors, in the OpenAI shape with `Allow`.
  */
 import { describe, expect, it } from "vitest";
-import { errorResponse } from "../../src/api/errors.ts";
-import { dispatch, type Route } from "../../src/edge/route-table.ts";
+import { errorResponse } from "../../../src/api/errors.ts";
+import { dispatch, type Route } from "../../../src/edge/route-table.ts";
 
 const text = (s: string) => new Response(s);
 const TABLE: readonly Route<string>[] = [

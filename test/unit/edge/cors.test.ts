@@ -4,8 +4,8 @@
  * value stops the Worker with the variable's name.
  */
 import { describe, expect, it } from "vitest";
-import { parseEdgeConfig } from "../../src/config/config.ts";
-import { preflightResponse, withCors } from "../../src/edge/cors.ts";
+import { parseEdgeConfig } from "../../../src/config/config.ts";
+import { preflightResponse, withCors } from "../../../src/edge/cors.ts";
 
 const corsOf = (v: string | undefined) => parseEdgeConfig(v === undefined ? {} : { KVEDGE_CORS: v }).cors;
 const req = (origin: string | null, method = "GET") => new Request("https://edge/v1/models", { method, headers: origin ? { origin } : {} });

@@ -7,16 +7,16 @@ import { createHash } from "node:crypto";
 import http from "node:http";
 import type { AddressInfo } from "node:net";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { verifyMedia, storeSigner, workerForwards, type MediaDeps } from "../../src/edge/media.ts";
-import { DecodeClient } from "../../src/media/decode-client.ts";
-import { decodeBase64Strict } from "../../src/media/data-url.ts";
-import { MediaError, MediaStoreUnavailableError } from "../../src/media/errors.ts";
-import { httpStatusOf } from "../../src/api/errors.ts";
-import { SafeFetcher } from "../../src/media/safe-fetch.ts";
-import { importMediaUrlKey, verifyMediaUrl, workerMediaCredential } from "../../src/media/signed-url.ts";
-import { initHashing } from "../../src/util/hash.ts";
-import { startDecodeService, type DecodeService } from "../../services/decode/server.ts";
-import { makePng } from "../helpers/png.ts";
+import { verifyMedia, storeSigner, workerForwards, type MediaDeps } from "../../../src/edge/media.ts";
+import { DecodeClient } from "../../../src/media/decode-client.ts";
+import { decodeBase64Strict } from "../../../src/media/data-url.ts";
+import { MediaError, MediaStoreUnavailableError } from "../../../src/media/errors.ts";
+import { httpStatusOf } from "../../../src/api/errors.ts";
+import { SafeFetcher } from "../../../src/media/safe-fetch.ts";
+import { importMediaUrlKey, verifyMediaUrl, workerMediaCredential } from "../../../src/media/signed-url.ts";
+import { initHashing } from "../../../src/util/hash.ts";
+import { startDecodeService, type DecodeService } from "../../../services/decode/server.ts";
+import { makePng } from "../../helpers/png.ts";
 
 const sha = (b: Uint8Array): string => createHash("sha256").update(b).digest("hex");
 const KEY = "edge-media-test-key-0123456789abcdef";
@@ -231,7 +231,7 @@ describe("edge media verification", () => {
 
 describe("media store configuration", () => {
   it("a decode service URL without the signed-URL key stops the Worker, naming the field", async () => {
-    const { parseEdgeConfig } = await import("../../src/config/config.ts");
+    const { parseEdgeConfig } = await import("../../../src/config/config.ts");
     expect(() => parseEdgeConfig({ KVEDGE_DECODE_URL: "https://decode.example" })).toThrow(/KVEDGE_MEDIA_URL_KEY/);
     expect(() => parseEdgeConfig({ KVEDGE_DECODE_URL: "https://decode.example", KVEDGE_MEDIA_URL_KEY: "short" })).toThrow(/KVEDGE_MEDIA_URL_KEY/);
     const c = parseEdgeConfig({ KVEDGE_DECODE_URL: "https://decode.example", KVEDGE_MEDIA_URL_KEY: KEY, KVEDGE_MEDIA_STORE_URL: "https://store.internal" });
