@@ -5,11 +5,11 @@
  * dump that is whole and not approximate, or an AllBlocksCleared.
  */
 import { beforeAll, describe, expect, it } from "vitest";
-import { RoutingCore } from "../../src/routing-index/routing-core.ts";
-import { localBlockHashes } from "../../src/blocks/block-hash.ts";
-import { initHashing } from "../../src/util/hash.ts";
-import { localHashToHex } from "../../src/relay-wire/relay-protocol.ts";
-import { BlockBudget } from "../../src/block-index/block-budget.ts";
+import { RoutingCore } from "../../../src/routing-index/routing-core.ts";
+import { localBlockHashes } from "../../../src/blocks/block-hash.ts";
+import { initHashing } from "../../../src/util/hash.ts";
+import { localHashToHex } from "../../../src/relay-wire/relay-protocol.ts";
+import { BlockBudget } from "../../../src/block-index/block-budget.ts";
 
 beforeAll(() => initHashing());
 

@@ -3,19 +3,19 @@
  * the longest cached prefix wins, the request's uncached prefill is added as load, the receipt is
  * pending until settled, peek() decides the same with no side effect, exclusions and no-worker.
  */
-import { PrefillWatch } from "../../src/routing-index/prefill-watch.ts";
+import { PrefillWatch } from "../../../src/routing-index/prefill-watch.ts";
 import { beforeAll, describe, expect, it } from "vitest";
-import { Router, type RouterOptions } from "../../src/routing-index/router.ts";
-import { BlockViews } from "../../src/routing-index/block-views.ts";
-import { LoadSync } from "../../src/routing-index/load-sync.ts";
-import { ReceiptBook } from "../../src/routing-index/receipts.ts";
-import { WorkerRegistry } from "../../src/routing-index/worker-registry.ts";
-import { emptyIndexCounters } from "../../src/routing-index/pool-metrics.ts";
-import { LoadTracker } from "../../src/load/load-tracker.ts";
-import { PoolRecorder } from "../../src/metrics/pool-recorder.ts";
-import { localBlockHashes } from "../../src/blocks/block-hash.ts";
-import { localHashToHex } from "../../src/relay-wire/relay-protocol.ts";
-import { initHashing } from "../../src/util/hash.ts";
+import { Router, type RouterOptions } from "../../../src/routing-index/router.ts";
+import { BlockViews } from "../../../src/routing-index/block-views.ts";
+import { LoadSync } from "../../../src/routing-index/load-sync.ts";
+import { ReceiptBook } from "../../../src/routing-index/receipts.ts";
+import { WorkerRegistry } from "../../../src/routing-index/worker-registry.ts";
+import { emptyIndexCounters } from "../../../src/routing-index/pool-metrics.ts";
+import { LoadTracker } from "../../../src/load/load-tracker.ts";
+import { PoolRecorder } from "../../../src/metrics/pool-recorder.ts";
+import { localBlockHashes } from "../../../src/blocks/block-hash.ts";
+import { localHashToHex } from "../../../src/relay-wire/relay-protocol.ts";
+import { initHashing } from "../../../src/util/hash.ts";
 
 beforeAll(() => initHashing());
 

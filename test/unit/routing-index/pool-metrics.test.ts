@@ -4,18 +4,18 @@
  * predicted vs actual tokens; the cohort verdict over the workers that are up.
  */
 import { beforeAll, describe, expect, it } from "vitest";
-import { emptyIndexCounters, poolMetricsSnapshot, workerRows } from "../../src/routing-index/pool-metrics.ts";
-import { contractDigestOf, poolCohort } from "../../src/routing-index/cohort.ts";
-import { BlockViews } from "../../src/routing-index/block-views.ts";
-import { ReceiptBook } from "../../src/routing-index/receipts.ts";
-import { WorkerRegistry } from "../../src/routing-index/worker-registry.ts";
-import { LoadTracker } from "../../src/load/load-tracker.ts";
-import { PoolRecorder } from "../../src/metrics/pool-recorder.ts";
-import { SGLANG_CONTRACT_KEY, contractDigest } from "../../src/layout/index.ts";
-import { localBlockHashes } from "../../src/blocks/block-hash.ts";
-import { localHashToHex } from "../../src/relay-wire/relay-protocol.ts";
-import { initHashing } from "../../src/util/hash.ts";
-import { fixtureContract } from "../fixtures/models/load.ts";
+import { emptyIndexCounters, poolMetricsSnapshot, workerRows } from "../../../src/routing-index/pool-metrics.ts";
+import { contractDigestOf, poolCohort } from "../../../src/routing-index/cohort.ts";
+import { BlockViews } from "../../../src/routing-index/block-views.ts";
+import { ReceiptBook } from "../../../src/routing-index/receipts.ts";
+import { WorkerRegistry } from "../../../src/routing-index/worker-registry.ts";
+import { LoadTracker } from "../../../src/load/load-tracker.ts";
+import { PoolRecorder } from "../../../src/metrics/pool-recorder.ts";
+import { SGLANG_CONTRACT_KEY, contractDigest } from "../../../src/layout/index.ts";
+import { localBlockHashes } from "../../../src/blocks/block-hash.ts";
+import { localHashToHex } from "../../../src/relay-wire/relay-protocol.ts";
+import { initHashing } from "../../../src/util/hash.ts";
+import { fixtureContract } from "../../fixtures/models/load.ts";
 
 beforeAll(() => initHashing());
 

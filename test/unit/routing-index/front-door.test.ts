@@ -4,7 +4,7 @@
  * with the status the edge maps (401: the token is refused).
  */
 import { describe, expect, it } from "vitest";
-import { readRelayConnect, relayConnectRequest, type RelayConnect } from "../../src/routing-index/front-door.ts";
+import { readRelayConnect, relayConnectRequest, type RelayConnect } from "../../../src/routing-index/front-door.ts";
 
 const CONNECT: RelayConnect = {
   workerId: "gpu-1",

@@ -4,11 +4,11 @@
  * marked approximate; the honest workers stay synced with their blocks indexed.
  */
 import { beforeAll, describe, expect, it } from "vitest";
-import { RoutingCore } from "../../src/routing-index/routing-core.ts";
-import { localBlockHashes } from "../../src/blocks/block-hash.ts";
-import { initHashing } from "../../src/util/hash.ts";
-import { localHashToHex, RelayHelloSchema, type RelayHello } from "../../src/relay-wire/relay-protocol.ts";
-import { capacityBlocks } from "../../src/routing-index/block-shares.ts";
+import { RoutingCore } from "../../../src/routing-index/routing-core.ts";
+import { localBlockHashes } from "../../../src/blocks/block-hash.ts";
+import { initHashing } from "../../../src/util/hash.ts";
+import { localHashToHex, RelayHelloSchema, type RelayHello } from "../../../src/relay-wire/relay-protocol.ts";
+import { capacityBlocks } from "../../../src/routing-index/block-shares.ts";
 
 beforeAll(() => initHashing());
 

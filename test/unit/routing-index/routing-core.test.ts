@@ -1,10 +1,10 @@
 import { beforeAll, describe, expect, it } from "vitest";
-import { RoutingCore } from "../../src/routing-index/routing-core.ts";
-import { localBlockHashes } from "../../src/blocks/block-hash.ts";
-import { initHashing } from "../../src/util/hash.ts";
-import { localHashToHex } from "../../src/relay-wire/relay-protocol.ts";
-import { blockCost } from "../../src/selection/block-cost.ts";
-import { pickIndex } from "../../src/selection/selection.ts";
+import { RoutingCore } from "../../../src/routing-index/routing-core.ts";
+import { localBlockHashes } from "../../../src/blocks/block-hash.ts";
+import { initHashing } from "../../../src/util/hash.ts";
+import { localHashToHex } from "../../../src/relay-wire/relay-protocol.ts";
+import { blockCost } from "../../../src/selection/block-cost.ts";
+import { pickIndex } from "../../../src/selection/selection.ts";
 
 beforeAll(() => initHashing());
 

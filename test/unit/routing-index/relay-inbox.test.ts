@@ -4,11 +4,11 @@
  * relay key is bound to. The Durable Object only carries these verdicts out.
  */
 import { beforeAll, describe, expect, it } from "vitest";
-import { RoutingCore } from "../../src/routing-index/routing-core.ts";
-import { HELLO_REFUSED_CLOSE, relayFrame, type RelaySocketView } from "../../src/routing-index/relay-inbox.ts";
-import { normalizeWorkerUrl } from "../../src/relay-wire/relay-auth.ts";
-import { MAX_RELAY_MESSAGE_BYTES } from "../../src/relay-wire/relay-protocol.ts";
-import { initHashing } from "../../src/util/hash.ts";
+import { RoutingCore } from "../../../src/routing-index/routing-core.ts";
+import { HELLO_REFUSED_CLOSE, relayFrame, type RelaySocketView } from "../../../src/routing-index/relay-inbox.ts";
+import { normalizeWorkerUrl } from "../../../src/relay-wire/relay-auth.ts";
+import { MAX_RELAY_MESSAGE_BYTES } from "../../../src/relay-wire/relay-protocol.ts";
+import { initHashing } from "../../../src/util/hash.ts";
 
 beforeAll(() => initHashing());
 

@@ -4,7 +4,7 @@
  * wake that rebuilt the bookkeeping from the sockets' attachments.
  */
 import { describe, expect, it } from "vitest";
-import { RelaySessions, SUPERSEDED_CLOSE, type RelayAttachment, type RelaySocket } from "../../src/routing-index/relay-sessions.ts";
+import { RelaySessions, SUPERSEDED_CLOSE, type RelayAttachment, type RelaySocket } from "../../../src/routing-index/relay-sessions.ts";
 
 class FakeSocket implements RelaySocket {
   attachment: RelayAttachment;

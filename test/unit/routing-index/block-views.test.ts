@@ -4,12 +4,12 @@
  * gone, and each worker's overlap with a request (index, approximate index, recent routes).
  */
 import { beforeAll, describe, expect, it } from "vitest";
-import { BlockViews, type BlockViewsOptions } from "../../src/routing-index/block-views.ts";
-import { WorkerRegistry } from "../../src/routing-index/worker-registry.ts";
-import { emptyIndexCounters } from "../../src/routing-index/pool-metrics.ts";
-import { localBlockHashes } from "../../src/blocks/block-hash.ts";
-import { localHashToHex } from "../../src/relay-wire/relay-protocol.ts";
-import { initHashing } from "../../src/util/hash.ts";
+import { BlockViews, type BlockViewsOptions } from "../../../src/routing-index/block-views.ts";
+import { WorkerRegistry } from "../../../src/routing-index/worker-registry.ts";
+import { emptyIndexCounters } from "../../../src/routing-index/pool-metrics.ts";
+import { localBlockHashes } from "../../../src/blocks/block-hash.ts";
+import { localHashToHex } from "../../../src/relay-wire/relay-protocol.ts";
+import { initHashing } from "../../../src/util/hash.ts";
 
 beforeAll(() => initHashing());
 

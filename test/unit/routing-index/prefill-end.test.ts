@@ -1,13 +1,13 @@
 // A routed request's prefill ends when its worker stores the block its chain ends in (the worker's
 // own KV events), streamed or not: RadixIndex.holdsChainEnd, PrefillWatch and RoutingCore together.
 import { beforeAll, describe, expect, it } from "vitest";
-import { chainEndOf, RadixIndex } from "../../src/block-index/radix-index.ts";
-import { ShardedIndex } from "../../src/block-index/sharded-index.ts";
-import { localBlockHashes } from "../../src/blocks/block-hash.ts";
-import { PrefillWatch } from "../../src/routing-index/prefill-watch.ts";
-import { localHashToHex } from "../../src/relay-wire/relay-protocol.ts";
-import { RoutingCore } from "../../src/routing-index/routing-core.ts";
-import { initHashing } from "../../src/util/hash.ts";
+import { chainEndOf, RadixIndex } from "../../../src/block-index/radix-index.ts";
+import { ShardedIndex } from "../../../src/block-index/sharded-index.ts";
+import { localBlockHashes } from "../../../src/blocks/block-hash.ts";
+import { PrefillWatch } from "../../../src/routing-index/prefill-watch.ts";
+import { localHashToHex } from "../../../src/relay-wire/relay-protocol.ts";
+import { RoutingCore } from "../../../src/routing-index/routing-core.ts";
+import { initHashing } from "../../../src/util/hash.ts";
 
 beforeAll(() => initHashing());
 

@@ -4,10 +4,10 @@
  * the peers, what a peer's ops do here (namespaced ids, skips, tombstones), and the stats.
  */
 import { describe, expect, it } from "vitest";
-import { LoadSync } from "../../src/routing-index/load-sync.ts";
-import { WorkerRegistry } from "../../src/routing-index/worker-registry.ts";
-import { LoadTracker } from "../../src/load/load-tracker.ts";
-import { replicaReceiptId } from "../../src/load/load-replica.ts";
+import { LoadSync } from "../../../src/routing-index/load-sync.ts";
+import { WorkerRegistry } from "../../../src/routing-index/worker-registry.ts";
+import { LoadTracker } from "../../../src/load/load-tracker.ts";
+import { replicaReceiptId } from "../../../src/load/load-replica.ts";
 
 function setup(replicate: boolean, now: () => number = () => 50) {
   const registry = new WorkerRegistry(4, now);
