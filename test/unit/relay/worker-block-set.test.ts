@@ -1,11 +1,11 @@
 import fc from "fast-check";
 import { beforeAll, describe, expect, it } from "vitest";
-import { localBlockHash } from "../../src/blocks/block-hash.ts";
-import { engineBlockHashes } from "../../services/sglang-sim/engine-block-hash.ts";
-import type { BlockStoredEvent, KvCacheEvent } from "../../src/engine-events/event-decode.ts";
-import { localHashToHex, RelayDumpSchema, RelayEventsSchema } from "../../src/relay-wire/relay-protocol.ts";
-import { WorkerBlockSet } from "../../services/relay/worker-block-set.ts";
-import { initHashing } from "../../src/util/hash.ts";
+import { localBlockHash } from "../../../src/blocks/block-hash.ts";
+import { engineBlockHashes } from "../../../services/sglang-sim/engine-block-hash.ts";
+import type { BlockStoredEvent, KvCacheEvent } from "../../../src/engine-events/event-decode.ts";
+import { localHashToHex, RelayDumpSchema, RelayEventsSchema } from "../../../src/relay-wire/relay-protocol.ts";
+import { WorkerBlockSet } from "../../../services/relay/worker-block-set.ts";
+import { initHashing } from "../../../src/util/hash.ts";
 
 const B = 4;
 beforeAll(() => initHashing());

@@ -6,17 +6,17 @@
  * against a bare ws server that stops answering or reading without closing).
  */
 import { afterEach, beforeAll, describe, expect, it } from "vitest";
-import { localBlockHash } from "../../src/blocks/block-hash.ts";
-import { localHashToHex, RelayMessageSchema, type RelayMessage } from "../../src/relay-wire/relay-protocol.ts";
-import { backoffDelay, IndexSession, relayUrl } from "../../services/relay/index-session.ts";
-import { silentLogger } from "../../services/relay/log.ts";
-import type { RelayOptionsInput } from "../../services/relay/options.ts";
-import { startRelay, type Relay } from "../../services/relay/relay.ts";
-import { RelayStartupError } from "../../services/relay/worker-info.ts";
-import { initHashing } from "../../src/util/hash.ts";
+import { localBlockHash } from "../../../src/blocks/block-hash.ts";
+import { localHashToHex, RelayMessageSchema, type RelayMessage } from "../../../src/relay-wire/relay-protocol.ts";
+import { backoffDelay, IndexSession, relayUrl } from "../../../services/relay/index-session.ts";
+import { silentLogger } from "../../../services/relay/log.ts";
+import type { RelayOptionsInput } from "../../../services/relay/options.ts";
+import { startRelay, type Relay } from "../../../services/relay/relay.ts";
+import { RelayStartupError } from "../../../services/relay/worker-info.ts";
+import { initHashing } from "../../../src/util/hash.ts";
 import { WebSocketServer, type WebSocket } from "ws";
 import type { AddressInfo, Socket } from "node:net";
-import { checkTestToken, FakeIndex, FakeWorker, indexView, storeEvents, testCredential, testRelayOptions, waitFor, type IndexConn } from "./relay-fakes.ts";
+import { checkTestToken, FakeIndex, FakeWorker, indexView, storeEvents, testCredential, testRelayOptions, waitFor, type IndexConn } from "../relay-fakes.ts";
 
 const SECRET = "test-secret";
 const B = 4;

@@ -5,15 +5,15 @@
  * root, in dumps and in event batches, through resyncs, re-sharding, down/up and approximate mode.
  */
 import { afterEach, beforeAll, describe, expect, it } from "vitest";
-import { RelayMessageSchema, type RelayMessage } from "../../src/relay-wire/relay-protocol.ts";
-import { shardOfHex } from "../../src/relay-wire/chain-shards.ts";
-import { shardObjectName } from "../../src/routing-index/pool-address.ts";
-import { relayUrl, tokenAudience } from "../../services/relay/index-session.ts";
-import { createLogger } from "../../services/relay/log.ts";
-import type { RelayOptionsInput } from "../../services/relay/options.ts";
-import { startRelay, type Relay } from "../../services/relay/relay.ts";
-import { initHashing } from "../../src/util/hash.ts";
-import { checkTestToken, FakeIndex, FakeWorker, indexView, storeEvents, testRelayOptions, waitFor, type IndexConn, type IndexView } from "./relay-fakes.ts";
+import { RelayMessageSchema, type RelayMessage } from "../../../src/relay-wire/relay-protocol.ts";
+import { shardOfHex } from "../../../src/relay-wire/chain-shards.ts";
+import { shardObjectName } from "../../../src/routing-index/pool-address.ts";
+import { relayUrl, tokenAudience } from "../../../services/relay/index-session.ts";
+import { createLogger } from "../../../services/relay/log.ts";
+import type { RelayOptionsInput } from "../../../services/relay/options.ts";
+import { startRelay, type Relay } from "../../../services/relay/relay.ts";
+import { initHashing } from "../../../src/util/hash.ts";
+import { checkTestToken, FakeIndex, FakeWorker, indexView, storeEvents, testRelayOptions, waitFor, type IndexConn, type IndexView } from "../relay-fakes.ts";
 
 const SECRET = "shard-secret";
 const MODEL = "Qwen/Qwen3-VL-8B-Instruct";

@@ -10,12 +10,12 @@
 import { encode } from "@msgpack/msgpack";
 import fc from "fast-check";
 import { beforeAll, describe, expect, it } from "vitest";
-import { decodeKvEventMessage, encodeSeq } from "../../src/engine-events/event-decode.ts";
-import { engineBlockHashes } from "../../services/sglang-sim/engine-block-hash.ts";
-import { TieredBlockSet } from "../../services/relay/tiered-block-set.ts";
-import { initHashing } from "../../src/util/hash.ts";
-import { encodeEventBatch } from "../../services/sglang-sim/kv-wire.ts";
-import type { KvEvent } from "../../services/sglang-sim/radix-cache.ts";
+import { decodeKvEventMessage, encodeSeq } from "../../../src/engine-events/event-decode.ts";
+import { engineBlockHashes } from "../../../services/sglang-sim/engine-block-hash.ts";
+import { TieredBlockSet } from "../../../services/relay/tiered-block-set.ts";
+import { initHashing } from "../../../src/util/hash.ts";
+import { encodeEventBatch } from "../../../services/sglang-sim/kv-wire.ts";
+import type { KvEvent } from "../../../services/sglang-sim/radix-cache.ts";
 
 const B = 4;
 const RUNS = Number(process.env.KVEDGE_FUZZ_RUNS ?? 300);

@@ -5,12 +5,12 @@
 import { createServer } from "node:net";
 import type { AddressInfo } from "node:net";
 import { afterEach, describe, expect, it } from "vitest";
-import { encodeSeq } from "../../src/engine-events/event-decode.ts";
-import { KvFeed, type FeedBatch } from "../../services/relay/kv-feed.ts";
-import { silentLogger } from "../../services/relay/log.ts";
-import { requestReplay } from "../../services/relay/replay-client.ts";
-import { Serial } from "../../services/relay/serial.ts";
-import { FakePublisher, waitFor } from "./relay-fakes.ts";
+import { encodeSeq } from "../../../src/engine-events/event-decode.ts";
+import { KvFeed, type FeedBatch } from "../../../services/relay/kv-feed.ts";
+import { silentLogger } from "../../../services/relay/log.ts";
+import { requestReplay } from "../../../services/relay/replay-client.ts";
+import { Serial } from "../../../services/relay/serial.ts";
+import { FakePublisher, waitFor } from "../relay-fakes.ts";
 
 interface Harness {
   pub: FakePublisher;

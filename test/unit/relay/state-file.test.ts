@@ -8,11 +8,11 @@ import { mkdtempSync, readFileSync, writeFileSync, existsSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterEach, beforeAll, describe, expect, it } from "vitest";
-import { silentLogger } from "../../services/relay/log.ts";
-import { startRelay, type Relay } from "../../services/relay/relay.ts";
-import { loadRelayState, resumeVerdict, saveRelayState, type RelayState } from "../../services/relay/state-file.ts";
-import { initHashing } from "../../src/util/hash.ts";
-import { FakeIndex, FakeWorker, indexView, storeEvents, testRelayOptions, waitFor, type IndexConn } from "./relay-fakes.ts";
+import { silentLogger } from "../../../services/relay/log.ts";
+import { startRelay, type Relay } from "../../../services/relay/relay.ts";
+import { loadRelayState, resumeVerdict, saveRelayState, type RelayState } from "../../../services/relay/state-file.ts";
+import { initHashing } from "../../../src/util/hash.ts";
+import { FakeIndex, FakeWorker, indexView, storeEvents, testRelayOptions, waitFor, type IndexConn } from "../relay-fakes.ts";
 
 const SECRET = "test-secret";
 beforeAll(() => initHashing());
