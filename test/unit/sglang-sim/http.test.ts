@@ -1,8 +1,8 @@
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { getQwenTokenizer } from "../../src/prompt/tokenizer/index.ts";
-import { renderChatPrompt } from "../../src/prompt/index.ts";
-import { startSimulatedWorker, type SimulatedWorker } from "../../services/sglang-sim/worker.ts";
-import { simOutputMarker } from "../../services/sglang-sim/scripted-output.ts";
+import { getQwenTokenizer } from "../../../src/prompt/tokenizer/index.ts";
+import { renderChatPrompt } from "../../../src/prompt/index.ts";
+import { startSimulatedWorker, type SimulatedWorker } from "../../../services/sglang-sim/worker.ts";
+import { simOutputMarker } from "../../../services/sglang-sim/scripted-output.ts";
 
 type Json = Record<string, any>;
 

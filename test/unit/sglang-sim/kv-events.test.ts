@@ -1,10 +1,10 @@
 import { decode } from "@msgpack/msgpack";
 import * as zmq from "zeromq";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { engineBlockHashes } from "../../services/sglang-sim/engine-block-hash.ts";
-import { initHashing } from "../../src/util/hash.ts";
-import { encodeEventBatch } from "../../services/sglang-sim/kv-wire.ts";
-import { startSimulatedWorker, type SimulatedWorker } from "../../services/sglang-sim/worker.ts";
+import { engineBlockHashes } from "../../../services/sglang-sim/engine-block-hash.ts";
+import { initHashing } from "../../../src/util/hash.ts";
+import { encodeEventBatch } from "../../../services/sglang-sim/kv-wire.ts";
+import { startSimulatedWorker, type SimulatedWorker } from "../../../services/sglang-sim/worker.ts";
 
 interface Batch {
   topic: string;

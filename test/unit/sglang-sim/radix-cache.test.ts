@@ -1,8 +1,8 @@
 import fc from "fast-check";
 import { beforeAll, describe, expect, it } from "vitest";
-import { engineBlockHashes } from "../../services/sglang-sim/engine-block-hash.ts";
-import { initHashing } from "../../src/util/hash.ts";
-import { PagedRadixCache, type KvEvent } from "../../services/sglang-sim/radix-cache.ts";
+import { engineBlockHashes } from "../../../services/sglang-sim/engine-block-hash.ts";
+import { initHashing } from "../../../src/util/hash.ts";
+import { PagedRadixCache, type KvEvent } from "../../../services/sglang-sim/radix-cache.ts";
 
 beforeAll(async () => {
   await initHashing();

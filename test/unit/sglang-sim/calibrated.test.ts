@@ -1,6 +1,6 @@
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { startSimulatedWorker, type SimulatedWorker } from "../../services/sglang-sim/worker.ts";
-import { TIMING_PRESETS, decodeStepMs, prefillMs } from "../../services/sglang-sim/timing.ts";
+import { startSimulatedWorker, type SimulatedWorker } from "../../../services/sglang-sim/worker.ts";
+import { TIMING_PRESETS, decodeStepMs, prefillMs } from "../../../services/sglang-sim/timing.ts";
 
 // The calibrated preset's scheduling, end to end over HTTP: a prefill that arrives while a request
 // decodes runs first (SGLang schedules a new prefill batch before the next decode step), so the

@@ -10,11 +10,11 @@
 import { createServer, type Server } from "node:http";
 import type { AddressInfo } from "node:net";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { publishedBlocks } from "../helpers/published-blocks.ts";
-import { engineBlockHashes } from "../../services/sglang-sim/engine-block-hash.ts";
-import { initHashing } from "../../src/util/hash.ts";
-import { startSimulatedWorker, type SimulatedWorker } from "../../services/sglang-sim/worker.ts";
-import { golden, mediaFile, VIDEO_URL_PREFIX, type GoldenCase } from "../fixtures/whole-request/harness.ts";
+import { publishedBlocks } from "../../helpers/published-blocks.ts";
+import { engineBlockHashes } from "../../../services/sglang-sim/engine-block-hash.ts";
+import { initHashing } from "../../../src/util/hash.ts";
+import { startSimulatedWorker, type SimulatedWorker } from "../../../services/sglang-sim/worker.ts";
+import { golden, mediaFile, VIDEO_URL_PREFIX, type GoldenCase } from "../../fixtures/whole-request/harness.ts";
 
 const PAGE = 16;
 

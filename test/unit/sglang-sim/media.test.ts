@@ -18,8 +18,8 @@ import type { AddressInfo } from "node:net";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { publishedBlocks } from "../helpers/published-blocks.ts";
-import { engineBlockHashes } from "../../services/sglang-sim/engine-block-hash.ts";
+import { publishedBlocks } from "../../helpers/published-blocks.ts";
+import { engineBlockHashes } from "../../../services/sglang-sim/engine-block-hash.ts";
 import {
   expandPrompt,
   layoutImageItem,
@@ -27,13 +27,13 @@ import {
   type ExpandItem,
   type VideoProbe,
   type WorkerContract,
-} from "../../src/layout/index.ts";
-import { getQwenTokenizer } from "../../src/prompt/tokenizer/index.ts";
-import { initHashing } from "../../src/util/hash.ts";
-import { contentHash } from "../../services/sglang-sim/media-hash.ts";
-import { startSimulatedWorker, type SimulatedWorker } from "../../services/sglang-sim/worker.ts";
-import { fixtureContract } from "../fixtures/models/load.ts";
-import { ffmpegToFile } from "../helpers/wasm-media.ts";
+} from "../../../src/layout/index.ts";
+import { getQwenTokenizer } from "../../../src/prompt/tokenizer/index.ts";
+import { initHashing } from "../../../src/util/hash.ts";
+import { contentHash } from "../../../services/sglang-sim/media-hash.ts";
+import { startSimulatedWorker, type SimulatedWorker } from "../../../services/sglang-sim/worker.ts";
+import { fixtureContract } from "../../fixtures/models/load.ts";
+import { ffmpegToFile } from "../../helpers/wasm-media.ts";
 
 type Json = Record<string, any>;
 const PAGE = 16;

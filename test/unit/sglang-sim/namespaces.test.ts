@@ -6,8 +6,8 @@
  */
 import * as zmq from "zeromq";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { decodeKvEventMessage, type BlockStoredEvent } from "../../src/engine-events/event-decode.ts";
-import { startSimulatedWorker, type SimulatedWorker } from "../../services/sglang-sim/worker.ts";
+import { decodeKvEventMessage, type BlockStoredEvent } from "../../../src/engine-events/event-decode.ts";
+import { startSimulatedWorker, type SimulatedWorker } from "../../../services/sglang-sim/worker.ts";
 
 const PROMPT = Array.from({ length: 80 }, (_, i) => 1000 + i);
 

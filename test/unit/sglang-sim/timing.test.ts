@@ -1,9 +1,9 @@
 import { describe, expect, it } from "vitest";
 import { readFileSync } from "node:fs";
-import { COST_TABLES, TIMING_PRESETS, decodeStepMs, prefillChunkMs, prefillMs } from "../../services/sglang-sim/timing.ts";
+import { COST_TABLES, TIMING_PRESETS, decodeStepMs, prefillChunkMs, prefillMs } from "../../../services/sglang-sim/timing.ts";
 
 // The raw GPU measurements (bench/calibration/calibrate.py output), not the derived table.
-const raw = (f: string) => JSON.parse(readFileSync(new URL(`../../bench/calibration/${f}`, import.meta.url), "utf8"));
+const raw = (f: string) => JSON.parse(readFileSync(new URL(`../../../bench/calibration/${f}`, import.meta.url), "utf8"));
 const full = raw("h200-qwen2_5-vl-7b.json");
 const small = raw("h200-qwen2_5-vl-7b-small.json");
 const table = COST_TABLES["h200-qwen2_5-vl-7b"];

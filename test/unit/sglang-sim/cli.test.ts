@@ -3,7 +3,7 @@ import { createInterface } from "node:readline";
 import { fileURLToPath } from "node:url";
 import { describe, expect, it } from "vitest";
 
-const MAIN = fileURLToPath(new URL("../../services/sglang-sim/main.ts", import.meta.url));
+const MAIN = fileURLToPath(new URL("../../../services/sglang-sim/main.ts", import.meta.url));
 
 describe("sglang-sim CLI", () => {
   it("starts on ephemeral ports, reports them, serves, and exits on SIGTERM", async () => {
