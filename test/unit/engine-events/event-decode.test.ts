@@ -6,7 +6,7 @@ import {
   decodeSeq,
   encodeSeq,
   type BlockStoredEvent,
-} from "../../src/engine-events/event-decode.ts";
+} from "../../../src/engine-events/event-decode.ts";
 
 const pack = (v: unknown): Uint8Array => encode(v, { useBigInt64: true });
 const H = -3488128144981237669n; // golden engine hash of page [1,2,3,4]

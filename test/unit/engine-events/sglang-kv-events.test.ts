@@ -14,15 +14,15 @@
  */
 import { readFileSync } from "node:fs";
 import { beforeAll, describe, expect, it } from "vitest";
-import { localBlockHashes, namespacedLocalHashes, namespaceTag } from "../../src/blocks/block-hash.ts";
+import { localBlockHashes, namespacedLocalHashes, namespaceTag } from "../../../src/blocks/block-hash.ts";
 import { encode } from "@msgpack/msgpack";
-import { decodeKvEventBatch, MAX_CACHE_SALT_CHARS, type KvCacheEvent } from "../../src/engine-events/event-decode.ts";
-import { hexToLocalHash, localHashToHex } from "../../src/relay-wire/relay-protocol.ts";
-import { TieredBlockSet } from "../../services/relay/tiered-block-set.ts";
-import { WorkerBlockSet } from "../../services/relay/worker-block-set.ts";
-import { initHashing } from "../../src/util/hash.ts";
-import { encodeEventBatch } from "../../services/sglang-sim/kv-wire.ts";
-import { PagedRadixCache, type KvEvent } from "../../services/sglang-sim/radix-cache.ts";
+import { decodeKvEventBatch, MAX_CACHE_SALT_CHARS, type KvCacheEvent } from "../../../src/engine-events/event-decode.ts";
+import { hexToLocalHash, localHashToHex } from "../../../src/relay-wire/relay-protocol.ts";
+import { TieredBlockSet } from "../../../services/relay/tiered-block-set.ts";
+import { WorkerBlockSet } from "../../../services/relay/worker-block-set.ts";
+import { initHashing } from "../../../src/util/hash.ts";
+import { encodeEventBatch } from "../../../services/sglang-sim/kv-wire.ts";
+import { PagedRadixCache, type KvEvent } from "../../../services/sglang-sim/radix-cache.ts";
 
 interface ExpectedEvent {
   type: string;
@@ -41,7 +41,7 @@ interface Case {
   payloadHex: string;
   events: ExpectedEvent[];
 }
-const fixture = JSON.parse(readFileSync(new URL("../fixtures/sglang-kv-events.json", import.meta.url), "utf8")) as { cases: Case[] };
+const fixture = JSON.parse(readFileSync(new URL("../../fixtures/sglang-kv-events.json", import.meta.url), "utf8")) as { cases: Case[] };
 const byName = (n: string) => fixture.cases.find((c) => c.name === n)!;
 const unhex = (h: string) => Uint8Array.from(Buffer.from(h, "hex"));
 
