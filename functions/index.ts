@@ -209,6 +209,7 @@ async function completions(r: EdgeRequest): Promise<Response> {
   return handleCompletions(request, {
     config,
     index: (model, shard) => indexFor(env, model, shard),
+    admissionIndex: (model, shard) => indexFor(env, model, shard),
     fetch: (input, init) => fetch(input, init),
     waitUntil: (p) => r.ctx.waitUntil(p),
     rateLimit: (apiKey) => limit(env, config, "chat", apiKey !== null ? { apiKey } : { network: networkOf(request) }),
@@ -222,6 +223,7 @@ async function responses(r: EdgeRequest): Promise<Response | null> {
   return handleResponsesRoute(request, r.path, {
     config,
     index: (model, shard) => indexFor(env, model, shard),
+    admissionIndex: (model, shard) => indexFor(env, model, shard),
     fetch: (input, init) => fetch(input, init),
     waitUntil: (p) => r.ctx.waitUntil(p),
     rateLimit: (apiKey) => limit(env, config, "chat", apiKey !== null ? { apiKey } : { network: networkOf(request) }),

@@ -264,6 +264,10 @@ export function toChatRequest(req: ResponseCreateRequest, history: readonly Chat
   if (req.top_p !== undefined) body.top_p = req.top_p;
   if (req.parallel_tool_calls !== undefined) body.parallel_tool_calls = req.parallel_tool_calls;
   if (req.reasoning?.effort) body.reasoning_effort = req.reasoning.effort;
+  // The conversation's keys steer session affinity on the chat path (src/edge/chat/affinity.ts).
+  if (req.prompt_cache_key !== undefined) body.prompt_cache_key = req.prompt_cache_key;
+  if (req.safety_identifier !== undefined) body.safety_identifier = req.safety_identifier;
+  if (req.user !== undefined) body.user = req.user;
   const tools = (req.tools ?? []).map((t, i) => itemAs(FunctionToolSchema, t, `tools[${i}]`));
   if (tools.length > 0)
     body.tools = tools.map((t) => ({

@@ -18,9 +18,15 @@ import { authorizeClient } from "../auth.ts";
 import { namespacedHashes } from "../cache-salt.ts";
 import type { ChatDeps } from "../chat.ts";
 import { forward } from "../chat/forward.ts";
+import { costlyLogprobStream } from "../chat/chat-answer.ts";
+import { PLAIN_OUTPUT } from "../../proxy/chat-output.ts";
 import { limitsOf } from "../chat/parse.ts";
 import { cacheTenant, resolveChatModel } from "../chat/resolve-model.ts";
 import { edgeColoOf, routeTarget } from "../chat/route.ts";
+import { admissionTicket, type AdmissionInput } from "../chat/admission.ts";
+import { affinityKeyOf } from "../chat/affinity.ts";
+import type { ClientRef } from "../client-label.ts";
+import { clientNetwork } from "../rate-limit.ts";
 import { StageClock } from "../server-timing.ts";
 import { completionAnswer, type TextCompletion } from "./completion-answer.ts";
 
@@ -39,6 +45,10 @@ export async function handleCompletions(request: Request, deps: ChatDeps): Promi
   const sampling = samplingRequestOf(req);
   const tokenizer = getQwenTokenizer(model.family);
   const showRouting = caller.admin || config.debugHeaders;
+  // Streamed logprobs cost what chat's do (cumulative frames): past the bound, incremental workers only, else the 400.
+  const costly = costlyLogprobStream(sampling, { ...PLAIN_OUTPUT, logprobs: sampling.logprobs }, req.max_tokens);
+  // Admission's tenant, as chat names it (chat/parse.ts): the API key, else the client's network.
+  const client: ClientRef | null = caller.apiKey !== null ? { apiKey: caller.apiKey } : address ? { network: clientNetwork(address) } : null;
 
   const one = async (prompt: CompletionPrompt, i: number): Promise<Response> => {
     const param = prompts.length > 1 ? `prompt[${i}]` : "prompt";
@@ -56,6 +66,18 @@ export async function handleCompletions(request: Request, deps: ChatDeps): Promi
     if (namespace.cacheSalt !== null) wire.cache_salt = wire.extra_key = namespace.cacheSalt;
     if (adapter !== null) wire.lora_path = adapter;
     const blob = new Blob([JSON.stringify(wire)], { type: "application/json" });
+    // Each prompt waits in the pool's admission queue as a chat request does (its n samples share the prompt's KV).
+    const ticket = admissionTicket({ requestId, serviceTier: undefined, client, priorityAllowed: false, decodeBudget: req.max_tokens * req.n });
+    const admissionIndex = deps.admissionIndex;
+    const admission: AdmissionInput | null = admissionIndex
+      ? {
+          index: (m, k) => admissionIndex(m, k),
+          ticket,
+          affinityKey: affinityKeyOf(ticket.tenant, { sessionHeader: request.headers.get("x-session-id"), user: req.user }),
+          signal: request.signal ?? null,
+          waitUntil: deps.waitUntil,
+        }
+      : null;
     const target = routeTarget({
       index: deps.index,
       shards: config.shards,
@@ -65,7 +87,8 @@ export async function handleCompletions(request: Request, deps: ChatDeps): Promi
       fallbackReason: null,
       edgeColo: edgeColoOf(request),
       traceId: trace.traceId,
-      incrementalOnly: false,
+      incrementalOnly: costly !== null,
+      ...(admission ? { admission } : {}),
     });
     const echo = req.echo ? ("text" in prompt ? prompt.text : tokenizer.decode(prompt.ids)) : null;
     return forward(deps, {
@@ -80,7 +103,7 @@ export async function handleCompletions(request: Request, deps: ChatDeps): Promi
       showRouting,
       admin: caller.admin,
       clock,
-      noneEligible: null,
+      noneEligible: costly,
     });
   };
 

@@ -12,6 +12,7 @@ import { authorizeClient } from "../auth.ts";
 import { handleChatCompletions, type ChatDeps } from "../chat.ts";
 import { limitsOf } from "../chat/parse.ts";
 import { cacheTenant } from "../chat/resolve-model.ts";
+import type { AdmissionFrontDoor } from "../../routing-index/front-door.ts";
 
 type IndexClient = ReturnType<ChatDeps["index"]>;
 import { chatStreamToResponses, newItemId, outputItems, responseObject, responsesUsage, statusOf, type ChatCompletionLike, type OutputItem } from "./response-output.ts";
@@ -116,8 +117,23 @@ async function createResponse(request: Request, deps: ResponsesDeps): Promise<Re
       },
     });
   };
+  // A first pick through the pool's admission queue names the worker too.
+  const admitThrough = deps.admissionIndex;
+  const admissionIndex = admitThrough
+    ? (model: string, shard?: number): AdmissionFrontDoor => {
+        const inner = admitThrough(model, shard);
+        return {
+          admit: async (r) => {
+            const a = await inner.admit(r);
+            if (a.kind === "routed") worker = a.decision.workerId;
+            return a;
+          },
+          leaveQueue: (ticket) => inner.leaveQueue(ticket),
+        };
+      }
+    : undefined;
   const { rateLimit: _taken, ...chatDeps } = deps;
-  const chat = await handleChatCompletions(chatRequest, { ...chatDeps, index });
+  const chat = await handleChatCompletions(chatRequest, { ...chatDeps, index, ...(admissionIndex ? { admissionIndex } : {}) });
   if (chat.status !== 200) return chat;
 
   const id = newItemId("resp");

@@ -93,6 +93,9 @@ describe("Responses request → chat request", () => {
     reasoning: { effort: "low" },
     text: { format: { type: "json_schema", name: "w", schema: { type: "object" }, strict: true } },
     temperature: 0.5,
+    prompt_cache_key: "conv-7",
+    safety_identifier: "s-1",
+    user: "u-1",
   });
   const history = inputToMessages([{ role: "user", content: "Earlier." }, { role: "assistant", content: "Noted." }] as never);
   const chat = toChatRequest(req, history, inputToMessages(req.input));
@@ -110,6 +113,9 @@ describe("Responses request → chat request", () => {
       max_completion_tokens: 64,
       temperature: 0.5,
       reasoning_effort: "low",
+      prompt_cache_key: "conv-7",
+      safety_identifier: "s-1",
+      user: "u-1",
       tools: [{ type: "function", function: { name: "get_weather", description: "Weather", parameters: { type: "object", properties: { city: { type: "string" } } }, strict: true } }],
       tool_choice: { type: "function", function: { name: "get_weather" } },
       response_format: { type: "json_schema", json_schema: { name: "w", schema: { type: "object" }, strict: true } },
