@@ -16,7 +16,7 @@ import { existsSync, lstatSync, readFileSync } from "node:fs";
 import { dirname, join, relative, resolve, sep } from "node:path";
 import { describe, expect, it } from "vitest";
 
-const ROOT = resolve(import.meta.dirname, "../..");
+const ROOT = resolve(import.meta.dirname, "../../..");
 // This file is left out of the scan: its examples break the rules on purpose.
 const SELF = relative(ROOT, import.meta.filename);
 
@@ -155,9 +155,9 @@ describe("the rules catch what they are for", () => {
 
   it.each([
     ["src/x.ts", "// Sharding (docs/scale.md §3)"],
-    ["test/unit/x.test.ts", 'import { y } from "../../src/layout/index.ts";'],
-    ["test/unit/x.test.ts", "const d = join(ROOT, `../fixtures/models/${fam}`);"],
-    ["test/unit/x.test.ts", 'import { VOCAB_B64 } from "../../src/generated/not-built-yet.js";'],
+    ["test/unit/layout/x.test.ts", 'import { y } from "../../../src/layout/index.ts";'],
+    ["test/unit/layout/x.test.ts", "const d = join(ROOT, `../../fixtures/models/${fam}`);"],
+    ["test/unit/prompt/x.test.ts", 'import { VOCAB_B64 } from "../../../src/generated/not-built-yet.js";'],
     ["docs/x.md", "[configuration](configuration.md), [upstream](https://github.com/sgl-project/sglang)"],
   ])("accepts %s: %s", (file, line) => {
     expect(problemsOf(file, line)).toEqual([]);
