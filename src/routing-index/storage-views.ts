@@ -34,12 +34,14 @@ export class SharedStorageViews {
 
   /** The worker's hello named this backend identity (null: none, or it left one). */
   attach(workerId: string, identity: string | null): void {
-    this.#groupOf.delete(workerId);
+    // A hello that names the same backend again (every reconnect) keeps the group and its view.
+    if (identity !== null && this.#groupOf.has(workerId) && this.#groups.get(identity) === this.#groupOf.get(workerId)) return;
+    this.detach(workerId);
     if (identity === null) return;
     let slot = this.#groups.get(identity);
     if (slot === undefined) {
       if (this.#groups.size >= MAX_STORAGE_GROUPS) return;
-      slot = this.#groups.size;
+      slot = this.#freeSlot();
       this.#groups.set(identity, slot);
       this.#index.ensureWorker(slot);
       this.#chains.set(slot, []);
@@ -49,8 +51,27 @@ export class SharedStorageViews {
     this.#groupOf.set(workerId, slot);
   }
 
+  /**
+   * The worker leaves its group; a group with no member left is dropped with its blocks, so the
+   * groups held are the backends in use, not every identity a relay's hellos ever named.
+   */
   detach(workerId: string): void {
+    const slot = this.#groupOf.get(workerId);
+    if (slot === undefined) return;
     this.#groupOf.delete(workerId);
+    for (const s of this.#groupOf.values()) if (s === slot) return;
+    this.#index.clearWorker(slot);
+    this.#chains.set(slot, []);
+    this.#held.set(slot, 0);
+    for (const [identity, s] of this.#groups) if (s === slot) this.#groups.delete(identity);
+  }
+
+  /** The lowest slot no group holds (slots index the radix index and the scores buffer). */
+  #freeSlot(): number {
+    const used = new Set(this.#groups.values());
+    let slot = 0;
+    while (used.has(slot)) slot++;
+    return slot;
   }
 
   /** Whether the worker shares a storage backend this index keeps a view of. */
