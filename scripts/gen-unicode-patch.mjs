@@ -6,7 +6,7 @@
  *   test/fixtures/unicode-skew-ids.json     reference ids of strings full of skew code points
  * Dev-only: `npx node scripts/gen-unicode-patch.mjs` (writes both; `--check` only compares;
  * `--fast` skips the split sanity check).
- * The unit test test/unit/tokenizer-unicode.test.ts calls generate() and fails when the committed
+ * The unit test test/unit/prompt/tokenizer-unicode.test.ts calls generate() and fails when the committed
  * files differ from what this runtime produces.
  */
 import { readFileSync, writeFileSync } from "node:fs";
@@ -49,7 +49,7 @@ export const SPLIT_CONTEXTS = [
   (c) => "!" + c + "!",
   (c) => c + "'s",
 ];
-/** Fixture strings: the sweep context of test/unit/tokenizer-unicode.test.ts, then the contraction context. */
+/** Fixture strings: the sweep context of test/unit/prompt/tokenizer-unicode.test.ts, then the contraction context. */
 const FIXTURE_CONTEXT = (c) => `a${c}b ${c}1${c}${c} \u0301${c}\n${c}'s `;
 
 function loadReference() {

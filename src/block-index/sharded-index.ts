@@ -5,7 +5,7 @@ import { ChainRootRouter, checkShardCount, shardOf } from "../relay-wire/chain-s
 /**
  * A pool's block index split across `shardCount` RadixIndex shards by chain root (the placement
  * rule: src/relay-wire/chain-shards.ts), behind the BlockIndex interface: RoutingCore keeps
- * registry, load and selection in one place and each query reads one shard. Decisions are identical to one RadixIndex (test/unit/shard-index.test.ts).
+ * registry, load and selection in one place and each query reads one shard. Decisions are identical to one RadixIndex (test/unit/block-index/sharded-index.test.ts).
  */
 export class ShardedIndex implements BlockIndex {
   readonly shards: RadixIndex[];

@@ -4,7 +4,7 @@
  * 32-bit halves so that no BigInt is made until the result. Through hash-wasm a 16-token block cost
  * ~1.1 µs of call overhead (init, update, digest, a result buffer), 2.4 ms for the ~2 200 blocks of
  * a new 32k-token prompt; measured in docs/benchmarks.md §1. hash-wasm stays the oracle:
- * test/unit/xxh3-words.test.ts compares every length against it.
+ * test/unit/blocks/xxh3-words.test.ts compares every length against it.
  *
  * The algorithm (XXH3_len_17to128_64b, xxHash ≥ 0.8.1): acc = len · PRIME64_1; add mix16B of
  * pairs of 16-byte lanes taken from both ends, each lane XORed with a secret lane plus (low half)

@@ -3,7 +3,7 @@
  * new Function), so it runs in workerd. Each template is parsed once per isolate.
  *
  * Gaps against transformers' Jinja2 environment handled here (docs/prompt.md; the oracle test
- * test/unit/prompt-jinja2-oracle.test.ts renders with Jinja2 itself):
+ * test/unit/prompt/jinja2-oracle.test.ts renders with Jinja2 itself):
  *  - `tojson` number text: numbers carried as PyNumber (py-json.ts) whose Python text differs from
  *    what the library prints are swapped for per-render sentinel strings, and the sentinels are
  *    replaced by the Python text after rendering. Valid because the Qwen-VL templates only ever

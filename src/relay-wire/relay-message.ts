@@ -5,7 +5,7 @@
  * `events` and `dump` messages in exactly the schema's shape (no extra keys, every value valid) are
  * accepted by a direct check and returned as they are, which is what zod would return for them;
  * everything else, valid or not, goes to zod, so its verdicts and error texts stay the only ones.
- * test/unit/relay-message.test.ts checks the direct path against zod.
+ * test/unit/relay-wire/relay-message.test.ts checks the direct path against zod.
  */
 import type { z } from "zod";
 import { KV_TIERS, MAX_BLOCKS_PER_MESSAGE, RelayMessageSchema, type RelayMessage } from "./relay-protocol.ts";

@@ -1,5 +1,5 @@
 /**
- * A process for the last-resort test (test/unit/decode-last-resort.test.ts): an HTTP server whose
+ * A process for the last-resort test (test/unit/decode/last-resort.test.ts): an HTTP server whose
  * requests run in the decode service's request scope (services/decode/last-resort.ts). `/throw`
  * throws from a timer callback, outside any promise; `/reject` leaves a rejection unhandled;
  * `/outside` throws from a callback started outside any request; anything else answers 200.

@@ -3,7 +3,7 @@
  * the reference's exact `\p{L}`/`\p{N}` (unicode-patch.ts). V8 runs the regex at ~4 ms per 30k
  * tokens of prose, half of all tokenizing; the scanner reads each code unit once, through a table
  * for ASCII, and allocates nothing. Tests hold it to the regex over the same classes
- * (test/unit/tokenizer-unicode.test.ts) and to the Rust binding's ids.
+ * (test/unit/prompt/tokenizer-unicode.test.ts) and to the Rust binding's ids.
  *
  * Alternatives of the regex, tried in order at each position (leftmost-first, as Oniguruma does):
  *   1 '(?i:s|t|re|ve|m|ll|d)      2 [^\r\n L N]?L+      3 N      4 ' '?[^\s L N]+[\r\n]*

@@ -12,7 +12,7 @@ import { decodeVocab } from "../../../src/prompt/tokenizer/vocab.ts";
 import { fuzzCorpus, longTexts, mulberry32 } from "../support/tokenizer-fuzz.ts";
 
 const require = createRequire(import.meta.url);
-// GOLDEN_DIR as golden.test.ts reads it (relative to the repository); every *.json there is read and
+// GOLDEN_DIR as layout/golden.test.ts reads it (relative to the repository); every *.json there is read and
 // its tokenizer.encode cases run, whatever the files are called.
 const repoRoot = resolve(import.meta.dirname, "../../..");
 const envDir = process.env.GOLDEN_DIR;

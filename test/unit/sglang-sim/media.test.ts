@@ -8,7 +8,7 @@
  * Not independent: the simulator expands media with the same src/layout functions (and tokenizer)
  * these expectations use, so a layout bug would be made identically on both sides. These tests show
  * the simulator's plumbing (loading, mm_hashes, item order, caching, events) agrees with the edge's
- * layout; exactness against ids built by upstream code is test/unit/sim-golden.test.ts (the
+ * layout; exactness against ids built by upstream code is test/unit/sglang-sim/golden.test.ts (the
  * simulator) and test/unit/whole-request-golden.test.ts (the edge).
  */
 import { createHash } from "node:crypto";
