@@ -68,11 +68,11 @@ export interface FleetOptions {
    */
   dpSize?: number;
   /**
-   * Encoder-only servers (EPD, the simulator's `--encoder-only --enable-prefix-mm-cache`), started
-   * before the workers, with no relay (no KV events; never a routing target). Every worker that is
-   * not a decode runs `--language-only --encoder-urls <them> --encoder-transfer-backend
-   * zmq_to_tokenizer`. They fetch media from the store as worker w1 (its credential): an encoder can
-   * read the signed URLs of one worker only. Default 0.
+   * Encoder-only servers (EPD, the simulator's `--encoder-only --enable-prefix-mm-cache`) per worker
+   * that is not a decode, with no relay (no KV events; never a routing target). That worker runs
+   * `--language-only --encoder-urls <its encoders> --encoder-transfer-backend zmq_to_tokenizer`.
+   * Its encoders fetch media from the store with its credential: the edge signs the media URLs for
+   * the worker, and a store credential names one worker. Default 0.
    */
   encoders?: number;
   /** Per-worker overrides: extra simulator CLI args (e.g. ["--no-mm-hashes"]). */
@@ -112,8 +112,8 @@ export interface Fleet {
   adminToken: string;
   relaySecret: string;
   workers: FleetWorker[];
-  /** The encoder-only servers' URLs (`encoders`). */
-  encoderUrls: string[];
+  /** The encoder-only servers' URLs (`encoders`) by the worker they serve. */
+  encoderUrls: Record<string, string[]>;
   /** Stops the decode service (videos then fall back to text-prefix routing). */
   stopDecode(): Promise<void>;
   /** Starts one more worker (and its relay) with extra simulator / relay args; resolves once it is synced. */
@@ -443,8 +443,8 @@ async function buildFleet(opts: FleetOptions, life: FleetLife): Promise<Fleet> {
   };
 
   const workers: FleetWorker[] = [];
-  const encoderUrls: string[] = [];
-  const startEncoder = async (e: number): Promise<string> => {
+  const encoderUrls: Record<string, string[]> = {};
+  const startEncoder = async (workerId: string, e: number): Promise<string> => {
     const port = await freePort();
     const args = [
       join(ROOT, "services/sglang-sim/main.ts"),
@@ -453,12 +453,12 @@ async function buildFleet(opts: FleetOptions, life: FleetLife): Promise<Fleet> {
       "--model-name", model, "--family", family, "--template", template, "--model-dir", modelDir,
       ...(opts.lockedDownWorkers !== false ? ["--locked-down-media", ...(decodeUrl ? ["--media-store", decodeUrl] : [])] : []),
     ];
-    const credential = `w1:${await workerMediaCredential(await importMediaUrlKey(mediaUrlKey), "w1")}`;
+    const credential = `${workerId}:${await workerMediaCredential(await importMediaUrlKey(mediaUrlKey), workerId)}`;
     const proc = spawn(NODE, args, { cwd: ROOT, detached: true, env: { ...process.env, KVEDGE_MEDIA_STORE_CREDENTIAL: credential }, stdio: ["ignore", "pipe", "pipe"] });
     life.track(proc);
-    pipeLogs(proc, `e${e + 1}`, log);
+    pipeLogs(proc, `${workerId}-e${e + 1}`, log);
     const url = `http://127.0.0.1:${port}`;
-    await waitFor(async () => (await probe(`${url}/health`)).ok, 30_000, `encoder e${e + 1}`, proc);
+    await waitFor(async () => (await probe(`${url}/health`)).ok, 30_000, `encoder ${workerId}-e${e + 1}`, proc);
     return url;
   };
   const startWorker = async (i: number, extraArgs: string[] = [], ports?: [number, number, number]): Promise<FleetWorker> => {
@@ -470,6 +470,13 @@ async function buildFleet(opts: FleetOptions, life: FleetLife): Promise<Fleet> {
     };
     const [port, kvPort, replayPort] = ports ?? [await freePort(), ...(await eventPorts())];
     const id = `w${i + 1}`;
+    // Its encoders outlive a restart of the worker (started once).
+    if ((opts.encoders ?? 0) > 0 && fleetRoleOf(opts.shape ?? "unified", i, n) !== "decode" && !encoderUrls[id]) {
+      const urls: string[] = [];
+      for (let e = 0; e < opts.encoders!; e++) urls.push(await startEncoder(id, e));
+      encoderUrls[id] = urls;
+    }
+    const encoders = encoderUrls[id] ?? [];
     const args = [
       join(ROOT, "services/sglang-sim/main.ts"),
       "--port", String(port),
@@ -486,9 +493,7 @@ async function buildFleet(opts: FleetOptions, life: FleetLife): Promise<Fleet> {
       "--api-key-env", "KVEDGE_SIM_API_KEY",
       ...(dp > 1 ? ["--dp-size", String(dp), "--enable-dp-attention"] : []),
       ...(fleetRoleOf(opts.shape ?? "unified", i, n) !== "null" ? ["--disaggregation-mode", fleetRoleOf(opts.shape ?? "unified", i, n)] : []),
-      ...(encoderUrls.length > 0 && fleetRoleOf(opts.shape ?? "unified", i, n) !== "decode"
-        ? ["--language-only", "--encoder-urls", encoderUrls.join(","), "--encoder-transfer-backend", "zmq_to_tokenizer"]
-        : []),
+      ...(encoders.length > 0 ? ["--language-only", "--encoder-urls", encoders.join(","), "--encoder-transfer-backend", "zmq_to_tokenizer"] : []),
       ...(opts.workerArgs?.[i] ?? []),
       ...extraArgs,
     ];
@@ -504,7 +509,6 @@ async function buildFleet(opts: FleetOptions, life: FleetLife): Promise<Fleet> {
     const md = extraArgs.lastIndexOf("--model-dir");
     return { id, url, port, kvPort, replayPort, proc, relay: null, modelDir: md >= 0 ? extraArgs[md + 1]! : modelDir, apiKey };
   };
-  for (let e = 0; e < (opts.encoders ?? 0); e++) encoderUrls.push(await startEncoder(e));
   for (let i = 0; i < n; i++) workers.push(await startWorker(i));
 
   await edgeServing(edge, "the edge");

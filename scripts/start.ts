@@ -16,13 +16,15 @@ const workers = Number(process.env.KVEDGE_WORKERS ?? 2);
 /** Attention-DP ranks per simulated worker (each rank a routing target); 1 = single-rank workers. */
 const dpSize = Number(process.env.KVEDGE_DP_SIZE ?? 1);
 const verbose = process.env.KVEDGE_VERBOSE === "1";
-// KVEDGE_FLEET=pd: a prefill/decode pool (the first half of the workers prefill, the rest decode).
+// KVEDGE_FLEET=pd: a prefill/decode pool (the first half of the workers prefill, the rest decode);
+// epd: the same with one encoder-only server per prefill worker, which runs --language-only.
 const shapeVar = process.env.KVEDGE_FLEET ?? "unified";
-if (shapeVar !== "unified" && shapeVar !== "pd") {
-  console.error(`kvedge: KVEDGE_FLEET=${shapeVar} is none of unified, pd`);
+if (shapeVar !== "unified" && shapeVar !== "pd" && shapeVar !== "epd") {
+  console.error(`kvedge: KVEDGE_FLEET=${shapeVar} is none of unified, pd, epd`);
   process.exit(2);
 }
-const shape: FleetShape = shapeVar;
+const shape: FleetShape = shapeVar === "epd" ? "pd" : shapeVar;
+const encoders = shapeVar === "epd" ? 1 : 0;
 
 let fleet: Fleet | null = null;
 let stopping = false;
@@ -68,6 +70,7 @@ try {
     workers,
     dpSize,
     shape,
+    encoders,
     edgePort: port,
     persistTo: process.env.KVEDGE_STATE_DIR ?? ".wrangler/state",
     mediaDir: media,
@@ -94,7 +97,7 @@ const decoder =
   f.decoder === "wasm" ? "ffmpeg's wasm build (@ffmpeg/core; no native ffprobe found)" : f.decoder === "native" ? "native ffprobe" : "none";
 console.log(`
 kvedge is up: ${f.edgeUrl}   (OpenAI base URL: ${f.edgeUrl}/v1)
-  workers: ${f.workers.map((w, i) => `${w.id}=${w.url}${shape === "pd" ? ` (${fleetRoleOf(shape, i, f.workers.length)})` : ""}`).join(", ")}
+  workers: ${f.workers.map((w, i) => `${w.id}=${w.url}${shape === "pd" ? ` (${fleetRoleOf(shape, i, f.workers.length)}${f.encoderUrls[w.id] ? `, language-only; encoder ${f.encoderUrls[w.id]!.join(", ")}` : ""})` : ""}`).join(", ")}
   media server: ${f.mediaUrl}   decode service: ${f.decodeUrl}
   video probing (decode service and simulated workers): ${decoder}
   admin token (this run): ${f.adminToken}

@@ -1,5 +1,5 @@
 /**
- * An encode/prefill/decode pool end to end (scripts/local-fleet.ts shape "pd" with one encoder):
+ * An encode/prefill/decode pool end to end (scripts/local-fleet.ts shape "pd" with one encoder per prefill):
  * w1 runs `--disaggregation-mode prefill --language-only --encoder-urls <e1>
  * --encoder-transfer-backend zmq_to_tokenizer`, w2 `decode`, e1 `--encoder-only
  * --enable-prefix-mm-cache` with no relay. The edge routes on the prefill side exactly as for any
@@ -23,7 +23,7 @@ afterAll(async () => {
   await fleet?.stop();
 });
 
-const encoderStats = async () => (await (await fetch(`${fleet.encoderUrls[0]}/sim/encoder`)).json()) as { hits: number; misses: number };
+const encoderStats = async () => (await (await fetch(`${fleet.encoderUrls["w1"]![0]}/sim/encoder`)).json()) as { hits: number; misses: number };
 
 describe("an EPD pool", () => {
   it("lists the prefill (encoder-backed) and the decode, never the encoder, as workers", async () => {

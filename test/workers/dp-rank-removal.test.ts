@@ -31,7 +31,10 @@ async function rankSession(credential: string, worker: string, rank: number): Pr
   return ws;
 }
 
-const ids = async () => (await env.ROUTING_INDEX.getByName(MODEL).workers()).map((w) => w.workerId).filter((id) => id.startsWith("w-rm")).sort();
+async function ids(): Promise<string[]> {
+  const rows = (await env.ROUTING_INDEX.getByName(MODEL).workers()) as { workerId: string }[];
+  return rows.map((w) => w.workerId).filter((id) => id.startsWith("w-rm")).sort();
+}
 
 describe("removing a DP worker", () => {
   it("removes all its rank targets, rows and sessions; a rank target alone only itself", async () => {
