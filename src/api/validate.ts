@@ -504,9 +504,15 @@ function checkGrammars(req: ChatCompletionRequest, limits: Limits): void {
   } else if (rf?.type === "structural_tag") checkSchemaGrammar(rf, "response_format", limits);
   // Tool schemas become a json_schema or structural_tag constraint when a call is forced or a tool is strict.
   const forced = req.tool_choice === "required" || typeof req.tool_choice === "object";
+  const compiled: unknown[] = [];
   (req.tools ?? []).forEach((t, i) => {
-    if ((forced || t.function.strict) && t.function.parameters !== undefined) checkSchemaGrammar(t.function.parameters, `tools[${i}].function.parameters`, limits);
+    if ((forced || t.function.strict) && t.function.parameters !== undefined) {
+      checkSchemaGrammar(t.function.parameters, `tools[${i}].function.parameters`, limits);
+      compiled.push(t.function.parameters);
+    }
   });
+  // The worker compiles them as one constraint (a structural tag or a schema over every tool): their sum is bounded too.
+  if (compiled.length > 1) checkSchemaGrammar(compiled, "tools", limits);
 }
 
 // ---------------------------------------------------------------------------------------------

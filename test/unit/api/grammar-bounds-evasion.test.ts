@@ -37,3 +37,16 @@ describe("grammar bound spellings", () => {
     expect(codeOf({ response_format: { type: "json_schema", json_schema: { name: "s", schema: fine } } })).toBe("accepted");
   });
 });
+
+describe("tools that become one constraint", () => {
+  const tool = (i: number, maxLength: number) => ({ type: "function", function: { name: `f${i}`, parameters: { type: "object", properties: { s: { type: "string", maxLength } } } } });
+
+  it("a forced call's tools are measured together: many tools each under the bound are refused when their sum is past it", () => {
+    const tools = Array.from({ length: 64 }, (_, i) => tool(i, 60_000));
+    expect(codeOf({ tools, tool_choice: "required" })).toBe("grammar_too_complex");
+    expect(codeOf({ tools: tools.map((t) => ({ ...t, function: { ...t.function, strict: true } })) })).toBe("grammar_too_complex");
+    // One such tool alone fits, and unforced, non-strict tools compile nothing.
+    expect(codeOf({ tools: [tool(0, 60_000)], tool_choice: "required" })).toBe("accepted");
+    expect(codeOf({ tools })).toBe("accepted");
+  });
+});
