@@ -2,12 +2,12 @@
 // test/fixtures/py-whitespace.json), and the parsers that strip a model's output with them.
 import { readFileSync } from "node:fs";
 import { describe, expect, it } from "vitest";
-import { isPyWhitespace, pyRstrip, pyStrip } from "../../src/util/py-str.ts";
-import { pyStrip as jinjaStrip } from "../../src/prompt/jinja-compat.ts";
-import { splitReasoning } from "../../src/proxy/reasoning.ts";
-import { parseQwenToolCalls } from "../../src/proxy/tool-calls/qwen25.ts";
+import { isPyWhitespace, pyRstrip, pyStrip } from "../../../src/util/py-str.ts";
+import { pyStrip as jinjaStrip } from "../../../src/prompt/jinja-compat.ts";
+import { splitReasoning } from "../../../src/proxy/reasoning.ts";
+import { parseQwenToolCalls } from "../../../src/proxy/tool-calls/qwen25.ts";
 
-const golden = JSON.parse(readFileSync(new URL("../fixtures/py-whitespace.json", import.meta.url), "utf8")) as {
+const golden = JSON.parse(readFileSync(new URL("../../fixtures/py-whitespace.json", import.meta.url), "utf8")) as {
   whitespace: number[];
   strip: [string, string, string, string][];
 };

@@ -4,9 +4,9 @@ import { afterEach, describe, expect, it } from "vitest";
 import { mkdtempSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { FakeWorker, testCredential } from "./relay-fakes.ts";
+import { FakeWorker, testCredential } from "../relay-fakes.ts";
 
-const MAIN = new URL("../../services/relay/main.ts", import.meta.url).pathname;
+const MAIN = new URL("../../../services/relay/main.ts", import.meta.url).pathname;
 
 function run(args: string[], env: Record<string, string>): Promise<{ code: number | null; stderr: string }> {
   return new Promise((resolve) => {

@@ -9,9 +9,9 @@
  * copy of every case must fail.
  */
 import { beforeAll, describe, expect, it } from "vitest";
-import { initHashing } from "../../src/util/hash.ts";
-import { mmHashHex } from "../../src/layout/index.ts";
-import { sharedTurnChain } from "../../src/prompt/turn-chain.ts";
+import { initHashing } from "../../../src/util/hash.ts";
+import { mmHashHex } from "../../../src/layout/index.ts";
+import { sharedTurnChain } from "../../../src/prompt/turn-chain.ts";
 import {
   clientBody,
   clientRequest,
@@ -23,7 +23,7 @@ import {
   type EdgeHarness,
   type EdgeResult,
   type GoldenCase,
-} from "../fixtures/whole-request/harness.ts";
+} from "../../fixtures/whole-request/harness.ts";
 
 /**
  * Cases the edge refuses on purpose (a 4xx where SGLang would answer), with the reason. Each must

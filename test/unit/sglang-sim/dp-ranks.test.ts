@@ -14,19 +14,19 @@ import { readFileSync } from "node:fs";
 import { decode } from "@msgpack/msgpack";
 import * as zmq from "zeromq";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { decodeKvEventBatch } from "../../src/engine-events/event-decode.ts";
-import { ROUTED_DP_RANK_FIELD } from "../../src/proxy/routed-rank.ts";
-import { encodeEventBatch } from "../../services/sglang-sim/kv-wire.ts";
-import { startSimulatedWorker, type SimulatedWorker } from "../../services/sglang-sim/worker.ts";
-import { offsetEndpoint, parseWorkerInfo } from "../../services/relay/worker-info.ts";
-import { initHashing } from "../../src/util/hash.ts";
+import { decodeKvEventBatch } from "../../../src/engine-events/event-decode.ts";
+import { ROUTED_DP_RANK_FIELD } from "../../../src/proxy/routed-rank.ts";
+import { encodeEventBatch } from "../../../services/sglang-sim/kv-wire.ts";
+import { startSimulatedWorker, type SimulatedWorker } from "../../../services/sglang-sim/worker.ts";
+import { offsetEndpoint, parseWorkerInfo } from "../../../services/relay/worker-info.ts";
+import { initHashing } from "../../../src/util/hash.ts";
 
 interface Fixture {
   batches: { name: string; rank: number; ts: number; payloadHex: string }[];
   ports: { endpoint: string; rank: number; offset: string }[];
   generateReqInputRankFields: string[];
 }
-const fixture = JSON.parse(readFileSync(new URL("../fixtures/sglang-dp-ranks.json", import.meta.url), "utf8")) as Fixture;
+const fixture = JSON.parse(readFileSync(new URL("../../fixtures/sglang-dp-ranks.json", import.meta.url), "utf8")) as Fixture;
 const unhex = (h: string) => Uint8Array.from(Buffer.from(h, "hex"));
 
 beforeAll(() => initHashing());

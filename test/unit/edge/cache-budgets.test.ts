@@ -3,19 +3,19 @@
  * (src/edge/cache-budgets.ts), and the prompt-prefix cache's byte estimate is checked against what
  * V8 really retains (heap after GC), so the budget means bytes, not a guess.
  */
-import { IdBuffer } from "../../src/prompt/tokenizer/id-buffer.ts";
+import { IdBuffer } from "../../../src/prompt/tokenizer/id-buffer.ts";
 import { runInNewContext } from "node:vm";
 import { setFlagsFromString } from "node:v8";
 import { beforeAll, describe, expect, it } from "vitest";
-import { edgeCacheBudgets } from "../../src/edge/cache-budgets.ts";
-import { layoutMemoStats, memoEncode, MEMO_MAX_BYTES } from "../../src/layout/layout.ts";
-import { PrefixCache, SPLIT_TOKEN } from "../../src/prompt/prefix-cache.ts";
-import { TurnChainCache } from "../../src/prompt/turn-chain.ts";
-import { BpeEngine } from "../../src/prompt/tokenizer/engine.ts";
-import { fingerprint, SegmentCache } from "../../src/prompt/tokenizer/segment-cache.ts";
-import { decodeVocab } from "../../src/prompt/tokenizer/vocab.ts";
-import { VOCAB_B64 } from "../../src/generated/tokenizer/qwen-vocab.js";
-import { initHashing } from "../../src/util/hash.ts";
+import { edgeCacheBudgets } from "../../../src/edge/cache-budgets.ts";
+import { layoutMemoStats, memoEncode, MEMO_MAX_BYTES } from "../../../src/layout/layout.ts";
+import { PrefixCache, SPLIT_TOKEN } from "../../../src/prompt/prefix-cache.ts";
+import { TurnChainCache } from "../../../src/prompt/turn-chain.ts";
+import { BpeEngine } from "../../../src/prompt/tokenizer/engine.ts";
+import { fingerprint, SegmentCache } from "../../../src/prompt/tokenizer/segment-cache.ts";
+import { decodeVocab } from "../../../src/prompt/tokenizer/vocab.ts";
+import { VOCAB_B64 } from "../../../src/generated/tokenizer/qwen-vocab.js";
+import { initHashing } from "../../../src/util/hash.ts";
 
 setFlagsFromString("--expose-gc");
 const gc = runInNewContext("gc") as () => void;
