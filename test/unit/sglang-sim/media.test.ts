@@ -9,7 +9,7 @@
  * these expectations use, so a layout bug would be made identically on both sides. These tests show
  * the simulator's plumbing (loading, mm_hashes, item order, caching, events) agrees with the edge's
  * layout; exactness against ids built by upstream code is test/unit/sglang-sim/golden.test.ts (the
- * simulator) and test/unit/whole-request-golden.test.ts (the edge).
+ * simulator) and test/unit/edge/whole-request-golden.test.ts (the edge).
  */
 import { createHash } from "node:crypto";
 import { mkdtempSync, rmSync } from "node:fs";
