@@ -7,8 +7,8 @@
  * room that agrees with the prefill rank the index chose and names the rank for the decode.
  */
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { takeBootstrapRoom, withBootstrap } from "../../src/edge/chat/pd-dispatch.ts";
-import { startSimulatedWorker, type SimulatedWorker } from "../../services/sglang-sim/worker.ts";
+import { takeBootstrapRoom, withBootstrap } from "../../../src/edge/chat/pd-dispatch.ts";
+import { startSimulatedWorker, type SimulatedWorker } from "../../../services/sglang-sim/worker.ts";
 
 describe("the room and rank fields the edge sends to a DP prefill", () => {
   it("takes a room ≡ the prefill rank (mod its dp size), non-zero, unique in flight", () => {
