@@ -92,7 +92,7 @@ describe("Router", () => {
     expect(router.route({ localHashes: hashes(), isl: 40, exclude: ["a"] })!.workerId).toBe("b");
     registry.setStatus("b", "down");
     expect(router.route({ localHashes: hashes(), isl: 40, exclude: ["a"], fallbackReason: "invalid_contract" })).toBeNull();
-    expect(router.peek({ localHashes: hashes(), isl: 40, exclude: ["a"] })).toEqual({ workerId: null, overlapBlocks: 0, totalBlocks: 10, blockSize: 4, candidates: [], tiedWith: [] });
+    expect(router.peek({ localHashes: hashes(), isl: 40, exclude: ["a"] })).toEqual({ workerId: null, overlapBlocks: 0, hostBlocks: 0, totalBlocks: 10, blockSize: 4, candidates: [], tiedWith: [] });
     expect(metrics.snapshot().requests["no_worker"]).toBe(1);
     expect(metrics.snapshot().fallbacks["invalid_contract"]).toBe(1);
     expect(counters.routed).toBe(1);
