@@ -12,10 +12,10 @@
  */
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { z } from "zod";
-import { withBootstrap } from "../../src/edge/chat/pd-dispatch.ts";
-import { RelayHelloSchema } from "../../src/relay-wire/relay-protocol.ts";
-import { fetchServerInfo, parseWorkerInfo, RelayStartupError } from "../../services/relay/worker-info.ts";
-import { startSimulatedWorker, type SimulatedWorker } from "../../services/sglang-sim/worker.ts";
+import { withBootstrap } from "../../../src/edge/chat/pd-dispatch.ts";
+import { RelayHelloSchema } from "../../../src/relay-wire/relay-protocol.ts";
+import { fetchServerInfo, parseWorkerInfo, RelayStartupError } from "../../../services/relay/worker-info.ts";
+import { startSimulatedWorker, type SimulatedWorker } from "../../../services/sglang-sim/worker.ts";
 
 /** A Python int: any integral JSON number (beyond 2^53 too, which JavaScript reads rounded). */
 const pyInt = z.number().refine(Number.isInteger, "not an int");

@@ -4,12 +4,12 @@
  * whose endpoint carries another rank's batches (attn_dp_rank differs) keeps none of their blocks.
  */
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { silentLogger } from "../../services/relay/log.ts";
-import { startWorkerRelays } from "../../services/relay/rank-relays.ts";
-import type { Relay } from "../../services/relay/relay.ts";
-import { offsetEndpoint } from "../../services/relay/worker-info.ts";
-import { startSimulatedWorker, type SimulatedWorker } from "../../services/sglang-sim/worker.ts";
-import { testCredential } from "./relay-fakes.ts";
+import { silentLogger } from "../../../services/relay/log.ts";
+import { startWorkerRelays } from "../../../services/relay/rank-relays.ts";
+import type { Relay } from "../../../services/relay/relay.ts";
+import { offsetEndpoint } from "../../../services/relay/worker-info.ts";
+import { startSimulatedWorker, type SimulatedWorker } from "../../../services/sglang-sim/worker.ts";
+import { testCredential } from "../relay-fakes.ts";
 
 let w: SimulatedWorker;
 const relays: Relay[] = [];

@@ -4,10 +4,10 @@
  * clock the test moves.
  */
 import { describe, expect, it } from "vitest";
-import { RateLimitsSchema, type BucketConfig } from "../../src/config/config.ts";
-import { enforceTokenQuota } from "../../src/edge/token-quota.ts";
-import { rateLimitHeaders, requestLimitHeaders, resetDuration, RateLimitedError, type QuotaKind, type RateLimiterClient } from "../../src/edge/rate-limit.ts";
-import { fullBucket, takeToken, type BucketState } from "../../src/util/token-bucket.ts";
+import { RateLimitsSchema, type BucketConfig } from "../../../src/config/config.ts";
+import { enforceTokenQuota } from "../../../src/edge/token-quota.ts";
+import { rateLimitHeaders, requestLimitHeaders, resetDuration, RateLimitedError, type QuotaKind, type RateLimiterClient } from "../../../src/edge/rate-limit.ts";
+import { fullBucket, takeToken, type BucketState } from "../../../src/util/token-bucket.ts";
 
 function buckets(clock: { now: number }) {
   const state = new Map<QuotaKind, BucketState>();
