@@ -30,7 +30,7 @@ describe("bench harness", () => {
   });
 
   it("runs the suites on a tiny configuration and writes results", { timeout: 300_000 }, async () => {
-    const suites = ["edge", "tokenizer", "index", "hashing", "routing", "layout"];
+    const suites = ["edge", "tokenizer", "index", "hashing", "routing", "fleet-shapes", "layout"];
     const r = await run(["--tiny", "--only", suites.join(","), "--out", out]);
     expect(r.stderr).toContain("100%");
     expect(r.code, r.stdout + r.stderr).toBe(0);
@@ -60,11 +60,24 @@ describe("bench harness", () => {
     expect(vision.seeds[0].shape.media.repeatShare).toBeGreaterThan(0);
     expect(vision.seeds[0].shape.media.repeatUnderOtherUrlShare).toBeGreaterThan(0);
     expect(vision.byCapacity["1"]["text-prefix"].hitRate.mean).toBeLessThan(vision.byCapacity["1"].kvedge.hitRate.mean);
+    // Fleet shapes: the unified fleet and every PD shape at every bandwidth replayed on agent and chat;
+    // the PD pool moves KV (transfer time > 0); on the DP pool the rank-aware index finds more of the
+    // prompt cached than a router that sees rank 0 only and lets SGLang pick the rank.
+    const shapes = latest.suites["fleet-shapes"].details;
+    expect(shapes.configs).toEqual(["2 unified", "1P+1D @25 GB/s"]);
+    for (const trace of ["agent", "chat"]) {
+      const t = shapes.traces[trace];
+      expect(Object.keys(t.shapes)).toEqual(shapes.configs);
+      expect(t.shapes["1P+1D @25 GB/s"].transferP50.mean).toBeGreaterThan(0);
+      expect(t.shapes["2 unified"].transferP50.mean).toBe(0);
+      expect(Object.keys(t.dp)).toEqual(["rank-aware", "rank0-index", "round-robin"]);
+    }
+    expect(shapes.traces.chat.dp["rank-aware"].hitRate.mean).toBeGreaterThan(shapes.traces.chat.dp["rank0-index"].hitRate.mean);
     // The edge's figures come from the real handler: every case has an edge − direct overhead.
     for (const c of Object.values(latest.suites.edge.details.cases) as { overheadP50: number }[]) expect(Number.isFinite(c.overheadP50)).toBe(true);
     expect(r.stdout).toMatch(/\| suite\s+\| metric/);
     const plots = readdirSync(join(out, "plots")).filter((f) => f.endsWith(".svg"));
-    expect(plots).toEqual(expect.arrayContaining(["edge.svg", "tokenizer.svg", "index.svg", "hashing.svg", "routing-hit-rate.svg", "routing-goodput.svg", "routing-ttft.svg", "layout.svg"]));
+    expect(plots).toEqual(expect.arrayContaining(["edge.svg", "tokenizer.svg", "index.svg", "hashing.svg", "routing-hit-rate.svg", "routing-goodput.svg", "routing-ttft.svg", "fleet-shapes-ttft.svg", "fleet-shapes-goodput.svg", "fleet-shapes-dp.svg", "layout.svg"]));
     for (const p of plots) expect(readFileSync(join(out, "plots", p), "utf8")).toMatch(/^<svg [^>]*xmlns="http:\/\/www.w3.org\/2000\/svg"[\s\S]*<\/svg>\n$/);
     expect(readdirSync(join(out, "runs")).length).toBe(1);
   });
