@@ -10,7 +10,7 @@ import { fileURLToPath } from "node:url";
 import { Progress } from "../bench/lib/progress.mjs";
 
 const ROOT = join(dirname(fileURLToPath(import.meta.url)), "..");
-export const SUITES = ["edge", "tokenizer", "index", "hashing", "routing", "fleet-shapes", "hicache", "scale", "scale-out", "layout", "media", "media-store"];
+export const SUITES = ["edge", "tokenizer", "index", "hashing", "routing", "fleet-shapes", "hicache", "scale", "scale-out", "layout", "media", "media-store", "admission"];
 
 function parseArgs(argv) {
   const opts = { quick: false, tiny: false, only: null, out: join(ROOT, "bench/results"), help: false };
@@ -68,7 +68,7 @@ function table(rows) {
 async function main() {
   const opts = parseArgs(process.argv.slice(2));
   if (opts.help) {
-    console.log("usage: npm run bench [-- --quick] [-- --only edge,tokenizer,index,hashing,routing,fleet-shapes,hicache,scale,scale-out,layout,media,media-store]");
+    console.log("usage: npm run bench [-- --quick] [-- --only edge,tokenizer,index,hashing,routing,fleet-shapes,hicache,scale,scale-out,layout,media,media-store,admission]");
     return;
   }
   // The media probe bench (ffmpeg, ~20 s) runs in full runs, or with --quick only when named in --only.

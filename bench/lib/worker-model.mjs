@@ -93,8 +93,16 @@ export class LinearWorker {
  * TTFT ends with the batch that prefills a request's last token (that batch samples its first token).
  */
 export class CalibratedWorker {
-  constructor({ cache, capacityTokens, timing, pageSize, schedule }) {
-    Object.assign(this, { cache, capacityTokens, timing, pageSize, schedule });
+  /**
+   * `kvBound`: a request starts only when its KV fits (SGLang's PrefillAdder.add_one_req →
+   * _select_prefill_admission answers NO_TOKEN when uncached prompt + max_new_tokens exceed the free +
+   * evictable pool less the running requests' reservations, and the scheduler's FCFS loop stops at
+   * the first NO_TOKEN: python/sglang/srt/managers/schedule_policy.py, sgl-project/sglang@00550cd1);
+   * the rest wait in the worker's FIFO queue. Without it the worker evicts and over-reserves (the
+   * routing bench's model).
+   */
+  constructor({ cache, capacityTokens, timing, pageSize, schedule, kvBound = false }) {
+    Object.assign(this, { cache, capacityTokens, timing, pageSize, schedule, kvBound });
     this.table = COST_TABLES[timing.calibration];
     this.chunk = chunkSize(timing);
     this.scale = timing.prefillScale ?? 1;
@@ -116,19 +124,28 @@ export class CalibratedWorker {
     if (!this.stepping) this.step(now);
   }
 
-  /** First scheduling of a job: radix match (ids[:-1]), lock, evict for room, reserve its KV. */
+  /**
+   * First scheduling of a job: radix match (ids[:-1]), lock, evict for room, reserve its KV. With
+   * `kvBound`, false (nothing taken) when its KV does not fit beside the locked cache and the running
+   * requests' reservations; a job alone on the worker always starts.
+   */
   start(job) {
     const { req, r } = job;
     const ids = req.tokens;
     const match = this.cache.matchPrefix(ids.slice(0, ids.length - 1));
     this.cache.incLockRef(match.node);
     const need = ids.length - match.length + req.output.length;
+    if (this.kvBound && this.reserved > 0 && need > this.capacityTokens - this.cache.protectedTokens - this.reserved) {
+      this.cache.decLockRef(match.node);
+      return false;
+    }
     const free = this.capacityTokens - this.cache.totalTokens - this.reserved;
     if (need > free) this.cache.evict(need - free);
     this.reserved += need;
     Object.assign(r, { cached: match.length, node: match.node, reservedNeed: need });
     job.done = match.length;
     job.started = true;
+    return true;
   }
 
   prefillBatchMs(parts) {
@@ -143,17 +160,20 @@ export class CalibratedWorker {
 
   step(now) {
     this.stepping = true;
+    const parts = [];
     if (this.waiting.length > 0) {
       let budget = this.chunk;
-      const parts = [];
       for (const job of this.waiting) {
         if (budget <= 0) break;
-        if (!job.started) this.start(job);
+        if (!job.started && !this.start(job)) break; // FCFS: the head waits for room
         const n = Math.min(budget, job.req.tokens.length - job.done);
         parts.push({ job, n, cached: job.done });
         job.inFlight = n;
         budget -= n;
       }
+    }
+    // Nothing fits (kvBound): the running batch decodes and frees KV as it finishes.
+    if (parts.length > 0) {
       const end = now + this.prefillBatchMs(parts);
       this.busyUntil = end;
       this.schedule(end, (t) => {

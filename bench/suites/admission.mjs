@@ -1,12 +1,15 @@
 // Suite "admission": the pool's admission queue under overload (src/admission/). Simulated SGLang
-// workers on the GPU-calibrated cost model (bench/lib/worker-model.mjs, one H200 each) behind a real
+// workers on the GPU-calibrated cost model (bench/lib/worker-model.mjs, one H200 each), each bounded
+// by its KV pool as SGLang's scheduler is (a request starts only when its prompt + output fit; the
+// rest wait in the worker's FIFO queue: CalibratedWorker's kvBound), behind a real
 // RoutingCore, offered 1×, 1.5× and 2× the fleet's measured capacity for 60 s of simulated time by
-// three tenants (one bursting: on 5 s at three times its rate, off 5 s) in three bands (priority
+// three tenants (one bursting: on 5 s at twice its mean rate, off 5 s) in three bands (priority
 // 20 %, default 60 %, flex 20 %). Policies:
 //   route-everything  today's routing: every request goes to a worker at once (the workers queue);
 //   fifo              admission with one band and one tenant: the queue at the edge, first come first served;
+//   (both admission policies at the shipped queue bounds: maxQueue 1 024, maxWaitMs 30 s)
 //   kvedge            admission with bands (aged) and tenant fairness, at the workers' KV bound
-//                     (loadFactor 1) and at twice it (loadFactor 2: the simulated worker does not refuse past its KV).
+//                     (loadFactor 1) and at twice it (loadFactor 2: requests past the KV wait in the workers' queues).
 // Per policy and load: goodput (requests per second served with TTFT ≤ the SLO; a 429 is not good),
 // TTFT p50/p99 per band (served requests, queue wait included), refusals, and Jain's fairness index
 // over tenants of goodput ÷ offered requests.
@@ -35,7 +38,7 @@ const BANDS = [
 const SIZES = {
   tiny: { workers: 2, seconds: 10, capacityTokens: 32_768, loads: [1, 2] },
   quick: { workers: 2, seconds: 30, capacityTokens: 65_536, loads: [1, 1.5, 2] },
-  full: { workers: 4, seconds: 60, capacityTokens: 65_536, loads: [1, 1.5, 2] },
+  full: { workers: 2, seconds: 60, capacityTokens: 65_536, loads: [1, 1.5, 2] },
 };
 const POLICIES = [
   { name: "route-everything", admission: null },
@@ -51,7 +54,7 @@ function request(tenant, id, random) {
   return { tokens: prefix.concat(own), output: Array.from({ length: 128 }, (_, i) => 7 + i) };
 }
 
-/** Arrivals over `seconds` at `rate` requests/s in all (Poisson), split by tenant share; the bursty tenant on 5 s / off 5 s at 3× (its mean is kept). */
+/** Arrivals over `seconds` at `rate` requests/s in all (Poisson), split by tenant share; the bursty tenant on 5 s at 2× / off 5 s (its mean is kept). */
 function trace(rate, seconds, seed) {
   const random = rng(seed);
   const out = [];
@@ -89,13 +92,13 @@ async function simulate(reqs, { workers, capacityTokens, policy, seconds }) {
     },
     clear: (h) => cancelled.add(h),
   };
-  const admission = policy.admission ? AdmissionConfigSchema.parse({ ...policy.admission, maxWaitMs: 30_000, maxQueue: 100_000 }) : AdmissionConfigSchema.parse({ enabled: false });
+  const admission = policy.admission ? AdmissionConfigSchema.parse(policy.admission) : AdmissionConfigSchema.parse({ enabled: false });
   const core = new RoutingCore({ blockSize: PAGE, random: rng(3), now: () => now, timers, admission });
   const W = [];
   for (let w = 0; w < workers; w++) {
     const id = `w${w + 1}`;
     core.hello({ type: "hello", workerId: id, url: `http://sim/${id}`, blockSize: PAGE, epoch: 1, modelName: "m", contract: null, kvEvents: false, kvCapacityTokens: capacityTokens }, id);
-    W.push(new CalibratedWorker({ cache: new PagedRadixCache(PAGE, () => {}), capacityTokens, timing: TIMING, pageSize: PAGE, schedule: (t, fn) => events.push({ t, seq: seq++, fn }) }));
+    W.push(new CalibratedWorker({ cache: new PagedRadixCache(PAGE, () => {}), capacityTokens, timing: TIMING, pageSize: PAGE, kvBound: true, schedule: (t, fn) => events.push({ t, seq: seq++, fn }) }));
   }
   const results = reqs.map((q) => ({ at: q.at, tenant: q.tenant, band: q.band, ttft: NaN, refused: false }));
   const submit = (q, d) => {

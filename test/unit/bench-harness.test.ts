@@ -30,7 +30,7 @@ describe("bench harness", () => {
   });
 
   it("runs the suites on a tiny configuration and writes results", { timeout: 300_000 }, async () => {
-    const suites = ["edge", "tokenizer", "index", "hashing", "routing", "fleet-shapes", "layout"];
+    const suites = ["edge", "tokenizer", "index", "hashing", "routing", "fleet-shapes", "layout", "admission"];
     const r = await run(["--tiny", "--only", suites.join(","), "--out", out]);
     expect(r.stderr).toContain("100%");
     expect(r.code, r.stdout + r.stderr).toBe(0);
@@ -60,6 +60,13 @@ describe("bench harness", () => {
     expect(vision.seeds[0].shape.media.repeatShare).toBeGreaterThan(0);
     expect(vision.seeds[0].shape.media.repeatUnderOtherUrlShare).toBeGreaterThan(0);
     expect(vision.byCapacity["1"]["text-prefix"].hitRate.mean).toBeLessThan(vision.byCapacity["1"].kvedge.hitRate.mean);
+    // Admission: every policy at every load, each offered request served or refused, on workers bounded by their KV.
+    const admission = latest.suites.admission.details;
+    expect(admission.capacityRps).toBeGreaterThan(0);
+    expect(admission.rows.map((row: { load: number; policy: string }) => `${row.load} ${row.policy}`)).toEqual(
+      [1, 2].flatMap((load) => ["route-everything", "fifo", "kvedge", "kvedge (loadFactor 2)"].map((p) => `${load} ${p}`)),
+    );
+    for (const row of admission.rows) expect(row.served + row.refused).toBe(row.offered);
     // Fleet shapes: the unified fleet and every PD shape at every bandwidth replayed on agent and chat;
     // the PD pool moves KV (transfer time > 0); on the DP pool the rank-aware index finds more of the
     // prompt cached than a router that sees rank 0 only and lets SGLang pick the rank.
