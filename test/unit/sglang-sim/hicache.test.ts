@@ -4,14 +4,14 @@
  * reads them from the wire bytes, and the index credits the host tier after a GPU eviction.
  */
 import { beforeAll, describe, expect, it } from "vitest";
-import { initHashing } from "../../src/util/hash.ts";
-import { PagedRadixCache, type KvEvent } from "../../services/sglang-sim/radix-cache.ts";
-import { HostTier } from "../../services/sglang-sim/hicache.ts";
-import { encodeEventBatch } from "../../services/sglang-sim/kv-wire.ts";
-import { decodeKvEventBatch } from "../../src/engine-events/event-decode.ts";
-import { TieredBlockSet } from "../../services/relay/tiered-block-set.ts";
-import { RoutingCore } from "../../src/routing-index/routing-core.ts";
-import { localBlockHashes } from "../../src/blocks/block-hash.ts";
+import { initHashing } from "../../../src/util/hash.ts";
+import { PagedRadixCache, type KvEvent } from "../../../services/sglang-sim/radix-cache.ts";
+import { HostTier } from "../../../services/sglang-sim/hicache.ts";
+import { encodeEventBatch } from "../../../services/sglang-sim/kv-wire.ts";
+import { decodeKvEventBatch } from "../../../src/engine-events/event-decode.ts";
+import { TieredBlockSet } from "../../../services/relay/tiered-block-set.ts";
+import { RoutingCore } from "../../../src/routing-index/routing-core.ts";
+import { localBlockHashes } from "../../../src/blocks/block-hash.ts";
 
 beforeAll(() => initHashing());
 

@@ -4,11 +4,11 @@
  * (which the relay never lets happen, so the socket tests cannot reach it).
  */
 import { describe, expect, it } from "vitest";
-import type { RelayEvent } from "../../src/relay-wire/relay-protocol.ts";
-import { shardOfHex } from "../../src/relay-wire/chain-shards.ts";
-import type { DumpBlock } from "../../services/relay/worker-block-set.ts";
-import type { IndexSessionStats, WelcomeInfo } from "../../services/relay/index-session.ts";
-import { ShardFanout, type ShardSession, type ShardSessionHooks } from "../../services/relay/shard-fanout.ts";
+import type { RelayEvent } from "../../../src/relay-wire/relay-protocol.ts";
+import { shardOfHex } from "../../../src/relay-wire/chain-shards.ts";
+import type { DumpBlock } from "../../../services/relay/worker-block-set.ts";
+import type { IndexSessionStats, WelcomeInfo } from "../../../services/relay/index-session.ts";
+import { ShardFanout, type ShardSession, type ShardSessionHooks } from "../../../services/relay/shard-fanout.ts";
 
 interface Stub extends ShardSession {
   shard: number;

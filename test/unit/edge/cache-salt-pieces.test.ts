@@ -4,11 +4,11 @@
  * namespacing every hash, for each tenant, turn after turn.
  */
 import { beforeAll, describe, expect, it } from "vitest";
-import { localBlockHashes, namespacedLocalHashes, namespaceTag } from "../../src/blocks/block-hash.ts";
-import { namespacedHashes, type RoutingNamespace } from "../../src/edge/cache-salt.ts";
-import { PrefixCache } from "../../src/prompt/prefix-cache.ts";
-import { getQwenTokenizer } from "../../src/prompt/tokenizer/index.ts";
-import { initHashing } from "../../src/util/hash.ts";
+import { localBlockHashes, namespacedLocalHashes, namespaceTag } from "../../../src/blocks/block-hash.ts";
+import { namespacedHashes, type RoutingNamespace } from "../../../src/edge/cache-salt.ts";
+import { PrefixCache } from "../../../src/prompt/prefix-cache.ts";
+import { getQwenTokenizer } from "../../../src/prompt/tokenizer/index.ts";
+import { initHashing } from "../../../src/util/hash.ts";
 
 beforeAll(() => initHashing());
 

@@ -4,16 +4,16 @@
  * mapping, src/api/errors.ts), and a client that goes while waiting taking its request out.
  */
 import { beforeAll, describe, expect, it } from "vitest";
-import { RoutingCore } from "../../src/routing-index/routing-core.ts";
-import type { AdmissionFrontDoor } from "../../src/routing-index/front-door.ts";
-import { AdmissionConfigSchema } from "../../src/config/config.ts";
-import { localBlockHashes } from "../../src/blocks/block-hash.ts";
-import { initHashing } from "../../src/util/hash.ts";
-import { errorResponse } from "../../src/api/errors.ts";
-import { rateLimitHeaders } from "../../src/edge/rate-limit.ts";
-import { admissionTicket, admitFirstPick, ANONYMOUS_TENANT, type AdmissionInput } from "../../src/edge/chat/admission.ts";
-import { BAND_DEFAULT, BAND_FLEX, BAND_PRIORITY } from "../../src/admission/bands.ts";
-import { clientLabel } from "../../src/edge/client-label.ts";
+import { RoutingCore } from "../../../src/routing-index/routing-core.ts";
+import type { AdmissionFrontDoor } from "../../../src/routing-index/front-door.ts";
+import { AdmissionConfigSchema } from "../../../src/config/config.ts";
+import { localBlockHashes } from "../../../src/blocks/block-hash.ts";
+import { initHashing } from "../../../src/util/hash.ts";
+import { errorResponse } from "../../../src/api/errors.ts";
+import { rateLimitHeaders } from "../../../src/edge/rate-limit.ts";
+import { admissionTicket, admitFirstPick, ANONYMOUS_TENANT, type AdmissionInput } from "../../../src/edge/chat/admission.ts";
+import { BAND_DEFAULT, BAND_FLEX, BAND_PRIORITY } from "../../../src/admission/bands.ts";
+import { clientLabel } from "../../../src/edge/client-label.ts";
 
 beforeAll(() => initHashing());
 
