@@ -7,9 +7,10 @@
 // 20 %, default 60 %, flex 20 %). Policies:
 //   route-everything  today's routing: every request goes to a worker at once (the workers queue);
 //   fifo              admission with one band and one tenant: the queue at the edge, first come first served;
-//   (both admission policies at the shipped queue bounds: maxQueue 1 024, maxWaitMs 30 s)
 //   kvedge            admission with bands (aged) and tenant fairness, at the workers' KV bound
-//                     (loadFactor 1) and at twice it (loadFactor 2: requests past the KV wait in the workers' queues).
+//                     (loadFactor 1) and at twice it (loadFactor 2: requests past the KV wait in the workers' queues);
+//                     and at loadFactor 1 with maxWaitMs at the TTFT SLO (a request that cannot start in time is refused).
+// Admission runs at the shipped queue bounds (maxQueue 1 024, maxWaitMs 30 s) unless named.
 // Per policy and load: goodput (requests per second served with TTFT ≤ the SLO; a 429 is not good),
 // TTFT p50/p99 per band (served requests, queue wait included), refusals, and Jain's fairness index
 // over tenants of goodput ÷ offered requests.
@@ -45,6 +46,7 @@ const POLICIES = [
   { name: "fifo", admission: { loadFactor: 1 }, flat: true },
   { name: "kvedge", admission: { loadFactor: 1 } },
   { name: "kvedge (loadFactor 2)", admission: { loadFactor: 2 } },
+  { name: "kvedge (maxWaitMs 1 s)", admission: { loadFactor: 1, maxWaitMs: 1000 } },
 ];
 
 /** Prompt: the tenant's 2 048-token system prefix + 512 tokens of its own; 128 output tokens. */
