@@ -5,13 +5,13 @@
  * bootstrap fields the edge adds to a /generate body.
  */
 import { beforeAll, describe, expect, it } from "vitest";
-import { RoutingCore } from "../../src/routing-index/routing-core.ts";
-import { pdPoolProblem } from "../../src/routing-index/pd-pool.ts";
-import { localBlockHashes } from "../../src/blocks/block-hash.ts";
-import { initHashing } from "../../src/util/hash.ts";
-import { localHashToHex, RelayHelloSchema, type DisaggregationMode } from "../../src/relay-wire/relay-protocol.ts";
-import { DEFAULT_PD_TRANSFER_GBPS, pdTransferMs } from "../../src/selection/pd-transfer-cost.ts";
-import { bootstrapHostOf, takeBootstrapRoom, withBootstrap } from "../../src/edge/chat/pd-dispatch.ts";
+import { RoutingCore } from "../../../src/routing-index/routing-core.ts";
+import { pdPoolProblem } from "../../../src/routing-index/pd-pool.ts";
+import { localBlockHashes } from "../../../src/blocks/block-hash.ts";
+import { initHashing } from "../../../src/util/hash.ts";
+import { localHashToHex, RelayHelloSchema, type DisaggregationMode } from "../../../src/relay-wire/relay-protocol.ts";
+import { DEFAULT_PD_TRANSFER_GBPS, pdTransferMs } from "../../../src/selection/pd-transfer-cost.ts";
+import { bootstrapHostOf, takeBootstrapRoom, withBootstrap } from "../../../src/edge/chat/pd-dispatch.ts";
 
 beforeAll(() => initHashing());
 

@@ -5,15 +5,15 @@
  * message naming the worker.
  */
 import { beforeAll, describe, expect, it } from "vitest";
-import { RoutingCore } from "../../src/routing-index/routing-core.ts";
-import { localBlockHashes } from "../../src/blocks/block-hash.ts";
-import { initHashing } from "../../src/util/hash.ts";
-import { localHashToHex, RelayHelloSchema, type RelayHello } from "../../src/relay-wire/relay-protocol.ts";
-import { parseRankTarget, rankTargetId } from "../../src/routing-index/rank-target.ts";
-import { relayConnectTarget } from "../../src/routing-index/front-door.ts";
-import { withRoutedDpRank } from "../../src/proxy/routed-rank.ts";
-import { bodyOfChunks, generateBodyChunks } from "../../src/proxy/generate-body.ts";
-import { parseChatRequest } from "../../src/api/validate.ts";
+import { RoutingCore } from "../../../src/routing-index/routing-core.ts";
+import { localBlockHashes } from "../../../src/blocks/block-hash.ts";
+import { initHashing } from "../../../src/util/hash.ts";
+import { localHashToHex, RelayHelloSchema, type RelayHello } from "../../../src/relay-wire/relay-protocol.ts";
+import { parseRankTarget, rankTargetId } from "../../../src/routing-index/rank-target.ts";
+import { relayConnectTarget } from "../../../src/routing-index/front-door.ts";
+import { withRoutedDpRank } from "../../../src/proxy/routed-rank.ts";
+import { bodyOfChunks, generateBodyChunks } from "../../../src/proxy/generate-body.ts";
+import { parseChatRequest } from "../../../src/api/validate.ts";
 
 beforeAll(() => initHashing());
 

@@ -4,13 +4,13 @@
  * their load-back in the TTFT cost; GPU eviction with a host copy keeps the prefix routable.
  */
 import { beforeAll, describe, expect, it } from "vitest";
-import { RoutingCore } from "../../src/routing-index/routing-core.ts";
-import { localBlockHashes } from "../../src/blocks/block-hash.ts";
-import { initHashing } from "../../src/util/hash.ts";
-import { localHashToHex } from "../../src/relay-wire/relay-protocol.ts";
-import { DEFAULT_TIER_COST, hostLoadBackMs } from "../../src/selection/tier-cost.ts";
-import { estimateTtft } from "../../src/selection/ttft-cost.ts";
-import { renderMetrics } from "../../src/metrics/pool-families.ts";
+import { RoutingCore } from "../../../src/routing-index/routing-core.ts";
+import { localBlockHashes } from "../../../src/blocks/block-hash.ts";
+import { initHashing } from "../../../src/util/hash.ts";
+import { localHashToHex } from "../../../src/relay-wire/relay-protocol.ts";
+import { DEFAULT_TIER_COST, hostLoadBackMs } from "../../../src/selection/tier-cost.ts";
+import { estimateTtft } from "../../../src/selection/ttft-cost.ts";
+import { renderMetrics } from "../../../src/metrics/pool-families.ts";
 
 beforeAll(() => initHashing());
 
