@@ -14,7 +14,7 @@ import { verifyRelayConnect } from "../src/relay-wire/relay-auth.ts";
 import { clientNetwork, enforceRateLimit, rateLimitBucketName, rateLimitHeaders, requestLimitHeaders, type BucketKind } from "../src/edge/rate-limit.ts";
 import { enforceTokenQuota, type TokenCounts } from "../src/edge/token-quota.ts";
 import type { ClientRef } from "../src/edge/client-label.ts";
-import { handleChatCompletions } from "../src/edge/chat.ts";
+import { handleChatCompletions, type ChatDeps } from "../src/edge/chat.ts";
 import { handleAdminRoute, presentsAdminCredentials } from "../src/edge/admin-routes.ts";
 import { preflightResponse, withCors } from "../src/edge/cors.ts";
 import { dispatch, type Route } from "../src/edge/route-table.ts";
@@ -189,44 +189,39 @@ function models(r: EdgeRequest): Response {
 }
 
 async function chatCompletions(r: EdgeRequest): Promise<Response> {
-  const { request, env, config } = r;
   await initHashing();
-  return handleChatCompletions(request, {
+  return handleChatCompletions(r.request, { ...generateDeps(r), trace: r.trace });
+}
+
+/**
+ * What every generate route (chat, completions, responses) is handed: one set, so each charges the
+ * same request bucket and token quotas (per API key, else client network) and routes through the
+ * same index and admission queue.
+ */
+function generateDeps(r: EdgeRequest): ChatDeps {
+  const { request, env, config } = r;
+  const client = (apiKey: string | null): ClientRef => (apiKey !== null ? { apiKey } : { network: networkOf(request) });
+  return {
     config,
     index: (model, shard) => indexFor(env, model, shard),
     admissionIndex: (model, shard) => indexFor(env, model, shard),
-    tokenQuota: (apiKey, tokens) => tokenQuota(env, config, apiKey !== null ? { apiKey } : { network: networkOf(request) }, tokens),
+    tokenQuota: (apiKey, tokens) => tokenQuota(env, config, client(apiKey), tokens),
     fetch: (input, init) => fetch(input, init),
     waitUntil: (p) => r.ctx.waitUntil(p),
-    rateLimit: (apiKey) => limit(env, config, "chat", apiKey !== null ? { apiKey } : { network: networkOf(request) }),
-    trace: r.trace,
-  });
+    rateLimit: (apiKey) => limit(env, config, "chat", client(apiKey)),
+  };
 }
 
 async function completions(r: EdgeRequest): Promise<Response> {
-  const { request, env, config } = r;
   await initHashing();
-  return handleCompletions(request, {
-    config,
-    index: (model, shard) => indexFor(env, model, shard),
-    admissionIndex: (model, shard) => indexFor(env, model, shard),
-    fetch: (input, init) => fetch(input, init),
-    waitUntil: (p) => r.ctx.waitUntil(p),
-    rateLimit: (apiKey) => limit(env, config, "chat", apiKey !== null ? { apiKey } : { network: networkOf(request) }),
-  });
+  return handleCompletions(r.request, generateDeps(r));
 }
 
 async function responses(r: EdgeRequest): Promise<Response | null> {
-  const { request, env, config } = r;
   await initHashing();
-  const store = env.RESPONSE_STORE;
-  return handleResponsesRoute(request, r.path, {
-    config,
-    index: (model, shard) => indexFor(env, model, shard),
-    admissionIndex: (model, shard) => indexFor(env, model, shard),
-    fetch: (input, init) => fetch(input, init),
-    waitUntil: (p) => r.ctx.waitUntil(p),
-    rateLimit: (apiKey) => limit(env, config, "chat", apiKey !== null ? { apiKey } : { network: networkOf(request) }),
+  const store = r.env.RESPONSE_STORE;
+  return handleResponsesRoute(r.request, r.path, {
+    ...generateDeps(r),
     ...(store ? { responseStore: (name: string) => store.getByName(name) } : {}),
   });
 }

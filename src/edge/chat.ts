@@ -25,16 +25,14 @@ import { cacheTenant, resolveChatModel } from "./chat/resolve-model.ts";
 import { edgeColoOf, routeTarget } from "./chat/route.ts";
 import { admissionTicket } from "./chat/admission.ts";
 import { affinityKeyOf } from "./chat/affinity.ts";
-import type { TokenCounts } from "./token-quota.ts";
+import { takeTokenQuota, withLimitHeaders, type TokenQuotaDeps } from "./token-quota.ts";
 import type { AdmissionFrontDoor } from "../routing-index/front-door.ts";
 import { chatUpstreamBody } from "./chat/upstream-body.ts";
 import { StageClock } from "./server-timing.ts";
 
-export interface ChatDeps extends ParseDeps, PrepareDeps, ForwardDeps {
+export interface ChatDeps extends ParseDeps, PrepareDeps, ForwardDeps, TokenQuotaDeps {
   /** The request's W3C trace context at the edge (functions/ starts it, so error answers name it too); absent: started from the request's own `traceparent`. */
   trace?: EdgeTrace;
-  /** Takes the request's prompt and output tokens from the caller's token quotas; rejects with 429; resolves to their `x-ratelimit-*` headers. */
-  tokenQuota?(apiKey: string | null, tokens: TokenCounts): Promise<Record<string, string>>;
   /** The pool's admission queue (src/admission/); absent: every first pick is routed at once. */
   admissionIndex?(model: string, shard?: number): AdmissionFrontDoor;
 }
@@ -55,7 +53,7 @@ export async function handleChatCompletions(request: Request, deps: ChatDeps): P
   const outputBudget = req.max_completion_tokens ?? req.max_tokens ?? defaultMaxNewTokens ?? contextTokensOf(model);
   const costly = costlyLogprobStream(req, output, outputBudget);
   // Token quotas once the prompt is counted (src/edge/token-quota.ts): a refusal is a 429 before any routing.
-  const quotaHeaders = (await deps.tokenQuota?.(caller.apiKey, { input: plan.isl, output: outputBudget })) ?? {};
+  const quotaHeaders = await takeTokenQuota(deps, caller.apiKey, { input: plan.isl, output: outputBudget });
   const requestId = newRequestId();
   const bodyFor = await chatUpstreamBody({
     req,
@@ -117,6 +115,5 @@ export async function handleChatCompletions(request: Request, deps: ChatDeps): P
   });
   // How much of the prompt the turn chain supplied (admin and debug only, like the routing headers).
   if (showRouting) answer.headers.set("x-kvedge-prompt-reused-messages", String(prompt.reusedMessages ?? 0));
-  for (const [k, v] of Object.entries({ ...limitHeaders, ...quotaHeaders })) answer.headers.set(k, v);
-  return answer;
+  return withLimitHeaders(answer, limitHeaders, quotaHeaders);
 }

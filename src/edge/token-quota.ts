@@ -1,5 +1,6 @@
 /**
- * Token quotas on the chat route, beside its request bucket (rate-limit.ts): prompt tokens and
+ * Token quotas on every generate route (chat, completions, responses — one bucket pair per caller,
+ * so switching route evades nothing), beside the request bucket (rate-limit.ts): prompt tokens and
  * output tokens per minute per API key, else per client network (`KVEDGE_RATE_LIMIT`
  * inputTokensPerMinute / outputTokensPerMinute; absent: no quota). A request takes its exact prompt
  * length from the input bucket once the prompt stage has counted it, and its output budget
@@ -35,4 +36,21 @@ export async function enforceTokenQuota(limiter: (kind: QuotaKind) => RateLimite
       throw new RateLimitedError(r.retryAfterSeconds, `Rate limit reached for ${WHAT[kind]} per minute: limit ${perMinute}, requested ${Math.ceil(amount)}. Retry after ${r.retryAfterSeconds} s.`, undefined, headers);
   }
   return headers;
+}
+
+/** What a generate route needs for its token quotas (functions/ wires the buckets). */
+export interface TokenQuotaDeps {
+  /** Takes the request's prompt and output tokens from the caller's token quotas; rejects with 429; resolves to their `x-ratelimit-*` headers. */
+  tokenQuota?(apiKey: string | null, tokens: TokenCounts): Promise<Record<string, string>>;
+}
+
+/** The quota stage of every generate route, once the prompt is counted and before any routing: a refusal is a 429. Resolves to the headers for the answer. */
+export async function takeTokenQuota(deps: TokenQuotaDeps, apiKey: string | null, tokens: TokenCounts): Promise<Record<string, string>> {
+  return (await deps.tokenQuota?.(apiKey, tokens)) ?? {};
+}
+
+/** Puts the request bucket's and the token quotas' `x-ratelimit-*` on a generate route's answer. */
+export function withLimitHeaders(answer: Response, ...sets: Record<string, string>[]): Response {
+  for (const set of sets) for (const [k, v] of Object.entries(set)) answer.headers.set(k, v);
+  return answer;
 }

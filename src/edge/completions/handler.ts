@@ -28,6 +28,7 @@ import { affinityKeyOf } from "../chat/affinity.ts";
 import type { ClientRef } from "../client-label.ts";
 import { clientNetwork } from "../rate-limit.ts";
 import { StageClock } from "../server-timing.ts";
+import { takeTokenQuota, withLimitHeaders } from "../token-quota.ts";
 import { completionAnswer, type TextCompletion } from "./completion-answer.ts";
 
 export async function handleCompletions(request: Request, deps: ChatDeps): Promise<Response> {
@@ -35,7 +36,7 @@ export async function handleCompletions(request: Request, deps: ChatDeps): Promi
   const clock = new StageClock();
   const trace = deps.trace ?? startEdgeTrace(request.headers.get("traceparent"));
   const caller = authorizeClient(request, config);
-  await deps.rateLimit?.(caller.apiKey);
+  const limitHeaders = (await deps.rateLimit?.(caller.apiKey)) ?? {};
   const limits = limitsOf(config);
   const req = parseCompletion(await readBodyText(request, limits), limits);
   clock.mark("parse");
@@ -50,12 +51,23 @@ export async function handleCompletions(request: Request, deps: ChatDeps): Promi
   // Admission's tenant, as chat names it (chat/parse.ts): the API key, else the client's network.
   const client: ClientRef | null = caller.apiKey !== null ? { apiKey: caller.apiKey } : address ? { network: clientNetwork(address) } : null;
 
-  const one = async (prompt: CompletionPrompt, i: number): Promise<Response> => {
+  // Every prompt is counted (and checked) before any is routed: the batch takes its tokens from the
+  // caller's quotas at once, as chat does (token-quota.ts); each prompt's n samples share its prefill.
+  const encoded = prompts.map((prompt, i) => {
     const param = prompts.length > 1 ? `prompt[${i}]` : "prompt";
     if ("text" in prompt && prompt.text.length > limits.maxPromptChars) throw new InvalidRequestError(`The prompt is ${prompt.text.length} characters, more than this endpoint accepts (${limits.maxPromptChars}).`, param, "context_length_exceeded");
     const ids = "ids" in prompt ? prompt.ids : tokenizer.encode(prompt.text, prompt.text.length);
     if (ids.length === 0) throw new InvalidRequestError("The prompt is empty.", param);
     checkFit(ids.length, req.max_tokens, model, param);
+    return ids;
+  });
+  const quotaHeaders = await takeTokenQuota(deps, caller.apiKey, {
+    input: encoded.reduce((sum, ids) => sum + ids.length, 0),
+    output: req.max_tokens * req.n * prompts.length,
+  });
+
+  const one = async (prompt: CompletionPrompt, i: number): Promise<Response> => {
+    const ids = encoded[i]!;
     const requestId = newRequestId();
     const body = buildGenerateBody(sampling, { text: "text" in prompt ? prompt.text : "", rid: requestId });
     const wire: Record<string, unknown> = { ...body };
@@ -107,14 +119,15 @@ export async function handleCompletions(request: Request, deps: ChatDeps): Promi
     });
   };
 
-  if (prompts.length === 1) return one(prompts[0]!, 0);
+  if (prompts.length === 1) return withLimitHeaders(await one(prompts[0]!, 0), limitHeaders, quotaHeaders);
   const answers = await Promise.all(prompts.map(one));
   const failed = answers.find((r) => r.status !== 200);
   if (failed) return failed;
   const parts = (await Promise.all(answers.map((r) => r.json()))) as TextCompletion[];
   const first = parts[0]!;
   const merged: TextCompletion = { ...first, choices: parts.flatMap((p) => p.choices), usage: sumUsage(parts.map((p) => p.usage)) };
-  return new Response(JSON.stringify(merged), { status: 200, headers: { "content-type": "application/json", "x-request-id": first.id.replace(/^cmpl-/, "") } });
+  const batch = new Response(JSON.stringify(merged), { status: 200, headers: { "content-type": "application/json", "x-request-id": first.id.replace(/^cmpl-/, "") } });
+  return withLimitHeaders(batch, limitHeaders, quotaHeaders);
 }
 
 function parseCompletion(text: string, limits: ReturnType<typeof limitsOf>): CompletionRequest {

@@ -83,8 +83,9 @@ function parseCreate(text: string, deps: ResponsesDeps): ResponseCreateRequest {
 async function createResponse(request: Request, deps: ResponsesDeps): Promise<Response> {
   const caller = authorizeClient(request, deps.config);
   // The rate-limit verdict comes before the body is read and the store is asked; the chat handler
-  // below then runs without it (one request, one token).
-  await deps.rateLimit?.(caller.apiKey);
+  // below is handed its headers instead of taking a second token. Token quotas are the chat
+  // handler's own stage (deps.tokenQuota), so this route charges them exactly as chat does.
+  const limitHeaders = (await deps.rateLimit?.(caller.apiKey)) ?? {};
   const req = parseCreate(await readBodyText(request, limitsOf(deps.config)), deps);
   const store = storeFor(request, deps, caller);
   let history: ChatMessage[] = [];
@@ -132,8 +133,7 @@ async function createResponse(request: Request, deps: ResponsesDeps): Promise<Re
         };
       }
     : undefined;
-  const { rateLimit: _taken, ...chatDeps } = deps;
-  const chat = await handleChatCompletions(chatRequest, { ...chatDeps, index, ...(admissionIndex ? { admissionIndex } : {}) });
+  const chat = await handleChatCompletions(chatRequest, { ...deps, rateLimit: async () => limitHeaders, index, ...(admissionIndex ? { admissionIndex } : {}) });
   if (chat.status !== 200) return chat;
 
   const id = newItemId("resp");
