@@ -406,6 +406,17 @@ export class RoutingIndex extends DurableObject<RoutingIndexEnv> implements Pool
     return true;
   }
 
+  /** Admin: a drained worker takes requests again (otherwise a drain holds until the worker's next life). */
+  async undrainWorker(workerId: string): Promise<boolean> {
+    const row = this.#core.workers().find((w) => w.workerId === workerId);
+    if (!row) return false;
+    if (row.status !== "draining") return true;
+    const rec = this.#core.setStatus(workerId, "up");
+    if (rec) this.#persist(rec);
+    console.warn(JSON.stringify({ event: "worker_undrained", workerId }));
+    return true;
+  }
+
   /** Admin: forget a worker entirely (a DP worker's id takes every rank target with it). */
   async removeWorker(workerId: string): Promise<boolean> {
     const removed = this.#core.removeWorker(workerId);

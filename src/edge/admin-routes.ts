@@ -76,6 +76,7 @@ const TOKEN_ROUTES: readonly Route<AdminCall>[] = [
   { path: "/admin/shards", methods: { GET: shardsRoute } },
   { path: /^\/admin\/workers\/([^/]+)\/local-hashes$/, methods: { GET: (c, [worker]) => localHashesRoute(c, worker!) } },
   { path: /^\/admin\/workers\/([^/]+)\/drain$/, methods: { POST: (c, [worker]) => drainRoute(c, worker!) } },
+  { path: /^\/admin\/workers\/([^/]+)\/undrain$/, methods: { POST: (c, [worker]) => undrainRoute(c, worker!) } },
 ];
 
 /** Serves an operator route (`/metrics`, `/dashboard…`, `/admin/*`); an unknown one is 404 once the token passed. */
@@ -144,10 +145,19 @@ function workerIdOf(encodedWorker: string): string {
  * /admin/workers, restart; its new life joins up). Answers the worker's row.
  */
 async function drainRoute(c: AdminCall, encodedWorker: string): Promise<Response> {
+  return setDrain(c, encodedWorker, true);
+}
+
+/** Puts a drained worker back on every shard without restarting it (a worker that is down stays down). Answers the worker's row. */
+async function undrainRoute(c: AdminCall, encodedWorker: string): Promise<Response> {
+  return setDrain(c, encodedWorker, false);
+}
+
+async function setDrain(c: AdminCall, encodedWorker: string, drain: boolean): Promise<Response> {
   const model = poolOf(c);
   const workerId = workerIdOf(encodedWorker);
   const shards = allShards(c.deps, model);
-  const known = await Promise.all(shards.map((s) => s.drainWorker(workerId)));
+  const known = await Promise.all(shards.map((s) => (drain ? s.drainWorker(workerId) : s.undrainWorker(workerId))));
   if (!known.some(Boolean)) throw new NotFoundError(`Unknown worker '${workerId.slice(0, 128)}' in pool '${model}'.`, "worker", "worker_not_found");
   const lists = await Promise.all(shards.map((s) => s.workers()));
   const rows = lists.length === 1 ? lists[0]! : mergeShardWorkers(lists);

@@ -121,6 +121,11 @@ export interface OperatorFrontDoor {
    * ones finish; a new life of it (a restart's hello) joins the pool up. false: unknown worker.
    */
   drainWorker(workerId: string): Promise<boolean>;
+  /**
+   * Undrain: a draining worker takes requests again (and the admission queue's); a worker in any
+   * other status is left as it is (a down one waits for its relay's hello). false: unknown worker.
+   */
+  undrainWorker(workerId: string): Promise<boolean>;
 }
 
 /** What one shard sends the others (src/load/load-replica.ts). */
