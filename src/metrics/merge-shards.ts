@@ -73,7 +73,16 @@ export function mergeShardSnapshots(snapshots: readonly PoolMetricsSnapshot[]): 
     recentReceipts: newestFirst<ReceiptView>(snapshots.map((s) => s.recentReceipts)),
     recorder: mergeRecorders(snapshots.map((s) => s.recorder)),
     ...mergeAdmission(snapshots.flatMap((s) => (s.admission ? [s.admission] : []))),
+    ...mergeTierLoadBack(snapshots),
   };
+}
+
+/** Each shard calibrates from its own receipts: per tier, the shard with the most accepted samples speaks. */
+function mergeTierLoadBack(snapshots: readonly PoolMetricsSnapshot[]): Pick<PoolMetricsSnapshot, "tierLoadBack"> {
+  const all = snapshots.flatMap((s) => (s.tierLoadBack ? [s.tierLoadBack] : []));
+  if (all.length === 0) return {};
+  const best = (tier: "host" | "storage") => all.reduce((a, b) => (b[tier].accepted > a[tier].accepted ? b : a))[tier];
+  return { tierLoadBack: { host: best("host"), storage: best("storage") } };
 }
 
 /** Each shard queues its own requests: depths and counters add up, band by band. */

@@ -42,6 +42,7 @@ function writePool(b: ExpositionBuilder, model: string, s: PoolMetricsSnapshot):
   // Hit rate per tier: this counter's rate over kvedge_routing_request_blocks_sum's.
   const tiers = b.counter("kvedge_routing_matched_blocks_total", "Overlap blocks of routing decisions by the tier they were credited in: gpu, host (HiCache host memory) or storage (a shared storage backend, approximate).");
   for (const [tier, n] of Object.entries(r.tierBlocks)) tiers.set({ model, tier }, n);
+  if (s.tierLoadBack) writeTierLoadBack(b, model, s.tierLoadBack);
   b.histogram("kvedge_edge_overhead_seconds", "Edge time from request arrival to the upstream call (validation, prompt, tokenizer, hashing, index round trip).").histogram(m, r.edgeOverheadSeconds);
 
   // Receipts: predicted vs actual cached tokens.
@@ -114,6 +115,19 @@ function writePool(b: ExpositionBuilder, model: string, s: PoolMetricsSnapshot):
   b.counter("kvedge_index_load_expired_total", "Routed requests whose load expired because the edge never settled them.").set(m, c.expired);
 
   if (s.admission) writeAdmission(b, model, s.admission);
+}
+
+/** Load-back calibration (src/selection/tier-calibration.ts): the bandwidth the TTFT cost uses per tier, and how far its predictions are from receipts. */
+function writeTierLoadBack(b: ExpositionBuilder, model: string, t: NonNullable<PoolMetricsSnapshot["tierLoadBack"]>): void {
+  const bw = b.gauge("kvedge_tier_loadback_bytes_per_second", "Load-back bandwidth of a lower tier (host, storage) to the GPU: configured, and in_use by the TTFT cost (the receipts' estimate once it has enough samples).");
+  const ratio = b.gauge("kvedge_tier_loadback_estimate_ratio", "EWMA of measured / predicted load-back time over settled receipts, by tier; 1 is exact, > 1 the cost underestimates load-back.");
+  const samples = b.counter("kvedge_tier_loadback_samples_total", "Receipts that calibrated a tier's load-back (accepted) or were refused as bad or outlying samples (rejected).");
+  for (const tier of ["host", "storage"] as const) {
+    const v = t[tier];
+    bw.set({ model, tier, source: "configured" }, v.configuredGbps * 1e9).set({ model, tier, source: "in_use" }, v.gbps * 1e9);
+    if (v.measuredOverPredicted !== null) ratio.set({ model, tier }, v.measuredOverPredicted);
+    samples.set({ model, tier, result: "accepted" }, v.accepted).set({ model, tier, result: "rejected" }, v.rejected);
+  }
 }
 
 /**

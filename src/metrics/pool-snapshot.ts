@@ -72,6 +72,20 @@ export interface PoolMetricsSnapshot {
   recorder: RecorderSnapshot;
   /** The admission queue (src/admission/); absent from a snapshot made without one. */
   admission?: AdmissionSnapshot;
+  /** Load-back bandwidth per lower tier, calibrated from receipts (src/selection/tier-calibration.ts). */
+  tierLoadBack?: Record<"host" | "storage", TierLoadBackView>;
+}
+
+/** One tier's load-back calibration: bandwidths in GB/s (10^9 bytes/s). */
+export interface TierLoadBackView {
+  /** In use by the cost: the estimate once seeded, else the configured one. */
+  gbps: number;
+  configuredGbps: number;
+  estimatedGbps: number | null;
+  accepted: number;
+  rejected: number;
+  /** EWMA of measured / predicted load-back time; null before any accepted sample. */
+  measuredOverPredicted: number | null;
 }
 
 export type CohortState = "no_workers" | "no_contract" | "invalid" | "disagree" | "agree";

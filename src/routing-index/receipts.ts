@@ -24,6 +24,20 @@ export interface Receipt {
   traceId: string | null;
   /** A prefill/decode pair's decode side (`workerId` is then its prefill); absent: a unified worker. */
   decodeWorkerId?: string;
+  /** Estimated time to first token of the pick, ms; kept only for requests with host or storage blocks. */
+  predictedTtftMs?: number;
+  /** Measured: route to the first signal that the prefill ended (first token at the edge, or the worker's stored blocks), ms. */
+  measuredTtftMs?: number;
+  /** Load-back of host/storage blocks: predicted, and measured = measured TTFT − the estimate's other parts. */
+  loadBack?: ReceiptLoadBack;
+}
+
+export interface ReceiptLoadBack {
+  /** The tier it calibrates; null: blocks in both tiers (the time cannot be split). */
+  tier: "host" | "storage" | null;
+  bytes: number;
+  predictedMs: number;
+  measuredMs: number | null;
 }
 
 export interface WorkerReceiptStats {

@@ -13,7 +13,8 @@ import type { IndexCounters } from "../metrics/pool-snapshot.ts";
 import { scoreByBlocks } from "../selection/block-cost.ts";
 import { resolveEdgeRegion, rttMs, type RegionsConfig } from "../selection/regions.ts";
 import { pickIndex, type Candidate, type SelectionCost } from "../selection/selection.ts";
-import { DEFAULT_TTFT_PARAMS, scoreByTtft } from "../selection/ttft-cost.ts";
+import { DEFAULT_TTFT_PARAMS, estimateTtft, scoreByTtft } from "../selection/ttft-cost.ts";
+import { TierCalibration } from "../selection/tier-calibration.ts";
 import { DEFAULT_TIER_COST, type TierCostParams } from "../selection/tier-cost.ts";
 import { DEFAULT_PD_TRANSFER_GBPS, pdTransferMs, type PdTransferParams } from "../selection/pd-transfer-cost.ts";
 import type { BlockViews } from "./block-views.ts";
@@ -156,14 +157,17 @@ export class Router {
   readonly #now: () => number;
   readonly #regions: RegionsConfig | null;
   readonly #cost: SelectionCost;
-  readonly #tiers: TierCostParams | undefined;
+  /** Load-back bandwidths: configured, then calibrated from settled receipts (tier-calibration.ts). */
+  readonly #calibration: TierCalibration;
+  /** Routed at (ms) → prefill done at, for receipts that matched lower-tier blocks. */
+  readonly #prefillDoneAt = new Map<string, number>();
   readonly #pdTransfer: PdTransferParams;
 
   constructor(parts: RouterParts, opts: RouterOptions) {
     this.#p = parts;
     this.#regions = opts.regions ?? null;
     this.#cost = opts.cost;
-    this.#tiers = opts.tiers;
+    this.#calibration = new TierCalibration(opts.tiers ?? DEFAULT_TIER_COST);
     this.#pdTransfer = opts.pdTransfer ?? { kvBytesPerToken: DEFAULT_TIER_COST.kvBytesPerToken, transferGBps: DEFAULT_PD_TRANSFER_GBPS };
     this.#temperature = opts.temperature ?? 0;
     this.#decodeWeight = opts.decodeWeight ?? 1;
@@ -180,7 +184,7 @@ export class Router {
       metrics.noWorker(req.fallbackReason ?? null);
       return null;
     }
-    const { live, chain, scored, candidateViews, blockSize } = e;
+    const { live, chain, candidates, scored, candidateViews, blockSize } = e;
     const i = pickIndex(scored, this.#temperature, this.#random);
     const chosen = live[i]!;
     // Host-memory blocks are cached too: the worker loads them back and reports them as cached.
@@ -217,12 +221,17 @@ export class Router {
       predictedOverlapBlocks: overlap,
       ...(hostBlocks > 0 ? { predictedHostBlocks: hostBlocks } : {}),
       ...(storageBlocks > 0 ? { predictedStorageBlocks: storageBlocks } : {}),
+      ...(hostBlocks > 0 || storageBlocks > 0 ? this.#predictLoadBack(chosen, candidates[i]!, req, blockSize) : {}),
       blockSize,
       fallbackReason: req.fallbackReason ?? null,
       traceId: req.traceId ?? null,
       ...(decode ? { decodeWorkerId: decode.workerId } : {}),
     });
-    if (this.#pending.size > MAX_PENDING_RECEIPTS) this.#pending.delete(this.#pending.keys().next().value!);
+    if (this.#pending.size > MAX_PENDING_RECEIPTS) {
+      const oldest = this.#pending.keys().next().value!;
+      this.#pending.delete(oldest);
+      this.#prefillDoneAt.delete(oldest);
+    }
     counters.routed++;
     metrics.routed({
       at: now,
@@ -270,12 +279,22 @@ export class Router {
     const p = this.#pending.get(req.receiptId);
     if (!p) return { drift: false, receipt: null };
     this.#pending.delete(req.receiptId);
+    const doneAt = this.#prefillDoneAt.get(req.receiptId);
+    this.#prefillDoneAt.delete(req.receiptId);
     const receipt: Receipt = {
       ...p,
       promptTokens: req.promptTokens ?? p.promptTokens,
       actualCachedTokens: req.cachedTokens,
       outcome: req.outcome,
     };
+    if (p.loadBack && p.predictedTtftMs !== undefined && doneAt !== undefined && req.outcome === "ok") {
+      const measuredTtftMs = doneAt - p.at;
+      // The load-back is what the measured TTFT leaves after the estimate's other parts.
+      const measuredMs = measuredTtftMs - (p.predictedTtftMs - p.loadBack.predictedMs);
+      receipt.measuredTtftMs = measuredTtftMs;
+      receipt.loadBack = { ...p.loadBack, measuredMs };
+      if (p.loadBack.tier) this.#calibration.add({ tier: p.loadBack.tier, bytes: p.loadBack.bytes, predictedMs: p.loadBack.predictedMs, measuredMs });
+    }
     this.#p.counters.settled++;
     this.#p.metrics.settled(
       {
@@ -356,7 +375,43 @@ export class Router {
       ...(scored[k]!.hostBlocks ? { hostBlocks: scored[k]!.hostBlocks } : {}),
       ...(scored[k]!.storageBlocks ? { storageBlocks: scored[k]!.storageBlocks } : {}),
     }));
-    return { live, chain, scored, candidateViews, blockSize };
+    return { live, chain, candidates, scored, candidateViews, blockSize };
+  }
+
+  #placement(w: WorkerRecord, edgeRegion: string | null) {
+    const regions = this.#regions;
+    return { rttMs: regions && edgeRegion ? rttMs(regions, edgeRegion, w.region ?? null) : 0, prefillTokensPerSec: w.prefillTokensPerSec ?? null };
+  }
+
+  /**
+   * The pick's TTFT estimate and its load-back share, kept with the receipt: at settle, the
+   * measured time to prefill done against them calibrates the tier's bandwidth. Computed under
+   * either cost ("blocks" scores without it).
+   */
+  #predictLoadBack(w: WorkerRecord, c: Candidate, req: Pick<RouteRequest, "isl" | "edgeRegion" | "edgeColo">, blockSize: number): Pick<Receipt, "predictedTtftMs" | "loadBack"> {
+    const regions = this.#regions;
+    const edgeRegion = regions ? (req.edgeRegion ?? resolveEdgeRegion(regions, req.edgeColo)) : null;
+    const tiers = this.#calibration.params();
+    const b = estimateTtft(regions ?? DEFAULT_TTFT_PARAMS, c, this.#placement(w, edgeRegion), req.isl, blockSize, tiers);
+    const totalMs = b.totalMs + (isPrefillWorker(w) ? pdTransferMs(this.#pdTransfer, req.isl) : 0);
+    // Both tiers at once: the measured time cannot be split between them; it calibrates neither.
+    const tier = (c.hostBlocks ?? 0) > 0 && (c.storageBlocks ?? 0) > 0 ? null : (c.hostBlocks ?? 0) > 0 ? "host" : "storage";
+    const blocks = tier === "host" ? (c.hostBlocks ?? 0) : (c.storageBlocks ?? 0);
+    return {
+      predictedTtftMs: totalMs,
+      loadBack: { tier, predictedMs: b.loadBackMs, bytes: blocks * blockSize * tiers.kvBytesPerToken, measuredMs: null },
+    };
+  }
+
+  /** The first signal that a routed request's prefill ended (first token at the edge, or the worker's stored blocks). */
+  prefillDone(receiptId: string): void {
+    const p = this.#pending.get(receiptId);
+    if (!p?.loadBack || this.#prefillDoneAt.has(receiptId)) return;
+    this.#prefillDoneAt.set(receiptId, this.#now());
+  }
+
+  calibration(): TierCalibration {
+    return this.#calibration;
   }
 
   /**
@@ -368,11 +423,8 @@ export class Router {
     const regions = this.#regions;
     const edgeRegion = regions ? (req.edgeRegion ?? resolveEdgeRegion(regions, req.edgeColo)) : null;
     if (this.#cost === "blocks" && !edgeRegion) return scoreByBlocks({ candidates, isl: req.isl, blockSize, decodeWeight: this.#decodeWeight });
-    const placements = live.map((w) => ({
-      rttMs: regions && edgeRegion ? rttMs(regions, edgeRegion, w.region ?? null) : 0,
-      prefillTokensPerSec: w.prefillTokensPerSec ?? null,
-    }));
-    const scored = scoreByTtft({ candidates, placements, isl: req.isl, blockSize, params: regions ?? DEFAULT_TTFT_PARAMS, ...(this.#tiers ? { tiers: this.#tiers } : {}) });
+    const placements = live.map((w) => this.#placement(w, edgeRegion));
+    const scored = scoreByTtft({ candidates, placements, isl: req.isl, blockSize, params: regions ?? DEFAULT_TTFT_PARAMS, tiers: this.#calibration.params() });
     // A prefill worker's first token also waits for the prompt's KV to reach its decode peer.
     const transferMs = pdTransferMs(this.#pdTransfer, req.isl);
     return scored.map((x, k) => (isPrefillWorker(live[k]!) ? { ...x, cost: x.cost + transferMs } : x));

@@ -21,6 +21,7 @@ import type { RelayDump, RelayEvents, RelayHello, WorkerStatus } from "../relay-
 import type { RegionsConfig } from "../selection/regions.ts";
 import { DEFAULT_SELECTION_COST, type SelectionCost } from "../selection/selection.ts";
 import type { TierCostParams } from "../selection/tier-cost.ts";
+import type { LoadTier, TierCalibrationView } from "../selection/tier-calibration.ts";
 import type { PdTransferParams } from "../selection/pd-transfer-cost.ts";
 import { BlockViews, type RelayApplyOutcome } from "./block-views.ts";
 import { countDropped } from "./drop-count.ts";
@@ -361,7 +362,10 @@ export class RoutingCore {
       (end) => this.#views.index.holdsChainEnd(w.slot, end),
       (id) => this.#load.get(id)?.prefillDone === false,
     );
-    for (const id of done) this.#loadSync.markPrefillDone(id);
+    for (const id of done) {
+      this.#router.prefillDone(id);
+      this.#loadSync.markPrefillDone(id);
+    }
   }
 
   /** A relay frame the index refused (too large, malformed, from a superseded session): counted with the views' drops. */
@@ -388,6 +392,7 @@ export class RoutingCore {
   }
 
   markPrefillDone(receiptId: string): void {
+    this.#router.prefillDone(receiptId);
     this.#loadSync.markPrefillDone(receiptId);
     this.#admission.pump(null);
   }
@@ -457,8 +462,8 @@ export class RoutingCore {
     return { indexedBlocks: this.#views.index.size, assumedBlocks: this.#views.approx.size, blocksRefused: this.#views.budget.refused, activeRequests: this.#load.size };
   }
 
-  /** `/admin/stats`: counters, receipts and the registry. */
-  stats(): PoolStats {
+  /** `/admin/stats`: counters, receipts, load-back calibration and the registry. */
+  stats(): PoolStats & { tierLoadBack: Record<LoadTier, TierCalibrationView> } {
     return {
       blockSize: this.blockSize,
       indexedBlocks: this.#views.index.size,
@@ -466,8 +471,15 @@ export class RoutingCore {
       counters: this.#counters,
       receipts: this.#receipts.stats(),
       recentReceipts: this.#receipts.recent(50),
+      tierLoadBack: this.tierLoadBack(),
       workers: this.workers(),
     };
+  }
+
+  /** Load-back bandwidth per lower tier: configured, estimated from receipts, measured / predicted (tier-calibration.ts). */
+  tierLoadBack(): Record<LoadTier, TierCalibrationView> {
+    const c = this.#router.calibration();
+    return { host: c.view("host"), storage: c.view("storage") };
   }
 
   /** The local hashes (hex) the index holds for a worker; none for an unknown one. */
@@ -480,6 +492,6 @@ export class RoutingCore {
   metricsSnapshot(): PoolMetricsSnapshot {
     this.#markSilentRelays();
     const parts = { registry: this.#registry, views: this.#views, load: this.#load, receipts: this.#receipts, metrics: this.#metrics, counters: this.#counters };
-    return { ...poolMetricsSnapshot(parts, this.#now()), admission: this.#admission.snapshot() };
+    return { ...poolMetricsSnapshot(parts, this.#now()), admission: this.#admission.snapshot(), tierLoadBack: this.tierLoadBack() };
   }
 }
