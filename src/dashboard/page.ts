@@ -159,6 +159,12 @@ function renderEvents(s) {
   var fb = s.recorder.fallbacks;
   item("text-prefix fallbacks", Object.keys(fb).length ? Object.keys(fb).map(function (k) { return k + " " + fb[k]; }).join(", ") : "none");
   item("retries", num(s.recorder.retries));
+  // HiCache load-back (src/selection/tier-calibration.ts): configured vs estimated from receipts.
+  if (s.tierLoadBack) ["host", "storage"].forEach(function (tier) {
+    var v = s.tierLoadBack[tier];
+    if (v.accepted + v.rejected === 0) return;
+    item(tier + " load-back", v.configuredGbps + " GB/s configured, " + (v.estimatedGbps === null ? "estimate after more samples" : v.gbps.toFixed(2) + " GB/s from receipts") + "; measured / predicted " + (v.measuredOverPredicted === null ? "–" : v.measuredOverPredicted.toFixed(2)) + " (" + v.accepted + " samples, " + v.rejected + " refused)");
+  });
 }
 function render(data) {
   var sel = $("model");
