@@ -159,8 +159,8 @@ export const BucketConfigSchema = z.strictObject({
 export type BucketConfig = z.infer<typeof BucketConfigSchema>;
 
 /**
- * `KVEDGE_RATE_LIMIT`: on by default. The top-level bucket is the chat route's (per API key, else
- * per client /64 or /32); the others are per client network: failed authentication on any route,
+ * `KVEDGE_RATE_LIMIT`: on by default. The top-level bucket is the generate routes' (chat,
+ * completions, responses: one per API key, else per client /64 or /32); the others are per client network: failed authentication on any route,
  * operator routes (`/admin/*`, `/metrics`, `/dashboard`), relay connects.
  */
 export const RateLimitsSchema = z.strictObject({
@@ -169,7 +169,7 @@ export const RateLimitsSchema = z.strictObject({
   authFailures: BucketConfigSchema.default({ requestsPerMinute: 30, burst: 10 }),
   admin: BucketConfigSchema.default({ requestsPerMinute: 300, burst: 100 }),
   relay: BucketConfigSchema.default({ requestsPerMinute: 60, burst: 30 }),
-  /** Prompt tokens per minute per API key (else client network) on the chat route; absent: no token quota (src/edge/token-quota.ts). */
+  /** Prompt tokens per minute per API key (else client network) on every generate route; absent: no token quota (src/edge/token-quota.ts). */
   inputTokensPerMinute: z.number().int().min(1).max(1_000_000_000).optional(),
   /** Output tokens per minute, counted up front as each request's max_tokens (or the edge's cap), as OpenAI counts them; absent: no quota. */
   outputTokensPerMinute: z.number().int().min(1).max(1_000_000_000).optional(),

@@ -1,6 +1,7 @@
 /**
  * Rate limits, on by default (`KVEDGE_RATE_LIMIT`, src/config/config.ts RateLimitsSchema):
- * - `POST /v1/chat/completions`: a token bucket per API key, else per client network;
+ * - the generate routes (`/v1/chat/completions`, `/v1/completions`, `/v1/responses`): one token
+ *   bucket per API key, else per client network, shared by the three;
  * - failed authentication on any route, operator routes and relay connects: a bucket per client
  *   network each.
  * A client network is the /64 of an IPv6 address (one subscriber's allocation: rotating through it
