@@ -12,12 +12,12 @@
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from "node:http";
 import type { AddressInfo } from "node:net";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { parseEdgeConfig } from "../../src/config/config.ts";
-import { handleChatCompletions, type ChatDeps } from "../../src/edge/chat.ts";
-import type { ChatFrontDoor } from "../../src/routing-index/front-door.ts";
-import { RoutingCore } from "../../src/routing-index/routing-core.ts";
-import { initHashing } from "../../src/util/hash.ts";
-import { startSimulatedWorker, type SimulatedWorker } from "../../services/sglang-sim/worker.ts";
+import { parseEdgeConfig } from "../../../src/config/config.ts";
+import { handleChatCompletions, type ChatDeps } from "../../../src/edge/chat.ts";
+import type { ChatFrontDoor } from "../../../src/routing-index/front-door.ts";
+import { RoutingCore } from "../../../src/routing-index/routing-core.ts";
+import { initHashing } from "../../../src/util/hash.ts";
+import { startSimulatedWorker, type SimulatedWorker } from "../../../services/sglang-sim/worker.ts";
 
 const MODEL = "Qwen/Qwen3-VL-8B-Instruct";
 const ADMIN = "admin-token-for-this-test-0123";
