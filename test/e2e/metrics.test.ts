@@ -10,7 +10,7 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { startFleet, type Fleet } from "../../scripts/local-fleet.ts";
 // @ts-expect-error -- plain .mjs CLI without type declarations
 import { run as runCli } from "../../scripts/kvedge.mjs";
-import { parsePrometheusText, sampleValue, type ParsedFamily } from "../unit/metrics-prom-parser.ts";
+import { parsePrometheusText, sampleValue, type ParsedFamily } from "../helpers/prom-parser.ts";
 
 let fleet: Fleet;
 let dir: string;

@@ -10,7 +10,7 @@ import { RoutingCore } from "../../../src/routing-index/routing-core.ts";
 import { localBlockHashes } from "../../../src/blocks/block-hash.ts";
 import { localHashToHex } from "../../../src/relay-wire/relay-protocol.ts";
 import { initHashing } from "../../../src/util/hash.ts";
-import { parsePrometheusText, PromParseError, sampleValue } from "../metrics-prom-parser.ts";
+import { parsePrometheusText, PromParseError, sampleValue } from "../../helpers/prom-parser.ts";
 
 beforeAll(() => initHashing());
 

@@ -10,7 +10,7 @@ import { localBlockHashes } from "../../../src/blocks/block-hash.ts";
 import { localHashToHex } from "../../../src/relay-wire/relay-protocol.ts";
 import { renderMetrics } from "../../../src/metrics/pool-families.ts";
 import { initHashing } from "../../../src/util/hash.ts";
-import { parsePrometheusText } from "../metrics-prom-parser.ts";
+import { parsePrometheusText } from "../../helpers/prom-parser.ts";
 
 interface IndependentFamily {
   name: string;

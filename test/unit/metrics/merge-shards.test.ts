@@ -4,7 +4,7 @@ import { PoolRecorder, type RoutedInput, type SettledInput } from "../../../src/
 import { cohortOf, type IndexCounters, type PoolMetricsSnapshot, type WorkerView } from "../../../src/metrics/pool-snapshot.ts";
 import { renderMetrics } from "../../../src/metrics/pool-families.ts";
 import { SERIES_CAPACITY } from "../../../src/metrics/time-series.ts";
-import { parsePrometheusText, sampleValue } from "../metrics-prom-parser.ts";
+import { parsePrometheusText, sampleValue } from "../../helpers/prom-parser.ts";
 
 const CANDS = [
   { workerId: "a", overlapBlocks: 3, cost: 10 },

@@ -4,7 +4,7 @@ import { afterEach, describe, expect, it } from "vitest";
 import { mkdtempSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { FakeWorker, testCredential } from "../relay-fakes.ts";
+import { FakeWorker, testCredential } from "./fakes.ts";
 
 const MAIN = new URL("../../../services/relay/main.ts", import.meta.url).pathname;
 

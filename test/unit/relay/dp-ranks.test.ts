@@ -9,7 +9,7 @@ import { startWorkerRelays } from "../../../services/relay/rank-relays.ts";
 import type { Relay } from "../../../services/relay/relay.ts";
 import { offsetEndpoint } from "../../../services/relay/worker-info.ts";
 import { startSimulatedWorker, type SimulatedWorker } from "../../../services/sglang-sim/worker.ts";
-import { testCredential } from "../relay-fakes.ts";
+import { testCredential } from "./fakes.ts";
 
 let w: SimulatedWorker;
 const relays: Relay[] = [];

@@ -10,7 +10,7 @@ import { KvFeed, type FeedBatch } from "../../../services/relay/kv-feed.ts";
 import { silentLogger } from "../../../services/relay/log.ts";
 import { requestReplay } from "../../../services/relay/replay-client.ts";
 import { Serial } from "../../../services/relay/serial.ts";
-import { FakePublisher, waitFor } from "../relay-fakes.ts";
+import { FakePublisher, waitFor } from "./fakes.ts";
 
 interface Harness {
   pub: FakePublisher;

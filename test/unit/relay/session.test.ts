@@ -16,7 +16,7 @@ import { RelayStartupError } from "../../../services/relay/worker-info.ts";
 import { initHashing } from "../../../src/util/hash.ts";
 import { WebSocketServer, type WebSocket } from "ws";
 import type { AddressInfo, Socket } from "node:net";
-import { checkTestToken, FakeIndex, FakeWorker, indexView, storeEvents, testCredential, testRelayOptions, waitFor, type IndexConn } from "../relay-fakes.ts";
+import { checkTestToken, FakeIndex, FakeWorker, indexView, storeEvents, testCredential, testRelayOptions, waitFor, type IndexConn } from "./fakes.ts";
 
 const SECRET = "test-secret";
 const B = 4;

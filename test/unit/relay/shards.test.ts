@@ -13,7 +13,7 @@ import { createLogger } from "../../../services/relay/log.ts";
 import type { RelayOptionsInput } from "../../../services/relay/options.ts";
 import { startRelay, type Relay } from "../../../services/relay/relay.ts";
 import { initHashing } from "../../../src/util/hash.ts";
-import { checkTestToken, FakeIndex, FakeWorker, indexView, storeEvents, testRelayOptions, waitFor, type IndexConn, type IndexView } from "../relay-fakes.ts";
+import { checkTestToken, FakeIndex, FakeWorker, indexView, storeEvents, testRelayOptions, waitFor, type IndexConn, type IndexView } from "./fakes.ts";
 
 const SECRET = "shard-secret";
 const MODEL = "Qwen/Qwen3-VL-8B-Instruct";

@@ -12,7 +12,7 @@ import { silentLogger } from "../../../services/relay/log.ts";
 import { startRelay, type Relay } from "../../../services/relay/relay.ts";
 import { loadRelayState, resumeVerdict, saveRelayState, type RelayState } from "../../../services/relay/state-file.ts";
 import { initHashing } from "../../../src/util/hash.ts";
-import { FakeIndex, FakeWorker, indexView, storeEvents, testRelayOptions, waitFor, type IndexConn } from "../relay-fakes.ts";
+import { FakeIndex, FakeWorker, indexView, storeEvents, testRelayOptions, waitFor, type IndexConn } from "./fakes.ts";
 
 const SECRET = "test-secret";
 beforeAll(() => initHashing());

@@ -5,11 +5,11 @@
  * memory (each group up to storageCapacityBlocks entries), nor keep an honest backend untracked.
  */
 import { beforeAll, describe, expect, it } from "vitest";
-import { SharedStorageViews, MAX_STORAGE_GROUPS } from "../../src/routing-index/storage-views.ts";
-import { localBlockHashes } from "../../src/blocks/block-hash.ts";
-import { localHashToHex } from "../../src/relay-wire/relay-protocol.ts";
-import { initHashing } from "../../src/util/hash.ts";
-import type { SlottedWorker } from "../../src/routing-index/worker-registry.ts";
+import { SharedStorageViews, MAX_STORAGE_GROUPS } from "../../../src/routing-index/storage-views.ts";
+import { localBlockHashes } from "../../../src/blocks/block-hash.ts";
+import { localHashToHex } from "../../../src/relay-wire/relay-protocol.ts";
+import { initHashing } from "../../../src/util/hash.ts";
+import type { SlottedWorker } from "../../../src/routing-index/worker-registry.ts";
 
 beforeAll(() => initHashing());
 

@@ -5,11 +5,11 @@
  * the honest worker a sliver of it.
  */
 import { beforeAll, describe, expect, it } from "vitest";
-import { RoutingCore } from "../../src/routing-index/routing-core.ts";
-import { localBlockHashes } from "../../src/blocks/block-hash.ts";
-import { initHashing } from "../../src/util/hash.ts";
-import { localHashToHex, RelayHelloSchema, type RelayHello } from "../../src/relay-wire/relay-protocol.ts";
-import { relayConnectTarget } from "../../src/routing-index/front-door.ts";
+import { RoutingCore } from "../../../src/routing-index/routing-core.ts";
+import { localBlockHashes } from "../../../src/blocks/block-hash.ts";
+import { initHashing } from "../../../src/util/hash.ts";
+import { localHashToHex, RelayHelloSchema, type RelayHello } from "../../../src/relay-wire/relay-protocol.ts";
+import { relayConnectTarget } from "../../../src/routing-index/front-door.ts";
 
 beforeAll(() => initHashing());
 

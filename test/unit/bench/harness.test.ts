@@ -9,7 +9,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, describe, expect, it } from "vitest";
 
-const ROOT = join(import.meta.dirname, "../..");
+const ROOT = join(import.meta.dirname, "../../..");
 const out = mkdtempSync(join(tmpdir(), "kvedge-bench-"));
 afterAll(() => rmSync(out, { recursive: true, force: true }));
 

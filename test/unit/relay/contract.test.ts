@@ -8,19 +8,19 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
-import { RelayHelloSchema } from "../../src/relay-wire/relay-protocol.ts";
-import { parseWorkerContract, SGLANG_CONTRACT_KEY, type QwenFamily } from "../../src/layout/index.ts";
-import { initHashing } from "../../src/util/hash.ts";
-import { readModelDir, resolveContract, runtimeFromServerInfo } from "../../services/relay/contract.ts";
-import { createLogger } from "../../services/relay/log.ts";
-import { startRelay, type Relay } from "../../services/relay/relay.ts";
-import { RelayStartupError } from "../../services/relay/worker-info.ts";
-import { startSimulatedWorker, type SimulatedWorker } from "../../services/sglang-sim/worker.ts";
-import { fixtureContract, fixtureModelDir } from "../fixtures/models/load.ts";
-import { FakeIndex, testCredential, waitFor } from "./relay-fakes.ts";
+import { RelayHelloSchema } from "../../../src/relay-wire/relay-protocol.ts";
+import { parseWorkerContract, SGLANG_CONTRACT_KEY, type QwenFamily } from "../../../src/layout/index.ts";
+import { initHashing } from "../../../src/util/hash.ts";
+import { readModelDir, resolveContract, runtimeFromServerInfo } from "../../../services/relay/contract.ts";
+import { createLogger } from "../../../services/relay/log.ts";
+import { startRelay, type Relay } from "../../../services/relay/relay.ts";
+import { RelayStartupError } from "../../../services/relay/worker-info.ts";
+import { startSimulatedWorker, type SimulatedWorker } from "../../../services/sglang-sim/worker.ts";
+import { fixtureContract, fixtureModelDir } from "../../fixtures/models/load.ts";
+import { FakeIndex, testCredential, waitFor } from "./fakes.ts";
 
 const SECRET = "contract-secret";
-const fixtureDir = (fam: QwenFamily): string => fileURLToPath(new URL(`../fixtures/models/${fam}`, import.meta.url));
+const fixtureDir = (fam: QwenFamily): string => fileURLToPath(new URL(`../../fixtures/models/${fam}`, import.meta.url));
 
 beforeAll(() => initHashing());
 

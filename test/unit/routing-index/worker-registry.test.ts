@@ -3,11 +3,11 @@
  * epochs as worker lives, the pool block size, slots handed out and reused, status and lastSeen.
  */
 import { beforeAll, describe, expect, it } from "vitest";
-import { WorkerRegistry, type WorkerRecord } from "../../src/routing-index/worker-registry.ts";
-import { SGLANG_CONTRACT_KEY, contractDigest } from "../../src/layout/index.ts";
-import type { RelayHello } from "../../src/relay-wire/relay-protocol.ts";
-import { initHashing } from "../../src/util/hash.ts";
-import { fixtureContract } from "../fixtures/models/load.ts";
+import { WorkerRegistry, type WorkerRecord } from "../../../src/routing-index/worker-registry.ts";
+import { SGLANG_CONTRACT_KEY, contractDigest } from "../../../src/layout/index.ts";
+import type { RelayHello } from "../../../src/relay-wire/relay-protocol.ts";
+import { initHashing } from "../../../src/util/hash.ts";
+import { fixtureContract } from "../../fixtures/models/load.ts";
 
 beforeAll(() => initHashing());
 

@@ -7,12 +7,12 @@
 import { createServer, type Server } from "node:http";
 import type { AddressInfo } from "node:net";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { parseEdgeConfig } from "../../src/config/config.ts";
-import type { ChatDeps } from "../../src/edge/chat.ts";
-import { handleCompletions } from "../../src/edge/completions/handler.ts";
-import type { ChatFrontDoor } from "../../src/routing-index/front-door.ts";
-import { RoutingCore } from "../../src/routing-index/routing-core.ts";
-import { initHashing } from "../../src/util/hash.ts";
+import { parseEdgeConfig } from "../../../src/config/config.ts";
+import type { ChatDeps } from "../../../src/edge/chat.ts";
+import { handleCompletions } from "../../../src/edge/completions/handler.ts";
+import type { ChatFrontDoor } from "../../../src/routing-index/front-door.ts";
+import { RoutingCore } from "../../../src/routing-index/routing-core.ts";
+import { initHashing } from "../../../src/util/hash.ts";
 
 const MODEL = "Qwen/Qwen3-VL-8B-Instruct";
 let worker: Server;

@@ -7,11 +7,11 @@
 import { createServer, type IncomingHttpHeaders, type Server } from "node:http";
 import type { AddressInfo } from "node:net";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { parseEdgeConfig } from "../../src/config/config.ts";
-import { handleChatCompletions, type ChatDeps } from "../../src/edge/chat.ts";
-import type { ChatFrontDoor } from "../../src/routing-index/front-door.ts";
-import { RoutingCore } from "../../src/routing-index/routing-core.ts";
-import { initHashing } from "../../src/util/hash.ts";
+import { parseEdgeConfig } from "../../../src/config/config.ts";
+import { handleChatCompletions, type ChatDeps } from "../../../src/edge/chat.ts";
+import type { ChatFrontDoor } from "../../../src/routing-index/front-door.ts";
+import { RoutingCore } from "../../../src/routing-index/routing-core.ts";
+import { initHashing } from "../../../src/util/hash.ts";
 
 const MODEL = "Qwen/Qwen3-VL-8B-Instruct";
 const ACCESS_SECRET = "access-secret-0123456789abcdef";

@@ -4,14 +4,14 @@
  * none is lost or admitted twice; refusals carry a Retry-After from the drain rate.
  */
 import { beforeAll, describe, expect, it } from "vitest";
-import { RoutingCore, type RouteDecision } from "../../src/routing-index/routing-core.ts";
-import { localBlockHashes } from "../../src/blocks/block-hash.ts";
-import { initHashing } from "../../src/util/hash.ts";
-import { localHashToHex } from "../../src/relay-wire/relay-protocol.ts";
-import { AdmissionConfigSchema, type AdmissionConfig } from "../../src/config/config.ts";
-import type { AdmissionTicket, AdmitOutcome, Timers } from "../../src/admission/admission-gate.ts";
-import { BAND_DEFAULT, BAND_FLEX, BAND_PRIORITY, bandOf } from "../../src/admission/bands.ts";
-import { DrainRate } from "../../src/admission/drain-rate.ts";
+import { RoutingCore, type RouteDecision } from "../../../src/routing-index/routing-core.ts";
+import { localBlockHashes } from "../../../src/blocks/block-hash.ts";
+import { initHashing } from "../../../src/util/hash.ts";
+import { localHashToHex } from "../../../src/relay-wire/relay-protocol.ts";
+import { AdmissionConfigSchema, type AdmissionConfig } from "../../../src/config/config.ts";
+import type { AdmissionTicket, AdmitOutcome, Timers } from "../../../src/admission/admission-gate.ts";
+import { BAND_DEFAULT, BAND_FLEX, BAND_PRIORITY, bandOf } from "../../../src/admission/bands.ts";
+import { DrainRate } from "../../../src/admission/drain-rate.ts";
 
 beforeAll(() => initHashing());
 
@@ -294,7 +294,7 @@ describe("session affinity", () => {
     core.admit({ localHashes: localBlockHashes(tokens, BS), isl: tokens.length, affinityKey: key }, ticket()) as Outcome;
 
   it("keeps a conversation on its worker under the load cap; exact overlap wins when it knows better", async () => {
-    const { affinityKeyOf } = await import("../../src/edge/chat/affinity.ts");
+    const { affinityKeyOf } = await import("../../../src/edge/chat/affinity.ts");
     const { core } = pool({ workers: ["a", "b"] });
     store(core, "b", prompt(1));
     const key = affinityKeyOf("tenant-1", { promptCacheKey: "conv-1", sessionHeader: null })!;
@@ -329,7 +329,7 @@ describe("session affinity", () => {
   });
 
   it("the key comes from prompt_cache_key, else x-session-id, else safety_identifier, else user", async () => {
-    const { affinityKeyOf, MAX_SESSION_ID_CHARS } = await import("../../src/edge/chat/affinity.ts");
+    const { affinityKeyOf, MAX_SESSION_ID_CHARS } = await import("../../../src/edge/chat/affinity.ts");
     const t = "tenant";
     expect(affinityKeyOf(t, { sessionHeader: null })).toBeNull();
     const byUser = affinityKeyOf(t, { sessionHeader: null, user: "u" });
@@ -402,9 +402,9 @@ describe("bands and Retry-After", () => {
 
 describe("admission signals", () => {
   it("exports queue depth, admissions, refusals and waits per band and tenant, summed over shards", async () => {
-    const { renderMetrics } = await import("../../src/metrics/pool-families.ts");
-    const { mergeShardSnapshots } = await import("../../src/metrics/merge-shards.ts");
-    const { parsePrometheusText, sampleValue } = await import("./metrics-prom-parser.ts");
+    const { renderMetrics } = await import("../../../src/metrics/pool-families.ts");
+    const { mergeShardSnapshots } = await import("../../../src/metrics/merge-shards.ts");
+    const { parsePrometheusText, sampleValue } = await import("../../helpers/prom-parser.ts");
     const { core, clock } = pool({ workers: ["a"], capacityTokens: 40, admission: { maxWaitMs: 1_000 } });
     const running = admit(core, prompt(0), ticket());
     const waits = admit(core, prompt(1), ticket({ tenant: "t-1", band: BAND_FLEX }));

@@ -7,13 +7,13 @@ import { createServer, type IncomingHttpHeaders, type Server } from "node:http";
 import type { AddressInfo } from "node:net";
 import { WebSocketServer, type WebSocket } from "ws";
 import * as zmq from "zeromq";
-import { decodeSeq, encodeSeq } from "../../src/engine-events/event-decode.ts";
-import { engineBlockHashes } from "../../services/sglang-sim/engine-block-hash.ts";
+import { decodeSeq, encodeSeq } from "../../../src/engine-events/event-decode.ts";
+import { engineBlockHashes } from "../../../services/sglang-sim/engine-block-hash.ts";
 import { createHash } from "node:crypto";
-import { checkRelayToken, formatRelayCredential, parseRelayCredential, type RelayTokenCheck } from "../../src/relay-wire/relay-auth.ts";
-import type { RelayMessage } from "../../src/relay-wire/relay-protocol.ts";
-import { shardObjectName } from "../../src/routing-index/pool-address.ts";
-import type { RelayOptionsInput } from "../../services/relay/options.ts";
+import { checkRelayToken, formatRelayCredential, parseRelayCredential, type RelayTokenCheck } from "../../../src/relay-wire/relay-auth.ts";
+import type { RelayMessage } from "../../../src/relay-wire/relay-protocol.ts";
+import { shardObjectName } from "../../../src/routing-index/pool-address.ts";
+import type { RelayOptionsInput } from "../../../services/relay/options.ts";
 
 export class FakePublisher {
   pub = new zmq.Publisher({ linger: 0 });

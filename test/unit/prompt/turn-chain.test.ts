@@ -1,12 +1,12 @@
 import { beforeAll, describe, expect, it } from "vitest";
-import { DEFAULT_LIMITS } from "../../src/api/limits.ts";
-import { localBlockHashes } from "../../src/blocks/block-hash.ts";
-import { parseChatBody } from "../../src/edge/chat/parse.ts";
-import { preparePrompt, renderTemplate, type ModelFamily, type TemplateId } from "../../src/prompt/index.ts";
-import { PrefixCache } from "../../src/prompt/prefix-cache.ts";
-import { getQwenTokenizer } from "../../src/prompt/tokenizer/index.ts";
-import { DEFAULT_TURN_CHECK_RATE, scanBodyLayout, sharedTurnChain, TurnChainCache } from "../../src/prompt/turn-chain.ts";
-import { initHashing } from "../../src/util/hash.ts";
+import { DEFAULT_LIMITS } from "../../../src/api/limits.ts";
+import { localBlockHashes } from "../../../src/blocks/block-hash.ts";
+import { parseChatBody } from "../../../src/edge/chat/parse.ts";
+import { preparePrompt, renderTemplate, type ModelFamily, type TemplateId } from "../../../src/prompt/index.ts";
+import { PrefixCache } from "../../../src/prompt/prefix-cache.ts";
+import { getQwenTokenizer } from "../../../src/prompt/tokenizer/index.ts";
+import { DEFAULT_TURN_CHECK_RATE, scanBodyLayout, sharedTurnChain, TurnChainCache } from "../../../src/prompt/turn-chain.ts";
+import { initHashing } from "../../../src/util/hash.ts";
 
 beforeAll(() => initHashing());
 
