@@ -17,7 +17,7 @@ function parseArgs(argv) {
   for (let i = 0; i < argv.length; i++) {
     const a = argv[i];
     if (a === "--quick") opts.quick = true;
-    else if (a === "--tiny") opts.tiny = true; // smoke-test size (test/unit/bench-harness.test.ts)
+    else if (a === "--tiny") opts.tiny = true; // smoke-test size (test/unit/bench/harness.test.ts)
     else if (a === "--only") opts.only = argv[++i].split(",").map((s) => s.trim()).filter(Boolean);
     else if (a.startsWith("--only=")) opts.only = a.slice(7).split(",").filter(Boolean);
     else if (a === "--out") opts.out = argv[++i];

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Python's whitespace, as str.isspace()/str.strip() see it, for test/unit/py-str.test.ts.
+"""Python's whitespace, as str.isspace()/str.strip() see it, for test/unit/util/py-str.test.ts.
 
 Writes test/fixtures/py-whitespace.json: every code point c with chr(c).isspace(), and strip /
 lstrip / rstrip of a few strings, computed by CPython itself. Run: python3 scripts/golden/gen_py_whitespace.py

@@ -4,7 +4,7 @@
  * estimated bytes, leaving the rest to the tokenizer's BPE table (~25 MB, fixed), the code and the
  * requests in flight. Small caches bounded by configuration (one entry per configured model: the
  * pool profile in chat/pool-profile-cache.ts, the parsed config in functions/index.ts, per-template parse results) are
- * not listed. A test fills each listed cache far past its budget (test/unit/edge-cache-budgets.test.ts).
+ * not listed. A test fills each listed cache far past its budget (test/unit/edge/cache-budgets.test.ts).
  */
 import { layoutMemoStats, MEMO_MAX_BYTES } from "../layout/layout.ts";
 import { sharedPrefixCache } from "../prompt/prefix-cache.ts";

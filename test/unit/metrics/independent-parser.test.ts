@@ -1,6 +1,6 @@
 /**
  * The Prometheus exposition checked by a parser we did not write (parse-prometheus-text-format),
- * so a bug shared by our writer and our strict test parser (metrics-prom-parser.ts) cannot hide:
+ * so a bug shared by our writer and our strict test parser (test/helpers/prom-parser.ts) cannot hide:
  * every family, type, help text, label (escapes included) and value must read back the same.
  */
 import { createRequire } from "node:module";
