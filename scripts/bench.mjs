@@ -120,19 +120,6 @@ async function main() {
   for (const r of Object.values(suites)) for (const p of r.plots ?? []) writeFileSync(join(opts.out, "plots", p.file), p.svg);
   const runs = Object.entries(result.suites).map(([n, r]) => `${n} ${r.at ?? at}${r.loadavg1m ? ` (load ${r.loadavg1m.join(" → ")})` : ""}`).join("; ");
   writeFileSync(join(opts.out, "latest.md"), `Run ${at} (${mode}) on ${result.machine.nproc}× ${result.machine.cpu}, Node ${result.machine.node}, load ${loadBefore} → ${result.machine.loadavg1m}\nSuites from: ${runs}\n\n${table(rowsOf(result.suites))}\n`);
-  // A complete full run refreshes the table in docs/benchmarks.md (between the bench:table markers).
-  const docs = join(ROOT, "docs/benchmarks.md");
-  if (mode === "full" && !opts.only && opts.out === join(ROOT, "bench/results") && existsSync(docs)) {
-    const doc = readFileSync(docs, "utf8");
-    const start = "<!-- bench:table:start -->";
-    const end = "<!-- bench:table:end -->";
-    const a = doc.indexOf(start);
-    const b = doc.indexOf(end);
-    if (a >= 0 && b > a) {
-      const head = `Run ${at} on ${result.machine.nproc}× ${result.machine.cpu}, ${result.machine.memGiB} GiB, Node ${result.machine.node}; 1-minute load average ${loadBefore} before, ${result.machine.loadavg1m} after.`;
-      writeFileSync(docs, doc.slice(0, a + start.length) + `\n${head}\n\n${table(rows)}\n` + doc.slice(b));
-    }
-  }
   console.log(`kvedge bench — ${mode} run, ${at}, ${result.machine.nproc}× ${result.machine.cpu}, Node ${result.machine.node}, load avg ${loadBefore} → ${result.machine.loadavg1m}\n`);
   console.log(table(rows));
   console.log(`\nresults: ${join(opts.out, "latest.json")}; plots: ${join(opts.out, "plots")}`);
