@@ -180,6 +180,28 @@ export function scanJsonStructure(text: string, maxDepth: number, maxValues: num
 }
 
 /**
+ * A JSON body for a route with its own schema (completions, responses): bounded by
+ * scanJsonStructure before JSON.parse, then checked by `schema`; the first issue names the param.
+ */
+export function parseSchemaBody<S extends z.ZodType>(text: string, limits: Limits, schema: S): z.output<S> {
+  const structure = scanJsonStructure(text, limits.maxJsonDepth, limits.maxJsonValues);
+  if (structure.over) throw new InvalidRequestError(`JSON body exceeds the ${structure.over === "depth" ? `nesting limit (${limits.maxJsonDepth})` : `value limit (${limits.maxJsonValues})`}.`, null, "invalid_json");
+  let body: unknown;
+  try {
+    body = JSON.parse(text);
+  } catch {
+    throw new InvalidRequestError("Request body is not valid JSON.", null, "invalid_json");
+  }
+  const parsed = schema.safeParse(body);
+  if (!parsed.success) {
+    const issue = parsed.error.issues[0]!;
+    const param = formatParam(issue.path);
+    throw new InvalidRequestError(`Invalid ${param ?? "request"}: ${issue.message}`, param);
+  }
+  return parsed.data;
+}
+
+/**
  * Characters of `v` as compact JSON, counted without serialising it and stopping as soon as the
  * count passes `budget` (so a huge schema costs no more than the budget to measure).
  */

@@ -7,7 +7,7 @@
  */
 import { InvalidRequestError } from "../../api/errors.ts";
 import { CompletionRequestSchema, promptsOf, refuseUnsupportedCompletion, samplingRequestOf, type CompletionPrompt, type CompletionRequest } from "../../api/completions-schema.ts";
-import { formatParam, readBodyText, scanJsonStructure } from "../../api/validate.ts";
+import { parseSchemaBody, readBodyText } from "../../api/validate.ts";
 import { localBlockHashes } from "../../blocks/block-hash.ts";
 import { contextTokensOf, type ModelConfig } from "../../config/config.ts";
 import { getQwenTokenizer } from "../../prompt/tokenizer/index.ts";
@@ -131,22 +131,9 @@ export async function handleCompletions(request: Request, deps: ChatDeps): Promi
 }
 
 function parseCompletion(text: string, limits: ReturnType<typeof limitsOf>): CompletionRequest {
-  const structure = scanJsonStructure(text, limits.maxJsonDepth, limits.maxJsonValues);
-  if (structure.over) throw new InvalidRequestError(`JSON body exceeds the ${structure.over === "depth" ? `nesting limit (${limits.maxJsonDepth})` : `value limit (${limits.maxJsonValues})`}.`, null, "invalid_json");
-  let body: unknown;
-  try {
-    body = JSON.parse(text);
-  } catch {
-    throw new InvalidRequestError("Request body is not valid JSON.", null, "invalid_json");
-  }
-  const parsed = CompletionRequestSchema.safeParse(body);
-  if (!parsed.success) {
-    const issue = parsed.error.issues[0]!;
-    const param = formatParam(issue.path);
-    throw new InvalidRequestError(`Invalid ${param ?? "request"}: ${issue.message}`, param);
-  }
-  refuseUnsupportedCompletion(parsed.data);
-  return parsed.data;
+  const req = parseSchemaBody(text, limits, CompletionRequestSchema);
+  refuseUnsupportedCompletion(req);
+  return req;
 }
 
 /** SGLang refuses input + max_new_tokens ≥ context unless its workers clamp (--allow-auto-truncate). */

@@ -5,8 +5,8 @@
  * is translated back (response-output.ts). `previous_response_id` prepends the stored conversation
  * of the caller's own tenant; GET and DELETE `/v1/responses/{id}` read and remove it there.
  */
-import { InvalidRequestError, MethodNotAllowedError, NotFoundError } from "../../api/errors.ts";
-import { readBodyText, scanJsonStructure, formatParam } from "../../api/validate.ts";
+import { MethodNotAllowedError, NotFoundError } from "../../api/errors.ts";
+import { parseSchemaBody, readBodyText } from "../../api/validate.ts";
 import { inputToMessages, refuseUnsupported, ResponseCreateSchema, toChatRequest, type ChatMessage, type InputItem, type ResponseCreateRequest } from "../../api/responses-schema.ts";
 import { authorizeClient } from "../auth.ts";
 import { handleChatCompletions, type ChatDeps } from "../chat.ts";
@@ -61,23 +61,9 @@ function storeFor(request: Request, deps: ResponsesDeps, caller: ReturnType<type
 }
 
 function parseCreate(text: string, deps: ResponsesDeps): ResponseCreateRequest {
-  const limits = limitsOf(deps.config);
-  const structure = scanJsonStructure(text, limits.maxJsonDepth, limits.maxJsonValues);
-  if (structure.over) throw new InvalidRequestError(`JSON body exceeds the ${structure.over === "depth" ? `nesting limit (${limits.maxJsonDepth})` : `value limit (${limits.maxJsonValues})`}.`, null, "invalid_json");
-  let body: unknown;
-  try {
-    body = JSON.parse(text);
-  } catch {
-    throw new InvalidRequestError("Request body is not valid JSON.", null, "invalid_json");
-  }
-  const parsed = ResponseCreateSchema.safeParse(body);
-  if (!parsed.success) {
-    const issue = parsed.error.issues[0]!;
-    const param = formatParam(issue.path);
-    throw new InvalidRequestError(`Invalid ${param ?? "request"}: ${issue.message}`, param);
-  }
-  refuseUnsupported(parsed.data);
-  return parsed.data;
+  const req = parseSchemaBody(text, limitsOf(deps.config), ResponseCreateSchema);
+  refuseUnsupported(req);
+  return req;
 }
 
 async function createResponse(request: Request, deps: ResponsesDeps): Promise<Response> {
