@@ -44,12 +44,21 @@ export function preparePrompt(request: ChatRequestLike, profile: ModelProfile): 
   checkPairing(profile.family, profile.templateId);
   const pre = preprocessChat(request, contentFormatOf(profile.templateId));
   const rendered = renderTemplate(profile.templateId, { messages: pre.messages, tools: pre.tools, kwargs: pre.templateKwargs });
+  return assemblePrompt(rendered, pre, profile);
+}
+
+/** The prompt from a rendered template and its request's parts (also the turn chain's, turn-chain.ts). */
+export function assemblePrompt(
+  rendered: string,
+  parts: Pick<PreparedPrompt, "mediaParts" | "hasAudio" | "droppedParts" | "assistantPrefix">,
+  profile: ModelProfile,
+): PreparedPrompt {
   return {
-    text: rendered + (pre.assistantPrefix ?? ""),
-    mediaParts: pre.mediaParts,
-    hasAudio: pre.hasAudio,
-    droppedParts: pre.droppedParts,
-    assistantPrefix: pre.assistantPrefix,
+    text: rendered + (parts.assistantPrefix ?? ""),
+    mediaParts: parts.mediaParts,
+    hasAudio: parts.hasAudio,
+    droppedParts: parts.droppedParts,
+    assistantPrefix: parts.assistantPrefix,
     family: profile.family,
     templateId: profile.templateId,
     templateSha256: templateSource(profile.templateId).sha256,

@@ -35,21 +35,14 @@
 import type { MediaKind, MediaPart, DroppedPart, TemplateMessage, ChatRequestLike } from "./messages.ts";
 import { preprocessChat } from "./messages.ts";
 import type { ModelProfile, TemplateId } from "./model-profile.ts";
-import { contentFormatOf, renderTemplate, templateSource, type RenderInput } from "./template.ts";
+import { contentFormatOf, renderTemplate, type RenderInput } from "./template.ts";
+import { assemblePrompt, type PreparedPrompt } from "./index.ts";
 import { xxh3_64 } from "../util/hash.ts";
 import { closingQuote } from "../util/json-scan.ts";
 import { ownString } from "../util/own-string.ts";
 
 /** The rendered prompt as preparePrompt (index.ts) returns it. */
-export interface ChainedPrompt {
-  text: string;
-  mediaParts: MediaPart[];
-  hasAudio: boolean;
-  droppedParts: DroppedPart[];
-  assistantPrefix: string | null;
-  family: ModelProfile["family"];
-  templateId: TemplateId;
-  templateSha256: string;
+export interface ChainedPrompt extends PreparedPrompt {
   /** Leading messages whose rendered text came from the chain (0: rendered whole). */
   reusedMessages?: number;
 }
@@ -311,16 +304,7 @@ export class TurnChainCache {
     const input = { messages: pre.messages, tools: pre.tools, kwargs: pre.templateKwargs };
     const rendered = this.render(profile.templateId, input);
     if (store) this.storeFrom(store, profile, input, rendered, pre.mediaParts, pre.droppedParts, 0);
-    return {
-      text: rendered + (pre.assistantPrefix ?? ""),
-      mediaParts: pre.mediaParts,
-      hasAudio: pre.hasAudio,
-      droppedParts: pre.droppedParts,
-      assistantPrefix: pre.assistantPrefix,
-      family: profile.family,
-      templateId: profile.templateId,
-      templateSha256: templateSource(profile.templateId).sha256,
-    };
+    return assemblePrompt(rendered, pre, profile);
   }
 
   /** The request's prompt from a cached prefix of `node.messages` messages, or null where the rules do not hold. */
@@ -348,16 +332,7 @@ export class TurnChainCache {
     // The new turn's last query: store its stable prefix (the rendered text before it) for the next turn.
     const input = { messages: whole, tools: pre.tools, kwargs: pre.templateKwargs };
     const store = () => this.storeFrom({ body, layout, scope, scopeHash, parent: node }, profile, input, tail, media, dropped, q);
-    const prompt: ChainedPrompt = {
-      text: rendered + (pre.assistantPrefix ?? ""),
-      mediaParts: media,
-      hasAudio: media.some((p) => p.kind === "audio"),
-      droppedParts: dropped,
-      assistantPrefix: pre.assistantPrefix,
-      family: profile.family,
-      templateId: profile.templateId,
-      templateSha256: templateSource(profile.templateId).sha256,
-    };
+    const prompt: ChainedPrompt = assemblePrompt(rendered, { mediaParts: media, hasAudio: media.some((p) => p.kind === "audio"), droppedParts: dropped, assistantPrefix: pre.assistantPrefix }, profile);
     return { prompt, store };
   }
 
