@@ -15,33 +15,11 @@ Run: python3 scripts/golden/gen_sglang_dp_ranks.py  (needs msgspec)
 """
 import json
 import os
-from typing import Any, Optional, Union
+from typing import Optional, Union
 
 import msgspec
 
-
-class EventBatch(msgspec.Struct, array_like=True, gc=False):
-    ts: float
-    events: list[Any]
-    attn_dp_rank: Optional[int] = None
-
-
-class KVCacheEvent(msgspec.Struct, array_like=True, gc=False, tag=True):
-    pass
-
-
-class BlockStored(KVCacheEvent):
-    block_hashes: list[int]
-    parent_block_hash: Optional[int]
-    token_ids: list[int]
-    block_size: int
-    lora_id: Optional[int]
-    medium: Optional[str] = None
-
-
-class BlockRemoved(KVCacheEvent):
-    block_hashes: list[int]
-    medium: Optional[str] = None
+from sglang_kv_structs import BlockRemoved, BlockStored, EventBatch
 
 
 class KVEventBatch(EventBatch):

@@ -19,45 +19,11 @@ Run: python3 scripts/golden/gen_sglang_kv_events.py > test/fixtures/sglang-kv-ev
 import hashlib
 import json
 import sys
-from typing import Any, Optional
+from typing import Optional
 
 import msgspec
 
-
-class EventBatch(msgspec.Struct, array_like=True, gc=False):
-    ts: float
-    events: list[Any]
-    attn_dp_rank: Optional[int] = None
-
-
-class KVCacheEvent(msgspec.Struct, array_like=True, gc=False, tag=True):
-    pass
-
-
-class BlockStored(KVCacheEvent):
-    block_hashes: list[int]
-    parent_block_hash: Optional[int]
-    token_ids: list[int]
-    block_size: int
-    lora_id: Optional[int]
-    medium: Optional[str] = None
-
-
-class BlockStoredMetadata(msgspec.Struct, omit_defaults=True, gc=False):
-    cache_salt: str
-
-
-class BlockStoredWithMetadata(BlockStored, tag="BlockStored", kw_only=True):
-    metadata: BlockStoredMetadata
-
-
-class BlockRemoved(KVCacheEvent):
-    block_hashes: list[int]
-    medium: Optional[str] = None
-
-
-class AllBlocksCleared(KVCacheEvent):
-    pass
+from sglang_kv_structs import AllBlocksCleared, BlockRemoved, BlockStored, BlockStoredMetadata, BlockStoredWithMetadata, EventBatch
 
 
 def page_digest(items, prior: Optional[bytes]) -> bytes:
