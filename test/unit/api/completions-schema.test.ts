@@ -4,22 +4,12 @@
  */
 import { describe, expect, it } from "vitest";
 import { CompletionRequestSchema, promptsOf, refuseUnsupportedCompletion, samplingRequestOf } from "../../../src/api/completions-schema.ts";
-import { InvalidRequestError } from "../../../src/api/errors.ts";
+import { thrown } from "../../helpers/thrown.ts";
 import { DEFAULT_LIMITS } from "../../../src/api/limits.ts";
 import { buildGenerateBody } from "../../../src/proxy/generate-request.ts";
 import { completionAnswer } from "../../../src/edge/completions/completion-answer.ts";
 
 const parse = (body: Record<string, unknown>) => CompletionRequestSchema.parse({ model: "m", ...body });
-
-function thrown(f: () => unknown): InvalidRequestError {
-  try {
-    f();
-  } catch (e) {
-    if (e instanceof InvalidRequestError) return e;
-    throw e;
-  }
-  throw new Error("did not throw");
-}
 
 describe("completions request", () => {
   it("prompt forms: a string, strings, token ids, lists of token ids", () => {

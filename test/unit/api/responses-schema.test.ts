@@ -7,7 +7,7 @@
  */
 import OpenAI from "openai";
 import { describe, expect, it } from "vitest";
-import { InvalidRequestError } from "../../../src/api/errors.ts";
+import { thrown } from "../../helpers/thrown.ts";
 import { DEFAULT_LIMITS } from "../../../src/api/limits.ts";
 import { inputToMessages, refuseUnsupported, ResponseCreateSchema, toChatRequest } from "../../../src/api/responses-schema.ts";
 import { parseChatRequest } from "../../../src/api/validate.ts";
@@ -21,16 +21,6 @@ function create(body: Record<string, unknown>) {
   const req = ResponseCreateSchema.parse({ model: "m", ...body });
   refuseUnsupported(req);
   return req;
-}
-
-function thrown(f: () => unknown): InvalidRequestError {
-  try {
-    f();
-  } catch (e) {
-    if (e instanceof InvalidRequestError) return e;
-    throw e;
-  }
-  throw new Error("did not throw");
 }
 
 describe("Responses input → chat messages", () => {
