@@ -6,6 +6,7 @@
 import OpenAI from "openai";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { startFleet, type Fleet } from "../../scripts/local-fleet.ts";
+import { sdkClient } from "../helpers/sdk-client.ts";
 import { simOutputMarker } from "../../services/sglang-sim/scripted-output.ts";
 import { getQwenTokenizer } from "../../src/prompt/tokenizer/index.ts";
 
@@ -18,7 +19,7 @@ describe("openai SDK: the Completions API", () => {
   let client: OpenAI;
   beforeAll(async () => {
     fleet = await startFleet({ workers: 2, log });
-    client = new OpenAI({ baseURL: `${fleet.edgeUrl}/v1`, apiKey: "unused", maxRetries: 0 });
+    client = sdkClient(fleet);
   });
   afterAll(async () => {
     await fleet?.stop();

@@ -12,6 +12,7 @@ import { zodResponseFormat } from "openai/helpers/zod";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { z } from "zod";
 import { startFleet, type Fleet } from "../../scripts/local-fleet.ts";
+import { sdkClient } from "../helpers/sdk-client.ts";
 import { simOutputMarker } from "../../services/sglang-sim/scripted-output.ts";
 
 const log = process.env.KVEDGE_E2E_LOGS ? (l: string) => console.log(l) : undefined;
@@ -64,7 +65,7 @@ describe("openai SDK against an instruct fleet", () => {
   let client: OpenAI;
   beforeAll(async () => {
     fleet = await startFleet({ workers: 2, log });
-    client = new OpenAI({ baseURL: `${fleet.edgeUrl}/v1`, apiKey: "unused", maxRetries: 0 });
+    client = sdkClient(fleet);
   });
   afterAll(async () => {
     await fleet?.stop();
@@ -235,7 +236,7 @@ describe("openai SDK against a thinking fleet (Qwen3-VL-Thinking template, qwen3
   let client: OpenAI;
   beforeAll(async () => {
     fleet = await startFleet({ workers: 1, template: "qwen3vl-thinking", log });
-    client = new OpenAI({ baseURL: `${fleet.edgeUrl}/v1`, apiKey: "unused", maxRetries: 0 });
+    client = sdkClient(fleet);
   });
   afterAll(async () => {
     await fleet?.stop();

@@ -7,6 +7,7 @@
 import OpenAI from "openai";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { startFleet, type Fleet } from "../../scripts/local-fleet.ts";
+import { sdkClient } from "../helpers/sdk-client.ts";
 import { simOutputMarker } from "../../services/sglang-sim/scripted-output.ts";
 import { makePng } from "../helpers/png.ts";
 import { makeMediaDir, makeVideo } from "./helpers/media.ts";
@@ -36,8 +37,8 @@ describe("openai SDK: the Responses API", () => {
     const dir = makeMediaDir();
     makeVideo(dir, "clip.mp4", { frames: 2 });
     fleet = await startFleet({ workers: 2, mediaDir: dir, log });
-    client = new OpenAI({ baseURL: `${fleet.edgeUrl}/v1`, apiKey: "unused", maxRetries: 0, defaultHeaders: { "cf-connecting-ip": "203.0.113.7" } });
-    other = new OpenAI({ baseURL: `${fleet.edgeUrl}/v1`, apiKey: "unused", maxRetries: 0, defaultHeaders: { "cf-connecting-ip": "198.51.100.9" } });
+    client = sdkClient(fleet, { "cf-connecting-ip": "203.0.113.7" });
+    other = sdkClient(fleet, { "cf-connecting-ip": "198.51.100.9" });
   });
   afterAll(async () => {
     await fleet?.stop();
