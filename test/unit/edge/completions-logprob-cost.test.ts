@@ -10,8 +10,7 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { parseEdgeConfig } from "../../../src/config/config.ts";
 import type { ChatDeps } from "../../../src/edge/chat.ts";
 import { handleCompletions } from "../../../src/edge/completions/handler.ts";
-import type { ChatFrontDoor } from "../../../src/routing-index/front-door.ts";
-import { RoutingCore } from "../../../src/routing-index/routing-core.ts";
+import { oneWorkerIndex } from "../../helpers/one-worker-index.ts";
 import { initHashing } from "../../../src/util/hash.ts";
 
 const MODEL = "Qwen/Qwen3-VL-8B-Instruct";
@@ -37,16 +36,8 @@ afterAll(async () => {
 });
 
 function deps(): ChatDeps {
-  const core = new RoutingCore({ blockSize: 16 });
   // A cumulative-frame worker (SGLang's default): incrementalStreaming false.
-  core.hello({ type: "hello", workerId: "w1", url: workerUrl, blockSize: 16, epoch: 1, modelName: MODEL, contract: null, kvEvents: true }, "w1");
-  const index: ChatFrontDoor = {
-    route: async (r) => core.route(r),
-    profile: async () => ({ blockSize: null, workers: 1, workersUp: 1, cohort: { ok: false, reason: "no_contract", detail: "" } }),
-    settle: async (s) => void core.settle(s),
-    quarantine: async () => undefined,
-    markPrefillDone: async (id) => core.markPrefillDone(id),
-  };
+  const { index } = oneWorkerIndex(workerUrl, MODEL);
   const config = parseEdgeConfig({ KVEDGE_ACCESS: "public", KVEDGE_RATE_LIMIT: "off", KVEDGE_WORKER_AUTH: "none", KVEDGE_ROUTING: JSON.stringify({ maxAttempts: 1 }) });
   return { config, index: () => index, fetch: (u, i) => fetch(u, i), waitUntil: () => undefined };
 }

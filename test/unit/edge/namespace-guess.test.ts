@@ -10,8 +10,7 @@
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { parseEdgeConfig } from "../../../src/config/config.ts";
 import { handleChatCompletions, type ChatDeps } from "../../../src/edge/chat.ts";
-import type { ChatFrontDoor } from "../../../src/routing-index/front-door.ts";
-import { RoutingCore } from "../../../src/routing-index/routing-core.ts";
+import { oneWorkerIndex } from "../../helpers/one-worker-index.ts";
 import { initHashing } from "../../../src/util/hash.ts";
 import { startSimulatedWorker, type SimulatedWorker } from "../../../services/sglang-sim/worker.ts";
 
@@ -24,15 +23,7 @@ let deps: ChatDeps;
 beforeAll(async () => {
   await initHashing();
   sim = await startSimulatedWorker({ timingPreset: "instant", pageSize: 16 });
-  const core = new RoutingCore({ blockSize: 16 });
-  core.hello({ type: "hello", workerId: "w1", url: sim.url, blockSize: 16, epoch: 1, modelName: MODEL, contract: null, kvEvents: true }, "w1");
-  const index: ChatFrontDoor = {
-    route: async (r) => core.route(r),
-    profile: async () => ({ blockSize: null, workers: 1, workersUp: 1, cohort: { ok: false, reason: "no_contract", detail: "" } }),
-    settle: async (s) => void core.settle(s),
-    quarantine: async () => undefined,
-    markPrefillDone: async (id) => core.markPrefillDone(id),
-  };
+  const { index } = oneWorkerIndex(sim.url, MODEL);
   const config = parseEdgeConfig({
     KVEDGE_ACCESS: "public",
     ADMIN_TOKEN: ADMIN,

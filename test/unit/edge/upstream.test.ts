@@ -14,8 +14,7 @@ import type { AddressInfo } from "node:net";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { parseEdgeConfig } from "../../../src/config/config.ts";
 import { handleChatCompletions, type ChatDeps } from "../../../src/edge/chat.ts";
-import type { ChatFrontDoor } from "../../../src/routing-index/front-door.ts";
-import { RoutingCore } from "../../../src/routing-index/routing-core.ts";
+import { oneWorkerIndex } from "../../helpers/one-worker-index.ts";
 import { initHashing } from "../../../src/util/hash.ts";
 import { startSimulatedWorker, type SimulatedWorker } from "../../../services/sglang-sim/worker.ts";
 
@@ -72,15 +71,7 @@ afterAll(async () => {
 });
 
 function setup(url: string, vars: Record<string, string> = {}) {
-  const core = new RoutingCore({ blockSize: 16 });
-  core.hello({ type: "hello", workerId: "w1", url, blockSize: 16, epoch: 1, modelName: MODEL, contract: null, kvEvents: true }, "w1");
-  const index: ChatFrontDoor = {
-    route: async (r) => core.route(r),
-    profile: async () => ({ blockSize: null, workers: 1, workersUp: 1, cohort: { ok: false, reason: "no_contract", detail: "" } }),
-    settle: async (s) => void core.settle(s),
-    quarantine: async () => undefined,
-    markPrefillDone: async (id) => core.markPrefillDone(id),
-  };
+  const { core, index } = oneWorkerIndex(url, MODEL);
   const config = parseEdgeConfig({
     KVEDGE_ACCESS: "public",
     ADMIN_TOKEN: ADMIN,

@@ -10,11 +10,11 @@ import type { AddressInfo } from "node:net";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { parseEdgeConfig } from "../../../src/config/config.ts";
 import { handleChatCompletions, type ChatDeps } from "../../../src/edge/chat.ts";
-import type { ChatFrontDoor, RelayKeyFrontDoor } from "../../../src/routing-index/front-door.ts";
+import type { RelayKeyFrontDoor } from "../../../src/routing-index/front-door.ts";
 import { deriveWorkerApiKey } from "../../../src/edge/worker-auth.ts";
 import { RELAY_KEY_ROUTES } from "../../../src/edge/relay-key-routes.ts";
 import { dispatch } from "../../../src/edge/route-table.ts";
-import { RoutingCore } from "../../../src/routing-index/routing-core.ts";
+import { oneWorkerIndex } from "../../helpers/one-worker-index.ts";
 import { initHashing } from "../../../src/util/hash.ts";
 import { startSimulatedWorker, type SimulatedWorker } from "../../../services/sglang-sim/worker.ts";
 import { fetchServerInfo } from "../../../services/relay/worker-info.ts";
@@ -86,15 +86,7 @@ describe("the simulated worker with --api-key answers as SGLang", () => {
 
 describe("the edge authenticates to each worker with that worker's key", () => {
   function setup(workerUrl: string, vars: Record<string, string>) {
-    const core = new RoutingCore({ blockSize: 16 });
-    core.hello({ type: "hello", workerId: "w1", url: workerUrl, blockSize: 16, epoch: 1, modelName: MODEL, contract: null, kvEvents: true }, "w1");
-    const index: ChatFrontDoor = {
-      route: async (r) => core.route(r),
-      profile: async () => ({ blockSize: null, workers: 1, workersUp: 1, cohort: { ok: false, reason: "no_contract", detail: "" } }),
-      settle: async (s) => void core.settle(s),
-      quarantine: async () => undefined,
-      markPrefillDone: async (id) => core.markPrefillDone(id),
-    };
+    const { index } = oneWorkerIndex(workerUrl, MODEL);
     const config = parseEdgeConfig({ KVEDGE_ACCESS: "public", KVEDGE_RATE_LIMIT: "off", KVEDGE_ROUTING: JSON.stringify({ maxAttempts: 1 }), ...vars });
     const calls: string[] = [];
     const deps: ChatDeps = {

@@ -9,8 +9,7 @@ import type { AddressInfo } from "node:net";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { parseEdgeConfig } from "../../../src/config/config.ts";
 import { handleChatCompletions, type ChatDeps } from "../../../src/edge/chat.ts";
-import type { ChatFrontDoor } from "../../../src/routing-index/front-door.ts";
-import { RoutingCore } from "../../../src/routing-index/routing-core.ts";
+import { oneWorkerIndex } from "../../helpers/one-worker-index.ts";
 import { initHashing } from "../../../src/util/hash.ts";
 
 const MODEL = "Qwen/Qwen3-VL-8B-Instruct";
@@ -52,15 +51,7 @@ afterAll(async () => {
 
 describe("worker redirects", () => {
   it("a worker's redirect to another origin receives neither the worker key nor the Access token", async () => {
-    const core = new RoutingCore({ blockSize: 16 });
-    core.hello({ type: "hello", workerId: "w1", url: redirectorUrl, blockSize: 16, epoch: 1, modelName: MODEL, contract: null, kvEvents: true }, "w1");
-    const index: ChatFrontDoor = {
-      route: async (r) => core.route(r),
-      profile: async () => ({ blockSize: null, workers: 1, workersUp: 1, cohort: { ok: false, reason: "no_contract", detail: "" } }),
-      settle: async (s) => void core.settle(s),
-      quarantine: async () => undefined,
-      markPrefillDone: async (id) => core.markPrefillDone(id),
-    };
+    const { index } = oneWorkerIndex(redirectorUrl, MODEL);
     const config = parseEdgeConfig({
       KVEDGE_ACCESS: "public",
       KVEDGE_RATE_LIMIT: "off",
