@@ -3,6 +3,7 @@ import { describe, expect, it, vi } from "vitest";
 import { UpstreamError } from "../../../src/api/errors.ts";
 import { createSseParser } from "../../../src/proxy/sse.ts";
 import type { SseEvent } from "../../../src/proxy/sse.ts";
+import { splitAt } from "../../helpers/split-at.ts";
 
 const enc = new TextEncoder();
 
@@ -11,18 +12,6 @@ function parseChunks(chunks: Uint8Array[], max?: number): SseEvent[] {
   const out: SseEvent[] = [];
   for (const c of chunks) out.push(...p.push(c));
   out.push(...p.end());
-  return out;
-}
-
-function splitAt(bytes: Uint8Array, cuts: number[]): Uint8Array[] {
-  const sorted = [...new Set(cuts)].filter((c) => c > 0 && c < bytes.length).sort((a, b) => a - b);
-  const out: Uint8Array[] = [];
-  let prev = 0;
-  for (const c of sorted) {
-    out.push(bytes.slice(prev, c));
-    prev = c;
-  }
-  out.push(bytes.slice(prev));
   return out;
 }
 

@@ -6,6 +6,7 @@ import { UpstreamError, UpstreamRejectedError } from "../../../src/api/errors.ts
 import { createChatStreamCore, createChatStreamTranslator } from "../../../src/proxy/chat-stream.ts";
 import type { ChatStreamOptions, StreamOutcome } from "../../../src/proxy/chat-stream.ts";
 import type { UsageSummary } from "../../../src/proxy/usage.ts";
+import { splitAt } from "../../helpers/split-at.ts";
 
 const enc = new TextEncoder();
 const dec = new TextDecoder();
@@ -68,18 +69,6 @@ function runCore(chunks: Uint8Array[], opts: ChatStreamOptions = { ...OPTS, incl
   for (const c of chunks) out += core.push(c).join("");
   out += core.end().join("");
   return { out, core };
-}
-
-function splitAt(bytes: Uint8Array, cuts: number[]): Uint8Array[] {
-  const sorted = [...new Set(cuts)].filter((c) => c > 0 && c < bytes.length).sort((a, b) => a - b);
-  const out: Uint8Array[] = [];
-  let prev = 0;
-  for (const c of sorted) {
-    out.push(bytes.slice(prev, c));
-    prev = c;
-  }
-  out.push(bytes.slice(prev));
-  return out;
 }
 
 /** Client-side view: the JSON payloads of the output stream ("[DONE]" kept as a string). */
