@@ -2,6 +2,7 @@
 // events go through the relay's own translation (services/relay/worker-block-set.ts) and reach the
 // index `lagMs` later, on the target the relay's hello named (a worker, or one DP rank of it).
 import { WorkerBlockSet } from "../../services/relay/worker-block-set.ts";
+import { relayKvEvent } from "../lib/kv-event.mjs";
 
 export class RelayFeed {
   /** `now()`: the simulation clock. */
@@ -19,13 +20,7 @@ export class RelayFeed {
     const queue = [];
     this.queues.set(targetId, queue);
     return (ev) => {
-      const kv =
-        ev.type === "BlockStored"
-          ? { type: "BlockStored", blockHashes: [ev.hash], parentBlockHash: ev.parent, tokenIds: ev.tokens, blockSize: ev.blockSize, medium: "GPU" }
-          : ev.type === "BlockRemoved"
-            ? { type: "BlockRemoved", blockHashes: ev.hashes, medium: "GPU" }
-            : { type: "AllBlocksCleared" };
-      const out = blockSet.apply([kv]);
+      const out = blockSet.apply([relayKvEvent(ev)]);
       if (out.events.length) queue.push({ at: this.now() + this.lagMs, events: out.events });
     };
   }

@@ -25,6 +25,7 @@ import { TIMING_PRESETS } from "../../services/sglang-sim/timing.ts";
 import { WorkerBlockSet } from "../../services/relay/worker-block-set.ts";
 import { RoutingCore } from "../../src/routing-index/routing-core.ts";
 import { localBlockHashes } from "../../src/blocks/block-hash.ts";
+import { relayKvEvent } from "../lib/kv-event.mjs";
 import { rng } from "../lib/stats.mjs";
 import { Heap } from "../lib/heap.mjs";
 import { CalibratedWorker, LinearWorker, peekPrefix as peekPagePrefix } from "../lib/worker-model.mjs";
@@ -73,13 +74,7 @@ export function simulate(trace, { policy, workers, capacityTokens, timing = TIMI
     const sink = !st.blockSet
       ? () => {}
       : (ev) => {
-          const kv =
-            ev.type === "BlockStored"
-              ? { type: "BlockStored", blockHashes: [ev.hash], parentBlockHash: ev.parent, tokenIds: ev.tokens, blockSize: ev.blockSize, medium: "GPU" }
-              : ev.type === "BlockRemoved"
-                ? { type: "BlockRemoved", blockHashes: ev.hashes, medium: "GPU" }
-                : { type: "AllBlocksCleared" };
-          const out = st.blockSet.apply([kv]);
+          const out = st.blockSet.apply([relayKvEvent(ev)]);
           if (out.events.length) st.pendingRelay.push({ at: now + lagMs, events: out.events });
         };
     st.worker = new Worker({ cache: new PagedRadixCache(PAGE, sink), capacityTokens, timing, pageSize: PAGE, schedule: (t, fn) => events.push({ t, seq: seq++, type: "step", fn }) });
