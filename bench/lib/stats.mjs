@@ -66,3 +66,13 @@ export const fmt = (v, digits = 2) => {
   if (a >= 100) return v.toFixed(0);
   return v.toFixed(digits);
 };
+
+/** Arithmetic mean of `xs`. */
+export const mean = (xs) => xs.reduce((a, b) => a + b, 0) / xs.length;
+
+/** A figure over several seeds: its mean, sample standard deviation (n − 1; 0 for one run) and the runs. */
+export function acrossSeeds(xs) {
+  const m = mean(xs);
+  const sd = xs.length < 2 ? 0 : Math.sqrt(xs.reduce((a, x) => a + (x - m) ** 2, 0) / (xs.length - 1));
+  return { mean: m, sd, runs: xs };
+}

@@ -12,7 +12,7 @@ import { infiniteCacheHits } from "../routing/sim.mjs";
 import { kvCapacity } from "../routing/kv-capacity.mjs";
 import { simulateShape } from "../fleet-shapes/shape-sim.mjs";
 import { simulateDp, DP_POLICIES } from "../fleet-shapes/dp-sim.mjs";
-import { summarize } from "../lib/stats.mjs";
+import { acrossSeeds, summarize } from "../lib/stats.mjs";
 import { barChart } from "../lib/svg.mjs";
 
 /** A request meets the SLO when its TTFT ≤ max(SLO_FLOOR_MS, SLO_FACTOR × its prefill on an idle GPU with the ceiling's hit) (as the routing suite). */
@@ -44,9 +44,6 @@ const SIZES = {
   },
 };
 
-const mean = (xs) => xs.reduce((a, b) => a + b, 0) / xs.length;
-const sd = (xs) => (xs.length < 2 ? 0 : Math.sqrt(xs.reduce((a, x) => a + (x - mean(xs)) ** 2, 0) / (xs.length - 1)));
-const agg = (xs) => ({ mean: mean(xs), sd: sd(xs), runs: xs });
 const shapeName = (s) => (s.unified !== undefined ? `${s.unified} unified` : `${s.prefill}P+${s.decode}D`);
 
 /** TTFT, TPOT, throughput and goodput of one replay. */
@@ -75,7 +72,7 @@ function aggregate(perSeed, keys) {
   const out = {};
   for (const key of keys) {
     out[key] = {};
-    for (const m of Object.keys(perSeed[0][key])) out[key][m] = agg(perSeed.map((s) => s[key][m]));
+    for (const m of Object.keys(perSeed[0][key])) out[key][m] = acrossSeeds(perSeed.map((s) => s[key][m]));
   }
   return out;
 }
@@ -136,9 +133,9 @@ export default {
         sessions: size.sessions[name],
         startWindowS: size.startWindowS[name],
         seeds,
-        offeredRps: agg(seeds.map((s) => s.offeredRps)),
-        idealPrefillLoad: agg(seeds.map((s) => s.idealPrefillLoad)),
-        ceiling: agg(seeds.map((s) => s.ceiling)),
+        offeredRps: acrossSeeds(seeds.map((s) => s.offeredRps)),
+        idealPrefillLoad: acrossSeeds(seeds.map((s) => s.idealPrefillLoad)),
+        ceiling: acrossSeeds(seeds.map((s) => s.ceiling)),
         shapes: aggregate(shapeRuns, configs.map((c) => c.key)),
         dp: aggregate(dpRuns, DP_POLICIES),
       };

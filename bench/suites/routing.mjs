@@ -13,7 +13,7 @@ import { TRACES, TRACE_PARAMS, traceShape, mediaShape } from "../routing/traces.
 import { simulate, infiniteCacheHits, POLICIES, MEDIA_BLIND_POLICIES, LLMD_WEIGHTS, PAGE } from "../routing/sim.mjs";
 import { kvCapacity } from "../routing/kv-capacity.mjs";
 import { loadEdgeOverhead, edgeOverheadMs } from "../routing/edge-overhead.mjs";
-import { summarize } from "../lib/stats.mjs";
+import { acrossSeeds, mean, summarize } from "../lib/stats.mjs";
 import { barChart } from "../lib/svg.mjs";
 
 /** Share of the fleet's GPU time the trace's prefill would take with a perfect (infinite, shared) cache. */
@@ -37,10 +37,6 @@ const SIZES = {
   quick: { workers: 4, seeds: [1, 2, 3], capacities: [1, 0.1], sessions: { chat: 60, agent: 4, docqa: 80, mooncake: 120, vision: 40 } },
   full: { workers: 4, seeds: [1, 2, 3], capacities: [1, 0.25, 0.1], sessions: { chat: 300, agent: 12, docqa: 200, mooncake: 300, vision: 100 } },
 };
-
-const mean = (xs) => xs.reduce((a, b) => a + b, 0) / xs.length;
-const sd = (xs) => (xs.length < 2 ? 0 : Math.sqrt(xs.reduce((a, x) => a + (x - mean(xs)) ** 2, 0) / (xs.length - 1)));
-const agg = (xs) => ({ mean: mean(xs), sd: sd(xs), runs: xs });
 
 export default {
   name: "routing",
@@ -125,16 +121,16 @@ export default {
         byCapacity[factor] = {};
         for (const policy of policies) {
           const m = {};
-          for (const key of Object.keys(perSeed[0].runs[factor][policy])) m[key] = agg(perSeed.map((s) => s.runs[factor][policy][key]));
+          for (const key of Object.keys(perSeed[0].runs[factor][policy])) m[key] = acrossSeeds(perSeed.map((s) => s.runs[factor][policy][key]));
           byCapacity[factor][policy] = m;
         }
       }
       out[name] = {
         params: TRACE_PARAMS[name],
         policies,
-        ceiling: agg(perSeed.map((s) => s.ceiling)),
-        load: agg(perSeed.map((s) => s.load)),
-        workingSetTokens: agg(perSeed.map((s) => s.shape.workingSetTokens)),
+        ceiling: acrossSeeds(perSeed.map((s) => s.ceiling)),
+        load: acrossSeeds(perSeed.map((s) => s.load)),
+        workingSetTokens: acrossSeeds(perSeed.map((s) => s.shape.workingSetTokens)),
         seeds: perSeed,
         byCapacity,
       };
