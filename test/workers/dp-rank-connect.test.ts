@@ -6,7 +6,7 @@
 import { SELF, env } from "cloudflare:test";
 import { describe, expect, it } from "vitest";
 import { mintRelayToken } from "../../src/relay-wire/relay-auth.ts";
-import { issueRelayKey, TEST_WORKER_URL } from "./ws-helpers.ts";
+import { issueRelayKey, messageWhere, TEST_WORKER_URL } from "./ws-helpers.ts";
 import { localBlockHashes } from "../../src/blocks/block-hash.ts";
 import { initHashing } from "../../src/util/hash.ts";
 import { localHashToHex } from "../../src/relay-wire/relay-protocol.ts";
@@ -14,21 +14,6 @@ import "../../functions/wasm-shim.ts";
 
 const MODEL = "Qwen/Qwen3-VL-8B-Instruct";
 const WORKER = "w-dp";
-
-function waitMessage(ws: WebSocket, pred: (m: { type: string }) => boolean): Promise<{ type: string; [k: string]: unknown }> {
-  return new Promise((resolve, reject) => {
-    const t = setTimeout(() => reject(new Error("no message within 10 s")), 10_000);
-    const on = (ev: MessageEvent) => {
-      const m = JSON.parse(String(ev.data)) as { type: string };
-      if (pred(m)) {
-        clearTimeout(t);
-        ws.removeEventListener("message", on);
-        resolve(m as { type: string; [k: string]: unknown });
-      }
-    };
-    ws.addEventListener("message", on);
-  });
-}
 
 async function connectRank(credential: string, rank: string): Promise<Response> {
   const token = await mintRelayToken(credential, WORKER, MODEL, { url: TEST_WORKER_URL });
@@ -45,14 +30,14 @@ describe("DP rank sessions through the edge", () => {
     expect(res1.status).toBe(101);
     const ws1 = res1.webSocket!;
     ws1.accept();
-    const welcome = waitMessage(ws1, (m) => m.type === "welcome");
+    const welcome = messageWhere(ws1, (m) => m.type === "welcome");
     ws1.send(hello(1));
     expect(await welcome).toMatchObject({ type: "welcome", workerId: `${WORKER}#1` });
 
     const tokens = Array.from({ length: 64 }, (_, i) => 3000 + i);
     const locals = localBlockHashes(tokens, 16);
     const blocks = locals.map((l, i) => ({ h: String(-300 - i), p: i === 0 ? null : String(-299 - i), l: localHashToHex(l) }));
-    const ack = waitMessage(ws1, (m) => m.type === "ack");
+    const ack = messageWhere(ws1, (m) => m.type === "ack");
     ws1.send(JSON.stringify({ type: "dump", epoch: 1, seq: 0, blocks }));
     await ack;
 
@@ -61,7 +46,7 @@ describe("DP rank sessions through the edge", () => {
     expect(res0.status).toBe(101);
     const ws0 = res0.webSocket!;
     ws0.accept();
-    const refused = waitMessage(ws0, (m) => m.type === "error");
+    const refused = messageWhere(ws0, (m) => m.type === "error");
     ws0.send(hello(1));
     expect(await refused).toMatchObject({ type: "error" });
 

@@ -6,7 +6,7 @@
 import { SELF, env, evictDurableObject } from "cloudflare:test";
 import { describe, expect, it } from "vitest";
 import { deriveRelayKey, formatRelayCredential, mintRelayToken } from "../../src/relay-wire/relay-auth.ts";
-import { issueRelayKey, TEST_WORKER_URL } from "./ws-helpers.ts";
+import { issueRelayKey, messageWhere, TEST_WORKER_URL } from "./ws-helpers.ts";
 import { localBlockHashes } from "../../src/blocks/block-hash.ts";
 import { initHashing } from "../../src/util/hash.ts";
 import { localHashToHex } from "../../src/relay-wire/relay-protocol.ts";
@@ -26,21 +26,6 @@ async function expectOpenAIError(r: Response, status: number): Promise<{ message
   expect(Object.keys(j.error).sort()).toEqual(["code", "message", "param", "type"]);
   expect(j.error.message.length).toBeGreaterThan(0);
   return j.error;
-}
-
-function waitMessage(ws: WebSocket, pred: (m: { type: string }) => boolean = () => true): Promise<{ type: string; [k: string]: unknown }> {
-  return new Promise((resolve, reject) => {
-    const t = setTimeout(() => reject(new Error("no message within 10 s")), 10_000);
-    const on = (ev: MessageEvent) => {
-      const m = JSON.parse(String(ev.data)) as { type: string };
-      if (pred(m)) {
-        clearTimeout(t);
-        ws.removeEventListener("message", on);
-        resolve(m as { type: string });
-      }
-    };
-    ws.addEventListener("message", on);
-  });
 }
 
 async function connectRelay(workerId: string, token: string | null, model = MODEL): Promise<Response> {
@@ -170,14 +155,14 @@ describe("relay ingestion and routing inside workerd", () => {
     expect(res.status).toBe(101);
     const ws = res.webSocket!;
     ws.accept();
-    const welcome = waitMessage(ws, (m) => m.type === "welcome");
+    const welcome = messageWhere(ws, (m) => m.type === "welcome");
     ws.send(JSON.stringify({ type: "hello", workerId: "w-route", url: TEST_WORKER_URL, blockSize: 16, epoch: 1, modelName: MODEL }));
     expect(await welcome).toMatchObject({ type: "welcome", poolBlockSize: 16 });
 
     const tokens = Array.from({ length: 64 }, (_, i) => 1000 + i);
     const locals = localBlockHashes(tokens, 16);
     const blocks = locals.map((l, i) => ({ h: String(-100 - i), p: i === 0 ? null : String(-99 - i), l: localHashToHex(l) }));
-    const ack = waitMessage(ws, (m) => m.type === "ack");
+    const ack = messageWhere(ws, (m) => m.type === "ack");
     ws.send(JSON.stringify({ type: "dump", epoch: 1, seq: 0, blocks }));
     await ack;
 
@@ -189,12 +174,12 @@ describe("relay ingestion and routing inside workerd", () => {
     // Malformed relay messages are counted and dropped without touching the index.
     ws.send("{nope");
     ws.send(JSON.stringify({ type: "events", epoch: 1, seq: 1, events: [{ t: "stored", parent: "12345", blocks: [{ h: "1", l: "zz" }] }] }));
-    await waitMessage(ws, (m) => m.type === "error");
+    await messageWhere(ws, (m) => m.type === "error");
     const d2 = await stub.route({ localHashes: locals, isl: 64 });
     expect(d2?.overlapBlocks).toBe(4);
 
     // Eviction loses the in-memory index; the registry survives in SQLite and relays are asked to resync.
-    const resync = waitMessage(ws, (m) => m.type === "resync");
+    const resync = messageWhere(ws, (m) => m.type === "resync");
     await evictDurableObject(stub);
     const workers = (await (await admin("/admin/workers")).json()) as { workers: { workerId: string }[] };
     expect(workers.workers.map((w) => w.workerId)).toContain("w-route");

@@ -1,16 +1,21 @@
-/** The next message of `type` on a relay-side WebSocket; rejects after 10 s so a test never hangs. */
-export function nextMessage(ws: WebSocket, type: string): Promise<{ type: string; [k: string]: unknown }> {
+/** The next message on a relay-side WebSocket that `pred` accepts; rejects after 10 s (naming `what`) so a test never hangs. */
+export function messageWhere(ws: WebSocket, pred: (m: { type: string }) => boolean = () => true, what = "message"): Promise<{ type: string; [k: string]: unknown }> {
   return new Promise((resolve, reject) => {
-    const t = setTimeout(() => reject(new Error(`no ${type} within 10 s`)), 10_000);
+    const t = setTimeout(() => reject(new Error(`no ${what} within 10 s`)), 10_000);
     const on = (ev: MessageEvent) => {
-      const m = JSON.parse(String(ev.data)) as { type: string };
-      if (m.type !== type) return;
+      const m = JSON.parse(String(ev.data)) as { type: string; [k: string]: unknown };
+      if (!pred(m)) return;
       clearTimeout(t);
       ws.removeEventListener("message", on);
       resolve(m);
     };
     ws.addEventListener("message", on);
   });
+}
+
+/** The next message of `type` on a relay-side WebSocket; rejects after 10 s so a test never hangs. */
+export function nextMessage(ws: WebSocket, type: string): Promise<{ type: string; [k: string]: unknown }> {
+  return messageWhere(ws, (m) => m.type === type, type);
 }
 
 /** The worker URL the in-workerd tests bind relay keys to and say hello with (nothing listens). */
