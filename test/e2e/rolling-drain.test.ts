@@ -83,8 +83,10 @@ describe("rolling drain", () => {
       expect(((await res.json()) as { worker: Row }).worker).toMatchObject({ workerId: id, status: "draining" });
       draining = id;
       await until(`${id}'s running requests to finish`, async () => (await row(id)).activeRequests === 0);
-      await fleet.restartWorker(k, 200);
+      // The drain window ends with the old process: the restarted worker is a new life and is up
+      // as soon as its relay says hello, which can be before restartWorker returns.
       draining = null;
+      await fleet.restartWorker(k, 200);
       await until(`${id} to rejoin`, async () => {
         const r = await row(id);
         return r.status === "up" && r.synced;
