@@ -116,6 +116,20 @@ interface Node {
   blocks: number;
   /** Cached prefixes whose chain includes this node; its ids are counted while this is > 0. */
   holders: number;
+  /** Seeded (seed()): `ids` holds only the tokens after the last full block, not the whole piece. */
+  seeded?: true;
+}
+
+/** A text prefix's tokenization as a stored record keeps it (PrefixCache.seed). */
+export interface SeedPrefix {
+  /** Ends where the tokenizer splits (just before a SPLIT_TOKEN); the whole text, from the prompt's start. */
+  text: string;
+  /** tokenizer.encode(text).length. */
+  count: number;
+  /** localBlockHashes of its full blocks. */
+  hashes: bigint[];
+  /** Its tokens after the last full block (count mod blockSize of them). */
+  tailIds: number[];
 }
 
 interface TokenizerInfo {
@@ -145,13 +159,13 @@ const encoder = new TextEncoder();
 type Ids = readonly number[];
 const EMPTY: readonly number[] = [];
 
-function encoded(chunks: readonly Ids[], length: number, localHashes: bigint[], reusedTokens: number, hashPieces: readonly (readonly bigint[])[] = [localHashes]): EncodedPrompt {
-  const tokens = (): number[] => {
+function encoded(chunks: readonly Ids[], length: number, localHashes: bigint[], reusedTokens: number, hashPieces: readonly (readonly bigint[])[] = [localHashes], reencode?: () => number[]): EncodedPrompt {
+  const tokens = reencode ?? ((): number[] => {
     const out = new Array<number>(length);
     let n = 0;
     for (const c of chunks) for (let i = 0; i < c.length; i++) out[n++] = c[i]!;
     return out;
-  };
+  });
   return { length, localHashes, reusedTokens, hashPieces, tokens };
 }
 
@@ -277,7 +291,28 @@ export class PrefixCache {
         holders: 0,
       });
     }
-    return encoded([...chain.map((x) => x.ids), mid, tail], length, localHashes, reused, hit ? [...chain.map((x) => x.hashes), fresh] : [fresh]);
+    // A seeded prefix has no ids for its full blocks: the ids (admin explain only) are encoded anew.
+    const reencode = chain.some((x) => x.seeded) ? () => tokenizer.encode(text) : undefined;
+    return encoded([...chain.map((x) => x.ids), mid, tail], length, localHashes, reused, hit ? [...chain.map((x) => x.hashes), fresh] : [fresh], reencode);
+  }
+
+  /**
+   * Seeds the tokenization of a prefix computed elsewhere (a stored response, written by the edge
+   * itself), so a request starting with `prefix.text` encodes and hashes only what follows it. The
+   * prefix must end at a split point, as every stored prefix does; used only by a request whose text
+   * starts with it (compared, as any entry). Requires initHashing().
+   */
+  seed(tokenizer: PrefixTokenizer, blockSize: number, prefix: SeedPrefix): void {
+    const info = this.tokenizerInfo(tokenizer);
+    const end = prefix.text.length;
+    if (!info.safe || end === 0) return;
+    const scope = `${info.family}#${info.id}/${blockSize}`;
+    const key = this.key(info, blockSize, prefix.text, end);
+    if (this.buckets.get(key)?.some((n) => n.scope === scope && n.end === end && chainOf(n).map((x) => x.text).join("") === prefix.text)) return;
+    const blocks = Math.floor(prefix.count / blockSize);
+    if (prefix.hashes.length !== blocks || prefix.tailIds.length !== prefix.count - blocks * blockSize) return;
+    if (prefix.count > this.maxEntryTokens || pieceBytes(end, prefix.tailIds.length, blocks) > this.maxBytes / 4) return;
+    this.store({ parent: null, key, scope, text: prefix.text, ids: prefix.tailIds, hashes: prefix.hashes, end, count: prefix.count, blocks, holders: 0, seeded: true });
   }
 
   stats(): PrefixCacheStats {

@@ -71,6 +71,21 @@ export interface TurnChainOptions {
   onMismatch?: (detail: { templateId: TemplateId; messages: number; reusedMessages: number }) => void;
 }
 
+/**
+ * A conversation's stable prefix as the chain holds it: the rendered text of its first `messages`
+ * messages (everything before its last query's block), their media and dropped parts, and the
+ * scope it was rendered in. Stored records carry it so another isolate can be seeded (seed()).
+ */
+export interface StablePrefix {
+  scope: string;
+  messages: number;
+  text: string;
+  media: MediaPart[];
+  dropped: DroppedPart[];
+  images: number;
+  videos: number;
+}
+
 export interface TurnChainStats {
   hits: number;
   misses: number;
@@ -222,6 +237,8 @@ export class TurnChainCache {
   /** Share of hits also rendered whole (the edge sets it from its config on each request). */
   checkRate: number;
   private readonly render: TemplateRenderer;
+  /** Characters the template has rendered in this chain (full renders, tails, stand-ins, checks): a work counter. */
+  renderedChars = 0;
   private readonly random: () => number;
   private readonly onMismatch: NonNullable<TurnChainOptions["onMismatch"]>;
   private readonly buckets = new Map<bigint, Node[]>();
@@ -237,7 +254,12 @@ export class TurnChainCache {
   constructor(options: TurnChainOptions = {}) {
     this.maxBytes = options.maxBytes ?? DEFAULT_TURN_CHAIN_BYTES;
     this.checkRate = options.checkRate ?? DEFAULT_TURN_CHECK_RATE;
-    this.render = options.render ?? renderTemplate;
+    const render = options.render ?? renderTemplate;
+    this.render = (id, input) => {
+      const out = render(id, input);
+      this.renderedChars += out.length;
+      return out;
+    };
     this.random = options.random ?? Math.random;
     this.onMismatch = options.onMismatch ?? ((d) => console.warn(JSON.stringify({ event: "turn_chain_mismatch", ...d })));
   }
@@ -389,7 +411,46 @@ export class TurnChainCache {
     const ownDropped = dropped.filter((d) => d.messageIndex >= from && d.messageIndex < q);
     const bytes = nodeBytes(raw.length, text.length, ownMedia.length + ownDropped.length, ctx.parent ? 0 : ctx.scope.length);
     if (bytes > this.maxBytes / 4) return;
-    const node: Node = { parent: ctx.parent, key, scope: ctx.scope, raw, rawEnd, text, messages: q, media: ownMedia, dropped: ownDropped, images: counts.image, videos: counts.video, holders: 0, bytes };
+    this.insert({ parent: ctx.parent, key, scope: ctx.scope, raw, rawEnd, text, messages: q, media: ownMedia, dropped: ownDropped, images: counts.image, videos: counts.video, holders: 0, bytes });
+  }
+
+  /**
+   * The longest cached stable prefix of the request in `body` (after prepare() it is the request's
+   * own, unless it was too large to keep), or null.
+   */
+  stableOf(body: string, profile: ModelProfile): StablePrefix | null {
+    const layout = scanBodyLayout(body);
+    if (!layout) return null;
+    const scope = scopeOf(profile, body, layout);
+    const hit = this.lookup(body, layout, scope, xxh3_64(this.encoder.encode(scope)));
+    if (!hit) return null;
+    const out: StablePrefix = { scope, messages: hit.node.messages, text: "", media: [], dropped: [], images: hit.node.images, videos: hit.node.videos };
+    for (const x of hit.chain) {
+      out.text += x.text;
+      out.media.push(...x.media);
+      out.dropped.push(...x.dropped);
+    }
+    return out;
+  }
+
+  /**
+   * Seeds an entry from a stable prefix computed elsewhere (a stored response, written by the edge
+   * itself) and `raw`, the JSON text of its messages as a request's `messages` array holds them
+   * (elements joined by commas, no brackets). It is used like any entry: only by a request whose
+   * scope and raw text equal these, and sampled hits are rendered whole and compared.
+   */
+  seed(prefix: StablePrefix, raw: string): void {
+    const rawEnd = raw.length;
+    const key = this.key(xxh3_64(this.encoder.encode(prefix.scope)), prefix.messages, raw, 0, rawEnd);
+    const known = this.buckets.get(key)?.some((n) => n.messages === prefix.messages && n.rawEnd === rawEnd && n.scope === prefix.scope && chainOf(n).map((x) => x.raw).join("") === raw);
+    if (known) return;
+    const bytes = nodeBytes(rawEnd, prefix.text.length, prefix.media.length + prefix.dropped.length, prefix.scope.length);
+    if (bytes > this.maxBytes / 4) return;
+    this.insert({ parent: null, key, scope: prefix.scope, raw, rawEnd, text: prefix.text, messages: prefix.messages, media: prefix.media, dropped: prefix.dropped, images: prefix.images, videos: prefix.videos, holders: 0, bytes });
+  }
+
+  private insert(node: Node): void {
+    const key = node.key;
     const bucket = this.buckets.get(key);
     if (bucket && bucket.length >= MAX_BUCKET) this.drop(bucket[0]!);
     const b = this.buckets.get(key);
