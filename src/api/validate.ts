@@ -124,21 +124,30 @@ function opensUrlValue(text: string, open: number): boolean {
  * is looked at once, and the whitespace before it once.
  */
 function charsOutsideMediaDataUrls(text: string, maxItems: number): number {
-  let media = 0;
+  return text.length - mediaDataUrls(text, 0, text.length, maxItems).chars;
+}
+
+/**
+ * The media data URLs charsOutsideMediaDataUrls leaves out, among those opening in [from, to): at
+ * most `maxItems`, their characters (quotes included); `lengths`, when given, gets each one's.
+ */
+function mediaDataUrls(text: string, from: number, to: number, maxItems: number, lengths?: number[]): { chars: number; items: number } {
+  let chars = 0;
   let items = 0;
-  let i = text.indexOf('"data:');
-  while (i !== -1 && items < maxItems) {
+  let i = text.indexOf('"data:', from);
+  while (i !== -1 && i < to && items < maxItems) {
     if (!opensUrlValue(text, i)) {
       i = text.indexOf('"data:', i + 1);
       continue;
     }
     const j = closingQuote(text, i);
     if (j === -1) break;
-    media += j - i + 1;
+    chars += j - i + 1;
+    lengths?.push(j - i + 1);
     items++;
     i = text.indexOf('"data:', j + 1);
   }
-  return text.length - media;
+  return { chars, items };
 }
 
 /** What scanJsonStructure found: the first limit passed (or null) and the values counted so far. */
@@ -157,26 +166,33 @@ export interface JsonStructure {
  * On invalid JSON the answer is approximate; JSON.parse then reports the syntax error.
  */
 export function scanJsonStructure(text: string, maxDepth: number, maxValues: number): JsonStructure {
+  const { over, values } = scanStructure(text, 0, text.length, maxDepth, maxValues);
+  return { over, values };
+}
+
+/** scanJsonStructure over text[start, end), also answering the deepest nesting seen. */
+function scanStructure(text: string, start: number, end: number, maxDepth: number, maxValues: number): JsonStructure & { depth: number } {
   let depth = 0;
+  let deepest = 0;
   let values = 1;
-  const n = text.length;
-  for (let i = 0; i < n; i++) {
+  for (let i = start; i < end; i++) {
     const c = text.charCodeAt(i);
     if (c === 0x22) {
       const j = closingQuote(text, i);
       if (j === -1) break; // unterminated: JSON.parse reports it
       i = j;
     } else if (c === 0x5b || c === 0x7b) {
-      if (++depth > maxDepth) return { over: "depth", values };
+      if (++depth > maxDepth) return { over: "depth", values, depth };
+      if (depth > deepest) deepest = depth;
       let k = i + 1;
-      while (k < n && isJsonSpace(text.charCodeAt(k))) k++;
+      while (k < end && isJsonSpace(text.charCodeAt(k))) k++;
       const d = text.charCodeAt(k);
-      if (d !== 0x5d && d !== 0x7d && ++values > maxValues) return { over: "values", values };
+      if (d !== 0x5d && d !== 0x7d && ++values > maxValues) return { over: "values", values, depth: deepest };
       i = k - 1;
     } else if (c === 0x5d || c === 0x7d) depth--;
-    else if (c === 0x2c && ++values > maxValues) return { over: "values", values };
+    else if (c === 0x2c && ++values > maxValues) return { over: "values", values, depth: deepest };
   }
-  return { over: null, values };
+  return { over: null, values, depth: deepest };
 }
 
 /**
@@ -423,7 +439,57 @@ function mediaUrlOf(p: ContentPart): { url: string; key: string } | null {
   }
 }
 
-function checkLimits(req: ChatCompletionRequest, limits: Limits): void {
+type ChatMessage = ChatCompletionRequest["messages"][number];
+
+/** What checkLimits counts of one message. */
+interface MessageSize {
+  /** Text characters (content, reasoning, tool calls; jsonChars stops past `budget`). */
+  chars: number;
+  parts: number;
+  media: number;
+  /** The longest media URL that is not a data: URL. */
+  urlChars: number;
+}
+
+function measureMessage(m: ChatMessage, budget: number): MessageSize {
+  const size: MessageSize = { chars: 0, parts: 0, media: 0, urlChars: 0 };
+  if (typeof m.content === "string") size.chars += m.content.length;
+  else if (Array.isArray(m.content)) {
+    size.parts = m.content.length;
+    for (const p of m.content) {
+      size.chars += partChars(p);
+      const ref = mediaUrlOf(p);
+      if (ref !== null || p.type === "input_audio") size.media++;
+      if (ref !== null && !/^data:/i.test(ref.url)) size.urlChars = Math.max(size.urlChars, ref.url.length);
+    }
+  }
+  if (m.role !== "user") {
+    size.chars += m.reasoning_content?.length ?? 0;
+    for (const call of m.tool_calls ?? []) {
+      const args: unknown = call.function.arguments;
+      size.chars += call.function.name?.length ?? 0;
+      size.chars += typeof args === "string" ? args.length : jsonChars(args, budget);
+    }
+  }
+  return size;
+}
+
+/** The first part of message `i` that passes the media count (after `media` earlier items) or the URL length. */
+function partLimitError(m: ChatMessage, i: number, media: number, limits: Limits): InvalidRequestError {
+  const parts = Array.isArray(m.content) ? m.content : [];
+  for (const [j, p] of parts.entries()) {
+    const ref = mediaUrlOf(p);
+    if ((ref !== null || p.type === "input_audio") && ++media > limits.maxMediaItems) {
+      return limitError(`Too many media items (limit ${limits.maxMediaItems}).`, `messages[${i}].content[${j}]`);
+    }
+    if (ref !== null && !/^data:/i.test(ref.url) && ref.url.length > limits.maxUrlChars) {
+      return limitError(`Media URLs are limited to ${limits.maxUrlChars} characters.`, `messages[${i}].content[${j}].${ref.key}.url`);
+    }
+  }
+  return limitError("Media limits exceeded.", `messages[${i}].content`);
+}
+
+function checkLimits(req: ChatCompletionRequest, limits: Limits, base: MessagesTally | null = null): void {
   if (req.model.length > limits.maxModelChars) {
     throw limitError(`model is longer than ${limits.maxModelChars} characters.`, "model");
   }
@@ -460,42 +526,25 @@ function checkLimits(req: ChatCompletionRequest, limits: Limits): void {
     throw limitError(`At most ${limits.maxTools} tools are allowed.`, "tools");
   }
 
-  let total = 0;
-  let media = 0;
-  req.messages.forEach((m, i) => {
-    let chars = 0;
-    if (typeof m.content === "string") chars += m.content.length;
-    else if (Array.isArray(m.content)) {
-      if (m.content.length > limits.maxContentParts) {
-        throw limitError(`Too many content parts: ${m.content.length} (limit ${limits.maxContentParts}).`, `messages[${i}].content`);
-      }
-      m.content.forEach((p, j) => {
-        chars += partChars(p);
-        const ref = mediaUrlOf(p);
-        if (ref !== null || p.type === "input_audio") {
-          media++;
-          if (media > limits.maxMediaItems) {
-            throw limitError(`Too many media items (limit ${limits.maxMediaItems}).`, `messages[${i}].content[${j}]`);
-          }
-        }
-        if (ref !== null && !/^data:/i.test(ref.url) && ref.url.length > limits.maxUrlChars) {
-          throw limitError(`Media URLs are limited to ${limits.maxUrlChars} characters.`, `messages[${i}].content[${j}].${ref.key}.url`);
-        }
-      });
+  // Leading messages reused from an earlier request (`base`) count with the totals they had then.
+  if (base !== null && (base.maxParts > limits.maxContentParts || base.media > limits.maxMediaItems || base.maxUrlChars > limits.maxUrlChars || base.maxChars > limits.maxMessageChars)) {
+    throw limitError("Earlier messages are over this endpoint's limits.", "messages");
+  }
+  let total = base?.chars ?? 0;
+  let media = base?.media ?? 0;
+  for (let i = base?.messages ?? 0; i < req.messages.length; i++) {
+    const m = req.messages[i]!;
+    const size = measureMessage(m, limits.maxMessageChars);
+    if (size.parts > limits.maxContentParts) {
+      throw limitError(`Too many content parts: ${size.parts} (limit ${limits.maxContentParts}).`, `messages[${i}].content`);
     }
-    if (m.role !== "user") {
-      chars += m.reasoning_content?.length ?? 0;
-      for (const call of m.tool_calls ?? []) {
-        const args: unknown = call.function.arguments;
-        chars += call.function.name?.length ?? 0;
-        chars += typeof args === "string" ? args.length : jsonChars(args, limits.maxMessageChars);
-      }
+    if (media + size.media > limits.maxMediaItems || size.urlChars > limits.maxUrlChars) throw partLimitError(m, i, media, limits);
+    media += size.media;
+    if (size.chars > limits.maxMessageChars) {
+      throw limitError(`Message text is ${size.chars} characters (limit ${limits.maxMessageChars}).`, `messages[${i}].content`);
     }
-    if (chars > limits.maxMessageChars) {
-      throw limitError(`Message text is ${chars} characters (limit ${limits.maxMessageChars}).`, `messages[${i}].content`);
-    }
-    total += chars;
-  });
+    total += size.chars;
+  }
   if (total > limits.maxTotalChars) {
     throw limitError(`Request text is ${total} characters (limit ${limits.maxTotalChars}).`, "messages");
   }
@@ -543,15 +592,161 @@ function checkGrammars(req: ChatCompletionRequest, limits: Limits): void {
 const LITERAL_KEYS: ReadonlySet<string> = new Set(["content", "text"]);
 
 /**
+ * What the whole-body limits count of some consecutive messages of an accepted body, so a later
+ * body that starts with the same message text can be checked without reading it again.
+ */
+export interface MessagesTally {
+  messages: number;
+  /** scanJsonStructure's value count of the messages' text, one separating comma each. */
+  values: number;
+  /** Deepest nesting inside one message (its own braces: 1). */
+  depth: number;
+  /** Characters of each media data URL charsOutsideMediaDataUrls leaves out, in order. */
+  dataUrls: readonly number[];
+  /** checkLimits' counts: text characters in total and in the longest message, media items, the most content parts, the longest non-data URL. */
+  chars: number;
+  maxChars: number;
+  media: number;
+  maxParts: number;
+  maxUrlChars: number;
+}
+
+/** The tally of `messages` (validated) whose JSON text is body[spans[i][0], spans[i][1]). */
+export function tallyMessages(body: string, spans: readonly (readonly [number, number])[], messages: readonly ChatMessage[]): MessagesTally {
+  const dataUrls: number[] = [];
+  const t = { messages: messages.length, values: 0, depth: 0, dataUrls, chars: 0, maxChars: 0, media: 0, maxParts: 0, maxUrlChars: 0 };
+  messages.forEach((m, i) => {
+    const [start, end] = spans[i]!;
+    const shape = scanStructure(body, start, end, Infinity, Infinity);
+    t.values += shape.values;
+    t.depth = Math.max(t.depth, shape.depth);
+    mediaDataUrls(body, start, end, Infinity, dataUrls);
+    const size = measureMessage(m, Infinity);
+    t.chars += size.chars;
+    t.maxChars = Math.max(t.maxChars, size.chars);
+    t.media += size.media;
+    t.maxParts = Math.max(t.maxParts, size.parts);
+    t.maxUrlChars = Math.max(t.maxUrlChars, size.urlChars);
+  });
+  return t;
+}
+
+/** The tally of a's messages followed by b's. */
+export function joinTallies(a: MessagesTally, b: MessagesTally): MessagesTally {
+  return {
+    messages: a.messages + b.messages,
+    values: a.values + b.values,
+    depth: Math.max(a.depth, b.depth),
+    dataUrls: b.dataUrls.length === 0 ? a.dataUrls : [...a.dataUrls, ...b.dataUrls],
+    chars: a.chars + b.chars,
+    maxChars: Math.max(a.maxChars, b.maxChars),
+    media: a.media + b.media,
+    maxParts: Math.max(a.maxParts, b.maxParts),
+    maxUrlChars: Math.max(a.maxUrlChars, b.maxUrlChars),
+  };
+}
+
+/** A body's leading messages as an earlier accepted body held them (the turn chain keeps them). */
+export interface ReusedMessages {
+  /** The validated messages: the body's first `tally.messages`. */
+  messages: readonly ChatMessage[];
+  tally: MessagesTally;
+  /** Their text in the body: from the first one's start to the next message's start (the separators included). */
+  cut: readonly [number, number];
+}
+
+/** Work one parse did (tests and the bench read it). */
+export interface ParseWork {
+  /** Characters scanned, parsed and validated (the whole body, or the body less the reused messages). */
+  parsedChars: number;
+  /** Messages checked by the schema and the limits. */
+  validatedMessages: number;
+}
+
+/** JSON text that passed the pre-parse bounds → the validated request (`base`: leading messages reused, not in `text`). */
+function parseValidated(text: string, limits: Limits, literals: JsonLiteral[] | undefined, base: ReusedMessages | null, work: ParseWork | undefined): ChatCompletionRequest {
+  let body: unknown;
+  try {
+    body = literals ? parseRecordingLiterals(text, LITERAL_KEYS, literals) : JSON.parse(text);
+  } catch (e) {
+    const detail = e instanceof Error ? e.message.slice(0, 200) : "parse error";
+    throw new InvalidRequestError(`Request body is not valid JSON: ${detail}`, null, "invalid_json");
+  }
+  if (typeof body !== "object" || body === null || Array.isArray(body)) {
+    throw new InvalidRequestError("Request body must be a JSON object.", null, "invalid_json");
+  }
+  checkStrings(body);
+  checkUnsupported(body as Record<string, unknown>);
+  const parsed = ChatCompletionRequestSchema.safeParse(body);
+  if (!parsed.success) throw issueToError(parsed.error.issues);
+  const req = parsed.data;
+  if (work) {
+    work.parsedChars += text.length;
+    work.validatedMessages += req.messages.length;
+  }
+  if (base !== null) req.messages = [...base.messages, ...req.messages];
+  checkSemantics(req);
+  checkLimits(req, limits, base?.tally ?? null);
+  return req;
+}
+
+function outsideMediaOver(outside: number, limits: Limits): boolean {
+  return outside > MAX_ESCAPE_FACTOR * limits.maxTotalChars + SYNTAX_SLACK_CHARS;
+}
+
+function checkOutsideMedia(outside: number, limits: Limits): void {
+  if (outsideMediaOver(outside, limits)) {
+    throw limitError(`Request text (outside data: URLs) is ${outside} characters: far over the limit of ${limits.maxTotalChars}.`, null);
+  }
+}
+
+/**
+ * The body with `reuse`'s messages cut out, checked and parsed; the whole-body limits hold with
+ * the reused messages' tally added (values and media data URLs in document order, depth as
+ * nested at messages[i]). Null when anything is refused or unexpected: the whole body then gives
+ * the verdict, so an error is always the one the whole body gets.
+ */
+function parseReusing(bodyText: string, limits: Limits, literals: JsonLiteral[] | undefined, reuse: ReusedMessages, work: ParseWork | undefined): ChatCompletionRequest | null {
+  const [cutStart, cutEnd] = reuse.cut;
+  const t = reuse.tally;
+  if (t.messages !== reuse.messages.length || cutStart <= 0 || cutEnd <= cutStart || cutEnd > bodyText.length) return null;
+  const text = bodyText.slice(0, cutStart) + bodyText.slice(cutEnd);
+  const before = mediaDataUrls(text, 0, cutStart, limits.maxMediaItems);
+  let skipped = before.chars;
+  let items = before.items;
+  for (const n of t.dataUrls) {
+    if (items >= limits.maxMediaItems) break;
+    skipped += n;
+    items++;
+  }
+  skipped += mediaDataUrls(text, cutStart, text.length, limits.maxMediaItems - items).chars;
+  if (outsideMediaOver(bodyText.length - skipped, limits)) return null;
+  // Messages are elements of a top-level member: their own nesting starts at depth 3.
+  if (2 + t.depth > limits.maxJsonDepth || t.values >= limits.maxJsonValues) return null;
+  if (scanStructure(text, 0, text.length, limits.maxJsonDepth, limits.maxJsonValues - t.values).over !== null) return null;
+  const mark = literals?.length ?? 0;
+  const done = work ? { ...work } : null;
+  try {
+    return parseValidated(text, limits, literals, reuse, work);
+  } catch {
+    if (literals) literals.length = mark;
+    if (work && done) Object.assign(work, done);
+    return null;
+  }
+}
+
+/**
  * Validates a chat-completions request body. Throws PayloadTooLargeError (413) when the body
  * exceeds `limits.maxBodyBytes`, InvalidRequestError (400) for anything else wrong. With
  * `opts.literals`, long message texts whose source is already canonical JSON are recorded there
  * (value → escaped text; parseRecordingLiterals), so the `/generate` body need not escape them again.
+ * With `opts.reuse`, the body's leading messages are taken as an earlier accepted body held them
+ * and only the rest of the body is read (the verdict is the whole body's).
  */
 export function parseChatRequest(
   bodyText: string,
   limits: Limits = DEFAULT_LIMITS,
-  opts: { sizeChecked?: boolean; literals?: JsonLiteral[] } = {},
+  opts: { sizeChecked?: boolean; literals?: JsonLiteral[]; reuse?: ReusedMessages | null; work?: ParseWork } = {},
 ): ChatCompletionRequest {
   try {
     if (typeof bodyText !== "string") throw new InvalidRequestError("Request body must be text.");
@@ -561,10 +756,11 @@ export function parseChatRequest(
       throw new PayloadTooLargeError(`Request body exceeds ${limits.maxBodyBytes} bytes.`);
     }
     if (bodyText.trim() === "") throw new InvalidRequestError("Request body is empty; expected a JSON object.", null, "invalid_json");
-    const outside = charsOutsideMediaDataUrls(bodyText, limits.maxMediaItems);
-    if (outside > MAX_ESCAPE_FACTOR * limits.maxTotalChars + SYNTAX_SLACK_CHARS) {
-      throw limitError(`Request text (outside data: URLs) is ${outside} characters: far over the limit of ${limits.maxTotalChars}.`, null);
+    if (opts.reuse) {
+      const req = parseReusing(bodyText, limits, opts.literals, opts.reuse, opts.work);
+      if (req !== null) return req;
     }
+    checkOutsideMedia(charsOutsideMediaDataUrls(bodyText, limits.maxMediaItems), limits);
     const structure = scanJsonStructure(bodyText, limits.maxJsonDepth, limits.maxJsonValues);
     if (structure.over === "depth") {
       throw new InvalidRequestError(`JSON body is nested deeper than ${limits.maxJsonDepth} levels.`, null, "invalid_json");
@@ -572,24 +768,7 @@ export function parseChatRequest(
     if (structure.over === "values") {
       throw limitError(`JSON body holds more than ${limits.maxJsonValues} values (objects, arrays, strings, numbers, …; KVEDGE_LIMITS.maxJsonValues).`, null);
     }
-    let body: unknown;
-    try {
-      body = opts.literals ? parseRecordingLiterals(bodyText, LITERAL_KEYS, opts.literals) : JSON.parse(bodyText);
-    } catch (e) {
-      const detail = e instanceof Error ? e.message.slice(0, 200) : "parse error";
-      throw new InvalidRequestError(`Request body is not valid JSON: ${detail}`, null, "invalid_json");
-    }
-    if (typeof body !== "object" || body === null || Array.isArray(body)) {
-      throw new InvalidRequestError("Request body must be a JSON object.", null, "invalid_json");
-    }
-    checkStrings(body);
-    checkUnsupported(body as Record<string, unknown>);
-    const parsed = ChatCompletionRequestSchema.safeParse(body);
-    if (!parsed.success) throw issueToError(parsed.error.issues);
-    const req = parsed.data;
-    checkSemantics(req);
-    checkLimits(req, limits);
-    return req;
+    return parseValidated(bodyText, limits, opts.literals, null, opts.work);
   } catch (e) {
     if (e instanceof KvedgeError) throw e;
     // A bug or an engine limit (e.g. stack overflow) on hostile input: still the client's request.
