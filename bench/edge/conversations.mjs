@@ -7,12 +7,14 @@
 // Requests go one at a time (a shared two-core box would otherwise measure contention), so
 // "concurrent" means interleaved in one isolate: every conversation's state competes for the
 // isolate's caches. Per turn, overhead = edge − direct as in the rest of the suite (the worker sees
-// the body once first; edge and direct sends alternate). Per round, workerd's own CPU time (utime +
-// stime of the workerd process from /proc: the Worker and its Durable Objects, 10 ms ticks, so a
-// mean over the round's edge requests, not a per-request figure). Reuse: the share of turns whose
-// earlier messages came from the turn chain (x-kvedge-prompt-reused-messages, admin callers).
-import { readFileSync } from "node:fs";
-import { processCpuMs } from "../lib/process-cpu.mjs";
+// the body once first; edge and direct sends alternate). CPU per turn from /proc at ns resolution
+// (every thread's schedstat): the edge's workerd process (the edge isolate, its runtime, its side of
+// the routing-index RPCs) and, with the fleet's index split off, the routing index's process (route,
+// settle, and the relay's KV-event ingest for all three sends of the turn) apart. A waitUntil tail
+// (settle) may land in the next turn's window; sums over turns are exact. Reuse: the share of turns
+// whose earlier messages came from the turn chain (x-kvedge-prompt-reused-messages, admin callers).
+// Cache hit rates: the isolate's own counters (GET /admin/edge-caches) before and after each run.
+import { nativeWorkerdPid, processCpuPreciseMs } from "../lib/process-cpu.mjs";
 import { summarize } from "../lib/stats.mjs";
 
 /** History bins (tokens) the figures are reported in; the goals are set at 32k and 100k. */
@@ -25,43 +27,29 @@ export const HISTORY_BINS = [
 ];
 
 /**
- * The workerd binary's pid: the fleet spawns the npm package's bin, a Node launcher whose child is
- * the native workerd (its CPU is the Worker's; the launcher's is not).
- */
-function workerdPid(pid) {
-  for (let depth = 0; depth < 3; depth++) {
-    const comm = readFileSync(`/proc/${pid}/comm`, "utf8").trim();
-    if (comm !== "node") return pid;
-    const children = readFileSync(`/proc/${pid}/task/${pid}/children`, "utf8").trim().split(/\s+/).filter(Boolean);
-    if (children.length !== 1) break;
-    pid = Number(children[0]);
-  }
-  return pid;
-}
-
-function binOf(tokens) {
-  return HISTORY_BINS.find(([, lo, hi]) => tokens > lo && tokens <= hi)?.[0] ?? null;
-}
-
-/**
  * Runs `runs` passes of the workload. `io`: { edge, direct, admin, body(messages), fresh(tokens),
- * image(i) → a content part, timedPost, edgePid }. Returns per-kind, per-bin figures.
+ * image(i) → a content part, timedPost, edgePid, indexPid (null: the index shares the edge's
+ * process), edgeCaches() → GET /admin/edge-caches }. Returns per-kind, per-bin figures.
  */
 export async function runConversations(ctx, io, { runs, perKind, targetTokens }) {
   const samples = [];
-  const pid = workerdPid(io.edgePid);
+  const cacheRuns = [];
+  const edgePid = nativeWorkerdPid(io.edgePid);
+  const indexPid = io.indexPid ? nativeWorkerdPid(io.indexPid) : null;
+  const cpu = () => ({ edge: processCpuPreciseMs(edgePid), index: indexPid ? processCpuPreciseMs(indexPid) : NaN });
   for (let run = 0; run < runs; run++) {
     const convs = [];
     for (const kind of ["chat", "agent", "vision"]) for (let i = 0; i < perKind[kind]; i++) convs.push({ kind, id: `${kind}-${run}-${i}`, messages: [{ role: "system", content: `You are assistant ${i}. Keep answers grounded in the conversation.` }], turn: 0, done: false });
+    const caches0 = await io.edgeCaches();
+    let promptTokens = 0;
     let round = 0;
     while (convs.some((c) => !c.done)) {
       ctx.progress?.(0, `edge conversations: run ${run + 1}/${runs}, round ${round++}`);
-      const cpu0 = processCpuMs(pid);
-      const roundSamples = [];
       for (const c of convs) {
         if (c.done) continue;
         extend(c, io);
         const b = io.body(c.messages);
+        const c0 = cpu();
         await io.timedPost(io.direct, b, false);
         let e;
         let d;
@@ -72,17 +60,40 @@ export async function runConversations(ctx, io, { runs, perKind, targetTokens })
           d = await io.timedPost(io.direct, b, false);
           e = await io.timedPost(io.edge, b, false, io.admin);
         }
+        const c1 = cpu();
         const tokens = JSON.parse(d.text).usage?.prompt_tokens ?? Number(e.headers.get("x-kvedge-total-blocks")) * 16;
+        promptTokens += tokens;
         const reused = Number(e.headers.get("x-kvedge-prompt-reused-messages") ?? 0);
-        roundSamples.push({ kind: c.kind, run, tokens, overhead: e.total - d.total, edge: e.total, reused: reused > 0, first: c.turn === 0 });
+        samples.push({ kind: c.kind, run, tokens, overhead: e.total - d.total, edge: e.total, reused: reused > 0, first: c.turn === 0, edgeCpu: c1.edge - c0.edge, indexCpu: c1.index - c0.index });
         c.turn++;
         if (tokens >= targetTokens) c.done = true;
       }
-      const cpuPer = (processCpuMs(pid) - cpu0) / Math.max(1, roundSamples.length);
-      for (const s of roundSamples) samples.push({ ...s, cpuRoundMean: cpuPer });
     }
+    cacheRuns.push(cacheFigures(caches0, await io.edgeCaches(), promptTokens));
   }
-  return summarizeConversations(samples);
+  return { ...summarizeConversations(samples), caches: cacheRuns };
+}
+
+/** One run's cache budgets and hit rates from the isolate's counters before (`a`) and after (`b`). */
+function cacheFigures(a, b, promptTokens) {
+  const d = (k, part) => b[part][k] - a[part][k];
+  const budget = Object.fromEntries(b.caches.map((c) => [c.name, { maxBytes: c.maxBytes, bytesAtEnd: c.bytes, entriesAtEnd: c.entries }]));
+  const prefixLookups = d("hits", "promptPrefix") + d("misses", "promptPrefix");
+  const chainLookups = d("hits", "turnChain") + d("misses", "turnChain");
+  return {
+    budget,
+    promptPrefixMaxTokens: b.promptPrefix.maxTokens,
+    promptPrefixHitRate: prefixLookups ? d("hits", "promptPrefix") / prefixLookups : null,
+    promptPrefixLookups: prefixLookups,
+    promptPrefixBypassed: d("bypassed", "promptPrefix"),
+    /** Tokens the prefix cache supplied ÷ all prompt tokens of the run's edge requests. */
+    promptPrefixTokenHitRate: promptTokens ? d("reusedTokens", "promptPrefix") / promptTokens : null,
+    promptPrefixEvictions: d("evictions", "promptPrefix"),
+    turnChainHitRate: chainLookups ? d("hits", "turnChain") / chainLookups : null,
+    turnChainLookups: chainLookups,
+    turnChainEvictions: d("evictions", "turnChain"),
+    turnChainMismatches: d("mismatches", "turnChain"),
+  };
 }
 
 /** Appends what turn `c.turn` adds to conversation `c`. */
@@ -106,32 +117,46 @@ function extend(c, io) {
 
 function summarizeConversations(samples) {
   const out = { kinds: {}, perRun: {}, samples: samples.length };
+  const warmIn = (ks, lo, hi) => ks.filter((s) => !s.first && s.reused && s.tokens > lo && s.tokens <= hi);
   for (const kind of ["chat", "agent", "vision"]) {
     const ks = samples.filter((s) => s.kind === kind);
     const reuse = ks.filter((s) => !s.first);
     const bins = {};
-    for (const [name] of HISTORY_BINS) {
-      const warm = ks.filter((s) => !s.first && s.reused && binOf(s.tokens) === name);
+    for (const [name, lo, hi] of HISTORY_BINS) {
+      const warm = warmIn(ks, lo, hi);
       if (warm.length === 0) continue;
       const o = summarize(warm.map((s) => s.overhead));
-      bins[name] = { n: warm.length, overheadP50: o.p50, overheadP99: o.p99, workerdCpuMeanPerRequest: warm.reduce((a, s) => a + s.cpuRoundMean, 0) / warm.length };
+      const ec = summarize(warm.map((s) => s.edgeCpu));
+      const ic = summarize(warm.map((s) => s.indexCpu));
+      bins[name] = { n: warm.length, overheadP50: o.p50, overheadP99: o.p99, edgeCpuP50: ec.p50, edgeCpuP99: ec.p99, edgeCpuMean: ec.mean, indexCpuP50: ic.p50, indexCpuMean: ic.mean };
     }
-    // Least squares of warm overhead on history tokens: the growth per 1k tokens.
     const w = ks.filter((s) => !s.first && s.reused);
-    let slope = null;
-    if (w.length > 2) {
-      const mx = w.reduce((a, s) => a + s.tokens, 0) / w.length;
-      const my = w.reduce((a, s) => a + s.overhead, 0) / w.length;
-      const sxy = w.reduce((a, s) => a + (s.tokens - mx) * (s.overhead - my), 0);
-      const sxx = w.reduce((a, s) => a + (s.tokens - mx) ** 2, 0);
-      slope = sxx > 0 ? (sxy / sxx) * 1000 * 1000 : null; // µs per 1k tokens
-    }
-    out.kinds[kind] = { turns: ks.length, reuseRate: reuse.length ? reuse.filter((s) => s.reused).length / reuse.length : null, bins, growthUsPer1kTokens: slope };
+    out.kinds[kind] = {
+      turns: ks.length,
+      reuseRate: reuse.length ? reuse.filter((s) => s.reused).length / reuse.length : null,
+      bins,
+      growthUsPer1kTokens: slopeUsPer1k(w, "overhead"),
+      edgeCpuGrowthUsPer1kTokens: slopeUsPer1k(w, "edgeCpu"),
+    };
+    // Per run: p50 of the warm turns at the goal sizes (32k, 100k bins).
     const runs = [...new Set(ks.map((s) => s.run))];
+    const p50 = (rs, key) => (rs.length ? summarize(rs.map((s) => s[key])).p50 : null);
     out.perRun[kind] = runs.map((r) => {
-      const rs = ks.filter((s) => s.run === r && !s.first && s.reused && s.tokens > 24_000 && s.tokens <= 40_000);
-      return rs.length ? summarize(rs.map((s) => s.overhead)).p50 : null;
+      const rs = ks.filter((s) => s.run === r);
+      const w32 = warmIn(rs, 24_000, 40_000);
+      const w100 = warmIn(rs, 80_000, 120_000);
+      return { overheadP50At32k: p50(w32, "overhead"), edgeCpuP50At32k: p50(w32, "edgeCpu"), edgeCpuP50At100k: p50(w100, "edgeCpu") };
     });
   }
   return out;
+}
+
+/** Least squares of `key` (ms) on history tokens over samples `w`: µs per 1k tokens. */
+function slopeUsPer1k(w, key) {
+  if (w.length <= 2) return null;
+  const mx = w.reduce((a, s) => a + s.tokens, 0) / w.length;
+  const my = w.reduce((a, s) => a + s[key], 0) / w.length;
+  const sxy = w.reduce((a, s) => a + (s.tokens - mx) * (s[key] - my), 0);
+  const sxx = w.reduce((a, s) => a + (s.tokens - mx) ** 2, 0);
+  return sxx > 0 ? (sxy / sxx) * 1000 * 1000 : null;
 }

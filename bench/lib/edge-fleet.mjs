@@ -75,9 +75,10 @@ function kill(p) {
 /**
  * Starts the fleet. `media`: { path: Buffer } served with an ETag; `decode`: start the decode service
  * (wasm ffmpeg) for videos; `inspectorPort`: open workerd's inspector there; `v8Flags`: workerd's V8 flags
- * (profiling: --perf-basic-prof). Returns { edgeUrl, workerUrl, edgePid, admin(path), stop() }.
+ * (profiling: --perf-basic-prof); `splitIndex`: run the routing index in its own workerd process (the relay
+ * connects there; the edge reaches it by RPC). Returns { edgeUrl, workerUrl, edgePid, indexPid, admin(path), stop() }.
  */
-export async function startEdgeFleet({ model = "Qwen/Qwen3-VL-8B-Instruct", family = "qwen3_vl", template = "qwen3vl-instruct", media = {}, decode = false, limits = null, inspectorPort = undefined, v8Flags = [] } = {}) {
+export async function startEdgeFleet({ model = "Qwen/Qwen3-VL-8B-Instruct", family = "qwen3_vl", template = "qwen3vl-instruct", media = {}, decode = false, limits = null, inspectorPort = undefined, v8Flags = [], splitIndex = false } = {}) {
   const scriptPath = await bundleEdge();
   const procs = [];
   const servers = [];
@@ -139,7 +140,21 @@ export async function startEdgeFleet({ model = "Qwen/Qwen3-VL-8B-Instruct", fami
     const edgePort = await freePort();
     const storageDir = join(OUT_DIR, `do-storage-${process.pid}-${edgePort}`);
     cleanup.push(() => rmSync(storageDir, { recursive: true, force: true }));
-    const wd = serveWorkerd({ dir: OUT_DIR, vars: bindings, port: edgePort, compatibilityDate: "2026-07-30", compatibilityFlags: ["enable_request_signal"], storageDir, inspectorPort, v8Flags });
+    const serveOptions = { dir: OUT_DIR, vars: bindings, compatibilityDate: "2026-07-30", compatibilityFlags: ["enable_request_signal"], storageDir };
+    // splitIndex: the routing index's objects in a second workerd process (the same bundle, its own
+    // socket for the relay, debug-port RPC for the edge), so /proc accounts the two apart.
+    let index = null;
+    if (splitIndex) {
+      const [indexPort, debugPort] = [await freePort(), await freePort()];
+      index = serveWorkerd({ ...serveOptions, port: indexPort, debugPort, configName: "workerd-index.capnp" });
+      index.stderr.setEncoding("utf8");
+      procs.push(index);
+      index.url = `http://127.0.0.1:${indexPort}`;
+      index.debugAddress = `127.0.0.1:${debugPort}`;
+      await waitFor(async () => (await fetch(`${index.url}/healthz`)).ok, 60_000, "workerd (routing index)", index);
+    }
+    const wd = serveWorkerd({ ...serveOptions, port: edgePort, inspectorPort, v8Flags, remoteIndex: index?.debugAddress, storageDir: index ? `${storageDir}-edge` : storageDir });
+    if (index) cleanup.push(() => rmSync(`${storageDir}-edge`, { recursive: true, force: true }));
     wd.stderr.setEncoding("utf8");
     procs.push(wd);
     const edgeUrl = `http://127.0.0.1:${edgePort}`;
@@ -164,7 +179,7 @@ export async function startEdgeFleet({ model = "Qwen/Qwen3-VL-8B-Instruct", fami
     // The relay's own key, issued through the admin API (RELAY_SECRET stays with the edge), in its environment.
     const { credential } = await admin("/admin/relay-keys", { method: "POST", body: JSON.stringify({ model, workerId: "w1", url: workerUrl }) });
     const relay = child(
-      [join(ROOT, "services/relay/main.ts"), "--worker-url", workerUrl, "--index-url", `ws://127.0.0.1:${new URL(edgeUrl).port}`, "--worker-id", "w1", "--model", model, "--key-env", "KVEDGE_RELAY_KEY", "--model-dir", modelDir, "--log-level", "warn"],
+      [join(ROOT, "services/relay/main.ts"), "--worker-url", workerUrl, "--index-url", `ws://127.0.0.1:${new URL(index?.url ?? edgeUrl).port}`, "--worker-id", "w1", "--model", model, "--key-env", "KVEDGE_RELAY_KEY", "--model-dir", modelDir, "--log-level", "warn"],
       { KVEDGE_RELAY_KEY: credential },
     );
     procs.push(relay);
@@ -174,7 +189,7 @@ export async function startEdgeFleet({ model = "Qwen/Qwen3-VL-8B-Instruct", fami
       "relay sync",
       relay,
     );
-    return { edgeUrl, workerUrl, mediaUrl, adminToken, admin, stop, edgePid: wd.pid };
+    return { edgeUrl, workerUrl, mediaUrl, adminToken, admin, stop, edgePid: wd.pid, indexPid: index?.pid ?? null };
   } catch (e) {
     await stop();
     throw e;

@@ -1,5 +1,5 @@
-// CPU time and page faults of local processes from Linux /proc, for per-request figures in the profiling scripts.
-import { readFileSync } from "node:fs";
+// CPU time and page faults of local processes from Linux /proc, for per-request figures in the benchmarks and profiling scripts.
+import { readdirSync, readFileSync } from "node:fs";
 
 /** Clock ticks per second of /proc/<pid>/stat times (USER_HZ, 100 on Linux). */
 const TICKS_PER_SECOND = 100;
@@ -18,4 +18,34 @@ export function processCpuMs(pid) {
 /** Minor page faults of a process so far (its first touches of fresh pages; Linux only). */
 export function processMinorFaults(pid) {
   return Number(statFields(pid)[7]);
+}
+
+/**
+ * On-CPU time of every thread of process `pid` so far, in ms at ns resolution (the scheduler's own
+ * sum, /proc/<pid>/task/<tid>/schedstat field 1; a thread that has exited drops out, so read it
+ * around work, not across thread churn).
+ */
+export function processCpuPreciseMs(pid) {
+  let ns = 0;
+  for (const tid of readdirSync(`/proc/${pid}/task`)) {
+    try {
+      ns += Number(readFileSync(`/proc/${pid}/task/${tid}/schedstat`, "utf8").split(" ")[0]);
+    } catch {}
+  }
+  return ns / 1e6;
+}
+
+/**
+ * The workerd binary's pid: the fleet spawns the npm package's bin, a Node launcher whose child is
+ * the native workerd (its CPU is the Worker's; the launcher's is not).
+ */
+export function nativeWorkerdPid(pid) {
+  for (let depth = 0; depth < 3; depth++) {
+    const comm = readFileSync(`/proc/${pid}/comm`, "utf8").trim();
+    if (comm !== "node") return pid;
+    const children = readFileSync(`/proc/${pid}/task/${pid}/children`, "utf8").trim().split(/\s+/).filter(Boolean);
+    if (children.length !== 1) break;
+    pid = Number(children[0]);
+  }
+  return pid;
 }

@@ -14,15 +14,51 @@ const require = createRequire(import.meta.url);
 const str = (s) => JSON.stringify(String(s));
 
 /**
- * Starts `workerd serve` on `dir` (the bundle: index.mjs plus its *.wasm modules) with text
- * bindings `vars`, on 127.0.0.1:`port`. Returns the child process.
+ * The main module of the edge process when the routing index runs in a process of its own: the
+ * bundle's fetch handler with `env.ROUTING_INDEX` answered by the index process's objects. Each stub
+ * is reached through workerd's debug-port RPC (`workerdDebugPort` binding, workerd.capnp: connect →
+ * getActor(service, class, id) → the same JS RPC methods), one connection per stub, since a
+ * connection is an I/O object of the request that opened it. The local namespace (same class and
+ * uniqueKey as the index process's) only derives the object ids. The env wrapper is made once per
+ * env, so the Worker's config cache (keyed by env) still holds.
  */
-export function serveWorkerd({ dir, vars, port, compatibilityDate, compatibilityFlags = [], storageDir, inspectorPort, v8Flags = [] }) {
+const SPLIT_ENTRY = `import edge from "./index.mjs";
+export * from "./index.mjs";
+const wrapped = new WeakMap();
+function remoteIndex(env) {
+  const ids = env.ROUTING_INDEX;
+  const stub = (id) => {
+    const actor = (async () => (await env.INDEX_DEBUG_PORT.connect(env.INDEX_DEBUG_ADDRESS)).getActor("edge", "RoutingIndex", id.toString()))();
+    return new Proxy({}, { get: (_, method) => (method === "then" ? undefined : (...args) => actor.then((a) => a[method](...args))) });
+  };
+  return { idFromName: (name) => ids.idFromName(name), get: (id) => stub(id), getByName: (name) => stub(ids.idFromName(name)) };
+}
+export default {
+  fetch(request, env, ctx) {
+    let e = wrapped.get(env);
+    if (!e) wrapped.set(env, (e = { ...env, ROUTING_INDEX: remoteIndex(env) }));
+    return edge.fetch(request, e, ctx);
+  },
+};
+`;
+
+/**
+ * Starts `workerd serve` on `dir` (the bundle: index.mjs plus its *.wasm modules) with text
+ * bindings `vars`, on 127.0.0.1:`port`. Returns the child process. `debugPort`: this process
+ * accepts debug-port RPC there (the index process of a split). `remoteIndex`: the debug-port
+ * address of the process whose routing-index objects this one uses (the edge process of a split).
+ */
+export function serveWorkerd({ dir, vars, port, compatibilityDate, compatibilityFlags = [], storageDir, inspectorPort, v8Flags = [], debugPort, remoteIndex, configName = "workerd.capnp" }) {
   mkdirSync(storageDir, { recursive: true });
   const modules = [`(name = "index.mjs", esModule = embed "index.mjs")`];
+  if (remoteIndex) {
+    writeFileSync(join(dir, "split-entry.mjs"), SPLIT_ENTRY);
+    modules.unshift(`(name = "split-entry.mjs", esModule = embed "split-entry.mjs")`);
+  }
   for (const f of readdirSync(dir).filter((f) => f.endsWith(".wasm")).sort()) modules.push(`(name = ${str(f)}, wasm = embed ${str(f)})`);
   const bindings = Object.entries(vars).map(([k, v]) => `(name = ${str(k)}, text = ${str(v)})`);
   bindings.push(`(name = "ROUTING_INDEX", durableObjectNamespace = "RoutingIndex")`, `(name = "RATE_LIMITER", durableObjectNamespace = "RateLimiter")`);
+  if (remoteIndex) bindings.push(`(name = "INDEX_DEBUG_PORT", workerdDebugPort = void)`, `(name = "INDEX_DEBUG_ADDRESS", text = ${str(remoteIndex)})`);
   const config = `using Workerd = import "/workerd/workerd.capnp";
 const config :Workerd.Config = (
   services = [
@@ -46,9 +82,9 @@ const edge :Workerd.Worker = (
   globalOutbound = "internet",
 );
 `;
-  const file = join(dir, "workerd.capnp");
+  const file = join(dir, configName);
   writeFileSync(file, config);
   const bin = require.resolve("workerd/bin/workerd");
-  const args = ["serve", file, "--experimental", ...(inspectorPort ? [`--inspector-addr=127.0.0.1:${inspectorPort}`] : [])];
+  const args = ["serve", file, "--experimental", ...(inspectorPort ? [`--inspector-addr=127.0.0.1:${inspectorPort}`] : []), ...(debugPort ? [`--debug-port=127.0.0.1:${debugPort}`] : [])];
   return spawn(bin, args, { cwd: dir, detached: true, stdio: ["ignore", "ignore", "pipe"] });
 }

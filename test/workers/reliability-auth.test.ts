@@ -156,6 +156,7 @@ describe("admin authentication", () => {
     for (const [path, method] of [
       ["/admin/workers", "GET"],
       ["/admin/stats", "GET"],
+      ["/admin/edge-caches", "GET"],
       ["/admin/overview", "GET"],
       ["/admin/workers/auth-w1/local-hashes", "GET"],
       ["/admin/explain", "POST"],
