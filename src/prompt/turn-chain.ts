@@ -32,12 +32,15 @@
  * A sample of hits (checkRate) is also rendered whole; a mismatch is logged, the entry dropped and
  * the full result used.
  */
+import type { ChatCompletionRequest } from "../api/openai-schema.ts";
+import { joinTallies, tallyMessages, type MessagesTally, type ReusedMessages } from "../api/validate.ts";
 import type { MediaKind, MediaPart, DroppedPart, TemplateMessage, ChatRequestLike } from "./messages.ts";
 import { preprocessChat } from "./messages.ts";
 import type { ModelProfile, TemplateId } from "./model-profile.ts";
 import { contentFormatOf, renderTemplate, type RenderInput } from "./template.ts";
 import { assemblePrompt, type PreparedPrompt } from "./index.ts";
 import { xxh3_64 } from "../util/hash.ts";
+import { deepFreeze } from "../util/deep-freeze.ts";
 import { closingQuote } from "../util/json-scan.ts";
 import { ownString } from "../util/own-string.ts";
 
@@ -45,6 +48,25 @@ import { ownString } from "../util/own-string.ts";
 export interface ChainedPrompt extends PreparedPrompt {
   /** Leading messages whose rendered text came from the chain (0: rendered whole). */
   reusedMessages?: number;
+  /** The JSON escaping of text[0, chars), piece by piece, kept with the chain (the /generate body concatenates it). */
+  escapedPrefix?: EscapedPrefix;
+}
+
+export interface EscapedPrefix {
+  chars: number;
+  pieces: readonly string[];
+}
+
+type ChatMessage = ChatCompletionRequest["messages"][number];
+
+/** What one lookup found for a body: its layout and scope, and the longest cached message prefix. */
+export interface ChainFind {
+  body: string;
+  profile: ModelProfile;
+  layout: BodyLayout;
+  scope: string;
+  scopeHash: bigint;
+  hit: { node: Node; chain: Node[] } | null;
 }
 
 export type TemplateRenderer = (id: TemplateId, input: RenderInput) => string;
@@ -116,6 +138,11 @@ interface Node {
   /** Prefix totals of image and video items (the stand-in's counters). */
   images: number;
   videos: number;
+  /** JSON escaping of `text`. */
+  escaped: string;
+  /** Own messages as the edge validated them (frozen) and their whole-body tally; null when stored from an unvalidated request. */
+  parsed: readonly ChatMessage[] | null;
+  tally: MessagesTally | null;
   holders: number;
   bytes: number;
 }
@@ -222,8 +249,18 @@ function countKinds(parts: readonly MediaPart[], before: number): Record<MediaKi
   return n;
 }
 
-function nodeBytes(raw: number, text: number, media: number, scope: number): number {
-  return 2 * (raw + text + scope) + 200 * media + 300;
+/** Estimated bytes of a node: UTF-16 raw, rendered and escaped text, the parsed messages (their strings ≈ the raw text), media parts. */
+function nodeBytes(raw: number, text: number, escaped: number, media: number, scope: number, parsedMessages: number): number {
+  return 2 * (raw + text + escaped + scope) + (parsedMessages > 0 ? 2 * raw + 150 * parsedMessages : 0) + 200 * media + 300;
+}
+
+/**
+ * A piece's JSON string escaping. Pieces end at a message's block, never inside a surrogate pair,
+ * and JSON escapes one code unit (or pair) at a time: escaped piece by piece, they concatenate to
+ * the whole text's escaping.
+ */
+function escapeJsonText(text: string): string {
+  return JSON.stringify(text).slice(1, -1);
 }
 
 function chainOf(n: Node): Node[] {
@@ -267,20 +304,22 @@ export class TurnChainCache {
   /**
    * preparePrompt(request, profile) for the request parsed from `body`, reusing the rendered text
    * of the longest cached message prefix. `request` must be what the edge parsed from `body`.
+   * `opts.found`: this body's lookup, made earlier (the parse stage's); `opts.validated`: `request`
+   * is parseChatRequest's, so its messages may be kept for later bodies' parses (reusedMessages).
    */
-  prepare(request: ChatRequestLike, body: string, profile: ModelProfile): ChainedPrompt {
-    const layout = scanBodyLayout(body);
-    if (!layout || layout.messages.length !== request.messages.length) return this.full(request, profile, null);
-    const scope = scopeOf(profile, body, layout);
-    const scopeHash = xxh3_64(this.encoder.encode(scope));
-    const hit = this.lookup(body, layout, scope, scopeHash);
+  prepare(request: ChatRequestLike, body: string, profile: ModelProfile, opts: { found?: ChainFind | null; validated?: boolean } = {}): ChainedPrompt {
+    const given = opts.found;
+    const found = given && given.body === body && given.profile.family === profile.family && given.profile.templateId === profile.templateId ? given : this.find(body, profile);
+    if (!found || found.layout.messages.length !== request.messages.length) return this.full(request, profile, null);
+    const { layout, scope, scopeHash, hit } = found;
+    const validated = opts.validated ? (request.messages as readonly ChatMessage[]) : null;
     if (!hit) {
       this.s.misses++;
-      return this.full(request, profile, { body, layout, scope, scopeHash, parent: null });
+      return this.full(request, profile, { body, layout, scope, scopeHash, parent: null, validated });
     }
     let extended: { prompt: ChainedPrompt; store: () => void } | null = null;
     try {
-      extended = this.extend(request, body, layout, profile, hit.node, hit.chain, scope, scopeHash);
+      extended = this.extend(request, body, layout, profile, hit.node, hit.chain, scope, scopeHash, validated);
     } catch {
       extended = null;
     }
@@ -291,8 +330,8 @@ export class TurnChainCache {
     const out = extended.prompt;
     this.s.hits++;
     this.s.reusedMessages += hit.node.messages;
-    this.lru.delete(hit.node);
-    this.lru.add(hit.node);
+    // A node dropped since it was found (the parse stage found it) is used, not revived.
+    if (this.lru.delete(hit.node)) this.lru.add(hit.node);
     if (this.checkRate > 0 && this.random() < this.checkRate) {
       this.s.checks++;
       const whole = this.full(request, profile, null);
@@ -306,6 +345,34 @@ export class TurnChainCache {
     // Only a result that passed its check (or was not sampled) seeds the next turn.
     extended.store();
     return { ...out, reusedMessages: hit.node.messages };
+  }
+
+  /** The body's layout, scope and longest cached message prefix (`layout`: scanBodyLayout(body), when already made). */
+  find(body: string, profile: ModelProfile, layout: BodyLayout | null = scanBodyLayout(body)): ChainFind | null {
+    if (!layout) return null;
+    const scope = scopeOf(profile, body, layout);
+    const scopeHash = xxh3_64(this.encoder.encode(scope));
+    return { body, profile, layout, scope, scopeHash, hit: this.lookup(body, layout, scope, scopeHash) };
+  }
+
+  /**
+   * The leading messages `found` reuses as an earlier body's parse validated them, with their
+   * whole-body tally (parseChatRequest's `opts.reuse`); null without a hit or without parse data.
+   */
+  reusedMessages(found: ChainFind | null): ReusedMessages | null {
+    const hit = found?.hit;
+    if (!found || !hit) return null;
+    const spans = found.layout.messages;
+    const q = hit.node.messages;
+    if (q >= spans.length) return null;
+    const messages: ChatMessage[] = [];
+    let tally: MessagesTally | null = null;
+    for (const x of hit.chain) {
+      if (!x.parsed || !x.tally) return null;
+      for (const m of x.parsed) messages.push(m);
+      tally = tally ? joinTallies(tally, x.tally) : x.tally;
+    }
+    return tally && tally.messages === q ? { messages, tally, cut: [spans[0]![0], spans[q]![0]] } : null;
   }
 
   stats(): TurnChainStats {
@@ -330,7 +397,7 @@ export class TurnChainCache {
   }
 
   /** The request's prompt from a cached prefix of `node.messages` messages, or null where the rules do not hold. */
-  private extend(request: ChatRequestLike, body: string, layout: BodyLayout, profile: ModelProfile, node: Node, chain: Node[], scope: string, scopeHash: bigint): { prompt: ChainedPrompt; store: () => void } | null {
+  private extend(request: ChatRequestLike, body: string, layout: BodyLayout, profile: ModelProfile, node: Node, chain: Node[], scope: string, scopeHash: bigint, validated: readonly ChatMessage[] | null): { prompt: ChainedPrompt; store: () => void } | null {
     const q = node.messages;
     const pre = preprocessChat({ ...request, messages: request.messages.slice(q) }, contentFormatOf(profile.templateId));
     if (!isQuery(pre.messages[0])) return null;
@@ -339,8 +406,10 @@ export class TurnChainCache {
     const media: MediaPart[] = [];
     const dropped: DroppedPart[] = [];
     let stable = "";
+    const escaped: string[] = [];
     for (const x of chain) {
       stable += x.text;
+      escaped.push(x.escaped);
       media.push(...x.media);
       dropped.push(...x.dropped);
     }
@@ -353,8 +422,11 @@ export class TurnChainCache {
     const whole = [...new Array<TemplateMessage>(q), ...pre.messages];
     // The new turn's last query: store its stable prefix (the rendered text before it) for the next turn.
     const input = { messages: whole, tools: pre.tools, kwargs: pre.templateKwargs };
-    const store = () => this.storeFrom({ body, layout, scope, scopeHash, parent: node }, profile, input, tail, media, dropped, q);
-    const prompt: ChainedPrompt = assemblePrompt(rendered, { mediaParts: media, hasAudio: media.some((p) => p.kind === "audio"), droppedParts: dropped, assistantPrefix: pre.assistantPrefix }, profile);
+    const store = () => this.storeFrom({ body, layout, scope, scopeHash, parent: node, validated }, profile, input, tail, media, dropped, q);
+    const prompt: ChainedPrompt = {
+      ...assemblePrompt(rendered, { mediaParts: media, hasAudio: media.some((p) => p.kind === "audio"), droppedParts: dropped, assistantPrefix: pre.assistantPrefix }, profile),
+      escapedPrefix: { chars: stable.length, pieces: escaped },
+    };
     return { prompt, store };
   }
 
@@ -409,9 +481,12 @@ export class TurnChainCache {
     const text = ownString(after.slice(0, after.length - tail.length));
     const ownMedia = media.filter((p) => p.messageIndex >= from && p.messageIndex < q);
     const ownDropped = dropped.filter((d) => d.messageIndex >= from && d.messageIndex < q);
-    const bytes = nodeBytes(raw.length, text.length, ownMedia.length + ownDropped.length, ctx.parent ? 0 : ctx.scope.length);
+    const escaped = escapeJsonText(text);
+    const parsed = ctx.validated && ctx.validated.length === ctx.layout.messages.length ? deepFreeze(ctx.validated.slice(from, q)) : null;
+    const bytes = nodeBytes(raw.length, text.length, escaped.length, ownMedia.length + ownDropped.length, ctx.parent ? 0 : ctx.scope.length, parsed?.length ?? 0);
     if (bytes > this.maxBytes / 4) return;
-    this.insert({ parent: ctx.parent, key, scope: ctx.scope, raw, rawEnd, text, messages: q, media: ownMedia, dropped: ownDropped, images: counts.image, videos: counts.video, holders: 0, bytes });
+    const tally = parsed ? tallyMessages(ctx.body, ctx.layout.messages.slice(from, q), parsed) : null;
+    this.insert({ parent: ctx.parent, key, scope: ctx.scope, raw, rawEnd, text, messages: q, media: ownMedia, dropped: ownDropped, images: counts.image, videos: counts.video, escaped, parsed, tally, holders: 0, bytes });
   }
 
   /**
@@ -444,9 +519,10 @@ export class TurnChainCache {
     const key = this.key(xxh3_64(this.encoder.encode(prefix.scope)), prefix.messages, raw, 0, rawEnd);
     const known = this.buckets.get(key)?.some((n) => n.messages === prefix.messages && n.rawEnd === rawEnd && n.scope === prefix.scope && chainOf(n).map((x) => x.raw).join("") === raw);
     if (known) return;
-    const bytes = nodeBytes(rawEnd, prefix.text.length, prefix.media.length + prefix.dropped.length, prefix.scope.length);
+    const escaped = escapeJsonText(prefix.text);
+    const bytes = nodeBytes(rawEnd, prefix.text.length, escaped.length, prefix.media.length + prefix.dropped.length, prefix.scope.length, 0);
     if (bytes > this.maxBytes / 4) return;
-    this.insert({ parent: null, key, scope: prefix.scope, raw, rawEnd, text: prefix.text, messages: prefix.messages, media: prefix.media, dropped: prefix.dropped, images: prefix.images, videos: prefix.videos, holders: 0, bytes });
+    this.insert({ parent: null, key, scope: prefix.scope, raw, rawEnd, text: prefix.text, messages: prefix.messages, media: prefix.media, dropped: prefix.dropped, images: prefix.images, videos: prefix.videos, escaped, parsed: null, tally: null, holders: 0, bytes });
   }
 
   private insert(node: Node): void {
@@ -521,6 +597,8 @@ interface StoreContext {
   scope: string;
   scopeHash: bigint;
   parent: Node | null;
+  /** The request's validated messages (kept for later parses), or null. */
+  validated: readonly ChatMessage[] | null;
 }
 
 let shared: TurnChainCache | null = null;
