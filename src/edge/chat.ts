@@ -20,7 +20,7 @@ import { chatAnswer, costlyLogprobStream } from "./chat/chat-answer.ts";
 import { forward, type ForwardDeps } from "./chat/forward.ts";
 import { mediaDeps } from "./chat/media-deps.ts";
 import { parseChat, type ParseDeps } from "./chat/parse.ts";
-import { prepareRouting, type PrepareDeps } from "./chat/prepare.ts";
+import { prepareRouting, type PrepareDeps, type PreparedRouting } from "./chat/prepare.ts";
 import { cacheTenant, resolveChatModel } from "./chat/resolve-model.ts";
 import { edgeColoOf, routeTarget } from "./chat/route.ts";
 import { admissionTicket } from "./chat/admission.ts";
@@ -35,6 +35,8 @@ export interface ChatDeps extends ParseDeps, PrepareDeps, ForwardDeps, TokenQuot
   trace?: EdgeTrace;
   /** The pool's admission queue (src/admission/); absent: every first pick is routed at once. */
   admissionIndex?(model: string, shard?: number): AdmissionFrontDoor;
+  /** Called once the prompt is prepared, with the body it was parsed from (the Responses route keeps the conversation's prompt state). */
+  onPrepared?(prepared: PreparedRouting, bodyText: string): void;
 }
 
 export async function handleChatCompletions(request: Request, deps: ChatDeps): Promise<Response> {
@@ -44,8 +46,10 @@ export async function handleChatCompletions(request: Request, deps: ChatDeps): P
   const trace = deps.trace ?? startEdgeTrace(request.headers.get("traceparent"));
   const { caller, showRouting, req, limitHeaders, bodyText, literals, address, client } = await parseChat(request, deps, clock);
   const { adapter, namespace } = await resolveChatModel(config, req.model, cacheTenant(caller, address));
-  const { model, prompt, plan, media } = await prepareRouting(req, deps, { client, signal: request.signal ?? null, traceparent: trace.header }, namespace.tag, bodyText);
+  const prepared = await prepareRouting(req, deps, { client, signal: request.signal ?? null, traceparent: trace.header }, namespace.tag, bodyText);
+  const { model, prompt, plan, media } = prepared;
   clock.mark("prepare");
+  deps.onPrepared?.(prepared, bodyText);
 
   const parsers = modelParsers(model);
   const output = chatOutputPlan(req, parsers);
@@ -114,6 +118,11 @@ export async function handleChatCompletions(request: Request, deps: ChatDeps): P
     noneEligible: costly,
   });
   // How much of the prompt the turn chain supplied (admin and debug only, like the routing headers).
-  if (showRouting) answer.headers.set("x-kvedge-prompt-reused-messages", String(prompt.reusedMessages ?? 0));
+  // And the prompt work this request did: characters the template rendered, tokens the tokenizer produced.
+  if (showRouting) {
+    answer.headers.set("x-kvedge-prompt-reused-messages", String(prompt.reusedMessages ?? 0));
+    answer.headers.set("x-kvedge-prompt-rendered-chars", String(prompt.renderedChars));
+    answer.headers.set("x-kvedge-prompt-encoded-tokens", String(prepared.encodedTokens));
+  }
   return withLimitHeaders(answer, limitHeaders, quotaHeaders);
 }

@@ -32,6 +32,8 @@ export interface PreparedRouting {
   plan: RoutingPlan;
   /** Media as the worker receives it (verified bytes only), prompt order. */
   media: VerifiedMedia[];
+  /** Tokens the tokenizer produced for this request (the rest came from the prompt-prefix cache): a work counter. */
+  encodedTokens: number;
 }
 
 export async function prepareRouting(
@@ -62,6 +64,7 @@ export async function prepareRouting(
       },
       plan,
       media: [],
+      encodedTokens: encoded.length - encoded.reusedTokens,
     };
   }
   const tokens = encodeMediaPrompt(prompt, model);
@@ -69,5 +72,5 @@ export async function prepareRouting(
   const plan = await planMediaRouting({ config: deps.config, req, model, index: deps.index(model.id), tokens, media, itemTag });
   // The worker counts expanded media tokens: exact when the plan is, else the text tokens are a lower bound.
   checkContextFit(plan.fallbackReason === null ? plan.isl : tokens.length, req, model);
-  return { model, prompt, tokens, plan, media: media.media };
+  return { model, prompt, tokens, plan, media: media.media, encodedTokens: tokens.length };
 }

@@ -10,8 +10,8 @@ import { preparePrompt } from "../../prompt/index.ts";
 import { sharedTurnChain, type ChainedPrompt } from "../../prompt/turn-chain.ts";
 import { getQwenTokenizer } from "../../prompt/tokenizer/index.ts";
 
-/** preparePrompt's result, plus how many leading messages the turn chain supplied. */
-export type RenderedPrompt = ChainedPrompt;
+/** preparePrompt's result, plus how many leading messages the turn chain supplied and how many characters were rendered for it. */
+export type RenderedPrompt = ChainedPrompt & { renderedChars: number };
 
 /** Longest token of the Qwen2/2.5/3 vocabularies, in UTF-16 units (a run of 128 spaces). */
 const MAX_TOKEN_CHARS = 128;
@@ -24,7 +24,16 @@ const MAX_TOKEN_CHARS = 128;
  */
 export function renderPrompt(req: ChatCompletionRequest, model: ModelConfig, limits: Limits, source: { bodyText: string; checkRate: number } | null = null): RenderedPrompt {
   const profile = { family: model.family, templateId: model.templateId };
-  const prompt = source ? sharedTurnChain(source.checkRate).prepare(req, source.bodyText, profile) : preparePrompt(req, profile);
+  let prompt: RenderedPrompt;
+  if (source) {
+    const chain = sharedTurnChain(source.checkRate);
+    const before = chain.renderedChars;
+    prompt = { ...chain.prepare(req, source.bodyText, profile), renderedChars: 0 };
+    prompt.renderedChars = chain.renderedChars - before;
+  } else {
+    const whole = preparePrompt(req, profile);
+    prompt = { ...whole, renderedChars: whole.text.length };
+  }
   checkPromptChars(prompt.text.length, model, limits);
   return prompt;
 }

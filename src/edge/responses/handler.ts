@@ -3,20 +3,24 @@
  * messages (src/api/responses-schema.ts) and runs it through the chat handler, so routing, media,
  * limits, proxying and settling are the chat path's own and the prompt is the same prompt; the answer
  * is translated back (response-output.ts). `previous_response_id` prepends the stored conversation
- * of the caller's own tenant; GET and DELETE `/v1/responses/{id}` read and remove it there.
+ * of the caller's own tenant, and seeds the isolate's prompt caches with its stored prompt state
+ * (conversation-state.ts), so only the new items are rendered, tokenized and hashed; GET and DELETE
+ * `/v1/responses/{id}` read and remove it there.
  */
-import { MethodNotAllowedError, NotFoundError } from "../../api/errors.ts";
+import { InvalidRequestError, MethodNotAllowedError, NotFoundError } from "../../api/errors.ts";
 import { parseSchemaBody, readBodyText } from "../../api/validate.ts";
 import { inputToMessages, refuseUnsupported, ResponseCreateSchema, toChatRequest, type ChatMessage, type InputItem, type ResponseCreateRequest } from "../../api/responses-schema.ts";
 import { authorizeClient } from "../auth.ts";
 import { handleChatCompletions, type ChatDeps } from "../chat.ts";
 import { limitsOf } from "../chat/parse.ts";
-import { cacheTenant } from "../chat/resolve-model.ts";
+import { cacheTenant, resolveModel } from "../chat/resolve-model.ts";
+import { sharedTurnChain, type StablePrefix } from "../../prompt/turn-chain.ts";
+import { assembleState, hydrate, nextPiece, PromptPieceSchema, type ConversationState, type PromptPiece } from "./conversation-state.ts";
 import type { AdmissionFrontDoor } from "../../routing-index/front-door.ts";
 
 type IndexClient = ReturnType<ChatDeps["index"]>;
 import { chatStreamToResponses, newItemId, outputItems, responseObject, responsesUsage, statusOf, type ChatCompletionLike, type OutputItem } from "./response-output.ts";
-import { isResponseId, MAX_STORED_RECORD_BYTES, STORED_BYTES_PER_TENANT, STORED_RESPONSE_TTL_MS, storeNameOf, type ResponseStoreClient, type StoredResponse } from "./stored-response.ts";
+import { isResponseId, MAX_CONVERSATION_BYTES, MAX_STORED_RECORD_BYTES, STORED_BYTES_PER_TENANT, STORED_RESPONSE_TTL_MS, storeNameOf, type ResponseStoreClient, type StoredResponse } from "./stored-response.ts";
 
 export interface ResponsesDeps extends ChatDeps {
   /** The tenant's response store (one object per tenant name); absent: storing is off. */
@@ -75,14 +79,26 @@ async function createResponse(request: Request, deps: ResponsesDeps): Promise<Re
   const req = parseCreate(await readBodyText(request, limitsOf(deps.config)), deps);
   const store = storeFor(request, deps, caller);
   let history: ChatMessage[] = [];
-  if (req.previous_response_id !== undefined) {
-    const id = req.previous_response_id;
-    const body = store && isResponseId(id) ? await store.get(id, Date.now()) : null;
-    if (body === null) throw new NotFoundError(`Previous response with id '${id.slice(0, 64)}' not found.`, "previous_response_id", "previous_response_not_found");
-    history = (JSON.parse(body) as StoredResponse).conversation;
+  let state: ConversationState | null = null;
+  const parent = req.previous_response_id ?? null;
+  if (parent !== null) {
+    const bodies = store && isResponseId(parent) ? await store.chain(parent, Date.now(), MAX_CONVERSATION_BYTES) : null;
+    if (bodies === null) throw new NotFoundError(`Previous response with id '${parent.slice(0, 64)}' not found.`, "previous_response_id", "previous_response_not_found");
+    if (bodies === "too_large") throw new InvalidRequestError(`The conversation of '${parent.slice(0, 64)}' is longer than this endpoint continues (${MAX_CONVERSATION_BYTES} bytes stored).`, "previous_response_id", "context_length_exceeded");
+    const records = bodies.map((b) => JSON.parse(b) as StoredResponse);
+    history = records.flatMap((r) => r.messages);
+    state = assembleState(records.map((r) => (r.prompt === null ? null : (PromptPieceSchema.safeParse(r.prompt).data ?? null))));
   }
   const input = inputToMessages(req.input);
   const chatBody = toChatRequest(req, history, input);
+  const { model } = resolveModel(deps.config, req.model);
+  // Another isolate served the earlier turns: their prompt state comes from the store, not from re-rendering.
+  if (state !== null) hydrate(state, history, model);
+  /** The stable prefix the turn chain holds for this request once its prompt is prepared. */
+  let stable: StablePrefix | null = null;
+  const onPrepared: ChatDeps["onPrepared"] = (_prepared, bodyText) => {
+    if (req.store && store) stable = sharedTurnChain().stableOf(bodyText, { family: model.family, templateId: model.templateId });
+  };
 
   // The chat handler reads the caller's credentials, address and trace from these headers.
   const headers = new Headers(request.headers);
@@ -119,17 +135,20 @@ async function createResponse(request: Request, deps: ResponsesDeps): Promise<Re
         };
       }
     : undefined;
-  const chat = await handleChatCompletions(chatRequest, { ...deps, rateLimit: async () => limitHeaders, index, ...(admissionIndex ? { admissionIndex } : {}) });
+  const chat = await handleChatCompletions(chatRequest, { ...deps, rateLimit: async () => limitHeaders, index, onPrepared, ...(admissionIndex ? { admissionIndex } : {}) });
   if (chat.status !== 200) return chat;
 
   const id = newItemId("resp");
   const createdAt = Math.floor(Date.now() / 1000);
   const keep = async (response: Record<string, unknown>, output: OutputItem[]): Promise<boolean> => {
     if (!store || !req.store) return false;
-    const record: StoredResponse = { response, conversation: [...history, ...input, ...inputToMessages(output as unknown as InputItem[])], worker };
-    const text = JSON.stringify(record);
+    const messages = [...input, ...inputToMessages(output as unknown as InputItem[])];
+    const prompt: PromptPiece | null = stable === null ? null : nextPiece(state, stable, req.instructions ?? null, model);
+    // Too large with its prompt state: kept without it (a continuation then renders the history).
+    let text = JSON.stringify({ response, messages, worker, prompt } satisfies StoredResponse);
+    if (prompt !== null && new TextEncoder().encode(text).byteLength > MAX_STORED_RECORD_BYTES) text = JSON.stringify({ response, messages, worker, prompt: null } satisfies StoredResponse);
     if (new TextEncoder().encode(text).byteLength > MAX_STORED_RECORD_BYTES) return false;
-    return store.put(id, text, Date.now(), STORED_RESPONSE_TTL_MS, STORED_BYTES_PER_TENANT).catch((err: unknown) => {
+    return store.put(id, parent, text, Date.now(), STORED_RESPONSE_TTL_MS, STORED_BYTES_PER_TENANT).catch((err: unknown) => {
       console.warn(JSON.stringify({ event: "response_store_failed", error: String(err).slice(0, 300) }));
       return false;
     });

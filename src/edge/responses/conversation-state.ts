@@ -1,0 +1,199 @@
+/**
+ * The prompt state a stored response keeps so that a continuation (`previous_response_id`) prepares
+ * only its new items in any isolate, not just the one that served the earlier turn: the
+ * conversation's stable prefix as the turn chain computed it (src/prompt/turn-chain.ts: the rendered
+ * text before the last user query, which later turns never change), and that text's token count,
+ * local block hashes and the tokens of its partial last block (src/prompt/prefix-cache.ts).
+ *
+ * Each record holds only its own piece (the text, media and blocks its turn added to its parent's);
+ * a continuation assembles the chain root first and seeds the isolate's turn chain and prefix cache
+ * with it before running the chat path, which then renders from the last query on and tokenizes and
+ * hashes only what follows the stable prefix. Seeded entries are ordinary entries: used only when the
+ * request's messages and scope equal theirs (compared as text), and a KVEDGE_TURN_CHECK_RATE share of
+ * hits is rendered whole and compared (a mismatch logs, drops the entry and answers with the full render).
+ *
+ * Only the edge writes this state, from its own renders, into the tenant's own store; nothing of it
+ * comes from a client. A piece starts anew (`base`) when the scope (template, tools, kwargs) or the
+ * instructions changed, or its stable text does not extend the parent's. Media parts are kept as
+ * positions; their URLs and options are read back from the stored messages, so a data URL is kept once.
+ */
+import { z } from "zod";
+import { localBlockHashesOfParts } from "../../blocks/block-hash.ts";
+import type { ChatMessage } from "../../api/responses-schema.ts";
+import type { ModelConfig } from "../../config/config.ts";
+import type { MediaPart } from "../../prompt/messages.ts";
+import { sharedPrefixCache, type PrefixCache } from "../../prompt/prefix-cache.ts";
+import { getQwenTokenizer } from "../../prompt/tokenizer/index.ts";
+import { sharedTurnChain, type StablePrefix, type TurnChainCache } from "../../prompt/turn-chain.ts";
+
+const count = z.number().int().min(0);
+/** [kind, index, kindIndex, messageIndex, partIndex] of a media part; url and options come from the message. */
+const MediaRefSchema = z.tuple([z.enum(["image", "video", "audio"]), count, count, count, count]);
+
+export const PromptPieceSchema = z.object({
+  /** True: `text` is the whole stable text; false: it follows the parent record's. */
+  base: z.boolean(),
+  /** The turn chain's scope (template, family, tools, kwargs); base pieces only (the rest inherit it). */
+  scope: z.string().optional(),
+  /** The request's `instructions` (its leading system message); base pieces only. */
+  instructions: z.string().nullable().optional(),
+  /** Chat messages the stable prefix covers (the instructions' system message included). */
+  messages: count,
+  text: z.string(),
+  media: z.array(MediaRefSchema),
+  dropped: z.array(z.object({ messageIndex: count, partIndex: count, type: z.string().nullable() })),
+  /** Image and video items of the whole stable prefix. */
+  images: count,
+  videos: count,
+  /** Tokens of the stable text; null for a prefix with media (the media path encodes its prompt whole). */
+  tokens: z
+    .object({
+      blockSize: z.number().int().min(1),
+      /** Tokens of the whole stable text. */
+      count,
+      /** Local hashes of the full blocks this piece adds, little-endian u64s in base64. */
+      hashes: z.string(),
+      /** Tokens after the last full block of the whole stable text. */
+      tailIds: z.array(count),
+    })
+    .nullable(),
+});
+export type PromptPiece = z.infer<typeof PromptPieceSchema>;
+
+type MediaRef = z.infer<typeof MediaRefSchema>;
+
+/** A conversation's assembled state: what seeds the caches. */
+export interface ConversationState {
+  scope: string;
+  instructions: string | null;
+  messages: number;
+  text: string;
+  media: MediaRef[];
+  dropped: PromptPiece["dropped"];
+  images: number;
+  videos: number;
+  tokens: { blockSize: number; count: number; hashes: bigint[]; tailIds: number[] } | null;
+}
+
+function hashesToBase64(hashes: readonly bigint[]): string {
+  const bytes = new Uint8Array(8 * hashes.length);
+  const view = new DataView(bytes.buffer);
+  hashes.forEach((h, i) => view.setBigUint64(8 * i, h, true));
+  let bin = "";
+  for (let i = 0; i < bytes.length; i += 0x8000) bin += String.fromCharCode(...bytes.subarray(i, i + 0x8000));
+  return btoa(bin);
+}
+
+function hashesFromBase64(text: string): bigint[] | null {
+  const bin = atob(text);
+  if (bin.length % 8 !== 0) return null;
+  const view = new DataView(new ArrayBuffer(bin.length));
+  for (let i = 0; i < bin.length; i++) view.setUint8(i, bin.charCodeAt(i));
+  const out = new Array<bigint>(bin.length / 8);
+  for (let i = 0; i < out.length; i++) out[i] = view.getBigUint64(8 * i, true);
+  return out;
+}
+
+/** The state after the pieces of a chain of records (root first); null when the last piece cannot be assembled. */
+export function assembleState(pieces: readonly (PromptPiece | null)[]): ConversationState | null {
+  let state: ConversationState | null = null;
+  for (const piece of pieces) {
+    if (piece === null) {
+      state = null;
+      continue;
+    }
+    if (piece.base) {
+      if (piece.scope === undefined) return null;
+      state = { scope: piece.scope, instructions: piece.instructions ?? null, messages: 0, text: "", media: [], dropped: [], images: 0, videos: 0, tokens: null };
+    } else if (state === null) continue;
+    const hashes = piece.tokens ? hashesFromBase64(piece.tokens.hashes) : null;
+    const before = piece.base ? null : state.tokens;
+    state.tokens =
+      piece.tokens && hashes && (piece.base || (before !== null && before.blockSize === piece.tokens.blockSize))
+        ? { blockSize: piece.tokens.blockSize, count: piece.tokens.count, hashes: before ? before.hashes.concat(hashes) : hashes, tailIds: piece.tokens.tailIds }
+        : null;
+    state.messages = piece.messages;
+    state.text += piece.text;
+    state.media.push(...piece.media);
+    state.dropped.push(...piece.dropped);
+    state.images = piece.images;
+    state.videos = piece.videos;
+  }
+  return state;
+}
+
+/**
+ * This turn's piece: the stable prefix the turn chain holds for the request (`stable`) after the
+ * parent's state. Encodes and hashes only the text the piece adds (it starts and ends where the
+ * tokenizer splits: before a message's `<|im_start|>`).
+ */
+export function nextPiece(parent: ConversationState | null, stable: StablePrefix, instructions: string | null, model: ModelConfig): PromptPiece {
+  const extend = parent !== null && parent.scope === stable.scope && parent.instructions === instructions && stable.messages >= parent.messages && stable.text.startsWith(parent.text);
+  const from = extend ? parent.messages : 0;
+  const text = extend ? stable.text.slice(parent.text.length) : stable.text;
+  const media = stable.media.filter((p) => p.messageIndex >= from).map((p): MediaRef => [p.kind, p.index, p.kindIndex, p.messageIndex, p.partIndex]);
+  const dropped = stable.dropped.filter((d) => d.messageIndex >= from).map((d) => ({ messageIndex: d.messageIndex, partIndex: d.partIndex, type: d.type }));
+  let tokens: PromptPiece["tokens"] = null;
+  const before = extend ? parent.tokens : { blockSize: model.blockSize, count: 0, hashes: [], tailIds: [] };
+  if (stable.media.length === 0 && before !== null && before.blockSize === model.blockSize) {
+    const ids = getQwenTokenizer(model.family).encode(text);
+    const run = before.tailIds.length + ids.length;
+    const full = Math.floor(run / model.blockSize) * model.blockSize;
+    const joined = before.tailIds.concat(ids);
+    tokens = { blockSize: model.blockSize, count: before.count + ids.length, hashes: hashesToBase64(localBlockHashesOfParts([joined.slice(0, full)], model.blockSize)), tailIds: joined.slice(full) };
+  }
+  return {
+    base: !extend,
+    ...(extend ? {} : { scope: stable.scope, instructions }),
+    messages: stable.messages,
+    text,
+    media,
+    dropped,
+    images: stable.images,
+    videos: stable.videos,
+    tokens,
+  };
+}
+
+/** The media part a reference names, read back from the request's messages; null when it is not there. */
+function mediaPartOf(ref: MediaRef, messages: readonly ChatMessage[]): MediaPart | null {
+  const [kind, index, kindIndex, messageIndex, partIndex] = ref;
+  const content = messages[messageIndex]?.content;
+  const part: unknown = Array.isArray(content) ? content[partIndex] : undefined;
+  const value = part !== null && typeof part === "object" ? (part as Record<string, unknown>)[`${kind}_url`] : undefined;
+  // As preprocessChat reads it (messages.ts mediaUrl): an image may be a bare URL string.
+  const options = typeof value === "string" && kind === "image" ? { url: value } : value !== null && typeof value === "object" ? (value as Record<string, unknown>) : null;
+  if (options === null || typeof options["url"] !== "string") return null;
+  return { kind, url: options["url"], index, kindIndex, messageIndex, partIndex, options };
+}
+
+/** The leading system message the Responses request's `instructions` become (responses-schema.ts toChatRequest). */
+function leadOf(instructions: string | null): ChatMessage[] {
+  return instructions ? [{ role: "system", content: instructions }] : [];
+}
+
+/**
+ * Seeds the isolate's turn chain and prefix cache with `state`, the state of the conversation whose
+ * messages are `history` (without instructions). Nothing is seeded for another model's template or
+ * block size; whether a request uses the entries is decided by the caches (exact text comparison).
+ */
+export function hydrate(state: ConversationState, history: readonly ChatMessage[], model: ModelConfig, caches: { turnChain?: TurnChainCache; prefixCache?: PrefixCache } = {}): void {
+  if (!state.scope.startsWith(`${model.family}\u0000${model.templateId}\u0000`)) return;
+  const messages = [...leadOf(state.instructions), ...history];
+  if (state.messages > messages.length) return;
+  const media: MediaPart[] = [];
+  for (const ref of state.media) {
+    const part = mediaPartOf(ref, messages);
+    if (part === null) return;
+    media.push(part);
+  }
+  // The JSON text these messages have in the chat body the handler builds (JSON.stringify, no spaces).
+  const raw = messages
+    .slice(0, state.messages)
+    .map((m) => JSON.stringify(m))
+    .join(",");
+  const turnChain = caches.turnChain ?? sharedTurnChain();
+  turnChain.seed({ scope: state.scope, messages: state.messages, text: state.text, media, dropped: state.dropped, images: state.images, videos: state.videos }, raw);
+  const tokens = state.tokens;
+  if (tokens && tokens.blockSize === model.blockSize) (caches.prefixCache ?? sharedPrefixCache()).seed(getQwenTokenizer(model.family), model.blockSize, { text: state.text, count: tokens.count, hashes: tokens.hashes, tailIds: tokens.tailIds });
+}
