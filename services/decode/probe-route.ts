@@ -9,6 +9,7 @@ import { edgeCaller } from "./edge-call.ts";
 import { contentTypeOf, readJson, sendJson } from "./http-json.ts";
 import type { ProbeCache, Probed } from "./probe-cache.ts";
 import type { Route } from "./route.ts";
+import type { DecodeServiceStats } from "./stats.ts";
 import type { UrlIntake } from "./url-intake.ts";
 
 export interface ProbeRouteDeps {
@@ -17,16 +18,18 @@ export interface ProbeRouteDeps {
   probes: ProbeCache;
   /** Largest raw-bytes body (options.ts maxBodyBytes). */
   maxBodyBytes: number;
+  stats: DecodeServiceStats;
   log: (msg: string) => void;
 }
 
-export function probeRoute({ token, intake, probes, maxBodyBytes, log }: ProbeRouteDeps): Route {
+export function probeRoute({ token, intake, probes, maxBodyBytes, stats, log }: ProbeRouteDeps): Route {
   return {
     path: "/v1/probe",
     method: "POST",
     async handle(call) {
       const { req, res } = call;
       const caller = edgeCaller(call, token, log);
+      stats.probeCalls++;
       const type = contentTypeOf(req);
       let out: Probed;
       if (type === "application/json") {

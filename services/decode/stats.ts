@@ -5,6 +5,10 @@
 export type CacheOutcome = "miss" | "hit" | "revalidated" | "fresh" | "shared";
 
 export interface DecodeServiceStats {
+  /** Edge calls answered, per route (`POST /v1/store`, `POST /v1/probe`, `POST /v1/store/held`), whatever the outcome. */
+  storeCalls: number;
+  probeCalls: number;
+  heldChecks: number;
   probes: number;
   fetches: number;
   cacheHits: number;
@@ -22,5 +26,5 @@ export interface DecodeServiceStats {
 }
 
 export function emptyStats(): DecodeServiceStats {
-  return { probes: 0, fetches: 0, cacheHits: 0, revalidated: 0, fresh: 0, shared: 0, downloadsPeak: 0, downloadsCancelled: 0, mediaServed: 0, mediaRefused: 0, failuresReused: 0 };
+  return { storeCalls: 0, probeCalls: 0, heldChecks: 0, probes: 0, fetches: 0, cacheHits: 0, revalidated: 0, fresh: 0, shared: 0, downloadsPeak: 0, downloadsCancelled: 0, mediaServed: 0, mediaRefused: 0, failuresReused: 0 };
 }

@@ -25,6 +25,8 @@ import type { DecodeCallOptions, DecodeClient } from "../media/decode-client.ts"
 import { mediaIdentityHash, type MediaMetadata } from "../media/identity-record.ts";
 import { signMediaPath } from "../media/signed-url.ts";
 import type { MediaItem } from "../layout/index.ts";
+import { MAX_HELD_DIGESTS } from "../media/store-result.ts";
+import type { MediaMemo } from "./media-memo.ts";
 import { sha256 } from "../util/hash.ts";
 import { bytesToHex } from "../util/hex.ts";
 
@@ -207,12 +209,67 @@ const MEDIA_CALLS_PER_REQUEST = 4;
 const clientGone = (): UpstreamError => new UpstreamError("The client went away before its media were verified.", null, "cancelled");
 
 /**
+ * Earlier items of a conversation, reused (media-memo.ts). `scope` names the client and the cache
+ * namespace (entries never cross it); `earlier[i]`: part i sits in a message the model has already
+ * answered (before the request's last assistant message).
+ */
+export interface MediaReuse {
+  memo: MediaMemo;
+  scope: string;
+  earlier: readonly boolean[];
+}
+
+/**
+ * What may be remembered: verified items whose identity is known, either a data: URL (its text is
+ * its bytes) or bytes the media store holds. An image the edge fetched itself (no store) is fetched
+ * again each time, as a worker fetching the URL would, and nothing is remembered while the
+ * operator lets workers fetch client URLs themselves.
+ */
+function memoizable(p: MediaPartRef, m: VerifiedMedia, deps: MediaDeps): boolean {
+  return !deps.forwardClientUrls && m.digest !== null && m.metadata !== null && (m.stored || isDataUrl(p.url));
+}
+
+/**
+ * Items taken from the memo, and the indices still to resolve. A data: URL's entry is used
+ * wherever the URL appears. An http(s) URL's entry is used only for an earlier item, and only once
+ * the store confirms it still holds the bytes (one call for all of them): the URL's bytes are those
+ * verified when the conversation first sent it, while a new message naming a URL has it fetched as
+ * the store's HTTP caching allows (docs: what SGLang and the store do when a URL's bytes change).
+ */
+async function reuseEarlier(parts: readonly MediaPartRef[], deps: MediaDeps, reuse: MediaReuse, call: Required<DecodeCallOptions>, out: VerifiedMedia[]): Promise<number[]> {
+  const todo: number[] = [];
+  const toCheck: number[] = [];
+  for (const [i, p] of parts.entries()) {
+    const data = isDataUrl(p.url);
+    const hit = p.kind === "audio" || deps.forwardClientUrls || !(data || reuse.earlier[i]) ? null : reuse.memo.get(reuse.scope, p.kind, p.url);
+    if (!hit) todo.push(i);
+    else {
+      out[i] = hit;
+      if (hit.stored) toCheck.push(i);
+    }
+  }
+  if (toCheck.length === 0) return todo;
+  const digests = [...new Set(toCheck.map((i) => out[i]!.digest!))];
+  const answer = digests.length <= MAX_HELD_DIGESTS ? await deps.decode.held(digests, call) : null;
+  // No answer (the store's trouble, the client gone): every such item is stored again, which
+  // raises the store's own error for the request.
+  const held = new Set(answer?.ok ? digests.filter((_, k) => answer.held[k]) : []);
+  for (const i of toCheck) {
+    if (held.has(out[i]!.digest!)) continue;
+    reuse.memo.drop(reuse.scope, parts[i]!.kind, parts[i]!.url);
+    todo.push(i);
+  }
+  return todo.sort((a, b) => a - b);
+}
+
+/**
  * Resolves every media part (prompt order), at most MEDIA_CALLS_PER_REQUEST at a time; throws the
  * client's 4xx for the first that cannot be verified. Once one item has failed, or the caller's
  * signal ends, the other items' calls are cancelled: they would only hold the media store's slots
- * for an answer nobody reads.
+ * for an answer nobody reads. With `reuse`, items verified for earlier turns are taken from the
+ * memo (reuseEarlier) and only the others are resolved, then remembered.
  */
-export async function verifyMedia(parts: readonly MediaPartRef[], deps: MediaDeps, caller: MediaCaller = { client: null, signal: null }): Promise<VerifiedMedia[]> {
+export async function verifyMedia(parts: readonly MediaPartRef[], deps: MediaDeps, caller: MediaCaller = { client: null, signal: null }, reuse: MediaReuse | null = null): Promise<VerifiedMedia[]> {
   // Every item's policy first: one refused URL stops the request before any item is fetched.
   for (const p of parts) precheck(p, deps);
   const over = new AbortController();
@@ -221,16 +278,18 @@ export async function verifyMedia(parts: readonly MediaPartRef[], deps: MediaDep
   else caller.signal?.addEventListener("abort", onGone, { once: true });
   const call = { client: caller.client, signal: over.signal, traceparent: caller.traceparent ?? null };
   const out = new Array<VerifiedMedia>(parts.length);
+  let todo: number[] = reuse ? [] : parts.map((_, i) => i);
   let next = 0;
   const lane = async (): Promise<void> => {
-    while (next < parts.length && !over.signal.aborted) {
-      const i = next++;
+    while (next < todo.length && !over.signal.aborted) {
+      const i = todo[next++]!;
       out[i] = await resolveOne(parts[i]!, deps, call);
     }
   };
   try {
+    if (reuse) todo = await reuseEarlier(parts, deps, reuse, call, out);
     await Promise.all(
-      Array.from({ length: Math.min(MEDIA_CALLS_PER_REQUEST, parts.length) }, () =>
+      Array.from({ length: Math.min(MEDIA_CALLS_PER_REQUEST, todo.length) }, () =>
         lane().catch((e: unknown) => {
           over.abort(e);
           // A call cut because the client left fails as whatever it was doing (a store outage, a
@@ -244,6 +303,7 @@ export async function verifyMedia(parts: readonly MediaPartRef[], deps: MediaDep
   }
   // Cancelled probes come back as unresolved items: a request whose client left stops here.
   if (caller.signal?.aborted) throw clientGone();
+  if (reuse) for (const i of todo) if (memoizable(parts[i]!, out[i]!, deps)) reuse.memo.set(reuse.scope, parts[i]!.kind, parts[i]!.url, out[i]!);
   return out;
 }
 

@@ -79,29 +79,46 @@ export interface RoutingView {
   padValues: number[];
 }
 
+/** One item as the view needs it: its token run's pieces, its `mm_hashes` entry and pad value. */
+export interface RoutedItem {
+  ok: true;
+  modality: Modality;
+  pieces: readonly LayoutPiece[];
+  mmHash: string;
+  padValue: number;
+}
+
+/** The routed form of one resolved item under `contract`, or why it has none (a function of the two only). */
+export function routedItem(contract: WorkerContract, it: MediaItem): RoutedItem | Ineligible {
+  if (it.hash === null || it.probe === null) {
+    return ineligible(it.modality === "video" ? "unprobeable_video" : "unresolved_media", `${it.modality} not resolved`);
+  }
+  const r = it.modality === "image" ? layoutImageItem(contract, it.probe) : layoutVideoItem(contract, it.probe);
+  if (!r.ok) return r;
+  const mmHash = mmHashHex(it.hash);
+  return { ok: true, modality: it.modality, pieces: r.pieces, mmHash, padValue: padValueFromMmHash(mmHash) };
+}
+
 /**
  * Builds the routing token view for a templated prompt whose media items (prompt order) have been
  * resolved. Any failed rule returns the reason; the caller then routes on the text prefix and does
- * not forward `mm_hashes`.
+ * not forward `mm_hashes`. `route` gives each item's routed form (routedItem, or a memo of it).
  */
 export function buildRoutingView(
   contract: WorkerContract,
   templateTokens: ArrayLike<number>,
   items: readonly MediaItem[],
   encode: EncodeText,
+  route: (it: MediaItem, index: number) => RoutedItem | Ineligible = (it) => routedItem(contract, it),
 ): RoutingView | Ineligible {
   if (!contract.acceptsMmHashes) return ineligible("worker_rejects_mm_hashes", "worker cannot take caller mm_hashes");
-  const expandItems: { modality: Modality; pieces: LayoutPiece[]; padValue: number }[] = [];
+  const expandItems: { modality: Modality; pieces: readonly LayoutPiece[]; padValue: number }[] = [];
   const hashes: { modality: Modality; mmHash: string }[] = [];
   for (const [i, it] of items.entries()) {
-    if (it.hash === null || it.probe === null) {
-      return ineligible(it.modality === "video" ? "unprobeable_video" : "unresolved_media", `${it.modality} not resolved`);
-    }
-    const r = it.modality === "image" ? layoutImageItem(contract, it.probe) : layoutVideoItem(contract, it.probe);
-    if (!r.ok) return { ...r, item: i };
-    const mmHash = mmHashHex(it.hash);
-    expandItems.push({ modality: it.modality, pieces: r.pieces, padValue: padValueFromMmHash(mmHash) });
-    hashes.push({ modality: it.modality, mmHash });
+    const r = route(it, i);
+    if (!r.ok) return it.hash === null || it.probe === null ? r : { ...r, item: i };
+    expandItems.push({ modality: r.modality, pieces: r.pieces, padValue: r.padValue });
+    hashes.push({ modality: r.modality, mmHash: r.mmHash });
   }
   const ex = expandPrompt(templateTokens, expandItems, contract.tokenIds, encode);
   if (!ex.ok) return ineligible(ex.reason, ex.detail);

@@ -5,7 +5,7 @@
  */
 import { z } from "zod";
 import { ProbeResultSchema, type ProbeResult } from "./probe-result.ts";
-import { StoreResultSchema, type StoreResult } from "./store-result.ts";
+import { HeldResultSchema, StoreResultSchema, type StoreResult } from "./store-result.ts";
 
 export const DecodeServiceConfigSchema = z.object({
   /** Base URL, e.g. "http://127.0.0.1:7070". Unset = no media store (images inline, video URLs refused). */
@@ -31,6 +31,8 @@ export type DecodeFallbackReason =
 export type ProbeOutcome =
   | { ok: true; probe: ProbeResult; cache: string | null }
   | { ok: false; reason: DecodeFallbackReason; detail: string; status: number | null };
+
+export type HeldOutcome = { ok: true; held: boolean[] } | { ok: false; reason: DecodeFallbackReason; detail: string; status: number | null };
 
 export type ProbeInput = { url: string } | { bytes: Uint8Array };
 
@@ -77,6 +79,16 @@ export class DecodeClient {
     const parsed = StoreResultSchema.safeParse(out.json);
     if (!parsed.success) return { ok: false, reason: "decode_bad_response", detail: issues(parsed.error), status: out.status, code: null };
     return { ok: true, result: parsed.data, cache: out.cache };
+  }
+
+  /** Which of `digests` (at most MAX_HELD_DIGESTS) the media store still holds, one per digest in order; each held is marked used. */
+  async held(digests: readonly string[], call: DecodeCallOptions = {}): Promise<HeldOutcome> {
+    const out = await this.call("/v1/store/held", "application/json", JSON.stringify({ digests }), call);
+    if (!out.ok) return { ok: false, reason: out.reason, detail: out.detail, status: out.status };
+    const parsed = HeldResultSchema.safeParse(out.json);
+    if (!parsed.success) return { ok: false, reason: "decode_bad_response", detail: issues(parsed.error), status: out.status };
+    if (parsed.data.held.length !== digests.length) return { ok: false, reason: "decode_bad_response", detail: `${parsed.data.held.length} answers for ${digests.length} digests`, status: out.status };
+    return { ok: true, held: parsed.data.held };
   }
 
   async probe(input: ProbeInput, call: DecodeCallOptions = {}): Promise<ProbeOutcome> {

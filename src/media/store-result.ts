@@ -22,3 +22,16 @@ export const StoreResultSchema = z.object({
   probe: ProbeResultSchema.nullable(),
 });
 export type StoreResult = z.infer<typeof StoreResultSchema>;
+
+/** Most digests one `POST /v1/store/held` asks about (a request's media items are capped well below). */
+export const MAX_HELD_DIGESTS = 1024;
+
+/** `POST /v1/store/held`: which of these stored digests the store still holds (each one held is marked used). */
+export const HeldRequestSchema = z.strictObject({
+  digests: z.array(MediaDigestSchema).min(1).max(MAX_HELD_DIGESTS),
+});
+
+export const HeldResultSchema = z.object({
+  /** One per digest asked, in order. */
+  held: z.array(z.boolean()),
+});

@@ -11,9 +11,8 @@ import { buildRoutingView, requestIneligibility, type RoutingView } from "../../
 import { getQwenTokenizer } from "../../prompt/tokenizer/index.ts";
 import { mmHashesAllowed } from "../../proxy/generate-request.ts";
 import type { ChatFrontDoor } from "../../routing-index/front-door.ts";
-import { namespacedItemHash } from "../cache-salt.ts";
-import { mediaItems } from "../media.ts";
 import { cachedPoolProfile } from "./pool-profile-cache.ts";
+import { routeItems } from "./routed-items.ts";
 import type { PromptMedia } from "./verify-media.ts";
 
 /** Why the request was not routed on its exact token sequence (null = exact). */
@@ -63,10 +62,10 @@ export async function planMediaRouting(input: MediaLayoutInput): Promise<Routing
   if (!mmHashesAllowed(req)) return fallback("n_greater_than_one");
   const { cohort } = await cachedPoolProfile(input.index, model.id, config.routing.profileTtlMs);
   if (!cohort.ok) return fallback(cohort.reason);
-  const resolved = mediaItems(input.media.media, cohort.digest);
+  // Items laid out for earlier turns (this pool's contract, this namespace) are taken as they were.
+  const resolved = routeItems(input.media.media, cohort, input.itemTag);
   if (resolved.unresolved) return fallback(resolved.unresolved.reason);
-  const items = resolved.items.map((it) => (it.hash === null ? it : { ...it, hash: namespacedItemHash(it.hash, input.itemTag) }));
-  const view = buildRoutingView(cohort.contract, tokens, items, (t) => tokenizer.encode(t));
+  const view = buildRoutingView(cohort.contract, tokens, resolved.items, (t) => tokenizer.encode(t), (_, i) => resolved.routed[i]!);
   if (!view.ok) {
     // The pool's own processor raises for this item (the transformers resize rules under its
     // contract, e.g. an aspect ratio above 200): the client's 400 here, naming the part, instead of

@@ -7,13 +7,23 @@ import { DecodeClient } from "../../media/decode-client.ts";
 import { SafeFetcher } from "../../media/safe-fetch.ts";
 import { importMediaUrlKey } from "../../media/signed-url.ts";
 import { storeSigner, type MediaDeps } from "../media.ts";
+import { MediaMemo } from "../media-memo.ts";
 
 /** Outbound HTTP as the Worker makes it (injected: functions/ passes the global fetch). */
 export type EdgeFetch = (input: string, init: RequestInit) => Promise<Response>;
 
-let built: { config: EdgeConfig; deps: MediaDeps } | null = null;
+let built: { config: EdgeConfig; deps: MediaDeps; memo: MediaMemo } | null = null;
 
 export function mediaDeps(deps: { config: EdgeConfig; fetch: EdgeFetch }): MediaDeps {
+  return builtFor(deps).deps;
+}
+
+/** The media items verified in this isolate under this config (a new config starts a new memo: its policy decided them). */
+export function mediaMemo(deps: { config: EdgeConfig; fetch: EdgeFetch }): MediaMemo {
+  return builtFor(deps).memo;
+}
+
+function builtFor(deps: { config: EdgeConfig; fetch: EdgeFetch }): NonNullable<typeof built> {
   if (built?.config !== deps.config) {
     const store = deps.config.mediaStore;
     const decode = new DecodeClient(deps.config.decode, (u, i) => deps.fetch(u, i));
@@ -28,7 +38,8 @@ export function mediaDeps(deps: { config: EdgeConfig; fetch: EdgeFetch }): Media
         sign: key ? storeSigner(store.publicUrl!, key, store.urlTtlSec) : null,
         forwardClientUrls: store.forwardClientUrls,
       },
+      memo: new MediaMemo(),
     };
   }
-  return built.deps;
+  return built;
 }

@@ -7,6 +7,7 @@ import type { Limits } from "../../api/limits.ts";
 import type { ChatCompletionRequest } from "../../api/openai-schema.ts";
 import { contextTokensOf, type ModelConfig } from "../../config/config.ts";
 import { preparePrompt } from "../../prompt/index.ts";
+import { sharedPrefixCache } from "../../prompt/prefix-cache.ts";
 import { sharedTurnChain, type ChainedPrompt } from "../../prompt/turn-chain.ts";
 import { getQwenTokenizer } from "../../prompt/tokenizer/index.ts";
 
@@ -38,9 +39,13 @@ export function renderPrompt(req: ChatCompletionRequest, model: ModelConfig, lim
   return prompt;
 }
 
-/** A media prompt's template tokens (placeholders not yet expanded), non-empty and shorter than the context. */
+/**
+ * A media prompt's template tokens (placeholders not yet expanded), non-empty and shorter than the
+ * context. Earlier turns' tokens come from the isolate's prompt-prefix cache (exact: the same ids
+ * as encoding the whole text; a media placeholder is three added tokens like any other).
+ */
 export function encodeMediaPrompt(prompt: RenderedPrompt, model: ModelConfig): number[] {
-  const tokens = getQwenTokenizer(model.family).encode(prompt.text, prompt.text.length);
+  const tokens = sharedPrefixCache().encode(getQwenTokenizer(model.family), prompt.text, model.blockSize).tokens();
   if (tokens.length === 0) throw new InvalidRequestError("The prompt is empty.", "messages");
   checkPromptTokens(tokens.length, model);
   return tokens;

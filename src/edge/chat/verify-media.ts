@@ -2,10 +2,12 @@
  * Stage 4, media: every media part of the prompt becomes verified bytes (fetched or decoded, then
  * stored) before anything else, whatever the routing outcome.
  */
+import type { NamespaceTag } from "../../blocks/block-hash.ts";
 import type { EdgeConfig } from "../../config/config.ts";
+import { bytesToHex } from "../../util/hex.ts";
 import { clientLabel, type ClientRef } from "../client-label.ts";
 import { verifyMedia, type MediaPartRef, type VerifiedMedia } from "../media.ts";
-import { mediaDeps, type EdgeFetch } from "./media-deps.ts";
+import { mediaDeps, mediaMemo, type EdgeFetch } from "./media-deps.ts";
 import type { RenderedPrompt } from "./prompt.ts";
 
 /** Whose request it is (the media store's fair share) and when it has gone; null for admin explain. */
@@ -18,16 +20,30 @@ export interface PromptMedia {
   media: VerifiedMedia[];
 }
 
-export async function verifyPromptMedia(prompt: RenderedPrompt, deps: { config: EdgeConfig; fetch: EdgeFetch }, requester: MediaRequester): Promise<PromptMedia> {
+/**
+ * The request's conversation, for reusing its earlier items (media.ts MediaReuse): its messages'
+ * roles and the cache namespace its item hashes move into.
+ */
+export interface MediaConversation {
+  messages: readonly { role?: unknown }[];
+  itemTag: NamespaceTag;
+}
+
+export async function verifyPromptMedia(prompt: RenderedPrompt, deps: { config: EdgeConfig; fetch: EdgeFetch }, requester: MediaRequester, conversation: MediaConversation | null = null): Promise<PromptMedia> {
   const parts: MediaPartRef[] = prompt.mediaParts.map((p) => ({
     kind: p.kind,
     url: p.url,
     param: `messages[${p.messageIndex}].content[${p.partIndex}]`,
   }));
-  const media = await verifyMedia(parts, mediaDeps(deps), {
-    client: requester?.client ? clientLabel(requester.client) : null,
-    signal: requester?.signal ?? null,
-    traceparent: requester?.traceparent ?? null,
-  });
+  const client = requester?.client ? clientLabel(requester.client) : null;
+  let reuse = null;
+  if (conversation) {
+    // Items before the last assistant message have been answered: they are the conversation's earlier items.
+    let answered = conversation.messages.length - 1;
+    while (answered >= 0 && conversation.messages[answered]!.role !== "assistant") answered--;
+    const scope = `${client ?? ""}\u0000${conversation.itemTag === null ? "" : bytesToHex(conversation.itemTag)}`;
+    reuse = { memo: mediaMemo(deps), scope, earlier: prompt.mediaParts.map((p) => p.messageIndex < answered) };
+  }
+  const media = await verifyMedia(parts, mediaDeps(deps), { client, signal: requester?.signal ?? null, traceparent: requester?.traceparent ?? null }, reuse);
   return { parts, media };
 }

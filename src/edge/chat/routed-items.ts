@@ -1,0 +1,70 @@
+/**
+ * Each media item's routed form (its identity hash in the request's namespace, its layout pieces,
+ * `mm_hashes` entry and pad value), kept per isolate: a conversation's earlier images and videos
+ * are laid out once, not on every turn. The form is a function of the pool's cohort (its contract
+ * digest names the contract), the namespace, and the item's content digest and metadata, which
+ * together are the key; an entry is never shared across namespaces. Bounded by entries, LRU.
+ */
+import type { NamespaceTag } from "../../blocks/block-hash.ts";
+import { routedItem, type Ineligible, type MediaItem, type RoutedItem, type WorkerContract } from "../../layout/index.ts";
+import { bytesToHex } from "../../util/hex.ts";
+import { namespacedItemHash } from "../cache-salt.ts";
+import { mediaItems, type VerifiedMedia } from "../media.ts";
+
+/** Entries kept (each a few hundred bytes; a long video's pieces a few kB). */
+export const ROUTED_ITEMS_MAX = 2048;
+
+interface Routed {
+  item: MediaItem;
+  routed: RoutedItem | Ineligible;
+}
+
+const memo = new Map<string, Routed>();
+const counts = { computed: 0, reused: 0 };
+
+/** Items laid out (computed) and taken from the memo (reused) in this isolate. */
+export function routedItemStats(): { computed: number; reused: number; entries: number } {
+  return { ...counts, entries: memo.size };
+}
+
+function keyOf(m: VerifiedMedia, cohortDigest: string, tag: string): string | null {
+  const md = m.metadata;
+  if (!md || !m.digest) return null;
+  const shape = md.modality === "image" ? `${md.width}x${md.height}` : `${md.width}x${md.height}x${md.totalFrames}@${md.avgFps}`;
+  return `${cohortDigest}\u0000${tag}\u0000${md.modality}\u0000${m.digest}\u0000${shape}`;
+}
+
+/**
+ * The layout's items (hashes in the namespace of `itemTag`) and each one's routed form, in prompt
+ * order; `unresolved`: the first item without an identity (routing falls back).
+ */
+export function routeItems(media: readonly VerifiedMedia[], cohort: { contract: WorkerContract; digest: string }, itemTag: NamespaceTag): { items: MediaItem[]; routed: (RoutedItem | Ineligible)[]; unresolved: { reason: string; detail: string } | null } {
+  const tag = itemTag === null ? "" : bytesToHex(itemTag);
+  const keys = media.map((m) => keyOf(m, cohort.digest, tag));
+  const found = keys.map((k) => (k === null ? undefined : memo.get(k)));
+  // Identity hashes of the items not found only (mediaItems also names the first unresolved one:
+  // every item without an identity is among them).
+  const missing = found.flatMap((f, i) => (f ? [] : [i]));
+  const fresh = mediaItems(missing.map((i) => media[i]!), cohort.digest);
+  if (fresh.unresolved) return { items: [], routed: [], unresolved: fresh.unresolved };
+  const items: MediaItem[] = [];
+  const routed: (RoutedItem | Ineligible)[] = [];
+  let m = 0;
+  for (const [i, k] of keys.entries()) {
+    let r = found[i];
+    if (r) {
+      counts.reused++;
+      memo.delete(k!);
+    } else {
+      counts.computed++;
+      const plain = fresh.items[m++]!;
+      const item = plain.hash === null ? plain : { ...plain, hash: namespacedItemHash(plain.hash, itemTag) };
+      r = { item, routed: routedItem(cohort.contract, item) };
+    }
+    memo.set(k!, r);
+    items.push(r.item);
+    routed.push(r.routed);
+  }
+  while (memo.size > ROUTED_ITEMS_MAX) memo.delete(memo.keys().next().value!);
+  return { items, routed, unresolved: null };
+}

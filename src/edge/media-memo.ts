@@ -1,0 +1,105 @@
+/**
+ * Media items the edge has verified, kept per isolate so a conversation's later turns do media
+ * work only for their new items (src/edge/media.ts decides when an entry may be used).
+ *
+ * An entry maps (scope, kind, URL) to the verified item: for a `data:` URL its digest, metadata
+ * and forward form (a pure function of the URL's text, so always valid); for an http(s) URL the
+ * digest and metadata the media store answered for it (valid while the store still holds those
+ * bytes, which the edge asks it in one batched call per request). The scope is the client label
+ * and the cache namespace: no entry is ever used across clients or tenants. URLs are compared as
+ * whole strings (Map keys; V8 hashes a long string by its length, so a data: URL costs one
+ * compare at memory speed, not a hash of its text). Bounded by estimated bytes, LRU.
+ */
+import type { VerifiedMedia } from "./media.ts";
+
+/** Estimated bytes of all entries: a few data: URLs of history, or thousands of http(s) items. */
+export const DEFAULT_MEDIA_MEMO_BYTES = 8 * 1024 * 1024;
+
+export interface MediaMemoStats {
+  hits: number;
+  misses: number;
+  stores: number;
+  drops: number;
+  evictions: number;
+  entries: number;
+  bytes: number;
+  maxBytes: number;
+}
+
+interface Entry {
+  outer: string;
+  url: string;
+  media: VerifiedMedia;
+  bytes: number;
+}
+
+/** UTF-16 worst case for the key and a forward form that is not the key itself, plus the entry around them. */
+function entryBytes(outer: string, url: string, media: VerifiedMedia): number {
+  return 2 * (outer.length + url.length + (media.forward !== null && media.forward !== url ? media.forward.length : 0)) + 400;
+}
+
+export class MediaMemo {
+  readonly maxBytes: number;
+  /** `scope \0 kind` → URL → entry. */
+  private readonly byScope = new Map<string, Map<string, Entry>>();
+  /** Least recently used first (a Set keeps insertion order; a hit re-inserts). */
+  private readonly lru = new Set<Entry>();
+  private bytes = 0;
+  private s = { hits: 0, misses: 0, stores: 0, drops: 0, evictions: 0 };
+
+  constructor(maxBytes = DEFAULT_MEDIA_MEMO_BYTES) {
+    this.maxBytes = maxBytes;
+  }
+
+  get(scope: string, kind: VerifiedMedia["kind"], url: string): VerifiedMedia | null {
+    const e = this.byScope.get(`${scope}\u0000${kind}`)?.get(url);
+    if (!e) {
+      this.s.misses++;
+      return null;
+    }
+    this.s.hits++;
+    this.lru.delete(e);
+    this.lru.add(e);
+    return e.media;
+  }
+
+  set(scope: string, kind: VerifiedMedia["kind"], url: string, media: VerifiedMedia): void {
+    const outer = `${scope}\u0000${kind}`;
+    const bytes = entryBytes(outer, url, media);
+    // One item larger than a quarter would flush the rest for itself.
+    if (bytes > this.maxBytes / 4) return;
+    this.remove(outer, url);
+    let inner = this.byScope.get(outer);
+    if (!inner) this.byScope.set(outer, (inner = new Map()));
+    const e: Entry = { outer, url, media, bytes };
+    inner.set(url, e);
+    this.lru.add(e);
+    this.bytes += bytes;
+    this.s.stores++;
+    for (const old of this.lru) {
+      if (this.bytes <= this.maxBytes) break;
+      this.remove(old.outer, old.url);
+      this.s.evictions++;
+    }
+  }
+
+  /** Forgets an entry found stale (the store no longer holds its bytes). */
+  drop(scope: string, kind: VerifiedMedia["kind"], url: string): void {
+    if (this.remove(`${scope}\u0000${kind}`, url)) this.s.drops++;
+  }
+
+  stats(): MediaMemoStats {
+    return { ...this.s, entries: this.lru.size, bytes: this.bytes, maxBytes: this.maxBytes };
+  }
+
+  private remove(outer: string, url: string): boolean {
+    const inner = this.byScope.get(outer);
+    const e = inner?.get(url);
+    if (!inner || !e) return false;
+    inner.delete(url);
+    if (inner.size === 0) this.byScope.delete(outer);
+    this.lru.delete(e);
+    this.bytes -= e.bytes;
+    return true;
+  }
+}

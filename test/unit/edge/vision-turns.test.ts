@@ -1,0 +1,210 @@
+/**
+ * A multi-turn vision chat through the edge's preparation (`prepareRouting`, the code the chat
+ * handler runs, turn chain on) against a real decode service / media store over HTTP and a real
+ * origin: each turn does media work only for its new items (the store's own counters of store,
+ * probe and held calls; the edge's count of items laid out), while the prompt, the routed ids and
+ * the block hashes equal a full preparation from scratch at every turn, across a store restart
+ * (bytes kept: held; store emptied: the earlier items are stored again), and no entry is shared
+ * across tenants. A client changing an earlier item's bytes behind its URL: the conversation keeps
+ * the bytes it was answered about; a new message naming the URL gets the new bytes.
+ */
+import http from "node:http";
+import type { AddressInfo } from "node:net";
+import { mkdtempSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { parseEdgeConfig, type EdgeConfig } from "../../../src/config/config.ts";
+import { limitsOf, parseChatBody } from "../../../src/edge/chat/parse.ts";
+import { prepareRouting, type PrepareDeps, type PreparedRouting } from "../../../src/edge/chat/prepare.ts";
+import { routedItemStats } from "../../../src/edge/chat/routed-items.ts";
+import { namespacedItemHash } from "../../../src/edge/cache-salt.ts";
+import { mediaItems, storeSigner, verifyMedia } from "../../../src/edge/media.ts";
+import { buildRoutingView, cohortEligibility, SGLANG_CONTRACT_KEY } from "../../../src/layout/index.ts";
+import { localBlockHashes, namespaceTag, type NamespaceTag } from "../../../src/blocks/block-hash.ts";
+import { DecodeClient } from "../../../src/media/decode-client.ts";
+import { SafeFetcher } from "../../../src/media/safe-fetch.ts";
+import { importMediaUrlKey } from "../../../src/media/signed-url.ts";
+import { preparePrompt } from "../../../src/prompt/index.ts";
+import { getQwenTokenizer } from "../../../src/prompt/tokenizer/index.ts";
+import type { ChatFrontDoor } from "../../../src/routing-index/front-door.ts";
+import { initHashing } from "../../../src/util/hash.ts";
+import { startDecodeService, type DecodeService } from "../../../services/decode/server.ts";
+import { fixtureContract } from "../../fixtures/models/load.ts";
+import { makePng } from "../../helpers/png.ts";
+import { ffmpegToFile } from "../../helpers/wasm-media.ts";
+
+const KEY = "vision-turns-media-url-key-0123456789";
+const TOKEN = "vision-turns-decode-token";
+const MODEL = "Qwen/Qwen3-VL-8B-Instruct";
+const profile = { family: "qwen3_vl", templateId: "qwen3vl-instruct" } as const;
+
+/** What the origin serves (no freshness: `no-store`, the local fleet's media server's header). */
+const files = new Map<string, { bytes: Uint8Array; type: string }>();
+let origin: http.Server;
+let originUrl = "";
+let svc: DecodeService;
+let storeDir = "";
+let port = 0;
+let config: EdgeConfig;
+let deps: PrepareDeps;
+let clip: Uint8Array;
+let clip2: Uint8Array;
+
+const startStore = async (dir: string): Promise<DecodeService> =>
+  startDecodeService({ token: TOKEN, port, fetch: { allowlist: [new URL(originUrl).host] }, store: { urlKey: KEY, dir } });
+
+beforeAll(async () => {
+  await initHashing();
+  files.set("/img-0.png", { bytes: makePng(640, 480, { seed: 1 }), type: "image/png" });
+  files.set("/img-1.png", { bytes: makePng(300, 900, { seed: 2 }), type: "image/png" });
+  files.set("/img-2.png", { bytes: makePng(1024, 768, { seed: 3 }), type: "image/png" });
+  files.set("/img-3.png", { bytes: makePng(96, 64, { seed: 4 }), type: "image/png" });
+  files.set("/mutable.png", { bytes: makePng(200, 100, { seed: 5, text: "version 1" }), type: "image/png" });
+  const dir = mkdtempSync(join(tmpdir(), "kvedge-vision-turns-"));
+  clip = new Uint8Array(await ffmpegToFile(["-f", "lavfi", "-i", "testsrc=size=160x120:rate=30", "-frames:v", "40", "-pix_fmt", "yuv420p", "-c:v", "libx264", "-preset", "ultrafast"], join(dir, "clip.mp4")));
+  files.set("/clip.mp4", { bytes: clip, type: "video/mp4" });
+  clip2 = new Uint8Array(await ffmpegToFile(["-f", "lavfi", "-i", "smptebars=size=128x96:rate=24", "-frames:v", "30", "-pix_fmt", "yuv420p", "-c:v", "libx264", "-preset", "ultrafast"], join(dir, "clip2.mp4")));
+  origin = http.createServer((req, res) => {
+    const f = files.get(req.url ?? "");
+    if (!f) return void res.writeHead(404).end();
+    res.writeHead(200, { "content-type": f.type, "content-length": f.bytes.length, "cache-control": "no-store" }).end(f.bytes);
+  });
+  await new Promise<void>((r) => origin.listen(0, "127.0.0.1", r));
+  originUrl = `http://127.0.0.1:${(origin.address() as AddressInfo).port}`;
+  storeDir = mkdtempSync(join(tmpdir(), "kvedge-vision-store-"));
+  svc = await startStore(storeDir);
+  port = Number(new URL(svc.url).port);
+  config = parseEdgeConfig({
+    KVEDGE_MODELS: JSON.stringify([{ id: MODEL, ...profile, blockSize: 16 }]),
+    KVEDGE_DECODE_URL: svc.url,
+    DECODE_TOKEN: TOKEN,
+    KVEDGE_MEDIA_URL_KEY: KEY,
+    KVEDGE_MEDIA: JSON.stringify({ allowlist: [new URL(originUrl).host] }),
+  });
+  const cohort = cohortEligibility([{ [SGLANG_CONTRACT_KEY]: fixtureContract("qwen3_vl") }]);
+  if (!cohort.ok) throw new Error(cohort.reason);
+  const fail = (): never => {
+    throw new Error("not used by prepareRouting");
+  };
+  const index: ChatFrontDoor = { profile: async () => ({ blockSize: null, workers: 1, workersUp: 1, cohort }), route: fail, settle: fail, quarantine: fail, markPrefillDone: fail };
+  deps = { config, index: () => index, fetch: (u, i) => fetch(u, i) };
+}, 60_000);
+afterAll(async () => {
+  await svc?.close();
+  origin?.closeAllConnections();
+  await new Promise((r) => origin?.close(r));
+});
+
+const image = (url: string) => ({ type: "image_url", image_url: { url } });
+const video = (url: string) => ({ type: "video_url", video_url: { url } });
+const dataUrl = (bytes: Uint8Array, type: string) => `data:${type};base64,${Buffer.from(bytes).toString("base64")}`;
+
+interface Counts {
+  store: number;
+  probe: number;
+  held: number;
+  laidOut: number;
+}
+const counts = (): Counts => ({ store: svc.stats.storeCalls, probe: svc.stats.probeCalls, held: svc.stats.heldChecks, laidOut: routedItemStats().computed });
+const delta = (a: Counts, b: Counts): Counts => ({ store: b.store - a.store, probe: b.probe - a.probe, held: b.held - a.held, laidOut: b.laidOut - a.laidOut });
+
+/** One turn as the chat handler prepares it (turn chain on), and the media work it caused. */
+async function turn(body: string, tenant: { key: string; tag: NamespaceTag }): Promise<{ prep: PreparedRouting; work: Counts }> {
+  const before = counts();
+  const req = parseChatBody(body, limitsOf(config));
+  const prep = await prepareRouting(req, deps, { client: { apiKey: tenant.key }, signal: null }, tenant.tag, body);
+  return { prep, work: delta(before, counts()) };
+}
+
+/** The same request prepared from scratch, without any of the edge's caches: template, tokenizer, store, layout. */
+async function fullPath(body: string, tag: NamespaceTag): Promise<{ text: string; routed: number[]; hashes: bigint[]; mmHashes: string[] }> {
+  const req = parseChatBody(body, limitsOf(config));
+  const prompt = preparePrompt(req, profile);
+  const tokenizer = getQwenTokenizer("qwen3_vl");
+  const tokens = tokenizer.encode(prompt.text);
+  const key = importMediaUrlKey(KEY);
+  const media = await verifyMedia(
+    prompt.mediaParts.map((p) => ({ kind: p.kind, url: p.url, param: "x" })),
+    { fetcher: new SafeFetcher({ allowlist: [new URL(originUrl).host] }), decode: new DecodeClient({ url: svc.url, token: TOKEN }), inlineMaxBytes: 1 << 20, sign: storeSigner(svc.url, key, 60), forwardClientUrls: false },
+    { client: null, signal: null },
+  );
+  const cohort = cohortEligibility([{ [SGLANG_CONTRACT_KEY]: fixtureContract("qwen3_vl") }]);
+  if (!cohort.ok) throw new Error(cohort.reason);
+  const items = mediaItems(media, cohort.digest).items.map((it) => (it.hash === null ? it : { ...it, hash: namespacedItemHash(it.hash, tag) }));
+  const view = buildRoutingView(cohort.contract, tokens, items, (t) => tokenizer.encode(t));
+  if (!view.ok) throw new Error(view.reason);
+  return { text: prompt.text, routed: Array.from(view.tokens), hashes: localBlockHashes(view.tokens, 16), mmHashes: view.mmHashes };
+}
+
+async function expectFullPath(prep: PreparedRouting, body: string, tag: NamespaceTag): Promise<void> {
+  const full = await fullPath(body, tag);
+  expect(prep.plan.fallbackReason).toBeNull();
+  expect(prep.prompt.text).toBe(full.text);
+  expect(Array.from(prep.plan.view!.tokens)).toEqual(full.routed);
+  expect(prep.plan.localHashes).toEqual(full.hashes);
+  expect(prep.plan.mmHashes).toEqual(full.mmHashes);
+}
+
+describe("vision turns: media work for the new items only", () => {
+  it("images and videos each turn, by URL and data: URL, across store restarts, never across tenants", async () => {
+    const tenant = { key: "key-a", tag: namespaceTag("tenant-a") };
+    const messages: unknown[] = [{ role: "system", content: "You look at pictures." }];
+    const add = (parts: unknown[]) => {
+      if (messages.length > 1) messages.push({ role: "assistant", content: `Answer number ${messages.length}: it shows shapes and colours.` });
+      messages.push({ role: "user", content: [{ type: "text", text: `Question ${messages.length}: what is here?` }, ...parts] });
+      return JSON.stringify({ model: MODEL, messages, max_tokens: 8 });
+    };
+    const steps: { parts: unknown[]; work: Counts; restart?: "keep" | "empty" }[] = [
+      // First turn: its one image is stored and laid out.
+      { parts: [image(`${originUrl}/img-0.png`)], work: { store: 1, probe: 0, held: 0, laidOut: 1 } },
+      // An http image and a data: image: one store call, one held check for the earlier item.
+      { parts: [image(`${originUrl}/img-1.png`), image(dataUrl(files.get("/img-3.png")!.bytes, "image/png"))], work: { store: 1, probe: 0, held: 1, laidOut: 2 } },
+      { parts: [video(`${originUrl}/clip.mp4`)], work: { store: 1, probe: 0, held: 1, laidOut: 1 } },
+      // A data: video is probed once (the decode service), never again.
+      { parts: [video(dataUrl(clip2, "video/mp4"))], work: { store: 0, probe: 1, held: 1, laidOut: 1 } },
+      // The store restarts with its bytes: they are still held, nothing is stored again.
+      { parts: [image(`${originUrl}/img-2.png`)], work: { store: 1, probe: 0, held: 1, laidOut: 1 }, restart: "keep" },
+      // The store restarts empty: the earlier http items (4) are stored again, none laid out again
+      // (and the new image has the bytes of turn 2's data: image: its layout is that one's).
+      { parts: [image(`${originUrl}/img-3.png`)], work: { store: 5, probe: 0, held: 1, laidOut: 0 }, restart: "empty" },
+      { parts: [{ type: "text", text: "And now without a picture." }], work: { store: 0, probe: 0, held: 1, laidOut: 0 } },
+    ];
+    let body = "";
+    for (const [i, step] of steps.entries()) {
+      if (step.restart) {
+        await svc.close();
+        if (step.restart === "empty") storeDir = mkdtempSync(join(tmpdir(), "kvedge-vision-store-"));
+        svc = await startStore(storeDir);
+      }
+      body = add(step.parts);
+      const { prep, work } = await turn(body, tenant);
+      expect(work, `turn ${i + 1}`).toEqual(step.work);
+      await expectFullPath(prep, body, tenant.tag);
+      if (i > 1) expect(prep.prompt.reusedMessages, `turn ${i + 1} reused its history`).toBeGreaterThan(0);
+    }
+
+    // Another tenant sending the same conversation shares nothing: every item is its own work.
+    const other = { key: "key-b", tag: namespaceTag("tenant-b") };
+    const { prep, work } = await turn(body, other);
+    expect(work).toEqual({ store: 5, probe: 1, held: 0, laidOut: 7 });
+    await expectFullPath(prep, body, other.tag);
+  }, 120_000);
+
+  it("an earlier item's bytes changed behind its URL: the conversation keeps the bytes it was answered about; a new message gets the new ones", async () => {
+    const tenant = { key: "key-c", tag: namespaceTag("tenant-c") };
+    const url = `${originUrl}/mutable.png`;
+    const first = [{ role: "user", content: [{ type: "text", text: "What does it say?" }, image(url)] }];
+    const t1 = await turn(JSON.stringify({ model: MODEL, messages: first }), tenant);
+    const v1 = t1.prep.plan.mmHashes![0];
+    files.set("/mutable.png", { bytes: makePng(200, 100, { seed: 5, text: "version 2" }), type: "image/png" });
+    const later = [...first, { role: "assistant", content: "It says version 1." }, { role: "user", content: [{ type: "text", text: "And this one?" }, image(url)] }];
+    const t2 = await turn(JSON.stringify({ model: MODEL, messages: later }), tenant);
+    // The earlier item: as verified in turn 1 (held by the store, not fetched); the new one: fetched again.
+    expect(t2.work).toMatchObject({ store: 1, held: 1 });
+    expect(t2.prep.plan.mmHashes![0]).toBe(v1);
+    expect(t2.prep.plan.mmHashes![1]).not.toBe(v1);
+    expect(t2.prep.media.every((m) => m.stored)).toBe(true);
+    expect(new Set(t2.prep.media.map((m) => m.digest)).size).toBe(2);
+  }, 60_000);
+});
