@@ -68,7 +68,7 @@ export async function prepareRouting(
     };
   }
   const tokens = encodeMediaPrompt(prompt, model);
-  const media = await verifyPromptMedia(prompt, deps, requester);
+  const media = await verifyPromptMedia(prompt, deps, requester, { messages: req.messages, itemTag });
   const plan = await planMediaRouting({ config: deps.config, req, model, index: deps.index(model.id), tokens, media, itemTag });
   // The worker counts expanded media tokens: exact when the plan is, else the text tokens are a lower bound.
   checkContextFit(plan.fallbackReason === null ? plan.isl : tokens.length, req, model);
