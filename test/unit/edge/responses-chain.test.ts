@@ -1,0 +1,164 @@
+/**
+ * Stored conversations (src/edge/responses/conversation-state.ts): a Responses conversation
+ * continued with previous_response_id, each turn in a FRESH isolate (new turn chain and prefix
+ * cache) seeded only from the stored records' prompt pieces, yields exactly the full path's prompt
+ * text, media parts, token ids and block hashes on all three templates (text, tools with an agent
+ * loop, an image, reasoning), while the template renders and the tokenizer encodes only about the
+ * last turn: the work stays flat as the history grows. A tampered stored text is caught by the
+ * sampled full render (logged, dropped, answered with the full result).
+ */
+import { beforeAll, describe, expect, it } from "vitest";
+import { DEFAULT_LIMITS } from "../../../src/api/limits.ts";
+import { inputToMessages, ResponseCreateSchema, toChatRequest, type ChatMessage, type InputItem } from "../../../src/api/responses-schema.ts";
+import { localBlockHashes } from "../../../src/blocks/block-hash.ts";
+import { ModelConfigSchema, type ModelConfig } from "../../../src/config/config.ts";
+import { parseChatBody } from "../../../src/edge/chat/parse.ts";
+import { assembleState, hydrate, nextPiece, PromptPieceSchema, type PromptPiece } from "../../../src/edge/responses/conversation-state.ts";
+import { preparePrompt } from "../../../src/prompt/index.ts";
+import { PrefixCache } from "../../../src/prompt/prefix-cache.ts";
+import { getQwenTokenizer } from "../../../src/prompt/tokenizer/index.ts";
+import { TurnChainCache } from "../../../src/prompt/turn-chain.ts";
+import { initHashing } from "../../../src/util/hash.ts";
+
+beforeAll(() => initHashing());
+
+const MODELS: ModelConfig[] = [
+  ModelConfigSchema.parse({ id: "qwen2.5-vl", family: "qwen2_5_vl", templateId: "qwen2vl" }),
+  ModelConfigSchema.parse({ id: "qwen3-vl", family: "qwen3_vl", templateId: "qwen3vl-instruct" }),
+  ModelConfigSchema.parse({ id: "qwen3-vl-thinking", family: "qwen3_vl", templateId: "qwen3vl-thinking" }),
+];
+const TOOLS = [{ type: "function", name: "read_file", description: "Read a file", parameters: { type: "object", properties: { path: { type: "string" } } }, strict: false }];
+const INSTRUCTIONS = "You are a careful agent. Answer briefly.";
+const words = (seed: number, n: number) => Array.from({ length: n }, (_, i) => `w${(seed * 7919 + i * 31) % 1000}`).join(" ");
+const PNG = "data:image/png;base64,iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mP8z8BQDwAEhQGAhKmMIQAAAABJRU5ErkJggg==";
+
+interface Turn {
+  /** Responses input items of the request. */
+  input: unknown[];
+  /** The response's output items (what the store appends after the input). */
+  output: unknown[];
+}
+
+const say = (text: string) => ({ type: "message", role: "assistant", content: [{ type: "output_text", text }] });
+const TURNS: Turn[] = [
+  { input: [{ role: "user", content: [{ type: "input_text", text: `Look at this. ${words(1, 200)}` }, { type: "input_image", image_url: PNG, detail: "auto" }] }], output: [{ type: "reasoning", content: [{ type: "reasoning_text", text: "An image." }] }, say(words(2, 120))] },
+  { input: [{ role: "user", content: `Read a.txt. ${words(3, 80)}` }], output: [{ type: "function_call", call_id: "call_1", name: "read_file", arguments: '{"path": "a.txt"}' }] },
+  { input: [{ type: "function_call_output", call_id: "call_1", output: words(4, 300) }], output: [{ type: "reasoning", content: [{ type: "reasoning_text", text: "Read it." }] }, say(words(5, 60))] },
+  { input: [{ role: "user", content: `Now summarize. ${words(6, 50)}` }], output: [say(words(7, 90))] },
+  { input: [{ role: "user", content: `And in one line? ${words(8, 40)}` }], output: [say("One line.")] },
+];
+
+interface Stored {
+  messages: ChatMessage[];
+  prompt: PromptPiece | null;
+}
+
+/**
+ * Runs the conversation as the handler does, each turn in a fresh isolate: the history and prompt
+ * state come only from the stored records (JSON round trip). `withImage: false` drops the image.
+ */
+function converse(model: ModelConfig, opts: { withImage: boolean; checkRate: number; tamper?: boolean }) {
+  const profile = { family: model.family, templateId: model.templateId };
+  const tok = getQwenTokenizer(model.family);
+  const records: Stored[] = [];
+  const perTurn: { rendered: number; encoded: number; reusedTokens: number; tokens: number; promptChars: number; reusedMessages: number; mismatches: number; seeded: { messages: number; chars: number; media: number; tokens: number | null } | null }[] = [];
+  for (const [i, turn] of TURNS.entries()) {
+    const input = opts.withImage ? turn.input : turn.input.map((item) => (i === 0 ? { role: "user", content: `Look at this. ${words(1, 200)}` } : item));
+    const req = ResponseCreateSchema.parse({ model: model.id, instructions: INSTRUCTIONS, input, tools: TOOLS });
+    const history = records.flatMap((r) => r.messages);
+    const state = assembleState(records.map((r) => (r.prompt === null ? null : PromptPieceSchema.parse(r.prompt))));
+    const inputMessages = inputToMessages(req.input);
+    const body = JSON.stringify(toChatRequest(req, history, inputMessages));
+    const chatReq = parseChatBody(body, DEFAULT_LIMITS);
+
+    // A fresh isolate: nothing cached but what the store seeds.
+    const mismatches: unknown[] = [];
+    const turnChain = new TurnChainCache({ checkRate: opts.checkRate, onMismatch: (d) => mismatches.push(d) });
+    const prefixCache = new PrefixCache();
+    if (state !== null) {
+      if (opts.tamper) state.text = state.text.replace("w", "W");
+      hydrate(state, history, model, { turnChain, prefixCache });
+    }
+    const renderedBefore = turnChain.renderedChars;
+    const prompt = turnChain.prepare(chatReq, body, profile);
+    const rendered = turnChain.renderedChars - renderedBefore;
+    const encoded = prefixCache.encode(tok, prompt.text, model.blockSize);
+
+    const full = preparePrompt(chatReq, profile);
+    const ids = tok.encode(full.text);
+    expect(prompt.text, `turn ${i}`).toBe(full.text);
+    expect(prompt.mediaParts).toEqual(full.mediaParts);
+    expect(prompt.droppedParts).toEqual(full.droppedParts);
+    expect(encoded.length).toBe(ids.length);
+    expect(encoded.localHashes).toEqual(localBlockHashes(ids, model.blockSize));
+    expect(encoded.tokens()).toEqual(ids);
+    perTurn.push({
+      rendered,
+      encoded: encoded.length - encoded.reusedTokens,
+      reusedTokens: encoded.reusedTokens,
+      tokens: ids.length,
+      promptChars: full.text.length,
+      reusedMessages: prompt.reusedMessages ?? 0,
+      mismatches: mismatches.length,
+      seeded: state === null ? null : { messages: state.messages, chars: state.text.length, media: state.media.length, tokens: state.tokens?.count ?? null },
+    });
+
+    // The handler's record of this turn: its messages and its piece of the prompt state.
+    const stable = turnChain.stableOf(body, profile);
+    const prompt_ = stable === null ? null : nextPiece(state, stable, INSTRUCTIONS, model);
+    const output = inputToMessages(ResponseCreateSchema.parse({ model: model.id, input: turn.output }).input as InputItem[]);
+    if (process.env.KVEDGE_TEST_LOG) console.log(model.templateId, opts, perTurn.at(-1));
+    records.push(JSON.parse(JSON.stringify({ messages: [...inputMessages, ...output], prompt: prompt_ })) as Stored);
+  }
+  return { perTurn, records };
+}
+
+describe("stored conversations continue in a fresh isolate from their stored prompt state", () => {
+  for (const model of MODELS) {
+    it(`${model.templateId}: text, tools and an image — every turn equals the full path; the work stays with the last turn`, () => {
+      for (const withImage of [false, true]) {
+        const { perTurn, records } = converse(model, { withImage, checkRate: 1 });
+        for (const [i, t] of perTurn.entries()) {
+          expect(t.mismatches, `turn ${i}`).toBe(0);
+          if (i === 0) continue;
+          // The seeded entry was used: everything before the previous turn's query came from the store.
+          expect(t.seeded, `turn ${i}`).not.toBeNull();
+          expect(t.reusedMessages, `turn ${i}`).toBe(t.seeded!.messages);
+          if (t.seeded!.media === 0) {
+            // And its tokens: only what follows the stored prefix was encoded.
+            expect(t.reusedTokens, `turn ${i}`).toBe(t.seeded!.tokens);
+            expect(t.encoded).toBe(t.tokens - t.seeded!.tokens!);
+          } else expect(t.seeded!.tokens, "a prefix with media keeps no tokens (the media path encodes whole)").toBeNull();
+        }
+        // Records keep only their own turn: each piece of stable text is new text.
+        for (const r of records.slice(1)) expect(r.prompt?.base, "a piece extends its parent").toBe(false);
+        const last = perTurn.at(-1)!;
+        if (!withImage) expect(last.reusedTokens).toBeGreaterThan(0.8 * last.tokens);
+      }
+    });
+  }
+
+  it("rendering on a continuation is bounded by the new turn (checks off): flat while the prompt grows", () => {
+    const { perTurn } = converse(MODELS[1]!, { withImage: false, checkRate: 0 });
+    // A fresh isolate without the store renders the whole prompt (and the stable prefix's tail once more).
+    expect(perTurn[0]!.rendered).toBeGreaterThanOrEqual(perTurn[0]!.promptChars);
+    // The template's fixed head (the tools' system block and the instructions) is rendered with each stand-in.
+    const head = perTurn[1]!.seeded!.chars;
+    for (const t of perTurn.slice(1)) {
+      // What is rendered is what follows the stored prefix (the tail, then the next prefix's tail) and three heads, never the history.
+      const after = t.promptChars - t.seeded!.chars;
+      expect(t.rendered).toBeLessThanOrEqual(2 * after + 3 * head);
+    }
+    const last = perTurn.at(-1)!;
+    expect(last.promptChars - last.seeded!.chars).toBeLessThan(0.25 * last.promptChars);
+    expect(last.rendered).toBeLessThan(0.6 * last.promptChars);
+  });
+
+  it("a stored text that differs from the render is caught by the sampled full render: logged, dropped, the full prompt used", () => {
+    const { perTurn } = converse(MODELS[1]!, { withImage: false, checkRate: 1, tamper: true });
+    // The tampered entry is caught; the record then carries no piece, and the next turn's record starts anew (base).
+    expect(perTurn[1]!.mismatches).toBe(1);
+    expect(perTurn[2]!.seeded).toBeNull();
+    expect(perTurn[3]!.mismatches).toBe(1);
+  });
+});
