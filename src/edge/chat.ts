@@ -44,9 +44,9 @@ export async function handleChatCompletions(request: Request, deps: ChatDeps): P
   // workerd advances clocks only across I/O, so this measures what awaits cost (body, index RPC).
   const clock = new StageClock();
   const trace = deps.trace ?? startEdgeTrace(request.headers.get("traceparent"));
-  const { caller, showRouting, req, limitHeaders, bodyText, literals, address, client } = await parseChat(request, deps, clock);
+  const { caller, showRouting, req, limitHeaders, bodyText, literals, turn, address, client } = await parseChat(request, deps, clock);
   const { adapter, namespace } = await resolveChatModel(config, req.model, cacheTenant(caller, address));
-  const prepared = await prepareRouting(req, deps, { client, signal: request.signal ?? null, traceparent: trace.header }, namespace.tag, bodyText);
+  const prepared = await prepareRouting(req, deps, { client, signal: request.signal ?? null, traceparent: trace.header }, namespace.tag, bodyText, turn);
   const { model, prompt, plan, media } = prepared;
   clock.mark("prepare");
   deps.onPrepared?.(prepared, bodyText);
@@ -63,6 +63,7 @@ export async function handleChatCompletions(request: Request, deps: ChatDeps): P
     req,
     literals,
     promptText: prompt.text,
+    escapedPrefix: prompt.escapedPrefix ?? null,
     requestId,
     defaultMaxNewTokens,
     parsers,

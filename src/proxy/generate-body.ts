@@ -10,6 +10,7 @@
  * unit at a time except for surrogate pairs, no piece splits a pair, and a reused escaping is
  * JSON.stringify's own (json-scan.ts, parseRecordingLiterals).
  */
+import type { EscapedPrefix } from "../prompt/turn-chain.ts";
 import type { JsonLiteral } from "../util/json-scan.ts";
 import type { GenerateRequestBody } from "./sglang-wire.ts";
 
@@ -19,8 +20,14 @@ const SLICE_UNITS = 8192;
 /** Literals looked for in vain before the rest of the text is escaped as usual (each miss is a scan). */
 const MAX_LITERAL_MISSES = 4;
 
+/** Characters of prompt text a body build escaped (tests read it: a turn's work follows its new text). */
+export interface EscapeWork {
+  escapedChars: number;
+}
+
 /** Escapes text[start, end) in slices onto `chunks`; neither end splits a surrogate pair. */
-function escapeSlices(chunks: string[], text: string, start: number, end: number): void {
+function escapeSlices(chunks: string[], text: string, start: number, end: number, work: EscapeWork | null): void {
+  if (work) work.escapedChars += end - start;
   while (start < end) {
     let stop = Math.min(end, start + SLICE_UNITS);
     // A high surrogate stays with its low surrogate (the text is well-formed: validated upstream).
@@ -31,15 +38,22 @@ function escapeSlices(chunks: string[], text: string, start: number, end: number
 }
 
 /**
+ * `prefix` (optional): the text's first characters already escaped, piece by piece (the turn
+ * chain's; turn-chain.ts escapeJsonText), sent as they are.
  * `literals` (optional): strings the text may contain, each with its canonical JSON escaping taken
  * from the client's body (validate.ts, parseRecordingLiterals). Where one occurs in the text, in
  * order, its escaping is reused instead of escaping it again: the same bytes, one JSON pass fewer
  * over most of a long prompt.
  */
-export function generateBodyChunks(body: GenerateRequestBody, literals: readonly JsonLiteral[] = []): string[] {
+export function generateBodyChunks(body: GenerateRequestBody, literals: readonly JsonLiteral[] = [], prefix: EscapedPrefix | null = null, work: EscapeWork | null = null): string[] {
   const { text, ...rest } = body;
   const chunks: string[] = ['{"text":"'];
   let cursor = 0;
+  // The turn chain's pieces: text[0, prefix.chars) escaped once, when the chain stored them.
+  if (prefix !== null && prefix.chars <= text.length) {
+    chunks.push(...prefix.pieces);
+    cursor = prefix.chars;
+  }
   let misses = 0;
   for (const { value, escaped } of literals) {
     // A piece that begins with a low or ends with a high surrogate could split a pair: not reused.
@@ -49,11 +63,11 @@ export function generateBodyChunks(body: GenerateRequestBody, literals: readonly
       if (++misses === MAX_LITERAL_MISSES) break;
       continue;
     }
-    escapeSlices(chunks, text, cursor, at);
+    escapeSlices(chunks, text, cursor, at, work);
     chunks.push(escaped);
     cursor = at + value.length;
   }
-  escapeSlices(chunks, text, cursor, text.length);
+  escapeSlices(chunks, text, cursor, text.length, work);
   const restJson = JSON.stringify(rest);
   chunks.push(restJson === "{}" ? '"}' : `",${restJson.slice(1)}`);
   return chunks;

@@ -4,14 +4,16 @@
  */
 import type { Limits } from "../../api/limits.ts";
 import type { ChatCompletionRequest } from "../../api/openai-schema.ts";
-import { parseChatRequest, readBodyText } from "../../api/validate.ts";
+import { parseChatRequest, readBodyText, type ParseWork, type ReusedMessages } from "../../api/validate.ts";
 import type { EdgeConfig } from "../../config/config.ts";
-import { parseToolsKeepingNumbers } from "../../prompt/index.ts";
+import { parseJsonKeepingNumbers, parseToolsKeepingNumbers, type ModelProfile } from "../../prompt/index.ts";
+import { scanBodyLayout, sharedTurnChain, type BodyLayout, type ChainFind, type TurnChainCache } from "../../prompt/turn-chain.ts";
 import type { JsonLiteral } from "../../util/json-scan.ts";
 import { authorizeClient, type ClientIdentity } from "../auth.ts";
 import type { ClientRef } from "../client-label.ts";
 import { clientNetwork } from "../rate-limit.ts";
 import type { StageClock } from "../server-timing.ts";
+import { resolveModel } from "./resolve-model.ts";
 
 export interface ParseDeps {
   config: EdgeConfig;
@@ -30,6 +32,10 @@ export interface ParsedChat {
   bodyText: string;
   /** Long message texts whose JSON escaping can go to the worker as the client sent it (generate-body.ts). */
   literals: JsonLiteral[];
+  /** The turn chain's lookup for this body (the prompt stage uses it), or null. */
+  turn: ChainFind | null;
+  /** What the parse read (the body less the messages the turn chain held). */
+  work: ParseWork;
   /** The client's address (cf-connecting-ip); null outside Cloudflare. */
   address: string | null;
   /** Whose request it is (the media store's fair share); null when the edge cannot tell clients apart. */
@@ -51,12 +57,56 @@ export async function parseChat(request: Request, deps: ParseDeps, clock: StageC
   const bodyText = await readBodyText(request, limits);
   clock.mark("read");
   const literals: JsonLiteral[] = [];
-  const req = parseChatBody(bodyText, limits, { sizeChecked: true, literals });
+  const work: ParseWork = { parsedChars: 0, validatedMessages: 0 };
+  const { req, turn } = parseChatTurn(bodyText, config, { sizeChecked: true, literals, work });
   clock.mark("parse");
   // Without a key or a client address (a local fleet) the edge cannot tell clients apart: no label.
   const address = request.headers.get("cf-connecting-ip");
   const client: ClientRef | null = caller.apiKey !== null ? { apiKey: caller.apiKey } : address ? { network: clientNetwork(address) } : null;
-  return { caller, showRouting: caller.admin || config.debugHeaders, req, limitHeaders, bodyText, literals, address, client };
+  return { caller, showRouting: caller.admin || config.debugHeaders, req, limitHeaders, bodyText, literals, turn, work, address, client };
+}
+
+/** The profile of the pool the body's `model` member names, read from its text alone; null when it names none. */
+function profileOfModelMember(bodyText: string, layout: BodyLayout, config: EdgeConfig): ModelProfile | null {
+  const span = layout.members.get("model");
+  if (!span || bodyText.charCodeAt(span[0]) !== 0x22 || span[1] - span[0] > config.limits.maxModelChars + 2) return null;
+  try {
+    const model: unknown = JSON.parse(bodyText.slice(span[0], span[1]));
+    if (typeof model !== "string") return null;
+    const { family, templateId } = resolveModel(config, model).model;
+    return { family, templateId };
+  } catch {
+    return null;
+  }
+}
+
+/**
+ * parseChatBody reading only what the turn chain does not hold: the messages an earlier body of
+ * the conversation already had (same raw text, same scope) come as that body's parse validated
+ * them, with their counts towards the whole-body limits; the verdict is the whole body's
+ * (validate.ts parseChatRequest, `reuse`). A share of such parses (the chain's check rate) is
+ * also made whole and compared; a difference is logged and the whole parse used.
+ */
+export function parseChatTurn(
+  bodyText: string,
+  config: EdgeConfig,
+  opts: { sizeChecked?: boolean; literals?: JsonLiteral[]; work?: ParseWork; random?: () => number } = {},
+  chain: TurnChainCache = sharedTurnChain(config.turnCheckRate),
+): { req: ChatCompletionRequest; turn: ChainFind | null } {
+  const limits = limitsOf(config);
+  const layout = bodyText.length <= limits.maxBodyBytes ? scanBodyLayout(bodyText) : null;
+  const profile = layout ? profileOfModelMember(bodyText, layout, config) : null;
+  const turn = profile ? chain.find(bodyText, profile, layout) : null;
+  const reuse = chain.reusedMessages(turn);
+  const req = parseChatBody(bodyText, limits, { sizeChecked: opts.sizeChecked, literals: opts.literals, work: opts.work, reuse, layout });
+  if (reuse && chain.checkRate > 0 && (opts.random ?? Math.random)() < chain.checkRate) {
+    const whole = parseChatBody(bodyText, limits, { sizeChecked: opts.sizeChecked, layout });
+    if (JSON.stringify(whole) !== JSON.stringify(req)) {
+      console.warn(JSON.stringify({ event: "parse_reuse_mismatch", messages: whole.messages.length, reusedMessages: reuse.messages.length }));
+      return { req: whole, turn: null };
+    }
+  }
+  return { req, turn };
 }
 
 /**
@@ -66,10 +116,16 @@ export async function parseChat(request: Request, deps: ParseDeps, clock: StageC
  * where a JS number would print `0` (a different prompt), so only the lexeme gives the worker's
  * tools block (docs/prompt.md, number policy). The rest of each tool stays as validated.
  */
-export function parseChatBody(bodyText: string, limits: Limits, opts: { sizeChecked?: boolean; literals?: JsonLiteral[] } = {}): ChatCompletionRequest {
+export function parseChatBody(
+  bodyText: string,
+  limits: Limits,
+  opts: { sizeChecked?: boolean; literals?: JsonLiteral[]; work?: ParseWork; reuse?: ReusedMessages | null; layout?: BodyLayout | null } = {},
+): ChatCompletionRequest {
   const req = parseChatRequest(bodyText, limits, opts);
   if (req.tools && req.tools.length > 0) {
-    const raw = parseToolsKeepingNumbers(bodyText);
+    const span = opts.layout?.members.get("tools");
+    const parsedTools = span ? parseJsonKeepingNumbers(bodyText.slice(span[0], span[1])) : undefined;
+    const raw = span ? (Array.isArray(parsedTools) ? parsedTools : null) : parseToolsKeepingNumbers(bodyText);
     if (raw && raw.length === req.tools.length) {
       req.tools = req.tools.map((t, i) => {
         const params = (raw[i] as { function?: { parameters?: unknown } } | null)?.function?.parameters;

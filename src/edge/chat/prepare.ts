@@ -7,6 +7,7 @@ import type { ChatCompletionRequest } from "../../api/openai-schema.ts";
 import type { EdgeConfig, ModelConfig } from "../../config/config.ts";
 import type { NamespaceTag } from "../../blocks/block-hash.ts";
 import { sharedPrefixCache } from "../../prompt/prefix-cache.ts";
+import type { ChainFind } from "../../prompt/turn-chain.ts";
 import { getQwenTokenizer } from "../../prompt/tokenizer/index.ts";
 import type { ChatFrontDoor } from "../../routing-index/front-door.ts";
 import type { VerifiedMedia } from "../media.ts";
@@ -43,11 +44,13 @@ export async function prepareRouting(
   requester: MediaRequester = null,
   /** The request's cache namespace (cache-salt.ts routingNamespace): media item hashes move into it. */
   itemTag: NamespaceTag = null,
-  /** The body `req` was parsed from: earlier turns' rendered text is reused by its raw JSON (prompt.ts). */
+  /** The body `req` was parsed from (parseChatBody): earlier turns' rendered text is reused by its raw JSON (prompt.ts). */
   bodyText: string | null = null,
+  /** The parse stage's turn-chain lookup for `bodyText` (parseChatTurn), saving a second one. */
+  turn: ChainFind | null = null,
 ): Promise<PreparedRouting> {
   const { model } = resolveModel(deps.config, req.model);
-  const prompt = renderPrompt(req, model, limitsOf(deps.config), bodyText === null ? null : { bodyText, checkRate: deps.config.turnCheckRate });
+  const prompt = renderPrompt(req, model, limitsOf(deps.config), bodyText === null ? null : { bodyText, checkRate: deps.config.turnCheckRate, found: turn });
   if (prompt.mediaParts.length === 0) {
     // Text: earlier turns' tokens and block hashes come from the isolate's prompt-prefix cache (exact:
     // the same as encode + localBlockHashes). The ids are built only if asked for (admin explain).

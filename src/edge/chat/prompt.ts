@@ -8,7 +8,7 @@ import type { ChatCompletionRequest } from "../../api/openai-schema.ts";
 import { contextTokensOf, type ModelConfig } from "../../config/config.ts";
 import { preparePrompt } from "../../prompt/index.ts";
 import { sharedPrefixCache } from "../../prompt/prefix-cache.ts";
-import { sharedTurnChain, type ChainedPrompt } from "../../prompt/turn-chain.ts";
+import { sharedTurnChain, type ChainedPrompt, type ChainFind } from "../../prompt/turn-chain.ts";
 import { getQwenTokenizer } from "../../prompt/tokenizer/index.ts";
 
 /** preparePrompt's result, plus how many leading messages the turn chain supplied and how many characters were rendered for it. */
@@ -19,17 +19,18 @@ const MAX_TOKEN_CHARS = 128;
 
 /**
  * The prompt text and its media parts, within `maxPromptChars` and what the context could hold.
- * With the body `req` was parsed from, earlier turns' rendered text comes from the isolate's turn
- * chain (only the messages from the last user query on are rendered; a `checkRate` share of hits
- * is also rendered whole and compared).
+ * With the body `req` was parsed from (by parseChatBody), earlier turns' rendered text comes from
+ * the isolate's turn chain (only the messages from the last user query on are rendered; a
+ * `checkRate` share of hits is also rendered whole and compared), and the validated messages are
+ * kept for the next turn's parse. `found`: the parse stage's lookup for this body.
  */
-export function renderPrompt(req: ChatCompletionRequest, model: ModelConfig, limits: Limits, source: { bodyText: string; checkRate: number } | null = null): RenderedPrompt {
+export function renderPrompt(req: ChatCompletionRequest, model: ModelConfig, limits: Limits, source: { bodyText: string; checkRate: number; found?: ChainFind | null } | null = null): RenderedPrompt {
   const profile = { family: model.family, templateId: model.templateId };
   let prompt: RenderedPrompt;
   if (source) {
     const chain = sharedTurnChain(source.checkRate);
     const before = chain.renderedChars;
-    prompt = { ...chain.prepare(req, source.bodyText, profile), renderedChars: 0 };
+    prompt = { ...chain.prepare(req, source.bodyText, profile, { found: source.found ?? null, validated: true }), renderedChars: 0 };
     prompt.renderedChars = chain.renderedChars - before;
   } else {
     const whole = preparePrompt(req, profile);

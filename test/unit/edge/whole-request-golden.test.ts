@@ -80,6 +80,7 @@ describe("whole-request golden set (upstream ids)", () => {
     // No sampled check: a wrong reuse must show here, not be replaced by the full result.
     expect(sharedTurnChain(0).checkRate).toBe(0);
     const failing: string[] = [];
+    let reusedParses = 0;
     for (const c of golden.cases) {
       const body = clientBody(c);
       const full = results.get(c.id)!;
@@ -89,6 +90,9 @@ describe("whole-request golden set (upstream ids)", () => {
           if (e.refused !== full.refused) failing.push(`${c.id} pass ${pass}: refused ${String(e.refused)} vs ${String(full.refused)}`);
           continue;
         }
+        // The parse took the chain's messages and read the rest: the same request as the whole body's.
+        if (e.work.validatedMessages < e.req.messages.length) reusedParses++;
+        if (JSON.stringify(e.req) !== JSON.stringify(full.req)) failing.push(`${c.id} pass ${pass}: parsed request differs`);
         if (e.prep.prompt.text !== full.prep.prompt.text) failing.push(`${c.id} pass ${pass}: prompt text differs`);
         if (e.routed.join() !== full.routed.join()) failing.push(`${c.id} pass ${pass}: routed ids differ`);
         if (e.blockHashes.join() !== full.blockHashes.join()) failing.push(`${c.id} pass ${pass}: block hashes differ`);
@@ -96,6 +100,7 @@ describe("whole-request golden set (upstream ids)", () => {
     }
     expect(failing).toEqual([]);
     expect(sharedTurnChain().stats().hits, "repeats of multi-turn cases reuse their history").toBeGreaterThan(50);
+    expect(reusedParses, "repeats parse only the messages the chain does not hold").toBeGreaterThan(50);
   });
 
   it("the golden block hashes follow from the golden ids (hash-wasm, not the edge)", async () => {
