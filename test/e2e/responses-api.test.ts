@@ -2,7 +2,9 @@
  * `/v1/responses` end to end with the real `openai` SDK against the local fleet (simulated SGLang
  * workers, relays, the edge under Miniflare with its ResponseStore objects): create and stream with a
  * function tool and an image, a video (kvedge's input_video part), a three-turn `previous_response_id` conversation that stays on its
- * worker's KV, retrieve and delete, and another tenant's id answered 404.
+ * worker's KV, a five-turn one continued each time by a fresh edge isolate (the edge restarted) that
+ * prepares only the new items from the stored prompt state, retrieve and delete, and another tenant's
+ * id answered 404.
  */
 import OpenAI from "openai";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
@@ -124,6 +126,46 @@ describe("openai SDK: the Responses API", () => {
       previous = data.id;
     }
     expect(new Set(workers).size).toBe(1);
+  });
+
+  it("previous_response_id over 5 turns, each continued by a fresh edge isolate: same worker, ≥ 95% cached, the edge's prompt work flat", async () => {
+    // Long instructions, so that each turn's new text stays under 5 % of the prompt while the history grows.
+    const instructions = `${INSTRUCTIONS} ${Array.from({ length: 240 }, (_, i) => `Extra rule ${i}: keep the itinerary in order.`).join(" ")}`;
+    const say = (i: number) => `Stop ${i}: ${Array.from({ length: 12 }, (_, j) => `town${(i * 37 + j * 11) % 97}`).join(" ")}.`;
+    let previous: string | undefined;
+    const turns: { worker: string; inputTokens: number; cached: number; rendered: number; encoded: number; reused: number }[] = [];
+    for (let i = 0; i < 5; i++) {
+      {
+        // A new isolate: nothing of the earlier turns in its turn chain or prefix cache; the index restores its blocks from the relays.
+        await fleet.restartEdge();
+        await fleet.waitForSync();
+      }
+      const { data, response } = await client.responses
+        .create({ model: fleet.model, instructions, input: `Turn ${i}: and after that? ${simOutputMarker(say(i))}`, ...(previous ? { previous_response_id: previous } : {}) })
+        .withResponse();
+      expect(data.output_text).toBe(say(i));
+      const header = (name: string) => Number(response.headers.get(`x-kvedge-prompt-${name}`));
+      turns.push({ worker: response.headers.get("x-kvedge-worker")!, inputTokens: data.usage!.input_tokens, cached: data.usage!.input_tokens_details.cached_tokens, rendered: header("rendered-chars"), encoded: header("encoded-tokens"), reused: header("reused-messages") });
+      previous = data.id;
+    }
+    log?.(JSON.stringify(turns));
+    expect(new Set(turns.map((t) => t.worker)).size).toBe(1);
+    const later = turns.slice(1);
+    for (const [i, t] of later.entries()) {
+      expect(t.cached / t.inputTokens, `turn ${i + 1}`).toBeGreaterThanOrEqual(0.95);
+      // The stored prefix was used: all messages before the previous turn's query came from the store, not from rendering.
+      expect(t.reused, `turn ${i + 1}`).toBeGreaterThanOrEqual(i + 1);
+      // Only the previous turn and the new input are tokenized, not the instructions and history.
+      expect(t.encoded, `turn ${i + 1}`).toBeLessThan(0.2 * t.inputTokens);
+    }
+    // The prompt grows turn by turn; the edge's work per turn does not.
+    expect(turns[4]!.inputTokens).toBeGreaterThan(turns[1]!.inputTokens + 100);
+    const encoded = turns.slice(2).map((t) => t.encoded);
+    const rendered = turns.slice(2).map((t) => t.rendered);
+    expect(Math.max(...encoded) - Math.min(...encoded)).toBeLessThanOrEqual(0.15 * Math.max(...encoded));
+    expect(Math.max(...rendered) - Math.min(...rendered)).toBeLessThanOrEqual(0.15 * Math.max(...rendered));
+    // The first turn renders and encodes its whole prompt (no stored state to start from).
+    expect(turns[0]!.encoded).toBe(turns[0]!.inputTokens);
   });
 
   it("retrieve and delete; another tenant's id, an unknown id and a deleted id are 404 in OpenAI's shape", async () => {
