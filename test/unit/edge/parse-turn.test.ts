@@ -1,0 +1,187 @@
+/**
+ * The parse stage through the turn chain (src/edge/chat/parse.ts parseChatTurn): messages an
+ * earlier body of the conversation held are taken as that body's parse validated them, and only
+ * the rest of the body is read. Work follows the new bytes (ParseWork), the request equals the
+ * whole body's, and every whole-body limit refuses exactly as the whole parse does, whether the
+ * excess lies in the reused messages or in the new ones.
+ */
+import { beforeAll, describe, expect, it } from "vitest";
+import { KvedgeError } from "../../../src/api/errors.ts";
+import type { ParseWork } from "../../../src/api/validate.ts";
+import { parseEdgeConfig, type EdgeConfig } from "../../../src/config/config.ts";
+import { parseChatBody, parseChatTurn } from "../../../src/edge/chat/parse.ts";
+import { TurnChainCache } from "../../../src/prompt/turn-chain.ts";
+import { initHashing } from "../../../src/util/hash.ts";
+
+beforeAll(() => initHashing());
+
+type Msg = Record<string, unknown>;
+const longText = (seed: number, words: number) => Array.from({ length: words }, (_, i) => `w${(seed * 7919 + i * 31) % 1000}`).join(" ");
+
+function configWith(limits: Record<string, number> = {}, extra: Record<string, string> = {}): EdgeConfig {
+  return parseEdgeConfig({ KVEDGE_ACCESS: "public", KVEDGE_TURN_CHECK_RATE: "0", KVEDGE_LIMITS: JSON.stringify(limits), ...extra });
+}
+
+function bodyOf(config: EdgeConfig, messages: Msg[], extra: Record<string, unknown> = {}): string {
+  return JSON.stringify({ model: config.models[0]!.id, ...extra, messages, max_tokens: 8 });
+}
+
+function profileOf(config: EdgeConfig) {
+  const m = config.models[0]!;
+  return { family: m.family, templateId: m.templateId };
+}
+
+/** One request through the parse and prompt stages as the handler runs them (the prompt stage stores the turn). */
+function turn(config: EdgeConfig, chain: TurnChainCache, body: string, work?: ParseWork) {
+  const parsed = parseChatTurn(body, config, { work }, chain);
+  chain.prepare(parsed.req, body, profileOf(config), { found: parsed.turn, validated: true });
+  return parsed.req;
+}
+
+function verdict(f: () => unknown): { message: string; param: string | null; code: string | null } | null {
+  try {
+    f();
+    return null;
+  } catch (e) {
+    if (!(e instanceof KvedgeError)) throw e;
+    return { message: e.message, param: e.param, code: e.code };
+  }
+}
+
+describe("parse through the turn chain", () => {
+  it("reads only the new messages each turn, and the request equals the whole body's", () => {
+    const config = configWith();
+    const chain = new TurnChainCache({ checkRate: 0 });
+    const tools = [{ type: "function", function: { name: "read_file", parameters: { type: "object", properties: { path: { type: "string" }, limit: { type: "number", default: 0.0 } } } } }];
+    const messages: Msg[] = [{ role: "system", content: "Be brief." }, { role: "user", content: longText(1, 400) }];
+    const parsedPerTurn: number[] = [];
+    let lastBody = "";
+    for (let t = 0; t < 8; t++) {
+      const body = bodyOf(config, messages, { tools });
+      lastBody = body;
+      const work: ParseWork = { parsedChars: 0, validatedMessages: 0 };
+      const req = turn(config, chain, body, work);
+      expect(JSON.stringify(req)).toBe(JSON.stringify(parseChatBody(body, config.limits)));
+      if (t >= 2) {
+        // The previous question, the answer (and tool result) since, this turn's question; the body around them.
+        expect(work.validatedMessages).toBeLessThanOrEqual(4);
+        parsedPerTurn.push(work.parsedChars);
+        // The reused messages are the chain's own objects, frozen: nothing downstream can change them for the next turn.
+        expect(Object.isFrozen(req.messages[1])).toBe(true);
+      }
+      const answer: Msg = t % 2 === 0 ? { role: "assistant", content: longText(t + 10, 300) } : { role: "assistant", content: "", tool_calls: [{ id: `c${t}`, type: "function", function: { name: "read_file", arguments: { path: `f${t}`, limit: 1.0 } } }] };
+      messages.push(answer, t % 2 === 0 ? { role: "user", content: [{ type: "text", text: longText(t, 60) }, { type: "image_url", image_url: { url: `https://example.com/${t}.png` } }] } : { role: "tool", tool_call_id: `c${t}`, content: longText(t + 20, 200) });
+      if (t % 2 === 1) messages.push({ role: "user", content: "Go on." });
+    }
+    // Parse work does not grow with the history (which grows by ~2.5k characters a turn).
+    expect(Math.max(...parsedPerTurn)).toBeLessThan(5000);
+    expect(lastBody.length).toBeGreaterThan(4 * Math.max(...parsedPerTurn));
+  });
+
+  it("a changed earlier message, or a body whose model names no pool, is parsed whole", () => {
+    const config = configWith();
+    const chain = new TurnChainCache({ checkRate: 0 });
+    const first: Msg[] = [{ role: "user", content: longText(1, 200) }, { role: "assistant", content: "ok" }, { role: "user", content: "next" }];
+    turn(config, chain, bodyOf(config, first));
+    const grown = [...first, { role: "assistant", content: "sure" }, { role: "user", content: "more" }];
+    const reused: ParseWork = { parsedChars: 0, validatedMessages: 0 };
+    turn(config, chain, bodyOf(config, grown), reused);
+    expect(reused.validatedMessages).toBe(3);
+    const edited = [{ role: "user", content: longText(2, 200) }, ...grown.slice(1)];
+    const whole: ParseWork = { parsedChars: 0, validatedMessages: 0 };
+    turn(config, chain, bodyOf(config, edited), whole);
+    expect(whole.validatedMessages).toBe(5);
+    const otherModel = JSON.stringify({ model: "no-such-pool", messages: grown });
+    const unknown: ParseWork = { parsedChars: 0, validatedMessages: 0 };
+    parseChatTurn(otherModel, config, { work: unknown }, chain);
+    expect(unknown.parsedChars).toBe(otherModel.length);
+  });
+
+  it("the sampled check parses the whole body too and keeps the same request", () => {
+    const config = configWith();
+    const chain = new TurnChainCache({ checkRate: 1 });
+    const first: Msg[] = [{ role: "user", content: "a" }, { role: "assistant", content: "b" }, { role: "user", content: "c" }];
+    turn(config, chain, bodyOf(config, first));
+    const body = bodyOf(config, [...first, { role: "assistant", content: "d" }, { role: "user", content: "e" }]);
+    const { req, turn: found } = parseChatTurn(body, config, { random: () => 0 }, chain);
+    expect(found?.hit?.node).toBeTruthy();
+    expect(JSON.stringify(req)).toBe(JSON.stringify(parseChatBody(body, config.limits)));
+  });
+});
+
+/**
+ * Each limit, with the excess in the reused messages and in the new ones. The chain is primed by
+ * the turn before (`history` + a question) under `primeLimits` (the scenario's own limits unless
+ * the reused part alone must be over them, which only a stricter configuration can give); the
+ * checked body appends `added`. Both parses must refuse with the same error, and the chain must
+ * have offered the history (so the reduced parse was the one that ran).
+ */
+interface LimitCase {
+  name: string;
+  limits: Record<string, number>;
+  primeLimits?: Record<string, number>;
+  history: Msg[];
+  added: Msg[];
+}
+
+const img = (url: string) => ({ type: "image_url", image_url: { url } });
+const dataUrl = (chars: number) => `data:image/png;base64,${"A".repeat(chars)}`;
+const deepArgs = (depth: number): unknown => (depth === 0 ? 1 : { a: deepArgs(depth - 1) });
+const call = (depth: number) => ({ role: "assistant", content: "", tool_calls: [{ id: "c1", type: "function", function: { name: "f", arguments: deepArgs(depth) } }] });
+const parts = (n: number) => Array.from({ length: n }, (_, i) => ({ type: "text", text: `p${i}` }));
+const LOOSE = { maxMessages: 1000, maxTotalChars: 2_000_000, maxMessageChars: 1_000_000, maxContentParts: 256, maxMediaItems: 64, maxUrlChars: 8192, maxJsonValues: 200_000, maxJsonDepth: 64 };
+
+const LIMIT_CASES: LimitCase[] = [
+  { name: "maxMessages, reused", limits: { maxMessages: 6 }, history: [{ role: "user", content: "a" }, { role: "assistant", content: "b" }, { role: "user", content: "c" }, { role: "assistant", content: "d" }], added: [{ role: "assistant", content: "f" }, { role: "user", content: "g" }] },
+  { name: "maxMessages, new", limits: { maxMessages: 6 }, history: [{ role: "user", content: "a" }, { role: "assistant", content: "b" }], added: [{ role: "assistant", content: "d" }, { role: "user", content: "e" }, { role: "assistant", content: "f" }, { role: "user", content: "g" }] },
+  { name: "maxTotalChars, reused", limits: { maxTotalChars: 5000 }, history: [{ role: "user", content: "x".repeat(4500) }, { role: "assistant", content: "ok" }], added: [{ role: "assistant", content: "sure" }, { role: "user", content: "y".repeat(600) }] },
+  { name: "maxTotalChars, new", limits: { maxTotalChars: 5000 }, history: [{ role: "user", content: "x" }, { role: "assistant", content: "ok" }], added: [{ role: "assistant", content: "sure" }, { role: "user", content: "y".repeat(5100) }] },
+  { name: "maxMessageChars, reused", limits: { maxMessageChars: 1000 }, primeLimits: LOOSE, history: [{ role: "user", content: "x".repeat(1500) }, { role: "assistant", content: "ok" }], added: [{ role: "assistant", content: "sure" }, { role: "user", content: "y" }] },
+  { name: "maxMessageChars, new", limits: { maxMessageChars: 1000 }, history: [{ role: "user", content: "x" }, { role: "assistant", content: "ok" }], added: [{ role: "assistant", content: "z".repeat(1500) }, { role: "user", content: "y" }] },
+  { name: "maxContentParts, reused", limits: { maxContentParts: 4 }, primeLimits: LOOSE, history: [{ role: "user", content: parts(5) }, { role: "assistant", content: "ok" }], added: [{ role: "assistant", content: "sure" }, { role: "user", content: "y" }] },
+  { name: "maxContentParts, new", limits: { maxContentParts: 4 }, history: [{ role: "user", content: "x" }, { role: "assistant", content: "ok" }], added: [{ role: "assistant", content: "sure" }, { role: "user", content: parts(5) }] },
+  { name: "maxMediaItems, reused", limits: { maxMediaItems: 3 }, history: [{ role: "user", content: [img("https://e.com/1.png"), img("https://e.com/2.png"), img("https://e.com/3.png")] }, { role: "assistant", content: "ok" }], added: [{ role: "assistant", content: "sure" }, { role: "user", content: [img("https://e.com/4.png")] }] },
+  { name: "maxMediaItems, new", limits: { maxMediaItems: 3 }, history: [{ role: "user", content: "x" }, { role: "assistant", content: "ok" }], added: [{ role: "assistant", content: "sure" }, { role: "user", content: [1, 2, 3, 4].map((n) => img(`https://e.com/${n}.png`)) }] },
+  { name: "maxUrlChars, reused", limits: { maxUrlChars: 100 }, primeLimits: LOOSE, history: [{ role: "user", content: [img(`https://e.com/${"u".repeat(200)}.png`)] }, { role: "assistant", content: "ok" }], added: [{ role: "assistant", content: "sure" }, { role: "user", content: "y" }] },
+  { name: "maxUrlChars, new", limits: { maxUrlChars: 100 }, history: [{ role: "user", content: "x" }, { role: "assistant", content: "ok" }], added: [{ role: "assistant", content: "sure" }, { role: "user", content: [img(`https://e.com/${"u".repeat(200)}.png`)] }] },
+  { name: "maxJsonValues, reused", limits: { maxJsonValues: 200 }, history: [{ role: "user", content: parts(55) }, { role: "assistant", content: "ok" }], added: [{ role: "assistant", content: "sure" }, { role: "user", content: parts(10) }] },
+  { name: "maxJsonValues, new", limits: { maxJsonValues: 200 }, history: [{ role: "user", content: "x" }, { role: "assistant", content: "ok" }], added: [{ role: "assistant", content: "sure" }, { role: "user", content: parts(70) }] },
+  { name: "maxJsonDepth, reused", limits: { maxJsonDepth: 9 }, primeLimits: LOOSE, history: [{ role: "user", content: "x" }, call(4), { role: "tool", tool_call_id: "c1", content: "r" }], added: [{ role: "assistant", content: "sure" }, { role: "user", content: "y" }] },
+  { name: "maxJsonDepth, new", limits: { maxJsonDepth: 9 }, history: [{ role: "user", content: "x" }, { role: "assistant", content: "ok" }], added: [call(4), { role: "tool", tool_call_id: "c1", content: "r" }, { role: "assistant", content: "sure" }, { role: "user", content: "y" }] },
+  // Data URLs are left out of the pre-parse count up to maxMediaItems, in document order: the reused ones use up the allowance.
+  // A `"url": "data:…"` member the schema drops (an unknown field) is left out too: only the count says the third is over.
+  { name: "characters outside data: URLs, reused", limits: { maxTotalChars: 1000, maxMediaItems: 2 }, history: [{ role: "user", content: "x", attachment: [{ url: dataUrl(50_000) }, { url: dataUrl(50_000) }] }, { role: "assistant", content: "ok" }], added: [{ role: "assistant", content: "sure" }, { role: "user", content: "y", attachment: { url: dataUrl(80_000) } }] },
+  { name: "characters outside data: URLs, new", limits: { maxTotalChars: 1000 }, history: [{ role: "user", content: "x" }, { role: "assistant", content: "ok" }], added: [{ role: "assistant", content: "sure" }, { role: "user", content: "y".repeat(80_000) }] },
+];
+
+describe("every whole-body limit refuses as the whole parse does", () => {
+  for (const c of LIMIT_CASES) {
+    it(c.name, () => {
+      const config = configWith(c.limits);
+      const chain = new TurnChainCache({ checkRate: 0 });
+      const primeConfig = c.primeLimits ? configWith(c.primeLimits) : config;
+      const question: Msg = { role: "user", content: "q" };
+      const primed = bodyOf(primeConfig, [...c.history, question]);
+      expect(verdict(() => turn(primeConfig, chain, primed))).toBeNull();
+      const body = bodyOf(config, [...c.history, question, ...c.added]);
+      // The chain offers the history: the reduced parse is what runs.
+      const found = chain.find(body, profileOf(config));
+      expect(chain.reusedMessages(found)?.messages.length).toBe(c.history.length);
+      const whole = verdict(() => parseChatBody(body, config.limits));
+      expect(whole, "the whole body is over the limit").not.toBeNull();
+      expect(verdict(() => parseChatTurn(body, config, {}, chain))).toEqual(whole);
+    });
+  }
+
+  it("a body within every limit after a reused history is accepted, with the reused part's tally counted once", () => {
+    const config = configWith({ maxMessages: 7, maxMediaItems: 4, maxJsonValues: 400 });
+    const chain = new TurnChainCache({ checkRate: 0 });
+    const history: Msg[] = [{ role: "user", content: [img("https://e.com/1.png"), img("https://e.com/2.png"), ...parts(20)] }, { role: "assistant", content: "ok" }];
+    turn(config, chain, bodyOf(config, [...history, { role: "user", content: "q" }]));
+    const body = bodyOf(config, [...history, { role: "user", content: "q" }, { role: "assistant", content: "a" }, { role: "user", content: [img("https://e.com/3.png"), img("https://e.com/4.png")] }]);
+    const work: ParseWork = { parsedChars: 0, validatedMessages: 0 };
+    const req = parseChatTurn(body, config, { work }, chain).req;
+    expect(work.validatedMessages).toBe(3);
+    expect(JSON.stringify(req)).toBe(JSON.stringify(parseChatBody(body, config.limits)));
+  });
+});
