@@ -4,10 +4,16 @@
  * escapes and lone-free Unicode; and the fetch body made of the chunks carries exactly those bytes.
  */
 import fc from "fast-check";
-import { describe, expect, it } from "vitest";
-import { bodyOfChunks, generateBodyChunks } from "../../../src/proxy/generate-body.ts";
+import { beforeAll, describe, expect, it } from "vitest";
+import { DEFAULT_LIMITS } from "../../../src/api/limits.ts";
+import { parseChatBody } from "../../../src/edge/chat/parse.ts";
+import { TurnChainCache } from "../../../src/prompt/turn-chain.ts";
+import { bodyOfChunks, generateBodyChunks, type EscapeWork } from "../../../src/proxy/generate-body.ts";
 import { parseRecordingLiterals, type JsonLiteral } from "../../../src/util/json-scan.ts";
 import type { GenerateRequestBody } from "../../../src/proxy/sglang-wire.ts";
+import { initHashing } from "../../../src/util/hash.ts";
+
+beforeAll(() => initHashing());
 
 const concat = (chunks: readonly string[]): string => chunks.join("");
 
@@ -62,6 +68,31 @@ describe("generateBodyChunks", () => {
     parseRecordingLiterals(JSON.stringify({ messages: [{ role: "user", content: long }] }), new Set(["content"]), literals);
     const chunks = generateBodyChunks(body(`<|im_start|>user\n${long}<|im_end|>`), literals);
     expect(chunks).toContain(JSON.stringify(long).slice(1, -1));
+  });
+
+  it("with the turn chain's escaped pieces, the bytes are the same and only the text after them is escaped", () => {
+    const chain = new TurnChainCache({ checkRate: 0 });
+    const profile = { family: "qwen3_vl", templateId: "qwen3vl-instruct" } as const;
+    // Texts that need escaping (quotes, backslashes, controls, line separators) and surrogate pairs.
+    const odd = (n: number) => `say "hi" \\ \t\u0001\u2028 😀 中 ${n} `.repeat(40);
+    const messages: Record<string, unknown>[] = [{ role: "system", content: odd(0) }, { role: "user", content: odd(1) }];
+    let escapedShare = 1;
+    for (let turn = 0; turn < 5; turn++) {
+      const bodyText = JSON.stringify({ model: "m", messages });
+      const prompt = chain.prepare(parseChatBody(bodyText, DEFAULT_LIMITS), bodyText, profile);
+      const work: EscapeWork = { escapedChars: 0 };
+      const b = body(prompt.text);
+      const { text: _, ...rest } = b;
+      expect(concat(generateBodyChunks(b, [], prompt.escapedPrefix ?? null, work))).toBe(JSON.stringify({ text: prompt.text, ...rest }));
+      if (turn >= 1) {
+        expect(prompt.escapedPrefix?.chars).toBeGreaterThan(0);
+        expect(work.escapedChars).toBe(prompt.text.length - prompt.escapedPrefix!.chars);
+      }
+      escapedShare = work.escapedChars / prompt.text.length;
+      messages.push({ role: "assistant", content: odd(10 + turn) }, { role: "user", content: `next ${turn} "q"` });
+    }
+    // The last turn escaped its new question and answer only (~1/6 of the prompt).
+    expect(escapedShare).toBeLessThan(0.25);
   });
 
   it("the fetch body carries the same UTF-8 bytes, as often as it is sent", async () => {
