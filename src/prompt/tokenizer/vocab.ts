@@ -55,11 +55,11 @@ export function pairHash(a: number, b: number): number {
   return (Math.imul(a, 0x9e3779b1) ^ Math.imul(b + 0x7f4a7c15, 0x85ebca6b)) >>> 0;
 }
 
-/** Id of the token whose bytes are exactly buf[start, end), or NO_TOKEN. */
-export function lookupBytes(v: Vocab, buf: Uint8Array, start: number, end: number): number {
+/** Id of the token whose bytes are exactly buf[start, end), or NO_TOKEN. `hash`: hashBytes of them, if the caller has it. */
+export function lookupBytes(v: Vocab, buf: Uint8Array, start: number, end: number, hash = hashBytes(buf, start, end)): number {
   const len = end - start;
   const { bytes, offset, byteTable, byteMask } = v;
-  let slot = hashBytes(buf, start, end) & byteMask;
+  let slot = hash & byteMask;
   for (;;) {
     const id = byteTable[slot]!;
     if (id === NO_TOKEN) return NO_TOKEN;

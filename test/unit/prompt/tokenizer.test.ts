@@ -8,7 +8,8 @@ import { bpe } from "../../../src/prompt/tokenizer/bpe.ts";
 import { IdBuffer } from "../../../src/prompt/tokenizer/id-buffer.ts";
 import { clearTokenizerCaches, getQwenTokenizer, tokenizerCacheStats } from "../../../src/prompt/tokenizer/index.ts";
 import { SegmentCache } from "../../../src/prompt/tokenizer/segment-cache.ts";
-import { decodeVocab } from "../../../src/prompt/tokenizer/vocab.ts";
+import { decodeVocab, hashBytes } from "../../../src/prompt/tokenizer/vocab.ts";
+import { PIECE_MEMO_SLOTS } from "../../../src/prompt/tokenizer/engine.ts";
 import { fuzzCorpus, longTexts, mulberry32 } from "../support/tokenizer-fuzz.ts";
 
 const require = createRequire(import.meta.url);
@@ -97,6 +98,38 @@ describe("differential against the Rust tokenizers binding", () => {
     expect(mismatches(texts, expected, (t) => tok.encode(t))).toEqual([]);
     // Warm pass: every segment now comes from the caches.
     expect(mismatches(texts, expected, (t) => tok.encode(t))).toEqual([]);
+  });
+
+  it("pieces that share a piece-memo slot, alternated, and repeated multi-token pieces encode as the reference does", async () => {
+    // Lower-case pieces of one length grouped by memo slot (engine.ts: FNV hash of the UTF-8 bytes):
+    // each text alternates the pieces of one slot, so a lookup finds the slot held by another piece
+    // of the same length, and repeats each at once, so the memo's held ids (whole tokens and splits
+    // of up to four) answer the repeat.
+    const rand = mulberry32(11);
+    const utf8 = new TextEncoder();
+    const bySlot = new Map<number, string[]>();
+    // Words that are tokens (" " + four letters: the vocabulary's "Ġ" + four letters) and random ones (mostly split).
+    const vocabWords = Object.keys(rust.getVocab(false)).filter((t) => /^Ġ[a-z]{4}$/.test(t)).map((t) => ` ${t.slice(1)}`);
+    const randomWords = Array.from({ length: 20_000 }, () => ` ${Array.from({ length: 4 }, () => "etaoinsqxzjkvw"[Math.floor(rand() * 14)]).join("")}`);
+    for (const w of [...vocabWords, ...randomWords]) {
+      const b = utf8.encode(w);
+      const slot = hashBytes(b, 0, b.length) & (PIECE_MEMO_SLOTS - 1);
+      const list = bySlot.get(slot) ?? [];
+      if (!list.includes(w)) bySlot.set(slot, [...list, w]);
+    }
+    const groups = [...bySlot.values()].filter((g) => g.length >= 2).slice(0, 400);
+    expect(groups.length).toBe(400);
+    // " a a b b a a b b": each piece right after itself (a hit) and after the other (a miss).
+    const texts = groups.map((g) => Array.from({ length: 2 }, () => g.map((w) => w + w).join("")).join(""));
+    const expected = await rustIds(texts);
+    clearTokenizerCaches();
+    const tok = getQwenTokenizer("qwen3_vl");
+    expect(mismatches(texts, expected, (t) => tok.encodeOrdinary(t))).toEqual([]);
+    // Whole tokens and split pieces both among them (the memo's two kinds of entry).
+    const counts = groups.flat().map((w) => tok.encodeOrdinary(w).length);
+    expect(counts.filter((c) => c === 1).length).toBeGreaterThan(100);
+    expect(counts.filter((c) => c === 2).length).toBeGreaterThan(100);
+    expect(counts.filter((c) => c >= 3 && c <= 4).length).toBeGreaterThan(50);
   });
 
   it("long letter runs exercise the heap BPE path", async () => {
