@@ -1,22 +1,22 @@
 #!/usr/bin/env node
 // Where the edge's time goes on one kind of request, through the real handler: starts the bench's
-// edge fleet (bench/lib/edge-fleet.mjs: the bundled Worker in workerd, the real Durable Object, a
-// simulated worker) with workerd's V8 inspector open, sends warm multi-turn requests of the given
-// size, prints edge − direct and the local hop floor, then a CPU profile of the edge isolate
-// (top self-time frames). The sampler inflates JS ~2× and sees no native frames: scripts/perf-edge.mjs
-// shows the runtime's share too. Usage: node scripts/profile-edge.mjs [--tokens 32000] [--n 60] [--stream]
-// [--save profile.cpuprofile] (the raw profile, for DevTools)
-import { execFileSync } from "node:child_process";
+// edge fleet (bench/lib/edge-fleet.mjs: the bundled Worker in workerd, the real Durable Object in a
+// workerd process of its own, a simulated worker) with workerd's V8 inspector open, sends warm
+// multi-turn requests of the given size (--cold: every request a new conversation of that size),
+// prints edge − direct, the local hop floor and each process's CPU per request, then a CPU profile
+// of the edge isolate (top self-time frames). The sampler inflates JS ~2× and sees no native frames:
+// scripts/perf-edge.mjs shows the runtime's share too. Usage: node scripts/profile-edge.mjs
+// [--tokens 32000] [--n 60] [--stream] [--cold] [--save profile.cpuprofile] (the raw profile, for DevTools)
 import { writeFileSync } from "node:fs";
 import { parseArgs } from "node:util";
 import WebSocket from "ws";
 import { startEdgeFleet } from "../bench/lib/edge-fleet.mjs";
-import { processCpuMs } from "../bench/lib/process-cpu.mjs";
+import { nativeWorkerdPid, processCpuPreciseMs } from "../bench/lib/process-cpu.mjs";
 import { selfTimes } from "../bench/lib/profile.mjs";
 import { freshText } from "../bench/lib/corpus.mjs";
 import { rng, summarize } from "../bench/lib/stats.mjs";
 
-const { values: opt } = parseArgs({ options: { tokens: { type: "string", default: "32000" }, n: { type: "string", default: "60" }, stream: { type: "boolean", default: false }, top: { type: "string", default: "40" }, save: { type: "string" } } });
+const { values: opt } = parseArgs({ options: { tokens: { type: "string", default: "32000" }, n: { type: "string", default: "60" }, stream: { type: "boolean", default: false }, cold: { type: "boolean", default: false }, top: { type: "string", default: "40" }, save: { type: "string" } } });
 const TOKENS = Number(opt.tokens);
 const N = Number(opt.n);
 const INSPECTOR = 9300 + Math.floor(Math.random() * 500);
@@ -35,21 +35,6 @@ async function get(url) {
   const r = await fetch(url);
   await r.arrayBuffer();
   return performance.now() - t;
-}
-
-/** utime + stime of the processes whose command line matches `pattern`, in ms (Linux /proc). */
-function cpuMs(pattern) {
-  let pids = [];
-  try {
-    pids = execFileSync("pgrep", ["-f", pattern], { encoding: "utf8" }).trim().split("\n").filter(Boolean);
-  } catch {}
-  let total = 0;
-  for (const pid of pids) {
-    try {
-      total += processCpuMs(pid);
-    } catch {}
-  }
-  return total;
 }
 
 /** A CDP session to the edge's isolate in workerd. */
@@ -73,7 +58,9 @@ function topSelf(profile, top) {
   return { totalMs: total / 1000, rows: frames.slice(0, top).map(([f, us]) => `${(us / 1000).toFixed(1).padStart(8)} ms  ${((100 * us) / total).toFixed(1).padStart(5)} %  ${f}`) };
 }
 
-const fleet = await startEdgeFleet({ limits: { maxMessageChars: 2_000_000, maxTotalChars: 8_000_000 }, inspectorPort: INSPECTOR });
+const fleet = await startEdgeFleet({ limits: { maxMessageChars: 2_000_000, maxTotalChars: 8_000_000 }, inspectorPort: INSPECTOR, splitIndex: true });
+const pids = { edge: nativeWorkerdPid(fleet.edgePid), index: nativeWorkerdPid(fleet.indexPid), worker: fleet.workerPid };
+const cpuMs = (which) => processCpuPreciseMs(pids[which]);
 try {
   const random = rng(0x9f0f);
   const edge = `${fleet.edgeUrl}/v1/chat/completions`;
@@ -83,7 +70,7 @@ try {
   const history = [{ role: "system", content: "You are a careful assistant." }, { role: "user", content: freshText(TOKENS, random) }];
   for (let i = 0; i < 10; i++) await post(edge, body([{ role: "user", content: freshText(2000, random) }]));
   await post(edge, body(history));
-  const turn = () => body([...history, { role: "assistant", content: freshText(80, random) }, { role: "user", content: freshText(40, random) }]);
+  const turn = opt.cold ? () => body([history[0], { role: "user", content: freshText(TOKENS, random) }]) : () => body([...history, { role: "assistant", content: freshText(80, random) }, { role: "user", content: freshText(40, random) }]);
   const hop = { edge: [], direct: [] };
   for (let i = 0; i < 30; i++) {
     hop.edge.push(await get(`${fleet.edgeUrl}/healthz`));
@@ -111,22 +98,22 @@ try {
   for (const t of timings) for (const m of (t ?? "").matchAll(/([\w-]+);dur=([\d.]+)/g)) (stages[m[1]] ??= []).push(Number(m[2]));
   console.log(`server-timing p50: ${Object.entries(stages).map(([k, v]) => `${k} ${summarize(v).p50}`).join(", ")}`);
 
-  // CPU per request of workerd (edge + index object) and of the simulated worker, edge requests only:
-  // steadier than wall time on a shared box.
+  // CPU per request of the edge's workerd, the index's workerd and the simulated worker, edge
+  // requests only: steadier than wall time on a shared box.
   {
-    const w0 = cpuMs("workerd serve");
-    const s0 = cpuMs("sglang-sim/main.ts");
+    const [e0, x0, s0] = [cpuMs("edge"), cpuMs("index"), cpuMs("worker")];
     const t0 = performance.now();
     for (let i = 0; i < N; i++) await post(edge, turn(), admin);
     const wall = (performance.now() - t0) / N;
-    console.log(`edge requests: wall ${wall.toFixed(2)} ms/request; CPU/request: workerd ${((cpuMs("workerd serve") - w0) / N).toFixed(2)} ms, simulated worker ${((cpuMs("sglang-sim/main.ts") - s0) / N).toFixed(2)} ms`);
+    const per = (ms) => (ms / N).toFixed(2);
+    console.log(`edge requests: wall ${wall.toFixed(2)} ms/request; CPU/request: edge workerd ${per(cpuMs("edge") - e0)} ms, index workerd ${per(cpuMs("index") - x0)} ms, simulated worker ${per(cpuMs("worker") - s0)} ms`);
   }
   {
-    const s0 = cpuMs("sglang-sim/main.ts");
+    const s0 = cpuMs("worker");
     const t0 = performance.now();
     for (let i = 0; i < N; i++) await post(direct, turn());
     const wall = (performance.now() - t0) / N;
-    console.log(`direct requests: wall ${wall.toFixed(2)} ms/request; CPU/request: simulated worker ${((cpuMs("sglang-sim/main.ts") - s0) / N).toFixed(2)} ms`);
+    console.log(`direct requests: wall ${wall.toFixed(2)} ms/request; CPU/request: simulated worker ${((cpuMs("worker") - s0) / N).toFixed(2)} ms`);
   }
   const cdp = await inspect(INSPECTOR);
   console.log(`inspector targets: ${cdp.targets.map((t) => t.title ?? t.id).join(", ")}`);
