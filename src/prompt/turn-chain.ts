@@ -512,17 +512,19 @@ export class TurnChainCache {
    * Seeds an entry from a stable prefix computed elsewhere (a stored response, written by the edge
    * itself) and `raw`, the JSON text of its messages as a request's `messages` array holds them
    * (elements joined by commas, no brackets). It is used like any entry: only by a request whose
-   * scope and raw text equal these, and sampled hits are rendered whole and compared.
+   * scope and raw text equal these, and sampled hits are rendered whole and compared. False when
+   * not added (already held, or too large).
    */
-  seed(prefix: StablePrefix, raw: string): void {
+  seed(prefix: StablePrefix, raw: string): boolean {
     const rawEnd = raw.length;
     const key = this.key(xxh3_64(this.encoder.encode(prefix.scope)), prefix.messages, raw, 0, rawEnd);
     const known = this.buckets.get(key)?.some((n) => n.messages === prefix.messages && n.rawEnd === rawEnd && n.scope === prefix.scope && chainOf(n).map((x) => x.raw).join("") === raw);
-    if (known) return;
+    if (known) return false;
     const escaped = escapeJsonText(prefix.text);
     const bytes = nodeBytes(rawEnd, prefix.text.length, escaped.length, prefix.media.length + prefix.dropped.length, prefix.scope.length, 0);
-    if (bytes > this.maxBytes / 4) return;
+    if (bytes > this.maxBytes / 4) return false;
     this.insert({ parent: null, key, scope: prefix.scope, raw, rawEnd, text: prefix.text, messages: prefix.messages, media: prefix.media, dropped: prefix.dropped, images: prefix.images, videos: prefix.videos, escaped, parsed: null, tally: null, holders: 0, bytes });
+    return true;
   }
 
   private insert(node: Node): void {

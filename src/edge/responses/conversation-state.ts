@@ -193,7 +193,8 @@ export function hydrate(state: ConversationState, history: readonly ChatMessage[
     .map((m) => JSON.stringify(m))
     .join(",");
   const turnChain = caches.turnChain ?? sharedTurnChain();
-  turnChain.seed({ scope: state.scope, messages: state.messages, text: state.text, media, dropped: state.dropped, images: state.images, videos: state.videos }, raw);
+  // Already held: this isolate served the conversation, and its prefix cache holds a longer prefix than the stored one.
+  if (!turnChain.seed({ scope: state.scope, messages: state.messages, text: state.text, media, dropped: state.dropped, images: state.images, videos: state.videos }, raw)) return;
   const tokens = state.tokens;
   if (tokens && tokens.blockSize === model.blockSize) (caches.prefixCache ?? sharedPrefixCache()).seed(getQwenTokenizer(model.family), model.blockSize, { text: state.text, count: tokens.count, hashes: tokens.hashes, tailIds: tokens.tailIds });
 }
