@@ -2,11 +2,14 @@
  * Probes of media bytes, by content digest: one probe per digest at a time (callers of the same
  * bytes share it), results cached, and failures that were the media's own fault remembered for
  * FAILED_PROBE_TTL_MS. Probes run in the probe slots (joinable-slots.ts), shared fairly by clients.
+ * Results, failures and flights are kept per client label (cache-partition.ts): another label's
+ * call of the same bytes probes them again.
  */
 import { unlink } from "node:fs/promises";
 import { MediaError } from "../../src/media/errors.ts";
 import type { ProbeResult } from "../../src/media/probe-result.ts";
 import type { Caller } from "./caller.ts";
+import { partitioned } from "./cache-partition.ts";
 import { CancellableFlight, LruCache } from "./concurrency.ts";
 import type { ScanResult } from "./ffprobe-scan.ts";
 import type { JoinableSlots } from "./joinable-slots.ts";
@@ -54,26 +57,27 @@ export class ProbeCache {
     this.failedByDigest = new LruCache(deps.cacheEntries);
   }
 
-  /** Is the probe of these bytes cached (so a call to probeFile reads no file)? */
-  has(digest: string): boolean {
-    return this.byDigest.get(digest) !== undefined;
+  /** Is the probe of these bytes cached for `client` (so its call of probeFile reads no file)? */
+  has(digest: string, client: string | null): boolean {
+    return this.byDigest.get(partitioned(client, digest)) !== undefined;
   }
 
   /**
-   * Probe of a file, deduplicated and cached by digest. A probe still waiting for a slot is dropped
+   * Probe of a file, deduplicated and cached by digest within the caller's label. A probe still waiting for a slot is dropped
    * when every caller of it has gone. `ownedFile`: a temporary file of this call, removed when the
    * probe that reads it ends (not when its caller leaves: another caller may share that probe).
    */
   async probeFile(digest: string, byteLength: number, file: string, caller: Caller, ownedFile = false): Promise<Probed> {
     const { prober, slots, stats } = this.deps;
     const drop = (): void => void (ownedFile && unlink(file).catch(() => {}));
-    const cached = this.byDigest.get(digest);
+    const key = partitioned(caller.client, digest);
+    const cached = this.byDigest.get(key);
     if (cached) {
       stats.cacheHits++;
       drop();
       return { result: cached, cache: "hit" };
     }
-    const failed = this.failedByDigest.get(digest);
+    const failed = this.failedByDigest.get(key);
     if (failed && failed.until > Date.now()) {
       stats.failuresReused++;
       drop();
@@ -83,9 +87,9 @@ export class ProbeCache {
       drop();
       throw new MediaError("unprobeable_media", `Media above ${this.deps.wasmMaxMediaBytes} bytes is not probed by the wasm decoder (memory cap).`);
     }
-    const { promise, shared } = this.flight.do(digest, async (flightSignal, commit) => {
+    const { promise, shared } = this.flight.do(key, async (flightSignal, commit) => {
       const scan = await slots
-        .run(digest, caller.client, flightSignal, () => {
+        .run(key, caller.client, flightSignal, () => {
           // A started probe runs to its end: later callers share it even if every caller leaves.
           commit();
           stats.probes++;
@@ -94,19 +98,19 @@ export class ProbeCache {
         .catch((e: unknown) => {
           // The media's own fault: remembered for its bytes. Not a timeout, which can be this
           // service's load as much as the media (a hostile container fails fast under the memory cap).
-          if (e instanceof MediaError) this.failedByDigest.set(digest, { error: e, until: Date.now() + FAILED_PROBE_TTL_MS });
+          if (e instanceof MediaError) this.failedByDigest.set(key, { error: e, until: Date.now() + FAILED_PROBE_TTL_MS });
           throw e;
         })
         .finally(drop);
       const r = probeResultOf(digest, byteLength, scan, prober.kind);
-      this.byDigest.set(digest, r);
+      this.byDigest.set(key, r);
       return r;
     }, caller.signal);
     if (shared) {
       stats.shared++;
       // The probe reads the first caller's file, not this one; still waiting, it may start in this caller's share.
       drop();
-      slots.join(digest, caller.client, caller.signal);
+      slots.join(key, caller.client, caller.signal);
     }
     return { result: await promise, cache: shared ? "shared" : "miss" };
   }

@@ -2,10 +2,11 @@
  * Downloads of client media URLs into temp files, in the download slots (joinable-slots.ts). The
  * validators and freshness of each URL's last answer are kept, so the next download of it is a
  * conditional request, or none at all while the origin said the bytes stay fresh
- * (http-freshness.ts).
+ * (http-freshness.ts). What is known of a URL is kept per client label (cache-partition.ts).
  */
 import { unlink } from "node:fs/promises";
 import type { SafeFetcher } from "../../src/media/safe-fetch.ts";
+import { partitioned } from "./cache-partition.ts";
 import { LruCache } from "./concurrency.ts";
 import { fieldsAfter304, freshFor, freshnessFieldsOf, type FreshnessFields } from "./http-freshness.ts";
 import type { JoinableSlots } from "./joinable-slots.ts";
@@ -62,10 +63,10 @@ export class UrlDownloads {
     this.byUrl = new LruCache(deps.cacheEntries);
   }
 
-  /** The stored item of `url` while the origin's freshness lasts (no request to it), else null. */
-  reuseFresh(url: string): Stored | null {
+  /** The stored item of `url` while the origin's freshness lasts (no request to it), else null; only what `client`'s calls learnt counts. */
+  reuseFresh(url: string, client: string | null): Stored | null {
     const { store, stats } = this.deps;
-    const known = this.byUrl.get(url);
+    const known = this.byUrl.get(partitioned(client, url));
     if (!known || performance.now() >= known.freshUntil || !store.has(known.digest)) return null;
     stats.fresh++;
     store.use(known.digest);
@@ -73,22 +74,24 @@ export class UrlDownloads {
   }
 
   /** Keeps what was learnt of `url` once its bytes are stored: when they can be reused as they are (fresh) or confirmed by a conditional request. */
-  remember(url: string, entry: UrlEntry): void {
-    if (entry.etag || entry.lastModified || entry.freshUntil > 0) this.byUrl.set(url, entry);
-    else this.byUrl.delete(url);
+  remember(url: string, client: string | null, entry: UrlEntry): void {
+    const key = partitioned(client, url);
+    if (entry.etag || entry.lastModified || entry.freshUntil > 0) this.byUrl.set(key, entry);
+    else this.byUrl.delete(key);
   }
 
-  /** Another caller shares the download of `url`: still waiting for a slot, it may also start in this caller's share. */
+  /** Another caller of the same label shares the download of `url`: still waiting for a slot, it may also start in this caller's share. */
   join(url: string, client: string | null, signal: AbortSignal): void {
-    this.deps.slots.join(url, client, signal);
+    this.deps.slots.join(partitioned(client, url), client, signal);
   }
 
   /** One download of a client URL (conditional when the URL's validators are known): the stored item it confirms, or a spooled file to verify. */
   async download(url: string, client: string | null, signal: AbortSignal): Promise<Fetched> {
     const { slots, store, stats } = this.deps;
-    return slots.run(url, client, signal, async () => {
+    const key = partitioned(client, url);
+    return slots.run(key, client, signal, async () => {
       stats.downloadsPeak = Math.max(stats.downloadsPeak, slots.slots.inUse);
-      const known = this.byUrl.get(url);
+      const known = this.byUrl.get(key);
       const headers: Record<string, string> = {};
       if (known && store.has(known.digest)) {
         if (known.etag) headers["if-none-match"] = known.etag;

@@ -8,6 +8,7 @@ import { NoWorkerAvailableError } from "../../src/api/errors.ts";
 import { MediaError } from "../../src/media/errors.ts";
 import type { StoreResult } from "../../src/media/store-result.ts";
 import type { Caller } from "./caller.ts";
+import { partitioned } from "./cache-partition.ts";
 import { CancellableFlight } from "./concurrency.ts";
 import { imageSizeOf } from "./image-size.ts";
 import type { MediaStore } from "./media-store.ts";
@@ -44,10 +45,10 @@ export class UrlIntake {
   /** The stored item of `url`, fetched and verified as `kind` unless the store holds it fresh. */
   async storeUrl(url: string, kind: MediaKind, caller: Caller): Promise<Stored> {
     const { downloads, store, stats } = this.deps;
-    const fresh = downloads.reuseFresh(url);
+    const fresh = downloads.reuseFresh(url, caller.client);
     if (fresh) return fresh;
-    // One flight per URL and kind: the bytes are verified as that kind before they are stored.
-    const { promise, shared } = this.flight.do(`${kind} ${url}`, async (s) => {
+    // One flight per client label, URL and kind: the bytes are verified as that kind before they are stored.
+    const { promise, shared } = this.flight.do(partitioned(caller.client, `${kind} ${url}`), async (s) => {
       const got = await downloads.download(url, caller.client, s);
       if ("stored" in got) return got.stored;
       const { file, entry } = got.spooled;
@@ -58,7 +59,7 @@ export class UrlIntake {
       } finally {
         await unlink(file).catch(() => {});
       }
-      downloads.remember(url, entry);
+      downloads.remember(url, caller.client, entry);
       return { digest: entry.digest, byteLength: entry.byteLength, cache: "miss", probed };
     }, caller.signal);
     if (shared) {
@@ -80,7 +81,7 @@ export class UrlIntake {
     // (the stored path itself where a link cannot be made, e.g. a store on another file system).
     const own = this.deps.tempPath();
     const linked =
-      !probes.has(stored.digest) &&
+      !probes.has(stored.digest, caller.client) &&
       (await link(f.path, own).then(
         () => true,
         () => false,
