@@ -78,10 +78,27 @@ export interface MediaCaller {
 /** A store URL of `digest` for worker `workerId` only (signed-url.ts). */
 export type MediaSigner = (digest: string, workerId: string) => Promise<string>;
 
-/** Builds the signer for store URLs as workers reach them. */
-export function storeSigner(publicUrl: string, key: Promise<CryptoKey>, ttlSec: number): MediaSigner {
+/** Signed URLs a signer keeps (cleared when full): a conversation's earlier items are not signed again on every turn. */
+const SIGNED_URLS_KEPT = 4096;
+
+/**
+ * Builds the signer for store URLs as workers reach them. A URL signed for a worker is given again
+ * while at least three quarters of its lifetime remain, so the worker always has most of `ttlSec`.
+ */
+export function storeSigner(publicUrl: string, key: Promise<CryptoKey>, ttlSec: number, nowMs: () => number = Date.now): MediaSigner {
   const base = publicUrl.replace(/\/+$/, "");
-  return async (digest, workerId) => base + (await signMediaPath(await key, digest, Math.floor(Date.now() / 1000) + ttlSec, workerId));
+  const signed = new Map<string, { url: string; exp: number }>();
+  return async (digest, workerId) => {
+    const now = Math.floor(nowMs() / 1000);
+    const id = `${workerId}\u0000${digest}`;
+    const kept = signed.get(id);
+    if (kept && kept.exp - now >= (ttlSec * 3) / 4) return kept.url;
+    const exp = now + ttlSec;
+    const url = base + (await signMediaPath(await key, digest, exp, workerId));
+    if (signed.size >= SIGNED_URLS_KEPT) signed.clear();
+    signed.set(id, { url, exp });
+    return url;
+  };
 }
 
 /** True when the request's media must be signed for the worker it goes to (the body differs per worker). */

@@ -189,6 +189,23 @@ describe("edge media verification", () => {
     expect((down as MediaStoreUnavailableError).code).toBe("media_store_unavailable");
   });
 
+  it("a worker's store URL is signed again once a quarter of its lifetime has passed, and reused before (a conversation's earlier items are not signed every turn)", async () => {
+    const key = importMediaUrlKey(KEY);
+    let now = 1_000_000_000_000;
+    const sign = storeSigner(svc.url, key, 60, () => now);
+    const digest = sha(png);
+    const first = await sign(digest, "w1");
+    now += 14_000;
+    expect(await sign(digest, "w1")).toBe(first);
+    expect(await sign(digest, "w2")).not.toBe(first);
+    now += 2_000;
+    const second = await sign(digest, "w1");
+    expect(second).not.toBe(first);
+    const u = new URL(second);
+    // Still valid for the whole lifetime from the moment it was signed again.
+    expect(await verifyMediaUrl(await key, u.pathname, u.searchParams, Math.floor(now / 1000) + 59, 60)).toEqual({ ok: true, digest, workerId: "w1" });
+  });
+
   it("a request with 64 media URLs (the item limit) is verified in full: the edge resolves a few at a time, within its client's share of the store", async () => {
     const sign = storeSigner(svc.url, importMediaUrlKey(KEY), 60);
     const d = deps({ decode: new DecodeClient({ url: svc.url, token: TOKEN }), sign });
