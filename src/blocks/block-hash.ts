@@ -11,7 +11,7 @@
  * with the salt SGLang reports in BlockStoredWithMetadata.
  */
 import { xxh3_64 } from "../util/hash.ts";
-import { XXH3_WORDS_MAX, XXH3_WORDS_MIN, xxh3Keys, xxh3Words } from "./xxh3-words.ts";
+import { XXH3_WORDS_MAX, XXH3_WORDS_MIN, xxh3Flips16, xxh3Keys, xxh3Of16Bytes, xxh3Words } from "./xxh3-words.ts";
 
 export const LOCAL_HASH_SEED = 1337n;
 
@@ -109,15 +109,22 @@ export function localBlockHash(blockTokens: ArrayLike<number>): bigint {
   return xxh3_64(buf, LOCAL_HASH_SEED);
 }
 
-const nsBuf = new Uint8Array(16);
-const nsView = new DataView(nsBuf.buffer);
+const nsView = new DataView(new ArrayBuffer(16));
+const nsOut = new Uint32Array(2);
 
-/** A plain local hash moved into namespace `ns` (unchanged for null). Requires initHashing(). */
+/**
+ * A plain local hash moved into namespace `ns` (unchanged for null): XXH3-64 of the 16 bytes by
+ * xxh3Of16Bytes (hash-wasm's per-call cost was most of a cold 32k request's namespacing).
+ */
 export function namespacedLocalHash(plain: bigint, ns: NamespaceTag): bigint {
   if (ns === null) return plain;
-  nsBuf.set(ns, 0);
-  nsView.setBigUint64(8, plain, true);
-  return xxh3_64(nsBuf, LOCAL_HASH_SEED);
+  const v = nsView;
+  for (let i = 0; i < 8; i++) v.setUint8(i, ns[i]!);
+  v.setBigUint64(8, plain, true);
+  xxh3Of16Bytes(v.getUint32(0, true), v.getUint32(4, true), v.getUint32(8, true), v.getUint32(12, true), xxh3Flips16(LOCAL_HASH_SEED), nsOut, 0);
+  v.setUint32(0, nsOut[0]!, true);
+  v.setUint32(4, nsOut[1]!, true);
+  return v.getBigUint64(0, true);
 }
 
 export function namespacedLocalHashes(plain: readonly bigint[], ns: NamespaceTag): bigint[] {

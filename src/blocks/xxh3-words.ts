@@ -99,6 +99,59 @@ function mix(words: ArrayLike<number>, w: number, keys: Xxh3Keys, lane: number):
   addMulFold((words[w + 1]! ^ keys[k + 1]!) >>> 0, (words[w]! ^ keys[k]!) >>> 0, (words[w + 3]! ^ keys[k + 3]!) >>> 0, (words[w + 2]! ^ keys[k + 2]!) >>> 0);
 }
 
+/** avalanche(acc) (h ^= h >> 37, h ·= PRIME_MX1, h ^= h >> 32) to `out` at `at` as [low, high]. */
+function avalancheTo(out: Uint32Array, at: number): void {
+  let lo = (accLo ^ (accHi >>> 5)) >>> 0;
+  const hi = accHi;
+  mul32(lo, PRIME_MX1_LO);
+  const pHi = (mulHi + Math.imul(lo, PRIME_MX1_HI) + Math.imul(hi, PRIME_MX1_LO)) >>> 0;
+  lo = mulLo;
+  out[at] = (lo ^ pHi) >>> 0;
+  out[at + 1] = pHi;
+}
+
+/** The two bitflips of XXH3's 9–16-byte path for a seed: [flip1 lo, flip1 hi, flip2 lo, flip2 hi]. */
+export type Xxh3Flips16 = Uint32Array;
+
+const flipsBySeed = new Map<bigint, Xxh3Flips16>();
+
+export function xxh3Flips16(seed: bigint): Xxh3Flips16 {
+  let flips = flipsBySeed.get(seed);
+  if (flips) return flips;
+  const mask = (1n << 64n) - 1n;
+  const s = BigInt.asUintN(64, seed);
+  const word64 = (byte: number) => (BigInt(SECRET_WORDS[byte / 4 + 1]!) << 32n) | BigInt(SECRET_WORDS[byte / 4]!);
+  const flip1 = ((word64(24) ^ word64(32)) + s) & mask;
+  const flip2 = ((word64(40) ^ word64(48)) - s) & mask;
+  flips = Uint32Array.of(Number(flip1 & 0xffffffffn), Number(flip1 >> 32n), Number(flip2 & 0xffffffffn), Number(flip2 >> 32n));
+  flipsBySeed.set(seed, flips);
+  return flips;
+}
+
+/** A 32-bit word with its bytes reversed. */
+function bswap32(x: number): number {
+  return ((x >>> 24) | ((x >>> 8) & 0xff00) | ((x & 0xff00) << 8) | (x << 24)) >>> 0;
+}
+
+/**
+ * XXH3-64 of exactly 16 bytes given as four little-endian words w0…w3 (XXH3_len_9to16_64b, xxHash ≥
+ * 0.8.1: input_lo = first 8 bytes ^ flip1, input_hi = last 8 bytes ^ flip2, acc = len +
+ * bswap64(input_lo) + input_hi + fold(input_lo · input_hi), then the avalanche); the result goes to
+ * `out` at `at` as [low 32 bits, high 32 bits]. A namespaced block hash hashes 16 bytes.
+ */
+export function xxh3Of16Bytes(w0: number, w1: number, w2: number, w3: number, flips: Xxh3Flips16, out: Uint32Array, at: number): void {
+  const loLo = (w0 ^ flips[0]!) >>> 0;
+  const loHi = (w1 ^ flips[1]!) >>> 0;
+  const hiLo = (w2 ^ flips[2]!) >>> 0;
+  const hiHi = (w3 ^ flips[3]!) >>> 0;
+  // 16 + bswap64(input_lo) + input_hi; bswap64 of (hi:lo) is (bswap32(lo):bswap32(hi)).
+  const lo = 16 + bswap32(loHi) + hiLo;
+  accLo = lo >>> 0;
+  accHi = (bswap32(loLo) + hiHi + (lo - accLo) / 4294967296) >>> 0;
+  addMulFold(loHi, loLo, hiHi, hiLo);
+  avalancheTo(out, at);
+}
+
 /**
  * XXH3-64 of words[start, start + count) read as little-endian bytes, count in [5, 32]; the result
  * goes to `out` at `at` as [low 32 bits, high 32 bits].
@@ -123,12 +176,5 @@ export function xxh3Words(words: ArrayLike<number>, start: number, count: number
   }
   mix(words, start, keys, 0);
   mix(words, end - 4, keys, 1);
-  // avalanche
-  let lo = (accLo ^ (accHi >>> 5)) >>> 0;
-  const hi = accHi;
-  mul32(lo, PRIME_MX1_LO);
-  const pHi = (mulHi + Math.imul(lo, PRIME_MX1_HI) + Math.imul(hi, PRIME_MX1_LO)) >>> 0;
-  lo = mulLo;
-  out[at] = (lo ^ pHi) >>> 0;
-  out[at + 1] = pHi;
+  avalancheTo(out, at);
 }

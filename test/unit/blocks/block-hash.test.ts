@@ -4,8 +4,8 @@
  */
 import fc from "fast-check";
 import { beforeAll, describe, expect, it } from "vitest";
-import { localBlockHash, localBlockHashes, localBlockHashesOfParts, namespacedLocalHash, namespacedLocalHashes, namespaceTag } from "../../../src/blocks/block-hash.ts";
-import { initHashing } from "../../../src/util/hash.ts";
+import { LOCAL_HASH_SEED, localBlockHash, localBlockHashes, localBlockHashesOfParts, namespacedLocalHash, namespacedLocalHashes, namespaceTag } from "../../../src/blocks/block-hash.ts";
+import { initHashing, xxh3_64 } from "../../../src/util/hash.ts";
 
 beforeAll(() => initHashing());
 
@@ -39,5 +39,18 @@ describe("local block hashes", () => {
     );
     expect(namespaceTag(null)).toBeNull();
     expect(namespacedLocalHashes(localBlockHashes([1, 2, 3, 4], 4), null)).toEqual(localBlockHashes([1, 2, 3, 4], 4));
+  });
+
+  it("a namespaced hash is hash-wasm's XXH3-64 (seed 1337) of the namespace tag and the plain hash (u64 LE)", () => {
+    fc.assert(
+      fc.property(fc.bigInt({ min: 0n, max: 2n ** 64n - 1n }), fc.string({ maxLength: 20 }), (plain, name) => {
+        const tag = namespaceTag(name)!;
+        const bytes = new Uint8Array(16);
+        bytes.set(tag, 0);
+        new DataView(bytes.buffer).setBigUint64(8, plain, true);
+        expect(namespacedLocalHash(plain, tag)).toBe(xxh3_64(bytes, LOCAL_HASH_SEED));
+      }),
+      { numRuns: 2000 },
+    );
   });
 });

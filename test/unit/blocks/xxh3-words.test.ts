@@ -7,7 +7,7 @@ import fc from "fast-check";
 import { createXXHash3 } from "hash-wasm";
 import { beforeAll, describe, expect, it } from "vitest";
 import { localBlockHashes } from "../../../src/blocks/block-hash.ts";
-import { XXH3_WORDS_MAX, XXH3_WORDS_MIN, xxh3Keys, xxh3Words } from "../../../src/blocks/xxh3-words.ts";
+import { XXH3_WORDS_MAX, XXH3_WORDS_MIN, xxh3Flips16, xxh3Keys, xxh3Of16Bytes, xxh3Words } from "../../../src/blocks/xxh3-words.ts";
 import { initHashing, xxh3_64 } from "../../../src/util/hash.ts";
 
 beforeAll(() => initHashing());
@@ -44,6 +44,27 @@ describe("xxh3Words", () => {
       h.init();
       h.update(bytesOf(words));
       expect(ours(words, seed)).toBe(BigInt(`0x${h.digest("hex")}`));
+    }
+  });
+
+  it("xxh3Of16Bytes equals hash-wasm's XXH3-64 of the 16 bytes, seeds 0, 1337 and random 64-bit ones", async () => {
+    const of16 = (w: readonly number[], seed: bigint): bigint => {
+      const out = new Uint32Array(2);
+      xxh3Of16Bytes(w[0]!, w[1]!, w[2]!, w[3]!, xxh3Flips16(seed), out, 0);
+      return (BigInt(out[1]!) << 32n) | BigInt(out[0]!);
+    };
+    const four = fc.array(word, { minLength: 4, maxLength: 4 });
+    fc.assert(
+      fc.property(four, fc.constantFrom(0n, 1337n), (w, seed) => {
+        expect(of16(w, seed)).toBe(xxh3_64(bytesOf(w), seed));
+      }),
+      { numRuns: 3000, seed: 16 },
+    );
+    for (const [w, seed] of fc.sample(fc.tuple(four, fc.bigInt({ min: 0n, max: 2n ** 64n - 1n })), { numRuns: 300, seed: 17 })) {
+      const h = await createXXHash3(Number(seed & 0xffffffffn), Number(seed >> 32n));
+      h.init();
+      h.update(bytesOf(w));
+      expect(of16(w, seed)).toBe(BigInt(`0x${h.digest("hex")}`));
     }
   });
 
