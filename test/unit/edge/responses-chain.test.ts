@@ -4,7 +4,8 @@
  * cache) seeded only from the stored records' prompt pieces, yields exactly the full path's prompt
  * text, media parts, token ids and block hashes on all three templates (text, tools with an agent
  * loop, an image, reasoning), while the template renders and the tokenizer encodes only about the
- * last turn: the work stays flat as the history grows. A tampered stored text is caught by the
+ * last turn: the work stays flat as the history grows. A 100k-token conversation's records each
+ * stay within the 1 MiB cap and together linear in its size. A tampered stored text is caught by the
  * sampled full render (logged, dropped, answered with the full result).
  */
 import { beforeAll, describe, expect, it } from "vitest";
@@ -13,6 +14,7 @@ import { inputToMessages, ResponseCreateSchema, toChatRequest, type ChatMessage,
 import { localBlockHashes } from "../../../src/blocks/block-hash.ts";
 import { ModelConfigSchema, type ModelConfig } from "../../../src/config/config.ts";
 import { parseChatBody } from "../../../src/edge/chat/parse.ts";
+import { MAX_STORED_RECORD_BYTES } from "../../../src/edge/responses/stored-response.ts";
 import { assembleState, hydrate, nextPiece, PromptPieceSchema, type PromptPiece } from "../../../src/edge/responses/conversation-state.ts";
 import { preparePrompt } from "../../../src/prompt/index.ts";
 import { PrefixCache } from "../../../src/prompt/prefix-cache.ts";
@@ -48,6 +50,13 @@ const TURNS: Turn[] = [
   { input: [{ role: "user", content: `And in one line? ${words(8, 40)}` }], output: [say("One line.")] },
 ];
 
+/** The item without its image parts. */
+function withoutImages(item: unknown): unknown {
+  const content = (item as { content?: unknown }).content;
+  if (!Array.isArray(content)) return item;
+  return { ...(item as object), content: content.filter((p: { type?: string }) => p.type !== "input_image") };
+}
+
 interface Stored {
   messages: ChatMessage[];
   prompt: PromptPiece | null;
@@ -55,15 +64,18 @@ interface Stored {
 
 /**
  * Runs the conversation as the handler does, each turn in a fresh isolate: the history and prompt
- * state come only from the stored records (JSON round trip). `withImage: false` drops the image.
+ * state come only from the stored records (JSON round trip). `withImage: false` drops the image;
+ * `compare: false` skips the full path (the caches' own results are checked by the other tests).
  */
-function converse(model: ModelConfig, opts: { withImage: boolean; checkRate: number; tamper?: boolean }) {
+function converse(model: ModelConfig, opts: { withImage: boolean; checkRate: number; tamper?: boolean; turns?: Turn[]; compare?: boolean }) {
   const profile = { family: model.family, templateId: model.templateId };
   const tok = getQwenTokenizer(model.family);
   const records: Stored[] = [];
+  /** Each record's stored size (its messages and prompt piece as JSON). */
+  const recordBytes: number[] = [];
   const perTurn: { rendered: number; encoded: number; reusedTokens: number; tokens: number; promptChars: number; reusedMessages: number; mismatches: number; seeded: { messages: number; chars: number; media: number; tokens: number | null } | null }[] = [];
-  for (const [i, turn] of TURNS.entries()) {
-    const input = opts.withImage ? turn.input : turn.input.map((item) => (i === 0 ? { role: "user", content: `Look at this. ${words(1, 200)}` } : item));
+  for (const [i, turn] of (opts.turns ?? TURNS).entries()) {
+    const input = opts.withImage ? turn.input : turn.input.map(withoutImages);
     const req = ResponseCreateSchema.parse({ model: model.id, instructions: INSTRUCTIONS, input, tools: TOOLS });
     const history = records.flatMap((r) => r.messages);
     const state = assembleState(records.map((r) => (r.prompt === null ? null : PromptPieceSchema.parse(r.prompt))));
@@ -84,8 +96,8 @@ function converse(model: ModelConfig, opts: { withImage: boolean; checkRate: num
     const rendered = turnChain.renderedChars - renderedBefore;
     const encoded = prefixCache.encode(tok, prompt.text, model.blockSize);
 
-    const full = preparePrompt(chatReq, profile);
-    const ids = tok.encode(full.text);
+    const full = opts.compare === false ? prompt : preparePrompt(chatReq, profile);
+    const ids = opts.compare === false ? encoded.tokens() : tok.encode(full.text);
     expect(prompt.text, `turn ${i}`).toBe(full.text);
     expect(prompt.mediaParts).toEqual(full.mediaParts);
     expect(prompt.droppedParts).toEqual(full.droppedParts);
@@ -107,10 +119,10 @@ function converse(model: ModelConfig, opts: { withImage: boolean; checkRate: num
     const stable = turnChain.stableOf(body, profile);
     const prompt_ = stable === null ? null : nextPiece(state, stable, INSTRUCTIONS, model);
     const output = inputToMessages(ResponseCreateSchema.parse({ model: model.id, input: turn.output }).input as InputItem[]);
-    if (process.env.KVEDGE_TEST_LOG) console.log(model.templateId, opts, perTurn.at(-1));
     records.push(JSON.parse(JSON.stringify({ messages: [...inputMessages, ...output], prompt: prompt_ })) as Stored);
+    recordBytes.push(new TextEncoder().encode(JSON.stringify(records.at(-1))).byteLength);
   }
-  return { perTurn, records };
+  return { perTurn, records, recordBytes };
 }
 
 describe("stored conversations continue in a fresh isolate from their stored prompt state", () => {
@@ -152,6 +164,22 @@ describe("stored conversations continue in a fresh isolate from their stored pro
     const last = perTurn.at(-1)!;
     expect(last.promptChars - last.seeded!.chars).toBeLessThan(0.25 * last.promptChars);
     expect(last.rendered).toBeLessThan(0.6 * last.promptChars);
+  });
+
+  it("a 100k-token conversation: every record within the 1 MiB cap, all of them together linear in the conversation", () => {
+    // A ~65k-token document first (its rendering and blocks go into the next record's piece), then growing turns.
+    const doc: Turn = { input: [{ role: "user", content: `Read this. ${words(11, 16_500)}` }], output: [say(words(12, 100))] };
+    const more = Array.from({ length: 8 }, (_, k): Turn => ({ input: [{ role: "user", content: `Part ${k}. ${words(20 + k, 1_000)}` }], output: [say(words(40 + k, 200))] }));
+    const { perTurn, records, recordBytes } = converse(MODELS[1]!, { withImage: false, checkRate: 0, turns: [doc, ...more], compare: false });
+    const last = perTurn.at(-1)!;
+    expect(last.tokens).toBeGreaterThan(100_000);
+    for (const [i, bytes] of recordBytes.entries()) expect(bytes, `record ${i}`).toBeLessThan(MAX_STORED_RECORD_BYTES);
+    // Each turn's text is kept about twice (its messages, then its rendering in the next record) plus 8 bytes a block (base64):
+    // linear, where whole-conversation records would hold the document in every one of the nine.
+    const total = recordBytes.reduce((a, b) => a + b, 0);
+    expect(total).toBeLessThan(3 * last.promptChars);
+    expect(records.at(-1)!.prompt!.tokens).not.toBeNull();
+    expect(last.reusedTokens).toBe(last.seeded!.tokens);
   });
 
   it("a stored text that differs from the render is caught by the sampled full render: logged, dropped, the full prompt used", () => {
