@@ -23,6 +23,7 @@ import { ROOT } from "../lib/workerd.mjs";
 import { nativeWorkerdPid, processCpuPreciseMs } from "../lib/process-cpu.mjs";
 import { HISTORY_BINS, runConversations } from "../edge/conversations.mjs";
 import { promptStageFigures } from "../edge/prompt-stage.mjs";
+import { coldStageFigures } from "../edge/cold-stage.mjs";
 
 const MODEL = "Qwen/Qwen3-VL-8B-Instruct";
 const SYSTEM = "You are a careful assistant. Answer from the provided material, cite the section you used, and say so when the material does not contain the answer.";
@@ -258,6 +259,7 @@ export default {
 
     // The same per-turn work in this process, stage by stage (workerd has no clock inside a request).
     const stages = await promptStageFigures({ sizes: ctx.tiny ? [8000] : [32_000, 100_000], turns: ctx.tiny ? 3 : ctx.quick ? 20 : 60, fresh });
+    const cold = await coldStageFigures({ tokens: ctx.tiny ? 8000 : 32_000, n: ctx.tiny ? 3 : ctx.quick ? 20 : 60, fresh });
 
     const fmt = (x) => x.toFixed(1);
     const summary = Object.entries(results).map(([k, r]) => {
@@ -318,6 +320,13 @@ export default {
         pass: null,
       });
     }
+    summary.push({
+      metric: `cold request's stages in process (Node, ${cold.promptTokens} tok, CPU p50): parse+validate / render / tokens+hashes / namespace / worker body [sum]`,
+      value: `${[cold.parse, cold.render, cold.tokensAndHashes, cold.namespace, cold.body].map((x) => x.toFixed(2)).join(" / ")} [${cold.total.toFixed(2)}]`,
+      unit: "ms",
+      goal: "",
+      pass: null,
+    });
     summary.push({ metric: "first chat request through the edge (1k text; the isolate had served only health and admin requests, the worker was warm) [edge stages before upstream]", value: `${fmt(firstMs)} [${firstStages["kvedge-route"] ?? "–"}]`, unit: "ms", goal: "", pass: null });
     summary.push({ metric: "the simulated worker's own first chat request (reference: its cold start)", value: fmt(workerFirst.total), unit: "ms", goal: "", pass: null });
     const hopFloor = { edgeHealthzP50: summarize(hop.edge).p50, workerHealthP50: summarize(hop.worker).p50 };
@@ -333,6 +342,6 @@ export default {
       ]),
     });
     await fleet.stop();
-    return { summary, details: { conversations, stages, firstRequestMs: firstMs, firstRequestStages: firstStages, workerFirstRequestMs: workerFirst.total, hopFloor, cases: results, worker: "services/sglang-sim, timing instant" }, plots: [{ file: "edge.svg", svg: plot }] };
+    return { summary, details: { conversations, stages, coldStages: cold, firstRequestMs: firstMs, firstRequestStages: firstStages, workerFirstRequestMs: workerFirst.total, hopFloor, cases: results, worker: "services/sglang-sim, timing instant" }, plots: [{ file: "edge.svg", svg: plot }] };
   },
 };
