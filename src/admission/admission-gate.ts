@@ -7,7 +7,7 @@
  * queue's order gives it, routed to that worker. Runtime-free: the pool and the timer are injected.
  */
 import { AdmissionQueue, type QueuedEntry } from "./admission-queue.ts";
-import { BAND_COUNT, BAND_NAMES } from "./bands.ts";
+import { BAND_COUNT, BAND_NAMES, bandWaitMs, type BandWaits } from "./bands.ts";
 import { MAX_TENANTS_SHOWN, type AdmissionSnapshot } from "../metrics/admission-snapshot.ts";
 import { DrainRate } from "./drain-rate.ts";
 import { TenantLedger } from "./tenant-ledger.ts";
@@ -21,8 +21,8 @@ export interface AdmissionLimits {
   enabled: boolean;
   /** Requests waiting at most; past it the newcomer (or a lower band's newest) gets 429. */
   maxQueue: number;
-  /** Longest a request waits before it gets 429. */
-  maxWaitMs: number;
+  /** Longest a request waits before it gets 429: for every band, or per band. */
+  maxWaitMs: BandWaits;
   /** Every this long of waiting moves a request one band up. */
   agingMs: number;
 }
@@ -36,7 +36,7 @@ export interface AdmissionTicket {
   tenant: string;
   /** Output tokens the request may produce (its max_tokens, or the edge's cap). */
   decodeBudget: number;
-  /** The longest this request may wait (ms), below the pool's maxWaitMs. */
+  /** The longest this request may wait (ms), below the pool's maxWaitMs for its band. */
   maxWaitMs?: number;
 }
 
@@ -123,7 +123,7 @@ export class AdmissionGate<R, D> {
       return { kind: "routed", decision: d, waitedMs: 0 };
     }
     const cost = this.#pool.uncachedTokens(req) + Math.max(0, t.decodeBudget);
-    const wait = Math.min(this.#cfg.maxWaitMs, t.maxWaitMs ?? Infinity);
+    const wait = Math.min(bandWaitMs(this.#cfg.maxWaitMs, band), t.maxWaitMs ?? Infinity);
     if (wait <= 0) return this.#refuse(band, "queue_full", now);
     return new Promise<AdmitOutcome<D>>((resolve) => {
       const added = this.#queue.add({ ticket: t.ticket, band, tenant: t.tenant, cost, enqueuedAt: now, deadline: now + wait, payload: { req, resolve } });
@@ -199,7 +199,7 @@ export class AdmissionGate<R, D> {
 
   #refuse(band: number, reason: RefusalReason, now: number): AdmitOutcome<D> {
     this.#stats.refused(band, reason);
-    const retryAfterSeconds = this.#drain.retryAfterSeconds(now, this.#queue.size, Math.ceil(this.#cfg.maxWaitMs / 1000));
+    const retryAfterSeconds = this.#drain.retryAfterSeconds(now, this.#queue.size, Math.ceil(bandWaitMs(this.#cfg.maxWaitMs, band) / 1000));
     return { kind: "refused", reason, retryAfterSeconds };
   }
 

@@ -33,3 +33,11 @@ export function bandOf(r: BandInput): number {
   const asked = asks.length > 0 ? Math.max(...asks) : BAND_DEFAULT;
   return asked === BAND_PRIORITY && !r.priorityAllowed ? BAND_DEFAULT : asked;
 }
+
+/** Longest waits: one for every band, or one per band. */
+export type BandWaits = number | Readonly<Record<BandName, number>>;
+
+/** The longest a request of `band` waits before it is refused. */
+export function bandWaitMs(waits: BandWaits, band: number): number {
+  return typeof waits === "number" ? waits : waits[BAND_NAMES[Math.min(BAND_COUNT - 1, Math.max(0, band))]!];
+}

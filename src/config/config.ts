@@ -74,6 +74,15 @@ export const DEFAULT_MODELS: ModelConfig[] = [
   { id: "Qwen/Qwen3-VL-8B-Instruct", family: "qwen3_vl", templateId: "qwen3vl-instruct", blockSize: 16, ownedBy: "kvedge", allowAutoTruncate: false, loraAdapters: [] },
 ];
 
+const WaitMsSchema = z.number().int().min(0).max(600_000);
+/** The admission wait's defaults per band (bench/suites/admission.mjs measures them). */
+export const DEFAULT_BAND_WAITS = { priority: 1_000, default: 1_000, flex: 8_000 } as const;
+const BandWaitsSchema = z.strictObject({
+  priority: WaitMsSchema.default(DEFAULT_BAND_WAITS.priority),
+  default: WaitMsSchema.default(DEFAULT_BAND_WAITS.default),
+  flex: WaitMsSchema.default(DEFAULT_BAND_WAITS.flex),
+});
+
 /**
  * `KVEDGE_ROUTING.admission`: when every worker of a pool is at its load bound, requests wait in the
  * pool's object (src/admission/admission-gate.ts) instead of piling into the workers' own queues.
@@ -89,8 +98,12 @@ export const AdmissionConfigSchema = z.strictObject({
   workerTokens: z.number().int().min(1).max(2 ** 30).optional(),
   /** Requests waiting in one pool object at most; past it the newcomer (or a lower band's newest) gets 429. */
   maxQueue: z.number().int().min(0).max(100_000).default(1024),
-  /** Longest a request waits before it gets 429. */
-  maxWaitMs: z.number().int().min(0).max(600_000).default(30_000),
+  /**
+   * Longest a request waits before it gets 429, per band (bands.ts); one number sets every band.
+   * Short for the interactive bands, where a request served seconds late has missed its user (a
+   * 429 with Retry-After lets the client retry or go elsewhere), long for flex, which asks to wait.
+   */
+  maxWaitMs: z.union([WaitMsSchema, BandWaitsSchema]).default(DEFAULT_BAND_WAITS),
   /** Every this long of waiting moves a request one band up (no band waits for ever). */
   agingMs: z.number().int().min(100).max(600_000).default(10_000),
   /** Whether any caller may ask for the priority band (service_tier "priority", priority > 0); else operator keys only. */

@@ -18,7 +18,7 @@ const BS = 16;
 async function worker(id: string, kvCapacityTokens: number) {
   const stub = env.ROUTING_INDEX.getByName(POOL);
   const res = await stub.fetch(
-    relayConnectRequest({ workerId: id, nonce: crypto.randomUUID(), expiresAt: Math.floor(Date.now() / 1000) + 60, keyId: "k", url: `https://${id}.invalid`, pool: POOL, shard: 0, blockSize: BS }),
+    relayConnectRequest({ workerId: id, nonce: crypto.randomUUID(), expiresAt: Math.floor(Date.now() / 1000) + 60, keyId: "k", url: `https://${id}.invalid`, pool: POOL, shard: 0, blockSize: BS, dpSize: 1, storageGroup: null }),
   );
   expect(res.status).toBe(101);
   const ws = res.webSocket!;
@@ -39,7 +39,8 @@ function request(seed: number, maxWaitMs?: number) {
     req: {
       localHashes: BigUint64Array.from(localBlockHashes(tokens, BS)),
       isl: tokens.length,
-      admission: { ticket, band: 1, tenant: "t", decodeBudget: 16, ...(maxWaitMs !== undefined ? { maxWaitMs } : {}) },
+      // Flex: the band with the longest default wait (8 s), so a slow settle on a loaded machine stays inside it.
+      admission: { ticket, band: 2, tenant: "t", decodeBudget: 16, ...(maxWaitMs !== undefined ? { maxWaitMs } : {}) },
     },
   };
 }

@@ -218,6 +218,34 @@ describe("admission queue", () => {
     expect(core.admissionSnapshot().bands[BAND_DEFAULT]!.refused.deadline).toBe(2);
   });
 
+  it("with no config: priority and default wait 1 s, flex 8 s (below agingMs, so flex never ages into the interactive band); Retry-After falls back to the band's wait", async () => {
+    expect(AdmissionConfigSchema.parse({}).maxWaitMs).toEqual({ priority: 1_000, default: 1_000, flex: 8_000 });
+    expect(AdmissionConfigSchema.parse({}).agingMs).toBeGreaterThan(8_000);
+    const { core, clock } = pool({ workers: ["a"], capacityTokens: 40 });
+    admit(core, prompt(0), ticket());
+    const priority = admit(core, prompt(1), ticket({ band: BAND_PRIORITY }));
+    const interactive = admit(core, prompt(2), ticket());
+    const flex = admit(core, prompt(3), ticket({ band: BAND_FLEX }));
+    clock.advance(999);
+    await flush();
+    expect([priority.outcome, interactive.outcome, flex.outcome]).toEqual([null, null, null]);
+    clock.advance(1);
+    await flush();
+    expect(priority.outcome).toMatchObject({ kind: "refused", reason: "deadline", retryAfterSeconds: 1 });
+    expect(interactive.outcome).toMatchObject({ kind: "refused", reason: "deadline", retryAfterSeconds: 1 });
+    expect(flex.outcome).toBeNull();
+    clock.advance(7_000);
+    await flush();
+    expect(flex.outcome).toMatchObject({ kind: "refused", reason: "deadline", retryAfterSeconds: 8 });
+  });
+
+  it("maxWaitMs as one number sets every band; an object names the bands it changes", () => {
+    expect(AdmissionConfigSchema.parse({ maxWaitMs: 30_000 }).maxWaitMs).toBe(30_000);
+    expect(AdmissionConfigSchema.parse({ maxWaitMs: { flex: 60_000 } }).maxWaitMs).toEqual({ priority: 1_000, default: 1_000, flex: 60_000 });
+    expect(AdmissionConfigSchema.safeParse({ maxWaitMs: { batch: 1 } }).success).toBe(false);
+    expect(AdmissionConfigSchema.safeParse({ maxWaitMs: { default: -1 } }).success).toBe(false);
+  });
+
   it("refuses past the queue bound; a higher band takes the newest lower-band place", async () => {
     const { core } = pool({ workers: ["a"], capacityTokens: 40, admission: { maxQueue: 2 } });
     admit(core, prompt(0), ticket());
