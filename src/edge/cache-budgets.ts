@@ -1,6 +1,6 @@
 /**
  * Every cache the edge keeps per isolate, with its byte budget and eviction policy, in one place
- * (docs/reliability.md "Edge memory"). An isolate has 128 MB; these budgets add up to ~51 MiB of
+ * (docs/reliability.md "Edge memory"). An isolate has 128 MB; these budgets add up to ~60 MiB of
  * estimated bytes, leaving the rest to the tokenizer's BPE table (~25 MB, fixed), the code and the
  * requests in flight. Small caches bounded by configuration (one entry per configured model: the
  * pool profile in chat/pool-profile-cache.ts, the parsed config in functions/index.ts, per-template parse results) are
@@ -10,6 +10,8 @@ import { layoutMemoStats, MEMO_MAX_BYTES } from "../layout/layout.ts";
 import { sharedPrefixCache } from "../prompt/prefix-cache.ts";
 import { MODEL_FAMILIES, tokenizerCacheStats } from "../prompt/tokenizer/index.ts";
 import { sharedTurnChain } from "../prompt/turn-chain.ts";
+import { mediaMemoStats } from "./chat/media-deps.ts";
+import { routedItemStats } from "./chat/routed-items.ts";
 
 export interface CacheBudget {
   name: string;
@@ -25,6 +27,8 @@ export function edgeCacheBudgets(): CacheBudget[] {
   const tok = tokenizerCacheStats();
   const memo = layoutMemoStats();
   const turns = sharedTurnChain().stats();
+  const media = mediaMemoStats();
+  const routed = routedItemStats();
   return [
     { name: "prompt_prefix", bytes: prefix.bytes, maxBytes: prefix.maxBytes, entries: prefix.entries, policy: "LRU by prefix; tokens and bytes bounded" },
     { name: "token_segments", bytes: tok.segments.bytes, maxBytes: tok.segments.maxBytes, entries: tok.segments.entries, policy: "LRU; characters and bytes bounded" },
@@ -33,5 +37,8 @@ export function edgeCacheBudgets(): CacheBudget[] {
     { name: "layout_memo", bytes: memo.bytes, maxBytes: MEMO_MAX_BYTES * MODEL_FAMILIES.length, entries: memo.entries, policy: "cleared when full" },
     // Rendered text of conversations' earlier turns, keyed by their messages' raw JSON (prompt/turn-chain.ts).
     { name: "turn_chain", bytes: turns.bytes, maxBytes: turns.maxBytes, entries: turns.entries, policy: "LRU by conversation prefix; bytes bounded" },
+    // Media items verified for earlier turns, per client and namespace (edge/media-memo.ts), and their layouts (chat/routed-items.ts).
+    { name: "media_items", bytes: media.bytes, maxBytes: media.maxBytes, entries: media.entries, policy: "LRU; bytes bounded" },
+    { name: "media_layouts", bytes: routed.bytes, maxBytes: routed.maxBytes, entries: routed.entries, policy: "LRU; bytes bounded" },
   ];
 }

@@ -7,7 +7,7 @@ import { DecodeClient } from "../../media/decode-client.ts";
 import { SafeFetcher } from "../../media/safe-fetch.ts";
 import { importMediaUrlKey } from "../../media/signed-url.ts";
 import { storeSigner, type MediaDeps } from "../media.ts";
-import { MediaMemo } from "../media-memo.ts";
+import { DEFAULT_MEDIA_MEMO_BYTES, MediaMemo, type MediaMemoStats } from "../media-memo.ts";
 
 /** Outbound HTTP as the Worker makes it (injected: functions/ passes the global fetch). */
 export type EdgeFetch = (input: string, init: RequestInit) => Promise<Response>;
@@ -21,6 +21,11 @@ export function mediaDeps(deps: { config: EdgeConfig; fetch: EdgeFetch }): Media
 /** The media items verified in this isolate under this config (a new config starts a new memo: its policy decided them). */
 export function mediaMemo(deps: { config: EdgeConfig; fetch: EdgeFetch }): MediaMemo {
   return builtFor(deps).memo;
+}
+
+/** What the current config's memo holds (an empty one before the first media request). */
+export function mediaMemoStats(): MediaMemoStats {
+  return built?.memo.stats() ?? { hits: 0, misses: 0, stores: 0, drops: 0, evictions: 0, entries: 0, bytes: 0, maxBytes: DEFAULT_MEDIA_MEMO_BYTES };
 }
 
 function builtFor(deps: { config: EdgeConfig; fetch: EdgeFetch }): NonNullable<typeof built> {

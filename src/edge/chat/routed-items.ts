@@ -3,7 +3,7 @@
  * `mm_hashes` entry and pad value), kept per isolate: a conversation's earlier images and videos
  * are laid out once, not on every turn. The form is a function of the pool's cohort (its contract
  * digest names the contract), the namespace, and the item's content digest and metadata, which
- * together are the key; an entry is never shared across namespaces. Bounded by entries, LRU.
+ * together are the key; an entry is never shared across namespaces. Bounded by estimated bytes, LRU.
  */
 import type { NamespaceTag } from "../../blocks/block-hash.ts";
 import { routedItem, type Ineligible, type MediaItem, type RoutedItem, type WorkerContract } from "../../layout/index.ts";
@@ -11,20 +11,27 @@ import { bytesToHex } from "../../util/hex.ts";
 import { namespacedItemHash } from "../cache-salt.ts";
 import { mediaItems, type VerifiedMedia } from "../media.ts";
 
-/** Entries kept (each a few hundred bytes; a long video's pieces a few kB). */
-export const ROUTED_ITEMS_MAX = 2048;
+/** Estimated bytes of all entries (an image's a few hundred bytes, a long video's pieces a few kB). */
+export const ROUTED_ITEMS_MAX_BYTES = 1024 * 1024;
 
 interface Routed {
   item: MediaItem;
   routed: RoutedItem | Ineligible;
+  bytes: number;
 }
 
 const memo = new Map<string, Routed>();
+let bytes = 0;
 const counts = { computed: 0, reused: 0 };
 
-/** Items laid out (computed) and taken from the memo (reused) in this isolate. */
-export function routedItemStats(): { computed: number; reused: number; entries: number } {
-  return { ...counts, entries: memo.size };
+/** Items laid out (computed) and taken from the memo (reused) in this isolate, and what the memo holds. */
+export function routedItemStats(): { computed: number; reused: number; entries: number; bytes: number; maxBytes: number } {
+  return { ...counts, entries: memo.size, bytes, maxBytes: ROUTED_ITEMS_MAX_BYTES };
+}
+
+/** The key (UTF-16), the item and its probe, each piece (a timestamp text at most a few characters) and the entry. */
+function entryBytes(key: string, r: RoutedItem | Ineligible): number {
+  return 2 * key.length + (r.ok ? 48 * r.pieces.length + 2 * r.mmHash.length : 2 * r.detail.length) + 400;
 }
 
 function keyOf(m: VerifiedMedia, cohortDigest: string, tag: string): string | null {
@@ -52,19 +59,27 @@ export function routeItems(media: readonly VerifiedMedia[], cohort: { contract: 
   let m = 0;
   for (const [i, k] of keys.entries()) {
     let r = found[i];
-    if (r) {
-      counts.reused++;
-      memo.delete(k!);
-    } else {
-      counts.computed++;
+    if (!r) {
       const plain = fresh.items[m++]!;
-      const item = plain.hash === null ? plain : { ...plain, hash: namespacedItemHash(plain.hash, itemTag) };
-      r = { item, routed: routedItem(cohort.contract, item) };
-    }
+      // Laid out now, unless an earlier item of this request had the same content.
+      r = memo.get(k!);
+      if (!r) {
+        counts.computed++;
+        const item = plain.hash === null ? plain : { ...plain, hash: namespacedItemHash(plain.hash, itemTag) };
+        const form = routedItem(cohort.contract, item);
+        r = { item, routed: form, bytes: entryBytes(k!, form) };
+        bytes += r.bytes;
+      } else counts.reused++;
+    } else counts.reused++;
+    memo.delete(k!);
     memo.set(k!, r);
     items.push(r.item);
     routed.push(r.routed);
   }
-  while (memo.size > ROUTED_ITEMS_MAX) memo.delete(memo.keys().next().value!);
+  for (const [k, r] of memo) {
+    if (bytes <= ROUTED_ITEMS_MAX_BYTES) break;
+    memo.delete(k);
+    bytes -= r.bytes;
+  }
   return { items, routed, unresolved: null };
 }

@@ -16,6 +16,11 @@ import { fingerprint, SegmentCache } from "../../../src/prompt/tokenizer/segment
 import { decodeVocab } from "../../../src/prompt/tokenizer/vocab.ts";
 import { VOCAB_B64 } from "../../../src/generated/tokenizer/qwen-vocab.js";
 import { initHashing } from "../../../src/util/hash.ts";
+import { MediaMemo } from "../../../src/edge/media-memo.ts";
+import type { VerifiedMedia } from "../../../src/edge/media.ts";
+import { routedItemStats, routeItems } from "../../../src/edge/chat/routed-items.ts";
+import { cohortEligibility, SGLANG_CONTRACT_KEY } from "../../../src/layout/index.ts";
+import { fixtureContract } from "../../fixtures/models/load.ts";
 
 setFlagsFromString("--expose-gc");
 const gc = runInNewContext("gc") as () => void;
@@ -166,11 +171,42 @@ describe("edge cache byte budgets", () => {
     expect(s.resets).toBeGreaterThan(start.resets);
   });
 
+  it("the media item memo never holds more than its byte budget, and the estimate covers V8's real retention", () => {
+    const maxBytes = 4 * 1024 * 1024;
+    gc();
+    const before = process.memoryUsage().heapUsed;
+    const memo = new MediaMemo(maxBytes);
+    for (let i = 0; i < 2_000; i++) {
+      // A data: URL of 20–120 kB (its own string, as each request's parse makes it).
+      const url = `data:image/png;base64,${String(i).padStart(8, "0")}${"QUJD".repeat(5_000 + (i % 5) * 5_000)}`;
+      memo.set(`c-${i % 7}\u0000ns`, "image", url, { kind: "image", forward: url, stored: false, digest: "ab".repeat(32), metadata: { modality: "image", width: 8, height: 8 }, unresolved: null });
+      expect(memo.stats().bytes).toBeLessThanOrEqual(maxBytes);
+    }
+    gc();
+    const retained = process.memoryUsage().heapUsed - before;
+    const s = memo.stats();
+    expect(s.evictions, "the feed went far past the budget").toBeGreaterThan(1_000);
+    expect(retained, `retained ${retained} B for an estimate of ${s.bytes} B`).toBeLessThan(maxBytes * 1.25);
+  });
+
+  it("the media layout memo stays within its byte budget", async () => {
+    const cohort = cohortEligibility([{ [SGLANG_CONTRACT_KEY]: fixtureContract("qwen3_vl") }]);
+    if (!cohort.ok) throw new Error(cohort.reason);
+    for (let i = 0; i < 6_000; i++) {
+      const digest = i.toString(16).padStart(64, "0");
+      const media: VerifiedMedia[] = [{ kind: "video", forward: null, stored: true, digest, metadata: { modality: "video", width: 320, height: 240, totalFrames: 300 + i, avgFps: 30 }, unresolved: null }];
+      routeItems(media, cohort, null);
+      const s = routedItemStats();
+      expect(s.bytes).toBeLessThanOrEqual(s.maxBytes);
+    }
+    expect(routedItemStats().entries).toBeLessThan(6_000);
+  });
+
   it("lists every budgeted cache with bytes within its budget", () => {
     for (const b of edgeCacheBudgets()) {
       expect(b.maxBytes, b.name).toBeGreaterThan(0);
       expect(b.bytes, b.name).toBeLessThanOrEqual(b.maxBytes);
     }
-    expect(edgeCacheBudgets().map((b) => b.name)).toEqual(["prompt_prefix", "token_segments", "bpe_pieces", "layout_memo", "turn_chain"]);
+    expect(edgeCacheBudgets().map((b) => b.name)).toEqual(["prompt_prefix", "token_segments", "bpe_pieces", "layout_memo", "turn_chain", "media_items", "media_layouts"]);
   });
 });

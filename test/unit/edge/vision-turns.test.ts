@@ -187,7 +187,7 @@ describe("vision turns: media work for the new items only", () => {
     // Another tenant sending the same conversation shares nothing: every item is its own work.
     const other = { key: "key-b", tag: namespaceTag("tenant-b") };
     const { prep, work } = await turn(body, other);
-    expect(work).toEqual({ store: 5, probe: 1, held: 0, laidOut: 7 });
+    expect(work).toEqual({ store: 5, probe: 1, held: 0, laidOut: 6 });
     await expectFullPath(prep, body, other.tag);
   }, 120_000);
 
