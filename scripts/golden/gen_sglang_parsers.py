@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Golden answers of SGLang's own tool-call (qwen25) and reasoning (qwen3 / qwen3-thinking) parsers.
 
-Writes test/fixtures/golden/sglang-parsers/cases.json for test/unit/proxy/parsers-sglang-golden.test.ts:
+Writes test/fixtures/golden/sglang-parsers/cases.json (cases-current.json with --current-serving)
+for test/unit/proxy/parsers-sglang-golden.test.ts:
 generated model outputs (tool calls with integer-like keys, huge ints, floats, NaN/Infinity,
 unicode and escapes, nested JSON, several calls, arrays of calls, unknown tools, broken and cut-off
 markup, stray tags, thinking with and without </think>, <tool_call> inside the thinking, a late
@@ -28,6 +29,9 @@ Stubbed, exactly these modules (a stub answers every name imported from it with 
   sglang.srt.function_call.kimik3_format, sglang.srt.parser.harmony_parser,
   sglang.srt.parser.inkling_tokenizer      other models' formats, imported by reasoning_parser.py
                                            for its other detectors
+  sglang.srt.environ (--current-serving)   settings registry read by the newer
+                                           base_format_detector.py; answers only
+                                           SGLANG_FORWARD_UNKNOWN_TOOLS, with environ.py's default False
 The package __init__ modules (sglang, sglang.srt, ...) are not run (sglang/__init__.py imports the
 runtime); their folders are only the search path of the modules above.
 
@@ -40,8 +44,11 @@ the detector's detect_and_parse / parse_streaming_increment, every chunk, empty 
 end of a stream each detector's finish() runs when it has one. The stream answer is what a client
 assembles: reasoning and content deltas joined, and per tool_index the name and the joined
 parameters; serving_chat's end-of-stream top-up (_check_for_unstreamed_tool_args) is not included.
-The file records the detectors' raw answers; the test applies parse_non_stream's choice between
-the detector's normal_text and the whole text.
+With --current-serving the stream ends as current serving_chat.py ends it (SERVING_CURRENT below:
+the last delta's reasoning parse_stream_end joined into that delta, the tool-call parser's
+parse_stream_end, then _check_for_unstreamed_tool_args). The file records the detectors' raw
+answers; the test applies parse_non_stream's choice between the detector's normal_text and the
+whole text.
 
 Run (Python 3.11, pydantic 2, orjson), with the upstream files this fixture was made from fetched
 (exact text, at these commits) into SGLANG/python/sglang/srt/... and PJP/partial_json_parser/...:
@@ -59,10 +66,20 @@ Run (Python 3.11, pydantic 2, orjson), with the upstream files this fixture was 
    --commit pjp:partial_json_parser/core/complete.py=be77b3f8994d7555c64daf5b343d8de3281fbf4e \
    --commit pjp:partial_json_parser/core/myelin.py=d50d2f313040e08fe0dc88c37fe1dac8f779cdcd
 The pins are the versions whose commit the source index could name: the tool-call files are
-SGLang's 2025 code (the qwen25 one-shot parse is unchanged since; its stream has gained a finish()
-drain, ensure_ascii=False and skipping of non-object items in later versions). A git checkout as
---sglang-src gives each file's commit by itself. The same inputs give the same
-file byte for byte (the outputs come from a fixed seed).
+SGLang's 2025 code (the qwen25 one-shot parse is unchanged since; its stream has since gained a
+finish() drain and ensure_ascii=False). A git checkout as --sglang-src gives each file's commit by
+itself. The same inputs give the same file byte for byte (the outputs come from a fixed seed).
+
+cases-current.json: the same command with --current-serving, the SGLang tree holding the newest
+stored qwen25_detector.py (6472 characters, index id 69296202728: finish() with
+_MAX_FINISH_DRAIN_ROUNDS) and base_format_detector.py (24445 characters, index id 70394428886: the
+base finish() hook, parallel_tool_calls and get_auto_tool_call_structural_tag that
+function_call_parser.py @00828e56 calls), neither with a commit the index can name, so:
+   --commit python/sglang/srt/function_call/qwen25_detector.py=unknown \
+   --index-id python/sglang/srt/function_call/qwen25_detector.py=69296202728 \
+   --commit python/sglang/srt/function_call/base_format_detector.py=unknown \
+   --index-id python/sglang/srt/function_call/base_format_detector.py=70394428886 \
+plus a --note for each ("commit not known: ..."); the other files as above.
 """
 
 import argparse
@@ -104,6 +121,18 @@ STUBS = {
 }
 
 
+# Only for --current-serving: newer base_format_detector.py reads one setting from
+# sglang.srt.environ (a settings registry that needs the server); the stub answers it with the
+# default environ.py declares (SGLANG_FORWARD_UNKNOWN_TOOLS = EnvBool(False)) and nothing else.
+ENVIRON_STUB = {"sglang.srt.environ": "settings registry; envs.SGLANG_FORWARD_UNKNOWN_TOOLS.get() answers its default, False"}
+
+
+def environ_stub(name):
+    mod = types.ModuleType(name)
+    mod.envs = types.SimpleNamespace(SGLANG_FORWARD_UNKNOWN_TOOLS=types.SimpleNamespace(get=lambda: False))
+    return mod
+
+
 def stub_module(name):
     mod = types.ModuleType(name)
 
@@ -116,7 +145,7 @@ def stub_module(name):
     return mod
 
 
-def import_sglang(sglang_src, pjp_src):
+def import_sglang(sglang_src, pjp_src, current_serving):
     py_root = os.path.join(os.path.abspath(sglang_src), "python")
     for pkg in PACKAGES:
         mod = types.ModuleType(pkg)
@@ -124,6 +153,9 @@ def import_sglang(sglang_src, pjp_src):
         sys.modules[pkg] = mod
     for name in STUBS:
         sys.modules[name] = stub_module(name)
+    if current_serving:
+        for name in ENVIRON_STUB:
+            sys.modules[name] = environ_stub(name)
     if pjp_src:
         sys.path.insert(0, os.path.abspath(pjp_src))
     reasoning = importlib.import_module("sglang.srt.parser.reasoning_parser")
@@ -131,7 +163,7 @@ def import_sglang(sglang_src, pjp_src):
     return reasoning, qwen25
 
 
-def file_record(path, root, commits, repo):
+def file_record(path, root, commits, index_ids, repo):
     rel = os.path.relpath(path, root)
     with open(path, encoding="utf-8") as f:
         text = f.read()
@@ -139,11 +171,18 @@ def file_record(path, root, commits, repo):
     if commit is None and os.path.isdir(os.path.join(root, ".git")):
         commit = subprocess.run(["git", "-C", root, "log", "-1", "--format=%H", "--", rel], capture_output=True, text=True, check=True).stdout.strip()
     if not commit:
-        sys.exit(f"no commit for {rel}: pass --commit {rel}=SHA")
-    return {"repo": repo, "path": rel, "commit": commit, "chars": len(text), "sha256": hashlib.sha256(text.encode("utf-8")).hexdigest()}
+        sys.exit(f"no commit for {rel}: pass --commit {rel}=SHA (or =unknown with --index-id)")
+    record = {"repo": repo, "path": rel, "commit": commit, "chars": len(text), "sha256": hashlib.sha256(text.encode("utf-8")).hexdigest()}
+    if commit == "unknown":
+        # A stored copy whose commit the source index does not name: identified by its text
+        # (sha256, chars) and the index's id for that text.
+        if rel not in index_ids:
+            sys.exit(f"{rel}: --commit {rel}=unknown needs --index-id {rel}=ID")
+        record.update(commit=None, commitKnown=False, indexId=index_ids[rel])
+    return record
 
 
-def loaded_sources(sglang_src, pjp_src, commits):
+def loaded_sources(sglang_src, pjp_src, commits, index_ids):
     out = []
     roots = [(os.path.abspath(sglang_src), "sgl-project/sglang")]
     if pjp_src:
@@ -154,7 +193,7 @@ def loaded_sources(sglang_src, pjp_src, commits):
             continue
         for root, repo in roots:
             if os.path.abspath(path).startswith(root + os.sep):
-                out.append(file_record(os.path.abspath(path), root, commits.get(repo, {}), repo))
+                out.append(file_record(os.path.abspath(path), root, commits.get(repo, {}), index_ids, repo))
     return out
 
 
@@ -364,14 +403,100 @@ def streamed(rp, qwen, case, sizes):
     }
 
 
+# What --current-serving models, with the upstream text it restates (recorded in the fixture).
+SERVING_CURRENT = {
+    "file": "python/sglang/srt/entrypoints/openai/serving_chat.py",
+    "commit": None,
+    "indexId": "65936913480",
+    "chars": 72696,
+    "note": "commit not known: the source index holds this version without a commit id",
+    "stream": "_generate_stream_content, per engine delta (the last one carries finish_reason): "
+    "_process_reasoning_stream (ReasoningParser.parse_stream_chunk; on the last delta also "
+    "parse_stream_end, whose normal text joins that delta's); _process_tool_call_stream "
+    "(FunctionCallParser.parse_stream_chunk on every delta, empty ones too; on the last delta "
+    "flush=True adds parse_stream_end, i.e. the detector's finish(tools)); then "
+    "_check_for_unstreamed_tool_args (the last tracked call's arguments, json.dumps "
+    "ensure_ascii=False, minus what was streamed when it starts with that).",
+    "functionCallParser": "python/sglang/srt/function_call/function_call_parser.py @00828e568a0030e197c825dfa20f5a180b143d04 "
+    "(parse_non_stream, parse_stream_chunk, parse_stream_end)",
+}
+
+
+def streamed_current(rp, qwen, case, sizes):
+    """A client's assembly of current serving_chat.py's stream (SERVING_CURRENT["stream"])."""
+    rdet = None
+    if case["reasoning"] is not None:
+        rdet = rp.Qwen3Detector(stream_reasoning=case["reasoning"]["stream"], force_reasoning=case["reasoning"]["force"])
+    tdet = qwen.Qwen25Detector() if case["tools"] else None
+    tools = tool_list()
+    reasoning, content, calls = [], [], {}
+
+    def take_tool(ret):
+        content.append(ret.normal_text)
+        for c in ret.calls:
+            slot = calls.setdefault(c.tool_index, {"name": None, "arguments": ""})
+            if c.name:
+                slot["name"] = c.name
+            slot["arguments"] += c.parameters
+
+    # An empty output still ends with one (empty) delta that carries finish_reason.
+    pieces = list(chunks(case["text"], sizes)) or [""]
+    for k, piece in enumerate(pieces):
+        last = k == len(pieces) - 1
+        normal = piece
+        if rdet is not None:
+            ret = rdet.parse_streaming_increment(piece)
+            reasoning.append(ret.reasoning_text)
+            normal = ret.normal_text
+            if last:
+                end = rdet.finish()
+                reasoning.append(end.reasoning_text)
+                normal += end.normal_text
+        if tdet is None:
+            content.append(normal)
+            continue
+        take_tool(tdet.parse_streaming_increment(normal, tools))
+        if last:
+            take_tool(tdet.finish(tools))
+            top_up = unstreamed_tool_args(tdet)
+            if top_up is not None:
+                index, rest = top_up
+                slot = calls.setdefault(index, {"name": None, "arguments": ""})
+                slot["arguments"] += rest
+    return {
+        "reasoning": "".join(reasoning),
+        "content": "".join(content),
+        "calls": [{"index": i, "name": calls[i]["name"], "arguments": calls[i]["arguments"]} for i in sorted(calls)],
+    }
+
+
+def unstreamed_tool_args(det):
+    """serving_chat.py _check_for_unstreamed_tool_args: (tool index, argument text) or None."""
+    if not det.prev_tool_call_arr or not det.streamed_args_for_tool:
+        return None
+    index = len(det.prev_tool_call_arr) - 1
+    if index < 0 or index >= len(det.streamed_args_for_tool):
+        return None
+    expected = det.prev_tool_call_arr[index].get("arguments", {})
+    expected = expected if isinstance(expected, str) else json.dumps(expected, ensure_ascii=False)
+    actual = det.streamed_args_for_tool[index]
+    rest = expected[len(actual) :] if expected.startswith(actual) else ""
+    return (index, rest) if rest else None
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--sglang-src", required=True, help="root of an SGLang source tree (holds python/sglang/srt/...)")
     ap.add_argument("--pjp-src", help="folder holding the partial_json_parser package, when it is not installed")
     ap.add_argument("--commit", action="append", default=[], help="RELPATH=SHA for a file under --sglang-src (pjp:RELPATH=SHA under --pjp-src)")
     ap.add_argument("--note", action="append", default=[], help="RELPATH=TEXT recorded with that source file (e.g. that it is an excerpt)")
-    ap.add_argument("--out", default=os.path.join(os.path.dirname(__file__), "..", "..", "test", "fixtures", "golden", "sglang-parsers", "cases.json"))
+    ap.add_argument("--index-id", action="append", default=[], help="RELPATH=ID: the source index's id of a file passed as --commit RELPATH=unknown")
+    ap.add_argument("--current-serving", action="store_true", help="model current serving_chat.py's stream end (reasoning and tool-call parse_stream_end, _check_for_unstreamed_tool_args); default out: cases-current.json")
+    ap.add_argument("--out")
     args = ap.parse_args()
+    out_name = "cases-current.json" if args.current_serving else "cases.json"
+    args.out = args.out or os.path.join(os.path.dirname(__file__), "..", "..", "test", "fixtures", "golden", "sglang-parsers", out_name)
+    index_ids = dict(spec.partition("=")[::2] for spec in args.index_id)
     commits = {"sgl-project/sglang": {}, "promplate/partial-json-parser": {}}
     for spec in args.commit:
         rel, _, sha = spec.partition("=")
@@ -381,7 +506,8 @@ def main():
     # The parsers log every skipped block and unknown tool; the answers are what this records.
     logging.disable(logging.CRITICAL)
     notes = dict(spec.partition("=")[::2] for spec in args.note)
-    rp, qwen = import_sglang(args.sglang_src, args.pjp_src)
+    rp, qwen = import_sglang(args.sglang_src, args.pjp_src, args.current_serving)
+    stream = streamed_current if args.current_serving else streamed
     import orjson
     import pydantic
 
@@ -392,7 +518,7 @@ def main():
         sizes_list = CHUNKINGS + [[max(1, len(case["text"]))], case["ownChunking"]]
         answers = {}
         for k, sizes in enumerate(sizes_list):
-            key = json.dumps(streamed(rp, qwen, case, sizes), ensure_ascii=False, sort_keys=True)
+            key = json.dumps(stream(rp, qwen, case, sizes), ensure_ascii=False, sort_keys=True)
             answers.setdefault(key, []).append(k)
         cases.append(
             {
@@ -412,8 +538,9 @@ def main():
         "orjson": orjson.__version__,
         "pydantic": pydantic.VERSION,
         "seed": SEED,
-        "sources": [dict(s, **({"note": notes[s["path"]]} if s["path"] in notes else {})) for s in loaded_sources(args.sglang_src, args.pjp_src, commits)],
-        "stubbed": STUBS,
+        "sources": [dict(s, **({"note": notes[s["path"]]} if s["path"] in notes else {})) for s in loaded_sources(args.sglang_src, args.pjp_src, commits, index_ids)],
+        "stubbed": {**STUBS, **ENVIRON_STUB} if args.current_serving else STUBS,
+        **({"serving": SERVING_CURRENT} if args.current_serving else {}),
         "tools": TOOL_NAMES,
         "chunkings": CHUNKINGS,
         "cases": cases,

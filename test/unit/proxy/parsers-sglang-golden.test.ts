@@ -1,10 +1,14 @@
 // The tool-call (qwen25) and reasoning (qwen3 / qwen3-thinking) parsers against SGLang's own parser
-// code: test/fixtures/golden/sglang-parsers/cases.json holds what SGLang's modules answered for
-// generated model outputs, one-shot and streamed at several chunkings (generator and provenance:
-// scripts/golden/gen_sglang_parsers.py; the file's `sources` name each upstream file with its
-// commit). Every case is replayed through kvedge in both modes. Where kvedge follows SGLang the
-// answers must be equal; where it differs on purpose (docs/api.md "Differences") the answer must
-// be SGLang's own answer changed by exactly that documented rule; anything else fails.
+// code: test/fixtures/golden/sglang-parsers/ holds what SGLang's modules answered for generated
+// model outputs, one-shot and streamed at several chunkings (generator and provenance:
+// scripts/golden/gen_sglang_parsers.py; each file's `sources` name every upstream file by sha256
+// and commit, or by the source index's id where the commit is not known). Two sets: cases.json
+// (SGLang's 2025 tool-call modules, stream assembled from the detectors alone) and
+// cases-current.json (the newest stored modules, with current serving_chat.py's end of stream:
+// parse_stream_end and _check_for_unstreamed_tool_args). Every case is replayed through kvedge in
+// both modes. Where kvedge follows SGLang the answers must be equal; where it differs on purpose
+// (docs/api.md "Differences") the answer must be SGLang's own answer changed by exactly that
+// documented rule; anything else fails.
 import { readFileSync } from "node:fs";
 import { resolve } from "node:path";
 import { describe, expect, it } from "vitest";
@@ -40,18 +44,22 @@ interface GoldenCase {
   };
 }
 interface GoldenFile {
-  sources: { repo: string; path: string; commit: string; sha256: string }[];
+  /** `commit` is null when the source index holds that text without a commit id (`indexId` then). */
+  sources: { repo: string; path: string; commit: string | null; commitKnown?: false; indexId?: string; note?: string; sha256: string }[];
   tools: string[];
   chunkings: number[][];
   cases: GoldenCase[];
 }
 
-const golden = JSON.parse(readFileSync(resolve(import.meta.dirname, "../../fixtures/golden/sglang-parsers/cases.json"), "utf8")) as GoldenFile;
+const readGolden = (name: string) => JSON.parse(readFileSync(resolve(import.meta.dirname, "../../fixtures/golden/sglang-parsers", name), "utf8")) as GoldenFile;
+const SETS: [string, GoldenFile][] = [
+  ["SGLang 2025 tool-call modules (cases.json)", readGolden("cases.json")],
+  ["current SGLang modules and serving end of stream (cases-current.json)", readGolden("cases-current.json")],
+];
 const tool = (name: string): ToolDefinition => ({ type: "function", function: { name, description: undefined, parameters: undefined, strict: false } });
-const TOOLS = golden.tools.map(tool);
 
-function plan(c: GoldenCase): ChatOutputPlan {
-  return { tools: c.tools ? { list: TOOLS } : null, reasoning: c.reasoning, logprobs: false, continuousUsage: false };
+function plan(golden: GoldenFile, c: GoldenCase): ChatOutputPlan {
+  return { tools: c.tools ? { list: golden.tools.map(tool) } : null, reasoning: c.reasoning, logprobs: false, continuousUsage: false };
 }
 
 /** kvedge one-shot, with null read as "" (SGLang's `x or None`). */
@@ -103,8 +111,9 @@ type OneShotClass = "late-think" | "no-call-markup" | "non-object-item";
  *   output goes to the tool-call parser (SGLang's answer for the whole text, `toolOnWhole`);
  * - no-call-markup: markup that yields no call leaves the whole text in content (SGLang answers the
  *   text before the markup);
- * - non-object-item: an item that is not an object is skipped and the block's other calls kept,
- *   as newer SGLang does (this pin's parse_base_json raises and the server answers no calls).
+ * - non-object-item: an item that is not an object is skipped and the block's other calls kept
+ *   (in both sets SGLang's parse_base_json raises there, and serving_chat's `except` answers the
+ *   text without calls; a stored base_format_detector.py with a fail-open layer skips such items).
  */
 function documentedOneShot(c: GoldenCase): { answer: Answer; classes: OneShotClass[] } {
   const o = c.sglang.oneShot;
@@ -125,13 +134,17 @@ const same = (a: unknown, b: unknown) => JSON.stringify(a) === JSON.stringify(b)
 /** Python `s.lstrip()`. */
 const pyLstrip = (s: string) => pyStrip(s + "x").slice(0, -1);
 
-describe("kvedge's parsers = SGLang's parser code on generated outputs (golden, both modes)", () => {
-  it("the golden file names SGLang's parser files with their commits", () => {
+describe.each(SETS)("kvedge's parsers = SGLang's parser code on generated outputs (golden, both modes): %s", (_set, golden) => {
+  it("the golden file names SGLang's parser files by sha256 and commit (or, commit unknown, the index id)", () => {
     const paths = golden.sources.filter((s) => s.repo === "sgl-project/sglang").map((s) => s.path);
     for (const p of ["python/sglang/srt/parser/reasoning_parser.py", "python/sglang/srt/function_call/qwen25_detector.py", "python/sglang/srt/function_call/base_format_detector.py"]) {
       expect(paths).toContain(p);
     }
-    for (const s of golden.sources) expect(s.commit).toMatch(/^[0-9a-f]{40}$/);
+    for (const s of golden.sources) {
+      expect(s.sha256).toMatch(/^[0-9a-f]{64}$/);
+      if (s.commit !== null) expect(s.commit).toMatch(/^[0-9a-f]{40}$/);
+      else expect([s.commitKnown, s.indexId, s.note?.startsWith("commit not known")]).toEqual([false, expect.stringMatching(/^[0-9]+$/), true]);
+    }
     expect(golden.cases.length).toBeGreaterThanOrEqual(500);
   });
 
@@ -139,7 +152,7 @@ describe("kvedge's parsers = SGLang's parser code on generated outputs (golden, 
     const counts: Record<string, number> = { agree: 0, "late-think": 0, "no-call-markup": 0, "non-object-item": 0, withCalls: 0 };
     const mismatches: unknown[] = [];
     for (const c of golden.cases) {
-      const got = kvedgeOneShot(plan(c), c.text);
+      const got = kvedgeOneShot(plan(golden, c), c.text);
       const sglang = sglangOneShot(c);
       const { answer, classes } = documentedOneShot(c);
       if (!same(got, answer)) mismatches.push({ id: c.id, text: c.text, reasoning: c.reasoning, tools: c.tools, sglang, documented: answer, got });
@@ -160,7 +173,7 @@ describe("kvedge's parsers = SGLang's parser code on generated outputs (golden, 
     const mismatches: unknown[] = [];
     const whole = golden.chunkings.length;
     for (const c of golden.cases) {
-      const p = plan(c);
+      const p = plan(golden, c);
       const kOneShot = kvedgeOneShot(p, c.text);
       const sglang = sglangOneShot(c);
       for (const s of c.sglang.stream) {
