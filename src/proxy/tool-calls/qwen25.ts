@@ -13,7 +13,8 @@
  * (base_format_detector.py `parse_base_json`); a block that does not parse is skipped. When no call
  * survives, the whole text stays content. Deliberate difference: SGLang's `parse_non_stream`
  * (function_call_parser.py @00828e56) then answers only the text before the markup, so a broken
- * or cut-off call vanishes from the answer while finish_reason says "tool_calls".
+ * or cut-off call vanishes from the answer (finish_reason `stop`: serving_chat.py
+ * `_process_tool_calls`, newest stored version, commit not known).
  *
  * Streaming: text before a call streams as content, holding back a tail that may be the start of
  * `<tool_call>\n`. Arguments are `json.dumps(…, ensure_ascii=False)` in both modes, as SGLang's
@@ -75,6 +76,9 @@ function argumentsOf(call: PyObject): PyJson {
 export function callsOfBlock(block: PyJson, known: ReadonlySet<string>): ParsedToolCall[] {
   const calls: ParsedToolCall[] = [];
   for (const act of Array.isArray(block) ? block : [block]) {
+    // Deliberate difference: SGLang's parse_base_json calls act.get("name") and raises on a
+    // non-object item (base_format_detector.py, newest stored version), and serving_chat.py's
+    // `except` then answers the whole text without any call; here only that item is dropped.
     if (!isJsonObject(act)) continue;
     const name = act.get("name");
     if (typeof name !== "string" || !known.has(name)) continue; // "undefined function": skipped
