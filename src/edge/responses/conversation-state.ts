@@ -172,12 +172,33 @@ function leadOf(instructions: string | null): ChatMessage[] {
   return instructions ? [{ role: "system", content: instructions }] : [];
 }
 
+export interface HydrateOptions {
+  /** Share of seeds whose tokens are also encoded whole and compared first (the edge passes KVEDGE_TURN_CHECK_RATE). */
+  checkRate: number;
+  random?: () => number;
+  /** Called with what a sampled check found different (default: a console.warn event). */
+  onMismatch?: (detail: { tokens: number; blocks: number }) => void;
+  turnChain?: TurnChainCache;
+  prefixCache?: PrefixCache;
+}
+
+/** True when the stored tokens are the tokenizer's own for the stored text (the sampled check). */
+function tokensHold(text: string, tokens: NonNullable<ConversationState["tokens"]>, model: ModelConfig): boolean {
+  const ids = getQwenTokenizer(model.family).encode(text);
+  const full = tokens.hashes.length * tokens.blockSize;
+  if (ids.length !== tokens.count || ids.length - full !== tokens.tailIds.length || tokens.tailIds.some((t, i) => ids[full + i] !== t)) return false;
+  const hashes = localBlockHashesOfParts([ids], tokens.blockSize);
+  return hashes.length === tokens.hashes.length && hashes.every((h, i) => h === tokens.hashes[i]);
+}
+
 /**
  * Seeds the isolate's turn chain and prefix cache with `state`, the state of the conversation whose
  * messages are `history` (without instructions). Nothing is seeded for another model's template or
- * block size; whether a request uses the entries is decided by the caches (exact text comparison).
+ * block size; whether a request uses the entries is decided by the caches (exact text comparison),
+ * and a `checkRate` share of the stored rendered text (the turn chain's check on a hit) and of the
+ * stored tokens (encoded whole here before seeding) is compared with the full path's.
  */
-export function hydrate(state: ConversationState, history: readonly ChatMessage[], model: ModelConfig, caches: { turnChain?: TurnChainCache; prefixCache?: PrefixCache } = {}): void {
+export function hydrate(state: ConversationState, history: readonly ChatMessage[], model: ModelConfig, opts: HydrateOptions): void {
   if (!state.scope.startsWith(`${model.family}\u0000${model.templateId}\u0000`)) return;
   const messages = [...leadOf(state.instructions), ...history];
   if (state.messages > messages.length) return;
@@ -192,9 +213,16 @@ export function hydrate(state: ConversationState, history: readonly ChatMessage[
     .slice(0, state.messages)
     .map((m) => JSON.stringify(m))
     .join(",");
-  const turnChain = caches.turnChain ?? sharedTurnChain();
+  const turnChain = opts.turnChain ?? sharedTurnChain();
   // Already held: this isolate served the conversation, and its prefix cache holds a longer prefix than the stored one.
   if (!turnChain.seed({ scope: state.scope, messages: state.messages, text: state.text, media, dropped: state.dropped, images: state.images, videos: state.videos }, raw)) return;
   const tokens = state.tokens;
-  if (tokens && tokens.blockSize === model.blockSize) (caches.prefixCache ?? sharedPrefixCache()).seed(getQwenTokenizer(model.family), model.blockSize, { text: state.text, count: tokens.count, hashes: tokens.hashes, tailIds: tokens.tailIds });
+  if (!tokens || tokens.blockSize !== model.blockSize) return;
+  if (opts.checkRate > 0 && (opts.random ?? Math.random)() < opts.checkRate && !tokensHold(state.text, tokens, model)) {
+    const detail = { tokens: tokens.count, blocks: tokens.hashes.length };
+    if (opts.onMismatch) opts.onMismatch(detail);
+    else console.warn(JSON.stringify({ event: "stored_prefix_mismatch", ...detail }));
+    return;
+  }
+  (opts.prefixCache ?? sharedPrefixCache()).seed(getQwenTokenizer(model.family), model.blockSize, { text: state.text, count: tokens.count, hashes: tokens.hashes, tailIds: tokens.tailIds });
 }

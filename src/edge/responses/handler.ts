@@ -94,7 +94,7 @@ async function createResponse(request: Request, deps: ResponsesDeps): Promise<Re
   const { model } = resolveModel(deps.config, req.model);
   // Another isolate served the earlier turns: their prompt state comes from the store, not from re-rendering
   // (other instructions render another prefix: nothing to seed).
-  if (state !== null && state.instructions === (req.instructions ?? null)) hydrate(state, history, model);
+  if (state !== null && state.instructions === (req.instructions ?? null)) hydrate(state, history, model, { checkRate: deps.config.turnCheckRate });
   /** The stable prefix the turn chain holds for this request once its prompt is prepared. */
   let stable: StablePrefix | null = null;
   const onPrepared: ChatDeps["onPrepared"] = (_prepared, bodyText) => {

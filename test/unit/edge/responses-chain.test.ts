@@ -6,7 +6,8 @@
  * loop, an image, reasoning), while the template renders and the tokenizer encodes only about the
  * last turn: the work stays flat as the history grows. A 100k-token conversation's records each
  * stay within the 1 MiB cap and together linear in its size. A tampered stored text is caught by the
- * sampled full render (logged, dropped, answered with the full result).
+ * sampled full render (logged, dropped, answered with the full result); tampered stored tokens by the
+ * sampled whole encode before seeding.
  */
 import { beforeAll, describe, expect, it } from "vitest";
 import { DEFAULT_LIMITS } from "../../../src/api/limits.ts";
@@ -67,7 +68,7 @@ interface Stored {
  * state come only from the stored records (JSON round trip). `withImage: false` drops the image;
  * `compare: false` skips the full path (the caches' own results are checked by the other tests).
  */
-function converse(model: ModelConfig, opts: { withImage: boolean; checkRate: number; tamper?: boolean; turns?: Turn[]; compare?: boolean }) {
+function converse(model: ModelConfig, opts: { withImage: boolean; checkRate: number; tamper?: boolean; tamperTokens?: boolean; turns?: Turn[]; compare?: boolean }) {
   const profile = { family: model.family, templateId: model.templateId };
   const tok = getQwenTokenizer(model.family);
   const records: Stored[] = [];
@@ -89,7 +90,8 @@ function converse(model: ModelConfig, opts: { withImage: boolean; checkRate: num
     const prefixCache = new PrefixCache();
     if (state !== null) {
       if (opts.tamper) state.text = state.text.replace("w", "W");
-      hydrate(state, history, model, { turnChain, prefixCache });
+      if (opts.tamperTokens && state.tokens) state.tokens.hashes[0] = state.tokens.hashes[0]! ^ 1n;
+      hydrate(state, history, model, { checkRate: opts.checkRate, turnChain, prefixCache, onMismatch: (d) => mismatches.push(d) });
     }
     const renderedBefore = turnChain.renderedChars;
     const prompt = turnChain.prepare(chatReq, body, profile);
@@ -182,11 +184,22 @@ describe("stored conversations continue in a fresh isolate from their stored pro
     expect(last.reusedTokens).toBe(last.seeded!.tokens);
   });
 
+  it("stored tokens that differ from the tokenizer's are caught by the sampled check before seeding: logged, not seeded", () => {
+    const { perTurn } = converse(MODELS[1]!, { withImage: false, checkRate: 1, tamperTokens: true });
+    for (const t of perTurn.slice(1)) {
+      expect(t.mismatches).toBe(1);
+      // The rendering is still seeded (its own check passes); the tokens are encoded whole.
+      expect(t.reusedMessages).toBe(t.seeded!.messages);
+      expect(t.reusedTokens).toBe(0);
+    }
+  });
+
   it("a stored text that differs from the render is caught by the sampled full render: logged, dropped, the full prompt used", () => {
     const { perTurn } = converse(MODELS[1]!, { withImage: false, checkRate: 1, tamper: true });
-    // The tampered entry is caught; the record then carries no piece, and the next turn's record starts anew (base).
-    expect(perTurn[1]!.mismatches).toBe(1);
+    // Caught twice: the turn chain's render check, and the tokens (the stored ones are not the tampered text's).
+    // The record then carries no piece, and the next turn's record starts anew (base).
+    expect(perTurn[1]!.mismatches).toBe(2);
     expect(perTurn[2]!.seeded).toBeNull();
-    expect(perTurn[3]!.mismatches).toBe(1);
+    expect(perTurn[3]!.mismatches).toBe(2);
   });
 });
