@@ -9,6 +9,7 @@
 import { DEFAULT_LIMITS } from "../../src/api/limits.ts";
 import { parseEdgeConfig } from "../../src/config/config.ts";
 import { parseChatBody, parseChatTurn } from "../../src/edge/chat/parse.ts";
+import { promptTextOf } from "../../src/edge/chat/prompt.ts";
 import { preparePrompt } from "../../src/prompt/index.ts";
 import { PrefixCache } from "../../src/prompt/prefix-cache.ts";
 import { getQwenTokenizer } from "../../src/prompt/tokenizer/index.ts";
@@ -37,59 +38,46 @@ export async function promptStageFigures({ sizes, turns, fresh }) {
     messages.push({ role: "user", content: fresh(300) });
     const t = { parse: [], parseChain: [], renderWhole: [], renderChain: [], tokensAndHashes: [], body: [], bodyChain: [] };
     const work = { parsedChars: [], escapedChars: [], bodyChars: [] };
-    let tokens = 0;
+    const bodies = [];
     for (let i = 0; i < turns + 2; i++) {
-      const bodyText = JSON.stringify({ model: MODEL.id, messages, max_tokens: 16 });
-      let a = performance.now();
-      const literals = [];
-      const req = parseChatBody(bodyText, LIMITS, { literals });
-      let b = performance.now();
-      const parseMs = b - a;
-      a = b;
-      const chainLiterals = [];
-      const parseWork = { parsedChars: 0, validatedMessages: 0 };
-      const { req: chainReq, turn } = parseChatTurn(bodyText, CONFIG, { literals: chainLiterals, work: parseWork }, chain);
-      b = performance.now();
-      const parseChainMs = b - a;
-      a = b;
-      const whole = preparePrompt(req, PROFILE);
-      b = performance.now();
-      const wholeMs = b - a;
-      a = b;
-      const chained = chain.prepare(chainReq, bodyText, PROFILE, { found: turn, validated: true });
-      b = performance.now();
-      const chainMs = b - a;
-      if (chained.text !== whole.text) throw new Error("turn chain differs from the full render");
-      a = b;
-      const enc = prefix.encode(tok, chained.text, 16);
-      b = performance.now();
-      const encMs = b - a;
-      const generate = buildGenerateBody(req, { text: chained.text, rid: "r", defaultMaxNewTokens: null, requireReasoning: false, toolCallParser: null, media: {} });
-      a = performance.now();
-      const wholeBody = generateBodyChunks(generate, literals);
-      b = performance.now();
-      const bodyMs = b - a;
-      const escapeWork = { escapedChars: 0 };
-      a = b;
-      const chainBody = generateBodyChunks(generate, chainLiterals, chained.escapedPrefix ?? null, escapeWork);
-      b = performance.now();
-      if (chainBody.join("") !== wholeBody.join("")) throw new Error("the /generate body from the chain's pieces differs");
-      tokens = enc.length;
+      bodies.push(JSON.stringify({ model: MODEL.id, messages, max_tokens: 16 }));
+      messages.push({ role: "assistant", content: fresh(80) }, { role: "user", content: fresh(40) });
+    }
+    const timed = (k, i, f) => {
+      const a = performance.now();
+      const r = f();
       // The first two turns seed the caches (the history's first sighting, then its first extension).
+      if (i >= 2) t[k].push(performance.now() - a);
+      return r;
+    };
+    const generateOf = (req, text) => buildGenerateBody(req, { text, rid: "r", defaultMaxNewTokens: null, requireReasoning: false, toolCallParser: null, media: {} });
+    // Each path replays the conversation on its own, so each pays for its own garbage collection.
+    const wholeBodies = bodies.map((bodyText, i) => {
+      const literals = [];
+      // As the edge reads a body: its size was capped in bytes while it was read (readBodyText).
+      const req = timed("parse", i, () => parseChatBody(bodyText, LIMITS, { sizeChecked: true, literals }));
+      const prompt = timed("renderWhole", i, () => preparePrompt(req, PROFILE));
+      const generate = generateOf(req, prompt.text);
+      return timed("body", i, () => generateBodyChunks(generate, literals)).join("");
+    });
+    let tokens = 0;
+    bodies.forEach((bodyText, i) => {
+      const literals = [];
+      const parseWork = { parsedChars: 0, validatedMessages: 0 };
+      const escapeWork = { escapedChars: 0 };
+      const { req, turn } = timed("parseChain", i, () => parseChatTurn(bodyText, CONFIG, { sizeChecked: true, literals, work: parseWork }, chain));
+      const prompt = timed("renderChain", i, () => chain.prepare(req, bodyText, PROFILE, { found: turn, validated: true }));
+      tokens = timed("tokensAndHashes", i, () => prefix.encode(tok, promptTextOf(prompt), 16)).length;
+      const generate = generateOf(req, prompt.text);
+      const chunks = timed("bodyChain", i, () => generateBodyChunks(generate, literals, prompt.pieces ?? null, escapeWork));
+      // The /generate body holds the prompt: equal bodies are equal prompts and sampling.
+      if (chunks.join("") !== wholeBodies[i]) throw new Error("the turn chain's /generate body differs from the whole path's");
       if (i >= 2) {
-        t.parse.push(parseMs);
-        t.parseChain.push(parseChainMs);
-        t.renderWhole.push(wholeMs);
-        t.renderChain.push(chainMs);
-        t.tokensAndHashes.push(encMs);
-        t.body.push(bodyMs);
-        t.bodyChain.push(b - a);
         work.parsedChars.push(parseWork.parsedChars);
         work.escapedChars.push(escapeWork.escapedChars);
         work.bodyChars.push(bodyText.length);
       }
-      messages.push({ role: "assistant", content: fresh(80) }, { role: "user", content: fresh(40) });
-    }
+    });
     out[size] = {
       promptTokens: tokens,
       ...Object.fromEntries(Object.entries(t).map(([k, v]) => [k, summarize(v).p50])),

@@ -63,7 +63,7 @@ export async function handleChatCompletions(request: Request, deps: ChatDeps): P
     req,
     literals,
     promptText: prompt.text,
-    escapedPrefix: prompt.escapedPrefix ?? null,
+    promptPieces: prompt.pieces ?? null,
     requestId,
     defaultMaxNewTokens,
     parsers,

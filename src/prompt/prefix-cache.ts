@@ -24,6 +24,7 @@
 import { localBlockHashes, localBlockHashesOfParts } from "../blocks/block-hash.ts";
 import { xxh3_64 } from "../util/hash.ts";
 import { ownString } from "../util/own-string.ts";
+import { PieceText } from "../util/piece-text.ts";
 
 /** What the cache needs from a tokenizer (QwenTokenizer satisfies it). */
 export interface PrefixTokenizer {
@@ -190,9 +191,9 @@ function idsFrom(n: Node, start: number): number[] {
  * `text.slice(start, end)` that does not keep all of `text` alive (ownString) unless it is most of
  * it: a short new turn must not pin the whole request.
  */
-function ownText(text: string, start: number, end: number): string {
+function ownText(text: PieceText, start: number, end: number): string {
   const s = text.slice(start, end);
-  return 2 * s.length >= text.length ? s : ownString(s);
+  return text.single && 2 * s.length >= text.length ? s : ownString(s);
 }
 
 export class PrefixCache {
@@ -224,12 +225,14 @@ export class PrefixCache {
   }
 
   /** tokenizer.encode(text) and its local block hashes, reusing the longest cached prefix. Requires initHashing(). */
-  encode(tokenizer: PrefixTokenizer, text: string, blockSize: number, onTokenized?: () => void): EncodedPrompt {
+  encode(tokenizer: PrefixTokenizer, whole: string | PieceText, blockSize: number, onTokenized?: () => void): EncodedPrompt {
     if (!Number.isInteger(blockSize) || blockSize <= 0) throw new RangeError(`bad block size ${blockSize}`);
+    // In pieces (the turn chain's): a hit reads the last part and compares piece by piece, never joining the prompt.
+    const text = typeof whole === "string" ? PieceText.of(whole) : whole;
     const info = this.tokenizerInfo(tokenizer);
     if (!info.safe) {
       this.bypassed++;
-      const tokens = tokenizer.encode(text);
+      const tokens = tokenizer.encode(text.toString());
       onTokenized?.();
       return encoded([tokens], tokens.length, localBlockHashes(tokens, blockSize), 0);
     }
@@ -248,7 +251,7 @@ export class PrefixCache {
         if (n.scope !== scope || n.end !== p) continue;
         // The text decides, not the key (comparing flat slices runs at memcmp speed).
         const c = chainOf(n);
-        if (c.every((x) => text.slice(x.end - x.text.length, x.end) === x.text)) {
+        if (c.every((x) => text.matches(x.end - x.text.length, x.text))) {
           hit = n;
           chain = c;
           break;
@@ -258,7 +261,7 @@ export class PrefixCache {
     const from = hit ? hit.end : 0;
     // Two encodes, split at the last split point, so the stored prefix's token count is known.
     const mid = last > from ? tokenizer.encode(text.slice(from, last), text.length) : EMPTY;
-    const tail = tokenizer.encode(from === 0 && last === 0 ? text : text.slice(Math.max(from, last)), text.length);
+    const tail = tokenizer.encode(from === 0 && last === 0 ? text.toString() : text.slice(Math.max(from, last), text.length), text.length);
     const reused = hit ? hit.count : 0;
     const length = reused + mid.length + tail.length;
     onTokenized?.();
@@ -292,7 +295,7 @@ export class PrefixCache {
       });
     }
     // A seeded prefix has no ids for its full blocks: the ids (admin explain only) are encoded anew.
-    const reencode = chain.some((x) => x.seeded) ? () => tokenizer.encode(text) : undefined;
+    const reencode = chain.some((x) => x.seeded) ? () => tokenizer.encode(text.toString()) : undefined;
     return encoded([...chain.map((x) => x.ids), mid, tail], length, localHashes, reused, hit ? [...chain.map((x) => x.hashes), fresh] : [fresh], reencode);
   }
 
@@ -307,7 +310,7 @@ export class PrefixCache {
     const end = prefix.text.length;
     if (!info.safe || end === 0) return;
     const scope = `${info.family}#${info.id}/${blockSize}`;
-    const key = this.key(info, blockSize, prefix.text, end);
+    const key = this.key(info, blockSize, PieceText.of(prefix.text), end);
     if (this.buckets.get(key)?.some((n) => n.scope === scope && n.end === end && chainOf(n).map((x) => x.text).join("") === prefix.text)) return;
     const blocks = Math.floor(prefix.count / blockSize);
     if (prefix.hashes.length !== blocks || prefix.tailIds.length !== prefix.count - blocks * blockSize) return;
@@ -348,7 +351,7 @@ export class PrefixCache {
   }
 
   /** Key of text[0:p]: xxh3 of the scope, p, and the prefix's first and last characters. */
-  private key(info: TokenizerInfo, blockSize: number, text: string, p: number): bigint {
+  private key(info: TokenizerInfo, blockSize: number, text: PieceText, p: number): bigint {
     const v = this.bufView;
     v.setUint32(0, info.id, true);
     v.setUint32(4, blockSize, true);

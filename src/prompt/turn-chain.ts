@@ -48,13 +48,20 @@ import { ownString } from "../util/own-string.ts";
 export interface ChainedPrompt extends PreparedPrompt {
   /** Leading messages whose rendered text came from the chain (0: rendered whole). */
   reusedMessages?: number;
-  /** The JSON escaping of text[0, chars), piece by piece, kept with the chain (the /generate body concatenates it). */
-  escapedPrefix?: EscapedPrefix;
+  /** `text` as the chain's stored pieces and this request's own part, so later stages need not join it. */
+  pieces?: PromptPieces;
 }
 
-export interface EscapedPrefix {
+/** A prompt text in pieces: text = stable.join("") + rest. */
+export interface PromptPieces {
+  /** The chain's stored pieces (earlier turns' rendered text). */
+  stable: readonly string[];
+  /** Their JSON escaping, piece by piece, made when they were stored (the /generate body sends it as is). */
+  escaped: readonly string[];
+  /** Characters of the stable pieces together. */
   chars: number;
-  pieces: readonly string[];
+  /** This request's own part. */
+  rest: string;
 }
 
 type ChatMessage = ChatCompletionRequest["messages"][number];
@@ -406,9 +413,11 @@ export class TurnChainCache {
     const media: MediaPart[] = [];
     const dropped: DroppedPart[] = [];
     let stable = "";
+    const texts: string[] = [];
     const escaped: string[] = [];
     for (const x of chain) {
       stable += x.text;
+      texts.push(x.text);
       escaped.push(x.escaped);
       media.push(...x.media);
       dropped.push(...x.dropped);
@@ -425,7 +434,7 @@ export class TurnChainCache {
     const store = () => this.storeFrom({ body, layout, scope, scopeHash, parent: node, validated }, profile, input, tail, media, dropped, q);
     const prompt: ChainedPrompt = {
       ...assemblePrompt(rendered, { mediaParts: media, hasAudio: media.some((p) => p.kind === "audio"), droppedParts: dropped, assistantPrefix: pre.assistantPrefix }, profile),
-      escapedPrefix: { chars: stable.length, pieces: escaped },
+      pieces: { stable: texts, escaped, chars: stable.length, rest: tail + (pre.assistantPrefix ?? "") },
     };
     return { prompt, store };
   }

@@ -10,7 +10,7 @@
  * unit at a time except for surrogate pairs, no piece splits a pair, and a reused escaping is
  * JSON.stringify's own (json-scan.ts, parseRecordingLiterals).
  */
-import type { EscapedPrefix } from "../prompt/turn-chain.ts";
+import type { PromptPieces } from "../prompt/turn-chain.ts";
 import type { JsonLiteral } from "../util/json-scan.ts";
 import type { GenerateRequestBody } from "./sglang-wire.ts";
 
@@ -38,22 +38,23 @@ function escapeSlices(chunks: string[], text: string, start: number, end: number
 }
 
 /**
- * `prefix` (optional): the text's first characters already escaped, piece by piece (the turn
- * chain's; turn-chain.ts escapeJsonText), sent as they are.
+ * `pieces` (optional): the text as the turn chain's pieces and the request's own part; the
+ * pieces' escaping (made when the chain stored them) is sent as it is and only the rest is read,
+ * so the whole prompt is neither escaped nor joined into one string.
  * `literals` (optional): strings the text may contain, each with its canonical JSON escaping taken
  * from the client's body (validate.ts, parseRecordingLiterals). Where one occurs in the text, in
  * order, its escaping is reused instead of escaping it again: the same bytes, one JSON pass fewer
  * over most of a long prompt.
  */
-export function generateBodyChunks(body: GenerateRequestBody, literals: readonly JsonLiteral[] = [], prefix: EscapedPrefix | null = null, work: EscapeWork | null = null): string[] {
-  const { text, ...rest } = body;
+export function generateBodyChunks(body: GenerateRequestBody, literals: readonly JsonLiteral[] = [], pieces: PromptPieces | null = null, work: EscapeWork | null = null): string[] {
+  const { text: whole, ...rest } = body;
   const chunks: string[] = ['{"text":"'];
-  let cursor = 0;
-  // The turn chain's pieces: text[0, prefix.chars) escaped once, when the chain stored them.
-  if (prefix !== null && prefix.chars <= text.length) {
-    chunks.push(...prefix.pieces);
-    cursor = prefix.chars;
+  let text = whole;
+  if (pieces !== null && pieces.chars + pieces.rest.length === whole.length) {
+    chunks.push(...pieces.escaped);
+    text = pieces.rest;
   }
+  let cursor = 0;
   let misses = 0;
   for (const { value, escaped } of literals) {
     // A piece that begins with a low or ends with a high surrogate could split a pair: not reused.

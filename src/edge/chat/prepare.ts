@@ -14,7 +14,7 @@ import type { VerifiedMedia } from "../media.ts";
 import { planMediaRouting, type RoutingPlan } from "./layout.ts";
 import type { EdgeFetch } from "./media-deps.ts";
 import { limitsOf } from "./parse.ts";
-import { checkContextFit, encodeMediaPrompt, renderPrompt, type RenderedPrompt } from "./prompt.ts";
+import { checkContextFit, encodeMediaPrompt, promptTextOf, renderPrompt, type RenderedPrompt } from "./prompt.ts";
 import { resolveModel } from "./resolve-model.ts";
 import { verifyPromptMedia, type MediaRequester } from "./verify-media.ts";
 
@@ -54,7 +54,7 @@ export async function prepareRouting(
   if (prompt.mediaParts.length === 0) {
     // Text: earlier turns' tokens and block hashes come from the isolate's prompt-prefix cache (exact:
     // the same as encode + localBlockHashes). The ids are built only if asked for (admin explain).
-    const encoded = sharedPrefixCache().encode(getQwenTokenizer(model.family), prompt.text, model.blockSize);
+    const encoded = sharedPrefixCache().encode(getQwenTokenizer(model.family), promptTextOf(prompt), model.blockSize);
     if (encoded.length === 0) throw new InvalidRequestError("The prompt is empty.", "messages");
     checkContextFit(encoded.length, req, model);
     const plan: RoutingPlan = { localHashes: encoded.localHashes, hashPieces: encoded.hashPieces, isl: encoded.length, fallbackReason: null, mmHashes: null };

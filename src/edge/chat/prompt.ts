@@ -10,6 +10,7 @@ import { preparePrompt } from "../../prompt/index.ts";
 import { sharedPrefixCache } from "../../prompt/prefix-cache.ts";
 import { sharedTurnChain, type ChainedPrompt, type ChainFind } from "../../prompt/turn-chain.ts";
 import { getQwenTokenizer } from "../../prompt/tokenizer/index.ts";
+import { PieceText } from "../../util/piece-text.ts";
 
 /** preparePrompt's result, plus how many leading messages the turn chain supplied and how many characters were rendered for it. */
 export type RenderedPrompt = ChainedPrompt & { renderedChars: number };
@@ -40,13 +41,19 @@ export function renderPrompt(req: ChatCompletionRequest, model: ModelConfig, lim
   return prompt;
 }
 
+/** The prompt text for the prefix cache: in the turn chain's pieces when it came from there (never joined on a hit). */
+export function promptTextOf(prompt: RenderedPrompt): string | PieceText {
+  const p = prompt.pieces;
+  return p ? new PieceText([...p.stable, p.rest]) : prompt.text;
+}
+
 /**
  * A media prompt's template tokens (placeholders not yet expanded), non-empty and shorter than the
  * context. Earlier turns' tokens come from the isolate's prompt-prefix cache (exact: the same ids
  * as encoding the whole text; a media placeholder is three added tokens like any other).
  */
 export function encodeMediaPrompt(prompt: RenderedPrompt, model: ModelConfig): number[] {
-  const tokens = sharedPrefixCache().encode(getQwenTokenizer(model.family), prompt.text, model.blockSize).tokens();
+  const tokens = sharedPrefixCache().encode(getQwenTokenizer(model.family), promptTextOf(prompt), model.blockSize).tokens();
   if (tokens.length === 0) throw new InvalidRequestError("The prompt is empty.", "messages");
   checkPromptTokens(tokens.length, model);
   return tokens;

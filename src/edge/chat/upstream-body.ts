@@ -7,7 +7,7 @@ import type { ChatCompletionRequest } from "../../api/openai-schema.ts";
 import { bodyOfChunks, generateBodyChunks } from "../../proxy/generate-body.ts";
 import { buildGenerateBody } from "../../proxy/generate-request.ts";
 import { requiresReasoning, type ModelParsers } from "../../proxy/chat-output.ts";
-import type { EscapedPrefix } from "../../prompt/turn-chain.ts";
+import type { PromptPieces } from "../../prompt/turn-chain.ts";
 import type { JsonLiteral } from "../../util/json-scan.ts";
 import { needsWorkerForwards, workerForwards, type MediaSigner, type VerifiedMedia } from "../media.ts";
 import type { RoutingPlan } from "./layout.ts";
@@ -16,8 +16,8 @@ export interface ChatBodyInput {
   req: ChatCompletionRequest;
   literals: readonly JsonLiteral[];
   promptText: string;
-  /** The JSON escaping of the prompt's first characters, kept with the turn chain: sent as is. */
-  escapedPrefix?: EscapedPrefix | null;
+  /** The prompt in the turn chain's pieces: their escaping is sent as is, only the rest is escaped. */
+  promptPieces?: PromptPieces | null;
   requestId: string;
   /** max_new_tokens when the client set none (generate-request.ts outputCap); null: the worker's. */
   defaultMaxNewTokens: number | null;
@@ -51,7 +51,7 @@ export async function chatUpstreamBody(input: ChatBodyInput): Promise<(workerId:
       body.extra_key = input.cacheSalt;
     }
     if (input.adapter !== null) body.lora_path = input.adapter;
-    return bodyOfChunks(generateBodyChunks(body, input.literals, input.escapedPrefix ?? null));
+    return bodyOfChunks(generateBodyChunks(body, input.literals, input.promptPieces ?? null));
   };
   if (needsWorkerForwards(input.media)) return bodyFor;
   const shared = await bodyFor("");

@@ -7,6 +7,7 @@ import { PrefixCache } from "../../../src/prompt/prefix-cache.ts";
 import { getQwenTokenizer } from "../../../src/prompt/tokenizer/index.ts";
 import { DEFAULT_TURN_CHECK_RATE, scanBodyLayout, sharedTurnChain, TurnChainCache } from "../../../src/prompt/turn-chain.ts";
 import { initHashing } from "../../../src/util/hash.ts";
+import { PieceText } from "../../../src/util/piece-text.ts";
 
 beforeAll(() => initHashing());
 
@@ -101,6 +102,7 @@ describe("turn chain: the incremental prompt equals the full path at every turn"
       it(`${profile.templateId}: ${conv.name}`, () => {
         const chain = new TurnChainCache({ checkRate: 0 });
         const prefix = new PrefixCache();
+        const byPieces = new PrefixCache();
         const tok = getQwenTokenizer(profile.family);
         const messages: Msg[] = [];
         let reused = 0;
@@ -119,6 +121,14 @@ describe("turn chain: the incremental prompt equals the full path at every turn"
           const ids = tok.encode(full.text);
           expect(encoded.tokens()).toEqual(ids);
           expect(encoded.localHashes).toEqual(localBlockHashes(ids, BLOCK));
+          // The same through the chain's pieces, never joined: the text, the /generate pieces and the prefix cache's hit.
+          if (inc.pieces) {
+            expect(inc.pieces.stable.join("") + inc.pieces.rest).toBe(full.text);
+            expect(inc.pieces.escaped.join("")).toBe(JSON.stringify(inc.pieces.stable.join("")).slice(1, -1));
+            const pieced = byPieces.encode(tok, new PieceText([...inc.pieces.stable, inc.pieces.rest]), BLOCK);
+            expect(pieced.tokens()).toEqual(ids);
+            expect(pieced.localHashes).toEqual(encoded.localHashes);
+          }
           reused = chain.stats().reusedMessages;
         }
         expect(chain.stats().hits).toBe(conv.hits);

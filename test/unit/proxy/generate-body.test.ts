@@ -83,10 +83,11 @@ describe("generateBodyChunks", () => {
       const work: EscapeWork = { escapedChars: 0 };
       const b = body(prompt.text);
       const { text: _, ...rest } = b;
-      expect(concat(generateBodyChunks(b, [], prompt.escapedPrefix ?? null, work))).toBe(JSON.stringify({ text: prompt.text, ...rest }));
+      expect(concat(generateBodyChunks(b, [], prompt.pieces ?? null, work))).toBe(JSON.stringify({ text: prompt.text, ...rest }));
       if (turn >= 1) {
-        expect(prompt.escapedPrefix?.chars).toBeGreaterThan(0);
-        expect(work.escapedChars).toBe(prompt.text.length - prompt.escapedPrefix!.chars);
+        expect(prompt.pieces?.stable.join("") + prompt.pieces!.rest).toBe(prompt.text);
+        expect(work.escapedChars).toBe(prompt.pieces!.rest.length);
+        expect(work.escapedChars).toBe(prompt.text.length - prompt.pieces!.chars);
       }
       escapedShare = work.escapedChars / prompt.text.length;
       messages.push({ role: "assistant", content: odd(10 + turn) }, { role: "user", content: `next ${turn} "q"` });
