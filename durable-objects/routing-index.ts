@@ -185,7 +185,7 @@ export class RoutingIndex extends DurableObject<RoutingIndexEnv> implements Pool
     const pair = new WebSocketPair();
     const [client, server] = [pair[0], pair[1]];
     this.ctx.acceptWebSocket(server, [c.workerId]);
-    server.serializeAttachment({ workerId: c.workerId, keyId: c.keyId, url: c.url } satisfies Attachment);
+    server.serializeAttachment({ workerId: c.workerId, keyId: c.keyId, url: c.url, dpSize: c.dpSize, storageGroup: c.storageGroup } satisfies Attachment);
     return new Response(null, { status: 101, webSocket: client });
   }
 
@@ -219,6 +219,7 @@ export class RoutingIndex extends DurableObject<RoutingIndexEnv> implements Pool
       {
         workerId: att.workerId,
         boundUrl: att.url,
+        grant: { dpSize: att.dpSize ?? 1, storageGroup: att.storageGroup ?? null },
         isCurrent: () => this.#sessions.isCurrent(att),
         hasLiveSession: () => this.#sessions.hasLiveSession(att.workerId, ws),
       },

@@ -119,8 +119,8 @@ async function handleRelayUpgrade(request: Request, env: Env, config: EdgeConfig
     },
   );
   if (!check.ok) throw new AuthenticationError(`Relay token refused (${check.reason}).`);
-  const target = relayConnectTarget(workerId, url.searchParams.get("rank"));
-  if (!target.ok) throw new InvalidRequestError(target.message, "rank");
+  const target = relayConnectTarget(workerId, url.searchParams.get("rank"), check.record.dpSize);
+  if (!target.ok) throw new InvalidRequestError(target.message, "rank", target.code ?? undefined);
   const connect = relayConnectRequest({
     workerId: target.targetId,
     nonce: check.nonce,
@@ -130,6 +130,8 @@ async function handleRelayUpgrade(request: Request, env: Env, config: EdgeConfig
     pool: model,
     shard,
     blockSize: pool.blockSize,
+    dpSize: check.record.dpSize,
+    storageGroup: check.record.storageGroup,
   });
   const res = await indexFor(env, model, shard).fetch(connect);
   if (res.status === 401) throw new AuthenticationError(`Relay token refused (${(await res.text()) || "replayed"}).`);

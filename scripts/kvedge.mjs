@@ -31,6 +31,8 @@ commands:
   replay <trace.jsonl>           replay chat requests through the edge; prints hit rate and latency
          [--concurrency N] [--limit N]
   relay-key issue --worker ID --worker-url URL [--model M] [--out FILE]
+          [--dp-size N]          the worker's attention-DP ranks the key may connect (default 1)
+          [--storage-group G]    share HiCache storage views with the keys of group G (default: its own)
                                  issue a relay credential bound to one worker and its URL; printed
                                  on stdout, or written to FILE (mode 0600) with --out; the worker's
                                  SGLang --api-key (edge with KVEDGE_WORKER_KEY_SECRET) is in --json,
@@ -68,6 +70,8 @@ export function parseCli(argv, env = {}) {
     worker: null,
     workerUrl: null,
     out: null,
+    dpSize: null,
+    storageGroup: null,
   };
   const positional = [];
   for (let i = 0; i < argv.length; i++) {
@@ -95,6 +99,8 @@ export function parseCli(argv, env = {}) {
     else if (a === "--worker") opts.worker = value();
     else if (a === "--worker-url") opts.workerUrl = value();
     else if (a === "--out") opts.out = value();
+    else if (a === "--dp-size") opts.dpSize = intValue();
+    else if (a === "--storage-group") opts.storageGroup = value();
     else if (a.startsWith("-")) throw new UsageError(`unknown option ${a}`);
     else positional.push(a);
   }
@@ -501,8 +507,8 @@ async function relayKeyCommand(opts, io, fetchImpl) {
           ? `${o.model}: no relay keys`
           : `${o.model}\n` +
             table(
-              ["key", "worker", "url", "issued", "revoked"],
-              o.keys.map((k) => [k.keyId, k.workerId, k.url, new Date(k.createdAt * 1000).toISOString(), k.revokedAt ? new Date(k.revokedAt * 1000).toISOString() : "–"]),
+              ["key", "worker", "url", "dp", "storage group", "issued", "revoked"],
+              o.keys.map((k) => [k.keyId, k.workerId, k.url, String(k.dpSize), k.storageGroup ?? "–", new Date(k.createdAt * 1000).toISOString(), k.revokedAt ? new Date(k.revokedAt * 1000).toISOString() : "–"]),
             ),
     );
     return 0;
@@ -512,7 +518,13 @@ async function relayKeyCommand(opts, io, fetchImpl) {
     io.out(opts.json ? JSON.stringify(o, null, 2) : `revoked ${o.key.keyId} (worker ${o.key.workerId}); ${o.closedSockets} relay socket(s) closed`);
     return 0;
   }
-  const body = JSON.stringify({ ...(opts.model ? { model: opts.model } : {}), workerId: opts.worker, url: opts.workerUrl });
+  const body = JSON.stringify({
+    ...(opts.model ? { model: opts.model } : {}),
+    workerId: opts.worker,
+    url: opts.workerUrl,
+    ...(opts.dpSize !== null ? { dpSize: opts.dpSize } : {}),
+    ...(opts.storageGroup !== null ? { storageGroup: opts.storageGroup } : {}),
+  });
   const o = await adminJson(opts, "/admin/relay-keys", { method: "POST", headers: { "content-type": "application/json" }, body }, fetchImpl);
   if (opts.out) {
     // The credential is a secret: owner-only file, never echoed.

@@ -527,7 +527,8 @@ async function buildFleet(opts: FleetOptions, life: FleetLife): Promise<Fleet> {
     const r = await fetch(`${edgeUrl}/admin/relay-keys`, {
       method: "POST",
       headers: { authorization: `Bearer ${adminToken}`, "content-type": "application/json" },
-      body: JSON.stringify({ model, workerId: w.id, url: w.url }),
+      // Its DP ranks, and one storage group for the fleet: workers stating one HiCache backend share its view.
+      body: JSON.stringify({ model, workerId: w.id, url: w.url, dpSize: opts.dpSize ?? 1, storageGroup: "local-fleet" }),
     });
     if (r.status !== 201) throw new Error(`issuing the relay key of ${w.id}: ${r.status} ${await r.text()}`);
     const { credential } = (await r.json()) as { credential: string };

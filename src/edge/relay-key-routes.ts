@@ -1,7 +1,7 @@
 /**
  * Relay keys, operator side (src/relay-wire/relay-auth.ts; docs/relay.md §Credentials). Called by the admin
  * routes after the admin check (RELAY_KEY_ROUTES):
- *   POST /admin/relay-keys                 {model?, workerId, url} → 201 {keyId, …, credential, workerApiKey}
+ *   POST /admin/relay-keys                 {model?, workerId, url, dpSize?, storageGroup?} → 201 {keyId, …, credential, workerApiKey}
  *   GET  /admin/relay-keys?model=M         → {model, keys: [records without key material]}
  *   POST /admin/relay-keys/<keyId>/revoke?model=M → {key, closedSockets}
  * The credential (and, with KVEDGE_WORKER_KEY_SECRET, the worker's SGLang API key: worker-auth.ts) is returned once, to the admin caller, with `cache-control: no-store`; the edge
@@ -16,11 +16,13 @@ import {
   formatRelayCredential,
   newRelayKeyId,
   normalizeWorkerUrl,
+  STORAGE_GROUP_PATTERN,
   WORKER_ID_PATTERN,
   type RelayKeyRecord,
 } from "../relay-wire/relay-auth.ts";
 import { deriveWorkerApiKey } from "./worker-auth.ts";
 import type { RelayKeyFrontDoor } from "../routing-index/front-door.ts";
+import { MAX_DP_SIZE } from "../routing-index/rank-target.ts";
 import type { Route } from "./route-table.ts";
 
 export interface RelayKeyDeps {
@@ -34,6 +36,10 @@ const IssueSchema = z.object({
   model: z.string().min(1).max(256).optional(),
   workerId: z.string().regex(WORKER_ID_PATTERN, "workerId must be 1-128 characters of [A-Za-z0-9._:-]"),
   url: z.string().min(1).max(2048),
+  /** The worker's attention-DP ranks the key may connect (relay-auth.ts RelayKeyGrant); default 1. */
+  dpSize: z.number().int().min(1).max(MAX_DP_SIZE).default(1),
+  /** The HiCache storage group the worker shares a storage view in; absent: its own view. */
+  storageGroup: z.string().regex(STORAGE_GROUP_PATTERN, "storageGroup must be 1-64 characters of [A-Za-z0-9._:-]").optional(),
 });
 
 const MAX_ISSUE_BODY_BYTES = 8 * 1024;
@@ -98,6 +104,8 @@ async function issue(request: Request, deps: RelayKeyDeps): Promise<Response> {
     model,
     workerId: parsed.data.workerId,
     url: u.url,
+    dpSize: parsed.data.dpSize,
+    storageGroup: parsed.data.storageGroup ?? null,
     createdAt: Math.floor(Date.now() / 1000),
     revokedAt: null,
   };

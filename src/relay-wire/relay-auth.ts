@@ -91,8 +91,31 @@ export interface RelayKeyBinding {
   url: string;
 }
 
+/**
+ * What a relay key allows its worker besides the binding, set by the operator at issue: neither is
+ * in the derived key (the registry row is the authority, like `revokedAt`), and the edge hands both
+ * to the shard with every connect it verified.
+ */
+export interface RelayKeyGrant {
+  /**
+   * The worker's attention-DP ranks (`--dp-size`): a connect's `rank` must be below it and a
+   * hello's `dpSize` at most it, so one key opens at most this many rank targets. 1: a single-rank
+   * worker, whose connects carry no `rank`.
+   */
+  dpSize: number;
+  /**
+   * The HiCache storage group the worker's storage view is shared in (src/routing-index/storage-views.ts):
+   * workers whose keys name the same group and whose hellos name the same backend share one view.
+   * null: the view is the worker's own (its DP ranks share it).
+   */
+  storageGroup: string | null;
+}
+
+/** A storage group's name, as a key grants it. */
+export const STORAGE_GROUP_PATTERN = /^[A-Za-z0-9._:-]{1,64}$/;
+
 /** A registry row (kept by the pool's index; no key material). */
-export interface RelayKeyRecord extends RelayKeyBinding {
+export interface RelayKeyRecord extends RelayKeyBinding, RelayKeyGrant {
   createdAt: number;
   /** Unix seconds; null while the key is valid. */
   revokedAt: number | null;

@@ -78,7 +78,7 @@ export class BlockViews {
     this.#counters = counters;
     this.index = opts.index ?? new RadixIndex();
     this.budget = new BlockBudget(opts.blockBudget, opts.indexBudgetBytes);
-    this.storage = new SharedStorageViews(opts.storageCapacityBlocks ?? DEFAULT_STORAGE_CAPACITY_BLOCKS);
+    this.storage = new SharedStorageViews(opts.storageCapacityBlocks ?? DEFAULT_STORAGE_CAPACITY_BLOCKS, () => this.#evenSplit());
     // Approximate-mode entries share the object's budget: at most half of it.
     this.approx = new ApproxIndex({ ...opts.approx, maxBlocks: Math.min(opts.approx?.maxBlocks ?? 2 ** 20, Math.max(1, Math.floor(this.budget.limit / 2))) });
     this.#shares = new BlockShares(registry, this.index, this.approx, this.budget);
@@ -287,8 +287,13 @@ export class BlockViews {
    * GPU share (block-shares.ts) would cut it short.
    */
   #hostRoom(w: SlottedWorker): number {
+    return Math.max(0, this.#evenSplit() - this.host.workerBlockCount(w.slot));
+  }
+
+  /** The object's budget split evenly among its slots: each worker's room in the host tier, and what it brings to its storage view. */
+  #evenSplit(): number {
     const slots = Math.max(1, this.#registry.slotCount);
-    return Math.max(0, Math.floor(this.budget.limitFor(slots) / slots) - this.host.workerBlockCount(w.slot));
+    return Math.floor(this.budget.limitFor(slots) / slots);
   }
 
   /** One host-tier event; false when a stored chain's parent is unknown (the relay should resync). */

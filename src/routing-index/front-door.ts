@@ -5,7 +5,7 @@
  * `DurableObjectStub` of that class, which Workers RPC types by these methods (no hand-written
  * client, no cast). Code in src/edge and functions/ reaches the object through this file only.
  */
-import type { RelayKeyRecord } from "../relay-wire/relay-auth.ts";
+import { STORAGE_GROUP_PATTERN, type RelayKeyGrant, type RelayKeyRecord } from "../relay-wire/relay-auth.ts";
 import type { CohortResult } from "../layout/index.ts";
 import type { LoadOpBatch, LoadSyncStats } from "../load/load-replica.ts";
 import type { PoolMetricsSnapshot } from "../metrics/pool-snapshot.ts";
@@ -153,6 +153,9 @@ export interface RelayConnect {
   shard: number;
   /** The pool's configured block size, adopted by an object that has none yet. */
   blockSize: number;
+  /** What the key grants (relay-auth.ts RelayKeyGrant): the object checks the hello against it. */
+  dpSize: number;
+  storageGroup: string | null;
 }
 
 const CONNECT_HEADERS = {
@@ -164,35 +167,57 @@ const CONNECT_HEADERS = {
   pool: "x-kvedge-pool",
   shard: "x-kvedge-shard",
   blockSize: "x-kvedge-block-size",
+  dpSize: "x-kvedge-relay-dp-size",
+  storageGroup: "x-kvedge-relay-storage-group",
 } as const satisfies Record<keyof RelayConnect, string>;
 
 /**
  * Which index target a verified relay connect speaks for: the worker, or with the `rank` parameter
- * (a DP-attention rank's session) the rank target `<worker>#<rank>` (rank-target.ts).
+ * (a DP-attention rank's session) the rank target `<worker>#<rank>` (rank-target.ts). The `rank`
+ * is not signed, so the key's DP size bounds it: one key opens at most `keyDpSize` rank targets
+ * (each takes a slot, and slots shrink every worker's budget: block-budget.ts).
  */
-export function relayConnectTarget(workerId: string, rankParam: string | null): { ok: true; targetId: string } | { ok: false; message: string } {
+export function relayConnectTarget(
+  workerId: string,
+  rankParam: string | null,
+  keyDpSize: number,
+): { ok: true; targetId: string } | { ok: false; message: string; code: string | null } {
   if (rankParam === null) return { ok: true, targetId: workerId };
   if (!/^\d{1,4}$/.test(rankParam) || Number(rankParam) >= MAX_DP_SIZE)
-    return { ok: false, message: `Bad rank '${rankParam.slice(0, 16)}': a DP rank is an integer 0…${MAX_DP_SIZE - 1}.` };
-  return { ok: true, targetId: rankTargetId(workerId, Number(rankParam), MAX_DP_SIZE) };
+    return { ok: false, message: `Bad rank '${rankParam.slice(0, 16)}': a DP rank is an integer 0…${MAX_DP_SIZE - 1}.`, code: null };
+  const rank = Number(rankParam);
+  // A single-rank worker's target is its worker id: a key granting one rank opens no rank target.
+  if (keyDpSize <= 1 || rank >= keyDpSize)
+    return {
+      ok: false,
+      message: keyDpSize > 1
+        ? `Rank ${rank} is outside the ${keyDpSize} DP ranks worker ${workerId}'s relay key grants (0…${keyDpSize - 1}): issue its key with the worker's dpSize.`
+        : `Worker ${workerId}'s relay key grants one rank (no rank parameter): issue its key with the worker's dpSize.`,
+      code: "rank_not_granted",
+    };
+  return { ok: true, targetId: rankTargetId(workerId, rank, MAX_DP_SIZE) };
 }
 
 /** The upgrade request the edge sends the shard's object for a verified relay connect. */
 export function relayConnectRequest(c: RelayConnect): Request {
   const headers = new Headers({ upgrade: "websocket" });
-  for (const [field, name] of Object.entries(CONNECT_HEADERS)) headers.set(name, String(c[field as keyof RelayConnect]));
+  for (const [field, name] of Object.entries(CONNECT_HEADERS)) {
+    const value = c[field as keyof RelayConnect];
+    if (value !== null) headers.set(name, String(value));
+  }
   return new Request("https://index/relay", { headers });
 }
 
 /** What the object reads of a connect: the parts it needs, or the answer that refuses it. */
 export type RelayConnectRead =
-  | { ok: true; workerId: string; nonce: string; expiresAt: number; keyId: string | undefined; url: string | undefined; pool: string | null; shard: number; blockSize: number }
+  | ({ ok: true; workerId: string; nonce: string; expiresAt: number; keyId: string | undefined; url: string | undefined; pool: string | null; shard: number; blockSize: number } & RelayKeyGrant)
   | { ok: false; status: 400 | 401 | 426; message: string };
 
 /**
  * Reads a relay connect on the object's side. Only the worker, nonce and expiry are required;
  * the pool, shard and block size are hints the object skips when absent or malformed (null, NaN or
- * a block size of 0).
+ * a block size of 0). The key's grant read as absent or malformed is the least it can be: one
+ * rank, no storage group.
  */
 export function readRelayConnect(headers: Headers): RelayConnectRead {
   if (headers.get("upgrade")?.toLowerCase() !== "websocket") return { ok: false, status: 426, message: "expected websocket" };
@@ -211,5 +236,16 @@ export function readRelayConnect(headers: Headers): RelayConnectRead {
     pool: headers.get(CONNECT_HEADERS.pool),
     shard: Number(headers.get(CONNECT_HEADERS.shard) ?? "0"),
     blockSize: Number(headers.get(CONNECT_HEADERS.blockSize)),
+    dpSize: grantedDpSize(headers.get(CONNECT_HEADERS.dpSize)),
+    storageGroup: grantedStorageGroup(headers.get(CONNECT_HEADERS.storageGroup)),
   };
+}
+
+function grantedDpSize(raw: string | null): number {
+  const n = Number(raw);
+  return raw !== null && Number.isInteger(n) && n >= 1 && n <= MAX_DP_SIZE ? n : 1;
+}
+
+function grantedStorageGroup(raw: string | null): string | null {
+  return raw !== null && STORAGE_GROUP_PATTERN.test(raw) ? raw : null;
 }

@@ -4,12 +4,12 @@
  * (sends the replies, closes or refuses the socket, starts the session, writes the rows to SQLite,
  * tells the other shards of load changes) and decides nothing itself.
  */
-import { helloUrlMatchesKey } from "../relay-wire/relay-auth.ts";
+import { helloUrlMatchesKey, type RelayKeyGrant } from "../relay-wire/relay-auth.ts";
 import { parseRelayMessage } from "../relay-wire/relay-message.ts";
 import { MAX_RELAY_MESSAGE_BYTES, type IndexToRelay, type RelayHello } from "../relay-wire/relay-protocol.ts";
 import type { RoutingCore, WorkerRecord } from "./routing-core.ts";
 
-/** Close code for a hello the pool refuses (another life, a URL the key is not bound to). */
+/** Close code for a hello the pool refuses (another life, a URL or DP size the key does not grant). */
 export const HELLO_REFUSED_CLOSE = 4003;
 
 /** What the socket a frame came on says about it. */
@@ -18,6 +18,8 @@ export interface RelaySocketView {
   workerId: string;
   /** The worker URL the socket's relay key is bound to (relay-auth.ts). */
   boundUrl: string | undefined;
+  /** What the socket's relay key grants: the DP ranks a hello may claim, the storage group its view joins. */
+  grant: RelayKeyGrant;
   /** Whether this socket carries the worker's newest session (relay-sessions.ts). */
   isCurrent(): boolean;
   /** Whether another open socket carries the worker's newest session. */
@@ -109,8 +111,13 @@ function relayHello(core: RoutingCore, msg: RelayHello, socket: RelaySocketView,
       replies: [{ type: "error", message: "hello url is not the URL this relay key is bound to" }],
       close: { code: HELLO_REFUSED_CLOSE, reason: "hello url not bound to relay key" },
     });
+  // The key bounds the ranks one worker opens (the edge bounds each connect's rank the same way).
+  if ((msg.dpSize ?? 1) > socket.grant.dpSize) {
+    const reason = `dp size ${msg.dpSize} is more than the ${socket.grant.dpSize} rank(s) this relay key grants`;
+    return verdict({ replies: [{ type: "error", message: `worker ${msg.workerId}: ${reason}: issue its key with the worker's dpSize` }], close: { code: HELLO_REFUSED_CLOSE, reason } });
+  }
   // Registered under the bound URL's one spelling (the edge appends /generate to it).
-  const r = core.hello({ ...msg, url: socket.boundUrl ?? msg.url }, workerId);
+  const r = core.hello({ ...msg, url: socket.boundUrl ?? msg.url }, workerId, socket.grant.storageGroup);
   if (!r.ok) {
     const live = socket.hasLiveSession() && !core.relaySilent(workerId);
     const fenced = live ? undefined : core.fenceRefusedLife(workerId, msg.epoch);

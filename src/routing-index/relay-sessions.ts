@@ -13,6 +13,9 @@ export interface RelayAttachment {
   /** The relay key the connect was signed with, and the worker URL it is bound to (relay-auth.ts). */
   keyId?: string;
   url?: string;
+  /** What that key grants (relay-auth.ts RelayKeyGrant); absent on sockets from before grants: one rank, no group. */
+  dpSize?: number;
+  storageGroup?: string | null;
   /** Set when this socket's hello is accepted: its session (ms clock, strictly increasing). */
   session?: number;
 }

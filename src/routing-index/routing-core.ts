@@ -38,6 +38,7 @@ import { isFull, loadBoundTokens } from "../admission/load-bound.ts";
 import { SessionAffinity } from "./session-affinity.ts";
 import { isDecodeWorker } from "./pd-pool.ts";
 import { parseRankTarget } from "./rank-target.ts";
+import { storageViewKey } from "./storage-views.ts";
 
 /** A first pick through admission: the route, and the conversation's affinity key (session-affinity.ts), if any. */
 export type AdmissionRouteRequest = RouteRequest & { affinityKey?: string | null };
@@ -262,12 +263,15 @@ export class RoutingCore {
     return this.#views.approximate.has(workerId);
   }
 
-  /** A relay said hello. Returns the record to persist, or a refusal. */
-  hello(msg: RelayHello, authenticatedWorkerId: string): { ok: true; record: WorkerRecord } | { ok: false; reason: string; indexEpoch?: number } {
+  /**
+   * A relay said hello. Returns the record to persist, or a refusal. `storageGroup`: the one its
+   * key grants (null: its storage view is its worker's own; storage-views.ts).
+   */
+  hello(msg: RelayHello, authenticatedWorkerId: string, storageGroup: string | null = null): { ok: true; record: WorkerRecord } | { ok: false; reason: string; indexEpoch?: number } {
     const r = this.#registry.hello(msg, authenticatedWorkerId);
     if (!r.ok) return r;
     if (r.added) this.#views.addSlot(r.worker.slot);
-    this.#views.storage.attach(r.worker.workerId, msg.hicacheStorage ?? null);
+    this.#views.storage.attach(r.worker.workerId, msg.hicacheStorage === undefined ? null : storageViewKey(r.worker.workerId, storageGroup, msg.hicacheStorage));
     // Every hello starts a new relay session: the relay follows with a dump, which is the truth.
     // A newer epoch also fences out whatever the old process had cached.
     if (r.newLife) {

@@ -7,14 +7,31 @@
  * `hicacheStorage`, from /server_info) gets one view: every block stored in any member's host
  * tier is assumed stored, credited to every member, and aged out oldest first past the group's
  * capacity. Nothing here is exact: routing reports it as approximate.
+ *
+ * The hello's backend identity is the relay's own word, so it names a view only within what the
+ * relay's key grants (storageViewKey): a key with a storage group (relay-auth.ts RelayKeyGrant)
+ * shares views with the keys of that group, a key without one keeps a view of its worker's own
+ * (its DP ranks share it). A relay can fill or age out only views its operator let it share.
+ * Each member brings `memberRoom()` entries to its group's capacity (block-views.ts: the same even
+ * split of the object's budget as its host tier), so all views together stay within the budget.
  */
 import { RadixIndex } from "../block-index/radix-index.ts";
 import type { WireBlock } from "../block-index/radix-index.ts";
 import type { LocalHashes } from "../blocks/block-hash.ts";
 import type { SlottedWorker } from "./worker-registry.ts";
+import { parseRankTarget } from "./rank-target.ts";
 
 /** Storage groups one index keeps at most; a backend past it is not tracked. */
 export const MAX_STORAGE_GROUPS = 64;
+
+/**
+ * The view a target's hello joins: its key's storage group, else its worker (every rank of it),
+ * then the backend identity it states. Group and worker names cannot contain a newline.
+ */
+export function storageViewKey(targetId: string, storageGroup: string | null, identity: string): string {
+  const scope = storageGroup !== null ? `group ${storageGroup}` : `worker ${parseRankTarget(targetId).workerId}`;
+  return `${scope}\n${identity}`;
+}
 
 export class SharedStorageViews {
   /** Slot k: group k's blocks. */
@@ -24,15 +41,25 @@ export class SharedStorageViews {
   /** Stored chains of each group, oldest first (the aging order). */
   readonly #chains = new Map<number, string[][]>();
   readonly #held = new Map<number, number>();
+  /** Members of each group. */
+  readonly #members = new Map<number, number>();
   readonly #capacityBlocks: number;
+  readonly #memberRoom: () => number;
   #scores = new Int32Array(8);
 
-  constructor(capacityBlocks: number) {
+  /** `memberRoom`: the entries each member adds to its group's capacity (capped at `capacityBlocks`). */
+  constructor(capacityBlocks: number, memberRoom: () => number) {
     if (!Number.isInteger(capacityBlocks) || capacityBlocks < 1) throw new RangeError(`bad storage capacity ${capacityBlocks}`);
     this.#capacityBlocks = capacityBlocks;
+    this.#memberRoom = memberRoom;
   }
 
-  /** The worker's hello named this backend identity (null: none, or it left one). */
+  /** Entries held in every view together. */
+  get size(): number {
+    return this.#index.size;
+  }
+
+  /** The worker's hello named this view (storageViewKey; null: no backend, or it left one). */
   attach(workerId: string, identity: string | null): void {
     // A hello that names the same backend again (every reconnect) keeps the group and its view.
     if (identity !== null && this.#groupOf.has(workerId) && this.#groups.get(identity) === this.#groupOf.get(workerId)) return;
@@ -49,6 +76,7 @@ export class SharedStorageViews {
       if (this.#scores.length <= slot) this.#scores = new Int32Array(this.#scores.length * 2);
     }
     this.#groupOf.set(workerId, slot);
+    this.#members.set(slot, (this.#members.get(slot) ?? 0) + 1);
   }
 
   /**
@@ -59,7 +87,10 @@ export class SharedStorageViews {
     const slot = this.#groupOf.get(workerId);
     if (slot === undefined) return;
     this.#groupOf.delete(workerId);
-    for (const s of this.#groupOf.values()) if (s === slot) return;
+    const left = this.#members.get(slot)! - 1;
+    this.#members.set(slot, left);
+    if (left > 0) return;
+    this.#members.delete(slot);
     this.#index.clearWorker(slot);
     this.#chains.set(slot, []);
     this.#held.set(slot, 0);
@@ -88,7 +119,8 @@ export class SharedStorageViews {
     this.#chains.get(slot)!.push(blocks.map((b) => b.h));
     let held = this.#held.get(slot)! + r.applied;
     const chains = this.#chains.get(slot)!;
-    while (held > this.#capacityBlocks && chains.length > 0) held -= this.#index.applyRemoved(slot, chains.shift()!);
+    const capacity = Math.min(this.#capacityBlocks, this.#members.get(slot)! * Math.max(0, this.#memberRoom()));
+    while (held > capacity && chains.length > 0) held -= this.#index.applyRemoved(slot, chains.shift()!);
     this.#held.set(slot, held);
   }
 

@@ -38,8 +38,8 @@ async function ids(): Promise<string[]> {
 
 describe("removing a DP worker", () => {
   it("removes all its rank targets, rows and sessions; a rank target alone only itself", async () => {
-    const a = await issueRelayKey((u, i) => SELF.fetch(u, i), "w-rm");
-    const b = await issueRelayKey((u, i) => SELF.fetch(u, i), "w-rm2");
+    const a = await issueRelayKey((u, i) => SELF.fetch(u, i), "w-rm", { dpSize: 2 });
+    const b = await issueRelayKey((u, i) => SELF.fetch(u, i), "w-rm2", { dpSize: 2 });
     const sockets = [await rankSession(a, "w-rm", 0), await rankSession(a, "w-rm", 1), await rankSession(b, "w-rm2", 0), await rankSession(b, "w-rm2", 1)];
     expect(await ids()).toEqual(["w-rm#0", "w-rm#1", "w-rm2#0", "w-rm2#1"]);
     const closed = sockets.map((ws) => new Promise<number>((resolve) => ws.addEventListener("close", (ev) => resolve(ev.code))));

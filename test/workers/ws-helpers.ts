@@ -28,12 +28,18 @@ export const TEST_WORKER_URL = "https://127.0.0.1:9";
 export async function issueRelayKey(
   fetchEdge: (url: string, init?: RequestInit) => Promise<Response>,
   workerId: string,
-  opts: { model?: string; url?: string; adminToken?: string } = {},
+  opts: { model?: string; url?: string; adminToken?: string; dpSize?: number; storageGroup?: string } = {},
 ): Promise<string> {
   const r = await fetchEdge("https://edge/admin/relay-keys", {
     method: "POST",
     headers: { authorization: `Bearer ${opts.adminToken ?? "test-admin-token-0123456789"}`, "content-type": "application/json" },
-    body: JSON.stringify({ model: opts.model ?? "Qwen/Qwen3-VL-8B-Instruct", workerId, url: opts.url ?? TEST_WORKER_URL }),
+    body: JSON.stringify({
+      model: opts.model ?? "Qwen/Qwen3-VL-8B-Instruct",
+      workerId,
+      url: opts.url ?? TEST_WORKER_URL,
+      ...(opts.dpSize !== undefined ? { dpSize: opts.dpSize } : {}),
+      ...(opts.storageGroup !== undefined ? { storageGroup: opts.storageGroup } : {}),
+    }),
   });
   if (r.status !== 201) throw new Error(`issuing a relay key for ${workerId}: ${r.status} ${await r.text()}`);
   return ((await r.json()) as { credential: string }).credential;

@@ -32,7 +32,7 @@ const workerId = fc.stringMatching(/^[A-Za-z0-9._:-]{1,24}$/);
 const KEY_ID = "AAAAAAAAAAAAAAAAAAAAAA";
 
 function record(over: Partial<RelayKeyRecord> = {}): RelayKeyRecord {
-  return { keyId: KEY_ID, model: MODEL, workerId: "w.1", url: "https://gpu-1.example:30000", createdAt: NOW, revokedAt: null, ...over };
+  return { keyId: KEY_ID, model: MODEL, workerId: "w.1", url: "https://gpu-1.example:30000", dpSize: 1, storageGroup: null, createdAt: NOW, revokedAt: null, ...over };
 }
 
 async function credentialOf(rec: RelayKeyRecord, secret = SECRET): Promise<string> {

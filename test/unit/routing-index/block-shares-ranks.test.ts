@@ -22,7 +22,7 @@ function chain(n: number, base: number, salt: number) {
 
 function sayHello(core: RoutingCore, extra: Partial<RelayHello> & { workerId: string }) {
   const msg = RelayHelloSchema.parse({ type: "hello", url: `http://${extra.workerId}`, blockSize: BS, epoch: 1, modelName: "m", contract: null, kvEvents: true, ...extra });
-  const target = relayConnectTarget(msg.workerId, (msg.dpSize ?? 1) > 1 ? String(msg.dpRank ?? 0) : null);
+  const target = relayConnectTarget(msg.workerId, (msg.dpSize ?? 1) > 1 ? String(msg.dpRank ?? 0) : null, msg.dpSize ?? 1);
   if (!target.ok) throw new Error(target.message);
   const r = core.hello(msg, target.targetId);
   expect(r.ok).toBe(true);

@@ -25,7 +25,7 @@ function rankHello(worker: string, rank: number, dpSize: number, extra: Partial<
 
 /** The hello as the index sees it: on the socket the edge named by the connect's worker and rank. */
 function sayHello(core: RoutingCore, msg: RelayHello, rankParam: string | null = String(msg.dpRank ?? 0)) {
-  const target = relayConnectTarget(msg.workerId, (msg.dpSize ?? 1) > 1 ? rankParam : null);
+  const target = relayConnectTarget(msg.workerId, (msg.dpSize ?? 1) > 1 ? rankParam : null, msg.dpSize ?? 1);
   if (!target.ok) throw new Error(target.message);
   return core.hello(msg, target.targetId);
 }
@@ -43,10 +43,13 @@ describe("rank targets", () => {
     expect(rankTargetId("w1", 1, 2)).toBe("w1#1");
     expect(parseRankTarget("w1#1")).toEqual({ workerId: "w1", rank: 1 });
     expect(parseRankTarget("w1")).toEqual({ workerId: "w1", rank: null });
-    expect(relayConnectTarget("w1", null)).toEqual({ ok: true, targetId: "w1" });
-    expect(relayConnectTarget("w1", "3")).toEqual({ ok: true, targetId: "w1#3" });
-    expect(relayConnectTarget("w1", "-1").ok).toBe(false);
-    expect(relayConnectTarget("w1", "1e3").ok).toBe(false);
+    expect(relayConnectTarget("w1", null, 1)).toEqual({ ok: true, targetId: "w1" });
+    expect(relayConnectTarget("w1", "3", 4)).toEqual({ ok: true, targetId: "w1#3" });
+    expect(relayConnectTarget("w1", "-1", 4).ok).toBe(false);
+    expect(relayConnectTarget("w1", "1e3", 4).ok).toBe(false);
+    // The key's DP size bounds the unsigned rank: none for a single-rank key, below it otherwise.
+    expect(relayConnectTarget("w1", "0", 1)).toMatchObject({ ok: false, code: "rank_not_granted" });
+    expect(relayConnectTarget("w1", "4", 4)).toMatchObject({ ok: false, code: "rank_not_granted" });
   });
 });
 

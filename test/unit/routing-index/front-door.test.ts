@@ -15,6 +15,8 @@ const CONNECT: RelayConnect = {
   pool: "Qwen/Qwen2.5-VL-7B-Instruct",
   shard: 3,
   blockSize: 16,
+  dpSize: 4,
+  storageGroup: "rack-1",
 };
 
 describe("relay connect", () => {
@@ -39,9 +41,17 @@ describe("relay connect", () => {
 
   it("leaves the pool, shard and block size as hints: absent, they are skipped, not refused", () => {
     const h = new Headers(relayConnectRequest(CONNECT).headers);
-    for (const name of ["x-kvedge-pool", "x-kvedge-shard", "x-kvedge-block-size", "x-kvedge-relay-key-id", "x-kvedge-relay-url"]) h.delete(name);
+    for (const name of ["x-kvedge-pool", "x-kvedge-shard", "x-kvedge-block-size", "x-kvedge-relay-key-id", "x-kvedge-relay-url", "x-kvedge-relay-dp-size", "x-kvedge-relay-storage-group"]) h.delete(name);
     const r = readRelayConnect(h);
-    // Block size 0: not a size, so the object adopts none.
-    expect(r).toEqual({ ok: true, workerId: "gpu-1", nonce: CONNECT.nonce, expiresAt: CONNECT.expiresAt, pool: null, shard: 0, keyId: undefined, url: undefined, blockSize: 0 });
+    // Block size 0: not a size, so the object adopts none. No grant read: one rank, no storage group.
+    expect(r).toEqual({ ok: true, workerId: "gpu-1", nonce: CONNECT.nonce, expiresAt: CONNECT.expiresAt, pool: null, shard: 0, keyId: undefined, url: undefined, blockSize: 0, dpSize: 1, storageGroup: null });
+  });
+
+  it("reads a malformed grant as the least it can be", () => {
+    const h = new Headers(relayConnectRequest({ ...CONNECT, storageGroup: null }).headers);
+    expect(h.has("x-kvedge-relay-storage-group")).toBe(false);
+    h.set("x-kvedge-relay-dp-size", "4096");
+    h.set("x-kvedge-relay-storage-group", "a\tb");
+    expect(readRelayConnect(h)).toMatchObject({ ok: true, dpSize: 1, storageGroup: null });
   });
 });

@@ -20,8 +20,8 @@ function boundUrl(id: string): string {
   return n.url;
 }
 
-function socket(id: string, opts: { current?: boolean; liveSession?: boolean } = {}): RelaySocketView {
-  return { workerId: id, boundUrl: boundUrl(id), isCurrent: () => opts.current ?? true, hasLiveSession: () => opts.liveSession ?? false };
+function socket(id: string, opts: { current?: boolean; liveSession?: boolean; dpSize?: number } = {}): RelaySocketView {
+  return { workerId: id, boundUrl: boundUrl(id), grant: { dpSize: opts.dpSize ?? 1, storageGroup: null }, isCurrent: () => opts.current ?? true, hasLiveSession: () => opts.liveSession ?? false };
 }
 
 function hello(id: string, epoch: number, over: Record<string, unknown> = {}): string {
@@ -64,6 +64,17 @@ describe("relay hello", () => {
     expect(v.close).toEqual({ code: HELLO_REFUSED_CLOSE, reason: "hello url not bound to relay key" });
     expect(v.startSession).toBe(false);
     expect(core.worker("a")).toBeUndefined();
+  });
+
+  it("closes a hello claiming more DP ranks than the relay key grants, registering nothing; up to the grant is welcome", () => {
+    const core = new RoutingCore({ blockSize: 4 });
+    const v = relayFrame(core, hello("a", 1, { dpSize: 8, dpRank: 0 }), { ...socket("a", { dpSize: 4 }), workerId: "a#0" }, PLACE);
+    expect(v.close).toEqual({ code: HELLO_REFUSED_CLOSE, reason: "dp size 8 is more than the 4 rank(s) this relay key grants" });
+    expect(v.replies).toEqual([{ type: "error", message: "worker a: dp size 8 is more than the 4 rank(s) this relay key grants: issue its key with the worker's dpSize" }]);
+    expect(v.startSession).toBe(false);
+    expect(core.workers()).toEqual([]);
+    const ok = relayFrame(core, hello("a", 1, { dpSize: 4, dpRank: 0 }), { ...socket("a", { dpSize: 4 }), workerId: "a#0" }, PLACE);
+    expect(ok.startSession).toBe(true);
   });
 
   it("a refused older life fences the registered one when no session of it is open, and names the epoch to climb past", () => {

@@ -18,8 +18,9 @@ const B = 16;
 const tokens = Array.from({ length: 64 * B }, (_, i) => (i * 7919) % 50_000);
 const hashes = () => localBlockHashes(tokens, B);
 
+/** A worker whose relay key grants the storage group `rack-1` (storage-views.ts), stating `hicacheStorage` as its backend. */
 function hello(core: RoutingCore, id: string, hicacheStorage?: string) {
-  return core.hello({ type: "hello", workerId: id, url: `http://${id}`, blockSize: B, epoch: 1, modelName: "m", contract: null, kvEvents: true, ...(hicacheStorage ? { hicacheStorage } : {}) }, id);
+  return core.hello({ type: "hello", workerId: id, url: `http://${id}`, blockSize: B, epoch: 1, modelName: "m", contract: null, kvEvents: true, ...(hicacheStorage ? { hicacheStorage } : {}) }, id, "rack-1");
 }
 
 function chainRows(n: number, base: number) {

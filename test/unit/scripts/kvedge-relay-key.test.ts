@@ -15,6 +15,7 @@ describe("kvedge relay-key: arguments", () => {
       workerUrl: "https://w1",
       out: "k",
     });
+    expect(parseCli(["relay-key", "issue", "--worker", "w1", "--worker-url", "https://w1", "--dp-size", "4", "--storage-group", "rack-1"], env)).toMatchObject({ dpSize: 4, storageGroup: "rack-1" });
     expect(parseCli(["relay-key", "list", "--model", "m"], env)).toMatchObject({ sub: "list", model: "m" });
     expect(parseCli(["relay-key", "revoke", "AAAAAAAAAAAAAAAAAAAAAA"], env)).toMatchObject({ sub: "revoke", keyId: "AAAAAAAAAAAAAAAAAAAAAA" });
   });
@@ -25,6 +26,7 @@ describe("kvedge relay-key: arguments", () => {
       ["relay-key", "rotate"],
       ["relay-key", "issue", "--worker", "w1"],
       ["relay-key", "issue", "--worker-url", "https://w1"],
+      ["relay-key", "issue", "--worker", "w1", "--worker-url", "https://w1", "--dp-size", "0"],
       ["relay-key", "revoke"],
       ["relay-key", "revoke", "short"],
       ["relay-key", "list", "extra"],
