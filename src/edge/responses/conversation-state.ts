@@ -85,7 +85,12 @@ function hashesToBase64(hashes: readonly bigint[]): string {
 }
 
 function hashesFromBase64(text: string): bigint[] | null {
-  const bin = atob(text);
+  let bin: string;
+  try {
+    bin = atob(text);
+  } catch {
+    return null;
+  }
   if (bin.length % 8 !== 0) return null;
   const view = new DataView(new ArrayBuffer(bin.length));
   for (let i = 0; i < bin.length; i++) view.setUint8(i, bin.charCodeAt(i));
@@ -108,10 +113,11 @@ export function assembleState(pieces: readonly (PromptPiece | null)[]): Conversa
     } else if (state === null) continue;
     const hashes = piece.tokens ? hashesFromBase64(piece.tokens.hashes) : null;
     const before = piece.base ? null : state.tokens;
-    state.tokens =
-      piece.tokens && hashes && (piece.base || (before !== null && before.blockSize === piece.tokens.blockSize))
-        ? { blockSize: piece.tokens.blockSize, count: piece.tokens.count, hashes: before ? before.hashes.concat(hashes) : hashes, tailIds: piece.tokens.tailIds }
-        : null;
+    if (piece.tokens && hashes && (before === null ? piece.base : before.blockSize === piece.tokens.blockSize)) {
+      const all = before ? before.hashes : [];
+      for (const h of hashes) all.push(h);
+      state.tokens = { blockSize: piece.tokens.blockSize, count: piece.tokens.count, hashes: all, tailIds: piece.tokens.tailIds };
+    } else state.tokens = null;
     state.messages = piece.messages;
     state.text += piece.text;
     state.media.push(...piece.media);
