@@ -8,6 +8,7 @@
  * stopped reading) is terminated and reconnected like a dropped one (see `pongTimeoutMs`).
  * One session feeds one shard of the pool's index (services/relay/shard-fanout.ts, docs/scale.md §3).
  */
+import type { IncomingMessage } from "node:http";
 import WebSocket from "ws";
 import type { DumpBlock } from "./worker-block-set.ts";
 import {
@@ -283,6 +284,14 @@ export class IndexSession {
     });
     this.ws = ws;
     this.written = 0;
+    // A refused upgrade says why in its body (the edge's error, e.g. a rank the key does not grant).
+    let refusal: string | null = null;
+    ws.on("unexpected-response", (_req, res) => {
+      void refusalOf(res).then((why) => {
+        refusal = `index refused the connect: HTTP ${res.statusCode}${why ? `: ${why}` : ""}`;
+        ws.terminate(); // "error" and "close" follow, which log the refusal and reconnect
+      });
+    });
     ws.on("open", () => {
       if (ws !== this.ws) return;
       this.state = "awaiting_welcome";
@@ -300,7 +309,7 @@ export class IndexSession {
     });
     ws.on("error", (err) => {
       if (ws !== this.ws) return;
-      this.counters.lastError = errorMessage(err);
+      this.counters.lastError = refusal ?? errorMessage(err);
       this.opts.log.debug("index_ws_error", { error: this.counters.lastError }); // "close" follows and logs it
     });
     ws.on("close", (code, reasonBuf) => {
@@ -478,4 +487,34 @@ export class IndexSession {
     if (this.pongWait) clearTimeout(this.pongWait.timer);
     this.pongWait = null;
   }
+}
+
+/** Most of a refused upgrade's body read for its reason. */
+const MAX_REFUSAL_BYTES = 4096;
+const REFUSAL_READ_MS = 2000;
+
+/** The message of a refused upgrade's body (OpenAI's error shape, else its text), bounded in size and time. */
+function refusalOf(res: IncomingMessage): Promise<string> {
+  return new Promise((resolve) => {
+    let text = "";
+    const done = (): void => {
+      clearTimeout(timer);
+      res.destroy();
+      let message: unknown;
+      try {
+        message = (JSON.parse(text) as { error?: { message?: unknown } }).error?.message;
+      } catch {
+        message = undefined;
+      }
+      resolve((typeof message === "string" ? message : text).trim().slice(0, 512));
+    };
+    const timer = setTimeout(done, REFUSAL_READ_MS);
+    res.setEncoding("utf8");
+    res.on("data", (chunk: string) => {
+      text += chunk;
+      if (text.length >= MAX_REFUSAL_BYTES) done();
+    });
+    res.once("end", done);
+    res.once("error", done);
+  });
 }

@@ -15,6 +15,7 @@ import { startRelay, type Relay } from "../../../services/relay/relay.ts";
 import { RelayStartupError } from "../../../services/relay/worker-info.ts";
 import { initHashing } from "../../../src/util/hash.ts";
 import { WebSocketServer, type WebSocket } from "ws";
+import http from "node:http";
 import type { AddressInfo, Socket } from "node:net";
 import { checkTestToken, FakeIndex, FakeWorker, indexView, storeEvents, testCredential, testRelayOptions, waitFor, type IndexConn } from "./fakes.ts";
 
@@ -453,5 +454,40 @@ describe("startup checks", () => {
         silentLogger,
       ),
     ).rejects.toThrow(/unreachable/);
+  });
+});
+
+describe("a connect the index refuses before the upgrade", () => {
+  it("keeps the refusal's reason from the answer's body, and retries", async () => {
+    let refused = 0;
+    const edge = http.createServer((_req, res) => res.writeHead(404).end());
+    // The edge's answer to a rank the key does not grant: 400 with OpenAI's error shape.
+    edge.on("upgrade", (_req, socket: Socket) => {
+      refused++;
+      const body = JSON.stringify({ error: { message: "Rank 2 is outside the 2 DP ranks worker w1's relay key grants (0…1).", code: "rank_not_granted", param: "rank" } });
+      socket.end(`HTTP/1.1 400 Bad Request\r\ncontent-type: application/json\r\ncontent-length: ${Buffer.byteLength(body)}\r\nconnection: close\r\n\r\n${body}`);
+    });
+    await new Promise<void>((r) => edge.listen(0, "127.0.0.1", r));
+    open.push({ close: () => new Promise((r) => edge.close(r)) });
+    const s = new IndexSession({
+      url: relayUrl(`ws://127.0.0.1:${(edge.address() as AddressInfo).port}`, "w1", "m", 0, 2),
+      token: testCredential(SECRET),
+      hello: () => ({ type: "hello", workerId: "w1", url: "http://127.0.0.1:1", blockSize: B, epoch: 1, modelName: "m", contract: null, kvEvents: true }),
+      snapshot: () => ({ epoch: 1, seq: 0, blocks: [] }),
+      downReason: () => null,
+      flushIntervalMs: 1,
+      flushBlocks: 1000,
+      backoffBaseMs: 20,
+      backoffCapMs: 100,
+      welcomeTimeoutMs: 2000,
+      dumpChunkBlocks: 1000,
+      pingIntervalMs: 1000,
+      pongTimeoutMs: 1000,
+      log: silentLogger,
+    });
+    open.push(s);
+    s.start();
+    await waitFor(() => refused >= 2, "a refused connect, then a retry");
+    expect(s.stats().lastError).toBe("index refused the connect: HTTP 400: Rank 2 is outside the 2 DP ranks worker w1's relay key grants (0…1).");
   });
 });
