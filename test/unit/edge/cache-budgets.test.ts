@@ -11,6 +11,8 @@ import { edgeCacheBudgets } from "../../../src/edge/cache-budgets.ts";
 import { layoutMemoStats, memoEncode, MEMO_MAX_BYTES } from "../../../src/layout/layout.ts";
 import { PrefixCache, SPLIT_TOKEN } from "../../../src/prompt/prefix-cache.ts";
 import { TurnChainCache } from "../../../src/prompt/turn-chain.ts";
+import { DEFAULT_LIMITS } from "../../../src/api/limits.ts";
+import { parseChatBody } from "../../../src/edge/chat/parse.ts";
 import { BpeEngine } from "../../../src/prompt/tokenizer/engine.ts";
 import { fingerprint, SegmentCache } from "../../../src/prompt/tokenizer/segment-cache.ts";
 import { decodeVocab } from "../../../src/prompt/tokenizer/vocab.ts";
@@ -84,7 +86,8 @@ describe("edge cache byte budgets", () => {
       for (let turn = 0; turn < 4; turn++) {
         messages.push({ role: "user", content: text(seed * 100 + turn, 300) });
         const body = JSON.stringify({ model: "m", messages });
-        chain.prepare({ messages }, body, profile);
+        // As the edge stores a turn: the validated messages are kept too (for the next turn's parse).
+        chain.prepare(parseChatBody(body, DEFAULT_LIMITS), body, profile, { validated: true });
         expect(chain.stats().bytes).toBeLessThanOrEqual(maxBytes);
         messages.push({ role: "assistant", content: `ok ${turn}` });
       }
