@@ -16,13 +16,15 @@ import type { EdgeFetch } from "./media-deps.ts";
 import { limitsOf } from "./parse.ts";
 import { checkContextFit, encodeMediaPrompt, promptTextOf, renderPrompt, type RenderedPrompt } from "./prompt.ts";
 import { resolveModel } from "./resolve-model.ts";
-import { verifyPromptMedia, type MediaRequester } from "./verify-media.ts";
+import { verifyPromptMedia, type MediaRequester, type MediaSeed } from "./verify-media.ts";
 
 export interface PrepareDeps {
   config: EdgeConfig;
   /** Shard `shard` (default 0, the pool object) of a pool's routing index. */
   index(model: string, shard?: number): ChatFrontDoor;
   fetch: EdgeFetch;
+  /** Media items of earlier turns verified elsewhere (a stored response's), seeded into the media memo. */
+  mediaSeeds?: readonly MediaSeed[];
 }
 
 export interface PreparedRouting {

@@ -20,6 +20,13 @@ export interface PromptMedia {
   media: VerifiedMedia[];
 }
 
+/** A media item verified for an earlier turn in another isolate (a stored response's, src/edge/responses/stored-media.ts). */
+export interface MediaSeed {
+  kind: "image" | "video";
+  url: string;
+  media: VerifiedMedia;
+}
+
 /**
  * The request's conversation, for reusing its earlier items (media.ts MediaReuse): its messages'
  * roles and the cache namespace its item hashes move into.
@@ -29,7 +36,7 @@ export interface MediaConversation {
   itemTag: NamespaceTag;
 }
 
-export async function verifyPromptMedia(prompt: RenderedPrompt, deps: { config: EdgeConfig; fetch: EdgeFetch }, requester: MediaRequester, conversation: MediaConversation | null = null): Promise<PromptMedia> {
+export async function verifyPromptMedia(prompt: RenderedPrompt, deps: { config: EdgeConfig; fetch: EdgeFetch; mediaSeeds?: readonly MediaSeed[] }, requester: MediaRequester, conversation: MediaConversation | null = null): Promise<PromptMedia> {
   const parts: MediaPartRef[] = prompt.mediaParts.map((p) => ({
     kind: p.kind,
     url: p.url,
@@ -43,6 +50,8 @@ export async function verifyPromptMedia(prompt: RenderedPrompt, deps: { config: 
     while (answered >= 0 && conversation.messages[answered]!.role !== "assistant") answered--;
     const scope = `${client ?? ""}\u0000${conversation.itemTag === null ? "" : bytesToHex(conversation.itemTag)}`;
     reuse = { memo: mediaMemo(deps), scope, earlier: prompt.mediaParts.map((p) => p.messageIndex < answered) };
+    // Seeded into this scope only: used as any memo entry (a stored item after the store confirms it holds the bytes).
+    for (const seed of deps.mediaSeeds ?? []) reuse.memo.set(scope, seed.kind, seed.url, seed.media);
   }
   const media = await verifyMedia(parts, mediaDeps(deps), { client, signal: requester?.signal ?? null, traceparent: requester?.traceparent ?? null }, reuse);
   return { parts, media };

@@ -25,6 +25,7 @@ import type { MediaPart } from "../../prompt/messages.ts";
 import { sharedPrefixCache, type PrefixCache } from "../../prompt/prefix-cache.ts";
 import { getQwenTokenizer } from "../../prompt/tokenizer/index.ts";
 import { sharedTurnChain, type StablePrefix, type TurnChainCache } from "../../prompt/turn-chain.ts";
+import { mediaOptionsAt } from "./stored-media.ts";
 
 const count = z.number().int().min(0);
 /** [kind, index, kindIndex, messageIndex, partIndex] of a media part; url and options come from the message. */
@@ -164,13 +165,8 @@ export function nextPiece(parent: ConversationState | null, stable: StablePrefix
 /** The media part a reference names, read back from the request's messages; null when it is not there. */
 function mediaPartOf(ref: MediaRef, messages: readonly ChatMessage[]): MediaPart | null {
   const [kind, index, kindIndex, messageIndex, partIndex] = ref;
-  const content = messages[messageIndex]?.content;
-  const part: unknown = Array.isArray(content) ? content[partIndex] : undefined;
-  const value = part !== null && typeof part === "object" ? (part as Record<string, unknown>)[`${kind}_url`] : undefined;
-  // As preprocessChat reads it (messages.ts mediaUrl): an image may be a bare URL string.
-  const options = typeof value === "string" && kind === "image" ? { url: value } : value !== null && typeof value === "object" ? (value as Record<string, unknown>) : null;
-  if (options === null || typeof options["url"] !== "string") return null;
-  return { kind, url: options["url"], index, kindIndex, messageIndex, partIndex, options };
+  const options = mediaOptionsAt(messages[messageIndex], partIndex, kind);
+  return options === null ? null : { kind, url: options["url"] as string, index, kindIndex, messageIndex, partIndex, options };
 }
 
 /** The leading system message the Responses request's `instructions` become (responses-schema.ts toChatRequest). */

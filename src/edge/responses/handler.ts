@@ -15,6 +15,7 @@ import { handleChatCompletions, type ChatDeps } from "../chat.ts";
 import { limitsOf } from "../chat/parse.ts";
 import { cacheTenant, resolveModel } from "../chat/resolve-model.ts";
 import { sharedTurnChain, type StablePrefix } from "../../prompt/turn-chain.ts";
+import { mediaSeeds, StoredMediaSchema, turnMedia, type StoredMedia } from "./stored-media.ts";
 import { assembleState, hydrate, nextPiece, PromptPieceSchema, type ConversationState, type PromptPiece } from "./conversation-state.ts";
 import type { AdmissionFrontDoor } from "../../routing-index/front-door.ts";
 
@@ -80,6 +81,7 @@ async function createResponse(request: Request, deps: ResponsesDeps): Promise<Re
   const store = storeFor(request, deps, caller);
   let history: ChatMessage[] = [];
   let state: ConversationState | null = null;
+  let storedMedia: StoredMedia[] = [];
   const parent = req.previous_response_id ?? null;
   if (parent !== null) {
     const bodies = store && isResponseId(parent) ? await store.chain(parent, Date.now(), MAX_CONVERSATION_BYTES) : null;
@@ -87,6 +89,7 @@ async function createResponse(request: Request, deps: ResponsesDeps): Promise<Re
     if (bodies === "too_large") throw new InvalidRequestError(`The conversation of '${parent.slice(0, 64)}' is longer than this endpoint continues (${MAX_CONVERSATION_BYTES} bytes stored).`, "previous_response_id", "context_length_exceeded");
     const records = bodies.map((b) => JSON.parse(b) as StoredResponse);
     history = records.flatMap((r) => r.messages);
+    storedMedia = records.flatMap((r) => (Array.isArray(r.media) ? r.media.flatMap((m) => StoredMediaSchema.safeParse(m).data ?? []) : []));
     state = assembleState(records.map((r) => (r.prompt === null ? null : (PromptPieceSchema.safeParse(r.prompt).data ?? null))));
   }
   const input = inputToMessages(req.input);
@@ -95,10 +98,14 @@ async function createResponse(request: Request, deps: ResponsesDeps): Promise<Re
   // Another isolate served the earlier turns: their prompt state comes from the store, not from re-rendering
   // (other instructions render another prefix: nothing to seed).
   if (state !== null && state.instructions === (req.instructions ?? null)) hydrate(state, history, model, { checkRate: deps.config.turnCheckRate });
-  /** The stable prefix the turn chain holds for this request once its prompt is prepared. */
+  /** The stable prefix the turn chain holds for this request once its prompt is prepared, and this turn's verified media. */
   let stable: StablePrefix | null = null;
-  const onPrepared: ChatDeps["onPrepared"] = (_prepared, bodyText) => {
-    if (req.store && store) stable = sharedTurnChain().stableOf(bodyText, { family: model.family, templateId: model.templateId });
+  let turnItems: StoredMedia[] = [];
+  const lead = req.instructions ? 1 : 0;
+  const onPrepared: ChatDeps["onPrepared"] = (prepared, bodyText) => {
+    if (!req.store || !store) return;
+    stable = sharedTurnChain().stableOf(bodyText, { family: model.family, templateId: model.templateId });
+    turnItems = turnMedia(prepared.prompt.mediaParts, prepared.media, lead + history.length, lead);
   };
 
   // The chat handler reads the caller's credentials, address and trace from these headers.
@@ -136,7 +143,7 @@ async function createResponse(request: Request, deps: ResponsesDeps): Promise<Re
         };
       }
     : undefined;
-  const chat = await handleChatCompletions(chatRequest, { ...deps, rateLimit: async () => limitHeaders, index, onPrepared, ...(admissionIndex ? { admissionIndex } : {}) });
+  const chat = await handleChatCompletions(chatRequest, { ...deps, rateLimit: async () => limitHeaders, index, onPrepared, mediaSeeds: mediaSeeds(storedMedia, history), ...(admissionIndex ? { admissionIndex } : {}) });
   if (chat.status !== 200) return chat;
 
   const id = newItemId("resp");
@@ -146,8 +153,8 @@ async function createResponse(request: Request, deps: ResponsesDeps): Promise<Re
     const messages = [...input, ...inputToMessages(output as unknown as InputItem[])];
     const prompt: PromptPiece | null = stable === null ? null : nextPiece(state, stable, req.instructions ?? null, model);
     // Too large with its prompt state: kept without it (a continuation then renders the history).
-    let text = JSON.stringify({ response, messages, worker, prompt } satisfies StoredResponse);
-    if (prompt !== null && new TextEncoder().encode(text).byteLength > MAX_STORED_RECORD_BYTES) text = JSON.stringify({ response, messages, worker, prompt: null } satisfies StoredResponse);
+    let text = JSON.stringify({ response, messages, worker, prompt, media: turnItems } satisfies StoredResponse);
+    if (prompt !== null && new TextEncoder().encode(text).byteLength > MAX_STORED_RECORD_BYTES) text = JSON.stringify({ response, messages, worker, prompt: null, media: turnItems } satisfies StoredResponse);
     if (new TextEncoder().encode(text).byteLength > MAX_STORED_RECORD_BYTES) return false;
     return store.put(id, parent, text, Date.now(), STORED_RESPONSE_TTL_MS, STORED_BYTES_PER_TENANT).catch((err: unknown) => {
       console.warn(JSON.stringify({ event: "response_store_failed", error: String(err).slice(0, 300) }));

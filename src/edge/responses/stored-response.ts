@@ -7,6 +7,7 @@
  */
 import type { ChatMessage } from "../../api/responses-schema.ts";
 import type { PromptPiece } from "./conversation-state.ts";
+import type { StoredMedia } from "./stored-media.ts";
 import type { CacheTenant } from "../cache-salt.ts";
 import { clientLabel } from "../client-label.ts";
 
@@ -35,6 +36,8 @@ export interface StoredResponse {
   worker: string | null;
   /** The conversation's prompt state after this turn (conversation-state.ts); null when not kept. */
   prompt: PromptPiece | null;
+  /** This turn's media items as the edge verified them (stored-media.ts). */
+  media: StoredMedia[];
 }
 
 /** The storage a handler talks to (the tenant's Durable Object stub satisfies it). */
