@@ -38,8 +38,11 @@ export function routeTarget(input: RouteInput): RouteTarget {
   // A sharded pool: the shard of the first block holds every worker's overlap for this request.
   const shard = shardForRequest(input.localHashes, input.shards);
   const index = input.index(input.model, shard);
-  // One buffer over the RPC instead of thousands of BigInts (serialized and read back per attempt).
-  const localHashes = BigUint64Array.from(input.localHashes);
+  // One buffer over the RPC instead of thousands of BigInts (serialized and read back per attempt),
+  // filled by index: BigUint64Array.from goes through the iterator, ~4× slower (0.11 vs 0.025 ms for
+  // 6k hashes, a 100k-token prompt, in Node).
+  const localHashes = new BigUint64Array(input.localHashes.length);
+  for (let i = 0; i < localHashes.length; i++) localHashes[i] = input.localHashes[i]!;
   return {
     shard,
     index,
