@@ -21,7 +21,7 @@ import { RECENT_KEPT } from "../../../src/metrics/pool-recorder.ts";
 import { MAX_ROUTING_TOKENS } from "../../../src/layout/eligibility.ts";
 import { MAX_BLOCKS_PER_MESSAGE, MAX_KV_CAPACITY_TOKENS, MAX_RELAY_MESSAGE_BYTES } from "../../../src/relay-wire/relay-protocol.ts";
 import { LOGPROB_ENTRY_BYTES, MAX_CUMULATIVE_LOGPROB_BYTES } from "../../../src/proxy/stream-cost.ts";
-import { MAX_STORED_RECORD_BYTES, STORED_BYTES_PER_TENANT, STORED_RESPONSE_TTL_MS } from "../../../src/edge/responses/stored-response.ts";
+import { MAX_CONVERSATION_BYTES, MAX_CONVERSATION_RECORDS, MAX_STORED_RECORD_BYTES, STORED_BYTES_PER_TENANT, STORED_RESPONSE_TTL_MS } from "../../../src/edge/responses/stored-response.ts";
 import { RELAY_TOKEN_MAX_SKEW_S } from "../../../src/relay-wire/relay-auth.ts";
 import { DEFAULT_INDEX_BYTES } from "../../../src/block-index/block-budget.ts";
 import { DEFAULT_MAX_EVENT_CHARS } from "../../../src/proxy/sse.ts";
@@ -135,6 +135,8 @@ const ACTUAL: Record<string, Record<string, Expected>> = {
     STORED_RESPONSE_TTL_MS,
     STORED_BYTES_PER_TENANT,
     MAX_STORED_RECORD_BYTES,
+    MAX_CONVERSATION_RECORDS,
+    MAX_CONVERSATION_BYTES,
   },
   approx: ApproxConfigSchema.parse({}),
   relay: {
