@@ -94,7 +94,9 @@ export function parseChatTurn(
   chain: TurnChainCache = sharedTurnChain(config.turnCheckRate),
 ): { req: ChatCompletionRequest; turn: ChainFind | null } {
   const limits = limitsOf(config);
-  const layout = bodyText.length <= limits.maxBodyBytes ? scanBodyLayout(bodyText) : null;
+  // The lookup hashes a window per message count: only for a body the message limit admits (it runs before validation).
+  const scanned = bodyText.length <= limits.maxBodyBytes ? scanBodyLayout(bodyText) : null;
+  const layout = scanned && scanned.messages.length <= limits.maxMessages ? scanned : null;
   const profile = layout ? profileOfModelMember(bodyText, layout, config) : null;
   const turn = profile ? chain.find(bodyText, profile, layout) : null;
   const reuse = chain.reusedMessages(turn);
