@@ -601,8 +601,10 @@ export interface MessagesTally {
   values: number;
   /** Deepest nesting inside one message (its own braces: 1). */
   depth: number;
-  /** Characters of each media data URL charsOutsideMediaDataUrls leaves out, in order. */
+  /** Characters of each media data URL charsOutsideMediaDataUrls leaves out, in order (the first MAX_TALLIED_DATA_URLS). */
   dataUrls: readonly number[];
+  /** More data URLs than dataUrls lists (a limit above MAX_TALLIED_DATA_URLS items then needs the whole body). */
+  dataUrlsCut: boolean;
   /** checkLimits' counts: text characters in total and in the longest message, media items, the most content parts, the longest non-data URL. */
   chars: number;
   maxChars: number;
@@ -611,16 +613,25 @@ export interface MessagesTally {
   maxUrlChars: number;
 }
 
+/** Data URLs a tally lists: only the first maxMediaItems of a body are ever left out of the count (the tally's size stays bounded). */
+const MAX_TALLIED_DATA_URLS = 1024;
+
 /** The tally of `messages` (validated) whose JSON text is body[spans[i][0], spans[i][1]). */
 export function tallyMessages(body: string, spans: readonly (readonly [number, number])[], messages: readonly ChatMessage[]): MessagesTally {
   const dataUrls: number[] = [];
-  const t = { messages: messages.length, values: 0, depth: 0, dataUrls, chars: 0, maxChars: 0, media: 0, maxParts: 0, maxUrlChars: 0 };
+  const t = { messages: messages.length, values: 0, depth: 0, dataUrls, dataUrlsCut: false, chars: 0, maxChars: 0, media: 0, maxParts: 0, maxUrlChars: 0 };
   messages.forEach((m, i) => {
     const [start, end] = spans[i]!;
     const shape = scanStructure(body, start, end, Infinity, Infinity);
     t.values += shape.values;
     t.depth = Math.max(t.depth, shape.depth);
-    mediaDataUrls(body, start, end, Infinity, dataUrls);
+    if (!t.dataUrlsCut) {
+      mediaDataUrls(body, start, end, MAX_TALLIED_DATA_URLS + 1 - dataUrls.length, dataUrls);
+      if (dataUrls.length > MAX_TALLIED_DATA_URLS) {
+        dataUrls.pop();
+        t.dataUrlsCut = true;
+      }
+    }
     const size = measureMessage(m, Infinity);
     t.chars += size.chars;
     t.maxChars = Math.max(t.maxChars, size.chars);
@@ -631,13 +642,20 @@ export function tallyMessages(body: string, spans: readonly (readonly [number, n
   return t;
 }
 
+function joinDataUrls(a: MessagesTally, b: MessagesTally): Pick<MessagesTally, "dataUrls" | "dataUrlsCut"> {
+  if (a.dataUrlsCut || b.dataUrls.length === 0) return { dataUrls: a.dataUrls, dataUrlsCut: a.dataUrlsCut || b.dataUrlsCut };
+  const dataUrls = [...a.dataUrls, ...b.dataUrls];
+  const cut = dataUrls.length > MAX_TALLIED_DATA_URLS;
+  return { dataUrls: cut ? dataUrls.slice(0, MAX_TALLIED_DATA_URLS) : dataUrls, dataUrlsCut: cut || b.dataUrlsCut };
+}
+
 /** The tally of a's messages followed by b's. */
 export function joinTallies(a: MessagesTally, b: MessagesTally): MessagesTally {
   return {
     messages: a.messages + b.messages,
     values: a.values + b.values,
     depth: Math.max(a.depth, b.depth),
-    dataUrls: b.dataUrls.length === 0 ? a.dataUrls : [...a.dataUrls, ...b.dataUrls],
+    ...joinDataUrls(a, b),
     chars: a.chars + b.chars,
     maxChars: Math.max(a.maxChars, b.maxChars),
     media: a.media + b.media,
@@ -719,6 +737,7 @@ function parseReusing(bodyText: string, limits: Limits, literals: JsonLiteral[] 
     skipped += n;
     items++;
   }
+  if (items < limits.maxMediaItems && t.dataUrlsCut) return null;
   skipped += mediaDataUrls(text, cutStart, text.length, limits.maxMediaItems - items).chars;
   if (outsideMediaOver(bodyText.length - skipped, limits)) return null;
   // Messages are elements of a top-level member: their own nesting starts at depth 3.

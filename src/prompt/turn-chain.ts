@@ -492,9 +492,9 @@ export class TurnChainCache {
     const ownDropped = dropped.filter((d) => d.messageIndex >= from && d.messageIndex < q);
     const escaped = escapeJsonText(text);
     const parsed = ctx.validated && ctx.validated.length === ctx.layout.messages.length ? deepFreeze(ctx.validated.slice(from, q)) : null;
-    const bytes = nodeBytes(raw.length, text.length, escaped.length, ownMedia.length + ownDropped.length, ctx.parent ? 0 : ctx.scope.length, parsed?.length ?? 0);
-    if (bytes > this.maxBytes / 4) return;
     const tally = parsed ? tallyMessages(ctx.body, ctx.layout.messages.slice(from, q), parsed) : null;
+    const bytes = nodeBytes(raw.length, text.length, escaped.length, ownMedia.length + ownDropped.length, ctx.parent ? 0 : ctx.scope.length, parsed?.length ?? 0) + 8 * (tally?.dataUrls.length ?? 0);
+    if (bytes > this.maxBytes / 4) return;
     this.insert({ parent: ctx.parent, key, scope: ctx.scope, raw, rawEnd, text, messages: q, media: ownMedia, dropped: ownDropped, images: counts.image, videos: counts.video, escaped, parsed, tally, holders: 0, bytes });
   }
 

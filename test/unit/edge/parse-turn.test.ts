@@ -173,6 +173,24 @@ describe("every whole-body limit refuses as the whole parse does", () => {
     });
   }
 
+  it("a history with more data URLs than a tally lists is parsed whole when the limit reaches past them", () => {
+    const config = configWith({ maxMediaItems: 2000 });
+    const chain = new TurnChainCache({ checkRate: 0 });
+    const history: Msg[] = [{ role: "user", content: "x", attachment: Array.from({ length: 1100 }, () => ({ url: "data:," })) }, { role: "assistant", content: "ok" }];
+    turn(config, chain, bodyOf(config, [...history, { role: "user", content: "q" }]));
+    const body = bodyOf(config, [...history, { role: "user", content: "q" }, { role: "assistant", content: "a" }, { role: "user", content: "b" }]);
+    expect(chain.reusedMessages(chain.find(body, profileOf(config)))?.tally.dataUrlsCut).toBe(true);
+    const work: ParseWork = { parsedChars: 0, validatedMessages: 0 };
+    const req = parseChatTurn(body, config, { work }, chain).req;
+    expect(work.parsedChars).toBe(body.length);
+    expect(JSON.stringify(req)).toBe(JSON.stringify(parseChatBody(body, config.limits)));
+    // Under a limit the listed ones reach, the reduced parse runs.
+    const tight = configWith({ maxMediaItems: 64 });
+    const reduced: ParseWork = { parsedChars: 0, validatedMessages: 0 };
+    parseChatTurn(body, tight, { work: reduced }, chain);
+    expect(reduced.parsedChars).toBeLessThan(body.length / 4);
+  });
+
   it("a body within every limit after a reused history is accepted, with the reused part's tally counted once", () => {
     const config = configWith({ maxMessages: 7, maxMediaItems: 4, maxJsonValues: 400 });
     const chain = new TurnChainCache({ checkRate: 0 });
