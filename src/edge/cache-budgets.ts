@@ -1,6 +1,6 @@
 /**
  * Every cache the edge keeps per isolate, with its byte budget and eviction policy, in one place
- * (docs/reliability.md "Edge memory"). An isolate has 128 MB; these budgets add up to ~60 MiB of
+ * (docs/reliability.md "Edge memory"). An isolate has 128 MB; these budgets add up to ~68 MiB of
  * estimated bytes, leaving the rest to the tokenizer's BPE table (~25 MB, fixed), the code and the
  * requests in flight. Small caches bounded by configuration (one entry per configured model: the
  * pool profile in chat/pool-profile-cache.ts, the parsed config in functions/index.ts, per-template parse results) are
@@ -12,6 +12,7 @@ import { MODEL_FAMILIES, tokenizerCacheStats } from "../prompt/tokenizer/index.t
 import { sharedTurnChain } from "../prompt/turn-chain.ts";
 import { mediaMemoStats } from "./chat/media-deps.ts";
 import { routedItemStats } from "./chat/routed-items.ts";
+import { sharedViewHashes } from "./chat/view-hashes.ts";
 
 export interface CacheBudget {
   name: string;
@@ -29,6 +30,7 @@ export function edgeCacheBudgets(): CacheBudget[] {
   const turns = sharedTurnChain().stats();
   const media = mediaMemoStats();
   const routed = routedItemStats();
+  const views = sharedViewHashes().stats();
   return [
     { name: "prompt_prefix", bytes: prefix.bytes, maxBytes: prefix.maxBytes, entries: prefix.entries, policy: "LRU by prefix; tokens and bytes bounded" },
     { name: "token_segments", bytes: tok.segments.bytes, maxBytes: tok.segments.maxBytes, entries: tok.segments.entries, policy: "LRU; characters and bytes bounded" },
@@ -40,5 +42,7 @@ export function edgeCacheBudgets(): CacheBudget[] {
     // Media items verified for earlier turns, per client and namespace (edge/media-memo.ts), and their layouts (chat/routed-items.ts).
     { name: "media_items", bytes: media.bytes, maxBytes: media.maxBytes, entries: media.entries, policy: "LRU; bytes bounded" },
     { name: "media_layouts", bytes: routed.bytes, maxBytes: routed.maxBytes, entries: routed.entries, policy: "LRU; bytes bounded" },
+    // Media requests' routed views and block hashes up to their generation prompt (chat/view-hashes.ts).
+    { name: "media_views", bytes: views.bytes, maxBytes: views.maxBytes, entries: views.entries, policy: "LRU by conversation prefix; bytes bounded" },
   ];
 }

@@ -9,10 +9,12 @@ import type { EdgeConfig, ModelConfig } from "../../config/config.ts";
 import { localBlockHashes, type NamespaceTag } from "../../blocks/block-hash.ts";
 import { buildRoutingView, requestIneligibility, type RoutingView } from "../../layout/index.ts";
 import { getQwenTokenizer } from "../../prompt/tokenizer/index.ts";
+import { bytesToHex } from "../../util/hex.ts";
 import { mmHashesAllowed } from "../../proxy/generate-request.ts";
 import type { ChatFrontDoor } from "../../routing-index/front-door.ts";
 import { cachedPoolProfile } from "./pool-profile-cache.ts";
 import { routeItems } from "./routed-items.ts";
+import { sharedViewHashes } from "./view-hashes.ts";
 import type { PromptMedia } from "./verify-media.ts";
 
 /** Why the request was not routed on its exact token sequence (null = exact). */
@@ -20,7 +22,7 @@ export type FallbackReason = string | null;
 
 export interface RoutingPlan {
   localHashes: bigint[];
-  /** localHashes in the prompt-prefix cache's pieces (text requests), for work kept per piece. */
+  /** localHashes in pieces kept across turns (the prompt-prefix cache's, or the media view's), for work kept per piece. */
   hashPieces?: readonly (readonly bigint[])[];
   isl: number;
   fallbackReason: FallbackReason;
@@ -76,8 +78,11 @@ export async function planMediaRouting(input: MediaLayoutInput): Promise<Routing
     }
     return fallback(view.reason);
   }
+  // Earlier turns' blocks keep their hashes (and their namespaced forms, per piece): only the new blocks are hashed.
+  const hashed = sharedViewHashes().hashes(view.tokens, model.blockSize, tokenizer.specialIds.imStart, input.itemTag === null ? "" : bytesToHex(input.itemTag));
   return {
-    localHashes: localBlockHashes(view.tokens, model.blockSize),
+    localHashes: hashed.localHashes,
+    hashPieces: hashed.hashPieces,
     isl: view.tokens.length,
     fallbackReason: null,
     mmHashes: view.mmHashes,

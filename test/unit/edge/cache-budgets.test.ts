@@ -21,6 +21,7 @@ import { initHashing } from "../../../src/util/hash.ts";
 import { MediaMemo } from "../../../src/edge/media-memo.ts";
 import type { VerifiedMedia } from "../../../src/edge/media.ts";
 import { routedItemStats, routeItems } from "../../../src/edge/chat/routed-items.ts";
+import { ViewHashCache } from "../../../src/edge/chat/view-hashes.ts";
 import { cohortEligibility, SGLANG_CONTRACT_KEY } from "../../../src/layout/index.ts";
 import { fixtureContract } from "../../fixtures/models/load.ts";
 
@@ -205,11 +206,37 @@ describe("edge cache byte budgets", () => {
     expect(routedItemStats().entries).toBeLessThan(6_000);
   });
 
+  it("the media view cache never holds more than its byte budget, and the estimate covers V8's real retention", () => {
+    const maxBytes = 4 * 1024 * 1024;
+    gc();
+    const before = process.memoryUsage().heapUsed;
+    const cache = new ViewHashCache(maxBytes);
+    const IM_START = 7;
+    for (let seed = 1; seed <= 300; seed++) {
+      // A conversation of 4 turns, each ~3k tokens ending at a generation prompt.
+      let view = new Uint32Array(0);
+      for (let turn = 0; turn < 4; turn++) {
+        const next = new Uint32Array(view.length + 3_000);
+        next.set(view);
+        for (let i = view.length; i < next.length; i++) next[i] = 100 + ((seed * 7919 + i * 31) % 50_000);
+        next[next.length - 3] = IM_START;
+        view = next;
+        cache.hashes(view, 16, IM_START, "ns");
+        expect(cache.stats().bytes).toBeLessThanOrEqual(maxBytes);
+      }
+    }
+    gc();
+    const retained = process.memoryUsage().heapUsed - before;
+    const s = cache.stats();
+    expect(s.hits, "still a cache").toBeGreaterThan(800);
+    expect(retained, `retained ${retained} B for an estimate of ${s.bytes} B`).toBeLessThan(maxBytes * 1.25);
+  });
+
   it("lists every budgeted cache with bytes within its budget", () => {
     for (const b of edgeCacheBudgets()) {
       expect(b.maxBytes, b.name).toBeGreaterThan(0);
       expect(b.bytes, b.name).toBeLessThanOrEqual(b.maxBytes);
     }
-    expect(edgeCacheBudgets().map((b) => b.name)).toEqual(["prompt_prefix", "token_segments", "bpe_pieces", "layout_memo", "turn_chain", "media_items", "media_layouts"]);
+    expect(edgeCacheBudgets().map((b) => b.name)).toEqual(["prompt_prefix", "token_segments", "bpe_pieces", "layout_memo", "turn_chain", "media_items", "media_layouts", "media_views"]);
   });
 });

@@ -2,7 +2,7 @@
  * A multi-turn vision chat through the edge's preparation (`prepareRouting`, the code the chat
  * handler runs, turn chain on) against a real decode service / media store over HTTP and a real
  * origin: each turn does media work only for its new items (the store's own counters of store,
- * probe and held calls; the edge's count of items laid out), while the prompt, the routed ids and
+ * probe and held calls; the edge's count of items laid out and of view blocks hashed), while the prompt, the routed ids and
  * the block hashes equal a full preparation from scratch at every turn, across a store restart
  * (bytes kept: held; store emptied: the earlier items are stored again), and no entry is shared
  * across tenants. A client changing an earlier item's bytes behind its URL: the conversation keeps
@@ -18,6 +18,7 @@ import { parseEdgeConfig, type EdgeConfig } from "../../../src/config/config.ts"
 import { limitsOf, parseChatBody } from "../../../src/edge/chat/parse.ts";
 import { prepareRouting, type PrepareDeps, type PreparedRouting } from "../../../src/edge/chat/prepare.ts";
 import { routedItemStats } from "../../../src/edge/chat/routed-items.ts";
+import { sharedViewHashes } from "../../../src/edge/chat/view-hashes.ts";
 import { namespacedItemHash } from "../../../src/edge/cache-salt.ts";
 import { mediaItems, storeSigner, verifyMedia } from "../../../src/edge/media.ts";
 import { buildRoutingView, cohortEligibility, SGLANG_CONTRACT_KEY } from "../../../src/layout/index.ts";
@@ -106,15 +107,18 @@ interface Counts {
   held: number;
   laidOut: number;
 }
-const counts = (): Counts => ({ store: svc.stats.storeCalls, probe: svc.stats.probeCalls, held: svc.stats.heldChecks, laidOut: routedItemStats().computed });
-const delta = (a: Counts, b: Counts): Counts => ({ store: b.store - a.store, probe: b.probe - a.probe, held: b.held - a.held, laidOut: b.laidOut - a.laidOut });
+const counts = (): Counts & { hashed: number } => ({ store: svc.stats.storeCalls, probe: svc.stats.probeCalls, held: svc.stats.heldChecks, laidOut: routedItemStats().computed, hashed: sharedViewHashes().stats().hashedBlocks });
+const delta = (a: Counts & { hashed: number }, b: Counts & { hashed: number }): { work: Counts; hashed: number } => ({
+  work: { store: b.store - a.store, probe: b.probe - a.probe, held: b.held - a.held, laidOut: b.laidOut - a.laidOut },
+  hashed: b.hashed - a.hashed,
+});
 
 /** One turn as the chat handler prepares it (turn chain on), and the media work it caused. */
-async function turn(body: string, tenant: { key: string; tag: NamespaceTag }): Promise<{ prep: PreparedRouting; work: Counts }> {
+async function turn(body: string, tenant: { key: string; tag: NamespaceTag }): Promise<{ prep: PreparedRouting; work: Counts; hashed: number }> {
   const before = counts();
   const req = parseChatBody(body, limitsOf(config));
   const prep = await prepareRouting(req, deps, { client: { apiKey: tenant.key }, signal: null }, tenant.tag, body);
-  return { prep, work: delta(before, counts()) };
+  return { prep, ...delta(before, counts()) };
 }
 
 /** The same request prepared from scratch, without any of the edge's caches: template, tokenizer, store, layout. */
@@ -171,6 +175,7 @@ describe("vision turns: media work for the new items only", () => {
       { parts: [{ type: "text", text: "And now without a picture." }], work: { store: 0, probe: 0, held: 1, laidOut: 0 } },
     ];
     let body = "";
+    let previousBlocks = 0;
     for (const [i, step] of steps.entries()) {
       if (step.restart) {
         await svc.close();
@@ -178,16 +183,21 @@ describe("vision turns: media work for the new items only", () => {
         svc = await startStore(storeDir);
       }
       body = add(step.parts);
-      const { prep, work } = await turn(body, tenant);
+      const { prep, work, hashed } = await turn(body, tenant);
       expect(work, `turn ${i + 1}`).toEqual(step.work);
       await expectFullPath(prep, body, tenant.tag);
+      // Block hashes: only the blocks after the previous turn's prompt (its generation prompt on).
+      const blocks = prep.plan.localHashes.length;
+      if (i > 0) expect(hashed, `turn ${i + 1}: blocks hashed of ${blocks}`).toBeLessThanOrEqual(blocks - previousBlocks + 1);
+      previousBlocks = blocks;
       if (i > 1) expect(prep.prompt.reusedMessages, `turn ${i + 1} reused its history`).toBeGreaterThan(0);
     }
 
     // Another tenant sending the same conversation shares nothing: every item is its own work.
     const other = { key: "key-b", tag: namespaceTag("tenant-b") };
-    const { prep, work } = await turn(body, other);
+    const { prep, work, hashed } = await turn(body, other);
     expect(work).toEqual({ store: 5, probe: 1, held: 0, laidOut: 6 });
+    expect(hashed).toBe(prep.plan.localHashes.length);
     await expectFullPath(prep, body, other.tag);
   }, 120_000);
 
