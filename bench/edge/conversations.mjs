@@ -123,12 +123,22 @@ function summarizeConversations(samples) {
     const reuse = ks.filter((s) => !s.first);
     const bins = {};
     for (const [name, lo, hi] of HISTORY_BINS) {
+      // Every later turn in the bin, whether the turn chain held its history or not (what an edge
+      // sees at this hit rate), and the hits alone (the warm turn the goals are set for).
+      const all = ks.filter((s) => !s.first && s.tokens > lo && s.tokens <= hi);
       const warm = warmIn(ks, lo, hi);
-      if (warm.length === 0) continue;
+      if (all.length === 0) continue;
+      const allCpu = summarize(all.map((s) => s.edgeCpu));
+      const allWall = summarize(all.map((s) => s.overhead));
+      const mixed = { n: all.length, hitRate: warm.length / all.length, edgeCpuP50: allCpu.p50, edgeCpuP99: allCpu.p99, overheadP50: allWall.p50, overheadP99: allWall.p99 };
+      if (warm.length === 0) {
+        bins[name] = { n: 0, all: mixed };
+        continue;
+      }
       const o = summarize(warm.map((s) => s.overhead));
       const ec = summarize(warm.map((s) => s.edgeCpu));
       const ic = summarize(warm.map((s) => s.indexCpu));
-      bins[name] = { n: warm.length, overheadP50: o.p50, overheadP99: o.p99, edgeCpuP50: ec.p50, edgeCpuP99: ec.p99, edgeCpuMean: ec.mean, indexCpuP50: ic.p50, indexCpuMean: ic.mean };
+      bins[name] = { n: warm.length, overheadP50: o.p50, overheadP99: o.p99, edgeCpuP50: ec.p50, edgeCpuP99: ec.p99, edgeCpuMean: ec.mean, indexCpuP50: ic.p50, indexCpuMean: ic.mean, all: mixed };
     }
     const w = ks.filter((s) => !s.first && s.reused);
     out.kinds[kind] = {
