@@ -12,7 +12,7 @@
  */
 import type { VerifiedMedia } from "./media.ts";
 
-/** Estimated bytes of all entries: a few data: URLs of history, or thousands of http(s) items. */
+/** Estimated bytes of all entries: a few data: URLs of history (one of up to 2 M characters, a 1.5 MB image), or thousands of http(s) items. */
 export const DEFAULT_MEDIA_MEMO_BYTES = 8 * 1024 * 1024;
 
 export interface MediaMemoStats {
@@ -33,9 +33,14 @@ interface Entry {
   bytes: number;
 }
 
-/** UTF-16 worst case for the key and a forward form that is not the key itself, plus the entry around them. */
+/** V8 keeps a string of Latin-1 characters at one byte each (a base64 data: URL), any other at two. */
+function stringBytes(s: string): number {
+  return /[^\u0000-\u00ff]/.test(s) ? 2 * s.length : s.length;
+}
+
+/** The key and a forward form that is not the key itself, plus the entry around them. */
 function entryBytes(outer: string, url: string, media: VerifiedMedia): number {
-  return 2 * (outer.length + url.length + (media.forward !== null && media.forward !== url ? media.forward.length : 0)) + 400;
+  return 2 * outer.length + stringBytes(url) + (media.forward !== null && media.forward !== url ? stringBytes(media.forward) : 0) + 400;
 }
 
 export class MediaMemo {
