@@ -44,7 +44,7 @@ export async function handleChatCompletions(request: Request, deps: ChatDeps): P
   // workerd advances clocks only across I/O, so this measures what awaits cost (body, index RPC).
   const clock = new StageClock();
   const trace = deps.trace ?? startEdgeTrace(request.headers.get("traceparent"));
-  const { caller, showRouting, req, limitHeaders, bodyText, literals, turn, address, client } = await parseChat(request, deps, clock);
+  const { caller, showRouting, req, limitHeaders, bodyText, literals, turn, work, address, client } = await parseChat(request, deps, clock);
   const { adapter, namespace } = await resolveChatModel(config, req.model, cacheTenant(caller, address));
   const prepared = await prepareRouting(req, deps, { client, signal: request.signal ?? null, traceparent: trace.header }, namespace.tag, bodyText, turn);
   const { model, prompt, plan, media } = prepared;
@@ -119,8 +119,9 @@ export async function handleChatCompletions(request: Request, deps: ChatDeps): P
     noneEligible: costly,
   });
   // How much of the prompt the turn chain supplied (admin and debug only, like the routing headers).
-  // And the prompt work this request did: characters the template rendered, tokens the tokenizer produced.
+  // And the work this request did: characters parsed and validated, characters the template rendered, tokens the tokenizer produced.
   if (showRouting) {
+    answer.headers.set("x-kvedge-parsed-chars", String(work.parsedChars));
     answer.headers.set("x-kvedge-prompt-reused-messages", String(prompt.reusedMessages ?? 0));
     answer.headers.set("x-kvedge-prompt-rendered-chars", String(prompt.renderedChars));
     answer.headers.set("x-kvedge-prompt-encoded-tokens", String(prepared.encodedTokens));

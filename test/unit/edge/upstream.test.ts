@@ -163,15 +163,21 @@ describe("upstream deadlines and cancellation (real handler, real HTTP)", () => 
     await dbg.text();
   });
 
-  it("a conversation's next turns reuse its earlier turns' rendered prompt (the handler gives the body to the turn chain)", async () => {
+  it("a conversation's next turns reuse its earlier turns' rendered prompt and parse only the rest (the handler gives the body to the turn chain)", async () => {
     const { deps } = setup(sim.url);
     const admin = { authorization: `Bearer ${ADMIN}` };
-    const messages: Record<string, unknown>[] = [{ role: "system", content: "Turn-chain test: be brief." }, { role: "user", content: "First question about stalls?" }];
+    const messages: Record<string, unknown>[] = [{ role: "system", content: `Turn-chain test: be brief. ${"Context. ".repeat(300)}` }, { role: "user", content: "First question about stalls?" }];
     const reused: string[] = [];
     for (let turn = 0; turn < 3; turn++) {
-      const res = await handleChatCompletions(chat({ messages }, admin), deps);
+      const request = chat({ messages }, admin);
+      const bodyChars = (await request.clone().text()).length;
+      const res = await handleChatCompletions(request, deps);
       expect(res.status).toBe(200);
       reused.push(res.headers.get("x-kvedge-prompt-reused-messages") ?? "absent");
+      // The parse reads the body less the messages the chain held (the long system message from turn 1 on).
+      const parsed = Number(res.headers.get("x-kvedge-parsed-chars"));
+      if (turn === 0) expect(parsed).toBe(bodyChars);
+      else expect(parsed).toBeLessThan(bodyChars - 2700);
       await res.text();
       messages.push({ role: "assistant", content: `Answer ${turn}.` }, { role: "user", content: `Follow-up ${turn}?` });
     }
