@@ -75,8 +75,12 @@ export const DEFAULT_MODELS: ModelConfig[] = [
 ];
 
 const WaitMsSchema = z.number().int().min(0).max(600_000);
-/** The admission wait's defaults per band (bench/suites/admission.mjs measures them). */
-export const DEFAULT_BAND_WAITS = { priority: 1_000, default: 1_000, flex: 8_000 } as const;
+/**
+ * The admission wait's defaults per band: 1 s, a TTFT an interactive user still accepts. Flex waits
+ * no longer by default: past capacity a flex request admitted in a lull holds KV when the next burst
+ * comes (no preemption), so a longer flex wait costs the interactive bands' goodput (bench/suites/admission.mjs).
+ */
+export const DEFAULT_BAND_WAITS = { priority: 1_000, default: 1_000, flex: 1_000 } as const;
 const BandWaitsSchema = z.strictObject({
   priority: WaitMsSchema.default(DEFAULT_BAND_WAITS.priority),
   default: WaitMsSchema.default(DEFAULT_BAND_WAITS.default),
@@ -100,8 +104,8 @@ export const AdmissionConfigSchema = z.strictObject({
   maxQueue: z.number().int().min(0).max(100_000).default(1024),
   /**
    * Longest a request waits before it gets 429, per band (bands.ts); one number sets every band.
-   * Short for the interactive bands, where a request served seconds late has missed its user (a
-   * 429 with Retry-After lets the client retry or go elsewhere), long for flex, which asks to wait.
+   * Short: past capacity a long wait serves requests late instead of refusing them (a 429 with
+   * Retry-After lets the client retry or go elsewhere). A flex band that may wait longer: `{ "flex": 8000 }`.
    */
   maxWaitMs: z.union([WaitMsSchema, BandWaitsSchema]).default(DEFAULT_BAND_WAITS),
   /** Every this long of waiting moves a request one band up (no band waits for ever). */

@@ -218,10 +218,19 @@ describe("admission queue", () => {
     expect(core.admissionSnapshot().bands[BAND_DEFAULT]!.refused.deadline).toBe(2);
   });
 
-  it("with no config: priority and default wait 1 s, flex 8 s (below agingMs, so flex never ages into the interactive band); Retry-After falls back to the band's wait", async () => {
-    expect(AdmissionConfigSchema.parse({}).maxWaitMs).toEqual({ priority: 1_000, default: 1_000, flex: 8_000 });
-    expect(AdmissionConfigSchema.parse({}).agingMs).toBeGreaterThan(8_000);
-    const { core, clock } = pool({ workers: ["a"], capacityTokens: 40 });
+  it("with no config every band waits 1 s; a band's own wait bounds it, and Retry-After falls back to it", async () => {
+    expect(AdmissionConfigSchema.parse({}).maxWaitMs).toEqual({ priority: 1_000, default: 1_000, flex: 1_000 });
+    const fresh = pool({ workers: ["a"], capacityTokens: 40 });
+    admit(fresh.core, prompt(0), ticket());
+    const waiting = admit(fresh.core, prompt(1), ticket({ band: BAND_FLEX }));
+    fresh.clock.advance(999);
+    await flush();
+    expect(waiting.outcome).toBeNull();
+    fresh.clock.advance(1);
+    await flush();
+    expect(waiting.outcome).toMatchObject({ kind: "refused", reason: "deadline", retryAfterSeconds: 1 });
+
+    const { core, clock } = pool({ workers: ["a"], capacityTokens: 40, admission: { maxWaitMs: { priority: 1_000, default: 1_000, flex: 8_000 } } });
     admit(core, prompt(0), ticket());
     const priority = admit(core, prompt(1), ticket({ band: BAND_PRIORITY }));
     const interactive = admit(core, prompt(2), ticket());

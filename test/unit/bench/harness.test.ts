@@ -64,7 +64,7 @@ describe("bench harness", () => {
     const admission = latest.suites.admission.details;
     expect(admission.capacityRps).toBeGreaterThan(0);
     expect(admission.rows.map((row: { load: number; policy: string }) => `${row.load} ${row.policy}`)).toEqual(
-      [1, 2].flatMap((load) => ["route-everything", "fifo", "kvedge", "kvedge (loadFactor 2)", "kvedge (maxWaitMs 30 s)", "kvedge (maxWaitMs 1 s)"].map((p) => `${load} ${p}`)),
+      [1, 2].flatMap((load) => ["route-everything", "fifo", "kvedge", "kvedge (loadFactor 2)", "kvedge (maxWaitMs 30 s)", "kvedge (flex maxWaitMs 8 s)"].map((p) => `${load} ${p}`)),
     );
     for (const row of admission.rows) expect(row.served + row.refused).toBe(row.offered);
     // Fleet shapes: the unified fleet and every PD shape at every bandwidth replayed on agent and chat;
