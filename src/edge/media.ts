@@ -273,7 +273,8 @@ async function reuseEarlier(parts: readonly MediaPartRef[], deps: MediaDeps, reu
   const held = new Set(answer?.ok ? digests.filter((_, k) => answer.held[k]) : []);
   for (const i of toCheck) {
     if (held.has(out[i]!.digest!)) continue;
-    reuse.memo.drop(reuse.scope, parts[i]!.kind, parts[i]!.url);
+    // Forgotten only when the store said so (not when it could not answer, or the client left).
+    if (answer?.ok) reuse.memo.drop(reuse.scope, parts[i]!.kind, parts[i]!.url);
     todo.push(i);
   }
   return todo.sort((a, b) => a - b);
