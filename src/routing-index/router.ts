@@ -15,6 +15,7 @@ import { resolveEdgeRegion, rttMs, type RegionsConfig } from "../selection/regio
 import { pickIndex, type Candidate, type SelectionCost } from "../selection/selection.ts";
 import { DEFAULT_TTFT_PARAMS, estimateTtft, scoreByTtft } from "../selection/ttft-cost.ts";
 import { TierCalibration } from "../selection/tier-calibration.ts";
+import { DEFAULT_RECURRING_LOAD, RecurringLoad, type RecurringLoadParams } from "../selection/recurring-load.ts";
 import { DEFAULT_TIER_COST, type TierCostParams } from "../selection/tier-cost.ts";
 import { DEFAULT_PD_TRANSFER_GBPS, pdTransferMs, type PdTransferParams } from "../selection/pd-transfer-cost.ts";
 import type { BlockViews } from "./block-views.ts";
@@ -132,6 +133,8 @@ export interface RouterOptions {
   tiers?: TierCostParams;
   /** KV bytes per token and prefill → decode bandwidth for PD pairs under cost "ttft"; absent: the defaults. */
   pdTransfer?: PdTransferParams;
+  /** Cost "ttft"'s term for conversations that keep coming back to a worker (recurring-load.ts); absent: its defaults. */
+  recurringLoad?: RecurringLoadParams;
 }
 
 /** The parts of one pool a router reads and changes. */
@@ -162,6 +165,7 @@ export class Router {
   /** Routed at (ms) → prefill done at, for receipts that matched lower-tier blocks. */
   readonly #prefillDoneAt = new Map<string, number>();
   readonly #pdTransfer: PdTransferParams;
+  readonly #recurring: RecurringLoad;
 
   constructor(parts: RouterParts, opts: RouterOptions) {
     this.#p = parts;
@@ -169,6 +173,7 @@ export class Router {
     this.#cost = opts.cost;
     this.#calibration = new TierCalibration(opts.tiers ?? DEFAULT_TIER_COST);
     this.#pdTransfer = opts.pdTransfer ?? { kvBytesPerToken: DEFAULT_TIER_COST.kvBytesPerToken, transferGBps: DEFAULT_PD_TRANSFER_GBPS };
+    this.#recurring = new RecurringLoad(opts.recurringLoad ?? DEFAULT_RECURRING_LOAD);
     this.#temperature = opts.temperature ?? 0;
     this.#decodeWeight = opts.decodeWeight ?? 1;
     this.#random = opts.random ?? Math.random;
@@ -201,6 +206,7 @@ export class Router {
     const receiptId = `r${now.toString(36)}-${(this.#receiptSeq++).toString(36)}`;
     const requestBlocks = Math.ceil(req.isl / blockSize);
     const prefillTokens = Math.max(0, req.isl - overlap * blockSize);
+    this.#recurring.record(chosen.slot, req.isl, req.isl - prefillTokens, now);
     loadSync.add({ receiptId, slot: chosen.slot, prefillTokens, decodeBlocks: requestBlocks, chainKeys: chain, startedAt: now, prefillDone: false }, chosen.workerId);
     // A PD pair: the decode holds the prompt's KV too (transferred), and decodes; the prefill's
     // share is counted until the request settles (it frees its copy once sent: an overestimate).
@@ -424,9 +430,14 @@ export class Router {
     const edgeRegion = regions ? (req.edgeRegion ?? resolveEdgeRegion(regions, req.edgeColo)) : null;
     if (this.#cost === "blocks" && !edgeRegion) return scoreByBlocks({ candidates, isl: req.isl, blockSize, decodeWeight: this.#decodeWeight });
     const placements = live.map((w) => this.#placement(w, edgeRegion));
-    const scored = scoreByTtft({ candidates, placements, isl: req.isl, blockSize, params: regions ?? DEFAULT_TTFT_PARAMS, tiers: this.#calibration.params() });
+    const params = regions ?? DEFAULT_TTFT_PARAMS;
+    const scored = scoreByTtft({ candidates, placements, isl: req.isl, blockSize, params, tiers: this.#calibration.params() });
     // A prefill worker's first token also waits for the prompt's KV to reach its decode peer.
     const transferMs = pdTransferMs(this.#pdTransfer, req.isl);
-    return scored.map((x, k) => (isPrefillWorker(live[k]!) ? { ...x, cost: x.cost + transferMs } : x));
+    const now = this.#now();
+    return scored.map((x, k) => {
+      const recurringMs = this.#recurring.costMs(x.slot, now, placements[k]!.prefillTokensPerSec ?? params.defaultPrefillTokensPerSec);
+      return { ...x, cost: x.cost + recurringMs + (isPrefillWorker(live[k]!) ? transferMs : 0) };
+    });
   }
 }

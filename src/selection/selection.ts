@@ -2,7 +2,8 @@
  * Worker selection: every live worker gets a cost, the lowest wins. Two costs, one per file:
  *  - "ttft" (ttft-cost.ts, the default): estimated time to first token in ms. With a regions table
  *    (regions.ts) and the edge's region known it includes each worker's round trip from the edge;
- *    otherwise every worker is scored with no round trip.
+ *    otherwise every worker is scored with no round trip. The router adds each worker's recurring
+ *    load (recurring-load.ts): the turns its conversations keep bringing back.
  *  - "blocks" (block-cost.ts): Dynamo's block count. With a regions table and the edge's region
  *    known, estimated TTFT is used instead, since only it can weigh round trips.
  * Ties are broken uniformly at random (reservoir sampling); with temperature T > 0 costs are
