@@ -21,6 +21,10 @@ import { RECENT_KEPT } from "../../../src/metrics/pool-recorder.ts";
 import { MAX_ROUTING_TOKENS } from "../../../src/layout/eligibility.ts";
 import { MAX_BLOCKS_PER_MESSAGE, MAX_KV_CAPACITY_TOKENS, MAX_RELAY_MESSAGE_BYTES } from "../../../src/relay-wire/relay-protocol.ts";
 import { LOGPROB_ENTRY_BYTES, MAX_CUMULATIVE_LOGPROB_BYTES } from "../../../src/proxy/stream-cost.ts";
+import { DEFAULT_MEDIA_MEMO_BYTES } from "../../../src/edge/media-memo.ts";
+import { DEFAULT_VIEW_HASHES_BYTES } from "../../../src/edge/chat/view-hashes.ts";
+import { ROUTED_ITEMS_MAX_BYTES } from "../../../src/edge/chat/routed-items.ts";
+import { MAX_HELD_DIGESTS } from "../../../src/media/store-result.ts";
 import { MAX_CONVERSATION_BYTES, MAX_CONVERSATION_RECORDS, MAX_STORED_RECORD_BYTES, STORED_BYTES_PER_TENANT, STORED_RESPONSE_TTL_MS } from "../../../src/edge/responses/stored-response.ts";
 import { RELAY_TOKEN_MAX_SKEW_S } from "../../../src/relay-wire/relay-auth.ts";
 import { DEFAULT_INDEX_BYTES } from "../../../src/block-index/block-budget.ts";
@@ -137,6 +141,10 @@ const ACTUAL: Record<string, Record<string, Expected>> = {
     MAX_STORED_RECORD_BYTES,
     MAX_CONVERSATION_RECORDS,
     MAX_CONVERSATION_BYTES,
+    DEFAULT_MEDIA_MEMO_BYTES,
+    ROUTED_ITEMS_MAX_BYTES,
+    DEFAULT_VIEW_HASHES_BYTES,
+    MAX_HELD_DIGESTS,
   },
   approx: ApproxConfigSchema.parse({}),
   relay: {
