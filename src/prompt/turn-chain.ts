@@ -86,6 +86,8 @@ const KEY_HEAD_CHARS = 128;
 const KEY_TAIL_CHARS = 512;
 const MAX_BUCKET = 4;
 const GENERATION_START = "<|im_start|>assistant";
+/** Whitespace, one comma, whitespace: what JSON allows between two array elements. */
+const SEPARATOR = /^[ \t\n\r]*,[ \t\n\r]*$/;
 /** Characters of stand-in prefixes (and their keys) kept before the memo is cleared. */
 const STAND_IN_MEMO_CHARS = 1 << 20;
 
@@ -372,6 +374,10 @@ export class TurnChainCache {
     const spans = found.layout.messages;
     const q = hit.node.messages;
     if (q >= spans.length) return null;
+    // The reused text was compared with an accepted body's; what follows it up to the first new
+    // message is cut out unparsed, so it must be the one separator JSON allows (the layout scan
+    // would pass `,,` or a missing comma).
+    if (!SEPARATOR.test(found.body.slice(spans[q - 1]![1], spans[q]![0]))) return null;
     const messages: ChatMessage[] = [];
     let tally: MessagesTally | null = null;
     for (const x of hit.chain) {

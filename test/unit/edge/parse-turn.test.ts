@@ -191,6 +191,20 @@ describe("every whole-body limit refuses as the whole parse does", () => {
     expect(reduced.parsedChars).toBeLessThan(body.length / 4);
   });
 
+  it("a body whose separator after the reused messages is not JSON's is refused as the whole parse refuses it", () => {
+    const config = configWith();
+    const chain = new TurnChainCache({ checkRate: 0 });
+    const history: Msg[] = [{ role: "user", content: "a" }, { role: "assistant", content: "b" }];
+    turn(config, chain, bodyOf(config, [...history, { role: "user", content: "c" }]));
+    const elements = [...history, { role: "user", content: "c" }, { role: "assistant", content: "d" }, { role: "user", content: "e" }].map((m) => JSON.stringify(m));
+    for (const gap of [",,", " ", ", ,", ",\u000b"]) {
+      const body = `{"model":${JSON.stringify(config.models[0]!.id)},"messages":[${elements[0]},${elements[1]}${gap}${elements.slice(2).join(",")}],"max_tokens":8}`;
+      const whole = verdict(() => parseChatBody(body, config.limits));
+      expect(whole?.code, gap).toBe("invalid_json");
+      expect(verdict(() => parseChatTurn(body, config, {}, chain)), gap).toEqual(whole);
+    }
+  });
+
   it("a body within every limit after a reused history is accepted, with the reused part's tally counted once", () => {
     const config = configWith({ maxMessages: 7, maxMediaItems: 4, maxJsonValues: 400 });
     const chain = new TurnChainCache({ checkRate: 0 });
