@@ -1,7 +1,7 @@
 #!/usr/bin/env node
-// Where workerd's CPU goes on one kind of edge request, native frames included: starts the bench's
-// edge fleet (bench/lib/edge-fleet.mjs: the bundled Worker in workerd with the real Durable Object,
-// a simulated worker and its relay) with V8's perf map on, records Linux `perf` (cpu-clock, call
+// Where the edge's workerd CPU goes on one kind of edge request, native frames included: starts the
+// bench's edge fleet (bench/lib/edge-fleet.mjs: the bundled Worker in workerd, the real Durable Object
+// in a workerd process of its own, a simulated worker and its relay) with V8's perf map on, records Linux `perf` (cpu-clock, call
 // graphs) on the workerd process while N requests run, and prints
 //   - the share of page faults, garbage collection, JSON.parse / JSON.stringify, text decoding and
 //     encoding, the rest of the JS and the runtime outside JS (HTTP, RPC, sockets), in ms per request,
@@ -48,7 +48,8 @@ const CATEGORIES = [
   ["runtime outside JS (HTTP, RPC, sockets, event loop)", () => true],
 ];
 
-const fleet = await startEdgeFleet({ limits: { maxMessageChars: 2_000_000, maxTotalChars: 8_000_000 }, v8Flags: ["--perf-basic-prof"] });
+// The routing index in its own workerd process: the edge's process records only the edge's work.
+const fleet = await startEdgeFleet({ limits: { maxMessageChars: 2_000_000, maxTotalChars: 8_000_000 }, v8Flags: ["--perf-basic-prof"], splitIndex: true });
 const dir = mkdtempSync(join(tmpdir(), "kvedge-perf-"));
 try {
   const pid = workerdPid(fleet);
@@ -95,7 +96,7 @@ try {
   }
   const ms = (n) => ((n / total) * cpuPerRequest).toFixed(2).padStart(6);
   const pct = (n) => `${((100 * n) / total).toFixed(1).padStart(5)} %`;
-  console.log(`${opt.cold ? "cold" : "warm"} ${TOKENS}-token requests: ${N}; workerd CPU ${cpuPerRequest.toFixed(2)} ms per request (edge isolate, index object, runtime; ${total} samples); ${faultsPerRequest.toFixed(0)} minor page faults per request`);
+  console.log(`${opt.cold ? "cold" : "warm"} ${TOKENS}-token requests: ${N}; edge workerd CPU ${cpuPerRequest.toFixed(2)} ms per request (edge isolate, runtime, its side of the index RPCs; ${total} samples); ${faultsPerRequest.toFixed(0)} minor page faults per request`);
   console.log("\nwhere it goes (ms per request):");
   for (const [name, n] of byCategory) console.log(`${ms(n)} ms ${pct(n)}  ${name}`);
   console.log("\nruntime, by innermost named frame (ms per request):");
