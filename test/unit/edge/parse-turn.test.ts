@@ -5,6 +5,7 @@
  * whole body's, and every whole-body limit refuses exactly as the whole parse does, whether the
  * excess lies in the reused messages or in the new ones.
  */
+import fc from "fast-check";
 import { beforeAll, describe, expect, it } from "vitest";
 import { KvedgeError } from "../../../src/api/errors.ts";
 import type { ParseWork } from "../../../src/api/validate.ts";
@@ -215,5 +216,60 @@ describe("every whole-body limit refuses as the whole parse does", () => {
     const req = parseChatTurn(body, config, { work }, chain).req;
     expect(work.validatedMessages).toBe(3);
     expect(JSON.stringify(req)).toBe(JSON.stringify(parseChatBody(body, config.limits)));
+  });
+});
+
+describe("the reduced parse's verdict is the whole parse's, for any new part", () => {
+  // New messages as raw JSON text, valid or not: what a client could append after a reused history.
+  const valid = fc.constantFrom(
+    '{"role":"user","content":"fine"}',
+    '{"role":"assistant","content":"sure","tool_calls":[{"id":"c","type":"function","function":{"name":"f","arguments":{"a":{"b":[1,2,3]}}}}]}',
+    '{"role":"user","content":[{"type":"text","text":"t"},{"type":"image_url","image_url":{"url":"https://e.com/x.png"}}]}',
+    '{"role":"user","content":[{"type":"image_url","image_url":{"url":"data:image/png;base64,AAAA"}}]}',
+    '{"role":"tool","tool_call_id":"c","content":"r"}',
+    '{"role":"user","content":"' + "y".repeat(3000) + '"}',
+  );
+  const invalid = fc.constantFrom(
+    '{"role":"user"}',
+    '{"role":"bogus","content":"x"}',
+    '{"role":"user","content":"\\ud800"}',
+    '{"role":"user","content":"x","__proto__":{}}',
+    '{"role":"user","content":[[[[[[[[[[1]]]]]]]]]]}',
+    '{"role":"user","content":',
+    "]",
+    "1",
+    "null",
+  );
+  const fragment = fc.oneof({ arbitrary: valid, weight: 6 }, { arbitrary: invalid, weight: 1 });
+  // Near what the history already holds (33 JSON values, ~2.3k characters, 5 messages, 1 media item): the new part crosses them often.
+  const LIMITS = { maxMessages: 9, maxTotalChars: 4500, maxMessageChars: 3500, maxContentParts: 3, maxMediaItems: 3, maxUrlChars: 200, maxJsonValues: 60, maxJsonDepth: 10 };
+
+  it("refuses or accepts as the whole parse does, with the same error or the same request", () => {
+    const config = configWith(LIMITS);
+    const history: Msg[] = [
+      { role: "system", content: "s".repeat(1500) },
+      { role: "user", content: [{ type: "text", text: "look" }, img("https://e.com/1.png")] },
+      { role: "assistant", content: "ok", tool_calls: [{ id: "c0", type: "function", function: { name: "f", arguments: { q: [1, 2] } } }] },
+      { role: "tool", tool_call_id: "c0", content: "r".repeat(800) },
+    ];
+    const chain = new TurnChainCache({ checkRate: 0 });
+    turn(config, chain, bodyOf(config, [...history, { role: "user", content: "q" }]));
+    const head = JSON.stringify([...history, { role: "user", content: "q" }]).slice(0, -1);
+    fc.assert(
+      fc.property(fc.array(fragment, { minLength: 1, maxLength: 6 }), (added) => {
+        const body = `{"model":${JSON.stringify(config.models[0]!.id)},"messages":${head},${added.join(",")}],"max_tokens":8}`;
+        const whole = verdict(() => parseChatBody(body, config.limits));
+        let req: unknown = null;
+        const reduced = verdict(() => (req = parseChatTurn(body, config, {}, chain).req));
+        expect(reduced).toEqual(whole);
+        if (whole === null) expect(JSON.stringify(req)).toBe(JSON.stringify(parseChatBody(body, config.limits)));
+      }),
+      { numRuns: 300, seed: 3737 },
+    );
+    // The history was offered: the reduced parse is what ran.
+    const valid = `{"model":${JSON.stringify(config.models[0]!.id)},"messages":${head},{"role":"user","content":"fine"}],"max_tokens":8}`;
+    const work: ParseWork = { parsedChars: 0, validatedMessages: 0 };
+    parseChatTurn(valid, config, { work }, chain);
+    expect(work.validatedMessages).toBe(2);
   });
 });
