@@ -12,17 +12,17 @@
 // The V8 inspector's sampling profiler (scripts/profile-edge.mjs) sees JS frames only and inflates
 // them ~2×; this one also sees what the runtime does around them. Needs `perf` (linux-tools) and a
 // kernel that lets this user record (perf_event_paranoid ≤ 2 for its own processes).
-// Usage: node scripts/perf-edge.mjs [--tokens 32000] [--n 200] [--cold] [--top 30]
+// Usage: node scripts/perf-edge.mjs [--tokens 32000] [--n 200] [--cold] [--index] [--top 30]
 import { execFileSync, spawn } from "node:child_process";
 import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { parseArgs } from "node:util";
 import { startEdgeFleet } from "../bench/lib/edge-fleet.mjs";
-import { processCpuMs, processMinorFaults } from "../bench/lib/process-cpu.mjs";
+import { nativeWorkerdPid, processCpuMs, processMinorFaults } from "../bench/lib/process-cpu.mjs";
 import { requestShape, requirePerf, workerdPid } from "../bench/lib/perf-session.mjs";
 
-const { values: opt } = parseArgs({ options: { tokens: { type: "string", default: "32000" }, n: { type: "string", default: "200" }, cold: { type: "boolean", default: false }, top: { type: "string", default: "30" } } });
+const { values: opt } = parseArgs({ options: { tokens: { type: "string", default: "32000" }, n: { type: "string", default: "200" }, cold: { type: "boolean", default: false }, index: { type: "boolean", default: false }, top: { type: "string", default: "30" } } });
 const TOKENS = Number(opt.tokens);
 const N = Number(opt.n);
 
@@ -52,7 +52,8 @@ const CATEGORIES = [
 const fleet = await startEdgeFleet({ limits: { maxMessageChars: 2_000_000, maxTotalChars: 8_000_000 }, v8Flags: ["--perf-basic-prof"], splitIndex: true });
 const dir = mkdtempSync(join(tmpdir(), "kvedge-perf-"));
 try {
-  const pid = workerdPid(fleet);
+  // --index: record the routing index's process instead (route, settle, the relay's KV-event ingest).
+  const pid = opt.index ? nativeWorkerdPid(fleet.indexPid) : workerdPid(fleet);
   const { next, post, warmUp } = requestShape(fleet, { tokens: TOKENS, cold: opt.cold, seed: 0x9f0f });
   await warmUp();
   const bodies = Array.from({ length: N }, next);
@@ -96,7 +97,7 @@ try {
   }
   const ms = (n) => ((n / total) * cpuPerRequest).toFixed(2).padStart(6);
   const pct = (n) => `${((100 * n) / total).toFixed(1).padStart(5)} %`;
-  console.log(`${opt.cold ? "cold" : "warm"} ${TOKENS}-token requests: ${N}; edge workerd CPU ${cpuPerRequest.toFixed(2)} ms per request (edge isolate, runtime, its side of the index RPCs; ${total} samples); ${faultsPerRequest.toFixed(0)} minor page faults per request`);
+  console.log(`${opt.cold ? "cold" : "warm"} ${TOKENS}-token requests: ${N}; ${opt.index ? "index workerd CPU" : "edge workerd CPU"} ${cpuPerRequest.toFixed(2)} ms per request (${opt.index ? "routing index object, runtime, relay ingest" : "edge isolate, runtime, its side of the index RPCs"}; ${total} samples); ${faultsPerRequest.toFixed(0)} minor page faults per request`);
   console.log("\nwhere it goes (ms per request):");
   for (const [name, n] of byCategory) console.log(`${ms(n)} ms ${pct(n)}  ${name}`);
   console.log("\nruntime, by innermost named frame (ms per request):");

@@ -146,7 +146,7 @@ export async function startEdgeFleet({ model = "Qwen/Qwen3-VL-8B-Instruct", fami
     let index = null;
     if (splitIndex) {
       const [indexPort, debugPort] = [await freePort(), await freePort()];
-      index = serveWorkerd({ ...serveOptions, port: indexPort, debugPort, configName: "workerd-index.capnp" });
+      index = serveWorkerd({ ...serveOptions, port: indexPort, debugPort, v8Flags, configName: "workerd-index.capnp" });
       index.stderr.setEncoding("utf8");
       procs.push(index);
       index.url = `http://127.0.0.1:${indexPort}`;
