@@ -21,7 +21,7 @@ import { join } from "node:path";
 import { ffmpegToFile } from "../../test/helpers/wasm-media.ts";
 import { ROOT } from "../lib/workerd.mjs";
 import { nativeWorkerdPid, processCpuPreciseMs } from "../lib/process-cpu.mjs";
-import { HISTORY_BINS, runConversations } from "../edge/conversations.mjs";
+import { HISTORY_BINS, runConcurrentConversations, runConversations } from "../edge/conversations.mjs";
 import { promptStageFigures } from "../edge/prompt-stage.mjs";
 import { coldStageFigures } from "../edge/cold-stage.mjs";
 
@@ -89,16 +89,18 @@ function serverTiming(h) {
 
 /**
  * How many conversations of each kind, to what history, over how many runs. KVEDGE_BENCH_EDGE_CONVERSATIONS
- * (e.g. "chat=40,agent=0,vision=0,target=40000,runs=1") overrides it: a working set larger than the
- * isolate's caches shows the reuse rate below 100 %.
+ * (e.g. "chat=40,agent=0,vision=0,target=40000,runs=1,inflight=4") overrides it: a working set larger
+ * than the isolate's caches shows the reuse rate below 100 %; inflight = edge requests at a time in
+ * the concurrent phase (0: none).
  */
 function conversationShape(ctx) {
-  const shape = ctx.tiny ? { runs: 1, perKind: { chat: 1, agent: 1, vision: 1 }, targetTokens: 8_000 } : ctx.quick ? { runs: 2, perKind: { chat: 2, agent: 1, vision: 1 }, targetTokens: 100_000 } : { runs: 3, perKind: { chat: 6, agent: 3, vision: 3 }, targetTokens: 100_000 };
+  const shape = ctx.tiny ? { runs: 1, perKind: { chat: 1, agent: 1, vision: 1 }, targetTokens: 8_000, inFlight: 2 } : ctx.quick ? { runs: 2, perKind: { chat: 2, agent: 1, vision: 1 }, targetTokens: 100_000, inFlight: 4 } : { runs: 3, perKind: { chat: 6, agent: 3, vision: 3 }, targetTokens: 100_000, inFlight: 4 };
   for (const part of (process.env.KVEDGE_BENCH_EDGE_CONVERSATIONS ?? "").split(",").filter(Boolean)) {
     const [k, v] = part.split("=");
     const n = Number(v);
     if (!Number.isInteger(n) || n < 0) throw new Error(`KVEDGE_BENCH_EDGE_CONVERSATIONS: ${part}`);
     if (k === "runs") shape.runs = n;
+    else if (k === "inflight") shape.inFlight = n;
     else if (k === "target") shape.targetTokens = n;
     else if (k in shape.perKind) shape.perKind[k] = n;
     else throw new Error(`KVEDGE_BENCH_EDGE_CONVERSATIONS: unknown ${k}`);
@@ -253,11 +255,10 @@ export default {
     let conversations = null;
     if (!only || only.test("conversations")) {
       ctx.progress(0.9, "edge conversations");
-      conversations = await runConversations(
-        ctx,
-        { edge, direct, admin, body: (messages) => body(messages, false), fresh, image: (i) => imageParts()[i % IMAGE_SIZES.length], timedPost, edgePid: fleet.edgePid, indexPid: fleet.indexPid, edgeCaches: () => fleet.admin("/admin/edge-caches") },
-        conversationShape(ctx),
-      );
+      const io = { edge, direct, admin, body: (messages) => body(messages, false), fresh, image: (i) => imageParts()[i % IMAGE_SIZES.length], timedPost, edgePid: fleet.edgePid, indexPid: fleet.indexPid, edgeCaches: () => fleet.admin("/admin/edge-caches") };
+      const shape = conversationShape(ctx);
+      conversations = await runConversations(ctx, io, shape);
+      if (shape.inFlight > 0) conversations.concurrent = await runConcurrentConversations(ctx, io, shape, shape.inFlight);
     }
 
     // The same per-turn work in this process, stage by stage (workerd has no clock inside a request).
@@ -306,6 +307,15 @@ export default {
         if (k.edgeCpuGrowthUsPer1kTokens !== null) summary.push({ metric: `conversations ${kind}: warm edge-CPU growth (least squares over history tokens) [wall overhead growth]`, value: `${k.edgeCpuGrowthUsPer1kTokens.toFixed(1)} [${k.growthUsPer1kTokens.toFixed(1)}]`, unit: "µs per 1k tokens", goal: "≤ 15", pass: k.edgeCpuGrowthUsPer1kTokens <= 15 });
       }
       const pct = (x) => (x === null ? "–" : `${(100 * x).toFixed(0)} %`);
+      const cc = conversations.concurrent;
+      if (cc)
+        summary.push({
+          metric: `conversations, ${cc.inFlight} edge requests in flight (${cc.requests} requests, edge only): edge-process CPU per request [one at a time: mean over all turns] / index-process CPU per request / requests per s / edge latency p50 / p99 / turn-chain hits`,
+          value: `${cc.edgeCpuPerRequest.toFixed(2)} [${conversations.edgeCpuMeanPerRequest.toFixed(2)}] / ${cc.indexCpuPerRequest === null ? "–" : cc.indexCpuPerRequest.toFixed(2)} / ${cc.requestsPerSecond.toFixed(1)} / ${fmt(cc.latencyP50)} / ${fmt(cc.latencyP99)} / ${pct(cc.turnChainHitRate)}`,
+          unit: "ms",
+          goal: "",
+          pass: null,
+        });
       const c0 = conversations.caches[0];
       const mib = (b) => (b / 2 ** 20).toFixed(0);
       summary.push({
