@@ -193,6 +193,7 @@ function valueEnd(text: string, i: number): number {
  */
 export function scanBodyLayout(text: string): BodyLayout | null {
   const members = new Map<string, [number, number]>();
+  let messages: [number, number][] | null = null;
   let i = 0;
   while (i < text.length && isSpace(text.charCodeAt(i))) i++;
   if (text.charCodeAt(i) !== 0x7b) return null;
@@ -208,24 +209,35 @@ export function scanBodyLayout(text: string): BodyLayout | null {
     const key = rawKey.includes("\\") ? (JSON.parse(text.slice(i, close + 1)) as string) : rawKey;
     i = close + 1;
     while (i < text.length && (isSpace(text.charCodeAt(i)) || text.charCodeAt(i) === 0x3a)) i++;
-    const end = valueEnd(text, i);
+    let end: number;
+    if (key === "messages") {
+      // The messages array's elements in the same pass that finds its end (the array is most of the body).
+      const array = text.charCodeAt(i) === 0x5b ? arrayElements(text, i) : null;
+      messages = array?.elements ?? null;
+      end = array ? array.end : valueEnd(text, i);
+    } else end = valueEnd(text, i);
     if (end < 0) return null;
     members.set(key, [i, end]);
     i = end;
   }
   const span = members.get("messages");
-  if (!span || text.charCodeAt(span[0]) !== 0x5b) return null;
-  const messages: [number, number][] = [];
-  let j = span[0] + 1;
-  for (;;) {
-    while (j < span[1] && (isSpace(text.charCodeAt(j)) || text.charCodeAt(j) === 0x2c)) j++;
-    if (j >= span[1] - 1) break;
+  if (!span || !messages) return null;
+  return { members, messagesOpen: span[0] + 1, messages };
+}
+
+/** The elements of the array opening at `open` in valid JSON `text`, and the index just past it; null when not shaped so. */
+function arrayElements(text: string, open: number): { end: number; elements: [number, number][] } | null {
+  const elements: [number, number][] = [];
+  for (let j = open + 1; ; ) {
+    while (j < text.length && (isSpace(text.charCodeAt(j)) || text.charCodeAt(j) === 0x2c)) j++;
+    if (j >= text.length) return null;
+    if (text.charCodeAt(j) === 0x5d) return { end: j + 1, elements };
     const end = valueEnd(text, j);
-    if (end < 0 || end > span[1]) return null;
-    messages.push([j, end]);
+    // A stray `}` ends nothing: no progress means not an array of values.
+    if (end <= j) return null;
+    elements.push([j, end]);
     j = end;
   }
-  return { members, messagesOpen: span[0] + 1, messages };
 }
 
 const SCOPE_MEMBERS = ["tools", "tool_choice", "chat_template_kwargs", "reasoning_effort"] as const;

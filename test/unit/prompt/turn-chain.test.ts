@@ -1,3 +1,4 @@
+import fc from "fast-check";
 import { beforeAll, describe, expect, it } from "vitest";
 import { DEFAULT_LIMITS } from "../../../src/api/limits.ts";
 import { localBlockHashes } from "../../../src/blocks/block-hash.ts";
@@ -210,5 +211,25 @@ describe("turn chain: the incremental prompt equals the full path at every turn"
     const parsed = JSON.parse(body) as { messages: unknown[] };
     expect(layout.messages.map(([s, e]) => JSON.parse(body.slice(s, e)))).toEqual(parsed.messages);
     expect([...layout.members.keys()]).toEqual(["model", "messages", "messages2"]);
+  });
+
+  it("ends on any text, and on JSON finds the elements JSON.parse keeps (the last messages member)", () => {
+    const token = fc.constantFrom("{", "}", "[", "]", ",", ":", " ", '"messages"', '"a"', '"\\""', "1", "null", '{"role":"user"}');
+    fc.assert(
+      fc.property(fc.array(token, { maxLength: 40 }), (tokens) => {
+        const text = `{"messages":[${tokens.join("")}`;
+        const layout = scanBodyLayout(text);
+        let parsed: unknown;
+        try {
+          parsed = JSON.parse(text);
+        } catch {
+          return;
+        }
+        const messages = (parsed as { messages?: unknown }).messages;
+        if (!Array.isArray(messages)) return;
+        expect(layout?.messages.map(([s, e]) => JSON.parse(text.slice(s, e)))).toEqual(messages);
+      }),
+      { numRuns: 3000, seed: 99 },
+    );
   });
 });
