@@ -2,7 +2,9 @@
 // on its own HTTP socket, its Durable Objects (SQLite storage on disk), and outbound fetches
 // straight to the network. Miniflare puts two dev-only Workers in the path of every request (an
 // entry Worker in front and an outbound interceptor behind, each a JS hop that pipes the bodies),
-// which the benchmarks would otherwise count as the edge's overhead.
+// which the benchmarks would otherwise count as the edge's overhead. The benchmarks also run the
+// Durable Objects in a second workerd process (debugPort / remoteIndex below), so each process's CPU
+// is one side's.
 import { spawn } from "node:child_process";
 import { mkdirSync, readdirSync, writeFileSync } from "node:fs";
 import { createRequire } from "node:module";
