@@ -21,8 +21,7 @@ import {
   type RelayKeyRecord,
 } from "../relay-wire/relay-auth.ts";
 import { deriveWorkerApiKey } from "./worker-auth.ts";
-import type { RelayKeyFrontDoor } from "../routing-index/front-door.ts";
-import { MAX_DP_SIZE } from "../routing-index/rank-target.ts";
+import { MAX_DP_SIZE, type RelayKeyFrontDoor } from "../routing-index/front-door.ts";
 import type { Route } from "./route-table.ts";
 
 export interface RelayKeyDeps {

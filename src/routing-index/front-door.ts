@@ -29,7 +29,7 @@ export type AdmitResult = AdmitOutcome<RouteDecision>;
 import { MAX_DP_SIZE, rankTargetId } from "./rank-target.ts";
 
 /** Which worker and DP-attention rank a routing target is (the edge sends the rank to SGLang). */
-export { parseRankTarget } from "./rank-target.ts";
+export { MAX_DP_SIZE, parseRankTarget } from "./rank-target.ts";
 
 export type { PdDecision, RouteCandidateView, RouteDecision, RoutePreview, RouteRequest, SettleRequest } from "./router.ts";
 export type { WorkerRow } from "./pool-metrics.ts";
