@@ -246,7 +246,7 @@ describe("decode service download bounds", () => {
     hold.release.splice(0);
   });
 
-  it("a download another client also asked for starts in that client's share, not behind the first client's", async () => {
+  it("a URL another client has queued is downloaded for the second client in its own share, not behind the first client's queue", async () => {
     hold.peak = 0;
     const call = (client: string, path: string, signal: AbortSignal) => new DecodeClient({ url: svc.url, token: TOKEN }).store(u(path), "image", { client, signal });
     const ctrl = new AbortController();
@@ -256,11 +256,13 @@ describe("decode service download bounds", () => {
     const hogShared = call("c-hog", "/hold/shared.png", ctrl.signal);
     await sleep(100);
     expect(hold.open).toBe(1);
-    // The other client joins that download: it starts at once, in its own share.
+    // Flights are per client label (no timing tells one client what another asked for), so the
+    // other client's call of the same URL is its own download: it starts at once, in its own
+    // share, while the hog's stays queued.
     const other = call("c-other", "/hold/shared.png", ctrl.signal);
     await waitFor(() => hold.open === 2);
     const h = (await (await fetch(`${svc.url}/healthz`, admin)).json()) as { downloads: { inUse: number; waiting: number } };
-    expect(h.downloads).toMatchObject({ inUse: 2, waiting: 0 });
+    expect(h.downloads).toMatchObject({ inUse: 2, waiting: 1 });
     ctrl.abort();
     await Promise.all([hogHeld, hogShared, other]);
     await waitFor(() => hold.open === 0);
