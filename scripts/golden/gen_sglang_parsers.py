@@ -360,21 +360,43 @@ def chunks(text, sizes):
         at, k = at + n, k + 1
 
 
-def streamed(rp, qwen, case, sizes):
-    rdet = None
-    if case["reasoning"] is not None:
-        rdet = rp.Qwen3Detector(stream_reasoning=case["reasoning"]["stream"], force_reasoning=case["reasoning"]["force"])
-    tdet = qwen.Qwen25Detector() if case["tools"] else None
-    tools = tool_list()
-    reasoning, content, calls = [], [], {}
+class StreamAssembly:
+    """One case's detectors (reasoning when the case has it, tool calls when it has tools) and what a
+    client assembles from the stream: reasoning and content deltas joined, per tool_index the name
+    and the joined parameters."""
 
-    def take_tool(ret):
-        content.append(ret.normal_text)
+    def __init__(self, rp, qwen, case):
+        self.rdet = None
+        if case["reasoning"] is not None:
+            self.rdet = rp.Qwen3Detector(stream_reasoning=case["reasoning"]["stream"], force_reasoning=case["reasoning"]["force"])
+        self.tdet = qwen.Qwen25Detector() if case["tools"] else None
+        self.tools = tool_list()
+        self.reasoning, self.content, self.calls = [], [], {}
+
+    def call(self, index):
+        return self.calls.setdefault(index, {"name": None, "arguments": ""})
+
+    def take_tool(self, ret):
+        self.content.append(ret.normal_text)
         for c in ret.calls:
-            slot = calls.setdefault(c.tool_index, {"name": None, "arguments": ""})
+            slot = self.call(c.tool_index)
             if c.name:
                 slot["name"] = c.name
             slot["arguments"] += c.parameters
+
+    def answer(self):
+        calls = self.calls
+        return {
+            "reasoning": "".join(self.reasoning),
+            "content": "".join(self.content),
+            "calls": [{"index": i, "name": calls[i]["name"], "arguments": calls[i]["arguments"]} for i in sorted(calls)],
+        }
+
+
+def streamed(rp, qwen, case, sizes):
+    a = StreamAssembly(rp, qwen, case)
+    rdet, tdet, tools, reasoning, content = a.rdet, a.tdet, a.tools, a.reasoning, a.content
+    take_tool = a.take_tool
 
     def after_reasoning(normal):
         if tdet is None:
@@ -396,11 +418,7 @@ def streamed(rp, qwen, case, sizes):
             after_reasoning(ret.normal_text)
     if tdet is not None and hasattr(tdet, "finish"):
         take_tool(tdet.finish(tools))
-    return {
-        "reasoning": "".join(reasoning),
-        "content": "".join(content),
-        "calls": [{"index": i, "name": calls[i]["name"], "arguments": calls[i]["arguments"]} for i in sorted(calls)],
-    }
+    return a.answer()
 
 
 # What --current-serving models, with the upstream text it restates (recorded in the fixture).
@@ -424,20 +442,9 @@ SERVING_CURRENT = {
 
 def streamed_current(rp, qwen, case, sizes):
     """A client's assembly of current serving_chat.py's stream (SERVING_CURRENT["stream"])."""
-    rdet = None
-    if case["reasoning"] is not None:
-        rdet = rp.Qwen3Detector(stream_reasoning=case["reasoning"]["stream"], force_reasoning=case["reasoning"]["force"])
-    tdet = qwen.Qwen25Detector() if case["tools"] else None
-    tools = tool_list()
-    reasoning, content, calls = [], [], {}
-
-    def take_tool(ret):
-        content.append(ret.normal_text)
-        for c in ret.calls:
-            slot = calls.setdefault(c.tool_index, {"name": None, "arguments": ""})
-            if c.name:
-                slot["name"] = c.name
-            slot["arguments"] += c.parameters
+    a = StreamAssembly(rp, qwen, case)
+    rdet, tdet, tools, reasoning, content = a.rdet, a.tdet, a.tools, a.reasoning, a.content
+    take_tool = a.take_tool
 
     # An empty output still ends with one (empty) delta that carries finish_reason.
     pieces = list(chunks(case["text"], sizes)) or [""]
@@ -461,13 +468,8 @@ def streamed_current(rp, qwen, case, sizes):
             top_up = unstreamed_tool_args(tdet)
             if top_up is not None:
                 index, rest = top_up
-                slot = calls.setdefault(index, {"name": None, "arguments": ""})
-                slot["arguments"] += rest
-    return {
-        "reasoning": "".join(reasoning),
-        "content": "".join(content),
-        "calls": [{"index": i, "name": calls[i]["name"], "arguments": calls[i]["arguments"]} for i in sorted(calls)],
-    }
+                a.call(index)["arguments"] += rest
+    return a.answer()
 
 
 def unstreamed_tool_args(det):

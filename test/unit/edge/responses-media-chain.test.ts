@@ -31,10 +31,10 @@ import { preparePrompt } from "../../../src/prompt/index.ts";
 import { sharedPrefixCache } from "../../../src/prompt/prefix-cache.ts";
 import { getQwenTokenizer } from "../../../src/prompt/tokenizer/index.ts";
 import { sharedTurnChain } from "../../../src/prompt/turn-chain.ts";
-import type { ChatFrontDoor } from "../../../src/routing-index/front-door.ts";
 import { initHashing } from "../../../src/util/hash.ts";
 import { startDecodeService, type DecodeService } from "../../../services/decode/server.ts";
 import { fixtureContract } from "../../fixtures/models/load.ts";
+import { mediaPrepareDeps } from "../../helpers/media-prepare-deps.ts";
 import { makePng } from "../../helpers/png.ts";
 
 const KEY = "responses-media-url-key-0123456789ab";
@@ -70,20 +70,7 @@ afterAll(async () => {
 function freshIsolate(): PrepareDeps {
   sharedTurnChain().clear();
   sharedPrefixCache().clear();
-  const config = parseEdgeConfig({
-    KVEDGE_MODELS: JSON.stringify([{ id: MODEL, ...profile, blockSize: 16 }]),
-    KVEDGE_DECODE_URL: svc.url,
-    DECODE_TOKEN: TOKEN,
-    KVEDGE_MEDIA_URL_KEY: KEY,
-    KVEDGE_MEDIA: JSON.stringify({ allowlist: [new URL(originUrl).host] }),
-  });
-  const cohort = cohortEligibility([{ [SGLANG_CONTRACT_KEY]: fixtureContract("qwen3_vl") }]);
-  if (!cohort.ok) throw new Error(cohort.reason);
-  const fail = (): never => {
-    throw new Error("not used by prepareRouting");
-  };
-  const index: ChatFrontDoor = { profile: async () => ({ blockSize: null, workers: 1, workersUp: 1, cohort }), route: fail, settle: fail, quarantine: fail, markPrefillDone: fail };
-  return { config, index: () => index, fetch: (u, i) => fetch(u, i) };
+  return mediaPrepareDeps({ model: MODEL, profile, decodeUrl: svc.url, token: TOKEN, urlKey: KEY, originHost: new URL(originUrl).host });
 }
 
 const dataUrl = (bytes: Uint8Array) => `data:image/png;base64,${Buffer.from(bytes).toString("base64")}`;

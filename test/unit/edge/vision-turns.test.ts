@@ -14,7 +14,7 @@ import { mkdtempSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { parseEdgeConfig, type EdgeConfig } from "../../../src/config/config.ts";
+import type { EdgeConfig } from "../../../src/config/config.ts";
 import { limitsOf, parseChatBody } from "../../../src/edge/chat/parse.ts";
 import { prepareRouting, type PrepareDeps, type PreparedRouting } from "../../../src/edge/chat/prepare.ts";
 import { routedItemStats } from "../../../src/edge/chat/routed-items.ts";
@@ -28,10 +28,10 @@ import { SafeFetcher } from "../../../src/media/safe-fetch.ts";
 import { importMediaUrlKey } from "../../../src/media/signed-url.ts";
 import { preparePrompt } from "../../../src/prompt/index.ts";
 import { getQwenTokenizer } from "../../../src/prompt/tokenizer/index.ts";
-import type { ChatFrontDoor } from "../../../src/routing-index/front-door.ts";
 import { initHashing } from "../../../src/util/hash.ts";
 import { startDecodeService, type DecodeService } from "../../../services/decode/server.ts";
 import { fixtureContract } from "../../fixtures/models/load.ts";
+import { mediaPrepareDeps } from "../../helpers/media-prepare-deps.ts";
 import { makePng } from "../../helpers/png.ts";
 import { ffmpegToFile } from "../../helpers/wasm-media.ts";
 
@@ -76,20 +76,8 @@ beforeAll(async () => {
   storeDir = mkdtempSync(join(tmpdir(), "kvedge-vision-store-"));
   svc = await startStore(storeDir);
   port = Number(new URL(svc.url).port);
-  config = parseEdgeConfig({
-    KVEDGE_MODELS: JSON.stringify([{ id: MODEL, ...profile, blockSize: 16 }]),
-    KVEDGE_DECODE_URL: svc.url,
-    DECODE_TOKEN: TOKEN,
-    KVEDGE_MEDIA_URL_KEY: KEY,
-    KVEDGE_MEDIA: JSON.stringify({ allowlist: [new URL(originUrl).host] }),
-  });
-  const cohort = cohortEligibility([{ [SGLANG_CONTRACT_KEY]: fixtureContract("qwen3_vl") }]);
-  if (!cohort.ok) throw new Error(cohort.reason);
-  const fail = (): never => {
-    throw new Error("not used by prepareRouting");
-  };
-  const index: ChatFrontDoor = { profile: async () => ({ blockSize: null, workers: 1, workersUp: 1, cohort }), route: fail, settle: fail, quarantine: fail, markPrefillDone: fail };
-  deps = { config, index: () => index, fetch: (u, i) => fetch(u, i) };
+  deps = mediaPrepareDeps({ model: MODEL, profile, decodeUrl: svc.url, token: TOKEN, urlKey: KEY, originHost: new URL(originUrl).host });
+  config = deps.config;
 }, 60_000);
 afterAll(async () => {
   await svc?.close();

@@ -5,10 +5,11 @@
 import fc from "fast-check";
 import { describe, expect, it } from "vitest";
 import type { ToolDefinition } from "../../../src/api/openai-schema.ts";
-import { ChoiceOutput, finishChoiceText, type ChatOutputPlan } from "../../../src/proxy/chat-output.ts";
+import { finishChoiceText, type ChatOutputPlan } from "../../../src/proxy/chat-output.ts";
 import { ReasoningStream, splitReasoning } from "../../../src/proxy/reasoning.ts";
 import { parseQwenToolCalls, QwenToolCallStream } from "../../../src/proxy/tool-calls/qwen25.ts";
 import { pyStrip } from "../../../src/util/py-str.ts";
+import { streamedAnswer } from "../../helpers/choice-stream.ts";
 
 const tool = (name: string): ToolDefinition => ({ type: "function", function: { name, description: undefined, parameters: undefined, strict: false } });
 const TOOLS = [tool("get_weather"), tool("search")];
@@ -30,26 +31,6 @@ function oneShot(p: ChatOutputPlan, text: string): Answer {
   return { reasoning: m.reasoning_content ?? "", content: m.content ?? "", calls: (m.tool_calls ?? []).map((c) => c.function) };
 }
 
-/** The stream's deltas for `text` cut into `sizes` (cycled), put back together. */
-function streamed(p: ChatOutputPlan, text: string, sizes: readonly number[]): Answer {
-  const out = new ChoiceOutput(p);
-  const r: Answer = { reasoning: "", content: "", calls: [] };
-  const take = (ds: ReturnType<ChoiceOutput["push"]>) => {
-    for (const d of ds) {
-      if (d.kind === "reasoning") r.reasoning += d.text;
-      else if (d.kind === "content") r.content += d.text;
-      else r.calls[d.call.index] = { name: d.call.function.name!, arguments: d.call.function.arguments };
-    }
-  };
-  for (let at = 0, k = 0; at < text.length; k++) {
-    const n = sizes[k % sizes.length]!;
-    take(out.push(text.slice(at, at + n)));
-    at += n;
-  }
-  take(out.finish());
-  return r;
-}
-
 /** Python `s.lstrip()`: the stream sends leading whitespace the one-shot parse strips before a call (documented). */
 const pyLstrip = (s: string) => pyStrip(s + "x").slice(0, -1);
 
@@ -58,7 +39,7 @@ describe("tool-call arguments as Python's json.loads / json.dumps give them (the
     const text = block('{"name": "search", "arguments": {"b": 1, "2": 2, "1": 3, "nested": {"10": [], "x": null, "0": {}}}}');
     const want = '{"b": 1, "2": 2, "1": 3, "nested": {"10": [], "x": null, "0": {}}}';
     expect(parseQwenToolCalls(text, TOOLS).calls).toEqual([{ name: "search", arguments: want }]);
-    expect(streamed(plan(false), text, [1]).calls).toEqual([{ name: "search", arguments: want }]);
+    expect(streamedAnswer(plan(false), text, [1]).calls).toEqual([{ name: "search", arguments: want }]);
   });
 
   it("`parameters or arguments or {}` as Python reads it: a null is dumped as null, a missing one as {}", () => {
@@ -95,7 +76,7 @@ describe("reasoning as current SGLang splits it (reasoning_parser.py @002e9bfc)"
     const text = `I need the weather.\n${block('{"name": "get_weather", "arguments": {"city": "Oslo"}}')}`;
     expect(splitReasoning(text, true)).toEqual({ reasoning: "I need the weather.\n", content: text.slice("I need the weather.\n".length) });
     for (const sizes of [[text.length], [1], [3, 7]]) {
-      const r = streamed(plan(true), text, sizes);
+      const r = streamedAnswer(plan(true), text, sizes);
       expect(r.reasoning).toBe("I need the weather.\n");
       expect(r.calls).toEqual([{ name: "get_weather", arguments: '{"city": "Oslo"}' }]);
     }
@@ -134,7 +115,7 @@ describe("the stream answers what the one-shot parse answers (property, random o
         const text = parts.join("");
         const p = plan(force, streamReasoning);
         const whole = oneShot(p, text);
-        const s = streamed(p, text, sizes);
+        const s = streamedAnswer(p, text, sizes);
         expect(s.reasoning).toBe(whole.reasoning);
         expect(s.calls).toEqual(whole.calls);
         expect(whole.calls.length > 0 ? pyLstrip(s.content) : s.content).toBe(whole.content);

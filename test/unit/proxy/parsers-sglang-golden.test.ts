@@ -13,8 +13,9 @@ import { readFileSync } from "node:fs";
 import { resolve } from "node:path";
 import { describe, expect, it } from "vitest";
 import type { ToolDefinition } from "../../../src/api/openai-schema.ts";
-import { ChoiceOutput, finishChoiceText, type ChatOutputPlan } from "../../../src/proxy/chat-output.ts";
+import { finishChoiceText, type ChatOutputPlan } from "../../../src/proxy/chat-output.ts";
 import { pyStrip } from "../../../src/util/py-str.ts";
+import { streamedAnswer } from "../../helpers/choice-stream.ts";
 
 interface Call {
   name: string | null;
@@ -66,26 +67,6 @@ function plan(golden: GoldenFile, c: GoldenCase): ChatOutputPlan {
 function kvedgeOneShot(p: ChatOutputPlan, text: string): Answer {
   const m = finishChoiceText(p, text, "stop", null);
   return { reasoning: m.reasoning_content ?? "", content: m.content ?? "", calls: (m.tool_calls ?? []).map((c) => ({ name: c.function.name, arguments: c.function.arguments })) };
-}
-
-/** kvedge's stream deltas for `text` cut into `sizes` (cycled), assembled as a client does. */
-function kvedgeStream(p: ChatOutputPlan, text: string, sizes: readonly number[]): Answer {
-  const out = new ChoiceOutput(p);
-  const r: Answer = { reasoning: "", content: "", calls: [] };
-  const take = (ds: ReturnType<ChoiceOutput["push"]>) => {
-    for (const d of ds) {
-      if (d.kind === "reasoning") r.reasoning += d.text;
-      else if (d.kind === "content") r.content += d.text;
-      else r.calls[d.call.index] = { name: d.call.function.name ?? null, arguments: d.call.function.arguments };
-    }
-  };
-  for (let at = 0, k = 0; at < text.length; k++) {
-    const n = sizes[k % sizes.length]!;
-    take(out.push(text.slice(at, at + n)));
-    at += n;
-  }
-  take(out.finish());
-  return r;
 }
 
 /**
@@ -181,7 +162,7 @@ describe.each(SETS)("kvedge's parsers = SGLang's parser code on generated output
         for (const k of s.chunkings) {
           counts["runs"]!++;
           const sizes = k < whole ? golden.chunkings[k]! : k === whole ? [Math.max(1, c.text.length)] : c.ownChunking;
-          const got = kvedgeStream(p, c.text, sizes);
+          const got = streamedAnswer(p, c.text, sizes);
           if (same(theirs, sglang) && same(kOneShot, sglang)) {
             counts["agree"]!++;
             if (!same(got, theirs)) mismatches.push({ id: c.id, chunking: sizes, text: c.text, want: theirs, got });
