@@ -203,18 +203,10 @@ async function chatCompletions(r: EdgeRequest): Promise<Response> {
 function generateDeps(r: EdgeRequest): ChatDeps {
   const { request, env, config } = r;
   const client = (apiKey: string | null): ClientRef => (apiKey !== null ? { apiKey } : { network: networkOf(request) });
-  // One stub per shard object for the whole request: admission, route, settle and prefill-done share it.
-  const stubs = new Map<string, DurableObjectStub<RoutingIndex>>();
-  const index = (model: string, shard = 0): DurableObjectStub<RoutingIndex> => {
-    const name = shardObjectName(model, shard);
-    let stub = stubs.get(name);
-    if (!stub) stubs.set(name, (stub = env.ROUTING_INDEX.getByName(name)));
-    return stub;
-  };
   return {
     config,
-    index,
-    admissionIndex: index,
+    index: (model, shard) => indexFor(env, model, shard),
+    admissionIndex: (model, shard) => indexFor(env, model, shard),
     tokenQuota: (apiKey, tokens) => tokenQuota(env, config, client(apiKey), tokens),
     fetch: (input, init) => fetch(input, init),
     waitUntil: (p) => r.ctx.waitUntil(p),
