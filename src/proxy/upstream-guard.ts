@@ -32,10 +32,23 @@ export function guardUpstreamBody(body: ReadableStream<Uint8Array>, opts: Upstre
   let done = false;
   let ctl!: ReadableStreamDefaultController<Uint8Array>;
   let deadlineTimer: ReturnType<typeof setTimeout> | undefined;
+  // One idle watchdog instead of a timer per chunk: it re-arms for what the pending read has left.
+  let idleTimer: ReturnType<typeof setTimeout> | undefined;
+  /** When the pending upstream read began (ms since epoch); -1 while none is pending. */
+  let readSince = -1;
+  const idleLeft = (): number => Math.min(opts.idleMs - (Date.now() - readSince), opts.deadlineAt - Date.now());
+  const watchIdle = (): void => {
+    idleTimer = undefined;
+    if (done || readSince < 0) return;
+    const left = idleLeft();
+    if (left > 0) idleTimer = setTimeout(watchIdle, left);
+    else cut(new UpstreamTimeoutError(opts.deadlineAt - Date.now() <= 0 ? "The worker did not finish in time." : `The worker sent nothing for ${Math.round(opts.idleMs / 1000)} s.`));
+  };
   const stop = (reason: unknown): void => {
     if (done) return;
     done = true;
     clearTimeout(deadlineTimer);
+    clearTimeout(idleTimer);
     // The upstream fetch and reader are cancelled with our own error, so what the edge logs names
     // why (deadline, size, client gone) rather than whatever the runtime reported.
     const own = reason instanceof UpstreamError || reason instanceof UpstreamTimeoutError ? reason : new UpstreamError("The client went away.", null, "cancelled");
@@ -58,29 +71,23 @@ export function guardUpstreamBody(body: ReadableStream<Uint8Array>, opts: Upstre
       },
       async pull() {
         if (done) return;
-        const wait = Math.min(opts.idleMs, opts.deadlineAt - Date.now());
-        let timer: ReturnType<typeof setTimeout> | undefined;
-        const timeout = new Promise<"timeout">((resolve) => {
-          timer = setTimeout(() => resolve("timeout"), Math.max(0, wait));
-        });
-        let r: ReadableStreamReadResult<Uint8Array> | "timeout";
+        readSince = Date.now();
+        if (idleTimer === undefined) idleTimer = setTimeout(watchIdle, Math.max(0, idleLeft()));
+        let r: ReadableStreamReadResult<Uint8Array>;
         try {
-          r = await Promise.race([reader.read(), timeout]);
+          r = await reader.read();
         } catch {
           // The connection to the worker broke (reset, `Network connection lost.`).
           cut(new UpstreamError("The connection to the worker failed mid-stream."));
           return;
         } finally {
-          clearTimeout(timer);
+          readSince = -1;
         }
-        if (r === "timeout") {
-          cut(new UpstreamTimeoutError(opts.deadlineAt - Date.now() <= 0 ? "The worker did not finish in time." : `The worker sent nothing for ${Math.round(opts.idleMs / 1000)} s.`));
-          return;
-        }
-        if (done) return; // cut meanwhile (abort, deadline)
+        if (done) return; // cut meanwhile (abort, deadline, idle: the cancelled read ends as done)
         if (r.done) {
           done = true;
           clearTimeout(deadlineTimer);
+          clearTimeout(idleTimer);
           ctl.close();
           return;
         }
