@@ -77,13 +77,15 @@ export async function forward(deps: ForwardDeps, input: ForwardInput): Promise<R
         clientSignal: input.clientSignal,
         traceparent: trace.header,
       });
-      const headers = input.showRouting ? routingHeaders(decision, input.fallbackReason, requestId, attempt, target.shard) : new Headers({ "x-request-id": requestId });
       input.clock.mark("upstream");
-      for (const [k, v] of res.headers) headers.set(k, v);
-      // Edge time before the upstream call (workerd clocks advance across I/O: body, index RPCs);
-      // admin callers also get the stages (upstream = until the answer's headers, or all of it unstreamed).
-      if (input.showRouting) headers.set("server-timing", `kvedge-route;dur=${edgeOverheadMs}${input.admin ? `, ${input.clock.header()}` : ""}`);
-      return new Response(res.body, { status: res.status, headers });
+      // proxyOnce's own Response (mutable headers, none of these names): the headers go onto it.
+      if (input.showRouting) {
+        for (const [k, v] of routingHeaders(decision, input.fallbackReason, requestId, attempt, target.shard)) res.headers.set(k, v);
+        // Edge time before the upstream call (workerd clocks advance across I/O: body, index RPCs);
+        // admin callers also get the stages (upstream = until the answer's headers, or all of it unstreamed).
+        res.headers.set("server-timing", `kvedge-route;dur=${edgeOverheadMs}${input.admin ? `, ${input.clock.header()}` : ""}`);
+      } else res.headers.set("x-request-id", requestId);
+      return res;
     } catch (err) {
       if (err instanceof RetryableUpstream) {
         receipt.settle({ promptTokens: null, cachedTokens: null, outcome: "error", retrying: attempt < config.routing.maxAttempts });
