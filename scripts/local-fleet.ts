@@ -573,7 +573,8 @@ async function buildFleet(opts: FleetOptions, life: FleetLife): Promise<Fleet> {
         const live = workers.filter((w) => w.proc.exitCode === null && w.proc.signalCode === null).map((w) => w.id);
         // A DP worker is synced when every rank's target (`<worker>#<rank>`) is.
         const targets = live.flatMap((id) => ((opts.dpSize ?? 1) > 1 ? Array.from({ length: opts.dpSize! }, (_, r) => `${id}#${r}`) : [id]));
-        return targets.every((id) => body.workers.some((x) => x.workerId === id && x.synced && x.status === "up"));
+        // A draining worker takes no new request but its view stays exact: synced all the same.
+        return targets.every((id) => body.workers.some((x) => x.workerId === id && x.synced && (x.status === "up" || x.status === "draining")));
       },
       timeoutMs,
       "relays to sync",
