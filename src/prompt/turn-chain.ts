@@ -29,6 +29,16 @@
  * Entries extend the one they were built from (each keeps only its own raw and rendered piece), so
  * turns of one conversation share memory. Bounded by estimated bytes, LRU.
  *
+ * Provisional entries (agent loops). Messages after the last query are stable too while no new
+ * query comes: a tool result's opening reads only whether the previous message is a tool, and an
+ * assistant turn after the last query keeps its reasoning as long as it stays after it. So an entry
+ * may also end right after an assistant message that follows the last query; the rest is rendered
+ * on [X, ...messages from the cut on] as above (X, a user query, is "not a tool" like the assistant
+ * it stands for, and is the last query the template finds, at the right relative place). Such an
+ * entry is used only by a request with no user message after its end (a final assistant message
+ * counts: preprocessing turns it into one), else the longest non-provisional ancestor is; without
+ * it every step of a loop re-rendered all tool output since the user's first message.
+ *
  * A sample of hits (checkRate) is also rendered whole; a mismatch is logged, the entry dropped and
  * the full result used.
  */
@@ -139,8 +149,10 @@ interface Node {
   rawEnd: number;
   /** Own rendered text (the stable prefix is the parents' then this). */
   text: string;
-  /** Messages covered (the request's last query is message `messages`). */
+  /** Messages covered (the request's last query is message `messages`, unless provisional). */
   messages: number;
+  /** Ends after an assistant message that follows the last query: valid only while no query follows it. */
+  provisional: boolean;
   /** Own media and dropped parts (indices as in the whole request). */
   media: MediaPart[];
   dropped: DroppedPart[];
@@ -257,6 +269,22 @@ function isQuery(m: TemplateMessage | undefined): boolean {
   const c = m.content;
   const text = typeof c === "string" ? c : Array.isArray(c) ? c.map((p) => (p && typeof p === "object" && typeof (p as { text?: unknown }).text === "string" ? (p as { text: string }).text : "")).join("") : "";
   return !(text.startsWith("<tool_response>") && text.endsWith("</tool_response>"));
+}
+
+/**
+ * Whether the raw message element `span` may render as a query: a user message, or a final
+ * assistant message (preprocessing relabels it a user message unless continue_final_message).
+ * Anything unreadable may.
+ */
+function mayBeQuery(body: string, span: readonly [number, number], last: boolean): boolean {
+  let role: unknown;
+  try {
+    role = (JSON.parse(body.slice(span[0], span[1])) as { role?: unknown } | null)?.role;
+  } catch {
+    return true;
+  }
+  if (typeof role !== "string") return true;
+  return role === "user" || (last && role.toLowerCase() === "assistant");
 }
 
 function lastQuery(messages: readonly TemplateMessage[]): number {
@@ -425,7 +453,7 @@ export class TurnChainCache {
   private extend(request: ChatRequestLike, body: string, layout: BodyLayout, profile: ModelProfile, node: Node, chain: Node[], scope: string, scopeHash: bigint, validated: readonly ChatMessage[] | null): { prompt: ChainedPrompt; store: () => void } | null {
     const q = node.messages;
     const pre = preprocessChat({ ...request, messages: request.messages.slice(q) }, contentFormatOf(profile.templateId));
-    if (!isQuery(pre.messages[0])) return null;
+    if (node.provisional ? pre.messages.length === 0 || pre.messages.some(isQuery) : !isQuery(pre.messages[0])) return null;
     const tail = this.renderTail(profile.templateId, scope, node.images, node.videos, pre.messages, pre.tools, pre.templateKwargs);
     if (tail === null) return null;
     const media: MediaPart[] = [];
@@ -486,34 +514,58 @@ export class TurnChainCache {
   }
 
   /**
-   * Stores the stable prefix of a request (the rendered text before its last query's block).
-   * `input.messages` from index `from` on are the request's preprocessed messages (earlier slots may
-   * be empty); `after` is the template's output from message `from` on (no continuation prefix),
-   * what follows the parent's stable prefix (all of it without a parent). Only `after` is read: the
-   * history's text is never copied again.
+   * Stores the stable prefix of a request (the rendered text before its last query's block) and a
+   * provisional one (through the last assistant message after that query, leaving at least one
+   * message new). `input.messages` from index `from` on are the request's preprocessed messages
+   * (earlier slots may be empty); `after` is the template's output from message `from` on (no
+   * continuation prefix), what follows the parent's stable prefix (all of it without a parent).
+   * Only `after` is read: the history's text is never copied again.
    */
   private storeFrom(ctx: StoreContext, profile: ModelProfile, input: RenderInput, after: string, media: readonly MediaPart[], dropped: readonly DroppedPart[], from: number): void {
     const messages = input.messages as TemplateMessage[];
-    const q = lastQuery(messages);
     // Preprocessing may drop a final assistant message (continue_final_message): keep to the request's messages.
-    if (q <= from || q >= ctx.layout.messages.length) return;
-    const counts = countKinds(media, q);
-    const tail = this.renderTail(profile.templateId, ctx.scope, counts.image, counts.video, messages.slice(q), input.tools, input.kwargs);
-    if (tail === null || tail.length > after.length || !after.endsWith(tail)) return;
-    const rawEnd = ctx.layout.messages[q - 1]![1] - ctx.layout.messagesOpen;
-    const parentRaw = ctx.parent ? ctx.parent.rawEnd : 0;
-    const key = this.key(ctx.scopeHash, q, ctx.body, ctx.layout.messagesOpen, rawEnd);
-    if (this.buckets.get(key)?.some((n) => n.messages === q && n.rawEnd === rawEnd && n.scope === ctx.scope)) return;
-    const raw = ownString(ctx.body.slice(ctx.layout.messagesOpen + parentRaw, ctx.layout.messagesOpen + rawEnd));
+    const count = Math.min(messages.length, ctx.layout.messages.length);
+    const q = lastQuery(messages);
+    let at: { node: Node | null; after: string; from: number } = { node: ctx.parent, after, from };
+    if (q > from && q < ctx.layout.messages.length) {
+      const stored = this.storeCut(ctx, profile, input, at, media, dropped, q, false);
+      if (!stored) return;
+      at = stored;
+    }
+    // The last query: found from `from` on, else before `from` (the parent is provisional), else message 0 of a whole request.
+    const query = q >= 0 ? q : from > 0 ? from - 1 : isQuery(messages[0]) ? 0 : -1;
+    if (query < 0) return;
+    let a = count - 2;
+    while (a > query && a >= at.from && messages[a]?.role !== "assistant") a--;
+    if (a <= query || a < at.from) return;
+    this.storeCut(ctx, profile, input, at, media, dropped, a + 1, true);
+  }
+
+  /** Stores the entry of the first `cut` messages after `at`'s node; it (or the same one already held) and the text from `cut` on, or null. */
+  private storeCut(ctx: StoreContext, profile: ModelProfile, input: RenderInput, at: { node: Node | null; after: string; from: number }, media: readonly MediaPart[], dropped: readonly DroppedPart[], cut: number, provisional: boolean): { node: Node; after: string; from: number } | null {
+    const messages = input.messages as TemplateMessage[];
+    const { node: parent, after, from } = at;
+    const counts = countKinds(media, cut);
+    const tail = this.renderTail(profile.templateId, ctx.scope, counts.image, counts.video, messages.slice(cut), input.tools, input.kwargs);
+    if (tail === null || tail.length > after.length || !after.endsWith(tail)) return null;
+    const open = ctx.layout.messagesOpen;
+    const rawEnd = ctx.layout.messages[cut - 1]![1] - open;
+    const parentRaw = parent ? parent.rawEnd : 0;
+    const key = this.key(ctx.scopeHash, cut, ctx.body, open, rawEnd);
+    const held = this.buckets.get(key)?.find((n) => n.messages === cut && n.rawEnd === rawEnd && n.scope === ctx.scope && n.provisional === provisional);
+    if (held) return chainOf(held).map((x) => x.raw).join("") === ctx.body.slice(open, open + rawEnd) ? { node: held, after: tail, from: cut } : null;
+    const raw = ownString(ctx.body.slice(open + parentRaw, open + rawEnd));
     const text = ownString(after.slice(0, after.length - tail.length));
-    const ownMedia = media.filter((p) => p.messageIndex >= from && p.messageIndex < q);
-    const ownDropped = dropped.filter((d) => d.messageIndex >= from && d.messageIndex < q);
+    const ownMedia = media.filter((p) => p.messageIndex >= from && p.messageIndex < cut);
+    const ownDropped = dropped.filter((d) => d.messageIndex >= from && d.messageIndex < cut);
     const escaped = escapeJsonText(text);
-    const parsed = ctx.validated && ctx.validated.length === ctx.layout.messages.length ? deepFreeze(ctx.validated.slice(from, q)) : null;
-    const tally = parsed ? tallyMessages(ctx.body, ctx.layout.messages.slice(from, q), parsed) : null;
-    const bytes = nodeBytes(raw.length, text.length, escaped.length, ownMedia.length + ownDropped.length, ctx.parent ? 0 : ctx.scope.length, parsed?.length ?? 0) + 8 * (tally?.dataUrls.length ?? 0);
-    if (bytes > this.maxBytes / 4) return;
-    this.insert({ parent: ctx.parent, key, scope: ctx.scope, raw, rawEnd, text, messages: q, media: ownMedia, dropped: ownDropped, images: counts.image, videos: counts.video, escaped, parsed, tally, holders: 0, bytes });
+    const parsed = ctx.validated && ctx.validated.length === ctx.layout.messages.length ? deepFreeze(ctx.validated.slice(from, cut)) : null;
+    const tally = parsed ? tallyMessages(ctx.body, ctx.layout.messages.slice(from, cut), parsed) : null;
+    const bytes = nodeBytes(raw.length, text.length, escaped.length, ownMedia.length + ownDropped.length, parent ? 0 : ctx.scope.length, parsed?.length ?? 0) + 8 * (tally?.dataUrls.length ?? 0);
+    if (bytes > this.maxBytes / 4) return null;
+    const node: Node = { parent, key, scope: ctx.scope, raw, rawEnd, text, messages: cut, provisional, media: ownMedia, dropped: ownDropped, images: counts.image, videos: counts.video, escaped, parsed, tally, holders: 0, bytes };
+    this.insert(node);
+    return { node, after: tail, from: cut };
   }
 
   /**
@@ -524,7 +576,8 @@ export class TurnChainCache {
     const layout = scanBodyLayout(body);
     if (!layout) return null;
     const scope = scopeOf(profile, body, layout);
-    const hit = this.lookup(body, layout, scope, xxh3_64(this.encoder.encode(scope)));
+    // A seeded entry is a query entry: a provisional prefix would be reused after a new query.
+    const hit = this.lookup(body, layout, scope, xxh3_64(this.encoder.encode(scope)), false);
     if (!hit) return null;
     const out: StablePrefix = { scope, messages: hit.node.messages, text: "", media: [], dropped: [], images: hit.node.images, videos: hit.node.videos };
     for (const x of hit.chain) {
@@ -550,7 +603,7 @@ export class TurnChainCache {
     const escaped = escapeJsonText(prefix.text);
     const bytes = nodeBytes(rawEnd, prefix.text.length, escaped.length, prefix.media.length + prefix.dropped.length, prefix.scope.length, 0);
     if (bytes > this.maxBytes / 4) return false;
-    this.insert({ parent: null, key, scope: prefix.scope, raw, rawEnd, text: prefix.text, messages: prefix.messages, media: prefix.media, dropped: prefix.dropped, images: prefix.images, videos: prefix.videos, escaped, parsed: null, tally: null, holders: 0, bytes });
+    this.insert({ parent: null, key, scope: prefix.scope, raw, rawEnd, text: prefix.text, messages: prefix.messages, provisional: false, media: prefix.media, dropped: prefix.dropped, images: prefix.images, videos: prefix.videos, escaped, parsed: null, tally: null, holders: 0, bytes });
     return true;
   }
 
@@ -571,15 +624,31 @@ export class TurnChainCache {
     }
   }
 
-  /** The longest cached message prefix of the request (leaving at least one message new). */
-  private lookup(body: string, layout: BodyLayout, scope: string, scopeHash: bigint): { node: Node; chain: Node[] } | null {
+  /**
+   * The longest cached message prefix of the request (leaving at least one message new): a query
+   * entry only when the message after it may be a query, a provisional one only when `provisional`
+   * and no message after it may be one.
+   */
+  private lookup(body: string, layout: BodyLayout, scope: string, scopeHash: bigint, provisional = true): { node: Node; chain: Node[] } | null {
     const open = layout.messagesOpen;
-    for (let q = layout.messages.length - 1; q >= 1; q--) {
+    const count = layout.messages.length;
+    // Read from the end down, only as far as a provisional candidate needs: the new part.
+    let read = count;
+    let queryAt = -1;
+    const queryFrom = (q: number): boolean => {
+      while (queryAt < 0 && read > q) {
+        read--;
+        if (mayBeQuery(body, layout.messages[read]!, read === count - 1)) queryAt = read;
+      }
+      return queryAt >= q;
+    };
+    for (let q = count - 1; q >= 1; q--) {
       const rawEnd = layout.messages[q - 1]![1] - open;
       const bucket = this.buckets.get(this.key(scopeHash, q, body, open, rawEnd));
       if (!bucket) continue;
       for (const n of bucket) {
         if (n.messages !== q || n.rawEnd !== rawEnd || n.scope !== scope) continue;
+        if (n.provisional ? !provisional || queryFrom(q) : !mayBeQuery(body, layout.messages[q]!, q === count - 1)) continue;
         const chain = chainOf(n);
         let at = open;
         let same = true;

@@ -139,6 +139,69 @@ describe("turn chain: the incremental prompt equals the full path at every turn"
     }
   }
 
+  describe("agent loop: steps after the last query extend a provisional entry", () => {
+    // One step: the assistant's tool call (with reasoning on odd steps), then one or two tool results.
+    const step = (k: number): Msg[] => [
+      { role: "assistant", content: k % 3 === 0 ? "" : `Step ${k}.`, ...(k % 2 === 1 ? { reasoning_content: `why step ${k}` } : {}), tool_calls: [{ id: `c${k}`, type: "function", function: { name: "read_file", arguments: `{"path": "f${k}.txt"}` } }] },
+      { role: "tool", tool_call_id: `c${k}`, content: longText(100 + k, 600) },
+      ...(k % 2 === 0 ? [{ role: "tool", tool_call_id: `c${k}`, content: longText(200 + k, 300) }] : []),
+    ];
+    const extra = { tools: TOOLS, chat_template_kwargs: { add_vision_id: true } };
+    const first: Msg[] = [{ role: "system", content: "You are an agent." }, { role: "user", content: [img(1), { type: "text", text: "Fix the bug shown." }] }];
+
+    for (const profile of PROFILES) {
+      it(`${profile.templateId}: every step equals the full path, renders only the recent steps, and a new query falls back to the query entry`, () => {
+        const chain = new TurnChainCache({ checkRate: 0 });
+        const checked = new TurnChainCache({ checkRate: 1 });
+        const prefix = new PrefixCache();
+        const tok = getQwenTokenizer(profile.family);
+        const messages: Msg[] = [...first];
+        const same = (extraMembers: Record<string, unknown> = extra) => {
+          const body = bodyOf(messages, extraMembers);
+          const req = parseChatBody(body, DEFAULT_LIMITS);
+          const full = preparePrompt(req, profile);
+          const before = chain.renderedChars;
+          const inc = chain.prepare(req, body, profile);
+          expect(inc.text).toBe(full.text);
+          expect(inc.mediaParts).toEqual(full.mediaParts);
+          expect(inc.droppedParts).toEqual(full.droppedParts);
+          const ids = tok.encode(full.text);
+          const encoded = prefix.encode(tok, inc.pieces ? new PieceText([...inc.pieces.stable, inc.pieces.rest]) : inc.text, BLOCK);
+          expect(encoded.tokens()).toEqual(ids);
+          expect(encoded.localHashes).toEqual(localBlockHashes(ids, BLOCK));
+          expect(checked.prepare(req, body, profile).text).toBe(full.text);
+          return { inc, rendered: chain.renderedChars - before };
+        };
+        same();
+        let previous = 0;
+        for (let k = 1; k <= 9; k++) {
+          const appended = step(k);
+          messages.push(...appended);
+          const { inc, rendered } = same();
+          const size = JSON.stringify(appended).length;
+          // The new step and the previous one's tool results (re-rendered once after the cut), twice
+          // (the tail, then the next entry's tail), plus the stand-in and tools header: never the whole loop.
+          expect(rendered).toBeLessThan(2 * (size + previous) + 3000);
+          if (k >= 2) expect(inc.reusedMessages).toBe(messages.length - appended.length - (k % 2 === 0 ? 1 : 2));
+          previous = size;
+        }
+        // A new query after the loop: the thinking template now drops the loop's reasoning, so no provisional entry may serve it.
+        messages.push({ role: "assistant", content: "Fixed.", reasoning_content: "tests pass" }, { role: "user", content: "Now explain." });
+        expect(same().inc.reusedMessages).toBe(1);
+        // A final assistant message is rendered as a user query too (no continue_final_message).
+        messages.push({ role: "assistant", content: "", tool_calls: [{ id: "d1", type: "function", function: { name: "read_file", arguments: "{}" } }] }, { role: "tool", tool_call_id: "d1", content: "x" }, { role: "assistant", content: "Explained." });
+        expect(same().inc.reusedMessages).toBe(messages.length - 4);
+        // Then a tool result in its place: the entry before the relabelled message does not start a query, the one before "Now explain." does.
+        messages.pop();
+        messages.push({ role: "tool", tool_call_id: "d1", content: "y" });
+        expect(same().inc.reusedMessages).toBe(messages.length - 4);
+        expect(chain.stats().mismatches).toBe(0);
+        expect(checked.stats().mismatches).toBe(0);
+        expect(checked.stats().checks).toBeGreaterThan(8);
+      });
+    }
+  });
+
   it("a changed earlier message, tool list or kwarg is never reused", () => {
     const profile = PROFILES[2]!;
     const chain = new TurnChainCache({ checkRate: 0 });
