@@ -10,7 +10,7 @@ import { PagedRadixCache } from "../../services/sglang-sim/radix-cache.ts";
 import { RoutingCore } from "../../src/routing-index/routing-core.ts";
 import { localBlockHashes } from "../../src/blocks/block-hash.ts";
 import { rng } from "../lib/stats.mjs";
-import { Heap } from "../lib/heap.mjs";
+import { EventLoop } from "../lib/event-loop.mjs";
 import { CalibratedWorker } from "../lib/worker-model.mjs";
 import { RelayFeed, hello } from "./relay-feed.mjs";
 import { PAGE } from "./shape-sim.mjs";
@@ -20,12 +20,10 @@ export const DP_POLICIES = ["rank-aware", "rank0-index", "round-robin"];
 export function simulateDp(trace, { policy, workers, ranks, capacityTokens, timing, lagMs = 10, seed = 7 }) {
   if (!DP_POLICIES.includes(policy)) throw new Error(`unknown DP policy ${policy}`);
   const random = rng(seed);
-  let now = 0;
-  let seq = 0;
-  const events = new Heap();
-  const schedule = (t, fn) => events.push({ t, seq: seq++, type: "step", fn });
-  const core = policy === "round-robin" ? null : new RoutingCore({ blockSize: PAGE, random, now: () => now, cost: "ttft" });
-  const feed = core ? new RelayFeed(core, PAGE, lagMs, () => now) : null;
+  const loop = new EventLoop();
+  const schedule = loop.schedule;
+  const core = policy === "round-robin" ? null : new RoutingCore({ blockSize: PAGE, random, now: () => loop.now, cost: "ttft" });
+  const feed = core ? new RelayFeed(core, PAGE, lagMs, () => loop.now) : null;
   const gpu = []; // [worker][rank] → CalibratedWorker
   for (let w = 0; w < workers; w++) {
     const workerId = `w${w + 1}`;
@@ -46,15 +44,7 @@ export function simulateDp(trace, { policy, workers, ranks, capacityTokens, timi
   const rankTurn = new Array(workers).fill(0);
   let workerTurn = 0;
   const results = [];
-  for (const req of trace) events.push({ t: req.at, seq: seq++, type: "arrive", req });
-  while (events.size) {
-    const ev = events.pop();
-    now = ev.t;
-    if (ev.type === "step") {
-      ev.fn(now);
-      continue;
-    }
-    const req = ev.req;
+  loop.run(trace, (req, now) => {
     let w;
     let k;
     let receipt = null;
@@ -80,6 +70,6 @@ export function simulateDp(trace, { policy, workers, ranks, capacityTokens, timi
       },
       now,
     );
-  }
+  });
   return { results };
 }

@@ -19,7 +19,7 @@ import { PagedRadixCache } from "../../services/sglang-sim/radix-cache.ts";
 import { RoutingCore } from "../../src/routing-index/routing-core.ts";
 import { localBlockHashes } from "../../src/blocks/block-hash.ts";
 import { rng } from "../lib/stats.mjs";
-import { Heap } from "../lib/heap.mjs";
+import { EventLoop } from "../lib/event-loop.mjs";
 import { CalibratedWorker } from "../lib/worker-model.mjs";
 import { DecodeWorker } from "./decode-worker.mjs";
 import { RelayFeed, hello } from "./relay-feed.mjs";
@@ -32,12 +32,10 @@ export const PAGE = 16;
  */
 export function simulateShape(trace, { shape, capacityTokens, timing, bytesPerToken, transferGBps = 25, lagMs = 10, seed = 7 }) {
   const random = rng(seed);
-  let now = 0;
-  let seq = 0;
-  const events = new Heap();
-  const schedule = (t, fn) => events.push({ t, seq: seq++, type: "step", fn });
-  const core = new RoutingCore({ blockSize: PAGE, random, now: () => now, cost: "ttft" });
-  const feed = new RelayFeed(core, PAGE, lagMs, () => now);
+  const loop = new EventLoop();
+  const schedule = loop.schedule;
+  const core = new RoutingCore({ blockSize: PAGE, random, now: () => loop.now, cost: "ttft" });
+  const feed = new RelayFeed(core, PAGE, lagMs, () => loop.now);
   const pd = shape.unified === undefined;
   const front = new Map(); // worker id → CalibratedWorker (unified or prefill)
   const decoders = new Map(); // worker id → DecodeWorker
@@ -57,15 +55,7 @@ export function simulateShape(trace, { shape, capacityTokens, timing, bytesPerTo
   }
 
   const results = [];
-  for (const req of trace) events.push({ t: req.at, seq: seq++, type: "arrive", req });
-  while (events.size) {
-    const ev = events.pop();
-    now = ev.t;
-    if (ev.type === "step") {
-      ev.fn(now);
-      continue;
-    }
-    const req = ev.req;
+  loop.run(trace, (req, now) => {
     feed.deliver();
     const d = core.route({ localHashes: localBlockHashes(req.tokens, PAGE), isl: req.tokens.length });
     const r = { id: req.id, tokens: req.tokens.length, outputTokens: req.output.length, cached: 0, ttft: NaN, finishAt: NaN, arrivedAt: now, transferMs: 0 };
@@ -73,7 +63,7 @@ export function simulateShape(trace, { shape, capacityTokens, timing, bytesPerTo
     const settle = () => core.settle({ receiptId: d.receiptId, promptTokens: req.tokens.length, cachedTokens: r.cached, outcome: "ok" });
     if (!pd) {
       front.get(d.workerId).submit({ req, r, onPrefilled: () => req.stream && core.markPrefillDone(d.receiptId), onFinished: settle }, now);
-      continue;
+      return;
     }
     if (!d.pd) throw new Error("PD route without a decode peer");
     // The prefill side: prompt + first token; its record carries the radix match (r.cached).
@@ -94,6 +84,6 @@ export function simulateShape(trace, { shape, capacityTokens, timing, bytesPerTo
       },
       now,
     );
-  }
+  });
   return { results, gpus: pd ? shape.prefill + shape.decode : shape.unified };
 }

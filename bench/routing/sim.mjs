@@ -27,7 +27,7 @@ import { RoutingCore } from "../../src/routing-index/routing-core.ts";
 import { localBlockHashes } from "../../src/blocks/block-hash.ts";
 import { relayKvEvent } from "../lib/kv-event.mjs";
 import { rng } from "../lib/stats.mjs";
-import { Heap } from "../lib/heap.mjs";
+import { EventLoop } from "../lib/event-loop.mjs";
 import { CalibratedWorker, LinearWorker, peekPrefix as peekPagePrefix } from "../lib/worker-model.mjs";
 import { VISION_START } from "./traces.mjs";
 
@@ -54,10 +54,8 @@ export function simulate(trace, { policy, workers, capacityTokens, timing = TIMI
   if (!POLICIES.includes(policy)) throw new Error(`unknown policy ${policy}`);
   const Worker = timing.calibration ? CalibratedWorker : LinearWorker;
   const random = rng(seed);
-  let now = 0;
-  let seq = 0;
-  const events = new Heap();
-  const core = CORE_POLICIES.has(policy) ? new RoutingCore({ blockSize: PAGE, random, now: () => now, cost: policy === "dynamo-blocks" ? "blocks" : "ttft" }) : null;
+  const loop = new EventLoop();
+  const core = CORE_POLICIES.has(policy) ? new RoutingCore({ blockSize: PAGE, random, now: () => loop.now, cost: policy === "dynamo-blocks" ? "blocks" : "ttft" }) : null;
   const kvEvents = policy !== "approximate";
   const W = [];
   for (let w = 0; w < workers; w++) {
@@ -75,9 +73,9 @@ export function simulate(trace, { policy, workers, capacityTokens, timing = TIMI
       ? () => {}
       : (ev) => {
           const out = st.blockSet.apply([relayKvEvent(ev)]);
-          if (out.events.length) st.pendingRelay.push({ at: now + lagMs, events: out.events });
+          if (out.events.length) st.pendingRelay.push({ at: loop.now + lagMs, events: out.events });
         };
-    st.worker = new Worker({ cache: new PagedRadixCache(PAGE, sink), capacityTokens, timing, pageSize: PAGE, schedule: (t, fn) => events.push({ t, seq: seq++, type: "step", fn }) });
+    st.worker = new Worker({ cache: new PagedRadixCache(PAGE, sink), capacityTokens, timing, pageSize: PAGE, schedule: loop.schedule });
     st.cache = st.worker.cache;
     W.push(st);
   }
@@ -85,7 +83,7 @@ export function simulate(trace, { policy, workers, capacityTokens, timing = TIMI
   const deliver = () => {
     for (const st of W) {
       let k = 0;
-      while (k < st.pendingRelay.length && st.pendingRelay[k].at <= now) {
+      while (k < st.pendingRelay.length && st.pendingRelay[k].at <= loop.now) {
         const r = core.applyEvents(st.id, { type: "events", epoch: 1, seq: relaySeq++, events: st.pendingRelay[k].events });
         if (!r.ok) throw new Error(`relay apply failed on ${st.id}: ${r.reason}`);
         k++;
@@ -96,7 +94,6 @@ export function simulate(trace, { policy, workers, capacityTokens, timing = TIMI
 
   let rr = 0;
   const results = [];
-  for (const req of trace) events.push({ t: req.at, seq: seq++, type: "arrive", req });
   const queued = (w) => W[w].worker.waiting?.length ?? W[w].worker.active;
 
   const choose = (req) => {
@@ -135,14 +132,7 @@ export function simulate(trace, { policy, workers, capacityTokens, timing = TIMI
     return { w: Number(d.workerId.slice(1)) - 1, receipt: d.receiptId };
   };
 
-  while (events.size) {
-    const ev = events.pop();
-    now = ev.t;
-    if (ev.type === "step") {
-      ev.fn(now);
-      continue;
-    }
-    const req = ev.req;
+  loop.run(trace, (req, now) => {
     const { w, receipt } = choose(req);
     const st = W[w];
     st.served++;
@@ -163,7 +153,7 @@ export function simulate(trace, { policy, workers, capacityTokens, timing = TIMI
       },
       now,
     );
-  }
+  });
   return { results, served: W.map((s) => s.served) };
 }
 
