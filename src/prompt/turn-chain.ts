@@ -303,6 +303,15 @@ function nodeBytes(raw: number, text: number, escaped: number, media: number, sc
   return 2 * (raw + text + escaped + scope) + (parsedMessages > 0 ? 2 * raw + 150 * parsedMessages : 0) + 200 * media + 300;
 }
 
+/** Whether the chain's raw pieces, in order, are `text` from `at` on (compared piece by piece, never joined). */
+function rawMatches(chain: readonly Node[], text: string, at: number): boolean {
+  for (const x of chain) {
+    if (!text.startsWith(x.raw, at)) return false;
+    at += x.raw.length;
+  }
+  return true;
+}
+
 /**
  * A piece's JSON string escaping. Pieces end at a message's block, never inside a surrogate pair,
  * and JSON escapes one code unit (or pair) at a time: escaped piece by piece, they concatenate to
@@ -553,7 +562,7 @@ export class TurnChainCache {
     const parentRaw = parent ? parent.rawEnd : 0;
     const key = this.key(ctx.scopeHash, cut, ctx.body, open, rawEnd);
     const held = this.buckets.get(key)?.find((n) => n.messages === cut && n.rawEnd === rawEnd && n.scope === ctx.scope && n.provisional === provisional);
-    if (held) return chainOf(held).map((x) => x.raw).join("") === ctx.body.slice(open, open + rawEnd) ? { node: held, after: tail, from: cut } : null;
+    if (held) return rawMatches(chainOf(held), ctx.body, open) ? { node: held, after: tail, from: cut } : null;
     const raw = ownString(ctx.body.slice(open + parentRaw, open + rawEnd));
     const text = ownString(after.slice(0, after.length - tail.length));
     const ownMedia = media.filter((p) => p.messageIndex >= from && p.messageIndex < cut);
@@ -598,7 +607,7 @@ export class TurnChainCache {
   seed(prefix: StablePrefix, raw: string): boolean {
     const rawEnd = raw.length;
     const key = this.key(xxh3_64(this.encoder.encode(prefix.scope)), prefix.messages, raw, 0, rawEnd);
-    const known = this.buckets.get(key)?.some((n) => n.messages === prefix.messages && n.rawEnd === rawEnd && n.scope === prefix.scope && chainOf(n).map((x) => x.raw).join("") === raw);
+    const known = this.buckets.get(key)?.some((n) => n.messages === prefix.messages && n.rawEnd === rawEnd && n.scope === prefix.scope && rawMatches(chainOf(n), raw, 0));
     if (known) return false;
     const escaped = escapeJsonText(prefix.text);
     const bytes = nodeBytes(rawEnd, prefix.text.length, escaped.length, prefix.media.length + prefix.dropped.length, prefix.scope.length, 0);
@@ -650,16 +659,7 @@ export class TurnChainCache {
         if (n.messages !== q || n.rawEnd !== rawEnd || n.scope !== scope) continue;
         if (n.provisional ? !provisional || queryFrom(q) : !mayBeQuery(body, layout.messages[q]!, q === count - 1)) continue;
         const chain = chainOf(n);
-        let at = open;
-        let same = true;
-        for (const x of chain) {
-          if (body.slice(at, at + x.raw.length) !== x.raw) {
-            same = false;
-            break;
-          }
-          at += x.raw.length;
-        }
-        if (same) return { node: n, chain };
+        if (rawMatches(chain, body, open)) return { node: n, chain };
       }
     }
     return null;
