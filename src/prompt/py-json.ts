@@ -72,10 +72,10 @@ export function parseJsonKeepingNumbers(text: string): unknown {
  * the body and a second parse of its `tools`, so call it only when the request has tools. Null
  * when absent.
  */
-export function parseToolsKeepingNumbers(bodyText: string): unknown[] | null {
+export function parseToolsKeepingNumbers(bodyText: string, knownSpan?: readonly [number, number] | null): unknown[] | null {
   // Only the `tools` member's text is parsed again (the reviver parse of a whole 32k-token chat
-  // cost as much as the first parse).
-  const span = topLevelMemberSpan(bodyText, "tools");
+  // cost as much as the first parse). A caller that scanned the body already passes the span.
+  const span = knownSpan ?? topLevelMemberSpan(bodyText, "tools");
   if (span === null) return null;
   const tools = parseJsonKeepingNumbers(bodyText.slice(span[0], span[1]));
   return Array.isArray(tools) ? tools : null;

@@ -6,7 +6,7 @@ import type { Limits } from "../../api/limits.ts";
 import type { ChatCompletionRequest } from "../../api/openai-schema.ts";
 import { parseChatRequest, readBodyText, type ParseWork, type ReusedMessages } from "../../api/validate.ts";
 import type { EdgeConfig } from "../../config/config.ts";
-import { parseJsonKeepingNumbers, parseToolsKeepingNumbers, type ModelProfile } from "../../prompt/index.ts";
+import { parseToolsKeepingNumbers, type ModelProfile } from "../../prompt/index.ts";
 import { scanBodyLayout, sharedTurnChain, type BodyLayout, type ChainFind, type TurnChainCache } from "../../prompt/turn-chain.ts";
 import type { JsonLiteral } from "../../util/json-scan.ts";
 import { authorizeClient, type ClientIdentity } from "../auth.ts";
@@ -125,9 +125,7 @@ export function parseChatBody(
 ): ChatCompletionRequest {
   const req = parseChatRequest(bodyText, limits, opts);
   if (req.tools && req.tools.length > 0) {
-    const span = opts.layout?.members.get("tools");
-    const parsedTools = span ? parseJsonKeepingNumbers(bodyText.slice(span[0], span[1])) : undefined;
-    const raw = span ? (Array.isArray(parsedTools) ? parsedTools : null) : parseToolsKeepingNumbers(bodyText);
+    const raw = parseToolsKeepingNumbers(bodyText, opts.layout?.members.get("tools"));
     if (raw && raw.length === req.tools.length) {
       req.tools = req.tools.map((t, i) => {
         const params = (raw[i] as { function?: { parameters?: unknown } } | null)?.function?.parameters;
