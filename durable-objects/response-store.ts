@@ -32,15 +32,18 @@ export class ResponseStore extends DurableObject {
     this.ctx.storage.sql.exec("DELETE FROM records WHERE expires_ms <= ?", nowMs);
   }
 
-  /** Removes `id`, then each hidden ancestor left without children. */
-  #remove(id: string): void {
+  /** Removes `id`, then each hidden ancestor left without children; the bytes freed. */
+  #remove(id: string): number {
     const sql = this.ctx.storage.sql;
+    let freed = 0;
     let next: string | null = id;
     while (next !== null) {
-      const row: { parent: string | null } | undefined = sql.exec<{ parent: string | null }>("DELETE FROM records WHERE id = ? RETURNING parent", next).toArray()[0];
+      const row: { parent: string | null; bytes: number } | undefined = sql.exec<{ parent: string | null; bytes: number }>("DELETE FROM records WHERE id = ? RETURNING parent, bytes", next).toArray()[0];
+      freed += Number(row?.bytes ?? 0);
       const parent: string | null = row?.parent ?? null;
       next = parent !== null && sql.exec("SELECT 1 FROM records WHERE id = ? AND hidden = 1 AND NOT EXISTS (SELECT 1 FROM records c WHERE c.parent = ?)", parent, parent).toArray().length > 0 ? parent : null;
     }
+    return freed;
   }
 
   /**
@@ -73,8 +76,7 @@ export class ResponseStore extends DurableObject {
     while (total > budgetBytes) {
       const victim = sql.exec<{ id: string; bytes: number }>("SELECT id, bytes FROM records r WHERE id != ? AND NOT EXISTS (SELECT 1 FROM records c WHERE c.parent = r.id) ORDER BY used_ms ASC, created_ms ASC LIMIT 1", id).toArray()[0];
       if (!victim) break;
-      this.#remove(victim.id);
-      total = Number(sql.exec<{ total: number }>("SELECT COALESCE(SUM(bytes), 0) AS total FROM records").one().total);
+      total -= this.#remove(victim.id);
     }
     const current = await this.ctx.storage.getAlarm();
     if (current === null || current < expires) await this.ctx.storage.setAlarm(expires);
