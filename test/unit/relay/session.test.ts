@@ -463,6 +463,8 @@ describe("a connect the index refuses before the upgrade", () => {
     const edge = http.createServer((_req, res) => res.writeHead(404).end());
     // The edge's answer to a rank the key does not grant: 400 with OpenAI's error shape.
     edge.on("upgrade", (_req, socket: Socket) => {
+      // Node's server drops its own socket error handler on upgrade; the relay closing its end may reset this one.
+      socket.on("error", () => {});
       refused++;
       const body = JSON.stringify({ error: { message: "Rank 2 is outside the 2 DP ranks worker w1's relay key grants (0…1).", code: "rank_not_granted", param: "rank" } });
       socket.end(`HTTP/1.1 400 Bad Request\r\ncontent-type: application/json\r\ncontent-length: ${Buffer.byteLength(body)}\r\nconnection: close\r\n\r\n${body}`);
