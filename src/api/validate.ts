@@ -449,18 +449,38 @@ interface MessageSize {
   media: number;
   /** The longest media URL that is not a data: URL. */
   urlChars: number;
+  /** The first part that passes the media count or the URL length (measureMessage's `caps`), if any. */
+  overPart: PartOver | null;
 }
 
-function measureMessage(m: ChatMessage, budget: number): MessageSize {
-  const size: MessageSize = { chars: 0, parts: 0, media: 0, urlChars: 0 };
+/** A content part over a media limit: `urlKey` names the part's URL member when the URL is too long, null when the item is one too many. */
+interface PartOver {
+  index: number;
+  urlKey: string | null;
+}
+
+/** What measureMessage checks while it walks: `maxMessageChars` also bounds its count of tool-call JSON. */
+type MeasureCaps = Pick<Limits, "maxMessageChars" | "maxMediaItems" | "maxUrlChars">;
+
+const NO_CAPS: MeasureCaps = { maxMessageChars: Infinity, maxMediaItems: Infinity, maxUrlChars: Infinity };
+
+/** `mediaBefore`: media items of earlier messages, which count against caps.maxMediaItems. */
+function measureMessage(m: ChatMessage, caps: MeasureCaps, mediaBefore = 0): MessageSize {
+  const size: MessageSize = { chars: 0, parts: 0, media: 0, urlChars: 0, overPart: null };
   if (typeof m.content === "string") size.chars += m.content.length;
   else if (Array.isArray(m.content)) {
     size.parts = m.content.length;
-    for (const p of m.content) {
+    for (const [j, p] of m.content.entries()) {
       size.chars += partChars(p);
       const ref = mediaUrlOf(p);
-      if (ref !== null || p.type === "input_audio") size.media++;
-      if (ref !== null && !/^data:/i.test(ref.url)) size.urlChars = Math.max(size.urlChars, ref.url.length);
+      if (ref !== null || p.type === "input_audio") {
+        size.media++;
+        if (mediaBefore + size.media > caps.maxMediaItems) size.overPart ??= { index: j, urlKey: null };
+      }
+      if (ref !== null && !/^data:/i.test(ref.url)) {
+        size.urlChars = Math.max(size.urlChars, ref.url.length);
+        if (ref.url.length > caps.maxUrlChars) size.overPart ??= { index: j, urlKey: ref.key };
+      }
     }
   }
   if (m.role !== "user") {
@@ -468,25 +488,16 @@ function measureMessage(m: ChatMessage, budget: number): MessageSize {
     for (const call of m.tool_calls ?? []) {
       const args: unknown = call.function.arguments;
       size.chars += call.function.name?.length ?? 0;
-      size.chars += typeof args === "string" ? args.length : jsonChars(args, budget);
+      size.chars += typeof args === "string" ? args.length : jsonChars(args, caps.maxMessageChars);
     }
   }
   return size;
 }
 
-/** The first part of message `i` that passes the media count (after `media` earlier items) or the URL length. */
-function partLimitError(m: ChatMessage, i: number, media: number, limits: Limits): InvalidRequestError {
-  const parts = Array.isArray(m.content) ? m.content : [];
-  for (const [j, p] of parts.entries()) {
-    const ref = mediaUrlOf(p);
-    if ((ref !== null || p.type === "input_audio") && ++media > limits.maxMediaItems) {
-      return limitError(`Too many media items (limit ${limits.maxMediaItems}).`, `messages[${i}].content[${j}]`);
-    }
-    if (ref !== null && !/^data:/i.test(ref.url) && ref.url.length > limits.maxUrlChars) {
-      return limitError(`Media URLs are limited to ${limits.maxUrlChars} characters.`, `messages[${i}].content[${j}].${ref.key}.url`);
-    }
-  }
-  return limitError("Media limits exceeded.", `messages[${i}].content`);
+function partLimitError(i: number, over: PartOver, limits: Limits): InvalidRequestError {
+  return over.urlKey === null
+    ? limitError(`Too many media items (limit ${limits.maxMediaItems}).`, `messages[${i}].content[${over.index}]`)
+    : limitError(`Media URLs are limited to ${limits.maxUrlChars} characters.`, `messages[${i}].content[${over.index}].${over.urlKey}.url`);
 }
 
 function checkLimits(req: ChatCompletionRequest, limits: Limits, base: MessagesTally | null = null): void {
@@ -534,11 +545,11 @@ function checkLimits(req: ChatCompletionRequest, limits: Limits, base: MessagesT
   let media = base?.media ?? 0;
   for (let i = base?.messages ?? 0; i < req.messages.length; i++) {
     const m = req.messages[i]!;
-    const size = measureMessage(m, limits.maxMessageChars);
+    const size = measureMessage(m, limits, media);
     if (size.parts > limits.maxContentParts) {
       throw limitError(`Too many content parts: ${size.parts} (limit ${limits.maxContentParts}).`, `messages[${i}].content`);
     }
-    if (media + size.media > limits.maxMediaItems || size.urlChars > limits.maxUrlChars) throw partLimitError(m, i, media, limits);
+    if (size.overPart !== null) throw partLimitError(i, size.overPart, limits);
     media += size.media;
     if (size.chars > limits.maxMessageChars) {
       throw limitError(`Message text is ${size.chars} characters (limit ${limits.maxMessageChars}).`, `messages[${i}].content`);
@@ -632,7 +643,7 @@ export function tallyMessages(body: string, spans: readonly (readonly [number, n
         t.dataUrlsCut = true;
       }
     }
-    const size = measureMessage(m, Infinity);
+    const size = measureMessage(m, NO_CAPS);
     t.chars += size.chars;
     t.maxChars = Math.max(t.maxChars, size.chars);
     t.media += size.media;

@@ -346,6 +346,11 @@ describe("parseChatRequest: rejected requests", () => {
     expect(failure(req({ messages: [user([img(`https://a/${"p".repeat(40)}`)])] }), limits).param).toBe(
       "messages[0].content[0].image_url.url",
     );
+    // the first part over either limit is named; a part over both is named for the count
+    const long = `https://a/${"p".repeat(40)}`;
+    expect(failure(req({ messages: [user([img("https://a/1"), img(long)])] }), limits).message).toBe("Too many media items (limit 1).");
+    expect(failure(req({ messages: [user([img("https://a/1"), img(long)])] }), limits).param).toBe("messages[0].content[1]");
+    expect(failure(req({ messages: [user([img(long), img("https://a/2")])] }), limits).param).toBe("messages[0].content[0].image_url.url");
     // data: URLs are bounded by the body size only
     expect(() => parse(req({ messages: [user([img(`data:image/png;base64,${"A".repeat(100)}`)])] }), limits)).not.toThrow();
     expect(failure(req({ messages: [user("x".repeat(11))] }), limits).code).toBe("limit_exceeded");
