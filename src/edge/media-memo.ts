@@ -10,6 +10,7 @@
  * whole strings (Map keys; V8 hashes a long string by its length, so a data: URL costs one
  * compare at memory speed, not a hash of its text). Bounded by estimated bytes, LRU.
  */
+import { ByteLru } from "../util/byte-lru.ts";
 import type { VerifiedMedia } from "./media.ts";
 
 /** Estimated bytes of all entries: a few data: URLs of history (one of up to 2 M characters, a 1.5 MB image), or thousands of http(s) items. */
@@ -26,11 +27,10 @@ export interface MediaMemoStats {
   maxBytes: number;
 }
 
+/** Where an entry sits in byScope, so an eviction can take it out there too. */
 interface Entry {
   outer: string;
   url: string;
-  media: VerifiedMedia;
-  bytes: number;
 }
 
 /** V8 keeps a string of Latin-1 characters at one byte each (a base64 data: URL), any other at two. */
@@ -47,25 +47,24 @@ export class MediaMemo {
   readonly maxBytes: number;
   /** `scope \0 kind` → URL → entry. */
   private readonly byScope = new Map<string, Map<string, Entry>>();
-  /** Least recently used first (a Set keeps insertion order; a hit re-inserts). */
-  private readonly lru = new Set<Entry>();
-  private bytes = 0;
-  private s = { hits: 0, misses: 0, stores: 0, drops: 0, evictions: 0 };
+  /** Every entry of byScope and its item, least recently used first. */
+  private readonly lru: ByteLru<Entry, VerifiedMedia>;
+  private s = { hits: 0, misses: 0, stores: 0, drops: 0 };
 
   constructor(maxBytes = DEFAULT_MEDIA_MEMO_BYTES) {
     this.maxBytes = maxBytes;
+    this.lru = new ByteLru(maxBytes, (e) => this.unindex(e));
   }
 
   get(scope: string, kind: VerifiedMedia["kind"], url: string): VerifiedMedia | null {
     const e = this.byScope.get(`${scope}\u0000${kind}`)?.get(url);
-    if (!e) {
+    const media = e && this.lru.get(e);
+    if (!media) {
       this.s.misses++;
       return null;
     }
     this.s.hits++;
-    this.lru.delete(e);
-    this.lru.add(e);
-    return e.media;
+    return media;
   }
 
   set(scope: string, kind: VerifiedMedia["kind"], url: string, media: VerifiedMedia): void {
@@ -76,16 +75,10 @@ export class MediaMemo {
     this.remove(outer, url);
     let inner = this.byScope.get(outer);
     if (!inner) this.byScope.set(outer, (inner = new Map()));
-    const e: Entry = { outer, url, media, bytes };
+    const e: Entry = { outer, url };
     inner.set(url, e);
-    this.lru.add(e);
-    this.bytes += bytes;
+    this.lru.set(e, media, bytes);
     this.s.stores++;
-    for (const old of this.lru) {
-      if (this.bytes <= this.maxBytes) break;
-      this.remove(old.outer, old.url);
-      this.s.evictions++;
-    }
   }
 
   /** Forgets an entry found stale (the store no longer holds its bytes). */
@@ -94,17 +87,20 @@ export class MediaMemo {
   }
 
   stats(): MediaMemoStats {
-    return { ...this.s, entries: this.lru.size, bytes: this.bytes, maxBytes: this.maxBytes };
+    return { ...this.s, evictions: this.lru.evictions, entries: this.lru.size, bytes: this.lru.bytes, maxBytes: this.maxBytes };
   }
 
   private remove(outer: string, url: string): boolean {
-    const inner = this.byScope.get(outer);
-    const e = inner?.get(url);
-    if (!inner || !e) return false;
-    inner.delete(url);
-    if (inner.size === 0) this.byScope.delete(outer);
+    const e = this.byScope.get(outer)?.get(url);
+    if (!e) return false;
+    this.unindex(e);
     this.lru.delete(e);
-    this.bytes -= e.bytes;
     return true;
+  }
+
+  private unindex(e: Entry): void {
+    const inner = this.byScope.get(e.outer)!;
+    inner.delete(e.url);
+    if (inner.size === 0) this.byScope.delete(e.outer);
   }
 }

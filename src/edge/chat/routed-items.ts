@@ -7,6 +7,7 @@
  */
 import type { NamespaceTag } from "../../blocks/block-hash.ts";
 import { routedItem, type Ineligible, type MediaItem, type RoutedItem, type WorkerContract } from "../../layout/index.ts";
+import { ByteLru } from "../../util/byte-lru.ts";
 import { bytesToHex } from "../../util/hex.ts";
 import { namespacedItemHash } from "../cache-salt.ts";
 import { mediaItems, type VerifiedMedia } from "../media.ts";
@@ -20,13 +21,12 @@ interface Routed {
   bytes: number;
 }
 
-const memo = new Map<string, Routed>();
-let bytes = 0;
+const memo = new ByteLru<string, Routed>(ROUTED_ITEMS_MAX_BYTES);
 const counts = { computed: 0, reused: 0 };
 
 /** Items laid out (computed) and taken from the memo (reused) in this isolate, and what the memo holds. */
 export function routedItemStats(): { computed: number; reused: number; entries: number; bytes: number; maxBytes: number } {
-  return { ...counts, entries: memo.size, bytes, maxBytes: ROUTED_ITEMS_MAX_BYTES };
+  return { ...counts, entries: memo.size, bytes: memo.bytes, maxBytes: memo.maxBytes };
 }
 
 /** The key (UTF-16), the item and its probe, each piece (a timestamp text at most a few characters) and the entry. */
@@ -48,7 +48,7 @@ function keyOf(m: VerifiedMedia, cohortDigest: string, tag: string): string | nu
 export function routeItems(media: readonly VerifiedMedia[], cohort: { contract: WorkerContract; digest: string }, itemTag: NamespaceTag): { items: MediaItem[]; routed: (RoutedItem | Ineligible)[]; unresolved: { reason: string; detail: string } | null } {
   const tag = itemTag === null ? "" : bytesToHex(itemTag);
   const keys = media.map((m) => keyOf(m, cohort.digest, tag));
-  const found = keys.map((k) => (k === null ? undefined : memo.get(k)));
+  const found = keys.map((k) => (k === null ? undefined : memo.peek(k)));
   // Identity hashes of the items not found only (mediaItems also names the first unresolved one:
   // every item without an identity is among them).
   const missing = found.flatMap((f, i) => (f ? [] : [i]));
@@ -62,24 +62,18 @@ export function routeItems(media: readonly VerifiedMedia[], cohort: { contract: 
     if (!r) {
       const plain = fresh.items[m++]!;
       // Laid out now, unless an earlier item of this request had the same content.
-      r = memo.get(k!);
+      r = memo.peek(k!);
       if (!r) {
         counts.computed++;
         const item = plain.hash === null ? plain : { ...plain, hash: namespacedItemHash(plain.hash, itemTag) };
         const form = routedItem(cohort.contract, item);
         r = { item, routed: form, bytes: entryBytes(k!, form) };
-        bytes += r.bytes;
       } else counts.reused++;
     } else counts.reused++;
-    memo.delete(k!);
-    memo.set(k!, r);
+    // The most recent entry, in prompt order (stored again if this request's own items pushed it out).
+    memo.set(k!, r, r.bytes);
     items.push(r.item);
     routed.push(r.routed);
-  }
-  for (const [k, r] of memo) {
-    if (bytes <= ROUTED_ITEMS_MAX_BYTES) break;
-    memo.delete(k);
-    bytes -= r.bytes;
   }
   return { items, routed, unresolved: null };
 }
