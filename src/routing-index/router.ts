@@ -77,6 +77,11 @@ export interface RouteDecision {
    * the prefill's bootstrap port. Absent for a unified worker.
    */
   pd?: PdDecision;
+  /**
+   * The index ends this request's prefill itself when the worker stores the block its prompt's
+   * chain ends in (prefill-watch.ts): the edge sends no prefill-done call. Absent: the edge does.
+   */
+  prefillWatched?: true;
 }
 
 export interface PdDecision {
@@ -216,8 +221,10 @@ export class Router {
     // text prefix, which every fallback is; its isl may not count the media after it) can be held
     // while the rest of the prompt is still being prefilled.
     const fullBlocks = Math.floor(req.isl / blockSize);
-    if (chosen.kvEvents && (req.fallbackReason ?? null) === null && req.localHashes.length === fullBlocks && fullBlocks > overlap)
-      this.#p.prefillWatch.watch(chosen.slot, receiptId, chainEndOf(req.localHashes, fullBlocks));
+    const watch = chosen.kvEvents && (req.fallbackReason ?? null) === null && req.localHashes.length === fullBlocks && fullBlocks > overlap;
+    if (watch) this.#p.prefillWatch.watch(chosen.slot, receiptId, chainEndOf(req.localHashes, fullBlocks));
+    // A worker whose relay went quiet sends no stored events until it dumps again: the edge still tells.
+    const prefillWatched = watch && !views.approximate.has(chosen.workerId);
     this.#pending.set(receiptId, {
       receiptId,
       workerId: chosen.workerId,
@@ -266,6 +273,7 @@ export class Router {
       ...(decode && chosen.bootstrapPort != null
         ? { pd: { decodeWorkerId: decode.workerId, decodeUrl: decode.url, decodeIncrementalStreaming: decode.incrementalStreaming, bootstrapPort: chosen.bootstrapPort, prefillDpSize: chosen.dpSize ?? 1 } }
         : {}),
+      ...(prefillWatched ? { prefillWatched: true as const } : {}),
     };
   }
 

@@ -11,7 +11,7 @@ export type Settlement = Omit<SettleRequest, "receiptId" | "edgeOverheadMs">;
 export interface Receipt {
   /** Settles the pick (once per attempt); the promise is for callers that must wait (releaseBeforeReply). */
   settle(s: Settlement): Promise<void>;
-  /** The worker produced its first output: the request's prefill no longer queues others. */
+  /** The worker produced its first output: the request's prefill no longer queues others (told unless the index watches it). */
   prefillDone(): void;
 }
 
@@ -28,6 +28,8 @@ export function openReceipt(deps: SettleDeps, shardIndex: ChatFrontDoor, decisio
       return p;
     },
     prefillDone() {
+      // The index ends a watched prefill from the worker's own stored blocks: one call fewer.
+      if (decision.prefillWatched) return;
       deps.waitUntil(shardIndex.markPrefillDone(decision.receiptId).catch(() => undefined));
     },
   };

@@ -1,0 +1,85 @@
+/**
+ * Inside workerd, the RoutingIndex Durable Object: a request routed to a worker with KV events on an
+ * exact chain is `prefillWatched`, and its prefill load ends when the worker's relay reports the
+ * chain's last block stored, with no prefill-done call from the edge (src/routing-index/
+ * prefill-watch.ts; the edge skips that call for such a decision, src/edge/chat/settle.ts). A
+ * watched request that settles before its block is stored leaves nothing behind.
+ */
+import { SELF, env } from "cloudflare:test";
+import { describe, expect, it } from "vitest";
+import { localBlockHashes } from "../../src/blocks/block-hash.ts";
+import { mintRelayToken } from "../../src/relay-wire/relay-auth.ts";
+import { localHashToHex } from "../../src/relay-wire/relay-protocol.ts";
+import type { WorkerRow } from "../../src/routing-index/front-door.ts";
+import { initHashing } from "../../src/util/hash.ts";
+import { issueRelayKey, messageWhere, TEST_WORKER_URL } from "./ws-helpers.ts";
+import "../../functions/wasm-shim.ts";
+
+const MODEL = "Qwen/Qwen3-VL-8B-Instruct";
+const WORKER = "w-prefill-watch";
+
+async function relay(): Promise<WebSocket> {
+  const token = await mintRelayToken(await issueRelayKey((u, i) => SELF.fetch(u, i), WORKER), WORKER, MODEL, { url: TEST_WORKER_URL });
+  const res = await SELF.fetch(`https://edge/v1/relay?worker=${WORKER}&model=${encodeURIComponent(MODEL)}`, { headers: { upgrade: "websocket", authorization: `Bearer ${token}` } });
+  expect(res.status).toBe(101);
+  const ws = res.webSocket!;
+  ws.accept();
+  const welcome = messageWhere(ws, (m) => m.type === "welcome");
+  ws.send(JSON.stringify({ type: "hello", workerId: WORKER, url: TEST_WORKER_URL, blockSize: 16, epoch: 1, modelName: MODEL, kvEvents: true }));
+  await welcome;
+  const ack = messageWhere(ws, (m) => m.type === "ack");
+  ws.send(JSON.stringify({ type: "dump", epoch: 1, seq: 0, blocks: [] }));
+  await ack;
+  return ws;
+}
+
+let seq = 1;
+let engineHash = 1000;
+/** The worker stores blocks below `parent` (an engine hash; null: from the chain's root) in one event; returns the last one's hash. */
+async function store(ws: WebSocket, locals: bigint[], parent: string | null = null): Promise<string> {
+  const blocks = locals.map((l) => ({ h: String(engineHash++), l: localHashToHex(l) }));
+  const n = seq++;
+  // Events get no ack: the pong to a ping sent after them says they were applied (one socket, in order).
+  const pong = messageWhere(ws, (m) => m.type === "pong" && (m as { t?: number }).t === n);
+  ws.send(JSON.stringify({ type: "events", epoch: 1, seq: n, events: [{ t: "stored", parent, blocks }] }));
+  ws.send(JSON.stringify({ type: "ping", t: n }));
+  await pong;
+  return blocks.at(-1)!.h;
+}
+
+describe("prefill end from the worker's stored blocks (RoutingIndex object)", () => {
+  it("a watched request's prefill load ends at its stored chain end, without the edge's call; one settled first leaves nothing", async () => {
+    await initHashing();
+    const ws = await relay();
+    const stub = env.ROUTING_INDEX.getByName(MODEL);
+    // Workers RPC types this stub's array answers as never (as dp-rank-removal.test.ts reads them).
+    const load = async () => ((await stub.workers()) as WorkerRow[]).find((w) => w.workerId === WORKER)!;
+
+    const tokens = Array.from({ length: 70 }, (_, i) => 5000 + i); // 4 full blocks and 6 tokens
+    const locals = localBlockHashes(tokens, 16);
+    const d = (await stub.route({ localHashes: locals, isl: tokens.length }))!;
+    expect(d).toMatchObject({ workerId: WORKER, overlapBlocks: 0, prefillWatched: true });
+    expect(await load()).toMatchObject({ activeRequests: 1, activePrefillTokens: 70 });
+    const third = await store(ws, locals.slice(0, 3)); // the first chunk: not over yet
+    expect((await load()).activePrefillTokens).toBe(70);
+    await store(ws, locals.slice(3), third); // the whole chain: the prefill is over, the request still decodes
+    expect(await load()).toMatchObject({ activeRequests: 1, activePrefillTokens: 0 });
+    await stub.settle({ receiptId: d.receiptId, promptTokens: 70, cachedTokens: 0, outcome: "ok" });
+    expect(await load()).toMatchObject({ activeRequests: 0, activePrefillTokens: 0 });
+
+    // Settled (say, cut by the client) before the worker stored its chain: its later blocks free nothing twice.
+    const other = localBlockHashes(Array.from({ length: 48 }, (_, i) => 9000 + i), 16);
+    const early = (await stub.route({ localHashes: other, isl: 48 }))!;
+    expect(early.prefillWatched).toBe(true);
+    await stub.settle({ receiptId: early.receiptId, promptTokens: null, cachedTokens: null, outcome: "cancelled" });
+    await store(ws, other);
+    expect(await load()).toMatchObject({ activeRequests: 0, activePrefillTokens: 0 });
+
+    // Fully cached: nothing to store, nothing to watch; the edge's call ends its (partial-block) prefill.
+    const cached = (await stub.route({ localHashes: locals, isl: tokens.length }))!;
+    expect(cached).toMatchObject({ overlapBlocks: 4 });
+    expect(cached.prefillWatched).toBeUndefined();
+    await stub.settle({ receiptId: cached.receiptId, promptTokens: 70, cachedTokens: 64, outcome: "ok" });
+    ws.close();
+  });
+});
