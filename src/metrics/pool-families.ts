@@ -3,7 +3,7 @@
  * tokens, blocks), `_total` for counters; labels `model`, `worker`, `reason`, `outcome`, `mode`,
  * `state`. Each configured model contributes its samples to the same families.
  */
-import { ExpositionBuilder } from "./exposition.ts";
+import { ExpositionBuilder, type FamilyWriter, type Labels } from "./exposition.ts";
 import { COHORT_STATES, type PoolMetricsSnapshot } from "./pool-snapshot.ts";
 import { REFUSAL_REASONS, type AdmissionSnapshot } from "./admission-snapshot.ts";
 
@@ -28,36 +28,32 @@ function writePool(b: ExpositionBuilder, model: string, s: PoolMetricsSnapshot):
   const m = { model };
 
   // Requests and routing decisions.
-  const requests = b.counter("kvedge_requests_total", "Routed chat requests by final outcome (ok, error, cancelled by the client, no_worker). Requests rejected before routing are not counted.");
-  for (const [outcome, n] of Object.entries(r.requests)) requests.set({ model, outcome }, n);
+  writeByKey(b.counter("kvedge_requests_total", "Routed chat requests by final outcome (ok, error, cancelled by the client, no_worker). Requests rejected before routing are not counted."), model, "outcome", r.requests);
   const decisions = b.counter("kvedge_routing_decisions_total", "Routing decisions by chosen worker and mode (exact token sequence or text-prefix fallback).");
   for (const [worker, byMode] of Object.entries(r.decisions))
     for (const [mode, n] of Object.entries(byMode)) decisions.set({ model, worker, mode }, n);
-  const fallbacks = b.counter("kvedge_routing_fallbacks_total", "Requests routed on a text prefix instead of the exact sequence, by reason.");
-  for (const [reason, n] of Object.entries(r.fallbacks)) fallbacks.set({ model, reason }, n);
+  writeByKey(b.counter("kvedge_routing_fallbacks_total", "Requests routed on a text prefix instead of the exact sequence, by reason."), model, "reason", r.fallbacks);
   b.counter("kvedge_routing_retries_total", "Routing decisions made after a worker failed before answering.").set(m, r.retries);
   b.histogram("kvedge_routing_overlap_blocks", "Leading prompt blocks the chosen worker already held, per decision.").histogram(m, r.overlapBlocks);
   b.histogram("kvedge_routing_request_blocks", "Full blocks in the routed prompt, per decision.").histogram(m, r.requestBlocks);
   b.histogram("kvedge_routing_overlap_ratio", "Overlap blocks / request blocks, per decision with at least one block.").histogram(m, r.overlapRatio);
   // Hit rate per tier: this counter's rate over kvedge_routing_request_blocks_sum's.
-  const tiers = b.counter("kvedge_routing_matched_blocks_total", "Overlap blocks of routing decisions by the tier they were credited in: gpu, host (HiCache host memory) or storage (a shared storage backend, approximate).");
-  for (const [tier, n] of Object.entries(r.tierBlocks)) tiers.set({ model, tier }, n);
+  writeByKey(b.counter("kvedge_routing_matched_blocks_total", "Overlap blocks of routing decisions by the tier they were credited in: gpu, host (HiCache host memory) or storage (a shared storage backend, approximate)."), model, "tier", r.tierBlocks);
   if (s.tierLoadBack) writeTierLoadBack(b, model, s.tierLoadBack);
   b.histogram("kvedge_edge_overhead_seconds", "Edge time from request arrival to the upstream call (validation, prompt, tokenizer, hashing, index round trip).").histogram(m, r.edgeOverheadSeconds);
 
   // Receipts: predicted vs actual cached tokens.
   const receipts = b.counter("kvedge_receipts_total", "Settled routing receipts by worker and outcome.");
-  const unreported = b.counter("kvedge_receipts_unreported_total", "Successful receipts without a cached-token report (worker lacks --enable-cache-report).");
-  const prompt = b.counter("kvedge_receipt_prompt_tokens_total", "Prompt tokens of receipts with a cached-token report.");
-  const predicted = b.counter("kvedge_receipt_predicted_cached_tokens_total", "Cached tokens the index predicted (overlap blocks × block size, capped at the prompt).");
-  const actual = b.counter("kvedge_receipt_actual_cached_tokens_total", "Cached tokens the worker reported.");
-  for (const [worker, t] of Object.entries(r.receipts)) {
-    receipts.set({ model, worker, outcome: "ok" }, t.ok).set({ model, worker, outcome: "error" }, t.error).set({ model, worker, outcome: "cancelled" }, t.cancelled ?? 0);
-    unreported.set({ model, worker }, t.unreported);
-    prompt.set({ model, worker }, t.promptTokens);
-    predicted.set({ model, worker }, t.predictedCachedTokens);
-    actual.set({ model, worker }, t.actualCachedTokens);
+  const byWorker = Object.entries(r.receipts).map(([worker, t]) => ({ labels: { model, worker }, row: t }));
+  for (const { labels, row: t } of byWorker) {
+    receipts.set({ ...labels, outcome: "ok" }, t.ok).set({ ...labels, outcome: "error" }, t.error).set({ ...labels, outcome: "cancelled" }, t.cancelled ?? 0);
   }
+  writeColumns(b, "counter", byWorker, [
+    ["kvedge_receipts_unreported_total", "Successful receipts without a cached-token report (worker lacks --enable-cache-report).", (t) => t.unreported],
+    ["kvedge_receipt_prompt_tokens_total", "Prompt tokens of receipts with a cached-token report.", (t) => t.promptTokens],
+    ["kvedge_receipt_predicted_cached_tokens_total", "Cached tokens the index predicted (overlap blocks × block size, capped at the prompt).", (t) => t.predictedCachedTokens],
+    ["kvedge_receipt_actual_cached_tokens_total", "Cached tokens the worker reported.", (t) => t.actualCachedTokens],
+  ]);
   const drift = b.gauge("kvedge_worker_drift_ratio", "EWMA of (predicted − actual cached) / predicted; > 0 means the index over-predicts.");
   const drifting = b.gauge("kvedge_worker_drifting", "1 while the worker's receipts show sustained drift.");
   for (const d of s.drift) {
@@ -68,29 +64,20 @@ function writePool(b: ExpositionBuilder, model: string, s: PoolMetricsSnapshot):
   // Workers.
   const byState = b.gauge("kvedge_workers", "Registered workers by state.");
   for (const st of WORKER_STATES) byState.set({ model, state: st }, s.workers.filter((w) => w.status === st).length);
-  const up = b.gauge("kvedge_worker_up", "1 if the worker is up.");
-  const synced = b.gauge("kvedge_worker_synced", "1 if the worker's relay has delivered a full dump this index life.");
-  const approximate = b.gauge("kvedge_worker_approximate", "1 while the index's blocks for the worker may be wrong (relay lost history, or an index object full); routed in approximate mode.");
-  const quarantined = b.gauge("kvedge_worker_quarantined", "1 while routing avoids the worker because an edge could not connect to it (RoutingCore.quarantine).");
-  const blocks = b.gauge("kvedge_worker_blocks", "Blocks the index holds for the worker.");
-  const active = b.gauge("kvedge_worker_active_requests", "Requests routed to the worker and not yet settled.");
-  const prefill = b.gauge("kvedge_worker_active_prefill_tokens", "Uncached prompt tokens of the worker's requests still in prefill.");
-  const decode = b.gauge("kvedge_worker_active_decode_blocks", "Blocks of the worker's running requests.");
-  const lastSeen = b.gauge("kvedge_worker_last_seen_timestamp_seconds", "Last message from the worker's relay, Unix time.");
+  const workers = s.workers.map((w) => ({ labels: { model, worker: w.workerId }, row: w }));
+  writeColumns(b, "gauge", workers, [
+    ["kvedge_worker_up", "1 if the worker is up.", (w) => (w.status === "up" ? 1 : 0)],
+    ["kvedge_worker_synced", "1 if the worker's relay has delivered a full dump this index life.", (w) => (w.synced ? 1 : 0)],
+    ["kvedge_worker_approximate", "1 while the index's blocks for the worker may be wrong (relay lost history, or an index object full); routed in approximate mode.", (w) => (w.approximate ? 1 : 0)],
+    ["kvedge_worker_quarantined", "1 while routing avoids the worker because an edge could not connect to it (RoutingCore.quarantine).", (w) => (w.quarantined ? 1 : 0)],
+    ["kvedge_worker_blocks", "Blocks the index holds for the worker.", (w) => w.blocks],
+    ["kvedge_worker_active_requests", "Requests routed to the worker and not yet settled.", (w) => w.activeRequests],
+    ["kvedge_worker_active_prefill_tokens", "Uncached prompt tokens of the worker's requests still in prefill.", (w) => w.activePrefillTokens],
+    ["kvedge_worker_active_decode_blocks", "Blocks of the worker's running requests.", (w) => w.activeDecodeBlocks],
+    ["kvedge_worker_last_seen_timestamp_seconds", "Last message from the worker's relay, Unix time.", (w) => w.lastSeen / 1000],
+  ]);
   const info = b.gauge("kvedge_worker_info", "Worker metadata; value is always 1.");
-  for (const w of s.workers) {
-    const l = { model, worker: w.workerId };
-    up.set(l, w.status === "up" ? 1 : 0);
-    synced.set(l, w.synced ? 1 : 0);
-    approximate.set(l, w.approximate ? 1 : 0);
-    quarantined.set(l, w.quarantined ? 1 : 0);
-    blocks.set(l, w.blocks);
-    active.set(l, w.activeRequests);
-    prefill.set(l, w.activePrefillTokens);
-    decode.set(l, w.activeDecodeBlocks);
-    lastSeen.set(l, w.lastSeen / 1000);
-    info.set({ ...l, contract_digest: w.contractDigest ?? "", kv_events: String(w.kvEvents) }, 1);
-  }
+  for (const { labels, row: w } of workers) info.set({ ...labels, contract_digest: w.contractDigest ?? "", kv_events: String(w.kvEvents) }, 1);
 
   // Cohort contract.
   const cohort = s.cohort;
@@ -106,8 +93,7 @@ function writePool(b: ExpositionBuilder, model: string, s: PoolMetricsSnapshot):
   b.gauge("kvedge_index_block_budget", "Most (worker, block) entries the index objects may hold (summed over shards); beyond it blocks are refused (drop reason block_budget).").set(m, s.blockBudget);
   b.gauge("kvedge_index_active_requests", "Requests with load held in the index.").set(m, s.activeRequests);
   b.counter("kvedge_index_events_applied_total", "KV events applied to the index.").set(m, c.eventsApplied);
-  const dropped = b.counter("kvedge_index_events_dropped_total", "KV events or relay messages dropped, by reason.");
-  for (const [reason, n] of Object.entries(c.dropReasons)) dropped.set({ model, reason }, n);
+  writeByKey(b.counter("kvedge_index_events_dropped_total", "KV events or relay messages dropped, by reason."), model, "reason", c.dropReasons);
   b.counter("kvedge_index_gaps_total", "Event batches whose parent block was unknown (a gap in the stream); each triggers a resync.").set(m, c.dropReasons["parent_not_found"] ?? 0);
   b.counter("kvedge_index_blocks_stored_total", "Blocks added to the index (events and dumps).").set(m, c.blocksStored);
   b.counter("kvedge_index_blocks_removed_total", "Blocks removed from the index by events.").set(m, c.blocksRemoved);
@@ -115,6 +101,19 @@ function writePool(b: ExpositionBuilder, model: string, s: PoolMetricsSnapshot):
   b.counter("kvedge_index_load_expired_total", "Routed requests whose load expired because the edge never settled them.").set(m, c.expired);
 
   if (s.admission) writeAdmission(b, model, s.admission);
+}
+
+/** A sample per key of `counts`, the key in label `label`. */
+function writeByKey(family: FamilyWriter, model: string, label: string, counts: Readonly<Record<string, number>>): void {
+  for (const [key, n] of Object.entries(counts)) family.set({ model, [label]: key }, n);
+}
+
+/** Families of one sample per row, each column's family in turn: a family's samples in row order. */
+function writeColumns<T>(b: ExpositionBuilder, type: "gauge" | "counter", rows: readonly { labels: Labels; row: T }[], columns: readonly (readonly [name: string, help: string, value: (row: T) => number])[]): void {
+  for (const [name, help, value] of columns) {
+    const family = b[type](name, help);
+    for (const { labels, row } of rows) family.set(labels, value(row));
+  }
 }
 
 /** Load-back calibration (src/selection/tier-calibration.ts): the bandwidth the TTFT cost uses per tier, and how far its predictions are from receipts. */
@@ -150,6 +149,5 @@ function writeAdmission(b: ExpositionBuilder, model: string, a: AdmissionSnapsho
     enqueued.set(l, x.enqueued);
     wait.histogram(l, x.waitSeconds);
   }
-  const byTenant = b.gauge("kvedge_admission_tenant_queue_depth", "Requests waiting now per tenant (a digest of the API key or client network), for the tenants with most waiting.");
-  for (const [tenant, n] of Object.entries(a.queuedByTenant)) byTenant.set({ model, tenant }, n);
+  writeByKey(b.gauge("kvedge_admission_tenant_queue_depth", "Requests waiting now per tenant (a digest of the API key or client network), for the tenants with most waiting."), model, "tenant", a.queuedByTenant);
 }
