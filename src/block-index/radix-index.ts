@@ -39,7 +39,7 @@
  *   "18446744073709551615" are the same block (SGLang emits int64 or uint64 for the same bits).
  */
 
-import { localHashWords } from "../blocks/block-hash.ts";
+import { localHashWords, type LocalHashes } from "../blocks/block-hash.ts";
 
 export interface StoredBlock {
   engineHash: string;
@@ -107,12 +107,26 @@ export interface ChainEnd {
   root: bigint;
 }
 
-/** The ChainEnd of the first `count` (≥ 1) hashes of `localHashes`. */
-export function chainEndOf(localHashes: readonly bigint[] | BigUint64Array, count: number): ChainEnd {
+/**
+ * Prefix keys of the query the last findMatches walked, in any RadixIndex (the keys follow from the
+ * hashes alone): keys [0, queryKeyCount) of `queryKeysOf`. A route asks chainEndOf for the same
+ * hashes right after its overlaps, so the walked part is not mixed a second time.
+ */
+let queryKeys = new Int32Array(128);
+let queryKeysOf: LocalHashes | null = null;
+let queryKeyCount = 0;
+
+/**
+ * The ChainEnd of the first `count` (≥ 1) hashes of `localHashes`. Continues from the prefix keys
+ * of the last findMatches when it walked the same array (callers must not change an array between
+ * the two calls).
+ */
+export function chainEndOf(localHashes: LocalHashes, count: number): ChainEnd {
   if (!Number.isInteger(count) || count < 1 || count > localHashes.length) throw new RangeError(`bad chain length ${count}`);
   const words = localHashWords(localHashes, count);
-  let key = ROOT_KEY;
-  for (let d = 0; d < count; d++) key = mix(key, words[2 * d]! | 0, words[2 * d + 1]! | 0) | 0;
+  const from = localHashes === queryKeysOf ? Math.min(queryKeyCount, count) : 0;
+  let key = from > 0 ? queryKeys[from - 1]! : ROOT_KEY;
+  for (let d = from; d < count; d++) key = mix(key, words[2 * d]! | 0, words[2 * d + 1]! | 0) | 0;
   return { key, lo: words[2 * count - 2]! | 0, hi: words[2 * count - 1]! | 0, root: localHashes[0]! };
 }
 
@@ -620,18 +634,26 @@ export class RadixIndex {
    * Overlap per worker slot: the number of consecutive leading blocks of `localHashes` it holds.
    * `scores` is a caller-owned buffer (length ≥ max slot + 1), zeroed here.
    */
-  findMatches(localHashes: readonly bigint[] | BigUint64Array, scores: Int32Array): void {
+  findMatches(localHashes: LocalHashes, scores: Int32Array): void {
     const n = localHashes.length;
-    if (this.#queryBig.length < n) {
-      this.#queryWords = new Uint32Array(2 * Math.max(n, this.#queryBig.length * 2));
-      this.#queryBig = new BigUint64Array(this.#queryWords.buffer);
+    // Another tree walked these hashes further already: its keys stay valid past this walk's.
+    const known = localHashes === queryKeysOf ? queryKeyCount : 0;
+    if (localHashes instanceof BigUint64Array) {
+      // The route RPC's form: read through a Uint32 view of its own buffer, no copy.
+      this.findMatchesWords(new Uint32Array(localHashes.buffer, localHashes.byteOffset, 2 * n), n, scores);
+    } else {
+      if (this.#queryBig.length < n) {
+        this.#queryWords = new Uint32Array(2 * Math.max(n, this.#queryBig.length * 2));
+        this.#queryBig = new BigUint64Array(this.#queryWords.buffer);
+      }
+      const big = this.#queryBig;
+      // A bigint stored into a BigUint64Array converts without allocating; the Uint32 view of the
+      // same buffer then yields lo/hi words.
+      for (let i = 0; i < n; i++) big[i] = localHashes[i]!;
+      this.findMatchesWords(this.#queryWords, n, scores);
     }
-    const big = this.#queryBig;
-    // A bigint stored into a BigUint64Array converts without allocating; the Uint32 view of the
-    // same buffer then yields lo/hi words.
-    if (localHashes instanceof BigUint64Array) big.set(localHashes);
-    else for (let i = 0; i < n; i++) big[i] = localHashes[i]!;
-    this.findMatchesWords(this.#queryWords, n, scores);
+    queryKeysOf = localHashes;
+    queryKeyCount = Math.max(known, queryKeyCount);
   }
 
   /**
@@ -640,9 +662,15 @@ export class RadixIndex {
    */
   findMatchesWords(words: Uint32Array, count: number, scores: Int32Array): void {
     scores.fill(0);
+    queryKeysOf = null;
+    queryKeyCount = 0;
     if (count === 0) return;
-    if (this.#keys.length < count) this.#keys = new Int32Array(Math.max(count, this.#keys.length * 2));
-    const keys = this.#keys;
+    if (queryKeys.length < count) {
+      const grown = new Int32Array(Math.max(count, queryKeys.length * 2));
+      grown.set(queryKeys);
+      queryKeys = grown;
+    }
+    const keys = queryKeys;
     const kt = this.#kids;
     const km = this.#kidMask;
     const chunks = this.#chunks;
@@ -669,6 +697,7 @@ export class RadixIndex {
           sink ^= chunks[id >>> CHUNK_BITS]![(id & IN_CHUNK) * stride + MASK]!;
         }
         ahead = end;
+        queryKeyCount = end;
       }
       const k = keys[depth]!;
       const lo = words[2 * depth]! | 0;
