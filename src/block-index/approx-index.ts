@@ -121,7 +121,9 @@ export class ApproxIndex {
   /** Expires, then computes overlaps for `localHashes`; read them with overlapOf(slot). */
   match(localHashes: LocalHashes, now: number): void {
     this.expire(now);
-    this.#tree.findMatches(localHashes, this.#scores);
+    // Nothing assumed: every overlap is 0 without walking the request's blocks.
+    if (this.#count === 0) this.#scores.fill(0);
+    else this.#tree.findMatches(localHashes, this.#scores);
   }
 
   /** Overlap of `slot` from the last match(). */
