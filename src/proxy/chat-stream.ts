@@ -9,7 +9,8 @@
  * `[DONE]`: the client stream always terminates.
  *
  * Two layers: a synchronous core (bytes in → SSE strings out; easy to test at every byte
- * split) and a stream pair with backpressure, cancellation and callbacks for the edge.
+ * split) and one stream that pulls the upstream through it, with backpressure, cancellation and
+ * callbacks for the edge.
  */
 import { KvedgeError as KvedgeErrorClass, UpstreamError, errorBody } from "../api/errors.ts";
 import type { KvedgeError } from "../api/errors.ts";
@@ -335,13 +336,22 @@ export function createChatStreamCore(opts: ChatStreamOptions): ChatStreamCore {
   };
 }
 
+/**
+ * Where a translator's upstream bytes come from, one chunk per read: a worker's guarded body
+ * (upstream-guard.ts GuardedBody).
+ */
+export interface UpstreamBytes {
+  /** The next chunk; null at the end; rejects when the upstream failed (a KvedgeError says why). */
+  read(): Promise<Uint8Array | null>;
+  /** The client went away: stop the upstream. */
+  cancel(reason?: unknown): void;
+  /** Set by the translator: told when the upstream is cut while no read may be pending (deadline, abort). */
+  onCut: ((err: KvedgeError) => void) | null;
+}
+
 export interface ChatStreamTranslator {
-  /** Upstream `/generate` body goes in here (e.g. `upstream.body.pipeTo(t.writable).catch(() => {})`). */
-  readonly writable: WritableStream<Uint8Array>;
-  /** The client SSE body. Cancelling it errors `writable`, which cancels the upstream pipe. */
+  /** The client SSE body. Cancelling it cancels the upstream. */
   readonly readable: ReadableStream<Uint8Array>;
-  /** True once a byte has been handed to the consumer of `readable`. */
-  readonly firstByteSent: boolean;
   /**
    * Settles at the first upstream event: `null` when output started (or the stream completed),
    * the KvedgeError when the upstream failed before any output — the edge may then answer with
@@ -364,23 +374,20 @@ function safeCall<T>(fn: ((v: T) => unknown) | undefined, v: T): Promise<unknown
 }
 
 /**
- * A readable/writable pair (usable with `pipeThrough`) translating one upstream stream.
- * Output is handed over only when the consumer reads (high-water mark 0), so a slow client
- * slows the upstream read instead of growing a buffer, and `firstByteSent` is exact.
+ * The client's SSE body for one upstream answer: one ReadableStream whose pull reads the upstream
+ * and feeds the core. It holds at most one translated chunk ahead of the client (high-water mark
+ * 1: the first is read at once, so `ready` settles before anyone reads), so a slow client slows the
+ * upstream read instead of growing a buffer.
  */
-export function createChatStreamTranslator(opts: ChatStreamOptions): ChatStreamTranslator {
+export function createChatStreamTranslator(source: UpstreamBytes, opts: ChatStreamOptions): ChatStreamTranslator {
   const core = createChatStreamCore(opts);
   const encoder = new TextEncoder();
-  const pending: string[] = [];
-  let readCtl!: ReadableStreamDefaultController<Uint8Array>;
-  let writeCtl!: WritableStreamDefaultController;
-  let waitingPull: (() => void) | null = null;
-  let drainWaiters: (() => void)[] = [];
-  let readableClosed = false;
-  let firstByteSent = false;
+  /** Frames translated and not yet handed to the stream. */
+  let pending: string[] = [];
+  let cancelled = false;
   let finished = false;
-  /** The end frames wait for onFinish's promise (holdEndUntilFinished). */
-  let endHeld = false;
+  /** onFinish's promise the end frames wait for (holdEndUntilFinished). */
+  let endHeld: Promise<unknown> | null = null;
 
   let resolveReady!: (v: KvedgeError | null) => void;
   const ready = new Promise<KvedgeError | null>((r) => (resolveReady = r));
@@ -393,109 +400,70 @@ export function createChatStreamTranslator(opts: ChatStreamOptions): ChatStreamT
     const outcome = core.outcome(status);
     if (outcome.usage !== null) safeCall(opts.onUsage, outcome.usage);
     const finishing = safeCall(opts.onFinish, outcome);
-    if (finishing && opts.holdEndUntilFinished && status !== "client_cancelled") {
-      endHeld = true;
-      void finishing.then(() => {
-        endHeld = false;
-        deliver();
-      });
-    }
+    if (finishing && opts.holdEndUntilFinished && status !== "client_cancelled") endHeld = finishing;
     resolveReady(core.sawData ? null : outcome.error);
     resolveDone(outcome);
-  }
-
-  function releaseDrainWaiters(): void {
-    const ws = drainWaiters;
-    drainWaiters = [];
-    for (const w of ws) w();
-  }
-
-  /** Hands everything pending to a waiting reader; closes when the core is done. */
-  function deliver(): void {
-    if (readableClosed || waitingPull === null || endHeld) return;
-    if (pending.length > 0) {
-      const text = pending.join("");
-      pending.length = 0;
-      readCtl.enqueue(encoder.encode(text));
-      firstByteSent = true;
-      const w = waitingPull;
-      waitingPull = null;
-      w();
-    }
-    if (pending.length === 0) {
-      releaseDrainWaiters();
-      if (core.ended) {
-        readableClosed = true;
-        readCtl.close();
-        const w = waitingPull;
-        waitingPull = null;
-        w?.();
-      }
-    }
+    if (status !== "client_cancelled") void discardRest();
   }
 
   function accept(frames: string[]): void {
-    pending.push(...frames);
+    for (const f of frames) pending.push(f);
     if (core.sawData) resolveReady(null);
     if (core.ended) finish();
-    deliver();
+  }
+
+  /** A cut or a failed read: the client gets an error event (a guard's own error told as it is). */
+  function fail(err: unknown): void {
+    if (core.ended) return;
+    accept(core.fail(err instanceof KvedgeErrorClass ? err : new UpstreamError("The connection to the worker failed mid-stream.")));
+  }
+  // A cut while the client is not reading (deadline, the request aborted) ends and settles at once.
+  source.onCut = fail;
+
+  /** What the upstream sends after the answer ended (normally just its end): read and dropped, so the exchange ends as the worker ends it. */
+  async function discardRest(): Promise<void> {
+    try {
+      while ((await source.read()) !== null);
+    } catch {
+      // cut meanwhile: nothing more to tell
+    }
   }
 
   const readable = new ReadableStream<Uint8Array>(
     {
-      start(c) {
-        readCtl = c;
-      },
-      pull() {
-        return new Promise<void>((resolve) => {
-          waitingPull = resolve;
-          deliver();
-        });
+      async pull(ctl) {
+        while (pending.length === 0 && !core.ended) {
+          let chunk: Uint8Array | null;
+          try {
+            chunk = await source.read();
+          } catch (err) {
+            fail(err);
+            break;
+          }
+          if (cancelled) return;
+          if (core.ended) break; // cut while the read was pending
+          accept(chunk === null ? core.end() : core.push(chunk));
+        }
+        if (core.ended && endHeld !== null) {
+          await endHeld;
+          endHeld = null;
+          if (cancelled) return;
+        }
+        if (pending.length > 0) {
+          ctl.enqueue(encoder.encode(pending.length === 1 ? pending[0]! : pending.join("")));
+          pending = [];
+        }
+        if (core.ended) ctl.close();
       },
       cancel(reason) {
-        readableClosed = true;
-        pending.length = 0;
-        releaseDrainWaiters();
-        const w = waitingPull;
-        waitingPull = null;
-        w?.();
-        if (!core.ended) {
-          finish("client_cancelled");
-          writeCtl.error(reason ?? new Error("client cancelled"));
-        }
+        cancelled = true;
+        pending = [];
+        if (!core.ended) finish("client_cancelled");
+        source.cancel(reason ?? new Error("client cancelled"));
       },
     },
-    { highWaterMark: 0 },
+    { highWaterMark: 1 },
   );
 
-  const writable = new WritableStream<Uint8Array>({
-    start(c) {
-      writeCtl = c;
-    },
-    async write(bytes) {
-      if (readableClosed || core.ended) return;
-      accept(core.push(bytes));
-      // Backpressure: take the next upstream chunk only after the consumer took this output.
-      while (pending.length > 0 && !readableClosed) await new Promise<void>((r) => drainWaiters.push(r));
-    },
-    close() {
-      if (readableClosed) return;
-      accept(core.end());
-    },
-    abort(reason) {
-      if (readableClosed) return;
-      // A guard's own error (idle timeout, deadline: src/proxy/upstream-guard.ts) is told as it is.
-      accept(core.fail(reason instanceof KvedgeErrorClass ? reason : new UpstreamError("The connection to the worker failed mid-stream.")));
-    },
-  });
-
-  return {
-    writable,
-    readable,
-    get firstByteSent() {
-      return firstByteSent;
-    },
-    ready,
-    done,
-  };
+  return { readable, ready, done };
 }

@@ -1,19 +1,21 @@
 /**
- * Deadlines and caps on a worker's answer, and cancellation both ways. A worker's body passes
- * through `guardUpstreamBody`, which:
+ * Deadlines and caps on a worker's answer, and cancellation both ways. A worker's body is read
+ * through `guardUpstreamBody`, one chunk per `read()`, which:
  * - cuts it with UpstreamTimeoutError when no chunk arrives for `idleMs` (a stalled stream) or
  *   when the exchange's total deadline passes;
  * - cuts it with UpstreamError when more than `maxBytes` arrive (non-streamed answers);
- * - on cancel (the client went away, or the translator stopped reading) cancels the upstream read
- *   and aborts the upstream request, so the worker's connection closes and SGLang aborts the
- *   request instead of generating into the void;
+ * - on `cancel` (the client went away, or the reader stopped) cancels the upstream read and aborts
+ *   the upstream request, so the worker's connection closes and SGLang aborts the request instead
+ *   of generating into the void;
  * - when the request is aborted from outside (the client's request signal) or the total deadline
- *   passes while nobody reads (a client that stopped reading holds the pipe by backpressure),
- *   errors at once, so whatever is piped from it ends and settles.
- * Every upstream failure becomes a KvedgeError on this stream: nothing escapes as an uncaught
- * rejection (workerd's `Network connection lost.` on a dropped connection included).
+ *   passes while nobody reads (a client that stopped reading holds the reader back), cuts at once
+ *   and tells `onCut`, so whatever reads from it ends and settles without waiting for a read.
+ * Every upstream failure becomes a KvedgeError (read() rejects with it): nothing escapes as an
+ * uncaught rejection (workerd's `Network connection lost.` on a dropped connection included).
+ * A plain reader, not a stream: the streamed answer's translator pulls from it directly
+ * (chat-stream.ts), so the body passes through no JS stream layer of its own.
  */
-import { UpstreamError, UpstreamTimeoutError } from "../api/errors.ts";
+import { UpstreamError, UpstreamTimeoutError, type KvedgeError } from "../api/errors.ts";
 
 export interface UpstreamGuardOptions {
   /** Longest silence between two chunks, ms. */
@@ -26,11 +28,21 @@ export interface UpstreamGuardOptions {
   abort: AbortController;
 }
 
-export function guardUpstreamBody(body: ReadableStream<Uint8Array>, opts: UpstreamGuardOptions): ReadableStream<Uint8Array> {
+/** A worker's body, read one chunk at a time under the guard's limits. */
+export interface GuardedBody {
+  /** The next chunk; null at the body's end (or after cancel); rejects with the cut's error once cut. */
+  read(): Promise<Uint8Array | null>;
+  /** Stops reading: cancels the upstream read and aborts the request (idempotent). */
+  cancel(reason?: unknown): void;
+  /** Told once when the body is cut (deadline, idle, size, abort), a read pending or not. */
+  onCut: ((err: KvedgeError) => void) | null;
+}
+
+export function guardUpstreamBody(body: ReadableStream<Uint8Array>, opts: UpstreamGuardOptions): GuardedBody {
   const reader = body.getReader();
   let bytes = 0;
   let done = false;
-  let ctl!: ReadableStreamDefaultController<Uint8Array>;
+  let failure: KvedgeError | null = null;
   let deadlineTimer: ReturnType<typeof setTimeout> | undefined;
   // One idle watchdog instead of a timer per chunk: it re-arms for what the pending read has left.
   let idleTimer: ReturnType<typeof setTimeout> | undefined;
@@ -55,66 +67,63 @@ export function guardUpstreamBody(body: ReadableStream<Uint8Array>, opts: Upstre
     opts.abort.abort(own);
     reader.cancel(own).catch(() => undefined);
   };
-  const cut = (err: Error): void => {
+  const cut = (err: KvedgeError): void => {
     if (done) return;
     stop(err);
-    ctl.error(err);
+    failure = err;
+    guarded.onCut?.(err);
   };
-  if (opts.abort.signal.aborted) done = true;
-  opts.abort.signal.addEventListener("abort", () => cut(new UpstreamError("The request was cancelled.", null, "cancelled")), { once: true });
-  deadlineTimer = setTimeout(() => cut(new UpstreamTimeoutError("The worker did not finish in time.")), Math.max(0, opts.deadlineAt - Date.now()));
-  return new ReadableStream<Uint8Array>(
-    {
-      start(c) {
-        ctl = c;
-        if (done) c.error(new UpstreamError("The request was cancelled.", null, "cancelled"));
-      },
-      async pull() {
-        if (done) return;
-        readSince = Date.now();
-        if (idleTimer === undefined) idleTimer = setTimeout(watchIdle, Math.max(0, idleLeft()));
-        let r: ReadableStreamReadResult<Uint8Array>;
-        try {
-          r = await reader.read();
-        } catch {
-          // The connection to the worker broke (reset, `Network connection lost.`).
-          cut(new UpstreamError("The connection to the worker failed mid-stream."));
-          return;
-        } finally {
-          readSince = -1;
-        }
-        if (done) return; // cut meanwhile (abort, deadline, idle: the cancelled read ends as done)
-        if (r.done) {
-          done = true;
-          clearTimeout(deadlineTimer);
-          clearTimeout(idleTimer);
-          ctl.close();
-          return;
-        }
-        bytes += r.value.byteLength;
-        if (opts.maxBytes !== undefined && bytes > opts.maxBytes) {
-          cut(new UpstreamError(`The worker's answer exceeds ${opts.maxBytes} bytes.`, null, "upstream_too_large"));
-          return;
-        }
-        ctl.enqueue(r.value);
-      },
-      cancel(reason) {
-        stop(reason ?? new Error("cancelled"));
-      },
+  /** What a read returns once the body is over: the cut's error, or its end. */
+  const over = (): null => {
+    if (failure) throw failure;
+    return null;
+  };
+  const guarded: GuardedBody = {
+    onCut: null,
+    async read() {
+      if (done) return over();
+      readSince = Date.now();
+      if (idleTimer === undefined) idleTimer = setTimeout(watchIdle, Math.max(0, idleLeft()));
+      let r: ReadableStreamReadResult<Uint8Array>;
+      try {
+        r = await reader.read();
+      } catch {
+        // The connection to the worker broke (reset, `Network connection lost.`).
+        cut(new UpstreamError("The connection to the worker failed mid-stream."));
+        return over();
+      } finally {
+        readSince = -1;
+      }
+      if (done) return over(); // cut meanwhile (abort, deadline, idle: the cancelled read ends as done)
+      if (r.done) {
+        done = true;
+        clearTimeout(deadlineTimer);
+        clearTimeout(idleTimer);
+        return null;
+      }
+      bytes += r.value.byteLength;
+      if (opts.maxBytes !== undefined && bytes > opts.maxBytes) {
+        cut(new UpstreamError(`The worker's answer exceeds ${opts.maxBytes} bytes.`, null, "upstream_too_large"));
+        return over();
+      }
+      return r.value;
     },
-    { highWaterMark: 0 },
-  );
+    cancel(reason) {
+      stop(reason ?? new Error("cancelled"));
+    },
+  };
+  if (opts.abort.signal.aborted) cut(new UpstreamError("The request was cancelled.", null, "cancelled"));
+  else {
+    opts.abort.signal.addEventListener("abort", () => cut(new UpstreamError("The request was cancelled.", null, "cancelled")), { once: true });
+    deadlineTimer = setTimeout(() => cut(new UpstreamTimeoutError("The worker did not finish in time.")), Math.max(0, opts.deadlineAt - Date.now()));
+  }
+  return guarded;
 }
 
 /** Reads a guarded body to text (UTF-8, replacement for bad bytes); rejects with the guard's KvedgeError. */
-export async function readGuardedText(body: ReadableStream<Uint8Array>): Promise<string> {
-  const reader = body.getReader();
+export async function readGuardedText(body: GuardedBody): Promise<string> {
   const decoder = new TextDecoder();
   let text = "";
-  for (;;) {
-    const { done, value } = await reader.read();
-    if (done) break;
-    text += decoder.decode(value, { stream: true });
-  }
+  for (let chunk = await body.read(); chunk !== null; chunk = await body.read()) text += decoder.decode(chunk, { stream: true });
   return text + decoder.decode();
 }

@@ -18,7 +18,7 @@ export function chatAnswer(req: ChatCompletionRequest, output: ChatOutputPlan, r
       return { body: completion, usage };
     },
     streamAnswer: (opts) =>
-      createChatStreamTranslator({
+      createChatStreamTranslator(opts.source, {
         id: ctx.id,
         model: req.model,
         n: req.n,

@@ -7,7 +7,7 @@
  */
 import { UpstreamError, UpstreamTimeoutError, type KvedgeError } from "../../api/errors.ts";
 import type { EdgeConfig } from "../../config/config.ts";
-import type { StreamOutcome } from "../../proxy/chat-stream.ts";
+import type { StreamOutcome, UpstreamBytes } from "../../proxy/chat-stream.ts";
 import { guardUpstreamBody, readGuardedText } from "../../proxy/upstream-guard.ts";
 import type { RouteDecision } from "../../routing-index/front-door.ts";
 import { workerAuthHeaders } from "../worker-auth.ts";
@@ -28,9 +28,8 @@ export class RetryableUpstream extends Error {
   }
 }
 
-/** A streamed answer's translator: `/generate` SSE in, the client's frames out. */
+/** A streamed answer's translator: it reads the `/generate` SSE body and streams the client's frames. */
 export interface AnswerStream {
-  readonly writable: WritableStream<Uint8Array>;
   readonly readable: ReadableStream<Uint8Array>;
   /** The upstream error when it failed before any output; null once output started. */
   readonly ready: Promise<KvedgeError | null>;
@@ -42,6 +41,8 @@ export interface AnswerFormat {
   /** A complete answer → the client's JSON and token counts; a non-2xx status throws its mapped error. */
   complete(status: number, text: string): { body: unknown; usage: { prompt_tokens: number; cached_tokens: number } };
   streamAnswer(opts: {
+    /** The worker's body, under the guard's deadlines; the translator reads it and cancels it when the client goes. */
+    source: UpstreamBytes;
     /** The worker runs --incremental-streaming-output. */
     incremental: boolean;
     /** Hold the last frames until onFinish's promise settles. */
@@ -173,6 +174,7 @@ export async function proxyOnce(input: ProxyInput): Promise<Response> {
   }
   if (!upstream.body) throw new RetryableUpstream("empty upstream body", false);
   const translator = answer.streamAnswer({
+    source: guarded(),
     // A PD pair streams from its decode side.
     incremental: d.pd ? d.pd.decodeIncrementalStreaming : d.incrementalStreaming,
     holdEndUntilFinished: input.releaseBeforeReply,
@@ -184,7 +186,6 @@ export async function proxyOnce(input: ProxyInput): Promise<Response> {
         outcome: o.status === "completed" ? "ok" : o.status === "client_cancelled" || o.error?.code === "cancelled" ? "cancelled" : "error",
       }),
   });
-  guarded().pipeTo(translator.writable).catch(() => undefined);
   const early = await translator.ready;
   if (early) {
     await translator.readable.cancel().catch(() => undefined);

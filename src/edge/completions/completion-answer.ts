@@ -73,7 +73,7 @@ export function completionAnswer(input: CompletionAnswerInput): AnswerFormat {
       return { body: textCompletion(completion as ChatCompletion, prefix, firstIndex), usage };
     },
     streamAnswer(opts) {
-      const chat = createChatStreamTranslator({
+      const chat = createChatStreamTranslator(opts.source, {
         id,
         model: sampling.model,
         n: sampling.n,
@@ -83,7 +83,7 @@ export function completionAnswer(input: CompletionAnswerInput): AnswerFormat {
         holdEndUntilFinished: opts.holdEndUntilFinished,
         onFinish: opts.onFinish,
       });
-      return { writable: chat.writable, ready: chat.ready, readable: chat.readable.pipeThrough(chatChunksToCompletion(prefix, sampling.n)) };
+      return { ready: chat.ready, readable: chat.readable.pipeThrough(chatChunksToCompletion(prefix, sampling.n)) };
     },
   };
 }

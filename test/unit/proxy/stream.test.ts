@@ -2,9 +2,10 @@ import { createServer } from "node:http";
 import type { AddressInfo } from "node:net";
 import fc from "fast-check";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { UpstreamError, UpstreamRejectedError } from "../../../src/api/errors.ts";
+import { UpstreamError, UpstreamRejectedError, UpstreamTimeoutError } from "../../../src/api/errors.ts";
 import { createChatStreamCore, createChatStreamTranslator } from "../../../src/proxy/chat-stream.ts";
-import type { ChatStreamOptions, StreamOutcome } from "../../../src/proxy/chat-stream.ts";
+import type { ChatStreamOptions, StreamOutcome, UpstreamBytes } from "../../../src/proxy/chat-stream.ts";
+import { guardUpstreamBody } from "../../../src/proxy/upstream-guard.ts";
 import type { UsageSummary } from "../../../src/proxy/usage.ts";
 import { splitAt } from "../../helpers/split-at.ts";
 
@@ -232,37 +233,37 @@ async function readAll(rs: ReadableStream<Uint8Array>): Promise<string> {
   }
 }
 
+/** An upstream of fixed chunks (then its end, or a failed read); counts its reads and keeps the cancel reason. */
 function sourceOf(chunks: Uint8Array[], failAfter = false) {
   let i = 0;
   let pulls = 0;
   let cancelled: unknown = undefined;
-  const stream = new ReadableStream<Uint8Array>({
-    pull(c) {
+  const source: UpstreamBytes = {
+    onCut: null,
+    async read() {
       pulls++;
-      if (i < chunks.length) c.enqueue(chunks[i++]!);
-      else if (failAfter) c.error(new Error("socket reset"));
-      else c.close();
+      if (cancelled !== undefined) return null;
+      if (i < chunks.length) return chunks[i++]!;
+      if (failAfter) throw new Error("socket reset");
+      return null;
     },
     cancel(reason) {
       cancelled = reason ?? "cancelled";
     },
-  });
-  return { stream, pulls: () => pulls, cancelled: () => cancelled };
+  };
+  return { source, pulls: () => pulls, cancelled: () => cancelled };
 }
 
 describe("stream translator (streams)", () => {
-  it("pipes, reports usage and outcome, and tracks the first byte", async () => {
+  it("translates, reports usage and outcome", async () => {
     const usages: UsageSummary[] = [];
     const outcomes: StreamOutcome[] = [];
-    const t = createChatStreamTranslator({ ...OPTS, includeUsage: true, onUsage: (u) => usages.push(u), onFinish: (o) => outcomes.push(o) });
     const bytes = enc.encode(UPSTREAM);
     const src = sourceOf(splitAt(bytes, [7, 100, 101, 300, 301, 302]));
-    void src.stream.pipeTo(t.writable).catch(() => undefined);
-    expect(await t.ready).toBeNull();
-    expect(t.firstByteSent).toBe(false); // nothing read yet
+    const t = createChatStreamTranslator(src.source, { ...OPTS, includeUsage: true, onUsage: (u) => usages.push(u), onFinish: (o) => outcomes.push(o) });
+    expect(await t.ready).toBeNull(); // settles before anyone reads
     const text = await readAll(t.readable);
     expect(text).toBe(EXPECTED);
-    expect(t.firstByteSent).toBe(true);
     expect(usages).toEqual([
       { prompt_tokens: 1250, completion_tokens: 11, total_tokens: 1261, cached_tokens: 1248, reasoning_tokens: 0, image_tokens: 1225, video_tokens: 0, audio_tokens: 0 },
     ]);
@@ -275,8 +276,7 @@ describe("stream translator (streams)", () => {
     let release!: () => void;
     const gate = new Promise<void>((r) => (release = r));
     let settledAt = -1;
-    const t = createChatStreamTranslator({ ...OPTS, includeUsage: true, holdEndUntilFinished: true, onFinish: () => gate.then(() => (settledAt = Date.now())) });
-    void sourceOf([enc.encode(UPSTREAM)]).stream.pipeTo(t.writable).catch(() => undefined);
+    const t = createChatStreamTranslator(sourceOf([enc.encode(UPSTREAM)]).source, { ...OPTS, includeUsage: true, holdEndUntilFinished: true, onFinish: () => gate.then(() => (settledAt = Date.now())) });
     const reader = t.readable.getReader();
     let text = "";
     const reading = (async () => {
@@ -293,28 +293,24 @@ describe("stream translator (streams)", () => {
     expect(settledAt).toBeGreaterThan(0);
     expect(text).toBe(EXPECTED);
     // Without the option the same stream ends without waiting.
-    const free = createChatStreamTranslator({ ...OPTS, includeUsage: true, onFinish: () => new Promise<void>(() => undefined) });
-    void sourceOf([enc.encode(UPSTREAM)]).stream.pipeTo(free.writable).catch(() => undefined);
+    const free = createChatStreamTranslator(sourceOf([enc.encode(UPSTREAM)]).source, { ...OPTS, includeUsage: true, onFinish: () => new Promise<void>(() => undefined) });
     expect(await readAll(free.readable)).toBe(EXPECTED);
   });
 
   it("resolves ready with the error when the upstream fails before any output", async () => {
-    const t = createChatStreamTranslator(OPTS);
     const src = sourceOf([enc.encode(frame({ error: { message: "context too long", code: 400 } }) + DONE)]);
-    void src.stream.pipeTo(t.writable).catch(() => undefined);
+    const t = createChatStreamTranslator(src.source, OPTS);
     const err = await t.ready;
     expect(err).toBeInstanceOf(UpstreamRejectedError);
     expect(err!.message).toBe("The prompt is longer than the model's context length.");
-    expect(t.firstByteSent).toBe(false);
     await t.readable.cancel();
     expect((await t.done).status).toBe("upstream_error");
   });
 
   it("emits an error event and [DONE] when the upstream connection fails mid-stream", async () => {
     const outcomes: StreamOutcome[] = [];
-    const t = createChatStreamTranslator({ ...OPTS, onFinish: (o) => outcomes.push(o) });
     const src = sourceOf([enc.encode(frame({ text: "A", meta_info: meta() }))], true);
-    void src.stream.pipeTo(t.writable).catch(() => undefined);
+    const t = createChatStreamTranslator(src.source, { ...OPTS, onFinish: (o) => outcomes.push(o) });
     const p = payloads(await readAll(t.readable)) as any[];
     expect(p.at(-1)).toBe("[DONE]");
     expect(p.at(-2).error.code).toBe("upstream_error");
@@ -324,26 +320,51 @@ describe("stream translator (streams)", () => {
 
   it("cancels the upstream when the client goes away", async () => {
     const outcomes: StreamOutcome[] = [];
-    const t = createChatStreamTranslator({ ...OPTS, onFinish: (o) => outcomes.push(o) });
     const frames = Array.from({ length: 50 }, (_, i) => enc.encode(frame({ text: "x".repeat(i + 1), meta_info: meta() })));
     const src = sourceOf(frames);
-    const piped = src.stream.pipeTo(t.writable);
+    const t = createChatStreamTranslator(src.source, { ...OPTS, onFinish: (o) => outcomes.push(o) });
     const reader = t.readable.getReader();
     await reader.read();
     await reader.read();
     await reader.cancel("bye");
-    await expect(piped).rejects.toBeDefined();
-    expect(src.cancelled()).toBeDefined();
+    expect(src.cancelled()).toBe("bye");
     expect(outcomes).toHaveLength(1);
     expect(outcomes[0]!.status).toBe("client_cancelled");
     expect(src.pulls()).toBeLessThan(10);
   });
 
+  it("a deadline passing while the client is not reading ends and settles the stream at once; the client then reads the error", async () => {
+    const outcomes: StreamOutcome[] = [];
+    let upstreamCancelled: unknown = undefined;
+    // The first frame, then silence with the connection held: only the total deadline can end it.
+    const body = new ReadableStream<Uint8Array>({
+      start(c) {
+        c.enqueue(enc.encode(frame({ text: "A", meta_info: meta() })));
+      },
+      cancel(reason) {
+        upstreamCancelled = reason;
+      },
+    });
+    const abort = new AbortController();
+    const guarded = guardUpstreamBody(body, { idleMs: 60_000, deadlineAt: Date.now() + 100, abort });
+    const t = createChatStreamTranslator(guarded, { ...OPTS, onFinish: (o) => outcomes.push(o) });
+    expect(await t.ready).toBeNull();
+    const outcome = await t.done; // nobody has read a byte
+    expect(outcome.status).toBe("upstream_error");
+    expect(outcome.error).toBeInstanceOf(UpstreamTimeoutError);
+    expect(outcomes).toEqual([outcome]);
+    expect(abort.signal.aborted).toBe(true);
+    expect(upstreamCancelled).toBeInstanceOf(UpstreamTimeoutError);
+    const p = payloads(await readAll(t.readable)) as any[];
+    expect(p[0].choices[0].delta.role).toBe("assistant");
+    expect(p.at(-2).error.message).toBe("The worker did not finish in time.");
+    expect(p.at(-1)).toBe("[DONE]");
+  });
+
   it("applies backpressure: an unread client stream stops the upstream read", async () => {
     const frames = Array.from({ length: 100 }, (_, i) => enc.encode(frame({ text: "y".repeat(i + 1), meta_info: meta() })));
     const src = sourceOf(frames);
-    const t = createChatStreamTranslator(OPTS);
-    void src.stream.pipeTo(t.writable).catch(() => undefined);
+    const t = createChatStreamTranslator(src.source, OPTS);
     await t.ready;
     for (let i = 0; i < 50; i++) await new Promise((r) => setTimeout(r, 0));
     expect(src.pulls()).toBeLessThan(6);
@@ -351,14 +372,13 @@ describe("stream translator (streams)", () => {
   });
 
   it("does not let a throwing callback break the stream", async () => {
-    const t = createChatStreamTranslator({
+    const t = createChatStreamTranslator(sourceOf([enc.encode(UPSTREAM)]).source, {
       ...OPTS,
       includeUsage: true,
       onUsage: () => {
         throw new Error("callback bug");
       },
     });
-    void sourceOf([enc.encode(UPSTREAM)]).stream.pipeTo(t.writable).catch(() => undefined);
     expect(await readAll(t.readable)).toBe(EXPECTED);
   });
 });
@@ -389,8 +409,8 @@ describe("stream translator over real HTTP", () => {
 
   it("translates a real SSE response body", async () => {
     const res = await fetch(url, { method: "POST", body: "{}" });
-    const t = createChatStreamTranslator({ ...OPTS, includeUsage: true });
-    void res.body!.pipeTo(t.writable).catch(() => undefined);
+    const body = guardUpstreamBody(res.body!, { idleMs: 5_000, deadlineAt: Date.now() + 30_000, abort: new AbortController() });
+    const t = createChatStreamTranslator(body, { ...OPTS, includeUsage: true });
     expect(await readAll(t.readable)).toBe(EXPECTED);
   });
 });

@@ -5,7 +5,7 @@
  * Real streams and real timers; the only clock read is the guard's own.
  */
 import { describe, expect, it } from "vitest";
-import { UpstreamTimeoutError } from "../../../src/api/errors.ts";
+import { UpstreamError, UpstreamTimeoutError, type KvedgeError } from "../../../src/api/errors.ts";
 import { guardUpstreamBody, readGuardedText } from "../../../src/proxy/upstream-guard.ts";
 
 const IDLE_MS = 300;
@@ -45,5 +45,44 @@ describe("guardUpstreamBody idle limit", () => {
     );
     expect(err).toBeInstanceOf(UpstreamTimeoutError);
     expect((err as Error).message).toMatch(/^The worker sent nothing for /);
+  });
+});
+
+describe("guardUpstreamBody cuts and cancellation", () => {
+  it("an abort from outside cuts a body nobody reads: onCut is told, the upstream read is cancelled, reads reject", async () => {
+    let upstreamCancelled: unknown = undefined;
+    const body = new ReadableStream<Uint8Array>({ cancel: (reason) => void (upstreamCancelled = reason) });
+    const abort = new AbortController();
+    const g = guardUpstreamBody(body, { idleMs: IDLE_MS, deadlineAt: Date.now() + 60_000, abort });
+    const cuts: KvedgeError[] = [];
+    g.onCut = (e) => cuts.push(e);
+    abort.abort(); // the client's request signal
+    expect(cuts).toHaveLength(1);
+    expect(cuts[0]).toBeInstanceOf(UpstreamError);
+    expect(cuts[0]!.code).toBe("cancelled");
+    await expect(g.read()).rejects.toBe(cuts[0]);
+    await Promise.resolve();
+    expect(upstreamCancelled).toBe(cuts[0]);
+  });
+
+  it("cancel stops a pending read (it ends as the body's end) and aborts the request with the client's error", async () => {
+    const abort = new AbortController();
+    const g = guardUpstreamBody(trickle(1, "stall"), { idleMs: 60_000, deadlineAt: Date.now() + 60_000, abort });
+    expect(await g.read()).not.toBeNull();
+    const pending = g.read();
+    g.cancel("client gone");
+    expect(await pending).toBeNull();
+    expect(abort.signal.reason).toBeInstanceOf(UpstreamError);
+    expect((abort.signal.reason as UpstreamError).message).toBe("The client went away.");
+  });
+
+  it("a body past maxBytes is cut with upstream_too_large", async () => {
+    const g = guardUpstreamBody(trickle(5, "end"), { idleMs: 60_000, deadlineAt: Date.now() + 60_000, maxBytes: 20, abort: new AbortController() });
+    const err = await readGuardedText(g).then(
+      () => null,
+      (e: unknown) => e,
+    );
+    expect(err).toBeInstanceOf(UpstreamError);
+    expect((err as UpstreamError).code).toBe("upstream_too_large");
   });
 });
