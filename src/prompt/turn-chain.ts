@@ -51,7 +51,8 @@ import { contentFormatOf, renderTemplate, type RenderInput } from "./template.ts
 import { assemblePrompt, type PreparedPrompt } from "./index.ts";
 import { xxh3_64 } from "../util/hash.ts";
 import { deepFreeze } from "../util/deep-freeze.ts";
-import { closingQuote } from "../util/json-scan.ts";
+import { closingQuote, isCanonicalEscaping, type JsonLiteral } from "../util/json-scan.ts";
+import { escapeJsonReusing } from "../util/json-escape.ts";
 import { ownString } from "../util/own-string.ts";
 
 /** The rendered prompt as preparePrompt (index.ts) returns it. */
@@ -66,7 +67,7 @@ export interface ChainedPrompt extends PreparedPrompt {
 export interface PromptPieces {
   /** The chain's stored pieces (earlier turns' rendered text). */
   stable: readonly string[];
-  /** Their JSON escaping, piece by piece, made when they were stored (the /generate body sends it as is). */
+  /** Their JSON escaping as chunks, made when they were stored (the /generate body sends them as they are). */
   escaped: readonly string[];
   /** Characters of the stable pieces together. */
   chars: number;
@@ -159,9 +160,15 @@ interface Node {
   /** Prefix totals of image and video items (the stand-in's counters). */
   images: number;
   videos: number;
-  /** JSON escaping of `text`. */
-  escaped: string;
-  /** Own messages as the edge validated them (frozen) and their whole-body tally; null when stored from an unvalidated request. */
+  /**
+   * JSON escaping of `text` as chunks: a long message text whose raw JSON is its canonical escaping
+   * is a view of `raw` (no copy), the rest is escaped in slices.
+   */
+  escaped: readonly string[];
+  /**
+   * Own messages as the edge validated them (frozen; long strings are views of `raw` or `text`) and
+   * their whole-body tally; null when stored from an unvalidated request.
+   */
   parsed: readonly ChatMessage[] | null;
   tally: MessagesTally | null;
   holders: number;
@@ -298,9 +305,95 @@ function countKinds(parts: readonly MediaPart[], before: number): Record<MediaKi
   return n;
 }
 
-/** Estimated bytes of a node: UTF-16 raw, rendered and escaped text, the parsed messages (their strings ≈ the raw text), media parts. */
-function nodeBytes(raw: number, text: number, escaped: number, media: number, scope: number, parsedMessages: number): number {
-  return 2 * (raw + text + escaped + scope) + (parsedMessages > 0 ? 2 * raw + 150 * parsedMessages : 0) + 200 * media + 300;
+/** Shortest string kept as a view of a node's raw or rendered text instead of its own copy (a view costs ~40 B). */
+const SHARED_MIN_CHARS = 256;
+/** Estimated bytes of a string object apart from its characters: a view, a chunk's slot. */
+const STRING_BYTES = 40;
+
+/**
+ * Estimated bytes of a node: UTF-16 raw and rendered text (one copy each), the escaping chunks and
+ * parsed-message strings that are not views of them, per-message and per-part overhead, and ~800 B
+ * for the node itself (its key, bucket and LRU slots, tally, arrays; measured ~320–470 B in Node).
+ */
+function nodeBytes(n: { raw: string; text: string; scope: string | null; escapedOwnChars: number; escapedChunks: number; parsed: SharedStrings | null; parts: number; dataUrls: number }): number {
+  const parsed = n.parsed ? 2 * n.parsed.ownChars + STRING_BYTES * n.parsed.views + 150 * n.parsed.messages : 0;
+  return 2 * (n.raw.length + n.text.length + (n.scope?.length ?? 0) + n.escapedOwnChars) + STRING_BYTES * n.escapedChunks + parsed + 200 * n.parts + 8 * n.dataUrls + 800;
+}
+
+/**
+ * The long strings of raw JSON text `raw` (valid JSON: a request's messages) with their escaping
+ * there as a view of `raw`, in document order: those JSON.stringify escapes the same way. A string
+ * with no escape is its own escaping (the value is the view too).
+ */
+function rawLiterals(raw: string): JsonLiteral[] {
+  const out: JsonLiteral[] = [];
+  for (let open = raw.indexOf('"'); open !== -1; ) {
+    const close = closingQuote(raw, open);
+    if (close < 0) break;
+    if (close - open - 1 >= SHARED_MIN_CHARS) {
+      const inner = raw.slice(open + 1, close);
+      if (!inner.includes("\\")) out.push({ value: inner, escaped: inner });
+      else if (isCanonicalEscaping(inner)) out.push({ value: JSON.parse(raw.slice(open, close + 1)) as string, escaped: inner });
+    }
+    open = raw.indexOf('"', close + 1);
+  }
+  return out;
+}
+
+/** The escaping chunks of a node's rendered text, long message texts taken from its raw JSON. */
+function escapedChunks(text: string, literals: readonly JsonLiteral[]): { chunks: string[]; ownChars: number } {
+  const chunks: string[] = [];
+  const reused = escapeJsonReusing(chunks, text, literals);
+  let chars = 0;
+  for (const c of chunks) chars += c.length;
+  return { chunks, ownChars: chars - reused };
+}
+
+/** Parsed messages whose long strings are views of a node's raw or rendered text. */
+interface SharedStrings {
+  messages: number;
+  /** Characters of the strings that stayed copies. */
+  ownChars: number;
+  views: number;
+}
+
+/**
+ * A copy of validated messages in which each long string is a view of equal text the node already
+ * holds: its raw JSON literal when that has no escape, else its occurrence in the rendered text.
+ * Equal strings, so the parse that reuses them answers the same request.
+ */
+function shareStrings(messages: readonly ChatMessage[], literals: readonly JsonLiteral[], text: string): { parsed: ChatMessage[]; shared: SharedStrings } {
+  const shared: SharedStrings = { messages: messages.length, ownChars: 0, views: 0 };
+  let next = 0;
+  let textAt = 0;
+  const viewOf = (s: string): string | null => {
+    // Document order, but a message's members may come in the schema's order: look a few literals ahead.
+    for (let k = next; k < Math.min(literals.length, next + 4); k++) {
+      const lit = literals[k]!;
+      if (lit.value.length !== s.length || lit.value !== s) continue;
+      next = k + 1;
+      if (lit.escaped === lit.value) return lit.value;
+      break;
+    }
+    const at = text.indexOf(s, textAt);
+    if (at < 0) return null;
+    textAt = at + s.length;
+    return text.slice(at, textAt);
+  };
+  const copy = (v: unknown): unknown => {
+    if (typeof v === "string") {
+      const view = v.length >= SHARED_MIN_CHARS ? viewOf(v) : null;
+      if (view === null) shared.ownChars += v.length;
+      else shared.views++;
+      return view ?? v;
+    }
+    if (Array.isArray(v)) return v.map(copy);
+    if (v === null || typeof v !== "object") return v;
+    const out: Record<string, unknown> = {};
+    for (const k of Object.keys(v)) out[k] = copy((v as Record<string, unknown>)[k]);
+    return out;
+  };
+  return { parsed: messages.map((m) => copy(m) as ChatMessage), shared };
 }
 
 /** Whether the chain's raw pieces, in order, are `text` from `at` on (compared piece by piece, never joined). */
@@ -310,15 +403,6 @@ function rawMatches(chain: readonly Node[], text: string, at: number): boolean {
     at += x.raw.length;
   }
   return true;
-}
-
-/**
- * A piece's JSON string escaping. Pieces end at a message's block, never inside a surrogate pair,
- * and JSON escapes one code unit (or pair) at a time: escaped piece by piece, they concatenate to
- * the whole text's escaping.
- */
-function escapeJsonText(text: string): string {
-  return JSON.stringify(text).slice(1, -1);
 }
 
 function chainOf(n: Node): Node[] {
@@ -473,7 +557,8 @@ export class TurnChainCache {
     for (const x of chain) {
       stable += x.text;
       texts.push(x.text);
-      escaped.push(x.escaped);
+      // Pieces end at a message's block, never inside a surrogate pair: their chunks concatenate to the whole text's escaping.
+      for (const c of x.escaped) escaped.push(c);
       media.push(...x.media);
       dropped.push(...x.dropped);
     }
@@ -567,12 +652,14 @@ export class TurnChainCache {
     const text = ownString(after.slice(0, after.length - tail.length));
     const ownMedia = media.filter((p) => p.messageIndex >= from && p.messageIndex < cut);
     const ownDropped = dropped.filter((d) => d.messageIndex >= from && d.messageIndex < cut);
-    const escaped = escapeJsonText(text);
-    const parsed = ctx.validated && ctx.validated.length === ctx.layout.messages.length ? deepFreeze(ctx.validated.slice(from, cut)) : null;
+    const literals = rawLiterals(raw);
+    const escaped = escapedChunks(text, literals);
+    const shared = ctx.validated && ctx.validated.length === ctx.layout.messages.length ? shareStrings(ctx.validated.slice(from, cut), literals, text) : null;
+    const parsed = shared ? deepFreeze(shared.parsed) : null;
     const tally = parsed ? tallyMessages(ctx.body, ctx.layout.messages.slice(from, cut), parsed) : null;
-    const bytes = nodeBytes(raw.length, text.length, escaped.length, ownMedia.length + ownDropped.length, parent ? 0 : ctx.scope.length, parsed?.length ?? 0) + 8 * (tally?.dataUrls.length ?? 0);
+    const bytes = nodeBytes({ raw, text, scope: parent ? null : ctx.scope, escapedOwnChars: escaped.ownChars, escapedChunks: escaped.chunks.length, parsed: shared?.shared ?? null, parts: ownMedia.length + ownDropped.length, dataUrls: tally?.dataUrls.length ?? 0 });
     if (bytes > this.maxBytes / 4) return null;
-    const node: Node = { parent, key, scope: ctx.scope, raw, rawEnd, text, messages: cut, provisional, media: ownMedia, dropped: ownDropped, images: counts.image, videos: counts.video, escaped, parsed, tally, holders: 0, bytes };
+    const node: Node = { parent, key, scope: ctx.scope, raw, rawEnd, text, messages: cut, provisional, media: ownMedia, dropped: ownDropped, images: counts.image, videos: counts.video, escaped: escaped.chunks, parsed, tally, holders: 0, bytes };
     this.insert(node);
     return { node, after: tail, from: cut };
   }
@@ -609,10 +696,10 @@ export class TurnChainCache {
     const key = this.key(xxh3_64(this.encoder.encode(prefix.scope)), prefix.messages, raw, 0, rawEnd);
     const known = this.buckets.get(key)?.some((n) => n.messages === prefix.messages && n.rawEnd === rawEnd && n.scope === prefix.scope && rawMatches(chainOf(n), raw, 0));
     if (known) return false;
-    const escaped = escapeJsonText(prefix.text);
-    const bytes = nodeBytes(rawEnd, prefix.text.length, escaped.length, prefix.media.length + prefix.dropped.length, prefix.scope.length, 0);
+    const escaped = escapedChunks(prefix.text, rawLiterals(raw));
+    const bytes = nodeBytes({ raw, text: prefix.text, scope: prefix.scope, escapedOwnChars: escaped.ownChars, escapedChunks: escaped.chunks.length, parsed: null, parts: prefix.media.length + prefix.dropped.length, dataUrls: 0 });
     if (bytes > this.maxBytes / 4) return false;
-    this.insert({ parent: null, key, scope: prefix.scope, raw, rawEnd, text: prefix.text, messages: prefix.messages, provisional: false, media: prefix.media, dropped: prefix.dropped, images: prefix.images, videos: prefix.videos, escaped, parsed: null, tally: null, holders: 0, bytes });
+    this.insert({ parent: null, key, scope: prefix.scope, raw, rawEnd, text: prefix.text, messages: prefix.messages, provisional: false, media: prefix.media, dropped: prefix.dropped, images: prefix.images, videos: prefix.videos, escaped: escaped.chunks, parsed: null, tally: null, holders: 0, bytes });
     return true;
   }
 

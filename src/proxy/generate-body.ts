@@ -12,30 +12,11 @@
  */
 import type { PromptPieces } from "../prompt/turn-chain.ts";
 import type { JsonLiteral } from "../util/json-scan.ts";
+import { escapeJsonReusing, type EscapeWork } from "../util/json-escape.ts";
 import type { GenerateRequestBody } from "./sglang-wire.ts";
 
-/** UTF-16 units per escaped slice (well below V8's large-object size even when escaped 6×). */
-const SLICE_UNITS = 8192;
-
-/** Literals looked for in vain before the rest of the text is escaped as usual (each miss is a scan). */
-const MAX_LITERAL_MISSES = 4;
-
 /** Characters of prompt text a body build escaped (tests read it: a turn's work follows its new text). */
-export interface EscapeWork {
-  escapedChars: number;
-}
-
-/** Escapes text[start, end) in slices onto `chunks`; neither end splits a surrogate pair. */
-function escapeSlices(chunks: string[], text: string, start: number, end: number, work: EscapeWork | null): void {
-  if (work) work.escapedChars += end - start;
-  while (start < end) {
-    let stop = Math.min(end, start + SLICE_UNITS);
-    // A high surrogate stays with its low surrogate (the text is well-formed: validated upstream).
-    if (stop < end && (text.charCodeAt(stop - 1) & 0xfc00) === 0xd800) stop--;
-    chunks.push(JSON.stringify(text.slice(start, stop)).slice(1, -1));
-    start = stop;
-  }
-}
+export type { EscapeWork };
 
 /**
  * `pieces` (optional): the text as the turn chain's pieces and the request's own part; the
@@ -54,21 +35,7 @@ export function generateBodyChunks(body: GenerateRequestBody, literals: readonly
     chunks.push(...pieces.escaped);
     text = pieces.rest;
   }
-  let cursor = 0;
-  let misses = 0;
-  for (const { value, escaped } of literals) {
-    // A piece that begins with a low or ends with a high surrogate could split a pair: not reused.
-    if ((value.charCodeAt(0) & 0xfc00) === 0xdc00 || (value.charCodeAt(value.length - 1) & 0xfc00) === 0xd800) continue;
-    const at = text.indexOf(value, cursor);
-    if (at === -1) {
-      if (++misses === MAX_LITERAL_MISSES) break;
-      continue;
-    }
-    escapeSlices(chunks, text, cursor, at, work);
-    chunks.push(escaped);
-    cursor = at + value.length;
-  }
-  escapeSlices(chunks, text, cursor, text.length, work);
+  escapeJsonReusing(chunks, text, literals, work);
   const restJson = JSON.stringify(rest);
   chunks.push(restJson === "{}" ? '"}' : `",${restJson.slice(1)}`);
   return chunks;

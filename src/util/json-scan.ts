@@ -64,6 +64,15 @@ function hasEscape(s: string, letter: string): boolean {
   return false;
 }
 
+/**
+ * Whether the text between a valid JSON string's quotes is exactly what JSON.stringify writes for
+ * its value: no `\u` and no `\/` escape (the other escapes are JSON.stringify's own, and valid JSON
+ * has no raw control character).
+ */
+export function isCanonicalEscaping(inner: string): boolean {
+  return !hasEscape(inner, "u") && !hasEscape(inner, "/");
+}
+
 /** A parsed string and its source text, which is exactly JSON.stringify's escaping of it. */
 export interface JsonLiteral {
   value: string;
@@ -89,7 +98,7 @@ export function parseRecordingLiterals(text: string, keys: ReadonlySet<string>, 
   return JSON.parse(text, (key: string, value: unknown, context?: { source?: string }) => {
     if (typeof value === "string" && value.length >= LITERAL_MIN_CHARS && keys.has(key) && context?.source !== undefined) {
       const inner = context.source.slice(1, -1);
-      if (!hasEscape(inner, "u") && !hasEscape(inner, "/")) into.push({ value, escaped: inner });
+      if (isCanonicalEscaping(inner)) into.push({ value, escaped: inner });
     }
     return value;
   });

@@ -1,0 +1,103 @@
+/**
+ * What the turn chain holds per conversation: its raw JSON and rendered text once each, with the
+ * JSON escaping of its stored pieces and the long strings of its validated messages kept as views
+ * of them. The estimate (stats().bytes) is checked against what V8 really frees when the chain is
+ * cleared, on two-byte text (the estimate's own worst case), and the stored escaping is checked
+ * against JSON.stringify of the text it stands for.
+ */
+import { setFlagsFromString } from "node:v8";
+import { runInNewContext } from "node:vm";
+import { beforeAll, describe, expect, it } from "vitest";
+import { DEFAULT_LIMITS } from "../../../src/api/limits.ts";
+import { parseChatBody, parseChatTurn } from "../../../src/edge/chat/parse.ts";
+import { parseEdgeConfig } from "../../../src/config/config.ts";
+import { TurnChainCache, type PromptPieces } from "../../../src/prompt/turn-chain.ts";
+import { initHashing } from "../../../src/util/hash.ts";
+
+setFlagsFromString("--expose-gc");
+const gc = runInNewContext("gc") as () => void;
+beforeAll(() => initHashing());
+
+const profile = { family: "qwen3_vl", templateId: "qwen3vl-instruct" } as const;
+
+/** Seeded prose with what JSON escapes (newlines, quotes, a backslash, tabs) and a two-byte dash. */
+function prose(seed: number, chars: number): string {
+  const words = ["the", "router", "cache", "prefix", "token", "edge", 'said "yes"', "path\\to", "index\tcol", "block—hash", "worker", "turn"];
+  let x = (seed * 2654435761) >>> 0;
+  let out = `#${seed} `;
+  while (out.length < chars) {
+    x = (Math.imul(x, 1664525) + 1013904223) >>> 0;
+    out += words[x % words.length]! + (x % 11 === 0 ? ".\n\n" : " ");
+  }
+  return out;
+}
+
+const heap = () => {
+  gc();
+  gc();
+  return process.memoryUsage().heapUsed;
+};
+
+/**
+ * A chat conversation grown turn by turn through the parse and prompt stages as the edge runs them
+ * (~4 characters a token); each turn's stored pieces escape as JSON.stringify does. Its body's length.
+ */
+function converse(chain: TurnChainCache, seed: number, targetChars: number): number {
+  const config = parseEdgeConfig({ KVEDGE_ACCESS: "public", KVEDGE_TURN_CHECK_RATE: "0" });
+  const model = config.models[0]!;
+  const messages: { role: string; content: string }[] = [{ role: "system", content: "You are helpful." }];
+  let body = "";
+  for (let turn = 0; body.length < targetChars; turn++) {
+    if (turn > 0) messages.push({ role: "assistant", content: prose(seed * 1000 + turn, 12_000) });
+    messages.push({ role: "user", content: prose(seed * 1000 + 500 + turn, 1_200) });
+    body = JSON.stringify({ model: model.id, messages });
+    const parsed = parseChatTurn(body, config, {}, chain);
+    const p = chain.prepare(parsed.req, body, { family: model.family, templateId: model.templateId }, { found: parsed.turn, validated: true });
+    if (turn > 0) expect(escapedOf(p.pieces!)).toBe(JSON.stringify(p.pieces!.stable.join("")).slice(1, -1));
+  }
+  return body.length;
+}
+
+const escapedOf = (pieces: PromptPieces) => pieces.escaped.join("");
+
+describe("turn chain bytes", () => {
+  it("a 100k-token conversation holds its raw and rendered text once each, and the estimate covers what V8 frees", () => {
+    const chain = new TurnChainCache({ checkRate: 0, maxBytes: 1 << 30 });
+    const before = heap();
+    let chars = 0;
+    // Three conversations to ~100k tokens each (~400k body characters).
+    for (let seed = 1; seed <= 3; seed++) chars += converse(chain, seed, 400_000);
+    const held = heap();
+    const estimate = chain.stats().bytes;
+    chain.clear();
+    const freed = held - heap();
+    expect(held).toBeGreaterThan(before);
+    // Two-byte text: raw JSON and rendered text at 2 B a character are ~4 B per body character.
+    // A third copy (the escaped pieces, or the parsed messages' strings) would be ~6 B.
+    expect(estimate / chars, `estimate ${estimate} B for ${chars} body characters`).toBeLessThan(4.6);
+    expect(freed / chars, `freed ${freed} B for ${chars} body characters`).toBeLessThan(4.6);
+    // The estimate is what V8 frees (within heap measurement's few per cent), not a loose bound.
+    expect(freed).toBeLessThan(estimate * 1.05);
+    expect(freed).toBeGreaterThan(estimate * 0.75);
+  });
+
+  it("stored escaping is JSON.stringify's, whatever the text's escapes and however the client escaped its JSON", () => {
+    const chain = new TurnChainCache({ checkRate: 0 });
+    const tricky = ["\u0001 control", "emoji 😀 pair", "quote \" and back\\slash", "slash / and </script>", "\u2028 line sep", "é accent"];
+    const messages: { role: string; content: string }[] = [{ role: "system", content: "S" }];
+    for (let turn = 0; turn < 6; turn++) {
+      messages.push({ role: "user", content: `${tricky[turn]} ${prose(turn, 600)} ${tricky[(turn + 1) % tricky.length]}` });
+      // A client that escapes every non-ASCII character (Python's ensure_ascii) and one that writes them as they are.
+      const json = JSON.stringify({ model: "m", messages });
+      const body = turn % 2 === 0 ? json : json.replace(/[\u007f-\uffff]/g, (c) => `\\u${c.charCodeAt(0).toString(16).padStart(4, "0")}`);
+      const p = chain.prepare(parseChatBody(body, DEFAULT_LIMITS), body, profile, { validated: true });
+      if (turn > 0) {
+        const pieces = p.pieces!;
+        expect(pieces.stable.join("") + pieces.rest).toBe(p.text);
+        expect(escapedOf(pieces)).toBe(JSON.stringify(pieces.stable.join("")).slice(1, -1));
+      }
+      messages.push({ role: "assistant", content: `answer ${turn}\n${prose(100 + turn, 400)}` });
+    }
+    expect(chain.stats().hits).toBe(5);
+  });
+});
