@@ -207,40 +207,58 @@ function valueEnd(text: string, i: number): number {
 }
 
 /**
+ * Walks the members of the JSON object at `i` (after spaces) in valid JSON `text`: `member(key,
+ * valueStart)` answers where the value ends (negative: not shaped so). The index just past the
+ * object, or -1 when the text is not shaped so (a key JSON cannot decode included).
+ */
+function walkMembers(text: string, i: number, member: (key: string, at: number) => number): number {
+  while (i < text.length && isSpace(text.charCodeAt(i))) i++;
+  if (text.charCodeAt(i) !== 0x7b) return -1;
+  i++;
+  for (;;) {
+    while (i < text.length && (isSpace(text.charCodeAt(i)) || text.charCodeAt(i) === 0x2c)) i++;
+    if (i >= text.length) return -1;
+    if (text.charCodeAt(i) === 0x7d) return i + 1;
+    if (text.charCodeAt(i) !== 0x22) return -1;
+    const close = closingQuote(text, i);
+    if (close < 0) return -1;
+    const rawKey = text.slice(i + 1, close);
+    let key = rawKey;
+    if (rawKey.includes("\\")) {
+      try {
+        key = JSON.parse(text.slice(i, close + 1)) as string;
+      } catch {
+        return -1;
+      }
+    }
+    i = close + 1;
+    while (i < text.length && (isSpace(text.charCodeAt(i)) || text.charCodeAt(i) === 0x3a)) i++;
+    const end = member(key, i);
+    if (end < 0) return -1;
+    i = end;
+  }
+}
+
+/**
  * One pass over a valid JSON object body: its top-level members (the last of a repeated key, as
  * JSON.parse keeps) and the elements of `messages`. Null when the text is not shaped so.
  */
 export function scanBodyLayout(text: string): BodyLayout | null {
   const members = new Map<string, [number, number]>();
   let messages: [number, number][] | null = null;
-  let i = 0;
-  while (i < text.length && isSpace(text.charCodeAt(i))) i++;
-  if (text.charCodeAt(i) !== 0x7b) return null;
-  i++;
-  for (;;) {
-    while (i < text.length && (isSpace(text.charCodeAt(i)) || text.charCodeAt(i) === 0x2c)) i++;
-    if (i >= text.length) return null;
-    if (text.charCodeAt(i) === 0x7d) break;
-    if (text.charCodeAt(i) !== 0x22) return null;
-    const close = closingQuote(text, i);
-    if (close < 0) return null;
-    const rawKey = text.slice(i + 1, close);
-    const key = rawKey.includes("\\") ? (JSON.parse(text.slice(i, close + 1)) as string) : rawKey;
-    i = close + 1;
-    while (i < text.length && (isSpace(text.charCodeAt(i)) || text.charCodeAt(i) === 0x3a)) i++;
+  const walked = walkMembers(text, 0, (key, at) => {
     let end: number;
     if (key === "messages") {
       // The messages array's elements in the same pass that finds its end (the array is most of the body).
-      const array = text.charCodeAt(i) === 0x5b ? arrayElements(text, i) : null;
+      const array = text.charCodeAt(at) === 0x5b ? arrayElements(text, at) : null;
       messages = array?.elements ?? null;
-      end = array ? array.end : valueEnd(text, i);
-    } else end = valueEnd(text, i);
-    if (end < 0) return null;
-    members.set(key, [i, end]);
-    i = end;
-  }
+      end = array ? array.end : valueEnd(text, at);
+    } else end = valueEnd(text, at);
+    if (end >= 0) members.set(key, [at, end]);
+    return end;
+  });
   const span = members.get("messages");
-  if (!span || !messages) return null;
+  if (walked < 0 || !span || !messages) return null;
   return { members, messagesOpen: span[0] + 1, messages };
 }
 
@@ -281,17 +299,25 @@ function isQuery(m: TemplateMessage | undefined): boolean {
 /**
  * Whether the raw message element `span` may render as a query: a user message, or a final
  * assistant message (preprocessing relabels it a user message unless continue_final_message).
- * Anything unreadable may.
+ * Anything unreadable may. Only the members' keys and the role's value are read.
  */
 function mayBeQuery(body: string, span: readonly [number, number], last: boolean): boolean {
-  let role: unknown;
+  let role: [number, number] | null = null;
+  const end = walkMembers(body, span[0], (key, at) => {
+    const stop = valueEnd(body, at);
+    // The last `role`, as JSON.parse keeps.
+    if (key === "role" && stop >= 0) role = [at, stop];
+    return stop;
+  });
+  const found = role as [number, number] | null;
+  if (end !== span[1] || found === null || body.charCodeAt(found[0]) !== 0x22) return true;
+  let value: unknown;
   try {
-    role = (JSON.parse(body.slice(span[0], span[1])) as { role?: unknown } | null)?.role;
+    value = JSON.parse(body.slice(found[0], found[1]));
   } catch {
     return true;
   }
-  if (typeof role !== "string") return true;
-  return role === "user" || (last && role.toLowerCase() === "assistant");
+  return typeof value !== "string" || value === "user" || (last && value.toLowerCase() === "assistant");
 }
 
 function lastQuery(messages: readonly TemplateMessage[]): number {

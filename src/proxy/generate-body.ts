@@ -32,7 +32,8 @@ export function generateBodyChunks(body: GenerateRequestBody, literals: readonly
   const chunks: string[] = ['{"text":"'];
   let text = whole;
   if (pieces !== null && pieces.chars + pieces.rest.length === whole.length) {
-    chunks.push(...pieces.escaped);
+    // Chunks one by one: a long conversation's pieces may be more than a call takes arguments.
+    for (const c of pieces.escaped) chunks.push(c);
     text = pieces.rest;
   }
   escapeJsonReusing(chunks, text, literals, work);

@@ -8,6 +8,7 @@
 import fc from "fast-check";
 import { beforeAll, describe, expect, it } from "vitest";
 import { KvedgeError } from "../../../src/api/errors.ts";
+import { DEFAULT_LIMITS } from "../../../src/api/limits.ts";
 import type { ParseWork } from "../../../src/api/validate.ts";
 import { parseEdgeConfig, type EdgeConfig } from "../../../src/config/config.ts";
 import { parseChatBody, parseChatTurn } from "../../../src/edge/chat/parse.ts";
@@ -271,5 +272,13 @@ describe("the reduced parse's verdict is the whole parse's, for any new part", (
     const work: ParseWork = { parsedChars: 0, validatedMessages: 0 };
     parseChatTurn(valid, config, { work }, chain);
     expect(work.validatedMessages).toBe(2);
+  });
+
+  it("a key JSON cannot decode is the whole parse's invalid_json, not an exception of the lookup", () => {
+    const config = configWith();
+    const chain = new TurnChainCache({ checkRate: 0 });
+    const body = `{"\\q":1,"model":${JSON.stringify(config.models[0]!.id)},"messages":[{"role":"user","content":"hi"}]}`;
+    expect(verdict(() => parseChatTurn(body, config, {}, chain))).toEqual(verdict(() => parseChatBody(body, DEFAULT_LIMITS)));
+    expect(verdict(() => parseChatTurn(body, config, {}, chain))?.code).toBe("invalid_json");
   });
 });

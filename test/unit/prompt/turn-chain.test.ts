@@ -1,5 +1,5 @@
 import fc from "fast-check";
-import { beforeAll, describe, expect, it } from "vitest";
+import { beforeAll, describe, expect, it, vi } from "vitest";
 import { DEFAULT_LIMITS } from "../../../src/api/limits.ts";
 import { localBlockHashes } from "../../../src/blocks/block-hash.ts";
 import { parseChatBody } from "../../../src/edge/chat/parse.ts";
@@ -294,5 +294,35 @@ describe("turn chain: the incremental prompt equals the full path at every turn"
       }),
       { numRuns: 3000, seed: 99 },
     );
+  });
+
+  it("a key JSON cannot decode ends the scan (the parse answers it), it does not throw", () => {
+    expect(scanBodyLayout('{"\\q": 1, "messages": [{"role":"user","content":"hi"}]}')).toBeNull();
+    expect(scanBodyLayout('{"messages": [{"r\\u006fle":"user","content":"hi"}]}')?.messages).toHaveLength(1);
+  });
+
+  it("a lookup reads the new messages' roles, not their texts", () => {
+    const profile = PROFILES[1]!;
+    const chain = new TurnChainCache({ checkRate: 0 });
+    const history: Msg[] = [{ role: "system", content: "S" }, { role: "user", content: longText(1, 100) }, { role: "assistant", content: "A" }];
+    const json = (messages: Msg[]) => messages.map((m) => JSON.stringify(m)).join(",");
+    // Stores the entry of the first three messages (the text before this request's query).
+    const stored = JSON.stringify({ model: "m", messages: [...history, { role: "user", content: "Q" }] });
+    chain.prepare(parseChatBody(stored, DEFAULT_LIMITS), stored, profile);
+    // After them a long message whose role comes after its text, written twice: JSON.parse keeps the
+    // last (assistant), so it opens no query and the three-message entry is not used.
+    const odd = `{"content":${JSON.stringify(longText(2, 20_000))},"role":"user","role":"assistant"}`;
+    const body = `{"model":"m","messages":[${json(history)},${odd},{"content":${JSON.stringify(longText(3, 20_000))},"role":"user"}]}`;
+    const parse = vi.spyOn(JSON, "parse");
+    let parsedChars = 0;
+    try {
+      expect(chain.find(body, profile)?.hit).toBeNull();
+      for (const [text] of parse.mock.calls) parsedChars += String(text).length;
+    } finally {
+      parse.mockRestore();
+    }
+    expect(parsedChars, "characters JSON.parse read to find the roles").toBeLessThan(100);
+    // As the last message, an assistant's may be a query (preprocessing makes it one): the three-message entry is used.
+    expect(chain.find(`{"model":"m","messages":[${json(history)},${odd}]}`, profile)?.hit?.node.messages).toBe(3);
   });
 });
