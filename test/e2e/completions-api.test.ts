@@ -4,25 +4,21 @@
  * `n` over a batch of prompts, `stop`, token-array prompts, and usage with cached_tokens.
  */
 import OpenAI from "openai";
-import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { startFleet, type Fleet } from "../../scripts/local-fleet.ts";
-import { sdkClient } from "../helpers/sdk-client.ts";
+import { describe, expect, it } from "vitest";
+import type { Fleet } from "../../scripts/local-fleet.ts";
+import { sdkFleet } from "../helpers/sdk-client.ts";
 import { simOutputMarker } from "../../services/sglang-sim/scripted-output.ts";
 import { getQwenTokenizer } from "../../src/prompt/tokenizer/index.ts";
 
-const log = process.env.KVEDGE_E2E_LOGS ? (l: string) => console.log(l) : undefined;
 /** A long raw prompt, so cache ratios are measured over many blocks. */
 const LONG = `Story: ${Array.from({ length: 100 }, (_, i) => `Line ${i} of a long tale about a lighthouse.`).join(" ")}`;
 
 describe("openai SDK: the Completions API", () => {
   let fleet: Fleet;
   let client: OpenAI;
-  beforeAll(async () => {
-    fleet = await startFleet({ workers: 2, log });
-    client = sdkClient(fleet);
-  });
-  afterAll(async () => {
-    await fleet?.stop();
+  sdkFleet({ workers: 2 }, (f, c) => {
+    fleet = f;
+    client = c;
   });
 
   it("non-stream: the raw prompt's answer; a repeat goes to the same worker with its prompt cached", async () => {

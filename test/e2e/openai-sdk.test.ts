@@ -9,13 +9,12 @@
  */
 import OpenAI from "openai";
 import { zodResponseFormat } from "openai/helpers/zod";
-import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { describe, expect, it } from "vitest";
 import { z } from "zod";
-import { startFleet, type Fleet } from "../../scripts/local-fleet.ts";
-import { sdkClient } from "../helpers/sdk-client.ts";
+import type { Fleet } from "../../scripts/local-fleet.ts";
+import { sdkFleet } from "../helpers/sdk-client.ts";
 import { simOutputMarker } from "../../services/sglang-sim/scripted-output.ts";
 
-const log = process.env.KVEDGE_E2E_LOGS ? (l: string) => console.log(l) : undefined;
 
 // test_qwen25_detector.py setUp tools, and its test_parallel_tool_calls output.
 const TOOLS: OpenAI.Chat.Completions.ChatCompletionFunctionTool[] = [
@@ -63,12 +62,9 @@ const ridOf = (completionId: string) => completionId.replace(/^chatcmpl-/, "");
 describe("openai SDK against an instruct fleet", () => {
   let fleet: Fleet;
   let client: OpenAI;
-  beforeAll(async () => {
-    fleet = await startFleet({ workers: 2, log });
-    client = sdkClient(fleet);
-  });
-  afterAll(async () => {
-    await fleet?.stop();
+  sdkFleet({ workers: 2 }, (f, c) => {
+    fleet = f;
+    client = c;
   });
 
   it("tools, non-stream: two parallel tool_calls with ids, finish_reason tool_calls", async () => {
@@ -234,12 +230,9 @@ describe("openai SDK against an instruct fleet", () => {
 describe("openai SDK against a thinking fleet (Qwen3-VL-Thinking template, qwen3-thinking parser)", () => {
   let fleet: Fleet;
   let client: OpenAI;
-  beforeAll(async () => {
-    fleet = await startFleet({ workers: 1, template: "qwen3vl-thinking", log });
-    client = sdkClient(fleet);
-  });
-  afterAll(async () => {
-    await fleet?.stop();
+  sdkFleet({ workers: 1, template: "qwen3vl-thinking" }, (f, c) => {
+    fleet = f;
+    client = c;
   });
 
   // The template pre-fills "<think>\n", so the output starts inside the thinking block.
