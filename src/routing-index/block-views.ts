@@ -34,6 +34,13 @@ export interface BlockViewsOptions {
   storageCapacityBlocks?: number;
 }
 
+/** Which request (the array itself), at which time and index generation, a walk's results are for. */
+interface MatchedRequest {
+  hashes: LocalHashes;
+  now: number;
+  generation: number;
+}
+
 export class BlockViews {
   readonly index: BlockIndex;
   /**
@@ -61,6 +68,18 @@ export class BlockViews {
   readonly #shares: BlockShares;
   #scores = new Int32Array(16);
   #hostScores = new Int32Array(16);
+  /**
+   * Bumped by every method here that changes the index, host tier, approximate index or pending
+   * routes (their only writers): a request's raw matches are kept while it stays put, so a second
+   * look at the same hashes at the same time (an admission's peek, then its route) walks nothing.
+   */
+  #generation = 0;
+  #matched: MatchedRequest | null = null;
+  #hostMatched: MatchedRequest | null = null;
+  /** Overlap of recently routed chains from the last walk (#matched's request). */
+  #pendingOverlap = new Map<number, number>();
+  /** Whether #matched's request was matched in the approximate index too (only when a worker reads it). */
+  #approxMatched = false;
   /** Blocks the worker whose events are being applied may still store (computed once per message). */
   #room = 0;
   /** Whether a stored chain of n blocks fits the worker's room (one closure, not one per event). */
@@ -95,6 +114,7 @@ export class BlockViews {
 
   /** A worker took a new slot. */
   addSlot(slot: number): void {
+    this.#generation++;
     this.index.ensureWorker(slot);
     this.host.ensureWorker(slot);
     if (this.#scores.length <= slot) this.#scores = new Int32Array(Math.max(slot + 1, this.#scores.length * 2));
@@ -103,6 +123,7 @@ export class BlockViews {
 
   /** Forgets everything believed about the worker's cache (a new worker life, or the worker is down). */
   resetWorker(slot: number, workerId: string): void {
+    this.#generation++;
     this.index.clearWorker(slot);
     this.host.clearWorker(slot);
     this.pending.clear(slot);
@@ -113,6 +134,7 @@ export class BlockViews {
 
   /** The worker left the registry: its slot is freed in every view. */
   removeWorker(slot: number, workerId: string): void {
+    this.#generation++;
     this.index.removeWorker(slot);
     this.host.removeWorker(slot);
     this.storage.detach(workerId);
@@ -128,6 +150,7 @@ export class BlockViews {
   }
 
   applyDump(workerId: string, msg: RelayDump): RelayApplyOutcome {
+    this.#generation++;
     const w = this.#registry.get(workerId);
     if (!w) return this.#drop("unknown_worker", false);
     if (msg.epoch !== w.epoch) return this.#drop("stale_epoch", false);
@@ -156,6 +179,7 @@ export class BlockViews {
   }
 
   applyEvents(workerId: string, msg: RelayEvents): RelayApplyOutcome {
+    this.#generation++;
     const w = this.#registry.get(workerId);
     if (!w) return this.#drop("unknown_worker", false);
     if (msg.epoch !== w.epoch) return this.#drop("stale_epoch", false);
@@ -234,9 +258,19 @@ export class BlockViews {
    * overlap of chains recently routed to it.
    */
   overlaps(workers: readonly SlottedWorker[], localHashes: LocalHashes, now: number): number[] {
-    this.index.findMatches(localHashes, this.#scores);
-    this.approx.match(localHashes, now);
-    const pendingOverlap = this.pending.overlaps(localHashes, now);
+    if (!this.#isCurrent(this.#matched, localHashes, now)) {
+      this.index.findMatches(localHashes, this.#scores);
+      this.#pendingOverlap = this.pending.overlaps(localHashes, now);
+      this.#approxMatched = false;
+      this.#matched = { hashes: localHashes, now, generation: this.#generation };
+    }
+    // The approximate index is read only for workers without events or with an approximate view.
+    const readsApprox = workers.some((w) => !w.kvEvents || this.approximate.has(w.workerId));
+    if (readsApprox && !this.#approxMatched) {
+      this.approx.match(localHashes, now);
+      this.#approxMatched = true;
+    } else if (!readsApprox) this.approx.expire(now);
+    const pendingOverlap = this.#pendingOverlap;
     return workers.map((w) =>
       Math.max(
         !w.kvEvents ? this.approx.overlapOf(w.slot)
@@ -254,12 +288,22 @@ export class BlockViews {
    */
   hostOverlaps(workers: readonly SlottedWorker[], localHashes: LocalHashes): number[] {
     if (this.host.size === 0) return workers.map(() => 0);
-    this.host.findMatches(localHashes, this.#hostScores);
+    // The host tier has no expiry: its matches depend on the hashes and the generation alone.
+    if (!this.#isCurrent(this.#hostMatched, localHashes, 0)) {
+      this.host.findMatches(localHashes, this.#hostScores);
+      this.#hostMatched = { hashes: localHashes, now: 0, generation: this.#generation };
+    }
     return workers.map((w) => (w.kvEvents ? (this.#hostScores[w.slot] ?? 0) : 0));
+  }
+
+  /** Whether `m` holds the walk of these hashes at this time, with nothing changed since. */
+  #isCurrent(m: MatchedRequest | null, hashes: LocalHashes, now: number): boolean {
+    return m !== null && m.hashes === hashes && m.now === now && m.generation === this.#generation;
   }
 
   /** A request was routed to the worker: count its chain as cached there until events say otherwise. */
   recordRoute(worker: SlottedWorker, localHashes: LocalHashes, now: number): void {
+    this.#generation++;
     this.pending.add(worker.slot, localHashes, now);
     if (!worker.kvEvents || this.approximate.has(worker.workerId)) this.approx.record(worker.slot, localHashes, now);
   }

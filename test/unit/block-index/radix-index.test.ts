@@ -1,5 +1,6 @@
 import { describe, expect, it } from "vitest";
-import { RadixIndex } from "../../../src/block-index/radix-index.ts";
+import fc from "fast-check";
+import { chainEndOf, RadixIndex } from "../../../src/block-index/radix-index.ts";
 
 const blk = (h: string, l: number) => ({ engineHash: h, localHash: BigInt(l) });
 const hex = (l: bigint) => l.toString(16).padStart(16, "0");
@@ -164,5 +165,53 @@ describe("RadixIndex", () => {
     ix.clearWorker(0);
     expect(ix.nodeCount).toBe(100);
     expect(ix.storageBytes()).toBeLessThan(grown);
+  });
+});
+
+describe("RadixIndex query keys", () => {
+  it("chainEndOf after walks of the same hashes (one tree or several, to any depth) equals chainEndOf of a fresh copy", () => {
+    fc.assert(
+      fc.property(fc.array(fc.integer({ min: 0, max: 5 }), { minLength: 1, maxLength: 100, size: "max" }), fc.array(fc.nat(100), { maxLength: 3 }), fc.array(fc.nat(80), { minLength: 1, maxLength: 4 }), fc.boolean(), (digits, storedDepths, counts, typed) => {
+        const locals = digits.map((d) => BigInt.asUintN(64, BigInt(d) * 0x9e3779b97f4a7c15n + 1n));
+        const query = typed ? BigUint64Array.from(locals) : [...locals];
+        // Trees that hold the query to different depths: walks stop at different blocks.
+        const trees = storedDepths.map((depth) => {
+          const ix = new RadixIndex();
+          ix.ensureWorker(0);
+          ix.applyStored(0, null, locals.slice(0, Math.min(depth, locals.length)).map((l, i) => ({ engineHash: String(i + 1), localHash: l })));
+          return ix;
+        });
+        const scores = new Int32Array(64);
+        // The reference: computed from the root, with no walk remembered (a walk of nothing forgets it).
+        new RadixIndex().findMatchesWords(new Uint32Array(0), 0, scores);
+        const lengths = counts.map((c) => 1 + (c % locals.length));
+        const expected = lengths.map((count) => chainEndOf([...locals], count));
+        for (const ix of trees) ix.findMatches(query, scores);
+        expect(lengths.map((count) => chainEndOf(query, count))).toEqual(expected);
+        // A walk of other hashes in between: nothing of it is used for these.
+        for (const ix of trees) ix.findMatches([...locals].reverse(), scores);
+        expect(lengths.map((count) => chainEndOf(query, count))).toEqual(expected);
+        // A tree holding the whole chain recognises its end.
+        const full = new RadixIndex();
+        full.ensureWorker(0);
+        full.applyStored(0, null, locals.map((l, i) => ({ engineHash: String(i + 1), localHash: l })));
+        full.findMatches(query, scores);
+        expect(full.holdsChainEnd(0, chainEndOf(query, locals.length))).toBe(true);
+      }),
+      { numRuns: 200 },
+    );
+  });
+
+  it("findMatches reads a BigUint64Array view at an offset as the same hashes in an array", () => {
+    const ix = new RadixIndex();
+    ix.ensureWorker(0);
+    const locals = Array.from({ length: 12 }, (_, i) => BigInt(i + 1) << 40n);
+    ix.applyStored(0, null, locals.slice(3).map((l, i) => ({ engineHash: String(i + 1), localHash: l })));
+    const a = new Int32Array(4);
+    const b = new Int32Array(4);
+    ix.findMatches(BigUint64Array.from(locals).subarray(3), a);
+    ix.findMatches(locals.slice(3), b);
+    expect([...a]).toEqual([...b]);
+    expect(a[0]).toBe(9);
   });
 });
