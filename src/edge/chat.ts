@@ -35,8 +35,8 @@ export interface ChatDeps extends ParseDeps, PrepareDeps, ForwardDeps, TokenQuot
   trace?: EdgeTrace;
   /** The pool's admission queue (src/admission/); absent: every first pick is routed at once. */
   admissionIndex?(model: string, shard?: number): AdmissionFrontDoor;
-  /** Called once the prompt is prepared, with the body it was parsed from (the Responses route keeps the conversation's prompt state). */
-  onPrepared?(prepared: PreparedRouting, bodyText: string): void;
+  /** Called once the prompt is prepared (the Responses route keeps the conversation's prompt state from it). */
+  onPrepared?(prepared: PreparedRouting): void;
 }
 
 export async function handleChatCompletions(request: Request, deps: ChatDeps): Promise<Response> {
@@ -49,7 +49,7 @@ export async function handleChatCompletions(request: Request, deps: ChatDeps): P
   const prepared = await prepareRouting(req, deps, { client, signal: request.signal ?? null, traceparent: trace.header }, namespace.tag, bodyText, turn);
   const { model, prompt, plan, media } = prepared;
   clock.mark("prepare");
-  deps.onPrepared?.(prepared, bodyText);
+  deps.onPrepared?.(prepared);
 
   const parsers = modelParsers(model);
   const output = chatOutputPlan(req, parsers);

@@ -61,6 +61,12 @@ export interface ChainedPrompt extends PreparedPrompt {
   reusedMessages?: number;
   /** `text` as the chain's stored pieces and this request's own part, so later stages need not join it. */
   pieces?: PromptPieces;
+  /**
+   * The request's stable prefix as the chain keeps it after this request (its last query's entry,
+   * else the one it was rendered from), assembled when called (a stored response keeps it); absent
+   * when the chain keeps none.
+   */
+  stable?: () => StablePrefix;
 }
 
 /** A prompt text in pieces: text = stable.join("") + rest. */
@@ -437,6 +443,32 @@ function chainOf(n: Node): Node[] {
   return out.reverse();
 }
 
+/** A chain's stored parts in order: its rendered text (a rope of the pieces, never flattened here), the pieces, their escaping chunks, media and dropped parts. */
+function chainParts(chain: readonly Node[]): { text: string; texts: string[]; escaped: string[]; media: MediaPart[]; dropped: DroppedPart[] } {
+  const out = { text: "", texts: [] as string[], escaped: [] as string[], media: [] as MediaPart[], dropped: [] as DroppedPart[] };
+  for (const x of chain) {
+    out.text += x.text;
+    out.texts.push(x.text);
+    // Pieces end at a message's block, never inside a surrogate pair: their chunks concatenate to the whole text's escaping.
+    for (const c of x.escaped) out.escaped.push(c);
+    for (const p of x.media) out.media.push(p);
+    for (const d of x.dropped) out.dropped.push(d);
+  }
+  return out;
+}
+
+/** The stable prefix `n` stands for, or its nearest ancestor's when it is provisional; undefined when none. */
+function stableAt(n: Node | null): (() => StablePrefix) | undefined {
+  let x = n;
+  while (x && x.provisional) x = x.parent;
+  if (!x) return undefined;
+  const node = x;
+  return () => {
+    const { text, media, dropped } = chainParts(chainOf(node));
+    return { scope: node.scope, messages: node.messages, text, media, dropped, images: node.images, videos: node.videos };
+  };
+}
+
 export class TurnChainCache {
   readonly maxBytes: number;
   /** Share of hits also rendered whole (the edge sets it from its config on each request). */
@@ -485,7 +517,7 @@ export class TurnChainCache {
       this.s.misses++;
       return this.full(request, profile, { body, layout, scope, scopeHash, parent: null, validated });
     }
-    let extended: { prompt: ChainedPrompt; store: () => void } | null = null;
+    let extended: { prompt: ChainedPrompt; store: () => Node | null } | null = null;
     try {
       extended = this.extend(request, body, layout, profile, hit.node, hit.chain, scope, scopeHash, validated);
     } catch {
@@ -511,8 +543,8 @@ export class TurnChainCache {
       }
     }
     // Only a result that passed its check (or was not sampled) seeds the next turn.
-    extended.store();
-    return { ...out, reusedMessages: hit.node.messages };
+    const stable = stableAt(extended.store() ?? hit.node);
+    return { ...out, reusedMessages: hit.node.messages, ...(stable ? { stable } : {}) };
   }
 
   /** The body's layout, scope and longest cached message prefix (`layout`: scanBodyLayout(body), when already made). */
@@ -564,30 +596,19 @@ export class TurnChainCache {
     const pre = preprocessChat(request, contentFormatOf(profile.templateId));
     const input = { messages: pre.messages, tools: pre.tools, kwargs: pre.templateKwargs };
     const rendered = this.render(profile.templateId, input);
-    if (store) this.storeFrom(store, profile, input, rendered, pre.mediaParts, pre.droppedParts, 0);
-    return assemblePrompt(rendered, pre, profile);
+    const stable = store ? stableAt(this.storeFrom(store, profile, input, rendered, pre.mediaParts, pre.droppedParts, 0)) : undefined;
+    const prompt: ChainedPrompt = assemblePrompt(rendered, pre, profile);
+    return stable ? { ...prompt, stable } : prompt;
   }
 
   /** The request's prompt from a cached prefix of `node.messages` messages, or null where the rules do not hold. */
-  private extend(request: ChatRequestLike, body: string, layout: BodyLayout, profile: ModelProfile, node: Node, chain: Node[], scope: string, scopeHash: bigint, validated: readonly ChatMessage[] | null): { prompt: ChainedPrompt; store: () => void } | null {
+  private extend(request: ChatRequestLike, body: string, layout: BodyLayout, profile: ModelProfile, node: Node, chain: Node[], scope: string, scopeHash: bigint, validated: readonly ChatMessage[] | null): { prompt: ChainedPrompt; store: () => Node | null } | null {
     const q = node.messages;
     const pre = preprocessChat({ ...request, messages: request.messages.slice(q) }, contentFormatOf(profile.templateId));
     if (node.provisional ? pre.messages.length === 0 || pre.messages.some(isQuery) : !isQuery(pre.messages[0])) return null;
     const tail = this.renderTail(profile.templateId, scope, node.images, node.videos, pre.messages, pre.tools, pre.templateKwargs);
     if (tail === null) return null;
-    const media: MediaPart[] = [];
-    const dropped: DroppedPart[] = [];
-    let stable = "";
-    const texts: string[] = [];
-    const escaped: string[] = [];
-    for (const x of chain) {
-      stable += x.text;
-      texts.push(x.text);
-      // Pieces end at a message's block, never inside a surrogate pair: their chunks concatenate to the whole text's escaping.
-      for (const c of x.escaped) escaped.push(c);
-      media.push(...x.media);
-      dropped.push(...x.dropped);
-    }
+    const { text: stable, texts, escaped, media, dropped } = chainParts(chain);
     // Per-kind positions continue after the reused messages' items (audio too: refused later, but numbered as the full path numbers it).
     const counts = countKinds(media, q);
     const base = media.length;
@@ -639,26 +660,30 @@ export class TurnChainCache {
    * message new). `input.messages` from index `from` on are the request's preprocessed messages
    * (earlier slots may be empty); `after` is the template's output from message `from` on (no
    * continuation prefix), what follows the parent's stable prefix (all of it without a parent).
-   * Only `after` is read: the history's text is never copied again.
+   * Only `after` is read: the history's text is never copied again. Returns the last query's entry
+   * (stored or already held), or null when it stored none.
    */
-  private storeFrom(ctx: StoreContext, profile: ModelProfile, input: RenderInput, after: string, media: readonly MediaPart[], dropped: readonly DroppedPart[], from: number): void {
+  private storeFrom(ctx: StoreContext, profile: ModelProfile, input: RenderInput, after: string, media: readonly MediaPart[], dropped: readonly DroppedPart[], from: number): Node | null {
     const messages = input.messages as TemplateMessage[];
     // Preprocessing may drop a final assistant message (continue_final_message): keep to the request's messages.
     const count = Math.min(messages.length, ctx.layout.messages.length);
     const q = lastQuery(messages);
     let at: { node: Node | null; after: string; from: number } = { node: ctx.parent, after, from };
+    let kept: Node | null = null;
     if (q > from && q < ctx.layout.messages.length) {
       const stored = this.storeCut(ctx, profile, input, at, media, dropped, q, false);
-      if (!stored) return;
+      if (!stored) return null;
       at = stored;
+      kept = stored.node;
     }
     // The last query: found from `from` on, else before `from` (the parent is provisional), else message 0 of a whole request.
     const query = q >= 0 ? q : from > 0 ? from - 1 : isQuery(messages[0]) ? 0 : -1;
-    if (query < 0) return;
+    if (query < 0) return kept;
     let a = count - 2;
     while (a > query && a >= at.from && messages[a]?.role !== "assistant") a--;
-    if (a <= query || a < at.from) return;
+    if (a <= query || a < at.from) return kept;
     this.storeCut(ctx, profile, input, at, media, dropped, a + 1, true);
+    return kept;
   }
 
   /** Stores the entry of the first `cut` messages after `at`'s node; it (or the same one already held) and the text from `cut` on, or null. */
@@ -688,26 +713,6 @@ export class TurnChainCache {
     const node: Node = { parent, key, scope: ctx.scope, raw, rawEnd, text, messages: cut, provisional, media: ownMedia, dropped: ownDropped, images: counts.image, videos: counts.video, escaped: escaped.chunks, parsed, tally, holders: 0, bytes };
     this.insert(node);
     return { node, after: tail, from: cut };
-  }
-
-  /**
-   * The longest cached stable prefix of the request in `body` (after prepare() it is the request's
-   * own, unless it was too large to keep), or null.
-   */
-  stableOf(body: string, profile: ModelProfile): StablePrefix | null {
-    const layout = scanBodyLayout(body);
-    if (!layout) return null;
-    const scope = scopeOf(profile, body, layout);
-    // A seeded entry is a query entry: a provisional prefix would be reused after a new query.
-    const hit = this.lookup(body, layout, scope, xxh3_64(this.encoder.encode(scope)), false);
-    if (!hit) return null;
-    const out: StablePrefix = { scope, messages: hit.node.messages, text: "", media: [], dropped: [], images: hit.node.images, videos: hit.node.videos };
-    for (const x of hit.chain) {
-      out.text += x.text;
-      out.media.push(...x.media);
-      out.dropped.push(...x.dropped);
-    }
-    return out;
   }
 
   /**

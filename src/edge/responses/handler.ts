@@ -14,7 +14,7 @@ import { authorizeClient } from "../auth.ts";
 import { handleChatCompletions, type ChatDeps } from "../chat.ts";
 import { limitsOf } from "../chat/parse.ts";
 import { cacheTenant, resolveModel } from "../chat/resolve-model.ts";
-import { sharedTurnChain, type StablePrefix } from "../../prompt/turn-chain.ts";
+import type { StablePrefix } from "../../prompt/turn-chain.ts";
 import { mediaSeeds, StoredMediaSchema, turnMedia, type StoredMedia } from "./stored-media.ts";
 import { assembleState, hydrate, nextPiece, PromptPieceSchema, type ConversationState, type PromptPiece } from "./conversation-state.ts";
 import type { AdmissionFrontDoor } from "../../routing-index/front-door.ts";
@@ -102,9 +102,9 @@ async function createResponse(request: Request, deps: ResponsesDeps): Promise<Re
   let stable: StablePrefix | null = null;
   let turnItems: StoredMedia[] = [];
   const lead = req.instructions ? 1 : 0;
-  const onPrepared: ChatDeps["onPrepared"] = (prepared, bodyText) => {
+  const onPrepared: ChatDeps["onPrepared"] = (prepared) => {
     if (!req.store || !store) return;
-    stable = sharedTurnChain().stableOf(bodyText, { family: model.family, templateId: model.templateId });
+    stable = prepared.prompt.stable?.() ?? null;
     turnItems = turnMedia(prepared.prompt.mediaParts, prepared.media, lead + history.length, lead);
   };
 

@@ -118,7 +118,14 @@ function converse(model: ModelConfig, opts: { withImage: boolean; checkRate: num
     });
 
     // The handler's record of this turn: its messages and its piece of the prompt state.
-    const stable = turnChain.stableOf(body, profile);
+    // What prepare kept for this request (none after a failed check): a prefix of its prompt, with that prefix's media and dropped parts.
+    const stable = prompt.stable?.() ?? null;
+    if (stable !== null) {
+      expect(full.text.startsWith(stable.text), `turn ${i}`).toBe(true);
+      expect(stable.messages).toBeLessThan(chatReq.messages.length);
+      expect(stable.media).toEqual(full.mediaParts.filter((p) => p.messageIndex < stable.messages));
+      expect(stable.dropped).toEqual(full.droppedParts.filter((d) => d.messageIndex < stable.messages));
+    }
     const prompt_ = stable === null ? null : nextPiece(state, stable, INSTRUCTIONS, model);
     const output = inputToMessages(ResponseCreateSchema.parse({ model: model.id, input: turn.output }).input as InputItem[]);
     records.push(JSON.parse(JSON.stringify({ messages: [...inputMessages, ...output], prompt: prompt_ })) as Stored);
