@@ -3,6 +3,7 @@
 import { rng, summarize, zipf } from "../lib/stats.mjs";
 import { topSelfTime } from "../lib/profile.mjs";
 import { barChart } from "../lib/svg.mjs";
+import { measureRouteCall, measureRouteSteps, slopePer1k } from "../lib/route-call.mjs";
 
 const gc = globalThis.gc ?? (() => {});
 /** This process's minor page faults so far (first touches of fresh pages). */
@@ -165,6 +166,13 @@ export default {
       for (let i = 0; i < iters; i++) core.index.findMatches(chains[i % chains.length].c, scores);
     }, 6);
 
+    // --- one route call by prompt length (bench/lib/route-call.mjs) ------------------------------
+    ctx.progress(0.55, "index route call by prompt length");
+    const routeBudget = ctx.tiny ? 0.05 : ctx.quick ? 0.3 : 1;
+    const routeCall = await measureRouteCall({ budget: routeBudget });
+    const routeCallApprox = await measureRouteCall({ budget: routeBudget, approximateWorker: true });
+    const routeSteps = await measureRouteSteps(102_400, ctx.tiny ? 20 : ctx.quick ? 100 : 400);
+
     // --- ingestion --------------------------------------------------------------------------------
     ctx.progress(0.6, "index event ingestion");
     const ingestBlocks = ctx.tiny ? 20_000 : ctx.quick ? 150_000 : 1_000_000;
@@ -320,6 +328,21 @@ export default {
       { metric: `findMatches p50 / p99, 64-block query, ${WORKERS} workers, ${(entries / 1e6).toFixed(2)} M blocks (popular prefix)`, value: `${fm["popular (many workers, 64 deep)"].p50us.toFixed(2)} / ${fm["popular (many workers, 64 deep)"].p99us.toFixed(2)}`, unit: "µs", goal: "p99 ≤ 10", pass: fm["popular (many workers, 64 deep)"].p99us <= 10 },
       { metric: "findMatches p50 / p99, one worker's 64-block prompt", value: `${fm["single worker, 64 deep"].p50us.toFixed(2)} / ${fm["single worker, 64 deep"].p99us.toFixed(2)}`, unit: "µs", goal: "p99 ≤ 10", pass: fm["single worker, 64 deep"].p99us <= 10 },
       { metric: "RoutingCore.route p50 / p99 (match + score 64 workers)", value: `${route.p50.toFixed(1)} / ${route.p99.toFixed(1)}`, unit: "µs", goal: "", pass: null },
+      {
+        metric: "route + settle, a chat's next turn at 1k / 32k / 100k tokens (12 workers holding long chats, block 16; the turn's history on one worker, routed there a moment before)",
+        value: `${routeCall["1k"].routeSettleUs.toFixed(1)} / ${routeCall["32k"].routeSettleUs.toFixed(1)} / ${routeCall["100k"].routeSettleUs.toFixed(1)}`,
+        unit: "µs",
+        goal: "",
+        pass: null,
+      },
+      { metric: "route + settle: growth per 1k prompt tokens (1k → 100k); with a worker in approximate mode", value: `${slopePer1k(routeCall, "routeSettleUs").toFixed(2)}; ${slopePer1k(routeCallApprox, "routeSettleUs").toFixed(2)}`, unit: "µs per 1k tokens", goal: "", pass: null },
+      {
+        metric: "admission's peek + route + settle at 1k / 32k / 100k tokens (a first pick with an affinity key)",
+        value: `${routeCall["1k"].peekRouteSettleUs.toFixed(1)} / ${routeCall["32k"].peekRouteSettleUs.toFixed(1)} / ${routeCall["100k"].peekRouteSettleUs.toFixed(1)}`,
+        unit: "µs",
+        goal: "",
+        pass: null,
+      },
       { metric: "ingestion, first fill of an empty object (fresh memory): stored block events/s (applyEvents), per wall / CPU second", value: `${(storeRate / 1e6).toFixed(2)} M / ${(storeCpuRate / 1e6).toFixed(2)} M`, unit: "blocks/s", goal: "≥ 2 M", pass: Math.min(storeRate, storeCpuRate) >= 2e6 },
       { metric: `ingestion, first fill: its first touches of fresh pages, ${(stored.faults / 1e3).toFixed(1)} k page faults × ${pageTouch.usPerFault.toFixed(1)} µs (this machine, per 4 KiB page)`, value: `${((100 * stored.faults * pageTouch.usPerFault) / 1000 / storeMs).toFixed(0)} % of its wall time`, unit: "", goal: "", pass: null },
       { metric: `ingestion, the same first fill into memory the process reused (a new object after the first was freed; ${(refilled.faults / 1e3).toFixed(1)} k page faults), per wall / CPU second`, value: `${(ingestBlocks / refilled.wallMs / 1e3).toFixed(2)} M / ${(ingestBlocks / refilled.cpuMs / 1e3).toFixed(2)} M`, unit: "blocks/s", goal: "", pass: null },
@@ -357,6 +380,7 @@ export default {
         findMatches: fm,
         timerOverheadUs: timerUs,
         routeUs: route,
+        routeCall: { byLength: routeCall, withApproximateWorker: routeCallApprox, stepsAt100kUs: routeSteps },
         pageTouch,
         ingestion: { blocks: ingestBlocks, firstFillFaults: stored.faults, reusedFill: refilled, storeRate, removeRate, storeCpuRate, removeCpuRate, refillRate, refillCpuRate, parseRate, zodParseRate },
         profiles: { findMatches: fmProfile, ingestion: ingProfile },

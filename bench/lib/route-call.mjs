@@ -1,0 +1,152 @@
+// The routing index's cost per route call by prompt length (bench/suites/index.mjs): one pool object
+// (RoutingCore) at the product's block size, its workers holding long conversations, and a chat's
+// next turn routed and settled at 1k, 32k and 100k tokens. Per view: what each O(blocks) step of a
+// route costs on its own at the same length.
+import { rng, summarize } from "./stats.mjs";
+
+/** Prompt lengths measured (tokens). */
+export const ROUTE_TOKENS = { "1k": 1024, "32k": 32768, "100k": 102400 };
+/** The product's default KV block size (src/config/config.ts blockSize). */
+const BLOCK = 16;
+const WORKERS = 12;
+/** Conversations each worker holds besides the measured one, and their length in blocks. */
+const BACKGROUND_CHATS = 3;
+const BACKGROUND_BLOCKS = 3000;
+/** Blocks of the system prompt every conversation starts with. */
+const SYSTEM_BLOCKS = 32;
+/** The new turn: blocks of the request not cached yet (1k tokens). */
+const NEW_TURN_BLOCKS = 64;
+
+/**
+ * A pool whose workers hold long chats and, per measured length, the measured chat's history: its
+ * worker w0 all but the new turn, w1 an older half. `previousTurn` routes that history to w0 a
+ * moment before (a pending route); `approximateWorker` adds a worker without KV events that was
+ * routed half of it (approximate mode).
+ */
+export async function routeWorld({ previousTurn = true, approximateWorker = false, seed = 0x5eed } = {}) {
+  const { RoutingCore } = await import("../../src/routing-index/routing-core.ts");
+  const { localHashToHex } = await import("../../src/relay-wire/relay-protocol.ts");
+  const random = rng(seed);
+  const u64 = () => (BigInt(Math.floor(random() * 2 ** 32)) << 32n) | BigInt(Math.floor(random() * 2 ** 32));
+  let now = 1_000_000_000;
+  const core = new RoutingCore({ blockSize: BLOCK, random: () => 0.5, now: () => now });
+  const hello = (id, kvEvents) => core.hello({ type: "hello", workerId: id, url: `http://${id}`, blockSize: BLOCK, epoch: 1, modelName: "m", contract: null, kvEvents }, id);
+  for (let w = 0; w < WORKERS; w++) {
+    hello(`w${w}`, true);
+    core.applyDump(`w${w}`, { type: "dump", epoch: 1, seq: -1, blocks: [] });
+  }
+  if (approximateWorker) hello("ax", false);
+  let engineSeq = 1n;
+  let seq = 0;
+  const store = (w, chain) => {
+    const blocks = chain.map((l) => ({ h: String(engineSeq++ * 7919n), l: localHashToHex(l) }));
+    const r = core.applyEvents(`w${w}`, { type: "events", epoch: 1, seq: seq++, events: [{ t: "stored", parent: null, blocks }] });
+    if (!r.ok) throw new Error(r.reason);
+  };
+  const system = Array.from({ length: SYSTEM_BLOCKS }, u64);
+  for (let w = 0; w < WORKERS; w++) for (let c = 0; c < BACKGROUND_CHATS; c++) store(w, system.concat(Array.from({ length: BACKGROUND_BLOCKS }, u64)));
+  const routeOnce = (localHashes, isl, onlyWorkers) => {
+    const d = core.route({ localHashes, isl, onlyWorkers });
+    core.settle({ receiptId: d.receiptId, promptTokens: isl, cachedTokens: 0, outcome: "ok" });
+  };
+  const requests = {};
+  for (const [name, tokens] of Object.entries(ROUTE_TOKENS)) {
+    const n = tokens / BLOCK;
+    const chain = system.concat(Array.from({ length: n - SYSTEM_BLOCKS }, u64));
+    const history = chain.slice(0, n - NEW_TURN_BLOCKS);
+    store(0, history);
+    store(1, history.slice(0, history.length >> 1));
+    if (previousTurn) routeOnce(BigUint64Array.from(history), history.length * BLOCK, ["w0"]);
+    if (approximateWorker) routeOnce(BigUint64Array.from(history.slice(0, history.length >> 1)), (history.length >> 1) * BLOCK, ["ax"]);
+    // As the route RPC delivers it: one BigUint64Array.
+    requests[name] = { localHashes: BigUint64Array.from(chain), isl: tokens };
+  }
+  return { core, requests, tick: (ms) => (now += ms) };
+}
+
+/** Median µs per call of `fn` (each call timed alone, after a warm-up). */
+function medianUs(fn, calls) {
+  for (let i = 0; i < Math.max(5, calls >> 2); i++) fn();
+  const samples = new Float64Array(calls);
+  for (let i = 0; i < calls; i++) {
+    const t = performance.now();
+    fn();
+    samples[i] = (performance.now() - t) * 1000;
+  }
+  return summarize(samples).p50;
+}
+
+/**
+ * Route + settle (the index's work for one request) and an admission's peek + route + settle, µs
+ * p50 per length; the clock moves 1 ms per call (pending routes expire as in a pool serving ~1 000
+ * routes/s). `calls` per length scales with `budget`.
+ */
+export async function measureRouteCall({ budget = 1, approximateWorker = false } = {}) {
+  const { core, requests, tick } = await routeWorld({ approximateWorker });
+  const out = {};
+  for (const [name, { localHashes, isl }] of Object.entries(requests)) {
+    const calls = Math.max(20, Math.round((budget * 4_000_000) / localHashes.length / 60));
+    const settle = (d) => core.settle({ receiptId: d.receiptId, promptTokens: isl, cachedTokens: 0, outcome: "ok" });
+    const route = medianUs(() => {
+      tick(1);
+      settle(core.route({ localHashes, isl }));
+    }, calls);
+    const admitted = medianUs(() => {
+      tick(1);
+      core.peek({ localHashes, isl });
+      settle(core.route({ localHashes, isl }));
+    }, calls);
+    const d = core.route({ localHashes, isl });
+    settle(d);
+    out[name] = { routeSettleUs: route, peekRouteSettleUs: admitted, pick: d.workerId, overlapBlocks: d.overlapBlocks, blocks: localHashes.length };
+  }
+  return out;
+}
+
+/** µs per added 1k prompt tokens between the shortest and the longest length. */
+export function slopePer1k(byLength, field) {
+  const names = Object.keys(ROUTE_TOKENS);
+  const a = names[0];
+  const b = names[names.length - 1];
+  return ((byLength[b][field] - byLength[a][field]) / (ROUTE_TOKENS[b] - ROUTE_TOKENS[a])) * 1000;
+}
+
+/** What each O(blocks) step of a route costs alone at `tokens` (µs p50), on structures of the same kind. */
+export async function measureRouteSteps(tokens, calls) {
+  const { RadixIndex, chainEndOf } = await import("../../src/block-index/radix-index.ts");
+  const { PendingRoutes } = await import("../../src/block-index/pending-routes.ts");
+  const { LoadTracker } = await import("../../src/load/load-tracker.ts");
+  const { chainKeysOf } = await import("../../src/blocks/chain-keys.ts");
+  const random = rng(0xb10c);
+  const n = tokens / BLOCK;
+  const hashes = BigUint64Array.from({ length: n }, () => (BigInt(Math.floor(random() * 2 ** 32)) << 32n) | BigInt(Math.floor(random() * 2 ** 32)));
+  const index = new RadixIndex();
+  index.ensureWorker(0);
+  index.applyStored(0, null, Array.from(hashes, (l, i) => ({ engineHash: String(i + 1), localHash: l })));
+  const scores = new Int32Array(64);
+  const pending = new PendingRoutes();
+  pending.add(0, hashes.subarray(0, n - NEW_TURN_BLOCKS), 1);
+  const load = new LoadTracker();
+  const keys = chainKeysOf(hashes);
+  const plain = Array.from(hashes);
+  const forget = new RadixIndex();
+  const steps = {};
+  steps["radix walk, every block held (findMatches)"] = medianUs(() => index.findMatches(hashes, scores), calls);
+  steps["chain keys (chainKeysOf, once per route)"] = medianUs(() => chainKeysOf(hashes), calls);
+  steps["pending routes' overlap (binary search)"] = medianUs(() => pending.overlaps(hashes, 2), calls);
+  // A walk of nothing first: chainEndOf from the root, as without a walk of the same hashes before it.
+  steps["chain end for the prefill watch, from the root"] = medianUs(() => (forget.findMatchesWords(new Uint32Array(0), 0, scores), chainEndOf(hashes, n)), calls);
+  index.findMatches(hashes, scores);
+  steps["chain end after the route's walk of the same hashes"] = medianUs(() => chainEndOf(hashes, n), calls);
+  return {
+    ...steps,
+    "load: add + release the request's blocks": medianUs(() => {
+      load.add({ receiptId: "r", slot: 1, prefillTokens: 0, decodeBlocks: n, chainKeys: keys, startedAt: 0, prefillDone: false });
+      load.release("r");
+    }, calls),
+    "edge: bigint[] → BigUint64Array for the RPC": medianUs(() => {
+      const a = new BigUint64Array(plain.length);
+      for (let i = 0; i < plain.length; i++) a[i] = plain[i];
+    }, calls),
+  };
+}
