@@ -69,6 +69,8 @@ export interface PrefixCacheStats {
   /** Requests whose tokenizer's added tokens make the split unsafe (never cached). */
   bypassed: number;
   reusedTokens: number;
+  /** Ids copied into one array by EncodedPrompt.tokens() (what idPieces saves). */
+  copiedTokens: number;
   stores: number;
   evictions: number;
   /** Prefixes that can be looked up. */
@@ -94,6 +96,13 @@ export interface EncodedPrompt {
    */
   readonly hashPieces: readonly (readonly bigint[])[];
   /**
+   * tokenizer.encode(text) as consecutive pieces, without copying: the cached prefixes' own arrays
+   * (the same objects on every hit, never modified), then this request's up to its last split point
+   * (the next turn's cached piece, when stored), then the rest. Every piece but the last ends at a
+   * split point. Null when a seeded prefix holds only its last block's ids (then use tokens()).
+   */
+  readonly idPieces: readonly (readonly number[])[] | null;
+  /**
    * tokenizer.encode(text) as a fresh array. Built on demand: routing needs only the count and the
    * hashes, and copying ~32k ids costs more than the rest of a cache hit.
    */
@@ -117,7 +126,7 @@ interface Node {
   blocks: number;
   /** Cached prefixes whose chain includes this node; its ids are counted while this is > 0. */
   holders: number;
-  /** Seeded (seed()): `ids` holds only the tokens after the last full block, not the whole piece. */
+  /** Seeded (seed()): `ids` holds only the tokens after the last full block, until fillSeeded. */
   seeded?: true;
 }
 
@@ -160,14 +169,15 @@ const encoder = new TextEncoder();
 type Ids = readonly number[];
 const EMPTY: readonly number[] = [];
 
-function encoded(chunks: readonly Ids[], length: number, localHashes: bigint[], reusedTokens: number, hashPieces: readonly (readonly bigint[])[] = [localHashes], reencode?: () => number[]): EncodedPrompt {
+function encoded(copied: (ids: number) => void, chunks: readonly Ids[], length: number, localHashes: bigint[], reusedTokens: number, hashPieces: readonly (readonly bigint[])[] = [localHashes], reencode?: () => number[]): EncodedPrompt {
   const tokens = reencode ?? ((): number[] => {
+    copied(length);
     const out = new Array<number>(length);
     let n = 0;
     for (const c of chunks) for (let i = 0; i < c.length; i++) out[n++] = c[i]!;
     return out;
   });
-  return { length, localHashes, reusedTokens, hashPieces, tokens };
+  return { length, localHashes, reusedTokens, hashPieces, idPieces: reencode ? null : chunks, tokens };
 }
 
 /** Nodes from the root to n. */
@@ -212,11 +222,15 @@ export class PrefixCache {
   private misses = 0;
   private bypassed = 0;
   private reusedTokens = 0;
+  private copiedTokens = 0;
   private stores = 0;
   private evictions = 0;
   // [tokenizer id | block size | prefix length | UTF-8 of head | UTF-8 of tail]
   private readonly buf = new Uint8Array(12 + 3 * (KEY_HEAD_CHARS + KEY_TAIL_CHARS));
   private readonly bufView = new DataView(this.buf.buffer);
+  private readonly copied = (ids: number): void => {
+    this.copiedTokens += ids;
+  };
 
   constructor(options: PrefixCacheOptions = {}) {
     this.maxTokens = options.maxTokens ?? DEFAULT_PREFIX_CACHE_TOKENS;
@@ -234,7 +248,7 @@ export class PrefixCache {
       this.bypassed++;
       const tokens = tokenizer.encode(text.toString());
       onTokenized?.();
-      return encoded([tokens], tokens.length, localBlockHashes(tokens, blockSize), 0);
+      return encoded(this.copied, [tokens], tokens.length, localBlockHashes(tokens, blockSize), 0);
     }
     const scope = `${info.family}#${info.id}/${blockSize}`;
     // The last split point (0: none after the start; an empty prefix is never worth a key), then
@@ -294,9 +308,17 @@ export class PrefixCache {
         holders: 0,
       });
     }
-    // A seeded prefix has no ids for its full blocks: the ids (admin explain only) are encoded anew.
-    const reencode = chain.some((x) => x.seeded) ? () => tokenizer.encode(text.toString()) : undefined;
-    return encoded([...chain.map((x) => x.ids), mid, tail], length, localHashes, reused, hit ? [...chain.map((x) => x.hashes), fresh] : [fresh], reencode);
+    // A seeded prefix (always a chain's root) has no ids for its full blocks: they are encoded anew
+    // when asked for, and kept, so the conversation's later turns get idPieces.
+    const seededRoot = chain[0]?.seeded ? chain[0] : null;
+    const reencode = seededRoot
+      ? (): number[] => {
+          const ids = tokenizer.encode(text.toString());
+          this.fillSeeded(seededRoot, ids);
+          return ids;
+        }
+      : undefined;
+    return encoded(this.copied, [...chain.map((x) => x.ids), mid, tail], length, localHashes, reused, hit ? [...chain.map((x) => x.hashes), fresh] : [fresh], reencode);
   }
 
   /**
@@ -324,6 +346,7 @@ export class PrefixCache {
       misses: this.misses,
       bypassed: this.bypassed,
       reusedTokens: this.reusedTokens,
+      copiedTokens: this.copiedTokens,
       stores: this.stores,
       evictions: this.evictions,
       entries: this.lru.size,
@@ -337,7 +360,7 @@ export class PrefixCache {
   clear(): void {
     this.buckets.clear();
     this.lru.clear();
-    this.tokens = this.bytes = this.hits = this.misses = this.bypassed = this.reusedTokens = this.stores = this.evictions = 0;
+    this.tokens = this.bytes = this.hits = this.misses = this.bypassed = this.reusedTokens = this.copiedTokens = this.stores = this.evictions = 0;
   }
 
   private tokenizerInfo(tokenizer: PrefixTokenizer): TokenizerInfo {
@@ -378,11 +401,29 @@ export class PrefixCache {
       }
     }
     this.stores++;
+    this.evictOverBudget();
+  }
+
+  private evictOverBudget(): void {
     for (const old of this.lru) {
       if (this.tokens <= this.maxTokens && this.bytes <= this.maxBytes) break;
       this.drop(old);
       this.evictions++;
     }
+  }
+
+  /** A seeded prefix's ids from an encode of a text it starts; kept when they end in its own last-block ids. */
+  private fillSeeded(n: Node, ids: readonly number[]): void {
+    if (!n.seeded || ids.length < n.count) return;
+    const own = ids.slice(0, n.count);
+    for (let i = 0; i < n.ids.length; i++) if (own[n.count - n.ids.length + i] !== n.ids[i]) return;
+    if (n.holders > 0) {
+      this.tokens += own.length - n.ids.length;
+      this.bytes += pieceBytes(n.text.length, own.length, n.hashes.length) - pieceBytes(n.text.length, n.ids.length, n.hashes.length);
+    }
+    n.ids = own;
+    delete n.seeded;
+    this.evictOverBudget();
   }
 
   /** Forgets a cached prefix; pieces no other cached prefix extends are no longer counted (the GC frees them). */

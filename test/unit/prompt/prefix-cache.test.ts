@@ -22,6 +22,7 @@ function checkExact(cache: PrefixCache, tok: PrefixTokenizer, text: string, bloc
   const r = cache.encode(tok, text, blockSize);
   const ids = tok.encode(text);
   expect(r.length).toBe(ids.length);
+  expect(r.idPieces!.flat()).toEqual(ids);
   expect(r.tokens()).toEqual(ids);
   expect(r.localHashes).toEqual(localBlockHashes(ids, blockSize));
   return r.reusedTokens;
@@ -142,6 +143,48 @@ describe("prefix cache: exactness", () => {
     ids.fill(7);
     expect(cache.encode(tok, b, 4).tokens()).toEqual(tok.encode(b));
     expect(cache.stats().hits).toBe(3);
+  });
+
+  it("id pieces: a turn's earlier ids are the cached arrays themselves (the same objects next turn), none copied", () => {
+    const tok = getQwenTokenizer("qwen3_vl");
+    const cache = new PrefixCache();
+    let text = "<|im_start|>system\nYou look at pictures.<|im_end|>\n";
+    let before: readonly (readonly number[])[] = [];
+    for (let turn = 0; turn < 5; turn++) {
+      text += `<|im_start|>user\nPicture ${turn}: <|vision_start|><|image_pad|><|vision_end|>what is it?<|im_end|>\n<|im_start|>assistant\n`;
+      const r = cache.encode(tok, text, 16);
+      const pieces = r.idPieces!;
+      expect(pieces.flat()).toEqual(tok.encode(text));
+      // The previous turn's pieces up to its generation prompt, then its own new piece: the same objects.
+      for (let i = 0; i < before.length - 1; i++) expect(pieces[i]).toBe(before[i]);
+      before = pieces;
+      text += `It is picture ${turn}.<|im_end|>\n`;
+    }
+    expect(cache.stats().copiedTokens).toBe(0);
+    cache.encode(tok, text, 16).tokens();
+    expect(cache.stats().copiedTokens).toBe(tok.encode(text).length);
+  });
+
+  it("a seeded prefix has no id pieces until its ids are encoded once; then the conversation's turns have them", () => {
+    const tok = getQwenTokenizer("qwen3_vl");
+    const cache = new PrefixCache();
+    const seedText = "<|im_start|>user\nA long history, stored elsewhere.<|im_end|>\n<|im_start|>assistant\nNoted.<|im_end|>\n";
+    const ids = tok.encode(seedText);
+    const blocks = Math.floor(ids.length / 4);
+    cache.seed(tok, 4, { text: seedText, count: ids.length, hashes: localBlockHashes(ids, 4), tailIds: ids.slice(blocks * 4) });
+    const t1 = seedText + "<|im_start|>user\nnext<|im_end|>\n<|im_start|>assistant\n";
+    const first = cache.encode(tok, t1, 4);
+    expect(first.reusedTokens).toBe(ids.length);
+    expect(first.idPieces).toBeNull();
+    const tokensBefore = cache.stats().tokens;
+    expect(first.tokens()).toEqual(tok.encode(t1));
+    // Its full ids are counted from now on.
+    expect(cache.stats().tokens).toBe(tokensBefore + blocks * 4);
+    const t2 = t1 + "ok<|im_end|>\n<|im_start|>user\nand more<|im_end|>\n<|im_start|>assistant\n";
+    const second = cache.encode(tok, t2, 4);
+    expect(second.reusedTokens).toBeGreaterThan(ids.length);
+    expect(second.idPieces!.flat()).toEqual(tok.encode(t2));
+    expect(second.localHashes).toEqual(localBlockHashes(tok.encode(t2), 4));
   });
 
   it("a lone surrogate is refused as without the cache, on a miss and after a hit", () => {
