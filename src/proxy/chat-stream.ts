@@ -345,7 +345,7 @@ export interface UpstreamBytes {
   read(): Promise<Uint8Array | null>;
   /** The client went away: stop the upstream. */
   cancel(reason?: unknown): void;
-  /** Set by the translator: told when the upstream is cut while no read may be pending (deadline, abort). */
+  /** Set by the translator: told when the upstream is cut (deadline, idle, abort), a read pending or not, so a client that is not reading still ends. */
   onCut: ((err: KvedgeError) => void) | null;
 }
 
