@@ -543,6 +543,7 @@ export class TurnChainCache {
       }
     }
     // Only a result that passed its check (or was not sampled) seeds the next turn.
+    this.adoptParsed(hit.chain, body, layout, validated);
     const stable = stableAt(extended.store() ?? hit.node);
     return { ...out, reusedMessages: hit.node.messages, ...(stable ? { stable } : {}) };
   }
@@ -744,11 +745,37 @@ export class TurnChainCache {
     this.lru.add(node);
     for (let x: Node | null = node; x; x = x.parent) if (x.holders++ === 0) this.bytes += x.bytes;
     this.s.stores++;
+    this.evictOverBudget();
+  }
+
+  private evictOverBudget(): void {
     for (const old of this.lru) {
       if (this.bytes <= this.maxBytes) break;
       this.drop(old);
       this.s.evictions++;
     }
+  }
+
+  /**
+   * Gives the entries of `chain` kept without parse data (seeded from a stored response, or stored
+   * from an unvalidated request) this request's validated messages and their tally, so later bodies
+   * of the conversation parse only their new messages. Their raw text equals the body's (the hit).
+   */
+  private adoptParsed(chain: readonly Node[], body: string, layout: BodyLayout, validated: readonly ChatMessage[] | null): void {
+    if (!validated || validated.length !== layout.messages.length) return;
+    let from = 0;
+    for (const x of chain) {
+      if (!x.parsed) {
+        const { parsed, shared } = shareStrings(validated.slice(from, x.messages), rawLiterals(x.raw), x.text);
+        x.parsed = deepFreeze(parsed);
+        x.tally = tallyMessages(body, layout.messages.slice(from, x.messages), x.parsed);
+        const added = 2 * shared.ownChars + STRING_BYTES * shared.views + 150 * shared.messages + 8 * x.tally.dataUrls.length;
+        x.bytes += added;
+        if (x.holders > 0) this.bytes += added;
+      }
+      from = x.messages;
+    }
+    this.evictOverBudget();
   }
 
   /**

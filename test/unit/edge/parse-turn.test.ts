@@ -80,6 +80,32 @@ describe("parse through the turn chain", () => {
     expect(lastBody.length).toBeGreaterThan(4 * Math.max(...parsedPerTurn));
   });
 
+  it("an entry seeded without parse data (a stored response's) takes the first whole parse's messages: the next turn reads only its new ones", () => {
+    const config = configWith();
+    const messages: Msg[] = [{ role: "system", content: "Be brief." }, { role: "user", content: longText(1, 400) }, { role: "assistant", content: longText(2, 400) }, { role: "user", content: "Why?" }];
+    // The isolate that served the conversation: the stable prefix it kept (messages before the last query).
+    const served = new TurnChainCache({ checkRate: 0 });
+    const first = bodyOf(config, messages);
+    const prefix = served.prepare(parseChatBody(first, config.limits), first, profileOf(config), { validated: true }).stable!();
+    expect(prefix.messages).toBe(3);
+    // Another isolate, seeded with it as a continuation seeds it (no parsed messages).
+    const chain = new TurnChainCache({ checkRate: 0 });
+    expect(chain.seed(prefix, messages.slice(0, 3).map((m) => JSON.stringify(m)).join(","))).toBe(true);
+    const work: ParseWork[] = [];
+    for (let t = 0; t < 3; t++) {
+      messages.push({ role: "assistant", content: longText(10 + t, 300) }, { role: "user", content: `And ${t}?` });
+      const body = bodyOf(config, messages);
+      const w: ParseWork = { parsedChars: 0, validatedMessages: 0 };
+      const req = turn(config, chain, body, w);
+      expect(JSON.stringify(req)).toBe(JSON.stringify(parseChatBody(body, config.limits)));
+      work.push(w);
+    }
+    // The continuation itself is parsed whole (its seeded entry has no messages to give), the later turns are not.
+    expect(work[0]!.validatedMessages).toBe(6);
+    expect(work.slice(1).map((w) => w.validatedMessages)).toEqual([3, 3]);
+    expect(chain.stats().hits).toBe(3);
+  });
+
   it("a changed earlier message, or a body whose model names no pool, is parsed whole", () => {
     const config = configWith();
     const chain = new TurnChainCache({ checkRate: 0 });
