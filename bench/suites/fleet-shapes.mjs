@@ -9,17 +9,12 @@
 // Every configuration runs on several seeds (trace and router randomness): mean ± sd over seeds.
 import { TRACES, TRACE_PARAMS, traceShape } from "../routing/traces.mjs";
 import { infiniteCacheHits } from "../routing/sim.mjs";
-import { kvCapacity } from "../routing/kv-capacity.mjs";
+import { RELAY_LAG_MS, SLO_FACTOR, SLO_FLOOR_MS, replaySetup, seedFigure, sloMs } from "../routing/replay-setup.mjs";
 import { simulateShape } from "../fleet-shapes/shape-sim.mjs";
 import { simulateDp, DP_POLICIES } from "../fleet-shapes/dp-sim.mjs";
 import { acrossSeeds, summarize } from "../lib/stats.mjs";
 import { barChart } from "../lib/svg.mjs";
 
-/** A request meets the SLO when its TTFT ≤ max(SLO_FLOOR_MS, SLO_FACTOR × its prefill on an idle GPU with the ceiling's hit) (as the routing suite). */
-const SLO_FLOOR_MS = 1000;
-const SLO_FACTOR = 2;
-/** Relay → index propagation delay for KV events. */
-const RELAY_LAG_MS = 10;
 const TRACE_NAMES = ["agent", "chat"];
 
 const SIZES = {
@@ -81,12 +76,7 @@ export default {
   name: "fleet-shapes",
   title: "Unified vs prefill/decode pools at the same GPU count, and rank-aware vs rank-blind routing on a DP pool (calibrated H200 workers, several seeds)",
   async run(ctx) {
-    const { initHashing } = await import("../../src/util/hash.ts");
-    await initHashing();
-    const { TIMING_PRESETS, prefillMs } = await import("../../services/sglang-sim/timing.ts");
-    const timing = TIMING_PRESETS["h200-7b"];
-    const size = ctx.tiny ? SIZES.tiny : ctx.quick ? SIZES.quick : SIZES.full;
-    const kv = kvCapacity();
+    const { timing, prefillMs, size, kv } = await replaySetup(ctx, SIZES);
     const shapes = [{ unified: size.gpus }, ...size.shapes];
     const configs = shapes.flatMap((shape) => (shape.unified !== undefined ? [{ key: shapeName(shape), shape }] : size.bandwidths.map((gbps) => ({ key: `${shapeName(shape)} @${gbps} GB/s`, shape, gbps }))));
     const total = TRACE_NAMES.length * size.seeds.length * (configs.length + DP_POLICIES.length);
@@ -100,7 +90,7 @@ export default {
         const sessions = size.sessions[name];
         const trace = TRACES[name]({ seed, sessions, rate: sessions / size.startWindowS[name] });
         const { hits } = infiniteCacheHits(trace);
-        const slo = trace.map((r) => Math.max(SLO_FLOOR_MS, SLO_FACTOR * prefillMs(timing, r.tokens.length - hits[r.id], hits[r.id])));
+        const slo = trace.map((r) => sloMs(prefillMs(timing, r.tokens.length - hits[r.id], hits[r.id])));
         const firstAt = trace[0].at;
         const span = (trace[trace.length - 1].at - firstAt) / 1000;
         const ideal = trace.reduce((s, r) => s + prefillMs(timing, r.tokens.length - hits[r.id], hits[r.id]), 0);
@@ -141,7 +131,7 @@ export default {
       };
     }
 
-    const f = (a, digits = 0, scale = 1) => (size.seeds.length > 1 ? `${(a.mean * scale).toFixed(digits)}±${(a.sd * scale).toFixed(digits)}` : (a.mean * scale).toFixed(digits));
+    const f = seedFigure(size.seeds.length);
     const row = (metric, value, extra = {}) => ({ metric, value, unit: "", goal: "", pass: null, ...extra });
     const summary = [];
     for (const name of TRACE_NAMES) {

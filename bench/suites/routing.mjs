@@ -11,16 +11,13 @@
 // make kvedge's and session-sticky's choices.
 import { TRACES, TRACE_PARAMS, traceShape, mediaShape } from "../routing/traces.mjs";
 import { simulate, infiniteCacheHits, POLICIES, MEDIA_BLIND_POLICIES, LLMD_WEIGHTS, PAGE } from "../routing/sim.mjs";
-import { kvCapacity } from "../routing/kv-capacity.mjs";
+import { RELAY_LAG_MS, SLO_FACTOR, SLO_FLOOR_MS, replaySetup, seedFigure, sloMs } from "../routing/replay-setup.mjs";
 import { loadEdgeOverhead, edgeOverheadMs } from "../routing/edge-overhead.mjs";
 import { acrossSeeds, mean, summarize } from "../lib/stats.mjs";
 import { barChart } from "../lib/svg.mjs";
 
 /** Share of the fleet's GPU time the trace's prefill would take with a perfect (infinite, shared) cache. */
 const TARGET_LOAD = 0.4;
-/** A request meets the SLO when its TTFT ≤ max(SLO_FLOOR_MS, SLO_FACTOR × its prefill on an idle GPU with the ceiling's hit). */
-const SLO_FLOOR_MS = 1000;
-const SLO_FACTOR = 2;
 /** Shortest window over which the sessions of a paced trace start (s). */
 const MIN_START_WINDOW_S = 120;
 /** Traces whose sessions are paced by think or tool time, not by an arrival rate. */
@@ -28,8 +25,6 @@ const PACED = new Set(["chat", "agent", "vision"]);
 /** Traces whose prompts carry media. */
 const MEDIA_TRACES = new Set(["vision"]);
 const policiesFor = (name) => (MEDIA_TRACES.has(name) ? POLICIES : POLICIES.filter((p) => !MEDIA_BLIND_POLICIES.includes(p)));
-/** Relay → index propagation delay for KV events. */
-const RELAY_LAG_MS = 10;
 
 const SIZES = {
   // sessions per trace (agent: loops of tens of steps; docqa, mooncake: one request each)
@@ -42,12 +37,7 @@ export default {
   name: "routing",
   title: "Routing policies on published-shape traces (calibrated H200 workers, real KV capacity, several seeds)",
   async run(ctx) {
-    const { initHashing } = await import("../../src/util/hash.ts");
-    await initHashing();
-    const { TIMING_PRESETS, prefillMs } = await import("../../services/sglang-sim/timing.ts");
-    const timing = TIMING_PRESETS["h200-7b"];
-    const size = ctx.tiny ? SIZES.tiny : ctx.quick ? SIZES.quick : SIZES.full;
-    const kv = kvCapacity();
+    const { timing, prefillMs, size, kv } = await replaySetup(ctx, SIZES);
     const edge = loadEdgeOverhead();
 
     // Ideal prefill (the ceiling's hit, nothing queued) of each request: the load scale and the SLO.
@@ -81,7 +71,7 @@ export default {
         const t = makeTrace(name, seed);
         const totalTokens = t.trace.reduce((s, r) => s + r.tokens.length, 0);
         const ceiling = t.hits.reduce((a, b) => a + b, 0) / totalTokens;
-        const slo = t.ideal.map((ms) => Math.max(SLO_FLOOR_MS, SLO_FACTOR * ms));
+        const slo = t.ideal.map(sloMs);
         const span = (t.trace[t.trace.length - 1].at - t.trace[0].at) / 1000;
         // A session's first request meets a cold edge (nothing of it cached in the isolate), a follow-up a warm one.
         const seen = new Set();
@@ -136,7 +126,7 @@ export default {
       };
     }
 
-    const f = (a, digits = 0, scale = 1) => (size.seeds.length > 1 ? `${(a.mean * scale).toFixed(digits)}±${(a.sd * scale).toFixed(digits)}` : (a.mean * scale).toFixed(digits));
+    const f = seedFigure(size.seeds.length);
     const summary = [];
     const top = size.capacities[0];
     for (const name of names) {
