@@ -24,6 +24,7 @@ import { mergeShardSnapshots, mergeShardWorkers } from "../metrics/merge-shards.
 import { bearerToken, matchApiKey } from "./auth.ts";
 import { timingSafeEqualString } from "../util/constant-time.ts";
 import { bytesToHex } from "../util/hex.ts";
+import { hmacSha256 } from "../util/hmac.ts";
 import { limitsOf, parseChatBody } from "./chat/parse.ts";
 import { prepareRouting } from "./chat/prepare.ts";
 import { resolveModel } from "./chat/resolve-model.ts";
@@ -186,10 +187,7 @@ function allShards(deps: AdminDeps, model: string): AdminFrontDoor[] {
 
 /** `<expires unix s>.<hex HMAC-SHA256(token, "kvedge-dashboard-session-v2:" + expires)>`. */
 export async function sessionValue(adminToken: string, expiresAt: number): Promise<string> {
-  const enc = new TextEncoder();
-  const key = await crypto.subtle.importKey("raw", enc.encode(adminToken), { name: "HMAC", hash: "SHA-256" }, false, ["sign"]);
-  const mac = new Uint8Array(await crypto.subtle.sign("HMAC", key, enc.encode(`kvedge-dashboard-session-v2:${expiresAt}`)));
-  return `${expiresAt}.${bytesToHex(mac)}`;
+  return `${expiresAt}.${bytesToHex(await hmacSha256(adminToken, `kvedge-dashboard-session-v2:${expiresAt}`))}`;
 }
 
 /** A session cookie is valid when its MAC matches and its expiry is in the future (and not too far). */

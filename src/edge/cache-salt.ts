@@ -24,12 +24,12 @@
  */
 import type { EdgeConfig } from "../config/config.ts";
 import { namespacedLocalHash, namespacedLocalHashes, namespaceTag, type NamespaceTag } from "../blocks/block-hash.ts";
+import { bytesToBase64url } from "../util/base64url.ts";
+import { hmacSha256 } from "../util/hmac.ts";
+import { SecretMemo } from "../util/secret-memo.ts";
 
-const encoder = new TextEncoder();
 /** Salts computed in this isolate (bounded: client networks are many; cleared when full). */
-const memo = new Map<string, Promise<string>>();
-let memoSecret: string | null = null;
-const MEMO_MAX = 4096;
+const salts = new SecretMemo(4096, async (secret, message) => bytesToBase64url(await hmacSha256(secret, message)));
 
 /**
  * Whose cache a request uses: an API key's tenant, the admin callers, the anonymous callers of one
@@ -51,17 +51,7 @@ export function cacheSaltFor(config: Pick<EdgeConfig, "kvSharing" | "relaySecret
   // Without the pool secret no worker can register, so there is nothing to isolate from.
   const secret = config.relaySecret;
   if (!secret) return Promise.resolve(null);
-  const message = JSON.stringify(["kvedge-cache-salt-v1", tenant, input.adapter]);
-  if (memoSecret !== secret || memo.size >= MEMO_MAX) {
-    memo.clear();
-    memoSecret = secret;
-  }
-  let salt = memo.get(message);
-  if (!salt) {
-    salt = hmacBase64url(secret, message);
-    memo.set(message, salt);
-  }
-  return salt;
+  return salts.get(secret, JSON.stringify(["kvedge-cache-salt-v1", tenant, input.adapter]));
 }
 
 /** The tenant's part of the salt message: API-key tenants keep the key itself (their salts predate the others). */
@@ -119,12 +109,4 @@ export function namespacedHashes(ns: RoutingNamespace, plainHashes: readonly big
  */
 export function namespacedItemHash(hash: bigint, tag: NamespaceTag): bigint {
   return tag === null ? hash : namespacedLocalHash(hash, tag);
-}
-
-async function hmacBase64url(secret: string, message: string): Promise<string> {
-  const key = await crypto.subtle.importKey("raw", encoder.encode(secret), { name: "HMAC", hash: "SHA-256" }, false, ["sign"]);
-  const mac = new Uint8Array(await crypto.subtle.sign("HMAC", key, encoder.encode(message)));
-  let bin = "";
-  for (const b of mac) bin += String.fromCharCode(b);
-  return btoa(bin).replace(/\+/g, "-").replace(/\//g, "_").replace(/=+$/, "");
 }

@@ -15,19 +15,16 @@
  */
 import type { WorkerAuthConfig } from "../config/config.ts";
 import { bytesToHex } from "../util/hex.ts";
+import { hmacSha256 } from "../util/hmac.ts";
+import { SecretMemo } from "../util/secret-memo.ts";
 
-const encoder = new TextEncoder();
 /** Derived keys of this isolate, by secret and URL (bounded: workers are registered by operators). */
-const derived = new Map<string, Promise<string>>();
-let derivedSecret: string | null = null;
-const DERIVED_MAX = 4096;
+const derived = new SecretMemo(4096, deriveWorkerApiKey);
 
 /** The SGLang `--api-key` the edge uses for the worker at `workerUrl` (normalized), derived from `secret`. */
 export async function deriveWorkerApiKey(secret: string, workerUrl: string): Promise<string> {
   if (secret.length === 0) throw new RangeError("worker key secret must not be empty");
-  const key = await crypto.subtle.importKey("raw", encoder.encode(secret), { name: "HMAC", hash: "SHA-256" }, false, ["sign"]);
-  const mac = await crypto.subtle.sign("HMAC", key, encoder.encode(JSON.stringify(["kvedge-worker-api-key-v1", workerUrl])));
-  return `kvw1-${bytesToHex(new Uint8Array(mac))}`;
+  return `kvw1-${bytesToHex(await hmacSha256(secret, JSON.stringify(["kvedge-worker-api-key-v1", workerUrl])))}`;
 }
 
 /** The worker's key: the explicit one, else the derived one, else null. */
@@ -36,16 +33,7 @@ export function workerApiKey(auth: WorkerAuthConfig, workerUrl: string): Promise
   if (explicit !== undefined) return Promise.resolve(explicit);
   const secret = auth.keySecret;
   if (secret === null) return Promise.resolve(null);
-  if (derivedSecret !== secret || derived.size >= DERIVED_MAX) {
-    derived.clear();
-    derivedSecret = secret;
-  }
-  let k = derived.get(workerUrl);
-  if (!k) {
-    k = deriveWorkerApiKey(secret, workerUrl);
-    derived.set(workerUrl, k);
-  }
-  return k;
+  return derived.get(secret, workerUrl);
 }
 
 /**

@@ -15,7 +15,9 @@
  *    own clock, and the pool's index accepts each nonce once.
  * WebCrypto only (`crypto.subtle`, `crypto.getRandomValues`): runs in workerd and Node 22 alike.
  */
+import { bytesToBase64url } from "../util/base64url.ts";
 import { bytesToHex, hexToBytes } from "../util/hex.ts";
+import { hmacSha256 } from "../util/hmac.ts";
 import { stripTrailing } from "../util/strip-trailing.ts";
 
 export const RELAY_TOKEN_VERSION = "v3";
@@ -31,18 +33,8 @@ const KEY_HEX = /^[0-9a-f]{64}$/;
 /** After `v3.<keyId>.<workerId>.`: the URL (2048 characters at most, base64url), time, nonce, MAC. */
 const TAIL = /^([A-Za-z0-9_-]{1,2731})\.(\d{1,12})\.([A-Za-z0-9_-]{16,64})\.([0-9a-f]{64})$/;
 
-async function hmacKey(secret: string, usage: "sign" | "verify"): Promise<CryptoKey> {
-  return crypto.subtle.importKey("raw", encoder.encode(secret), { name: "HMAC", hash: "SHA-256" }, false, [usage]);
-}
-
 async function hmacHex(secret: string, message: string): Promise<string> {
-  return bytesToHex(new Uint8Array(await crypto.subtle.sign("HMAC", await hmacKey(secret, "sign"), encoder.encode(message))));
-}
-
-function base64url(bytes: Uint8Array): string {
-  let bin = "";
-  for (const x of bytes) bin += String.fromCharCode(x);
-  return btoa(bin).replace(/\+/g, "-").replace(/\//g, "_").replace(/=+$/, "");
+  return bytesToHex(await hmacSha256(secret, message));
 }
 
 /** base64url (no padding) → UTF-8 text, or null when it is not valid UTF-8. */
@@ -123,7 +115,7 @@ export interface RelayKeyRecord extends RelayKeyBinding, RelayKeyGrant {
 
 /** 128 random bits, base64url without padding (22 characters). */
 export function newRelayKeyId(): string {
-  return base64url(crypto.getRandomValues(new Uint8Array(16)));
+  return bytesToBase64url(crypto.getRandomValues(new Uint8Array(16)));
 }
 
 /** The relay key of `binding` (64 lower-case hex digits). Edge only: needs the pool secret. */
@@ -151,7 +143,7 @@ function signedMessage(keyId: string, workerId: string, url64: string, issuedAt:
 
 /** 128 random bits, base64url without padding (22 characters). */
 export function newRelayNonce(): string {
-  return base64url(crypto.getRandomValues(new Uint8Array(16)));
+  return bytesToBase64url(crypto.getRandomValues(new Uint8Array(16)));
 }
 
 export interface MintOptions {
@@ -173,7 +165,7 @@ export async function mintRelayToken(credential: string, workerId: string, audie
   const nonce = opts.nonce ?? newRelayNonce();
   if (!NONCE.test(nonce)) throw new RangeError("nonce must be 16-64 characters of [A-Za-z0-9_-]");
   if (opts.url.length > 2048) throw new RangeError("worker URL longer than 2048 characters");
-  const url64 = base64url(encoder.encode(opts.url));
+  const url64 = bytesToBase64url(encoder.encode(opts.url));
   const mac = await hmacHex(cred.key, signedMessage(cred.keyId, workerId, url64, issuedAt, nonce, audience));
   return `${RELAY_TOKEN_VERSION}.${cred.keyId}.${workerId}.${url64}.${issuedAt}.${nonce}.${mac}`;
 }
@@ -261,7 +253,7 @@ export async function checkRelayToken(
   if (t.issuedAt > expect.nowSeconds + skew) return { ok: false, reason: "not_yet_valid" };
   const ok = await crypto.subtle.verify(
     "HMAC",
-    await hmacKey(key.key, "verify"),
+    await crypto.subtle.importKey("raw", encoder.encode(key.key), { name: "HMAC", hash: "SHA-256" }, false, ["verify"]),
     hexToBytes(t.mac)!, // TAIL matched 64 hex digits
     encoder.encode(signedMessage(key.keyId, expect.workerId, t.url64, t.issuedAt, t.nonce, expect.audience)),
   );
