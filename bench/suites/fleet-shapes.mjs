@@ -17,26 +17,19 @@ import { barChart } from "../lib/svg.mjs";
 
 const TRACE_NAMES = ["agent", "chat"];
 
+/** The quick and full runs' fleet: they differ in sessions only. */
+const EIGHT_GPUS = {
+  gpus: 8,
+  shapes: [{ prefill: 4, decode: 4 }, { prefill: 2, decode: 6 }, { prefill: 6, decode: 2 }],
+  bandwidths: [10, 25, 50],
+  dp: { workers: 2, ranks: 4 },
+  seeds: [1, 2, 3],
+  startWindowS: { agent: 30, chat: 60 },
+};
 const SIZES = {
   tiny: { gpus: 2, shapes: [{ prefill: 1, decode: 1 }], bandwidths: [25], dp: { workers: 2, ranks: 2 }, seeds: [1], sessions: { agent: 2, chat: 20 }, startWindowS: { agent: 30, chat: 60 } },
-  quick: {
-    gpus: 8,
-    shapes: [{ prefill: 4, decode: 4 }, { prefill: 2, decode: 6 }, { prefill: 6, decode: 2 }],
-    bandwidths: [10, 25, 50],
-    dp: { workers: 2, ranks: 4 },
-    seeds: [1, 2, 3],
-    sessions: { agent: 6, chat: 150 },
-    startWindowS: { agent: 30, chat: 60 },
-  },
-  full: {
-    gpus: 8,
-    shapes: [{ prefill: 4, decode: 4 }, { prefill: 2, decode: 6 }, { prefill: 6, decode: 2 }],
-    bandwidths: [10, 25, 50],
-    dp: { workers: 2, ranks: 4 },
-    seeds: [1, 2, 3],
-    sessions: { agent: 12, chat: 300 },
-    startWindowS: { agent: 30, chat: 60 },
-  },
+  quick: { ...EIGHT_GPUS, sessions: { agent: 6, chat: 150 } },
+  full: { ...EIGHT_GPUS, sessions: { agent: 12, chat: 300 } },
 };
 
 const shapeName = (s) => (s.unified !== undefined ? `${s.unified} unified` : `${s.prefill}P+${s.decode}D`);
