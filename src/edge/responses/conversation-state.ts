@@ -24,7 +24,8 @@ import type { ModelConfig } from "../../config/config.ts";
 import type { MediaPart } from "../../prompt/messages.ts";
 import { sharedPrefixCache, type PrefixCache } from "../../prompt/prefix-cache.ts";
 import { getQwenTokenizer } from "../../prompt/tokenizer/index.ts";
-import { sharedTurnChain, type StablePrefix, type TurnChainCache } from "../../prompt/turn-chain.ts";
+import { scanBodyLayout, sharedTurnChain, type StablePrefix, type TurnChainCache } from "../../prompt/turn-chain.ts";
+import { ownString } from "../../util/own-string.ts";
 import { mediaOptionsAt } from "./stored-media.ts";
 
 const count = z.number().int().min(0);
@@ -195,12 +196,14 @@ function tokensHold(text: string, tokens: NonNullable<ConversationState["tokens"
 
 /**
  * Seeds the isolate's turn chain and prefix cache with `state`, the state of the conversation whose
- * messages are `history` (without instructions). Nothing is seeded for another model's template or
- * block size; whether a request uses the entries is decided by the caches (exact text comparison),
- * and a `checkRate` share of the stored rendered text (the turn chain's check on a hit) and of the
- * stored tokens (encoded whole here before seeding) is compared with the full path's.
+ * messages are `history` (without instructions), continued by the chat body `chatBody` (its JSON
+ * text: the instructions' system message, then `history`, then the new input). Nothing is seeded for
+ * another model's template or block size; whether a request uses the entries is decided by the
+ * caches (exact text comparison), and a `checkRate` share of the stored rendered text (the turn
+ * chain's check on a hit) and of the stored tokens (encoded whole here before seeding) is compared
+ * with the full path's.
  */
-export function hydrate(state: ConversationState, history: readonly ChatMessage[], model: ModelConfig, opts: HydrateOptions): void {
+export function hydrate(state: ConversationState, history: readonly ChatMessage[], chatBody: string, model: ModelConfig, opts: HydrateOptions): void {
   if (!state.scope.startsWith(`${model.family}\u0000${model.templateId}\u0000`)) return;
   const messages = [...leadOf(state.instructions), ...history];
   if (state.messages > messages.length) return;
@@ -210,11 +213,11 @@ export function hydrate(state: ConversationState, history: readonly ChatMessage[
     if (part === null) return;
     media.push(part);
   }
-  // The JSON text these messages have in the chat body the handler builds (JSON.stringify, no spaces).
-  const raw = messages
-    .slice(0, state.messages)
-    .map((m) => JSON.stringify(m))
-    .join(",");
+  // The JSON text these messages have in the chat body, read from it (not written again); a copy, so
+  // the chain does not keep the whole body.
+  const layout = scanBodyLayout(chatBody);
+  if (!layout || layout.messages.length < state.messages) return;
+  const raw = state.messages === 0 ? "" : ownString(chatBody.slice(layout.messagesOpen, layout.messages[state.messages - 1]![1]));
   const turnChain = opts.turnChain ?? sharedTurnChain();
   // Already held: this isolate served the conversation, and its prefix cache holds a longer prefix than the stored one.
   if (!turnChain.seed({ scope: state.scope, messages: state.messages, text: state.text, media, dropped: state.dropped, images: state.images, videos: state.videos }, raw)) return;

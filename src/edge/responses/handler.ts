@@ -94,10 +94,11 @@ async function createResponse(request: Request, deps: ResponsesDeps): Promise<Re
   }
   const input = inputToMessages(req.input);
   const chatBody = toChatRequest(req, history, input);
+  const chatText = JSON.stringify(chatBody);
   const { model } = resolveModel(deps.config, req.model);
   // Another isolate served the earlier turns: their prompt state comes from the store, not from re-rendering
   // (other instructions render another prefix: nothing to seed).
-  if (state !== null && state.instructions === (req.instructions ?? null)) hydrate(state, history, model, { checkRate: deps.config.turnCheckRate });
+  if (state !== null && state.instructions === (req.instructions ?? null)) hydrate(state, history, chatText, model, { checkRate: deps.config.turnCheckRate });
   /** The stable prefix the turn chain holds for this request once its prompt is prepared, and this turn's verified media. */
   let stable: StablePrefix | null = null;
   let turnItems: StoredMedia[] = [];
@@ -112,7 +113,7 @@ async function createResponse(request: Request, deps: ResponsesDeps): Promise<Re
   const headers = new Headers(request.headers);
   headers.set("content-type", "application/json");
   headers.delete("content-length");
-  const chatRequest = new Request(request.url, { method: "POST", headers, body: JSON.stringify(chatBody), signal: request.signal });
+  const chatRequest = new Request(request.url, { method: "POST", headers, body: chatText, signal: request.signal });
   let worker: string | null = null;
   const index = (model: string, shard?: number): IndexClient => {
     const inner = deps.index(model, shard);

@@ -91,7 +91,7 @@ function converse(model: ModelConfig, opts: { withImage: boolean; checkRate: num
     if (state !== null) {
       if (opts.tamper) state.text = state.text.replace("w", "W");
       if (opts.tamperTokens && state.tokens) state.tokens.hashes[0] = state.tokens.hashes[0]! ^ 1n;
-      hydrate(state, history, model, { checkRate: opts.checkRate, turnChain, prefixCache, onMismatch: (d) => mismatches.push(d) });
+      hydrate(state, history, body, model, { checkRate: opts.checkRate, turnChain, prefixCache, onMismatch: (d) => mismatches.push(d) });
     }
     const renderedBefore = turnChain.renderedChars;
     const prompt = turnChain.prepare(chatReq, body, profile);
