@@ -277,7 +277,7 @@ function walkPath(frames: readonly WalkFrame[], child: number): PathKey[] {
  * value; the path is rebuilt from the frames only for the error. Order as a stack walk: a
  * container's own keys and strings first, then its child containers from the last to the first.
  */
-function checkStrings(root: unknown): void {
+export function checkStrings(root: unknown): void {
   if (typeof root !== "object" || root === null) return;
   const frames: WalkFrame[] = [walkFrame(root)];
   while (frames.length > 0) {

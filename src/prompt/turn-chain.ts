@@ -720,18 +720,25 @@ export class TurnChainCache {
    * Seeds an entry from a stable prefix computed elsewhere (a stored response, written by the edge
    * itself) and `raw`, the JSON text of its messages as a request's `messages` array holds them
    * (elements joined by commas, no brackets). It is used like any entry: only by a request whose
-   * scope and raw text equal these, and sampled hits are rendered whole and compared. False when
-   * not added (already held, or too large).
+   * scope and raw text equal these, and sampled hits are rendered whole and compared. `validated`:
+   * its messages as the chat parse validates them and their tally in a body holding `raw`, so the
+   * first request's parse reads only its new messages (a sampled share is parsed whole and compared).
+   * False when not added (already held, or too large).
    */
-  seed(prefix: StablePrefix, raw: string): boolean {
+  seed(prefix: StablePrefix, raw: string, validated: { messages: readonly ChatMessage[]; tally: MessagesTally } | null = null): boolean {
     const rawEnd = raw.length;
     const key = this.key(xxh3_64(this.encoder.encode(prefix.scope)), prefix.messages, raw, 0, rawEnd);
     const known = this.buckets.get(key)?.some((n) => n.messages === prefix.messages && n.rawEnd === rawEnd && n.scope === prefix.scope && rawMatches(chainOf(n), raw, 0));
     if (known) return false;
-    const escaped = escapedChunks(prefix.text, rawLiterals(raw));
-    const bytes = nodeBytes({ raw, text: prefix.text, scope: prefix.scope, escapedOwnChars: escaped.ownChars, escapedChunks: escaped.chunks.length, parsed: null, parts: prefix.media.length + prefix.dropped.length, dataUrls: 0 });
+    const literals = rawLiterals(raw);
+    const escaped = escapedChunks(prefix.text, literals);
+    const usable = validated !== null && validated.messages.length === prefix.messages && validated.tally.messages === prefix.messages;
+    const shared = usable ? shareStrings(validated.messages, literals, prefix.text) : null;
+    const parsed = shared ? deepFreeze(shared.parsed) : null;
+    const tally = parsed ? validated!.tally : null;
+    const bytes = nodeBytes({ raw, text: prefix.text, scope: prefix.scope, escapedOwnChars: escaped.ownChars, escapedChunks: escaped.chunks.length, parsed: shared?.shared ?? null, parts: prefix.media.length + prefix.dropped.length, dataUrls: tally?.dataUrls.length ?? 0 });
     if (bytes > this.maxBytes / 4) return false;
-    this.insert({ parent: null, key, scope: prefix.scope, raw, rawEnd, text: prefix.text, messages: prefix.messages, provisional: false, media: prefix.media, dropped: prefix.dropped, images: prefix.images, videos: prefix.videos, escaped: escaped.chunks, parsed: null, tally: null, holders: 0, bytes });
+    this.insert({ parent: null, key, scope: prefix.scope, raw, rawEnd, text: prefix.text, messages: prefix.messages, provisional: false, media: prefix.media, dropped: prefix.dropped, images: prefix.images, videos: prefix.videos, escaped: escaped.chunks, parsed, tally, holders: 0, bytes });
     return true;
   }
 

@@ -18,6 +18,8 @@
  * positions; their URLs and options are read back from the stored messages, so a data URL is kept once.
  */
 import { z } from "zod";
+import { MessageSchema, type ChatCompletionRequest } from "../../api/openai-schema.ts";
+import { checkStrings, tallyMessages, type MessagesTally } from "../../api/validate.ts";
 import { localBlockHashesOfParts } from "../../blocks/block-hash.ts";
 import type { ChatMessage } from "../../api/responses-schema.ts";
 import type { ModelConfig } from "../../config/config.ts";
@@ -63,6 +65,7 @@ export const PromptPieceSchema = z.object({
 export type PromptPiece = z.infer<typeof PromptPieceSchema>;
 
 type MediaRef = z.infer<typeof MediaRefSchema>;
+type ValidatedMessage = ChatCompletionRequest["messages"][number];
 
 /** A conversation's assembled state: what seeds the caches. */
 export interface ConversationState {
@@ -175,6 +178,26 @@ function leadOf(instructions: string | null): ChatMessage[] {
   return instructions ? [{ role: "system", content: instructions }] : [];
 }
 
+/**
+ * The stored messages as the chat parse validates them (the same schema and string checks) with
+ * their tally at `spans` of `chatBody`, so the continuation parses only its new items; null when
+ * any is refused (the parse then reads them and answers the error).
+ */
+function validatedMessages(messages: readonly ChatMessage[], chatBody: string, spans: readonly [number, number][]): { messages: ValidatedMessage[]; tally: MessagesTally } | null {
+  try {
+    checkStrings(messages);
+  } catch {
+    return null;
+  }
+  const out: ValidatedMessage[] = [];
+  for (const m of messages) {
+    const v = MessageSchema.safeParse(m);
+    if (!v.success) return null;
+    out.push(v.data);
+  }
+  return { messages: out, tally: tallyMessages(chatBody, spans, out) };
+}
+
 export interface HydrateOptions {
   /** Share of seeds whose tokens are also encoded whole and compared first (the edge passes KVEDGE_TURN_CHECK_RATE). */
   checkRate: number;
@@ -217,10 +240,12 @@ export function hydrate(state: ConversationState, history: readonly ChatMessage[
   // the chain does not keep the whole body.
   const layout = scanBodyLayout(chatBody);
   if (!layout || layout.messages.length < state.messages) return;
-  const raw = state.messages === 0 ? "" : ownString(chatBody.slice(layout.messagesOpen, layout.messages[state.messages - 1]![1]));
+  const spans = layout.messages.slice(0, state.messages);
+  const raw = state.messages === 0 ? "" : ownString(chatBody.slice(layout.messagesOpen, spans[state.messages - 1]![1]));
   const turnChain = opts.turnChain ?? sharedTurnChain();
   // Already held: this isolate served the conversation, and its prefix cache holds a longer prefix than the stored one.
-  if (!turnChain.seed({ scope: state.scope, messages: state.messages, text: state.text, media, dropped: state.dropped, images: state.images, videos: state.videos }, raw)) return;
+  const prefix = { scope: state.scope, messages: state.messages, text: state.text, media, dropped: state.dropped, images: state.images, videos: state.videos };
+  if (!turnChain.seed(prefix, raw, validatedMessages(messages.slice(0, state.messages), chatBody, spans))) return;
   const tokens = state.tokens;
   if (!tokens || tokens.blockSize !== model.blockSize) return;
   if (opts.checkRate > 0 && (opts.random ?? Math.random)() < opts.checkRate && !tokensHold(state.text, tokens, model)) {

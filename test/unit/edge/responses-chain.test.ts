@@ -14,6 +14,7 @@ import { DEFAULT_LIMITS } from "../../../src/api/limits.ts";
 import { inputToMessages, ResponseCreateSchema, toChatRequest, type ChatMessage, type InputItem } from "../../../src/api/responses-schema.ts";
 import { localBlockHashes } from "../../../src/blocks/block-hash.ts";
 import { ModelConfigSchema, type ModelConfig } from "../../../src/config/config.ts";
+import type { ParseWork } from "../../../src/api/validate.ts";
 import { parseChatBody } from "../../../src/edge/chat/parse.ts";
 import { MAX_STORED_RECORD_BYTES } from "../../../src/edge/responses/stored-response.ts";
 import { assembleState, hydrate, nextPiece, PromptPieceSchema, type PromptPiece } from "../../../src/edge/responses/conversation-state.ts";
@@ -74,7 +75,7 @@ function converse(model: ModelConfig, opts: { withImage: boolean; checkRate: num
   const records: Stored[] = [];
   /** Each record's stored size (its messages and prompt piece as JSON). */
   const recordBytes: number[] = [];
-  const perTurn: { rendered: number; encoded: number; reusedTokens: number; tokens: number; promptChars: number; reusedMessages: number; mismatches: number; seeded: { messages: number; chars: number; media: number; tokens: number | null } | null }[] = [];
+  const perTurn: { rendered: number; encoded: number; reusedTokens: number; tokens: number; promptChars: number; reusedMessages: number; validatedMessages: number; messages: number; mismatches: number; seeded: { messages: number; chars: number; media: number; tokens: number | null } | null }[] = [];
   for (const [i, turn] of (opts.turns ?? TURNS).entries()) {
     const input = opts.withImage ? turn.input : turn.input.map(withoutImages);
     const req = ResponseCreateSchema.parse({ model: model.id, instructions: INSTRUCTIONS, input, tools: TOOLS });
@@ -82,7 +83,6 @@ function converse(model: ModelConfig, opts: { withImage: boolean; checkRate: num
     const state = assembleState(records.map((r) => (r.prompt === null ? null : PromptPieceSchema.parse(r.prompt))));
     const inputMessages = inputToMessages(req.input);
     const body = JSON.stringify(toChatRequest(req, history, inputMessages));
-    const chatReq = parseChatBody(body, DEFAULT_LIMITS);
 
     // A fresh isolate: nothing cached but what the store seeds.
     const mismatches: unknown[] = [];
@@ -93,8 +93,13 @@ function converse(model: ModelConfig, opts: { withImage: boolean; checkRate: num
       if (opts.tamperTokens && state.tokens) state.tokens.hashes[0] = state.tokens.hashes[0]! ^ 1n;
       hydrate(state, history, body, model, { checkRate: opts.checkRate, turnChain, prefixCache, onMismatch: (d) => mismatches.push(d) });
     }
+    // The parse stage as the edge runs it: the messages the seeded entry holds are not read again.
+    const found = turnChain.find(body, profile);
+    const work: ParseWork = { parsedChars: 0, validatedMessages: 0 };
+    const chatReq = parseChatBody(body, DEFAULT_LIMITS, { reuse: turnChain.reusedMessages(found), layout: found?.layout ?? null, work });
+    expect(JSON.stringify(chatReq), `turn ${i}`).toBe(JSON.stringify(parseChatBody(body, DEFAULT_LIMITS)));
     const renderedBefore = turnChain.renderedChars;
-    const prompt = turnChain.prepare(chatReq, body, profile);
+    const prompt = turnChain.prepare(chatReq, body, profile, { found, validated: true });
     const rendered = turnChain.renderedChars - renderedBefore;
     const encoded = prefixCache.encode(tok, prompt.text, model.blockSize);
 
@@ -113,6 +118,8 @@ function converse(model: ModelConfig, opts: { withImage: boolean; checkRate: num
       tokens: ids.length,
       promptChars: full.text.length,
       reusedMessages: prompt.reusedMessages ?? 0,
+      validatedMessages: work.validatedMessages,
+      messages: chatReq.messages.length,
       mismatches: mismatches.length,
       seeded: state === null ? null : { messages: state.messages, chars: state.text.length, media: state.media.length, tokens: state.tokens?.count ?? null },
     });
@@ -145,6 +152,8 @@ describe("stored conversations continue in a fresh isolate from their stored pro
           // The seeded entry was used: everything before the previous turn's query came from the store.
           expect(t.seeded, `turn ${i}`).not.toBeNull();
           expect(t.reusedMessages, `turn ${i}`).toBe(t.seeded!.messages);
+          // Nor were they parsed: only the messages after the stored prefix were validated.
+          expect(t.validatedMessages, `turn ${i}`).toBe(t.messages - t.seeded!.messages);
           if (t.seeded!.media === 0) {
             // And its tokens: only what follows the stored prefix was encoded.
             expect(t.reusedTokens, `turn ${i}`).toBe(t.seeded!.tokens);
