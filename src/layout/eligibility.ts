@@ -5,7 +5,7 @@
 import { parseWorkerContract, type WorkerContract } from "./contract.ts";
 import { cohortDigest, contractDigest } from "./digest.ts";
 import { ineligible, type Ineligible } from "./eligibility-reasons.ts";
-import { expandPrompt, mmHashesInSglangOrder, type ItemSpan } from "./expand.ts";
+import { expandPrompt, mmHashesInSglangOrder, type ExpandItem, type ItemSpan } from "./expand.ts";
 import type { EncodeText, LayoutPiece, Modality } from "./layout.ts";
 import { layoutImageItem, layoutVideoItem, type ImageProbe, type VideoProbe } from "./media-layout.ts";
 import { mmHashHex, padValueFromMmHash } from "./pad-value.ts";
@@ -99,6 +99,35 @@ export function routedItem(contract: WorkerContract, it: MediaItem): RoutedItem 
   return { ok: true, modality: it.modality, pieces: r.pieces, mmHash, padValue: padValueFromMmHash(mmHash) };
 }
 
+/** The items of a view, routed: what expansion takes, and the request's `mm_hashes` and pad values. */
+export interface ViewItems {
+  ok: true;
+  expandItems: ExpandItem[];
+  mmHashes: string[];
+  padValues: number[];
+}
+
+/**
+ * Each resolved item's routed form for the view (prompt order), or the first reason one has none.
+ * `route` gives each item's routed form (routedItem, or a memo of it).
+ */
+export function routeViewItems(
+  contract: WorkerContract,
+  items: readonly MediaItem[],
+  route: (it: MediaItem, index: number) => RoutedItem | Ineligible = (it) => routedItem(contract, it),
+): ViewItems | Ineligible {
+  if (!contract.acceptsMmHashes) return ineligible("worker_rejects_mm_hashes", "worker cannot take caller mm_hashes");
+  const expandItems: ExpandItem[] = [];
+  const hashes: { modality: Modality; mmHash: string }[] = [];
+  for (const [i, it] of items.entries()) {
+    const r = route(it, i);
+    if (!r.ok) return it.hash === null || it.probe === null ? r : { ...r, item: i };
+    expandItems.push({ modality: r.modality, pieces: r.pieces, padValue: r.padValue });
+    hashes.push({ modality: r.modality, mmHash: r.mmHash });
+  }
+  return { ok: true, expandItems, mmHashes: mmHashesInSglangOrder(hashes), padValues: expandItems.map((e) => e.padValue) };
+}
+
 /**
  * Builds the routing token view for a templated prompt whose media items (prompt order) have been
  * resolved. Any failed rule returns the reason; the caller then routes on the text prefix and does
@@ -111,23 +140,10 @@ export function buildRoutingView(
   encode: EncodeText,
   route: (it: MediaItem, index: number) => RoutedItem | Ineligible = (it) => routedItem(contract, it),
 ): RoutingView | Ineligible {
-  if (!contract.acceptsMmHashes) return ineligible("worker_rejects_mm_hashes", "worker cannot take caller mm_hashes");
-  const expandItems: { modality: Modality; pieces: readonly LayoutPiece[]; padValue: number }[] = [];
-  const hashes: { modality: Modality; mmHash: string }[] = [];
-  for (const [i, it] of items.entries()) {
-    const r = route(it, i);
-    if (!r.ok) return it.hash === null || it.probe === null ? r : { ...r, item: i };
-    expandItems.push({ modality: r.modality, pieces: r.pieces, padValue: r.padValue });
-    hashes.push({ modality: r.modality, mmHash: r.mmHash });
-  }
-  const ex = expandPrompt(templateTokens, expandItems, contract.tokenIds, encode);
+  const routed = routeViewItems(contract, items, route);
+  if (!routed.ok) return routed;
+  const ex = expandPrompt(templateTokens, routed.expandItems, contract.tokenIds, encode);
   if (!ex.ok) return ineligible(ex.reason, ex.detail);
   if (ex.tokens.length > MAX_ROUTING_TOKENS) return ineligible("too_many_tokens", `${ex.tokens.length} routing tokens`);
-  return {
-    ok: true,
-    tokens: ex.tokens,
-    spans: ex.spans,
-    mmHashes: mmHashesInSglangOrder(hashes),
-    padValues: expandItems.map((e) => e.padValue),
-  };
+  return { ok: true, tokens: ex.tokens, spans: ex.spans, mmHashes: routed.mmHashes, padValues: routed.padValues };
 }

@@ -37,15 +37,52 @@ export function expandPrompt(
   encode: EncodeText,
   opts: ExpandOptions = {},
 ): ExpandResult {
-  const n = templateTokens.length;
+  // With no tokens outside, a triplet cannot cross an edge: the first or last token as a placeholder is a mismatch.
+  const r = expandPiece(templateTokens, items, 0, ids, encode, { base: 0, prev: undefined, next: undefined }, opts);
+  if (!r.ok) return { ok: false, reason: "placeholder_mismatch", detail: r.detail };
+  const count = itemCountMismatch(r.items, items.length);
+  return count ?? { ok: true, tokens: r.tokens, spans: r.spans };
+}
+
+/** Where a piece of the template tokens sits: its first token's position, and the tokens just before and after it. */
+export interface PieceEdges {
+  base: number;
+  prev: number | undefined;
+  next: number | undefined;
+}
+
+export type PieceExpansion =
+  | { ok: true; tokens: Uint32Array; spans: ItemSpan[]; /** Items its placeholders took. */ items: number }
+  | { ok: false; reason: "placeholder_mismatch"; detail: string }
+  /** A triplet lies across the piece's edge: expand the pieces joined instead. */
+  | { ok: false; reason: "piece_edge"; detail: string };
+
+/**
+ * expandPrompt for one piece of the template tokens, its placeholders taking items from `firstItem`
+ * on (spans: positions within the piece's output, item indices into `items`). The pieces of a
+ * template expanded in order, then itemCountMismatch on the items they took, give expandPrompt's
+ * tokens or its first mismatch (a placeholder's neighbours across a piece's edge are `edges`), unless
+ * a triplet crosses an edge ("piece_edge").
+ */
+export function expandPiece(
+  piece: ArrayLike<number>,
+  items: readonly ExpandItem[],
+  firstItem: number,
+  ids: VisionTokenIds,
+  encode: EncodeText,
+  edges: PieceEdges,
+  opts: ExpandOptions = {},
+): PieceExpansion {
+  const n = piece.length;
+  const at = (i: number): number | undefined => (i < 0 ? edges.prev : i >= n ? edges.next : piece[i]);
   const placeholders: number[] = [];
   for (let i = 0; i < n; i++) {
-    const t = templateTokens[i]!;
+    const t = piece[i]!;
     if (t !== ids.imagePad && t !== ids.videoPad) continue;
-    const k = placeholders.length;
+    const k = firstItem + placeholders.length;
     const modality: Modality = t === ids.imagePad ? "image" : "video";
-    if (templateTokens[i - 1] !== ids.visionStart || templateTokens[i + 1] !== ids.visionEnd) {
-      return { ok: false, reason: "placeholder_mismatch", detail: `${modality} placeholder at ${i} is not inside vision_start/vision_end` };
+    if (at(i - 1) !== ids.visionStart || at(i + 1) !== ids.visionEnd) {
+      return { ok: false, reason: "placeholder_mismatch", detail: `${modality} placeholder at ${edges.base + i} is not inside vision_start/vision_end` };
     }
     const item = items[k];
     if (!item) return { ok: false, reason: "placeholder_mismatch", detail: `more placeholders than media items (${k + 1} > ${items.length})` };
@@ -54,27 +91,33 @@ export function expandPrompt(
     }
     placeholders.push(i);
   }
-  if (placeholders.length !== items.length) {
-    return { ok: false, reason: "placeholder_mismatch", detail: `${placeholders.length} placeholders for ${items.length} media items` };
+  // A triplet across the piece's edge (its vision_start or vision_end outside): its tokens are not all here.
+  if (placeholders.length > 0 && (placeholders[0]! === 0 || placeholders.at(-1)! === n - 1)) {
+    return { ok: false, reason: "piece_edge", detail: `placeholder at ${edges.base + (placeholders[0] === 0 ? 0 : n - 1)}` };
   }
-  let total = n - 3 * items.length;
-  const counts = items.map((it) => layoutTokenCount(it.pieces, encode));
-  for (const c of counts) total += c;
+  let total = n - 3 * placeholders.length;
+  for (let j = 0; j < placeholders.length; j++) total += layoutTokenCount(items[firstItem + j]!.pieces, encode);
   const out = new Uint32Array(total);
   const spans: ItemSpan[] = [];
   let src = 0;
   let o = 0;
-  for (let k = 0; k < items.length; k++) {
-    const at = placeholders[k]! - 1; // the triplet's vision_start
-    for (; src < at; src++) out[o++] = templateTokens[src]!;
+  for (let j = 0; j < placeholders.length; j++) {
+    const start3 = placeholders[j]! - 1; // the triplet's vision_start
+    for (; src < start3; src++) out[o++] = piece[src]!;
+    const k = firstItem + j;
     const item = items[k]!;
     const start = o;
     o = writeLayout(out, o, item.pieces, ids, encode, opts.fill === "token_id" ? "token_id" : { padValue: item.padValue });
     spans.push({ item: k, start, end: o });
-    src = at + 3;
+    src = start3 + 3;
   }
-  for (; src < n; src++) out[o++] = templateTokens[src]!;
-  return { ok: true, tokens: out, spans };
+  for (; src < n; src++) out[o++] = piece[src]!;
+  return { ok: true, tokens: out, spans, items: placeholders.length };
+}
+
+/** After the last piece: every item taken by a placeholder, or expandPrompt's count mismatch. */
+export function itemCountMismatch(placeholders: number, items: number): { ok: false; reason: "placeholder_mismatch"; detail: string } | null {
+  return placeholders === items ? null : { ok: false, reason: "placeholder_mismatch", detail: `${placeholders} placeholders for ${items} media items` };
 }
 
 /**

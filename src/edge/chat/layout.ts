@@ -7,8 +7,8 @@ import { InvalidRequestError } from "../../api/errors.ts";
 import type { ChatCompletionRequest } from "../../api/openai-schema.ts";
 import type { EdgeConfig, ModelConfig } from "../../config/config.ts";
 import { localBlockHashes, type NamespaceTag } from "../../blocks/block-hash.ts";
-import { buildRoutingView, requestIneligibility, type RoutingView } from "../../layout/index.ts";
-import { getQwenTokenizer } from "../../prompt/tokenizer/index.ts";
+import { expandPrompt, MAX_ROUTING_TOKENS, requestIneligibility, routeViewItems, type EncodeText, type RoutingView } from "../../layout/index.ts";
+import { getQwenTokenizer, type QwenTokenizer } from "../../prompt/tokenizer/index.ts";
 import { bytesToHex } from "../../util/hex.ts";
 import { mmHashesAllowed } from "../../proxy/generate-request.ts";
 import type { ChatFrontDoor } from "../../routing-index/front-door.ts";
@@ -28,8 +28,17 @@ export interface RoutingPlan {
   fallbackReason: FallbackReason;
   /** Forwarded to SGLang only when the exact layout was built (images first, then videos). */
   mmHashes: string[] | null;
-  /** Exact media routing: the routed sequence (pad-valued) and each item's span (admin explain, tests). */
-  view?: Pick<RoutingView, "tokens" | "spans" | "padValues">;
+  /** Exact media routing: the routed sequence (pad-valued) and each item's span (admin explain, tests), built when read. */
+  readonly view?: Pick<RoutingView, "tokens" | "spans" | "padValues">;
+}
+
+/** A media prompt's template tokens (placeholders not yet expanded), as the prompt-prefix cache gives them. */
+export interface TemplateTokens {
+  readonly length: number;
+  /** In pieces kept across turns (EncodedPrompt.idPieces), or null: then tokens() only. */
+  readonly idPieces: readonly (readonly number[])[] | null;
+  /** All of them in one array (built on demand: O(history)). */
+  tokens(): readonly number[];
 }
 
 export interface MediaLayoutInput {
@@ -39,10 +48,18 @@ export interface MediaLayoutInput {
   /** The pool object (shard 0): its profile names the cohort contract. */
   index: ChatFrontDoor;
   /** Template tokens, media placeholders not yet expanded. */
-  tokens: readonly number[];
+  template: TemplateTokens;
   media: PromptMedia;
   /** The request's cache namespace: item hashes (mm_hashes, pad values) move into it. */
   itemTag: NamespaceTag;
+}
+
+/** One encode function per tokenizer: the layout's memo of text pieces is kept per function (layout.ts memoEncode). */
+const encoders = new WeakMap<QwenTokenizer, EncodeText>();
+function encoderOf(tokenizer: QwenTokenizer): EncodeText {
+  let encode = encoders.get(tokenizer);
+  if (!encode) encoders.set(tokenizer, (encode = (t) => tokenizer.encode(t)));
+  return encode;
 }
 
 /**
@@ -50,9 +67,9 @@ export interface MediaLayoutInput {
  * which case the request routes on its text prefix.
  */
 export async function planMediaRouting(input: MediaLayoutInput): Promise<RoutingPlan> {
-  const { config, req, model, tokens } = input;
+  const { config, req, model, template } = input;
   const tokenizer = getQwenTokenizer(model.family);
-  const fallback = (reason: string) => textPrefixPlan(tokens, model.blockSize, tokenizer.specialIds.visionStart, reason);
+  const fallback = (reason: string) => textPrefixPlan(template.tokens(), model.blockSize, tokenizer.specialIds.visionStart, reason);
   if (!config.exactMedia) return fallback("exact_media_disabled");
   const { partTypes, uuids } = requestShape(req);
   const shape = requestIneligibility({
@@ -67,27 +84,48 @@ export async function planMediaRouting(input: MediaLayoutInput): Promise<Routing
   // Items laid out for earlier turns (this pool's contract, this namespace) are taken as they were.
   const resolved = routeItems(input.media.media, cohort, input.itemTag);
   if (resolved.unresolved) return fallback(resolved.unresolved.reason);
-  const view = buildRoutingView(cohort.contract, tokens, resolved.items, (t) => tokenizer.encode(t), (_, i) => resolved.routed[i]!);
-  if (!view.ok) {
-    // The pool's own processor raises for this item (the transformers resize rules under its
-    // contract, e.g. an aspect ratio above 200): the client's 400 here, naming the part, instead of
-    // an opaque rejection from the worker.
-    if (view.reason === "worker_would_reject" && view.item !== undefined) {
-      const part = input.media.parts[view.item];
-      throw new InvalidRequestError(`The model's processor cannot take this ${part?.kind ?? "media item"}: ${view.detail.replace(/^\w+: worker raises /, "")}.`, part?.param ?? null, "media_unprocessable");
-    }
-    return fallback(view.reason);
-  }
-  // Earlier turns' blocks keep their hashes (and their namespaced forms, per piece): only the new blocks are hashed.
-  const hashed = sharedViewHashes().hashes(view.tokens, model.blockSize, tokenizer.specialIds.imStart, input.itemTag === null ? "" : bytesToHex(input.itemTag));
+  const routed = routeViewItems(cohort.contract, resolved.items, (_, i) => resolved.routed[i]!);
+  if (!routed.ok) return unroutable(routed, fallback, input.media.parts);
+  // Earlier turns' pieces keep their view's block hashes (and their namespaced forms, per piece):
+  // only the new template tokens are expanded and only the new blocks hashed.
+  const encode = encoderOf(tokenizer);
+  const hashed = sharedViewHashes().hashes({
+    pieces: template.idPieces ?? [template.tokens()],
+    items: routed.expandItems,
+    ids: cohort.contract.tokenIds,
+    encode,
+    blockSize: model.blockSize,
+    scope: `${model.family}\u0000${model.blockSize}\u0000${cohort.digest}\u0000${input.itemTag === null ? "" : bytesToHex(input.itemTag)}`,
+  });
+  if (!hashed.ok) return fallback(hashed.reason);
+  if (hashed.length > MAX_ROUTING_TOKENS) return fallback("too_many_tokens");
+  let view: Pick<RoutingView, "tokens" | "spans" | "padValues"> | null = null;
   return {
     localHashes: hashed.localHashes,
     hashPieces: hashed.hashPieces,
-    isl: view.tokens.length,
+    isl: hashed.length,
     fallbackReason: null,
-    mmHashes: view.mmHashes,
-    view: { tokens: view.tokens, spans: view.spans, padValues: view.padValues },
+    mmHashes: routed.mmHashes,
+    get view() {
+      if (view) return view;
+      const ex = expandPrompt(template.tokens(), routed.expandItems, cohort.contract.tokenIds, encode);
+      if (!ex.ok) throw new Error(`view expansion disagrees with its hashes: ${ex.detail}`);
+      return (view = { tokens: ex.tokens, spans: ex.spans, padValues: routed.padValues });
+    },
   };
+}
+
+/**
+ * An item the view cannot take. The pool's own processor raises for it (the transformers resize
+ * rules under its contract, e.g. an aspect ratio above 200): the client's 400 here, naming the part,
+ * instead of an opaque rejection from the worker. Otherwise the text-prefix fallback.
+ */
+function unroutable(why: { reason: string; detail: string; item?: number }, fallback: (reason: string) => RoutingPlan, parts: PromptMedia["parts"]): RoutingPlan {
+  if (why.reason === "worker_would_reject" && why.item !== undefined) {
+    const part = parts[why.item];
+    throw new InvalidRequestError(`The model's processor cannot take this ${part?.kind ?? "media item"}: ${why.detail.replace(/^\w+: worker raises /, "")}.`, part?.param ?? null, "media_unprocessable");
+  }
+  return fallback(why.reason);
 }
 
 /**

@@ -30,8 +30,8 @@ export interface PrepareDeps {
 export interface PreparedRouting {
   model: ModelConfig;
   prompt: RenderedPrompt;
-  /** Template tokens before media expansion (text-only: the routed sequence itself). */
-  tokens: number[];
+  /** Template tokens before media expansion (text-only: the routed sequence itself), built when read. */
+  readonly tokens: number[];
   plan: RoutingPlan;
   /** Media as the worker receives it (verified bytes only), prompt order. */
   media: VerifiedMedia[];
@@ -72,10 +72,20 @@ export async function prepareRouting(
       encodedTokens: encoded.length - encoded.reusedTokens,
     };
   }
-  const tokens = encodeMediaPrompt(prompt, model);
+  const template = encodeMediaPrompt(prompt, model);
   const media = await verifyPromptMedia(prompt, deps, requester, { messages: req.messages, itemTag });
-  const plan = await planMediaRouting({ config: deps.config, req, model, index: deps.index(model.id), tokens, media, itemTag });
+  const plan = await planMediaRouting({ config: deps.config, req, model, index: deps.index(model.id), template, media, itemTag });
   // The worker counts expanded media tokens: exact when the plan is, else the text tokens are a lower bound.
-  checkContextFit(plan.fallbackReason === null ? plan.isl : tokens.length, req, model);
-  return { model, prompt, tokens, plan, media: media.media, encodedTokens: tokens.length };
+  checkContextFit(plan.fallbackReason === null ? plan.isl : template.length, req, model);
+  let ids: number[] | null = null;
+  return {
+    model,
+    prompt,
+    get tokens() {
+      return (ids ??= template.tokens());
+    },
+    plan,
+    media: media.media,
+    encodedTokens: template.length - template.reusedTokens,
+  };
 }

@@ -7,7 +7,7 @@ import type { Limits } from "../../api/limits.ts";
 import type { ChatCompletionRequest } from "../../api/openai-schema.ts";
 import { contextTokensOf, type ModelConfig } from "../../config/config.ts";
 import { preparePrompt } from "../../prompt/index.ts";
-import { sharedPrefixCache } from "../../prompt/prefix-cache.ts";
+import { sharedPrefixCache, type EncodedPrompt } from "../../prompt/prefix-cache.ts";
 import { sharedTurnChain, type ChainedPrompt, type ChainFind } from "../../prompt/turn-chain.ts";
 import { getQwenTokenizer } from "../../prompt/tokenizer/index.ts";
 import { PieceText } from "../../util/piece-text.ts";
@@ -49,14 +49,14 @@ export function promptTextOf(prompt: RenderedPrompt): string | PieceText {
 
 /**
  * A media prompt's template tokens (placeholders not yet expanded), non-empty and shorter than the
- * context. Earlier turns' tokens come from the isolate's prompt-prefix cache (exact: the same ids
- * as encoding the whole text; a media placeholder is three added tokens like any other).
+ * context, in the prompt-prefix cache's pieces (earlier turns' ids are its arrays, not copied; exact:
+ * the same ids as encoding the whole text; a media placeholder is three added tokens like any other).
  */
-export function encodeMediaPrompt(prompt: RenderedPrompt, model: ModelConfig): number[] {
-  const tokens = sharedPrefixCache().encode(getQwenTokenizer(model.family), promptTextOf(prompt), model.blockSize).tokens();
-  if (tokens.length === 0) throw new InvalidRequestError("The prompt is empty.", "messages");
-  checkPromptTokens(tokens.length, model);
-  return tokens;
+export function encodeMediaPrompt(prompt: RenderedPrompt, model: ModelConfig): EncodedPrompt {
+  const encoded = sharedPrefixCache().encode(getQwenTokenizer(model.family), promptTextOf(prompt), model.blockSize);
+  if (encoded.length === 0) throw new InvalidRequestError("The prompt is empty.", "messages");
+  checkPromptTokens(encoded.length, model);
+  return encoded;
 }
 
 /**

@@ -1,148 +1,270 @@
 /**
- * Block hashes of a media request's routed view (template tokens with every media token set to its
- * item's pad value), reusing the earlier turns' blocks: per isolate, the view of each request up to
- * its last `<|im_start|>` (the generation prompt, which the next turn starts with) is kept with its
- * full blocks' local hashes, as the prompt-prefix cache keeps text (src/prompt/prefix-cache.ts).
+ * A media request's routed view (template tokens with each media triplet expanded into its item's
+ * layout, every media token set to the item's pad value) and its block hashes, built only for the
+ * new template tokens: per isolate, the view of each piece of a conversation's template tokens that
+ * the prompt-prefix cache keeps (src/prompt/prefix-cache.ts, EncodedPrompt.idPieces: one per turn,
+ * up to its generation prompt, the same array object on every later turn) is kept as its full
+ * blocks' local hashes and the tokens after its last full block.
  *
- * Exact: a local block hash is a function of the block's tokens only (block-hash.ts), and a kept
- * prefix is used only when its tokens equal the request's (compared, never trusted to a key). A
- * prefix extends the one it was found from and keeps only its own tokens and hashes, so the turns of
- * a conversation share memory, and its hashes array is the same object on every later turn (the
- * namespace mapping of cache-salt.ts is then done once per piece). Entries are per namespace and
- * block size, so no entry serves two tenants. Lookup: an xxh3 of the prefix length and a window of
- * its tokens at each `<|im_start|>` from the end, so a hit costs the new tokens plus one compare.
+ * Exact: a kept piece is found by the identity of its template ids (never modified) and of every
+ * piece before it, and used only while the items its placeholders took are equal (modality, layout
+ * pieces, pad value) to the request's at the same positions, so its view is the one expanding the
+ * request would give; a local block hash is a function of the block's tokens only (block-hash.ts).
+ * Nothing is compared token by token, copied or expanded for the kept pieces: a hit costs the new
+ * template tokens, their items and blocks, plus a walk over the conversation's pieces and items.
+ * Each kept piece's hashes array is the same object on every later turn (cache-salt.ts namespaces it
+ * once). Entries are per scope (model, contract, block size, namespace): no entry serves two tenants.
  * Bounded by estimated bytes, LRU.
  */
 import { localBlockHashesOfParts } from "../../blocks/block-hash.ts";
-import { xxh3_64 } from "../../util/hash.ts";
+import { expandPiece, itemCountMismatch, expandPrompt, type ExpandItem } from "../../layout/expand.ts";
+import type { EncodeText, LayoutPiece } from "../../layout/layout.ts";
+import type { VisionTokenIds } from "../../layout/model-geometry.ts";
 
-/** Estimated bytes of all kept views (4 B a token, ~48 B a block hash): ~40 conversations of 32k. */
+/** Estimated bytes of all kept views (~48 B a block hash): ~40 conversations of 32k at block size 16. */
 export const DEFAULT_VIEW_HASHES_BYTES = 8 * 1024 * 1024;
-const KEY_HEAD = 64;
-const KEY_TAIL = 256;
-const MAX_BUCKET = 4;
 
 interface Node {
   parent: Node | null;
-  key: bigint;
   scope: string;
-  /** Own tokens: the view from the parent's end to `end`. */
-  tokens: Uint32Array;
-  /** Local hashes of blocks [parent.blocks, blocks). */
-  hashes: bigint[];
+  /** The template piece this view is of (pieceIds), and how many pieces the chain has up to it. */
+  pieceId: number;
+  depth: number;
+  /** Items taken by placeholders before this piece, and by this piece's own. */
+  itemStart: number;
+  items: readonly ExpandItem[];
+  /** View length up to this piece's end; its full blocks; the tokens after the last full block. */
   end: number;
   blocks: number;
+  tail: Uint32Array;
+  /** Local hashes of blocks [parent.blocks, blocks). */
+  hashes: bigint[];
+  /** The kept pieces found under the same template piece (this node among them). */
+  bucket: Node[];
   holders: number;
   bytes: number;
 }
 
-export interface ViewHashes {
-  localHashes: bigint[];
-  /** localHashes as consecutive pieces: kept prefixes' own arrays (the same objects on every hit), then this request's. */
-  hashPieces: bigint[][];
-  /** Leading view tokens whose block hashes came from a kept prefix. */
-  reusedTokens: number;
+export interface ViewInput {
+  /**
+   * Template ids (media placeholders not expanded) in pieces, as EncodedPrompt.idPieces gives them:
+   * every piece but the last ends at a split point and may be kept for the next turn.
+   */
+  pieces: readonly (readonly number[])[];
+  /** The request's items, prompt order (routeViewItems). */
+  items: readonly ExpandItem[];
+  ids: VisionTokenIds;
+  encode: EncodeText;
+  blockSize: number;
+  /** What else the view's meaning depends on and who may share it (model, contract digest, namespace). */
+  scope: string;
 }
+
+export type ViewHashes =
+  | {
+      ok: true;
+      /** View tokens. */
+      length: number;
+      localHashes: bigint[];
+      /** localHashes as consecutive pieces: kept pieces' own arrays (the same objects on every hit), then this request's. */
+      hashPieces: bigint[][];
+      /** Leading view tokens whose block hashes came from a kept piece. */
+      reusedTokens: number;
+    }
+  | { ok: false; reason: "placeholder_mismatch"; detail: string };
 
 export interface ViewHashStats {
   hits: number;
   misses: number;
   hashedBlocks: number;
+  /** Template tokens expanded (scanned for placeholders and copied into the view). */
+  expandedTokens: number;
+  /** Kept pieces checked for identity and items compared against the request's, while looking up. */
+  checkedPieces: number;
+  comparedItems: number;
   entries: number;
   bytes: number;
   maxBytes: number;
 }
 
 function chainOf(n: Node): Node[] {
-  const out: Node[] = [];
-  for (let x: Node | null = n; x; x = x.parent) out.push(x);
-  return out.reverse();
+  const out: Node[] = new Array<Node>(n.depth);
+  for (let x: Node | null = n; x; x = x.parent) out[x.depth - 1] = x;
+  return out;
 }
 
-function equalAt(view: Uint32Array, at: number, piece: Uint32Array): boolean {
-  for (let i = 0; i < piece.length; i++) if (view[at + i] !== piece[i]) return false;
+function samePieces(a: readonly LayoutPiece[], b: readonly LayoutPiece[]): boolean {
+  if (a === b) return true;
+  if (a.length !== b.length) return false;
+  for (let i = 0; i < a.length; i++) {
+    const p = a[i]!;
+    const q = b[i]!;
+    if (p.kind !== q.kind) return false;
+    if (p.kind === "text" && p.text !== (q as typeof p).text) return false;
+    if (p.kind === "pad" && (p.modality !== (q as typeof p).modality || p.count !== (q as typeof p).count)) return false;
+  }
   return true;
 }
 
+/** The last `rem` tokens of carry ++ fresh. */
+function lastTokens(carry: Uint32Array, fresh: Uint32Array, rem: number): Uint32Array {
+  if (fresh.length >= rem) return fresh.slice(fresh.length - rem);
+  const out = new Uint32Array(rem);
+  out.set(carry.subarray(carry.length - (rem - fresh.length)));
+  out.set(fresh, rem - fresh.length);
+  return out;
+}
+
+const EMPTY = new Uint32Array(0);
+
 export class ViewHashCache {
   readonly maxBytes: number;
-  private readonly buckets = new Map<bigint, Node[]>();
+  /** Kept pieces by the template piece they are of (an object key: nothing is kept alive by it). */
+  private readonly byPiece = new WeakMap<object, Node[]>();
+  private readonly pieceIds = new WeakMap<object, number>();
+  private nextPieceId = 1;
   private readonly lru = new Set<Node>();
-  private readonly encoder = new TextEncoder();
   private bytes = 0;
-  private s = { hits: 0, misses: 0, hashedBlocks: 0 };
+  private s = { hits: 0, misses: 0, hashedBlocks: 0, expandedTokens: 0, checkedPieces: 0, comparedItems: 0 };
 
   constructor(maxBytes = DEFAULT_VIEW_HASHES_BYTES) {
     this.maxBytes = maxBytes;
   }
 
   /**
-   * localBlockHashes(view, blockSize), from the longest kept prefix ending at an `imStart` token.
-   * `scope` names what else the view's meaning depends on (the namespace). Requires initHashing().
+   * The view's length and localBlockHashes(view, blockSize), or expandPrompt's mismatch, from the
+   * longest kept run of the request's pieces. Requires initHashing().
    */
-  hashes(view: Uint32Array, blockSize: number, imStart: number, scope: string): ViewHashes {
-    const fullScope = `${blockSize}\u0000${scope}`;
-    const scopeHash = Number(xxh3_64(this.encoder.encode(fullScope)) & 0xffffffffn);
-    const last = view.lastIndexOf(imStart);
-    let hit: Node | null = null;
-    let chain: Node[] = [];
-    const lastKey = last > 0 ? this.key(view, last, scopeHash) : 0n;
-    for (let p = last; p > 0 && !hit; p = view.lastIndexOf(imStart, p - 1)) {
-      const bucket = this.buckets.get(p === last ? lastKey : this.key(view, p, scopeHash));
-      for (const n of bucket ?? []) {
-        if (n.end !== p || n.scope !== fullScope) continue;
-        const c = chainOf(n);
-        if (c.every((x) => equalAt(view, x.end - x.tokens.length, x.tokens))) {
-          hit = n;
-          chain = c;
-          break;
-        }
+  hashes(input: ViewInput): ViewHashes {
+    const { pieces, items, blockSize, scope } = input;
+    const last = pieces.length - 1;
+    // Pieces that can be kept: all but the last, empty ones (no new split point) left out.
+    const stable: (readonly number[])[] = [];
+    const starts: number[] = [];
+    let pos = 0;
+    for (let i = 0; i < last; i++) {
+      const p = pieces[i]!;
+      if (p.length > 0) {
+        stable.push(p);
+        starts.push(pos);
+      }
+      pos += p.length;
+    }
+    const hit = this.lookup(stable, items, scope);
+    const chain = hit ? chainOf(hit) : [];
+    const localPieces: bigint[][] = chain.map((x) => x.hashes);
+    let carry = hit ? hit.tail : EMPTY;
+    let end = hit ? hit.end : 0;
+    let itemPos = hit ? hit.itemStart + hit.items.length : 0;
+    let parent = hit;
+    const freshNodes: Node[] = [];
+    const nextToken = (i: number): number | undefined => {
+      for (let j = i + 1; j <= last; j++) if (pieces[j]!.length > 0) return pieces[j]![0];
+      return undefined;
+    };
+    // The new stable pieces (each kept for later turns), then the last piece (this request's own).
+    const todo: { piece: readonly number[]; at: number; prev: number | undefined; next: number | undefined; keep: boolean }[] = [];
+    for (let j = chain.length; j < stable.length; j++) {
+      const at = starts[j]!;
+      todo.push({ piece: stable[j]!, at, prev: j > 0 ? stable[j - 1]!.at(-1) : undefined, next: j + 1 < stable.length ? stable[j + 1]![0] : nextToken(last - 1), keep: true });
+    }
+    todo.push({ piece: pieces[last]!, at: pos, prev: stable.at(-1)?.at(-1), next: undefined, keep: false });
+    for (const t of todo) {
+      const ex = expandPiece(t.piece, items, itemPos, input.ids, input.encode, { base: t.at, prev: t.prev, next: t.next });
+      this.s.expandedTokens += t.piece.length;
+      if (!ex.ok) return ex.reason === "piece_edge" ? this.whole(input) : ex;
+      const total = carry.length + ex.tokens.length;
+      const hashes = localBlockHashesOfParts([carry, ex.tokens], blockSize);
+      this.s.hashedBlocks += hashes.length;
+      localPieces.push(hashes);
+      const pieceItems = items.slice(itemPos, itemPos + ex.items);
+      itemPos += ex.items;
+      end += ex.tokens.length;
+      carry = lastTokens(carry, ex.tokens, total % blockSize);
+      if (t.keep) {
+        let layoutPieces = 0;
+        for (const it of pieceItems) layoutPieces += it.pieces.length;
+        const bytes = 48 * hashes.length + 4 * carry.length + 16 * pieceItems.length + 48 * layoutPieces + 2 * scope.length + 240;
+        const node: Node = { parent, scope, pieceId: this.pieceId(t.piece), depth: (parent?.depth ?? 0) + 1, itemStart: itemPos - ex.items, items: pieceItems, end, blocks: Math.floor(end / blockSize), tail: carry, hashes, bucket: [], holders: 0, bytes };
+        freshNodes.push(node);
+        parent = node;
       }
     }
-    const reusedBlocks = hit ? hit.blocks : 0;
-    const fresh = localBlockHashesOfParts([view.subarray(reusedBlocks * blockSize)], blockSize);
-    this.s.hashedBlocks += fresh.length;
-    const pieces = hit ? [...chain.map((x) => x.hashes), fresh] : [fresh];
-    const localHashes = hit ? ([] as bigint[]).concat(...pieces) : fresh;
+    const count = itemCountMismatch(itemPos, items.length);
+    if (count) return count;
     if (hit) {
       this.s.hits++;
       this.lru.delete(hit);
       this.lru.add(hit);
     } else this.s.misses++;
-    const from = hit ? hit.end : 0;
-    if (last > from) {
-      const blocks = Math.floor(last / blockSize);
-      const tokens = view.slice(from, last);
-      const hashes = localHashes.slice(reusedBlocks, blocks);
-      const bytes = 4 * tokens.length + 48 * hashes.length + 2 * fullScope.length + 240;
-      if (bytes <= this.maxBytes / 4) this.store({ parent: hit, key: lastKey, scope: fullScope, tokens, hashes, end: last, blocks, holders: 0, bytes });
-    }
-    return { localHashes, hashPieces: pieces, reusedTokens: hit ? hit.end : 0 };
+    for (let k = 0; k < freshNodes.length; k++) this.store(freshNodes[k]!, todo[k]!.piece);
+    return { ok: true, length: end, localHashes: ([] as bigint[]).concat(...localPieces), hashPieces: localPieces, reusedTokens: hit ? hit.end : 0 };
   }
 
   stats(): ViewHashStats {
     return { ...this.s, entries: this.lru.size, bytes: this.bytes, maxBytes: this.maxBytes };
   }
 
-  /** [prefix length | scope hash | the prefix's first KEY_HEAD and last KEY_TAIL tokens]. */
-  private key(view: Uint32Array, end: number, scopeHash: number): bigint {
-    const head = view.subarray(0, Math.min(KEY_HEAD, end));
-    const tail = view.subarray(Math.max(0, end - KEY_TAIL), end);
-    const buf = new Uint32Array(2 + head.length + tail.length);
-    buf[0] = end;
-    buf[1] = scopeHash;
-    buf.set(head, 2);
-    buf.set(tail, 2 + head.length);
-    return xxh3_64(new Uint8Array(buf.buffer));
+  /** The deepest kept piece whose chain is the request's leading stable pieces and whose items equal the request's. */
+  private lookup(stable: readonly (readonly number[])[], items: readonly ExpandItem[], scope: string): Node | null {
+    for (let j = stable.length - 1; j >= 0; j--) {
+      for (const n of this.byPiece.get(stable[j]!) ?? []) {
+        if (n.scope !== scope || n.depth !== j + 1) continue;
+        let same = true;
+        for (let x: Node | null = n, i = j; x && same; x = x.parent, i--) {
+          this.s.checkedPieces++;
+          same = this.pieceIds.get(stable[i]!) === x.pieceId;
+        }
+        if (!same) continue;
+        // The longest run from the start whose items are the request's (an earlier item changed: the pieces before it).
+        // One kept piece per template piece, parent and scope (store() replaces): this chain is the only candidate.
+        let good: Node | null = null;
+        for (const x of chainOf(n)) {
+          if (!this.sameItems(x, items)) break;
+          good = x;
+        }
+        return good;
+      }
+    }
+    return null;
   }
 
-  private store(n: Node): void {
-    const bucket = this.buckets.get(n.key);
-    if (bucket?.some((x) => x.end === n.end && x.scope === n.scope && x.parent === n.parent)) return;
-    if (bucket && bucket.length >= MAX_BUCKET) this.drop(bucket[0]!);
-    const b = this.buckets.get(n.key);
-    if (b) b.push(n);
-    else this.buckets.set(n.key, [n]);
+  private sameItems(x: Node, items: readonly ExpandItem[]): boolean {
+    for (let i = 0; i < x.items.length; i++) {
+      this.s.comparedItems++;
+      const a = x.items[i]!;
+      const b = items[x.itemStart + i];
+      if (!b || (a !== b && (a.modality !== b.modality || a.padValue !== b.padValue || !samePieces(a.pieces, b.pieces)))) return false;
+    }
+    return true;
+  }
+
+  /** A triplet across two pieces (never at split points a template produces): the pieces joined, nothing kept. */
+  private whole(input: ViewInput): ViewHashes {
+    const joined = ([] as number[]).concat(...input.pieces);
+    this.s.misses++;
+    this.s.expandedTokens += joined.length;
+    const ex = expandPrompt(joined, input.items, input.ids, input.encode);
+    if (!ex.ok) return ex;
+    const hashes = localBlockHashesOfParts([ex.tokens], input.blockSize);
+    this.s.hashedBlocks += hashes.length;
+    return { ok: true, length: ex.tokens.length, localHashes: hashes, hashPieces: [hashes], reusedTokens: 0 };
+  }
+
+  private pieceId(piece: object): number {
+    let id = this.pieceIds.get(piece);
+    if (id === undefined) this.pieceIds.set(piece, (id = this.nextPieceId++));
+    return id;
+  }
+
+  private store(n: Node, piece: object): void {
+    let bucket = this.byPiece.get(piece);
+    // The same piece after the same parent with other items (an earlier item's bytes changed): the new view replaces it.
+    const old = bucket?.find((x) => x.scope === n.scope && x.parent === n.parent);
+    if (old) this.drop(old);
+    if (!bucket) this.byPiece.set(piece, (bucket = []));
+    n.bucket = bucket;
+    bucket.push(n);
     this.lru.add(n);
     for (let x: Node | null = n; x; x = x.parent) if (x.holders++ === 0) this.bytes += x.bytes;
     for (const old of this.lru) {
@@ -153,13 +275,11 @@ export class ViewHashCache {
     if (this.bytes > this.maxBytes) this.drop(n);
   }
 
-  /** Forgets a prefix; its pieces are freed once no kept prefix extends them. */
+  /** Forgets a kept piece; its chain's pieces are no longer counted once no kept piece extends them. */
   private drop(n: Node): void {
-    const bucket = this.buckets.get(n.key);
-    if (!bucket || !this.lru.delete(n)) return;
-    const i = bucket.indexOf(n);
-    if (i >= 0) bucket.splice(i, 1);
-    if (bucket.length === 0) this.buckets.delete(n.key);
+    if (!this.lru.delete(n)) return;
+    const i = n.bucket.indexOf(n);
+    if (i >= 0) n.bucket.splice(i, 1);
     for (let x: Node | null = n; x; x = x.parent) if (--x.holders === 0) this.bytes -= x.bytes;
   }
 }

@@ -212,16 +212,19 @@ describe("edge cache byte budgets", () => {
     const before = process.memoryUsage().heapUsed;
     const cache = new ViewHashCache(maxBytes);
     const IM_START = 7;
+    const ids = { visionStart: 1, visionEnd: 2, imagePad: 3, videoPad: 4 };
+    const layout = [{ kind: "vision_start" as const }, { kind: "pad" as const, modality: "image" as const, count: 300 }, { kind: "vision_end" as const }];
     for (let seed = 1; seed <= 300; seed++) {
-      // A conversation of 4 turns, each ~3k tokens ending at a generation prompt.
-      let view = new Uint32Array(0);
+      // A conversation of 4 turns, each ~3k template tokens and an image, as the prompt-prefix cache hands them in pieces.
+      const pieces: number[][] = [];
+      const items: { modality: "image"; pieces: typeof layout; padValue: number }[] = [];
       for (let turn = 0; turn < 4; turn++) {
-        const next = new Uint32Array(view.length + 3_000);
-        next.set(view);
-        for (let i = view.length; i < next.length; i++) next[i] = 100 + ((seed * 7919 + i * 31) % 50_000);
-        next[next.length - 3] = IM_START;
-        view = next;
-        cache.hashes(view, 16, IM_START, "ns");
+        const piece = Array.from({ length: 3_000 }, (_, i) => 100 + ((seed * 7919 + (turn * 3_000 + i) * 31) % 50_000));
+        piece[0] = IM_START;
+        piece.splice(10, 3, ids.visionStart, ids.imagePad, ids.visionEnd);
+        pieces.push(piece);
+        items.push({ modality: "image", pieces: layout, padValue: seed * 10 + turn });
+        cache.hashes({ pieces: [...pieces, [IM_START, 77, 78]], items, ids, encode: () => [], blockSize: 16, scope: "ns" });
         expect(cache.stats().bytes).toBeLessThanOrEqual(maxBytes);
       }
     }

@@ -19,6 +19,7 @@ import { limitsOf, parseChatBody } from "../../../src/edge/chat/parse.ts";
 import { prepareRouting, type PrepareDeps, type PreparedRouting } from "../../../src/edge/chat/prepare.ts";
 import { routedItemStats } from "../../../src/edge/chat/routed-items.ts";
 import { sharedViewHashes } from "../../../src/edge/chat/view-hashes.ts";
+import { sharedPrefixCache } from "../../../src/prompt/prefix-cache.ts";
 import { namespacedItemHash } from "../../../src/edge/cache-salt.ts";
 import { mediaItems, storeSigner, verifyMedia } from "../../../src/edge/media.ts";
 import { buildRoutingView, cohortEligibility, SGLANG_CONTRACT_KEY } from "../../../src/layout/index.ts";
@@ -95,14 +96,30 @@ interface Counts {
   held: number;
   laidOut: number;
 }
-const counts = (): Counts & { hashed: number } => ({ store: svc.stats.storeCalls, probe: svc.stats.probeCalls, held: svc.stats.heldChecks, laidOut: routedItemStats().computed, hashed: sharedViewHashes().stats().hashedBlocks });
-const delta = (a: Counts & { hashed: number }, b: Counts & { hashed: number }): { work: Counts; hashed: number } => ({
+/** The edge's own work: view blocks hashed, template tokens expanded into the view, ids copied out of the prompt-prefix cache. */
+interface EdgeWork {
+  hashed: number;
+  expanded: number;
+  copied: number;
+}
+const counts = (): Counts & EdgeWork => ({
+  store: svc.stats.storeCalls,
+  probe: svc.stats.probeCalls,
+  held: svc.stats.heldChecks,
+  laidOut: routedItemStats().computed,
+  hashed: sharedViewHashes().stats().hashedBlocks,
+  expanded: sharedViewHashes().stats().expandedTokens,
+  copied: sharedPrefixCache().stats().copiedTokens,
+});
+const delta = (a: Counts & EdgeWork, b: Counts & EdgeWork): { work: Counts } & EdgeWork => ({
   work: { store: b.store - a.store, probe: b.probe - a.probe, held: b.held - a.held, laidOut: b.laidOut - a.laidOut },
   hashed: b.hashed - a.hashed,
+  expanded: b.expanded - a.expanded,
+  copied: b.copied - a.copied,
 });
 
 /** One turn as the chat handler prepares it (turn chain on), and the media work it caused. */
-async function turn(body: string, tenant: { key: string; tag: NamespaceTag }): Promise<{ prep: PreparedRouting; work: Counts; hashed: number }> {
+async function turn(body: string, tenant: { key: string; tag: NamespaceTag }): Promise<{ prep: PreparedRouting; work: Counts } & EdgeWork> {
   const before = counts();
   const req = parseChatBody(body, limitsOf(config));
   const prep = await prepareRouting(req, deps, { client: { apiKey: tenant.key }, signal: null }, tenant.tag, body);
@@ -164,6 +181,7 @@ describe("vision turns: media work for the new items only", () => {
     ];
     let body = "";
     let previousBlocks = 0;
+    let previousSplit = 0;
     for (const [i, step] of steps.entries()) {
       if (step.restart) {
         await svc.close();
@@ -171,8 +189,14 @@ describe("vision turns: media work for the new items only", () => {
         svc = await startStore(storeDir);
       }
       body = add(step.parts);
-      const { prep, work, hashed } = await turn(body, tenant);
+      const { prep, work, hashed, expanded, copied } = await turn(body, tenant);
       expect(work, `turn ${i + 1}`).toEqual(step.work);
+      // Template ids: the earlier turns' come from the prompt-prefix cache's pieces, neither copied nor expanded again.
+      expect(copied, `turn ${i + 1}: template ids copied`).toBe(0);
+      expect(expanded, `turn ${i + 1}: template tokens expanded`).toBe(prep.encodedTokens);
+      // New template tokens: from the previous turn's generation prompt on (its last <|im_start|>).
+      if (i > 0) expect(prep.encodedTokens, `turn ${i + 1}: new template tokens`).toBe(prep.tokens.length - previousSplit);
+      previousSplit = prep.tokens.lastIndexOf(getQwenTokenizer("qwen3_vl").specialIds.imStart);
       await expectFullPath(prep, body, tenant.tag);
       // Block hashes: only the blocks after the previous turn's prompt (its generation prompt on).
       const blocks = prep.plan.localHashes.length;
