@@ -66,7 +66,8 @@ describe("LoadTracker", () => {
       fc.record({ t: fc.constant("query" as const), chain: chainArb }),
     );
     fc.assert(
-      fc.property(fc.array(op, { maxLength: 60 }), (ops) => {
+      // Long runs: a worker holds many requests at once, in every order of their chains.
+      fc.property(fc.array(op, { maxLength: 80, size: "max" }), (ops) => {
         const lt = new LoadTracker();
         const live = new Map<string, { slot: number; keys: number[]; decode: number; prefill: number; done: boolean }>();
         let n = 0;
