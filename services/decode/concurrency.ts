@@ -1,31 +1,4 @@
-/** Small concurrency tools for the decode service: an LRU map, cancellable single-flight, the queue-full error (slots: fair-slots.ts). */
-
-export class LruCache<V> {
-  private readonly map = new Map<string, V>();
-  readonly capacity: number;
-  constructor(capacity: number) {
-    this.capacity = Math.max(0, capacity);
-  }
-  get size(): number {
-    return this.map.size;
-  }
-  get(key: string): V | undefined {
-    const v = this.map.get(key);
-    if (v === undefined) return undefined;
-    this.map.delete(key);
-    this.map.set(key, v);
-    return v;
-  }
-  set(key: string, value: V): void {
-    if (this.capacity === 0) return;
-    this.map.delete(key);
-    this.map.set(key, value);
-    while (this.map.size > this.capacity) this.map.delete(this.map.keys().next().value!);
-  }
-  delete(key: string): void {
-    this.map.delete(key);
-  }
-}
+/** Small concurrency tools for the decode service: cancellable single-flight, the queue-full error (slots: fair-slots.ts). */
 
 /** Thrown when a bounded queue is full: the service answers 503 at once instead of queueing. */
 export class QueueFullError extends Error {}

@@ -10,7 +10,8 @@ import { MediaError } from "../../src/media/errors.ts";
 import type { ProbeResult } from "../../src/media/probe-result.ts";
 import type { Caller } from "./caller.ts";
 import { partitioned } from "./cache-partition.ts";
-import { CancellableFlight, LruCache } from "./concurrency.ts";
+import { ByteLru } from "../../src/util/byte-lru.ts";
+import { CancellableFlight } from "./concurrency.ts";
 import type { ScanResult } from "./ffprobe-scan.ts";
 import type { JoinableSlots } from "./joinable-slots.ts";
 import { spoolToFile } from "./media-file.ts";
@@ -40,21 +41,22 @@ export interface Probed {
 }
 
 export class ProbeCache {
-  private readonly byDigest: LruCache<ProbeResult>;
+  /** Bounded by count (`cacheEntries`), as failedByDigest: each entry weighs 1. */
+  private readonly byDigest: ByteLru<string, ProbeResult>;
   /**
    * Probes that failed on the media (unreadable, too many packets, no frames), by digest: the same
    * bytes sent again are refused at once instead of probed again (a few KB of hostile container
    * could otherwise buy a probe's whole time limit on every request).
    */
-  private readonly failedByDigest: LruCache<{ error: Error; until: number }>;
+  private readonly failedByDigest: ByteLru<string, { error: Error; until: number }>;
   private readonly flight = new CancellableFlight<ProbeResult>();
 
   private readonly deps: ProbeCacheDeps;
 
   constructor(deps: ProbeCacheDeps) {
     this.deps = deps;
-    this.byDigest = new LruCache(deps.cacheEntries);
-    this.failedByDigest = new LruCache(deps.cacheEntries);
+    this.byDigest = new ByteLru(deps.cacheEntries);
+    this.failedByDigest = new ByteLru(deps.cacheEntries);
   }
 
   /** Is the probe of these bytes cached for `client` (so its call of probeFile reads no file)? */
@@ -98,12 +100,12 @@ export class ProbeCache {
         .catch((e: unknown) => {
           // The media's own fault: remembered for its bytes. Not a timeout, which can be this
           // service's load as much as the media (a hostile container fails fast under the memory cap).
-          if (e instanceof MediaError) this.failedByDigest.set(key, { error: e, until: Date.now() + FAILED_PROBE_TTL_MS });
+          if (e instanceof MediaError) this.failedByDigest.set(key, { error: e, until: Date.now() + FAILED_PROBE_TTL_MS }, 1);
           throw e;
         })
         .finally(drop);
       const r = probeResultOf(digest, byteLength, scan, prober.kind);
-      this.byDigest.set(key, r);
+      this.byDigest.set(key, r, 1);
       return r;
     }, caller.signal);
     if (shared) {

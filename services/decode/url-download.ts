@@ -7,7 +7,7 @@
 import { unlink } from "node:fs/promises";
 import type { SafeFetcher } from "../../src/media/safe-fetch.ts";
 import { partitioned } from "./cache-partition.ts";
-import { LruCache } from "./concurrency.ts";
+import { ByteLru } from "../../src/util/byte-lru.ts";
 import { fieldsAfter304, freshFor, freshnessFieldsOf, type FreshnessFields } from "./http-freshness.ts";
 import type { JoinableSlots } from "./joinable-slots.ts";
 import { spoolToFile } from "./media-file.ts";
@@ -54,13 +54,14 @@ export interface UrlDownloadsDeps {
 }
 
 export class UrlDownloads {
-  private readonly byUrl: LruCache<UrlEntry>;
+  /** Bounded by count (`cacheEntries`): each entry weighs 1. */
+  private readonly byUrl: ByteLru<string, UrlEntry>;
 
   private readonly deps: UrlDownloadsDeps;
 
   constructor(deps: UrlDownloadsDeps) {
     this.deps = deps;
-    this.byUrl = new LruCache(deps.cacheEntries);
+    this.byUrl = new ByteLru(deps.cacheEntries);
   }
 
   /** The stored item of `url` while the origin's freshness lasts (no request to it), else null; only what `client`'s calls learnt counts. */
@@ -76,7 +77,7 @@ export class UrlDownloads {
   /** Keeps what was learnt of `url` once its bytes are stored: when they can be reused as they are (fresh) or confirmed by a conditional request. */
   remember(url: string, client: string | null, entry: UrlEntry): void {
     const key = partitioned(client, url);
-    if (entry.etag || entry.lastModified || entry.freshUntil > 0) this.byUrl.set(key, entry);
+    if (entry.etag || entry.lastModified || entry.freshUntil > 0) this.byUrl.set(key, entry, 1);
     else this.byUrl.delete(key);
   }
 

@@ -287,6 +287,21 @@ describe("decode service", () => {
     expect(await (await fetch(`${svc.url}/healthz`)).json()).toEqual({ ok: true, decoder: DECODER });
   });
 
+  it("keeps at most cacheEntries probe results, the least recently used going first", async () => {
+    const small = await startDecodeService({ token: TOKEN, decoder: DECODER, concurrency: 1, cacheEntries: 1 });
+    try {
+      const cacheOf = async (body: Uint8Array): Promise<string | null> =>
+        (await fetch(`${small.url}/v1/probe`, { method: "POST", headers: { "content-type": "application/octet-stream", authorization: `Bearer ${TOKEN}` }, body })).headers.get("x-cache");
+      expect(await cacheOf(clipA)).toBe("miss");
+      expect(await cacheOf(clipA)).toBe("hit");
+      expect(await cacheOf(clipB)).toBe("miss");
+      expect(await cacheOf(clipA)).toBe("miss");
+      expect(small.stats.probes).toBe(3);
+    } finally {
+      await small.close();
+    }
+  });
+
   it(`the wasm decoder gives the same answer as the service's (${DECODER})`, async () => {
     const w = await startDecodeService({ token: TOKEN, decoder: "wasm", concurrency: 1 });
     try {
