@@ -81,6 +81,12 @@ export class MediaMemo {
     this.s.stores++;
   }
 
+  /** Adds an item verified elsewhere (a stored response's) unless the scope holds the URL: an entry of the isolate's own stays as it is. */
+  seed(scope: string, kind: VerifiedMedia["kind"], url: string, media: VerifiedMedia): void {
+    if (this.byScope.get(`${scope}\u0000${kind}`)?.has(url)) return;
+    this.set(scope, kind, url, media);
+  }
+
   /** Forgets an entry found stale (the store no longer holds its bytes). */
   drop(scope: string, kind: VerifiedMedia["kind"], url: string): void {
     if (this.remove(`${scope}\u0000${kind}`, url)) this.s.drops++;

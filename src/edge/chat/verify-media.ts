@@ -51,7 +51,7 @@ export async function verifyPromptMedia(prompt: RenderedPrompt, deps: { config: 
     const scope = `${client ?? ""}\u0000${conversation.itemTag === null ? "" : bytesToHex(conversation.itemTag)}`;
     reuse = { memo: mediaMemo(deps), scope, earlier: prompt.mediaParts.map((p) => p.messageIndex < answered) };
     // Seeded into this scope only: used as any memo entry (a stored item after the store confirms it holds the bytes).
-    for (const seed of deps.mediaSeeds ?? []) reuse.memo.set(scope, seed.kind, seed.url, seed.media);
+    for (const seed of deps.mediaSeeds ?? []) reuse.memo.seed(scope, seed.kind, seed.url, seed.media);
   }
   const media = await verifyMedia(parts, mediaDeps(deps), { client, signal: requester?.signal ?? null, traceparent: requester?.traceparent ?? null }, reuse);
   return { parts, media };

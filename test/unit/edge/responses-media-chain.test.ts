@@ -102,25 +102,28 @@ interface Work {
   held: number;
   /** Items the fresh isolate's media memo answered (a data: URL's digest and header not computed again); its memo starts empty each turn. */
   memoHits: number;
+  /** Entries the media memo took in (seeds and this turn's verified items). */
+  memoStores: number;
 }
-const counts = (): Work => ({ store: svc.stats.storeCalls, probe: svc.stats.probeCalls, held: svc.stats.heldChecks, memoHits: mediaMemoStats().hits });
+const counts = (): Work => ({ store: svc.stats.storeCalls, probe: svc.stats.probeCalls, held: svc.stats.heldChecks, memoHits: mediaMemoStats().hits, memoStores: mediaMemoStats().stores });
 
-/** Four turns, one new image each, every turn in a fresh isolate; the store's calls per turn. */
-async function converse(seeded: boolean): Promise<Work[]> {
+/** Four turns, one new image each, every turn in a fresh isolate (or all in one: `sameIsolate`); the store's calls per turn. */
+async function converse(seeded: boolean, sameIsolate = false): Promise<Work[]> {
   const tag = namespaceTag(`responses-media-${seeded}`);
   const records: { messages: ChatMessage[]; media: StoredMedia[] }[] = [];
   const work: Work[] = [];
+  let deps: PrepareDeps | null = null;
   for (let i = 0; i < 4; i++) {
     const req = ResponseCreateSchema.parse({ model: MODEL, instructions: "Describe briefly.", input: [{ role: "user", content: [{ type: "input_text", text: `Picture ${i}?` }, { type: "input_image", image_url: imageOf(i), detail: "auto" }] }] });
     const history = records.flatMap((r) => r.messages);
     const input = inputToMessages(req.input);
     const body = JSON.stringify(toChatRequest(req, history, input));
-    const deps = freshIsolate();
+    deps = sameIsolate && deps ? deps : freshIsolate();
     const before = counts();
     const seeds = seeded ? mediaSeeds(records.flatMap((r) => r.media.map((m) => StoredMediaSchema.parse(m))), history) : [];
     const prep = await prepareRouting(parseChatBody(body, limitsOf(deps.config)), { ...deps, mediaSeeds: seeds }, { client: { apiKey: TENANT }, signal: null }, tag, body);
     const after = counts();
-    work.push({ store: after.store - before.store, probe: after.probe - before.probe, held: after.held - before.held, memoHits: after.memoHits });
+    work.push({ store: after.store - before.store, probe: after.probe - before.probe, held: after.held - before.held, memoHits: after.memoHits, memoStores: after.memoStores - before.memoStores });
 
     const full = await fullPath(body, tag);
     expect(prep.plan.fallbackReason, `turn ${i}`).toBeNull();
@@ -149,5 +152,12 @@ describe("stored conversations with images continue in a fresh isolate from thei
     // Without them, a fresh isolate verifies every image of the conversation again, storing every http one.
     expect(unseeded.map((w) => w.memoHits)).toEqual([0, 0, 0, 0]);
     expect(unseeded.map((w) => w.store)).toEqual([0, 1, 1, 2]);
+  }, 60_000);
+
+  it("in the isolate that verified them, the seeds add nothing: the memo takes in only each turn's new image", async () => {
+    const work = await converse(true, true);
+    // (The first turn's memo is created during the turn: its count starts there.)
+    expect(work.slice(1).map((w) => w.memoStores)).toEqual([1, 1, 1]);
+    expect(work.map((w) => w.store)).toEqual([0, 1, 0, 1]);
   }, 60_000);
 });
