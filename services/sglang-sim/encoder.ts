@@ -22,6 +22,7 @@
 import { createHash, randomInt } from "node:crypto";
 import type { Modality } from "../../src/layout/index.ts";
 import type { MediaLoader } from "./media-fetch.ts";
+import { ByteLru } from "../../src/util/byte-lru.ts";
 import { contentHash } from "./media-hash.ts";
 import { SglangInternalError, SglangValueError } from "./sglang-errors.ts";
 
@@ -41,12 +42,14 @@ export interface EncodedItem {
 
 /** The encoder's embedding cache: item hash → embedding (here: its hash), LRU by count. */
 export class EncoderCache {
-  readonly #entries = new Map<string, string>();
+  /** Bounded by count (`capacity`): each entry weighs 1. */
+  readonly #entries: ByteLru<string, string>;
   hits = 0;
   misses = 0;
   readonly capacity: number;
   constructor(capacity: number) {
     this.capacity = capacity;
+    this.#entries = new ByteLru(capacity);
   }
 
   encode(bytes: Uint8Array, useCache: boolean): EncodedItem {
@@ -54,17 +57,12 @@ export class EncoderCache {
     const cached = useCache ? this.#entries.get(itemHash) : undefined;
     if (cached !== undefined) {
       this.hits++;
-      this.#entries.delete(itemHash);
-      this.#entries.set(itemHash, cached);
       return { itemHash, embeddingHash: cached, cacheHit: true };
     }
     if (useCache) this.misses++;
     // The vision tower is deterministic per content: the same item always gives the same embedding.
     const embeddingHash = createHash("sha256").update("sim-embedding:").update(itemHash).digest("hex").slice(0, 16);
-    if (useCache) {
-      this.#entries.set(itemHash, embeddingHash);
-      if (this.#entries.size > this.capacity) this.#entries.delete(this.#entries.keys().next().value!);
-    }
+    if (useCache) this.#entries.set(itemHash, embeddingHash, 1);
     return { itemHash, embeddingHash, cacheHit: false };
   }
 

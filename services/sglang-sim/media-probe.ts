@@ -14,6 +14,7 @@ import type { ImageProbe, VideoProbe } from "../../src/layout/index.ts";
 import { isMediaError } from "../../src/media/errors.ts";
 import { readImageHeader } from "../../src/media/image-header.ts";
 import { sha256 } from "../../src/util/hash.ts";
+import { ByteLru } from "../../src/util/byte-lru.ts";
 import { bytesToHex } from "../../src/util/hex.ts";
 import { ProbeTimeoutError, selectProber, type DecoderKind, type Prober } from "../decode/probers.ts";
 import { SglangValueError } from "./sglang-errors.ts";
@@ -37,7 +38,8 @@ const PROBE_CACHE_ENTRIES = 256;
  * which would dominate repeated-video tests.
  */
 export class VideoMetadataProber {
-  private readonly cache = new Map<string, VideoProbe>();
+  /** Bounded by count: each entry weighs 1. */
+  private readonly cache = new ByteLru<string, VideoProbe>(PROBE_CACHE_ENTRIES);
   private dir: Promise<string> | null = null;
   private seq = 0;
 
@@ -64,14 +66,9 @@ export class VideoMetadataProber {
   async probe(bytes: Uint8Array): Promise<VideoProbe> {
     const key = bytesToHex(sha256(bytes));
     const hit = this.cache.get(key);
-    if (hit) {
-      this.cache.delete(key); // LRU: most recent last
-      this.cache.set(key, hit);
-      return hit;
-    }
+    if (hit) return hit;
     const r = await this.scan(bytes);
-    if (this.cache.size >= PROBE_CACHE_ENTRIES) this.cache.delete(this.cache.keys().next().value!);
-    this.cache.set(key, r);
+    this.cache.set(key, r, 1);
     return r;
   }
 
