@@ -94,6 +94,20 @@ def timed(fn, reps, warm=1):
     return statistics.median(ts), ts
 
 
+def graph_timed(fn, side_runs, reps):
+    """fn captured in a CUDA graph (after side_runs runs on a side stream, as capture needs) and its replay timed(reps, warm=3)."""
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        for _ in range(side_runs):
+            fn()
+    torch.cuda.current_stream().wait_stream(s)
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        fn()
+    return timed(g.replay, reps, warm=3)
+
+
 log("building model", result["device"])
 cfg = Qwen2Config(**DIMS, rope_theta=1000000.0)
 try:
@@ -218,20 +232,10 @@ if PART == "small":
             try:
                 fn = lambda: prefill(ids, P, kc, vc)  # noqa: E731
                 eager_ms, _ = timed(fn, 5, warm=2)
-                s = torch.cuda.Stream()
-                s.wait_stream(torch.cuda.current_stream())
-                with torch.cuda.stream(s):
-                    for _ in range(2):
-                        fn()
-                torch.cuda.current_stream().wait_stream(s)
-                g = torch.cuda.CUDAGraph()
-                with torch.cuda.graph(g):
-                    fn()
-                ms, ts = timed(g.replay, 20, warm=3)
+                ms, ts = graph_timed(fn, 2, 20)
                 result["prefill_graph"].append({"new": N, "cached": P, "ms": round(ms, 3), "eager_ms": round(eager_ms, 3),
                                                 "spread_ms": [round(min(ts), 3), round(max(ts), 3)]})
                 log(f"graph prefill N={N} P={P}: {ms:.2f} ms (eager {eager_ms:.2f})")
-                del g
             except Exception as e:  # noqa: BLE001
                 result["prefill_graph"].append({"new": N, "cached": P, "error": repr(e)[:300]})
                 log("graph prefill error", N, P, repr(e)[:300])
@@ -311,19 +315,10 @@ for C in CS:
             pos = torch.full((B, 1), C - 1, device=dev, dtype=torch.long)
             step = make_decode(B, C, kc, vc, ids, pos)
             eager_ms, _ = timed(step, 5, warm=2)
-            s = torch.cuda.Stream()
-            s.wait_stream(torch.cuda.current_stream())
-            with torch.cuda.stream(s):
-                for _ in range(3):
-                    step()
-            torch.cuda.current_stream().wait_stream(s)
-            g = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(g):
-                step()
-            ms, ts = timed(g.replay, 30, warm=3)
+            ms, ts = graph_timed(step, 3, 30)
             result["decode"].append({"batch": B, "context": C, "ms": round(ms, 3), "eager_ms": round(eager_ms, 3)})
             log(f"decode B={B} C={C}: graph {ms:.2f} ms, eager {eager_ms:.2f} ms")
-            del g, kc, vc, step
+            del kc, vc, step
         except Exception as e:  # noqa: BLE001
             result["decode"].append({"batch": B, "context": C, "error": repr(e)[:300]})
             log("decode error", B, C, repr(e)[:300])
