@@ -4,8 +4,8 @@
  * storing it (set, a replacement too) makes it the most recent; a store that takes the total past
  * `maxBytes` evicts from the least recent end until the total fits again, which may be the stored
  * entry itself when it alone is larger than the budget (callers that refuse large entries check
- * before they store). A Map keeps insertion order, so making an entry the most recent is a delete
- * and a re-insert.
+ * before they store). A bound on the count of entries is the case where each weighs 1. A Map
+ * keeps insertion order, so making an entry the most recent is a delete and a re-insert.
  */
 export class ByteLru<K, V> {
   readonly maxBytes: number;
