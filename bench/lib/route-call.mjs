@@ -14,8 +14,9 @@ const BACKGROUND_CHATS = 3;
 const BACKGROUND_BLOCKS = 3000;
 /** Blocks of the system prompt every conversation starts with. */
 const SYSTEM_BLOCKS = 32;
-/** The new turn: blocks of the request not cached yet (1k tokens). */
+/** The new turn: blocks of the request not cached yet (1k tokens; a quarter of a shorter prompt). */
 const NEW_TURN_BLOCKS = 64;
+const newTurnBlocks = (n) => Math.min(NEW_TURN_BLOCKS, n >> 2);
 
 /**
  * A pool whose workers hold long chats and, per measured length, the measured chat's history: its
@@ -53,7 +54,7 @@ export async function routeWorld({ previousTurn = true, approximateWorker = fals
   for (const [name, tokens] of Object.entries(ROUTE_TOKENS)) {
     const n = tokens / BLOCK;
     const chain = system.concat(Array.from({ length: n - SYSTEM_BLOCKS }, u64));
-    const history = chain.slice(0, n - NEW_TURN_BLOCKS);
+    const history = chain.slice(0, n - newTurnBlocks(n));
     store(0, history);
     store(1, history.slice(0, history.length >> 1));
     if (previousTurn) routeOnce(BigUint64Array.from(history), history.length * BLOCK, ["w0"]);
@@ -125,7 +126,7 @@ export async function measureRouteSteps(tokens, calls) {
   index.applyStored(0, null, Array.from(hashes, (l, i) => ({ engineHash: String(i + 1), localHash: l })));
   const scores = new Int32Array(64);
   const pending = new PendingRoutes();
-  pending.add(0, hashes.subarray(0, n - NEW_TURN_BLOCKS), 1);
+  pending.add(0, hashes.subarray(0, n - newTurnBlocks(n)), 1);
   const load = new LoadTracker();
   const keys = chainKeysOf(hashes);
   const plain = Array.from(hashes);

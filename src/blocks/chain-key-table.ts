@@ -1,6 +1,7 @@
 /**
  * Shared block key → which workers hold it, and how many times on each (PendingRoutes' recently
- * routed chains). Keys are 53-bit numbers (chainKeysOf, chain-keys.ts); a 32k-token chain adds and
+ * routed chains; LoadTracker's first blocks of active requests). Keys are 53-bit numbers
+ * (chainKeysOf, chain-keys.ts); a 32k-token chain adds and
  * releases ~2 000 of them, so this is an open-addressing table over typed arrays (linear probing, deletion by
  * backward shift, no tombstones) rather than a Map of heap numbers: the common case, a key held by
  * one worker, is three array slots. A key held by several workers keeps its per-worker counts in a

@@ -13,9 +13,10 @@
  * prefixes: a request adds (or frees) its length minus its longest common prefix with the worker's
  * other requests. Each worker's requests are kept in lexicographic order of their keys, where that
  * longest prefix is the one shared with a neighbour, and a common prefix is found by binary search
- * (equal keys at i mean equal keys before i). So adding, releasing and sharedPrefixes cost
- * O(log requests × log blocks) per worker instead of a table update per block (a 100k-token request
- * is 6 400 blocks). A 53-bit key collision could blur a count, as it could a table of keys.
+ * (equal keys at i mean equal keys before i). So adding and releasing cost O(log requests × log
+ * blocks), and sharedPrefixes that per worker whose requests start with the same block, instead of
+ * a table update per block (a 100k-token request is 6 400 blocks). A 53-bit key collision could
+ * blur a count, as it could a table of keys.
  */
 
 export interface ActiveRequest {
@@ -29,6 +30,8 @@ export interface ActiveRequest {
   startedAt: number;
   prefillDone: boolean;
 }
+
+import { ChainKeyTable } from "../blocks/chain-key-table.ts";
 
 const NO_KEYS: readonly number[] = [];
 
@@ -74,6 +77,8 @@ export class LoadTracker {
   #prefill: number[] = [];
   /** Per slot: its active requests with chain keys, in lexicographic order of their keys. */
   #chains: (ActiveRequest[] | undefined)[] = [];
+  /** First chain key → the slots whose active requests start with it (sharedPrefixes asks only those). */
+  readonly #firstKeys = new ChainKeyTable();
   /** Per slot: distinct shared keys held. */
   #unique: number[] = [];
   /** Per slot: blocks not covered by chain keys (partial tails, unhashed parts). */
@@ -95,6 +100,7 @@ export class LoadTracker {
       const at = upperBound(sorted, keys);
       this.#unique[r.slot] = (this.#unique[r.slot] ?? 0) + keys.length - neighbourPrefix(sorted, at, keys);
       sorted.splice(at, 0, r);
+      this.#firstKeys.inc(keys[0]!, r.slot);
     }
     this.#private[r.slot] = (this.#private[r.slot] ?? 0) + Math.max(0, r.decodeBlocks - keys.length);
     this.#count[r.slot] = (this.#count[r.slot] ?? 0) + 1;
@@ -119,8 +125,11 @@ export class LoadTracker {
       let at = upperBound(sorted, keys) - 1;
       while (at >= 0 && sorted[at] !== r && compareChains(sorted[at]!.chainKeys!, keys) === 0) at--;
       if (at < 0 || sorted[at] !== r) at = sorted.indexOf(r);
-      sorted.splice(at, 1);
-      this.#unique[r.slot] = (this.#unique[r.slot] ?? 0) - (keys.length - neighbourPrefix(sorted, at, keys));
+      if (at >= 0) {
+        sorted.splice(at, 1);
+        this.#unique[r.slot] = (this.#unique[r.slot] ?? 0) - (keys.length - neighbourPrefix(sorted, at, keys));
+        this.#firstKeys.dec(keys[0]!, r.slot);
+      }
     }
     this.#private[r.slot] = (this.#private[r.slot] ?? 0) - Math.max(0, r.decodeBlocks - keys.length);
     this.#count[r.slot] = (this.#count[r.slot] ?? 0) - 1;
@@ -160,12 +169,11 @@ export class LoadTracker {
   sharedPrefixes(chainKeys: readonly number[]): Map<number, number> {
     const out = new Map<number, number>();
     if (chainKeys.length === 0) return out;
-    for (let slot = 0; slot < this.#chains.length; slot++) {
-      const sorted = this.#chains[slot];
-      if (!sorted || sorted.length === 0) continue;
+    this.#firstKeys.eachHolder(chainKeys[0]!, (slot) => {
+      const sorted = this.#chains[slot]!;
       const held = neighbourPrefix(sorted, upperBound(sorted, chainKeys), chainKeys);
       if (held > 0) out.set(slot, held);
-    }
+    });
     return out;
   }
   activeRequests(slot: number): number {
