@@ -25,7 +25,10 @@ export interface ActiveRequest {
   prefillTokens: number;
   /** Blocks the request occupies in total (full blocks + a partial tail). */
   decodeBlocks: number;
-  /** Chained keys of its full blocks (src/blocks/chain-keys.ts); the rest count as private blocks. */
+  /**
+   * Chained keys of its full blocks (src/blocks/chain-keys.ts); the rest count as private blocks.
+   * Kept by reference while the request is active (its place in the worker's order): not changed after add.
+   */
   chainKeys?: readonly number[];
   startedAt: number;
   prefillDone: boolean;
