@@ -133,7 +133,7 @@ describe("openai SDK: the Responses API", () => {
     const instructions = `${INSTRUCTIONS} ${Array.from({ length: 240 }, (_, i) => `Extra rule ${i}: keep the itinerary in order.`).join(" ")}`;
     const say = (i: number) => `Stop ${i}: ${Array.from({ length: 12 }, (_, j) => `town${(i * 37 + j * 11) % 97}`).join(" ")}.`;
     let previous: string | undefined;
-    const turns: { worker: string; inputTokens: number; cached: number; rendered: number; encoded: number; reused: number }[] = [];
+    const turns: { worker: string; inputTokens: number; cached: number; rendered: number; encoded: number; reused: number; parsed: number }[] = [];
     for (let i = 0; i < 5; i++) {
       {
         // A new isolate: nothing of the earlier turns in its turn chain or prefix cache; the index restores its blocks from the relays.
@@ -145,7 +145,7 @@ describe("openai SDK: the Responses API", () => {
         .withResponse();
       expect(data.output_text).toBe(say(i));
       const header = (name: string) => Number(response.headers.get(`x-kvedge-prompt-${name}`));
-      turns.push({ worker: response.headers.get("x-kvedge-worker")!, inputTokens: data.usage!.input_tokens, cached: data.usage!.input_tokens_details.cached_tokens, rendered: header("rendered-chars"), encoded: header("encoded-tokens"), reused: header("reused-messages") });
+      turns.push({ worker: response.headers.get("x-kvedge-worker")!, inputTokens: data.usage!.input_tokens, cached: data.usage!.input_tokens_details.cached_tokens, rendered: header("rendered-chars"), encoded: header("encoded-tokens"), reused: header("reused-messages"), parsed: Number(response.headers.get("x-kvedge-parsed-chars")) });
       previous = data.id;
     }
     log?.(JSON.stringify(turns));
@@ -157,6 +157,8 @@ describe("openai SDK: the Responses API", () => {
       expect(t.reused, `turn ${i + 1}`).toBeGreaterThanOrEqual(i + 1);
       // Only the previous turn and the new input are tokenized, not the instructions and history.
       expect(t.encoded, `turn ${i + 1}`).toBeLessThan(0.2 * t.inputTokens);
+      // Nor parsed: the stored messages come validated with the seed (the first turn parses its whole body, instructions included).
+      expect(t.parsed, `turn ${i + 1}`).toBeLessThan(0.2 * turns[0]!.parsed);
     }
     // The prompt grows turn by turn; the edge's work per turn does not.
     expect(turns[4]!.inputTokens).toBeGreaterThan(turns[1]!.inputTokens + 100);
