@@ -51,9 +51,9 @@ import { contentFormatOf, renderTemplate, type RenderInput } from "./template.ts
 import { assemblePrompt, type PreparedPrompt } from "./index.ts";
 import { xxh3_64 } from "../util/hash.ts";
 import { deepFreeze } from "../util/deep-freeze.ts";
-import { closingQuote, isCanonicalEscaping, type JsonLiteral } from "../util/json-scan.ts";
+import { closingQuote, isCanonicalEscaping, LITERAL_MIN_CHARS, type JsonLiteral } from "../util/json-scan.ts";
 import { escapeJsonReusing } from "../util/json-escape.ts";
-import { ownString } from "../util/own-string.ts";
+import { charWidth, ownCompactString } from "../util/own-string.ts";
 
 /** The rendered prompt as preparePrompt (index.ts) returns it. */
 export interface ChainedPrompt extends PreparedPrompt {
@@ -339,17 +339,23 @@ function countKinds(parts: readonly MediaPart[], before: number): Record<MediaKi
 
 /** Shortest string kept as a view of a node's raw or rendered text instead of its own copy (a view costs ~40 B). */
 const SHARED_MIN_CHARS = 256;
+/**
+ * Shortest message text whose escaping is a view of the raw JSON: each is a chunk more for every
+ * later /generate body (~1 µs in Node's Blob), shorter ones are escaped into the text's own chunks.
+ */
+const ESCAPED_VIEW_MIN_CHARS = LITERAL_MIN_CHARS;
 /** Estimated bytes of a string object apart from its characters: a view, a chunk's slot. */
 const STRING_BYTES = 40;
 
 /**
- * Estimated bytes of a node: UTF-16 raw and rendered text (one copy each), the escaping chunks and
- * parsed-message strings that are not views of them, per-message and per-part overhead, and ~800 B
- * for the node itself (its key, bucket and LRU slots, tally, arrays; measured ~320–470 B in Node).
+ * Estimated bytes of a node: its raw and rendered text (one copy each, at the bytes a character V8
+ * holds them in), the escaping chunks (as wide as the text) and parsed-message strings (two bytes a
+ * character) that are not views of them, per-message and per-part overhead, and ~800 B for the node
+ * itself (its key, bucket and LRU slots, tally, arrays; measured ~320–470 B in Node).
  */
-function nodeBytes(n: { raw: string; text: string; scope: string | null; escapedOwnChars: number; escapedChunks: number; parsed: SharedStrings | null; parts: number; dataUrls: number }): number {
+function nodeBytes(n: { raw: number; text: number; textWidth: 1 | 2; scope: string | null; escapedOwnChars: number; escapedChunks: number; parsed: SharedStrings | null; parts: number; dataUrls: number }): number {
   const parsed = n.parsed ? 2 * n.parsed.ownChars + STRING_BYTES * n.parsed.views + 150 * n.parsed.messages : 0;
-  return 2 * (n.raw.length + n.text.length + (n.scope?.length ?? 0) + n.escapedOwnChars) + STRING_BYTES * n.escapedChunks + parsed + 200 * n.parts + 8 * n.dataUrls + 800;
+  return n.raw + n.text + n.textWidth * n.escapedOwnChars + 2 * (n.scope?.length ?? 0) + STRING_BYTES * n.escapedChunks + parsed + 200 * n.parts + 8 * n.dataUrls + 800;
 }
 
 /**
@@ -375,7 +381,11 @@ function rawLiterals(raw: string): JsonLiteral[] {
 /** The escaping chunks of a node's rendered text, long message texts taken from its raw JSON. */
 function escapedChunks(text: string, literals: readonly JsonLiteral[]): { chunks: string[]; ownChars: number } {
   const chunks: string[] = [];
-  const reused = escapeJsonReusing(chunks, text, literals);
+  const reused = escapeJsonReusing(
+    chunks,
+    text,
+    literals.filter((l) => l.escaped.length >= ESCAPED_VIEW_MIN_CHARS),
+  );
   let chars = 0;
   for (const c of chunks) chars += c.length;
   return { chunks, ownChars: chars - reused };
@@ -700,8 +710,8 @@ export class TurnChainCache {
     const key = this.key(ctx.scopeHash, cut, ctx.body, open, rawEnd);
     const held = this.buckets.get(key)?.find((n) => n.messages === cut && n.rawEnd === rawEnd && n.scope === ctx.scope && n.provisional === provisional);
     if (held) return rawMatches(chainOf(held), ctx.body, open) ? { node: held, after: tail, from: cut } : null;
-    const raw = ownString(ctx.body.slice(open + parentRaw, open + rawEnd));
-    const text = ownString(after.slice(0, after.length - tail.length));
+    const { text: raw, bytesPerChar: rawWidth } = ownCompactString(ctx.body.slice(open + parentRaw, open + rawEnd));
+    const { text, bytesPerChar: textWidth } = ownCompactString(after.slice(0, after.length - tail.length));
     const ownMedia = media.filter((p) => p.messageIndex >= from && p.messageIndex < cut);
     const ownDropped = dropped.filter((d) => d.messageIndex >= from && d.messageIndex < cut);
     const literals = rawLiterals(raw);
@@ -709,7 +719,7 @@ export class TurnChainCache {
     const shared = ctx.validated && ctx.validated.length === ctx.layout.messages.length ? shareStrings(ctx.validated.slice(from, cut), literals, text) : null;
     const parsed = shared ? deepFreeze(shared.parsed) : null;
     const tally = parsed ? tallyMessages(ctx.body, ctx.layout.messages.slice(from, cut), parsed) : null;
-    const bytes = nodeBytes({ raw, text, scope: parent ? null : ctx.scope, escapedOwnChars: escaped.ownChars, escapedChunks: escaped.chunks.length, parsed: shared?.shared ?? null, parts: ownMedia.length + ownDropped.length, dataUrls: tally?.dataUrls.length ?? 0 });
+    const bytes = nodeBytes({ raw: rawWidth * raw.length, text: textWidth * text.length, textWidth, scope: parent ? null : ctx.scope, escapedOwnChars: escaped.ownChars, escapedChunks: escaped.chunks.length, parsed: shared?.shared ?? null, parts: ownMedia.length + ownDropped.length, dataUrls: tally?.dataUrls.length ?? 0 });
     if (bytes > this.maxBytes / 4) return null;
     const node: Node = { parent, key, scope: ctx.scope, raw, rawEnd, text, messages: cut, provisional, media: ownMedia, dropped: ownDropped, images: counts.image, videos: counts.video, escaped: escaped.chunks, parsed, tally, holders: 0, bytes };
     this.insert(node);
@@ -718,25 +728,29 @@ export class TurnChainCache {
 
   /**
    * Seeds an entry from a stable prefix computed elsewhere (a stored response, written by the edge
-   * itself) and `raw`, the JSON text of its messages as a request's `messages` array holds them
-   * (elements joined by commas, no brackets). It is used like any entry: only by a request whose
-   * scope and raw text equal these, and sampled hits are rendered whole and compared. `validated`:
-   * its messages as the chat parse validates them and their tally in a body holding `raw`, so the
+   * itself) and `rawText`, the JSON text of its messages as a request's `messages` array holds them
+   * (elements joined by commas, no brackets; the entry keeps its own copy). It is used like any
+   * entry: only by a request whose scope and raw text equal these, and sampled hits are rendered
+   * whole and compared. `validated`: its messages as the chat parse validates them and their tally
+   * in a body holding `rawText`, so the
    * first request's parse reads only its new messages (a sampled share is parsed whole and compared).
    * False when not added (already held, or too large).
    */
-  seed(prefix: StablePrefix, raw: string, validated: { messages: readonly ChatMessage[]; tally: MessagesTally } | null = null): boolean {
-    const rawEnd = raw.length;
-    const key = this.key(xxh3_64(this.encoder.encode(prefix.scope)), prefix.messages, raw, 0, rawEnd);
-    const known = this.buckets.get(key)?.some((n) => n.messages === prefix.messages && n.rawEnd === rawEnd && n.scope === prefix.scope && rawMatches(chainOf(n), raw, 0));
+  seed(prefix: StablePrefix, rawText: string, validated: { messages: readonly ChatMessage[]; tally: MessagesTally } | null = null): boolean {
+    const rawEnd = rawText.length;
+    const key = this.key(xxh3_64(this.encoder.encode(prefix.scope)), prefix.messages, rawText, 0, rawEnd);
+    const known = this.buckets.get(key)?.some((n) => n.messages === prefix.messages && n.rawEnd === rawEnd && n.scope === prefix.scope && rawMatches(chainOf(n), rawText, 0));
     if (known) return false;
+    const { text: raw, bytesPerChar: rawWidth } = ownCompactString(rawText);
     const literals = rawLiterals(raw);
     const escaped = escapedChunks(prefix.text, literals);
+    // The text comes from stored records' JSON, which V8 parses into one-byte strings where it can.
+    const textWidth = charWidth(prefix.text);
     const usable = validated !== null && validated.messages.length === prefix.messages && validated.tally.messages === prefix.messages;
     const shared = usable ? shareStrings(validated.messages, literals, prefix.text) : null;
     const parsed = shared ? deepFreeze(shared.parsed) : null;
     const tally = parsed ? validated!.tally : null;
-    const bytes = nodeBytes({ raw, text: prefix.text, scope: prefix.scope, escapedOwnChars: escaped.ownChars, escapedChunks: escaped.chunks.length, parsed: shared?.shared ?? null, parts: prefix.media.length + prefix.dropped.length, dataUrls: tally?.dataUrls.length ?? 0 });
+    const bytes = nodeBytes({ raw: rawWidth * raw.length, text: textWidth * prefix.text.length, textWidth, scope: prefix.scope, escapedOwnChars: escaped.ownChars, escapedChunks: escaped.chunks.length, parsed: shared?.shared ?? null, parts: prefix.media.length + prefix.dropped.length, dataUrls: tally?.dataUrls.length ?? 0 });
     if (bytes > this.maxBytes / 4) return false;
     this.insert({ parent: null, key, scope: prefix.scope, raw, rawEnd, text: prefix.text, messages: prefix.messages, provisional: false, media: prefix.media, dropped: prefix.dropped, images: prefix.images, videos: prefix.videos, escaped: escaped.chunks, parsed, tally, holders: 0, bytes });
     return true;

@@ -27,7 +27,6 @@ import type { MediaPart } from "../../prompt/messages.ts";
 import { sharedPrefixCache, type PrefixCache } from "../../prompt/prefix-cache.ts";
 import { getQwenTokenizer } from "../../prompt/tokenizer/index.ts";
 import { scanBodyLayout, sharedTurnChain, type StablePrefix, type TurnChainCache } from "../../prompt/turn-chain.ts";
-import { ownString } from "../../util/own-string.ts";
 import { mediaOptionsAt } from "./stored-media.ts";
 
 const count = z.number().int().min(0);
@@ -236,12 +235,11 @@ export function hydrate(state: ConversationState, history: readonly ChatMessage[
     if (part === null) return;
     media.push(part);
   }
-  // The JSON text these messages have in the chat body, read from it (not written again); a copy, so
-  // the chain does not keep the whole body.
+  // The JSON text these messages have in the chat body, read from it (not written again; the chain keeps a copy).
   const layout = scanBodyLayout(chatBody);
   if (!layout || layout.messages.length < state.messages) return;
   const spans = layout.messages.slice(0, state.messages);
-  const raw = state.messages === 0 ? "" : ownString(chatBody.slice(layout.messagesOpen, spans[state.messages - 1]![1]));
+  const raw = state.messages === 0 ? "" : chatBody.slice(layout.messagesOpen, spans[state.messages - 1]![1]);
   const turnChain = opts.turnChain ?? sharedTurnChain();
   // Already held: this isolate served the conversation, and its prefix cache holds a longer prefix than the stored one.
   const prefix = { scope: state.scope, messages: state.messages, text: state.text, media, dropped: state.dropped, images: state.images, videos: state.videos };

@@ -20,9 +20,9 @@ beforeAll(() => initHashing());
 
 const profile = { family: "qwen3_vl", templateId: "qwen3vl-instruct" } as const;
 
-/** Seeded prose with what JSON escapes (newlines, quotes, a backslash, tabs) and a two-byte dash. */
-function prose(seed: number, chars: number): string {
-  const words = ["the", "router", "cache", "prefix", "token", "edge", 'said "yes"', "path\\to", "index\tcol", "block—hash", "worker", "turn"];
+/** Seeded prose with what JSON escapes (newlines, quotes, a backslash, tabs) and a two-byte dash (or, `latin1`, a Latin-1 accent). */
+function prose(seed: number, chars: number, latin1 = false): string {
+  const words = ["the", "router", "cache", "prefix", "token", "edge", 'said "yes"', "path\\to", "index\tcol", latin1 ? "café" : "block—hash", "worker", "turn"];
   let x = (seed * 2654435761) >>> 0;
   let out = `#${seed} `;
   while (out.length < chars) {
@@ -42,14 +42,15 @@ const heap = () => {
  * A chat conversation grown turn by turn through the parse and prompt stages as the edge runs them
  * (~4 characters a token); each turn's stored pieces escape as JSON.stringify does. Its body's length.
  */
-function converse(chain: TurnChainCache, seed: number, targetChars: number): number {
+function converse(chain: TurnChainCache, seed: number, targetChars: number, latin1 = false): number {
   const config = parseEdgeConfig({ KVEDGE_ACCESS: "public", KVEDGE_TURN_CHECK_RATE: "0" });
   const model = config.models[0]!;
-  const messages: { role: string; content: string }[] = [{ role: "system", content: "You are helpful." }];
+  // With Latin-1 turns, the system message's dash still makes the whole body a two-byte string.
+  const messages: { role: string; content: string }[] = [{ role: "system", content: "You are helpful — and brief." }];
   let body = "";
   for (let turn = 0; body.length < targetChars; turn++) {
-    if (turn > 0) messages.push({ role: "assistant", content: prose(seed * 1000 + turn, 12_000) });
-    messages.push({ role: "user", content: prose(seed * 1000 + 500 + turn, 1_200) });
+    if (turn > 0) messages.push({ role: "assistant", content: prose(seed * 1000 + turn, 12_000, latin1) });
+    messages.push({ role: "user", content: prose(seed * 1000 + 500 + turn, 1_200, latin1) });
     body = JSON.stringify({ model: model.id, messages });
     const parsed = parseChatTurn(body, config, {}, chain);
     const p = chain.prepare(parsed.req, body, { family: model.family, templateId: model.templateId }, { found: parsed.turn, validated: true });
@@ -77,6 +78,20 @@ describe("turn chain bytes", () => {
     expect(estimate / chars, `estimate ${estimate} B for ${chars} body characters`).toBeLessThan(4.6);
     expect(freed / chars, `freed ${freed} B for ${chars} body characters`).toBeLessThan(4.6);
     // The estimate is what V8 frees (within heap measurement's few per cent), not a loose bound.
+    expect(freed).toBeLessThan(estimate * 1.05);
+    expect(freed).toBeGreaterThan(estimate * 0.75);
+  });
+
+  it("Latin-1 turns of a two-byte body are kept at one byte a character, and counted so", () => {
+    const chain = new TurnChainCache({ checkRate: 0, maxBytes: 1 << 30 });
+    let chars = 0;
+    for (let seed = 1; seed <= 3; seed++) chars += converse(chain, seed, 400_000, true);
+    const held = heap();
+    const estimate = chain.stats().bytes;
+    chain.clear();
+    const freed = held - heap();
+    // Raw JSON and rendered text at 1 B a character: ~2 B per body character (4 B if kept as cut from the body).
+    expect(estimate / chars, `estimate ${estimate} B for ${chars} body characters`).toBeLessThan(2.6);
     expect(freed).toBeLessThan(estimate * 1.05);
     expect(freed).toBeGreaterThan(estimate * 0.75);
   });
