@@ -99,14 +99,6 @@ export class ChainKeyTable {
     return removed;
   }
 
-  /** The slots holding `k` (empty when none). */
-  holders(k: number): number[] {
-    const at = this.#find(k | 0, Math.floor(k / 4294967296) + 1);
-    if (at < 0) return [];
-    const s = this.#slot[at]!;
-    return s === MULTI ? [...this.#multi.get(k)!.keys()] : [s];
-  }
-
   /** Calls `visit` with each slot holding `k`, without allocating; false when no slot holds it. */
   eachHolder(k: number, visit: (slot: number) => void): boolean {
     const at = this.#find(k | 0, Math.floor(k / 4294967296) + 1);
