@@ -21,7 +21,7 @@ import { expandPiece, itemCountMismatch, expandPrompt, type ExpandItem } from ".
 import type { EncodeText, LayoutPiece } from "../../layout/layout.ts";
 import type { VisionTokenIds } from "../../layout/model-geometry.ts";
 
-/** Estimated bytes of all kept views (~48 B a block hash): ~40 conversations of 32k at block size 16. */
+/** Estimated bytes of all kept views (~48 B a block hash, no tokens): ~75 conversations of 32k routed tokens at block size 16. */
 export const DEFAULT_VIEW_HASHES_BYTES = 8 * 1024 * 1024;
 
 interface Node {
