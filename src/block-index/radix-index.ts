@@ -109,22 +109,29 @@ export interface ChainEnd {
 
 /**
  * Prefix keys of the query the last findMatches walked, in any RadixIndex (the keys follow from the
- * hashes alone): keys [0, queryKeyCount) of `queryKeysOf`. A route asks chainEndOf for the same
- * hashes right after its overlaps, so the walked part is not mixed a second time.
+ * hashes alone): keys [0, queryKeyCount) of `queryKeysOf`, an array then `queryKeysLength` long. A
+ * route asks chainEndOf for the same hashes right after its overlaps, so the walked part is not
+ * mixed a second time.
  */
 let queryKeys = new Int32Array(128);
 let queryKeysOf: LocalHashes | null = null;
+let queryKeysLength = 0;
 let queryKeyCount = 0;
 
 /**
- * The ChainEnd of the first `count` (≥ 1) hashes of `localHashes`. Continues from the prefix keys
- * of the last findMatches when it walked the same array (callers must not change an array between
- * the two calls).
+ * How many prefix keys of `localHashes` the last walk left in queryKeys: found by the array's
+ * identity, so callers must not change an array between a walk and its chainEndOf; one whose
+ * length changed is not taken for the same query.
  */
+function knownQueryKeys(localHashes: LocalHashes): number {
+  return localHashes === queryKeysOf && localHashes.length === queryKeysLength ? queryKeyCount : 0;
+}
+
+/** The ChainEnd of the first `count` (≥ 1) hashes of `localHashes`; continues from the prefix keys of the last findMatches when it walked the same array (knownQueryKeys). */
 export function chainEndOf(localHashes: LocalHashes, count: number): ChainEnd {
   if (!Number.isInteger(count) || count < 1 || count > localHashes.length) throw new RangeError(`bad chain length ${count}`);
   const words = localHashWords(localHashes, count);
-  const from = localHashes === queryKeysOf ? Math.min(queryKeyCount, count) : 0;
+  const from = Math.min(knownQueryKeys(localHashes), count);
   let key = from > 0 ? queryKeys[from - 1]! : ROOT_KEY;
   for (let d = from; d < count; d++) key = mix(key, words[2 * d]! | 0, words[2 * d + 1]! | 0) | 0;
   return { key, lo: words[2 * count - 2]! | 0, hi: words[2 * count - 1]! | 0, root: localHashes[0]! };
@@ -637,7 +644,7 @@ export class RadixIndex {
   findMatches(localHashes: LocalHashes, scores: Int32Array): void {
     const n = localHashes.length;
     // Another tree walked these hashes further already: its keys stay valid past this walk's.
-    const known = localHashes === queryKeysOf ? queryKeyCount : 0;
+    const known = knownQueryKeys(localHashes);
     if (localHashes instanceof BigUint64Array) {
       // The route RPC's form: read through a Uint32 view of its own buffer, no copy.
       this.findMatchesWords(new Uint32Array(localHashes.buffer, localHashes.byteOffset, 2 * n), n, scores);
@@ -653,6 +660,7 @@ export class RadixIndex {
       this.findMatchesWords(this.#queryWords, n, scores);
     }
     queryKeysOf = localHashes;
+    queryKeysLength = n;
     queryKeyCount = Math.max(known, queryKeyCount);
   }
 

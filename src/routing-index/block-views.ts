@@ -34,9 +34,14 @@ export interface BlockViewsOptions {
   storageCapacityBlocks?: number;
 }
 
-/** Which request (the array itself), at which time and index generation, a walk's results are for. */
+/**
+ * Which request (the array itself, and its length then), at which time and index generation, a
+ * walk's results are for. Found by identity: a caller must not change an array it has passed in
+ * (RoutingCore.route, peek); one whose length changed is walked again.
+ */
 interface MatchedRequest {
   hashes: LocalHashes;
+  length: number;
   now: number;
   generation: number;
 }
@@ -262,7 +267,7 @@ export class BlockViews {
       this.index.findMatches(localHashes, this.#scores);
       this.#pendingOverlap = this.pending.overlaps(localHashes, now);
       this.#approxMatched = false;
-      this.#matched = { hashes: localHashes, now, generation: this.#generation };
+      this.#matched = { hashes: localHashes, length: localHashes.length, now, generation: this.#generation };
     }
     // The approximate index is read only for workers without events or with an approximate view.
     const readsApprox = workers.some((w) => !w.kvEvents || this.approximate.has(w.workerId));
@@ -291,14 +296,14 @@ export class BlockViews {
     // The host tier has no expiry: its matches depend on the hashes and the generation alone.
     if (!this.#isCurrent(this.#hostMatched, localHashes, 0)) {
       this.host.findMatches(localHashes, this.#hostScores);
-      this.#hostMatched = { hashes: localHashes, now: 0, generation: this.#generation };
+      this.#hostMatched = { hashes: localHashes, length: localHashes.length, now: 0, generation: this.#generation };
     }
     return workers.map((w) => (w.kvEvents ? (this.#hostScores[w.slot] ?? 0) : 0));
   }
 
   /** Whether `m` holds the walk of these hashes at this time, with nothing changed since. */
   #isCurrent(m: MatchedRequest | null, hashes: LocalHashes, now: number): boolean {
-    return m !== null && m.hashes === hashes && m.now === now && m.generation === this.#generation;
+    return m !== null && m.hashes === hashes && m.length === hashes.length && m.now === now && m.generation === this.#generation;
   }
 
   /** A request was routed to the worker: count its chain as cached there until events say otherwise. */

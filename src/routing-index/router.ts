@@ -28,6 +28,10 @@ import { decodeLoadId, isDecodeWorker, isPrefillWorker, pickDecode } from "./pd-
 const MAX_PENDING_RECEIPTS = 10_000;
 
 export interface RouteRequest {
+  /**
+   * Not to be changed once passed to route or peek: the walks' memos know a request by this array
+   * (block-views.ts #isCurrent, radix-index.ts chainEndOf), checking only its identity and length.
+   */
   localHashes: LocalHashes;
   /** Input sequence length in tokens (the full prompt, not only hashed blocks). */
   isl: number;

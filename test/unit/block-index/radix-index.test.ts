@@ -202,6 +202,16 @@ describe("RadixIndex query keys", () => {
     );
   });
 
+  it("an array whose length changed after its walk is not taken for the walked query", () => {
+    const locals = Array.from({ length: 10 }, (_, i) => BigInt(i + 1) << 40n);
+    const query = [...locals];
+    new RadixIndex().findMatches(query, new Int32Array(4));
+    // Cut and refilled with other hashes (the caller's rule is not to; the guard catches this much).
+    query.length = 3;
+    for (let i = 3; i < 8; i++) query.push(BigInt(i + 100) << 40n);
+    expect(chainEndOf(query, 8)).toEqual(chainEndOf([...query], 8));
+  });
+
   it("findMatches reads a BigUint64Array view at an offset as the same hashes in an array", () => {
     const ix = new RadixIndex();
     ix.ensureWorker(0);

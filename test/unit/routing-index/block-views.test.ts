@@ -125,6 +125,16 @@ describe("BlockViews", () => {
     expect(views.overlaps([a, b, c], query(), 1_000 + views.pending.ttlMs + 1)).toEqual([6, 10, 0]);
   });
 
+  it("overlaps: a hashes array whose length changed since its walk is walked again, at the same time and generation", () => {
+    const { views, join } = setup();
+    const a = join("a");
+    views.applyDump("a", { type: "dump", epoch: 1, seq: 0, blocks: dumpOf(tokens, 100) });
+    const q = query();
+    expect(views.overlaps([a], q, 1_000)).toEqual([10]);
+    q.length = 4; // the caller's rule is not to change it; the guard catches a new length
+    expect(views.overlaps([a], q, 1_000)).toEqual([4]);
+  });
+
   it("resetting a worker forgets its blocks, recent routes and approximate reasons; removing frees its slot", () => {
     const { views, join, registry } = setup({ blockBudget: 6 });
     const a = join("a");
