@@ -169,7 +169,7 @@ const encoder = new TextEncoder();
 type Ids = readonly number[];
 const EMPTY: readonly number[] = [];
 
-function encoded(copied: (ids: number) => void, chunks: readonly Ids[], length: number, localHashes: bigint[], reusedTokens: number, hashPieces: readonly (readonly bigint[])[] = [localHashes], reencode?: () => number[]): EncodedPrompt {
+function encoded(copied: (ids: number) => void, chunks: readonly Ids[], length: number, hashPieces: readonly bigint[][], reusedTokens: number, reencode?: () => number[]): EncodedPrompt {
   const tokens = reencode ?? ((): number[] => {
     copied(length);
     const out = new Array<number>(length);
@@ -177,7 +177,18 @@ function encoded(copied: (ids: number) => void, chunks: readonly Ids[], length: 
     for (const c of chunks) for (let i = 0; i < c.length; i++) out[n++] = c[i]!;
     return out;
   });
-  return { length, localHashes, reusedTokens, hashPieces, idPieces: reencode ? null : chunks, tokens };
+  // Joined when read: a media prompt routes on its view's hashes and never reads these.
+  let joined: bigint[] | null = null;
+  return {
+    length,
+    get localHashes() {
+      return (joined ??= hashPieces.length === 1 ? hashPieces[0]! : ([] as bigint[]).concat(...hashPieces));
+    },
+    reusedTokens,
+    hashPieces,
+    idPieces: reencode ? null : chunks,
+    tokens,
+  };
 }
 
 /** Nodes from the root to n. */
@@ -248,7 +259,7 @@ export class PrefixCache {
       this.bypassed++;
       const tokens = tokenizer.encode(text.toString());
       onTokenized?.();
-      return encoded(this.copied, [tokens], tokens.length, localBlockHashes(tokens, blockSize), 0);
+      return encoded(this.copied, [tokens], tokens.length, [localBlockHashes(tokens, blockSize)], 0);
     }
     const scope = `${info.family}#${info.id}/${blockSize}`;
     // The last split point (0: none after the start; an empty prefix is never worth a key), then
@@ -284,7 +295,6 @@ export class PrefixCache {
     const reusedBlocks = hit ? hit.blocks : 0;
     const head = reusedBlocks * blockSize;
     const fresh = localBlockHashesOfParts(hit && head < reused ? [idsFrom(hit, head), mid, tail] : [mid, tail], blockSize);
-    const localHashes = hit ? ([] as bigint[]).concat(...chain.map((x) => x.hashes), fresh) : fresh;
 
     if (hit) {
       this.hits++;
@@ -301,7 +311,7 @@ export class PrefixCache {
         scope,
         text: ownText(text, from, last),
         ids: mid,
-        hashes: localHashes.slice(reusedBlocks, blocks),
+        hashes: fresh.slice(0, blocks - reusedBlocks),
         end: last,
         count,
         blocks,
@@ -318,7 +328,7 @@ export class PrefixCache {
           return ids;
         }
       : undefined;
-    return encoded(this.copied, [...chain.map((x) => x.ids), mid, tail], length, localHashes, reused, hit ? [...chain.map((x) => x.hashes), fresh] : [fresh], reencode);
+    return encoded(this.copied, [...chain.map((x) => x.ids), mid, tail], length, [...chain.map((x) => x.hashes), fresh], reused, reencode);
   }
 
   /**
