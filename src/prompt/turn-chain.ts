@@ -53,7 +53,7 @@ import { xxh3_64 } from "../util/hash.ts";
 import { deepFreeze } from "../util/deep-freeze.ts";
 import { closingQuote, isCanonicalEscaping, LITERAL_MIN_CHARS, type JsonLiteral } from "../util/json-scan.ts";
 import { escapeJsonReusing } from "../util/json-escape.ts";
-import { charWidth, ownCompactString } from "../util/own-string.ts";
+import { ownCompactString } from "../util/own-string.ts";
 
 /** The rendered prompt as preparePrompt (index.ts) returns it. */
 export interface ChainedPrompt extends PreparedPrompt {
@@ -361,17 +361,19 @@ function nodeBytes(n: { raw: number; text: number; textWidth: 1 | 2; scope: stri
 /**
  * The long strings of raw JSON text `raw` (valid JSON: a request's messages) with their escaping
  * there as a view of `raw`, in document order: those JSON.stringify escapes the same way. A string
- * with no escape is its own escaping (the value is the view too).
+ * with no escape is its own escaping (the value is the view too); one with escapes is decoded only
+ * when long enough for its escaping to be kept as a view (shorter ones are found in the rendered text).
  */
 function rawLiterals(raw: string): JsonLiteral[] {
   const out: JsonLiteral[] = [];
   for (let open = raw.indexOf('"'); open !== -1; ) {
     const close = closingQuote(raw, open);
     if (close < 0) break;
-    if (close - open - 1 >= SHARED_MIN_CHARS) {
+    const chars = close - open - 1;
+    if (chars >= SHARED_MIN_CHARS) {
       const inner = raw.slice(open + 1, close);
       if (!inner.includes("\\")) out.push({ value: inner, escaped: inner });
-      else if (isCanonicalEscaping(inner)) out.push({ value: JSON.parse(raw.slice(open, close + 1)) as string, escaped: inner });
+      else if (chars >= ESCAPED_VIEW_MIN_CHARS && isCanonicalEscaping(inner)) out.push({ value: JSON.parse(raw.slice(open, close + 1)) as string, escaped: inner });
     }
     open = raw.indexOf('"', close + 1);
   }
@@ -743,16 +745,15 @@ export class TurnChainCache {
     if (known) return false;
     const { text: raw, bytesPerChar: rawWidth } = ownCompactString(rawText);
     const literals = rawLiterals(raw);
-    const escaped = escapedChunks(prefix.text, literals);
-    // The text comes from stored records' JSON, which V8 parses into one-byte strings where it can.
-    const textWidth = charWidth(prefix.text);
+    const { text, bytesPerChar: textWidth } = ownCompactString(prefix.text);
+    const escaped = escapedChunks(text, literals);
     const usable = validated !== null && validated.messages.length === prefix.messages && validated.tally.messages === prefix.messages;
-    const shared = usable ? shareStrings(validated.messages, literals, prefix.text) : null;
+    const shared = usable ? shareStrings(validated.messages, literals, text) : null;
     const parsed = shared ? deepFreeze(shared.parsed) : null;
     const tally = parsed ? validated!.tally : null;
-    const bytes = nodeBytes({ raw: rawWidth * raw.length, text: textWidth * prefix.text.length, textWidth, scope: prefix.scope, escapedOwnChars: escaped.ownChars, escapedChunks: escaped.chunks.length, parsed: shared?.shared ?? null, parts: prefix.media.length + prefix.dropped.length, dataUrls: tally?.dataUrls.length ?? 0 });
+    const bytes = nodeBytes({ raw: rawWidth * raw.length, text: textWidth * text.length, textWidth, scope: prefix.scope, escapedOwnChars: escaped.ownChars, escapedChunks: escaped.chunks.length, parsed: shared?.shared ?? null, parts: prefix.media.length + prefix.dropped.length, dataUrls: tally?.dataUrls.length ?? 0 });
     if (bytes > this.maxBytes / 4) return false;
-    this.insert({ parent: null, key, scope: prefix.scope, raw, rawEnd, text: prefix.text, messages: prefix.messages, provisional: false, media: prefix.media, dropped: prefix.dropped, images: prefix.images, videos: prefix.videos, escaped: escaped.chunks, parsed, tally, holders: 0, bytes });
+    this.insert({ parent: null, key, scope: prefix.scope, raw, rawEnd, text, messages: prefix.messages, provisional: false, media: prefix.media, dropped: prefix.dropped, images: prefix.images, videos: prefix.videos, escaped: escaped.chunks, parsed, tally, holders: 0, bytes });
     return true;
   }
 

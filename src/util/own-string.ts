@@ -8,22 +8,20 @@ export function ownString(s: string): string {
   return (" " + s).slice(1);
 }
 
-const NOT_LATIN1 = /[^\u0000-\u00ff]/;
+const NOT_ASCII = /[^\u0000-\u007f]/;
 const utf8Encoder = new TextEncoder();
 const utf8Decoder = new TextDecoder();
 
-/** Bytes a character of s can be held in: 1 when every character is Latin-1 (V8's one-byte strings), else 2. */
-export function charWidth(s: string): 1 | 2 {
-  return NOT_LATIN1.test(s) ? 2 : 1;
-}
-
 /**
- * ownString(s), held at one byte a character when every character is Latin-1. V8 keeps a slice or
- * copy of a two-byte string two bytes a character whatever its characters (a body with one emoji
- * makes every piece of it two-byte); decoding UTF-8 makes a one-byte string where it can.
- * `bytesPerChar` is what the copy holds per character (cache budgets count it).
+ * ownString(s), held at one byte a character when s is ASCII. V8 keeps a slice or copy of a two-byte
+ * string at two bytes a character whatever its characters (a body with one emoji makes every piece
+ * of it two-byte); decoding ASCII bytes makes a one-byte string, in Node (V8's UTF-8 decoder) and in
+ * workerd, whose TextDecoder reads ASCII input as Latin-1 (src/workerd/api/encoding.c++,
+ * IcuDecoder::decode, commit 022e1a2cc8168ceb751b5da99afe1d11cd953211) but decodes other input into
+ * UTF-16. Any other text is copied as it is and counted at two bytes a character. `bytesPerChar` is
+ * what the copy holds per character (cache budgets count it).
  */
 export function ownCompactString(s: string): { text: string; bytesPerChar: 1 | 2 } {
-  if (charWidth(s) === 2) return { text: ownString(s), bytesPerChar: 2 };
+  if (NOT_ASCII.test(s)) return { text: ownString(s), bytesPerChar: 2 };
   return { text: utf8Decoder.decode(utf8Encoder.encode(s)), bytesPerChar: 1 };
 }

@@ -20,9 +20,9 @@ beforeAll(() => initHashing());
 
 const profile = { family: "qwen3_vl", templateId: "qwen3vl-instruct" } as const;
 
-/** Seeded prose with what JSON escapes (newlines, quotes, a backslash, tabs) and a two-byte dash (or, `latin1`, a Latin-1 accent). */
-function prose(seed: number, chars: number, latin1 = false): string {
-  const words = ["the", "router", "cache", "prefix", "token", "edge", 'said "yes"', "path\\to", "index\tcol", latin1 ? "café" : "block—hash", "worker", "turn"];
+/** Seeded prose with what JSON escapes (newlines, quotes, a backslash, tabs) and a two-byte dash (none when `ascii`). */
+function prose(seed: number, chars: number, ascii = false): string {
+  const words = ["the", "router", "cache", "prefix", "token", "edge", 'said "yes"', "path\\to", "index\tcol", ascii ? "block-hash" : "block—hash", "worker", "turn"];
   let x = (seed * 2654435761) >>> 0;
   let out = `#${seed} `;
   while (out.length < chars) {
@@ -42,15 +42,15 @@ const heap = () => {
  * A chat conversation grown turn by turn through the parse and prompt stages as the edge runs them
  * (~4 characters a token); each turn's stored pieces escape as JSON.stringify does. Its body's length.
  */
-function converse(chain: TurnChainCache, seed: number, targetChars: number, latin1 = false): number {
+function converse(chain: TurnChainCache, seed: number, targetChars: number, ascii = false): number {
   const config = parseEdgeConfig({ KVEDGE_ACCESS: "public", KVEDGE_TURN_CHECK_RATE: "0" });
   const model = config.models[0]!;
-  // With Latin-1 turns, the system message's dash still makes the whole body a two-byte string.
+  // With ASCII turns, the system message's dash still makes the whole body a two-byte string.
   const messages: { role: string; content: string }[] = [{ role: "system", content: "You are helpful — and brief." }];
   let body = "";
   for (let turn = 0; body.length < targetChars; turn++) {
-    if (turn > 0) messages.push({ role: "assistant", content: prose(seed * 1000 + turn, 12_000, latin1) });
-    messages.push({ role: "user", content: prose(seed * 1000 + 500 + turn, 1_200, latin1) });
+    if (turn > 0) messages.push({ role: "assistant", content: prose(seed * 1000 + turn, 12_000, ascii) });
+    messages.push({ role: "user", content: prose(seed * 1000 + 500 + turn, 1_200, ascii) });
     body = JSON.stringify({ model: model.id, messages });
     const parsed = parseChatTurn(body, config, {}, chain);
     const p = chain.prepare(parsed.req, body, { family: model.family, templateId: model.templateId }, { found: parsed.turn, validated: true });
@@ -82,7 +82,7 @@ describe("turn chain bytes", () => {
     expect(freed).toBeGreaterThan(estimate * 0.75);
   });
 
-  it("Latin-1 turns of a two-byte body are kept at one byte a character, and counted so", () => {
+  it("ASCII turns of a two-byte body are kept at one byte a character, and counted so", () => {
     const chain = new TurnChainCache({ checkRate: 0, maxBytes: 1 << 30 });
     let chars = 0;
     for (let seed = 1; seed <= 3; seed++) chars += converse(chain, seed, 400_000, true);
