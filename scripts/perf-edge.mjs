@@ -12,7 +12,10 @@
 // The V8 inspector's sampling profiler (scripts/profile-edge.mjs) sees JS frames only and inflates
 // them ~2×; this one also sees what the runtime does around them. Needs `perf` (linux-tools) and a
 // kernel that lets this user record (perf_event_paranoid ≤ 2 for its own processes).
-// Usage: node scripts/perf-edge.mjs [--tokens 32000] [--n 200] [--cold] [--index] [--top 30]
+// --conversation: the edge bench's chat turns (bench/lib/perf-session.mjs requestShape), as an admin;
+// --stream: streamed answers; --warm: bodies sent before recording (V8 still compiles for several
+// hundred requests, on threads whose CPU the process total includes).
+// Usage: node scripts/perf-edge.mjs [--tokens 32000] [--n 200] [--cold] [--conversation] [--stream] [--warm 20] [--index] [--top 30]
 import { execFileSync, spawn } from "node:child_process";
 import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
@@ -22,7 +25,7 @@ import { startEdgeFleet } from "../bench/lib/edge-fleet.mjs";
 import { nativeWorkerdPid, processCpuMs, processMinorFaults } from "../bench/lib/process-cpu.mjs";
 import { requestShape, requirePerf, workerdPid } from "../bench/lib/perf-session.mjs";
 
-const { values: opt } = parseArgs({ options: { tokens: { type: "string", default: "32000" }, n: { type: "string", default: "200" }, cold: { type: "boolean", default: false }, index: { type: "boolean", default: false }, top: { type: "string", default: "30" } } });
+const { values: opt } = parseArgs({ options: { tokens: { type: "string", default: "32000" }, n: { type: "string", default: "200" }, cold: { type: "boolean", default: false }, index: { type: "boolean", default: false }, top: { type: "string", default: "30" }, conversation: { type: "boolean", default: false }, stream: { type: "boolean", default: false }, warm: { type: "string", default: "20" } } });
 const TOKENS = Number(opt.tokens);
 const N = Number(opt.n);
 
@@ -54,7 +57,7 @@ const dir = mkdtempSync(join(tmpdir(), "kvedge-perf-"));
 try {
   // --index: record the routing index's process instead (route, settle, the relay's KV-event ingest).
   const pid = opt.index ? nativeWorkerdPid(fleet.indexPid) : workerdPid(fleet);
-  const { next, post, warmUp } = requestShape(fleet, { tokens: TOKENS, cold: opt.cold, seed: 0x9f0f });
+  const { next, post, warmUp } = requestShape(fleet, { tokens: TOKENS, cold: opt.cold, conversation: opt.conversation, stream: opt.stream, warm: Number(opt.warm), seed: 0x9f0f });
   await warmUp();
   const bodies = Array.from({ length: N }, next);
   const data = join(dir, "perf.data");

@@ -26,25 +26,41 @@ export function workerdPid(fleet) {
 /**
  * Requests of one shape against the fleet's edge: `next()` makes a body (warm: a conversation of
  * `tokens` the edge has seen, plus a new answer and user turn; cold: fresh text of `tokens`),
- * `post(body)` sends it and reads the answer, `warmUp()` sends the conversation once and 20 bodies.
+ * `post(body)` sends it and reads the answer, `warmUp()` sends the conversation once and `warm`
+ * bodies (the isolate's JIT keeps compiling for some hundred requests: its background threads
+ * count in the process's CPU). `conversation`: the edge bench's chat turns instead
+ * (bench/edge/conversations.mjs): a history of user (~300 tokens) and assistant (~3000) messages
+ * up to `tokens`, each body adding an answer and a question of those sizes, sent as an admin (as
+ * the bench does: routing headers and server-timing on every answer). Streams ask for usage.
  */
-export function requestShape(fleet, { tokens, cold = false, stream = false, seed }) {
+export function requestShape(fleet, { tokens, cold = false, stream = false, conversation = false, warm = 20, seed }) {
   const random = rng(seed);
   const edge = `${fleet.edgeUrl}/v1/chat/completions`;
-  const body = (messages) => JSON.stringify({ model: MODEL, messages, max_tokens: 16, ...(stream ? { stream: true } : {}) });
-  const history = [{ role: "system", content: SYSTEM }, { role: "user", content: freshText(tokens, random) }];
+  const headers = { "content-type": "application/json", ...(conversation ? { authorization: `Bearer ${fleet.adminToken}` } : {}) };
+  const body = (messages) => JSON.stringify({ model: MODEL, messages, max_tokens: 16, ...(stream ? { stream: true, stream_options: { include_usage: true } } : {}) });
+  const turns = [];
+  if (conversation) {
+    // Whole turns while the history and the next body's new ~3300 tokens stay within `tokens`.
+    for (let k = 0, size = 0; k === 0 || size + 6600 <= tokens; k++) {
+      if (k > 0) turns.push({ role: "assistant", content: freshText(3000, random) });
+      turns.push({ role: "user", content: freshText(300, random) });
+      size += k > 0 ? 3300 : 300;
+    }
+  }
+  const history = conversation ? [{ role: "system", content: SYSTEM }, ...turns] : [{ role: "system", content: SYSTEM }, { role: "user", content: freshText(tokens, random) }];
+  const [answer, question] = conversation ? [3000, 300] : [80, 40];
   const next = () =>
     cold
       ? body([{ role: "system", content: SYSTEM }, { role: "user", content: freshText(tokens, random) }])
-      : body([...history, { role: "assistant", content: freshText(80, random) }, { role: "user", content: freshText(40, random) }]);
+      : body([...history, { role: "assistant", content: freshText(answer, random) }, { role: "user", content: freshText(question, random) }]);
   const post = async (b) => {
-    const r = await fetch(edge, { method: "POST", body: b, headers: { "content-type": "application/json" } });
+    const r = await fetch(edge, { method: "POST", body: b, headers });
     await r.arrayBuffer();
     if (!r.ok) throw new Error(`edge answered ${r.status}`);
   };
   const warmUp = async () => {
     await post(body(history));
-    for (let i = 0; i < 20; i++) await post(next());
+    for (let i = 0; i < warm; i++) await post(next());
   };
   return { next, post, warmUp };
 }
