@@ -27,7 +27,9 @@
  * the scope, the prefix's message count and length and a window of its text, and used only when
  * its scope and its whole raw text equal the request's (compared, never trusted to the hash).
  * Entries extend the one they were built from (each keeps only its own raw and rendered piece), so
- * turns of one conversation share memory. Bounded by estimated bytes, LRU.
+ * turns of one conversation share memory; a piece's JSON escaping (sent in the /generate body) and
+ * its validated messages' long strings are views of those two texts, not copies. Bounded by
+ * estimated bytes, LRU.
  *
  * Provisional entries (agent loops). Messages after the last query are stable too while no new
  * query comes: a tool result's opening reads only whether the previous message is a tool, and an
