@@ -258,7 +258,10 @@ export class RoutingIndex extends DurableObject<RoutingIndexEnv> implements Pool
   #relayDetached(ws: WebSocket): void {
     const att = ws.deserializeAttachment() as Attachment;
     // Only the newest session's close means the relay is gone; a superseded socket's does not.
-    if (this.#sessions.closed(att)) this.#core.relayGone(att.workerId);
+    if (!this.#sessions.closed(att)) return;
+    this.#core.relayGone(att.workerId);
+    // Its watched prefills ended: the other shards hear of it (RoutingCore.relayGone).
+    this.#scheduleLoadSync();
   }
 
   #send(ws: WebSocket, msg: IndexToRelay): void {

@@ -14,11 +14,18 @@ export type ApproximateSource = "relay" | "budget" | "silent";
 
 export class ApproximateWorkers {
   readonly #reasons = new Map<string, Map<ApproximateSource, string>>();
+  /** Told of every mark, repeated ones included. */
+  readonly #onMark: (workerId: string) => void;
+
+  constructor(onMark: (workerId: string) => void = () => {}) {
+    this.#onMark = onMark;
+  }
 
   mark(workerId: string, source: ApproximateSource, reason: string): void {
     let m = this.#reasons.get(workerId);
     if (!m) this.#reasons.set(workerId, (m = new Map()));
     m.set(source, reason);
+    this.#onMark(workerId);
   }
 
   /** Clears one source (or all of them). */
@@ -33,8 +40,9 @@ export class ApproximateWorkers {
     if (m.size === 0) this.#reasons.delete(workerId);
   }
 
-  has(workerId: string): boolean {
-    return this.#reasons.has(workerId);
+  /** Whether the worker is approximate (for `source`, when given). */
+  has(workerId: string, source?: ApproximateSource): boolean {
+    return source === undefined ? this.#reasons.has(workerId) : this.#reasons.get(workerId)?.has(source) === true;
   }
 
   reasons(workerId: string): string[] {

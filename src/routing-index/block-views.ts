@@ -62,8 +62,10 @@ export class BlockViews {
   /** Chains routed in the last seconds, counted as overlap until the worker's events arrive. */
   readonly pending = new PendingRoutes();
   /** Workers whose indexed blocks may be wrong (relay lost history, budget refusals). */
-  readonly approximate = new ApproximateWorkers();
+  readonly approximate: ApproximateWorkers;
   readonly #registry: WorkerRegistry;
+  /** The views stopped following the worker's stored blocks: one it stores may never be seen here. */
+  readonly #onViewLost: (workerId: string) => void;
   readonly #counters: IndexCounters;
   /**
    * Workers whose in-memory blocks are known to mirror the relay (a dump arrived this life), with
@@ -97,9 +99,12 @@ export class BlockViews {
     return true;
   };
 
-  constructor(registry: WorkerRegistry, counters: IndexCounters, opts: BlockViewsOptions = {}) {
+  /** `onViewLost`: told when a worker's stored blocks may no longer all be seen (a relay gone, any mark as approximate). */
+  constructor(registry: WorkerRegistry, counters: IndexCounters, opts: BlockViewsOptions = {}, onViewLost: (workerId: string) => void = () => {}) {
     this.#registry = registry;
     this.#counters = counters;
+    this.#onViewLost = onViewLost;
+    this.approximate = new ApproximateWorkers(onViewLost);
     this.index = opts.index ?? new RadixIndex();
     this.budget = new BlockBudget(opts.blockBudget, opts.indexBudgetBytes);
     this.storage = new SharedStorageViews(opts.storageCapacityBlocks ?? DEFAULT_STORAGE_CAPACITY_BLOCKS, () => this.#evenSplit());
@@ -255,6 +260,7 @@ export class BlockViews {
     this.#synced.delete(workerId);
     if (this.index.workerBlockCount(w.slot) > 0 || this.approximate.has(workerId))
       this.approximate.mark(workerId, "relay", "relay disconnected: routing on the index's last copy of its blocks");
+    else this.#onViewLost(workerId); // exact and empty, but nothing it stores reaches the index until its relay's next dump
   }
 
   /**

@@ -13,29 +13,57 @@
  * when its last chunk is done. A worker that holds the block the chain ends in has therefore
  * finished that prefill (or holds the same prefix for another request, which makes this request's
  * prefill a cache hit).
+ *
+ * A watched request whose block cannot be seen is given up on, its prefill ended by the caller
+ * (routing-core.ts): the oldest beyond the per-slot bound, those of a worker whose view stops
+ * following its stored blocks (`release`), and any past its deadline (`overdue`): otherwise it would
+ * count as queued prefill for its whole decode.
  */
 import type { ChainEnd } from "../block-index/radix-index.ts";
 
-/** Requests watched per worker slot; the oldest beyond it go unwatched (they end at their settle). */
+/** Requests watched per worker slot; beyond it the oldest are given up on (their prefill ended). */
 export const MAX_WATCHED_PER_SLOT = 4096;
+/**
+ * A watched prefill is given up on at route time + WATCH_DEADLINE_FACTOR × its expected end + WATCH_DEADLINE_SLACK_MS
+ * (watchDeadline). The expected end is a rate estimate (the worker's reported prefill rate or the
+ * pool's default, not measured), so the bound is wide: ending a live prefill early makes its
+ * worker look idle too soon, and is worse than counting a lost one a little longer.
+ */
+export const WATCH_DEADLINE_FACTOR = 4;
+export const WATCH_DEADLINE_SLACK_MS = 10_000;
+
+/**
+ * When to give up on a prefill routed at `now` behind `queuedTokens` of the worker's counted
+ * prefill, with `tokens` of its own to prefill at `tokensPerSec`.
+ */
+export function watchDeadline(now: number, queuedTokens: number, tokens: number, tokensPerSec: number): number {
+  const expectedMs = ((Math.max(0, queuedTokens) + tokens) / tokensPerSec) * 1000;
+  return now + WATCH_DEADLINE_FACTOR * expectedMs + WATCH_DEADLINE_SLACK_MS;
+}
 
 interface Watched {
   receiptId: string;
   end: ChainEnd;
+  deadline: number;
 }
 
 export class PrefillWatch {
   readonly #bySlot: (Watched[] | undefined)[] = [];
   readonly maxPerSlot: number;
+  /** No watched request's deadline is earlier (entries dropped since may leave it early: a sweep then finds none). */
+  #nextDeadline = Infinity;
 
   constructor(maxPerSlot = MAX_WATCHED_PER_SLOT) {
     this.maxPerSlot = maxPerSlot;
   }
 
-  watch(slot: number, receiptId: string, end: ChainEnd): void {
+  /** Watches a request; returns the receipts given up on for the slot's bound (the oldest). */
+  watch(slot: number, receiptId: string, end: ChainEnd, deadline: number): string[] {
     const list = (this.#bySlot[slot] ??= []);
-    list.push({ receiptId, end });
-    if (list.length > this.maxPerSlot) list.splice(0, list.length - this.maxPerSlot);
+    list.push({ receiptId, end, deadline });
+    if (deadline < this.#nextDeadline) this.#nextDeadline = deadline;
+    if (list.length <= this.maxPerSlot) return [];
+    return list.splice(0, list.length - this.maxPerSlot).map((w) => w.receiptId);
   }
 
   /**
@@ -54,6 +82,37 @@ export class PrefillWatch {
     }
     list.length = kept;
     return done;
+  }
+
+  /**
+   * The receipts past their deadline, on every slot, dropped from the watch (settled ones among
+   * them too: the caller's release skips those). A look at one number while none is due.
+   */
+  overdue(now: number): string[] {
+    if (now < this.#nextDeadline) return [];
+    const due: string[] = [];
+    let next = Infinity;
+    for (const list of this.#bySlot) {
+      if (!list) continue;
+      let kept = 0;
+      for (const w of list) {
+        if (w.deadline <= now) due.push(w.receiptId);
+        else {
+          list[kept++] = w;
+          if (w.deadline < next) next = w.deadline;
+        }
+      }
+      list.length = kept;
+    }
+    this.#nextDeadline = next;
+    return due;
+  }
+
+  /** Every receipt watched on the slot, dropped from the watch: the worker's stored blocks can no longer be followed. */
+  release(slot: number): string[] {
+    const list = this.#bySlot[slot];
+    this.#bySlot[slot] = undefined;
+    return list ? list.map((w) => w.receiptId) : [];
   }
 
   /** Requests watched on the slot (settled ones included until the slot's next check). */

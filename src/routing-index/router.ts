@@ -7,7 +7,7 @@
 import type { LocalHashes } from "../blocks/block-hash.ts";
 import { chainEndOf } from "../block-index/radix-index.ts";
 import type { LoadTracker } from "../load/load-tracker.ts";
-import type { PrefillWatch } from "./prefill-watch.ts";
+import { watchDeadline, type PrefillWatch } from "./prefill-watch.ts";
 import type { PoolRecorder } from "../metrics/pool-recorder.ts";
 import type { IndexCounters } from "../metrics/pool-snapshot.ts";
 import { scoreByBlocks } from "../selection/block-cost.ts";
@@ -226,9 +226,16 @@ export class Router {
     // while the rest of the prompt is still being prefilled.
     const fullBlocks = Math.floor(req.isl / blockSize);
     const watch = chosen.kvEvents && (req.fallbackReason ?? null) === null && req.localHashes.length === fullBlocks && fullBlocks > overlap;
-    if (watch) this.#p.prefillWatch.watch(chosen.slot, receiptId, chainEndOf(req.localHashes, fullBlocks));
-    // A worker whose relay went quiet sends no stored events until it dumps again: the edge still tells.
-    const prefillWatched = watch && !views.approximate.has(chosen.workerId);
+    if (watch) {
+      const rate = chosen.prefillTokensPerSec ?? (this.#regions ?? DEFAULT_TTFT_PARAMS).defaultPrefillTokensPerSec;
+      const deadline = watchDeadline(now, candidates[i]!.activePrefillTokens, prefillTokens, rate);
+      // Beyond the slot's bound the oldest are given up on: their prefill ends now.
+      for (const id of this.#p.prefillWatch.watch(chosen.slot, receiptId, chainEndOf(req.localHashes, fullBlocks), deadline)) loadSync.markPrefillDone(id);
+    }
+    // The edge still tells for a worker whose view may be wrong (a relay gone or quiet sends no
+    // stored events until it dumps again) or whose receipts drift (its blocks may not be the hashes
+    // the edge sent): the watch stays, for an unstreamed request's sake, but may end it only late.
+    const prefillWatched = watch && !views.approximate.has(chosen.workerId) && !this.#p.receipts.drifting(chosen.workerId);
     this.#pending.set(receiptId, {
       receiptId,
       workerId: chosen.workerId,

@@ -131,7 +131,7 @@ export class RoutingCore {
     this.#relaySilentMs = opts.relaySilentMs ?? DEFAULT_RELAY_SILENT_MS;
     this.#quarantineMs = opts.quarantineMs ?? DEFAULT_QUARANTINE_MS;
     this.#registry = new WorkerRegistry(opts.blockSize, this.#now);
-    this.#views = new BlockViews(this.#registry, this.#counters, opts);
+    this.#views = new BlockViews(this.#registry, this.#counters, opts, (workerId) => this.#giveUpPrefills(workerId));
     this.#load = new LoadTracker(opts.staleMs ?? 300_000);
     this.#loadSync = new LoadSync(this.#load, this.#registry, opts.replicateLoad ?? false, this.#now);
     this.#router = new Router(
@@ -216,7 +216,7 @@ export class RoutingCore {
   }
 
   workers(): WorkerRow[] {
-    this.#markSilentRelays();
+    this.#checkTimeouts();
     return workerRows(this.#registry, this.#views, this.#load, this.#now());
   }
 
@@ -242,16 +242,33 @@ export class RoutingCore {
   }
 
   /**
-   * Workers whose relay has said nothing (events, dumps, pings) for longer than `relaySilentMs`:
-   * their view is marked approximate until the relay is heard again. Checked lazily, before each
-   * read of the views (the index object has no timer of its own).
+   * Checked lazily, before each read of the views or the load (the index object has no timer of its
+   * own): workers whose relay has said nothing (events, dumps, pings) for longer than
+   * `relaySilentMs` are marked approximate until the relay is heard again (which also gives up on
+   * their watched prefills); watched prefills past their deadline end (prefill-watch.ts).
    */
-  #markSilentRelays(): void {
+  #checkTimeouts(): void {
     const now = this.#now();
     for (const w of this.#registry.all()) {
-      if (!w.kvEvents || !this.#isSilent(w, now) || !this.#views.isSynced(w.workerId) || this.#views.approximate.has(w.workerId)) continue;
+      if (!w.kvEvents || !this.#isSilent(w, now) || !this.#views.isSynced(w.workerId) || this.#views.approximate.has(w.workerId, "silent")) continue;
       this.#views.approximate.mark(w.workerId, "silent", `nothing from its relay for ${Math.round((now - w.lastSeen) / 1000)} s: the path may be dead and events lost`);
     }
+    this.#endUnseenPrefills(this.#prefillWatch.overdue(now));
+  }
+
+  /** The views stopped following the worker's stored blocks (block-views.ts): its watched prefills cannot be seen to end. */
+  #giveUpPrefills(workerId: string): void {
+    const slot = this.#registry.slotOf(workerId);
+    if (slot >= 0) this.#endUnseenPrefills(this.#prefillWatch.release(slot));
+  }
+
+  /**
+   * Watched prefills whose end the index will not see: they stop counting as queued prefill now,
+   * on every shard, as the edge's markPrefillDone does (settled ones are skipped). Not a measured
+   * prefill end, so no load-back calibration sample (router.prefillDone) comes of it.
+   */
+  #endUnseenPrefills(receiptIds: readonly string[]): void {
+    for (const id of receiptIds) this.#loadSync.markPrefillDone(id);
   }
 
   isSynced(workerId: string): boolean {
@@ -377,7 +394,7 @@ export class RoutingCore {
     countDropped(this.#counters, reason);
   }
 
-  /** The relay's socket closed: the worker is approximate until its next exact dump (block-views.ts). */
+  /** The relay's socket closed: the worker is approximate until its next exact dump (block-views.ts), its watched prefills ended. */
   relayGone(workerId: string): void {
     this.#views.relayGone(workerId);
   }
@@ -385,13 +402,13 @@ export class RoutingCore {
   // ---- routing (router.ts) ----
 
   route(req: RouteRequest): RouteDecision | null {
-    this.#markSilentRelays();
+    this.#checkTimeouts();
     return this.#router.route(req);
   }
 
   /** route() without side effects: same candidates and costs, no load, receipt or counters. */
   peek(req: Pick<RouteRequest, "localHashes" | "isl" | "exclude" | "edgeRegion" | "edgeColo">): RoutePreview {
-    this.#markSilentRelays();
+    this.#checkTimeouts();
     return this.#router.peek(req);
   }
 
@@ -416,7 +433,7 @@ export class RoutingCore {
    * queue's bound or its deadline.
    */
   admit(req: AdmissionRouteRequest, ticket: AdmissionTicket): Promise<AdmitOutcome<RouteDecision>> | AdmitOutcome<RouteDecision> {
-    this.#markSilentRelays();
+    this.#checkTimeouts();
     return this.#admission.admit(req, ticket);
   }
 
@@ -494,7 +511,7 @@ export class RoutingCore {
 
   /** Everything operators see about this pool (metrics scrape, dashboard), as plain JSON. */
   metricsSnapshot(): PoolMetricsSnapshot {
-    this.#markSilentRelays();
+    this.#checkTimeouts();
     const parts = { registry: this.#registry, views: this.#views, load: this.#load, receipts: this.#receipts, metrics: this.#metrics, counters: this.#counters };
     return { ...poolMetricsSnapshot(parts, this.#now()), admission: this.#admission.snapshot(), tierLoadBack: this.tierLoadBack() };
   }

@@ -3,7 +3,8 @@
  * exact chain is `prefillWatched`, and its prefill load ends when the worker's relay reports the
  * chain's last block stored, with no prefill-done call from the edge (src/routing-index/
  * prefill-watch.ts; the edge skips that call for such a decision, src/edge/chat/settle.ts). A
- * watched request that settles before its block is stored leaves nothing behind.
+ * watched request that settles before its block is stored leaves nothing behind; one whose relay
+ * disconnects first stops counting as queued prefill at the disconnect.
  */
 import { SELF, env } from "cloudflare:test";
 import { describe, expect, it } from "vitest";
@@ -18,14 +19,14 @@ import "../../functions/wasm-shim.ts";
 const MODEL = "Qwen/Qwen3-VL-8B-Instruct";
 const WORKER = "w-prefill-watch";
 
-async function relay(): Promise<WebSocket> {
-  const token = await mintRelayToken(await issueRelayKey((u, i) => SELF.fetch(u, i), WORKER), WORKER, MODEL, { url: TEST_WORKER_URL });
-  const res = await SELF.fetch(`https://edge/v1/relay?worker=${WORKER}&model=${encodeURIComponent(MODEL)}`, { headers: { upgrade: "websocket", authorization: `Bearer ${token}` } });
+async function relay(worker = WORKER): Promise<WebSocket> {
+  const token = await mintRelayToken(await issueRelayKey((u, i) => SELF.fetch(u, i), worker), worker, MODEL, { url: TEST_WORKER_URL });
+  const res = await SELF.fetch(`https://edge/v1/relay?worker=${worker}&model=${encodeURIComponent(MODEL)}`, { headers: { upgrade: "websocket", authorization: `Bearer ${token}` } });
   expect(res.status).toBe(101);
   const ws = res.webSocket!;
   ws.accept();
   const welcome = messageWhere(ws, (m) => m.type === "welcome");
-  ws.send(JSON.stringify({ type: "hello", workerId: WORKER, url: TEST_WORKER_URL, blockSize: 16, epoch: 1, modelName: MODEL, kvEvents: true }));
+  ws.send(JSON.stringify({ type: "hello", workerId: worker, url: TEST_WORKER_URL, blockSize: 16, epoch: 1, modelName: MODEL, kvEvents: true }));
   await welcome;
   const ack = messageWhere(ws, (m) => m.type === "ack");
   ws.send(JSON.stringify({ type: "dump", epoch: 1, seq: 0, blocks: [] }));
@@ -81,5 +82,27 @@ describe("prefill end from the worker's stored blocks (RoutingIndex object)", ()
     expect(cached.prefillWatched).toBeUndefined();
     await stub.settle({ receiptId: cached.receiptId, promptTokens: 70, cachedTokens: 64, outcome: "ok" });
     ws.close();
+  });
+
+  it("a watched request whose worker's relay disconnects before storing its chain stops counting as queued prefill", async () => {
+    await initHashing();
+    const gone = "w-prefill-watch-gone";
+    const ws = await relay(gone);
+    const stub = env.ROUTING_INDEX.getByName(MODEL);
+    const load = async () => ((await stub.workers()) as WorkerRow[]).find((w) => w.workerId === gone)!;
+    const locals = localBlockHashes(Array.from({ length: 70 }, (_, i) => 7000 + i), 16);
+    const d = (await stub.route({ localHashes: locals, isl: 70, onlyWorkers: [gone] }))!;
+    expect(d).toMatchObject({ workerId: gone, prefillWatched: true });
+    expect(await load()).toMatchObject({ activeRequests: 1, activePrefillTokens: 70 });
+    ws.close(1001, "relay died");
+    // The index hears of the close on its own time: wait for it (the worker's row says unsynced).
+    let row = await load();
+    for (let i = 0; i < 100 && row.synced; i++) {
+      await new Promise((r) => setTimeout(r, 20));
+      row = await load();
+    }
+    expect(row).toMatchObject({ synced: false, activeRequests: 1, activePrefillTokens: 0 });
+    await stub.settle({ receiptId: d.receiptId, promptTokens: 70, cachedTokens: 0, outcome: "ok" });
+    expect(await load()).toMatchObject({ activeRequests: 0, activePrefillTokens: 0 });
   });
 });

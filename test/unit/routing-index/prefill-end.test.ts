@@ -4,9 +4,10 @@ import { beforeAll, describe, expect, it } from "vitest";
 import { chainEndOf, RadixIndex } from "../../../src/block-index/radix-index.ts";
 import { ShardedIndex } from "../../../src/block-index/sharded-index.ts";
 import { localBlockHashes } from "../../../src/blocks/block-hash.ts";
-import { PrefillWatch } from "../../../src/routing-index/prefill-watch.ts";
-import { localHashToHex } from "../../../src/relay-wire/relay-protocol.ts";
-import { RoutingCore } from "../../../src/routing-index/routing-core.ts";
+import { MAX_WATCHED_PER_SLOT, PrefillWatch, WATCH_DEADLINE_FACTOR, WATCH_DEADLINE_SLACK_MS, watchDeadline } from "../../../src/routing-index/prefill-watch.ts";
+import { localHashToHex, type RelayHello } from "../../../src/relay-wire/relay-protocol.ts";
+import { RoutingCore, type RoutingCoreOptions } from "../../../src/routing-index/routing-core.ts";
+import { DEFAULT_TTFT_PARAMS } from "../../../src/selection/ttft-cost.ts";
 import { initHashing } from "../../../src/util/hash.ts";
 
 beforeAll(() => initHashing());
@@ -61,11 +62,12 @@ describe("RadixIndex.holdsChainEnd", () => {
 });
 
 describe("PrefillWatch", () => {
+  const end = (k: number) => ({ key: k, lo: k, hi: 0, root: BigInt(k) });
+
   it("hands back the receipts whose chain end is held, drops settled ones, and stays bounded", () => {
     const w = new PrefillWatch(3);
-    const end = (k: number) => ({ key: k, lo: k, hi: 0, root: BigInt(k) });
-    for (const k of [1, 2, 3, 4]) w.watch(0, `r${k}`, end(k));
-    expect(w.watched(0)).toBe(3); // r1, the oldest, went unwatched
+    expect([1, 2, 3, 4].map((k) => w.watch(0, `r${k}`, end(k), Infinity))).toEqual([[], [], [], ["r1"]]); // r1, the oldest, given up on
+    expect(w.watched(0)).toBe(3);
     const pending = new Set(["r2", "r3", "r4"]);
     expect(w.finished(0, (e) => e.key === 3, (id) => pending.has(id))).toEqual(["r3"]);
     pending.delete("r2"); // settled meanwhile
@@ -74,6 +76,26 @@ describe("PrefillWatch", () => {
     w.clear(0);
     expect(w.watched(0)).toBe(0);
     expect(w.finished(5, () => true, () => true)).toEqual([]);
+  });
+
+  it("gives up on receipts past their deadline on every slot, and on a released slot's", () => {
+    const w = new PrefillWatch();
+    w.watch(0, "a", end(1), 100);
+    w.watch(0, "b", end(2), 300);
+    w.watch(7, "c", end(3), 200);
+    w.watch(7, "d", end(4), 400);
+    expect(w.overdue(99)).toEqual([]);
+    expect(w.overdue(200)).toEqual(["a", "c"]);
+    expect(w.overdue(250)).toEqual([]);
+    expect(w.release(7)).toEqual(["d"]);
+    expect(w.release(7)).toEqual([]);
+    expect(w.overdue(1_000)).toEqual(["b"]);
+    expect([w.watched(0), w.watched(7)]).toEqual([0, 0]);
+  });
+
+  it("a deadline is route time + 4 × the expected queue and prefill time at the worker's rate + 10 s", () => {
+    expect(watchDeadline(1_000, 30_000, 10_000, 20_000)).toBe(1_000 + WATCH_DEADLINE_FACTOR * 2_000 + WATCH_DEADLINE_SLACK_MS);
+    expect(watchDeadline(0, 0, 64, 10_000)).toBeCloseTo(4 * 6.4 + 10_000, 9);
   });
 });
 
@@ -145,5 +167,126 @@ describe("RoutingCore: prefill end from the worker's stored blocks", () => {
     core.setStatus(d.workerId, "up");
     expect(stored(core, d.workerId, null, wire(locals, 100)).ok).toBe(false); // unsynced after down: nothing to end either
     expect(core.sizes().activeRequests).toBe(0);
+  });
+});
+
+describe("RoutingCore: a watched prefill whose end the index cannot see stops counting", () => {
+  let t = 1_000;
+  let seq = 1;
+  function pool(ids: string[] = ["a"], opts: Partial<RoutingCoreOptions> = {}) {
+    t = 1_000;
+    const core = new RoutingCore({ blockSize: B, random: () => 0, replicateLoad: true, now: () => t, ...opts });
+    for (const id of ids) join(core, id);
+    return core;
+  }
+  function join(core: RoutingCore, id: string, blocks: ReturnType<typeof dumpRows> = [], extra: Partial<RelayHello> = {}) {
+    core.hello({ type: "hello", workerId: id, url: `http://${id}`, blockSize: B, epoch: 1, modelName: "m", contract: null, kvEvents: true, ...extra }, id);
+    core.applyDump(id, { type: "dump", epoch: 1, seq: 0, blocks });
+  }
+  /** Dump rows of a chain (parents first), engine hashes from `base`. */
+  const dumpRows = (locals: bigint[], base: number) => locals.map((l, i) => ({ h: String(base + i), p: i === 0 ? null : String(base + i - 1), l: localHashToHex(l) }));
+  const row = (core: RoutingCore, id: string) => core.workers().find((w) => w.workerId === id)!;
+  const stored = (core: RoutingCore, id: string, blocks: ReturnType<typeof wire>) => core.applyEvents(id, { type: "events", epoch: 1, seq: seq++, events: [{ t: "stored", parent: null, blocks }] });
+  /** A fresh 40-token prompt (10 full blocks) routed to `id`, watched by the index. */
+  function routeWatched(core: RoutingCore, id: string, seed: number) {
+    const locals = localBlockHashes(tokens(40, seed), B);
+    const d = core.route({ localHashes: locals, isl: 40, onlyWorkers: [id] })!;
+    expect(d).toMatchObject({ workerId: id, overlapBlocks: 0 });
+    expect(row(core, id).activePrefillTokens).toBe(40);
+    core.takeLoadOps();
+    return { d, locals };
+  }
+  /** The prefill ended, on this shard and (replicated) on the others; the request still decodes. */
+  function expectEnded(core: RoutingCore, id: string, receiptId: string) {
+    expect(row(core, id)).toMatchObject({ activePrefillTokens: 0, activeRequests: 1 });
+    expect(core.takeLoadOps()).toMatchObject([{ op: "done", id: receiptId }]);
+  }
+
+  it("its relay disconnects, the worker's view exact and empty or holding blocks", () => {
+    const core = pool(["a", "b"]);
+    stored(core, "b", wire(localBlockHashes(tokens(8, 9), B), 500));
+    const onA = routeWatched(core, "a", 2);
+    expect(onA.d.prefillWatched).toBe(true);
+    core.relayGone("a");
+    expect(core.isApproximate("a")).toBe(false); // nothing to route on: not approximate, yet nothing it stores is seen
+    expectEnded(core, "a", onA.d.receiptId);
+    const onB = routeWatched(core, "b", 3);
+    core.relayGone("b");
+    expect(core.isApproximate("b")).toBe(true);
+    expectEnded(core, "b", onB.d.receiptId);
+  });
+
+  it("its relay goes silent, also on a worker already approximate for another reason", () => {
+    const core = pool(["a", "b"], { relaySilentMs: 1_000 });
+    const onA = routeWatched(core, "a", 2);
+    // b's relay lost history: approximate, yet its events flow and the watch follows them.
+    core.applyDump("b", { type: "dump", epoch: 1, seq: 1, blocks: [], approximate: true });
+    const onB = routeWatched(core, "b", 3);
+    expect(onB.d.prefillWatched).toBeUndefined(); // the edge still tells for an approximate worker
+    t += 1_500;
+    core.touch("b");
+    row(core, "a"); // a read of the views checks for silence
+    expect(core.isApproximate("a")).toBe(true);
+    expectEnded(core, "a", onA.d.receiptId);
+    expect(row(core, "b").activePrefillTokens).toBe(40);
+    t += 1_500;
+    row(core, "b");
+    expectEnded(core, "b", onB.d.receiptId);
+  });
+
+  it("the block budget refuses the worker's stored chain", () => {
+    const core = pool(["a"], { blockBudget: 4 });
+    const { d, locals } = routeWatched(core, "a", 2);
+    stored(core, "a", wire(locals, 100)); // 10 blocks, room for 4: refused whole
+    expect(core.isApproximate("a")).toBe(true);
+    expectEnded(core, "a", d.receiptId);
+  });
+
+  it("the worker's view is shed for a newcomer's share", () => {
+    const core = pool(["big"], { blockBudget: 200 });
+    stored(core, "big", wire(localBlockHashes(tokens(800, 7), B), 1_000)); // the whole budget
+    const { d } = routeWatched(core, "big", 2);
+    expect(d.prefillWatched).toBe(true);
+    join(core, "small", dumpRows(localBlockHashes(tokens(40, 8), B), 5_000)); // under its guarantee, no room left
+    expect(core.isApproximate("big")).toBe(true);
+    expect(row(core, "big").blocks).toBe(0);
+    expectEnded(core, "big", d.receiptId);
+  });
+
+  it("its chain end never matches (the worker's blocks are not the edge's hashes): ended at its deadline", () => {
+    const core = pool(["a"]);
+    const { d, locals } = routeWatched(core, "a", 2);
+    const deadline = watchDeadline(1_000, 0, 40, DEFAULT_TTFT_PARAMS.defaultPrefillTokensPerSec);
+    stored(core, "a", wire(localBlockHashes(tokens(40, 3), B), 100)); // another template's blocks for the same prompt
+    t = deadline - 1;
+    expect(row(core, "a").activePrefillTokens).toBe(40);
+    t = deadline;
+    expectEnded(core, "a", d.receiptId);
+    stored(core, "a", wire(locals, 200)); // its real end, late: nothing twice
+    expect(row(core, "a").activePrefillTokens).toBe(0);
+  });
+
+  it("beyond the watch's bound per worker, the oldest", () => {
+    const core = pool(["a"]);
+    const first = routeWatched(core, "a", 1);
+    for (let k = 1; k < MAX_WATCHED_PER_SLOT; k++) core.route({ localHashes: localBlockHashes(tokens(40, 10 + k), B), isl: 40 });
+    expect(row(core, "a").activePrefillTokens).toBe(40 * MAX_WATCHED_PER_SLOT);
+    core.takeLoadOps();
+    core.route({ localHashes: localBlockHashes(tokens(40, 5), B), isl: 40 }); // one more: the first is given up on
+    expect(row(core, "a").activePrefillTokens).toBe(40 * MAX_WATCHED_PER_SLOT);
+    expect(core.takeLoadOps()).toMatchObject([{ op: "add" }, { op: "done", id: first.d.receiptId }]);
+  });
+
+  it("a worker whose receipts drift is not said watched: the edge still tells", () => {
+    const core = pool(["a"]);
+    const held = localBlockHashes(tokens(40, 4), B);
+    stored(core, "a", wire(held, 100));
+    // Five requests predicted fully cached that the worker reports uncached: drift.
+    for (let k = 0; k < 5; k++) {
+      const r = core.route({ localHashes: held, isl: 40 })!;
+      core.settle({ receiptId: r.receiptId, promptTokens: 40, cachedTokens: 0, outcome: "ok" });
+    }
+    expect(core.stats().receipts.find((s) => s.workerId === "a")!.drifting).toBe(true);
+    expect(routeWatched(core, "a", 2).d.prefillWatched).toBeUndefined();
   });
 });
