@@ -313,6 +313,11 @@ export class Router {
       outcome: req.outcome,
     };
     if (p.loadBack && p.predictedTtftMs !== undefined && doneAt !== undefined && req.outcome === "ok") {
+      // Route to the first prefill-end signal, both on this object's clock: the edge's call at a
+      // stream's first output, or a watched request's stored event from the relay. Past the
+      // estimate's parts (its round trip is edge ↔ worker), the load-back so measured also holds the
+      // route answer's trip to the edge and the signal's trip here: edge → index for the call;
+      // relay → index less worker → edge, plus the relay's flush wait (≤ flushIntervalMs), for the event.
       const measuredTtftMs = doneAt - p.at;
       // The load-back is what the measured TTFT leaves after the estimate's other parts.
       const measuredMs = measuredTtftMs - (p.predictedTtftMs - p.loadBack.predictedMs);
