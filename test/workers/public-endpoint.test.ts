@@ -37,6 +37,12 @@ function chat(vars: Vars, opts: { ip?: string; auth?: string; body?: unknown } =
   return call(vars, "/v1/chat/completions", { method: "POST", headers, body: JSON.stringify(body), ...(opts.ip ? { ip: opts.ip } : {}) });
 }
 
+/** Waits until a rate-limit bucket is full again: the moment its stored state names has passed (a few hundred ms here). */
+async function untilFull(stub: ReturnType<typeof env.RATE_LIMITER.getByName>): Promise<void> {
+  const fullAt = await runInDurableObject(stub, (_o, state) => state.storage.kv.get<{ fullAt: number }>("bucket")?.fullAt ?? 0);
+  while (Date.now() <= fullAt) await new Promise((r) => setTimeout(r, fullAt - Date.now() + 1));
+}
+
 async function openAIError(r: Response, status: number): Promise<{ message: string; type: string; param: string | null; code: string | null }> {
   expect(r.status).toBe(status);
   const j = (await r.json()) as { error: { message: string; type: string; param: string | null; code: string | null } };
@@ -149,9 +155,33 @@ describe("rate limits (on by default)", () => {
     // Full again 1 token / (600/min) = 100 ms later, plus the slack.
     expect(before.alarm).not.toBeNull();
     expect(before.alarm! - Date.now()).toBeLessThan(5_000);
+    await untilFull(stub);
     expect(await runDurableObjectAlarm(stub)).toBe(true);
     const after = await runInDurableObject(stub, async (_o, state) => ({ keys: [...state.storage.kv.list()].length, alarm: await state.storage.getAlarm() }));
     expect(after).toEqual({ keys: 0, alarm: null });
+  });
+
+  it("later takes leave the alarm; one that fires before the bucket is full keeps the state and moves to the full moment", async () => {
+    const vars = { KVEDGE_RATE_LIMIT: JSON.stringify({ requestsPerMinute: 600, burst: 5 }) };
+    const ip = "192.0.2.45";
+    const stub = env.RATE_LIMITER.getByName(`chat:net:${ip}/32`);
+    const stored = () => runInDurableObject(stub, async (_o, state) => ({ keys: [...state.storage.kv.list()].length, alarm: await state.storage.getAlarm(), fullAt: state.storage.kv.get<{ fullAt: number }>("bucket")?.fullAt }));
+    expect((await chat(vars, { ip })).status).toBe(503);
+    const first = await stored();
+    expect(first.alarm).toBe(first.fullAt! + 1_000);
+    expect((await chat(vars, { ip })).status).toBe(503);
+    expect((await chat(vars, { ip })).status).toBe(503);
+    const later = await stored();
+    // Three tokens taken: full again later than after the first, and the alarm not written again.
+    expect(later.fullAt!).toBeGreaterThan(first.fullAt!);
+    expect(later.alarm).toBe(first.alarm);
+    // The alarm fires before the bucket is full (run now): the state stays, the alarm moves to the bucket's full moment.
+    expect(await runDurableObjectAlarm(stub)).toBe(true);
+    const moved = await stored();
+    expect(moved).toEqual({ keys: 1, alarm: later.fullAt! + 1_000, fullAt: later.fullAt });
+    await untilFull(stub);
+    expect(await runDurableObjectAlarm(stub)).toBe(true);
+    expect(await stored()).toEqual({ keys: 0, alarm: null, fullAt: undefined });
   });
 });
 
