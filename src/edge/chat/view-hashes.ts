@@ -194,8 +194,9 @@ export class ViewHashCache {
     if (count) return count;
     if (hit) {
       this.s.hits++;
-      this.lru.delete(hit);
-      this.lru.add(hit);
+      // The hit may be a piece no longer kept, only held by kept ones (an item after it changed):
+      // keeping it again without holding its chain would release that chain twice when it goes.
+      if (this.lru.delete(hit)) this.lru.add(hit);
     } else this.s.misses++;
     for (let k = 0; k < freshNodes.length; k++) this.store(freshNodes[k]!, todo[k]!.piece);
     return { ok: true, length: end, localHashes: ([] as bigint[]).concat(...localPieces), hashPieces: localPieces, reusedTokens: hit ? hit.end : 0 };

@@ -127,6 +127,37 @@ describe("media view cache: only the new template tokens and blocks", () => {
     expect(again.localHashes).toEqual((whole(text, items) as { hashes: bigint[] }).hashes);
   });
 
+  it("a hit on a piece that is no longer kept (only held by later ones) uses it without keeping it again", () => {
+    const prefix = new PrefixCache();
+    const views = new ViewHashCache();
+    let text = "";
+    const items: ExpandItem[] = [];
+    for (let turn = 0; turn < 4; turn++) {
+      items.push(image(50 + turn, 100 + turn));
+      text += `<|im_start|>user\nq${turn}${IMAGE}<|im_end|>\n<|im_start|>assistant\n`;
+      views.hashes(input(prefix, text, items).view);
+      text += `a${turn}<|im_end|>\n`;
+    }
+    // Kept: pieces 0-3 (n0-n3), each extending the one before.
+    expect(views.stats().entries).toBe(4);
+    // Item 1 changed: n0 is used, the new piece 1 replaces n1 (same piece and parent), and pieces
+    // 2-4 are kept after it. n1 is no longer kept, but n2 and n3 still extend it.
+    const changed1 = items.map((it, i) => (i === 1 ? { ...it, padValue: 777 } : it));
+    views.hashes(input(prefix, `${text}<|im_start|>user\nlast<|im_end|>\n<|im_start|>assistant\n`, changed1).view);
+    expect(views.stats().entries).toBe(7);
+    // The original item 1 but item 2 changed, after another question: n3's chain is found and used
+    // up to n1. The new pieces 2-4 are kept after n1 (piece 2 replaces n2); n1 itself stays unkept
+    // (kept again without its chain held, its drop would release pieces still in use).
+    const changed2 = items.map((it, i) => (i === 2 ? { ...it, padValue: 778 } : it));
+    const other = `${text}<|im_start|>user\nother<|im_end|>\n<|im_start|>assistant\n`;
+    const before = views.stats();
+    const got = views.hashes(input(prefix, other, changed2).view);
+    if (!got.ok) throw new Error("not ok");
+    expect(got.localHashes).toEqual((whole(other, changed2) as { hashes: bigint[] }).hashes);
+    expect(views.stats().hits - before.hits).toBe(1);
+    expect(views.stats().entries).toBe(7 - 1 + 3);
+  });
+
   it("another scope shares nothing", () => {
     const prefix = new PrefixCache();
     const views = new ViewHashCache();
