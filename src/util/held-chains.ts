@@ -1,0 +1,104 @@
+/**
+ * The memory bound of a cache whose entries extend one another: each node keeps only its own piece
+ * and points to the node it extends, so the turns and branches of one conversation share their
+ * common part (the prompt-prefix cache, the turn chain, the media view hashes). A node's size
+ * counts while some kept entry's chain includes it (`holders`): a shared piece counts once, and
+ * one that no kept entry reaches is left to the GC. Kept entries are evicted least recently used
+ * first until the sizes fit the budget. The cache keeps its own lookup structure and is told, by
+ * `onDrop`, of every entry that leaves.
+ */
+export interface HeldNode<N> {
+  parent: N | null;
+  /** Kept entries whose chain includes this node; its sizes count while this is > 0. */
+  holders: number;
+  /** Estimated bytes of the node's own piece. */
+  bytes: number;
+  /** Tokens of its own piece, where the cache bounds tokens too. */
+  tokens?: number;
+}
+
+export interface HeldChainsOptions<N> {
+  maxBytes: number;
+  /** Default: no bound on tokens. */
+  maxTokens?: number;
+  /** Takes an entry out of the cache's lookup structure (dropped or evicted). */
+  onDrop: (entry: N) => void;
+}
+
+export class HeldChains<N extends HeldNode<N>> {
+  readonly maxBytes: number;
+  readonly maxTokens: number;
+  /** Sizes of the counted nodes (each shared node once). */
+  bytes = 0;
+  tokens = 0;
+  /** Entries dropped because the sizes went over the budget. */
+  evictions = 0;
+  /** Kept entries, least recently used first (a Set keeps insertion order; touch re-inserts). */
+  private readonly lru = new Set<N>();
+  private readonly onDrop: (entry: N) => void;
+
+  constructor(options: HeldChainsOptions<N>) {
+    this.maxBytes = options.maxBytes;
+    this.maxTokens = options.maxTokens ?? Infinity;
+    this.onDrop = options.onDrop;
+  }
+
+  /** Kept entries. */
+  get entries(): number {
+    return this.lru.size;
+  }
+
+  /** Whether a piece of `bytes` may be stored: a larger one would flush over a quarter of the rest. */
+  admits(bytes: number): boolean {
+    return bytes <= this.maxBytes / 4;
+  }
+
+  /** Keeps `entry` as the most recent; its chain's nodes count from now on. Call evictOverBudget after. */
+  keep(entry: N): void {
+    this.lru.add(entry);
+    for (let x: N | null = entry; x; x = x.parent) if (x.holders++ === 0) this.count(x, 1);
+  }
+
+  /** Makes a kept entry the most recent; one dropped meanwhile stays dropped. */
+  touch(entry: N): void {
+    if (this.lru.delete(entry)) this.lru.add(entry);
+  }
+
+  /** Forgets a kept entry; nodes of its chain that no other kept entry reaches stop counting. False when not kept. */
+  drop(entry: N): boolean {
+    if (!this.lru.delete(entry)) return false;
+    this.onDrop(entry);
+    for (let x: N | null = entry; x; x = x.parent) if (--x.holders === 0) this.count(x, -1);
+    return true;
+  }
+
+  /** Adds to a node's own sizes (data it gained later); they count at once when it is held. Call evictOverBudget after. */
+  grow(node: N, bytes: number, tokens = 0): void {
+    node.bytes += bytes;
+    if (tokens !== 0) node.tokens = (node.tokens ?? 0) + tokens;
+    if (node.holders > 0) {
+      this.bytes += bytes;
+      this.tokens += tokens;
+    }
+  }
+
+  /** Drops kept entries, least recently used first, until the sizes fit the budget (the newest last, when its chain alone is over). */
+  evictOverBudget(): void {
+    for (const old of this.lru) {
+      if (this.bytes <= this.maxBytes && this.tokens <= this.maxTokens) break;
+      this.drop(old);
+      this.evictions++;
+    }
+  }
+
+  /** Forgets every entry and zeroes the sizes and the eviction count (the cache clears its lookup structure itself). */
+  clear(): void {
+    this.lru.clear();
+    this.bytes = this.tokens = this.evictions = 0;
+  }
+
+  private count(x: N, sign: 1 | -1): void {
+    this.bytes += sign * x.bytes;
+    this.tokens += sign * (x.tokens ?? 0);
+  }
+}
