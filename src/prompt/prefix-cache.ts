@@ -23,6 +23,7 @@
  */
 import { localBlockHashes, localBlockHashesOfParts } from "../blocks/block-hash.ts";
 import { xxh3_64 } from "../util/hash.ts";
+import { HeldChains } from "../util/held-chains.ts";
 import { ownString } from "../util/own-string.ts";
 import { PieceText } from "../util/piece-text.ts";
 
@@ -124,8 +125,10 @@ interface Node {
   end: number;
   count: number;
   blocks: number;
-  /** Cached prefixes whose chain includes this node; its ids are counted while this is > 0. */
+  /** Cached prefixes whose chain includes this node, its pieceBytes and its ids' count (what HeldChains counts). */
   holders: number;
+  bytes: number;
+  tokens: number;
   /** Seeded (seed()): `ids` holds only the tokens after the last full block, until fillSeeded. */
   seeded?: true;
 }
@@ -223,19 +226,16 @@ export class PrefixCache {
   readonly maxBytes: number;
   /** Key → cached prefixes with that key. */
   private readonly buckets = new Map<bigint, Node[]>();
-  /** Cached prefixes, least recently used first (a Set keeps insertion order; a hit re-inserts). */
-  private readonly lru = new Set<Node>();
+  /** The cached prefixes (LRU) and the tokens and bytes their pieces hold. */
+  private readonly held: HeldChains<Node>;
   private readonly info = new WeakMap<object, TokenizerInfo>();
   private nextTokenizerId = 0;
-  private tokens = 0;
-  private bytes = 0;
   private hits = 0;
   private misses = 0;
   private bypassed = 0;
   private reusedTokens = 0;
   private copiedTokens = 0;
   private stores = 0;
-  private evictions = 0;
   // [tokenizer id | block size | prefix length | UTF-8 of head | UTF-8 of tail]
   private readonly buf = new Uint8Array(12 + 3 * (KEY_HEAD_CHARS + KEY_TAIL_CHARS));
   private readonly bufView = new DataView(this.buf.buffer);
@@ -247,6 +247,7 @@ export class PrefixCache {
     this.maxTokens = options.maxTokens ?? DEFAULT_PREFIX_CACHE_TOKENS;
     this.maxEntryTokens = options.maxEntryTokens ?? Math.floor(this.maxTokens / 4);
     this.maxBytes = options.maxBytes ?? DEFAULT_PREFIX_CACHE_BYTES;
+    this.held = new HeldChains<Node>({ maxBytes: this.maxBytes, maxTokens: this.maxTokens, onDrop: (n) => this.unlist(n) });
   }
 
   /** tokenizer.encode(text) and its local block hashes, reusing the longest cached prefix. Requires initHashing(). */
@@ -299,23 +300,26 @@ export class PrefixCache {
     if (hit) {
       this.hits++;
       this.reusedTokens += reused;
-      this.lru.delete(hit);
-      this.lru.add(hit);
+      this.held.touch(hit);
     } else this.misses++;
-    if (last > from && mid.length <= this.maxEntryTokens && pieceBytes(last - from, mid.length, mid.length / blockSize + 1) <= this.maxBytes / 4) {
+    if (last > from && mid.length <= this.maxEntryTokens && this.held.admits(pieceBytes(last - from, mid.length, mid.length / blockSize + 1))) {
       const count = reused + mid.length;
       const blocks = Math.floor(count / blockSize);
+      const pieceText = ownText(text, from, last);
+      const hashes = fresh.slice(0, blocks - reusedBlocks);
       this.store({
         parent: hit,
         key: lastKey,
         scope,
-        text: ownText(text, from, last),
+        text: pieceText,
         ids: mid,
-        hashes: fresh.slice(0, blocks - reusedBlocks),
+        hashes,
         end: last,
         count,
         blocks,
         holders: 0,
+        bytes: pieceBytes(pieceText.length, mid.length, hashes.length),
+        tokens: mid.length,
       });
     }
     // A seeded prefix (always a chain's root) has no ids for its full blocks: they are encoded anew
@@ -346,8 +350,9 @@ export class PrefixCache {
     if (this.buckets.get(key)?.some((n) => n.scope === scope && n.end === end && chainOf(n).map((x) => x.text).join("") === prefix.text)) return;
     const blocks = Math.floor(prefix.count / blockSize);
     if (prefix.hashes.length !== blocks || prefix.tailIds.length !== prefix.count - blocks * blockSize) return;
-    if (prefix.count > this.maxEntryTokens || pieceBytes(end, prefix.tailIds.length, blocks) > this.maxBytes / 4) return;
-    this.store({ parent: null, key, scope, text: prefix.text, ids: prefix.tailIds, hashes: prefix.hashes, end, count: prefix.count, blocks, holders: 0, seeded: true });
+    const bytes = pieceBytes(end, prefix.tailIds.length, blocks);
+    if (prefix.count > this.maxEntryTokens || !this.held.admits(bytes)) return;
+    this.store({ parent: null, key, scope, text: prefix.text, ids: prefix.tailIds, hashes: prefix.hashes, end, count: prefix.count, blocks, holders: 0, bytes, tokens: prefix.tailIds.length, seeded: true });
   }
 
   stats(): PrefixCacheStats {
@@ -358,19 +363,19 @@ export class PrefixCache {
       reusedTokens: this.reusedTokens,
       copiedTokens: this.copiedTokens,
       stores: this.stores,
-      evictions: this.evictions,
-      entries: this.lru.size,
-      tokens: this.tokens,
+      evictions: this.held.evictions,
+      entries: this.held.entries,
+      tokens: this.held.tokens,
       maxTokens: this.maxTokens,
-      bytes: this.bytes,
+      bytes: this.held.bytes,
       maxBytes: this.maxBytes,
     };
   }
 
   clear(): void {
     this.buckets.clear();
-    this.lru.clear();
-    this.tokens = this.bytes = this.hits = this.misses = this.bypassed = this.reusedTokens = this.copiedTokens = this.stores = this.evictions = 0;
+    this.held.clear();
+    this.hits = this.misses = this.bypassed = this.reusedTokens = this.copiedTokens = this.stores = 0;
   }
 
   private tokenizerInfo(tokenizer: PrefixTokenizer): TokenizerInfo {
@@ -399,27 +404,13 @@ export class PrefixCache {
   private store(n: Node): void {
     if (n.count === 0) return;
     const bucket = this.buckets.get(n.key);
-    if (bucket && bucket.length >= MAX_BUCKET) this.drop(bucket[0]!);
+    if (bucket && bucket.length >= MAX_BUCKET) this.held.drop(bucket[0]!);
     const b = this.buckets.get(n.key);
     if (b) b.push(n);
     else this.buckets.set(n.key, [n]);
-    this.lru.add(n);
-    for (let x: Node | null = n; x; x = x.parent) {
-      if (x.holders++ === 0) {
-        this.tokens += x.ids.length;
-        this.bytes += pieceBytes(x.text.length, x.ids.length, x.hashes.length);
-      }
-    }
+    this.held.keep(n);
     this.stores++;
-    this.evictOverBudget();
-  }
-
-  private evictOverBudget(): void {
-    for (const old of this.lru) {
-      if (this.tokens <= this.maxTokens && this.bytes <= this.maxBytes) break;
-      this.drop(old);
-      this.evictions++;
-    }
+    this.held.evictOverBudget();
   }
 
   /** A seeded prefix's ids from an encode of a text it starts; kept when they end in its own last-block ids. */
@@ -427,27 +418,17 @@ export class PrefixCache {
     if (!n.seeded || ids.length < n.count) return;
     const own = ids.slice(0, n.count);
     for (let i = 0; i < n.ids.length; i++) if (own[n.count - n.ids.length + i] !== n.ids[i]) return;
-    if (n.holders > 0) {
-      this.tokens += own.length - n.ids.length;
-      this.bytes += pieceBytes(n.text.length, own.length, n.hashes.length) - pieceBytes(n.text.length, n.ids.length, n.hashes.length);
-    }
+    this.held.grow(n, pieceBytes(n.text.length, own.length, n.hashes.length) - n.bytes, own.length - n.ids.length);
     n.ids = own;
     delete n.seeded;
-    this.evictOverBudget();
+    this.held.evictOverBudget();
   }
 
-  /** Forgets a cached prefix; pieces no other cached prefix extends are no longer counted (the GC frees them). */
-  private drop(n: Node): void {
-    this.lru.delete(n);
+  /** Takes a cached prefix that HeldChains dropped out of its bucket (the GC frees pieces no cached prefix extends). */
+  private unlist(n: Node): void {
     const bucket = this.buckets.get(n.key)!;
     if (bucket.length === 1) this.buckets.delete(n.key);
     else bucket.splice(bucket.indexOf(n), 1);
-    for (let x: Node | null = n; x; x = x.parent) {
-      if (--x.holders === 0) {
-        this.tokens -= x.ids.length;
-        this.bytes -= pieceBytes(x.text.length, x.ids.length, x.hashes.length);
-      }
-    }
   }
 }
 
