@@ -53,6 +53,7 @@ import { contentFormatOf, renderTemplate, type RenderInput } from "./template.ts
 import { assemblePrompt, type PreparedPrompt } from "./index.ts";
 import { xxh3_64 } from "../util/hash.ts";
 import { deepFreeze } from "../util/deep-freeze.ts";
+import { HeldChains } from "../util/held-chains.ts";
 import { closingQuote, isCanonicalEscaping, LITERAL_MIN_CHARS, type JsonLiteral } from "../util/json-scan.ts";
 import { escapeJsonReusing } from "../util/json-escape.ts";
 import { ownCompactString } from "../util/own-string.ts";
@@ -179,6 +180,7 @@ interface Node {
    */
   parsed: readonly ChatMessage[] | null;
   tally: MessagesTally | null;
+  /** What HeldChains counts: entries whose chain includes this node, and its nodeBytes. */
   holders: number;
   bytes: number;
 }
@@ -493,9 +495,9 @@ export class TurnChainCache {
   private readonly random: () => number;
   private readonly onMismatch: NonNullable<TurnChainOptions["onMismatch"]>;
   private readonly buckets = new Map<bigint, Node[]>();
-  private readonly lru = new Set<Node>();
-  private bytes = 0;
-  private s = { hits: 0, misses: 0, reusedMessages: 0, checks: 0, mismatches: 0, stores: 0, evictions: 0 };
+  /** The entries (LRU) and the bytes their pieces hold. */
+  private readonly held: HeldChains<Node>;
+  private s = { hits: 0, misses: 0, reusedMessages: 0, checks: 0, mismatches: 0, stores: 0 };
   private readonly encoder = new TextEncoder();
   private readonly buf = new Uint8Array(24 + 3 * (KEY_HEAD_CHARS + KEY_TAIL_CHARS));
   /** What the stand-in renders to (header and its block), per scope and item counts: one render per hit saved. */
@@ -504,6 +506,7 @@ export class TurnChainCache {
 
   constructor(options: TurnChainOptions = {}) {
     this.maxBytes = options.maxBytes ?? DEFAULT_TURN_CHAIN_BYTES;
+    this.held = new HeldChains<Node>({ maxBytes: this.maxBytes, onDrop: (n) => this.unlist(n) });
     this.checkRate = options.checkRate ?? DEFAULT_TURN_CHECK_RATE;
     const render = options.render ?? renderTemplate;
     this.render = (id, input) => {
@@ -545,14 +548,14 @@ export class TurnChainCache {
     this.s.hits++;
     this.s.reusedMessages += hit.node.messages;
     // A node dropped since it was found (the parse stage found it) is used, not revived.
-    if (this.lru.delete(hit.node)) this.lru.add(hit.node);
+    this.held.touch(hit.node);
     if (this.checkRate > 0 && this.random() < this.checkRate) {
       this.s.checks++;
       const whole = this.full(request, profile, null);
       if (whole.text !== out.text || whole.assistantPrefix !== out.assistantPrefix || JSON.stringify([whole.mediaParts, whole.droppedParts, whole.hasAudio]) !== JSON.stringify([out.mediaParts, out.droppedParts, out.hasAudio])) {
         this.s.mismatches++;
         this.onMismatch({ templateId: profile.templateId, messages: request.messages.length, reusedMessages: hit.node.messages });
-        this.drop(hit.node);
+        this.held.drop(hit.node);
         return whole;
       }
     }
@@ -595,16 +598,15 @@ export class TurnChainCache {
   }
 
   stats(): TurnChainStats {
-    return { ...this.s, entries: this.lru.size, bytes: this.bytes, maxBytes: this.maxBytes };
+    return { ...this.s, evictions: this.held.evictions, entries: this.held.entries, bytes: this.held.bytes, maxBytes: this.maxBytes };
   }
 
   clear(): void {
     this.standIns.clear();
     this.standInChars = 0;
     this.buckets.clear();
-    this.lru.clear();
-    this.bytes = 0;
-    this.s = { hits: 0, misses: 0, reusedMessages: 0, checks: 0, mismatches: 0, stores: 0, evictions: 0 };
+    this.held.clear();
+    this.s = { hits: 0, misses: 0, reusedMessages: 0, checks: 0, mismatches: 0, stores: 0 };
   }
 
   private full(request: ChatRequestLike, profile: ModelProfile, store: StoreContext | null): ChainedPrompt {
@@ -724,7 +726,7 @@ export class TurnChainCache {
     const parsed = shared ? deepFreeze(shared.parsed) : null;
     const tally = parsed ? tallyMessages(ctx.body, ctx.layout.messages.slice(from, cut), parsed) : null;
     const bytes = nodeBytes({ raw: rawWidth * raw.length, text: textWidth * text.length, textWidth, scope: parent ? null : ctx.scope, escapedOwnChars: escaped.ownChars, escapedChunks: escaped.chunks.length, parsed: shared?.shared ?? null, parts: ownMedia.length + ownDropped.length, dataUrls: tally?.dataUrls.length ?? 0 });
-    if (bytes > this.maxBytes / 4) return null;
+    if (!this.held.admits(bytes)) return null;
     const node: Node = { parent, key, scope: ctx.scope, raw, rawEnd, text, messages: cut, provisional, media: ownMedia, dropped: ownDropped, images: counts.image, videos: counts.video, escaped: escaped.chunks, parsed, tally, holders: 0, bytes };
     this.insert(node);
     return { node, after: tail, from: cut };
@@ -754,7 +756,7 @@ export class TurnChainCache {
     const parsed = shared ? deepFreeze(shared.parsed) : null;
     const tally = parsed ? validated!.tally : null;
     const bytes = nodeBytes({ raw: rawWidth * raw.length, text: textWidth * text.length, textWidth, scope: prefix.scope, escapedOwnChars: escaped.ownChars, escapedChunks: escaped.chunks.length, parsed: shared?.shared ?? null, parts: prefix.media.length + prefix.dropped.length, dataUrls: tally?.dataUrls.length ?? 0 });
-    if (bytes > this.maxBytes / 4) return false;
+    if (!this.held.admits(bytes)) return false;
     this.insert({ parent: null, key, scope: prefix.scope, raw, rawEnd, text, messages: prefix.messages, provisional: false, media: prefix.media, dropped: prefix.dropped, images: prefix.images, videos: prefix.videos, escaped: escaped.chunks, parsed, tally, holders: 0, bytes });
     return true;
   }
@@ -762,22 +764,13 @@ export class TurnChainCache {
   private insert(node: Node): void {
     const key = node.key;
     const bucket = this.buckets.get(key);
-    if (bucket && bucket.length >= MAX_BUCKET) this.drop(bucket[0]!);
+    if (bucket && bucket.length >= MAX_BUCKET) this.held.drop(bucket[0]!);
     const b = this.buckets.get(key);
     if (b) b.push(node);
     else this.buckets.set(key, [node]);
-    this.lru.add(node);
-    for (let x: Node | null = node; x; x = x.parent) if (x.holders++ === 0) this.bytes += x.bytes;
+    this.held.keep(node);
     this.s.stores++;
-    this.evictOverBudget();
-  }
-
-  private evictOverBudget(): void {
-    for (const old of this.lru) {
-      if (this.bytes <= this.maxBytes) break;
-      this.drop(old);
-      this.s.evictions++;
-    }
+    this.held.evictOverBudget();
   }
 
   /**
@@ -793,13 +786,11 @@ export class TurnChainCache {
         const { parsed, shared } = shareStrings(validated.slice(from, x.messages), rawLiterals(x.raw), x.text);
         x.parsed = deepFreeze(parsed);
         x.tally = tallyMessages(body, layout.messages.slice(from, x.messages), x.parsed);
-        const added = 2 * shared.ownChars + STRING_BYTES * shared.views + 150 * shared.messages + 8 * x.tally.dataUrls.length;
-        x.bytes += added;
-        if (x.holders > 0) this.bytes += added;
+        this.held.grow(x, 2 * shared.ownChars + STRING_BYTES * shared.views + 150 * shared.messages + 8 * x.tally.dataUrls.length);
       }
       from = x.messages;
     }
-    this.evictOverBudget();
+    this.held.evictOverBudget();
   }
 
   /**
@@ -846,15 +837,14 @@ export class TurnChainCache {
     return xxh3_64(this.buf.subarray(0, n));
   }
 
-  private drop(n: Node): void {
-    if (!this.lru.delete(n)) return;
+  /** Takes an entry that HeldChains dropped out of its bucket. */
+  private unlist(n: Node): void {
     const bucket = this.buckets.get(n.key);
     if (bucket) {
       const i = bucket.indexOf(n);
       if (i >= 0) bucket.splice(i, 1);
       if (bucket.length === 0) this.buckets.delete(n.key);
     }
-    for (let x: Node | null = n; x; x = x.parent) if (--x.holders === 0) this.bytes -= x.bytes;
   }
 }
 
