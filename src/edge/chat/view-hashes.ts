@@ -20,6 +20,7 @@ import { localBlockHashesOfParts } from "../../blocks/block-hash.ts";
 import { expandPiece, itemCountMismatch, expandPrompt, type ExpandItem } from "../../layout/expand.ts";
 import type { EncodeText, LayoutPiece } from "../../layout/layout.ts";
 import type { VisionTokenIds } from "../../layout/model-geometry.ts";
+import { HeldChains } from "../../util/held-chains.ts";
 
 /** Estimated bytes of all kept views (~48 B a block hash, no tokens): ~75 conversations of 32k routed tokens at block size 16. */
 export const DEFAULT_VIEW_HASHES_BYTES = 8 * 1024 * 1024;
@@ -41,6 +42,7 @@ interface Node {
   hashes: bigint[];
   /** The kept pieces found under the same template piece (this node among them). */
   bucket: Node[];
+  /** What HeldChains counts: kept pieces whose chain includes this node, and its estimated bytes. */
   holders: number;
   bytes: number;
 }
@@ -123,12 +125,13 @@ export class ViewHashCache {
   private readonly byPiece = new WeakMap<object, Node[]>();
   private readonly pieceIds = new WeakMap<object, number>();
   private nextPieceId = 1;
-  private readonly lru = new Set<Node>();
-  private bytes = 0;
+  /** The kept pieces (LRU) and the bytes their chains hold. */
+  private readonly held: HeldChains<Node>;
   private s = { hits: 0, misses: 0, hashedBlocks: 0, expandedTokens: 0, checkedPieces: 0, comparedItems: 0 };
 
   constructor(maxBytes = DEFAULT_VIEW_HASHES_BYTES) {
     this.maxBytes = maxBytes;
+    this.held = new HeldChains<Node>({ maxBytes, onDrop: (n) => n.bucket.splice(n.bucket.indexOf(n), 1) });
   }
 
   /**
@@ -194,16 +197,15 @@ export class ViewHashCache {
     if (count) return count;
     if (hit) {
       this.s.hits++;
-      // The hit may be a piece no longer kept, only held by kept ones (an item after it changed):
-      // keeping it again without holding its chain would release that chain twice when it goes.
-      if (this.lru.delete(hit)) this.lru.add(hit);
+      // May be a piece no longer kept, only held by kept ones (an item after it changed): not kept again.
+      this.held.touch(hit);
     } else this.s.misses++;
     for (let k = 0; k < freshNodes.length; k++) this.store(freshNodes[k]!, todo[k]!.piece);
     return { ok: true, length: end, localHashes: ([] as bigint[]).concat(...localPieces), hashPieces: localPieces, reusedTokens: hit ? hit.end : 0 };
   }
 
   stats(): ViewHashStats {
-    return { ...this.s, entries: this.lru.size, bytes: this.bytes, maxBytes: this.maxBytes };
+    return { ...this.s, entries: this.held.entries, bytes: this.held.bytes, maxBytes: this.maxBytes };
   }
 
   /** The deepest kept piece whose chain is the request's leading stable pieces and whose items equal the request's. */
@@ -262,26 +264,13 @@ export class ViewHashCache {
     let bucket = this.byPiece.get(piece);
     // The same piece after the same parent with other items (an earlier item's bytes changed): the new view replaces it.
     const old = bucket?.find((x) => x.scope === n.scope && x.parent === n.parent);
-    if (old) this.drop(old);
+    if (old) this.held.drop(old);
     if (!bucket) this.byPiece.set(piece, (bucket = []));
     n.bucket = bucket;
     bucket.push(n);
-    this.lru.add(n);
-    for (let x: Node | null = n; x; x = x.parent) if (x.holders++ === 0) this.bytes += x.bytes;
-    for (const old of this.lru) {
-      if (this.bytes <= this.maxBytes) break;
-      if (old !== n) this.drop(old);
-    }
-    // Its own chain alone over the budget (one conversation longer than all of it): not kept.
-    if (this.bytes > this.maxBytes) this.drop(n);
-  }
-
-  /** Forgets a kept piece; its chain's pieces are no longer counted once no kept piece extends them. */
-  private drop(n: Node): void {
-    if (!this.lru.delete(n)) return;
-    const i = n.bucket.indexOf(n);
-    if (i >= 0) n.bucket.splice(i, 1);
-    for (let x: Node | null = n; x; x = x.parent) if (--x.holders === 0) this.bytes -= x.bytes;
+    this.held.keep(n);
+    // The new piece goes last: its own chain alone over the budget (one conversation longer than all of it) is not kept.
+    this.held.evictOverBudget();
   }
 }
 
