@@ -57,6 +57,7 @@ import { HeldChains } from "../util/held-chains.ts";
 import { closingQuote, isCanonicalEscaping, LITERAL_MIN_CHARS, type JsonLiteral } from "../util/json-scan.ts";
 import { escapeJsonReusing } from "../util/json-escape.ts";
 import { ownCompactString } from "../util/own-string.ts";
+import { textAt } from "../util/text-at.ts";
 
 /** The rendered prompt as preparePrompt (index.ts) returns it. */
 export interface ChainedPrompt extends PreparedPrompt {
@@ -447,7 +448,7 @@ function shareStrings(messages: readonly ChatMessage[], literals: readonly JsonL
 /** Whether the chain's raw pieces, in order, are `text` from `at` on (compared piece by piece, never joined). */
 function rawMatches(chain: readonly Node[], text: string, at: number): boolean {
   for (const x of chain) {
-    if (!text.startsWith(x.raw, at)) return false;
+    if (!textAt(text, x.raw, at)) return false;
     at += x.raw.length;
   }
   return true;

@@ -27,6 +27,7 @@ import type { MediaPart } from "../../prompt/messages.ts";
 import { sharedPrefixCache, type PrefixCache } from "../../prompt/prefix-cache.ts";
 import { getQwenTokenizer } from "../../prompt/tokenizer/index.ts";
 import { scanBodyLayout, sharedTurnChain, type StablePrefix, type TurnChainCache } from "../../prompt/turn-chain.ts";
+import { textAt } from "../../util/text-at.ts";
 import { mediaOptionsAt } from "./stored-media.ts";
 
 const count = z.number().int().min(0);
@@ -138,7 +139,7 @@ export function assembleState(pieces: readonly (PromptPiece | null)[]): Conversa
  * tokenizer splits: before a message's `<|im_start|>`).
  */
 export function nextPiece(parent: ConversationState | null, stable: StablePrefix, instructions: string | null, model: ModelConfig): PromptPiece {
-  const extend = parent !== null && parent.scope === stable.scope && parent.instructions === instructions && stable.messages >= parent.messages && stable.text.startsWith(parent.text);
+  const extend = parent !== null && parent.scope === stable.scope && parent.instructions === instructions && stable.messages >= parent.messages && textAt(stable.text, parent.text);
   const from = extend ? parent.messages : 0;
   const text = extend ? stable.text.slice(parent.text.length) : stable.text;
   const media = stable.media.filter((p) => p.messageIndex >= from).map((p): MediaRef => [p.kind, p.index, p.kindIndex, p.messageIndex, p.partIndex]);
