@@ -48,12 +48,10 @@ export function simulateDp(trace, { policy, workers, ranks, capacityTokens, timi
     let w;
     let k;
     let receipt = null;
-    let watched = false;
     if (core) {
       feed.deliver();
       const d = core.route({ localHashes: localBlockHashes(req.tokens, PAGE), isl: req.tokens.length });
       receipt = d.receiptId;
-      watched = d.prefillWatched === true;
       const m = /^w(\d+)(?:#(\d+))?$/.exec(d.workerId);
       w = Number(m[1]) - 1;
       k = m[2] !== undefined ? Number(m[2]) : rankTurn[w]++ % ranks;
@@ -67,7 +65,7 @@ export function simulateDp(trace, { policy, workers, ranks, capacityTokens, timi
       {
         req,
         r,
-        onPrefilled: () => receipt && req.stream && !watched && core.markPrefillDone(receipt),
+        onPrefilled: () => receipt && req.stream && core.markPrefillDone(receipt),
         onFinished: () => receipt && core.settle({ receiptId: receipt, promptTokens: req.tokens.length, cachedTokens: r.cached, outcome: "ok" }),
       },
       now,

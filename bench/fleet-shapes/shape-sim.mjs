@@ -62,7 +62,7 @@ export function simulateShape(trace, { shape, capacityTokens, timing, bytesPerTo
     results.push(r);
     const settle = () => core.settle({ receiptId: d.receiptId, promptTokens: req.tokens.length, cachedTokens: r.cached, outcome: "ok" });
     if (!pd) {
-      front.get(d.workerId).submit({ req, r, onPrefilled: () => req.stream && !d.prefillWatched && core.markPrefillDone(d.receiptId), onFinished: settle }, now);
+      front.get(d.workerId).submit({ req, r, onPrefilled: () => req.stream && core.markPrefillDone(d.receiptId), onFinished: settle }, now);
       return;
     }
     if (!d.pd) throw new Error("PD route without a decode peer");

@@ -129,11 +129,11 @@ export function simulate(trace, { policy, workers, capacityTokens, timing = TIMI
       return { w: ties[Math.floor(random() * ties.length)] };
     }
     const d = core.route({ localHashes, isl: req.tokens.length });
-    return { w: Number(d.workerId.slice(1)) - 1, receipt: d.receiptId, watched: d.prefillWatched === true };
+    return { w: Number(d.workerId.slice(1)) - 1, receipt: d.receiptId };
   };
 
   loop.run(trace, (req, now) => {
-    const { w, receipt, watched } = choose(req);
+    const { w, receipt } = choose(req);
     const st = W[w];
     st.served++;
     const r = { id: req.id, kind: req.kind, worker: w, tokens: req.tokens.length, outputTokens: req.output.length, cached: 0, ttft: NaN, finishAt: NaN, arrivedAt: now, receipt };
@@ -142,10 +142,10 @@ export function simulate(trace, { policy, workers, capacityTokens, timing = TIMI
       {
         req,
         r,
-        // As the edge does (src/edge/chat/settle.ts): a streamed request's first output tells the index
-        // its prefill is over, unless the index watches it end through the worker's stored blocks.
+        // As the edge does: a streamed request's first output tells the index its prefill is over
+        // (src/edge/chat/proxy.ts, receipt.prefillDone); an unstreamed one's answer comes whole, at its end.
         onPrefilled: () => {
-          if (core && receipt && req.stream && !watched) core.markPrefillDone(receipt);
+          if (core && receipt && req.stream) core.markPrefillDone(receipt);
         },
         onFinished: () => {
           if (core && receipt) core.settle({ receiptId: receipt, promptTokens: req.tokens.length, cachedTokens: r.cached, outcome: "ok" });
