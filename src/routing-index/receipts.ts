@@ -89,11 +89,6 @@ export class ReceiptBook {
     return s.drifting && !was;
   }
 
-  /** Whether the worker's recent receipts say the index and the worker disagree (settle's drift). */
-  drifting(workerId: string): boolean {
-    return this.#stats.get(workerId)?.drifting === true;
-  }
-
   recent(limit = 50): Receipt[] {
     return this.#recent.slice(-limit).reverse();
   }

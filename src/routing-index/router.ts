@@ -81,11 +81,6 @@ export interface RouteDecision {
    * the prefill's bootstrap port. Absent for a unified worker.
    */
   pd?: PdDecision;
-  /**
-   * The index ends this request's prefill itself when the worker stores the block its prompt's
-   * chain ends in (prefill-watch.ts): the edge sends no prefill-done call. Absent: the edge does.
-   */
-  prefillWatched?: true;
 }
 
 export interface PdDecision {
@@ -232,10 +227,6 @@ export class Router {
       // Beyond the slot's bound the oldest are given up on: their prefill ends now.
       for (const id of this.#p.prefillWatch.watch(chosen.slot, receiptId, chainEndOf(req.localHashes, fullBlocks), deadline)) loadSync.markPrefillDone(id);
     }
-    // The edge still tells for a worker whose view may be wrong (a relay gone or quiet sends no
-    // stored events until it dumps again) or whose receipts drift (its blocks may not be the hashes
-    // the edge sent): the watch stays, for an unstreamed request's sake, but may end it only late.
-    const prefillWatched = watch && !views.approximate.has(chosen.workerId) && !this.#p.receipts.drifting(chosen.workerId);
     this.#pending.set(receiptId, {
       receiptId,
       workerId: chosen.workerId,
@@ -284,7 +275,6 @@ export class Router {
       ...(decode && chosen.bootstrapPort != null
         ? { pd: { decodeWorkerId: decode.workerId, decodeUrl: decode.url, decodeIncrementalStreaming: decode.incrementalStreaming, bootstrapPort: chosen.bootstrapPort, prefillDpSize: chosen.dpSize ?? 1 } }
         : {}),
-      ...(prefillWatched ? { prefillWatched: true as const } : {}),
     };
   }
 

@@ -1,10 +1,10 @@
 /**
  * Inside workerd, the RoutingIndex Durable Object: a request routed to a worker with KV events on an
- * exact chain is `prefillWatched`, and its prefill load ends when the worker's relay reports the
- * chain's last block stored, with no prefill-done call from the edge (src/routing-index/
- * prefill-watch.ts; the edge skips that call for such a decision, src/edge/chat/settle.ts). A
- * watched request that settles before its block is stored leaves nothing behind; one whose relay
- * disconnects first stops counting as queued prefill at the disconnect.
+ * exact chain is watched, and its prefill load ends when the worker's relay reports the chain's last
+ * block stored, with no prefill-done call from the edge (src/routing-index/prefill-watch.ts; an
+ * unstreamed request's only signal, a streamed one's backstop). A watched request that settles
+ * before its block is stored leaves nothing behind; one whose relay disconnects first stops
+ * counting as queued prefill at the disconnect.
  */
 import { SELF, env } from "cloudflare:test";
 import { describe, expect, it } from "vitest";
@@ -59,7 +59,7 @@ describe("prefill end from the worker's stored blocks (RoutingIndex object)", ()
     const tokens = Array.from({ length: 70 }, (_, i) => 5000 + i); // 4 full blocks and 6 tokens
     const locals = localBlockHashes(tokens, 16);
     const d = (await stub.route({ localHashes: locals, isl: tokens.length }))!;
-    expect(d).toMatchObject({ workerId: WORKER, overlapBlocks: 0, prefillWatched: true });
+    expect(d).toMatchObject({ workerId: WORKER, overlapBlocks: 0 });
     expect(await load()).toMatchObject({ activeRequests: 1, activePrefillTokens: 70 });
     const third = await store(ws, locals.slice(0, 3)); // the first chunk: not over yet
     expect((await load()).activePrefillTokens).toBe(70);
@@ -71,7 +71,6 @@ describe("prefill end from the worker's stored blocks (RoutingIndex object)", ()
     // Settled (say, cut by the client) before the worker stored its chain: its later blocks free nothing twice.
     const other = localBlockHashes(Array.from({ length: 48 }, (_, i) => 9000 + i), 16);
     const early = (await stub.route({ localHashes: other, isl: 48 }))!;
-    expect(early.prefillWatched).toBe(true);
     await stub.settle({ receiptId: early.receiptId, promptTokens: null, cachedTokens: null, outcome: "cancelled" });
     await store(ws, other);
     expect(await load()).toMatchObject({ activeRequests: 0, activePrefillTokens: 0 });
@@ -79,7 +78,6 @@ describe("prefill end from the worker's stored blocks (RoutingIndex object)", ()
     // Fully cached: nothing to store, nothing to watch; the edge's call ends its (partial-block) prefill.
     const cached = (await stub.route({ localHashes: locals, isl: tokens.length }))!;
     expect(cached).toMatchObject({ overlapBlocks: 4 });
-    expect(cached.prefillWatched).toBeUndefined();
     await stub.settle({ receiptId: cached.receiptId, promptTokens: 70, cachedTokens: 64, outcome: "ok" });
     ws.close();
   });
@@ -92,7 +90,7 @@ describe("prefill end from the worker's stored blocks (RoutingIndex object)", ()
     const load = async () => ((await stub.workers()) as WorkerRow[]).find((w) => w.workerId === gone)!;
     const locals = localBlockHashes(Array.from({ length: 70 }, (_, i) => 7000 + i), 16);
     const d = (await stub.route({ localHashes: locals, isl: 70, onlyWorkers: [gone] }))!;
-    expect(d).toMatchObject({ workerId: gone, prefillWatched: true });
+    expect(d).toMatchObject({ workerId: gone });
     expect(await load()).toMatchObject({ activeRequests: 1, activePrefillTokens: 70 });
     ws.close(1001, "relay died");
     // The index hears of the close on its own time: wait for it (the worker's row says unsynced).

@@ -28,8 +28,6 @@ export function openReceipt(deps: SettleDeps, shardIndex: ChatFrontDoor, decisio
       return p;
     },
     prefillDone() {
-      // The index ends a watched prefill from the worker's own stored blocks: one call fewer.
-      if (decision.prefillWatched) return;
       deps.waitUntil(shardIndex.markPrefillDone(decision.receiptId).catch(() => undefined));
     },
   };
