@@ -74,6 +74,8 @@ export function parseCli(argv, env = {}) {
     storageGroup: null,
   };
   const positional = [];
+  // A key id is base64url and may start with "-": in the key id's place it is the key id, not an option.
+  const keyIdPlace = () => positional.length === 2 && positional[0] === "relay-key" && positional[1] === "revoke";
   for (let i = 0; i < argv.length; i++) {
     const a = argv[i];
     const value = () => {
@@ -86,7 +88,11 @@ export function parseCli(argv, env = {}) {
       if (!Number.isInteger(v) || v < 1) throw new UsageError(`${a} must be a positive integer`);
       return v;
     };
-    if (a === "-h" || a === "--help") opts.help = true;
+    if (a === "--") {
+      positional.push(...argv.slice(i + 1));
+      break;
+    } else if (keyIdPlace() && /^[A-Za-z0-9_-]{22}$/.test(a)) positional.push(a);
+    else if (a === "-h" || a === "--help") opts.help = true;
     else if (a === "--url") opts.url = value();
     else if (a === "--token" || a === "--api-key") throw new UsageError(`${a} is not accepted (a command line is visible to other local users): set ${a === "--token" ? "KVEDGE_ADMIN_TOKEN" : "KVEDGE_API_KEY"} in the environment`);
     else if (a === "--model") opts.model = value();

@@ -18,6 +18,9 @@ describe("kvedge relay-key: arguments", () => {
     expect(parseCli(["relay-key", "issue", "--worker", "w1", "--worker-url", "https://w1", "--dp-size", "4", "--storage-group", "rack-1"], env)).toMatchObject({ dpSize: 4, storageGroup: "rack-1" });
     expect(parseCli(["relay-key", "list", "--model", "m"], env)).toMatchObject({ sub: "list", model: "m" });
     expect(parseCli(["relay-key", "revoke", "AAAAAAAAAAAAAAAAAAAAAA"], env)).toMatchObject({ sub: "revoke", keyId: "AAAAAAAAAAAAAAAAAAAAAA" });
+    // base64url ids may start with "-" (1 in 64): in the key id's place, or after "--", they are the key id.
+    expect(parseCli(["relay-key", "revoke", "-AAAAAAAAAAAAAAAAAAAAA", "--model", "m"], env)).toMatchObject({ keyId: "-AAAAAAAAAAAAAAAAAAAAA", model: "m" });
+    expect(parseCli(["--model", "m", "relay-key", "revoke", "--", "--AAAAAAAAAAAAAAAAAAAA"], env)).toMatchObject({ keyId: "--AAAAAAAAAAAAAAAAAAAA" });
   });
 
   it("refuses what cannot be right", () => {
