@@ -44,6 +44,21 @@ function input(prefix: PrefixCache, text: string, items: readonly ExpandItem[], 
   return { view: { pieces: r.idPieces!, items, ids, encode, blockSize: BLOCK, scope }, newTemplate: r.length - r.reusedTokens };
 }
 
+/** Four user turns with an image each, every turn's view kept: the caches, the items and the text so far (answers included). */
+function fourImageTurns(): { prefix: PrefixCache; views: ViewHashCache; items: ExpandItem[]; text: string } {
+  const prefix = new PrefixCache();
+  const views = new ViewHashCache();
+  let text = "";
+  const items: ExpandItem[] = [];
+  for (let turn = 0; turn < 4; turn++) {
+    items.push(image(50 + turn, 100 + turn));
+    text += `<|im_start|>user\nq${turn}${IMAGE}<|im_end|>\n<|im_start|>assistant\n`;
+    views.hashes(input(prefix, text, items).view);
+    text += `a${turn}<|im_end|>\n`;
+  }
+  return { prefix, views, items, text };
+}
+
 describe("media view cache: only the new template tokens and blocks", () => {
   it("each turn equals the whole computation; its work is the new template tokens, none copied", () => {
     const prefix = new PrefixCache();
@@ -97,16 +112,8 @@ describe("media view cache: only the new template tokens and blocks", () => {
   });
 
   it("an earlier item changed (other pad value or layout): reuse stops before its piece, the result stays exact", () => {
-    const prefix = new PrefixCache();
-    const views = new ViewHashCache();
-    let text = "";
-    const items: ExpandItem[] = [];
-    for (let turn = 0; turn < 4; turn++) {
-      items.push(image(50 + turn, 100 + turn));
-      text += `<|im_start|>user\nq${turn}${IMAGE}<|im_end|>\n<|im_start|>assistant\n`;
-      views.hashes(input(prefix, text, items).view);
-      text += `a${turn}<|im_end|>\n`;
-    }
+    const { prefix, views, items, text: kept } = fourImageTurns();
+    let text = kept;
     text += `<|im_start|>user\nlast<|im_end|>\n<|im_start|>assistant\n`;
     for (const changed of [
       items.map((it, i) => (i === 2 ? { ...it, padValue: 777 } : it)),
@@ -128,16 +135,7 @@ describe("media view cache: only the new template tokens and blocks", () => {
   });
 
   it("a hit on a piece that is no longer kept (only held by later ones) uses it without keeping it again", () => {
-    const prefix = new PrefixCache();
-    const views = new ViewHashCache();
-    let text = "";
-    const items: ExpandItem[] = [];
-    for (let turn = 0; turn < 4; turn++) {
-      items.push(image(50 + turn, 100 + turn));
-      text += `<|im_start|>user\nq${turn}${IMAGE}<|im_end|>\n<|im_start|>assistant\n`;
-      views.hashes(input(prefix, text, items).view);
-      text += `a${turn}<|im_end|>\n`;
-    }
+    const { prefix, views, items, text } = fourImageTurns();
     // Kept: pieces 0-3 (n0-n3), each extending the one before.
     expect(views.stats().entries).toBe(4);
     // Item 1 changed: n0 is used, the new piece 1 replaces n1 (same piece and parent), and pieces
