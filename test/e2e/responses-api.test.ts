@@ -38,7 +38,9 @@ describe("openai SDK: the Responses API", () => {
   beforeAll(async () => {
     const dir = makeMediaDir();
     makeVideo(dir, "clip.mp4", { frames: 2 });
-    fleet = await startFleet({ workers: 2, mediaDir: dir, log });
+    // No sampled whole renders and parses (KVEDGE_TURN_CHECK_RATE, 1 % by default): they would count in the
+    // work headers this file pins; the checks themselves are tested in test/unit/edge/responses-chain.test.ts.
+    fleet = await startFleet({ workers: 2, mediaDir: dir, log, vars: { KVEDGE_TURN_CHECK_RATE: "0" } });
     client = sdkClient(fleet, { "cf-connecting-ip": "203.0.113.7" });
     other = sdkClient(fleet, { "cf-connecting-ip": "198.51.100.9" });
   });

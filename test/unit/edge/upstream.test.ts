@@ -164,7 +164,8 @@ describe("upstream deadlines and cancellation (real handler, real HTTP)", () => 
   });
 
   it("a conversation's next turns reuse its earlier turns' rendered prompt and parse only the rest (the handler gives the body to the turn chain)", async () => {
-    const { deps } = setup(sim.url);
+    // No sampled whole parse (KVEDGE_TURN_CHECK_RATE): it would count in the parsed characters pinned here.
+    const { deps } = setup(sim.url, { KVEDGE_TURN_CHECK_RATE: "0" });
     const admin = { authorization: `Bearer ${ADMIN}` };
     const messages: Record<string, unknown>[] = [{ role: "system", content: `Turn-chain test: be brief. ${"Context. ".repeat(300)}` }, { role: "user", content: "First question about stalls?" }];
     const reused: string[] = [];
