@@ -55,28 +55,23 @@ export async function prepareRouting(
   const prompt = renderPrompt(req, model, limitsOf(deps.config), bodyText === null ? null : { bodyText, checkRate: deps.config.turnCheckRate, found: turn });
   if (prompt.mediaParts.length === 0) {
     // Text: earlier turns' tokens and block hashes come from the isolate's prompt-prefix cache (exact:
-    // the same as encode + localBlockHashes). The ids are built only if asked for (admin explain).
+    // the same as encode + localBlockHashes).
     const encoded = sharedPrefixCache().encode(getQwenTokenizer(model.family), promptTextOf(prompt), model.blockSize);
     if (encoded.length === 0) throw new InvalidRequestError("The prompt is empty.", "messages");
     checkContextFit(encoded.length, req, model);
     const plan: RoutingPlan = { localHashes: encoded.localHashes, hashPieces: encoded.hashPieces, isl: encoded.length, fallbackReason: null, mmHashes: null };
-    let ids: number[] | null = null;
-    return {
-      model,
-      prompt,
-      get tokens() {
-        return (ids ??= encoded.tokens());
-      },
-      plan,
-      media: [],
-      encodedTokens: encoded.length - encoded.reusedTokens,
-    };
+    return prepared(model, prompt, encoded, plan, []);
   }
   const template = encodeMediaPrompt(prompt, model);
   const media = await verifyPromptMedia(prompt, deps, requester, { messages: req.messages, itemTag });
   const plan = await planMediaRouting({ config: deps.config, req, model, index: deps.index(model.id), template, media, itemTag });
   // The worker counts expanded media tokens: exact when the plan is, else the text tokens are a lower bound.
   checkContextFit(plan.fallbackReason === null ? plan.isl : template.length, req, model);
+  return prepared(model, prompt, template, plan, media.media);
+}
+
+/** The template's tokens (text-only: the routed sequence) are joined only when read (admin explain). */
+function prepared(model: ModelConfig, prompt: RenderedPrompt, template: { length: number; reusedTokens: number; tokens(): number[] }, plan: RoutingPlan, media: VerifiedMedia[]): PreparedRouting {
   let ids: number[] | null = null;
   return {
     model,
@@ -85,7 +80,7 @@ export async function prepareRouting(
       return (ids ??= template.tokens());
     },
     plan,
-    media: media.media,
+    media,
     encodedTokens: template.length - template.reusedTokens,
   };
 }
