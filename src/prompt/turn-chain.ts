@@ -359,8 +359,13 @@ const STRING_BYTES = 40;
  * itself (its key, bucket and LRU slots, tally, arrays; measured ~320–470 B in Node).
  */
 function nodeBytes(n: { raw: number; text: number; textWidth: 1 | 2; scope: string | null; escapedOwnChars: number; escapedChunks: number; parsed: SharedStrings | null; parts: number; dataUrls: number }): number {
-  const parsed = n.parsed ? 2 * n.parsed.ownChars + STRING_BYTES * n.parsed.views + 150 * n.parsed.messages : 0;
+  const parsed = n.parsed ? parsedBytes(n.parsed) : 0;
   return n.raw + n.text + n.textWidth * n.escapedOwnChars + 2 * (n.scope?.length ?? 0) + STRING_BYTES * n.escapedChunks + parsed + 200 * n.parts + 8 * n.dataUrls + 800;
+}
+
+/** Estimated bytes of a node's parsed messages: their own strings' characters, views of the texts, per-message overhead. */
+function parsedBytes(s: SharedStrings): number {
+  return 2 * s.ownChars + STRING_BYTES * s.views + 150 * s.messages;
 }
 
 /**
@@ -739,11 +744,11 @@ export class TurnChainCache {
    * (elements joined by commas, no brackets; the entry keeps its own copy). It is used like any
    * entry: only by a request whose scope and raw text equal these, and sampled hits are rendered
    * whole and compared. `validated`: its messages as the chat parse validates them and their tally
-   * in a body holding `rawText`, so the
+   * in a body holding `rawText` (asked for only when the entry is added), so the
    * first request's parse reads only its new messages (a sampled share is parsed whole and compared).
    * False when not added (already held, or too large).
    */
-  seed(prefix: StablePrefix, rawText: string, validated: { messages: readonly ChatMessage[]; tally: MessagesTally } | null = null): boolean {
+  seed(prefix: StablePrefix, rawText: string, validatedOf: (() => { messages: readonly ChatMessage[]; tally: MessagesTally } | null) | null = null): boolean {
     const rawEnd = rawText.length;
     const key = this.key(xxh3_64(this.encoder.encode(prefix.scope)), prefix.messages, rawText, 0, rawEnd);
     const known = this.buckets.get(key)?.some((n) => n.messages === prefix.messages && n.rawEnd === rawEnd && n.scope === prefix.scope && rawMatches(chainOf(n), rawText, 0));
@@ -752,6 +757,7 @@ export class TurnChainCache {
     const literals = rawLiterals(raw);
     const { text, bytesPerChar: textWidth } = ownCompactString(prefix.text);
     const escaped = escapedChunks(text, literals);
+    const validated = validatedOf ? validatedOf() : null;
     const usable = validated !== null && validated.messages.length === prefix.messages && validated.tally.messages === prefix.messages;
     const shared = usable ? shareStrings(validated.messages, literals, text) : null;
     const parsed = shared ? deepFreeze(shared.parsed) : null;
@@ -787,7 +793,7 @@ export class TurnChainCache {
         const { parsed, shared } = shareStrings(validated.slice(from, x.messages), rawLiterals(x.raw), x.text);
         x.parsed = deepFreeze(parsed);
         x.tally = tallyMessages(body, layout.messages.slice(from, x.messages), x.parsed);
-        this.held.grow(x, 2 * shared.ownChars + STRING_BYTES * shared.views + 150 * shared.messages + 8 * x.tally.dataUrls.length);
+        this.held.grow(x, parsedBytes(shared) + 8 * x.tally.dataUrls.length);
       }
       from = x.messages;
     }
@@ -796,10 +802,10 @@ export class TurnChainCache {
 
   /**
    * The longest cached message prefix of the request (leaving at least one message new): a query
-   * entry only when the message after it may be a query, a provisional one only when `provisional`
-   * and no message after it may be one.
+   * entry only when the message after it may be a query, a provisional one only when no message
+   * after it may be one.
    */
-  private lookup(body: string, layout: BodyLayout, scope: string, scopeHash: bigint, provisional = true): { node: Node; chain: Node[] } | null {
+  private lookup(body: string, layout: BodyLayout, scope: string, scopeHash: bigint): { node: Node; chain: Node[] } | null {
     const open = layout.messagesOpen;
     const count = layout.messages.length;
     // Read from the end down, only as far as a provisional candidate needs: the new part.
@@ -818,7 +824,7 @@ export class TurnChainCache {
       if (!bucket) continue;
       for (const n of bucket) {
         if (n.messages !== q || n.rawEnd !== rawEnd || n.scope !== scope) continue;
-        if (n.provisional ? !provisional || queryFrom(q) : !mayBeQuery(body, layout.messages[q]!, q === count - 1)) continue;
+        if (n.provisional ? queryFrom(q) : !mayBeQuery(body, layout.messages[q]!, q === count - 1)) continue;
         const chain = chainOf(n);
         if (rawMatches(chain, body, open)) return { node: n, chain };
       }

@@ -244,7 +244,7 @@ export function hydrate(state: ConversationState, history: readonly ChatMessage[
   const turnChain = opts.turnChain ?? sharedTurnChain();
   // Already held: this isolate served the conversation, and its prefix cache holds a longer prefix than the stored one.
   const prefix = { scope: state.scope, messages: state.messages, text: state.text, media, dropped: state.dropped, images: state.images, videos: state.videos };
-  if (!turnChain.seed(prefix, raw, validatedMessages(messages.slice(0, state.messages), chatBody, spans))) return;
+  if (!turnChain.seed(prefix, raw, () => validatedMessages(messages.slice(0, state.messages), chatBody, spans))) return;
   const tokens = state.tokens;
   if (!tokens || tokens.blockSize !== model.blockSize) return;
   if (opts.checkRate > 0 && (opts.random ?? Math.random)() < opts.checkRate && !tokensHold(state.text, tokens, model)) {
