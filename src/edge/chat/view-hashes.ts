@@ -34,11 +34,10 @@ interface Node {
   /** Items taken by placeholders before this piece, and by this piece's own. */
   itemStart: number;
   items: readonly ExpandItem[];
-  /** View length up to this piece's end; its full blocks; the tokens after the last full block. */
+  /** View length up to this piece's end; the tokens after its last full block. */
   end: number;
-  blocks: number;
   tail: Uint32Array;
-  /** Local hashes of blocks [parent.blocks, blocks). */
+  /** Local hashes of blocks [parent.end / block size, end / block size), rounded down. */
   hashes: bigint[];
   /** The kept pieces found under the same template piece (this node among them). */
   bucket: Node[];
@@ -161,15 +160,11 @@ export class ViewHashCache {
     let itemPos = hit ? hit.itemStart + hit.items.length : 0;
     let parent = hit;
     const freshNodes: Node[] = [];
-    const nextToken = (i: number): number | undefined => {
-      for (let j = i + 1; j <= last; j++) if (pieces[j]!.length > 0) return pieces[j]![0];
-      return undefined;
-    };
     // The new stable pieces (each kept for later turns), then the last piece (this request's own).
     const todo: { piece: readonly number[]; at: number; prev: number | undefined; next: number | undefined; keep: boolean }[] = [];
     for (let j = chain.length; j < stable.length; j++) {
       const at = starts[j]!;
-      todo.push({ piece: stable[j]!, at, prev: j > 0 ? stable[j - 1]!.at(-1) : undefined, next: j + 1 < stable.length ? stable[j + 1]![0] : nextToken(last - 1), keep: true });
+      todo.push({ piece: stable[j]!, at, prev: j > 0 ? stable[j - 1]!.at(-1) : undefined, next: j + 1 < stable.length ? stable[j + 1]![0] : pieces[last]![0], keep: true });
     }
     todo.push({ piece: pieces[last]!, at: pos, prev: stable.at(-1)?.at(-1), next: undefined, keep: false });
     for (const t of todo) {
@@ -188,7 +183,7 @@ export class ViewHashCache {
         let layoutPieces = 0;
         for (const it of pieceItems) layoutPieces += it.pieces.length;
         const bytes = 48 * hashes.length + 4 * carry.length + 16 * pieceItems.length + 48 * layoutPieces + 2 * scope.length + 240;
-        const node: Node = { parent, scope, pieceId: this.pieceId(t.piece), depth: (parent?.depth ?? 0) + 1, itemStart: itemPos - ex.items, items: pieceItems, end, blocks: Math.floor(end / blockSize), tail: carry, hashes, bucket: [], holders: 0, bytes };
+        const node: Node = { parent, scope, pieceId: this.pieceId(t.piece), depth: (parent?.depth ?? 0) + 1, itemStart: itemPos - ex.items, items: pieceItems, end, tail: carry, hashes, bucket: [], holders: 0, bytes };
         freshNodes.push(node);
         parent = node;
       }
