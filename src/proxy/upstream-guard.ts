@@ -16,6 +16,7 @@
  * (chat-stream.ts), so the body passes through no JS stream layer of its own.
  */
 import { UpstreamError, UpstreamTimeoutError, type KvedgeError } from "../api/errors.ts";
+import type { UpstreamBytes } from "./chat-stream.ts";
 
 export interface UpstreamGuardOptions {
   /** Longest silence between two chunks, ms. */
@@ -28,15 +29,12 @@ export interface UpstreamGuardOptions {
   abort: AbortController;
 }
 
-/** A worker's body, read one chunk at a time under the guard's limits. */
-export interface GuardedBody {
-  /** The next chunk; null at the body's end (or after cancel); rejects with the cut's error once cut. */
-  read(): Promise<Uint8Array | null>;
-  /** Stops reading: cancels the upstream read and aborts the request (idempotent). */
-  cancel(reason?: unknown): void;
-  /** Told once when the body is cut (deadline, idle, size, abort), a read pending or not. */
-  onCut: ((err: KvedgeError) => void) | null;
-}
+/**
+ * A worker's body, read one chunk at a time under the guard's limits: what a translator reads
+ * (chat-stream.ts UpstreamBytes). `read` rejects with the cut's error once cut; `cancel` also aborts
+ * the request (idempotent); `onCut` is told once, for a deadline, idle, size or abort.
+ */
+export type GuardedBody = UpstreamBytes;
 
 export function guardUpstreamBody(body: ReadableStream<Uint8Array>, opts: UpstreamGuardOptions): GuardedBody {
   const reader = body.getReader();

@@ -11,7 +11,7 @@ export type Settlement = Omit<SettleRequest, "receiptId" | "edgeOverheadMs">;
 export interface Receipt {
   /** Settles the pick (once per attempt); the promise is for callers that must wait (releaseBeforeReply). */
   settle(s: Settlement): Promise<void>;
-  /** The worker produced its first output: the request's prefill no longer queues others (told unless the index watches it). */
+  /** The worker produced its first output: the request's prefill no longer queues others. */
   prefillDone(): void;
 }
 
