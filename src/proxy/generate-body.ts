@@ -15,9 +15,6 @@ import type { JsonLiteral } from "../util/json-scan.ts";
 import { escapeJsonReusing, type EscapeWork } from "../util/json-escape.ts";
 import type { GenerateRequestBody } from "./sglang-wire.ts";
 
-/** Characters of prompt text a body build escaped (tests read it: a turn's work follows its new text). */
-export type { EscapeWork };
-
 /**
  * `pieces` (optional): the text as the turn chain's pieces and the request's own part; the
  * pieces' escaping (made when the chain stored them) is sent as it is and only the rest is read,

@@ -20,7 +20,7 @@ export interface EscapeWork {
 }
 
 /** Escapes text[start, end) in slices onto `chunks`; neither end splits a surrogate pair. */
-export function escapeJsonSlices(chunks: string[], text: string, start: number, end: number, work: EscapeWork | null = null): void {
+function escapeJsonSlices(chunks: string[], text: string, start: number, end: number, work: EscapeWork | null = null): void {
   if (work) work.escapedChars += end - start;
   while (start < end) {
     let stop = Math.min(end, start + SLICE_UNITS);
