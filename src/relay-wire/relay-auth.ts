@@ -17,7 +17,7 @@
  */
 import { bytesToBase64url } from "../util/base64url.ts";
 import { bytesToHex, hexToBytes } from "../util/hex.ts";
-import { hmacSha256 } from "../util/hmac.ts";
+import { hmacSha256, hmacSha256Verify } from "../util/hmac.ts";
 import { stripTrailing } from "../util/strip-trailing.ts";
 
 export const RELAY_TOKEN_VERSION = "v3";
@@ -251,11 +251,10 @@ export async function checkRelayToken(
   if (typeof t === "string") return { ok: false, reason: t };
   if (t.issuedAt < expect.nowSeconds - skew) return { ok: false, reason: "expired" };
   if (t.issuedAt > expect.nowSeconds + skew) return { ok: false, reason: "not_yet_valid" };
-  const ok = await crypto.subtle.verify(
-    "HMAC",
-    await crypto.subtle.importKey("raw", encoder.encode(key.key), { name: "HMAC", hash: "SHA-256" }, false, ["verify"]),
+  const ok = await hmacSha256Verify(
+    key.key,
+    signedMessage(key.keyId, expect.workerId, t.url64, t.issuedAt, t.nonce, expect.audience),
     hexToBytes(t.mac)!, // TAIL matched 64 hex digits
-    encoder.encode(signedMessage(key.keyId, expect.workerId, t.url64, t.issuedAt, t.nonce, expect.audience)),
   );
   if (!ok) return { ok: false, reason: "bad_signature" };
   return { ok: true, nonce: t.nonce, issuedAt: t.issuedAt, expiresAt: t.issuedAt + skew, url: t.url };
