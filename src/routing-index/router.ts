@@ -13,7 +13,7 @@ import type { IndexCounters } from "../metrics/pool-snapshot.ts";
 import { scoreByBlocks } from "../selection/block-cost.ts";
 import { resolveEdgeRegion, rttMs, type RegionsConfig } from "../selection/regions.ts";
 import { pickIndex, type Candidate, type SelectionCost } from "../selection/selection.ts";
-import { DEFAULT_TTFT_PARAMS, estimateTtft, scoreByTtft } from "../selection/ttft-cost.ts";
+import { DEFAULT_TTFT_PARAMS, estimateTtft, prefillRate, scoreByTtft } from "../selection/ttft-cost.ts";
 import { TierCalibration } from "../selection/tier-calibration.ts";
 import { DEFAULT_RECURRING_LOAD, RecurringLoad, type RecurringLoadParams } from "../selection/recurring-load.ts";
 import { DEFAULT_TIER_COST, type TierCostParams } from "../selection/tier-cost.ts";
@@ -222,7 +222,7 @@ export class Router {
     const fullBlocks = Math.floor(req.isl / blockSize);
     const watch = chosen.kvEvents && (req.fallbackReason ?? null) === null && req.localHashes.length === fullBlocks && fullBlocks > overlap;
     if (watch) {
-      const rate = chosen.prefillTokensPerSec ?? (this.#regions ?? DEFAULT_TTFT_PARAMS).defaultPrefillTokensPerSec;
+      const rate = prefillRate(this.#regions ?? DEFAULT_TTFT_PARAMS, chosen);
       const deadline = watchDeadline(now, candidates[i]!.activePrefillTokens, prefillTokens, rate);
       // Beyond the slot's bound the oldest are given up on: their prefill ends now.
       for (const id of this.#p.prefillWatch.watch(chosen.slot, receiptId, chainEndOf(req.localHashes, fullBlocks), deadline)) loadSync.markPrefillDone(id);
@@ -450,7 +450,7 @@ export class Router {
     const transferMs = pdTransferMs(this.#pdTransfer, req.isl);
     const now = this.#now();
     return scored.map((x, k) => {
-      const recurringMs = this.#recurring.costMs(x.slot, now, placements[k]!.prefillTokensPerSec ?? params.defaultPrefillTokensPerSec);
+      const recurringMs = this.#recurring.costMs(x.slot, now, prefillRate(params, placements[k]!));
       return { ...x, cost: x.cost + recurringMs + (isPrefillWorker(live[k]!) ? transferMs : 0) };
     });
   }

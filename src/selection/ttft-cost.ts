@@ -43,8 +43,13 @@ export interface TtftBreakdown {
   totalMs: number;
 }
 
+/** A worker's prefill rate: the one its relay reports, else the pool's default. */
+export function prefillRate(params: TtftParams, p: { prefillTokensPerSec?: number | null }): number {
+  return p.prefillTokensPerSec ?? params.defaultPrefillTokensPerSec;
+}
+
 export function estimateTtft(params: TtftParams, c: Candidate, p: Placement, isl: number, blockSize: number, tiers: TierCostParams = DEFAULT_TIER_COST): TtftBreakdown {
-  const rate = p.prefillTokensPerSec ?? params.defaultPrefillTokensPerSec;
+  const rate = prefillRate(params, p);
   const hostBlocks = c.hostBlocks ?? 0;
   const storageBlocks = c.storageBlocks ?? 0;
   const uncached = Math.max(0, isl - (c.overlapBlocks + hostBlocks + storageBlocks) * blockSize);
