@@ -57,20 +57,22 @@ export function contentFormatOf(id: TemplateId): ContentFormat {
 }
 
 interface SentinelTable {
-  prefix: string;
+  /** Made with the first sentinel: a render with none (every chat turn without such numbers) draws no random nonce. */
+  prefix: string | null;
   texts: string[];
 }
 
-function newSentinelTable(): SentinelTable {
+function newSentinelPrefix(): string {
   const nonce = new Uint32Array(3);
   crypto.getRandomValues(nonce);
-  return { prefix: `@kvedge-pynum-${Array.from(nonce, (n) => n.toString(36)).join("")}-`, texts: [] };
+  return `@kvedge-pynum-${Array.from(nonce, (n) => n.toString(36)).join("")}-`;
 }
 
 /** Deep copy for the template: PyNumbers become plain numbers, or sentinels where the text differs. */
 function toTemplateValue(x: unknown, table: SentinelTable): unknown {
   if (x instanceof PyNumber) {
     if (x.pythonText === jinjaNumberText(x.value)) return x.value;
+    table.prefix ??= newSentinelPrefix();
     table.texts.push(x.pythonText);
     return `${table.prefix}${table.texts.length - 1}@`;
   }
@@ -88,7 +90,7 @@ function escapeRegExp(s: string): string {
 }
 
 function restoreSentinels(rendered: string, table: SentinelTable): string {
-  if (table.texts.length === 0) return rendered;
+  if (table.prefix === null) return rendered;
   const p = escapeRegExp(table.prefix);
   const put = (_m: string, i: string): string => table.texts[Number(i)] ?? _m;
   // tojson prints the sentinel as a JSON string: drop its quotes; a bare print keeps none.
@@ -102,7 +104,7 @@ export interface RenderInput {
 }
 
 function renderOnce(template: Template, input: RenderInput, tools: readonly unknown[] | null): string {
-  const table = newSentinelTable();
+  const table: SentinelTable = { prefix: null, texts: [] };
   const context: Record<string, unknown> = {
     ...input.kwargs,
     ...COMPAT_FUNCTIONS,

@@ -1,7 +1,7 @@
 // Rendered prompts against the reference outputs of transformers' apply_chat_template after SGLang
 // preprocessing (prompts and ids from transformers 5.17 `apply_chat_template` with the HF `tokenizers`
 // reference), and the preprocessing and Jinja2 behaviours of docs/prompt.md.
-import { describe, expect, it } from "vitest";
+import { describe, expect, it, vi } from "vitest";
 import { InvalidRequestError } from "../../../src/api/errors.ts";
 import { preparePrompt, renderChatPrompt } from "../../../src/prompt/index.ts";
 import { getQwenTokenizer } from "../../../src/prompt/tokenizer/index.ts";
@@ -200,6 +200,19 @@ describe("Python tojson number text (Jinja2 in transformers)", () => {
     });
     expect(text).toContain('<|im_start|>user\n"@kvedge-pynum-abc-0@"<|im_end|>');
     expect(text).toContain('{"b": 1e+20}');
+  });
+
+  it("draws a sentinel nonce only for a render that has a number to swap (a plain chat turn draws none)", () => {
+    const draws = vi.spyOn(crypto, "getRandomValues");
+    try {
+      renderChatPrompt("qwen3_vl", "qwen3vl-instruct", { messages: [{ role: "user", content: "x" }], tools: [{ type: "function", function: { name: "f", parameters: { a: 0.5, c: 3 } } }] });
+      expect(draws).not.toHaveBeenCalled();
+      const text = renderChatPrompt("qwen3_vl", "qwen3vl-instruct", { messages: [{ role: "user", content: "x" }], tools: [{ type: "function", function: { name: "f", parameters: { d: 1e20 } } }] });
+      expect(draws).toHaveBeenCalledTimes(1);
+      expect(text).toContain('{"d": 1e+20}');
+    } finally {
+      draws.mockRestore();
+    }
   });
 });
 
