@@ -26,6 +26,7 @@ import { xxh3_64 } from "../util/hash.ts";
 import { HeldChains } from "../util/held-chains.ts";
 import { ownString } from "../util/own-string.ts";
 import { PieceText } from "../util/piece-text.ts";
+import { textAt } from "../util/text-at.ts";
 
 /** What the cache needs from a tokenizer (QwenTokenizer satisfies it). */
 export interface PrefixTokenizer {
@@ -201,6 +202,13 @@ function chainOf(n: Node): Node[] {
   return out.reverse();
 }
 
+/** Whether `text` is n's prefix: compared piece by piece (each a flat compare), never joining the chain's texts. */
+function chainSpells(n: Node, text: string): boolean {
+  if (text.length !== n.end) return false;
+  for (let x: Node | null = n; x; x = x.parent) if (!textAt(text, x.text, x.end - x.text.length)) return false;
+  return true;
+}
+
 /** The prefix's ids at positions [start, n.count) (a short run: under one block). */
 function idsFrom(n: Node, start: number): number[] {
   const out: number[] = [];
@@ -347,7 +355,7 @@ export class PrefixCache {
     if (!info.safe || end === 0) return;
     const scope = `${info.family}#${info.id}/${blockSize}`;
     const key = this.key(info, blockSize, PieceText.of(prefix.text), end);
-    if (this.buckets.get(key)?.some((n) => n.scope === scope && n.end === end && chainOf(n).map((x) => x.text).join("") === prefix.text)) return;
+    if (this.buckets.get(key)?.some((n) => n.scope === scope && n.end === end && chainSpells(n, prefix.text))) return;
     const blocks = Math.floor(prefix.count / blockSize);
     if (prefix.hashes.length !== blocks || prefix.tailIds.length !== prefix.count - blocks * blockSize) return;
     const bytes = pieceBytes(end, prefix.tailIds.length, blocks);

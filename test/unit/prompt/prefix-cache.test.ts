@@ -187,6 +187,33 @@ describe("prefix cache: exactness", () => {
     expect(second.localHashes).toEqual(localBlockHashes(tok.encode(t2), 4));
   });
 
+  it("seeding a prefix held as a chain of pieces adds nothing; one with the same key but another middle is added", () => {
+    const tok = getQwenTokenizer("qwen3_vl");
+    const cache = new PrefixCache();
+    const pad = " filler words to push the middle away from both ends".repeat(15);
+    let text = `<|im_start|>system\nsys${pad}<|im_end|>\n`;
+    // Three turns: the held prefix is a chain of three pieces.
+    for (const word of ["one", "two", "three"]) {
+      text += `<|im_start|>user\n${word}${pad}<|im_end|>\n`;
+      cache.encode(tok, `${text}<|im_start|>assistant\n`, 4);
+      text += `<|im_start|>assistant\nok<|im_end|>\n`;
+    }
+    const held = text.slice(0, text.lastIndexOf("<|im_start|>assistant"));
+    const seedOf = (t: string) => {
+      const ids = tok.encode(t);
+      const blocks = Math.floor(ids.length / 4);
+      return { text: t, count: ids.length, hashes: localBlockHashes(ids, 4), tailIds: ids.slice(blocks * 4) };
+    };
+    const stores = cache.stats().stores;
+    cache.seed(tok, 4, seedOf(held));
+    expect(cache.stats().stores).toBe(stores);
+    // Same length, head and tail (the key), another middle piece: not held, so added.
+    const other = held.replace("user\ntwo", "user\nTWO");
+    expect(other.length).toBe(held.length);
+    cache.seed(tok, 4, seedOf(other));
+    expect(cache.stats().stores).toBe(stores + 1);
+  });
+
   it("a lone surrogate is refused as without the cache, on a miss and after a hit", () => {
     const tok = getQwenTokenizer("qwen3_vl");
     const cache = new PrefixCache();
