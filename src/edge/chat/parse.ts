@@ -17,6 +17,8 @@ import { resolveModel } from "./resolve-model.ts";
 
 export interface ParseDeps {
   config: EdgeConfig;
+  /** The body as the caller that wrote it scanned it (the Responses route seeds the caches from it): not scanned again. */
+  scanned?: ScannedBody;
   /** Takes one request from the client's rate-limit bucket (null key = no API keys configured); rejects with 429; resolves to the bucket's `x-ratelimit-*-requests`. */
   rateLimit?: (apiKey: string | null) => Promise<Record<string, string> | void>;
 }
@@ -42,6 +44,12 @@ export interface ParsedChat {
   client: ClientRef | null;
 }
 
+/** A body text and its scanBodyLayout, made by whoever wrote the text; used only for a body read equal to it. */
+export interface ScannedBody {
+  text: string;
+  layout: BodyLayout | null;
+}
+
 /** The configured request limits (parsed with the rest of the config, once per isolate). */
 export function limitsOf(config: EdgeConfig): Limits {
   return config.limits;
@@ -58,7 +66,7 @@ export async function parseChat(request: Request, deps: ParseDeps, clock: StageC
   clock.mark("read");
   const literals: JsonLiteral[] = [];
   const work: ParseWork = { parsedChars: 0, validatedMessages: 0 };
-  const { req, turn } = parseChatTurn(bodyText, config, { sizeChecked: true, literals, work });
+  const { req, turn } = parseChatTurn(bodyText, config, { sizeChecked: true, literals, work, scanned: deps.scanned ?? null });
   clock.mark("parse");
   // Without a key or a client address (a local fleet) the edge cannot tell clients apart: no label.
   const address = request.headers.get("cf-connecting-ip");
@@ -90,12 +98,14 @@ function profileOfModelMember(bodyText: string, layout: BodyLayout, config: Edge
 export function parseChatTurn(
   bodyText: string,
   config: EdgeConfig,
-  opts: { sizeChecked?: boolean; literals?: JsonLiteral[]; work?: ParseWork; random?: () => number } = {},
+  opts: { sizeChecked?: boolean; literals?: JsonLiteral[]; work?: ParseWork; random?: () => number; scanned?: ScannedBody | null } = {},
   chain: TurnChainCache = sharedTurnChain(config.turnCheckRate),
 ): { req: ChatCompletionRequest; turn: ChainFind | null } {
   const limits = limitsOf(config);
   // The lookup hashes a window per message count: only for a body the message limit admits (it runs before validation).
-  const scanned = bodyText.length <= limits.maxBodyBytes ? scanBodyLayout(bodyText) : null;
+  // A caller's scan of the same text is its layout (one flat compare instead of a second scan).
+  const given = opts.scanned;
+  const scanned = bodyText.length <= limits.maxBodyBytes ? (given && given.text === bodyText ? given.layout : scanBodyLayout(bodyText)) : null;
   const layout = scanned && scanned.messages.length <= limits.maxMessages ? scanned : null;
   const profile = layout ? profileOfModelMember(bodyText, layout, config) : null;
   const turn = profile ? chain.find(bodyText, profile, layout) : null;

@@ -26,7 +26,7 @@ import type { ModelConfig } from "../../config/config.ts";
 import type { MediaPart } from "../../prompt/messages.ts";
 import { sharedPrefixCache, type PrefixCache } from "../../prompt/prefix-cache.ts";
 import { getQwenTokenizer } from "../../prompt/tokenizer/index.ts";
-import { scanBodyLayout, sharedTurnChain, type StablePrefix, type TurnChainCache } from "../../prompt/turn-chain.ts";
+import { scanBodyLayout, sharedTurnChain, type BodyLayout, type StablePrefix, type TurnChainCache } from "../../prompt/turn-chain.ts";
 import { textAt } from "../../util/text-at.ts";
 import { mediaOptionsAt } from "./stored-media.ts";
 
@@ -206,6 +206,8 @@ export interface HydrateOptions {
   onMismatch?: (detail: { tokens: number; blocks: number }) => void;
   turnChain?: TurnChainCache;
   prefixCache?: PrefixCache;
+  /** scanBodyLayout(chatBody), when the caller has it (it hands the same scan to the chat parse). */
+  layout?: BodyLayout | null;
 }
 
 /** True when the stored tokens are the tokenizer's own for the stored text (the sampled check). */
@@ -237,7 +239,7 @@ export function hydrate(state: ConversationState, history: readonly ChatMessage[
     media.push(part);
   }
   // The JSON text these messages have in the chat body, read from it (not written again; the chain keeps a copy).
-  const layout = scanBodyLayout(chatBody);
+  const layout = opts.layout !== undefined ? opts.layout : scanBodyLayout(chatBody);
   if (!layout || layout.messages.length < state.messages) return;
   const spans = layout.messages.slice(0, state.messages);
   const raw = state.messages === 0 ? "" : chatBody.slice(layout.messagesOpen, spans[state.messages - 1]![1]);

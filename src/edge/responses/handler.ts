@@ -14,7 +14,7 @@ import { authorizeClient } from "../auth.ts";
 import { handleChatCompletions, type ChatDeps } from "../chat.ts";
 import { limitsOf } from "../chat/parse.ts";
 import { cacheTenant, resolveModel } from "../chat/resolve-model.ts";
-import type { StablePrefix } from "../../prompt/turn-chain.ts";
+import { scanBodyLayout, type StablePrefix } from "../../prompt/turn-chain.ts";
 import { mediaSeeds, StoredMediaSchema, turnMedia, type StoredMedia } from "./stored-media.ts";
 import { assembleState, hydrate, nextPiece, PromptPieceSchema, type ConversationState, type PromptPiece } from "./conversation-state.ts";
 import type { AdmissionFrontDoor } from "../../routing-index/front-door.ts";
@@ -96,9 +96,11 @@ async function createResponse(request: Request, deps: ResponsesDeps): Promise<Re
   const chatBody = toChatRequest(req, history, input);
   const chatText = JSON.stringify(chatBody);
   const { model } = resolveModel(deps.config, req.model);
+  // One layout scan of the chat body for the seeding below and the chat parse (which scans only a body within the cap).
+  const scanned = { text: chatText, layout: chatText.length <= limitsOf(deps.config).maxBodyBytes ? scanBodyLayout(chatText) : null };
   // Another isolate served the earlier turns: their prompt state comes from the store, not from re-rendering
   // (other instructions render another prefix: nothing to seed).
-  if (state !== null && state.instructions === (req.instructions ?? null)) hydrate(state, history, chatText, model, { checkRate: deps.config.turnCheckRate });
+  if (state !== null && state.instructions === (req.instructions ?? null)) hydrate(state, history, chatText, model, { checkRate: deps.config.turnCheckRate, layout: scanned.layout });
   /** The stable prefix the turn chain holds for this request once its prompt is prepared, and this turn's verified media. */
   let stable: StablePrefix | null = null;
   let turnItems: StoredMedia[] = [];
@@ -144,7 +146,7 @@ async function createResponse(request: Request, deps: ResponsesDeps): Promise<Re
         };
       }
     : undefined;
-  const chat = await handleChatCompletions(chatRequest, { ...deps, rateLimit: async () => limitHeaders, index, onPrepared, mediaSeeds: mediaSeeds(storedMedia, history), ...(admissionIndex ? { admissionIndex } : {}) });
+  const chat = await handleChatCompletions(chatRequest, { ...deps, scanned, rateLimit: async () => limitHeaders, index, onPrepared, mediaSeeds: mediaSeeds(storedMedia, history), ...(admissionIndex ? { admissionIndex } : {}) });
   if (chat.status !== 200) return chat;
 
   const id = newItemId("resp");

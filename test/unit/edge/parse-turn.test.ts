@@ -12,7 +12,7 @@ import { DEFAULT_LIMITS } from "../../../src/api/limits.ts";
 import type { ParseWork } from "../../../src/api/validate.ts";
 import { parseEdgeConfig, type EdgeConfig } from "../../../src/config/config.ts";
 import { parseChatBody, parseChatTurn } from "../../../src/edge/chat/parse.ts";
-import { TurnChainCache } from "../../../src/prompt/turn-chain.ts";
+import { scanBodyLayout, TurnChainCache } from "../../../src/prompt/turn-chain.ts";
 import { initHashing } from "../../../src/util/hash.ts";
 
 beforeAll(() => initHashing());
@@ -104,6 +104,22 @@ describe("parse through the turn chain", () => {
     expect(work[0]!.validatedMessages).toBe(6);
     expect(work.slice(1).map((w) => w.validatedMessages)).toEqual([3, 3]);
     expect(chain.stats().hits).toBe(3);
+  });
+
+  it("a caller's scan of the same body text is the lookup's layout (no second scan); a scan of other text is not used", () => {
+    const config = configWith();
+    const chain = new TurnChainCache({ checkRate: 0 });
+    const messages: Msg[] = [{ role: "user", content: longText(1, 200) }, { role: "assistant", content: "ok" }, { role: "user", content: "next" }];
+    const body = bodyOf(config, messages);
+    // Equal text, another string object (as the chat handler reads it back from the request).
+    const readBack = new TextDecoder().decode(new TextEncoder().encode(body));
+    const layout = scanBodyLayout(body);
+    const used = parseChatTurn(readBack, config, { scanned: { text: body, layout } }, chain);
+    expect(used.turn!.layout).toBe(layout);
+    const other = parseChatTurn(readBack, config, { scanned: { text: bodyOf(config, messages.slice(0, 1)), layout } }, chain);
+    expect(other.turn!.layout).not.toBe(layout);
+    expect(other.turn!.layout).toEqual(layout);
+    expect(JSON.stringify(used.req)).toBe(JSON.stringify(other.req));
   });
 
   it("a changed earlier message, or a body whose model names no pool, is parsed whole", () => {
