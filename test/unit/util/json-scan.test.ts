@@ -6,7 +6,7 @@
  */
 import fc from "fast-check";
 import { describe, expect, it } from "vitest";
-import { LITERAL_MIN_CHARS, parseRecordingLiterals, topLevelMemberSpan, type JsonLiteral } from "../../../src/util/json-scan.ts";
+import { isCanonicalEscaping, LITERAL_MIN_CHARS, parseRecordingLiterals, topLevelMemberSpan, type JsonLiteral } from "../../../src/util/json-scan.ts";
 
 /** JSON text of `v` with random whitespace between tokens (strings kept intact). */
 function spaced(v: unknown, ws: () => string): string {
@@ -16,6 +16,36 @@ function spaced(v: unknown, ws: () => string): string {
 }
 
 const KEY = "tools";
+
+/** The definition as written out: some `\\u` or `\\/` whose backslash is preceded by an even run of backslashes (not itself escaped). */
+function canonicalByDefinition(inner: string): boolean {
+  for (let j = 0; j + 1 < inner.length; j++) {
+    if (inner[j] !== "\\" || (inner[j + 1] !== "u" && inner[j + 1] !== "/")) continue;
+    let run = 0;
+    for (let k = j - 1; k >= 0 && inner[k] === "\\"; k--) run++;
+    if (run % 2 === 0) return false;
+  }
+  return true;
+}
+
+describe("isCanonicalEscaping", () => {
+  it("equals the definition on any text of backslashes, u, / and others, and on JSON.stringify's and Python's escapings", () => {
+    fc.assert(
+      fc.property(fc.array(fc.constantFrom("\\", "u", "/", "n", "a", '"', "é"), { maxLength: 40 }), (chars) => {
+        const s = chars.join("");
+        expect(isCanonicalEscaping(s)).toBe(canonicalByDefinition(s));
+      }),
+      { seed: 0xe5c, numRuns: 3000 },
+    );
+    const prose = 'a "quoted" path C:\\dir\\u1 / é\n\tend\\';
+    expect(isCanonicalEscaping(JSON.stringify(prose).slice(1, -1))).toBe(true);
+    // Python's json.dumps (ensure_ascii) writes \u00e9, and some clients escape "/".
+    expect(isCanonicalEscaping('caf\\u00e9')).toBe(false);
+    expect(isCanonicalEscaping('a\\/b')).toBe(false);
+    expect(isCanonicalEscaping('a\\\\/b')).toBe(true);
+    expect(isCanonicalEscaping('a\\\\\\u0041')).toBe(false);
+  });
+});
 
 describe("topLevelMemberSpan", () => {
   it("finds the text of the member JSON.parse keeps", () => {
