@@ -390,7 +390,7 @@ async function explain(request: Request, deps: AdminDeps, allTokens = false): Pr
   );
   const tokenizer = getQwenTokenizer(model.family);
   const { cacheSalt } = namespace;
-  const localHashes = namespacedHashes(namespace, plan.localHashes);
+  const localHashes = namespacedHashes(namespace, plan);
   const shard = shardForRequest(localHashes, deps.config.shards);
   const preview = await deps.index(model.id, shard).peek({ localHashes, isl: plan.isl });
   const view = (ids: number[]) => ids.map((id) => ({ id, text: tokenizer.decode([id]) }));

@@ -83,13 +83,23 @@ export async function routingNamespace(config: Pick<EdgeConfig, "kvSharing" | "r
 const namespacedPieces = new WeakMap<readonly bigint[], { salt: string; hashes: readonly bigint[] }>();
 
 /**
- * The request's local block hashes moved into its namespace (the plain ones when unsalted).
- * `pieces`: the same hashes as the prompt-prefix cache's pieces (all but the last kept there), so
- * earlier turns' namespaced hashes are reused.
+ * A request's plain local block hashes; `hashPieces`: the same hashes in the pieces a cache keeps
+ * across turns (the prompt-prefix cache's or the media view's, all but the last kept there).
+ * `localHashes` may be built when read (joined from the pieces): it is read only when needed.
  */
-export function namespacedHashes(ns: RoutingNamespace, plainHashes: readonly bigint[], pieces?: readonly (readonly bigint[])[]): readonly bigint[] {
-  if (ns.tag === null || ns.cacheSalt === null) return plainHashes;
-  if (!pieces || pieces.length < 2) return namespacedLocalHashes(plainHashes, ns.tag);
+export interface PlainHashes {
+  readonly localHashes: readonly bigint[];
+  readonly hashPieces?: readonly (readonly bigint[])[];
+}
+
+/**
+ * The request's local block hashes moved into its namespace (the plain ones when unsalted). With
+ * pieces, earlier turns' namespaced hashes are reused and the plain hashes are never joined.
+ */
+export function namespacedHashes(ns: RoutingNamespace, plain: PlainHashes): readonly bigint[] {
+  if (ns.tag === null || ns.cacheSalt === null) return plain.localHashes;
+  const pieces = plain.hashPieces;
+  if (!pieces || pieces.length < 2) return namespacedLocalHashes(plain.localHashes, ns.tag);
   const out: bigint[] = [];
   pieces.forEach((piece, i) => {
     let done = namespacedPieces.get(piece);

@@ -75,7 +75,7 @@ export async function handleChatCompletions(request: Request, deps: ChatDeps): P
   });
   clock.mark("build");
 
-  const localHashes = namespacedHashes(namespace, plan.localHashes, plan.hashPieces);
+  const localHashes = namespacedHashes(namespace, plan);
   const ticket = admissionTicket({ requestId, serviceTier: req.service_tier, priority: req.priority, client, priorityAllowed: caller.admin || config.routing.admission.openPriority, decodeBudget: outputBudget });
   const target = routeTarget({
     index: (m, k) => deps.index(m, k),

@@ -96,12 +96,15 @@ export async function planMediaRouting(input: MediaLayoutInput): Promise<Routing
     encode,
     blockSize: model.blockSize,
     scope: `${model.family}\u0000${model.blockSize}\u0000${cohort.digest}\u0000${input.itemTag === null ? "" : bytesToHex(input.itemTag)}`,
+    maxTokens: MAX_ROUTING_TOKENS,
   });
   if (!hashed.ok) return fallback(hashed.reason);
-  if (hashed.length > MAX_ROUTING_TOKENS) return fallback("too_many_tokens");
   let view: Pick<RoutingView, "tokens" | "spans" | "padValues"> | null = null;
   return {
-    localHashes: hashed.localHashes,
+    // Joined only when read: a namespaced request reads the pieces (cache-salt.ts namespacedHashes).
+    get localHashes() {
+      return hashed.localHashes;
+    },
     hashPieces: hashed.hashPieces,
     isl: hashed.length,
     fallbackReason: null,

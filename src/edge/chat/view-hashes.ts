@@ -59,6 +59,8 @@ export interface ViewInput {
   blockSize: number;
   /** What else the view's meaning depends on and who may share it (model, contract digest, namespace). */
   scope: string;
+  /** Longest view routed on exactly (MAX_ROUTING_TOKENS): a longer one is `too_many_tokens` and nothing of it is kept. */
+  maxTokens: number;
 }
 
 export type ViewHashes =
@@ -66,13 +68,14 @@ export type ViewHashes =
       ok: true;
       /** View tokens. */
       length: number;
-      localHashes: bigint[];
+      /** hashPieces joined (built when read: O(blocks), a copy). */
+      readonly localHashes: bigint[];
       /** localHashes as consecutive pieces: kept pieces' own arrays (the same objects on every hit), then this request's. */
       hashPieces: bigint[][];
       /** Leading view tokens whose block hashes came from a kept piece. */
       reusedTokens: number;
     }
-  | { ok: false; reason: "placeholder_mismatch"; detail: string };
+  | { ok: false; reason: "placeholder_mismatch" | "too_many_tokens"; detail: string };
 
 export interface ViewHashStats {
   hits: number;
@@ -83,6 +86,8 @@ export interface ViewHashStats {
   /** Kept pieces checked for identity and items compared against the request's, while looking up. */
   checkedPieces: number;
   comparedItems: number;
+  /** Block hashes copied into one array (localHashes read). */
+  joinedHashes: number;
   entries: number;
   bytes: number;
   maxBytes: number;
@@ -118,6 +123,10 @@ function lastTokens(carry: Uint32Array, fresh: Uint32Array, rem: number): Uint32
 
 const EMPTY = new Uint32Array(0);
 
+function tooLong(length: number, maxTokens: number): ViewHashes {
+  return { ok: false, reason: "too_many_tokens", detail: `the routed view is over ${maxTokens} tokens (${length} so far)` };
+}
+
 export class ViewHashCache {
   readonly maxBytes: number;
   /** Kept pieces by the template piece they are of (an object key: nothing is kept alive by it). */
@@ -126,7 +135,7 @@ export class ViewHashCache {
   private nextPieceId = 1;
   /** The kept pieces (LRU) and the bytes their chains hold. */
   private readonly held: HeldChains<Node>;
-  private s = { hits: 0, misses: 0, hashedBlocks: 0, expandedTokens: 0, checkedPieces: 0, comparedItems: 0 };
+  private s = { hits: 0, misses: 0, hashedBlocks: 0, expandedTokens: 0, checkedPieces: 0, comparedItems: 0, joinedHashes: 0 };
 
   constructor(maxBytes = DEFAULT_VIEW_HASHES_BYTES) {
     this.maxBytes = maxBytes;
@@ -134,8 +143,9 @@ export class ViewHashCache {
   }
 
   /**
-   * The view's length and localBlockHashes(view, blockSize), or expandPrompt's mismatch, from the
-   * longest kept run of the request's pieces. Requires initHashing().
+   * The view's length and localBlockHashes(view, blockSize), or expandPrompt's mismatch, or
+   * too_many_tokens (checked before anything is kept), from the longest kept run of the request's
+   * pieces. Requires initHashing().
    */
   hashes(input: ViewInput): ViewHashes {
     const { pieces, items, blockSize, scope } = input;
@@ -167,13 +177,22 @@ export class ViewHashCache {
       todo.push({ piece: stable[j]!, at, prev: j > 0 ? stable[j - 1]!.at(-1) : undefined, next: j + 1 < stable.length ? stable[j + 1]![0] : pieces[last]![0], keep: true });
     }
     todo.push({ piece: pieces[last]!, at: pos, prev: stable.at(-1)?.at(-1), next: undefined, keep: false });
+    // Work counted once the result is this computation's (a triplet across pieces starts over: whole()).
+    let expanded = 0;
+    let hashed = 0;
+    const counted = (r: ViewHashes): ViewHashes => {
+      this.s.expandedTokens += expanded;
+      this.s.hashedBlocks += hashed;
+      return r;
+    };
     for (const t of todo) {
       const ex = expandPiece(t.piece, items, itemPos, input.ids, input.encode, { base: t.at, prev: t.prev, next: t.next });
-      this.s.expandedTokens += t.piece.length;
-      if (!ex.ok) return ex.reason === "piece_edge" ? this.whole(input) : ex;
+      expanded += t.piece.length;
+      if (!ex.ok) return ex.reason === "piece_edge" ? this.whole(input) : counted(ex);
+      if (end + ex.tokens.length > input.maxTokens) return counted(tooLong(end + ex.tokens.length, input.maxTokens));
       const total = carry.length + ex.tokens.length;
       const hashes = localBlockHashesOfParts([carry, ex.tokens], blockSize);
-      this.s.hashedBlocks += hashes.length;
+      hashed += hashes.length;
       localPieces.push(hashes);
       const pieceItems = items.slice(itemPos, itemPos + ex.items);
       itemPos += ex.items;
@@ -189,14 +208,15 @@ export class ViewHashCache {
       }
     }
     const count = itemCountMismatch(itemPos, items.length);
-    if (count) return count;
+    if (count) return counted(count);
     if (hit) {
       this.s.hits++;
       // May be a piece no longer kept, only held by kept ones (an item after it changed): not kept again.
       this.held.touch(hit);
     } else this.s.misses++;
-    for (let k = 0; k < freshNodes.length; k++) this.store(freshNodes[k]!, todo[k]!.piece);
-    return { ok: true, length: end, localHashes: ([] as bigint[]).concat(...localPieces), hashPieces: localPieces, reusedTokens: hit ? hit.end : 0 };
+    // A piece over a quarter of the budget is not kept, nor any after it (they would hold it).
+    for (let k = 0; k < freshNodes.length && this.held.admits(freshNodes[k]!.bytes); k++) this.store(freshNodes[k]!, todo[k]!.piece);
+    return counted(this.result(end, localPieces, hit ? hit.end : 0));
   }
 
   stats(): ViewHashStats {
@@ -244,9 +264,29 @@ export class ViewHashCache {
     this.s.expandedTokens += joined.length;
     const ex = expandPrompt(joined, input.items, input.ids, input.encode);
     if (!ex.ok) return ex;
+    if (ex.tokens.length > input.maxTokens) return tooLong(ex.tokens.length, input.maxTokens);
     const hashes = localBlockHashesOfParts([ex.tokens], input.blockSize);
     this.s.hashedBlocks += hashes.length;
-    return { ok: true, length: ex.tokens.length, localHashes: hashes, hashPieces: [hashes], reusedTokens: 0 };
+    return this.result(ex.tokens.length, [hashes], 0);
+  }
+
+  /** The ok result; its pieces are joined only when localHashes is read (the chat path reads the pieces). */
+  private result(length: number, hashPieces: bigint[][], reusedTokens: number): ViewHashes {
+    const stats = this.s;
+    let joined: bigint[] | null = null;
+    return {
+      ok: true,
+      length,
+      get localHashes() {
+        if (joined) return joined;
+        if (hashPieces.length === 1) return (joined = hashPieces[0]!);
+        joined = ([] as bigint[]).concat(...hashPieces);
+        stats.joinedHashes += joined.length;
+        return joined;
+      },
+      hashPieces,
+      reusedTokens,
+    };
   }
 
   private pieceId(piece: object): number {

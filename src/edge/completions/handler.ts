@@ -94,7 +94,7 @@ export async function handleCompletions(request: Request, deps: ChatDeps): Promi
       index: deps.index,
       shards: config.shards,
       model: model.id,
-      localHashes: namespacedHashes(namespace, localBlockHashes(ids, model.blockSize)),
+      localHashes: namespacedHashes(namespace, { localHashes: localBlockHashes(ids, model.blockSize) }),
       isl: ids.length,
       fallbackReason: null,
       edgeColo: edgeColoOf(request),

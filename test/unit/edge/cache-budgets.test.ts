@@ -22,7 +22,7 @@ import { MediaMemo } from "../../../src/edge/media-memo.ts";
 import type { VerifiedMedia } from "../../../src/edge/media.ts";
 import { routedItemStats, routeItems } from "../../../src/edge/chat/routed-items.ts";
 import { ViewHashCache } from "../../../src/edge/chat/view-hashes.ts";
-import { cohortEligibility, SGLANG_CONTRACT_KEY } from "../../../src/layout/index.ts";
+import { cohortEligibility, MAX_ROUTING_TOKENS, SGLANG_CONTRACT_KEY } from "../../../src/layout/index.ts";
 import { fixtureContract } from "../../fixtures/models/load.ts";
 
 setFlagsFromString("--expose-gc");
@@ -230,7 +230,7 @@ describe("edge cache byte budgets", () => {
         piece.splice(10, 3, ids.visionStart, ids.imagePad, ids.visionEnd);
         pieces.push(piece);
         items.push({ modality: "image", pieces: layout, padValue: seed * 10 + turn });
-        cache.hashes({ pieces: [...pieces, [IM_START, 77, 78]], items, ids, encode: () => [], blockSize: 16, scope: "ns" });
+        cache.hashes({ pieces: [...pieces, [IM_START, 77, 78]], items, ids, encode: () => [], blockSize: 16, scope: "ns", maxTokens: MAX_ROUTING_TOKENS });
         expect(cache.stats().bytes).toBeLessThanOrEqual(maxBytes);
       }
     }

@@ -28,9 +28,9 @@ describe("namespaced hashes from the prefix cache's pieces", () => {
       const plain = localBlockHashes(tok.encode(text), 16);
       for (const salt of ["tenant-a", "tenant-b", "tenant-a"]) {
         const n = ns(salt);
-        expect(namespacedHashes(n, enc.localHashes, enc.hashPieces)).toEqual(namespacedLocalHashes(plain, n.tag!));
+        expect(namespacedHashes(n, enc)).toEqual(namespacedLocalHashes(plain, n.tag!));
       }
-      expect(namespacedHashes({ cacheSalt: null, tag: null }, enc.localHashes, enc.hashPieces)).toEqual(plain);
+      expect(namespacedHashes({ cacheSalt: null, tag: null }, enc)).toEqual(plain);
       text += `${"answer ".repeat(30)}${turn}<|im_end|>\n`;
     }
     expect(multiPiece, "later turns came from cached pieces").toBeGreaterThan(5);

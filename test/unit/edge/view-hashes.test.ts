@@ -8,7 +8,7 @@
 import { beforeAll, describe, expect, it } from "vitest";
 import { localBlockHashes } from "../../../src/blocks/block-hash.ts";
 import { ViewHashCache, type ViewInput } from "../../../src/edge/chat/view-hashes.ts";
-import { expandPrompt, QWEN_VISION_TOKEN_IDS, type ExpandItem, type LayoutPiece } from "../../../src/layout/index.ts";
+import { expandPrompt, MAX_ROUTING_TOKENS, QWEN_VISION_TOKEN_IDS, type ExpandItem, type LayoutPiece } from "../../../src/layout/index.ts";
 import { PrefixCache } from "../../../src/prompt/prefix-cache.ts";
 import { getQwenTokenizer } from "../../../src/prompt/tokenizer/index.ts";
 import { initHashing } from "../../../src/util/hash.ts";
@@ -41,7 +41,7 @@ function whole(text: string, items: readonly ExpandItem[]): { length: number; ha
 
 function input(prefix: PrefixCache, text: string, items: readonly ExpandItem[], scope = "ns-a"): { view: ViewInput; newTemplate: number } {
   const r = prefix.encode(tok, text, BLOCK);
-  return { view: { pieces: r.idPieces!, items, ids, encode, blockSize: BLOCK, scope }, newTemplate: r.length - r.reusedTokens };
+  return { view: { pieces: r.idPieces!, items, ids, encode, blockSize: BLOCK, scope, maxTokens: MAX_ROUTING_TOKENS }, newTemplate: r.length - r.reusedTokens };
 }
 
 /** Four user turns with an image each, every turn's view kept: the caches, the items and the text so far (answers included). */
@@ -200,10 +200,50 @@ describe("media view cache: only the new template tokens and blocks", () => {
     const all = tok.encode(`<|im_start|>user\nlook ${IMAGE} here<|im_end|>\n<|im_start|>assistant\n`);
     const at = all.indexOf(ids.imagePad);
     const items = [image(40, 9)];
-    const got = views.hashes({ pieces: [all.slice(0, at), all.slice(at)], items, ids, encode, blockSize: BLOCK, scope: "s" });
+    const got = views.hashes({ pieces: [all.slice(0, at), all.slice(at)], items, ids, encode, blockSize: BLOCK, scope: "s", maxTokens: MAX_ROUTING_TOKENS });
     const ex = expandPrompt(all, items, ids, encode);
     if (!got.ok || !ex.ok) throw new Error("not ok");
     expect(got.localHashes).toEqual(localBlockHashes(ex.tokens, BLOCK));
     expect(views.stats().entries).toBe(0);
+    // Its work is the joined expansion's alone (the pieces tried first are not counted too).
+    expect(views.stats().expandedTokens).toBe(all.length);
+    expect(views.stats().hashedBlocks).toBe(got.hashPieces.flat().length);
+  });
+
+  it("a view over maxTokens is too_many_tokens and nothing of it is kept; the hashes are joined only when read", () => {
+    const prefix = new PrefixCache();
+    const views = new ViewHashCache();
+    const t1 = `<|im_start|>user\n${IMAGE}one<|im_end|>\n<|im_start|>assistant\n`;
+    const t2 = `${t1}a<|im_end|>\n<|im_start|>user\n${IMAGE}two<|im_end|>\n<|im_start|>assistant\n`;
+    const items = [image(300, 1), image(300, 2)];
+    const whole2 = whole(t2, items) as { length: number; hashes: bigint[] };
+    const short = views.hashes({ ...input(prefix, t1, items.slice(0, 1)).view, maxTokens: 200 });
+    expect(short).toMatchObject({ ok: false, reason: "too_many_tokens" });
+    const long = views.hashes({ ...input(prefix, t2, items).view, maxTokens: whole2.length - 1 });
+    expect(long).toMatchObject({ ok: false, reason: "too_many_tokens" });
+    expect(views.stats().entries).toBe(0);
+    const fits = views.hashes({ ...input(prefix, t2, items).view, maxTokens: whole2.length });
+    if (!fits.ok) throw new Error("not ok");
+    expect(fits.hashPieces.length).toBeGreaterThan(1);
+    expect(views.stats().joinedHashes).toBe(0);
+    expect(fits.localHashes).toEqual(whole2.hashes);
+    expect(views.stats().joinedHashes).toBe(whole2.hashes.length);
+  });
+
+  it("a piece over a quarter of the budget is not kept, nor the pieces after it", () => {
+    const prefix = new PrefixCache();
+    const t1 = `<|im_start|>user\nsmall${IMAGE}<|im_end|>\n<|im_start|>assistant\n`;
+    const t2 = `${t1}${"a long answer ".repeat(400)}<|im_end|>\n<|im_start|>user\n${IMAGE}two<|im_end|>\n<|im_start|>assistant\n`;
+    const t3 = `${t2}b<|im_end|>\n<|im_start|>user\nthree<|im_end|>\n<|im_start|>assistant\n`;
+    const items = [image(20, 1), image(20, 2)];
+    // ~400 blocks (~19 kB) in the second piece, the first a few hundred bytes: a 16 kB budget admits the first only.
+    const views = new ViewHashCache(16 * 1024);
+    views.hashes(input(prefix, t1, items.slice(0, 1)).view);
+    views.hashes(input(prefix, t2, items).view);
+    expect(views.stats().entries).toBe(1);
+    const got = views.hashes(input(prefix, t3, items).view);
+    expect(views.stats().entries).toBe(1);
+    expect(views.stats().bytes).toBeLessThanOrEqual(16 * 1024 / 4);
+    expect(got.ok && got.localHashes).toEqual((whole(t3, items) as { hashes: bigint[] }).hashes);
   });
 });
