@@ -9,6 +9,11 @@
  * and the cache namespace: no entry is ever used across clients or tenants. URLs are compared as
  * whole strings (Map keys; V8 hashes a long string by its length, so a data: URL costs one
  * compare at memory speed, not a hash of its text). Bounded by estimated bytes, LRU.
+ *
+ * An entry also says whether its URL has passed this isolate's media policy (SSRF rules, data: URLs
+ * allowed): the memo lives as long as the config whose policy decided its items (media-deps.ts), so
+ * an entry stored after verification has, and a URL found by the whole string is that URL; a seed
+ * (verified in another isolate, under the policy it ran then) has not, until its first use checks it.
  */
 import { ByteLru } from "../util/byte-lru.ts";
 import type { VerifiedMedia } from "./media.ts";
@@ -25,6 +30,12 @@ export interface MediaMemoStats {
   entries: number;
   bytes: number;
   maxBytes: number;
+}
+
+/** A remembered item; `policyChecked`: its URL passed this isolate's policy (the caller sets it once it has checked a seed's). */
+export interface Remembered {
+  readonly media: VerifiedMedia;
+  policyChecked: boolean;
 }
 
 /** Where an entry sits in byScope, so an eviction can take it out there too. */
@@ -48,7 +59,7 @@ export class MediaMemo {
   /** `scope \0 kind` → URL → entry. */
   private readonly byScope = new Map<string, Map<string, Entry>>();
   /** Every entry of byScope and its item, least recently used first. */
-  private readonly lru: ByteLru<Entry, VerifiedMedia>;
+  private readonly lru: ByteLru<Entry, Remembered>;
   private s = { hits: 0, misses: 0, stores: 0, drops: 0 };
 
   constructor(maxBytes = DEFAULT_MEDIA_MEMO_BYTES) {
@@ -56,18 +67,30 @@ export class MediaMemo {
     this.lru = new ByteLru(maxBytes, (e) => this.unindex(e));
   }
 
-  get(scope: string, kind: VerifiedMedia["kind"], url: string): VerifiedMedia | null {
+  get(scope: string, kind: VerifiedMedia["kind"], url: string): Remembered | null {
     const e = this.byScope.get(`${scope}\u0000${kind}`)?.get(url);
-    const media = e && this.lru.get(e);
-    if (!media) {
+    const hit = e && this.lru.get(e);
+    if (!hit) {
       this.s.misses++;
       return null;
     }
     this.s.hits++;
-    return media;
+    return hit;
   }
 
+  /** Remembers an item verified here, its URL checked against this isolate's policy. */
   set(scope: string, kind: VerifiedMedia["kind"], url: string, media: VerifiedMedia): void {
+    this.put(scope, kind, url, { media, policyChecked: true });
+  }
+
+  /** Adds an item verified elsewhere (a stored response's) unless the scope holds the URL: an entry of the isolate's own stays as it is. Its URL is checked at its first use. */
+  seed(scope: string, kind: VerifiedMedia["kind"], url: string, media: VerifiedMedia): void {
+    if (this.byScope.get(`${scope}\u0000${kind}`)?.has(url)) return;
+    this.put(scope, kind, url, { media, policyChecked: false });
+  }
+
+  private put(scope: string, kind: VerifiedMedia["kind"], url: string, value: Remembered): void {
+    const media = value.media;
     const outer = `${scope}\u0000${kind}`;
     const bytes = entryBytes(outer, url, media);
     // One item larger than a quarter would flush the rest for itself.
@@ -77,14 +100,8 @@ export class MediaMemo {
     if (!inner) this.byScope.set(outer, (inner = new Map()));
     const e: Entry = { outer, url };
     inner.set(url, e);
-    this.lru.set(e, media, bytes);
+    this.lru.set(e, value, bytes);
     this.s.stores++;
-  }
-
-  /** Adds an item verified elsewhere (a stored response's) unless the scope holds the URL: an entry of the isolate's own stays as it is. */
-  seed(scope: string, kind: VerifiedMedia["kind"], url: string, media: VerifiedMedia): void {
-    if (this.byScope.get(`${scope}\u0000${kind}`)?.has(url)) return;
-    this.set(scope, kind, url, media);
   }
 
   /** Forgets an entry found stale (the store no longer holds its bytes). */

@@ -26,7 +26,7 @@ import { mediaIdentityHash, type MediaMetadata } from "../media/identity-record.
 import { signMediaPath } from "../media/signed-url.ts";
 import type { MediaItem } from "../layout/index.ts";
 import { MAX_HELD_DIGESTS } from "../media/store-result.ts";
-import type { MediaMemo } from "./media-memo.ts";
+import type { MediaMemo, Remembered } from "./media-memo.ts";
 import { sha256 } from "../util/hash.ts";
 import { bytesToHex } from "../util/hex.ts";
 
@@ -75,29 +75,50 @@ export interface MediaCaller {
   traceparent?: string | null;
 }
 
-/** A store URL of `digest` for worker `workerId` only (signed-url.ts). */
-export type MediaSigner = (digest: string, workerId: string) => Promise<string>;
+/**
+ * A store URL of `digest` for worker `workerId` only (signed-url.ts): the URL itself while one
+ * signed earlier is still kept (no await), else its signing.
+ */
+export type MediaSigner = (digest: string, workerId: string) => string | Promise<string>;
 
 /** Signed URLs a signer keeps (cleared when full): a conversation's earlier items are not signed again on every turn. */
 const SIGNED_URLS_KEPT = 4096;
 
+/** Store URLs signed in this isolate (a work counter). */
+let signatures = 0;
+
+export function storeSignatures(): number {
+  return signatures;
+}
+
 /**
  * Builds the signer for store URLs as workers reach them. A URL signed for a worker is given again
- * while at least three quarters of its lifetime remain, so the worker always has most of `ttlSec`.
+ * while at least three quarters of its lifetime remain, so the worker always has most of `ttlSec`
+ * and a URL is valid at most `ttlSec` after it was signed (what bounds its replay); kept per worker,
+ * then per digest (the digest strings of remembered items are the same objects every turn).
  */
 export function storeSigner(publicUrl: string, key: Promise<CryptoKey>, ttlSec: number, nowMs: () => number = Date.now): MediaSigner {
   const base = publicUrl.replace(/\/+$/, "");
-  const signed = new Map<string, { url: string; exp: number }>();
-  return async (digest, workerId) => {
-    const now = Math.floor(nowMs() / 1000);
-    const id = `${workerId}\u0000${digest}`;
-    const kept = signed.get(id);
-    if (kept && kept.exp - now >= (ttlSec * 3) / 4) return kept.url;
-    const exp = now + ttlSec;
+  const signed = new Map<string, Map<string, { url: string; exp: number }>>();
+  let kept = 0;
+  const sign = async (digest: string, workerId: string, exp: number): Promise<string> => {
     const url = base + (await signMediaPath(await key, digest, exp, workerId));
-    if (signed.size >= SIGNED_URLS_KEPT) signed.clear();
-    signed.set(id, { url, exp });
+    signatures++;
+    if (kept >= SIGNED_URLS_KEPT) {
+      signed.clear();
+      kept = 0;
+    }
+    let forWorker = signed.get(workerId);
+    if (!forWorker) signed.set(workerId, (forWorker = new Map()));
+    if (!forWorker.has(digest)) kept++;
+    forWorker.set(digest, { url, exp });
     return url;
+  };
+  return (digest, workerId) => {
+    const now = Math.floor(nowMs() / 1000);
+    const found = signed.get(workerId)?.get(digest);
+    if (found && found.exp - now >= (ttlSec * 3) / 4) return found.url;
+    return sign(digest, workerId, now + ttlSec);
   };
 }
 
@@ -106,11 +127,25 @@ export function needsWorkerForwards(media: readonly VerifiedMedia[]): boolean {
   return media.some((m) => m.stored);
 }
 
-/** image_data and video_data as worker `workerId` receives them (prompt order). */
+/** image_data and video_data as worker `workerId` receives them (prompt order); awaits only URLs signed now. */
 export async function workerForwards(media: readonly VerifiedMedia[], sign: MediaSigner | null, workerId: string): Promise<{ imageData: string[]; videoData: string[] }> {
-  const urls = await Promise.all(media.map((m) => (m.stored ? sign!(m.digest!, workerId) : m.forward)));
-  const pick = (kind: "image" | "video"): string[] => urls.filter((_, i) => media[i]!.kind === kind).map((u) => u!);
-  return { imageData: pick("image"), videoData: pick("video") };
+  const urls: (string | Promise<string>)[] = new Array(media.length);
+  let pending = false;
+  for (let i = 0; i < media.length; i++) {
+    const m = media[i]!;
+    const u = m.stored ? sign!(m.digest!, workerId) : m.forward!;
+    if (u instanceof Promise) pending = true;
+    urls[i] = u;
+  }
+  const all = pending ? await Promise.all(urls) : (urls as string[]);
+  const imageData: string[] = [];
+  const videoData: string[] = [];
+  for (let i = 0; i < media.length; i++) {
+    const kind = media[i]!.kind;
+    if (kind === "image") imageData.push(all[i]!);
+    else if (kind === "video") videoData.push(all[i]!);
+  }
+  return { imageData, videoData };
 }
 
 const MIME: Record<string, string> = { png: "image/png", jpeg: "image/jpeg", webp: "image/webp", gif: "image/gif", bmp: "image/bmp" };
@@ -127,9 +162,17 @@ function storeError(p: MediaPartRef, out: { reason: string; detail: string; stat
   return new MediaStoreUnavailableError(`The ${p.kind} could not be stored for the worker (${out.reason}); it was not forwarded. Retry later.`, p.param);
 }
 
+/** URLs checked against the policy in this isolate (a work counter: a conversation's remembered items are not checked again). */
+let policyChecks = 0;
+
+export function mediaPolicyChecks(): number {
+  return policyChecks;
+}
+
 /** What the policy refuses outright (data: URLs when off, the SSRF rules on a URL), before anyone connects. */
 function precheck(p: MediaPartRef, deps: MediaDeps): void {
   if (p.kind === "audio") return;
+  policyChecks++;
   if (isDataUrl(p.url)) {
     if (!deps.fetcher.policy.allowDataUrls) throw new MediaError("bad_scheme", "data: URLs are not allowed.", p.param);
   } else deps.fetcher.checkUrl(p.url, p.param);
@@ -246,38 +289,64 @@ function memoizable(p: MediaPartRef, m: VerifiedMedia, deps: MediaDeps): boolean
   return !deps.forwardClientUrls && m.digest !== null && m.metadata !== null && (m.stored || isDataUrl(p.url));
 }
 
+/** What the memo gave a request: its items are in `out`; the other indices, and the remembered items the store must confirm. */
+interface Taken {
+  /** Parts to check against the policy, prompt order: those not remembered, and seeds not checked yet. */
+  unchecked: number[];
+  /** Seeds among them (marked checked once every part has passed). */
+  seeds: Remembered[];
+  /** Parts not remembered. */
+  rest: number[];
+  /** Remembered parts whose bytes are in the store. */
+  stored: number[];
+}
+
 /**
- * Items taken from the memo, and the indices still to resolve. A data: URL's entry is used
- * wherever the URL appears. An http(s) URL's entry is used only for an earlier item, and only once
- * the store confirms it still holds the bytes (one call for all of them): the URL's bytes are those
- * verified when the conversation first sent it, while a new message naming a URL has it fetched as
- * the store's HTTP caching allows (docs: what SGLang and the store do when a URL's bytes change).
+ * Items taken from the memo, without any call. A data: URL's entry is used wherever the URL
+ * appears. An http(s) URL's entry is used only for an earlier item, and only once the store
+ * confirms it still holds the bytes (confirmHeld): the URL's bytes are those verified when the
+ * conversation first sent it, while a new message naming a URL has it fetched as the store's HTTP
+ * caching allows (docs: what SGLang and the store do when a URL's bytes change). A remembered URL
+ * passed this policy when it was remembered (media-memo.ts): only the others are checked.
  */
-async function reuseEarlier(parts: readonly MediaPartRef[], deps: MediaDeps, reuse: MediaReuse, call: Required<DecodeCallOptions>, out: VerifiedMedia[]): Promise<number[]> {
-  const todo: number[] = [];
-  const toCheck: number[] = [];
-  for (const [i, p] of parts.entries()) {
-    const data = isDataUrl(p.url);
-    const hit = p.kind === "audio" || deps.forwardClientUrls || !(data || reuse.earlier[i]) ? null : reuse.memo.get(reuse.scope, p.kind, p.url);
-    if (!hit) todo.push(i);
-    else {
-      out[i] = hit;
-      if (hit.stored) toCheck.push(i);
+function takeRemembered(parts: readonly MediaPartRef[], deps: MediaDeps, reuse: MediaReuse, out: VerifiedMedia[]): Taken {
+  const taken: Taken = { unchecked: [], seeds: [], rest: [], stored: [] };
+  for (let i = 0; i < parts.length; i++) {
+    const p = parts[i]!;
+    const hit = p.kind === "audio" || deps.forwardClientUrls || !(reuse.earlier[i] || isDataUrl(p.url)) ? null : reuse.memo.get(reuse.scope, p.kind, p.url);
+    if (!hit) {
+      taken.unchecked.push(i);
+      taken.rest.push(i);
+      continue;
     }
+    if (!hit.policyChecked) {
+      taken.unchecked.push(i);
+      taken.seeds.push(hit);
+    }
+    out[i] = hit.media;
+    if (hit.media.stored) taken.stored.push(i);
   }
-  if (toCheck.length === 0) return todo;
-  const digests = [...new Set(toCheck.map((i) => out[i]!.digest!))];
+  return taken;
+}
+
+/** The indices still to resolve: those not remembered, and remembered ones the store no longer holds (one call for all). */
+async function confirmHeld(parts: readonly MediaPartRef[], deps: MediaDeps, reuse: MediaReuse, call: Required<DecodeCallOptions>, out: VerifiedMedia[], taken: Taken): Promise<number[]> {
+  const todo = taken.rest;
+  if (taken.stored.length === 0) return todo;
+  const digests = [...new Set(taken.stored.map((i) => out[i]!.digest!))];
   const answer = digests.length <= MAX_HELD_DIGESTS ? await deps.decode.held(digests, call) : null;
   // No answer (the store's trouble, the client gone): every such item is stored again, which
   // raises the store's own error for the request.
   const held = new Set(answer?.ok ? digests.filter((_, k) => answer.held[k]) : []);
-  for (const i of toCheck) {
+  let dropped = false;
+  for (const i of taken.stored) {
     if (held.has(out[i]!.digest!)) continue;
     // Forgotten only when the store said so (not when it could not answer, or the client left).
     if (answer?.ok) reuse.memo.drop(reuse.scope, parts[i]!.kind, parts[i]!.url);
     todo.push(i);
+    dropped = true;
   }
-  return todo.sort((a, b) => a - b);
+  return dropped ? todo.sort((a, b) => a - b) : todo;
 }
 
 /**
@@ -285,17 +354,21 @@ async function reuseEarlier(parts: readonly MediaPartRef[], deps: MediaDeps, reu
  * client's 4xx for the first that cannot be verified. Once one item has failed, or the caller's
  * signal ends, the other items' calls are cancelled: they would only hold the media store's slots
  * for an answer nobody reads. With `reuse`, items verified for earlier turns are taken from the
- * memo (reuseEarlier) and only the others are resolved, then remembered.
+ * memo (takeRemembered, confirmHeld) and only the others are checked, resolved, then remembered.
  */
 export async function verifyMedia(parts: readonly MediaPartRef[], deps: MediaDeps, caller: MediaCaller = { client: null, signal: null }, reuse: MediaReuse | null = null): Promise<VerifiedMedia[]> {
-  // Every item's policy first: one refused URL stops the request before any item is fetched.
-  for (const p of parts) precheck(p, deps);
+  const out = new Array<VerifiedMedia>(parts.length);
+  const taken = reuse ? takeRemembered(parts, deps, reuse, out) : null;
+  // Every other item's policy first: one refused URL stops the request before any item is fetched.
+  if (taken) {
+    for (const i of taken.unchecked) precheck(parts[i]!, deps);
+    for (const seed of taken.seeds) seed.policyChecked = true;
+  } else for (const p of parts) precheck(p, deps);
   const over = new AbortController();
   const onGone = (): void => over.abort(caller.signal!.reason);
   if (caller.signal?.aborted) onGone();
   else caller.signal?.addEventListener("abort", onGone, { once: true });
   const call = { client: caller.client, signal: over.signal, traceparent: caller.traceparent ?? null };
-  const out = new Array<VerifiedMedia>(parts.length);
   let todo: number[] = reuse ? [] : parts.map((_, i) => i);
   let next = 0;
   const lane = async (): Promise<void> => {
@@ -305,7 +378,7 @@ export async function verifyMedia(parts: readonly MediaPartRef[], deps: MediaDep
     }
   };
   try {
-    if (reuse) todo = await reuseEarlier(parts, deps, reuse, call, out);
+    if (reuse && taken) todo = await confirmHeld(parts, deps, reuse, call, out, taken);
     await Promise.all(
       Array.from({ length: Math.min(MEDIA_CALLS_PER_REQUEST, todo.length) }, () =>
         lane().catch((e: unknown) => {

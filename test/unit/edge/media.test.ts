@@ -7,7 +7,8 @@ import { createHash } from "node:crypto";
 import http from "node:http";
 import type { AddressInfo } from "node:net";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { verifyMedia, storeSigner, workerForwards, type MediaDeps } from "../../../src/edge/media.ts";
+import { mediaPolicyChecks, storeSignatures, verifyMedia, storeSigner, workerForwards, type MediaDeps } from "../../../src/edge/media.ts";
+import { MediaMemo } from "../../../src/edge/media-memo.ts";
 import { DecodeClient } from "../../../src/media/decode-client.ts";
 import { decodeBase64Strict } from "../../../src/media/data-url.ts";
 import { MediaError, MediaStoreUnavailableError } from "../../../src/media/errors.ts";
@@ -204,6 +205,53 @@ describe("edge media verification", () => {
     const u = new URL(second);
     // Still valid for the whole lifetime from the moment it was signed again.
     expect(await verifyMediaUrl(await key, u.pathname, u.searchParams, Math.floor(now / 1000) + 59, 60)).toEqual({ ok: true, digest, workerId: "w1" });
+  });
+
+  it("a kept store URL is given back without an await; the signer signs only what it does not keep", async () => {
+    let now = 1_000_000_000_000;
+    const sign = storeSigner(svc.url, importMediaUrlKey(KEY), 60, () => now);
+    const digests = ["a", "b", "c"].map((c) => c.repeat(64));
+    const media = digests.map((digest) => ({ kind: "image" as const, forward: null, stored: true, digest, metadata: { modality: "image" as const, width: 8, height: 8 }, unresolved: null }));
+    const before = storeSignatures();
+    const first = await workerForwards(media, sign, "w1");
+    expect(storeSignatures() - before).toBe(3);
+    now += 10_000;
+    expect(typeof sign(digests[1]!, "w1")).toBe("string");
+    const again = await workerForwards(media, sign, "w1");
+    expect(again).toEqual(first);
+    expect(storeSignatures() - before).toBe(3);
+    // A new item and another worker are signed; past a quarter of the lifetime, everything is signed again.
+    await workerForwards([...media, { ...media[0]!, digest: "d".repeat(64) }], sign, "w1");
+    await workerForwards(media.slice(0, 1), sign, "w2");
+    expect(storeSignatures() - before).toBe(5);
+    now += 6_000;
+    expect(sign(digests[0]!, "w1")).toBeInstanceOf(Promise);
+  });
+
+  it("a conversation's remembered items are not checked against the policy again; a seed is checked at its first use (refused when the policy refuses it)", async () => {
+    const d = deps({ decode: new DecodeClient({ url: svc.url, token: TOKEN }), sign: storeSigner(svc.url, importMediaUrlKey(KEY), 60) });
+    const memo = new MediaMemo();
+    const url = `http://127.0.0.1:${port}/a.png`;
+    const inline = `data:image/png;base64,${Buffer.from(png).toString("base64")}`;
+    const turn = (urls: string[], earlier: boolean[]) => verifyMedia(urls.map((u) => part("image", u)), d, { client: "c-memo", signal: null }, { memo, scope: "c-memo", earlier });
+    let checks = mediaPolicyChecks();
+    const [first] = await turn([url, inline], [false, false]);
+    expect(mediaPolicyChecks() - checks).toBe(2);
+    checks = mediaPolicyChecks();
+    const [kept, keptInline, added] = await turn([url, inline, `http://127.0.0.1:${port}/slow.png?memo`], [true, true, false]);
+    expect(kept).toBe(first);
+    expect(keptInline!.digest).toBe(sha(png));
+    expect(added!.digest).toBe(sha(png));
+    expect(mediaPolicyChecks() - checks).toBe(1);
+    // Seeds (verified in another isolate): checked when first used, then like any entry.
+    const seeded = { ...first! };
+    memo.seed("c-memo", "image", `http://127.0.0.1:${port}/a.png?seeded`, seeded);
+    memo.seed("c-memo", "image", "http://10.0.0.1/x.png", seeded);
+    checks = mediaPolicyChecks();
+    expect(await turn([`http://127.0.0.1:${port}/a.png?seeded`], [true])).toEqual([seeded]);
+    expect(await turn([`http://127.0.0.1:${port}/a.png?seeded`], [true])).toEqual([seeded]);
+    expect(mediaPolicyChecks() - checks).toBe(1);
+    await expect(turn(["http://10.0.0.1/x.png"], [true])).rejects.toMatchObject({ reason: "blocked_address" });
   });
 
   it("a request with 64 media URLs (the item limit) is verified in full: the edge resolves a few at a time, within its client's share of the store", async () => {
