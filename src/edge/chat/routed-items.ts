@@ -22,10 +22,10 @@ interface Routed {
 }
 
 const memo = new ByteLru<string, Routed>(ROUTED_ITEMS_MAX_BYTES);
-const counts = { computed: 0, reused: 0 };
+const counts = { computed: 0, reused: 0, keysBuilt: 0 };
 
-/** Items laid out (computed) and taken from the memo (reused) in this isolate, and what the memo holds. */
-export function routedItemStats(): { computed: number; reused: number; entries: number; bytes: number; maxBytes: number } {
+/** Items laid out (computed) and taken from the memo (reused) in this isolate, memo keys built (an item remembered across turns keeps its key), and what the memo holds. */
+export function routedItemStats(): { computed: number; reused: number; keysBuilt: number; entries: number; bytes: number; maxBytes: number } {
   return { ...counts, entries: memo.size, bytes: memo.bytes, maxBytes: memo.maxBytes };
 }
 
@@ -34,11 +34,23 @@ function entryBytes(key: string, r: RoutedItem | Ineligible): number {
   return 2 * key.length + (r.ok ? 48 * r.pieces.length + 2 * r.mmHash.length : 2 * r.detail.length) + 400;
 }
 
+/**
+ * Each remembered item's last key (media-memo.ts gives a conversation's earlier items as the same
+ * objects every turn): the same string object again, so the memo finds it by its cached hash instead
+ * of a key built and hashed anew per item per turn. Weak: kept while the item is.
+ */
+const keys = new WeakMap<VerifiedMedia, { cohortDigest: string; tag: string; key: string }>();
+
 function keyOf(m: VerifiedMedia, cohortDigest: string, tag: string): string | null {
   const md = m.metadata;
   if (!md || !m.digest) return null;
+  const last = keys.get(m);
+  if (last && last.cohortDigest === cohortDigest && last.tag === tag) return last.key;
   const shape = md.modality === "image" ? `${md.width}x${md.height}` : `${md.width}x${md.height}x${md.totalFrames}@${md.avgFps}`;
-  return `${cohortDigest}\u0000${tag}\u0000${md.modality}\u0000${m.digest}\u0000${shape}`;
+  const key = `${cohortDigest}\u0000${tag}\u0000${md.modality}\u0000${m.digest}\u0000${shape}`;
+  counts.keysBuilt++;
+  keys.set(m, { cohortDigest, tag, key });
+  return key;
 }
 
 /**
@@ -47,8 +59,9 @@ function keyOf(m: VerifiedMedia, cohortDigest: string, tag: string): string | nu
  */
 export function routeItems(media: readonly VerifiedMedia[], cohort: { contract: WorkerContract; digest: string }, itemTag: NamespaceTag): { items: MediaItem[]; routed: (RoutedItem | Ineligible)[]; unresolved: { reason: string; detail: string } | null } {
   const tag = itemTag === null ? "" : bytesToHex(itemTag);
-  const keys = media.map((m) => keyOf(m, cohort.digest, tag));
-  const found = keys.map((k) => (k === null ? undefined : memo.peek(k)));
+  const itemKeys = media.map((m) => keyOf(m, cohort.digest, tag));
+  // Found entries become the most recent, in prompt order.
+  const found = itemKeys.map((k) => (k === null ? undefined : memo.get(k)));
   // Identity hashes of the items not found only (mediaItems also names the first unresolved one:
   // every item without an identity is among them).
   const missing = found.flatMap((f, i) => (f ? [] : [i]));
@@ -57,21 +70,20 @@ export function routeItems(media: readonly VerifiedMedia[], cohort: { contract: 
   const items: MediaItem[] = [];
   const routed: (RoutedItem | Ineligible)[] = [];
   let m = 0;
-  for (const [i, k] of keys.entries()) {
+  for (const [i, k] of itemKeys.entries()) {
     let r = found[i];
     if (!r) {
       const plain = fresh.items[m++]!;
       // Laid out now, unless an earlier item of this request had the same content.
-      r = memo.peek(k!);
+      r = memo.get(k!);
       if (!r) {
         counts.computed++;
         const item = plain.hash === null ? plain : { ...plain, hash: namespacedItemHash(plain.hash, itemTag) };
         const form = routedItem(cohort.contract, item);
         r = { item, routed: form, bytes: entryBytes(k!, form) };
+        memo.set(k!, r, r.bytes);
       } else counts.reused++;
     } else counts.reused++;
-    // The most recent entry, in prompt order (stored again if this request's own items pushed it out).
-    memo.set(k!, r, r.bytes);
     items.push(r.item);
     routed.push(r.routed);
   }

@@ -20,10 +20,10 @@ import { prepareRouting, type PrepareDeps, type PreparedRouting } from "../../..
 import { routedItemStats } from "../../../src/edge/chat/routed-items.ts";
 import { sharedViewHashes } from "../../../src/edge/chat/view-hashes.ts";
 import { sharedPrefixCache } from "../../../src/prompt/prefix-cache.ts";
-import { namespacedItemHash } from "../../../src/edge/cache-salt.ts";
-import { mediaItems, storeSigner, verifyMedia } from "../../../src/edge/media.ts";
+import { namespacedHashes, namespacedItemHash } from "../../../src/edge/cache-salt.ts";
+import { mediaItems, mediaPolicyChecks, storeSigner, verifyMedia } from "../../../src/edge/media.ts";
 import { buildRoutingView, cohortEligibility, SGLANG_CONTRACT_KEY } from "../../../src/layout/index.ts";
-import { localBlockHashes, namespaceTag, type NamespaceTag } from "../../../src/blocks/block-hash.ts";
+import { localBlockHashes, namespacedLocalHashes, namespaceTag, type NamespaceTag } from "../../../src/blocks/block-hash.ts";
 import { DecodeClient } from "../../../src/media/decode-client.ts";
 import { SafeFetcher } from "../../../src/media/safe-fetch.ts";
 import { importMediaUrlKey } from "../../../src/media/signed-url.ts";
@@ -95,6 +95,10 @@ interface Counts {
   probe: number;
   held: number;
   laidOut: number;
+  /** URLs checked against the media policy (the edge's SSRF rules). */
+  checked: number;
+  /** Layout memo keys built (a remembered item keeps its key). */
+  keyed: number;
 }
 /** The edge's own work: view blocks hashed, template tokens expanded into the view, ids copied out of the prompt-prefix cache. */
 interface EdgeWork {
@@ -107,12 +111,14 @@ const counts = (): Counts & EdgeWork => ({
   probe: svc.stats.probeCalls,
   held: svc.stats.heldChecks,
   laidOut: routedItemStats().computed,
+  checked: mediaPolicyChecks(),
+  keyed: routedItemStats().keysBuilt,
   hashed: sharedViewHashes().stats().hashedBlocks,
   expanded: sharedViewHashes().stats().expandedTokens,
   copied: sharedPrefixCache().stats().copiedTokens,
 });
 const delta = (a: Counts & EdgeWork, b: Counts & EdgeWork): { work: Counts } & EdgeWork => ({
-  work: { store: b.store - a.store, probe: b.probe - a.probe, held: b.held - a.held, laidOut: b.laidOut - a.laidOut },
+  work: { store: b.store - a.store, probe: b.probe - a.probe, held: b.held - a.held, laidOut: b.laidOut - a.laidOut, checked: b.checked - a.checked, keyed: b.keyed - a.keyed },
   hashed: b.hashed - a.hashed,
   expanded: b.expanded - a.expanded,
   copied: b.copied - a.copied,
@@ -166,18 +172,20 @@ describe("vision turns: media work for the new items only", () => {
     };
     const steps: { parts: unknown[]; work: Counts; restart?: "keep" | "empty" }[] = [
       // First turn: its one image is stored and laid out.
-      { parts: [image(`${originUrl}/img-0.png`)], work: { store: 1, probe: 0, held: 0, laidOut: 1 } },
+      { parts: [image(`${originUrl}/img-0.png`)], work: { store: 1, probe: 0, held: 0, laidOut: 1, checked: 1, keyed: 1 } },
       // An http image and a data: image: one store call, one held check for the earlier item.
-      { parts: [image(`${originUrl}/img-1.png`), image(dataUrl(files.get("/img-3.png")!.bytes, "image/png"))], work: { store: 1, probe: 0, held: 1, laidOut: 2 } },
-      { parts: [video(`${originUrl}/clip.mp4`)], work: { store: 1, probe: 0, held: 1, laidOut: 1 } },
+      { parts: [image(`${originUrl}/img-1.png`), image(dataUrl(files.get("/img-3.png")!.bytes, "image/png"))], work: { store: 1, probe: 0, held: 1, laidOut: 2, checked: 2, keyed: 2 } },
+      { parts: [video(`${originUrl}/clip.mp4`)], work: { store: 1, probe: 0, held: 1, laidOut: 1, checked: 1, keyed: 1 } },
       // A data: video is probed once (the decode service), never again.
-      { parts: [video(dataUrl(clip2, "video/mp4"))], work: { store: 0, probe: 1, held: 1, laidOut: 1 } },
+      { parts: [video(dataUrl(clip2, "video/mp4"))], work: { store: 0, probe: 1, held: 1, laidOut: 1, checked: 1, keyed: 1 } },
       // The store restarts with its bytes: they are still held, nothing is stored again.
-      { parts: [image(`${originUrl}/img-2.png`)], work: { store: 1, probe: 0, held: 1, laidOut: 1 }, restart: "keep" },
+      { parts: [image(`${originUrl}/img-2.png`)], work: { store: 1, probe: 0, held: 1, laidOut: 1, checked: 1, keyed: 1 }, restart: "keep" },
       // The store restarts empty: the earlier http items (4) are stored again, none laid out again
-      // (and the new image has the bytes of turn 2's data: image: its layout is that one's).
-      { parts: [image(`${originUrl}/img-3.png`)], work: { store: 5, probe: 0, held: 1, laidOut: 0 }, restart: "empty" },
-      { parts: [{ type: "text", text: "And now without a picture." }], work: { store: 0, probe: 0, held: 1, laidOut: 0 } },
+      // (and the new image has the bytes of turn 2's data: image: its layout is that one's). Their
+      // URLs passed the policy when they were remembered: only the new one is checked. Items verified
+      // again are new objects: their layout memo keys are built again (5).
+      { parts: [image(`${originUrl}/img-3.png`)], work: { store: 5, probe: 0, held: 1, laidOut: 0, checked: 1, keyed: 5 }, restart: "empty" },
+      { parts: [{ type: "text", text: "And now without a picture." }], work: { store: 0, probe: 0, held: 1, laidOut: 0, checked: 0, keyed: 0 } },
     ];
     let body = "";
     let previousBlocks = 0;
@@ -197,6 +205,11 @@ describe("vision turns: media work for the new items only", () => {
       // New template tokens: from the previous turn's generation prompt on (its last <|im_start|>).
       if (i > 0) expect(prep.encodedTokens, `turn ${i + 1}: new template tokens`).toBe(prep.tokens.length - previousSplit);
       previousSplit = prep.tokens.lastIndexOf(getQwenTokenizer("qwen3_vl").specialIds.imStart);
+      // Namespaced per piece, as the chat handler routes: the view's hashes are never joined.
+      const joined = sharedViewHashes().stats().joinedHashes;
+      const routedHashes = namespacedHashes({ cacheSalt: tenant.key, tag: tenant.tag }, prep.plan);
+      expect(sharedViewHashes().stats().joinedHashes - joined, `turn ${i + 1}: view hashes joined`).toBe(0);
+      expect(routedHashes).toEqual(namespacedLocalHashes(prep.plan.localHashes, tenant.tag!));
       await expectFullPath(prep, body, tenant.tag);
       // Block hashes: only the blocks after the previous turn's prompt (its generation prompt on).
       const blocks = prep.plan.localHashes.length;
@@ -208,7 +221,7 @@ describe("vision turns: media work for the new items only", () => {
     // Another tenant sending the same conversation shares nothing: every item is its own work.
     const other = { key: "key-b", tag: namespaceTag("tenant-b") };
     const { prep, work, hashed } = await turn(body, other);
-    expect(work).toEqual({ store: 5, probe: 1, held: 0, laidOut: 6 });
+    expect(work).toEqual({ store: 5, probe: 1, held: 0, laidOut: 6, checked: 7, keyed: 7 });
     expect(hashed).toBe(prep.plan.localHashes.length);
     await expectFullPath(prep, body, other.tag);
   }, 120_000);
