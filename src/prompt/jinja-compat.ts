@@ -21,12 +21,25 @@ export function pyStrip(s: unknown, chars: unknown, method: StripMethod): string
     const set = new Set(Array.from(chars, (c) => c.codePointAt(0)!));
     strip = (cp) => set.has(cp);
   } else throw new TypeError(`${method} arg must be None or str`);
-  const cps = Array.from(s);
+  // Code points read from the ends in place (a pair is one, a lone surrogate is itself, as Python
+  // sees a str): only what is stripped is read, not a code-point array of the whole text.
   let start = 0;
-  let end = cps.length;
-  if (method !== "rstrip") while (start < end && strip(cps[start]!.codePointAt(0)!)) start++;
-  if (method !== "lstrip") while (end > start && strip(cps[end - 1]!.codePointAt(0)!)) end--;
-  return start === 0 && end === cps.length ? s : cps.slice(start, end).join("");
+  let end = s.length;
+  if (method !== "rstrip")
+    while (start < end) {
+      const cp = s.codePointAt(start)!;
+      if (!strip(cp)) break;
+      start += cp > 0xffff ? 2 : 1;
+    }
+  if (method !== "lstrip")
+    while (end > start) {
+      const low = s.charCodeAt(end - 1);
+      const high = end - 2 >= start ? s.charCodeAt(end - 2) : 0;
+      const at = low >= 0xdc00 && low <= 0xdfff && high >= 0xd800 && high <= 0xdbff ? end - 2 : end - 1;
+      if (!strip(s.codePointAt(at)!)) break;
+      end = at;
+    }
+  return start === 0 && end === s.length ? s : s.slice(start, end);
 }
 
 /** Context functions the patched templates call. */

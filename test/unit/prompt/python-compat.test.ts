@@ -2,6 +2,7 @@
 import fc from "fast-check";
 import { describe, expect, it } from "vitest";
 import { pyStrip } from "../../../src/prompt/jinja-compat.ts";
+import { isPyWhitespace } from "../../../src/util/py-str.ts";
 import {
   parseJsonKeepingNumbers,
   parseToolsKeepingNumbers,
@@ -11,6 +12,32 @@ import {
   pythonNumberTextFromValue,
   renderChatPrompt,
 } from "../../../src/prompt/index.ts";
+
+/** Python's strip family over a code-point array (the definition; pyStrip reads the ends in place). */
+function stripByCodePoints(s: string, chars: string | null, method: "strip" | "lstrip" | "rstrip"): string {
+  const set = chars === null ? null : new Set(Array.from(chars, (c) => c.codePointAt(0)!));
+  const strip = (cp: number) => (set ? set.has(cp) : isPyWhitespace(cp));
+  const cps = Array.from(s);
+  let start = 0;
+  let end = cps.length;
+  if (method !== "rstrip") while (start < end && strip(cps[start]!.codePointAt(0)!)) start++;
+  if (method !== "lstrip") while (end > start && strip(cps[end - 1]!.codePointAt(0)!)) end--;
+  return cps.slice(start, end).join("");
+}
+
+describe("pyStrip against a code-point array", () => {
+  it("strips what the code-point definition strips, lone and paired surrogates included", () => {
+    const unit = fc.constantFrom("\n", " ", "a", "\ud83d\ude00", "\ud83d", "\ude00", "\u3000", "x");
+    fc.assert(
+      fc.property(fc.array(unit, { maxLength: 12 }), fc.option(fc.array(unit, { maxLength: 3 })), fc.constantFrom("strip", "lstrip", "rstrip"), (parts, charParts, method) => {
+        const s = parts.join("");
+        const chars = charParts === null ? null : charParts.join("");
+        expect(pyStrip(s, chars, method)).toBe(stripByCodePoints(s, chars, method));
+      }),
+      { seed: 0x5791, numRuns: 4000 },
+    );
+  });
+});
 
 // Expected values: CPython 3.11 `json.dumps(json.loads(lexeme))`.
 const PYTHON_DUMPS: Record<string, string> = {
