@@ -195,6 +195,37 @@ function encoded(copied: (ids: number) => void, chunks: readonly Ids[], length: 
   };
 }
 
+/**
+ * The ids of a span of a prompt that starts and ends at split points, read from the prompt's ids
+ * (EncodedPrompt.idPieces) instead of encoded again: `text` is the span, `from` the index of its
+ * first token, `splitId` SPLIT_TOKEN's id. Where splitIsSafe holds every SPLIT_TOKEN of a text is
+ * that one token, so the span's ids run from `from` up to the split token after its own ones. Null
+ * where they do not line up: the span does not start with a split token (unless empty), its first
+ * id is not one, or no split token follows it.
+ */
+export function splitSpanIds(pieces: readonly (readonly number[])[], from: number, text: string, splitId: number): number[] | null {
+  if (text.length > 0 && !text.startsWith(SPLIT_TOKEN)) return null;
+  let splits = 0;
+  for (let at = text.indexOf(SPLIT_TOKEN); at !== -1; at = text.indexOf(SPLIT_TOKEN, at + SPLIT_TOKEN.length)) splits++;
+  const out: number[] = [];
+  let seen = 0;
+  let skip = from;
+  for (const piece of pieces) {
+    if (skip >= piece.length) {
+      skip -= piece.length;
+      continue;
+    }
+    for (let i = skip; i < piece.length; i++) {
+      const id = piece[i]!;
+      if (out.length === 0 && id !== splitId) return null;
+      if (id === splitId && seen++ === splits) return out;
+      out.push(id);
+    }
+    skip = 0;
+  }
+  return null;
+}
+
 /** Nodes from the root to n. */
 function chainOf(n: Node): Node[] {
   const out: Node[] = [];

@@ -6,7 +6,7 @@ import { InvalidRequestError } from "../../api/errors.ts";
 import type { ChatCompletionRequest } from "../../api/openai-schema.ts";
 import type { EdgeConfig, ModelConfig } from "../../config/config.ts";
 import type { NamespaceTag } from "../../blocks/block-hash.ts";
-import { sharedPrefixCache } from "../../prompt/prefix-cache.ts";
+import { sharedPrefixCache, type EncodedPrompt } from "../../prompt/prefix-cache.ts";
 import type { ChainFind } from "../../prompt/turn-chain.ts";
 import { getQwenTokenizer } from "../../prompt/tokenizer/index.ts";
 import type { ChatFrontDoor } from "../../routing-index/front-door.ts";
@@ -32,6 +32,8 @@ export interface PreparedRouting {
   prompt: RenderedPrompt;
   /** Template tokens before media expansion (text-only: the routed sequence itself), built when read. */
   readonly tokens: number[];
+  /** The same tokens in the prompt-prefix cache's pieces, not joined (EncodedPrompt.idPieces); null where a seeded prefix holds none (read `tokens`). */
+  idPieces: readonly (readonly number[])[] | null;
   plan: RoutingPlan;
   /** Media as the worker receives it (verified bytes only), prompt order. */
   media: VerifiedMedia[];
@@ -71,7 +73,7 @@ export async function prepareRouting(
 }
 
 /** The template's tokens (text-only: the routed sequence) are joined only when read (admin explain). */
-function prepared(model: ModelConfig, prompt: RenderedPrompt, template: { length: number; reusedTokens: number; tokens(): number[] }, plan: RoutingPlan, media: VerifiedMedia[]): PreparedRouting {
+function prepared(model: ModelConfig, prompt: RenderedPrompt, template: EncodedPrompt, plan: RoutingPlan, media: VerifiedMedia[]): PreparedRouting {
   let ids: number[] | null = null;
   return {
     model,
@@ -79,6 +81,7 @@ function prepared(model: ModelConfig, prompt: RenderedPrompt, template: { length
     get tokens() {
       return (ids ??= template.tokens());
     },
+    idPieces: template.idPieces,
     plan,
     media,
     encodedTokens: template.length - template.reusedTokens,

@@ -24,7 +24,7 @@ import { localBlockHashesOfParts } from "../../blocks/block-hash.ts";
 import type { ChatMessage } from "../../api/responses-schema.ts";
 import type { ModelConfig } from "../../config/config.ts";
 import type { MediaPart } from "../../prompt/messages.ts";
-import { sharedPrefixCache, type PrefixCache } from "../../prompt/prefix-cache.ts";
+import { sharedPrefixCache, SPLIT_TOKEN, splitIsSafe, splitSpanIds, type PrefixCache } from "../../prompt/prefix-cache.ts";
 import { getQwenTokenizer } from "../../prompt/tokenizer/index.ts";
 import { scanBodyLayout, sharedTurnChain, type BodyLayout, type StablePrefix, type TurnChainCache } from "../../prompt/turn-chain.ts";
 import { textAt } from "../../util/text-at.ts";
@@ -133,12 +133,28 @@ export function assembleState(pieces: readonly (PromptPiece | null)[]): Conversa
   return state;
 }
 
+/** SPLIT_TOKEN's id per tokenizer family, or null where the split is not safe (the prefix cache is bypassed there too). */
+const splitIds = new Map<string, number | null>();
+
+function splitIdOf(family: ModelConfig["family"]): number | null {
+  let id = splitIds.get(family);
+  if (id === undefined) {
+    const tok = getQwenTokenizer(family);
+    const ids = tok.encode(SPLIT_TOKEN);
+    id = splitIsSafe(tok.addedTokens, SPLIT_TOKEN) && ids.length === 1 ? ids[0]! : null;
+    splitIds.set(family, id);
+  }
+  return id;
+}
+
 /**
  * This turn's piece: the stable prefix the turn chain holds for the request (`stable`) after the
- * parent's state. Encodes and hashes only the text the piece adds (it starts and ends where the
- * tokenizer splits: before a message's `<|im_start|>`).
+ * parent's state. Hashes only the text the piece adds (it starts and ends where the tokenizer
+ * splits: before a message's `<|im_start|>`); its ids are read from `promptIds`, the request's
+ * prompt ids as the prefix cache gave them (the prompt starts with the stable prefix), and
+ * encoded only where those are absent or do not line up.
  */
-export function nextPiece(parent: ConversationState | null, stable: StablePrefix, instructions: string | null, model: ModelConfig): PromptPiece {
+export function nextPiece(parent: ConversationState | null, stable: StablePrefix, instructions: string | null, model: ModelConfig, promptIds: readonly (readonly number[])[] | null = null): PromptPiece {
   const extend = parent !== null && parent.scope === stable.scope && parent.instructions === instructions && stable.messages >= parent.messages && textAt(stable.text, parent.text);
   const from = extend ? parent.messages : 0;
   const text = extend ? stable.text.slice(parent.text.length) : stable.text;
@@ -147,7 +163,8 @@ export function nextPiece(parent: ConversationState | null, stable: StablePrefix
   let tokens: PromptPiece["tokens"] = null;
   const before = extend ? parent.tokens : { blockSize: model.blockSize, count: 0, hashes: [], tailIds: [] };
   if (stable.media.length === 0 && before !== null && before.blockSize === model.blockSize) {
-    const ids = getQwenTokenizer(model.family).encode(text);
+    const splitId = promptIds ? splitIdOf(model.family) : null;
+    const ids = (promptIds && splitId !== null ? splitSpanIds(promptIds, before.count, text, splitId) : null) ?? getQwenTokenizer(model.family).encode(text);
     const run = before.tailIds.length + ids.length;
     const full = Math.floor(run / model.blockSize) * model.blockSize;
     const joined = before.tailIds.concat(ids);

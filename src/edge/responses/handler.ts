@@ -12,6 +12,7 @@ import { parseSchemaBody, readBodyText } from "../../api/validate.ts";
 import { inputToMessages, refuseUnsupported, ResponseCreateSchema, toChatRequest, type ChatMessage, type InputItem, type ResponseCreateRequest } from "../../api/responses-schema.ts";
 import { authorizeClient } from "../auth.ts";
 import { handleChatCompletions, type ChatDeps } from "../chat.ts";
+import type { PreparedRouting } from "../chat/prepare.ts";
 import { limitsOf } from "../chat/parse.ts";
 import { cacheTenant, resolveModel } from "../chat/resolve-model.ts";
 import { scanBodyLayout, type StablePrefix } from "../../prompt/turn-chain.ts";
@@ -103,11 +104,14 @@ async function createResponse(request: Request, deps: ResponsesDeps): Promise<Re
   if (state !== null && state.instructions === (req.instructions ?? null)) hydrate(state, history, chatText, model, { checkRate: deps.config.turnCheckRate, layout: scanned.layout });
   /** The stable prefix the turn chain holds for this request once its prompt is prepared, and this turn's verified media. */
   let stable: StablePrefix | null = null;
+  /** Its prompt's ids as the prefix cache gave them: the stored piece's ids are read from them, not encoded again. */
+  let promptIds: PreparedRouting["idPieces"] = null;
   let turnItems: StoredMedia[] = [];
   const lead = req.instructions ? 1 : 0;
   const onPrepared: ChatDeps["onPrepared"] = (prepared) => {
     if (!req.store || !store) return;
     stable = prepared.prompt.stable?.() ?? null;
+    promptIds = prepared.idPieces;
     turnItems = turnMedia(prepared.prompt.mediaParts, prepared.media, lead + history.length, lead);
   };
 
@@ -154,7 +158,7 @@ async function createResponse(request: Request, deps: ResponsesDeps): Promise<Re
   const keep = async (response: Record<string, unknown>, output: OutputItem[]): Promise<boolean> => {
     if (!store || !req.store) return false;
     const messages = [...input, ...inputToMessages(output as unknown as InputItem[])];
-    const prompt: PromptPiece | null = stable === null ? null : nextPiece(state, stable, req.instructions ?? null, model);
+    const prompt: PromptPiece | null = stable === null ? null : nextPiece(state, stable, req.instructions ?? null, model, promptIds);
     // Too large with its prompt state: kept without it (a continuation then renders the history).
     let text = JSON.stringify({ response, messages, worker, prompt, media: turnItems } satisfies StoredResponse);
     if (prompt !== null && new TextEncoder().encode(text).byteLength > MAX_STORED_RECORD_BYTES) text = JSON.stringify({ response, messages, worker, prompt: null, media: turnItems } satisfies StoredResponse);

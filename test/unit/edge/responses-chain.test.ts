@@ -9,7 +9,7 @@
  * sampled full render (logged, dropped, answered with the full result); tampered stored tokens by the
  * sampled whole encode before seeding.
  */
-import { beforeAll, describe, expect, it } from "vitest";
+import { beforeAll, describe, expect, it, vi } from "vitest";
 import { DEFAULT_LIMITS } from "../../../src/api/limits.ts";
 import { inputToMessages, ResponseCreateSchema, toChatRequest, type ChatMessage, type InputItem } from "../../../src/api/responses-schema.ts";
 import { localBlockHashes } from "../../../src/blocks/block-hash.ts";
@@ -19,7 +19,7 @@ import { parseChatBody } from "../../../src/edge/chat/parse.ts";
 import { MAX_STORED_RECORD_BYTES } from "../../../src/edge/responses/stored-response.ts";
 import { assembleState, hydrate, nextPiece, PromptPieceSchema, type PromptPiece } from "../../../src/edge/responses/conversation-state.ts";
 import { preparePrompt } from "../../../src/prompt/index.ts";
-import { PrefixCache } from "../../../src/prompt/prefix-cache.ts";
+import { PrefixCache, SPLIT_TOKEN } from "../../../src/prompt/prefix-cache.ts";
 import { getQwenTokenizer } from "../../../src/prompt/tokenizer/index.ts";
 import { TurnChainCache } from "../../../src/prompt/turn-chain.ts";
 import { initHashing } from "../../../src/util/hash.ts";
@@ -69,13 +69,14 @@ interface Stored {
  * state come only from the stored records (JSON round trip). `withImage: false` drops the image;
  * `compare: false` skips the full path (the caches' own results are checked by the other tests).
  */
-function converse(model: ModelConfig, opts: { withImage: boolean; checkRate: number; tamper?: boolean; tamperTokens?: boolean; turns?: Turn[]; compare?: boolean }) {
+function converse(model: ModelConfig, opts: { withImage: boolean; checkRate: number; tamper?: boolean; tamperTokens?: boolean; turns?: Turn[]; compare?: boolean; sameIsolate?: boolean }) {
   const profile = { family: model.family, templateId: model.templateId };
   const tok = getQwenTokenizer(model.family);
   const records: Stored[] = [];
   /** Each record's stored size (its messages and prompt piece as JSON). */
   const recordBytes: number[] = [];
-  const perTurn: { rendered: number; encoded: number; reusedTokens: number; tokens: number; promptChars: number; reusedMessages: number; validatedMessages: number; messages: number; mismatches: number; seeded: { messages: number; chars: number; media: number; tokens: number | null } | null }[] = [];
+  const isolate = { turnChain: null as TurnChainCache | null, prefixCache: null as PrefixCache | null };
+  const perTurn: { pieceEncodes: number; rendered: number; encoded: number; reusedTokens: number; tokens: number; promptChars: number; reusedMessages: number; validatedMessages: number; messages: number; mismatches: number; seeded: { messages: number; chars: number; media: number; tokens: number | null } | null }[] = [];
   for (const [i, turn] of (opts.turns ?? TURNS).entries()) {
     const input = opts.withImage ? turn.input : turn.input.map(withoutImages);
     const req = ResponseCreateSchema.parse({ model: model.id, instructions: INSTRUCTIONS, input, tools: TOOLS });
@@ -86,9 +87,10 @@ function converse(model: ModelConfig, opts: { withImage: boolean; checkRate: num
 
     // A fresh isolate: nothing cached but what the store seeds.
     const mismatches: unknown[] = [];
-    const turnChain = new TurnChainCache({ checkRate: opts.checkRate, onMismatch: (d) => mismatches.push(d) });
-    const prefixCache = new PrefixCache();
-    if (state !== null) {
+    const turnChain = (opts.sameIsolate ? isolate.turnChain : null) ?? new TurnChainCache({ checkRate: opts.checkRate, onMismatch: (d) => mismatches.push(d) });
+    const prefixCache = (opts.sameIsolate ? isolate.prefixCache : null) ?? new PrefixCache();
+    Object.assign(isolate, { turnChain, prefixCache });
+    if (state !== null && !opts.sameIsolate) {
       if (opts.tamper) state.text = state.text.replace("w", "W");
       if (opts.tamperTokens && state.tokens) state.tokens.hashes[0] = state.tokens.hashes[0]! ^ 1n;
       hydrate(state, history, body, model, { checkRate: opts.checkRate, turnChain, prefixCache, onMismatch: (d) => mismatches.push(d) });
@@ -111,7 +113,15 @@ function converse(model: ModelConfig, opts: { withImage: boolean; checkRate: num
     expect(encoded.length).toBe(ids.length);
     expect(encoded.localHashes).toEqual(localBlockHashes(ids, model.blockSize));
     expect(encoded.tokens()).toEqual(ids);
+    // The stored piece, its ids read from the prompt's (as the handler does) and encoded: the same piece.
+    const stable = prompt.stable?.() ?? null;
+    const encodes = vi.spyOn(tok, "encode");
+    const prompt_ = stable === null ? null : nextPiece(state, stable, INSTRUCTIONS, model, encoded.idPieces);
+    const pieceEncodes = encodes.mock.calls.filter(([t]) => t !== SPLIT_TOKEN).length;
+    encodes.mockRestore();
+    if (stable !== null) expect(prompt_, `turn ${i}`).toEqual(nextPiece(state, stable, INSTRUCTIONS, model));
     perTurn.push({
+      pieceEncodes,
       rendered,
       encoded: encoded.length - encoded.reusedTokens,
       reusedTokens: encoded.reusedTokens,
@@ -126,14 +136,12 @@ function converse(model: ModelConfig, opts: { withImage: boolean; checkRate: num
 
     // The handler's record of this turn: its messages and its piece of the prompt state.
     // What prepare kept for this request (none after a failed check): a prefix of its prompt, with that prefix's media and dropped parts.
-    const stable = prompt.stable?.() ?? null;
     if (stable !== null) {
       expect(full.text.startsWith(stable.text), `turn ${i}`).toBe(true);
       expect(stable.messages).toBeLessThan(chatReq.messages.length);
       expect(stable.media).toEqual(full.mediaParts.filter((p) => p.messageIndex < stable.messages));
       expect(stable.dropped).toEqual(full.droppedParts.filter((d) => d.messageIndex < stable.messages));
     }
-    const prompt_ = stable === null ? null : nextPiece(state, stable, INSTRUCTIONS, model);
     const output = inputToMessages(ResponseCreateSchema.parse({ model: model.id, input: turn.output }).input as InputItem[]);
     records.push(JSON.parse(JSON.stringify({ messages: [...inputMessages, ...output], prompt: prompt_ })) as Stored);
     recordBytes.push(new TextEncoder().encode(JSON.stringify(records.at(-1))).byteLength);
@@ -167,6 +175,14 @@ describe("stored conversations continue in a fresh isolate from their stored pro
       }
     });
   }
+
+  it("in the isolate that served the conversation, a stored piece's ids come from the prompt's ids, not a second encode", () => {
+    for (const model of MODELS) {
+      const { perTurn, records } = converse(model, { withImage: false, checkRate: 0, sameIsolate: true });
+      expect(records.slice(1).every((r) => r.prompt?.tokens), model.templateId).toBe(true);
+      expect(perTurn.map((t) => t.pieceEncodes), model.templateId).toEqual(perTurn.map(() => 0));
+    }
+  });
 
   it("rendering on a continuation is bounded by the new turn (checks off): flat while the prompt grows", () => {
     const { perTurn } = converse(MODELS[1]!, { withImage: false, checkRate: 0 });

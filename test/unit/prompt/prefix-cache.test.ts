@@ -3,7 +3,7 @@ import { beforeAll, describe, expect, it } from "vitest";
 import { InvalidRequestError } from "../../../src/api/errors.ts";
 import { localBlockHashes } from "../../../src/blocks/block-hash.ts";
 import { preparePrompt, type ModelFamily, type TemplateId } from "../../../src/prompt/index.ts";
-import { PrefixCache, SPLIT_TOKEN, splitIsSafe, type PrefixTokenizer } from "../../../src/prompt/prefix-cache.ts";
+import { PrefixCache, SPLIT_TOKEN, splitIsSafe, splitSpanIds, type PrefixTokenizer } from "../../../src/prompt/prefix-cache.ts";
 import { getQwenTokenizer, MODEL_FAMILIES } from "../../../src/prompt/tokenizer/index.ts";
 import { initHashing } from "../../../src/util/hash.ts";
 import { fuzzString, mulberry32 } from "../support/tokenizer-fuzz.ts";
@@ -212,6 +212,26 @@ describe("prefix cache: exactness", () => {
     expect(other.length).toBe(held.length);
     cache.seed(tok, 4, seedOf(other));
     expect(cache.stats().stores).toBe(stores + 1);
+  });
+
+  it("splitSpanIds reads a split-to-split span's ids from the prompt's pieces, and nothing where they do not line up", () => {
+    const tok = getQwenTokenizer("qwen3_vl");
+    const cache = new PrefixCache();
+    const a = "<|im_start|>system\nsys<|im_end|>\n";
+    const b = "<|im_start|>user\nquote <|im_start|> inside<|im_end|>\n<|im_start|>assistant\nok<|im_end|>\n";
+    const text = `${a}${b}<|im_start|>user\nnext<|im_end|>\n<|im_start|>assistant\n`;
+    cache.encode(tok, text, 4);
+    const pieces = cache.encode(tok, text, 4).idPieces!;
+    expect(pieces.length).toBeGreaterThan(1);
+    const split = tok.encode(SPLIT_TOKEN)[0]!;
+    const from = tok.encode(a).length;
+    expect(splitSpanIds(pieces, from, b, split)).toEqual(tok.encode(b));
+    expect(splitSpanIds(pieces, 0, a, split)).toEqual(tok.encode(a));
+    expect(splitSpanIds(pieces, from, "", split)).toEqual([]);
+    // Not starting at a split token, a start off by one, a span with no split token after it.
+    expect(splitSpanIds(pieces, from, b.slice(1), split)).toBeNull();
+    expect(splitSpanIds(pieces, from + 1, b, split)).toBeNull();
+    expect(splitSpanIds(pieces, 0, text.slice(0, text.lastIndexOf(SPLIT_TOKEN)) + SPLIT_TOKEN + "assistant\n", split)).toBeNull();
   });
 
   it("a lone surrogate is refused as without the cache, on a miss and after a hit", () => {
