@@ -36,8 +36,8 @@ export class ChainKeyTable {
     }
   }
 
-  /** One more active request on `slot` holds key `k`; true when `slot` did not hold it before. */
-  inc(k: number, slot: number): boolean {
+  /** One more active request on `slot` holds key `k`. */
+  inc(k: number, slot: number): void {
     const lo = k | 0;
     const hi = Math.floor(k / 4294967296) + 1;
     const at = this.#find(lo, hi);
@@ -48,44 +48,41 @@ export class ChainKeyTable {
       this.#slot[i] = slot;
       this.#count[i] = 1;
       if (++this.#size * 2 > this.#mask) this.#grow();
-      return true;
+      return;
     }
     const s = this.#slot[at]!;
     if (s === slot) {
       this.#count[at]!++;
-      return false;
+      return;
     }
     if (s !== MULTI) {
       this.#multi.set(k, new Map([[s, this.#count[at]!], [slot, 1]]));
       this.#slot[at] = MULTI;
-      return true;
+      return;
     }
     const m = this.#multi.get(k)!;
-    const c = m.get(slot) ?? 0;
-    m.set(slot, c + 1);
-    return c === 0;
+    m.set(slot, (m.get(slot) ?? 0) + 1);
   }
 
-  /** One active request on `slot` no longer holds `k`; true when `slot` now holds it no more. */
-  dec(k: number, slot: number): boolean {
+  /** One active request on `slot` no longer holds `k` (a key or slot not held: nothing changes). */
+  dec(k: number, slot: number): void {
     const lo = k | 0;
     const hi = Math.floor(k / 4294967296) + 1;
     const at = this.#find(lo, hi);
-    if (at < 0) return false;
+    if (at < 0) return;
     const s = this.#slot[at]!;
     if (s !== MULTI) {
-      if (s !== slot) return false;
-      if (--this.#count[at]! > 0) return false;
-      this.#delete(at);
-      return true;
+      if (s !== slot) return;
+      if (--this.#count[at]! === 0) this.#delete(at);
+      return;
     }
     const m = this.#multi.get(k)!;
     const c = (m.get(slot) ?? 0) - 1;
     if (c > 0) {
       m.set(slot, c);
-      return false;
+      return;
     }
-    const removed = m.delete(slot);
+    m.delete(slot);
     if (m.size === 1) {
       for (const [holder, count] of m) {
         this.#slot[at] = holder;
@@ -96,7 +93,6 @@ export class ChainKeyTable {
       this.#multi.delete(k);
       this.#delete(at);
     }
-    return removed;
   }
 
   /** Calls `visit` with each slot holding `k`, without allocating; false when no slot holds it. */
@@ -109,7 +105,7 @@ export class ChainKeyTable {
     return true;
   }
 
-  /** Whether `slot` holds `k`; false for an absent key. `present` receives whether the key is held at all. */
+  /** Whether `slot` holds `k`; null when no slot holds it. */
   holds(k: number, slot: number): boolean | null {
     const at = this.#find(k | 0, Math.floor(k / 4294967296) + 1);
     if (at < 0) return null;

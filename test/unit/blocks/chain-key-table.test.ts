@@ -6,24 +6,18 @@ import { chainKeysOf } from "../../../src/blocks/chain-keys.ts";
 /** The plain model: key → (slot → count). */
 class Model {
   readonly m = new Map<number, Map<number, number>>();
-  inc(k: number, s: number): boolean {
+  inc(k: number, s: number): void {
     const h = this.m.get(k) ?? new Map<number, number>();
     this.m.set(k, h);
-    const c = h.get(s) ?? 0;
-    h.set(s, c + 1);
-    return c === 0;
+    h.set(s, (h.get(s) ?? 0) + 1);
   }
-  dec(k: number, s: number): boolean {
+  dec(k: number, s: number): void {
     const h = this.m.get(k);
     const c = h?.get(s);
-    if (!h || c === undefined) return false;
-    if (c > 1) {
-      h.set(s, c - 1);
-      return false;
-    }
-    h.delete(s);
+    if (!h || c === undefined) return;
+    if (c > 1) h.set(s, c - 1);
+    else h.delete(s);
     if (h.size === 0) this.m.delete(k);
-    return true;
   }
   holders(k: number): number[] {
     return [...(this.m.get(k)?.keys() ?? [])].sort();
@@ -50,7 +44,14 @@ describe("ChainKeyTable (LoadTracker's shared block keys)", () => {
         const seen: number[] = [];
         for (const o of ops) {
           seen.push(o.k);
-          expect(o.inc ? t.inc(o.k, o.slot) : t.dec(o.k, o.slot)).toBe(o.inc ? m.inc(o.k, o.slot) : m.dec(o.k, o.slot));
+          if (o.inc) {
+            t.inc(o.k, o.slot);
+            m.inc(o.k, o.slot);
+          } else {
+            t.dec(o.k, o.slot);
+            m.dec(o.k, o.slot);
+          }
+          expect(t.holds(o.k, o.slot)).toBe(m.m.has(o.k) ? m.holders(o.k).includes(o.slot) : null);
         }
         for (const k of seen) {
           expect(holdersOf(t, k)).toEqual(m.holders(k));
@@ -69,8 +70,10 @@ describe("ChainKeyTable (LoadTracker's shared block keys)", () => {
     for (const k of keys) t.inc(k, k % 3);
     for (const k of keys) t.inc(k, (k + 1) % 3);
     for (const k of keys.reverse()) {
-      expect(t.dec(k, k % 3)).toBe(true);
-      expect(t.dec(k, (k + 1) % 3)).toBe(true);
+      t.dec(k, k % 3);
+      expect(t.holds(k, k % 3)).toBe(false);
+      t.dec(k, (k + 1) % 3);
+      expect(t.holds(k, (k + 1) % 3)).toBe(null);
     }
     expect(t.size).toBe(0);
     expect(holdersOf(t, keys[0]!)).toEqual([]);
