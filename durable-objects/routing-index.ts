@@ -79,6 +79,7 @@ export class RoutingIndex extends DurableObject<RoutingIndexEnv> implements Pool
       storageCapacityBlocks: routing.storageCapacityBlocks,
       pdTransfer: { kvBytesPerToken: routing.kvBytesPerToken, transferGBps: routing.pdTransferGBps },
       replicateLoad: this.#shards > 1,
+      onLoadOps: () => this.#scheduleLoadSync(),
       blockBudget: routing.blockBudget,
       admission: routing.admission,
     });
@@ -232,7 +233,6 @@ export class RoutingIndex extends DurableObject<RoutingIndexEnv> implements Pool
     for (const reply of v.replies) this.#send(ws, reply);
     if (v.close) ws.close(v.close.code, v.close.reason);
     if (v.superseded) this.#sessions.refuse(ws);
-    if (v.loadChanged) this.#scheduleLoadSync();
   }
 
   /**
@@ -260,8 +260,6 @@ export class RoutingIndex extends DurableObject<RoutingIndexEnv> implements Pool
     // Only the newest session's close means the relay is gone; a superseded socket's does not.
     if (!this.#sessions.closed(att)) return;
     this.#core.relayGone(att.workerId);
-    // Its watched prefills ended: the other shards hear of it (RoutingCore.relayGone).
-    this.#scheduleLoadSync();
   }
 
   #send(ws: WebSocket, msg: IndexToRelay): void {
@@ -277,20 +275,17 @@ export class RoutingIndex extends DurableObject<RoutingIndexEnv> implements Pool
   /** Picks a worker for a request and adds its load. null = no worker up. */
   async route(req: RouteRequest): Promise<RouteDecision | null> {
     const d = this.#core.route(req);
-    this.#scheduleLoadSync();
     return d;
   }
 
   /** A first pick through admission: at once under the bound, else this call waits in the pool's queue. */
   async admit(req: AdmitRequest): Promise<AdmitResult> {
     const r = await this.#core.admit(req, req.admission);
-    this.#scheduleLoadSync();
     return r;
   }
 
   async leaveQueue(ticket: string): Promise<boolean> {
     const left = this.#core.leaveQueue(ticket);
-    this.#scheduleLoadSync();
     return left;
   }
 
@@ -304,12 +299,15 @@ export class RoutingIndex extends DurableObject<RoutingIndexEnv> implements Pool
 
   async markPrefillDone(receiptId: string): Promise<void> {
     this.#core.markPrefillDone(receiptId);
-    this.#scheduleLoadSync();
   }
 
   // ---- load replication between shards (src/load/load-replica.ts) ----
 
-  /** Sends queued load changes to the other shards within loadSyncMs, batching what comes meanwhile. */
+  /**
+   * Sends queued load changes to the other shards within loadSyncMs, batching what comes meanwhile.
+   * The core calls it whenever changes start to queue (RoutingCore onLoadOps), whatever queued them:
+   * a route, a relay frame, a watched prefill given up on at a peek or a stats read, an admission.
+   */
   #scheduleLoadSync(): void {
     if (this.#shards <= 1 || this.#loadSyncTimer !== null || this.#core.pendingLoadOps === 0) return;
     this.#loadSyncTimer = setTimeout(() => {

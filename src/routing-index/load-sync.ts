@@ -14,35 +14,48 @@ export class LoadSync {
   /** One shard of a sharded pool: queue local changes for the other shards. */
   readonly #replicate: boolean;
   #outbox: LoadOp[] = [];
+  /** Called when the outbox stops being empty: its owner sends it (takeOps) soon. */
+  readonly #onQueued: () => void;
   readonly #stats = { opsSent: 0, batchesSent: 0, sendFailures: 0, opsReceived: 0, opsApplied: 0, opsSkipped: 0 };
   readonly #lag = new LagWindow();
   readonly #releasedBeforeAdd = new Tombstones(60_000, 10_000);
 
-  constructor(load: LoadTracker, registry: WorkerRegistry, replicate: boolean, now: () => number = Date.now) {
+  constructor(load: LoadTracker, registry: WorkerRegistry, replicate: boolean, now: () => number = Date.now, onQueued: () => void = () => {}) {
     this.#load = load;
     this.#registry = registry;
     this.#replicate = replicate;
     this.#now = now;
+    this.#onQueued = onQueued;
+  }
+
+  /**
+   * Queues a change for the other shards. Whatever queues it (a route, a settle, a stored block, a
+   * watched prefill given up on at a peek or a stats read, an admission that another shard's release let
+   * in), the owner hears of it here, so nothing waits for the next route or settle to go out.
+   */
+  #queue(op: LoadOp): void {
+    this.#outbox.push(op);
+    if (this.#outbox.length === 1) this.#onQueued();
   }
 
   /** A request routed here to the worker. */
   add(r: ActiveRequest & { chainKeys: number[] }, workerId: string): void {
     this.#load.add(r);
     if (this.#replicate)
-      this.#outbox.push({ op: "add", id: r.receiptId, workerId, prefillTokens: r.prefillTokens, decodeBlocks: r.decodeBlocks, chainKeys: r.chainKeys, at: r.startedAt });
+      this.#queue({ op: "add", id: r.receiptId, workerId, prefillTokens: r.prefillTokens, decodeBlocks: r.decodeBlocks, chainKeys: r.chainKeys, at: r.startedAt });
   }
 
   markPrefillDone(receiptId: string): void {
     // Read before marking: the tracker marks the same record, and only the first mark goes out.
     const wasPending = this.#load.get(receiptId)?.prefillDone === false;
     this.#load.markPrefillDone(receiptId);
-    if (this.#replicate && wasPending) this.#outbox.push({ op: "done", id: receiptId, at: this.#now() });
+    if (this.#replicate && wasPending) this.#queue({ op: "done", id: receiptId, at: this.#now() });
   }
 
   /** Frees a request routed here; the released request, if it was still active. */
   release(receiptId: string): ActiveRequest | undefined {
     const released = this.#load.release(receiptId);
-    if (this.#replicate && released) this.#outbox.push({ op: "release", id: receiptId, at: this.#now() });
+    if (this.#replicate && released) this.#queue({ op: "release", id: receiptId, at: this.#now() });
     return released;
   }
 

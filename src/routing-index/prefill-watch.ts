@@ -14,12 +14,13 @@
  * finished that prefill (or holds the same prefix for another request, which makes this request's
  * prefill a cache hit).
  *
- * A watched request whose block cannot be seen is given up on, its prefill ended by the caller
- * (routing-core.ts): the oldest beyond the per-slot bound, those of a worker whose view stops
+ * A watched request whose block cannot be seen is given up on, its prefill ended (endUnseenPrefills):
+ * the oldest beyond the per-slot bound, those of a worker whose view stops
  * following its stored blocks (`release`), and any past its deadline (`overdue`): otherwise it would
  * count as queued prefill for its whole decode.
  */
 import type { ChainEnd } from "../block-index/radix-index.ts";
+import type { LoadSync } from "./load-sync.ts";
 
 /** Requests watched per worker slot; beyond it the oldest are given up on (their prefill ended). */
 export const MAX_WATCHED_PER_SLOT = 4096;
@@ -39,6 +40,16 @@ export const WATCH_DEADLINE_SLACK_MS = 10_000;
 export function watchDeadline(now: number, queuedTokens: number, tokens: number, tokensPerSec: number): number {
   const expectedMs = ((Math.max(0, queuedTokens) + tokens) / tokensPerSec) * 1000;
   return now + WATCH_DEADLINE_FACTOR * expectedMs + WATCH_DEADLINE_SLACK_MS;
+}
+
+/**
+ * Watched prefills whose end the index will not see (given up on: the slot's bound, a deadline, a
+ * view that stopped following its worker): they stop counting as queued prefill now, on every shard,
+ * as the edge's markPrefillDone does (settled ones are skipped). Not a measured prefill end, so no
+ * load-back calibration sample (Router.prefillDone) comes of it.
+ */
+export function endUnseenPrefills(loadSync: Pick<LoadSync, "markPrefillDone">, receiptIds: readonly string[]): void {
+  for (const id of receiptIds) loadSync.markPrefillDone(id);
 }
 
 interface Watched {

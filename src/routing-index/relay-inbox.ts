@@ -46,12 +46,10 @@ export interface RelayFrameVerdict {
   superseded: boolean;
   /** The relay was heard at this time (its lastSeen, in memory; null: unknown worker). */
   heardAt: number | null;
-  /** In-flight load may have changed (stored blocks end prefills): the other shards hear of it. */
-  loadChanged: boolean;
 }
 
 function verdict(parts: Partial<RelayFrameVerdict>): RelayFrameVerdict {
-  return { startSession: false, persist: [], warn: null, replies: [], close: null, superseded: false, heardAt: null, loadChanged: false, ...parts };
+  return { startSession: false, persist: [], warn: null, replies: [], close: null, superseded: false, heardAt: null, ...parts };
 }
 
 /** A frame the index drops: counted under `dropReason`, answered with an error. */
@@ -81,11 +79,11 @@ export function relayFrame(core: RoutingCore, frame: string | ArrayBuffer, socke
     case "dump": {
       const r = core.applyDump(workerId, msg);
       const reply: IndexToRelay = !r.ok && r.reason === "unknown_worker" ? { type: "resync", reason: "say hello first" } : { type: "ack", seq: msg.seq };
-      return verdict({ heardAt, replies: [reply], loadChanged: true });
+      return verdict({ heardAt, replies: [reply] });
     }
     case "events": {
       const r = core.applyEvents(workerId, msg);
-      return verdict({ heardAt, replies: !r.ok && r.resync ? [{ type: "resync", reason: r.reason }] : [], loadChanged: true });
+      return verdict({ heardAt, replies: !r.ok && r.resync ? [{ type: "resync", reason: r.reason }] : [] });
     }
     case "status": {
       if (msg.epoch !== core.worker(workerId)?.epoch) return verdict({ heardAt });

@@ -7,7 +7,7 @@
 import type { LocalHashes } from "../blocks/block-hash.ts";
 import { chainEndOf } from "../block-index/radix-index.ts";
 import type { LoadTracker } from "../load/load-tracker.ts";
-import { watchDeadline, type PrefillWatch } from "./prefill-watch.ts";
+import { endUnseenPrefills, watchDeadline, type PrefillWatch } from "./prefill-watch.ts";
 import type { PoolRecorder } from "../metrics/pool-recorder.ts";
 import type { IndexCounters } from "../metrics/pool-snapshot.ts";
 import { scoreByBlocks } from "../selection/block-cost.ts";
@@ -225,7 +225,7 @@ export class Router {
       const rate = prefillRate(this.#regions ?? DEFAULT_TTFT_PARAMS, chosen);
       const deadline = watchDeadline(now, candidates[i]!.activePrefillTokens, prefillTokens, rate);
       // Beyond the slot's bound the oldest are given up on: their prefill ends now.
-      for (const id of this.#p.prefillWatch.watch(chosen.slot, receiptId, chainEndOf(req.localHashes, fullBlocks), deadline)) loadSync.markPrefillDone(id);
+      endUnseenPrefills(loadSync, this.#p.prefillWatch.watch(chosen.slot, receiptId, chainEndOf(req.localHashes, fullBlocks), deadline));
     }
     this.#pending.set(receiptId, {
       receiptId,

@@ -12,7 +12,7 @@
 import type { ApproxConfig } from "../block-index/approx-index.ts";
 import type { BlockIndex } from "../block-index/block-index.ts";
 import { LoadTracker } from "../load/load-tracker.ts";
-import { PrefillWatch } from "./prefill-watch.ts";
+import { endUnseenPrefills, PrefillWatch } from "./prefill-watch.ts";
 import type { LoadOp, LoadSyncStats } from "../load/load-replica.ts";
 import type { CohortResult } from "../layout/index.ts";
 import { PoolRecorder } from "../metrics/pool-recorder.ts";
@@ -86,6 +86,8 @@ export interface RoutingCoreOptions {
   pdTransfer?: PdTransferParams;
   /** One shard of a sharded pool: queue this core's load changes for the other shards (load-replica.ts). */
   replicateLoad?: boolean;
+  /** With replicateLoad: called when load changes start to queue (none was pending), wherever they come from; send them (takeLoadOps) soon. */
+  onLoadOps?: () => void;
   /** Most (worker, block) entries this index holds (block-budget.ts); default DEFAULT_BLOCK_BUDGET. */
   blockBudget?: number;
   /** Bytes the block index may take (block-budget.ts DEFAULT_INDEX_BYTES); Infinity: entries only. */
@@ -133,7 +135,7 @@ export class RoutingCore {
     this.#registry = new WorkerRegistry(opts.blockSize, this.#now);
     this.#views = new BlockViews(this.#registry, this.#counters, opts, (workerId) => this.#giveUpPrefills(workerId));
     this.#load = new LoadTracker(opts.staleMs ?? 300_000);
-    this.#loadSync = new LoadSync(this.#load, this.#registry, opts.replicateLoad ?? false, this.#now);
+    this.#loadSync = new LoadSync(this.#load, this.#registry, opts.replicateLoad ?? false, this.#now, opts.onLoadOps);
     this.#router = new Router(
       { registry: this.#registry, views: this.#views, load: this.#load, loadSync: this.#loadSync, prefillWatch: this.#prefillWatch, receipts: this.#receipts, metrics: this.#metrics, counters: this.#counters },
       { ...opts, cost: opts.cost ?? DEFAULT_SELECTION_COST, now: this.#now },
@@ -253,22 +255,13 @@ export class RoutingCore {
       if (!w.kvEvents || !this.#isSilent(w, now) || !this.#views.isSynced(w.workerId) || this.#views.approximate.has(w.workerId, "silent")) continue;
       this.#views.approximate.mark(w.workerId, "silent", `nothing from its relay for ${Math.round((now - w.lastSeen) / 1000)} s: the path may be dead and events lost`);
     }
-    this.#endUnseenPrefills(this.#prefillWatch.overdue(now));
+    endUnseenPrefills(this.#loadSync, this.#prefillWatch.overdue(now));
   }
 
   /** The views stopped following the worker's stored blocks (block-views.ts): its watched prefills cannot be seen to end. */
   #giveUpPrefills(workerId: string): void {
     const slot = this.#registry.slotOf(workerId);
-    if (slot >= 0) this.#endUnseenPrefills(this.#prefillWatch.release(slot));
-  }
-
-  /**
-   * Watched prefills whose end the index will not see: they stop counting as queued prefill now,
-   * on every shard, as the edge's markPrefillDone does (settled ones are skipped). Not a measured
-   * prefill end, so no load-back calibration sample (router.prefillDone) comes of it.
-   */
-  #endUnseenPrefills(receiptIds: readonly string[]): void {
-    for (const id of receiptIds) this.#loadSync.markPrefillDone(id);
+    if (slot >= 0) endUnseenPrefills(this.#loadSync, this.#prefillWatch.release(slot));
   }
 
   isSynced(workerId: string): boolean {

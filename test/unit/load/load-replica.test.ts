@@ -102,6 +102,39 @@ describe("load replication between shards", () => {
     expect(core.takeLoadOps()).toEqual([]);
   });
 
+  it("the owner hears of queued changes where they are queued: a peek or a workers() read that gives up a watched prefill too", () => {
+    let t = 1_000;
+    let announced = 0;
+    const core = new RoutingCore({ blockSize: 4, random: () => 0, now: () => t, replicateLoad: true, onLoadOps: () => announced++ });
+    core.hello({ type: "hello", workerId: "a", url: "http://a", blockSize: 4, epoch: 1, modelName: "m", contract: null, kvEvents: true }, "a");
+    core.applyDump("a", { type: "dump", epoch: 1, seq: 0, blocks: [] });
+    const watched = core.route({ localHashes: localBlockHashes(prompt(1), 4), isl: 64 })!;
+    expect(announced).toBe(1);
+    core.route({ localHashes: localBlockHashes(prompt(2), 4), isl: 64 });
+    expect(announced).toBe(1); // already pending: one announcement until they are taken
+    expect(core.takeLoadOps()).toHaveLength(2);
+
+    // Both prefills are watched; past their deadline (10 s at least) a read with no route or settle gives them up.
+    t += 60_000;
+    core.peek({ localHashes: localBlockHashes(prompt(3), 4), isl: 64 });
+    expect(announced).toBe(2);
+    expect(core.takeLoadOps()).toMatchObject([{ op: "done", id: watched.receiptId }, { op: "done" }]);
+    const third = core.route({ localHashes: localBlockHashes(prompt(4), 4), isl: 64 })!;
+    expect(announced).toBe(3);
+    core.takeLoadOps();
+    t += 60_000;
+    core.workers();
+    expect(announced).toBe(4);
+    expect(core.takeLoadOps()).toMatchObject([{ op: "done", id: third.receiptId }]);
+
+    // A shard that does not replicate queues nothing and announces nothing.
+    let silent = 0;
+    const alone = new RoutingCore({ blockSize: 4, onLoadOps: () => silent++ });
+    alone.hello({ type: "hello", workerId: "a", url: "http://a", blockSize: 4, epoch: 1, modelName: "m", contract: null, kvEvents: true }, "a");
+    alone.route({ localHashes: localBlockHashes(prompt(5), 4), isl: 64 });
+    expect(silent).toBe(0);
+  });
+
   it("batch schema refuses bad shapes; lag window keeps quantiles over its last samples", () => {
     expect(LoadOpBatchSchema.safeParse({ from: 0, ops: [{ op: "add", id: "x", workerId: "a", prefillTokens: -1, decodeBlocks: 0, chainKeys: [], at: 0 }] }).success).toBe(false);
     expect(LoadOpBatchSchema.safeParse({ from: 2000, ops: [] }).success).toBe(false);
