@@ -147,14 +147,20 @@ function splitIdOf(family: ModelConfig["family"]): number | null {
   return id;
 }
 
+/** A text prompt's tokens as the prefix cache gave them: its id pieces (EncodedPrompt.idPieces) and local block hashes. */
+export interface PromptTokens {
+  idPieces: readonly (readonly number[])[];
+  localHashes: readonly bigint[];
+}
+
 /**
  * This turn's piece: the stable prefix the turn chain holds for the request (`stable`) after the
- * parent's state. Hashes only the text the piece adds (it starts and ends where the tokenizer
- * splits: before a message's `<|im_start|>`); its ids are read from `promptIds`, the request's
- * prompt ids as the prefix cache gave them (the prompt starts with the stable prefix), and
- * encoded only where those are absent or do not line up.
+ * parent's state, with the tokens and block hashes of the text the piece adds (it starts and ends
+ * where the tokenizer splits: before a message's `<|im_start|>`). They are read from `prompt`, the
+ * request's prompt tokens (the prompt starts with the stable prefix), and encoded and hashed only
+ * where those are absent or do not line up.
  */
-export function nextPiece(parent: ConversationState | null, stable: StablePrefix, instructions: string | null, model: ModelConfig, promptIds: readonly (readonly number[])[] | null = null): PromptPiece {
+export function nextPiece(parent: ConversationState | null, stable: StablePrefix, instructions: string | null, model: ModelConfig, prompt: PromptTokens | null = null): PromptPiece {
   const extend = parent !== null && parent.scope === stable.scope && parent.instructions === instructions && stable.messages >= parent.messages && textAt(stable.text, parent.text);
   const from = extend ? parent.messages : 0;
   const text = extend ? stable.text.slice(parent.text.length) : stable.text;
@@ -163,12 +169,16 @@ export function nextPiece(parent: ConversationState | null, stable: StablePrefix
   let tokens: PromptPiece["tokens"] = null;
   const before = extend ? parent.tokens : { blockSize: model.blockSize, count: 0, hashes: [], tailIds: [] };
   if (stable.media.length === 0 && before !== null && before.blockSize === model.blockSize) {
-    const splitId = promptIds ? splitIdOf(model.family) : null;
-    const ids = (promptIds && splitId !== null ? splitSpanIds(promptIds, before.count, text, splitId) : null) ?? getQwenTokenizer(model.family).encode(text);
+    const splitId = prompt ? splitIdOf(model.family) : null;
+    const read = prompt && splitId !== null ? splitSpanIds(prompt.idPieces, before.count, text, splitId) : null;
+    const ids = read ?? getQwenTokenizer(model.family).encode(text);
     const run = before.tailIds.length + ids.length;
     const full = Math.floor(run / model.blockSize) * model.blockSize;
     const joined = before.tailIds.concat(ids);
-    tokens = { blockSize: model.blockSize, count: before.count + ids.length, hashes: hashesToBase64(localBlockHashesOfParts([joined.slice(0, full)], model.blockSize)), tailIds: joined.slice(full) };
+    // Local block hashes hash each block alone: the piece's blocks are the prompt's at the same places.
+    const [firstBlock, endBlock] = [Math.floor(before.count / model.blockSize), Math.floor((before.count + ids.length) / model.blockSize)];
+    const hashes = prompt && prompt.localHashes.length >= endBlock ? prompt.localHashes.slice(firstBlock, endBlock) : localBlockHashesOfParts([joined.slice(0, full)], model.blockSize);
+    tokens = { blockSize: model.blockSize, count: before.count + ids.length, hashes: hashesToBase64(hashes), tailIds: joined.slice(full) };
   }
   return {
     base: !extend,

@@ -12,12 +12,11 @@ import { parseSchemaBody, readBodyText } from "../../api/validate.ts";
 import { inputToMessages, refuseUnsupported, ResponseCreateSchema, toChatRequest, type ChatMessage, type InputItem, type ResponseCreateRequest } from "../../api/responses-schema.ts";
 import { authorizeClient } from "../auth.ts";
 import { handleChatCompletions, type ChatDeps } from "../chat.ts";
-import type { PreparedRouting } from "../chat/prepare.ts";
 import { limitsOf } from "../chat/parse.ts";
 import { cacheTenant, resolveModel } from "../chat/resolve-model.ts";
 import { scanBodyLayout, type StablePrefix } from "../../prompt/turn-chain.ts";
 import { mediaSeeds, StoredMediaSchema, turnMedia, type StoredMedia } from "./stored-media.ts";
-import { assembleState, hydrate, nextPiece, PromptPieceSchema, type ConversationState, type PromptPiece } from "./conversation-state.ts";
+import { assembleState, hydrate, nextPiece, PromptPieceSchema, type ConversationState, type PromptPiece, type PromptTokens } from "./conversation-state.ts";
 import type { AdmissionFrontDoor } from "../../routing-index/front-door.ts";
 
 type IndexClient = ReturnType<ChatDeps["index"]>;
@@ -104,14 +103,16 @@ async function createResponse(request: Request, deps: ResponsesDeps): Promise<Re
   if (state !== null && state.instructions === (req.instructions ?? null)) hydrate(state, history, chatText, model, { checkRate: deps.config.turnCheckRate, layout: scanned.layout });
   /** The stable prefix the turn chain holds for this request once its prompt is prepared, and this turn's verified media. */
   let stable: StablePrefix | null = null;
-  /** Its prompt's ids as the prefix cache gave them: the stored piece's ids are read from them, not encoded again. */
-  let promptIds: PreparedRouting["idPieces"] = null;
+  /** A text prompt's ids and block hashes as the prefix cache gave them: the stored piece's are read from them, not made again. */
+  let promptTokens: PromptTokens | null = null;
   let turnItems: StoredMedia[] = [];
   const lead = req.instructions ? 1 : 0;
   const onPrepared: ChatDeps["onPrepared"] = (prepared) => {
     if (!req.store || !store) return;
     stable = prepared.prompt.stable?.() ?? null;
-    promptIds = prepared.idPieces;
+    // A text prompt routes on its own local block hashes (prepare.ts); a media prompt's plan holds its view's.
+    const ids = prepared.idPieces;
+    promptTokens = ids && prepared.prompt.mediaParts.length === 0 ? { idPieces: ids, localHashes: prepared.plan.localHashes } : null;
     turnItems = turnMedia(prepared.prompt.mediaParts, prepared.media, lead + history.length, lead);
   };
 
@@ -158,7 +159,7 @@ async function createResponse(request: Request, deps: ResponsesDeps): Promise<Re
   const keep = async (response: Record<string, unknown>, output: OutputItem[]): Promise<boolean> => {
     if (!store || !req.store) return false;
     const messages = [...input, ...inputToMessages(output as unknown as InputItem[])];
-    const prompt: PromptPiece | null = stable === null ? null : nextPiece(state, stable, req.instructions ?? null, model, promptIds);
+    const prompt: PromptPiece | null = stable === null ? null : nextPiece(state, stable, req.instructions ?? null, model, promptTokens);
     // Too large with its prompt state: kept without it (a continuation then renders the history).
     let text = JSON.stringify({ response, messages, worker, prompt, media: turnItems } satisfies StoredResponse);
     if (prompt !== null && new TextEncoder().encode(text).byteLength > MAX_STORED_RECORD_BYTES) text = JSON.stringify({ response, messages, worker, prompt: null, media: turnItems } satisfies StoredResponse);
