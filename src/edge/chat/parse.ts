@@ -17,7 +17,11 @@ import { resolveModel } from "./resolve-model.ts";
 
 export interface ParseDeps {
   config: EdgeConfig;
-  /** The body as the caller that wrote it scanned it (the Responses route seeds the caches from it): not scanned again. */
+  /**
+   * The body as the caller that wrote it holds it, with its layout (the Responses route, which seeds
+   * the caches from that scan): parsed as it is, its size checked as readBodyText checks it, instead
+   * of reading the request's body back (an encode and a decode) and scanning it again.
+   */
   scanned?: ScannedBody;
   /** Takes one request from the client's rate-limit bucket (null key = no API keys configured); rejects with 429; resolves to the bucket's `x-ratelimit-*-requests`. */
   rateLimit?: (apiKey: string | null) => Promise<Record<string, string> | void>;
@@ -62,11 +66,12 @@ export async function parseChat(request: Request, deps: ParseDeps, clock: StageC
   // read, buffer or parse up to maxBodyBytes (or wait on a body that never ends).
   const limitHeaders = (await deps.rateLimit?.(caller.apiKey)) ?? {};
   const limits = limitsOf(config);
-  const bodyText = await readBodyText(request, limits);
+  const given = deps.scanned ?? null;
+  const bodyText = given ? given.text : await readBodyText(request, limits);
   clock.mark("read");
   const literals: JsonLiteral[] = [];
   const work: ParseWork = { parsedChars: 0, validatedMessages: 0 };
-  const { req, turn } = parseChatTurn(bodyText, config, { sizeChecked: true, literals, work, scanned: deps.scanned ?? null });
+  const { req, turn } = parseChatTurn(bodyText, config, { sizeChecked: given === null, literals, work, scanned: given });
   clock.mark("parse");
   // Without a key or a client address (a local fleet) the edge cannot tell clients apart: no label.
   const address = request.headers.get("cf-connecting-ip");

@@ -120,7 +120,8 @@ async function createResponse(request: Request, deps: ResponsesDeps): Promise<Re
   const headers = new Headers(request.headers);
   headers.set("content-type", "application/json");
   headers.delete("content-length");
-  const chatRequest = new Request(request.url, { method: "POST", headers, body: chatText, signal: request.signal });
+  // No body: the chat parse takes chatText as written (deps.scanned), not encoded here and decoded there.
+  const chatRequest = new Request(request.url, { method: "POST", headers, signal: request.signal });
   let worker: string | null = null;
   const index = (model: string, shard?: number): IndexClient => {
     const inner = deps.index(model, shard);

@@ -7,11 +7,12 @@
  */
 import fc from "fast-check";
 import { beforeAll, describe, expect, it } from "vitest";
-import { KvedgeError } from "../../../src/api/errors.ts";
+import { KvedgeError, PayloadTooLargeError } from "../../../src/api/errors.ts";
 import { DEFAULT_LIMITS } from "../../../src/api/limits.ts";
 import type { ParseWork } from "../../../src/api/validate.ts";
 import { parseEdgeConfig, type EdgeConfig } from "../../../src/config/config.ts";
-import { parseChatBody, parseChatTurn } from "../../../src/edge/chat/parse.ts";
+import { parseChat, parseChatBody, parseChatTurn } from "../../../src/edge/chat/parse.ts";
+import { StageClock } from "../../../src/edge/server-timing.ts";
 import { scanBodyLayout, TurnChainCache } from "../../../src/prompt/turn-chain.ts";
 import { initHashing } from "../../../src/util/hash.ts";
 
@@ -120,6 +121,22 @@ describe("parse through the turn chain", () => {
     expect(other.turn!.layout).not.toBe(layout);
     expect(other.turn!.layout).toEqual(layout);
     expect(JSON.stringify(used.req)).toBe(JSON.stringify(other.req));
+  });
+
+  it("a body its caller wrote and scanned is parsed as given, not read back from the request; its size is checked as a read checks it", async () => {
+    const config = configWith({ maxBodyBytes: 4096 });
+    const body = bodyOf(config, [{ role: "user", content: "hello" }]);
+    const scanned = { text: body, layout: scanBodyLayout(body) };
+    const request = () => new Request("https://edge.test/v1/chat/completions", { method: "POST", headers: { "content-type": "application/json" } });
+    const parsed = await parseChat(request(), { config, scanned }, new StageClock());
+    expect(parsed.bodyText).toBe(body);
+    expect(parsed.turn!.layout).toBe(scanned.layout);
+    expect(JSON.stringify(parsed.req)).toBe(JSON.stringify(parseChatBody(body, config.limits)));
+    const large = bodyOf(config, [{ role: "user", content: "é".repeat(2100) }]);
+    expect(large.length).toBeLessThan(4096);
+    const refused = await parseChat(request(), { config, scanned: { text: large, layout: scanBodyLayout(large) } }, new StageClock()).catch((e: unknown) => e);
+    expect(refused).toBeInstanceOf(PayloadTooLargeError);
+    expect((refused as Error).message).toBe("Request body exceeds 4096 bytes.");
   });
 
   it("a changed earlier message, or a body whose model names no pool, is parsed whole", () => {
