@@ -147,10 +147,22 @@ function splitIdOf(family: ModelConfig["family"]): number | null {
   return id;
 }
 
-/** A text prompt's tokens as the prefix cache gave them: its id pieces (EncodedPrompt.idPieces) and local block hashes. */
+/** A text prompt's tokens as the prefix cache gave them: its id pieces and local block hash pieces (EncodedPrompt). */
 export interface PromptTokens {
   idPieces: readonly (readonly number[])[];
-  localHashes: readonly bigint[];
+  hashPieces: readonly (readonly bigint[])[];
+}
+
+/** Blocks [first, end) of hashes kept in consecutive pieces; null when the pieces hold fewer. */
+function blocksOf(pieces: readonly (readonly bigint[])[], first: number, end: number): bigint[] | null {
+  const out: bigint[] = [];
+  let at = 0;
+  for (const p of pieces) {
+    for (let i = Math.max(0, first - at); i < p.length && at + i < end; i++) out.push(p[i]!);
+    at += p.length;
+    if (at >= end) break;
+  }
+  return out.length === end - first ? out : null;
 }
 
 /**
@@ -177,7 +189,7 @@ export function nextPiece(parent: ConversationState | null, stable: StablePrefix
     const joined = before.tailIds.concat(ids);
     // Local block hashes hash each block alone: the piece's blocks are the prompt's at the same places.
     const [firstBlock, endBlock] = [Math.floor(before.count / model.blockSize), Math.floor((before.count + ids.length) / model.blockSize)];
-    const hashes = prompt && prompt.localHashes.length >= endBlock ? prompt.localHashes.slice(firstBlock, endBlock) : localBlockHashesOfParts([joined.slice(0, full)], model.blockSize);
+    const hashes = (read && blocksOf(prompt!.hashPieces, firstBlock, endBlock)) ?? localBlockHashesOfParts([joined.slice(0, full)], model.blockSize);
     tokens = { blockSize: model.blockSize, count: before.count + ids.length, hashes: hashesToBase64(hashes), tailIds: joined.slice(full) };
   }
   return {

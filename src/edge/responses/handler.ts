@@ -112,7 +112,7 @@ async function createResponse(request: Request, deps: ResponsesDeps): Promise<Re
     stable = prepared.prompt.stable?.() ?? null;
     // A text prompt routes on its own local block hashes (prepare.ts); a media prompt's plan holds its view's.
     const ids = prepared.idPieces;
-    promptTokens = ids && prepared.prompt.mediaParts.length === 0 ? { idPieces: ids, localHashes: prepared.plan.localHashes } : null;
+    promptTokens = ids && prepared.prompt.mediaParts.length === 0 ? { idPieces: ids, hashPieces: prepared.plan.hashPieces ?? [prepared.plan.localHashes] } : null;
     turnItems = turnMedia(prepared.prompt.mediaParts, prepared.media, lead + history.length, lead);
   };
 

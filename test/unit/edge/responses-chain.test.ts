@@ -116,7 +116,7 @@ function converse(model: ModelConfig, opts: { withImage: boolean; checkRate: num
     // The stored piece, its ids read from the prompt's (as the handler does) and encoded: the same piece.
     const stable = prompt.stable?.() ?? null;
     const encodes = vi.spyOn(tok, "encode");
-    const prompt_ = stable === null ? null : nextPiece(state, stable, INSTRUCTIONS, model, encoded.idPieces && prompt.mediaParts.length === 0 ? { idPieces: encoded.idPieces, localHashes: encoded.localHashes } : null);
+    const prompt_ = stable === null ? null : nextPiece(state, stable, INSTRUCTIONS, model, encoded.idPieces && prompt.mediaParts.length === 0 ? { idPieces: encoded.idPieces, hashPieces: encoded.hashPieces } : null);
     const pieceEncodes = encodes.mock.calls.filter(([t]) => t !== SPLIT_TOKEN).length;
     encodes.mockRestore();
     if (stable !== null) expect(prompt_, `turn ${i}`).toEqual(nextPiece(state, stable, INSTRUCTIONS, model));
