@@ -281,6 +281,12 @@ export class IndexSession {
       headers: { Authorization: `Bearer ${token}` },
       maxPayload: MAX_RELAY_MESSAGE_BYTES,
       handshakeTimeout: this.opts.welcomeTimeoutMs,
+      // No per-message deflate (ws offers it by default, workerd accepts it): ws compresses one
+      // message at a time on zlib's thread pool, a dozen event-loop round trips for a 7k-block
+      // batch, and each round trip waits behind the next KV batch the relay decodes. Under a
+      // heavy event stream the send queue then grew to tens of MB and the index lagged the
+      // worker by seconds. The batches are random hashes: deflate only saves ~4×.
+      perMessageDeflate: false,
     });
     this.ws = ws;
     this.written = 0;

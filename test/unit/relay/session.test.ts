@@ -112,6 +112,35 @@ describe("relay session", () => {
     expect(st.session.state).toBe("streaming");
   });
 
+  it("opens its socket without per-message compression, even to an index that would deflate", async () => {
+    // Compressed sends queue behind the relay's KV-batch decoding: a heavy event stream left the
+    // index seconds behind the worker (index-session.ts, open()).
+    const wss = new WebSocketServer({ host: "127.0.0.1", port: 0, perMessageDeflate: true });
+    open.push({ close: () => new Promise((r) => wss.close(r)) });
+    await new Promise<void>((r) => (wss.address() ? r() : wss.once("listening", () => r())));
+    const seen: { offered: string | undefined; negotiated: string }[] = [];
+    wss.on("connection", (ws, req) => seen.push({ offered: req.headers["sec-websocket-extensions"], negotiated: ws.extensions }));
+    const s = new IndexSession({
+      url: relayUrl(`ws://127.0.0.1:${(wss.address() as AddressInfo).port}`, "w1", "m"),
+      token: testCredential(SECRET),
+      hello: () => ({ type: "hello", workerId: "w1", url: "http://127.0.0.1:1", blockSize: B, epoch: 1, modelName: "m", contract: null, kvEvents: true }),
+      snapshot: () => ({ epoch: 1, seq: 0, blocks: [] }),
+      downReason: () => null,
+      flushIntervalMs: 1,
+      flushBlocks: 1000,
+      backoffBaseMs: 20,
+      backoffCapMs: 100,
+      welcomeTimeoutMs: 2000,
+      dumpChunkBlocks: 1000,
+      pingIntervalMs: 1000,
+      log: silentLogger,
+    });
+    open.push(s);
+    s.start();
+    await waitFor(() => seen.length === 1, "the relay's connect");
+    expect(seen[0]).toEqual({ offered: undefined, negotiated: "" });
+  });
+
   it("sends nothing but hello until welcomed", async () => {
     const index = await FakeIndex.create(SECRET);
     index.autoWelcome = false;
