@@ -281,11 +281,11 @@ export class IndexSession {
       headers: { Authorization: `Bearer ${token}` },
       maxPayload: MAX_RELAY_MESSAGE_BYTES,
       handshakeTimeout: this.opts.welcomeTimeoutMs,
-      // No per-message deflate (ws offers it by default, workerd accepts it): ws compresses one
-      // message at a time on zlib's thread pool, a dozen event-loop round trips for a 7k-block
-      // batch, and each round trip waits behind the next KV batch the relay decodes. Under a
-      // heavy event stream the send queue then grew to tens of MB and the index lagged the
-      // worker by seconds. The batches are random hashes: deflate only saves ~4×.
+      // No per-message deflate (ws offers it by default, workerd accepts it). With it, under a
+      // heavy KV-event stream (100k-token prefills on a full cache) batches waited in ws's
+      // one-at-a-time compression step for up to seconds, tens of MB deep, while zlib's pool
+      // thread sat idle, so the index lagged the worker by seconds. The batches are random
+      // hashes: deflate saves only ~4× of the bytes.
       perMessageDeflate: false,
     });
     this.ws = ws;
