@@ -281,10 +281,11 @@ export class IndexSession {
       headers: { Authorization: `Bearer ${token}` },
       maxPayload: MAX_RELAY_MESSAGE_BYTES,
       handshakeTimeout: this.opts.welcomeTimeoutMs,
-      // No per-message deflate (ws offers it by default, workerd accepts it). With it, under a
-      // heavy KV-event stream (100k-token prefills on a full cache) batches waited in ws's
-      // one-at-a-time compression step for up to seconds, tens of MB deep, while zlib's pool
-      // thread sat idle, so the index lagged the worker by seconds. The batches are random
+      // No per-message deflate (ws offers it by default, workerd accepts it). ws compresses one
+      // message at a time, 16 KB of output per zlib thread-pool round trip, each needing an
+      // event-loop turn; with the loop busy decoding KV batches (100k-token prefills on a full
+      // cache) a round trip took 50–100 ms, a 7k-block batch about a second, the send queue
+      // grew to tens of MB and the index lagged the worker by seconds. The batches are random
       // hashes: deflate saves only ~4× of the bytes.
       perMessageDeflate: false,
     });
