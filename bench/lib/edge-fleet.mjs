@@ -189,7 +189,7 @@ export async function startEdgeFleet({ model = "Qwen/Qwen3-VL-8B-Instruct", fami
       "relay sync",
       relay,
     );
-    return { edgeUrl, workerUrl, mediaUrl, adminToken, admin, stop, edgePid: wd.pid, indexPid: index?.pid ?? null, workerPid: worker.pid };
+    return { edgeUrl, workerUrl, mediaUrl, adminToken, admin, stop, edgePid: wd.pid, indexPid: index?.pid ?? null, workerPid: worker.pid, relayPid: relay.pid };
   } catch (e) {
     await stop();
     throw e;

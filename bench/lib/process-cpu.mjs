@@ -49,3 +49,23 @@ export function nativeWorkerdPid(pid) {
   }
   return pid;
 }
+
+/**
+ * Waits until processes `pids` together spend under `maxShare` of one core over `windows`
+ * consecutive windows of `windowMs` (or `timeoutMs` passes), so one case's leftover work (a relay's
+ * KV-event backlog the index is still ingesting) is not billed to the next. Returns the ms waited.
+ */
+export async function waitForQuiet(pids, { windowMs = 100, maxShare = 0.02, windows = 2, timeoutMs = 15_000 } = {}) {
+  const live = pids.filter((p) => p != null);
+  const total = () => live.reduce((s, p) => s + processCpuPreciseMs(p), 0);
+  const t0 = performance.now();
+  let quiet = 0;
+  let before = total();
+  while (quiet < windows && performance.now() - t0 < timeoutMs) {
+    await new Promise((r) => setTimeout(r, windowMs));
+    const now = total();
+    quiet = now - before < windowMs * maxShare ? quiet + 1 : 0;
+    before = now;
+  }
+  return performance.now() - t0;
+}

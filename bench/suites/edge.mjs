@@ -20,7 +20,7 @@ import { mkdirSync } from "node:fs";
 import { join } from "node:path";
 import { ffmpegToFile } from "../../test/helpers/wasm-media.ts";
 import { ROOT } from "../lib/workerd.mjs";
-import { nativeWorkerdPid, processCpuPreciseMs } from "../lib/process-cpu.mjs";
+import { nativeWorkerdPid, processCpuPreciseMs, waitForQuiet } from "../lib/process-cpu.mjs";
 import { HISTORY_BINS, runConcurrentConversations, runConversations } from "../edge/conversations.mjs";
 import { promptStageFigures } from "../edge/prompt-stage.mjs";
 import { coldStageFigures } from "../edge/cold-stage.mjs";
@@ -125,6 +125,9 @@ export default {
     const edgePid = nativeWorkerdPid(fleet.edgePid);
     const indexPid = nativeWorkerdPid(fleet.indexPid);
     const cpu = () => ({ edge: processCpuPreciseMs(edgePid), index: processCpuPreciseMs(indexPid) });
+    // Before each case: the fleet idle, so a case's CPU is its own (the relay's KV events of 100k-token
+    // prefills take the index tens of ms a request to ingest; a backlog would land in the next case).
+    const quiet = () => waitForQuiet([edgePid, indexPid, fleet.relayPid, fleet.workerPid]);
     const edge = `${fleet.edgeUrl}/v1/chat/completions`;
     const direct = `${fleet.workerUrl}/v1/chat/completions`;
     const admin = { authorization: `Bearer ${fleet.adminToken}` };
@@ -187,6 +190,7 @@ export default {
       // history plus a new answer and user turn (fresh text), so the size stays that of the case.
       const history = c.temp === "warm" ? opening() : null;
       if (history) await timedPost(edge, body(history, false), false);
+      const drainMs = await quiet();
       const over = [];
       const edgeMs = [];
       const directMs = [];
@@ -245,6 +249,7 @@ export default {
         edgeCpuP50: summarize(edgeCpu).p50,
         edgeCpuP99: summarize(edgeCpu).p99,
         indexCpuMean: summarize(indexCpu).mean,
+        drainMs,
         directP50: summarize(directMs).p50,
         serverTimingP50: comp,
       };
@@ -257,6 +262,7 @@ export default {
       ctx.progress(0.9, "edge conversations");
       const io = { edge, direct, admin, body: (messages) => body(messages, false), fresh, image: (i) => imageParts()[i % IMAGE_SIZES.length], timedPost, edgePid: fleet.edgePid, indexPid: fleet.indexPid, edgeCaches: () => fleet.admin("/admin/edge-caches") };
       const shape = conversationShape(ctx);
+      await quiet();
       conversations = await runConversations(ctx, io, shape);
       if (shape.inFlight > 0) conversations.concurrent = await runConcurrentConversations(ctx, io, shape, shape.inFlight);
     }
