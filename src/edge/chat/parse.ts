@@ -18,9 +18,9 @@ import { resolveModel } from "./resolve-model.ts";
 export interface ParseDeps {
   config: EdgeConfig;
   /**
-   * The body as the caller that wrote it holds it, with its layout (the Responses route, which seeds
-   * the caches from that scan): parsed as it is, its size checked as readBodyText checks it, instead
-   * of reading the request's body back (an encode and a decode) and scanning it again.
+   * The body, when the caller wrote it (the Responses route, which seeds the caches from its scan):
+   * the request carries none, and the text is parsed as given, its size checked as readBodyText
+   * checks it, so the body is neither UTF-8 encoded and decoded nor scanned a second time.
    */
   scanned?: ScannedBody;
   /** Takes one request from the client's rate-limit bucket (null key = no API keys configured); rejects with 429; resolves to the bucket's `x-ratelimit-*-requests`. */
@@ -48,7 +48,7 @@ export interface ParsedChat {
   client: ClientRef | null;
 }
 
-/** A body text and its scanBodyLayout, made by whoever wrote the text; used only for a body read equal to it. */
+/** A body its caller wrote: the text and scanBodyLayout(text) (null for a text over maxBodyBytes, not scanned). */
 export interface ScannedBody {
   text: string;
   layout: BodyLayout | null;
@@ -71,7 +71,7 @@ export async function parseChat(request: Request, deps: ParseDeps, clock: StageC
   clock.mark("read");
   const literals: JsonLiteral[] = [];
   const work: ParseWork = { parsedChars: 0, validatedMessages: 0 };
-  const { req, turn } = parseChatTurn(bodyText, config, { sizeChecked: given === null, literals, work, scanned: given });
+  const { req, turn } = parseChatTurn(bodyText, config, { sizeChecked: given === null, literals, work, layout: given?.layout });
   clock.mark("parse");
   // Without a key or a client address (a local fleet) the edge cannot tell clients apart: no label.
   const address = request.headers.get("cf-connecting-ip");
@@ -103,14 +103,13 @@ function profileOfModelMember(bodyText: string, layout: BodyLayout, config: Edge
 export function parseChatTurn(
   bodyText: string,
   config: EdgeConfig,
-  opts: { sizeChecked?: boolean; literals?: JsonLiteral[]; work?: ParseWork; random?: () => number; scanned?: ScannedBody | null } = {},
+  opts: { sizeChecked?: boolean; literals?: JsonLiteral[]; work?: ParseWork; random?: () => number; layout?: BodyLayout | null } = {},
   chain: TurnChainCache = sharedTurnChain(config.turnCheckRate),
 ): { req: ChatCompletionRequest; turn: ChainFind | null } {
   const limits = limitsOf(config);
   // The lookup hashes a window per message count: only for a body the message limit admits (it runs before validation).
-  // A caller's scan of the same text is its layout (one flat compare instead of a second scan).
-  const given = opts.scanned;
-  const scanned = bodyText.length <= limits.maxBodyBytes ? (given && given.text === bodyText ? given.layout : scanBodyLayout(bodyText)) : null;
+  // A caller that scanned bodyText passes its layout (not scanned twice).
+  const scanned = bodyText.length <= limits.maxBodyBytes ? (opts.layout !== undefined ? opts.layout : scanBodyLayout(bodyText)) : null;
   const layout = scanned && scanned.messages.length <= limits.maxMessages ? scanned : null;
   const profile = layout ? profileOfModelMember(bodyText, layout, config) : null;
   const turn = profile ? chain.find(bodyText, profile, layout) : null;

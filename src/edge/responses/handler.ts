@@ -116,12 +116,9 @@ async function createResponse(request: Request, deps: ResponsesDeps): Promise<Re
     turnItems = turnMedia(prepared.prompt.mediaParts, prepared.media, lead + history.length, lead);
   };
 
-  // The chat handler reads the caller's credentials, address and trace from these headers.
-  const headers = new Headers(request.headers);
-  headers.set("content-type", "application/json");
-  headers.delete("content-length");
-  // No body: the chat parse takes chatText as written (deps.scanned), not encoded here and decoded there.
-  const chatRequest = new Request(request.url, { method: "POST", headers, signal: request.signal });
+  // The chat handler reads the caller's credentials, address and trace from these headers. No body:
+  // the chat parse takes chatText and its layout from deps.scanned (one scan, no UTF-8 round trip).
+  const chatRequest = new Request(request.url, { method: "POST", headers: request.headers, signal: request.signal });
   let worker: string | null = null;
   const index = (model: string, shard?: number): IndexClient => {
     const inner = deps.index(model, shard);

@@ -107,20 +107,18 @@ describe("parse through the turn chain", () => {
     expect(chain.stats().hits).toBe(3);
   });
 
-  it("a caller's scan of the same body text is the lookup's layout (no second scan); a scan of other text is not used", () => {
+  it("a caller's layout of the body is the lookup's (no second scan); without one the body is scanned, to the same parse", () => {
     const config = configWith();
     const chain = new TurnChainCache({ checkRate: 0 });
     const messages: Msg[] = [{ role: "user", content: longText(1, 200) }, { role: "assistant", content: "ok" }, { role: "user", content: "next" }];
     const body = bodyOf(config, messages);
-    // Equal text, another string object (as the chat handler reads it back from the request).
-    const readBack = new TextDecoder().decode(new TextEncoder().encode(body));
     const layout = scanBodyLayout(body);
-    const used = parseChatTurn(readBack, config, { scanned: { text: body, layout } }, chain);
-    expect(used.turn!.layout).toBe(layout);
-    const other = parseChatTurn(readBack, config, { scanned: { text: bodyOf(config, messages.slice(0, 1)), layout } }, chain);
-    expect(other.turn!.layout).not.toBe(layout);
-    expect(other.turn!.layout).toEqual(layout);
-    expect(JSON.stringify(used.req)).toBe(JSON.stringify(other.req));
+    const given = parseChatTurn(body, config, { layout }, chain);
+    expect(given.turn!.layout).toBe(layout);
+    const scanned = parseChatTurn(body, config, {}, chain);
+    expect(scanned.turn!.layout).not.toBe(layout);
+    expect(scanned.turn!.layout).toEqual(layout);
+    expect(JSON.stringify(given.req)).toBe(JSON.stringify(scanned.req));
   });
 
   it("a body its caller wrote and scanned is parsed as given, not read back from the request; its size is checked as a read checks it", async () => {

@@ -64,6 +64,11 @@ interface Stored {
   prompt: PromptPiece | null;
 }
 
+/** A piece's block hashes as a continuation reads them from the store (the piece assembled as a conversation's first). */
+function hashesOf(piece: PromptPiece): bigint[] {
+  return assembleState([{ ...piece, base: true, scope: "" }])!.tokens!.hashes;
+}
+
 /**
  * Runs the conversation as the handler does, each turn in a fresh isolate: the history and prompt
  * state come only from the stored records (JSON round trip). `withImage: false` drops the image;
@@ -76,7 +81,7 @@ function converse(model: ModelConfig, opts: { withImage: boolean; checkRate: num
   /** Each record's stored size (its messages and prompt piece as JSON). */
   const recordBytes: number[] = [];
   const isolate = { turnChain: null as TurnChainCache | null, prefixCache: null as PrefixCache | null };
-  const perTurn: { pieceEncodes: number; rendered: number; encoded: number; reusedTokens: number; tokens: number; promptChars: number; reusedMessages: number; validatedMessages: number; messages: number; mismatches: number; seeded: { messages: number; chars: number; media: number; tokens: number | null } | null }[] = [];
+  const perTurn: { pieceEncodes: number; hashesFromPrompt: boolean | null; rendered: number; encoded: number; reusedTokens: number; tokens: number; promptChars: number; reusedMessages: number; validatedMessages: number; messages: number; mismatches: number; seeded: { messages: number; chars: number; media: number; tokens: number | null } | null }[] = [];
   for (const [i, turn] of (opts.turns ?? TURNS).entries()) {
     const input = opts.withImage ? turn.input : turn.input.map(withoutImages);
     const req = ResponseCreateSchema.parse({ model: model.id, instructions: INSTRUCTIONS, input, tools: TOOLS });
@@ -115,13 +120,23 @@ function converse(model: ModelConfig, opts: { withImage: boolean; checkRate: num
     expect(encoded.tokens()).toEqual(ids);
     // The stored piece, its ids read from the prompt's (as the handler does) and encoded: the same piece.
     const stable = prompt.stable?.() ?? null;
+    const promptTokens = encoded.idPieces && prompt.mediaParts.length === 0 ? { idPieces: encoded.idPieces, hashPieces: encoded.hashPieces } : null;
     const encodes = vi.spyOn(tok, "encode");
-    const prompt_ = stable === null ? null : nextPiece(state, stable, INSTRUCTIONS, model, encoded.idPieces && prompt.mediaParts.length === 0 ? { idPieces: encoded.idPieces, hashPieces: encoded.hashPieces } : null);
+    const prompt_ = stable === null ? null : nextPiece(state, stable, INSTRUCTIONS, model, promptTokens);
     const pieceEncodes = encodes.mock.calls.filter(([t]) => t !== SPLIT_TOKEN).length;
     encodes.mockRestore();
     if (stable !== null) expect(prompt_, `turn ${i}`).toEqual(nextPiece(state, stable, INSTRUCTIONS, model));
+    // Its block hashes are the prompt's: given the prompt's hashes each with a bit flipped, the piece holds them flipped
+    // (hashed again, it would hold the true ones). Null: no piece tokens, no prompt tokens or no full block.
+    let hashesFromPrompt: boolean | null = null;
+    if (stable !== null && prompt_?.tokens && promptTokens) {
+      const own = hashesOf(prompt_);
+      const flipped = hashesOf(nextPiece(state, stable, INSTRUCTIONS, model, { ...promptTokens, hashPieces: promptTokens.hashPieces.map((p) => p.map((h) => h ^ 1n)) }));
+      if (own.length > 0) hashesFromPrompt = flipped.length === own.length && flipped.every((h, b) => h === (own[b]! ^ 1n));
+    }
     perTurn.push({
       pieceEncodes,
+      hashesFromPrompt,
       rendered,
       encoded: encoded.length - encoded.reusedTokens,
       reusedTokens: encoded.reusedTokens,
@@ -176,11 +191,15 @@ describe("stored conversations continue in a fresh isolate from their stored pro
     });
   }
 
-  it("in the isolate that served the conversation, a stored piece's ids come from the prompt's ids, not a second encode", () => {
+  it("in the isolate that served the conversation, a stored piece's ids and block hashes come from the prompt's, not a second encode or hash", () => {
     for (const model of MODELS) {
       const { perTurn, records } = converse(model, { withImage: false, checkRate: 0, sameIsolate: true });
       expect(records.slice(1).every((r) => r.prompt?.tokens), model.templateId).toBe(true);
       expect(perTurn.map((t) => t.pieceEncodes), model.templateId).toEqual(perTurn.map(() => 0));
+      // Pieces that add full blocks (a turn whose stable prefix ends before one adds none) hold the prompt's.
+      const hashesRead = perTurn.map((t) => t.hashesFromPrompt);
+      expect(hashesRead.filter((r) => r === true).length, model.templateId).toBeGreaterThanOrEqual(3);
+      expect(hashesRead.filter((r) => r === false), model.templateId).toEqual([]);
     }
   });
 
