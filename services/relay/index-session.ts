@@ -5,7 +5,8 @@
  * Reconnects with jittered exponential backoff; answers `resync` with a fresh dump. Each connect
  * mints a new single-use token (a captured one is worthless once used or after a minute).
  * Liveness: a connection the index no longer answers (half-open TCP, blackholed path, an index that
- * stopped reading) is terminated and reconnected like a dropped one (see `pongTimeoutMs`).
+ * stopped reading) is terminated and reconnected like a dropped one (see `pongTimeoutMs`); so is
+ * one that reads slower than the relay sends (MAX_SEND_BACKLOG_BYTES).
  * One session feeds one shard of the pool's index (services/relay/shard-fanout.ts, docs/scale.md §3).
  */
 import type { IncomingMessage } from "node:http";
@@ -73,6 +74,15 @@ export interface IndexSessionOptions {
  */
 export const DEFAULT_PONG_TIMEOUT_MS = 20_000;
 
+/**
+ * Most bytes the send buffer may hold beyond the connection's latest dump: four of the largest
+ * messages the index accepts, so a few full batches may queue on a slow path. Streamed events run
+ * at ~200 KB/s under heavy load (docs/relay.md), so a buffer this far over its dump means the index
+ * is minutes behind while still reading (which liveness does not catch): the socket is terminated
+ * and the next connection's dump carries the state, keeping the relay's memory bounded.
+ */
+export const MAX_SEND_BACKLOG_BYTES = 4 * MAX_RELAY_MESSAGE_BYTES;
+
 /** What a `welcome` says about the index layout (both absent from an unsharded index). */
 export interface WelcomeInfo {
   shards: number | undefined;
@@ -92,6 +102,8 @@ export interface IndexSessionStats {
   bytesSent: number;
   /** Connections terminated because the index stopped answering (no pong within the deadline). */
   livenessTimeouts: number;
+  /** Connections terminated because the send buffer outgrew the dump by MAX_SEND_BACKLOG_BYTES. */
+  backlogOverflows: number;
   lastError: string | null;
 }
 
@@ -147,6 +159,8 @@ export class IndexSession {
   private pongWait: PongWait | null = null;
   /** Messages of the current socket written out (handed to the OS): whether its buffer drains. */
   private written = 0;
+  /** Bytes of the current socket's latest dump (all its messages): the send buffer may hold them on top of the backlog cap. */
+  private dumpBytes = 0;
   private pending: RelayEvent[] = [];
   private pendingBlocks = 0;
   private pendingEpoch = 0;
@@ -162,6 +176,7 @@ export class IndexSession {
     resyncRequests: 0,
     bytesSent: 0,
     livenessTimeouts: 0,
+    backlogOverflows: 0,
     lastError: null as string | null,
   };
 
@@ -284,13 +299,14 @@ export class IndexSession {
       // No per-message deflate (ws offers it by default, workerd accepts it). ws compresses one
       // message at a time, 16 KB of output per zlib thread-pool round trip, each needing an
       // event-loop turn; with the loop busy decoding KV batches (100k-token prefills on a full
-      // cache) a round trip took 50–100 ms, a 7k-block batch about a second, the send queue
-      // grew to tens of MB and the index lagged the worker by seconds. The batches are random
-      // hashes: deflate saves only ~4× of the bytes.
+      // cache) a round trip took 50–100 ms, the send queue reached 16 MB and the index lagged the
+      // worker by 2 s. Deflate's ~4× saving comes from the JSON keys and the decimal/hex spelling
+      // around the hashes' random bits; it is not worth that lag.
       perMessageDeflate: false,
     });
     this.ws = ws;
     this.written = 0;
+    this.dumpBytes = 0;
     // A refused upgrade says why in its body (the edge's error, e.g. a rank the key does not grant).
     let refusal: string | null = null;
     ws.on("unexpected-response", (_req, res) => {
@@ -394,7 +410,8 @@ export class IndexSession {
     const first = snap.blocks.slice(0, this.opts.dumpChunkBlocks);
     const rest = snap.blocks.length - first.length;
     const dump: RelayDump = { type: "dump", epoch: snap.epoch, seq: snap.seq, blocks: first, ...(snap.approximate ? { approximate: true } : {}), ...(rest > 0 ? { continues: rest } : {}) };
-    this.send(dump);
+    this.dumpBytes = 0;
+    this.send(dump, { dump: true });
     this.counters.dumpsSent++;
     // A dump larger than one message continues as stored events (parents already sent first).
     const seq = Math.max(0, snap.seq);
@@ -402,14 +419,15 @@ export class IndexSession {
       const events: RelayEvent[] = snap.blocks
         .slice(i, i + this.opts.dumpChunkBlocks)
         .map((b) => ({ t: "stored", parent: b.p, blocks: [{ h: b.h, l: b.l }], ...(b.tier !== undefined ? { tier: b.tier } : {}) }));
-      this.send({ type: "events", epoch: snap.epoch, seq, events });
+      this.send({ type: "events", epoch: snap.epoch, seq, events }, { dump: true });
       this.counters.eventMessagesSent++;
     }
     const down = this.opts.downReason();
     if (down !== null) this.send({ type: "status", epoch: snap.epoch, status: "down", reason: down });
   }
 
-  private send(msg: RelayMessage, written?: () => void): void {
+  /** `dump`: part of a dump, which the send buffer may hold in full on top of MAX_SEND_BACKLOG_BYTES. */
+  private send(msg: RelayMessage, { written, dump = false }: { written?: () => void; dump?: boolean } = {}): void {
     const ws = this.ws;
     if (!ws || ws.readyState !== WebSocket.OPEN) return;
     const text = JSON.stringify(msg);
@@ -420,6 +438,18 @@ export class IndexSession {
       this.written++;
       written?.();
     });
+    if (dump) this.dumpBytes += text.length;
+    else if (ws.bufferedAmount > this.dumpBytes + MAX_SEND_BACKLOG_BYTES) this.dropBacklog(ws);
+  }
+
+  /** The index reads slower than the relay sends: start over with a dump rather than queue without end. */
+  private dropBacklog(ws: WebSocket): void {
+    this.counters.backlogOverflows++;
+    const bufferedBytes = ws.bufferedAmount;
+    this.counters.lastError = `index send backlog: ${bufferedBytes} bytes buffered, over the dump's ${this.dumpBytes} + ${MAX_SEND_BACKLOG_BYTES}`;
+    this.opts.log.warn("index_send_backlog", { bufferedBytes, dumpBytes: this.dumpBytes, maxBacklogBytes: MAX_SEND_BACKLOG_BYTES });
+    // Not close(): its frame would queue behind the backlog. "close" follows and reconnects.
+    ws.terminate();
   }
 
   /** Sends a ping and, unless one is already awaited, starts waiting for its pong. */
@@ -433,7 +463,7 @@ export class IndexSession {
     const wait: PongWait = { ws, timer: setTimeout(() => this.checkLiveness(wait), this.pongTimeoutMs()), pingOutAt: null, written: this.written, buffered: ws.bufferedAmount };
     wait.timer.unref();
     this.pongWait = wait;
-    this.send({ type: "ping", t: Date.now() }, () => (wait.pingOutAt = Date.now()));
+    this.send({ type: "ping", t: Date.now() }, { written: () => (wait.pingOutAt = Date.now()) });
   }
 
   /** Any message from the index on the current socket: it is alive and read what came before. */

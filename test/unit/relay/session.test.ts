@@ -8,7 +8,7 @@
 import { afterEach, beforeAll, describe, expect, it } from "vitest";
 import { localBlockHash } from "../../../src/blocks/block-hash.ts";
 import { localHashToHex, RelayMessageSchema, type RelayMessage } from "../../../src/relay-wire/relay-protocol.ts";
-import { backoffDelay, IndexSession, relayUrl } from "../../../services/relay/index-session.ts";
+import { backoffDelay, IndexSession, MAX_SEND_BACKLOG_BYTES, relayUrl, type IndexSessionOptions } from "../../../services/relay/index-session.ts";
 import { silentLogger } from "../../../services/relay/log.ts";
 import type { RelayOptionsInput } from "../../../services/relay/options.ts";
 import { startRelay, type Relay } from "../../../services/relay/relay.ts";
@@ -291,6 +291,8 @@ describe("relay session", () => {
  */
 class SilentIndex {
   answerPings = true;
+  /** Stop reading a connection once its hello is welcomed: all the relay sends after stays in its buffer. */
+  stopReadingAfterWelcome = false;
   readonly conns: { ws: WebSocket; messages: RelayMessage[]; closed: boolean }[] = [];
   private readonly wss = new WebSocketServer({ host: "127.0.0.1", port: 0 });
 
@@ -303,6 +305,7 @@ class SilentIndex {
         const msg = JSON.parse(data.toString()) as RelayMessage;
         conn.messages.push(msg);
         if (msg.type === "hello") ws.send(JSON.stringify({ type: "welcome", workerId: msg.workerId, epoch: msg.epoch, poolBlockSize: B }));
+        if (msg.type === "hello" && this.stopReadingAfterWelcome) this.stopReading(this.conns.indexOf(conn));
         if (msg.type === "ping" && this.answerPings) ws.send(JSON.stringify({ type: "pong", t: msg.t }));
       });
     });
@@ -320,7 +323,22 @@ class SilentIndex {
     (this.conns[i]!.ws as unknown as { _socket: Socket })._socket.pause();
   }
 
+  private readonly slowReads: NodeJS.Timeout[] = [];
+
+  /** Reads what arrived once every `everyMs`, then pauses again: an index that keeps reading, slower than the relay sends. */
+  readSlowly(i: number, everyMs: number): void {
+    const socket = (this.conns[i]!.ws as unknown as { _socket: Socket })._socket;
+    socket.pause();
+    this.slowReads.push(
+      setInterval(() => {
+        socket.resume();
+        setImmediate(() => socket.pause());
+      }, everyMs),
+    );
+  }
+
   async close(): Promise<void> {
+    for (const t of this.slowReads) clearInterval(t);
     for (const c of this.conns) c.ws.terminate();
     await new Promise((r) => this.wss.close(r));
   }
@@ -330,8 +348,7 @@ describe("index liveness (no pong within the deadline)", () => {
   const PING_MS = 100;
   const PONG_TIMEOUT_MS = 300;
 
-  async function session(): Promise<{ index: SilentIndex; session: IndexSession; epochs: number[] }> {
-    const index = new SilentIndex();
+  async function session(extra: Partial<IndexSessionOptions> = {}, index = new SilentIndex()): Promise<{ index: SilentIndex; session: IndexSession; epochs: number[] }> {
     await index.ready();
     open.push(index);
     let epoch = 1;
@@ -354,6 +371,7 @@ describe("index liveness (no pong within the deadline)", () => {
       pingIntervalMs: PING_MS,
       pongTimeoutMs: PONG_TIMEOUT_MS,
       log: silentLogger,
+      ...extra,
     });
     open.push(s);
     s.start();
@@ -397,12 +415,53 @@ describe("index liveness (no pong within the deadline)", () => {
     const { index, session: s } = await session();
     await waitFor(() => index.conns.length === 1 && kinds(index.conns[0]!).includes("dump"), "first dump");
     index.stopReading(0);
-    // Far more than the socket buffers hold: the relay's own send buffer fills and stops draining.
+    // Far more than the socket buffers hold (yet under the backlog cap): the relay's own send buffer
+    // fills and stops draining.
     const stored = Array.from({ length: 1000 }, (_, i) => ({ t: "stored" as const, parent: null, blocks: [{ h: String(1000 + i), l: "00000000000000cc" }] }));
-    for (let i = 0; i < 600; i++) s.pushEvents(1, i + 1, stored);
+    const batchBytes = JSON.stringify({ type: "events", epoch: 1, seq: 1, events: stored }).length;
+    for (let i = 0; i < (0.7 * MAX_SEND_BACKLOG_BYTES) / batchBytes; i++) s.pushEvents(1, i + 1, stored);
     await waitFor(() => index.conns.length === 2 && kinds(index.conns[1]!).includes("dump"), "second session's dump", 5000);
     expect(s.stats().livenessTimeouts).toBe(1);
     expect(s.stats().lastError).toMatch(/send buffer stalled/);
+  });
+
+  it("terminates a connection whose send buffer keeps growing while the index still reads, slower than the relay sends", async () => {
+    // Liveness alone keeps such a socket: its buffer drains, just less than it fills.
+    const { index, session: s } = await session({ pongTimeoutMs: 60_000 });
+    await waitFor(() => index.conns.length === 1 && kinds(index.conns[0]!).includes("dump"), "first dump");
+    index.readSlowly(0, 50);
+    // ~1.5 MB of events every 10 ms, until the relay gives the connection up (or 3× the cap was offered).
+    const stored = Array.from({ length: 1000 }, (_, i) => ({ t: "stored" as const, parent: null, blocks: [{ h: String(1000 + i), l: "00000000000000cc" }] }));
+    const batchBytes = JSON.stringify({ type: "events", epoch: 1, seq: 1, events: stored }).length;
+    let seq = 0;
+    const feed = setInterval(() => {
+      for (let i = 0; i < 20 && s.stats().connects === 1 && seq * batchBytes < 3 * MAX_SEND_BACKLOG_BYTES; i++) s.pushEvents(1, ++seq, stored);
+    }, 10);
+    try {
+      await waitFor(() => index.conns.length === 2 && kinds(index.conns[1]!).includes("dump"), "second session's dump", 10_000);
+    } finally {
+      clearInterval(feed);
+    }
+    await waitFor(() => index.conns[0]!.closed, "the backlogged connection is gone");
+    expect(kinds(index.conns[1]!).slice(0, 2)).toEqual(["hello", "dump"]);
+    expect(s.stats()).toMatchObject({ connects: 2, welcomes: 2, backlogOverflows: 1, livenessTimeouts: 0 });
+    expect(s.stats().lastError).toMatch(/send backlog/);
+    // It did not wait for a stall: the index had read part of what was sent by then.
+    expect(index.conns[0]!.messages.filter((m) => m.type === "events").length).toBeGreaterThan(0);
+  });
+
+  it("lets a dump larger than the backlog cap queue whole, and counts only what follows it against the cap", async () => {
+    const blocks = Array.from({ length: 600_000 }, (_, i) => ({ h: String(10_000_000 + i), p: i === 0 ? null : String(10_000_000 + i - 1), l: "00000000000000dd" }));
+    const index = new SilentIndex();
+    index.stopReadingAfterWelcome = true; // the whole dump stays in the relay's buffer
+    const { session: s } = await session({ pongTimeoutMs: 60_000, dumpChunkBlocks: 50_000, snapshot: () => ({ epoch: 1, seq: 0, blocks }) }, index);
+    await waitFor(() => s.stats().dumpsSent === 1, "dump queued");
+    const stored = [{ t: "stored" as const, parent: null, blocks: [{ h: "7", l: "00000000000000ee" }] }];
+    for (let i = 0; i < 10; i++) s.pushEvents(1, i + 1, stored);
+    s.flush();
+    await new Promise((r) => setTimeout(r, 200));
+    expect(s.stats().bytesSent).toBeGreaterThan(MAX_SEND_BACKLOG_BYTES);
+    expect(s.stats()).toMatchObject({ lastError: null, state: "streaming", connects: 1, backlogOverflows: 0 });
   });
 });
 

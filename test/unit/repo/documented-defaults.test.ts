@@ -39,6 +39,7 @@ import { MAX_PROBE_PACKETS } from "../../../services/decode/ffprobe-scan.ts";
 import { FAILED_PROBE_TTL_MS } from "../../../services/decode/server.ts";
 import { MAX_RELAY_KEYS } from "../../../durable-objects/relay-key-store.ts";
 import { RelayOptionsSchema } from "../../../services/relay/options.ts";
+import { MAX_SEND_BACKLOG_BYTES } from "../../../services/relay/index-session.ts";
 import { DecodeServiceOptionsSchema } from "../../../services/decode/options.ts";
 import { LEGACY_VERSION, MM_HASHES_VERSION, parseSimOptions } from "../../../services/sglang-sim/options.ts";
 
@@ -116,6 +117,7 @@ const ACTUAL: Record<string, Record<string, Expected>> = {
     MAX_ROUTING_TOKENS,
     MAX_RELAY_MESSAGE_BYTES,
     MAX_BLOCKS_PER_MESSAGE,
+    MAX_SEND_BACKLOG_BYTES,
     RELAY_TOKEN_MAX_SKEW_S,
     DEFAULT_INDEX_BYTES,
     DEFAULT_MAX_EVENT_CHARS,
