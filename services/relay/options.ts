@@ -2,6 +2,14 @@
 import { z } from "zod";
 import { parseRelayCredential } from "../../src/relay-wire/relay-auth.ts";
 
+/**
+ * Most blocks in one dump message. A block's largest encoding is 130 B: a continuation `stored`
+ * event (index-session.ts sendDump) with a 20-character int64 hash and parent and the `CPU_PINNED`
+ * tier, plus its comma (a `dump` row takes 99 B). 60 000 of them are 7.8 MB, 7 % under
+ * MAX_RELAY_MESSAGE_BYTES (8 MiB), which the index refuses to exceed.
+ */
+export const MAX_DUMP_CHUNK_BLOCKS = 60_000;
+
 const wsUrl = z
   .string()
   .url()
@@ -65,7 +73,7 @@ export const RelayOptionsSchema = z.object({
   backoffBaseMs: z.number().int().min(1).default(100),
   backoffCapMs: z.number().int().min(1).default(5000),
   welcomeTimeoutMs: z.number().int().min(10).default(10_000),
-  dumpChunkBlocks: z.number().int().min(1).max(200_000).default(50_000),
+  dumpChunkBlocks: z.number().int().min(1).max(MAX_DUMP_CHUNK_BLOCKS).default(50_000),
   pingIntervalMs: z.number().int().min(100).default(30_000),
   /** No pong this long after a ping: the index path is dead, reconnect (index-session.ts DEFAULT_PONG_TIMEOUT_MS). */
   pongTimeoutMs: z.number().int().min(100).default(20_000),
