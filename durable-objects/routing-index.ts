@@ -274,19 +274,16 @@ export class RoutingIndex extends DurableObject<RoutingIndexEnv> implements Pool
 
   /** Picks a worker for a request and adds its load. null = no worker up. */
   async route(req: RouteRequest): Promise<RouteDecision | null> {
-    const d = this.#core.route(req);
-    return d;
+    return this.#core.route(req);
   }
 
   /** A first pick through admission: at once under the bound, else this call waits in the pool's queue. */
   async admit(req: AdmitRequest): Promise<AdmitResult> {
-    const r = await this.#core.admit(req, req.admission);
-    return r;
+    return this.#core.admit(req, req.admission);
   }
 
   async leaveQueue(ticket: string): Promise<boolean> {
-    const left = this.#core.leaveQueue(ticket);
-    return left;
+    return this.#core.leaveQueue(ticket);
   }
 
   /** Frees a request's load and records the predicted-vs-actual receipt. */

@@ -76,9 +76,9 @@ export async function routingNamespace(config: Pick<EdgeConfig, "kvSharing" | "r
 }
 
 /**
- * Namespaced copies of the prompt-prefix cache's hash pieces, one namespace per piece (a
- * conversation is one tenant's): a new turn namespaces only its new blocks. Held as long as the
- * piece is (at most the cache's own hashes once more).
+ * Namespaced copies of the hash pieces a cache keeps across turns (the prompt-prefix cache's or the
+ * media view hashes'), one namespace per piece (a conversation is one tenant's): a new turn
+ * namespaces only its new blocks. Held as long as the piece is (at most the caches' own hashes once more).
  */
 const namespacedPieces = new WeakMap<readonly bigint[], { salt: string; hashes: readonly bigint[] }>();
 

@@ -29,9 +29,10 @@ export class LoadSync {
   }
 
   /**
-   * Queues a change for the other shards. Whatever queues it (a route, a settle, a stored block, a
-   * watched prefill given up on at a peek or a stats read, an admission that another shard's release let
-   * in), the owner hears of it here, so nothing waits for the next route or settle to go out.
+   * Queues a change for the other shards; the first one in an empty outbox tells the owner to
+   * schedule a send. Changes also arise outside routes and settles (a stored block, a watched
+   * prefill given up on at a peek or a stats read, an admission another shard's release let in),
+   * and must not wait for the next one.
    */
   #queue(op: LoadOp): void {
     this.#outbox.push(op);
