@@ -73,6 +73,8 @@ export interface PrefixCacheStats {
   reusedTokens: number;
   /** Ids copied into one array by EncodedPrompt.tokens() (what idPieces saves). */
   copiedTokens: number;
+  /** Block hashes copied into one array by reading EncodedPrompt.localHashes of a prompt in several pieces (what hashPieces saves). */
+  joinedHashes: number;
   stores: number;
   evictions: number;
   /** Prefixes that can be looked up. */
@@ -173,20 +175,30 @@ const encoder = new TextEncoder();
 type Ids = readonly number[];
 const EMPTY: readonly number[] = [];
 
-function encoded(copied: (ids: number) => void, chunks: readonly Ids[], length: number, hashPieces: readonly bigint[][], reusedTokens: number, reencode?: () => number[]): EncodedPrompt {
+/** Where encoded() counts the copies its prompt's readers make. */
+interface CopyCounters {
+  copied(ids: number): void;
+  joined(hashes: number): void;
+}
+
+function encoded(count: CopyCounters, chunks: readonly Ids[], length: number, hashPieces: readonly bigint[][], reusedTokens: number, reencode?: () => number[]): EncodedPrompt {
   const tokens = reencode ?? ((): number[] => {
-    copied(length);
+    count.copied(length);
     const out = new Array<number>(length);
     let n = 0;
     for (const c of chunks) for (let i = 0; i < c.length; i++) out[n++] = c[i]!;
     return out;
   });
-  // Joined when read: a media prompt routes on its view's hashes and never reads these.
+  // Joined when read: a media prompt routes on its view's hashes, a namespaced one on the pieces.
   let joined: bigint[] | null = null;
   return {
     length,
     get localHashes() {
-      return (joined ??= hashPieces.length === 1 ? hashPieces[0]! : ([] as bigint[]).concat(...hashPieces));
+      if (joined) return joined;
+      if (hashPieces.length === 1) return (joined = hashPieces[0]!);
+      joined = ([] as bigint[]).concat(...hashPieces);
+      count.joined(joined.length);
+      return joined;
     },
     reusedTokens,
     hashPieces,
@@ -274,12 +286,18 @@ export class PrefixCache {
   private bypassed = 0;
   private reusedTokens = 0;
   private copiedTokens = 0;
+  private joinedHashes = 0;
   private stores = 0;
   // [tokenizer id | block size | prefix length | UTF-8 of head | UTF-8 of tail]
   private readonly buf = new Uint8Array(12 + 3 * (KEY_HEAD_CHARS + KEY_TAIL_CHARS));
   private readonly bufView = new DataView(this.buf.buffer);
-  private readonly copied = (ids: number): void => {
-    this.copiedTokens += ids;
+  private readonly counters: CopyCounters = {
+    copied: (ids) => {
+      this.copiedTokens += ids;
+    },
+    joined: (hashes) => {
+      this.joinedHashes += hashes;
+    },
   };
 
   constructor(options: PrefixCacheOptions = {}) {
@@ -299,7 +317,7 @@ export class PrefixCache {
       this.bypassed++;
       const tokens = tokenizer.encode(text.toString());
       onTokenized?.();
-      return encoded(this.copied, [tokens], tokens.length, [localBlockHashes(tokens, blockSize)], 0);
+      return encoded(this.counters, [tokens], tokens.length, [localBlockHashes(tokens, blockSize)], 0);
     }
     const scope = `${info.family}#${info.id}/${blockSize}`;
     // The last split point (0: none after the start; an empty prefix is never worth a key), then
@@ -371,7 +389,7 @@ export class PrefixCache {
           return ids;
         }
       : undefined;
-    return encoded(this.copied, [...chain.map((x) => x.ids), mid, tail], length, [...chain.map((x) => x.hashes), fresh], reused, reencode);
+    return encoded(this.counters, [...chain.map((x) => x.ids), mid, tail], length, [...chain.map((x) => x.hashes), fresh], reused, reencode);
   }
 
   /**
@@ -401,6 +419,7 @@ export class PrefixCache {
       bypassed: this.bypassed,
       reusedTokens: this.reusedTokens,
       copiedTokens: this.copiedTokens,
+      joinedHashes: this.joinedHashes,
       stores: this.stores,
       evictions: this.held.evictions,
       entries: this.held.entries,
@@ -414,7 +433,7 @@ export class PrefixCache {
   clear(): void {
     this.buckets.clear();
     this.held.clear();
-    this.hits = this.misses = this.bypassed = this.reusedTokens = this.copiedTokens = this.stores = 0;
+    this.hits = this.misses = this.bypassed = this.reusedTokens = this.copiedTokens = this.joinedHashes = this.stores = 0;
   }
 
   private tokenizerInfo(tokenizer: PrefixTokenizer): TokenizerInfo {

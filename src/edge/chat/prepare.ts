@@ -61,7 +61,16 @@ export async function prepareRouting(
     const encoded = sharedPrefixCache().encode(getQwenTokenizer(model.family), promptTextOf(prompt), model.blockSize);
     if (encoded.length === 0) throw new InvalidRequestError("The prompt is empty.", "messages");
     checkContextFit(encoded.length, req, model);
-    const plan: RoutingPlan = { localHashes: encoded.localHashes, hashPieces: encoded.hashPieces, isl: encoded.length, fallbackReason: null, mmHashes: null };
+    const plan: RoutingPlan = {
+      // Joined only when read: a namespaced request reads the pieces (cache-salt.ts namespacedHashes).
+      get localHashes() {
+        return encoded.localHashes;
+      },
+      hashPieces: encoded.hashPieces,
+      isl: encoded.length,
+      fallbackReason: null,
+      mmHashes: null,
+    };
     return prepared(model, prompt, encoded, plan, []);
   }
   const template = encodeMediaPrompt(prompt, model);

@@ -1,12 +1,17 @@
 /**
  * A warm turn namespaces only its new blocks: the prompt-prefix cache hands its hashes out as the
  * pieces it holds, and cache-salt.ts keeps each piece's namespaced copy. The result must equal
- * namespacing every hash, for each tenant, turn after turn.
+ * namespacing every hash, for each tenant, turn after turn; a text turn prepared as the chat
+ * handler prepares it never joins its pieces when namespaced.
  */
 import { beforeAll, describe, expect, it } from "vitest";
 import { localBlockHashes, namespacedLocalHashes, namespaceTag } from "../../../src/blocks/block-hash.ts";
 import { namespacedHashes, type RoutingNamespace } from "../../../src/edge/cache-salt.ts";
-import { PrefixCache } from "../../../src/prompt/prefix-cache.ts";
+import { limitsOf, parseChatBody } from "../../../src/edge/chat/parse.ts";
+import { prepareRouting, type PrepareDeps } from "../../../src/edge/chat/prepare.ts";
+import { promptTextOf } from "../../../src/edge/chat/prompt.ts";
+import { parseEdgeConfig } from "../../../src/config/config.ts";
+import { PrefixCache, sharedPrefixCache } from "../../../src/prompt/prefix-cache.ts";
 import { getQwenTokenizer } from "../../../src/prompt/tokenizer/index.ts";
 import { initHashing } from "../../../src/util/hash.ts";
 
@@ -34,5 +39,37 @@ describe("namespaced hashes from the prefix cache's pieces", () => {
       text += `${"answer ".repeat(30)}${turn}<|im_end|>\n`;
     }
     expect(multiPiece, "later turns came from cached pieces").toBeGreaterThan(5);
+  });
+
+  it("a namespaced warm text turn from prepareRouting joins none of its block hashes; an unsalted one reads them whole", async () => {
+    const deps: PrepareDeps = {
+      config: parseEdgeConfig({ KVEDGE_ACCESS: "public" }),
+      index: () => {
+        throw new Error("a text turn asks no index");
+      },
+      fetch: () => Promise.reject(new Error("a text turn fetches nothing")),
+    };
+    const model = deps.config.models[0]!;
+    const tok = getQwenTokenizer(model.family);
+    const tenant = ns("tenant-text");
+    const messages: { role: string; content: string }[] = [{ role: "system", content: "You are helpful." }];
+    let warm = 0;
+    for (let turn = 0; turn < 4; turn++) {
+      messages.push({ role: "user", content: `${"a text question ".repeat(40)}${turn}` });
+      const req = parseChatBody(JSON.stringify({ model: model.id, messages }), limitsOf(deps.config));
+      const joined = sharedPrefixCache().stats().joinedHashes;
+      const salted = await prepareRouting(req, deps);
+      if (salted.plan.hashPieces!.length > 1) warm++;
+      const routed = namespacedHashes(tenant, salted.plan);
+      expect(sharedPrefixCache().stats().joinedHashes - joined, `turn ${turn + 1}: hashes joined`).toBe(0);
+      const plain = localBlockHashes(tok.encode(promptTextOf(salted.prompt).toString()), model.blockSize);
+      expect(routed).toEqual(namespacedLocalHashes(plain, tenant.tag!));
+      const unsalted = await prepareRouting(req, deps);
+      expect(namespacedHashes({ cacheSalt: null, tag: null }, unsalted.plan)).toEqual(plain);
+      // The counter sees a join: an unsalted warm turn reads its pieces joined.
+      expect(sharedPrefixCache().stats().joinedHashes - joined, `turn ${turn + 1}: unsalted`).toBe(unsalted.plan.hashPieces!.length > 1 ? plain.length : 0);
+      messages.push({ role: "assistant", content: `${"an answer ".repeat(30)}${turn}` });
+    }
+    expect(warm, "later turns came from cached pieces").toBe(3);
   });
 });
