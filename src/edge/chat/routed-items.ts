@@ -36,8 +36,8 @@ function entryBytes(key: string, r: RoutedItem | Ineligible): number {
 
 /**
  * Each remembered item's last key (media-memo.ts gives a conversation's earlier items as the same
- * objects every turn): the same string object again, so the memo finds it by its cached hash instead
- * of a key built and hashed anew per item per turn. Weak: kept while the item is.
+ * objects every turn): handing the memo the same string object lets it use the string's cached hash,
+ * so a turn builds and hashes keys only for its new items. Weak: kept while the item is.
  */
 const keys = new WeakMap<VerifiedMedia, { cohortDigest: string; tag: string; key: string }>();
 
