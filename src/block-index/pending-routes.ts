@@ -110,7 +110,7 @@ export class PendingRoutes {
       let hi = keys.length;
       while (lo < hi) {
         const mid = (lo + hi + 1) >>> 1;
-        if (this.#refs.holds(keys[mid - 1]!, slot) === true) lo = mid;
+        if (this.#refs.holds(keys[mid - 1]!, slot)) lo = mid;
         else hi = mid - 1;
       }
       out.set(slot, lo);

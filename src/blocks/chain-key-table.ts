@@ -105,10 +105,10 @@ export class ChainKeyTable {
     return true;
   }
 
-  /** Whether `slot` holds `k`; null when no slot holds it. */
-  holds(k: number, slot: number): boolean | null {
+  /** Whether `slot` holds `k`. */
+  holds(k: number, slot: number): boolean {
     const at = this.#find(k | 0, Math.floor(k / 4294967296) + 1);
-    if (at < 0) return null;
+    if (at < 0) return false;
     const s = this.#slot[at]!;
     return s === MULTI ? this.#multi.get(k)!.has(slot) : s === slot;
   }
