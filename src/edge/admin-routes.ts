@@ -33,9 +33,7 @@ import { namespacedHashes, routingNamespace, type CacheTenant } from "./cache-sa
 import { clientNetwork } from "./rate-limit.ts";
 import { sglangItemOrder } from "../layout/index.ts";
 import { RELAY_KEY_ROUTES } from "./relay-key-routes.ts";
-import { edgeCacheBudgets } from "./cache-budgets.ts";
-import { sharedPrefixCache } from "../prompt/prefix-cache.ts";
-import { sharedTurnChain } from "../prompt/turn-chain.ts";
+import { edgeCacheReport } from "./cache-budgets.ts";
 import { dispatch, routeFor, type Route } from "./route-table.ts";
 import { stripTrailing } from "../util/strip-trailing.ts";
 
@@ -78,8 +76,8 @@ const TOKEN_ROUTES: readonly Route<AdminCall>[] = [
   { path: "/admin/workers", methods: { GET: workersRoute } },
   { path: "/admin/stats", methods: { GET: statsRoute } },
   { path: "/admin/shards", methods: { GET: shardsRoute } },
-  // This isolate's caches (budgets, hits): per isolate, so a deployment's isolates each answer their own.
-  { path: "/admin/edge-caches", methods: { GET: () => json({ caches: edgeCacheBudgets(), promptPrefix: sharedPrefixCache().stats(), turnChain: sharedTurnChain().stats() }, NO_STORE) } },
+  // This isolate's caches (budgets, hits, work): per isolate, so a deployment's isolates each answer their own.
+  { path: "/admin/edge-caches", methods: { GET: () => json(edgeCacheReport(), NO_STORE) } },
   { path: /^\/admin\/workers\/([^/]+)\/local-hashes$/, methods: { GET: (c, [worker]) => localHashesRoute(c, worker!) } },
   { path: /^\/admin\/workers\/([^/]+)\/drain$/, methods: { POST: (c, [worker]) => drainRoute(c, worker!) } },
   { path: /^\/admin\/workers\/([^/]+)\/undrain$/, methods: { POST: (c, [worker]) => undrainRoute(c, worker!) } },

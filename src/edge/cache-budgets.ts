@@ -7,12 +7,14 @@
  * not listed. A test fills each listed cache far past its budget (test/unit/edge/cache-budgets.test.ts).
  */
 import { layoutMemoStats, MEMO_MAX_BYTES } from "../layout/layout.ts";
-import { sharedPrefixCache } from "../prompt/prefix-cache.ts";
+import { sharedPrefixCache, type PrefixCacheStats } from "../prompt/prefix-cache.ts";
 import { MODEL_FAMILIES, tokenizerCacheStats } from "../prompt/tokenizer/index.ts";
-import { sharedTurnChain } from "../prompt/turn-chain.ts";
+import { sharedTurnChain, type TurnChainStats } from "../prompt/turn-chain.ts";
 import { mediaMemoStats } from "./chat/media-deps.ts";
 import { routedItemStats } from "./chat/routed-items.ts";
-import { sharedViewHashes } from "./chat/view-hashes.ts";
+import { sharedViewHashes, type ViewHashStats } from "./chat/view-hashes.ts";
+import { mediaPolicyChecks, storeSignatures } from "./media.ts";
+import type { MediaMemoStats } from "./media-memo.ts";
 
 export interface CacheBudget {
   name: string;
@@ -45,4 +47,28 @@ export function edgeCacheBudgets(): CacheBudget[] {
     // Media requests' routed views and block hashes up to their generation prompt (chat/view-hashes.ts).
     { name: "media_views", bytes: views.bytes, maxBytes: views.maxBytes, entries: views.entries, policy: "LRU by conversation prefix; bytes bounded" },
   ];
+}
+
+/** GET /admin/edge-caches: the budgets, then each cache's counters (lookups, and the work done and saved) in this isolate. */
+export interface EdgeCacheReport {
+  caches: CacheBudget[];
+  promptPrefix: PrefixCacheStats;
+  turnChain: TurnChainStats;
+  mediaItems: MediaMemoStats;
+  mediaLayouts: ReturnType<typeof routedItemStats>;
+  mediaViews: ViewHashStats;
+  /** URLs checked against the media policy (a remembered item's is not checked again) and store URLs signed (a kept one is given again). */
+  mediaWork: { policyChecks: number; storeSignatures: number };
+}
+
+export function edgeCacheReport(): EdgeCacheReport {
+  return {
+    caches: edgeCacheBudgets(),
+    promptPrefix: sharedPrefixCache().stats(),
+    turnChain: sharedTurnChain().stats(),
+    mediaItems: mediaMemoStats(),
+    mediaLayouts: routedItemStats(),
+    mediaViews: sharedViewHashes().stats(),
+    mediaWork: { policyChecks: mediaPolicyChecks(), storeSignatures: storeSignatures() },
+  };
 }
