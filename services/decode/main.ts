@@ -42,6 +42,8 @@ const { values } = parseArgs({
     "store-max-bytes": { type: "string" },
     "store-max-items": { type: "string" },
     "store-client-share": { type: "string" },
+    "store-lease-sec": { type: "string" },
+    "store-lease-share": { type: "string" },
     "max-url-fresh-sec": { type: "string" },
     "host-map": { type: "string", multiple: true },
     "no-auth": { type: "boolean" },
@@ -66,6 +68,7 @@ if (values.help) {
       "  [--max-downloads N] [--max-download-queue N] [--request-timeout-ms N] [--idle-timeout-ms N]\n" +
       "  [--client-share F  (most of the probe and download slots one edge client holds, 0 < F <= 1; default 0.5)]\n" +
       "  [--store-dir DIR] [--store-max-bytes N] [--store-max-items N] [--store-client-share F  (most of the store's bytes one client holds; default 0.25)]\n" +
+      "  [--store-lease-sec N  (held items kept at least N s after the edge asked; 0: no leases; default 600)] [--store-lease-share F  (most of the store's bytes, items and each client's share under lease; default 0.25)]\n" +
       "  [--host-map NAME=ADDR ...  (static answers, still SSRF-checked)]\n" +
       "  [--max-url-fresh-sec N  (reuse a URL's bytes without asking its origin for at most N s of its stated freshness; 0: always ask)]\n" +
       "  env: KVEDGE_MEDIA_URL_KEY or KVEDGE_MEDIA_URL_KEY_FILE (signed media URLs, shared with the edge)\n",
@@ -110,6 +113,8 @@ if (values["worker-credential"] !== undefined) {
 }
 if (values["store-max-bytes"] !== undefined) opts.store.maxTotalBytes = int(values["store-max-bytes"])!;
 if (values["store-max-items"] !== undefined) opts.store.maxItems = int(values["store-max-items"])!;
+if (values["store-lease-sec"] !== undefined) opts.store.leaseSec = int(values["store-lease-sec"])!;
+if (values["store-lease-share"] !== undefined) opts.store.leaseShare = Number(values["store-lease-share"]);
 if (values["store-client-share"] !== undefined) opts.store.clientShare = Number(values["store-client-share"]);
 if (values["host-map"]) {
   const map: Record<string, string[]> = {};

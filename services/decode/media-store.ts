@@ -12,6 +12,14 @@
  * restarted service re-indexes the directory with each item's owner, oldest first by mtime, and
  * the caps hold again before it serves. Files are unlinked on eviction; a read already streaming
  * keeps its open descriptor, so eviction never cuts a transfer.
+ *
+ * A lease (`lease`, granted by `POST /v1/store/held`) is a promise not to evict an item before a
+ * time: the edge then forwards signed URLs to it without asking again (src/edge/media.ts). Leased
+ * items are bounded (`leases.maxBytes` and `maxItems` in all, `clientMaxBytes` per owner); past a
+ * bound a new lease is refused (0), never an old one broken, and eviction passes over leased items,
+ * so the store's bytes exceed `maxBytes` only while an item just put does not fit beside the leased
+ * ones (at most the leased bytes over). Leases live in memory: a restarted store has none (the edge
+ * drops its leases when a worker's answer fails, so the next request asks again).
  */
 import { mkdir, readdir, rename, stat, unlink } from "node:fs/promises";
 import path from "node:path";
@@ -29,6 +37,10 @@ export interface MediaStoreStats {
   evictions: number;
   /** Items found on disk at start and kept (re-indexed within the caps). */
   restored: number;
+  /** Items under lease, their bytes, and leases refused at a bound. */
+  leased: number;
+  leasedBytes: number;
+  leasesRefused: number;
 }
 
 export interface MediaStoreLimits {
@@ -36,6 +48,28 @@ export interface MediaStoreLimits {
   maxItems: number;
   /** Most bytes one labelled client holds. */
   clientMaxBytes: number;
+  /** Leases granted by `lease` (all 0, or leaseMs 0: none). */
+  leases?: LeaseLimits;
+  /** Clock of the leases (ms; tests). Default: performance.now. */
+  now?: () => number;
+}
+
+export interface LeaseLimits {
+  /** How long a lease lasts from its grant (or renewal); 0: no leases. */
+  leaseMs: number;
+  /** Most bytes, and items, under lease at once. */
+  maxBytes: number;
+  maxItems: number;
+  /** Most leased bytes of items one labelled client owns. */
+  clientMaxBytes: number;
+}
+
+const NO_LEASES: LeaseLimits = { leaseMs: 0, maxBytes: 0, maxItems: 0, clientMaxBytes: 0 };
+
+interface Lease {
+  until: number;
+  size: number;
+  owner: string;
 }
 
 /** The owner of items stored without a client label. */
@@ -57,12 +91,21 @@ export class MediaStore {
   private dedups = 0;
   private evictions = 0;
   private restored = 0;
+  /** digest → lease, in order of expiry (a renewal moves it to the end: every lease is leaseMs long). */
+  private readonly leases = new Map<string, Lease>();
+  private leasedBytes = 0;
+  private readonly leasedByOwner = new Map<string, number>();
+  private leasesRefused = 0;
+  private readonly leaseLimits: LeaseLimits;
+  private readonly now: () => number;
   readonly dir: string;
   readonly limits: MediaStoreLimits;
 
   private constructor(dir: string, limits: MediaStoreLimits) {
     this.dir = dir;
     this.limits = limits;
+    this.leaseLimits = limits.leases ?? NO_LEASES;
+    this.now = limits.now ?? (() => performance.now());
   }
 
   /** Opens (creates) the directory and re-indexes the items an earlier run stored there, within the caps. */
@@ -104,6 +147,46 @@ export class MediaStore {
 
   has(digest: string): boolean {
     return this.ownerOf.has(digest);
+  }
+
+  /**
+   * Leases a held item (renews its lease): it is not evicted for the next `leaseMs`. Returns the
+   * lease's remaining ms, or 0 when the item is not held or a bound leaves no room for it.
+   */
+  lease(digest: string): number {
+    const owner = this.ownerOf.get(digest);
+    const { leaseMs, maxBytes, maxItems, clientMaxBytes } = this.leaseLimits;
+    if (owner === undefined || leaseMs <= 0) return 0;
+    const now = this.now();
+    this.expireLeases(now);
+    const size = this.owners.get(owner)!.items.get(digest)!;
+    if (this.leases.has(digest)) this.leases.delete(digest);
+    else {
+      const ownerLeased = this.leasedByOwner.get(owner) ?? 0;
+      if (this.leases.size >= maxItems || this.leasedBytes + size > maxBytes || (owner !== UNLABELLED && ownerLeased + size > clientMaxBytes)) {
+        this.leasesRefused++;
+        return 0;
+      }
+      this.leasedBytes += size;
+      this.leasedByOwner.set(owner, ownerLeased + size);
+    }
+    this.leases.set(digest, { until: now + leaseMs, size, owner });
+    return leaseMs;
+  }
+
+  private expireLeases(now: number): void {
+    for (const [digest, l] of this.leases) {
+      if (l.until > now) return;
+      this.endLease(digest, l);
+    }
+  }
+
+  private endLease(digest: string, l: Lease): void {
+    this.leases.delete(digest);
+    this.leasedBytes -= l.size;
+    const left = this.leasedByOwner.get(l.owner)! - l.size;
+    if (left > 0) this.leasedByOwner.set(l.owner, left);
+    else this.leasedByOwner.delete(l.owner);
   }
 
   /**
@@ -151,14 +234,15 @@ export class MediaStore {
     await unlink(this.file(digest, owner)).catch(() => {});
   }
 
-  /** Oldest item of `owner` other than `keep`, or null. */
+  /** Oldest item of `owner` other than `keep` and not leased, or null. */
   private oldest(owner: string, keep: string | null): string | null {
-    for (const d of this.owners.get(owner)?.items.keys() ?? []) if (d !== keep) return d;
+    for (const d of this.owners.get(owner)?.items.keys() ?? []) if (d !== keep && !this.leases.has(d)) return d;
     return null;
   }
 
   private async evictWithinQuota(owner: string, keep: string | null): Promise<void> {
     if (owner === UNLABELLED) return;
+    this.expireLeases(this.now());
     for (;;) {
       const o = this.owners.get(owner);
       if (!o || o.bytes <= this.limits.clientMaxBytes) return;
@@ -170,6 +254,7 @@ export class MediaStore {
 
   /** Over a cap: the owner holding the most (bytes, or items) gives up its least recently used item. */
   private async evictToCaps(keep: string | null): Promise<void> {
+    this.expireLeases(this.now());
     for (;;) {
       const overBytes = this.total > this.limits.maxBytes;
       if (!overBytes && this.ownerOf.size <= this.limits.maxItems) return;
@@ -188,6 +273,7 @@ export class MediaStore {
   }
 
   get stats(): MediaStoreStats {
+    this.expireLeases(this.now());
     return {
       items: this.ownerOf.size,
       bytes: this.total,
@@ -198,6 +284,9 @@ export class MediaStore {
       dedups: this.dedups,
       evictions: this.evictions,
       restored: this.restored,
+      leased: this.leases.size,
+      leasedBytes: this.leasedBytes,
+      leasesRefused: this.leasesRefused,
     };
   }
 }

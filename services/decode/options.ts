@@ -57,6 +57,14 @@ export const DecodeServiceOptionsSchema = z
          * past it, that client's own least recently used items go. 1: no quota.
          */
         clientShare: z.number().gt(0).max(1).default(0.25),
+        /**
+         * How long an item the edge asked about (`POST /v1/store/held`) is kept from eviction, so the
+         * edge forwards it without asking while more than its URL lifetime is left (media-store.ts
+         * lease). 0: no leases (the edge asks every turn).
+         */
+        leaseSec: z.number().int().min(0).max(3_600).default(600),
+        /** Most of maxTotalBytes, of maxItems and of each client's share that leases hold at once. */
+        leaseShare: z.number().min(0).max(0.5).default(0.25),
         /** HMAC key shared with the edge for `/v1/media/<digest>?exp&sig` (null: the store serves nothing). */
         urlKey: z.string().min(32).nullable().default(null),
         /**

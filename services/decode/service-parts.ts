@@ -66,6 +66,12 @@ export async function assembleParts(opts: DecodeServiceOptions, deps: DecodeServ
     maxBytes: opts.store.maxTotalBytes,
     maxItems: opts.store.maxItems,
     clientMaxBytes: Math.floor(opts.store.maxTotalBytes * opts.store.clientShare),
+    leases: {
+      leaseMs: opts.store.leaseSec * 1000,
+      maxBytes: Math.floor(opts.store.maxTotalBytes * opts.store.leaseShare),
+      maxItems: Math.floor(opts.store.maxItems * opts.store.leaseShare),
+      clientMaxBytes: Math.floor(opts.store.maxTotalBytes * opts.store.clientShare * opts.store.leaseShare),
+    },
   });
   const urlKey = opts.store.urlKey ? await importMediaUrlKey(opts.store.urlKey) : null;
   // Shared by clients (fair-slots.ts): no client holds more than its share of either.

@@ -19,6 +19,7 @@ import { namespacedHashes } from "./cache-salt.ts";
 import { chatAnswer, costlyLogprobStream } from "./chat/chat-answer.ts";
 import { forward, type ForwardDeps } from "./chat/forward.ts";
 import { mediaDeps } from "./chat/media-deps.ts";
+import { dropLeases } from "./media.ts";
 import { parseChat, type ParseDeps } from "./chat/parse.ts";
 import { prepareRouting, type PrepareDeps, type PreparedRouting } from "./chat/prepare.ts";
 import { cacheTenant, resolveChatModel } from "./chat/resolve-model.ts";
@@ -118,6 +119,9 @@ export async function handleChatCompletions(request: Request, deps: ChatDeps): P
     clock,
     noneEligible: costly,
   });
+  // A worker that could not fetch an item forwarded on its lease (a store restarted without it):
+  // the next request asks the store, which has it stored again by URL.
+  if (!answer.ok) dropLeases(prepared.mediaLeased);
   // How much of the prompt the turn chain supplied (admin and debug only, like the routing headers).
   // And the work this request did: characters parsed and validated, characters the template rendered, tokens the tokenizer produced.
   if (showRouting) {

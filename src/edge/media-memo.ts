@@ -32,10 +32,15 @@ export interface MediaMemoStats {
   maxBytes: number;
 }
 
-/** A remembered item; `policyChecked`: its URL passed this isolate's policy (the caller sets it once it has checked a seed's). */
+/**
+ * A remembered item; `policyChecked`: its URL passed this isolate's policy (the caller sets it once
+ * it has checked a seed's); `leaseUntil`: until when (Date.now ms) the media store promised to keep
+ * its bytes (0: no promise; media.ts confirmHeld sets it, dropLeases clears it).
+ */
 export interface Remembered {
   readonly media: VerifiedMedia;
   policyChecked: boolean;
+  leaseUntil: number;
 }
 
 /** Where an entry sits in byScope, so an eviction can take it out there too. */
@@ -80,13 +85,13 @@ export class MediaMemo {
 
   /** Remembers an item verified here, its URL checked against this isolate's policy. */
   set(scope: string, kind: VerifiedMedia["kind"], url: string, media: VerifiedMedia): void {
-    this.put(scope, kind, url, { media, policyChecked: true });
+    this.put(scope, kind, url, { media, policyChecked: true, leaseUntil: 0 });
   }
 
   /** Adds an item verified elsewhere (a stored response's) unless the scope holds the URL: an entry of the isolate's own stays as it is. Its URL is checked at its first use. */
   seed(scope: string, kind: VerifiedMedia["kind"], url: string, media: VerifiedMedia): void {
     if (this.byScope.get(`${scope}\u0000${kind}`)?.has(url)) return;
-    this.put(scope, kind, url, { media, policyChecked: false });
+    this.put(scope, kind, url, { media, policyChecked: false, leaseUntil: 0 });
   }
 
   private put(scope: string, kind: VerifiedMedia["kind"], url: string, value: Remembered): void {

@@ -62,6 +62,12 @@ export interface MediaDeps {
   /** Signs store URLs for one worker (null when no store is configured). */
   sign: MediaSigner | null;
   forwardClientUrls: boolean;
+  /**
+   * A remembered stored item is forwarded without asking the store while its lease (the store's
+   * promise to keep it, `POST /v1/store/held`) has more than this left: the longest a worker may
+   * fetch its signed URL (`mediaStore.urlTtlSec`). Absent: the store is asked every turn.
+   */
+  leaseMarginMs?: number;
 }
 
 /**
@@ -277,6 +283,17 @@ export interface MediaReuse {
   memo: MediaMemo;
   scope: string;
   earlier: readonly boolean[];
+  /** Filled by verifyMedia: the entries forwarded on their lease, without asking the store (dropLeases if the worker's answer fails). */
+  leased: Remembered[];
+}
+
+/**
+ * Forgets the leases of items forwarded without asking the store: after a worker's failed answer
+ * (the store may have restarted and lost the bytes) the next request asks it again, and stores
+ * again by URL what it no longer holds.
+ */
+export function dropLeases(leased: readonly Remembered[]): void {
+  for (const r of leased) r.leaseUntil = 0;
 }
 
 /**
@@ -297,8 +314,9 @@ interface Taken {
   seeds: Remembered[];
   /** Parts not remembered. */
   rest: number[];
-  /** Remembered parts whose bytes are in the store. */
+  /** Remembered parts whose bytes are in the store, and their entries. */
   stored: number[];
+  storedHits: Remembered[];
 }
 
 /**
@@ -310,7 +328,7 @@ interface Taken {
  * passed this policy when it was remembered (media-memo.ts): only the others are checked.
  */
 function takeRemembered(parts: readonly MediaPartRef[], deps: MediaDeps, reuse: MediaReuse, out: VerifiedMedia[]): Taken {
-  const taken: Taken = { unchecked: [], seeds: [], rest: [], stored: [] };
+  const taken: Taken = { unchecked: [], seeds: [], rest: [], stored: [], storedHits: [] };
   for (let i = 0; i < parts.length; i++) {
     const p = parts[i]!;
     const hit = p.kind === "audio" || deps.forwardClientUrls || !(reuse.earlier[i] || isDataUrl(p.url)) ? null : reuse.memo.get(reuse.scope, p.kind, p.url);
@@ -324,23 +342,51 @@ function takeRemembered(parts: readonly MediaPartRef[], deps: MediaDeps, reuse: 
       taken.seeds.push(hit);
     }
     out[i] = hit.media;
-    if (hit.media.stored) taken.stored.push(i);
+    if (hit.media.stored) {
+      taken.stored.push(i);
+      taken.storedHits.push(hit);
+    }
   }
   return taken;
 }
 
-/** The indices still to resolve: those not remembered, and remembered ones the store no longer holds (one call for all). */
+/**
+ * The indices still to resolve: those not remembered, and remembered ones the store no longer
+ * holds (one call for all). A stored item whose lease has more than `leaseMarginMs` left is not
+ * asked about: the store promised to keep it past the longest its signed URL may be fetched. An
+ * item asked about and held gets the lease the store answers.
+ */
 async function confirmHeld(parts: readonly MediaPartRef[], deps: MediaDeps, reuse: MediaReuse, call: Required<DecodeCallOptions>, out: VerifiedMedia[], taken: Taken): Promise<number[]> {
   const todo = taken.rest;
   if (taken.stored.length === 0) return todo;
-  const digests = [...new Set(taken.stored.map((i) => out[i]!.digest!))];
+  const now = Date.now();
+  const margin = deps.leaseMarginMs;
+  const ask: number[] = [];
+  const askHits: Remembered[] = [];
+  for (let k = 0; k < taken.stored.length; k++) {
+    const hit = taken.storedHits[k]!;
+    if (margin !== undefined && hit.leaseUntil - now > margin) reuse.leased.push(hit);
+    else {
+      ask.push(taken.stored[k]!);
+      askHits.push(hit);
+    }
+  }
+  if (ask.length === 0) return todo;
+  const digests = [...new Set(ask.map((i) => out[i]!.digest!))];
   const answer = digests.length <= MAX_HELD_DIGESTS ? await deps.decode.held(digests, call) : null;
   // No answer (the store's trouble, the client gone): every such item is stored again, which
   // raises the store's own error for the request.
-  const held = new Set(answer?.ok ? digests.filter((_, k) => answer.held[k]) : []);
+  const held = new Map<string, number>();
+  if (answer?.ok) digests.forEach((d, k) => answer.held[k] && held.set(d, answer.leaseMs?.[k] ?? 0));
   let dropped = false;
-  for (const i of taken.stored) {
-    if (held.has(out[i]!.digest!)) continue;
+  for (let k = 0; k < ask.length; k++) {
+    const i = ask[k]!;
+    const leaseMs = held.get(out[i]!.digest!);
+    if (leaseMs !== undefined) {
+      // From before the call: the store's lease began no earlier.
+      askHits[k]!.leaseUntil = leaseMs > 0 ? now + leaseMs : 0;
+      continue;
+    }
     // Forgotten only when the store said so (not when it could not answer, or the client left).
     if (answer?.ok) reuse.memo.drop(reuse.scope, parts[i]!.kind, parts[i]!.url);
     todo.push(i);

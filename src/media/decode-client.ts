@@ -32,7 +32,7 @@ export type ProbeOutcome =
   | { ok: true; probe: ProbeResult; cache: string | null }
   | { ok: false; reason: DecodeFallbackReason; detail: string; status: number | null };
 
-export type HeldOutcome = { ok: true; held: boolean[] } | { ok: false; reason: DecodeFallbackReason; detail: string; status: number | null };
+export type HeldOutcome = { ok: true; held: boolean[]; leaseMs: number[] | null } | { ok: false; reason: DecodeFallbackReason; detail: string; status: number | null };
 
 export type ProbeInput = { url: string } | { bytes: Uint8Array };
 
@@ -81,14 +81,15 @@ export class DecodeClient {
     return { ok: true, result: parsed.data, cache: out.cache };
   }
 
-  /** Which of `digests` (at most MAX_HELD_DIGESTS) the media store still holds, one per digest in order; each held is marked used. */
+  /** Which of `digests` (at most MAX_HELD_DIGESTS) the media store still holds, one per digest in order; each held is marked used and leased (`leaseMs`, null from a store without leases). */
   async held(digests: readonly string[], call: DecodeCallOptions = {}): Promise<HeldOutcome> {
     const out = await this.call("/v1/store/held", "application/json", JSON.stringify({ digests }), call);
     if (!out.ok) return { ok: false, reason: out.reason, detail: out.detail, status: out.status };
     const parsed = HeldResultSchema.safeParse(out.json);
     if (!parsed.success) return { ok: false, reason: "decode_bad_response", detail: issues(parsed.error), status: out.status };
-    if (parsed.data.held.length !== digests.length) return { ok: false, reason: "decode_bad_response", detail: `${parsed.data.held.length} answers for ${digests.length} digests`, status: out.status };
-    return { ok: true, held: parsed.data.held };
+    const { held, leaseMs } = parsed.data;
+    if (held.length !== digests.length || (leaseMs && leaseMs.length !== digests.length)) return { ok: false, reason: "decode_bad_response", detail: `${held.length} answers for ${digests.length} digests`, status: out.status };
+    return { ok: true, held, leaseMs: leaseMs ?? null };
   }
 
   async probe(input: ProbeInput, call: DecodeCallOptions = {}): Promise<ProbeOutcome> {

@@ -34,4 +34,9 @@ export const HeldRequestSchema = z.strictObject({
 export const HeldResultSchema = z.object({
   /** One per digest asked, in order. */
   held: z.array(z.boolean()),
+  /**
+   * One per digest: how long from its answer the store promises not to evict it (a lease,
+   * services/decode/media-store.ts); 0 or absent: no promise (a store without leases).
+   */
+  leaseMs: z.array(z.number().int().min(0).max(86_400_000)).optional(),
 });

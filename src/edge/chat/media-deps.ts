@@ -42,6 +42,7 @@ function builtFor(deps: { config: EdgeConfig; fetch: EdgeFetch }): NonNullable<t
         inlineMaxBytes: store.inlineMaxBytes,
         sign: key ? storeSigner(store.publicUrl!, key, store.urlTtlSec) : null,
         forwardClientUrls: store.forwardClientUrls,
+        leaseMarginMs: store.urlTtlSec * 1000,
       },
       memo: new MediaMemo(),
     };

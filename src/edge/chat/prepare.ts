@@ -11,6 +11,7 @@ import type { ChainFind } from "../../prompt/turn-chain.ts";
 import { getQwenTokenizer } from "../../prompt/tokenizer/index.ts";
 import type { ChatFrontDoor } from "../../routing-index/front-door.ts";
 import type { VerifiedMedia } from "../media.ts";
+import type { Remembered } from "../media-memo.ts";
 import { planMediaRouting, type RoutingPlan } from "./layout.ts";
 import type { EdgeFetch } from "./media-deps.ts";
 import { limitsOf } from "./parse.ts";
@@ -37,6 +38,8 @@ export interface PreparedRouting {
   plan: RoutingPlan;
   /** Media as the worker receives it (verified bytes only), prompt order. */
   media: VerifiedMedia[];
+  /** Remembered media forwarded on the store's lease without asking it (media.ts dropLeases after a failed worker answer). */
+  mediaLeased: readonly Remembered[];
   /** Tokens the tokenizer produced for this request (the rest came from the prompt-prefix cache): a work counter. */
   encodedTokens: number;
 }
@@ -71,18 +74,18 @@ export async function prepareRouting(
       fallbackReason: null,
       mmHashes: null,
     };
-    return prepared(model, prompt, encoded, plan, []);
+    return prepared(model, prompt, encoded, plan, [], []);
   }
   const template = encodeMediaPrompt(prompt, model);
   const media = await verifyPromptMedia(prompt, deps, requester, { messages: req.messages, itemTag });
   const plan = await planMediaRouting({ config: deps.config, req, model, index: deps.index(model.id), template, media, itemTag });
   // The worker counts expanded media tokens: exact when the plan is, else the text tokens are a lower bound.
   checkContextFit(plan.fallbackReason === null ? plan.isl : template.length, req, model);
-  return prepared(model, prompt, template, plan, media.media);
+  return prepared(model, prompt, template, plan, media.media, media.leased);
 }
 
 /** The template's tokens (text-only: the routed sequence) are joined only when read (admin explain). */
-function prepared(model: ModelConfig, prompt: RenderedPrompt, template: EncodedPrompt, plan: RoutingPlan, media: VerifiedMedia[]): PreparedRouting {
+function prepared(model: ModelConfig, prompt: RenderedPrompt, template: EncodedPrompt, plan: RoutingPlan, media: VerifiedMedia[], mediaLeased: readonly Remembered[]): PreparedRouting {
   let ids: number[] | null = null;
   return {
     model,
@@ -93,6 +96,7 @@ function prepared(model: ModelConfig, prompt: RenderedPrompt, template: EncodedP
     idPieces: template.idPieces,
     plan,
     media,
+    mediaLeased,
     encodedTokens: template.length - template.reusedTokens,
   };
 }

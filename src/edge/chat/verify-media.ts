@@ -6,7 +6,8 @@ import type { NamespaceTag } from "../../blocks/block-hash.ts";
 import type { EdgeConfig } from "../../config/config.ts";
 import { bytesToHex } from "../../util/hex.ts";
 import { clientLabel, type ClientRef } from "../client-label.ts";
-import { verifyMedia, type MediaPartRef, type VerifiedMedia } from "../media.ts";
+import { verifyMedia, type MediaPartRef, type MediaReuse, type VerifiedMedia } from "../media.ts";
+import type { Remembered } from "../media-memo.ts";
 import { mediaDeps, mediaMemo, type EdgeFetch } from "./media-deps.ts";
 import type { RenderedPrompt } from "./prompt.ts";
 
@@ -18,6 +19,8 @@ export interface PromptMedia {
   parts: MediaPartRef[];
   /** Media as the worker receives it (verified bytes only), prompt order. */
   media: VerifiedMedia[];
+  /** Remembered items forwarded on the store's lease, without asking it (media.ts dropLeases when the worker's answer fails). */
+  leased: readonly Remembered[];
 }
 
 /** A media item verified for an earlier turn in another isolate (a stored response's, src/edge/responses/stored-media.ts). */
@@ -43,16 +46,16 @@ export async function verifyPromptMedia(prompt: RenderedPrompt, deps: { config: 
     param: `messages[${p.messageIndex}].content[${p.partIndex}]`,
   }));
   const client = requester?.client ? clientLabel(requester.client) : null;
-  let reuse = null;
+  let reuse: MediaReuse | null = null;
   if (conversation) {
     // Items before the last assistant message have been answered: they are the conversation's earlier items.
     let answered = conversation.messages.length - 1;
     while (answered >= 0 && conversation.messages[answered]!.role !== "assistant") answered--;
     const scope = `${client ?? ""}\u0000${conversation.itemTag === null ? "" : bytesToHex(conversation.itemTag)}`;
-    reuse = { memo: mediaMemo(deps), scope, earlier: prompt.mediaParts.map((p) => p.messageIndex < answered) };
+    reuse = { memo: mediaMemo(deps), scope, earlier: prompt.mediaParts.map((p) => p.messageIndex < answered), leased: [] };
     // Seeded into this scope only: used as any memo entry (a stored item after the store confirms it holds the bytes).
     for (const seed of deps.mediaSeeds ?? []) reuse.memo.seed(scope, seed.kind, seed.url, seed.media);
   }
   const media = await verifyMedia(parts, mediaDeps(deps), { client, signal: requester?.signal ?? null, traceparent: requester?.traceparent ?? null }, reuse);
-  return { parts, media };
+  return { parts, media, leased: reuse?.leased ?? [] };
 }

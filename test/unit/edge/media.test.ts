@@ -233,7 +233,7 @@ describe("edge media verification", () => {
     const memo = new MediaMemo();
     const url = `http://127.0.0.1:${port}/a.png`;
     const inline = `data:image/png;base64,${Buffer.from(png).toString("base64")}`;
-    const turn = (urls: string[], earlier: boolean[]) => verifyMedia(urls.map((u) => part("image", u)), d, { client: "c-memo", signal: null }, { memo, scope: "c-memo", earlier });
+    const turn = (urls: string[], earlier: boolean[]) => verifyMedia(urls.map((u) => part("image", u)), d, { client: "c-memo", signal: null }, { memo, scope: "c-memo", earlier, leased: [] });
     let checks = mediaPolicyChecks();
     const [first] = await turn([url, inline], [false, false]);
     expect(mediaPolicyChecks() - checks).toBe(2);

@@ -5,7 +5,10 @@
  * probe and held calls; the edge's count of items laid out and of view blocks hashed), while the prompt, the routed ids and
  * the block hashes equal a full preparation from scratch at every turn, across a store restart
  * (bytes kept: held; store emptied: the earlier items are stored again), and no entry is shared
- * across tenants. A client changing an earlier item's bytes behind its URL: the conversation keeps
+ * across tenants. An item the store leased (held-route.ts) is forwarded without asking it while the
+ * lease outlives the signed URL: after a restart that lost it the worker's fetch fails, the leases
+ * are dropped as the chat handler drops them, and the retry stores the items again; past the
+ * store's lease bound it refuses leases and the edge asks every turn. A client changing an earlier item's bytes behind its URL: the conversation keeps
  * the bytes it was answered about; a new message naming the URL gets the new bytes.
  */
 import http from "node:http";
@@ -21,12 +24,13 @@ import { routedItemStats } from "../../../src/edge/chat/routed-items.ts";
 import { sharedViewHashes } from "../../../src/edge/chat/view-hashes.ts";
 import { sharedPrefixCache } from "../../../src/prompt/prefix-cache.ts";
 import { namespacedHashes, namespacedItemHash } from "../../../src/edge/cache-salt.ts";
-import { mediaItems, mediaPolicyChecks, storeSigner, verifyMedia } from "../../../src/edge/media.ts";
+import { dropLeases, mediaItems, mediaPolicyChecks, storeSigner, verifyMedia, workerForwards } from "../../../src/edge/media.ts";
+import { mediaDeps } from "../../../src/edge/chat/media-deps.ts";
 import { buildRoutingView, cohortEligibility, SGLANG_CONTRACT_KEY } from "../../../src/layout/index.ts";
 import { localBlockHashes, namespacedLocalHashes, namespaceTag, type NamespaceTag } from "../../../src/blocks/block-hash.ts";
 import { DecodeClient } from "../../../src/media/decode-client.ts";
 import { SafeFetcher } from "../../../src/media/safe-fetch.ts";
-import { importMediaUrlKey } from "../../../src/media/signed-url.ts";
+import { importMediaUrlKey, workerMediaCredential } from "../../../src/media/signed-url.ts";
 import { preparePrompt } from "../../../src/prompt/index.ts";
 import { getQwenTokenizer } from "../../../src/prompt/tokenizer/index.ts";
 import { initHashing } from "../../../src/util/hash.ts";
@@ -53,8 +57,16 @@ let deps: PrepareDeps;
 let clip: Uint8Array;
 let clip2: Uint8Array;
 
-const startStore = async (dir: string): Promise<DecodeService> =>
-  startDecodeService({ token: TOKEN, port, fetch: { allowlist: [new URL(originUrl).host] }, store: { urlKey: KEY, dir } });
+const startStore = async (dir: string, limits: { maxItems?: number; leaseShare?: number } = {}): Promise<DecodeService> =>
+  startDecodeService({ token: TOKEN, port, fetch: { allowlist: [new URL(originUrl).host] }, store: { urlKey: KEY, dir, ...limits } });
+
+/** HTTP status of each stored item's signed URL as worker w1 fetches it (its media credential as Basic auth). */
+async function workerFetches(prep: PreparedRouting): Promise<number[]> {
+  const { imageData, videoData } = await workerForwards(prep.media, mediaDeps(deps).sign, "w1");
+  const auth = { authorization: `Basic ${btoa(`w1:${await workerMediaCredential(await importMediaUrlKey(KEY), "w1")}`)}` };
+  const urls = [...imageData, ...videoData].filter((u) => u.startsWith(svc.url));
+  return Promise.all(urls.map(async (u) => (await fetch(u, { headers: auth }).then(async (r) => (await r.arrayBuffer(), r.status)))));
+}
 
 beforeAll(async () => {
   await initHashing();
@@ -170,22 +182,32 @@ describe("vision turns: media work for the new items only", () => {
       messages.push({ role: "user", content: [{ type: "text", text: `Question ${messages.length}: what is here?` }, ...parts] });
       return JSON.stringify({ model: MODEL, messages, max_tokens: 8 });
     };
-    const steps: { parts: unknown[]; work: Counts; restart?: "keep" | "empty" }[] = [
+    // `leased`: earlier items forwarded on the store's lease (no held call for them); `fetched`: the
+    // worker's fetch of each stored item's URL (the lost ones 404).
+    const ok = (n: number) => Array<number>(n).fill(200);
+    const steps: { parts: unknown[] | null; work: Counts; leased: number; fetched: number[]; restart?: "keep" | "empty" }[] = [
       // First turn: its one image is stored and laid out.
-      { parts: [image(`${originUrl}/img-0.png`)], work: { store: 1, probe: 0, held: 0, laidOut: 1, checked: 1, keyed: 1 } },
-      // An http image and a data: image: one store call, one held check for the earlier item.
-      { parts: [image(`${originUrl}/img-1.png`), image(dataUrl(files.get("/img-3.png")!.bytes, "image/png"))], work: { store: 1, probe: 0, held: 1, laidOut: 2, checked: 2, keyed: 2 } },
-      { parts: [video(`${originUrl}/clip.mp4`)], work: { store: 1, probe: 0, held: 1, laidOut: 1, checked: 1, keyed: 1 } },
+      { parts: [image(`${originUrl}/img-0.png`)], work: { store: 1, probe: 0, held: 0, laidOut: 1, checked: 1, keyed: 1 }, leased: 0, fetched: ok(1) },
+      // An http image and a data: image: one store call, one held check for the earlier item (which leases it).
+      { parts: [image(`${originUrl}/img-1.png`), image(dataUrl(files.get("/img-3.png")!.bytes, "image/png"))], work: { store: 1, probe: 0, held: 1, laidOut: 2, checked: 2, keyed: 2 }, leased: 0, fetched: ok(2) },
+      // img-0 is leased: the held check asks about img-1 only.
+      { parts: [video(`${originUrl}/clip.mp4`)], work: { store: 1, probe: 0, held: 1, laidOut: 1, checked: 1, keyed: 1 }, leased: 1, fetched: ok(3) },
       // A data: video is probed once (the decode service), never again.
-      { parts: [video(dataUrl(clip2, "video/mp4"))], work: { store: 0, probe: 1, held: 1, laidOut: 1, checked: 1, keyed: 1 } },
-      // The store restarts with its bytes: they are still held, nothing is stored again.
-      { parts: [image(`${originUrl}/img-2.png`)], work: { store: 1, probe: 0, held: 1, laidOut: 1, checked: 1, keyed: 1 }, restart: "keep" },
-      // The store restarts empty: the earlier http items (4) are stored again, none laid out again
-      // (and the new image has the bytes of turn 2's data: image: its layout is that one's). Their
-      // URLs passed the policy when they were remembered: only the new one is checked. Items verified
-      // again are new objects: their layout memo keys are built again (5).
-      { parts: [image(`${originUrl}/img-3.png`)], work: { store: 5, probe: 0, held: 1, laidOut: 0, checked: 1, keyed: 5 }, restart: "empty" },
-      { parts: [{ type: "text", text: "And now without a picture." }], work: { store: 0, probe: 0, held: 1, laidOut: 0, checked: 0, keyed: 0 } },
+      { parts: [video(dataUrl(clip2, "video/mp4"))], work: { store: 0, probe: 1, held: 1, laidOut: 1, checked: 1, keyed: 1 }, leased: 2, fetched: ok(3) },
+      // The store restarts with its bytes: every earlier stored item is leased, none asked about, all fetched.
+      { parts: [image(`${originUrl}/img-2.png`)], work: { store: 1, probe: 0, held: 0, laidOut: 1, checked: 1, keyed: 1 }, leased: 3, fetched: ok(4), restart: "keep" },
+      // The store restarts empty: the leased items (img-0, img-1, clip) are forwarded without asking
+      // and the worker cannot fetch them; img-2 (not leased) is asked about and stored again; the
+      // new image has the bytes of turn 2's data: image (its layout is that one's).
+      { parts: [image(`${originUrl}/img-3.png`)], work: { store: 2, probe: 0, held: 1, laidOut: 0, checked: 1, keyed: 2 }, leased: 3, fetched: [404, 404, 200, 200, 404], restart: "empty" },
+      // The client's retry after the worker's error (the handler dropped the leases): the store is
+      // asked about every earlier stored item and the lost ones (3) are stored again, none laid out
+      // again. Their URLs passed the policy when they were remembered: only the new one is checked.
+      // Items verified again are new objects: their layout memo keys are built again (4).
+      { parts: null, work: { store: 4, probe: 0, held: 1, laidOut: 0, checked: 1, keyed: 4 }, leased: 0, fetched: ok(5) },
+      { parts: [{ type: "text", text: "And now without a picture." }], work: { store: 0, probe: 0, held: 1, laidOut: 0, checked: 0, keyed: 0 }, leased: 1, fetched: ok(5) },
+      // Every earlier stored item is leased: no call to the store at all.
+      { parts: [{ type: "text", text: "And once more." }], work: { store: 0, probe: 0, held: 0, laidOut: 0, checked: 0, keyed: 0 }, leased: 5, fetched: ok(5) },
     ];
     let body = "";
     let previousBlocks = 0;
@@ -196,9 +218,16 @@ describe("vision turns: media work for the new items only", () => {
         if (step.restart === "empty") storeDir = mkdtempSync(join(tmpdir(), "kvedge-vision-store-"));
         svc = await startStore(storeDir);
       }
-      body = add(step.parts);
+      if (step.parts) body = add(step.parts);
       const { prep, work, hashed, expanded, copied } = await turn(body, tenant);
       expect(work, `turn ${i + 1}`).toEqual(step.work);
+      expect(prep.mediaLeased.length, `turn ${i + 1}: forwarded on a lease`).toBe(step.leased);
+      const fetched = await workerFetches(prep);
+      expect(fetched, `turn ${i + 1}: the worker's fetches`).toEqual(step.fetched);
+      // What the chat handler does when the worker's answer fails.
+      const failed = fetched.some((s) => s !== 200);
+      if (failed) dropLeases(prep.mediaLeased);
+      if (!step.parts) continue;
       // Template ids: the earlier turns' come from the prompt-prefix cache's pieces, neither copied nor expanded again.
       expect(copied, `turn ${i + 1}: template ids copied`).toBe(0);
       expect(expanded, `turn ${i + 1}: template tokens expanded`).toBe(prep.encodedTokens);
@@ -210,7 +239,8 @@ describe("vision turns: media work for the new items only", () => {
       const routedHashes = namespacedHashes({ cacheSalt: tenant.key, tag: tenant.tag }, prep.plan);
       expect(sharedViewHashes().stats().joinedHashes - joined, `turn ${i + 1}: view hashes joined`).toBe(0);
       expect(routedHashes).toEqual(namespacedLocalHashes(prep.plan.localHashes, tenant.tag!));
-      await expectFullPath(prep, body, tenant.tag);
+      // (Not for the failed turn: the full path would store the lost items again before the retry.)
+      if (!failed) await expectFullPath(prep, body, tenant.tag);
       // Block hashes: only the blocks after the previous turn's prompt (its generation prompt on).
       const blocks = prep.plan.localHashes.length;
       if (i > 0) expect(hashed, `turn ${i + 1}: blocks hashed of ${blocks}`).toBeLessThanOrEqual(blocks - previousBlocks + 1);
@@ -241,5 +271,31 @@ describe("vision turns: media work for the new items only", () => {
     expect(t2.prep.plan.mmHashes![1]).not.toBe(v1);
     expect(t2.prep.media.every((m) => m.stored)).toBe(true);
     expect(new Set(t2.prep.media.map((m) => m.digest)).size).toBe(2);
+  }, 60_000);
+
+  it("past the store's lease bound it refuses a lease, and the edge asks about that item every turn", async () => {
+    // A store of at most 8 items leases at most 2 (leaseShare 0.25).
+    await svc.close();
+    svc = await startStore(mkdtempSync(join(tmpdir(), "kvedge-vision-store-")), { maxItems: 8, leaseShare: 0.25 });
+    try {
+      const tenant = { key: "key-d", tag: namespaceTag("tenant-d") };
+      const messages: unknown[] = [];
+      const ask = (parts: unknown[]) => {
+        if (messages.length > 0) messages.push({ role: "assistant", content: "Shapes." });
+        messages.push({ role: "user", content: [{ type: "text", text: `Question ${messages.length}?` }, ...parts] });
+        return turn(JSON.stringify({ model: MODEL, messages }), tenant);
+      };
+      for (const n of [0, 1, 2]) await ask([image(`${originUrl}/img-${n}.png`)]);
+      // img-0 and img-1 were leased (turns 2 and 3); img-2's lease is refused, so each turn asks about it alone.
+      for (const q of ["Again?", "Once more?"]) {
+        const t = await ask([{ type: "text", text: q }]);
+        expect(t.work).toMatchObject({ store: 0, held: 1 });
+        expect(t.prep.mediaLeased.map((r) => r.media.digest)).toEqual(t.prep.media.slice(0, 2).map((m) => m.digest));
+        expect(await workerFetches(t.prep)).toEqual([200, 200, 200]);
+      }
+    } finally {
+      await svc.close();
+      svc = await startStore(storeDir);
+    }
   }, 60_000);
 });
