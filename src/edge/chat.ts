@@ -20,6 +20,7 @@ import { chatAnswer, costlyLogprobStream } from "./chat/chat-answer.ts";
 import { forward, type ForwardDeps } from "./chat/forward.ts";
 import { mediaDeps } from "./chat/media-deps.ts";
 import { dropLeases } from "./media.ts";
+import { recoverLeasedMedia } from "./chat/verify-media.ts";
 import { parseChat, type ParseDeps } from "./chat/parse.ts";
 import { prepareRouting, type PrepareDeps, type PreparedRouting } from "./chat/prepare.ts";
 import { cacheTenant, resolveChatModel } from "./chat/resolve-model.ts";
@@ -118,9 +119,14 @@ export async function handleChatCompletions(request: Request, deps: ChatDeps): P
     admin: caller.admin,
     clock,
     noneEligible: costly,
+    // A worker that could not fetch an item forwarded on its lease (a store restarted without it):
+    // the store is asked about those items, stores the lost ones again by URL, and the request is
+    // sent once more, so a store restart is not the client's failure.
+    ...(prepared.mediaLeased.length > 0
+      ? { recoverMedia: () => recoverLeasedMedia(prepared.mediaLeased, deps, { client, signal: request.signal ?? null, traceparent: trace.header }) }
+      : {}),
   });
-  // A worker that could not fetch an item forwarded on its lease (a store restarted without it):
-  // the next request asks the store, which has it stored again by URL.
+  // Any other failed answer (a deadline, or the retry failing too): the next request asks the store.
   if (!answer.ok) dropLeases(prepared.mediaLeased);
   // How much of the prompt the turn chain supplied (admin and debug only, like the routing headers).
   // And the work this request did: characters parsed and validated, characters the template rendered, tokens the tokenizer produced.

@@ -283,8 +283,14 @@ export interface MediaReuse {
   memo: MediaMemo;
   scope: string;
   earlier: readonly boolean[];
-  /** Filled by verifyMedia: the entries forwarded on their lease, without asking the store (dropLeases if the worker's answer fails). */
-  leased: Remembered[];
+  /** Filled by verifyMedia: the items forwarded on their lease, without asking the store (recoverLeased, dropLeases if the worker's answer fails). */
+  leased: LeasedItem[];
+}
+
+/** An item forwarded on its lease: its memo entry, and the part that named it (its URL, to store it again). */
+export interface LeasedItem {
+  entry: Remembered;
+  part: MediaPartRef;
 }
 
 /**
@@ -292,8 +298,51 @@ export interface MediaReuse {
  * (the store may have restarted and lost the bytes) the next request asks it again, and stores
  * again by URL what it no longer holds.
  */
-export function dropLeases(leased: readonly Remembered[]): void {
-  for (const r of leased) r.leaseUntil = 0;
+export function dropLeases(leased: readonly LeasedItem[]): void {
+  for (const l of leased) l.entry.leaseUntil = 0;
+}
+
+/**
+ * After the worker failed a request that forwarded items on their leases, before any output:
+ * drops those leases, asks the store about exactly those items (one held call, which leases the
+ * held ones again) and stores again by URL each one it no longer holds. True only when at least
+ * one was lost and every lost one is held again under the same digest, so the request's body
+ * (content-addressed store URLs) is good to send once more; false for a failure the leases cannot
+ * explain (all held: a genuine refusal is not sent again) or one they cannot mend (the store's
+ * trouble, a URL now serving other bytes): the client gets the worker's answer, and its retry
+ * resolves the items afresh.
+ */
+export async function recoverLeased(leased: readonly LeasedItem[], deps: MediaDeps, caller: MediaCaller): Promise<boolean> {
+  if (leased.length === 0) return false;
+  dropLeases(leased);
+  const digests = [...new Set(leased.map((l) => l.entry.media.digest!))];
+  if (digests.length > MAX_HELD_DIGESTS) return false;
+  const call = { client: caller.client, signal: caller.signal, traceparent: caller.traceparent ?? null };
+  const now = Date.now();
+  const answer = await deps.decode.held(digests, call);
+  if (!answer.ok) return false;
+  const leaseOf = new Map(digests.map((d, k) => [d, answer.held[k] ? (answer.leaseMs?.[k] ?? 0) : null]));
+  const lost = new Map<string, LeasedItem>();
+  for (const l of leased) {
+    const leaseMs = leaseOf.get(l.entry.media.digest!);
+    // From before the call, as confirmHeld counts it.
+    if (leaseMs !== null && leaseMs !== undefined) l.entry.leaseUntil = leaseMs > 0 ? now + leaseMs : 0;
+    else lost.set(l.entry.media.digest!, l);
+  }
+  if (lost.size === 0) return false;
+  const todo = [...lost.values()];
+  let next = 0;
+  let mended = true;
+  const lane = async (): Promise<void> => {
+    while (mended && next < todo.length) {
+      const l = todo[next++]!;
+      // Audio is never remembered (takeRemembered): a leased item is an image or a video.
+      const out = await deps.decode.store(l.part.url, l.part.kind === "video" ? "video" : "image", call);
+      if (!out.ok || out.result.digest !== l.entry.media.digest) mended = false;
+    }
+  };
+  await Promise.all(Array.from({ length: Math.min(MEDIA_CALLS_PER_REQUEST, todo.length) }, lane));
+  return mended;
 }
 
 /**
@@ -365,7 +414,7 @@ async function confirmHeld(parts: readonly MediaPartRef[], deps: MediaDeps, reus
   const askHits: Remembered[] = [];
   for (let k = 0; k < taken.stored.length; k++) {
     const hit = taken.storedHits[k]!;
-    if (margin !== undefined && hit.leaseUntil - now > margin) reuse.leased.push(hit);
+    if (margin !== undefined && hit.leaseUntil - now > margin) reuse.leased.push({ entry: hit, part: parts[taken.stored[k]!]! });
     else {
       ask.push(taken.stored[k]!);
       askHits.push(hit);

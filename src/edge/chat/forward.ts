@@ -1,10 +1,11 @@
 /**
  * Stages 7–9 with retries: route → proxy → settle, up to `routing.maxAttempts` workers. A worker
  * that fails before any output is settled as an error, excluded (and quarantined when unreachable)
- * and the next pick tried; any other failure is the client's answer. Endpoint-neutral: the body and
- * the answer's shape come from the caller.
+ * and the next pick tried; any other failure is the client's answer, unless the caller's
+ * `recoverMedia` mends its media (once per request: the request is then sent once more, an attempt
+ * beyond `maxAttempts`). Endpoint-neutral: the body and the answer's shape come from the caller.
  */
-import { errorResponse, KvedgeError, NoWorkerAvailableError, UpstreamError } from "../../api/errors.ts";
+import { errorResponse, KvedgeError, NoWorkerAvailableError, UpstreamError, UpstreamRejectedError } from "../../api/errors.ts";
 import type { EdgeConfig } from "../../config/config.ts";
 import type { EdgeTrace } from "../../util/trace-context.ts";
 import type { StageClock } from "../server-timing.ts";
@@ -38,6 +39,17 @@ export interface ForwardInput {
   clock: StageClock;
   /** The answer when the first pick finds no worker that passes the route's filter (incrementalOnly). */
   noneEligible: KvedgeError | null;
+  /**
+   * The worker answered an error before any output: true when the request's media explain it and
+   * are mended (items forwarded on a media store lease that the store had lost, stored again), so
+   * the same body is worth sending once more (chat.ts: media.ts recoverLeased). Absent: no such media.
+   */
+  recoverMedia?: () => Promise<boolean>;
+}
+
+/** The worker's own error answer (a 4xx/5xx status or error frame), not a deadline, size cap or the client's going. */
+function workerAnswered(e: KvedgeError): boolean {
+  return e instanceof UpstreamRejectedError || (e instanceof UpstreamError && e.upstreamStatus !== null);
 }
 
 export async function forward(deps: ForwardDeps, input: ForwardInput): Promise<Response> {
@@ -45,8 +57,10 @@ export async function forward(deps: ForwardDeps, input: ForwardInput): Promise<R
   const { target, requestId, trace } = input;
   const exclude: string[] = [];
   let lastError: KvedgeError | null = null;
-  for (let attempt = 1; attempt <= config.routing.maxAttempts; attempt++) {
-    const decision = await target.pick(exclude);
+  let attempts = config.routing.maxAttempts;
+  let mediaRecovered = false;
+  for (let attempt = 1; attempt <= attempts; attempt++) {
+    const decision = await target.pick(exclude, attempt === 1);
     if (!decision && input.noneEligible && attempt === 1) throw input.noneEligible;
     if (!decision) break;
     // A DP-attention rank target (`<worker>#<rank>`): media are signed for the worker (its ranks share
@@ -88,7 +102,7 @@ export async function forward(deps: ForwardDeps, input: ForwardInput): Promise<R
       return res;
     } catch (err) {
       if (err instanceof RetryableUpstream) {
-        receipt.settle({ promptTokens: null, cachedTokens: null, outcome: "error", retrying: attempt < config.routing.maxAttempts });
+        receipt.settle({ promptTokens: null, cachedTokens: null, outcome: "error", retrying: attempt < attempts });
         // A PD pair's failing side may be its decode worker: that one is kept away, not the prefill.
         const failed = err.workerId ?? decision.workerId;
         if (err.unreachable) quarantineEverywhere(deps, input.model, config.shards, failed, err.message);
@@ -99,6 +113,16 @@ export async function forward(deps: ForwardDeps, input: ForwardInput): Promise<R
         continue;
       }
       const e = err instanceof KvedgeError ? err : new UpstreamError("The worker's answer could not be processed.");
+      // Nothing reached the client yet (a stream's answer is returned only after its first output).
+      if (!mediaRecovered && input.recoverMedia && workerAnswered(e) && (await input.recoverMedia().catch(() => false))) {
+        mediaRecovered = true;
+        attempts++;
+        receipt.settle({ promptTokens: null, cachedTokens: null, outcome: "error", retrying: true });
+        // The worker is not at fault: it may take the request again (its cache holds the prefix).
+        console.warn(JSON.stringify({ event: "media_recovered", worker: decision.workerId, requestId, traceId: trace.traceId, code: e.code }));
+        lastError = e;
+        continue;
+      }
       receipt.settle({ promptTokens: null, cachedTokens: null, outcome: e.code === "cancelled" ? "cancelled" : "error" });
       // The worker's own text stays in the logs; the client gets the sanitized message.
       if (typeof e.cause === "string") console.warn(JSON.stringify({ event: "upstream_error", requestId, traceId: trace.traceId, worker: decision.workerId, code: e.code, upstream: e.cause.slice(0, 1000) }));

@@ -10,8 +10,7 @@ import { sharedPrefixCache, type EncodedPrompt } from "../../prompt/prefix-cache
 import type { ChainFind } from "../../prompt/turn-chain.ts";
 import { getQwenTokenizer } from "../../prompt/tokenizer/index.ts";
 import type { ChatFrontDoor } from "../../routing-index/front-door.ts";
-import type { VerifiedMedia } from "../media.ts";
-import type { Remembered } from "../media-memo.ts";
+import type { LeasedItem, VerifiedMedia } from "../media.ts";
 import { planMediaRouting, type RoutingPlan } from "./layout.ts";
 import type { EdgeFetch } from "./media-deps.ts";
 import { limitsOf } from "./parse.ts";
@@ -38,8 +37,8 @@ export interface PreparedRouting {
   plan: RoutingPlan;
   /** Media as the worker receives it (verified bytes only), prompt order. */
   media: VerifiedMedia[];
-  /** Remembered media forwarded on the store's lease without asking it (media.ts dropLeases after a failed worker answer). */
-  mediaLeased: readonly Remembered[];
+  /** Remembered media forwarded on the store's lease without asking it (media.ts recoverLeased after a failed worker answer). */
+  mediaLeased: readonly LeasedItem[];
   /** Tokens the tokenizer produced for this request (the rest came from the prompt-prefix cache): a work counter. */
   encodedTokens: number;
 }
@@ -85,7 +84,7 @@ export async function prepareRouting(
 }
 
 /** The template's tokens (text-only: the routed sequence) are joined only when read (admin explain). */
-function prepared(model: ModelConfig, prompt: RenderedPrompt, template: EncodedPrompt, plan: RoutingPlan, media: VerifiedMedia[], mediaLeased: readonly Remembered[]): PreparedRouting {
+function prepared(model: ModelConfig, prompt: RenderedPrompt, template: EncodedPrompt, plan: RoutingPlan, media: VerifiedMedia[], mediaLeased: readonly LeasedItem[]): PreparedRouting {
   let ids: number[] | null = null;
   return {
     model,

@@ -156,15 +156,12 @@ export async function proxyOnce(input: ProxyInput): Promise<Response> {
       throw new RetryableUpstream(err instanceof Error ? err.message : String(err), false);
     }
     if (upstream.status === 503) throw new RetryableUpstream("worker overloaded (503)", false);
-    try {
-      const { body, usage } = answer.complete(upstream.status, text);
-      const settled = receipt.settle({ promptTokens: usage.prompt_tokens, cachedTokens: usage.cached_tokens, outcome: "ok" });
-      if (input.releaseBeforeReply) await settled;
-      return new Response(JSON.stringify(body), { status: 200, headers: { "content-type": "application/json" } });
-    } catch (err) {
-      receipt.settle({ promptTokens: null, cachedTokens: null, outcome: "error" });
-      throw err;
-    }
+    // A non-2xx answer throws its mapped error, settled by the caller (forward.ts) once it knows
+    // whether the request is sent again.
+    const { body, usage } = answer.complete(upstream.status, text);
+    const settled = receipt.settle({ promptTokens: usage.prompt_tokens, cachedTokens: usage.cached_tokens, outcome: "ok" });
+    if (input.releaseBeforeReply) await settled;
+    return new Response(JSON.stringify(body), { status: 200, headers: { "content-type": "application/json" } });
   }
 
   if (upstream.status < 200 || upstream.status > 299) {
@@ -178,13 +175,21 @@ export async function proxyOnce(input: ProxyInput): Promise<Response> {
     // A PD pair streams from its decode side.
     incremental: d.pd ? d.pd.decodeIncrementalStreaming : d.incrementalStreaming,
     holdEndUntilFinished: input.releaseBeforeReply,
+    // An error before any output (`ready`, resolved as the translation ends) is thrown below and
+    // settled by the caller (forward.ts), which knows whether the request is sent again.
     onFinish: (o) =>
-      receipt.settle({
-        promptTokens: o.usage?.prompt_tokens ?? null,
-        cachedTokens: o.usage?.cached_tokens ?? null,
-        // The client's going can reach the translator first as the upstream read it cut (request.signal).
-        outcome: o.status === "completed" ? "ok" : o.status === "client_cancelled" || o.error?.code === "cancelled" ? "cancelled" : "error",
-      }),
+      Promise.resolve()
+        .then(() => translator.ready)
+        .then((earlyError) =>
+          earlyError
+            ? undefined
+            : receipt.settle({
+                promptTokens: o.usage?.prompt_tokens ?? null,
+                cachedTokens: o.usage?.cached_tokens ?? null,
+                // The client's going can reach the translator first as the upstream read it cut (request.signal).
+                outcome: o.status === "completed" ? "ok" : o.status === "client_cancelled" || o.error?.code === "cancelled" ? "cancelled" : "error",
+              }),
+        ),
   });
   const early = await translator.ready;
   if (early) {

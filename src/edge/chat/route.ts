@@ -30,8 +30,11 @@ export interface RouteInput {
 export interface RouteTarget {
   shard: number;
   index: ChatFrontDoor;
-  /** A worker for the request, never one in `exclude`; null when none is up (or passes the filter). */
-  pick(exclude: readonly string[]): Promise<RouteDecision | null>;
+  /**
+   * A worker for the request, never one in `exclude`; null when none is up (or passes the filter).
+   * `first`: the request's first pick (admission may hold it); a later one was admitted already.
+   */
+  pick(exclude: readonly string[], first: boolean): Promise<RouteDecision | null>;
 }
 
 export function routeTarget(input: RouteInput): RouteTarget {
@@ -46,7 +49,7 @@ export function routeTarget(input: RouteInput): RouteTarget {
   return {
     shard,
     index,
-    pick: async (exclude) => {
+    pick: async (exclude, first) => {
       const req = {
         localHashes,
         isl: input.isl,
@@ -59,9 +62,9 @@ export function routeTarget(input: RouteInput): RouteTarget {
       // The first pick may wait for room in the pool's queue; a retry was admitted already.
       const admission = input.admission;
       const d =
-        admission && exclude.length === 0 ? await admitFirstPick(admission.index(input.model, shard), { ...req, admission: admission.ticket, affinityKey: admission.affinityKey }, admission) : await index.route(req);
+        admission && first ? await admitFirstPick(admission.index(input.model, shard), { ...req, admission: admission.ticket, affinityKey: admission.affinityKey }, admission) : await index.route(req);
       // No pick on the first try: a prefill/decode pool that cannot pair is named, not a bare 503.
-      if (d === null && exclude.length === 0) {
+      if (d === null && first) {
         const problem = (await index.profile()).pdProblem;
         if (problem) throw new NoWorkerAvailableError(`This model's pool cannot serve requests: ${problem}.`);
       }

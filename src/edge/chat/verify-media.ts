@@ -6,8 +6,7 @@ import type { NamespaceTag } from "../../blocks/block-hash.ts";
 import type { EdgeConfig } from "../../config/config.ts";
 import { bytesToHex } from "../../util/hex.ts";
 import { clientLabel, type ClientRef } from "../client-label.ts";
-import { verifyMedia, type MediaPartRef, type MediaReuse, type VerifiedMedia } from "../media.ts";
-import type { Remembered } from "../media-memo.ts";
+import { recoverLeased, verifyMedia, type LeasedItem, type MediaPartRef, type MediaReuse, type VerifiedMedia } from "../media.ts";
 import { mediaDeps, mediaMemo, type EdgeFetch } from "./media-deps.ts";
 import type { RenderedPrompt } from "./prompt.ts";
 
@@ -19,8 +18,8 @@ export interface PromptMedia {
   parts: MediaPartRef[];
   /** Media as the worker receives it (verified bytes only), prompt order. */
   media: VerifiedMedia[];
-  /** Remembered items forwarded on the store's lease, without asking it (media.ts dropLeases when the worker's answer fails). */
-  leased: readonly Remembered[];
+  /** Remembered items forwarded on the store's lease, without asking it (media.ts recoverLeased when the worker's answer fails). */
+  leased: readonly LeasedItem[];
 }
 
 /** A media item verified for an earlier turn in another isolate (a stored response's, src/edge/responses/stored-media.ts). */
@@ -58,4 +57,14 @@ export async function verifyPromptMedia(prompt: RenderedPrompt, deps: { config: 
   }
   const media = await verifyMedia(parts, mediaDeps(deps), { client, signal: requester?.signal ?? null, traceparent: requester?.traceparent ?? null }, reuse);
   return { parts, media, leased: reuse?.leased ?? [] };
+}
+
+/**
+ * The worker failed the request before any output: asks the store about the items forwarded on
+ * their lease and stores the lost ones again (media.ts recoverLeased); true when the request is
+ * worth sending once more.
+ */
+export function recoverLeasedMedia(leased: readonly LeasedItem[], deps: { config: EdgeConfig; fetch: EdgeFetch }, requester: MediaRequester): Promise<boolean> {
+  const client = requester?.client ? clientLabel(requester.client) : null;
+  return recoverLeased(leased, mediaDeps(deps), { client, signal: requester?.signal ?? null, traceparent: requester?.traceparent ?? null });
 }

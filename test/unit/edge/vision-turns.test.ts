@@ -290,7 +290,7 @@ describe("vision turns: media work for the new items only", () => {
       for (const q of ["Again?", "Once more?"]) {
         const t = await ask([{ type: "text", text: q }]);
         expect(t.work).toMatchObject({ store: 0, held: 1 });
-        expect(t.prep.mediaLeased.map((r) => r.media.digest)).toEqual(t.prep.media.slice(0, 2).map((m) => m.digest));
+        expect(t.prep.mediaLeased.map((l) => l.entry.media.digest)).toEqual(t.prep.media.slice(0, 2).map((m) => m.digest));
         expect(await workerFetches(t.prep)).toEqual([200, 200, 200]);
       }
     } finally {
