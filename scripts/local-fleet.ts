@@ -116,6 +116,11 @@ export interface Fleet {
   encoderUrls: Record<string, string[]>;
   /** Stops the decode service (videos then fall back to text-prefix routing). */
   stopDecode(): Promise<void>;
+  /**
+   * Restarts the decode service on the same port: without `--store-dir` in `decodeArgs` its media
+   * store starts empty (and without leases). Resolves once it answers.
+   */
+  restartDecode(): Promise<void>;
   /** Starts one more worker (and its relay) with extra simulator / relay args; resolves once it is synced. */
   addWorker(extraArgs?: string[], relayArgs?: string[]): Promise<FleetWorker>;
   /** SIGKILL a worker process (its relay notices and reports it down). */
@@ -383,16 +388,21 @@ async function buildFleet(opts: FleetOptions, life: FleetLife): Promise<Fleet> {
   const decodeToken = randomBytes(16).toString("hex");
   // Signed worker URLs into the media store: the key is shared by the edge and the store only.
   const mediaUrlKey = randomBytes(32).toString("hex");
-  if (opts.decode ?? opts.mediaDir !== undefined) {
-    const decodePort = await freePort();
-    const args = [join(ROOT, "services/decode/main.ts"), "--host", "127.0.0.1", "--port", String(decodePort), ...(opts.decodeArgs ?? [])];
-    if (mediaHost) args.push("--allow", mediaHost);
-    const dec = spawn(NODE, args, { cwd: ROOT, detached: true, env: { ...process.env, KVEDGE_DECODE_TOKEN: decodeToken, KVEDGE_MEDIA_URL_KEY: mediaUrlKey }, stdio: ["ignore", "pipe", "pipe"] });
+  let decodeArgs: string[] | null = null;
+  /** Starts the decode service with `decodeArgs` (its store in a fresh temporary directory unless the args name one). */
+  const startDecode = async (): Promise<void> => {
+    const dec = spawn(NODE, decodeArgs!, { cwd: ROOT, detached: true, env: { ...process.env, KVEDGE_DECODE_TOKEN: decodeToken, KVEDGE_MEDIA_URL_KEY: mediaUrlKey }, stdio: ["ignore", "pipe", "pipe"] });
     life.track(dec);
     decodeProc = dec;
     pipeLogs(dec, "decode", log);
-    decodeUrl = `http://127.0.0.1:${decodePort}`;
     await waitFor(async () => (await probe(`${decodeUrl}/healthz`)).status < 500, 30_000, "decode service", dec);
+  };
+  if (opts.decode ?? opts.mediaDir !== undefined) {
+    const decodePort = await freePort();
+    decodeArgs = [join(ROOT, "services/decode/main.ts"), "--host", "127.0.0.1", "--port", String(decodePort), ...(opts.decodeArgs ?? [])];
+    if (mediaHost) decodeArgs.push("--allow", mediaHost);
+    decodeUrl = `http://127.0.0.1:${decodePort}`;
+    await startDecode();
     decoder = ((await (await fetch(`${decodeUrl}/healthz`)).json()) as { decoder?: string }).decoder ?? null;
   }
 
@@ -606,6 +616,11 @@ async function buildFleet(opts: FleetOptions, life: FleetLife): Promise<Fleet> {
     admin,
     waitForSync,
     stopDecode: () => stopProc(decodeProc, "SIGKILL"),
+    async restartDecode() {
+      if (!decodeArgs) throw new Error("the fleet runs no decode service");
+      await stopProc(decodeProc, "SIGTERM");
+      await startDecode();
+    },
     async addWorker(extraArgs: string[] = [], relayArgs: string[] = []) {
       const w = await startWorker(workers.length, extraArgs);
       workers.push(w);
