@@ -7,7 +7,8 @@
  * (bytes kept: held; store emptied: the earlier items are stored again), and no entry is shared
  * across tenants. An item the store leased (held-route.ts) is forwarded without asking it while the
  * lease outlives the signed URL: after a restart that lost it the worker's fetch fails, the leases
- * are dropped as the chat handler drops them, and the retry stores the items again; past the
+ * are dropped (as the chat handler's recovery does first: lease-recovery.test.ts), and the next
+ * preparation stores the items again; past the
  * store's lease bound it refuses leases and the edge asks every turn. A client changing an earlier item's bytes behind its URL: the conversation keeps
  * the bytes it was answered about; a new message naming the URL gets the new bytes.
  */
@@ -200,7 +201,7 @@ describe("vision turns: media work for the new items only", () => {
       // and the worker cannot fetch them; img-2 (not leased) is asked about and stored again; the
       // new image has the bytes of turn 2's data: image (its layout is that one's).
       { parts: [image(`${originUrl}/img-3.png`)], work: { store: 2, probe: 0, held: 1, laidOut: 0, checked: 1, keyed: 2 }, leased: 3, fetched: [404, 404, 200, 200, 404], restart: "empty" },
-      // The client's retry after the worker's error (the handler dropped the leases): the store is
+      // The request prepared again once the leases are dropped: the store is
       // asked about every earlier stored item and the lost ones (3) are stored again, none laid out
       // again. Their URLs passed the policy when they were remembered: only the new one is checked.
       // Items verified again are new objects: their layout memo keys are built again (4).
@@ -224,7 +225,7 @@ describe("vision turns: media work for the new items only", () => {
       expect(prep.mediaLeased.length, `turn ${i + 1}: forwarded on a lease`).toBe(step.leased);
       const fetched = await workerFetches(prep);
       expect(fetched, `turn ${i + 1}: the worker's fetches`).toEqual(step.fetched);
-      // What the chat handler does when the worker's answer fails.
+      // What the chat handler's recovery does first when the worker's answer fails (media.ts recoverLeased).
       const failed = fetched.some((s) => s !== 200);
       if (failed) dropLeases(prep.mediaLeased);
       if (!step.parts) continue;
