@@ -194,8 +194,8 @@ export async function proxyOnce(input: ProxyInput): Promise<Response> {
   const early = await translator.ready;
   if (early) {
     await translator.readable.cancel().catch(() => undefined);
-    // Cut before any output: another worker can still answer in full.
-    if (early instanceof UpstreamError && early.upstreamStatus === null) throw new RetryableUpstream(early.message, false);
+    // Cut before any output: another worker can still answer in full (unless the client has left).
+    if (early instanceof UpstreamError && early.upstreamStatus === null && early.code !== "cancelled") throw new RetryableUpstream(early.message, false);
     throw early;
   }
   receipt.prefillDone();
