@@ -15,11 +15,13 @@
  *
  * A lease (`lease`, granted by `POST /v1/store/held`) is a promise not to evict an item before a
  * time: the edge then forwards signed URLs to it without asking again (src/edge/media.ts). Leased
- * items are bounded (`leases.maxBytes` and `maxItems` in all, `clientMaxBytes` per owner); past a
- * bound a new lease is refused (0), never an old one broken, and eviction passes over leased items,
+ * items are bounded (`leases.maxBytes` and `maxItems` in all, `clientMaxBytes` and `clientMaxItems`
+ * per owner, the unlabelled one included); past a bound a new lease is refused (0), never an old
+ * one broken, and eviction passes over leased items,
  * so the store's bytes exceed `maxBytes` only while an item just put does not fit beside the leased
- * ones (at most the leased bytes over). Leases live in memory: a restarted store has none (the edge
- * drops its leases when a worker's answer fails, so the next request asks again).
+ * ones (at most the leased bytes over). Leases live in memory: a restarted store has none (when a
+ * worker then fails to fetch a leased item, the edge asks the store about the request's leased
+ * items, stores the lost ones again and sends the request once more).
  */
 import { mkdir, readdir, rename, stat, unlink } from "node:fs/promises";
 import path from "node:path";
@@ -60,11 +62,12 @@ export interface LeaseLimits {
   /** Most bytes, and items, under lease at once. */
   maxBytes: number;
   maxItems: number;
-  /** Most leased bytes of items one labelled client owns. */
+  /** Most leased bytes, and items, of those one owner holds (the unlabelled owner like any client). */
   clientMaxBytes: number;
+  clientMaxItems: number;
 }
 
-const NO_LEASES: LeaseLimits = { leaseMs: 0, maxBytes: 0, maxItems: 0, clientMaxBytes: 0 };
+const NO_LEASES: LeaseLimits = { leaseMs: 0, maxBytes: 0, maxItems: 0, clientMaxBytes: 0, clientMaxItems: 0 };
 
 interface Lease {
   until: number;
@@ -94,7 +97,8 @@ export class MediaStore {
   /** digest → lease, in order of expiry (a renewal moves it to the end: every lease is leaseMs long). */
   private readonly leases = new Map<string, Lease>();
   private leasedBytes = 0;
-  private readonly leasedByOwner = new Map<string, number>();
+  /** owner → its leased bytes and items. */
+  private readonly leasedByOwner = new Map<string, { bytes: number; items: number }>();
   private leasesRefused = 0;
   private readonly leaseLimits: LeaseLimits;
   private readonly now: () => number;
@@ -155,20 +159,20 @@ export class MediaStore {
    */
   lease(digest: string): number {
     const owner = this.ownerOf.get(digest);
-    const { leaseMs, maxBytes, maxItems, clientMaxBytes } = this.leaseLimits;
+    const { leaseMs, maxBytes, maxItems, clientMaxBytes, clientMaxItems } = this.leaseLimits;
     if (owner === undefined || leaseMs <= 0) return 0;
     const now = this.now();
     this.expireLeases(now);
     const size = this.owners.get(owner)!.items.get(digest)!;
     if (this.leases.has(digest)) this.leases.delete(digest);
     else {
-      const ownerLeased = this.leasedByOwner.get(owner) ?? 0;
-      if (this.leases.size >= maxItems || this.leasedBytes + size > maxBytes || (owner !== UNLABELLED && ownerLeased + size > clientMaxBytes)) {
+      const ownerLeased = this.leasedByOwner.get(owner) ?? { bytes: 0, items: 0 };
+      if (this.leases.size >= maxItems || this.leasedBytes + size > maxBytes || ownerLeased.items >= clientMaxItems || ownerLeased.bytes + size > clientMaxBytes) {
         this.leasesRefused++;
         return 0;
       }
       this.leasedBytes += size;
-      this.leasedByOwner.set(owner, ownerLeased + size);
+      this.leasedByOwner.set(owner, { bytes: ownerLeased.bytes + size, items: ownerLeased.items + 1 });
     }
     this.leases.set(digest, { until: now + leaseMs, size, owner });
     return leaseMs;
@@ -184,8 +188,8 @@ export class MediaStore {
   private endLease(digest: string, l: Lease): void {
     this.leases.delete(digest);
     this.leasedBytes -= l.size;
-    const left = this.leasedByOwner.get(l.owner)! - l.size;
-    if (left > 0) this.leasedByOwner.set(l.owner, left);
+    const held = this.leasedByOwner.get(l.owner)!;
+    if (held.items > 1) this.leasedByOwner.set(l.owner, { bytes: held.bytes - l.size, items: held.items - 1 });
     else this.leasedByOwner.delete(l.owner);
   }
 

@@ -71,6 +71,7 @@ export async function assembleParts(opts: DecodeServiceOptions, deps: DecodeServ
       maxBytes: Math.floor(opts.store.maxTotalBytes * opts.store.leaseShare),
       maxItems: Math.floor(opts.store.maxItems * opts.store.leaseShare),
       clientMaxBytes: Math.floor(opts.store.maxTotalBytes * opts.store.clientShare * opts.store.leaseShare),
+      clientMaxItems: Math.floor(opts.store.maxItems * opts.store.clientShare * opts.store.leaseShare),
     },
   });
   const urlKey = opts.store.urlKey ? await importMediaUrlKey(opts.store.urlKey) : null;

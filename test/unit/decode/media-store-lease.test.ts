@@ -29,7 +29,7 @@ async function storeWith(limits: Omit<MediaStoreLimits, "now">): Promise<{ store
   };
 }
 
-const LEASES = { leaseMs: 60_000, maxBytes: 300, maxItems: 10, clientMaxBytes: 300 };
+const LEASES = { leaseMs: 60_000, maxBytes: 300, maxItems: 10, clientMaxBytes: 300, clientMaxItems: 10 };
 
 describe("media store leases", () => {
   it("a leased item is not evicted under byte pressure before its lease ends; after it, it is", async () => {
@@ -66,7 +66,7 @@ describe("media store leases", () => {
   });
 
   it("past the leased-bytes, leased-items and per-owner bounds new leases are refused, old ones kept", async () => {
-    const { store, put } = await storeWith({ maxBytes: 1_000, maxItems: 100, clientMaxBytes: 1_000, leases: { leaseMs: 60_000, maxBytes: 250, maxItems: 3, clientMaxBytes: 150 } });
+    const { store, put } = await storeWith({ maxBytes: 1_000, maxItems: 100, clientMaxBytes: 1_000, leases: { leaseMs: 60_000, maxBytes: 250, maxItems: 3, clientMaxBytes: 150, clientMaxItems: 3 } });
     await put(1, 100, "a");
     await put(2, 100, "b");
     await put(3, 100, "b");
@@ -85,8 +85,31 @@ describe("media store leases", () => {
     expect(store.lease(digestOf(99))).toBe(0);
   });
 
+  it("one owner's leased items are bounded like its bytes, the unlabelled owner's too", async () => {
+    const { store, put } = await storeWith({ maxBytes: 1_000, maxItems: 100, clientMaxBytes: 1_000, leases: { leaseMs: 60_000, maxBytes: 1_000, maxItems: 10, clientMaxBytes: 1_000, clientMaxItems: 2 } });
+    for (let n = 1; n <= 3; n++) await put(n, 10, "a");
+    for (let n = 4; n <= 6; n++) await put(n, 10, null);
+    await put(7, 10, "b");
+    // Owner a: two small leases, the third refused though far below its bytes.
+    expect([1, 2, 3].map((n) => store.lease(digestOf(n)))).toEqual([60_000, 60_000, 0]);
+    // Unlabelled items (the edge knew no client) are one owner, bounded the same way.
+    expect([4, 5, 6].map((n) => store.lease(digestOf(n)))).toEqual([60_000, 60_000, 0]);
+    // Another owner still gets its lease; a renewal of a held one is no new lease.
+    expect(store.lease(digestOf(7))).toBe(60_000);
+    expect(store.lease(digestOf(1))).toBe(60_000);
+    expect(store.stats).toMatchObject({ leased: 5, leasedBytes: 50, leasesRefused: 2 });
+  });
+
+  it("the unlabelled owner's leased bytes are bounded like a client's", async () => {
+    const { store, put } = await storeWith({ maxBytes: 1_000, maxItems: 100, clientMaxBytes: 1_000, leases: { leaseMs: 60_000, maxBytes: 1_000, maxItems: 10, clientMaxBytes: 150, clientMaxItems: 10 } });
+    await put(1, 100, null);
+    await put(2, 100, null);
+    expect(store.lease(digestOf(1))).toBe(60_000);
+    expect(store.lease(digestOf(2))).toBe(0);
+  });
+
   it("the leased-bytes bound refuses a lease that would pass it", async () => {
-    const { store, put } = await storeWith({ maxBytes: 1_000, maxItems: 100, clientMaxBytes: 1_000, leases: { leaseMs: 60_000, maxBytes: 150, maxItems: 10, clientMaxBytes: 1_000 } });
+    const { store, put } = await storeWith({ maxBytes: 1_000, maxItems: 100, clientMaxBytes: 1_000, leases: { leaseMs: 60_000, maxBytes: 150, maxItems: 10, clientMaxBytes: 1_000, clientMaxItems: 10 } });
     await put(1, 100);
     await put(2, 100);
     expect(store.lease(digestOf(1))).toBe(60_000);
