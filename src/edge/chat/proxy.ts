@@ -2,8 +2,9 @@
  * Stage 8, proxy: one attempt at the picked worker's `/generate`, with its credential, a deadline
  * for the headers, idle and total deadlines and a size cap for the body, and the client's going
  * aborting it. The answer's shape (chat, completions, …) is the caller's `AnswerFormat`; this file
- * knows only `/generate`. A failure before any output throws RetryableUpstream: the retry loop
- * (forward.ts) sends the request elsewhere.
+ * knows only `/generate`. A failure of the worker before any output throws RetryableUpstream: the
+ * retry loop (forward.ts) sends the request elsewhere, up to `routing.maxAttempts`. A deadline, the
+ * size cap or the client's going throws its own error, which is not retried.
  */
 import { UpstreamError, UpstreamTimeoutError, type KvedgeError } from "../../api/errors.ts";
 import type { EdgeConfig } from "../../config/config.ts";
@@ -123,6 +124,8 @@ export async function proxyOnce(input: ProxyInput): Promise<Response> {
       if (err.clientError) return answer.complete(err.clientError.status, err.clientError.text) as never;
       throw new RetryableUpstream(err.message, err.unreachable, err.workerId === d.workerId ? null : err.workerId);
     }
+    // The client's going, not the worker's failure: settled as cancelled, never retried.
+    if (clientSignal?.aborted) throw new UpstreamError("The client went away before the worker answered.", null, "cancelled");
     if (abort.signal.aborted) throw new UpstreamTimeoutError();
     // Connection refused/reset before any byte: nothing was processed (the worker may be gone).
     throw new RetryableUpstream(err instanceof Error ? err.message : String(err), true);
