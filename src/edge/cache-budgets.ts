@@ -1,6 +1,6 @@
 /**
  * Every cache the edge keeps per isolate, with its byte budget and eviction policy, in one place
- * (docs/reliability.md "Edge memory"). An isolate has 128 MB; these budgets add up to ~68 MiB of
+ * (docs/reliability.md "Edge memory"). An isolate has 128 MB; these budgets add up to ~70 MiB of
  * estimated bytes, leaving the rest to the tokenizer's BPE table (~25 MB, fixed), the code and the
  * requests in flight. Small caches bounded by configuration (one entry per configured model: the
  * pool profile in chat/pool-profile-cache.ts, the parsed config in functions/index.ts, per-template parse results) are
