@@ -88,7 +88,8 @@ export class DecodeClient {
     const parsed = HeldResultSchema.safeParse(out.json);
     if (!parsed.success) return { ok: false, reason: "decode_bad_response", detail: issues(parsed.error), status: out.status };
     const { held, leaseMs } = parsed.data;
-    if (held.length !== digests.length || (leaseMs && leaseMs.length !== digests.length)) return { ok: false, reason: "decode_bad_response", detail: `${held.length} answers for ${digests.length} digests`, status: out.status };
+    if (held.length !== digests.length) return { ok: false, reason: "decode_bad_response", detail: `${held.length} answers for ${digests.length} digests`, status: out.status };
+    if (leaseMs && leaseMs.length !== digests.length) return { ok: false, reason: "decode_bad_response", detail: `${leaseMs.length} lease lengths for ${digests.length} digests`, status: out.status };
     return { ok: true, held, leaseMs: leaseMs ?? null };
   }
 
