@@ -106,28 +106,35 @@ export async function handleChatCompletions(request: Request, deps: ChatDeps): P
         }
       : {}),
   });
-  const answer = await forward(deps, {
-    model: model.id,
-    target,
-    fallbackReason: plan.fallbackReason,
-    bodyFor,
-    answer: chatAnswer(req, output, requestId),
-    requestId,
-    trace,
-    clientSignal: request.signal ?? null,
-    showRouting,
-    admin: caller.admin,
-    clock,
-    noneEligible: costly,
-    // A worker that could not fetch an item forwarded on its lease (a store restarted without it):
-    // the store is asked about those items, stores the lost ones again by URL, and the request is
-    // sent once more, so a store restart is not the client's failure.
-    ...(prepared.mediaLeased.length > 0
-      ? { recoverMedia: () => recoverLeasedMedia(prepared.mediaLeased, deps, { client, signal: request.signal ?? null, traceparent: trace.header }) }
-      : {}),
-  });
-  // Any other failed answer (a deadline, or the retry failing too): the next request asks the store.
-  if (!answer.ok) dropLeases(prepared.mediaLeased);
+  // Leases of a request that did not succeed are dropped, whatever ended it (the worker's error, a
+  // deadline, every attempt failing or no worker): the next request asks the store about them.
+  let answered = false;
+  let answer: Response;
+  try {
+    answer = await forward(deps, {
+      model: model.id,
+      target,
+      fallbackReason: plan.fallbackReason,
+      bodyFor,
+      answer: chatAnswer(req, output, requestId),
+      requestId,
+      trace,
+      clientSignal: request.signal ?? null,
+      showRouting,
+      admin: caller.admin,
+      clock,
+      noneEligible: costly,
+      // A worker that could not fetch an item forwarded on its lease (a store restarted without it):
+      // the store is asked about those items, stores the lost ones again by URL, and the request is
+      // sent once more, so a store restart is not the client's failure.
+      ...(prepared.mediaLeased.length > 0
+        ? { recoverMedia: (lost) => recoverLeasedMedia(prepared.mediaLeased, deps, { client, signal: request.signal ?? null, traceparent: trace.header }, lost) }
+        : {}),
+    });
+    answered = answer.ok;
+  } finally {
+    if (!answered) dropLeases(prepared.mediaLeased);
+  }
   // How much of the prompt the turn chain supplied (admin and debug only, like the routing headers).
   // And the work this request did: characters parsed and validated, characters the template rendered, tokens the tokenizer produced.
   if (showRouting) {

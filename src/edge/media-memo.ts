@@ -35,7 +35,7 @@ export interface MediaMemoStats {
 /**
  * A remembered item; `policyChecked`: its URL passed this isolate's policy (the caller sets it once
  * it has checked a seed's); `leaseUntil`: until when (Date.now ms) the media store promised to keep
- * its bytes (0: no promise; media.ts confirmHeld sets it, dropLeases clears it).
+ * its bytes (0: no promise; media.ts confirmHeld and recoverLeased set it, dropLeases clears it).
  */
 export interface Remembered {
   readonly media: VerifiedMedia;

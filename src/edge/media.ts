@@ -310,9 +310,10 @@ export function dropLeases(leased: readonly LeasedItem[]): void {
  * (content-addressed store URLs) is good to send once more; false for a failure the leases cannot
  * explain (all held: a genuine refusal is not sent again) or one they cannot mend (the store's
  * trouble, a URL now serving other bytes): the client gets the worker's answer, and its retry
- * resolves the items afresh.
+ * resolves the items afresh. `lost` is called once the store's answer shows an item lost, before
+ * any is stored again.
  */
-export async function recoverLeased(leased: readonly LeasedItem[], deps: MediaDeps, caller: MediaCaller): Promise<boolean> {
+export async function recoverLeased(leased: readonly LeasedItem[], deps: MediaDeps, caller: MediaCaller, lost: () => void = () => undefined): Promise<boolean> {
   if (leased.length === 0) return false;
   dropLeases(leased);
   const digests = [...new Set(leased.map((l) => l.entry.media.digest!))];
@@ -322,15 +323,16 @@ export async function recoverLeased(leased: readonly LeasedItem[], deps: MediaDe
   const answer = await deps.decode.held(digests, call);
   if (!answer.ok) return false;
   const leaseOf = new Map(digests.map((d, k) => [d, answer.held[k] ? (answer.leaseMs?.[k] ?? 0) : null]));
-  const lost = new Map<string, LeasedItem>();
+  const lostItems = new Map<string, LeasedItem>();
   for (const l of leased) {
     const leaseMs = leaseOf.get(l.entry.media.digest!);
     // From before the call, as confirmHeld counts it.
     if (leaseMs !== null && leaseMs !== undefined) l.entry.leaseUntil = leaseMs > 0 ? now + leaseMs : 0;
-    else lost.set(l.entry.media.digest!, l);
+    else lostItems.set(l.entry.media.digest!, l);
   }
-  if (lost.size === 0) return false;
-  const todo = [...lost.values()];
+  if (lostItems.size === 0) return false;
+  lost();
+  const todo = [...lostItems.values()];
   let next = 0;
   let mended = true;
   const lane = async (): Promise<void> => {

@@ -42,9 +42,11 @@ export interface ForwardInput {
   /**
    * The worker answered an error before any output: true when the request's media explain it and
    * are mended (items forwarded on a media store lease that the store had lost, stored again), so
-   * the same body is worth sending once more (chat.ts: media.ts recoverLeased). Absent: no such media.
+   * the same body is worth sending once more (chat.ts: media.ts recoverLeased). It calls `lost` once
+   * it knows an item was lost, before mending it (the failed attempt is settled as retried then; a
+   * request its mending fails ends with that attempt). Absent: no such media.
    */
-  recoverMedia?: () => Promise<boolean>;
+  recoverMedia?: (lost: () => void) => Promise<boolean>;
 }
 
 /** The worker's own error answer (a 4xx/5xx status or error frame), not a deadline, size cap or the client's going. */
@@ -113,19 +115,35 @@ export async function forward(deps: ForwardDeps, input: ForwardInput): Promise<R
         continue;
       }
       const e = err instanceof KvedgeError ? err : new UpstreamError("The worker's answer could not be processed.");
-      // Nothing reached the client yet (a stream's answer is returned only after its first output).
-      if (!mediaRecovered && input.recoverMedia && workerAnswered(e) && (await input.recoverMedia().catch(() => false))) {
-        mediaRecovered = true;
-        attempts++;
-        receipt.settle({ promptTokens: null, cachedTokens: null, outcome: "error", retrying: true });
-        // The worker is not at fault: it may take the request again (its cache holds the prefix).
-        console.warn(JSON.stringify({ event: "media_recovered", worker: decision.workerId, requestId, traceId: trace.traceId, code: e.code }));
-        lastError = e;
-        continue;
-      }
-      receipt.settle({ promptTokens: null, cachedTokens: null, outcome: e.code === "cancelled" ? "cancelled" : "error" });
-      // The worker's own text stays in the logs; the client gets the sanitized message.
+      // The worker's own text stays in the logs (whether or not the request is sent again); the client gets the sanitized message.
       if (typeof e.cause === "string") console.warn(JSON.stringify({ event: "upstream_error", requestId, traceId: trace.traceId, worker: decision.workerId, code: e.code, upstream: e.cause.slice(0, 1000) }));
+      // Nothing reached the client yet (a stream's answer is returned only after its first output).
+      let settled = false;
+      if (!mediaRecovered && input.recoverMedia && workerAnswered(e)) {
+        mediaRecovered = true;
+        // Settled as retried once the store's answer shows an item lost, before the downloads, so
+        // they do not hold the worker's load and admission slot (only the held call does).
+        const settleRetrying = (): void => {
+          if (settled) return;
+          settled = true;
+          receipt.settle({ promptTokens: null, cachedTokens: null, outcome: "error", retrying: true });
+        };
+        let recovered = false;
+        try {
+          recovered = await input.recoverMedia(settleRetrying);
+        } catch {
+          recovered = false;
+        }
+        if (recovered) {
+          settleRetrying();
+          attempts++;
+          // The worker is not at fault: it may take the request again (its cache holds the prefix).
+          console.warn(JSON.stringify({ event: "media_recovered", worker: decision.workerId, requestId, traceId: trace.traceId, code: e.code }));
+          lastError = e;
+          continue;
+        }
+      }
+      if (!settled) receipt.settle({ promptTokens: null, cachedTokens: null, outcome: e.code === "cancelled" ? "cancelled" : "error" });
       return errorResponse(e, input.showRouting ? { "x-request-id": requestId, "x-kvedge-worker": decision.workerId } : { "x-request-id": requestId });
     }
   }

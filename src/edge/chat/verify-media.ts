@@ -64,7 +64,7 @@ export async function verifyPromptMedia(prompt: RenderedPrompt, deps: { config: 
  * their lease and stores the lost ones again (media.ts recoverLeased); true when the request is
  * worth sending once more.
  */
-export function recoverLeasedMedia(leased: readonly LeasedItem[], deps: { config: EdgeConfig; fetch: EdgeFetch }, requester: MediaRequester): Promise<boolean> {
+export function recoverLeasedMedia(leased: readonly LeasedItem[], deps: { config: EdgeConfig; fetch: EdgeFetch }, requester: MediaRequester, lost: () => void): Promise<boolean> {
   const client = requester?.client ? clientLabel(requester.client) : null;
-  return recoverLeased(leased, mediaDeps(deps), { client, signal: requester?.signal ?? null, traceparent: requester?.traceparent ?? null });
+  return recoverLeased(leased, mediaDeps(deps), { client, signal: requester?.signal ?? null, traceparent: requester?.traceparent ?? null }, lost);
 }

@@ -4,11 +4,13 @@
  * worker: a store restarted empty loses the leased items, the worker's fetch of their URLs fails
  * (its 400), and the edge asks the store about them, stores them again by URL and sends the request
  * once more, so the client's request succeeds (buffered and streamed). A worker's genuine 400 while
- * the store still holds every item is the client's answer, sent once. Each attempt settles once.
+ * the store still holds every item is the client's answer, sent once. Each attempt settles once, a
+ * failed one before the lost items are stored again. A request whose every attempt fails drops its
+ * leases: the next turn asks the store.
  */
 import http from "node:http";
 import type { AddressInfo } from "node:net";
-import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { afterAll, beforeAll, describe, expect, it, vi } from "vitest";
 import { parseEdgeConfig } from "../../../src/config/config.ts";
 import { handleChatCompletions, type ChatDeps } from "../../../src/edge/chat.ts";
 import type { ChatFrontDoor, SettleRequest } from "../../../src/routing-index/front-door.ts";
@@ -36,10 +38,15 @@ let sim: SimulatedWorker;
 /** A worker that refuses every request with SGLang's 400 for a bad sampling parameter. */
 let refuser: http.Server;
 let refuserUrl = "";
+/** A worker that answers every request 503 (overloaded): every attempt fails, retried away. */
+let overloaded: http.Server;
+let overloadedUrl = "";
 let workerUrl = "";
 /** /generate calls the edge made, by worker URL. */
 const generateCalls = new Map<string, number>();
 const settles: SettleRequest[] = [];
+/** The store's `POST /v1/store` calls so far, at each settle (parallel to `settles`). */
+const storeCallsAtSettle: number[] = [];
 let receipts = 0;
 let deps: ChatDeps;
 
@@ -64,6 +71,12 @@ beforeAll(async () => {
   });
   await new Promise<void>((r) => refuser.listen(0, "127.0.0.1", r));
   refuserUrl = `http://127.0.0.1:${(refuser.address() as AddressInfo).port}`;
+  overloaded = http.createServer((req, res) => {
+    req.resume();
+    req.on("end", () => res.writeHead(503, { "content-type": "application/json" }).end(JSON.stringify({ object: "error", message: "overloaded", code: 503 })));
+  });
+  await new Promise<void>((r) => overloaded.listen(0, "127.0.0.1", r));
+  overloadedUrl = `http://127.0.0.1:${(overloaded.address() as AddressInfo).port}`;
   const config = parseEdgeConfig({
     KVEDGE_ACCESS: "public",
     KVEDGE_RATE_LIMIT: "off",
@@ -78,7 +91,10 @@ beforeAll(async () => {
     // One worker: a pick that excludes it finds none.
     route: async (r) => (r.exclude?.includes("w1") ? null : decision()),
     profile: async () => ({ blockSize: null, workers: 1, workersUp: 1, cohort: { ok: false, reason: "no_contract", detail: "" } }),
-    settle: async (s) => void settles.push(s),
+    settle: async (s) => {
+      settles.push(s);
+      storeCallsAtSettle.push(svc.stats.storeCalls);
+    },
     quarantine: async () => undefined,
     markPrefillDone: async () => undefined,
   };
@@ -97,7 +113,7 @@ beforeAll(async () => {
 afterAll(async () => {
   await sim?.close();
   await svc?.close();
-  for (const s of [origin, refuser]) {
+  for (const s of [origin, refuser, overloaded]) {
     s?.closeAllConnections();
     await new Promise((r) => s?.close(r));
   }
@@ -122,6 +138,8 @@ function conversation(stream: boolean) {
       text,
       generate: (generateCalls.get(`${workerUrl}/generate`) ?? 0) - before.generate,
       settles: settles.slice(before.settles),
+      /** The request's store calls made before each of its settles. */
+      storedAtSettles: storeCallsAtSettle.slice(before.settles).map((n) => n - before.stored),
       held: svc.stats.heldChecks - before.held,
       stored: svc.stats.storeCalls - before.stored,
     };
@@ -148,7 +166,10 @@ describe("a media store restart under leases is not the client's failure", () =>
     // Both leased: no held call. The store restarts empty on the same address.
     await svc.close();
     svc = await startStore();
+    const warn = vi.spyOn(console, "warn");
     const t4 = await ask([image("/c.png")]);
+    const logged = warn.mock.calls.map((c) => JSON.parse(String(c[0])) as { event: string });
+    warn.mockRestore();
     // The worker failed to load a and b (its 400); the edge asked the store about exactly those two
     // (one held call), stored both again by URL, and the worker's second attempt succeeded.
     expect(t4.status, t4.text).toBe(200);
@@ -161,9 +182,30 @@ describe("a media store restart under leases is not the client's failure", () =>
       { outcome: "ok", retrying: false },
     ]);
     expectSettledOnce();
+    // The failed attempt was settled before a and b were stored again (only c, verified before the
+    // first attempt, was): the downloads do not hold the worker's load.
+    expect(t4.storedAtSettles).toEqual([1, 3]);
+    // The worker's own answer to the failed attempt is logged, though the request was sent again.
+    expect(logged.map((l) => l.event)).toEqual(["upstream_error", "media_recovered"]);
     // The items stored again are held: the next turn asks about them once (no lease yet) and stores nothing.
     const t5 = await ask([{ type: "text", text: "And now?" }]);
     expect({ status: t5.status, generate: t5.generate, held: t5.held, stored: t5.stored }).toEqual({ status: 200, generate: 1, held: 1, stored: 0 });
+  }, 60_000);
+
+  it("every attempt failing (the worker overloaded, no worker left): the request's leases are dropped, the next turn asks the store", async () => {
+    workerUrl = sim.url;
+    const ask = conversation(false);
+    expect((await ask([image("/a.png")])).status).toBe(200);
+    expect((await ask([image("/b.png")])).status).toBe(200);
+    expect((await ask([{ type: "text", text: "More?" }])).held).toBe(1);
+    // a and b are leased: no held call while they are.
+    expect((await ask([{ type: "text", text: "Still?" }])).held).toBe(0);
+    workerUrl = overloadedUrl;
+    await expect(ask([{ type: "text", text: "Now?" }])).rejects.toMatchObject({ code: "worker_unavailable" });
+    workerUrl = sim.url;
+    const t = await ask([{ type: "text", text: "And now?" }]);
+    expect({ status: t.status, held: t.held, stored: t.stored }).toEqual({ status: 200, held: 1, stored: 0 });
+    expectSettledOnce();
   }, 60_000);
 
   it("a worker's genuine 400 while the store holds every item is the client's answer, sent once", async () => {
