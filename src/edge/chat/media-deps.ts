@@ -2,6 +2,7 @@
  * The media pipeline's parts (SSRF-safe fetcher, decode-service client, store URL signer), built once
  * per config in each isolate: the signing key's import and the clients are not per-request work.
  */
+import { BAND_COUNT, bandWaitMs } from "../../admission/bands.ts";
 import type { EdgeConfig } from "../../config/config.ts";
 import { DecodeClient } from "../../media/decode-client.ts";
 import { SafeFetcher } from "../../media/safe-fetch.ts";
@@ -28,6 +29,19 @@ export function mediaMemoStats(): MediaMemoStats {
   return built?.memo.stats() ?? { hits: 0, misses: 0, stores: 0, drops: 0, evictions: 0, entries: 0, bytes: 0, maxBytes: DEFAULT_MEDIA_MEMO_BYTES };
 }
 
+/**
+ * How long after its media are verified a request's first pick may still wait in the pool's
+ * admission queue (its band's maxWaitMs), before its store URLs are signed: a lease relied on must
+ * outlive that wait and the URL's lifetime.
+ */
+function longestAdmissionWaitMs(config: EdgeConfig): number {
+  const admission = config.routing.admission;
+  if (!admission.enabled) return 0;
+  let longest = 0;
+  for (let band = 0; band < BAND_COUNT; band++) longest = Math.max(longest, bandWaitMs(admission.maxWaitMs, band));
+  return longest;
+}
+
 function builtFor(deps: { config: EdgeConfig; fetch: EdgeFetch }): NonNullable<typeof built> {
   if (built?.config !== deps.config) {
     const store = deps.config.mediaStore;
@@ -42,7 +56,7 @@ function builtFor(deps: { config: EdgeConfig; fetch: EdgeFetch }): NonNullable<t
         inlineMaxBytes: store.inlineMaxBytes,
         sign: key ? storeSigner(store.publicUrl!, key, store.urlTtlSec) : null,
         forwardClientUrls: store.forwardClientUrls,
-        leaseMarginMs: store.urlTtlSec * 1000,
+        leaseMarginMs: store.urlTtlSec * 1000 + longestAdmissionWaitMs(deps.config),
       },
       memo: new MediaMemo(),
     };

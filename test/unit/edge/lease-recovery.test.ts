@@ -50,6 +50,18 @@ const storeCallsAtSettle: number[] = [];
 let receipts = 0;
 let deps: ChatDeps;
 
+const edgeConfig = (vars: Record<string, string> = {}) =>
+  parseEdgeConfig({
+    KVEDGE_ACCESS: "public",
+    KVEDGE_RATE_LIMIT: "off",
+    KVEDGE_WORKER_AUTH: "none",
+    KVEDGE_MEDIA: JSON.stringify({ allowlist: [originHost] }),
+    KVEDGE_DECODE_URL: svc.url,
+    DECODE_TOKEN: TOKEN,
+    KVEDGE_MEDIA_URL_KEY: KEY,
+    ...vars,
+  });
+
 const startStore = (): Promise<DecodeService> => startDecodeService({ token: TOKEN, port: storePort, fetch: { allowlist: [originHost] }, store: { urlKey: KEY } });
 
 beforeAll(async () => {
@@ -77,15 +89,7 @@ beforeAll(async () => {
   });
   await new Promise<void>((r) => overloaded.listen(0, "127.0.0.1", r));
   overloadedUrl = `http://127.0.0.1:${(overloaded.address() as AddressInfo).port}`;
-  const config = parseEdgeConfig({
-    KVEDGE_ACCESS: "public",
-    KVEDGE_RATE_LIMIT: "off",
-    KVEDGE_WORKER_AUTH: "none",
-    KVEDGE_MEDIA: JSON.stringify({ allowlist: [originHost] }),
-    KVEDGE_DECODE_URL: svc.url,
-    DECODE_TOKEN: TOKEN,
-    KVEDGE_MEDIA_URL_KEY: KEY,
-  });
+  const config = edgeConfig();
   const decision = (): RouteDecision => ({ workerId: "w1", url: workerUrl, incrementalStreaming: false, overlapBlocks: 0, totalBlocks: 1, blockSize: 16, receiptId: `r-${++receipts}`, candidates: [] });
   const index: ChatFrontDoor = {
     // One worker: a pick that excludes it finds none.
@@ -206,6 +210,23 @@ describe("a media store restart under leases is not the client's failure", () =>
     const t = await ask([{ type: "text", text: "And now?" }]);
     expect({ status: t.status, held: t.held, stored: t.stored }).toEqual({ status: 200, held: 1, stored: 0 });
     expectSettledOnce();
+  }, 60_000);
+
+  it("a lease is relied on only while it outlives the longest admission wait and then the signed URL: past the store's lease length, the store is asked every turn", async () => {
+    workerUrl = sim.url;
+    const kept = deps;
+    // 300 s of URL lifetime after up to 400 s of admission wait: more than the store's 600 s lease.
+    deps = { ...kept, config: edgeConfig({ KVEDGE_ROUTING: JSON.stringify({ admission: { maxWaitMs: 400_000 } }) }) };
+    try {
+      const ask = conversation(false);
+      expect((await ask([image("/a.png")])).status).toBe(200);
+      for (const text of ["More?", "Still?", "Again?"]) {
+        const t = await ask([{ type: "text", text }]);
+        expect({ status: t.status, held: t.held }).toEqual({ status: 200, held: 1 });
+      }
+    } finally {
+      deps = kept;
+    }
   }, 60_000);
 
   it("a worker's genuine 400 while the store holds every item is the client's answer, sent once", async () => {
