@@ -71,7 +71,8 @@ export async function assembleParts(opts: DecodeServiceOptions, deps: DecodeServ
       maxBytes: Math.floor(opts.store.maxTotalBytes * opts.store.leaseShare),
       maxItems: Math.floor(opts.store.maxItems * opts.store.leaseShare),
       clientMaxBytes: Math.floor(opts.store.maxTotalBytes * opts.store.clientShare * opts.store.leaseShare),
-      clientMaxItems: Math.floor(opts.store.maxItems * opts.store.clientShare * opts.store.leaseShare),
+      // At least one: a small store's share must not round every client's leases away.
+      clientMaxItems: Math.max(1, Math.floor(opts.store.maxItems * opts.store.clientShare * opts.store.leaseShare)),
     },
   });
   const urlKey = opts.store.urlKey ? await importMediaUrlKey(opts.store.urlKey) : null;

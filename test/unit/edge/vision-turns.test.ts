@@ -58,7 +58,7 @@ let deps: PrepareDeps;
 let clip: Uint8Array;
 let clip2: Uint8Array;
 
-const startStore = async (dir: string, limits: { maxItems?: number; leaseShare?: number } = {}): Promise<DecodeService> =>
+const startStore = async (dir: string, limits: { maxItems?: number; leaseShare?: number; clientShare?: number } = {}): Promise<DecodeService> =>
   startDecodeService({ token: TOKEN, port, fetch: { allowlist: [new URL(originUrl).host] }, store: { urlKey: KEY, dir, ...limits } });
 
 /** HTTP status of each stored item's signed URL as worker w1 fetches it (its media credential as Basic auth). */
@@ -275,9 +275,9 @@ describe("vision turns: media work for the new items only", () => {
   }, 60_000);
 
   it("past the store's lease bound it refuses a lease, and the edge asks about that item every turn", async () => {
-    // A store of at most 8 items leases at most 2 (leaseShare 0.25).
+    // A store of at most 8 items leases at most 2 (leaseShare 0.25); one client may hold them all (clientShare 1).
     await svc.close();
-    svc = await startStore(mkdtempSync(join(tmpdir(), "kvedge-vision-store-")), { maxItems: 8, leaseShare: 0.25 });
+    svc = await startStore(mkdtempSync(join(tmpdir(), "kvedge-vision-store-")), { maxItems: 8, leaseShare: 0.25, clientShare: 1 });
     try {
       const tenant = { key: "key-d", tag: namespaceTag("tenant-d") };
       const messages: unknown[] = [];
