@@ -21,6 +21,26 @@ import { checkTestToken, FakeIndex, FakeWorker, indexView, storeEvents, testCred
 
 const SECRET = "test-secret";
 const B = 4;
+
+/** An index session for worker w1 of model m at `url`, with short test timings; `extra` overrides. */
+function sessionOptions(url: string, extra: Partial<IndexSessionOptions> = {}): IndexSessionOptions {
+  return {
+    url,
+    token: testCredential(SECRET),
+    hello: () => ({ type: "hello", workerId: "w1", url: "http://127.0.0.1:1", blockSize: B, epoch: 1, modelName: "m", contract: null, kvEvents: true }),
+    snapshot: () => ({ epoch: 1, seq: 0, blocks: [] }),
+    downReason: () => null,
+    flushIntervalMs: 1,
+    flushBlocks: 1000,
+    backoffBaseMs: 20,
+    backoffCapMs: 100,
+    welcomeTimeoutMs: 2000,
+    dumpChunkBlocks: 1000,
+    pingIntervalMs: 1000,
+    log: silentLogger,
+    ...extra,
+  };
+}
 beforeAll(() => initHashing());
 
 const open: { close(): unknown }[] = [];
@@ -120,21 +140,7 @@ describe("relay session", () => {
     await new Promise<void>((r) => (wss.address() ? r() : wss.once("listening", () => r())));
     const seen: { offered: string | undefined; negotiated: string }[] = [];
     wss.on("connection", (ws, req) => seen.push({ offered: req.headers["sec-websocket-extensions"], negotiated: ws.extensions }));
-    const s = new IndexSession({
-      url: relayUrl(`ws://127.0.0.1:${(wss.address() as AddressInfo).port}`, "w1", "m"),
-      token: testCredential(SECRET),
-      hello: () => ({ type: "hello", workerId: "w1", url: "http://127.0.0.1:1", blockSize: B, epoch: 1, modelName: "m", contract: null, kvEvents: true }),
-      snapshot: () => ({ epoch: 1, seq: 0, blocks: [] }),
-      downReason: () => null,
-      flushIntervalMs: 1,
-      flushBlocks: 1000,
-      backoffBaseMs: 20,
-      backoffCapMs: 100,
-      welcomeTimeoutMs: 2000,
-      dumpChunkBlocks: 1000,
-      pingIntervalMs: 1000,
-      log: silentLogger,
-    });
+    const s = new IndexSession(sessionOptions(relayUrl(`ws://127.0.0.1:${(wss.address() as AddressInfo).port}`, "w1", "m")));
     open.push(s);
     s.start();
     await waitFor(() => seen.length === 1, "the relay's connect");
@@ -353,26 +359,19 @@ describe("index liveness (no pong within the deadline)", () => {
     open.push(index);
     let epoch = 1;
     const epochs: number[] = [];
-    const s = new IndexSession({
-      url: relayUrl(index.url, "w1", "m"),
-      token: testCredential(SECRET),
-      hello: () => ({ type: "hello", workerId: "w1", url: "http://127.0.0.1:1", blockSize: B, epoch, modelName: "m", contract: null, kvEvents: true }),
-      snapshot: () => {
-        epochs.push(epoch);
-        return { epoch, seq: 0, blocks: [{ h: "1", p: null, l: "00000000000000aa" }] };
-      },
-      downReason: () => null,
-      flushIntervalMs: 1,
-      flushBlocks: 1000,
-      backoffBaseMs: 20,
-      backoffCapMs: 200,
-      welcomeTimeoutMs: 2000,
-      dumpChunkBlocks: 1000,
-      pingIntervalMs: PING_MS,
-      pongTimeoutMs: PONG_TIMEOUT_MS,
-      log: silentLogger,
-      ...extra,
-    });
+    const s = new IndexSession(
+      sessionOptions(relayUrl(index.url, "w1", "m"), {
+        hello: () => ({ type: "hello", workerId: "w1", url: "http://127.0.0.1:1", blockSize: B, epoch, modelName: "m", contract: null, kvEvents: true }),
+        snapshot: () => {
+          epochs.push(epoch);
+          return { epoch, seq: 0, blocks: [{ h: "1", p: null, l: "00000000000000aa" }] };
+        },
+        backoffCapMs: 200,
+        pingIntervalMs: PING_MS,
+        pongTimeoutMs: PONG_TIMEOUT_MS,
+        ...extra,
+      }),
+    );
     open.push(s);
     s.start();
     epoch = 2; // a later hello is a new one
@@ -559,22 +558,7 @@ describe("a connect the index refuses before the upgrade", () => {
     });
     await new Promise<void>((r) => edge.listen(0, "127.0.0.1", r));
     open.push({ close: () => new Promise((r) => edge.close(r)) });
-    const s = new IndexSession({
-      url: relayUrl(`ws://127.0.0.1:${(edge.address() as AddressInfo).port}`, "w1", "m", 0, 2),
-      token: testCredential(SECRET),
-      hello: () => ({ type: "hello", workerId: "w1", url: "http://127.0.0.1:1", blockSize: B, epoch: 1, modelName: "m", contract: null, kvEvents: true }),
-      snapshot: () => ({ epoch: 1, seq: 0, blocks: [] }),
-      downReason: () => null,
-      flushIntervalMs: 1,
-      flushBlocks: 1000,
-      backoffBaseMs: 20,
-      backoffCapMs: 100,
-      welcomeTimeoutMs: 2000,
-      dumpChunkBlocks: 1000,
-      pingIntervalMs: 1000,
-      pongTimeoutMs: 1000,
-      log: silentLogger,
-    });
+    const s = new IndexSession(sessionOptions(relayUrl(`ws://127.0.0.1:${(edge.address() as AddressInfo).port}`, "w1", "m", 0, 2), { pongTimeoutMs: 1000 }));
     open.push(s);
     s.start();
     await waitFor(() => refused >= 2, "a refused connect, then a retry");
