@@ -5,37 +5,28 @@
  * stores them again by URL and sends the request once more: the client's request succeeds, on its
  * second attempt. The origin says `no-store`, so its count is the store's downloads.
  */
-import http from "node:http";
-import type { AddressInfo } from "node:net";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { startFleet, type Fleet } from "../../scripts/local-fleet.ts";
 import { makePng } from "../helpers/png.ts";
+import { startMediaOrigin, type MediaOrigin } from "../helpers/media-origin.ts";
 import { image, text } from "./helpers/media.ts";
 
 const logs = process.env.KVEDGE_E2E_LOGS ? (l: string) => console.log(l) : undefined;
 let fleet: Fleet;
-let origin: http.Server;
+let origin: MediaOrigin;
 let base = "";
 const files = new Map<string, Uint8Array>();
-let hits = 0;
 
 beforeAll(async () => {
   for (let i = 0; i < 3; i++) files.set(`/img-${i}.png`, makePng(256 + 64 * i, 192, { seed: 40 + i }));
-  origin = http.createServer((req, res) => {
-    const body = files.get(req.url ?? "");
-    if (!body) return void res.writeHead(404).end();
-    hits++;
-    res.writeHead(200, { "content-type": "image/png", "content-length": body.length, "cache-control": "no-store" }).end(body);
-  });
-  await new Promise<void>((r) => origin.listen(0, "127.0.0.1", r));
-  const host = `127.0.0.1:${(origin.address() as AddressInfo).port}`;
-  base = `http://${host}`;
+  origin = await startMediaOrigin(files);
+  const host = origin.host;
+  base = origin.url;
   fleet = await startFleet({ workers: 1, decode: true, decodeArgs: ["--allow", host], vars: { KVEDGE_MEDIA: JSON.stringify({ allowlist: [host] }), KVEDGE_DEBUG_HEADERS: "on" }, log: logs });
 }, 180_000);
 afterAll(async () => {
   await fleet?.stop();
-  origin?.closeAllConnections();
-  await new Promise((r) => origin?.close(r));
+  await origin?.close();
 });
 
 async function send(messages: unknown[]): Promise<{ status: number; attempts: string | null; body: string }> {
@@ -53,9 +44,9 @@ describe("a media store restarted empty under leases", () => {
     const ask = async (parts: unknown[]) => {
       if (messages.length > 0) messages.push({ role: "assistant", content: "Shapes and colours." });
       messages.push({ role: "user", content: [text(`Question ${messages.length}: what is here?`), ...parts] });
-      const before = hits;
+      const before = origin.hits();
       const r = await send(messages);
-      return { ...r, downloads: hits - before };
+      return { ...r, downloads: origin.hits() - before };
     };
     // img-0 stored (turn 1), asked about and leased (turn 2, with img-1 stored), img-1 leased (turn 3).
     expect(await ask([image(`${base}/img-0.png`)])).toMatchObject({ status: 200, attempts: "1", downloads: 1 });

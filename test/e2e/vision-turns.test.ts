@@ -6,43 +6,34 @@
  * (mm_hashes for every item reach the worker) and finds the previous turn's prefix in the
  * worker's cache, and a second client sending the same conversation shares no media entry.
  */
-import http from "node:http";
-import type { AddressInfo } from "node:net";
 import { readFileSync } from "node:fs";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { startFleet, type Fleet } from "../../scripts/local-fleet.ts";
 import { makePng } from "../helpers/png.ts";
+import { startMediaOrigin, type MediaOrigin } from "../helpers/media-origin.ts";
 import { image, makeMediaDir, makeVideo, sentToWorker, text, video } from "./helpers/media.ts";
 
 const logs = process.env.KVEDGE_E2E_LOGS ? (l: string) => console.log(l) : undefined;
 let fleet: Fleet;
-let origin: http.Server;
+let origin: MediaOrigin;
 let base = "";
 const files = new Map<string, Uint8Array>();
-let hits = 0;
 
 beforeAll(async () => {
   const dir = makeMediaDir();
   makeVideo(dir, "clip.mp4", { seconds: 2 });
   files.set("/clip.mp4", new Uint8Array(readFileSync(join(dir, "clip.mp4"))));
   for (let i = 0; i < 6; i++) files.set(`/img-${i}.png`, makePng(320 + 64 * i, 240, { seed: i + 1 }));
-  origin = http.createServer((req, res) => {
-    const body = files.get(req.url ?? "");
-    if (!body) return void res.writeHead(404).end();
-    hits++;
-    res.writeHead(200, { "content-type": "application/octet-stream", "content-length": body.length, "cache-control": "no-store" }).end(body);
-  });
-  await new Promise<void>((r) => origin.listen(0, "127.0.0.1", r));
-  const host = `127.0.0.1:${(origin.address() as AddressInfo).port}`;
-  base = `http://${host}`;
+  origin = await startMediaOrigin(files, "application/octet-stream");
+  const host = origin.host;
+  base = origin.url;
   // Each client network its own cache namespace (as in production); routing headers for every caller.
   fleet = await startFleet({ workers: 1, decode: true, decodeArgs: ["--allow", host], vars: { KVEDGE_MEDIA: JSON.stringify({ allowlist: [host] }), KVEDGE_KV_SHARING: "per_tenant", KVEDGE_DEBUG_HEADERS: "on" }, log: logs });
 }, 180_000);
 afterAll(async () => {
   await fleet?.stop();
-  origin?.closeAllConnections();
-  await new Promise((r) => origin?.close(r));
+  await origin?.close();
 });
 
 async function send(messages: unknown[], clientIp: string): Promise<{ status: number; routing: string | null; requestId: string | null; worker: string | null; promptTokens: number; cachedTokens: number }> {
@@ -73,12 +64,12 @@ describe("vision turns through the edge", () => {
       messages.push({ role: "user", content: [text(`Turn ${t + 1}: what is new here?`), ...p] });
       const fresh = p.filter((x) => x.type !== "text").length;
       items += fresh;
-      const before = hits;
+      const before = origin.hits();
       const r = await send(messages, "198.51.100.7");
       expect(r.status, `turn ${t + 1}`).toBe(200);
       expect(r.routing, `turn ${t + 1}`).toBe("exact");
       // The origin served exactly the new items (the store downloads each URL it is asked for).
-      expect(hits - before, `turn ${t + 1}: origin requests`).toBe(fresh);
+      expect(origin.hits() - before, `turn ${t + 1}: origin requests`).toBe(fresh);
       const w = fleet.workers.find((x) => x.id === r.worker)!;
       const sent = await sentToWorker(w.url, r.requestId!);
       expect((sent!.mmHashes as string[]).length, `turn ${t + 1}: an mm_hash per item`).toBe(items);
@@ -87,9 +78,9 @@ describe("vision turns through the edge", () => {
       previous = r.promptTokens;
     }
     // A client of another network with the same conversation: every one of its items is stored for it.
-    const before = hits;
+    const before = origin.hits();
     const other = await send(messages, "203.0.113.9");
     expect(other.status).toBe(200);
-    expect(hits - before).toBe(items);
+    expect(origin.hits() - before).toBe(items);
   }, 180_000);
 });

@@ -20,6 +20,7 @@ import { initHashing } from "../../../src/util/hash.ts";
 import { startDecodeService, type DecodeService } from "../../../services/decode/server.ts";
 import { startSimulatedWorker, type SimulatedWorker } from "../../../services/sglang-sim/worker.ts";
 import { makePng } from "../../helpers/png.ts";
+import { startMediaOrigin, type MediaOrigin } from "../../helpers/media-origin.ts";
 
 const MODEL = "Qwen/Qwen3-VL-8B-Instruct";
 const TOKEN = "lease-recovery-token-0123456789";
@@ -30,7 +31,7 @@ const files = new Map<string, Uint8Array>([
   ["/b.png", makePng(48, 80, { seed: 32 })],
   ["/c.png", makePng(96, 32, { seed: 33 })],
 ]);
-let origin: http.Server;
+let origin: MediaOrigin;
 let originHost = "";
 let svc: DecodeService;
 let storePort = 0;
@@ -66,13 +67,8 @@ const startStore = (): Promise<DecodeService> => startDecodeService({ token: TOK
 
 beforeAll(async () => {
   await initHashing();
-  origin = http.createServer((req, res) => {
-    const f = files.get(req.url ?? "");
-    if (!f) return void res.writeHead(404).end();
-    res.writeHead(200, { "content-type": "image/png", "content-length": f.length, "cache-control": "no-store" }).end(f);
-  });
-  await new Promise<void>((r) => origin.listen(0, "127.0.0.1", r));
-  originHost = `127.0.0.1:${(origin.address() as AddressInfo).port}`;
+  origin = await startMediaOrigin(files);
+  originHost = origin.host;
   svc = await startStore();
   storePort = Number(new URL(svc.url).port);
   const credential = await workerMediaCredential(await importMediaUrlKey(KEY), "w1");
@@ -117,7 +113,8 @@ beforeAll(async () => {
 afterAll(async () => {
   await sim?.close();
   await svc?.close();
-  for (const s of [origin, refuser, overloaded]) {
+  await origin?.close();
+  for (const s of [refuser, overloaded]) {
     s?.closeAllConnections();
     await new Promise((r) => s?.close(r));
   }

@@ -8,8 +8,6 @@
  * mm hashes equal a full preparation from scratch; without the seeds every earlier image is verified,
  * and every earlier http image stored, again on every turn.
  */
-import http from "node:http";
-import type { AddressInfo } from "node:net";
 import { mkdtempSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
@@ -36,6 +34,7 @@ import { startDecodeService, type DecodeService } from "../../../services/decode
 import { fixtureContract } from "../../fixtures/models/load.ts";
 import { mediaPrepareDeps } from "../../helpers/media-prepare-deps.ts";
 import { makePng } from "../../helpers/png.ts";
+import { startMediaOrigin, type MediaOrigin } from "../../helpers/media-origin.ts";
 
 const KEY = "responses-media-url-key-0123456789ab";
 const TOKEN = "responses-media-decode-token";
@@ -44,26 +43,20 @@ const profile = { family: "qwen3_vl", templateId: "qwen3vl-instruct" } as const;
 const TENANT = "sk-responses-media-tenant";
 
 const files = new Map<string, Uint8Array>();
-let origin: http.Server;
+let origin: MediaOrigin;
 let originUrl = "";
 let svc: DecodeService;
 
 beforeAll(async () => {
   await initHashing();
   for (let i = 0; i < 4; i++) files.set(`/img-${i}.png`, makePng(200 + 64 * i, 160 + 32 * i, { seed: 10 + i }));
-  origin = http.createServer((req, res) => {
-    const f = files.get(req.url ?? "");
-    if (!f) return void res.writeHead(404).end();
-    res.writeHead(200, { "content-type": "image/png", "content-length": f.length, "cache-control": "no-store" }).end(f);
-  });
-  await new Promise<void>((r) => origin.listen(0, "127.0.0.1", r));
-  originUrl = `http://127.0.0.1:${(origin.address() as AddressInfo).port}`;
+  origin = await startMediaOrigin(files);
+  originUrl = origin.url;
   svc = await startDecodeService({ token: TOKEN, port: 0, fetch: { allowlist: [new URL(originUrl).host] }, store: { urlKey: KEY, dir: mkdtempSync(join(tmpdir(), "kvedge-responses-media-")) } });
 }, 60_000);
 afterAll(async () => {
   await svc?.close();
-  origin?.closeAllConnections();
-  await new Promise((r) => origin?.close(r));
+  await origin?.close();
 });
 
 /** A fresh isolate's dependencies: a new config object starts a new media memo (media-deps.ts). */

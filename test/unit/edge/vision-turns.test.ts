@@ -12,8 +12,6 @@
  * store's lease bound it refuses leases and the edge asks every turn. A client changing an earlier item's bytes behind its URL: the conversation keeps
  * the bytes it was answered about; a new message naming the URL gets the new bytes.
  */
-import http from "node:http";
-import type { AddressInfo } from "node:net";
 import { mkdtempSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
@@ -39,6 +37,7 @@ import { startDecodeService, type DecodeService } from "../../../services/decode
 import { fixtureContract } from "../../fixtures/models/load.ts";
 import { mediaPrepareDeps } from "../../helpers/media-prepare-deps.ts";
 import { makePng } from "../../helpers/png.ts";
+import { startMediaOrigin, type MediaOrigin } from "../../helpers/media-origin.ts";
 import { ffmpegToFile } from "../../helpers/wasm-media.ts";
 
 const KEY = "vision-turns-media-url-key-0123456789";
@@ -48,7 +47,7 @@ const profile = { family: "qwen3_vl", templateId: "qwen3vl-instruct" } as const;
 
 /** What the origin serves (no freshness: `no-store`, the local fleet's media server's header). */
 const files = new Map<string, { bytes: Uint8Array; type: string }>();
-let origin: http.Server;
+let origin: MediaOrigin;
 let originUrl = "";
 let svc: DecodeService;
 let storeDir = "";
@@ -80,13 +79,8 @@ beforeAll(async () => {
   clip = new Uint8Array(await ffmpegToFile(["-f", "lavfi", "-i", "testsrc=size=160x120:rate=30", "-frames:v", "40", "-pix_fmt", "yuv420p", "-c:v", "libx264", "-preset", "ultrafast"], join(dir, "clip.mp4")));
   files.set("/clip.mp4", { bytes: clip, type: "video/mp4" });
   clip2 = new Uint8Array(await ffmpegToFile(["-f", "lavfi", "-i", "smptebars=size=128x96:rate=24", "-frames:v", "30", "-pix_fmt", "yuv420p", "-c:v", "libx264", "-preset", "ultrafast"], join(dir, "clip2.mp4")));
-  origin = http.createServer((req, res) => {
-    const f = files.get(req.url ?? "");
-    if (!f) return void res.writeHead(404).end();
-    res.writeHead(200, { "content-type": f.type, "content-length": f.bytes.length, "cache-control": "no-store" }).end(f.bytes);
-  });
-  await new Promise<void>((r) => origin.listen(0, "127.0.0.1", r));
-  originUrl = `http://127.0.0.1:${(origin.address() as AddressInfo).port}`;
+  origin = await startMediaOrigin(files);
+  originUrl = origin.url;
   storeDir = mkdtempSync(join(tmpdir(), "kvedge-vision-store-"));
   svc = await startStore(storeDir);
   port = Number(new URL(svc.url).port);
@@ -95,8 +89,7 @@ beforeAll(async () => {
 }, 60_000);
 afterAll(async () => {
   await svc?.close();
-  origin?.closeAllConnections();
-  await new Promise((r) => origin?.close(r));
+  await origin?.close();
 });
 
 const image = (url: string) => ({ type: "image_url", image_url: { url } });
