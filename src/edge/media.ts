@@ -21,7 +21,7 @@ import { UpstreamError } from "../api/errors.ts";
 import { identifyImage } from "../media/image-identity.ts";
 import { encodeBase64, isDataUrl, parseDataUrl } from "../media/data-url.ts";
 import type { SafeFetcher } from "../media/safe-fetch.ts";
-import type { DecodeCallOptions, DecodeClient } from "../media/decode-client.ts";
+import type { DecodeCallOptions, DecodeClient, HeldOutcome } from "../media/decode-client.ts";
 import { mediaIdentityHash, type MediaMetadata } from "../media/identity-record.ts";
 import { signMediaPath } from "../media/signed-url.ts";
 import type { MediaItem } from "../layout/index.ts";
@@ -303,6 +303,18 @@ export function dropLeases(leased: readonly LeasedItem[]): void {
   for (const l of leased) l.entry.leaseUntil = 0;
 }
 
+/** A held answer by digest: each held one's lease in ms (0: held, not leased); a digest not held is absent. */
+function heldLeases(digests: readonly string[], answer: Extract<HeldOutcome, { ok: true }>): Map<string, number> {
+  const held = new Map<string, number>();
+  digests.forEach((d, k) => answer.held[k] && held.set(d, answer.leaseMs?.[k] ?? 0));
+  return held;
+}
+
+/** A remembered entry's lease from a held answer, counted from before the call (`askedAt`): the store's lease began no earlier. */
+function renewLease(entry: Remembered, leaseMs: number, askedAt: number): void {
+  entry.leaseUntil = leaseMs > 0 ? askedAt + leaseMs : 0;
+}
+
 /**
  * After the worker failed a request that forwarded items on their leases, before any output:
  * drops those leases, asks the store about exactly those items (one held call, which leases the
@@ -323,12 +335,11 @@ export async function recoverLeased(leased: readonly LeasedItem[], deps: MediaDe
   const now = Date.now();
   const answer = await deps.decode.held(digests, call);
   if (!answer.ok) return false;
-  const leaseOf = new Map(digests.map((d, k) => [d, answer.held[k] ? (answer.leaseMs?.[k] ?? 0) : null]));
+  const held = heldLeases(digests, answer);
   const lostItems = new Map<string, LeasedItem>();
   for (const l of leased) {
-    const leaseMs = leaseOf.get(l.entry.media.digest!);
-    // From before the call, as confirmHeld counts it.
-    if (leaseMs !== null && leaseMs !== undefined) l.entry.leaseUntil = leaseMs > 0 ? now + leaseMs : 0;
+    const leaseMs = held.get(l.entry.media.digest!);
+    if (leaseMs !== undefined) renewLease(l.entry, leaseMs, now);
     else lostItems.set(l.entry.media.digest!, l);
   }
   if (lostItems.size === 0) return false;
@@ -428,15 +439,13 @@ async function confirmHeld(parts: readonly MediaPartRef[], deps: MediaDeps, reus
   const answer = digests.length <= MAX_HELD_DIGESTS ? await deps.decode.held(digests, call) : null;
   // No answer (the store's trouble, the client gone): every such item is stored again, which
   // raises the store's own error for the request.
-  const held = new Map<string, number>();
-  if (answer?.ok) digests.forEach((d, k) => answer.held[k] && held.set(d, answer.leaseMs?.[k] ?? 0));
+  const held = answer?.ok ? heldLeases(digests, answer) : new Map<string, number>();
   let dropped = false;
   for (let k = 0; k < ask.length; k++) {
     const i = ask[k]!;
     const leaseMs = held.get(out[i]!.digest!);
     if (leaseMs !== undefined) {
-      // From before the call: the store's lease began no earlier.
-      askHits[k]!.leaseUntil = leaseMs > 0 ? now + leaseMs : 0;
+      renewLease(askHits[k]!, leaseMs, now);
       continue;
     }
     // Forgotten only when the store said so (not when it could not answer, or the client left).
