@@ -2,13 +2,19 @@
 // same process, plus exactness on every golden tokenizer case.
 import { createRequire } from "node:module";
 import { existsSync, readFileSync, readdirSync } from "node:fs";
-import { isAbsolute, join, resolve } from "node:path";
+import { isAbsolute, join, relative, resolve } from "node:path";
 import { ROOT } from "../lib/workerd.mjs";
 import { collectFiles, loadProse, freshText } from "../lib/corpus.mjs";
 import { rng } from "../lib/stats.mjs";
 import { barChart } from "../lib/svg.mjs";
 
 const require = createRequire(import.meta.url);
+
+/** The golden directory as results record it: relative to the clone, never a path of the machine outside it. */
+function goldenDirLabel(dir) {
+  const rel = relative(ROOT, dir);
+  return rel.startsWith("..") || isAbsolute(rel) ? "GOLDEN_DIR (outside the clone)" : rel;
+}
 
 function goldenCases() {
   const env = process.env.GOLDEN_DIR;
@@ -163,7 +169,7 @@ export default {
     });
     return {
       summary,
-      details: { goldenDir: dir, goldenCases: cases.length, kvExact, rustExact, firstMismatches: mismatches, benchTextMismatches: mismatch, kvInitMs, rustInitMs, sets: rows, overallColdRatio: overall },
+      details: { goldenDir: goldenDirLabel(dir), goldenCases: cases.length, kvExact, rustExact, firstMismatches: mismatches, benchTextMismatches: mismatch, kvInitMs, rustInitMs, sets: rows, overallColdRatio: overall },
       plots: [{ file: "tokenizer.svg", svg: plot }],
     };
   },
