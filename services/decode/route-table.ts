@@ -12,7 +12,7 @@ export function decodeRoutes(p: ServiceParts): Route[] {
   return [
     healthzRoute({ token: opts.token, decoder: p.prober.kind, probes: p.probeSlots, downloads: p.downloadSlots, store }),
     mediaRoute({ urlKey: p.urlKey, maxUrlTtlSec: opts.store.maxUrlTtlSec, requireWorkerCredential: opts.store.requireWorkerCredential, store, stats, log }),
-    storeRoute({ token: opts.token, intake: p.intake, stats, log }),
+    storeRoute({ token: opts.token, intake: p.intake, store, stats, log }),
     heldRoute({ token: opts.token, store, stats, log }),
     probeRoute({ token: opts.token, intake: p.intake, probes: p.probes, maxBodyBytes: opts.maxBodyBytes, stats, log }),
   ];

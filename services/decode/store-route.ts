@@ -2,11 +2,14 @@
  * `POST /v1/store` `{url, kind}` (the edge's token): fetches a client's media URL once with the
  * SSRF-safe fetcher (pinned DNS, every redirect re-checked), stores the verified bytes under their
  * SHA-256 and answers what the layout needs (image header, or the video probe); X-Cache tells how.
+ * The item is leased as a held call leases it (media-store.ts; `leaseMs`, 0 when a bound refused it):
+ * the edge remembers it for the conversation's next turns, which then need no held call for it.
  */
 import { InvalidRequestError } from "../../src/api/errors.ts";
 import { StoreRequestSchema } from "../../src/media/store-result.ts";
 import { edgeCaller } from "./edge-call.ts";
 import { contentTypeOf, readJson, sendJson } from "./http-json.ts";
+import type { MediaStore } from "./media-store.ts";
 import type { Route } from "./route.ts";
 import type { DecodeServiceStats } from "./stats.ts";
 import type { UrlIntake } from "./url-intake.ts";
@@ -14,11 +17,12 @@ import type { UrlIntake } from "./url-intake.ts";
 export interface StoreRouteDeps {
   token: string | null;
   intake: UrlIntake;
+  store: MediaStore;
   stats: DecodeServiceStats;
   log: (msg: string) => void;
 }
 
-export function storeRoute({ token, intake, stats, log }: StoreRouteDeps): Route {
+export function storeRoute({ token, intake, store, stats, log }: StoreRouteDeps): Route {
   return {
     path: "/v1/store",
     method: "POST",
@@ -31,7 +35,8 @@ export function storeRoute({ token, intake, stats, log }: StoreRouteDeps): Route
       if (!parsed.success) throw new InvalidRequestError('Body must be {"url": string, "kind": "image" | "video"}.', "url");
       const stored = await intake.storeUrl(parsed.data.url, parsed.data.kind, caller);
       res.setHeader("x-cache", stored.cache);
-      sendJson(res, 200, (await intake.describe(stored, parsed.data.kind, caller)).result);
+      const { result } = await intake.describe(stored, parsed.data.kind, caller);
+      sendJson(res, 200, { ...result, leaseMs: store.lease(result.digest) });
     },
   };
 }

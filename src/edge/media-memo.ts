@@ -43,6 +43,16 @@ export interface Remembered {
   leaseUntil: number;
 }
 
+/** The same verified item: what the worker receives and what identifies it. */
+function sameItem(a: VerifiedMedia, b: VerifiedMedia): boolean {
+  if (a.kind !== b.kind || a.stored !== b.stored || a.forward !== b.forward || a.digest !== b.digest) return false;
+  const x = a.metadata;
+  const y = b.metadata;
+  if (x === null || y === null) return x === y;
+  if (x.modality === "image" || y.modality === "image") return x.modality === y.modality && x.width === y.width && x.height === y.height;
+  return x.modality === y.modality && x.width === y.width && x.height === y.height && x.totalFrames === y.totalFrames && x.avgFps === y.avgFps;
+}
+
 /** Where an entry sits in byScope, so an eviction can take it out there too. */
 interface Entry {
   outer: string;
@@ -83,9 +93,22 @@ export class MediaMemo {
     return hit;
   }
 
-  /** Remembers an item verified here, its URL checked against this isolate's policy. */
-  set(scope: string, kind: VerifiedMedia["kind"], url: string, media: VerifiedMedia): void {
-    this.put(scope, kind, url, { media, policyChecked: true, leaseUntil: 0 });
+  /**
+   * Remembers an item verified here, its URL checked against this isolate's policy, leased by the
+   * store until `leaseUntil` (Date.now ms; 0: no lease). Where the URL's entry holds the same item
+   * (bytes and metadata), that entry stays, with the later of the two leases (a lease is the
+   * store's promise for the bytes, whoever asked): returns the item the entry holds.
+   */
+  set(scope: string, kind: VerifiedMedia["kind"], url: string, media: VerifiedMedia, leaseUntil = 0): VerifiedMedia {
+    const e = this.byScope.get(`${scope}\u0000${kind}`)?.get(url);
+    const kept = e && this.lru.get(e);
+    if (kept && sameItem(kept.media, media)) {
+      kept.policyChecked = true;
+      kept.leaseUntil = Math.max(kept.leaseUntil, leaseUntil);
+      return kept.media;
+    }
+    this.put(scope, kind, url, { media, policyChecked: true, leaseUntil });
+    return media;
   }
 
   /** Adds an item verified elsewhere (a stored response's) unless the scope holds the URL: an entry of the isolate's own stays as it is. Its URL is checked at its first use. */

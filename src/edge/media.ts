@@ -185,8 +185,8 @@ function precheck(p: MediaPartRef, deps: MediaDeps): void {
   } else deps.fetcher.checkUrl(p.url, p.param);
 }
 
-/** One item, after precheck. */
-async function resolveOne(p: MediaPartRef, deps: MediaDeps, call: Required<DecodeCallOptions>): Promise<VerifiedMedia> {
+/** One item, after precheck; `lease(ms)`: the store leased the item it stored (ms from its answer). */
+async function resolveOne(p: MediaPartRef, deps: MediaDeps, call: Required<DecodeCallOptions>, lease: (ms: number) => void): Promise<VerifiedMedia> {
   if (p.kind === "audio") return { kind: "audio", forward: null, stored: false, digest: null, metadata: null, unresolved: { reason: "audio", detail: "audio input" } };
   const policy = deps.fetcher.policy;
 
@@ -225,6 +225,7 @@ async function resolveOne(p: MediaPartRef, deps: MediaDeps, call: Required<Decod
       throw err;
     }
     const r = out.result;
+    if (r.leaseMs) lease(r.leaseMs);
     // As for data: URLs: no bytes are no video (the worker would only refuse it later).
     if (p.kind === "video" && r.byteLength === 0) throw new MediaError("truncated", "Video is empty.", p.param);
     // The store URL is signed later, for the worker the request is routed to (workerForwards).
@@ -351,8 +352,10 @@ export async function recoverLeased(leased: readonly LeasedItem[], deps: MediaDe
     while (mended && next < todo.length) {
       const l = todo[next++]!;
       // Audio is never remembered (takeRemembered): a leased item is an image or a video.
+      const askedAt = Date.now();
       const out = await deps.decode.store(l.part.url, l.part.kind === "video" ? "video" : "image", call);
       if (!out.ok || out.result.digest !== l.entry.media.digest) mended = false;
+      else renewLease(l.entry, out.result.leaseMs ?? 0, askedAt);
     }
   };
   await Promise.all(Array.from({ length: Math.min(MEDIA_CALLS_PER_REQUEST, todo.length) }, lane));
@@ -477,11 +480,14 @@ export async function verifyMedia(parts: readonly MediaPartRef[], deps: MediaDep
   else caller.signal?.addEventListener("abort", onGone, { once: true });
   const call = { client: caller.client, signal: over.signal, traceparent: caller.traceparent ?? null };
   let todo: number[] = reuse ? [] : parts.map((_, i) => i);
+  // Until when (Date.now ms) the store promised to keep each item it stored now, counted from before its call.
+  const leaseUntil = new Array<number>(parts.length).fill(0);
   let next = 0;
   const lane = async (): Promise<void> => {
     while (next < todo.length && !over.signal.aborted) {
       const i = todo[next++]!;
-      out[i] = await resolveOne(parts[i]!, deps, call);
+      const askedAt = Date.now();
+      out[i] = await resolveOne(parts[i]!, deps, call, (ms) => (leaseUntil[i] = askedAt + ms));
     }
   };
   try {
@@ -501,7 +507,8 @@ export async function verifyMedia(parts: readonly MediaPartRef[], deps: MediaDep
   }
   // Cancelled probes come back as unresolved items: a request whose client left stops here.
   if (caller.signal?.aborted) throw clientGone();
-  if (reuse) for (const i of todo) if (memoizable(parts[i]!, out[i]!, deps)) reuse.memo.set(reuse.scope, parts[i]!.kind, parts[i]!.url, out[i]!);
+  // An item the memo holds as verified now (a new message naming a remembered URL, same bytes) keeps its entry: its lease and its object (routed-items.ts keys).
+  if (reuse) for (const i of todo) if (memoizable(parts[i]!, out[i]!, deps)) out[i] = reuse.memo.set(reuse.scope, parts[i]!.kind, parts[i]!.url, out[i]!, leaseUntil[i]!);
   return out;
 }
 

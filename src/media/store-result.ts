@@ -3,7 +3,9 @@
  * what the layout needs, computed from exactly those stored bytes (image size from the header,
  * video frames and fps from the probe). Bytes are stored only once verified as the kind asked
  * for: an image without a readable header, or a video the decoder cannot probe, is a 4xx and not
- * stored, so `probe` is set for every video answered.
+ * stored, so `probe` is set for every video answered. The stored item is also leased, as a held
+ * call leases it: the edge remembers it for the conversation's later turns and need not ask the
+ * store about it again while the lease lasts.
  */
 import { z } from "zod";
 import { ProbeResultSchema } from "./probe-result.ts";
@@ -20,6 +22,11 @@ export const StoreResultSchema = z.object({
   kind: z.enum(["image", "video"]),
   image: z.object({ width: z.number().int().nonnegative(), height: z.number().int().nonnegative(), format: z.string() }).nullable(),
   probe: ProbeResultSchema.nullable(),
+  /**
+   * How long from its answer the store promises not to evict the stored item (a lease, as the held
+   * answer's); 0 or absent: no promise (a lease bound refused it, or a store without leases).
+   */
+  leaseMs: z.number().int().min(0).max(86_400_000).optional(),
 });
 export type StoreResult = z.infer<typeof StoreResultSchema>;
 

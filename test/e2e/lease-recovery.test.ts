@@ -48,7 +48,7 @@ describe("a media store restarted empty under leases", () => {
       const r = await send(messages);
       return { ...r, downloads: origin.hits() - before };
     };
-    // img-0 stored (turn 1), asked about and leased (turn 2, with img-1 stored), img-1 leased (turn 3).
+    // img-0 and img-1 are leased by the store as it stores them (turns 1 and 2): turn 3 asks nothing.
     expect(await ask([image(`${base}/img-0.png`)])).toMatchObject({ status: 200, attempts: "1", downloads: 1 });
     expect(await ask([image(`${base}/img-1.png`)])).toMatchObject({ status: 200, attempts: "1", downloads: 1 });
     expect(await ask([text("Anything else?")])).toMatchObject({ status: 200, attempts: "1", downloads: 0 });

@@ -7,7 +7,10 @@
  * each client's share of the slots (fair-slots.ts), idle and request timeouts.
  */
 import { createHash } from "node:crypto";
+import { mkdtempSync } from "node:fs";
 import http from "node:http";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
 import type { AddressInfo } from "node:net";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { DecodeClient } from "../../../src/media/decode-client.ts";
@@ -104,6 +107,25 @@ describe("media store", () => {
     const r = await fetch(svc.url + path, await asWorker("gpu-1")); // no bearer token: workers hold none
     expect(r.status).toBe(200);
     expect(sha(new Uint8Array(await r.arrayBuffer()))).toBe(sha(imgA));
+  });
+
+  it("leases the item it stores, as a held call does: leaseMs, 0 past a lease bound", async () => {
+    // This store's lease bounds (a quarter of its ~11 kB, an owner's share of that) leave no room for either image.
+    const refused = await client().store(u("/b.png"), "image");
+    expect(refused.ok && refused.result.leaseMs).toBe(0);
+    const roomy = await startDecodeService({ token: TOKEN, fetch: { allowlist: [`127.0.0.1:${port}`] }, store: { urlKey: KEY, dir: mkdtempSync(join(tmpdir(), "kvedge-store-lease-")), leaseSec: 120 } });
+    try {
+      const c = new DecodeClient({ url: roomy.url, token: TOKEN });
+      const out = await c.store(u("/a.png"), "image");
+      expect(out.ok && out.result.leaseMs).toBe(120_000);
+      expect(roomy.store()).toMatchObject({ items: 1, leased: 1, leasedBytes: imgA.length });
+      // Storing it again renews the one lease.
+      const again = await c.store(u("/copy-of-a.png"), "image");
+      expect(again.ok && again.result.leaseMs).toBe(120_000);
+      expect(roomy.store()).toMatchObject({ items: 1, leased: 1 });
+    } finally {
+      await roomy.close();
+    }
   });
 
   it("the same bytes under two URLs are stored once", async () => {

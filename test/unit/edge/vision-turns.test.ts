@@ -5,8 +5,8 @@
  * probe and held calls; the edge's count of items laid out and of view blocks hashed), while the prompt, the routed ids and
  * the block hashes equal a full preparation from scratch at every turn, across a store restart
  * (bytes kept: held; store emptied: the earlier items are stored again), and no entry is shared
- * across tenants. An item the store leased (held-route.ts) is forwarded without asking it while the
- * lease outlives the signed URL: after a restart that lost it the worker's fetch fails, the leases
+ * across tenants. An item the store leased (when it stored it, store-route.ts, or when asked about
+ * it, held-route.ts) is forwarded without asking it while the lease outlives the signed URL: after a restart that lost it the worker's fetch fails, the leases
  * are dropped (as the chat handler's recovery does first: lease-recovery.test.ts), and the next
  * preparation stores the items again; past the
  * store's lease bound it refuses leases and the edge asks every turn. A client changing an earlier item's bytes behind its URL: the conversation keeps
@@ -180,27 +180,27 @@ describe("vision turns: media work for the new items only", () => {
     // worker's fetch of each stored item's URL (the lost ones 404).
     const ok = (n: number) => Array<number>(n).fill(200);
     const steps: { parts: unknown[] | null; work: Counts; leased: number; fetched: number[]; restart?: "keep" | "empty" }[] = [
-      // First turn: its one image is stored and laid out.
+      // First turn: its one image is stored (and leased by the store) and laid out.
       { parts: [image(`${originUrl}/img-0.png`)], work: { store: 1, probe: 0, held: 0, laidOut: 1, checked: 1, keyed: 1 }, leased: 0, fetched: ok(1) },
-      // An http image and a data: image: one store call, one held check for the earlier item (which leases it).
-      { parts: [image(`${originUrl}/img-1.png`), image(dataUrl(files.get("/img-3.png")!.bytes, "image/png"))], work: { store: 1, probe: 0, held: 1, laidOut: 2, checked: 2, keyed: 2 }, leased: 0, fetched: ok(2) },
-      // img-0 is leased: the held check asks about img-1 only.
-      { parts: [video(`${originUrl}/clip.mp4`)], work: { store: 1, probe: 0, held: 1, laidOut: 1, checked: 1, keyed: 1 }, leased: 1, fetched: ok(3) },
+      // An http image and a data: image: one store call; the earlier item is leased (no held call).
+      { parts: [image(`${originUrl}/img-1.png`), image(dataUrl(files.get("/img-3.png")!.bytes, "image/png"))], work: { store: 1, probe: 0, held: 0, laidOut: 2, checked: 2, keyed: 2 }, leased: 1, fetched: ok(2) },
+      { parts: [video(`${originUrl}/clip.mp4`)], work: { store: 1, probe: 0, held: 0, laidOut: 1, checked: 1, keyed: 1 }, leased: 2, fetched: ok(3) },
       // A data: video is probed once (the decode service), never again.
-      { parts: [video(dataUrl(clip2, "video/mp4"))], work: { store: 0, probe: 1, held: 1, laidOut: 1, checked: 1, keyed: 1 }, leased: 2, fetched: ok(3) },
+      { parts: [video(dataUrl(clip2, "video/mp4"))], work: { store: 0, probe: 1, held: 0, laidOut: 1, checked: 1, keyed: 1 }, leased: 3, fetched: ok(3) },
       // The store restarts with its bytes: every earlier stored item is leased, none asked about, all fetched.
       { parts: [image(`${originUrl}/img-2.png`)], work: { store: 1, probe: 0, held: 0, laidOut: 1, checked: 1, keyed: 1 }, leased: 3, fetched: ok(4), restart: "keep" },
-      // The store restarts empty: the leased items (img-0, img-1, clip) are forwarded without asking
-      // and the worker cannot fetch them; img-2 (not leased) is asked about and stored again; the
-      // new image has the bytes of turn 2's data: image (its layout is that one's).
-      { parts: [image(`${originUrl}/img-3.png`)], work: { store: 2, probe: 0, held: 1, laidOut: 0, checked: 1, keyed: 2 }, leased: 3, fetched: [404, 404, 200, 200, 404], restart: "empty" },
-      // The request prepared again once the leases are dropped: the store is
-      // asked about every earlier stored item and the lost ones (3) are stored again, none laid out
-      // again. Their URLs passed the policy when they were remembered: only the new one is checked.
-      // Items verified again are new objects: their layout memo keys are built again (4).
-      { parts: null, work: { store: 4, probe: 0, held: 1, laidOut: 0, checked: 1, keyed: 4 }, leased: 0, fetched: ok(5) },
-      { parts: [{ type: "text", text: "And now without a picture." }], work: { store: 0, probe: 0, held: 1, laidOut: 0, checked: 0, keyed: 0 }, leased: 1, fetched: ok(5) },
-      // Every earlier stored item is leased: no call to the store at all.
+      // The store restarts empty: the leased items (img-0, img-1, img-2, clip) are forwarded without
+      // asking and the worker cannot fetch them; the new image has the bytes of turn 2's data: image
+      // (its layout is that one's).
+      { parts: [image(`${originUrl}/img-3.png`)], work: { store: 1, probe: 0, held: 0, laidOut: 0, checked: 1, keyed: 1 }, leased: 4, fetched: [404, 404, 404, 200, 404], restart: "empty" },
+      // The request prepared again once those leases are dropped: the store is asked about them and
+      // the lost ones (4) are stored again, none laid out again. Their URLs passed the policy when
+      // they were remembered: only the new message's img-3 is checked and stored again (the same
+      // bytes: its remembered item stays, key and all). Items verified again are new objects: their
+      // layout memo keys are built again (4).
+      { parts: null, work: { store: 5, probe: 0, held: 1, laidOut: 0, checked: 1, keyed: 4 }, leased: 0, fetched: ok(5) },
+      // Every earlier stored item is leased (the store leased those it stored again): no call to the store at all.
+      { parts: [{ type: "text", text: "And now without a picture." }], work: { store: 0, probe: 0, held: 0, laidOut: 0, checked: 0, keyed: 0 }, leased: 5, fetched: ok(5) },
       { parts: [{ type: "text", text: "And once more." }], work: { store: 0, probe: 0, held: 0, laidOut: 0, checked: 0, keyed: 0 }, leased: 5, fetched: ok(5) },
     ];
     let body = "";
@@ -259,12 +259,30 @@ describe("vision turns: media work for the new items only", () => {
     files.set("/mutable.png", { bytes: makePng(200, 100, { seed: 5, text: "version 2" }), type: "image/png" });
     const later = [...first, { role: "assistant", content: "It says version 1." }, { role: "user", content: [{ type: "text", text: "And this one?" }, image(url)] }];
     const t2 = await turn(JSON.stringify({ model: MODEL, messages: later }), tenant);
-    // The earlier item: as verified in turn 1 (held by the store, not fetched); the new one: fetched again.
-    expect(t2.work).toMatchObject({ store: 1, held: 1 });
+    // The earlier item: as verified in turn 1 (leased by the store, not fetched); the new one: fetched again.
+    expect(t2.work).toMatchObject({ store: 1, held: 0 });
     expect(t2.prep.plan.mmHashes![0]).toBe(v1);
     expect(t2.prep.plan.mmHashes![1]).not.toBe(v1);
     expect(t2.prep.media.every((m) => m.stored)).toBe(true);
     expect(new Set(t2.prep.media.map((m) => m.digest)).size).toBe(2);
+  }, 60_000);
+
+  it("a new message naming an earlier URL with the same bytes: stored again, the remembered item stays (its layout key, its lease)", async () => {
+    const tenant = { key: "key-e", tag: namespaceTag("tenant-e") };
+    const url = `${originUrl}/img-2.png`;
+    const messages: unknown[] = [{ role: "user", content: [{ type: "text", text: "What is this?" }, image(url)] }];
+    const t1 = await turn(JSON.stringify({ model: MODEL, messages }), tenant);
+    messages.push({ role: "assistant", content: "Shapes." }, { role: "user", content: [{ type: "text", text: "And this one?" }, image(url)] });
+    const body2 = JSON.stringify({ model: MODEL, messages });
+    const t2 = await turn(body2, tenant);
+    // The new message's item goes through the store (the origin's HTTP caching) and is the remembered one.
+    expect(t2.work).toEqual({ store: 1, probe: 0, held: 0, laidOut: 0, checked: 1, keyed: 0 });
+    expect(t2.prep.media[1]).toBe(t1.prep.media[0]);
+    await expectFullPath(t2.prep, body2, tenant.tag);
+    messages.push({ role: "assistant", content: "The same shapes." }, { role: "user", content: "Sure?" });
+    const t3 = await turn(JSON.stringify({ model: MODEL, messages }), tenant);
+    expect(t3.work).toEqual({ store: 0, probe: 0, held: 0, laidOut: 0, checked: 0, keyed: 0 });
+    expect(t3.prep.mediaLeased).toHaveLength(2);
   }, 60_000);
 
   it("past the store's lease bound it refuses a lease, and the edge asks about that item every turn", async () => {
