@@ -52,11 +52,14 @@ export function xxh3Keys(seed: bigint): Xxh3Keys {
   return keys;
 }
 
-// 64-bit values as two uint32 halves in module scratch (no allocation per call).
-let mulHi = 0;
-let mulLo = 0;
-let accHi = 0;
-let accLo = 0;
+// 64-bit values as two uint32 halves in a typed-array scratch: module-level `let` numbers above 2^30
+// are boxed, so each write allocated a heap number (~20 per block; typed-array scratch measured
+// 404 → 222 ns per 16-token block in workerd, 700 → 100 in Node 22).
+const scratch = new Uint32Array(4);
+const MUL_LO = 0;
+const MUL_HI = 1;
+const ACC_LO = 2;
+const ACC_HI = 3;
 
 /** The exact 64-bit product of two uint32 (16-bit pieces keep every partial product exact). */
 function mul32(a: number, b: number): void {
@@ -67,30 +70,32 @@ function mul32(a: number, b: number): void {
   const mid = a0 * b1 + a1 * b0; // < 2^33
   const midLo = mid & 0xffff; // ToInt32 keeps the low 32 bits, so the low 16 are exact
   const lo = a0 * b0 + midLo * 65536; // < 2^33
-  mulLo = lo >>> 0;
-  mulHi = (a1 * b1 + (mid - midLo) / 65536 + (lo - mulLo) / 4294967296) >>> 0;
+  const loW = lo >>> 0;
+  scratch[MUL_LO] = loW;
+  scratch[MUL_HI] = a1 * b1 + (mid - midLo) / 65536 + (lo - loW) / 4294967296;
 }
 
 /** acc += lo64(a·b) ^ hi64(a·b) (mod 2^64). */
 function addMulFold(aHi: number, aLo: number, bHi: number, bLo: number): void {
   mul32(aLo, bLo);
-  const r0 = mulLo;
-  const h00 = mulHi;
+  const r0 = scratch[MUL_LO]!;
+  const h00 = scratch[MUL_HI]!;
   mul32(aLo, bHi);
-  const l01 = mulLo;
-  const h01 = mulHi;
+  const l01 = scratch[MUL_LO]!;
+  const h01 = scratch[MUL_HI]!;
   mul32(aHi, bLo);
-  const l10 = mulLo;
-  const h10 = mulHi;
+  const l10 = scratch[MUL_LO]!;
+  const h10 = scratch[MUL_HI]!;
   mul32(aHi, bHi);
   const s1 = h00 + l01 + l10;
   const r1 = s1 >>> 0;
-  const s2 = h01 + h10 + mulLo + (s1 - r1) / 4294967296;
+  const s2 = h01 + h10 + scratch[MUL_LO]! + (s1 - r1) / 4294967296;
   const r2 = s2 >>> 0;
-  const r3 = (mulHi + (s2 - r2) / 4294967296) >>> 0;
-  const lo = accLo + ((r0 ^ r2) >>> 0);
-  accLo = lo >>> 0;
-  accHi = (accHi + ((r1 ^ r3) >>> 0) + (lo - accLo) / 4294967296) >>> 0;
+  const r3 = (scratch[MUL_HI]! + (s2 - r2) / 4294967296) >>> 0;
+  const lo = scratch[ACC_LO]! + ((r0 ^ r2) >>> 0);
+  const loW = lo >>> 0;
+  scratch[ACC_LO] = loW;
+  scratch[ACC_HI] = scratch[ACC_HI]! + ((r1 ^ r3) >>> 0) + (lo - loW) / 4294967296;
 }
 
 /** mix16B of the 16 bytes at word `w` with secret lane `lane`, added to the accumulator. */
@@ -101,11 +106,11 @@ function mix(words: ArrayLike<number>, w: number, keys: Xxh3Keys, lane: number):
 
 /** avalanche(acc) (h ^= h >> 37, h ·= PRIME_MX1, h ^= h >> 32) to `out` at `at` as [low, high]. */
 function avalancheTo(out: Uint32Array, at: number): void {
-  let lo = (accLo ^ (accHi >>> 5)) >>> 0;
-  const hi = accHi;
+  const hi = scratch[ACC_HI]!;
+  let lo = (scratch[ACC_LO]! ^ (hi >>> 5)) >>> 0;
   mul32(lo, PRIME_MX1_LO);
-  const pHi = (mulHi + Math.imul(lo, PRIME_MX1_HI) + Math.imul(hi, PRIME_MX1_LO)) >>> 0;
-  lo = mulLo;
+  const pHi = (scratch[MUL_HI]! + Math.imul(lo, PRIME_MX1_HI) + Math.imul(hi, PRIME_MX1_LO)) >>> 0;
+  lo = scratch[MUL_LO]!;
   out[at] = (lo ^ pHi) >>> 0;
   out[at + 1] = pHi;
 }
@@ -146,8 +151,9 @@ export function xxh3Of16Bytes(w0: number, w1: number, w2: number, w3: number, fl
   const hiHi = (w3 ^ flips[3]!) >>> 0;
   // 16 + bswap64(input_lo) + input_hi; bswap64 of (hi:lo) is (bswap32(lo):bswap32(hi)).
   const lo = 16 + bswap32(loHi) + hiLo;
-  accLo = lo >>> 0;
-  accHi = (bswap32(loLo) + hiHi + (lo - accLo) / 4294967296) >>> 0;
+  const loW = lo >>> 0;
+  scratch[ACC_LO] = loW;
+  scratch[ACC_HI] = bswap32(loLo) + hiHi + (lo - loW) / 4294967296;
   addMulFold(loHi, loLo, hiHi, hiLo);
   avalancheTo(out, at);
 }
@@ -159,8 +165,8 @@ export function xxh3Of16Bytes(w0: number, w1: number, w2: number, w3: number, fl
 export function xxh3Words(words: ArrayLike<number>, start: number, count: number, keys: Xxh3Keys, out: Uint32Array, at: number): void {
   const len = 4 * count;
   mul32(len, PRIME64_1_LO);
-  accLo = mulLo;
-  accHi = (mulHi + Math.imul(len, PRIME64_1_HI)) >>> 0;
+  scratch[ACC_LO] = scratch[MUL_LO]!;
+  scratch[ACC_HI] = scratch[MUL_HI]! + Math.imul(len, PRIME64_1_HI);
   const end = start + count;
   if (len > 32) {
     if (len > 64) {
