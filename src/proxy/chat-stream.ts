@@ -24,6 +24,7 @@ import type { UsageSummary } from "./usage.ts";
 import { ChoiceOutput, PLAIN_OUTPUT, type ChatOutputPlan, type StreamDelta } from "./chat-output.ts";
 import { LogprobMetaSchema, toChoiceLogprobs, type TokenLogprob } from "./logprobs.ts";
 import { newArrayCursor, splitCumulativeFrame, trailingIndex, TOKEN_KEY, TOP_KEY, type ArrayCursor } from "./logprob-tail.ts";
+import { newTextCursor, splitCumulativeText, type TextCursor, type TextSplit } from "./text-tail.ts";
 
 export interface ChatStreamOptions {
   /** The completion id shown on every chunk (the edge's request id). */
@@ -85,8 +86,10 @@ interface ChoiceState {
   started: boolean;
   /** UTF-16 units of text sent so far. */
   sentLen: number;
-  /** The previous cumulative frame's text (a flat string; comparing to it is cheap). */
+  /** The previous cumulative frame's text. */
   prevText: string;
+  /** What the previous cumulative frame carried as written (text-tail.ts): its text or none ("" when that frame was parsed whole). */
+  textCursor: TextCursor;
   finish: SglangFinishReason | null;
   meta: SglangMetaInfo | undefined;
   output: ChoiceOutput;
@@ -107,6 +110,7 @@ export function createChatStreamCore(opts: ChatStreamOptions): ChatStreamCore {
     started: false,
     sentLen: 0,
     prevText: "",
+    textCursor: newTextCursor(),
     finish: null,
     meta: undefined,
     output: new ChoiceOutput(plan),
@@ -193,10 +197,11 @@ export function createChatStreamCore(opts: ChatStreamOptions): ChatStreamCore {
       else completeInto(out);
       return;
     }
-    // Cumulative frames repeat every logprob position so far: only the new ones are parsed
-    // (logprob-tail.ts), so a frame costs what its new tokens do, not the whole answer again.
+    // Cumulative frames repeat the text, ids and every logprob position so far: only the new ones
+    // are parsed (text-tail.ts, logprob-tail.ts), so a frame costs what its new tokens do, not the
+    // whole answer again.
     const cumulativeLogprobs = plan.logprobs && !opts.incremental;
-    const expectedIndex = cumulativeLogprobs ? trailingIndex(data) : 0;
+    const expectedIndex = opts.incremental ? 0 : trailingIndex(data);
     let newLogprobs: Record<string, unknown> | null = null;
     let frameText = data;
     if (cumulativeLogprobs) {
@@ -217,9 +222,16 @@ export function createChatStreamCore(opts: ChatStreamOptions): ChatStreamCore {
       frameText = split.rest;
       newLogprobs = { ...(split.tokens ? { [TOKEN_KEY]: split.tokens } : {}), ...(split.tops ? { [TOP_KEY]: split.tops } : {}) };
     }
+    const textState = opts.incremental ? undefined : choices[expectedIndex];
+    let textSplit: TextSplit | null = textState === undefined ? null : splitCumulativeText(frameText, textState.textCursor);
     let raw: unknown;
     try {
-      raw = JSON.parse(frameText);
+      raw = JSON.parse(textSplit?.rest ?? frameText);
+      // Split by the cursor of another choice than the frame's own (an index not at the end): parsed whole.
+      if (textSplit !== null && choiceIndexOf(raw) !== expectedIndex) {
+        textSplit = null;
+        raw = JSON.parse(frameText);
+      }
     } catch {
       failInto(out, malformedUpstream("stream frame is not JSON"));
       return;
@@ -259,10 +271,14 @@ export function createChatStreamCore(opts: ChatStreamOptions): ChatStreamCore {
     let delta: string;
     if (opts.incremental) delta = frame.text;
     else {
+      const text = textSplit?.text ?? frame.text;
+      // A split whose cursor held the previous text extends it by construction (a reset cursor holds "").
+      const extended = textSplit !== null && text.length - textSplit.tail.length === st.prevText.length;
       // Cumulative text only grows in SGLang; if it ever does not, never resend what was sent.
-      if (!frame.text.startsWith(st.prevText)) textRevised = true;
-      delta = frame.text.slice(st.sentLen);
-      st.prevText = frame.text;
+      if (!extended && !text.startsWith(st.prevText)) textRevised = true;
+      delta = extended && st.sentLen === st.prevText.length ? textSplit!.tail : text.slice(st.sentLen);
+      st.prevText = text;
+      st.textCursor = textSplit?.next ?? newTextCursor();
     }
     if (plan.logprobs) {
       // Incremental frames carry only the new positions; of cumulative ones only those were parsed.
@@ -280,6 +296,12 @@ export function createChatStreamCore(opts: ChatStreamOptions): ChatStreamCore {
       st.finish = fr;
       finishOrder.push(index);
     }
+  }
+
+  /** A parsed frame's `index` as the schema reads it (0 when absent or not a count). */
+  function choiceIndexOf(raw: unknown): number {
+    const i = typeof raw === "object" && raw !== null ? (raw as { index?: unknown }).index : undefined;
+    return typeof i === "number" ? i : 0;
   }
 
   function run(events: () => SseEvent[], out: string[]): void {

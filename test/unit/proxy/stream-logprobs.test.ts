@@ -1,8 +1,9 @@
 /**
- * Streaming logprobs from workers that send cumulative frames (SGLang's default: every frame
- * repeats all output positions so far) costs the edge work in proportion to the new tokens of
- * each frame (src/proxy/logprob-tail.ts), not the whole answer again: measured by the JSON text
- * handed to JSON.parse, with and without top_logprobs 20, over the same 1 000-token stream.
+ * Streaming from workers that send cumulative frames (SGLang's default: every frame repeats the
+ * text, ids and all output logprob positions so far) costs the edge work in proportion to the new
+ * tokens of each frame (src/proxy/text-tail.ts, src/proxy/logprob-tail.ts), not the whole answer
+ * again: measured by the JSON text handed to JSON.parse, against the same 1 000-token answer
+ * streamed in increments (`--incremental-streaming-output`), with and without top_logprobs 20.
  */
 import { afterEach, describe, expect, it, vi } from "vitest";
 import { createChatStreamCore } from "../../../src/proxy/chat-stream.ts";
@@ -79,11 +80,20 @@ const logprobsOf = (frames: string[], index = 0) => chunks(frames).flatMap((c) =
 afterEach(() => vi.restoreAllMocks());
 
 describe("logprobs from cumulative frames cost what the new tokens do", () => {
-  it("a 1 000-token stream with top_logprobs 20 parses within 3× the JSON of the same stream without", () => {
+  it("a 1 000-token stream parses within 1.5× the JSON of the same answer in increments", () => {
     const plain = translate(upstream({ logprobs: false }), { logprobs: false });
+    const plainIncremental = translate(upstream({ logprobs: false, incremental: true }), { logprobs: false, incremental: true });
+    // Parsing each cumulative frame whole: ~4.6 MB here, 30× the increments.
+    expect(plain.parsedChars).toBeLessThan(1.5 * plainIncremental.parsedChars);
+    expect(plain.frames.join("")).toBe(plainIncremental.frames.join(""));
+  });
+
+  it("with top_logprobs 20 too", () => {
     const withLp = translate(upstream({ logprobs: true }), { logprobs: true });
-    // Parsing each cumulative frame whole: ~330 MB here, 60× the stream without logprobs.
-    expect(withLp.parsedChars).toBeLessThan(3 * plain.parsedChars);
+    const incremental = translate(upstream({ logprobs: true, incremental: true }), { logprobs: true, incremental: true });
+    // Parsing each cumulative frame whole: ~330 MB here.
+    expect(withLp.parsedChars).toBeLessThan(1.5 * incremental.parsedChars);
+    expect(withLp.frames.join("")).toBe(incremental.frames.join(""));
     const lp = logprobsOf(withLp.frames);
     expect(lp).toHaveLength(TOKENS);
     expect(lp.map((t) => t.token)).toEqual(Array.from({ length: TOKENS }, (_, i) => tokenText(i)));
