@@ -76,9 +76,10 @@ function kill(p) {
  * Starts the fleet. `media`: { path: Buffer } served with an ETag; `decode`: start the decode service
  * (wasm ffmpeg) for videos; `inspectorPort`: open workerd's inspector there; `v8Flags`: workerd's V8 flags
  * (profiling: --perf-basic-prof); `splitIndex`: run the routing index in its own workerd process (the relay
- * connects there; the edge reaches it by RPC). Returns { edgeUrl, workerUrl, edgePid, indexPid, admin(path), stop() }.
+ * connects there; the edge reaches it by RPC); `workerArgs`: more flags for the simulated worker (after its own,
+ * so they override: e.g. ["--decode-ms-per-token", "1"] paces a streamed answer's frames). Returns { edgeUrl, workerUrl, edgePid, indexPid, admin(path), stop() }.
  */
-export async function startEdgeFleet({ model = "Qwen/Qwen3-VL-8B-Instruct", family = "qwen3_vl", template = "qwen3vl-instruct", media = {}, decode = false, limits = null, inspectorPort = undefined, v8Flags = [], splitIndex = false } = {}) {
+export async function startEdgeFleet({ model = "Qwen/Qwen3-VL-8B-Instruct", family = "qwen3_vl", template = "qwen3vl-instruct", media = {}, decode = false, limits = null, inspectorPort = undefined, v8Flags = [], splitIndex = false, workerArgs = [] } = {}) {
   const scriptPath = await bundleEdge();
   const procs = [];
   const servers = [];
@@ -167,6 +168,7 @@ export async function startEdgeFleet({ model = "Qwen/Qwen3-VL-8B-Instruct", fami
       ...["--port", port, "--kv-port", kvPort, "--replay-port", replayPort, "--page-size", 16, "--capacity-tokens", 2_000_000].map(String),
       ...["--model-name", model, "--family", family, "--template", template, "--model-dir", modelDir, "--timing", "instant", "--context-length", "262144"],
       ...(decode ? ["--media-store", bindings.KVEDGE_DECODE_URL] : []),
+      ...workerArgs,
     ], mediaStoreCredential ? { KVEDGE_MEDIA_STORE_CREDENTIAL: mediaStoreCredential } : {});
     procs.push(worker);
     const workerUrl = `http://127.0.0.1:${port}`;

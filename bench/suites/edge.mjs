@@ -24,6 +24,7 @@ import { nativeWorkerdPid, processCpuPreciseMs, waitForQuiet } from "../lib/proc
 import { HISTORY_BINS, runConcurrentConversations, runConversations } from "../edge/conversations.mjs";
 import { promptStageFigures } from "../edge/prompt-stage.mjs";
 import { coldStageFigures } from "../edge/cold-stage.mjs";
+import { streamLengthFigures } from "../edge/stream-length.mjs";
 
 const MODEL = "Qwen/Qwen3-VL-8B-Instruct";
 const SYSTEM = "You are a careful assistant. Answer from the provided material, cite the section you used, and say so when the material does not contain the answer.";
@@ -363,6 +364,14 @@ export default {
       ]),
     });
     await fleet.stop();
-    return { summary, details: { conversations, stages, coldStages: cold, firstRequestMs: firstMs, firstRequestStages: firstStages, workerFirstRequestMs: workerFirst.total, hopFloor, cases: results, worker: "services/sglang-sim, timing instant" }, plots: [{ file: "edge.svg", svg: plot }] };
+    // Answer length, streamed and not (bench/edge/stream-length.mjs: fleets of its own, a paced
+    // worker); KVEDGE_BENCH_EDGE_CASES selects it by "stream-length".
+    let streamLength = null;
+    if (!only || only.test("stream-length")) {
+      const r = await streamLengthFigures({ tiny: ctx.tiny, quick: ctx.quick, model: MODEL, system: SYSTEM, fresh, progress: (f, label) => ctx.progress(0.95 + 0.05 * f, `edge stream-length: ${label}`) });
+      summary.push(...r.summary);
+      streamLength = r.figures;
+    }
+    return { summary, details: { conversations, streamLength, stages, coldStages: cold, firstRequestMs: firstMs, firstRequestStages: firstStages, workerFirstRequestMs: workerFirst.total, hopFloor, cases: results, worker: "services/sglang-sim, timing instant" }, plots: [{ file: "edge.svg", svg: plot }] };
   },
 };
