@@ -143,18 +143,18 @@ export async function startEdgeFleet({ model = "Qwen/Qwen3-VL-8B-Instruct", fami
     cleanup.push(() => rmSync(storageDir, { recursive: true, force: true }));
     const serveOptions = { dir: OUT_DIR, vars: bindings, compatibilityDate: "2026-07-30", compatibilityFlags: ["enable_request_signal"], storageDir };
     // splitIndex: the routing index's objects in a second workerd process (the same bundle, its own
-    // socket for the relay, debug-port RPC for the edge), so /proc accounts the two apart.
+    // socket for the relay, a JS RPC socket for the edge), so /proc accounts the two apart.
     let index = null;
     if (splitIndex) {
-      const [indexPort, debugPort] = [await freePort(), await freePort()];
-      index = serveWorkerd({ ...serveOptions, port: indexPort, debugPort, v8Flags, configName: "workerd-index.capnp" });
+      const [indexPort, indexRpcPort] = [await freePort(), await freePort()];
+      index = serveWorkerd({ ...serveOptions, port: indexPort, indexRpcPort, v8Flags, configName: "workerd-index.capnp" });
       index.stderr.setEncoding("utf8");
       procs.push(index);
       index.url = `http://127.0.0.1:${indexPort}`;
-      index.debugAddress = `127.0.0.1:${debugPort}`;
+      index.rpcAddress = `127.0.0.1:${indexRpcPort}`;
       await waitFor(async () => (await fetch(`${index.url}/healthz`)).ok, 60_000, "workerd (routing index)", index);
     }
-    const wd = serveWorkerd({ ...serveOptions, port: edgePort, inspectorPort, v8Flags, remoteIndex: index?.debugAddress, storageDir: index ? `${storageDir}-edge` : storageDir });
+    const wd = serveWorkerd({ ...serveOptions, port: edgePort, inspectorPort, v8Flags, remoteIndex: index?.rpcAddress, storageDir: index ? `${storageDir}-edge` : storageDir });
     if (index) cleanup.push(() => rmSync(`${storageDir}-edge`, { recursive: true, force: true }));
     wd.stderr.setEncoding("utf8");
     procs.push(wd);

@@ -3,8 +3,8 @@
 // straight to the network. Miniflare puts two dev-only Workers in the path of every request (an
 // entry Worker in front and an outbound interceptor behind, each a JS hop that pipes the bodies),
 // which the benchmarks would otherwise count as the edge's overhead. The benchmarks also run the
-// Durable Objects in a second workerd process (debugPort / remoteIndex below), so each process's CPU
-// is one side's.
+// Durable Objects in a second workerd process (indexRpcPort / remoteIndex below), so each
+// process's CPU is one side's.
 import { spawn } from "node:child_process";
 import { mkdirSync, readdirSync, writeFileSync } from "node:fs";
 import { createRequire } from "node:module";
@@ -17,12 +17,18 @@ const str = (s) => JSON.stringify(String(s));
 
 /**
  * The main module of the edge process when the routing index runs in a process of its own: the
- * bundle's fetch handler with `env.ROUTING_INDEX` answered by the index process's objects. Each stub
- * is reached through workerd's debug-port RPC (`workerdDebugPort` binding, workerd.capnp: connect →
- * getActor(service, class, id) → the same JS RPC methods), one connection per stub, since a
- * connection is an I/O object of the request that opened it. The local namespace (same class and
- * uniqueKey as the index process's) only derives the object ids. The env wrapper is made once per
- * env, so the Worker's config cache (keyed by env) still holds.
+ * bundle's fetch handler with `env.ROUTING_INDEX` answered by the index process's objects. A stub's
+ * method call is one JS RPC call on the `INDEX_RPC` service binding, an external service whose
+ * Cap'n Proto connection workerd opens once for the process and reopens after a disconnect
+ * (ExternalHttpService::getOutgoingCapnp, cloudflare/workerd src/workerd/server/server.c++ at
+ * b8474d1c): one capnp call per method call, as a Durable Object stub's call over the runtime's
+ * channel. A workerdDebugPort client cannot stand in for that across requests: connect() and
+ * getActor() register their connection with the calling request's IoContext (addObject,
+ * src/workerd/server/workerd-debug-port-client.c++ at 6a6df7f2), so another request's use throws
+ * "Cannot perform I/O on behalf of a different request" (IoContext::checkFarGet), and a client per
+ * stub costs a TCP connect and a capnp bootstrap per index call. The local namespace (same class
+ * and uniqueKey as the index process's) only derives the object ids. The env wrapper is made once
+ * per env, so the Worker's config cache (keyed by env) still holds.
  */
 const SPLIT_ENTRY = `import edge from "./index.mjs";
 export * from "./index.mjs";
@@ -30,8 +36,8 @@ const wrapped = new WeakMap();
 function remoteIndex(env) {
   const ids = env.ROUTING_INDEX;
   const stub = (id) => {
-    const actor = (async () => (await env.INDEX_DEBUG_PORT.connect(env.INDEX_DEBUG_ADDRESS)).getActor("edge", "RoutingIndex", id.toString()))();
-    return new Proxy({}, { get: (_, method) => (method === "then" ? undefined : (...args) => actor.then((a) => a[method](...args))) });
+    const key = id.toString();
+    return new Proxy({}, { get: (_, method) => (method === "then" ? undefined : (...args) => env.INDEX_RPC.call(key, method, args)) });
   };
   return { idFromName: (name) => ids.idFromName(name), get: (id) => stub(id), getByName: (name) => stub(ids.idFromName(name)) };
 }
@@ -45,30 +51,62 @@ export default {
 `;
 
 /**
- * Starts `workerd serve` on `dir` (the bundle: index.mjs plus its *.wasm modules) with text
- * bindings `vars`, on 127.0.0.1:`port`. Returns the child process. `debugPort`: this process
- * accepts debug-port RPC there (the index process of a split). `remoteIndex`: the debug-port
- * address of the process whose routing-index objects this one uses (the edge process of a split).
+ * The main module of the index process of a split: the bundle, plus the entrypoint its RPC socket
+ * (loopback only) serves, which hands each call to the named routing-index object in this process.
+ * An object result of that inner call carries a Symbol.dispose; returned as is, the edge would hold
+ * a call pipeline for it until its request ends (src/workerd/api/worker-rpc.c++ at 407e074c), which
+ * a Durable Object's plain result does not cost, so the gateway drops it.
  */
-export function serveWorkerd({ dir, vars, port, compatibilityDate, compatibilityFlags = [], storageDir, inspectorPort, v8Flags = [], debugPort, remoteIndex, configName = "workerd.capnp" }) {
+const INDEX_GATEWAY = `import { WorkerEntrypoint } from "cloudflare:workers";
+export * from "./index.mjs";
+export { default } from "./index.mjs";
+export class IndexGateway extends WorkerEntrypoint {
+  async call(id, method, args) {
+    const ns = this.env.ROUTING_INDEX;
+    const result = await ns.get(ns.idFromString(id))[method](...args);
+    if (result !== null && typeof result === "object" && Object.hasOwn(result, Symbol.dispose)) delete result[Symbol.dispose];
+    return result;
+  }
+}
+`;
+
+/** The Cap'n Proto CONNECT host of the index process's RPC socket (any fixed name both ends share). */
+const CAPNP_HOST = "kvedge-index-rpc";
+
+/**
+ * Starts `workerd serve` on `dir` (the bundle: index.mjs plus its *.wasm modules) with text
+ * bindings `vars`, on 127.0.0.1:`port`. Returns the child process. `indexRpcPort`: this process
+ * serves its routing-index objects by JS RPC there (the index process of a split). `remoteIndex`:
+ * the RPC address of the process whose routing-index objects this one uses (the edge process of a
+ * split).
+ */
+export function serveWorkerd({ dir, vars, port, compatibilityDate, compatibilityFlags = [], storageDir, inspectorPort, v8Flags = [], indexRpcPort, remoteIndex, configName = "workerd.capnp" }) {
   mkdirSync(storageDir, { recursive: true });
   const modules = [`(name = "index.mjs", esModule = embed "index.mjs")`];
   if (remoteIndex) {
     writeFileSync(join(dir, "split-entry.mjs"), SPLIT_ENTRY);
     modules.unshift(`(name = "split-entry.mjs", esModule = embed "split-entry.mjs")`);
   }
+  if (indexRpcPort) {
+    writeFileSync(join(dir, "index-gateway.mjs"), INDEX_GATEWAY);
+    modules.unshift(`(name = "index-gateway.mjs", esModule = embed "index-gateway.mjs")`);
+  }
   for (const f of readdirSync(dir).filter((f) => f.endsWith(".wasm")).sort()) modules.push(`(name = ${str(f)}, wasm = embed ${str(f)})`);
   const bindings = Object.entries(vars).map(([k, v]) => `(name = ${str(k)}, text = ${str(v)})`);
   bindings.push(`(name = "ROUTING_INDEX", durableObjectNamespace = "RoutingIndex")`, `(name = "RATE_LIMITER", durableObjectNamespace = "RateLimiter")`);
-  if (remoteIndex) bindings.push(`(name = "INDEX_DEBUG_PORT", workerdDebugPort = void)`, `(name = "INDEX_DEBUG_ADDRESS", text = ${str(remoteIndex)})`);
+  const services = [`(name = "edge", worker = .edge)`, `(name = "internet", network = (allow = ["public", "private", "local"]))`, `(name = "do-storage", disk = (path = ${str(storageDir)}, writable = true))`];
+  const sockets = [`(name = "http", address = ${str(`127.0.0.1:${port}`)}, http = (), service = "edge")`];
+  if (remoteIndex) {
+    services.push(`(name = "routing-index", external = (address = ${str(remoteIndex)}, http = (capnpConnectHost = ${str(CAPNP_HOST)})))`);
+    bindings.push(`(name = "INDEX_RPC", service = "routing-index")`);
+  }
+  if (indexRpcPort) sockets.push(`(name = "index-rpc", address = ${str(`127.0.0.1:${indexRpcPort}`)}, http = (capnpConnectHost = ${str(CAPNP_HOST)}), service = (name = "edge", entrypoint = "IndexGateway"))`);
   const config = `using Workerd = import "/workerd/workerd.capnp";
 const config :Workerd.Config = (
   services = [
-    (name = "edge", worker = .edge),
-    (name = "internet", network = (allow = ["public", "private", "local"])),
-    (name = "do-storage", disk = (path = ${str(storageDir)}, writable = true)),
+    ${services.join(",\n    ")},
   ],
-  sockets = [(name = "http", address = ${str(`127.0.0.1:${port}`)}, http = (), service = "edge")],
+  sockets = [${sockets.join(", ")}],
   v8Flags = [${v8Flags.map(str).join(", ")}],
 );
 const edge :Workerd.Worker = (
@@ -87,6 +125,6 @@ const edge :Workerd.Worker = (
   const file = join(dir, configName);
   writeFileSync(file, config);
   const bin = require.resolve("workerd/bin/workerd");
-  const args = ["serve", file, "--experimental", ...(inspectorPort ? [`--inspector-addr=127.0.0.1:${inspectorPort}`] : []), ...(debugPort ? [`--debug-port=127.0.0.1:${debugPort}`] : [])];
+  const args = ["serve", file, "--experimental", ...(inspectorPort ? [`--inspector-addr=127.0.0.1:${inspectorPort}`] : [])];
   return spawn(bin, args, { cwd: dir, detached: true, stdio: ["ignore", "ignore", "pipe"] });
 }
