@@ -9,12 +9,14 @@
 // isolate's caches. Per turn, overhead = edge − direct as in the rest of the suite (the worker sees
 // the body once first; edge and direct sends alternate). CPU per turn from /proc at ns resolution
 // (every thread's schedstat): the edge's workerd process (the edge isolate, its runtime, its side of
-// the routing-index RPCs) and, with the fleet's index split off, the routing index's process (route,
-// settle, and the relay's KV-event ingest for all three sends of the turn) apart. A waitUntil tail
-// (settle) may land in the next turn's window; sums over turns are exact. Reuse: the share of turns
-// whose earlier messages came from the turn chain (x-kvedge-prompt-reused-messages, admin callers).
+// the routing-index RPCs), beside it that process's main thread alone (the isolate and its event
+// loop, without V8's background compile and GC thread), and, with the fleet's index split off, the
+// routing index's process (route, settle, and the relay's KV-event ingest for all three sends of
+// the turn) apart. A waitUntil tail (settle) may land in the next turn's window; sums over turns are
+// exact. Reuse: the share of turns whose earlier messages came from the turn chain
+// (x-kvedge-prompt-reused-messages, admin callers).
 // Cache hit rates: the isolate's own counters (GET /admin/edge-caches) before and after each run.
-import { nativeWorkerdPid, processCpuPreciseMs } from "../lib/process-cpu.mjs";
+import { nativeWorkerdPid, processCpuPreciseMs, threadCpuMs } from "../lib/process-cpu.mjs";
 import { summarize } from "../lib/stats.mjs";
 
 /** History bins (tokens) the figures are reported in; the goals are set at 32k and 100k. */
@@ -36,7 +38,7 @@ export async function runConversations(ctx, io, { runs, perKind, targetTokens })
   const cacheRuns = [];
   const edgePid = nativeWorkerdPid(io.edgePid);
   const indexPid = io.indexPid ? nativeWorkerdPid(io.indexPid) : null;
-  const cpu = () => ({ edge: processCpuPreciseMs(edgePid), index: indexPid ? processCpuPreciseMs(indexPid) : NaN });
+  const cpu = () => ({ edge: processCpuPreciseMs(edgePid), edgeIsolate: threadCpuMs(edgePid), index: indexPid ? processCpuPreciseMs(indexPid) : NaN });
   for (let run = 0; run < runs; run++) {
     const convs = [];
     for (const kind of ["chat", "agent", "vision"]) for (let i = 0; i < perKind[kind]; i++) convs.push({ kind, id: `${kind}-${run}-${i}`, messages: [{ role: "system", content: `You are assistant ${i}. Keep answers grounded in the conversation.` }], turn: 0, done: false });
@@ -64,7 +66,7 @@ export async function runConversations(ctx, io, { runs, perKind, targetTokens })
         const tokens = JSON.parse(d.text).usage?.prompt_tokens ?? Number(e.headers.get("x-kvedge-total-blocks")) * 16;
         promptTokens += tokens;
         const reused = Number(e.headers.get("x-kvedge-prompt-reused-messages") ?? 0);
-        samples.push({ kind: c.kind, run, tokens, overhead: e.total - d.total, edge: e.total, reused: reused > 0, first: c.turn === 0, edgeCpu: c1.edge - c0.edge, indexCpu: c1.index - c0.index });
+        samples.push({ kind: c.kind, run, tokens, overhead: e.total - d.total, edge: e.total, reused: reused > 0, first: c.turn === 0, edgeCpu: c1.edge - c0.edge, edgeIsolateCpu: c1.edgeIsolate - c0.edgeIsolate, indexCpu: c1.index - c0.index });
         c.turn++;
         if (tokens >= targetTokens) c.done = true;
       }
@@ -192,8 +194,9 @@ function summarizeConversations(samples) {
       }
       const o = summarize(warm.map((s) => s.overhead));
       const ec = summarize(warm.map((s) => s.edgeCpu));
+      const iso = summarize(warm.map((s) => s.edgeIsolateCpu));
       const ic = summarize(warm.map((s) => s.indexCpu));
-      bins[name] = { n: warm.length, overheadP50: o.p50, overheadP99: o.p99, edgeCpuP50: ec.p50, edgeCpuP99: ec.p99, edgeCpuMean: ec.mean, indexCpuP50: ic.p50, indexCpuMean: ic.mean, all: mixed };
+      bins[name] = { n: warm.length, overheadP50: o.p50, overheadP99: o.p99, edgeCpuP50: ec.p50, edgeCpuP99: ec.p99, edgeCpuMean: ec.mean, edgeIsolateCpuP50: iso.p50, edgeIsolateCpuP99: iso.p99, indexCpuP50: ic.p50, indexCpuMean: ic.mean, all: mixed };
     }
     const w = ks.filter((s) => !s.first && s.reused);
     out.kinds[kind] = {

@@ -36,6 +36,17 @@ export function processCpuPreciseMs(pid) {
 }
 
 /**
+ * On-CPU time of thread `tid` of process `pid` so far, in ms at ns resolution (schedstat field 1);
+ * by default the main thread (tid = pid). `workerd serve` runs its event loop on the main thread
+ * ("workerd"), and with it every isolate: the JS and the runtime's I/O for it (inbound HTTP, capnp
+ * RPC, fetch). Its other threads are V8's platform worker ("V8 DefaultWorke": concurrent
+ * compilation, GC marking and sweeping) and a Rust runtime's two ("tokio-rt-worker", idle here).
+ */
+export function threadCpuMs(pid, tid = pid) {
+  return Number(readFileSync(`/proc/${pid}/task/${tid}/schedstat`, "utf8").split(" ")[0]) / 1e6;
+}
+
+/**
  * The workerd binary's pid: the fleet spawns the npm package's bin, a Node launcher whose child is
  * the native workerd (its CPU is the Worker's; the launcher's is not).
  */

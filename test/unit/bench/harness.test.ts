@@ -82,6 +82,16 @@ describe("bench harness", () => {
     expect(shapes.traces.chat.dp["rank-aware"].hitRate.mean).toBeGreaterThan(shapes.traces.chat.dp["rank0-index"].hitRate.mean);
     // The edge's figures come from the real handler: every case has an edge − direct overhead.
     for (const c of Object.values(latest.suites.edge.details.cases) as { overheadP50: number }[]) expect(Number.isFinite(c.overheadP50)).toBe(true);
+    // Beside the edge process's CPU, its isolate thread's: part of it (the thread is one of the
+    // process's; read a moment later, hence the small slack), and not nothing (the thread serves).
+    type Cpu = { n?: number; edgeCpuP50: number; edgeIsolateCpuP50: number };
+    const conversationBins = Object.values(latest.suites.edge.details.conversations?.kinds ?? {}).flatMap((k) => Object.values((k as { bins: Record<string, Cpu> }).bins));
+    const withThread = [...(Object.values(latest.suites.edge.details.cases) as Cpu[]), ...conversationBins.filter((b) => b.n! > 0)];
+    expect(withThread.length).toBeGreaterThan(Object.keys(latest.suites.edge.details.cases).length);
+    for (const c of withThread) {
+      expect(c.edgeIsolateCpuP50).toBeGreaterThan(0);
+      expect(c.edgeIsolateCpuP50).toBeLessThanOrEqual(c.edgeCpuP50 + 0.05);
+    }
     expect(r.stdout).toMatch(/\| suite\s+\| metric/);
     const plots = readdirSync(join(out, "plots")).filter((f) => f.endsWith(".svg"));
     expect(plots).toEqual(expect.arrayContaining(["edge.svg", "tokenizer.svg", "index.svg", "hashing.svg", "routing-hit-rate.svg", "routing-goodput.svg", "routing-ttft.svg", "fleet-shapes-ttft.svg", "fleet-shapes-goodput.svg", "fleet-shapes-dp.svg", "layout.svg"]));
