@@ -68,6 +68,24 @@ function newSentinelPrefix(): string {
   return `@kvedge-pynum-${Array.from(nonce, (n) => n.toString(36)).join("")}-`;
 }
 
+/** Whether `x` holds a PyNumber anywhere (a walk that allocates nothing). */
+function holdsPyNumber(x: unknown): boolean {
+  if (x instanceof PyNumber) return true;
+  if (typeof x !== "object" || x === null) return false;
+  if (Array.isArray(x)) return x.some(holdsPyNumber);
+  for (const k in x) if (Object.hasOwn(x, k) && holdsPyNumber((x as Record<string, unknown>)[k])) return true;
+  return false;
+}
+
+/**
+ * The template's view of `x`: PyNumbers become plain numbers, or sentinels where the text differs
+ * (a deep copy); a value without any is given as it is (the library converts it for itself and
+ * changes nothing: a chat turn's messages are not copied per render).
+ */
+function templateValueOf(x: unknown, table: SentinelTable): unknown {
+  return holdsPyNumber(x) ? toTemplateValue(x, table) : x;
+}
+
 /** Deep copy for the template: PyNumbers become plain numbers, or sentinels where the text differs. */
 function toTemplateValue(x: unknown, table: SentinelTable): unknown {
   if (x instanceof PyNumber) {
@@ -108,8 +126,8 @@ function renderOnce(template: Template, input: RenderInput, tools: readonly unkn
   const context: Record<string, unknown> = {
     ...input.kwargs,
     ...COMPAT_FUNCTIONS,
-    messages: toTemplateValue(input.messages, table),
-    tools: tools === null ? null : toTemplateValue(tools, table),
+    messages: templateValueOf(input.messages, table),
+    tools: tools === null ? null : templateValueOf(tools, table),
     add_generation_prompt: true,
   };
   return restoreSentinels(template.render(context), table);

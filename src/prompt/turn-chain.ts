@@ -95,6 +95,12 @@ export interface ChainFind {
   scope: string;
   scopeHash: bigint;
   hit: { node: Node; chain: Node[] } | null;
+  /**
+   * Long message strings the parse of this body decoded, with their source escaping, in document
+   * order (validate.ts `opts.literals`): a store takes a value from here instead of decoding its
+   * raw JSON again.
+   */
+  decoded?: readonly JsonLiteral[];
 }
 
 export type TemplateRenderer = (id: TemplateId, input: RenderInput) => string;
@@ -373,9 +379,13 @@ function parsedBytes(s: SharedStrings): number {
  * there as a view of `raw`, in document order: those JSON.stringify escapes the same way. A string
  * with no escape is its own escaping (the value is the view too); one with escapes is decoded only
  * when long enough for its escaping to be kept as a view (shorter ones are found in the rendered text).
+ * `decoded`: literals the request's parse already decoded (document order); a string whose escaping
+ * equals one's takes its value (the same text decodes to the same string, and the parse kept only
+ * canonical escapings), so a new turn's answer is not decoded and checked a second time.
  */
-function rawLiterals(raw: string): JsonLiteral[] {
+function rawLiterals(raw: string, decoded: readonly JsonLiteral[] = []): JsonLiteral[] {
   const out: JsonLiteral[] = [];
+  let next = 0;
   for (let open = raw.indexOf('"'); open !== -1; ) {
     const close = closingQuote(raw, open);
     if (close < 0) break;
@@ -383,24 +393,45 @@ function rawLiterals(raw: string): JsonLiteral[] {
     if (chars >= SHARED_MIN_CHARS) {
       const inner = raw.slice(open + 1, close);
       if (!inner.includes("\\")) out.push({ value: inner, escaped: inner });
-      else if (chars >= ESCAPED_VIEW_MIN_CHARS && isCanonicalEscaping(inner)) out.push({ value: JSON.parse(raw.slice(open, close + 1)) as string, escaped: inner });
+      else if (chars >= ESCAPED_VIEW_MIN_CHARS) {
+        const k = decodedIndex(decoded, next, inner);
+        if (k >= 0) {
+          out.push({ value: decoded[k]!.value, escaped: inner });
+          next = k + 1;
+        } else if (isCanonicalEscaping(inner)) out.push({ value: JSON.parse(raw.slice(open, close + 1)) as string, escaped: inner });
+      }
     }
     open = raw.indexOf('"', close + 1);
   }
   return out;
 }
 
-/** The escaping chunks of a node's rendered text, long message texts taken from its raw JSON. */
-function escapedChunks(text: string, literals: readonly JsonLiteral[]): { chunks: string[]; ownChars: number } {
+/** Index of the literal in `decoded` from `from` on (a few ahead: the parse also records `text` parts) whose escaping is `escaped`; -1 when none. */
+function decodedIndex(decoded: readonly JsonLiteral[], from: number, escaped: string): number {
+  for (let k = from; k < Math.min(decoded.length, from + 4); k++) {
+    const e = decoded[k]!.escaped;
+    if (e.length === escaped.length && e === escaped) return k;
+  }
+  return -1;
+}
+
+/**
+ * The escaping chunks of a node's rendered text, long message texts taken from its raw JSON, and
+ * where in the text each literal taken occurs.
+ */
+function escapedChunks(text: string, literals: readonly JsonLiteral[]): { chunks: string[]; ownChars: number; found: Map<JsonLiteral, number> } {
   const chunks: string[] = [];
+  const found = new Map<JsonLiteral, number>();
   const reused = escapeJsonReusing(
     chunks,
     text,
     literals.filter((l) => l.escaped.length >= ESCAPED_VIEW_MIN_CHARS),
+    null,
+    found,
   );
   let chars = 0;
   for (const c of chunks) chars += c.length;
-  return { chunks, ownChars: chars - reused };
+  return { chunks, ownChars: chars - reused, found };
 }
 
 /** Parsed messages whose long strings are views of a node's raw or rendered text. */
@@ -413,10 +444,11 @@ interface SharedStrings {
 
 /**
  * A copy of validated messages in which each long string is a view of equal text the node already
- * holds: its raw JSON literal when that has no escape, else its occurrence in the rendered text.
+ * holds: its raw JSON literal when that has no escape, else its occurrence in the rendered text
+ * (where escapedChunks found the literal, when it did: not searched for again).
  * Equal strings, so the parse that reuses them answers the same request.
  */
-function shareStrings(messages: readonly ChatMessage[], literals: readonly JsonLiteral[], text: string): { parsed: ChatMessage[]; shared: SharedStrings } {
+function shareStrings(messages: readonly ChatMessage[], literals: readonly JsonLiteral[], text: string, foundAt: ReadonlyMap<JsonLiteral, number> = new Map()): { parsed: ChatMessage[]; shared: SharedStrings } {
   const shared: SharedStrings = { messages: messages.length, ownChars: 0, views: 0 };
   let next = 0;
   let textAt = 0;
@@ -427,6 +459,11 @@ function shareStrings(messages: readonly ChatMessage[], literals: readonly JsonL
       if (lit.value.length !== s.length || lit.value !== s) continue;
       next = k + 1;
       if (lit.escaped === lit.value) return lit.value;
+      const known = foundAt.get(lit);
+      if (known !== undefined && known >= textAt) {
+        textAt = known + s.length;
+        return text.slice(known, textAt);
+      }
       break;
     }
     const at = text.indexOf(s, textAt);
@@ -536,13 +573,14 @@ export class TurnChainCache {
     if (!found || found.layout.messages.length !== request.messages.length) return this.full(request, profile, null);
     const { layout, scope, scopeHash, hit } = found;
     const validated = opts.validated ? (request.messages as readonly ChatMessage[]) : null;
+    const decoded = found.decoded ?? [];
     if (!hit) {
       this.s.misses++;
-      return this.full(request, profile, { body, layout, scope, scopeHash, parent: null, validated });
+      return this.full(request, profile, { body, layout, scope, scopeHash, parent: null, validated, decoded });
     }
     let extended: { prompt: ChainedPrompt; store: () => Node | null } | null = null;
     try {
-      extended = this.extend(request, body, layout, profile, hit.node, hit.chain, scope, scopeHash, validated);
+      extended = this.extend(request, body, layout, profile, hit.node, hit.chain, scope, scopeHash, validated, decoded);
     } catch {
       extended = null;
     }
@@ -625,7 +663,7 @@ export class TurnChainCache {
   }
 
   /** The request's prompt from a cached prefix of `node.messages` messages, or null where the rules do not hold. */
-  private extend(request: ChatRequestLike, body: string, layout: BodyLayout, profile: ModelProfile, node: Node, chain: Node[], scope: string, scopeHash: bigint, validated: readonly ChatMessage[] | null): { prompt: ChainedPrompt; store: () => Node | null } | null {
+  private extend(request: ChatRequestLike, body: string, layout: BodyLayout, profile: ModelProfile, node: Node, chain: Node[], scope: string, scopeHash: bigint, validated: readonly ChatMessage[] | null, decoded: readonly JsonLiteral[]): { prompt: ChainedPrompt; store: () => Node | null } | null {
     const q = node.messages;
     const pre = preprocessChat({ ...request, messages: request.messages.slice(q) }, contentFormatOf(profile.templateId));
     if (node.provisional ? pre.messages.length === 0 || pre.messages.some(isQuery) : !isQuery(pre.messages[0])) return null;
@@ -641,7 +679,7 @@ export class TurnChainCache {
     const whole = [...new Array<TemplateMessage>(q), ...pre.messages];
     // The new turn's last query: store its stable prefix (the rendered text before it) for the next turn.
     const input = { messages: whole, tools: pre.tools, kwargs: pre.templateKwargs };
-    const store = () => this.storeFrom({ body, layout, scope, scopeHash, parent: node, validated }, profile, input, tail, media, dropped, q);
+    const store = () => this.storeFrom({ body, layout, scope, scopeHash, parent: node, validated, decoded }, profile, input, tail, media, dropped, q);
     const prompt: ChainedPrompt = {
       ...assemblePrompt(rendered, { mediaParts: media, hasAudio: media.some((p) => p.kind === "audio"), droppedParts: dropped, assistantPrefix: pre.assistantPrefix }, profile),
       pieces: { stable: texts, escaped, chars: stable.length, rest: tail + (pre.assistantPrefix ?? "") },
@@ -726,9 +764,9 @@ export class TurnChainCache {
     const { text, bytesPerChar: textWidth } = ownCompactString(after.slice(0, after.length - tail.length));
     const ownMedia = media.filter((p) => p.messageIndex >= from && p.messageIndex < cut);
     const ownDropped = dropped.filter((d) => d.messageIndex >= from && d.messageIndex < cut);
-    const literals = rawLiterals(raw);
+    const literals = rawLiterals(raw, ctx.decoded);
     const escaped = escapedChunks(text, literals);
-    const shared = ctx.validated && ctx.validated.length === ctx.layout.messages.length ? shareStrings(ctx.validated.slice(from, cut), literals, text) : null;
+    const shared = ctx.validated && ctx.validated.length === ctx.layout.messages.length ? shareStrings(ctx.validated.slice(from, cut), literals, text, escaped.found) : null;
     const parsed = shared ? deepFreeze(shared.parsed) : null;
     const tally = parsed ? tallyMessages(ctx.body, ctx.layout.messages.slice(from, cut), parsed) : null;
     const bytes = nodeBytes({ raw: rawWidth * raw.length, text: textWidth * text.length, textWidth, scope: parent ? null : ctx.scope, escapedOwnChars: escaped.ownChars, escapedChunks: escaped.chunks.length, parsed: shared?.shared ?? null, parts: ownMedia.length + ownDropped.length, dataUrls: tally?.dataUrls.length ?? 0 });
@@ -759,7 +797,7 @@ export class TurnChainCache {
     const escaped = escapedChunks(text, literals);
     const validated = validatedOf ? validatedOf() : null;
     const usable = validated !== null && validated.messages.length === prefix.messages && validated.tally.messages === prefix.messages;
-    const shared = usable ? shareStrings(validated.messages, literals, text) : null;
+    const shared = usable ? shareStrings(validated.messages, literals, text, escaped.found) : null;
     const parsed = shared ? deepFreeze(shared.parsed) : null;
     const tally = parsed ? validated!.tally : null;
     const bytes = nodeBytes({ raw: rawWidth * raw.length, text: textWidth * text.length, textWidth, scope: prefix.scope, escapedOwnChars: escaped.ownChars, escapedChunks: escaped.chunks.length, parsed: shared?.shared ?? null, parts: prefix.media.length + prefix.dropped.length, dataUrls: tally?.dataUrls.length ?? 0 });
@@ -863,6 +901,8 @@ interface StoreContext {
   parent: Node | null;
   /** The request's validated messages (kept for later parses), or null. */
   validated: readonly ChatMessage[] | null;
+  /** ChainFind.decoded (none: []). */
+  decoded: readonly JsonLiteral[];
 }
 
 let shared: TurnChainCache | null = null;

@@ -35,12 +35,14 @@ function escapeJsonSlices(chunks: string[], text: string, start: number, end: nu
  * Escapes `text` onto `chunks`, taking each of `literals` (in order) where it next occurs in the
  * text as its given escaping instead of escaping it again; the rest is escaped in slices. Returns
  * the characters of the literals' escaping it took (chunks that are the literals' own strings).
+ * `found`, when given, gets where in `text` each literal taken occurs.
  */
-export function escapeJsonReusing(chunks: string[], text: string, literals: readonly JsonLiteral[], work: EscapeWork | null = null): number {
+export function escapeJsonReusing(chunks: string[], text: string, literals: readonly JsonLiteral[], work: EscapeWork | null = null, found: Map<JsonLiteral, number> | null = null): number {
   let cursor = 0;
   let misses = 0;
   let reused = 0;
-  for (const { value, escaped } of literals) {
+  for (const literal of literals) {
+    const { value, escaped } = literal;
     // A literal that begins with a low or ends with a high surrogate could split a pair: not reused.
     if ((value.charCodeAt(0) & 0xfc00) === 0xdc00 || (value.charCodeAt(value.length - 1) & 0xfc00) === 0xd800) continue;
     const at = text.indexOf(value, cursor);
@@ -50,6 +52,7 @@ export function escapeJsonReusing(chunks: string[], text: string, literals: read
     }
     escapeJsonSlices(chunks, text, cursor, at, work);
     chunks.push(escaped);
+    found?.set(literal, at);
     reused += escaped.length;
     cursor = at + value.length;
   }

@@ -122,7 +122,8 @@ export function parseChatTurn(
       return { req: whole, turn: null };
     }
   }
-  return { req, turn };
+  // The chain's store takes the strings this parse decoded instead of decoding them again.
+  return { req, turn: turn && opts.literals ? { ...turn, decoded: opts.literals } : turn };
 }
 
 /**

@@ -107,6 +107,44 @@ describe("parse through the turn chain", () => {
     expect(chain.stats().hits).toBe(3);
   });
 
+  it("the chain stores a turn with the long strings its parse decoded (not decoded again), to the same pieces and later parses", () => {
+    const config = configWith();
+    // Long texts with JSON escapes (newlines, quotes): their raw JSON is not their value. The two
+    // answers have the same length, so only the text tells them apart.
+    const escapedText = (seed: number) => `${longText(seed, 500)}\n"${longText(seed + 1, 10)}"\n`;
+    const base: Msg[] = [{ role: "system", content: "Be brief." }, { role: "user", content: escapedText(1) }];
+    const chains = { given: new TurnChainCache({ checkRate: 0 }), decodedAgain: new TurnChainCache({ checkRate: 0 }) };
+    const longParses: Record<keyof typeof chains, number> = { given: 0, decodedAgain: 0 };
+    const realParse = JSON.parse;
+    const outs: Record<keyof typeof chains, string[]> = { given: [], decodedAgain: [] };
+    for (let t = 0; t < 4; t++) {
+      base.push({ role: "assistant", content: escapedText(100 + t) }, { role: "user", content: t % 2 ? escapedText(200 + t) : "Go on." });
+      const body = bodyOf(config, base);
+      for (const k of ["given", "decodedAgain"] as const) {
+        const parsed = parseChatTurn(body, config, { literals: [] }, chains[k]);
+        expect(parsed.turn!.decoded!.length).toBeGreaterThan(0);
+        const found = k === "given" ? parsed.turn : { ...parsed.turn!, decoded: undefined };
+        JSON.parse = ((text: string, reviver?: Parameters<typeof JSON.parse>[1]) => {
+          if (typeof text === "string" && text.length > 2048) longParses[k]++;
+          return realParse(text, reviver);
+        }) as typeof JSON.parse;
+        try {
+          const p = chains[k].prepare(parsed.req, body, profileOf(config), { found, validated: true });
+          outs[k].push(p.text, JSON.stringify(p.pieces?.escaped.join("") ?? null), JSON.stringify(parsed.req));
+          if (p.pieces) expect(p.pieces.escaped.join("")).toBe(JSON.stringify(p.text.slice(0, p.pieces.chars)).slice(1, -1));
+        } finally {
+          JSON.parse = realParse;
+        }
+        expect(JSON.stringify(parsed.req)).toBe(JSON.stringify(parseChatBody(body, config.limits)));
+      }
+    }
+    expect(outs.given).toEqual(outs.decodedAgain);
+    expect(chains.given.stats().hits).toBe(3);
+    // Without the parse's strings the store decodes each long escaped text again.
+    expect(longParses.decodedAgain).toBeGreaterThan(0);
+    expect(longParses.given).toBe(0);
+  });
+
   it("a caller's layout of the body is the lookup's (no second scan); without one the body is scanned, to the same parse", () => {
     const config = configWith();
     const chain = new TurnChainCache({ checkRate: 0 });
