@@ -130,3 +130,20 @@ export function namespacedLocalHash(plain: bigint, ns: NamespaceTag): bigint {
 export function namespacedLocalHashes(plain: readonly bigint[], ns: NamespaceTag): bigint[] {
   return ns === null ? plain.slice() : plain.map((h) => namespacedLocalHash(h, ns));
 }
+
+/**
+ * namespacedLocalHashes (the plain hashes for null) as one BigUint64Array, written word by word:
+ * no BigInt is made for a namespaced hash, and arrays of several pieces join by copying.
+ */
+export function namespacedLocalHashWords(plain: readonly bigint[], ns: NamespaceTag): BigUint64Array {
+  const out = new BigUint64Array(plain.length);
+  for (let i = 0; i < plain.length; i++) out[i] = plain[i]!;
+  if (ns === null) return out;
+  const words = new Uint32Array(out.buffer);
+  const tag = new DataView(ns.buffer, ns.byteOffset, 8);
+  const t0 = tag.getUint32(0, true);
+  const t1 = tag.getUint32(4, true);
+  const flips = xxh3Flips16(LOCAL_HASH_SEED);
+  for (let i = 0; i < plain.length; i++) xxh3Of16Bytes(t0, t1, words[2 * i]!, words[2 * i + 1]!, flips, words, 2 * i);
+  return out;
+}

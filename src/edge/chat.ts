@@ -15,7 +15,7 @@ import { contextTokensOf } from "../config/config.ts";
 import { chatOutputPlan, modelParsers } from "../proxy/chat-output.ts";
 import { newRequestId, outputCap } from "../proxy/generate-request.ts";
 import { startEdgeTrace, type EdgeTrace } from "../util/trace-context.ts";
-import { namespacedHashes } from "./cache-salt.ts";
+import { routedHashes } from "./cache-salt.ts";
 import { chatAnswer, costlyLogprobStream } from "./chat/chat-answer.ts";
 import { forward, type ForwardDeps } from "./chat/forward.ts";
 import { mediaDeps } from "./chat/media-deps.ts";
@@ -77,7 +77,7 @@ export async function handleChatCompletions(request: Request, deps: ChatDeps): P
   });
   clock.mark("build");
 
-  const localHashes = namespacedHashes(namespace, plan);
+  const localHashes = routedHashes(namespace, plan);
   const ticket = admissionTicket({ requestId, serviceTier: req.service_tier, priority: req.priority, client, priorityAllowed: caller.admin || config.routing.admission.openPriority, decodeBudget: outputBudget });
   const target = routeTarget({
     index: (m, k) => deps.index(m, k),

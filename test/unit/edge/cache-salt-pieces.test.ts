@@ -2,11 +2,12 @@
  * A warm turn namespaces only its new blocks: the prompt-prefix cache hands its hashes out as the
  * pieces it holds, and cache-salt.ts keeps each piece's namespaced copy. The result must equal
  * namespacing every hash, for each tenant, turn after turn; a text turn prepared as the chat
- * handler prepares it never joins its pieces when namespaced.
+ * handler prepares it never joins its pieces when namespaced, and the route's form of its hashes
+ * (routedHashes, one BigUint64Array) never joins them, salted or not.
  */
 import { beforeAll, describe, expect, it } from "vitest";
 import { localBlockHashes, namespacedLocalHashes, namespaceTag } from "../../../src/blocks/block-hash.ts";
-import { namespacedHashes, type RoutingNamespace } from "../../../src/edge/cache-salt.ts";
+import { namespacedHashes, routedHashes, type RoutingNamespace } from "../../../src/edge/cache-salt.ts";
 import { limitsOf, parseChatBody } from "../../../src/edge/chat/parse.ts";
 import { prepareRouting, type PrepareDeps } from "../../../src/edge/chat/prepare.ts";
 import { promptTextOf } from "../../../src/edge/chat/prompt.ts";
@@ -34,8 +35,10 @@ describe("namespaced hashes from the prefix cache's pieces", () => {
       for (const salt of ["tenant-a", "tenant-b", "tenant-a"]) {
         const n = ns(salt);
         expect(namespacedHashes(n, enc)).toEqual(namespacedLocalHashes(plain, n.tag!));
+        expect(Array.from(routedHashes(n, enc))).toEqual(namespacedLocalHashes(plain, n.tag!));
       }
       expect(namespacedHashes({ cacheSalt: null, tag: null }, enc)).toEqual(plain);
+      expect(Array.from(routedHashes({ cacheSalt: null, tag: null }, enc))).toEqual(plain);
       text += `${"answer ".repeat(30)}${turn}<|im_end|>\n`;
     }
     expect(multiPiece, "later turns came from cached pieces").toBeGreaterThan(5);
@@ -65,6 +68,9 @@ describe("namespaced hashes from the prefix cache's pieces", () => {
       const plain = localBlockHashes(tok.encode(promptTextOf(salted.prompt).toString()), model.blockSize);
       expect(routed).toEqual(namespacedLocalHashes(plain, tenant.tag!));
       const unsalted = await prepareRouting(req, deps);
+      const routedPlain = routedHashes({ cacheSalt: null, tag: null }, unsalted.plan);
+      expect(sharedPrefixCache().stats().joinedHashes - joined, `turn ${turn + 1}: unsalted, routed`).toBe(0);
+      expect(Array.from(routedPlain)).toEqual(plain);
       expect(namespacedHashes({ cacheSalt: null, tag: null }, unsalted.plan)).toEqual(plain);
       // The counter sees a join: an unsalted warm turn reads its pieces joined.
       expect(sharedPrefixCache().stats().joinedHashes - joined, `turn ${turn + 1}: unsalted`).toBe(unsalted.plan.hashPieces!.length > 1 ? plain.length : 0);
