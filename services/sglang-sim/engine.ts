@@ -55,6 +55,8 @@ export interface EngineConfig {
   timing: Timing;
   naturalOutputTokens: { min: number; max: number };
   outputSeed: "prompt" | "rid";
+  /** `--stream-interval` (a request's sampling_params.stream_interval wins). */
+  streamInterval: number;
   /** End of a scheduler step: publish the KV events it produced as one batch. */
   onStepEnd: () => void;
   /** A request's prompt KV is computed (a PD prefill hands it to its decode peer then: disaggregation.ts). */
@@ -347,7 +349,11 @@ export class SimEngine {
           this.finish(req, { type: "length", length: req.plannedOutput }, outputIds, text, true);
           return;
         }
-        if (onFrame && !tailMayStartStop(text, sampling.stop)) onFrame(this.snapshot(req, outputIds, text, null));
+        // scheduler_output_processor_mixin.py (sgl-project/sglang @5294b03) stream_output: with an
+        // interval k > 1 a frame goes out at output lengths 1, k + 1, 2k + 1, …; the finishing one always.
+        const every = sampling.streamInterval ?? this.cfg.streamInterval;
+        const due = every > 1 ? outputIds.length % every === 1 : true;
+        if (onFrame && due && !tailMayStartStop(text, sampling.stop)) onFrame(this.snapshot(req, outputIds, text, null));
       }
     } catch (err) {
       const prefilled = req.abortMessage === "Abort in running batch";

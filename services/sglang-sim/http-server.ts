@@ -148,7 +148,7 @@ export function serverInfo(d: HttpServerDeps): Record<string, unknown> {
     disaggregation_transfer_backend: o.disaggregationMode === "null" ? "mooncake" : "fake",
     disaggregation_bootstrap_port: d.pd?.bootstrapPort ?? 8998,
     incremental_streaming_output: o.incrementalStreamingOutput,
-    stream_interval: 1,
+    stream_interval: o.streamInterval,
     stream_response_default_include_usage: false,
     enable_cache_report: o.enableCacheReport,
     skip_tokenizer_init: false,
@@ -318,6 +318,7 @@ async function route(req: IncomingMessage, res: ServerResponse, d: HttpServerDep
         noStopTrim: false,
         skipSpecialTokens: true,
         samplingSeed: null,
+        streamInterval: null,
         n: 1,
       },
     });

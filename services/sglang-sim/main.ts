@@ -41,6 +41,7 @@ const { values } = parseArgs({
     "no-cache-report": { type: "boolean" },
     "unknown-sampling-key-status": { type: "string" },
     "incremental-streaming-output": { type: "boolean" },
+    "stream-interval": { type: "string" },
     "output-seed": { type: "string" },
     "model-dir": { type: "string" },
     "no-mm-hashes": { type: "boolean" },
@@ -69,7 +70,7 @@ if (values.help) {
       "  [--model-name NAME] [--served-model-name NAME] [--family qwen2_vl|qwen2_5_vl|qwen3_vl]\n" +
       "  [--template qwen2vl|qwen3vl-instruct|qwen3vl-thinking] [--timing fast|instant|h100-8b|l4-8b|h200-7b]\n" +
       "  [--prefill-tokens-per-sec N] [--decode-ms-per-token N] [--no-cache-report]\n" +
-      "  [--unknown-sampling-key-status 400|500] [--incremental-streaming-output] [--output-seed prompt|rid]\n" +
+      "  [--unknown-sampling-key-status 400|500] [--incremental-streaming-output] [--stream-interval N] [--output-seed prompt|rid]\n" +
       "  [--model-dir DIR (default test/fixtures/models/<family>)] [--no-mm-hashes (ignore caller mm_hashes, version 0.5.10-sim)]\n" +
       "  [--locked-down-media (media only as data: URLs or from --media-store URL's /v1/media/)]\n" +
       "  [--sglang-version V (/server_info.version; default 0.5.19-sim)] [--speculative-algorithm EAGLE (bigram KV keys)]\n" +
@@ -125,6 +126,7 @@ if (values["unknown-sampling-key-status"] !== undefined) {
   opts.unknownSamplingKeyStatus = int(values["unknown-sampling-key-status"]) as 400 | 500;
 }
 if (values["incremental-streaming-output"]) opts.incrementalStreamingOutput = true;
+if (values["stream-interval"] !== undefined) opts.streamInterval = int(values["stream-interval"])!;
 if (values["output-seed"] !== undefined) opts.outputSeed = values["output-seed"] as "prompt" | "rid";
 if (values["model-dir"] !== undefined) opts.modelDir = values["model-dir"];
 if (values["no-mm-hashes"]) opts.acceptsMmHashes = false;

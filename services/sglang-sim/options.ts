@@ -161,6 +161,11 @@ export const SimOptionsSchema = z.strictObject({
    * python/sglang/srt/entrypoints/http_server.py @9d147fd L818-849).
    */
   incrementalStreamingOutput: z.boolean().default(false),
+  /**
+   * `--stream-interval`: a stream frame every this many output tokens (a request's
+   * `sampling_params.stream_interval` wins), the finishing frame always (engine.ts).
+   */
+  streamInterval: z.int().positive().default(1),
 
   /** Prefill/decode cost model: a preset name, optionally refined field by field. */
   timingPreset: TimingPresetNameSchema.default("fast"),

@@ -20,6 +20,8 @@ export interface SamplingParams {
   noStopTrim: boolean;
   skipSpecialTokens: boolean;
   samplingSeed: number | null;
+  /** Stream a frame every this many output tokens; null: the server's --stream-interval. */
+  streamInterval: number | null;
   n: number;
 }
 
@@ -148,6 +150,7 @@ export function parseSamplingParams(raw: Record<string, unknown>): SamplingParam
     noStopTrim: bool("no_stop_trim"),
     skipSpecialTokens: raw.skip_special_tokens !== false,
     samplingSeed: typeof raw.sampling_seed === "number" ? raw.sampling_seed : null,
+    streamInterval: typeof raw.stream_interval === "number" && raw.stream_interval > 0 ? raw.stream_interval : null,
     n,
   };
 }

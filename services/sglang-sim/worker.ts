@@ -105,6 +105,7 @@ export async function startSimulatedWorker(input: StartOptions = {}): Promise<Si
       timing,
       naturalOutputTokens: opts.naturalOutputTokens,
       outputSeed: opts.outputSeed,
+      streamInterval: opts.streamInterval,
       onStepEnd: () => pub?.flush(),
       ...pd?.engineHooks,
     });

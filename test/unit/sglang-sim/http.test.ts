@@ -182,6 +182,22 @@ describe("simulated SGLang /generate", () => {
     }
   });
 
+  it("--stream-interval k: a frame at output lengths 1, k + 1, 2k + 1, … and the finishing one; a request's stream_interval wins", async () => {
+    const every = await startSimulatedWorker({ timingPreset: "instant", pageSize: 16, streamInterval: 4 });
+    try {
+      expect(((await (await fetch(`${every.url}/server_info`)).json()) as Json).stream_interval).toBe(4);
+      const counts = async (samplingExtra: Json) => {
+        const body = { input_ids: ids(2_000, 33), stream: true, sampling_params: { max_new_tokens: 10, ignore_eos: true, ...samplingExtra } };
+        return ((await sse(await post(every, "/generate", body))).slice(0, -1) as Json[]).map((f) => f.meta_info.completion_tokens as number);
+      };
+      expect(await counts({})).toEqual([1, 5, 9, 10]);
+      expect(await counts({ stream_interval: 3 })).toEqual([1, 4, 7, 10]);
+      expect(await counts({ stream_interval: 1 })).toEqual([1, 2, 3, 4, 5, 6, 7, 8, 9, 10]);
+    } finally {
+      await every.close();
+    }
+  });
+
   it("never leaks a stop string (or its beginning) into a stream, and text only grows", async () => {
     const body = { input_ids: ids(3_000, 25), sampling_params: { max_new_tokens: 60, ignore_eos: true } };
     const full = (await (await post(w, "/generate", body)).json()) as Json;
