@@ -363,7 +363,7 @@ export function createChatStreamCore(opts: ChatStreamOptions): ChatStreamCore {
  * (upstream-guard.ts GuardedBody).
  */
 export interface UpstreamBytes {
-  /** The next chunk; null at the end; rejects when the upstream failed (a KvedgeError says why). */
+  /** The next chunk (valid until the next read: the guard reads into one buffer); null at the end; rejects when the upstream failed (a KvedgeError says why). */
   read(): Promise<Uint8Array | null>;
   /** The client went away: stop the upstream. */
   cancel(reason?: unknown): void;

@@ -6,7 +6,7 @@
  */
 import { describe, expect, it } from "vitest";
 import { UpstreamError, UpstreamTimeoutError, type KvedgeError } from "../../../src/api/errors.ts";
-import { guardUpstreamBody, readGuardedText } from "../../../src/proxy/upstream-guard.ts";
+import { READ_BUFFER_BYTES, guardUpstreamBody, readGuardedText } from "../../../src/proxy/upstream-guard.ts";
 
 const IDLE_MS = 300;
 const GAP_MS = 20;
@@ -84,5 +84,57 @@ describe("guardUpstreamBody cuts and cancellation", () => {
     );
     expect(err).toBeInstanceOf(UpstreamError);
     expect((err as UpstreamError).code).toBe("upstream_too_large");
+  });
+});
+
+describe("guardUpstreamBody on a byte stream (a fetch body)", () => {
+  /** A byte stream of `pieces`, one per pull. */
+  function bytes(pieces: Uint8Array[], onCancel?: (reason: unknown) => void): ReadableStream<Uint8Array> {
+    let i = 0;
+    return new ReadableStream({
+      type: "bytes",
+      pull(c) {
+        if (i === pieces.length) {
+          c.close();
+          c.byobRequest?.respond(0);
+        } else c.enqueue(pieces[i++]!.slice());
+      },
+      ...(onCancel ? { cancel: onCancel } : {}),
+    });
+  }
+  const enc = new TextEncoder();
+
+  it("reads into one buffer of READ_BUFFER_BYTES: each chunk is a view of it, and a piece larger than it arrives whole in parts", async () => {
+    const big = "€".repeat(READ_BUFFER_BYTES); // 3 bytes each: three buffers' worth
+    const pieces = [enc.encode("data: a\n\n"), enc.encode(big), enc.encode("tail")];
+    const g = guard(bytes(pieces));
+    let text = "";
+    const dec = new TextDecoder();
+    let reads = 0;
+    for (let c = await g.read(); c !== null; c = await g.read()) {
+      expect(c.buffer.byteLength).toBe(READ_BUFFER_BYTES);
+      text += dec.decode(c, { stream: true });
+      reads++;
+    }
+    expect(text + dec.decode()).toBe(`data: a\n\n${big}tail`);
+    expect(reads).toBeGreaterThanOrEqual(5);
+  });
+
+  it("a byte stream that falls silent is cut with the idle error", async () => {
+    const silent = new ReadableStream({ type: "bytes", pull: () => new Promise<void>(() => undefined) });
+    const err = await readGuardedText(guard(silent)).then(
+      () => null,
+      (e: unknown) => e,
+    );
+    expect(err).toBeInstanceOf(UpstreamTimeoutError);
+  });
+
+  it("cancel cancels the byte stream with the guard's error", async () => {
+    let cancelled: unknown;
+    const g = guard(bytes([enc.encode("x")], (r) => void (cancelled = r)));
+    expect(await g.read()).not.toBeNull();
+    g.cancel("client gone");
+    await Promise.resolve();
+    expect(cancelled).toBeInstanceOf(UpstreamError);
   });
 });
