@@ -79,7 +79,8 @@ export async function routingNamespace(config: Pick<EdgeConfig, "kvSharing" | "r
  * Namespaced copies of the hash pieces a cache keeps across turns (the prompt-prefix cache's or the
  * media view hashes'), as BigUint64Arrays, one namespace per piece (a conversation is one tenant's;
  * "" for the plain hashes): a new turn converts only its new blocks, and a request's hashes join by
- * copying. Held as long as the piece is (8 B a hash).
+ * copying. Held as long as the piece is; the cache owning the piece counts it in its byte budget
+ * (block-hash.ts routedCopyBytes: 8 B a hash plus 384 B; none for a piece without hashes).
  */
 const namespacedPieces = new WeakMap<readonly bigint[], { salt: string; words: BigUint64Array }>();
 
@@ -109,6 +110,8 @@ export function routedHashes(ns: RoutingNamespace, plain: PlainHashes): LocalHas
   const out = new BigUint64Array(total);
   let at = 0;
   pieces.forEach((piece, i) => {
+    // A piece without a full block adds nothing: no entry kept (routedCopyBytes counts none).
+    if (piece.length === 0) return;
     let done = namespacedPieces.get(piece);
     if (!done || done.salt !== salt) {
       done = { salt, words: namespacedLocalHashWords(piece, tag) };

@@ -21,7 +21,7 @@
  * bucket. (Hashing the whole prefix instead, chained over the messages, was measured at ~75 % of a
  * hit.) Keys include the tokenizer (model family) and the block size. Bounded by cached tokens, LRU.
  */
-import { localBlockHashes, localBlockHashesOfParts } from "../blocks/block-hash.ts";
+import { localBlockHashes, localBlockHashesOfParts, routedCopyBytes } from "../blocks/block-hash.ts";
 import { xxh3_64 } from "../util/hash.ts";
 import { HeldChains } from "../util/held-chains.ts";
 import { ownString } from "../util/own-string.ts";
@@ -59,10 +59,12 @@ export interface PrefixCacheOptions {
 /**
  * Estimated bytes one cached piece holds in V8: its text (UTF-16 worst case), its ids (a JS array of
  * small integers, 8 B a slot without pointer compression), its block hashes (a BigInt object each
- * plus its slot), and the node, key and bucket around them.
+ * plus its slot), the node, key, bucket and LRU slot around them (448 B: a one-turn piece of ~40
+ * characters and 10 ids retained ~560 B in Node 22, heap after GC over 8k pieces), and the routed
+ * copy of its hashes the edge keeps as long as the piece (routedCopyBytes).
  */
 export function pieceBytes(chars: number, ids: number, hashes: number): number {
-  return 2 * chars + 8 * ids + 40 * hashes + 240;
+  return 2 * chars + 8 * ids + 40 * hashes + 448 + routedCopyBytes(hashes);
 }
 
 export interface PrefixCacheStats {

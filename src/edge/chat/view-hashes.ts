@@ -16,13 +16,13 @@
  * once). Entries are per scope (model, contract, block size, namespace): no entry serves two tenants.
  * Bounded by estimated bytes, LRU.
  */
-import { localBlockHashesOfParts } from "../../blocks/block-hash.ts";
+import { localBlockHashesOfParts, routedCopyBytes } from "../../blocks/block-hash.ts";
 import { expandPiece, itemCountMismatch, expandPrompt, type ExpandItem } from "../../layout/expand.ts";
 import type { EncodeText, LayoutPiece } from "../../layout/layout.ts";
 import type { VisionTokenIds } from "../../layout/model-geometry.ts";
 import { HeldChains } from "../../util/held-chains.ts";
 
-/** Estimated bytes of all kept views (~48 B a block hash, no tokens): ~75 conversations of 32k routed tokens at block size 16. */
+/** Estimated bytes of all kept views (~56 B a block hash with its routed copy, no tokens): ~65 conversations of 32k routed tokens at block size 16. */
 export const DEFAULT_VIEW_HASHES_BYTES = 8 * 1024 * 1024;
 
 interface Node {
@@ -201,7 +201,7 @@ export class ViewHashCache {
       if (t.keep) {
         let layoutPieces = 0;
         for (const it of pieceItems) layoutPieces += it.pieces.length;
-        const bytes = 48 * hashes.length + 4 * carry.length + 16 * pieceItems.length + 48 * layoutPieces + 2 * scope.length + 240;
+        const bytes = 48 * hashes.length + routedCopyBytes(hashes.length) + 4 * carry.length + 16 * pieceItems.length + 48 * layoutPieces + 2 * scope.length + 240;
         const node: Node = { parent, scope, pieceId: this.pieceId(t.piece), depth: (parent?.depth ?? 0) + 1, itemStart: itemPos - ex.items, items: pieceItems, end, tail: carry, hashes, bucket: [], holders: 0, bytes };
         freshNodes.push(node);
         parent = node;

@@ -22,6 +22,8 @@ import { MediaMemo } from "../../../src/edge/media-memo.ts";
 import type { VerifiedMedia } from "../../../src/edge/media.ts";
 import { routedItemStats, routeItems } from "../../../src/edge/chat/routed-items.ts";
 import { ViewHashCache } from "../../../src/edge/chat/view-hashes.ts";
+import { routedHashes, type RoutingNamespace } from "../../../src/edge/cache-salt.ts";
+import { namespaceTag } from "../../../src/blocks/block-hash.ts";
 import { cohortEligibility, MAX_ROUTING_TOKENS, SGLANG_CONTRACT_KEY } from "../../../src/layout/index.ts";
 import { fixtureContract } from "../../fixtures/models/load.ts";
 
@@ -48,32 +50,58 @@ const charTokenizer = {
   encode: (s: string) => Array.from(s, (c) => c.charCodeAt(0)),
 };
 
-function conversation(seed: number, turns: number): string {
+/** Four characters a token, as BPE gives for English: short turns make pieces of one or two blocks. */
+const quadTokenizer = {
+  family: "quads",
+  addedTokens: charTokenizer.addedTokens,
+  encode: (s: string) => Array.from({ length: Math.ceil(s.length / 4) }, (_, i) => s.charCodeAt(4 * i)),
+};
+
+function conversation(seed: number, turns: number, words = 120): string {
   let t = `${SPLIT_TOKEN}system\nYou are helpful.<|im_end|>\n`;
-  for (let k = 0; k < turns; k++) t += `${SPLIT_TOKEN}user\n${text(seed * 100 + k, 120)}<|im_end|>\n${SPLIT_TOKEN}assistant\nok ${k}<|im_end|>\n`;
+  for (let k = 0; k < turns; k++) t += `${SPLIT_TOKEN}user\n${text(seed * 100 + k, words)}<|im_end|>\n${SPLIT_TOKEN}assistant\nok ${k}<|im_end|>\n`;
   return `${t}${SPLIT_TOKEN}assistant\n`;
 }
 
+/** Heap after a full GC plus array buffers' backing stores (held outside the heap, counted in an isolate's memory). */
+function heldBytes(): number {
+  gc();
+  const m = process.memoryUsage();
+  return m.heapUsed + m.arrayBuffers;
+}
+
 describe("edge cache byte budgets", () => {
-  it("the prompt-prefix cache never holds more than its byte budget, and the estimate covers V8's real retention", () => {
+  // Each turn's hashes are also routed as the chat handler routes them (routedHashes keeps a copy of
+  // every cached piece, in the request's namespace): the cache's budget must bound those copies too.
+  // Short turns make small pieces, where the copies weigh most.
+  it.each([
+    { feed: "long turns", tokenizer: charTokenizer, words: 120, seeds: 600 },
+    { feed: "short turns", tokenizer: quadTokenizer, words: 3, seeds: 4_000 },
+  ])("the prompt-prefix cache never holds more than its byte budget, and the estimate covers V8's real retention with the routed copies ($feed)", ({ tokenizer, words, seeds }) => {
     const maxBytes = 4 * 1024 * 1024;
-    gc();
-    const before = process.memoryUsage().heapUsed;
+    const tenant: RoutingNamespace = { cacheSalt: "tenant-a", tag: namespaceTag("tenant-a") };
+    const common: RoutingNamespace = { cacheSalt: null, tag: null };
+    const before = heldBytes();
     const cache = new PrefixCache({ maxBytes, maxTokens: 1e9 });
     let peak = 0;
-    for (let seed = 1; seed <= 600; seed++) {
-      for (let turns = 1; turns <= 4; turns++) cache.encode(charTokenizer, conversation(seed, turns), 16);
+    let copiedPieces = 0;
+    for (let seed = 1; seed <= seeds; seed++) {
+      for (let turns = 1; turns <= 4; turns++) {
+        const enc = cache.encode(tokenizer, conversation(seed, turns, words), 16);
+        routedHashes(seed % 2 ? tenant : common, enc);
+        copiedPieces += enc.hashPieces.slice(0, -1).filter((p) => p.length > 0).length;
+      }
       peak = Math.max(peak, cache.stats().bytes);
       expect(cache.stats().bytes).toBeLessThanOrEqual(maxBytes);
     }
-    gc();
-    const retained = process.memoryUsage().heapUsed - before;
+    const retained = heldBytes() - before;
     const s = cache.stats();
+    expect(copiedPieces, "cached pieces were routed").toBeGreaterThan(seeds * 2);
     expect(s.evictions, "the feed went far past the budget").toBeGreaterThan(1000);
     expect(peak).toBeGreaterThan(maxBytes * 0.9);
     // What V8 keeps alive for the cache is within the budget (plus 25 % for what the estimate misses).
     expect(retained, `retained ${retained} B for an estimate of ${s.bytes} B`).toBeLessThan(maxBytes * 1.25);
-    expect(cache.encode(charTokenizer, conversation(600, 4), 16).reusedTokens).toBeGreaterThan(0); // still a cache
+    expect(cache.encode(tokenizer, conversation(seeds, 4, words), 16).reusedTokens).toBeGreaterThan(0); // still a cache
   });
 
   it("the turn chain never holds more than its byte budget, and the estimate covers V8's real retention", () => {
@@ -212,10 +240,10 @@ describe("edge cache byte budgets", () => {
     expect(routedItemStats().entries).toBeLessThan(6_000);
   });
 
-  it("the media view cache never holds more than its byte budget, and the estimate covers V8's real retention", () => {
+  it("the media view cache never holds more than its byte budget, and the estimate covers V8's real retention with the routed copies", () => {
     const maxBytes = 4 * 1024 * 1024;
-    gc();
-    const before = process.memoryUsage().heapUsed;
+    const tenant: RoutingNamespace = { cacheSalt: "tenant-a", tag: namespaceTag("tenant-a") };
+    const before = heldBytes();
     const cache = new ViewHashCache(maxBytes);
     const IM_START = 7;
     const ids = { visionStart: 1, visionEnd: 2, imagePad: 3, videoPad: 4 };
@@ -230,12 +258,14 @@ describe("edge cache byte budgets", () => {
         piece.splice(10, 3, ids.visionStart, ids.imagePad, ids.visionEnd);
         pieces.push(piece);
         items.push({ modality: "image", pieces: layout, padValue: seed * 10 + turn });
-        cache.hashes({ pieces: [...pieces, [IM_START, 77, 78]], items, ids, encode: () => [], blockSize: 16, scope: "ns", maxTokens: MAX_ROUTING_TOKENS });
+        const view = cache.hashes({ pieces: [...pieces, [IM_START, 77, 78]], items, ids, encode: () => [], blockSize: 16, scope: "ns", maxTokens: MAX_ROUTING_TOKENS });
+        if (!view.ok) throw new Error(view.detail);
+        // Routed as the chat handler routes a media request's view (a copy of each kept piece's hashes).
+        routedHashes(tenant, view);
         expect(cache.stats().bytes).toBeLessThanOrEqual(maxBytes);
       }
     }
-    gc();
-    const retained = process.memoryUsage().heapUsed - before;
+    const retained = heldBytes() - before;
     const s = cache.stats();
     expect(s.hits, "still a cache").toBeGreaterThan(800);
     expect(retained, `retained ${retained} B for an estimate of ${s.bytes} B`).toBeLessThan(maxBytes * 1.25);

@@ -236,7 +236,7 @@ describe("media view cache: only the new template tokens and blocks", () => {
     const t2 = `${t1}${"a long answer ".repeat(400)}<|im_end|>\n<|im_start|>user\n${IMAGE}two<|im_end|>\n<|im_start|>assistant\n`;
     const t3 = `${t2}b<|im_end|>\n<|im_start|>user\nthree<|im_end|>\n<|im_start|>assistant\n`;
     const items = [image(20, 1), image(20, 2)];
-    // ~400 blocks (~19 kB) in the second piece, the first a few hundred bytes: a 16 kB budget admits the first only.
+    // ~400 blocks (~22 kB with their routed copy) in the second piece, the first under 1 kB: a 16 kB budget admits the first only.
     const views = new ViewHashCache(16 * 1024);
     views.hashes(input(prefix, t1, items.slice(0, 1)).view);
     views.hashes(input(prefix, t2, items).view);
