@@ -13,7 +13,7 @@
  * the caps hold again before it serves. Files are unlinked on eviction; a read already streaming
  * keeps its open descriptor, so eviction never cuts a transfer.
  *
- * A lease (`lease`, granted by `POST /v1/store/held`) is a promise not to evict an item before a
+ * A lease (`lease`, granted by `POST /v1/store` and `POST /v1/store/held`) is a promise not to evict an item before a
  * time: the edge then forwards signed URLs to it without asking again (src/edge/media.ts). Leased
  * items are bounded (`leases.maxBytes` and `maxItems` in all, `clientMaxBytes` and `clientMaxItems`
  * per owner, the unlabelled one included); past a bound a new lease is refused (0), never an old

@@ -58,7 +58,7 @@ export const DecodeServiceOptionsSchema = z
          */
         clientShare: z.number().gt(0).max(1).default(0.25),
         /**
-         * How long an item the edge asked about (`POST /v1/store/held`) is kept from eviction, so the
+         * How long an item the edge stored or asked about (`POST /v1/store`, `/v1/store/held`) is kept from eviction, so the
          * edge forwards it without asking while more than its URL lifetime is left (media-store.ts
          * lease). 0: no leases (the edge asks every turn).
          */

@@ -35,7 +35,8 @@ export interface MediaMemoStats {
 /**
  * A remembered item; `policyChecked`: its URL passed this isolate's policy (the caller sets it once
  * it has checked a seed's); `leaseUntil`: until when (Date.now ms) the media store promised to keep
- * its bytes (0: no promise; media.ts confirmHeld and recoverLeased set it, dropLeases clears it).
+ * its bytes (0: no promise; set from the store's answer to `POST /v1/store` or `/v1/store/held`
+ * in media.ts, dropLeases clears it).
  */
 export interface Remembered {
   readonly media: VerifiedMedia;
@@ -96,15 +97,16 @@ export class MediaMemo {
   /**
    * Remembers an item verified here, its URL checked against this isolate's policy, leased by the
    * store until `leaseUntil` (Date.now ms; 0: no lease). Where the URL's entry holds the same item
-   * (bytes and metadata), that entry stays, with the later of the two leases (a lease is the
-   * store's promise for the bytes, whoever asked): returns the item the entry holds.
+   * (bytes and metadata), that entry stays, with this answer's lease: the store renews a live lease
+   * on every answer, so a fresh one is never shorter than a valid older one, and a fresh 0 means
+   * the older lease is gone (a restarted store): returns the item the entry holds.
    */
   set(scope: string, kind: VerifiedMedia["kind"], url: string, media: VerifiedMedia, leaseUntil = 0): VerifiedMedia {
     const e = this.byScope.get(`${scope}\u0000${kind}`)?.get(url);
     const kept = e && this.lru.get(e);
     if (kept && sameItem(kept.media, media)) {
       kept.policyChecked = true;
-      kept.leaseUntil = Math.max(kept.leaseUntil, leaseUntil);
+      kept.leaseUntil = leaseUntil;
       return kept.media;
     }
     this.put(scope, kind, url, { media, policyChecked: true, leaseUntil });

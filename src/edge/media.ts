@@ -64,7 +64,7 @@ export interface MediaDeps {
   forwardClientUrls: boolean;
   /**
    * A remembered stored item is forwarded without asking the store while its lease (the store's
-   * promise to keep it, `POST /v1/store/held`) has more than this left: the longest a request may
+   * promise to keep it, answered by `POST /v1/store` and `/v1/store/held`) has more than this left: the longest a request may
    * wait for admission before its URLs are signed, plus the longest a worker may fetch a signed URL
    * (`mediaStore.urlTtlSec`). Absent: the store is asked every turn.
    */

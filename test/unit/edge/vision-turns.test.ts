@@ -9,7 +9,8 @@
  * it, held-route.ts) is forwarded without asking it while the lease outlives the signed URL: after a restart that lost it the worker's fetch fails, the leases
  * are dropped (as the chat handler's recovery does first: lease-recovery.test.ts), and the next
  * preparation stores the items again; past the
- * store's lease bound it refuses leases and the edge asks every turn. A client changing an earlier item's bytes behind its URL: the conversation keeps
+ * store's lease bound it refuses leases and the edge asks every turn; a store answering no lease for a
+ * remembered leased item (restarted, leases off) ends the remembered lease. A client changing an earlier item's bytes behind its URL: the conversation keeps
  * the bytes it was answered about; a new message naming the URL gets the new bytes.
  */
 import { mkdtempSync } from "node:fs";
@@ -283,6 +284,31 @@ describe("vision turns: media work for the new items only", () => {
     const t3 = await turn(JSON.stringify({ model: MODEL, messages }), tenant);
     expect(t3.work).toEqual({ store: 0, probe: 0, held: 0, laidOut: 0, checked: 0, keyed: 0 });
     expect(t3.prep.mediaLeased).toHaveLength(2);
+  }, 60_000);
+
+  it("a new message naming a leased URL, answered with no lease (the store restarted, leases off): the remembered lease is given up, the next turn asks", async () => {
+    const tenant = { key: "key-f", tag: namespaceTag("tenant-f") };
+    const url = `${originUrl}/img-1.png`;
+    const messages: unknown[] = [{ role: "user", content: [{ type: "text", text: "What is this?" }, image(url)] }];
+    const t1 = await turn(JSON.stringify({ model: MODEL, messages }), tenant);
+    expect(t1.work).toMatchObject({ store: 1, held: 0 });
+    // Restarted with its bytes and without leases (leaseShare 0: every lease refused): the lease of turn 1 is gone.
+    await svc.close();
+    svc = await startStore(storeDir, { leaseShare: 0 });
+    try {
+      messages.push({ role: "assistant", content: "Shapes." }, { role: "user", content: [{ type: "text", text: "And this one?" }, image(url)] });
+      const t2 = await turn(JSON.stringify({ model: MODEL, messages }), tenant);
+      expect(t2.work).toMatchObject({ store: 1, held: 0 });
+      expect(t2.prep.media[1]).toBe(t1.prep.media[0]);
+      messages.push({ role: "assistant", content: "The same shapes." }, { role: "user", content: "Sure?" });
+      const t3 = await turn(JSON.stringify({ model: MODEL, messages }), tenant);
+      expect(t3.work).toMatchObject({ store: 0, held: 1 });
+      expect(t3.prep.mediaLeased).toHaveLength(0);
+      expect(await workerFetches(t3.prep)).toEqual([200, 200]);
+    } finally {
+      await svc.close();
+      svc = await startStore(storeDir);
+    }
   }, 60_000);
 
   it("past the store's lease bound it refuses a lease, and the edge asks about that item every turn", async () => {
