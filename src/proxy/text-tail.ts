@@ -41,10 +41,13 @@ export interface TextSplit {
 
 const HEAD = '{"text":"';
 const IDS = ',"output_ids":[';
-/** Integers, each after a comma (what an extension of a non-empty id list adds). */
-const MORE_IDS = /^(?:,-?\d+)*$/;
-/** A whole list of integers (possibly empty). */
-const ALL_IDS = /^(?:-?\d+(?:,-?\d+)*)?$/;
+/**
+ * Integers as JSON writes them (no leading zeros), each after a comma: what an extension of a
+ * non-empty id list adds. The ids never reach JSON.parse, so this check is their validation.
+ */
+const MORE_IDS = /^(?:,-?(?:0|[1-9]\d*))*$/;
+/** A whole list of JSON integers (possibly empty). */
+const ALL_IDS = /^(?:-?(?:0|[1-9]\d*)(?:,-?(?:0|[1-9]\d*))*)?$/;
 
 /**
  * Whether `data` holds `part` at `at`. A slice compared with `===` is a native compare of the
@@ -83,8 +86,11 @@ export function splitCumulativeText(data: string, cursor: TextCursor): TextSplit
     after = end + 1;
   } else if (cursor.ids !== null) return null;
   const remainder = data.slice(after);
-  // A repeated key would win in JSON.parse: such a frame is parsed whole.
-  if (remainder.includes('"text"')) return null;
+  // A repeated `text` or `output_ids` would win in JSON.parse over the one read here: such a frame is
+  // parsed whole. Their letters can only be written plain or as \u escapes (no other JSON escape
+  // gives a letter), so a remainder with neither key plain and no \u holds no repeat. Checking the
+  // parsed rest's values instead would miss a repeat that writes the placeholder's own value.
+  if (remainder.includes('"text"') || remainder.includes('"output_ids"') || remainder.includes("\\u")) return null;
   const text = cursor.text + tail;
   return {
     rest: `{"text":""${ids === null ? "" : ',"output_ids":[]'}${remainder}`,

@@ -130,6 +130,47 @@ describe("cumulative frames read past the previous text", () => {
     expect(content.join("")).toBe("Hi all");
   });
 
+  it("ids that are not JSON integers (leading zeros) and a repeated key written escaped: read as JSON.parse reads the whole frame", () => {
+    const meta = (fin: string) => `{"id":"r0","finish_reason":${fin}}`;
+    const LEN2 = '{"type":"length","length":2}';
+    // Each case: the frames in SGLang's layout, and the same frames with meta_info first (read whole).
+    const cases: { name: string; frames: string[]; oracle: string[]; check: (r: ReturnType<typeof run>) => void }[] = [
+      {
+        name: "leading zeros in output_ids",
+        frames: [`{"text":"Hi","output_ids":[01],"meta_info":${meta("null")}}`, `{"text":"Hi there","output_ids":[01,02],"meta_info":${meta(LEN2)}}`],
+        oracle: [`{"meta_info":${meta("null")},"text":"Hi","output_ids":[01]}`, `{"meta_info":${meta(LEN2)},"text":"Hi there","output_ids":[01,02]}`],
+        check: (r) => expect((r.outcome.error as Error | undefined)?.cause).toBe("stream frame is not JSON"),
+      },
+      {
+        name: "leading zeros only in the new ids",
+        frames: [`{"text":"Hi","output_ids":[1],"meta_info":${meta("null")}}`, `{"text":"Hi there","output_ids":[1,02],"meta_info":${meta(LEN2)}}`],
+        oracle: [`{"meta_info":${meta("null")},"text":"Hi","output_ids":[1]}`, `{"meta_info":${meta(LEN2)},"text":"Hi there","output_ids":[1,02]}`],
+        check: (r) => expect((r.outcome.error as Error | undefined)?.cause).toBe("stream frame is not JSON"),
+      },
+      {
+        name: "text repeated as te\\u0078t",
+        frames: [`{"text":"Hi","output_ids":[1],"meta_info":${meta("null")},"te\\u0078t":"Bye"}`, `{"text":"Hi there","output_ids":[1,2],"meta_info":${meta(LEN2)}}`],
+        oracle: [`{"meta_info":${meta("null")},"text":"Hi","output_ids":[1],"te\\u0078t":"Bye"}`, `{"meta_info":${meta(LEN2)},"text":"Hi there","output_ids":[1,2]}`],
+        check: (r) => expect(r.out).toContain('"content":"Bye"'),
+      },
+      {
+        // The repeat writes the value the rest is parsed with: only the key tells it apart.
+        name: 'text repeated as te\\u0078t with ""',
+        frames: [`{"text":"Hi","output_ids":[1],"meta_info":${meta("null")},"te\\u0078t":""}`, `{"text":"Hi there","output_ids":[1,2],"meta_info":${meta(LEN2)}}`],
+        oracle: [`{"meta_info":${meta("null")},"text":"Hi","output_ids":[1],"te\\u0078t":""}`, `{"meta_info":${meta(LEN2)},"text":"Hi there","output_ids":[1,2]}`],
+        check: (r) => expect(r.out).toContain('"content":"Hi there"'),
+      },
+    ];
+    for (const c of cases) {
+      const body = (frames: string[]) => frames.map((f) => `data: ${f}\n\n`).join("") + DONE;
+      const expected = run(body(c.oracle));
+      c.check(expected);
+      const got = run(body(c.frames));
+      expect.soft(got.out, c.name).toBe(expected.out);
+      expect.soft(got.outcome, c.name).toEqual(expected.outcome);
+    }
+  });
+
   it("with logprobs: the same logprobs and text as reading whole", () => {
     const req = parseChatRequest(JSON.stringify({ model: "q", messages: [{ role: "user", content: "hi" }], stream: true, logprobs: true, top_logprobs: 2 }));
     const plan = chatOutputPlan(req, { toolCallParser: null, reasoningParser: null });
@@ -164,11 +205,15 @@ describe("splitCumulativeText", () => {
       '{"text":"Help","output_ids":[1,2,3],"meta_info":{}}', // text revised
       '{"text":"Hello!","output_ids":[1,3],"meta_info":{}}', // ids revised
       '{"text":"Hello!","output_ids":[1,2,"x"],"meta_info":{}}', // ids not integers
+      '{"text":"Hello!","output_ids":[1,2,03],"meta_info":{}}', // an id with a leading zero
       '{"text":"Hello!","output_ids":[1,2,3],"meta_info":{"m":"text"}}', // "text" further on
+      '{"text":"Hello!","output_ids":[1,2,3],"meta_info":{},"te\\u0078t":""}', // text repeated, escaped
+      '{"text":"Hello!","output_ids":[1,2,3],"meta_info":{},"output_ids":[]}', // output_ids repeated
       '{"text":"Hello!","meta_info":{}}', // ids gone
       '{"meta_info":{},"text":"Hello!"}', // another layout
       '{"text":"Hello!\\q","output_ids":[1,2,3],"meta_info":{}}', // a bad escape
     ])
-      expect(splitCumulativeText(data, s1.next)).toBeNull();
+      expect(splitCumulativeText(data, s1.next), data).toBeNull();
+    expect(splitCumulativeText('{"text":"Hello","output_ids":[1,02],"meta_info":{}}', newTextCursor())).toBeNull();
   });
 });
