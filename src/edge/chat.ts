@@ -74,6 +74,7 @@ export async function handleChatCompletions(request: Request, deps: ChatDeps): P
     sign: mediaDeps(deps).sign,
     cacheSalt: namespace.cacheSalt,
     adapter,
+    streamInterval: config.routing.streamInterval ?? null,
   });
   clock.mark("build");
 

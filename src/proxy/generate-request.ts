@@ -54,6 +54,8 @@ export interface BuildGenerateOptions {
   toolCallParser?: "qwen25" | null;
   /** `max_new_tokens` when the request names no maximum (outputCap); null: none (up to the context). */
   defaultMaxNewTokens?: number | null;
+  /** Output tokens per stream frame (routing.streamInterval); null: not sent, the worker's own setting. */
+  streamInterval?: number | null;
 }
 
 /**
@@ -163,6 +165,12 @@ export function buildGenerateBody(req: ChatCompletionRequest, opts: BuildGenerat
     stream: req.stream,
   };
   if (opts.rid !== undefined) body.rid = opts.rid;
+  // The scheduler reads it only for streamed requests (`req.sampling_params.stream_interval or
+  // self.stream_interval`, sgl-project/sglang @5294b03 python/sglang/srt/managers/
+  // scheduler_output_processor_mixin.py `stream_output_generation`): frames at output lengths 1,
+  // k + 1, 2k + 1, … and the finishing one. Never sent unless configured: an SGLang without the key
+  // refuses the whole request.
+  if (req.stream && opts.streamInterval != null) body.sampling_params.stream_interval = opts.streamInterval;
   if (req.logprobs) {
     // serving_chat.py `_convert_to_internal_request`: output tokens only, with their text.
     body.return_logprob = true;

@@ -34,6 +34,8 @@ export interface SglangSamplingParams {
   structural_tag?: string;
   logit_bias?: Record<string, number>;
   sampling_seed?: number;
+  /** Output tokens per stream frame; absent: the worker's `--stream-interval`. Streamed requests only. */
+  stream_interval?: number;
 }
 
 /** The body POSTed to a worker's `/generate` (single request; never a batch). */

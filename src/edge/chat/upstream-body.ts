@@ -28,6 +28,8 @@ export interface ChatBodyInput {
   sign: MediaSigner | null;
   cacheSalt: string | null;
   adapter: string | null;
+  /** Output tokens per stream frame (routing.streamInterval); null: the worker's own setting. */
+  streamInterval: number | null;
 }
 
 /** The body for a given worker: one shared body, unless stored media go under URLs signed for each worker. */
@@ -40,6 +42,7 @@ export async function chatUpstreamBody(input: ChatBodyInput): Promise<(workerId:
       defaultMaxNewTokens: input.defaultMaxNewTokens,
       requireReasoning: requiresReasoning(req, input.parsers),
       toolCallParser: input.parsers.toolCallParser,
+      streamInterval: input.streamInterval,
       media: {
         ...(await workerForwards(input.media, input.sign, workerId)),
         ...(plan.mmHashes ? { mmHashes: plan.mmHashes } : {}),

@@ -69,7 +69,7 @@ export async function handleCompletions(request: Request, deps: ChatDeps): Promi
   const one = async (prompt: CompletionPrompt, i: number): Promise<Response> => {
     const ids = encoded[i]!;
     const requestId = newRequestId();
-    const body = buildGenerateBody(sampling, { text: "text" in prompt ? prompt.text : "", rid: requestId });
+    const body = buildGenerateBody(sampling, { text: "text" in prompt ? prompt.text : "", rid: requestId, streamInterval: config.routing.streamInterval ?? null });
     const wire: Record<string, unknown> = { ...body };
     if ("ids" in prompt) {
       delete wire.text;
