@@ -99,7 +99,7 @@ const ACTUAL: Record<string, Record<string, Expected>> = {
     toolCallParser: modelParsers({ templateId: "qwen3vl-instruct" }).toolCallParser,
     reasoningParser: mentions(String(modelParsers({ templateId: "qwen3vl-thinking" }).reasoningParser), String(modelParsers({ templateId: "qwen3vl-instruct" }).reasoningParser)),
   },
-  routing: { ...flatten(RoutingConfigSchema.parse({})), "admission.workerTokens": undefined },
+  routing: { ...flatten(RoutingConfigSchema.parse({})), streamInterval: undefined, "admission.workerTokens": undefined },
   regions: { ...RegionsConfigSchema.parse({}), self: undefined },
   limits: LimitsSchema.parse({}),
   media: SafeFetchPolicySchema.parse({}),
