@@ -155,10 +155,9 @@ export const RoutingConfigSchema = z.strictObject({
   /**
    * Output tokens per stream frame asked of the worker for streamed requests: sent as
    * `sampling_params.stream_interval`, which wins over the worker's `--stream-interval`
-   * (src/proxy/generate-request.ts). Each frame costs the edge a read, a translation and a write
-   * (~0.1 ms of CPU): a 1 000-token answer took ~100-145 ms of edge CPU at 1 token a frame, ~58 ms
-   * at 4, ~35 ms at 16. The first token still goes out at once. Unset: never sent, the worker's own
-   * setting applies (an SGLang without the field refuses the request). At most 64: a chunk then
+   * (src/proxy/generate-request.ts); each frame costs the edge a read, a translation and a write
+   * (docs/operations.md, Stream frames). Unset: never sent (an SGLang without the field refuses the
+   * request). At most 64: a chunk then
    * holds up to 64 tokens (seconds of a slow decode), past which the answer no longer reads as
    * streamed while the CPU left to save is a few ms per 1 000 tokens.
    */

@@ -14,9 +14,10 @@ let every4: Fleet;
 
 beforeAll(async () => {
   const log = process.env.KVEDGE_E2E_LOGS ? (l: string) => console.log(l) : undefined;
-  [plain, every4] = await Promise.all([
-    startFleet({ workers: 1, log }),
-    startFleet({ workers: 1, log, vars: { KVEDGE_ROUTING: JSON.stringify({ streamInterval: 4 }) } }),
+  // Each fleet is kept as soon as it is up, so afterAll stops it even if the other failed to start.
+  await Promise.all([
+    startFleet({ workers: 1, log }).then((f) => (plain = f)),
+    startFleet({ workers: 1, log, vars: { KVEDGE_ROUTING: JSON.stringify({ streamInterval: 4 }) } }).then((f) => (every4 = f)),
   ]);
 });
 afterAll(async () => {
