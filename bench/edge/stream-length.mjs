@@ -8,6 +8,7 @@
 // slope over the output tokens (µs per output token), and the worker process's CPU for the same
 // answer sent to the edge (/generate) and straight to it (its own /v1 translation).
 import { startEdgeFleet } from "../lib/edge-fleet.mjs";
+import { replayFetch } from "../lib/replay-fetch.mjs";
 import { nativeWorkerdPid, processCpuPreciseMs, waitForQuiet } from "../lib/process-cpu.mjs";
 import { summarize } from "../lib/stats.mjs";
 
@@ -28,8 +29,7 @@ function slope(xs, ys) {
 
 /** The body read whole; for a stream, the completion tokens its usage chunk reports. */
 async function post(url, body, headers = {}) {
-  const t = performance.now();
-  const r = await fetch(url, { method: "POST", body, headers: { "content-type": "application/json", ...headers } });
+  const { response: r, start: t } = await replayFetch(url, { method: "POST", body, headers: { "content-type": "application/json", ...headers } });
   const text = await r.text();
   const ms = performance.now() - t;
   if (!r.ok) throw new Error(`${url}: ${r.status} ${text.slice(0, 300)}`);

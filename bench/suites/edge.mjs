@@ -12,6 +12,7 @@
 // a new answer and user turn. Streamed requests compare time to the first byte of
 // the answer. `Server-Timing` from the edge (admin callers) gives the component breakdown.
 import { startEdgeFleet } from "../lib/edge-fleet.mjs";
+import { replayFetch } from "../lib/replay-fetch.mjs";
 import { freshText } from "../lib/corpus.mjs";
 import { rng, summarize } from "../lib/stats.mjs";
 import { barChart } from "../lib/svg.mjs";
@@ -61,8 +62,7 @@ const IMAGE_SIZES = [
 ];
 
 async function timedPost(url, body, stream, headers = {}) {
-  const t = performance.now();
-  const r = await fetch(url, { method: "POST", body, headers: { "content-type": "application/json", ...headers } });
+  const { response: r, start: t } = await replayFetch(url, { method: "POST", body, headers: { "content-type": "application/json", ...headers } });
   let first = null;
   const reader = r.body.getReader();
   const chunks = [];
