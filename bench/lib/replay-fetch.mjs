@@ -1,12 +1,12 @@
 // fetch for the bench's replayed requests, robust to a keep-alive race. Node's fetch (undici) keeps
 // an idle connection 4 s when the server sends no Keep-Alive hint; workerd sends none and closes an
 // idle connection after 5 s (kj HttpServerSettings::pipelineTimeout, measured 5.0 s), so the client
-// timer has 1 s of margin. When the bench's event loop stalls past that mark (a synchronous body
-// build, a GC pause, a loaded box) undici writes the next request onto a connection the server has
-// already closed, and fetch rejects with SocketError "other side closed" (or ECONNRESET / EPIPE)
-// before any response byte. The Node servers (simulated worker, media origin) send
-// `Keep-Alive: timeout=5` and close after 6 s; undici keeps 5 − 2 = 3 s there, so the race needs a
-// 3 s stall. Such a request never reached the server's handler (the server closes only while
+// timer has 1 s of margin. undici (6.29, Node 22.23) looks for a pending close one event-loop turn
+// before reusing an idle connection, so a close already received is skipped; one that arrives as the
+// request is written (the bench's loop stalled past the 4 s timer, a loaded box) still makes fetch
+// reject with SocketError "other side closed" (or ECONNRESET / EPIPE) before any response byte.
+// The Node servers (simulated worker, media origin) send `Keep-Alive: timeout=5` and close after
+// 6 s; undici keeps 5 − 2 = 3 s there, so the race needs a 3 s stall. Such a request never reached the server's handler (the server closes only while
 // waiting for the next request), and a bench request is a replay (the same body may be sent again
 // with the same effect on the fleet: another cache lookup, another simulated answer), so it is sent
 // once more, with its timing taken from the attempt that answered. A failure after the response
