@@ -31,6 +31,12 @@
  * its validated messages' long strings are views of those two texts, not copies. Bounded by
  * estimated bytes, LRU.
  *
+ * Layout. The keys need the body's message spans, so a body is scanned before its lookup; the scan
+ * (scanLayout) takes the spans of a held prefix the body holds character for character from its
+ * entries (candidates by the messages text's opening, compared in full, once, which the lookup
+ * then need not repeat) and scans only what follows. The held text was part of an accepted body,
+ * the rest of the body is parsed strictly, and a body that differs anywhere in it is scanned whole.
+ *
  * Provisional entries (agent loops). Messages after the last query are stable too while no new
  * query comes: a tool result's opening reads only whether the previous message is a tool, and an
  * assistant turn after the last query keeps its reasoning as long as it stays after it. So an entry
@@ -56,7 +62,7 @@ import { deepFreeze } from "../util/deep-freeze.ts";
 import { HeldChains } from "../util/held-chains.ts";
 import { closingQuote, isCanonicalEscaping, LITERAL_MIN_CHARS, type JsonLiteral } from "../util/json-scan.ts";
 import { escapeJsonReusing } from "../util/json-escape.ts";
-import { ownCompactString } from "../util/own-string.ts";
+import { ownCompactString, ownString } from "../util/own-string.ts";
 import { textAt } from "../util/text-at.ts";
 
 /** The rendered prompt as preparePrompt (index.ts) returns it. */
@@ -117,6 +123,13 @@ const GENERATION_START = "<|im_start|>assistant";
 const SEPARATOR = /^[ \t\n\r]*,[ \t\n\r]*$/;
 /** Characters of stand-in prefixes (and their keys) kept before the memo is cleared. */
 const STAND_IN_MEMO_CHARS = 1 << 20;
+/**
+ * Layout hints: characters of the messages text kept as the key at its start and after its first element
+ * (a shared system prompt alone does not tell conversations apart), and the entries kept per key
+ * (the most recently stored; each is compared in full before its spans are taken).
+ */
+const HINT_WINDOW_CHARS = 128;
+const HINTS_PER_KEY = 4;
 
 export interface TurnChainOptions {
   maxBytes?: number;
@@ -151,6 +164,8 @@ export interface TurnChainStats {
   checks: number;
   mismatches: number;
   stores: number;
+  /** Body scans (scanLayout) that took a held prefix's message spans instead of scanning its text. */
+  heldLayouts: number;
   evictions: number;
   entries: number;
   bytes: number;
@@ -187,6 +202,13 @@ interface Node {
    */
   parsed: readonly ChatMessage[] | null;
   tally: MessagesTally | null;
+  /**
+   * Own messages' spans, start and end pairs relative to the messages array's text (every one an
+   * object, ending at its `}`), as the body's layout scan found them; null when unknown (seeded).
+   */
+  spans: Int32Array | null;
+  /** The key this node is listed under in the layout hints (null: not listed). */
+  hint: string | null;
   /** What HeldChains counts: entries whose chain includes this node, and its nodeBytes. */
   holders: number;
   bytes: number;
@@ -202,6 +224,11 @@ export interface BodyLayout {
 
 function isSpace(c: number): boolean {
   return c === 0x20 || c === 0x0a || c === 0x0d || c === 0x09;
+}
+
+function skipSpaces(text: string, i: number): number {
+  while (i < text.length && isSpace(text.charCodeAt(i))) i++;
+  return i;
 }
 
 /** Index just past the JSON value starting at `i` in valid JSON `text` (strings skipped by indexOf). */
@@ -257,17 +284,28 @@ function walkMembers(text: string, i: number, member: (key: string, at: number) 
 }
 
 /**
+ * Elements of a messages array known without scanning: their spans (in the body) and the index just
+ * past the last, where the scan goes on. Given only for text equal, character for character, to a
+ * held prefix whose spans a scan of the same text found.
+ */
+export interface HeldSpans {
+  end: number;
+  spans: [number, number][];
+}
+
+/**
  * One pass over a valid JSON object body: its top-level members (the last of a repeated key, as
  * JSON.parse keeps) and the elements of `messages`. Null when the text is not shaped so.
+ * `held(open)`: the leading elements of a messages array whose text starts at `open`, when known.
  */
-export function scanBodyLayout(text: string): BodyLayout | null {
+export function scanBodyLayout(text: string, held?: (open: number) => HeldSpans | null): BodyLayout | null {
   const members = new Map<string, [number, number]>();
   let messages: [number, number][] | null = null;
   const walked = walkMembers(text, 0, (key, at) => {
     let end: number;
     if (key === "messages") {
       // The messages array's elements in the same pass that finds its end (the array is most of the body).
-      const array = text.charCodeAt(at) === 0x5b ? arrayElements(text, at) : null;
+      const array = text.charCodeAt(at) === 0x5b ? arrayElements(text, at, held?.(at + 1) ?? null) : null;
       messages = array?.elements ?? null;
       end = array ? array.end : valueEnd(text, at);
     } else end = valueEnd(text, at);
@@ -279,10 +317,15 @@ export function scanBodyLayout(text: string): BodyLayout | null {
   return { members, messagesOpen: span[0] + 1, messages };
 }
 
-/** The elements of the array opening at `open` in valid JSON `text`, and the index just past it; null when not shaped so. */
-function arrayElements(text: string, open: number): { end: number; elements: [number, number][] } | null {
-  const elements: [number, number][] = [];
-  for (let j = open + 1; ; ) {
+/**
+ * The elements of the array opening at `open` in valid JSON `text`, and the index just past it; null
+ * when not shaped so. `held`: its leading elements, known; the scan starts after them. Each element
+ * ends at its own closing character and the scan reads nothing past it, so a text equal to the one
+ * they were found in scans to the same spans (and the scan after them starts in the same state).
+ */
+function arrayElements(text: string, open: number, held: HeldSpans | null): { end: number; elements: [number, number][] } | null {
+  const elements: [number, number][] = held ? held.spans : [];
+  for (let j = held ? held.end : open + 1; ; ) {
     while (j < text.length && (isSpace(text.charCodeAt(j)) || text.charCodeAt(j) === 0x2c)) j++;
     if (j >= text.length) return null;
     if (text.charCodeAt(j) === 0x5d) return { end: j + 1, elements };
@@ -364,9 +407,9 @@ const STRING_BYTES = 40;
  * character) that are not views of them, per-message and per-part overhead, and ~800 B for the node
  * itself (its key, bucket and LRU slots, tally, arrays; measured ~320–470 B in Node).
  */
-function nodeBytes(n: { raw: number; text: number; textWidth: 1 | 2; scope: string | null; escapedOwnChars: number; escapedChunks: number; parsed: SharedStrings | null; parts: number; dataUrls: number }): number {
+function nodeBytes(n: { raw: number; text: number; textWidth: 1 | 2; scope: string | null; escapedOwnChars: number; escapedChunks: number; parsed: SharedStrings | null; parts: number; dataUrls: number; spans: number }): number {
   const parsed = n.parsed ? parsedBytes(n.parsed) : 0;
-  return n.raw + n.text + n.textWidth * n.escapedOwnChars + 2 * (n.scope?.length ?? 0) + STRING_BYTES * n.escapedChunks + parsed + 200 * n.parts + 8 * n.dataUrls + 800;
+  return n.raw + n.text + n.textWidth * n.escapedOwnChars + 2 * (n.scope?.length ?? 0) + STRING_BYTES * n.escapedChunks + parsed + 200 * n.parts + 8 * n.dataUrls + (n.spans > 0 ? 4 * n.spans + 4 * HINT_WINDOW_CHARS : 0) + 800;
 }
 
 /** Estimated bytes of a node's parsed messages: their own strings' characters, views of the texts, per-message overhead. */
@@ -502,6 +545,35 @@ function chainOf(n: Node): Node[] {
   return out.reverse();
 }
 
+/**
+ * A layout hint's key: the text's first HINT_WINDOW_CHARS from `open` and as many after its first
+ * element's end `firstEnd` (absolute). The text itself, not a hash of it (a Map hashes a short
+ * string in a fraction of an encode and xxh3); candidates are compared in full anyway.
+ */
+function hintKey(text: string, open: number, firstEnd: number): string {
+  return `${text.slice(open, open + HINT_WINDOW_CHARS)}\u0000${text.slice(firstEnd, firstEnd + HINT_WINDOW_CHARS)}`;
+}
+
+/** Whether `chain` is a leading part of `of` (the same entries: a node's chain is fixed). */
+function isPrefixOf(chain: readonly Node[], of: readonly Node[]): boolean {
+  return chain.length <= of.length && of[chain.length - 1] === chain[chain.length - 1];
+}
+
+/**
+ * Spans of messages [from, cut) relative to the messages array's text, as pairs; null unless every
+ * one is an object (ends at a `}`: its scan read nothing past it).
+ */
+function ownSpans(body: string, layout: BodyLayout, from: number, cut: number): Int32Array | null {
+  const out = new Int32Array(2 * (cut - from));
+  for (let i = from; i < cut; i++) {
+    const [start, end] = layout.messages[i]!;
+    if (body.charCodeAt(end - 1) !== 0x7d) return null;
+    out[2 * (i - from)] = start - layout.messagesOpen;
+    out[2 * (i - from) + 1] = end - layout.messagesOpen;
+  }
+  return out;
+}
+
 /** A chain's stored parts in order: its rendered text (a rope of the pieces, never flattened here), the pieces, their escaping chunks, media and dropped parts. */
 function chainParts(chain: readonly Node[]): { text: string; texts: string[]; escaped: string[]; media: MediaPart[]; dropped: DroppedPart[] } {
   const out = { text: "", texts: [] as string[], escaped: [] as string[], media: [] as MediaPart[], dropped: [] as DroppedPart[] };
@@ -538,9 +610,16 @@ export class TurnChainCache {
   private readonly random: () => number;
   private readonly onMismatch: NonNullable<TurnChainOptions["onMismatch"]>;
   private readonly buckets = new Map<bigint, Node[]>();
+  /** Layout hints: entries with spans, by hintKey of their messages text (most recent last). */
+  private readonly hints = new Map<string, Node[]>();
+  /**
+   * The last scanLayout's layout, body and the chain its held spans came from, compared with that
+   * body: the lookup of that layout compares it no second time, and lets it go.
+   */
+  private compared: { layout: BodyLayout; body: string; chain: readonly Node[] } | null = null;
   /** The entries (LRU) and the bytes their pieces hold. */
   private readonly held: HeldChains<Node>;
-  private s = { hits: 0, misses: 0, reusedMessages: 0, checks: 0, mismatches: 0, stores: 0 };
+  private s = { hits: 0, misses: 0, reusedMessages: 0, checks: 0, mismatches: 0, stores: 0, heldLayouts: 0 };
   private readonly encoder = new TextEncoder();
   private readonly buf = new Uint8Array(24 + 3 * (KEY_HEAD_CHARS + KEY_TAIL_CHARS));
   /** What the stand-in renders to (header and its block), per scope and item counts: one render per hit saved. */
@@ -609,8 +688,26 @@ export class TurnChainCache {
     return { ...out, reusedMessages: hit.node.messages, ...(stable ? { stable } : {}) };
   }
 
-  /** The body's layout, scope and longest cached message prefix (`layout`: scanBodyLayout(body), when already made). */
-  find(body: string, profile: ModelProfile, layout: BodyLayout | null = scanBodyLayout(body)): ChainFind | null {
+  /**
+   * scanBodyLayout(body), the same layout, with the spans of a held message prefix that the body
+   * holds character for character taken from its entries instead of scanning that text again (the
+   * body is compared with the entries' raw text in full: what a lookup also compares, done once).
+   */
+  scanLayout(body: string): BodyLayout | null {
+    if (this.hints.size === 0) return scanBodyLayout(body);
+    const held: { chain: Node[] | null } = { chain: null };
+    const layout = scanBodyLayout(body, (open) => {
+      const found = this.heldSpans(body, open);
+      held.chain = found?.chain ?? null;
+      if (found) this.s.heldLayouts++;
+      return found;
+    });
+    this.compared = layout && held.chain ? { layout, body, chain: held.chain } : null;
+    return layout;
+  }
+
+  /** The body's layout, scope and longest cached message prefix (`layout`: scanLayout(body), when already made). */
+  find(body: string, profile: ModelProfile, layout: BodyLayout | null = this.scanLayout(body)): ChainFind | null {
     if (!layout) return null;
     const scope = scopeOf(profile, body, layout);
     const scopeHash = xxh3_64(this.encoder.encode(scope));
@@ -649,8 +746,10 @@ export class TurnChainCache {
     this.standIns.clear();
     this.standInChars = 0;
     this.buckets.clear();
+    this.hints.clear();
+    this.compared = null;
     this.held.clear();
-    this.s = { hits: 0, misses: 0, reusedMessages: 0, checks: 0, mismatches: 0, stores: 0 };
+    this.s = { hits: 0, misses: 0, reusedMessages: 0, checks: 0, mismatches: 0, stores: 0, heldLayouts: 0 };
   }
 
   private full(request: ChatRequestLike, profile: ModelProfile, store: StoreContext | null): ChainedPrompt {
@@ -769,9 +868,10 @@ export class TurnChainCache {
     const shared = ctx.validated && ctx.validated.length === ctx.layout.messages.length ? shareStrings(ctx.validated.slice(from, cut), literals, text, escaped.found) : null;
     const parsed = shared ? deepFreeze(shared.parsed) : null;
     const tally = parsed ? tallyMessages(ctx.body, ctx.layout.messages.slice(from, cut), parsed) : null;
-    const bytes = nodeBytes({ raw: rawWidth * raw.length, text: textWidth * text.length, textWidth, scope: parent ? null : ctx.scope, escapedOwnChars: escaped.ownChars, escapedChunks: escaped.chunks.length, parsed: shared?.shared ?? null, parts: ownMedia.length + ownDropped.length, dataUrls: tally?.dataUrls.length ?? 0 });
+    const spans = ownSpans(ctx.body, ctx.layout, parent ? parent.messages : 0, cut);
+    const bytes = nodeBytes({ raw: rawWidth * raw.length, text: textWidth * text.length, textWidth, scope: parent ? null : ctx.scope, escapedOwnChars: escaped.ownChars, escapedChunks: escaped.chunks.length, parsed: shared?.shared ?? null, parts: ownMedia.length + ownDropped.length, dataUrls: tally?.dataUrls.length ?? 0, spans: spans?.length ?? 0 });
     if (!this.held.admits(bytes)) return null;
-    const node: Node = { parent, key, scope: ctx.scope, raw, rawEnd, text, messages: cut, provisional, media: ownMedia, dropped: ownDropped, images: counts.image, videos: counts.video, escaped: escaped.chunks, parsed, tally, holders: 0, bytes };
+    const node: Node = { parent, key, scope: ctx.scope, raw, rawEnd, text, messages: cut, provisional, media: ownMedia, dropped: ownDropped, images: counts.image, videos: counts.video, escaped: escaped.chunks, parsed, tally, spans, hint: null, holders: 0, bytes };
     this.insert(node);
     return { node, after: tail, from: cut };
   }
@@ -800,9 +900,9 @@ export class TurnChainCache {
     const shared = usable ? shareStrings(validated.messages, literals, text, escaped.found) : null;
     const parsed = shared ? deepFreeze(shared.parsed) : null;
     const tally = parsed ? validated!.tally : null;
-    const bytes = nodeBytes({ raw: rawWidth * raw.length, text: textWidth * text.length, textWidth, scope: prefix.scope, escapedOwnChars: escaped.ownChars, escapedChunks: escaped.chunks.length, parsed: shared?.shared ?? null, parts: prefix.media.length + prefix.dropped.length, dataUrls: tally?.dataUrls.length ?? 0 });
+    const bytes = nodeBytes({ raw: rawWidth * raw.length, text: textWidth * text.length, textWidth, scope: prefix.scope, escapedOwnChars: escaped.ownChars, escapedChunks: escaped.chunks.length, parsed: shared?.shared ?? null, parts: prefix.media.length + prefix.dropped.length, dataUrls: tally?.dataUrls.length ?? 0, spans: 0 });
     if (!this.held.admits(bytes)) return false;
-    this.insert({ parent: null, key, scope: prefix.scope, raw, rawEnd, text, messages: prefix.messages, provisional: false, media: prefix.media, dropped: prefix.dropped, images: prefix.images, videos: prefix.videos, escaped: escaped.chunks, parsed, tally, holders: 0, bytes });
+    this.insert({ parent: null, key, scope: prefix.scope, raw, rawEnd, text, messages: prefix.messages, provisional: false, media: prefix.media, dropped: prefix.dropped, images: prefix.images, videos: prefix.videos, escaped: escaped.chunks, parsed, tally, spans: null, hint: null, holders: 0, bytes });
     return true;
   }
 
@@ -814,6 +914,7 @@ export class TurnChainCache {
     if (b) b.push(node);
     else this.buckets.set(key, [node]);
     this.held.keep(node);
+    this.listHint(node);
     this.s.stores++;
     this.held.evictOverBudget();
   }
@@ -846,6 +947,10 @@ export class TurnChainCache {
   private lookup(body: string, layout: BodyLayout, scope: string, scopeHash: bigint): { node: Node; chain: Node[] } | null {
     const open = layout.messagesOpen;
     const count = layout.messages.length;
+    // A chain scanLayout compared with this body: its entries' text need not be compared again.
+    const compared = this.compared;
+    const matched = compared && compared.layout === layout && compared.body === body ? compared.chain : null;
+    if (compared?.layout === layout) this.compared = null;
     // Read from the end down, only as far as a provisional candidate needs: the new part.
     let read = count;
     let queryAt = -1;
@@ -864,10 +969,64 @@ export class TurnChainCache {
         if (n.messages !== q || n.rawEnd !== rawEnd || n.scope !== scope) continue;
         if (n.provisional ? queryFrom(q) : !mayBeQuery(body, layout.messages[q]!, q === count - 1)) continue;
         const chain = chainOf(n);
-        if (rawMatches(chain, body, open)) return { node: n, chain };
+        if ((matched !== null && isPrefixOf(chain, matched)) || rawMatches(chain, body, open)) return { node: n, chain };
       }
     }
     return null;
+  }
+
+  /**
+   * The spans of the longest entry chain whose raw text `body` holds from `open` on, and that
+   * chain; null when none. Candidates are the entries listed under the body's hintKey and their
+   * ancestors (a sibling branch's parent is the conversation's prefix); each entry's text is
+   * compared in full, once.
+   */
+  private heldSpans(body: string, open: number): (HeldSpans & { chain: Node[] }) | null {
+    const first = body.length > open ? valueEnd(body, skipSpaces(body, open)) : -1;
+    if (first < 0 || first + HINT_WINDOW_CHARS > body.length) return null;
+    const hints = this.hints.get(hintKey(body, open, first));
+    if (!hints) return null;
+    let best: Node[] | null = null;
+    const equal = new Set<Node>();
+    for (const n of hints) {
+      if (best && n.rawEnd <= best[best.length - 1]!.rawEnd) continue;
+      const chain = chainOf(n);
+      let k = 0;
+      for (; k < chain.length; k++) {
+        const x = chain[k]!;
+        if (x.spans === null) break;
+        if (!equal.has(x)) {
+          if (!textAt(body, x.raw, open + x.rawEnd - x.raw.length)) break;
+          equal.add(x);
+        }
+      }
+      if (k > 0 && (!best || chain[k - 1]!.rawEnd > best[best.length - 1]!.rawEnd)) best = chain.slice(0, k);
+    }
+    if (!best) return null;
+    const spans: [number, number][] = [];
+    for (const x of best) for (let i = 0; i < x.spans!.length; i += 2) spans.push([open + x.spans![i]!, open + x.spans![i + 1]!]);
+    return { end: open + best[best.length - 1]!.rawEnd, spans, chain: best };
+  }
+
+  /** Lists `node` under the hintKey of its messages text, when its chain's spans are known and cover the key's windows. */
+  private listHint(node: Node): void {
+    const chain = chainOf(node);
+    if (!chain.every((x) => x.spans !== null)) return;
+    const firstEnd = chain[0]!.spans![1]!;
+    if (firstEnd + HINT_WINDOW_CHARS > node.rawEnd) return;
+    let raw = "";
+    for (const x of chain) {
+      raw += x.raw;
+      if (raw.length >= firstEnd + HINT_WINDOW_CHARS) break;
+    }
+    // Its own copy: the slices would keep the text they were cut from.
+    const key = ownString(hintKey(raw, 0, firstEnd));
+    const hints = this.hints.get(key);
+    if (hints) {
+      if (hints.length >= HINTS_PER_KEY) hints.shift()!.hint = null;
+      hints.push(node);
+    } else this.hints.set(key, [node]);
+    node.hint = key;
   }
 
   private key(scopeHash: bigint, messages: number, body: string, open: number, rawEnd: number): bigint {
@@ -884,6 +1043,13 @@ export class TurnChainCache {
 
   /** Takes an entry that HeldChains dropped out of its bucket. */
   private unlist(n: Node): void {
+    if (n.hint !== null) {
+      const hints = this.hints.get(n.hint);
+      const i = hints ? hints.indexOf(n) : -1;
+      if (i >= 0) hints!.splice(i, 1);
+      if (hints && hints.length === 0) this.hints.delete(n.hint);
+      n.hint = null;
+    }
     const bucket = this.buckets.get(n.key);
     if (bucket) {
       const i = bucket.indexOf(n);

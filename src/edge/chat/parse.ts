@@ -7,7 +7,7 @@ import type { ChatCompletionRequest } from "../../api/openai-schema.ts";
 import { parseChatRequest, readBodyText, type ParseWork, type ReusedMessages } from "../../api/validate.ts";
 import type { EdgeConfig } from "../../config/config.ts";
 import { parseToolsKeepingNumbers, type ModelProfile } from "../../prompt/index.ts";
-import { scanBodyLayout, sharedTurnChain, type BodyLayout, type ChainFind, type TurnChainCache } from "../../prompt/turn-chain.ts";
+import { sharedTurnChain, type BodyLayout, type ChainFind, type TurnChainCache } from "../../prompt/turn-chain.ts";
 import type { JsonLiteral } from "../../util/json-scan.ts";
 import { authorizeClient, type ClientIdentity } from "../auth.ts";
 import type { ClientRef } from "../client-label.ts";
@@ -108,8 +108,8 @@ export function parseChatTurn(
 ): { req: ChatCompletionRequest; turn: ChainFind | null } {
   const limits = limitsOf(config);
   // The lookup hashes a window per message count: only for a body the message limit admits (it runs before validation).
-  // A caller that scanned bodyText passes its layout (not scanned twice).
-  const scanned = bodyText.length <= limits.maxBodyBytes ? (opts.layout !== undefined ? opts.layout : scanBodyLayout(bodyText)) : null;
+  // A caller that scanned bodyText passes its layout (not scanned twice); the chain's scan takes a held prefix's spans from its entries.
+  const scanned = bodyText.length <= limits.maxBodyBytes ? (opts.layout !== undefined ? opts.layout : chain.scanLayout(bodyText)) : null;
   const layout = scanned && scanned.messages.length <= limits.maxMessages ? scanned : null;
   const profile = layout ? profileOfModelMember(bodyText, layout, config) : null;
   const turn = profile ? chain.find(bodyText, profile, layout) : null;
