@@ -694,6 +694,8 @@ export class TurnChainCache {
    * body is compared with the entries' raw text in full: what a lookup also compares, done once).
    */
   scanLayout(body: string): BodyLayout | null {
+    // Whatever an earlier scan left for a lookup that never ran is dropped: it holds that body.
+    this.compared = null;
     if (this.hints.size === 0) return scanBodyLayout(body);
     const held: { chain: Node[] | null } = { chain: null };
     const layout = scanBodyLayout(body, (open) => {

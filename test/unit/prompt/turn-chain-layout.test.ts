@@ -114,4 +114,20 @@ describe("turn chain layout scan", () => {
     expect(chain.stats().heldLayouts).toBe(before);
     expect(chain.find(body, profile)?.hit).toBeNull();
   });
+
+  it("keeps no body a lookup never read: the next scan drops what an earlier one held for find", () => {
+    const chain = new TurnChainCache({ checkRate: 0 });
+    let messages: Msg[] = [{ role: "system", content: "You are a careful assistant." }, { role: "user", content: text(1, 60) }];
+    turn(chain, bodyOf(messages));
+    messages = [...messages, { role: "assistant", content: text(2, 80) }, { role: "user", content: text(13, 40) }];
+    turn(chain, bodyOf(messages));
+    const next = bodyOf([...messages, { role: "assistant", content: text(3, 80) }, { role: "user", content: text(14, 40) }]);
+    const held = (c: TurnChainCache) => (c as unknown as { compared: { body: string } | null }).compared;
+    chain.scanLayout(next); // took held spans; no find follows (e.g. an unknown model refused it)
+    expect(held(chain)?.body).toBe(next);
+    // Every listed entry evicted since (as a store of other conversations does): the next scan has no hints.
+    (chain as unknown as { hints: Map<unknown, unknown> }).hints.clear();
+    chain.scanLayout(bodyOf([{ role: "user", content: "unrelated" }]));
+    expect(held(chain)).toBeNull();
+  });
 });
