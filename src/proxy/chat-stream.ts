@@ -23,7 +23,7 @@ import { summarizeUsage, toOpenAIUsage } from "./usage.ts";
 import type { UsageSummary } from "./usage.ts";
 import { ChoiceOutput, PLAIN_OUTPUT, type ChatOutputPlan, type StreamDelta } from "./chat-output.ts";
 import { LogprobMetaSchema, toChoiceLogprobs, type TokenLogprob } from "./logprobs.ts";
-import { newArrayCursor, splitCumulativeFrame, trailingIndex, TOKEN_KEY, TOP_KEY, type ArrayCursor } from "./logprob-tail.ts";
+import { newArrayCursor, readWholeFrame, splitCumulativeFrame, trailingIndex, TOKEN_KEY, TOP_KEY, type ArrayCursor, type SplitFrame } from "./logprob-tail.ts";
 import { newTextCursor, splitCumulativeText, type TextCursor, type TextSplit } from "./text-tail.ts";
 
 export interface ChatStreamOptions {
@@ -204,6 +204,7 @@ export function createChatStreamCore(opts: ChatStreamOptions): ChatStreamCore {
     const expectedIndex = opts.incremental ? 0 : trailingIndex(data);
     let newLogprobs: Record<string, unknown> | null = null;
     let frameText = data;
+    let lpSplit: SplitFrame | null = null;
     if (cumulativeLogprobs) {
       const cursors = choices[expectedIndex];
       if (cursors === undefined) {
@@ -215,12 +216,10 @@ export function createChatStreamCore(opts: ChatStreamOptions): ChatStreamCore {
         failInto(out, malformedUpstream(`stream frame: ${split}`));
         return;
       }
-      if (split.tops !== null && split.tops.length !== (split.tokens?.length ?? 0)) {
-        failInto(out, malformedUpstream("stream frame: logprob arrays differ in length"));
-        return;
+      if (split !== null) {
+        lpSplit = split;
+        frameText = split.rest;
       }
-      frameText = split.rest;
-      newLogprobs = { ...(split.tokens ? { [TOKEN_KEY]: split.tokens } : {}), ...(split.tops ? { [TOP_KEY]: split.tops } : {}) };
     }
     const textState = opts.incremental ? undefined : choices[expectedIndex];
     let textSplit: TextSplit | null = textState === undefined ? null : splitCumulativeText(frameText, textState.textCursor);
@@ -231,6 +230,12 @@ export function createChatStreamCore(opts: ChatStreamOptions): ChatStreamCore {
       if (textSplit !== null && choiceIndexOf(raw) !== expectedIndex) {
         textSplit = null;
         raw = JSON.parse(frameText);
+      }
+      // Arrays split out of another object than meta_info are not what JSON.parse reads: parsed whole.
+      if (lpSplit !== null && !holdsSplitArrays(raw, lpSplit)) {
+        lpSplit = null;
+        textSplit = null;
+        raw = JSON.parse(data);
       }
     } catch {
       failInto(out, malformedUpstream("stream frame is not JSON"));
@@ -255,6 +260,19 @@ export function createChatStreamCore(opts: ChatStreamOptions): ChatStreamCore {
     if (cumulativeLogprobs && index !== expectedIndex) {
       failInto(out, malformedUpstream("stream frame: choice index is not its last member"));
       return;
+    }
+    if (cumulativeLogprobs) {
+      const lp = lpSplit ?? readWholeFrame(frame.meta_info, st.lpTokens, st.lpTops);
+      if (typeof lp === "string") {
+        failInto(out, malformedUpstream(`stream frame: ${lp}`));
+        return;
+      }
+      if (lp.tops !== null && lp.tops.length !== (lp.tokens?.length ?? 0)) {
+        failInto(out, malformedUpstream("stream frame: logprob arrays differ in length"));
+        return;
+      }
+      if (lpSplit !== null) [st.lpTokens, st.lpTops] = lpSplit.next;
+      newLogprobs = { ...(lp.tokens ? { [TOKEN_KEY]: lp.tokens } : {}), ...(lp.tops ? { [TOP_KEY]: lp.tops } : {}) };
     }
     st.meta = frame.meta_info;
     sawData = true;
@@ -296,6 +314,13 @@ export function createChatStreamCore(opts: ChatStreamOptions): ChatStreamCore {
       st.finish = fr;
       finishOrder.push(index);
     }
+  }
+
+  /** Whether a parsed rest's meta_info holds the logprob arrays where the split found them (placeholders). */
+  function holdsSplitArrays(raw: unknown, split: SplitFrame): boolean {
+    const meta = typeof raw === "object" && raw !== null ? (raw as { meta_info?: unknown }).meta_info : undefined;
+    const has = (key: string) => typeof meta === "object" && meta !== null && Object.hasOwn(meta, key);
+    return has(TOKEN_KEY) === split.hasTokens && has(TOP_KEY) === split.hasTops;
   }
 
   /** A parsed frame's `index` as the schema reads it (0 when absent or not a count). */

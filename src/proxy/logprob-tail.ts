@@ -7,6 +7,8 @@
  * by the same serializer, so a consumed element ends at the same offset from its array's `[` in
  * every frame: the cursor keeps that offset, the new tail is parsed on its own, and the rest of the
  * frame is parsed with both arrays emptied. The scans that remain are native string searches.
+ * A frame where JSON.parse could read other arrays than the ones found (a key written twice, plain
+ * or with a \u escape) is read whole instead, and so is every later frame of its choice.
  */
 import { closingQuote } from "../util/json-scan.ts";
 
@@ -17,9 +19,15 @@ export const TOP_KEY = "output_top_logprobs";
 export interface ArrayCursor {
   /** Elements consumed. */
   seen: number;
-  /** Chars from the array's `[` to the `,` or `]` after its last consumed element (1 when none). */
+  /**
+   * Chars from the array's `[` to the `,` or `]` after its last consumed element (1 when none);
+   * WHOLE once a frame was read whole (where that frame's consumed part ends is not known).
+   */
   offset: number;
 }
+
+/** The offset of a cursor whose frames are read whole. */
+export const WHOLE = -1;
 
 export function newArrayCursor(): ArrayCursor {
   return { seen: 0, offset: 1 };
@@ -28,11 +36,16 @@ export function newArrayCursor(): ArrayCursor {
 export interface SplitFrame {
   /** The frame's JSON text with both logprob arrays written as `[]`. */
   rest: string;
+  /** Whether each array was found (the parsed rest's meta_info must hold it, else read the frame whole). */
+  hasTokens: boolean;
+  hasTops: boolean;
   /** New elements of each array (null: the frame has no such array, or it is null). */
   tokens: unknown[] | null;
   tops: unknown[] | null;
   /** JSON chars handed to JSON.parse for the tails (the work this module does). */
   tailChars: number;
+  /** The token and top cursors after this frame. */
+  next: [ArrayCursor, ArrayCursor];
 }
 
 /** A choice index the frame ends with (`…,"index":3}`: SGLang appends it for n > 1), else 0. */
@@ -110,11 +123,33 @@ function spanOf(data: string, key: string, cursor: ArrayCursor): Span | undefine
   return { open, close: end + 1, tail, tailChars: text.length };
 }
 
+const HEAD = '{"text":"';
+
 /**
- * Splits a cumulative frame: its logprob arrays past `tokens`/`tops` and the rest of it. Advances
- * the cursors only on success; a string says what is wrong with the frame.
+ * Whether JSON.parse could give a logprob key another value than the spans' (or one where none was
+ * found): either key written once more plain, or a \u escape, which alone can spell a key's letters
+ * otherwise. The text's value and the arrays hold no member of meta_info, so their escapes don't count.
  */
-export function splitCumulativeFrame(data: string, tokens: ArrayCursor, tops: ArrayCursor): SplitFrame | string {
+function mayRepeat(data: string, rest: string, spans: Span[]): boolean {
+  for (const key of [TOKEN_KEY, TOP_KEY]) {
+    const at = rest.indexOf(`"${key}"`);
+    if (at !== -1 && rest.indexOf(`"${key}"`, at + 1) !== -1) return true;
+  }
+  let from = data.startsWith(HEAD) ? closingQuote(data, HEAD.length - 1) + 1 : 0;
+  for (const s of spans) {
+    if (data.slice(from, s.open).includes("\\u")) return true;
+    from = Math.max(from, s.close);
+  }
+  return data.slice(from).includes("\\u");
+}
+
+/**
+ * Splits a cumulative frame: its logprob arrays past `tokens`/`tops` and the rest of it. A string
+ * says what is wrong with the frame; null: read it whole (readWholeFrame). Leaves the cursors as
+ * they are: the caller sets them to `next` once it accepts the split.
+ */
+export function splitCumulativeFrame(data: string, tokens: ArrayCursor, tops: ArrayCursor): SplitFrame | string | null {
+  if (tokens.offset === WHOLE || tops.offset === WHOLE) return null;
   const t = spanOf(data, TOKEN_KEY, tokens);
   if (typeof t === "string") return t;
   const p = spanOf(data, TOP_KEY, tops);
@@ -128,10 +163,35 @@ export function splitCumulativeFrame(data: string, tokens: ArrayCursor, tops: Ar
     from = s.close;
   }
   rest += data.slice(from);
-  for (const [s, cursor] of [[t, tokens], [p, tops]] as const) {
-    if (!s?.tail) continue;
-    cursor.seen += s.tail.length;
-    cursor.offset = s.close - 1 - s.open;
+  if (mayRepeat(data, rest, spans)) return null;
+  const next = (s: Span | undefined, cursor: ArrayCursor): ArrayCursor => (s?.tail ? { seen: cursor.seen + s.tail.length, offset: s.close - 1 - s.open } : cursor);
+  return {
+    rest,
+    hasTokens: t !== undefined,
+    hasTops: p !== undefined,
+    tokens: t?.tail ?? null,
+    tops: p?.tail ?? null,
+    tailChars: (t?.tailChars ?? 0) + (p?.tailChars ?? 0),
+    next: [next(t, tokens), next(p, tops)],
+  };
+}
+
+/**
+ * The logprob arrays of a frame read whole (its parsed meta_info) past what the cursors consumed,
+ * as JSON.parse gives them; a string says what is wrong. The cursors advance and turn WHOLE.
+ */
+export function readWholeFrame(meta: Record<string, unknown>, tokens: ArrayCursor, tops: ArrayCursor): Pick<SplitFrame, "tokens" | "tops"> | string {
+  const tails: (unknown[] | null)[] = [];
+  for (const [key, cursor] of [[TOKEN_KEY, tokens], [TOP_KEY, tops]] as const) {
+    const value = meta[key];
+    if (value === undefined || value === null) tails.push(null);
+    else if (!Array.isArray(value)) return `${key} is not an array`;
+    else if (value.length < cursor.seen) return `${key} does not extend the previous frame's`;
+    else tails.push(value.slice(cursor.seen));
   }
-  return { rest, tokens: t?.tail ?? null, tops: p?.tail ?? null, tailChars: (t?.tailChars ?? 0) + (p?.tailChars ?? 0) };
+  for (const [tail, cursor] of [[tails[0], tokens], [tails[1], tops]] as const) {
+    cursor.seen += tail?.length ?? 0;
+    cursor.offset = WHOLE;
+  }
+  return { tokens: tails[0] ?? null, tops: tails[1] ?? null };
 }

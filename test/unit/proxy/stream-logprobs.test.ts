@@ -9,6 +9,7 @@ import { afterEach, describe, expect, it, vi } from "vitest";
 import { createChatStreamCore } from "../../../src/proxy/chat-stream.ts";
 import { chatOutputPlan } from "../../../src/proxy/chat-output.ts";
 import { parseChatRequest } from "../../../src/api/validate.ts";
+import { newArrayCursor, splitCumulativeFrame } from "../../../src/proxy/logprob-tail.ts";
 
 const enc = new TextEncoder();
 const TOKENS = 1_000;
@@ -112,11 +113,60 @@ describe("logprobs from cumulative frames cost what the new tokens do", () => {
     for (const index of [0, 1]) expect(logprobsOf(out.frames, index).map((t) => t.token)).toEqual(Array.from({ length: 40 }, (_, i) => tokenText(i)));
   });
 
+  it("a frame that repeats a logprob key (plain or \\u-escaped) or holds it outside meta_info: read as JSON.parse reads the whole frame", () => {
+    const tok = (i: number, lp = -0.5) => [lp, 1 + i, `t${i}`];
+    const top = (i: number) => [[-0.5, 1 + i, `t${i}`]];
+    const lps = (k: number) => `"output_token_logprobs":${JSON.stringify(Array.from({ length: k }, (_, i) => tok(i)))},"output_top_logprobs":${JSON.stringify(Array.from({ length: k }, (_, i) => top(i)))}`;
+    const frame = (k: number, meta: string, extra = "") => `{"text":"${"ab".slice(0, k)}","output_ids":[${Array.from({ length: k }, (_, i) => 1 + i).join(",")}]${extra},"meta_info":{"id":"r","finish_reason":${k === 2 ? '{"type":"length","length":2}' : "null"},${meta}}}`;
+    const other = JSON.stringify([tok(0, -9)]);
+    const cases: { name: string; frames: string[] }[] = [
+      { name: "token logprobs repeated plain", frames: [frame(1, `${lps(1)},"output_token_logprobs":${other}`), frame(2, lps(2))] },
+      { name: "token logprobs repeated escaped", frames: [frame(1, `${lps(1)},"output_token_logprob\\u0073":${other}`), frame(2, lps(2))] },
+      { name: "both repeated escaped with the placeholder's value", frames: [frame(1, `${lps(1)},"output_token_logprob\\u0073":[],"output_top_logpro\\u0062s":[]`), frame(2, lps(2))] },
+      { name: "top logprobs repeated in the second frame", frames: [frame(1, lps(1)), frame(2, `${lps(2)},"output_top_logprobs":${JSON.stringify([top(0), [[-3, 9, "z"]]])}`)] },
+      { name: "the arrays outside meta_info", frames: [frame(1, '"dp_rank":0', `,"x":{${lps(1)}}`), frame(2, lps(2))] },
+    ];
+    // The reference: each frame parsed whole, its arrays and text past the previous frame's sent as increments.
+    const incremental = (frames: string[]) => {
+      let sent = { text: 0, tokens: 0, tops: 0 };
+      return frames.map((f) => {
+        const o = JSON.parse(f) as { text: string; meta_info: Record<string, unknown> };
+        const t = o.meta_info["output_token_logprobs"] as unknown[] | undefined;
+        const p = o.meta_info["output_top_logprobs"] as unknown[] | undefined;
+        const meta = { ...o.meta_info, ...(t ? { output_token_logprobs: t.slice(sent.tokens) } : {}), ...(p ? { output_top_logprobs: p.slice(sent.tops) } : {}) };
+        const inc = { text: o.text.slice(sent.text), meta_info: meta };
+        sent = { text: o.text.length, tokens: t?.length ?? sent.tokens, tops: p?.length ?? sent.tops };
+        return JSON.stringify(inc);
+      });
+    };
+    const body = (frames: string[]) => frames.map((f) => `data: ${f}\n\n`).join("") + "data: [DONE]\n\n";
+    for (const c of cases) {
+      const expected = translate(body(incremental(c.frames)), { logprobs: true, incremental: true }).frames;
+      expect(chunks(expected).some((x) => x.error), c.name).toBe(false);
+      const got = translate(body(c.frames), { logprobs: true }).frames;
+      expect.soft(got.join(""), c.name).toBe(expected.join(""));
+    }
+  });
+
   it("a frame whose arrays do not extend the previous frame's is a malformed upstream, not a silent misread", () => {
     const f = (lps: unknown[], text: string) => `data: ${JSON.stringify({ text, meta_info: { id: "r", finish_reason: null, output_token_logprobs: lps, output_top_logprobs: lps.map(() => null) } })}\n\n`;
     const body = f([[-0.5, 1, "a"]], "a") + f([[-0.25, 1, "a"], [-0.5, 2, "b"]], "ab") + "data: [DONE]\n\n";
     const frames = translate(body, { logprobs: true }).frames;
     expect(chunks(frames).at(-1)!.error?.message).toMatch(/unreadable/);
     expect(logprobsOf(frames).map((t) => t.token)).not.toContain("b");
+  });
+
+  it("splitCumulativeFrame: SGLang's frames split (a \\u escape in the text too); a possible repeat of a key goes whole", () => {
+    const arrays = '"output_token_logprobs":[[-0.5,1,"a\\u0001"]],"output_top_logprobs":[null]';
+    const frame = (meta: string) => `{"text":"a\\u0001","output_ids":[1],"meta_info":{"id":"r","finish_reason":null,${meta}}}`;
+    const split = splitCumulativeFrame(frame(`${arrays},"dp_rank":0`), newArrayCursor(), newArrayCursor());
+    expect(split).toMatchObject({ tokens: [[-0.5, 1, "a\u0001"]], tops: [null], hasTokens: true, hasTops: true });
+    for (const meta of [
+      `${arrays},"output_token_logprobs":[]`, // repeated plain
+      `${arrays},"output_top_logprob\\u0073":[]`, // repeated escaped
+      `"output_token_logprob\\u0073":[],"x":{${arrays}}`, // escaped before a nested copy
+      `"output_top_logprobs":[],"x":{${arrays}}`, // plain before a nested copy
+    ])
+      expect(splitCumulativeFrame(frame(meta), newArrayCursor(), newArrayCursor()), meta).toBeNull();
   });
 });
