@@ -16,7 +16,7 @@
 // exact. Reuse: the share of turns whose earlier messages came from the turn chain
 // (x-kvedge-prompt-reused-messages, admin callers).
 // Cache hit rates: the isolate's own counters (GET /admin/edge-caches) before and after each run.
-import { nativeWorkerdPid, processCpuPreciseMs, threadCpuMs } from "../lib/process-cpu.mjs";
+import { nativeWorkerdPid, processAndMainThreadCpuMs, processCpuPreciseMs } from "../lib/process-cpu.mjs";
 import { summarize } from "../lib/stats.mjs";
 
 /** History bins (tokens) the figures are reported in; the goals are set at 32k and 100k. */
@@ -38,7 +38,10 @@ export async function runConversations(ctx, io, { runs, perKind, targetTokens })
   const cacheRuns = [];
   const edgePid = nativeWorkerdPid(io.edgePid);
   const indexPid = io.indexPid ? nativeWorkerdPid(io.indexPid) : null;
-  const cpu = () => ({ edge: processCpuPreciseMs(edgePid), edgeIsolate: threadCpuMs(edgePid), index: indexPid ? processCpuPreciseMs(indexPid) : NaN });
+  const cpu = () => {
+    const e = processAndMainThreadCpuMs(edgePid);
+    return { edge: e.process, edgeIsolate: e.mainThread, index: indexPid ? processCpuPreciseMs(indexPid) : NaN };
+  };
   for (let run = 0; run < runs; run++) {
     const convs = [];
     for (const kind of ["chat", "agent", "vision"]) for (let i = 0; i < perKind[kind]; i++) convs.push({ kind, id: `${kind}-${run}-${i}`, messages: [{ role: "system", content: `You are assistant ${i}. Keep answers grounded in the conversation.` }], turn: 0, done: false });

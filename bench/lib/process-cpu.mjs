@@ -26,24 +26,29 @@ export function processMinorFaults(pid) {
  * around work, not across thread churn).
  */
 export function processCpuPreciseMs(pid) {
-  let ns = 0;
-  for (const tid of readdirSync(`/proc/${pid}/task`)) {
-    try {
-      ns += Number(readFileSync(`/proc/${pid}/task/${tid}/schedstat`, "utf8").split(" ")[0]);
-    } catch {}
-  }
-  return ns / 1e6;
+  return processAndMainThreadCpuMs(pid).process;
 }
 
 /**
- * On-CPU time of thread `tid` of process `pid` so far, in ms at ns resolution (schedstat field 1);
- * by default the main thread (tid = pid). `workerd serve` runs its event loop on the main thread
- * ("workerd"), and with it every isolate: the JS and the runtime's I/O for it (inbound HTTP, capnp
- * RPC, fetch). Its other threads are V8's platform worker ("V8 DefaultWorke": concurrent
- * compilation, GC marking and sweeping) and a Rust runtime's two ("tokio-rt-worker", idle here).
+ * processCpuPreciseMs(pid) and, from the same pass over its threads, the main thread's (tid = pid)
+ * part. `workerd serve` runs its event loop on the main thread ("workerd"), and with it every
+ * isolate: the JS and the runtime's I/O for it (inbound HTTP, capnp RPC, fetch). Its other threads
+ * are V8's platform worker ("V8 DefaultWorke": concurrent compilation, GC marking and sweeping) and
+ * a Rust runtime's two ("tokio-rt-worker", idle here). Read together, the main thread's growth
+ * between two reads never exceeds the process's (read apart, the later read counts time the
+ * earlier one did not).
  */
-export function threadCpuMs(pid, tid = pid) {
-  return Number(readFileSync(`/proc/${pid}/task/${tid}/schedstat`, "utf8").split(" ")[0]) / 1e6;
+export function processAndMainThreadCpuMs(pid) {
+  let ns = 0;
+  let main = 0;
+  for (const tid of readdirSync(`/proc/${pid}/task`)) {
+    try {
+      const t = Number(readFileSync(`/proc/${pid}/task/${tid}/schedstat`, "utf8").split(" ")[0]);
+      ns += t;
+      if (tid === String(pid)) main = t;
+    } catch {}
+  }
+  return { process: ns / 1e6, mainThread: main / 1e6 };
 }
 
 /**

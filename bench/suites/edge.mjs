@@ -21,7 +21,7 @@ import { mkdirSync } from "node:fs";
 import { join } from "node:path";
 import { ffmpegToFile } from "../../test/helpers/wasm-media.ts";
 import { ROOT } from "../lib/workerd.mjs";
-import { nativeWorkerdPid, processCpuPreciseMs, threadCpuMs, waitForQuiet } from "../lib/process-cpu.mjs";
+import { nativeWorkerdPid, processAndMainThreadCpuMs, processCpuPreciseMs, waitForQuiet } from "../lib/process-cpu.mjs";
 import { HISTORY_BINS, runConcurrentConversations, runConversations } from "../edge/conversations.mjs";
 import { promptStageFigures } from "../edge/prompt-stage.mjs";
 import { coldStageFigures } from "../edge/cold-stage.mjs";
@@ -127,7 +127,10 @@ export default {
     const indexPid = nativeWorkerdPid(fleet.indexPid);
     // The edge process's CPU (every thread: the goal measure) and its main thread's alone (the
     // isolate and its event loop, without V8's background compile and GC thread; process-cpu.mjs).
-    const cpu = () => ({ edge: processCpuPreciseMs(edgePid), edgeIsolate: threadCpuMs(edgePid), index: processCpuPreciseMs(indexPid) });
+    const cpu = () => {
+      const e = processAndMainThreadCpuMs(edgePid);
+      return { edge: e.process, edgeIsolate: e.mainThread, index: processCpuPreciseMs(indexPid) };
+    };
     // Before each case: the fleet idle, so a case's CPU is its own (the relay's KV events of 100k-token
     // prefills take the index tens of ms a request to ingest; a backlog would land in the next case).
     const quiet = () => waitForQuiet([edgePid, indexPid, fleet.relayPid, fleet.workerPid]);

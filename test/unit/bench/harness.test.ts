@@ -83,7 +83,8 @@ describe("bench harness", () => {
     // The edge's figures come from the real handler: every case has an edge − direct overhead.
     for (const c of Object.values(latest.suites.edge.details.cases) as { overheadP50: number }[]) expect(Number.isFinite(c.overheadP50)).toBe(true);
     // Beside the edge process's CPU, its isolate thread's: part of it (the thread is one of the
-    // process's; read a moment later, hence the small slack), and not nothing (the thread serves).
+    // process's, read in the same pass; the slack is for a thread exiting between reads), and not
+    // nothing (the thread serves).
     type Cpu = { n?: number; edgeCpuP50: number; edgeIsolateCpuP50: number };
     const conversationBins = Object.values(latest.suites.edge.details.conversations?.kinds ?? {}).flatMap((k) => Object.values((k as { bins: Record<string, Cpu> }).bins));
     const withThread = [...(Object.values(latest.suites.edge.details.cases) as Cpu[]), ...conversationBins.filter((b) => b.n! > 0)];
