@@ -54,6 +54,19 @@ export function cacheSaltFor(config: Pick<EdgeConfig, "kvSharing" | "relaySecret
   return salts.get(secret, JSON.stringify(["kvedge-cache-salt-v1", tenant, input.adapter]));
 }
 
+/**
+ * Whose entries a request may find in the edge's own content-keyed caches (the turn chain, the
+ * prompt-prefix cache, the tokenizer's segment cache: src/prompt/): "" for the common partition
+ * (KVEDGE_KV_SHARING=shared, or no RELAY_SECRET: then no worker can register), else the tenant's
+ * base-model salt, opaque like the salt itself (an HMAC; never the key or the address). Those caches
+ * compare it on every hit, so a tenant's warm entries, and the time they save, are its own: a
+ * latency probe cannot tell whether another tenant sent a prompt, as `cached_tokens` cannot.
+ */
+export async function edgeCachePartition(config: Pick<EdgeConfig, "kvSharing" | "relaySecret">, tenant: CacheTenant): Promise<string> {
+  if (config.kvSharing !== "per_tenant" || tenant === null) return "";
+  return (await cacheSaltFor(config, { tenant, adapter: null })) ?? "";
+}
+
 /** The tenant's part of the salt message: API-key tenants keep the key itself (their salts predate the others). */
 function tenantPart(t: CacheTenant): string | string[] | null {
   if (t === null) return null;

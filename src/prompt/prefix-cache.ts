@@ -20,6 +20,12 @@
  * A key collision therefore costs a compare, never a wrong token; colliding prefixes share a small
  * bucket. (Hashing the whole prefix instead, chained over the messages, was measured at ~75 % of a
  * hit.) Keys include the tokenizer (model family) and the block size. Bounded by cached tokens, LRU.
+ *
+ * Partitioned (src/edge/cache-salt.ts edgeCachePartition): a hit saves the time of tokenizing and
+ * hashing a prefix, so it would tell a caller that someone else sent that prefix. Every entry keeps
+ * its partition id in its scope, which a hit compares (the id is also mixed into the key, so
+ * tenants never share a bucket); "" is the common partition. The tokenizer's segment cache is read
+ * in the same partition.
  */
 import { localBlockHashes, localBlockHashesOfParts, routedCopyBytes } from "../blocks/block-hash.ts";
 import { xxh3_64 } from "../util/hash.ts";
@@ -32,8 +38,8 @@ import { textAt } from "../util/text-at.ts";
 export interface PrefixTokenizer {
   readonly family: string;
   readonly addedTokens: readonly { content: string }[];
-  /** `sourceChars`: the length of the unsliced string text was sliced from (QwenTokenizer.encode). */
-  encode(text: string, sourceChars?: number): number[];
+  /** `sourceChars`: the length of the unsliced string text was sliced from; `partition`: the segment cache's (QwenTokenizer.encode). */
+  encode(text: string, sourceChars?: number, partition?: string): number[];
 }
 
 export const SPLIT_TOKEN = "<|im_start|>";
@@ -61,10 +67,11 @@ export interface PrefixCacheOptions {
  * small integers, 8 B a slot without pointer compression), its block hashes (a BigInt object each
  * plus its slot), the node, key, bucket and LRU slot around them (448 B: a one-turn piece of ~40
  * characters and 10 ids retained ~560 B in Node 22, heap after GC over 8k pieces), and the routed
- * copy of its hashes the edge keeps as long as the piece (routedCopyBytes).
+ * copy of its hashes the edge keeps as long as the piece (routedCopyBytes). `partitionChars`: its
+ * scope's partition id, counted as if each piece held its own copy.
  */
-export function pieceBytes(chars: number, ids: number, hashes: number): number {
-  return 2 * chars + 8 * ids + 40 * hashes + 448 + routedCopyBytes(hashes);
+export function pieceBytes(chars: number, ids: number, hashes: number, partitionChars = 0): number {
+  return 2 * chars + 8 * ids + 40 * hashes + 2 * partitionChars + 448 + routedCopyBytes(hashes);
 }
 
 export interface PrefixCacheStats {
@@ -240,6 +247,16 @@ export function splitSpanIds(pieces: readonly (readonly number[])[], from: numbe
   return null;
 }
 
+/** An entry's scope: its partition, tokenizer and block size (compared on every hit). */
+function scopeOf(partition: string, info: TokenizerInfo, blockSize: number): string {
+  return `${partition}\u0001${info.family}#${info.id}/${blockSize}`;
+}
+
+/** The partition's part of an entry's key (0 for the common one). */
+function partitionHash(partition: string): bigint {
+  return partition === "" ? 0n : xxh3_64(encoder.encode(partition));
+}
+
 /** Nodes from the root to n. */
 function chainOf(n: Node): Node[] {
   const out: Node[] = [];
@@ -290,8 +307,8 @@ export class PrefixCache {
   private copiedTokens = 0;
   private joinedHashes = 0;
   private stores = 0;
-  // [tokenizer id | block size | prefix length | UTF-8 of head | UTF-8 of tail]
-  private readonly buf = new Uint8Array(12 + 3 * (KEY_HEAD_CHARS + KEY_TAIL_CHARS));
+  // [tokenizer id | block size | prefix length | partition hash | UTF-8 of head | UTF-8 of tail]
+  private readonly buf = new Uint8Array(20 + 3 * (KEY_HEAD_CHARS + KEY_TAIL_CHARS));
   private readonly bufView = new DataView(this.buf.buffer);
   private readonly counters: CopyCounters = {
     copied: (ids) => {
@@ -309,28 +326,31 @@ export class PrefixCache {
     this.held = new HeldChains<Node>({ maxBytes: this.maxBytes, maxTokens: this.maxTokens, onDrop: (n) => this.unlist(n) });
   }
 
-  /** tokenizer.encode(text) and its local block hashes, reusing the longest cached prefix. Requires initHashing(). */
-  encode(tokenizer: PrefixTokenizer, whole: string | PieceText, blockSize: number, onTokenized?: () => void): EncodedPrompt {
+  /**
+   * tokenizer.encode(text) and its local block hashes, reusing the longest cached prefix of
+   * `partition` (whose entries this request may use and adds to; "" the common one). Requires initHashing().
+   */
+  encode(tokenizer: PrefixTokenizer, whole: string | PieceText, blockSize: number, partition = ""): EncodedPrompt {
     if (!Number.isInteger(blockSize) || blockSize <= 0) throw new RangeError(`bad block size ${blockSize}`);
     // In pieces (the turn chain's): a hit reads the last part and compares piece by piece, never joining the prompt.
     const text = typeof whole === "string" ? PieceText.of(whole) : whole;
     const info = this.tokenizerInfo(tokenizer);
     if (!info.safe) {
       this.bypassed++;
-      const tokens = tokenizer.encode(text.toString());
-      onTokenized?.();
+      const tokens = tokenizer.encode(text.toString(), undefined, partition);
       return encoded(this.counters, [tokens], tokens.length, [localBlockHashes(tokens, blockSize)], 0);
     }
-    const scope = `${info.family}#${info.id}/${blockSize}`;
+    const scope = scopeOf(partition, info, blockSize);
+    const partitionKey = partitionHash(partition);
     // The last split point (0: none after the start; an empty prefix is never worth a key), then
     // earlier ones until a cached prefix matches. Occurrences cannot overlap (`<|im_start|>` has no border).
     const lastFound = text.lastIndexOf(SPLIT_TOKEN);
     const last = lastFound > 0 ? lastFound : 0;
-    const lastKey = last > 0 ? this.key(info, blockSize, text, last) : 0n;
+    const lastKey = last > 0 ? this.key(info, blockSize, partitionKey, text, last) : 0n;
     let hit: Node | null = null;
     let chain: Node[] = [];
     for (let p = last; p > 0 && !hit; p = p < SPLIT_TOKEN.length ? 0 : text.lastIndexOf(SPLIT_TOKEN, p - SPLIT_TOKEN.length)) {
-      const bucket = this.buckets.get(p === last ? lastKey : this.key(info, blockSize, text, p));
+      const bucket = this.buckets.get(p === last ? lastKey : this.key(info, blockSize, partitionKey, text, p));
       if (!bucket) continue;
       for (const n of bucket) {
         if (n.scope !== scope || n.end !== p) continue;
@@ -345,11 +365,10 @@ export class PrefixCache {
     }
     const from = hit ? hit.end : 0;
     // Two encodes, split at the last split point, so the stored prefix's token count is known.
-    const mid = last > from ? tokenizer.encode(text.slice(from, last), text.length) : EMPTY;
-    const tail = tokenizer.encode(from === 0 && last === 0 ? text.toString() : text.slice(Math.max(from, last), text.length), text.length);
+    const mid = last > from ? tokenizer.encode(text.slice(from, last), text.length, partition) : EMPTY;
+    const tail = tokenizer.encode(from === 0 && last === 0 ? text.toString() : text.slice(Math.max(from, last), text.length), text.length, partition);
     const reused = hit ? hit.count : 0;
     const length = reused + mid.length + tail.length;
-    onTokenized?.();
 
     // Hash from the first block the cached hashes do not cover (the prefix's partial last block on).
     const reusedBlocks = hit ? hit.blocks : 0;
@@ -361,7 +380,7 @@ export class PrefixCache {
       this.reusedTokens += reused;
       this.held.touch(hit);
     } else this.misses++;
-    if (last > from && mid.length <= this.maxEntryTokens && this.held.admits(pieceBytes(last - from, mid.length, mid.length / blockSize + 1))) {
+    if (last > from && mid.length <= this.maxEntryTokens && this.held.admits(pieceBytes(last - from, mid.length, mid.length / blockSize + 1, partition.length))) {
       const count = reused + mid.length;
       const blocks = Math.floor(count / blockSize);
       const pieceText = ownText(text, from, last);
@@ -377,7 +396,7 @@ export class PrefixCache {
         count,
         blocks,
         holders: 0,
-        bytes: pieceBytes(pieceText.length, mid.length, hashes.length),
+        bytes: pieceBytes(pieceText.length, mid.length, hashes.length, partition.length),
         tokens: mid.length,
       });
     }
@@ -386,7 +405,7 @@ export class PrefixCache {
     const seededRoot = chain[0]?.seeded ? chain[0] : null;
     const reencode = seededRoot
       ? (): number[] => {
-          const ids = tokenizer.encode(text.toString());
+          const ids = tokenizer.encode(text.toString(), undefined, partition);
           this.fillSeeded(seededRoot, ids);
           return ids;
         }
@@ -398,18 +417,18 @@ export class PrefixCache {
    * Seeds the tokenization of a prefix computed elsewhere (a stored response, written by the edge
    * itself), so a request starting with `prefix.text` encodes and hashes only what follows it. The
    * prefix must end at a split point, as every stored prefix does; used only by a request whose text
-   * starts with it (compared, as any entry). Requires initHashing().
+   * starts with it (compared, as any entry) in `partition` (the seeding caller's). Requires initHashing().
    */
-  seed(tokenizer: PrefixTokenizer, blockSize: number, prefix: SeedPrefix): void {
+  seed(tokenizer: PrefixTokenizer, blockSize: number, prefix: SeedPrefix, partition = ""): void {
     const info = this.tokenizerInfo(tokenizer);
     const end = prefix.text.length;
     if (!info.safe || end === 0) return;
-    const scope = `${info.family}#${info.id}/${blockSize}`;
-    const key = this.key(info, blockSize, PieceText.of(prefix.text), end);
+    const scope = scopeOf(partition, info, blockSize);
+    const key = this.key(info, blockSize, partitionHash(partition), PieceText.of(prefix.text), end);
     if (this.buckets.get(key)?.some((n) => n.scope === scope && n.end === end && chainSpells(n, prefix.text))) return;
     const blocks = Math.floor(prefix.count / blockSize);
     if (prefix.hashes.length !== blocks || prefix.tailIds.length !== prefix.count - blocks * blockSize) return;
-    const bytes = pieceBytes(end, prefix.tailIds.length, blocks);
+    const bytes = pieceBytes(end, prefix.tailIds.length, blocks, partition.length);
     if (prefix.count > this.maxEntryTokens || !this.held.admits(bytes)) return;
     this.store({ parent: null, key, scope, text: prefix.text, ids: prefix.tailIds, hashes: prefix.hashes, end, count: prefix.count, blocks, holders: 0, bytes, tokens: prefix.tailIds.length, seeded: true });
   }
@@ -448,13 +467,14 @@ export class PrefixCache {
     return info;
   }
 
-  /** Key of text[0:p]: xxh3 of the scope, p, and the prefix's first and last characters. */
-  private key(info: TokenizerInfo, blockSize: number, text: PieceText, p: number): bigint {
+  /** Key of text[0:p]: xxh3 of the scope (tokenizer, block size, partition), p, and the prefix's first and last characters. */
+  private key(info: TokenizerInfo, blockSize: number, partitionKey: bigint, text: PieceText, p: number): bigint {
     const v = this.bufView;
     v.setUint32(0, info.id, true);
     v.setUint32(4, blockSize, true);
     v.setUint32(8, p, true);
-    let n = 12;
+    v.setBigUint64(12, partitionKey, true);
+    let n = 20;
     const headEnd = Math.min(p, KEY_HEAD_CHARS);
     n += encoder.encodeInto(text.slice(0, headEnd), this.buf.subarray(n)).written;
     n += encoder.encodeInto(text.slice(Math.max(headEnd, p - KEY_TAIL_CHARS), p), this.buf.subarray(n)).written;
@@ -478,7 +498,7 @@ export class PrefixCache {
     if (!n.seeded || ids.length < n.count) return;
     const own = ids.slice(0, n.count);
     for (let i = 0; i < n.ids.length; i++) if (own[n.count - n.ids.length + i] !== n.ids[i]) return;
-    this.held.grow(n, pieceBytes(n.text.length, own.length, n.hashes.length) - n.bytes, own.length - n.ids.length);
+    this.held.grow(n, pieceBytes(n.text.length, own.length, n.hashes.length, n.scope.indexOf("\u0001")) - n.bytes, own.length - n.ids.length);
     n.ids = own;
     delete n.seeded;
     this.held.evictOverBudget();

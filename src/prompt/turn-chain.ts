@@ -31,6 +31,13 @@
  * its validated messages' long strings are views of those two texts, not copies. Bounded by
  * estimated bytes, LRU.
  *
+ * Partitions. A hit saves the parse and render of a conversation's history, so it would tell a
+ * caller that someone sent those messages. The scope therefore starts with the request's partition
+ * id (src/edge/cache-salt.ts edgeCachePartition: the tenant's, "" for the common one), and so do
+ * the layout hints' keys and the stand-in memo's: no entry serves another partition. A stable
+ * prefix handed out (stable(), what stored records keep) carries the scope without it; seed() puts
+ * it in the seeding caller's partition.
+ *
  * Layout. The keys need the body's message spans, so a body is scanned before its lookup; the scan
  * (scanLayout) takes the spans of a held prefix the body holds character for character from its
  * entries (candidates by the messages text's opening, compared in full, once, which the lookup
@@ -338,9 +345,11 @@ function arrayElements(text: string, open: number, held: HeldSpans | null): { en
 }
 
 const SCOPE_MEMBERS = ["tools", "tool_choice", "chat_template_kwargs", "reasoning_effort"] as const;
+/** Ends a scope's partition id (base64url or empty: never holds it). */
+const PARTITION_END = "\u0001";
 
-function scopeOf(profile: ModelProfile, text: string, layout: BodyLayout): string {
-  let s = `${profile.family}\u0000${profile.templateId}`;
+function scopeOf(partition: string, profile: ModelProfile, text: string, layout: BodyLayout): string {
+  let s = `${partition}${PARTITION_END}${profile.family}\u0000${profile.templateId}`;
   for (const m of SCOPE_MEMBERS) {
     const span = layout.members.get(m);
     s += `\u0000${span ? text.slice(span[0], span[1]) : ""}`;
@@ -550,8 +559,13 @@ function chainOf(n: Node): Node[] {
  * element's end `firstEnd` (absolute). The text itself, not a hash of it (a Map hashes a short
  * string in a fraction of an encode and xxh3); candidates are compared in full anyway.
  */
-function hintKey(text: string, open: number, firstEnd: number): string {
-  return `${text.slice(open, open + HINT_WINDOW_CHARS)}\u0000${text.slice(firstEnd, firstEnd + HINT_WINDOW_CHARS)}`;
+function hintKey(partition: string, text: string, open: number, firstEnd: number): string {
+  return `${partition}${PARTITION_END}${text.slice(open, open + HINT_WINDOW_CHARS)}\u0000${text.slice(firstEnd, firstEnd + HINT_WINDOW_CHARS)}`;
+}
+
+/** A scope's partition id. */
+function partitionOf(scope: string): string {
+  return scope.slice(0, scope.indexOf(PARTITION_END));
 }
 
 /** Whether `chain` is a leading part of `of` (the same entries: a node's chain is fixed). */
@@ -596,7 +610,7 @@ function stableAt(n: Node | null): (() => StablePrefix) | undefined {
   const node = x;
   return () => {
     const { text, media, dropped } = chainParts(chainOf(node));
-    return { scope: node.scope, messages: node.messages, text, media, dropped, images: node.images, videos: node.videos };
+    return { scope: node.scope.slice(node.scope.indexOf(PARTITION_END) + 1), messages: node.messages, text, media, dropped, images: node.images, videos: node.videos };
   };
 }
 
@@ -645,10 +659,12 @@ export class TurnChainCache {
    * of the longest cached message prefix. `request` must be what the edge parsed from `body`.
    * `opts.found`: this body's lookup, made earlier (the parse stage's); `opts.validated`: `request`
    * is parseChatRequest's, so its messages may be kept for later bodies' parses (reusedMessages).
+   * `opts.partition`: whose entries it may use and adds to (find).
    */
-  prepare(request: ChatRequestLike, body: string, profile: ModelProfile, opts: { found?: ChainFind | null; validated?: boolean } = {}): ChainedPrompt {
+  prepare(request: ChatRequestLike, body: string, profile: ModelProfile, opts: { found?: ChainFind | null; validated?: boolean; partition?: string } = {}): ChainedPrompt {
     const given = opts.found;
-    const found = given && given.body === body && given.profile.family === profile.family && given.profile.templateId === profile.templateId ? given : this.find(body, profile);
+    const partition = opts.partition ?? "";
+    const found = given && given.body === body && given.profile.family === profile.family && given.profile.templateId === profile.templateId && partitionOf(given.scope) === partition ? given : this.find(body, profile, undefined, partition);
     if (!found || found.layout.messages.length !== request.messages.length) return this.full(request, profile, null);
     const { layout, scope, scopeHash, hit } = found;
     const validated = opts.validated ? (request.messages as readonly ChatMessage[]) : null;
@@ -692,14 +708,15 @@ export class TurnChainCache {
    * scanBodyLayout(body), the same layout, with the spans of a held message prefix that the body
    * holds character for character taken from its entries instead of scanning that text again (the
    * body is compared with the entries' raw text in full: what a lookup also compares, done once).
+   * Only `partition`'s entries are candidates.
    */
-  scanLayout(body: string): BodyLayout | null {
+  scanLayout(body: string, partition = ""): BodyLayout | null {
     // Whatever an earlier scan left for a lookup that never ran is dropped: it holds that body.
     this.compared = null;
     if (this.hints.size === 0) return scanBodyLayout(body);
     const held: { chain: Node[] | null } = { chain: null };
     const layout = scanBodyLayout(body, (open) => {
-      const found = this.heldSpans(body, open);
+      const found = this.heldSpans(body, open, partition);
       held.chain = found?.chain ?? null;
       if (found) this.s.heldLayouts++;
       return found;
@@ -708,10 +725,14 @@ export class TurnChainCache {
     return layout;
   }
 
-  /** The body's layout, scope and longest cached message prefix (`layout`: scanLayout(body), when already made). */
-  find(body: string, profile: ModelProfile, layout: BodyLayout | null = this.scanLayout(body)): ChainFind | null {
+  /**
+   * The body's layout, scope and longest cached message prefix of `partition` (the caller's: an
+   * entry of another is never found; "" the common one). `layout`: scanLayout(body, partition), when already made.
+   */
+  find(body: string, profile: ModelProfile, given?: BodyLayout | null, partition = ""): ChainFind | null {
+    const layout = given === undefined ? this.scanLayout(body, partition) : given;
     if (!layout) return null;
-    const scope = scopeOf(profile, body, layout);
+    const scope = scopeOf(partition, profile, body, layout);
     const scopeHash = xxh3_64(this.encoder.encode(scope));
     return { body, profile, layout, scope, scopeHash, hit: this.lookup(body, layout, scope, scopeHash) };
   }
@@ -886,9 +907,10 @@ export class TurnChainCache {
    * whole and compared. `validated`: its messages as the chat parse validates them and their tally
    * in a body holding `rawText` (asked for only when the entry is added), so the
    * first request's parse reads only its new messages (a sampled share is parsed whole and compared).
-   * False when not added (already held, or too large).
+   * False when not added (already held, or too large). `partition`: the seeding caller's (find).
    */
-  seed(prefix: StablePrefix, rawText: string, validatedOf: (() => { messages: readonly ChatMessage[]; tally: MessagesTally } | null) | null = null): boolean {
+  seed(given: StablePrefix, rawText: string, validatedOf: (() => { messages: readonly ChatMessage[]; tally: MessagesTally } | null) | null = null, partition = ""): boolean {
+    const prefix = { ...given, scope: `${partition}${PARTITION_END}${given.scope}` };
     const rawEnd = rawText.length;
     const key = this.key(xxh3_64(this.encoder.encode(prefix.scope)), prefix.messages, rawText, 0, rawEnd);
     const known = this.buckets.get(key)?.some((n) => n.messages === prefix.messages && n.rawEnd === rawEnd && n.scope === prefix.scope && rawMatches(chainOf(n), rawText, 0));
@@ -983,10 +1005,10 @@ export class TurnChainCache {
    * ancestors (a sibling branch's parent is the conversation's prefix); each entry's text is
    * compared in full, once.
    */
-  private heldSpans(body: string, open: number): (HeldSpans & { chain: Node[] }) | null {
+  private heldSpans(body: string, open: number, partition: string): (HeldSpans & { chain: Node[] }) | null {
     const first = body.length > open ? valueEnd(body, skipSpaces(body, open)) : -1;
     if (first < 0 || first + HINT_WINDOW_CHARS > body.length) return null;
-    const hints = this.hints.get(hintKey(body, open, first));
+    const hints = this.hints.get(hintKey(partition, body, open, first));
     if (!hints) return null;
     let best: Node[] | null = null;
     const equal = new Set<Node>();
@@ -1022,7 +1044,10 @@ export class TurnChainCache {
       if (raw.length >= firstEnd + HINT_WINDOW_CHARS) break;
     }
     // Its own copy: the slices would keep the text they were cut from.
-    const key = ownString(hintKey(raw, 0, firstEnd));
+    const partition = partitionOf(node.scope);
+    const key = ownString(hintKey(partition, raw, 0, firstEnd));
+    // nodeBytes counts the key's windows; its partition id on top.
+    if (partition.length > 0) this.held.grow(node, 2 * partition.length);
     const hints = this.hints.get(key);
     if (hints) {
       if (hints.length >= HINTS_PER_KEY) hints.shift()!.hint = null;

@@ -10,10 +10,11 @@ import { parseToolsKeepingNumbers, type ModelProfile } from "../../prompt/index.
 import { sharedTurnChain, type BodyLayout, type ChainFind, type TurnChainCache } from "../../prompt/turn-chain.ts";
 import type { JsonLiteral } from "../../util/json-scan.ts";
 import { authorizeClient, type ClientIdentity } from "../auth.ts";
+import { edgeCachePartition } from "../cache-salt.ts";
 import type { ClientRef } from "../client-label.ts";
 import { clientNetwork } from "../rate-limit.ts";
 import type { StageClock } from "../server-timing.ts";
-import { resolveModel } from "./resolve-model.ts";
+import { cacheTenant, resolveModel } from "./resolve-model.ts";
 
 export interface ParseDeps {
   config: EdgeConfig;
@@ -46,6 +47,8 @@ export interface ParsedChat {
   address: string | null;
   /** Whose request it is (the media store's fair share); null when the edge cannot tell clients apart. */
   client: ClientRef | null;
+  /** Whose entries of the edge's prompt caches the request may use (cache-salt.ts edgeCachePartition). */
+  partition: string;
 }
 
 /** A body its caller wrote: the text and scanBodyLayout(text) (null for a text over maxBodyBytes, not scanned). */
@@ -69,14 +72,15 @@ export async function parseChat(request: Request, deps: ParseDeps, clock: StageC
   const given = deps.scanned ?? null;
   const bodyText = given ? given.text : await readBodyText(request, limits);
   clock.mark("read");
+  const address = request.headers.get("cf-connecting-ip");
+  const partition = await edgeCachePartition(config, cacheTenant(caller, address));
   const literals: JsonLiteral[] = [];
   const work: ParseWork = { parsedChars: 0, validatedMessages: 0 };
-  const { req, turn } = parseChatTurn(bodyText, config, { sizeChecked: given === null, literals, work, layout: given?.layout });
+  const { req, turn } = parseChatTurn(bodyText, config, { sizeChecked: given === null, literals, work, layout: given?.layout, partition });
   clock.mark("parse");
   // Without a key or a client address (a local fleet) the edge cannot tell clients apart: no label.
-  const address = request.headers.get("cf-connecting-ip");
   const client: ClientRef | null = caller.apiKey !== null ? { apiKey: caller.apiKey } : address ? { network: clientNetwork(address) } : null;
-  return { caller, showRouting: caller.admin || config.debugHeaders, req, limitHeaders, bodyText, literals, turn, work, address, client };
+  return { caller, showRouting: caller.admin || config.debugHeaders, req, limitHeaders, bodyText, literals, turn, work, address, client, partition };
 }
 
 /** The profile of the pool the body's `model` member names, read from its text alone; null when it names none. */
@@ -98,21 +102,23 @@ function profileOfModelMember(bodyText: string, layout: BodyLayout, config: Edge
  * the conversation already had (same raw text, same scope) come as that body's parse validated
  * them, with their counts towards the whole-body limits; the verdict is the whole body's
  * (validate.ts parseChatRequest, `reuse`). A share of such parses (the chain's check rate) is
- * also made whole and compared; a difference is logged and the whole parse used.
+ * also made whole and compared; a difference is logged and the whole parse used. `opts.partition`:
+ * whose entries of the chain it may use (cache-salt.ts edgeCachePartition; "" the common one).
  */
 export function parseChatTurn(
   bodyText: string,
   config: EdgeConfig,
-  opts: { sizeChecked?: boolean; literals?: JsonLiteral[]; work?: ParseWork; random?: () => number; layout?: BodyLayout | null } = {},
+  opts: { sizeChecked?: boolean; literals?: JsonLiteral[]; work?: ParseWork; random?: () => number; layout?: BodyLayout | null; partition?: string } = {},
   chain: TurnChainCache = sharedTurnChain(config.turnCheckRate),
 ): { req: ChatCompletionRequest; turn: ChainFind | null } {
   const limits = limitsOf(config);
   // The lookup hashes a window per message count: only for a body the message limit admits (it runs before validation).
   // A caller that scanned bodyText passes its layout (not scanned twice); the chain's scan takes a held prefix's spans from its entries.
-  const scanned = bodyText.length <= limits.maxBodyBytes ? (opts.layout !== undefined ? opts.layout : chain.scanLayout(bodyText)) : null;
+  const partition = opts.partition ?? "";
+  const scanned = bodyText.length <= limits.maxBodyBytes ? (opts.layout !== undefined ? opts.layout : chain.scanLayout(bodyText, partition)) : null;
   const layout = scanned && scanned.messages.length <= limits.maxMessages ? scanned : null;
   const profile = layout ? profileOfModelMember(bodyText, layout, config) : null;
-  const turn = profile ? chain.find(bodyText, profile, layout) : null;
+  const turn = profile ? chain.find(bodyText, profile, layout, partition) : null;
   const reuse = chain.reusedMessages(turn);
   const req = parseChatBody(bodyText, limits, { sizeChecked: opts.sizeChecked, literals: opts.literals, work: opts.work, reuse, layout });
   if (reuse && chain.checkRate > 0 && (opts.random ?? Math.random)() < chain.checkRate) {

@@ -54,13 +54,15 @@ export async function prepareRouting(
   bodyText: string | null = null,
   /** The parse stage's turn-chain lookup for `bodyText` (parseChatTurn), saving a second one. */
   turn: ChainFind | null = null,
+  /** Whose entries of the turn chain and prompt-prefix cache the request may use (cache-salt.ts edgeCachePartition; "" the common one, admin explain's). */
+  partition = "",
 ): Promise<PreparedRouting> {
   const { model } = resolveModel(deps.config, req.model);
-  const prompt = renderPrompt(req, model, limitsOf(deps.config), bodyText === null ? null : { bodyText, checkRate: deps.config.turnCheckRate, found: turn });
+  const prompt = renderPrompt(req, model, limitsOf(deps.config), bodyText === null ? null : { bodyText, checkRate: deps.config.turnCheckRate, found: turn, partition });
   if (prompt.mediaParts.length === 0) {
     // Text: earlier turns' tokens and block hashes come from the isolate's prompt-prefix cache (exact:
     // the same as encode + localBlockHashes).
-    const encoded = sharedPrefixCache().encode(getQwenTokenizer(model.family), promptTextOf(prompt), model.blockSize);
+    const encoded = sharedPrefixCache().encode(getQwenTokenizer(model.family), promptTextOf(prompt), model.blockSize, partition);
     if (encoded.length === 0) throw new InvalidRequestError("The prompt is empty.", "messages");
     checkContextFit(encoded.length, req, model);
     const plan: RoutingPlan = {
@@ -75,7 +77,7 @@ export async function prepareRouting(
     };
     return prepared(model, prompt, encoded, plan, [], []);
   }
-  const template = encodeMediaPrompt(prompt, model);
+  const template = encodeMediaPrompt(prompt, model, partition);
   const media = await verifyPromptMedia(prompt, deps, requester, { messages: req.messages, itemTag });
   const plan = await planMediaRouting({ config: deps.config, req, model, index: deps.index(model.id), template, media, itemTag });
   // The worker counts expanded media tokens: exact when the plan is, else the text tokens are a lower bound.

@@ -23,15 +23,16 @@ const MAX_TOKEN_CHARS = 128;
  * With the body `req` was parsed from (by parseChatBody), earlier turns' rendered text comes from
  * the isolate's turn chain (only the messages from the last user query on are rendered; a
  * `checkRate` share of hits is also rendered whole and compared), and the validated messages are
- * kept for the next turn's parse. `found`: the parse stage's lookup for this body.
+ * kept for the next turn's parse. `found`: the parse stage's lookup for this body; `partition`: whose
+ * entries of the chain it may use (cache-salt.ts edgeCachePartition).
  */
-export function renderPrompt(req: ChatCompletionRequest, model: ModelConfig, limits: Limits, source: { bodyText: string; checkRate: number; found?: ChainFind | null } | null = null): RenderedPrompt {
+export function renderPrompt(req: ChatCompletionRequest, model: ModelConfig, limits: Limits, source: { bodyText: string; checkRate: number; found?: ChainFind | null; partition: string } | null = null): RenderedPrompt {
   const profile = { family: model.family, templateId: model.templateId };
   let prompt: RenderedPrompt;
   if (source) {
     const chain = sharedTurnChain(source.checkRate);
     const before = chain.renderedChars;
-    prompt = { ...chain.prepare(req, source.bodyText, profile, { found: source.found ?? null, validated: true }), renderedChars: 0 };
+    prompt = { ...chain.prepare(req, source.bodyText, profile, { found: source.found ?? null, validated: true, partition: source.partition }), renderedChars: 0 };
     prompt.renderedChars = chain.renderedChars - before;
   } else {
     const whole = preparePrompt(req, profile);
@@ -51,9 +52,10 @@ export function promptTextOf(prompt: RenderedPrompt): string | PieceText {
  * A media prompt's template tokens (placeholders not yet expanded), non-empty and shorter than the
  * context, in the prompt-prefix cache's pieces (earlier turns' ids are its arrays, not copied; exact:
  * the same ids as encoding the whole text; a media placeholder is three added tokens like any other).
+ * `partition`: whose entries of the cache it may use (cache-salt.ts edgeCachePartition).
  */
-export function encodeMediaPrompt(prompt: RenderedPrompt, model: ModelConfig): EncodedPrompt {
-  const encoded = sharedPrefixCache().encode(getQwenTokenizer(model.family), promptTextOf(prompt), model.blockSize);
+export function encodeMediaPrompt(prompt: RenderedPrompt, model: ModelConfig, partition: string): EncodedPrompt {
+  const encoded = sharedPrefixCache().encode(getQwenTokenizer(model.family), promptTextOf(prompt), model.blockSize, partition);
   if (encoded.length === 0) throw new InvalidRequestError("The prompt is empty.", "messages");
   checkPromptTokens(encoded.length, model);
   return encoded;

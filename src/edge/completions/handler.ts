@@ -15,7 +15,7 @@ import { buildGenerateBody, newRequestId } from "../../proxy/generate-request.ts
 import type { OpenAIUsage } from "../../proxy/usage.ts";
 import { startEdgeTrace } from "../../util/trace-context.ts";
 import { authorizeClient } from "../auth.ts";
-import { namespacedHashes } from "../cache-salt.ts";
+import { edgeCachePartition, namespacedHashes } from "../cache-salt.ts";
 import type { ChatDeps } from "../chat.ts";
 import { forward } from "../chat/forward.ts";
 import { costlyLogprobStream } from "../chat/chat-answer.ts";
@@ -42,7 +42,10 @@ export async function handleCompletions(request: Request, deps: ChatDeps): Promi
   clock.mark("parse");
   const prompts = promptsOf(req, limits);
   const address = request.headers.get("cf-connecting-ip");
-  const { model, adapter, namespace } = await resolveChatModel(config, req.model, cacheTenant(caller, address));
+  const tenant = cacheTenant(caller, address);
+  const { model, adapter, namespace } = await resolveChatModel(config, req.model, tenant);
+  // A prompt is one tokenizer segment: its cached ids are the caller's partition's (segment-cache.ts).
+  const partition = await edgeCachePartition(config, tenant);
   const sampling = samplingRequestOf(req);
   const tokenizer = getQwenTokenizer(model.family);
   const showRouting = caller.admin || config.debugHeaders;
@@ -56,7 +59,7 @@ export async function handleCompletions(request: Request, deps: ChatDeps): Promi
   const encoded = prompts.map((prompt, i) => {
     const param = prompts.length > 1 ? `prompt[${i}]` : "prompt";
     if ("text" in prompt && prompt.text.length > limits.maxPromptChars) throw new InvalidRequestError(`The prompt is ${prompt.text.length} characters, more than this endpoint accepts (${limits.maxPromptChars}).`, param, "context_length_exceeded");
-    const ids = "ids" in prompt ? prompt.ids : tokenizer.encode(prompt.text, prompt.text.length);
+    const ids = "ids" in prompt ? prompt.ids : tokenizer.encode(prompt.text, prompt.text.length, partition);
     if (ids.length === 0) throw new InvalidRequestError("The prompt is empty.", param);
     checkFit(ids.length, req.max_tokens, model, param);
     return ids;

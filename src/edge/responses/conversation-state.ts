@@ -170,9 +170,9 @@ function blocksOf(pieces: readonly (readonly bigint[])[], first: number, end: nu
  * parent's state, with the tokens and block hashes of the text the piece adds (it starts and ends
  * where the tokenizer splits: before a message's `<|im_start|>`). They are read from `prompt`, the
  * request's prompt tokens (the prompt starts with the stable prefix), and encoded and hashed only
- * where those are absent or do not line up.
+ * where those are absent or do not line up (in the caller's `partition` of the tokenizer's segment cache).
  */
-export function nextPiece(parent: ConversationState | null, stable: StablePrefix, instructions: string | null, model: ModelConfig, prompt: PromptTokens | null = null): PromptPiece {
+export function nextPiece(parent: ConversationState | null, stable: StablePrefix, instructions: string | null, model: ModelConfig, prompt: PromptTokens | null = null, partition = ""): PromptPiece {
   const extend = parent !== null && parent.scope === stable.scope && parent.instructions === instructions && stable.messages >= parent.messages && textAt(stable.text, parent.text);
   const from = extend ? parent.messages : 0;
   const text = extend ? stable.text.slice(parent.text.length) : stable.text;
@@ -183,7 +183,7 @@ export function nextPiece(parent: ConversationState | null, stable: StablePrefix
   if (stable.media.length === 0 && before !== null && before.blockSize === model.blockSize) {
     const splitId = prompt ? splitIdOf(model.family) : null;
     const read = prompt && splitId !== null ? splitSpanIds(prompt.idPieces, before.count, text, splitId) : null;
-    const ids = read ?? getQwenTokenizer(model.family).encode(text);
+    const ids = read ?? getQwenTokenizer(model.family).encode(text, undefined, partition);
     const run = before.tailIds.length + ids.length;
     const full = Math.floor(run / model.blockSize) * model.blockSize;
     const joined = before.tailIds.concat(ids);
@@ -247,11 +247,13 @@ export interface HydrateOptions {
   prefixCache?: PrefixCache;
   /** scanBodyLayout(chatBody), when the caller has it (it hands the same scan to the chat parse). */
   layout?: BodyLayout | null;
+  /** The caller's partition of the prompt caches (cache-salt.ts edgeCachePartition): the seeds are its own. */
+  partition?: string;
 }
 
 /** True when the stored tokens are the tokenizer's own for the stored text (the sampled check). */
-function tokensHold(text: string, tokens: NonNullable<ConversationState["tokens"]>, model: ModelConfig): boolean {
-  const ids = getQwenTokenizer(model.family).encode(text);
+function tokensHold(text: string, tokens: NonNullable<ConversationState["tokens"]>, model: ModelConfig, partition: string): boolean {
+  const ids = getQwenTokenizer(model.family).encode(text, undefined, partition);
   const full = tokens.hashes.length * tokens.blockSize;
   if (ids.length !== tokens.count || ids.length - full !== tokens.tailIds.length || tokens.tailIds.some((t, i) => ids[full + i] !== t)) return false;
   const hashes = localBlockHashesOfParts([ids], tokens.blockSize);
@@ -285,14 +287,15 @@ export function hydrate(state: ConversationState, history: readonly ChatMessage[
   const turnChain = opts.turnChain ?? sharedTurnChain();
   // Already held: this isolate served the conversation, and its prefix cache holds a longer prefix than the stored one.
   const prefix = { scope: state.scope, messages: state.messages, text: state.text, media, dropped: state.dropped, images: state.images, videos: state.videos };
-  if (!turnChain.seed(prefix, raw, () => validatedMessages(messages.slice(0, state.messages), chatBody, spans))) return;
+  const partition = opts.partition ?? "";
+  if (!turnChain.seed(prefix, raw, () => validatedMessages(messages.slice(0, state.messages), chatBody, spans), partition)) return;
   const tokens = state.tokens;
   if (!tokens || tokens.blockSize !== model.blockSize) return;
-  if (opts.checkRate > 0 && (opts.random ?? Math.random)() < opts.checkRate && !tokensHold(state.text, tokens, model)) {
+  if (opts.checkRate > 0 && (opts.random ?? Math.random)() < opts.checkRate && !tokensHold(state.text, tokens, model, partition)) {
     const detail = { tokens: tokens.count, blocks: tokens.hashes.length };
     if (opts.onMismatch) opts.onMismatch(detail);
     else console.warn(JSON.stringify({ event: "stored_prefix_mismatch", ...detail }));
     return;
   }
-  (opts.prefixCache ?? sharedPrefixCache()).seed(getQwenTokenizer(model.family), model.blockSize, { text: state.text, count: tokens.count, hashes: tokens.hashes, tailIds: tokens.tailIds });
+  (opts.prefixCache ?? sharedPrefixCache()).seed(getQwenTokenizer(model.family), model.blockSize, { text: state.text, count: tokens.count, hashes: tokens.hashes, tailIds: tokens.tailIds }, partition);
 }

@@ -14,6 +14,7 @@ import { authorizeClient } from "../auth.ts";
 import { handleChatCompletions, type ChatDeps } from "../chat.ts";
 import { limitsOf } from "../chat/parse.ts";
 import { cacheTenant, resolveModel } from "../chat/resolve-model.ts";
+import { edgeCachePartition } from "../cache-salt.ts";
 import { scanBodyLayout, type StablePrefix } from "../../prompt/turn-chain.ts";
 import { mediaSeeds, StoredMediaSchema, turnMedia, type StoredMedia } from "./stored-media.ts";
 import { assembleState, hydrate, nextPiece, PromptPieceSchema, type ConversationState, type PromptPiece, type PromptTokens } from "./conversation-state.ts";
@@ -100,7 +101,9 @@ async function createResponse(request: Request, deps: ResponsesDeps): Promise<Re
   const scanned = { text: chatText, layout: chatText.length <= limitsOf(deps.config).maxBodyBytes ? scanBodyLayout(chatText) : null };
   // Another isolate served the earlier turns: their prompt state comes from the store, not from re-rendering
   // (other instructions render another prefix: nothing to seed).
-  if (state !== null && state.instructions === (req.instructions ?? null)) hydrate(state, history, chatText, model, { checkRate: deps.config.turnCheckRate, layout: scanned.layout });
+  // Seeded in the caller's own partition of the prompt caches, as the chat path below reads them.
+  const partition = await edgeCachePartition(deps.config, cacheTenant(caller, request.headers.get("cf-connecting-ip")));
+  if (state !== null && state.instructions === (req.instructions ?? null)) hydrate(state, history, chatText, model, { checkRate: deps.config.turnCheckRate, layout: scanned.layout, partition });
   /** The stable prefix the turn chain holds for this request once its prompt is prepared, and this turn's verified media. */
   let stable: StablePrefix | null = null;
   /** A text prompt's ids and block hashes as the prefix cache gave them: the stored piece's are read from them, not made again. */
@@ -157,7 +160,7 @@ async function createResponse(request: Request, deps: ResponsesDeps): Promise<Re
   const keep = async (response: Record<string, unknown>, output: OutputItem[]): Promise<boolean> => {
     if (!store || !req.store) return false;
     const messages = [...input, ...inputToMessages(output as unknown as InputItem[])];
-    const prompt: PromptPiece | null = stable === null ? null : nextPiece(state, stable, req.instructions ?? null, model, promptTokens);
+    const prompt: PromptPiece | null = stable === null ? null : nextPiece(state, stable, req.instructions ?? null, model, promptTokens, partition);
     // Too large with its prompt state: kept without it (a continuation then renders the history).
     let text = JSON.stringify({ response, messages, worker, prompt, media: turnItems } satisfies StoredResponse);
     if (prompt !== null && new TextEncoder().encode(text).byteLength > MAX_STORED_RECORD_BYTES) text = JSON.stringify({ response, messages, worker, prompt: null, media: turnItems } satisfies StoredResponse);

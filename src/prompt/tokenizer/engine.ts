@@ -89,17 +89,20 @@ export class BpeEngine {
     this.pieceCacheBytes = options.pieceCacheBytes ?? 3 * 1024 * 1024;
   }
 
-  /** Appends the ids of one segment (text containing no added token; sliced from a string of sourceChars) to out. */
-  encodeSegment(segment: string, out: IdBuffer, sourceChars = Number.POSITIVE_INFINITY): void {
+  /**
+   * Appends the ids of one segment (text containing no added token; sliced from a string of
+   * sourceChars) to out; the segment cache is read and filled in `partition` only (segment-cache.ts).
+   */
+  encodeSegment(segment: string, out: IdBuffer, sourceChars = Number.POSITIVE_INFINITY, partition = ""): void {
     if (segment.length === 0) return;
-    const cached = this.segments.get(segment);
+    const cached = this.segments.get(segment, partition);
     if (cached !== undefined) {
       out.pushAll(cached);
       return;
     }
     const start = out.length;
     this.encodeUncached(segment, out);
-    this.segments.set(segment, out.ids.slice(start, out.length), sourceChars);
+    this.segments.set(segment, out.ids.slice(start, out.length), sourceChars, partition);
   }
 
   /** Encodes without consulting or filling the segment cache (benchmarks, tests). */

@@ -9,6 +9,11 @@
  * segment cost more than the rest of a lookup. The text decides: an entry is used only when its
  * text equals the segment, so a fingerprint collision costs a compare, never wrong ids; colliding
  * segments share a bucket of at most MAX_BUCKET.
+ *
+ * Partitioned (src/edge/cache-salt.ts edgeCachePartition): a segment is a message's whole text, so a
+ * hit would tell a caller that someone sent that text before. An entry is used only by a lookup of
+ * its own partition (compared with the text; also mixed into the fingerprint, so tenants never share
+ * a bucket); "" is the common partition.
  */
 import { ownString } from "../../util/own-string.ts";
 
@@ -28,8 +33,9 @@ const ENTRY_OVERHEAD_BYTES = 160;
 const SAMPLE_CHARS = 64;
 const MAX_BUCKET = 4;
 
-export function segmentEntryBytes(segment: string, ids: Int32Array): number {
-  return 2 * segment.length + ids.byteLength + ENTRY_OVERHEAD_BYTES;
+/** `partition`: the entry's partition id (its characters are counted as if each entry held its own copy). */
+export function segmentEntryBytes(segment: string, ids: Int32Array, partition = ""): number {
+  return 2 * segment.length + ids.byteLength + 2 * partition.length + ENTRY_OVERHEAD_BYTES;
 }
 
 /** A hash of s's length and of up to 3 × SAMPLE_CHARS of its characters. */
@@ -53,6 +59,13 @@ export function fingerprint(s: string): number {
 interface Entry {
   text: string;
   ids: Int32Array;
+  partition: string;
+}
+
+/** fingerprint(segment) moved by the partition's own hash ("" leaves it as it is). */
+function keyOf(segment: string, partition: string): number {
+  const h = fingerprint(segment);
+  return partition === "" ? h : (Math.imul(h ^ fingerprint(partition), 0x85ebca6b) ^ 0x5bd1e995) >>> 0;
 }
 
 export class SegmentCache {
@@ -74,10 +87,10 @@ export class SegmentCache {
     this.maxSegmentChars = Math.max(1, Math.floor(maxChars / 4));
   }
 
-  get(segment: string): Int32Array | undefined {
-    const key = fingerprint(segment);
+  get(segment: string, partition = ""): Int32Array | undefined {
+    const key = keyOf(segment, partition);
     const bucket = this.map.get(key);
-    const entry = bucket?.find((e) => e.text === segment);
+    const entry = bucket?.find((e) => e.partition === partition && e.text === segment);
     if (bucket === undefined || entry === undefined) {
       this.misses++;
       return undefined;
@@ -93,19 +106,20 @@ export class SegmentCache {
    * `sourceChars`: the length of the string segment was sliced from (unknown: infinite). A slice
    * keeps its whole source alive, so it is stored as is only when it is most of it; otherwise it is
    * copied (ownString): copying a 130 kB prompt costs ~1 ms here, mostly first touches of fresh pages.
+   * `partition`: whose entry it is (get finds it only under the same partition).
    */
-  set(segment: string, ids: Int32Array, sourceChars = Number.POSITIVE_INFINITY): void {
+  set(segment: string, ids: Int32Array, sourceChars = Number.POSITIVE_INFINITY, partition = ""): void {
     if (segment.length > this.maxSegmentChars) return;
-    const key = fingerprint(segment);
+    const key = keyOf(segment, partition);
     let bucket = this.map.get(key);
-    if (bucket?.some((e) => e.text === segment)) return;
+    if (bucket?.some((e) => e.partition === partition && e.text === segment)) return;
     if (bucket === undefined) this.map.set(key, (bucket = []));
     else if (bucket.length >= MAX_BUCKET) this.remove(bucket, bucket[0]!);
     const text = 2 * segment.length >= sourceChars ? segment : ownString(segment);
-    bucket.push({ text, ids });
+    bucket.push({ text, ids, partition });
     this.entries++;
     this.chars += text.length;
-    this.bytes += segmentEntryBytes(text, ids);
+    this.bytes += segmentEntryBytes(text, ids, partition);
     for (const [k, b] of this.map) {
       if (this.chars <= this.maxChars && this.bytes <= this.maxBytes) break;
       while (b.length > 0) this.remove(b, b[0]!);
@@ -117,7 +131,7 @@ export class SegmentCache {
     bucket.splice(bucket.indexOf(e), 1);
     this.entries--;
     this.chars -= e.text.length;
-    this.bytes -= segmentEntryBytes(e.text, e.ids);
+    this.bytes -= segmentEntryBytes(e.text, e.ids, e.partition);
   }
 
   clear(): void {

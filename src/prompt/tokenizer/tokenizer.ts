@@ -32,9 +32,11 @@ export interface QwenTokenizer {
    * Token ids of text; added tokens written in the text are matched (HF add_special_tokens=false).
    * `sourceChars`: the length of the string that text is (or was sliced from), when the caller
    * knows it is not itself a slice of something longer: the segment cache then keeps a segment that
-   * is most of it instead of copying it. Unknown (the default): always copied.
+   * is most of it instead of copying it. Unknown (the default): always copied. `partition`: whose
+   * entries of the segment cache may serve it (src/edge/cache-salt.ts edgeCachePartition; "" the
+   * common one): a segment is a message's text, so its hit must not cross tenants.
    */
-  encode(text: string, sourceChars?: number): number[];
+  encode(text: string, sourceChars?: number, partition?: string): number[];
   /** Token ids of text with no added-token matching: `<|im_start|>` becomes ordinary tokens. */
   encodeOrdinary(text: string): number[];
   /** UTF-8 text of ids (invalid byte runs become U+FFFD, unknown ids are skipped, as HF does). */
@@ -112,7 +114,7 @@ export class QwenTokenizerImpl implements QwenTokenizer {
   }
 
   private readonly idBuf = new IdBuffer();
-  encode(text: string, sourceChars = Number.POSITIVE_INFINITY): number[] {
+  encode(text: string, sourceChars = Number.POSITIVE_INFINITY, partition = ""): number[] {
     assertWellFormed(text);
     const out = this.idBuf;
     out.length = 0;
@@ -120,11 +122,11 @@ export class QwenTokenizerImpl implements QwenTokenizer {
     re.lastIndex = 0;
     let end = 0;
     for (let m = re.exec(text); m !== null; m = re.exec(text)) {
-      if (m.index > end) this.engine.encodeSegment(text.slice(end, m.index), out, sourceChars);
+      if (m.index > end) this.engine.encodeSegment(text.slice(end, m.index), out, sourceChars, partition);
       out.push(this.idOfAdded.get(m[0])!);
       end = re.lastIndex;
     }
-    this.engine.encodeSegment(end === 0 ? text : text.slice(end), out, sourceChars);
+    this.engine.encodeSegment(end === 0 ? text : text.slice(end), out, sourceChars, partition);
     return out.toArray();
   }
 
