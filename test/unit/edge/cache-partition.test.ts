@@ -9,16 +9,20 @@
  * tenant reuses its history; under KVEDGE_KV_SHARING=shared every caller shares, as before.
  */
 import { beforeAll, describe, expect, it } from "vitest";
-import { httpStatusOf } from "../../../src/api/errors.ts";
+import { httpStatusOf, KvedgeError } from "../../../src/api/errors.ts";
 import { parseEdgeConfig } from "../../../src/config/config.ts";
 import { handleChatCompletions, type ChatDeps } from "../../../src/edge/chat.ts";
 import { handleCompletions } from "../../../src/edge/completions/handler.ts";
-import { sharedPrefixCache } from "../../../src/prompt/prefix-cache.ts";
-import { tokenizerCacheStats } from "../../../src/prompt/tokenizer/index.ts";
-import { sharedTurnChain } from "../../../src/prompt/turn-chain.ts";
+import { PrefixCache, sharedPrefixCache } from "../../../src/prompt/prefix-cache.ts";
+import { getQwenTokenizer, tokenizerCacheStats } from "../../../src/prompt/tokenizer/index.ts";
+import { sharedTurnChain, TurnChainCache } from "../../../src/prompt/turn-chain.ts";
 import { RoutingCore } from "../../../src/routing-index/routing-core.ts";
 import type { ChatFrontDoor } from "../../../src/routing-index/front-door.ts";
 import { initHashing } from "../../../src/util/hash.ts";
+import type { ChatMessage } from "../../../src/api/responses-schema.ts";
+import { parseChatBody } from "../../../src/edge/chat/parse.ts";
+import { assembleState, hydrate, nextPiece } from "../../../src/edge/responses/conversation-state.ts";
+import { preparePrompt } from "../../../src/prompt/index.ts";
 
 const MODEL = "Qwen/Qwen3-VL-8B-Instruct";
 const KEYS = ["key-alice-0123456789abcdef", "key-bob-0123456789abcdef", "key-carol-0123456789abcdef"];
@@ -79,7 +83,7 @@ async function work(run: () => Promise<Response>): Promise<Work> {
   const before = counters();
   const status = await run().then(
     (r) => r.status,
-    (e: unknown) => httpStatusOf(e),
+    (e: unknown) => (e instanceof KvedgeError ? httpStatusOf(e) : 0),
   );
   expect(status).toBe(503);
   const after = counters();
@@ -160,5 +164,31 @@ describe("shared: one common partition, as before", () => {
     const { other } = await probe(deps, { "cf-connecting-ip": "198.51.100.7" }, { "cf-connecting-ip": "203.0.113.9" });
     expect(other.chainHits).toBe(1);
     expect(other.prefixTokens).toBeGreaterThan(500);
+  });
+});
+
+describe("Responses: a stored conversation seeds the caller's partition only", () => {
+  it("hydrate's turn-chain and prompt-prefix entries are found by the seeding tenant, by no other", () => {
+    const config = parseEdgeConfig({ KVEDGE_ACCESS: "public" });
+    const model = config.models[0]!;
+    const profile = { family: model.family, templateId: model.templateId };
+    const [ALICE, BOB] = ["a".repeat(43), "b".repeat(43)];
+    const id = ++seed;
+    const history = conversation(3, id).slice(1).concat([{ role: "assistant", content: "Stored answer." }]) as ChatMessage[];
+    const first = JSON.stringify({ model: model.id, messages: history.slice(0, -1) });
+    // The turn that stored the record: its stable prefix and piece, as the handler keeps them.
+    const served = new TurnChainCache({ checkRate: 0 });
+    const stable = served.prepare(parseChatBody(first, config.limits), first, profile, { validated: true, partition: ALICE }).stable!();
+    const state = assembleState([nextPiece(null, stable, null, model, null, ALICE)])!;
+    const body = JSON.stringify({ model: model.id, messages: [...history, { role: "user", content: `Next question ${id}` }] });
+    const turnChain = new TurnChainCache({ checkRate: 0 });
+    const prefixCache = new PrefixCache();
+    hydrate(state, history, body, model, { checkRate: 0, turnChain, prefixCache, partition: ALICE });
+    expect(turnChain.find(body, profile, undefined, BOB)?.hit).toBeNull();
+    expect(turnChain.find(body, profile, undefined, ALICE)?.hit?.node.messages).toBe(stable.messages);
+    const text = preparePrompt(parseChatBody(body, config.limits), profile).text;
+    const tok = getQwenTokenizer(model.family);
+    expect(prefixCache.encode(tok, text, model.blockSize, BOB).reusedTokens).toBe(0);
+    expect(prefixCache.encode(tok, text, model.blockSize, ALICE).reusedTokens).toBeGreaterThan(0);
   });
 });
