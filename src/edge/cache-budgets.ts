@@ -9,6 +9,7 @@
 import { layoutMemoStats, MEMO_MAX_BYTES } from "../layout/layout.ts";
 import { sharedPrefixCache, type PrefixCacheStats } from "../prompt/prefix-cache.ts";
 import { MODEL_FAMILIES, tokenizerCacheStats } from "../prompt/tokenizer/index.ts";
+import type { SegmentCacheStats } from "../prompt/tokenizer/segment-cache.ts";
 import { sharedTurnChain, type TurnChainStats } from "../prompt/turn-chain.ts";
 import { mediaMemoStats } from "./chat/media-deps.ts";
 import { routedItemStats } from "./chat/routed-items.ts";
@@ -53,6 +54,8 @@ export function edgeCacheBudgets(): CacheBudget[] {
 export interface EdgeCacheReport {
   caches: CacheBudget[];
   promptPrefix: PrefixCacheStats;
+  /** The tokenizer's segment cache (whole texts between added tokens: hits, misses, entries, characters, bytes). */
+  tokenSegments: SegmentCacheStats;
   turnChain: TurnChainStats;
   mediaItems: MediaMemoStats;
   mediaLayouts: ReturnType<typeof routedItemStats>;
@@ -65,6 +68,7 @@ export function edgeCacheReport(): EdgeCacheReport {
   return {
     caches: edgeCacheBudgets(),
     promptPrefix: sharedPrefixCache().stats(),
+    tokenSegments: tokenizerCacheStats().segments,
     turnChain: sharedTurnChain().stats(),
     mediaItems: mediaMemoStats(),
     mediaLayouts: routedItemStats(),
