@@ -6,18 +6,20 @@
 //   vision a user question with an image each turn (one of four, 1024–1920 px), the answer (~1500 tokens).
 // Requests go one at a time (a shared two-core box would otherwise measure contention), so
 // "concurrent" means interleaved in one isolate: every conversation's state competes for the
-// isolate's caches. Per turn, overhead = edge − direct as in the rest of the suite (the worker sees
-// the body once first; edge and direct sends alternate). CPU per turn from /proc at ns resolution
-// (every thread's schedstat): the edge's workerd process (the edge isolate, its runtime, its side of
-// the routing-index RPCs), beside it that process's main thread alone (the isolate and its event
-// loop, without V8's background compile and GC thread), and, with the fleet's index split off, the
-// routing index's process (route, settle, and the relay's KV-event ingest for all three sends of
-// the turn) apart. A waitUntil tail (settle) may land in the next turn's window; sums over turns are
-// exact. Reuse: the share of turns whose earlier messages came from the turn chain
+// isolate's caches. Per turn, overhead = edge − direct as in the rest of the suite, and the same
+// body through the proxy floor (bench/edge/turn-sends.mjs: the worker sees the body once first;
+// edge, floor and direct take turns in every order). CPU per send from /proc at ns resolution
+// (every thread's schedstat), each edge-process send read apart with its waitUntil tail: the edge's
+// workerd process (the edge isolate, its runtime, its side of the routing-index RPCs), beside it
+// that process's main thread alone (the isolate and its event loop, without V8's background compile
+// and GC thread); the same for the proxy floor, and kvedge's own = edge − floor per turn; the
+// routing index's process (route, settle, and the relay's KV-event ingest for the turn's sends,
+// the floor's RPCs taken out) apart. Reuse: the share of turns whose earlier messages came from the turn chain
 // (x-kvedge-prompt-reused-messages, admin callers).
 // Cache hit rates: the isolate's own counters (GET /admin/edge-caches) before and after each run.
 import { nativeWorkerdPid, processAndMainThreadCpuMs, processCpuPreciseMs } from "../lib/process-cpu.mjs";
 import { summarize } from "../lib/stats.mjs";
+import { measuredSends } from "./turn-sends.mjs";
 
 /** History bins (tokens) the figures are reported in; the goals are set at 32k and 100k. */
 export const HISTORY_BINS = [
@@ -29,19 +31,20 @@ export const HISTORY_BINS = [
 ];
 
 /**
- * Runs `runs` passes of the workload. `io`: { edge, direct, admin, body(messages), fresh(tokens),
- * image(i) → a content part, timedPost, edgePid, indexPid (null: the index shares the edge's
- * process), edgeCaches() → GET /admin/edge-caches }. Returns per-kind, per-bin figures.
+ * Runs `runs` passes of the workload. `io`: { edge, direct, floor (URLs), admin, body(messages),
+ * fresh(tokens), image(i) → a content part, timedPost, edgePid, indexPid (the index's own process),
+ * edgeCaches() → GET /admin/edge-caches }. Returns per-kind, per-bin figures.
  */
 export async function runConversations(ctx, io, { runs, perKind, targetTokens }) {
   const samples = [];
   const cacheRuns = [];
   const edgePid = nativeWorkerdPid(io.edgePid);
-  const indexPid = io.indexPid ? nativeWorkerdPid(io.indexPid) : null;
+  const indexPid = nativeWorkerdPid(io.indexPid);
   const cpu = () => {
     const e = processAndMainThreadCpuMs(edgePid);
-    return { edge: e.process, edgeIsolate: e.mainThread, index: indexPid ? processCpuPreciseMs(indexPid) : NaN };
+    return { edge: e.process, edgeIsolate: e.mainThread, index: processCpuPreciseMs(indexPid) };
   };
+  let sent = 0;
   for (let run = 0; run < runs; run++) {
     const convs = [];
     for (const kind of ["chat", "agent", "vision"]) for (let i = 0; i < perKind[kind]; i++) convs.push({ kind, id: `${kind}-${run}-${i}`, messages: [{ role: "system", content: `You are assistant ${i}. Keep answers grounded in the conversation.` }], turn: 0, done: false });
@@ -54,22 +57,13 @@ export async function runConversations(ctx, io, { runs, perKind, targetTokens })
         if (c.done) continue;
         extend(c, io);
         const b = io.body(c.messages);
-        const c0 = cpu();
-        await io.timedPost(io.direct, b, false);
-        let e;
-        let d;
-        if (c.turn % 2 === 0) {
-          e = await io.timedPost(io.edge, b, false, io.admin);
-          d = await io.timedPost(io.direct, b, false);
-        } else {
-          d = await io.timedPost(io.direct, b, false);
-          e = await io.timedPost(io.edge, b, false, io.admin);
-        }
-        const c1 = cpu();
+        const urls = { edge: io.edge, floor: io.floor, direct: io.direct };
+        const m = await measuredSends({ i: sent++, send: (t) => io.timedPost(urls[t], b, false, t === "edge" ? io.admin : {}), cpu, pids: [edgePid, indexPid] });
+        const { edge: e, direct: d } = m;
         const tokens = JSON.parse(d.text).usage?.prompt_tokens ?? Number(e.headers.get("x-kvedge-total-blocks")) * 16;
         promptTokens += tokens;
         const reused = Number(e.headers.get("x-kvedge-prompt-reused-messages") ?? 0);
-        samples.push({ kind: c.kind, run, tokens, overhead: e.total - d.total, edge: e.total, reused: reused > 0, first: c.turn === 0, edgeCpu: c1.edge - c0.edge, edgeIsolateCpu: c1.edgeIsolate - c0.edgeIsolate, indexCpu: c1.index - c0.index });
+        samples.push({ kind: c.kind, run, tokens, overhead: e.total - d.total, edge: e.total, reused: reused > 0, first: c.turn === 0, edgeCpu: m.edgeCpu, edgeIsolateCpu: m.edgeIsolateCpu, floorCpu: m.floorCpu, floorIsolateCpu: m.floorIsolateCpu, ownCpu: m.edgeCpu - m.floorCpu, indexCpu: m.indexCpu });
         c.turn++;
         if (tokens >= targetTokens) c.done = true;
       }
@@ -199,7 +193,8 @@ function summarizeConversations(samples) {
       const ec = summarize(warm.map((s) => s.edgeCpu));
       const iso = summarize(warm.map((s) => s.edgeIsolateCpu));
       const ic = summarize(warm.map((s) => s.indexCpu));
-      bins[name] = { n: warm.length, overheadP50: o.p50, overheadP99: o.p99, edgeCpuP50: ec.p50, edgeCpuP99: ec.p99, edgeCpuMean: ec.mean, edgeIsolateCpuP50: iso.p50, edgeIsolateCpuP99: iso.p99, indexCpuP50: ic.p50, indexCpuMean: ic.mean, all: mixed };
+      const p50 = (key) => summarize(warm.map((s) => s[key])).p50;
+      bins[name] = { n: warm.length, overheadP50: o.p50, overheadP99: o.p99, edgeCpuP50: ec.p50, edgeCpuP99: ec.p99, edgeCpuMean: ec.mean, edgeIsolateCpuP50: iso.p50, edgeIsolateCpuP99: iso.p99, floorCpuP50: p50("floorCpu"), floorIsolateCpuP50: p50("floorIsolateCpu"), ownCpuP50: p50("ownCpu"), indexCpuP50: ic.p50, indexCpuMean: ic.mean, all: mixed };
     }
     const w = ks.filter((s) => !s.first && s.reused);
     out.kinds[kind] = {
@@ -208,6 +203,8 @@ function summarizeConversations(samples) {
       bins,
       growthUsPer1kTokens: slopeUsPer1k(w, "overhead"),
       edgeCpuGrowthUsPer1kTokens: slopeUsPer1k(w, "edgeCpu"),
+      floorCpuGrowthUsPer1kTokens: slopeUsPer1k(w, "floorCpu"),
+      ownCpuGrowthUsPer1kTokens: slopeUsPer1k(w, "ownCpu"),
     };
     // Per run: p50 of the warm turns at the goal sizes (32k, 100k bins).
     const runs = [...new Set(ks.map((s) => s.run))];

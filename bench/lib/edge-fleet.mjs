@@ -77,9 +77,11 @@ function kill(p) {
  * (wasm ffmpeg) for videos; `inspectorPort`: open workerd's inspector there; `v8Flags`: workerd's V8 flags
  * (profiling: --perf-basic-prof); `splitIndex`: run the routing index in its own workerd process (the relay
  * connects there; the edge reaches it by RPC); `workerArgs`: more flags for the simulated worker (after its own,
- * so they override: e.g. ["--decode-ms-per-token", "1"] paces a streamed answer's frames). Returns { edgeUrl, workerUrl, edgePid, indexPid, admin(path), stop() }.
+ * so they override: e.g. ["--decode-ms-per-token", "1"] paces a streamed answer's frames); `proxyFloor` (with splitIndex):
+ * serve the bench's proxy-floor Worker (bench/edge/proxy-floor.mjs) in the edge's process, forwarding to the
+ * worker. Returns { edgeUrl, workerUrl, floorUrl (or null), edgePid, indexPid, admin(path), stop() }.
  */
-export async function startEdgeFleet({ model = "Qwen/Qwen3-VL-8B-Instruct", family = "qwen3_vl", template = "qwen3vl-instruct", media = {}, decode = false, limits = null, inspectorPort = undefined, v8Flags = [], splitIndex = false, workerArgs = [] } = {}) {
+export async function startEdgeFleet({ model = "Qwen/Qwen3-VL-8B-Instruct", family = "qwen3_vl", template = "qwen3vl-instruct", media = {}, decode = false, limits = null, inspectorPort = undefined, v8Flags = [], splitIndex = false, workerArgs = [], proxyFloor = false } = {}) {
   const scriptPath = await bundleEdge();
   const procs = [];
   const servers = [];
@@ -154,14 +156,18 @@ export async function startEdgeFleet({ model = "Qwen/Qwen3-VL-8B-Instruct", fami
       index.rpcAddress = `127.0.0.1:${indexRpcPort}`;
       await waitFor(async () => (await fetch(`${index.url}/healthz`)).ok, 60_000, "workerd (routing index)", index);
     }
-    const wd = serveWorkerd({ ...serveOptions, port: edgePort, inspectorPort, v8Flags, remoteIndex: index?.rpcAddress, storageDir: index ? `${storageDir}-edge` : storageDir });
+    // The worker's port is taken before the edge process starts: the proxy floor's config names it.
+    const [port, kvPort, replayPort] = [await freePort(), await freePort(), await freePort()];
+    const workerUrl = `http://127.0.0.1:${port}`;
+    if (proxyFloor && !index) throw new Error("startEdgeFleet: proxyFloor needs splitIndex");
+    const floorPort = proxyFloor ? await freePort() : null;
+    const wd = serveWorkerd({ ...serveOptions, port: edgePort, inspectorPort, v8Flags, remoteIndex: index?.rpcAddress, proxyFloor: floorPort ? { port: floorPort, upstream: workerUrl } : undefined, storageDir: index ? `${storageDir}-edge` : storageDir });
     if (index) cleanup.push(() => rmSync(`${storageDir}-edge`, { recursive: true, force: true }));
     wd.stderr.setEncoding("utf8");
     procs.push(wd);
     const edgeUrl = `http://127.0.0.1:${edgePort}`;
     await waitFor(async () => (await fetch(`${edgeUrl}/healthz`)).ok, 60_000, "workerd", wd);
 
-    const [port, kvPort, replayPort] = [await freePort(), await freePort(), await freePort()];
     const modelDir = join(ROOT, "test/fixtures/models", family);
     const worker = child([
       join(ROOT, "services/sglang-sim/main.ts"),
@@ -171,7 +177,6 @@ export async function startEdgeFleet({ model = "Qwen/Qwen3-VL-8B-Instruct", fami
       ...workerArgs,
     ], mediaStoreCredential ? { KVEDGE_MEDIA_STORE_CREDENTIAL: mediaStoreCredential } : {});
     procs.push(worker);
-    const workerUrl = `http://127.0.0.1:${port}`;
     await waitFor(async () => (await fetch(`${workerUrl}/health`)).ok, 60_000, "simulated worker", worker);
     const admin = async (path, init = {}) => {
       const r = await fetch(`${edgeUrl}${path}`, { ...init, headers: { authorization: `Bearer ${adminToken}`, "content-type": "application/json" } });
@@ -191,7 +196,7 @@ export async function startEdgeFleet({ model = "Qwen/Qwen3-VL-8B-Instruct", fami
       "relay sync",
       relay,
     );
-    return { edgeUrl, workerUrl, mediaUrl, adminToken, admin, stop, edgePid: wd.pid, indexPid: index?.pid ?? null, workerPid: worker.pid, relayPid: relay.pid };
+    return { edgeUrl, workerUrl, floorUrl: floorPort ? `http://127.0.0.1:${floorPort}` : null, mediaUrl, adminToken, admin, stop, edgePid: wd.pid, indexPid: index?.pid ?? null, workerPid: worker.pid, relayPid: relay.pid };
   } catch (e) {
     await stop();
     throw e;

@@ -6,7 +6,7 @@
 // Durable Objects in a second workerd process (indexRpcPort / remoteIndex below), so each
 // process's CPU is one side's.
 import { spawn } from "node:child_process";
-import { mkdirSync, readdirSync, writeFileSync } from "node:fs";
+import { copyFileSync, mkdirSync, readdirSync, writeFileSync } from "node:fs";
 import { createRequire } from "node:module";
 import { join } from "node:path";
 
@@ -67,6 +67,10 @@ export class IndexGateway extends WorkerEntrypoint {
     if (result !== null && typeof result === "object" && Object.hasOwn(result, Symbol.dispose)) delete result[Symbol.dispose];
     return result;
   }
+  /** The proxy floor's stand-in for a route or settle call (bench/edge/proxy-floor.mjs): the transport alone. */
+  floorPing(n) {
+    return n;
+  }
 }
 `;
 
@@ -78,9 +82,11 @@ const CAPNP_HOST = "kvedge-index-rpc";
  * bindings `vars`, on 127.0.0.1:`port`. Returns the child process. `indexRpcPort`: this process
  * serves its routing-index objects by JS RPC there (the index process of a split). `remoteIndex`:
  * the RPC address of the process whose routing-index objects this one uses (the edge process of a
- * split).
+ * split). `proxyFloor` ({ port, upstream }, with remoteIndex): the bench's proxy-floor Worker
+ * (bench/edge/proxy-floor.mjs) in this process too, on 127.0.0.1:`port`, forwarding to `upstream`
+ * and calling the same index RPC service.
  */
-export function serveWorkerd({ dir, vars, port, compatibilityDate, compatibilityFlags = [], storageDir, inspectorPort, v8Flags = [], indexRpcPort, remoteIndex, configName = "workerd.capnp" }) {
+export function serveWorkerd({ dir, vars, port, compatibilityDate, compatibilityFlags = [], storageDir, inspectorPort, v8Flags = [], indexRpcPort, remoteIndex, proxyFloor, configName = "workerd.capnp" }) {
   mkdirSync(storageDir, { recursive: true });
   const modules = [`(name = "index.mjs", esModule = embed "index.mjs")`];
   if (remoteIndex) {
@@ -99,6 +105,21 @@ export function serveWorkerd({ dir, vars, port, compatibilityDate, compatibility
   if (remoteIndex) {
     services.push(`(name = "routing-index", external = (address = ${str(remoteIndex)}, http = (capnpConnectHost = ${str(CAPNP_HOST)})))`);
     bindings.push(`(name = "INDEX_RPC", service = "routing-index")`);
+  }
+  let floorWorker = "";
+  if (proxyFloor) {
+    if (!remoteIndex) throw new Error("serveWorkerd: proxyFloor needs remoteIndex (its RPCs go to the index process)");
+    copyFileSync(join(import.meta.dirname, "../edge/proxy-floor.mjs"), join(dir, "proxy-floor.mjs"));
+    services.push(`(name = "proxy-floor", worker = .proxyFloor)`);
+    sockets.push(`(name = "proxy-floor", address = ${str(`127.0.0.1:${proxyFloor.port}`)}, http = (), service = "proxy-floor")`);
+    floorWorker = `const proxyFloor :Workerd.Worker = (
+  modules = [(name = "proxy-floor.mjs", esModule = embed "proxy-floor.mjs")],
+  compatibilityDate = ${str(compatibilityDate)},
+  compatibilityFlags = [${compatibilityFlags.map(str).join(", ")}],
+  bindings = [(name = "INDEX_RPC", service = "routing-index"), (name = "UPSTREAM", text = ${str(proxyFloor.upstream)})],
+  globalOutbound = "internet",
+);
+`;
   }
   if (indexRpcPort) sockets.push(`(name = "index-rpc", address = ${str(`127.0.0.1:${indexRpcPort}`)}, http = (capnpConnectHost = ${str(CAPNP_HOST)}), service = (name = "edge", entrypoint = "IndexGateway"))`);
   const config = `using Workerd = import "/workerd/workerd.capnp";
@@ -121,7 +142,7 @@ const edge :Workerd.Worker = (
   durableObjectStorage = (localDisk = "do-storage"),
   globalOutbound = "internet",
 );
-`;
+${floorWorker}`;
   const file = join(dir, configName);
   writeFileSync(file, config);
   const bin = require.resolve("workerd/bin/workerd");

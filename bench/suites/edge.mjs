@@ -10,7 +10,11 @@
 // pair, after the worker alone has seen the body once (so the worker's share is equally warm on both
 // sides). Cold = text the edge never saw; warm = a conversation whose history the edge has seen, plus
 // a new answer and user turn. Streamed requests compare time to the first byte of
-// the answer. `Server-Timing` from the edge (admin callers) gives the component breakdown.
+// the answer. `Server-Timing` from the edge (admin callers) gives the component breakdown. Beside
+// them, the same body through the proxy floor (bench/edge/proxy-floor.mjs: a pass-through Worker in
+// the edge's process making the same index RPCs' transport and the forward, none of kvedge's work):
+// its edge-process CPU is what any Worker routing the request costs in workerd, and edge − floor per
+// request is kvedge's own.
 import { startEdgeFleet } from "../lib/edge-fleet.mjs";
 import { replayFetch } from "../lib/replay-fetch.mjs";
 import { freshText } from "../lib/corpus.mjs";
@@ -23,6 +27,7 @@ import { ffmpegToFile } from "../../test/helpers/wasm-media.ts";
 import { ROOT } from "../lib/workerd.mjs";
 import { nativeWorkerdPid, processAndMainThreadCpuMs, processCpuPreciseMs, waitForQuiet } from "../lib/process-cpu.mjs";
 import { HISTORY_BINS, runConcurrentConversations, runConversations } from "../edge/conversations.mjs";
+import { edgeSendCpu, measuredSends } from "../edge/turn-sends.mjs";
 import { promptStageFigures } from "../edge/prompt-stage.mjs";
 import { coldStageFigures } from "../edge/cold-stage.mjs";
 import { streamLengthFigures } from "../edge/stream-length.mjs";
@@ -122,7 +127,9 @@ export default {
     media["/video-768.mp4"] = await ffmpegToFile(["-f", "lavfi", "-i", "testsrc2=size=320x240:rate=24", "-frames:v", String(VIDEO_FRAMES), "-pix_fmt", "yuv420p", "-c:v", "libx264", "-preset", "ultrafast"], join(ROOT, "bench/results/tmp/video-768.mp4"));
     // 100k-token prompts exceed the default per-message and total character limits' comfort zone: raise them for the bench.
     // The decode service is the media store: videos reach the worker through it (signed URLs).
-    const fleet = await startEdgeFleet({ media, decode: true, splitIndex: true, limits: { maxMessageChars: 2_000_000, maxTotalChars: 8_000_000 } });
+    // proxyFloor: a pass-through Worker in the edge's process (bench/edge/proxy-floor.mjs), each
+    // request's CPU floor: the index RPCs' transport and the forward, none of kvedge's work.
+    const fleet = await startEdgeFleet({ media, decode: true, splitIndex: true, proxyFloor: true, limits: { maxMessageChars: 2_000_000, maxTotalChars: 8_000_000 } });
     const edgePid = nativeWorkerdPid(fleet.edgePid);
     const indexPid = nativeWorkerdPid(fleet.indexPid);
     // The edge process's CPU (every thread: the goal measure) and its main thread's alone (the
@@ -136,6 +143,7 @@ export default {
     const quiet = () => waitForQuiet([edgePid, indexPid, fleet.relayPid, fleet.workerPid]);
     const edge = `${fleet.edgeUrl}/v1/chat/completions`;
     const direct = `${fleet.workerUrl}/v1/chat/completions`;
+    const floor = `${fleet.floorUrl}/v1/chat/completions`;
     const admin = { authorization: `Bearer ${fleet.adminToken}` };
     // The cases with a goal (text-32k) get twice the pairs: a p50 over 60 moved by ±2 ms between runs.
     const reps = (size, kind) => (ctx.tiny ? 2 : ctx.quick ? (size >= 100_000 ? 4 : 8) : size >= 100_000 ? 20 : kind === "text-32k" ? 120 : 60);
@@ -155,6 +163,7 @@ export default {
     for (let i = 0; i < (ctx.tiny ? 2 : 10); i++) {
       const b = body([{ role: "system", content: SYSTEM }, { role: "user", content: fresh(2000) }], i % 2 === 1);
       await timedPost(edge, b, i % 2 === 1);
+      await timedPost(floor, b, i % 2 === 1);
       await timedPost(direct, b, i % 2 === 1);
     }
 
@@ -170,6 +179,18 @@ export default {
       }
     }
     const healthzEdgeCpuMean = (cpu().edge - hopCpu0) / hop.edge.length;
+    // The proxy floor's two index RPCs apart: a warm 1k body through it with them and with the
+    // fetch alone (?rpc=0), alternating.
+    const floorSplit = { withRpc: [], fetchOnly: [] };
+    const floorBody = body([{ role: "user", content: fresh(1000) }], false);
+    await timedPost(direct, floorBody, false);
+    for (let i = 0; i < (ctx.tiny ? 2 : 40); i++) {
+      for (const side of i % 2 === 0 ? ["withRpc", "fetchOnly"] : ["fetchOnly", "withRpc"]) {
+        const sent = await edgeSendCpu(() => timedPost(side === "withRpc" ? floor : `${floor}?rpc=0`, floorBody, false), cpu, [edgePid, indexPid]);
+        floorSplit[side].push(sent.process);
+      }
+    }
+    const floorRpc = { withRpcCpuP50: summarize(floorSplit.withRpc).p50, fetchOnlyCpuP50: summarize(floorSplit.fetchOnly).p50 };
 
     const cases = [];
     for (const [label, size] of Object.entries(SIZES)) for (const temp of ["cold", "warm"]) for (const stream of [false, true]) cases.push({ kind: `text-${label}`, size, temp, stream });
@@ -203,6 +224,10 @@ export default {
       const timing = [];
       const edgeCpu = [];
       const edgeIsolateCpu = [];
+      const floorCpu = [];
+      const floorIsolateCpu = [];
+      const ownCpu = [];
+      const floorOver = [];
       const indexCpu = [];
       let tokens = 0;
       let overlap = null;
@@ -211,29 +236,24 @@ export default {
         if (history) messages = [...history, { role: "assistant", content: fresh(80) }, { role: "user", content: fresh(40) }];
         else messages = opening();
         const b = body(messages, c.stream);
-        // The worker sees the body once first (unmeasured): both measured sends then find its
+        // The worker sees the body once first (unmeasured): the measured sends then find its
         // tokenizer and KV caches equally warm, so the difference is the edge's own work. The edge
-        // has not seen the new text (cold: none of it; warm: the new turn).
-        const c0 = cpu();
-        await timedPost(direct, b, c.stream);
-        // Alternate the order so neither side is always second.
-        let e;
-        let d;
-        if (i % 2 === 0) {
-          e = await timedPost(edge, b, c.stream, admin);
-          d = await timedPost(direct, b, c.stream);
-        } else {
-          d = await timedPost(direct, b, c.stream);
-          e = await timedPost(edge, b, c.stream, admin);
-        }
-        const c1 = cpu();
-        edgeCpu.push(c1.edge - c0.edge);
-        edgeIsolateCpu.push(c1.edgeIsolate - c0.edgeIsolate);
-        indexCpu.push(c1.index - c0.index);
+        // has not seen the new text (cold: none of it; warm: the new turn). Edge, floor and direct
+        // take turns in every order (bench/edge/turn-sends.mjs).
+        const urls = { edge, floor, direct };
+        const m = await measuredSends({ i, send: (t) => timedPost(urls[t], b, c.stream, t === "edge" ? admin : {}), cpu, pids: [edgePid, indexPid] });
+        const { edge: e, direct: d } = m;
+        edgeCpu.push(m.edgeCpu);
+        edgeIsolateCpu.push(m.edgeIsolateCpu);
+        floorCpu.push(m.floorCpu);
+        floorIsolateCpu.push(m.floorIsolateCpu);
+        ownCpu.push(m.edgeCpu - m.floorCpu);
+        indexCpu.push(m.indexCpu);
         const pick = (r) => (c.stream ? r.first : r.total);
         edgeMs.push(pick(e));
         directMs.push(pick(d));
         over.push(pick(e) - pick(d));
+        floorOver.push(pick(m.floor) - pick(d));
         timing.push(serverTiming(e.headers));
         overlap = Number(e.headers.get("x-kvedge-overlap-blocks"));
         const total = Number(e.headers.get("x-kvedge-total-blocks"));
@@ -258,6 +278,10 @@ export default {
         edgeCpuP99: summarize(edgeCpu).p99,
         edgeIsolateCpuP50: summarize(edgeIsolateCpu).p50,
         edgeIsolateCpuP99: summarize(edgeIsolateCpu).p99,
+        floorCpuP50: summarize(floorCpu).p50,
+        floorIsolateCpuP50: summarize(floorIsolateCpu).p50,
+        ownCpuP50: summarize(ownCpu).p50,
+        floorOverheadP50: summarize(floorOver).p50,
         indexCpuMean: summarize(indexCpu).mean,
         drainMs,
         directP50: summarize(directMs).p50,
@@ -270,7 +294,7 @@ export default {
     let conversations = null;
     if (!only || only.test("conversations")) {
       ctx.progress(0.9, "edge conversations");
-      const io = { edge, direct, admin, body: (messages) => body(messages, false), fresh, image: (i) => imageParts()[i % IMAGE_SIZES.length], timedPost, edgePid: fleet.edgePid, indexPid: fleet.indexPid, edgeCaches: () => fleet.admin("/admin/edge-caches") };
+      const io = { edge, direct, floor, admin, body: (messages) => body(messages, false), fresh, image: (i) => imageParts()[i % IMAGE_SIZES.length], timedPost, edgePid: fleet.edgePid, indexPid: fleet.indexPid, edgeCaches: () => fleet.admin("/admin/edge-caches") };
       const shape = conversationShape(ctx);
       await quiet();
       conversations = await runConversations(ctx, io, shape);
@@ -286,8 +310,8 @@ export default {
       const goalKey = k.replace(/ stream$/, "");
       const goal = !k.endsWith("stream") ? GOALS[goalKey] : undefined;
       return {
-        metric: `${k} (${r.promptTokens} tok): overhead p50 / p99 [edge, direct p50] {edge-process CPU p50 / p99; isolate-thread CPU p50 / p99; index-process CPU mean}`,
-        value: `${fmt(r.overheadP50)} / ${fmt(r.overheadP99)} [${fmt(r.edgeP50)}, ${fmt(r.directP50)}] {${r.edgeCpuP50.toFixed(2)} / ${r.edgeCpuP99.toFixed(2)}; ${r.edgeIsolateCpuP50.toFixed(2)} / ${r.edgeIsolateCpuP99.toFixed(2)}; ${r.indexCpuMean.toFixed(2)}}`,
+        metric: `${k} (${r.promptTokens} tok): overhead p50 / p99 [edge, direct p50] {edge-process CPU p50 / p99; isolate-thread CPU p50 / p99; index-process CPU mean} «proxy floor's edge-process CPU p50 (isolate thread p50); kvedge's own: edge − floor per request, p50»`,
+        value: `${fmt(r.overheadP50)} / ${fmt(r.overheadP99)} [${fmt(r.edgeP50)}, ${fmt(r.directP50)}] {${r.edgeCpuP50.toFixed(2)} / ${r.edgeCpuP99.toFixed(2)}; ${r.edgeIsolateCpuP50.toFixed(2)} / ${r.edgeIsolateCpuP99.toFixed(2)}; ${r.indexCpuMean.toFixed(2)}} «${r.floorCpuP50.toFixed(2)} (${r.floorIsolateCpuP50.toFixed(2)}); ${r.ownCpuP50.toFixed(2)}»`,
         unit: "ms",
         goal: goal ? `edge CPU p50 ≤ ${goal}` : "",
         pass: goal ? r.edgeCpuP50 <= goal : null,
@@ -310,8 +334,8 @@ export default {
           const a = r.all;
           const allTurns = `all ${a.n} turns (${(100 * a.hitRate).toFixed(0)} % turn-chain hits): ${a.edgeCpuP50.toFixed(2)} / ${a.edgeCpuP99.toFixed(2)}`;
           summary.push({
-            metric: `conversations ${kind}, turns at ${bin} history: warm (turn-chain hit, n=${r.n}) edge-process CPU p50 / p99 (isolate-thread CPU p50 / p99) [index-process CPU mean] {wall overhead p50 / p99}; all turns' edge CPU p50 / p99`,
-            value: r.n === 0 ? `– ; ${allTurns}` : `${r.edgeCpuP50.toFixed(2)} / ${r.edgeCpuP99.toFixed(2)} (${r.edgeIsolateCpuP50.toFixed(2)} / ${r.edgeIsolateCpuP99.toFixed(2)}) [${r.indexCpuMean.toFixed(2)}] {${fmt(r.overheadP50)} / ${fmt(r.overheadP99)}}; ${allTurns}`,
+            metric: `conversations ${kind}, turns at ${bin} history: warm (turn-chain hit, n=${r.n}) edge-process CPU p50 / p99 (isolate-thread CPU p50 / p99) [index-process CPU mean] {wall overhead p50 / p99} «proxy floor's edge-process CPU p50 (isolate thread p50); kvedge's own: edge − floor per turn, p50»; all turns' edge CPU p50 / p99`,
+            value: r.n === 0 ? `– ; ${allTurns}` : `${r.edgeCpuP50.toFixed(2)} / ${r.edgeCpuP99.toFixed(2)} (${r.edgeIsolateCpuP50.toFixed(2)} / ${r.edgeIsolateCpuP99.toFixed(2)}) [${r.indexCpuMean.toFixed(2)}] {${fmt(r.overheadP50)} / ${fmt(r.overheadP99)}} «${r.floorCpuP50.toFixed(2)} (${r.floorIsolateCpuP50.toFixed(2)}); ${r.ownCpuP50.toFixed(2)}»; ${allTurns}`,
             unit: "ms",
             goal: goal && r.n > 0 ? `edge CPU p50 ≤ ${goal}` : "",
             pass: goal && r.n > 0 ? r.edgeCpuP50 <= goal : null,
@@ -320,7 +344,7 @@ export default {
         const perRun = conversations.perRun[kind].map((r) => (r.edgeCpuP50At32k === null ? "–" : r.edgeCpuP50At32k.toFixed(2))).join(", ");
         summary.push({ metric: `conversations ${kind}: edge-process CPU p50 at 32k, per run`, value: perRun, unit: "ms", goal: "", pass: null });
         summary.push({ metric: `conversations ${kind}: turns whose history the turn chain supplied (of ${k.turns} turns, first turns excluded)`, value: k.reuseRate === null ? "–" : `${(100 * k.reuseRate).toFixed(0)} %`, unit: "", goal: "", pass: null });
-        if (k.edgeCpuGrowthUsPer1kTokens !== null) summary.push({ metric: `conversations ${kind}: warm edge-CPU growth (least squares over history tokens) [wall overhead growth]`, value: `${k.edgeCpuGrowthUsPer1kTokens.toFixed(1)} [${k.growthUsPer1kTokens.toFixed(1)}]`, unit: "µs per 1k tokens", goal: "≤ 15", pass: k.edgeCpuGrowthUsPer1kTokens <= 15 });
+        if (k.edgeCpuGrowthUsPer1kTokens !== null) summary.push({ metric: `conversations ${kind}: warm edge-CPU growth (least squares over history tokens) [wall overhead growth] «proxy floor's CPU growth; kvedge's own (edge − floor)»`, value: `${k.edgeCpuGrowthUsPer1kTokens.toFixed(1)} [${k.growthUsPer1kTokens.toFixed(1)}] «${k.floorCpuGrowthUsPer1kTokens.toFixed(1)}; ${k.ownCpuGrowthUsPer1kTokens.toFixed(1)}»`, unit: "µs per 1k tokens", goal: "≤ 15", pass: k.edgeCpuGrowthUsPer1kTokens <= 15 });
       }
       const pct = (x) => (x === null ? "–" : `${(100 * x).toFixed(0)} %`);
       const cc = conversations.concurrent;
@@ -361,6 +385,7 @@ export default {
     summary.push({ metric: "first chat request through the edge (1k text; the isolate had served only health and admin requests, the worker was warm) [edge stages before upstream]", value: `${fmt(firstMs)} [${firstStages["kvedge-route"] ?? "–"}]`, unit: "ms", goal: "", pass: null });
     summary.push({ metric: "the simulated worker's own first chat request (reference: its cold start)", value: fmt(workerFirst.total), unit: "ms", goal: "", pass: null });
     const hopFloor = { edgeHealthzP50: summarize(hop.edge).p50, workerHealthP50: summarize(hop.worker).p50, healthzEdgeCpuMean };
+    summary.push({ metric: "proxy floor, a warm 1k body unstreamed: edge-process CPU p50 with its 2 index RPCs / the fetch alone (?rpc=0) [difference per RPC]", value: `${floorRpc.withRpcCpuP50.toFixed(2)} / ${floorRpc.fetchOnlyCpuP50.toFixed(2)} [${((floorRpc.withRpcCpuP50 - floorRpc.fetchOnlyCpuP50) / 2).toFixed(2)}]`, unit: "ms", goal: "", pass: null });
     summary.push({ metric: "local hop floor: GET /healthz through the edge vs the worker's own /health, p50 [edge-process CPU mean per /healthz]", value: `${hopFloor.edgeHealthzP50.toFixed(2)} vs ${hopFloor.workerHealthP50.toFixed(2)} [${healthzEdgeCpuMean.toFixed(2)}]`, unit: "ms", goal: "", pass: null });
     const keys = Object.keys(results);
     const plot = barChart({
@@ -381,6 +406,6 @@ export default {
       summary.push(...r.summary);
       streamLength = r.figures;
     }
-    return { summary, details: { conversations, streamLength, stages, coldStages: cold, firstRequestMs: firstMs, firstRequestStages: firstStages, workerFirstRequestMs: workerFirst.total, hopFloor, cases: results, worker: "services/sglang-sim, timing instant" }, plots: [{ file: "edge.svg", svg: plot }] };
+    return { summary, details: { conversations, streamLength, stages, coldStages: cold, firstRequestMs: firstMs, firstRequestStages: firstStages, workerFirstRequestMs: workerFirst.total, hopFloor, floorRpc, cases: results, worker: "services/sglang-sim, timing instant" }, plots: [{ file: "edge.svg", svg: plot }] };
   },
 };

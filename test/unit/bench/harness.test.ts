@@ -85,14 +85,23 @@ describe("bench harness", () => {
     // Beside the edge process's CPU, its isolate thread's: part of it (the thread is one of the
     // process's, read in the same pass; the slack is for a thread exiting between reads), and not
     // nothing (the thread serves).
-    type Cpu = { n?: number; edgeCpuP50: number; edgeIsolateCpuP50: number };
+    type Cpu = { n?: number; edgeCpuP50: number; edgeIsolateCpuP50: number; floorCpuP50: number; floorIsolateCpuP50: number; ownCpuP50: number };
     const conversationBins = Object.values(latest.suites.edge.details.conversations?.kinds ?? {}).flatMap((k) => Object.values((k as { bins: Record<string, Cpu> }).bins));
     const withThread = [...(Object.values(latest.suites.edge.details.cases) as Cpu[]), ...conversationBins.filter((b) => b.n! > 0)];
     expect(withThread.length).toBeGreaterThan(Object.keys(latest.suites.edge.details.cases).length);
     for (const c of withThread) {
       expect(c.edgeIsolateCpuP50).toBeGreaterThan(0);
       expect(c.edgeIsolateCpuP50).toBeLessThanOrEqual(c.edgeCpuP50 + 0.05);
+      // The proxy floor beside each: its CPU in the same process (not nothing: it serves), and
+      // kvedge's own share, edge − floor per request.
+      expect(c.floorCpuP50).toBeGreaterThan(0);
+      expect(c.floorIsolateCpuP50).toBeGreaterThan(0);
+      expect(c.floorIsolateCpuP50).toBeLessThanOrEqual(c.floorCpuP50 + 0.05);
+      expect(Number.isFinite(c.ownCpuP50)).toBe(true);
     }
+    const floorRpc = latest.suites.edge.details.floorRpc;
+    expect(floorRpc.withRpcCpuP50).toBeGreaterThan(0);
+    expect(floorRpc.fetchOnlyCpuP50).toBeGreaterThan(0);
     expect(r.stdout).toMatch(/\| suite\s+\| metric/);
     const plots = readdirSync(join(out, "plots")).filter((f) => f.endsWith(".svg"));
     expect(plots).toEqual(expect.arrayContaining(["edge.svg", "tokenizer.svg", "index.svg", "hashing.svg", "routing-hit-rate.svg", "routing-goodput.svg", "routing-ttft.svg", "fleet-shapes-ttft.svg", "fleet-shapes-goodput.svg", "fleet-shapes-dp.svg", "layout.svg"]));
