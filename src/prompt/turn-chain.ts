@@ -28,8 +28,9 @@
  * its scope and its whole raw text equal the request's (compared, never trusted to the hash).
  * Entries extend the one they were built from (each keeps only its own raw and rendered piece), so
  * turns of one conversation share memory; a piece's JSON escaping (sent in the /generate body) and
- * its validated messages' long strings are views of those two texts, not copies. Bounded by
- * estimated bytes, LRU.
+ * its validated messages' long strings are views of those two texts, not copies. A piece with
+ * non-ASCII text also keeps its escaping's UTF-8 once a later turn sends it (PromptPieces.bodyParts):
+ * ~1 B per character more, so that no turn encodes the history again. Bounded by estimated bytes, LRU.
  *
  * Partitions. A hit saves the parse and render of a conversation's history, so it would tell a
  * caller that someone sent those messages. The scope therefore starts with the request's partition
@@ -90,8 +91,15 @@ export interface ChainedPrompt extends PreparedPrompt {
 export interface PromptPieces {
   /** The chain's stored pieces (earlier turns' rendered text). */
   stable: readonly string[];
-  /** Their JSON escaping as chunks, made when they were stored (the /generate body sends them as they are). */
+  /** Their JSON escaping as chunks, made when they were stored. */
   escaped: readonly string[];
+  /**
+   * The same escaping as the /generate body sends it: a piece with non-ASCII text as its UTF-8
+   * bytes, one array made once and kept (a Blob copies bytes, where it encodes a two-byte string:
+   * ~0.2 ms per 440 kB in workerd, every turn), an ASCII piece as its chunks (one-byte strings,
+   * which a Blob writes about as fast as it copies bytes).
+   */
+  bodyParts: readonly (string | Uint8Array)[];
   /** Characters of the stable pieces together. */
   chars: number;
   /** This request's own part. */
@@ -118,7 +126,7 @@ export interface ChainFind {
 
 export type TemplateRenderer = (id: TemplateId, input: RenderInput) => string;
 
-/** Estimated bytes of all entries (UTF-16 raw and rendered text, media parts, nodes). */
+/** Estimated bytes of all entries (UTF-16 raw and rendered text, UTF-8 of pieces sent again, media parts, nodes). */
 export const DEFAULT_TURN_CHAIN_BYTES = 16 * 1024 * 1024;
 /** Share of hits also rendered whole and compared. */
 export const DEFAULT_TURN_CHECK_RATE = 0.01;
@@ -203,6 +211,13 @@ interface Node {
    * is a view of `raw` (no copy), the rest is escaped in slices.
    */
   escaped: readonly string[];
+  /** Whether its raw or rendered text holds non-ASCII (V8 keeps them, and the escaping chunks, two-byte). */
+  wide: boolean;
+  /**
+   * `escaped` as UTF-8 when `wide`, made the first time a request sends this node as held history
+   * (null until then: a node no later turn reuses never pays for it); counted in `bytes` from then on.
+   */
+  utf8: Uint8Array | null;
   /**
    * Own messages as the edge validated them (frozen; long strings are views of `raw` or `text`) and
    * their whole-body tally; null when stored from an unvalidated request.
@@ -409,12 +424,15 @@ const SHARED_MIN_CHARS = 256;
 const ESCAPED_VIEW_MIN_CHARS = LITERAL_MIN_CHARS;
 /** Estimated bytes of a string object apart from its characters: a view, a chunk's slot. */
 const STRING_BYTES = 40;
+/** Estimated bytes of a Uint8Array apart from its bytes (the array, its ArrayBuffer and backing-store record). */
+const BYTES_ARRAY_BYTES = 200;
 
 /**
  * Estimated bytes of a node: its raw and rendered text (one copy each, at the bytes a character V8
  * holds them in), the escaping chunks (as wide as the text) and parsed-message strings (two bytes a
  * character) that are not views of them, per-message and per-part overhead, and ~800 B for the node
- * itself (its key, bucket and LRU slots, tally, arrays; measured ~320–470 B in Node).
+ * itself (its key, bucket and LRU slots, tally, arrays; measured ~320–470 B in Node). The UTF-8 of
+ * its escaping is added when made (bodyParts).
  */
 function nodeBytes(n: { raw: number; text: number; textWidth: 1 | 2; scope: string | null; escapedOwnChars: number; escapedChunks: number; parsed: SharedStrings | null; parts: number; dataUrls: number; spans: number }): number {
   const parsed = n.parsed ? parsedBytes(n.parsed) : 0;
@@ -688,6 +706,8 @@ export class TurnChainCache {
     this.s.reusedMessages += hit.node.messages;
     // A node dropped since it was found (the parse stage found it) is used, not revived.
     this.held.touch(hit.node);
+    // The chain's UTF-8 made for this request counts from now on.
+    this.held.evictOverBudget();
     if (this.checkRate > 0 && this.random() < this.checkRate) {
       this.s.checks++;
       const whole = this.full(request, profile, null);
@@ -804,7 +824,7 @@ export class TurnChainCache {
     const store = () => this.storeFrom({ body, layout, scope, scopeHash, parent: node, validated, decoded }, profile, input, tail, media, dropped, q);
     const prompt: ChainedPrompt = {
       ...assemblePrompt(rendered, { mediaParts: media, hasAudio: media.some((p) => p.kind === "audio"), droppedParts: dropped, assistantPrefix: pre.assistantPrefix }, profile),
-      pieces: { stable: texts, escaped, chars: stable.length, rest: tail + (pre.assistantPrefix ?? "") },
+      pieces: { stable: texts, escaped, bodyParts: this.bodyParts(chain), chars: stable.length, rest: tail + (pre.assistantPrefix ?? "") },
     };
     return { prompt, store };
   }
@@ -894,7 +914,7 @@ export class TurnChainCache {
     const spans = ownSpans(ctx.body, ctx.layout, parent ? parent.messages : 0, cut);
     const bytes = nodeBytes({ raw: rawWidth * raw.length, text: textWidth * text.length, textWidth, scope: parent ? null : ctx.scope, escapedOwnChars: escaped.ownChars, escapedChunks: escaped.chunks.length, parsed: shared?.shared ?? null, parts: ownMedia.length + ownDropped.length, dataUrls: tally?.dataUrls.length ?? 0, spans: spans?.length ?? 0 });
     if (!this.held.admits(bytes)) return null;
-    const node: Node = { parent, key, scope: ctx.scope, raw, rawEnd, text, messages: cut, provisional, media: ownMedia, dropped: ownDropped, images: counts.image, videos: counts.video, escaped: escaped.chunks, parsed, tally, spans, hint: null, holders: 0, bytes };
+    const node: Node = { parent, key, scope: ctx.scope, raw, rawEnd, text, messages: cut, provisional, media: ownMedia, dropped: ownDropped, images: counts.image, videos: counts.video, escaped: escaped.chunks, wide: rawWidth === 2 || textWidth === 2, utf8: null, parsed, tally, spans, hint: null, holders: 0, bytes };
     this.insert(node);
     return { node, after: tail, from: cut };
   }
@@ -926,7 +946,7 @@ export class TurnChainCache {
     const tally = parsed ? validated!.tally : null;
     const bytes = nodeBytes({ raw: rawWidth * raw.length, text: textWidth * text.length, textWidth, scope: prefix.scope, escapedOwnChars: escaped.ownChars, escapedChunks: escaped.chunks.length, parsed: shared?.shared ?? null, parts: prefix.media.length + prefix.dropped.length, dataUrls: tally?.dataUrls.length ?? 0, spans: 0 });
     if (!this.held.admits(bytes)) return false;
-    this.insert({ parent: null, key, scope: prefix.scope, raw, rawEnd, text, messages: prefix.messages, provisional: false, media: prefix.media, dropped: prefix.dropped, images: prefix.images, videos: prefix.videos, escaped: escaped.chunks, parsed, tally, spans: null, hint: null, holders: 0, bytes });
+    this.insert({ parent: null, key, scope: prefix.scope, raw, rawEnd, text, messages: prefix.messages, provisional: false, media: prefix.media, dropped: prefix.dropped, images: prefix.images, videos: prefix.videos, escaped: escaped.chunks, wide: rawWidth === 2 || textWidth === 2, utf8: null, parsed, tally, spans: null, hint: null, holders: 0, bytes });
     return true;
   }
 
@@ -1054,6 +1074,24 @@ export class TurnChainCache {
       hints.push(node);
     } else this.hints.set(key, [node]);
     node.hint = key;
+  }
+
+  /** PromptPieces.bodyParts of `chain`: a wide node's UTF-8 is encoded on its first send as held history, then kept (and counted) with it. */
+  private bodyParts(chain: readonly Node[]): (string | Uint8Array)[] {
+    const out: (string | Uint8Array)[] = [];
+    for (const x of chain) {
+      if (!x.wide) {
+        for (const c of x.escaped) out.push(c);
+        continue;
+      }
+      if (x.utf8 === null) {
+        // Pieces end at a message's block, never inside a surrogate pair: each encodes as its part of the whole.
+        x.utf8 = this.encoder.encode(x.escaped.length === 1 ? x.escaped[0]! : x.escaped.join(""));
+        this.held.grow(x, x.utf8.byteLength + BYTES_ARRAY_BYTES);
+      }
+      out.push(x.utf8);
+    }
+    return out;
   }
 
   private key(scopeHash: bigint, messages: number, body: string, open: number, rawEnd: number): bigint {

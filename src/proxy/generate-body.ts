@@ -8,12 +8,18 @@
  * 0.7 ms of JSON.stringify and 0.6 ms of page faults per request in workerd (scripts/perf-edge.mjs).
  * The text is exactly JSON.stringify(body)'s with `text` as the first key: JSON escapes one UTF-16
  * unit at a time except for surrogate pairs, no piece splits a pair, and a reused escaping is
- * JSON.stringify's own (json-scan.ts, parseRecordingLiterals).
+ * JSON.stringify's own (json-scan.ts, parseRecordingLiterals). The turn chain's held pieces with
+ * non-ASCII text go as the UTF-8 bytes the chain keeps of them (generateBodyParts): a Blob copies
+ * bytes where it encodes a two-byte string, which at 100k tokens of history was ~0.2 ms a turn in
+ * workerd.
  */
 import type { PromptPieces } from "../prompt/turn-chain.ts";
 import type { JsonLiteral } from "../util/json-scan.ts";
 import { escapeJsonReusing, type EscapeWork } from "../util/json-escape.ts";
 import type { GenerateRequestBody } from "./sglang-wire.ts";
+
+/** A part of the body: JSON text, or JSON text's UTF-8 bytes (the turn chain's held pieces). */
+export type BodyPart = string | Uint8Array;
 
 /**
  * `pieces` (optional): the text as the turn chain's pieces and the request's own part; the
@@ -23,14 +29,29 @@ import type { GenerateRequestBody } from "./sglang-wire.ts";
  * from the client's body (validate.ts, parseRecordingLiterals). Where one occurs in the text, in
  * order, its escaping is reused instead of escaping it again: the same bytes, one JSON pass fewer
  * over most of a long prompt.
+ * The body as JSON text chunks (the bench and tests join them); the edge sends generateBodyParts'.
  */
 export function generateBodyChunks(body: GenerateRequestBody, literals: readonly JsonLiteral[] = [], pieces: PromptPieces | null = null, work: EscapeWork | null = null): string[] {
+  return bodyParts<string>(body, literals, pieces, pieces?.escaped ?? [], work);
+}
+
+/**
+ * generateBodyChunks' body with the pieces' escaping as the chain keeps it for the body
+ * (PromptPieces.bodyParts): a piece with non-ASCII text as its UTF-8 bytes, which a Blob copies
+ * instead of encoding the two-byte string again every turn (a long conversation's history is most
+ * of the body).
+ */
+export function generateBodyParts(body: GenerateRequestBody, literals: readonly JsonLiteral[] = [], pieces: PromptPieces | null = null, work: EscapeWork | null = null): BodyPart[] {
+  return bodyParts<BodyPart>(body, literals, pieces, pieces?.bodyParts ?? [], work);
+}
+
+function bodyParts<P extends BodyPart>(body: GenerateRequestBody, literals: readonly JsonLiteral[], pieces: PromptPieces | null, held: readonly P[], work: EscapeWork | null): (string | P)[] {
   const { text: whole, ...rest } = body;
-  const chunks: string[] = ['{"text":"'];
+  const chunks: (string | P)[] = ['{"text":"'];
   let text = whole;
   if (pieces !== null && pieces.chars + pieces.rest.length === whole.length) {
     // Chunks one by one: a long conversation's pieces may be more than a call takes arguments.
-    for (const c of pieces.escaped) chunks.push(c);
+    for (const c of held) chunks.push(c);
     text = pieces.rest;
   }
   escapeJsonReusing(chunks, text, literals, work);
@@ -45,6 +66,6 @@ export function generateBodyChunks(body: GenerateRequestBody, literals: readonly
  * replaces nothing), sends a Content-Length, and needs no `duplex` option (Node's fetch requires
  * one for streams).
  */
-export function bodyOfChunks(chunks: readonly string[]): Blob {
-  return new Blob(chunks as string[], { type: "application/json" });
+export function bodyOfChunks(chunks: readonly BodyPart[]): Blob {
+  return new Blob(chunks as BodyPart[], { type: "application/json" });
 }

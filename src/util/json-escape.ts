@@ -19,8 +19,11 @@ export interface EscapeWork {
   escapedChars: number;
 }
 
+/** Where escaped chunks go: a list of strings, or of body parts that also holds bytes (generate-body.ts). */
+export type ChunkSink = Pick<string[], "push">;
+
 /** Escapes text[start, end) in slices onto `chunks`; neither end splits a surrogate pair. */
-function escapeJsonSlices(chunks: string[], text: string, start: number, end: number, work: EscapeWork | null = null): void {
+function escapeJsonSlices(chunks: ChunkSink, text: string, start: number, end: number, work: EscapeWork | null = null): void {
   if (work) work.escapedChars += end - start;
   while (start < end) {
     let stop = Math.min(end, start + SLICE_UNITS);
@@ -37,7 +40,7 @@ function escapeJsonSlices(chunks: string[], text: string, start: number, end: nu
  * the characters of the literals' escaping it took (chunks that are the literals' own strings).
  * `found`, when given, gets where in `text` each literal taken occurs.
  */
-export function escapeJsonReusing(chunks: string[], text: string, literals: readonly JsonLiteral[], work: EscapeWork | null = null, found: Map<JsonLiteral, number> | null = null): number {
+export function escapeJsonReusing(chunks: ChunkSink, text: string, literals: readonly JsonLiteral[], work: EscapeWork | null = null, found: Map<JsonLiteral, number> | null = null): number {
   let cursor = 0;
   let misses = 0;
   let reused = 0;

@@ -4,7 +4,7 @@
  * as the client escaped them.
  */
 import type { ChatCompletionRequest } from "../../api/openai-schema.ts";
-import { bodyOfChunks, generateBodyChunks } from "../../proxy/generate-body.ts";
+import { bodyOfChunks, generateBodyParts } from "../../proxy/generate-body.ts";
 import { buildGenerateBody } from "../../proxy/generate-request.ts";
 import { requiresReasoning, type ModelParsers } from "../../proxy/chat-output.ts";
 import type { PromptPieces } from "../../prompt/turn-chain.ts";
@@ -54,7 +54,7 @@ export async function chatUpstreamBody(input: ChatBodyInput): Promise<(workerId:
       body.extra_key = input.cacheSalt;
     }
     if (input.adapter !== null) body.lora_path = input.adapter;
-    return bodyOfChunks(generateBodyChunks(body, input.literals, input.promptPieces ?? null));
+    return bodyOfChunks(generateBodyParts(body, input.literals, input.promptPieces ?? null));
   };
   if (needsWorkerForwards(input.media)) return bodyFor;
   const shared = await bodyFor("");

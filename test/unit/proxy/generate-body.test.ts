@@ -8,7 +8,7 @@ import { beforeAll, describe, expect, it } from "vitest";
 import { DEFAULT_LIMITS } from "../../../src/api/limits.ts";
 import { parseChatBody } from "../../../src/edge/chat/parse.ts";
 import { TurnChainCache } from "../../../src/prompt/turn-chain.ts";
-import { bodyOfChunks, generateBodyChunks } from "../../../src/proxy/generate-body.ts";
+import { bodyOfChunks, generateBodyChunks, generateBodyParts } from "../../../src/proxy/generate-body.ts";
 import type { EscapeWork } from "../../../src/util/json-escape.ts";
 import { parseRecordingLiterals, type JsonLiteral } from "../../../src/util/json-scan.ts";
 import type { GenerateRequestBody } from "../../../src/proxy/sglang-wire.ts";
@@ -95,6 +95,44 @@ describe("generateBodyChunks", () => {
     }
     // The last turn escaped its new question and answer only (~1/6 of the prompt).
     expect(escapedShare).toBeLessThan(0.25);
+  });
+
+  it("with the chain's pieces as UTF-8 arrays, the fetch body carries the string chunks' bytes", async () => {
+    // Non-ASCII, astral pairs, JSON escapes, line separators; some conversations sent escaped as Python's ensure_ascii does.
+    const unit = fc.constantFrom("a", "é", "\n", '"', "\\", "\u2028", "😀", "中", "\u0001", "\t", "</s>", "<|im_end|>");
+    const content = fc.array(fc.tuple(unit, fc.integer({ min: 1, max: 700 })), { minLength: 1, maxLength: 5 }).map((runs) => runs.map(([u, n]) => u.repeat(n)).join(""));
+    await fc.assert(
+      fc.asyncProperty(fc.array(fc.tuple(content, content), { minLength: 2, maxLength: 4 }), fc.boolean(), async (turns, ensureAscii) => {
+        const chain = new TurnChainCache({ checkRate: 0 });
+        const profile = { family: "qwen3_vl", templateId: "qwen3vl-instruct" } as const;
+        const messages: Record<string, unknown>[] = [{ role: "system", content: "S — 😀" }];
+        let held = 0;
+        for (let k = 0; k < turns.length; k++) {
+          const [question, answer] = turns[k]!;
+          messages.push({ role: "user", content: question });
+          const json = JSON.stringify({ model: "m", messages });
+          const bodyText = ensureAscii ? json.replace(/[\u007f-\uffff]/g, (c) => `\\u${c.charCodeAt(0).toString(16).padStart(4, "0")}`) : json;
+          const prompt = chain.prepare(parseChatBody(bodyText, DEFAULT_LIMITS), bodyText, profile, { validated: true });
+          const b = body(prompt.text);
+          const parts = generateBodyParts(b, [], prompt.pieces ?? null);
+          const expected = Buffer.from(concat(generateBodyChunks(b, [], prompt.pieces ?? null)), "utf8");
+          expect(Buffer.from(await bodyOfChunks(parts).arrayBuffer()).equals(expected)).toBe(true);
+          // Each held piece with non-ASCII text goes as its bytes (one array), the rest as strings.
+          const arrays = parts.filter((p) => p instanceof Uint8Array).length;
+          const stable = prompt.pieces?.stable ?? [];
+          expect(arrays).toBeGreaterThanOrEqual(stable.filter((t) => /[^\x00-\x7f]/.test(t)).length);
+          expect(arrays).toBeLessThanOrEqual(stable.length);
+          if (prompt.pieces) {
+            held++;
+            // The first piece holds the system message's dash and emoji.
+            expect(parts[1]).toBeInstanceOf(Uint8Array);
+          }
+          messages.push({ role: "assistant", content: answer });
+        }
+        expect(held).toBe(turns.length - 1);
+      }),
+      { numRuns: 40, seed: 99 },
+    );
   });
 
   it("the fetch body carries the same UTF-8 bytes, as often as it is sent", async () => {
