@@ -1,7 +1,9 @@
 /**
  * Ordinary-text encoder shared by every model family: NFC → Qwen2 pre-tokenizer → byte-level BPE.
  * Added tokens are split off before this (tokenizer.ts); pieces come from piece-scanner.ts. Holds the
- * per-piece and per-segment caches.
+ * per-piece and per-segment caches, each per cache partition (src/edge/cache-salt.ts
+ * edgeCachePartition; "" the common one): a warm piece is about a microsecond faster, so thousands
+ * of shared ones would tell one tenant which rare words another has just sent.
  * Text holding a Unicode-skew code point takes the patched slow path (skew.ts).
  */
 import { bpe } from "./bpe.ts";
@@ -30,8 +32,10 @@ export interface EngineOptions {
 
 export interface EngineCacheStats {
   segments: SegmentCacheStats;
-  pieces: { entries: number; maxEntries: number; bytes: number; maxBytes: number };
+  pieces: { entries: number; maxEntries: number; bytes: number; maxBytes: number; partitions: number; memoPartitions: number };
 }
+
+type PieceMap = Map<string, Int32Array>;
 
 /**
  * The piece memo: a direct-mapped table (slot = the piece's FNV hash) of the last piece of up to
@@ -48,21 +52,47 @@ export const PIECE_MEMO_SLOTS = 65536;
 const HOT_SLOTS = PIECE_MEMO_SLOTS;
 const HOT_PIECE_BYTES = 24;
 const HOT_IDS = 4;
+/**
+ * A memo slot's meta word: its piece's byte length (bits 0-7), ids held (bits 8-15), the number of
+ * the partition that filled it (bits 16-30; 0 the common one). A hit needs all but the ids count
+ * equal, so a partition's memo hits are its own; the common partition compares what it did alone.
+ */
+const HOT_IDS_SHIFT = 8;
+const HOT_TAG_SHIFT = 16;
+const HOT_TAG_MASK = ~(0xff << HOT_IDS_SHIFT);
+/**
+ * Partitions numbered for the memo's tags; the next new one empties the memo and starts the
+ * numbering over (tags stay below 2^15; the table of ids stays small: ~200 kB at 43-char ids).
+ */
+export const MEMO_PARTITIONS = 1024;
 
 /** Longer pieces (rare: a long run of letters) are BPE'd every time rather than cached. */
 const MAX_CACHED_PIECE_CHARS = 128;
 const PIECE_OVERHEAD_BYTES = 120;
+/** A partition's Map in one generation, besides its id's characters. */
+const PARTITION_MAP_BYTES = 200;
 
 export class BpeEngine {
   readonly vocab: Vocab;
   private readonly scanner = new PieceScanner();
   private readonly segments: SegmentCache;
   // Two-generation piece cache: when `young` fills up it becomes `old` and the previous old is
-  // dropped, which approximates LRU without per-hit bookkeeping.
-  private young = new Map<string, Int32Array>();
-  private old = new Map<string, Int32Array>();
+  // dropped, which approximates LRU without per-hit bookkeeping. A generation holds one Map per
+  // partition; its entry and byte counts are of all of them (one budget for every tenant).
+  private young = new Map<string, PieceMap>();
+  private old = new Map<string, PieceMap>();
+  private youngEntries = 0;
+  private oldEntries = 0;
   private youngBytes = 0;
   private oldBytes = 0;
+  /** The current encode's partition, its Maps in each generation (undefined: none yet) and memo tag. */
+  private partition = "";
+  private youngPieces: PieceMap | undefined = undefined;
+  private oldPieces: PieceMap | undefined = undefined;
+  /** The current partition's memo tag << HOT_TAG_SHIFT. */
+  private hotTagBits = 0;
+  /** Partition → its memo tag (1…MEMO_PARTITIONS); the common partition is 0 and not listed. */
+  private readonly memoTags = new Map<string, number>();
   private readonly pieceCacheEntries: number;
   private readonly pieceCacheBytes: number;
   private buf = new Uint8Array(1024);
@@ -75,8 +105,8 @@ export class BpeEngine {
   /** Set by utf8() when a piece holds a skew code point. */
   private sawSkew = false;
   /**
-   * The piece memo, per slot: its piece's byte length (0: empty) | ids held << 8 (0: not one token,
-   * ids not held), the ids, the bytes.
+   * The piece memo, per slot: its meta word (HOT_TAG_SHIFT; length 0: empty; ids held 0: not one
+   * token, ids not held), the ids, the bytes.
    */
   private readonly hotMeta = new Int32Array(HOT_SLOTS);
   private readonly hotIds = new Int32Array(HOT_SLOTS * HOT_IDS);
@@ -101,12 +131,13 @@ export class BpeEngine {
       return;
     }
     const start = out.length;
-    this.encodeUncached(segment, out);
+    this.encodeUncached(segment, out, partition);
     this.segments.set(segment, out.ids.slice(start, out.length), sourceChars, partition);
   }
 
-  /** Encodes without consulting or filling the segment cache (benchmarks, tests). */
-  encodeUncached(segment: string, out: IdBuffer): void {
+  /** Encodes without consulting or filling the segment cache; the piece caches of `partition` only. */
+  encodeUncached(segment: string, out: IdBuffer, partition: string): void {
+    if (partition !== this.partition) this.usePartition(partition);
     if (!MAY_NEED_NFC.test(segment)) {
       this.encodeFast(segment, out);
       return;
@@ -121,7 +152,10 @@ export class BpeEngine {
     this.encodeSkewed(segment, out);
   }
 
-  /** The slow path: the reference's NFC; the same exact `\p{L}`/`\p{N}` split as the fast path. */
+  /**
+   * The slow path (called by encodeUncached, in its partition): the reference's NFC; the same exact
+   * `\p{L}`/`\p{N}` split as the fast path.
+   */
   encodeSkewed(segment: string, out: IdBuffer): void {
     const text = referenceNfc(segment);
     for (let i = 0; i < text.length; ) {
@@ -160,7 +194,7 @@ export class BpeEngine {
       const hash = hashBytes(this.buf, 0, n);
       slot = hash & (HOT_SLOTS - 1);
       if (this.hotHolds(slot, n)) {
-        const count = this.hotMeta[slot]! >>> 8;
+        const count = (this.hotMeta[slot]! >>> HOT_IDS_SHIFT) & 0xff;
         for (let k = 0, at = slot * HOT_IDS; k < count; k++) out.push(this.hotIds[at + k]!);
         if (count > 0) return;
         whole = NO_TOKEN;
@@ -178,36 +212,78 @@ export class BpeEngine {
     // Longer pieces are never cached, and not looked up either: V8 copies a string into its string
     // table to use it as a Map key.
     const cacheable = piece.length <= MAX_CACHED_PIECE_CHARS;
-    let ids = cacheable ? this.young.get(piece) : undefined;
+    let ids = cacheable ? this.youngPieces?.get(piece) : undefined;
     if (ids === undefined) {
-      if (cacheable) ids = this.old.get(piece);
+      if (cacheable) ids = this.oldPieces?.get(piece);
       if (ids === undefined) {
         const tmp = this.scratch;
         tmp.length = 0;
         bpe(v, this.byteSymbols(n), n, tmp);
         ids = tmp.ids.slice(0, tmp.length);
       }
-      if (cacheable) {
-        this.young.set(piece, ids);
-        this.youngBytes += 2 * piece.length + ids.byteLength + PIECE_OVERHEAD_BYTES;
-        if (this.young.size >= this.pieceCacheEntries || 2 * this.youngBytes >= this.pieceCacheBytes) {
-          this.old = this.young;
-          this.oldBytes = this.youngBytes;
-          this.young = new Map();
-          this.youngBytes = 0;
-        }
-      }
+      if (cacheable) this.keepPiece(piece, ids);
     }
     if (slot >= 0 && ids.length <= HOT_IDS) {
       this.hotIds.set(ids, slot * HOT_IDS);
-      this.hotMeta[slot] = n | (ids.length << 8);
+      this.hotMeta[slot] = n | (ids.length << HOT_IDS_SHIFT) | this.hotTagBits;
     }
     out.pushAll(ids);
   }
 
-  /** Whether memo slot `slot` holds the piece this.buf[0, n). */
+  /**
+   * Puts a piece's ids in the young generation of the current partition, turning the generations
+   * first when they would not fit: each stays within half the byte budget and the entry bound.
+   */
+  private keepPiece(piece: string, ids: Int32Array): void {
+    const bytes = 2 * piece.length + ids.byteLength + PIECE_OVERHEAD_BYTES;
+    const mapBytes = PARTITION_MAP_BYTES + 2 * this.partition.length;
+    if (this.youngEntries >= this.pieceCacheEntries || 2 * (this.youngBytes + bytes + mapBytes) > this.pieceCacheBytes) {
+      this.old = this.young;
+      this.oldEntries = this.youngEntries;
+      this.oldBytes = this.youngBytes;
+      this.oldPieces = this.youngPieces;
+      this.young = new Map();
+      this.youngEntries = 0;
+      this.youngBytes = 0;
+      this.youngPieces = undefined;
+    }
+    let pieces = this.youngPieces;
+    if (pieces === undefined) {
+      this.young.set(this.partition, (pieces = this.youngPieces = new Map()));
+      this.youngBytes += mapBytes;
+    }
+    pieces.set(piece, ids);
+    this.youngEntries++;
+    this.youngBytes += bytes;
+  }
+
+  /**
+   * Makes `partition` the one whose piece Maps and memo slots the next encode reads and fills. A
+   * partition past the numbering's bound empties the memo and starts the numbering over, so no
+   * slot of an earlier holder of a tag is read under it.
+   */
+  private usePartition(partition: string): void {
+    this.partition = partition;
+    this.youngPieces = this.young.get(partition);
+    this.oldPieces = this.old.get(partition);
+    if (partition === "") {
+      this.hotTagBits = 0;
+      return;
+    }
+    let tag = this.memoTags.get(partition);
+    if (tag === undefined) {
+      if (this.memoTags.size >= MEMO_PARTITIONS) {
+        this.memoTags.clear();
+        this.hotMeta.fill(0);
+      }
+      this.memoTags.set(partition, (tag = this.memoTags.size + 1));
+    }
+    this.hotTagBits = tag << HOT_TAG_SHIFT;
+  }
+
+  /** Whether memo slot `slot` holds the piece this.buf[0, n) of the current partition. */
   private hotHolds(slot: number, n: number): boolean {
-    if ((this.hotMeta[slot]! & 0xff) !== n) return false;
+    if ((this.hotMeta[slot]! & HOT_TAG_MASK) !== (n | this.hotTagBits)) return false;
     const hot = this.hotBytes;
     const buf = this.buf;
     const at = slot * HOT_PIECE_BYTES;
@@ -222,7 +298,7 @@ export class BpeEngine {
     const at = slot * HOT_PIECE_BYTES;
     for (let i = 0; i < n; i++) hot[at + i] = buf[i]!;
     this.hotIds[slot * HOT_IDS] = whole;
-    this.hotMeta[slot] = n | ((whole === NO_TOKEN ? 0 : 1) << 8);
+    this.hotMeta[slot] = n | ((whole === NO_TOKEN ? 0 : 1) << HOT_IDS_SHIFT) | this.hotTagBits;
   }
 
   /** this.syms, with room for the symbols of an n-byte piece (at most one per byte). */
@@ -327,7 +403,14 @@ export class BpeEngine {
   cacheStats(): EngineCacheStats {
     return {
       segments: this.segments.stats(),
-      pieces: { entries: this.young.size + this.old.size, maxEntries: 2 * this.pieceCacheEntries, bytes: this.youngBytes + this.oldBytes, maxBytes: this.pieceCacheBytes },
+      pieces: {
+        entries: this.youngEntries + this.oldEntries,
+        maxEntries: 2 * this.pieceCacheEntries,
+        bytes: this.youngBytes + this.oldBytes,
+        maxBytes: this.pieceCacheBytes,
+        partitions: new Set([...this.young.keys(), ...this.old.keys()]).size,
+        memoPartitions: this.memoTags.size,
+      },
     };
   }
 
@@ -335,7 +418,12 @@ export class BpeEngine {
     this.segments.clear();
     this.young = new Map();
     this.old = new Map();
+    this.youngEntries = this.oldEntries = 0;
     this.youngBytes = this.oldBytes = 0;
+    this.youngPieces = this.oldPieces = undefined;
+    this.partition = "";
+    this.hotTagBits = 0;
+    this.memoTags.clear();
     this.hotMeta.fill(0);
   }
 }

@@ -3,7 +3,7 @@
  * edgeCachePartition): the turn chain, the prompt-prefix cache and the tokenizer's segment cache
  * serve an entry only to a lookup of the partition that stored it, so the time a warm entry saves
  * never tells one tenant what another sent. Within a partition (and in the common one, "") they hit
- * as they always did. The BPE piece cache stays shared: a piece is at most a word.
+ * as they always did. The BPE piece caches are per partition too (tokenizer-piece-partitions.test.ts).
  */
 import { beforeAll, describe, expect, it } from "vitest";
 import { localBlockHashes } from "../../../src/blocks/block-hash.ts";
