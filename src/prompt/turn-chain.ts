@@ -849,7 +849,7 @@ export class TurnChainCache {
         this.standIns.clear();
         this.standInChars = 0;
       }
-      this.standIns.set(memoKey, head);
+      this.standIns.set(ownString(memoKey), head);
       this.standInChars += memoKey.length + head.length;
     }
     const withTail = this.render(id, { messages: [standIn, ...messages], tools, kwargs });
@@ -914,7 +914,9 @@ export class TurnChainCache {
     const spans = ownSpans(ctx.body, ctx.layout, parent ? parent.messages : 0, cut);
     const bytes = nodeBytes({ raw: rawWidth * raw.length, text: textWidth * text.length, textWidth, scope: parent ? null : ctx.scope, escapedOwnChars: escaped.ownChars, escapedChunks: escaped.chunks.length, parsed: shared?.shared ?? null, parts: ownMedia.length + ownDropped.length, dataUrls: tally?.dataUrls.length ?? 0, spans: spans?.length ?? 0 });
     if (!this.held.admits(bytes)) return null;
-    const node: Node = { parent, key, scope: ctx.scope, raw, rawEnd, text, messages: cut, provisional, media: ownMedia, dropped: ownDropped, images: counts.image, videos: counts.video, escaped: escaped.chunks, wide: rawWidth === 2 || textWidth === 2, utf8: null, parsed, tally, spans, hint: null, holders: 0, bytes };
+    // A child shares its root's scope (the lookup found them equal; nodeBytes counts it at the root).
+    // A root keeps its own copy: the request's scope is a rope of slices that would keep the body.
+    const node: Node = { parent, key, scope: parent ? parent.scope : ownString(ctx.scope), raw, rawEnd, text, messages: cut, provisional, media: ownMedia, dropped: ownDropped, images: counts.image, videos: counts.video, escaped: escaped.chunks, wide: rawWidth === 2 || textWidth === 2, utf8: null, parsed, tally, spans, hint: null, holders: 0, bytes };
     this.insert(node);
     return { node, after: tail, from: cut };
   }
@@ -946,7 +948,7 @@ export class TurnChainCache {
     const tally = parsed ? validated!.tally : null;
     const bytes = nodeBytes({ raw: rawWidth * raw.length, text: textWidth * text.length, textWidth, scope: prefix.scope, escapedOwnChars: escaped.ownChars, escapedChunks: escaped.chunks.length, parsed: shared?.shared ?? null, parts: prefix.media.length + prefix.dropped.length, dataUrls: tally?.dataUrls.length ?? 0, spans: 0 });
     if (!this.held.admits(bytes)) return false;
-    this.insert({ parent: null, key, scope: prefix.scope, raw, rawEnd, text, messages: prefix.messages, provisional: false, media: prefix.media, dropped: prefix.dropped, images: prefix.images, videos: prefix.videos, escaped: escaped.chunks, wide: rawWidth === 2 || textWidth === 2, utf8: null, parsed, tally, spans: null, hint: null, holders: 0, bytes });
+    this.insert({ parent: null, key, scope: ownString(prefix.scope), raw, rawEnd, text, messages: prefix.messages, provisional: false, media: prefix.media, dropped: prefix.dropped, images: prefix.images, videos: prefix.videos, escaped: escaped.chunks, wide: rawWidth === 2 || textWidth === 2, utf8: null, parsed, tally, spans: null, hint: null, holders: 0, bytes });
     return true;
   }
 
@@ -1066,11 +1068,15 @@ export class TurnChainCache {
     // Its own copy: the slices would keep the text they were cut from.
     const partition = partitionOf(node.scope);
     const key = ownString(hintKey(partition, raw, 0, firstEnd));
-    // nodeBytes counts the key's windows; its partition id on top.
+    // nodeBytes counts the key's windows; its partition id on top, while it is listed.
     if (partition.length > 0) this.held.grow(node, 2 * partition.length);
     const hints = this.hints.get(key);
     if (hints) {
-      if (hints.length >= HINTS_PER_KEY) hints.shift()!.hint = null;
+      if (hints.length >= HINTS_PER_KEY) {
+        const displaced = hints.shift()!;
+        displaced.hint = null;
+        if (partition.length > 0) this.held.grow(displaced, -2 * partition.length);
+      }
       hints.push(node);
     } else this.hints.set(key, [node]);
     node.hint = key;

@@ -109,6 +109,34 @@ describe("turn chain partitions", () => {
     // The root's scope (counted once per conversation) and each listed hint's key hold the id.
     expect(bytesAfter(ALICE) - bytesAfter("")).toBeGreaterThanOrEqual(2 * 2 * ALICE.length);
   });
+
+  it("a layout hint displaced from its key gives its id's bytes back", () => {
+    // Eight conversations under one hint key (the same first 128 characters of the messages and
+    // after the first message), each its own root, several turns each: many hints listed, at most
+    // four kept per key.
+    const shared = `Support desk: ${words(1, 40)}`;
+    const start = (seed: number): Msg[] => [
+      { role: "system", content: `${shared} ${seed} ${words(seed, 20)}` },
+      { role: "user", content: `${words(2, 40)} ${words(seed, 20)}` },
+    ];
+    const grow = (seed: number, turns: number): Msg[] => {
+      const out = start(seed);
+      for (let t = 1; t < turns; t++) out.push({ role: "assistant", content: words(seed + t * 13, 60) }, { role: "user", content: words(seed + t * 17, 30) });
+      return out;
+    };
+    const bytesAfter = (partition: string) => {
+      const chain = new TurnChainCache({ checkRate: 0 });
+      for (let seed = 10; seed < 18; seed++) for (let turns = 2; turns <= 5; turns++) turn(chain, bodyOf(grow(seed, turns)), partition);
+      return chain.stats();
+    };
+    const alice = bytesAfter(ALICE);
+    const common = bytesAfter("");
+    expect(alice.stores).toBe(common.stores);
+    expect(alice.stores).toBeGreaterThan(20);
+    // Eight roots' scopes and at most four listed hints hold the id.
+    expect(alice.bytes - common.bytes).toBeLessThanOrEqual(2 * ALICE.length * (8 + 4));
+    expect(alice.bytes - common.bytes).toBeGreaterThanOrEqual(2 * ALICE.length * (8 + 1));
+  });
 });
 
 describe("prompt-prefix cache partitions", () => {

@@ -148,3 +148,45 @@ describe("turn chain bytes", () => {
     expect(chain.stats().hits).toBe(5);
   });
 });
+
+describe("turn chain bytes: the scope", () => {
+  /** Tools of about `chars` characters of JSON: functions with long descriptions. */
+  function tools(chars: number) {
+    const out: unknown[] = [];
+    for (let i = 0; JSON.stringify(out).length < chars; i++) {
+      out.push({ type: "function", function: { name: `tool_${i}`, description: prose(900 + i, 600, true), parameters: { type: "object", properties: { path: { type: "string", description: prose(950 + i, 200, true) } }, required: ["path"] } } });
+    }
+    return out;
+  }
+
+  it("a tools-heavy conversation holds its tools' text once, not once per stored turn nor with a request body", () => {
+    const config = parseEdgeConfig({ KVEDGE_ACCESS: "public", KVEDGE_TURN_CHECK_RATE: "0" });
+    const model = config.models[0]!;
+    const chain = new TurnChainCache({ checkRate: 0, maxBytes: 1 << 30 });
+    const before = heap();
+    const toolList = tools(20_000);
+    let bodies = 0;
+    for (let seed = 1; seed <= 3; seed++) {
+      const messages: { role: string; content: string }[] = [{ role: "system", content: "You are an agent." }];
+      for (let turn = 0; turn < 24; turn++) {
+        if (turn > 0) messages.push({ role: "assistant", content: prose(seed * 1000 + turn, 300, true) });
+        messages.push({ role: "user", content: prose(seed * 1000 + 500 + turn, 200, true) });
+        // Each request is its own string, as a body read from the network is.
+        const body = JSON.stringify({ model: model.id, tools: toolList, messages });
+        bodies += body.length;
+        const parsed = parseChatTurn(body, config, {}, chain);
+        chain.prepare(parsed.req, body, { family: model.family, templateId: model.templateId }, { found: parsed.turn, validated: true });
+      }
+    }
+    expect(chain.stats().stores).toBeGreaterThan(60);
+    const held = heap();
+    const estimate = chain.stats().bytes;
+    chain.clear();
+    const freed = held - heap();
+    expect(held).toBeGreaterThan(before);
+    // Every stored turn keeping its request's scope (20 kB of tools, 40 kB two-byte) or its whole
+    // body would hold several MB beyond the estimate; the bodies sent total:
+    expect(bodies).toBeGreaterThan(1_500_000);
+    expect(freed, `freed ${freed} B, estimate ${estimate} B`).toBeLessThan(estimate * 1.1 + 64 * 1024);
+  });
+});
