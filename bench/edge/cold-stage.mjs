@@ -41,7 +41,7 @@ export async function coldStageFigures({ tokens, n, fresh }) {
     lap("parse");
     const prompt = preparePrompt(req, PROFILE);
     lap("render");
-    const enc = prefix.encode(tok, prompt.text, 16);
+    const enc = prefix.encode(tok, prompt.text, 16, "");
     lap("tokensAndHashes");
     namespacedLocalHashes(enc.localHashes, tag);
     lap("namespace");

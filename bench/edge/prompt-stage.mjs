@@ -67,7 +67,7 @@ export async function promptStageFigures({ sizes, turns, fresh }) {
       const escapeWork = { escapedChars: 0 };
       const { req, turn } = timed("parseChain", i, () => parseChatTurn(bodyText, CONFIG, { sizeChecked: true, literals, work: parseWork }, chain));
       const prompt = timed("renderChain", i, () => chain.prepare(req, bodyText, PROFILE, { found: turn, validated: true }));
-      tokens = timed("tokensAndHashes", i, () => prefix.encode(tok, promptTextOf(prompt), 16)).length;
+      tokens = timed("tokensAndHashes", i, () => prefix.encode(tok, promptTextOf(prompt), 16, "")).length;
       const generate = generateOf(req, prompt.text);
       const chunks = timed("bodyChain", i, () => generateBodyChunks(generate, literals, prompt.pieces ?? null, escapeWork));
       // The /generate body holds the prompt: equal bodies are equal prompts and sampling.

@@ -11,7 +11,7 @@ export default {
     const { fixtureContract } = await import("../../test/fixtures/models/load.ts");
     const { getQwenTokenizer } = await import("../../src/prompt/tokenizer/index.ts");
     const tok = getQwenTokenizer("qwen3_vl");
-    const encode = (t) => tok.encode(t);
+    const encode = (t) => tok.encode(t, "");
     const text = (n) => Array.from({ length: n }, (_, i) => 1000 + (i % 5000));
     const video4k = { totalFrames: 36000, avgFps: 60, height: 2160, width: 3840 }; // 10 min @ 60 fps → 768 frames
     const ms = ctx.tiny ? 50 : ctx.quick ? 400 : 1500;

@@ -51,7 +51,7 @@ export default {
     const { VOCAB_B64 } = await import("../../src/generated/tokenizer/qwen-vocab.js");
     let t = performance.now();
     const tok = getQwenTokenizer("qwen3_vl");
-    tok.encode("warm up");
+    tok.encode("warm up", "");
     const kvInitMs = performance.now() - t;
     const noSeg = new BpeEngine(decodeVocab(VOCAB_B64), { segmentCacheChars: 0, pieceCacheEntries: 50_000 });
     t = performance.now();
@@ -67,7 +67,7 @@ export default {
     const mismatches = [];
     for (const c of cases) {
       const exp = c.expected;
-      const a = tok.encode(c.inputs.text);
+      const a = tok.encode(c.inputs.text, "");
       const b = (await rust.encode(c.inputs.text, null, { addSpecialTokens: false })).getIds();
       const same = (x) => x.length === exp.length && x.every((v, i) => v === exp[i]);
       if (same(a)) kvExact++;
@@ -75,11 +75,11 @@ export default {
       if (same(b)) rustExact++;
     }
 
-    const kvEncode = (s) => tok.encode(s);
+    const kvEncode = (s) => tok.encode(s, "");
     const noSegIds = new IdBuffer();
     const kvNoSeg = (s) => {
       noSegIds.length = 0;
-      noSeg.encodeSegment(s, noSegIds);
+      noSeg.encodeSegment(s, noSegIds, "");
       return noSegIds.toArray();
     };
     const rustEncode = async (s) => (await rust.encode(s, null, { addSpecialTokens: false })).getIds();

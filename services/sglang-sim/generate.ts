@@ -166,7 +166,7 @@ export async function prepareGenerate(body: GenerateBody, ctx: GenerateContext):
   } else if (typeof body.text === "string") {
     let ids: number[];
     try {
-      ids = ctx.tokenizer.encode(body.text);
+      ids = ctx.tokenizer.encode(body.text, "");
     } catch (err) {
       throw new SglangValueError(`Tokenization failed: ${(err as Error).message}`);
     }
@@ -205,7 +205,7 @@ export async function prepareGenerate(body: GenerateBody, ctx: GenerateContext):
     prompt,
     sampling,
     stream: body.stream === true,
-    script: answer === null ? null : ctx.tokenizer.encode(answer),
+    script: answer === null ? null : ctx.tokenizer.encode(answer, ""),
     logprobs: body.return_logprob === true ? { topN: Math.max(0, body.top_logprobs_num ?? 0), withText: body.return_text_in_logprobs === true } : null,
     requireReasoning: body.require_reasoning === true,
     routedDpRank,
@@ -221,7 +221,7 @@ export interface MetaInfoOptions {
 
 let alternativeIds: number[] | null = null;
 function alternatives(tokenizer: QwenTokenizer): number[] {
-  return (alternativeIds ??= [" the", " a", " of", " to", " and", " is", " it", " in"].map((w) => tokenizer.encode(w)[0]!));
+  return (alternativeIds ??= [" the", " a", " of", " to", " and", " is", " it", " in"].map((w) => tokenizer.encode(w, "")[0]!));
 }
 
 /** `meta_info` in SGLang's key order; e2e_latency only when final, the sent-ts only on the first output. */

@@ -119,7 +119,7 @@ export function createMediaExpander(deps: MediaExpanderDeps): MediaExpander {
   const encoderOf = (t: QwenTokenizer): EncodeText => {
     let e = encoders.get(t);
     if (!e) {
-      e = (s: string) => t.encode(s);
+      e = (s: string) => t.encode(s, "");
       encoders.set(t, e);
     }
     return e;
@@ -137,7 +137,7 @@ export function createMediaExpander(deps: MediaExpanderDeps): MediaExpander {
     const encode = encoderOf(tokenizer);
     let template: number[];
     try {
-      template = tokenizer.encode(body.text);
+      template = tokenizer.encode(body.text, "");
     } catch (err) {
       throw new SglangValueError(`Tokenization failed: ${(err as Error).message}`);
     }

@@ -27,11 +27,11 @@ export interface OutputVocabulary {
 export function buildOutputVocabulary(tok: QwenTokenizer): OutputVocabulary {
   const wordIds: number[] = [];
   for (const w of WORDS) {
-    const ids = tok.encode(` ${w}`);
+    const ids = tok.encode(` ${w}`, "");
     if (ids.length === 1) wordIds.push(ids[0]!);
   }
   if (wordIds.length === 0) throw new Error("tokenizer yields no single-token words");
-  const period = tok.encode(".");
+  const period = tok.encode(".", "");
   return {
     wordIds,
     periodId: period.length === 1 ? period[0]! : null,

@@ -38,8 +38,8 @@ import { textAt } from "../util/text-at.ts";
 export interface PrefixTokenizer {
   readonly family: string;
   readonly addedTokens: readonly { content: string }[];
-  /** `sourceChars`: the length of the unsliced string text was sliced from; `partition`: the segment cache's (QwenTokenizer.encode). */
-  encode(text: string, sourceChars?: number, partition?: string): number[];
+  /** `partition`: the tokenizer caches' (QwenTokenizer.encode); `sourceChars`: the length of the unsliced string text was sliced from. */
+  encode(text: string, partition: string, sourceChars?: number): number[];
 }
 
 export const SPLIT_TOKEN = "<|im_start|>";
@@ -330,14 +330,14 @@ export class PrefixCache {
    * tokenizer.encode(text) and its local block hashes, reusing the longest cached prefix of
    * `partition` (whose entries this request may use and adds to; "" the common one). Requires initHashing().
    */
-  encode(tokenizer: PrefixTokenizer, whole: string | PieceText, blockSize: number, partition = ""): EncodedPrompt {
+  encode(tokenizer: PrefixTokenizer, whole: string | PieceText, blockSize: number, partition: string): EncodedPrompt {
     if (!Number.isInteger(blockSize) || blockSize <= 0) throw new RangeError(`bad block size ${blockSize}`);
     // In pieces (the turn chain's): a hit reads the last part and compares piece by piece, never joining the prompt.
     const text = typeof whole === "string" ? PieceText.of(whole) : whole;
     const info = this.tokenizerInfo(tokenizer);
     if (!info.safe) {
       this.bypassed++;
-      const tokens = tokenizer.encode(text.toString(), undefined, partition);
+      const tokens = tokenizer.encode(text.toString(), partition);
       return encoded(this.counters, [tokens], tokens.length, [localBlockHashes(tokens, blockSize)], 0);
     }
     const scope = scopeOf(partition, info, blockSize);
@@ -365,8 +365,8 @@ export class PrefixCache {
     }
     const from = hit ? hit.end : 0;
     // Two encodes, split at the last split point, so the stored prefix's token count is known.
-    const mid = last > from ? tokenizer.encode(text.slice(from, last), text.length, partition) : EMPTY;
-    const tail = tokenizer.encode(from === 0 && last === 0 ? text.toString() : text.slice(Math.max(from, last), text.length), text.length, partition);
+    const mid = last > from ? tokenizer.encode(text.slice(from, last), partition, text.length) : EMPTY;
+    const tail = tokenizer.encode(from === 0 && last === 0 ? text.toString() : text.slice(Math.max(from, last), text.length), partition, text.length);
     const reused = hit ? hit.count : 0;
     const length = reused + mid.length + tail.length;
 
@@ -405,7 +405,7 @@ export class PrefixCache {
     const seededRoot = chain[0]?.seeded ? chain[0] : null;
     const reencode = seededRoot
       ? (): number[] => {
-          const ids = tokenizer.encode(text.toString(), undefined, partition);
+          const ids = tokenizer.encode(text.toString(), partition);
           this.fillSeeded(seededRoot, ids);
           return ids;
         }
@@ -419,7 +419,7 @@ export class PrefixCache {
    * prefix must end at a split point, as every stored prefix does; used only by a request whose text
    * starts with it (compared, as any entry) in `partition` (the seeding caller's). Requires initHashing().
    */
-  seed(tokenizer: PrefixTokenizer, blockSize: number, prefix: SeedPrefix, partition = ""): void {
+  seed(tokenizer: PrefixTokenizer, blockSize: number, prefix: SeedPrefix, partition: string): void {
     const info = this.tokenizerInfo(tokenizer);
     const end = prefix.text.length;
     if (!info.safe || end === 0) return;

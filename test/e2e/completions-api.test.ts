@@ -28,7 +28,7 @@ describe("openai SDK: the Completions API", () => {
     expect(first.data.id).toMatch(/^cmpl-[0-9a-f]{32}$/);
     expect(first.data.choices).toEqual([{ index: 0, text: "The keeper slept.", logprobs: null, finish_reason: "stop" }]);
     // The raw prompt, not a chat rendering of it: exactly its own tokens.
-    expect(first.data.usage!.prompt_tokens).toBe(getQwenTokenizer("qwen3_vl").encode(prompt).length);
+    expect(first.data.usage!.prompt_tokens).toBe(getQwenTokenizer("qwen3_vl").encode(prompt, "").length);
     const again = await client.completions.create({ model: fleet.model, prompt, max_tokens: 50 }).withResponse();
     expect(again.response.headers.get("x-kvedge-worker")).toBe(first.response.headers.get("x-kvedge-worker"));
     const u = again.data.usage as OpenAI.CompletionUsage & { prompt_tokens_details: { cached_tokens: number } };
@@ -67,7 +67,7 @@ describe("openai SDK: the Completions API", () => {
       [2, "beta"],
       [3, "beta"],
     ]);
-    const ids = getQwenTokenizer("qwen3_vl").encode(LONG);
+    const ids = getQwenTokenizer("qwen3_vl").encode(LONG, "");
     const t = await client.completions.create({ model: fleet.model, prompt: ids, max_tokens: 4 });
     expect(t.usage!.prompt_tokens).toBe(ids.length);
     const batch = await client.completions.create({ model: fleet.model, prompt: [ids, ids.slice(0, 20)], max_tokens: 4 });

@@ -54,11 +54,14 @@ export interface MediaLayoutInput {
   itemTag: NamespaceTag;
 }
 
-/** One encode function per tokenizer: the layout's memo of text pieces is kept per function (layout.ts memoEncode). */
+/**
+ * One encode function per tokenizer: the layout's memo of text pieces is kept per function (layout.ts
+ * memoEncode). Its texts are the pool's media contract's (timestamps), no client's: the common partition.
+ */
 const encoders = new WeakMap<QwenTokenizer, EncodeText>();
 function encoderOf(tokenizer: QwenTokenizer): EncodeText {
   let encode = encoders.get(tokenizer);
-  if (!encode) encoders.set(tokenizer, (encode = (t) => tokenizer.encode(t)));
+  if (!encode) encoders.set(tokenizer, (encode = (t) => tokenizer.encode(t, "")));
   return encode;
 }
 

@@ -59,7 +59,7 @@ export async function handleCompletions(request: Request, deps: ChatDeps): Promi
   const encoded = prompts.map((prompt, i) => {
     const param = prompts.length > 1 ? `prompt[${i}]` : "prompt";
     if ("text" in prompt && prompt.text.length > limits.maxPromptChars) throw new InvalidRequestError(`The prompt is ${prompt.text.length} characters, more than this endpoint accepts (${limits.maxPromptChars}).`, param, "context_length_exceeded");
-    const ids = "ids" in prompt ? prompt.ids : tokenizer.encode(prompt.text, prompt.text.length, partition);
+    const ids = "ids" in prompt ? prompt.ids : tokenizer.encode(prompt.text, partition, prompt.text.length);
     if (ids.length === 0) throw new InvalidRequestError("The prompt is empty.", param);
     checkFit(ids.length, req.max_tokens, model, param);
     return ids;

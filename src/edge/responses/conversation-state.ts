@@ -140,7 +140,7 @@ function splitIdOf(family: ModelConfig["family"]): number | null {
   let id = splitIds.get(family);
   if (id === undefined) {
     const tok = getQwenTokenizer(family);
-    const ids = tok.encode(SPLIT_TOKEN);
+    const ids = tok.encode(SPLIT_TOKEN, "");
     id = splitIsSafe(tok.addedTokens, SPLIT_TOKEN) && ids.length === 1 ? ids[0]! : null;
     splitIds.set(family, id);
   }
@@ -183,7 +183,7 @@ export function nextPiece(parent: ConversationState | null, stable: StablePrefix
   if (stable.media.length === 0 && before !== null && before.blockSize === model.blockSize) {
     const splitId = prompt ? splitIdOf(model.family) : null;
     const read = prompt && splitId !== null ? splitSpanIds(prompt.idPieces, before.count, text, splitId) : null;
-    const ids = read ?? getQwenTokenizer(model.family).encode(text, undefined, partition);
+    const ids = read ?? getQwenTokenizer(model.family).encode(text, partition);
     const run = before.tailIds.length + ids.length;
     const full = Math.floor(run / model.blockSize) * model.blockSize;
     const joined = before.tailIds.concat(ids);
@@ -253,7 +253,7 @@ export interface HydrateOptions {
 
 /** True when the stored tokens are the tokenizer's own for the stored text (the sampled check). */
 function tokensHold(text: string, tokens: NonNullable<ConversationState["tokens"]>, model: ModelConfig, partition: string): boolean {
-  const ids = getQwenTokenizer(model.family).encode(text, undefined, partition);
+  const ids = getQwenTokenizer(model.family).encode(text, partition);
   const full = tokens.hashes.length * tokens.blockSize;
   if (ids.length !== tokens.count || ids.length - full !== tokens.tailIds.length || tokens.tailIds.some((t, i) => ids[full + i] !== t)) return false;
   const hashes = localBlockHashesOfParts([ids], tokens.blockSize);

@@ -123,7 +123,7 @@ export class BpeEngine {
    * Appends the ids of one segment (text containing no added token; sliced from a string of
    * sourceChars) to out; the segment cache is read and filled in `partition` only (segment-cache.ts).
    */
-  encodeSegment(segment: string, out: IdBuffer, sourceChars = Number.POSITIVE_INFINITY, partition = ""): void {
+  encodeSegment(segment: string, out: IdBuffer, partition: string, sourceChars = Number.POSITIVE_INFINITY): void {
     if (segment.length === 0) return;
     const cached = this.segments.get(segment, partition);
     if (cached !== undefined) {
@@ -132,7 +132,7 @@ export class BpeEngine {
     }
     const start = out.length;
     this.encodeUncached(segment, out, partition);
-    this.segments.set(segment, out.ids.slice(start, out.length), sourceChars, partition);
+    this.segments.set(segment, out.ids.slice(start, out.length), partition, sourceChars);
   }
 
   /** Encodes without consulting or filling the segment cache; the piece caches of `partition` only. */

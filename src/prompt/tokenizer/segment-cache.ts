@@ -34,7 +34,7 @@ const SAMPLE_CHARS = 64;
 const MAX_BUCKET = 4;
 
 /** `partition`: the entry's partition id (its characters are counted as if each entry held its own copy). */
-export function segmentEntryBytes(segment: string, ids: Int32Array, partition = ""): number {
+export function segmentEntryBytes(segment: string, ids: Int32Array, partition: string): number {
   return 2 * segment.length + ids.byteLength + 2 * partition.length + ENTRY_OVERHEAD_BYTES;
 }
 
@@ -87,7 +87,7 @@ export class SegmentCache {
     this.maxSegmentChars = Math.max(1, Math.floor(maxChars / 4));
   }
 
-  get(segment: string, partition = ""): Int32Array | undefined {
+  get(segment: string, partition: string): Int32Array | undefined {
     const key = keyOf(segment, partition);
     const bucket = this.map.get(key);
     const entry = bucket?.find((e) => e.partition === partition && e.text === segment);
@@ -108,7 +108,7 @@ export class SegmentCache {
    * copied (ownString): copying a 130 kB prompt costs ~1 ms here, mostly first touches of fresh pages.
    * `partition`: whose entry it is (get finds it only under the same partition).
    */
-  set(segment: string, ids: Int32Array, sourceChars = Number.POSITIVE_INFINITY, partition = ""): void {
+  set(segment: string, ids: Int32Array, partition: string, sourceChars = Number.POSITIVE_INFINITY): void {
     if (segment.length > this.maxSegmentChars) return;
     const key = keyOf(segment, partition);
     let bucket = this.map.get(key);

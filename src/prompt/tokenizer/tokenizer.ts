@@ -30,14 +30,15 @@ export interface QwenTokenizer {
   readonly family: ModelFamily;
   /**
    * Token ids of text; added tokens written in the text are matched (HF add_special_tokens=false).
+   * `partition`: whose entries of the segment and piece caches may serve it (src/edge/cache-salt.ts
+   * edgeCachePartition; "" the common one, for text no client sent): a segment is a message's text,
+   * so its hit must not cross tenants. Required, so that no caller falls into the common one.
    * `sourceChars`: the length of the string that text is (or was sliced from), when the caller
    * knows it is not itself a slice of something longer: the segment cache then keeps a segment that
-   * is most of it instead of copying it. Unknown (the default): always copied. `partition`: whose
-   * entries of the segment cache may serve it (src/edge/cache-salt.ts edgeCachePartition; "" the
-   * common one): a segment is a message's text, so its hit must not cross tenants.
+   * is most of it instead of copying it. Unknown (the default): always copied.
    */
-  encode(text: string, sourceChars?: number, partition?: string): number[];
-  /** Token ids of text with no added-token matching: `<|im_start|>` becomes ordinary tokens. */
+  encode(text: string, partition: string, sourceChars?: number): number[];
+  /** Token ids of text with no added-token matching: `<|im_start|>` becomes ordinary tokens (common partition: no client text). */
   encodeOrdinary(text: string): number[];
   /** UTF-8 text of ids (invalid byte runs become U+FFFD, unknown ids are skipped, as HF does). */
   decode(ids: ArrayLike<number>): string;
@@ -114,7 +115,7 @@ export class QwenTokenizerImpl implements QwenTokenizer {
   }
 
   private readonly idBuf = new IdBuffer();
-  encode(text: string, sourceChars = Number.POSITIVE_INFINITY, partition = ""): number[] {
+  encode(text: string, partition: string, sourceChars = Number.POSITIVE_INFINITY): number[] {
     assertWellFormed(text);
     const out = this.idBuf;
     out.length = 0;
@@ -122,11 +123,11 @@ export class QwenTokenizerImpl implements QwenTokenizer {
     re.lastIndex = 0;
     let end = 0;
     for (let m = re.exec(text); m !== null; m = re.exec(text)) {
-      if (m.index > end) this.engine.encodeSegment(text.slice(end, m.index), out, sourceChars, partition);
+      if (m.index > end) this.engine.encodeSegment(text.slice(end, m.index), out, partition, sourceChars);
       out.push(this.idOfAdded.get(m[0])!);
       end = re.lastIndex;
     }
-    this.engine.encodeSegment(end === 0 ? text : text.slice(end), out, sourceChars, partition);
+    this.engine.encodeSegment(end === 0 ? text : text.slice(end), out, partition, sourceChars);
     return out.toArray();
   }
 
@@ -134,7 +135,7 @@ export class QwenTokenizerImpl implements QwenTokenizer {
     assertWellFormed(text);
     const out = this.idBuf;
     out.length = 0;
-    this.engine.encodeSegment(text, out);
+    this.engine.encodeSegment(text, out, "");
     return out.toArray();
   }
 

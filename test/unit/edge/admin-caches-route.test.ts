@@ -52,8 +52,8 @@ describe("GET /admin/edge-caches", () => {
     const tok = getQwenTokenizer("qwen3_vl");
     // A chat prompt, then its next turn: the cache keys prefixes at <|im_start|>, so the second finds the first's.
     const first = `<|im_start|>user\nedge-caches route ${"a conversation that comes back ".repeat(40)}<|im_end|>\n<|im_start|>assistant\n`;
-    sharedPrefixCache().encode(tok, first, 16);
-    sharedPrefixCache().encode(tok, `${first}An answer.<|im_end|>\n<|im_start|>user\nAnd again?<|im_end|>\n<|im_start|>assistant\n`, 16);
+    sharedPrefixCache().encode(tok, first, 16, "");
+    sharedPrefixCache().encode(tok, `${first}An answer.<|im_end|>\n<|im_start|>user\nAnd again?<|im_end|>\n<|im_start|>assistant\n`, 16, "");
     const after = await edgeCaches();
     expect(after.promptPrefix.misses - before.promptPrefix.misses).toBe(1);
     expect(after.promptPrefix.hits - before.promptPrefix.hits).toBe(1);

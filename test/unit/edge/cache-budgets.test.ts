@@ -93,7 +93,7 @@ describe("edge cache byte budgets", () => {
     let copiedPieces = 0;
     for (let seed = 1; seed <= seeds; seed++) {
       for (let turns = 1; turns <= 4; turns++) {
-        const enc = cache.encode(tokenizer, conversation(seed, turns, words), 16);
+        const enc = cache.encode(tokenizer, conversation(seed, turns, words), 16, "");
         routedHashes(seed % 2 ? tenant : common, enc);
         copiedPieces += enc.hashPieces.slice(0, -1).filter((p) => p.length > 0).length;
       }
@@ -107,7 +107,7 @@ describe("edge cache byte budgets", () => {
     expect(peak).toBeGreaterThan(maxBytes * 0.9);
     // What V8 keeps alive for the cache is within the budget (plus 25 % for what the estimate misses).
     expect(retained, `retained ${retained} B for an estimate of ${s.bytes} B`).toBeLessThan(maxBytes * 1.25);
-    expect(cache.encode(tokenizer, conversation(seeds, 4, words), 16).reusedTokens).toBeGreaterThan(0); // still a cache
+    expect(cache.encode(tokenizer, conversation(seeds, 4, words), 16, "").reusedTokens).toBeGreaterThan(0); // still a cache
   });
 
   it("the turn chain never holds more than its byte budget, and the estimate covers V8's real retention", () => {
@@ -143,7 +143,7 @@ describe("edge cache byte budgets", () => {
     const c = new SegmentCache(1e9, 256 * 1024);
     for (let i = 0; i < 20_000; i++) {
       const seg = text(i, 20);
-      c.set(seg, new Int32Array(seg.length >> 2));
+      c.set(seg, new Int32Array(seg.length >> 2), "");
       expect(c.stats().bytes).toBeLessThanOrEqual(256 * 1024);
     }
     expect(c.stats().entries).toBeLessThan(20_000);
@@ -159,11 +159,11 @@ describe("edge cache byte budgets", () => {
       // Two-byte strings (the "—"), as the estimate assumes.
       const prompt = `—${text(i, 6000)}`;
       const seg = prompt.slice(1000, 3000);
-      c.set(seg, new Int32Array(500));
-      expect(c.get(seg)).toBeDefined();
+      c.set(seg, new Int32Array(500), "");
+      expect(c.get(seg, "")).toBeDefined();
       // A segment that is most of its (named) source is kept as the slice it is: no copy, and little held beyond it.
       const other = `—${text(i + 100_000, 6000)}`;
-      c.set(other.slice(100), new Int32Array(500), other.length);
+      c.set(other.slice(100), new Int32Array(500), "", other.length);
     }
     gc();
     const retained = process.memoryUsage().heapUsed - before;
@@ -176,16 +176,16 @@ describe("edge cache byte budgets", () => {
   it("the token-segment cache finds a segment whatever string object carries it, and never confuses two with one fingerprint", () => {
     const c = new SegmentCache(1e9);
     const long = text(7, 2000);
-    c.set(long.slice(0), Int32Array.of(1));
-    expect(c.get(`${long.slice(0, 500)}${long.slice(500)}`)).toEqual(Int32Array.of(1));
+    c.set(long.slice(0), Int32Array.of(1), "");
+    expect(c.get(`${long.slice(0, 500)}${long.slice(500)}`, "")).toEqual(Int32Array.of(1));
     // Same length, head, tail and sampled characters: one fingerprint, two texts, two entries.
     const i = 1000;
     const other = long.slice(0, i) + (long[i] === "x" ? "y" : "x") + long.slice(i + 1);
     expect(fingerprint(other)).toBe(fingerprint(long));
-    expect(c.get(other)).toBeUndefined();
-    c.set(other, Int32Array.of(2));
-    expect(c.get(other)).toEqual(Int32Array.of(2));
-    expect(c.get(long)).toEqual(Int32Array.of(1));
+    expect(c.get(other, "")).toBeUndefined();
+    c.set(other, Int32Array.of(2), "");
+    expect(c.get(other, "")).toEqual(Int32Array.of(2));
+    expect(c.get(long, "")).toEqual(Int32Array.of(1));
   });
 
   it("the BPE piece cache stays within its byte budget; very long pieces are not cached", () => {
@@ -194,7 +194,7 @@ describe("edge cache byte budgets", () => {
     const rare = (i: number) => Array.from({ length: 12 }, (_, k) => String.fromCharCode(97 + ((i * 7 + k * 13) % 26))).join("");
     for (let i = 0; i < 6_000; i++) {
       out.length = 0;
-      engine.encodeSegment(`${rare(i)} ${rare(i + 1)}zq ${i % 50 === 0 ? "x".repeat(300) : ""}`, out);
+      engine.encodeSegment(`${rare(i)} ${rare(i + 1)}zq ${i % 50 === 0 ? "x".repeat(300) : ""}`, out, "");
       const p = engine.cacheStats().pieces;
       expect(p.bytes).toBeLessThanOrEqual(p.maxBytes);
     }

@@ -28,10 +28,10 @@ describe("namespaced hashes from the prefix cache's pieces", () => {
     let multiPiece = 0;
     for (let turn = 0; turn < 8; turn++) {
       text += `<|im_start|>user\n${"question ".repeat(40)}${turn}<|im_end|>\n<|im_start|>assistant\n`;
-      const enc = cache.encode(tok, text, 16);
+      const enc = cache.encode(tok, text, 16, "");
       expect(enc.hashPieces.flat()).toEqual(enc.localHashes);
       if (enc.hashPieces.length > 1) multiPiece++;
-      const plain = localBlockHashes(tok.encode(text), 16);
+      const plain = localBlockHashes(tok.encode(text, ""), 16);
       for (const salt of ["tenant-a", "tenant-b", "tenant-a"]) {
         const n = ns(salt);
         expect(namespacedHashes(n, enc)).toEqual(namespacedLocalHashes(plain, n.tag!));
@@ -65,7 +65,7 @@ describe("namespaced hashes from the prefix cache's pieces", () => {
       if (salted.plan.hashPieces!.length > 1) warm++;
       const routed = namespacedHashes(tenant, salted.plan);
       expect(sharedPrefixCache().stats().joinedHashes - joined, `turn ${turn + 1}: hashes joined`).toBe(0);
-      const plain = localBlockHashes(tok.encode(promptTextOf(salted.prompt).toString()), model.blockSize);
+      const plain = localBlockHashes(tok.encode(promptTextOf(salted.prompt).toString(), ""), model.blockSize);
       expect(routed).toEqual(namespacedLocalHashes(plain, tenant.tag!));
       const unsalted = await prepareRouting(req, deps);
       const routedPlain = routedHashes({ cacheSalt: null, tag: null }, unsalted.plan);

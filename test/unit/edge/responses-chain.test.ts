@@ -108,10 +108,10 @@ function converse(model: ModelConfig, opts: { withImage: boolean; checkRate: num
     const renderedBefore = turnChain.renderedChars;
     const prompt = turnChain.prepare(chatReq, body, profile, { found, validated: true });
     const rendered = turnChain.renderedChars - renderedBefore;
-    const encoded = prefixCache.encode(tok, prompt.text, model.blockSize);
+    const encoded = prefixCache.encode(tok, prompt.text, model.blockSize, "");
 
     const full = opts.compare === false ? prompt : preparePrompt(chatReq, profile);
-    const ids = opts.compare === false ? encoded.tokens() : tok.encode(full.text);
+    const ids = opts.compare === false ? encoded.tokens() : tok.encode(full.text, "");
     expect(prompt.text, `turn ${i}`).toBe(full.text);
     expect(prompt.mediaParts).toEqual(full.mediaParts);
     expect(prompt.droppedParts).toEqual(full.droppedParts);

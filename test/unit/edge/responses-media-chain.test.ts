@@ -83,7 +83,7 @@ async function fullPath(body: string, tag: NamespaceTag): Promise<{ text: string
   const cohort = cohortEligibility([{ [SGLANG_CONTRACT_KEY]: fixtureContract("qwen3_vl") }]);
   if (!cohort.ok) throw new Error(cohort.reason);
   const items = mediaItems(media, cohort.digest).items.map((it) => (it.hash === null ? it : { ...it, hash: namespacedItemHash(it.hash, tag) }));
-  const view = buildRoutingView(cohort.contract, tokenizer.encode(prompt.text), items, (t) => tokenizer.encode(t));
+  const view = buildRoutingView(cohort.contract, tokenizer.encode(prompt.text, ""), items, (t) => tokenizer.encode(t, ""));
   if (!view.ok) throw new Error(view.reason);
   return { text: prompt.text, routed: Array.from(view.tokens), hashes: localBlockHashes(view.tokens, 16), mmHashes: view.mmHashes };
 }

@@ -17,7 +17,7 @@ beforeAll(() => initHashing());
 
 const tok = getQwenTokenizer("qwen3_vl");
 const ids = QWEN_VISION_TOKEN_IDS;
-const encode = (t: string): number[] => tok.encode(t);
+const encode = (t: string): number[] => tok.encode(t, "");
 const BLOCK = 16;
 
 const image = (pads: number, padValue: number): ExpandItem => ({
@@ -35,12 +35,12 @@ const IMAGE = "<|vision_start|><|image_pad|><|vision_end|>";
 const VIDEO = "<|vision_start|><|video_pad|><|vision_end|>";
 
 function whole(text: string, items: readonly ExpandItem[]): { length: number; hashes: bigint[] } | string {
-  const ex = expandPrompt(tok.encode(text), items, ids, encode);
+  const ex = expandPrompt(tok.encode(text, ""), items, ids, encode);
   return ex.ok ? { length: ex.tokens.length, hashes: localBlockHashes(ex.tokens, BLOCK) } : ex.detail;
 }
 
 function input(prefix: PrefixCache, text: string, items: readonly ExpandItem[], scope = "ns-a"): { view: ViewInput; newTemplate: number } {
-  const r = prefix.encode(tok, text, BLOCK);
+  const r = prefix.encode(tok, text, BLOCK, "");
   return { view: { pieces: r.idPieces!, items, ids, encode, blockSize: BLOCK, scope, maxTokens: MAX_ROUTING_TOKENS }, newTemplate: r.length - r.reusedTokens };
 }
 
@@ -197,7 +197,7 @@ describe("media view cache: only the new template tokens and blocks", () => {
 
   it("a triplet across two pieces is expanded from the pieces joined (exact, nothing kept)", () => {
     const views = new ViewHashCache();
-    const all = tok.encode(`<|im_start|>user\nlook ${IMAGE} here<|im_end|>\n<|im_start|>assistant\n`);
+    const all = tok.encode(`<|im_start|>user\nlook ${IMAGE} here<|im_end|>\n<|im_start|>assistant\n`, "");
     const at = all.indexOf(ids.imagePad);
     const items = [image(40, 9)];
     const got = views.hashes({ pieces: [all.slice(0, at), all.slice(at)], items, ids, encode, blockSize: BLOCK, scope: "s", maxTokens: MAX_ROUTING_TOKENS });

@@ -144,7 +144,7 @@ async function fullPath(body: string, tag: NamespaceTag): Promise<{ text: string
   const req = parseChatBody(body, limitsOf(config));
   const prompt = preparePrompt(req, profile);
   const tokenizer = getQwenTokenizer("qwen3_vl");
-  const tokens = tokenizer.encode(prompt.text);
+  const tokens = tokenizer.encode(prompt.text, "");
   const key = importMediaUrlKey(KEY);
   const media = await verifyMedia(
     prompt.mediaParts.map((p) => ({ kind: p.kind, url: p.url, param: "x" })),
@@ -154,7 +154,7 @@ async function fullPath(body: string, tag: NamespaceTag): Promise<{ text: string
   const cohort = cohortEligibility([{ [SGLANG_CONTRACT_KEY]: fixtureContract("qwen3_vl") }]);
   if (!cohort.ok) throw new Error(cohort.reason);
   const items = mediaItems(media, cohort.digest).items.map((it) => (it.hash === null ? it : { ...it, hash: namespacedItemHash(it.hash, tag) }));
-  const view = buildRoutingView(cohort.contract, tokens, items, (t) => tokenizer.encode(t));
+  const view = buildRoutingView(cohort.contract, tokens, items, (t) => tokenizer.encode(t, ""));
   if (!view.ok) throw new Error(view.reason);
   return { text: prompt.text, routed: Array.from(view.tokens), hashes: localBlockHashes(view.tokens, 16), mmHashes: view.mmHashes };
 }

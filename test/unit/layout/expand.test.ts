@@ -18,7 +18,7 @@ import { getQwenTokenizer } from "../../../src/prompt/tokenizer/index.ts";
 import { fixtureContract } from "../../fixtures/models/load.ts";
 
 const tok = getQwenTokenizer("qwen3_vl");
-const encode = (t: string): number[] => tok.encode(t);
+const encode = (t: string): number[] => tok.encode(t, "");
 let qwen3: WorkerContract;
 
 beforeAll(() => {

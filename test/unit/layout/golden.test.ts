@@ -258,7 +258,7 @@ beforeAll(async () => {
   try {
     const mod = await import("../../../src/prompt/tokenizer/index.ts");
     const tok = mod.getQwenTokenizer("qwen3_vl");
-    encodeQwen3 = (t) => tok.encode(t);
+    encodeQwen3 = (t) => tok.encode(t, "");
   } catch (e) {
     tokenizerLoadError = e;
   }

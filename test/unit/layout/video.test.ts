@@ -24,7 +24,7 @@ import {
 import { getQwenTokenizer } from "../../../src/prompt/tokenizer/index.ts";
 import { fixtureContract } from "../../fixtures/models/load.ts";
 
-const encode = (t: string): number[] => getQwenTokenizer("qwen3_vl").encode(t);
+const encode = (t: string): number[] => getQwenTokenizer("qwen3_vl").encode(t, "");
 let qwen3: WorkerContract;
 let qwen25: WorkerContract;
 

@@ -148,20 +148,20 @@ describe("prompt-prefix cache partitions", () => {
     cache.encode(tok, prompt(3), 16, ALICE);
     const bob = cache.encode(tok, prompt(4), 16, BOB);
     expect(bob.reusedTokens).toBe(0);
-    expect(bob.tokens()).toEqual(tok.encode(prompt(4)));
-    expect(bob.localHashes).toEqual(localBlockHashes(tok.encode(prompt(4)), 16));
+    expect(bob.tokens()).toEqual(tok.encode(prompt(4), ""));
+    expect(bob.localHashes).toEqual(localBlockHashes(tok.encode(prompt(4), ""), 16));
     expect(cache.encode(tok, prompt(4), 16, ALICE).reusedTokens).toBeGreaterThan(0);
     expect(cache.encode(tok, prompt(4), 16, "").reusedTokens).toBe(0);
     const shared = new PrefixCache();
-    shared.encode(tok, prompt(3), 16);
-    expect(shared.encode(tok, prompt(4), 16).reusedTokens).toBeGreaterThan(0);
+    shared.encode(tok, prompt(3), 16, "");
+    expect(shared.encode(tok, prompt(4), 16, "").reusedTokens).toBeGreaterThan(0);
   });
 
   it("a seed is used only in its partition", () => {
     const text = prompt(3);
     const cut = text.lastIndexOf("<|im_start|>");
     const held = text.slice(0, cut);
-    const ids = tok.encode(held);
+    const ids = tok.encode(held, "");
     const blocks = Math.floor(ids.length / 16);
     const cache = new PrefixCache();
     cache.seed(tok, 16, { text: held, count: ids.length, hashes: localBlockHashes(ids, 16), tailIds: ids.slice(blocks * 16) }, ALICE);
@@ -183,31 +183,31 @@ describe("tokenizer segment cache partitions", () => {
   it("a segment is served only to its partition; the common one is shared", () => {
     const cache = new SegmentCache(1_000_000);
     const ids = Int32Array.of(1, 2, 3);
-    cache.set("the vault passphrase is amber-falcon", ids, Infinity, ALICE);
+    cache.set("the vault passphrase is amber-falcon", ids, ALICE);
     expect(cache.get("the vault passphrase is amber-falcon", BOB)).toBeUndefined();
-    expect(cache.get("the vault passphrase is amber-falcon")).toBeUndefined();
+    expect(cache.get("the vault passphrase is amber-falcon", "")).toBeUndefined();
     expect(cache.get("the vault passphrase is amber-falcon", ALICE)).toBe(ids);
-    cache.set("a shared system prompt", ids);
-    expect(cache.get("a shared system prompt")).toBe(ids);
+    cache.set("a shared system prompt", ids, "");
+    expect(cache.get("a shared system prompt", "")).toBe(ids);
     expect(cache.get("a shared system prompt", ALICE)).toBeUndefined();
     // Each partition's entry is its own, and counts its id.
-    cache.set("a shared system prompt", ids, Infinity, BOB);
+    cache.set("a shared system prompt", ids, BOB);
     expect(cache.stats().entries).toBe(3);
-    expect(cache.stats().bytes).toBe(segmentEntryBytes("the vault passphrase is amber-falcon", ids, ALICE) + segmentEntryBytes("a shared system prompt", ids) + segmentEntryBytes("a shared system prompt", ids, BOB));
-    expect(segmentEntryBytes("s", ids, ALICE) - segmentEntryBytes("s", ids)).toBe(2 * ALICE.length);
+    expect(cache.stats().bytes).toBe(segmentEntryBytes("the vault passphrase is amber-falcon", ids, ALICE) + segmentEntryBytes("a shared system prompt", ids, "") + segmentEntryBytes("a shared system prompt", ids, BOB));
+    expect(segmentEntryBytes("s", ids, ALICE) - segmentEntryBytes("s", ids, "")).toBe(2 * ALICE.length);
   });
 
   it("the tokenizer reads and fills the segment cache in the caller's partition", () => {
     const tok = getQwenTokenizer("qwen3_vl");
     const text = `Internal note ${Date.now()}: the vault passphrase is violet-otter-5150, never reveal it.`;
     const hits = () => tokenizerCacheStats().segments.hits;
-    const expected = tok.encode(text, undefined, ALICE);
+    const expected = tok.encode(text, ALICE);
     let before = hits();
-    expect(tok.encode(text, undefined, BOB)).toEqual(expected);
-    expect(tok.encode(text)).toEqual(expected);
+    expect(tok.encode(text, BOB)).toEqual(expected);
+    expect(tok.encode(text, "")).toEqual(expected);
     expect(hits()).toBe(before);
     before = hits();
-    expect(tok.encode(text, undefined, ALICE)).toEqual(expected);
+    expect(tok.encode(text, ALICE)).toEqual(expected);
     expect(hits()).toBe(before + 1);
   });
 });

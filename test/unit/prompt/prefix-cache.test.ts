@@ -19,8 +19,8 @@ const PROFILES: { family: ModelFamily; templateId: TemplateId }[] = [
 
 /** The cached result must be exactly the uncached computation: ids, count and every block hash. */
 function checkExact(cache: PrefixCache, tok: PrefixTokenizer, text: string, blockSize: number): number {
-  const r = cache.encode(tok, text, blockSize);
-  const ids = tok.encode(text);
+  const r = cache.encode(tok, text, blockSize, "");
+  const ids = tok.encode(text, "");
   expect(r.length).toBe(ids.length);
   expect(r.idPieces!.flat()).toEqual(ids);
   expect(r.tokens()).toEqual(ids);
@@ -78,7 +78,7 @@ describe("prefix cache: exactness", () => {
           // Regenerate: the same request again reuses everything up to its generation prompt.
           const text = render(messages);
           const again = checkExact(cache, tok, text, conv.blockSize);
-          expect(again).toBe(tok.encode(text.slice(0, text.lastIndexOf(SPLIT_TOKEN))).length);
+          expect(again).toBe(tok.encode(text.slice(0, text.lastIndexOf(SPLIT_TOKEN)), "").length);
           previous = messages;
           history.push({ role: "user", content: turn.user }, ...turn.reply);
         }
@@ -124,7 +124,7 @@ describe("prefix cache: exactness", () => {
       let t = "";
       for (let k = 0; k < 6; k++) t += fuzzString(rand, 10) + (rand() < 0.6 ? SPLIT_TOKEN : "");
       for (let p = t.indexOf(SPLIT_TOKEN); p >= 0; p = t.indexOf(SPLIT_TOKEN, p + 1)) {
-        expect([...tok.encode(t.slice(0, p)), ...tok.encode(t.slice(p))]).toEqual(tok.encode(t));
+        expect([...tok.encode(t.slice(0, p), ""), ...tok.encode(t.slice(p), "")]).toEqual(tok.encode(t, ""));
       }
     }
   });
@@ -134,14 +134,14 @@ describe("prefix cache: exactness", () => {
     const cache = new PrefixCache();
     const a = "<|im_start|>user\nhello there<|im_end|>\n<|im_start|>assistant\n";
     const b = a + "hi<|im_end|>\n<|im_start|>user\nmore<|im_end|>\n<|im_start|>assistant\n";
-    const first = cache.encode(tok, a, 4);
+    const first = cache.encode(tok, a, 4, "");
     first.tokens().fill(0);
     first.localHashes.fill(0n);
     checkExact(cache, tok, b, 4);
-    const r = cache.encode(tok, b, 4);
+    const r = cache.encode(tok, b, 4, "");
     const ids = r.tokens();
     ids.fill(7);
-    expect(cache.encode(tok, b, 4).tokens()).toEqual(tok.encode(b));
+    expect(cache.encode(tok, b, 4, "").tokens()).toEqual(tok.encode(b, ""));
     expect(cache.stats().hits).toBe(3);
   });
 
@@ -152,39 +152,39 @@ describe("prefix cache: exactness", () => {
     let before: readonly (readonly number[])[] = [];
     for (let turn = 0; turn < 5; turn++) {
       text += `<|im_start|>user\nPicture ${turn}: <|vision_start|><|image_pad|><|vision_end|>what is it?<|im_end|>\n<|im_start|>assistant\n`;
-      const r = cache.encode(tok, text, 16);
+      const r = cache.encode(tok, text, 16, "");
       const pieces = r.idPieces!;
-      expect(pieces.flat()).toEqual(tok.encode(text));
+      expect(pieces.flat()).toEqual(tok.encode(text, ""));
       // The previous turn's pieces up to its generation prompt, then its own new piece: the same objects.
       for (let i = 0; i < before.length - 1; i++) expect(pieces[i]).toBe(before[i]);
       before = pieces;
       text += `It is picture ${turn}.<|im_end|>\n`;
     }
     expect(cache.stats().copiedTokens).toBe(0);
-    cache.encode(tok, text, 16).tokens();
-    expect(cache.stats().copiedTokens).toBe(tok.encode(text).length);
+    cache.encode(tok, text, 16, "").tokens();
+    expect(cache.stats().copiedTokens).toBe(tok.encode(text, "").length);
   });
 
   it("a seeded prefix has no id pieces until its ids are encoded once; then the conversation's turns have them", () => {
     const tok = getQwenTokenizer("qwen3_vl");
     const cache = new PrefixCache();
     const seedText = "<|im_start|>user\nA long history, stored elsewhere.<|im_end|>\n<|im_start|>assistant\nNoted.<|im_end|>\n";
-    const ids = tok.encode(seedText);
+    const ids = tok.encode(seedText, "");
     const blocks = Math.floor(ids.length / 4);
-    cache.seed(tok, 4, { text: seedText, count: ids.length, hashes: localBlockHashes(ids, 4), tailIds: ids.slice(blocks * 4) });
+    cache.seed(tok, 4, { text: seedText, count: ids.length, hashes: localBlockHashes(ids, 4), tailIds: ids.slice(blocks * 4) }, "");
     const t1 = seedText + "<|im_start|>user\nnext<|im_end|>\n<|im_start|>assistant\n";
-    const first = cache.encode(tok, t1, 4);
+    const first = cache.encode(tok, t1, 4, "");
     expect(first.reusedTokens).toBe(ids.length);
     expect(first.idPieces).toBeNull();
     const tokensBefore = cache.stats().tokens;
-    expect(first.tokens()).toEqual(tok.encode(t1));
+    expect(first.tokens()).toEqual(tok.encode(t1, ""));
     // Its full ids are counted from now on.
     expect(cache.stats().tokens).toBe(tokensBefore + blocks * 4);
     const t2 = t1 + "ok<|im_end|>\n<|im_start|>user\nand more<|im_end|>\n<|im_start|>assistant\n";
-    const second = cache.encode(tok, t2, 4);
+    const second = cache.encode(tok, t2, 4, "");
     expect(second.reusedTokens).toBeGreaterThan(ids.length);
-    expect(second.idPieces!.flat()).toEqual(tok.encode(t2));
-    expect(second.localHashes).toEqual(localBlockHashes(tok.encode(t2), 4));
+    expect(second.idPieces!.flat()).toEqual(tok.encode(t2, ""));
+    expect(second.localHashes).toEqual(localBlockHashes(tok.encode(t2, ""), 4));
   });
 
   it("seeding a prefix held as a chain of pieces adds nothing; one with the same key but another middle is added", () => {
@@ -195,22 +195,22 @@ describe("prefix cache: exactness", () => {
     // Three turns: the held prefix is a chain of three pieces.
     for (const word of ["one", "two", "three"]) {
       text += `<|im_start|>user\n${word}${pad}<|im_end|>\n`;
-      cache.encode(tok, `${text}<|im_start|>assistant\n`, 4);
+      cache.encode(tok, `${text}<|im_start|>assistant\n`, 4, "");
       text += `<|im_start|>assistant\nok<|im_end|>\n`;
     }
     const held = text.slice(0, text.lastIndexOf("<|im_start|>assistant"));
     const seedOf = (t: string) => {
-      const ids = tok.encode(t);
+      const ids = tok.encode(t, "");
       const blocks = Math.floor(ids.length / 4);
       return { text: t, count: ids.length, hashes: localBlockHashes(ids, 4), tailIds: ids.slice(blocks * 4) };
     };
     const stores = cache.stats().stores;
-    cache.seed(tok, 4, seedOf(held));
+    cache.seed(tok, 4, seedOf(held), "");
     expect(cache.stats().stores).toBe(stores);
     // Same length, head and tail (the key), another middle piece: not held, so added.
     const other = held.replace("user\ntwo", "user\nTWO");
     expect(other.length).toBe(held.length);
-    cache.seed(tok, 4, seedOf(other));
+    cache.seed(tok, 4, seedOf(other), "");
     expect(cache.stats().stores).toBe(stores + 1);
   });
 
@@ -220,13 +220,13 @@ describe("prefix cache: exactness", () => {
     const a = "<|im_start|>system\nsys<|im_end|>\n";
     const b = "<|im_start|>user\nquote <|im_start|> inside<|im_end|>\n<|im_start|>assistant\nok<|im_end|>\n";
     const text = `${a}${b}<|im_start|>user\nnext<|im_end|>\n<|im_start|>assistant\n`;
-    cache.encode(tok, text, 4);
-    const pieces = cache.encode(tok, text, 4).idPieces!;
+    cache.encode(tok, text, 4, "");
+    const pieces = cache.encode(tok, text, 4, "").idPieces!;
     expect(pieces.length).toBeGreaterThan(1);
-    const split = tok.encode(SPLIT_TOKEN)[0]!;
-    const from = tok.encode(a).length;
-    expect(splitSpanIds(pieces, from, b, split)).toEqual(tok.encode(b));
-    expect(splitSpanIds(pieces, 0, a, split)).toEqual(tok.encode(a));
+    const split = tok.encode(SPLIT_TOKEN, "")[0]!;
+    const from = tok.encode(a, "").length;
+    expect(splitSpanIds(pieces, from, b, split)).toEqual(tok.encode(b, ""));
+    expect(splitSpanIds(pieces, 0, a, split)).toEqual(tok.encode(a, ""));
     expect(splitSpanIds(pieces, from, "", split)).toEqual([]);
     // Not starting at a split token, a start off by one, a span with no split token after it.
     expect(splitSpanIds(pieces, from, b.slice(1), split)).toBeNull();
@@ -239,10 +239,10 @@ describe("prefix cache: exactness", () => {
     const cache = new PrefixCache();
     const good = "<|im_start|>user\nok<|im_end|>\n<|im_start|>assistant\n";
     checkExact(cache, tok, good, 16);
-    expect(() => cache.encode(tok, "<|im_start|>user\n\ud800<|im_end|>\n<|im_start|>assistant\n", 16)).toThrow(InvalidRequestError);
+    expect(() => cache.encode(tok, "<|im_start|>user\n\ud800<|im_end|>\n<|im_start|>assistant\n", 16, "")).toThrow(InvalidRequestError);
     const hitThenBad = good.slice(0, good.lastIndexOf(SPLIT_TOKEN)) + "<|im_start|>user\n\udc00x<|im_end|>\n<|im_start|>assistant\n";
-    expect(() => cache.encode(tok, hitThenBad, 16)).toThrow(InvalidRequestError);
-    expect(() => tok.encode(hitThenBad)).toThrow(InvalidRequestError);
+    expect(() => cache.encode(tok, hitThenBad, 16, "")).toThrow(InvalidRequestError);
+    expect(() => tok.encode(hitThenBad, "")).toThrow(InvalidRequestError);
   });
 });
 
@@ -265,7 +265,7 @@ describe("prefix cache: bounds and scoping", () => {
     const a = conversation("alpha", 200);
     const b = conversation("beta", 200);
     const c = conversation("gamma", 200);
-    const size = (x: { prefix: string }) => tok.encode(x.prefix).length;
+    const size = (x: { prefix: string }) => tok.encode(x.prefix, "").length;
     expect(size(a) + size(b) + size(c)).toBeGreaterThan(1000);
     expect(size(a) + size(c)).toBeLessThanOrEqual(1000);
     checkExact(cache, tok, a.text, 16);
@@ -290,14 +290,14 @@ describe("prefix cache: bounds and scoping", () => {
     expect(new Set(prefixes.map((x) => x.length)).size).toBe(1);
     const next = (x: string) => x + "<|im_start|>assistant\nok<|im_end|>\n<|im_start|>user\nand?<|im_end|>\n<|im_start|>assistant\n";
     for (const x of prefixes.slice(0, 4)) checkExact(cache, tok, x + "<|im_start|>assistant\n", 16);
-    for (const x of prefixes.slice(0, 4)) expect(checkExact(cache, tok, next(x), 16)).toBe(tok.encode(x).length);
+    for (const x of prefixes.slice(0, 4)) expect(checkExact(cache, tok, next(x), 16)).toBe(tok.encode(x, "").length);
     // An unseen prefix with the same key misses (and stays exact).
     expect(checkExact(cache, tok, next(prefixes[4]!), 16)).toBe(0);
     // A bucket keeps 4 prefixes: a fifth with the same key drops the oldest of them.
     checkExact(cache, tok, prefixes[5]! + "<|im_start|>assistant\n", 16);
     const other = (x: string) => x + "<|im_start|>user\nsomething else<|im_end|>\n<|im_start|>assistant\n";
     expect(checkExact(cache, tok, other(prefixes[0]!), 16)).toBe(0);
-    for (const i of [1, 3, 5]) expect(checkExact(cache, tok, other(prefixes[i]!), 16)).toBe(tok.encode(prefixes[i]!).length);
+    for (const i of [1, 3, 5]) expect(checkExact(cache, tok, other(prefixes[i]!), 16)).toBe(tok.encode(prefixes[i]!, "").length);
   });
 
   it("branches share their common prefix: it is counted once, so branching off one history does not evict another", () => {
@@ -305,7 +305,7 @@ describe("prefix cache: bounds and scoping", () => {
     const cache = new PrefixCache({ maxTokens: 3000 });
     const a = conversation("first", 200);
     const b = conversation("second", 200);
-    const size = (x: { prefix: string }) => tok.encode(x.prefix).length;
+    const size = (x: { prefix: string }) => tok.encode(x.prefix, "").length;
     checkExact(cache, tok, a.text, 16);
     checkExact(cache, tok, b.text, 16);
     expect(cache.stats().tokens).toBe(size(a) + size(b));
@@ -313,14 +313,14 @@ describe("prefix cache: bounds and scoping", () => {
     for (let i = 0; i < 40; i++) {
       const t = `${a.prefix}<|im_start|>assistant\nanswer ${i}<|im_end|>\n<|im_start|>user\nquestion ${i}?<|im_end|>\n<|im_start|>assistant\n`;
       expect(checkExact(cache, tok, t, 16)).toBe(size(a));
-      pieces += tok.encode(t.slice(a.prefix.length, t.lastIndexOf(SPLIT_TOKEN))).length;
+      pieces += tok.encode(t.slice(a.prefix.length, t.lastIndexOf(SPLIT_TOKEN)), "").length;
     }
     // 40 × the whole prefix would be ~17k tokens; each branch holds only its own turn.
     expect(cache.stats()).toMatchObject({ tokens: size(a) + size(b) + pieces, entries: 42, evictions: 0 });
     expect(checkExact(cache, tok, b.next, 16)).toBe(size(b));
     // A branch's next turn reuses the branch (root piece + its own).
     const t5 = `${a.prefix}<|im_start|>assistant\nanswer 5<|im_end|>\n<|im_start|>user\nquestion 5?<|im_end|>\n`;
-    expect(checkExact(cache, tok, `${t5}<|im_start|>assistant\nsure<|im_end|>\n<|im_start|>assistant\n`, 16)).toBe(tok.encode(t5).length);
+    expect(checkExact(cache, tok, `${t5}<|im_start|>assistant\nsure<|im_end|>\n<|im_start|>assistant\n`, 16)).toBe(tok.encode(t5, "").length);
     // Dropping everything brings the count back to zero (each piece uncounted exactly once).
     const small = new PrefixCache({ maxTokens: size(a) + 100, maxEntryTokens: size(a) + 100 });
     checkExact(small, tok, a.text, 16);
@@ -352,7 +352,7 @@ describe("prefix cache: bounds and scoping", () => {
     const q2 = getQwenTokenizer("qwen2_vl");
     const q3 = getQwenTokenizer("qwen3_vl");
     const prefix = "<|im_start|>user\nwhy <think>so</think> <tool_response><|im_end|>\n";
-    expect(q2.encode(prefix)).not.toEqual(q3.encode(prefix));
+    expect(q2.encode(prefix, "")).not.toEqual(q3.encode(prefix, ""));
     checkExact(cache, q2, prefix + "<|im_start|>assistant\n", 16);
     expect(checkExact(cache, q3, prefix + "<|im_start|>assistant\nx<|im_end|>\n<|im_start|>assistant\n", 16)).toBe(0);
     expect(checkExact(cache, q2, prefix + "<|im_start|>assistant\ny<|im_end|>\n<|im_start|>assistant\n", 16)).toBeGreaterThan(0);

@@ -16,13 +16,13 @@ describe("reference prompts (transformers apply_chat_template)", () => {
   it("Qwen3-VL-Instruct: video + text", () => {
     const text = renderChatPrompt("qwen3_vl", "qwen3vl-instruct", { messages: VIDEO_THEN_TEXT });
     expect(text).toBe(Q3_VIDEO);
-    expect(getQwenTokenizer("qwen3_vl").encode(text)).toEqual([151644, 872, 198, 151652, 151656, 151653, 74785, 151645, 198, 151644, 77091, 198]);
+    expect(getQwenTokenizer("qwen3_vl").encode(text, "")).toEqual([151644, 872, 198, 151652, 151656, 151653, 74785, 151645, 198, 151644, 77091, 198]);
   });
 
   it("Qwen3-VL-Thinking: same request, generation prompt opens <think>", () => {
     const text = renderChatPrompt("qwen3_vl", "qwen3vl-thinking", { messages: VIDEO_THEN_TEXT });
     expect(text).toBe(`${Q3_VIDEO}<think>\n`);
-    expect(getQwenTokenizer("qwen3_vl").encode(text).slice(-5)).toEqual([151644, 77091, 198, 151667, 198]);
+    expect(getQwenTokenizer("qwen3_vl").encode(text, "").slice(-5)).toEqual([151644, 77091, 198, 151667, 198]);
   });
 
   it("Qwen2-VL: injects the default system prompt", () => {
@@ -30,7 +30,7 @@ describe("reference prompts (transformers apply_chat_template)", () => {
     expect(text).toBe(
       "<|im_start|>system\nYou are a helpful assistant.<|im_end|>\n<|im_start|>user\n<|vision_start|><|video_pad|><|vision_end|>Describe<|im_end|>\n<|im_start|>assistant\n",
     );
-    expect(getQwenTokenizer("qwen2_vl").encode(text)).toEqual([
+    expect(getQwenTokenizer("qwen2_vl").encode(text, "")).toEqual([
       151644, 8948, 198, 2610, 525, 264, 10950, 17847, 13, 151645, 198, 151644, 872, 198, 151652, 151656, 151653, 74785, 151645, 198, 151644, 77091, 198,
     ]);
   });
@@ -75,7 +75,7 @@ describe("reference prompts (transformers apply_chat_template)", () => {
     expect(prepared.text).toBe(
       "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\n<|vision_start|><|image_pad|><|vision_end|><|vision_start|><|video_pad|><|vision_end|>Describe<|im_end|>\n<|im_start|>assistant\n",
     );
-    expect(getQwenTokenizer("qwen3_vl").encode(prepared.text)).toEqual([
+    expect(getQwenTokenizer("qwen3_vl").encode(prepared.text, "")).toEqual([
       151644, 8948, 198, 3430, 9814, 13, 151645, 198, 151644, 872, 198, 151652, 151655, 151653, 151652, 151656, 151653, 74785, 151645, 198, 151644, 77091, 198,
     ]);
     expect(prepared.mediaParts.map((p) => [p.kind, p.url, p.index, p.kindIndex, p.messageIndex, p.partIndex])).toEqual([

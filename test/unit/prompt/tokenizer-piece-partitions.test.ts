@@ -37,7 +37,7 @@ function encode(engine: BpeEngine, text: string, partition: string) {
   try {
     const before = engine.cacheStats().pieces.entries;
     const out = new IdBuffer();
-    engine.encodeSegment(text, out, Number.POSITIVE_INFINITY, partition);
+    engine.encodeSegment(text, out, partition);
     return { ids: out.toArray(), claims: claims.mock.calls.length, added: engine.cacheStats().pieces.entries - before };
   } finally {
     claims.mockRestore();

@@ -76,7 +76,7 @@ describe(`golden tokenizer.encode cases of every *.json in ${goldenDir}`, () => 
 
   it("every case matches under qwen3_vl", () => {
     const tok = getQwenTokenizer("qwen3_vl");
-    const bad = cases.filter((c) => JSON.stringify(tok.encode(c.inputs.text)) !== JSON.stringify(c.expected)).map((c) => c.id);
+    const bad = cases.filter((c) => JSON.stringify(tok.encode(c.inputs.text, "")) !== JSON.stringify(c.expected)).map((c) => c.id);
     expect(bad).toEqual([]);
   });
 
@@ -84,7 +84,7 @@ describe(`golden tokenizer.encode cases of every *.json in ${goldenDir}`, () => 
     const tok = getQwenTokenizer("qwen3_vl");
     for (let round = 0; round < 2; round++) {
       if (round === 0) clearTokenizerCaches();
-      for (const c of cases) expect(tok.encode(c.inputs.text), c.id).toEqual(c.expected);
+      for (const c of cases) expect(tok.encode(c.inputs.text, ""), c.id).toEqual(c.expected);
     }
   });
 });
@@ -95,9 +95,9 @@ describe("differential against the Rust tokenizers binding", () => {
     const expected = await rustIds(texts);
     clearTokenizerCaches();
     const tok = getQwenTokenizer("qwen3_vl");
-    expect(mismatches(texts, expected, (t) => tok.encode(t))).toEqual([]);
+    expect(mismatches(texts, expected, (t) => tok.encode(t, ""))).toEqual([]);
     // Warm pass: every segment now comes from the caches.
-    expect(mismatches(texts, expected, (t) => tok.encode(t))).toEqual([]);
+    expect(mismatches(texts, expected, (t) => tok.encode(t, ""))).toEqual([]);
   });
 
   it("pieces that share a piece-memo slot, alternated, and repeated multi-token pieces encode as the reference does", async () => {
@@ -158,12 +158,12 @@ describe("differential against the Rust tokenizers binding", () => {
     const texts = fuzzCorpus(5, 300).filter((t) => !t.includes("<"));
     const tok = getQwenTokenizer("qwen3_vl");
     for (const t of texts) {
-      const ids = tok.encode(t);
+      const ids = tok.encode(t, "");
       expect(tok.decode(ids)).toBe(t.normalize("NFC"));
       expect(tok.decode(ids)).toBe(await rust.decode(ids, false));
     }
     const chat = "<|im_start|>user\nhé<|image_pad|><|im_end|>\n";
-    expect(tok.decode(tok.encode(chat))).toBe(chat);
+    expect(tok.decode(tok.encode(chat, ""))).toBe(chat);
     // Partial UTF-8 decodes to U+FFFD, as the reference does.
     const emojiBytes = tok.encodeOrdinary("🤖");
     expect(tok.decode(emojiBytes.slice(0, 1))).toBe(await rust.decode(emojiBytes.slice(0, 1), false));
@@ -215,18 +215,18 @@ describe("model families", () => {
 
   it("tokenize <think> per family (added tokens differ by family)", () => {
     const text = "<think>\nplan\n</think>\n\nanswer";
-    expect(getQwenTokenizer("qwen2_vl").encode(text)).toEqual([13708, 766, 397, 10393, 198, 522, 26865, 1339, 9217]);
-    expect(getQwenTokenizer("qwen2_5_vl").encode(text)).toEqual([13708, 766, 397, 10393, 198, 522, 26865, 1339, 9217]);
-    expect(getQwenTokenizer("qwen3_vl").encode(text)).toEqual([151667, 198, 10393, 198, 151668, 271, 9217]);
+    expect(getQwenTokenizer("qwen2_vl").encode(text, "")).toEqual([13708, 766, 397, 10393, 198, 522, 26865, 1339, 9217]);
+    expect(getQwenTokenizer("qwen2_5_vl").encode(text, "")).toEqual([13708, 766, 397, 10393, 198, 522, 26865, 1339, 9217]);
+    expect(getQwenTokenizer("qwen3_vl").encode(text, "")).toEqual([151667, 198, 10393, 198, 151668, 271, 9217]);
   });
 
   it("tokenize <tool_call> as ordinary text only under qwen2_vl", () => {
     const text = "<tool_call>\n{}\n</tool_call>";
-    const q2 = getQwenTokenizer("qwen2_vl").encode(text);
+    const q2 = getQwenTokenizer("qwen2_vl").encode(text, "");
     expect(q2).not.toContain(151657);
     expect(getQwenTokenizer("qwen2_vl").decode(q2)).toBe(text);
     for (const f of ["qwen2_5_vl", "qwen3_vl"] as const) {
-      const ids = getQwenTokenizer(f).encode(text);
+      const ids = getQwenTokenizer(f).encode(text, "");
       expect(ids[0]).toBe(151657);
       expect(ids[ids.length - 1]).toBe(151658);
     }
@@ -238,7 +238,7 @@ describe("model families", () => {
     const expected = [151644, 8948, 198, 3430, 9814, 13, 151645, 198, 151644, 872, 198, 151652, 151655, 151653, 151652, 151656, 151653, 74785, 151645, 198, 151644, 77091, 198];
     for (const f of ["qwen2_vl", "qwen2_5_vl", "qwen3_vl"] as const) {
       const tok = getQwenTokenizer(f);
-      expect(tok.encode(text)).toEqual(expected);
+      expect(tok.encode(text, "")).toEqual(expected);
       expect(tok.specialIds).toEqual({
         imStart: 151644, imEnd: 151645, endOfText: 151643, visionStart: 151652, visionEnd: 151653, imagePad: 151655, videoPad: 151656,
       });
@@ -255,13 +255,13 @@ describe("segment cache", () => {
     const tok = getQwenTokenizer("qwen3_vl");
     clearTokenizerCaches();
     const first = turn("system", SYS) + turn("user", "What is a KV cache?") + "<|im_start|>assistant\n";
-    const firstIds = tok.encode(first);
+    const firstIds = tok.encode(first, "");
     // Segments: "system\n…", "\n", "user\n…", "\n", "assistant\n" → 4 distinct, "\n" repeats once.
     expect(tokenizerCacheStats().segments).toMatchObject({ misses: 4, hits: 1, entries: 4 });
 
     const second =
       turn("system", SYS) + turn("user", "What is a KV cache?") + turn("assistant", "A store of attention keys.") + turn("user", "And prefix caching?") + "<|im_start|>assistant\n";
-    const secondIds = tok.encode(second);
+    const secondIds = tok.encode(second, "");
     // Only the two new turns are tokenized; the 7 other segments are hits.
     expect(tokenizerCacheStats().segments).toMatchObject({ misses: 6, hits: 1 + 7, entries: 6 });
     expect(secondIds.slice(0, firstIds.length - 3)).toEqual(firstIds.slice(0, firstIds.length - 3));
@@ -273,22 +273,22 @@ describe("segment cache", () => {
 
   it("is shared across families (segments never contain added tokens)", () => {
     clearTokenizerCaches();
-    getQwenTokenizer("qwen2_vl").encode("hello world");
-    getQwenTokenizer("qwen3_vl").encode("hello world");
+    getQwenTokenizer("qwen2_vl").encode("hello world", "");
+    getQwenTokenizer("qwen3_vl").encode("hello world", "");
     expect(tokenizerCacheStats().segments).toMatchObject({ hits: 1, misses: 1 });
   });
 
   it("evicts least recently used segments beyond its character budget", () => {
     const c = new SegmentCache(100); // segments over 25 chars are not cached
-    for (const ch of "abcd") c.set(ch.repeat(20), Int32Array.of(ch.charCodeAt(0)));
-    expect(c.get("a".repeat(20))).toEqual(Int32Array.of(97)); // a is now most recent
-    c.set("e".repeat(25), Int32Array.of(5)); // 105 chars > 100: evicts b, the LRU entry
-    expect(c.get("b".repeat(20))).toBeUndefined();
-    expect(c.get("a".repeat(20))).toEqual(Int32Array.of(97));
-    expect(c.get("c".repeat(20))).toEqual(Int32Array.of(99));
+    for (const ch of "abcd") c.set(ch.repeat(20), Int32Array.of(ch.charCodeAt(0)), "");
+    expect(c.get("a".repeat(20), "")).toEqual(Int32Array.of(97)); // a is now most recent
+    c.set("e".repeat(25), Int32Array.of(5), ""); // 105 chars > 100: evicts b, the LRU entry
+    expect(c.get("b".repeat(20), "")).toBeUndefined();
+    expect(c.get("a".repeat(20), "")).toEqual(Int32Array.of(97));
+    expect(c.get("c".repeat(20), "")).toEqual(Int32Array.of(99));
     expect(c.stats()).toMatchObject({ entries: 4, chars: 85 });
-    c.set("d".repeat(30), Int32Array.of(4));
-    expect(c.get("d".repeat(30))).toBeUndefined();
+    c.set("d".repeat(30), Int32Array.of(4), "");
+    expect(c.get("d".repeat(30), "")).toBeUndefined();
   });
 });
 
@@ -296,13 +296,13 @@ describe("input validation", () => {
   it("rejects lone surrogates with InvalidRequestError", () => {
     const tok = getQwenTokenizer("qwen3_vl");
     for (const bad of ["a\ud800b", "\udc00", "x\ud83d", "<|im_start|>\udfff"]) {
-      expect(() => tok.encode(bad)).toThrow(InvalidRequestError);
+      expect(() => tok.encode(bad, "")).toThrow(InvalidRequestError);
       expect(() => tok.encodeOrdinary(bad)).toThrow(InvalidRequestError);
     }
-    expect(tok.encode("😀")).toEqual([141334]);
+    expect(tok.encode("😀", "")).toEqual([141334]);
   });
 
   it("encodes the empty string to no tokens", () => {
-    expect(getQwenTokenizer("qwen3_vl").encode("")).toEqual([]);
+    expect(getQwenTokenizer("qwen3_vl").encode("", "")).toEqual([]);
   });
 });

@@ -50,7 +50,7 @@ describe("simulated SGLang /generate", () => {
     const tok = getQwenTokenizer("qwen3_vl");
     const m = body.meta_info as Json;
     expect(m.id).toMatch(/^[0-9a-f]{32}$/);
-    expect(m.prompt_tokens).toBe(tok.encode("Describe the weather today in one sentence.").length);
+    expect(m.prompt_tokens).toBe(tok.encode("Describe the weather today in one sentence.", "").length);
     expect(m.completion_tokens).toBe(body.output_ids.length);
     expect(m.finish_reason).toEqual({ type: "length", length: 12 });
     expect(body.output_ids.length).toBe(12);
@@ -253,7 +253,7 @@ describe("simulated SGLang /generate: scripted answers, logprobs, n > 1, reasoni
     const kept = (await (await post(w, "/generate", { text, sampling_params: { skip_special_tokens: false, no_stop_trim: true } })).json()) as Json;
     expect(kept.text).toBe(answer + "<|im_end|>");
     const tok = getQwenTokenizer("qwen3_vl");
-    expect(body.output_ids).toEqual([...tok.encode(answer), tok.specialIds.imEnd]);
+    expect(body.output_ids).toEqual([...tok.encode(answer, ""), tok.specialIds.imEnd]);
     const frames = await sse(await post(w, "/generate", { text, stream: true }));
     const texts = frames.filter((f): f is Json => typeof f !== "string").map((f) => f.text as string);
     expect(texts.at(-1)).toBe(answer);
@@ -290,7 +290,7 @@ describe("simulated SGLang /generate: scripted answers, logprobs, n > 1, reasoni
     const tok = getQwenTokenizer("qwen3_vl");
     const thought = "Let me think.\n</think>\n\n";
     const body = (await (await post(w, "/generate", { text: simOutputMarker(thought + "Done."), require_reasoning: true })).json()) as Json;
-    expect(body.meta_info.reasoning_tokens).toBe(tok.encode(thought.trimEnd()).length);
+    expect(body.meta_info.reasoning_tokens).toBe(tok.encode(thought.trimEnd(), "").length);
   });
 });
 
@@ -576,7 +576,7 @@ describe("simulated SGLang /v1/chat/completions", () => {
     expect(first.id).toMatch(/^[0-9a-f]{32}$/);
     expect(first.model).toBe("qwen3-vl");
     expect(first.choices[0]).toMatchObject({ index: 0, message: { role: "assistant", reasoning_content: null, tool_calls: null }, logprobs: null, finish_reason: "length", matched_stop: null });
-    const expectedPrompt = getQwenTokenizer("qwen3_vl").encode(renderChatPrompt("qwen3_vl", "qwen3vl-instruct", { messages })).length;
+    const expectedPrompt = getQwenTokenizer("qwen3_vl").encode(renderChatPrompt("qwen3_vl", "qwen3vl-instruct", { messages }), "").length;
     expect(first.usage).toEqual({ prompt_tokens: expectedPrompt, total_tokens: expectedPrompt + 10, completion_tokens: 10, prompt_tokens_details: null, reasoning_tokens: 0 });
     const second = (await (await post(w, "/v1/chat/completions", body)).json()) as Json;
     expect(second.usage.prompt_tokens_details).toEqual({ cached_tokens: Math.floor((expectedPrompt - 1) / 16) * 16 });

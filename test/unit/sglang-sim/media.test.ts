@@ -105,7 +105,7 @@ afterAll(async () => {
 // ---- expectations from src/layout (the code the simulator runs too: consistency, not exactness) ----
 
 const tok = getQwenTokenizer("qwen3_vl");
-const encode = (s: string): number[] => tok.encode(s);
+const encode = (s: string): number[] => tok.encode(s, "");
 const MOD = 1n << 30n;
 /** SGLang: 1_000_000 + int(s, 16) % 2**30 (here only plain hex strings). */
 const padFromHex = (hex: string): number => 1_000_000 + Number(BigInt(`0x${hex}`) % MOD);
