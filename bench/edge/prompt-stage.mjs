@@ -65,8 +65,8 @@ export async function promptStageFigures({ sizes, turns, fresh }) {
       const literals = [];
       const parseWork = { parsedChars: 0, validatedMessages: 0 };
       const escapeWork = { escapedChars: 0 };
-      const { req, turn } = timed("parseChain", i, () => parseChatTurn(bodyText, CONFIG, { sizeChecked: true, literals, work: parseWork }, chain));
-      const prompt = timed("renderChain", i, () => chain.prepare(req, bodyText, PROFILE, { found: turn, validated: true }));
+      const { req, turn } = timed("parseChain", i, () => parseChatTurn(bodyText, CONFIG, "", { sizeChecked: true, literals, work: parseWork }, chain));
+      const prompt = timed("renderChain", i, () => chain.prepare(req, bodyText, PROFILE, "", { found: turn, validated: true }));
       tokens = timed("tokensAndHashes", i, () => prefix.encode(tok, promptTextOf(prompt), 16, "")).length;
       const generate = generateOf(req, prompt.text);
       const chunks = timed("bodyChain", i, () => generateBodyChunks(generate, literals, prompt.pieces ?? null, escapeWork));

@@ -383,6 +383,8 @@ async function explain(request: Request, deps: AdminDeps, allTokens = false): Pr
   const { model, prompt, tokens, plan } = await prepareRouting(
     req,
     { config: deps.config, index: (m, k) => deps.index(m, k), fetch: deps.fetch },
+    // The common partition: under per_tenant no /v1 caller reads it (security.md).
+    "",
     null,
     namespace.tag,
   );

@@ -48,7 +48,7 @@ export async function handleChatCompletions(request: Request, deps: ChatDeps): P
   const trace = deps.trace ?? startEdgeTrace(request.headers.get("traceparent"));
   const { caller, showRouting, req, limitHeaders, bodyText, literals, turn, work, address, client, partition } = await parseChat(request, deps, clock);
   const { adapter, namespace } = await resolveChatModel(config, req.model, cacheTenant(caller, address));
-  const prepared = await prepareRouting(req, deps, { client, signal: request.signal ?? null, traceparent: trace.header }, namespace.tag, bodyText, turn, partition);
+  const prepared = await prepareRouting(req, deps, partition, { client, signal: request.signal ?? null, traceparent: trace.header }, namespace.tag, bodyText, turn);
   const { model, prompt, plan, media } = prepared;
   clock.mark("prepare");
   deps.onPrepared?.(prepared);

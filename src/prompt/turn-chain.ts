@@ -675,14 +675,13 @@ export class TurnChainCache {
   /**
    * preparePrompt(request, profile) for the request parsed from `body`, reusing the rendered text
    * of the longest cached message prefix. `request` must be what the edge parsed from `body`.
-   * `opts.found`: this body's lookup, made earlier (the parse stage's); `opts.validated`: `request`
-   * is parseChatRequest's, so its messages may be kept for later bodies' parses (reusedMessages).
-   * `opts.partition`: whose entries it may use and adds to (find).
+   * `partition`: whose entries it may use and adds to (find). `opts.found`: this body's lookup, made
+   * earlier (the parse stage's); `opts.validated`: `request` is parseChatRequest's, so its messages
+   * may be kept for later bodies' parses (reusedMessages).
    */
-  prepare(request: ChatRequestLike, body: string, profile: ModelProfile, opts: { found?: ChainFind | null; validated?: boolean; partition?: string } = {}): ChainedPrompt {
+  prepare(request: ChatRequestLike, body: string, profile: ModelProfile, partition: string, opts: { found?: ChainFind | null; validated?: boolean } = {}): ChainedPrompt {
     const given = opts.found;
-    const partition = opts.partition ?? "";
-    const found = given && given.body === body && given.profile.family === profile.family && given.profile.templateId === profile.templateId && partitionOf(given.scope) === partition ? given : this.find(body, profile, undefined, partition);
+    const found = given && given.body === body && given.profile.family === profile.family && given.profile.templateId === profile.templateId && partitionOf(given.scope) === partition ? given : this.find(body, profile, partition);
     if (!found || found.layout.messages.length !== request.messages.length) return this.full(request, profile, null);
     const { layout, scope, scopeHash, hit } = found;
     const validated = opts.validated ? (request.messages as readonly ChatMessage[]) : null;
@@ -730,7 +729,7 @@ export class TurnChainCache {
    * body is compared with the entries' raw text in full: what a lookup also compares, done once).
    * Only `partition`'s entries are candidates.
    */
-  scanLayout(body: string, partition = ""): BodyLayout | null {
+  scanLayout(body: string, partition: string): BodyLayout | null {
     // Whatever an earlier scan left for a lookup that never ran is dropped: it holds that body.
     this.compared = null;
     if (this.hints.size === 0) return scanBodyLayout(body);
@@ -747,9 +746,9 @@ export class TurnChainCache {
 
   /**
    * The body's layout, scope and longest cached message prefix of `partition` (the caller's: an
-   * entry of another is never found; "" the common one). `layout`: scanLayout(body, partition), when already made.
+   * entry of another is never found; "" the common one). `given`: scanLayout(body, partition), when already made.
    */
-  find(body: string, profile: ModelProfile, given?: BodyLayout | null, partition = ""): ChainFind | null {
+  find(body: string, profile: ModelProfile, partition: string, given?: BodyLayout | null): ChainFind | null {
     const layout = given === undefined ? this.scanLayout(body, partition) : given;
     if (!layout) return null;
     const scope = scopeOf(partition, profile, body, layout);
@@ -931,7 +930,7 @@ export class TurnChainCache {
    * first request's parse reads only its new messages (a sampled share is parsed whole and compared).
    * False when not added (already held, or too large). `partition`: the seeding caller's (find).
    */
-  seed(given: StablePrefix, rawText: string, validatedOf: (() => { messages: readonly ChatMessage[]; tally: MessagesTally } | null) | null = null, partition = ""): boolean {
+  seed(given: StablePrefix, rawText: string, partition: string, validatedOf: (() => { messages: readonly ChatMessage[]; tally: MessagesTally } | null) | null = null): boolean {
     const prefix = { ...given, scope: `${partition}${PARTITION_END}${given.scope}` };
     const rawEnd = rawText.length;
     const key = this.key(xxh3_64(this.encoder.encode(prefix.scope)), prefix.messages, rawText, 0, rawEnd);

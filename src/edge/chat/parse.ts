@@ -76,7 +76,7 @@ export async function parseChat(request: Request, deps: ParseDeps, clock: StageC
   const partition = await edgeCachePartition(config, cacheTenant(caller, address));
   const literals: JsonLiteral[] = [];
   const work: ParseWork = { parsedChars: 0, validatedMessages: 0 };
-  const { req, turn } = parseChatTurn(bodyText, config, { sizeChecked: given === null, literals, work, layout: given?.layout, partition });
+  const { req, turn } = parseChatTurn(bodyText, config, partition, { sizeChecked: given === null, literals, work, layout: given?.layout });
   clock.mark("parse");
   // Without a key or a client address (a local fleet) the edge cannot tell clients apart: no label.
   const client: ClientRef | null = caller.apiKey !== null ? { apiKey: caller.apiKey } : address ? { network: clientNetwork(address) } : null;
@@ -102,23 +102,23 @@ function profileOfModelMember(bodyText: string, layout: BodyLayout, config: Edge
  * the conversation already had (same raw text, same scope) come as that body's parse validated
  * them, with their counts towards the whole-body limits; the verdict is the whole body's
  * (validate.ts parseChatRequest, `reuse`). A share of such parses (the chain's check rate) is
- * also made whole and compared; a difference is logged and the whole parse used. `opts.partition`:
+ * also made whole and compared; a difference is logged and the whole parse used. `partition`:
  * whose entries of the chain it may use (cache-salt.ts edgeCachePartition; "" the common one).
  */
 export function parseChatTurn(
   bodyText: string,
   config: EdgeConfig,
-  opts: { sizeChecked?: boolean; literals?: JsonLiteral[]; work?: ParseWork; random?: () => number; layout?: BodyLayout | null; partition?: string } = {},
+  partition: string,
+  opts: { sizeChecked?: boolean; literals?: JsonLiteral[]; work?: ParseWork; random?: () => number; layout?: BodyLayout | null } = {},
   chain: TurnChainCache = sharedTurnChain(config.turnCheckRate),
 ): { req: ChatCompletionRequest; turn: ChainFind | null } {
   const limits = limitsOf(config);
   // The lookup hashes a window per message count: only for a body the message limit admits (it runs before validation).
   // A caller that scanned bodyText passes its layout (not scanned twice); the chain's scan takes a held prefix's spans from its entries.
-  const partition = opts.partition ?? "";
   const scanned = bodyText.length <= limits.maxBodyBytes ? (opts.layout !== undefined ? opts.layout : chain.scanLayout(bodyText, partition)) : null;
   const layout = scanned && scanned.messages.length <= limits.maxMessages ? scanned : null;
   const profile = layout ? profileOfModelMember(bodyText, layout, config) : null;
-  const turn = profile ? chain.find(bodyText, profile, layout, partition) : null;
+  const turn = profile ? chain.find(bodyText, profile, partition, layout) : null;
   const reuse = chain.reusedMessages(turn);
   const req = parseChatBody(bodyText, limits, { sizeChecked: opts.sizeChecked, literals: opts.literals, work: opts.work, reuse, layout });
   if (reuse && chain.checkRate > 0 && (opts.random ?? Math.random)() < chain.checkRate) {

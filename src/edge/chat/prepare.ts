@@ -46,6 +46,8 @@ export interface PreparedRouting {
 export async function prepareRouting(
   req: ChatCompletionRequest,
   deps: PrepareDeps,
+  /** Whose entries of the turn chain and prompt-prefix cache the request may use (cache-salt.ts edgeCachePartition; "" the common one, admin explain's). */
+  partition: string,
   /** Whose request it is (the media store's fair share) and when it has gone; none for admin explain. */
   requester: MediaRequester = null,
   /** The request's cache namespace (cache-salt.ts routingNamespace): media item hashes move into it. */
@@ -54,8 +56,6 @@ export async function prepareRouting(
   bodyText: string | null = null,
   /** The parse stage's turn-chain lookup for `bodyText` (parseChatTurn), saving a second one. */
   turn: ChainFind | null = null,
-  /** Whose entries of the turn chain and prompt-prefix cache the request may use (cache-salt.ts edgeCachePartition; "" the common one, admin explain's). */
-  partition = "",
 ): Promise<PreparedRouting> {
   const { model } = resolveModel(deps.config, req.model);
   const prompt = renderPrompt(req, model, limitsOf(deps.config), bodyText === null ? null : { bodyText, checkRate: deps.config.turnCheckRate, found: turn, partition });

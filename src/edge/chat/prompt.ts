@@ -32,7 +32,7 @@ export function renderPrompt(req: ChatCompletionRequest, model: ModelConfig, lim
   if (source) {
     const chain = sharedTurnChain(source.checkRate);
     const before = chain.renderedChars;
-    prompt = { ...chain.prepare(req, source.bodyText, profile, { found: source.found ?? null, validated: true, partition: source.partition }), renderedChars: 0 };
+    prompt = { ...chain.prepare(req, source.bodyText, profile, source.partition, { found: source.found ?? null, validated: true }), renderedChars: 0 };
     prompt.renderedChars = chain.renderedChars - before;
   } else {
     const whole = preparePrompt(req, profile);

@@ -172,7 +172,7 @@ function blocksOf(pieces: readonly (readonly bigint[])[], first: number, end: nu
  * request's prompt tokens (the prompt starts with the stable prefix), and encoded and hashed only
  * where those are absent or do not line up (in the caller's `partition` of the tokenizer's segment cache).
  */
-export function nextPiece(parent: ConversationState | null, stable: StablePrefix, instructions: string | null, model: ModelConfig, prompt: PromptTokens | null = null, partition = ""): PromptPiece {
+export function nextPiece(parent: ConversationState | null, stable: StablePrefix, instructions: string | null, model: ModelConfig, partition: string, prompt: PromptTokens | null = null): PromptPiece {
   const extend = parent !== null && parent.scope === stable.scope && parent.instructions === instructions && stable.messages >= parent.messages && textAt(stable.text, parent.text);
   const from = extend ? parent.messages : 0;
   const text = extend ? stable.text.slice(parent.text.length) : stable.text;
@@ -248,7 +248,7 @@ export interface HydrateOptions {
   /** scanBodyLayout(chatBody), when the caller has it (it hands the same scan to the chat parse). */
   layout?: BodyLayout | null;
   /** The caller's partition of the prompt caches (cache-salt.ts edgeCachePartition): the seeds are its own. */
-  partition?: string;
+  partition: string;
 }
 
 /** True when the stored tokens are the tokenizer's own for the stored text (the sampled check). */
@@ -287,8 +287,8 @@ export function hydrate(state: ConversationState, history: readonly ChatMessage[
   const turnChain = opts.turnChain ?? sharedTurnChain();
   // Already held: this isolate served the conversation, and its prefix cache holds a longer prefix than the stored one.
   const prefix = { scope: state.scope, messages: state.messages, text: state.text, media, dropped: state.dropped, images: state.images, videos: state.videos };
-  const partition = opts.partition ?? "";
-  if (!turnChain.seed(prefix, raw, () => validatedMessages(messages.slice(0, state.messages), chatBody, spans), partition)) return;
+  const partition = opts.partition;
+  if (!turnChain.seed(prefix, raw, partition, () => validatedMessages(messages.slice(0, state.messages), chatBody, spans))) return;
   const tokens = state.tokens;
   if (!tokens || tokens.blockSize !== model.blockSize) return;
   if (opts.checkRate > 0 && (opts.random ?? Math.random)() < opts.checkRate && !tokensHold(state.text, tokens, model, partition)) {

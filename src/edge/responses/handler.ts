@@ -160,7 +160,7 @@ async function createResponse(request: Request, deps: ResponsesDeps): Promise<Re
   const keep = async (response: Record<string, unknown>, output: OutputItem[]): Promise<boolean> => {
     if (!store || !req.store) return false;
     const messages = [...input, ...inputToMessages(output as unknown as InputItem[])];
-    const prompt: PromptPiece | null = stable === null ? null : nextPiece(state, stable, req.instructions ?? null, model, promptTokens, partition);
+    const prompt: PromptPiece | null = stable === null ? null : nextPiece(state, stable, req.instructions ?? null, model, partition, promptTokens);
     // Too large with its prompt state: kept without it (a continuation then renders the history).
     let text = JSON.stringify({ response, messages, worker, prompt, media: turnItems } satisfies StoredResponse);
     if (prompt !== null && new TextEncoder().encode(text).byteLength > MAX_STORED_RECORD_BYTES) text = JSON.stringify({ response, messages, worker, prompt: null, media: turnItems } satisfies StoredResponse);

@@ -122,7 +122,7 @@ describe("edge cache byte budgets", () => {
         messages.push({ role: "user", content: `${text(seed * 100 + turn, 300)} — ${turn}` });
         const body = JSON.stringify({ model: "m", messages });
         // As the edge stores a turn: the validated messages are kept too (for the next turn's parse).
-        chain.prepare(parseChatBody(body, DEFAULT_LIMITS), body, profile, { validated: true });
+        chain.prepare(parseChatBody(body, DEFAULT_LIMITS), body, profile, "", { validated: true });
         expect(chain.stats().bytes).toBeLessThanOrEqual(maxBytes);
         messages.push({ role: "assistant", content: `ok ${turn}` });
       }

@@ -178,14 +178,14 @@ describe("Responses: a stored conversation seeds the caller's partition only", (
     const first = JSON.stringify({ model: model.id, messages: history.slice(0, -1) });
     // The turn that stored the record: its stable prefix and piece, as the handler keeps them.
     const served = new TurnChainCache({ checkRate: 0 });
-    const stable = served.prepare(parseChatBody(first, config.limits), first, profile, { validated: true, partition: ALICE }).stable!();
-    const state = assembleState([nextPiece(null, stable, null, model, null, ALICE)])!;
+    const stable = served.prepare(parseChatBody(first, config.limits), first, profile, ALICE, { validated: true }).stable!();
+    const state = assembleState([nextPiece(null, stable, null, model, ALICE)])!;
     const body = JSON.stringify({ model: model.id, messages: [...history, { role: "user", content: `Next question ${id}` }] });
     const turnChain = new TurnChainCache({ checkRate: 0 });
     const prefixCache = new PrefixCache();
     hydrate(state, history, body, model, { checkRate: 0, turnChain, prefixCache, partition: ALICE });
-    expect(turnChain.find(body, profile, undefined, BOB)?.hit).toBeNull();
-    expect(turnChain.find(body, profile, undefined, ALICE)?.hit?.node.messages).toBe(stable.messages);
+    expect(turnChain.find(body, profile, BOB)?.hit).toBeNull();
+    expect(turnChain.find(body, profile, ALICE)?.hit?.node.messages).toBe(stable.messages);
     const text = preparePrompt(parseChatBody(body, config.limits), profile).text;
     const tok = getQwenTokenizer(model.family);
     expect(prefixCache.encode(tok, text, model.blockSize, BOB).reusedTokens).toBe(0);

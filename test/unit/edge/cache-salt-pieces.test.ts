@@ -61,13 +61,13 @@ describe("namespaced hashes from the prefix cache's pieces", () => {
       messages.push({ role: "user", content: `${"a text question ".repeat(40)}${turn}` });
       const req = parseChatBody(JSON.stringify({ model: model.id, messages }), limitsOf(deps.config));
       const joined = sharedPrefixCache().stats().joinedHashes;
-      const salted = await prepareRouting(req, deps);
+      const salted = await prepareRouting(req, deps, "");
       if (salted.plan.hashPieces!.length > 1) warm++;
       const routed = namespacedHashes(tenant, salted.plan);
       expect(sharedPrefixCache().stats().joinedHashes - joined, `turn ${turn + 1}: hashes joined`).toBe(0);
       const plain = localBlockHashes(tok.encode(promptTextOf(salted.prompt).toString(), ""), model.blockSize);
       expect(routed).toEqual(namespacedLocalHashes(plain, tenant.tag!));
-      const unsalted = await prepareRouting(req, deps);
+      const unsalted = await prepareRouting(req, deps, "");
       const routedPlain = routedHashes({ cacheSalt: null, tag: null }, unsalted.plan);
       expect(sharedPrefixCache().stats().joinedHashes - joined, `turn ${turn + 1}: unsalted, routed`).toBe(0);
       expect(Array.from(routedPlain)).toEqual(plain);

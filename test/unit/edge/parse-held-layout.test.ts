@@ -37,8 +37,8 @@ describe("parse with a layout from the turn chain", () => {
   const chainWithHistory = () => {
     const chain = new TurnChainCache({ checkRate: 0 });
     const stored = bodyOf(history);
-    const parsed = parseChatTurn(stored, config, {}, chain);
-    chain.prepare(parsed.req, stored, profile, { found: parsed.turn, validated: true });
+    const parsed = parseChatTurn(stored, config, "", {}, chain);
+    chain.prepare(parsed.req, stored, profile, "", { found: parsed.turn, validated: true });
     return chain;
   };
   // Where the held prefix (the first three messages) ends in `next`.
@@ -46,7 +46,7 @@ describe("parse with a layout from the turn chain", () => {
 
   it("a well-formed next turn takes the held spans and parses to the whole body's request", () => {
     const chain = chainWithHistory();
-    const { req, turn } = parseChatTurn(next, config, {}, chain);
+    const { req, turn } = parseChatTurn(next, config, "", {}, chain);
     expect(chain.stats().heldLayouts).toBe(1);
     expect(turn?.hit?.node).toBeDefined();
     expect(JSON.stringify(req)).toBe(JSON.stringify(parseChatBody(next, config.limits)));
@@ -70,7 +70,7 @@ describe("parse with a layout from the turn chain", () => {
       const chain = chainWithHistory();
       const whole = verdict(() => parseChatBody(body, config.limits));
       expect(whole?.status).toBe(400);
-      expect(verdict(() => parseChatTurn(body, config, {}, chain))).toEqual(whole);
+      expect(verdict(() => parseChatTurn(body, config, "", {}, chain))).toEqual(whole);
       expect(chain.stats().heldLayouts).toBe(intact ? 1 : 0);
     });
   }

@@ -36,8 +36,8 @@ function profileOf(config: EdgeConfig) {
 
 /** One request through the parse and prompt stages as the handler runs them (the prompt stage stores the turn). */
 function turn(config: EdgeConfig, chain: TurnChainCache, body: string, work?: ParseWork) {
-  const parsed = parseChatTurn(body, config, { work }, chain);
-  chain.prepare(parsed.req, body, profileOf(config), { found: parsed.turn, validated: true });
+  const parsed = parseChatTurn(body, config, "", { work }, chain);
+  chain.prepare(parsed.req, body, profileOf(config), "", { found: parsed.turn, validated: true });
   return parsed.req;
 }
 
@@ -87,11 +87,11 @@ describe("parse through the turn chain", () => {
     // The isolate that served the conversation: the stable prefix it kept (messages before the last query).
     const served = new TurnChainCache({ checkRate: 0 });
     const first = bodyOf(config, messages);
-    const prefix = served.prepare(parseChatBody(first, config.limits), first, profileOf(config), { validated: true }).stable!();
+    const prefix = served.prepare(parseChatBody(first, config.limits), first, profileOf(config), "", { validated: true }).stable!();
     expect(prefix.messages).toBe(3);
     // Another isolate, seeded with it as a continuation seeds it (no parsed messages).
     const chain = new TurnChainCache({ checkRate: 0 });
-    expect(chain.seed(prefix, messages.slice(0, 3).map((m) => JSON.stringify(m)).join(","))).toBe(true);
+    expect(chain.seed(prefix, messages.slice(0, 3).map((m) => JSON.stringify(m)).join(","), "")).toBe(true);
     const work: ParseWork[] = [];
     for (let t = 0; t < 3; t++) {
       messages.push({ role: "assistant", content: longText(10 + t, 300) }, { role: "user", content: `And ${t}?` });
@@ -121,7 +121,7 @@ describe("parse through the turn chain", () => {
       base.push({ role: "assistant", content: escapedText(100 + t) }, { role: "user", content: t % 2 ? escapedText(200 + t) : "Go on." });
       const body = bodyOf(config, base);
       for (const k of ["given", "decodedAgain"] as const) {
-        const parsed = parseChatTurn(body, config, { literals: [] }, chains[k]);
+        const parsed = parseChatTurn(body, config, "", { literals: [] }, chains[k]);
         expect(parsed.turn!.decoded!.length).toBeGreaterThan(0);
         const found = k === "given" ? parsed.turn : { ...parsed.turn!, decoded: undefined };
         JSON.parse = ((text: string, reviver?: Parameters<typeof JSON.parse>[1]) => {
@@ -129,7 +129,7 @@ describe("parse through the turn chain", () => {
           return realParse(text, reviver);
         }) as typeof JSON.parse;
         try {
-          const p = chains[k].prepare(parsed.req, body, profileOf(config), { found, validated: true });
+          const p = chains[k].prepare(parsed.req, body, profileOf(config), "", { found, validated: true });
           outs[k].push(p.text, JSON.stringify(p.pieces?.escaped.join("") ?? null), JSON.stringify(parsed.req));
           if (p.pieces) expect(p.pieces.escaped.join("")).toBe(JSON.stringify(p.text.slice(0, p.pieces.chars)).slice(1, -1));
         } finally {
@@ -151,9 +151,9 @@ describe("parse through the turn chain", () => {
     const messages: Msg[] = [{ role: "user", content: longText(1, 200) }, { role: "assistant", content: "ok" }, { role: "user", content: "next" }];
     const body = bodyOf(config, messages);
     const layout = scanBodyLayout(body);
-    const given = parseChatTurn(body, config, { layout }, chain);
+    const given = parseChatTurn(body, config, "", { layout }, chain);
     expect(given.turn!.layout).toBe(layout);
-    const scanned = parseChatTurn(body, config, {}, chain);
+    const scanned = parseChatTurn(body, config, "", {}, chain);
     expect(scanned.turn!.layout).not.toBe(layout);
     expect(scanned.turn!.layout).toEqual(layout);
     expect(JSON.stringify(given.req)).toBe(JSON.stringify(scanned.req));
@@ -190,7 +190,7 @@ describe("parse through the turn chain", () => {
     expect(whole.validatedMessages).toBe(5);
     const otherModel = JSON.stringify({ model: "no-such-pool", messages: grown });
     const unknown: ParseWork = { parsedChars: 0, validatedMessages: 0 };
-    parseChatTurn(otherModel, config, { work: unknown }, chain);
+    parseChatTurn(otherModel, config, "", { work: unknown }, chain);
     expect(unknown.parsedChars).toBe(otherModel.length);
   });
 
@@ -200,7 +200,7 @@ describe("parse through the turn chain", () => {
     const first: Msg[] = [{ role: "user", content: "a" }, { role: "assistant", content: "b" }, { role: "user", content: "c" }];
     turn(config, chain, bodyOf(config, first));
     const body = bodyOf(config, [...first, { role: "assistant", content: "d" }, { role: "user", content: "e" }]);
-    const { req, turn: found } = parseChatTurn(body, config, { random: () => 0 }, chain);
+    const { req, turn: found } = parseChatTurn(body, config, "", { random: () => 0 }, chain);
     expect(found?.hit?.node).toBeTruthy();
     expect(JSON.stringify(req)).toBe(JSON.stringify(parseChatBody(body, config.limits)));
   });
@@ -262,11 +262,11 @@ describe("every whole-body limit refuses as the whole parse does", () => {
       expect(verdict(() => turn(primeConfig, chain, primed))).toBeNull();
       const body = bodyOf(config, [...c.history, question, ...c.added]);
       // The chain offers the history: the reduced parse is what runs.
-      const found = chain.find(body, profileOf(config));
+      const found = chain.find(body, profileOf(config), "");
       expect(chain.reusedMessages(found)?.messages.length).toBe(c.history.length);
       const whole = verdict(() => parseChatBody(body, config.limits));
       expect(whole, "the whole body is over the limit").not.toBeNull();
-      expect(verdict(() => parseChatTurn(body, config, {}, chain))).toEqual(whole);
+      expect(verdict(() => parseChatTurn(body, config, "", {}, chain))).toEqual(whole);
     });
   }
 
@@ -276,15 +276,15 @@ describe("every whole-body limit refuses as the whole parse does", () => {
     const history: Msg[] = [{ role: "user", content: "x", attachment: Array.from({ length: 1100 }, () => ({ url: "data:," })) }, { role: "assistant", content: "ok" }];
     turn(config, chain, bodyOf(config, [...history, { role: "user", content: "q" }]));
     const body = bodyOf(config, [...history, { role: "user", content: "q" }, { role: "assistant", content: "a" }, { role: "user", content: "b" }]);
-    expect(chain.reusedMessages(chain.find(body, profileOf(config)))?.tally.dataUrlsCut).toBe(true);
+    expect(chain.reusedMessages(chain.find(body, profileOf(config), ""))?.tally.dataUrlsCut).toBe(true);
     const work: ParseWork = { parsedChars: 0, validatedMessages: 0 };
-    const req = parseChatTurn(body, config, { work }, chain).req;
+    const req = parseChatTurn(body, config, "", { work }, chain).req;
     expect(work.parsedChars).toBe(body.length);
     expect(JSON.stringify(req)).toBe(JSON.stringify(parseChatBody(body, config.limits)));
     // Under a limit the listed ones reach, the reduced parse runs.
     const tight = configWith({ maxMediaItems: 64 });
     const reduced: ParseWork = { parsedChars: 0, validatedMessages: 0 };
-    parseChatTurn(body, tight, { work: reduced }, chain);
+    parseChatTurn(body, tight, "", { work: reduced }, chain);
     expect(reduced.parsedChars).toBeLessThan(body.length / 4);
   });
 
@@ -298,7 +298,7 @@ describe("every whole-body limit refuses as the whole parse does", () => {
       const body = `{"model":${JSON.stringify(config.models[0]!.id)},"messages":[${elements[0]},${elements[1]}${gap}${elements.slice(2).join(",")}],"max_tokens":8}`;
       const whole = verdict(() => parseChatBody(body, config.limits));
       expect(whole?.code, gap).toBe("invalid_json");
-      expect(verdict(() => parseChatTurn(body, config, {}, chain)), gap).toEqual(whole);
+      expect(verdict(() => parseChatTurn(body, config, "", {}, chain)), gap).toEqual(whole);
     }
   });
 
@@ -309,7 +309,7 @@ describe("every whole-body limit refuses as the whole parse does", () => {
     turn(config, chain, bodyOf(config, [...history, { role: "user", content: "q" }]));
     const body = bodyOf(config, [...history, { role: "user", content: "q" }, { role: "assistant", content: "a" }, { role: "user", content: [img("https://e.com/3.png"), img("https://e.com/4.png")] }]);
     const work: ParseWork = { parsedChars: 0, validatedMessages: 0 };
-    const req = parseChatTurn(body, config, { work }, chain).req;
+    const req = parseChatTurn(body, config, "", { work }, chain).req;
     expect(work.validatedMessages).toBe(3);
     expect(JSON.stringify(req)).toBe(JSON.stringify(parseChatBody(body, config.limits)));
   });
@@ -356,7 +356,7 @@ describe("the reduced parse's verdict is the whole parse's, for any new part", (
         const body = `{"model":${JSON.stringify(config.models[0]!.id)},"messages":${head},${added.join(",")}],"max_tokens":8}`;
         const whole = verdict(() => parseChatBody(body, config.limits));
         let req: unknown = null;
-        const reduced = verdict(() => (req = parseChatTurn(body, config, {}, chain).req));
+        const reduced = verdict(() => (req = parseChatTurn(body, config, "", {}, chain).req));
         expect(reduced).toEqual(whole);
         if (whole === null) expect(JSON.stringify(req)).toBe(JSON.stringify(parseChatBody(body, config.limits)));
       }),
@@ -365,7 +365,7 @@ describe("the reduced parse's verdict is the whole parse's, for any new part", (
     // The history was offered: the reduced parse is what ran.
     const valid = `{"model":${JSON.stringify(config.models[0]!.id)},"messages":${head},{"role":"user","content":"fine"}],"max_tokens":8}`;
     const work: ParseWork = { parsedChars: 0, validatedMessages: 0 };
-    parseChatTurn(valid, config, { work }, chain);
+    parseChatTurn(valid, config, "", { work }, chain);
     expect(work.validatedMessages).toBe(2);
   });
 
@@ -373,7 +373,7 @@ describe("the reduced parse's verdict is the whole parse's, for any new part", (
     const config = configWith();
     const chain = new TurnChainCache({ checkRate: 0 });
     const body = `{"\\q":1,"model":${JSON.stringify(config.models[0]!.id)},"messages":[{"role":"user","content":"hi"}]}`;
-    expect(verdict(() => parseChatTurn(body, config, {}, chain))).toEqual(verdict(() => parseChatBody(body, DEFAULT_LIMITS)));
-    expect(verdict(() => parseChatTurn(body, config, {}, chain))?.code).toBe("invalid_json");
+    expect(verdict(() => parseChatTurn(body, config, "", {}, chain))).toEqual(verdict(() => parseChatBody(body, DEFAULT_LIMITS)));
+    expect(verdict(() => parseChatTurn(body, config, "", {}, chain))?.code).toBe("invalid_json");
   });
 });

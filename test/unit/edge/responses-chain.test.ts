@@ -98,15 +98,15 @@ function converse(model: ModelConfig, opts: { withImage: boolean; checkRate: num
     if (state !== null && !opts.sameIsolate) {
       if (opts.tamper) state.text = state.text.replace("w", "W");
       if (opts.tamperTokens && state.tokens) state.tokens.hashes[0] = state.tokens.hashes[0]! ^ 1n;
-      hydrate(state, history, body, model, { checkRate: opts.checkRate, turnChain, prefixCache, onMismatch: (d) => mismatches.push(d) });
+      hydrate(state, history, body, model, { checkRate: opts.checkRate, turnChain, prefixCache, onMismatch: (d) => mismatches.push(d), partition: "" });
     }
     // The parse stage as the edge runs it: the messages the seeded entry holds are not read again.
-    const found = turnChain.find(body, profile);
+    const found = turnChain.find(body, profile, "");
     const work: ParseWork = { parsedChars: 0, validatedMessages: 0 };
     const chatReq = parseChatBody(body, DEFAULT_LIMITS, { reuse: turnChain.reusedMessages(found), layout: found?.layout ?? null, work });
     expect(JSON.stringify(chatReq), `turn ${i}`).toBe(JSON.stringify(parseChatBody(body, DEFAULT_LIMITS)));
     const renderedBefore = turnChain.renderedChars;
-    const prompt = turnChain.prepare(chatReq, body, profile, { found, validated: true });
+    const prompt = turnChain.prepare(chatReq, body, profile, "", { found, validated: true });
     const rendered = turnChain.renderedChars - renderedBefore;
     const encoded = prefixCache.encode(tok, prompt.text, model.blockSize, "");
 
@@ -122,16 +122,16 @@ function converse(model: ModelConfig, opts: { withImage: boolean; checkRate: num
     const stable = prompt.stable?.() ?? null;
     const promptTokens = encoded.idPieces && prompt.mediaParts.length === 0 ? { idPieces: encoded.idPieces, hashPieces: encoded.hashPieces } : null;
     const encodes = vi.spyOn(tok, "encode");
-    const prompt_ = stable === null ? null : nextPiece(state, stable, INSTRUCTIONS, model, promptTokens);
+    const prompt_ = stable === null ? null : nextPiece(state, stable, INSTRUCTIONS, model, "", promptTokens);
     const pieceEncodes = encodes.mock.calls.filter(([t]) => t !== SPLIT_TOKEN).length;
     encodes.mockRestore();
-    if (stable !== null) expect(prompt_, `turn ${i}`).toEqual(nextPiece(state, stable, INSTRUCTIONS, model));
+    if (stable !== null) expect(prompt_, `turn ${i}`).toEqual(nextPiece(state, stable, INSTRUCTIONS, model, ""));
     // Its block hashes are the prompt's: given the prompt's hashes each with a bit flipped, the piece holds them flipped
     // (hashed again, it would hold the true ones). Null: no piece tokens, no prompt tokens or no full block.
     let hashesFromPrompt: boolean | null = null;
     if (stable !== null && prompt_?.tokens && promptTokens) {
       const own = hashesOf(prompt_);
-      const flipped = hashesOf(nextPiece(state, stable, INSTRUCTIONS, model, { ...promptTokens, hashPieces: promptTokens.hashPieces.map((p) => p.map((h) => h ^ 1n)) }));
+      const flipped = hashesOf(nextPiece(state, stable, INSTRUCTIONS, model, "", { ...promptTokens, hashPieces: promptTokens.hashPieces.map((p) => p.map((h) => h ^ 1n)) }));
       if (own.length > 0) hashesFromPrompt = flipped.length === own.length && flipped.every((h, b) => h === (own[b]! ^ 1n));
     }
     perTurn.push({

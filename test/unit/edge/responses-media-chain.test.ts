@@ -114,7 +114,7 @@ async function converse(seeded: boolean, sameIsolate = false): Promise<Work[]> {
     deps = sameIsolate && deps ? deps : freshIsolate();
     const before = counts();
     const seeds = seeded ? mediaSeeds(records.flatMap((r) => r.media.map((m) => StoredMediaSchema.parse(m))), history) : [];
-    const prep = await prepareRouting(parseChatBody(body, limitsOf(deps.config)), { ...deps, mediaSeeds: seeds }, { client: { apiKey: TENANT }, signal: null }, tag, body);
+    const prep = await prepareRouting(parseChatBody(body, limitsOf(deps.config)), { ...deps, mediaSeeds: seeds }, "", { client: { apiKey: TENANT }, signal: null }, tag, body);
     const after = counts();
     work.push({ store: after.store - before.store, probe: after.probe - before.probe, held: after.held - before.held, memoHits: after.memoHits, memoStores: after.memoStores - before.memoStores });
 

@@ -135,7 +135,7 @@ const delta = (a: Counts & EdgeWork, b: Counts & EdgeWork): { work: Counts } & E
 async function turn(body: string, tenant: { key: string; tag: NamespaceTag }): Promise<{ prep: PreparedRouting; work: Counts } & EdgeWork> {
   const before = counts();
   const req = parseChatBody(body, limitsOf(config));
-  const prep = await prepareRouting(req, deps, { client: { apiKey: tenant.key }, signal: null }, tenant.tag, body);
+  const prep = await prepareRouting(req, deps, "", { client: { apiKey: tenant.key }, signal: null }, tenant.tag, body);
   return { prep, ...delta(before, counts()) };
 }
 

@@ -40,8 +40,8 @@ function conversation(seed: number, turns: number): Msg[] {
 
 /** The parse and prompt stages as the edge runs them for a caller of `partition`. */
 function turn(chain: TurnChainCache, body: string, partition: string) {
-  const parsed = parseChatTurn(body, config, { partition }, chain);
-  return chain.prepare(parsed.req, body, profile, { found: parsed.turn, validated: true, partition });
+  const parsed = parseChatTurn(body, config, partition, {}, chain);
+  return chain.prepare(parsed.req, body, profile, partition, { found: parsed.turn, validated: true });
 }
 
 describe("turn chain partitions", () => {
@@ -50,7 +50,7 @@ describe("turn chain partitions", () => {
       const chain = new TurnChainCache({ checkRate: 0 });
       turn(chain, bodyOf(conversation(1, 3)), owner);
       const next = bodyOf(conversation(1, 4));
-      expect(chain.find(next, profile, undefined, other)?.hit).toBeNull();
+      expect(chain.find(next, profile, other)?.hit).toBeNull();
       const foreign = turn(chain, next, other);
       expect(foreign.reusedMessages ?? 0).toBe(0);
       expect(foreign.text).toBe(preparePrompt(JSON.parse(next) as never, profile).text);
@@ -79,9 +79,9 @@ describe("turn chain partitions", () => {
     const chain = new TurnChainCache({ checkRate: 0 });
     turn(chain, bodyOf(conversation(4, 3)), ALICE);
     const next = bodyOf(conversation(4, 4));
-    const aliceFind = parseChatTurn(next, config, { partition: ALICE }, chain);
+    const aliceFind = parseChatTurn(next, config, ALICE, {}, chain);
     expect(aliceFind.turn?.hit).not.toBeNull();
-    expect(chain.prepare(aliceFind.req, next, profile, { found: aliceFind.turn, validated: true, partition: BOB }).reusedMessages ?? 0).toBe(0);
+    expect(chain.prepare(aliceFind.req, next, profile, BOB, { found: aliceFind.turn, validated: true }).reusedMessages ?? 0).toBe(0);
   });
 
   it("a stable prefix carries no partition id; a seed goes into the seeding caller's partition", () => {
@@ -93,7 +93,7 @@ describe("turn chain partitions", () => {
     const messages = JSON.parse(first) as { messages: Msg[] };
     const raw = messages.messages.slice(0, stable.messages).map((m) => JSON.stringify(m)).join(",");
     const chain = new TurnChainCache({ checkRate: 0 });
-    expect(chain.seed(stable, raw, null, ALICE)).toBe(true);
+    expect(chain.seed(stable, raw, ALICE)).toBe(true);
     const next = bodyOf(conversation(5, 4));
     expect(turn(chain, next, BOB).reusedMessages ?? 0).toBe(0);
     expect(turn(chain, next, ALICE).reusedMessages).toBe(stable.messages);

@@ -55,8 +55,8 @@ function converse(chain: TurnChainCache, seed: number, targetChars: number, asci
     if (turn > 0) messages.push({ role: "assistant", content: prose(seed * 1000 + turn, 12_000, ascii) });
     messages.push({ role: "user", content: prose(seed * 1000 + 500 + turn, 1_200, ascii) });
     body = JSON.stringify({ model: model.id, messages });
-    const parsed = parseChatTurn(body, config, {}, chain);
-    const p = chain.prepare(parsed.req, body, { family: model.family, templateId: model.templateId }, { found: parsed.turn, validated: true });
+    const parsed = parseChatTurn(body, config, "", {}, chain);
+    const p = chain.prepare(parsed.req, body, { family: model.family, templateId: model.templateId }, "", { found: parsed.turn, validated: true });
     if (turn > 0) expect(escapedOf(p.pieces!)).toBe(JSON.stringify(p.pieces!.stable.join("")).slice(1, -1));
   }
   return body.length;
@@ -104,7 +104,7 @@ describe("turn chain bytes", () => {
     for (const system of ["You are helpful — and brief. 😀", "You are helpful - and brief."]) {
       const chain = new TurnChainCache({ checkRate: 0 });
       const body = JSON.stringify({ model: "m", messages: [{ role: "system", content: `${system} ${prose(7, 3000, true)}` }, { role: "user", content: "Hi" }] });
-      const send = () => chain.prepare(parseChatBody(body, DEFAULT_LIMITS), body, profile, { validated: true });
+      const send = () => chain.prepare(parseChatBody(body, DEFAULT_LIMITS), body, profile, "", { validated: true });
       expect(send().pieces).toBeUndefined();
       const stored = chain.stats().bytes;
       // The same body again: a hit on the stored system prompt, nothing new to store.
@@ -137,7 +137,7 @@ describe("turn chain bytes", () => {
       // A client that escapes every non-ASCII character (Python's ensure_ascii) and one that writes them as they are.
       const json = JSON.stringify({ model: "m", messages });
       const body = turn % 2 === 0 ? json : json.replace(/[\u007f-\uffff]/g, (c) => `\\u${c.charCodeAt(0).toString(16).padStart(4, "0")}`);
-      const p = chain.prepare(parseChatBody(body, DEFAULT_LIMITS), body, profile, { validated: true });
+      const p = chain.prepare(parseChatBody(body, DEFAULT_LIMITS), body, profile, "", { validated: true });
       if (turn > 0) {
         const pieces = p.pieces!;
         expect(pieces.stable.join("") + pieces.rest).toBe(p.text);
@@ -174,8 +174,8 @@ describe("turn chain bytes: the scope", () => {
         // Each request is its own string, as a body read from the network is.
         const body = JSON.stringify({ model: model.id, tools: toolList, messages });
         bodies += body.length;
-        const parsed = parseChatTurn(body, config, {}, chain);
-        chain.prepare(parsed.req, body, { family: model.family, templateId: model.templateId }, { found: parsed.turn, validated: true });
+        const parsed = parseChatTurn(body, config, "", {}, chain);
+        chain.prepare(parsed.req, body, { family: model.family, templateId: model.templateId }, "", { found: parsed.turn, validated: true });
       }
     }
     expect(chain.stats().stores).toBeGreaterThan(60);

@@ -37,8 +37,8 @@ function same(a: BodyLayout | null, b: BodyLayout | null): void {
 
 /** Parse and prompt stages as the edge runs them (the prompt stage stores the turn). */
 function turn(chain: TurnChainCache, body: string) {
-  const parsed = parseChatTurn(body, config, {}, chain);
-  return chain.prepare(parsed.req, body, profile, { found: parsed.turn, validated: true });
+  const parsed = parseChatTurn(body, config, "", {}, chain);
+  return chain.prepare(parsed.req, body, profile, "", { found: parsed.turn, validated: true });
 }
 
 describe("turn chain layout scan", () => {
@@ -53,7 +53,7 @@ describe("turn chain layout scan", () => {
           messages = [...messages, { role: "assistant", content: text(t, 80) }, { role: "user", content: text(t + 11, 40) }];
           const body = write(messages);
           const before = chain.stats().heldLayouts;
-          same(chain.scanLayout(body), scanBodyLayout(body));
+          same(chain.scanLayout(body, ""), scanBodyLayout(body));
           // The first turn's entry holds the system message alone: too short to list (nothing worth skipping).
           expect(chain.stats().heldLayouts).toBe(t === 2 ? before : before + 1);
           expect(turn(chain, body).reusedMessages).toBe(messages.length - 1 - 2);
@@ -73,11 +73,11 @@ describe("turn chain layout scan", () => {
     ] as Msg[][]) {
       const body = bodyOf([...history, ...tail]);
       const before = chain.stats().heldLayouts;
-      const layout = chain.scanLayout(body);
+      const layout = chain.scanLayout(body, "");
       same(layout, scanBodyLayout(body));
       expect(chain.stats().heldLayouts).toBe(before + 1);
-      const fromHeld = chain.find(body, profile, layout);
-      const fromScan = chain.find(body, profile, scanBodyLayout(body));
+      const fromHeld = chain.find(body, profile, "", layout);
+      const fromScan = chain.find(body, profile, "", scanBodyLayout(body));
       expect(fromHeld?.hit?.node).toBe(fromScan?.hit?.node);
       expect(fromHeld?.hit).not.toBeNull();
     }
@@ -96,7 +96,7 @@ describe("turn chain layout scan", () => {
     expect(variants.slice(1).map((v) => JSON.parse(v))).toEqual([JSON.parse(next), JSON.parse(next)]);
     for (const body of variants) {
       const before = chain.stats().heldLayouts;
-      same(chain.scanLayout(body), scanBodyLayout(body));
+      same(chain.scanLayout(body, ""), scanBodyLayout(body));
       expect(chain.stats().heldLayouts).toBe(before);
     }
   });
@@ -110,9 +110,9 @@ describe("turn chain layout scan", () => {
     turn(chain, bodyOf(a));
     const body = bodyOf([...b, { role: "assistant", content: "x" }, { role: "user", content: "y" }]);
     const before = chain.stats().heldLayouts;
-    same(chain.scanLayout(body), scanBodyLayout(body));
+    same(chain.scanLayout(body, ""), scanBodyLayout(body));
     expect(chain.stats().heldLayouts).toBe(before);
-    expect(chain.find(body, profile)?.hit).toBeNull();
+    expect(chain.find(body, profile, "")?.hit).toBeNull();
   });
 
   it("keeps no body a lookup never read: the next scan drops what an earlier one held for find", () => {
@@ -123,11 +123,11 @@ describe("turn chain layout scan", () => {
     turn(chain, bodyOf(messages));
     const next = bodyOf([...messages, { role: "assistant", content: text(3, 80) }, { role: "user", content: text(14, 40) }]);
     const held = (c: TurnChainCache) => (c as unknown as { compared: { body: string } | null }).compared;
-    chain.scanLayout(next); // took held spans; no find follows (e.g. an unknown model refused it)
+    chain.scanLayout(next, ""); // took held spans; no find follows (e.g. an unknown model refused it)
     expect(held(chain)?.body).toBe(next);
     // Every listed entry evicted since (as a store of other conversations does): the next scan has no hints.
     (chain as unknown as { hints: Map<unknown, unknown> }).hints.clear();
-    chain.scanLayout(bodyOf([{ role: "user", content: "unrelated" }]));
+    chain.scanLayout(bodyOf([{ role: "user", content: "unrelated" }]), "");
     expect(held(chain)).toBeNull();
   });
 });

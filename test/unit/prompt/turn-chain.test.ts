@@ -112,7 +112,7 @@ describe("turn chain: the incremental prompt equals the full path at every turn"
           const body = bodyOf(messages, conv.extra);
           const req = parseChatBody(body, DEFAULT_LIMITS);
           const full = preparePrompt(req, profile);
-          const inc = chain.prepare(req, body, profile);
+          const inc = chain.prepare(req, body, profile, "");
           expect(inc.text).toBe(full.text);
           expect(inc.mediaParts).toEqual(full.mediaParts);
           expect(inc.droppedParts).toEqual(full.droppedParts);
@@ -161,7 +161,7 @@ describe("turn chain: the incremental prompt equals the full path at every turn"
           const req = parseChatBody(body, DEFAULT_LIMITS);
           const full = preparePrompt(req, profile);
           const before = chain.renderedChars;
-          const inc = chain.prepare(req, body, profile);
+          const inc = chain.prepare(req, body, profile, "");
           expect(inc.text).toBe(full.text);
           expect(inc.mediaParts).toEqual(full.mediaParts);
           expect(inc.droppedParts).toEqual(full.droppedParts);
@@ -169,7 +169,7 @@ describe("turn chain: the incremental prompt equals the full path at every turn"
           const encoded = prefix.encode(tok, inc.pieces ? new PieceText([...inc.pieces.stable, inc.pieces.rest]) : inc.text, BLOCK, "");
           expect(encoded.tokens()).toEqual(ids);
           expect(encoded.localHashes).toEqual(localBlockHashes(ids, BLOCK));
-          expect(checked.prepare(req, body, profile).text).toBe(full.text);
+          expect(checked.prepare(req, body, profile, "").text).toBe(full.text);
           return { inc, rendered: chain.renderedChars - before };
         };
         same();
@@ -206,7 +206,7 @@ describe("turn chain: the incremental prompt equals the full path at every turn"
     const profile = PROFILES[2]!;
     const chain = new TurnChainCache({ checkRate: 0 });
     const first: Msg[] = [{ role: "user", content: "Q1" }, { role: "assistant", content: "A1", reasoning_content: "r1" }, { role: "user", content: "Q2" }];
-    chain.prepare(parseChatBody(bodyOf(first, {}), DEFAULT_LIMITS), bodyOf(first, {}), profile);
+    chain.prepare(parseChatBody(bodyOf(first, {}), DEFAULT_LIMITS), bodyOf(first, {}), profile, "");
     const variants: [Msg[], Record<string, unknown>][] = [
       [[{ role: "user", content: "Q1!" }, ...first.slice(1), { role: "assistant", content: "A2" }, { role: "user", content: "Q3" }], {}],
       [[...first, { role: "assistant", content: "A2" }, { role: "user", content: "Q3" }], { tools: TOOLS }],
@@ -216,7 +216,7 @@ describe("turn chain: the incremental prompt equals the full path at every turn"
       const body = bodyOf(messages, extra);
       const req = parseChatBody(body, DEFAULT_LIMITS);
       const before = chain.stats().hits;
-      expect(chain.prepare(req, body, profile).text).toBe(preparePrompt(req, profile).text);
+      expect(chain.prepare(req, body, profile, "").text).toBe(preparePrompt(req, profile).text);
       expect(chain.stats().hits).toBe(before);
     }
   });
@@ -234,11 +234,11 @@ describe("turn chain: the incremental prompt equals the full path at every turn"
     const chain = new TurnChainCache({ checkRate: 1, render: faulty, onMismatch: (d) => mismatches.push(d) });
     const history: Msg[] = [{ role: "user", content: "Q1" }, { role: "assistant", content: "A1" }, { role: "user", content: "Q2" }];
     const body1 = bodyOf(history, {});
-    chain.prepare(parseChatBody(body1, DEFAULT_LIMITS), body1, profile);
+    chain.prepare(parseChatBody(body1, DEFAULT_LIMITS), body1, profile, "");
     const next = [...history, { role: "assistant", content: "A2" }, { role: "user", content: "Q3" }];
     const body2 = bodyOf(next, {});
     const req2 = parseChatBody(body2, DEFAULT_LIMITS);
-    const out = chain.prepare(req2, body2, profile);
+    const out = chain.prepare(req2, body2, profile, "");
     expect(out.text).toBe(preparePrompt(req2, profile).text);
     expect(mismatches).toEqual([{ templateId: "qwen3vl-instruct", messages: 5, reusedMessages: 2 }]);
     expect(chain.stats().mismatches).toBe(1);
@@ -246,7 +246,7 @@ describe("turn chain: the incremental prompt equals the full path at every turn"
     const third = [...next, { role: "assistant", content: "A3" }, { role: "user", content: "Q4" }];
     const body3 = bodyOf(third, {});
     const req3 = parseChatBody(body3, DEFAULT_LIMITS);
-    expect(chain.prepare(req3, body3, profile).text).toBe(preparePrompt(req3, profile).text);
+    expect(chain.prepare(req3, body3, profile, "").text).toBe(preparePrompt(req3, profile).text);
     expect(chain.stats().hits).toBe(1);
   });
 
@@ -256,7 +256,7 @@ describe("turn chain: the incremental prompt equals the full path at every turn"
     for (let c = 0; c < 60; c++) {
       const messages: Msg[] = [{ role: "user", content: longText(c, 2000) }, { role: "assistant", content: "ok" }, { role: "user", content: "next" }];
       const body = bodyOf(messages, {});
-      chain.prepare(parseChatBody(body, DEFAULT_LIMITS), body, profile);
+      chain.prepare(parseChatBody(body, DEFAULT_LIMITS), body, profile, "");
       expect(chain.stats().bytes).toBeLessThanOrEqual(300_000);
     }
     expect(chain.stats().evictions).toBeGreaterThan(0);
@@ -308,7 +308,7 @@ describe("turn chain: the incremental prompt equals the full path at every turn"
     const json = (messages: Msg[]) => messages.map((m) => JSON.stringify(m)).join(",");
     // Stores the entry of the first three messages (the text before this request's query).
     const stored = JSON.stringify({ model: "m", messages: [...history, { role: "user", content: "Q" }] });
-    chain.prepare(parseChatBody(stored, DEFAULT_LIMITS), stored, profile);
+    chain.prepare(parseChatBody(stored, DEFAULT_LIMITS), stored, profile, "");
     // After them a long message whose role comes after its text, written twice: JSON.parse keeps the
     // last (assistant), so it opens no query and the three-message entry is not used.
     const odd = `{"content":${JSON.stringify(longText(2, 20_000))},"role":"user","role":"assistant"}`;
@@ -316,13 +316,13 @@ describe("turn chain: the incremental prompt equals the full path at every turn"
     const parse = vi.spyOn(JSON, "parse");
     let parsedChars = 0;
     try {
-      expect(chain.find(body, profile)?.hit).toBeNull();
+      expect(chain.find(body, profile, "")?.hit).toBeNull();
       for (const [text] of parse.mock.calls) parsedChars += String(text).length;
     } finally {
       parse.mockRestore();
     }
     expect(parsedChars, "characters JSON.parse read to find the roles").toBeLessThan(100);
     // As the last message, an assistant's may be a query (preprocessing makes it one): the three-message entry is used.
-    expect(chain.find(`{"model":"m","messages":[${json(history)},${odd}]}`, profile)?.hit?.node.messages).toBe(3);
+    expect(chain.find(`{"model":"m","messages":[${json(history)},${odd}]}`, profile, "")?.hit?.node.messages).toBe(3);
   });
 });

@@ -80,7 +80,7 @@ describe("generateBodyChunks", () => {
     let escapedShare = 1;
     for (let turn = 0; turn < 5; turn++) {
       const bodyText = JSON.stringify({ model: "m", messages });
-      const prompt = chain.prepare(parseChatBody(bodyText, DEFAULT_LIMITS), bodyText, profile);
+      const prompt = chain.prepare(parseChatBody(bodyText, DEFAULT_LIMITS), bodyText, profile, "");
       const work: EscapeWork = { escapedChars: 0 };
       const b = body(prompt.text);
       const { text: _, ...rest } = b;
@@ -112,7 +112,7 @@ describe("generateBodyChunks", () => {
           messages.push({ role: "user", content: question });
           const json = JSON.stringify({ model: "m", messages });
           const bodyText = ensureAscii ? json.replace(/[\u007f-\uffff]/g, (c) => `\\u${c.charCodeAt(0).toString(16).padStart(4, "0")}`) : json;
-          const prompt = chain.prepare(parseChatBody(bodyText, DEFAULT_LIMITS), bodyText, profile, { validated: true });
+          const prompt = chain.prepare(parseChatBody(bodyText, DEFAULT_LIMITS), bodyText, profile, "", { validated: true });
           const b = body(prompt.text);
           const parts = generateBodyParts(b, [], prompt.pieces ?? null);
           const expected = Buffer.from(concat(generateBodyChunks(b, [], prompt.pieces ?? null)), "utf8");
