@@ -14,6 +14,13 @@ import { serveWorkerd } from "./workerd-serve.mjs";
 import { importMediaUrlKey, workerMediaCredential } from "../../src/media/signed-url.ts";
 
 const OUT_DIR = join(ROOT, "bench/results/tmp/edge-real");
+/**
+ * The rate-limited edge's `KVEDGE_RATE_LIMIT`: the chat bucket at the schema's largest rate and
+ * burst (src/config/config.ts RateLimitsSchema), so no bench request is refused; the work per
+ * request (one take, the x-ratelimit headers) is the default's, which no rate changes. No token quota
+ * (none by default).
+ */
+const RATE_LIMIT_NEVER_REFUSES = JSON.stringify({ requestsPerMinute: 10_000_000, burst: 1_000_000 });
 const NODE = process.execPath;
 
 function bundleEdge() {
@@ -79,9 +86,12 @@ function kill(p) {
  * connects there; the edge reaches it by RPC); `workerArgs`: more flags for the simulated worker (after its own,
  * so they override: e.g. ["--decode-ms-per-token", "1"] paces a streamed answer's frames); `proxyFloor` (with splitIndex):
  * serve the bench's proxy-floor Worker (bench/edge/proxy-floor.mjs) in the edge's process, forwarding to the
- * worker. Returns { edgeUrl, workerUrl, floorUrl (or null), edgePid, indexPid, admin(path), stop() }.
+ * worker; `rateLimitedEdge` (with splitIndex): a second edge Worker in the edge's process with rate
+ * limiting on (production's default buckets, at RATE_LIMIT_NEVER_REFUSES), its RateLimiter objects
+ * in the index process (bench/lib/workerd-serve.mjs). Returns { edgeUrl, workerUrl, floorUrl and
+ * limitedUrl (or null), edgePid, indexPid, admin(path), stop() }.
  */
-export async function startEdgeFleet({ model = "Qwen/Qwen3-VL-8B-Instruct", family = "qwen3_vl", template = "qwen3vl-instruct", media = {}, decode = false, limits = null, inspectorPort = undefined, v8Flags = [], splitIndex = false, workerArgs = [], proxyFloor = false } = {}) {
+export async function startEdgeFleet({ model = "Qwen/Qwen3-VL-8B-Instruct", family = "qwen3_vl", template = "qwen3vl-instruct", media = {}, decode = false, limits = null, inspectorPort = undefined, v8Flags = [], splitIndex = false, workerArgs = [], proxyFloor = false, rateLimitedEdge = false } = {}) {
   const scriptPath = await bundleEdge();
   const procs = [];
   const servers = [];
@@ -148,12 +158,13 @@ export async function startEdgeFleet({ model = "Qwen/Qwen3-VL-8B-Instruct", fami
     // socket for the relay, a JS RPC socket for the edge), so /proc accounts the two apart.
     let index = null;
     if (splitIndex) {
-      const [indexPort, indexRpcPort] = [await freePort(), await freePort()];
-      index = serveWorkerd({ ...serveOptions, port: indexPort, indexRpcPort, v8Flags, configName: "workerd-index.capnp" });
+      const [indexPort, indexRpcPort, limiterRpcPort] = [await freePort(), await freePort(), rateLimitedEdge ? await freePort() : undefined];
+      index = serveWorkerd({ ...serveOptions, port: indexPort, indexRpcPort, limiterRpcPort, v8Flags, configName: "workerd-index.capnp" });
       index.stderr.setEncoding("utf8");
       procs.push(index);
       index.url = `http://127.0.0.1:${indexPort}`;
       index.rpcAddress = `127.0.0.1:${indexRpcPort}`;
+      index.limiterAddress = limiterRpcPort ? `127.0.0.1:${limiterRpcPort}` : undefined;
       await waitFor(async () => (await fetch(`${index.url}/healthz`)).ok, 60_000, "workerd (routing index)", index);
     }
     // The worker's port is taken before the edge process starts: the proxy floor's config names it.
@@ -161,12 +172,25 @@ export async function startEdgeFleet({ model = "Qwen/Qwen3-VL-8B-Instruct", fami
     const workerUrl = `http://127.0.0.1:${port}`;
     if (proxyFloor && !index) throw new Error("startEdgeFleet: proxyFloor needs splitIndex");
     const floorPort = proxyFloor ? await freePort() : null;
-    const wd = serveWorkerd({ ...serveOptions, port: edgePort, inspectorPort, v8Flags, remoteIndex: index?.rpcAddress, proxyFloor: floorPort ? { port: floorPort, upstream: workerUrl } : undefined, storageDir: index ? `${storageDir}-edge` : storageDir });
+    if (rateLimitedEdge && !index) throw new Error("startEdgeFleet: rateLimitedEdge needs splitIndex");
+    const limitedPort = rateLimitedEdge ? await freePort() : null;
+    const wd = serveWorkerd({
+      ...serveOptions,
+      port: edgePort,
+      inspectorPort,
+      v8Flags,
+      remoteIndex: index?.rpcAddress,
+      proxyFloor: floorPort ? { port: floorPort, upstream: workerUrl } : undefined,
+      rateLimitedEdge: limitedPort ? { port: limitedPort, remoteLimiter: index.limiterAddress, rateLimit: RATE_LIMIT_NEVER_REFUSES } : undefined,
+      storageDir: index ? `${storageDir}-edge` : storageDir,
+    });
     if (index) cleanup.push(() => rmSync(`${storageDir}-edge`, { recursive: true, force: true }));
     wd.stderr.setEncoding("utf8");
     procs.push(wd);
     const edgeUrl = `http://127.0.0.1:${edgePort}`;
     await waitFor(async () => (await fetch(`${edgeUrl}/healthz`)).ok, 60_000, "workerd", wd);
+    const limitedUrl = limitedPort ? `http://127.0.0.1:${limitedPort}` : null;
+    if (limitedUrl) await waitFor(async () => (await fetch(`${limitedUrl}/healthz`)).ok, 60_000, "workerd (rate-limited edge)", wd);
 
     const modelDir = join(ROOT, "test/fixtures/models", family);
     const worker = child([
@@ -196,7 +220,7 @@ export async function startEdgeFleet({ model = "Qwen/Qwen3-VL-8B-Instruct", fami
       "relay sync",
       relay,
     );
-    return { edgeUrl, workerUrl, floorUrl: floorPort ? `http://127.0.0.1:${floorPort}` : null, mediaUrl, adminToken, admin, stop, edgePid: wd.pid, indexPid: index?.pid ?? null, workerPid: worker.pid, relayPid: relay.pid };
+    return { edgeUrl, workerUrl, floorUrl: floorPort ? `http://127.0.0.1:${floorPort}` : null, limitedUrl, mediaUrl, adminToken, admin, stop, edgePid: wd.pid, indexPid: index?.pid ?? null, workerPid: worker.pid, relayPid: relay.pid };
   } catch (e) {
     await stop();
     throw e;

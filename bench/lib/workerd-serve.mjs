@@ -27,45 +27,58 @@ const str = (s) => JSON.stringify(String(s));
  * src/workerd/server/workerd-debug-port-client.c++ at 6a6df7f2), so another request's use throws
  * "Cannot perform I/O on behalf of a different request" (IoContext::checkFarGet), and a client per
  * stub costs a TCP connect and a capnp bootstrap per index call. The local namespace (same class
- * and uniqueKey as the index process's) only derives the object ids. The env wrapper is made once
- * per env, so the Worker's config cache (keyed by env) still holds.
+ * and uniqueKey as the index process's) only derives the object ids. `env.RATE_LIMITER` goes the
+ * same way when the Worker has a `LIMITER_RPC` binding (the rate-limited edge: each take one capnp
+ * call to the index process's RateLimiter object, as a remote Durable Object's). The env wrapper
+ * is made once per env, so the Worker's config cache (keyed by env) still holds.
  */
 const SPLIT_ENTRY = `import edge from "./index.mjs";
 export * from "./index.mjs";
 const wrapped = new WeakMap();
-function remoteIndex(env) {
-  const ids = env.ROUTING_INDEX;
+function remoteNamespace(ids, rpc) {
   const stub = (id) => {
     const key = id.toString();
-    return new Proxy({}, { get: (_, method) => (method === "then" ? undefined : (...args) => env.INDEX_RPC.call(key, method, args)) });
+    return new Proxy({}, { get: (_, method) => (method === "then" ? undefined : (...args) => rpc.call(key, method, args)) });
   };
   return { idFromName: (name) => ids.idFromName(name), get: (id) => stub(id), getByName: (name) => stub(ids.idFromName(name)) };
 }
 export default {
   fetch(request, env, ctx) {
     let e = wrapped.get(env);
-    if (!e) wrapped.set(env, (e = { ...env, ROUTING_INDEX: remoteIndex(env) }));
+    if (!e) {
+      e = { ...env, ROUTING_INDEX: remoteNamespace(env.ROUTING_INDEX, env.INDEX_RPC) };
+      if (env.LIMITER_RPC) e.RATE_LIMITER = remoteNamespace(env.RATE_LIMITER, env.LIMITER_RPC);
+      wrapped.set(env, e);
+    }
     return edge.fetch(request, e, ctx);
   },
 };
 `;
 
 /**
- * The main module of the index process of a split: the bundle, plus the entrypoint its RPC socket
- * (loopback only) serves, which hands each call to the named routing-index object in this process.
- * An object result of that inner call carries a Symbol.dispose; returned as is, the edge would hold
- * a call pipeline for it until its request ends (src/workerd/api/worker-rpc.c++ at 407e074c), which
- * a Durable Object's plain result does not cost, so the gateway drops it.
+ * The main module of the index process of a split: the bundle, plus the entrypoints its RPC sockets
+ * (loopback only) serve, which hand each call to the named routing-index object (IndexGateway) or
+ * rate-limiter object (RateLimiterGateway) in this process. An object result of that inner call
+ * carries a Symbol.dispose; returned as is, the edge would hold a call pipeline for it until its
+ * request ends (src/workerd/api/worker-rpc.c++ at 407e074c), which a Durable Object's plain result
+ * does not cost, so the gateway drops it.
  */
 const INDEX_GATEWAY = `import { WorkerEntrypoint } from "cloudflare:workers";
 export * from "./index.mjs";
 export { default } from "./index.mjs";
+async function forward(ns, id, method, args) {
+  const result = await ns.get(ns.idFromString(id))[method](...args);
+  if (result !== null && typeof result === "object" && Object.hasOwn(result, Symbol.dispose)) delete result[Symbol.dispose];
+  return result;
+}
+export class RateLimiterGateway extends WorkerEntrypoint {
+  call(id, method, args) {
+    return forward(this.env.RATE_LIMITER, id, method, args);
+  }
+}
 export class IndexGateway extends WorkerEntrypoint {
-  async call(id, method, args) {
-    const ns = this.env.ROUTING_INDEX;
-    const result = await ns.get(ns.idFromString(id))[method](...args);
-    if (result !== null && typeof result === "object" && Object.hasOwn(result, Symbol.dispose)) delete result[Symbol.dispose];
-    return result;
+  call(id, method, args) {
+    return forward(this.env.ROUTING_INDEX, id, method, args);
   }
   /** The proxy floor's stand-in for a route or settle call (bench/edge/proxy-floor.mjs): the transport alone. */
   floorPing(n) {
@@ -74,8 +87,9 @@ export class IndexGateway extends WorkerEntrypoint {
 }
 `;
 
-/** The Cap'n Proto CONNECT host of the index process's RPC socket (any fixed name both ends share). */
+/** The Cap'n Proto CONNECT hosts of the index process's RPC sockets (any fixed names both ends share). */
 const CAPNP_HOST = "kvedge-index-rpc";
+const LIMITER_CAPNP_HOST = "kvedge-rate-limiter-rpc";
 
 /**
  * Starts `workerd serve` on `dir` (the bundle: index.mjs plus its *.wasm modules) with text
@@ -84,9 +98,14 @@ const CAPNP_HOST = "kvedge-index-rpc";
  * the RPC address of the process whose routing-index objects this one uses (the edge process of a
  * split). `proxyFloor` ({ port, upstream }, with remoteIndex): the bench's proxy-floor Worker
  * (bench/edge/proxy-floor.mjs) in this process too, on 127.0.0.1:`port`, forwarding to `upstream`
- * and calling the same index RPC service.
+ * and calling the same index RPC service. `limiterRpcPort`: this process serves its rate-limiter
+ * objects by JS RPC there (the index process). `rateLimitedEdge` ({ port, remoteLimiter, rateLimit },
+ * with remoteIndex): a second edge Worker (the same bundle, its own isolate) on 127.0.0.1:`port`
+ * with `KVEDGE_RATE_LIMIT` = `rateLimit`, whose RateLimiter objects are those served at
+ * `remoteLimiter` (a Cap'n Proto connection of its own, one call per take); the proxy floor can
+ * reach them too (its `?rl=1`).
  */
-export function serveWorkerd({ dir, vars, port, compatibilityDate, compatibilityFlags = [], storageDir, inspectorPort, v8Flags = [], indexRpcPort, remoteIndex, proxyFloor, configName = "workerd.capnp" }) {
+export function serveWorkerd({ dir, vars, port, compatibilityDate, compatibilityFlags = [], storageDir, inspectorPort, v8Flags = [], indexRpcPort, limiterRpcPort, remoteIndex, proxyFloor, rateLimitedEdge, configName = "workerd.capnp" }) {
   mkdirSync(storageDir, { recursive: true });
   const modules = [`(name = "index.mjs", esModule = embed "index.mjs")`];
   if (remoteIndex) {
@@ -106,6 +125,29 @@ export function serveWorkerd({ dir, vars, port, compatibilityDate, compatibility
     services.push(`(name = "routing-index", external = (address = ${str(remoteIndex)}, http = (capnpConnectHost = ${str(CAPNP_HOST)})))`);
     bindings.push(`(name = "INDEX_RPC", service = "routing-index")`);
   }
+  // The rate-limited edge's and the floor's namespace bindings name the edge Worker's classes: they
+  // only derive object ids (the same uniqueKey as the index process's), the objects are remote.
+  const limiterBindings = [`(name = "LIMITER_RPC", service = "rate-limiter")`, `(name = "RATE_LIMITER", durableObjectNamespace = (className = "RateLimiter", serviceName = "edge"))`];
+  let limitedWorker = "";
+  if (rateLimitedEdge) {
+    if (!remoteIndex) throw new Error("serveWorkerd: rateLimitedEdge needs remoteIndex (its index calls go to the index process)");
+    services.push(`(name = "rate-limiter", external = (address = ${str(rateLimitedEdge.remoteLimiter)}, http = (capnpConnectHost = ${str(LIMITER_CAPNP_HOST)})))`, `(name = "edge-rate-limited", worker = .edgeRateLimited)`);
+    sockets.push(`(name = "edge-rate-limited", address = ${str(`127.0.0.1:${rateLimitedEdge.port}`)}, http = (), service = "edge-rate-limited")`);
+    const limitedBindings = [
+      ...Object.entries({ ...vars, KVEDGE_RATE_LIMIT: rateLimitedEdge.rateLimit }).map(([k, v]) => `(name = ${str(k)}, text = ${str(v)})`),
+      `(name = "ROUTING_INDEX", durableObjectNamespace = (className = "RoutingIndex", serviceName = "edge"))`,
+      `(name = "INDEX_RPC", service = "routing-index")`,
+      ...limiterBindings,
+    ];
+    limitedWorker = `const edgeRateLimited :Workerd.Worker = (
+  modules = [${modules.join(", ")}],
+  compatibilityDate = ${str(compatibilityDate)},
+  compatibilityFlags = [${compatibilityFlags.map(str).join(", ")}],
+  bindings = [${limitedBindings.join(", ")}],
+  globalOutbound = "internet",
+);
+`;
+  }
   let floorWorker = "";
   if (proxyFloor) {
     if (!remoteIndex) throw new Error("serveWorkerd: proxyFloor needs remoteIndex (its RPCs go to the index process)");
@@ -116,12 +158,13 @@ export function serveWorkerd({ dir, vars, port, compatibilityDate, compatibility
   modules = [(name = "proxy-floor.mjs", esModule = embed "proxy-floor.mjs")],
   compatibilityDate = ${str(compatibilityDate)},
   compatibilityFlags = [${compatibilityFlags.map(str).join(", ")}],
-  bindings = [(name = "INDEX_RPC", service = "routing-index"), (name = "UPSTREAM", text = ${str(proxyFloor.upstream)})],
+  bindings = [(name = "INDEX_RPC", service = "routing-index"), (name = "UPSTREAM", text = ${str(proxyFloor.upstream)})${rateLimitedEdge ? `, ${limiterBindings.join(", ")}, (name = "KVEDGE_RATE_LIMIT", text = ${str(rateLimitedEdge.rateLimit)})` : ""}],
   globalOutbound = "internet",
 );
 `;
   }
   if (indexRpcPort) sockets.push(`(name = "index-rpc", address = ${str(`127.0.0.1:${indexRpcPort}`)}, http = (capnpConnectHost = ${str(CAPNP_HOST)}), service = (name = "edge", entrypoint = "IndexGateway"))`);
+  if (limiterRpcPort) sockets.push(`(name = "limiter-rpc", address = ${str(`127.0.0.1:${limiterRpcPort}`)}, http = (capnpConnectHost = ${str(LIMITER_CAPNP_HOST)}), service = (name = "edge", entrypoint = "RateLimiterGateway"))`);
   const config = `using Workerd = import "/workerd/workerd.capnp";
 const config :Workerd.Config = (
   services = [
@@ -142,7 +185,7 @@ const edge :Workerd.Worker = (
   durableObjectStorage = (localDisk = "do-storage"),
   globalOutbound = "internet",
 );
-${floorWorker}`;
+${floorWorker}${limitedWorker}`;
   const file = join(dir, configName);
   writeFileSync(file, config);
   const bin = require.resolve("workerd/bin/workerd");

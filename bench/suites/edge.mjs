@@ -14,7 +14,8 @@
 // them, the same body through the proxy floor (bench/edge/proxy-floor.mjs: a pass-through Worker in
 // the edge's process making the same index RPCs' transport and the forward, none of kvedge's work):
 // its edge-process CPU is what any Worker routing the request costs in workerd, and edge − floor per
-// request is kvedge's own.
+// request is kvedge's own. The edge runs with rate limiting off; the default limiter's cost is
+// measured apart, against a second edge with it on (bench/edge/rate-limit-case.mjs).
 import { startEdgeFleet } from "../lib/edge-fleet.mjs";
 import { replayFetch } from "../lib/replay-fetch.mjs";
 import { freshText } from "../lib/corpus.mjs";
@@ -28,6 +29,7 @@ import { ROOT } from "../lib/workerd.mjs";
 import { nativeWorkerdPid, processAndMainThreadCpuMs, processCpuPreciseMs, waitForQuiet } from "../lib/process-cpu.mjs";
 import { HISTORY_BINS, runConcurrentConversations, runConversations } from "../edge/conversations.mjs";
 import { edgeSendCpu, measuredSends } from "../edge/turn-sends.mjs";
+import { rateLimitFigures } from "../edge/rate-limit-case.mjs";
 import { promptStageFigures } from "../edge/prompt-stage.mjs";
 import { coldStageFigures } from "../edge/cold-stage.mjs";
 import { streamLengthFigures } from "../edge/stream-length.mjs";
@@ -129,7 +131,9 @@ export default {
     // The decode service is the media store: videos reach the worker through it (signed URLs).
     // proxyFloor: a pass-through Worker in the edge's process (bench/edge/proxy-floor.mjs), each
     // request's CPU floor: the index RPCs' transport and the forward, none of kvedge's work.
-    const fleet = await startEdgeFleet({ media, decode: true, splitIndex: true, proxyFloor: true, limits: { maxMessageChars: 2_000_000, maxTotalChars: 8_000_000 } });
+    // rateLimitedEdge: the same edge with production's default rate limiting on, in the same process
+    // (bench/edge/rate-limit-case.mjs).
+    const fleet = await startEdgeFleet({ media, decode: true, splitIndex: true, proxyFloor: true, rateLimitedEdge: true, limits: { maxMessageChars: 2_000_000, maxTotalChars: 8_000_000 } });
     const edgePid = nativeWorkerdPid(fleet.edgePid);
     const indexPid = nativeWorkerdPid(fleet.indexPid);
     // The edge process's CPU (every thread: the goal measure) and its main thread's alone (the
@@ -144,6 +148,7 @@ export default {
     const edge = `${fleet.edgeUrl}/v1/chat/completions`;
     const direct = `${fleet.workerUrl}/v1/chat/completions`;
     const floor = `${fleet.floorUrl}/v1/chat/completions`;
+    const limited = `${fleet.limitedUrl}/v1/chat/completions`;
     const admin = { authorization: `Bearer ${fleet.adminToken}` };
     // The cases with a goal (text-32k) get twice the pairs: a p50 over 60 moved by ±2 ms between runs.
     const reps = (size, kind) => (ctx.tiny ? 2 : ctx.quick ? (size >= 100_000 ? 4 : 8) : size >= 100_000 ? 20 : kind === "text-32k" ? 120 : 60);
@@ -163,8 +168,25 @@ export default {
     for (let i = 0; i < (ctx.tiny ? 2 : 10); i++) {
       const b = body([{ role: "system", content: SYSTEM }, { role: "user", content: fresh(2000) }], i % 2 === 1);
       await timedPost(edge, b, i % 2 === 1);
+      await timedPost(limited, b, i % 2 === 1);
       await timedPost(floor, b, i % 2 === 1);
       await timedPost(direct, b, i % 2 === 1);
+    }
+
+    // KVEDGE_BENCH_EDGE_CASES=<regex>: only the matching cases (for profiling one case; the complete run takes all).
+    const only = process.env.KVEDGE_BENCH_EDGE_CASES ? new RegExp(process.env.KVEDGE_BENCH_EDGE_CASES) : null;
+    // The default rate limit's edge-side cost (bench/edge/rate-limit-case.mjs), first: the two edge
+    // isolates have then served the same requests (a fuller isolate's GC would bias the pair).
+    // KVEDGE_BENCH_EDGE_CASES selects it by "rate-limit".
+    let rateLimit = null;
+    if (!only || only.test("rate-limit")) {
+      ctx.progress(0, "edge rate-limit: rate limiting off vs on");
+      await quiet();
+      const urls = { off: edge, on: limited, direct };
+      rateLimit = await rateLimitFigures(
+        { post: (t, b, stream) => timedPost(urls[t], b, stream, t === "direct" ? {} : admin), body, fresh, system: SYSTEM, cpu, pids: [edgePid, indexPid] },
+        ctx.tiny ? { reps: 2, turnReps: 2, turnHistoryTokens: 8000 } : ctx.quick ? { reps: 16, turnReps: 8, turnHistoryTokens: 32_000 } : { reps: 200, turnReps: 150, turnHistoryTokens: 32_000 },
+      );
     }
 
     // The floor of the extra local hop: a request the edge answers itself against the worker's own.
@@ -179,18 +201,20 @@ export default {
       }
     }
     const healthzEdgeCpuMean = (cpu().edge - hopCpu0) / hop.edge.length;
-    // The proxy floor's two index RPCs apart: a warm 1k body through it with them and with the
-    // fetch alone (?rpc=0), alternating.
-    const floorSplit = { withRpc: [], fetchOnly: [] };
+    // The proxy floor's two index RPCs apart: a warm 1k body through it with them, with the fetch
+    // alone (?rpc=0), and with a rate-limit take before them (?rl=1), in turn.
+    const floorSplit = { withRpc: [], fetchOnly: [], withTake: [] };
+    const floorUrls = { withRpc: floor, fetchOnly: `${floor}?rpc=0`, withTake: `${floor}?rl=1` };
+    const floorOrders = [["withRpc", "fetchOnly", "withTake"], ["fetchOnly", "withTake", "withRpc"], ["withTake", "withRpc", "fetchOnly"]];
     const floorBody = body([{ role: "user", content: fresh(1000) }], false);
     await timedPost(direct, floorBody, false);
-    for (let i = 0; i < (ctx.tiny ? 2 : 40); i++) {
-      for (const side of i % 2 === 0 ? ["withRpc", "fetchOnly"] : ["fetchOnly", "withRpc"]) {
-        const sent = await edgeSendCpu(() => timedPost(side === "withRpc" ? floor : `${floor}?rpc=0`, floorBody, false), cpu, [edgePid, indexPid]);
+    for (let i = 0; i < (ctx.tiny ? 3 : 42); i++) {
+      for (const side of floorOrders[i % 3]) {
+        const sent = await edgeSendCpu(() => timedPost(floorUrls[side], floorBody, false), cpu, [edgePid, indexPid]);
         floorSplit[side].push(sent.process);
       }
     }
-    const floorRpc = { withRpcCpuP50: summarize(floorSplit.withRpc).p50, fetchOnlyCpuP50: summarize(floorSplit.fetchOnly).p50 };
+    const floorRpc = { withRpcCpuP50: summarize(floorSplit.withRpc).p50, fetchOnlyCpuP50: summarize(floorSplit.fetchOnly).p50, withRateLimitTakeCpuP50: summarize(floorSplit.withTake).p50 };
 
     const cases = [];
     for (const [label, size] of Object.entries(SIZES)) for (const temp of ["cold", "warm"]) for (const stream of [false, true]) cases.push({ kind: `text-${label}`, size, temp, stream });
@@ -200,8 +224,6 @@ export default {
     for (const temp of ["cold", "warm"]) for (const stream of [false, true]) cases.push({ kind: "video-768", size: 300, temp, stream });
     await timedPost(edge, body([{ role: "user", content: mediaContent("video-768", "Describe the clip.") }], false), false);
 
-    // KVEDGE_BENCH_EDGE_CASES=<regex>: only the matching cases (for profiling one case; the complete run takes all).
-    const only = process.env.KVEDGE_BENCH_EDGE_CASES ? new RegExp(process.env.KVEDGE_BENCH_EDGE_CASES) : null;
     if (only) cases.splice(0, cases.length, ...cases.filter((c) => only.test(`${c.kind} ${c.temp}${c.stream ? " stream" : ""}`)));
     const results = {};
     let step = 0;
@@ -385,7 +407,15 @@ export default {
     summary.push({ metric: "first chat request through the edge (1k text; the isolate had served only health and admin requests, the worker was warm) [edge stages before upstream]", value: `${fmt(firstMs)} [${firstStages["kvedge-route"] ?? "–"}]`, unit: "ms", goal: "", pass: null });
     summary.push({ metric: "the simulated worker's own first chat request (reference: its cold start)", value: fmt(workerFirst.total), unit: "ms", goal: "", pass: null });
     const hopFloor = { edgeHealthzP50: summarize(hop.edge).p50, workerHealthP50: summarize(hop.worker).p50, healthzEdgeCpuMean };
-    summary.push({ metric: "proxy floor, a warm 1k body unstreamed: edge-process CPU p50 with its 2 index RPCs / the fetch alone (?rpc=0) [difference per RPC]", value: `${floorRpc.withRpcCpuP50.toFixed(2)} / ${floorRpc.fetchOnlyCpuP50.toFixed(2)} [${((floorRpc.withRpcCpuP50 - floorRpc.fetchOnlyCpuP50) / 2).toFixed(2)}]`, unit: "ms", goal: "", pass: null });
+    summary.push({ metric: "proxy floor, a warm 1k body unstreamed: edge-process CPU p50 with its 2 index RPCs / the fetch alone (?rpc=0) [difference per RPC] / with a rate-limit take before them (?rl=1)", value: `${floorRpc.withRpcCpuP50.toFixed(2)} / ${floorRpc.fetchOnlyCpuP50.toFixed(2)} [${((floorRpc.withRpcCpuP50 - floorRpc.fetchOnlyCpuP50) / 2).toFixed(2)}] / ${floorRpc.withRateLimitTakeCpuP50.toFixed(2)}`, unit: "ms", goal: "", pass: null });
+    for (const [name, r] of Object.entries(rateLimit ?? {}))
+      summary.push({
+        metric: `rate limiting off vs on (the default: one RateLimiter take per request, its object in the index process), ${name} (n=${r.n}): edge-process CPU p50 off / on [per-pair on − off p50; mean] (isolate thread p50 off / on) {index-process CPU p50 off / on; per-pair on − off p50}`,
+        value: `${r.offCpuP50.toFixed(2)} / ${r.onCpuP50.toFixed(2)} [${r.onMinusOffCpuP50.toFixed(2)}; ${r.onMinusOffCpuMean.toFixed(2)}] (${r.offIsolateCpuP50.toFixed(2)} / ${r.onIsolateCpuP50.toFixed(2)}) {${r.offIndexCpuP50.toFixed(2)} / ${r.onIndexCpuP50.toFixed(2)}; ${r.indexOnMinusOffCpuP50.toFixed(2)}}`,
+        unit: "ms",
+        goal: "",
+        pass: null,
+      });
     summary.push({ metric: "local hop floor: GET /healthz through the edge vs the worker's own /health, p50 [edge-process CPU mean per /healthz]", value: `${hopFloor.edgeHealthzP50.toFixed(2)} vs ${hopFloor.workerHealthP50.toFixed(2)} [${healthzEdgeCpuMean.toFixed(2)}]`, unit: "ms", goal: "", pass: null });
     const keys = Object.keys(results);
     const plot = barChart({
@@ -406,6 +436,6 @@ export default {
       summary.push(...r.summary);
       streamLength = r.figures;
     }
-    return { summary, details: { conversations, streamLength, stages, coldStages: cold, firstRequestMs: firstMs, firstRequestStages: firstStages, workerFirstRequestMs: workerFirst.total, hopFloor, floorRpc, cases: results, worker: "services/sglang-sim, timing instant" }, plots: [{ file: "edge.svg", svg: plot }] };
+    return { summary, details: { conversations, streamLength, stages, coldStages: cold, firstRequestMs: firstMs, firstRequestStages: firstStages, workerFirstRequestMs: workerFirst.total, hopFloor, floorRpc, rateLimit, cases: results, worker: "services/sglang-sim, timing instant" }, plots: [{ file: "edge.svg", svg: plot }] };
   },
 };

@@ -102,6 +102,13 @@ describe("bench harness", () => {
     const floorRpc = latest.suites.edge.details.floorRpc;
     expect(floorRpc.withRpcCpuP50).toBeGreaterThan(0);
     expect(floorRpc.fetchOnlyCpuP50).toBeGreaterThan(0);
+    expect(floorRpc.withRateLimitTakeCpuP50).toBeGreaterThan(0);
+    // Rate limiting off vs on (the default limiter, its objects in the index process): every case's
+    // figures are there and finite (their values are the run's).
+    const rateLimit = latest.suites.edge.details.rateLimit as Record<string, Record<string, number>>;
+    expect(Object.keys(rateLimit)).toEqual(["text-1k warm", "text-1k warm stream", "chat turn 8k"]);
+    for (const r of Object.values(rateLimit))
+      for (const k of ["offCpuP50", "onCpuP50", "onMinusOffCpuP50", "onMinusOffCpuMean", "offIsolateCpuP50", "onIsolateCpuP50", "offIndexCpuP50", "onIndexCpuP50", "indexOnMinusOffCpuP50"]) expect(Number.isFinite(r[k]), k).toBe(true);
     expect(r.stdout).toMatch(/\| suite\s+\| metric/);
     const plots = readdirSync(join(out, "plots")).filter((f) => f.endsWith(".svg"));
     expect(plots).toEqual(expect.arrayContaining(["edge.svg", "tokenizer.svg", "index.svg", "hashing.svg", "routing-hit-rate.svg", "routing-goodput.svg", "routing-ttft.svg", "fleet-shapes-ttft.svg", "fleet-shapes-goodput.svg", "fleet-shapes-dp.svg", "layout.svg"]));
