@@ -1119,6 +1119,9 @@ export class TurnChainCache {
       if (i >= 0) hints!.splice(i, 1);
       if (hints && hints.length === 0) this.hints.delete(n.hint);
       n.hint = null;
+      // A listed hint counted its partition id (listHint): given back with the listing.
+      const partition = partitionOf(n.scope);
+      if (partition.length > 0) this.held.grow(n, -2 * partition.length);
     }
     const bucket = this.buckets.get(n.key);
     if (bucket) {

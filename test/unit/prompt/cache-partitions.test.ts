@@ -137,6 +137,29 @@ describe("turn chain partitions", () => {
     expect(alice.bytes - common.bytes).toBeLessThanOrEqual(2 * ALICE.length * (8 + 4));
     expect(alice.bytes - common.bytes).toBeGreaterThanOrEqual(2 * ALICE.length * (8 + 1));
   });
+  it("a layout hint dropped with its entry gives its id's bytes back while its node stays held", () => {
+    // Two conversations taking turns under a budget of about one and a half: the eviction drops the
+    // older turns' entries (and their hints) of both while the newest turn of one still holds their
+    // nodes as its history.
+    const bytesAfter = (partition: string, maxBytes: number) => {
+      const chain = new TurnChainCache({ checkRate: 0, maxBytes });
+      for (let turns = 2; turns <= 12; turns++) for (const seed of [9, 29]) turn(chain, bodyOf(conversation(seed, turns)), partition);
+      return { chain };
+    };
+    const whole = bytesAfter("", 1 << 30).chain.stats().bytes;
+    const budget = Math.round(whole * 0.75);
+    const alice = bytesAfter(ALICE, budget);
+    const common = bytesAfter("", budget);
+    expect(alice.chain.stats().stores).toBe(common.chain.stats().stores);
+    expect(alice.chain.stats().evictions).toBeGreaterThan(0);
+    // The hints listed now (private state: the count is not reported).
+    const listed = [...(alice.chain as unknown as { hints: Map<unknown, unknown[]> }).hints.values()].reduce((n, h) => n + h.length, 0);
+    expect(listed).toBeGreaterThan(0);
+    // The id is held by each held conversation's root scope (two at most) and each listed hint, no more.
+    const idBytes = alice.chain.stats().bytes - common.chain.stats().bytes;
+    expect(idBytes).toBeLessThanOrEqual(2 * ALICE.length * (2 + listed));
+    expect(idBytes).toBeGreaterThanOrEqual(2 * ALICE.length * (1 + listed));
+  });
 });
 
 describe("prompt-prefix cache partitions", () => {
