@@ -96,7 +96,17 @@ export async function startEdgeFleet({ model = "Qwen/Qwen3-VL-8B-Instruct", fami
   const procs = [];
   const servers = [];
   const cleanup = [];
+  // A suite that throws never reaches stop(): the fleet's detached process groups end with this process.
+  const killOnExit = () => {
+    for (const p of procs)
+      if (p.exitCode === null && p.signalCode === null)
+        try {
+          process.kill(-p.pid, "SIGKILL");
+        } catch {}
+  };
+  process.once("exit", killOnExit);
   const stop = async () => {
+    process.off("exit", killOnExit);
     await Promise.all(procs.map(kill));
     for (const s of servers) s.close();
     for (const f of cleanup) f();
