@@ -55,6 +55,16 @@
  * counts: preprocessing turns it into one), else the longest non-provisional ancestor is; without
  * it every step of a loop re-rendered all tool output since the user's first message.
  *
+ * Entries after a long query (a document, then answers that differ: regenerated, edited, or the
+ * first turn's). A store covers the messages from its parent to the request's last query; a long
+ * query inside that span, the last such, also ends an entry of its own, so a request that keeps
+ * it but answers it differently reuses it instead of parsing and storing it again. The text
+ * through a query's block is stable for every continuation: the messages before it stay before
+ * the last query (assistant turns there lose their reasoning whatever comes later), and its own
+ * block reads only itself and the counters. The rest is rendered on [X, ...messages after it] as
+ * for a provisional entry (X, a user query, stands for the query itself: "not a tool" to the
+ * message after it, and the last query when no later one comes, at the right relative place).
+ *
  * A sample of hits (checkRate) is also rendered whole; a mismatch is logged, the entry dropped and
  * the full result used.
  */
@@ -187,6 +197,8 @@ export interface TurnChainStats {
   maxBytes: number;
 }
 
+type CutKind = "beforeQuery" | "provisional" | "afterQuery";
+
 interface Node {
   parent: Node | null;
   key: bigint;
@@ -196,10 +208,14 @@ interface Node {
   rawEnd: number;
   /** Own rendered text (the stable prefix is the parents' then this). */
   text: string;
-  /** Messages covered (the request's last query is message `messages`, unless provisional). */
+  /** Messages covered (the request's last query is message `messages`, unless provisional or after a query). */
   messages: number;
-  /** Ends after an assistant message that follows the last query: valid only while no query follows it. */
-  provisional: boolean;
+  /**
+   * Where the entry ends: before a query (used when the message after it may be one), after an
+   * assistant message that follows the last query (provisional: valid only while no query follows
+   * it), or right after a long query that was not its request's last (valid for every continuation).
+   */
+  cut: CutKind;
   /** Own media and dropped parts (indices as in the whole request). */
   media: MediaPart[];
   dropped: DroppedPart[];
@@ -406,6 +422,27 @@ function mayBeQuery(body: string, span: readonly [number, number], last: boolean
 
 function lastQuery(messages: readonly TemplateMessage[]): number {
   for (let i = messages.length - 1; i >= 1; i--) if (isQuery(messages[i])) return i;
+  return -1;
+}
+
+/**
+ * Shortest raw JSON (characters) of a query that ends an entry of its own when a later query
+ * follows it. Such an entry costs a node (~1.5 kB counted: ~800 B, its hint windows and spans)
+ * and, at each store, one more render of the messages after the query; it saves, at each request
+ * that branches after the query, that query's parse, validation, copy and store. Per request in
+ * Node (one long message, then a different answer of 1.2k or 12k characters and a question each
+ * time; without the cut / with it): 2k characters 151 / 139 and 205 / 192 µs (within the noise),
+ * 4k 151 / 122 and 207 / 179, 8k 168 / 113 and 206 / 165. From 4k on the saving is clear; the edge
+ * bench's user messages (~1.2k characters) stay inside their turn's entry.
+ */
+const SPLIT_QUERY_MIN_CHARS = 4096;
+
+/** The last query in messages [from, before) whose raw JSON is at least SPLIT_QUERY_MIN_CHARS; -1 when none. */
+function lastLongQuery(messages: readonly TemplateMessage[], layout: BodyLayout, from: number, before: number): number {
+  for (let i = before - 1; i >= from; i--) {
+    const span = layout.messages[i];
+    if (span && span[1] - span[0] >= SPLIT_QUERY_MIN_CHARS && isQuery(messages[i])) return i;
+  }
   return -1;
 }
 
@@ -620,10 +657,13 @@ function chainParts(chain: readonly Node[]): { text: string; texts: string[]; es
   return out;
 }
 
-/** The stable prefix `n` stands for, or its nearest ancestor's when it is provisional; undefined when none. */
+/**
+ * The stable prefix `n` stands for, or its nearest ancestor's that ends before a query (what a
+ * StablePrefix is, and seed() stores) when it ends elsewhere; undefined when none.
+ */
 function stableAt(n: Node | null): (() => StablePrefix) | undefined {
   let x = n;
-  while (x && x.provisional) x = x.parent;
+  while (x && x.cut !== "beforeQuery") x = x.parent;
   if (!x) return undefined;
   const node = x;
   return () => {
@@ -807,7 +847,7 @@ export class TurnChainCache {
   private extend(request: ChatRequestLike, body: string, layout: BodyLayout, profile: ModelProfile, node: Node, chain: Node[], scope: string, scopeHash: bigint, validated: readonly ChatMessage[] | null, decoded: readonly JsonLiteral[]): { prompt: ChainedPrompt; store: () => Node | null } | null {
     const q = node.messages;
     const pre = preprocessChat({ ...request, messages: request.messages.slice(q) }, contentFormatOf(profile.templateId));
-    if (node.provisional ? pre.messages.length === 0 || pre.messages.some(isQuery) : !isQuery(pre.messages[0])) return null;
+    if (node.cut === "provisional" ? pre.messages.length === 0 || pre.messages.some(isQuery) : node.cut === "afterQuery" ? pre.messages.length === 0 : !isQuery(pre.messages[0])) return null;
     const tail = this.renderTail(profile.templateId, scope, node.images, node.videos, pre.messages, pre.tools, pre.templateKwargs);
     if (tail === null) return null;
     const { text: stable, texts, escaped, media, dropped } = chainParts(chain);
@@ -857,7 +897,8 @@ export class TurnChainCache {
   }
 
   /**
-   * Stores the stable prefix of a request (the rendered text before its last query's block) and a
+   * Stores the stable prefix of a request (the rendered text before its last query's block, in two
+   * entries when a long query comes before it: through that query, then the rest) and a
    * provisional one (through the last assistant message after that query, leaving at least one
    * message new). `input.messages` from index `from` on are the request's preprocessed messages
    * (earlier slots may be empty); `after` is the template's output from message `from` on (no
@@ -873,7 +914,12 @@ export class TurnChainCache {
     let at: { node: Node | null; after: string; from: number } = { node: ctx.parent, after, from };
     let kept: Node | null = null;
     if (q > from && q < ctx.layout.messages.length) {
-      const stored = this.storeCut(ctx, profile, input, at, media, dropped, q, false);
+      // The last long query before the last one ends an entry of its own, so a request that
+      // branches after it (another answer to it) reuses it; a failed cut only leaves it in the next.
+      const long = lastLongQuery(messages, ctx.layout, from, q - 1);
+      const split = long >= 0 ? this.storeCut(ctx, profile, input, at, media, dropped, long + 1, "afterQuery") : null;
+      if (split) at = split;
+      const stored = this.storeCut(ctx, profile, input, at, media, dropped, q, "beforeQuery");
       if (!stored) return null;
       at = stored;
       kept = stored.node;
@@ -884,12 +930,12 @@ export class TurnChainCache {
     let a = count - 2;
     while (a > query && a >= at.from && messages[a]?.role !== "assistant") a--;
     if (a <= query || a < at.from) return kept;
-    this.storeCut(ctx, profile, input, at, media, dropped, a + 1, true);
+    this.storeCut(ctx, profile, input, at, media, dropped, a + 1, "provisional");
     return kept;
   }
 
   /** Stores the entry of the first `cut` messages after `at`'s node; it (or the same one already held) and the text from `cut` on, or null. */
-  private storeCut(ctx: StoreContext, profile: ModelProfile, input: RenderInput, at: { node: Node | null; after: string; from: number }, media: readonly MediaPart[], dropped: readonly DroppedPart[], cut: number, provisional: boolean): { node: Node; after: string; from: number } | null {
+  private storeCut(ctx: StoreContext, profile: ModelProfile, input: RenderInput, at: { node: Node | null; after: string; from: number }, media: readonly MediaPart[], dropped: readonly DroppedPart[], cut: number, kind: CutKind): { node: Node; after: string; from: number } | null {
     const messages = input.messages as TemplateMessage[];
     const { node: parent, after, from } = at;
     const counts = countKinds(media, cut);
@@ -899,7 +945,7 @@ export class TurnChainCache {
     const rawEnd = ctx.layout.messages[cut - 1]![1] - open;
     const parentRaw = parent ? parent.rawEnd : 0;
     const key = this.key(ctx.scopeHash, cut, ctx.body, open, rawEnd);
-    const held = this.buckets.get(key)?.find((n) => n.messages === cut && n.rawEnd === rawEnd && n.scope === ctx.scope && n.provisional === provisional);
+    const held = this.buckets.get(key)?.find((n) => n.messages === cut && n.rawEnd === rawEnd && n.scope === ctx.scope && n.cut === kind);
     if (held) return rawMatches(chainOf(held), ctx.body, open) ? { node: held, after: tail, from: cut } : null;
     const { text: raw, bytesPerChar: rawWidth } = ownCompactString(ctx.body.slice(open + parentRaw, open + rawEnd));
     const { text, bytesPerChar: textWidth } = ownCompactString(after.slice(0, after.length - tail.length));
@@ -915,7 +961,7 @@ export class TurnChainCache {
     if (!this.held.admits(bytes)) return null;
     // A child shares its root's scope (the lookup found them equal; nodeBytes counts it at the root).
     // A root keeps its own copy: the request's scope is a rope of slices that would keep the body.
-    const node: Node = { parent, key, scope: parent ? parent.scope : ownString(ctx.scope), raw, rawEnd, text, messages: cut, provisional, media: ownMedia, dropped: ownDropped, images: counts.image, videos: counts.video, escaped: escaped.chunks, wide: rawWidth === 2 || textWidth === 2, utf8: null, parsed, tally, spans, hint: null, holders: 0, bytes };
+    const node: Node = { parent, key, scope: parent ? parent.scope : ownString(ctx.scope), raw, rawEnd, text, messages: cut, cut: kind, media: ownMedia, dropped: ownDropped, images: counts.image, videos: counts.video, escaped: escaped.chunks, wide: rawWidth === 2 || textWidth === 2, utf8: null, parsed, tally, spans, hint: null, holders: 0, bytes };
     this.insert(node);
     return { node, after: tail, from: cut };
   }
@@ -947,7 +993,7 @@ export class TurnChainCache {
     const tally = parsed ? validated!.tally : null;
     const bytes = nodeBytes({ raw: rawWidth * raw.length, text: textWidth * text.length, textWidth, scope: prefix.scope, escapedOwnChars: escaped.ownChars, escapedChunks: escaped.chunks.length, parsed: shared?.shared ?? null, parts: prefix.media.length + prefix.dropped.length, dataUrls: tally?.dataUrls.length ?? 0, spans: 0 });
     if (!this.held.admits(bytes)) return false;
-    this.insert({ parent: null, key, scope: ownString(prefix.scope), raw, rawEnd, text, messages: prefix.messages, provisional: false, media: prefix.media, dropped: prefix.dropped, images: prefix.images, videos: prefix.videos, escaped: escaped.chunks, wide: rawWidth === 2 || textWidth === 2, utf8: null, parsed, tally, spans: null, hint: null, holders: 0, bytes });
+    this.insert({ parent: null, key, scope: ownString(prefix.scope), raw, rawEnd, text, messages: prefix.messages, cut: "beforeQuery", media: prefix.media, dropped: prefix.dropped, images: prefix.images, videos: prefix.videos, escaped: escaped.chunks, wide: rawWidth === 2 || textWidth === 2, utf8: null, parsed, tally, spans: null, hint: null, holders: 0, bytes });
     return true;
   }
 
@@ -985,9 +1031,9 @@ export class TurnChainCache {
   }
 
   /**
-   * The longest cached message prefix of the request (leaving at least one message new): a query
-   * entry only when the message after it may be a query, a provisional one only when no message
-   * after it may be one.
+   * The longest cached message prefix of the request (leaving at least one message new): an entry
+   * ending before a query only when the message after it may be a query, a provisional one only
+   * when no message after it may be one, one ending after a query whatever follows.
    */
   private lookup(body: string, layout: BodyLayout, scope: string, scopeHash: bigint): { node: Node; chain: Node[] } | null {
     const open = layout.messagesOpen;
@@ -1012,7 +1058,7 @@ export class TurnChainCache {
       if (!bucket) continue;
       for (const n of bucket) {
         if (n.messages !== q || n.rawEnd !== rawEnd || n.scope !== scope) continue;
-        if (n.provisional ? queryFrom(q) : !mayBeQuery(body, layout.messages[q]!, q === count - 1)) continue;
+        if (n.cut === "provisional" ? queryFrom(q) : n.cut === "beforeQuery" && !mayBeQuery(body, layout.messages[q]!, q === count - 1)) continue;
         const chain = chainOf(n);
         if ((matched !== null && isPrefixOf(chain, matched)) || rawMatches(chain, body, open)) return { node: n, chain };
       }
