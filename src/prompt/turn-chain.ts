@@ -916,9 +916,15 @@ export class TurnChainCache {
     if (q > from && q < ctx.layout.messages.length) {
       // The last long query before the last one ends an entry of its own, so a request that
       // branches after it (another answer to it) reuses it; a failed cut only leaves it in the next.
+      // An entry also ends right before it, as before any query, so what stableAt hands out (and
+      // seed() keeps) reaches as far as without the cut.
       const long = lastLongQuery(messages, ctx.layout, from, q - 1);
-      const split = long >= 0 ? this.storeCut(ctx, profile, input, at, media, dropped, long + 1, "afterQuery") : null;
-      if (split) at = split;
+      if (long >= 0) {
+        const before = long > from ? this.storeCut(ctx, profile, input, at, media, dropped, long, "beforeQuery") : null;
+        if (before) at = before;
+        const split = this.storeCut(ctx, profile, input, at, media, dropped, long + 1, "afterQuery");
+        if (split) at = split;
+      }
       const stored = this.storeCut(ctx, profile, input, at, media, dropped, q, "beforeQuery");
       if (!stored) return null;
       at = stored;
@@ -1052,13 +1058,16 @@ export class TurnChainCache {
       }
       return queryAt >= q;
     };
+    // A continued final message is dropped by preprocessing: an entry after a query must keep one message after it.
+    const continues = layout.members.get("continue_final_message");
+    const continuesFinal = continues !== undefined && body.slice(continues[0], continues[1]) === "true";
     for (let q = count - 1; q >= 1; q--) {
       const rawEnd = layout.messages[q - 1]![1] - open;
       const bucket = this.buckets.get(this.key(scopeHash, q, body, open, rawEnd));
       if (!bucket) continue;
       for (const n of bucket) {
         if (n.messages !== q || n.rawEnd !== rawEnd || n.scope !== scope) continue;
-        if (n.cut === "provisional" ? queryFrom(q) : n.cut === "beforeQuery" && !mayBeQuery(body, layout.messages[q]!, q === count - 1)) continue;
+        if (n.cut === "provisional" ? queryFrom(q) : n.cut === "beforeQuery" ? !mayBeQuery(body, layout.messages[q]!, q === count - 1) : continuesFinal && q === count - 1) continue;
         const chain = chainOf(n);
         if ((matched !== null && isPrefixOf(chain, matched)) || rawMatches(chain, body, open)) return { node: n, chain };
       }

@@ -203,3 +203,37 @@ describe("turn chain: a long query ends an entry of its own", () => {
     expect(chain.stats().bytes).toBeLessThan(4 * DOCUMENT.length);
   });
 });
+
+describe("turn chain: entries around a long query", () => {
+  const profile = PROFILES[2]!;
+  const S: Msg = { role: "system", content: "sys" };
+  const L: Msg = { role: "user", content: longText(2, 2000) };
+  /** reusedMessages and the stable prefix's message count per request, each prompt checked against the whole path. */
+  function run(requests: Msg[][], extras: Record<string, unknown>[] = []): { reused: number; stable: number | null }[] {
+    const chain = new TurnChainCache({ checkRate: 0 });
+    return requests.map((messages, i) => {
+      const body = bodyOf(messages, extras[i] ?? {});
+      const req = parseChatBody(body, DEFAULT_LIMITS);
+      const inc = chain.prepare(req, body, profile, "");
+      expect(inc.text).toBe(preparePrompt(req, profile).text);
+      return { reused: inc.reusedMessages ?? 0, stable: inc.stable?.().messages ?? null };
+    });
+  }
+
+  it("a continued final message right after the long query reuses the entry before it", () => {
+    const cont = { continue_final_message: true, add_generation_prompt: false };
+    const out = run([[S, L], [S, L, { role: "assistant", content: "a1" }, { role: "user", content: "u2" }], [S, L, { role: "assistant", content: "partial" }]], [{}, {}, cont]);
+    expect(out[2]!.reused).toBe(1);
+  });
+
+  it("the stable prefix reaches the entry before a long query, as without the cut", () => {
+    const call = { role: "assistant", content: "", tool_calls: [{ id: "c1", type: "function", function: { name: "f", arguments: "{}" } }] };
+    // A whole conversation first, then a tool loop after the long query: the hit is the query's own entry.
+    const loop = run([[S, L, { role: "assistant", content: "a1" }, { role: "user", content: "u2" }], [S, L, call, { role: "tool", tool_call_id: "c1", content: "r" }]]);
+    expect(loop[1]).toEqual({ reused: 2, stable: 1 });
+    // A long query inside a stored span, then a tool loop after it: the stable prefix ends right before it.
+    const turns: Msg[] = [S, { role: "user", content: "q1" }, { role: "assistant", content: "a1" }, { role: "user", content: "q2" }];
+    const span = run([turns, [...turns, { role: "assistant", content: "a2" }, L, { role: "assistant", content: "a3" }, { role: "user", content: "q4" }], [...turns, { role: "assistant", content: "a2" }, L, call, { role: "tool", tool_call_id: "c1", content: "r" }]]);
+    expect(span[2]).toEqual({ reused: 6, stable: 5 });
+  });
+});
