@@ -1,4 +1,5 @@
 // Types for the TypeScript importers of replay-fetch.mjs (its test).
 export function closedBeforeResponse(error: unknown): boolean;
-export function replayFetch(url: string, init: RequestInit): Promise<{ response: Response; start: number }>;
+export const REPLAY_TIMEOUT_MS: number;
+export function replayFetch(url: string, init: RequestInit, timeoutMs?: number): Promise<{ response: Response; start: number }>;
 export function replayRetries(): number;

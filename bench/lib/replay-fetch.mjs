@@ -13,6 +13,12 @@
 // began, or a second failure, is a real error and is thrown.
 
 const RACE_CODES = new Set(["UND_ERR_SOCKET", "ECONNRESET", "EPIPE"]);
+/**
+ * The longest a bench request (its answer's body included) may take when the caller sets no signal
+ * of its own: the slowest case answers in well under a second, so a server that stopped answering
+ * (a workerd seen spinning in V8's sweeper) fails the suite at once instead of at its 300 s timeout.
+ */
+export const REPLAY_TIMEOUT_MS = 60_000;
 let retries = 0;
 
 /** True when fetch failed because the connection was found closed before any response byte. */
@@ -24,13 +30,16 @@ export function closedBeforeResponse(error) {
  * fetch(url, init) with one retry of a request whose connection was found closed before the
  * response began. init.body must be replayable (a string or bytes, not a stream).
  * Returns { response, start }: start is performance.now() when the answering attempt was sent.
+ * Without a signal of its own, the request and its body's read end after `timeoutMs`.
  */
-export async function replayFetch(url, init) {
+export async function replayFetch(url, init, timeoutMs = REPLAY_TIMEOUT_MS) {
   if (init.body != null && typeof init.body !== "string" && !ArrayBuffer.isView(init.body)) throw new TypeError("replayFetch: the body must be a string or bytes");
+  init = init.signal ? init : { ...init, signal: AbortSignal.timeout(timeoutMs) };
   let start = performance.now();
   try {
     return { response: await fetch(url, init), start };
   } catch (e) {
+    if (e instanceof DOMException && e.name === "TimeoutError") throw new Error(`bench: ${init.method ?? "GET"} ${url} got no answer in ${timeoutMs} ms: the server stopped answering`, { cause: e });
     if (!closedBeforeResponse(e)) throw e;
     retries++;
     process.stderr.write(`bench: ${init.method ?? "GET"} ${url} sent again: connection closed before any response byte (${e.cause.code}: ${e.cause.message})\n`);

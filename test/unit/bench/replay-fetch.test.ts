@@ -68,6 +68,21 @@ describe("replayFetch", () => {
     expect(s.requests() - before).toBe(1);
   });
 
+  it("ends a request the server never answers, and one whose answer stops midway", async () => {
+    const sockets: Socket[] = [];
+    const server = createServer((socket: Socket) => {
+      sockets.push(socket);
+      // The second connection's request gets its headers and part of its body, then nothing.
+      if (sockets.length === 2) socket.write("HTTP/1.1 200 OK\r\ncontent-length: 10\r\n\r\nok");
+    });
+    open = server;
+    const url = await new Promise<string>((resolve) => server.listen(0, "127.0.0.1", () => resolve(`http://127.0.0.1:${(server.address() as { port: number }).port}/x`)));
+    await expect(replayFetch(url, { method: "POST", body: "a" }, 200)).rejects.toThrow(/got no answer in 200 ms/);
+    const { response } = await replayFetch(url, { method: "POST", body: "b" }, 200);
+    await expect(response.text()).rejects.toThrow();
+    for (const s of sockets) s.destroy();
+  });
+
   it("refuses a body it could not send twice", async () => {
     const body = new ReadableStream({ start: (c) => c.close() });
     await expect(replayFetch("http://127.0.0.1:9/x", { method: "POST", body })).rejects.toThrow(/string or bytes/);
