@@ -380,7 +380,7 @@ const SCOPE_MEMBERS = ["tools", "tool_choice", "chat_template_kwargs", "reasonin
 const PARTITION_END = "\u0001";
 
 function scopeOf(partition: string, profile: ModelProfile, text: string, layout: BodyLayout): string {
-  let s = `${partition}${PARTITION_END}${profile.family}\u0000${profile.templateId}`;
+  let s = partitioned(partition, `${profile.family}\u0000${profile.templateId}`);
   for (const m of SCOPE_MEMBERS) {
     const span = layout.members.get(m);
     s += `\u0000${span ? text.slice(span[0], span[1]) : ""}`;
@@ -615,12 +615,27 @@ function chainOf(n: Node): Node[] {
  * string in a fraction of an encode and xxh3); candidates are compared in full anyway.
  */
 function hintKey(partition: string, text: string, open: number, firstEnd: number): string {
-  return `${partition}${PARTITION_END}${text.slice(open, open + HINT_WINDOW_CHARS)}\u0000${text.slice(firstEnd, firstEnd + HINT_WINDOW_CHARS)}`;
+  return partitioned(partition, `${text.slice(open, open + HINT_WINDOW_CHARS)}\u0000${text.slice(firstEnd, firstEnd + HINT_WINDOW_CHARS)}`);
+}
+
+/** A scope of `partition`: its id, then the rest of the scope. */
+function partitioned(partition: string, unpartitioned: string): string {
+  return `${partition}${PARTITION_END}${unpartitioned}`;
 }
 
 /** A scope's partition id. */
 function partitionOf(scope: string): string {
   return scope.slice(0, scope.indexOf(PARTITION_END));
+}
+
+/** A scope without its partition id (what a StablePrefix carries). */
+function unpartitioned(scope: string): string {
+  return scope.slice(scope.indexOf(PARTITION_END) + 1);
+}
+
+/** What a listed layout hint counts besides nodeBytes: its key's copy of the partition id. */
+function hintIdBytes(n: { scope: string }): number {
+  return 2 * partitionOf(n.scope).length;
 }
 
 /** Whether `chain` is a leading part of `of` (the same entries: a node's chain is fixed). */
@@ -668,7 +683,7 @@ function stableAt(n: Node | null): (() => StablePrefix) | undefined {
   const node = x;
   return () => {
     const { text, media, dropped } = chainParts(chainOf(node));
-    return { scope: node.scope.slice(node.scope.indexOf(PARTITION_END) + 1), messages: node.messages, text, media, dropped, images: node.images, videos: node.videos };
+    return { scope: unpartitioned(node.scope), messages: node.messages, text, media, dropped, images: node.images, videos: node.videos };
   };
 }
 
@@ -983,7 +998,7 @@ export class TurnChainCache {
    * False when not added (already held, or too large). `partition`: the seeding caller's (find).
    */
   seed(given: StablePrefix, rawText: string, partition: string, validatedOf: (() => { messages: readonly ChatMessage[]; tally: MessagesTally } | null) | null = null): boolean {
-    const prefix = { ...given, scope: `${partition}${PARTITION_END}${given.scope}` };
+    const prefix = { ...given, scope: partitioned(partition, given.scope) };
     const rawEnd = rawText.length;
     const key = this.key(xxh3_64(this.encoder.encode(prefix.scope)), prefix.messages, rawText, 0, rawEnd);
     const known = this.buckets.get(key)?.some((n) => n.messages === prefix.messages && n.rawEnd === rawEnd && n.scope === prefix.scope && rawMatches(chainOf(n), rawText, 0));
@@ -1120,16 +1135,15 @@ export class TurnChainCache {
       if (raw.length >= firstEnd + HINT_WINDOW_CHARS) break;
     }
     // Its own copy: the slices would keep the text they were cut from.
-    const partition = partitionOf(node.scope);
-    const key = ownString(hintKey(partition, raw, 0, firstEnd));
+    const key = ownString(hintKey(partitionOf(node.scope), raw, 0, firstEnd));
     // nodeBytes counts the key's windows; its partition id on top, while it is listed.
-    if (partition.length > 0) this.held.grow(node, 2 * partition.length);
+    this.held.grow(node, hintIdBytes(node));
     const hints = this.hints.get(key);
     if (hints) {
       if (hints.length >= HINTS_PER_KEY) {
         const displaced = hints.shift()!;
         displaced.hint = null;
-        if (partition.length > 0) this.held.grow(displaced, -2 * partition.length);
+        this.held.grow(displaced, -hintIdBytes(displaced));
       }
       hints.push(node);
     } else this.hints.set(key, [node]);
@@ -1175,8 +1189,7 @@ export class TurnChainCache {
       if (hints && hints.length === 0) this.hints.delete(n.hint);
       n.hint = null;
       // A listed hint counted its partition id (listHint): given back with the listing.
-      const partition = partitionOf(n.scope);
-      if (partition.length > 0) this.held.grow(n, -2 * partition.length);
+      this.held.grow(n, -hintIdBytes(n));
     }
     const bucket = this.buckets.get(n.key);
     if (bucket) {
