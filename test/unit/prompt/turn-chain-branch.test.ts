@@ -13,6 +13,7 @@ import { parseChatBody, parseChatTurn } from "../../../src/edge/chat/parse.ts";
 import { preparePrompt, type ModelFamily, type TemplateId } from "../../../src/prompt/index.ts";
 import { TurnChainCache } from "../../../src/prompt/turn-chain.ts";
 import { initHashing } from "../../../src/util/hash.ts";
+import { expectSamePrompt } from "../../helpers/same-prompt.ts";
 
 beforeAll(() => initHashing());
 
@@ -42,10 +43,7 @@ function sendAll(profile: { family: ModelFamily; templateId: TemplateId }, reque
     const req = parseChatBody(body, DEFAULT_LIMITS);
     const full = preparePrompt(req, profile);
     const inc = chain.prepare(req, body, profile, "");
-    expect(inc.text).toBe(full.text);
-    expect(inc.mediaParts).toEqual(full.mediaParts);
-    expect(inc.droppedParts).toEqual(full.droppedParts);
-    expect(inc.assistantPrefix).toBe(full.assistantPrefix);
+    expectSamePrompt(inc, full);
     if (inc.pieces) expect(inc.pieces.stable.join("") + inc.pieces.rest).toBe(full.text);
     expect(checked.prepare(req, body, profile, "").text).toBe(full.text);
     reused.push(inc.reusedMessages ?? 0);

@@ -9,6 +9,7 @@ import { getQwenTokenizer } from "../../../src/prompt/tokenizer/index.ts";
 import { DEFAULT_TURN_CHECK_RATE, scanBodyLayout, sharedTurnChain, TurnChainCache } from "../../../src/prompt/turn-chain.ts";
 import { initHashing } from "../../../src/util/hash.ts";
 import { PieceText } from "../../../src/util/piece-text.ts";
+import { expectSamePrompt } from "../../helpers/same-prompt.ts";
 
 beforeAll(() => initHashing());
 
@@ -113,10 +114,7 @@ describe("turn chain: the incremental prompt equals the full path at every turn"
           const req = parseChatBody(body, DEFAULT_LIMITS);
           const full = preparePrompt(req, profile);
           const inc = chain.prepare(req, body, profile, "");
-          expect(inc.text).toBe(full.text);
-          expect(inc.mediaParts).toEqual(full.mediaParts);
-          expect(inc.droppedParts).toEqual(full.droppedParts);
-          expect(inc.assistantPrefix).toBe(full.assistantPrefix);
+          expectSamePrompt(inc, full);
           // Token ids and block hashes as the edge computes them (prefix cache) against a fresh encode.
           const encoded = prefix.encode(tok, inc.text, BLOCK, "");
           const ids = tok.encode(full.text, "");
