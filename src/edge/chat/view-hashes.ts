@@ -32,8 +32,11 @@ export const DEFAULT_VIEW_HASHES_BYTES = 8 * 1024 * 1024;
  * item memo's, shared), its scope string, and the node, its bucket, index and LRU entries (448 B).
  * Measured in Node 22 (no pointer compression) by what a full GC frees when a 4 MiB cache is
  * dropped after routed vision chats of 8 shapes (pieces of 4–120 blocks, 1–3 images or a video of
- * 60–460 frames a turn, salted and not): least squares gave 32.1 B a hash, 434 B a piece, 394 B an
- * item and 17 B a layout piece, and this estimate is 0.94–1.08 of the freed bytes on every shape.
+ * 60–460 frames a turn, salted and not; the prompt-prefix cache at 2.5 × its budget, as the
+ * defaults): least squares gave 32.1 B a hash, 434 B a piece, 394 B an item and 17 B a layout piece,
+ * and this estimate is 0.93–1.14 of the freed bytes on every shape. Not counted: ~70 B for each
+ * template piece the prompt-prefix cache still holds after its view was dropped (its WeakMap
+ * entries), bounded by that cache's pieces.
  */
 function keptPieceBytes(hashes: number, tailTokens: number, items: number, layoutPieces: number, scopeChars: number): number {
   return 32 * hashes + routedCopyBytes(hashes) + 4 * tailTokens + 400 * items + 16 * layoutPieces + 2 * scopeChars + 448;
