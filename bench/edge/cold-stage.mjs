@@ -2,7 +2,8 @@
 // each request a new conversation (a system prompt and a fresh user text of `tokens`), so nothing is
 // in the turn chain or the prompt-prefix cache — body parse and validation, the prompt rendered,
 // tokens and block hashes through the prompt-prefix cache (a miss, then its store), the hashes moved
-// into a tenant's cache namespace, the /generate body. CPU time (process.cpuUsage: this process's
+// into a tenant's cache namespace, the /generate body as the edge makes it (its parts into a Blob,
+// which encodes and copies them when made). CPU time (process.cpuUsage: this process's
 // user + system time, so a shared box's load moves it less than wall time), p50 over `n` requests.
 import { DEFAULT_LIMITS } from "../../src/api/limits.ts";
 import { namespacedLocalHashes, namespaceTag } from "../../src/blocks/block-hash.ts";
@@ -10,7 +11,7 @@ import { parseChatBody } from "../../src/edge/chat/parse.ts";
 import { preparePrompt } from "../../src/prompt/index.ts";
 import { PrefixCache } from "../../src/prompt/prefix-cache.ts";
 import { getQwenTokenizer } from "../../src/prompt/tokenizer/index.ts";
-import { generateBodyChunks } from "../../src/proxy/generate-body.ts";
+import { bodyOfChunks, generateBodyParts } from "../../src/proxy/generate-body.ts";
 import { buildGenerateBody } from "../../src/proxy/generate-request.ts";
 import { initHashing } from "../../src/util/hash.ts";
 import { summarize } from "../lib/stats.mjs";
@@ -45,7 +46,7 @@ export async function coldStageFigures({ tokens, n, fresh }) {
     lap("tokensAndHashes");
     namespacedLocalHashes(enc.localHashes, tag);
     lap("namespace");
-    generateBodyChunks(buildGenerateBody(req, { text: prompt.text, rid: "r", defaultMaxNewTokens: null, requireReasoning: false, toolCallParser: null, media: {} }), literals);
+    bodyOfChunks(generateBodyParts(buildGenerateBody(req, { text: prompt.text, rid: "r", defaultMaxNewTokens: null, requireReasoning: false, toolCallParser: null, media: {} }), literals));
     lap("body");
     promptTokens = enc.length;
     if (i >= 3) samples.push(t);

@@ -22,36 +22,24 @@ import type { GenerateRequestBody } from "./sglang-wire.ts";
 export type BodyPart = string | Uint8Array;
 
 /**
+ * The body as parts for bodyOfChunks.
  * `pieces` (optional): the text as the turn chain's pieces and the request's own part; the
- * pieces' escaping (made when the chain stored them) is sent as it is and only the rest is read,
- * so the whole prompt is neither escaped nor joined into one string.
+ * pieces' escaping (made when the chain stored them) is sent as the chain keeps it for the body
+ * (PromptPieces.bodyParts: a piece with non-ASCII text as its UTF-8 bytes, which a Blob copies
+ * instead of encoding the two-byte string again every turn) and only the rest is read, so the
+ * whole prompt is neither escaped nor joined into one string.
  * `literals` (optional): strings the text may contain, each with its canonical JSON escaping taken
  * from the client's body (validate.ts, parseRecordingLiterals). Where one occurs in the text, in
  * order, its escaping is reused instead of escaping it again: the same bytes, one JSON pass fewer
  * over most of a long prompt.
- * The body as JSON text chunks (the bench and tests join them); the edge sends generateBodyParts'.
- */
-export function generateBodyChunks(body: GenerateRequestBody, literals: readonly JsonLiteral[] = [], pieces: PromptPieces | null = null, work: EscapeWork | null = null): string[] {
-  return bodyParts<string>(body, literals, pieces, pieces?.escaped ?? [], work);
-}
-
-/**
- * generateBodyChunks' body with the pieces' escaping as the chain keeps it for the body
- * (PromptPieces.bodyParts): a piece with non-ASCII text as its UTF-8 bytes, which a Blob copies
- * instead of encoding the two-byte string again every turn (a long conversation's history is most
- * of the body).
  */
 export function generateBodyParts(body: GenerateRequestBody, literals: readonly JsonLiteral[] = [], pieces: PromptPieces | null = null, work: EscapeWork | null = null): BodyPart[] {
-  return bodyParts<BodyPart>(body, literals, pieces, pieces?.bodyParts ?? [], work);
-}
-
-function bodyParts<P extends BodyPart>(body: GenerateRequestBody, literals: readonly JsonLiteral[], pieces: PromptPieces | null, held: readonly P[], work: EscapeWork | null): (string | P)[] {
   const { text: whole, ...rest } = body;
-  const chunks: (string | P)[] = ['{"text":"'];
+  const chunks: BodyPart[] = ['{"text":"'];
   let text = whole;
   if (pieces !== null && pieces.chars + pieces.rest.length === whole.length) {
     // Chunks one by one: a long conversation's pieces may be more than a call takes arguments.
-    for (const c of held) chunks.push(c);
+    for (const c of pieces.bodyParts) chunks.push(c);
     text = pieces.rest;
   }
   escapeJsonReusing(chunks, text, literals, work);

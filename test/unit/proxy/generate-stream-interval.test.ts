@@ -1,7 +1,7 @@
 import { describe, expect, it } from "vitest";
 import { parseChatRequest } from "../../../src/api/validate.ts";
 import { DEFAULT_LIMITS } from "../../../src/api/limits.ts";
-import { bodyOfChunks, generateBodyChunks } from "../../../src/proxy/generate-body.ts";
+import { bodyOfChunks, generateBodyParts } from "../../../src/proxy/generate-body.ts";
 import { buildGenerateBody } from "../../../src/proxy/generate-request.ts";
 
 const chat = (stream: boolean) =>
@@ -10,7 +10,7 @@ const chat = (stream: boolean) =>
 /** The body as the worker receives it: the wire bytes parsed back. */
 async function wire(stream: boolean, streamInterval: number | null | undefined): Promise<{ sampling_params: Record<string, unknown>; stream: boolean }> {
   const body = buildGenerateBody(chat(stream), { text: "<|im_start|>user\nhi", rid: "r1", ...(streamInterval !== undefined ? { streamInterval } : {}) });
-  return JSON.parse(await bodyOfChunks(generateBodyChunks(body)).text()) as { sampling_params: Record<string, unknown>; stream: boolean };
+  return JSON.parse(await bodyOfChunks(generateBodyParts(body)).text()) as { sampling_params: Record<string, unknown>; stream: boolean };
 }
 
 describe("/generate stream_interval (routing.streamInterval)", () => {

@@ -12,7 +12,7 @@ import { localHashToHex, RelayHelloSchema, type RelayHello } from "../../../src/
 import { parseRankTarget, rankTargetId } from "../../../src/routing-index/rank-target.ts";
 import { relayConnectTarget } from "../../../src/routing-index/front-door.ts";
 import { withRoutedDpRank } from "../../../src/proxy/routed-rank.ts";
-import { bodyOfChunks, generateBodyChunks } from "../../../src/proxy/generate-body.ts";
+import { bodyOfChunks, generateBodyParts } from "../../../src/proxy/generate-body.ts";
 import { parseChatRequest } from "../../../src/api/validate.ts";
 
 beforeAll(() => initHashing());
@@ -128,7 +128,7 @@ describe("the index with DP ranks", () => {
 
 describe("routed_dp_rank on /generate", () => {
   it("goes in as the body's first key without re-encoding the prompt", async () => {
-    const body = bodyOfChunks(generateBodyChunks({ text: "hi \"there\"", rid: "r1", sampling_params: { max_new_tokens: 4 } } as never));
+    const body = bodyOfChunks(generateBodyParts({ text: "hi \"there\"", rid: "r1", sampling_params: { max_new_tokens: 4 } } as never));
     const ranked = JSON.parse(await withRoutedDpRank(body, 1).text()) as Record<string, unknown>;
     expect(ranked).toEqual({ routed_dp_rank: 1, ...(JSON.parse(await body.text()) as object) });
     expect(() => withRoutedDpRank(body, -1)).toThrow(RangeError);

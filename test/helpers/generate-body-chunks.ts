@@ -1,0 +1,18 @@
+/**
+ * The oracle for the `/generate` body (src/proxy/generate-body.ts): the same body as JSON text
+ * chunks only, the turn chain's held pieces as the escaped strings the chain made when it stored
+ * them (PromptPieces.escaped) instead of the UTF-8 bytes it keeps for the body (bodyParts). Joined,
+ * they are the text whose UTF-8 the edge's Blob must carry.
+ */
+import type { PromptPieces } from "../../src/prompt/turn-chain.ts";
+import { generateBodyParts } from "../../src/proxy/generate-body.ts";
+import type { GenerateRequestBody } from "../../src/proxy/sglang-wire.ts";
+import type { EscapeWork } from "../../src/util/json-escape.ts";
+import type { JsonLiteral } from "../../src/util/json-scan.ts";
+
+export function generateBodyChunks(body: GenerateRequestBody, literals: readonly JsonLiteral[] = [], pieces: PromptPieces | null = null, work: EscapeWork | null = null): string[] {
+  return generateBodyParts(body, literals, pieces && { ...pieces, bodyParts: pieces.escaped }, work).map((p) => {
+    if (typeof p !== "string") throw new Error("a body part that is not text");
+    return p;
+  });
+}
