@@ -80,7 +80,8 @@ function kill(p) {
 }
 
 /**
- * Starts the fleet. `media`: { path: Buffer } served with an ETag; `decode`: start the decode service
+ * Starts the fleet. `media`: { path: Buffer } served with an ETag (and `mediaCacheControl` as its
+ * Cache-Control when given, e.g. "max-age=3600" for an origin that states freshness); `decode`: start the decode service
  * (wasm ffmpeg) for videos; `inspectorPort`: open workerd's inspector there; `v8Flags`: workerd's V8 flags
  * (profiling: --perf-basic-prof); `splitIndex`: run the routing index in its own workerd process (the relay
  * connects there; the edge reaches it by RPC); `workerArgs`: more flags for the simulated worker (after its own,
@@ -91,7 +92,7 @@ function kill(p) {
  * in the index process (bench/lib/workerd-serve.mjs). Returns { edgeUrl, workerUrl, floorUrl and
  * limitedUrl (or null), edgePid, indexPid, admin(path), stop() }.
  */
-export async function startEdgeFleet({ model = "Qwen/Qwen3-VL-8B-Instruct", family = "qwen3_vl", template = "qwen3vl-instruct", media = {}, decode = false, limits = null, inspectorPort = undefined, v8Flags = [], splitIndex = false, workerArgs = [], proxyFloor = false, rateLimitedEdge = false } = {}) {
+export async function startEdgeFleet({ model = "Qwen/Qwen3-VL-8B-Instruct", family = "qwen3_vl", template = "qwen3vl-instruct", media = {}, decode = false, limits = null, inspectorPort = undefined, v8Flags = [], splitIndex = false, workerArgs = [], proxyFloor = false, rateLimitedEdge = false, mediaCacheControl = null } = {}) {
   const scriptPath = await bundleEdge();
   const procs = [];
   const servers = [];
@@ -117,8 +118,9 @@ export async function startEdgeFleet({ model = "Qwen/Qwen3-VL-8B-Instruct", fami
       const body = media[new URL(req.url, "http://x").pathname];
       if (!body) return res.writeHead(404).end();
       const etag = `"${body.length}-${body[body.length >> 1]}"`;
-      if (req.headers["if-none-match"] === etag) return res.writeHead(304, { etag }).end();
-      res.writeHead(200, { "content-type": "application/octet-stream", "content-length": body.length, etag });
+      const freshness = mediaCacheControl ? { "cache-control": mediaCacheControl } : {};
+      if (req.headers["if-none-match"] === etag) return res.writeHead(304, { etag, ...freshness }).end();
+      res.writeHead(200, { "content-type": "application/octet-stream", "content-length": body.length, etag, ...freshness });
       res.end(req.method === "HEAD" ? undefined : body);
     });
     servers.push(mediaServer);

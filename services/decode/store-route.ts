@@ -4,6 +4,9 @@
  * SHA-256 and answers what the layout needs (image header, or the video probe); X-Cache tells how.
  * The item is leased as a held call leases it (media-store.ts; `leaseMs`, 0 when a bound refused it):
  * the edge remembers it for the conversation's next turns, which then need no held call for it.
+ * `freshMs`: how long this client's next call for the URL would be answered with the same bytes
+ * from the store, without asking the origin (its HTTP freshness; 0: it would ask), so the edge can
+ * take a URL a new message names again from its memo for that long.
  */
 import { InvalidRequestError } from "../../src/api/errors.ts";
 import { StoreRequestSchema } from "../../src/media/store-result.ts";
@@ -36,7 +39,7 @@ export function storeRoute({ token, intake, store, stats, log }: StoreRouteDeps)
       const stored = await intake.storeUrl(parsed.data.url, parsed.data.kind, caller);
       res.setHeader("x-cache", stored.cache);
       const { result } = await intake.describe(stored, parsed.data.kind, caller);
-      sendJson(res, 200, { ...result, leaseMs: store.lease(result.digest) });
+      sendJson(res, 200, { ...result, leaseMs: store.lease(result.digest), freshMs: intake.freshMsLeft(parsed.data.url, caller.client, result.digest) });
     },
   };
 }

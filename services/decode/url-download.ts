@@ -74,6 +74,18 @@ export class UrlDownloads {
     return { digest: known.digest, byteLength: known.byteLength, cache: "fresh", probed: null };
   }
 
+  /**
+   * How long from now `client`'s next call for `url` would be answered with `digest` from the store
+   * without asking the origin (reuseFresh), in ms rounded down to whole seconds (what it tells of
+   * this call's own timing stays coarse); 0 when it would ask (no freshness, a redirect, other bytes
+   * known, the bytes gone).
+   */
+  freshMsLeft(url: string, client: string | null, digest: string): number {
+    const known = this.byUrl.peek(partitioned(client, url));
+    if (!known || known.digest !== digest || !this.deps.store.has(digest)) return 0;
+    return Math.max(0, Math.floor((known.freshUntil - performance.now()) / 1000) * 1000);
+  }
+
   /** Keeps what was learnt of `url` once its bytes are stored: when they can be reused as they are (fresh) or confirmed by a conditional request. */
   remember(url: string, client: string | null, entry: UrlEntry): void {
     const key = partitioned(client, url);

@@ -70,6 +70,11 @@ export class UrlIntake {
     return shared ? { ...r, cache: "shared" } : r;
   }
 
+  /** How long the store would keep answering `url` with `digest` without asking the origin (UrlDownloads.freshMsLeft). */
+  freshMsLeft(url: string, client: string | null, digest: string): number {
+    return this.deps.downloads.freshMsLeft(url, client, digest);
+  }
+
   /** What the layout needs from stored bytes. */
   async describe(stored: Stored, kind: MediaKind, caller: Caller): Promise<Described> {
     const { probes, store } = this.deps;

@@ -36,12 +36,15 @@ export interface MediaMemoStats {
  * A remembered item; `policyChecked`: its URL passed this isolate's policy (the caller sets it once
  * it has checked a seed's); `leaseUntil`: until when (Date.now ms) the media store promised to keep
  * its bytes (0: no promise; set from the store's answer to `POST /v1/store` or `/v1/store/held`
- * in media.ts, dropLeases clears it).
+ * in media.ts, dropLeases clears it); `freshUntil`: until when (Date.now ms) the store said it would
+ * answer this client's call for the URL with these bytes without asking the origin (the origin's
+ * HTTP freshness; 0: it would ask), so a new message naming the URL may take the entry until then.
  */
 export interface Remembered {
   readonly media: VerifiedMedia;
   policyChecked: boolean;
   leaseUntil: number;
+  freshUntil: number;
 }
 
 /** The same verified item: what the worker receives and what identifies it. */
@@ -100,28 +103,42 @@ export class MediaMemo {
   }
 
   /**
+   * The entry of a URL a new message names, only while the store would answer it from its copy
+   * (`freshUntil` after `now`); a hit only then, nothing counted otherwise (the URL is stored as new).
+   */
+  getFresh(scope: string, kind: VerifiedMedia["kind"], url: string, now: number): Remembered | null {
+    const e = this.byScope.get(`${scope}\u0000${kind}`)?.get(url);
+    const found = e && this.lru.peek(e);
+    if (!found || found.freshUntil <= now) return null;
+    this.s.hits++;
+    return this.lru.get(e)!;
+  }
+
+  /**
    * Remembers an item verified here, its URL checked against this isolate's policy, leased by the
-   * store until `leaseUntil` (Date.now ms; 0: no lease). Where the URL's entry holds the same item
-   * (bytes and metadata), that entry stays, with this answer's lease: the store renews a live lease
+   * store until `leaseUntil` and fresh until `freshUntil` (Date.now ms; 0: no lease, not fresh).
+   * Where the URL's entry holds the same item (bytes and metadata), that entry stays, with this
+   * answer's lease and freshness: the store renews a live lease
    * on every answer, so a fresh one is never shorter than a valid older one, and a fresh 0 means
    * the older lease is gone (a restarted store): returns the item the entry holds.
    */
-  set(scope: string, kind: VerifiedMedia["kind"], url: string, media: VerifiedMedia, leaseUntil = 0): VerifiedMedia {
+  set(scope: string, kind: VerifiedMedia["kind"], url: string, media: VerifiedMedia, leaseUntil = 0, freshUntil = 0): VerifiedMedia {
     const e = this.byScope.get(`${scope}\u0000${kind}`)?.get(url);
     const kept = e && this.lru.get(e);
     if (kept && sameItem(kept.media, media)) {
       kept.policyChecked = true;
       kept.leaseUntil = leaseUntil;
+      kept.freshUntil = freshUntil;
       return kept.media;
     }
-    this.put(scope, kind, url, { media, policyChecked: true, leaseUntil });
+    this.put(scope, kind, url, { media, policyChecked: true, leaseUntil, freshUntil });
     return media;
   }
 
   /** Adds an item verified elsewhere (a stored response's) unless the scope holds the URL: an entry of the isolate's own stays as it is. Its URL is checked at its first use. */
   seed(scope: string, kind: VerifiedMedia["kind"], url: string, media: VerifiedMedia): void {
     if (this.byScope.get(`${scope}\u0000${kind}`)?.has(url)) return;
-    this.put(scope, kind, url, { media, policyChecked: false, leaseUntil: 0 });
+    this.put(scope, kind, url, { media, policyChecked: false, leaseUntil: 0, freshUntil: 0 });
   }
 
   private put(scope: string, kind: VerifiedMedia["kind"], url: string, value: Remembered): void {

@@ -185,8 +185,11 @@ function precheck(p: MediaPartRef, deps: MediaDeps): void {
   } else deps.fetcher.checkUrl(p.url, p.param);
 }
 
-/** One item, after precheck; `lease(ms)`: the store leased the item it stored (ms from its answer). */
-async function resolveOne(p: MediaPartRef, deps: MediaDeps, call: Required<DecodeCallOptions>, lease: (ms: number) => void): Promise<VerifiedMedia> {
+/**
+ * One item, after precheck; `stored(leaseMs, freshMs)`: the store's answer for the item it stored
+ * (ms from its answer: its lease, and how long it would answer the URL from its copy).
+ */
+async function resolveOne(p: MediaPartRef, deps: MediaDeps, call: Required<DecodeCallOptions>, stored: (leaseMs: number, freshMs: number) => void): Promise<VerifiedMedia> {
   if (p.kind === "audio") return { kind: "audio", forward: null, stored: false, digest: null, metadata: null, unresolved: { reason: "audio", detail: "audio input" } };
   const policy = deps.fetcher.policy;
 
@@ -225,7 +228,7 @@ async function resolveOne(p: MediaPartRef, deps: MediaDeps, call: Required<Decod
       throw err;
     }
     const r = out.result;
-    if (r.leaseMs) lease(r.leaseMs);
+    stored(r.leaseMs ?? 0, r.freshMs ?? 0);
     // As for data: URLs: no bytes are no video (the worker would only refuse it later).
     if (p.kind === "video" && r.byteLength === 0) throw new MediaError("truncated", "Video is empty.", p.param);
     // The store URL is signed later, for the worker the request is routed to (workerForwards).
@@ -355,7 +358,10 @@ export async function recoverLeased(leased: readonly LeasedItem[], deps: MediaDe
       const askedAt = Date.now();
       const out = await deps.decode.store(l.part.url, l.part.kind === "video" ? "video" : "image", call);
       if (!out.ok || out.result.digest !== l.entry.media.digest) mended = false;
-      else renewLease(l.entry, out.result.leaseMs ?? 0, askedAt);
+      else {
+        renewLease(l.entry, out.result.leaseMs ?? 0, askedAt);
+        l.entry.freshUntil = out.result.freshMs ? askedAt + out.result.freshMs : 0;
+      }
     }
   };
   await Promise.all(Array.from({ length: Math.min(MEDIA_CALLS_PER_REQUEST, todo.length) }, lane));
@@ -387,17 +393,25 @@ interface Taken {
 
 /**
  * Items taken from the memo, without any call. A data: URL's entry is used wherever the URL
- * appears. An http(s) URL's entry is used only for an earlier item, and only once the store
- * confirms it still holds the bytes (confirmHeld): the URL's bytes are those verified when the
- * conversation first sent it, while a new message naming a URL has it fetched as the store's HTTP
- * caching allows (docs: what SGLang and the store do when a URL's bytes change). A remembered URL
- * passed this policy when it was remembered (media-memo.ts): only the others are checked.
+ * appears. An http(s) URL's entry is used for an earlier item, and only once the store confirms it
+ * still holds the bytes (confirmHeld): the URL's bytes are those verified when the conversation
+ * first sent it, while a new message naming a URL has it fetched as the store's HTTP caching allows
+ * (docs: what SGLang and the store do when a URL's bytes change), so its entry is used only while
+ * the store said it would answer the URL with those bytes from its copy, without asking the origin
+ * (`freshUntil`; then confirmed as an earlier item's). A remembered URL passed this policy when it
+ * was remembered (media-memo.ts): only the others are checked.
  */
 function takeRemembered(parts: readonly MediaPartRef[], deps: MediaDeps, reuse: MediaReuse, out: VerifiedMedia[]): Taken {
   const taken: Taken = { unchecked: [], seeds: [], rest: [], stored: [], storedHits: [] };
+  let now: number | undefined;
   for (let i = 0; i < parts.length; i++) {
     const p = parts[i]!;
-    const hit = p.kind === "audio" || deps.forwardClientUrls || !(reuse.earlier[i] || isDataUrl(p.url)) ? null : reuse.memo.get(reuse.scope, p.kind, p.url);
+    const hit =
+      p.kind === "audio" || deps.forwardClientUrls
+        ? null
+        : reuse.earlier[i] || isDataUrl(p.url)
+          ? reuse.memo.get(reuse.scope, p.kind, p.url)
+          : reuse.memo.getFresh(reuse.scope, p.kind, p.url, (now ??= Date.now()));
     if (!hit) {
       taken.unchecked.push(i);
       taken.rest.push(i);
@@ -480,14 +494,18 @@ export async function verifyMedia(parts: readonly MediaPartRef[], deps: MediaDep
   else caller.signal?.addEventListener("abort", onGone, { once: true });
   const call = { client: caller.client, signal: over.signal, traceparent: caller.traceparent ?? null };
   let todo: number[] = reuse ? [] : parts.map((_, i) => i);
-  // Until when (Date.now ms) the store promised to keep each item it stored now, counted from before its call.
+  // Until when (Date.now ms) the store promised to keep each item it stored now, and would answer its URL from its copy; counted from before its call.
   const leaseUntil = new Array<number>(parts.length).fill(0);
+  const freshUntil = new Array<number>(parts.length).fill(0);
   let next = 0;
   const lane = async (): Promise<void> => {
     while (next < todo.length && !over.signal.aborted) {
       const i = todo[next++]!;
       const askedAt = Date.now();
-      out[i] = await resolveOne(parts[i]!, deps, call, (ms) => (leaseUntil[i] = askedAt + ms));
+      out[i] = await resolveOne(parts[i]!, deps, call, (leaseMs, freshMs) => {
+        leaseUntil[i] = leaseMs > 0 ? askedAt + leaseMs : 0;
+        freshUntil[i] = freshMs > 0 ? askedAt + freshMs : 0;
+      });
     }
   };
   try {
@@ -508,7 +526,7 @@ export async function verifyMedia(parts: readonly MediaPartRef[], deps: MediaDep
   // Cancelled probes come back as unresolved items: a request whose client left stops here.
   if (caller.signal?.aborted) throw clientGone();
   // An item the memo holds as verified now (a new message naming a remembered URL, same bytes) keeps its entry: its lease and its object (routed-items.ts keys).
-  if (reuse) for (const i of todo) if (memoizable(parts[i]!, out[i]!, deps)) out[i] = reuse.memo.set(reuse.scope, parts[i]!.kind, parts[i]!.url, out[i]!, leaseUntil[i]!);
+  if (reuse) for (const i of todo) if (memoizable(parts[i]!, out[i]!, deps)) out[i] = reuse.memo.set(reuse.scope, parts[i]!.kind, parts[i]!.url, out[i]!, leaseUntil[i]!, freshUntil[i]!);
   return out;
 }
 

@@ -27,6 +27,12 @@ export const StoreResultSchema = z.object({
    * answer's); 0 or absent: no promise (a lease bound refused it, or a store without leases).
    */
   leaseMs: z.number().int().min(0).max(86_400_000).optional(),
+  /**
+   * How long from its answer the store would answer this client's call for the same URL with the
+   * same bytes from its own copy, without asking the origin (the origin's HTTP freshness); 0 or
+   * absent: it would ask. At most a week (the store's largest maxUrlFreshSec).
+   */
+  freshMs: z.number().int().min(0).max(604_800_000).optional(),
 });
 export type StoreResult = z.infer<typeof StoreResultSchema>;
 

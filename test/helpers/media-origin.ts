@@ -1,12 +1,12 @@
 /**
  * A media origin for tests: serves what `files` holds at request time (path → bytes, or bytes with
- * their content type), `no-store` like the local fleet's media server, 404 for anything else, and
+ * their content type and optionally their Cache-Control), `no-store` unless a file names its own, 404 for anything else, and
  * counts what it served (the media store downloads a URL on every store call it gets).
  */
 import http from "node:http";
 import type { AddressInfo } from "node:net";
 
-export type OriginFile = Uint8Array | { bytes: Uint8Array; type: string };
+export type OriginFile = Uint8Array | { bytes: Uint8Array; type: string; cacheControl?: string };
 
 export interface MediaOrigin {
   /** `http://host:port` */
@@ -23,9 +23,9 @@ export async function startMediaOrigin(files: ReadonlyMap<string, OriginFile>, c
   const server = http.createServer((req, res) => {
     const f = files.get(req.url ?? "");
     if (!f) return void res.writeHead(404).end();
-    const [bytes, type] = f instanceof Uint8Array ? [f, contentType] : [f.bytes, f.type];
+    const [bytes, type, cacheControl] = f instanceof Uint8Array ? [f, contentType, "no-store"] : [f.bytes, f.type, f.cacheControl ?? "no-store"];
     hits++;
-    res.writeHead(200, { "content-type": type, "content-length": bytes.length, "cache-control": "no-store" }).end(bytes);
+    res.writeHead(200, { "content-type": type, "content-length": bytes.length, "cache-control": cacheControl }).end(bytes);
   });
   await new Promise<void>((r) => server.listen(0, "127.0.0.1", r));
   const host = `127.0.0.1:${(server.address() as AddressInfo).port}`;

@@ -210,6 +210,28 @@ describe("decode service", () => {
     expect(hits["/latest.mp4"]).toBe(2);
   });
 
+  it("POST /v1/store answers how long it would answer the URL from its copy (freshMs): none without freshness or after a redirect; each client label learns its own", async () => {
+    const store = async (p: string, client = "client-a"): Promise<number | undefined> => {
+      const r = await fetch(`${svc.url}/v1/store`, {
+        method: "POST",
+        headers: { "content-type": "application/json", authorization: `Bearer ${TOKEN}`, "x-kvedge-client": client },
+        body: JSON.stringify({ url: `http://127.0.0.1:${mediaPort}${p}`, kind: "video" }),
+      });
+      expect(r.status, p).toBe(200);
+      return ((await r.json()) as { freshMs?: number }).freshMs;
+    };
+    const fresh = await store("/fresh.mp4");
+    expect(fresh).toBeGreaterThan(0);
+    expect(fresh).toBeLessThanOrEqual(60_000);
+    // Answered from its copy, the same promise (less the time gone by).
+    expect(await store("/fresh.mp4")).toBeLessThanOrEqual(fresh!);
+    expect([await store("/a.mp4"), await store("/no-cache.mp4"), await store("/latest.mp4")]).toEqual([0, 0, 0]);
+    // What one client's calls learnt is not another's: a first call of client-b fetched, and learnt its own freshness.
+    const hits0 = hits["/fresh.mp4"] ?? 0;
+    expect(await store("/fresh.mp4", "client-b")).toBeGreaterThan(0);
+    expect(hits["/fresh.mp4"]).toBe(hits0 + 1);
+  });
+
   it("asks the origin again once the freshness has run out, and takes a 304's new lifetime", async () => {
     const p = "/short.mp4";
     hits[p] = 0;

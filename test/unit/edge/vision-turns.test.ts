@@ -46,8 +46,8 @@ const TOKEN = "vision-turns-decode-token";
 const MODEL = "Qwen/Qwen3-VL-8B-Instruct";
 const profile = { family: "qwen3_vl", templateId: "qwen3vl-instruct" } as const;
 
-/** What the origin serves (no freshness: `no-store`, the local fleet's media server's header). */
-const files = new Map<string, { bytes: Uint8Array; type: string }>();
+/** What the origin serves (no freshness, `no-store`, unless a file names its Cache-Control). */
+const files = new Map<string, { bytes: Uint8Array; type: string; cacheControl?: string }>();
 let origin: MediaOrigin;
 let originUrl = "";
 let svc: DecodeService;
@@ -284,6 +284,31 @@ describe("vision turns: media work for the new items only", () => {
     const t3 = await turn(JSON.stringify({ model: MODEL, messages }), tenant);
     expect(t3.work).toEqual({ store: 0, probe: 0, held: 0, laidOut: 0, checked: 0, keyed: 0 });
     expect(t3.prep.mediaLeased).toHaveLength(2);
+  }, 60_000);
+
+  it("a new message naming an earlier URL the origin said is fresh: taken from the memo while the store would answer it from its copy, then stored again", async () => {
+    const tenant = { key: "key-g", tag: namespaceTag("tenant-g") };
+    files.set("/fresh.png", { bytes: makePng(320, 240, { seed: 6 }), type: "image/png", cacheControl: "max-age=600" });
+    files.set("/brief.png", { bytes: makePng(240, 320, { seed: 7 }), type: "image/png", cacheControl: "max-age=1" });
+    const fresh = `${originUrl}/fresh.png`;
+    const brief = `${originUrl}/brief.png`;
+    const messages: unknown[] = [{ role: "user", content: [{ type: "text", text: "What are these?" }, image(fresh), image(brief)] }];
+    const t1 = await turn(JSON.stringify({ model: MODEL, messages }), tenant);
+    expect(t1.work).toMatchObject({ store: 2, held: 0 });
+    await new Promise((r) => setTimeout(r, 1_100));
+    messages.push({ role: "assistant", content: "Shapes." }, { role: "user", content: [{ type: "text", text: "And these?" }, image(fresh), image(brief)] });
+    const body2 = JSON.stringify({ model: MODEL, messages });
+    const t2 = await turn(body2, tenant);
+    // fresh.png: the store would answer it from its copy (no origin request), so the edge asks it nothing;
+    // brief.png's freshness ran out: stored again (the store asks the origin).
+    expect(t2.work).toEqual({ store: 1, probe: 0, held: 0, laidOut: 0, checked: 1, keyed: 0 });
+    expect(t2.prep.media[2]).toBe(t1.prep.media[0]);
+    expect(t2.prep.media[3]).toBe(t1.prep.media[1]);
+    expect(t2.prep.mediaLeased).toHaveLength(3);
+    await expectFullPath(t2.prep, body2, tenant.tag);
+    // Another tenant's conversation naming the fresh URL asks the store (memo entries are per client and namespace).
+    const other = await turn(JSON.stringify({ model: MODEL, messages: [{ role: "user", content: [{ type: "text", text: "This?" }, image(fresh)] }, { role: "assistant", content: "A shape." }, { role: "user", content: [{ type: "text", text: "Again?" }, image(fresh)] }] }), { key: "key-h", tag: namespaceTag("tenant-h") });
+    expect(other.work).toMatchObject({ store: 2, held: 0 });
   }, 60_000);
 
   it("a new message naming a leased URL, answered with no lease (the store restarted, leases off): the remembered lease is given up, the next turn asks", async () => {
