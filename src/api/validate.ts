@@ -841,10 +841,36 @@ function framedLength(headers: Headers): number | null {
  *   is never buffered beyond it.
  */
 export async function readBodyText(request: RequestBodySource, limits: Pick<Limits, "maxBodyBytes"> = DEFAULT_LIMITS): Promise<string> {
+  return (await readBody(request, limits, null)).text;
+}
+
+/** A body as readBody read it. */
+export interface ReadBody {
+  text: string;
+  /** Its bytes, when read into one buffer (framed by a Content-Length); null when read in chunks. */
+  bytes: Uint8Array | null;
+  /** Leading bytes whose text came from `heldPrefix` instead of being decoded (0: decoded whole). */
+  heldBytes: number;
+}
+
+/**
+ * Text already known for a body's leading bytes (the turn chain's held bodies): its length in
+ * bytes, which must end at a character's end, and exactly what decoding them gives; null when none.
+ */
+export type HeldPrefix = (bytes: Uint8Array) => { text: string; length: number } | null;
+
+/**
+ * readBodyText, also giving the bytes read. With `heldPrefix`, a framed body whose leading bytes
+ * it knows is decoded only past them: the text is the known text then the rest's decoding, which
+ * is what decoding it whole gives (UTF-8 decodes character by character, the prefix ends at a
+ * character's end and a byte order mark is stripped only at the body's start, which a prefix
+ * without one is never handed). Sizes are checked as readBodyText checks them.
+ */
+export async function readBody(request: RequestBodySource, limits: Pick<Limits, "maxBodyBytes">, heldPrefix: HeldPrefix | null): Promise<ReadBody> {
   const tooLarge = () => new PayloadTooLargeError(`Request body exceeds ${limits.maxBodyBytes} bytes.`);
   const framed = framedLength(request.headers);
   if (framed !== null && framed > limits.maxBodyBytes) throw tooLarge();
-  if (request.body === null) return "";
+  if (request.body === null) return { text: "", bytes: null, heldBytes: 0 };
   const decoder = new TextDecoder("utf-8", { fatal: true, ignoreBOM: false });
   if (framed !== null) {
     let bytes: ArrayBuffer;
@@ -855,7 +881,12 @@ export async function readBodyText(request: RequestBodySource, limits: Pick<Limi
     }
     if (bytes.byteLength > limits.maxBodyBytes) throw tooLarge();
     if (bytes.byteLength !== framed) throw new InvalidRequestError(`Request body is ${bytes.byteLength} bytes, not the ${framed} its Content-Length declares.`);
-    return decodeUtf8(decoder, new Uint8Array(bytes), true);
+    const all = new Uint8Array(bytes);
+    const held = heldPrefix?.(all) ?? null;
+    if (held === null) return { text: decodeUtf8(decoder, all, true), bytes: all, heldBytes: 0 };
+    // The rest starts mid-body: a U+FEFF there is text, not a byte order mark.
+    const rest = decodeUtf8(new TextDecoder("utf-8", { fatal: true, ignoreBOM: true }), all.subarray(held.length), true);
+    return { text: held.text + rest, bytes: all, heldBytes: held.length };
   }
   const reader = request.body.getReader();
   let size = 0;
@@ -888,5 +919,5 @@ export async function readBodyText(request: RequestBodySource, limits: Pick<Limi
   } finally {
     reader.releaseLock();
   }
-  return text;
+  return { text, bytes: null, heldBytes: 0 };
 }

@@ -2,9 +2,10 @@
  * Stage 1, parse: who is calling, the rate-limit verdict, then the body read (bounded) and validated
  * into a chat request.
  */
+import { InvalidRequestError } from "../../api/errors.ts";
 import type { Limits } from "../../api/limits.ts";
 import type { ChatCompletionRequest } from "../../api/openai-schema.ts";
-import { parseChatRequest, readBodyText, type ParseWork, type ReusedMessages } from "../../api/validate.ts";
+import { parseChatRequest, readBody, type ParseWork, type ReadBody, type ReusedMessages } from "../../api/validate.ts";
 import type { EdgeConfig } from "../../config/config.ts";
 import { parseToolsKeepingNumbers, type ModelProfile } from "../../prompt/index.ts";
 import { sharedTurnChain, type BodyLayout, type ChainFind, type TurnChainCache } from "../../prompt/turn-chain.ts";
@@ -70,17 +71,38 @@ export async function parseChat(request: Request, deps: ParseDeps, clock: StageC
   const limitHeaders = (await deps.rateLimit?.(caller.apiKey)) ?? {};
   const limits = limitsOf(config);
   const given = deps.scanned ?? null;
-  const bodyText = given ? given.text : await readBodyText(request, limits);
-  clock.mark("read");
   const address = request.headers.get("cf-connecting-ip");
   const partition = await edgeCachePartition(config, cacheTenant(caller, address));
+  const chain = sharedTurnChain(config.turnCheckRate);
+  // The turn chain's held bodies of the caller's partition give the text of a known prefix: only the rest is decoded.
+  const read = given ? null : await readBody(request, limits, (bytes) => chain.heldBodyText(bytes, partition));
+  const bodyText = given ? given.text : checkedHeldRead(read!, chain.checkRate);
+  clock.mark("read");
   const literals: JsonLiteral[] = [];
   const work: ParseWork = { parsedChars: 0, validatedMessages: 0 };
-  const { req, turn } = parseChatTurn(bodyText, config, partition, { sizeChecked: given === null, literals, work, layout: given?.layout });
+  const { req, turn } = parseChatTurn(bodyText, config, partition, { sizeChecked: given === null, literals, work, layout: given?.layout, bytes: read?.bytes ?? null }, chain);
   clock.mark("parse");
   // Without a key or a client address (a local fleet) the edge cannot tell clients apart: no label.
   const client: ClientRef | null = caller.apiKey !== null ? { apiKey: caller.apiKey } : address ? { network: clientNetwork(address) } : null;
   return { caller, showRouting: caller.admin || config.debugHeaders, req, limitHeaders, bodyText, literals, turn, work, address, client, partition };
+}
+
+/**
+ * The read's text; a `checkRate` share of reads that took a held prefix's text is also decoded
+ * whole and compared (a difference logs `body_prefix_mismatch` and the whole decoding is used).
+ */
+function checkedHeldRead(read: ReadBody, checkRate: number): string {
+  if (read.heldBytes === 0 || read.bytes === null || checkRate <= 0 || Math.random() >= checkRate) return read.text;
+  let whole: string;
+  try {
+    whole = new TextDecoder("utf-8", { fatal: true, ignoreBOM: false }).decode(read.bytes);
+  } catch {
+    whole = "";
+  }
+  if (whole === read.text) return read.text;
+  console.warn(JSON.stringify({ event: "body_prefix_mismatch", bytes: read.bytes.length, heldBytes: read.heldBytes }));
+  if (whole === "") throw new InvalidRequestError("Request body is not valid UTF-8.", null, "invalid_json");
+  return whole;
 }
 
 /** The profile of the pool the body's `model` member names, read from its text alone; null when it names none. */
@@ -109,7 +131,7 @@ export function parseChatTurn(
   bodyText: string,
   config: EdgeConfig,
   partition: string,
-  opts: { sizeChecked?: boolean; literals?: JsonLiteral[]; work?: ParseWork; random?: () => number; layout?: BodyLayout | null } = {},
+  opts: { sizeChecked?: boolean; literals?: JsonLiteral[]; work?: ParseWork; random?: () => number; layout?: BodyLayout | null; bytes?: Uint8Array | null } = {},
   chain: TurnChainCache = sharedTurnChain(config.turnCheckRate),
 ): { req: ChatCompletionRequest; turn: ChainFind | null } {
   const limits = limitsOf(config);
@@ -128,8 +150,10 @@ export function parseChatTurn(
       return { req: whole, turn: null };
     }
   }
-  // The chain's store takes the strings this parse decoded instead of decoding them again.
-  return { req, turn: turn && opts.literals ? { ...turn, decoded: opts.literals } : turn };
+  // The chain's store takes the strings this parse decoded instead of decoding them again, and
+  // keeps the hit's prefix of the body's bytes (`bytes`: what bodyText was decoded from) for the next body's read.
+  if (!turn || (!opts.literals && !opts.bytes)) return { req, turn };
+  return { req, turn: { ...turn, ...(opts.literals ? { decoded: opts.literals } : {}), ...(opts.bytes ? { bodyBytes: opts.bytes } : {}) } };
 }
 
 /**

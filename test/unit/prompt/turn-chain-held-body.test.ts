@@ -1,0 +1,204 @@
+/**
+ * Held bodies: the turn chain keeps the bytes of a conversation's latest body up to its hit's
+ * messages, and the next body's read (validate.ts readBody) takes that prefix's text instead of
+ * decoding it. The text must be exactly the whole body's decoding (or the same refusal): checked
+ * on conversations of non-ASCII, astral and U+FEFF text, then on bodies that share the held bytes
+ * and go on with arbitrary bytes (invalid UTF-8, a U+FEFF's bytes right after the prefix, a
+ * sequence cut short), bodies that differ inside the prefix, one byte-order-marked, and one over
+ * the size limit. A held body serves only its own partition.
+ */
+import { beforeAll, describe, expect, it } from "vitest";
+import { httpStatusOf, type KvedgeError } from "../../../src/api/errors.ts";
+import { readBody, type HeldPrefix } from "../../../src/api/validate.ts";
+import { parseEdgeConfig } from "../../../src/config/config.ts";
+import { parseChatTurn } from "../../../src/edge/chat/parse.ts";
+import { TurnChainCache } from "../../../src/prompt/turn-chain.ts";
+import { initHashing } from "../../../src/util/hash.ts";
+
+beforeAll(() => initHashing());
+
+const config = parseEdgeConfig({ KVEDGE_ACCESS: "public", KVEDGE_TURN_CHECK_RATE: "0" });
+const model = config.models[0]!;
+const profile = { family: model.family, templateId: model.templateId };
+const MAX_BODY = config.limits.maxBodyBytes;
+
+/** Seeded text with two-, three- and four-byte characters, U+FEFF and JSON escapes. */
+function text(seed: number, chars: number): string {
+  const words = ["edge", "naïve", "—", "日本語", "😀", "\uFEFF", 'q"uote', "back\\slash", "tab\t", "line\n", "plain"];
+  let x = (seed * 2654435761) >>> 0;
+  let out = "";
+  while (out.length < chars) {
+    x = (Math.imul(x, 1664525) + 1013904223) >>> 0;
+    out += words[x % words.length]! + " ";
+  }
+  return out;
+}
+
+/** A framed request body (Content-Length), as the runtime hands it over. */
+function source(bytes: Uint8Array) {
+  return {
+    body: new ReadableStream<Uint8Array>(),
+    headers: new Headers({ "content-length": String(bytes.length) }),
+    arrayBuffer: async () => bytes.slice().buffer,
+  };
+}
+
+/** What decoding the whole body gives: its text, or the refusal's status. */
+function reference(bytes: Uint8Array): string | number {
+  if (bytes.length > MAX_BODY) return 413;
+  try {
+    return new TextDecoder("utf-8", { fatal: true, ignoreBOM: false }).decode(bytes);
+  } catch {
+    return 400;
+  }
+}
+
+async function read(bytes: Uint8Array, held: HeldPrefix | null): Promise<{ out: string | number; heldBytes: number }> {
+  try {
+    const r = await readBody(source(bytes), config.limits, held);
+    return { out: r.text, heldBytes: r.heldBytes };
+  } catch (e) {
+    return { out: httpStatusOf(e as KvedgeError), heldBytes: 0 };
+  }
+}
+
+/** Parses and prepares `body` as the edge does (the read's bytes go with the lookup), so the chain may hold it. */
+function serve(chain: TurnChainCache, body: string, bytes: Uint8Array, partition: string): void {
+  const parsed = parseChatTurn(body, config, partition, { bytes }, chain);
+  chain.prepare(parsed.req, body, profile, partition, { found: parsed.turn, validated: true });
+}
+
+const encode = (s: string) => new TextEncoder().encode(s);
+const join = (...parts: Uint8Array[]) => {
+  const out = new Uint8Array(parts.reduce((n, p) => n + p.length, 0));
+  let at = 0;
+  for (const p of parts) {
+    out.set(p, at);
+    at += p.length;
+  }
+  return out;
+};
+
+describe("held bodies", () => {
+  it("decodes a growing conversation's bodies past the held prefix, each exactly as a whole decode", async () => {
+    const chain = new TurnChainCache({ checkRate: 0 });
+    const messages: { role: string; content: string }[] = [{ role: "system", content: text(1, 200) }];
+    let heldReads = 0;
+    for (let turn = 0; turn < 8; turn++) {
+      if (turn > 0) messages.push({ role: "assistant", content: text(100 + turn, 3000) });
+      messages.push({ role: "user", content: text(200 + turn, 300) });
+      const bytes = encode(JSON.stringify({ model: model.id, messages, max_tokens: 16 }));
+      const { out, heldBytes } = await read(bytes, (b) => chain.heldBodyText(b, "tenant-a"));
+      expect(out).toBe(reference(bytes));
+      if (heldBytes > 0) heldReads++;
+      // A body is held at its hit (the messages before the previous query): from the third turn on,
+      // the text of all but the last two turns comes from the previous body's bytes.
+      const held = turn >= 2 ? encode(JSON.stringify({ model: model.id, messages: messages.slice(0, 2 * turn - 3) })).length - 2 : 0;
+      expect(heldBytes).toBe(held);
+      serve(chain, out as string, bytes, "tenant-a");
+    }
+    expect(heldReads).toBe(6);
+    expect(chain.stats().heldBodies).toBe(6);
+  });
+
+  it("gives the whole decode's text or refusal for any bytes after the held prefix, and for bodies that differ inside it", async () => {
+    const chain = new TurnChainCache({ checkRate: 0 });
+    const messages = [
+      { role: "system", content: text(7, 300) },
+      { role: "user", content: text(8, 400) },
+      { role: "assistant", content: text(9, 2000) },
+      { role: "user", content: text(10, 300) },
+    ];
+    // Two turns: the second hits the first's entry and holds its bytes up to the hit's messages.
+    for (const n of [2, 4]) {
+      const bytes = encode(JSON.stringify({ model: model.id, messages: messages.slice(0, n) }));
+      serve(chain, reference(bytes) as string, bytes, "p");
+    }
+    const base = encode(JSON.stringify({ model: model.id, messages }));
+    const probe = chain.heldBodyText(join(base, encode(" ")), "p");
+    expect(probe).not.toBeNull();
+    const prefix = base.subarray(0, probe!.length);
+    expect(probe!.text).toBe(reference(prefix));
+    let x = 12345;
+    const rand = (n: number) => ((x = (Math.imul(x, 1103515245) + 12345) >>> 0) % n);
+    const tails: Uint8Array[] = [
+      encode(`,${JSON.stringify({ role: "user", content: text(11, 500) })}]}`),
+      Uint8Array.of(0xef, 0xbb, 0xbf, 0x2c, 0x7b, 0x7d, 0x5d, 0x7d), // U+FEFF right after the prefix: text, kept
+      Uint8Array.of(0xe2, 0x80), // a sequence cut short at the end
+      Uint8Array.of(0x2c, 0xf0, 0x9f, 0x98), // a four-byte sequence cut short
+      Uint8Array.of(0x80, 0x2c), // a continuation byte with no lead
+      Uint8Array.of(0xed, 0xa0, 0x80), // an encoded surrogate
+      Uint8Array.of(0xc0, 0xaf), // an overlong encoding
+      base.subarray(probe!.length), // the rest of the held body itself
+    ];
+    for (let i = 0; i < 60; i++) tails.push(Uint8Array.from({ length: 1 + rand(40) }, () => (rand(4) === 0 ? 0x80 + rand(128) : 0x20 + rand(95))));
+    const before = chain.stats().heldBodies;
+    for (const tail of tails) {
+      const bytes = join(prefix, tail);
+      const { out, heldBytes } = await read(bytes, (b) => chain.heldBodyText(b, "p"));
+      expect(out).toBe(reference(bytes));
+      if (typeof out === "string") expect(heldBytes).toBe(prefix.length);
+    }
+    expect(chain.stats().heldBodies).toBe(before + tails.length);
+    // Inside the prefix: a byte changed (into another character, or into invalid UTF-8, or the last
+    // byte of a multi-byte character), and the prefix behind a byte order mark: decoded whole.
+    const multi = prefix.findIndex((b) => b >= 0xc0);
+    const changed: Uint8Array[] = [];
+    for (const [at, to] of [[40, 0x41], [prefix.length - 1, 0x5d], [multi, 0xff], [multi + 1, 0x41], [multi + 1, 0xbf]] as const) {
+      const b = join(prefix, tails[0]!);
+      b[at] = to === b[at] ? to ^ 1 : to;
+      changed.push(b);
+    }
+    changed.push(join(Uint8Array.of(0xef, 0xbb, 0xbf), prefix, tails[0]!));
+    const heldBefore = chain.stats().heldBodies;
+    for (const bytes of changed) {
+      const { out, heldBytes } = await read(bytes, (b) => chain.heldBodyText(b, "p"));
+      expect(out).toBe(reference(bytes));
+      expect(heldBytes).toBe(0);
+    }
+    expect(chain.stats().heldBodies).toBe(heldBefore);
+    // Over the size limit: refused before any read, held prefix or not.
+    const big = join(prefix, new Uint8Array(MAX_BODY - prefix.length + 1).fill(0x20));
+    expect((await read(big, (b) => chain.heldBodyText(b, "p"))).out).toBe(413);
+  });
+
+  it("serves a held body only to its own partition", async () => {
+    const chain = new TurnChainCache({ checkRate: 0 });
+    const messages = [
+      { role: "system", content: text(20, 300) },
+      { role: "user", content: text(21, 400) },
+      { role: "assistant", content: text(22, 2000) },
+      { role: "user", content: text(23, 300) },
+    ];
+    for (const n of [2, 4]) {
+      const bytes = encode(JSON.stringify({ model: model.id, messages: messages.slice(0, n) }));
+      serve(chain, reference(bytes) as string, bytes, "owner");
+    }
+    const next = encode(JSON.stringify({ model: model.id, messages: [...messages, { role: "assistant", content: "ok" }, { role: "user", content: "more" }] }));
+    expect(chain.heldBodyText(next, "other")).toBeNull();
+    expect(chain.heldBodyText(next, "")).toBeNull();
+    expect(chain.heldBodyText(next, "owner")).not.toBeNull();
+  });
+
+  it("counts a held body in the chain's bytes and gives them back when it goes", () => {
+    const chain = new TurnChainCache({ checkRate: 0 });
+    const messages = [
+      { role: "system", content: text(30, 300) },
+      { role: "user", content: text(31, 400) },
+      { role: "assistant", content: text(32, 2000) },
+      { role: "user", content: text(33, 300) },
+    ];
+    const first = encode(JSON.stringify({ model: model.id, messages: messages.slice(0, 2) }));
+    serve(chain, reference(first) as string, first, "");
+    const second = encode(JSON.stringify({ model: model.id, messages }));
+    const parsed = parseChatTurn(reference(second) as string, config, "", {}, chain);
+    chain.prepare(parsed.req, reference(second) as string, profile, "", { found: parsed.turn, validated: true });
+    const without = chain.stats().bytes;
+    chain.clear();
+    serve(chain, reference(first) as string, first, "");
+    serve(chain, reference(second) as string, second, "");
+    // The buffer of the body whose prefix is held counts whole, with the held record.
+    expect(chain.stats().bytes - without).toBeGreaterThanOrEqual(second.byteLength);
+    expect(chain.stats().bytes - without).toBeLessThan(second.byteLength + 2_000);
+  });
+});
