@@ -6,6 +6,7 @@
 import os from "node:os";
 import { z } from "zod";
 import { SafeFetchPolicySchema } from "../../src/media/safe-fetch.ts";
+import { MAX_URL_FRESH_SEC } from "../../src/media/store-result.ts";
 import { DEFAULT_PROBE_MEMORY_BYTES } from "./ffprobe-run.ts";
 
 export const DecodeServiceOptionsSchema = z
@@ -93,7 +94,7 @@ export const DecodeServiceOptionsSchema = z
      * max-age / s-maxage or Expires, http-freshness.ts) before asking it again; 0: every use is a
      * conditional request, as for responses that state no freshness.
      */
-    maxUrlFreshSec: z.number().int().min(0).max(7 * 86_400).default(3_600),
+    maxUrlFreshSec: z.number().int().min(0).max(MAX_URL_FRESH_SEC).default(3_600),
     /** Entries in each cache (results by content hash; URL → validators + content hash). */
     cacheEntries: z.number().int().min(0).default(10_000),
     tmpDir: z.string().min(1).default(() => os.tmpdir()),

@@ -128,13 +128,15 @@ export class UrlDownloads {
 
   /**
    * Until when (this process's monotonic clock, ms; 0 = never) the bytes may be reused without
-   * asking the origin. Only for an answer of the URL itself: after a redirect, the freshness is the
-   * target's, and the redirect (a "latest" link) may point elsewhere next time.
+   * asking the origin: counted from the response's arrival (`arrivedMono`, its headers), as RFC 9111
+   * §4.2.3 counts age, so a slow body uses up freshness rather than extending it. Only for an answer
+   * of the URL itself: after a redirect, the freshness is the target's, and the redirect (a "latest"
+   * link) may point elsewhere next time.
    */
-  private reuseUntil(fields: FreshnessFields, redirects: number, sentAt: number, arrivedAt: number): number {
+  private reuseUntil(fields: FreshnessFields, redirects: number, sentAt: number, arrivedAt: number, arrivedMono: number): number {
     if (redirects > 0) return 0;
     const left = freshFor(fields, sentAt, arrivedAt, this.deps.maxUrlFreshSec * 1000);
-    return left > 0 ? performance.now() + left : 0;
+    return left > 0 ? arrivedMono + left : 0;
   }
 
   private async transferInto(url: string, known: UrlEntry | undefined, headers: Record<string, string>, signal: AbortSignal): Promise<Fetched> {
@@ -142,12 +144,13 @@ export class UrlDownloads {
     const sentAt = Date.now();
     const res = await fetcher.open(url, { headers, param: "url", signal });
     const arrivedAt = Date.now();
+    const arrivedMono = performance.now();
     if (res.status === 304) {
       if (known && store.has(known.digest)) {
         stats.revalidated++;
         store.use(known.digest);
         known.freshness = fieldsAfter304(known.freshness, freshnessFieldsOf(res.headers));
-        known.freshUntil = this.reuseUntil(known.freshness, res.redirects, sentAt, arrivedAt);
+        known.freshUntil = this.reuseUntil(known.freshness, res.redirects, sentAt, arrivedAt, arrivedMono);
         return { stored: { digest: known.digest, byteLength: known.byteLength, cache: "revalidated", probed: null } };
       }
       // Evicted while the conditional request was in flight: fetch in full.
@@ -163,7 +166,7 @@ export class UrlDownloads {
         etag: res.headers.get("etag"),
         lastModified: res.headers.get("last-modified"),
         freshness,
-        freshUntil: this.reuseUntil(freshness, res.redirects, sentAt, arrivedAt),
+        freshUntil: this.reuseUntil(freshness, res.redirects, sentAt, arrivedAt, arrivedMono),
         digest: s.contentDigest,
         byteLength: s.byteLength,
       };

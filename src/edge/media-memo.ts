@@ -38,7 +38,8 @@ export interface MediaMemoStats {
  * its bytes (0: no promise; set from the store's answer to `POST /v1/store` or `/v1/store/held`
  * in media.ts, dropLeases clears it); `freshUntil`: until when (Date.now ms) the store said it would
  * answer this client's call for the URL with these bytes without asking the origin (the origin's
- * HTTP freshness; 0: it would ask), so a new message naming the URL may take the entry until then.
+ * HTTP freshness; 0: it would ask; dropLeases clears it too), so a new message naming the URL may
+ * take the entry until then.
  */
 export interface Remembered {
   readonly media: VerifiedMedia;
@@ -69,13 +70,13 @@ function stringBytes(s: string): number {
 }
 
 /**
- * The key and a forward form that is not the key itself, plus the entry around them (768 B: the
- * item, its digest and metadata, the entry, its index and LRU slots). Measured in Node 22 by what a
- * full GC frees when a 4 MiB memo of http(s) items (stored, leased, ~100-character URLs) is
- * dropped: 655–755 B an item beyond the key and URL strings.
+ * The key and a forward form that is not the key itself, plus the entry around them (792 B: the
+ * item, its digest and metadata, the entry with its lease and freshness, its index and LRU slots).
+ * Measured in Node 22 by what a full GC frees when a 4 MiB memo of http(s) items (stored, leased,
+ * ~100-character URLs) is dropped: 679–779 B an item beyond the key and URL strings.
  */
 function entryBytes(outer: string, url: string, media: VerifiedMedia): number {
-  return 2 * outer.length + stringBytes(url) + (media.forward !== null && media.forward !== url ? stringBytes(media.forward) : 0) + 768;
+  return 2 * outer.length + stringBytes(url) + (media.forward !== null && media.forward !== url ? stringBytes(media.forward) : 0) + 792;
 }
 
 export class MediaMemo {

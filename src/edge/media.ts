@@ -299,12 +299,16 @@ export interface LeasedItem {
 }
 
 /**
- * Forgets the leases of items forwarded without asking the store: after a worker's failed answer
- * (the store may have restarted and lost the bytes) the next request asks it again, and stores
- * again by URL what it no longer holds.
+ * Forgets the leases of items forwarded without asking the store, and their freshness: after a
+ * worker's failed answer (the store may have restarted and lost the bytes, and with them what it
+ * knew of their URLs' freshness) the next request asks it again, stores again by URL what it no
+ * longer holds, and sends a new message naming such a URL through the store.
  */
 export function dropLeases(leased: readonly LeasedItem[]): void {
-  for (const l of leased) l.entry.leaseUntil = 0;
+  for (const l of leased) {
+    l.entry.leaseUntil = 0;
+    l.entry.freshUntil = 0;
+  }
 }
 
 /** A held answer by digest: each held one's lease in ms (0: held, not leased); a digest not held is absent. */

@@ -16,6 +16,13 @@ export const StoreRequestSchema = z.strictObject({
   kind: z.enum(["image", "video"]),
 });
 
+/**
+ * The longest a media store may be configured to reuse a URL's bytes on the origin's word alone
+ * (services/decode options.ts `maxUrlFreshSec`), and so the most `freshMs` it answers: one bound
+ * for both, so the store's cap and the edge's check of its answer cannot drift apart.
+ */
+export const MAX_URL_FRESH_SEC = 7 * 86_400;
+
 export const StoreResultSchema = z.object({
   digest: MediaDigestSchema,
   byteLength: z.number().int().nonnegative(),
@@ -30,9 +37,9 @@ export const StoreResultSchema = z.object({
   /**
    * How long from its answer the store would answer this client's call for the same URL with the
    * same bytes from its own copy, without asking the origin (the origin's HTTP freshness); 0 or
-   * absent: it would ask. At most a week (the store's largest maxUrlFreshSec).
+   * absent: it would ask. At most MAX_URL_FRESH_SEC.
    */
-  freshMs: z.number().int().min(0).max(604_800_000).optional(),
+  freshMs: z.number().int().min(0).max(MAX_URL_FRESH_SEC * 1000).optional(),
 });
 export type StoreResult = z.infer<typeof StoreResultSchema>;
 

@@ -11,6 +11,7 @@ import { tmpdir } from "node:os";
 import path from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { DecodeClient } from "../../../src/media/decode-client.ts";
+import { MAX_URL_FRESH_SEC } from "../../../src/media/store-result.ts";
 import { createHash } from "node:crypto";
 import { initHashing } from "../../../src/util/hash.ts";
 import { nativeAvailable } from "../../../services/decode/probers.ts";
@@ -64,11 +65,17 @@ beforeAll(async () => {
     else if (p === "/changing.mp4") serve(changingVersion === 1 ? clipA : clipB, `"v${changingVersion}"`);
     else if (p === "/slow.mp4") serve(clipB, null, 300);
     else if (p === "/fresh.mp4") serve(clipB, '"f1"', 0, { "cache-control": "max-age=60" });
+    else if (p === "/fresh-year.mp4") serve(clipB, null, 0, { "cache-control": "max-age=31536000" });
     else if (p === "/fresh-no-validators.mp4") serve(clipB, null, 0, { "cache-control": "public, max-age=60" });
     else if (p === "/no-cache.mp4") serve(clipB, '"n1"', 0, { "cache-control": "no-cache, max-age=60" });
     // Fresh for one second; the 304 that revalidates it grants a minute.
     else if (p === "/short.mp4") serve(clipB, '"s1"', 0, { "cache-control": "max-age=1" }, { "cache-control": "max-age=60" });
-    else if (p === "/latest.mp4") {
+    else if (p === "/slow-body.mp4") {
+      // Fresh for three seconds from its headers; the body takes 2.5 of them to arrive.
+      res.writeHead(200, { "content-type": "video/mp4", "content-length": clipB.length, "cache-control": "max-age=3" });
+      res.write(clipB.subarray(0, 64));
+      setTimeout(() => res.end(clipB.subarray(64)), 2_500);
+    } else if (p === "/latest.mp4") {
       // A "latest" link: the redirect itself says nothing about freshness; its target does.
       res.writeHead(302, { location: "/fresh.mp4" });
       res.end();
@@ -232,6 +239,17 @@ describe("decode service", () => {
     expect(hits["/fresh.mp4"]).toBe(hits0 + 1);
   });
 
+  it("counts freshMs from the response's arrival: a slow body uses up the origin's freshness (RFC 9111 §4.2.3)", async () => {
+    const r = await fetch(`${svc.url}/v1/store`, {
+      method: "POST",
+      headers: { "content-type": "application/json", authorization: `Bearer ${TOKEN}`, "x-kvedge-client": "client-slow" },
+      body: JSON.stringify({ url: `http://127.0.0.1:${mediaPort}/slow-body.mp4`, kind: "video" }),
+    });
+    expect(r.status).toBe(200);
+    // max-age=3 less the 2.5 s body: at most 0.5 s left, whole seconds rounded down (from the body's end: 2 s).
+    expect(((await r.json()) as { freshMs?: number }).freshMs).toBeLessThanOrEqual(500);
+  }, 10_000);
+
   it("asks the origin again once the freshness has run out, and takes a 304's new lifetime", async () => {
     const p = "/short.mp4";
     hits[p] = 0;
@@ -343,6 +361,17 @@ describe("decode service", () => {
 });
 
 describe("DecodeClient (edge side): failures become fallback reasons", () => {
+  it("takes the answer of a store at its longest freshness (maxUrlFreshSec MAX_URL_FRESH_SEC, an origin's max-age of a year)", async () => {
+    const longest = await startDecodeService({ token: TOKEN, decoder: DECODER, concurrency: 1, maxUrlFreshSec: MAX_URL_FRESH_SEC, fetch: { allowlist: [`127.0.0.1:${mediaPort}`] } });
+    try {
+      const out = await new DecodeClient({ url: longest.url, token: TOKEN }).store(`http://127.0.0.1:${mediaPort}/fresh-year.mp4`, "video");
+      if (!out.ok) throw new Error(`${out.reason}: ${out.detail}`);
+      expect(out.result.freshMs).toBeGreaterThanOrEqual((MAX_URL_FRESH_SEC - 60) * 1000);
+    } finally {
+      await longest.close();
+    }
+  });
+
   it("returns the probe on success, by bytes and by URL", async () => {
     const c = new DecodeClient({ url: svc.url, token: TOKEN });
     const a = await c.probe({ bytes: clipB });

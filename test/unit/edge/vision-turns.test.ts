@@ -311,6 +311,34 @@ describe("vision turns: media work for the new items only", () => {
     expect(other.work).toMatchObject({ store: 2, held: 0 });
   }, 60_000);
 
+  it("a URL remembered as fresh, after a worker's failed fetch (the store restarted empty): a new message naming it goes through the store again", async () => {
+    const tenant = { key: "key-i", tag: namespaceTag("tenant-i") };
+    files.set("/fresh-lost.png", { bytes: makePng(200, 150, { seed: 8 }), type: "image/png", cacheControl: "max-age=600" });
+    const url = `${originUrl}/fresh-lost.png`;
+    const t1 = await turn(JSON.stringify({ model: MODEL, messages: [{ role: "user", content: [{ type: "text", text: "What is this?" }, image(url)] }] }), tenant);
+    expect(t1.work).toMatchObject({ store: 1, held: 0 });
+    await svc.close();
+    svc = await startStore(mkdtempSync(join(tmpdir(), "kvedge-vision-store-")));
+    try {
+      // Another conversation of the client names the URL in its new message: taken from the memo (fresh), forwarded on its lease, lost.
+      const body = JSON.stringify({ model: MODEL, messages: [{ role: "user", content: [{ type: "text", text: "And what is this?" }, image(url)] }] });
+      const t2 = await turn(body, tenant);
+      expect(t2.work).toMatchObject({ store: 0, held: 0 });
+      expect(t2.prep.mediaLeased).toHaveLength(1);
+      expect(await workerFetches(t2.prep)).toEqual([404]);
+      dropLeases(t2.prep.mediaLeased);
+      // The store's freshness went with its restart: the URL is stored again, not taken from the memo and asked about (a held call).
+      const t3 = await turn(body, tenant);
+      expect(t3.work).toMatchObject({ store: 1, held: 0, checked: 1 });
+      expect(t3.prep.mediaLeased).toHaveLength(0);
+      expect(await workerFetches(t3.prep)).toEqual([200]);
+      await expectFullPath(t3.prep, body, tenant.tag);
+    } finally {
+      await svc.close();
+      svc = await startStore(storeDir);
+    }
+  }, 60_000);
+
   it("a new message naming a leased URL, answered with no lease (the store restarted, leases off): the remembered lease is given up, the next turn asks", async () => {
     const tenant = { key: "key-f", tag: namespaceTag("tenant-f") };
     const url = `${originUrl}/img-1.png`;
