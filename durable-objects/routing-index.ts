@@ -13,7 +13,7 @@
 import { pdPoolProblem } from "../src/routing-index/pd-pool.ts";
 import { DurableObject } from "cloudflare:workers";
 import { RoutingCore, type WorkerRecord } from "../src/routing-index/routing-core.ts";
-import { readRelayConnect, type AdmitRequest, type AdmitResult, type PeekRequest, type PoolIndexFrontDoor, type PoolProfile, type PoolStats, type RouteDecision, type RoutePreview, type RouteRequest, type SettleRequest, type ShardInfo, type WorkerRow } from "../src/routing-index/front-door.ts";
+import { readRelayConnect, type AdmitRequest, type AdmitResult, type PeekRequest, type PoolIndexFrontDoor, type PoolProfile, type PoolStats, type RouteDecision, type RoutePreview, type CarryingReceipts, type ReceiptEntry, type SettleRequest, type ShardInfo, type WorkerRow } from "../src/routing-index/front-door.ts";
 import type { PoolMetricsSnapshot } from "../src/metrics/pool-snapshot.ts";
 import type { IndexToRelay } from "../src/relay-wire/relay-protocol.ts";
 import { relayFrame } from "../src/routing-index/relay-inbox.ts";
@@ -80,6 +80,7 @@ export class RoutingIndex extends DurableObject<RoutingIndexEnv> implements Pool
       pdTransfer: { kvBytesPerToken: routing.kvBytesPerToken, transferGBps: routing.pdTransferGBps },
       replicateLoad: this.#shards > 1,
       onLoadOps: () => this.#scheduleLoadSync(),
+      onDrift: (workerId) => console.warn(JSON.stringify({ event: "routing_drift", workerId })),
       blockBudget: routing.blockBudget,
       admission: routing.admission,
     });
@@ -272,14 +273,29 @@ export class RoutingIndex extends DurableObject<RoutingIndexEnv> implements Pool
 
   // ---- RPC (edge → index) ----
 
-  /** Picks a worker for a request and adds its load. null = no worker up. */
-  async route(req: RouteRequest): Promise<RouteDecision | null> {
-    return this.#core.route(req);
+  /** Applies the receipts the request carries, then picks a worker for it and adds its load. null = no worker up. */
+  async route(req: CarryingReceipts): Promise<RouteDecision | null> {
+    const d = this.#core.route(req);
+    this.#releaseCarried(req.receipts);
+    return d;
   }
 
   /** A first pick through admission: at once under the bound, else this call waits in the pool's queue. */
   async admit(req: AdmitRequest): Promise<AdmitResult> {
-    return this.#core.admit(req, req.admission);
+    const r = this.#core.admit(req, req.admission);
+    this.#releaseCarried(req.receipts);
+    return r;
+  }
+
+  /** Carried settlements' releases go to the other shards at once, as a settle call's do (nobody waits on them). */
+  #releaseCarried(receipts: readonly ReceiptEntry[] | undefined): void {
+    if (this.#shards > 1 && receipts?.some((e) => e.kind === "settle")) this.ctx.waitUntil(this.#flushLoadNow());
+  }
+
+  /** The edge's queued receipts in order; a settlement's release reaches every shard before the answer (the edge may wait: release before reply). */
+  async receipts(entries: readonly ReceiptEntry[]): Promise<void> {
+    this.#core.applyReceipts(entries);
+    if (this.#shards > 1 && entries.some((e) => e.kind === "settle")) await this.#flushLoadNow();
   }
 
   async leaveQueue(ticket: string): Promise<boolean> {
@@ -288,10 +304,9 @@ export class RoutingIndex extends DurableObject<RoutingIndexEnv> implements Pool
 
   /** Frees a request's load and records the predicted-vs-actual receipt. */
   async settle(req: SettleRequest): Promise<void> {
-    const r = this.#core.settle(req);
+    this.#core.settle(req);
     // A release goes out at once and the edge may wait for it (release before reply, chat.ts).
     if (this.#shards > 1) await this.#flushLoadNow();
-    if (r.drift && r.receipt) console.warn(JSON.stringify({ event: "routing_drift", workerId: r.receipt.workerId }));
   }
 
   async markPrefillDone(receiptId: string): Promise<void> {

@@ -15,6 +15,7 @@ import { clientNetwork, enforceRateLimit, rateLimitBucketName, rateLimitHeaders,
 import { enforceTokenQuota, type TokenCounts } from "../src/edge/token-quota.ts";
 import type { ClientRef } from "../src/edge/client-label.ts";
 import { handleChatCompletions, type ChatDeps } from "../src/edge/chat.ts";
+import { ReceiptOutbox } from "../src/edge/chat/receipt-outbox.ts";
 import { handleAdminRoute, presentsAdminCredentials } from "../src/edge/admin-routes.ts";
 import { preflightResponse, withCors } from "../src/edge/cors.ts";
 import { dispatch, type Route } from "../src/edge/route-table.ts";
@@ -84,6 +85,9 @@ async function tokenQuota(env: Env, config: EdgeConfig, client: ClientRef, token
   await initHashing();
   return enforceTokenQuota((kind) => ns.getByName(rateLimitBucketName(kind, client)), limits, tokens);
 }
+
+/** The isolate's receipt queue (src/edge/chat/receipt-outbox.ts): one for every request this isolate serves. */
+const receiptOutbox = new ReceiptOutbox();
 
 /** Shard `shard` of a pool's routing index; shard 0 is also the pool object (src/routing-index/pool-address.ts). */
 function indexFor(env: Env, model: string, shard = 0): DurableObjectStub<RoutingIndex> {
@@ -210,6 +214,7 @@ function generateDeps(r: EdgeRequest): ChatDeps {
     tokenQuota: (apiKey, tokens) => tokenQuota(env, config, client(apiKey), tokens),
     fetch: (input, init) => fetch(input, init),
     waitUntil: (p) => r.ctx.waitUntil(p),
+    receiptOutbox,
     rateLimit: (apiKey) => limit(env, config, "chat", client(apiKey)),
   };
 }

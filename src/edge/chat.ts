@@ -90,6 +90,8 @@ export async function handleChatCompletions(request: Request, deps: ChatDeps): P
     edgeColo: edgeColoOf(request),
     traceId: trace.traceId,
     incrementalOnly: costly !== null,
+    receiptOutbox: deps.receiptOutbox,
+    waitUntil: deps.waitUntil,
     ...(deps.admissionIndex
       ? {
           admission: {

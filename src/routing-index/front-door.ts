@@ -14,12 +14,15 @@ import type { Receipt, WorkerReceiptStats } from "./receipts.ts";
 import type { IndexCounters } from "../metrics/pool-snapshot.ts";
 import type { RouteDecision, RoutePreview, RouteRequest, SettleRequest } from "./router.ts";
 import type { AdmissionTicket, AdmitOutcome } from "../admission/admission-gate.ts";
+import type { CarryingReceipts, ReceiptEntry } from "./receipt-entries.ts";
 
 export type { AdmissionTicket } from "../admission/admission-gate.ts";
 
 /** A request's first pick under admission (src/admission/): the route and the ticket it waits with. */
 export interface AdmitRequest extends RouteRequest {
   admission: AdmissionTicket;
+  /** The edge's queued receipts for this shard, applied before the request is admitted or queued. */
+  receipts?: readonly ReceiptEntry[];
   /** The conversation's key (src/edge/chat/affinity.ts): its worker is preferred (src/routing-index/session-affinity.ts). */
   affinityKey?: string | null;
 }
@@ -31,6 +34,8 @@ import { MAX_DP_SIZE, rankTargetId } from "./rank-target.ts";
 /** Which worker and DP-attention rank a routing target is (the edge sends the rank to SGLang). */
 export { MAX_DP_SIZE, parseRankTarget } from "./rank-target.ts";
 
+export { MAX_RECEIPTS_PER_CALL } from "./receipt-entries.ts";
+export type { CarryingReceipts, ReceiptEntry } from "./receipt-entries.ts";
 export type { PdDecision, RouteCandidateView, RouteDecision, RoutePreview, RouteRequest, SettleRequest } from "./router.ts";
 export type { WorkerRow } from "./pool-metrics.ts";
 
@@ -72,8 +77,10 @@ export interface PoolStats {
 
 /** What a chat request asks of its pool's shard. */
 export interface ChatFrontDoor {
-  /** Picks a worker for a request and adds its load. null = no worker up. */
-  route(req: RouteRequest): Promise<RouteDecision | null>;
+  /** Applies the receipts the request carries, then picks a worker for it and adds its load. null = no worker up. */
+  route(req: CarryingReceipts): Promise<RouteDecision | null>;
+  /** The edge's queued receipts (settlements, prefill-done marks) in one call, applied in order. */
+  receipts(entries: readonly ReceiptEntry[]): Promise<void>;
   /** Frees a request's load and records the predicted-vs-actual receipt. */
   settle(req: SettleRequest): Promise<void>;
   /** The worker produced its first output: the request's prefill no longer queues others. */

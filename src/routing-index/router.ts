@@ -423,11 +423,15 @@ export class Router {
     };
   }
 
-  /** The first signal that a routed request's prefill ended (first token at the edge, or the worker's stored blocks). */
-  prefillDone(receiptId: string): void {
+  /**
+   * The first signal that a routed request's prefill ended (first token at the edge, or the worker's
+   * stored blocks); `ageMs`: how long the signal waited before it was sent (the edge's receipt
+   * queue), never dating it before the route.
+   */
+  prefillDone(receiptId: string, ageMs = 0): void {
     const p = this.#pending.get(receiptId);
     if (!p?.loadBack || this.#prefillDoneAt.has(receiptId)) return;
-    this.#prefillDoneAt.set(receiptId, this.#now());
+    this.#prefillDoneAt.set(receiptId, Math.max(p.at, this.#now() - ageMs));
   }
 
   calibration(): TierCalibration {

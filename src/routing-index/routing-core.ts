@@ -39,6 +39,7 @@ import { SessionAffinity } from "./session-affinity.ts";
 import { isDecodeWorker } from "./pd-pool.ts";
 import { parseRankTarget } from "./rank-target.ts";
 import { storageViewKey } from "./storage-views.ts";
+import { MAX_RECEIPT_AGE_MS, MAX_RECEIPTS_PER_CALL, type CarryingReceipts, type ReceiptEntry } from "./receipt-entries.ts";
 
 /** A first pick through admission: the route, and the conversation's affinity key (session-affinity.ts), if any. */
 export type AdmissionRouteRequest = RouteRequest & { affinityKey?: string | null };
@@ -88,6 +89,8 @@ export interface RoutingCoreOptions {
   replicateLoad?: boolean;
   /** With replicateLoad: called when load changes start to queue (none was pending), wherever they come from; send them (takeLoadOps) soon. */
   onLoadOps?: () => void;
+  /** A worker's receipts just started to drift from its predictions (receipts.ts), whichever settle showed it. */
+  onDrift?: (workerId: string) => void;
   /** Most (worker, block) entries this index holds (block-budget.ts); default DEFAULT_BLOCK_BUDGET. */
   blockBudget?: number;
   /** Bytes the block index may take (block-budget.ts DEFAULT_INDEX_BYTES); Infinity: entries only. */
@@ -127,11 +130,13 @@ export class RoutingCore {
   readonly #admissionCfg: AdmissionConfig;
   readonly #admission: AdmissionGate<AdmissionRouteRequest, RouteDecision>;
   readonly #affinity = new SessionAffinity();
+  readonly #onDrift: ((workerId: string) => void) | undefined;
 
   constructor(opts: RoutingCoreOptions) {
     this.#now = opts.now ?? Date.now;
     this.#relaySilentMs = opts.relaySilentMs ?? DEFAULT_RELAY_SILENT_MS;
     this.#quarantineMs = opts.quarantineMs ?? DEFAULT_QUARANTINE_MS;
+    this.#onDrift = opts.onDrift;
     this.#registry = new WorkerRegistry(opts.blockSize, this.#now);
     this.#views = new BlockViews(this.#registry, this.#counters, opts, (workerId) => this.#giveUpPrefills(workerId));
     this.#load = new LoadTracker(opts.staleMs ?? 300_000);
@@ -394,7 +399,9 @@ export class RoutingCore {
 
   // ---- routing (router.ts) ----
 
-  route(req: RouteRequest): RouteDecision | null {
+  /** Applies the receipts the call carries, then decides: the pick sees the load they free. */
+  route(req: CarryingReceipts): RouteDecision | null {
+    if (req.receipts) this.applyReceipts(req.receipts);
     this.#checkTimeouts();
     return this.#router.route(req);
   }
@@ -405,8 +412,9 @@ export class RoutingCore {
     return this.#router.peek(req);
   }
 
-  markPrefillDone(receiptId: string): void {
-    this.#router.prefillDone(receiptId);
+  /** `ageMs`: how long the mark waited at the edge (receipt-entries.ts PrefillDoneEntry). */
+  markPrefillDone(receiptId: string, ageMs = 0): void {
+    this.#router.prefillDone(receiptId, Math.min(Math.max(0, ageMs), MAX_RECEIPT_AGE_MS));
     this.#loadSync.markPrefillDone(receiptId);
     this.#admission.pump(null);
   }
@@ -415,7 +423,22 @@ export class RoutingCore {
   settle(req: SettleRequest): { drift: boolean; receipt: Receipt | null } {
     const r = this.#router.settle(req);
     this.#admission.settled(req.receiptId, r.receipt?.workerId ?? null);
+    if (r.drift && r.receipt) this.#onDrift?.(r.receipt.workerId);
     return r;
+  }
+
+  /**
+   * The edge's receipts in the order it queued them (at most MAX_RECEIPTS_PER_CALL of a call):
+   * each settlement frees its load (and may let a waiting request in), each mark ends a prefill.
+   * Applying one twice (a call resent after its answer was lost) changes nothing but the drain rate's count.
+   */
+  applyReceipts(entries: readonly ReceiptEntry[]): void {
+    const n = Math.min(entries.length, MAX_RECEIPTS_PER_CALL);
+    for (let i = 0; i < n; i++) {
+      const e = entries[i]!;
+      if (e.kind === "settle") this.settle(e);
+      else this.markPrefillDone(e.receiptId, e.ageMs);
+    }
   }
 
   // ---- admission under overload (src/admission/) ----
@@ -425,9 +448,13 @@ export class RoutingCore {
    * the answer comes when a worker frees room (routed), or the request is refused (429) past the
    * queue's bound or its deadline.
    */
-  admit(req: AdmissionRouteRequest, ticket: AdmissionTicket): Promise<AdmitOutcome<RouteDecision>> | AdmitOutcome<RouteDecision> {
+  admit(req: CarryingReceipts<AdmissionRouteRequest>, ticket: AdmissionTicket): Promise<AdmitOutcome<RouteDecision>> | AdmitOutcome<RouteDecision> {
+    // The receipts first (their settlements may free the room this request needs); the queue keeps
+    // the request without them.
+    const { receipts, ...route } = req;
+    if (receipts) this.applyReceipts(receipts);
     this.#checkTimeouts();
-    return this.#admission.admit(req, ticket);
+    return this.#admission.admit(route, ticket);
   }
 
   /** The client left: a waiting request leaves no trace; one admitted lately is settled as cancelled. */

@@ -33,6 +33,6 @@ export function mediaPrepareDeps(o: MediaPrepareOptions): PrepareDeps {
   const fail = (): never => {
     throw new Error("not used by prepareRouting");
   };
-  const index: ChatFrontDoor = { profile: async () => ({ blockSize: null, workers: 1, workersUp: 1, cohort }), route: fail, settle: fail, quarantine: fail, markPrefillDone: fail };
+  const index: ChatFrontDoor = { profile: async () => ({ blockSize: null, workers: 1, workersUp: 1, cohort }), route: fail, settle: fail, quarantine: fail, markPrefillDone: fail, receipts: fail };
   return { config, index: () => index, fetch: (u, i) => fetch(u, i) };
 }

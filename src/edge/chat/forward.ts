@@ -79,7 +79,8 @@ export async function forward(deps: ForwardDeps, input: ForwardInput): Promise<R
       : undefined;
     input.clock.mark("route");
     const edgeOverheadMs = Date.now() - input.clock.start;
-    const receipt = openReceipt(deps, target.index, decision, edgeOverheadMs);
+    const releaseBeforeReply = config.shards > 1;
+    const receipt = openReceipt(deps, target, decision, edgeOverheadMs, releaseBeforeReply);
     try {
       const res = await proxyOnce({
         config,
@@ -89,7 +90,7 @@ export async function forward(deps: ForwardDeps, input: ForwardInput): Promise<R
         ...(decodeBody ? { decodeBody } : {}),
         answer: input.answer,
         receipt,
-        releaseBeforeReply: config.shards > 1,
+        releaseBeforeReply,
         clientSignal: input.clientSignal,
         traceparent: trace.header,
       });

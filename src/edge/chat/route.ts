@@ -4,10 +4,11 @@
  */
 import { NoWorkerAvailableError } from "../../api/errors.ts";
 import type { LocalHashes } from "../../blocks/block-hash.ts";
-import { shardForRequest } from "../../routing-index/pool-address.ts";
-import type { ChatFrontDoor, RouteDecision } from "../../routing-index/front-door.ts";
+import { shardForRequest, shardObjectName } from "../../routing-index/pool-address.ts";
+import type { AdmissionFrontDoor, ChatFrontDoor, RouteDecision } from "../../routing-index/front-door.ts";
 import { admitFirstPick, type AdmissionInput } from "./admission.ts";
 import type { FallbackReason } from "./layout.ts";
+import type { ReceiptOutbox } from "./receipt-outbox.ts";
 
 export interface RouteInput {
   /** Shard `shard` of a pool's routing index. */
@@ -26,10 +27,15 @@ export interface RouteInput {
   incrementalOnly: boolean;
   /** The first pick waits in the pool's admission queue when every worker is full (chat/admission.ts); absent: routed at once. */
   admission?: AdmissionInput;
+  /** The isolate's receipt queue: each pick carries the shard's queued receipts (receipt-outbox.ts). */
+  receiptOutbox: ReceiptOutbox;
+  waitUntil(p: Promise<unknown>): void;
 }
 
 export interface RouteTarget {
   shard: number;
+  /** The shard's object name: its receipts' queue (receipt-outbox.ts). */
+  shardKey: string;
   index: ChatFrontDoor;
   /**
    * A worker for the request, never one in `exclude`; null when none is up (or passes the filter).
@@ -52,11 +58,16 @@ export function routeTarget(input: RouteInput): RouteTarget {
     localHashes = new BigUint64Array(given.length);
     for (let i = 0; i < localHashes.length; i++) localHashes[i] = given[i]!;
   }
+  const shardKey = shardObjectName(input.model, shard);
   return {
     shard,
+    shardKey,
     index,
     pick: async (exclude, first) => {
+      // The shard's queued receipts ride the pick: applied before it decides (receipt-outbox.ts).
+      const carried = input.receiptOutbox.take(shardKey);
       const req = {
+        ...(carried ? { receipts: carried.entries } : {}),
         localHashes,
         isl: input.isl,
         exclude,
@@ -67,8 +78,31 @@ export function routeTarget(input: RouteInput): RouteTarget {
       };
       // The first pick may wait for room in the pool's queue; a retry was admitted already.
       const admission = input.admission;
-      const d =
-        admission && first ? await admitFirstPick(admission.index(input.model, shard), { ...req, admission: admission.ticket, affinityKey: admission.affinityKey }, admission) : await index.route(req);
+      // Whether the shard answered: a refusal (429) or the client's going after the answer still
+      // applied the receipts; a call that failed, or was never made, sends them on their own.
+      let answered = false;
+      let d: RouteDecision | null;
+      try {
+        if (admission && first) {
+          const door = admission.index(input.model, shard);
+          const answering: AdmissionFrontDoor = {
+            admit: async (r) => {
+              const a = await door.admit(r);
+              answered = true;
+              return a;
+            },
+            leaveQueue: (t) => door.leaveQueue(t),
+          };
+          d = await admitFirstPick(answering, { ...req, admission: admission.ticket, affinityKey: admission.affinityKey }, admission);
+        } else d = await index.route(req);
+      } catch (err) {
+        if (carried) {
+          if (answered) carried.delivered();
+          else input.waitUntil(carried.sendAlone(index));
+        }
+        throw err;
+      }
+      carried?.delivered();
       // No pick on the first try: a prefill/decode pool that cannot pair is named, not a bare 503.
       if (d === null && first) {
         const problem = (await index.profile()).pdProblem;

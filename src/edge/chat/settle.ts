@@ -1,10 +1,13 @@
 /**
  * Stage 9, settle: what the edge tells the pool about a pick afterwards. The receipt's settlement
  * (tokens, outcome, edge overhead) frees the request's load; prefill done stops counting it against
- * others' start; a worker the edge cannot reach is quarantined on every shard. All fire-and-forget
+ * others' start; both wait in the isolate's receipt queue for a call to carry them
+ * (receipt-outbox.ts). A worker the edge cannot reach is quarantined on every shard at once. All
  * under waitUntil: the client never waits on the index, except a sharded pool's complete answer.
  */
 import type { ChatFrontDoor, RouteDecision, SettleRequest } from "../../routing-index/front-door.ts";
+import type { ReceiptOutbox } from "./receipt-outbox.ts";
+import type { RouteTarget } from "./route.ts";
 
 export type Settlement = Omit<SettleRequest, "receiptId" | "edgeOverheadMs">;
 
@@ -18,17 +21,21 @@ export interface Receipt {
 export interface SettleDeps {
   index(model: string, shard?: number): ChatFrontDoor;
   waitUntil(p: Promise<unknown>): void;
+  /** The isolate's receipt queue (one per isolate: functions/index.ts). */
+  receiptOutbox: ReceiptOutbox;
 }
 
-export function openReceipt(deps: SettleDeps, shardIndex: ChatFrontDoor, decision: RouteDecision, edgeOverheadMs: number): Receipt {
+/** `releaseBeforeReply`: the caller awaits the settlement, so it is sent at once (a sharded pool). */
+export function openReceipt(deps: SettleDeps, target: RouteTarget, decision: RouteDecision, edgeOverheadMs: number, releaseBeforeReply: boolean): Receipt {
+  const { receiptId } = decision;
   return {
     settle(s) {
-      const p = shardIndex.settle({ receiptId: decision.receiptId, edgeOverheadMs, ...s }).catch(() => undefined);
+      const p = deps.receiptOutbox.queue(target.shardKey, target.index, { kind: "settle", receiptId, edgeOverheadMs, ...s }, releaseBeforeReply);
       deps.waitUntil(p);
       return p;
     },
     prefillDone() {
-      deps.waitUntil(shardIndex.markPrefillDone(decision.receiptId).catch(() => undefined));
+      deps.waitUntil(deps.receiptOutbox.queue(target.shardKey, target.index, { kind: "prefill_done", receiptId, ageMs: 0 }, false));
     },
   };
 }

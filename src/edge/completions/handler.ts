@@ -104,6 +104,8 @@ export async function handleCompletions(request: Request, deps: ChatDeps): Promi
       traceId: trace.traceId,
       incrementalOnly: costly !== null,
       ...(admission ? { admission } : {}),
+      receiptOutbox: deps.receiptOutbox,
+      waitUntil: deps.waitUntil,
     });
     const echo = req.echo ? ("text" in prompt ? prompt.text : tokenizer.decode(prompt.ids)) : null;
     return forward(deps, {

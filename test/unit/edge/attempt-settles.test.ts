@@ -14,6 +14,8 @@ import type { AddressInfo } from "node:net";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { parseEdgeConfig } from "../../../src/config/config.ts";
 import { handleChatCompletions, type ChatDeps } from "../../../src/edge/chat.ts";
+import { ReceiptOutbox } from "../../../src/edge/chat/receipt-outbox.ts";
+import { settlementsOf } from "../../helpers/receipts.ts";
 import type { ChatFrontDoor, SettleRequest } from "../../../src/routing-index/front-door.ts";
 import { RoutingCore } from "../../../src/routing-index/routing-core.ts";
 import { initHashing } from "../../../src/util/hash.ts";
@@ -62,8 +64,11 @@ function setup() {
   const settles: SettleRequest[] = [];
   let picks = 0;
   const index: ChatFrontDoor = {
-    // The first pick is the worker under test; later picks are the core's own.
-    route: async (r) => core.route(picks++ === 0 ? { ...r, exclude: [...(r.exclude ?? []), "good"] } : r),
+    // The first pick is the worker under test; later picks are the core's own (and carry the first's settlement).
+    route: async (r) => {
+      settles.push(...settlementsOf(r.receipts));
+      return core.route(picks++ === 0 ? { ...r, exclude: [...(r.exclude ?? []), "good"] } : r);
+    },
     profile: async () => ({ blockSize: null, workers: 2, workersUp: 2, cohort: { ok: false, reason: "no_contract", detail: "" } }),
     settle: async (s) => {
       settles.push(s);
@@ -71,6 +76,10 @@ function setup() {
     },
     quarantine: async () => undefined,
     markPrefillDone: async (id) => core.markPrefillDone(id),
+    receipts: async (entries) => {
+      settles.push(...settlementsOf(entries));
+      core.applyReceipts(entries);
+    },
   };
   const generate = new Map<string, number>();
   let badHeaders: () => void = () => undefined;
@@ -88,6 +97,7 @@ function setup() {
       if (url === `${badUrl}/generate`) void answer.then(badHeaders, () => undefined);
       return answer;
     },
+    receiptOutbox: new ReceiptOutbox(),
     waitUntil: (p) => void waits.push(p),
   };
   const calls = () => ({ bad: generate.get(`${badUrl}/generate`) ?? 0, good: generate.get(`${sim.url}/generate`) ?? 0 });

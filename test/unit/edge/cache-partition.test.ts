@@ -12,6 +12,7 @@ import { beforeAll, describe, expect, it } from "vitest";
 import { httpStatusOf, KvedgeError } from "../../../src/api/errors.ts";
 import { parseEdgeConfig } from "../../../src/config/config.ts";
 import { handleChatCompletions, type ChatDeps } from "../../../src/edge/chat.ts";
+import { ReceiptOutbox } from "../../../src/edge/chat/receipt-outbox.ts";
 import { handleCompletions } from "../../../src/edge/completions/handler.ts";
 import { PrefixCache, sharedPrefixCache } from "../../../src/prompt/prefix-cache.ts";
 import { getQwenTokenizer, tokenizerCacheStats } from "../../../src/prompt/tokenizer/index.ts";
@@ -38,6 +39,7 @@ function emptyIndex(): ChatFrontDoor {
     settle: async (s) => void core.settle(s),
     quarantine: async () => undefined,
     markPrefillDone: async (id) => core.markPrefillDone(id),
+    receipts: async (entries) => core.applyReceipts(entries),
   };
 }
 
@@ -52,7 +54,7 @@ function depsFor(env: Record<string, string>): ChatDeps {
     KVEDGE_TURN_CHECK_RATE: "0",
     ...env,
   });
-  return { config, index: () => index, fetch: (u, i) => fetch(u, i), waitUntil: () => undefined };
+  return { config, index: () => index, fetch: (u, i) => fetch(u, i), receiptOutbox: new ReceiptOutbox(), waitUntil: () => undefined };
 }
 
 let seed = 0;

@@ -9,6 +9,7 @@ import type { AddressInfo } from "node:net";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { parseEdgeConfig } from "../../../src/config/config.ts";
 import type { ChatDeps } from "../../../src/edge/chat.ts";
+import { ReceiptOutbox } from "../../../src/edge/chat/receipt-outbox.ts";
 import { handleCompletions } from "../../../src/edge/completions/handler.ts";
 import { oneWorkerIndex } from "../../helpers/one-worker-index.ts";
 import { initHashing } from "../../../src/util/hash.ts";
@@ -39,7 +40,7 @@ function deps(): ChatDeps {
   // A cumulative-frame worker (SGLang's default): incrementalStreaming false.
   const { index } = oneWorkerIndex(workerUrl, MODEL);
   const config = parseEdgeConfig({ KVEDGE_ACCESS: "public", KVEDGE_RATE_LIMIT: "off", KVEDGE_WORKER_AUTH: "none", KVEDGE_ROUTING: JSON.stringify({ maxAttempts: 1 }) });
-  return { config, index: () => index, fetch: (u, i) => fetch(u, i), waitUntil: () => undefined };
+  return { config, index: () => index, fetch: (u, i) => fetch(u, i), receiptOutbox: new ReceiptOutbox(), waitUntil: () => undefined };
 }
 
 const complete = (body: Record<string, unknown>) =>

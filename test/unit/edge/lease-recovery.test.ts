@@ -13,7 +13,9 @@ import type { AddressInfo } from "node:net";
 import { afterAll, beforeAll, describe, expect, it, vi } from "vitest";
 import { parseEdgeConfig } from "../../../src/config/config.ts";
 import { handleChatCompletions, type ChatDeps } from "../../../src/edge/chat.ts";
-import type { ChatFrontDoor, SettleRequest } from "../../../src/routing-index/front-door.ts";
+import { ReceiptOutbox } from "../../../src/edge/chat/receipt-outbox.ts";
+import { settlementsOf } from "../../helpers/receipts.ts";
+import type { ChatFrontDoor, ReceiptEntry, SettleRequest } from "../../../src/routing-index/front-door.ts";
 import { importMediaUrlKey, workerMediaCredential } from "../../../src/media/signed-url.ts";
 import type { RouteDecision } from "../../../src/routing-index/router.ts";
 import { initHashing } from "../../../src/util/hash.ts";
@@ -50,6 +52,8 @@ const settles: SettleRequest[] = [];
 const storeCallsAtSettle: number[] = [];
 let receipts = 0;
 let deps: ChatDeps;
+/** What the requests left running (their receipts' delivery): each turn waits for its own. */
+const waits: Promise<unknown>[] = [];
 
 const edgeConfig = (vars: Record<string, string> = {}) =>
   parseEdgeConfig({
@@ -86,17 +90,24 @@ beforeAll(async () => {
   await new Promise<void>((r) => overloaded.listen(0, "127.0.0.1", r));
   overloadedUrl = `http://127.0.0.1:${(overloaded.address() as AddressInfo).port}`;
   const config = edgeConfig();
+  const record = (entries: readonly ReceiptEntry[] | undefined): void => {
+    for (const s of settlementsOf(entries)) {
+      settles.push(s);
+      storeCallsAtSettle.push(svc.stats.storeCalls);
+    }
+  };
   const decision = (): RouteDecision => ({ workerId: "w1", url: workerUrl, incrementalStreaming: false, overlapBlocks: 0, totalBlocks: 1, blockSize: 16, receiptId: `r-${++receipts}`, candidates: [] });
   const index: ChatFrontDoor = {
     // One worker: a pick that excludes it finds none.
-    route: async (r) => (r.exclude?.includes("w1") ? null : decision()),
-    profile: async () => ({ blockSize: null, workers: 1, workersUp: 1, cohort: { ok: false, reason: "no_contract", detail: "" } }),
-    settle: async (s) => {
-      settles.push(s);
-      storeCallsAtSettle.push(svc.stats.storeCalls);
+    route: async (r) => {
+      record(r.receipts);
+      return r.exclude?.includes("w1") ? null : decision();
     },
+    profile: async () => ({ blockSize: null, workers: 1, workersUp: 1, cohort: { ok: false, reason: "no_contract", detail: "" } }),
+    settle: async () => undefined,
     quarantine: async () => undefined,
     markPrefillDone: async () => undefined,
+    receipts: async (entries) => record(entries),
   };
   deps = {
     config,
@@ -106,7 +117,9 @@ beforeAll(async () => {
       if (url.endsWith("/generate")) generateCalls.set(url, (generateCalls.get(url) ?? 0) + 1);
       return fetch(u, i);
     },
-    waitUntil: () => undefined,
+    // Sent at the next turn of the event loop: what is checked is when the edge settles, not the queue's wait.
+    receiptOutbox: new ReceiptOutbox({ flushMs: 0 }),
+    waitUntil: (p) => void waits.push(p),
   };
 }, 60_000);
 
@@ -134,6 +147,7 @@ function conversation(stream: boolean) {
       deps,
     );
     const text = await res.text();
+    await Promise.all(waits.splice(0));
     return {
       status: res.status,
       text,

@@ -9,6 +9,7 @@ import type { AddressInfo } from "node:net";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { parseEdgeConfig } from "../../../src/config/config.ts";
 import { handleChatCompletions, type ChatDeps } from "../../../src/edge/chat.ts";
+import { ReceiptOutbox } from "../../../src/edge/chat/receipt-outbox.ts";
 import type { ChatFrontDoor } from "../../../src/routing-index/front-door.ts";
 import { clientLabel } from "../../../src/edge/client-label.ts";
 import { initHashing } from "../../../src/util/hash.ts";
@@ -60,6 +61,7 @@ function deps(): ChatDeps {
     settle: async () => undefined,
     quarantine: async () => undefined,
     markPrefillDone: async () => undefined,
+    receipts: async () => undefined,
   };
   return {
     config,
@@ -68,6 +70,7 @@ function deps(): ChatDeps {
       if (String(u).startsWith(svc.url)) labels.push(new Headers(init?.headers).get("x-kvedge-client"));
       return fetch(u, init);
     },
+    receiptOutbox: new ReceiptOutbox(),
     waitUntil: () => undefined,
   };
 }

@@ -13,6 +13,7 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { httpStatusOf, type KvedgeError } from "../../../src/api/errors.ts";
 import { parseEdgeConfig } from "../../../src/config/config.ts";
 import { handleChatCompletions, type ChatDeps } from "../../../src/edge/chat.ts";
+import { ReceiptOutbox } from "../../../src/edge/chat/receipt-outbox.ts";
 import type { ChatFrontDoor } from "../../../src/routing-index/front-door.ts";
 import { importMediaUrlKey, workerMediaCredential } from "../../../src/media/signed-url.ts";
 import type { RouteDecision } from "../../../src/routing-index/router.ts";
@@ -99,8 +100,9 @@ function deps(): ChatDeps {
     settle: async () => undefined,
     quarantine: async () => undefined,
     markPrefillDone: async () => undefined,
+    receipts: async () => undefined,
   };
-  return { config, index: () => index, fetch: (u, i) => fetch(u, i), waitUntil: () => undefined };
+  return { config, index: () => index, fetch: (u, i) => fetch(u, i), receiptOutbox: new ReceiptOutbox(), waitUntil: () => undefined };
 }
 
 describe("signed media URLs are bound to the worker they were issued for", () => {

@@ -10,6 +10,7 @@
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { parseEdgeConfig } from "../../../src/config/config.ts";
 import { handleChatCompletions, type ChatDeps } from "../../../src/edge/chat.ts";
+import { ReceiptOutbox } from "../../../src/edge/chat/receipt-outbox.ts";
 import { oneWorkerIndex } from "../../helpers/one-worker-index.ts";
 import { initHashing } from "../../../src/util/hash.ts";
 import { startSimulatedWorker, type SimulatedWorker } from "../../../services/sglang-sim/worker.ts";
@@ -32,7 +33,7 @@ beforeAll(async () => {
     // The simulated worker runs without --api-key here (worker credentials: worker-auth.test.ts).
     KVEDGE_WORKER_AUTH: "none",
   });
-  deps = { config, index: () => index, fetch: (u, i) => fetch(u, i), waitUntil: () => undefined };
+  deps = { config, index: () => index, fetch: (u, i) => fetch(u, i), receiptOutbox: new ReceiptOutbox(), waitUntil: () => undefined };
 });
 
 afterAll(async () => {

@@ -8,10 +8,12 @@
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { parseEdgeConfig } from "../../../src/config/config.ts";
 import { handleChatCompletions, type ChatDeps } from "../../../src/edge/chat.ts";
+import { ReceiptOutbox } from "../../../src/edge/chat/receipt-outbox.ts";
 import type { RouteDecision } from "../../../src/routing-index/front-door.ts";
 import { initHashing } from "../../../src/util/hash.ts";
 import { startSimulatedWorker, type SimulatedWorker } from "../../../services/sglang-sim/worker.ts";
 import { oneWorkerIndex } from "../../helpers/one-worker-index.ts";
+import { prefillMarksOf } from "../../helpers/receipts.ts";
 
 const MODEL = "Qwen/Qwen3-VL-8B-Instruct";
 const LONG = "Tell me about the stored blocks of a prompt long enough to span several of them. ".repeat(4);
@@ -33,19 +35,20 @@ async function run(kvEvents: boolean, content: string, stream: boolean) {
   const decisions: RouteDecision[] = [];
   const prefillDone: string[] = [];
   const route = index.route;
-  const markPrefillDone = index.markPrefillDone;
+  const receipts = index.receipts;
   index.route = async (r) => {
+    prefillDone.push(...prefillMarksOf(r.receipts));
     const d = await route(r);
     if (d) decisions.push(d);
     return d;
   };
-  index.markPrefillDone = async (id) => {
-    prefillDone.push(id);
-    return markPrefillDone(id);
+  index.receipts = async (entries) => {
+    prefillDone.push(...prefillMarksOf(entries));
+    return receipts(entries);
   };
   const config = parseEdgeConfig({ KVEDGE_ACCESS: "public", ADMIN_TOKEN: "admin-token-for-this-test-0123", KVEDGE_WORKER_AUTH: "none" });
   const waits: Promise<unknown>[] = [];
-  const deps: ChatDeps = { config, index: () => index, fetch: (u, i) => fetch(u, i), waitUntil: (p) => void waits.push(p) };
+  const deps: ChatDeps = { config, index: () => index, fetch: (u, i) => fetch(u, i), receiptOutbox: new ReceiptOutbox(), waitUntil: (p) => void waits.push(p) };
   const req = new Request("http://edge/v1/chat/completions", {
     method: "POST",
     headers: { "content-type": "application/json" },

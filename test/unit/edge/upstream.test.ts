@@ -14,6 +14,7 @@ import type { AddressInfo } from "node:net";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { parseEdgeConfig } from "../../../src/config/config.ts";
 import { handleChatCompletions, type ChatDeps } from "../../../src/edge/chat.ts";
+import { ReceiptOutbox } from "../../../src/edge/chat/receipt-outbox.ts";
 import { oneWorkerIndex } from "../../helpers/one-worker-index.ts";
 import { initHashing } from "../../../src/util/hash.ts";
 import { startSimulatedWorker, type SimulatedWorker } from "../../../services/sglang-sim/worker.ts";
@@ -81,7 +82,7 @@ function setup(url: string, vars: Record<string, string> = {}) {
     ...vars,
   });
   const waits: Promise<unknown>[] = [];
-  const deps: ChatDeps = { config, index: () => index, fetch: (u, i) => fetch(u, i), waitUntil: (p) => void waits.push(p) };
+  const deps: ChatDeps = { config, index: () => index, fetch: (u, i) => fetch(u, i), receiptOutbox: new ReceiptOutbox(), waitUntil: (p) => void waits.push(p) };
   return { core, deps, settled: () => Promise.all(waits) };
 }
 

@@ -10,6 +10,7 @@ import type { AddressInfo } from "node:net";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { parseEdgeConfig } from "../../../src/config/config.ts";
 import { handleChatCompletions, type ChatDeps } from "../../../src/edge/chat.ts";
+import { ReceiptOutbox } from "../../../src/edge/chat/receipt-outbox.ts";
 import type { RelayKeyFrontDoor } from "../../../src/routing-index/front-door.ts";
 import { deriveWorkerApiKey } from "../../../src/edge/worker-auth.ts";
 import { RELAY_KEY_ROUTES } from "../../../src/edge/relay-key-routes.ts";
@@ -96,6 +97,7 @@ describe("the edge authenticates to each worker with that worker's key", () => {
         calls.push(u);
         return fetch(u, i);
       },
+      receiptOutbox: new ReceiptOutbox(),
       waitUntil: () => undefined,
     };
     return { deps, calls };

@@ -9,6 +9,7 @@ import type { AddressInfo } from "node:net";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { parseEdgeConfig } from "../../../src/config/config.ts";
 import { handleChatCompletions, type ChatDeps } from "../../../src/edge/chat.ts";
+import { ReceiptOutbox } from "../../../src/edge/chat/receipt-outbox.ts";
 import { oneWorkerIndex } from "../../helpers/one-worker-index.ts";
 import { initHashing } from "../../../src/util/hash.ts";
 
@@ -60,7 +61,7 @@ describe("worker redirects", () => {
       CF_ACCESS_CLIENT_ID: "client-id.access",
       CF_ACCESS_CLIENT_SECRET: ACCESS_SECRET,
     });
-    const deps: ChatDeps = { config, index: () => index, fetch: (u, i) => fetch(u, i), waitUntil: () => undefined };
+    const deps: ChatDeps = { config, index: () => index, fetch: (u, i) => fetch(u, i), receiptOutbox: new ReceiptOutbox(), waitUntil: () => undefined };
     for (const stream of [false, true]) {
       collected.length = 0;
       const body = JSON.stringify({ model: MODEL, max_tokens: 4, stream, messages: [{ role: "user", content: "Hello there." }] });

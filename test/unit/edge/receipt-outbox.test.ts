@@ -1,0 +1,203 @@
+/**
+ * The isolate's receipt queue (src/edge/chat/receipt-outbox.ts): settlements and prefill-done marks
+ * ride the next route to their shard or go together after a short wait, so a request costs the
+ * index fewer calls than a route and a settle (and a prefill-done mark when streamed) of its own.
+ * Real handler, real simulated worker over HTTP, real RoutingCore; the front door counts the calls.
+ */
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { parseEdgeConfig } from "../../../src/config/config.ts";
+import { handleChatCompletions, type ChatDeps } from "../../../src/edge/chat.ts";
+import { ReceiptOutbox } from "../../../src/edge/chat/receipt-outbox.ts";
+import { routeTarget } from "../../../src/edge/chat/route.ts";
+import { MAX_RECEIPTS_PER_CALL, type AdmissionFrontDoor, type ChatFrontDoor, type ReceiptEntry } from "../../../src/routing-index/front-door.ts";
+import { initHashing } from "../../../src/util/hash.ts";
+import { startSimulatedWorker, type SimulatedWorker } from "../../../services/sglang-sim/worker.ts";
+import { oneWorkerIndex } from "../../helpers/one-worker-index.ts";
+
+const MODEL = "Qwen/Qwen3-VL-8B-Instruct";
+
+let sim: SimulatedWorker;
+
+beforeAll(async () => {
+  await initHashing();
+  sim = await startSimulatedWorker({ timingPreset: "instant", pageSize: 16 });
+});
+
+afterAll(async () => {
+  await sim.close();
+});
+
+/** The front door over a real core, counting every call and what each carried. */
+function countingIndex() {
+  const { core, index } = oneWorkerIndex(sim.url, MODEL);
+  const calls: { method: string; carried: ReceiptEntry["kind"][] }[] = [];
+  const counted: ChatFrontDoor = {
+    route: (r) => (calls.push({ method: "route", carried: (r.receipts ?? []).map((e) => e.kind) }), index.route(r)),
+    receipts: (e) => (calls.push({ method: "receipts", carried: e.map((x) => x.kind) }), index.receipts(e)),
+    settle: (s) => (calls.push({ method: "settle", carried: [] }), index.settle(s)),
+    markPrefillDone: (id) => (calls.push({ method: "markPrefillDone", carried: [] }), index.markPrefillDone(id)),
+    quarantine: (w, r) => (calls.push({ method: "quarantine", carried: [] }), index.quarantine(w, r)),
+    profile: () => index.profile(),
+  };
+  return { core, index: counted, calls };
+}
+
+function chat(n: number, stream: boolean): Request {
+  return new Request("http://edge/v1/chat/completions", {
+    method: "POST",
+    headers: { "content-type": "application/json" },
+    body: JSON.stringify({ model: MODEL, messages: [{ role: "user", content: `Question ${n}: how many calls does a request cost the index?` }], max_tokens: 8, stream }),
+  });
+}
+
+/** `n` requests one after another (each read to its end), then whatever they left running. */
+async function sequential(n: number, stream: boolean, opts: { shards?: number; flushMs: number }) {
+  const { core, index, calls } = countingIndex();
+  const config = parseEdgeConfig({ KVEDGE_ACCESS: "public", KVEDGE_RATE_LIMIT: "off", KVEDGE_WORKER_AUTH: "none", KVEDGE_SHARDS: String(opts.shards ?? 1) });
+  const waits: Promise<unknown>[] = [];
+  const deps: ChatDeps = { config, index: () => index, fetch: (u, i) => fetch(u, i), receiptOutbox: new ReceiptOutbox({ flushMs: opts.flushMs }), waitUntil: (p) => void waits.push(p) };
+  /** Index calls made by the time each answer was complete. */
+  const atAnswer: number[] = [];
+  for (let k = 0; k < n; k++) {
+    const res = await handleChatCompletions(chat(k, stream), deps);
+    expect(res.status).toBe(200);
+    await res.text();
+    atAnswer.push(calls.length);
+  }
+  await Promise.all(waits);
+  return { core, calls, atAnswer };
+}
+
+describe("index calls per request", () => {
+  it.each([false, true])("requests one after another (stream %s): each one's receipts ride the next one's route; the last go in one call", async (stream) => {
+    const n = 5;
+    // A wait longer than a request here, so every receipt but the last request's rides a route.
+    const { core, calls } = await sequential(n, stream, { flushMs: 500 });
+    const perReceipt = stream ? ["prefill_done", "settle"] : ["settle"];
+    expect(calls).toEqual([
+      { method: "route", carried: [] },
+      ...Array.from({ length: n - 1 }, () => ({ method: "route", carried: perReceipt })),
+      { method: "receipts", carried: perReceipt },
+    ]);
+    // n + 1 calls for n requests (each alone: 2 unstreamed, 3 streamed); every load released.
+    expect(core.sizes().activeRequests).toBe(0);
+    expect(core.stats().counters.settled).toBe(n);
+  });
+
+  it("a sharded pool's answer waits for its settlement: sent at once, before the answer", async () => {
+    const { calls, atAnswer } = await sequential(2, false, { shards: 2, flushMs: 500 });
+    expect(calls.map((c) => c.method)).toEqual(["route", "receipts", "route", "receipts"]);
+    expect(atAnswer).toEqual([2, 4]);
+  });
+
+  it("receipts not carried by a route go after the wait, together in one call", async () => {
+    const { calls } = await sequential(1, true, { flushMs: 50 });
+    expect(calls).toEqual([
+      { method: "route", carried: [] },
+      { method: "receipts", carried: ["prefill_done", "settle"] },
+    ]);
+  });
+});
+
+describe("the queue", () => {
+  const settle = (receiptId: string): ReceiptEntry => ({ kind: "settle", receiptId, promptTokens: null, cachedTokens: null, outcome: "ok" });
+
+  function recordingDoor(fail = false) {
+    const sent: ReceiptEntry[][] = [];
+    const door = { receipts: async (e: readonly ReceiptEntry[]) => void sent.push([...e]) } as ChatFrontDoor;
+    const failing = { receipts: async () => Promise.reject(new Error("index unreachable")) } as unknown as ChatFrontDoor;
+    return { sent, door: fail ? failing : door };
+  }
+
+  it("keeps each shard's receipts for that shard: a route to one carries none of another's", async () => {
+    const outbox = new ReceiptOutbox({ flushMs: 10_000 });
+    const { door } = recordingDoor();
+    void outbox.queue("m", door, settle("r1"), false);
+    void outbox.queue("m#1", door, settle("r2"), false);
+    expect(outbox.take("m#2")).toBeNull();
+    expect(outbox.take("m")!.entries.map((e) => e.receiptId)).toEqual(["r1"]);
+    expect(outbox.take("m")).toBeNull();
+    expect(outbox.take("m#1")!.entries.map((e) => e.receiptId)).toEqual(["r2"]);
+  });
+
+  it("sends a full queue at once, in one call of MAX_RECEIPTS_PER_CALL", async () => {
+    const outbox = new ReceiptOutbox({ flushMs: 10_000 });
+    const { sent, door } = recordingDoor();
+    const delivered = Array.from({ length: MAX_RECEIPTS_PER_CALL }, (_, k) => outbox.queue("m", door, settle(`r${k}`), false));
+    await Promise.all(delivered);
+    expect(sent.map((c) => c.length)).toEqual([MAX_RECEIPTS_PER_CALL]);
+    expect(outbox.take("m")).toBeNull();
+  });
+
+  it("a failed carrying call sends its receipts on their own; a receipt's promise resolves once they are sent", async () => {
+    const outbox = new ReceiptOutbox({ flushMs: 10_000 });
+    const { sent, door } = recordingDoor();
+    let done = false;
+    const delivered = outbox.queue("m", door, settle("r1"), false).then(() => (done = true));
+    const carried = outbox.take("m")!;
+    await Promise.resolve();
+    expect(done).toBe(false);
+    await carried.sendAlone(door);
+    await delivered;
+    expect(sent).toEqual([[settle("r1")]]);
+  });
+
+  it("a call that fails still resolves its receipts' promises (best-effort, like every receipt call)", async () => {
+    const outbox = new ReceiptOutbox({ flushMs: 10_000 });
+    const { door } = recordingDoor(true);
+    await expect(outbox.queue("m", door, settle("r1"), true)).resolves.toBeUndefined();
+  });
+
+  it("a timer whose receipt went already sends nothing: a later receipt goes on its own request's timer and stub", async () => {
+    const outbox = new ReceiptOutbox({ flushMs: 40 });
+    const first = recordingDoor();
+    const second = recordingDoor();
+    const delivered = [outbox.queue("m", first.door, settle("r1"), false)];
+    outbox.take("m")!.delivered(); // a route carried r1: its request may be ending
+    await new Promise((r) => setTimeout(r, 20));
+    delivered.push(outbox.queue("m", second.door, settle("r2"), false));
+    await Promise.all(delivered);
+    expect(first.sent).toEqual([]);
+    expect(second.sent).toEqual([[settle("r2")]]);
+  });
+
+  it("a route call that fails sends the receipts it carried on their own; a refusal that answered does not", async () => {
+    const outbox = new ReceiptOutbox({ flushMs: 10_000 });
+    const { sent, door } = recordingDoor();
+    const failing = { ...door, route: async () => Promise.reject(new Error("index reset")) } as ChatFrontDoor;
+    const refusing = { admit: async () => ({ kind: "refused", reason: "queue_full", retryAfterSeconds: 1 }), leaveQueue: async () => false } as unknown as AdmissionFrontDoor;
+    const waits: Promise<unknown>[] = [];
+    const target = (admission: boolean) =>
+      routeTarget({
+        index: () => failing,
+        shards: 1,
+        model: MODEL,
+        localHashes: [],
+        isl: 1,
+        fallbackReason: null,
+        edgeColo: null,
+        traceId: "t",
+        incrementalOnly: false,
+        receiptOutbox: outbox,
+        waitUntil: (p) => void waits.push(p),
+        ...(admission ? { admission: { index: () => refusing, ticket: { ticket: "t1", band: 1, tenant: "anonymous", decodeBudget: 0 }, affinityKey: null, signal: null, waitUntil: () => undefined } } : {}),
+      });
+    const first = outbox.queue(MODEL, door, settle("r1"), false);
+    await expect(target(false).pick([], true)).rejects.toThrow("index reset");
+    await Promise.all(waits);
+    await first;
+    expect(sent).toEqual([[settle("r1")]]);
+    const second = outbox.queue(MODEL, door, settle("r2"), false);
+    await expect(target(true).pick([], true)).rejects.toThrow(/capacity/);
+    await second;
+    expect(sent).toEqual([[settle("r1")]]);
+  });
+
+  it("dates a prefill-done mark by the time it waited in the queue", () => {
+    let now = 1_000;
+    const outbox = new ReceiptOutbox({ flushMs: 10_000, now: () => now });
+    void outbox.queue("m", recordingDoor().door, { kind: "prefill_done", receiptId: "r1", ageMs: 0 }, false);
+    now += 7;
+    expect(outbox.take("m")!.entries).toEqual([{ kind: "prefill_done", receiptId: "r1", ageMs: 7 }]);
+  });
+});
