@@ -82,7 +82,7 @@ const join = (...parts: Uint8Array[]) => {
 describe("held bodies", () => {
   it("decodes a growing conversation's bodies past the held prefix, each exactly as a whole decode", async () => {
     const chain = new TurnChainCache({ checkRate: 0 });
-    const messages: { role: string; content: string }[] = [{ role: "system", content: text(1, 200) }];
+    const messages: { role: string; content: string }[] = [{ role: "system", content: text(1, 2000) }];
     let heldReads = 0;
     for (let turn = 0; turn < 8; turn++) {
       if (turn > 0) messages.push({ role: "assistant", content: text(100 + turn, 3000) });
@@ -104,7 +104,7 @@ describe("held bodies", () => {
   it("gives the whole decode's text or refusal for any bytes after the held prefix, and for bodies that differ inside it", async () => {
     const chain = new TurnChainCache({ checkRate: 0 });
     const messages = [
-      { role: "system", content: text(7, 300) },
+      { role: "system", content: text(7, 2000) },
       { role: "user", content: text(8, 400) },
       { role: "assistant", content: text(9, 2000) },
       { role: "user", content: text(10, 300) },
@@ -165,7 +165,7 @@ describe("held bodies", () => {
   it("serves a held body only to its own partition", async () => {
     const chain = new TurnChainCache({ checkRate: 0 });
     const messages = [
-      { role: "system", content: text(20, 300) },
+      { role: "system", content: text(20, 2000) },
       { role: "user", content: text(21, 400) },
       { role: "assistant", content: text(22, 2000) },
       { role: "user", content: text(23, 300) },
@@ -178,6 +178,35 @@ describe("held bodies", () => {
     expect(chain.heldBodyText(next, "other")).toBeNull();
     expect(chain.heldBodyText(next, "")).toBeNull();
     expect(chain.heldBodyText(next, "owner")).not.toBeNull();
+  });
+
+  it("holds no ASCII prefix (its decode costs about what the join does), and a short prefix is not looked for", () => {
+    const chain = new TurnChainCache({ checkRate: 0 });
+    const ascii = (seed: number, chars: number) => text(seed, chars).replace(/[^\x00-\x7f]/g, "?");
+    const messages = [
+      { role: "system", content: ascii(40, 2000) },
+      { role: "user", content: ascii(41, 400) },
+      { role: "assistant", content: text(42, 2000) },
+      { role: "user", content: text(43, 300) },
+    ];
+    for (const n of [2, 4]) {
+      const bytes = encode(JSON.stringify({ model: model.id, messages: messages.slice(0, n) }));
+      serve(chain, reference(bytes) as string, bytes, "");
+    }
+    const next = encode(JSON.stringify({ model: model.id, messages: [...messages, { role: "assistant", content: "ok" }, { role: "user", content: "more" }] }));
+    expect(chain.heldBodyText(next, "")).toBeNull();
+    // The same conversation with a non-ASCII character in its system message: held.
+    const wide = new TurnChainCache({ checkRate: 0 });
+    messages[0] = { role: "system", content: `${ascii(40, 2000)}é` };
+    for (const n of [2, 4]) {
+      const bytes = encode(JSON.stringify({ model: model.id, messages: messages.slice(0, n) }));
+      serve(wide, reference(bytes) as string, bytes, "");
+    }
+    const held = encode(JSON.stringify({ model: model.id, messages: [...messages, { role: "assistant", content: "ok" }, { role: "user", content: "more" }] }));
+    expect(wide.heldBodyText(held, "")).not.toBeNull();
+    // A body more than 2^3 times as long as the held prefix: not looked for.
+    const long = encode(JSON.stringify({ model: model.id, messages: [...messages, { role: "assistant", content: "x".repeat(20 * held.length) }, { role: "user", content: "more" }] }));
+    expect(wide.heldBodyText(long, "")).toBeNull();
   });
 
   it("counts a held body in the chain's bytes and gives them back when it goes", () => {
