@@ -68,9 +68,9 @@
  * Held bodies. The parse stage decodes a body's UTF-8 into text, two bytes a character once any is
  * non-ASCII (~0.4 ms at 100k tokens in workerd). A hit whose messages hold non-ASCII text keeps
  * the body's bytes up to them (a view of the body's buffer, one per conversation, counted in the
- * budget), listed under a window of them; the next body whose first bytes equal them byte for byte (compared in full, never by
- * hash) takes their text from the chain (the body's text before its messages, then the entries'
- * raw text) and decodes only the rest (validate.ts readBody).
+ * budget), listed under a window of them; the next body whose first bytes equal them byte for
+ * byte (compared in full, never by hash) takes their text from the chain (the body's text before
+ * its messages, then the entries' raw text) and decodes only the rest (validate.ts readBody).
  *
  * A sample of hits (checkRate) is also rendered whole; a mismatch is logged, the entry dropped and
  * the full result used.
