@@ -205,6 +205,9 @@ function summarizeConversations(samples) {
       edgeCpuGrowthUsPer1kTokens: slopeUsPer1k(w, "edgeCpu"),
       floorCpuGrowthUsPer1kTokens: slopeUsPer1k(w, "floorCpu"),
       ownCpuGrowthUsPer1kTokens: slopeUsPer1k(w, "ownCpu"),
+      edgeCpuGrowthTheilSenUsPer1kTokens: theilSenUsPer1k(w, "edgeCpu"),
+      floorCpuGrowthTheilSenUsPer1kTokens: theilSenUsPer1k(w, "floorCpu"),
+      ownCpuGrowthTheilSenUsPer1kTokens: theilSenUsPer1k(w, "ownCpu"),
     };
     // Per run: p50 of the warm turns at the goal sizes (32k, 100k bins).
     const runs = [...new Set(ks.map((s) => s.run))];
@@ -217,6 +220,26 @@ function summarizeConversations(samples) {
     });
   }
   return out;
+}
+
+/**
+ * Theil–Sen slope of `key` (ms) on history tokens over samples `w` (the median of the slopes of all
+ * pairs whose histories differ): µs per 1k tokens. A few preempted turns (a p99 of 50 ms among 3 ms
+ * turns) move least squares by ±10 µs per 1k; the median of pairwise slopes is the growth of the
+ * typical turn, as the goals' other figures are p50s.
+ */
+function theilSenUsPer1k(w, key) {
+  const slopes = [];
+  for (let i = 0; i < w.length; i++)
+    for (let j = i + 1; j < w.length; j++) {
+      const dx = w[j].tokens - w[i].tokens;
+      if (dx !== 0) slopes.push((w[j][key] - w[i][key]) / dx);
+    }
+  if (slopes.length === 0) return null;
+  slopes.sort((a, b) => a - b);
+  const m = slopes.length >> 1;
+  const median = slopes.length % 2 ? slopes[m] : (slopes[m - 1] + slopes[m]) / 2;
+  return median * 1000 * 1000;
 }
 
 /** Least squares of `key` (ms) on history tokens over samples `w`: µs per 1k tokens. */
