@@ -67,10 +67,12 @@
  *
  * Held bodies. The parse stage decodes a body's UTF-8 into text, two bytes a character once any is
  * non-ASCII (~0.4 ms at 100k tokens in workerd). A hit whose messages hold non-ASCII text keeps
- * the body's bytes up to them (a view of the body's buffer, one per conversation, counted in the
- * budget), listed under a window of them; the next body whose first bytes equal them byte for
- * byte (compared in full, never by hash) takes their text from the chain (the body's text before
- * its messages, then the entries' raw text) and decodes only the rest (validate.ts readBody).
+ * the body's bytes up to them (a view of the body's buffer, or a copy of them where the body goes
+ * on much further; one per conversation and one where conversations part, counted in the budget),
+ * listed under a window of them; the next body whose first bytes equal them byte for byte
+ * (compared in full, never by hash; the longest such) takes their text from the chain (the body's
+ * text before its messages, then the entries' raw text) and decodes only the rest (validate.ts
+ * readBody).
  *
  * A sample of hits (checkRate) is also rendered whole; a mismatch is logged, the entry dropped and
  * the full result used.
@@ -109,8 +111,6 @@ export interface ChainedPrompt extends PreparedPrompt {
 export interface PromptPieces {
   /** The chain's stored pieces (earlier turns' rendered text). */
   stable: readonly string[];
-  /** Their JSON escaping as chunks, made when they were stored. */
-  escaped: readonly string[];
   /**
    * The same escaping as the /generate body sends it: a piece with non-ASCII text as its UTF-8
    * bytes, one array made once and kept (a Blob copies bytes, where it encodes a two-byte string:
@@ -187,6 +187,7 @@ export interface TurnChainOptions {
   checkRate?: number;
   /** The template renderer (default renderTemplate); a test injects a faulty one. */
   render?: TemplateRenderer;
+  /** Draws the checks' samples (default Math.random). */
   random?: () => number;
   /** Called with what a sampled check found different (default: a console.warn event). */
   onMismatch?: (detail: { templateId: TemplateId; messages: number; reusedMessages: number }) => void;
@@ -652,7 +653,8 @@ function hintKey(partition: string, text: string, open: number, firstEnd: number
 /**
  * A body's first bytes kept for the conversation's next body: the UTF-8 of `head` (the body's text
  * before its messages array's elements) then of `node`'s chain's raw text, a view of the body's
- * buffer (which it keeps whole). Those bytes decoded to exactly that text when they were read.
+ * buffer, or a copy of those bytes where the buffer is much longer (holdBody). Those bytes decoded
+ * to exactly that text when they were read.
  */
 interface HeldBody {
   node: Node;
@@ -660,6 +662,11 @@ interface HeldBody {
   bytes: Uint8Array;
   /** Its key in the held bodies (bodyKey), partitioned as the node's scope. */
   key: string;
+  /**
+   * The key of the entry the conversation that last relied on it goes on from (what its request
+   * stored, else its hit): a body held further along that entry's chain replaces it (holdBody).
+   */
+  next: bigint;
   /** What it adds to the node's bytes. */
   cost: number;
 }
@@ -714,14 +721,12 @@ function ownSpans(body: string, layout: BodyLayout, from: number, cut: number): 
   return out;
 }
 
-/** A chain's stored parts in order: its rendered text (a rope of the pieces, never flattened here), the pieces, their escaping chunks, media and dropped parts. */
-function chainParts(chain: readonly Node[]): { text: string; texts: string[]; escaped: string[]; media: MediaPart[]; dropped: DroppedPart[] } {
-  const out = { text: "", texts: [] as string[], escaped: [] as string[], media: [] as MediaPart[], dropped: [] as DroppedPart[] };
+/** A chain's stored parts in order: its rendered text (a rope of the pieces, never flattened here), the pieces, media and dropped parts. */
+function chainParts(chain: readonly Node[]): { text: string; texts: string[]; media: MediaPart[]; dropped: DroppedPart[] } {
+  const out = { text: "", texts: [] as string[], media: [] as MediaPart[], dropped: [] as DroppedPart[] };
   for (const x of chain) {
     out.text += x.text;
     out.texts.push(x.text);
-    // Pieces end at a message's block, never inside a surrogate pair: their chunks concatenate to the whole text's escaping.
-    for (const c of x.escaped) out.escaped.push(c);
     for (const p of x.media) out.media.push(p);
     for (const d of x.dropped) out.dropped.push(d);
   }
@@ -820,7 +825,7 @@ export class TurnChainCache {
     this.held.touch(hit.node);
     // The chain's UTF-8 made for this request counts from now on.
     this.held.evictOverBudget();
-    if (this.checkRate > 0 && this.random() < this.checkRate) {
+    if (this.sampled()) {
       this.s.checks++;
       const whole = this.full(request, profile, null);
       if (whole.text !== out.text || whole.assistantPrefix !== out.assistantPrefix || JSON.stringify([whole.mediaParts, whole.droppedParts, whole.hasAudio]) !== JSON.stringify([out.mediaParts, out.droppedParts, out.hasAudio])) {
@@ -832,30 +837,53 @@ export class TurnChainCache {
     }
     // Only a result that passed its check (or was not sampled) seeds the next turn.
     this.adoptParsed(hit.chain, body, layout, validated);
-    if (found.bodyBytes) this.holdBody(hit.node, body, layout, found.bodyBytes);
-    const stable = stableAt(extended.store() ?? hit.node);
+    const stored = extended.store() ?? hit.node;
+    if (found.bodyBytes) this.holdBody(hit.node, body, layout, found.bodyBytes, stored.key);
+    const stable = stableAt(stored);
     return { ...out, reusedMessages: hit.node.messages, ...(stable ? { stable } : {}) };
   }
 
   /**
-   * The text of a held prefix of `bytes` (a body as read, before decoding): the most recent held
-   * body of `partition` whose bytes equal the body's first bytes, compared in full, and its length
-   * in bytes; null when none. The text is exactly what decoding those bytes gives (they decoded
-   * to it when first read, and end at a character's end); the caller decodes only the rest. Another partition's bodies are never candidates (the key starts with it).
+   * The text of a held prefix of `bytes` (a body as read, before decoding): the longest held body
+   * of `partition` whose bytes equal the body's first bytes, compared in full, and its length in
+   * bytes; null when none. The text is exactly what decoding those bytes gives (they decoded to it
+   * when first read, and end at a character's end); the caller decodes only the rest. Another
+   * partition's bodies are never candidates (the key starts with it).
    */
   heldBodyText(bytes: Uint8Array, partition: string): { text: string; length: number } | null {
+    const h = this.heldBodyOf(bytes, partition);
+    if (!h) return null;
+    let text = h.head;
+    for (const x of chainOf(h.node)) text += x.raw;
+    this.s.heldBodies++;
+    return { text, length: h.bytes.length };
+  }
+
+  /**
+   * Forgets the held body of `partition` whose bytes are `prefix` (a read whose joined text differed
+   * from the whole decode: heldBodyText gave it), and drops its entry as a failed check does.
+   * False when none is held.
+   */
+  dropHeldBody(prefix: Uint8Array, partition: string): boolean {
+    const h = this.heldBodyOf(prefix, partition, true);
+    if (!h) return false;
+    if (!this.held.drop(h.node)) this.releaseBody(h.node);
+    return true;
+  }
+
+  /** The longest held body of `partition` that `bytes` start with (`whole`: that is all of `bytes`). */
+  private heldBodyOf(bytes: Uint8Array, partition: string, whole = false): HeldBody | null {
     if (this.bodies.size === 0 || bytes.length <= BODY_WINDOW_BYTES + 1) return null;
-    // A held prefix is shorter than the body: its window is at the body's own power of two or below.
-    for (let at = bodyWindowAt(bytes.length - 1), i = 0; at >= 1 && i < BODY_PROBES; at /= 2, i++) {
+    // A held prefix is shorter than the body: its window is at the body's own power of two or below,
+    // and one listed at a higher power of two is longer than any listed lower.
+    for (let at = bodyWindowAt(whole ? bytes.length : bytes.length - 1), i = 0; at >= 1 && i < BODY_PROBES; at /= 2, i++) {
       const held = this.bodies.get(bodyKey(partition, bytes, at));
       if (!held) continue;
-      for (let j = held.length - 1; j >= 0; j--) {
-        const h = held[j]!;
-        if (h.bytes.length >= bytes.length || !sameBytes(h.bytes, bytes.subarray(0, h.bytes.length))) continue;
-        let text = h.head;
-        for (const x of chainOf(h.node)) text += x.raw;
-        this.s.heldBodies++;
-        return { text, length: h.bytes.length };
+      // Longest first: conversations that share a prefix (a system prompt) list theirs under one key.
+      const candidates = held.length === 1 ? held : [...held].sort((a, b) => b.bytes.length - a.bytes.length);
+      for (const h of candidates) {
+        if ((whole ? h.bytes.length !== bytes.length : h.bytes.length >= bytes.length) || !sameBytes(h.bytes, bytes.subarray(0, h.bytes.length))) continue;
+        return h;
       }
     }
     return null;
@@ -880,6 +908,11 @@ export class TurnChainCache {
     });
     this.compared = layout && held.chain ? { layout, body, chain: held.chain } : null;
     return layout;
+  }
+
+  /** Whether to check a result against the whole path's: a checkRate share, drawn with the `random` option. */
+  sampled(): boolean {
+    return this.checkRate > 0 && this.random() < this.checkRate;
   }
 
   /**
@@ -949,7 +982,7 @@ export class TurnChainCache {
     if (node.cut === "provisional" ? pre.messages.length === 0 || pre.messages.some(isQuery) : node.cut === "afterQuery" ? pre.messages.length === 0 : !isQuery(pre.messages[0])) return null;
     const tail = this.renderTail(profile.templateId, scope, node.images, node.videos, pre.messages, pre.tools, pre.templateKwargs);
     if (tail === null) return null;
-    const { text: stable, texts, escaped, media, dropped } = chainParts(chain);
+    const { text: stable, texts, media, dropped } = chainParts(chain);
     // Per-kind positions continue after the reused messages' items (audio too: refused later, but numbered as the full path numbers it).
     const counts = countKinds(media, q);
     const base = media.length;
@@ -962,7 +995,7 @@ export class TurnChainCache {
     const store = () => this.storeFrom({ body, layout, scope, scopeHash, parent: node, validated, decoded }, profile, input, tail, media, dropped, q);
     const prompt: ChainedPrompt = {
       ...assemblePrompt(rendered, { mediaParts: media, hasAudio: media.some((p) => p.kind === "audio"), droppedParts: dropped, assistantPrefix: pre.assistantPrefix }, profile),
-      pieces: { stable: texts, escaped, bodyParts: this.bodyParts(chain), chars: stable.length, rest: tail + (pre.assistantPrefix ?? "") },
+      pieces: { stable: texts, bodyParts: this.bodyParts(chain), chars: stable.length, rest: tail + (pre.assistantPrefix ?? "") },
     };
     return { prompt, store };
   }
@@ -1264,18 +1297,25 @@ export class TurnChainCache {
     return xxh3_64(this.buf.subarray(0, n));
   }
 
-  /** Takes an entry that HeldChains dropped out of its bucket. */
   /**
    * Keeps the first bytes of `bytes` (the body `body` as read) that hold `node`'s messages, for the
-   * conversation's next body (heldBodyText). A body held by the node or its ancestors goes (one
-   * body per conversation: the newest, whose prefix the next turn's body carries). Not held: a body that
-   * starts with a byte order mark (its text lacks those bytes), or bytes that do not end where the
-   * node's text ends in UTF-8 (then bytes and text disagree).
+   * conversation's next body (heldBodyText); `next`: the key of the entry this conversation goes on
+   * from. The node's own body goes, and an ancestor's when its conversation went on along this
+   * chain (one body per conversation: the newest, whose prefix the next turn's body carries); an
+   * ancestor's that another conversation relies on (a shared system prompt's) stays. Not held: a
+   * body that starts with a byte order mark (its text lacks those bytes), bytes that do not end
+   * where the node's text ends in UTF-8 (then bytes and text disagree), or bytes over what the
+   * budget admits for one piece.
    */
-  private holdBody(node: Node, body: string, layout: BodyLayout, bytes: Uint8Array): void {
+  private holdBody(node: Node, body: string, layout: BodyLayout, bytes: Uint8Array, next: bigint): void {
     const head = body.slice(0, layout.messagesOpen);
     // Only a kept entry (one dropped since the parse found it is never released again).
-    if ((node.body && node.body.head === head) || !this.buckets.get(node.key)?.includes(node)) return;
+    if (!this.buckets.get(node.key)?.includes(node)) return;
+    if (node.body && node.body.head === head) {
+      // The same bytes: this conversation is the latest to rely on them.
+      node.body.next = next;
+      return;
+    }
     if (bytes[0] === 0xef && bytes[1] === 0xbb && bytes[2] === 0xbf) return;
     const chain = chainOf(node);
     let length = utf8ByteLength(head);
@@ -1287,9 +1327,14 @@ export class TurnChainCache {
     // An ASCII prefix is not held: workerd decodes ASCII about as fast as the joined text is copied
     // into one string, so holding it would cost memory and the join (paired A/B: +0.1–0.3 ms at 100k).
     if (length === layout.messagesOpen + node.rawEnd) return;
-    for (const x of chain) if (x.body) this.releaseBody(x);
+    // A view would keep the whole buffer: where the body goes on much past the prefix (a large
+    // image in its newest message), a copy of the prefix is kept instead.
+    const copy = bytes.buffer.byteLength > length + (length >> 2);
     const key = ownString(bodyKey(partitionOf(node.scope), bytes, bodyWindowAt(length)));
-    const held: HeldBody = { node, head: ownString(head), bytes: bytes.subarray(0, length), key, cost: bytes.buffer.byteLength + 2 * (head.length + key.length) + HELD_BODY_OVERHEAD };
+    const cost = (copy ? length : bytes.buffer.byteLength) + 2 * (head.length + key.length) + HELD_BODY_OVERHEAD;
+    if (!this.held.admits(cost)) return;
+    for (const x of chain) if (x.body && (x === node || this.wentOn(x.body, chain))) this.releaseBody(x);
+    const held: HeldBody = { node, head: ownString(head), bytes: copy ? bytes.slice(0, length) : bytes.subarray(0, length), key, next, cost };
     const list = this.bodies.get(key);
     if (list && list.length >= BODIES_PER_KEY) this.releaseBody(list[0]!.node);
     const listed = this.bodies.get(key);
@@ -1298,6 +1343,11 @@ export class TurnChainCache {
     node.body = held;
     this.held.grow(node, held.cost);
     this.held.evictOverBudget();
+  }
+
+  /** Whether the conversation that last relied on `body` went on past its node along `chain`. */
+  private wentOn(body: HeldBody, chain: readonly Node[]): boolean {
+    return body.next !== body.node.key && chain.some((y) => y.key === body.next);
   }
 
   private releaseBody(n: Node): void {
@@ -1310,6 +1360,7 @@ export class TurnChainCache {
     this.held.grow(n, -held.cost);
   }
 
+  /** Takes an entry that HeldChains dropped out of its bucket. */
   private unlist(n: Node): void {
     if (n.body) this.releaseBody(n);
     if (n.hint !== null) {

@@ -1,8 +1,8 @@
 /**
  * The oracle for the `/generate` body (src/proxy/generate-body.ts): the same body as JSON text
- * chunks only, the turn chain's held pieces as the escaped strings the chain made when it stored
- * them (PromptPieces.escaped) instead of the UTF-8 bytes it keeps for the body (bodyParts). Joined,
- * they are the text whose UTF-8 the edge's Blob must carry.
+ * chunks only, the turn chain's held pieces escaped here from their text (PromptPieces.stable, by
+ * JSON.stringify) instead of the chunks and UTF-8 bytes the chain keeps for the body (bodyParts).
+ * Joined, they are the text whose UTF-8 the edge's Blob must carry.
  */
 import type { PromptPieces } from "../../src/prompt/turn-chain.ts";
 import { generateBodyParts } from "../../src/proxy/generate-body.ts";
@@ -11,7 +11,7 @@ import type { EscapeWork } from "../../src/util/json-escape.ts";
 import type { JsonLiteral } from "../../src/util/json-scan.ts";
 
 export function generateBodyChunks(body: GenerateRequestBody, literals: readonly JsonLiteral[] = [], pieces: PromptPieces | null = null, work: EscapeWork | null = null): string[] {
-  return generateBodyParts(body, literals, pieces && { ...pieces, bodyParts: pieces.escaped }, work).map((p) => {
+  return generateBodyParts(body, literals, pieces && { ...pieces, bodyParts: [JSON.stringify(pieces.stable.join("")).slice(1, -1)] }, work).map((p) => {
     if (typeof p !== "string") throw new Error("a body part that is not text");
     return p;
   });

@@ -76,7 +76,7 @@ export async function parseChat(request: Request, deps: ParseDeps, clock: StageC
   const chain = sharedTurnChain(config.turnCheckRate);
   // The turn chain's held bodies of the caller's partition give the text of a known prefix: only the rest is decoded.
   const read = given ? null : await readBody(request, limits, (bytes) => chain.heldBodyText(bytes, partition));
-  const bodyText = given ? given.text : checkedHeldRead(read!, chain.checkRate);
+  const bodyText = given ? given.text : checkedHeldRead(read!, chain, partition);
   clock.mark("read");
   const literals: JsonLiteral[] = [];
   const work: ParseWork = { parsedChars: 0, validatedMessages: 0 };
@@ -88,11 +88,13 @@ export async function parseChat(request: Request, deps: ParseDeps, clock: StageC
 }
 
 /**
- * The read's text; a `checkRate` share of reads that took a held prefix's text is also decoded
- * whole and compared (a difference logs `body_prefix_mismatch` and the whole decoding is used).
+ * The read's text; a share of reads that took a held prefix's text (the chain's checks: checkRate,
+ * sampled with its `random`) is also decoded whole and compared. A difference logs
+ * `body_prefix_mismatch`, drops the held body of `partition` that gave the prefix (later reads do
+ * not take it again) and uses the whole decoding.
  */
-function checkedHeldRead(read: ReadBody, checkRate: number): string {
-  if (read.heldBytes === 0 || read.bytes === null || checkRate <= 0 || Math.random() >= checkRate) return read.text;
+export function checkedHeldRead(read: ReadBody, chain: TurnChainCache, partition: string): string {
+  if (read.heldBytes === 0 || read.bytes === null || !chain.sampled()) return read.text;
   let whole: string;
   try {
     whole = new TextDecoder("utf-8", { fatal: true, ignoreBOM: false }).decode(read.bytes);
@@ -101,6 +103,7 @@ function checkedHeldRead(read: ReadBody, checkRate: number): string {
   }
   if (whole === read.text) return read.text;
   console.warn(JSON.stringify({ event: "body_prefix_mismatch", bytes: read.bytes.length, heldBytes: read.heldBytes }));
+  chain.dropHeldBody(read.bytes.subarray(0, read.heldBytes), partition);
   if (whole === "") throw new InvalidRequestError("Request body is not valid UTF-8.", null, "invalid_json");
   return whole;
 }

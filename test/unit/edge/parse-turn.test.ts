@@ -130,8 +130,9 @@ describe("parse through the turn chain", () => {
         }) as typeof JSON.parse;
         try {
           const p = chains[k].prepare(parsed.req, body, profileOf(config), "", { found, validated: true });
-          outs[k].push(p.text, JSON.stringify(p.pieces?.escaped.join("") ?? null), JSON.stringify(parsed.req));
-          if (p.pieces) expect(p.pieces.escaped.join("")).toBe(JSON.stringify(p.text.slice(0, p.pieces.chars)).slice(1, -1));
+          const sent = p.pieces ? p.pieces.bodyParts.map((b) => (typeof b === "string" ? b : new TextDecoder().decode(b))).join("") : null;
+          outs[k].push(p.text, JSON.stringify(sent), JSON.stringify(parsed.req));
+          if (sent !== null) expect(sent).toBe(JSON.stringify(p.text.slice(0, p.pieces!.chars)).slice(1, -1));
         } finally {
           JSON.parse = realParse;
         }

@@ -62,7 +62,8 @@ function converse(chain: TurnChainCache, seed: number, targetChars: number, asci
   return body.length;
 }
 
-const escapedOf = (pieces: PromptPieces) => pieces.escaped.join("");
+/** The chain's pieces as the /generate body carries them (UTF-8 bytes decoded back), joined. */
+const escapedOf = (pieces: PromptPieces) => pieces.bodyParts.map((p) => (typeof p === "string" ? p : new TextDecoder().decode(p))).join("");
 
 describe("turn chain bytes", () => {
   it("a 100k-token conversation holds its raw and rendered text once each, and the estimate covers what V8 frees", () => {

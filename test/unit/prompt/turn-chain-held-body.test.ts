@@ -209,25 +209,103 @@ describe("held bodies", () => {
     expect(wide.heldBodyText(long, "")).toBeNull();
   });
 
-  it("counts a held body in the chain's bytes and gives them back when it goes", () => {
-    const chain = new TurnChainCache({ checkRate: 0 });
-    const messages = [
+  it("counts a held body in the chain's bytes: the body's buffer when it ends soon after the prefix, else a copy of the prefix", () => {
+    // [system, user, assistant, user]; the second body's hit holds its bytes up to the system message.
+    const held = (messages: { role: string; content: string }[]) => {
+      const first = encode(JSON.stringify({ model: model.id, messages: messages.slice(0, 2) }));
+      const second = encode(JSON.stringify({ model: model.id, messages }));
+      const chain = new TurnChainCache({ checkRate: 0 });
+      serve(chain, reference(first) as string, first, "");
+      const parsed = parseChatTurn(reference(second) as string, config, "", {}, chain);
+      chain.prepare(parsed.req, reference(second) as string, profile, "", { found: parsed.turn, validated: true });
+      const without = chain.stats().bytes;
+      chain.clear();
+      serve(chain, reference(first) as string, first, "");
+      serve(chain, reference(second) as string, second, "");
+      const prefix = encode(JSON.stringify({ model: model.id, messages: messages.slice(0, 1) })).length - 2;
+      return { counted: chain.stats().bytes - without, prefix, body: second.length };
+    };
+    // A short reply and question after a long history: the view of the body's buffer is kept, counted whole.
+    const near = held([
+      { role: "system", content: text(30, 3000) },
+      { role: "user", content: text(31, 150) },
+      { role: "assistant", content: text(32, 100) },
+      { role: "user", content: text(33, 100) },
+    ]);
+    expect(near.body).toBeLessThan(near.prefix * 1.25);
+    expect(near.counted).toBeGreaterThanOrEqual(near.body);
+    expect(near.counted).toBeLessThan(near.body + 2_000);
+    // A long new turn (an image's data URL, a pasted file): only a copy of the prefix is kept and counted.
+    const far = held([
       { role: "system", content: text(30, 300) },
       { role: "user", content: text(31, 400) },
       { role: "assistant", content: text(32, 2000) },
-      { role: "user", content: text(33, 300) },
-    ];
-    const first = encode(JSON.stringify({ model: model.id, messages: messages.slice(0, 2) }));
-    serve(chain, reference(first) as string, first, "");
-    const second = encode(JSON.stringify({ model: model.id, messages }));
-    const parsed = parseChatTurn(reference(second) as string, config, "", {}, chain);
-    chain.prepare(parsed.req, reference(second) as string, profile, "", { found: parsed.turn, validated: true });
-    const without = chain.stats().bytes;
-    chain.clear();
-    serve(chain, reference(first) as string, first, "");
-    serve(chain, reference(second) as string, second, "");
-    // The buffer of the body whose prefix is held counts whole, with the held record.
-    expect(chain.stats().bytes - without).toBeGreaterThanOrEqual(second.byteLength);
-    expect(chain.stats().bytes - without).toBeLessThan(second.byteLength + 2_000);
+      { role: "user", content: text(33, 3000) },
+    ]);
+    expect(far.body).toBeGreaterThan(far.prefix * 2);
+    expect(far.counted).toBeGreaterThanOrEqual(far.prefix);
+    expect(far.counted).toBeLessThan(far.prefix + 2_000);
+  });
+
+  it("a hit whose new message carries a large image keeps its prefix, not the image, and evicts no other tenant's entries", () => {
+    const chain = new TurnChainCache({ checkRate: 0, maxBytes: 4 << 20 });
+    const conversation = (seed: number, turns: number, last: unknown = text(seed + 9, 200)) => {
+      const messages: { role: string; content: unknown }[] = [{ role: "system", content: text(seed, 1500) }];
+      for (let i = 0; i < turns; i++) messages.push({ role: "user", content: text(seed + 1 + i, 500) }, { role: "assistant", content: text(seed + 5 + i, 1500) });
+      messages.push({ role: "user", content: last });
+      return encode(JSON.stringify({ model: model.id, messages }));
+    };
+    for (let t = 0; t < 30; t++) for (const turns of [0, 1, 2]) {
+      const bytes = conversation(100 * t, turns);
+      serve(chain, reference(bytes) as string, bytes, `tenant-${t}`);
+    }
+    const before = chain.stats();
+    expect(before.evictions).toBe(0);
+    // Another tenant's second turn sends a 3 MB data URL (under the request limit, over the chain's quarter).
+    const first = conversation(7000, 0);
+    serve(chain, reference(first) as string, first, "other");
+    const image = [{ type: "text", text: "look" }, { type: "image_url", image_url: { url: `data:image/png;base64,${"A".repeat(3 << 20)}` } }];
+    const big = conversation(7000, 1, image);
+    serve(chain, reference(big) as string, big, "other");
+    const after = chain.stats();
+    expect(after.evictions).toBe(0);
+    expect(after.entries).toBeGreaterThan(before.entries);
+    expect(after.bytes - before.bytes).toBeLessThan(1 << 20);
+    // Its prefix is held all the same: the next turn's body reads it.
+    expect(chain.heldBodyText(conversation(7000, 2), "other")).not.toBeNull();
+  });
+
+  it("conversations sharing a system prompt: each reads its own longest held prefix, and one going on keeps the shared body another relies on", async () => {
+    const chain = new TurnChainCache({ checkRate: 0 });
+    // ~10 kB of shared system prompt: both conversations' held prefixes list under the same window of it.
+    const system = `${"You are a helpful agent. ".repeat(400)}é`;
+    const chats = [0, 1].map(() => [{ role: "system", content: system }] as { role: string; content: string }[]);
+    const prefixOf = (messages: { role: string; content: string }[]) => encode(JSON.stringify({ model: model.id, messages })).length - 2;
+    const turn = async (c: number, t: number) => {
+      const messages = chats[c]!;
+      if (t > 0) messages.push({ role: "assistant", content: `answer ${c}.${t} ${"z".repeat(1500 + 37 * c + 11 * t)}` });
+      messages.push({ role: "user", content: `question ${c}.${t} ${"q".repeat(300 + 13 * c)}` });
+      const bytes = encode(JSON.stringify({ model: model.id, messages }));
+      const { out, heldBytes } = await read(bytes, (b) => chain.heldBodyText(b, "one-key"));
+      expect(out).toBe(reference(bytes));
+      serve(chain, out as string, bytes, "one-key");
+      return heldBytes;
+    };
+    for (let t = 0; t < 3; t++) await turn(0, t);
+    // One body per conversation: its earlier (shorter) held prefixes went when it held the newest.
+    const earlier = encode(JSON.stringify({ model: model.id, messages: [...chats[0]!.slice(0, 2), { role: "assistant", content: "another reply" }, { role: "user", content: "and on" }] }));
+    expect(chain.heldBodyText(earlier, "one-key")).toBeNull();
+    // Another user of the same key starts a conversation: its hit (the system prompt) holds a shorter body under the same window.
+    expect(await turn(1, 0)).toBe(0);
+    // The first conversation reads its own, longer prefix; going on, it leaves the shared body held.
+    // (Turn t reads what turn t - 1 held: its hit, the messages before turn t - 2's last query.)
+    expect(await turn(0, 3)).toBe(prefixOf(chats[0]!.slice(0, 3)));
+    expect(await turn(1, 1)).toBe(prefixOf(chats[1]!.slice(0, 1)));
+    expect(await turn(1, 2)).toBe(prefixOf(chats[1]!.slice(0, 1)));
+    // The second went on past the system prompt: its body there went too.
+    const fresh = encode(JSON.stringify({ model: model.id, messages: [{ role: "system", content: system }, { role: "user", content: "hello" }, { role: "assistant", content: "hi" }, { role: "user", content: "more" }] }));
+    expect(chain.heldBodyText(fresh, "one-key")).toBeNull();
+    expect(await turn(1, 3)).toBe(prefixOf(chats[1]!.slice(0, 3)));
+    expect(await turn(0, 4)).toBe(prefixOf(chats[0]!.slice(0, 5)));
   });
 });

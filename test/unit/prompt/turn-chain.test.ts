@@ -123,7 +123,7 @@ describe("turn chain: the incremental prompt equals the full path at every turn"
           // The same through the chain's pieces, never joined: the text, the /generate pieces and the prefix cache's hit.
           if (inc.pieces) {
             expect(inc.pieces.stable.join("") + inc.pieces.rest).toBe(full.text);
-            expect(inc.pieces.escaped.join("")).toBe(JSON.stringify(inc.pieces.stable.join("")).slice(1, -1));
+            expect(inc.pieces.bodyParts.map((p) => (typeof p === "string" ? p : new TextDecoder().decode(p))).join("")).toBe(JSON.stringify(inc.pieces.stable.join("")).slice(1, -1));
             const pieced = byPieces.encode(tok, new PieceText([...inc.pieces.stable, inc.pieces.rest]), BLOCK, "");
             expect(pieced.tokens()).toEqual(ids);
             expect(pieced.localHashes).toEqual(encoded.localHashes);

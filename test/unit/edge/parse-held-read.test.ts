@@ -1,0 +1,83 @@
+/**
+ * The parse stage's check of a read that took a held prefix's text (checkedHeldRead): a sampled
+ * read (the chain's checkRate, drawn with its `random`) is decoded whole; a difference logs
+ * `body_prefix_mismatch`, uses the whole decoding and drops the held body, so later reads decode
+ * those bytes again instead of taking the same text.
+ */
+import { afterEach, beforeAll, describe, expect, it, vi } from "vitest";
+import { readBody, type ReadBody } from "../../../src/api/validate.ts";
+import { parseEdgeConfig } from "../../../src/config/config.ts";
+import { checkedHeldRead, parseChatTurn } from "../../../src/edge/chat/parse.ts";
+import { TurnChainCache } from "../../../src/prompt/turn-chain.ts";
+import { initHashing } from "../../../src/util/hash.ts";
+
+beforeAll(() => initHashing());
+afterEach(() => vi.restoreAllMocks());
+
+const config = parseEdgeConfig({ KVEDGE_ACCESS: "public", KVEDGE_TURN_CHECK_RATE: "0" });
+const model = config.models[0]!;
+const profile = { family: model.family, templateId: model.templateId };
+const encode = (s: string) => new TextEncoder().encode(s);
+const decodeWhole = (bytes: Uint8Array) => new TextDecoder("utf-8", { fatal: true, ignoreBOM: false }).decode(bytes);
+const prose = (seed: number, chars: number) => `${seed} ${"naïve café — 日本語 ".repeat(Math.ceil(chars / 18))}`.slice(0, chars);
+
+/** A chain holding the first two turns' body, and the third turn's read that took its text. */
+async function heldRead(chain: TurnChainCache): Promise<{ read: ReadBody; bytes: Uint8Array }> {
+  const messages = [
+    { role: "system", content: prose(1, 2000) },
+    { role: "user", content: prose(2, 300) },
+    { role: "assistant", content: prose(3, 2000) },
+    { role: "user", content: prose(4, 300) },
+    { role: "assistant", content: prose(5, 2000) },
+    { role: "user", content: prose(6, 300) },
+  ];
+  for (const n of [2, 4]) {
+    const bytes = encode(JSON.stringify({ model: model.id, messages: messages.slice(0, n) }));
+    const body = decodeWhole(bytes);
+    const parsed = parseChatTurn(body, config, "p", { bytes }, chain);
+    chain.prepare(parsed.req, body, profile, "p", { found: parsed.turn, validated: true });
+  }
+  const bytes = encode(JSON.stringify({ model: model.id, messages }));
+  const source = { body: new ReadableStream<Uint8Array>(), headers: new Headers({ "content-length": String(bytes.length) }), arrayBuffer: async () => bytes.slice().buffer };
+  const read = await readBody(source, config.limits, (b) => chain.heldBodyText(b, "p"));
+  expect(read.heldBytes).toBeGreaterThan(0);
+  return { read, bytes };
+}
+
+describe("checkedHeldRead", () => {
+  it("a sampled read whose joined text differs from the whole decode uses the whole decode and drops the held body", async () => {
+    const draws: number[] = [];
+    const chain = new TurnChainCache({ checkRate: 0.5, random: () => draws.shift() ?? 0 });
+    const { read, bytes } = await heldRead(chain);
+    const whole = decodeWhole(bytes);
+    expect(read.text).toBe(whole);
+    const warn = vi.spyOn(console, "warn").mockImplementation(() => {});
+    // A joined text that went wrong inside the held prefix (its first non-ASCII character).
+    const at = read.text.indexOf("ï");
+    const wrong: ReadBody = { ...read, text: `${read.text.slice(0, at)}i${read.text.slice(at + 1)}` };
+    // Not sampled (the chain's draw at or over its rate): the read's text as given, nothing dropped.
+    draws.push(0.7);
+    expect(checkedHeldRead(wrong, chain, "p")).toBe(wrong.text);
+    expect(chain.heldBodyText(bytes, "p")).not.toBeNull();
+    // Sampled and equal: kept.
+    draws.push(0.1);
+    expect(checkedHeldRead(read, chain, "p")).toBe(whole);
+    expect(warn).not.toHaveBeenCalled();
+    expect(chain.heldBodyText(bytes, "p")).not.toBeNull();
+    // Sampled and different: logged, the whole decode used, the held body gone.
+    draws.push(0.1);
+    expect(checkedHeldRead(wrong, chain, "p")).toBe(whole);
+    expect(warn).toHaveBeenCalledTimes(1);
+    expect(JSON.parse(String(warn.mock.calls[0]![0])).event).toBe("body_prefix_mismatch");
+    expect(chain.heldBodyText(bytes, "p")).toBeNull();
+  });
+
+  it("drops only the caller's partition's held body", async () => {
+    const chain = new TurnChainCache({ checkRate: 1 });
+    const { read, bytes } = await heldRead(chain);
+    vi.spyOn(console, "warn").mockImplementation(() => {});
+    const wrong: ReadBody = { ...read, text: read.text.replace("ï", "i") };
+    expect(checkedHeldRead(wrong, chain, "other")).toBe(decodeWhole(bytes));
+    expect(chain.heldBodyText(bytes, "p")).not.toBeNull();
+  });
+});
