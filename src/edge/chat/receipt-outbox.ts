@@ -10,13 +10,17 @@
  *   where one whose receipt went already may be ending, and a call made there can be cut;
  * - at once, when the caller waits for delivery (a sharded pool's release before reply) or the
  *   queue holds MAX_RECEIPTS_PER_CALL.
- * Each receipt's promise resolves once its call answered or failed: the request that queued it
- * holds it under waitUntil, so its isolate lives until then. workerd runs a promise's reactions
- * in the context that made it when another request's call resolves it (compatibility flag
- * handle_cross_request_promise_resolution, on since 2024-10-14: cloudflare/workerd
- * src/workerd/io/compatibility-date.capnp, field 62). Calls always use the stub of the request
- * that makes them; only plain data crosses requests. A carrying call that fails sends its
- * receipts on their own, best-effort like every receipt call.
+ * Each receipt's promise is held under its own request's waitUntil and is settled in that request's
+ * context only: when the call that request made for it answered or failed, or, when another
+ * request's call took it, by its own timer. A request whose waitUntil waits on a promise only
+ * another request settles has nothing pending of its own: workerd judges it hung, cancels it, and
+ * drops the continuations a later settle from the other request would run (its warning: "A promise
+ * was resolved or rejected from a different request context …"; compatibility flag
+ * handle_cross_request_promise_resolution, cloudflare/workerd src/workerd/io/compatibility-date.capnp).
+ * The request that takes receipts for its call holds that call itself (it awaits it), and sends
+ * them again from its own waitUntil when the call failed unanswered: best-effort, like every
+ * receipt call. Calls always use the stub of the request that makes them; only plain data crosses
+ * requests.
  */
 import { MAX_RECEIPTS_PER_CALL, type ChatFrontDoor, type ReceiptEntry } from "../../routing-index/front-door.ts";
 
@@ -33,15 +37,19 @@ interface Queued {
   taken: boolean;
   /** When it was queued (the edge's clock): a prefill-done mark is sent with its age. */
   at: number;
-  delivered: () => void;
+  /** Settles the queuing request's promise: called in that request's context only. */
+  release: () => void;
 }
 
 /** Receipts taken off a shard's queue to ride one call. */
 export interface CarriedReceipts {
+  /** As of the take: a prefill-done mark's age is how long it has waited. */
   entries: ReceiptEntry[];
-  /** The carrying call answered: the index applied them. */
-  delivered(): void;
-  /** Sends them in one `receipts` call of their own through `door` (a timer's flush, or after a carrying call failed; the caller holds the promise under waitUntil). */
+  /**
+   * Sends them in one `receipts` call of their own through `door`, each mark aged anew (after a
+   * carrying call failed unanswered; the caller holds the promise under its own waitUntil).
+   * Resolves when the call answered or failed.
+   */
   sendAlone(door: ChatFrontDoor): Promise<void>;
 }
 
@@ -63,8 +71,9 @@ export class ReceiptOutbox {
 
   /**
    * Queues a receipt for shard `shardKey`; `door` is that shard's stub in the calling request.
-   * `now`: send the queue at once (the caller awaits the promise). Resolves once it reached the
-   * index, or its call failed.
+   * `now`: send the queue at once (the caller awaits the promise). Resolves, in the calling
+   * request's context, once the call this request made for it answered or failed, or once its
+   * timer found it taken by another request's call.
    */
   queue(shardKey: string, door: ChatFrontDoor, entry: ReceiptEntry, now: boolean): Promise<void> {
     let q = this.#queues.get(shardKey);
@@ -72,15 +81,17 @@ export class ReceiptOutbox {
       q = [];
       this.#queues.set(shardKey, q);
     }
-    const queue = q;
     let item!: Queued;
-    const delivered = new Promise<void>((resolve) => queue.push((item = { entry, taken: false, at: this.#now(), delivered: resolve })));
-    if (now || queue.length >= MAX_RECEIPTS_PER_CALL) void this.#send(shardKey, door);
+    const released = new Promise<void>((resolve) => (item = { entry, taken: false, at: this.#now(), release: resolve }));
+    q.push(item);
+    if (now || q.length >= MAX_RECEIPTS_PER_CALL) void this.#send(shardKey, door, item);
     else
       setTimeout(() => {
-        if (!item.taken) void this.#send(shardKey, door);
+        // Taken by another request's call, which that request holds: this request's part is done.
+        if (item.taken) item.release();
+        else void this.#send(shardKey, door, item);
       }, this.#flushMs);
-    return delivered;
+    return released;
   }
 
   /** The shard's queued receipts, taken for a call to carry; null when none wait. */
@@ -89,19 +100,23 @@ export class ReceiptOutbox {
     if (!q) return null;
     this.#queues.delete(shardKey);
     for (const x of q) x.taken = true;
-    const now = this.#now();
-    const entries = q.map(({ entry, at }) => (entry.kind === "prefill_done" ? { ...entry, ageMs: Math.max(0, now - at) } : entry));
-    const delivered = (): void => {
-      for (const x of q) x.delivered();
-    };
     return {
-      entries,
-      delivered,
-      sendAlone: (door) => door.receipts(entries).then(delivered, delivered),
+      entries: this.#aged(q),
+      sendAlone: (door) => door.receipts(this.#aged(q)).then(noop, noop),
     };
   }
 
-  async #send(shardKey: string, door: ChatFrontDoor): Promise<void> {
+  /** The entries to send now: a prefill-done mark with the time it has waited. */
+  #aged(q: readonly Queued[]): ReceiptEntry[] {
+    const now = this.#now();
+    return q.map(({ entry, at }) => (entry.kind === "prefill_done" ? { ...entry, ageMs: Math.max(0, now - at) } : entry));
+  }
+
+  /** Sends the shard's queue, `own` in it, from `own`'s request; settles `own` only (the others' timers settle theirs). */
+  async #send(shardKey: string, door: ChatFrontDoor, own: Queued): Promise<void> {
     await this.take(shardKey)?.sendAlone(door);
+    own.release();
   }
 }
+
+function noop(): void {}

@@ -79,7 +79,8 @@ export function routeTarget(input: RouteInput): RouteTarget {
       // The first pick may wait for room in the pool's queue; a retry was admitted already.
       const admission = input.admission;
       // Whether the shard answered: a refusal (429) or the client's going after the answer still
-      // applied the receipts; a call that failed, or was never made, sends them on their own.
+      // applied the receipts; a call that failed, or was never made, sends them on their own from
+      // this request (their own requests' timers settle their promises: receipt-outbox.ts).
       let answered = false;
       let d: RouteDecision | null;
       try {
@@ -96,13 +97,9 @@ export function routeTarget(input: RouteInput): RouteTarget {
           d = await admitFirstPick(answering, { ...req, admission: admission.ticket, affinityKey: admission.affinityKey }, admission);
         } else d = await index.route(req);
       } catch (err) {
-        if (carried) {
-          if (answered) carried.delivered();
-          else input.waitUntil(carried.sendAlone(index));
-        }
+        if (carried && !answered) input.waitUntil(carried.sendAlone(index));
         throw err;
       }
-      carried?.delivered();
       // No pick on the first try: a prefill/decode pool that cannot pair is named, not a bare 503.
       if (d === null && first) {
         const problem = (await index.profile()).pdProblem;

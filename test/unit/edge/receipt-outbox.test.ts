@@ -121,25 +121,41 @@ describe("the queue", () => {
   });
 
   it("sends a full queue at once, in one call of MAX_RECEIPTS_PER_CALL", async () => {
-    const outbox = new ReceiptOutbox({ flushMs: 10_000 });
+    const outbox = new ReceiptOutbox({ flushMs: 200 });
     const { sent, door } = recordingDoor();
-    const delivered = Array.from({ length: MAX_RECEIPTS_PER_CALL }, (_, k) => outbox.queue("m", door, settle(`r${k}`), false));
-    await Promise.all(delivered);
+    const released = Array.from({ length: MAX_RECEIPTS_PER_CALL }, (_, k) => outbox.queue("m", door, settle(`r${k}`), false));
+    await new Promise((r) => setTimeout(r, 0)); // before any receipt's timer
     expect(sent.map((c) => c.length)).toEqual([MAX_RECEIPTS_PER_CALL]);
+    await Promise.all(released);
     expect(outbox.take("m")).toBeNull();
   });
 
-  it("a failed carrying call sends its receipts on their own; a receipt's promise resolves once they are sent", async () => {
-    const outbox = new ReceiptOutbox({ flushMs: 10_000 });
+  it("a receipt another request's call took settles its promise on its own timer, not on that call; a failed carrying call sends it on its own", async () => {
+    const outbox = new ReceiptOutbox({ flushMs: 20 });
     const { sent, door } = recordingDoor();
     let done = false;
-    const delivered = outbox.queue("m", door, settle("r1"), false).then(() => (done = true));
+    const released = outbox.queue("m", door, settle("r1"), false).then(() => (done = true));
     const carried = outbox.take("m")!;
     await Promise.resolve();
     expect(done).toBe(false);
+    // The carrying call never answers: the queuing request is done with it at its timer.
+    await released;
+    expect(sent).toEqual([]);
     await carried.sendAlone(door);
-    await delivered;
     expect(sent).toEqual([[settle("r1")]]);
+  });
+
+  it("a resent mark is dated by its wait until the resend, not until the failed call took it", async () => {
+    let now = 1_000;
+    const outbox = new ReceiptOutbox({ flushMs: 10_000, now: () => now });
+    const { sent, door } = recordingDoor();
+    void outbox.queue("m", door, { kind: "prefill_done", receiptId: "r1", ageMs: 0 }, false);
+    now += 2;
+    const carried = outbox.take("m")!;
+    expect(carried.entries).toEqual([{ kind: "prefill_done", receiptId: "r1", ageMs: 2 }]);
+    now += 5; // the carrying call failed 5 ms later
+    await carried.sendAlone(door);
+    expect(sent).toEqual([[{ kind: "prefill_done", receiptId: "r1", ageMs: 7 }]]);
   });
 
   it("a call that fails still resolves its receipts' promises (best-effort, like every receipt call)", async () => {
@@ -153,7 +169,7 @@ describe("the queue", () => {
     const first = recordingDoor();
     const second = recordingDoor();
     const delivered = [outbox.queue("m", first.door, settle("r1"), false)];
-    outbox.take("m")!.delivered(); // a route carried r1: its request may be ending
+    outbox.take("m"); // a route carried r1: its request may be ending
     await new Promise((r) => setTimeout(r, 20));
     delivered.push(outbox.queue("m", second.door, settle("r2"), false));
     await Promise.all(delivered);
@@ -162,7 +178,7 @@ describe("the queue", () => {
   });
 
   it("a route call that fails sends the receipts it carried on their own; a refusal that answered does not", async () => {
-    const outbox = new ReceiptOutbox({ flushMs: 10_000 });
+    const outbox = new ReceiptOutbox({ flushMs: 20 });
     const { sent, door } = recordingDoor();
     const failing = { ...door, route: async () => Promise.reject(new Error("index reset")) } as ChatFrontDoor;
     const refusing = { admit: async () => ({ kind: "refused", reason: "queue_full", retryAfterSeconds: 1 }), leaveQueue: async () => false } as unknown as AdmissionFrontDoor;

@@ -1,0 +1,63 @@
+/**
+ * The receipt queue in real workerd (Miniflare), two concurrent requests in one isolate: request
+ * A's settlement rides request B's route call (src/edge/chat/route.ts), which answers after A's
+ * flush timer. A's promise must settle in A's own context (its timer), never from B's answer: a
+ * request whose waitUntil waits on a promise only another request settles is judged hung by
+ * workerd, its continuations dropped with a cross-request warning (receipt-outbox.ts).
+ */
+import { build } from "esbuild";
+import { Log, LogLevel, Miniflare } from "miniflare";
+import { dirname, join } from "node:path";
+import { fileURLToPath } from "node:url";
+import type { Readable } from "node:stream";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+
+const HERE = dirname(fileURLToPath(import.meta.url));
+let mf: Miniflare;
+let runtimeOutput = "";
+
+beforeAll(async () => {
+  const out = await build({
+    entryPoints: [join(HERE, "receipt-outbox-worker.ts")],
+    bundle: true,
+    write: false,
+    format: "esm",
+    platform: "browser",
+    conditions: ["workerd", "worker", "browser"],
+    target: "es2022",
+    external: ["cloudflare:*"],
+    logLevel: "error",
+  });
+  const collect = (s: Readable) => s.on("data", (b: Buffer) => (runtimeOutput += b.toString()));
+  mf = new Miniflare({
+    modules: true,
+    script: out.outputFiles[0]!.text,
+    compatibilityDate: "2026-07-30",
+    durableObjects: { INDEX: "Index" },
+    cf: false,
+    log: new Log(LogLevel.WARN),
+    handleRuntimeStdio: (stdout: Readable, stderr: Readable) => {
+      collect(stdout);
+      collect(stderr);
+    },
+  });
+  await mf.ready;
+}, 60_000);
+
+afterAll(async () => {
+  await mf?.dispose();
+});
+
+describe("a receipt carried by another request's call (real workerd)", () => {
+  it("reaches the index on the carrier's call; its own request's promise settles in that request, with no cross-request warning", async () => {
+    const [a, b] = await Promise.all([mf.dispatchFetch("http://edge/a"), mf.dispatchFetch("http://edge/b")]);
+    expect(await a.text()).toBe("a");
+    expect(await b.text()).toBe("r-b");
+    // Past B's call (60 ms) and A's timer; A's waitUntil has run its continuation by then.
+    await new Promise((r) => setTimeout(r, 300));
+    const seen = (await (await mf.dispatchFetch("http://edge/seen")).json()) as { index: string[]; continued: string[] };
+    expect(seen.index).toEqual(["carried:settle:A"]);
+    expect(seen.continued).toEqual(["a"]);
+    expect(runtimeOutput).not.toMatch(/different request context/);
+  });
+});
