@@ -155,10 +155,13 @@ export class AdmissionGate<R, D> {
     return { left: "admitted", receiptId };
   }
 
-  /** A request finished: its tenant's charge ends, the drain rate counts it, its worker has room. */
-  settled(receiptId: string, workerId: string | null): void {
+  /**
+   * A request's settlement arrived: its tenant's charge ends, its worker has room. `finished`: the
+   * index still held the request (not a settlement sent again), so the drain rate counts it once.
+   */
+  settled(receiptId: string, workerId: string | null, finished: boolean): void {
     this.#ledger.release(receiptId);
-    this.#drain.record(this.#now());
+    if (finished) this.#drain.record(this.#now());
     this.pump(workerId);
   }
 

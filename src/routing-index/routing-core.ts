@@ -422,7 +422,8 @@ export class RoutingCore {
   /** Frees the request's load and records its receipt; a waiting request may take the freed room. Returns true if drift just started. */
   settle(req: SettleRequest): { drift: boolean; receipt: Receipt | null } {
     const r = this.#router.settle(req);
-    this.#admission.settled(req.receiptId, r.receipt?.workerId ?? null);
+    // A receipt no longer pending was settled already (a resend whose first answer was lost): the drain rate counts it once.
+    this.#admission.settled(req.receiptId, r.receipt?.workerId ?? null, r.receipt !== null);
     if (r.drift && r.receipt) this.#onDrift?.(r.receipt.workerId);
     return r;
   }
@@ -430,7 +431,7 @@ export class RoutingCore {
   /**
    * The edge's receipts in the order it queued them (at most MAX_RECEIPTS_PER_CALL of a call):
    * each settlement frees its load (and may let a waiting request in), each mark ends a prefill.
-   * Applying one twice (a call resent after its answer was lost) changes nothing but the drain rate's count.
+   * Applying one twice (a call resent after its answer was lost) changes nothing.
    */
   applyReceipts(entries: readonly ReceiptEntry[]): void {
     const n = Math.min(entries.length, MAX_RECEIPTS_PER_CALL);

@@ -77,6 +77,17 @@ describe("receipts carried by a call are applied before its decision", () => {
     expect(core.sizes().activeRequests).toBe(0);
   });
 
+  it("a settlement sent again (its first answer lost) is not counted twice in the drain rate a refusal's Retry-After comes from", async () => {
+    const core = new RoutingCore({ blockSize: BS, random: () => 0, now: () => 1_000_000, timers: NEVER, admission: AdmissionConfigSchema.parse({ maxQueue: 0 }) });
+    core.hello({ type: "hello", workerId: "a", url: "http://a", blockSize: BS, epoch: 1, modelName: "m", contract: null, kvEvents: true, kvCapacityTokens: 40 }, "a");
+    const first = routed(core.admit(request(1), ticket()));
+    core.applyReceipts([settlement(first)]);
+    routed(core.admit(request(2), ticket()));
+    core.applyReceipts([settlement(first)]);
+    // One request drained over the 10 s window: 0.1 per second, so one ahead of a refused request is 10 s.
+    expect(await core.admit(request(3), ticket())).toEqual({ kind: "refused", reason: "queue_full", retryAfterSeconds: 10 });
+  });
+
   it("a call's receipts beyond MAX_RECEIPTS_PER_CALL are not read", () => {
     const core = new RoutingCore({ blockSize: BS, random: () => 0 });
     core.hello({ type: "hello", workerId: "a", url: "http://a", blockSize: BS, epoch: 1, modelName: "m", contract: null, kvEvents: true }, "a");
