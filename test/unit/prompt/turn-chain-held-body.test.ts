@@ -275,6 +275,31 @@ describe("held bodies", () => {
     expect(chain.heldBodyText(conversation(7000, 2), "other")).not.toBeNull();
   });
 
+  it("holds no body whose kept bytes are over a quarter of the budget, and keeps the conversation's earlier held body then", () => {
+    const chain = new TurnChainCache({ checkRate: 0, maxBytes: 2 << 20 });
+    // Three-byte characters: the held bytes grow faster than the entries' two-byte text.
+    const cjk = (seed: number, chars: number) => `${seed}:${"日本語の文章です。".repeat(Math.ceil(chars / 9)).slice(0, chars)}`;
+    const messages: { role: string; content: string }[] = [{ role: "system", content: cjk(1, 30_000) }];
+    const prefixOf = (n: number) => encode(JSON.stringify({ model: model.id, messages: messages.slice(0, n) })).length - 2;
+    const quarter = (2 << 20) / 4;
+    const sizes: number[] = [];
+    for (let turn = 0; turn < 7; turn++) {
+      if (turn > 0) messages.push({ role: "assistant", content: cjk(10 + turn, turn < 6 ? 30_000 : 100) });
+      messages.push({ role: "user", content: cjk(20 + turn, 100) });
+      const bytes = encode(JSON.stringify({ model: model.id, messages }));
+      sizes.push(bytes.length);
+      serve(chain, reference(bytes) as string, bytes, "p");
+    }
+    // Turn 4 held its hit's 7 messages in its body's buffer; turns 5 and 6 would keep buffers (their
+    // prefixes of 9 and 11 messages, over 0.8 of the body: not copied) over a quarter.
+    expect(sizes[4]).toBeLessThan(quarter);
+    expect(prefixOf(9)).toBeGreaterThan(0.8 * sizes[5]!);
+    expect(sizes[5]).toBeGreaterThan(quarter);
+    const next = encode(JSON.stringify({ model: model.id, messages: [...messages, { role: "assistant", content: "ok" }, { role: "user", content: "more" }] }));
+    expect(chain.heldBodyText(next, "p")?.length).toBe(prefixOf(7));
+    expect(chain.stats().evictions).toBe(0);
+  });
+
   it("conversations sharing a system prompt: each reads its own longest held prefix, and one going on keeps the shared body another relies on", async () => {
     const chain = new TurnChainCache({ checkRate: 0 });
     // ~10 kB of shared system prompt: both conversations' held prefixes list under the same window of it.
