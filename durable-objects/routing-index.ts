@@ -13,7 +13,7 @@
 import { pdPoolProblem } from "../src/routing-index/pd-pool.ts";
 import { DurableObject } from "cloudflare:workers";
 import { RoutingCore, type WorkerRecord } from "../src/routing-index/routing-core.ts";
-import { readRelayConnect, type AdmitRequest, type AdmitResult, type PeekRequest, type PoolIndexFrontDoor, type PoolProfile, type PoolStats, type RouteDecision, type RoutePreview, type CarryingReceipts, type ReceiptEntry, type SettleRequest, type ShardInfo, type WorkerRow } from "../src/routing-index/front-door.ts";
+import { readRelayConnect, type AdmitRequest, type AdmitResult, type PeekRequest, type PoolIndexFrontDoor, type PoolProfile, type PoolStats, type RouteDecision, type RoutePreview, type RouteRequest, type CarryingReceipts, type ReceiptEntry, type SettleRequest, type ShardInfo, type WorkerRow } from "../src/routing-index/front-door.ts";
 import type { PoolMetricsSnapshot } from "../src/metrics/pool-snapshot.ts";
 import type { IndexToRelay } from "../src/relay-wire/relay-protocol.ts";
 import { relayFrame } from "../src/routing-index/relay-inbox.ts";
@@ -274,7 +274,7 @@ export class RoutingIndex extends DurableObject<RoutingIndexEnv> implements Pool
   // ---- RPC (edge → index) ----
 
   /** Applies the receipts the request carries, then picks a worker for it and adds its load. null = no worker up. */
-  async route(req: CarryingReceipts): Promise<RouteDecision | null> {
+  async route(req: CarryingReceipts<RouteRequest>): Promise<RouteDecision | null> {
     const d = this.#core.route(req);
     this.#releaseCarried(req.receipts);
     return d;
@@ -289,13 +289,13 @@ export class RoutingIndex extends DurableObject<RoutingIndexEnv> implements Pool
 
   /** Carried settlements' releases go to the other shards at once, as a settle call's do (nobody waits on them). */
   #releaseCarried(receipts: readonly ReceiptEntry[] | undefined): void {
-    if (this.#shards > 1 && receipts?.some((e) => e.kind === "settle")) this.ctx.waitUntil(this.#flushLoadNow());
+    // Read off the wire unchecked (the core skips entries that do not match their schema): a flush is only early.
+    if (this.#shards > 1 && Array.isArray(receipts) && receipts.some((e) => e?.kind === "settle")) this.ctx.waitUntil(this.#flushLoadNow());
   }
 
   /** The edge's queued receipts in order; a settlement's release reaches every shard before the answer (the edge may wait: release before reply). */
   async receipts(entries: readonly ReceiptEntry[]): Promise<void> {
-    this.#core.applyReceipts(entries);
-    if (this.#shards > 1 && entries.some((e) => e.kind === "settle")) await this.#flushLoadNow();
+    if (this.#core.applyReceipts(entries) > 0 && this.#shards > 1) await this.#flushLoadNow();
   }
 
   async leaveQueue(ticket: string): Promise<boolean> {
@@ -304,13 +304,14 @@ export class RoutingIndex extends DurableObject<RoutingIndexEnv> implements Pool
 
   /** Frees a request's load and records the predicted-vs-actual receipt. */
   async settle(req: SettleRequest): Promise<void> {
-    this.#core.settle(req);
+    // Read through the receipts' wire schema, as a carried settlement is.
+    this.#core.applyReceipts([{ ...req, kind: "settle" }]);
     // A release goes out at once and the edge may wait for it (release before reply, chat.ts).
     if (this.#shards > 1) await this.#flushLoadNow();
   }
 
   async markPrefillDone(receiptId: string): Promise<void> {
-    this.#core.markPrefillDone(receiptId);
+    this.#core.applyReceipts([{ kind: "prefill_done", receiptId, ageMs: 0 }]);
   }
 
   // ---- load replication between shards (src/load/load-replica.ts) ----

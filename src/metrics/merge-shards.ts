@@ -38,6 +38,7 @@ const COUNTER_FIELDS: Record<Exclude<keyof IndexCounters, "dropReasons">, true> 
   routed: true,
   settled: true,
   expired: true,
+  receiptsRejected: true,
 };
 const RECEIPT_FIELDS: Record<keyof WorkerReceiptTotals, true> = {
   ok: true,

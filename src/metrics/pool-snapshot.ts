@@ -35,6 +35,8 @@ export interface IndexCounters {
   routed: number;
   settled: number;
   expired: number;
+  /** Receipt entries (settlements, prefill-done marks) the index skipped: they did not match their wire schema (receipt-entries.ts). */
+  receiptsRejected: number;
 }
 
 export interface DriftView {

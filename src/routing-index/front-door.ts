@@ -78,7 +78,7 @@ export interface PoolStats {
 /** What a chat request asks of its pool's shard. */
 export interface ChatFrontDoor {
   /** Applies the receipts the request carries, then picks a worker for it and adds its load. null = no worker up. */
-  route(req: CarryingReceipts): Promise<RouteDecision | null>;
+  route(req: CarryingReceipts<RouteRequest>): Promise<RouteDecision | null>;
   /** The edge's queued receipts (settlements, prefill-done marks) in one call, applied in order. */
   receipts(entries: readonly ReceiptEntry[]): Promise<void>;
   /** Frees a request's load and records the predicted-vs-actual receipt. */

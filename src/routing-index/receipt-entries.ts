@@ -3,24 +3,52 @@
  * settlement (the request's tokens and outcome; frees its load) or a prefill-done mark (its first
  * output; its prefill stops queueing others). The edge queues them per shard (src/edge/chat/receipt-outbox.ts)
  * and sends them riding its next route or admit call to that shard, or in one `receipts` call;
- * the shard applies them in order, before the decision of the call that carries them.
+ * the shard applies them in order, before the decision of the call that carries them. The schemas
+ * here are the wire type: the index reads each entry through them and skips one that does not match
+ * (RoutingCore.applyReceipts), since a mistyped entry would otherwise be applied as something else.
  */
-import type { RouteRequest, SettleRequest } from "./router.ts";
+import { z } from "zod";
 
-export type ReceiptEntry = SettleEntry | PrefillDoneEntry;
+/** Longest receipt id the index reads (its own are `r<time>-<seq>` in base 36, ~16 characters). */
+export const MAX_RECEIPT_ID_LENGTH = 64;
 
-export type SettleEntry = { kind: "settle" } & SettleRequest;
+const ReceiptIdSchema = z.string().min(1).max(MAX_RECEIPT_ID_LENGTH);
+/** A token count the worker reported; null: none reported. */
+const TokenCountSchema = z.number().finite().min(0).max(2 ** 31).nullable();
 
-export interface PrefillDoneEntry {
-  kind: "prefill_done";
-  receiptId: string;
+const SettleFields = {
+  receiptId: ReceiptIdSchema,
+  promptTokens: TokenCountSchema,
+  cachedTokens: TokenCountSchema,
+  outcome: z.enum(["ok", "error", "cancelled"]),
+  /** The edge is retrying on another worker: this attempt is not the request's final outcome. */
+  retrying: z.boolean().optional(),
+  /** Edge time from request arrival until the upstream call, for the overhead histogram (ms). */
+  edgeOverheadMs: z.number().finite().min(0).max(3_600_000).nullable().optional(),
+};
+
+/** A settlement: the request's tokens and outcome; frees its load. */
+const SettleRequestSchema = z.object(SettleFields);
+export type SettleRequest = z.infer<typeof SettleRequestSchema>;
+
+const SettleEntrySchema = z.object({ kind: z.literal("settle"), ...SettleFields });
+export type SettleEntry = z.infer<typeof SettleEntrySchema>;
+
+const PrefillDoneEntrySchema = z.object({
+  kind: z.literal("prefill_done"),
+  receiptId: ReceiptIdSchema,
   /**
    * How long the mark waited at the edge before it was sent (ms): the index dates the first output
    * this much before the mark's arrival, so the load-back measured from it (router.ts settle) does
    * not grow by the edge's batching wait.
    */
-  ageMs: number;
-}
+  ageMs: z.number().finite().min(0),
+});
+export type PrefillDoneEntry = z.infer<typeof PrefillDoneEntrySchema>;
+
+/** One entry of the edge's list, as the index reads it off the wire (unknown fields dropped). */
+export const ReceiptEntrySchema = z.discriminatedUnion("kind", [SettleEntrySchema, PrefillDoneEntrySchema]);
+export type ReceiptEntry = z.infer<typeof ReceiptEntrySchema>;
 
 /**
  * Most entries one call carries (the edge sends its queue at this size, and the index reads no
@@ -31,5 +59,5 @@ export const MAX_RECEIPTS_PER_CALL = 64;
 /** Longest wait a prefill-done mark's age may claim (ms); beyond it the mark is dated at the route. */
 export const MAX_RECEIPT_AGE_MS = 60_000;
 
-/** A route or admit call with the receipts it carries, applied before its decision. */
-export type CarryingReceipts<T extends RouteRequest = RouteRequest> = T & { receipts?: readonly ReceiptEntry[] };
+/** A route or admit call (`T`) with the receipts it carries, applied before its decision. */
+export type CarryingReceipts<T> = T & { receipts?: readonly ReceiptEntry[] };

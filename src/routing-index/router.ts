@@ -21,6 +21,7 @@ import { DEFAULT_PD_TRANSFER_GBPS, pdTransferMs, type PdTransferParams } from ".
 import type { BlockViews } from "./block-views.ts";
 import type { LoadSync } from "./load-sync.ts";
 import type { Receipt, ReceiptBook } from "./receipts.ts";
+import type { SettleRequest } from "./receipt-entries.ts";
 import { isQuarantined, type WorkerRecord, type WorkerRegistry } from "./worker-registry.ts";
 import { decodeLoadId, isDecodeWorker, isPrefillWorker, pickDecode } from "./pd-pool.ts";
 
@@ -93,16 +94,8 @@ export interface PdDecision {
   prefillDpSize: number;
 }
 
-export interface SettleRequest {
-  receiptId: string;
-  promptTokens: number | null;
-  cachedTokens: number | null;
-  outcome: "ok" | "error" | "cancelled";
-  /** The edge is retrying on another worker: this attempt is not the request's final outcome. */
-  retrying?: boolean;
-  /** Edge time from request arrival until the upstream call, for the overhead histogram. */
-  edgeOverheadMs?: number | null;
-}
+/** Defined by its wire schema (receipt-entries.ts). */
+export type { SettleRequest };
 
 /** What route() would decide right now, without adding load or a receipt (explain, dry runs). */
 export interface RoutePreview {

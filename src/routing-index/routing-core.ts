@@ -39,7 +39,7 @@ import { SessionAffinity } from "./session-affinity.ts";
 import { isDecodeWorker } from "./pd-pool.ts";
 import { parseRankTarget } from "./rank-target.ts";
 import { storageViewKey } from "./storage-views.ts";
-import { MAX_RECEIPT_AGE_MS, MAX_RECEIPTS_PER_CALL, type CarryingReceipts, type ReceiptEntry } from "./receipt-entries.ts";
+import { MAX_RECEIPT_AGE_MS, MAX_RECEIPTS_PER_CALL, ReceiptEntrySchema, type CarryingReceipts } from "./receipt-entries.ts";
 
 /** A first pick through admission: the route, and the conversation's affinity key (session-affinity.ts), if any. */
 export type AdmissionRouteRequest = RouteRequest & { affinityKey?: string | null };
@@ -400,8 +400,8 @@ export class RoutingCore {
   // ---- routing (router.ts) ----
 
   /** Applies the receipts the call carries, then decides: the pick sees the load they free. */
-  route(req: CarryingReceipts): RouteDecision | null {
-    if (req.receipts) this.applyReceipts(req.receipts);
+  route(req: CarryingReceipts<RouteRequest>): RouteDecision | null {
+    if (req.receipts !== undefined) this.applyReceipts(req.receipts);
     this.#checkTimeouts();
     return this.#router.route(req);
   }
@@ -431,15 +431,30 @@ export class RoutingCore {
   /**
    * The edge's receipts in the order it queued them (at most MAX_RECEIPTS_PER_CALL of a call):
    * each settlement frees its load (and may let a waiting request in), each mark ends a prefill.
-   * Applying one twice (a call resent after its answer was lost) changes nothing.
+   * Applying one twice (a call resent after its answer was lost) changes nothing. Each entry is read
+   * through its wire schema (receipt-entries.ts): one that does not match is skipped and counted
+   * (`receiptsRejected`), the others still apply. Returns how many settlements it applied.
    */
-  applyReceipts(entries: readonly ReceiptEntry[]): void {
+  applyReceipts(entries: unknown): number {
+    if (!Array.isArray(entries)) {
+      this.#counters.receiptsRejected++;
+      return 0;
+    }
+    let settled = 0;
     const n = Math.min(entries.length, MAX_RECEIPTS_PER_CALL);
     for (let i = 0; i < n; i++) {
-      const e = entries[i]!;
-      if (e.kind === "settle") this.settle(e);
-      else this.markPrefillDone(e.receiptId, e.ageMs);
+      const r = ReceiptEntrySchema.safeParse(entries[i]);
+      if (!r.success) {
+        this.#counters.receiptsRejected++;
+        continue;
+      }
+      const e = r.data;
+      if (e.kind === "settle") {
+        this.settle(e);
+        settled++;
+      } else this.markPrefillDone(e.receiptId, e.ageMs);
     }
+    return settled;
   }
 
   // ---- admission under overload (src/admission/) ----
@@ -453,7 +468,7 @@ export class RoutingCore {
     // The receipts first (their settlements may free the room this request needs); the queue keeps
     // the request without them.
     const { receipts, ...route } = req;
-    if (receipts) this.applyReceipts(receipts);
+    if (receipts !== undefined) this.applyReceipts(receipts);
     this.#checkTimeouts();
     return this.#admission.admit(route, ticket);
   }

@@ -15,7 +15,7 @@ export function oneWorkerIndex(url: string, model: string, kvEvents = true): { c
     settle: async (s) => void core.settle(s),
     quarantine: async () => undefined,
     markPrefillDone: async (id) => core.markPrefillDone(id),
-    receipts: async (entries) => core.applyReceipts(entries),
+    receipts: async (entries) => void core.applyReceipts(entries),
   };
   return { core, index };
 }

@@ -8,7 +8,7 @@ import { SELF, env } from "cloudflare:test";
 import { describe, expect, it } from "vitest";
 import { localBlockHashes } from "../../src/blocks/block-hash.ts";
 import { mintRelayToken } from "../../src/relay-wire/relay-auth.ts";
-import type { PoolStats, WorkerRow } from "../../src/routing-index/front-door.ts";
+import type { PoolStats, ReceiptEntry, WorkerRow } from "../../src/routing-index/front-door.ts";
 import { initHashing } from "../../src/util/hash.ts";
 import { issueRelayKey, messageWhere, TEST_WORKER_URL } from "./ws-helpers.ts";
 import "../../functions/wasm-shim.ts";
@@ -64,6 +64,23 @@ describe("receipts over Workers RPC (RoutingIndex object)", () => {
     ]);
     expect(await load()).toMatchObject({ activeRequests: 0, activePrefillTokens: 0 });
     expect((await settled()) - settledBefore).toBe(2);
+
+    // Entries that do not match the wire schema are skipped and counted; the call's valid ones apply.
+    const rejected = async () => ((await stub.stats()) as PoolStats).counters.receiptsRejected;
+    const rejectedBefore = await rejected();
+    const third = (await stub.route({ localHashes: locals, isl: 40, onlyWorkers: [WORKER] }))!;
+    const bad = [
+      { kind: "finished", receiptId: third.receiptId },
+      { kind: "prefill_done", receiptId: third.receiptId, ageMs: Number.NaN },
+      { kind: "settle", receiptId: third.receiptId, promptTokens: 40, cachedTokens: 0, outcome: "maybe" },
+    ] as unknown as ReceiptEntry[];
+    await stub.receipts(bad);
+    expect(await load()).toMatchObject({ activeRequests: 1 });
+    await stub.receipts([...bad, { kind: "settle", receiptId: third.receiptId, promptTokens: 40, cachedTokens: 32, outcome: "ok" }]);
+    expect(await load()).toMatchObject({ activeRequests: 0 });
+    // The single settle call reads through the same schema.
+    await stub.settle({ receiptId: third.receiptId, promptTokens: -1, cachedTokens: 0, outcome: "ok" });
+    expect((await rejected()) - rejectedBefore).toBe(7);
     ws.close();
   });
 });

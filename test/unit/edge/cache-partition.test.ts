@@ -39,7 +39,7 @@ function emptyIndex(): ChatFrontDoor {
     settle: async (s) => void core.settle(s),
     quarantine: async () => undefined,
     markPrefillDone: async (id) => core.markPrefillDone(id),
-    receipts: async (entries) => core.applyReceipts(entries),
+    receipts: async (entries) => void core.applyReceipts(entries),
   };
 }
 

@@ -12,7 +12,7 @@ import { localHashToHex } from "../../../src/relay-wire/relay-protocol.ts";
 import { AdmissionConfigSchema } from "../../../src/config/config.ts";
 import type { AdmissionTicket, AdmitOutcome, Timers } from "../../../src/admission/admission-gate.ts";
 import { BAND_DEFAULT } from "../../../src/admission/bands.ts";
-import { MAX_RECEIPTS_PER_CALL, type ReceiptEntry } from "../../../src/routing-index/receipt-entries.ts";
+import { MAX_RECEIPT_ID_LENGTH, MAX_RECEIPTS_PER_CALL, type ReceiptEntry } from "../../../src/routing-index/receipt-entries.ts";
 
 beforeAll(() => initHashing());
 
@@ -95,6 +95,33 @@ describe("receipts carried by a call are applied before its decision", () => {
     core.applyReceipts(decisions.map(settlement));
     expect(core.stats().counters.settled).toBe(MAX_RECEIPTS_PER_CALL);
     expect(core.sizes().activeRequests).toBe(1);
+  });
+});
+
+describe("receipts read off the wire", () => {
+  it("skips and counts each entry that does not match its schema; the valid ones in the same call apply", () => {
+    const core = fullAfterOne();
+    const first = routed(core.admit(request(1), ticket()));
+    const prefill = () => core.workers().find((w) => w.workerId === "a")!.activePrefillTokens;
+    expect(prefill()).toBe(40);
+    const id = first.receiptId;
+    core.applyReceipts([
+      { kind: "prefill", receiptId: id, ageMs: 0 }, // no such kind
+      { kind: "prefill_done", receiptId: id, ageMs: Number.NaN },
+      { kind: "prefill_done", receiptId: id, ageMs: -1 },
+      { kind: "prefill_done", receiptId: 7, ageMs: 0 },
+      { kind: "settle", receiptId: "r".repeat(MAX_RECEIPT_ID_LENGTH + 1), promptTokens: 40, cachedTokens: 0, outcome: "ok" },
+      { kind: "settle", receiptId: id, promptTokens: 40, cachedTokens: 0, outcome: "done" },
+      { kind: "settle", receiptId: id, promptTokens: Number.POSITIVE_INFINITY, cachedTokens: 0, outcome: "ok" },
+      null,
+    ]);
+    // Nothing applied: the prefill still counts, the load is still held.
+    expect(prefill()).toBe(40);
+    expect(core.sizes().activeRequests).toBe(1);
+    expect(core.stats().counters.receiptsRejected).toBe(8);
+    core.applyReceipts([{ kind: "bogus" }, settlement(first)]);
+    expect(core.sizes().activeRequests).toBe(0);
+    expect(core.stats().counters).toMatchObject({ receiptsRejected: 9, settled: 1 });
   });
 });
 
