@@ -68,6 +68,27 @@ describe("xxh3Words", () => {
     }
   });
 
+  it("stays exact where a 32×32-bit product's low word is near 2^32 (the double product rounds across it)", () => {
+    // 0xfffffffd · 0xaaaaaaab has low word 0xffffffff: its double rounds up to the next multiple of
+    // 2^32, so a high word read off the double alone is one too large. Pairs at the extremes besides.
+    const pairs = [
+      [0xfffffffd, 0xaaaaaaab],
+      [0xffffffff, 0xffffffff],
+      [0x80000000, 0x80000001],
+      [0x7fffffff, 0xffffffff],
+      [0xffffffff, 0],
+    ] as const;
+    const keys = xxh3Keys(1337n);
+    for (let count = XXH3_WORDS_MIN; count <= XXH3_WORDS_MAX; count++) {
+      for (const [x, y] of pairs) {
+        // XORed with lane 0's key words, lane 0's operands are a = (y:x) and b = (y:x): all four
+        // partial products are x·x, x·y, y·x and y·y.
+        const words = Array.from({ length: count }, (_, i) => ((i % 2 === 0 ? x : y) ^ keys[i % 4]!) >>> 0);
+        expect(ours(words, 1337n)).toBe(xxh3_64(bytesOf(words), 1337n));
+      }
+    }
+  });
+
   it("gives block hashes equal to the byte path's, a word window anywhere in an array", () => {
     const tokens = Array.from({ length: 4096 }, (_, i) => (i * 2654435761) >>> 8);
     const blocks = localBlockHashes(tokens, 16);
