@@ -14,7 +14,7 @@
  */
 import { KvedgeError as KvedgeErrorClass, UpstreamError, errorBody } from "../api/errors.ts";
 import type { KvedgeError } from "../api/errors.ts";
-import { GenerateResultSchema } from "./sglang-wire.ts";
+import { parseGenerateResult } from "./sglang-wire.ts";
 import type { SglangFinishReason, SglangMetaInfo } from "./sglang-wire.ts";
 import { SSE_DONE, createSseParser, sseFrame } from "./sse.ts";
 import type { SseEvent } from "./sse.ts";
@@ -245,7 +245,7 @@ export function createChatStreamCore(opts: ChatStreamOptions): ChatStreamCore {
       failInto(out, upstreamStreamError(raw));
       return;
     }
-    const parsed = GenerateResultSchema.safeParse(raw);
+    const parsed = parseGenerateResult(raw);
     if (!parsed.success) {
       failInto(out, malformedUpstream(`stream frame: ${parsed.error.issues[0]?.message ?? "invalid"}`));
       return;

@@ -4,7 +4,7 @@
  * serving_chat.py @9d147fd L1306-1450). Streaming lives in
  * chat-stream.ts; both share the finish-reason and usage rules here and in usage.ts.
  */
-import { GenerateResponseSchema } from "./sglang-wire.ts";
+import { parseGenerateResponse } from "./sglang-wire.ts";
 import type { SglangFinishReason, SglangGenerateResult } from "./sglang-wire.ts";
 import { abortErrorOf, malformedUpstream, upstreamHttpError } from "./upstream-error.ts";
 import { finishChoiceText, PLAIN_OUTPUT, type ChatOutputPlan, type OpenAIToolCall } from "./chat-output.ts";
@@ -76,7 +76,7 @@ export function translateGenerateResponse(
   body: unknown,
   ctx: TranslateContext,
 ): { completion: ChatCompletion; usage: UsageSummary } {
-  const parsed = GenerateResponseSchema.safeParse(body);
+  const parsed = parseGenerateResponse(body);
   if (!parsed.success) throw malformedUpstream(`generate response: ${parsed.error.issues[0]?.message ?? "invalid"}`);
   const results: SglangGenerateResult[] = Array.isArray(parsed.data) ? parsed.data : [parsed.data];
   if (results.length !== ctx.n) throw malformedUpstream(`expected ${ctx.n} results, got ${results.length}`);
