@@ -86,6 +86,9 @@ async function timedPost(url, body, stream, headers = {}) {
 }
 
 /** Server-Timing "name;dur=x" pairs → { name: x }. */
+/** One decimal, or – where a figure could not be computed (too few turns). */
+const f1 = (x) => (x === null || x === undefined ? "–" : x.toFixed(1));
+
 function serverTiming(h) {
   const out = {};
   for (const part of (h.get("server-timing") ?? "").split(",")) {
@@ -366,7 +369,7 @@ export default {
         const perRun = conversations.perRun[kind].map((r) => (r.edgeCpuP50At32k === null ? "–" : r.edgeCpuP50At32k.toFixed(2))).join(", ");
         summary.push({ metric: `conversations ${kind}: edge-process CPU p50 at 32k, per run`, value: perRun, unit: "ms", goal: "", pass: null });
         summary.push({ metric: `conversations ${kind}: turns whose history the turn chain supplied (of ${k.turns} turns, first turns excluded)`, value: k.reuseRate === null ? "–" : `${(100 * k.reuseRate).toFixed(0)} %`, unit: "", goal: "", pass: null });
-        if (k.edgeCpuGrowthTheilSenUsPer1kTokens !== null) summary.push({ metric: `conversations ${kind}: warm edge-CPU growth (Theil–Sen over history tokens; least squares) [wall overhead growth, least squares] «proxy floor's CPU growth; kvedge's own (edge − floor), Theil–Sen»`, value: `${k.edgeCpuGrowthTheilSenUsPer1kTokens.toFixed(1)}; ${k.edgeCpuGrowthUsPer1kTokens.toFixed(1)} [${k.growthUsPer1kTokens.toFixed(1)}] «${k.floorCpuGrowthTheilSenUsPer1kTokens.toFixed(1)}; ${k.ownCpuGrowthTheilSenUsPer1kTokens.toFixed(1)}»`, unit: "µs per 1k tokens", goal: "≤ 15", pass: k.edgeCpuGrowthTheilSenUsPer1kTokens <= 15 });
+        if (k.edgeCpuGrowthTheilSenUsPer1kTokens !== null) summary.push({ metric: `conversations ${kind}: warm edge-CPU growth (Theil–Sen over history tokens; least squares) [wall overhead growth, least squares] «proxy floor's CPU growth; kvedge's own (edge − floor), Theil–Sen»`, value: `${f1(k.edgeCpuGrowthTheilSenUsPer1kTokens)}; ${f1(k.edgeCpuGrowthUsPer1kTokens)} [${f1(k.growthUsPer1kTokens)}] «${f1(k.floorCpuGrowthTheilSenUsPer1kTokens)}; ${f1(k.ownCpuGrowthTheilSenUsPer1kTokens)}»`, unit: "µs per 1k tokens", goal: "≤ 15", pass: k.edgeCpuGrowthTheilSenUsPer1kTokens <= 15 });
       }
       const pct = (x) => (x === null ? "–" : `${(100 * x).toFixed(0)} %`);
       const cc = conversations.concurrent;
