@@ -302,16 +302,15 @@ export class RoutingIndex extends DurableObject<RoutingIndexEnv> implements Pool
     return this.#core.leaveQueue(ticket);
   }
 
-  /** Frees a request's load and records the predicted-vs-actual receipt. */
+  // settle and markPrefillDone: an edge of the previous version calls them while a gradual
+  // deployment runs old and new versions side by side (a missing method would leave that edge's
+  // load held until staleMs). Each is one entry through the receipts path and its schema.
   async settle(req: SettleRequest): Promise<void> {
-    // Read through the receipts' wire schema, as a carried settlement is.
-    this.#core.applyReceipts([{ ...req, kind: "settle" }]);
-    // A release goes out at once and the edge may wait for it (release before reply, chat.ts).
-    if (this.#shards > 1) await this.#flushLoadNow();
+    return this.receipts([{ ...req, kind: "settle" }]);
   }
 
   async markPrefillDone(receiptId: string): Promise<void> {
-    this.#core.applyReceipts([{ kind: "prefill_done", receiptId, ageMs: 0 }]);
+    return this.receipts([{ kind: "prefill_done", receiptId, ageMs: 0 }]);
   }
 
   // ---- load replication between shards (src/load/load-replica.ts) ----

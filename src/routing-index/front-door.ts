@@ -18,11 +18,12 @@ import type { CarryingReceipts, ReceiptEntry } from "./receipt-entries.ts";
 
 export type { AdmissionTicket } from "../admission/admission-gate.ts";
 
-/** A request's first pick under admission (src/admission/): the route and the ticket it waits with. */
-export interface AdmitRequest extends RouteRequest {
+/**
+ * A request's first pick under admission (src/admission/): the route and the ticket it waits with,
+ * and the edge's queued receipts for this shard, applied before the request is admitted or queued.
+ */
+export interface AdmitRequest extends CarryingReceipts<RouteRequest> {
   admission: AdmissionTicket;
-  /** The edge's queued receipts for this shard, applied before the request is admitted or queued. */
-  receipts?: readonly ReceiptEntry[];
   /** The conversation's key (src/edge/chat/affinity.ts): its worker is preferred (src/routing-index/session-affinity.ts). */
   affinityKey?: string | null;
 }
@@ -81,9 +82,12 @@ export interface ChatFrontDoor {
   route(req: CarryingReceipts<RouteRequest>): Promise<RouteDecision | null>;
   /** The edge's queued receipts (settlements, prefill-done marks) in one call, applied in order. */
   receipts(entries: readonly ReceiptEntry[]): Promise<void>;
-  /** Frees a request's load and records the predicted-vs-actual receipt. */
+  /**
+   * One settlement or prefill-done mark through `receipts`. Kept for an edge of the previous
+   * version, which calls them while a gradual deployment runs old and new versions side by side
+   * (a missing method would leave that edge's load held until staleMs).
+   */
   settle(req: SettleRequest): Promise<void>;
-  /** The worker produced its first output: the request's prefill no longer queues others. */
   markPrefillDone(receiptId: string): Promise<void>;
   /** The edge could not connect to the worker: route elsewhere for a while (RoutingCore.quarantine). */
   quarantine(workerId: string, reason: string): Promise<void>;
