@@ -32,7 +32,6 @@ const SettleRequestSchema = z.object(SettleFields);
 export type SettleRequest = z.infer<typeof SettleRequestSchema>;
 
 const SettleEntrySchema = z.object({ kind: z.literal("settle"), ...SettleFields });
-export type SettleEntry = z.infer<typeof SettleEntrySchema>;
 
 const PrefillDoneEntrySchema = z.object({
   kind: z.literal("prefill_done"),
@@ -44,7 +43,6 @@ const PrefillDoneEntrySchema = z.object({
    */
   ageMs: z.number().finite().min(0),
 });
-export type PrefillDoneEntry = z.infer<typeof PrefillDoneEntrySchema>;
 
 /** One entry of the edge's list, as the index reads it off the wire (unknown fields dropped). */
 export const ReceiptEntrySchema = z.discriminatedUnion("kind", [SettleEntrySchema, PrefillDoneEntrySchema]);
@@ -56,7 +54,10 @@ export type ReceiptEntry = z.infer<typeof ReceiptEntrySchema>;
  */
 export const MAX_RECEIPTS_PER_CALL = 64;
 
-/** Longest wait a prefill-done mark's age may claim (ms); beyond it the mark is dated at the route. */
+/**
+ * Longest wait a prefill-done mark's age may claim (ms): a longer age is cut to it, so the first
+ * output is dated at the later of the route and the mark's arrival less this.
+ */
 export const MAX_RECEIPT_AGE_MS = 60_000;
 
 /** A route or admit call (`T`) with the receipts it carries, applied before its decision. */

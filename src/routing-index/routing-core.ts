@@ -412,14 +412,14 @@ export class RoutingCore {
     return this.#router.peek(req);
   }
 
-  /** `ageMs`: how long the mark waited at the edge (receipt-entries.ts PrefillDoneEntry). */
+  /** `ageMs`: how long the mark waited at the edge (receipt-entries.ts PrefillDoneEntrySchema). */
   markPrefillDone(receiptId: string, ageMs = 0): void {
     this.#router.prefillDone(receiptId, Math.min(Math.max(0, ageMs), MAX_RECEIPT_AGE_MS));
     this.#loadSync.markPrefillDone(receiptId);
     this.#admission.pump(null);
   }
 
-  /** Frees the request's load and records its receipt; a waiting request may take the freed room. Returns true if drift just started. */
+  /** Frees the request's load and records its receipt; a waiting request may take the freed room. Returns the receipt (null if none was pending) and whether drift just started. */
   settle(req: SettleRequest): { drift: boolean; receipt: Receipt | null } {
     const r = this.#router.settle(req);
     // A receipt no longer pending was settled already (a resend whose first answer was lost): the drain rate counts it once.
@@ -432,8 +432,9 @@ export class RoutingCore {
    * The edge's receipts in the order it queued them (at most MAX_RECEIPTS_PER_CALL of a call):
    * each settlement frees its load (and may let a waiting request in), each mark ends a prefill.
    * Applying one twice (a call resent after its answer was lost) changes nothing. Each entry is read
-   * through its wire schema (receipt-entries.ts): one that does not match is skipped and counted
-   * (`receiptsRejected`), the others still apply. Returns how many settlements it applied.
+   * through its wire schema (receipt-entries.ts): one that does not match, and each past
+   * MAX_RECEIPTS_PER_CALL, is skipped and counted (`receiptsRejected`), the others still apply.
+   * Returns how many settlements it applied.
    */
   applyReceipts(entries: unknown): number {
     if (!Array.isArray(entries)) {
@@ -442,6 +443,7 @@ export class RoutingCore {
     }
     let settled = 0;
     const n = Math.min(entries.length, MAX_RECEIPTS_PER_CALL);
+    this.#counters.receiptsRejected += entries.length - n;
     for (let i = 0; i < n; i++) {
       const r = ReceiptEntrySchema.safeParse(entries[i]);
       if (!r.success) {

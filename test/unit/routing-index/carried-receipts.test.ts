@@ -88,12 +88,12 @@ describe("receipts carried by a call are applied before its decision", () => {
     expect(await core.admit(request(3), ticket())).toEqual({ kind: "refused", reason: "queue_full", retryAfterSeconds: 10 });
   });
 
-  it("a call's receipts beyond MAX_RECEIPTS_PER_CALL are not read", () => {
+  it("a call's receipts beyond MAX_RECEIPTS_PER_CALL are not read, and are counted as rejected", () => {
     const core = new RoutingCore({ blockSize: BS, random: () => 0 });
     core.hello({ type: "hello", workerId: "a", url: "http://a", blockSize: BS, epoch: 1, modelName: "m", contract: null, kvEvents: true }, "a");
     const decisions = Array.from({ length: MAX_RECEIPTS_PER_CALL + 1 }, (_, k) => core.route(request(k))!);
     core.applyReceipts(decisions.map(settlement));
-    expect(core.stats().counters.settled).toBe(MAX_RECEIPTS_PER_CALL);
+    expect(core.stats().counters).toMatchObject({ settled: MAX_RECEIPTS_PER_CALL, receiptsRejected: 1 });
     expect(core.sizes().activeRequests).toBe(1);
   });
 });
