@@ -85,10 +85,10 @@ async function timedPost(url, body, stream, headers = {}) {
   return { total, first: first ?? total, headers: r.headers, text, stream };
 }
 
-/** Server-Timing "name;dur=x" pairs → { name: x }. */
 /** One decimal, or – where a figure could not be computed (too few turns). */
 const f1 = (x) => (x === null || x === undefined ? "–" : x.toFixed(1));
 
+/** Server-Timing "name;dur=x" pairs → { name: x }. */
 function serverTiming(h) {
   const out = {};
   for (const part of (h.get("server-timing") ?? "").split(",")) {

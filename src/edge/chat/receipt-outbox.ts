@@ -71,11 +71,11 @@ export class ReceiptOutbox {
 
   /**
    * Queues a receipt for shard `shardKey`; `door` is that shard's stub in the calling request.
-   * `now`: send the queue at once (the caller awaits the promise). Resolves, in the calling
+   * `sendNow`: send the queue at once (the caller awaits the promise). Resolves, in the calling
    * request's context, once the call this request made for it answered or failed, or once its
    * timer found it taken by another request's call.
    */
-  queue(shardKey: string, door: ChatFrontDoor, entry: ReceiptEntry, now: boolean): Promise<void> {
+  queue(shardKey: string, door: ChatFrontDoor, entry: ReceiptEntry, sendNow: boolean): Promise<void> {
     let q = this.#queues.get(shardKey);
     if (!q) {
       q = [];
@@ -84,7 +84,7 @@ export class ReceiptOutbox {
     let item!: Queued;
     const released = new Promise<void>((resolve) => (item = { entry, taken: false, at: this.#now(), release: resolve }));
     q.push(item);
-    if (now || q.length >= MAX_RECEIPTS_PER_CALL) void this.#send(shardKey, door, item);
+    if (sendNow || q.length >= MAX_RECEIPTS_PER_CALL) void this.#send(shardKey, door, item);
     else
       setTimeout(() => {
         // Taken by another request's call, which that request holds: this request's part is done.
