@@ -4,7 +4,7 @@
 // IndexGateway.floorPing, bench/lib/workerd-serve.mjs, answers without reaching a routing-index
 // object), the client's body forwarded unread to the worker's own OpenAI endpoint, the worker's
 // answer returned as is (a native pass-through: no JS per chunk), and a second RPC under waitUntil
-// (the settle call's place). No parsing, rendering, tokenizing, hashing, translation or media work.
+// (the place of the edge's receipts call, which sends the request's settlement). No parsing, rendering, tokenizing, hashing, translation or media work.
 // `?rpc=0`: the fetch alone. `?rl=1` (served beside the rate-limited edge): first one take from a
 // RateLimiter object in the index process, as the edge's rate limit makes before reading the body.
 // Served beside the edge in the edge's workerd process (its own socket), so /proc counts its CPU in

@@ -8,7 +8,7 @@
 // (unmeasured), then the edge with rate limiting off and on, alternating which goes first; each
 // send's edge-process CPU is read apart with its waitUntil tail (turn-sends.mjs edgeSendCpu), and
 // the index process's CPU in the same window (the take's object side is there, beside the route
-// and settle calls'). on − off per pair is the default limiter's edge-side cost.
+// and receipts calls'). on − off per pair is the default limiter's edge-side cost.
 import { summarize } from "../lib/stats.mjs";
 import { edgeSendCpu, RECEIPT_TAIL_MS } from "./turn-sends.mjs";
 

@@ -3,8 +3,9 @@
 // process), after one unmeasured send to the worker (so the worker's caches are equally warm for
 // all three). The three go in each of the six orders in turn, so none holds a position. The edge
 // process's CPU of each edge-process send is read apart: from right before it to the moment the
-// edge and index processes are both quiet after it, so its waitUntil tail (the edge's settle, the
-// floor's second RPC, and the index's answer to it) is its own and never lands in the next send's.
+// edge and index processes are both quiet after it, so its waitUntil tail (the edge's receipts call
+// RECEIPT_FLUSH_MS later, the floor's second RPC, and the index's answer to each) is its own and
+// never lands in the next send's.
 import { waitForQuiet } from "../lib/process-cpu.mjs";
 import { RECEIPT_FLUSH_MS } from "../../src/edge/chat/receipt-outbox.ts";
 
