@@ -806,6 +806,11 @@ export function parseChatRequest(
   }
 }
 
+/** A whole body's bytes as text (a leading byte order mark stripped); invalid UTF-8 → 400. */
+export function decodeBodyBytes(bytes: Uint8Array): string {
+  return decodeUtf8(new TextDecoder("utf-8", { fatal: true, ignoreBOM: false }), bytes, true);
+}
+
 function decodeUtf8(decoder: TextDecoder, bytes?: Uint8Array, whole = false): string {
   try {
     return bytes === undefined ? decoder.decode() : decoder.decode(bytes, { stream: !whole });
@@ -871,7 +876,6 @@ export async function readBody(request: RequestBodySource, limits: Pick<Limits, 
   const framed = framedLength(request.headers);
   if (framed !== null && framed > limits.maxBodyBytes) throw tooLarge();
   if (request.body === null) return { text: "", bytes: null, heldBytes: 0 };
-  const decoder = new TextDecoder("utf-8", { fatal: true, ignoreBOM: false });
   if (framed !== null) {
     let bytes: ArrayBuffer;
     try {
@@ -883,12 +887,13 @@ export async function readBody(request: RequestBodySource, limits: Pick<Limits, 
     if (bytes.byteLength !== framed) throw new InvalidRequestError(`Request body is ${bytes.byteLength} bytes, not the ${framed} its Content-Length declares.`);
     const all = new Uint8Array(bytes);
     const held = heldPrefix?.(all) ?? null;
-    if (held === null) return { text: decodeUtf8(decoder, all, true), bytes: all, heldBytes: 0 };
+    if (held === null) return { text: decodeBodyBytes(all), bytes: all, heldBytes: 0 };
     // The rest starts mid-body: a U+FEFF there is text, not a byte order mark.
     const rest = decodeUtf8(new TextDecoder("utf-8", { fatal: true, ignoreBOM: true }), all.subarray(held.length), true);
     return { text: held.text + rest, bytes: all, heldBytes: held.length };
   }
   const reader = request.body.getReader();
+  const decoder = new TextDecoder("utf-8", { fatal: true, ignoreBOM: false });
   let size = 0;
   let text = "";
   /** Invalid UTF-8 seen: the rest of the body (within the cap) is read and dropped, then refused. */

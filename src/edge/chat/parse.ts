@@ -2,10 +2,9 @@
  * Stage 1, parse: who is calling, the rate-limit verdict, then the body read (bounded) and validated
  * into a chat request.
  */
-import { InvalidRequestError } from "../../api/errors.ts";
 import type { Limits } from "../../api/limits.ts";
 import type { ChatCompletionRequest } from "../../api/openai-schema.ts";
-import { parseChatRequest, readBody, type ParseWork, type ReadBody, type ReusedMessages } from "../../api/validate.ts";
+import { decodeBodyBytes, parseChatRequest, readBody, type ParseWork, type ReadBody, type ReusedMessages } from "../../api/validate.ts";
 import type { EdgeConfig } from "../../config/config.ts";
 import { parseToolsKeepingNumbers, type ModelProfile } from "../../prompt/index.ts";
 import { sharedTurnChain, type BodyLayout, type ChainFind, type TurnChainCache } from "../../prompt/turn-chain.ts";
@@ -72,7 +71,10 @@ export async function parseChat(request: Request, deps: ParseDeps, clock: StageC
   const limits = limitsOf(config);
   const given = deps.scanned ?? null;
   const address = request.headers.get("cf-connecting-ip");
+  // Stages "auth" (the caller and its rate-limit verdict) and "partition" end before the body's "read".
+  clock.mark("auth");
   const partition = await edgeCachePartition(config, cacheTenant(caller, address));
+  clock.mark("partition");
   const chain = sharedTurnChain(config.turnCheckRate);
   // The turn chain's held bodies of the caller's partition give the text of a known prefix: only the rest is decoded.
   const read = given ? null : await readBody(request, limits, (bytes) => chain.heldBodyText(bytes, partition));
@@ -95,16 +97,18 @@ export async function parseChat(request: Request, deps: ParseDeps, clock: StageC
  */
 export function checkedHeldRead(read: ReadBody, chain: TurnChainCache, partition: string): string {
   if (read.heldBytes === 0 || read.bytes === null || !chain.sampled()) return read.text;
-  let whole: string;
+  let whole: string | null;
+  let invalid: unknown = null;
   try {
-    whole = new TextDecoder("utf-8", { fatal: true, ignoreBOM: false }).decode(read.bytes);
-  } catch {
-    whole = "";
+    whole = decodeBodyBytes(read.bytes);
+  } catch (e) {
+    whole = null;
+    invalid = e;
   }
   if (whole === read.text) return read.text;
   console.warn(JSON.stringify({ event: "body_prefix_mismatch", bytes: read.bytes.length, heldBytes: read.heldBytes }));
   chain.dropHeldBody(read.bytes.subarray(0, read.heldBytes), partition);
-  if (whole === "") throw new InvalidRequestError("Request body is not valid UTF-8.", null, "invalid_json");
+  if (whole === null) throw invalid;
   return whole;
 }
 
