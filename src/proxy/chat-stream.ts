@@ -14,7 +14,7 @@
  */
 import { KvedgeError as KvedgeErrorClass, UpstreamError, errorBody } from "../api/errors.ts";
 import type { KvedgeError } from "../api/errors.ts";
-import { parseGenerateResult } from "./sglang-wire.ts";
+import { parseGenerateResult } from "./sglang-wire-read.ts";
 import type { SglangFinishReason, SglangMetaInfo } from "./sglang-wire.ts";
 import { SSE_DONE, createSseParser, sseFrame } from "./sse.ts";
 import type { SseEvent } from "./sse.ts";

@@ -4,7 +4,7 @@
  * serving_chat.py @9d147fd L1306-1450). Streaming lives in
  * chat-stream.ts; both share the finish-reason and usage rules here and in usage.ts.
  */
-import { parseGenerateResponse } from "./sglang-wire.ts";
+import { parseGenerateResponse } from "./sglang-wire-read.ts";
 import type { SglangFinishReason, SglangGenerateResult } from "./sglang-wire.ts";
 import { abortErrorOf, malformedUpstream, upstreamHttpError } from "./upstream-error.ts";
 import { finishChoiceText, PLAIN_OUTPUT, type ChatOutputPlan, type OpenAIToolCall } from "./chat-output.ts";

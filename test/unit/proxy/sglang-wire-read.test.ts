@@ -5,7 +5,8 @@
  * field values, extra keys and a JSON `__proto__` key; well-formed ones must not reach zod.
  */
 import { afterEach, describe, expect, it, vi } from "vitest";
-import { GenerateResponseSchema, GenerateResultSchema, parseGenerateResponse, parseGenerateResult } from "../../../src/proxy/sglang-wire.ts";
+import { GenerateResponseSchema, GenerateResultSchema } from "../../../src/proxy/sglang-wire.ts";
+import { parseGenerateResponse, parseGenerateResult } from "../../../src/proxy/sglang-wire-read.ts";
 
 const ABSENT = Symbol("absent");
 
