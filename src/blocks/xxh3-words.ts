@@ -1,7 +1,7 @@
 /**
  * XXH3-64 of a short input given as little-endian 32-bit words (the block hash input: one uint32
  * per token id), for 17–128 bytes (5–32 words), seeded, with the algorithm's default secret, in
- * 32-bit halves so that no BigInt is made until the result. Through hash-wasm a 16-token block cost
+ * 32-bit halves so that no BigInt is made until the result. Through hash-wasm a 16-token block costs
  * ~1.1 µs of call overhead (init, update, digest, a result buffer), 2.4 ms for the ~2 200 blocks of
  * a new 32k-token prompt; measured in docs/benchmarks.md §1. hash-wasm stays the oracle:
  * test/unit/blocks/xxh3-words.test.ts compares every length against it.
@@ -54,8 +54,9 @@ export function xxh3Keys(seed: bigint): Xxh3Keys {
 
 // Every 64-bit value is two uint32 halves in locals of one function, never stored between calls:
 // a module-level `let` above 2^30 is a boxed heap number (each write allocated), and halves passed
-// between helpers through a typed-array scratch cost a store and a load each. A 16-token block with
-// the scratch: Node 22 ~120 ns, workerd 220–460 ns (by isolate); in locals ~76 and ~135–185 ns.
+// between helpers through a typed-array scratch cost a store and a load each. A 16-token block
+// takes ~76 ns in Node 22 and ~135–185 ns in workerd this way; with the halves passed through a
+// scratch, ~120 ns and 220–460 ns (by isolate).
 
 /** 2^-32: multiplying by it is exact, so it moves a double's value down by 32 bits. */
 const INV_2_32 = 1 / 4294967296;
@@ -117,6 +118,8 @@ export function xxh3Of16Bytes(w0: number, w1: number, w2: number, w3: number, fl
   let accLo = sum >>> 0;
   let accHi = bswap32(loLo) + hiHi + Math.floor(sum * INV_2_32);
   // + lo64 ^ hi64 of input_lo · input_hi: four 32×32 partial products lXY + hXY·2^32.
+  // Written out here and in xxh3Words on purpose: a shared helper would pass the halves through
+  // memory, which is slower (the note on locals above).
   const l00 = Math.imul(loLo, hiLo) >>> 0;
   const h00 = mulHi(loLo, hiLo, l00);
   const l01 = Math.imul(loLo, hiHi) >>> 0;
