@@ -7,28 +7,16 @@
 import { SELF, env } from "cloudflare:test";
 import { describe, expect, it } from "vitest";
 import { localBlockHashes } from "../../src/blocks/block-hash.ts";
-import { mintRelayToken } from "../../src/relay-wire/relay-auth.ts";
 import type { PoolStats, ReceiptEntry, WorkerRow } from "../../src/routing-index/front-door.ts";
 import { initHashing } from "../../src/util/hash.ts";
-import { issueRelayKey, messageWhere, TEST_WORKER_URL } from "./ws-helpers.ts";
+import { openRelay } from "./ws-helpers.ts";
 import "../../functions/wasm-shim.ts";
 
 const MODEL = "Qwen/Qwen3-VL-8B-Instruct";
 const WORKER = "w-carried-receipts";
 
-async function relay(): Promise<WebSocket> {
-  const token = await mintRelayToken(await issueRelayKey((u, i) => SELF.fetch(u, i), WORKER), WORKER, MODEL, { url: TEST_WORKER_URL });
-  const res = await SELF.fetch(`https://edge/v1/relay?worker=${WORKER}&model=${encodeURIComponent(MODEL)}`, { headers: { upgrade: "websocket", authorization: `Bearer ${token}` } });
-  expect(res.status).toBe(101);
-  const ws = res.webSocket!;
-  ws.accept();
-  const welcome = messageWhere(ws, (m) => m.type === "welcome");
-  ws.send(JSON.stringify({ type: "hello", workerId: WORKER, url: TEST_WORKER_URL, blockSize: 16, epoch: 1, modelName: MODEL, kvEvents: true }));
-  await welcome;
-  const ack = messageWhere(ws, (m) => m.type === "ack");
-  ws.send(JSON.stringify({ type: "dump", epoch: 1, seq: 0, blocks: [] }));
-  await ack;
-  return ws;
+function relay(): Promise<WebSocket> {
+  return openRelay((u, i) => SELF.fetch(u, i), WORKER, { model: MODEL, hello: { kvEvents: true }, emptyDump: true });
 }
 
 describe("receipts over Workers RPC (RoutingIndex object)", () => {

@@ -4,26 +4,12 @@
  */
 import { SELF, env, evictDurableObject, runInDurableObject } from "cloudflare:test";
 import { describe, expect, it } from "vitest";
-import { mintRelayToken } from "../../src/relay-wire/relay-auth.ts";
-import { issueRelayKey, TEST_WORKER_URL } from "./ws-helpers.ts";
+import { openRelay } from "./ws-helpers.ts";
 import { initHashing } from "../../src/util/hash.ts";
 import "../../functions/wasm-shim.ts";
 
 const MODEL = "Qwen/Qwen3-VL-8B-Instruct";
 const ADMIN = "test-admin-token-0123456789";
-
-function waitMessage(ws: WebSocket, type: string): Promise<{ type: string; [k: string]: unknown }> {
-  return new Promise((resolve) => {
-    const on = (ev: MessageEvent): void => {
-      const m = JSON.parse(String(ev.data)) as { type: string };
-      if (m.type === type) {
-        ws.removeEventListener("message", on);
-        resolve(m);
-      }
-    };
-    ws.addEventListener("message", on);
-  });
-}
 
 interface AdminWorker {
   workerId: string;
@@ -45,21 +31,10 @@ describe("routing index persistence", () => {
   it("restores region, prefill rate and kvEvents=false after eviction", async () => {
     await initHashing();
     const id = "w-region";
-    const token = await mintRelayToken(await issueRelayKey((u, i) => SELF.fetch(u, i), id), id, MODEL, { url: TEST_WORKER_URL });
-    const res = await SELF.fetch(`https://edge/v1/relay?worker=${id}&model=${encodeURIComponent(MODEL)}`, {
-      headers: { upgrade: "websocket", authorization: `Bearer ${token}` },
+    const ws = await openRelay((u, i) => SELF.fetch(u, i), id, {
+      model: MODEL,
+      hello: { kvEvents: false, region: "eu", prefillTokensPerSec: 9000, incrementalStreaming: true, disaggregationMode: "prefill", bootstrapPort: 8998 },
     });
-    expect(res.status).toBe(101);
-    const ws = res.webSocket!;
-    ws.accept();
-    const welcome = waitMessage(ws, "welcome");
-    ws.send(
-      JSON.stringify({
-        type: "hello", workerId: id, url: TEST_WORKER_URL, blockSize: 16, epoch: 1, modelName: MODEL,
-        kvEvents: false, region: "eu", prefillTokensPerSec: 9000, incrementalStreaming: true, disaggregationMode: "prefill", bootstrapPort: 8998,
-      }),
-    );
-    await welcome;
     expect((await adminWorkers()).find((w) => w.workerId === id)).toMatchObject({ kvEvents: false, region: "eu", prefillTokensPerSec: 9000, incrementalStreaming: true });
 
     await evictDurableObject(env.ROUTING_INDEX.getByName(MODEL));

@@ -5,8 +5,7 @@
  */
 import { SELF, env, evictDurableObject } from "cloudflare:test";
 import { describe, expect, it } from "vitest";
-import { mintRelayToken } from "../../src/relay-wire/relay-auth.ts";
-import { issueRelayKey, nextMessage } from "./ws-helpers.ts";
+import { nextMessage, openRelay } from "./ws-helpers.ts";
 import { initHashing } from "../../src/util/hash.ts";
 import "../../functions/wasm-shim.ts";
 
@@ -31,18 +30,8 @@ function chain(n: number, base: number) {
   return Array.from({ length: n }, (_, i) => ({ h: String(base + i), p: i === 0 ? null : String(base + i - 1), l: (base + i).toString(16).padStart(16, "0") }));
 }
 
-async function connect(id: string, url: string, hello: Record<string, unknown>): Promise<WebSocket> {
-  const token = await mintRelayToken(await issueRelayKey((u, i) => SELF.fetch(u, i), id, { url }), id, MODEL, { url });
-  const res = await SELF.fetch(`https://edge/v1/relay?worker=${id}&model=${encodeURIComponent(MODEL)}`, {
-    headers: { upgrade: "websocket", authorization: `Bearer ${token}` },
-  });
-  expect(res.status).toBe(101);
-  const ws = res.webSocket!;
-  ws.accept();
-  const welcome = nextMessage(ws, "welcome");
-  ws.send(JSON.stringify({ type: "hello", workerId: id, url, blockSize: 16, epoch: 1, modelName: MODEL, kvEvents: true, ...hello }));
-  await welcome;
-  return ws;
+function connect(id: string, url: string, hello: Record<string, unknown>): Promise<WebSocket> {
+  return openRelay((u, i) => SELF.fetch(u, i), id, { model: MODEL, url, hello: { kvEvents: true, ...hello } });
 }
 
 async function until(what: string, check: () => Promise<boolean>): Promise<void> {

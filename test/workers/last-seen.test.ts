@@ -5,10 +5,9 @@
  */
 import { SELF } from "cloudflare:test";
 import { describe, expect, it } from "vitest";
-import { mintRelayToken } from "../../src/relay-wire/relay-auth.ts";
 import { initHashing } from "../../src/util/hash.ts";
 import "../../functions/wasm-shim.ts";
-import { issueRelayKey, nextMessage, TEST_WORKER_URL } from "./ws-helpers.ts";
+import { nextMessage, openRelay } from "./ws-helpers.ts";
 
 const MODEL = "Qwen/Qwen3-VL-8B-Instruct";
 const ADMIN = "test-admin-token-0123456789";
@@ -22,19 +21,7 @@ async function lastSeen(workerId: string): Promise<number> {
 describe("lastSeen", () => {
   it("moves with every relay message, pings included", async () => {
     await initHashing();
-    const token = await mintRelayToken(await issueRelayKey((u, i) => SELF.fetch(u, i), "seen-w1"), "seen-w1", MODEL, { url: TEST_WORKER_URL });
-    const res = await SELF.fetch(`https://edge/v1/relay?worker=seen-w1&model=${encodeURIComponent(MODEL)}`, {
-      headers: { upgrade: "websocket", authorization: `Bearer ${token}` },
-    });
-    expect(res.status).toBe(101);
-    const ws = res.webSocket!;
-    ws.accept();
-    const welcome = nextMessage(ws, "welcome");
-    ws.send(JSON.stringify({ type: "hello", workerId: "seen-w1", url: TEST_WORKER_URL, blockSize: 16, epoch: 3, modelName: MODEL }));
-    await welcome;
-    const ack = nextMessage(ws, "ack");
-    ws.send(JSON.stringify({ type: "dump", epoch: 3, seq: 0, blocks: [] }));
-    await ack;
+    const ws = await openRelay((u, i) => SELF.fetch(u, i), "seen-w1", { model: MODEL, hello: { epoch: 3 }, emptyDump: true });
     const first = await lastSeen("seen-w1");
     await new Promise((r) => setTimeout(r, 30));
     const pong = nextMessage(ws, "pong");

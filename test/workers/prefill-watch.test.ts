@@ -9,29 +9,17 @@
 import { SELF, env } from "cloudflare:test";
 import { describe, expect, it } from "vitest";
 import { localBlockHashes } from "../../src/blocks/block-hash.ts";
-import { mintRelayToken } from "../../src/relay-wire/relay-auth.ts";
 import { localHashToHex } from "../../src/relay-wire/relay-protocol.ts";
 import type { WorkerRow } from "../../src/routing-index/front-door.ts";
 import { initHashing } from "../../src/util/hash.ts";
-import { issueRelayKey, messageWhere, TEST_WORKER_URL } from "./ws-helpers.ts";
+import { messageWhere, openRelay } from "./ws-helpers.ts";
 import "../../functions/wasm-shim.ts";
 
 const MODEL = "Qwen/Qwen3-VL-8B-Instruct";
 const WORKER = "w-prefill-watch";
 
-async function relay(worker = WORKER): Promise<WebSocket> {
-  const token = await mintRelayToken(await issueRelayKey((u, i) => SELF.fetch(u, i), worker), worker, MODEL, { url: TEST_WORKER_URL });
-  const res = await SELF.fetch(`https://edge/v1/relay?worker=${worker}&model=${encodeURIComponent(MODEL)}`, { headers: { upgrade: "websocket", authorization: `Bearer ${token}` } });
-  expect(res.status).toBe(101);
-  const ws = res.webSocket!;
-  ws.accept();
-  const welcome = messageWhere(ws, (m) => m.type === "welcome");
-  ws.send(JSON.stringify({ type: "hello", workerId: worker, url: TEST_WORKER_URL, blockSize: 16, epoch: 1, modelName: MODEL, kvEvents: true }));
-  await welcome;
-  const ack = messageWhere(ws, (m) => m.type === "ack");
-  ws.send(JSON.stringify({ type: "dump", epoch: 1, seq: 0, blocks: [] }));
-  await ack;
-  return ws;
+function relay(worker = WORKER): Promise<WebSocket> {
+  return openRelay((u, i) => SELF.fetch(u, i), worker, { model: MODEL, hello: { kvEvents: true }, emptyDump: true });
 }
 
 let seq = 1;

@@ -5,24 +5,15 @@
  */
 import { SELF } from "cloudflare:test";
 import { describe, expect, it } from "vitest";
-import { mintRelayToken } from "../../src/relay-wire/relay-auth.ts";
-import { issueRelayKey, nextMessage } from "./ws-helpers.ts";
+import { openRelay } from "./ws-helpers.ts";
 import { initHashing } from "../../src/util/hash.ts";
 import "../../functions/wasm-shim.ts";
 
 const MODEL = "Qwen/Qwen3-VL-8B-Instruct";
 const ADMIN = "test-admin-token-0123456789";
 
-async function connect(id: string, url: string, incrementalStreaming: boolean): Promise<WebSocket> {
-  const token = await mintRelayToken(await issueRelayKey((u, i) => SELF.fetch(u, i), id, { url }), id, MODEL, { url });
-  const res = await SELF.fetch(`https://edge/v1/relay?worker=${id}&model=${encodeURIComponent(MODEL)}`, { headers: { upgrade: "websocket", authorization: `Bearer ${token}` } });
-  expect(res.status).toBe(101);
-  const ws = res.webSocket!;
-  ws.accept();
-  const welcome = nextMessage(ws, "welcome");
-  ws.send(JSON.stringify({ type: "hello", workerId: id, url, blockSize: 16, epoch: 1, modelName: MODEL, kvEvents: false, incrementalStreaming }));
-  await welcome;
-  return ws;
+function connect(id: string, url: string, incrementalStreaming: boolean): Promise<WebSocket> {
+  return openRelay((u, i) => SELF.fetch(u, i), id, { model: MODEL, url, hello: { kvEvents: false, incrementalStreaming } });
 }
 
 function chat(extra: Record<string, unknown>): Promise<Response> {
