@@ -7,16 +7,16 @@
 import { afterEach, beforeAll, describe, expect, it, vi } from "vitest";
 import { readBody, type ReadBody } from "../../../src/api/validate.ts";
 import { parseEdgeConfig } from "../../../src/config/config.ts";
-import { checkedHeldRead, parseChatTurn } from "../../../src/edge/chat/parse.ts";
+import { checkedHeldRead } from "../../../src/edge/chat/parse.ts";
 import { TurnChainCache } from "../../../src/prompt/turn-chain.ts";
 import { initHashing } from "../../../src/util/hash.ts";
+import { serveTwoTurns } from "../../helpers/held-conversation.ts";
 
 beforeAll(() => initHashing());
 afterEach(() => vi.restoreAllMocks());
 
 const config = parseEdgeConfig({ KVEDGE_ACCESS: "public", KVEDGE_TURN_CHECK_RATE: "0" });
 const model = config.models[0]!;
-const profile = { family: model.family, templateId: model.templateId };
 const encode = (s: string) => new TextEncoder().encode(s);
 const decodeWhole = (bytes: Uint8Array) => new TextDecoder("utf-8", { fatal: true, ignoreBOM: false }).decode(bytes);
 const prose = (seed: number, chars: number) => `${seed} ${"naïve café — 日本語 ".repeat(Math.ceil(chars / 18))}`.slice(0, chars);
@@ -31,12 +31,7 @@ async function heldRead(chain: TurnChainCache): Promise<{ read: ReadBody; bytes:
     { role: "assistant", content: prose(5, 2000) },
     { role: "user", content: prose(6, 300) },
   ];
-  for (const n of [2, 4]) {
-    const bytes = encode(JSON.stringify({ model: model.id, messages: messages.slice(0, n) }));
-    const body = decodeWhole(bytes);
-    const parsed = parseChatTurn(body, config, "p", { bytes }, chain);
-    chain.prepare(parsed.req, body, profile, "p", { found: parsed.turn, validated: true });
-  }
+  serveTwoTurns(chain, config, messages, "p");
   const bytes = encode(JSON.stringify({ model: model.id, messages }));
   const source = { body: new ReadableStream<Uint8Array>(), headers: new Headers({ "content-length": String(bytes.length) }), arrayBuffer: async () => bytes.slice().buffer };
   const read = await readBody(source, config.limits, (b) => chain.heldBodyText(b, "p"));

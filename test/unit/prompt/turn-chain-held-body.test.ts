@@ -14,6 +14,7 @@ import { parseEdgeConfig } from "../../../src/config/config.ts";
 import { parseChatTurn } from "../../../src/edge/chat/parse.ts";
 import { TurnChainCache } from "../../../src/prompt/turn-chain.ts";
 import { initHashing } from "../../../src/util/hash.ts";
+import { serveTwoTurns } from "../../helpers/held-conversation.ts";
 
 beforeAll(() => initHashing());
 
@@ -110,10 +111,7 @@ describe("held bodies", () => {
       { role: "user", content: text(10, 300) },
     ];
     // Two turns: the second hits the first's entry and holds its bytes up to the hit's messages.
-    for (const n of [2, 4]) {
-      const bytes = encode(JSON.stringify({ model: model.id, messages: messages.slice(0, n) }));
-      serve(chain, reference(bytes) as string, bytes, "p");
-    }
+    serveTwoTurns(chain, config, messages, "p");
     const base = encode(JSON.stringify({ model: model.id, messages }));
     const probe = chain.heldBodyText(join(base, encode(" ")), "p");
     expect(probe).not.toBeNull();
@@ -170,10 +168,7 @@ describe("held bodies", () => {
       { role: "assistant", content: text(22, 2000) },
       { role: "user", content: text(23, 300) },
     ];
-    for (const n of [2, 4]) {
-      const bytes = encode(JSON.stringify({ model: model.id, messages: messages.slice(0, n) }));
-      serve(chain, reference(bytes) as string, bytes, "owner");
-    }
+    serveTwoTurns(chain, config, messages, "owner");
     const next = encode(JSON.stringify({ model: model.id, messages: [...messages, { role: "assistant", content: "ok" }, { role: "user", content: "more" }] }));
     expect(chain.heldBodyText(next, "other")).toBeNull();
     expect(chain.heldBodyText(next, "")).toBeNull();
@@ -189,19 +184,13 @@ describe("held bodies", () => {
       { role: "assistant", content: text(42, 2000) },
       { role: "user", content: text(43, 300) },
     ];
-    for (const n of [2, 4]) {
-      const bytes = encode(JSON.stringify({ model: model.id, messages: messages.slice(0, n) }));
-      serve(chain, reference(bytes) as string, bytes, "");
-    }
+    serveTwoTurns(chain, config, messages, "");
     const next = encode(JSON.stringify({ model: model.id, messages: [...messages, { role: "assistant", content: "ok" }, { role: "user", content: "more" }] }));
     expect(chain.heldBodyText(next, "")).toBeNull();
     // The same conversation with a non-ASCII character in its system message: held.
     const wide = new TurnChainCache({ checkRate: 0 });
     messages[0] = { role: "system", content: `${ascii(40, 2000)}é` };
-    for (const n of [2, 4]) {
-      const bytes = encode(JSON.stringify({ model: model.id, messages: messages.slice(0, n) }));
-      serve(wide, reference(bytes) as string, bytes, "");
-    }
+    serveTwoTurns(wide, config, messages, "");
     const held = encode(JSON.stringify({ model: model.id, messages: [...messages, { role: "assistant", content: "ok" }, { role: "user", content: "more" }] }));
     expect(wide.heldBodyText(held, "")).not.toBeNull();
     // A body more than 2^3 times as long as the held prefix: not looked for.
