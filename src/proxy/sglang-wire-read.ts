@@ -9,7 +9,7 @@
  * The schemas stay the definition: test/unit/proxy/sglang-wire-read.test.ts checks the readers
  * against them.
  */
-import type { z } from "zod";
+import { z } from "zod";
 import { GenerateResponseSchema, GenerateResultSchema, type SglangGenerateResult } from "./sglang-wire.ts";
 
 const INVALID: unique symbol = Symbol("invalid");
@@ -84,23 +84,36 @@ const GENERATE_RESULT_SHAPE = looseShape({
   index: optionalCount,
 });
 
+/**
+ * `schema.safeParse(raw)`, a throw included: zod's check of an array's length reads `raw.length`
+ * as given, so an object whose `length` is an object with non-callable `valueOf`/`toString` throws a
+ * TypeError instead of failing. A worker's answer is refused as malformed, never a crash.
+ */
+function schemaParse<T extends z.ZodType>(schema: T, raw: unknown): z.ZodSafeParseResult<z.output<T>> {
+  try {
+    return schema.safeParse(raw);
+  } catch (e) {
+    return { success: false, error: new z.ZodError([{ code: "custom", message: `unreadable value (${e instanceof Error ? e.message : String(e)})`, path: [], input: raw }]) as z.ZodError<z.output<T>> };
+  }
+}
+
 /** `GenerateResultSchema.safeParse(raw)`. */
 export function parseGenerateResult(raw: unknown): z.ZodSafeParseResult<SglangGenerateResult> {
   const read = readLoose(GENERATE_RESULT_SHAPE, raw);
-  return read === INVALID ? GenerateResultSchema.safeParse(raw) : { success: true, data: read as SglangGenerateResult };
+  return read === INVALID ? schemaParse(GenerateResultSchema, raw) : { success: true, data: read as SglangGenerateResult };
 }
 
 /** `GenerateResponseSchema.safeParse(raw)`. */
 export function parseGenerateResponse(raw: unknown): z.ZodSafeParseResult<z.output<typeof GenerateResponseSchema>> {
   if (!Array.isArray(raw)) {
     const read = readLoose(GENERATE_RESULT_SHAPE, raw);
-    return read === INVALID ? GenerateResponseSchema.safeParse(raw) : { success: true, data: read as SglangGenerateResult };
+    return read === INVALID ? schemaParse(GenerateResponseSchema, raw) : { success: true, data: read as SglangGenerateResult };
   }
   const results: SglangGenerateResult[] = [];
   for (const item of raw) {
     const read = readLoose(GENERATE_RESULT_SHAPE, item);
-    if (read === INVALID) return GenerateResponseSchema.safeParse(raw);
+    if (read === INVALID) return schemaParse(GenerateResponseSchema, raw);
     results.push(read as SglangGenerateResult);
   }
-  return results.length > 0 ? { success: true, data: results } : GenerateResponseSchema.safeParse(raw);
+  return results.length > 0 ? { success: true, data: results } : schemaParse(GenerateResponseSchema, raw);
 }

@@ -56,7 +56,7 @@ function object(r: () => number, fields: Record<string, unknown>): unknown {
     [entries[i], entries[j]] = [entries[j]!, entries[i]!];
   }
   for (const [k, v] of entries) if (v !== ABSENT) out[k] = v;
-  if (r() < 0.03) return JSON.parse(`{"__proto__": 1, "text": "p", "meta_info": {}}`) as unknown;
+  if (r() < 0.03) return JSON.parse(pick(r, [`{"__proto__": 1, "text": "p", "meta_info": {}}`, `{"__proto__": {"x": 1}, "text": "p", "meta_info": {}}`, `{"text": "p", "meta_info": {"__proto__": {"prompt_tokens": 3}}}`])) as unknown;
   return out;
 }
 
@@ -66,9 +66,9 @@ function finishReason(r: () => number): unknown {
   if (x < 0.35) return pick(r, ["stop", 1, []]);
   return object(r, {
     type: field(r, ["stop", "length", "abort"], NOT_STRINGS),
-    matched: field(r, [null, 151645, "</s>"], [Number.NaN, true, []]),
+    matched: field(r, [null, 151645, "</s>"], [Number.NaN, Number.POSITIVE_INFINITY, Number.NEGATIVE_INFINITY, true, []]),
     message: field(r, [null, "why"], NOT_STRINGS),
-    status_code: field(r, [null, 400, -1], [1.5, "400"]),
+    status_code: field(r, [null, 400, -1], [1.5, "400", 2 ** 53, Number.NaN]),
     length: field(r, [16], []),
   });
 }
@@ -96,12 +96,24 @@ function result(r: () => number): unknown {
 
 function sameAsSchema(read: { success: boolean; data?: unknown; error?: { issues: unknown[] } }, zod: { success: boolean; data?: unknown; error?: { issues: unknown[] } }): void {
   expect(read.success).toBe(zod.success);
-  if (zod.success) expect(dump(read.data)).toBe(dump(zod.data));
+  if (zod.success) {
+    expect(dump(read.data)).toBe(dump(zod.data));
+    expect(Object.getPrototypeOf(read.data)).toBe(Object.getPrototypeOf(zod.data));
+  }
   else expect(dump(read.error!.issues.map((i) => (i as { message: string }).message))).toBe(dump(zod.error!.issues.map((i) => (i as { message: string }).message)));
 }
 
 describe("answer readers against their zod schemas", () => {
   afterEach(() => vi.restoreAllMocks());
+
+  it("an answer zod's own check throws on is refused as malformed, not thrown", () => {
+    // zod reads an array-like's `length` as given: an object whose valueOf and toString are not callable throws.
+    const raw = { length: { toString: 0, valueOf: 0 }, meta_info: 1 };
+    expect(() => GenerateResponseSchema.safeParse(raw)).toThrow(TypeError);
+    const read = parseGenerateResponse(raw);
+    expect(read.success).toBe(false);
+    expect(read.error!.issues[0]!.message).toMatch(/unreadable value/);
+  });
 
   it("a stream frame: same success, output and issues on 20,000 random results", () => {
     const r = random(0x5eed);
