@@ -70,7 +70,12 @@ async function ask(fleet: Fleet, key: string | null, text: string, model = fleet
   });
   const json = (await r.json()) as { usage?: { prompt_tokens: number; prompt_tokens_details?: { cached_tokens?: number } } };
   expect(r.status, JSON.stringify(json)).toBe(200);
-  const fresh = (await receipts(fleet)).filter((x) => !seen.has(x.receiptId));
+  // The settlement reaches the index after the answer (the edge's receipt outbox, up to RECEIPT_FLUSH_MS).
+  let fresh: Receipt[] = [];
+  for (let i = 0; i < 200 && fresh.length === 0; i++) {
+    if (i > 0) await new Promise((done) => setTimeout(done, 10));
+    fresh = (await receipts(fleet)).filter((x) => !seen.has(x.receiptId));
+  }
   expect(fresh).toHaveLength(1);
   // Let the worker's KV events reach the index before the next request is routed.
   await fleet.waitForSync();
