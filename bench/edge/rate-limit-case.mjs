@@ -10,7 +10,7 @@
 // the index process's CPU in the same window (the take's object side is there, beside the route
 // and receipts calls'). on − off per pair is the default limiter's edge-side cost.
 import { summarize } from "../lib/stats.mjs";
-import { edgeSendCpu, RECEIPT_TAIL_MS } from "./turn-sends.mjs";
+import { edgeSendCpu } from "./turn-sends.mjs";
 
 /**
  * The cases: warm 1k text (a seen history plus a new answer and user turn), unstreamed and streamed,
@@ -37,7 +37,7 @@ export async function rateLimitFigures(io, { reps, turnReps, turnHistoryTokens }
       const b = io.body([...history, { role: "assistant", content: io.fresh(c.turn[0]) }, { role: "user", content: io.fresh(c.turn[1]) }], c.stream);
       await io.post("direct", b, c.stream);
       const sent = {};
-      for (const target of i % 2 === 0 ? ["off", "on"] : ["on", "off"]) sent[target] = await edgeSendCpu(() => io.post(target, b, c.stream), io.cpu, io.pids, RECEIPT_TAIL_MS);
+      for (const target of i % 2 === 0 ? ["off", "on"] : ["on", "off"]) sent[target] = await edgeSendCpu(() => io.post(target, b, c.stream), io.cpu, io.pids);
       // The limiter took (its x-ratelimit-* headers) on the one side only: else the pair prices nothing.
       if (!sent.on.response.headers.has("x-ratelimit-remaining-requests") || sent.off.response.headers.has("x-ratelimit-remaining-requests")) throw new Error("rate-limit case: the rate-limited edge sent no x-ratelimit headers, or the other one did");
       for (const t of ["off", "on"]) {

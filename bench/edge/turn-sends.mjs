@@ -3,11 +3,10 @@
 // process), after one unmeasured send to the worker (so the worker's caches are equally warm for
 // all three). The three go in each of the six orders in turn, so none holds a position. The edge
 // process's CPU of each edge-process send is read apart: from right before it to the moment the
-// edge and index processes are both quiet after it, so its waitUntil tail (the edge's receipts call
-// RECEIPT_FLUSH_MS later, the floor's second RPC, and the index's answer to each) is its own and
-// never lands in the next send's.
+// edge and index processes are both quiet after it, so its waitUntil tail (the edge's receipts call,
+// sent at once since no other request of its isolate is preparing a route, the floor's second RPC,
+// and the index's answer to each) is its own and never lands in the next send's.
 import { waitForQuiet } from "../lib/process-cpu.mjs";
-import { RECEIPT_FLUSH_MS } from "../../src/edge/chat/receipt-outbox.ts";
 
 const ORDERS = [
   ["edge", "floor", "direct"],
@@ -22,27 +21,13 @@ const ORDERS = [
 const AFTER_SEND = { windowMs: 2, maxShare: 0.025, windows: 1, timeoutMs: 50 };
 
 /**
- * An edge request's receipts wait up to RECEIPT_FLUSH_MS for a route to carry them, then go in a
- * call of their own: the window stays open past that, so the call is billed to its own request (as
- * with one request at a time and gaps over that time) and never to the next send's window.
- */
-export const RECEIPT_TAIL_MS = RECEIPT_FLUSH_MS + 2;
-
-/**
  * The edge process's CPU of `send()`: from right before it until the edge and index processes
- * (`pids`) are quiet after it, and for the edge not before its receipts went out (`tailMs`).
- * Returns { response, process, mainThread, index } (ms; `cpu()` as below).
+ * (`pids`) are quiet after it. Returns { response, process, mainThread, index } (ms; `cpu()` as below).
  */
-export async function edgeSendCpu(send, cpu, pids, tailMs = 0) {
+export async function edgeSendCpu(send, cpu, pids) {
   const a = cpu();
   const response = await send();
-  const sent = performance.now();
   await waitForQuiet(pids, AFTER_SEND);
-  const left = tailMs - (performance.now() - sent);
-  if (left > 0) {
-    await new Promise((r) => setTimeout(r, left));
-    await waitForQuiet(pids, AFTER_SEND);
-  }
   const b = cpu();
   return { response, process: b.edge - a.edge, mainThread: b.edgeIsolate - a.edgeIsolate, index: b.index - a.index };
 }
@@ -65,7 +50,7 @@ export async function measuredSends({ i, send, cpu, pids }) {
       res.direct = await send("direct");
       continue;
     }
-    spent[target] = await edgeSendCpu(() => send(target), cpu, pids, target === "edge" ? RECEIPT_TAIL_MS : 0);
+    spent[target] = await edgeSendCpu(() => send(target), cpu, pids);
     res[target] = spent[target].response;
   }
   const t1 = cpu();

@@ -31,6 +31,7 @@ import { takeTokenQuota, withLimitHeaders, type TokenQuotaDeps } from "./token-q
 import type { AdmissionFrontDoor } from "../routing-index/front-door.ts";
 import { chatUpstreamBody } from "./chat/upstream-body.ts";
 import { StageClock } from "./server-timing.ts";
+import type { PreparingRoute } from "./chat/receipt-outbox.ts";
 
 export interface ChatDeps extends ParseDeps, PrepareDeps, ForwardDeps, TokenQuotaDeps {
   /** The request's W3C trace context at the edge (functions/ starts it, so error answers name it too); absent: started from the request's own `traceparent`. */
@@ -41,7 +42,13 @@ export interface ChatDeps extends ParseDeps, PrepareDeps, ForwardDeps, TokenQuot
   onPrepared?(prepared: PreparedRouting): void;
 }
 
-export async function handleChatCompletions(request: Request, deps: ChatDeps): Promise<Response> {
+/** Counted as preparing a route from here to its first index call (receipt-outbox.ts). */
+export function handleChatCompletions(request: Request, deps: ChatDeps): Promise<Response> {
+  return deps.receiptOutbox.whilePreparingRoute((preparing) => serveChatCompletions(request, deps, preparing));
+}
+
+/** The chat route for a caller that counts the request as preparing a route already (responses). */
+export async function serveChatCompletions(request: Request, deps: ChatDeps, preparing: PreparingRoute): Promise<Response> {
   const { config } = deps;
   // workerd advances clocks only across I/O, so this measures what awaits cost (body, index RPC).
   const clock = new StageClock();
@@ -91,6 +98,7 @@ export async function handleChatCompletions(request: Request, deps: ChatDeps): P
     traceId: trace.traceId,
     incrementalOnly: costly !== null,
     receiptOutbox: deps.receiptOutbox,
+    preparing,
     waitUntil: deps.waitUntil,
     ...(deps.admissionIndex
       ? {

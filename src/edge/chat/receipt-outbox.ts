@@ -8,8 +8,14 @@
  *   queued it (workerd runs a timer's callback and its I/O there), as one `receipts` call, only
  *   while that receipt still waits: its request is then alive (its waitUntil holds the receipt),
  *   where one whose receipt went already may be ending, and a call made there can be cut;
- * - at once, when the caller waits for delivery (a sharded pool's release before reply) or the
- *   queue holds MAX_RECEIPTS_PER_CALL.
+ * - at once, when no request of this isolate is preparing a route (no carrier can come soon), when
+ *   the caller waits for delivery (a sharded pool's release before reply) or the queue holds
+ *   MAX_RECEIPTS_PER_CALL.
+ * A request counts as preparing a route from its generate handler's start (chat, completions,
+ * responses) until its first route or admit call starts, or the handler ends without one. One that
+ * ends so (an error, a refusal, its client gone) leaves what waits to the receipts' own timers: it
+ * holds no stub of theirs, and sending them would make it the carrier of other requests' receipts
+ * for at most RECEIPT_FLUSH_MS saved.
  * Each receipt's promise is held under its own request's waitUntil and is settled in that request's
  * context only: when the call that request made for it answered or failed, or, when another
  * request's call took it, by its own timer. A request whose waitUntil waits on a promise only
@@ -58,9 +64,17 @@ export interface ReceiptOutboxOptions {
   now?: () => number;
 }
 
+/** A request preparing a route, as its outbox counts it. */
+export interface PreparingRoute {
+  /** Stops counting it (its first index call starts); later calls do nothing. */
+  release(): void;
+}
+
 export class ReceiptOutbox {
   /** Keyed by the shard's object name (pool-address.ts shardObjectName): a shard's receipts go to that shard only. */
   readonly #queues = new Map<string, Queued[]>();
+  /** Requests of this isolate preparing a route: their route or admit call may carry a queue soon. */
+  #preparing = 0;
   readonly #flushMs: number;
   readonly #now: () => number;
 
@@ -70,8 +84,30 @@ export class ReceiptOutbox {
   }
 
   /**
+   * Runs `prepare` counted as a request preparing a route, until the mark's release (route.ts, as
+   * its first index call starts) or `prepare` settles, whichever comes first.
+   */
+  async whilePreparingRoute<T>(prepare: (mark: PreparingRoute) => Promise<T>): Promise<T> {
+    let counted = true;
+    this.#preparing++;
+    const mark: PreparingRoute = {
+      release: () => {
+        if (!counted) return;
+        counted = false;
+        this.#preparing--;
+      },
+    };
+    try {
+      return await prepare(mark);
+    } finally {
+      mark.release();
+    }
+  }
+
+  /**
    * Queues a receipt for shard `shardKey`; `door` is that shard's stub in the calling request.
-   * `sendNow`: send the queue at once (the caller awaits the promise). Resolves, in the calling
+   * `sendNow`: send the queue at once (the caller awaits the promise); it goes at once too when no
+   * request is preparing a route. Resolves, in the calling
    * request's context, once the call this request made for it answered or failed, or once its
    * timer found it taken by another request's call.
    */
@@ -84,7 +120,7 @@ export class ReceiptOutbox {
     let item!: Queued;
     const released = new Promise<void>((resolve) => (item = { entry, taken: false, at: this.#now(), release: resolve }));
     q.push(item);
-    if (sendNow || q.length >= MAX_RECEIPTS_PER_CALL) void this.#send(shardKey, door, item);
+    if (sendNow || this.#preparing === 0 || q.length >= MAX_RECEIPTS_PER_CALL) void this.#send(shardKey, door, item);
     else
       setTimeout(() => {
         // Taken by another request's call, which that request holds: this request's part is done.

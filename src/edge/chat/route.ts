@@ -8,7 +8,7 @@ import { shardForRequest, shardObjectName } from "../../routing-index/pool-addre
 import type { AdmissionFrontDoor, ChatFrontDoor, RouteDecision } from "../../routing-index/front-door.ts";
 import { admitFirstPick, type AdmissionInput } from "./admission.ts";
 import type { FallbackReason } from "./layout.ts";
-import type { ReceiptOutbox } from "./receipt-outbox.ts";
+import type { PreparingRoute, ReceiptOutbox } from "./receipt-outbox.ts";
 
 export interface RouteInput {
   /** Shard `shard` of a pool's routing index. */
@@ -29,6 +29,8 @@ export interface RouteInput {
   admission?: AdmissionInput;
   /** The isolate's receipt queue: each pick carries the shard's queued receipts (receipt-outbox.ts). */
   receiptOutbox: ReceiptOutbox;
+  /** The request's mark as preparing a route (receiptOutbox.whilePreparingRoute): released as its first call starts. */
+  preparing: PreparingRoute;
   waitUntil(p: Promise<unknown>): void;
 }
 
@@ -65,6 +67,7 @@ export function routeTarget(input: RouteInput): RouteTarget {
     index,
     pick: async (exclude, first) => {
       // The shard's queued receipts ride the pick: applied before it decides (receipt-outbox.ts).
+      input.preparing.release();
       const carried = input.receiptOutbox.take(shardKey);
       const req = {
         ...(carried ? { receipts: carried.entries } : {}),

@@ -1,8 +1,8 @@
 /**
  * Stage 9, settle: what the edge tells the pool about a pick afterwards. The receipt's settlement
  * (tokens, outcome, edge overhead) frees the request's load; prefill done stops counting it against
- * others' start; both wait in the isolate's receipt queue for a call to carry them
- * (receipt-outbox.ts). A worker the edge cannot reach is quarantined on every shard at once. All
+ * others' start; both go through the isolate's receipt queue, which holds them for a route call
+ * only while one may come soon (receipt-outbox.ts). A worker the edge cannot reach is quarantined on every shard at once. All
  * under waitUntil: the client never waits on the index, except a sharded pool's complete answer.
  */
 import type { ChatFrontDoor, RouteDecision, SettleRequest } from "../../routing-index/front-door.ts";

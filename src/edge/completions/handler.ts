@@ -28,10 +28,16 @@ import { affinityKeyOf } from "../chat/affinity.ts";
 import type { ClientRef } from "../client-label.ts";
 import { clientNetwork } from "../rate-limit.ts";
 import { StageClock } from "../server-timing.ts";
+import type { PreparingRoute } from "../chat/receipt-outbox.ts";
 import { takeTokenQuota, withLimitHeaders } from "../token-quota.ts";
 import { completionAnswer, type TextCompletion } from "./completion-answer.ts";
 
-export async function handleCompletions(request: Request, deps: ChatDeps): Promise<Response> {
+/** Counted as preparing a route from here to its first prompt's index call (receipt-outbox.ts). */
+export function handleCompletions(request: Request, deps: ChatDeps): Promise<Response> {
+  return deps.receiptOutbox.whilePreparingRoute((preparing) => serveCompletions(request, deps, preparing));
+}
+
+async function serveCompletions(request: Request, deps: ChatDeps, preparing: PreparingRoute): Promise<Response> {
   const { config } = deps;
   const clock = new StageClock();
   const trace = deps.trace ?? startEdgeTrace(request.headers.get("traceparent"));
@@ -105,6 +111,7 @@ export async function handleCompletions(request: Request, deps: ChatDeps): Promi
       incrementalOnly: costly !== null,
       ...(admission ? { admission } : {}),
       receiptOutbox: deps.receiptOutbox,
+      preparing,
       waitUntil: deps.waitUntil,
     });
     const echo = req.echo ? ("text" in prompt ? prompt.text : tokenizer.decode(prompt.ids)) : null;

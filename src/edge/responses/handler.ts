@@ -11,7 +11,8 @@ import { InvalidRequestError, MethodNotAllowedError, NotFoundError } from "../..
 import { parseSchemaBody, readBodyText } from "../../api/validate.ts";
 import { inputToMessages, refuseUnsupported, ResponseCreateSchema, toChatRequest, type ChatMessage, type InputItem, type ResponseCreateRequest } from "../../api/responses-schema.ts";
 import { authorizeClient } from "../auth.ts";
-import { handleChatCompletions, type ChatDeps } from "../chat.ts";
+import { serveChatCompletions, type ChatDeps } from "../chat.ts";
+import type { PreparingRoute } from "../chat/receipt-outbox.ts";
 import { limitsOf } from "../chat/parse.ts";
 import { cacheTenant, resolveModel } from "../chat/resolve-model.ts";
 import { edgeCachePartition } from "../cache-salt.ts";
@@ -35,7 +36,8 @@ const RESPONSE_PATH = /^\/v1\/responses\/([^/]{1,128})$/;
 export async function handleResponsesRoute(request: Request, path: string, deps: ResponsesDeps): Promise<Response | null> {
   if (path === "/v1/responses") {
     if (request.method !== "POST") throw new MethodNotAllowedError(["POST"]);
-    return createResponse(request, deps);
+    // Preparing a route from here (the stored conversation too) to the chat route's first index call (receipt-outbox.ts).
+    return deps.receiptOutbox.whilePreparingRoute((preparing) => createResponse(request, deps, preparing));
   }
   const m = RESPONSE_PATH.exec(path);
   if (!m) return null;
@@ -72,7 +74,7 @@ function parseCreate(text: string, deps: ResponsesDeps): ResponseCreateRequest {
   return req;
 }
 
-async function createResponse(request: Request, deps: ResponsesDeps): Promise<Response> {
+async function createResponse(request: Request, deps: ResponsesDeps, preparing: PreparingRoute): Promise<Response> {
   const caller = authorizeClient(request, deps.config);
   // The rate-limit verdict comes before the body is read and the store is asked; the chat handler
   // below is handed its headers instead of taking a second token. Token quotas are the chat
@@ -152,7 +154,7 @@ async function createResponse(request: Request, deps: ResponsesDeps): Promise<Re
         };
       }
     : undefined;
-  const chat = await handleChatCompletions(chatRequest, { ...deps, scanned, rateLimit: async () => limitHeaders, index, onPrepared, mediaSeeds: mediaSeeds(storedMedia, history), ...(admissionIndex ? { admissionIndex } : {}) });
+  const chat = await serveChatCompletions(chatRequest, { ...deps, scanned, rateLimit: async () => limitHeaders, index, onPrepared, mediaSeeds: mediaSeeds(storedMedia, history), ...(admissionIndex ? { admissionIndex } : {}) }, preparing);
   if (chat.status !== 200) return chat;
 
   const id = newItemId("resp");

@@ -1,14 +1,14 @@
 /**
  * A Worker for receipt-outbox-workerd.test.ts: request A settles its pick through the real receipt
- * queue (settle.ts, receipt-outbox.ts) and ends; request B, concurrent in the same isolate, routes
- * through the real route.ts, so its call carries A's settlement to a Durable Object that answers
+ * queue (settle.ts, receipt-outbox.ts) and ends; request B, concurrent in the same isolate and
+ * preparing its route meanwhile (so A's receipt waits for a carrier), routes through the real route.ts, so its call carries A's settlement to a Durable Object that answers
  * after `ROUTE_DELAY_MS` (as a route waiting in the admission queue would). A's waitUntil records
  * when the promise it holds settles, in A's context.
  */
 import { DurableObject } from "cloudflare:workers";
 import type { ChatFrontDoor, RouteDecision, RouteRequest } from "../../../src/routing-index/front-door.ts";
 import type { CarryingReceipts, ReceiptEntry } from "../../../src/routing-index/receipt-entries.ts";
-import { ReceiptOutbox } from "../../../src/edge/chat/receipt-outbox.ts";
+import { ReceiptOutbox, type PreparingRoute } from "../../../src/edge/chat/receipt-outbox.ts";
 import { routeTarget } from "../../../src/edge/chat/route.ts";
 import { openReceipt } from "../../../src/edge/chat/settle.ts";
 
@@ -47,10 +47,13 @@ async function until(flag: keyof typeof flags): Promise<void> {
   while (!flags[flag]) await new Promise((r) => setTimeout(r, 1));
 }
 
-function target(env: Env, ctx: ExecutionContext, traceId: string, onSettled?: () => void) {
+/** A never routes: it holds no preparing mark. */
+const notPreparing: PreparingRoute = { release: () => undefined };
+
+function target(env: Env, ctx: ExecutionContext, traceId: string, preparing: PreparingRoute, onSettled?: () => void) {
   const door = env.INDEX.getByName(MODEL) as unknown as ChatFrontDoor;
   const waitUntil = (p: Promise<unknown>) => ctx.waitUntil(onSettled ? p.then(onSettled) : p);
-  const t = routeTarget({ index: () => door, shards: 1, model: MODEL, localHashes: [], isl: 1, fallbackReason: null, edgeColo: null, traceId, incrementalOnly: false, receiptOutbox: outbox, waitUntil });
+  const t = routeTarget({ index: () => door, shards: 1, model: MODEL, localHashes: [], isl: 1, fallbackReason: null, edgeColo: null, traceId, incrementalOnly: false, receiptOutbox: outbox, preparing, waitUntil });
   return { t, deps: { index: () => door, waitUntil, receiptOutbox: outbox } };
 }
 
@@ -59,19 +62,21 @@ export default {
     const path = new URL(request.url).pathname;
     if (path === "/a") {
       await until("bArrived");
-      const { t, deps } = target(env, ctx, "a", () => void continued.push("a"));
+      const { t, deps } = target(env, ctx, "a", notPreparing, () => void continued.push("a"));
       const decision = { workerId: "w", receiptId: "A", overlapBlocks: 0, totalBlocks: 0 } as RouteDecision;
       void openReceipt(deps, t, decision, 0, false).settle({ promptTokens: 1, cachedTokens: 0, outcome: "ok" });
       flags.aQueued = true;
       return new Response("a");
     }
     if (path === "/b") {
-      // A's fetch runs in its own request context; B's pick takes what A queued.
-      flags.bArrived = true;
-      await until("aQueued");
-      const { t } = target(env, ctx, "b");
-      const d = await t.pick([], false);
-      return new Response(d?.receiptId ?? "none");
+      // A's fetch runs in its own request context; B, preparing its route, picks and takes what A queued.
+      return outbox.whilePreparingRoute(async (preparing) => {
+        flags.bArrived = true;
+        await until("aQueued");
+        const { t } = target(env, ctx, "b", preparing);
+        const d = await t.pick([], false);
+        return new Response(d?.receiptId ?? "none");
+      });
     }
     return Response.json({ index: await (env.INDEX.getByName(MODEL) as unknown as Index).seen(), continued });
   },

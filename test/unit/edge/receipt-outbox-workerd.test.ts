@@ -1,7 +1,7 @@
 /**
  * The receipt queue in real workerd (Miniflare), two concurrent requests in one isolate: request
- * A's settlement rides request B's route call (src/edge/chat/route.ts), which answers after A's
- * flush timer. A's promise must settle in A's own context (its timer), never from B's answer: a
+ * A's settlement, queued while request B prepares its route, waits for B and rides B's route call
+ * (src/edge/chat/route.ts), which answers after A's flush timer. A's promise must settle in A's own context (its timer), never from B's answer: a
  * request whose waitUntil waits on a promise only another request settles is judged hung by
  * workerd, its continuations dropped with a cross-request warning (receipt-outbox.ts).
  */

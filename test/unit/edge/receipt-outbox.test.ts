@@ -1,12 +1,15 @@
 /**
  * The isolate's receipt queue (src/edge/chat/receipt-outbox.ts): settlements and prefill-done marks
- * ride the next route to their shard or go together after a short wait, so a request costs the
- * index fewer calls than a route and a settle (and a prefill-done mark when streamed) of its own.
+ * go at once when no request of the isolate is preparing a route; otherwise they wait for the next
+ * route to their shard, or go together after a short wait.
  * Real handler, real simulated worker over HTTP, real RoutingCore; the front door counts the calls.
  */
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { errorResponse } from "../../../src/api/errors.ts";
 import { parseEdgeConfig } from "../../../src/config/config.ts";
 import { handleChatCompletions, type ChatDeps } from "../../../src/edge/chat.ts";
+import { handleCompletions } from "../../../src/edge/completions/handler.ts";
+import { handleResponsesRoute } from "../../../src/edge/responses/handler.ts";
 import { ReceiptOutbox } from "../../../src/edge/chat/receipt-outbox.ts";
 import { routeTarget } from "../../../src/edge/chat/route.ts";
 import { MAX_RECEIPTS_PER_CALL, type AdmissionFrontDoor, type ChatFrontDoor, type ReceiptEntry } from "../../../src/routing-index/front-door.ts";
@@ -69,19 +72,121 @@ async function sequential(n: number, stream: boolean, opts: { shards?: number; f
 }
 
 describe("index calls per request", () => {
-  it.each([false, true])("requests one after another (stream %s): each one's receipts ride the next one's route; the last go in one call", async (stream) => {
-    const n = 5;
-    // A wait longer than a request here, so every receipt but the last request's rides a route.
-    const { core, calls } = await sequential(n, stream, { flushMs: 500 });
-    const perReceipt = stream ? ["prefill_done", "settle"] : ["settle"];
-    expect(calls).toEqual([
-      { method: "route", carried: [] },
-      ...Array.from({ length: n - 1 }, () => ({ method: "route", carried: perReceipt })),
-      { method: "receipts", carried: perReceipt },
-    ]);
-    // n + 1 calls for n requests (each alone: 2 unstreamed, 3 streamed); every load released.
+  it.each([false, true])("a request alone (stream %s): its receipts go at once, each in its own call, nothing waits for a route", async (stream) => {
+    const n = 3;
+    // A wait longer than the test: a receipt that waited for a carrier would ride the next route.
+    const { core, calls, atAnswer } = await sequential(n, stream, { flushMs: 10_000 });
+    const perRequest = [{ method: "route", carried: [] }, ...(stream ? [{ method: "receipts", carried: ["prefill_done"] }] : []), { method: "receipts", carried: ["settle"] }];
+    expect(calls).toEqual(Array.from({ length: n }, () => perRequest).flat());
+    if (!stream) expect(atAnswer).toEqual([2, 4, 6]);
     expect(core.sizes().activeRequests).toBe(0);
     expect(core.stats().counters.settled).toBe(n);
+  });
+
+  it("while another request prepares its route, a settlement waits for it and rides its route call", async () => {
+    const { core, index, calls } = countingIndex();
+    const config = parseEdgeConfig({ KVEDGE_ACCESS: "public", KVEDGE_RATE_LIMIT: "off", KVEDGE_WORKER_AUTH: "none" });
+    const outbox = new ReceiptOutbox({ flushMs: 500 });
+    const waits: Promise<unknown>[] = [];
+    const deps: ChatDeps = { config, index: () => index, fetch: (u, i) => fetch(u, i), receiptOutbox: outbox, waitUntil: (p) => void waits.push(p) };
+    let startRoute!: () => void;
+    const go = new Promise<void>((r) => (startRoute = r));
+    // Request B prepares until `go`, then picks.
+    const b = outbox.whilePreparingRoute(async (preparing) => {
+      await go;
+      return routeTarget({ ...routeInput(() => index, outbox, waits), preparing }).pick([], true);
+    });
+    const res = await handleChatCompletions(chat(0, false), deps);
+    await res.text();
+    expect(calls.map((c) => c.method)).toEqual(["route"]);
+    startRoute();
+    await b;
+    await Promise.all(waits);
+    expect(calls).toEqual([
+      { method: "route", carried: [] },
+      { method: "route", carried: ["settle"] },
+    ]);
+    expect(core.stats().counters.settled).toBe(1);
+  });
+
+  it("a request that fails before routing stops counting: what waited goes on its timer, and a later receipt at once", async () => {
+    const { index, calls } = countingIndex();
+    const config = parseEdgeConfig({ KVEDGE_ACCESS: "public", KVEDGE_RATE_LIMIT: "off", KVEDGE_WORKER_AUTH: "none" });
+    const outbox = new ReceiptOutbox({ flushMs: 50 });
+    const waits: Promise<unknown>[] = [];
+    const deps: ChatDeps = { config, index: () => index, fetch: (u, i) => fetch(u, i), receiptOutbox: outbox, waitUntil: (p) => void waits.push(p) };
+    // Request B's body arrives late and is not JSON: B prepares (reads its body) until it fails with a 400.
+    let body!: ReadableStreamDefaultController<Uint8Array>;
+    const stalled = new Request("http://edge/v1/chat/completions", {
+      method: "POST",
+      headers: { "content-type": "application/json" },
+      body: new ReadableStream<Uint8Array>({ start: (c) => void (body = c) }),
+      duplex: "half",
+    } as RequestInit);
+    const b = handleChatCompletions(stalled, deps).then(
+      (r) => r.status,
+      (e: unknown) => errorResponse(e).status,
+    );
+    const a = await handleChatCompletions(chat(0, false), deps);
+    await a.text();
+    expect(calls.map((c) => c.method)).toEqual(["route"]);
+    body.enqueue(new TextEncoder().encode("{not json"));
+    body.close();
+    expect(await b).toBe(400);
+    await Promise.all(waits);
+    expect(calls.map((c) => c.method)).toEqual(["route", "receipts"]);
+    // Nothing prepares now (the count went back to 0, not below): a receipt goes without waiting.
+    const { sent, door } = recordingDoor();
+    const released = outbox.queue("m", door, settle("r9"), false);
+    await Promise.resolve();
+    expect(sent).toEqual([[settle("r9")]]);
+    await released;
+  });
+
+  it.each([
+    ["chat", "/v1/chat/completions", (r: Request, d: ChatDeps) => handleChatCompletions(r, d)],
+    ["completions", "/v1/completions", (r: Request, d: ChatDeps) => handleCompletions(r, d)],
+    ["responses", "/v1/responses", (r: Request, d: ChatDeps) => handleResponsesRoute(r, "/v1/responses", d) as Promise<Response>],
+  ] as const)("a %s request counts as preparing from its start: receipts queued meanwhile wait for it", async (_name, path, handle) => {
+    const config = parseEdgeConfig({ KVEDGE_ACCESS: "public", KVEDGE_RATE_LIMIT: "off", KVEDGE_WORKER_AUTH: "none" });
+    const outbox = new ReceiptOutbox({ flushMs: 30 });
+    const { sent, door } = recordingDoor();
+    const deps: ChatDeps = { config, index: () => door, fetch: (u, i) => fetch(u, i), receiptOutbox: outbox, waitUntil: () => undefined };
+    let body!: ReadableStreamDefaultController<Uint8Array>;
+    const stalled = new Request(`http://edge${path}`, {
+      method: "POST",
+      headers: { "content-type": "application/json" },
+      body: new ReadableStream<Uint8Array>({ start: (c) => void (body = c) }),
+      duplex: "half",
+    } as RequestInit);
+    const failed = handle(stalled, deps).then(
+      (r) => r.status,
+      (e: unknown) => errorResponse(e).status,
+    );
+    const waited = outbox.queue("m", door, settle("r1"), false);
+    await new Promise((r) => setTimeout(r, 5));
+    expect(sent).toEqual([]);
+    body.close();
+    expect(await failed).toBe(400);
+    await waited;
+    expect(sent).toEqual([[settle("r1")]]);
+  });
+
+  it("a mark released twice counts once: another request still preparing keeps receipts waiting", async () => {
+    const outbox = new ReceiptOutbox({ flushMs: 10_000 });
+    const { sent, door } = recordingDoor();
+    let finish!: () => void;
+    const stillPreparing = outbox.whilePreparingRoute(() => new Promise<void>((r) => (finish = r)));
+    await outbox.whilePreparingRoute(async (mark) => {
+      mark.release();
+      mark.release();
+    });
+    void outbox.queue("m", door, settle("r1"), false);
+    await Promise.resolve();
+    expect(sent).toEqual([]);
+    finish();
+    await stillPreparing;
+    expect(outbox.take("m")!.entries.map((e) => e.receiptId)).toEqual(["r1"]);
   });
 
   it("a sharded pool's answer waits for its settlement: sent at once, before the answer", async () => {
@@ -89,28 +194,44 @@ describe("index calls per request", () => {
     expect(calls.map((c) => c.method)).toEqual(["route", "receipts", "route", "receipts"]);
     expect(atAnswer).toEqual([2, 4]);
   });
-
-  it("receipts not carried by a route go after the wait, together in one call", async () => {
-    const { calls } = await sequential(1, true, { flushMs: 50 });
-    expect(calls).toEqual([
-      { method: "route", carried: [] },
-      { method: "receipts", carried: ["prefill_done", "settle"] },
-    ]);
-  });
 });
 
-describe("the queue", () => {
-  const settle = (receiptId: string): ReceiptEntry => ({ kind: "settle", receiptId, promptTokens: null, cachedTokens: null, outcome: "ok" });
+function routeInput(index: () => ChatFrontDoor, outbox: ReceiptOutbox, waits: Promise<unknown>[]) {
+  return {
+    index,
+    shards: 1,
+    model: MODEL,
+    localHashes: [],
+    isl: 1,
+    fallbackReason: null,
+    edgeColo: null,
+    traceId: "t",
+    incrementalOnly: false,
+    receiptOutbox: outbox,
+    waitUntil: (p: Promise<unknown>) => void waits.push(p),
+  };
+}
 
-  function recordingDoor(fail = false) {
-    const sent: ReceiptEntry[][] = [];
-    const door = { receipts: async (e: readonly ReceiptEntry[]) => void sent.push([...e]) } as ChatFrontDoor;
-    const failing = { receipts: async () => Promise.reject(new Error("index unreachable")) } as unknown as ChatFrontDoor;
-    return { sent, door: fail ? failing : door };
-  }
+const settle = (receiptId: string): ReceiptEntry => ({ kind: "settle", receiptId, promptTokens: null, cachedTokens: null, outcome: "ok" });
+
+function recordingDoor(fail = false) {
+  const sent: ReceiptEntry[][] = [];
+  const door = { receipts: async (e: readonly ReceiptEntry[]) => void sent.push([...e]) } as ChatFrontDoor;
+  const failing = { receipts: async () => Promise.reject(new Error("index unreachable")) } as unknown as ChatFrontDoor;
+  return { sent, door: fail ? failing : door };
+}
+
+/** An outbox where a request prepares a route for as long as the test runs: receipts wait for a carrier or their timer. */
+function preparingOutbox(opts: ConstructorParameters<typeof ReceiptOutbox>[0]): ReceiptOutbox {
+  const outbox = new ReceiptOutbox(opts);
+  void outbox.whilePreparingRoute(() => new Promise<never>(() => undefined));
+  return outbox;
+}
+
+describe("the queue (a request preparing a route throughout)", () => {
 
   it("keeps each shard's receipts for that shard: a route to one carries none of another's", async () => {
-    const outbox = new ReceiptOutbox({ flushMs: 10_000 });
+    const outbox = preparingOutbox({ flushMs: 10_000 });
     const { door } = recordingDoor();
     void outbox.queue("m", door, settle("r1"), false);
     void outbox.queue("m#1", door, settle("r2"), false);
@@ -121,7 +242,7 @@ describe("the queue", () => {
   });
 
   it("sends a full queue at once, in one call of MAX_RECEIPTS_PER_CALL", async () => {
-    const outbox = new ReceiptOutbox({ flushMs: 200 });
+    const outbox = preparingOutbox({ flushMs: 200 });
     const { sent, door } = recordingDoor();
     const released = Array.from({ length: MAX_RECEIPTS_PER_CALL }, (_, k) => outbox.queue("m", door, settle(`r${k}`), false));
     await new Promise((r) => setTimeout(r, 0)); // before any receipt's timer
@@ -131,7 +252,7 @@ describe("the queue", () => {
   });
 
   it("a receipt another request's call took settles its promise on its own timer, not on that call; a failed carrying call sends it on its own", async () => {
-    const outbox = new ReceiptOutbox({ flushMs: 20 });
+    const outbox = preparingOutbox({ flushMs: 20 });
     const { sent, door } = recordingDoor();
     let done = false;
     const released = outbox.queue("m", door, settle("r1"), false).then(() => (done = true));
@@ -147,7 +268,7 @@ describe("the queue", () => {
 
   it("a resent mark is dated by its wait until the resend, not until the failed call took it", async () => {
     let now = 1_000;
-    const outbox = new ReceiptOutbox({ flushMs: 10_000, now: () => now });
+    const outbox = preparingOutbox({ flushMs: 10_000, now: () => now });
     const { sent, door } = recordingDoor();
     void outbox.queue("m", door, { kind: "prefill_done", receiptId: "r1", ageMs: 0 }, false);
     now += 2;
@@ -159,13 +280,13 @@ describe("the queue", () => {
   });
 
   it("a call that fails still resolves its receipts' promises (best-effort, like every receipt call)", async () => {
-    const outbox = new ReceiptOutbox({ flushMs: 10_000 });
+    const outbox = preparingOutbox({ flushMs: 10_000 });
     const { door } = recordingDoor(true);
     await expect(outbox.queue("m", door, settle("r1"), true)).resolves.toBeUndefined();
   });
 
   it("a timer whose receipt went already sends nothing: a later receipt goes on its own request's timer and stub", async () => {
-    const outbox = new ReceiptOutbox({ flushMs: 40 });
+    const outbox = preparingOutbox({ flushMs: 40 });
     const first = recordingDoor();
     const second = recordingDoor();
     const delivered = [outbox.queue("m", first.door, settle("r1"), false)];
@@ -178,24 +299,15 @@ describe("the queue", () => {
   });
 
   it("a route call that fails sends the receipts it carried on their own; a refusal that answered does not", async () => {
-    const outbox = new ReceiptOutbox({ flushMs: 20 });
+    const outbox = preparingOutbox({ flushMs: 20 });
     const { sent, door } = recordingDoor();
     const failing = { ...door, route: async () => Promise.reject(new Error("index reset")) } as ChatFrontDoor;
     const refusing = { admit: async () => ({ kind: "refused", reason: "queue_full", retryAfterSeconds: 1 }), leaveQueue: async () => false } as unknown as AdmissionFrontDoor;
     const waits: Promise<unknown>[] = [];
     const target = (admission: boolean) =>
       routeTarget({
-        index: () => failing,
-        shards: 1,
-        model: MODEL,
-        localHashes: [],
-        isl: 1,
-        fallbackReason: null,
-        edgeColo: null,
-        traceId: "t",
-        incrementalOnly: false,
-        receiptOutbox: outbox,
-        waitUntil: (p) => void waits.push(p),
+        ...routeInput(() => failing, outbox, waits),
+        preparing: { release: () => undefined },
         ...(admission ? { admission: { index: () => refusing, ticket: { ticket: "t1", band: 1, tenant: "anonymous", decodeBudget: 0 }, affinityKey: null, signal: null, waitUntil: () => undefined } } : {}),
       });
     const first = outbox.queue(MODEL, door, settle("r1"), false);
@@ -211,7 +323,7 @@ describe("the queue", () => {
 
   it("dates a prefill-done mark by the time it waited in the queue", () => {
     let now = 1_000;
-    const outbox = new ReceiptOutbox({ flushMs: 10_000, now: () => now });
+    const outbox = preparingOutbox({ flushMs: 10_000, now: () => now });
     void outbox.queue("m", recordingDoor().door, { kind: "prefill_done", receiptId: "r1", ageMs: 0 }, false);
     now += 7;
     expect(outbox.take("m")!.entries).toEqual([{ kind: "prefill_done", receiptId: "r1", ageMs: 7 }]);
