@@ -37,6 +37,12 @@ import { MAX_RECEIPTS_PER_CALL, type ChatFrontDoor, type ReceiptEntry } from "..
  */
 export const RECEIPT_FLUSH_MS = 5;
 
+/**
+ * Longest a request counts as preparing a route: past it, receipts no longer wait for its route
+ * (a slow media fetch then just rides nothing; a cancelled request's mark stops counting).
+ */
+export const PREPARING_MARK_MAX_MS = 2_000;
+
 interface Queued {
   entry: ReceiptEntry;
   /** Taken for a call: its timer sends nothing. */
@@ -73,8 +79,13 @@ export interface PreparingRoute {
 export class ReceiptOutbox {
   /** Keyed by the shard's object name (pool-address.ts shardObjectName): a shard's receipts go to that shard only. */
   readonly #queues = new Map<string, Queued[]>();
-  /** Requests of this isolate preparing a route: their route or admit call may carry a queue soon. */
-  #preparing = 0;
+  /**
+   * Requests of this isolate preparing a route, by start time: their route or admit call may carry
+   * a queue soon. A mark older than PREPARING_MARK_MAX_MS no longer counts: workerd cancels a request
+   * whose client left without running its `finally`, and such a mark must not keep every later
+   * receipt waiting for the isolate's life.
+   */
+  readonly #preparing = new Set<{ at: number }>();
   readonly #flushMs: number;
   readonly #now: () => number;
 
@@ -88,20 +99,24 @@ export class ReceiptOutbox {
    * its first index call starts) or `prepare` settles, whichever comes first.
    */
   async whilePreparingRoute<T>(prepare: (mark: PreparingRoute) => Promise<T>): Promise<T> {
-    let counted = true;
-    this.#preparing++;
-    const mark: PreparingRoute = {
-      release: () => {
-        if (!counted) return;
-        counted = false;
-        this.#preparing--;
-      },
-    };
+    const started = { at: this.#now() };
+    this.#preparing.add(started);
+    const mark: PreparingRoute = { release: () => void this.#preparing.delete(started) };
     try {
       return await prepare(mark);
     } finally {
       mark.release();
     }
+  }
+
+  /** Whether a request started preparing a route within PREPARING_MARK_MAX_MS (older marks are dropped). */
+  #carrierPreparing(): boolean {
+    const now = this.#now();
+    for (const m of this.#preparing) {
+      if (now - m.at < PREPARING_MARK_MAX_MS) return true;
+      this.#preparing.delete(m);
+    }
+    return false;
   }
 
   /**
@@ -120,7 +135,7 @@ export class ReceiptOutbox {
     let item!: Queued;
     const released = new Promise<void>((resolve) => (item = { entry, taken: false, at: this.#now(), release: resolve }));
     q.push(item);
-    if (sendNow || this.#preparing === 0 || q.length >= MAX_RECEIPTS_PER_CALL) void this.#send(shardKey, door, item);
+    if (sendNow || !this.#carrierPreparing() || q.length >= MAX_RECEIPTS_PER_CALL) void this.#send(shardKey, door, item);
     else
       setTimeout(() => {
         // Taken by another request's call, which that request holds: this request's part is done.

@@ -10,7 +10,7 @@ import { parseEdgeConfig } from "../../../src/config/config.ts";
 import { handleChatCompletions, type ChatDeps } from "../../../src/edge/chat.ts";
 import { handleCompletions } from "../../../src/edge/completions/handler.ts";
 import { handleResponsesRoute } from "../../../src/edge/responses/handler.ts";
-import { ReceiptOutbox } from "../../../src/edge/chat/receipt-outbox.ts";
+import { PREPARING_MARK_MAX_MS, ReceiptOutbox } from "../../../src/edge/chat/receipt-outbox.ts";
 import { routeTarget } from "../../../src/edge/chat/route.ts";
 import { MAX_RECEIPTS_PER_CALL, type AdmissionFrontDoor, type ChatFrontDoor, type ReceiptEntry } from "../../../src/routing-index/front-door.ts";
 import { initHashing } from "../../../src/util/hash.ts";
@@ -229,6 +229,21 @@ function preparingOutbox(opts: ConstructorParameters<typeof ReceiptOutbox>[0]): 
 }
 
 describe("the queue (a request preparing a route throughout)", () => {
+
+  it("a mark never released (workerd cancelled its request) stops counting after PREPARING_MARK_MAX_MS: receipts then go at once", async () => {
+    let now = 1_000;
+    const outbox = new ReceiptOutbox({ flushMs: 10_000, now: () => now });
+    void outbox.whilePreparingRoute(() => new Promise<never>(() => undefined));
+    const { sent, door } = recordingDoor();
+    void outbox.queue("m", door, settle("r1"), false);
+    await Promise.resolve();
+    expect(sent).toEqual([]);
+    now += PREPARING_MARK_MAX_MS;
+    const released = outbox.queue("m", door, settle("r2"), false);
+    await Promise.resolve();
+    expect(sent).toEqual([[settle("r1"), settle("r2")]]);
+    await released;
+  });
 
   it("keeps each shard's receipts for that shard: a route to one carries none of another's", async () => {
     const outbox = preparingOutbox({ flushMs: 10_000 });
