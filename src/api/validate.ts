@@ -806,9 +806,12 @@ export function parseChatRequest(
   }
 }
 
-/** A whole body's bytes as text (a leading byte order mark stripped); invalid UTF-8 → 400. */
-export function decodeBodyBytes(bytes: Uint8Array): string {
-  return decodeUtf8(new TextDecoder("utf-8", { fatal: true, ignoreBOM: false }), bytes, true);
+/**
+ * A body's bytes as text; invalid UTF-8 → 400. A leading byte order mark is stripped only at the
+ * body's start: `midBody` bytes (the rest after a known prefix) keep a leading U+FEFF as text.
+ */
+export function decodeBodyBytes(bytes: Uint8Array, midBody = false): string {
+  return decodeUtf8(new TextDecoder("utf-8", { fatal: true, ignoreBOM: midBody }), bytes, true);
 }
 
 function decodeUtf8(decoder: TextDecoder, bytes?: Uint8Array, whole = false): string {
@@ -888,8 +891,7 @@ export async function readBody(request: RequestBodySource, limits: Pick<Limits, 
     const all = new Uint8Array(bytes);
     const held = heldPrefix?.(all) ?? null;
     if (held === null) return { text: decodeBodyBytes(all), bytes: all, heldBytes: 0 };
-    // The rest starts mid-body: a U+FEFF there is text, not a byte order mark.
-    const rest = decodeUtf8(new TextDecoder("utf-8", { fatal: true, ignoreBOM: true }), all.subarray(held.length), true);
+    const rest = decodeBodyBytes(all.subarray(held.length), true);
     return { text: held.text + rest, bytes: all, heldBytes: held.length };
   }
   const reader = request.body.getReader();

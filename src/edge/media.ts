@@ -318,9 +318,17 @@ function heldLeases(digests: readonly string[], answer: Extract<HeldOutcome, { o
   return held;
 }
 
-/** A remembered entry's lease from a held answer, counted from before the call (`askedAt`): the store's lease began no earlier. */
+/**
+ * Until when (Date.now ms) a span the store's answer gave (a lease, a freshness; 0: none) lasts,
+ * counted from before the call (`askedAt`): the store's own span began no earlier.
+ */
+function untilFrom(askedAt: number, ms: number): number {
+  return ms > 0 ? askedAt + ms : 0;
+}
+
+/** A remembered entry's lease from a held answer, counted from before the call (`askedAt`). */
 function renewLease(entry: Remembered, leaseMs: number, askedAt: number): void {
-  entry.leaseUntil = leaseMs > 0 ? askedAt + leaseMs : 0;
+  entry.leaseUntil = untilFrom(askedAt, leaseMs);
 }
 
 /**
@@ -364,7 +372,7 @@ export async function recoverLeased(leased: readonly LeasedItem[], deps: MediaDe
       if (!out.ok || out.result.digest !== l.entry.media.digest) mended = false;
       else {
         renewLease(l.entry, out.result.leaseMs ?? 0, askedAt);
-        l.entry.freshUntil = out.result.freshMs ? askedAt + out.result.freshMs : 0;
+        l.entry.freshUntil = untilFrom(askedAt, out.result.freshMs ?? 0);
       }
     }
   };
@@ -507,8 +515,8 @@ export async function verifyMedia(parts: readonly MediaPartRef[], deps: MediaDep
       const i = todo[next++]!;
       const askedAt = Date.now();
       out[i] = await resolveOne(parts[i]!, deps, call, (leaseMs, freshMs) => {
-        leaseUntil[i] = leaseMs > 0 ? askedAt + leaseMs : 0;
-        freshUntil[i] = freshMs > 0 ? askedAt + freshMs : 0;
+        leaseUntil[i] = untilFrom(askedAt, leaseMs);
+        freshUntil[i] = untilFrom(askedAt, freshMs);
       });
     }
   };
