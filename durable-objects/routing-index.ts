@@ -276,21 +276,23 @@ export class RoutingIndex extends DurableObject<RoutingIndexEnv> implements Pool
   /** Applies the receipts the request carries, then picks a worker for it and adds its load. null = no worker up. */
   async route(req: CarryingReceipts<RouteRequest>): Promise<RouteDecision | null> {
     const d = this.#core.route(req);
-    this.#releaseCarried(req.receipts);
+    this.#releaseCarried();
     return d;
   }
 
   /** A first pick through admission: at once under the bound, else this call waits in the pool's queue. */
   async admit(req: AdmitRequest): Promise<AdmitResult> {
     const r = this.#core.admit(req, req.admission);
-    this.#releaseCarried(req.receipts);
+    this.#releaseCarried();
     return r;
   }
 
-  /** Carried settlements' releases go to the other shards at once, as a settle call's do (nobody waits on them). */
-  #releaseCarried(receipts: readonly ReceiptEntry[] | undefined): void {
-    // Read off the wire unchecked (the core skips entries that do not match their schema): a flush is only early.
-    if (this.#shards > 1 && Array.isArray(receipts) && receipts.some((e) => e?.kind === "settle")) this.ctx.waitUntil(this.#flushLoadNow());
+  /**
+   * The releases of the settlements the call carried and the core applied go to the other shards at
+   * once, as a receipts call's do (nobody waits on them); an entry the core skipped sends nothing.
+   */
+  #releaseCarried(): void {
+    if (this.#core.takeCarriedSettlements() > 0 && this.#shards > 1) this.ctx.waitUntil(this.#flushLoadNow());
   }
 
   /** The edge's queued receipts in order; a settlement's release reaches every shard before the answer (the edge may wait: release before reply). */

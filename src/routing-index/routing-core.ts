@@ -116,6 +116,8 @@ export class RoutingCore {
   readonly #load: LoadTracker;
   readonly #receipts = new ReceiptBook();
   readonly #counters: CoreCounters = emptyIndexCounters();
+  /** Settlements applied from receipts that route and admit calls carried, since takeCarriedSettlements. */
+  #carriedSettlements = 0;
   /** Operator metrics (routing decisions, receipts, edge overhead); see src/metrics/. */
   readonly #metrics = new PoolRecorder();
   readonly #registry: WorkerRegistry;
@@ -401,7 +403,7 @@ export class RoutingCore {
 
   /** Applies the receipts the call carries, then decides: the pick sees the load they free. */
   route(req: CarryingReceipts<RouteRequest>): RouteDecision | null {
-    if (req.receipts !== undefined) this.applyReceipts(req.receipts);
+    if (req.receipts !== undefined) this.#carriedSettlements += this.applyReceipts(req.receipts);
     this.#checkTimeouts();
     return this.#router.route(req);
   }
@@ -459,6 +461,17 @@ export class RoutingCore {
     return settled;
   }
 
+  /**
+   * Settlements applied from the receipts route and admit calls carried since the last take (an
+   * entry skipped by its schema or the call's bound is not one): a sharded pool's object sends
+   * their releases to the other shards at once.
+   */
+  takeCarriedSettlements(): number {
+    const n = this.#carriedSettlements;
+    this.#carriedSettlements = 0;
+    return n;
+  }
+
   // ---- admission under overload (src/admission/) ----
 
   /**
@@ -470,7 +483,7 @@ export class RoutingCore {
     // The receipts first (their settlements may free the room this request needs); the queue keeps
     // the request without them.
     const { receipts, ...route } = req;
-    if (receipts !== undefined) this.applyReceipts(receipts);
+    if (receipts !== undefined) this.#carriedSettlements += this.applyReceipts(receipts);
     this.#checkTimeouts();
     return this.#admission.admit(route, ticket);
   }

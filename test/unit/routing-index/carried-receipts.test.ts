@@ -98,6 +98,36 @@ describe("receipts carried by a call are applied before its decision", () => {
   });
 });
 
+describe("settlements a route or admit call carried (a sharded pool's object sends their releases to the other shards at once)", () => {
+  it("counts only those the core applied: a malformed settlement, one past the call's bound, a mark or a receipts call's count none", () => {
+    const core = new RoutingCore({ blockSize: BS, random: () => 0, timers: NEVER, admission: AdmissionConfigSchema.parse({}) });
+    core.hello({ type: "hello", workerId: "a", url: "http://a", blockSize: BS, epoch: 1, modelName: "m", contract: null, kvEvents: true }, "a");
+    const d = Array.from({ length: MAX_RECEIPTS_PER_CALL + 4 }, (_, k) => core.route(request(k))!);
+    const malformed = [
+      { kind: "settle", receiptId: d[0]!.receiptId, promptTokens: 40, cachedTokens: 0, outcome: "done" },
+      { kind: "settle", receiptId: d[0]!.receiptId, promptTokens: -1, cachedTokens: 0, outcome: "ok" },
+      { kind: "settle" },
+      { kind: "prefill_done", receiptId: d[0]!.receiptId, ageMs: 0 },
+    ] as unknown as ReceiptEntry[];
+    core.route({ ...request(100), receipts: malformed });
+    expect(core.takeCarriedSettlements()).toBe(0);
+    // The settlement after MAX_RECEIPTS_PER_CALL marks is not read: its load stays.
+    const marks = d.slice(0, MAX_RECEIPTS_PER_CALL).map((x): ReceiptEntry => ({ kind: "prefill_done", receiptId: x.receiptId, ageMs: 0 }));
+    const active = core.sizes().activeRequests;
+    core.route({ ...request(101), receipts: [...marks, settlement(d[MAX_RECEIPTS_PER_CALL]!)] });
+    expect(core.sizes().activeRequests).toBe(active + 1);
+    expect(core.takeCarriedSettlements()).toBe(0);
+    // A receipts call's settlements are its own call's to send (it awaits them).
+    core.applyReceipts([settlement(d[0]!)]);
+    expect(core.takeCarriedSettlements()).toBe(0);
+    // Applied settlements carried by a route and by an admit: counted until taken.
+    core.route({ ...request(102), receipts: [settlement(d[1]!), settlement(d[2]!)] });
+    void core.admit({ ...request(103), receipts: [{ kind: "prefill_done", receiptId: d[3]!.receiptId, ageMs: 0 }, settlement(d[3]!)] }, ticket());
+    expect(core.takeCarriedSettlements()).toBe(3);
+    expect(core.takeCarriedSettlements()).toBe(0);
+  });
+});
+
 describe("receipts read off the wire", () => {
   it("skips and counts each entry that does not match its schema; the valid ones in the same call apply", () => {
     const core = fullAfterOne();
