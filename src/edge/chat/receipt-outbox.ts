@@ -8,14 +8,16 @@
  *   queued it (workerd runs a timer's callback and its I/O there), as one `receipts` call, only
  *   while that receipt still waits: its request is then alive (its waitUntil holds the receipt),
  *   where one whose receipt went already may be ending, and a call made there can be cut;
- * - at once, when no request of this isolate is preparing a route (no carrier can come soon), when
- *   the caller waits for delivery (a sharded pool's release before reply) or the queue holds
- *   MAX_RECEIPTS_PER_CALL.
+ * - at once, when no request of this isolate preparing a route may go to that shard (no carrier can
+ *   come soon), when the caller waits for delivery (a sharded pool's release before reply) or the
+ *   queue holds MAX_RECEIPTS_PER_CALL.
  * A request counts as preparing a route from its generate handler's start (chat, completions,
  * responses) until its first route or admit call starts, or the handler ends without one. One that
  * ends so (an error, a refusal, its client gone) leaves what waits to the receipts' own timers: it
  * holds no stub of theirs, and sending them would make it the carrier of other requests' receipts
- * for at most RECEIPT_FLUSH_MS saved.
+ * for at most RECEIPT_FLUSH_MS saved. It may go to any shard until its mark learns the one its
+ * block hashes name (`goesTo`); from then on only that shard's new receipts wait for it. Another
+ * shard's receipts waiting already keep their timers, for the same reason.
  * Each receipt's promise is held under its own request's waitUntil and is settled in that request's
  * context only: when the call that request made for it answered or failed, or, when another
  * request's call took it, by its own timer. A request whose waitUntil waits on a promise only
@@ -72,8 +74,21 @@ export interface ReceiptOutboxOptions {
 
 /** A request preparing a route, as its outbox counts it. */
 export interface PreparingRoute {
+  /**
+   * Its route goes to shard `shardKey` (its block hashes named it): receipts queued for other
+   * shards stop waiting for it. A batch's prompts may name several shards; each counts.
+   */
+  goesTo(shardKey: string): void;
   /** Stops counting it (its first index call starts); later calls do nothing. */
   release(): void;
+}
+
+/** A preparing request as the outbox keeps it. */
+interface PreparingMark {
+  /** When it started preparing (the edge's clock). */
+  at: number;
+  /** The shards its route may go to; null: not known yet (any shard). */
+  shardKeys: string[] | null;
 }
 
 export class ReceiptOutbox {
@@ -85,7 +100,7 @@ export class ReceiptOutbox {
    * whose client left without running its `finally`, and such a mark must not keep every later
    * receipt waiting for the isolate's life.
    */
-  readonly #preparing = new Set<{ at: number }>();
+  readonly #preparing = new Set<PreparingMark>();
   readonly #flushMs: number;
   readonly #now: () => number;
 
@@ -99,9 +114,17 @@ export class ReceiptOutbox {
    * its first index call starts) or `prepare` settles, whichever comes first.
    */
   async whilePreparingRoute<T>(prepare: (mark: PreparingRoute) => Promise<T>): Promise<T> {
-    const started = { at: this.#now() };
+    const started: PreparingMark = { at: this.#now(), shardKeys: null };
+    // Marks of cancelled requests are dropped here too, so they stay bounded where no receipt is queued.
+    this.#dropStaleMarks(started.at);
     this.#preparing.add(started);
-    const mark: PreparingRoute = { release: () => void this.#preparing.delete(started) };
+    const mark: PreparingRoute = {
+      goesTo: (shardKey) => {
+        if (started.shardKeys === null) started.shardKeys = [shardKey];
+        else if (!started.shardKeys.includes(shardKey)) started.shardKeys.push(shardKey);
+      },
+      release: () => void this.#preparing.delete(started),
+    };
     try {
       return await prepare(mark);
     } finally {
@@ -109,20 +132,28 @@ export class ReceiptOutbox {
     }
   }
 
-  /** Whether a request started preparing a route within PREPARING_MARK_MAX_MS (older marks are dropped). */
-  #carrierPreparing(): boolean {
-    const now = this.#now();
+  /**
+   * Whether a request preparing a route (started within PREPARING_MARK_MAX_MS) may go to shard
+   * `shardKey`: its shard is not known yet, or is this one.
+   */
+  #carrierPreparing(shardKey: string): boolean {
+    this.#dropStaleMarks(this.#now());
+    for (const m of this.#preparing) if (m.shardKeys === null || m.shardKeys.includes(shardKey)) return true;
+    return false;
+  }
+
+  /** Drops marks older than PREPARING_MARK_MAX_MS (the set is in start order: the oldest come first). */
+  #dropStaleMarks(now: number): void {
     for (const m of this.#preparing) {
-      if (now - m.at < PREPARING_MARK_MAX_MS) return true;
+      if (now - m.at < PREPARING_MARK_MAX_MS) return;
       this.#preparing.delete(m);
     }
-    return false;
   }
 
   /**
    * Queues a receipt for shard `shardKey`; `door` is that shard's stub in the calling request.
    * `sendNow`: send the queue at once (the caller awaits the promise); it goes at once too when no
-   * request is preparing a route. Resolves, in the calling
+   * request preparing a route may go to this shard. Resolves, in the calling
    * request's context, once the call this request made for it answered or failed, or once its
    * timer found it taken by another request's call.
    */
@@ -135,7 +166,7 @@ export class ReceiptOutbox {
     let item!: Queued;
     const released = new Promise<void>((resolve) => (item = { entry, taken: false, at: this.#now(), release: resolve }));
     q.push(item);
-    if (sendNow || !this.#carrierPreparing() || q.length >= MAX_RECEIPTS_PER_CALL) void this.#send(shardKey, door, item);
+    if (sendNow || !this.#carrierPreparing(shardKey) || q.length >= MAX_RECEIPTS_PER_CALL) void this.#send(shardKey, door, item);
     else
       setTimeout(() => {
         // Taken by another request's call, which that request holds: this request's part is done.

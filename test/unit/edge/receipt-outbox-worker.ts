@@ -48,7 +48,7 @@ async function until(flag: keyof typeof flags): Promise<void> {
 }
 
 /** A never routes: it holds no preparing mark. */
-const notPreparing: PreparingRoute = { release: () => undefined };
+const notPreparing: PreparingRoute = { goesTo: () => undefined, release: () => undefined };
 
 function target(env: Env, ctx: ExecutionContext, traceId: string, preparing: PreparingRoute, onSettled?: () => void) {
   const door = env.INDEX.getByName(MODEL) as unknown as ChatFrontDoor;

@@ -10,7 +10,7 @@ import { parseEdgeConfig } from "../../../src/config/config.ts";
 import { handleChatCompletions, type ChatDeps } from "../../../src/edge/chat.ts";
 import { handleCompletions } from "../../../src/edge/completions/handler.ts";
 import { handleResponsesRoute } from "../../../src/edge/responses/handler.ts";
-import { PREPARING_MARK_MAX_MS, ReceiptOutbox } from "../../../src/edge/chat/receipt-outbox.ts";
+import { PREPARING_MARK_MAX_MS, ReceiptOutbox, type PreparingRoute } from "../../../src/edge/chat/receipt-outbox.ts";
 import { routeTarget } from "../../../src/edge/chat/route.ts";
 import { MAX_RECEIPTS_PER_CALL, type AdmissionFrontDoor, type ChatFrontDoor, type ReceiptEntry } from "../../../src/routing-index/front-door.ts";
 import { initHashing } from "../../../src/util/hash.ts";
@@ -189,6 +189,41 @@ describe("index calls per request", () => {
     expect(outbox.take("m")!.entries.map((e) => e.receiptId)).toEqual(["r1"]);
   });
 
+  it("a request whose shard is known keeps only that shard's receipts waiting; one whose shard is not known yet keeps every shard's", async () => {
+    const outbox = new ReceiptOutbox({ flushMs: 10_000 });
+    const { sent, door } = recordingDoor();
+    const marks: PreparingRoute[] = [];
+    const finish: (() => void)[] = [];
+    const prepare = () => void outbox.whilePreparingRoute((mark) => (marks.push(mark), new Promise<void>((r) => finish.push(r))));
+    const queued = async (shardKey: string, receiptId: string) => {
+      void outbox.queue(shardKey, door, settle(receiptId), false);
+      await Promise.resolve();
+    };
+    prepare();
+    await queued("m#1", "r1");
+    expect(sent).toEqual([]);
+    // Its hashes name shard 2: shard 1's next receipt goes at once, with the one that waited.
+    marks[0]!.goesTo("m#2");
+    await queued("m#1", "r2");
+    expect(sent).toEqual([[settle("r1"), settle("r2")]]);
+    await queued("m#2", "r3");
+    expect(sent).toHaveLength(1);
+    // A second request, its shard not known yet: shard 1's receipts wait again, until it names shard 0.
+    prepare();
+    await queued("m#1", "r4");
+    expect(sent).toHaveLength(1);
+    marks[1]!.goesTo("m");
+    await queued("m#1", "r5");
+    expect(sent).toEqual([[settle("r1"), settle("r2")], [settle("r4"), settle("r5")]]);
+    // A batch's prompts may name several shards: each one's receipts wait.
+    marks[1]!.goesTo("m#1");
+    await queued("m#1", "r6");
+    expect(sent).toHaveLength(2);
+    finish.forEach((f) => f());
+    expect(outbox.take("m#2")!.entries.map((e) => e.receiptId)).toEqual(["r3"]);
+    expect(outbox.take("m#1")!.entries.map((e) => e.receiptId)).toEqual(["r6"]);
+  });
+
   it("a sharded pool's answer waits for its settlement: sent at once, before the answer", async () => {
     const { calls, atAnswer } = await sequential(2, false, { shards: 2, flushMs: 500 });
     expect(calls.map((c) => c.method)).toEqual(["route", "receipts", "route", "receipts"]);
@@ -322,7 +357,7 @@ describe("the queue (a request preparing a route throughout)", () => {
     const target = (admission: boolean) =>
       routeTarget({
         ...routeInput(() => failing, outbox, waits),
-        preparing: { release: () => undefined },
+        preparing: { goesTo: () => undefined, release: () => undefined },
         ...(admission ? { admission: { index: () => refusing, ticket: { ticket: "t1", band: 1, tenant: "anonymous", decodeBudget: 0 }, affinityKey: null, signal: null, waitUntil: () => undefined } } : {}),
       });
     const first = outbox.queue(MODEL, door, settle("r1"), false);
