@@ -89,6 +89,11 @@ export class ReceiptBook {
     return s.drifting && !was;
   }
 
+  /** A worker left the pool (removed): its drift stats go with it; its receipts leave the recent window in turn. */
+  forgetWorker(workerId: string): void {
+    this.#stats.delete(workerId);
+  }
+
   recent(limit = 50): Receipt[] {
     return this.#recent.slice(-limit).reverse();
   }

@@ -351,6 +351,7 @@ export class RoutingCore {
       this.#views.removeWorker(w.slot, id);
       this.#load.releaseWorker(w.slot);
       this.#prefillWatch.clear(w.slot);
+      this.#receipts.forgetWorker(id);
     }
     return ids;
   }
