@@ -11,6 +11,7 @@ import type { Limits } from "./limits.ts";
 import { ChatCompletionRequestSchema } from "./openai-schema.ts";
 import { hasLoneSurrogate } from "../util/unicode.ts";
 import { closingQuote, parseRecordingLiterals, type JsonLiteral } from "../util/json-scan.ts";
+import { SplitText } from "../util/split-text.ts";
 import type { ChatCompletionRequest, ContentPart } from "./openai-schema.ts";
 
 type PathKey = string | number;
@@ -628,16 +629,20 @@ export interface MessagesTally {
 const MAX_TALLIED_DATA_URLS = 1024;
 
 /** The tally of `messages` (validated) whose JSON text is body[spans[i][0], spans[i][1]). */
-export function tallyMessages(body: string, spans: readonly (readonly [number, number])[], messages: readonly ChatMessage[]): MessagesTally {
+export function tallyMessages(body: string | SplitText, spans: readonly (readonly [number, number])[], messages: readonly ChatMessage[]): MessagesTally {
   const dataUrls: number[] = [];
   const t = { messages: messages.length, values: 0, depth: 0, dataUrls, dataUrlsCut: false, chars: 0, maxChars: 0, media: 0, maxParts: 0, maxUrlChars: 0 };
+  const whole = typeof body === "string" ? SplitText.of(body) : body;
   messages.forEach((m, i) => {
-    const [start, end] = spans[i]!;
-    const shape = scanStructure(body, start, end, Infinity, Infinity);
+    // Each message is read in the piece holding it (a split body is never joined: split-text.ts).
+    const { text, at } = whole.region(spans[i]![0], spans[i]![1]);
+    const start = spans[i]![0] - at;
+    const end = spans[i]![1] - at;
+    const shape = scanStructure(text, start, end, Infinity, Infinity);
     t.values += shape.values;
     t.depth = Math.max(t.depth, shape.depth);
     if (!t.dataUrlsCut) {
-      mediaDataUrls(body, start, end, MAX_TALLIED_DATA_URLS + 1 - dataUrls.length, dataUrls);
+      mediaDataUrls(text, start, end, MAX_TALLIED_DATA_URLS + 1 - dataUrls.length, dataUrls);
       if (dataUrls.length > MAX_TALLIED_DATA_URLS) {
         dataUrls.pop();
         t.dataUrlsCut = true;
@@ -735,11 +740,12 @@ function checkOutsideMedia(outside: number, limits: Limits): void {
  * nested at messages[i]). Null when anything is refused or unexpected: the whole body then gives
  * the verdict, so an error is always the one the whole body gets.
  */
-function parseReusing(bodyText: string, limits: Limits, literals: JsonLiteral[] | undefined, reuse: ReusedMessages, work: ParseWork | undefined): ChatCompletionRequest | null {
+function parseReusing(body: SplitText, limits: Limits, literals: JsonLiteral[] | undefined, reuse: ReusedMessages, work: ParseWork | undefined): ChatCompletionRequest | null {
   const [cutStart, cutEnd] = reuse.cut;
   const t = reuse.tally;
-  if (t.messages !== reuse.messages.length || cutStart <= 0 || cutEnd <= cutStart || cutEnd > bodyText.length) return null;
-  const text = bodyText.slice(0, cutStart) + bodyText.slice(cutEnd);
+  if (t.messages !== reuse.messages.length || cutStart <= 0 || cutEnd <= cutStart || cutEnd > body.length) return null;
+  // Read from the pieces around the cut: a split body's held text is never joined (split-text.ts).
+  const text = body.slice(0, cutStart) + body.slice(cutEnd);
   const before = mediaDataUrls(text, 0, cutStart, limits.maxMediaItems);
   let skipped = before.chars;
   let items = before.items;
@@ -750,7 +756,7 @@ function parseReusing(bodyText: string, limits: Limits, literals: JsonLiteral[] 
   }
   if (items < limits.maxMediaItems && t.dataUrlsCut) return null;
   skipped += mediaDataUrls(text, cutStart, text.length, limits.maxMediaItems - items).chars;
-  if (outsideMediaOver(bodyText.length - skipped, limits)) return null;
+  if (outsideMediaOver(body.length - skipped, limits)) return null;
   // Messages are elements of a top-level member: their own nesting starts at depth 3.
   if (2 + t.depth > limits.maxJsonDepth || t.values >= limits.maxJsonValues) return null;
   if (scanStructure(text, 0, text.length, limits.maxJsonDepth, limits.maxJsonValues - t.values).over !== null) return null;
@@ -771,25 +777,29 @@ function parseReusing(bodyText: string, limits: Limits, literals: JsonLiteral[] 
  * `opts.literals`, long message texts whose source is already canonical JSON are recorded there
  * (value → escaped text; parseRecordingLiterals), so the `/generate` body need not escape them again.
  * With `opts.reuse`, the body's leading messages are taken as an earlier accepted body held them
- * and only the rest of the body is read (the verdict is the whole body's).
+ * and only the rest of the body is read (the verdict is the whole body's). A SplitText body is
+ * read in its pieces as far as the reuse goes; anything else reads it whole (joined).
  */
 export function parseChatRequest(
-  bodyText: string,
+  bodyText: string | SplitText,
   limits: Limits = DEFAULT_LIMITS,
   opts: { sizeChecked?: boolean; literals?: JsonLiteral[]; reuse?: ReusedMessages | null; work?: ParseWork } = {},
 ): ChatCompletionRequest {
   try {
-    if (typeof bodyText !== "string") throw new InvalidRequestError("Request body must be text.");
+    if (typeof bodyText !== "string" && !(bodyText instanceof SplitText)) throw new InvalidRequestError("Request body must be text.");
+    const body = typeof bodyText === "string" ? SplitText.of(bodyText) : bodyText;
     // UTF-8 never takes fewer bytes than UTF-16 code units, so the cheap test goes first. Text from
     // readBodyText was capped in bytes while it was read (`sizeChecked`): no second scan.
-    if (bodyText.length > limits.maxBodyBytes || (!opts.sizeChecked && utf8ByteLength(bodyText) > limits.maxBodyBytes)) {
+    if (body.length > limits.maxBodyBytes || (!opts.sizeChecked && utf8ByteLength(body.joined) > limits.maxBodyBytes)) {
       throw new PayloadTooLargeError(`Request body exceeds ${limits.maxBodyBytes} bytes.`);
     }
-    if (bodyText.trim() === "") throw new InvalidRequestError("Request body is empty; expected a JSON object.", null, "invalid_json");
+    if (body.blank()) throw new InvalidRequestError("Request body is empty; expected a JSON object.", null, "invalid_json");
     if (opts.reuse) {
-      const req = parseReusing(bodyText, limits, opts.literals, opts.reuse, opts.work);
+      const req = parseReusing(body, limits, opts.literals, opts.reuse, opts.work);
       if (req !== null) return req;
     }
+    // The whole body's verdict: read as one string.
+    bodyText = body.joined;
     checkOutsideMedia(charsOutsideMediaDataUrls(bodyText, limits.maxMediaItems), limits);
     const structure = scanJsonStructure(bodyText, limits.maxJsonDepth, limits.maxJsonValues);
     if (structure.over === "depth") {
@@ -854,7 +864,10 @@ export async function readBodyText(request: RequestBodySource, limits: Pick<Limi
 
 /** A body as readBody read it. */
 export interface ReadBody {
+  /** The text: `body.joined` (with a held prefix a rope, whose first read copies it whole). */
   text: string;
+  /** The text in its parts: the held prefix's (head and gap) then the decoded rest; one piece when decoded whole. */
+  body: SplitText;
   /** Its bytes, when read into one buffer (framed by a Content-Length); null when read in chunks. */
   bytes: Uint8Array | null;
   /** Leading bytes whose text came from `heldPrefix` instead of being decoded (0: decoded whole). */
@@ -863,9 +876,10 @@ export interface ReadBody {
 
 /**
  * Text already known for a body's leading bytes (the turn chain's held bodies): its length in
- * bytes, which must end at a character's end, and exactly what decoding them gives; null when none.
+ * bytes, which must end at a character's end, and exactly what decoding them gives, as `head` then
+ * the `gap`'s pieces (SplitText); null when none.
  */
-export type HeldPrefix = (bytes: Uint8Array) => { text: string; length: number } | null;
+export type HeldPrefix = (bytes: Uint8Array) => { head: string; gap: readonly string[]; length: number } | null;
 
 /**
  * readBodyText, also giving the bytes read. With `heldPrefix`, a framed body whose leading bytes
@@ -878,7 +892,7 @@ export async function readBody(request: RequestBodySource, limits: Pick<Limits, 
   const tooLarge = () => new PayloadTooLargeError(`Request body exceeds ${limits.maxBodyBytes} bytes.`);
   const framed = framedLength(request.headers);
   if (framed !== null && framed > limits.maxBodyBytes) throw tooLarge();
-  if (request.body === null) return { text: "", bytes: null, heldBytes: 0 };
+  if (request.body === null) return wholeRead("", null);
   if (framed !== null) {
     let bytes: ArrayBuffer;
     try {
@@ -890,9 +904,9 @@ export async function readBody(request: RequestBodySource, limits: Pick<Limits, 
     if (bytes.byteLength !== framed) throw new InvalidRequestError(`Request body is ${bytes.byteLength} bytes, not the ${framed} its Content-Length declares.`);
     const all = new Uint8Array(bytes);
     const held = heldPrefix?.(all) ?? null;
-    if (held === null) return { text: decodeBodyBytes(all), bytes: all, heldBytes: 0 };
-    const rest = decodeBodyBytes(all.subarray(held.length), true);
-    return { text: held.text + rest, bytes: all, heldBytes: held.length };
+    if (held === null) return wholeRead(decodeBodyBytes(all), all);
+    const body = new SplitText(held.head, held.gap, decodeBodyBytes(all.subarray(held.length), true));
+    return { text: body.joined, body, bytes: all, heldBytes: held.length };
   }
   const reader = request.body.getReader();
   const decoder = new TextDecoder("utf-8", { fatal: true, ignoreBOM: false });
@@ -926,5 +940,9 @@ export async function readBody(request: RequestBodySource, limits: Pick<Limits, 
   } finally {
     reader.releaseLock();
   }
-  return { text, bytes: null, heldBytes: 0 };
+  return wholeRead(text, null);
+}
+
+function wholeRead(text: string, bytes: Uint8Array | null): ReadBody {
+  return { text, body: SplitText.of(text), bytes, heldBytes: 0 };
 }

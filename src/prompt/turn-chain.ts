@@ -91,7 +91,7 @@ import { closingQuote, isCanonicalEscaping, LITERAL_MIN_CHARS, type JsonLiteral 
 import { escapeJsonReusing } from "../util/json-escape.ts";
 import { ownCompactString, ownString } from "../util/own-string.ts";
 import { sameBytes } from "../util/same-bytes.ts";
-import { textAt } from "../util/text-at.ts";
+import { SplitText } from "../util/split-text.ts";
 
 /** The rendered prompt as preparePrompt (index.ts) returns it. */
 export interface ChainedPrompt extends PreparedPrompt {
@@ -128,7 +128,8 @@ type ChatMessage = ChatCompletionRequest["messages"][number];
 
 /** What one lookup found for a body: its layout and scope, and the longest cached message prefix. */
 export interface ChainFind {
-  body: string;
+  /** The body as read: in its parts when a held prefix gave its first text (never joined here). */
+  body: SplitText;
   profile: ModelProfile;
   layout: BodyLayout;
   scope: string;
@@ -417,7 +418,7 @@ const SCOPE_MEMBERS = ["tools", "tool_choice", "chat_template_kwargs", "reasonin
 /** Ends a scope's partition id (base64url or empty: never holds it). */
 const PARTITION_END = "\u0001";
 
-function scopeOf(partition: string, profile: ModelProfile, text: string, layout: BodyLayout): string {
+function scopeOf(partition: string, profile: ModelProfile, text: SplitText, layout: BodyLayout): string {
   let s = partitioned(partition, `${profile.family}\u0000${profile.templateId}`);
   for (const m of SCOPE_MEMBERS) {
     const span = layout.members.get(m);
@@ -439,16 +440,18 @@ function isQuery(m: TemplateMessage | undefined): boolean {
  * assistant message (preprocessing relabels it a user message unless continue_final_message).
  * Anything unreadable may. Only the members' keys and the role's value are read.
  */
-function mayBeQuery(body: string, span: readonly [number, number], last: boolean): boolean {
+function mayBeQuery(whole: SplitText, span: readonly [number, number], last: boolean): boolean {
+  // Read in the piece holding the element: the walk reads nothing past the element's end.
+  const { text: body, at: base } = whole.region(span[0], span[1]);
   let role: [number, number] | null = null;
-  const end = walkMembers(body, span[0], (key, at) => {
+  const end = walkMembers(body, span[0] - base, (key, at) => {
     const stop = valueEnd(body, at);
     // The last `role`, as JSON.parse keeps.
     if (key === "role" && stop >= 0) role = [at, stop];
     return stop;
   });
   const found = role as [number, number] | null;
-  if (end !== span[1] || found === null || body.charCodeAt(found[0]) !== 0x22) return true;
+  if (end !== span[1] - base || found === null || body.charCodeAt(found[0]) !== 0x22) return true;
   let value: unknown;
   try {
     value = JSON.parse(body.slice(found[0], found[1]));
@@ -633,9 +636,9 @@ function shareStrings(messages: readonly ChatMessage[], literals: readonly JsonL
 }
 
 /** Whether the chain's raw pieces, in order, are `text` from `at` on (compared piece by piece, never joined). */
-function rawMatches(chain: readonly Node[], text: string, at: number): boolean {
+function rawMatches(chain: readonly Node[], text: SplitText, at: number): boolean {
   for (const x of chain) {
-    if (!textAt(text, x.raw, at)) return false;
+    if (!text.matches(at, x.raw)) return false;
     at += x.raw.length;
   }
   return true;
@@ -652,7 +655,7 @@ function chainOf(n: Node): Node[] {
  * element's end `firstEnd` (absolute). The text itself, not a hash of it (a Map hashes a short
  * string in a fraction of an encode and xxh3); candidates are compared in full anyway.
  */
-function hintKey(partition: string, text: string, open: number, firstEnd: number): string {
+function hintKey(partition: string, text: { slice(start: number, end: number): string }, open: number, firstEnd: number): string {
   return partitioned(partition, `${text.slice(open, open + HINT_WINDOW_CHARS)}\u0000${text.slice(firstEnd, firstEnd + HINT_WINDOW_CHARS)}`);
 }
 
@@ -713,10 +716,27 @@ function isPrefixOf(chain: readonly Node[], of: readonly Node[]): boolean {
 }
 
 /**
+ * Where the messages array's first element, after spaces from `open`, ends (valueEnd); -1 when none.
+ * Read in the piece holding `open` (a held chain's first raw text: whole elements) when the element
+ * ends there at its own closing bracket (the scan read nothing past it), else in the whole text.
+ */
+function firstElementEnd(body: SplitText, open: number): number {
+  if (body.length <= open) return -1;
+  const { text, at } = body.region(open, open + 1);
+  const i = skipSpaces(text, open - at);
+  const end = valueEnd(text, i);
+  if (text === body.joined) return end;
+  const c = end > i ? text.charCodeAt(end - 1) : -1;
+  if (c === 0x7d || c === 0x5d) return at + end;
+  const whole = body.joined;
+  return valueEnd(whole, skipSpaces(whole, open));
+}
+
+/**
  * Spans of messages [from, cut) relative to the messages array's text, as pairs; null unless every
  * one is an object (ends at a `}`: its scan read nothing past it).
  */
-function ownSpans(body: string, layout: BodyLayout, from: number, cut: number): Int32Array | null {
+function ownSpans(body: SplitText, layout: BodyLayout, from: number, cut: number): Int32Array | null {
   const out = new Int32Array(2 * (cut - from));
   for (let i = from; i < cut; i++) {
     const [start, end] = layout.messages[i]!;
@@ -772,7 +792,7 @@ export class TurnChainCache {
    * The last scanLayout's layout, body and the chain its held spans came from, compared with that
    * body: the lookup of that layout compares it no second time, and lets it go.
    */
-  private compared: { layout: BodyLayout; body: string; chain: readonly Node[] } | null = null;
+  private compared: { layout: BodyLayout; body: SplitText; chain: readonly Node[] } | null = null;
   /** The entries (LRU) and the bytes their pieces hold. */
   private readonly held: HeldChains<Node>;
   private s = { hits: 0, misses: 0, reusedMessages: 0, checks: 0, mismatches: 0, stores: 0, heldLayouts: 0, heldBodies: 0 };
@@ -803,20 +823,21 @@ export class TurnChainCache {
    * earlier (the parse stage's); `opts.validated`: `request` is parseChatRequest's, so its messages
    * may be kept for later bodies' parses (reusedMessages).
    */
-  prepare(request: ChatRequestLike, body: string, profile: ModelProfile, partition: string, opts: { found?: ChainFind | null; validated?: boolean } = {}): ChainedPrompt {
+  prepare(request: ChatRequestLike, body: string | SplitText, profile: ModelProfile, partition: string, opts: { found?: ChainFind | null; validated?: boolean } = {}): ChainedPrompt {
     const given = opts.found;
-    const found = given && given.body === body && given.profile.family === profile.family && given.profile.templateId === profile.templateId && partitionOf(given.scope) === partition ? given : this.find(body, profile, partition);
+    // The lookup's body is this one when it is the same object, or its text the same string (compared by identity: never read).
+    const found = given && (given.body === body || given.body.joined === body) && given.profile.family === profile.family && given.profile.templateId === profile.templateId && partitionOf(given.scope) === partition ? given : this.find(body, profile, partition);
     if (!found || found.layout.messages.length !== request.messages.length) return this.full(request, profile, null);
-    const { layout, scope, scopeHash, hit } = found;
+    const { body: text, layout, scope, scopeHash, hit } = found;
     const validated = opts.validated ? (request.messages as readonly ChatMessage[]) : null;
     const decoded = found.decoded ?? [];
     if (!hit) {
       this.s.misses++;
-      return this.full(request, profile, { body, layout, scope, scopeHash, parent: null, validated, decoded });
+      return this.full(request, profile, { body: text, layout, scope, scopeHash, parent: null, validated, decoded });
     }
     let extended: { prompt: ChainedPrompt; store: () => Node | null } | null = null;
     try {
-      extended = this.extend(request, body, layout, profile, hit.node, hit.chain, scope, scopeHash, validated, decoded);
+      extended = this.extend(request, text, layout, profile, hit.node, hit.chain, scope, scopeHash, validated, decoded);
     } catch {
       extended = null;
     }
@@ -842,9 +863,9 @@ export class TurnChainCache {
       }
     }
     // Only a result that passed its check (or was not sampled) seeds the next turn.
-    this.adoptParsed(hit.chain, body, layout, validated);
+    this.adoptParsed(hit.chain, text, layout, validated);
     const stored = extended.store() ?? hit.node;
-    if (found.bodyBytes) this.holdBody(hit.node, body, layout, found.bodyBytes, stored.key);
+    if (found.bodyBytes) this.holdBody(hit.node, text, layout, found.bodyBytes, stored.key);
     const stable = stableAt(stored);
     return { ...out, reusedMessages: hit.node.messages, ...(stable ? { stable } : {}) };
   }
@@ -856,13 +877,12 @@ export class TurnChainCache {
    * when first read, and end at a character's end); the caller decodes only the rest. Another
    * partition's bodies are never candidates (the key starts with it).
    */
-  heldBodyText(bytes: Uint8Array, partition: string): { text: string; length: number } | null {
+  heldBodyText(bytes: Uint8Array, partition: string): { head: string; gap: string[]; length: number } | null {
     const h = this.heldBodyOf(bytes, partition);
     if (!h) return null;
-    let text = h.head;
-    for (const x of chainOf(h.node)) text += x.raw;
     this.s.heldBodies++;
-    return { text, length: h.bytes.length };
+    // The text as its pieces: the head, then each entry's raw text (scanLayout takes their spans; nothing joins them).
+    return { head: h.head, gap: chainOf(h.node).map((x) => x.raw), length: h.bytes.length };
   }
 
   /**
@@ -899,18 +919,58 @@ export class TurnChainCache {
    * body is compared with the entries' raw text in full: what a lookup also compares, done once).
    * Only `partition`'s entries are candidates.
    */
-  scanLayout(body: string, partition: string): BodyLayout | null {
+  scanLayout(given: string | SplitText, partition: string): BodyLayout | null {
     // Whatever an earlier scan left for a lookup that never ran is dropped: it holds that body.
     this.compared = null;
-    if (this.hints.size === 0) return scanBodyLayout(body);
+    const body = typeof given === "string" ? SplitText.of(given) : given;
+    if (this.hints.size === 0) return scanBodyLayout(body.joined);
+    if (body.split) {
+      const around = this.scanAroundGap(body, partition);
+      if (around) return around;
+    }
     const held: { chain: Node[] | null } = { chain: null };
-    const layout = scanBodyLayout(body, (open) => {
+    const layout = scanBodyLayout(body.joined, (open) => {
       const found = this.heldSpans(body, open, partition);
       held.chain = found?.chain ?? null;
       if (found) this.s.heldLayouts++;
       return found;
     });
     this.compared = layout && held.chain ? { layout, body, chain: held.chain } : null;
+    return layout;
+  }
+
+  /**
+   * scanLayout of a body whose messages array opens where its gap starts, reading only the text
+   * around the gap (split-text.ts `outside`): the held spans of an entry chain that covers the gap
+   * (compared piece by piece) stand for the gap's text, and the scan goes on after them, as the
+   * whole scan goes on after held spans. The layout is the whole scan's, positions past the gap
+   * moved by its length. Null (the whole body is scanned) when no held chain covers the gap or the
+   * messages array is another one.
+   */
+  private scanAroundGap(body: SplitText, partition: string): BodyLayout | null {
+    const open = body.gapStart;
+    const shift = body.gapEnd - open;
+    let found: (HeldSpans & { chain: Node[] }) | null = null;
+    let covered = true;
+    const local = scanBodyLayout(body.outside(), (at) => {
+      if (at !== open) return null;
+      found = this.heldSpans(body, open, partition);
+      if (!found || found.end < body.gapEnd) {
+        covered = false;
+        return null;
+      }
+      return { end: found.end - shift, spans: [] };
+    });
+    const held = found as (HeldSpans & { chain: Node[] }) | null;
+    if (!covered || !local || !held || local.messagesOpen !== open) return null;
+    this.s.heldLayouts++;
+    const moved = (i: number) => (i >= open ? i + shift : i);
+    const members = new Map<string, [number, number]>();
+    for (const [key, [a, b]] of local.members) members.set(key, [moved(a), moved(b)]);
+    const messages = held.spans;
+    for (const [a, b] of local.messages) messages.push([a + shift, b + shift]);
+    const layout: BodyLayout = { members, messagesOpen: open, messages };
+    this.compared = { layout, body, chain: held.chain };
     return layout;
   }
 
@@ -923,7 +983,8 @@ export class TurnChainCache {
    * The body's layout, scope and longest cached message prefix of `partition` (the caller's: an
    * entry of another is never found; "" the common one). `given`: scanLayout(body, partition), when already made.
    */
-  find(body: string, profile: ModelProfile, partition: string, given?: BodyLayout | null): ChainFind | null {
+  find(text: string | SplitText, profile: ModelProfile, partition: string, given?: BodyLayout | null): ChainFind | null {
+    const body = typeof text === "string" ? SplitText.of(text) : text;
     const layout = given === undefined ? this.scanLayout(body, partition) : given;
     if (!layout) return null;
     const scope = scopeOf(partition, profile, body, layout);
@@ -980,7 +1041,7 @@ export class TurnChainCache {
   }
 
   /** The request's prompt from a cached prefix of `node.messages` messages, or null where the rules do not hold. */
-  private extend(request: ChatRequestLike, body: string, layout: BodyLayout, profile: ModelProfile, node: Node, chain: Node[], scope: string, scopeHash: bigint, validated: readonly ChatMessage[] | null, decoded: readonly JsonLiteral[]): { prompt: ChainedPrompt; store: () => Node | null } | null {
+  private extend(request: ChatRequestLike, body: SplitText, layout: BodyLayout, profile: ModelProfile, node: Node, chain: Node[], scope: string, scopeHash: bigint, validated: readonly ChatMessage[] | null, decoded: readonly JsonLiteral[]): { prompt: ChainedPrompt; store: () => Node | null } | null {
     const q = node.messages;
     const pre = preprocessChat({ ...request, messages: request.messages.slice(q) }, contentFormatOf(profile.templateId));
     if (node.cut === "provisional" ? pre.messages.length === 0 || pre.messages.some(isQuery) : node.cut === "afterQuery" ? pre.messages.length === 0 : !isQuery(pre.messages[0])) return null;
@@ -1122,7 +1183,7 @@ export class TurnChainCache {
     const prefix = { ...given, scope: partitioned(partition, given.scope) };
     const rawEnd = rawText.length;
     const key = this.key(xxh3_64(this.encoder.encode(prefix.scope)), prefix.messages, rawText, 0, rawEnd);
-    const known = this.buckets.get(key)?.some((n) => n.messages === prefix.messages && n.rawEnd === rawEnd && n.scope === prefix.scope && rawMatches(chainOf(n), rawText, 0));
+    const known = this.buckets.get(key)?.some((n) => n.messages === prefix.messages && n.rawEnd === rawEnd && n.scope === prefix.scope && rawMatches(chainOf(n), SplitText.of(rawText), 0));
     if (known) return false;
     const { text: raw, bytesPerChar: rawWidth } = ownCompactString(rawText);
     const literals = rawLiterals(raw);
@@ -1157,7 +1218,7 @@ export class TurnChainCache {
    * from an unvalidated request) this request's validated messages and their tally, so later bodies
    * of the conversation parse only their new messages. Their raw text equals the body's (the hit).
    */
-  private adoptParsed(chain: readonly Node[], body: string, layout: BodyLayout, validated: readonly ChatMessage[] | null): void {
+  private adoptParsed(chain: readonly Node[], body: SplitText, layout: BodyLayout, validated: readonly ChatMessage[] | null): void {
     if (!validated || validated.length !== layout.messages.length) return;
     let from = 0;
     for (const x of chain) {
@@ -1177,7 +1238,7 @@ export class TurnChainCache {
    * ending before a query only when the message after it may be a query, a provisional one only
    * when no message after it may be one, one ending after a query whatever follows.
    */
-  private lookup(body: string, layout: BodyLayout, scope: string, scopeHash: bigint): { node: Node; chain: Node[] } | null {
+  private lookup(body: SplitText, layout: BodyLayout, scope: string, scopeHash: bigint): { node: Node; chain: Node[] } | null {
     const open = layout.messagesOpen;
     const count = layout.messages.length;
     // A chain scanLayout compared with this body: its entries' text need not be compared again.
@@ -1217,8 +1278,8 @@ export class TurnChainCache {
    * ancestors (a sibling branch's parent is the conversation's prefix); each entry's text is
    * compared in full, once.
    */
-  private heldSpans(body: string, open: number, partition: string): (HeldSpans & { chain: Node[] }) | null {
-    const first = body.length > open ? valueEnd(body, skipSpaces(body, open)) : -1;
+  private heldSpans(body: SplitText, open: number, partition: string): (HeldSpans & { chain: Node[] }) | null {
+    const first = firstElementEnd(body, open);
     if (first < 0 || first + HINT_WINDOW_CHARS > body.length) return null;
     const hints = this.hints.get(hintKey(partition, body, open, first));
     if (!hints) return null;
@@ -1232,7 +1293,7 @@ export class TurnChainCache {
         const x = chain[k]!;
         if (x.spans === null) break;
         if (!equal.has(x)) {
-          if (!textAt(body, x.raw, open + x.rawEnd - x.raw.length)) break;
+          if (!body.matches(open + x.rawEnd - x.raw.length, x.raw)) break;
           equal.add(x);
         }
       }
@@ -1289,7 +1350,7 @@ export class TurnChainCache {
     return out;
   }
 
-  private key(scopeHash: bigint, messages: number, body: string, open: number, rawEnd: number): bigint {
+  private key(scopeHash: bigint, messages: number, body: { slice(start: number, end: number): string }, open: number, rawEnd: number): bigint {
     const v = new DataView(this.buf.buffer);
     v.setBigUint64(0, scopeHash, true);
     v.setUint32(8, messages, true);
@@ -1311,7 +1372,7 @@ export class TurnChainCache {
    * where the node's text ends in UTF-8 (then bytes and text disagree), or bytes over what the
    * budget admits for one piece.
    */
-  private holdBody(node: Node, body: string, layout: BodyLayout, bytes: Uint8Array, next: bigint): void {
+  private holdBody(node: Node, body: SplitText, layout: BodyLayout, bytes: Uint8Array, next: bigint): void {
     const head = body.slice(0, layout.messagesOpen);
     // Only a kept entry (one dropped since the parse found it is never released again).
     if (!this.buckets.get(node.key)?.includes(node)) return;
@@ -1386,7 +1447,7 @@ export class TurnChainCache {
 }
 
 interface StoreContext {
-  body: string;
+  body: SplitText;
   layout: BodyLayout;
   scope: string;
   scopeHash: bigint;

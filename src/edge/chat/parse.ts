@@ -9,6 +9,7 @@ import type { EdgeConfig } from "../../config/config.ts";
 import { parseToolsKeepingNumbers, type ModelProfile } from "../../prompt/index.ts";
 import { sharedTurnChain, type BodyLayout, type ChainFind, type TurnChainCache } from "../../prompt/turn-chain.ts";
 import type { JsonLiteral } from "../../util/json-scan.ts";
+import { SplitText } from "../../util/split-text.ts";
 import { authorizeClient, type ClientIdentity } from "../auth.ts";
 import { edgeCachePartition } from "../cache-salt.ts";
 import type { ClientRef } from "../client-label.ts";
@@ -35,7 +36,11 @@ export interface ParsedChat {
   req: ChatCompletionRequest;
   /** The request bucket's `x-ratelimit-*-requests` for the answer (none with rate limiting off). */
   limitHeaders: Record<string, string>;
-  /** The body as read: the prompt stage keys earlier turns' rendered text by its messages' raw JSON (prompt/turn-chain.ts). */
+  /**
+   * The body as read: the prompt stage keys earlier turns' rendered text by its messages' raw JSON
+   * (prompt/turn-chain.ts). With a held prefix a rope of its parts, which no stage reads whole on a
+   * hit (`turn.body` holds the parts).
+   */
   bodyText: string;
   /** Long message texts whose JSON escaping can go to the worker as the client sent it (generate-body.ts). */
   literals: JsonLiteral[];
@@ -78,11 +83,12 @@ export async function parseChat(request: Request, deps: ParseDeps, clock: StageC
   const chain = sharedTurnChain(config.turnCheckRate);
   // The turn chain's held bodies of the caller's partition give the text of a known prefix: only the rest is decoded.
   const read = given ? null : await readBody(request, limits, (bytes) => chain.heldBodyText(bytes, partition));
-  const bodyText = given ? given.text : checkedHeldRead(read!, chain, partition);
+  const body = given ? SplitText.of(given.text) : checkedHeldRead(read!, chain, partition);
+  const bodyText = body.joined;
   clock.mark("read");
   const literals: JsonLiteral[] = [];
   const work: ParseWork = { parsedChars: 0, validatedMessages: 0 };
-  const { req, turn } = parseChatTurn(bodyText, config, partition, { sizeChecked: given === null, literals, work, layout: given?.layout, bytes: read?.bytes ?? null }, chain);
+  const { req, turn } = parseChatTurn(body, config, partition, { sizeChecked: given === null, literals, work, layout: given?.layout, bytes: read?.bytes ?? null }, chain);
   clock.mark("parse");
   // Without a key or a client address (a local fleet) the edge cannot tell clients apart: no label.
   const client: ClientRef | null = caller.apiKey !== null ? { apiKey: caller.apiKey } : address ? { network: clientNetwork(address) } : null;
@@ -90,13 +96,13 @@ export async function parseChat(request: Request, deps: ParseDeps, clock: StageC
 }
 
 /**
- * The read's text; a share of reads that took a held prefix's text (the chain's checks: checkRate,
- * sampled with its `random`) is also decoded whole and compared. A difference logs
- * `body_prefix_mismatch`, drops the held body of `partition` that gave the prefix (later reads do
- * not take it again) and uses the whole decoding.
+ * The read's text in its parts; a share of reads that took a held prefix's text (the chain's
+ * checks: checkRate, sampled with its `random`) is also decoded whole and compared. A difference
+ * logs `body_prefix_mismatch`, drops the held body of `partition` that gave the prefix (later
+ * reads do not take it again) and uses the whole decoding.
  */
-export function checkedHeldRead(read: ReadBody, chain: TurnChainCache, partition: string): string {
-  if (read.heldBytes === 0 || read.bytes === null || !chain.sampled()) return read.text;
+export function checkedHeldRead(read: ReadBody, chain: TurnChainCache, partition: string): SplitText {
+  if (read.heldBytes === 0 || read.bytes === null || !chain.sampled()) return read.body;
   let whole: string | null;
   let invalid: unknown = null;
   try {
@@ -105,15 +111,15 @@ export function checkedHeldRead(read: ReadBody, chain: TurnChainCache, partition
     whole = null;
     invalid = e;
   }
-  if (whole === read.text) return read.text;
+  if (whole === read.text) return read.body;
   console.warn(JSON.stringify({ event: "body_prefix_mismatch", bytes: read.bytes.length, heldBytes: read.heldBytes }));
   chain.dropHeldBody(read.bytes.subarray(0, read.heldBytes), partition);
   if (whole === null) throw invalid;
-  return whole;
+  return SplitText.of(whole);
 }
 
 /** The profile of the pool the body's `model` member names, read from its text alone; null when it names none. */
-function profileOfModelMember(bodyText: string, layout: BodyLayout, config: EdgeConfig): ModelProfile | null {
+function profileOfModelMember(bodyText: SplitText, layout: BodyLayout, config: EdgeConfig): ModelProfile | null {
   const span = layout.members.get("model");
   if (!span || bodyText.charCodeAt(span[0]) !== 0x22 || span[1] - span[0] > config.limits.maxModelChars + 2) return null;
   try {
@@ -135,13 +141,15 @@ function profileOfModelMember(bodyText: string, layout: BodyLayout, config: Edge
  * whose entries of the chain it may use (cache-salt.ts edgeCachePartition; "" the common one).
  */
 export function parseChatTurn(
-  bodyText: string,
+  given: string | SplitText,
   config: EdgeConfig,
   partition: string,
   opts: { sizeChecked?: boolean; literals?: JsonLiteral[]; work?: ParseWork; random?: () => number; layout?: BodyLayout | null; bytes?: Uint8Array | null } = {},
   chain: TurnChainCache = sharedTurnChain(config.turnCheckRate),
 ): { req: ChatCompletionRequest; turn: ChainFind | null } {
   const limits = limitsOf(config);
+  // A split body (a held prefix's text, then the rest) is read in its parts: never joined on a hit.
+  const bodyText = typeof given === "string" ? SplitText.of(given) : given;
   // The lookup hashes a window per message count: only for a body the message limit admits (it runs before validation).
   // A caller that scanned bodyText passes its layout (not scanned twice); the chain's scan takes a held prefix's spans from its entries.
   const scanned = bodyText.length <= limits.maxBodyBytes ? (opts.layout !== undefined ? opts.layout : chain.scanLayout(bodyText, partition)) : null;
@@ -151,7 +159,7 @@ export function parseChatTurn(
   const reuse = chain.reusedMessages(turn);
   const req = parseChatBody(bodyText, limits, { sizeChecked: opts.sizeChecked, literals: opts.literals, work: opts.work, reuse, layout });
   if (reuse && chain.checkRate > 0 && (opts.random ?? Math.random)() < chain.checkRate) {
-    const whole = parseChatBody(bodyText, limits, { sizeChecked: opts.sizeChecked, layout });
+    const whole = parseChatBody(bodyText.joined, limits, { sizeChecked: opts.sizeChecked, layout });
     if (JSON.stringify(whole) !== JSON.stringify(req)) {
       console.warn(JSON.stringify({ event: "parse_reuse_mismatch", messages: whole.messages.length, reusedMessages: reuse.messages.length }));
       return { req: whole, turn: null };
@@ -171,13 +179,15 @@ export function parseChatTurn(
  * tools block (docs/prompt.md, number policy). The rest of each tool stays as validated.
  */
 export function parseChatBody(
-  bodyText: string,
+  bodyText: string | SplitText,
   limits: Limits,
   opts: { sizeChecked?: boolean; literals?: JsonLiteral[]; work?: ParseWork; reuse?: ReusedMessages | null; layout?: BodyLayout | null } = {},
 ): ChatCompletionRequest {
   const req = parseChatRequest(bodyText, limits, opts);
   if (req.tools && req.tools.length > 0) {
-    const raw = parseToolsKeepingNumbers(bodyText, opts.layout?.members.get("tools"));
+    // Only the `tools` member is read (a split body's held messages never hold it).
+    const span = opts.layout?.members.get("tools");
+    const raw = typeof bodyText === "string" ? parseToolsKeepingNumbers(bodyText, span) : span ? parseToolsKeepingNumbers(bodyText.slice(span[0], span[1]), [0, span[1] - span[0]]) : parseToolsKeepingNumbers(bodyText.joined);
     if (raw && raw.length === req.tools.length) {
       req.tools = req.tools.map((t, i) => {
         const params = (raw[i] as { function?: { parameters?: unknown } } | null)?.function?.parameters;

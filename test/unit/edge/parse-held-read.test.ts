@@ -10,6 +10,7 @@ import { parseEdgeConfig } from "../../../src/config/config.ts";
 import { checkedHeldRead } from "../../../src/edge/chat/parse.ts";
 import { TurnChainCache } from "../../../src/prompt/turn-chain.ts";
 import { initHashing } from "../../../src/util/hash.ts";
+import { SplitText } from "../../../src/util/split-text.ts";
 import { serveTwoTurns } from "../../helpers/held-conversation.ts";
 
 beforeAll(() => initHashing());
@@ -49,19 +50,20 @@ describe("checkedHeldRead", () => {
     const warn = vi.spyOn(console, "warn").mockImplementation(() => {});
     // A joined text that went wrong inside the held prefix (its first non-ASCII character).
     const at = read.text.indexOf("ï");
-    const wrong: ReadBody = { ...read, text: `${read.text.slice(0, at)}i${read.text.slice(at + 1)}` };
+    const wrongText = `${read.text.slice(0, at)}i${read.text.slice(at + 1)}`;
+    const wrong: ReadBody = { ...read, text: wrongText, body: SplitText.of(wrongText) };
     // Not sampled (the chain's draw at or over its rate): the read's text as given, nothing dropped.
     draws.push(0.7);
-    expect(checkedHeldRead(wrong, chain, "p")).toBe(wrong.text);
+    expect(checkedHeldRead(wrong, chain, "p").joined).toBe(wrong.text);
     expect(chain.heldBodyText(bytes, "p")).not.toBeNull();
     // Sampled and equal: kept.
     draws.push(0.1);
-    expect(checkedHeldRead(read, chain, "p")).toBe(whole);
+    expect(checkedHeldRead(read, chain, "p").joined).toBe(whole);
     expect(warn).not.toHaveBeenCalled();
     expect(chain.heldBodyText(bytes, "p")).not.toBeNull();
     // Sampled and different: logged, the whole decode used, the held body gone.
     draws.push(0.1);
-    expect(checkedHeldRead(wrong, chain, "p")).toBe(whole);
+    expect(checkedHeldRead(wrong, chain, "p").joined).toBe(whole);
     expect(warn).toHaveBeenCalledTimes(1);
     expect(JSON.parse(String(warn.mock.calls[0]![0])).event).toBe("body_prefix_mismatch");
     expect(chain.heldBodyText(bytes, "p")).toBeNull();
@@ -71,8 +73,9 @@ describe("checkedHeldRead", () => {
     const chain = new TurnChainCache({ checkRate: 1 });
     const { read, bytes } = await heldRead(chain);
     vi.spyOn(console, "warn").mockImplementation(() => {});
-    const wrong: ReadBody = { ...read, text: read.text.replace("ï", "i") };
-    expect(checkedHeldRead(wrong, chain, "other")).toBe(decodeWhole(bytes));
+    const wrongText = read.text.replace("ï", "i");
+    const wrong: ReadBody = { ...read, text: wrongText, body: SplitText.of(wrongText) };
+    expect(checkedHeldRead(wrong, chain, "other").joined).toBe(decodeWhole(bytes));
     expect(chain.heldBodyText(bytes, "p")).not.toBeNull();
   });
 });

@@ -116,7 +116,7 @@ describe("held bodies", () => {
     const probe = chain.heldBodyText(join(base, encode(" ")), "p");
     expect(probe).not.toBeNull();
     const prefix = base.subarray(0, probe!.length);
-    expect(probe!.text).toBe(reference(prefix));
+    expect(probe!.head + probe!.gap.join("")).toBe(reference(prefix));
     let x = 12345;
     const rand = (n: number) => ((x = (Math.imul(x, 1103515245) + 12345) >>> 0) % n);
     const tails: Uint8Array[] = [

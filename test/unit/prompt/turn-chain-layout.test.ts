@@ -122,9 +122,9 @@ describe("turn chain layout scan", () => {
     messages = [...messages, { role: "assistant", content: text(2, 80) }, { role: "user", content: text(13, 40) }];
     turn(chain, bodyOf(messages));
     const next = bodyOf([...messages, { role: "assistant", content: text(3, 80) }, { role: "user", content: text(14, 40) }]);
-    const held = (c: TurnChainCache) => (c as unknown as { compared: { body: string } | null }).compared;
+    const held = (c: TurnChainCache) => (c as unknown as { compared: { body: { joined: string } } | null }).compared;
     chain.scanLayout(next, ""); // took held spans; no find follows (e.g. an unknown model refused it)
-    expect(held(chain)?.body).toBe(next);
+    expect(held(chain)?.body.joined).toBe(next);
     // Every listed entry evicted since (as a store of other conversations does): the next scan has no hints.
     (chain as unknown as { hints: Map<unknown, unknown> }).hints.clear();
     chain.scanLayout(bodyOf([{ role: "user", content: "unrelated" }]), "");
