@@ -74,7 +74,8 @@ export interface RoutedInput {
 }
 
 export interface SettledInput {
-  workerId: string;
+  /** null: the worker left the pool before its receipt settled; only the pool's totals count it. */
+  workerId: string | null;
   outcome: "ok" | "error" | "cancelled" | "pending";
   promptTokens: number;
   predictedOverlapBlocks: number;
@@ -150,7 +151,8 @@ export class PoolRecorder {
     const ok = s.outcome === "ok";
     const cancelled = s.outcome === "cancelled";
     if (!s.retrying) this.#requests[ok ? "ok" : cancelled ? "cancelled" : "error"]!++;
-    const w = (this.#receipts[s.workerId] ??= { ok: 0, error: 0, cancelled: 0, unreported: 0, promptTokens: 0, predictedCachedTokens: 0, actualCachedTokens: 0 });
+    // Totals of a worker that left stay gone (forgetWorker): this one is counted into a scratch row.
+    const w = s.workerId === null ? emptyTotals() : (this.#receipts[s.workerId] ??= emptyTotals());
     // A client that hung up is no error rate of the pool's (and no result to compare).
     if (cancelled) {
       w.cancelled++;
@@ -173,6 +175,12 @@ export class PoolRecorder {
     w.predictedCachedTokens += predicted;
     w.actualCachedTokens += s.actualCachedTokens;
     this.#series.add(now, { ok: true, promptTokens: s.promptTokens, predictedCachedTokens: predicted, actualCachedTokens: s.actualCachedTokens });
+  }
+
+  /** A worker left the pool (removed): its decision and receipt series go with it (the pool's totals keep what it did). */
+  forgetWorker(workerId: string): void {
+    delete this.#decisions[workerId];
+    delete this.#receipts[workerId];
   }
 
   #countFallback(reason: string): void {
@@ -200,4 +208,8 @@ export class PoolRecorder {
       recentDecisions: [...this.#recent].reverse(),
     };
   }
+}
+
+function emptyTotals(): WorkerReceiptTotals {
+  return { ok: 0, error: 0, cancelled: 0, unreported: 0, promptTokens: 0, predictedCachedTokens: 0, actualCachedTokens: 0 };
 }

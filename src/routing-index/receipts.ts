@@ -70,8 +70,7 @@ export class ReceiptBook {
 
   /** Records a settled receipt. Returns true when this settle made the worker cross into drift. */
   settle(r: Receipt): boolean {
-    this.#recent.push(r);
-    if (this.#recent.length > this.capacity) this.#recent.shift();
+    this.record(r);
     if (r.actualCachedTokens === null || r.outcome !== "ok") return false;
     let s = this.#stats.get(r.workerId);
     if (!s) {
@@ -87,6 +86,15 @@ export class ReceiptBook {
     const was = s.drifting;
     s.drifting = s.settled >= 5 && s.driftEwma > this.driftThreshold;
     return s.drifting && !was;
+  }
+
+  /**
+   * Keeps a receipt in the recent window only: its worker left the pool (removed) before it
+   * settled, and a late settle must not bring back the stats forgetWorker dropped.
+   */
+  record(r: Receipt): void {
+    this.#recent.push(r);
+    if (this.#recent.length > this.capacity) this.#recent.shift();
   }
 
   /** A worker left the pool (removed): its drift stats go with it; its receipts leave the recent window in turn. */

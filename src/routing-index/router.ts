@@ -280,12 +280,15 @@ export class Router {
       .filter((w) => isDecodeWorker(w) && w.status === "up" && !exclude.has(w.workerId) && !isQuarantined(w, now) && (!req.incrementalOnly || w.incrementalStreaming));
   }
 
-  /** Frees the request's load and records its receipt. Returns true if drift just started. */
-  settle(req: SettleRequest): { drift: boolean; receipt: Receipt | null } {
-    this.#p.loadSync.release(req.receiptId);
-    this.#p.loadSync.release(decodeLoadId(req.receiptId));
+  /**
+   * Frees the request's load and records its receipt. `drift`: the worker's drift just started;
+   * `released`: it freed load still held (a resent or unknown receipt frees none).
+   */
+  settle(req: SettleRequest): { drift: boolean; receipt: Receipt | null; released: boolean } {
+    const released = this.#p.loadSync.release(req.receiptId) !== undefined;
+    const releasedDecode = this.#p.loadSync.release(decodeLoadId(req.receiptId)) !== undefined;
     const p = this.#pending.get(req.receiptId);
-    if (!p) return { drift: false, receipt: null };
+    if (!p) return { drift: false, receipt: null, released: released || releasedDecode };
     this.#pending.delete(req.receiptId);
     const doneAt = this.#prefillDoneAt.get(req.receiptId);
     this.#prefillDoneAt.delete(req.receiptId);
@@ -309,9 +312,12 @@ export class Router {
       if (p.loadBack.tier) this.#calibration.add({ tier: p.loadBack.tier, bytes: p.loadBack.bytes, predictedMs: p.loadBack.predictedMs, measuredMs });
     }
     this.#p.counters.settled++;
+    // A worker removed since the route (routing-core.ts removeWorker) gets no per-worker stats back
+    // from its late receipt: the receipt stays in the recent window, the pool's totals count it.
+    const inPool = this.#p.registry.get(receipt.workerId) !== undefined;
     this.#p.metrics.settled(
       {
-        workerId: receipt.workerId,
+        workerId: inPool ? receipt.workerId : null,
         outcome: receipt.outcome,
         promptTokens: receipt.promptTokens,
         predictedOverlapBlocks: receipt.predictedOverlapBlocks,
@@ -322,7 +328,10 @@ export class Router {
       },
       this.#now(),
     );
-    return { drift: this.#p.receipts.settle(receipt), receipt };
+    let drift = false;
+    if (inPool) drift = this.#p.receipts.settle(receipt);
+    else this.#p.receipts.record(receipt);
+    return { drift, receipt, released: released || releasedDecode };
   }
 
   /** route() without side effects: same candidates and costs, no load, receipt or counters. */

@@ -116,7 +116,7 @@ export class RoutingCore {
   readonly #load: LoadTracker;
   readonly #receipts = new ReceiptBook();
   readonly #counters: CoreCounters = emptyIndexCounters();
-  /** Settlements applied from receipts that route and admit calls carried, since takeCarriedSettlements. */
+  /** Settlements that freed load, from receipts that route and admit calls carried, since takeCarriedSettlements. */
   #carriedSettlements = 0;
   /** Operator metrics (routing decisions, receipts, edge overhead); see src/metrics/. */
   readonly #metrics = new PoolRecorder();
@@ -352,6 +352,7 @@ export class RoutingCore {
       this.#load.releaseWorker(w.slot);
       this.#prefillWatch.clear(w.slot);
       this.#receipts.forgetWorker(id);
+      this.#metrics.forgetWorker(id);
     }
     return ids;
   }
@@ -422,8 +423,12 @@ export class RoutingCore {
     this.#admission.pump(null);
   }
 
-  /** Frees the request's load and records its receipt; a waiting request may take the freed room. Returns the receipt (null if none was pending) and whether drift just started. */
-  settle(req: SettleRequest): { drift: boolean; receipt: Receipt | null } {
+  /**
+   * Frees the request's load and records its receipt; a waiting request may take the freed room.
+   * Returns the receipt (null if none was pending), whether drift just started and whether it freed
+   * load still held.
+   */
+  settle(req: SettleRequest): { drift: boolean; receipt: Receipt | null; released: boolean } {
     const r = this.#router.settle(req);
     // A receipt no longer pending was settled already (a resend whose first answer was lost): the drain rate counts it once.
     this.#admission.settled(req.receiptId, r.receipt?.workerId ?? null, r.receipt !== null);
@@ -437,7 +442,7 @@ export class RoutingCore {
    * Applying one twice (a call resent after its answer was lost) changes nothing. Each entry is read
    * through its wire schema (receipt-entries.ts): one that does not match, and each past
    * MAX_RECEIPTS_PER_CALL, is skipped and counted (`receiptsRejected`), the others still apply.
-   * Returns how many settlements it applied.
+   * Returns how many settlements freed load still held (a resent or unknown receipt frees none).
    */
   applyReceipts(entries: unknown): number {
     if (!Array.isArray(entries)) {
@@ -455,17 +460,16 @@ export class RoutingCore {
       }
       const e = r.data;
       if (e.kind === "settle") {
-        this.settle(e);
-        settled++;
+        if (this.settle(e).released) settled++;
       } else this.markPrefillDone(e.receiptId, e.ageMs);
     }
     return settled;
   }
 
   /**
-   * Settlements applied from the receipts route and admit calls carried since the last take (an
-   * entry skipped by its schema or the call's bound is not one): a sharded pool's object sends
-   * their releases to the other shards at once.
+   * Settlements that freed load, from the receipts route and admit calls carried since the last
+   * take (an entry skipped by its schema or the call's bound, a resent or unknown receipt is not
+   * one): a sharded pool's object sends their releases to the other shards at once.
    */
   takeCarriedSettlements(): number {
     const n = this.#carriedSettlements;

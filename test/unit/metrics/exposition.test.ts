@@ -200,4 +200,23 @@ describe("RoutingCore → /metrics exposition", () => {
     expect(f.get("kvedge_edge_overhead_seconds")!.type).toBe("histogram");
     expect(hitRate(p1.core.metricsSnapshot())).toBeCloseTo(16 / 18);
   });
+
+  it("a removed worker's decision and receipt series go with it, and its late settlements do not bring them back; the pool's totals keep them", () => {
+    const { core, hashes } = pool("m");
+    const settled = core.route({ localHashes: hashes, isl: 16 })!;
+    const late = core.route({ localHashes: hashes, isl: 16 })!;
+    expect([settled.workerId, late.workerId]).toEqual(["a", "a"]);
+    core.settle({ receiptId: settled.receiptId, promptTokens: 16, cachedTokens: 16, outcome: "ok" });
+    expect(Object.keys(core.metricsSnapshot().recorder.receipts)).toEqual(["a"]);
+    core.removeWorker("a");
+    core.settle({ receiptId: late.receiptId, promptTokens: 16, cachedTokens: 16, outcome: "ok" });
+    const snap = core.metricsSnapshot();
+    expect(Object.keys(snap.recorder.decisions)).toEqual([]);
+    expect(Object.keys(snap.recorder.receipts)).toEqual([]);
+    expect(snap.recorder.requests["ok"]).toBe(2);
+    const text = renderMetrics([{ model: "m", snapshot: snap }]);
+    parsePrometheusText(text);
+    expect(text).not.toContain('worker="a"');
+    expect(text).toContain('worker="b"');
+  });
 });

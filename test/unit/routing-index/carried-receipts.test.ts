@@ -126,6 +126,20 @@ describe("settlements a route or admit call carried (a sharded pool's object sen
     expect(core.takeCarriedSettlements()).toBe(3);
     expect(core.takeCarriedSettlements()).toBe(0);
   });
+
+  it("counts only settlements that freed load: the same one carried again, or an unknown receipt id, counts none", () => {
+    const core = new RoutingCore({ blockSize: BS, random: () => 0, timers: NEVER, admission: AdmissionConfigSchema.parse({}) });
+    core.hello({ type: "hello", workerId: "a", url: "http://a", blockSize: BS, epoch: 1, modelName: "m", contract: null, kvEvents: true }, "a");
+    const d = core.route(request(1))!;
+    core.route({ ...request(2), receipts: [settlement(d)] });
+    expect(core.takeCarriedSettlements()).toBe(1);
+    // Resent (its first answer lost): it frees nothing this time.
+    core.route({ ...request(3), receipts: [settlement(d)] });
+    expect(core.takeCarriedSettlements()).toBe(0);
+    void core.admit({ ...request(4), receipts: [{ ...settlement(d), receiptId: "r-unknown" }] }, ticket());
+    expect(core.takeCarriedSettlements()).toBe(0);
+    expect(core.stats().counters.settled).toBe(1);
+  });
 });
 
 describe("receipts read off the wire", () => {

@@ -68,11 +68,12 @@ describe("Router", () => {
       actualCachedTokens: 36, outcome: "ok", fallbackReason: "no_contract", traceId: null,
     });
     expect(s.drift).toBe(false);
+    expect(s.released).toBe(true);
     expect(load.size).toBe(0);
     expect(counters.settled).toBe(1);
     expect(receipts.recent()).toHaveLength(1);
     expect(metrics.snapshot().requests["ok"]).toBe(1);
-    expect(router.settle({ receiptId: d.receiptId, promptTokens: 41, cachedTokens: 36, outcome: "ok" })).toEqual({ drift: false, receipt: null });
+    expect(router.settle({ receiptId: d.receiptId, promptTokens: 41, cachedTokens: 36, outcome: "ok" })).toEqual({ drift: false, receipt: null, released: false });
     expect(counters.settled).toBe(1);
   });
 
