@@ -275,24 +275,27 @@ export class RoutingIndex extends DurableObject<RoutingIndexEnv> implements Pool
 
   /** Applies the receipts the request carries, then picks a worker for it and adds its load. null = no worker up. */
   async route(req: CarryingReceipts<RouteRequest>): Promise<RouteDecision | null> {
-    const d = this.#core.route(req);
-    this.#releaseCarried();
-    return d;
+    return this.#carrying(() => this.#core.route(req));
   }
 
   /** A first pick through admission: at once under the bound, else this call waits in the pool's queue. */
   async admit(req: AdmitRequest): Promise<AdmitResult> {
-    const r = this.#core.admit(req, req.admission);
-    this.#releaseCarried();
-    return r;
+    // The core's answer may be a promise (the request waits in the queue): the releases go before it.
+    return this.#carrying(() => this.#core.admit(req, req.admission));
   }
 
   /**
-   * The releases of the settlements the call carried and the core applied go to the other shards at
-   * once, as a receipts call's do (nobody waits on them); an entry the core skipped sends nothing.
+   * Runs a core call that carries receipts: the releases of the settlements it applied that freed
+   * load go to the other shards at once, as a receipts call's do (nobody waits on them); an entry
+   * that freed nothing sends nothing. Also when the call threw after applying them: the count is
+   * taken either way, never left for the next call.
    */
-  #releaseCarried(): void {
-    if (this.#core.takeCarriedSettlements() > 0 && this.#shards > 1) this.ctx.waitUntil(this.#flushLoadNow());
+  #carrying<T>(call: () => T): T {
+    try {
+      return call();
+    } finally {
+      if (this.#core.takeCarriedSettlements() > 0 && this.#shards > 1) this.ctx.waitUntil(this.#flushLoadNow());
+    }
   }
 
   /** The edge's queued receipts in order; a settlement's release reaches every shard before the answer (the edge may wait: release before reply). */
