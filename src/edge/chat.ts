@@ -31,7 +31,7 @@ import { takeTokenQuota, withLimitHeaders, type TokenQuotaDeps } from "./token-q
 import type { AdmissionFrontDoor } from "../routing-index/front-door.ts";
 import { chatUpstreamBody } from "./chat/upstream-body.ts";
 import { StageClock } from "./server-timing.ts";
-import type { PreparingRoute } from "./chat/receipt-outbox.ts";
+import { markPoolShard, type PreparingRoute } from "./chat/receipt-outbox.ts";
 
 export interface ChatDeps extends ParseDeps, PrepareDeps, ForwardDeps, TokenQuotaDeps {
   /** The request's W3C trace context at the edge (functions/ starts it, so error answers name it too); absent: started from the request's own `traceparent`. */
@@ -54,7 +54,8 @@ export async function serveChatCompletions(request: Request, deps: ChatDeps, pre
   const clock = new StageClock();
   const trace = deps.trace ?? startEdgeTrace(request.headers.get("traceparent"));
   const { caller, showRouting, req, limitHeaders, bodyText, literals, turn, work, address, client, partition } = await parseChat(request, deps, clock);
-  const { adapter, namespace } = await resolveChatModel(config, req.model, cacheTenant(caller, address));
+  const { model: pool, adapter, namespace } = await resolveChatModel(config, req.model, cacheTenant(caller, address));
+  markPoolShard(preparing, pool.id, config.shards);
   const prepared = await prepareRouting(req, deps, partition, { client, signal: request.signal ?? null, traceparent: trace.header }, namespace.tag, bodyText, turn);
   const { model, prompt, plan, media } = prepared;
   clock.mark("prepare");

@@ -15,9 +15,10 @@
  * responses) until its first route or admit call starts, or the handler ends without one. One that
  * ends so (an error, a refusal, its client gone) leaves what waits to the receipts' own timers: it
  * holds no stub of theirs, and sending them would make it the carrier of other requests' receipts
- * for at most RECEIPT_FLUSH_MS saved. It may go to any shard until its mark learns the one its
- * block hashes name (`goesTo`); from then on only that shard's new receipts wait for it. Another
- * shard's receipts waiting already keep their timers, for the same reason.
+ * for at most RECEIPT_FLUSH_MS saved. It may go to any shard until its mark learns the one it goes
+ * to (`goesTo`: a one-shard pool's, once its model is resolved, markPoolShard); from then on only
+ * that shard's new receipts wait for it. Another shard's receipts waiting already keep their timers,
+ * for the same reason.
  * Each receipt's promise is held under its own request's waitUntil and is settled in that request's
  * context only: when the call that request made for it answered or failed, or, when another
  * request's call took it, by its own timer. A request whose waitUntil waits on a promise only
@@ -31,6 +32,7 @@
  * requests.
  */
 import { MAX_RECEIPTS_PER_CALL, type ChatFrontDoor, type ReceiptEntry } from "../../routing-index/front-door.ts";
+import { shardObjectName } from "../../routing-index/pool-address.ts";
 
 /**
  * How long a receipt may wait for a call to carry it (ms). The index's other signals already lag
@@ -75,12 +77,22 @@ export interface ReceiptOutboxOptions {
 /** A request preparing a route, as its outbox counts it. */
 export interface PreparingRoute {
   /**
-   * Its route goes to shard `shardKey` (its block hashes named it): receipts queued for other
-   * shards stop waiting for it. A batch's prompts may name several shards; each counts.
+   * Its route goes to shard `shardKey`: receipts queued for other shards stop waiting for it. A
+   * request that routes several times (a batch's prompts) may name several shards; each counts.
    */
   goesTo(shardKey: string): void;
   /** Stops counting it (its first index call starts); later calls do nothing. */
   release(): void;
+}
+
+/**
+ * A pool of one shard: the route can go nowhere but its one object, known once the handler has
+ * resolved the model, so other pools' receipts stop waiting for this request from then on. A
+ * sharded pool's shard comes from the routed hashes, which exist only in the same synchronous turn
+ * as the pick (route.ts): no other request runs in between, so it is not marked.
+ */
+export function markPoolShard(preparing: PreparingRoute, model: string, shards: number): void {
+  if (shards === 1) preparing.goesTo(shardObjectName(model, 0));
 }
 
 /** A preparing request as the outbox keeps it. */

@@ -28,7 +28,7 @@ import { affinityKeyOf } from "../chat/affinity.ts";
 import type { ClientRef } from "../client-label.ts";
 import { clientNetwork } from "../rate-limit.ts";
 import { StageClock } from "../server-timing.ts";
-import type { PreparingRoute } from "../chat/receipt-outbox.ts";
+import { markPoolShard, type PreparingRoute } from "../chat/receipt-outbox.ts";
 import { takeTokenQuota, withLimitHeaders } from "../token-quota.ts";
 import { completionAnswer, type TextCompletion } from "./completion-answer.ts";
 
@@ -50,6 +50,7 @@ async function serveCompletions(request: Request, deps: ChatDeps, preparing: Pre
   const address = request.headers.get("cf-connecting-ip");
   const tenant = cacheTenant(caller, address);
   const { model, adapter, namespace } = await resolveChatModel(config, req.model, tenant);
+  markPoolShard(preparing, model.id, config.shards);
   // A prompt is one tokenizer segment: its cached ids are the caller's partition's (segment-cache.ts).
   const partition = await edgeCachePartition(config, tenant);
   const sampling = samplingRequestOf(req);

@@ -12,7 +12,7 @@ import { parseSchemaBody, readBodyText } from "../../api/validate.ts";
 import { inputToMessages, refuseUnsupported, ResponseCreateSchema, toChatRequest, type ChatMessage, type InputItem, type ResponseCreateRequest } from "../../api/responses-schema.ts";
 import { authorizeClient } from "../auth.ts";
 import { serveChatCompletions, type ChatDeps } from "../chat.ts";
-import type { PreparingRoute } from "../chat/receipt-outbox.ts";
+import { markPoolShard, type PreparingRoute } from "../chat/receipt-outbox.ts";
 import { limitsOf } from "../chat/parse.ts";
 import { cacheTenant, resolveModel } from "../chat/resolve-model.ts";
 import { edgeCachePartition } from "../cache-salt.ts";
@@ -99,6 +99,7 @@ async function createResponse(request: Request, deps: ResponsesDeps, preparing: 
   const chatBody = toChatRequest(req, history, input);
   const chatText = JSON.stringify(chatBody);
   const { model } = resolveModel(deps.config, req.model);
+  markPoolShard(preparing, model.id, deps.config.shards);
   // One layout scan of the chat body for the seeding below and the chat parse (which scans only a body within the cap).
   const scanned = { text: chatText, layout: chatText.length <= limitsOf(deps.config).maxBodyBytes ? scanBodyLayout(chatText) : null };
   // Another isolate served the earlier turns: their prompt state comes from the store, not from re-rendering

@@ -12,6 +12,7 @@ import { handleCompletions } from "../../../src/edge/completions/handler.ts";
 import { handleResponsesRoute } from "../../../src/edge/responses/handler.ts";
 import { PREPARING_MARK_MAX_MS, ReceiptOutbox, type PreparingRoute } from "../../../src/edge/chat/receipt-outbox.ts";
 import { routeTarget } from "../../../src/edge/chat/route.ts";
+import { shardObjectName } from "../../../src/routing-index/pool-address.ts";
 import { MAX_RECEIPTS_PER_CALL, type AdmissionFrontDoor, type ChatFrontDoor, type ReceiptEntry } from "../../../src/routing-index/front-door.ts";
 import { initHashing } from "../../../src/util/hash.ts";
 import { startSimulatedWorker, type SimulatedWorker } from "../../../services/sglang-sim/worker.ts";
@@ -51,6 +52,10 @@ function chat(n: number, stream: boolean): Request {
     headers: { "content-type": "application/json" },
     body: JSON.stringify({ model: MODEL, messages: [{ role: "user", content: `Question ${n}: how many calls does a request cost the index?` }], max_tokens: 8, stream }),
   });
+}
+
+function post(path: string, body: unknown): Request {
+  return new Request(`http://edge${path}`, { method: "POST", headers: { "content-type": "application/json" }, body: JSON.stringify(body) });
 }
 
 /** `n` requests one after another (each read to its end), then whatever they left running. */
@@ -222,6 +227,42 @@ describe("index calls per request", () => {
     finish.forEach((f) => f());
     expect(outbox.take("m#2")!.entries.map((e) => e.receiptId)).toEqual(["r3"]);
     expect(outbox.take("m#1")!.entries.map((e) => e.receiptId)).toEqual(["r6"]);
+  });
+
+  it.each([
+    ["chat", (d: ChatDeps) => handleChatCompletions(chat(0, false), d)],
+    ["completions", (d: ChatDeps) => handleCompletions(post("/v1/completions", { model: MODEL, prompt: "How many calls does a request cost the index?", max_tokens: 8 }), d)],
+    ["responses", (d: ChatDeps) => handleResponsesRoute(post("/v1/responses", { model: MODEL, input: "How many calls does a request cost the index?", max_output_tokens: 8, store: false }), "/v1/responses", d) as Promise<Response>],
+  ] as const)("two models in one isolate: while a %s request for one still prepares, the other pool's receipts go at once; its own wait and ride its route", async (_name, handle) => {
+    const { index, calls } = countingIndex();
+    const config = parseEdgeConfig({ KVEDGE_ACCESS: "public", KVEDGE_RATE_LIMIT: "off", KVEDGE_WORKER_AUTH: "none" });
+    const outbox = new ReceiptOutbox({ flushMs: 10_000 });
+    const { sent, door } = recordingDoor();
+    let quotaAsked!: () => void;
+    const asked = new Promise<void>((r) => (quotaAsked = r));
+    let grant!: () => void;
+    const granted = new Promise<void>((r) => (grant = r));
+    const waits: Promise<unknown>[] = [];
+    const deps: ChatDeps = {
+      config,
+      index: () => index,
+      fetch: (u, i) => fetch(u, i),
+      receiptOutbox: outbox,
+      waitUntil: (p) => void waits.push(p),
+      // The token quota answers late: the request is still preparing its route.
+      tokenQuota: async () => (quotaAsked(), await granted, {}),
+    };
+    const a = handle(deps);
+    await asked;
+    void outbox.queue(shardObjectName("another/model", 0), door, settle("r-other"), false);
+    void outbox.queue(shardObjectName(MODEL, 0), door, settle("r-own"), false);
+    await Promise.resolve();
+    expect(sent).toEqual([[settle("r-other")]]);
+    grant();
+    expect((await a).status).toBe(200);
+    expect(calls[0]).toEqual({ method: "route", carried: ["settle"] });
+    expect(sent).toHaveLength(1);
+    await Promise.all(waits);
   });
 
   it("a sharded pool's answer waits for its settlement: sent at once, before the answer", async () => {
