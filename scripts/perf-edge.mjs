@@ -13,9 +13,10 @@
 // them ~2×; this one also sees what the runtime does around them. Needs `perf` (linux-tools) and a
 // kernel that lets this user record (perf_event_paranoid ≤ 2 for its own processes).
 // --conversation: the edge bench's chat turns (bench/lib/perf-session.mjs requestShape), as an admin;
+// --vision: its vision turns (an image a user message, from the fleet's media server through the decode service);
 // --stream: streamed answers; --warm: bodies sent before recording (V8 still compiles for several
 // hundred requests, on threads whose CPU the process total includes).
-// Usage: node scripts/perf-edge.mjs [--tokens 32000] [--n 200] [--cold] [--conversation] [--stream] [--warm 20] [--index] [--top 30]
+// Usage: node scripts/perf-edge.mjs [--tokens 32000] [--n 200] [--cold] [--conversation | --vision] [--stream] [--warm 20] [--index] [--top 30]
 import { execFileSync, spawn } from "node:child_process";
 import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
@@ -23,9 +24,9 @@ import { join } from "node:path";
 import { parseArgs } from "node:util";
 import { startEdgeFleet } from "../bench/lib/edge-fleet.mjs";
 import { nativeWorkerdPid, processCpuMs, processMinorFaults } from "../bench/lib/process-cpu.mjs";
-import { requestShape, requirePerf, workerdPid } from "../bench/lib/perf-session.mjs";
+import { requestShape, requirePerf, visionMedia, workerdPid } from "../bench/lib/perf-session.mjs";
 
-const { values: opt } = parseArgs({ options: { tokens: { type: "string", default: "32000" }, n: { type: "string", default: "200" }, cold: { type: "boolean", default: false }, index: { type: "boolean", default: false }, top: { type: "string", default: "30" }, conversation: { type: "boolean", default: false }, stream: { type: "boolean", default: false }, warm: { type: "string", default: "20" } } });
+const { values: opt } = parseArgs({ options: { tokens: { type: "string", default: "32000" }, n: { type: "string", default: "200" }, cold: { type: "boolean", default: false }, index: { type: "boolean", default: false }, top: { type: "string", default: "30" }, conversation: { type: "boolean", default: false }, vision: { type: "boolean", default: false }, stream: { type: "boolean", default: false }, warm: { type: "string", default: "20" } } });
 const TOKENS = Number(opt.tokens);
 const N = Number(opt.n);
 
@@ -52,12 +53,13 @@ const CATEGORIES = [
 ];
 
 // The routing index in its own workerd process: the edge's process records only the edge's work.
-const fleet = await startEdgeFleet({ limits: { maxMessageChars: 2_000_000, maxTotalChars: 8_000_000 }, v8Flags: ["--perf-basic-prof"], splitIndex: true });
+// --vision: the fleet's media server serves the images and the decode service stores them, as in the edge bench.
+const fleet = await startEdgeFleet({ ...(opt.vision ? { media: visionMedia(), decode: true } : {}), limits: { maxMessageChars: 2_000_000, maxTotalChars: 8_000_000 }, v8Flags: ["--perf-basic-prof"], splitIndex: true });
 const dir = mkdtempSync(join(tmpdir(), "kvedge-perf-"));
 try {
   // --index: record the routing index's process instead (route, settle, the relay's KV-event ingest).
   const pid = opt.index ? nativeWorkerdPid(fleet.indexPid) : workerdPid(fleet);
-  const { next, post, warmUp } = requestShape(fleet, { tokens: TOKENS, cold: opt.cold, conversation: opt.conversation, stream: opt.stream, warm: Number(opt.warm), seed: 0x9f0f });
+  const { next, post, warmUp } = requestShape(fleet, { tokens: TOKENS, cold: opt.cold, conversation: opt.conversation, vision: opt.vision, stream: opt.stream, warm: Number(opt.warm), seed: 0x9f0f });
   await warmUp();
   const bodies = Array.from({ length: N }, next);
   const data = join(dir, "perf.data");
@@ -100,7 +102,7 @@ try {
   }
   const ms = (n) => ((n / total) * cpuPerRequest).toFixed(2).padStart(6);
   const pct = (n) => `${((100 * n) / total).toFixed(1).padStart(5)} %`;
-  console.log(`${opt.cold ? "cold" : "warm"} ${TOKENS}-token requests: ${N}; ${opt.index ? "index workerd CPU" : "edge workerd CPU"} ${cpuPerRequest.toFixed(2)} ms per request (${opt.index ? "routing index object, runtime, relay ingest" : "edge isolate, runtime, its side of the index RPCs"}; ${total} samples); ${faultsPerRequest.toFixed(0)} minor page faults per request`);
+  console.log(`${opt.cold ? "cold" : opt.vision ? "warm vision" : "warm"} ${TOKENS}-token requests: ${N}; ${opt.index ? "index workerd CPU" : "edge workerd CPU"} ${cpuPerRequest.toFixed(2)} ms per request (${opt.index ? "routing index object, runtime, relay ingest" : "edge isolate, runtime, its side of the index RPCs"}; ${total} samples); ${faultsPerRequest.toFixed(0)} minor page faults per request`);
   console.log("\nwhere it goes (ms per request):");
   for (const [name, n] of byCategory) console.log(`${ms(n)} ms ${pct(n)}  ${name}`);
   console.log("\nruntime, by innermost named frame (ms per request):");
