@@ -130,6 +130,33 @@ export class PieceScanner {
   }
 }
 
+/**
+ * pieceEnd(text, i) where the piece at i is an ASCII word: alternative 2 as `[^\r\n' L N]?[A-Za-z]+`
+ * ending at an ASCII character or the text's end; -1 for any other piece (the caller asks
+ * pieceEnd). Reads no class table, so the encoder's memo probe for prose words can run without the
+ * general scan (engine.ts). `'` is left out: alternative 1 (`'s`, `'ll`, ...) goes before 2, and a
+ * letter run stopped by a non-ASCII code unit may go on (é is \p{L}).
+ */
+export function asciiWordEnd(text: string, i: number): number {
+  const len = text.length;
+  let j = i;
+  let c = text.charCodeAt(j);
+  if (!isAsciiLetter(c)) {
+    if (c >= 0x80 || c === 0x0a || c === 0x0d || c === 0x27 || (c >= 0x30 && c <= 0x39)) return -1;
+    if (++j === len || !isAsciiLetter((c = text.charCodeAt(j)))) return -1;
+  }
+  while (++j < len) {
+    c = text.charCodeAt(j);
+    if (!isAsciiLetter(c)) return c < 0x80 ? j : -1;
+  }
+  return j;
+}
+
+function isAsciiLetter(c: number): boolean {
+  // | 0x20 lower-cases an ASCII letter and maps no other code unit onto a..z.
+  return ((c | 0x20) - 0x61) >>> 0 < 26;
+}
+
 /** Code units of the code point at i: 2 for a surrogate pair, else 1. */
 function widthAt(text: string, i: number): number {
   const c = text.charCodeAt(i);
