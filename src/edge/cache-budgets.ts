@@ -1,7 +1,7 @@
 /**
  * Every cache the edge keeps per isolate, with its byte budget and eviction policy, in one place
  * (docs/reliability.md "Edge memory"). An isolate has 128 MB; these budgets add up to ~70 MiB of
- * estimated bytes, leaving the rest to the tokenizer's BPE table (~25 MB, fixed), the code and the
+ * estimated bytes, leaving the rest to the tokenizer's BPE table (~25 MB, fixed) and piece memo (4 MiB, fixed), the code and the
  * requests in flight. Small caches bounded by configuration (one entry per configured model: the
  * pool profile in chat/pool-profile-cache.ts, the parsed config in functions/index.ts, per-template parse results) are
  * not listed. A test fills each listed cache far past its budget (test/unit/edge/cache-budgets.test.ts).

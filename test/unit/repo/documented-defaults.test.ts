@@ -34,6 +34,7 @@ import { DEFAULT_MAX_EVENT_CHARS } from "../../../src/proxy/sse.ts";
 import { DEFAULT_PREFIX_CACHE_BYTES, DEFAULT_PREFIX_CACHE_TOKENS } from "../../../src/prompt/prefix-cache.ts";
 import { DEFAULT_PIECE_CACHE_BYTES, DEFAULT_PIECE_CACHE_ENTRIES, DEFAULT_SEGMENT_CACHE_BYTES, DEFAULT_SEGMENT_CACHE_CHARS } from "../../../src/prompt/tokenizer/index.ts";
 import { MEMO_MAX_BYTES } from "../../../src/layout/layout.ts";
+import { MEMO_PARTITIONS, PIECE_MEMO_SLOTS } from "../../../src/prompt/tokenizer/engine.ts";
 import { ApproxConfigSchema } from "../../../src/block-index/approx-index.ts";
 import { PendingRoutes } from "../../../src/block-index/pending-routes.ts";
 import { KV_CAPACITY_HEADROOM } from "../../../src/routing-index/block-shares.ts";
@@ -129,6 +130,8 @@ const ACTUAL: Record<string, Record<string, Expected>> = {
     DEFAULT_SEGMENT_CACHE_BYTES,
     DEFAULT_PIECE_CACHE_ENTRIES,
     DEFAULT_PIECE_CACHE_BYTES,
+    PIECE_MEMO_SLOTS,
+    MEMO_PARTITIONS,
     MEMO_MAX_BYTES,
     MAX_RELAY_KEYS,
     "PendingRoutes.ttlMs": new PendingRoutes().ttlMs,
