@@ -56,6 +56,36 @@ export function contentFormatOf(id: TemplateId): ContentFormat {
   return detectContentFormat(templateSource(id).text);
 }
 
+/** An `{% if add_vision_id %}` block holding text and expressions only (no other tag). */
+const VISION_ID_BLOCK = /\{%-?\s*if\s+add_vision_id\s*-?%\}(?:(?!\{%)[\s\S])*?\{%-?\s*endif\s*-?%\}/g;
+/** The counters' own bookkeeping: created at 0, one added per item. */
+const COUNTER_UPDATE = /\{%-?\s*set\s+(image|video)_count\s*=\s*namespace\(\s*value\s*=\s*0\s*\)\s*-?%\}|\{%-?\s*set\s+(image|video)_count\.value\s*=\s*\2_count\.value\s*\+\s*1\s*-?%\}/g;
+
+/**
+ * Whether a template reads its image and video counters only inside `{% if add_vision_id %}`
+ * blocks (to number items: "Picture {{ image_count.value }}: "), besides creating them and adding
+ * one per item. Then, with add_vision_id unset, what it renders for a message does not depend on
+ * how many items came before it. Read from the source, conservatively: any other mention of a
+ * counter (a test, another variable) is a read.
+ */
+export function countersOnlyNumberItems(templateText: string): boolean {
+  return !/\b(image|video)_count\b/.test(templateText.replace(VISION_ID_BLOCK, "").replace(COUNTER_UPDATE, ""));
+}
+
+const numbersOnly = new Map<TemplateId, boolean>();
+
+/**
+ * Whether template `id` under `kwargs` renders a message the same after any count of earlier
+ * images and videos: add_vision_id unset (or false, None) and countersOnlyNumberItems.
+ */
+export function itemCountsIrrelevant(id: TemplateId, kwargs: Record<string, unknown>): boolean {
+  const v = kwargs["add_vision_id"];
+  if (v !== undefined && v !== false && v !== null) return false;
+  let only = numbersOnly.get(id);
+  if (only === undefined) numbersOnly.set(id, (only = countersOnlyNumberItems(templateSource(id).text)));
+  return only;
+}
+
 interface SentinelTable {
   /** Made with the first sentinel: a render with none (every chat turn without such numbers) draws no random nonce. */
   prefix: string | null;

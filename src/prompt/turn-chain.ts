@@ -82,7 +82,7 @@ import { joinTallies, tallyMessages, utf8ByteLength, type MessagesTally, type Re
 import type { MediaKind, MediaPart, DroppedPart, TemplateMessage, ChatRequestLike } from "./messages.ts";
 import { preprocessChat } from "./messages.ts";
 import type { ModelProfile, TemplateId } from "./model-profile.ts";
-import { contentFormatOf, renderTemplate, type RenderInput } from "./template.ts";
+import { contentFormatOf, itemCountsIrrelevant, renderTemplate, type RenderInput } from "./template.ts";
 import { assemblePrompt, type PreparedPrompt } from "./index.ts";
 import { xxh3_64 } from "../util/hash.ts";
 import { deepFreeze } from "../util/deep-freeze.ts";
@@ -1070,6 +1070,10 @@ export class TurnChainCache {
    * through the generation prompt; null when the stand-in cannot be cut off cleanly.
    */
   private renderTail(id: TemplateId, scope: string, images: number, videos: number, messages: readonly TemplateMessage[], tools: RenderInput["tools"], kwargs: Record<string, unknown>): string | null {
+    // Where the counts change nothing after the stand-in (template.ts itemCountsIrrelevant), it
+    // holds no items: rendering one per earlier item cost ~18 µs each, twice a turn, and its head
+    // (memoized by the counts) was rendered anew on every turn that added one.
+    if (images + videos > 0 && itemCountsIrrelevant(id, kwargs)) images = videos = 0;
     const items = [...Array.from({ length: images }, () => ({ type: "image" })), ...Array.from({ length: videos }, () => ({ type: "video" }))];
     if (items.length > 0 && contentFormatOf(id) !== "openai") return null;
     const standIn: TemplateMessage = { role: "user", content: items.length > 0 ? items : "" };

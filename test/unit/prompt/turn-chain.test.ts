@@ -35,6 +35,16 @@ interface Conversation {
 const img = (n: number) => ({ type: "image_url", image_url: { url: `https://example.com/img-${n}.png` } });
 const longText = (seed: number, words: number) => Array.from({ length: words }, (_, i) => `w${(seed * 7919 + i * 31) % 1000}`).join(" ");
 
+const VISION_TURNS: Msg[][] = [
+  [{ role: "user", content: [{ type: "text", text: "Compare" }, img(1), img(2)] }],
+  [{ role: "assistant", content: "They differ." }, { role: "user", content: [img(3), { type: "text", text: "and this one?" }] }],
+  [{ role: "assistant", content: "Similar." }, { role: "user", content: "No image now." }],
+  [{ role: "assistant", content: "OK." }, { role: "user", content: [{ type: "video_url", video_url: { url: "https://example.com/v.mp4" } }, img(4)] }],
+  [{ role: "assistant", content: "Heard." }, { role: "user", content: [{ type: "audio_url", audio_url: { url: "https://example.com/a.wav" } }, { type: "text", text: "and this?" }] }],
+  [{ role: "assistant", content: "Noise." }, { role: "user", content: "Plain text." }],
+  [{ role: "assistant", content: "Fine." }, { role: "user", content: [{ type: "audio_url", audio_url: { url: "https://example.com/b.wav" } }, img(5)] }],
+];
+
 const CONVERSATIONS: Conversation[] = [
   {
     name: "text",
@@ -82,15 +92,14 @@ const CONVERSATIONS: Conversation[] = [
     name: "images, a video and audio (per-kind numbering and vision counters carry on with add_vision_id)",
     extra: { chat_template_kwargs: { add_vision_id: true } },
     hits: 5,
-    turns: [
-      [{ role: "user", content: [{ type: "text", text: "Compare" }, img(1), img(2)] }],
-      [{ role: "assistant", content: "They differ." }, { role: "user", content: [img(3), { type: "text", text: "and this one?" }] }],
-      [{ role: "assistant", content: "Similar." }, { role: "user", content: "No image now." }],
-      [{ role: "assistant", content: "OK." }, { role: "user", content: [{ type: "video_url", video_url: { url: "https://example.com/v.mp4" } }, img(4)] }],
-      [{ role: "assistant", content: "Heard." }, { role: "user", content: [{ type: "audio_url", audio_url: { url: "https://example.com/a.wav" } }, { type: "text", text: "and this?" }] }],
-      [{ role: "assistant", content: "Noise." }, { role: "user", content: "Plain text." }],
-      [{ role: "assistant", content: "Fine." }, { role: "user", content: [{ type: "audio_url", audio_url: { url: "https://example.com/b.wav" } }, img(5)] }],
-    ],
+    turns: VISION_TURNS,
+  },
+  {
+    // Without add_vision_id the stand-in for earlier items holds none (template.ts itemCountsIrrelevant).
+    name: "images, a video and audio without add_vision_id",
+    extra: {},
+    hits: 5,
+    turns: VISION_TURNS,
   },
 ];
 
