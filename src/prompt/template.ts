@@ -86,6 +86,24 @@ export function itemCountsIrrelevant(id: TemplateId, kwargs: Record<string, unkn
   return only;
 }
 
+/**
+ * The roles (after preprocessing: developer → system, function → tool) whose image and video items
+ * each template counts; "every" for all. qwen3vl-instruct prints only the text of system and
+ * assistant messages and nothing of other roles, so it numbers items in user and tool messages
+ * only. Checked against renders of each template (test/unit/prompt/template-item-counts.test.ts).
+ */
+const NUMBERED_ROLES: Readonly<Record<TemplateId, "every" | ReadonlySet<string>>> = {
+  qwen2vl: "every",
+  "qwen3vl-instruct": new Set(["user", "tool"]),
+  "qwen3vl-thinking": "every",
+};
+
+/** Whether template `id` counts the image and video items of a `role` message. */
+export function countsItemsOf(id: TemplateId, role: string): boolean {
+  const roles = NUMBERED_ROLES[id];
+  return roles === "every" || roles.has(role);
+}
+
 interface SentinelTable {
   /** Made with the first sentinel: a render with none (every chat turn without such numbers) draws no random nonce. */
   prefix: string | null;

@@ -13,13 +13,14 @@
  * its own block whatever follows it.
  *
  * How the rest is rendered exactly. The template runs on [X, ...messages from the query on], where
- * X is one stand-in user message holding as many image and video items as the skipped messages
- * (the counters carry on), and the text X renders to (header + its block, measured once by
- * rendering [X] alone) is cut off. The query's own block is a user block, so nothing before it is
- * read by what follows (roles of neighbours: the query is a user; last_query_index: found at or
- * after the query). A store computes the stable prefix the same way from a full render (full text
- * minus the tail) and checks that the full text ends with that tail, so stored text is the full
- * path's own.
+ * X is one stand-in user message and the text X renders to (header + its block, measured once by
+ * rendering [X] alone) is cut off. Where the counts matter (not template.ts itemCountsIrrelevant),
+ * X holds as many image and video items as the template counted in the skipped messages (only
+ * roles it numbers, template.ts countsItemsOf), so the counters carry on; elsewhere it holds none.
+ * The query's own block is a user block, so nothing before it is read by what follows (roles of
+ * neighbours: the query is a user; last_query_index: found at or after the query). A store
+ * computes the stable prefix the same way from a full render (full text minus the tail) and checks
+ * that the full text ends with that tail, so stored text is the full path's own.
  *
  * Keys. The scope (template, family, and the raw text of tools, tool_choice, chat_template_kwargs
  * and reasoning_effort) and a message prefix's raw JSON text decide the rendering of that prefix
@@ -82,7 +83,7 @@ import { joinTallies, tallyMessages, utf8ByteLength, type MessagesTally, type Re
 import type { MediaKind, MediaPart, DroppedPart, TemplateMessage, ChatRequestLike } from "./messages.ts";
 import { preprocessChat } from "./messages.ts";
 import type { ModelProfile, TemplateId } from "./model-profile.ts";
-import { contentFormatOf, itemCountsIrrelevant, renderTemplate, type RenderInput } from "./template.ts";
+import { contentFormatOf, countsItemsOf, itemCountsIrrelevant, renderTemplate, type RenderInput } from "./template.ts";
 import { assemblePrompt, type PreparedPrompt } from "./index.ts";
 import { xxh3_64 } from "../util/hash.ts";
 import { deepFreeze } from "../util/deep-freeze.ts";
@@ -211,6 +212,7 @@ export interface StablePrefix {
   text: string;
   media: MediaPart[];
   dropped: DroppedPart[];
+  /** Image and video items the template counts in those messages (Node.images). */
   images: number;
   videos: number;
 }
@@ -254,7 +256,7 @@ interface Node {
   /** Own media and dropped parts (indices as in the whole request). */
   media: MediaPart[];
   dropped: DroppedPart[];
-  /** Prefix totals of image and video items (the stand-in's counters). */
+  /** Prefix totals of the image and video items the template counts (the stand-in's counters: numberedItems). */
   images: number;
   videos: number;
   /**
@@ -491,6 +493,21 @@ function countKinds(parts: readonly MediaPart[], before: number): Record<MediaKi
   const n: Record<MediaKind, number> = { image: 0, video: 0, audio: 0 };
   for (const p of parts) if (p.messageIndex < before) n[p.kind]++;
   return n;
+}
+
+/**
+ * The stand-in's counters after messages [from, before): `base` (those before `from`) plus the
+ * image and video items of those messages in roles template `id` counts (template.ts countsItemsOf:
+ * qwen3vl-instruct skips system and assistant items).
+ */
+function numberedItems(id: TemplateId, parts: readonly MediaPart[], messages: readonly TemplateMessage[], from: number, before: number, base: { images: number; videos: number }): { images: number; videos: number } {
+  let { images, videos } = base;
+  for (const p of parts) {
+    if (p.messageIndex < from || p.messageIndex >= before || p.kind === "audio" || !countsItemsOf(id, messages[p.messageIndex]!.role)) continue;
+    if (p.kind === "image") images++;
+    else videos++;
+  }
+  return { images, videos };
 }
 
 /** Shortest string kept as a view of a node's raw or rendered text instead of its own copy (a view costs ~40 B). */
@@ -1145,8 +1162,8 @@ export class TurnChainCache {
   private storeCut(ctx: StoreContext, profile: ModelProfile, input: RenderInput, at: { node: Node | null; after: string; from: number }, media: readonly MediaPart[], dropped: readonly DroppedPart[], cut: number, kind: CutKind): { node: Node; after: string; from: number } | null {
     const messages = input.messages as TemplateMessage[];
     const { node: parent, after, from } = at;
-    const counts = countKinds(media, cut);
-    const tail = this.renderTail(profile.templateId, ctx.scope, counts.image, counts.video, messages.slice(cut), input.tools, input.kwargs);
+    const counts = numberedItems(profile.templateId, media, messages, from, cut, parent ?? { images: 0, videos: 0 });
+    const tail = this.renderTail(profile.templateId, ctx.scope, counts.images, counts.videos, messages.slice(cut), input.tools, input.kwargs);
     if (tail === null || tail.length > after.length || !after.endsWith(tail)) return null;
     const open = ctx.layout.messagesOpen;
     const rawEnd = ctx.layout.messages[cut - 1]![1] - open;
@@ -1168,7 +1185,7 @@ export class TurnChainCache {
     if (!this.held.admits(bytes)) return null;
     // A child shares its root's scope (the lookup found them equal; nodeBytes counts it at the root).
     // A root keeps its own copy: the request's scope is a rope of slices that would keep the body.
-    const node: Node = { parent, key, scope: parent ? parent.scope : ownString(ctx.scope), raw, rawEnd, text, messages: cut, cut: kind, media: ownMedia, dropped: ownDropped, images: counts.image, videos: counts.video, escaped: escaped.chunks, wide: rawWidth === 2 || textWidth === 2, utf8: null, parsed, tally, spans, hint: null, rawBytes: -1, body: null, holders: 0, bytes };
+    const node: Node = { parent, key, scope: parent ? parent.scope : ownString(ctx.scope), raw, rawEnd, text, messages: cut, cut: kind, media: ownMedia, dropped: ownDropped, images: counts.images, videos: counts.videos, escaped: escaped.chunks, wide: rawWidth === 2 || textWidth === 2, utf8: null, parsed, tally, spans, hint: null, rawBytes: -1, body: null, holders: 0, bytes };
     this.insert(node);
     return { node, after: tail, from: cut };
   }

@@ -1,6 +1,6 @@
 import { describe, expect, it } from "vitest";
 import { renderTemplate, TemplateIdSchema, type TemplateId } from "../../../src/prompt/index.ts";
-import { countersOnlyNumberItems, itemCountsIrrelevant, templateSource } from "../../../src/prompt/template.ts";
+import { countersOnlyNumberItems, countsItemsOf, itemCountsIrrelevant, templateSource } from "../../../src/prompt/template.ts";
 
 const IDS = TemplateIdSchema.options as readonly TemplateId[];
 
@@ -44,6 +44,22 @@ describe("template item counts", () => {
       expect(itemCountsIrrelevant(id, { add_vision_id: false, enable_thinking: true })).toBe(true);
       expect(itemCountsIrrelevant(id, { add_vision_id: null })).toBe(true);
       for (const v of [true, 1, "no", 0]) expect(itemCountsIrrelevant(id, { add_vision_id: v })).toBe(false);
+    }
+  });
+
+  it("countsItemsOf names the roles whose items each template numbers (the later user item's number shows it)", () => {
+    // Roles after preprocessing (developer → system, function → tool), first and after a user message.
+    for (const id of IDS) {
+      for (const role of ["system", "user", "assistant", "tool", "latest_reminder"]) {
+        for (const [type, label] of [["image", "Picture"], ["video", "Video"]] as const) {
+          for (const lead of [[], [{ role: "user", content: "hi" }]]) {
+            const messages = [...lead, { role, content: [{ type: "text", text: "x" }, { type }] }, { role: "user", content: [{ type }, { type: "text", text: "y" }] }];
+            const text = renderTemplate(id, { messages, tools: null, kwargs: { add_vision_id: true } });
+            const numbers = [...text.matchAll(new RegExp(`${label} (\\d+): `, "g"))].map((m) => Number(m[1]));
+            expect(numbers.at(-1), `${id} ${role} ${type} after ${lead.length}`).toBe(countsItemsOf(id, role) ? 2 : 1);
+          }
+        }
+      }
     }
   });
 

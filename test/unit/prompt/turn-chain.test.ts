@@ -101,6 +101,28 @@ const CONVERSATIONS: Conversation[] = [
     hits: 5,
     turns: VISION_TURNS,
   },
+  {
+    // qwen3vl-instruct numbers items in user and tool messages only (template.ts countsItemsOf): the later image is "Picture 1".
+    name: "an image in the system message, then one in a later query, with add_vision_id",
+    extra: { chat_template_kwargs: { add_vision_id: true } },
+    hits: 2,
+    turns: [
+      [{ role: "system", content: [{ type: "text", text: "Be brief." }, img(1)] }, { role: "user", content: "q1" }],
+      [{ role: "assistant", content: "a1" }, { role: "user", content: "q2" }],
+      [{ role: "assistant", content: "a2" }, { role: "user", content: [img(2), { type: "text", text: "q3" }] }],
+    ],
+  },
+  {
+    name: "an image in an assistant message, then one in a later query, with add_vision_id",
+    extra: { chat_template_kwargs: { add_vision_id: true } },
+    hits: 2,
+    turns: [
+      [{ role: "user", content: "q1" }],
+      [{ role: "assistant", content: [{ type: "text", text: "a1" }, img(1)] }, { role: "user", content: "q2" }],
+      [{ role: "assistant", content: "a2" }, { role: "user", content: "q3" }],
+      [{ role: "assistant", content: "a3" }, { role: "user", content: [img(2), { type: "text", text: "q4" }] }],
+    ],
+  },
 ];
 
 function bodyOf(messages: Msg[], extra: Record<string, unknown>): string {
@@ -145,6 +167,32 @@ describe("turn chain: the incremental prompt equals the full path at every turn"
       });
     }
   }
+
+  it("random conversations with images and videos in every role render as the full path under add_vision_id", () => {
+    // A seeded generator: system, user, assistant and tool messages each may carry items, so a
+    // template that numbers items in some roles only (countsItemsOf) meets items in the others.
+    let state = 7;
+    const next = () => (state = (state * 1664525 + 1013904223) >>> 0) / 2 ** 32;
+    const items = (n: number): Msg[] => Array.from({ length: Math.floor(next() * 3) }, (_, i) => (next() < 0.7 ? img(n * 10 + i) : { type: "video_url", video_url: { url: `https://example.com/v-${n}-${i}.mp4` } }));
+    const withItems = (role: string, text: string, n: number, more: Msg = {}): Msg => ({ role, content: next() < 0.3 ? text : [{ type: "text", text }, ...items(n)], ...more });
+    for (const profile of PROFILES) {
+      for (const extra of [{ chat_template_kwargs: { add_vision_id: true } }, { tools: TOOLS, chat_template_kwargs: { add_vision_id: true } }]) {
+        const chain = new TurnChainCache({ checkRate: 0 });
+        for (let conversation = 0; conversation < 6; conversation++) {
+          const messages: Msg[] = [...(next() < 0.5 ? [withItems("system", "S", 0)] : []), withItems("user", "q0", 1)];
+          for (let n = 2; n < 12; n++) {
+            const x = next();
+            if (x < 0.4) messages.push(withItems("assistant", `a${n}`, n, { tool_calls: [{ id: `c${n}`, type: "function", function: { name: "read_file", arguments: "{}" } }] }), withItems("tool", `o${n}`, n + 100, { tool_call_id: `c${n}` }));
+            else messages.push(withItems("assistant", `a${n}`, n), ...(x < 0.5 ? [withItems("system", `s${n}`, n + 200)] : []), withItems("user", `q${n}`, n + 300));
+            const body = bodyOf(messages, extra);
+            const req = parseChatBody(body, DEFAULT_LIMITS);
+            expectSamePrompt(chain.prepare(req, body, profile, ""), preparePrompt(req, profile));
+          }
+        }
+        expect(chain.stats().hits).toBeGreaterThan(30);
+      }
+    }
+  });
 
   describe("agent loop: steps after the last query extend a provisional entry", () => {
     // One step: the assistant's tool call (with reasoning on odd steps), then one or two tool results.
