@@ -1,3 +1,5 @@
+import { lastAtOrBefore } from "./sorted-search.ts";
+
 /**
  * A text held as consecutive pieces (the turn chain's stored prompt pieces, then the request's own
  * part), read without joining them. V8 flattens a concatenated string on its first search, slice
@@ -41,14 +43,7 @@ export class PieceText {
 
   /** Index of the piece holding position `i` (0 ≤ i < length). */
   private pieceAt(i: number): number {
-    let lo = 0;
-    let hi = this.starts.length - 1;
-    while (lo < hi) {
-      const mid = (lo + hi + 1) >> 1;
-      if (this.starts[mid]! <= i) lo = mid;
-      else hi = mid - 1;
-    }
-    return lo;
+    return lastAtOrBefore(this.starts, i);
   }
 
   /** text.slice(start, end) for 0 ≤ start ≤ end ≤ length, made of the pieces it covers only. */

@@ -1,3 +1,5 @@
+import { lastAtOrBefore } from "./sorted-search.ts";
+
 /**
  * A request body's text as three parts that are never joined on the warm path: `head`, the `gap`'s
  * pieces (text known from elsewhere: the turn chain's held messages) and `rest` (the bytes decoded
@@ -55,14 +57,7 @@ export class SplitText {
 
   /** The gap piece holding position `i` (gapStart ≤ i < gapEnd). */
   private gapPiece(i: number): number {
-    let lo = 0;
-    let hi = this.starts.length - 1;
-    while (lo < hi) {
-      const mid = (lo + hi + 1) >> 1;
-      if (this.starts[mid]! <= i) lo = mid;
-      else hi = mid - 1;
-    }
-    return lo;
+    return lastAtOrBefore(this.starts, i);
   }
 
   charCodeAt(i: number): number {
