@@ -19,6 +19,7 @@ import { preparePrompt } from "../../../src/prompt/index.ts";
 import { TurnChainCache } from "../../../src/prompt/turn-chain.ts";
 import { initHashing } from "../../../src/util/hash.ts";
 import type { SplitText } from "../../../src/util/split-text.ts";
+import { framedBody, HELD_TEXT_WORDS, seededText } from "../../helpers/held-body-input.ts";
 
 beforeAll(() => initHashing());
 
@@ -28,21 +29,11 @@ const model = config.models[0]!;
 const profile = { family: model.family, templateId: model.templateId };
 const encode = (s: string) => new TextEncoder().encode(s);
 
-/** Seeded text with two-, three- and four-byte characters, U+FEFF and JSON escapes. */
-function text(seed: number, chars: number): string {
-  const words = ["edge", "naïve", "—", "日本語", "😀", "\uFEFF", 'q"uote', "back\\slash", "tab\t", "line\n", "plain", "}]", '{"role":"user"}'];
-  let x = (seed * 2654435761) >>> 0;
-  let out = "";
-  while (out.length < chars) {
-    x = (Math.imul(x, 1664525) + 1013904223) >>> 0;
-    out += words[x % words.length]! + " ";
-  }
-  return out;
-}
+/** Seeded text with two-, three- and four-byte characters, U+FEFF, JSON escapes and JSON-shaped words. */
+const WORDS = [...HELD_TEXT_WORDS, "}]", '{"role":"user"}'];
+const text = (seed: number, chars: number) => seededText(seed, chars, WORDS);
 
-function source(bytes: Uint8Array) {
-  return { body: new ReadableStream<Uint8Array>(), headers: new Headers({ "content-length": String(bytes.length) }), arrayBuffer: async () => bytes.slice().buffer };
-}
+const source = framedBody;
 
 type Outcome = { req: string } | { status: number; message: string; code: string | null };
 

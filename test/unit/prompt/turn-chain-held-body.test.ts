@@ -15,6 +15,7 @@ import { parseChatTurn } from "../../../src/edge/chat/parse.ts";
 import { TurnChainCache } from "../../../src/prompt/turn-chain.ts";
 import { initHashing } from "../../../src/util/hash.ts";
 import { serveTwoTurns } from "../../helpers/held-conversation.ts";
+import { framedBody, seededText } from "../../helpers/held-body-input.ts";
 
 beforeAll(() => initHashing());
 
@@ -23,26 +24,8 @@ const model = config.models[0]!;
 const profile = { family: model.family, templateId: model.templateId };
 const MAX_BODY = config.limits.maxBodyBytes;
 
-/** Seeded text with two-, three- and four-byte characters, U+FEFF and JSON escapes. */
-function text(seed: number, chars: number): string {
-  const words = ["edge", "naïve", "—", "日本語", "😀", "\uFEFF", 'q"uote', "back\\slash", "tab\t", "line\n", "plain"];
-  let x = (seed * 2654435761) >>> 0;
-  let out = "";
-  while (out.length < chars) {
-    x = (Math.imul(x, 1664525) + 1013904223) >>> 0;
-    out += words[x % words.length]! + " ";
-  }
-  return out;
-}
-
-/** A framed request body (Content-Length), as the runtime hands it over. */
-function source(bytes: Uint8Array) {
-  return {
-    body: new ReadableStream<Uint8Array>(),
-    headers: new Headers({ "content-length": String(bytes.length) }),
-    arrayBuffer: async () => bytes.slice().buffer,
-  };
-}
+const text = seededText;
+const source = framedBody;
 
 /** What decoding the whole body gives: its text, or the refusal's status. */
 function reference(bytes: Uint8Array): string | number {
