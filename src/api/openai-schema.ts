@@ -235,7 +235,8 @@ const StopSchema = z
 // ---------------------------------------------------------------------------------------------
 // The request
 
-const ChatCompletionRequestObject = z.object({
+/** The request's fields as given; ChatCompletionRequestSchema adds SGLang's defaults that read several (withSglangDefaults). */
+export const ChatCompletionRequestObject = z.object({
   messages: z.array(MessageSchema).min(1, "messages must not be empty"),
   model: z.string().min(1, "model must not be empty"),
 
@@ -306,7 +307,8 @@ const ChatCompletionRequestObject = z.object({
   user: opt(z.string()),
 });
 
-export const ChatCompletionRequestSchema = ChatCompletionRequestObject.transform((r) => {
+/** The defaults that depend on other fields, applied to ChatCompletionRequestObject's output. */
+export function withSglangDefaults(r: z.output<typeof ChatCompletionRequestObject>) {
   // SGLang: tool_choice defaults to "none" without tools, else "auto".
   const tool_choice = r.tool_choice ?? (r.tools && r.tools.length > 0 ? "auto" : "none");
   // SGLang: reasoning_effort sets thinking / enable_thinking in chat_template_kwargs unless present.
@@ -316,7 +318,9 @@ export const ChatCompletionRequestSchema = ChatCompletionRequestObject.transform
     chat_template_kwargs = { thinking, enable_thinking: thinking, ...(chat_template_kwargs ?? {}) };
   }
   return { ...r, tool_choice, chat_template_kwargs };
-});
+}
+
+export const ChatCompletionRequestSchema = ChatCompletionRequestObject.transform(withSglangDefaults);
 
 export type ChatCompletionRequest = z.output<typeof ChatCompletionRequestSchema>;
 export type ContentPart = z.output<typeof ContentPartSchema>;

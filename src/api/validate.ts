@@ -8,7 +8,8 @@ import { InvalidRequestError, KvedgeError, PayloadTooLargeError } from "./errors
 import { DEFAULT_LIMITS } from "./limits.ts";
 import { checkPatternGrammar, checkSchemaGrammar } from "./grammar-bounds.ts";
 import type { Limits } from "./limits.ts";
-import { ChatCompletionRequestSchema } from "./openai-schema.ts";
+import { ChatCompletionRequestObject, ChatCompletionRequestSchema, withSglangDefaults } from "./openai-schema.ts";
+import { PresentKeysReader } from "./present-keys.ts";
 import { hasLoneSurrogate } from "../util/unicode.ts";
 import { closingQuote, parseRecordingLiterals, type JsonLiteral } from "../util/json-scan.ts";
 import { SplitText } from "../util/split-text.ts";
@@ -697,6 +698,18 @@ export interface ParseWork {
   validatedMessages: number;
 }
 
+/** The request's fields read by the fields it has (present-keys.ts); the schema's own parse gives every refusal. */
+const CHAT_REQUEST_FIELDS = new PresentKeysReader(ChatCompletionRequestObject);
+
+/** ChatCompletionRequestSchema's output for a parsed JSON object, or its first issue as the client's error. */
+function readChatRequest(body: Record<string, unknown>): ChatCompletionRequest {
+  const fields = CHAT_REQUEST_FIELDS.read(body);
+  if (fields !== null) return withSglangDefaults(fields);
+  const parsed = ChatCompletionRequestSchema.safeParse(body);
+  if (!parsed.success) throw issueToError(parsed.error.issues);
+  return parsed.data;
+}
+
 /** JSON text that passed the pre-parse bounds → the validated request (`base`: leading messages reused, not in `text`). */
 function parseValidated(text: string, limits: Limits, literals: JsonLiteral[] | undefined, base: ReusedMessages | null, work: ParseWork | undefined): ChatCompletionRequest {
   let body: unknown;
@@ -711,9 +724,7 @@ function parseValidated(text: string, limits: Limits, literals: JsonLiteral[] | 
   }
   checkStrings(body);
   checkUnsupported(body as Record<string, unknown>);
-  const parsed = ChatCompletionRequestSchema.safeParse(body);
-  if (!parsed.success) throw issueToError(parsed.error.issues);
-  const req = parsed.data;
+  const req = readChatRequest(body as Record<string, unknown>);
   if (work) {
     work.parsedChars += text.length;
     work.validatedMessages += req.messages.length;
