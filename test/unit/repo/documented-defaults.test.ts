@@ -41,6 +41,7 @@ import { KV_CAPACITY_HEADROOM } from "../../../src/routing-index/block-shares.ts
 import { MAX_PROBE_PACKETS } from "../../../services/decode/ffprobe-scan.ts";
 import { FAILED_PROBE_TTL_MS } from "../../../services/decode/server.ts";
 import { MAX_RELAY_KEYS } from "../../../durable-objects/relay-key-store.ts";
+import { MAX_PICKED_SCHEMAS } from "../../../src/api/present-keys.ts";
 import { RelayOptionsSchema } from "../../../services/relay/options.ts";
 import { MAX_SEND_BACKLOG_BYTES } from "../../../services/relay/index-session.ts";
 import { DecodeServiceOptionsSchema } from "../../../services/decode/options.ts";
@@ -134,6 +135,7 @@ const ACTUAL: Record<string, Record<string, Expected>> = {
     MEMO_PARTITIONS,
     MEMO_MAX_BYTES,
     MAX_RELAY_KEYS,
+    MAX_PICKED_SCHEMAS,
     "PendingRoutes.ttlMs": new PendingRoutes().ttlMs,
     "PendingRoutes.maxPerWorker": new PendingRoutes().maxPerWorker,
     "PendingRoutes.maxBlocks": new PendingRoutes().maxBlocks,
