@@ -65,6 +65,9 @@
  * block reads only itself and the counters. The rest is rendered on [X, ...messages after it] as
  * for a provisional entry (X, a user query, stands for the query itself: "not a tool" to the
  * message after it, and the last query when no later one comes, at the right relative place).
+ * A turn that found an entry and ends with its query stores such an entry through that query
+ * instead of the one before it (storeFrom): it needs no render, and the next turn renders only
+ * its new messages.
  *
  * Held bodies. The parse stage decodes a body's UTF-8 into text, two bytes a character once any is
  * non-ASCII (~0.4 ms at 100k tokens in workerd). A hit whose messages hold non-ASCII text keeps
@@ -102,7 +105,8 @@ export interface ChainedPrompt extends PreparedPrompt {
   pieces?: PromptPieces;
   /**
    * The request's stable prefix as the chain keeps it after this request (its last query's entry,
-   * else the one it was rendered from), assembled when called (a stored response keeps it); absent
+   * else the one it was rendered from), assembled when called (a stored response keeps it; the
+   * entry before the last query is stored then where the turn kept the one through it); absent
    * when the chain keeps none.
    */
   stable?: () => StablePrefix;
@@ -162,7 +166,7 @@ const MAX_BUCKET = 4;
 const GENERATION_START = "<|im_start|>assistant";
 /** Whitespace, one comma, whitespace: what JSON allows between two array elements. */
 const SEPARATOR = /^[ \t\n\r]*,[ \t\n\r]*$/;
-/** Characters of stand-in prefixes (and their keys) kept before the memo is cleared. */
+/** Characters of stand-in renders (and their keys) kept before the memo is cleared. */
 const STAND_IN_MEMO_CHARS = 1 << 20;
 /**
  * Layout hints: characters of the messages text kept as the key at its start and after its first element
@@ -461,6 +465,12 @@ function mayBeQuery(whole: SplitText, span: readonly [number, number], last: boo
     return true;
   }
   return typeof value !== "string" || value === "user" || (last && value.toLowerCase() === "assistant");
+}
+
+/** Whether the request's last message is a user message as the client sent it. */
+function endsWithUser(request: ChatRequestLike): boolean {
+  const last = request.messages[request.messages.length - 1];
+  return typeof last === "object" && last !== null && (last as { role?: unknown }).role === "user";
 }
 
 function lastQuery(messages: readonly TemplateMessage[]): number {
@@ -815,8 +825,12 @@ export class TurnChainCache {
   private s = { hits: 0, misses: 0, reusedMessages: 0, checks: 0, mismatches: 0, stores: 0, heldLayouts: 0, heldBodies: 0 };
   private readonly encoder = new TextEncoder();
   private readonly buf = new Uint8Array(24 + 3 * (KEY_HEAD_CHARS + KEY_TAIL_CHARS));
-  /** What the stand-in renders to (header and its block), per scope and item counts: one render per hit saved. */
-  private readonly standIns = new Map<string, string>();
+  /**
+   * What the stand-in renders to alone, per scope and item counts: its head (header and its block)
+   * and the generation prompt after it. One render per hit saved, and a cut after the last message
+   * (its tail is what follows the stand-in alone) needs none.
+   */
+  private readonly standIns = new Map<string, { head: string; generation: string }>();
   private standInChars = 0;
 
   constructor(options: TurnChainOptions = {}) {
@@ -850,9 +864,9 @@ export class TurnChainCache {
     const decoded = found.decoded ?? [];
     if (!hit) {
       this.s.misses++;
-      return this.full(request, profile, { body: text, layout, scope, scopeHash, parent: null, validated, decoded });
+      return this.full(request, profile, { body: text, layout, scope, scopeHash, parent: null, validated, decoded, endsWithUser: endsWithUser(request) });
     }
-    let extended: { prompt: ChainedPrompt; store: () => Node | null } | null = null;
+    let extended: { prompt: ChainedPrompt; store: () => StoredPrefix } | null = null;
     try {
       extended = this.extend(request, text, layout, profile, hit.node, hit.chain, scope, scopeHash, validated, decoded);
     } catch {
@@ -881,9 +895,10 @@ export class TurnChainCache {
     }
     // Only a result that passed its check (or was not sampled) seeds the next turn.
     this.adoptParsed(hit.chain, text, layout, validated);
-    const stored = extended.store() ?? hit.node;
+    const kept = extended.store();
+    const stored = kept.node ?? hit.node;
     if (found.bodyBytes) this.holdBody(hit.node, text, layout, found.bodyBytes, stored.key);
-    const stable = stableAt(stored);
+    const stable = kept.node ? kept.stable : stableAt(hit.node);
     return { ...out, reusedMessages: hit.node.messages, ...(stable ? { stable } : {}) };
   }
 
@@ -1052,13 +1067,13 @@ export class TurnChainCache {
     const pre = preprocessChat(request, contentFormatOf(profile.templateId));
     const input = { messages: pre.messages, tools: pre.tools, kwargs: pre.templateKwargs };
     const rendered = this.render(profile.templateId, input);
-    const stable = store ? stableAt(this.storeFrom(store, profile, input, rendered, pre.mediaParts, pre.droppedParts, 0)) : undefined;
+    const stable = store ? this.storeFrom(store, profile, input, rendered, pre.mediaParts, pre.droppedParts, 0).stable : undefined;
     const prompt: ChainedPrompt = assemblePrompt(rendered, pre, profile);
     return stable ? { ...prompt, stable } : prompt;
   }
 
   /** The request's prompt from a cached prefix of `node.messages` messages, or null where the rules do not hold. */
-  private extend(request: ChatRequestLike, body: SplitText, layout: BodyLayout, profile: ModelProfile, node: Node, chain: Node[], scope: string, scopeHash: bigint, validated: readonly ChatMessage[] | null, decoded: readonly JsonLiteral[]): { prompt: ChainedPrompt; store: () => Node | null } | null {
+  private extend(request: ChatRequestLike, body: SplitText, layout: BodyLayout, profile: ModelProfile, node: Node, chain: Node[], scope: string, scopeHash: bigint, validated: readonly ChatMessage[] | null, decoded: readonly JsonLiteral[]): { prompt: ChainedPrompt; store: () => StoredPrefix } | null {
     const q = node.messages;
     const pre = preprocessChat({ ...request, messages: request.messages.slice(q) }, contentFormatOf(profile.templateId));
     if (node.cut === "provisional" ? pre.messages.length === 0 || pre.messages.some(isQuery) : node.cut === "afterQuery" ? pre.messages.length === 0 : !isQuery(pre.messages[0])) return null;
@@ -1074,7 +1089,7 @@ export class TurnChainCache {
     const whole = [...new Array<TemplateMessage>(q), ...pre.messages];
     // The new turn's last query: store its stable prefix (the rendered text before it) for the next turn.
     const input = { messages: whole, tools: pre.tools, kwargs: pre.templateKwargs };
-    const store = () => this.storeFrom({ body, layout, scope, scopeHash, parent: node, validated, decoded }, profile, input, tail, media, dropped, q);
+    const store = () => this.storeFrom({ body, layout, scope, scopeHash, parent: node, validated, decoded, endsWithUser: endsWithUser(request) }, profile, input, tail, media, dropped, q);
     const prompt: ChainedPrompt = {
       ...assemblePrompt(rendered, { mediaParts: media, hasAudio: media.some((p) => p.kind === "audio"), droppedParts: dropped, assistantPrefix: pre.assistantPrefix }, profile),
       pieces: { stable: texts, bodyParts: this.bodyParts(chain), chars: stable.length, rest: tail + (pre.assistantPrefix ?? "") },
@@ -1096,22 +1111,24 @@ export class TurnChainCache {
     const standIn: TemplateMessage = { role: "user", content: items.length > 0 ? items : "" };
     // The scope holds the template and everything else the render reads besides the messages.
     const memoKey = `${images}\u0000${videos}\u0000${scope}`;
-    let head = this.standIns.get(memoKey);
-    if (head === undefined) {
+    let memo = this.standIns.get(memoKey);
+    if (memo === undefined) {
       const alone = this.render(id, { messages: [standIn], tools, kwargs });
       const cut = alone.lastIndexOf(GENERATION_START);
       if (cut < 0) return null;
-      head = alone.slice(0, cut);
-      if (this.standInChars + memoKey.length + head.length > STAND_IN_MEMO_CHARS) {
+      memo = { head: alone.slice(0, cut), generation: alone.slice(cut) };
+      if (this.standInChars + memoKey.length + alone.length > STAND_IN_MEMO_CHARS) {
         this.standIns.clear();
         this.standInChars = 0;
       }
-      this.standIns.set(ownString(memoKey), head);
-      this.standInChars += memoKey.length + head.length;
+      this.standIns.set(ownString(memoKey), memo);
+      this.standInChars += memoKey.length + alone.length;
     }
+    // No messages: the render would be the stand-in's alone, whose tail the memo holds.
+    if (messages.length === 0) return memo.generation;
     const withTail = this.render(id, { messages: [standIn, ...messages], tools, kwargs });
-    if (!withTail.startsWith(head)) return null;
-    return withTail.slice(head.length);
+    if (!withTail.startsWith(memo.head)) return null;
+    return withTail.slice(memo.head.length);
   }
 
   /**
@@ -1121,10 +1138,17 @@ export class TurnChainCache {
    * message new). `input.messages` from index `from` on are the request's preprocessed messages
    * (earlier slots may be empty); `after` is the template's output from message `from` on (no
    * continuation prefix), what follows the parent's stable prefix (all of it without a parent).
-   * Only `after` is read: the history's text is never copied again. Returns the last query's entry
-   * (stored or already held), or null when it stored none.
+   * Only `after` is read: the history's text is never copied again. Returns the entry the next turn
+   * goes on from (stored or already held; null when it stored none) and the stable prefix.
+   *
+   * A turn after a hit that ends with its query (a chat turn) stores instead the entry through that
+   * query (valid for every continuation, as one after a long query): what follows the query's block
+   * is what follows the stand-in alone (the generation prompt, memoized), so it needs no render,
+   * where the entry before the query needs one of the query. The next turn goes on from it and
+   * renders from the message after the query. The entry before the query is stored only when the
+   * stable prefix is asked for (the Responses route keeps it).
    */
-  private storeFrom(ctx: StoreContext, profile: ModelProfile, input: RenderInput, after: string, media: readonly MediaPart[], dropped: readonly DroppedPart[], from: number): Node | null {
+  private storeFrom(ctx: StoreContext, profile: ModelProfile, input: RenderInput, after: string, media: readonly MediaPart[], dropped: readonly DroppedPart[], from: number): StoredPrefix {
     const messages = input.messages as TemplateMessage[];
     // Preprocessing may drop a final assistant message (continue_final_message): keep to the request's messages.
     const count = Math.min(messages.length, ctx.layout.messages.length);
@@ -1143,19 +1167,38 @@ export class TurnChainCache {
         const split = this.storeCut(ctx, profile, input, at, media, dropped, long + 1, "afterQuery");
         if (split) at = split;
       }
+      // The query must be the client's user message: a final assistant message is relabelled one
+      // only while it is final, and renders otherwise in the next turn.
+      const before = stableAt(at.node);
+      if (from > 0 && q === count - 1 && messages.length === count && ctx.endsWithUser && before) {
+        const through = this.storeCut(ctx, profile, input, at, media, dropped, count, "afterQuery");
+        if (through) return { node: through.node, stable: () => this.storedBefore(ctx, profile, input, at, media, dropped, q) ?? before() };
+      }
       const stored = this.storeCut(ctx, profile, input, at, media, dropped, q, "beforeQuery");
-      if (!stored) return null;
+      if (!stored) return { node: null, stable: undefined };
       at = stored;
       kept = stored.node;
     }
+    const out = { node: kept, stable: stableAt(kept) };
     // The last query: found from `from` on, else before `from` (the parent is provisional), else message 0 of a whole request.
     const query = q >= 0 ? q : from > 0 ? from - 1 : isQuery(messages[0]) ? 0 : -1;
-    if (query < 0) return kept;
+    if (query < 0) return out;
     let a = count - 2;
     while (a > query && a >= at.from && messages[a]?.role !== "assistant") a--;
-    if (a <= query || a < at.from) return kept;
+    if (a <= query || a < at.from) return out;
     this.storeCut(ctx, profile, input, at, media, dropped, a + 1, "provisional");
-    return kept;
+    return out;
+  }
+
+  /**
+   * The stable prefix through the entry before query `q` (storeFrom's deferred cut), stored now
+   * when its parent `at.node` is still held; null when it is not (then a shorter stable prefix).
+   */
+  private storedBefore(ctx: StoreContext, profile: ModelProfile, input: RenderInput, at: { node: Node | null; after: string; from: number }, media: readonly MediaPart[], dropped: readonly DroppedPart[], q: number): StablePrefix | null {
+    // Other requests may have run since (the caller asks after its own awaits): a dropped parent is not revived.
+    if (at.node && !this.buckets.get(at.node.key)?.includes(at.node)) return null;
+    const stored = this.storeCut(ctx, profile, input, at, media, dropped, q, "beforeQuery");
+    return stored ? stableAt(stored.node)!() : null;
   }
 
   /** Stores the entry of the first `cut` messages after `at`'s node; it (or the same one already held) and the text from `cut` on, or null. */
@@ -1479,6 +1522,14 @@ interface StoreContext {
   validated: readonly ChatMessage[] | null;
   /** ChainFind.decoded (none: []). */
   decoded: readonly JsonLiteral[];
+  /** Whether the request's last message is a user message (before preprocessing relabels a final assistant one). */
+  endsWithUser: boolean;
+}
+
+/** What storeFrom kept: the entry the next turn goes on from, and the request's stable prefix (ChainedPrompt.stable). */
+interface StoredPrefix {
+  node: Node | null;
+  stable: (() => StablePrefix) | undefined;
 }
 
 let shared: TurnChainCache | null = null;

@@ -101,9 +101,10 @@ describe("parse through the turn chain", () => {
       expect(JSON.stringify(req)).toBe(JSON.stringify(parseChatBody(body, config.limits)));
       work.push(w);
     }
-    // The continuation itself is parsed whole (its seeded entry has no messages to give), the later turns are not.
+    // The continuation itself is parsed whole (its seeded entry has no messages to give), the later
+    // turns only their answer and question (each turn's entry reaches through its query).
     expect(work[0]!.validatedMessages).toBe(6);
-    expect(work.slice(1).map((w) => w.validatedMessages)).toEqual([3, 3]);
+    expect(work.slice(1).map((w) => w.validatedMessages)).toEqual([2, 2]);
     expect(chain.stats().hits).toBe(3);
   });
 

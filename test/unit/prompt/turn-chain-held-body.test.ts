@@ -75,9 +75,10 @@ describe("held bodies", () => {
       const { out, heldBytes } = await read(bytes, (b) => chain.heldBodyText(b, "tenant-a"));
       expect(out).toBe(reference(bytes));
       if (heldBytes > 0) heldReads++;
-      // A body is held at its hit (the messages before the previous query): from the third turn on,
-      // the text of all but the last two turns comes from the previous body's bytes.
-      const held = turn >= 2 ? encode(JSON.stringify({ model: model.id, messages: messages.slice(0, 2 * turn - 3) })).length - 2 : 0;
+      // A body is held at its hit (the entry before the first query, then the entries through each
+      // turn's query): from the fourth turn on, the text of all but the last two messages comes
+      // from the previous body's bytes.
+      const held = turn >= 2 ? encode(JSON.stringify({ model: model.id, messages: messages.slice(0, turn === 2 ? 1 : 2 * turn - 2) })).length - 2 : 0;
       expect(heldBytes).toBe(held);
       serve(chain, out as string, bytes, "tenant-a");
     }
@@ -262,13 +263,14 @@ describe("held bodies", () => {
       sizes.push(bytes.length);
       serve(chain, reference(bytes) as string, bytes, "p");
     }
-    // Turn 4 held its hit's 7 messages in its body's buffer; turns 5 and 6 would keep buffers (their
-    // prefixes of 9 and 11 messages, over 0.8 of the body: not copied) over a quarter.
+    // Turn 4 held its hit's 8 messages (through turn 3's query) in its body's buffer; turns 5 and 6
+    // would keep buffers (their prefixes of 10 and 12 messages, over 0.8 of the body: not copied)
+    // over a quarter.
     expect(sizes[4]).toBeLessThan(quarter);
-    expect(prefixOf(9)).toBeGreaterThan(0.8 * sizes[5]!);
+    expect(prefixOf(10)).toBeGreaterThan(0.8 * sizes[5]!);
     expect(sizes[5]).toBeGreaterThan(quarter);
     const next = encode(JSON.stringify({ model: model.id, messages: [...messages, { role: "assistant", content: "ok" }, { role: "user", content: "more" }] }));
-    expect(chain.heldBodyText(next, "p")?.length).toBe(prefixOf(7));
+    expect(chain.heldBodyText(next, "p")?.length).toBe(prefixOf(8));
     expect(chain.stats().evictions).toBe(0);
   });
 
@@ -295,14 +297,15 @@ describe("held bodies", () => {
     // Another user of the same key starts a conversation: its hit (the system prompt) holds a shorter body under the same window.
     expect(await turn(1, 0)).toBe(0);
     // The first conversation reads its own, longer prefix; going on, it leaves the shared body held.
-    // (Turn t reads what turn t - 1 held: its hit, the messages before turn t - 2's last query.)
-    expect(await turn(0, 3)).toBe(prefixOf(chats[0]!.slice(0, 3)));
+    // (Turn t reads what turn t - 1 held: its hit, the messages through turn t - 2's query, or
+    // before it when turn t - 2 had no hit or added only its query.)
+    expect(await turn(0, 3)).toBe(prefixOf(chats[0]!.slice(0, 4)));
     expect(await turn(1, 1)).toBe(prefixOf(chats[1]!.slice(0, 1)));
     expect(await turn(1, 2)).toBe(prefixOf(chats[1]!.slice(0, 1)));
     // The second went on past the system prompt: its body there went too.
     const fresh = encode(JSON.stringify({ model: model.id, messages: [{ role: "system", content: system }, { role: "user", content: "hello" }, { role: "assistant", content: "hi" }, { role: "user", content: "more" }] }));
     expect(chain.heldBodyText(fresh, "one-key")).toBeNull();
-    expect(await turn(1, 3)).toBe(prefixOf(chats[1]!.slice(0, 3)));
-    expect(await turn(0, 4)).toBe(prefixOf(chats[0]!.slice(0, 5)));
+    expect(await turn(1, 3)).toBe(prefixOf(chats[1]!.slice(0, 4)));
+    expect(await turn(0, 4)).toBe(prefixOf(chats[0]!.slice(0, 6)));
   });
 });

@@ -243,13 +243,14 @@ describe("turn chain: the incremental prompt equals the full path at every turn"
         // A new query after the loop: the thinking template now drops the loop's reasoning, so no provisional entry may serve it.
         messages.push({ role: "assistant", content: "Fixed.", reasoning_content: "tests pass" }, { role: "user", content: "Now explain." });
         expect(same().inc.reusedMessages).toBe(1);
-        // A final assistant message is rendered as a user query too (no continue_final_message).
+        // A final assistant message is rendered as a user query too (no continue_final_message); the
+        // turn that asked "Now explain." ended with it, so its entry reaches through it.
         messages.push({ role: "assistant", content: "", tool_calls: [{ id: "d1", type: "function", function: { name: "read_file", arguments: "{}" } }] }, { role: "tool", tool_call_id: "d1", content: "x" }, { role: "assistant", content: "Explained." });
-        expect(same().inc.reusedMessages).toBe(messages.length - 4);
-        // Then a tool result in its place: the entry before the relabelled message does not start a query, the one before "Now explain." does.
+        expect(same().inc.reusedMessages).toBe(messages.length - 3);
+        // Then a tool result in its place: the entry before the relabelled message does not start a query, the one through "Now explain." serves it.
         messages.pop();
         messages.push({ role: "tool", tool_call_id: "d1", content: "y" });
-        expect(same().inc.reusedMessages).toBe(messages.length - 4);
+        expect(same().inc.reusedMessages).toBe(messages.length - 3);
         expect(chain.stats().mismatches).toBe(0);
         expect(checked.stats().mismatches).toBe(0);
         expect(checked.stats().checks).toBeGreaterThan(8);
