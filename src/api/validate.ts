@@ -8,7 +8,7 @@ import { InvalidRequestError, KvedgeError, PayloadTooLargeError } from "./errors
 import { DEFAULT_LIMITS } from "./limits.ts";
 import { checkPatternGrammar, checkSchemaGrammar } from "./grammar-bounds.ts";
 import type { Limits } from "./limits.ts";
-import { ChatCompletionRequestObject, ChatCompletionRequestSchema, withSglangDefaults } from "./openai-schema.ts";
+import { ChatCompletionRequestObject, withSglangDefaults } from "./openai-schema.ts";
 import { PresentKeysReader } from "./present-keys.ts";
 import { hasLoneSurrogate } from "../util/unicode.ts";
 import { closingQuote, parseRecordingLiterals, type JsonLiteral } from "../util/json-scan.ts";
@@ -360,7 +360,8 @@ function mostSpecific(issue: z.core.$ZodIssue, base: PropertyKey[]): LocatedIssu
   return { issue, path: here };
 }
 
-function issueToError(issues: readonly z.core.$ZodIssue[]): InvalidRequestError {
+/** The client's error for a refused body: zod's first issue, at the most specific branch of a union. */
+export function issueToError(issues: readonly z.core.$ZodIssue[]): InvalidRequestError {
   const first = issues[0];
   if (first === undefined) return new InvalidRequestError("Invalid request body.");
   const { issue, path } = mostSpecific(first, []);
@@ -698,16 +699,15 @@ export interface ParseWork {
   validatedMessages: number;
 }
 
-/** The request's fields read by the fields it has (present-keys.ts); the schema's own parse gives every refusal. */
+/** The request's fields read by the fields it has (present-keys.ts): the schema's output and issues. */
 const CHAT_REQUEST_FIELDS = new PresentKeysReader(ChatCompletionRequestObject);
 
 /** ChatCompletionRequestSchema's output for a parsed JSON object, or its first issue as the client's error. */
 function readChatRequest(body: Record<string, unknown>): ChatCompletionRequest {
-  const fields = CHAT_REQUEST_FIELDS.read(body);
-  if (fields !== null) return withSglangDefaults(fields);
-  const parsed = ChatCompletionRequestSchema.safeParse(body);
+  // A set of fields the reader holds no pick for (past its bound) is parsed whole.
+  const parsed = CHAT_REQUEST_FIELDS.read(body) ?? ChatCompletionRequestObject.safeParse(body);
   if (!parsed.success) throw issueToError(parsed.error.issues);
-  return parsed.data;
+  return withSglangDefaults(parsed.data);
 }
 
 /** JSON text that passed the pre-parse bounds → the validated request (`base`: leading messages reused, not in `text`). */
