@@ -40,6 +40,7 @@
  */
 
 import { localHashWords, type LocalHashes } from "../blocks/block-hash.ts";
+import { WalkMemo } from "./walk-memo.ts";
 
 export interface StoredBlock {
   engineHash: string;
@@ -109,19 +110,21 @@ export interface ChainEnd {
 
 /**
  * Prefix keys of the query the last findMatches walked, in any RadixIndex (the keys follow from the
- * hashes alone): keys [0, queryKeyCount) of `queryKeysOf`, an array then `queryKeysLength` long. A
+ * hashes alone): keys [queryKeyFirst, queryKeyCount) of `queryKeysOf`, an array then
+ * `queryKeysLength` long (a walk resumed from its memo at depth d knows them from d - 1 on). A
  * route asks chainEndOf for the same hashes right after its overlaps, so the walked part is not
  * mixed a second time.
  */
 let queryKeys = new Int32Array(128);
 let queryKeysOf: LocalHashes | null = null;
 let queryKeysLength = 0;
+let queryKeyFirst = 0;
 let queryKeyCount = 0;
 
 /**
- * How many prefix keys of `localHashes` the last walk left in queryKeys: found by the array's
- * identity, so callers must not change an array between a walk and its chainEndOf; one whose
- * length changed is not taken for the same query.
+ * How many prefix keys of `localHashes` the last walk left in queryKeys (from queryKeyFirst on):
+ * found by the array's identity, so callers must not change an array between a walk and its
+ * chainEndOf; one whose length changed is not taken for the same query.
  */
 function knownQueryKeys(localHashes: LocalHashes): number {
   return localHashes === queryKeysOf && localHashes.length === queryKeysLength ? queryKeyCount : 0;
@@ -131,7 +134,8 @@ function knownQueryKeys(localHashes: LocalHashes): number {
 export function chainEndOf(localHashes: LocalHashes, count: number): ChainEnd {
   if (!Number.isInteger(count) || count < 1 || count > localHashes.length) throw new RangeError(`bad chain length ${count}`);
   const words = localHashWords(localHashes, count);
-  const from = Math.min(knownQueryKeys(localHashes), count);
+  let from = Math.min(knownQueryKeys(localHashes), count);
+  if (from - 1 < queryKeyFirst) from = 0;
   let key = from > 0 ? queryKeys[from - 1]! : ROOT_KEY;
   for (let d = from; d < count; d++) key = mix(key, words[2 * d]! | 0, words[2 * d + 1]! | 0) | 0;
   return { key, lo: words[2 * count - 2]! | 0, hi: words[2 * count - 1]! | 0, root: localHashes[0]! };
@@ -370,6 +374,10 @@ export class RadixIndex {
   readonly #workers: (EngineTable | undefined)[] = [];
   #blockCount = 0;
   #alive = new Int32Array(2);
+  /** Where recent walks stopped (walk-memo.ts); null: every walk starts at the root. */
+  readonly #memo: WalkMemo | null;
+  /** Node ids of the last walk's path, by depth (for the memo). */
+  #walkPath = new Int32Array(128);
   #queryWords = new Uint32Array(256);
   #queryBig = new BigUint64Array(this.#queryWords.buffer);
   #keys = new Int32Array(128);
@@ -382,7 +390,12 @@ export class RadixIndex {
   /** Receives prefetch reads so the optimiser cannot drop them. */
   #sink = 0;
 
-  constructor() {
+  /**
+   * `walkMemo: false` walks every query from the root (the reference the memo is tested against);
+   * `walkMemoMinBlocks`: the shortest walk kept (default WALK_MEMO_MIN_BLOCKS).
+   */
+  constructor(opts: { walkMemo?: boolean; walkMemoMinBlocks?: number } = {}) {
+    this.#memo = opts.walkMemo === false ? null : new WalkMemo(opts.walkMemoMinBlocks);
     const first = new Int32Array(FIRST_CHUNK_NODES * this.#stride);
     first[PARENT] = NO_PARENT;
     first[KEY] = ROOT_KEY;
@@ -645,6 +658,7 @@ export class RadixIndex {
     const n = localHashes.length;
     // Another tree walked these hashes further already: its keys stay valid past this walk's.
     const known = knownQueryKeys(localHashes);
+    const knownFirst = queryKeyFirst;
     if (localHashes instanceof BigUint64Array) {
       // The route RPC's form: read through a Uint32 view of its own buffer, no copy.
       this.findMatchesWords(new Uint32Array(localHashes.buffer, localHashes.byteOffset, 2 * n), n, scores);
@@ -661,7 +675,14 @@ export class RadixIndex {
     }
     queryKeysOf = localHashes;
     queryKeysLength = n;
-    queryKeyCount = Math.max(known, queryKeyCount);
+    // Both ranges hold keys of the same hashes: joined where they meet, else the one reaching further.
+    if (known > 0 && knownFirst <= queryKeyCount && queryKeyFirst <= known) {
+      queryKeyFirst = Math.min(knownFirst, queryKeyFirst);
+      queryKeyCount = Math.max(known, queryKeyCount);
+    } else if (known > queryKeyCount) {
+      queryKeyFirst = knownFirst;
+      queryKeyCount = known;
+    }
   }
 
   /**
@@ -671,6 +692,7 @@ export class RadixIndex {
   findMatchesWords(words: Uint32Array, count: number, scores: Int32Array): void {
     scores.fill(0);
     queryKeysOf = null;
+    queryKeyFirst = 0;
     queryKeyCount = 0;
     if (count === 0) return;
     if (queryKeys.length < count) {
@@ -678,18 +700,30 @@ export class RadixIndex {
       grown.set(queryKeys);
       queryKeys = grown;
     }
+    if (this.#walkPath.length < count) this.#walkPath = new Int32Array(Math.max(count, this.#walkPath.length * 2));
     const keys = queryKeys;
+    const path = this.#walkPath;
     const kt = this.#kids;
     const km = this.#kidMask;
     const chunks = this.#chunks;
     const stride = this.#stride;
     const W = this.#words;
     const alive = this.#alive;
+    const memo = this.#memo;
     let sink = 0;
     let key = ROOT_KEY;
-    let ahead = 0;
     let cur = ROOT;
-    let depth = 0;
+    // A kept walk of the same leading blocks, unchanged since: continue where it stood (walk-memo.ts).
+    const from = memo === null ? 0 : memo.match(words, count);
+    if (from > 0) {
+      cur = memo!.resume(from, scores, alive, W);
+      key = chunks[cur >>> CHUNK_BITS]![(cur & IN_CHUNK) * stride + KEY]!;
+      keys[from - 1] = key;
+      queryKeyFirst = from - 1;
+      queryKeyCount = from;
+    }
+    let ahead = from;
+    let depth = from;
     for (; depth < count; depth++) {
       if (depth === ahead) {
         // Next stretch: derive its prefix keys, then touch buckets and (likely) records, all
@@ -747,10 +781,9 @@ export class RadixIndex {
           any |= alive[w] = a & m;
         }
       }
-      if (any === 0) {
-        this.#sink = sink;
-        return;
-      }
+      // No worker holds this block: the walk stops here (`alive` is empty, nothing left to score).
+      if (any === 0) break;
+      path[depth] = nxt;
       cur = nxt;
     }
     this.#sink = sink;
@@ -763,6 +796,7 @@ export class RadixIndex {
         rest ^= bit;
       }
     }
+    memo?.record(words, from, depth, path, scores, Math.min(W * 32, scores.length));
   }
 
   /**
@@ -928,6 +962,7 @@ export class RadixIndex {
     if ((w & bit) === 0) {
       c[i] = w | bit;
       this.#blockCount++;
+      this.#memo?.changed(node);
     } else {
       this.#extraRefs.set(node, (this.#extraRefs.get(node) ?? 0) + 1);
     }
@@ -942,6 +977,7 @@ export class RadixIndex {
     if ((w & bit) !== 0) {
       c[i] = w & ~bit;
       this.#blockCount--;
+      this.#memo?.changed(node);
     } else {
       this.#dropExtra(node);
     }
@@ -969,6 +1005,7 @@ export class RadixIndex {
       this.#removeChild(node, nodes[base + KEY]!);
       nodes[base + PARENT] = this.#freeHead;
       this.#freeHead = node;
+      this.#memo?.freed(node);
       this.#liveNodes--;
       chunks[parent >>> CHUNK_BITS]![(parent & IN_CHUNK) * stride + KIDS]!--;
       node = parent;
