@@ -22,9 +22,13 @@ const newTurnBlocks = (n) => Math.min(NEW_TURN_BLOCKS, n >> 2);
  * A pool whose workers hold long chats and, per measured length, the measured chat's history: its
  * worker w0 all but the new turn, w1 an older half. `previousTurn` routes that history to w0 a
  * moment before (a pending route); `approximateWorker` adds a worker without KV events that was
- * routed half of it (approximate mode).
+ * routed half of it (approximate mode); `missWorker` adds an idle worker "wm" that caches and
+ * evicts the chat's first block before each turn (so no kept walk of the index serves it).
+ * `nextTurn(name)` replays, untimed, what the worker sends between two turns: it evicts the last
+ * turn's blocks of the history and stores them again (the index walks them anew, as it walks the
+ * blocks a worker stored since the previous turn).
  */
-export async function routeWorld({ previousTurn = true, approximateWorker = false, seed = 0x5eed } = {}) {
+export async function routeWorld({ previousTurn = true, approximateWorker = false, missWorker = false, seed = 0x5eed } = {}) {
   const { RoutingCore } = await import("../../src/routing-index/routing-core.ts");
   const { localHashToHex } = await import("../../src/relay-wire/relay-protocol.ts");
   const random = rng(seed);
@@ -37,12 +41,21 @@ export async function routeWorld({ previousTurn = true, approximateWorker = fals
     core.applyDump(`w${w}`, { type: "dump", epoch: 1, seq: -1, blocks: [] });
   }
   if (approximateWorker) hello("ax", false);
+  if (missWorker) {
+    hello("wm", true);
+    core.applyDump("wm", { type: "dump", epoch: 1, seq: -1, blocks: [] });
+  }
   let engineSeq = 1n;
   let seq = 0;
-  const store = (w, chain) => {
-    const blocks = chain.map((l) => ({ h: String(engineSeq++ * 7919n), l: localHashToHex(l) }));
-    const r = core.applyEvents(`w${w}`, { type: "events", epoch: 1, seq: seq++, events: [{ t: "stored", parent: null, blocks }] });
+  const send = (worker, events) => {
+    const r = core.applyEvents(worker, { type: "events", epoch: 1, seq: seq++, events });
     if (!r.ok) throw new Error(r.reason);
+  };
+  /** Stores `chain` below engine hash `parent` (null: the root); returns the blocks' engine hashes. */
+  const store = (w, chain, parent = null, worker = `w${w}`) => {
+    const blocks = chain.map((l) => ({ h: String(engineSeq++ * 7919n), l: localHashToHex(l) }));
+    send(worker, [{ t: "stored", parent, blocks }]);
+    return blocks.map((b) => b.h);
   };
   const system = Array.from({ length: SYSTEM_BLOCKS }, u64);
   for (let w = 0; w < WORKERS; w++) for (let c = 0; c < BACKGROUND_CHATS; c++) store(w, system.concat(Array.from({ length: BACKGROUND_BLOCKS }, u64)));
@@ -51,25 +64,36 @@ export async function routeWorld({ previousTurn = true, approximateWorker = fals
     core.settle({ receiptId: d.receiptId, promptTokens: isl, cachedTokens: 0, outcome: "ok" });
   };
   const requests = {};
+  const turns = {};
   for (const [name, tokens] of Object.entries(ROUTE_TOKENS)) {
     const n = tokens / BLOCK;
     const chain = system.concat(Array.from({ length: n - SYSTEM_BLOCKS }, u64));
     const history = chain.slice(0, n - newTurnBlocks(n));
-    store(0, history);
+    // The history's last turn (as many blocks as the new one) is stored as its own event, below the rest.
+    const cut = history.length - newTurnBlocks(n);
+    const older = store(0, history.slice(0, cut));
+    const lastTurn = history.slice(cut);
+    let lastHashes = store(0, lastTurn, older[older.length - 1]);
     store(1, history.slice(0, history.length >> 1));
+    turns[name] = () => {
+      send("w0", [{ t: "removed", hashes: lastHashes }]);
+      lastHashes = store(0, lastTurn, older[older.length - 1]);
+      if (missWorker) send("wm", [{ t: "removed", hashes: store(0, chain.slice(0, 1), null, "wm") }]);
+    };
     if (previousTurn) routeOnce(BigUint64Array.from(history), history.length * BLOCK, ["w0"]);
     if (approximateWorker) routeOnce(BigUint64Array.from(history.slice(0, history.length >> 1)), (history.length >> 1) * BLOCK, ["ax"]);
     // As the route RPC delivers it: one BigUint64Array.
     requests[name] = { localHashes: BigUint64Array.from(chain), isl: tokens };
   }
-  return { core, requests, tick: (ms) => (now += ms) };
+  return { core, requests, nextTurn: (name) => turns[name](), tick: (ms) => (now += ms) };
 }
 
-/** Median µs per call of `fn` (each call timed alone, after a warm-up). */
-function medianUs(fn, calls) {
-  for (let i = 0; i < Math.max(5, calls >> 2); i++) fn();
+/** Median µs per call of `fn` (each call timed alone, after a warm-up); `before` runs untimed before each call. */
+function medianUs(fn, calls, before = () => {}) {
+  for (let i = 0; i < Math.max(5, calls >> 2); i++) (before(), fn());
   const samples = new Float64Array(calls);
   for (let i = 0; i < calls; i++) {
+    before();
     const t = performance.now();
     fn();
     samples[i] = (performance.now() - t) * 1000;
@@ -79,27 +103,36 @@ function medianUs(fn, calls) {
 
 /**
  * Route + settle (the index's work for one request) and an admission's peek + route + settle, µs
- * p50 per length; the clock moves 1 ms per call (pending routes expire as in a pool serving ~1 000
- * routes/s). `calls` per length scales with `budget`.
+ * p50 per length, each call a chat's next turn: a fresh hashes array (as the route RPC delivers it),
+ * after the worker stored its last turn again (routeWorld nextTurn); the clock moves 1 ms per call
+ * (pending routes expire as in a pool serving ~1 000 routes/s). `missWorker`: another worker
+ * changed the chat's first block before each turn (no kept walk serves it). `calls` per length
+ * scales with `budget`.
  */
-export async function measureRouteCall({ budget = 1, approximateWorker = false } = {}) {
-  const { core, requests, tick } = await routeWorld({ approximateWorker });
+export async function measureRouteCall({ budget = 1, approximateWorker = false, missWorker = false } = {}) {
+  const { core, requests, nextTurn, tick } = await routeWorld({ approximateWorker, missWorker });
   const out = {};
-  for (const [name, { localHashes, isl }] of Object.entries(requests)) {
-    const calls = Math.max(20, Math.round((budget * 4_000_000) / localHashes.length / 60));
+  for (const [name, request] of Object.entries(requests)) {
+    const { isl } = request;
+    const calls = Math.max(20, Math.round((budget * 4_000_000) / request.localHashes.length / 60));
     const settle = (d) => core.settle({ receiptId: d.receiptId, promptTokens: isl, cachedTokens: 0, outcome: "ok" });
+    let localHashes = request.localHashes;
+    const turn = () => {
+      nextTurn(name);
+      localHashes = request.localHashes.slice();
+    };
     const route = medianUs(() => {
       tick(1);
       settle(core.route({ localHashes, isl }));
-    }, calls);
+    }, calls, turn);
     const admitted = medianUs(() => {
       tick(1);
       core.peek({ localHashes, isl });
       settle(core.route({ localHashes, isl }));
-    }, calls);
+    }, calls, turn);
     const d = core.route({ localHashes, isl });
     settle(d);
-    out[name] = { routeSettleUs: route, peekRouteSettleUs: admitted, pick: d.workerId, overlapBlocks: d.overlapBlocks, blocks: localHashes.length };
+    out[name] = { routeSettleUs: route, peekRouteSettleUs: admitted, pick: d.workerId, overlapBlocks: d.overlapBlocks, blocks: request.localHashes.length };
   }
   return out;
 }

@@ -171,6 +171,7 @@ export default {
     const routeBudget = ctx.tiny ? 0.05 : ctx.quick ? 0.3 : 1;
     const routeCall = await measureRouteCall({ budget: routeBudget });
     const routeCallApprox = await measureRouteCall({ budget: routeBudget, approximateWorker: true });
+    const routeCallMiss = await measureRouteCall({ budget: routeBudget, missWorker: true });
     const routeSteps = await measureRouteSteps(102_400, ctx.tiny ? 20 : ctx.quick ? 100 : 400);
 
     // --- ingestion --------------------------------------------------------------------------------
@@ -329,13 +330,20 @@ export default {
       { metric: "findMatches p50 / p99, one worker's 64-block prompt", value: `${fm["single worker, 64 deep"].p50us.toFixed(2)} / ${fm["single worker, 64 deep"].p99us.toFixed(2)}`, unit: "µs", goal: "p99 ≤ 10", pass: fm["single worker, 64 deep"].p99us <= 10 },
       { metric: "RoutingCore.route p50 / p99 (match + score 64 workers)", value: `${route.p50.toFixed(1)} / ${route.p99.toFixed(1)}`, unit: "µs", goal: "", pass: null },
       {
-        metric: "route + settle, a chat's next turn at 1k / 32k / 100k tokens (12 workers holding long chats, block 16; the turn's history on one worker, routed there a moment before)",
+        metric: "route + settle, a chat's next turn at 1k / 32k / 100k tokens (12 workers holding long chats, block 16; the turn's history on one worker, routed there a moment before, its last turn stored again since)",
         value: `${routeCall["1k"].routeSettleUs.toFixed(1)} / ${routeCall["32k"].routeSettleUs.toFixed(1)} / ${routeCall["100k"].routeSettleUs.toFixed(1)}`,
         unit: "µs",
         goal: "",
         pass: null,
       },
       { metric: "route + settle: growth per 1k prompt tokens (1k → 100k); with a worker in approximate mode", value: `${slopePer1k(routeCall, "routeSettleUs").toFixed(2)}; ${slopePer1k(routeCallApprox, "routeSettleUs").toFixed(2)}`, unit: "µs per 1k tokens", goal: "", pass: null },
+      {
+        metric: "route + settle when no kept walk serves the turn (another worker cached and evicted its first block since): 1k / 32k / 100k tokens; growth per 1k tokens",
+        value: `${routeCallMiss["1k"].routeSettleUs.toFixed(1)} / ${routeCallMiss["32k"].routeSettleUs.toFixed(1)} / ${routeCallMiss["100k"].routeSettleUs.toFixed(1)}; ${slopePer1k(routeCallMiss, "routeSettleUs").toFixed(2)}`,
+        unit: "µs",
+        goal: "",
+        pass: null,
+      },
       {
         metric: "admission's peek + route + settle at 1k / 32k / 100k tokens (a first pick with an affinity key)",
         value: `${routeCall["1k"].peekRouteSettleUs.toFixed(1)} / ${routeCall["32k"].peekRouteSettleUs.toFixed(1)} / ${routeCall["100k"].peekRouteSettleUs.toFixed(1)}`,
@@ -380,7 +388,7 @@ export default {
         findMatches: fm,
         timerOverheadUs: timerUs,
         routeUs: route,
-        routeCall: { byLength: routeCall, withApproximateWorker: routeCallApprox, stepsAt100kUs: routeSteps },
+        routeCall: { byLength: routeCall, withApproximateWorker: routeCallApprox, walkMemoMissed: routeCallMiss, stepsAt100kUs: routeSteps },
         pageTouch,
         ingestion: { blocks: ingestBlocks, firstFillFaults: stored.faults, reusedFill: refilled, storeRate, removeRate, storeCpuRate, removeCpuRate, refillRate, refillCpuRate, parseRate, zodParseRate },
         profiles: { findMatches: fmProfile, ingestion: ingProfile },
