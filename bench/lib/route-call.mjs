@@ -154,9 +154,12 @@ export async function measureRouteSteps(tokens, calls) {
   const random = rng(0xb10c);
   const n = tokens / BLOCK;
   const hashes = BigUint64Array.from({ length: n }, () => (BigInt(Math.floor(random() * 2 ** 32)) << 32n) | BigInt(Math.floor(random() * 2 ** 32)));
-  const index = new RadixIndex();
-  index.ensureWorker(0);
-  index.applyStored(0, null, Array.from(hashes, (l, i) => ({ engineHash: String(i + 1), localHash: l })));
+  const index = new RadixIndex({ walkMemo: false });
+  const kept = new RadixIndex();
+  for (const ix of [index, kept]) {
+    ix.ensureWorker(0);
+    ix.applyStored(0, null, Array.from(hashes, (l, i) => ({ engineHash: String(i + 1), localHash: l })));
+  }
   const scores = new Int32Array(64);
   const pending = new PendingRoutes();
   pending.add(0, hashes.subarray(0, n - newTurnBlocks(n)), 1);
@@ -165,7 +168,11 @@ export async function measureRouteSteps(tokens, calls) {
   const plain = Array.from(hashes);
   const forget = new RadixIndex();
   const steps = {};
-  steps["radix walk, every block held (findMatches)"] = medianUs(() => index.findMatches(hashes, scores), calls);
+  steps["radix walk from the root, every block held (findMatches)"] = medianUs(() => index.findMatches(hashes, scores), calls);
+  // A copy of the same hashes each call: the kept walk serves it after comparing every hash word.
+  const copies = Array.from({ length: 8 }, () => hashes.slice());
+  let c = 0;
+  steps["radix walk resumed at the end of a kept walk (walk-memo.ts: compares the hash words)"] = medianUs(() => kept.findMatches(copies[c++ & 7], scores), calls);
   steps["chain keys (chainKeysOf, once per route)"] = medianUs(() => chainKeysOf(hashes), calls);
   steps["pending routes' overlap (binary search)"] = medianUs(() => pending.overlaps(hashes, 2), calls);
   // A walk of nothing first: chainEndOf from the root, as without a walk of the same hashes before it.
