@@ -183,8 +183,9 @@ describe("upstream deadlines and cancellation (real handler, real HTTP)", () => 
       await res.text();
       messages.push({ role: "assistant", content: `Answer ${turn}.` }, { role: "user", content: `Follow-up ${turn}?` });
     }
-    // Turn 1 renders whole; then everything before the previous request's last question is reused.
-    expect(reused).toEqual(["0", "1", "3"]);
+    // Turn 0 renders whole and stores up to its question; turn 1 reuses that and stores through its
+    // own question (final for any continuation), so turn 2 reuses everything the previous request sent.
+    expect(reused).toEqual(["0", "1", "4"]);
   });
 
   it("max_tokens past the context: refused at the edge, unless the pool's workers auto-truncate (then theirs to clamp)", async () => {
