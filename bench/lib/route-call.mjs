@@ -22,13 +22,11 @@ const newTurnBlocks = (n) => Math.min(NEW_TURN_BLOCKS, n >> 2);
  * A pool whose workers hold long chats and, per measured length, the measured chat's history: its
  * worker w0 all but the new turn, w1 an older half. `previousTurn` routes that history to w0 a
  * moment before (a pending route); `approximateWorker` adds a worker without KV events that was
- * routed half of it (approximate mode); `missWorker` adds an idle worker "wm" that caches and
- * evicts the chat's first block before each turn (so no kept walk of the index serves it).
- * `nextTurn(name)` replays, untimed, what the worker sends between two turns: it evicts the last
- * turn's blocks of the history and stores them again (the index walks them anew, as it walks the
- * blocks a worker stored since the previous turn).
+ * routed half of it (approximate mode). `nextTurn(name)` replays, untimed, what the worker sends between two
+ * turns: it evicts the last turn's blocks of the history and stores them again (the index walks
+ * them anew, as it walks the blocks a worker stored since the previous turn).
  */
-export async function routeWorld({ previousTurn = true, approximateWorker = false, missWorker = false, seed = 0x5eed } = {}) {
+export async function routeWorld({ previousTurn = true, approximateWorker = false, seed = 0x5eed } = {}) {
   const { RoutingCore } = await import("../../src/routing-index/routing-core.ts");
   const { localHashToHex } = await import("../../src/relay-wire/relay-protocol.ts");
   const random = rng(seed);
@@ -41,10 +39,6 @@ export async function routeWorld({ previousTurn = true, approximateWorker = fals
     core.applyDump(`w${w}`, { type: "dump", epoch: 1, seq: -1, blocks: [] });
   }
   if (approximateWorker) hello("ax", false);
-  if (missWorker) {
-    hello("wm", true);
-    core.applyDump("wm", { type: "dump", epoch: 1, seq: -1, blocks: [] });
-  }
   let engineSeq = 1n;
   let seq = 0;
   const send = (worker, events) => {
@@ -78,7 +72,6 @@ export async function routeWorld({ previousTurn = true, approximateWorker = fals
     turns[name] = () => {
       send("w0", [{ t: "removed", hashes: lastHashes }]);
       lastHashes = store(0, lastTurn, older[older.length - 1]);
-      if (missWorker) send("wm", [{ t: "removed", hashes: store(0, chain.slice(0, 1), null, "wm") }]);
     };
     if (previousTurn) routeOnce(BigUint64Array.from(history), history.length * BLOCK, ["w0"]);
     if (approximateWorker) routeOnce(BigUint64Array.from(history.slice(0, history.length >> 1)), (history.length >> 1) * BLOCK, ["ax"]);
@@ -105,12 +98,11 @@ function medianUs(fn, calls, before = () => {}) {
  * Route + settle (the index's work for one request) and an admission's peek + route + settle, µs
  * p50 per length, each call a chat's next turn: a fresh hashes array (as the route RPC delivers it),
  * after the worker stored its last turn again (routeWorld nextTurn); the clock moves 1 ms per call
- * (pending routes expire as in a pool serving ~1 000 routes/s). `missWorker`: another worker
- * changed the chat's first block before each turn (no kept walk serves it). `calls` per length
- * scales with `budget`.
+ * (pending routes expire as in a pool serving ~1 000 routes/s). `calls` per length scales with
+ * `budget`. Where no kept walk serves a turn: measureKeptWalkCosts.
  */
-export async function measureRouteCall({ budget = 1, approximateWorker = false, missWorker = false } = {}) {
-  const { core, requests, nextTurn, tick } = await routeWorld({ approximateWorker, missWorker });
+export async function measureRouteCall({ budget = 1, approximateWorker = false } = {}) {
+  const { core, requests, nextTurn, tick } = await routeWorld({ approximateWorker });
   const out = {};
   for (const [name, request] of Object.entries(requests)) {
     const { isl } = request;
@@ -135,6 +127,69 @@ export async function measureRouteCall({ budget = 1, approximateWorker = false, 
     out[name] = { routeSettleUs: route, peekRouteSettleUs: admitted, pick: d.workerId, overlapBlocks: d.overlapBlocks, blocks: request.localHashes.length };
   }
   return out;
+}
+
+/**
+ * What keeping walks costs where no kept walk serves: the same work on two radix indexes with the
+ * same blocks, one with the walk memo and one without, timed in alternating rounds (ms p50 of
+ * `rounds`; ratio memo / plain). Its 200 chats of 416 blocks (a shared 16-block system prompt)
+ * are routed until the memo is full, then: short queries (32 blocks, under WALK_MEMO_MIN_BLOCKS);
+ * ingestion, a worker storing and evicting chains along the kept walks' paths; and turns of
+ * 1 000 chats of 2 000 blocks in a shuffled order (more than the memo keeps walks of).
+ */
+export async function measureKeptWalkCosts(rounds) {
+  const { RadixIndex } = await import("../../src/block-index/radix-index.ts");
+  const { localHashToHex } = await import("../../src/relay-wire/relay-protocol.ts");
+  const random = rng(0x3e30);
+  const u64 = () => (BigInt(Math.floor(random() * 2 ** 32)) << 32n) | BigInt(Math.floor(random() * 2 ** 32));
+  const system = Array.from({ length: 16 }, u64);
+  let engine = 1;
+  const world = (memo, chats) => {
+    const ix = new RadixIndex(memo ? {} : { walkMemo: false });
+    for (let w = 0; w < WORKERS; w++) ix.ensureWorker(w);
+    chats.forEach((c, i) => ix.applyStoredWire(i % WORKERS, null, c.map((l) => ({ h: String(engine++), l: localHashToHex(l) }))));
+    return ix;
+  };
+  const scores = new Int32Array(64);
+  const pair = (work) => {
+    const tMemo = [];
+    const tPlain = [];
+    for (let r = 0; r < rounds; r++) {
+      for (const [fn, out] of r & 1 ? [[work(true), tMemo], [work(false), tPlain]] : [[work(false), tPlain], [work(true), tMemo]]) {
+        const t = performance.now();
+        fn();
+        out.push(performance.now() - t);
+      }
+    }
+    const m = summarize(Float64Array.from(tMemo)).p50;
+    const p = summarize(Float64Array.from(tPlain)).p50;
+    return { memoMs: m, plainMs: p, ratio: m / p };
+  };
+  const chats = Array.from({ length: 200 }, () => system.concat(Array.from({ length: 400 }, u64)));
+  const withMemo = world(true, chats);
+  const plain = world(false, chats);
+  const ix = (memo) => (memo ? withMemo : plain);
+  for (let k = 0; k < 4; k++) for (const c of chats) withMemo.findMatches(BigUint64Array.from(c), scores);
+  const shorts = Array.from({ length: 256 }, () => BigUint64Array.from(system.concat(Array.from({ length: 16 }, u64))));
+  const short = pair((memo) => () => {
+    for (let i = 0; i < 5000; i++) ix(memo).findMatches(shorts[i & 255], scores);
+  });
+  const ingestion = pair((memo) => () => {
+    for (const c of chats) {
+      const chain = c.map((l) => ({ h: String(engine++), l: localHashToHex(l) }));
+      ix(memo).applyStoredWire(5, null, chain);
+      ix(memo).applyRemoved(5, chain.map((b) => b.h).reverse());
+    }
+  });
+  const many = Array.from({ length: 1000 }, () => system.concat(Array.from({ length: 1984 }, u64)));
+  const big = [world(false, many), world(true, many)];
+  const queries = many.map((c) => BigUint64Array.from(c));
+  const at = [0, 0];
+  const churn = pair((memo) => () => {
+    const k = memo ? 1 : 0;
+    for (let i = 0; i < 100; i++) big[k].findMatches(queries[(Math.imul(at[k]++, 2654435761) >>> 0) % 1000], scores);
+  });
+  return { shortQueries: short, ingestionOnKeptPaths: ingestion, churn };
 }
 
 /** µs per added 1k prompt tokens between the shortest and the longest length. */

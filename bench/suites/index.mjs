@@ -3,7 +3,7 @@
 import { rng, summarize, zipf } from "../lib/stats.mjs";
 import { topSelfTime } from "../lib/profile.mjs";
 import { barChart } from "../lib/svg.mjs";
-import { measureRouteCall, measureRouteSteps, slopePer1k } from "../lib/route-call.mjs";
+import { measureKeptWalkCosts, measureRouteCall, measureRouteSteps, slopePer1k } from "../lib/route-call.mjs";
 
 const gc = globalThis.gc ?? (() => {});
 /** This process's minor page faults so far (first touches of fresh pages). */
@@ -171,7 +171,7 @@ export default {
     const routeBudget = ctx.tiny ? 0.05 : ctx.quick ? 0.3 : 1;
     const routeCall = await measureRouteCall({ budget: routeBudget });
     const routeCallApprox = await measureRouteCall({ budget: routeBudget, approximateWorker: true });
-    const routeCallMiss = await measureRouteCall({ budget: routeBudget, missWorker: true });
+    const keptWalkCosts = await measureKeptWalkCosts(ctx.tiny ? 3 : ctx.quick ? 9 : 21);
     const routeSteps = await measureRouteSteps(102_400, ctx.tiny ? 20 : ctx.quick ? 100 : 400);
 
     // --- ingestion --------------------------------------------------------------------------------
@@ -338,9 +338,9 @@ export default {
       },
       { metric: "route + settle: growth per 1k prompt tokens (1k → 100k); with a worker in approximate mode", value: `${slopePer1k(routeCall, "routeSettleUs").toFixed(2)}; ${slopePer1k(routeCallApprox, "routeSettleUs").toFixed(2)}`, unit: "µs per 1k tokens", goal: "", pass: null },
       {
-        metric: "route + settle when no kept walk serves the turn (another worker cached and evicted its first block since): 1k / 32k / 100k tokens; growth per 1k tokens",
-        value: `${routeCallMiss["1k"].routeSettleUs.toFixed(1)} / ${routeCallMiss["32k"].routeSettleUs.toFixed(1)} / ${routeCallMiss["100k"].routeSettleUs.toFixed(1)}; ${slopePer1k(routeCallMiss, "routeSettleUs").toFixed(2)}`,
-        unit: "µs",
+        metric: "radix index with / without the walk memo where no kept walk serves (paired rounds): 32-block queries, memo full; ingestion along kept paths; turns of 1 000 chats of 2 000 blocks",
+        value: `${keptWalkCosts.shortQueries.ratio.toFixed(3)} / ${keptWalkCosts.ingestionOnKeptPaths.ratio.toFixed(3)} / ${keptWalkCosts.churn.ratio.toFixed(3)}`,
+        unit: "× (memo / plain)",
         goal: "",
         pass: null,
       },
@@ -388,7 +388,7 @@ export default {
         findMatches: fm,
         timerOverheadUs: timerUs,
         routeUs: route,
-        routeCall: { byLength: routeCall, withApproximateWorker: routeCallApprox, walkMemoMissed: routeCallMiss, stepsAt100kUs: routeSteps },
+        routeCall: { byLength: routeCall, withApproximateWorker: routeCallApprox, keptWalkCosts, stepsAt100kUs: routeSteps },
         pageTouch,
         ingestion: { blocks: ingestBlocks, firstFillFaults: stored.faults, reusedFill: refilled, storeRate, removeRate, storeCpuRate, removeCpuRate, refillRate, refillCpuRate, parseRate, zodParseRate },
         profiles: { findMatches: fmProfile, ingestion: ingProfile },

@@ -714,7 +714,8 @@ export class RadixIndex {
     let key = ROOT_KEY;
     let cur = ROOT;
     // A kept walk of the same leading blocks, unchanged since: continue where it stood (walk-memo.ts).
-    const from = memo === null ? 0 : memo.match(words, count);
+    const slots = Math.min(W * 32, scores.length);
+    const from = memo === null ? 0 : memo.match(words, count, slots);
     if (from > 0) {
       cur = memo!.resume(from, scores, alive, W);
       key = chunks[cur >>> CHUNK_BITS]![(cur & IN_CHUNK) * stride + KEY]!;
@@ -796,7 +797,7 @@ export class RadixIndex {
         rest ^= bit;
       }
     }
-    memo?.record(words, from, depth, path, scores, Math.min(W * 32, scores.length));
+    memo?.record(words, from, depth, path, scores, slots);
   }
 
   /**

@@ -4,7 +4,7 @@
 // chain end must be equal.
 import { describe, expect, it } from "vitest";
 import { chainEndOf, RadixIndex } from "../../../src/block-index/radix-index.ts";
-import { WALK_MEMO_BLOCKS, WALK_MEMO_ENTRIES } from "../../../src/block-index/walk-memo.ts";
+import { WALK_MEMO_BLOCKS, WALK_MEMO_ENTRIES, WalkMemo } from "../../../src/block-index/walk-memo.ts";
 
 function rng(seed: number): () => number {
   let s = seed >>> 0;
@@ -160,6 +160,47 @@ describe("walk memo", () => {
       engine += conv.length;
     }
     for (let round = 0; round < 3; round++) for (const conv of convs) pair.query(conv, "typed");
+  });
+
+  it("bounds the room its walks' arrays take, also after the engine evicted their tails", () => {
+    // Chats of 8192 blocks routed, then all but their first 8 blocks evicted: a kept walk holds 8
+    // blocks but its arrays had room for 8192 (counted as 8, 128 such walks took 64 MiB).
+    const memo = new WalkMemo(1);
+    const length = 8192;
+    const scores = new Int32Array(4).fill(length);
+    const random = rng(11);
+    for (let chat = 0; chat < WALK_MEMO_ENTRIES; chat++) {
+      const words = Uint32Array.from({ length: 2 * length }, () => Math.floor(random() * 2 ** 32));
+      const path = Int32Array.from({ length }, (_, d) => 1 + chat * length + d);
+      expect(memo.match(words, length, 4)).toBe(0);
+      memo.record(words, 0, length, path, scores, 4);
+      for (let d = length - 1; d >= 8; d--) {
+        memo.changed(path[d]!);
+        memo.freed(path[d]!);
+      }
+      expect(memo.capacityBlocks).toBeLessThanOrEqual(WALK_MEMO_BLOCKS);
+      // What is left is still kept: the chat's next turn resumes after its 8 blocks.
+      expect(memo.match(words, length, 4)).toBe(8);
+    }
+  });
+
+  it("gives a worker's overlap to a query with room for more worker slots than the kept walk's", () => {
+    const memo = new RadixIndex({ walkMemoMinBlocks: 1 });
+    const plain = new RadixIndex({ walkMemo: false });
+    const chain = Array.from({ length: 200 }, (_, i) => BigInt(1000 + i));
+    for (const ix of [memo, plain]) {
+      ix.ensureWorker(0);
+      ix.ensureWorker(5);
+      for (const w of [0, 5]) ix.applyStored(w, null, chain.map((l, i) => ({ engineHash: String(i + 1), localHash: l })));
+      // The first query's scores cover slots 0..3 only: worker 5's overlap is not kept.
+      ix.findMatches(BigUint64Array.from(chain), new Int32Array(4));
+    }
+    const a = new Int32Array(8);
+    const b = new Int32Array(8);
+    memo.findMatches(BigUint64Array.from(chain), a);
+    plain.findMatches(BigUint64Array.from(chain), b);
+    expect([...a]).toEqual([...b]);
+    expect(a[5]).toBe(200);
   });
 
   it("resumes where a walk stopped and re-walks from where a worker changed a block", () => {

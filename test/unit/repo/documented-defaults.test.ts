@@ -37,7 +37,7 @@ import { MEMO_MAX_BYTES } from "../../../src/layout/layout.ts";
 import { MEMO_PARTITIONS, PIECE_MEMO_SLOTS } from "../../../src/prompt/tokenizer/engine.ts";
 import { ApproxConfigSchema } from "../../../src/block-index/approx-index.ts";
 import { PendingRoutes } from "../../../src/block-index/pending-routes.ts";
-import { WALK_MEMO_ADMIT_EVERY, WALK_MEMO_BLOCKS, WALK_MEMO_ENTRIES, WALK_MEMO_MIN_BLOCKS } from "../../../src/block-index/walk-memo.ts";
+import { WALK_MEMO_ADMIT_EVERY, WALK_MEMO_ADMIT_RARE, WALK_MEMO_BLOCKS, WALK_MEMO_ENTRIES, WALK_MEMO_MIN_BLOCKS } from "../../../src/block-index/walk-memo.ts";
 import { KV_CAPACITY_HEADROOM } from "../../../src/routing-index/block-shares.ts";
 import { MAX_PROBE_PACKETS } from "../../../services/decode/ffprobe-scan.ts";
 import { FAILED_PROBE_TTL_MS } from "../../../services/decode/server.ts";
@@ -144,6 +144,7 @@ const ACTUAL: Record<string, Record<string, Expected>> = {
     WALK_MEMO_BLOCKS,
     WALK_MEMO_MIN_BLOCKS,
     WALK_MEMO_ADMIT_EVERY,
+    WALK_MEMO_ADMIT_RARE,
     KV_CAPACITY_HEADROOM,
     MAX_PROBE_PACKETS,
     FAILED_PROBE_TTL_MS,
