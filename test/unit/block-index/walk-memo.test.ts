@@ -5,16 +5,7 @@
 import { describe, expect, it } from "vitest";
 import { chainEndOf, RadixIndex } from "../../../src/block-index/radix-index.ts";
 import { WALK_MEMO_BLOCKS, WALK_MEMO_ENTRIES, WalkMemo } from "../../../src/block-index/walk-memo.ts";
-
-function rng(seed: number): () => number {
-  let s = seed >>> 0;
-  return () => {
-    s = (s + 0x6d2b79f5) >>> 0;
-    let t = Math.imul(s ^ (s >>> 15), 1 | s);
-    t = (t + Math.imul(t ^ (t >>> 7), 61 | t)) ^ t;
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
+import { mulberry32 as rng } from "../support/tokenizer-fuzz.ts";
 
 const hex = (l: bigint) => l.toString(16).padStart(16, "0");
 
