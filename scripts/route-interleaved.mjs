@@ -6,9 +6,8 @@
 // the new turn; CAP: each worker evicts its least recently used chats past CAP blocks (a GPU's KV);
 // INSTR=1: time per function (pending routes, approximate index, walks, load). Prints per-route ms.
 // Usage: CHATS=200 MINB=2000 MAXB=6400 CAP=45000 INSTR=1 node scripts/route-interleaved.mjs
+import { hashesFrom, routePool } from "../bench/lib/route-call.mjs";
 import { rng, summarize } from "../bench/lib/stats.mjs";
-const { RoutingCore } = await import("../src/routing-index/routing-core.ts");
-const { localHashToHex } = await import("../src/relay-wire/relay-protocol.ts");
 const env = (k, d) => (process.env[k] !== undefined ? Number(process.env[k]) : d);
 const CHATS = env("CHATS", 200), MINB = env("MINB", 2000), MAXB = env("MAXB", 6400), WORKERS = env("WORKERS", 12);
 const TURNS = env("TURNS", 300), NEW = env("NEW", 64), STORE = env("STORE", 1), TICK = env("TICK", 1), BUDGET = env("BUDGET", 0);
@@ -23,26 +22,18 @@ const { LoadSync } = await import("../src/routing-index/load-sync.ts");
 for (const k of ["pAdd", "pOverlaps", "loadAdd", "loadRelease", "shared"]) acc[k] = 0;
 if (process.env.INSTR) { wrap(RadixIndex.prototype, "findMatches", "exactFind"); wrap(PendingRoutes.prototype, "add", "pAdd"); wrap(PendingRoutes.prototype, "overlaps", "pOverlaps"); wrap(LoadSync.prototype, "add", "loadAdd"); wrap(LoadSync.prototype, "release", "loadRelease"); wrap(LoadTracker.prototype, "sharedPrefixes", "shared"); wrap(ApproxIndex.prototype, "record", "record"); wrap(ApproxIndex.prototype, "match", "approxMatch"); }
 const random = rng(0x5eed);
-const u64 = () => (BigInt(Math.floor(random() * 2 ** 32)) << 32n) | BigInt(Math.floor(random() * 2 ** 32));
-let now = 1_000_000_000;
-const core = new RoutingCore({ blockSize: BLOCK, random: () => 0.5, now: () => now, ...(BUDGET ? { blockBudget: BUDGET } : {}) });
-for (let w = 0; w < WORKERS; w++) {
-  core.hello({ type: "hello", workerId: `w${w}`, url: `http://w${w}`, blockSize: BLOCK, epoch: 1, modelName: "m", contract: null, kvEvents: true }, `w${w}`);
-  core.applyDump(`w${w}`, { type: "dump", epoch: 1, seq: -1, blocks: [] });
-}
-let engineSeq = 1n; const seqs = new Map();
-const send = (worker, events) => { const s = seqs.get(worker) ?? 0; seqs.set(worker, s + 1); const r = core.applyEvents(worker, { type: "events", epoch: 1, seq: s, events }); if (!r.ok) throw new Error(r.reason); };
+const u64 = hashesFrom(random);
 let refusedSends = 0;
+const { core, send, store, tick } = await routePool({ workers: WORKERS, blockBudget: BUDGET, onRefused: () => refusedSends++ });
 const CAP = env("CAP", 0); // per-worker GPU capacity in blocks (0: never evict)
 const held = new Map(); // worker -> Map(chat -> engine hashes) in LRU order
-const storeRaw = (worker, chain, parent) => { const blocks = chain.map((l) => ({ h: String(engineSeq++ * 7919n), l: localHashToHex(l) })); try { send(worker, [{ t: "stored", parent, blocks }]); } catch { refusedSends++; } return blocks.map((b) => b.h); };
 const heldBlocks = (m) => { let n = 0; for (const v of m.values()) n += v.length; return n; };
 const storeFor = (chat, worker, chain, parent) => {
   const m = held.get(worker) ?? new Map(); held.set(worker, m);
-  const hs = storeRaw(worker, chain, parent);
+  const hs = store(worker, chain, parent);
   const mine = parent === null ? hs : (m.get(chat) ?? []).concat(hs);
   m.delete(chat); m.set(chat, mine);
-  if (CAP) { let n = heldBlocks(m); for (const [c, v] of m) { if (n <= CAP || c === chat) break; try { send(worker, [{ t: "removed", hashes: v.slice().reverse() }]); } catch { refusedSends++; } m.delete(c); n -= v.length; c.evicted = (c.evicted ?? 0) + 1; } }
+  if (CAP) { let n = heldBlocks(m); for (const [c, v] of m) { if (n <= CAP || c === chat) break; send(worker, [{ t: "removed", hashes: v.slice().reverse() }]); m.delete(c); n -= v.length; c.evicted = (c.evicted ?? 0) + 1; } }
   return hs[hs.length - 1];
 };
 const system = Array.from({ length: 32 }, u64);
@@ -62,7 +53,7 @@ for (let i = 0; i < TURNS; i++) {
   const turn = Array.from({ length: NEW }, u64);
   const q = BigUint64Array.from(chat.chain.concat(turn));
   const isl = q.length * BLOCK;
-  now += TICK;
+  tick(TICK);
   const t = performance.now();
   const d = core.route({ localHashes: q, isl });
   core.settle({ receiptId: d.receiptId, promptTokens: isl, cachedTokens: d.overlapBlocks * BLOCK, outcome: "ok" });

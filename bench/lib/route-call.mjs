@@ -18,6 +18,44 @@ const SYSTEM_BLOCKS = 32;
 const NEW_TURN_BLOCKS = 64;
 const newTurnBlocks = (n) => Math.min(NEW_TURN_BLOCKS, n >> 2);
 
+/** Random 64-bit local hashes drawn from `random` (bench/lib/stats.mjs rng). */
+export function hashesFrom(random) {
+  return () => (BigInt(Math.floor(random() * 2 ** 32)) << 32n) | BigInt(Math.floor(random() * 2 ** 32));
+}
+
+/**
+ * A pool object (RoutingCore, block size BLOCK, a clock of its own) with workers w0..w{workers-1}
+ * that send KV events, each with an empty dump. `hello(id, kvEvents)` adds a worker; `send` applies
+ * a relay's events (where the pool refuses them: `onRefused(reason)`, else a throw);
+ * `store(worker, chain, parent)` stores a
+ * chain of local hashes below engine hash `parent` (null: the root) and returns its engine hashes.
+ */
+export async function routePool({ workers = WORKERS, blockBudget, onRefused } = {}) {
+  const { RoutingCore } = await import("../../src/routing-index/routing-core.ts");
+  const { localHashToHex } = await import("../../src/relay-wire/relay-protocol.ts");
+  let now = 1_000_000_000;
+  const core = new RoutingCore({ blockSize: BLOCK, random: () => 0.5, now: () => now, ...(blockBudget ? { blockBudget } : {}) });
+  const hello = (id, kvEvents) => core.hello({ type: "hello", workerId: id, url: `http://${id}`, blockSize: BLOCK, epoch: 1, modelName: "m", contract: null, kvEvents }, id);
+  for (let w = 0; w < workers; w++) {
+    hello(`w${w}`, true);
+    core.applyDump(`w${w}`, { type: "dump", epoch: 1, seq: -1, blocks: [] });
+  }
+  let engineSeq = 1n;
+  let seq = 0;
+  const send = (worker, events) => {
+    const r = core.applyEvents(worker, { type: "events", epoch: 1, seq: seq++, events });
+    if (r.ok) return;
+    if (onRefused) onRefused(r.reason);
+    else throw new Error(r.reason);
+  };
+  const store = (worker, chain, parent = null) => {
+    const blocks = chain.map((l) => ({ h: String(engineSeq++ * 7919n), l: localHashToHex(l) }));
+    send(worker, [{ t: "stored", parent, blocks }]);
+    return blocks.map((b) => b.h);
+  };
+  return { core, hello, send, store, tick: (ms) => (now += ms) };
+}
+
 /**
  * A pool whose workers hold long chats and, per measured length, the measured chat's history: its
  * worker w0 all but the new turn, w1 an older half. `previousTurn` routes that history to w0 a
@@ -27,30 +65,10 @@ const newTurnBlocks = (n) => Math.min(NEW_TURN_BLOCKS, n >> 2);
  * them anew, as it walks the blocks a worker stored since the previous turn).
  */
 export async function routeWorld({ previousTurn = true, approximateWorker = false, seed = 0x5eed } = {}) {
-  const { RoutingCore } = await import("../../src/routing-index/routing-core.ts");
-  const { localHashToHex } = await import("../../src/relay-wire/relay-protocol.ts");
-  const random = rng(seed);
-  const u64 = () => (BigInt(Math.floor(random() * 2 ** 32)) << 32n) | BigInt(Math.floor(random() * 2 ** 32));
-  let now = 1_000_000_000;
-  const core = new RoutingCore({ blockSize: BLOCK, random: () => 0.5, now: () => now });
-  const hello = (id, kvEvents) => core.hello({ type: "hello", workerId: id, url: `http://${id}`, blockSize: BLOCK, epoch: 1, modelName: "m", contract: null, kvEvents }, id);
-  for (let w = 0; w < WORKERS; w++) {
-    hello(`w${w}`, true);
-    core.applyDump(`w${w}`, { type: "dump", epoch: 1, seq: -1, blocks: [] });
-  }
+  const u64 = hashesFrom(rng(seed));
+  const { core, hello, send, store: storeOn, tick } = await routePool();
   if (approximateWorker) hello("ax", false);
-  let engineSeq = 1n;
-  let seq = 0;
-  const send = (worker, events) => {
-    const r = core.applyEvents(worker, { type: "events", epoch: 1, seq: seq++, events });
-    if (!r.ok) throw new Error(r.reason);
-  };
-  /** Stores `chain` below engine hash `parent` (null: the root); returns the blocks' engine hashes. */
-  const store = (w, chain, parent = null, worker = `w${w}`) => {
-    const blocks = chain.map((l) => ({ h: String(engineSeq++ * 7919n), l: localHashToHex(l) }));
-    send(worker, [{ t: "stored", parent, blocks }]);
-    return blocks.map((b) => b.h);
-  };
+  const store = (w, chain, parent = null) => storeOn(`w${w}`, chain, parent);
   const system = Array.from({ length: SYSTEM_BLOCKS }, u64);
   for (let w = 0; w < WORKERS; w++) for (let c = 0; c < BACKGROUND_CHATS; c++) store(w, system.concat(Array.from({ length: BACKGROUND_BLOCKS }, u64)));
   const routeOnce = (localHashes, isl, onlyWorkers) => {
@@ -78,7 +96,7 @@ export async function routeWorld({ previousTurn = true, approximateWorker = fals
     // As the route RPC delivers it: one BigUint64Array.
     requests[name] = { localHashes: BigUint64Array.from(chain), isl: tokens };
   }
-  return { core, requests, nextTurn: (name) => turns[name](), tick: (ms) => (now += ms) };
+  return { core, requests, nextTurn: (name) => turns[name](), tick };
 }
 
 /** Median µs per call of `fn` (each call timed alone, after a warm-up); `before` runs untimed before each call. */
@@ -140,8 +158,7 @@ export async function measureRouteCall({ budget = 1, approximateWorker = false }
 export async function measureKeptWalkCosts(rounds) {
   const { RadixIndex } = await import("../../src/block-index/radix-index.ts");
   const { localHashToHex } = await import("../../src/relay-wire/relay-protocol.ts");
-  const random = rng(0x3e30);
-  const u64 = () => (BigInt(Math.floor(random() * 2 ** 32)) << 32n) | BigInt(Math.floor(random() * 2 ** 32));
+  const u64 = hashesFrom(rng(0x3e30));
   const system = Array.from({ length: 16 }, u64);
   let engine = 1;
   const world = (memo, chats) => {
@@ -206,9 +223,9 @@ export async function measureRouteSteps(tokens, calls) {
   const { PendingRoutes } = await import("../../src/block-index/pending-routes.ts");
   const { LoadTracker } = await import("../../src/load/load-tracker.ts");
   const { chainKeysOf } = await import("../../src/blocks/chain-keys.ts");
-  const random = rng(0xb10c);
+  const u64 = hashesFrom(rng(0xb10c));
   const n = tokens / BLOCK;
-  const hashes = BigUint64Array.from({ length: n }, () => (BigInt(Math.floor(random() * 2 ** 32)) << 32n) | BigInt(Math.floor(random() * 2 ** 32)));
+  const hashes = BigUint64Array.from({ length: n }, u64);
   const index = new RadixIndex({ walkMemo: false });
   const kept = new RadixIndex();
   for (const ix of [index, kept]) {
