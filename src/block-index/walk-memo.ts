@@ -18,8 +18,8 @@
  * root) then only compares node ids; a node is dropped from every path when the index frees it
  * (freed()), before its id is reused.
  *
- * Cheap where it serves nothing: a query shorter than the shortest kept walk never looks at the
- * memo; a mask change or a freed node off every kept path costs one bit test (bits per node id);
+ * Cheap where it serves nothing: a query shorter than the shortest walk kept (minBlocks) never
+ * looks at the memo; a mask change or a freed node off every kept path costs one bit test (bits per node id);
  * one on a path held by a single walk touches that walk only.
  */
 
@@ -133,8 +133,8 @@ export class WalkMemo {
    * [0, slots): the longest equal prefix, capped at its end, with a kept walk that has the query's
    * hash where its path ends (at min(refEnd, count) - 1: the same conversation, most likely); 0:
    * none. Such a walk is extended by record() even when it serves no depth (cut back to the root),
-   * so its path's nodes are not counted again. A query shorter than the shortest kept walk is
-   * never compared: it walks from the root as without the memo.
+   * so its path's nodes are not counted again. A query shorter than the shortest walk kept
+   * (minBlocks) is never compared: it walks from the root as without the memo.
    */
   match(words: Uint32Array, count: number, slots: number): number {
     this.#hit = -1;
