@@ -4,11 +4,18 @@
  * (chainKeysOf, chain-keys.ts); a 32k-token chain adds and
  * releases ~2 000 of them, so this is an open-addressing table over typed arrays (linear probing, deletion by
  * backward shift, no tombstones) rather than a Map of heap numbers: the common case, a key held by
- * one worker, is three array slots. A key held by several workers keeps its per-worker counts in a
- * small side Map.
+ * one worker, is four array slots. A key held by several workers keeps its per-worker counts in a
+ * small side Map. Each (key, worker) also keeps the XOR of the tags its holders gave: with one holder
+ * left it names that holder (PendingRoutes tags with chain ids; LoadTracker leaves them 0).
  */
 const EMPTY = 0;
 const MULTI = -1;
+
+/** One worker's count and tag XOR for a key held by several workers. */
+interface Held {
+  count: number;
+  tag: number;
+}
 
 export class ChainKeyTable {
   #lo = new Int32Array(1024);
@@ -17,9 +24,11 @@ export class ChainKeyTable {
   /** Holding worker slot, or MULTI (counts in #multi). */
   #slot = new Int32Array(1024);
   #count = new Int32Array(1024);
+  /** XOR of the holders' tags (single holder; a MULTI key's are in #multi). */
+  #tag = new Int32Array(1024);
   #mask = 1023;
   #size = 0;
-  readonly #multi = new Map<number, Map<number, number>>();
+  readonly #multi = new Map<number, Map<number, Held>>();
 
   get size(): number {
     return this.#size;
@@ -36,8 +45,8 @@ export class ChainKeyTable {
     }
   }
 
-  /** One more active request on `slot` holds key `k`. */
-  inc(k: number, slot: number): void {
+  /** One more active request on `slot` holds key `k` (`tag`: see the class comment). */
+  inc(k: number, slot: number, tag = 0): void {
     const lo = k | 0;
     const hi = Math.floor(k / 4294967296) + 1;
     const at = this.#find(lo, hi);
@@ -47,25 +56,29 @@ export class ChainKeyTable {
       this.#hi[i] = hi;
       this.#slot[i] = slot;
       this.#count[i] = 1;
+      this.#tag[i] = tag;
       if (++this.#size * 2 > this.#mask) this.#grow();
       return;
     }
     const s = this.#slot[at]!;
     if (s === slot) {
       this.#count[at]!++;
+      this.#tag[at]! ^= tag;
       return;
     }
     if (s !== MULTI) {
-      this.#multi.set(k, new Map([[s, this.#count[at]!], [slot, 1]]));
+      this.#multi.set(k, new Map([[s, { count: this.#count[at]!, tag: this.#tag[at]! }], [slot, { count: 1, tag }]]));
       this.#slot[at] = MULTI;
       return;
     }
     const m = this.#multi.get(k)!;
-    m.set(slot, (m.get(slot) ?? 0) + 1);
+    const h = m.get(slot);
+    if (h === undefined) m.set(slot, { count: 1, tag });
+    else (h.count++, (h.tag ^= tag));
   }
 
-  /** One active request on `slot` no longer holds `k` (a key or slot not held: nothing changes). */
-  dec(k: number, slot: number): void {
+  /** One active request on `slot` no longer holds `k` (a key or slot not held: nothing changes); `tag` as given to inc. */
+  dec(k: number, slot: number, tag = 0): void {
     const lo = k | 0;
     const hi = Math.floor(k / 4294967296) + 1;
     const at = this.#find(lo, hi);
@@ -73,20 +86,21 @@ export class ChainKeyTable {
     const s = this.#slot[at]!;
     if (s !== MULTI) {
       if (s !== slot) return;
+      this.#tag[at]! ^= tag;
       if (--this.#count[at]! === 0) this.#delete(at);
       return;
     }
     const m = this.#multi.get(k)!;
-    const c = (m.get(slot) ?? 0) - 1;
-    if (c > 0) {
-      m.set(slot, c);
-      return;
-    }
+    const h = m.get(slot);
+    if (h === undefined) return;
+    h.tag ^= tag;
+    if (--h.count > 0) return;
     m.delete(slot);
     if (m.size === 1) {
-      for (const [holder, count] of m) {
+      for (const [holder, left] of m) {
         this.#slot[at] = holder;
-        this.#count[at] = count;
+        this.#count[at] = left.count;
+        this.#tag[at] = left.tag;
       }
       this.#multi.delete(k);
     } else if (m.size === 0) {
@@ -113,6 +127,25 @@ export class ChainKeyTable {
     return s === MULTI ? this.#multi.get(k)!.has(slot) : s === slot;
   }
 
+  /** How many times `slot` holds `k` (0: not held). */
+  countOf(k: number, slot: number): number {
+    const at = this.#find(k | 0, Math.floor(k / 4294967296) + 1);
+    if (at < 0) return 0;
+    const s = this.#slot[at]!;
+    return s === MULTI ? (this.#multi.get(k)!.get(slot)?.count ?? 0) : s === slot ? this.#count[at]! : 0;
+  }
+
+  /** The tag of `slot`'s one hold of `k`; -1 when it holds `k` more than once or not at all (tags given must be ≥ 0). */
+  soleTag(k: number, slot: number): number {
+    const at = this.#find(k | 0, Math.floor(k / 4294967296) + 1);
+    if (at < 0) return -1;
+    const s = this.#slot[at]!;
+    if (s === slot) return this.#count[at] === 1 ? this.#tag[at]! : -1;
+    if (s !== MULTI) return -1;
+    const h = this.#multi.get(k)!.get(slot);
+    return h !== undefined && h.count === 1 ? h.tag : -1;
+  }
+
   /** Backward-shift deletion: later entries of the probe run move into the hole. */
   #delete(at: number): void {
     const mask = this.#mask;
@@ -128,6 +161,7 @@ export class ChainKeyTable {
         this.#hi[hole] = h;
         this.#slot[hole] = this.#slot[i]!;
         this.#count[hole] = this.#count[i]!;
+        this.#tag[hole] = this.#tag[i]!;
         hole = i;
       }
       i = (i + 1) & mask;
@@ -141,11 +175,13 @@ export class ChainKeyTable {
     const hi = this.#hi;
     const slot = this.#slot;
     const count = this.#count;
+    const tag = this.#tag;
     const cap = lo.length * 2;
     this.#lo = new Int32Array(cap);
     this.#hi = new Int32Array(cap);
     this.#slot = new Int32Array(cap);
     this.#count = new Int32Array(cap);
+    this.#tag = new Int32Array(cap);
     this.#mask = cap - 1;
     for (let j = 0; j < lo.length; j++) {
       if (hi[j] === EMPTY) continue;
@@ -154,6 +190,7 @@ export class ChainKeyTable {
       this.#hi[i] = hi[j]!;
       this.#slot[i] = slot[j]!;
       this.#count[i] = count[j]!;
+      this.#tag[i] = tag[j]!;
     }
   }
 }

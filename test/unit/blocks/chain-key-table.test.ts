@@ -3,21 +3,30 @@ import fc from "fast-check";
 import { ChainKeyTable } from "../../../src/blocks/chain-key-table.ts";
 import { chainKeysOf } from "../../../src/blocks/chain-keys.ts";
 
-/** The plain model: key → (slot → count). */
+/** The plain model: key → (slot → count), and the XOR of the tags given per (key, slot). */
 class Model {
   readonly m = new Map<number, Map<number, number>>();
-  inc(k: number, s: number): void {
+  readonly tags = new Map<string, number>();
+  inc(k: number, s: number, tag = 0): void {
     const h = this.m.get(k) ?? new Map<number, number>();
     this.m.set(k, h);
     h.set(s, (h.get(s) ?? 0) + 1);
+    this.tags.set(`${k}/${s}`, (this.tags.get(`${k}/${s}`) ?? 0) ^ tag);
   }
-  dec(k: number, s: number): void {
+  dec(k: number, s: number, tag = 0): void {
     const h = this.m.get(k);
     const c = h?.get(s);
     if (!h || c === undefined) return;
+    this.tags.set(`${k}/${s}`, this.tags.get(`${k}/${s}`)! ^ tag);
     if (c > 1) h.set(s, c - 1);
-    else h.delete(s);
+    else (h.delete(s), this.tags.delete(`${k}/${s}`));
     if (h.size === 0) this.m.delete(k);
+  }
+  count(k: number, s: number): number {
+    return this.m.get(k)?.get(s) ?? 0;
+  }
+  soleTag(k: number, s: number): number {
+    return this.count(k, s) === 1 ? this.tags.get(`${k}/${s}`)! : -1;
   }
   holders(k: number): number[] {
     return [...(this.m.get(k)?.keys() ?? [])].sort();
@@ -34,29 +43,35 @@ function holdersOf(t: ChainKeyTable, k: number): number[] {
 describe("ChainKeyTable (LoadTracker's shared block keys)", () => {
   // 53-bit keys from a pool small enough to repeat, spread over both 32-bit halves; many keys force growth.
   const key = fc.oneof(fc.integer({ min: 0, max: 40 }).map((i) => i * 2 ** 32 + ((i * 2654435761) >>> 0)), fc.integer({ min: 0, max: 2 ** 53 - 1 }));
-  const op = fc.record({ inc: fc.boolean(), k: key, slot: fc.integer({ min: 0, max: 3 }) });
+  const op = fc.record({ inc: fc.boolean(), k: key, slot: fc.integer({ min: 0, max: 3 }), tag: fc.integer({ min: 0, max: 2 ** 31 - 1 }) });
 
-  it("agrees with a Map model on every operation, including deletions inside probe runs and growth", () => {
+  it("agrees with a Map model on every operation (counts and sole holders' tags too), including deletions inside probe runs and growth", () => {
     fc.assert(
       fc.property(fc.array(op, { maxLength: 3000 }), (ops) => {
         const t = new ChainKeyTable();
         const m = new Model();
         const seen: number[] = [];
+        const held = new Map<string, number[]>();
         for (const o of ops) {
           seen.push(o.k);
+          // A dec gives back the tag of a hold taken earlier, as PendingRoutes does.
+          const tag = o.inc ? o.tag : (held.get(`${o.k}/${o.slot}`)?.pop() ?? 0);
           if (o.inc) {
-            t.inc(o.k, o.slot);
-            m.inc(o.k, o.slot);
+            t.inc(o.k, o.slot, tag);
+            m.inc(o.k, o.slot, tag);
+            held.set(`${o.k}/${o.slot}`, [...(held.get(`${o.k}/${o.slot}`) ?? []), tag]);
           } else {
-            t.dec(o.k, o.slot);
-            m.dec(o.k, o.slot);
+            t.dec(o.k, o.slot, tag);
+            m.dec(o.k, o.slot, tag);
           }
           expect(t.holds(o.k, o.slot)).toBe(m.m.has(o.k) && m.holders(o.k).includes(o.slot));
+          expect([t.countOf(o.k, o.slot), t.soleTag(o.k, o.slot)]).toEqual([m.count(o.k, o.slot), m.soleTag(o.k, o.slot)]);
         }
         for (const k of seen) {
           expect(holdersOf(t, k)).toEqual(m.holders(k));
           expect(t.eachHolder(k, () => {})).toBe(m.m.has(k));
           for (let s = 0; s < 4; s++) expect(t.holds(k, s)).toBe(m.m.has(k) && m.holders(k).includes(s));
+          for (let s = 0; s < 4; s++) expect([t.countOf(k, s), t.soleTag(k, s)]).toEqual([m.count(k, s), m.soleTag(k, s)]);
         }
         expect(t.size).toBe(m.m.size);
       }),

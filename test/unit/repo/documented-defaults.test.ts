@@ -140,6 +140,7 @@ const ACTUAL: Record<string, Record<string, Expected>> = {
     "PendingRoutes.ttlMs": new PendingRoutes().ttlMs,
     "PendingRoutes.maxPerWorker": new PendingRoutes().maxPerWorker,
     "PendingRoutes.maxBlocks": new PendingRoutes().maxBlocks,
+    "PendingRoutes.keyStride": new PendingRoutes().keyStride,
     WALK_MEMO_ENTRIES,
     WALK_MEMO_BLOCKS,
     WALK_MEMO_MIN_BLOCKS,
