@@ -481,6 +481,23 @@ export class RadixIndex {
     return this.#applyParsed(slot, parentEngineHash, n);
   }
 
+  /**
+   * Stores blocks [from, to) of a chain given as numbers (no decimal engine hashes): block i's
+   * engine hash is the 64-bit id (ids[2i] lo, ids[2i + 1] hi), its local hash the words
+   * (localWords[2i], localWords[2i + 1]); the parent is block from - 1's id (the root when from = 0).
+   */
+  applyStoredIds(slot: number, ids: Int32Array, localWords: Uint32Array, from: number, to: number): ApplyResult {
+    const n = to - from;
+    this.#reserveBlocks(n);
+    for (let i = 0; i < n; i++) {
+      this.#engLo[i] = ids[2 * (from + i)]!;
+      this.#engHi[i] = ids[2 * (from + i) + 1]!;
+      this.#locLo[i] = localWords[2 * (from + i)]! | 0;
+      this.#locHi[i] = localWords[2 * (from + i) + 1]! | 0;
+    }
+    return from === 0 ? this.#applyParsedAt(slot, false, 0, 0, n) : this.#applyParsedAt(slot, true, ids[2 * from - 2]!, ids[2 * from - 1]!, n);
+  }
+
   /** Parses wire blocks [0, n) into #engLo/#engHi/#locLo/#locHi. */
   #parseWire(blocks: readonly WireBlock[], n: number): void {
     this.#reserveBlocks(n);
@@ -585,16 +602,33 @@ export class RadixIndex {
     if (!table) return 0;
     const n = engineHashes.length;
     this.#reserveBlocks(n);
-    const engLo = this.#engLo;
-    const engHi = this.#engHi;
-    const engH = this.#engH;
     // Every hash is parsed before anything is removed: a malformed one throws with the index untouched.
     for (let i = 0; i < n; i++) {
       parseDecimal64(engineHashes[i]!);
-      engLo[i] = parsedLo;
-      engHi[i] = parsedHi;
-      engH[i] = engineHash(parsedLo, parsedHi);
+      this.#engLo[i] = parsedLo;
+      this.#engHi[i] = parsedHi;
     }
+    return this.#removeParsed(slot, table, n);
+  }
+
+  /** applyRemoved of `n` engine hashes given as 64-bit ids (ids[2i] lo, ids[2i + 1] hi). */
+  applyRemovedIds(slot: number, ids: Int32Array, n: number): number {
+    const table = this.#workers[slot];
+    if (!table) return 0;
+    this.#reserveBlocks(n);
+    for (let i = 0; i < n; i++) {
+      this.#engLo[i] = ids[2 * i]!;
+      this.#engHi[i] = ids[2 * i + 1]!;
+    }
+    return this.#removeParsed(slot, table, n);
+  }
+
+  /** Removes the engine hashes parsed into #engLo/#engHi[0..n). */
+  #removeParsed(slot: number, table: EngineTable, n: number): number {
+    const engLo = this.#engLo;
+    const engHi = this.#engHi;
+    const engH = this.#engH;
+    for (let i = 0; i < n; i++) engH[i] = engineHash(engLo[i]!, engHi[i]!);
     const chunks = this.#chunks;
     const stride = this.#stride;
     const nodeAt = this.#keys; // as scratch: prefix keys serve only stores and queries
@@ -875,16 +909,17 @@ export class RadixIndex {
 
   /** Applies the chain parsed into #engLo/#engHi/#locLo/#locHi[0..n). */
   #applyParsed(slot: number, parentEngineHash: string | null, n: number): ApplyResult {
+    if (parentEngineHash === null || !this.#workers[slot]) return this.#applyParsedAt(slot, false, 0, 0, n);
+    parseDecimal64(parentEngineHash);
+    return this.#applyParsedAt(slot, true, parsedLo, parsedHi, n);
+  }
+
+  /** #applyParsed with the parent's engine hash as words (hasParent false: the root). */
+  #applyParsedAt(slot: number, hasParent: boolean, pLo: number, pHi: number, n: number): ApplyResult {
     const table = this.#workers[slot];
     if (!table) return { ok: false, applied: 0, error: "unknown_worker" };
     let cur = ROOT;
-    let pLo = 0;
-    let pHi = 0;
-    const hasParent = parentEngineHash !== null;
     if (hasParent) {
-      parseDecimal64(parentEngineHash);
-      pLo = parsedLo;
-      pHi = parsedHi;
       const at = table.probe(pLo, pHi);
       if (at < 0) return { ok: false, applied: 0, error: "parent_not_found" };
       cur = table.slots[at * 3 + 2]!;

@@ -38,8 +38,6 @@ describe("ApproxIndex", () => {
     const b = localBlockHashes([...seq(500, 4), ...seq(5, 36)], B); // same blocks 2..10, different first
     ax.match(b, 1);
     expect(ax.overlapOf(0)).toBe(0);
-    // The same block at another position is another block (path ids differ).
-    expect(ax.pathIds(a)[1]).not.toBe(ax.pathIds(b)[1]);
   });
 
   it("keeps workers apart and clears one worker", () => {
@@ -70,7 +68,7 @@ describe("ApproxIndex", () => {
     expect(overlaps).toEqual([10, 0, 0, 0, 10, 10, 10, 10, 10, 10, 10]);
   });
 
-  it("stays consistent over many refreshes (lazy heap rebuild)", () => {
+  it("stays consistent over many refreshes (stale expiry entries)", () => {
     const ax = new ApproxIndex({ ttlMs: 50 });
     const c = localBlockHashes(seq(1, 64), B);
     for (let t = 0; t < 2000; t++) ax.record(t % 4, c.slice(0, 1 + (t % 16)), t);
@@ -78,6 +76,35 @@ describe("ApproxIndex", () => {
     // Worker 3 last saw the chain at t=1999 with 16 blocks (1999 % 16 = 15 → 16 blocks).
     expect(ax.overlapOf(3)).toBe(16);
     ax.match(c, 2100);
+    expect(ax.size).toBe(0);
+  });
+});
+
+describe("ApproxIndex expiry entries", () => {
+  it("filters out the entries repeats left stale, keeping each alive one in order", () => {
+    const ax = new ApproxIndex({ ttlMs: 1_000_000 });
+    const c = localBlockHashes(seq(1, 64), B); // 16 blocks
+    const d = localBlockHashes(seq(900, 64), B);
+    // Repeats of one chain re-tip its last block: each earlier entry goes stale (far past 1 024 of them).
+    for (let t = 0; t < 5000; t++) ax.record(t % 3, t % 500 === 7 ? d : c.slice(0, 8 + (t % 2) * 8), t);
+    ax.match(c, 5000);
+    expect([ax.overlapOf(0), ax.overlapOf(1), ax.overlapOf(2)]).toEqual([16, 16, 16]);
+    // d was last routed to worker 0 at t = 3507, to worker 2 at 4007 and to worker 1 at 4507.
+    ax.match(d, 1_003_507);
+    expect([ax.overlapOf(0), ax.overlapOf(1), ax.overlapOf(2)]).toEqual([0, 16, 16]);
+    ax.match(d, 1_004_007);
+    expect([ax.overlapOf(1), ax.overlapOf(2)]).toEqual([16, 0]);
+    ax.match(d, 1_004_507);
+    expect(ax.overlapOf(1)).toBe(0);
+    // c (odd t: 16 blocks, even: its first 8): worker 0 all 16 at 4995 and 8 at 4998; worker 1 all at
+    // 4999; worker 2 all at 4997.
+    ax.match(c, 1_004_995);
+    expect([ax.overlapOf(0), ax.overlapOf(1), ax.overlapOf(2)]).toEqual([8, 16, 16]);
+    ax.match(c, 1_004_997);
+    expect([ax.overlapOf(0), ax.overlapOf(1), ax.overlapOf(2)]).toEqual([8, 16, 0]);
+    ax.match(c, 1_004_998);
+    expect([ax.overlapOf(0), ax.overlapOf(1), ax.overlapOf(2)]).toEqual([0, 16, 0]);
+    expect(ax.expire(1_004_999)).toBe(16);
     expect(ax.size).toBe(0);
   });
 });

@@ -1,0 +1,220 @@
+/**
+ * Seeded differentials for the approximate index (src/block-index/approx-index.ts): random records
+ * of prefix-sharing chains on several workers, matches, clock steps past the TTL and clears.
+ * Without pruning it must answer as the earlier implementation (approx-index-oracle.ts); with a
+ * tiny maxBlocks as a plain model of its documented prune rule (below).
+ */
+import { describe, expect, it } from "vitest";
+import { ApproxIndex } from "../../../src/block-index/approx-index.ts";
+import { OracleApproxIndex } from "./approx-index-oracle.ts";
+import { mulberry32 } from "../support/tokenizer-fuzz.ts";
+
+/**
+ * The documented rule in plain form: each (worker, block) keeps the expiry and sequence number of
+ * the latest record covering it (the clock never goes back); a record that leaves more than
+ * maxBlocks starts a prune; each record while it runs drops up to (its new blocks + step) entries,
+ * earliest record first, deepest block first, until floor(maxBlocks × ratio) remain.
+ */
+class ModelApprox {
+  readonly held = new Map<number, Map<string, { at: number; seq: number; depth: number }>>();
+  #now = -Infinity;
+  #seq = 0;
+  #target = -1;
+  count = 0;
+  expired = 0;
+  pruned = 0;
+  lastAdded = 0;
+  #scores = new Map<number, number>();
+
+  constructor(readonly ttl: number, readonly maxBlocks: number, readonly ratio: number, readonly step: number) {}
+
+  record(slot: number, chain: readonly bigint[], now: number): void {
+    if (chain.length === 0) return;
+    this.#now = Math.max(this.#now, now);
+    const at = this.#now + this.ttl;
+    const seq = ++this.#seq;
+    const m = this.held.get(slot) ?? new Map();
+    this.held.set(slot, m);
+    let added = 0;
+    keys(chain).forEach((k, depth) => {
+      if (!m.has(k)) added++;
+      m.set(k, { at, seq, depth });
+    });
+    this.count += added;
+    this.lastAdded = added;
+    if (this.#target < 0 && this.count > this.maxBlocks) this.#target = Math.floor(this.maxBlocks * this.ratio);
+    if (this.#target < 0) return;
+    const all = [...this.held].flatMap(([s, mm]) => [...mm].map(([k, e]) => ({ s, k, ...e })));
+    all.sort((a, b) => a.seq - b.seq || b.depth - a.depth);
+    let budget = added + this.step;
+    for (const e of all) {
+      if (this.count <= this.#target || budget === 0) break;
+      this.held.get(e.s)!.delete(e.k);
+      this.count--;
+      this.pruned++;
+      budget--;
+    }
+    if (this.count <= this.#target) this.#target = -1;
+  }
+
+  expire(now: number): number {
+    let n = 0;
+    for (const m of this.held.values())
+      for (const [k, e] of m)
+        if (e.at <= now) {
+          m.delete(k);
+          n++;
+        }
+    this.count -= n;
+    this.expired += n;
+    return n;
+  }
+
+  match(chain: readonly bigint[], now: number): void {
+    this.expire(now);
+    const ks = keys(chain);
+    this.#scores = new Map();
+    for (const [s, m] of this.held) {
+      let d = 0;
+      while (d < ks.length && m.has(ks[d]!)) d++;
+      this.#scores.set(s, d);
+    }
+  }
+
+  overlapOf(slot: number): number {
+    return this.#scores.get(slot) ?? 0;
+  }
+
+  clear(slot: number): void {
+    this.count -= this.held.get(slot)?.size ?? 0;
+    this.held.delete(slot);
+    this.#scores.delete(slot);
+  }
+}
+
+function keys(chain: readonly bigint[]): string[] {
+  let k = "";
+  return chain.map((h) => (k += `/${h}`));
+}
+
+const SLOTS = [0, 1, 2, 3, 37];
+
+/** Random chains sharing prefixes: extensions and forks of earlier ones, from a small hash alphabet (blocks repeat across positions). */
+function chainMaker(rand: () => number) {
+  const made: bigint[][] = [];
+  const h = () => BigInt(1 + Math.floor(rand() * 24)) * 0x9e3779b97f4a7c15n % 2n ** 64n;
+  return (): bigint[] => {
+    const base = made.length > 0 && rand() < 0.8 ? made[Math.floor(rand() * made.length)]! : [];
+    const keep = Math.floor(rand() * (base.length + 1));
+    const extra = rand() < 0.3 ? 0 : 1 + Math.floor(rand() * 12);
+    const c = base.slice(0, keep).concat(Array.from({ length: extra }, h));
+    if (c.length > 0 && made.length < 64) made.push(c);
+    return c.length > 0 ? c : [h()];
+  };
+}
+
+type Op = { kind: "record"; slot: number; chain: bigint[] } | { kind: "match"; chain: bigint[] } | { kind: "expire" } | { kind: "clear"; slot: number } | { kind: "tick"; ms: number };
+
+function ops(seed: number, count: number, ttl: number): Op[] {
+  const rand = mulberry32(seed);
+  const chain = chainMaker(rand);
+  const slot = () => SLOTS[Math.floor(rand() * SLOTS.length)]!;
+  return Array.from({ length: count }, (): Op => {
+    const r = rand();
+    if (r < 0.45) return { kind: "record", slot: slot(), chain: chain() };
+    if (r < 0.8) return { kind: "match", chain: chain() };
+    if (r < 0.85) return { kind: "expire" };
+    if (r < 0.88) return { kind: "clear", slot: slot() };
+    return { kind: "tick", ms: rand() < 0.2 ? ttl + Math.floor(rand() * ttl) : Math.floor(rand() * (ttl / 4)) };
+  });
+}
+
+/** The route RPC's form (BigUint64Array) for some calls, a bigint array for others. */
+const asHashes = (c: bigint[], i: number) => (i % 2 === 0 ? BigUint64Array.from(c) : c);
+
+describe("ApproxIndex against the earlier implementation (no prune)", () => {
+  for (const seed of [1, 2, 3, 4]) {
+    it(`seed ${seed}: same overlaps, sizes and expiry counts`, () => {
+      const ttl = 100;
+      const ax = new ApproxIndex({ ttlMs: ttl });
+      const oracle = new OracleApproxIndex({ ttlMs: ttl });
+      let now = 0;
+      ops(seed, 4000, ttl).forEach((op, i) => {
+        switch (op.kind) {
+          case "record":
+            ax.record(op.slot, asHashes(op.chain, i), now);
+            oracle.record(op.slot, op.chain, now);
+            break;
+          case "match":
+            ax.match(asHashes(op.chain, i), now);
+            oracle.match(op.chain, now);
+            expect(SLOTS.map((s) => ax.overlapOf(s)), `op ${i}`).toEqual(SLOTS.map((s) => oracle.overlapOf(s)));
+            break;
+          case "expire":
+            expect(ax.expire(now), `op ${i}`).toBe(oracle.expire(now));
+            break;
+          case "clear":
+            ax.clear(op.slot);
+            oracle.clear(op.slot);
+            break;
+          case "tick":
+            now += op.ms;
+        }
+        expect(ax.size, `op ${i}`).toBe(oracle.size);
+        expect(SLOTS.map((s) => ax.workerBlockCount(s)), `op ${i}`).toEqual(SLOTS.map((s) => oracle.workerBlockCount(s)));
+      });
+      expect(ax.expired).toBe(oracle.expired);
+      expect(oracle.pruned).toBe(0);
+      expect(ax.expired).toBeGreaterThan(100);
+    });
+  }
+});
+
+describe("ApproxIndex against its prune rule (tiny maxBlocks)", () => {
+  for (const [seed, maxBlocks, step] of [[11, 40, 3], [12, 90, 7], [13, 25, 1], [14, 160, 4096]] as const) {
+    it(`seed ${seed}: maxBlocks ${maxBlocks}, step ${step}`, () => {
+      const ttl = 100;
+      const ratio = 0.8;
+      const ax = new ApproxIndex({ ttlMs: ttl, maxBlocks, pruneTargetRatio: ratio }, { pruneStep: step });
+      const model = new ModelApprox(ttl, maxBlocks, ratio, step);
+      let now = 0;
+      ops(seed, 4000, ttl).forEach((op, i) => {
+        switch (op.kind) {
+          case "record": {
+            const before = ax.pruned;
+            ax.record(op.slot, asHashes(op.chain, i), now);
+            model.record(op.slot, op.chain, now);
+            // The bound holds after every record, and one record drops at most its new blocks + step.
+            expect(ax.size, `op ${i}`).toBeLessThanOrEqual(maxBlocks);
+            expect(ax.pruned - before, `op ${i}`).toBeLessThanOrEqual(model.lastAdded + step);
+            break;
+          }
+          case "match":
+            ax.match(asHashes(op.chain, i), now);
+            model.match(op.chain, now);
+            expect(SLOTS.map((s) => ax.overlapOf(s)), `op ${i}`).toEqual(SLOTS.map((s) => model.overlapOf(s)));
+            break;
+          case "expire":
+            expect(ax.expire(now), `op ${i}`).toBe(model.expire(now));
+            break;
+          case "clear":
+            ax.clear(op.slot);
+            model.clear(op.slot);
+            break;
+          case "tick":
+            // Now and then the clock steps back (taken as standing still).
+            now += rand01(seed, i) < 0.05 ? -Math.floor(op.ms / 2) : op.ms;
+        }
+        expect(ax.size, `op ${i}`).toBe(model.count);
+        expect(SLOTS.map((s) => ax.workerBlockCount(s)), `op ${i}`).toEqual(SLOTS.map((s) => model.held.get(s)?.size ?? 0));
+      });
+      expect([ax.pruned, ax.expired]).toEqual([model.pruned, model.expired]);
+      expect(ax.pruned).toBeGreaterThan(50);
+    });
+  }
+});
+
+/** A second seeded stream for the clock's steps back, apart from the ops' stream. */
+function rand01(seed: number, i: number): number {
+  return mulberry32(seed * 7919 + i)();
+}
