@@ -7,6 +7,7 @@
 // fresh (a new chat of MINB..MAXB blocks on a random worker), prune (fresh chats into an index
 // filled to maxBlocks (2^20), crossing the bound again and again). Prints per-call p50/p99/max
 // (ms) per implementation, the median of per-block medians, their ratio, and ms per 1k routes.
+// ONLY=new (or oracle): that implementation alone (its longest call without the other's GC).
 // Usage: node --experimental-strip-types --no-warnings scripts/approx-record-ab.mjs [turn|fresh|prune ...]
 import { rng, summarize } from "../bench/lib/stats.mjs";
 import { hashesFrom } from "../bench/lib/route-call.mjs";
@@ -50,13 +51,14 @@ function scenario(name) {
 function run(name) {
   const { setup, routes, config } = scenario(name);
   const impls = { oracle: new OracleApproxIndex(config), new: new ApproxIndex(config) };
+  if (process.env.ONLY) for (const k of Object.keys(impls)) if (k !== process.env.ONLY) delete impls[k];
   const clock = { oracle: 0, new: 0 };
   for (const [k, ax] of Object.entries(impls)) for (const [slot, h] of setup) ax.record(slot, h, clock[k]++);
   const samples = { oracle: [], new: [] };
   const blockMedians = { oracle: [], new: [] };
   const pruned = { oracle: [], new: [] };
   for (let b = 0, from = 0; from < routes.length; b++, from += BLOCK) {
-    const order = b % 2 === 0 ? ["oracle", "new"] : ["new", "oracle"];
+    const order = (b % 2 === 0 ? ["oracle", "new"] : ["new", "oracle"]).filter((k) => k in impls);
     for (const k of order) {
       const ax = impls[k];
       const block = [];
@@ -74,11 +76,11 @@ function run(name) {
     }
   }
   const out = { scenario: name, routes: routes.length, blockSize: BLOCK };
-  for (const k of ["oracle", "new"]) {
+  for (const k of Object.keys(impls)) {
     const s = summarize(samples[k]);
     out[k] = { p50: +s.p50.toFixed(4), p99: +s.p99.toFixed(3), max: +s.max.toFixed(3), msPer1kRoutes: +((s.mean * 1000).toFixed(1)), blockMedianP50: +summarize(blockMedians[k]).p50.toFixed(4), size: impls[k].size, prunes: pruned[k].length, maxDroppedInOneCall: Math.max(0, ...pruned[k]) };
   }
-  out.ratioOfBlockMedians = +(summarize(blockMedians.oracle).p50 / summarize(blockMedians.new).p50).toFixed(1);
+  if (Object.keys(impls).length === 2) out.ratioOfBlockMedians = +(summarize(blockMedians.oracle).p50 / summarize(blockMedians.new).p50).toFixed(1);
   console.log(JSON.stringify(out));
 }
 

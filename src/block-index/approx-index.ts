@@ -130,7 +130,7 @@ class HeldTable {
       if (old[b + ID_HI] === 0) continue;
       let i = old[b + ID_LO]! & m;
       while (t[i * WORDS + ID_HI] !== 0) i = (i + 1) & m;
-      t.set(old.subarray(b, b + WORDS), i * WORDS);
+      for (let w = 0; w < WORDS; w++) t[i * WORDS + w] = old[b + w]!;
     }
     this.t = t;
     this.mask = m;
