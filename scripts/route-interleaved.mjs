@@ -4,7 +4,8 @@
 // workers, CHATS chats of MINB..MAXB blocks (block 16) behind a 32-block system prompt, turns in
 // shuffled order, each routed and settled, the clock 1 ms a route; STORE=1: the picked worker stores
 // the new turn; CAP: each worker evicts its least recently used chats past CAP blocks (a GPU's KV);
-// INSTR=1: time per function (pending routes, approximate index, walks, load). Prints per-route ms.
+// INSTR=1: time per function (pending routes, approximate index, walks, load) and pending routes'
+// share of the routes' time. Prints per-route ms.
 // Usage: CHATS=200 MINB=2000 MAXB=6400 CAP=45000 INSTR=1 node scripts/route-interleaved.mjs
 import { hashesFrom, routePool } from "../bench/lib/route-call.mjs";
 import { rng, summarize } from "../bench/lib/stats.mjs";
@@ -65,4 +66,4 @@ for (let i = 0; i < TURNS; i++) {
   chat.chain = chat.chain.concat(turn);
 }
 const s = summarize(samples.slice(Math.min(50, TURNS >> 2)));
-console.log(JSON.stringify({ CHATS, MINB, MAXB, WORKERS, TURNS, STORE, setupMs: Math.round(setupMs), p50ms: +s.p50.toFixed(3), p90ms: +s.p90.toFixed(3), maxms: +s.max.toFixed(3), sizes: core.sizes(), refusedSends, totalRouteMs: +samples.reduce((a, b) => a + b, 0).toFixed(0), acc: Object.fromEntries(Object.entries(acc).map(([k, v]) => [k, +v.toFixed(1)])), recordP50: recs.record ? +summarize(recs.record).p50.toFixed(2) : null, pAddP50: recs.pAdd ? +summarize(recs.pAdd).p50.toFixed(2) : null, approx: core.workers().filter((w) => core.isApproximate(w.workerId)).length }));
+console.log(JSON.stringify({ CHATS, MINB, MAXB, WORKERS, TURNS, STORE, setupMs: Math.round(setupMs), p50ms: +s.p50.toFixed(3), p90ms: +s.p90.toFixed(3), p99ms: +s.p99.toFixed(3), maxms: +s.max.toFixed(3), sizes: core.sizes(), refusedSends, totalRouteMs: +samples.reduce((a, b) => a + b, 0).toFixed(0), acc: Object.fromEntries(Object.entries(acc).map(([k, v]) => [k, +v.toFixed(1)])), recordP50: recs.record ? +summarize(recs.record).p50.toFixed(2) : null, pAddP50: recs.pAdd ? +summarize(recs.pAdd).p50.toFixed(2) : null, pendingShare: process.env.INSTR ? +((acc.pAdd + acc.pOverlaps) / samples.reduce((x, y) => x + y, 0)).toFixed(3) : null, approx: core.workers().filter((w) => core.isApproximate(w.workerId)).length }));

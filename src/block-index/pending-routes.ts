@@ -49,7 +49,7 @@ interface PendingChain {
 export const DEFAULT_MAX_PENDING_BLOCKS = 1 << 18;
 
 /** Keys apart on the grid: a distinct chain counts one key in this many (see the file comment). */
-export const DEFAULT_PENDING_KEY_STRIDE = 16;
+export const DEFAULT_PENDING_KEY_STRIDE = 64;
 
 const NO_KEYS: readonly number[] = [];
 

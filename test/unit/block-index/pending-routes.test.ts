@@ -4,7 +4,7 @@
 // and next turns (the heir hand-over), queries, clears, expiry and tiny bounds; every overlap, size
 // and block count must be equal.
 import { describe, expect, it } from "vitest";
-import { PendingRoutes } from "../../../src/block-index/pending-routes.ts";
+import { DEFAULT_PENDING_KEY_STRIDE, PendingRoutes } from "../../../src/block-index/pending-routes.ts";
 import { PendingRoutes as Oracle } from "./pending-routes-oracle.ts";
 import { mulberry32 as rng } from "../support/tokenizer-fuzz.ts";
 
@@ -72,7 +72,7 @@ describe("PendingRoutes against the every-key oracle", () => {
   });
 
   it("returns the same overlaps with the default stride on long chains forking on and off the grid", () => {
-    for (let seed = 500; seed < 530; seed++) trace(seed, 16, 256, 1 << 18, 300);
+    for (let seed = 500; seed < 530; seed++) trace(seed, DEFAULT_PENDING_KEY_STRIDE, 256, 1 << 18, 300);
   });
 });
 
