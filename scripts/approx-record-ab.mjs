@@ -5,7 +5,8 @@
 // workers, chats of MINB..MAXB blocks behind a 32-block system prompt, the clock 1 ms a route.
 // Scenarios: turn (a chat's next turn: its history plus NEW blocks, on the worker that had it),
 // fresh (a new chat of MINB..MAXB blocks on a random worker), prune (fresh chats into an index
-// filled to maxBlocks (2^20), crossing the bound again and again). Prints per-call p50/p99/max
+// filled to maxBlocks (2^20), crossing the bound again and again), idle (that index, then one expire
+// past the TTL: the call's ms, oracle then new). Prints per-call p50/p99/max
 // (ms) per implementation, the median of per-block medians, their ratio, and ms per 1k routes.
 // ONLY=new (or oracle): that implementation alone (its longest call without the other's GC).
 // Usage: node --experimental-strip-types --no-warnings scripts/approx-record-ab.mjs [turn|fresh|prune ...]
@@ -84,4 +85,19 @@ function run(name) {
   console.log(JSON.stringify(out));
 }
 
-for (const name of process.argv.slice(2).length > 0 ? process.argv.slice(2) : ["turn", "fresh", "prune"]) run(name);
+/** The index filled to maxBlocks, then one expire past the TTL (a pool idle for 2 min): that call's ms. */
+function idle() {
+  const { setup } = scenario("prune");
+  const out = { scenario: "idle" };
+  for (const [k, ax] of [["oracle", new OracleApproxIndex()], ["new", new ApproxIndex()]]) {
+    if (process.env.ONLY && k !== process.env.ONLY) continue;
+    setup.forEach(([slot, h], i) => ax.record(slot, h, i));
+    const size = ax.size;
+    const t = performance.now();
+    ax.expire(setup.length + ax.config.ttlMs);
+    out[k] = { entries: size, expireMs: +(performance.now() - t).toFixed(2) };
+  }
+  console.log(JSON.stringify(out));
+}
+
+for (const name of process.argv.slice(2).length > 0 ? process.argv.slice(2) : ["turn", "fresh", "prune", "idle"]) if (name === "idle") idle(); else run(name);

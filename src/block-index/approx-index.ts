@@ -25,6 +25,8 @@
  * - An entry that expires or is pruned drops its tip, then each parent no longer on another alive
  *   route's path (no held child, no later entry tipping there): exactly the blocks whose latest
  *   route it was, deepest first, each removed from the tree once per batch.
+ * Expiry drops what expired by the time of a match; when every entry has (the index sat idle past the
+ * TTL), it starts afresh instead of dropping block by block.
  * Pruning is spread over records: a record that finds the set past `maxBlocks` starts a prune, and
  * each record while it runs drops up to its own new blocks + APPROX_PRUNE_STEP, so the set is back
  * within `maxBlocks` after every record and no call drops more than that. The order is Dynamo's
@@ -146,7 +148,7 @@ const E_WORDS = 4;
 
 export class ApproxIndex {
   readonly config: ApproxConfig;
-  readonly #tree = new RadixIndex();
+  #tree = new RadixIndex();
   readonly #held: (HeldTable | undefined)[] = [];
   #count = 0;
   /** Blocks with an entry tipping there, all workers (the FIFO's alive entries). */
@@ -238,6 +240,8 @@ export class ApproxIndex {
   /** Drops every entry that expired by `now`. */
   expire(now: number): number {
     const before = this.#count;
+    // All expired (the index sat idle past the TTL): start afresh instead of dropping each block.
+    if (this.#tail > this.#head && this.#fifoAt[this.#tail - 1]! <= now) this.#reset();
     while (this.#head < this.#tail && this.#fifoAt[this.#head]! <= now) {
       this.#dropEntry(Infinity);
       this.#head++;
@@ -271,6 +275,16 @@ export class ApproxIndex {
     this.#held[slot] = undefined;
     if (this.#tree.hasWorker(slot)) this.#tree.clearWorker(slot);
     if (slot < this.#scores.length) this.#scores[slot] = 0;
+  }
+
+  /** Forgets every assumed block: a new tree and tables, the FIFO emptied (the clock and seq go on). */
+  #reset(): void {
+    this.#tree = new RadixIndex();
+    this.#held.length = 0;
+    this.#count = 0;
+    this.#tips = 0;
+    this.#head = 0;
+    this.#tail = 0;
   }
 
   /** 64-bit ids of the path's blocks into #ids (lo at 2d, hi at 2d + 1; hi odd, never the root's 0). */
