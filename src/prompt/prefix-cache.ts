@@ -31,7 +31,7 @@ import { localBlockHashes, localBlockHashesOfParts, routedCopyBytes } from "../b
 import { xxh3_64 } from "../util/hash.ts";
 import { HeldChains } from "../util/held-chains.ts";
 import { ownString } from "../util/own-string.ts";
-import { PieceText } from "../util/piece-text.ts";
+import { PieceText, SeenPieces } from "../util/piece-text.ts";
 import { textAt } from "../util/text-at.ts";
 
 /** What the cache needs from a tokenizer (QwenTokenizer satisfies it). */
@@ -52,6 +52,14 @@ const KEY_HEAD_CHARS = 128;
 const KEY_TAIL_CHARS = 512;
 /** Prefixes with one key kept side by side; more evict the oldest of them. */
 const MAX_BUCKET = 4;
+/**
+ * Prompt pieces a node's text is remembered as equal to (PieceText.matchesSeen): a turn chain's
+ * entries stay the same objects turn after turn, so a conversation's held history is compared once,
+ * not on every turn.
+ */
+const SEEN_PIECES = 4;
+/** Estimated bytes of a node's SeenPieces: the object, two arrays of SEEN_PIECES slots, and the identities it may keep alive. */
+const SEEN_BYTES = 256;
 
 export interface PrefixCacheOptions {
   /** Total tokens of all cached pieces (default DEFAULT_PREFIX_CACHE_TOKENS). */
@@ -143,6 +151,8 @@ interface Node {
   tokens: number;
   /** Seeded (seed()): `ids` holds only the tokens after the last full block, until fillSeeded. */
   seeded?: true;
+  /** The prompt pieces its text was found equal to (made when first compared with a prompt whose pieces have identities; SEEN_BYTES). */
+  seen: SeenPieces | null;
 }
 
 /** A text prefix's tokenization as a stored record keeps it (PrefixCache.seed). */
@@ -349,14 +359,21 @@ export class PrefixCache {
     const lastKey = last > 0 ? this.key(info, blockSize, partitionKey, text, last) : 0n;
     let hit: Node | null = null;
     let chain: Node[] = [];
+    let grew = false;
+    const seenOf = (x: Node): SeenPieces => {
+      if (x.seen) return x.seen;
+      grew = true;
+      this.held.grow(x, SEEN_BYTES);
+      return (x.seen = new SeenPieces(SEEN_PIECES));
+    };
     for (let p = last; p > 0 && !hit; p = p < SPLIT_TOKEN.length ? 0 : text.lastIndexOf(SPLIT_TOKEN, p - SPLIT_TOKEN.length)) {
       const bucket = this.buckets.get(p === last ? lastKey : this.key(info, blockSize, partitionKey, text, p));
       if (!bucket) continue;
       for (const n of bucket) {
         if (n.scope !== scope || n.end !== p) continue;
-        // The text decides, not the key (comparing flat slices runs at memcmp speed).
+        // The text decides, not the key (comparing flat slices runs at memcmp speed; parts of pieces found equal before are not compared again).
         const c = chainOf(n);
-        if (c.every((x) => text.matches(x.end - x.text.length, x.text))) {
+        if (c.every((x) => (text.identified ? text.matchesSeen(x.end - x.text.length, x.text, seenOf(x)) : text.matches(x.end - x.text.length, x.text)))) {
           hit = n;
           chain = c;
           break;
@@ -380,6 +397,8 @@ export class PrefixCache {
       this.reusedTokens += reused;
       this.held.touch(hit);
     } else this.misses++;
+    // What the compares remembered counts from now on.
+    if (grew) this.held.evictOverBudget();
     if (last > from && mid.length <= this.maxEntryTokens && this.held.admits(pieceBytes(last - from, mid.length, mid.length / blockSize + 1, partition.length))) {
       const count = reused + mid.length;
       const blocks = Math.floor(count / blockSize);
@@ -398,6 +417,7 @@ export class PrefixCache {
         holders: 0,
         bytes: pieceBytes(pieceText.length, mid.length, hashes.length, partition.length),
         tokens: mid.length,
+        seen: null,
       });
     }
     // A seeded prefix (always a chain's root) has no ids for its full blocks: they are encoded anew
@@ -430,7 +450,7 @@ export class PrefixCache {
     if (prefix.hashes.length !== blocks || prefix.tailIds.length !== prefix.count - blocks * blockSize) return;
     const bytes = pieceBytes(end, prefix.tailIds.length, blocks, partition.length);
     if (prefix.count > this.maxEntryTokens || !this.held.admits(bytes)) return;
-    this.store({ parent: null, key, scope, text: prefix.text, ids: prefix.tailIds, hashes: prefix.hashes, end, count: prefix.count, blocks, holders: 0, bytes, tokens: prefix.tailIds.length, seeded: true });
+    this.store({ parent: null, key, scope, text: prefix.text, ids: prefix.tailIds, hashes: prefix.hashes, end, count: prefix.count, blocks, holders: 0, bytes, tokens: prefix.tailIds.length, seeded: true, seen: null });
   }
 
   stats(): PrefixCacheStats {

@@ -11,17 +11,32 @@ export class PieceText {
   private readonly pieces: readonly string[];
   /** Where each piece starts in the text. */
   private readonly starts: readonly number[];
+  /** Each piece's identity (null: none); see the constructor. */
+  private readonly ids: readonly (object | null)[];
+  /** Whether some piece has an identity (matchesSeen can skip a compare). */
+  readonly identified: boolean;
   private joined: string | null;
 
-  constructor(pieces: readonly string[]) {
-    const kept = pieces.filter((p) => p.length > 0);
+  /**
+   * `ids[k]`: an identity of `pieces[k]` (the same object stands for the same text, always: the
+   * turn chain's entries' rendered texts), so a compare made once need not be made again
+   * (matchesSeen); null or absent where a piece has none.
+   */
+  constructor(pieces: readonly string[], ids: readonly (object | null)[] = []) {
+    const kept: string[] = [];
+    const keptIds: (object | null)[] = [];
     const starts: number[] = [];
     let at = 0;
-    for (const p of kept) {
+    for (const [k, p] of pieces.entries()) {
+      if (p.length === 0) continue;
+      kept.push(p);
+      keptIds.push(ids[k] ?? null);
       starts.push(at);
       at += p.length;
     }
     this.pieces = kept;
+    this.ids = keptIds;
+    this.identified = keptIds.some((id) => id !== null);
     this.starts = starts;
     this.length = at;
     this.joined = kept.length === 1 ? kept[0]! : kept.length === 0 ? "" : null;
@@ -78,6 +93,31 @@ export class PieceText {
     return true;
   }
 
+  /**
+   * matches(start, s), not comparing again the part of a piece that `seen` lists: it holds pairs of
+   * a piece's identity and where that piece starts relative to `s` (s's own record: each part of a
+   * piece with an identity found equal here is added to it). The same identity at the same offset
+   * is the same text over the same characters of `s`, so the part is equal again.
+   */
+  matchesSeen(start: number, s: string, seen: SeenPieces): boolean {
+    if (start < 0 || start + s.length > this.length) return false;
+    if (this.joined !== null) return this.joined.slice(start, start + s.length) === s;
+    let k = this.pieceAt(start);
+    for (let at = start, done = 0; done < s.length; k++) {
+      const base = this.starts[k]!;
+      const p = this.pieces[k]!;
+      const id = this.ids[k] ?? null;
+      const n = Math.min(s.length - done, base + p.length - at);
+      if (id === null || !seen.has(id, base - start)) {
+        if (p.slice(at - base, at - base + n) !== s.slice(done, done + n)) return false;
+        if (id !== null) seen.add(id, base - start);
+      }
+      at += n;
+      done += n;
+    }
+    return true;
+  }
+
   /** text.lastIndexOf(needle, from): searched from the last pieces back, occurrences across a boundary included. */
   lastIndexOf(needle: string, from: number = this.length): number {
     if (this.joined !== null) return this.joined.lastIndexOf(needle, from);
@@ -100,5 +140,36 @@ export class PieceText {
       if (inside !== -1) return base + inside;
     }
     return -1;
+  }
+}
+
+/**
+ * The pieces (identity, offset) a text was found equal to over their overlap (PieceText.matchesSeen):
+ * the latest `capacity`, oldest forgotten first.
+ */
+export class SeenPieces {
+  private readonly ids: object[] = [];
+  private readonly offsets: number[] = [];
+  private next = 0;
+  readonly capacity: number;
+
+  constructor(capacity: number) {
+    this.capacity = capacity;
+  }
+
+  has(id: object, offset: number): boolean {
+    for (let i = 0; i < this.ids.length; i++) if (this.ids[i] === id && this.offsets[i] === offset) return true;
+    return false;
+  }
+
+  add(id: object, offset: number): void {
+    if (this.ids.length < this.capacity) {
+      this.ids.push(id);
+      this.offsets.push(offset);
+      return;
+    }
+    this.ids[this.next] = id;
+    this.offsets[this.next] = offset;
+    this.next = (this.next + 1) % this.capacity;
   }
 }

@@ -151,11 +151,11 @@ describe("turn chain: the incremental prompt equals the full path at every turn"
           const ids = tok.encode(full.text, "");
           expect(encoded.tokens()).toEqual(ids);
           expect(encoded.localHashes).toEqual(localBlockHashes(ids, BLOCK));
-          // The same through the chain's pieces, never joined: the text, the /generate pieces and the prefix cache's hit.
+          // The same through the chain's pieces, never joined (with their identities: a piece found equal once is not compared again): the text, the /generate pieces and the prefix cache's hit.
           if (inc.pieces) {
             expect(inc.pieces.stable.join("") + inc.pieces.rest).toBe(full.text);
             expect(inc.pieces.bodyParts.map((p) => (typeof p === "string" ? p : new TextDecoder().decode(p))).join("")).toBe(JSON.stringify(inc.pieces.stable.join("")).slice(1, -1));
-            const pieced = byPieces.encode(tok, new PieceText([...inc.pieces.stable, inc.pieces.rest]), BLOCK, "");
+            const pieced = byPieces.encode(tok, new PieceText([...inc.pieces.stable, inc.pieces.rest], inc.pieces.ids), BLOCK, "");
             expect(pieced.tokens()).toEqual(ids);
             expect(pieced.localHashes).toEqual(encoded.localHashes);
           }
@@ -221,7 +221,7 @@ describe("turn chain: the incremental prompt equals the full path at every turn"
           expect(inc.mediaParts).toEqual(full.mediaParts);
           expect(inc.droppedParts).toEqual(full.droppedParts);
           const ids = tok.encode(full.text, "");
-          const encoded = prefix.encode(tok, inc.pieces ? new PieceText([...inc.pieces.stable, inc.pieces.rest]) : inc.text, BLOCK, "");
+          const encoded = prefix.encode(tok, inc.pieces ? new PieceText([...inc.pieces.stable, inc.pieces.rest], inc.pieces.ids) : inc.text, BLOCK, "");
           expect(encoded.tokens()).toEqual(ids);
           expect(encoded.localHashes).toEqual(localBlockHashes(ids, BLOCK));
           expect(checked.prepare(req, body, profile, "").text).toBe(full.text);

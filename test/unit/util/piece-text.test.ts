@@ -1,7 +1,12 @@
-/** PieceText against the joined string (the oracle): lastIndexOf, slice and matches, pieces of any size, occurrences across any boundary. */
+/**
+ * PieceText against the joined string (the oracle): lastIndexOf, slice and matches, pieces of any
+ * size, occurrences across any boundary; matchesSeen with one record per compared text over many
+ * texts made of the same identified pieces (at other offsets, beside pieces without identity and
+ * one-character changes of them).
+ */
 import fc from "fast-check";
 import { describe, expect, it } from "vitest";
-import { PieceText } from "../../../src/util/piece-text.ts";
+import { PieceText, SeenPieces } from "../../../src/util/piece-text.ts";
 
 // Small alphabet and short pieces: needles often cross one or several boundaries.
 const piece = fc.string({ unit: fc.constantFrom("<", "|", "a", "b", ">"), maxLength: 14 });
@@ -24,6 +29,44 @@ describe("PieceText", () => {
         if (b > a) expect(t.matches(a, "x" + joined.slice(a + 1, b))).toBe(joined[a] === "x");
         expect(t.toString()).toBe(joined);
       }),
+      { numRuns: 400, seed: 37 },
+    );
+  });
+
+  it("matchesSeen: the joined string's answer, a record kept for each compared text across texts", () => {
+    fc.assert(
+      fc.property(
+        fc.array(fc.string({ unit: fc.constantFrom("a", "b"), minLength: 1, maxLength: 6 }), { minLength: 1, maxLength: 4 }),
+        fc.array(fc.array(fc.nat(99), { minLength: 1, maxLength: 7 }), { minLength: 2, maxLength: 12 }),
+        fc.array(fc.tuple(fc.nat(30), fc.nat(30)), { minLength: 1, maxLength: 4 }),
+        (pool, texts, ranges) => {
+          // Identified pieces (an identity always stands for the same text), and each also as an unidentified equal copy or one character changed.
+          const ids = pool.map(() => ({}));
+          const made = texts.map((picks) => {
+            const pieces: string[] = [];
+            const pieceIds: (object | null)[] = [];
+            for (const x of picks) {
+              const k = x % pool.length;
+              const kind = Math.floor(x / pool.length) % 4;
+              const p = pool[k]!;
+              pieces.push(kind === 3 ? (p[0] === "a" ? "b" : "a") + p.slice(1) : p);
+              pieceIds.push(kind <= 1 ? ids[k]! : null);
+            }
+            return { text: new PieceText(pieces, pieceIds), joined: pieces.join("") };
+          });
+          // The compared texts: slices of the first text, each with its own record, compared with every text in turn.
+          const first = made[0]!.joined;
+          const compared = ranges.map(([a, n]) => {
+            const start = a % (first.length + 1);
+            return { start, s: first.slice(start, start + n), seen: new SeenPieces(2) };
+          });
+          for (let round = 0; round < 2; round++) {
+            for (const { text, joined } of made) {
+              for (const c of compared) expect(text.matchesSeen(c.start, c.s, c.seen)).toBe(joined.slice(c.start, c.start + c.s.length) === c.s && c.start + c.s.length <= joined.length);
+            }
+          }
+        },
+      ),
       { numRuns: 400, seed: 37 },
     );
   });
