@@ -208,6 +208,7 @@ export class ApproxIndex {
       else hi = mid;
     }
     const known = lo;
+    // Wraps after 2^31 records; a stale entry would need to outlive that many within one TTL to be taken for alive.
     if (this.#seq === 0x7fffffff) this.#seq = 0;
     const seq = ++this.#seq;
     if (known < n) {
