@@ -1,12 +1,13 @@
 /**
  * Shared block key → which workers hold it, and how many times on each (PendingRoutes' recently
  * routed chains; LoadTracker's first blocks of active requests). Keys are 53-bit numbers
- * (chainKeysOf, chain-keys.ts); a 32k-token chain adds and
- * releases ~2 000 of them, so this is an open-addressing table over typed arrays (linear probing, deletion by
- * backward shift, no tombstones) rather than a Map of heap numbers: the common case, a key held by
- * one worker, is four array slots. A key held by several workers keeps its per-worker counts in a
- * small side Map. Each (key, worker) also keeps the XOR of the tags its holders gave: with one holder
- * left it names that holder (PendingRoutes tags with chain ids; LoadTracker leaves them 0).
+ * (chainKeysOf, chain-keys.ts); every route adds and later releases tens to hundreds of them
+ * (PendingRoutes: one per 64 blocks, more where chains share a prefix), so this is an open-addressing
+ * table over typed arrays (linear probing, deletion by backward shift, no tombstones) rather than a
+ * Map of heap numbers: the common case, a key held by one worker, is four array slots. A key held
+ * by several workers keeps its per-worker counts in a small side Map. Each (key, worker) also keeps
+ * the XOR of the tags its holders gave: with one holder left it names that holder (PendingRoutes
+ * tags with chain ids; LoadTracker leaves them 0).
  */
 const EMPTY = 0;
 const MULTI = -1;
