@@ -25,20 +25,21 @@ export function hashesFrom(random) {
 
 /**
  * A pool object (RoutingCore, block size BLOCK, a clock of its own) with workers w0..w{workers-1}
- * that send KV events, each with an empty dump. `hello(id, kvEvents)` adds a worker; `send` applies
+ * that send KV events, each with an empty dump (`kvEvents: false`: workers without KV events, no
+ * dump; approximate mode). `hello(id, kvEvents)` adds a worker; `send` applies
  * a relay's events (where the pool refuses them: `onRefused(reason)`, else a throw);
  * `store(worker, chain, parent)` stores a
  * chain of local hashes below engine hash `parent` (null: the root) and returns its engine hashes.
  */
-export async function routePool({ workers = WORKERS, blockBudget, onRefused } = {}) {
+export async function routePool({ workers = WORKERS, blockBudget, kvEvents = true, onRefused } = {}) {
   const { RoutingCore } = await import("../../src/routing-index/routing-core.ts");
   const { localHashToHex } = await import("../../src/relay-wire/relay-protocol.ts");
   let now = 1_000_000_000;
   const core = new RoutingCore({ blockSize: BLOCK, random: () => 0.5, now: () => now, ...(blockBudget ? { blockBudget } : {}) });
   const hello = (id, kvEvents) => core.hello({ type: "hello", workerId: id, url: `http://${id}`, blockSize: BLOCK, epoch: 1, modelName: "m", contract: null, kvEvents }, id);
   for (let w = 0; w < workers; w++) {
-    hello(`w${w}`, true);
-    core.applyDump(`w${w}`, { type: "dump", epoch: 1, seq: -1, blocks: [] });
+    hello(`w${w}`, kvEvents);
+    if (kvEvents) core.applyDump(`w${w}`, { type: "dump", epoch: 1, seq: -1, blocks: [] });
   }
   let engineSeq = 1n;
   let seq = 0;

@@ -4,6 +4,7 @@ import { rng, summarize, zipf } from "../lib/stats.mjs";
 import { topSelfTime } from "../lib/profile.mjs";
 import { barChart } from "../lib/svg.mjs";
 import { measureKeptWalkCosts, measureRouteCall, measureRouteSteps, slopePer1k } from "../lib/route-call.mjs";
+import { interleavedChats } from "../lib/interleaved-chats.mjs";
 
 const gc = globalThis.gc ?? (() => {});
 /** This process's minor page faults so far (first touches of fresh pages). */
@@ -173,6 +174,35 @@ export default {
     const routeCallApprox = await measureRouteCall({ budget: routeBudget, approximateWorker: true });
     const keptWalkCosts = await measureKeptWalkCosts(ctx.tiny ? 3 : ctx.quick ? 9 : 21);
     const routeSteps = await measureRouteSteps(102_400, ctx.tiny ? 20 : ctx.quick ? 100 : 400);
+
+    // --- many long chats taking turns (bench/lib/interleaved-chats.mjs) ------------------------------
+    // Each route another chat's next turn, where the route call above routes one chat again and again.
+    // --quick halves the chats' length and the workers' KV, --tiny takes a tenth (smoke test).
+    ctx.progress(0.57, "index chats taking turns");
+    const scale = ctx.tiny ? 0.1 : ctx.quick ? 0.5 : 1;
+    const chatShape = { minBlocks: 2000 * scale, maxBlocks: 6400 * scale, turns: ctx.tiny ? 80 : 300 };
+    const capBlocks = 45_000 * scale;
+    // An index budget below the chats' blocks: every worker past its share, marked approximate.
+    const approxBudget = 400_000 * scale;
+    // Few enough chats that the approximate index holds them all (no prune): next turns.
+    const noEventsChats = 50;
+    const chats = 200;
+    // Only figures are kept: a pool of ~0.5 M entries left alive would slow the ingestion runs' GCs.
+    const turnsOf = async (opts) => {
+      const r = await interleavedChats({ ...chatShape, ...opts });
+      return { routeMs: r.routeMs, setupMs: r.setupMs, workers: r.core.workers().length, approximateWorkers: r.approximateWorkers, refusedSends: r.refusedSends, sizes: r.core.sizes() };
+    };
+    const chatsTakingTurns = {
+      shape: { ...chatShape, chats, capBlocks, approxBudget, noEventsChats },
+      exact: await turnsOf({ chats, capBlocks }),
+      approximate: await turnsOf({ chats, capBlocks, blockBudget: approxBudget }),
+      withoutKvEvents: await turnsOf({ chats: noEventsChats, turns: 2 * chatShape.turns, kvEvents: false }),
+    };
+    const { exact: turnsExact, approximate: turnsApprox, withoutKvEvents: turnsNoEvents } = chatsTakingTurns;
+    if (turnsExact.approximateWorkers !== 0) throw new Error(`chats taking turns: ${turnsExact.approximateWorkers} workers approximate with the default budget`);
+    if (turnsApprox.approximateWorkers !== turnsApprox.workers) throw new Error(`chats taking turns: ${turnsApprox.approximateWorkers} of ${turnsApprox.workers} workers approximate at a budget of ${approxBudget} blocks`);
+    const turnsRow = (metric, r) => ({ metric, value: `${r.routeMs.p50.toFixed(2)} / ${r.routeMs.p99.toFixed(2)} / ${r.routeMs.max.toFixed(1)}`, unit: "ms", goal: "", pass: null });
+    const count = (n) => n.toLocaleString("en").replaceAll(",", " ");
 
     // --- ingestion --------------------------------------------------------------------------------
     ctx.progress(0.6, "index event ingestion");
@@ -351,6 +381,12 @@ export default {
         goal: "",
         pass: null,
       },
+      turnsRow(
+        `route + settle p50 / p99 / max, many long chats taking turns: ${chats} chats of ${count(chatShape.minBlocks)}–${count(chatShape.maxBlocks)} blocks (block 16) behind a shared system prompt, a 64-block turn 1 ms apart in shuffled order; ${turnsExact.workers} workers with KV events, each evicting least recently used chats past ${count(capBlocks)} blocks`,
+        turnsExact,
+      ),
+      turnsRow(`route + settle p50 / p99 / max, the same with an index budget of ${count(approxBudget)} blocks: all ${turnsApprox.workers} workers approximate`, turnsApprox),
+      turnsRow(`route + settle p50 / p99 / max, next turns of ${noEventsChats} such chats on ${turnsNoEvents.workers} workers without KV events (the approximate index; each chat routed once before)`, turnsNoEvents),
       { metric: "ingestion, first fill of an empty object (fresh memory): stored block events/s (applyEvents), per wall / CPU second", value: `${(storeRate / 1e6).toFixed(2)} M / ${(storeCpuRate / 1e6).toFixed(2)} M`, unit: "blocks/s", goal: "≥ 2 M", pass: Math.min(storeRate, storeCpuRate) >= 2e6 },
       { metric: `ingestion, first fill: its first touches of fresh pages, ${(stored.faults / 1e3).toFixed(1)} k page faults × ${pageTouch.usPerFault.toFixed(1)} µs (this machine, per 4 KiB page)`, value: `${((100 * stored.faults * pageTouch.usPerFault) / 1000 / storeMs).toFixed(0)} % of its wall time`, unit: "", goal: "", pass: null },
       { metric: `ingestion, the same first fill into memory the process reused (a new object after the first was freed; ${(refilled.faults / 1e3).toFixed(1)} k page faults), per wall / CPU second`, value: `${(ingestBlocks / refilled.wallMs / 1e3).toFixed(2)} M / ${(ingestBlocks / refilled.cpuMs / 1e3).toFixed(2)} M`, unit: "blocks/s", goal: "", pass: null },
@@ -389,6 +425,7 @@ export default {
         timerOverheadUs: timerUs,
         routeUs: route,
         routeCall: { byLength: routeCall, withApproximateWorker: routeCallApprox, keptWalkCosts, stepsAt100kUs: routeSteps },
+        chatsTakingTurns,
         pageTouch,
         ingestion: { blocks: ingestBlocks, firstFillFaults: stored.faults, reusedFill: refilled, storeRate, removeRate, storeCpuRate, removeCpuRate, refillRate, refillCpuRate, parseRate, zodParseRate },
         profiles: { findMatches: fmProfile, ingestion: ingProfile },

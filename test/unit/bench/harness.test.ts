@@ -60,6 +60,14 @@ describe("bench harness", () => {
     expect(vision.seeds[0].shape.media.repeatShare).toBeGreaterThan(0);
     expect(vision.seeds[0].shape.media.repeatUnderOtherUrlShare).toBeGreaterThan(0);
     expect(vision.byCapacity["1"]["text-prefix"].hitRate.mean).toBeLessThan(vision.byCapacity["1"].kvedge.hitRate.mean);
+    // Many long chats taking turns at the index: each pool's turns were timed; the one under a small
+    // budget has every worker approximate, the one without KV events routes on assumed blocks only.
+    const turns = latest.suites.index.details.chatsTakingTurns;
+    for (const pool of ["exact", "approximate", "withoutKvEvents"]) expect(turns[pool].routeMs.p50, pool).toBeGreaterThan(0);
+    expect(turns.exact.approximateWorkers).toBe(0);
+    expect(turns.approximate.approximateWorkers).toBe(turns.approximate.workers);
+    expect(turns.withoutKvEvents.sizes.indexedBlocks).toBe(0);
+    expect(turns.withoutKvEvents.sizes.assumedBlocks).toBeGreaterThan(0);
     // Admission: every policy at every load, each offered request served or refused, on workers bounded by their KV.
     const admission = latest.suites.admission.details;
     expect(admission.capacityRps).toBeGreaterThan(0);
