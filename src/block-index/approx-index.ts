@@ -25,8 +25,15 @@
  * - An entry that expires or is pruned drops its tip, then each parent no longer on another alive
  *   route's path (no held child, no later entry tipping there): exactly the blocks whose latest
  *   route it was, deepest first, each removed from the tree once per batch.
- * Expiry drops what expired by the time of a match; when every entry has (the index sat idle past the
- * TTL), it starts afresh instead of dropping block by block.
+ * Expiry drops what expired by the time of a match, in tree removals of at most APPROX_DROP_BATCH
+ * blocks, or, where that is surely cheaper, copies the alive entries' blocks into a new tree and
+ * tables (a rebuild; each copy costs ~REBUILD_COST drops): the alive blocks are at most the blocks of
+ * the alive entries' routes (U, a running sum over the queue), so it rebuilds when REBUILD_COST × U
+ * ≤ (held − U) ≤ the blocks that expired, and at least APPROX_REBUILD_MIN could. An index idle past
+ * the TTL starts afresh at once. One call then costs about min(expired, REBUILD_COST × U) block
+ * steps: bounded by 2/3 of maxBlocks drops where U is near the alive blocks (routes of distinct
+ * chats), still up to every held block where the alive routes share long prefixes (many turns of
+ * the same chats alive). A rebuild holds a second copy of the alive blocks while it runs.
  * Pruning is spread over records: a record that finds the set past `maxBlocks` starts a prune, and
  * each record while it runs drops up to its own new blocks + APPROX_PRUNE_STEP, so the set is back
  * within `maxBlocks` after every record and no call drops more than that. The order is Dynamo's
@@ -35,7 +42,10 @@
  * Blocks refreshed while a prune runs stay (one prune of Dynamo's would drop and add them again).
  */
 import { z } from "zod";
-import { RadixIndex } from "./radix-index.ts";
+import { InternalError } from "../api/errors.ts";
+import { RadixIndex, type ApplyResult } from "./radix-index.ts";
+import { HeldTable } from "./held-table.ts";
+import { ExpiryQueue } from "./expiry-queue.ts";
 import { localHashWords, type LocalHashes } from "../blocks/block-hash.ts";
 
 export const ApproxConfigSchema = z.object({
@@ -48,8 +58,20 @@ export const ApproxConfigSchema = z.object({
 });
 export type ApproxConfig = z.infer<typeof ApproxConfigSchema>;
 
-/** Entries a record drops beyond its own new blocks while a prune runs (~0.5 ms of drops). */
+/**
+ * Entries a record drops beyond its own new blocks while a prune runs. Measured at maxBlocks 2^20
+ * (12 workers, routes of 2 000–6 400 blocks): ~3 ms a record, ~0.76 µs a drop.
+ */
 export const APPROX_PRUNE_STEP = 4096;
+
+/** Most dropped blocks of one worker queued for one tree removal (bounds the removal's scratch). */
+export const APPROX_DROP_BATCH = 4096;
+
+/** Fewest blocks an expiry may drop for it to rebuild from the alive entries instead (it drops fewer). */
+export const APPROX_REBUILD_MIN = 4096;
+
+/** Cost of copying one alive block into a rebuild, in dropped blocks (measured ~2×: more table misses a block). */
+const REBUILD_COST = 2;
 
 function mix(a: number, b: number, c: number): number {
   let h = Math.imul(a ^ 0x27d4eb2f, 0x9e3779b1) ^ b;
@@ -58,105 +80,22 @@ function mix(a: number, b: number, c: number): number {
   return h ^ (h >>> 16);
 }
 
-// Held-table bucket: block id lo, hi (hi is odd: (0, 0) is empty / the root), parent id lo, hi,
-// held children, seq of the entry tipping here last (0: none).
-const ID_LO = 0;
-const ID_HI = 1;
-const PARENT_LO = 2;
-const PARENT_HI = 3;
-const KIDS = 4;
-const TIP = 5;
-const WORDS = 6;
-
-/** One worker's assumed blocks: open addressing on the block id, backward-shift deletion. */
-class HeldTable {
-  t = new Int32Array(16 * WORDS);
-  mask = 15;
-  count = 0;
-  /** Blocks with an entry tipping here (TIP ≠ 0). */
-  tips = 0;
-
-  /** Bucket of id (lo, hi), or ~(the empty bucket where it would go). */
-  find(lo: number, hi: number): number {
-    const t = this.t;
-    const m = this.mask;
-    let i = lo & m;
-    for (;;) {
-      const b = i * WORDS;
-      if (t[b + ID_HI] === 0) return ~i;
-      if (t[b + ID_LO] === lo && t[b + ID_HI] === hi) return i;
-      i = (i + 1) & m;
-    }
-  }
-
-  insert(lo: number, hi: number, pLo: number, pHi: number, kids: number, tip: number): void {
-    if ((this.count + 1) * 10 > (this.mask + 1) * 7) this.#rehash((this.mask + 1) * 2);
-    const b = ~this.find(lo, hi) * WORDS;
-    const t = this.t;
-    t[b + ID_LO] = lo;
-    t[b + ID_HI] = hi;
-    t[b + PARENT_LO] = pLo;
-    t[b + PARENT_HI] = pHi;
-    t[b + KIDS] = kids;
-    t[b + TIP] = tip;
-    this.count++;
-    if (tip !== 0) this.tips++;
-  }
-
-  deleteAt(i: number): void {
-    const t = this.t;
-    const m = this.mask;
-    let j = i;
-    for (;;) {
-      j = (j + 1) & m;
-      const bj = j * WORDS;
-      if (t[bj + ID_HI] === 0) break;
-      const home = t[bj + ID_LO]! & m;
-      const stays = i <= j ? home > i && home <= j : home > i || home <= j;
-      if (!stays) {
-        t.copyWithin(i * WORDS, bj, bj + WORDS);
-        i = j;
-      }
-    }
-    t.fill(0, i * WORDS, i * WORDS + WORDS);
-    this.count--;
-    const cap = this.mask + 1;
-    if (cap > 16 && this.count * 8 < cap) this.#rehash(cap / 2);
-  }
-
-  #rehash(capacity: number): void {
-    const old = this.t;
-    const t = new Int32Array(capacity * WORDS);
-    const m = capacity - 1;
-    for (let b = 0; b < old.length; b += WORDS) {
-      if (old[b + ID_HI] === 0) continue;
-      let i = old[b + ID_LO]! & m;
-      while (t[i * WORDS + ID_HI] !== 0) i = (i + 1) & m;
-      for (let w = 0; w < WORDS; w++) t[i * WORDS + w] = old[b + w]!;
-    }
-    this.t = t;
-    this.mask = m;
-  }
+/** A rebuild in progress: the alive entries' blocks copied into a new tree and tables. */
+interface Rebuild {
+  tree: RadixIndex;
+  held: (HeldTable | undefined)[];
+  count: number;
+  tips: number;
 }
-
-// Expiry FIFO entry words: worker slot, seq, tip id lo, hi (its time in #fifoAt).
-const E_SLOT = 0;
-const E_SEQ = 1;
-const E_LO = 2;
-const E_HI = 3;
-const E_WORDS = 4;
 
 export class ApproxIndex {
   readonly config: ApproxConfig;
   #tree = new RadixIndex();
-  readonly #held: (HeldTable | undefined)[] = [];
+  #held: (HeldTable | undefined)[] = [];
   #count = 0;
-  /** Blocks with an entry tipping there, all workers (the FIFO's alive entries). */
+  /** Blocks with an entry tipping there, all workers (the queue's alive entries). */
   #tips = 0;
-  #fifo = new Int32Array(256 * E_WORDS);
-  #fifoAt = new Float64Array(256);
-  #head = 0;
-  #tail = 0;
+  readonly #queue = new ExpiryQueue();
   #seq = 0;
   /** Latest clock reading (expiry times never go back). */
   #now = -Infinity;
@@ -164,21 +103,27 @@ export class ApproxIndex {
   #pruneTarget = -1;
   #scores = new Int32Array(64);
   #ids = new Int32Array(256);
-  /** Ids of dropped blocks of #dropSlot waiting for one tree removal. */
-  #dropped = new Int32Array(256);
+  /** Ids of dropped blocks of #dropSlot waiting for one tree removal (at most APPROX_DROP_BATCH). */
+  readonly #dropped = new Int32Array(2 * APPROX_DROP_BATCH);
   #droppedCount = 0;
   #dropSlot = -1;
+  /** A rebuild's path scratch: ids and local words, root first. */
+  #pathIds = new Int32Array(256);
+  #pathWords = new Uint32Array(256);
   /** Entries dropped by TTL and by the size bound (metrics, tests). */
   expired = 0;
   pruned = 0;
 
   /** Blocks a record drops beyond its own new ones while a prune runs. */
   readonly #pruneStep: number;
+  /** Fewest blocks an expiry drops for it to rebuild instead. */
+  readonly #rebuildMin: number;
 
-  /** `pruneStep` (tests): APPROX_PRUNE_STEP unless given. */
-  constructor(config: Partial<ApproxConfig> = {}, opts: { pruneStep?: number } = {}) {
+  /** `pruneStep`, `rebuildMin` (tests): APPROX_PRUNE_STEP, APPROX_REBUILD_MIN unless given. */
+  constructor(config: Partial<ApproxConfig> = {}, opts: { pruneStep?: number; rebuildMin?: number } = {}) {
     this.config = ApproxConfigSchema.parse(config);
     this.#pruneStep = opts.pruneStep ?? APPROX_PRUNE_STEP;
+    this.#rebuildMin = opts.rebuildMin ?? APPROX_REBUILD_MIN;
   }
 
   /** Assumed (worker, block) entries currently held. */
@@ -198,7 +143,7 @@ export class ApproxIndex {
     if (this.#scores.length <= slot) this.#scores = new Int32Array(Math.max(slot + 1, this.#scores.length * 2));
     const held = (this.#held[slot] ??= new HeldTable());
     const words = localHashWords(localHashes, n);
-    const ids = this.#pathIds(words, n);
+    const ids = this.#hashPath(words, n);
     // The blocks already assumed are a prefix of the path: find its end by binary search.
     let lo = 0;
     let hi = n;
@@ -212,8 +157,8 @@ export class ApproxIndex {
     if (this.#seq === 0x7fffffff) this.#seq = 0;
     const seq = ++this.#seq;
     if (known < n) {
-      this.#tree.applyStoredIds(slot, ids, words, known, n);
-      if (known > 0) held.t[held.find(ids[2 * known - 2]!, ids[2 * known - 1]!) * WORDS + KIDS]!++;
+      stored(this.#tree.applyStoredIds(slot, ids, words, known, n));
+      if (known > 0) held.addKids(held.find(ids[2 * known - 2]!, ids[2 * known - 1]!), 1);
       for (let d = known; d < n; d++) {
         const pLo = d > 0 ? ids[2 * d - 2]! : 0;
         const pHi = d > 0 ? ids[2 * d - 1]! : 0;
@@ -224,30 +169,38 @@ export class ApproxIndex {
     } else {
       // The whole request is assumed already: its last block tips this entry (an earlier entry
       // tipping there goes stale: this one covers all it did, later).
-      const b = held.find(ids[2 * n - 2]!, ids[2 * n - 1]!) * WORDS;
-      if (held.t[b + TIP] === 0) {
-        held.tips++;
-        this.#tips++;
-      }
-      held.t[b + TIP] = seq;
+      this.#tips += held.setTip(held.find(ids[2 * n - 2]!, ids[2 * n - 1]!), seq);
     }
     this.#now = Math.max(this.#now, now);
-    this.#push(slot, seq, ids[2 * n - 2]!, ids[2 * n - 1]!, this.#now + this.config.ttlMs);
+    this.#push(slot, seq, ids[2 * n - 2]!, ids[2 * n - 1]!, this.#now + this.config.ttlMs, n);
     if (this.#pruneTarget < 0 && this.#count > this.config.maxBlocks)
       this.#pruneTarget = Math.floor(this.config.maxBlocks * this.config.pruneTargetRatio);
     if (this.#pruneTarget >= 0) this.#pruneSome(n - known + this.#pruneStep);
   }
 
-  /** Drops every entry that expired by `now`. */
+  /**
+   * Drops every entry that expired by `now`: drops their blocks, or copies the alive entries' blocks
+   * into a new tree and tables where that is surely cheaper (see the file comment).
+   */
   expire(now: number): number {
+    const q = this.#queue;
+    const end = q.firstAfter(now);
+    if (end === q.head) return 0;
     const before = this.#count;
-    // All expired (the index sat idle past the TTL): start afresh instead of dropping each block.
-    if (this.#tail > this.#head && this.#fifoAt[this.#tail - 1]! <= now) this.#reset();
-    while (this.#head < this.#tail && this.#fifoAt[this.#head]! <= now) {
-      this.#dropEntry(Infinity);
-      this.#head++;
+    // At most this many blocks stay: the alive entries' routes (shared prefixes counted each time).
+    const alive = Math.min(q.blocksFrom(end), before);
+    if (end === q.tail || (before - alive >= this.#rebuildMin && REBUILD_COST * alive <= before - alive)) {
+      const rb: Rebuild = { tree: new RadixIndex(), held: [], count: 0, tips: 0 };
+      for (let r = end; r < q.tail; r++) this.#copyEntry(rb, r);
+      q.shiftTo(end);
+      this.#adopt(rb);
+    } else {
+      while (q.head < end) {
+        this.#dropEntry(Infinity);
+        q.shift();
+      }
+      this.#flushDrops();
     }
-    this.#flushDrops();
     const n = before - this.#count;
     this.expired += n;
     return n;
@@ -266,7 +219,7 @@ export class ApproxIndex {
     return this.#scores[slot] ?? 0;
   }
 
-  /** Forgets everything assumed for a worker (restart, down, removal); its FIFO entries go stale. */
+  /** Forgets everything assumed for a worker (restart, down, removal); its queue entries go stale. */
   clear(slot: number): void {
     const held = this.#held[slot];
     if (held) {
@@ -278,18 +231,8 @@ export class ApproxIndex {
     if (slot < this.#scores.length) this.#scores[slot] = 0;
   }
 
-  /** Forgets every assumed block: a new tree and tables, the FIFO emptied (the clock and seq go on). */
-  #reset(): void {
-    this.#tree = new RadixIndex();
-    this.#held.length = 0;
-    this.#count = 0;
-    this.#tips = 0;
-    this.#head = 0;
-    this.#tail = 0;
-  }
-
   /** 64-bit ids of the path's blocks into #ids (lo at 2d, hi at 2d + 1; hi odd, never the root's 0). */
-  #pathIds(words: Uint32Array, n: number): Int32Array {
+  #hashPath(words: Uint32Array, n: number): Int32Array {
     if (this.#ids.length < 2 * n) this.#ids = new Int32Array(Math.max(2 * n, this.#ids.length * 2));
     const ids = this.#ids;
     let a = 0x3c6ef372;
@@ -305,70 +248,67 @@ export class ApproxIndex {
     return ids;
   }
 
-  /** Drops FIFO-head entries while a prune runs, at most `budget` blocks; ends the prune at its target. */
+  /** Drops queue-head entries while a prune runs, at most `budget` blocks; ends the prune at its target. */
   #pruneSome(budget: number): void {
     const before = this.#count;
     const target = this.#pruneTarget;
-    while (this.#count > target && budget > 0 && this.#head < this.#tail) {
+    const q = this.#queue;
+    while (this.#count > target && budget > 0 && q.length > 0) {
       const left = this.#dropEntry(Math.min(budget, this.#count - target));
       if (left < 0) break;
       budget -= left;
-      this.#head++;
+      q.shift();
     }
     this.#flushDrops();
     if (this.#count <= target) this.#pruneTarget = -1;
     this.pruned += before - this.#count;
   }
 
+  /** Held bucket of queue entry r's tip if the entry is alive (its tip still carries its seq), else -1. */
+  #aliveAt(r: number): number {
+    const q = this.#queue;
+    const held = this.#held[q.slotAt(r)];
+    if (!held) return -1;
+    const i = held.find(q.tipLoAt(r), q.tipHiAt(r));
+    return i >= 0 && held.tipAt(i) === q.seqAt(r) ? i : -1;
+  }
+
   /**
-   * Drops the blocks whose latest route is the FIFO head's entry (none if it went stale), deepest
+   * Drops the blocks whose latest route is the queue head's entry (none if it went stale), deepest
    * first, at most `budget`; returns how many it dropped, or -1 when the budget ran out first: the
    * entry then tips at its deepest remaining block and stays at the head.
    */
   #dropEntry(budget: number): number {
-    const e = this.#head * E_WORDS;
-    const fifo = this.#fifo;
-    const slot = fifo[e + E_SLOT]!;
-    const held = this.#held[slot];
-    if (!held) return 0;
-    let i = held.find(fifo[e + E_LO]!, fifo[e + E_HI]!);
-    if (i < 0 || held.t[i * WORDS + TIP] !== fifo[e + E_SEQ]) return 0;
-    held.t[i * WORDS + TIP] = 0;
-    held.tips--;
-    this.#tips--;
+    const q = this.#queue;
+    const r = q.head;
+    let i = this.#aliveAt(r);
+    if (i < 0) return 0;
+    const slot = q.slotAt(r);
+    const held = this.#held[slot]!;
+    this.#tips += held.setTip(i, 0);
     let n = 0;
     for (;;) {
-      const t = held.t;
-      const b = i * WORDS;
-      if (t[b + KIDS] !== 0 || t[b + TIP] !== 0) return n;
+      if (held.kidsAt(i) !== 0 || held.tipAt(i) !== 0) return n;
       if (n === budget) {
-        t[b + TIP] = fifo[e + E_SEQ]!;
-        held.tips++;
-        this.#tips++;
-        fifo[e + E_LO] = t[b + ID_LO]!;
-        fifo[e + E_HI] = t[b + ID_HI]!;
+        this.#tips += held.setTip(i, q.seqAt(r));
+        q.retip(r, held.idLoAt(i), held.idHiAt(i));
         return -1;
       }
-      const pLo = t[b + PARENT_LO]!;
-      const pHi = t[b + PARENT_HI]!;
-      this.#queueDrop(slot, t[b + ID_LO]!, t[b + ID_HI]!);
+      const pLo = held.parentLoAt(i);
+      const pHi = held.parentHiAt(i);
+      this.#queueDrop(slot, held.idLoAt(i), held.idHiAt(i));
       held.deleteAt(i);
       this.#count--;
       n++;
       if (pHi === 0) return n;
       i = held.find(pLo, pHi);
-      held.t[i * WORDS + KIDS]!--;
+      held.addKids(i, -1);
     }
   }
 
   #queueDrop(slot: number, lo: number, hi: number): void {
-    if (slot !== this.#dropSlot) this.#flushDrops();
+    if (slot !== this.#dropSlot || this.#droppedCount === APPROX_DROP_BATCH) this.#flushDrops();
     this.#dropSlot = slot;
-    if (this.#dropped.length < 2 * this.#droppedCount + 2) {
-      const grown = new Int32Array(this.#dropped.length * 2);
-      grown.set(this.#dropped);
-      this.#dropped = grown;
-    }
     this.#dropped[2 * this.#droppedCount] = lo;
     this.#dropped[2 * this.#droppedCount + 1] = hi;
     this.#droppedCount++;
@@ -376,57 +316,106 @@ export class ApproxIndex {
 
   /** One tree removal for the queued drops of one worker. */
   #flushDrops(): void {
-    if (this.#droppedCount > 0) this.#tree.applyRemovedIds(this.#dropSlot, this.#dropped, this.#droppedCount);
+    if (this.#droppedCount > 0 && this.#tree.applyRemovedIds(this.#dropSlot, this.#dropped, this.#droppedCount) !== this.#droppedCount)
+      throw new InternalError("approximate index: a dropped block was not in the tree");
     this.#droppedCount = 0;
   }
 
-  #push(slot: number, seq: number, lo: number, hi: number, at: number): void {
+  /**
+   * Copies queue entry r's blocks not copied yet (its path up to the first one that is) into the
+   * rebuild, if the entry is alive; returns how many.
+   */
+  #copyEntry(rb: Rebuild, r: number): number {
+    let i = this.#aliveAt(r);
+    if (i < 0) return 0;
+    const q = this.#queue;
+    const slot = q.slotAt(r);
+    const seq = q.seqAt(r);
+    const old = this.#held[slot]!;
+    const held = (rb.held[slot] ??= new HeldTable());
+    rb.tips++;
+    const at = held.find(q.tipLoAt(r), q.tipHiAt(r));
+    if (at >= 0) {
+      held.setTip(at, seq);
+      return 0;
+    }
+    // The path from the tip up to the first block copied already (or the root), tip first.
+    let k = 0;
+    let join = -1;
+    for (;;) {
+      this.#reservePath(k + 2);
+      this.#pathIds[2 * k] = old.idLoAt(i);
+      this.#pathIds[2 * k + 1] = old.idHiAt(i);
+      k++;
+      const pLo = old.parentLoAt(i);
+      const pHi = old.parentHiAt(i);
+      if (pHi === 0) break;
+      join = held.find(pLo, pHi);
+      if (join >= 0) {
+        this.#pathIds[2 * k] = pLo;
+        this.#pathIds[2 * k + 1] = pHi;
+        break;
+      }
+      i = old.find(pLo, pHi);
+    }
+    // Root first: the joined block (if any) at 0, as applyStoredIds takes the parent.
+    const from = join >= 0 ? 1 : 0;
+    const ids = this.#pathIds;
+    const len = k + from;
+    for (let a = 0, b = len - 1; a < b; a++, b--) {
+      const lo = ids[2 * a]!;
+      const hi = ids[2 * a + 1]!;
+      ids[2 * a] = ids[2 * b]!;
+      ids[2 * a + 1] = ids[2 * b + 1]!;
+      ids[2 * b] = lo;
+      ids[2 * b + 1] = hi;
+    }
+    if (!this.#tree.localWordsOfIds(slot, ids, this.#pathWords, from, len))
+      throw new InternalError("approximate index: an alive block was not in the tree");
+    rb.tree.ensureWorker(slot);
+    stored(rb.tree.applyStoredIds(slot, ids, this.#pathWords, from, len));
+    if (join >= 0) held.addKids(join, 1);
+    for (let d = from; d < len; d++) {
+      const pLo = d > 0 ? ids[2 * d - 2]! : 0;
+      const pHi = d > 0 ? ids[2 * d - 1]! : 0;
+      held.insert(ids[2 * d]!, ids[2 * d + 1]!, pLo, pHi, d < len - 1 ? 1 : 0, d < len - 1 ? 0 : seq);
+    }
+    rb.count += k;
+    return k;
+  }
+
+  #reservePath(n: number): void {
+    if (this.#pathIds.length >= 2 * n) return;
+    const ids = new Int32Array(Math.max(2 * n, this.#pathIds.length * 2));
+    ids.set(this.#pathIds);
+    this.#pathIds = ids;
+    this.#pathWords = new Uint32Array(ids.length);
+  }
+
+  /** The rebuild (every alive entry copied) replaces the tree and tables; the queue keeps its alive entries. */
+  #adopt(rb: Rebuild): void {
+    this.#tree = rb.tree;
+    this.#held = rb.held;
+    this.#count = rb.count;
+    this.#tips = rb.tips;
+    this.#droppedCount = 0;
+    this.#queue.compact((r) => this.#aliveAt(r) >= 0);
+    if (this.#pathIds.length > 256) {
+      this.#pathIds = new Int32Array(256);
+      this.#pathWords = new Uint32Array(256);
+    }
+  }
+
+  #push(slot: number, seq: number, lo: number, hi: number, at: number, blocks: number): void {
     // Stale entries (their tip re-tipped by a later route, or their worker cleared) wait for their
     // time at the head; past twice the alive ones they are filtered out (O(entries), amortized O(1)).
-    if (this.#tail - this.#head > 2 * this.#tips + 1024) this.#compact();
-    if (this.#tail === this.#fifoAt.length) this.#makeRoom();
-    const e = this.#tail * E_WORDS;
-    this.#fifo[e + E_SLOT] = slot;
-    this.#fifo[e + E_SEQ] = seq;
-    this.#fifo[e + E_LO] = lo;
-    this.#fifo[e + E_HI] = hi;
-    this.#fifoAt[this.#tail++] = at;
+    const q = this.#queue;
+    if (q.length > 2 * this.#tips + 1024) q.compact((r) => this.#aliveAt(r) >= 0);
+    q.push(slot, seq, lo, hi, at, blocks);
   }
+}
 
-  /** Keeps only alive entries, in order, from index 0. */
-  #compact(): void {
-    const fifo = this.#fifo;
-    const at = this.#fifoAt;
-    let w = 0;
-    for (let r = this.#head; r < this.#tail; r++) {
-      const e = r * E_WORDS;
-      const held = this.#held[fifo[e + E_SLOT]!];
-      const i = held ? held.find(fifo[e + E_LO]!, fifo[e + E_HI]!) : -1;
-      if (i < 0 || held!.t[i * WORDS + TIP] !== fifo[e + E_SEQ]) continue;
-      fifo.copyWithin(w * E_WORDS, e, e + E_WORDS);
-      at[w++] = at[r]!;
-    }
-    this.#head = 0;
-    this.#tail = w;
-  }
-
-  /** Room for one more entry at the tail: slides the entries to index 0, growing or shrinking the arrays. */
-  #makeRoom(): void {
-    const live = this.#tail - this.#head;
-    const cap = this.#fifoAt.length;
-    const size = live * 2 > cap ? cap * 2 : live * 8 < cap && cap > 256 ? cap / 2 : cap;
-    if (size === cap) {
-      this.#fifo.copyWithin(0, this.#head * E_WORDS, this.#tail * E_WORDS);
-      this.#fifoAt.copyWithin(0, this.#head, this.#tail);
-    } else {
-      const fifo = new Int32Array(size * E_WORDS);
-      const at = new Float64Array(size);
-      fifo.set(this.#fifo.subarray(this.#head * E_WORDS, this.#tail * E_WORDS));
-      at.set(this.#fifoAt.subarray(this.#head, this.#tail));
-      this.#fifo = fifo;
-      this.#fifoAt = at;
-    }
-    this.#head = 0;
-    this.#tail = live;
-  }
+/** A store into the approximate tree always applies: a failure is a bug here. */
+function stored(r: ApplyResult): void {
+  if (!r.ok) throw new InternalError(`approximate index: a tree store failed (${r.error})`);
 }

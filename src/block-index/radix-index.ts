@@ -498,6 +498,25 @@ export class RadixIndex {
     return from === 0 ? this.#applyParsedAt(slot, false, 0, 0, n) : this.#applyParsedAt(slot, true, ids[2 * from - 2]!, ids[2 * from - 1]!, n);
   }
 
+  /**
+   * The local hash words of `slot`'s blocks [from, to) given by 64-bit ids (as applyStoredIds takes
+   * them) into localWords at the same positions; false if the worker does not hold one of them.
+   */
+  localWordsOfIds(slot: number, ids: Int32Array, localWords: Uint32Array, from: number, to: number): boolean {
+    const table = this.#workers[slot];
+    if (!table) return false;
+    for (let i = from; i < to; i++) {
+      const at = table.probe(ids[2 * i]!, ids[2 * i + 1]!);
+      if (at < 0) return false;
+      const node = table.slots[at * 3 + 2]!;
+      const c = this.#chunks[node >>> CHUNK_BITS]!;
+      const base = (node & IN_CHUNK) * this.#stride;
+      localWords[2 * i] = c[base + LO]!;
+      localWords[2 * i + 1] = c[base + HI]!;
+    }
+    return true;
+  }
+
   /** Parses wire blocks [0, n) into #engLo/#engHi/#locLo/#locHi. */
   #parseWire(blocks: readonly WireBlock[], n: number): void {
     this.#reserveBlocks(n);

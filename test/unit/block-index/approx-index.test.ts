@@ -1,5 +1,7 @@
 import { beforeAll, describe, expect, it } from "vitest";
-import { ApproxIndex } from "../../../src/block-index/approx-index.ts";
+import { APPROX_DROP_BATCH, ApproxIndex } from "../../../src/block-index/approx-index.ts";
+import { HeldTable } from "../../../src/block-index/held-table.ts";
+import { InternalError } from "../../../src/api/errors.ts";
 import { RoutingCore } from "../../../src/routing-index/routing-core.ts";
 import { localBlockHashes } from "../../../src/blocks/block-hash.ts";
 import { localHashToHex } from "../../../src/relay-wire/relay-protocol.ts";
@@ -106,6 +108,82 @@ describe("ApproxIndex expiry entries", () => {
     expect([ax.overlapOf(0), ax.overlapOf(1), ax.overlapOf(2)]).toEqual([0, 16, 0]);
     expect(ax.expire(1_004_999)).toBe(16);
     expect(ax.size).toBe(0);
+  });
+});
+
+describe("ApproxIndex expiry at scale", () => {
+  const long = (from: number, blocks: number) => localBlockHashes(seq(from, blocks * B), B);
+
+  it("keeps an alive entry at the queue head through the compaction of stale ones", () => {
+    const ax = new ApproxIndex({ ttlMs: 1_000_000 });
+    const x = long(50_000, 6);
+    const c = long(1, 8);
+    ax.record(0, x, 0); // the head entry: alive, never refreshed
+    // Each repeat re-tips c's last block: the earlier entry goes stale (compaction past 1 024 + 2 × alive).
+    for (let t = 1; t <= 3000; t++) ax.record(1, c, t);
+    ax.match(x, 999_999);
+    expect(ax.overlapOf(0)).toBe(6);
+    ax.match(x, 1_000_000);
+    expect(ax.overlapOf(0)).toBe(0);
+    expect(ax.size).toBe(8);
+    expect(ax.expire(1_003_000)).toBe(8);
+  });
+
+  it("drops more blocks of one worker than one tree removal takes, answering as before", () => {
+    // Two long routes sharing 1 000 blocks: the first's own 2.5 × APPROX_DROP_BATCH blocks expire while
+    // the second's stay (too many alive for a rebuild).
+    const own = Math.floor(2.5 * APPROX_DROP_BATCH);
+    const shared = long(1, 1000);
+    const a = localBlockHashes([...seq(1, 1000 * B), ...seq(10_000_000, own * B)], B);
+    const b = localBlockHashes([...seq(1, 1000 * B), ...seq(20_000_000, 3 * own * B)], B);
+    const ax = new ApproxIndex({ ttlMs: 100, maxBlocks: 2 ** 20 });
+    ax.record(0, a, 0);
+    ax.record(0, b, 50);
+    expect(ax.size).toBe(1000 + own + 3 * own);
+    expect(ax.expire(100)).toBe(own);
+    ax.match(a, 100);
+    expect(ax.overlapOf(0)).toBe(1000);
+    ax.match(b, 100);
+    expect(ax.overlapOf(0)).toBe(b.length);
+    ax.match(shared, 149);
+    expect(ax.overlapOf(0)).toBe(1000);
+    expect(ax.expire(150)).toBe(1000 + 3 * own);
+  });
+
+  it("rebuilds from the alive entries when most blocks expired, answering as before", () => {
+    const ax = new ApproxIndex({ ttlMs: 100, maxBlocks: 2 ** 20 });
+    const dead = Array.from({ length: 6 }, (_, k) => long(100_000 * (k + 1), 2000));
+    const sys = seq(1, 32 * B);
+    const alive = [0, 1, 2].map((k) => localBlockHashes([...sys, ...seq(5_000_000 + 100_000 * k, 200 * B)], B));
+    dead.forEach((c, k) => ax.record(k % 2, c, k));
+    alive.forEach((c, k) => ax.record(k % 2, c, 60 + k)); // slot 0 holds alive[0] and alive[2], sharing 32 blocks
+    ax.record(0, alive[0]!.slice(0, 10), 70); // the whole request assumed: it re-tips block 10 of alive[0]
+    expect(ax.expire(105)).toBe(12_000); // the dead routes expire at 100..105
+    expect(ax.size).toBe(232 + 232 + 200);
+    expect([ax.workerBlockCount(0), ax.workerBlockCount(1)]).toEqual([432, 232]);
+    for (const c of dead) {
+      ax.match(c, 105);
+      expect([ax.overlapOf(0), ax.overlapOf(1)]).toEqual([0, 0]);
+    }
+    ax.match(alive[2]!, 105);
+    expect([ax.overlapOf(0), ax.overlapOf(1)]).toEqual([232, 32]);
+    // alive[0] expires at 160 but its first 10 blocks live until 170; alive[2] keeps the shared 32 until 162.
+    ax.match(alive[0]!, 160);
+    expect(ax.overlapOf(0)).toBe(32);
+    ax.match(alive[0]!, 162);
+    expect(ax.overlapOf(0)).toBe(10);
+    expect(ax.size).toBe(10);
+    ax.match(alive[0]!, 170);
+    expect(ax.size).toBe(0);
+  });
+});
+
+describe("HeldTable", () => {
+  it("refuses a block stored twice (an internal error, not a second count)", () => {
+    const t = new HeldTable();
+    t.insert(5, 7, 0, 0, 0, 1);
+    expect(() => t.insert(5, 7, 0, 0, 0, 2)).toThrow(InternalError);
+    expect([t.count, t.tips]).toEqual([1, 1]);
   });
 });
 
