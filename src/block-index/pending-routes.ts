@@ -45,7 +45,10 @@ interface PendingChain {
   dropped: boolean;
 }
 
-/** Block references held by all chains together (a 16-byte table slot each when no prefix is shared). */
+/**
+ * Block references held by all chains together. A block costs 8 B in its chain's key array plus, on
+ * a distinct tail, 1/64 of a 20-byte table slot (every chain also counts its first segment's 63 keys).
+ */
 export const DEFAULT_MAX_PENDING_BLOCKS = 1 << 18;
 
 /** Keys apart on the grid: a distinct chain counts one key in this many (see the file comment). */
@@ -85,7 +88,8 @@ export class PendingRoutes {
     this.ttlMs = ttlMs;
     this.maxPerWorker = maxPerWorker;
     this.maxBlocks = maxBlocks;
-    this.keyStride = Math.max(2, Math.floor(keyStride));
+    if (!Number.isInteger(keyStride) || keyStride < 2) throw new RangeError(`PendingRoutes keyStride must be an integer ≥ 2, got ${keyStride}`);
+    this.keyStride = keyStride;
   }
 
   add(slot: number, hashes: LocalHashes, now: number): void {
@@ -196,6 +200,8 @@ export class PendingRoutes {
     const sole = start > 0 ? refs.soleTag(keys[start - 1]!, slot) : -1;
     if (sole >= 0) {
       const only = this.#byId[sole];
+      // Always true unless a 53-bit key collision or a stale tag points at another chain: then the
+      // exact search below answers instead of comparing against the wrong chain's keys.
       if (only !== undefined && only.slot === slot && only.keys[start - 1] === keys[start - 1]) {
         const mine = only.keys;
         const stop = Math.min(end, mine.length);

@@ -4,10 +4,10 @@
  * (chainKeysOf, chain-keys.ts); every route adds and later releases tens to hundreds of them
  * (PendingRoutes: one per 64 blocks, more where chains share a prefix), so this is an open-addressing
  * table over typed arrays (linear probing, deletion by backward shift, no tombstones) rather than a
- * Map of heap numbers: the common case, a key held by one worker, is four array slots. A key held
- * by several workers keeps its per-worker counts in a small side Map. Each (key, worker) also keeps
- * the XOR of the tags its holders gave: with one holder left it names that holder (PendingRoutes
- * tags with chain ids; LoadTracker leaves them 0).
+ * Map of heap numbers: the common case, a key held by one worker, is one slot of five Int32Arrays
+ * (20 B). A key held by several workers keeps its per-worker counts in a small side Map. Each
+ * (key, worker) also keeps the XOR of the tags its holders gave: with one holder left it names that
+ * holder (PendingRoutes tags with chain ids; LoadTracker leaves them 0).
  */
 const EMPTY = 0;
 const MULTI = -1;

@@ -29,7 +29,7 @@ interface PendingChain {
   dropped: boolean;
 }
 
-/** Block references held by all chains together (a 16-byte table slot each when no prefix is shared). */
+/** Block references held by all chains together (8 B in its chain's key array and a 20-byte table slot each when no prefix is shared). */
 export const DEFAULT_MAX_PENDING_BLOCKS = 1 << 18;
 
 const NO_KEYS: readonly number[] = [];

@@ -79,6 +79,11 @@ describe("PendingRoutes against the every-key oracle", () => {
 describe("PendingRoutes' held keys", () => {
   const chainOf = (seed: number, n: number, shared: bigint[] = []) => shared.concat(Array.from({ length: n - shared.length }, (_, i) => BigInt(seed * 1_000_000 + i + 1)));
 
+  it("refuses a key stride that is not an integer ≥ 2 (a NaN stride would hold nothing)", () => {
+    for (const stride of [Number.NaN, 1, 0, 2.5, Infinity]) expect(() => new PendingRoutes(60_000, 256, 1 << 18, stride)).toThrow(RangeError);
+    expect(new PendingRoutes(60_000, 256, 1 << 18, 2).keyStride).toBe(2);
+  });
+
   it("counts the grid and the first segment of distinct chains, not every block", () => {
     const pr = new PendingRoutes(60_000, 256, 1 << 18, 16);
     for (let s = 0; s < 10; s++) pr.add(s % 3, chainOf(s, 1000), s);
