@@ -30,7 +30,8 @@ const word = fc.oneof(fc.constantFrom(0, 1, 0x7fffffff, 0x80000000, 0xffffffff, 
 describe("xxh3Words", () => {
   it("equals hash-wasm's XXH3-64 for every length from 17 to 128 bytes, seeds 0 and 1337", () => {
     fc.assert(
-      fc.property(fc.array(word, { minLength: XXH3_WORDS_MIN, maxLength: XXH3_WORDS_MAX }), fc.constantFrom(0n, 1337n), (words, seed) => {
+      // size "max": the default size stopped at 20 words (80 bytes), short of the 97-128-byte lane pairs.
+      fc.property(fc.array(word, { minLength: XXH3_WORDS_MIN, maxLength: XXH3_WORDS_MAX, size: "max" }), fc.constantFrom(0n, 1337n), (words, seed) => {
         expect(ours(words, seed)).toBe(xxh3_64(bytesOf(words), seed));
       }),
       { numRuns: 3000, seed: 64 },
@@ -38,7 +39,7 @@ describe("xxh3Words", () => {
   });
 
   it("equals hash-wasm's XXH3-64 under random 64-bit seeds", async () => {
-    const cases = fc.sample(fc.tuple(fc.array(word, { minLength: XXH3_WORDS_MIN, maxLength: XXH3_WORDS_MAX }), fc.bigInt({ min: 0n, max: 2n ** 64n - 1n })), { numRuns: 300, seed: 7 });
+    const cases = fc.sample(fc.tuple(fc.array(word, { minLength: XXH3_WORDS_MIN, maxLength: XXH3_WORDS_MAX, size: "max" }), fc.bigInt({ min: 0n, max: 2n ** 64n - 1n })), { numRuns: 300, seed: 7 });
     for (const [words, seed] of cases) {
       const h = await createXXHash3(Number(seed & 0xffffffffn), Number(seed >> 32n));
       h.init();
