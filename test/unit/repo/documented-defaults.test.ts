@@ -35,7 +35,7 @@ import { DEFAULT_PREFIX_CACHE_BYTES, DEFAULT_PREFIX_CACHE_TOKENS } from "../../.
 import { DEFAULT_PIECE_CACHE_BYTES, DEFAULT_PIECE_CACHE_ENTRIES, DEFAULT_SEGMENT_CACHE_BYTES, DEFAULT_SEGMENT_CACHE_CHARS } from "../../../src/prompt/tokenizer/index.ts";
 import { MEMO_MAX_BYTES } from "../../../src/layout/layout.ts";
 import { MEMO_PARTITIONS, PIECE_MEMO_SLOTS } from "../../../src/prompt/tokenizer/engine.ts";
-import { APPROX_PRUNE_STEP, ApproxConfigSchema } from "../../../src/block-index/approx-index.ts";
+import { APPROX_DROP_BATCH, APPROX_PRUNE_STEP, APPROX_REBUILD_MIN, ApproxConfigSchema } from "../../../src/block-index/approx-index.ts";
 import { PendingRoutes } from "../../../src/block-index/pending-routes.ts";
 import { WALK_MEMO_ADMIT_EVERY, WALK_MEMO_ADMIT_RARE, WALK_MEMO_BLOCKS, WALK_MEMO_ENTRIES, WALK_MEMO_MIN_BLOCKS } from "../../../src/block-index/walk-memo.ts";
 import { KV_CAPACITY_HEADROOM } from "../../../src/routing-index/block-shares.ts";
@@ -141,6 +141,8 @@ const ACTUAL: Record<string, Record<string, Expected>> = {
     "PendingRoutes.maxPerWorker": new PendingRoutes().maxPerWorker,
     "PendingRoutes.maxBlocks": new PendingRoutes().maxBlocks,
     "PendingRoutes.keyStride": new PendingRoutes().keyStride,
+    APPROX_DROP_BATCH,
+    APPROX_REBUILD_MIN,
     APPROX_PRUNE_STEP,
     WALK_MEMO_ENTRIES,
     WALK_MEMO_BLOCKS,
