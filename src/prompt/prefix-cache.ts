@@ -53,7 +53,7 @@ const KEY_TAIL_CHARS = 512;
 /** Prefixes with one key kept side by side; more evict the oldest of them. */
 const MAX_BUCKET = 4;
 /**
- * Prompt pieces a node's text is remembered as equal to (PieceText.matchesSeen): a turn chain's
+ * Prompt pieces a node's text is remembered as equal to (PieceText.matches): a turn chain's
  * entries stay the same objects turn after turn, so a conversation's held history is compared once,
  * not on every turn.
  */
@@ -373,7 +373,7 @@ export class PrefixCache {
         if (n.scope !== scope || n.end !== p) continue;
         // The text decides, not the key (comparing flat slices runs at memcmp speed; parts of pieces found equal before are not compared again).
         const c = chainOf(n);
-        if (c.every((x) => (text.identified ? text.matchesSeen(x.end - x.text.length, x.text, seenOf(x)) : text.matches(x.end - x.text.length, x.text)))) {
+        if (c.every((x) => (text.matches(x.end - x.text.length, x.text, text.identified ? seenOf(x) : null)))) {
           hit = n;
           chain = c;
           break;

@@ -118,7 +118,7 @@ export interface PromptPieces {
   stable: readonly string[];
   /**
    * An identity per stable piece: the same object always stands for the same text, so a stage that
-   * found a piece equal to its own text need not compare it again (PieceText.matchesSeen).
+   * found a piece equal to its own text need not compare it again (PieceText.matches with a record).
    */
   ids: readonly object[];
   /**

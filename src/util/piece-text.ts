@@ -13,14 +13,14 @@ export class PieceText {
   private readonly starts: readonly number[];
   /** Each piece's identity (null: none); see the constructor. */
   private readonly ids: readonly (object | null)[];
-  /** Whether some piece has an identity (matchesSeen can skip a compare). */
+  /** Whether some piece has an identity (matches can skip a compare). */
   readonly identified: boolean;
   private joined: string | null;
 
   /**
    * `ids[k]`: an identity of `pieces[k]` (the same object stands for the same text, always: the
    * turn chain's entries' rendered texts), so a compare made once need not be made again
-   * (matchesSeen); null or absent where a piece has none.
+   * (matches with a record); null or absent where a piece has none.
    */
   constructor(pieces: readonly string[], ids: readonly (object | null)[] = []) {
     const kept: string[] = [];
@@ -77,40 +77,24 @@ export class PieceText {
     return out;
   }
 
-  /** text.slice(start, start + s.length) === s, compared piece by piece. */
-  matches(start: number, s: string): boolean {
-    if (start < 0 || start + s.length > this.length) return false;
-    if (this.joined !== null) return this.joined.slice(start, start + s.length) === s;
-    let k = this.pieceAt(start);
-    for (let at = start, done = 0; done < s.length; k++) {
-      const base = this.starts[k]!;
-      const p = this.pieces[k]!;
-      const n = Math.min(s.length - done, base + p.length - at);
-      if (p.slice(at - base, at - base + n) !== s.slice(done, done + n)) return false;
-      at += n;
-      done += n;
-    }
-    return true;
-  }
-
   /**
-   * matches(start, s), not comparing again the part of a piece that `seen` lists: it holds pairs of
-   * a piece's identity and where that piece starts relative to `s` (s's own record: each part of a
-   * piece with an identity found equal here is added to it). The same identity at the same offset
-   * is the same text over the same characters of `s`, so the part is equal again.
+   * text.slice(start, start + s.length) === s, compared piece by piece. With `seen` (s's own record
+   * of pieces found equal: an identity and where that piece starts relative to `s`), a listed part
+   * is not compared again (the same identity at the same offset is the same text over the same
+   * characters of `s`) and each identified part found equal is added to it.
    */
-  matchesSeen(start: number, s: string, seen: SeenPieces): boolean {
+  matches(start: number, s: string, seen: SeenPieces | null = null): boolean {
     if (start < 0 || start + s.length > this.length) return false;
     if (this.joined !== null) return this.joined.slice(start, start + s.length) === s;
     let k = this.pieceAt(start);
     for (let at = start, done = 0; done < s.length; k++) {
       const base = this.starts[k]!;
       const p = this.pieces[k]!;
-      const id = this.ids[k] ?? null;
+      const id = seen === null ? null : (this.ids[k] ?? null);
       const n = Math.min(s.length - done, base + p.length - at);
-      if (id === null || !seen.has(id, base - start)) {
+      if (id === null || !seen!.has(id, base - start)) {
         if (p.slice(at - base, at - base + n) !== s.slice(done, done + n)) return false;
-        if (id !== null) seen.add(id, base - start);
+        if (id !== null) seen!.add(id, base - start);
       }
       at += n;
       done += n;
@@ -144,7 +128,7 @@ export class PieceText {
 }
 
 /**
- * The pieces (identity, offset) a text was found equal to over their overlap (PieceText.matchesSeen):
+ * The pieces (identity, offset) a text was found equal to over their overlap (PieceText.matches):
  * the latest `capacity`, oldest forgotten first.
  */
 export class SeenPieces {

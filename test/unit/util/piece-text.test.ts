@@ -1,6 +1,6 @@
 /**
  * PieceText against the joined string (the oracle): lastIndexOf, slice and matches, pieces of any
- * size, occurrences across any boundary; matchesSeen with one record per compared text over many
+ * size, occurrences across any boundary; matches with a record with one record per compared text over many
  * texts made of the same identified pieces (at other offsets, beside pieces without identity and
  * one-character changes of them).
  */
@@ -33,7 +33,7 @@ describe("PieceText", () => {
     );
   });
 
-  it("matchesSeen: the joined string's answer, a record kept for each compared text across texts", () => {
+  it("matches with a record: the joined string's answer, a record kept for each compared text across texts", () => {
     fc.assert(
       fc.property(
         fc.array(fc.string({ unit: fc.constantFrom("a", "b"), minLength: 1, maxLength: 6 }), { minLength: 1, maxLength: 4 }),
@@ -62,7 +62,7 @@ describe("PieceText", () => {
           });
           for (let round = 0; round < 2; round++) {
             for (const { text, joined } of made) {
-              for (const c of compared) expect(text.matchesSeen(c.start, c.s, c.seen)).toBe(joined.slice(c.start, c.start + c.s.length) === c.s && c.start + c.s.length <= joined.length);
+              for (const c of compared) expect(text.matches(c.start, c.s, c.seen)).toBe(joined.slice(c.start, c.start + c.s.length) === c.s && c.start + c.s.length <= joined.length);
             }
           }
         },
