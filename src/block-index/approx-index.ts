@@ -40,6 +40,8 @@
  * (earliest expiry first) except among equal expiry times: Dynamo drops the deepest position first
  * over all of them (`BlockEntry`'s ordering), here the earlier route first, each deepest first.
  * Blocks refreshed while a prune runs stay (one prune of Dynamo's would drop and add them again).
+ * An internal error (a bug here) forgets every assumed block and is counted in `resets`, so it costs
+ * hit rate, never later routes.
  */
 import { z } from "zod";
 import { InternalError } from "../api/errors.ts";
@@ -95,7 +97,7 @@ export class ApproxIndex {
   #count = 0;
   /** Blocks with an entry tipping there, all workers (the queue's alive entries). */
   #tips = 0;
-  readonly #queue = new ExpiryQueue();
+  #queue = new ExpiryQueue();
   #seq = 0;
   /** Latest clock reading (expiry times never go back). */
   #now = -Infinity;
@@ -110,9 +112,15 @@ export class ApproxIndex {
   /** A rebuild's path scratch: ids and local words, root first. */
   #pathIds = new Int32Array(256);
   #pathWords = new Uint32Array(256);
-  /** Entries dropped by TTL and by the size bound (metrics, tests). */
+  /** Entries dropped by TTL and by the size bound; expiries done by a rebuild (metrics, tests). */
   expired = 0;
   pruned = 0;
+  rebuilt = 0;
+  /**
+   * Internal errors caught (a bug here): each one forgot every assumed block (see #reset). Kept
+   * visible for metrics and tests; the route that hit it goes on with overlaps 0.
+   */
+  resets = 0;
 
   /** Blocks a record drops beyond its own new ones while a prune runs. */
   readonly #pruneStep: number;
@@ -137,6 +145,14 @@ export class ApproxIndex {
 
   /** The request was routed to `slot`: assume its blocks cached there, refreshing their TTL. */
   record(slot: number, localHashes: LocalHashes, now: number): void {
+    try {
+      this.#record(slot, localHashes, now);
+    } catch (e) {
+      this.#reset(e);
+    }
+  }
+
+  #record(slot: number, localHashes: LocalHashes, now: number): void {
     const n = localHashes.length;
     if (n === 0) return;
     this.#tree.ensureWorker(slot);
@@ -183,6 +199,15 @@ export class ApproxIndex {
    * into a new tree and tables where that is surely cheaper (see the file comment).
    */
   expire(now: number): number {
+    try {
+      return this.#expire(now);
+    } catch (e) {
+      this.#reset(e);
+      return 0;
+    }
+  }
+
+  #expire(now: number): number {
     const q = this.#queue;
     const end = q.firstAfter(now);
     if (end === q.head) return 0;
@@ -194,6 +219,7 @@ export class ApproxIndex {
       for (let r = end; r < q.tail; r++) this.#copyEntry(rb, r);
       q.shiftTo(end);
       this.#adopt(rb);
+      this.rebuilt++;
     } else {
       while (q.head < end) {
         this.#dropEntry(Infinity);
@@ -212,6 +238,25 @@ export class ApproxIndex {
     // Nothing assumed: every overlap is 0 without walking the request's blocks.
     if (this.#count === 0) this.#scores.fill(0);
     else this.#tree.findMatches(localHashes, this.#scores);
+  }
+
+  /**
+   * An internal error (a bug here) may leave the tree, tables and queue out of step, which would
+   * fail every later call. Assumed blocks are only a hint: forget them all (costs hit rate until
+   * routes refill them) and count it; any other error is rethrown.
+   */
+  #reset(e: unknown): void {
+    if (!(e instanceof InternalError)) throw e;
+    this.resets++;
+    this.#tree = new RadixIndex();
+    this.#held = [];
+    this.#count = 0;
+    this.#tips = 0;
+    this.#queue = new ExpiryQueue();
+    this.#pruneTarget = -1;
+    this.#droppedCount = 0;
+    this.#dropSlot = -1;
+    this.#scores.fill(0);
   }
 
   /** Overlap of `slot` from the last match(). */

@@ -2,8 +2,9 @@
  * The approximate index's expiry entries (approx-index.ts) in a FIFO: one per route (worker slot,
  * seq, the id of the block it tips at, its expiry time, its route's length). Times are non-decreasing
  * from head to tail, so the expired entries are a prefix; the lengths are kept as running sums, so
- * the blocks a stretch of entries routed (an upper bound on those it keeps assumed) is one subtraction. The arrays grow by doubling and shrink to fit when kept
- * entries fall below an eighth of them.
+ * the blocks a stretch of entries routed (an upper bound on those it keeps assumed) is one
+ * subtraction. The arrays grow by doubling and shrink to fit when kept entries fall below an eighth
+ * of them.
  */
 // Entry words: worker slot, seq, tip id lo, hi (its time in #at).
 const E_SLOT = 0;

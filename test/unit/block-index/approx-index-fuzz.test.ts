@@ -132,8 +132,122 @@ function ops(seed: number, count: number, ttl: number, maxNew = 12): Op[] {
   });
 }
 
+/**
+ * Bursts, the shape that makes expiry rebuild: many routes at about one time sharing prefixes on
+ * few workers, a few later ones (some re-tipping an interior block: a prefix of an earlier route;
+ * some through a cleared worker's old tip), then the clock at (or just past) the burst's first
+ * route + ttl, so the burst expires and the later ones stay; then matches, records and clears.
+ */
+function burstOps(seed: number, count: number, ttl: number): Op[] {
+  const rand = mulberry32(seed);
+  const alphabet = 2 + Math.floor(rand() * 30);
+  const h = () => BigInt(1 + Math.floor(rand() * alphabet)) * 0x9e3779b97f4a7c15n % 2n ** 64n;
+  const pick = <T>(a: readonly T[]) => a[Math.floor(rand() * a.length)]!;
+  const bases: bigint[][] = [];
+  const chain = (): bigint[] => {
+    const r = rand();
+    if (bases.length > 0 && r < 0.25) {
+      const b = pick(bases);
+      return b.slice(0, 1 + Math.floor(rand() * b.length));
+    }
+    const base = bases.length > 0 && r < 0.85 ? pick(bases) : [];
+    const extra = rand() < 0.1 ? 0 : rand() < 0.05 ? 100 + Math.floor(rand() * 300) : 1 + Math.floor(rand() * 15);
+    const c = base.slice(0, Math.floor(rand() * (base.length + 1))).concat(Array.from({ length: extra }, h));
+    return c.length > 0 ? c : [h()];
+  };
+  const some = () => (rand() < 0.5 || bases.length === 0 ? chain() : pick(bases));
+  const slots = SLOTS.slice(0, 1 + Math.floor(rand() * 5));
+  const out: Op[] = [];
+  let now = 0;
+  const at = (t: number) => {
+    if (t !== now) out.push({ kind: "tick", ms: t - now });
+    now = t;
+  };
+  while (out.length < count) {
+    const first = now;
+    for (let i = 3 + Math.floor(rand() * 40); i > 0; i--) {
+      const c = chain();
+      if (bases.length < 30) bases.push(c);
+      else bases[Math.floor(rand() * 30)] = c;
+      out.push({ kind: "record", slot: pick(slots), chain: c });
+      if (rand() < 0.2) at(now + Math.floor(rand() * 3));
+    }
+    if (rand() < 0.1) out.push({ kind: "clear", slot: pick(slots) });
+    at(now + 1 + Math.floor(rand() * (ttl / 2)));
+    const later = now;
+    for (let i = Math.floor(rand() * 4); i > 0; i--) out.push({ kind: "record", slot: pick(slots), chain: some() });
+    if (rand() < 0.3) {
+      // A route, its worker cleared, then a longer or shorter route through its old tip.
+      const slot = pick(slots);
+      const c = some();
+      out.push({ kind: "record", slot, chain: c }, { kind: "clear", slot });
+      const next = rand() < 0.7 ? c.concat(Array.from({ length: 1 + Math.floor(rand() * 4) }, h)) : c.slice(0, Math.max(1, c.length - 1));
+      out.push({ kind: "record", slot, chain: next });
+      if (rand() < 0.5) out.push({ kind: "record", slot, chain: c });
+    }
+    if (rand() < 0.4) {
+      // A route, then a moment later a prefix of it on the same worker: its tip is the earlier one's
+      // interior block, copied first by a rebuild, and outlives the earlier one.
+      const slot = pick(slots);
+      const c = some();
+      out.push({ kind: "record", slot, chain: c });
+      at(now + 1 + Math.floor(rand() * 20));
+      out.push({ kind: "record", slot, chain: c.slice(0, 1 + Math.floor(rand() * c.length)) });
+    }
+    if (rand() < 0.15) out.push({ kind: "clear", slot: pick(slots) });
+    at(rand() < 0.1 ? Math.max(now, first + ttl - 1) : Math.max(now, first + ttl + Math.floor(rand() * 3)));
+    out.push(rand() < 0.5 ? { kind: "match", chain: some() } : { kind: "expire" });
+    if (rand() < 0.5) {
+      // The first later routes expire; the ones a moment later stay.
+      at(Math.max(now, later + ttl));
+      out.push(rand() < 0.5 ? { kind: "match", chain: some() } : { kind: "expire" });
+    }
+    for (let i = Math.floor(rand() * 6); i > 0; i--) {
+      const r = rand();
+      if (r < 0.35) out.push({ kind: "record", slot: pick(slots), chain: some() });
+      else if (r < 0.75) out.push({ kind: "match", chain: some() });
+      else if (r < 0.85) out.push({ kind: "clear", slot: pick(slots) });
+      else at(now + Math.floor((rand() * ttl) / 3));
+    }
+  }
+  return out;
+}
+
 /** The route RPC's form (BigUint64Array) for some calls, a bigint array for others. */
 const asHashes = (c: bigint[], i: number) => (i % 2 === 0 ? BigUint64Array.from(c) : c);
+
+/** Runs `list` on `ax` and the earlier implementation, comparing every answer. */
+function againstOracle(ax: ApproxIndex, ttl: number, list: Op[]): void {
+  const oracle = new OracleApproxIndex({ ttlMs: ttl });
+  let now = 0;
+  list.forEach((op, i) => {
+    switch (op.kind) {
+      case "record":
+        ax.record(op.slot, asHashes(op.chain, i), now);
+        oracle.record(op.slot, op.chain, now);
+        break;
+      case "match":
+        ax.match(asHashes(op.chain, i), now);
+        oracle.match(op.chain, now);
+        expect(SLOTS.map((s) => ax.overlapOf(s)), `op ${i}`).toEqual(SLOTS.map((s) => oracle.overlapOf(s)));
+        break;
+      case "expire":
+        expect(ax.expire(now), `op ${i}`).toBe(oracle.expire(now));
+        break;
+      case "clear":
+        ax.clear(op.slot);
+        oracle.clear(op.slot);
+        break;
+      case "tick":
+        now += op.ms;
+    }
+    expect(ax.size, `op ${i}`).toBe(oracle.size);
+    expect(SLOTS.map((s) => ax.workerBlockCount(s)), `op ${i}`).toEqual(SLOTS.map((s) => oracle.workerBlockCount(s)));
+  });
+  expect(ax.expired).toBe(oracle.expired);
+  expect(oracle.pruned).toBe(0);
+  expect(ax.resets).toBe(0);
+}
 
 // Even seeds rebuild from the alive entries wherever that is cheaper (rebuildMin 0), odd ones only
 // where at least APPROX_REBUILD_MIN blocks expire (never here, but when all did). Chains of up to 300
@@ -143,35 +257,17 @@ describe("ApproxIndex against the earlier implementation (no prune)", () => {
     it(`seed ${seed}: same overlaps, sizes and expiry counts (chains grow by up to ${maxNew} blocks)`, () => {
       const ttl = 100;
       const ax = new ApproxIndex({ ttlMs: ttl }, seed % 2 === 0 ? { rebuildMin: 0 } : {});
-      const oracle = new OracleApproxIndex({ ttlMs: ttl });
-      let now = 0;
-      ops(seed, count, ttl, maxNew).forEach((op, i) => {
-        switch (op.kind) {
-          case "record":
-            ax.record(op.slot, asHashes(op.chain, i), now);
-            oracle.record(op.slot, op.chain, now);
-            break;
-          case "match":
-            ax.match(asHashes(op.chain, i), now);
-            oracle.match(op.chain, now);
-            expect(SLOTS.map((s) => ax.overlapOf(s)), `op ${i}`).toEqual(SLOTS.map((s) => oracle.overlapOf(s)));
-            break;
-          case "expire":
-            expect(ax.expire(now), `op ${i}`).toBe(oracle.expire(now));
-            break;
-          case "clear":
-            ax.clear(op.slot);
-            oracle.clear(op.slot);
-            break;
-          case "tick":
-            now += op.ms;
-        }
-        expect(ax.size, `op ${i}`).toBe(oracle.size);
-        expect(SLOTS.map((s) => ax.workerBlockCount(s)), `op ${i}`).toEqual(SLOTS.map((s) => oracle.workerBlockCount(s)));
-      });
-      expect(ax.expired).toBe(oracle.expired);
-      expect(oracle.pruned).toBe(0);
+      againstOracle(ax, ttl, ops(seed, count, ttl, maxNew));
       expect(ax.expired).toBeGreaterThan(100);
+    });
+  }
+  // Bursts rebuild at most expiries (rebuildMin 0): the copy's joins and tips found already copied.
+  for (const seed of [21, 22, 23, 24]) {
+    it(`seed ${seed}: bursts of routes expiring together, rebuilt from the later ones`, () => {
+      const ttl = 100;
+      const ax = new ApproxIndex({ ttlMs: ttl }, { rebuildMin: 0 });
+      againstOracle(ax, ttl, burstOps(seed, 1500, ttl));
+      expect(ax.rebuilt).toBeGreaterThan(10);
     });
   }
 });

@@ -1,6 +1,7 @@
-import { beforeAll, describe, expect, it } from "vitest";
+import { afterEach, beforeAll, describe, expect, it, vi } from "vitest";
 import { APPROX_DROP_BATCH, ApproxIndex } from "../../../src/block-index/approx-index.ts";
 import { HeldTable } from "../../../src/block-index/held-table.ts";
+import { RadixIndex } from "../../../src/block-index/radix-index.ts";
 import { InternalError } from "../../../src/api/errors.ts";
 import { RoutingCore } from "../../../src/routing-index/routing-core.ts";
 import { localBlockHashes } from "../../../src/blocks/block-hash.ts";
@@ -141,6 +142,7 @@ describe("ApproxIndex expiry at scale", () => {
     ax.record(0, b, 50);
     expect(ax.size).toBe(1000 + own + 3 * own);
     expect(ax.expire(100)).toBe(own);
+    expect(ax.rebuilt).toBe(0);
     ax.match(a, 100);
     expect(ax.overlapOf(0)).toBe(1000);
     ax.match(b, 100);
@@ -148,6 +150,7 @@ describe("ApproxIndex expiry at scale", () => {
     ax.match(shared, 149);
     expect(ax.overlapOf(0)).toBe(1000);
     expect(ax.expire(150)).toBe(1000 + 3 * own);
+    expect(ax.rebuilt).toBe(1); // every entry expired: it starts afresh
   });
 
   it("rebuilds from the alive entries when most blocks expired, answering as before", () => {
@@ -158,7 +161,9 @@ describe("ApproxIndex expiry at scale", () => {
     dead.forEach((c, k) => ax.record(k % 2, c, k));
     alive.forEach((c, k) => ax.record(k % 2, c, 60 + k)); // slot 0 holds alive[0] and alive[2], sharing 32 blocks
     ax.record(0, alive[0]!.slice(0, 10), 70); // the whole request assumed: it re-tips block 10 of alive[0]
+    expect(ax.rebuilt).toBe(0);
     expect(ax.expire(105)).toBe(12_000); // the dead routes expire at 100..105
+    expect(ax.rebuilt).toBe(1);
     expect(ax.size).toBe(232 + 232 + 200);
     expect([ax.workerBlockCount(0), ax.workerBlockCount(1)]).toEqual([432, 232]);
     for (const c of dead) {
@@ -173,8 +178,78 @@ describe("ApproxIndex expiry at scale", () => {
     ax.match(alive[0]!, 162);
     expect(ax.overlapOf(0)).toBe(10);
     expect(ax.size).toBe(10);
+    expect(ax.rebuilt).toBe(1); // too few blocks expired at 160 and 162 to rebuild
     ax.match(alive[0]!, 170);
     expect(ax.size).toBe(0);
+    expect(ax.rebuilt).toBe(2);
+  });
+});
+
+// Each guard's failure is injected once into the tree (the bug it stands for), after the tree changed,
+// so the tables and queue are out of step with it as a real bug would leave them.
+describe("ApproxIndex after an internal error", () => {
+  afterEach(() => vi.restoreAllMocks());
+  const chain = (from: number, blocks: number) => localBlockHashes(seq(from, blocks * B), B);
+
+  /** The index forgot everything, counted it, answers 0 overlaps and assumes new routes again. */
+  function expectFresh(ax: ApproxIndex, forgotten: ReturnType<typeof chain>, now: number): void {
+    expect([ax.resets, ax.size, ax.workerBlockCount(0), ax.workerBlockCount(1)]).toEqual([1, 0, 0, 0]);
+    ax.match(forgotten, now);
+    expect([ax.overlapOf(0), ax.overlapOf(1)]).toEqual([0, 0]);
+    const next = chain(900_000, 30);
+    ax.record(1, next, now);
+    ax.record(1, forgotten.slice(0, 5), now);
+    ax.match(next, now);
+    expect([ax.overlapOf(0), ax.overlapOf(1)]).toEqual([0, 30]);
+    ax.match(forgotten, now + 99);
+    expect([ax.overlapOf(0), ax.overlapOf(1)]).toEqual([0, 5]);
+    expect(ax.expire(now + 100)).toBe(35);
+    expect(ax.resets).toBe(1);
+  }
+
+  it("a record whose tree store fails starts afresh", () => {
+    const ax = new ApproxIndex({ ttlMs: 100 });
+    const a = chain(1, 20);
+    ax.record(0, a, 0);
+    const store = RadixIndex.prototype.applyStoredIds;
+    vi.spyOn(RadixIndex.prototype, "applyStoredIds").mockImplementationOnce(function (this: RadixIndex, ...args) {
+      store.apply(this, args);
+      return { ok: false, applied: 0, error: "parent_not_found" };
+    });
+    ax.record(0, chain(1, 40), 10);
+    expectFresh(ax, a, 10);
+  });
+
+  it("an expiry whose tree removal fails starts afresh", () => {
+    const ax = new ApproxIndex({ ttlMs: 100 });
+    const a = chain(1, 20);
+    ax.record(0, a, 0);
+    ax.record(1, chain(5000, 20), 50);
+    vi.spyOn(RadixIndex.prototype, "applyRemovedIds").mockReturnValueOnce(0);
+    ax.match(a, 100);
+    expect([ax.overlapOf(0), ax.overlapOf(1)]).toEqual([0, 0]);
+    expect(ax.rebuilt).toBe(0);
+    expectFresh(ax, a, 100);
+  });
+
+  it("a rebuild that misses an alive block starts afresh", () => {
+    const ax = new ApproxIndex({ ttlMs: 100 }, { rebuildMin: 0 });
+    const a = chain(1, 20);
+    ax.record(0, a, 0);
+    ax.record(1, chain(5000, 2), 50);
+    vi.spyOn(RadixIndex.prototype, "localWordsOfIds").mockReturnValueOnce(false);
+    expect(ax.expire(100)).toBe(0);
+    expect(ax.rebuilt).toBe(0);
+    expectFresh(ax, a, 100);
+  });
+
+  it("rethrows any other error (a caller's mistake), keeping what it assumed", () => {
+    const ax = new ApproxIndex({ ttlMs: 100 });
+    const a = chain(1, 20);
+    ax.record(0, a, 0);
+    expect(() => ax.record(-1, a, 0)).toThrow(RangeError);
+    ax.match(a, 0);
+    expect([ax.resets, ax.overlapOf(0)]).toEqual([0, 20]);
   });
 });
 
