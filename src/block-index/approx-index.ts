@@ -127,11 +127,15 @@ export class ApproxIndex {
   /** Fewest blocks an expiry drops for it to rebuild instead. */
   readonly #rebuildMin: number;
 
-  /** `pruneStep`, `rebuildMin` (tests): APPROX_PRUNE_STEP, APPROX_REBUILD_MIN unless given. */
-  constructor(config: Partial<ApproxConfig> = {}, opts: { pruneStep?: number; rebuildMin?: number } = {}) {
+  /** Told of each reset (the pool's metrics count it). */
+  readonly #onReset: () => void;
+
+  /** `pruneStep`, `rebuildMin` (tests): APPROX_PRUNE_STEP, APPROX_REBUILD_MIN unless given; `onReset`: told of each reset. */
+  constructor(config: Partial<ApproxConfig> = {}, opts: { pruneStep?: number; rebuildMin?: number; onReset?: () => void } = {}) {
     this.config = ApproxConfigSchema.parse(config);
     this.#pruneStep = opts.pruneStep ?? APPROX_PRUNE_STEP;
     this.#rebuildMin = opts.rebuildMin ?? APPROX_REBUILD_MIN;
+    this.#onReset = opts.onReset ?? (() => {});
   }
 
   /** Assumed (worker, block) entries currently held. */
@@ -257,6 +261,7 @@ export class ApproxIndex {
     this.#droppedCount = 0;
     this.#dropSlot = -1;
     this.#scores.fill(0);
+    this.#onReset();
   }
 
   /** Overlap of `slot` from the last match(). */

@@ -39,6 +39,7 @@ const COUNTER_FIELDS: Record<Exclude<keyof IndexCounters, "dropReasons">, true> 
   settled: true,
   expired: true,
   receiptsRejected: true,
+  approxResets: true,
 };
 const RECEIPT_FIELDS: Record<keyof WorkerReceiptTotals, true> = {
   ok: true,

@@ -100,6 +100,7 @@ function writePool(b: ExpositionBuilder, model: string, s: PoolMetricsSnapshot):
   b.counter("kvedge_index_dumps_total", "Full block-set dumps applied (relay connects and resyncs).").set(m, c.dumps);
   b.counter("kvedge_index_load_expired_total", "Routed requests whose load expired because the edge never settled them.").set(m, c.expired);
   b.counter("kvedge_index_receipts_rejected_total", "Receipt entries (settlements, prefill-done marks) skipped: not matching their wire schema, or past the most one call carries.").set(m, c.receiptsRejected);
+  b.counter("kvedge_index_approx_resets_total", "Times the approximate index forgot every assumed block after an internal error (a bug; routing goes on with approximate overlaps of 0 until routes refill them).").set(m, c.approxResets);
 
   if (s.admission) writeAdmission(b, model, s.admission);
 }

@@ -37,6 +37,8 @@ export interface IndexCounters {
   expired: number;
   /** Receipt entries (settlements, prefill-done marks) the index skipped: they did not match their wire schema (receipt-entries.ts). */
   receiptsRejected: number;
+  /** Times the approximate index forgot every assumed block after an internal error (approx-index.ts #reset). */
+  approxResets: number;
 }
 
 export interface DriftView {

@@ -109,7 +109,7 @@ export class BlockViews {
     this.budget = new BlockBudget(opts.blockBudget, opts.indexBudgetBytes);
     this.storage = new SharedStorageViews(opts.storageCapacityBlocks ?? DEFAULT_STORAGE_CAPACITY_BLOCKS, () => this.#evenSplit());
     // Approximate-mode entries share the object's budget: at most half of it.
-    this.approx = new ApproxIndex({ ...opts.approx, maxBlocks: Math.min(opts.approx?.maxBlocks ?? 2 ** 20, Math.max(1, Math.floor(this.budget.limit / 2))) });
+    this.approx = new ApproxIndex({ ...opts.approx, maxBlocks: Math.min(opts.approx?.maxBlocks ?? 2 ** 20, Math.max(1, Math.floor(this.budget.limit / 2))) }, { onReset: () => void counters.approxResets++ });
     this.#shares = new BlockShares(registry, this.index, this.approx, this.budget);
   }
 

@@ -15,7 +15,7 @@ export type WorkerRow = WorkerRecord &
   Pick<WorkerView, "blocks" | "synced" | "approximate" | "approximateReasons" | "quarantined" | "activeRequests" | "activePrefillTokens" | "activeDecodeBlocks">;
 
 export function emptyIndexCounters(): IndexCounters {
-  return { eventsApplied: 0, blocksStored: 0, blocksRemoved: 0, eventsDropped: 0, dropReasons: {}, dumps: 0, routed: 0, settled: 0, expired: 0, receiptsRejected: 0 };
+  return { eventsApplied: 0, blocksStored: 0, blocksRemoved: 0, eventsDropped: 0, dropReasons: {}, dumps: 0, routed: 0, settled: 0, expired: 0, receiptsRejected: 0, approxResets: 0 };
 }
 
 /** Every registered worker with what the index holds of it and its in-flight load. */

@@ -207,8 +207,9 @@ describe("ApproxIndex after an internal error", () => {
     expect(ax.resets).toBe(1);
   }
 
-  it("a record whose tree store fails starts afresh", () => {
-    const ax = new ApproxIndex({ ttlMs: 100 });
+  it("a record whose tree store fails starts afresh, and tells its owner", () => {
+    let told = 0;
+    const ax = new ApproxIndex({ ttlMs: 100 }, { onReset: () => told++ });
     const a = chain(1, 20);
     ax.record(0, a, 0);
     const store = RadixIndex.prototype.applyStoredIds;
@@ -217,6 +218,7 @@ describe("ApproxIndex after an internal error", () => {
       return { ok: false, applied: 0, error: "parent_not_found" };
     });
     ax.record(0, chain(1, 40), 10);
+    expect(told).toBe(1);
     expectFresh(ax, a, 10);
   });
 

@@ -41,7 +41,7 @@ function worker(workerId: string, over: Partial<WorkerView> = {}): WorkerView {
 }
 
 function counters(over: Partial<IndexCounters> = {}): IndexCounters {
-  return { eventsApplied: 0, blocksStored: 0, blocksRemoved: 0, eventsDropped: 0, dropReasons: {}, dumps: 0, routed: 0, settled: 0, expired: 0, receiptsRejected: 0, ...over };
+  return { eventsApplied: 0, blocksStored: 0, blocksRemoved: 0, eventsDropped: 0, dropReasons: {}, dumps: 0, routed: 0, settled: 0, expired: 0, receiptsRejected: 0, approxResets: 0, ...over };
 }
 
 /** A shard's snapshot around a real recorder; the index parts are what each shard would report. */
@@ -121,7 +121,7 @@ describe("mergeShardSnapshots", () => {
   it("sums index counters, drop reasons and indexed blocks; takes the max `at`", () => {
     const r = new PoolRecorder();
     const merged = mergeShardSnapshots([
-      shard(r, { at: 5, indexedBlocks: 10, counters: counters({ eventsApplied: 3, dumps: 1, routed: 9, dropReasons: { parent_not_found: 1 } }) }),
+      shard(r, { at: 5, indexedBlocks: 10, counters: counters({ eventsApplied: 3, dumps: 1, routed: 9, approxResets: 1, dropReasons: { parent_not_found: 1 } }) }),
       shard(r, { at: 9, indexedBlocks: 20, counters: counters({ eventsApplied: 4, blocksStored: 20, eventsDropped: 2, dropReasons: { parent_not_found: 1, stale_epoch: 1 } }) }),
       shard(r, { at: 7, indexedBlocks: 5, counters: counters({ blocksRemoved: 6, expired: 2, settled: 1, receiptsRejected: 3, dropReasons: { stale_epoch: 3 } }) }),
     ]);
@@ -138,6 +138,7 @@ describe("mergeShardSnapshots", () => {
       settled: 1,
       expired: 2,
       receiptsRejected: 3,
+      approxResets: 1,
     });
   });
 
