@@ -158,6 +158,14 @@ export interface Fleet {
 // inspector's), and the edge exits at once when they collide.
 const issuedPorts = new Set<number>();
 
+/** Starts of a process on fresh ports when the last one found its port taken (EADDRINUSE). */
+const PORT_CLASH_ATTEMPTS = 3;
+
+/** Whether a start failed because a port it was given was taken meanwhile (the process's own report). */
+function isPortClash(e: unknown): boolean {
+  return e instanceof Error && e.message.includes("EADDRINUSE");
+}
+
 export async function freePort(): Promise<number> {
   for (let attempt = 0; attempt < 50; attempt++) {
     const port = await ephemeralPort();
@@ -471,7 +479,7 @@ async function buildFleet(opts: FleetOptions, life: FleetLife): Promise<Fleet> {
     await waitFor(async () => (await probe(`${url}/health`)).ok, 30_000, `encoder ${workerId}-e${e + 1}`, proc);
     return url;
   };
-  const startWorker = async (i: number, extraArgs: string[] = [], ports?: [number, number, number]): Promise<FleetWorker> => {
+  const startWorkerOnce = async (i: number, extraArgs: string[] = [], ports?: [number, number, number]): Promise<FleetWorker> => {
     const dp = opts.dpSize ?? 1;
     const eventPorts = async (): Promise<[number, number]> => {
       if (dp === 1) return [await freePort(), await freePort()];
@@ -518,6 +526,17 @@ async function buildFleet(opts: FleetOptions, life: FleetLife): Promise<Fleet> {
     await waitFor(async () => (await probe(`${url}/health`)).ok, 30_000, `worker ${id}`, proc);
     const md = extraArgs.lastIndexOf("--model-dir");
     return { id, url, port, kvPort, replayPort, proc, relay: null, modelDir: md >= 0 ? extraArgs[md + 1]! : modelDir, apiKey };
+  };
+  // A port freePort handed out can be taken by another process's connection before the worker binds
+  // it (other test files' fleets share the ephemeral range): a worker on fresh ports tries again.
+  const startWorker = async (i: number, extraArgs: string[] = [], ports?: [number, number, number]): Promise<FleetWorker> => {
+    for (let attempt = 1; ; attempt++) {
+      try {
+        return await startWorkerOnce(i, extraArgs, ports);
+      } catch (e) {
+        if (ports || attempt >= PORT_CLASH_ATTEMPTS || !isPortClash(e)) throw e;
+      }
+    }
   };
   for (let i = 0; i < n; i++) workers.push(await startWorker(i));
 
