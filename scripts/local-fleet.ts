@@ -527,8 +527,9 @@ async function buildFleet(opts: FleetOptions, life: FleetLife): Promise<Fleet> {
     const md = extraArgs.lastIndexOf("--model-dir");
     return { id, url, port, kvPort, replayPort, proc, relay: null, modelDir: md >= 0 ? extraArgs[md + 1]! : modelDir, apiKey };
   };
-  // A port freePort handed out can be taken by another process's connection before the worker binds
-  // it (other test files' fleets share the ephemeral range): a worker on fresh ports tries again.
+  // A port freePort handed out can be taken before the worker binds it (outgoing connections, the
+  // fleet's own included, draw their local ports from the same ephemeral range): it tries again on
+  // fresh ports.
   const startWorker = async (i: number, extraArgs: string[] = [], ports?: [number, number, number]): Promise<FleetWorker> => {
     for (let attempt = 1; ; attempt++) {
       try {
