@@ -366,7 +366,8 @@ export class PrefixCache {
       this.held.grow(x, SEEN_BYTES);
       return (x.seen = new SeenPieces(SEEN_PIECES));
     };
-    for (let p = last; p > 0 && !hit; p = p < SPLIT_TOKEN.length ? 0 : text.lastIndexOf(SPLIT_TOKEN, p - SPLIT_TOKEN.length)) {
+    // No search past a hit: the split before it can lie a whole long message back.
+    for (let p = last; p > 0 && !hit; p = hit || p < SPLIT_TOKEN.length ? 0 : text.lastIndexOf(SPLIT_TOKEN, p - SPLIT_TOKEN.length)) {
       const bucket = this.buckets.get(p === last ? lastKey : this.key(info, blockSize, partitionKey, text, p));
       if (!bucket) continue;
       for (const n of bucket) {

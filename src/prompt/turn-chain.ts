@@ -1382,10 +1382,13 @@ export class TurnChainCache {
     if (!chain.every((x) => x.spans !== null)) return;
     const firstEnd = chain[0]!.spans![1]!;
     if (firstEnd + HINT_WINDOW_CHARS > node.rawEnd) return;
+    // Only the key's windows: a whole long message joined here would be flattened by the slices
+    // below, a copy of the history on every store (~1 ms at 100k tokens).
+    const need = firstEnd + HINT_WINDOW_CHARS;
     let raw = "";
     for (const x of chain) {
-      raw += x.raw;
-      if (raw.length >= firstEnd + HINT_WINDOW_CHARS) break;
+      raw += x.raw.length > need - raw.length ? x.raw.slice(0, need - raw.length) : x.raw;
+      if (raw.length >= need) break;
     }
     // Its own copy: the slices would keep the text they were cut from.
     const key = ownString(hintKey(partitionOf(node.scope), raw, 0, firstEnd));
