@@ -67,25 +67,39 @@ const cryptoRandom: RandomBytes = (b) => {
   crypto.getRandomValues(b);
 };
 
-/** `n` random bytes as lower-case hex, never all zeros (an invalid id). */
-function randomId(n: number, random: RandomBytes): string {
-  const b = new Uint8Array(n);
-  do random(b);
-  while (b.every((x) => x === 0));
+/** Each byte's two lower-case hex digits (a lookup, not a toString and padStart per byte). */
+const HEX_BYTE: readonly string[] = Array.from({ length: 256 }, (_, x) => x.toString(16).padStart(2, "0"));
+
+/** Whether `b[from..to)` is all zeros (an invalid id). */
+function allZeros(b: Uint8Array, from: number, to: number): boolean {
+  let any = 0;
+  for (let i = from; i < to; i++) any |= b[i]!;
+  return any === 0;
+}
+
+/** `b[from..to)` as lower-case hex. */
+function hex(b: Uint8Array, from: number, to: number): string {
   let s = "";
-  for (const x of b) s += x.toString(16).padStart(2, "0");
+  for (let i = from; i < to; i++) s += HEX_BYTE[b[i]!]!;
   return s;
 }
+
+const SPAN_ID_BYTES = 8;
+const TRACE_ID_BYTES = 16;
 
 /**
  * The edge's span for a request carrying `incoming` (its `traceparent` header, or null): the
  * client's trace when valid, else a new random trace. A new trace is marked sampled: the edge
- * records every request's trace id with its routing receipt.
+ * records every request's trace id with its routing receipt. A new trace's id and the span id come
+ * from one draw (span id first), drawn again while either is all zeros.
  */
 export function startEdgeTrace(incoming: string | null, random: RandomBytes = cryptoRandom): EdgeTrace {
   const parent = parseTraceparent(incoming);
-  const traceId = parent?.traceId ?? randomId(16, random);
-  const spanId = randomId(8, random);
+  const b = new Uint8Array(parent ? SPAN_ID_BYTES : SPAN_ID_BYTES + TRACE_ID_BYTES);
+  do random(b);
+  while (allZeros(b, 0, SPAN_ID_BYTES) || (!parent && allZeros(b, SPAN_ID_BYTES, b.length)));
+  const spanId = hex(b, 0, SPAN_ID_BYTES);
+  const traceId = parent?.traceId ?? hex(b, SPAN_ID_BYTES, b.length);
   const sampled = parent ? (parent.flags & SAMPLED) !== 0 : true;
   return { traceId, spanId, parentId: parent?.parentId ?? null, sampled, header: formatTraceparent(traceId, spanId, sampled) };
 }

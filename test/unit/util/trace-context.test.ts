@@ -87,9 +87,40 @@ describe("startEdgeTrace", () => {
     const a = startEdgeTrace(null), b = startEdgeTrace(null);
     expect(a.traceId).not.toBe(b.traceId);
     expect(a.spanId).not.toBe(b.spanId);
-    // A source that yields zeros first: the ids are drawn again.
-    const t = startEdgeTrace(null, scripted(0, 0x11, 0, 0x22));
-    expect(t.traceId).toBe("11".repeat(16));
-    expect(t.spanId).toBe("22".repeat(8));
+    // One draw gives both ids (span id first); a draw where either is all zeros is drawn again.
+    const draws = [
+      [0, 0],
+      [0x11, 0],
+      [0, 0x22],
+      [0x33, 0x44],
+    ];
+    let d = 0;
+    const zeroFirst: RandomBytes = (b) => {
+      const [span, trace] = draws[d++]!;
+      b.fill(span!, 0, 8);
+      b.fill(trace!, 8);
+    };
+    const t = startEdgeTrace(null, zeroFirst);
+    expect([t.spanId, t.traceId, d]).toEqual(["33".repeat(8), "44".repeat(16), 4]);
+    // A continued trace draws only its span id, again while it is all zeros.
+    const c = startEdgeTrace(VALID, scripted(0, 0x55));
+    expect([c.traceId, c.spanId]).toEqual([TRACE, "55".repeat(8)]);
+  });
+
+  it("writes every byte value as its two lower-case hex digits", () => {
+    // The source counts up byte by byte (mod 256): 11 traces draw 264 bytes, every value at least once.
+    let next = 1;
+    const counting: RandomBytes = (b) => {
+      for (let i = 0; i < b.length; i++) b[i] = next++ % 256;
+    };
+    const hexOf = (from: number, n: number) => Buffer.from(Array.from({ length: n }, (_, i) => (from + i) % 256)).toString("hex");
+    const seen = new Set<string>();
+    for (let k = 0; k < 11; k++) {
+      const from = next;
+      const t = startEdgeTrace(null, counting);
+      expect([t.spanId, t.traceId]).toEqual([hexOf(from, 8), hexOf(from + 8, 16)]);
+      for (const id of [t.traceId, t.spanId]) for (let i = 0; i < id.length; i += 2) seen.add(id.slice(i, i + 2));
+    }
+    expect(seen.size).toBe(256);
   });
 });
