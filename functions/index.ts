@@ -20,10 +20,10 @@ import { handleAdminRoute, presentsAdminCredentials } from "../src/edge/admin-ro
 import { preflightResponse, withCors } from "../src/edge/cors.ts";
 import { dispatch, type Route } from "../src/edge/route-table.ts";
 import { readinessResponse } from "../src/edge/readiness.ts";
+import { requestPath } from "../src/edge/request-path.ts";
 import { initHashing } from "../src/util/hash.ts";
 import { shardObjectName } from "../src/routing-index/pool-address.ts";
 import { relayConnectRequest, relayConnectTarget } from "../src/routing-index/front-door.ts";
-import { stripTrailing } from "../src/util/strip-trailing.ts";
 import { startEdgeTrace, TRACE_RESPONSE_HEADER, type EdgeTrace } from "../src/util/trace-context.ts";
 
 export { RoutingIndex, RateLimiter, ResponseStore };
@@ -251,7 +251,7 @@ async function operator(r: EdgeRequest): Promise<Response> {
 
 export default {
   async fetch(request, env, ctx): Promise<Response> {
-    const path = stripTrailing(new URL(request.url).pathname, "/") || "/";
+    const path = requestPath(request.url);
     // CORS headers on answers and errors alike (a page must be able to read a 4xx); a config that
     // does not parse has no policy, so its error goes out without them.
     const cors = (res: Response): Response => (cached?.env === env ? withCors(res, request, path, cached.config.cors) : res);
