@@ -51,10 +51,20 @@ export function withCors(response: Response, request: Request, path: string, pol
   if (PUBLIC_ROUTE_METHODS[path] === undefined || request.method === "OPTIONS") return response;
   const origin = allowedOrigin(policy, request.headers.get("origin"));
   if (origin === null) return response;
-  // Responses from fetch() have immutable headers: copy (the body streams through untouched).
+  try {
+    setCorsHeaders(response.headers, origin);
+    return response;
+  } catch (err) {
+    // Immutable headers (a Response from fetch()) refuse the first set: copy (the body streams through untouched).
+    if (!(err instanceof TypeError)) throw err;
+  }
   const out = new Response(response.body, response);
-  out.headers.set("access-control-allow-origin", origin);
-  out.headers.set("access-control-expose-headers", EXPOSED);
-  if (origin !== "*") out.headers.append("vary", "Origin");
+  setCorsHeaders(out.headers, origin);
   return out;
+}
+
+function setCorsHeaders(headers: Headers, origin: string): void {
+  headers.set("access-control-allow-origin", origin);
+  headers.set("access-control-expose-headers", EXPOSED);
+  if (origin !== "*") headers.append("vary", "Origin");
 }

@@ -33,6 +33,21 @@ describe("CORS", () => {
     expect([answered.headers.get("access-control-allow-origin"), answered.headers.get("vary")]).toEqual(["https://a.example", "Origin"]);
   });
 
+  it("sets the headers on the answer itself; one whose headers are immutable is copied, status, headers and body kept", async () => {
+    const own = new Response("x", { status: 201, headers: { "x-request-id": "r1" } });
+    const out = withCors(own, req("https://a.example"), "/v1/models", corsOf(undefined));
+    expect(out).toBe(own);
+    expect([out.headers.get("access-control-allow-origin"), out.headers.get("access-control-expose-headers"), out.headers.get("vary")]).toEqual(["*", "x-request-id, retry-after, traceresponse", null]);
+    // Response.redirect's headers are immutable, as fetch()'s answers are.
+    const fixed = Response.redirect("https://b.example/next", 307);
+    const copied = withCors(fixed, req("https://a.example"), "/v1/models", corsOf("https://a.example"));
+    expect(copied).not.toBe(fixed);
+    expect([copied.status, copied.headers.get("location"), copied.headers.get("access-control-allow-origin"), copied.headers.get("vary")]).toEqual([307, "https://b.example/next", "https://a.example", "Origin"]);
+    expect(fixed.headers.get("access-control-allow-origin")).toBeNull();
+    const withBody = withCors(new Response("body text", { headers: { vary: "Accept" } }), req("https://a.example"), "/v1/models", corsOf("https://a.example"));
+    expect([withBody.headers.get("vary"), await withBody.text()]).toEqual(["Accept, Origin", "body text"]);
+  });
+
   it("off: nothing added anywhere; a preflight still gets its 204 with Allow", () => {
     expect(withCors(new Response("x"), req("https://a.example"), "/v1/models", null).headers.get("access-control-allow-origin")).toBeNull();
     const pre = preflightResponse(req("https://a.example", "OPTIONS"), "/v1/models", null)!;
