@@ -113,17 +113,15 @@ export function routeTarget(input: RouteInput): RouteTarget {
   };
 }
 
-/** The pick as response headers (admin callers and debug only: they reveal topology). */
-export function routingHeaders(d: RouteDecision, fallbackReason: FallbackReason, requestId: string, attempts: number, shard: number): Headers {
-  const h = new Headers({
-    "x-request-id": requestId,
-    "x-kvedge-worker": d.workerId,
-    "x-kvedge-overlap-blocks": String(d.overlapBlocks),
-    "x-kvedge-total-blocks": String(d.totalBlocks),
-    "x-kvedge-receipt": d.receiptId,
-    "x-kvedge-routing": fallbackReason === null ? "exact" : "text_prefix",
-    "x-kvedge-attempts": String(attempts),
-  });
+/** Sets the pick as response headers on `h` (admin callers and debug only: they reveal topology). */
+export function setRoutingHeaders(h: Headers, d: RouteDecision, fallbackReason: FallbackReason, requestId: string, attempts: number, shard: number): void {
+  h.set("x-request-id", requestId);
+  h.set("x-kvedge-worker", d.workerId);
+  h.set("x-kvedge-overlap-blocks", String(d.overlapBlocks));
+  h.set("x-kvedge-total-blocks", String(d.totalBlocks));
+  h.set("x-kvedge-receipt", d.receiptId);
+  h.set("x-kvedge-routing", fallbackReason === null ? "exact" : "text_prefix");
+  h.set("x-kvedge-attempts", String(attempts));
   // A prefill/decode pair: x-kvedge-worker is its prefill (where the prefix is), this its decode.
   if (d.pd) h.set("x-kvedge-decode-worker", d.pd.decodeWorkerId);
   // Of the overlap, blocks in the worker's host memory (HiCache): loaded back there, not prefilled.
@@ -132,7 +130,6 @@ export function routingHeaders(d: RouteDecision, fallbackReason: FallbackReason,
   if (d.storageBlocks) h.set("x-kvedge-storage-blocks", `${d.storageBlocks}; approximate`);
   if (fallbackReason) h.set("x-kvedge-fallback-reason", fallbackReason);
   if (shard > 0) h.set("x-kvedge-shard", String(shard));
-  return h;
 }
 
 /** The Cloudflare colo serving this request (regions: src/selection/regions.ts); null outside Cloudflare. */
