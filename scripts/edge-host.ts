@@ -17,8 +17,8 @@ import { z } from "zod";
 export const EdgeHostOptionsSchema = z.object({
   host: z.string().min(1),
   port: z.number().int().min(1).max(65_535),
-  /** The V8 inspector's port (heap sampling: scripts/soak-heap.ts); absent: no inspector. */
-  inspectorPort: z.number().int().min(1).max(65_535).optional(),
+  /** The V8 inspector's port (heap sampling: scripts/soak-heap.ts), 0: any free one; absent: no inspector. */
+  inspectorPort: z.number().int().min(0).max(65_535).optional(),
   /** Miniflare's persistence root: wrangler dev's `<--persist-to>/v3`, so state carries over between the two. */
   persistRoot: z.string().min(1),
   /** Miniflare worker options: the bundle, the wrangler.toml config and the launcher's bindings (validated by Miniflare). */
@@ -59,4 +59,6 @@ process.once("SIGTERM", stop);
 process.once("SIGINT", stop);
 
 await mf.ready;
-console.log(`edge-host: serving on http://${opts.host}:${opts.port}`);
+// The inspector's port as bound (the launcher asks for any free one: scripts/local-fleet.ts).
+const inspector = opts.inspectorPort !== undefined ? ` (inspector on port ${(await mf.getInspectorURL()).port})` : "";
+console.log(`edge-host: serving on http://${opts.host}:${opts.port}${inspector}`);

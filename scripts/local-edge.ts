@@ -12,17 +12,19 @@ import type { EdgeHostOptions } from "./edge-host.ts";
 
 export interface LocalEdgeOptions {
   root: string;
-  port: number;
   /** wrangler dev's `--persist-to`: Durable Object state lives in `<persistTo>/v3`, as under wrangler dev. */
   persistTo: string;
   /** Text bindings over wrangler.toml's vars (secrets included: they reach the host on stdin only). */
   bindings: Record<string, string>;
-  inspectorPort?: number;
 }
 
 export interface LocalEdge {
-  /** Starts one edge process (its own process group) serving the bundle; stop it by signalling the group. */
-  spawn(): ChildProcess;
+  /**
+   * Starts one edge process (its own process group) serving the bundle on `port`, with the V8
+   * inspector on `inspectorPort` (0: any free port, which it prints) unless null; stop it by
+   * signalling the group.
+   */
+  spawn(port: number, inspectorPort: number | null): ChildProcess;
   /** Removes the bundle. */
   remove(): void;
 }
@@ -46,15 +48,15 @@ async function bundle(root: string): Promise<string> {
 }
 
 export async function prepareLocalEdge(opts: LocalEdgeOptions): Promise<LocalEdge> {
-  // Loaded here, not at import: callers that only want freePort() skip wrangler's ~1 s load.
+  // Loaded here, not at import: importing the fleet without starting an edge skips wrangler's ~1 s load.
   const { unstable_getMiniflareWorkerOptions, unstable_readConfig } = await import("wrangler");
   const config = unstable_readConfig({ config: join(opts.root, "wrangler.toml") }, { hideWarnings: true });
   const { workerOptions } = unstable_getMiniflareWorkerOptions(config);
   const dir = await bundle(opts.root);
-  const hostOptions: EdgeHostOptions = {
+  const hostOptions = (port: number, inspectorPort: number | null): EdgeHostOptions => ({
     host: "127.0.0.1",
-    port: opts.port,
-    ...(opts.inspectorPort !== undefined ? { inspectorPort: opts.inspectorPort } : {}),
+    port,
+    ...(inspectorPort !== null ? { inspectorPort } : {}),
     persistRoot: join(opts.persistTo, "v3"),
     worker: {
       ...workerOptions,
@@ -65,13 +67,12 @@ export async function prepareLocalEdge(opts: LocalEdgeOptions): Promise<LocalEdg
       scriptPath: join(dir, "index.js"),
       modulesRoot: dir,
     },
-  };
-  const input = JSON.stringify(hostOptions);
+  });
   return {
-    spawn() {
+    spawn(port, inspectorPort) {
       const p = spawn(process.execPath, [join(opts.root, "scripts/edge-host.ts")], { cwd: opts.root, detached: true, stdio: ["pipe", "pipe", "pipe"] });
       p.stdin!.on("error", () => {}); // a host that dies at once is reported by its exit, not an EPIPE
-      p.stdin!.end(input);
+      p.stdin!.end(JSON.stringify(hostOptions(port, inspectorPort)));
       return p;
     },
     remove: () => rmSync(dir, { recursive: true, force: true }),

@@ -8,11 +8,11 @@ import { spawn, type ChildProcess } from "node:child_process";
 import { randomBytes } from "node:crypto";
 import { mkdtempSync, rmSync, readFileSync, existsSync, statSync } from "node:fs";
 import { createServer as createHttpServer, type Server } from "node:http";
-import { createServer } from "node:net";
 import { tmpdir } from "node:os";
 import { join, dirname } from "node:path";
 import { fileURLToPath } from "node:url";
 import { prepareLocalEdge } from "./local-edge.ts";
+import { freePort, freePortRange, PortClashError, reportsBindFailure, reservePort, startOnFreshPorts, type PortPicker } from "./fleet-ports.ts";
 import { deriveWorkerApiKey } from "../src/edge/worker-auth.ts";
 import { importMediaUrlKey, workerMediaCredential } from "../src/media/signed-url.ts";
 
@@ -83,6 +83,8 @@ export interface FleetOptions {
   inspector?: boolean;
   /** The edge process exited without being asked to: the fleet has no edge any more. */
   onEdgeLost?: (reason: string) => void;
+  /** Picks each port the fleet hands a service (default freePort); tests hand out a taken one to see the service move. */
+  portPicker?: PortPicker;
 }
 
 export interface FleetWorker {
@@ -153,74 +155,21 @@ export interface Fleet {
   stop(): Promise<void>;
 }
 
-// Ports this process has handed out: the kernel may give a just-closed ephemeral port to the next
-// bind(0), so two calls in a row could otherwise return the same port (e.g. the edge's port and its
-// inspector's), and the edge exits at once when they collide.
-const issuedPorts = new Set<number>();
-
-/** Starts of a process on fresh ports when the last one found its port taken (EADDRINUSE). */
-const PORT_CLASH_ATTEMPTS = 3;
-
-/** Whether a start failed because a port it was given was taken meanwhile (the process's own report). */
-function isPortClash(e: unknown): boolean {
-  return e instanceof Error && e.message.includes("EADDRINUSE");
-}
-
-export async function freePort(): Promise<number> {
-  for (let attempt = 0; attempt < 50; attempt++) {
-    const port = await ephemeralPort();
-    if (!issuedPorts.has(port)) {
-      issuedPorts.add(port);
-      return port;
-    }
-  }
-  throw new Error("freePort: no unused ephemeral port after 50 attempts");
-}
-
-/** `count` consecutive free ports (a DP worker's per-rank event ports): the first of them. */
-export async function freePortRange(count: number): Promise<number> {
-  for (let attempt = 0; attempt < 50; attempt++) {
-    const first = await freePort();
-    const rest = Array.from({ length: count - 1 }, (_, k) => first + 1 + k);
-    if (rest.some((p) => p > 65535 || issuedPorts.has(p))) continue;
-    if ((await Promise.all(rest.map(portIsFree))).every(Boolean)) {
-      for (const p of rest) issuedPorts.add(p);
-      return first;
-    }
-  }
-  throw new Error(`freePortRange: no ${count} consecutive free ports after 50 attempts`);
-}
-
-function portIsFree(port: number): Promise<boolean> {
-  return new Promise((resolve) => {
-    const s = createServer();
-    s.once("error", () => resolve(false));
-    s.listen(port, "127.0.0.1", () => s.close(() => resolve(true)));
-  });
-}
-
-function ephemeralPort(): Promise<number> {
-  return new Promise((resolve, reject) => {
-    const s = createServer();
-    s.once("error", reject);
-    s.listen(0, "127.0.0.1", () => {
-      const addr = s.address();
-      const port = typeof addr === "object" && addr ? addr.port : 0;
-      s.close(() => resolve(port));
-    });
-  });
-}
+/** The edge host's ready line with its inspector's port (scripts/edge-host.ts). */
+const INSPECTOR_REPORT = /^edge-host: serving on \S+ \(inspector on port (\d+)\)$/;
 
 // The last lines each child printed, so a startup failure reports why even when logs are off.
 const TAIL_LINES = 30;
 const outputTails = new WeakMap<ChildProcess, string[]>();
+// Children that printed a failed bind (a port they were given was taken).
+const bindFailures = new WeakSet<ChildProcess>();
 
 function outputTail(proc: ChildProcess | undefined): string {
   const tail = proc ? outputTails.get(proc) : undefined;
   return tail && tail.length > 0 ? `; its last output:\n${tail.join("\n")}` : "";
 }
 
-function pipeLogs(proc: ChildProcess, name: string, log: (l: string) => void): void {
+function pipeLogs(proc: ChildProcess, name: string, log: (l: string) => void, onLine?: (line: string) => void): void {
   const tail: string[] = [];
   outputTails.set(proc, tail);
   for (const stream of [proc.stdout, proc.stderr]) {
@@ -235,6 +184,8 @@ function pipeLogs(proc: ChildProcess, name: string, log: (l: string) => void): v
         if (!line.trim()) continue;
         tail.push(line);
         if (tail.length > TAIL_LINES) tail.shift();
+        if (reportsBindFailure(line)) bindFailures.add(proc);
+        onLine?.(line);
         log(`[${name}] ${line}`);
       }
     });
@@ -249,7 +200,11 @@ function probe(url: string): Promise<Response> {
 async function waitFor(check: () => Promise<boolean>, timeoutMs: number, what: string, proc?: ChildProcess): Promise<void> {
   const deadline = Date.now() + timeoutMs;
   while (Date.now() < deadline) {
-    if (proc && proc.exitCode !== null) throw new Error(`${what}: process exited with ${proc.exitCode}${outputTail(proc)}`);
+    if (proc && proc.exitCode !== null) {
+      await outputRead(proc);
+      const message = `${what}: process exited with ${proc.exitCode}${outputTail(proc)}`;
+      throw bindFailures.has(proc) ? new PortClashError(message) : new Error(message);
+    }
     try {
       if (await check()) return;
     } catch {
@@ -258,6 +213,15 @@ async function waitFor(check: () => Promise<boolean>, timeoutMs: number, what: s
     await new Promise((r) => setTimeout(r, 100));
   }
   throw new Error(`timed out waiting for ${what}${outputTail(proc)}`);
+}
+
+/** How long an exited child's last output may take to arrive (a grandchild, the edge's workerd, may hold its pipes). */
+const OUTPUT_DRAIN_MS = 1_000;
+
+/** Resolves once the exited `proc`'s stdout and stderr have ended, or OUTPUT_DRAIN_MS later: "exit" can come before the last lines. */
+async function outputRead(proc: ChildProcess): Promise<void> {
+  const deadline = Date.now() + OUTPUT_DRAIN_MS;
+  while (Date.now() < deadline && [proc.stdout, proc.stderr].some((s) => s && !s.readableEnded && !s.destroyed)) await new Promise((r) => setTimeout(r, 20));
 }
 
 function stopProc(p: ChildProcess | null, signal: NodeJS.Signals = "SIGTERM"): Promise<void> {
@@ -356,11 +320,11 @@ async function buildFleet(opts: FleetOptions, life: FleetLife): Promise<Fleet> {
   const pageSize = opts.pageSize ?? 16;
   const relaySecret = opts.relaySecret ?? randomBytes(24).toString("hex");
   const adminToken = opts.adminToken ?? randomBytes(24).toString("hex");
-  const edgePort = opts.edgePort ?? (await freePort());
+  const pickPort: PortPicker = opts.portPicker ?? (() => freePort());
   // A port the caller chose (PORT for npm start, a test's pick) may be free now and the kernel's
   // next bind(0) answer: never hand it to the decode service or a worker, or the edge cannot bind it
   // and the decode service answers the edge's health check in its place.
-  issuedPorts.add(edgePort);
+  if (opts.edgePort !== undefined) reservePort(opts.edgePort);
   const persistTo = opts.persistTo ?? mkdtempSync(join(tmpdir(), "kvedge-state-"));
   const ownsPersist = opts.persistTo === undefined;
   if (ownsPersist) life.onAbort(async () => rmSync(persistTo, { recursive: true, force: true }));
@@ -406,11 +370,14 @@ async function buildFleet(opts: FleetOptions, life: FleetLife): Promise<Fleet> {
     await waitFor(async () => (await probe(`${decodeUrl}/healthz`)).status < 500, 30_000, "decode service", dec);
   };
   if (opts.decode ?? opts.mediaDir !== undefined) {
-    const decodePort = await freePort();
-    decodeArgs = [join(ROOT, "services/decode/main.ts"), "--host", "127.0.0.1", "--port", String(decodePort), ...(opts.decodeArgs ?? [])];
-    if (mediaHost) decodeArgs.push("--allow", mediaHost);
-    decodeUrl = `http://127.0.0.1:${decodePort}`;
-    await startDecode();
+    // Its URL reaches the edge's vars and the workers' args only once it is up.
+    await startOnFreshPorts(async () => {
+      const decodePort = await pickPort("decode");
+      decodeArgs = [join(ROOT, "services/decode/main.ts"), "--host", "127.0.0.1", "--port", String(decodePort), ...(opts.decodeArgs ?? [])];
+      if (mediaHost) decodeArgs.push("--allow", mediaHost);
+      decodeUrl = `http://127.0.0.1:${decodePort}`;
+      await startDecode();
+    });
     decoder = ((await (await fetch(`${decodeUrl}/healthz`)).json()) as { decoder?: string }).decoder ?? null;
   }
 
@@ -433,18 +400,25 @@ async function buildFleet(opts: FleetOptions, life: FleetLife): Promise<Fleet> {
   if (opts.exactMedia === false) vars.KVEDGE_EXACT_MEDIA = "off";
   Object.assign(vars, opts.vars);
   // The edge: the Worker as `npm run deploy` bundles it, served by Miniflare (scripts/local-edge.ts).
-  const inspectorPort = opts.inspector ? await freePort() : null;
-  const localEdge = await prepareLocalEdge({ root: ROOT, port: edgePort, persistTo, bindings: vars, ...(inspectorPort !== null ? { inspectorPort } : {}) });
+  const localEdge = await prepareLocalEdge({ root: ROOT, persistTo, bindings: vars });
   life.onAbort(async () => localEdge.remove());
   process.once("exit", localEdge.remove);
+  // Its port: the caller's, or picked by startEdge; kept by restartEdge.
+  let edgePort = opts.edgePort ?? 0;
+  let edgeUrl = "";
+  // Its inspector binds any free port and reports it (kept by restartEdge): a picked one could be
+  // taken first, and Miniflare then never becomes ready rather than failing.
+  let inspectorPort: number | null = null;
   const spawnEdge = (): ChildProcess => {
-    const p = localEdge.spawn();
+    const p = localEdge.spawn(edgePort, opts.inspector ? (inspectorPort ?? 0) : null);
     life.track(p);
-    pipeLogs(p, "edge", log);
+    pipeLogs(p, "edge", log, (line) => {
+      const reported = INSPECTOR_REPORT.exec(line);
+      if (reported) inspectorPort = Number(reported[1]);
+    });
     return p;
   };
-  let edge = spawnEdge();
-  const edgeUrl = `http://127.0.0.1:${edgePort}`;
+  let edge: ChildProcess | null = null;
   /** Resolves once the edge process `proc` answers its health check; fails if it exits first. */
   const edgeServing = (proc: ChildProcess, what: string): Promise<void> => waitFor(async () => (await probe(`${edgeUrl}/healthz`)).ok, 60_000, what, proc);
   /** Once the fleet is up and until stop() or restartEdge() stops it, the edge exiting means the fleet has lost it. */
@@ -459,11 +433,27 @@ async function buildFleet(opts: FleetOptions, life: FleetLife): Promise<Fleet> {
       opts.onEdgeLost?.(reason);
     });
   };
+  /** Starts the edge (on a picked port unless the caller chose one) and resolves with it once it answers. */
+  const startEdge = async (): Promise<ChildProcess> => {
+    if (opts.edgePort === undefined) edgePort = await pickPort("edge");
+    edgeUrl = `http://127.0.0.1:${edgePort}`;
+    const proc = spawnEdge();
+    edge = proc;
+    await edgeServing(proc, "the edge");
+    if (opts.inspector) await waitFor(async () => inspectorPort !== null, 30_000, "the edge's inspector port", proc);
+    return proc;
+  };
+  // Nothing knows its URL until it is up (the relays, started after it, are the first), but the
+  // caller's port may be known beyond the fleet (npm start's PORT): only a picked port moves.
+  const edgeUp = opts.edgePort === undefined ? startOnFreshPorts(startEdge) : startEdge();
+  // Awaited once the workers are up (they start meanwhile); if one fails first, it is never awaited.
+  edgeUp.catch(() => {});
 
   const workers: FleetWorker[] = [];
   const encoderUrls: Record<string, string[]> = {};
-  const startEncoder = async (workerId: string, e: number): Promise<string> => {
-    const port = await freePort();
+  // Its URL reaches its worker's args only once it is up.
+  const startEncoder = (workerId: string, e: number): Promise<string> => startOnFreshPorts(async () => {
+    const port = await pickPort(`${workerId}-e${e + 1}`);
     const args = [
       join(ROOT, "services/sglang-sim/main.ts"),
       "--port", String(port),
@@ -478,22 +468,18 @@ async function buildFleet(opts: FleetOptions, life: FleetLife): Promise<Fleet> {
     const url = `http://127.0.0.1:${port}`;
     await waitFor(async () => (await probe(`${url}/health`)).ok, 30_000, `encoder ${workerId}-e${e + 1}`, proc);
     return url;
+  });
+  const dp = opts.dpSize ?? 1;
+  /** Worker `id`'s HTTP, KV event and replay ports (with DP, rank r's event ports are these + r). */
+  const pickWorkerPorts = async (id: string): Promise<[number, number, number]> => {
+    const port = await pickPort(id);
+    if (dp === 1) return [port, await pickPort(`${id} kv`), await pickPort(`${id} replay`)];
+    const first = await freePortRange(2 * dp, () => pickPort(`${id} kv`));
+    return [port, first, first + dp];
   };
-  const startWorkerOnce = async (i: number, extraArgs: string[] = [], ports?: [number, number, number]): Promise<FleetWorker> => {
-    const dp = opts.dpSize ?? 1;
-    const eventPorts = async (): Promise<[number, number]> => {
-      if (dp === 1) return [await freePort(), await freePort()];
-      const first = await freePortRange(2 * dp);
-      return [first, first + dp];
-    };
-    const [port, kvPort, replayPort] = ports ?? [await freePort(), ...(await eventPorts())];
+  /** Starts worker i on `ports`; resolves once it answers. */
+  const startWorkerOn = async (i: number, extraArgs: string[], [port, kvPort, replayPort]: [number, number, number]): Promise<FleetWorker> => {
     const id = `w${i + 1}`;
-    // Its encoders outlive a restart of the worker (started once).
-    if ((opts.encoders ?? 0) > 0 && fleetRoleOf(opts.shape ?? "unified", i, n) !== "decode" && !encoderUrls[id]) {
-      const urls: string[] = [];
-      for (let e = 0; e < opts.encoders!; e++) urls.push(await startEncoder(id, e));
-      encoderUrls[id] = urls;
-    }
     const encoders = encoderUrls[id] ?? [];
     const args = [
       join(ROOT, "services/sglang-sim/main.ts"),
@@ -527,22 +513,23 @@ async function buildFleet(opts: FleetOptions, life: FleetLife): Promise<Fleet> {
     const md = extraArgs.lastIndexOf("--model-dir");
     return { id, url, port, kvPort, replayPort, proc, relay: null, modelDir: md >= 0 ? extraArgs[md + 1]! : modelDir, apiKey };
   };
-  // A port freePort handed out can be taken before the worker binds it (outgoing connections, the
-  // fleet's own included, draw their local ports from the same ephemeral range): it tries again on
-  // fresh ports.
+  /**
+   * Starts worker i, its encoders first (once: they outlive its restarts), on fresh ports; or on
+   * `ports`, its own, when a test restarts it. Its URL reaches the edge through its relay, started after it.
+   */
   const startWorker = async (i: number, extraArgs: string[] = [], ports?: [number, number, number]): Promise<FleetWorker> => {
-    for (let attempt = 1; ; attempt++) {
-      try {
-        return await startWorkerOnce(i, extraArgs, ports);
-      } catch (e) {
-        if (ports || attempt >= PORT_CLASH_ATTEMPTS || !isPortClash(e)) throw e;
-      }
+    const id = `w${i + 1}`;
+    if ((opts.encoders ?? 0) > 0 && fleetRoleOf(opts.shape ?? "unified", i, n) !== "decode" && !encoderUrls[id]) {
+      const urls: string[] = [];
+      for (let e = 0; e < opts.encoders!; e++) urls.push(await startEncoder(id, e));
+      encoderUrls[id] = urls;
     }
+    if (ports) return startWorkerOn(i, extraArgs, ports);
+    return startOnFreshPorts(async () => startWorkerOn(i, extraArgs, await pickWorkerPorts(id)));
   };
   for (let i = 0; i < n; i++) workers.push(await startWorker(i));
 
-  await edgeServing(edge, "the edge");
-  watchEdge(edge);
+  watchEdge(await edgeUp);
   watchingEdge = true;
 
   const relayArgsOf = workers.map((_, i) => opts.relayArgs?.[i] ?? []);

@@ -12,7 +12,7 @@ import { createServer, type Server, type Socket } from "node:net";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterEach, describe, expect, it } from "vitest";
-import { freePort } from "../../scripts/local-fleet.ts";
+import { freePort } from "../../scripts/fleet-ports.ts";
 
 const ROOT = join(import.meta.dirname, "../..");
 
