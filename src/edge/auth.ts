@@ -6,7 +6,9 @@
  */
 import type { EdgeConfig } from "../config/config.ts";
 import { AuthenticationError } from "../api/errors.ts";
-import { timingSafeEqualString } from "../util/constant-time.ts";
+import { timingSafeEqualBytes } from "../util/constant-time.ts";
+
+const utf8 = new TextEncoder();
 
 export function bearerToken(request: Request): string | null {
   const h = request.headers.get("authorization");
@@ -28,24 +30,56 @@ export interface ClientIdentity {
  */
 export function authorizeClient(request: Request, config: Pick<EdgeConfig, "apiKeys" | "adminToken" | "publicAccess">): ClientIdentity {
   const t = bearerToken(request);
-  if (t !== null && config.adminToken !== null && timingSafeEqualString(t, config.adminToken)) return { apiKey: null, admin: true };
+  // The presented token is encoded once, for the admin token and every key.
+  const presented = t === null ? null : utf8.encode(t);
+  if (presented !== null && config.adminToken !== null && timingSafeEqualBytes(presented, adminTokenBytes(config.adminToken))) return { apiKey: null, admin: true };
   const keys = config.apiKeys;
   if (!keys) {
     if (config.publicAccess) return { apiKey: null, admin: false };
     throw new AuthenticationError("This endpoint requires an API key and none is configured (operators: set KVEDGE_API_KEYS, or KVEDGE_ACCESS=public).");
   }
-  if (t === null) {
+  if (presented === null) {
     if (config.publicAccess) return { apiKey: null, admin: false };
     throw new AuthenticationError("Missing API key. Send 'Authorization: Bearer <key>'.");
   }
-  const found = matchApiKey(t, keys);
+  const found = matchEncodedKey(presented, encodedKeys(keys));
   if (found === null) throw new AuthenticationError("Invalid API key.");
   return { apiKey: found, admin: false };
 }
 
 /** The configured key equal to `presented`, or null. Every key is compared, so timing does not reveal which one matched. */
 export function matchApiKey(presented: string, keys: Iterable<string>): string | null {
+  return matchEncodedKey(utf8.encode(presented), encodedKeys(keys));
+}
+
+function matchEncodedKey(presented: Uint8Array, keys: readonly EncodedKey[]): string | null {
   let found: string | null = null;
-  for (const k of keys) if (timingSafeEqualString(presented, k)) found = k;
+  for (const k of keys) if (timingSafeEqualBytes(presented, k.bytes)) found = k.key;
   return found;
+}
+
+interface EncodedKey {
+  key: string;
+  bytes: Uint8Array;
+}
+
+/**
+ * The configured credentials' UTF-8, encoded once instead of on every request: the keys by their
+ * collection (the config's Set, never changed once parsed), the admin token by its string.
+ */
+const keyBytes = new WeakMap<object, readonly EncodedKey[]>();
+let adminToken: { token: string; bytes: Uint8Array } | null = null;
+
+function encodedKeys(keys: Iterable<string>): readonly EncodedKey[] {
+  let encoded = keyBytes.get(keys);
+  if (encoded === undefined) {
+    encoded = Array.from(keys, (key) => ({ key, bytes: utf8.encode(key) }));
+    keyBytes.set(keys, encoded);
+  }
+  return encoded;
+}
+
+function adminTokenBytes(token: string): Uint8Array {
+  if (adminToken?.token !== token) adminToken = { token, bytes: utf8.encode(token) };
+  return adminToken.bytes;
 }
