@@ -9,7 +9,7 @@
 import { UpstreamError, UpstreamTimeoutError, type KvedgeError } from "../../api/errors.ts";
 import type { EdgeConfig } from "../../config/config.ts";
 import type { StreamOutcome, UpstreamBytes } from "../../proxy/chat-stream.ts";
-import { guardUpstreamBody, readGuardedText } from "../../proxy/upstream-guard.ts";
+import { openExchange } from "../../proxy/upstream-guard.ts";
 import type { RouteDecision } from "../../routing-index/front-door.ts";
 import { workerAuthHeaders } from "../worker-auth.ts";
 import { PairSideFailed, sendPair } from "./pd-dispatch.ts";
@@ -80,24 +80,23 @@ export interface ProxyInput {
 export async function proxyOnce(input: ProxyInput): Promise<Response> {
   const { routing } = input.config;
   const { decision: d, answer, receipt } = input;
-  const abort = new AbortController();
-  const deadlineAt = Date.now() + routing.upstreamDeadlineMs;
   const clientSignal = input.clientSignal;
-  if (clientSignal?.aborted) abort.abort();
-  else clientSignal?.addEventListener("abort", () => abort.abort(), { once: true });
-  const timer = setTimeout(() => abort.abort(), Math.min(routing.upstreamHeadersTimeoutMs, routing.upstreamDeadlineMs));
-  // The body: idle timeout, total deadline, a size cap when buffered; cancelling it aborts the request.
-  const guarded = (maxBytes?: number) =>
-    guardUpstreamBody(upstream.body ?? new ReadableStream(), { idleMs: routing.upstreamIdleTimeoutMs, deadlineAt, abort, ...(maxBytes !== undefined ? { maxBytes } : {}) });
+  // Headers timeout, idle timeout, total deadline, a size cap when buffered; the client's going aborts it.
+  const exchange = openExchange({
+    headersMs: routing.upstreamHeadersTimeoutMs,
+    idleMs: routing.upstreamIdleTimeoutMs,
+    deadlineAt: Date.now() + routing.upstreamDeadlineMs,
+    clientSignal,
+  });
   // The worker's credential, bound to its registered URL; none configured: it is not called at all.
   const auth = await workerAuthHeaders(input.config.workerAuth, d.url);
   if (auth === null) {
-    clearTimeout(timer);
+    exchange.end();
     throw new RetryableUpstream("the edge holds no credential for this worker (KVEDGE_WORKER_KEYS or KVEDGE_WORKER_KEY_SECRET)", false);
   }
   const decodeAuth = d.pd ? await workerAuthHeaders(input.config.workerAuth, d.pd.decodeUrl) : null;
   if (d.pd && decodeAuth === null) {
-    clearTimeout(timer);
+    exchange.end();
     throw new RetryableUpstream("the edge holds no credential for this decode worker (KVEDGE_WORKER_KEYS or KVEDGE_WORKER_KEY_SECRET)", false, d.pd.decodeWorkerId);
   }
   const headersFor = (a: Record<string, string>) => ({ "content-type": "application/json", traceparent: input.traceparent, ...a });
@@ -112,13 +111,14 @@ export async function proxyOnce(input: ProxyInput): Promise<Response> {
             pd: d.pd,
             prefillBody: input.body,
             decodeBody: input.decodeBody ?? input.body,
-            signal: abort.signal,
+            signal: exchange.signal,
             maxPrefillBodyBytes: routing.maxUpstreamBodyBytes,
             prefillDeadlineMs: routing.upstreamDeadlineMs,
           })
         ).decode
-      : await input.fetch(`${d.url}/generate`, { method: "POST", headers: headersFor(auth), body: input.body, signal: abort.signal, redirect: "manual" });
+      : await input.fetch(`${d.url}/generate`, { method: "POST", headers: headersFor(auth), body: input.body, signal: exchange.signal, redirect: "manual" });
   } catch (err) {
+    exchange.end();
     if (err instanceof PairSideFailed) {
       // The prefill refused the request itself (4xx): the client's answer, as SGLang's gateway returns it.
       if (err.clientError) return answer.complete(err.clientError.status, err.clientError.text) as never;
@@ -126,21 +126,21 @@ export async function proxyOnce(input: ProxyInput): Promise<Response> {
     }
     // The client's going, not the worker's failure: settled as cancelled, never retried.
     if (clientSignal?.aborted) throw new UpstreamError("The client went away before the worker answered.", null, "cancelled");
-    if (abort.signal.aborted) throw new UpstreamTimeoutError();
+    if (exchange.signal.aborted) throw new UpstreamTimeoutError();
     // Connection refused/reset before any byte: nothing was processed (the worker may be gone).
     throw new RetryableUpstream(err instanceof Error ? err.message : String(err), true);
-  } finally {
-    clearTimeout(timer);
   }
   if (upstream.status === 401 || upstream.status === 403) {
     // The worker refused the edge's credential (a key not set, or rotated on one side only): an
     // operator's error the client cannot fix; another worker may still answer.
+    exchange.end();
     await upstream.body?.cancel().catch(() => undefined);
     throw new RetryableUpstream(`worker refused the edge's credential (HTTP ${upstream.status})`, false);
   }
   if (upstream.status >= 300 && upstream.status <= 399) {
     // Not followed: the worker's credentials (fetch keeps the Access token across origins) go only
     // to the URL the worker is registered at, never to a Location whoever answers there names.
+    exchange.end();
     await upstream.body?.cancel().catch(() => undefined);
     throw new RetryableUpstream(`worker answered a redirect (HTTP ${upstream.status}); worker redirects are not followed`, false);
   }
@@ -148,7 +148,7 @@ export async function proxyOnce(input: ProxyInput): Promise<Response> {
   if (!answer.stream) {
     let text: string;
     try {
-      text = await readGuardedText(guarded(routing.maxUpstreamBodyBytes));
+      text = await exchange.text(upstream, routing.maxUpstreamBodyBytes);
     } catch (err) {
       // Cut by a deadline, the size cap or the client's going: not the worker's failure; not retried.
       if (err instanceof UpstreamTimeoutError || (err instanceof UpstreamError && (err.code === "upstream_too_large" || err.code === "cancelled"))) throw err;
@@ -168,13 +168,19 @@ export async function proxyOnce(input: ProxyInput): Promise<Response> {
   }
 
   if (upstream.status < 200 || upstream.status > 299) {
-    if (upstream.status === 503) throw new RetryableUpstream("worker overloaded (503)", false);
-    const text = await readGuardedText(guarded(routing.maxUpstreamBodyBytes)).catch(() => "");
+    if (upstream.status === 503) {
+      exchange.end();
+      throw new RetryableUpstream("worker overloaded (503)", false);
+    }
+    const text = await exchange.text(upstream, routing.maxUpstreamBodyBytes).catch(() => "");
     return answer.complete(upstream.status, text) as never; // throws the mapped error
   }
-  if (!upstream.body) throw new RetryableUpstream("empty upstream body", false);
+  if (!upstream.body) {
+    exchange.end();
+    throw new RetryableUpstream("empty upstream body", false);
+  }
   const translator = answer.streamAnswer({
-    source: guarded(),
+    source: exchange.body(upstream.body),
     // A PD pair streams from its decode side.
     incremental: d.pd ? d.pd.decodeIncrementalStreaming : d.incrementalStreaming,
     holdEndUntilFinished: input.releaseBeforeReply,

@@ -5,7 +5,7 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { UpstreamError, UpstreamRejectedError, UpstreamTimeoutError } from "../../../src/api/errors.ts";
 import { createChatStreamCore, createChatStreamTranslator } from "../../../src/proxy/chat-stream.ts";
 import type { ChatStreamOptions, StreamOutcome, UpstreamBytes } from "../../../src/proxy/chat-stream.ts";
-import { guardUpstreamBody } from "../../../src/proxy/upstream-guard.ts";
+import { openExchange } from "../../../src/proxy/upstream-guard.ts";
 import type { UsageSummary } from "../../../src/proxy/usage.ts";
 import { splitAt } from "../../helpers/split-at.ts";
 
@@ -345,15 +345,15 @@ describe("stream translator (streams)", () => {
         upstreamCancelled = reason;
       },
     });
-    const abort = new AbortController();
-    const guarded = guardUpstreamBody(body, { idleMs: 60_000, deadlineAt: Date.now() + 100, abort });
+    const exchange = openExchange({ headersMs: 60_000, idleMs: 60_000, deadlineAt: Date.now() + 100, clientSignal: null });
+    const guarded = exchange.body(body);
     const t = createChatStreamTranslator(guarded, { ...OPTS, onFinish: (o) => outcomes.push(o) });
     expect(await t.ready).toBeNull();
     const outcome = await t.done; // nobody has read a byte
     expect(outcome.status).toBe("upstream_error");
     expect(outcome.error).toBeInstanceOf(UpstreamTimeoutError);
     expect(outcomes).toEqual([outcome]);
-    expect(abort.signal.aborted).toBe(true);
+    expect(exchange.signal.aborted).toBe(true);
     expect(upstreamCancelled).toBeInstanceOf(UpstreamTimeoutError);
     const p = payloads(await readAll(t.readable)) as any[];
     expect(p[0].choices[0].delta.role).toBe("assistant");
@@ -409,7 +409,7 @@ describe("stream translator over real HTTP", () => {
 
   it("translates a real SSE response body", async () => {
     const res = await fetch(url, { method: "POST", body: "{}" });
-    const body = guardUpstreamBody(res.body!, { idleMs: 5_000, deadlineAt: Date.now() + 30_000, abort: new AbortController() });
+    const body = openExchange({ headersMs: 5_000, idleMs: 5_000, deadlineAt: Date.now() + 30_000, clientSignal: null }).body(res.body!);
     const t = createChatStreamTranslator(body, { ...OPTS, includeUsage: true });
     expect(await readAll(t.readable)).toBe(EXPECTED);
   });

@@ -1,12 +1,18 @@
 /**
- * The upstream guard's idle limit counts from the start of each read: a stream whose chunks keep
- * coming, each within the limit, is never cut however long it runs in all (the single watchdog
- * re-arms for the read in progress), and a stream that falls silent is cut with the idle error.
- * Real streams and real timers; the only clock read is the guard's own.
+ * The upstream exchange's limits: the idle limit counts from the start of each read, so a stream
+ * whose chunks keep coming, each within the limit, is never cut however long it runs in all (the
+ * one watchdog re-arms for the read in progress), and a stream that falls silent is cut with the
+ * idle error; the headers timeout ends with the headers. A complete answer read in one call (a
+ * Content-Length within the cap) is still cut by the idle limit, the deadline, the client's going,
+ * a broken connection and the cap. Real streams, real HTTP and real timers; the only clock read is
+ * the exchange's own.
  */
-import { describe, expect, it } from "vitest";
+import { createServer, type ServerResponse } from "node:http";
+import { gzipSync } from "node:zlib";
+import type { AddressInfo } from "node:net";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { UpstreamError, UpstreamTimeoutError, type KvedgeError } from "../../../src/api/errors.ts";
-import { READ_BUFFER_BYTES, guardUpstreamBody, readGuardedText } from "../../../src/proxy/upstream-guard.ts";
+import { READ_BUFFER_BYTES, openExchange, readGuardedText, type ExchangeOptions, type GuardedBody } from "../../../src/proxy/upstream-guard.ts";
 
 const IDLE_MS = 300;
 const GAP_MS = 20;
@@ -28,7 +34,14 @@ function trickle(chunks: number, then: "end" | "stall"): ReadableStream<Uint8Arr
   });
 }
 
-const guard = (body: ReadableStream<Uint8Array>) => guardUpstreamBody(body, { idleMs: IDLE_MS, deadlineAt: Date.now() + 60_000, abort: new AbortController() });
+const exchange = (o: Partial<ExchangeOptions> = {}) => openExchange({ headersMs: 60_000, idleMs: IDLE_MS, deadlineAt: Date.now() + 60_000, clientSignal: null, ...o });
+const guard = (body: ReadableStream<Uint8Array>, o: Partial<ExchangeOptions> = {}, maxBytes?: number): GuardedBody => exchange(o).body(body, maxBytes);
+/** What a promise rejected with; null when it resolved. */
+const rejection = (p: Promise<unknown>) =>
+  p.then(
+    () => null,
+    (e: unknown) => e,
+  );
 
 describe("guardUpstreamBody idle limit", () => {
   it("a stream that keeps sending within the idle limit runs past it in all and arrives whole", async () => {
@@ -39,10 +52,18 @@ describe("guardUpstreamBody idle limit", () => {
   });
 
   it("a stream that falls silent after a while is cut with the idle error", async () => {
-    const err = await readGuardedText(guard(trickle(20, "stall"))).then(
-      () => null,
-      (e: unknown) => e,
-    );
+    const err = await rejection(readGuardedText(guard(trickle(20, "stall"))));
+    expect(err).toBeInstanceOf(UpstreamTimeoutError);
+    expect((err as Error).message).toMatch(/^The worker sent nothing for /);
+  });
+
+  it("the headers timeout ends with the headers: a body that keeps sending runs past it", async () => {
+    const text = await readGuardedText(guard(trickle(20, "end"), { headersMs: 100 }));
+    expect(text).toBe(Array.from({ length: 20 }, (_, i) => `chunk ${i};`).join(""));
+  });
+
+  it("an idle limit shorter than the headers timeout still cuts a body that stalls (the watchdog is armed for the earliest limit)", async () => {
+    const err = await rejection(readGuardedText(guard(trickle(2, "stall"), { headersMs: 60_000 })));
     expect(err).toBeInstanceOf(UpstreamTimeoutError);
     expect((err as Error).message).toMatch(/^The worker sent nothing for /);
   });
@@ -52,36 +73,57 @@ describe("guardUpstreamBody cuts and cancellation", () => {
   it("an abort from outside cuts a body nobody reads: onCut is told, the upstream read is cancelled, reads reject", async () => {
     let upstreamCancelled: unknown = undefined;
     const body = new ReadableStream<Uint8Array>({ cancel: (reason) => void (upstreamCancelled = reason) });
-    const abort = new AbortController();
-    const g = guardUpstreamBody(body, { idleMs: IDLE_MS, deadlineAt: Date.now() + 60_000, abort });
+    const client = new AbortController();
+    const x = exchange({ clientSignal: client.signal });
+    const g = x.body(body);
     const cuts: KvedgeError[] = [];
     g.onCut = (e) => cuts.push(e);
-    abort.abort(); // the client's request signal
+    client.abort(); // the client's request signal
     expect(cuts).toHaveLength(1);
     expect(cuts[0]).toBeInstanceOf(UpstreamError);
     expect(cuts[0]!.code).toBe("cancelled");
     await expect(g.read()).rejects.toBe(cuts[0]);
     await Promise.resolve();
     expect(upstreamCancelled).toBe(cuts[0]);
+    expect(x.signal.reason).toBe(cuts[0]);
+  });
+
+  it("a client gone before the exchange opens: the fetch's signal is aborted at once", () => {
+    const client = new AbortController();
+    client.abort();
+    const x = exchange({ clientSignal: client.signal });
+    expect(x.signal.aborted).toBe(true);
+    expect((x.signal.reason as UpstreamError).code).toBe("cancelled");
+  });
+
+  it("headers that do not come within headersMs abort the fetch with a timeout", async () => {
+    const x = exchange({ headersMs: 100, idleMs: 60_000 });
+    const reason = await new Promise((r) => x.signal.addEventListener("abort", () => r(x.signal.reason)));
+    expect(reason).toBeInstanceOf(UpstreamTimeoutError);
+    expect((reason as Error).message).toBe("The worker did not answer in time.");
+  });
+
+  it("an exchange ended on its headers aborts nothing later", async () => {
+    const x = exchange({ headersMs: 100, idleMs: 100, deadlineAt: Date.now() + 150 });
+    x.end();
+    await new Promise((r) => setTimeout(r, 300));
+    expect(x.signal.aborted).toBe(false);
   });
 
   it("cancel stops a pending read (it ends as the body's end) and aborts the request with the client's error", async () => {
-    const abort = new AbortController();
-    const g = guardUpstreamBody(trickle(1, "stall"), { idleMs: 60_000, deadlineAt: Date.now() + 60_000, abort });
+    const x = exchange({ idleMs: 60_000 });
+    const g = x.body(trickle(1, "stall"));
     expect(await g.read()).not.toBeNull();
     const pending = g.read();
     g.cancel("client gone");
     expect(await pending).toBeNull();
-    expect(abort.signal.reason).toBeInstanceOf(UpstreamError);
-    expect((abort.signal.reason as UpstreamError).message).toBe("The client went away.");
+    expect(x.signal.reason).toBeInstanceOf(UpstreamError);
+    expect((x.signal.reason as UpstreamError).message).toBe("The client went away.");
   });
 
   it("a body past maxBytes is cut with upstream_too_large", async () => {
-    const g = guardUpstreamBody(trickle(5, "end"), { idleMs: 60_000, deadlineAt: Date.now() + 60_000, maxBytes: 20, abort: new AbortController() });
-    const err = await readGuardedText(g).then(
-      () => null,
-      (e: unknown) => e,
-    );
+    const g = guard(trickle(5, "end"), { idleMs: 60_000 }, 20);
+    const err = await rejection(readGuardedText(g));
     expect(err).toBeInstanceOf(UpstreamError);
     expect((err as UpstreamError).code).toBe("upstream_too_large");
   });
@@ -122,10 +164,7 @@ describe("guardUpstreamBody on a byte stream (a fetch body)", () => {
 
   it("a byte stream that falls silent is cut with the idle error", async () => {
     const silent = new ReadableStream({ type: "bytes", pull: () => new Promise<void>(() => undefined) });
-    const err = await readGuardedText(guard(silent)).then(
-      () => null,
-      (e: unknown) => e,
-    );
+    const err = await rejection(readGuardedText(guard(silent)));
     expect(err).toBeInstanceOf(UpstreamTimeoutError);
   });
 
@@ -136,5 +175,99 @@ describe("guardUpstreamBody on a byte stream (a fetch body)", () => {
     g.cancel("client gone");
     await Promise.resolve();
     expect(cancelled).toBeInstanceOf(UpstreamError);
+  });
+});
+
+describe("a complete answer with a Content-Length, read in one call (real HTTP)", () => {
+  const WHOLE = `{"text":"${"héllo € 𝄞 ".repeat(200)}"}`;
+  /** Upstream connections the server saw closed, by path. */
+  const closed = new Map<string, number>();
+  let base = "";
+  const send = (res: ServerResponse, headers: Record<string, string | number>, body: string | Buffer) => {
+    res.writeHead(200, { "content-type": "application/json", ...headers });
+    res.end(body);
+  };
+  const server = createServer((req, res) => {
+    const path = req.url ?? "";
+    res.on("close", () => closed.set(path, (closed.get(path) ?? 0) + 1));
+    const declared = { "content-length": 100 };
+    if (path === "/whole") send(res, { "content-length": Buffer.byteLength(WHOLE) }, WHOLE);
+    else if (path === "/chunked") (res.writeHead(200, { "content-type": "application/json" }), res.write(WHOLE.slice(0, 50)), res.end(WHOLE.slice(50)));
+    else if (path === "/big") send(res, { "content-length": 5000 }, "x".repeat(5000));
+    else if (path === "/gzip") send(res, { "content-encoding": "gzip", "content-length": gzipSync("x".repeat(100_000)).length }, gzipSync("x".repeat(100_000)));
+    else if (path === "/stall" || path === "/short") {
+      res.writeHead(200, declared);
+      res.write("0123456789"); // then silence, or a dropped connection
+      if (path === "/short") setTimeout(() => res.socket?.destroy(), 20);
+    }
+  });
+  beforeAll(async () => {
+    await new Promise<void>((r) => server.listen(0, "127.0.0.1", r));
+    base = `http://127.0.0.1:${(server.address() as AddressInfo).port}`;
+  });
+  afterAll(async () => {
+    server.closeAllConnections();
+    await new Promise<void>((r) => server.close(() => r()));
+  });
+  /** Fetches `path` under a new exchange and reads its text. */
+  const answer = async (path: string, o: Partial<ExchangeOptions> = {}, maxBytes = 1024 * 1024) => {
+    const x = exchange(o);
+    const res = await fetch(base + path, { signal: x.signal });
+    return { x, text: x.text(res, maxBytes) };
+  };
+
+  it("arrives whole, the same text as the chunk-by-chunk read of a body without a length", async () => {
+    const whole = await (await answer("/whole")).text;
+    expect(whole).toBe(WHOLE);
+    expect(await (await answer("/chunked")).text).toBe(whole);
+  });
+
+  it("a Content-Length over the cap is cut at once with upstream_too_large; the connection closes", async () => {
+    const err = await rejection((await answer("/big", {}, 1024)).text);
+    expect(err).toBeInstanceOf(UpstreamError);
+    expect((err as UpstreamError).code).toBe("upstream_too_large");
+    await expect.poll(() => closed.get("/big")).toBe(1);
+  });
+
+  it("a content-coded body is read chunk by chunk: what it decodes to is held to the cap", async () => {
+    const err = await rejection((await answer("/gzip", {}, 1024)).text);
+    expect((err as UpstreamError).code).toBe("upstream_too_large");
+  });
+
+  it("a body handed over in-process that is longer than it declares is held to the cap", async () => {
+    const x = exchange();
+    const err = await rejection(x.text(new Response("x".repeat(50), { headers: { "content-length": "5" } }), 10));
+    expect((err as UpstreamError).code).toBe("upstream_too_large");
+  });
+
+  it("a body that stalls after its headers is cut at the idle limit; the connection closes", async () => {
+    const err = await rejection((await answer("/stall", { idleMs: 200 })).text);
+    expect(err).toBeInstanceOf(UpstreamTimeoutError);
+    expect((err as Error).message).toMatch(/^The worker sent nothing for /);
+    await expect.poll(() => closed.get("/stall")).toBe(1);
+  });
+
+  it("a body that stalls is cut at the total deadline when that comes first", async () => {
+    const err = await rejection((await answer("/stall", { idleMs: 60_000, deadlineAt: Date.now() + 200 })).text);
+    expect(err).toBeInstanceOf(UpstreamTimeoutError);
+    expect((err as Error).message).toBe("The worker did not finish in time.");
+  });
+
+  it("a body shorter than its Content-Length (the connection dropped) fails as a broken connection, not a timeout", async () => {
+    const err = await rejection((await answer("/short", { idleMs: 60_000 })).text);
+    expect(err).toBeInstanceOf(UpstreamError);
+    expect((err as UpstreamError).code).toBe("upstream_error");
+    expect((err as Error).message).toBe("The connection to the worker failed mid-stream.");
+  });
+
+  it("the client going mid-read cuts it with cancelled and closes the connection", async () => {
+    const client = new AbortController();
+    const closedBefore = closed.get("/stall") ?? 0;
+    const { x, text } = await answer("/stall", { idleMs: 60_000, clientSignal: client.signal });
+    setTimeout(() => client.abort(), 50);
+    const err = await rejection(text);
+    expect((err as UpstreamError).code).toBe("cancelled");
+    expect(x.signal.reason).toBe(err);
+    await expect.poll(() => closed.get("/stall")).toBe(closedBefore + 1);
   });
 });
