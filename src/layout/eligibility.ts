@@ -99,12 +99,11 @@ export function routedItem(contract: WorkerContract, it: MediaItem): RoutedItem 
   return { ok: true, modality: it.modality, pieces: r.pieces, mmHash, padValue: padValueFromMmHash(mmHash) };
 }
 
-/** The items of a view, routed: what expansion takes, and the request's `mm_hashes` and pad values. */
+/** The items of a view, routed: what expansion takes (each item's pad value among it), and the request's `mm_hashes`. */
 export interface ViewItems {
   ok: true;
-  expandItems: ExpandItem[];
+  expandItems: readonly ExpandItem[];
   mmHashes: string[];
-  padValues: number[];
 }
 
 /**
@@ -117,15 +116,16 @@ export function routeViewItems(
   route: (it: MediaItem, index: number) => RoutedItem | Ineligible = (it) => routedItem(contract, it),
 ): ViewItems | Ineligible {
   if (!contract.acceptsMmHashes) return ineligible("worker_rejects_mm_hashes", "worker cannot take caller mm_hashes");
-  const expandItems: ExpandItem[] = [];
-  const hashes: { modality: Modality; mmHash: string }[] = [];
-  for (const [i, it] of items.entries()) {
+  // A routed item is its own expand item: a remembered item's is the same object on every turn
+  // (routed-items.ts), which the view cache compares by identity first (view-hashes.ts).
+  const routed: RoutedItem[] = [];
+  for (let i = 0; i < items.length; i++) {
+    const it = items[i]!;
     const r = route(it, i);
     if (!r.ok) return it.hash === null || it.probe === null ? r : { ...r, item: i };
-    expandItems.push({ modality: r.modality, pieces: r.pieces, padValue: r.padValue });
-    hashes.push({ modality: r.modality, mmHash: r.mmHash });
+    routed.push(r);
   }
-  return { ok: true, expandItems, mmHashes: mmHashesInSglangOrder(hashes), padValues: expandItems.map((e) => e.padValue) };
+  return { ok: true, expandItems: routed, mmHashes: mmHashesInSglangOrder(routed) };
 }
 
 /**
@@ -145,5 +145,5 @@ export function buildRoutingView(
   const ex = expandPrompt(templateTokens, routed.expandItems, contract.tokenIds, encode);
   if (!ex.ok) return ineligible(ex.reason, ex.detail);
   if (ex.tokens.length > MAX_ROUTING_TOKENS) return ineligible("too_many_tokens", `${ex.tokens.length} routing tokens`);
-  return { ok: true, tokens: ex.tokens, spans: ex.spans, mmHashes: routed.mmHashes, padValues: routed.padValues };
+  return { ok: true, tokens: ex.tokens, spans: ex.spans, mmHashes: routed.mmHashes, padValues: routed.expandItems.map((e) => e.padValue) };
 }

@@ -116,7 +116,7 @@ export async function planMediaRouting(input: MediaLayoutInput): Promise<Routing
       if (view) return view;
       const ex = expandPrompt(template.tokens(), routed.expandItems, cohort.contract.tokenIds, encode);
       if (!ex.ok) throw new Error(`view expansion disagrees with its hashes: ${ex.detail}`);
-      return (view = { tokens: ex.tokens, spans: ex.spans, padValues: routed.padValues });
+      return (view = { tokens: ex.tokens, spans: ex.spans, padValues: routed.expandItems.map((e) => e.padValue) });
     },
   };
 }
@@ -152,11 +152,13 @@ function textPrefixPlan(tokens: readonly number[], blockSize: number, visionStar
 function requestShape(req: ChatCompletionRequest): { partTypes: string[]; uuids: string[] } {
   const partTypes: string[] = [];
   const uuids: string[] = [];
-  for (const m of req.messages) {
-    const c = (m as { content?: unknown }).content;
+  const messages = req.messages;
+  for (let i = 0; i < messages.length; i++) {
+    const c = (messages[i] as { content?: unknown }).content;
     partTypes.push("text");
     if (!Array.isArray(c)) continue;
-    for (const part of c as { type?: string; uuid?: unknown }[]) {
+    for (let j = 0; j < c.length; j++) {
+      const part = c[j] as { type?: string; uuid?: unknown };
       const t = part.type;
       partTypes.push(t === "image_url" || t === "input_image" ? "image" : t === "video_url" ? "video" : t === "input_audio" || t === "audio_url" ? "audio" : "text");
       if (typeof part.uuid === "string") uuids.push(part.uuid);

@@ -59,33 +59,44 @@ function keyOf(m: VerifiedMedia, cohortDigest: string, tag: string): string | nu
  */
 export function routeItems(media: readonly VerifiedMedia[], cohort: { contract: WorkerContract; digest: string }, itemTag: NamespaceTag): { items: MediaItem[]; routed: (RoutedItem | Ineligible)[]; unresolved: { reason: string; detail: string } | null } {
   const tag = itemTag === null ? "" : bytesToHex(itemTag);
-  const itemKeys = media.map((m) => keyOf(m, cohort.digest, tag));
+  const found: (Routed | undefined)[] = [];
+  const itemKeys: (string | null)[] = [];
+  let missing: number[] | null = null;
   // Found entries become the most recent, in prompt order.
-  const found = itemKeys.map((k) => (k === null ? undefined : memo.get(k)));
-  // Identity hashes of the items not found only (mediaItems also names the first unresolved one:
-  // every item without an identity is among them).
-  const missing = found.flatMap((f, i) => (f ? [] : [i]));
-  const fresh = mediaItems(missing.map((i) => media[i]!), cohort.digest);
-  if (fresh.unresolved) return { items: [], routed: [], unresolved: fresh.unresolved };
-  const items: MediaItem[] = [];
-  const routed: (RoutedItem | Ineligible)[] = [];
-  let m = 0;
-  for (const [i, k] of itemKeys.entries()) {
-    let r = found[i];
-    if (!r) {
-      const plain = fresh.items[m++]!;
+  for (let i = 0; i < media.length; i++) {
+    const k = keyOf(media[i]!, cohort.digest, tag);
+    const r = k === null ? undefined : memo.get(k);
+    itemKeys.push(k);
+    found.push(r);
+    if (r) counts.reused++;
+    else (missing ??= []).push(i);
+  }
+  if (missing) {
+    // Identity hashes of the items not found only (mediaItems also names the first unresolved one:
+    // every item without an identity is among them).
+    const fresh = mediaItems(missing.map((i) => media[i]!), cohort.digest);
+    if (fresh.unresolved) return { items: [], routed: [], unresolved: fresh.unresolved };
+    for (let m = 0; m < missing.length; m++) {
+      const i = missing[m]!;
+      const k = itemKeys[i]!;
       // Laid out now, unless an earlier item of this request had the same content.
-      r = memo.get(k!);
+      let r = memo.get(k);
       if (!r) {
         counts.computed++;
+        const plain = fresh.items[m]!;
         const item = plain.hash === null ? plain : { ...plain, hash: namespacedItemHash(plain.hash, itemTag) };
         const form = routedItem(cohort.contract, item);
-        r = { item, routed: form, bytes: entryBytes(k!, form) };
-        memo.set(k!, r, r.bytes);
+        r = { item, routed: form, bytes: entryBytes(k, form) };
+        memo.set(k, r, r.bytes);
       } else counts.reused++;
-    } else counts.reused++;
-    items.push(r.item);
-    routed.push(r.routed);
+      found[i] = r;
+    }
+  }
+  const items: MediaItem[] = [];
+  const routed: (RoutedItem | Ineligible)[] = [];
+  for (let i = 0; i < found.length; i++) {
+    items.push(found[i]!.item);
+    routed.push(found[i]!.routed);
   }
   return { items, routed, unresolved: null };
 }
