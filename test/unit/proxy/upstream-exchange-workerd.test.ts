@@ -1,0 +1,116 @@
+/**
+ * A complete answer read in one call (exchange.text: a Content-Length within the cap) in real
+ * workerd (Miniflare) against a real HTTP upstream: the runtime, not JS, reads the body, so what
+ * cuts it is the fetch's signal. Checked here where it matters: workerd rejects the pending read
+ * with the abort's reason (the idle limit, the deadline, the client's going), a body shorter than
+ * its Content-Length fails as a broken connection, a longer one is not read past its length, and
+ * nothing is logged as uncaught.
+ */
+import { build } from "esbuild";
+import { Log, LogLevel, Miniflare } from "miniflare";
+import { createServer } from "node:http";
+import type { AddressInfo, Socket } from "node:net";
+import { dirname, join } from "node:path";
+import type { Readable } from "node:stream";
+import { fileURLToPath } from "node:url";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+
+const HERE = dirname(fileURLToPath(import.meta.url));
+const WHOLE = `{"text":"${"héllo € 𝄞 ".repeat(300)}"}`;
+let mf: Miniflare;
+let runtimeOutput = "";
+let upstream = "";
+/** Upstream connections the server saw closed, by path. */
+const closed = new Map<string, number>();
+
+const server = createServer((req, res) => {
+  const path = req.url ?? "";
+  res.on("close", () => closed.set(path, (closed.get(path) ?? 0) + 1));
+  if (path === "/whole") {
+    res.writeHead(200, { "content-type": "application/json", "content-length": Buffer.byteLength(WHOLE) });
+    res.end(WHOLE);
+  } else if (path === "/longer") {
+    // Declares 10 bytes and sends 100 on the raw socket: the runtime reads the 10 it was told of.
+    const socket: Socket = res.socket!;
+    socket.write(`HTTP/1.1 200 OK\r\ncontent-type: text/plain\r\ncontent-length: 10\r\n\r\n${"x".repeat(100)}`);
+    setTimeout(() => socket.destroy(), 50);
+  } else {
+    res.writeHead(200, { "content-type": "application/json", "content-length": 100 });
+    res.write("0123456789"); // /stall: then silence; /short: then a dropped connection
+    if (path === "/short") setTimeout(() => res.socket?.destroy(), 20);
+  }
+});
+
+beforeAll(async () => {
+  await new Promise<void>((r) => server.listen(0, "127.0.0.1", r));
+  upstream = `http://127.0.0.1:${(server.address() as AddressInfo).port}`;
+  const out = await build({
+    entryPoints: [join(HERE, "upstream-exchange-worker.ts")],
+    bundle: true,
+    write: false,
+    format: "esm",
+    platform: "browser",
+    conditions: ["workerd", "worker", "browser"],
+    target: "es2022",
+    logLevel: "error",
+  });
+  const collect = (s: Readable) => s.on("data", (b: Buffer) => (runtimeOutput += b.toString()));
+  mf = new Miniflare({
+    modules: true,
+    script: out.outputFiles[0]!.text,
+    compatibilityDate: "2026-07-30",
+    compatibilityFlags: ["enable_request_signal"],
+    log: new Log(LogLevel.WARN),
+    handleRuntimeStdio: (stdout: Readable, stderr: Readable) => {
+      collect(stdout);
+      collect(stderr);
+    },
+  });
+  await mf.ready;
+}, 60_000);
+
+afterAll(async () => {
+  await mf?.dispose();
+  server.closeAllConnections();
+  await new Promise<void>((r) => server.close(() => r()));
+});
+
+/** The Worker's outcome for upstream `path` under the given limits. */
+async function outcome(path: string, limits: Record<string, number> = {}): Promise<{ text?: string; code?: string; message?: string }> {
+  const q = new URLSearchParams({ url: upstream + path, ...Object.fromEntries(Object.entries(limits).map(([k, v]) => [k, String(v)])) });
+  return (await (await mf.dispatchFetch(`http://edge/?${q}`)).json()) as { text?: string; code?: string; message?: string };
+}
+
+describe("a complete answer read in one call, in workerd", () => {
+  it("arrives whole", async () => {
+    expect(await outcome("/whole")).toEqual({ text: WHOLE });
+  });
+
+  it("a body that stalls after its headers is cut at the idle limit; the connection closes", async () => {
+    const before = closed.get("/stall") ?? 0;
+    expect(await outcome("/stall", { idle: 200 })).toEqual({ code: "upstream_timeout", message: "The worker sent nothing for 0 s." });
+    await expect.poll(() => closed.get("/stall")).toBe(before + 1);
+  });
+
+  it("a body that stalls is cut at the total deadline", async () => {
+    expect(await outcome("/stall", { deadline: 200 })).toEqual({ code: "upstream_timeout", message: "The worker did not finish in time." });
+  });
+
+  it("the client going mid-read cuts it with cancelled; the connection closes", async () => {
+    const before = closed.get("/stall") ?? 0;
+    expect(await outcome("/stall", { clientGoneAfter: 100 })).toMatchObject({ code: "cancelled" });
+    await expect.poll(() => closed.get("/stall")).toBe(before + 1);
+  });
+
+  it("a body shorter than its Content-Length fails as a broken connection", async () => {
+    expect(await outcome("/short")).toEqual({ code: "upstream_error", message: "The connection to the worker failed mid-stream." });
+  });
+
+  it("a body longer than its Content-Length is read no further than it", async () => {
+    expect(await outcome("/longer", { max: 10 })).toEqual({ text: "x".repeat(10) });
+  });
+
+  it("logs nothing uncaught", () => {
+    expect(runtimeOutput).not.toMatch(/uncaught/i);
+  });
+});
