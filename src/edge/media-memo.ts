@@ -86,14 +86,25 @@ export class MediaMemo {
   /** Every entry of byScope and its item, least recently used first. */
   private readonly lru: ByteLru<Entry, Remembered>;
   private s = { hits: 0, misses: 0, stores: 0, drops: 0 };
+  /** The last scope's `scope \0 kind` keys: a request looks up all its items under one scope, and a key string used again keeps its hash. */
+  private lastScope: string | null = null;
+  private lastOuter: Record<VerifiedMedia["kind"], string> = { image: "", video: "", audio: "" };
 
   constructor(maxBytes = DEFAULT_MEDIA_MEMO_BYTES) {
     this.maxBytes = maxBytes;
     this.lru = new ByteLru(maxBytes, (e) => this.unindex(e));
   }
 
+  private outer(scope: string, kind: VerifiedMedia["kind"]): string {
+    if (scope !== this.lastScope) {
+      this.lastScope = scope;
+      this.lastOuter = { image: `${scope}\u0000image`, video: `${scope}\u0000video`, audio: `${scope}\u0000audio` };
+    }
+    return this.lastOuter[kind];
+  }
+
   get(scope: string, kind: VerifiedMedia["kind"], url: string): Remembered | null {
-    const e = this.byScope.get(`${scope}\u0000${kind}`)?.get(url);
+    const e = this.byScope.get(this.outer(scope, kind))?.get(url);
     const hit = e && this.lru.get(e);
     if (!hit) {
       this.s.misses++;
@@ -108,11 +119,17 @@ export class MediaMemo {
    * (`freshUntil` after `now`); a hit only then, nothing counted otherwise (the URL is stored as new).
    */
   getFresh(scope: string, kind: VerifiedMedia["kind"], url: string, now: number): Remembered | null {
-    const e = this.byScope.get(`${scope}\u0000${kind}`)?.get(url);
+    const e = this.byScope.get(this.outer(scope, kind))?.get(url);
     const found = e && this.lru.peek(e);
     if (!found || found.freshUntil <= now) return null;
     this.s.hits++;
     return this.lru.get(e)!;
+  }
+
+  /** Whether the URL's entry has passed this isolate's policy (a URL found by its whole text is that URL); nothing counted or touched. */
+  policyChecked(scope: string, kind: VerifiedMedia["kind"], url: string): boolean {
+    const e = this.byScope.get(this.outer(scope, kind))?.get(url);
+    return (e && this.lru.peek(e)?.policyChecked) === true;
   }
 
   /**
@@ -124,7 +141,7 @@ export class MediaMemo {
    * the older lease is gone (a restarted store): returns the item the entry holds.
    */
   set(scope: string, kind: VerifiedMedia["kind"], url: string, media: VerifiedMedia, leaseUntil = 0, freshUntil = 0): VerifiedMedia {
-    const e = this.byScope.get(`${scope}\u0000${kind}`)?.get(url);
+    const e = this.byScope.get(this.outer(scope, kind))?.get(url);
     const kept = e && this.lru.get(e);
     if (kept && sameItem(kept.media, media)) {
       kept.policyChecked = true;
@@ -138,13 +155,13 @@ export class MediaMemo {
 
   /** Adds an item verified elsewhere (a stored response's) unless the scope holds the URL: an entry of the isolate's own stays as it is. Its URL is checked at its first use. */
   seed(scope: string, kind: VerifiedMedia["kind"], url: string, media: VerifiedMedia): void {
-    if (this.byScope.get(`${scope}\u0000${kind}`)?.has(url)) return;
+    if (this.byScope.get(this.outer(scope, kind))?.has(url)) return;
     this.put(scope, kind, url, { media, policyChecked: false, leaseUntil: 0, freshUntil: 0 });
   }
 
   private put(scope: string, kind: VerifiedMedia["kind"], url: string, value: Remembered): void {
     const media = value.media;
-    const outer = `${scope}\u0000${kind}`;
+    const outer = this.outer(scope, kind);
     const bytes = entryBytes(outer, url, media);
     // One item larger than a quarter would flush the rest for itself.
     if (bytes > this.maxBytes / 4) return;
@@ -159,7 +176,7 @@ export class MediaMemo {
 
   /** Forgets an entry found stale (the store no longer holds its bytes). */
   drop(scope: string, kind: VerifiedMedia["kind"], url: string): void {
-    if (this.remove(`${scope}\u0000${kind}`, url)) this.s.drops++;
+    if (this.remove(this.outer(scope, kind), url)) this.s.drops++;
   }
 
   stats(): MediaMemoStats {

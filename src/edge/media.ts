@@ -411,21 +411,19 @@ interface Taken {
  * (docs: what SGLang and the store do when a URL's bytes change), so its entry is used only while
  * the store said it would answer the URL with those bytes from its copy, without asking the origin
  * (`freshUntil`; then confirmed as an earlier item's). A remembered URL passed this policy when it
- * was remembered (media-memo.ts): only the others are checked.
+ * was remembered (media-memo.ts), also one a new message names again: only the others are checked.
  */
 function takeRemembered(parts: readonly MediaPartRef[], deps: MediaDeps, reuse: MediaReuse, out: VerifiedMedia[]): Taken {
   const taken: Taken = { unchecked: [], seeds: [], rest: [], stored: [], storedHits: [] };
   let now: number | undefined;
   for (let i = 0; i < parts.length; i++) {
     const p = parts[i]!;
-    const hit =
-      p.kind === "audio" || deps.forwardClientUrls
-        ? null
-        : reuse.earlier[i] || isDataUrl(p.url)
-          ? reuse.memo.get(reuse.scope, p.kind, p.url)
-          : reuse.memo.getFresh(reuse.scope, p.kind, p.url, (now ??= Date.now()));
+    const usesMemo = p.kind !== "audio" && !deps.forwardClientUrls;
+    const asEarlier = reuse.earlier[i] || isDataUrl(p.url);
+    const hit = !usesMemo ? null : asEarlier ? reuse.memo.get(reuse.scope, p.kind, p.url) : reuse.memo.getFresh(reuse.scope, p.kind, p.url, (now ??= Date.now()));
     if (!hit) {
-      taken.unchecked.push(i);
+      // A new message naming a remembered URL that is not fresh is stored again; its URL passed this policy.
+      if (!(usesMemo && !asEarlier && reuse.memo.policyChecked(reuse.scope, p.kind, p.url))) taken.unchecked.push(i);
       taken.rest.push(i);
       continue;
     }

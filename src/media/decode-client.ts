@@ -62,10 +62,13 @@ export interface DecodeCallOptions {
 export class DecodeClient {
   private readonly config: DecodeServiceConfig;
   private readonly fetchImpl: Fetch;
+  /** The configured URL without trailing slashes (routes are appended). */
+  private readonly base: string | undefined;
 
   constructor(config: z.input<typeof DecodeServiceConfigSchema>, fetchImpl?: Fetch) {
     this.config = DecodeServiceConfigSchema.parse(config);
     this.fetchImpl = fetchImpl ?? ((u, i) => fetch(u, i));
+    this.base = this.config.url?.replace(/\/+$/, "");
   }
 
   get configured(): boolean {
@@ -109,7 +112,7 @@ export class DecodeClient {
     body: BodyInit,
     { client = null, signal = null, traceparent = null }: DecodeCallOptions,
   ): Promise<{ ok: true; json: unknown; status: number; cache: string | null } | { ok: false; reason: DecodeFallbackReason; detail: string; status: number | null; code: string | null }> {
-    const base = this.config.url;
+    const base = this.base;
     if (!base) return { ok: false, reason: "decode_not_configured", detail: "no decode service URL configured", status: null, code: null };
     const ctrl = new AbortController();
     const timer = setTimeout(() => ctrl.abort(), this.config.timeoutMs);
@@ -120,7 +123,7 @@ export class DecodeClient {
     if (client) headers["x-kvedge-client"] = client;
     if (traceparent) headers.traceparent = traceparent;
     try {
-      const res = await this.fetchImpl(`${base.replace(/\/+$/, "")}${route}`, { method: "POST", headers, body, signal: ctrl.signal });
+      const res = await this.fetchImpl(base + route, { method: "POST", headers, body, signal: ctrl.signal });
       const text = await res.text();
       if (!res.ok) {
         const err = errorOf(text);

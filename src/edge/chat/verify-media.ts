@@ -8,6 +8,7 @@ import { bytesToHex } from "../../util/hex.ts";
 import { clientLabel, type ClientRef } from "../client-label.ts";
 import { recoverLeased, verifyMedia, type LeasedItem, type MediaPartRef, type MediaReuse, type VerifiedMedia } from "../media.ts";
 import { mediaDeps, mediaMemo, type EdgeFetch } from "./media-deps.ts";
+import type { MediaPart } from "../../prompt/index.ts";
 import type { RenderedPrompt } from "./prompt.ts";
 
 /** Whose request it is (the media store's fair share) and when it has gone; null for admin explain. */
@@ -38,12 +39,25 @@ export interface MediaConversation {
   itemTag: NamespaceTag;
 }
 
+/** A media part of the prompt; `param`, which only an error about the item names, is built when read (a conversation re-sends every earlier item). */
+class PromptMediaPart implements MediaPartRef {
+  readonly kind: MediaPart["kind"];
+  readonly url: string;
+  private readonly at: MediaPart;
+
+  constructor(part: MediaPart) {
+    this.kind = part.kind;
+    this.url = part.url;
+    this.at = part;
+  }
+
+  get param(): string {
+    return `messages[${this.at.messageIndex}].content[${this.at.partIndex}]`;
+  }
+}
+
 export async function verifyPromptMedia(prompt: RenderedPrompt, deps: { config: EdgeConfig; fetch: EdgeFetch; mediaSeeds?: readonly MediaSeed[] }, requester: MediaRequester, conversation: MediaConversation | null = null): Promise<PromptMedia> {
-  const parts: MediaPartRef[] = prompt.mediaParts.map((p) => ({
-    kind: p.kind,
-    url: p.url,
-    param: `messages[${p.messageIndex}].content[${p.partIndex}]`,
-  }));
+  const parts: MediaPartRef[] = prompt.mediaParts.map((p) => new PromptMediaPart(p));
   const client = requester?.client ? clientLabel(requester.client) : null;
   let reuse: MediaReuse | null = null;
   if (conversation) {

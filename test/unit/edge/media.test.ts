@@ -228,7 +228,7 @@ describe("edge media verification", () => {
     expect(sign(digests[0]!, "w1")).toBeInstanceOf(Promise);
   });
 
-  it("a conversation's remembered items are not checked against the policy again; a seed is checked at its first use (refused when the policy refuses it)", async () => {
+  it("a conversation's remembered items are not checked against the policy again, also where a new message names them; a seed is checked at its first use (refused when the policy refuses it)", async () => {
     const d = deps({ decode: new DecodeClient({ url: svc.url, token: TOKEN }), sign: storeSigner(svc.url, importMediaUrlKey(KEY), 60) });
     const memo = new MediaMemo();
     const url = `http://127.0.0.1:${port}/a.png`;
@@ -252,6 +252,18 @@ describe("edge media verification", () => {
     expect(await turn([`http://127.0.0.1:${port}/a.png?seeded`], [true])).toEqual([seeded]);
     expect(mediaPolicyChecks() - checks).toBe(1);
     await expect(turn(["http://10.0.0.1/x.png"], [true])).rejects.toMatchObject({ reason: "blocked_address" });
+    // A new message naming a remembered URL (not fresh) is stored again, its URL not checked again;
+    // a seed's URL in a new message is checked first (refused when the policy refuses it).
+    memo.get("c-memo", "image", url)!.freshUntil = 0;
+    checks = mediaPolicyChecks();
+    const [again] = await turn([url], [false]);
+    expect(again).toBe(first);
+    expect(mediaPolicyChecks() - checks).toBe(0);
+    memo.seed("c-memo", "image", `http://127.0.0.1:${port}/slow.png?seeded-new`, seeded);
+    expect((await turn([`http://127.0.0.1:${port}/slow.png?seeded-new`], [false]))[0]!.digest).toBe(sha(png));
+    expect(mediaPolicyChecks() - checks).toBe(1);
+    memo.seed("c-memo", "image", "http://10.0.0.2/y.png", seeded);
+    await expect(turn(["http://10.0.0.2/y.png"], [false])).rejects.toMatchObject({ reason: "blocked_address" });
   });
 
   it("a request with 64 media URLs (the item limit) is verified in full: the edge resolves a few at a time, within its client's share of the store", async () => {

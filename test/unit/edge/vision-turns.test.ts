@@ -196,10 +196,10 @@ describe("vision turns: media work for the new items only", () => {
       { parts: [image(`${originUrl}/img-3.png`)], work: { store: 1, probe: 0, held: 0, laidOut: 0, checked: 1, keyed: 1 }, leased: 4, fetched: [404, 404, 404, 200, 404], restart: "empty" },
       // The request prepared again once those leases are dropped: the store is asked about them and
       // the lost ones (4) are stored again, none laid out again. Their URLs passed the policy when
-      // they were remembered: only the new message's img-3 is checked and stored again (the same
-      // bytes: its remembered item stays, key and all). Items verified again are new objects: their
-      // layout memo keys are built again (4).
-      { parts: null, work: { store: 5, probe: 0, held: 1, laidOut: 0, checked: 1, keyed: 4 }, leased: 0, fetched: ok(5) },
+      // they were remembered, as did the new message's img-3 (remembered since the turn before): none
+      // is checked; img-3 is stored again (the same bytes: its remembered item stays, key and all).
+      // Items verified again are new objects: their layout memo keys are built again (4).
+      { parts: null, work: { store: 5, probe: 0, held: 1, laidOut: 0, checked: 0, keyed: 4 }, leased: 0, fetched: ok(5) },
       // Every earlier stored item is leased (the store leased those it stored again): no call to the store at all.
       { parts: [{ type: "text", text: "And now without a picture." }], work: { store: 0, probe: 0, held: 0, laidOut: 0, checked: 0, keyed: 0 }, leased: 5, fetched: ok(5) },
       { parts: [{ type: "text", text: "And once more." }], work: { store: 0, probe: 0, held: 0, laidOut: 0, checked: 0, keyed: 0 }, leased: 5, fetched: ok(5) },
@@ -276,8 +276,9 @@ describe("vision turns: media work for the new items only", () => {
     messages.push({ role: "assistant", content: "Shapes." }, { role: "user", content: [{ type: "text", text: "And this one?" }, image(url)] });
     const body2 = JSON.stringify({ model: MODEL, messages });
     const t2 = await turn(body2, tenant);
-    // The new message's item goes through the store (the origin's HTTP caching) and is the remembered one.
-    expect(t2.work).toEqual({ store: 1, probe: 0, held: 0, laidOut: 0, checked: 1, keyed: 0 });
+    // The new message's item goes through the store (the origin's HTTP caching) and is the remembered
+    // one; its URL passed the policy when it was remembered: not checked again.
+    expect(t2.work).toEqual({ store: 1, probe: 0, held: 0, laidOut: 0, checked: 0, keyed: 0 });
     expect(t2.prep.media[1]).toBe(t1.prep.media[0]);
     await expectFullPath(t2.prep, body2, tenant.tag);
     messages.push({ role: "assistant", content: "The same shapes." }, { role: "user", content: "Sure?" });
@@ -300,8 +301,8 @@ describe("vision turns: media work for the new items only", () => {
     const body2 = JSON.stringify({ model: MODEL, messages });
     const t2 = await turn(body2, tenant);
     // fresh.png: the store would answer it from its copy (no origin request), so the edge asks it nothing;
-    // brief.png's freshness ran out: stored again (the store asks the origin).
-    expect(t2.work).toEqual({ store: 1, probe: 0, held: 0, laidOut: 0, checked: 1, keyed: 0 });
+    // brief.png's freshness ran out: stored again (the store asks the origin), its URL not checked again.
+    expect(t2.work).toEqual({ store: 1, probe: 0, held: 0, laidOut: 0, checked: 0, keyed: 0 });
     expect(t2.prep.media[2]).toBe(t1.prep.media[0]);
     expect(t2.prep.media[3]).toBe(t1.prep.media[1]);
     expect(t2.prep.mediaLeased).toHaveLength(3);
@@ -329,7 +330,7 @@ describe("vision turns: media work for the new items only", () => {
       dropLeases(t2.prep.mediaLeased);
       // The store's freshness went with its restart: the URL is stored again, not taken from the memo and asked about (a held call).
       const t3 = await turn(body, tenant);
-      expect(t3.work).toMatchObject({ store: 1, held: 0, checked: 1 });
+      expect(t3.work).toMatchObject({ store: 1, held: 0, checked: 0 });
       expect(t3.prep.mediaLeased).toHaveLength(0);
       expect(await workerFetches(t3.prep)).toEqual([200]);
       await expectFullPath(t3.prep, body, tenant.tag);
