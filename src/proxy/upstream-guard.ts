@@ -22,8 +22,9 @@
  * A complete answer with a Content-Length within the cap and no content coding is read by the
  * runtime in one call: the HTTP layer reads no more than Content-Length bytes (a shorter body
  * fails the read), and the exchange's signal still cuts the read (workerd rejects it with the
- * abort's reason); its idle limit counts from the start of that read (SGLang sends a complete
- * answer at once). That read spares the JS read loop (paired A/B in workerd, warm 1k-token
+ * abort's reason); its idle limit counts from the start of that read (SGLang's non-streamed
+ * `/generate` returns the finished result, one JSON body with its Content-Length: generate_request,
+ * python/sglang/srt/entrypoints/http_server.py, sgl-project/sglang@0025436). That read spares the JS read loop (paired A/B in workerd, warm 1k-token
  * unstreamed turns: −0.3 to −0.4 ms edge CPU per request; one timer instead of three: within
  * noise, ≤ 0.2 ms). Any other body is read here, one chunk per `read()`: a plain reader, not a
  * stream, so the streamed answer's translator pulls from it directly (chat-stream.ts) and the body
