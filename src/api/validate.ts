@@ -660,26 +660,41 @@ export function tallyMessages(body: string | SplitText, spans: readonly (readonl
   return t;
 }
 
-function joinDataUrls(a: MessagesTally, b: MessagesTally): Pick<MessagesTally, "dataUrls" | "dataUrlsCut"> {
-  if (a.dataUrlsCut || b.dataUrls.length === 0) return { dataUrls: a.dataUrls, dataUrlsCut: a.dataUrlsCut || b.dataUrlsCut };
-  const dataUrls = [...a.dataUrls, ...b.dataUrls];
-  const cut = dataUrls.length > MAX_TALLIED_DATA_URLS;
-  return { dataUrls: cut ? dataUrls.slice(0, MAX_TALLIED_DATA_URLS) : dataUrls, dataUrlsCut: cut || b.dataUrlsCut };
-}
-
-/** The tally of a's messages followed by b's. */
-export function joinTallies(a: MessagesTally, b: MessagesTally): MessagesTally {
-  return {
-    messages: a.messages + b.messages,
-    values: a.values + b.values,
-    depth: Math.max(a.depth, b.depth),
-    ...joinDataUrls(a, b),
-    chars: a.chars + b.chars,
-    maxChars: Math.max(a.maxChars, b.maxChars),
-    media: a.media + b.media,
-    maxParts: Math.max(a.maxParts, b.maxParts),
-    maxUrlChars: Math.max(a.maxUrlChars, b.maxUrlChars),
-  };
+/**
+ * The tally of consecutive messages' tallies, in order (the first tally itself when there is one):
+ * what joining them two by two gives, in one pass. A turn chain's hit joins one tally per held
+ * entry on every turn, so no object is made per tally; the data URL counts are copied only where
+ * a later tally adds some, and no longer once MAX_TALLIED_DATA_URLS are listed.
+ */
+export function joinedTallies(tallies: readonly MessagesTally[]): MessagesTally {
+  const first = tallies[0];
+  if (first === undefined) throw new RangeError("no tallies to join");
+  if (tallies.length === 1) return first;
+  const t = { ...first };
+  let dataUrls: number[] | null = null;
+  for (let i = 1; i < tallies.length; i++) {
+    const b = tallies[i]!;
+    t.messages += b.messages;
+    t.values += b.values;
+    t.depth = Math.max(t.depth, b.depth);
+    t.chars += b.chars;
+    t.maxChars = Math.max(t.maxChars, b.maxChars);
+    t.media += b.media;
+    t.maxParts = Math.max(t.maxParts, b.maxParts);
+    t.maxUrlChars = Math.max(t.maxUrlChars, b.maxUrlChars);
+    // Once the list is cut, later URLs are not listed and it stays cut.
+    if (t.dataUrlsCut) continue;
+    if (b.dataUrls.length === 0) {
+      t.dataUrlsCut = b.dataUrlsCut;
+      continue;
+    }
+    dataUrls ??= [...t.dataUrls];
+    for (const n of b.dataUrls) dataUrls.push(n);
+    t.dataUrlsCut = dataUrls.length > MAX_TALLIED_DATA_URLS || b.dataUrlsCut;
+    if (dataUrls.length > MAX_TALLIED_DATA_URLS) dataUrls.length = MAX_TALLIED_DATA_URLS;
+  }
+  if (dataUrls !== null) t.dataUrls = dataUrls;
+  return t;
 }
 
 /** A body's leading messages as an earlier accepted body held them (the turn chain keeps them). */

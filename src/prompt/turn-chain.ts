@@ -82,7 +82,7 @@
  * the full result used.
  */
 import type { ChatCompletionRequest } from "../api/openai-schema.ts";
-import { joinTallies, tallyMessages, utf8ByteLength, type MessagesTally, type ReusedMessages } from "../api/validate.ts";
+import { joinedTallies, tallyMessages, utf8ByteLength, type MessagesTally, type ReusedMessages } from "../api/validate.ts";
 import type { MediaKind, MediaPart, DroppedPart, TemplateMessage, ChatRequestLike } from "./messages.ts";
 import { preprocessChat } from "./messages.ts";
 import type { ModelProfile, TemplateId } from "./model-profile.ts";
@@ -1046,12 +1046,13 @@ export class TurnChainCache {
     // would pass `,,` or a missing comma).
     if (!SEPARATOR.test(found.body.slice(spans[q - 1]![1], spans[q]![0]))) return null;
     const messages: ChatMessage[] = [];
-    let tally: MessagesTally | null = null;
+    const tallies: MessagesTally[] = [];
     for (const x of hit.chain) {
       if (!x.parsed || !x.tally) return null;
       for (const m of x.parsed) messages.push(m);
-      tally = tally ? joinTallies(tally, x.tally) : x.tally;
+      tallies.push(x.tally);
     }
+    const tally = tallies.length > 0 ? joinedTallies(tallies) : null;
     return tally && tally.messages === q ? { messages, tally, cut: [spans[0]![0], spans[q]![0]] } : null;
   }
 
