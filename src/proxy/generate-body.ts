@@ -18,6 +18,13 @@ import type { JsonLiteral } from "../util/json-scan.ts";
 import { escapeJsonReusing, type EscapeWork } from "../util/json-escape.ts";
 import type { GenerateRequestBody } from "./sglang-wire.ts";
 
+/**
+ * Text chunks of the turn chain's pieces shorter than this are sent joined with their neighbours:
+ * a long conversation of short turns holds a piece or two a turn, and the Blob's cost per part
+ * (Node encodes each string apart; workerd converts each) outgrew the copy of their characters.
+ */
+const JOINED_PART_CHARS = 1024;
+
 /** A part of the body: JSON text, or JSON text's UTF-8 bytes (the turn chain's held pieces). */
 export type BodyPart = string | Uint8Array;
 
@@ -39,7 +46,18 @@ export function generateBodyParts(body: GenerateRequestBody, literals: readonly 
   let text = whole;
   if (pieces !== null && pieces.chars + pieces.rest.length === whole.length) {
     // Chunks one by one: a long conversation's pieces may be more than a call takes arguments.
-    for (const c of pieces.bodyParts) chunks.push(c);
+    // Short text chunks in a row go as one (ASCII, the chain's one-byte pieces: the same bytes).
+    let short = "";
+    for (const c of pieces.bodyParts) {
+      if (typeof c === "string" && c.length < JOINED_PART_CHARS) {
+        short += c;
+        continue;
+      }
+      if (short !== "") chunks.push(short);
+      short = "";
+      chunks.push(c);
+    }
+    if (short !== "") chunks.push(short);
     text = pieces.rest;
   }
   escapeJsonReusing(chunks, text, literals, work);

@@ -136,6 +136,30 @@ describe("generateBodyChunks", () => {
     );
   });
 
+  it("a long conversation of short turns goes in a few parts, short text pieces joined, with the same bytes", async () => {
+    const chain = new TurnChainCache({ checkRate: 0 });
+    const profile = { family: "qwen3_vl", templateId: "qwen3vl-instruct" } as const;
+    // A long ASCII answer (a piece of its own, over the join's length) among short turns, and one non-ASCII turn (its bytes).
+    const messages: Record<string, unknown>[] = [{ role: "system", content: "Be brief." }, { role: "user", content: "q0" }];
+    for (let turn = 1; turn <= 60; turn++) {
+      const bodyText = JSON.stringify({ model: "m", messages });
+      const prompt = chain.prepare(parseChatBody(bodyText, DEFAULT_LIMITS), bodyText, profile, "", { validated: true });
+      const b = body(prompt.text);
+      const parts = generateBodyParts(b, [], prompt.pieces ?? null);
+      const expected = Buffer.from(concat(generateBodyChunks(b, [], prompt.pieces ?? null)), "utf8");
+      expect(Buffer.from(await bodyOfChunks(parts).arrayBuffer()).equals(expected)).toBe(true);
+      if (turn === 60) {
+        const held = prompt.pieces!.bodyParts;
+        expect(held.length).toBeGreaterThan(50);
+        // The long answer, the non-ASCII turn's bytes and the short runs between them: a handful of parts.
+        expect(parts.length).toBeLessThan(10);
+        expect(parts.filter((p) => p instanceof Uint8Array)).toHaveLength(held.filter((p) => p instanceof Uint8Array).length);
+      }
+      const answer = turn === 20 ? `long ${"x".repeat(3000)}` : turn === 40 ? "é 😀" : `a${turn}`;
+      messages.push({ role: "assistant", content: answer }, { role: "user", content: `q${turn} "quoted"` });
+    }
+  });
+
   it("the fetch body carries the same UTF-8 bytes, as often as it is sent", async () => {
     const chunks = generateBodyChunks(body("q".repeat(20_000) + "é😀\ud800" + "中".repeat(9000)));
     const blob = bodyOfChunks(chunks);
