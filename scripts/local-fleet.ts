@@ -156,7 +156,8 @@ export interface Fleet {
 }
 
 /** The edge host's ready line with its inspector's port (scripts/edge-host.ts). */
-const INSPECTOR_REPORT = /^edge-host: serving on \S+ \(inspector on port (\d+)\)$/;
+// Unanchored at the start: workerd's own output shares the pipe, and an unfinished line of it can precede this one.
+const INSPECTOR_REPORT = /edge-host: serving on \S+ \(inspector on port (\d+)\)$/;
 
 // The last lines each child printed, so a startup failure reports why even when logs are off.
 const TAIL_LINES = 30;
@@ -414,7 +415,12 @@ async function buildFleet(opts: FleetOptions, life: FleetLife): Promise<Fleet> {
     life.track(p);
     pipeLogs(p, "edge", log, (line) => {
       const reported = INSPECTOR_REPORT.exec(line);
-      if (reported) inspectorPort = Number(reported[1]);
+      const port = reported ? Number(reported[1]) : 0;
+      if (port >= 1 && port <= 65535) {
+        inspectorPort = port;
+        // restartEdge binds it again: no later start may be handed it meanwhile.
+        reservePort(port);
+      }
     });
     return p;
   };

@@ -387,7 +387,7 @@ export interface EdgeConfig {
   /** KVEDGE_KV_SHARING. */
   kvSharing: "per_tenant" | "shared";
   adminToken: string | null;
-  apiKeys: Set<string> | null;
+  apiKeys: ReadonlySet<string> | null;
   /** Edge → worker credentials (src/edge/worker-auth.ts). */
   workerAuth: WorkerAuthConfig;
 }

@@ -357,7 +357,7 @@ const CLIENT_IP_HEADER = "x-kvedge-client-ip";
 function explainTenant(request: Request, config: EdgeConfig): string | null {
   const presented = request.headers.get(TENANT_KEY_HEADER);
   if (presented === null) return null;
-  const found = matchApiKey(presented, config.apiKeys ?? []);
+  const found = config.apiKeys ? matchApiKey(presented, config.apiKeys) : null;
   if (found === null) throw new InvalidRequestError(`${TENANT_KEY_HEADER} is not one of the configured API keys.`, TENANT_KEY_HEADER);
   return found;
 }

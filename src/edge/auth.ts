@@ -48,7 +48,7 @@ export function authorizeClient(request: Request, config: Pick<EdgeConfig, "apiK
 }
 
 /** The configured key equal to `presented`, or null. Every key is compared, so timing does not reveal which one matched. */
-export function matchApiKey(presented: string, keys: Iterable<string>): string | null {
+export function matchApiKey(presented: string, keys: ReadonlySet<string>): string | null {
   return matchEncodedKey(utf8.encode(presented), encodedKeys(keys));
 }
 
@@ -70,7 +70,7 @@ interface EncodedKey {
 const keyBytes = new WeakMap<object, readonly EncodedKey[]>();
 let adminToken: { token: string; bytes: Uint8Array } | null = null;
 
-function encodedKeys(keys: Iterable<string>): readonly EncodedKey[] {
+function encodedKeys(keys: ReadonlySet<string>): readonly EncodedKey[] {
   let encoded = keyBytes.get(keys);
   if (encoded === undefined) {
     encoded = Array.from(keys, (key) => ({ key, bytes: utf8.encode(key) }));

@@ -1,7 +1,10 @@
+/** Each byte's two lower-case hex digits (a lookup, not a toString and padStart per byte). */
+const HEX_BYTE: readonly string[] = Array.from({ length: 256 }, (_, x) => x.toString(16).padStart(2, "0"));
+
 /** Lower-case hex for bytes, one spelling for every digest, MAC and id the project prints. */
 export function bytesToHex(bytes: Uint8Array): string {
   let s = "";
-  for (let i = 0; i < bytes.length; i++) s += bytes[i]!.toString(16).padStart(2, "0");
+  for (let i = 0; i < bytes.length; i++) s += HEX_BYTE[bytes[i]!]!;
   return s;
 }
 

@@ -9,6 +9,7 @@
  * parent id must not be all zeros; anything else is no context (a new trace is started). What
  * goes out is version 00 with only the flag that version defines (sampled), others set to zero.
  */
+import { bytesToHex } from "./hex.ts";
 
 /**
  * The response header that names the edge's span to the client: `traceresponse`, same format as
@@ -67,21 +68,11 @@ const cryptoRandom: RandomBytes = (b) => {
   crypto.getRandomValues(b);
 };
 
-/** Each byte's two lower-case hex digits (a lookup, not a toString and padStart per byte). */
-const HEX_BYTE: readonly string[] = Array.from({ length: 256 }, (_, x) => x.toString(16).padStart(2, "0"));
-
 /** Whether `b[from..to)` is all zeros (an invalid id). */
 function allZeros(b: Uint8Array, from: number, to: number): boolean {
   let any = 0;
   for (let i = from; i < to; i++) any |= b[i]!;
   return any === 0;
-}
-
-/** `b[from..to)` as lower-case hex. */
-function hex(b: Uint8Array, from: number, to: number): string {
-  let s = "";
-  for (let i = from; i < to; i++) s += HEX_BYTE[b[i]!]!;
-  return s;
 }
 
 const SPAN_ID_BYTES = 8;
@@ -98,8 +89,8 @@ export function startEdgeTrace(incoming: string | null, random: RandomBytes = cr
   const b = new Uint8Array(parent ? SPAN_ID_BYTES : SPAN_ID_BYTES + TRACE_ID_BYTES);
   do random(b);
   while (allZeros(b, 0, SPAN_ID_BYTES) || (!parent && allZeros(b, SPAN_ID_BYTES, b.length)));
-  const spanId = hex(b, 0, SPAN_ID_BYTES);
-  const traceId = parent?.traceId ?? hex(b, SPAN_ID_BYTES, b.length);
+  const spanId = bytesToHex(b.subarray(0, SPAN_ID_BYTES));
+  const traceId = parent?.traceId ?? bytesToHex(b.subarray(SPAN_ID_BYTES));
   const sampled = parent ? (parent.flags & SAMPLED) !== 0 : true;
   return { traceId, spanId, parentId: parent?.parentId ?? null, sampled, header: formatTraceparent(traceId, spanId, sampled) };
 }
