@@ -69,7 +69,8 @@ try {
   const body = (messages) => JSON.stringify({ model: MODEL, messages, max_tokens: 16, stream: opt.stream, ...(opt.stream ? { stream_options: { include_usage: true } } : {}) });
   const history = [{ role: "system", content: "You are a careful assistant." }, { role: "user", content: freshText(TOKENS, random) }];
   for (let i = 0; i < 10; i++) await post(edge, body([{ role: "user", content: freshText(2000, random) }]));
-  await post(edge, body(history));
+  // As an admin, as the profiled turns go: its cache partition is theirs, so their prompt prefix hits.
+  await post(edge, body(history), admin);
   const turn = opt.cold ? () => body([history[0], { role: "user", content: freshText(TOKENS, random) }]) : () => body([...history, { role: "assistant", content: freshText(80, random) }, { role: "user", content: freshText(40, random) }]);
   const hop = { edge: [], direct: [] };
   for (let i = 0; i < 30; i++) {
