@@ -689,6 +689,19 @@ function chainOf(n: Node): Node[] {
  * element's end `firstEnd` (absolute). The text itself, not a hash of it (a Map hashes a short
  * string in a fraction of an encode and xxh3); candidates are compared in full anyway.
  */
+/** Characters [start, end) of the chain's raw text joined, read from its pieces (only the part asked for is copied). */
+function chainSlice(chain: readonly Node[], start: number, end: number): string {
+  let out = "";
+  let at = 0;
+  for (const x of chain) {
+    const next = at + x.raw.length;
+    if (next > start && at < end) out += x.raw.slice(Math.max(0, start - at), Math.min(x.raw.length, end - at));
+    if (next >= end) break;
+    at = next;
+  }
+  return out;
+}
+
 function hintKey(partition: string, text: { slice(start: number, end: number): string }, open: number, firstEnd: number): string {
   return partitioned(partition, `${text.slice(open, open + HINT_WINDOW_CHARS)}\u0000${text.slice(firstEnd, firstEnd + HINT_WINDOW_CHARS)}`);
 }
@@ -1383,14 +1396,9 @@ export class TurnChainCache {
     if (!chain.every((x) => x.spans !== null)) return;
     const firstEnd = chain[0]!.spans![1]!;
     if (firstEnd + HINT_WINDOW_CHARS > node.rawEnd) return;
-    // Only the key's windows: a whole long message joined here would be flattened by the slices
-    // below, a copy of the history on every store (~1 ms at 100k tokens).
-    const need = firstEnd + HINT_WINDOW_CHARS;
-    let raw = "";
-    for (const x of chain) {
-      raw += x.raw.length > need - raw.length ? x.raw.slice(0, need - raw.length) : x.raw;
-      if (raw.length >= need) break;
-    }
+    // Each window cut from the chain's pieces: joining them first (a long first message and the
+    // next) makes a string the slices flatten, a copy of the history on every store (~1 ms at 100k tokens).
+    const raw = { slice: (start: number, end: number): string => chainSlice(chain, start, end) };
     // Its own copy: the slices would keep the text they were cut from.
     const key = ownString(hintKey(partitionOf(node.scope), raw, 0, firstEnd));
     // nodeBytes counts the key's windows; its partition id on top, while it is listed.

@@ -24,6 +24,8 @@ import type { GenerateRequestBody } from "./sglang-wire.ts";
  * (Node encodes each string apart; workerd converts each) outgrew the copy of their characters.
  */
 const JOINED_PART_CHARS = 1024;
+/** The longest such run made one string: past it a joined string is a large-object allocation in fresh pages (paired in Node, 390k characters of short pieces: 0.66 -> 0.42 ms). */
+const JOINED_RUN_CHARS = 64 * 1024;
 
 /** A part of the body: JSON text, or JSON text's UTF-8 bytes (the turn chain's held pieces). */
 export type BodyPart = string | Uint8Array;
@@ -51,6 +53,10 @@ export function generateBodyParts(body: GenerateRequestBody, literals: readonly 
     for (const c of pieces.bodyParts) {
       if (typeof c === "string" && c.length < JOINED_PART_CHARS) {
         short += c;
+        if (short.length >= JOINED_RUN_CHARS) {
+          chunks.push(short);
+          short = "";
+        }
         continue;
       }
       if (short !== "") chunks.push(short);

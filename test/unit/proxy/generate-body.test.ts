@@ -160,6 +160,26 @@ describe("generateBodyChunks", () => {
     }
   });
 
+  it("a joined run of short pieces stops at 64 Ki characters, with the same bytes", async () => {
+    const chain = new TurnChainCache({ checkRate: 0 });
+    const profile = { family: "qwen3_vl", templateId: "qwen3vl-instruct" } as const;
+    // Turn by turn (each a held piece of ~700 characters): ~140k characters of short pieces, two runs' worth and more.
+    const messages: Record<string, unknown>[] = [{ role: "system", content: "Be brief." }, { role: "user", content: "q0" }];
+    let parts: ReturnType<typeof generateBodyParts> = [];
+    for (let turn = 1; turn <= 200; turn++) {
+      messages.push({ role: "assistant", content: `a${turn} ${"y".repeat(340)}` }, { role: "user", content: `q${turn} ${"z".repeat(340)}` });
+      const bodyText = JSON.stringify({ model: "m", messages });
+      const prompt = chain.prepare(parseChatBody(bodyText, DEFAULT_LIMITS), bodyText, profile, "", { validated: true });
+      const b = body(prompt.text);
+      parts = generateBodyParts(b, [], prompt.pieces ?? null);
+      const expected = Buffer.from(concat(generateBodyChunks(b, [], prompt.pieces ?? null)), "utf8");
+      expect(Buffer.from(await bodyOfChunks(parts).arrayBuffer()).equals(expected)).toBe(true);
+    }
+    const strings = parts.filter((p): p is string => typeof p === "string");
+    expect(Math.max(...strings.map((p) => p.length))).toBeLessThan(64 * 1024 + 1024);
+    expect(strings.filter((p) => p.length >= 64 * 1024).length).toBeGreaterThanOrEqual(2);
+  });
+
   it("the fetch body carries the same UTF-8 bytes, as often as it is sent", async () => {
     const chunks = generateBodyChunks(body("q".repeat(20_000) + "é😀\ud800" + "中".repeat(9000)));
     const blob = bodyOfChunks(chunks);
