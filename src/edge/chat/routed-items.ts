@@ -68,14 +68,15 @@ export function routeItems(media: readonly VerifiedMedia[], cohort: { contract: 
     const r = k === null ? undefined : memo.get(k);
     itemKeys.push(k);
     found.push(r);
-    if (r) counts.reused++;
-    else (missing ??= []).push(i);
+    if (!r) (missing ??= []).push(i);
   }
   if (missing) {
     // Identity hashes of the items not found only (mediaItems also names the first unresolved one:
     // every item without an identity is among them).
     const fresh = mediaItems(missing.map((i) => media[i]!), cohort.digest);
     if (fresh.unresolved) return { items: [], routed: [], unresolved: fresh.unresolved };
+    // Counted once the request is known to route by its items (a fallback reuses nothing).
+    counts.reused += media.length - missing.length;
     for (let m = 0; m < missing.length; m++) {
       const i = missing[m]!;
       const k = itemKeys[i]!;
@@ -91,7 +92,7 @@ export function routeItems(media: readonly VerifiedMedia[], cohort: { contract: 
       } else counts.reused++;
       found[i] = r;
     }
-  }
+  } else counts.reused += media.length;
   const items: MediaItem[] = [];
   const routed: (RoutedItem | Ineligible)[] = [];
   for (let i = 0; i < found.length; i++) {
