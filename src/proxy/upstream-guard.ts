@@ -19,9 +19,13 @@
  * One watchdog timer covers the headers timeout, the idle limit and the deadline: armed at the
  * start for the earliest any of them can fall due, it re-arms itself for what is left when it fires
  * early, so an exchange that ends within its first limit sets one timer and clears it once.
- * A complete answer with a Content-Length within the cap and no content coding is read by the
- * runtime in one call: the HTTP layer reads no more than Content-Length bytes (a shorter body
- * fails the read), and the exchange's signal still cuts the read (workerd rejects it with the
+ * A complete answer with a Content-Length within the cap, no content coding and no
+ * Transfer-Encoding is read by the runtime in one call: framed by Content-Length alone, the HTTP
+ * layer reads no more than that (a shorter body fails the read). With Transfer-Encoding the
+ * chunked framing wins over Content-Length (RFC 9112 §6.3) and workerd reads to the last chunk
+ * however long, still showing the Content-Length (measured, Miniflare 4.20260730.0: declared 10,
+ * 20 MiB read), so such a body is read here, chunk by chunk under the cap. The exchange's signal
+ * still cuts the one-call read (workerd rejects it with the
  * abort's reason); its idle limit counts from the start of that read (SGLang's non-streamed
  * `/generate` returns the finished result, one JSON body with its Content-Length: generate_request,
  * python/sglang/srt/entrypoints/http_server.py, sgl-project/sglang@0025436). That read spares the JS read loop (paired A/B in workerd, warm 1k-token
@@ -98,6 +102,9 @@ class Exchange implements UpstreamExchange, GuardedBody {
   private maxBytes = Infinity;
   private done = false;
   private failure: KvedgeError | null = null;
+  private readonly clientSignal: AbortSignal | null;
+  /** Removed when the exchange is over: a retry opens another exchange on the same client signal, and the listener would hold this one (and its buffer) until the client's request ends. */
+  private readonly onClientAbort = (): void => this.cut(clientGone());
 
   constructor(opts: ExchangeOptions) {
     const now = Date.now();
@@ -105,11 +112,12 @@ class Exchange implements UpstreamExchange, GuardedBody {
     this.deadlineAt = opts.deadlineAt;
     this.headersAt = now + opts.headersMs;
     const client = opts.clientSignal;
+    this.clientSignal = client;
     if (client?.aborted) {
       this.cut(clientGone());
       return;
     }
-    client?.addEventListener("abort", () => this.cut(clientGone()), { once: true });
+    client?.addEventListener("abort", this.onClientAbort, { once: true });
     // Nothing can fall due before the first of the three limits; a read starts an idle limit no earlier than idleMs from now.
     this.timer = setTimeout(this.watch, Math.max(0, Math.min(opts.headersMs, opts.idleMs, opts.deadlineAt - now)));
   }
@@ -126,7 +134,7 @@ class Exchange implements UpstreamExchange, GuardedBody {
     }
     this.cut(
       new UpstreamTimeoutError(
-        this.headersAt !== Infinity ? undefined : this.deadlineAt <= now ? "The worker did not finish in time." : `The worker sent nothing for ${Math.round(this.idleMs / 1000)} s.`,
+        this.headersAt !== Infinity ? undefined : this.deadlineAt <= now ? "The worker did not finish in time." : `The worker sent nothing for ${spanOf(this.idleMs)}.`,
       ),
     );
   };
@@ -140,16 +148,24 @@ class Exchange implements UpstreamExchange, GuardedBody {
 
   /** Ends the exchange early: the upstream fetch and reader are cancelled with our own error, so what the edge logs names why (deadline, size, client gone) rather than whatever the runtime reported. */
   private stop(own: KvedgeError): void {
-    this.done = true;
-    clearTimeout(this.timer);
+    this.release();
     this.abort.abort(own);
     this.reader?.cancel(own).catch(() => undefined);
+    this.reader = null;
   }
 
   /** The body arrived whole. */
   private finish(): void {
+    this.release();
+    this.reader = null;
+  }
+
+  /** The exchange is over: its timer, its client listener and its read buffer go. */
+  private release(): void {
     this.done = true;
     clearTimeout(this.timer);
+    this.clientSignal?.removeEventListener("abort", this.onClientAbort);
+    this.buffer = null;
   }
 
   /** The error an exchange that is over fails with. */
@@ -165,8 +181,7 @@ class Exchange implements UpstreamExchange, GuardedBody {
 
   end(): void {
     if (this.done) return;
-    this.done = true;
-    clearTimeout(this.timer);
+    this.release();
   }
 
   body(body: ReadableStream<Uint8Array> | null, maxBytes?: number): GuardedBody {
@@ -179,7 +194,10 @@ class Exchange implements UpstreamExchange, GuardedBody {
     } catch {
       this.reader = stream.getReader();
     }
-    if (this.done) this.reader.cancel(this.failed()).catch(() => undefined);
+    if (this.done) {
+      this.reader.cancel(this.failed()).catch(() => undefined);
+      this.reader = null;
+    }
     return this;
   }
 
@@ -218,7 +236,7 @@ class Exchange implements UpstreamExchange, GuardedBody {
 
   async text(response: Response, maxBytes: number): Promise<string> {
     const declared = declaredLength(response.headers);
-    if (declared === null || declared > maxBytes || codedBody(response.headers)) {
+    if (declared === null || declared > maxBytes || codedBody(response.headers) || response.headers.has("transfer-encoding")) {
       const body = this.body(response.body, maxBytes);
       if (declared !== null && declared > maxBytes) this.cut(tooLarge(maxBytes));
       return readGuardedText(body);
@@ -260,6 +278,11 @@ function declaredLength(headers: Headers): number | null {
 function codedBody(headers: Headers): boolean {
   const coding = headers.get("content-encoding");
   return coding !== null && coding !== "identity";
+}
+
+/** A limit for a message: whole seconds as seconds, else milliseconds (1500 ms is not "2 s"). */
+function spanOf(ms: number): string {
+  return ms % 1000 === 0 ? `${ms / 1000} s` : `${ms} ms`;
 }
 
 /** Reads a guarded body to text (UTF-8, replacement for bad bytes); rejects with the guard's KvedgeError. */

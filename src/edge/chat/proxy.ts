@@ -81,6 +81,14 @@ export async function proxyOnce(input: ProxyInput): Promise<Response> {
   const { routing } = input.config;
   const { decision: d, answer, receipt } = input;
   const clientSignal = input.clientSignal;
+  // The worker's credential, bound to its registered URL; none configured: it is not called at all.
+  const auth = await workerAuthHeaders(input.config.workerAuth, d.url);
+  if (auth === null) throw new RetryableUpstream("the edge holds no credential for this worker (KVEDGE_WORKER_KEYS or KVEDGE_WORKER_KEY_SECRET)", false);
+  const decodeAuth = d.pd ? await workerAuthHeaders(input.config.workerAuth, d.pd.decodeUrl) : null;
+  if (d.pd && decodeAuth === null) {
+    throw new RetryableUpstream("the edge holds no credential for this decode worker (KVEDGE_WORKER_KEYS or KVEDGE_WORKER_KEY_SECRET)", false, d.pd.decodeWorkerId);
+  }
+  // Opened once the credentials are in hand (a look-up that throws leaves no exchange to end).
   // Headers timeout, idle timeout, total deadline, a size cap when buffered; the client's going aborts it.
   const exchange = openExchange({
     headersMs: routing.upstreamHeadersTimeoutMs,
@@ -88,17 +96,6 @@ export async function proxyOnce(input: ProxyInput): Promise<Response> {
     deadlineAt: Date.now() + routing.upstreamDeadlineMs,
     clientSignal,
   });
-  // The worker's credential, bound to its registered URL; none configured: it is not called at all.
-  const auth = await workerAuthHeaders(input.config.workerAuth, d.url);
-  if (auth === null) {
-    exchange.end();
-    throw new RetryableUpstream("the edge holds no credential for this worker (KVEDGE_WORKER_KEYS or KVEDGE_WORKER_KEY_SECRET)", false);
-  }
-  const decodeAuth = d.pd ? await workerAuthHeaders(input.config.workerAuth, d.pd.decodeUrl) : null;
-  if (d.pd && decodeAuth === null) {
-    exchange.end();
-    throw new RetryableUpstream("the edge holds no credential for this decode worker (KVEDGE_WORKER_KEYS or KVEDGE_WORKER_KEY_SECRET)", false, d.pd.decodeWorkerId);
-  }
   const headersFor = (a: Record<string, string>) => ({ "content-type": "application/json", traceparent: input.traceparent, ...a });
   let upstream: Response;
   try {
