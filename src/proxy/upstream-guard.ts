@@ -65,7 +65,11 @@ export interface UpstreamExchange {
   body(body: ReadableStream<Uint8Array> | null, maxBytes?: number): GuardedBody;
   /** A complete answer's text (UTF-8, replacement for bad bytes), at most `maxBytes`; rejects with the exchange's KvedgeError. */
   text(response: Response, maxBytes: number): Promise<string>;
-  /** The exchange ends without its body read (an answer refused on its headers, a failed fetch): the watchdog stops. */
+  /**
+   * The exchange is given up (a failed fetch, an answer refused on its headers, one that is not a
+   * success, read or not): the watchdog stops and its requests are aborted, so a PD pair's prefill
+   * still running stops and frees its room (pd-dispatch.ts) instead of running to its deadline.
+   */
   end(): void;
 }
 
@@ -82,6 +86,8 @@ export function openExchange(opts: ExchangeOptions): UpstreamExchange {
 const tooLarge = (maxBytes: number) => new UpstreamError(`The worker's answer exceeds ${maxBytes} bytes.`, null, "upstream_too_large");
 const brokenMidway = () => new UpstreamError("The connection to the worker failed mid-stream.");
 const clientGone = () => new UpstreamError("The request was cancelled.", null, "cancelled");
+/** Why an exchange given up aborts what it still has running (a PD pair's prefill). */
+const ENDED = new UpstreamError("The edge gave up the exchange.", null, "cancelled");
 
 class Exchange implements UpstreamExchange, GuardedBody {
   onCut: ((err: KvedgeError) => void) | null = null;
@@ -180,8 +186,8 @@ class Exchange implements UpstreamExchange, GuardedBody {
   }
 
   end(): void {
-    if (this.done) return;
-    this.release();
+    if (!this.done) this.release();
+    this.abort.abort(ENDED);
   }
 
   body(body: ReadableStream<Uint8Array> | null, maxBytes?: number): GuardedBody {

@@ -115,6 +115,8 @@ export async function proxyOnce(input: ProxyInput): Promise<Response> {
         ).decode
       : await input.fetch(`${d.url}/generate`, { method: "POST", headers: headersFor(auth), body: input.body, signal: exchange.signal, redirect: "manual" });
   } catch (err) {
+    // Read before end(), which aborts the signal too.
+    const cut = exchange.signal.aborted;
     exchange.end();
     if (err instanceof PairSideFailed) {
       // The prefill refused the request itself (4xx): the client's answer, as SGLang's gateway returns it.
@@ -123,7 +125,7 @@ export async function proxyOnce(input: ProxyInput): Promise<Response> {
     }
     // The client's going, not the worker's failure: settled as cancelled, never retried.
     if (clientSignal?.aborted) throw new UpstreamError("The client went away before the worker answered.", null, "cancelled");
-    if (exchange.signal.aborted) throw new UpstreamTimeoutError();
+    if (cut) throw new UpstreamTimeoutError();
     // Connection refused/reset before any byte: nothing was processed (the worker may be gone).
     throw new RetryableUpstream(err instanceof Error ? err.message : String(err), true);
   }
@@ -155,6 +157,8 @@ export async function proxyOnce(input: ProxyInput): Promise<Response> {
       // the next connect that is refused).
       throw new RetryableUpstream(err instanceof Error ? err.message : String(err), false);
     }
+    // Not a success: a PD pair's prefill may still run (end aborts it).
+    if (upstream.status < 200 || upstream.status > 299) exchange.end();
     if (upstream.status === 503) throw new RetryableUpstream("worker overloaded (503)", false);
     // A non-2xx answer throws its mapped error, settled by the caller (forward.ts) once it knows
     // whether the request is sent again.
@@ -170,6 +174,7 @@ export async function proxyOnce(input: ProxyInput): Promise<Response> {
       throw new RetryableUpstream("worker overloaded (503)", false);
     }
     const text = await exchange.text(upstream, routing.maxUpstreamBodyBytes).catch(() => "");
+    exchange.end();
     return answer.complete(upstream.status, text) as never; // throws the mapped error
   }
   if (!upstream.body) {

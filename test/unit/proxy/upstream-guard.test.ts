@@ -104,11 +104,15 @@ describe("guardUpstreamBody cuts and cancellation", () => {
     expect((reason as Error).message).toBe("The worker did not answer in time.");
   });
 
-  it("an exchange ended on its headers aborts nothing later", async () => {
+  it("an exchange ended on its headers aborts its requests at once (a PD prefill still running), and no timer cuts it later", async () => {
     const x = exchange({ headersMs: 100, idleMs: 100, deadlineAt: Date.now() + 150 });
     x.end();
+    expect(x.signal.aborted).toBe(true);
+    const reason = x.signal.reason as UpstreamError;
+    expect(reason).toBeInstanceOf(UpstreamError);
+    expect(reason.code).toBe("cancelled");
     await new Promise((r) => setTimeout(r, 300));
-    expect(x.signal.aborted).toBe(false);
+    expect(x.signal.reason).toBe(reason);
   });
 
   it("cancel stops a pending read (it ends as the body's end) and aborts the request with the client's error", async () => {
