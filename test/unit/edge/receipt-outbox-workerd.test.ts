@@ -5,43 +5,18 @@
  * request whose waitUntil waits on a promise only another request settles is judged hung by
  * workerd, its continuations dropped with a cross-request warning (receipt-outbox.ts).
  */
-import { build } from "esbuild";
-import { Log, LogLevel, Miniflare } from "miniflare";
+import type { Miniflare } from "miniflare";
 import { dirname, join } from "node:path";
 import { fileURLToPath } from "node:url";
-import type { Readable } from "node:stream";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { startBundledWorker } from "../../helpers/bundled-worker.ts";
 
 const HERE = dirname(fileURLToPath(import.meta.url));
 let mf: Miniflare;
-let runtimeOutput = "";
+let runtimeOutput: () => string;
 
 beforeAll(async () => {
-  const out = await build({
-    entryPoints: [join(HERE, "receipt-outbox-worker.ts")],
-    bundle: true,
-    write: false,
-    format: "esm",
-    platform: "browser",
-    conditions: ["workerd", "worker", "browser"],
-    target: "es2022",
-    external: ["cloudflare:*"],
-    logLevel: "error",
-  });
-  const collect = (s: Readable) => s.on("data", (b: Buffer) => (runtimeOutput += b.toString()));
-  mf = new Miniflare({
-    modules: true,
-    script: out.outputFiles[0]!.text,
-    compatibilityDate: "2026-07-30",
-    durableObjects: { INDEX: "Index" },
-    cf: false,
-    log: new Log(LogLevel.WARN),
-    handleRuntimeStdio: (stdout: Readable, stderr: Readable) => {
-      collect(stdout);
-      collect(stderr);
-    },
-  });
-  await mf.ready;
+  ({ mf, output: runtimeOutput } = await startBundledWorker(join(HERE, "receipt-outbox-worker.ts"), { compatibilityDate: "2026-07-30", durableObjects: { INDEX: "Index" }, cf: false }));
 }, 60_000);
 
 afterAll(async () => {
@@ -58,6 +33,6 @@ describe("a receipt carried by another request's call (real workerd)", () => {
     const seen = (await (await mf.dispatchFetch("http://edge/seen")).json()) as { index: string[]; continued: string[] };
     expect(seen.index).toEqual(["carried:settle:A"]);
     expect(seen.continued).toEqual(["a"]);
-    expect(runtimeOutput).not.toMatch(/different request context/);
+    expect(runtimeOutput()).not.toMatch(/different request context/);
   });
 });

@@ -7,19 +7,18 @@
  * that also declares Transfer-Encoding (chunked framing wins) is read chunk by chunk under the cap,
  * and nothing is logged as uncaught.
  */
-import { build } from "esbuild";
-import { Log, LogLevel, Miniflare } from "miniflare";
+import type { Miniflare } from "miniflare";
 import { createServer } from "node:http";
 import { createServer as createNetServer, type AddressInfo, type Socket } from "node:net";
 import { dirname, join } from "node:path";
-import type { Readable } from "node:stream";
 import { fileURLToPath } from "node:url";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { startBundledWorker } from "../../helpers/bundled-worker.ts";
 
 const HERE = dirname(fileURLToPath(import.meta.url));
 const WHOLE = `{"text":"${"héllo € 𝄞 ".repeat(300)}"}`;
 let mf: Miniflare;
-let runtimeOutput = "";
+let runtimeOutput: () => string;
 let upstream = "";
 /** Upstream connections the server saw closed, by path. */
 const closed = new Map<string, number>();
@@ -68,29 +67,7 @@ beforeAll(async () => {
   upstream = `http://127.0.0.1:${(server.address() as AddressInfo).port}`;
   await new Promise<void>((r) => rawServer.listen(0, "127.0.0.1", r));
   rawUpstream = `http://127.0.0.1:${(rawServer.address() as AddressInfo).port}`;
-  const out = await build({
-    entryPoints: [join(HERE, "upstream-exchange-worker.ts")],
-    bundle: true,
-    write: false,
-    format: "esm",
-    platform: "browser",
-    conditions: ["workerd", "worker", "browser"],
-    target: "es2022",
-    logLevel: "error",
-  });
-  const collect = (s: Readable) => s.on("data", (b: Buffer) => (runtimeOutput += b.toString()));
-  mf = new Miniflare({
-    modules: true,
-    script: out.outputFiles[0]!.text,
-    compatibilityDate: "2026-07-30",
-    compatibilityFlags: ["enable_request_signal"],
-    log: new Log(LogLevel.WARN),
-    handleRuntimeStdio: (stdout: Readable, stderr: Readable) => {
-      collect(stdout);
-      collect(stderr);
-    },
-  });
-  await mf.ready;
+  ({ mf, output: runtimeOutput } = await startBundledWorker(join(HERE, "upstream-exchange-worker.ts"), { compatibilityDate: "2026-07-30", compatibilityFlags: ["enable_request_signal"] }));
 }, 60_000);
 
 afterAll(async () => {
@@ -141,6 +118,6 @@ describe("a complete answer read in one call, in workerd", () => {
   });
 
   it("logs nothing uncaught", () => {
-    expect(runtimeOutput).not.toMatch(/uncaught/i);
+    expect(runtimeOutput()).not.toMatch(/uncaught/i);
   });
 });
