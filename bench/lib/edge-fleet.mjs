@@ -12,6 +12,7 @@ import { join } from "node:path";
 import { bundleForWorkerd, ROOT } from "./workerd.mjs";
 import { serveWorkerd } from "./workerd-serve.mjs";
 import { importMediaUrlKey, workerMediaCredential } from "../../src/media/signed-url.ts";
+import { PortClashError, freePort, reportsBindFailure, startOnFreshPorts } from "../../scripts/fleet-ports.ts";
 
 const OUT_DIR = join(ROOT, "bench/results/tmp/edge-real");
 /**
@@ -27,23 +28,18 @@ function bundleEdge() {
   return bundleForWorkerd(join(ROOT, "functions/index.ts"), join(OUT_DIR, "index.mjs"), ["cloudflare:*", "node:*"]);
 }
 
-function freePort() {
-  return new Promise((resolve, reject) => {
-    const s = createServer();
-    s.once("error", reject);
-    s.listen(0, "127.0.0.1", () => {
-      const p = s.address().port;
-      s.close(() => resolve(p));
-    });
-  });
-}
-
 async function waitFor(check, ms, what, proc) {
   const end = Date.now() + ms;
   let tail = "";
   proc?.stderr?.on("data", (d) => (tail = (tail + d).slice(-2000)));
   while (Date.now() < end) {
-    if (proc && proc.exitCode !== null) throw new Error(`${what} exited (${proc.exitCode}): ${tail}`);
+    if (proc && proc.exitCode !== null) {
+      // What it printed last may still be in its pipe when the exit is seen.
+      if (!proc.stderr.readableEnded) await Promise.race([new Promise((r) => proc.stderr.once("end", r)), new Promise((r) => setTimeout(r, 1000))]);
+      // A port handed out can be taken before the process binds it: the fleet starts again on fresh ones.
+      const Failure = reportsBindFailure(tail) ? PortClashError : Error;
+      throw new Failure(`${what} exited (${proc.exitCode}): ${tail}`);
+    }
     try {
       if (await check()) return;
     } catch {}
@@ -92,7 +88,11 @@ function kill(p) {
  * in the index process (bench/lib/workerd-serve.mjs). Returns { edgeUrl, workerUrl, floorUrl and
  * limitedUrl (or null), edgePid, indexPid, admin(path), stop() }.
  */
-export async function startEdgeFleet({ model = "Qwen/Qwen3-VL-8B-Instruct", family = "qwen3_vl", template = "qwen3vl-instruct", media = {}, decode = false, limits = null, inspectorPort = undefined, v8Flags = [], splitIndex = false, workerArgs = [], proxyFloor = false, rateLimitedEdge = false, mediaCacheControl = null } = {}) {
+export function startEdgeFleet(options = {}) {
+  return startOnFreshPorts(() => startEdgeFleetOnce(options));
+}
+
+async function startEdgeFleetOnce({ model = "Qwen/Qwen3-VL-8B-Instruct", family = "qwen3_vl", template = "qwen3vl-instruct", media = {}, decode = false, limits = null, inspectorPort = undefined, v8Flags = [], splitIndex = false, workerArgs = [], proxyFloor = false, rateLimitedEdge = false, mediaCacheControl = null } = {}) {
   const scriptPath = await bundleEdge();
   const procs = [];
   const servers = [];
