@@ -3,8 +3,13 @@ const HEX_BYTE: readonly string[] = Array.from({ length: 256 }, (_, x) => x.toSt
 
 /** Lower-case hex for bytes, one spelling for every digest, MAC and id the project prints. */
 export function bytesToHex(bytes: Uint8Array): string {
+  return rangeToHex(bytes, 0, bytes.length);
+}
+
+/** Lower-case hex for `bytes[from..to)` (no subarray view to allocate). */
+export function rangeToHex(bytes: Uint8Array, from: number, to: number): string {
   let s = "";
-  for (let i = 0; i < bytes.length; i++) s += HEX_BYTE[bytes[i]!]!;
+  for (let i = from; i < to; i++) s += HEX_BYTE[bytes[i]!]!;
   return s;
 }
 

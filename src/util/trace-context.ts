@@ -9,7 +9,7 @@
  * parent id must not be all zeros; anything else is no context (a new trace is started). What
  * goes out is version 00 with only the flag that version defines (sampled), others set to zero.
  */
-import { bytesToHex } from "./hex.ts";
+import { rangeToHex } from "./hex.ts";
 
 /**
  * The response header that names the edge's span to the client: `traceresponse`, same format as
@@ -68,6 +68,48 @@ const cryptoRandom: RandomBytes = (b) => {
   crypto.getRandomValues(b);
 };
 
+/**
+ * Random bytes drawn in bulk and handed out once each: one runtime call fills the pool for many
+ * traces instead of one call per request. Every id takes bytes no other id took (a refill discards
+ * what is left rather than reuse it), so ids stay as unpredictable as the source's bytes: seeing
+ * some ids tells nothing of the others (crypto.getRandomValues is a CSPRNG).
+ */
+export class RandomPool {
+  readonly #random: RandomBytes;
+  readonly #size: number;
+  #bytes: Uint8Array | null = null;
+  /** The next unused byte; the pool is refilled when fewer than a take's bytes are left. */
+  #next = 0;
+
+  /** `size` bytes per draw of `random` (at most 65 536: crypto.getRandomValues' limit). */
+  constructor(random: RandomBytes, size: number) {
+    this.#random = random;
+    this.#size = size;
+  }
+
+  /** The pool's bytes (`take` says which are yours). */
+  get bytes(): Uint8Array {
+    return this.#bytes!;
+  }
+
+  /** Reserves `n` unused bytes (n ≤ size): their offset in `bytes`, which hold them until the next take. */
+  take(n: number): number {
+    if (this.#bytes === null || this.#next + n > this.#size) {
+      // Allocated on first use: a Worker's global scope must not draw randomness.
+      this.#bytes ??= new Uint8Array(this.#size);
+      this.#random(this.#bytes);
+      this.#next = 0;
+    }
+    const at = this.#next;
+    this.#next += n;
+    return at;
+  }
+}
+
+/** Bytes of random ids for 128 new traces per draw (24 each). */
+const TRACE_POOL_BYTES = 3072;
+const tracePool = new RandomPool(cryptoRandom, TRACE_POOL_BYTES);
+
 /** Whether `b[from..to)` is all zeros (an invalid id). */
 function allZeros(b: Uint8Array, from: number, to: number): boolean {
   let any = 0;
@@ -82,15 +124,17 @@ const TRACE_ID_BYTES = 16;
  * The edge's span for a request carrying `incoming` (its `traceparent` header, or null): the
  * client's trace when valid, else a new random trace. A new trace is marked sampled: the edge
  * records every request's trace id with its routing receipt. A new trace's id and the span id come
- * from one draw (span id first), drawn again while either is all zeros.
+ * from one take of `pool` (span id first), taken again while either is all zeros.
  */
-export function startEdgeTrace(incoming: string | null, random: RandomBytes = cryptoRandom): EdgeTrace {
+export function startEdgeTrace(incoming: string | null, pool: RandomPool = tracePool): EdgeTrace {
   const parent = parseTraceparent(incoming);
-  const b = new Uint8Array(parent ? SPAN_ID_BYTES : SPAN_ID_BYTES + TRACE_ID_BYTES);
-  do random(b);
-  while (allZeros(b, 0, SPAN_ID_BYTES) || (!parent && allZeros(b, SPAN_ID_BYTES, b.length)));
-  const spanId = bytesToHex(b.subarray(0, SPAN_ID_BYTES));
-  const traceId = parent?.traceId ?? bytesToHex(b.subarray(SPAN_ID_BYTES));
+  const n = parent ? SPAN_ID_BYTES : SPAN_ID_BYTES + TRACE_ID_BYTES;
+  let at: number;
+  do at = pool.take(n);
+  while (allZeros(pool.bytes, at, at + SPAN_ID_BYTES) || (!parent && allZeros(pool.bytes, at + SPAN_ID_BYTES, at + n)));
+  const b = pool.bytes;
+  const spanId = rangeToHex(b, at, at + SPAN_ID_BYTES);
+  const traceId = parent?.traceId ?? rangeToHex(b, at + SPAN_ID_BYTES, at + n);
   const sampled = parent ? (parent.flags & SAMPLED) !== 0 : true;
   return { traceId, spanId, parentId: parent?.parentId ?? null, sampled, header: formatTraceparent(traceId, spanId, sampled) };
 }

@@ -4,11 +4,14 @@
  */
 import fc from "fast-check";
 import { describe, expect, it } from "vitest";
-import { formatTraceparent, parseTraceparent, startEdgeTrace, type RandomBytes } from "../../../src/util/trace-context.ts";
+import { formatTraceparent, parseTraceparent, RandomPool, startEdgeTrace, type RandomBytes } from "../../../src/util/trace-context.ts";
 
 const TRACE = "4bf92f3577b34da6a3ce929d0e0e4736";
 const SPAN = "00f067aa0ba902b7";
 const VALID = `00-${TRACE}-${SPAN}-01`;
+
+/** A pool of one trace's bytes (span id, then trace id): every trace draws `random` anew. */
+const perTrace = (random: RandomBytes) => new RandomPool(random, 24);
 
 /** Random bytes from a fixed list of fills, in order (then the last one again). */
 function scripted(...fills: number[]): RandomBytes {
@@ -61,7 +64,7 @@ describe("parseTraceparent", () => {
 
 describe("startEdgeTrace", () => {
   it("continues a client's trace with a span of its own", () => {
-    const t = startEdgeTrace(VALID, scripted(0xab));
+    const t = startEdgeTrace(VALID, perTrace(scripted(0xab)));
     expect(t).toEqual({ traceId: TRACE, spanId: "ab".repeat(8), parentId: SPAN, sampled: true, header: `00-${TRACE}-${"ab".repeat(8)}-01` });
   });
 
@@ -100,10 +103,10 @@ describe("startEdgeTrace", () => {
       b.fill(span!, 0, 8);
       b.fill(trace!, 8);
     };
-    const t = startEdgeTrace(null, zeroFirst);
+    const t = startEdgeTrace(null, perTrace(zeroFirst));
     expect([t.spanId, t.traceId, d]).toEqual(["33".repeat(8), "44".repeat(16), 4]);
     // A continued trace draws only its span id, again while it is all zeros.
-    const c = startEdgeTrace(VALID, scripted(0, 0x55));
+    const c = startEdgeTrace(VALID, new RandomPool(scripted(0, 0x55), 8));
     expect([c.traceId, c.spanId]).toEqual([TRACE, "55".repeat(8)]);
   });
 
@@ -117,10 +120,33 @@ describe("startEdgeTrace", () => {
     const seen = new Set<string>();
     for (let k = 0; k < 11; k++) {
       const from = next;
-      const t = startEdgeTrace(null, counting);
+      const t = startEdgeTrace(null, perTrace(counting));
       expect([t.spanId, t.traceId]).toEqual([hexOf(from, 8), hexOf(from + 8, 16)]);
       for (const id of [t.traceId, t.spanId]) for (let i = 0; i < id.length; i += 2) seen.add(id.slice(i, i + 2));
     }
     expect(seen.size).toBe(256);
+  });
+
+  it("draws the source once per pool of ids and hands out no byte twice", () => {
+    // The source numbers its bytes 1, 2, 3, … (mod 256) so each id shows which bytes it took.
+    let next = 1, draws = 0;
+    const counting: RandomBytes = (b) => {
+      draws++;
+      for (let i = 0; i < b.length; i++) b[i] = next++ % 256;
+    };
+    const hexOf = (from: number, n: number) => Buffer.from(Array.from({ length: n }, (_, i) => (from + i) % 256)).toString("hex");
+    const pool = new RandomPool(counting, 240);
+    const ids = Array.from({ length: 25 }, () => startEdgeTrace(null, pool));
+    // Ten new traces per draw of 240 bytes: three draws for 25 traces, each trace the next 24 bytes.
+    expect(draws).toBe(3);
+    ids.forEach((t, k) => expect([t.spanId, t.traceId]).toEqual([hexOf(1 + 24 * k, 8), hexOf(9 + 24 * k, 16)]));
+    // A continued trace takes 8 bytes; a new trace that no longer fits draws again and skips the rest.
+    const mixed = new RandomPool(counting, 48);
+    const from = next;
+    const c = startEdgeTrace(VALID, mixed);
+    const a = startEdgeTrace(null, mixed);
+    const b = startEdgeTrace(null, mixed);
+    expect([c.spanId, a.spanId, a.traceId, b.spanId, b.traceId]).toEqual([hexOf(from, 8), hexOf(from + 8, 8), hexOf(from + 16, 16), hexOf(from + 48, 8), hexOf(from + 56, 16)]);
+    expect(draws).toBe(5);
   });
 });
