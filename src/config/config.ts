@@ -379,6 +379,11 @@ export interface EdgeConfig {
   debugHeaders: boolean;
   /** Shard objects per pool (KVEDGE_SHARDS). */
   shards: number;
+  /**
+   * KVEDGE_REGIONS maps colos to regions and fixes none of its own: the index reads the edge's
+   * region from its colo (src/selection/regions.ts resolveEdgeRegion), the one use of request.cf.
+   */
+  regionsByColo: boolean;
   /** KVEDGE_CORS: which browser origins may call `/v1` (null: none). */
   cors: CorsPolicy;
   relaySecret: string | null;
@@ -458,6 +463,7 @@ export function parseEdgeConfig(env: Record<string, unknown>): EdgeConfig {
     publicAccess: parsed.KVEDGE_ACCESS === "public",
     debugHeaders: parsed.KVEDGE_DEBUG_HEADERS === "on",
     shards: parsed.KVEDGE_SHARDS ?? 1,
+    regionsByColo: parsed.KVEDGE_REGIONS !== undefined && parsed.KVEDGE_REGIONS.self === undefined && Object.keys(parsed.KVEDGE_REGIONS.colos).length > 0,
     cors:
       parsed.KVEDGE_CORS === "off" ? null
       : parsed.KVEDGE_CORS === undefined || parsed.KVEDGE_CORS === "*" ? { origins: "*" }

@@ -95,7 +95,7 @@ export async function serveChatCompletions(request: Request, deps: ChatDeps, pre
     localHashes,
     isl: plan.isl,
     fallbackReason: plan.fallbackReason,
-    edgeColo: edgeColoOf(request),
+    edgeColo: edgeColoOf(request, config),
     traceId: trace.traceId,
     incrementalOnly: costly !== null,
     receiptOutbox: deps.receiptOutbox,

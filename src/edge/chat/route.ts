@@ -7,6 +7,7 @@ import type { LocalHashes } from "../../blocks/block-hash.ts";
 import { shardForRequest, shardObjectName } from "../../routing-index/pool-address.ts";
 import type { AdmissionFrontDoor, ChatFrontDoor, RouteDecision } from "../../routing-index/front-door.ts";
 import { admitFirstPick, type AdmissionInput } from "./admission.ts";
+import type { EdgeConfig } from "../../config/config.ts";
 import type { FallbackReason } from "./layout.ts";
 import type { PreparingRoute, ReceiptOutbox } from "./receipt-outbox.ts";
 
@@ -132,8 +133,13 @@ export function setRoutingHeaders(h: Headers, d: RouteDecision, fallbackReason: 
   if (shard > 0) h.set("x-kvedge-shard", String(shard));
 }
 
-/** The Cloudflare colo serving this request (regions: src/selection/regions.ts); null outside Cloudflare. */
-export function edgeColoOf(request: Request): string | null {
+/**
+ * The Cloudflare colo serving this request where the index maps colos to regions
+ * (src/selection/regions.ts); null elsewhere and outside Cloudflare. Read only then: workerd
+ * builds `request.cf` on its first read.
+ */
+export function edgeColoOf(request: Request, config: Pick<EdgeConfig, "regionsByColo">): string | null {
+  if (!config.regionsByColo) return null;
   const colo = (request as { cf?: { colo?: unknown } }).cf?.colo;
   return typeof colo === "string" ? colo : null;
 }

@@ -107,7 +107,7 @@ async function serveCompletions(request: Request, deps: ChatDeps, preparing: Pre
       localHashes: namespacedHashes(namespace, { localHashes: localBlockHashes(ids, model.blockSize) }),
       isl: ids.length,
       fallbackReason: null,
-      edgeColo: edgeColoOf(request),
+      edgeColo: edgeColoOf(request, config),
       traceId: trace.traceId,
       incrementalOnly: costly !== null,
       ...(admission ? { admission } : {}),
