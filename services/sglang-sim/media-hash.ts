@@ -6,13 +6,20 @@
  * SHA-256. SGLang hashes the processed pixel tensor; the simulator has no pixels and hashes the
  * media bytes instead, which keeps the property that matters (same bytes → same pad value, other
  * bytes → another) but is not bit-equal to a real worker's value (nobody outside can compute that).
+ *
+ * SGLang hashes every item of every request again (its Qwen-VL processor loads and processes each
+ * `image_data` item per request: python/sglang/srt/multimodal/processors/base_processor.py
+ * @0001380b `fast_load_mm_data` / `_load_single_item`), in native code. So does the simulator, with
+ * Node's native SHA-256: the wasm one (src/util/hash.ts) took ~95 ms for a 6 MB image, ten times
+ * Node's, and a 32k-token vision chat's worker then burned ~0.6 s of CPU a turn on the bench's two
+ * cores, next to the edge it measures.
  */
+import { createHash } from "node:crypto";
 import { padValueFromHash, padValueFromMmHash, isPyError } from "../../src/layout/index.ts";
-import { sha256 } from "../../src/util/hash.ts";
 
 /** SGLang `hash_feature` stand-in: int.from_bytes(sha256(bytes)[:8], "big"). */
 export function contentHash(bytes: Uint8Array): bigint {
-  const d = sha256(bytes);
+  const d = createHash("sha256").update(bytes).digest();
   let h = 0n;
   for (let i = 0; i < 8; i++) h = (h << 8n) | BigInt(d[i]!);
   return h;
