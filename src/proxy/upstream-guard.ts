@@ -241,8 +241,9 @@ class Exchange implements UpstreamExchange, GuardedBody {
   }
 
   async text(response: Response, maxBytes: number): Promise<string> {
-    const declared = declaredLength(response.headers);
-    if (declared === null || declared > maxBytes || codedBody(response.headers) || response.headers.has("transfer-encoding")) {
+    const headers = response.headers;
+    const declared = declaredLength(headers);
+    if (declared === null || declared > maxBytes || codedBody(headers) || headers.has("transfer-encoding")) {
       const body = this.body(response.body, maxBytes);
       if (declared !== null && declared > maxBytes) this.cut(tooLarge(maxBytes));
       return readGuardedText(body);

@@ -12,7 +12,7 @@ import type { StageClock } from "../server-timing.ts";
 import type { FallbackReason } from "./layout.ts";
 import type { EdgeFetch } from "./media-deps.ts";
 import { proxyOnce, RetryableUpstream, type AnswerFormat } from "./proxy.ts";
-import { setRoutingHeaders, type RouteTarget } from "./route.ts";
+import { routingHeaders, type RouteTarget } from "./route.ts";
 import { openReceipt, quarantineEverywhere, type SettleDeps } from "./settle.ts";
 import { parseRankTarget } from "../../routing-index/front-door.ts";
 import { withRoutedDpRank } from "../../proxy/routed-rank.ts";
@@ -93,15 +93,13 @@ export async function forward(deps: ForwardDeps, input: ForwardInput): Promise<R
         releaseBeforeReply,
         clientSignal: input.clientSignal,
         traceparent: trace.header,
+        headers: input.showRouting ? routingHeaders(decision, input.fallbackReason, requestId, attempt, target.shard) : { "x-request-id": requestId },
       });
       input.clock.mark("upstream");
-      // proxyOnce's own Response (mutable headers, none of these names): the headers go onto it.
-      if (input.showRouting) {
-        setRoutingHeaders(res.headers, decision, input.fallbackReason, requestId, attempt, target.shard);
-        // Edge time before the upstream call (workerd clocks advance across I/O: body, index RPCs);
-        // admin callers also get the stages (upstream = until the answer's headers, or all of it unstreamed).
-        res.headers.set("server-timing", `kvedge-route;dur=${edgeOverheadMs}${input.admin ? `, ${input.clock.header()}` : ""}`);
-      } else res.headers.set("x-request-id", requestId);
+      // Edge time before the upstream call (workerd clocks advance across I/O: body, index RPCs);
+      // admin callers also get the stages (upstream = until the answer's headers, or all of it
+      // unstreamed). proxyOnce's own Response: its headers are mutable.
+      if (input.showRouting) res.headers.set("server-timing", `kvedge-route;dur=${edgeOverheadMs}${input.admin ? `, ${input.clock.header()}` : ""}`);
       return res;
     } catch (err) {
       if (err instanceof RetryableUpstream) {

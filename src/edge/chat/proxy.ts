@@ -75,6 +75,8 @@ export interface ProxyInput {
    * trace_req_start; sgl-project/sglang@021a892).
    */
   traceparent: string;
+  /** Headers of the client's answer decided before the call (its request id, routing headers): set as it is made, not one by one after. */
+  headers: Record<string, string>;
 }
 
 export async function proxyOnce(input: ProxyInput): Promise<Response> {
@@ -129,19 +131,21 @@ export async function proxyOnce(input: ProxyInput): Promise<Response> {
     // Connection refused/reset before any byte: nothing was processed (the worker may be gone).
     throw new RetryableUpstream(err instanceof Error ? err.message : String(err), true);
   }
-  if (upstream.status === 401 || upstream.status === 403) {
+  // Read once: each read of a runtime Response's status is a call into the runtime.
+  const status = upstream.status;
+  if (status === 401 || status === 403) {
     // The worker refused the edge's credential (a key not set, or rotated on one side only): an
     // operator's error the client cannot fix; another worker may still answer.
     exchange.end();
     await upstream.body?.cancel().catch(() => undefined);
-    throw new RetryableUpstream(`worker refused the edge's credential (HTTP ${upstream.status})`, false);
+    throw new RetryableUpstream(`worker refused the edge's credential (HTTP ${status})`, false);
   }
-  if (upstream.status >= 300 && upstream.status <= 399) {
+  if (status >= 300 && status <= 399) {
     // Not followed: the worker's credentials (fetch keeps the Access token across origins) go only
     // to the URL the worker is registered at, never to a Location whoever answers there names.
     exchange.end();
     await upstream.body?.cancel().catch(() => undefined);
-    throw new RetryableUpstream(`worker answered a redirect (HTTP ${upstream.status}); worker redirects are not followed`, false);
+    throw new RetryableUpstream(`worker answered a redirect (HTTP ${status}); worker redirects are not followed`, false);
   }
 
   if (!answer.stream) {
@@ -158,24 +162,24 @@ export async function proxyOnce(input: ProxyInput): Promise<Response> {
       throw new RetryableUpstream(err instanceof Error ? err.message : String(err), false);
     }
     // Not a success: a PD pair's prefill may still run (end aborts it).
-    if (upstream.status < 200 || upstream.status > 299) exchange.end();
-    if (upstream.status === 503) throw new RetryableUpstream("worker overloaded (503)", false);
+    if (status < 200 || status > 299) exchange.end();
+    if (status === 503) throw new RetryableUpstream("worker overloaded (503)", false);
     // A non-2xx answer throws its mapped error, settled by the caller (forward.ts) once it knows
     // whether the request is sent again.
-    const { body, usage } = answer.complete(upstream.status, text);
+    const { body, usage } = answer.complete(status, text);
     const settled = receipt.settle({ promptTokens: usage.prompt_tokens, cachedTokens: usage.cached_tokens, outcome: "ok" });
     if (input.releaseBeforeReply) await settled;
-    return new Response(JSON.stringify(body), { status: 200, headers: { "content-type": "application/json" } });
+    return new Response(JSON.stringify(body), { status: 200, headers: { "content-type": "application/json", ...input.headers } });
   }
 
-  if (upstream.status < 200 || upstream.status > 299) {
-    if (upstream.status === 503) {
+  if (status < 200 || status > 299) {
+    if (status === 503) {
       exchange.end();
       throw new RetryableUpstream("worker overloaded (503)", false);
     }
     const text = await exchange.text(upstream, routing.maxUpstreamBodyBytes).catch(() => "");
     exchange.end();
-    return answer.complete(upstream.status, text) as never; // throws the mapped error
+    return answer.complete(status, text) as never; // throws the mapped error
   }
   if (!upstream.body) {
     exchange.end();
@@ -212,6 +216,6 @@ export async function proxyOnce(input: ProxyInput): Promise<Response> {
   receipt.prefillDone();
   return new Response(translator.readable, {
     status: 200,
-    headers: { "content-type": "text/event-stream", "cache-control": "no-cache" },
+    headers: { "content-type": "text/event-stream", "cache-control": "no-cache", ...input.headers },
   });
 }

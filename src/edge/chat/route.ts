@@ -114,23 +114,26 @@ export function routeTarget(input: RouteInput): RouteTarget {
   };
 }
 
-/** Sets the pick as response headers on `h` (admin callers and debug only: they reveal topology). */
-export function setRoutingHeaders(h: Headers, d: RouteDecision, fallbackReason: FallbackReason, requestId: string, attempts: number, shard: number): void {
-  h.set("x-request-id", requestId);
-  h.set("x-kvedge-worker", d.workerId);
-  h.set("x-kvedge-overlap-blocks", String(d.overlapBlocks));
-  h.set("x-kvedge-total-blocks", String(d.totalBlocks));
-  h.set("x-kvedge-receipt", d.receiptId);
-  h.set("x-kvedge-routing", fallbackReason === null ? "exact" : "text_prefix");
-  h.set("x-kvedge-attempts", String(attempts));
+/** The pick as response headers (admin callers and debug only: they reveal topology). */
+export function routingHeaders(d: RouteDecision, fallbackReason: FallbackReason, requestId: string, attempts: number, shard: number): Record<string, string> {
+  const h: Record<string, string> = {
+    "x-request-id": requestId,
+    "x-kvedge-worker": d.workerId,
+    "x-kvedge-overlap-blocks": String(d.overlapBlocks),
+    "x-kvedge-total-blocks": String(d.totalBlocks),
+    "x-kvedge-receipt": d.receiptId,
+    "x-kvedge-routing": fallbackReason === null ? "exact" : "text_prefix",
+    "x-kvedge-attempts": String(attempts),
+  };
   // A prefill/decode pair: x-kvedge-worker is its prefill (where the prefix is), this its decode.
-  if (d.pd) h.set("x-kvedge-decode-worker", d.pd.decodeWorkerId);
+  if (d.pd) h["x-kvedge-decode-worker"] = d.pd.decodeWorkerId;
   // Of the overlap, blocks in the worker's host memory (HiCache): loaded back there, not prefilled.
-  if (d.hostBlocks) h.set("x-kvedge-host-blocks", String(d.hostBlocks));
+  if (d.hostBlocks) h["x-kvedge-host-blocks"] = String(d.hostBlocks);
   // Of the overlap, blocks assumed in a storage backend the worker shares: an approximate view.
-  if (d.storageBlocks) h.set("x-kvedge-storage-blocks", `${d.storageBlocks}; approximate`);
-  if (fallbackReason) h.set("x-kvedge-fallback-reason", fallbackReason);
-  if (shard > 0) h.set("x-kvedge-shard", String(shard));
+  if (d.storageBlocks) h["x-kvedge-storage-blocks"] = `${d.storageBlocks}; approximate`;
+  if (fallbackReason) h["x-kvedge-fallback-reason"] = fallbackReason;
+  if (shard > 0) h["x-kvedge-shard"] = String(shard);
+  return h;
 }
 
 /**
