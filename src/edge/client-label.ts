@@ -9,8 +9,40 @@ import { bytesToHex } from "../util/hex.ts";
 /** A client as the edge tells clients apart. */
 export type ClientRef = { apiKey: string } | { network: string };
 
+const utf8 = new TextEncoder();
+
+/** 32 hex digits of SHA-256 over `text`'s UTF-8. */
+function digest32(text: string): string {
+  return bytesToHex(sha256(utf8.encode(text))).slice(0, 32);
+}
+
+/** Most digests an isolate keeps (with the key or network each is of); the memo is emptied when full. */
+const MEMO_ENTRIES = 1024;
+
+/**
+ * Digests of recent clients: a client sends request after request, and each needs its label
+ * (admission, media) and its API key's digest (rate-limit and quota buckets), so an isolate hashes
+ * a client once rather than once or more per request. Only authenticated keys reach it (auth.ts).
+ */
+function memoized(f: (text: string) => string): (text: string) => string {
+  const memo = new Map<string, string>();
+  return (text) => {
+    let d = memo.get(text);
+    if (d === undefined) {
+      if (memo.size >= MEMO_ENTRIES) memo.clear();
+      d = f(text);
+      memo.set(text, d);
+    }
+    return d;
+  };
+}
+
+const labelOf = memoized((name) => `c-${digest32(`kvedge-client\n${name}`)}`);
+
 /** `c-` and 32 hex digits of SHA-256 over the key or network. Requires initHashing(). */
 export function clientLabel(client: ClientRef): string {
-  const name = "apiKey" in client ? `key\n${client.apiKey}` : `net\n${client.network}`;
-  return `c-${bytesToHex(sha256(new TextEncoder().encode(`kvedge-client\n${name}`))).slice(0, 32)}`;
+  return labelOf("apiKey" in client ? `key\n${client.apiKey}` : `net\n${client.network}`);
 }
+
+/** 32 hex digits of SHA-256 over an API key: how rate-limit buckets name it (rate-limit.ts). Requires initHashing(). */
+export const apiKeyDigest: (apiKey: string) => string = memoized(digest32);

@@ -13,10 +13,8 @@
 import type { BucketConfig } from "../config/config.ts";
 import { RateLimitError } from "../api/errors.ts";
 import { parseIp, formatIpv4 } from "../media/ip-address.ts";
-import { sha256 } from "../util/hash.ts";
-import { bytesToHex } from "../util/hex.ts";
 import type { TakeResult } from "../util/token-bucket.ts";
-import type { ClientRef } from "./client-label.ts";
+import { apiKeyDigest, type ClientRef } from "./client-label.ts";
 
 /** 429 with the wait the client should honour (`retry-after`, seconds). */
 export class RateLimitedError extends RateLimitError {
@@ -60,7 +58,7 @@ export type QuotaKind = "input_tokens" | "output_tokens";
  * kind keeps a client's failed logins, admin calls and chat requests in separate buckets.
  */
 export function rateLimitBucketName(kind: BucketKind | QuotaKind, client: ClientRef): string {
-  if ("apiKey" in client) return `${kind}:key:${bytesToHex(sha256(new TextEncoder().encode(client.apiKey))).slice(0, 32)}`;
+  if ("apiKey" in client) return `${kind}:key:${apiKeyDigest(client.apiKey)}`;
   return `${kind}:net:${client.network}`;
 }
 
