@@ -322,10 +322,24 @@ function isActive(v: unknown): boolean {
   return v !== undefined && v !== null && v !== false;
 }
 
+const UNSUPPORTED_ORDER: ReadonlyMap<string, number> = new Map(Object.keys(UNSUPPORTED_FIELDS).map((k, i) => [k, i]));
+
+/**
+ * Refuses the first field of UNSUPPORTED_FIELDS (in its order) the body sets. A body has a few
+ * own keys (JSON.parse gives own keys only; none of these names is an Object.prototype member):
+ * its keys are looked up in the list, not the list's in the body.
+ */
 function checkUnsupported(body: Record<string, unknown>): void {
-  for (const [key, why] of Object.entries(UNSUPPORTED_FIELDS)) {
-    if (isActive(body[key])) throw unsupported(key, why);
+  let first = -1;
+  let key: string | null = null;
+  for (const k in body) {
+    const at = UNSUPPORTED_ORDER.get(k);
+    if (at !== undefined && (first === -1 || at < first) && isActive(body[k])) {
+      first = at;
+      key = k;
+    }
   }
+  if (key !== null) throw unsupported(key, UNSUPPORTED_FIELDS[key]!);
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -268,6 +268,10 @@ const REJECTS: Case[] = [
   ["custom_logit_processor", req({ custom_logit_processor: "x" }), InvalidRequestError, 400, "custom_logit_processor"],
   ["lora_path", req({ lora_path: "a" }), InvalidRequestError, 400, "lora_path"],
   ["input_ids", req({ input_ids: [1, 2] }), InvalidRequestError, 400, "input_ids"],
+  // Several refused fields: the first in the refused list's order names the error, whatever the body's order.
+  ["rid and cache_salt", req({ rid: "a", cache_salt: "s" }), InvalidRequestError, 400, "cache_salt"],
+  ["session_id and lora_path", req({ session_id: "x", lora_path: "a" }), InvalidRequestError, 400, "lora_path"],
+  ["inactive refused fields skipped", req({ input_ids: [1], cache_salt: null, rid: false, session_id: "x" }), InvalidRequestError, 400, "session_id"],
   ["tool_choice required without tools", req({ tool_choice: "required" }), InvalidRequestError, 400, "tool_choice"],
   [
     "named tool not in list",
