@@ -1,12 +1,45 @@
 import { cloudflareTest } from "@cloudflare/vitest-pool-workers";
+import { availableParallelism } from "node:os";
 import { defineConfig } from "vitest/config";
+import { BaseSequencer, type TestSpecification } from "vitest/node";
 
 const TEST_RATE_LIMIT = JSON.stringify({ authFailures: { requestsPerMinute: 6000, burst: 1000 } });
 
-// Three projects: pure logic in Node, integration inside workerd (the pool reads wrangler.toml),
-// and end-to-end tests that start the real local fleet (simulated SGLang + relays + the edge under Miniflare).
+// End-to-end files that run alone, after the others: each asserts what load beside it would move.
+// reliability-faults: an index's blocks restored < 1 s after a relay's welcome; admission: how many
+// of a burst are served at once, queued or refused against a 1.5 s wait bound; soak: requests done
+// in a fixed time and each process group's peak memory against its baseline.
+const E2E_ALONE = ["test/e2e/reliability-faults.test.ts", "test/e2e/admission.test.ts", "test/e2e/soak.test.ts"];
+const e2e = { environment: "node" as const, testTimeout: 180_000, hookTimeout: 180_000, globalSetup: ["test/e2e/helpers/edge-bundle-setup.ts"] };
+
+// The files that take longest (20 s to 75 s alone), started first in their project: vitest orders
+// files by their last durations when its cache has them, else (a fresh clone, CI) by size, which
+// started the shortest file of these last and left it running alone at the end.
+const LONGEST = ["test/unit/bench/harness.test.ts", "test/e2e/edge-heap.test.ts", "test/e2e/launcher.test.ts", "test/e2e/responses-api.test.ts", "test/e2e/media-routing-qwen3.test.ts", "test/e2e/hicache.test.ts"];
+
+class LongestFirst extends BaseSequencer {
+  override async sort(files: TestSpecification[]): Promise<TestSpecification[]> {
+    const rank = (f: TestSpecification): number => {
+      const i = LONGEST.findIndex((path) => f.moduleId.endsWith(path));
+      return i < 0 ? LONGEST.length : i;
+    };
+    // vitest's order runs project by project: keep it, and within a project put these first.
+    const sorted = await super.sort(files);
+    const projectAt = new Map<unknown, number>();
+    sorted.forEach((f, i) => projectAt.has(f.project) || projectAt.set(f.project, i));
+    const at = new Map(sorted.map((f, i) => [f, i]));
+    return [...sorted].sort((a, b) => projectAt.get(a.project)! - projectAt.get(b.project)! || rank(a) - rank(b) || at.get(a)! - at.get(b)!);
+  }
+}
+
+// Pure logic in Node, integration inside workerd (the pool reads wrangler.toml), and end-to-end
+// tests that start the real local fleet (simulated SGLang + relays + the edge under Miniflare): those
+// two at a time (each fleet on fresh ports), then the few that must run alone (e2e-serial).
+// Each project has its own sequence.groupOrder: vitest runs projects of different maxWorkers in
+// separate groups, in that order.
 export default defineConfig({
   test: {
+    sequence: { sequencer: LongestFirst },
     projects: [
       {
         test: {
@@ -14,6 +47,10 @@ export default defineConfig({
           include: ["test/unit/**/*.test.ts"],
           environment: "node",
           testTimeout: 60_000,
+          // One more file than cores (vitest's default is one fewer): many wait on processes,
+          // sockets or wasm they start, and on 2 cores the default ran them one at a time.
+          maxWorkers: availableParallelism() + 1,
+          sequence: { groupOrder: 0 },
         },
       },
       {
@@ -26,7 +63,7 @@ export default defineConfig({
             miniflare: { bindings: { RELAY_SECRET: "test-relay-secret-0123456789", ADMIN_TOKEN: "test-admin-token-0123456789", KVEDGE_ACCESS: "public", KVEDGE_RATE_LIMIT: TEST_RATE_LIMIT } },
           }),
         ],
-        test: { name: "workers", include: ["test/workers/**/*.test.ts"], testTimeout: 60_000 },
+        test: { name: "workers", include: ["test/workers/**/*.test.ts"], testTimeout: 60_000, sequence: { groupOrder: 1 } },
       },
       {
         // The same Worker with its pool split over 3 shard objects (KVEDGE_SHARDS).
@@ -38,17 +75,13 @@ export default defineConfig({
             },
           }),
         ],
-        test: { name: "workers-sharded", include: ["test/workers-sharded/**/*.test.ts"], testTimeout: 60_000 },
+        test: { name: "workers-sharded", include: ["test/workers-sharded/**/*.test.ts"], testTimeout: 60_000, sequence: { groupOrder: 1 } },
       },
       {
-        test: {
-          name: "e2e",
-          include: ["test/e2e/**/*.test.ts"],
-          environment: "node",
-          testTimeout: 180_000,
-          hookTimeout: 180_000,
-          fileParallelism: false,
-        },
+        test: { name: "e2e", include: ["test/e2e/**/*.test.ts"], exclude: E2E_ALONE, ...e2e, maxWorkers: 2, sequence: { groupOrder: 2 } },
+      },
+      {
+        test: { name: "e2e-serial", include: E2E_ALONE, ...e2e, fileParallelism: false, sequence: { groupOrder: 3 } },
       },
     ],
   },

@@ -5,7 +5,7 @@
  * launcher's bindings, and served by scripts/edge-host.ts (Miniflare, no dev proxy).
  */
 import { spawn, type ChildProcess } from "node:child_process";
-import { mkdtempSync, rmSync } from "node:fs";
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import type { EdgeHostOptions } from "./edge-host.ts";
@@ -25,13 +25,32 @@ export interface LocalEdge {
    * signalling the group.
    */
   spawn(port: number, inspectorPort: number | null): ChildProcess;
-  /** Removes the bundle. */
+  /** Removes the bundle (a shared one stays: its maker removes it). */
   remove(): void;
 }
 
-/** Bundles the Worker into a fresh temp dir (wrangler prints why when it fails). */
-async function bundle(root: string): Promise<string> {
-  const dir = mkdtempSync(join(tmpdir(), "kvedge-edge-bundle-"));
+/**
+ * Names the Worker bundled and configured earlier by shareEdgeBuild (the e2e projects' global setup
+ * makes one per run, test/e2e/helpers/edge-bundle-setup.ts): fleets serve it, the same bytes and
+ * config each would make, without a wrangler run and load (~5 s of CPU) each, and leave it in place.
+ */
+export const EDGE_BUILD_ENV = "KVEDGE_EDGE_BUILD_DIR";
+
+/** wrangler.toml's top level as wrangler reads it: the Worker's name and its Miniflare options (plain JSON). */
+interface EdgeConfig {
+  name: string | undefined;
+  workerOptions: Record<string, unknown>;
+}
+
+async function readEdgeConfig(root: string): Promise<EdgeConfig> {
+  // Loaded here, not at import: importing the fleet without starting an edge skips wrangler's ~1 s load.
+  const { unstable_getMiniflareWorkerOptions, unstable_readConfig } = await import("wrangler");
+  const config = unstable_readConfig({ config: join(root, "wrangler.toml") }, { hideWarnings: true });
+  return { name: config.name, workerOptions: unstable_getMiniflareWorkerOptions(config).workerOptions as Record<string, unknown> };
+}
+
+/** Bundles the Worker into `dir` (wrangler prints why when it fails). */
+async function bundle(root: string, dir: string): Promise<void> {
   const wrangler = spawn(process.execPath, [join(root, "node_modules/wrangler/bin/wrangler.js"), "deploy", "--dry-run", "--outdir", dir, "--env", ""], {
     cwd: root,
     env: { ...process.env, WRANGLER_SEND_METRICS: "false", WRANGLER_LOG: "warn", NO_COLOR: "1" },
@@ -40,19 +59,38 @@ async function bundle(root: string): Promise<string> {
   let output = "";
   for (const s of [wrangler.stdout, wrangler.stderr]) s.on("data", (d: Buffer) => (output = (output + d.toString()).slice(-4000)));
   const code = await new Promise<number | null>((resolve) => wrangler.once("exit", resolve));
-  if (code !== 0) {
+  if (code !== 0) throw new Error(`bundling the edge Worker (wrangler deploy --dry-run) failed with ${code}:\n${output}`);
+}
+
+/** A fresh temp dir holding the bundle (`worker/`) and its config (`config.json`); the caller removes it. */
+export async function shareEdgeBuild(root: string): Promise<string> {
+  const dir = mkdtempSync(join(tmpdir(), "kvedge-edge-build-"));
+  try {
+    await bundle(root, join(dir, "worker"));
+    writeFileSync(join(dir, "config.json"), JSON.stringify(await readEdgeConfig(root)));
+  } catch (e) {
     rmSync(dir, { recursive: true, force: true });
-    throw new Error(`bundling the edge Worker (wrangler deploy --dry-run) failed with ${code}:\n${output}`);
+    throw e;
   }
   return dir;
 }
 
 export async function prepareLocalEdge(opts: LocalEdgeOptions): Promise<LocalEdge> {
-  // Loaded here, not at import: importing the fleet without starting an edge skips wrangler's ~1 s load.
-  const { unstable_getMiniflareWorkerOptions, unstable_readConfig } = await import("wrangler");
-  const config = unstable_readConfig({ config: join(opts.root, "wrangler.toml") }, { hideWarnings: true });
-  const { workerOptions } = unstable_getMiniflareWorkerOptions(config);
-  const dir = await bundle(opts.root);
+  const shared = process.env[EDGE_BUILD_ENV];
+  let dir: string;
+  let config: EdgeConfig;
+  if (shared) {
+    dir = join(shared, "worker");
+    config = JSON.parse(readFileSync(join(shared, "config.json"), "utf8")) as EdgeConfig;
+  } else {
+    config = await readEdgeConfig(opts.root);
+    dir = mkdtempSync(join(tmpdir(), "kvedge-edge-bundle-"));
+    await bundle(opts.root, dir).catch((e: unknown) => {
+      rmSync(dir, { recursive: true, force: true });
+      throw e;
+    });
+  }
+  const { name, workerOptions } = config;
   const hostOptions = (port: number, inspectorPort: number | null): EdgeHostOptions => ({
     host: "127.0.0.1",
     port,
@@ -61,7 +99,7 @@ export async function prepareLocalEdge(opts: LocalEdgeOptions): Promise<LocalEdg
     worker: {
       ...workerOptions,
       // The name keys the Durable Objects' storage (`<name>-<class>`), as under wrangler dev.
-      name: config.name,
+      name,
       bindings: { ...(workerOptions.bindings as Record<string, unknown>), ...opts.bindings },
       modules: true,
       scriptPath: join(dir, "index.js"),
@@ -75,6 +113,8 @@ export async function prepareLocalEdge(opts: LocalEdgeOptions): Promise<LocalEdg
       p.stdin!.end(JSON.stringify(hostOptions(port, inspectorPort)));
       return p;
     },
-    remove: () => rmSync(dir, { recursive: true, force: true }),
+    remove: () => {
+      if (!shared) rmSync(dir, { recursive: true, force: true });
+    },
   };
 }
