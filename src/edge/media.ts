@@ -84,9 +84,15 @@ export interface MediaCaller {
 
 /**
  * A store URL of `digest` for worker `workerId` only (signed-url.ts): the URL itself while one
- * signed earlier is still kept (no await), else its signing.
+ * signed earlier is still kept (no await), else its signing. `nowSec`: the time on the signer's
+ * clock (whole seconds), read once for all of a request's items and passed to each call (a clock
+ * read per item was most of what a conversation's earlier items cost here in workerd); a call
+ * without it reads the clock itself.
  */
-export type MediaSigner = (digest: string, workerId: string) => string | Promise<string>;
+export interface MediaSigner {
+  (digest: string, workerId: string, nowSec?: number): string | Promise<string>;
+  nowSec(): number;
+}
 
 /** Signed URLs a signer keeps (cleared when full): a conversation's earlier items are not signed again on every turn. */
 const SIGNED_URLS_KEPT = 4096;
@@ -121,12 +127,13 @@ export function storeSigner(publicUrl: string, key: Promise<CryptoKey>, ttlSec: 
     forWorker.set(digest, { url, exp });
     return url;
   };
-  return (digest, workerId) => {
-    const now = Math.floor(nowMs() / 1000);
+  const nowSec = (): number => Math.floor(nowMs() / 1000);
+  const signer = (digest: string, workerId: string, now = nowSec()): string | Promise<string> => {
     const found = signed.get(workerId)?.get(digest);
     if (found && found.exp - now >= (ttlSec * 3) / 4) return found.url;
     return sign(digest, workerId, now + ttlSec);
   };
+  return Object.assign(signer, { nowSec });
 }
 
 /** True when the request's media must be signed for the worker it goes to (the body differs per worker). */
@@ -138,9 +145,10 @@ export function needsWorkerForwards(media: readonly VerifiedMedia[]): boolean {
 export async function workerForwards(media: readonly VerifiedMedia[], sign: MediaSigner | null, workerId: string): Promise<{ imageData: string[]; videoData: string[] }> {
   const urls: (string | Promise<string>)[] = new Array(media.length);
   let pending = false;
+  let now: number | undefined;
   for (let i = 0; i < media.length; i++) {
     const m = media[i]!;
-    const u = m.stored ? sign!(m.digest!, workerId) : m.forward!;
+    const u = m.stored ? sign!(m.digest!, workerId, (now ??= sign!.nowSec())) : m.forward!;
     if (u instanceof Promise) pending = true;
     urls[i] = u;
   }

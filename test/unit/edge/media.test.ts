@@ -228,6 +228,20 @@ describe("edge media verification", () => {
     expect(sign(digests[0]!, "w1")).toBeInstanceOf(Promise);
   });
 
+  it("a request's forwards read the signer's clock once, not once per item", async () => {
+    let reads = 0;
+    const sign = storeSigner(svc.url, importMediaUrlKey(KEY), 60, () => (reads++, 1_000_000_000_000));
+    const stored = ["a", "b", "c"].map((c) => ({ kind: "image" as const, forward: null, stored: true, digest: c.repeat(64), metadata: { modality: "image" as const, width: 8, height: 8 }, unresolved: null }));
+    const inline = { kind: "image" as const, forward: "data:image/png;base64,AA==", stored: false, digest: null, metadata: null, unresolved: null };
+    const first = await workerForwards([...stored, inline], sign, "w1");
+    expect(reads).toBe(1);
+    expect(first.imageData.at(-1)).toBe(inline.forward);
+    expect(await workerForwards([...stored, inline], sign, "w1")).toEqual(first);
+    expect(reads).toBe(2);
+    await workerForwards([inline], sign, "w1");
+    expect(reads).toBe(2);
+  });
+
   it("a conversation's remembered items are not checked against the policy again, also where a new message names them; a seed is checked at its first use (refused when the policy refuses it)", async () => {
     const d = deps({ decode: new DecodeClient({ url: svc.url, token: TOKEN }), sign: storeSigner(svc.url, importMediaUrlKey(KEY), 60) });
     const memo = new MediaMemo();
