@@ -13,11 +13,11 @@
  * Every item loaded is recorded by the SHA-256 of its bytes (`/debug/media`), so tests can prove
  * the worker used exactly the bytes the edge verified.
  */
-import { createHash } from "node:crypto";
 import { decodeBase64Strict } from "../../src/media/data-url.ts";
 import { isMediaError } from "../../src/media/errors.ts";
 import { SafeFetcher } from "../../src/media/safe-fetch.ts";
 import { nodeResolver, pinnedFetch } from "../decode/pinned-fetch.ts";
+import { sha256Of } from "./media-hash.ts";
 import type { SimOptions } from "./options.ts";
 import { SglangValueError } from "./sglang-errors.ts";
 
@@ -47,7 +47,7 @@ export function recentlyLoadedMedia(): readonly LoadedMedia[] {
 }
 
 function record(kind: MediaKind, bytes: Uint8Array, via: LoadedMedia["via"]): Uint8Array {
-  loaded.push({ seq: ++loadSeq, kind, digest: createHash("sha256").update(bytes).digest("hex"), byteLength: bytes.length, via });
+  loaded.push({ seq: ++loadSeq, kind, digest: sha256Of(bytes).toString("hex"), byteLength: bytes.length, via });
   if (loaded.length > 1024) loaded.shift();
   return bytes;
 }

@@ -17,9 +17,19 @@
 import { createHash } from "node:crypto";
 import { padValueFromHash, padValueFromMmHash, isPyError } from "../../src/layout/index.ts";
 
+/** SHA-256 digests of the items loaded, by their bytes object: the loader's record and the pad value hash them once. */
+const digests = new WeakMap<Uint8Array, Buffer>();
+
+/** The SHA-256 of an item's bytes (computed once per bytes object; the bytes must not change after). */
+export function sha256Of(bytes: Uint8Array): Buffer {
+  let d = digests.get(bytes);
+  if (!d) digests.set(bytes, (d = createHash("sha256").update(bytes).digest()));
+  return d;
+}
+
 /** SGLang `hash_feature` stand-in: int.from_bytes(sha256(bytes)[:8], "big"). */
 export function contentHash(bytes: Uint8Array): bigint {
-  const d = createHash("sha256").update(bytes).digest();
+  const d = sha256Of(bytes);
   let h = 0n;
   for (let i = 0; i < 8; i++) h = (h << 8n) | BigInt(d[i]!);
   return h;

@@ -1,5 +1,6 @@
 import { describe, expect, it } from "vitest";
-import { contentHash, contentPadValue } from "../../../services/sglang-sim/media-hash.ts";
+import { createHash } from "node:crypto";
+import { contentHash, contentPadValue, sha256Of } from "../../../services/sglang-sim/media-hash.ts";
 import { initHashing, sha256 } from "../../../src/util/hash.ts";
 
 describe("contentHash (SGLang hash_feature stand-in)", () => {
@@ -21,5 +22,14 @@ describe("contentHash (SGLang hash_feature stand-in)", () => {
       for (let i = 0; i < 8; i++) want = (want << 8n) | BigInt(d[i]!);
       expect(contentHash(bytes)).toBe(want);
     }
+  });
+
+  it("hashes an item's bytes once: the loader's record and the pad value share the digest", () => {
+    const bytes = Uint8Array.from({ length: 5000 }, (_, i) => (i * 7) & 255);
+    const d = sha256Of(bytes);
+    expect(d.toString("hex")).toBe(createHash("sha256").update(bytes).digest("hex"));
+    expect(sha256Of(bytes)).toBe(d);
+    expect(sha256Of(bytes.slice())).not.toBe(d);
+    expect(sha256Of(bytes.slice())).toEqual(d);
   });
 });
