@@ -89,13 +89,41 @@ export async function routingNamespace(config: Pick<EdgeConfig, "kvSharing" | "r
 }
 
 /**
- * Namespaced copies of the hash pieces a cache keeps across turns (the prompt-prefix cache's or the
- * media view hashes'), as BigUint64Arrays, one namespace per piece (a conversation is one tenant's;
- * "" for the plain hashes): a new turn converts only its new blocks, and a request's hashes join by
- * copying. Held as long as the piece is; the cache owning the piece counts it in its byte budget
- * (block-hash.ts routedCopyBytes: 8 B a hash plus 384 B; none for a piece without hashes).
+ * Namespaced words of the hash pieces a cache keeps across turns (the prompt-prefix cache's or the
+ * media view hashes'), one namespace per piece (a conversation is one tenant's; "" for the plain
+ * hashes), kept as runs along each chain of pieces: a piece's run says where its chain's words end
+ * in a segment shared with the pieces before it, so a request's cached pieces join by copying one
+ * array per segment, not one per piece (a 150-turn chat's ~150 pieces cost ~50 µs a request in
+ * Node), and a new turn converts only its new blocks. A piece that goes on from the last one of its
+ * segment grows that segment (one array, its words exactly, copied into a longer one); one that
+ * goes on from an earlier piece (a branch) starts a segment of its own. Each hash is held once per
+ * segment, as long as a piece of the segment is: the cache owning the pieces counts it in its byte
+ * budget (block-hash.ts routedCopyBytes: 8 B a hash plus 384 B a piece, against ~100 B a run; none
+ * for a piece without hashes, which gets no run). A piece that outlives the later pieces of its
+ * segment keeps their words: a prefix many conversations share (a system prompt) keeps those of the
+ * first conversation that went on from it, after that conversation is evicted (one conversation's
+ * at most: the others start segments of their own).
  */
-const namespacedPieces = new WeakMap<readonly bigint[], { salt: string; words: BigUint64Array }>();
+interface RoutedSegment {
+  /** The words of its pieces in order, exactly. */
+  words: BigUint64Array;
+  /** The run its first piece went on from (null: the chain's start). */
+  readonly before: RoutedRun | null;
+}
+
+interface RoutedRun {
+  readonly salt: string;
+  readonly piece: readonly bigint[];
+  /** The run of the chain's previous piece with hashes (null: none). */
+  readonly prev: RoutedRun | null;
+  readonly segment: RoutedSegment;
+  /** Where this piece's words end in its segment's words. */
+  readonly end: number;
+  /** Words of the chain through this piece. */
+  readonly total: number;
+}
+
+const routedRuns = new WeakMap<readonly bigint[], RoutedRun>();
 
 /**
  * A request's plain local block hashes; `hashPieces`: the same hashes in the pieces a cache keeps
@@ -110,7 +138,7 @@ export interface PlainHashes {
 /**
  * The request's local block hashes moved into its namespace (the plain ones when unsalted), in the
  * form the route sends (route.ts). With pieces: one BigUint64Array of earlier turns' converted
- * pieces and this turn's, the plain hashes never joined and no BigInt made per block (at 100k
+ * runs and this turn's, the plain hashes never joined and no BigInt made per block (at 100k
  * tokens joining ~6k hashes and converting them for the route cost ~0.1 ms in Node).
  */
 export function routedHashes(ns: RoutingNamespace, plain: PlainHashes): LocalHashes {
@@ -118,23 +146,54 @@ export function routedHashes(ns: RoutingNamespace, plain: PlainHashes): LocalHas
   const pieces = plain.hashPieces;
   if (!pieces || pieces.length < 2) return tag === null ? plain.localHashes : namespacedLocalHashes(plain.localHashes, tag);
   const salt = tag === null ? "" : ns.cacheSalt!;
-  let total = 0;
-  for (const piece of pieces) total += piece.length;
-  const out = new BigUint64Array(total);
-  let at = 0;
-  pieces.forEach((piece, i) => {
-    // A piece without a full block adds nothing: no entry kept (routedCopyBytes counts none).
-    if (piece.length === 0) return;
-    let done = namespacedPieces.get(piece);
-    if (!done || done.salt !== salt) {
-      done = { salt, words: namespacedLocalHashWords(piece, tag) };
-      // The last piece is this request's own (not cached): nothing to keep it for.
-      if (i < pieces.length - 1) namespacedPieces.set(piece, done);
-    }
-    out.set(done.words, at);
-    at += done.words.length;
-  });
+  const last = pieces.length - 1;
+  // The latest cached piece with a run of this salt whose chain is the request's, then runs for the pieces after it.
+  // Another salt's run, or a chain that differs, and the runs are made again from the start.
+  let run: RoutedRun | null = null;
+  let k = last - 1;
+  for (; k >= 0; k--) {
+    const r = routedRuns.get(pieces[k]!);
+    if (!r) continue;
+    if (r.salt === salt && chainIs(r, pieces, k)) run = r;
+    else k = -1;
+    break;
+  }
+  // The last piece is this request's own (not cached): nothing to keep a run for.
+  for (let j = k + 1; j < last; j++) if (pieces[j]!.length > 0) run = extendRun(run, pieces[j]!, tag, salt);
+  const fresh = namespacedLocalHashWords(pieces[last]!, tag);
+  const total = run ? run.total : 0;
+  const out = new BigUint64Array(total + fresh.length);
+  for (let r = run; r; r = r.segment.before) out.set(r.segment.words.subarray(0, r.end), r.segment.before ? r.segment.before.total : 0);
+  out.set(fresh, total);
   return out;
+}
+
+/** Whether `run`'s chain is the pieces with hashes of pieces[0, k] (compared by identity). */
+function chainIs(run: RoutedRun, pieces: readonly (readonly bigint[])[], k: number): boolean {
+  let r: RoutedRun | null = run;
+  for (let j = k; j >= 0; j--) {
+    if (pieces[j]!.length === 0) continue;
+    if (r === null || r.piece !== pieces[j]) return false;
+    r = r.prev;
+  }
+  return r === null;
+}
+
+/** The run of `piece` going on from `prev` (null: the chain's first piece with hashes), kept for it. */
+function extendRun(prev: RoutedRun | null, piece: readonly bigint[], tag: NamespaceTag, salt: string): RoutedRun {
+  const words = namespacedLocalHashWords(piece, tag);
+  let segment: RoutedSegment;
+  if (prev && prev.end === prev.segment.words.length) {
+    // prev ends its segment: grow it (its other runs read the same words at the same places).
+    segment = prev.segment;
+    const grown = new BigUint64Array(prev.end + words.length);
+    grown.set(segment.words);
+    grown.set(words, prev.end);
+    segment.words = grown;
+  } else segment = { words, before: prev };
+  const run: RoutedRun = { salt, piece, prev, segment, end: segment === prev?.segment ? prev.end + words.length : words.length, total: (prev?.total ?? 0) + words.length };
+  routedRuns.set(piece, run);
+  return run;
 }
 
 /** routedHashes as BigInts (admin explain, completions): the plain ones when unsalted. */

@@ -145,7 +145,7 @@ interface Node {
   end: number;
   count: number;
   blocks: number;
-  /** Cached prefixes whose chain includes this node, its pieceBytes and its ids' count (what HeldChains counts). */
+  /** What HeldChains counts: its hold (HeldNode.holders: > 0 while a cached prefix's chain includes it), its pieceBytes and its ids' count. */
   holders: number;
   bytes: number;
   tokens: number;
@@ -153,6 +153,8 @@ interface Node {
   seeded?: true;
   /** The prompt pieces its text was found equal to (made when first compared with a prompt whose pieces have identities; SEEN_BYTES). */
   seen: SeenPieces | null;
+  /** A head identity (PieceText.headThrough) its whole prefix was last found equal to; null: none (counted in the node's 448 B). */
+  whole: object | null;
 }
 
 /** A text prefix's tokenization as a stored record keeps it (PrefixCache.seed). */
@@ -372,11 +374,13 @@ export class PrefixCache {
       if (!bucket) continue;
       for (const n of bucket) {
         if (n.scope !== scope || n.end !== p) continue;
-        // The text decides, not the key (comparing flat slices runs at memcmp speed; parts of pieces found equal before are not compared again).
-        const c = chainOf(n);
-        if (c.every((x) => (text.matches(x.end - x.text.length, x.text, text.identified ? seenOf(x) : null)))) {
+        // The text decides, not the key (comparing flat slices runs at memcmp speed; parts of pieces
+        // found equal before are not compared again, nor a prefix found equal to a head the text holds).
+        if (this.spells(n, text, seenOf)) {
           hit = n;
-          chain = c;
+          chain = chainOf(n);
+          // The next turn's hit goes on from this one: its compare stops here.
+          n.whole = text.headThrough(n.end);
           break;
         }
       }
@@ -419,6 +423,7 @@ export class PrefixCache {
         bytes: pieceBytes(pieceText.length, mid.length, hashes.length, partition.length),
         tokens: mid.length,
         seen: null,
+        whole: null,
       });
     }
     // A seeded prefix (always a chain's root) has no ids for its full blocks: they are encoded anew
@@ -451,7 +456,7 @@ export class PrefixCache {
     if (prefix.hashes.length !== blocks || prefix.tailIds.length !== prefix.count - blocks * blockSize) return;
     const bytes = pieceBytes(end, prefix.tailIds.length, blocks, partition.length);
     if (prefix.count > this.maxEntryTokens || !this.held.admits(bytes)) return;
-    this.store({ parent: null, key, scope, text: prefix.text, ids: prefix.tailIds, hashes: prefix.hashes, end, count: prefix.count, blocks, holders: 0, bytes, tokens: prefix.tailIds.length, seeded: true, seen: null });
+    this.store({ parent: null, key, scope, text: prefix.text, ids: prefix.tailIds, hashes: prefix.hashes, end, count: prefix.count, blocks, holders: 0, bytes, tokens: prefix.tailIds.length, seeded: true, seen: null, whole: null });
   }
 
   stats(): PrefixCacheStats {
@@ -486,6 +491,20 @@ export class PrefixCache {
       this.info.set(tokenizer, info);
     }
     return info;
+  }
+
+  /**
+   * Whether text[0, n.end) is n's prefix: each node's own text compared from n up, until a node
+   * whose whole prefix was found equal to a head identity that `text` also holds over it (the
+   * same object stands for the same text: PieceText.headThrough), so a turn compares only what
+   * it added since the last hit, not its whole history piece by piece.
+   */
+  private spells(n: Node, text: PieceText, seenOf: (x: Node) => SeenPieces): boolean {
+    for (let x: Node | null = n; x; x = x.parent) {
+      if (x.whole !== null && text.headThrough(x.end) === x.whole) return true;
+      if (!text.matches(x.end - x.text.length, x.text, text.identified ? seenOf(x) : null)) return false;
+    }
+    return true;
   }
 
   /** Key of text[0:p]: xxh3 of the scope (tokenizer, block size, partition), p, and the prefix's first and last characters. */

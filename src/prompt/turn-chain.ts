@@ -122,6 +122,11 @@ export interface PromptPieces {
    */
   ids: readonly object[];
   /**
+   * An identity per stable piece of the text from the start through it (PieceText's heads): a stage
+   * that found a prefix equal to it need not compare that prefix again (prefix-cache.ts).
+   */
+  heads: readonly object[];
+  /**
    * The same escaping as the /generate body sends it: a piece with non-ASCII text as its UTF-8
    * bytes, one array made once and kept (a Blob copies bytes, where it encodes a two-byte string:
    * ~0.2 ms per 440 kB in workerd, every turn), an ASCII piece as its chunks (one-byte strings,
@@ -256,6 +261,8 @@ interface Node {
   text: string;
   /** Stands for `text` (PromptPieces.ids): a small object of its own, so holding it keeps nothing else alive. */
   textId: object;
+  /** Stands for the chain's rendered text through this node (PromptPieces.heads; parents and texts never change), as textId. */
+  chainId: object;
   /** Messages covered (the request's last query is message `messages`, unless provisional or after a query). */
   messages: number;
   /**
@@ -288,6 +295,8 @@ interface Node {
    */
   parsed: readonly ChatMessage[] | null;
   tally: MessagesTally | null;
+  /** The tally of its chain's messages, once asked for (chainTally); null until then. */
+  chainTally: MessagesTally | null;
   /**
    * Own messages' spans, start and end pairs relative to the messages array's text (every one an
    * object, ending at its `}`), as the body's layout scan found them; null when unknown (seeded).
@@ -295,11 +304,13 @@ interface Node {
   spans: Int32Array | null;
   /** The key this node is listed under in the layout hints (null: not listed). */
   hint: string | null;
+  /** The last layout scan (heldSpans' stamp) that found the body holding this node's chain. */
+  scanned: number;
   /** UTF-8 bytes of `raw` (-1 until a held body first needs it). */
   rawBytes: number;
   /** The latest body that reached this node, held for the next body's read (heldBodyText); counted in `bytes`. */
   body: HeldBody | null;
-  /** What HeldChains counts: entries whose chain includes this node, and its nodeBytes. */
+  /** What HeldChains counts: its hold (HeldNode.holders: > 0 while an entry's chain includes it), and its nodeBytes. */
   holders: number;
   bytes: number;
 }
@@ -534,6 +545,8 @@ const SHARED_MIN_CHARS = 256;
  * later /generate body (~1 µs in Node's Blob), shorter ones are escaped into the text's own chunks.
  */
 const ESCAPED_VIEW_MIN_CHARS = LITERAL_MIN_CHARS;
+/** Estimated bytes of a chain's joined tally (Node.chainTally) apart from its data URLs' list: the object and its fields. */
+const CHAIN_TALLY_BYTES = 160;
 /** Estimated bytes of a string object apart from its characters: a view, a chunk's slot. */
 const STRING_BYTES = 40;
 /** Estimated bytes of a Uint8Array apart from its bytes (the array, its ArrayBuffer and backing-store record). */
@@ -794,12 +807,19 @@ function ownSpans(body: SplitText, layout: BodyLayout, from: number, cut: number
   return out;
 }
 
-/** A chain's stored parts in order: its rendered text (a rope of the pieces, never flattened here), the pieces, media and dropped parts. */
-function chainParts(chain: readonly Node[]): { text: string; texts: string[]; media: MediaPart[]; dropped: DroppedPart[] } {
-  const out = { text: "", texts: [] as string[], media: [] as MediaPart[], dropped: [] as DroppedPart[] };
-  for (const x of chain) {
+/**
+ * A chain's stored parts in order, in one pass: its rendered text (a rope of the pieces, never
+ * flattened here), the pieces and their identities (PromptPieces ids and heads), media and dropped parts.
+ */
+function chainParts(chain: readonly Node[]): { text: string; texts: string[]; ids: object[]; heads: object[]; media: MediaPart[]; dropped: DroppedPart[] } {
+  const n = chain.length;
+  const out = { text: "", texts: new Array<string>(n), ids: new Array<object>(n), heads: new Array<object>(n), media: [] as MediaPart[], dropped: [] as DroppedPart[] };
+  for (let k = 0; k < n; k++) {
+    const x = chain[k]!;
     out.text += x.text;
-    out.texts.push(x.text);
+    out.texts[k] = x.text;
+    out.ids[k] = x.textId;
+    out.heads[k] = x.chainId;
     for (const p of x.media) out.media.push(p);
     for (const d of x.dropped) out.dropped.push(d);
   }
@@ -852,6 +872,8 @@ export class TurnChainCache {
    */
   private readonly standIns = new Map<string, { head: string; generation: string }>();
   private standInChars = 0;
+  /** Layout scans made (heldSpans stamps the entries each found equal). */
+  private scans = 0;
 
   constructor(options: TurnChainOptions = {}) {
     this.maxBytes = options.maxBytes ?? DEFAULT_TURN_CHAIN_BYTES;
@@ -1058,15 +1080,39 @@ export class TurnChainCache {
     // message is cut out unparsed, so it must be the one separator JSON allows (the layout scan
     // would pass `,,` or a missing comma).
     if (!SEPARATOR.test(found.body.slice(spans[q - 1]![1], spans[q]![0]))) return null;
-    const messages: ChatMessage[] = [];
-    const tallies: MessagesTally[] = [];
+    const tally = this.chainTally(hit.node);
+    if (!tally || tally.messages !== q) return null;
+    // One slot a message, filled in place.
+    const messages = new Array<ChatMessage>(q);
+    let m = 0;
     for (const x of hit.chain) {
-      if (!x.parsed || !x.tally) return null;
-      for (const m of x.parsed) messages.push(m);
-      tallies.push(x.tally);
+      if (!x.parsed || m + x.parsed.length > q) return null;
+      for (const msg of x.parsed) messages[m++] = msg;
     }
-    const tally = tallies.length > 0 ? joinedTallies(tallies) : null;
-    return tally && tally.messages === q ? { messages, tally, cut: [spans[0]![0], spans[q]![0]] } : null;
+    return m === q ? { messages, tally, cut: [spans[0]![0], spans[q]![0]] } : null;
+  }
+
+  /**
+   * The tally of `n`'s chain's messages (joinedTallies of its entries' own, a left fold, so each
+   * entry's is its parent's joined with its own), kept on each entry once made: a turn joins only
+   * the entries it added. Null while an entry of the chain has none.
+   */
+  private chainTally(n: Node): MessagesTally | null {
+    const todo: Node[] = [];
+    let x: Node | null = n;
+    for (; x && !x.chainTally; x = x.parent) {
+      if (!x.tally) return null;
+      todo.push(x);
+    }
+    let joined = x ? x.chainTally : null;
+    for (let k = todo.length - 1; k >= 0; k--) {
+      const y = todo[k]!;
+      joined = joined ? joinedTallies([joined, y.tally!]) : y.tally!;
+      y.chainTally = joined;
+      // Counted from now on (a joined list of data URLs may be a copy); the request's store evicts.
+      if (joined !== y.tally) this.held.grow(y, CHAIN_TALLY_BYTES + 8 * joined.dataUrls.length);
+    }
+    return joined;
   }
 
   stats(): TurnChainStats {
@@ -1100,7 +1146,7 @@ export class TurnChainCache {
     if (node.cut === "provisional" ? pre.messages.length === 0 || pre.messages.some(isQuery) : node.cut === "afterQuery" ? pre.messages.length === 0 : !isQuery(pre.messages[0])) return null;
     const tail = this.renderTail(profile.templateId, scope, node.images, node.videos, pre.messages, pre.tools, pre.templateKwargs);
     if (tail === null) return null;
-    const { text: stable, texts, media, dropped } = chainParts(chain);
+    const { text: stable, texts, ids, heads, media, dropped } = chainParts(chain);
     // Per-kind positions continue after the reused messages' items (audio too: refused later, but numbered as the full path numbers it).
     const counts = countKinds(media, q);
     const base = media.length;
@@ -1113,7 +1159,7 @@ export class TurnChainCache {
     const store = () => this.storeFrom({ body, layout, scope, scopeHash, parent: node, validated, decoded, endsWithUser: endsWithUser(request) }, profile, input, tail, media, dropped, q);
     const prompt: ChainedPrompt = {
       ...assemblePrompt(rendered, { mediaParts: media, hasAudio: media.some((p) => p.kind === "audio"), droppedParts: dropped, assistantPrefix: pre.assistantPrefix }, profile),
-      pieces: { stable: texts, ids: chain.map((x) => x.textId), bodyParts: this.bodyParts(chain), chars: stable.length, rest: tail + (pre.assistantPrefix ?? "") },
+      pieces: { stable: texts, ids, heads, bodyParts: this.bodyParts(chain), chars: stable.length, rest: tail + (pre.assistantPrefix ?? "") },
     };
     return { prompt, store };
   }
@@ -1249,7 +1295,7 @@ export class TurnChainCache {
     if (!this.held.admits(bytes)) return null;
     // A child shares its root's scope (the lookup found them equal; nodeBytes counts it at the root).
     // A root keeps its own copy: the request's scope is a rope of slices that would keep the body.
-    const node: Node = { parent, key, scope: parent ? parent.scope : ownString(ctx.scope), raw, rawEnd, text, textId: {}, messages: cut, cut: kind, media: ownMedia, dropped: ownDropped, images: counts.images, videos: counts.videos, escaped: escaped.chunks, wide: rawWidth === 2 || textWidth === 2, utf8: null, parsed, tally, spans, hint: null, rawBytes: -1, body: null, holders: 0, bytes };
+    const node: Node = { parent, key, scope: parent ? parent.scope : ownString(ctx.scope), raw, rawEnd, text, textId: {}, chainId: {}, messages: cut, cut: kind, media: ownMedia, dropped: ownDropped, images: counts.images, videos: counts.videos, escaped: escaped.chunks, wide: rawWidth === 2 || textWidth === 2, utf8: null, parsed, tally, chainTally: null, spans, hint: null, scanned: 0, rawBytes: -1, body: null, holders: 0, bytes };
     this.insert(node);
     return { node, after: tail, from: cut };
   }
@@ -1281,7 +1327,7 @@ export class TurnChainCache {
     const tally = parsed ? validated!.tally : null;
     const bytes = nodeBytes({ raw: rawWidth * raw.length, text: textWidth * text.length, textWidth, scope: prefix.scope, escapedOwnChars: escaped.ownChars, escapedChunks: escaped.chunks.length, parsed: shared?.shared ?? null, parts: prefix.media.length + prefix.dropped.length, dataUrls: tally?.dataUrls.length ?? 0, spans: 0 });
     if (!this.held.admits(bytes)) return false;
-    this.insert({ parent: null, key, scope: ownString(prefix.scope), raw, rawEnd, text, textId: {}, messages: prefix.messages, cut: "beforeQuery", media: prefix.media, dropped: prefix.dropped, images: prefix.images, videos: prefix.videos, escaped: escaped.chunks, wide: rawWidth === 2 || textWidth === 2, utf8: null, parsed, tally, spans: null, hint: null, rawBytes: -1, body: null, holders: 0, bytes });
+    this.insert({ parent: null, key, scope: ownString(prefix.scope), raw, rawEnd, text, textId: {}, chainId: {}, messages: prefix.messages, cut: "beforeQuery", media: prefix.media, dropped: prefix.dropped, images: prefix.images, videos: prefix.videos, escaped: escaped.chunks, wide: rawWidth === 2 || textWidth === 2, utf8: null, parsed, tally, chainTally: null, spans: null, hint: null, scanned: 0, rawBytes: -1, body: null, holders: 0, bytes });
     return true;
   }
 
@@ -1368,26 +1414,38 @@ export class TurnChainCache {
     if (first < 0 || first + HINT_WINDOW_CHARS > body.length) return null;
     const hints = this.hints.get(hintKey(partition, body, open, first));
     if (!hints) return null;
-    let best: Node[] | null = null;
-    const equal = new Set<Node>();
+    // The deepest entry whose chain (all with spans) the body holds; entries found so (`scanned` is
+    // this scan's stamp), each with its whole chain. Candidates are mostly one conversation's
+    // branches: each walks up only to an entry an earlier one found equal, not over the whole history again.
+    let best: Node | null = null;
+    const stamp = ++this.scans;
+    const above: Node[] = [];
     for (const n of hints) {
-      if (best && n.rawEnd <= best[best.length - 1]!.rawEnd) continue;
-      const chain = chainOf(n);
-      let k = 0;
-      for (; k < chain.length; k++) {
-        const x = chain[k]!;
-        if (x.spans === null) break;
-        if (!equal.has(x)) {
-          if (!body.matches(open + x.rawEnd - x.raw.length, x.raw)) break;
-          equal.add(x);
-        }
+      if (best && n.rawEnd <= best.rawEnd) continue;
+      above.length = 0;
+      let x: Node | null = n;
+      for (; x && x.scanned !== stamp; x = x.parent) above.push(x);
+      let deepest = x;
+      for (let k = above.length - 1; k >= 0; k--) {
+        const y = above[k]!;
+        if (y.spans === null || !body.matches(open + y.rawEnd - y.raw.length, y.raw)) break;
+        y.scanned = stamp;
+        deepest = y;
       }
-      if (k > 0 && (!best || chain[k - 1]!.rawEnd > best[best.length - 1]!.rawEnd)) best = chain.slice(0, k);
+      if (deepest && (!best || deepest.rawEnd > best.rawEnd)) best = deepest;
     }
     if (!best) return null;
-    const spans: [number, number][] = [];
-    for (const x of best) for (let i = 0; i < x.spans!.length; i += 2) spans.push([open + x.spans![i]!, open + x.spans![i + 1]!]);
-    return { end: open + best[best.length - 1]!.rawEnd, spans, chain: best };
+    const chain = chainOf(best);
+    // One slot a message, filled in place (pushing one pair at a time regrew the array: ~0.1 µs a message).
+    let count = 0;
+    for (const x of chain) count += x.spans!.length >> 1;
+    const spans = new Array<[number, number]>(count);
+    let m = 0;
+    for (const x of chain) {
+      const own = x.spans!;
+      for (let i = 0; i < own.length; i += 2) spans[m++] = [open + own[i]!, open + own[i + 1]!];
+    }
+    return { end: open + best.rawEnd, spans, chain };
   }
 
   /** Lists `node` under the hintKey of its messages text, when its chain's spans are known and cover the key's windows. */

@@ -2,14 +2,16 @@
  * The memory bound of a cache whose entries extend one another: each node keeps only its own piece
  * and points to the node it extends, so the turns and branches of one conversation share their
  * common part (the prompt-prefix cache, the turn chain, the media view hashes). A node's size
- * counts while some kept entry's chain includes it (`holders`): a shared piece counts once, and
- * one that no kept entry reaches is left to the GC. Kept entries are evicted least recently used
- * first until the sizes fit the budget. The cache keeps its own lookup structure and is told, by
- * `onDrop`, of every entry that leaves.
+ * counts while some kept entry's chain includes it: a shared piece counts once, and one that no
+ * kept entry reaches is left to the GC. `holders` is a reference count held along the tree (the
+ * node itself when kept, plus each child that counts), so keeping or dropping an entry walks only
+ * the nodes that start or stop counting, never the whole chain of a long conversation. Kept
+ * entries are evicted least recently used first until the sizes fit the budget. The cache keeps
+ * its own lookup structure and is told, by `onDrop`, of every entry that leaves.
  */
 export interface HeldNode<N> {
   parent: N | null;
-  /** Kept entries whose chain includes this node; its sizes count while this is > 0. */
+  /** 1 while kept, plus each child whose own holders are > 0; its sizes count while this is > 0 (some kept entry's chain includes it). */
   holders: number;
   /** Estimated bytes of the node's own piece. */
   bytes: number;
@@ -56,7 +58,8 @@ export class HeldChains<N extends HeldNode<N>> {
   /** Keeps `entry` as the most recent; its chain's nodes count from now on. Call evictOverBudget after. */
   keep(entry: N): void {
     this.lru.add(entry);
-    for (let x: N | null = entry; x; x = x.parent) if (x.holders++ === 0) this.count(x, 1);
+    // Up only while a node starts counting: a counted parent already holds the rest of the chain.
+    for (let x: N | null = entry; x && x.holders++ === 0; x = x.parent) this.count(x, 1);
   }
 
   /** Makes a kept entry the most recent; one dropped meanwhile stays dropped. */
@@ -68,7 +71,8 @@ export class HeldChains<N extends HeldNode<N>> {
   drop(entry: N): boolean {
     if (!this.lru.delete(entry)) return false;
     this.onDrop(entry);
-    for (let x: N | null = entry; x; x = x.parent) if (--x.holders === 0) this.count(x, -1);
+    // Up only while a node stops counting: its parent loses that child's hold.
+    for (let x: N | null = entry; x && --x.holders === 0; x = x.parent) this.count(x, -1);
     return true;
   }
 

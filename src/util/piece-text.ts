@@ -13,6 +13,8 @@ export class PieceText {
   private readonly starts: readonly number[];
   /** Each piece's identity (null: none); see the constructor. */
   private readonly ids: readonly (object | null)[];
+  /** Each piece's identity of the text from the start through it (null: none); see the constructor. */
+  private readonly heads: readonly (object | null)[];
   /** Whether some piece has an identity (matches can skip a compare). */
   readonly identified: boolean;
   private joined: string | null;
@@ -20,23 +22,35 @@ export class PieceText {
   /**
    * `ids[k]`: an identity of `pieces[k]` (the same object stands for the same text, always: the
    * turn chain's entries' rendered texts), so a compare made once need not be made again
-   * (matches with a record); null or absent where a piece has none.
+   * (matches with a record); null or absent where a piece has none. `heads[k]`: likewise an
+   * identity of pieces[0..k] joined (the turn chain's entries' whole chains: headThrough).
    */
-  constructor(pieces: readonly string[], ids: readonly (object | null)[] = []) {
-    const kept: string[] = [];
-    const keptIds: (object | null)[] = [];
-    const starts: number[] = [];
+  constructor(pieces: readonly string[], ids: readonly (object | null)[] = [], heads: readonly (object | null)[] = []) {
+    // One slot a piece, filled in place and cut to the pieces kept (a long conversation has a piece or two a turn).
+    const n = pieces.length;
+    const kept = new Array<string>(n);
+    const keptIds = new Array<object | null>(n);
+    const keptHeads = new Array<object | null>(n);
+    const starts = new Array<number>(n);
     let at = 0;
-    for (const [k, p] of pieces.entries()) {
+    let m = 0;
+    let identified = false;
+    for (let k = 0; k < n; k++) {
+      const p = pieces[k]!;
       if (p.length === 0) continue;
-      kept.push(p);
-      keptIds.push(ids[k] ?? null);
-      starts.push(at);
+      const id = ids[k] ?? null;
+      kept[m] = p;
+      keptIds[m] = id;
+      keptHeads[m] = heads[k] ?? null;
+      starts[m++] = at;
       at += p.length;
+      identified ||= id !== null;
     }
+    kept.length = keptIds.length = keptHeads.length = starts.length = m;
     this.pieces = kept;
     this.ids = keptIds;
-    this.identified = keptIds.some((id) => id !== null);
+    this.heads = keptHeads;
+    this.identified = identified;
     this.starts = starts;
     this.length = at;
     this.joined = kept.length === 1 ? kept[0]! : kept.length === 0 ? "" : null;
@@ -100,6 +114,16 @@ export class PieceText {
       done += n;
     }
     return true;
+  }
+
+  /**
+   * An identity of a text that this one starts with, at least `end` characters long (the head of
+   * the piece holding position end - 1): the same object stands for the same text, so a prefix
+   * found equal to it once is this text's [0, end) again. Null where that piece has none.
+   */
+  headThrough(end: number): object | null {
+    if (end <= 0 || end > this.length) return null;
+    return this.heads[this.pieceAt(end - 1)] ?? null;
   }
 
   /** text.lastIndexOf(needle, from): searched from the last pieces back, occurrences across a boundary included. */

@@ -103,6 +103,11 @@ export class SplitText {
   /** text.substring(at, at + s.length) === s (util/text-at.ts textAt), read in the piece holding it. */
   matches(at: number, s: string): boolean {
     if (at + s.length > this.length) return at >= this.length && s.length === 0;
+    // The gap's own piece there (a held entry's raw text compared with the body it gave): no read.
+    if (at >= this.gapStart && at < this.gapEnd) {
+      const k = this.gapPiece(at);
+      if (this.starts[k] === at && this.gap[k] === s) return true;
+    }
     const r = this.region(at, at + s.length);
     return r.text.substring(at - r.at, at - r.at + s.length) === s;
   }

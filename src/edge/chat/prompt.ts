@@ -45,7 +45,7 @@ export function renderPrompt(req: ChatCompletionRequest, model: ModelConfig, lim
 /** The prompt text for the prefix cache: in the turn chain's pieces when it came from there (never joined on a hit). */
 export function promptTextOf(prompt: RenderedPrompt): string | PieceText {
   const p = prompt.pieces;
-  return p ? new PieceText([...p.stable, p.rest], p.ids) : prompt.text;
+  return p ? new PieceText([...p.stable, p.rest], p.ids, p.heads) : prompt.text;
 }
 
 /**

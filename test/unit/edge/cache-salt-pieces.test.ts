@@ -5,6 +5,7 @@
  * handler prepares it never joins its pieces when namespaced, and the route's form of its hashes
  * (routedHashes, one BigUint64Array) never joins them, salted or not.
  */
+import fc from "fast-check";
 import { beforeAll, describe, expect, it } from "vitest";
 import { localBlockHashes, namespacedLocalHashes, namespaceTag } from "../../../src/blocks/block-hash.ts";
 import { namespacedHashes, routedHashes, type RoutingNamespace } from "../../../src/edge/cache-salt.ts";
@@ -78,4 +79,29 @@ describe("namespaced hashes from the prefix cache's pieces", () => {
     }
     expect(warm, "later turns came from cached pieces").toBe(3);
   });
+
+  it("equal namespacing every hash over random chains of pieces: growing turns, branches, salts switched, empty pieces", () => {
+    // A piece tree as a cache keeps it: each request routes a node's chain of pieces then its own
+    // fresh piece, and may keep that (as a cache stores a new turn) as a child of the node.
+    // `graft`: a kept piece routed after another chain than its own (no cache does so; the runs must not be trusted for it).
+    const op = fc.record({ at: fc.nat(), graft: fc.option(fc.nat(), { freq: 4 }), salt: fc.constantFrom(null, "tenant-a", "tenant-b"), fresh: fc.array(fc.bigInt({ min: 0n, max: 2n ** 64n - 1n }), { maxLength: 4 }), keep: fc.boolean() });
+    fc.assert(
+      fc.property(fc.array(op, { minLength: 1, maxLength: 40 }), (ops) => {
+        const chains: (readonly bigint[])[][] = [[]];
+        for (const o of ops) {
+          const from = chains[o.at % chains.length]!;
+          const grafted = o.graft === null ? null : chains[o.graft % chains.length]!.at(-1);
+          const chain = grafted ? [...from, grafted] : from;
+          const pieces = [...chain, o.fresh.slice()];
+          const n: RoutingNamespace = o.salt === null ? { cacheSalt: null, tag: null } : ns(o.salt);
+          const flat = pieces.flat();
+          const routed = routedHashes(n, { localHashes: flat, hashPieces: pieces });
+          expect(Array.from(routed)).toEqual(n.tag === null ? flat : namespacedLocalHashes(flat, n.tag));
+          if (o.keep) chains.push(pieces);
+        }
+      }),
+      { numRuns: 300 },
+    );
+  });
 });
+

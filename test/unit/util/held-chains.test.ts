@@ -151,10 +151,35 @@ describe("HeldChains", () => {
           const s = sizes();
           expect([held.entries, held.bytes, held.tokens, held.evictions]).toEqual([kept.length, s.bytes, s.tokens, evictions]);
           expect(dropped).toEqual(modelDropped);
-          for (const x of nodes) expect(x.holders).toBe(kept.filter((e) => { for (let y: TestNode | null = e; y; y = y.parent) if (y === x) return true; return false; }).length);
+          // Held along the tree: itself while kept, plus each child that counts.
+          for (const x of nodes) expect(x.holders).toBe((kept.includes(x) ? 1 : 0) + nodes.filter((c) => c.parent === x && s.counted.has(c)).length);
         }
       }),
       { numRuns: 300 },
     );
   });
+
+  it("keeping or dropping an entry reads only the nodes that start or stop counting, not a long chain above them", () => {
+    const held = new HeldChains<TestNode>({ maxBytes: 1e9, onDrop: () => {} });
+    let reads = 0;
+    // A node whose parent link counts its reads.
+    const counted = (name: string, parent: TestNode | null): TestNode => {
+      const n = { name, holders: 0, bytes: 1 } as TestNode;
+      Object.defineProperty(n, "parent", { get: () => (reads++, parent) });
+      return n;
+    };
+    let tip: TestNode | null = null;
+    for (let i = 0; i < 1000; i++) {
+      tip = counted(`turn ${i}`, tip);
+      held.keep(tip);
+    }
+    reads = 0;
+    const leaf = counted("leaf", tip);
+    held.keep(leaf);
+    held.drop(leaf);
+    held.drop(tip!);
+    expect(reads, "parent links read").toBeLessThanOrEqual(4);
+    expect([held.entries, held.bytes]).toEqual([999, 999]);
+  });
 });
+

@@ -76,4 +76,13 @@ describe("PieceText", () => {
     const joined = t.toString();
     for (let from = 0; from <= joined.length; from++) expect(t.lastIndexOf("<|im_start|>", from)).toBe(joined.lastIndexOf("<|im_start|>", from));
   });
+
+  it("headThrough gives the head of the piece holding a prefix's last character, empty pieces and their heads left out", () => {
+    const [a, b, c] = [{}, {}, {}];
+    const t = new PieceText(["abc", "", "de", "fgh"], [], [a, {}, b, c]);
+    expect([0, 1, 3, 4, 5, 6, 8, 9].map((end) => t.headThrough(end))).toEqual([null, a, a, b, b, c, c, null]);
+    expect(new PieceText(["abc", "rest"], [], [a]).headThrough(5)).toBeNull();
+    expect(PieceText.of("abc").headThrough(2)).toBeNull();
+  });
 });
+
