@@ -79,9 +79,10 @@ describe.skipIf(!hasNative)("pre-started ffprobe", () => {
   });
 
   it("does not trust an ffprobe that ignores its gate, and switches itself off", async () => {
-    // Ignores FFREPORT and starts late enough that the input link exists: a right answer, obtained without the gate.
+    // Ignores FFREPORT and starts once the input link (its last argument) exists, however late the
+    // probe comes: a right answer, obtained without the gate (the wait is bounded at ~30 s).
     const wrapper = path.join(dir, "ungated-ffprobe");
-    writeFileSync(wrapper, '#!/bin/sh\nunset FFREPORT\nsleep 0.3\nexec ffprobe "$@"\n');
+    writeFileSync(wrapper, '#!/bin/sh\nunset FFREPORT\nfor input; do :; done\nn=0\nwhile [ ! -e "$input" ] && [ $n -lt 3000 ]; do sleep 0.01; n=$((n + 1)); done\nexec ffprobe "$@"\n');
     chmodSync(wrapper, 0o755);
     const pool = (await FfprobePool.create(wrapper, DEFAULT_PROBE_MEMORY_BYTES, 1, dir))!;
     try {
