@@ -13,6 +13,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterEach, describe, expect, it } from "vitest";
 import { freePort } from "../../scripts/fleet-ports.ts";
+import { EDGE_BUILD_ENV } from "../../scripts/local-edge.ts";
 
 const ROOT = join(import.meta.dirname, "../..");
 
@@ -93,14 +94,20 @@ async function examplesWork(output: string, port: number): Promise<void> {
 
 let launcher: ChildProcess | null = null;
 let stateDir = "";
+let childTmp = "";
 let blocker: Server | null = null;
 const blockerSockets: Socket[] = [];
 
 function startLauncher(port: number): { proc: ChildProcess; output: () => string; exited: Promise<number | null> } {
   stateDir = mkdtempSync(join(tmpdir(), "kvedge-launcher-"));
+  childTmp = mkdtempSync(join(tmpdir(), "kvedge-launcher-tmp-"));
+  // npm start as a user runs it: its own edge bundle (wrangler), not the e2e run's shared one, in a
+  // temp dir of its own so that the test sees the launcher remove it.
+  const env = { ...process.env };
+  delete env[EDGE_BUILD_ENV];
   const proc = spawn(process.execPath, [join(ROOT, "scripts/start.ts")], {
     cwd: ROOT,
-    env: { ...process.env, PORT: String(port), KVEDGE_WORKERS: "1", KVEDGE_STATE_DIR: stateDir },
+    env: { ...env, TMPDIR: childTmp, PORT: String(port), KVEDGE_WORKERS: "1", KVEDGE_STATE_DIR: stateDir },
     stdio: ["ignore", "pipe", "pipe"],
   });
   launcher = proc;
@@ -118,7 +125,11 @@ afterEach(async () => {
   if (blocker) await new Promise((r) => blocker!.close(r));
   blocker = null;
   rmSync(stateDir, { recursive: true, force: true });
+  rmSync(childTmp, { recursive: true, force: true });
 });
+
+/** The edge bundles the launcher made and left in its temp dir. */
+const bundlesLeft = (): string[] => readdirSync(childTmp).filter((d) => d.startsWith("kvedge-edge-bundle-"));
 
 describe("npm start owns its children", () => {
   it.each(["SIGKILL", "SIGTERM", "SIGINT"] as const)("%s of the launcher leaves no process of the fleet running within 5 s", async (signal) => {
@@ -146,6 +157,8 @@ describe("npm start owns its children", () => {
     l.proc.kill(signal);
     await l.exited;
     expect(await survivors(new Map([...seen].map(([pid, s]) => [pid, [...s].join(" | ")])), 5_000)).toEqual([]);
+    // A stop removes its bundle (SIGKILL leaves it: nothing of the launcher runs after it).
+    if (signal !== "SIGKILL") expect(bundlesLeft()).toEqual([]);
     // and the edge port is free again
     await new Promise<void>((resolve, reject) => {
       const s = createServer().once("error", reject);
@@ -173,5 +186,6 @@ describe("npm start owns its children", () => {
     expect(cmds).toContain("services/sglang-sim/main.ts"); // it really failed half-way
     expect(cmds).toContain("services/decode/main.ts");
     expect(await survivors(new Map([...seen].map(([pid, s]) => [pid, [...s].join(" | ")])), 5_000)).toEqual([]);
+    expect(bundlesLeft()).toEqual([]);
   });
 });
