@@ -122,9 +122,10 @@ describe("unstreamed requests", () => {
   it("stop counting as queued prefill once the worker's KV events show their prompt cached, while the answer is still being generated", async () => {
     // Nothing reaches the edge before the whole answer: only the worker's own stored blocks (relayed
     // to the index) can tell that its prefill is over (src/routing-index/prefill-watch.ts).
-    // ~8k tokens: a prefill of ~80 ms at the fleet's timing, so the polls below see it under CI load
-    // (with 800 words it lasted ~10 ms, and a loaded CI run once saw the request only after it).
-    const body = JSON.stringify({ model: fleet.model, messages: [{ role: "user", content: promptText(7000, 6000) }], max_tokens: 400, ignore_eos: true });
+    // ~32k tokens: a prefill of ~320 ms at the fleet's timing, then ~2 s of decode, so the polls below
+    // (each an admin request, slow when another file's fleet shares the cores) see both phases. With
+    // 800 words the prefill lasted ~10 ms, and a loaded CI run once saw the request only after it.
+    const body = JSON.stringify({ model: fleet.model, messages: [{ role: "user", content: promptText(7000, 24_000) }], max_tokens: 1000, ignore_eos: true });
     const answer = fetch(`${fleet.edgeUrl}/v1/chat/completions`, { method: "POST", headers: { "content-type": "application/json" }, body });
     type Row = { workerId: string; activeRequests: number; activePrefillTokens: number };
     const seen: Row[] = [];
@@ -140,7 +141,7 @@ describe("unstreamed requests", () => {
     const r = await answer;
     expect(r.status).toBe(200);
     const json = (await r.json()) as { usage: { completion_tokens: number } };
-    expect(json.usage.completion_tokens).toBe(400);
+    expect(json.usage.completion_tokens).toBe(1000);
     // Counted with its prefill first, then still active (decoding) with none.
     expect(seen.some((w) => w.activePrefillTokens > 0)).toBe(true);
     expect(seen.at(-1)).toMatchObject({ activeRequests: 1, activePrefillTokens: 0 });
