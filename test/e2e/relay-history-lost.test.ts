@@ -14,7 +14,7 @@ import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { startFleet, type Fleet } from "../../scripts/local-fleet.ts";
 import { chat } from "./helpers/media.ts";
-import { direct, indexLocalHashes, LogTap, sleep, trueLocalHashes, waitParity, waitUntil, words, workerRows } from "./reliability-helpers.ts";
+import { direct, indexLocalHashes, LogTap, trueLocalHashes, waitParity, waitUntil, words, workerRows } from "./reliability-helpers.ts";
 
 const tap = new LogTap();
 let fleet: Fleet;
@@ -34,8 +34,20 @@ afterAll(async () => {
 });
 
 const row = async (id: string) => (await workerRows(fleet)).find((w) => w.workerId === id) as
-  | { workerId: string; synced: boolean; approximate?: boolean; approximateReasons?: string[]; blocks: number }
+  | { workerId: string; epoch: number; synced: boolean; approximate?: boolean; approximateReasons?: string[]; blocks: number }
   | undefined;
+/**
+ * Until the relay's state file (its --state-file, saved every 500 ms when the view changed) holds
+ * the worker's blocks as they are now: a SIGKILL after it loses none of them.
+ */
+async function waitSaved(w: Fleet["workers"][number]): Promise<void> {
+  const args = w.relay!.spawnargs;
+  const path = args[args.indexOf("--state-file") + 1]!;
+  const truth = (await trueLocalHashes(w.url)).join();
+  const saved = () => (JSON.parse(readFileSync(path, "utf8")) as { blocks: { l: string }[] }).blocks.map((b) => b.l).sort().join();
+  await waitUntil(async () => saved() === truth, 10_000, () => `${path} lags the worker's cache`);
+}
+
 const ask = (seed: number) => chat(fleet.edgeUrl, { model: fleet.model, messages: [{ role: "user", content: words(seed, 400) }] });
 
 /**
@@ -95,7 +107,7 @@ describe("relay restarted after its worker's replay buffer moved on", () => {
     const w = fleet.workers[0]!;
     const onW1 = hot.filter((h) => h.worker === w.id);
 
-    await sleep(1200); // the relay saves its view every 500 ms here: a SIGKILL loses at most that much
+    await waitSaved(w);
     await fleet.killRelay(0);
     // The index keeps its last copy of the worker's blocks, no longer synced.
     await waitUntil(async () => (await row(w.id))?.approximate === true, 10_000, async () => JSON.stringify(await row(w.id)));
@@ -149,13 +161,15 @@ describe("relay restarted after its worker's replay buffer moved on", () => {
     const hot2 = await sendHot(101);
     const onW1b = hot2.filter((h) => h.worker === w.id);
     await waitParity(fleet, 0);
-    await sleep(1200);
+    await waitSaved(w);
     await fleet.killRelay(0);
     for (let k = 0; k < 14; k++) await direct(w, fleet.model, words(7000 + k, 200));
     const welcomes2 = tap.records(`relay-${w.id}`, "index_welcome").length;
     await fleet.startRelay(0, ["--state-file", join(mkdtempSync(join(tmpdir(), "no-state-")), "none.json")]);
     await waitUntil(async () => tap.records(`relay-${w.id}`, "index_welcome").length > welcomes2, 30_000, () => "relay did not reconnect");
-    await sleep(300); // its (approximate) dump
+    // Its (approximate) dump, sent right after the welcome: the new epoch's blocks in the index.
+    const epoch2 = tap.records(`relay-${w.id}`, "index_welcome").at(-1)!.epoch;
+    await waitUntil(async () => { const r = await row(w.id); return r?.epoch === epoch2 && r.blocks > 0; }, 10_000, async () => JSON.stringify(await row(w.id)));
     expect(await row(w.id)).toMatchObject({ approximate: true, synced: false });
     let prompt2 = 0;
     let cached2 = 0;
