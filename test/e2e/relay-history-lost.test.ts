@@ -169,7 +169,7 @@ describe("relay restarted after its worker's replay buffer moved on", () => {
     await waitUntil(async () => tap.records(`relay-${w.id}`, "index_welcome").length > welcomes2, 30_000, () => "relay did not reconnect");
     // Its (approximate) dump, sent right after the welcome: the new epoch's blocks in the index.
     const epoch2 = tap.records(`relay-${w.id}`, "index_welcome").at(-1)!.epoch;
-    await waitUntil(async () => { const r = await row(w.id); return r?.epoch === epoch2 && r.blocks > 0; }, 10_000, async () => JSON.stringify(await row(w.id)));
+    await waitUntil(async () => { const r = await row(w.id); return r !== undefined && r.epoch === epoch2 && r.blocks > 0; }, 10_000, async () => JSON.stringify(await row(w.id)));
     expect(await row(w.id)).toMatchObject({ approximate: true, synced: false });
     let prompt2 = 0;
     let cached2 = 0;
