@@ -16,20 +16,31 @@ function digest32(text: string): string {
   return bytesToHex(sha256(utf8.encode(text))).slice(0, 32);
 }
 
-/** Most digests an isolate keeps (with the key or network each is of); the memo is emptied when full. */
-const MEMO_ENTRIES = 1024;
+/**
+ * Most digests each memo keeps (with the key or network each is of); a full memo is emptied. Two
+ * memos (labels, API-key digests): up to 2 × this many entries per isolate.
+ */
+export const CLIENT_NAME_MEMO_ENTRIES = 1024;
+
+/** How many entries a memo holds now. */
+type MemoSize = () => number;
+const memoSizes: MemoSize[] = [];
 
 /**
  * Digests of recent clients: a client sends request after request, and each needs its label
  * (admission, media) and its API key's digest (rate-limit and quota buckets), so an isolate hashes
- * a client once rather than once or more per request. Only authenticated keys reach it (auth.ts).
+ * a client once rather than once or more per request. Authenticated keys reach it (auth.ts), and so
+ * do the network labels of any client where `/v1` is public: those are short (rate-limit.ts
+ * clientNetwork keeps at most 64 characters of an address it cannot parse), and a flood of new ones
+ * only empties the memo, back to one short SHA-256 per request.
  */
 function memoized(f: (text: string) => string): (text: string) => string {
   const memo = new Map<string, string>();
+  memoSizes.push(() => memo.size);
   return (text) => {
     let d = memo.get(text);
     if (d === undefined) {
-      if (memo.size >= MEMO_ENTRIES) memo.clear();
+      if (memo.size >= CLIENT_NAME_MEMO_ENTRIES) memo.clear();
       d = f(text);
       memo.set(text, d);
     }
@@ -46,3 +57,8 @@ export function clientLabel(client: ClientRef): string {
 
 /** 32 hex digits of SHA-256 over an API key: how rate-limit buckets name it (rate-limit.ts). Requires initHashing(). */
 export const apiKeyDigest: (apiKey: string) => string = memoized(digest32);
+
+/** Entries each memo holds now (labels, then API-key digests): how tests see the bound. */
+export function clientNameMemoSizes(): number[] {
+  return memoSizes.map((size) => size());
+}

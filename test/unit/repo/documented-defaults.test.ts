@@ -35,6 +35,7 @@ import { DEFAULT_PREFIX_CACHE_BYTES, DEFAULT_PREFIX_CACHE_TOKENS } from "../../.
 import { DEFAULT_PIECE_CACHE_BYTES, DEFAULT_PIECE_CACHE_ENTRIES, DEFAULT_SEGMENT_CACHE_BYTES, DEFAULT_SEGMENT_CACHE_CHARS } from "../../../src/prompt/tokenizer/index.ts";
 import { MEMO_MAX_BYTES } from "../../../src/layout/layout.ts";
 import { MEMO_PARTITIONS, PIECE_MEMO_SLOTS } from "../../../src/prompt/tokenizer/engine.ts";
+import { CLIENT_NAME_MEMO_ENTRIES } from "../../../src/edge/client-label.ts";
 import { APPROX_DROP_BATCH, APPROX_PRUNE_STEP, APPROX_REBUILD_MIN, ApproxConfigSchema } from "../../../src/block-index/approx-index.ts";
 import { PendingRoutes } from "../../../src/block-index/pending-routes.ts";
 import { WALK_MEMO_ADMIT_EVERY, WALK_MEMO_ADMIT_RARE, WALK_MEMO_BLOCKS, WALK_MEMO_ENTRIES, WALK_MEMO_MIN_BLOCKS } from "../../../src/block-index/walk-memo.ts";
@@ -134,6 +135,7 @@ const ACTUAL: Record<string, Record<string, Expected>> = {
     DEFAULT_PIECE_CACHE_BYTES,
     PIECE_MEMO_SLOTS,
     MEMO_PARTITIONS,
+    CLIENT_NAME_MEMO_ENTRIES,
     MEMO_MAX_BYTES,
     MAX_RELAY_KEYS,
     MAX_PICKED_SCHEMAS,
