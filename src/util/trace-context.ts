@@ -68,6 +68,9 @@ const cryptoRandom: RandomBytes = (b) => {
   crypto.getRandomValues(b);
 };
 
+/** Most bytes one crypto.getRandomValues call fills (Web Crypto: a QuotaExceededError past it). */
+const MAX_RANDOM_DRAW_BYTES = 65_536;
+
 /**
  * Random bytes drawn in bulk and handed out once each: one runtime call fills the pool for many
  * traces instead of one call per request. Every id takes bytes no other id took (a refill discards
@@ -81,8 +84,9 @@ export class RandomPool {
   /** The next unused byte; the pool is refilled when fewer than a take's bytes are left. */
   #next = 0;
 
-  /** `size` bytes per draw of `random` (at most 65 536: crypto.getRandomValues' limit). */
+  /** `size` bytes per draw of `random` (1 to 65 536: crypto.getRandomValues' limit; else a RangeError). */
   constructor(random: RandomBytes, size: number) {
+    if (!Number.isInteger(size) || size < 1 || size > MAX_RANDOM_DRAW_BYTES) throw new RangeError(`RandomPool size ${size}: not 1 to ${MAX_RANDOM_DRAW_BYTES} bytes`);
     this.#random = random;
     this.#size = size;
   }
@@ -92,9 +96,13 @@ export class RandomPool {
     return this.#bytes!;
   }
 
-  /** Reserves `n` unused bytes (n ≤ size): their offset in `bytes`, which hold them until the next take. */
+  /**
+   * Reserves `n` unused bytes: their offset in `bytes`, which hold them until the next take.
+   * A RangeError when n > size: no draw could ever hold them (a caller retrying would spin forever).
+   */
   take(n: number): number {
     if (this.#bytes === null || this.#next + n > this.#size) {
+      if (n > this.#size) throw new RangeError(`RandomPool: ${n} bytes taken from a pool of ${this.#size}`);
       // Allocated on first use: a Worker's global scope must not draw randomness.
       this.#bytes ??= new Uint8Array(this.#size);
       this.#random(this.#bytes);

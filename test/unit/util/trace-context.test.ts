@@ -149,4 +149,15 @@ describe("startEdgeTrace", () => {
     expect([c.spanId, a.spanId, a.traceId, b.spanId, b.traceId]).toEqual([hexOf(from, 8), hexOf(from + 8, 8), hexOf(from + 16, 16), hexOf(from + 48, 8), hexOf(from + 56, 16)]);
     expect(draws).toBe(5);
   });
+
+  it("refuses a pool too small for a take or too large for one crypto.getRandomValues call", () => {
+    const zeros: RandomBytes = (b) => b.fill(0);
+    // 8 bytes hold a continued trace's span id, not a new trace's 24: a RangeError, not an endless retry.
+    const small = new RandomPool(scripted(0x66), 8);
+    expect(startEdgeTrace(VALID, small).spanId).toBe("66".repeat(8));
+    expect(() => startEdgeTrace(null, small)).toThrow(RangeError);
+    expect(() => new RandomPool(zeros, 16).take(17)).toThrow(RangeError);
+    expect(new RandomPool(zeros, 65_536).take(24)).toBe(0);
+    for (const size of [0, -1, 1.5, Number.NaN, 65_537]) expect(() => new RandomPool(zeros, size)).toThrow(RangeError);
+  });
 });
