@@ -10,7 +10,7 @@ import { z } from "zod";
 import { DEFAULT_BLOCK_BUDGET } from "../block-index/block-budget.ts";
 import { ConfigError } from "../api/errors.ts";
 import { LimitsSchema, type Limits } from "../api/limits.ts";
-import { RegionsConfigSchema } from "../selection/regions.ts";
+import { regionFromColo, RegionsConfigSchema } from "../selection/regions.ts";
 import { DEFAULT_SELECTION_COST, SELECTION_COSTS } from "../selection/selection.ts";
 import { DEFAULT_STORAGE_CAPACITY_BLOCKS, DEFAULT_TIER_COST } from "../selection/tier-cost.ts";
 import { SafeFetchPolicySchema } from "../media/safe-fetch.ts";
@@ -380,8 +380,8 @@ export interface EdgeConfig {
   /** Shard objects per pool (KVEDGE_SHARDS). */
   shards: number;
   /**
-   * KVEDGE_REGIONS maps colos to regions and fixes none of its own: the index reads the edge's
-   * region from its colo (src/selection/regions.ts resolveEdgeRegion), the one use of request.cf.
+   * KVEDGE_REGIONS maps colos to regions and fixes none of its own (src/selection/regions.ts
+   * regionFromColo): the index reads the edge's region from its colo, the one use of request.cf.
    */
   regionsByColo: boolean;
   /** KVEDGE_CORS: which browser origins may call `/v1` (null: none). */
@@ -463,7 +463,7 @@ export function parseEdgeConfig(env: Record<string, unknown>): EdgeConfig {
     publicAccess: parsed.KVEDGE_ACCESS === "public",
     debugHeaders: parsed.KVEDGE_DEBUG_HEADERS === "on",
     shards: parsed.KVEDGE_SHARDS ?? 1,
-    regionsByColo: parsed.KVEDGE_REGIONS !== undefined && parsed.KVEDGE_REGIONS.self === undefined && Object.keys(parsed.KVEDGE_REGIONS.colos).length > 0,
+    regionsByColo: parsed.KVEDGE_REGIONS !== undefined && regionFromColo(parsed.KVEDGE_REGIONS),
     cors:
       parsed.KVEDGE_CORS === "off" ? null
       : parsed.KVEDGE_CORS === undefined || parsed.KVEDGE_CORS === "*" ? { origins: "*" }

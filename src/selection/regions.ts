@@ -44,9 +44,17 @@ export function parseRegionsVar(raw: string | undefined | null): RegionsConfig |
   return r.data;
 }
 
-/** Where this edge is: the configured region, else its colo's region, else null (regions unused). */
+/**
+ * Whether resolveEdgeRegion reads the colo: a colo map and no fixed region. Otherwise the edge need
+ * not read request.cf.colo at all (EdgeConfig.regionsByColo).
+ */
+export function regionFromColo(cfg: RegionsConfig): boolean {
+  return cfg.self === undefined && Object.keys(cfg.colos).length > 0;
+}
+
+/** Where this edge is: the configured region, else its colo's region (regionFromColo), else null (regions unused). */
 export function resolveEdgeRegion(cfg: RegionsConfig, colo: string | null | undefined): string | null {
-  if (cfg.self) return cfg.self;
+  if (cfg.self !== undefined) return cfg.self;
   if (colo && Object.hasOwn(cfg.colos, colo)) return cfg.colos[colo]!;
   return null;
 }

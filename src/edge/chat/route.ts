@@ -21,7 +21,7 @@ export interface RouteInput {
   localHashes: LocalHashes;
   isl: number;
   fallbackReason: FallbackReason;
-  /** The Cloudflare colo serving the request (regions); null outside Cloudflare. */
+  /** The Cloudflare colo serving the request where the index maps colos to regions (edgeColoOf); else null. */
   edgeColo: string | null;
   traceId: string;
   /** Only workers that stream increments (a costly logprob stream, chat-answer.ts). */
@@ -138,8 +138,8 @@ export function routingHeaders(d: RouteDecision, fallbackReason: FallbackReason,
 
 /**
  * The Cloudflare colo serving this request where the index maps colos to regions
- * (src/selection/regions.ts); null elsewhere and outside Cloudflare. Read only then: workerd
- * builds `request.cf` on its first read.
+ * (src/selection/regions.ts regionFromColo); null elsewhere and outside Cloudflare. Read only
+ * then: workerd builds `request.cf` on its first read.
  */
 export function edgeColoOf(request: Request, config: Pick<EdgeConfig, "regionsByColo">): string | null {
   if (!config.regionsByColo) return null;

@@ -1,5 +1,5 @@
 import { beforeAll, describe, expect, it } from "vitest";
-import { parseRegionsVar, resolveEdgeRegion, rttMs, RegionsConfigSchema } from "../../../src/selection/regions.ts";
+import { parseRegionsVar, regionFromColo, resolveEdgeRegion, rttMs, RegionsConfigSchema } from "../../../src/selection/regions.ts";
 import { estimateTtft } from "../../../src/selection/ttft-cost.ts";
 import { RoutingCore } from "../../../src/routing-index/routing-core.ts";
 import { localBlockHashes } from "../../../src/blocks/block-hash.ts";
@@ -48,6 +48,18 @@ describe("region config", () => {
     expect(parseRegionsVar(JSON.stringify({ self: "eu" }))!.defaultRttMs).toBe(150);
     expect(() => parseRegionsVar("{")).toThrow(/not valid JSON/);
     expect(() => parseRegionsVar(JSON.stringify({ rttMs: { eu: { us: -1 } } }))).toThrow(/KVEDGE_REGIONS/);
+  });
+
+  it.each([
+    [{ colos: { FRA: "eu" } }, true],
+    [{ self: "us", colos: { FRA: "eu" } }, false],
+    [{ self: "us" }, false],
+    [{ rttMs: { eu: { us: 90 } } }, false],
+  ])("regionFromColo(%j) is %s: exactly then the colo decides the edge's region", (raw, readsColo) => {
+    const cfg = RegionsConfigSchema.parse(raw);
+    expect(regionFromColo(cfg)).toBe(readsColo);
+    const byColo = ["FRA", "XXX", null].map((colo) => resolveEdgeRegion(cfg, colo));
+    expect(new Set(byColo).size > 1).toBe(readsColo);
   });
 
   it("adds optional region fields to the relay hello without breaking old hellos", () => {
