@@ -10,9 +10,8 @@
  * SGLang hashes every item of every request again (its Qwen-VL processor loads and processes each
  * `image_data` item per request: python/sglang/srt/multimodal/processors/base_processor.py
  * @0001380b `fast_load_mm_data` / `_load_single_item`), in native code. So does the simulator, with
- * Node's native SHA-256: the wasm one (src/util/hash.ts) took ~95 ms for a 6 MB image, ten times
- * Node's, and a 32k-token vision chat's worker then burned ~0.6 s of CPU a turn on the bench's two
- * cores, next to the edge it measures.
+ * Node's native SHA-256 rather than the edge's wasm one (src/util/hash.ts): a vision chat re-sends
+ * every earlier image, and the worker's CPU is taken from the two cores the edge bench measures on.
  */
 import { createHash } from "node:crypto";
 import { padValueFromHash, padValueFromMmHash, isPyError } from "../../src/layout/index.ts";
