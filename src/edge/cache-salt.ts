@@ -94,9 +94,10 @@ export async function routingNamespace(config: Pick<EdgeConfig, "kvSharing" | "r
  * hashes), kept as runs along each chain of pieces: a piece's run says where its chain's words end
  * in a segment shared with the pieces before it, so a request's cached pieces join by copying one
  * array per segment, not one per piece (paired in Node, a 150-turn chat at 32k and 100k tokens:
- * 68–134 µs a request with a copy a piece, 26–52 µs so), and a new turn converts only its new blocks. A piece that goes on from the last one of its
- * segment grows that segment (one array, its words exactly, copied into a longer one); one that
- * goes on from an earlier piece (a branch) starts a segment of its own. Each hash is held once per
+ * 68–134 µs a request with a copy a piece, 26–52 µs so), and a new turn converts only its new
+ * blocks. A piece that goes on from the last one of its segment grows that segment (one array, its
+ * words exactly, copied into a longer one); one that goes on from an earlier piece (a branch)
+ * starts a segment of its own. Each hash is held once per
  * segment, as long as a piece of the segment is: the cache owning the pieces counts it in its byte
  * budget (block-hash.ts routedCopyBytes: 8 B a hash plus 384 B a piece, against ~100 B a run; none
  * for a piece without hashes, which gets no run). A piece that outlives the later pieces of its
