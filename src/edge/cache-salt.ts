@@ -92,23 +92,26 @@ export async function routingNamespace(config: Pick<EdgeConfig, "kvSharing" | "r
  * Namespaced words of the hash pieces a cache keeps across turns (the prompt-prefix cache's or the
  * media view hashes'), one namespace per piece (a conversation is one tenant's; "" for the plain
  * hashes), kept as runs along each chain of pieces: a piece's run says where its chain's words end
- * in a segment shared with the pieces before it, so a request's cached pieces join by copying one
- * array per segment, not one per piece (paired in Node, a 150-turn chat at 32k and 100k tokens:
- * 68–134 µs a request with a copy a piece, 26–52 µs so), and a new turn converts only its new
- * blocks. A piece that goes on from the last one of its segment grows that segment (one array, its
- * words exactly, copied into a longer one); one that goes on from an earlier piece (a branch)
- * starts a segment of its own. Each hash is held once per
- * segment, as long as a piece of the segment is: the cache owning the pieces counts it in its byte
- * budget (block-hash.ts routedCopyBytes: 8 B a hash plus 384 B a piece, against ~100 B a run; none
- * for a piece without hashes, which gets no run). A piece that outlives the later pieces of its
- * segment keeps their words: a prefix many conversations share (a system prompt) keeps those of the
- * first conversation that went on from it, after that conversation is evicted (one conversation's
- * at most: the others start segments of their own).
+ * in a buffer shared with the pieces before it, so a request's cached pieces join by copying one
+ * array per segment (the pieces shared along a conversation up to where it branches), not one per
+ * piece, and a new turn converts only its new blocks. A piece that goes on from the last one of its
+ * buffer appends to it; a buffer too small for the new words is replaced by one twice the needed
+ * size, so rebuilding a chain (another salt, a chain never routed) copies each word a bounded number
+ * of times. A run keeps only the buffer it was written into, never a later, longer one: each buffer
+ * is at most twice the words of any run in it, and the buffers of one segment double, so what the
+ * runs of held pieces keep reachable is at most 4 × the words of their chains, whatever later
+ * pieces grew the segment and were evicted since. The cache owning the pieces counts them in its
+ * byte budget (block-hash.ts routedCopyBytes: 8 B a hash, so the bound is 32 B at worst, plus 384 B
+ * a piece, against ~100 B a run; none for a piece without hashes, which gets no run). A branch (a piece going on from one that is not its buffer's last) starts a
+ * buffer of its own with its words only, reading the words before it from its parent's run.
  */
-interface RoutedSegment {
-  /** The words of its pieces in order, exactly. */
-  words: BigUint64Array;
-  /** The run its first piece went on from (null: the chain's start). */
+interface RoutedBuffer {
+  /** The segment's words from its start, exactly up to `used`, spare capacity after. */
+  readonly words: BigUint64Array;
+  used: number;
+  /** Whether pieces may still append (false once a longer buffer took over the segment). */
+  open: boolean;
+  /** The run the segment's first piece went on from (null: the chain's start). */
   readonly before: RoutedRun | null;
 }
 
@@ -117,14 +120,21 @@ interface RoutedRun {
   readonly piece: readonly bigint[];
   /** The run of the chain's previous piece with hashes (null: none). */
   readonly prev: RoutedRun | null;
-  readonly segment: RoutedSegment;
-  /** Where this piece's words end in its segment's words. */
+  readonly buffer: RoutedBuffer;
+  /** Where this piece's words end in its buffer's words. */
   readonly end: number;
   /** Words of the chain through this piece. */
   readonly total: number;
 }
 
 const routedRuns = new WeakMap<readonly bigint[], RoutedRun>();
+/** Words written into run buffers in this isolate (new words and the copies of grown buffers). */
+let routedWordsWritten = 0;
+
+/** What the routed runs wrote, for tests: a chain rebuilt must write each of its words a bounded number of times. */
+export function routedRunStats(): { wordsWritten: number } {
+  return { wordsWritten: routedWordsWritten };
+}
 
 /**
  * A request's plain local block hashes; `hashPieces`: the same hashes in the pieces a cache keeps
@@ -139,8 +149,8 @@ export interface PlainHashes {
 /**
  * The request's local block hashes moved into its namespace (the plain ones when unsalted), in the
  * form the route sends (route.ts). With pieces: one BigUint64Array of earlier turns' converted
- * runs and this turn's, the plain hashes never joined and no BigInt made per block (at 100k
- * tokens joining ~6k hashes and converting them for the route cost ~0.1 ms in Node).
+ * runs and this turn's, the plain hashes never joined and no BigInt made per block (joining and
+ * converting them all would be work a request in proportion to the whole history).
  */
 export function routedHashes(ns: RoutingNamespace, plain: PlainHashes): LocalHashes {
   const tag = ns.cacheSalt === null ? null : ns.tag;
@@ -164,7 +174,7 @@ export function routedHashes(ns: RoutingNamespace, plain: PlainHashes): LocalHas
   const fresh = namespacedLocalHashWords(pieces[last]!, tag);
   const total = run ? run.total : 0;
   const out = new BigUint64Array(total + fresh.length);
-  for (let r = run; r; r = r.segment.before) out.set(r.segment.words.subarray(0, r.end), r.segment.before ? r.segment.before.total : 0);
+  for (let r = run; r; r = r.buffer.before) out.set(r.buffer.words.subarray(0, r.end), r.total - r.end);
   out.set(fresh, total);
   return out;
 }
@@ -183,18 +193,48 @@ function chainIs(run: RoutedRun, pieces: readonly (readonly bigint[])[], k: numb
 /** The run of `piece` going on from `prev` (null: the chain's first piece with hashes), kept for it. */
 function extendRun(prev: RoutedRun | null, piece: readonly bigint[], tag: NamespaceTag, salt: string): RoutedRun {
   const words = namespacedLocalHashWords(piece, tag);
-  let segment: RoutedSegment;
-  if (prev && prev.end === prev.segment.words.length) {
-    // prev ends its segment: grow it (its other runs read the same words at the same places).
-    segment = prev.segment;
-    const grown = new BigUint64Array(prev.end + words.length);
-    grown.set(segment.words);
-    grown.set(words, prev.end);
-    segment.words = grown;
-  } else segment = { words, before: prev };
-  const run: RoutedRun = { salt, piece, prev, segment, end: segment === prev?.segment ? prev.end + words.length : words.length, total: (prev?.total ?? 0) + words.length };
+  let buffer: RoutedBuffer;
+  let end = words.length;
+  if (prev && prev.buffer.open && prev.end === prev.buffer.used) {
+    // prev ends its buffer: append (its other runs read the words before `used`, never written again).
+    buffer = prev.buffer;
+    end = prev.end + words.length;
+    if (end > buffer.words.length) {
+      const grown = new BigUint64Array(2 * end);
+      grown.set(buffer.words.subarray(0, prev.end));
+      routedWordsWritten += prev.end;
+      buffer.open = false;
+      buffer = { words: grown, used: prev.end, open: true, before: buffer.before };
+    }
+    buffer.words.set(words, prev.end);
+    buffer.used = end;
+  } else {
+    buffer = { words: new BigUint64Array(2 * words.length), used: words.length, open: true, before: prev };
+    buffer.words.set(words);
+  }
+  routedWordsWritten += words.length;
+  const run: RoutedRun = { salt, piece, prev, buffer, end, total: (prev?.total ?? 0) + words.length };
   routedRuns.set(piece, run);
   return run;
+}
+
+/**
+ * Words the runs of `pieces` keep reachable (each buffer once, through every run before them): what
+ * the bound above is about, for tests.
+ */
+export function routedRunWords(pieces: Iterable<readonly bigint[]>): number {
+  const seen = new Set<RoutedBuffer>();
+  const runs = new Set<RoutedRun>();
+  let words = 0;
+  for (const piece of pieces) {
+    for (let r = routedRuns.get(piece) ?? null; r && !runs.has(r); r = r.prev) {
+      runs.add(r);
+      if (seen.has(r.buffer)) continue;
+      seen.add(r.buffer);
+      words += r.buffer.words.length;
+    }
+  }
+  return words;
 }
 
 /** routedHashes as BigInts (admin explain, completions): the plain ones when unsalted. */

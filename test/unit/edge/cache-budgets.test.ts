@@ -23,7 +23,7 @@ import { MediaMemo } from "../../../src/edge/media-memo.ts";
 import type { VerifiedMedia } from "../../../src/edge/media.ts";
 import { routedItemStats, routeItems } from "../../../src/edge/chat/routed-items.ts";
 import { ViewHashCache } from "../../../src/edge/chat/view-hashes.ts";
-import { routedHashes, type RoutingNamespace } from "../../../src/edge/cache-salt.ts";
+import { routedHashes, routedRunWords, type RoutingNamespace } from "../../../src/edge/cache-salt.ts";
 import { namespaceTag } from "../../../src/blocks/block-hash.ts";
 import { cohortEligibility, MAX_ROUTING_TOKENS, routeViewItems, SGLANG_CONTRACT_KEY } from "../../../src/layout/index.ts";
 import type { VisionTokenIds } from "../../../src/layout/model-geometry.ts";
@@ -191,6 +191,31 @@ describe("edge cache byte budgets", () => {
     // What V8 keeps alive for the cache is within the budget (plus 25 % for what the estimate misses).
     expect(retained, `retained ${retained} B for an estimate of ${s.bytes} B`).toBeLessThan(maxBytes * 1.25);
     expect(cache.encode(tokenizer, conversation(seeds, 4, words), 16, "").reusedTokens).toBeGreaterThan(0); // still a cache
+  });
+
+  it("routed runs of held pieces keep at most 4 × their chains' words reachable, whatever later pieces grew their buffers and were evicted", () => {
+    // A held prefix (a conversation's first turns) whose long continuation was routed and then
+    // evicted, as with an early edited message in a long chat: the budget counts the held pieces'
+    // hashes only, so the runs must not keep the continuation's words.
+    const tenant: RoutingNamespace = { cacheSalt: "tenant-a", tag: namespaceTag("tenant-a") };
+    let next = 1n;
+    const piece = (n: number) => Array.from({ length: n }, () => next++);
+    const held: bigint[][] = [];
+    let counted = 0;
+    for (let root = 0; root < 200; root++) {
+      const kept = [piece(6), piece(3)];
+      held.push(...kept);
+      counted += 9;
+      const evicted: bigint[][] = [];
+      for (let turn = 0; turn < 40; turn++) {
+        const pieces = [...kept, ...evicted, piece(2)];
+        routedHashes(root % 2 ? tenant : { cacheSalt: null, tag: null }, { localHashes: pieces.flat(), hashPieces: pieces });
+        evicted.push(piece(100));
+      }
+    }
+    const reachable = routedRunWords(held);
+    expect(reachable, `${reachable} words reachable for ${counted} counted`).toBeLessThanOrEqual(4 * counted);
+    expect(reachable, "the held pieces have runs").toBeGreaterThanOrEqual(counted);
   });
 
   it("the turn chain never holds more than its byte budget, and the estimate covers V8's real retention", () => {

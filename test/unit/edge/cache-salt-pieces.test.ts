@@ -8,7 +8,7 @@
 import fc from "fast-check";
 import { beforeAll, describe, expect, it } from "vitest";
 import { localBlockHashes, namespacedLocalHashes, namespaceTag } from "../../../src/blocks/block-hash.ts";
-import { namespacedHashes, routedHashes, type RoutingNamespace } from "../../../src/edge/cache-salt.ts";
+import { namespacedHashes, routedHashes, routedRunStats, type RoutingNamespace } from "../../../src/edge/cache-salt.ts";
 import { limitsOf, parseChatBody } from "../../../src/edge/chat/parse.ts";
 import { prepareRouting, type PrepareDeps } from "../../../src/edge/chat/prepare.ts";
 import { promptTextOf } from "../../../src/edge/chat/prompt.ts";
@@ -78,6 +78,20 @@ describe("namespaced hashes from the prefix cache's pieces", () => {
       messages.push({ role: "assistant", content: `${"an answer ".repeat(30)}${turn}` });
     }
     expect(warm, "later turns came from cached pieces").toBe(3);
+  });
+
+  it("a chain routed with no usable runs (salts alternating, as a tenant's base and adapter requests do) writes each word a bounded number of times", () => {
+    let next = 1n;
+    const pieces = Array.from({ length: 150 }, () => Array.from({ length: 40 }, () => next++));
+    const words = 149 * 40;
+    for (const salt of ["base", "adapter", "base", "adapter"]) {
+      const before = routedRunStats().wordsWritten;
+      const flat = pieces.flat();
+      expect(Array.from(routedHashes(ns(salt), { localHashes: flat, hashPieces: pieces }))).toEqual(namespacedLocalHashes(flat, ns(salt).tag!));
+      const written = routedRunStats().wordsWritten - before;
+      // New words once, plus copies of buffers that at least double: under 3 × the chain (copying it all a piece was ~75 ×).
+      expect(written, `${written} words written for a chain of ${words}`).toBeLessThan(3 * words);
+    }
   });
 
   it("equal namespacing every hash over random chains of pieces: growing turns, branches, salts switched, empty pieces", () => {
