@@ -8,7 +8,7 @@
 import fc from "fast-check";
 import { beforeAll, describe, expect, it } from "vitest";
 import { localBlockHashes, namespacedLocalHashes, namespaceTag } from "../../../src/blocks/block-hash.ts";
-import { namespacedHashes, routedHashes, routedRunStats, type RoutingNamespace } from "../../../src/edge/cache-salt.ts";
+import { namespacedHashes, routedHashes, routedRunStats, routedRunWords, type RoutingNamespace } from "../../../src/edge/cache-salt.ts";
 import { limitsOf, parseChatBody } from "../../../src/edge/chat/parse.ts";
 import { prepareRouting, type PrepareDeps } from "../../../src/edge/chat/prepare.ts";
 import { promptTextOf } from "../../../src/edge/chat/prompt.ts";
@@ -91,6 +91,8 @@ describe("namespaced hashes from the prefix cache's pieces", () => {
       const written = routedRunStats().wordsWritten - before;
       // New words once, plus copies of buffers that at least double: under 3 × the chain (copying it all a piece was ~75 ×).
       expect(written, `${written} words written for a chain of ${words}`).toBeLessThan(3 * words);
+      // The pieces share their runs' buffers (a copy of its chain a piece would keep ~75 × the chain).
+      expect(routedRunWords(pieces)).toBeLessThanOrEqual(4 * words);
     }
   });
 
@@ -118,4 +120,3 @@ describe("namespaced hashes from the prefix cache's pieces", () => {
     );
   });
 });
-

@@ -91,6 +91,57 @@ describe("incremental per-turn state against the whole walk", () => {
     expect(reusedTurns / turnsSent).toBeGreaterThan(0.4);
   });
 
+  it("a reused chain's joined tally lists its data URLs in the body's order, turn after turn", () => {
+    const chain = new TurnChainCache({ checkRate: 0 });
+    const image = (k: number) => ({ type: "image_url", image_url: { url: `data:image/png;base64,${"QUJD".repeat(3 + ((k * 7) % 11))}` } });
+    const messages: unknown[] = [{ role: "system", content: "You are terse." }, { role: "user", content: [{ type: "text", text: "first" }, image(0), image(1)] }];
+    let reused = 0;
+    let listed = 0;
+    for (let k = 1; k <= 6; k++) {
+      const body = JSON.stringify({ model: model.id, messages, max_tokens: 8 });
+      const parsed = parseChatTurn(body, config, "", {}, chain);
+      const reuse = chain.reusedMessages(parsed.turn);
+      if (reuse) {
+        reused++;
+        const q = reuse.messages.length;
+        const whole = tallyMessages(body, parsed.turn!.layout.messages.slice(0, q), parsed.req.messages.slice(0, q));
+        listed = Math.max(listed, whole.dataUrls.length);
+        expect(reuse.tally).toEqual(whole);
+      }
+      chain.prepare(parsed.req, body, profile, "", { found: parsed.turn, validated: true });
+      messages.push({ role: "assistant", content: seededText(k, 20, ASCII_WORDS) }, { role: "user", content: [image(2 * k), { type: "text", text: `turn ${k}` }, image(2 * k + 1)] });
+    }
+    expect(reused, "later turns reused the chain").toBeGreaterThan(3);
+    expect(listed, "data URLs of several entries, each of a different length, were joined").toBeGreaterThan(6);
+  });
+
+  it("a conversation whose first message changed in one character keeps no prefix its pieces' heads do not stand for", () => {
+    // Same lengths, so every piece boundary and the prefix cache's keys (its first and last characters) coincide with the first conversation's.
+    const prefix = new PrefixCache();
+    const chain = new TurnChainCache({ checkRate: 0 });
+    const first = seededText(3, 600, ASCII_WORDS);
+    const mid = first.length >> 1;
+    const edited = first.slice(0, mid) + (first[mid] === "Z" ? "Y" : "Z") + first.slice(mid + 1);
+    const send = (messages: { role: string; content: string }[]) => {
+      const body = JSON.stringify({ model: model.id, messages, max_tokens: 8 });
+      const parsed = parseChatTurn(body, config, "", {}, chain);
+      const prompt = chain.prepare(parsed.req, body, profile, "", { found: parsed.turn, validated: true });
+      const p = prompt.pieces;
+      const text = p ? new PieceText([...p.stable, p.rest], p.ids, p.heads) : PieceText.of(prompt.text);
+      expect(prefix.encode(tok, text, model.blockSize, "").tokens()).toEqual(tok.encode(prompt.text, ""));
+      return p !== null;
+    };
+    const turns = (firstText: string, n: number) => {
+      const messages = [{ role: "system", content: "You are terse." }, { role: "user", content: firstText }];
+      for (let k = 0; k < n; k++) messages.push({ role: "assistant", content: seededText(10 + 2 * k, 60, ASCII_WORDS) }, { role: "user", content: seededText(11 + 2 * k, 30, ASCII_WORDS) });
+      return messages;
+    };
+    for (let n = 0; n < 4; n++) send(turns(first, n));
+    let pieced = 0;
+    for (let n = 0; n < 4; n++) if (send(turns(edited, n))) pieced++;
+    expect(pieced, "the edited conversation's later turns came with pieces and heads").toBeGreaterThan(1);
+  });
+
   it("a warm turn compares only the prefix cache's entries it added since its last hit, not each earlier turn's", () => {
     const prefix = new PrefixCache();
     const chain = new TurnChainCache({ checkRate: 0 });

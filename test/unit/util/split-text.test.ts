@@ -36,6 +36,27 @@ describe("SplitText", () => {
     }
   });
 
+  it("matches a gap piece's own string at every position as the joined text compares it", () => {
+    // The held-piece shortcut answers only where the piece itself starts; any other place is compared.
+    let x = 11;
+    const rand = (n: number) => ((x = (Math.imul(x, 1103515245) + 12345) >>> 0) >>> 8) % n;
+    const alphabet = ["a", "b", "é", "😀"];
+    const word = (n: number) => Array.from({ length: n }, () => alphabet[rand(alphabet.length)]).join("");
+    let shortcut = 0;
+    for (let round = 0; round < 300; round++) {
+      const gap = Array.from({ length: 1 + rand(4) }, () => word(rand(4)));
+      const s = new SplitText(word(rand(4)), gap, word(rand(4)));
+      const whole = s.head + gap.join("") + s.rest;
+      for (const g of gap) {
+        for (let a = 0; a <= whole.length; a++) {
+          expect(s.matches(a, g), `${JSON.stringify(g)} at ${a} of ${JSON.stringify([s.head, gap, s.rest])}`).toBe(whole.substring(a, a + g.length) === g);
+          if (a >= s.gapStart && a < s.gapEnd) shortcut++;
+        }
+      }
+    }
+    expect(shortcut, "positions inside the gap were asked").toBeGreaterThan(1000);
+  });
+
   it("a range inside one gap piece is read in that piece, never joined", () => {
     const s = new SplitText("{[", ["first", "second"], "]}");
     expect(s.region(2, 7)).toEqual({ text: "first", at: 2 });
