@@ -100,7 +100,8 @@ export async function routingNamespace(config: Pick<EdgeConfig, "kvSharing" | "r
  * of times. A run keeps only the buffer it was written into, never a later, longer one: each buffer
  * is at most twice the words of any run in it, and the buffers of one segment double, so what the
  * runs of held pieces keep reachable is at most 4 × the words of their chains, whatever later
- * pieces grew the segment and were evicted since. The cache owning the pieces counts them in its
+ * pieces grew the segment and were evicted since (per salt: a chain rebuilt in another salt gets
+ * runs of its own, and a branch routed before keeps the earlier ones while it is held). The cache owning the pieces counts them in its
  * byte budget (block-hash.ts routedCopyBytes: 8 B a hash, so the bound is 32 B at worst, plus 384 B
  * a piece, against ~100 B a run; none for a piece without hashes, which gets no run). A branch (a piece going on from one that is not its buffer's last) starts a
  * buffer of its own with its words only, reading the words before it from its parent's run.

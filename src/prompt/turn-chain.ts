@@ -259,10 +259,12 @@ interface Node {
   rawEnd: number;
   /** Own rendered text (the stable prefix is the parents' then this). */
   text: string;
-  /** Stands for `text` (PromptPieces.ids): a small object of its own, so holding it keeps nothing else alive. */
+  /**
+   * Stands for `text` (PromptPieces.ids) and, as each entry has its own and an entry's parent and
+   * text never change, for its chain's rendered text through it too (PromptPieces.heads): one
+   * identity for both. A small object of its own, so holding it keeps nothing else alive.
+   */
   textId: object;
-  /** Stands for the chain's rendered text through this node (PromptPieces.heads; parents and texts never change), as textId. */
-  chainId: object;
   /** Messages covered (the request's last query is message `messages`, unless provisional or after a query). */
   messages: number;
   /**
@@ -809,17 +811,16 @@ function ownSpans(body: SplitText, layout: BodyLayout, from: number, cut: number
 
 /**
  * A chain's stored parts in order, in one pass: its rendered text (a rope of the pieces, never
- * flattened here), the pieces and their identities (PromptPieces ids and heads), media and dropped parts.
+ * flattened here), the pieces and their identities (PromptPieces ids, also its heads), media and dropped parts.
  */
-function chainParts(chain: readonly Node[]): { text: string; texts: string[]; ids: object[]; heads: object[]; media: MediaPart[]; dropped: DroppedPart[] } {
+function chainParts(chain: readonly Node[]): { text: string; texts: string[]; ids: object[]; media: MediaPart[]; dropped: DroppedPart[] } {
   const n = chain.length;
-  const out = { text: "", texts: new Array<string>(n), ids: new Array<object>(n), heads: new Array<object>(n), media: [] as MediaPart[], dropped: [] as DroppedPart[] };
+  const out = { text: "", texts: new Array<string>(n), ids: new Array<object>(n), media: [] as MediaPart[], dropped: [] as DroppedPart[] };
   for (let k = 0; k < n; k++) {
     const x = chain[k]!;
     out.text += x.text;
     out.texts[k] = x.text;
     out.ids[k] = x.textId;
-    out.heads[k] = x.chainId;
     for (const p of x.media) out.media.push(p);
     for (const d of x.dropped) out.dropped.push(d);
   }
@@ -1105,13 +1106,18 @@ export class TurnChainCache {
       todo.push(x);
     }
     let joined = x ? x.chainTally : null;
+    let grew = false;
     for (let k = todo.length - 1; k >= 0; k--) {
       const y = todo[k]!;
       joined = joined ? joinedTallies([joined, y.tally!]) : y.tally!;
       y.chainTally = joined;
-      // Counted from now on (a joined list of data URLs may be a copy); the request's store evicts.
-      if (joined !== y.tally) this.held.grow(y, CHAIN_TALLY_BYTES + 8 * joined.dataUrls.length);
+      if (joined === y.tally) continue;
+      // Counted from now on (a joined list of data URLs may be a copy).
+      this.held.grow(y, CHAIN_TALLY_BYTES + 8 * joined.dataUrls.length);
+      grew = true;
     }
+    // Within the budget at once: an entry of the found chain dropped for it is still read here, and prepare uses it without reviving it.
+    if (grew) this.held.evictOverBudget();
     return joined;
   }
 
@@ -1146,7 +1152,7 @@ export class TurnChainCache {
     if (node.cut === "provisional" ? pre.messages.length === 0 || pre.messages.some(isQuery) : node.cut === "afterQuery" ? pre.messages.length === 0 : !isQuery(pre.messages[0])) return null;
     const tail = this.renderTail(profile.templateId, scope, node.images, node.videos, pre.messages, pre.tools, pre.templateKwargs);
     if (tail === null) return null;
-    const { text: stable, texts, ids, heads, media, dropped } = chainParts(chain);
+    const { text: stable, texts, ids, media, dropped } = chainParts(chain);
     // Per-kind positions continue after the reused messages' items (audio too: refused later, but numbered as the full path numbers it).
     const counts = countKinds(media, q);
     const base = media.length;
@@ -1159,7 +1165,7 @@ export class TurnChainCache {
     const store = () => this.storeFrom({ body, layout, scope, scopeHash, parent: node, validated, decoded, endsWithUser: endsWithUser(request) }, profile, input, tail, media, dropped, q);
     const prompt: ChainedPrompt = {
       ...assemblePrompt(rendered, { mediaParts: media, hasAudio: media.some((p) => p.kind === "audio"), droppedParts: dropped, assistantPrefix: pre.assistantPrefix }, profile),
-      pieces: { stable: texts, ids, heads, bodyParts: this.bodyParts(chain), chars: stable.length, rest: tail + (pre.assistantPrefix ?? "") },
+      pieces: { stable: texts, ids, heads: ids, bodyParts: this.bodyParts(chain), chars: stable.length, rest: tail + (pre.assistantPrefix ?? "") },
     };
     return { prompt, store };
   }
@@ -1295,7 +1301,7 @@ export class TurnChainCache {
     if (!this.held.admits(bytes)) return null;
     // A child shares its root's scope (the lookup found them equal; nodeBytes counts it at the root).
     // A root keeps its own copy: the request's scope is a rope of slices that would keep the body.
-    const node: Node = { parent, key, scope: parent ? parent.scope : ownString(ctx.scope), raw, rawEnd, text, textId: {}, chainId: {}, messages: cut, cut: kind, media: ownMedia, dropped: ownDropped, images: counts.images, videos: counts.videos, escaped: escaped.chunks, wide: rawWidth === 2 || textWidth === 2, utf8: null, parsed, tally, chainTally: null, spans, hint: null, scanned: 0, rawBytes: -1, body: null, holders: 0, bytes };
+    const node: Node = { parent, key, scope: parent ? parent.scope : ownString(ctx.scope), raw, rawEnd, text, textId: {}, messages: cut, cut: kind, media: ownMedia, dropped: ownDropped, images: counts.images, videos: counts.videos, escaped: escaped.chunks, wide: rawWidth === 2 || textWidth === 2, utf8: null, parsed, tally, chainTally: null, spans, hint: null, scanned: 0, rawBytes: -1, body: null, holders: 0, bytes };
     this.insert(node);
     return { node, after: tail, from: cut };
   }
@@ -1327,7 +1333,7 @@ export class TurnChainCache {
     const tally = parsed ? validated!.tally : null;
     const bytes = nodeBytes({ raw: rawWidth * raw.length, text: textWidth * text.length, textWidth, scope: prefix.scope, escapedOwnChars: escaped.ownChars, escapedChunks: escaped.chunks.length, parsed: shared?.shared ?? null, parts: prefix.media.length + prefix.dropped.length, dataUrls: tally?.dataUrls.length ?? 0, spans: 0 });
     if (!this.held.admits(bytes)) return false;
-    this.insert({ parent: null, key, scope: ownString(prefix.scope), raw, rawEnd, text, textId: {}, chainId: {}, messages: prefix.messages, cut: "beforeQuery", media: prefix.media, dropped: prefix.dropped, images: prefix.images, videos: prefix.videos, escaped: escaped.chunks, wide: rawWidth === 2 || textWidth === 2, utf8: null, parsed, tally, chainTally: null, spans: null, hint: null, scanned: 0, rawBytes: -1, body: null, holders: 0, bytes });
+    this.insert({ parent: null, key, scope: ownString(prefix.scope), raw, rawEnd, text, textId: {}, messages: prefix.messages, cut: "beforeQuery", media: prefix.media, dropped: prefix.dropped, images: prefix.images, videos: prefix.videos, escaped: escaped.chunks, wide: rawWidth === 2 || textWidth === 2, utf8: null, parsed, tally, chainTally: null, spans: null, hint: null, scanned: 0, rawBytes: -1, body: null, holders: 0, bytes });
     return true;
   }
 
@@ -1436,7 +1442,7 @@ export class TurnChainCache {
     }
     if (!best) return null;
     const chain = chainOf(best);
-    // One slot a message, filled in place (pushing one pair at a time regrew the array: ~0.1 µs a message).
+    // One slot a message, filled in place (pushing one pair at a time regrows the array as it goes).
     let count = 0;
     for (const x of chain) count += x.spans!.length >> 1;
     const spans = new Array<[number, number]>(count);

@@ -58,7 +58,7 @@ interface Node {
   hashes: bigint[];
   /** The kept pieces found under the same template piece (this node among them). */
   bucket: Node[];
-  /** What HeldChains counts: kept pieces whose chain includes this node, and its estimated bytes. */
+  /** What HeldChains counts: its hold along the tree (> 0 while a kept piece's chain includes it), and its estimated bytes. */
   holders: number;
   bytes: number;
 }

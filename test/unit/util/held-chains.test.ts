@@ -182,4 +182,3 @@ describe("HeldChains", () => {
     expect([held.entries, held.bytes]).toEqual([999, 999]);
   });
 });
-

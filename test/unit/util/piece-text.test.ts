@@ -85,4 +85,3 @@ describe("PieceText", () => {
     expect(PieceText.of("abc").headThrough(2)).toBeNull();
   });
 });
-
