@@ -154,8 +154,9 @@ export function namespacedLocalHashWords(plain: readonly bigint[], ns: Namespace
  * 8 B a hash plus 384 B. Measured in Node 22 (heap after GC plus array buffers), beyond 8 B a hash:
  * 222–251 B a piece for 20k pieces that all stay, 337–366 B in a prompt-prefix cache fed past its
  * budget (the WeakMap's table stays sized for pieces since evicted). None for a piece without hashes
- * (no copy is kept). The caches owning the pieces count it whether or not the copy exists yet, so
- * their byte budgets bound it.
+ * (no copy is kept). The caches owning the pieces count it whether or not the copy exists yet. The
+ * copies share buffers that may keep up to 4 × the words counted here reachable (cache-salt.ts
+ * routedHashes): the budgets bound the copies' words to 32 B a counted hash, not 8 B.
  */
 export function routedCopyBytes(hashes: number): number {
   return hashes === 0 ? 0 : 8 * hashes + 384;

@@ -100,17 +100,27 @@ export async function routingNamespace(config: Pick<EdgeConfig, "kvSharing" | "r
  * of times. A run keeps only the buffer it was written into, never a later, longer one: each buffer
  * is at most twice the words of any run in it, and the buffers of one segment double, so what the
  * runs of held pieces keep reachable is at most 4 × the words of their chains, whatever later
- * pieces grew the segment and were evicted since (per salt: a chain rebuilt in another salt gets
- * runs of its own, and a branch routed before keeps the earlier ones while it is held). The cache owning the pieces counts them in its
- * byte budget (block-hash.ts routedCopyBytes: 8 B a hash, so the bound is 32 B at worst, plus 384 B
- * a piece, against ~100 B a run; none for a piece without hashes, which gets no run). A branch (a piece going on from one that is not its buffer's last) starts a
- * buffer of its own with its words only, reading the words before it from its parent's run.
+ * pieces grew the segment and were evicted since. A piece's run is made once and never replaced:
+ * runs are of the salt of the first request that routed the piece's chain, and a request in
+ * another salt (a tenant's base and adapter requests share pieces) converts its words fresh and
+ * keeps none, as does one whose chain is not its runs'. Replacing runs would leave each branch
+ * routed before holding its own copy of the shared prefix's words (branches × prefix reachable,
+ * the prefix counted once). The cache owning the pieces counts them in its byte budget
+ * (block-hash.ts routedCopyBytes: 8 B a hash plus 384 B a piece, against ~100 B a run; none for a
+ * piece without hashes, which gets no run), so the runs keep reachable at most 4 × the words it
+ * counts: up to 32 B a counted hash. A branch (a piece going on from one that is not its buffer's
+ * last) starts a buffer of its own with its words only, reading the words before it from its
+ * parent's run.
  */
 interface RoutedBuffer {
   /** The segment's words from its start, exactly up to `used`, spare capacity after. */
   readonly words: BigUint64Array;
   used: number;
-  /** Whether pieces may still append (false once a longer buffer took over the segment). */
+  /**
+   * Whether the segment grows from this buffer (false once a longer copy took it over): a sibling
+   * of the piece that grew it starts a buffer of its own instead of copying the words again (a copy
+   * for each sibling). Branches are safe by `used`: a piece appends only where its parent's run ends it.
+   */
   open: boolean;
   /** The run the segment's first piece went on from (null: the chain's start). */
   readonly before: RoutedRun | null;
@@ -159,15 +169,16 @@ export function routedHashes(ns: RoutingNamespace, plain: PlainHashes): LocalHas
   if (!pieces || pieces.length < 2) return tag === null ? plain.localHashes : namespacedLocalHashes(plain.localHashes, tag);
   const salt = tag === null ? "" : ns.cacheSalt!;
   const last = pieces.length - 1;
-  // The latest cached piece with a run of this salt whose chain is the request's, then runs for the pieces after it.
-  // Another salt's run, or a chain that differs, and the runs are made again from the start.
+  // The latest cached piece with a run, then runs for the pieces after it (they have none; runs
+  // are made along a chain from its start, so the pieces before it have theirs). Another salt's run, or a chain that differs: words made
+  // fresh, no run kept (runs are never replaced, see above).
   let run: RoutedRun | null = null;
   let k = last - 1;
   for (; k >= 0; k--) {
     const r = routedRuns.get(pieces[k]!);
     if (!r) continue;
-    if (r.salt === salt && chainIs(r, pieces, k)) run = r;
-    else k = -1;
+    if (r.salt !== salt || !chainIs(r, pieces, k)) return freshWords(pieces, tag);
+    run = r;
     break;
   }
   // The last piece is this request's own (not cached): nothing to keep a run for.
@@ -177,6 +188,19 @@ export function routedHashes(ns: RoutingNamespace, plain: PlainHashes): LocalHas
   const out = new BigUint64Array(total + fresh.length);
   for (let r = run; r; r = r.buffer.before) out.set(r.buffer.words.subarray(0, r.end), r.total - r.end);
   out.set(fresh, total);
+  return out;
+}
+
+/** The pieces' words in the namespace, each converted now (linear in the chain), no run kept. */
+function freshWords(pieces: readonly (readonly bigint[])[], tag: NamespaceTag): BigUint64Array {
+  let total = 0;
+  for (const p of pieces) total += p.length;
+  const out = new BigUint64Array(total);
+  let at = 0;
+  for (const p of pieces) {
+    out.set(namespacedLocalHashWords(p, tag), at);
+    at += p.length;
+  }
   return out;
 }
 

@@ -24,7 +24,7 @@ import type { VerifiedMedia } from "../../../src/edge/media.ts";
 import { routedItemStats, routeItems } from "../../../src/edge/chat/routed-items.ts";
 import { ViewHashCache } from "../../../src/edge/chat/view-hashes.ts";
 import { routedHashes, routedRunWords, type RoutingNamespace } from "../../../src/edge/cache-salt.ts";
-import { namespaceTag } from "../../../src/blocks/block-hash.ts";
+import { namespacedLocalHashes, namespaceTag } from "../../../src/blocks/block-hash.ts";
 import { cohortEligibility, MAX_ROUTING_TOKENS, routeViewItems, SGLANG_CONTRACT_KEY } from "../../../src/layout/index.ts";
 import type { VisionTokenIds } from "../../../src/layout/model-geometry.ts";
 import { bytesToHex } from "../../../src/util/hex.ts";
@@ -216,6 +216,32 @@ describe("edge cache byte budgets", () => {
     const reachable = routedRunWords(held);
     expect(reachable, `${reachable} words reachable for ${counted} counted`).toBeLessThanOrEqual(4 * counted);
     expect(reachable, "the held pieces have runs").toBeGreaterThanOrEqual(counted);
+  });
+
+  it("routed runs keep at most 4 × their pieces' words reachable with salts alternating: many small branches of one long prefix", () => {
+    // A tenant's base and adapter requests share the prefix cache's pieces but not a salt: routing a
+    // chain in the other salt must not leave each branch routed before with its own copy of the
+    // long prefix (branches × prefix reachable, the prefix counted once).
+    const salts: RoutingNamespace[] = [{ cacheSalt: "base", tag: namespaceTag("base") }, { cacheSalt: "adapter", tag: namespaceTag("adapter") }];
+    let next = 1n;
+    const piece = (n: number) => Array.from({ length: n }, () => next++);
+    const prefix = Array.from({ length: 30 }, () => piece(100));
+    const held: bigint[][] = [...prefix];
+    let counted = 30 * 100;
+    for (let request = 0; request < 200; request++) {
+      const branch = piece(2);
+      const pieces = [...prefix, branch, piece(3)];
+      const flat = pieces.flat();
+      const n = salts[request % 2]!;
+      // Exact (the property tests in cache-salt-pieces cover every word): the prefix's first and the request's own.
+      const routed = Array.from(routedHashes(n, { localHashes: flat, hashPieces: pieces }));
+      expect([routed[0], ...routed.slice(-5)]).toEqual(namespacedLocalHashes([flat[0]!, ...flat.slice(-5)], n.tag!));
+      held.push(branch);
+      counted += 2;
+    }
+    const reachable = routedRunWords(held);
+    expect(reachable, `${reachable} words reachable for ${counted} counted`).toBeLessThanOrEqual(4 * counted);
+    expect(reachable, "the held pieces have runs").toBeGreaterThanOrEqual(counted / 2);
   });
 
   it("the turn chain never holds more than its byte budget, and the estimate covers V8's real retention", () => {
