@@ -1116,8 +1116,13 @@ export class TurnChainCache {
       this.held.grow(y, CHAIN_TALLY_BYTES + 8 * joined.dataUrls.length);
       grew = true;
     }
-    // Within the budget at once: an entry of the found chain dropped for it is still read here, and prepare uses it without reviving it.
-    if (grew) this.held.evictOverBudget();
+    // Within the budget at once: an entry of the found chain dropped for it is still read here, and
+    // prepare uses it without reviving it. `n` (the entry being reused) is made the most recent
+    // first, as prepare does: an old conversation resent must not be evicted by its own tally.
+    if (grew) {
+      this.held.touch(n);
+      this.held.evictOverBudget();
+    }
     return joined;
   }
 

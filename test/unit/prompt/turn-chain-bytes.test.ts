@@ -66,6 +66,41 @@ function converse(chain: TurnChainCache, seed: number, targetChars: number, asci
 const escapedOf = (pieces: PromptPieces) => pieces.bodyParts.map((p) => (typeof p === "string" ? p : new TextDecoder().decode(p))).join("");
 
 describe("turn chain bytes", () => {
+  it("a resent conversation that is the least recently used keeps its entry when its chain's tally grows the budget past full", () => {
+    const config = parseEdgeConfig({ KVEDGE_ACCESS: "public", KVEDGE_TURN_CHECK_RATE: "0" });
+    const model = config.models[0]!;
+    const send = (chain: TurnChainCache, messages: { role: string; content: string }[]) => {
+      const body = JSON.stringify({ model: model.id, messages });
+      const parsed = parseChatTurn(body, config, "", {}, chain);
+      return { body, prompt: chain.prepare(parsed.req, body, { family: model.family, templateId: model.templateId }, "", { found: parsed.turn, validated: true }) };
+    };
+    const turns = (seed: number, n: number) => {
+      const messages = [{ role: "user", content: prose(seed, 400, true) }];
+      for (let t = 1; t < n; t++) messages.push({ role: "assistant", content: prose(seed + t, 300, true) }, { role: "user", content: prose(seed + 100 + t, 200, true) });
+      return messages;
+    };
+    // Conversation A's first three turns (entries of two and five messages), then others' second turns (an entry each).
+    const fill = (chain: TurnChainCache) => {
+      for (let n = 1; n <= 3; n++) send(chain, turns(1, n));
+      for (let c = 2; c < 30; c++) send(chain, turns(c * 1000, 2));
+    };
+    const measure = new TurnChainCache({ checkRate: 0, maxBytes: 1 << 30 });
+    fill(measure);
+    // Full but for less than the tally A's next turn adds (its chain of three entries joined).
+    const chain = new TurnChainCache({ checkRate: 0, maxBytes: measure.stats().bytes + 64 });
+    fill(chain);
+    expect(chain.stats().evictions).toBe(0);
+    const third = turns(1, 3);
+    const reused = chain.find(JSON.stringify({ model: model.id, messages: turns(1, 4) }), { family: model.family, templateId: model.templateId }, "")!.hit!.node.messages;
+    expect(reused).toBeGreaterThan(0);
+    const fourth = send(chain, turns(1, 4));
+    expect(fourth.prompt.reusedMessages, "the LRU conversation's turn reused its chain").toBe(reused);
+    expect(chain.stats().evictions, "the budget was exceeded").toBeGreaterThan(0);
+    // The entry reused is still held: a request going on from it finds it.
+    const again = chain.find(JSON.stringify({ model: model.id, messages: [...third, { role: "assistant", content: "other" }, { role: "user", content: "other" }] }), { family: model.family, templateId: model.templateId }, "");
+    expect(again?.hit?.node.messages, "the entry reused is still held").toBe(reused);
+  });
+
   it("a 100k-token conversation holds its raw and rendered text once each, and the estimate covers what V8 frees", () => {
     const chain = new TurnChainCache({ checkRate: 0, maxBytes: 1 << 30 });
     const before = heap();
