@@ -161,7 +161,18 @@ describe("HiCache: a storage backend shared by both workers", () => {
     const other = fleet.workers.find((x) => x.id !== first.worker)!;
     const drained = await fetch(`${fleet.edgeUrl}/admin/workers/${first.worker}/drain?model=${encodeURIComponent(fleet.model)}`, { method: "POST", headers: { authorization: `Bearer ${fleet.adminToken}` } });
     expect(drained.status).toBe(200);
-    const e = (await (await fetch(`${fleet.edgeUrl}/admin/explain`, { method: "POST", headers: { authorization: `Bearer ${fleet.adminToken}`, "content-type": "application/json" }, body: JSON.stringify({ model: fleet.model, messages }) })).json()) as Explained;
+    // The writer's storage events reach the index through its relay after the answer: wait for the
+    // shared view (the test above waits the same way), then judge the decision.
+    let e!: Explained;
+    await waitUntil(
+      async () => {
+        e = (await (await fetch(`${fleet.edgeUrl}/admin/explain`, { method: "POST", headers: { authorization: `Bearer ${fleet.adminToken}`, "content-type": "application/json" }, body: JSON.stringify({ model: fleet.model, messages }) })).json()) as Explained;
+        return (e.decision.tiers?.storageBlocks ?? 0) > 0;
+      },
+      10_000,
+      () => JSON.stringify(e?.decision),
+      100,
+    );
     expect(e.decision.workerId).toBe(other.id);
     expect(e.decision.tiers).toMatchObject({ gpuBlocks: 0, hostBlocks: 0, storageApproximate: true });
     const r = await fetch(`${fleet.edgeUrl}/v1/chat/completions`, { method: "POST", headers: { "content-type": "application/json" }, body: JSON.stringify({ model: fleet.model, messages, max_tokens: 4 }) });
