@@ -7,6 +7,7 @@
  */
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { startFleet, type Fleet } from "../../scripts/local-fleet.ts";
+import { waitUntil } from "./reliability-helpers.ts";
 
 let fleet: Fleet;
 
@@ -66,10 +67,22 @@ describe("worker killed mid-run", () => {
     }
     expect(outcomes.length).toBeGreaterThan(8);
 
-    const workers = (await fleet.admin(`/admin/workers?model=${encodeURIComponent(fleet.model)}`)) as { workers: { workerId: string; status: string; blocks: number }[] };
-    const dead = workers.workers.find((w) => w.workerId === "w1")!;
-    expect(dead.status).toBe("down");
-    expect(dead.blocks).toBe(0);
+    // The relay reports the worker down (its publisher gone, or two missed health checks) over its
+    // own connection, asynchronously: wait for it (bounded), then check what the index holds.
+    type Row = { workerId: string; status: string; blocks: number };
+    let dead: Row | undefined;
+    await waitUntil(
+      async () => {
+        const workers = (await fleet.admin(`/admin/workers?model=${encodeURIComponent(fleet.model)}`)) as { workers: Row[] };
+        dead = workers.workers.find((w) => w.workerId === "w1");
+        return dead?.status === "down" && dead.blocks === 0;
+      },
+      15_000,
+      () => JSON.stringify(dead),
+      100,
+    );
+    expect(dead!.status).toBe("down");
+    expect(dead!.blocks).toBe(0);
 
     const after = await Promise.all(Array.from({ length: 6 }, (_, k) => one(10_000 + k, k % 2 === 0, fleet.model, fleet.edgeUrl)));
     for (const o of after) expect(o).toMatchObject({ ok: true, worker: "w2" });
