@@ -72,9 +72,9 @@ async function ask(fleet: Fleet, key: string | null, text: string, model = fleet
   expect(r.status, JSON.stringify(json)).toBe(200);
   // The settlement reaches the index after the answer (the edge's receipt outbox, up to RECEIPT_FLUSH_MS).
   let fresh: Receipt[] = [];
-  for (let i = 0; i < 200 && fresh.length === 0; i++) {
-    if (i > 0) await new Promise((done) => setTimeout(done, 10));
+  for (const deadline = Date.now() + 10_000; fresh.length === 0 && Date.now() < deadline; ) {
     fresh = (await receipts(fleet)).filter((x) => !seen.has(x.receiptId));
+    if (fresh.length === 0) await new Promise((done) => setTimeout(done, 10));
   }
   expect(fresh).toHaveLength(1);
   // Let the worker's KV events reach the index before the next request is routed.
