@@ -97,7 +97,7 @@ describe("text KV routing end to end", () => {
   });
 
   it("a streaming request stops counting as queued prefill once its first output arrives", async () => {
-    const body = JSON.stringify({ model: fleet.model, messages: [{ role: "user", content: promptText(5000, 800) }], max_tokens: 300, stream: true });
+    const body = JSON.stringify({ model: fleet.model, messages: [{ role: "user", content: promptText(5000, 800) }], max_tokens: 1500, ignore_eos: true, stream: true });
     const r = await fetch(`${fleet.edgeUrl}/v1/chat/completions`, { method: "POST", headers: { "content-type": "application/json" }, body });
     expect(r.status).toBe(200);
     const worker = r.headers.get("x-kvedge-worker")!;
@@ -105,7 +105,9 @@ describe("text KV routing end to end", () => {
     await reader.read(); // first output: prefill is over
     type Row = { workerId: string; activeRequests: number; activePrefillTokens: number };
     let row: Row | undefined;
-    const deadline = Date.now() + 5_000;
+    // The stream decodes for seconds (1500 tokens), so the edge's prefill-done mark is seen while it
+    // is still counted, even with another file's fleet sharing the cores.
+    const deadline = Date.now() + 15_000;
     while (Date.now() < deadline) {
       const { workers } = (await fleet.admin(`/admin/workers?model=${encodeURIComponent(fleet.model)}`)) as { workers: Row[] };
       row = workers.find((w) => w.workerId === worker);
