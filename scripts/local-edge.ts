@@ -96,18 +96,23 @@ async function bundle(root: string, dir: string): Promise<void> {
   if (code !== 0) throw new Error(`bundling the edge Worker (wrangler deploy --dry-run) failed with ${code}:\n${output}`);
 }
 
-/** A fresh temp dir holding the bundle (`worker/`) and its config (`config.json`); the caller removes it. */
-export async function shareEdgeBuild(root: string): Promise<string> {
-  const dir = mkdtempSync(join(tmpdir(), "kvedge-edge-build-"));
+/** Bundles the Worker into `dir` with its config and module list; `dir` is removed when that fails. */
+async function makeEdgeBuild(root: string, dir: string, bundleDir: string): Promise<EdgeBuild> {
   try {
-    await bundle(root, join(dir, "worker"));
+    await bundle(root, bundleDir);
     const config = await readEdgeConfig(root);
-    const build: EdgeBuild = { ...config, modules: await bundleModules(join(dir, "worker"), config.workerOptions) };
-    writeFileSync(join(dir, "config.json"), JSON.stringify(build));
+    return { ...config, modules: await bundleModules(bundleDir, config.workerOptions) };
   } catch (e) {
     rmSync(dir, { recursive: true, force: true });
     throw e;
   }
+}
+
+/** A fresh temp dir holding the bundle (`worker/`) and its config (`config.json`); the caller removes it. */
+export async function shareEdgeBuild(root: string): Promise<string> {
+  const dir = mkdtempSync(join(tmpdir(), "kvedge-edge-build-"));
+  const build = await makeEdgeBuild(root, dir, join(dir, "worker"));
+  writeFileSync(join(dir, "config.json"), JSON.stringify(build));
   return dir;
 }
 
@@ -119,15 +124,8 @@ export async function prepareLocalEdge(opts: LocalEdgeOptions): Promise<LocalEdg
     dir = join(shared, "worker");
     build = JSON.parse(readFileSync(join(shared, "config.json"), "utf8")) as EdgeBuild;
   } else {
-    const config = await readEdgeConfig(opts.root);
     dir = mkdtempSync(join(tmpdir(), "kvedge-edge-bundle-"));
-    const made = dir;
-    build = await bundle(opts.root, dir)
-      .then(async () => ({ ...config, modules: await bundleModules(made, config.workerOptions) }))
-      .catch((e: unknown) => {
-        rmSync(made, { recursive: true, force: true });
-        throw e;
-      });
+    build = await makeEdgeBuild(opts.root, dir, dir);
   }
   // The module rules went into the module list.
   const { name, workerOptions: { modulesRules: _rules, ...workerOptions }, modules } = build;
