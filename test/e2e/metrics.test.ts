@@ -59,7 +59,8 @@ async function scrape(): Promise<{ text: string; families: Map<string, ParsedFam
 
 /** Settles run in waitUntil after the response: poll until the index has seen them all. */
 async function scrapeWhen(pred: (f: Map<string, ParsedFamily>) => boolean): Promise<{ text: string; families: Map<string, ParsedFamily> }> {
-  for (let i = 0; i < 50; i++) {
+  // Bounded by time, not polls: under load (two e2e files at a time) a scrape itself may take long.
+  for (const deadline = Date.now() + 15_000; Date.now() < deadline; ) {
     const s = await scrape();
     if (pred(s.families)) return s;
     await new Promise((r) => setTimeout(r, 100));
@@ -83,7 +84,7 @@ describe("metrics and CLI on the local fleet", () => {
 
     for (const s of [1, 2, 3]) served.set(s, (await chat(s)).worker);
     // Repeats must find their prefix: wait until the relays have reported the first round's blocks.
-    for (let i = 0; i < 50 && (await indexedBlocks()) < 3 * 16; i++) await new Promise((r) => setTimeout(r, 100));
+    for (const deadline = Date.now() + 15_000; Date.now() < deadline && (await indexedBlocks()) < 3 * 16; ) await new Promise((r) => setTimeout(r, 100));
     let cached = 0;
     for (const s of [1, 2, 3]) {
       const r = await chat(s);

@@ -49,7 +49,7 @@ describe("W3C trace context, edge → worker and edge → media store", () => {
 
     // The routing receipt (settled after the answer) holds the trace id.
     let receipts: { traceId: string | null; workerId: string }[] = [];
-    for (let i = 0; i < 50 && !receipts.some((r) => r.traceId === CLIENT_TRACE); i++) {
+    for (const deadline = Date.now() + 15_000; Date.now() < deadline && !receipts.some((r) => r.traceId === CLIENT_TRACE); ) {
       receipts = ((await fleet.admin(`/admin/stats?model=${encodeURIComponent(fleet.model)}`)) as { stats: { recentReceipts: typeof receipts } }).stats.recentReceipts;
       await new Promise((r) => setTimeout(r, 100));
     }
