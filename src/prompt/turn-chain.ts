@@ -86,6 +86,7 @@ import { joinedTallies, tallyMessages, utf8ByteLength, type MessagesTally, type 
 import type { MediaKind, MediaPart, DroppedPart, TemplateMessage, ChatRequestLike } from "./messages.ts";
 import { preprocessChat } from "./messages.ts";
 import type { ModelProfile, TemplateId } from "./model-profile.ts";
+import { buildTailSkeleton, fillTailSkeleton, tailShape, type TailSkeleton } from "./tail-skeleton.ts";
 import { contentFormatOf, countsItemsOf, itemCountsIrrelevant, renderTemplate, type RenderInput } from "./template.ts";
 import { assemblePrompt, type PreparedPrompt } from "./index.ts";
 import { xxh3_64 } from "../util/hash.ts";
@@ -176,7 +177,7 @@ const MAX_BUCKET = 4;
 const GENERATION_START = "<|im_start|>assistant";
 /** Whitespace, one comma, whitespace: what JSON allows between two array elements. */
 const SEPARATOR = /^[ \t\n\r]*,[ \t\n\r]*$/;
-/** Characters of stand-in renders (and their keys) kept before the memo is cleared. */
+/** Characters of stand-in renders and tail skeletons (and their keys) kept before both memos are cleared. */
 const STAND_IN_MEMO_CHARS = 1 << 20;
 /**
  * Layout hints: characters of the messages text kept as the key at its start and after its first element
@@ -872,6 +873,8 @@ export class TurnChainCache {
    * (its tail is what follows the stand-in alone) needs none.
    */
   private readonly standIns = new Map<string, { head: string; generation: string }>();
+  /** Tail skeletons (tail-skeleton.ts) by shape and stand-in memo key; null where a shape has none. Counted with the stand-ins. */
+  private readonly skeletons = new Map<string, TailSkeleton | null>();
   private standInChars = 0;
   /** Layout scans made (heldSpans stamps the entries each found equal). */
   private scans = 0;
@@ -933,6 +936,10 @@ export class TurnChainCache {
         this.s.mismatches++;
         this.onMismatch({ templateId: profile.templateId, messages: request.messages.length, reusedMessages: hit.node.messages });
         this.held.drop(hit.node);
+        // The tail may have come from a memo (stand-in head, skeleton): none is trusted again.
+        this.standIns.clear();
+        this.skeletons.clear();
+        this.standInChars = 0;
         return whole;
       }
     }
@@ -1132,6 +1139,7 @@ export class TurnChainCache {
 
   clear(): void {
     this.standIns.clear();
+    this.skeletons.clear();
     this.standInChars = 0;
     this.buckets.clear();
     this.hints.clear();
@@ -1195,18 +1203,37 @@ export class TurnChainCache {
       const cut = alone.lastIndexOf(GENERATION_START);
       if (cut < 0) return null;
       memo = { head: alone.slice(0, cut), generation: alone.slice(cut) };
-      if (this.standInChars + memoKey.length + alone.length > STAND_IN_MEMO_CHARS) {
-        this.standIns.clear();
-        this.standInChars = 0;
-      }
+      this.remember(memoKey, alone.length);
       this.standIns.set(ownString(memoKey), memo);
-      this.standInChars += memoKey.length + alone.length;
     }
     // No messages: the render would be the stand-in's alone, whose tail the memo holds.
     if (messages.length === 0) return memo.generation;
+    // A shape seen before (a chat turn's [assistant, user]): its skeleton's pieces and these contents.
+    const shape = tailShape(id, messages);
+    if (shape !== null) {
+      const skeletonKey = `${shape}\u0000${memoKey}`;
+      let skeleton = this.skeletons.get(skeletonKey);
+      if (skeleton === undefined) {
+        const head = memo.head;
+        skeleton = buildTailSkeleton(shape, head, (m) => this.render(id, { messages: [standIn, ...m], tools, kwargs }));
+        this.remember(skeletonKey, skeleton ? skeleton.reduce((n, p) => n + p.length, 0) : 0);
+        this.skeletons.set(ownString(skeletonKey), skeleton);
+      }
+      if (skeleton !== null) return fillTailSkeleton(skeleton, messages);
+    }
     const withTail = this.render(id, { messages: [standIn, ...messages], tools, kwargs });
     if (!withTail.startsWith(memo.head)) return null;
     return withTail.slice(memo.head.length);
+  }
+
+  /** Counts `chars` more of stand-in memos and skeletons (with their key), clearing both first where that would pass the bound. */
+  private remember(key: string, chars: number): void {
+    if (this.standInChars + key.length + chars > STAND_IN_MEMO_CHARS) {
+      this.standIns.clear();
+      this.skeletons.clear();
+      this.standInChars = 0;
+    }
+    this.standInChars += key.length + chars;
   }
 
   /**

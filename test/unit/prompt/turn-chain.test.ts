@@ -280,11 +280,12 @@ describe("turn chain: the incremental prompt equals the full path at every turn"
   it("a forced mismatch is found by the sampled check, logged, and the full result is used", () => {
     const profile = PROFILES[1]!;
     // A renderer that corrupts the incremental path's renders of more than one new message (the
-    // stand-in first): the first request stores a sound entry, the second reuses it wrongly.
+    // stand-in first; the tail's skeleton too): the first request stores a sound entry, the second
+    // reuses it wrongly.
     const faulty = (id: TemplateId, input: Parameters<typeof renderTemplate>[1]) => {
       const out = renderTemplate(id, input);
       const first = input.messages[0];
-      return input.messages.length > 2 && first?.["role"] === "user" && first["content"] === "" ? out.replace("Q2", "Q2 (corrupted)") : out;
+      return input.messages.length > 2 && first?.["role"] === "user" && first["content"] === "" ? out.replace("<|im_start|>assistant\n", "<|im_start|>assistant\n(corrupted) ") : out;
     };
     const mismatches: unknown[] = [];
     const chain = new TurnChainCache({ checkRate: 1, render: faulty, onMismatch: (d) => mismatches.push(d) });

@@ -1,0 +1,93 @@
+// Tail skeletons against the library: for every template, random tails (roles, contents with the
+// strings the templates test for, extra keys) after a stand-in, under random tools and kwargs; a
+// tail the skeleton takes must render exactly as @huggingface/jinja renders it.
+import fc from "fast-check";
+import { describe, expect, it } from "vitest";
+import type { TemplateMessage } from "../../../src/prompt/messages.ts";
+import type { TemplateId } from "../../../src/prompt/model-profile.ts";
+import { buildTailSkeleton, fillTailSkeleton, tailShape, TAIL_SKELETON_MESSAGES } from "../../../src/prompt/tail-skeleton.ts";
+import { renderTemplate, type RenderInput } from "../../../src/prompt/template.ts";
+
+const TEMPLATES: TemplateId[] = ["qwen2vl", "qwen3vl-instruct", "qwen3vl-thinking"];
+
+/** What the incremental path cuts off: the stand-in alone, before the generation prompt. */
+function headOf(id: TemplateId, standIn: TemplateMessage, tools: RenderInput["tools"], kwargs: Record<string, unknown>): string {
+  const alone = renderTemplate(id, { messages: [standIn], tools, kwargs });
+  return alone.slice(0, alone.lastIndexOf("<|im_start|>assistant"));
+}
+
+const fragment = fc.constantFrom("", "a", " ", "\n", "\n\n", "x y", "<think>", "</think>", "<tool_response>", "</tool_response>", "<|im_end|>", "{{ x }}", "é", "😀", "\u0001");
+const content = fc.array(fragment, { maxLength: 6 }).map((p) => p.join(""));
+const extra = fc.constantFrom<Record<string, unknown>>({}, {}, {}, {}, {}, {}, { reasoning_content: "r" }, { reasoning_content: "\nr\n" }, { tool_calls: [{ type: "function", function: { name: "f", arguments: "{}" } }] }, { name: "n" });
+const message = fc
+  .record({
+    role: fc.constantFrom("user", "assistant", "user", "assistant", "user", "assistant", "tool", "system"),
+    content: fc.oneof({ weight: 12, arbitrary: content }, { weight: 1, arbitrary: fc.constant([{ type: "text", text: "t" }]) }),
+    extra,
+  })
+  .map(({ role, content, extra }) => ({ role, content, ...extra }));
+const tools = fc.constantFrom(null, [{ type: "function", function: { name: "f", description: "d", parameters: { type: "object" } } }]);
+const kwargs = fc.record({ add_vision_id: fc.boolean(), enable_thinking: fc.boolean() }, { requiredKeys: [] });
+const standIn = fc.constantFrom<TemplateMessage>({ role: "user", content: "" }, { role: "user", content: [{ type: "image" }, { type: "video" }] });
+
+describe("tail skeletons", () => {
+  for (const id of TEMPLATES) {
+    it(`${id}: a tail the skeleton takes renders as the library renders it`, () => {
+      let taken = 0;
+      fc.assert(
+        fc.property(fc.array(message, { minLength: 1, maxLength: TAIL_SKELETON_MESSAGES + 1 }), tools, kwargs, standIn, (messages, t, kw, x) => {
+          const shape = tailShape(id, messages as TemplateMessage[]);
+          if (shape === null) return;
+          taken++;
+          const head = headOf(id, x, t, kw);
+          const skeleton = buildTailSkeleton(shape, head, (m) => renderTemplate(id, { messages: [x, ...m], tools: t, kwargs: kw }));
+          expect(skeleton).not.toBeNull();
+          const whole = renderTemplate(id, { messages: [x, ...(messages as TemplateMessage[])], tools: t, kwargs: kw });
+          expect(fillTailSkeleton(skeleton!, messages as TemplateMessage[])).toBe(whole.slice(head.length));
+        }),
+        { numRuns: 600 },
+      );
+      expect(taken).toBeGreaterThan(50);
+    });
+  }
+
+  it("the thinking template's reads of a content decline it where a placeholder would read otherwise", () => {
+    const id: TemplateId = "qwen3vl-thinking";
+    const x: TemplateMessage = { role: "user", content: "" };
+    const cases: TemplateMessage[][] = [
+      [{ role: "assistant", content: "<think>r</think>a" }, { role: "user", content: "q" }],
+      [{ role: "user", content: "q" }, { role: "assistant", content: "\na" }],
+    ];
+    // Not a query to the last-query scan (declined; the other guards leave that scan's answer unread).
+    expect(tailShape(id, [{ role: "assistant", content: "a" }, { role: "user", content: "<tool_response>r</tool_response>" }])).toBeNull();
+    const head = headOf(id, x, null, {});
+    for (const tail of cases) {
+      expect(tailShape(id, tail)).toBeNull();
+      // Without the guard the skeleton would be wrong: the check is needed, not vacuous.
+      const shape = tail.map((m) => (m.role === "user" ? "u" : "a")).join("");
+      const skeleton = buildTailSkeleton(shape, head, (m) => renderTemplate(id, { messages: [x, ...m], tools: null, kwargs: {} }))!;
+      const whole = renderTemplate(id, { messages: [x, ...tail], tools: null, kwargs: {} });
+      expect(fillTailSkeleton(skeleton, tail)).not.toBe(whole.slice(head.length));
+    }
+    // The instruct template prints the same contents verbatim: taken.
+    for (const tail of cases) expect(tailShape("qwen3vl-instruct", tail)).not.toBeNull();
+  });
+
+  it("declines other roles, other keys, non-string contents and long tails", () => {
+    const id: TemplateId = "qwen3vl-instruct";
+    expect(tailShape(id, [])).toBeNull();
+    expect(tailShape(id, [{ role: "tool", content: "r" }])).toBeNull();
+    expect(tailShape(id, [{ role: "system", content: "s" }])).toBeNull();
+    expect(tailShape(id, [{ role: "assistant", content: "a", reasoning_content: "r" }])).toBeNull();
+    expect(tailShape(id, [{ role: "user", content: [{ type: "text", text: "t" }] }])).toBeNull();
+    expect(tailShape(id, Array.from({ length: TAIL_SKELETON_MESSAGES + 1 }, () => ({ role: "user", content: "q" })))).toBeNull();
+    expect(tailShape(id, [{ role: "assistant", content: "a" }, { role: "user", content: "q" }])).toBe("au");
+  });
+
+  it("a render that does not hold each placeholder once, after the head, gives no skeleton", () => {
+    expect(buildTailSkeleton("u", "HEAD", () => "OTHER")).toBeNull();
+    expect(buildTailSkeleton("u", "", () => "no placeholder")).toBeNull();
+    expect(buildTailSkeleton("u", "", (m) => `${m[0]!.content as string}${m[0]!.content as string}`)).toBeNull();
+    expect(buildTailSkeleton("au", "H", (m) => `H<${m[0]!.content as string}|${m[1]!.content as string}>`)).toEqual(["<", "|", ">"]);
+  });
+});
