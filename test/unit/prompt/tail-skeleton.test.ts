@@ -1,5 +1,5 @@
-// Tail skeletons against the library: for every template, random tails (roles, contents with the
-// strings the templates test for, extra keys) after a stand-in, under random tools and kwargs; a
+// Tail skeletons against the library: for every template, random tails (roles, string and part
+// contents with the strings the templates test for, media items, extra keys) after a stand-in, under random tools and kwargs; a
 // tail the skeleton takes must render exactly as @huggingface/jinja renders it.
 import fc from "fast-check";
 import { describe, expect, it } from "vitest";
@@ -18,11 +18,16 @@ function headOf(id: TemplateId, standIn: TemplateMessage, tools: RenderInput["to
 
 const fragment = fc.constantFrom("", "a", " ", "\n", "\n\n", "x y", "<think>", "</think>", "<tool_response>", "</tool_response>", "<|im_end|>", "{{ x }}", "é", "😀", "\u0001");
 const content = fc.array(fragment, { maxLength: 6 }).map((p) => p.join(""));
+const part = fc.oneof(
+  { weight: 6, arbitrary: content.map((text) => ({ type: "text", text })) },
+  { weight: 3, arbitrary: fc.constantFrom({ type: "image" }, { type: "video" }) },
+  { weight: 1, arbitrary: fc.constantFrom<Record<string, unknown>>({ type: "audio" }, { type: "text", text: "t", extra: 1 }, { type: "image", image: "u" }, { type: "text", text: 1 }) },
+);
 const extra = fc.constantFrom<Record<string, unknown>>({}, {}, {}, {}, {}, {}, { reasoning_content: "r" }, { reasoning_content: "\nr\n" }, { tool_calls: [{ type: "function", function: { name: "f", arguments: "{}" } }] }, { name: "n" });
 const message = fc
   .record({
     role: fc.constantFrom("user", "assistant", "user", "assistant", "user", "assistant", "tool", "system"),
-    content: fc.oneof({ weight: 12, arbitrary: content }, { weight: 1, arbitrary: fc.constant([{ type: "text", text: "t" }]) }),
+    content: fc.oneof({ weight: 6, arbitrary: content }, { weight: 4, arbitrary: fc.array(part, { minLength: 1, maxLength: 4 }) }, { weight: 1, arbitrary: fc.constant([]) }),
     extra,
   })
   .map(({ role, content, extra }) => ({ role, content, ...extra }));
@@ -34,20 +39,23 @@ describe("tail skeletons", () => {
   for (const id of TEMPLATES) {
     it(`${id}: a tail the skeleton takes renders as the library renders it`, () => {
       let taken = 0;
+      let takenParts = 0;
       fc.assert(
         fc.property(fc.array(message, { minLength: 1, maxLength: TAIL_SKELETON_MESSAGES + 1 }), tools, kwargs, standIn, (messages, t, kw, x) => {
           const shape = tailShape(id, messages as TemplateMessage[]);
           if (shape === null) return;
           taken++;
+          if (/[tiv]/.test(shape)) takenParts++;
           const head = headOf(id, x, t, kw);
           const skeleton = buildTailSkeleton(shape, head, (m) => renderTemplate(id, { messages: [x, ...m], tools: t, kwargs: kw }));
           expect(skeleton).not.toBeNull();
           const whole = renderTemplate(id, { messages: [x, ...(messages as TemplateMessage[])], tools: t, kwargs: kw });
           expect(fillTailSkeleton(skeleton!, messages as TemplateMessage[])).toBe(whole.slice(head.length));
         }),
-        { numRuns: 600 },
+        { numRuns: 1000 },
       );
-      expect(taken).toBeGreaterThan(50);
+      expect(taken).toBeGreaterThan(30);
+      expect(takenParts).toBeGreaterThan(10);
     });
   }
 
@@ -64,11 +72,16 @@ describe("tail skeletons", () => {
     for (const tail of cases) {
       expect(tailShape(id, tail)).toBeNull();
       // Without the guard the skeleton would be wrong: the check is needed, not vacuous.
-      const shape = tail.map((m) => (m.role === "user" ? "u" : "a")).join("");
+      const shape = tail.map((m) => `${m.role === "user" ? "u" : "a"}s,`).join("");
       const skeleton = buildTailSkeleton(shape, head, (m) => renderTemplate(id, { messages: [x, ...m], tools: null, kwargs: {} }))!;
       const whole = renderTemplate(id, { messages: [x, ...tail], tools: null, kwargs: {} });
       expect(fillTailSkeleton(skeleton, tail)).not.toBe(whole.slice(head.length));
     }
+    // The same reads of a user's text parts (the text runs at either end) and of an assistant's parts.
+    const parts: TemplateMessage[] = [{ role: "assistant", content: "a" }, { role: "user", content: [{ type: "text", text: "<tool_" }, { type: "text", text: "response>r" }, { type: "text", text: "</tool_response>" }] }];
+    expect(tailShape(id, parts)).toBeNull();
+    expect(tailShape(id, [{ role: "assistant", content: [{ type: "text", text: "a" }] }])).toBeNull();
+    expect(tailShape(id, [{ role: "user", content: [{ type: "image" }, { type: "text", text: "<tool_response>r</tool_response>" }] }])).toBe("uit,");
     // The instruct template prints the same contents verbatim: taken.
     for (const tail of cases) expect(tailShape("qwen3vl-instruct", tail)).not.toBeNull();
   });
@@ -79,15 +92,16 @@ describe("tail skeletons", () => {
     expect(tailShape(id, [{ role: "tool", content: "r" }])).toBeNull();
     expect(tailShape(id, [{ role: "system", content: "s" }])).toBeNull();
     expect(tailShape(id, [{ role: "assistant", content: "a", reasoning_content: "r" }])).toBeNull();
-    expect(tailShape(id, [{ role: "user", content: [{ type: "text", text: "t" }] }])).toBeNull();
     expect(tailShape(id, Array.from({ length: TAIL_SKELETON_MESSAGES + 1 }, () => ({ role: "user", content: "q" })))).toBeNull();
-    expect(tailShape(id, [{ role: "assistant", content: "a" }, { role: "user", content: "q" }])).toBe("au");
+    expect(tailShape(id, [{ role: "assistant", content: [{ type: "audio" }] }])).toBeNull();
+    expect(tailShape(id, [{ role: "user", content: Array.from({ length: 9 }, () => ({ type: "image" })) }])).toBeNull();
+    expect(tailShape(id, [{ role: "assistant", content: "a" }, { role: "user", content: [{ type: "text", text: "q" }, { type: "image" }] }])).toBe("as,uti,");
   });
 
   it("a render that does not hold each placeholder once, after the head, gives no skeleton", () => {
-    expect(buildTailSkeleton("u", "HEAD", () => "OTHER")).toBeNull();
-    expect(buildTailSkeleton("u", "", () => "no placeholder")).toBeNull();
-    expect(buildTailSkeleton("u", "", (m) => `${m[0]!.content as string}${m[0]!.content as string}`)).toBeNull();
-    expect(buildTailSkeleton("au", "H", (m) => `H<${m[0]!.content as string}|${m[1]!.content as string}>`)).toEqual(["<", "|", ">"]);
+    expect(buildTailSkeleton("us,", "HEAD", () => "OTHER")).toBeNull();
+    expect(buildTailSkeleton("us,", "", () => "no placeholder")).toBeNull();
+    expect(buildTailSkeleton("us,", "", (m) => `${m[0]!.content as string}${m[0]!.content as string}`)).toBeNull();
+    expect(buildTailSkeleton("as,us,", "H", (m) => `H<${m[0]!.content as string}|${m[1]!.content as string}>`)).toEqual(["<", "|", ">"]);
   });
 });
