@@ -82,10 +82,23 @@ export interface RoutingNamespace {
   tag: NamespaceTag;
 }
 
+/** Tags of the salts in `salts` (as many, cleared with them when full): a tag is a hash of its salt, made once. Callers only read a tag. */
+const tags = new Map<string, Uint8Array>();
+
+function tagOf(cacheSalt: string): Uint8Array {
+  let tag = tags.get(cacheSalt);
+  if (tag === undefined) {
+    if (tags.size >= salts.maxEntries) tags.clear();
+    tag = namespaceTag(cacheSalt)!;
+    tags.set(cacheSalt, tag);
+  }
+  return tag;
+}
+
 /** The namespace a request routes in: the one rule both routing and `explain` follow. Requires initHashing(). */
 export async function routingNamespace(config: Pick<EdgeConfig, "kvSharing" | "relaySecret">, input: CacheNamespaceInput): Promise<RoutingNamespace> {
   const cacheSalt = await cacheSaltFor(config, input);
-  return { cacheSalt, tag: cacheSalt === null ? null : namespaceTag(cacheSalt) };
+  return { cacheSalt, tag: cacheSalt === null ? null : tagOf(cacheSalt) };
 }
 
 /**
