@@ -1,7 +1,8 @@
 /**
  * RateLimiter: one Durable Object per rate-limit bucket (src/edge/rate-limit.ts: an API key digest
  * or a client network, per kind). One object per bucket serialises its requests, so the limit is
- * exact across every edge isolate and location. The bucket is written to storage on every take, so
+ * exact across every edge isolate and location: a lease (`lease`) is deducted here at once, so
+ * what isolates hold is never more than the bucket had. The bucket is written to storage on every take, so
  * an evicted object resumes where it was instead of starting full. Its stored state is deleted once
  * the bucket is full again, so idle clients leave nothing behind: by one alarm, set by the object's
  * first take (after it starts or after a deletion); when it fires with the bucket not yet full
@@ -10,7 +11,7 @@
  */
 import { DurableObject } from "cloudflare:workers";
 import type { BucketConfig } from "../src/config/config.ts";
-import { fullAgainAt, fullBucket, takeToken, type BucketState, type TakeResult } from "../src/util/token-bucket.ts";
+import { fullAgainAt, fullBucket, takeLease, takeToken, type BucketState, type LeaseBack, type LeaseResult, type TakeResult } from "../src/util/token-bucket.ts";
 
 const KEY = "bucket";
 /** Slack after the refill moment, so an alarm never races a take that just refilled the bucket. */
@@ -28,16 +29,37 @@ export class RateLimiter extends DurableObject {
   /** Takes `amount` (one request, or a request's tokens) from the bucket under `cfg` (sent by the edge with every call). */
   async take(cfg: BucketConfig, amount = 1): Promise<TakeResult> {
     const now = Date.now();
-    this.#bucket ??= this.ctx.storage.kv.get<StoredBucket>(KEY) ?? fullBucket(cfg, now);
-    const r = takeToken(this.#bucket, cfg, now, amount);
-    this.#bucket.fullAt = fullAgainAt(this.#bucket, cfg);
-    this.ctx.storage.kv.put(KEY, this.#bucket);
+    const bucket = this.#load(cfg, now);
+    const r = takeToken(bucket, cfg, now, amount);
+    await this.#store(bucket, cfg);
+    return r;
+  }
+
+  #load(cfg: BucketConfig, now: number): StoredBucket {
+    return (this.#bucket ??= this.ctx.storage.kv.get<StoredBucket>(KEY) ?? fullBucket(cfg, now));
+  }
+
+  async #store(bucket: StoredBucket, cfg: BucketConfig): Promise<void> {
+    bucket.fullAt = fullAgainAt(bucket, cfg);
+    this.ctx.storage.kv.put(KEY, bucket);
     // An object that has not set its alarm since it started (or since the last deletion) sets it;
     // a later take leaves it, and the alarm moves itself on while the bucket is not full.
     if (!this.#alarmSet) {
       this.#alarmSet = true;
-      await this.ctx.storage.setAlarm(this.#bucket.fullAt + EXPIRY_SLACK_MS);
+      await this.ctx.storage.setAlarm(bucket.fullAt + EXPIRY_SLACK_MS);
     }
+  }
+
+  /**
+   * Leases up to `want` requests (src/util/token-bucket.ts takeLease: deducted at once and counted
+   * held until settled or expired, within a quarter of the level and an eighth of the burst), after
+   * settling the caller's previous lease (`back`). Refused (granted 0) when not one request is there.
+   */
+  async lease(cfg: BucketConfig, want: number, back?: LeaseBack): Promise<LeaseResult> {
+    const now = Date.now();
+    const bucket = this.#load(cfg, now);
+    const r = takeLease(bucket, cfg, now, want, back);
+    await this.#store(bucket, cfg);
     return r;
   }
 

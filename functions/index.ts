@@ -12,6 +12,7 @@ import { parseEdgeConfig, type BucketConfig, type EdgeConfig } from "../src/conf
 import { authorizeClient, bearerToken } from "../src/edge/auth.ts";
 import { verifyRelayConnect } from "../src/relay-wire/relay-auth.ts";
 import { clientNetwork, enforceRateLimit, rateLimitBucketName, rateLimitHeaders, requestLimitHeaders, type BucketKind } from "../src/edge/rate-limit.ts";
+import { RateLeases } from "../src/edge/rate-lease.ts";
 import { enforceTokenQuota, type TokenCounts } from "../src/edge/token-quota.ts";
 import type { ClientRef } from "../src/edge/client-label.ts";
 import { handleChatCompletions, type ChatDeps } from "../src/edge/chat.ts";
@@ -73,8 +74,11 @@ async function limit(env: Env, config: EdgeConfig, kind: BucketKind, client: Cli
   if (!ns) throw new ConfigError("Invalid configuration: rate limiting is on but the RATE_LIMITER binding is missing.");
   const cfg: BucketConfig = kind === "chat" ? { requestsPerMinute: limits.requestsPerMinute, burst: limits.burst } : kind === "auth" ? limits.authFailures : limits[kind];
   await initHashing();
-  return requestLimitHeaders(cfg, await enforceRateLimit(ns.getByName(rateLimitBucketName(kind, client)), cfg));
+  return requestLimitHeaders(cfg, await enforceRateLimit(rateLeases, rateLimitBucketName(kind, client), (name) => ns.getByName(name), cfg));
 }
+
+/** The isolate's rate-limit leases (src/edge/rate-lease.ts): a busy client's requests mostly need no call to its bucket. */
+const rateLeases = new RateLeases();
 
 /** The chat route's token quotas (src/edge/token-quota.ts); none with rate limiting off or no quota configured. */
 async function tokenQuota(env: Env, config: EdgeConfig, client: ClientRef, tokens: TokenCounts): Promise<Record<string, string>> {

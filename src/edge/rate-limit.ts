@@ -8,13 +8,15 @@
  * buys nothing) or the /32 of an IPv4 one. A bucket holds up to `burst` requests and refills at
  * requestsPerMinute / 60 per second; a request that finds it empty gets 429 in the OpenAI error
  * shape with `retry-after`. The bucket arithmetic is src/util/token-bucket.ts; each bucket lives in one Durable Object
- * (durable-objects/rate-limiter.ts), so a limit holds across every edge isolate.
+ * (durable-objects/rate-limiter.ts), so a limit holds across every edge isolate; an isolate takes a
+ * busy client's requests from it in leases of a few (rate-lease.ts), deducted there at once.
  */
 import type { BucketConfig } from "../config/config.ts";
 import { RateLimitError } from "../api/errors.ts";
 import { parseIp, formatIpv4 } from "../media/ip-address.ts";
 import type { TakeResult } from "../util/token-bucket.ts";
 import { apiKeyDigest, type ClientRef } from "./client-label.ts";
+import type { LeaseSource, RateLeases } from "./rate-lease.ts";
 
 /** 429 with the wait the client should honour (`retry-after`, seconds). */
 export class RateLimitedError extends RateLimitError {
@@ -66,9 +68,13 @@ export interface RateLimiterClient {
   take(cfg: BucketConfig, amount?: number): Promise<TakeResult>;
 }
 
-/** Takes one request from the client's bucket; throws RateLimitedError when it is empty. Returns the bucket's state (x-ratelimit-*-requests). */
-export async function enforceRateLimit(limiter: RateLimiterClient, cfg: BucketConfig): Promise<TakeResult> {
-  const r = await limiter.take(cfg);
+/**
+ * Takes one request from bucket `name` through this isolate's leases (rate-lease.ts: most of a busy
+ * client's requests need no call to `source(name)`); throws RateLimitedError when the bucket is
+ * empty. Returns the bucket's state (x-ratelimit-*-requests).
+ */
+export async function enforceRateLimit(leases: RateLeases, name: string, source: (name: string) => LeaseSource, cfg: BucketConfig): Promise<TakeResult> {
+  const r = await leases.take(name, cfg, source);
   if (!r.allowed) throw new RateLimitedError(r.retryAfterSeconds, undefined, undefined, requestLimitHeaders(cfg, r));
   return r;
 }

@@ -14,6 +14,9 @@ export interface BucketState {
   tokens: number;
   /** Time of the last refill, ms. */
   at: number;
+  /** Leases outstanding (takeLease): granted in lease window `leaseWindow` and the one before. */
+  leaseWindow?: number;
+  leased?: [number, number];
 }
 
 export interface TakeResult {
@@ -49,8 +52,110 @@ export function fullBucket(cfg: BucketRate, now: number): BucketState {
   return { tokens: cfg.burst, at: now };
 }
 
-/** When the bucket is full again: from then on its stored state says nothing a fresh one would not. */
+/**
+ * When the bucket is full again: from then on its stored state says nothing a fresh one would not
+ * (not before its outstanding leases have expired: a fresh bucket would not count them).
+ */
 export function fullAgainAt(state: BucketState, cfg: BucketRate): number {
   const perMs = cfg.requestsPerMinute / 60_000;
-  return state.at + Math.ceil(Math.max(0, cfg.burst - state.tokens) / perMs);
+  const refilled = state.at + Math.ceil(Math.max(0, cfg.burst - state.tokens) / perMs);
+  return heldByLeases(state) > 0 ? Math.max(refilled, (state.leaseWindow! + 2) * LEASE_WINDOW_MS) : refilled;
+}
+
+/**
+ * Leases (src/edge/rate-lease.ts): an isolate takes several requests at once and spends them
+ * locally for RATE_LEASE_TTL_MS. The bucket deducts a lease when it grants it and counts it (less
+ * the calling request's own token) as held until it is settled (the isolate's next call says it is spent or returns what is left) or
+ * has expired: the bucket refills only up to `burst` less what leases hold, so tokens in the
+ * bucket plus tokens held by every isolate never exceed `burst` -- leases move tokens, they never
+ * add any. Held leases are summed per LEASE_WINDOW_MS window, the current one and the one before
+ * (a lease granted in window w has expired by the end of w + 1), so the state stays two numbers.
+ *
+ * A lease's size: never more than LEASE_LEVEL_SHARE of what the bucket holds, so isolates asking in
+ * turn each still find tokens while it has any (one token is always grantable), and never more than
+ * burst / LEASE_BURST_DIVISOR, so one isolate holds (and, should it vanish, keeps from the bucket
+ * until the lease expires) at most an eighth of the burst: 15 requests at the default burst 120.
+ * Under a burst of 16 every lease is one token (the take without leases).
+ */
+export const LEASE_LEVEL_SHARE = 0.25;
+export const LEASE_BURST_DIVISOR = 8;
+/** A lease's lifetime in the isolate, counted from before its call: tokens unspent by then go back with the isolate's next call for the bucket. */
+export const RATE_LEASE_TTL_MS = 2_000;
+/** Margin for the isolate's and the object's clocks: the bucket counts a lease held this much longer than the isolate may spend it. */
+export const LEASE_CLOCK_SLACK_MS = 1_000;
+const LEASE_WINDOW_MS = RATE_LEASE_TTL_MS + LEASE_CLOCK_SLACK_MS;
+
+export interface LeaseResult extends TakeResult {
+  /** Tokens deducted for the caller (0 when refused): the request's own one plus what it may spend locally. */
+  granted: number;
+  /** The bucket's exact level after the grant (leased tokens are gone from it), and when (also the lease's identity for settling it). */
+  level: number;
+  at: number;
+}
+
+/** What the caller's previous lease came to: `returned` unspent tokens of the `settled` tokens it held from the lease granted at `at`. */
+export interface LeaseBack {
+  returned: number;
+  settled: number;
+  at: number;
+}
+
+/** The most tokens one lease (or one isolate's unspent leftover) may hold under `cfg`. */
+export function maxLease(cfg: BucketRate): number {
+  return Math.max(1, Math.floor(cfg.burst / LEASE_BURST_DIVISOR));
+}
+
+/** The largest lease a bucket holding `level` tokens may give: at least one token when it has one. */
+export function leaseCap(level: number, cfg: BucketRate): number {
+  if (level < 1) return 0;
+  return Math.max(1, Math.min(Math.floor(level * LEASE_LEVEL_SHARE), maxLease(cfg)));
+}
+
+function heldByLeases(state: BucketState): number {
+  return state.leased ? state.leased[0] + state.leased[1] : 0;
+}
+
+/** Moves the held sums on to `now`'s window (leases of two windows ago have expired). */
+function rollLeases(state: BucketState, now: number): [number, number] {
+  const w = Math.floor(now / LEASE_WINDOW_MS);
+  const leased = (state.leased ??= [0, 0]);
+  const from = state.leaseWindow ?? w;
+  if (w > from) {
+    leased[1] = w - from === 1 ? leased[0] : 0;
+    leased[0] = 0;
+  }
+  state.leaseWindow = Math.max(from, w);
+  return leased;
+}
+
+/**
+ * Settles the caller's previous lease (`back`: no longer held; its unspent tokens back in the
+ * bucket, never above what the cap allows nor more than one lease), refills to now up to `burst`
+ * less what leases hold, then deducts a lease of up to `want` tokens within leaseCap. Refused
+ * (granted 0) only when not one token is there, with the wait until one is.
+ */
+export function takeLease(state: BucketState, cfg: BucketRate, now: number, want: number, back?: LeaseBack): LeaseResult {
+  const perMs = cfg.requestsPerMinute / 60_000;
+  const leased = rollLeases(state, now);
+  if (back && back.settled > 0) {
+    const slot = state.leaseWindow! - Math.floor(back.at / LEASE_WINDOW_MS);
+    if (slot === 0 || slot === 1) leased[slot] = Math.max(0, leased[slot] - Math.floor(back.settled));
+  }
+  const cap = cfg.burst - heldByLeases(state);
+  state.tokens = Math.min(cap, state.tokens + Math.max(0, now - state.at) * perMs);
+  state.at = Math.max(state.at, now);
+  // A return is one lease's leftover: never more than a lease can hold (a caller's bug cannot mint tokens past it).
+  if (back && back.returned > 0) state.tokens = Math.min(cap, state.tokens + Math.min(Math.floor(back.returned), maxLease(cfg)));
+  const size = Math.min(Number.isFinite(want) ? Math.max(1, Math.floor(want)) : 1, leaseCap(state.tokens, cfg));
+  if (size >= 1) {
+    state.tokens -= size;
+    leased[0] += size - 1; // the caller's own request is spent now: only the rest is held (a one-token lease is a plain take)
+  }
+  const remaining = Math.max(0, Math.floor(state.tokens));
+  const resetMs = fullAgainAt(state, cfg) - state.at;
+  if (size >= 1) return { allowed: true, granted: size, remaining, retryAfterSeconds: 0, resetMs, level: state.tokens, at: state.at };
+  // Short of one token: it refills in (1 - tokens) / rate, unless leases hold so much that the cap is under one -- then not before the older window's leases expire.
+  const freeAt = (cfg.burst - leased[0] >= 1 ? state.leaseWindow! + 1 : state.leaseWindow! + 2) * LEASE_WINDOW_MS;
+  const until = cap >= 1 ? (1 - state.tokens) / perMs : freeAt - now + 1 / perMs;
+  return { allowed: false, granted: 0, remaining, retryAfterSeconds: Math.max(1, Math.ceil(until / 1000)), resetMs, level: state.tokens, at: state.at };
 }

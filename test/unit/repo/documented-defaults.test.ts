@@ -36,6 +36,8 @@ import { DEFAULT_PIECE_CACHE_BYTES, DEFAULT_PIECE_CACHE_ENTRIES, DEFAULT_SEGMENT
 import { MEMO_MAX_BYTES } from "../../../src/layout/layout.ts";
 import { MEMO_PARTITIONS, PIECE_MEMO_SLOTS } from "../../../src/prompt/tokenizer/engine.ts";
 import { CLIENT_NAME_MEMO_ENTRIES } from "../../../src/edge/client-label.ts";
+import { MAX_RATE_LEASE_NAME_CHARS, MAX_RATE_LEASES } from "../../../src/edge/rate-lease.ts";
+import { LEASE_BURST_DIVISOR, LEASE_CLOCK_SLACK_MS, LEASE_LEVEL_SHARE, RATE_LEASE_TTL_MS } from "../../../src/util/token-bucket.ts";
 import { APPROX_DROP_BATCH, APPROX_PRUNE_STEP, APPROX_REBUILD_MIN, ApproxConfigSchema } from "../../../src/block-index/approx-index.ts";
 import { PendingRoutes } from "../../../src/block-index/pending-routes.ts";
 import { WALK_MEMO_ADMIT_EVERY, WALK_MEMO_ADMIT_RARE, WALK_MEMO_BLOCKS, WALK_MEMO_ENTRIES, WALK_MEMO_MIN_BLOCKS } from "../../../src/block-index/walk-memo.ts";
@@ -135,6 +137,12 @@ const ACTUAL: Record<string, Record<string, Expected>> = {
     DEFAULT_PIECE_CACHE_BYTES,
     PIECE_MEMO_SLOTS,
     MEMO_PARTITIONS,
+    MAX_RATE_LEASES,
+    MAX_RATE_LEASE_NAME_CHARS,
+    RATE_LEASE_TTL_MS,
+    LEASE_CLOCK_SLACK_MS,
+    LEASE_BURST_DIVISOR,
+    LEASE_LEVEL_SHARE,
     CLIENT_NAME_MEMO_ENTRIES,
     MEMO_MAX_BYTES,
     MAX_RELAY_KEYS,

@@ -1,0 +1,193 @@
+/**
+ * Rate-limit leases (src/edge/rate-lease.ts) against the RateLimiter object's own arithmetic
+ * (src/util/token-bucket.ts takeLease, what durable-objects/rate-limiter.ts runs), with a clock the
+ * test moves: N isolates sharing one bucket never admit more than the bucket allows, leases grow
+ * for a busy client and shrink after expiring, unspent tokens go back, the book stays bounded.
+ */
+import fc from "fast-check";
+import { describe, expect, it } from "vitest";
+import { enforceRateLimit, RateLimitedError } from "../../../src/edge/rate-limit.ts";
+import { MAX_RATE_LEASE_NAME_CHARS, RateLeases, type LeaseSource } from "../../../src/edge/rate-lease.ts";
+import { fullBucket, maxLease, takeLease, type BucketRate, type BucketState } from "../../../src/util/token-bucket.ts";
+
+/** One bucket object shared by every isolate: counts calls and records what each carried. */
+function bucketObject(clock: { now: number }) {
+  let state: BucketState | null = null;
+  const calls: { want: number; returned: number; granted: number }[] = [];
+  const source: LeaseSource = {
+    lease: async (cfg, want, back) => {
+      state ??= fullBucket(cfg, clock.now);
+      const r = takeLease(state, cfg, clock.now, want, back);
+      calls.push({ want, returned: back?.returned ?? 0, granted: r.granted });
+      return r;
+    },
+  };
+  return { calls, source: () => source, level: () => state?.tokens };
+}
+
+describe("lease arithmetic (the object's side)", () => {
+  const cfg = { requestsPerMinute: 600, burst: 120 };
+
+  it("grants within a quarter of the level and an eighth of the burst, at least one token, none from an empty bucket", () => {
+    const b = fullBucket(cfg, 0);
+    expect(takeLease(b, cfg, 0, 100)).toMatchObject({ allowed: true, granted: 15, level: 105, remaining: 105 });
+    expect(takeLease(b, cfg, 0, 4)).toMatchObject({ granted: 4, level: 101 });
+    const low = { tokens: 9, at: 0 };
+    expect(takeLease(low, cfg, 0, 10).granted).toBe(2); // floor(9 / 4)
+    const one = { tokens: 1.5, at: 0 };
+    expect(takeLease(one, cfg, 0, 10).granted).toBe(1);
+    const empty = { tokens: 0.5, at: 0 };
+    // 0.5 token short at 10 per second: 50 ms, rounded up to a whole second.
+    expect(takeLease(empty, cfg, 0, 10)).toMatchObject({ allowed: false, granted: 0, retryAfterSeconds: 1 });
+    expect(empty.tokens).toBe(0.5);
+  });
+
+  it("counts a lease held until it is settled or expired: the bucket refills only up to burst less what leases hold", () => {
+    const b = fullBucket(cfg, 0);
+    const lease = takeLease(b, cfg, 0, 15);
+    expect(lease).toMatchObject({ granted: 15, level: 105 });
+    // A second later the bucket would be full, but 14 of the lease are still held (its first went to the calling request): 106.
+    expect(takeLease(b, cfg, 1_000, 1)).toMatchObject({ granted: 1, level: 105 });
+    // Settled with 5 unspent: those come back, the rest is spent, the cap is the burst again.
+    expect(takeLease(b, cfg, 1_000, 1, { returned: 5, settled: 14, at: lease.at }).level).toBe(105 + 5 - 1);
+    // Once expired (two windows on), held leases no longer count.
+    expect(takeLease(b, cfg, 60_000, 1).level).toBe(119);
+  });
+
+  it("takes returned tokens back, never above the cap or one lease's worth", () => {
+    const c = { tokens: 0, at: 0 };
+    expect(takeLease(c, cfg, 0, 1, { returned: 1_000_000, settled: 0, at: 0 }).level).toBe(maxLease(cfg) - 1);
+    const full = { tokens: 119, at: 0 };
+    expect(takeLease(full, cfg, 0, 1, { returned: 10, settled: 0, at: 0 }).level).toBe(119); // capped at 120, then one taken
+    expect(takeLease({ tokens: 10, at: 0 }, cfg, 0, Number.NaN).granted).toBe(1);
+  });
+
+  it("a small burst leases one token at a time (today's take)", () => {
+    const small = { requestsPerMinute: 60, burst: 10 };
+    expect(takeLease(fullBucket(small, 0), small, 0, 50).granted).toBe(1);
+  });
+});
+
+describe("leases in the isolate", () => {
+  const cfg = { requestsPerMinute: 600, burst: 120 };
+
+  it("a client seen once takes one token by one call; a busy one's leases double up to burst / 8", async () => {
+    const clock = { now: 1_000 };
+    const obj = bucketObject(clock);
+    const leases = new RateLeases(16, () => clock.now);
+    const first = await leases.take("chat:net:a", cfg, obj.source);
+    expect(obj.calls).toEqual([{ want: 1, returned: 0, granted: 1 }]);
+    expect(first).toMatchObject({ allowed: true, remaining: 119 });
+    for (let i = 0; i < 59; i++) {
+      const r = await leases.take("chat:net:a", cfg, obj.source);
+      expect(r.remaining).toBe(119 - i - 1); // the clock stands still: no refill
+    }
+    expect(obj.calls.map((c) => c.granted)).toEqual([1, 2, 4, 8, 15, 15, 15]);
+    expect(obj.level()).toBe(120 - 60);
+  });
+
+  it("an expired lease's leftover goes back with the next call, which asks for what was used", async () => {
+    const clock = { now: 0 };
+    const obj = bucketObject(clock);
+    const leases = new RateLeases(16, () => clock.now);
+    for (let i = 0; i < 1 + 2 + 4 + 1; i++) await leases.take("k", cfg, obj.source); // leases of 1, 2, 4, then 8 (one spent)
+    expect(obj.calls.at(-1)).toEqual({ want: 8, returned: 0, granted: 8 });
+    await leases.take("k", cfg, obj.source); // two of the eight spent
+    expect(obj.level()).toBe(120 - 15);
+    clock.now += 2_000; // expired: six unspent
+    const r = await leases.take("k", cfg, obj.source);
+    expect(obj.calls.at(-1)).toEqual({ want: 2, returned: 6, granted: 2 });
+    // 20 s at 10 / s filled the bucket; the six returned are capped by it.
+    expect(obj.level()).toBe(118);
+    expect(r.remaining).toBe(119);
+  });
+
+  it("a refusal is the object's, with its retry-after, and resets the lease to one", async () => {
+    const tight = { requestsPerMinute: 60, burst: 64 };
+    const clock = { now: 0 };
+    const obj = bucketObject(clock);
+    const leases = new RateLeases(16, () => clock.now);
+    let allowed = 0;
+    let refused: unknown = null;
+    for (let i = 0; i < 100 && !refused; i++) {
+      const r = await leases.take("k", tight, obj.source);
+      if (r.allowed) allowed++;
+      else refused = r;
+    }
+    expect(allowed).toBe(64);
+    expect(refused).toMatchObject({ retryAfterSeconds: 1, remaining: 0 }); // one token a second
+    clock.now += 1_000;
+    await expect(enforceRateLimit(leases, "k", obj.source, tight)).resolves.toMatchObject({ allowed: true });
+    expect(obj.calls.at(-1)).toMatchObject({ want: 1, granted: 1 });
+    await expect(enforceRateLimit(leases, "k", obj.source, tight)).rejects.toBeInstanceOf(RateLimitedError);
+  });
+
+  it("concurrent misses give an expired lease's leftover back once", async () => {
+    const slow = { requestsPerMinute: 60, burst: 120 };
+    const clock = { now: 0 };
+    const obj = bucketObject(clock);
+    const a = new RateLeases(16, () => clock.now);
+    const b = new RateLeases(16, () => clock.now);
+    for (let i = 0; i < 1 + 2 + 4 + 2; i++) await a.take("k", slow, obj.source); // a lease of 8, two spent: six held
+    let drained = 0;
+    for (let i = 0; i < 200; i++) if ((await b.take("k", slow, obj.source)).allowed) drained++;
+    expect(drained).toBe(120 - 15); // b emptied what a did not hold
+    clock.now += 2_000; // two more tokens; a's six expire
+    const rs = await Promise.all([0, 1, 2].map(() => a.take("k", slow, obj.source)));
+    expect(obj.calls.slice(-3).map((c) => c.returned).sort()).toEqual([0, 0, 6]);
+    // 6 returned + 2 refilled: the object had 8 tokens, and holds 8 less what the three calls were granted.
+    expect(rs.every((r) => r.allowed)).toBe(true);
+    expect(obj.level()).toBe(8 - obj.calls.slice(-3).reduce((n, c) => n + c.granted, 0));
+  });
+
+  it("a lease granted under another config is not spent under this one", async () => {
+    const clock = { now: 0 };
+    const obj = bucketObject(clock);
+    const leases = new RateLeases(16, () => clock.now);
+    for (let i = 0; i < 4; i++) await leases.take("k", cfg, obj.source); // a lease of 4 held (three left... then one)
+    const calls = obj.calls.length;
+    await leases.take("k", { requestsPerMinute: 600, burst: 100 }, obj.source);
+    expect(obj.calls.length).toBe(calls + 1);
+  });
+
+  it("the book holds at most `capacity` leases and no long names", async () => {
+    const clock = { now: 0 };
+    const leases = new RateLeases(4, () => clock.now);
+    for (let i = 0; i < 10; i++) await leases.take(`chat:net:${i}`, cfg, bucketObject(clock).source);
+    expect(leases.size).toBe(4);
+    const long = "x".repeat(MAX_RATE_LEASE_NAME_CHARS + 1);
+    const obj = bucketObject(clock);
+    await leases.take(long, cfg, obj.source);
+    await leases.take(long, cfg, obj.source);
+    expect(obj.calls.map((c) => c.want)).toEqual([1, 1]); // never leased: one call per request
+    expect(leases.size).toBe(4);
+  });
+});
+
+/**
+ * Interleaved takes on N isolates (some concurrent) with the clock moving: within any window
+ * [a, b] the requests admitted across all isolates never exceed burst + rate × (b − a), the
+ * token bucket's own bound, whatever the leases.
+ */
+describe("never more than the bucket across isolates", () => {
+  it("holds for random interleavings", async () => {
+    const step = fc.record({ isolate: fc.nat({ max: 7 }), dt: fc.oneof(fc.constant(0), fc.nat({ max: 50 }), fc.nat({ max: 3_000 })), together: fc.integer({ min: 1, max: 4 }) });
+    await fc.assert(
+      fc.asyncProperty(fc.integer({ min: 1, max: 8 }), fc.constantFrom<BucketRate>({ requestsPerMinute: 600, burst: 120 }, { requestsPerMinute: 60, burst: 40 }, { requestsPerMinute: 6_000, burst: 16 }), fc.array(step, { minLength: 1, maxLength: 120 }), async (n, cfg, steps) => {
+        const clock = { now: 1_000 };
+        const obj = bucketObject(clock);
+        const isolates = Array.from({ length: n }, () => new RateLeases(8, () => clock.now));
+        const admitted: number[] = [];
+        for (const s of steps) {
+          clock.now += s.dt;
+          const rs = await Promise.all(Array.from({ length: s.together }, () => isolates[s.isolate % n]!.take("chat:key:x", cfg, obj.source)));
+          for (const r of rs) if (r.allowed) admitted.push(clock.now);
+        }
+        const perMs = cfg.requestsPerMinute / 60_000;
+        for (let i = 0; i < admitted.length; i++)
+          for (let j = i; j < admitted.length; j++) expect(j - i + 1).toBeLessThanOrEqual(cfg.burst + (admitted[j]! - admitted[i]!) * perMs + 1e-9);
+      }),
+      { numRuns: 1000 },
+    );
+  });
+});
