@@ -307,6 +307,41 @@ describe("turn chain: the incremental prompt equals the full path at every turn"
     expect(chain.stats().hits).toBe(1);
   });
 
+  it("a mismatch clears the memoized stand-ins and tail skeletons: a later conversation's tail is rendered anew", () => {
+    const profile = PROFILES[1]!;
+    let broken = false;
+    const faulty = (id: TemplateId, input: Parameters<typeof renderTemplate>[1]) => {
+      const out = renderTemplate(id, input);
+      const first = input.messages[0];
+      return broken && input.messages.length > 2 && first?.["role"] === "user" && first["content"] === "" ? out.replace("<|im_start|>assistant\n", "<|im_start|>assistant\n(corrupted) ") : out;
+    };
+    const mismatches: unknown[] = [];
+    const chain = new TurnChainCache({ checkRate: 1, render: faulty, onMismatch: (d) => mismatches.push(d) });
+    const turns = (q: string): [Msg[], Msg[]] => {
+      const history: Msg[] = [{ role: "user", content: `${q}1` }, { role: "assistant", content: `${q}-a1` }, { role: "user", content: `${q}2` }];
+      return [history, [...history, { role: "assistant", content: `${q}-a2` }, { role: "user", content: `${q}3` }]];
+    };
+    const send = (messages: Msg[]): string => {
+      const body = bodyOf(messages, {});
+      const req = parseChatBody(body, DEFAULT_LIMITS);
+      const out = chain.prepare(req, body, profile, "").text;
+      expect(out).toBe(preparePrompt(req, profile).text);
+      return out;
+    };
+    const [a1, a2] = turns("A");
+    send(a1);
+    broken = true;
+    send(a2);
+    broken = false;
+    expect(mismatches).toHaveLength(1);
+    // The same tail shape in another conversation: the skeleton built while broken is not used.
+    const [b1, b2] = turns("B");
+    send(b1);
+    send(b2);
+    expect(chain.stats().hits).toBe(2);
+    expect(mismatches).toHaveLength(1);
+  });
+
   it("stays within its byte budget, evicting least recently used conversations", () => {
     const profile = PROFILES[1]!;
     const chain = new TurnChainCache({ checkRate: 0, maxBytes: 300_000 });
