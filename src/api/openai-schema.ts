@@ -30,7 +30,8 @@ const finite = z.number();
 export const SERVICE_TIERS = ["auto", "default", "flex", "scale", "priority", "fast"] as const;
 export type ServiceTier = (typeof SERVICE_TIERS)[number];
 
-const MEDIA_URL = /^(?:https?:\/\/[^\s]|data:[^,]*,)/i;
+/** The media URL schemes accepted (MediaUrlSchema; message-fast-path.ts mirrors it). */
+export const MEDIA_URL = /^(?:https?:\/\/[^\s]|data:[^,]*,)/i;
 
 /** A media reference. The scheme is checked here; the SSRF-safe fetch re-checks the host. */
 export const MediaUrlSchema = z

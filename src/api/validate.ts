@@ -9,6 +9,7 @@ import { DEFAULT_LIMITS } from "./limits.ts";
 import { checkPatternGrammar, checkSchemaGrammar } from "./grammar-bounds.ts";
 import type { Limits } from "./limits.ts";
 import { ChatCompletionRequestObject, withSglangDefaults } from "./openai-schema.ts";
+import { fastMessages } from "./message-fast-path.ts";
 import { PresentKeysReader } from "./present-keys.ts";
 import { hasLoneSurrogate } from "../util/unicode.ts";
 import { closingQuote, parseRecordingLiterals, type JsonLiteral } from "../util/json-scan.ts";
@@ -730,11 +731,28 @@ export interface ParseWork {
 
 /** The request's fields read by the fields it has (present-keys.ts): the schema's output and issues. */
 const CHAT_REQUEST_FIELDS = new PresentKeysReader(ChatCompletionRequestObject);
+/** The same, less `messages`: read so when message-fast-path.ts gave zod's output for them. */
+const FIELDS_BESIDE_MESSAGES_OBJECT = ChatCompletionRequestObject.omit({ messages: true });
+const FIELDS_BESIDE_MESSAGES = new PresentKeysReader(FIELDS_BESIDE_MESSAGES_OBJECT);
+
+/**
+ * ChatCompletionRequestObject's safeParse of `body`. Messages the fast path accepts are zod's
+ * output with no issue, and a strip object's fields parse independently (present-keys.ts), so
+ * zod's answer is those messages first (`messages` leads the shape) and the other fields as the
+ * schema less `messages` reads them, issues included.
+ */
+function readChatFields(body: Record<string, unknown>): z.ZodSafeParseResult<z.output<typeof ChatCompletionRequestObject>> {
+  const messages = fastMessages(body.messages);
+  // A set of fields the reader holds no pick for (past its bound) is parsed whole.
+  if (messages === null) return CHAT_REQUEST_FIELDS.read(body) ?? ChatCompletionRequestObject.safeParse(body);
+  const rest = FIELDS_BESIDE_MESSAGES.read(body) ?? FIELDS_BESIDE_MESSAGES_OBJECT.safeParse(body);
+  if (!rest.success) return rest as z.ZodSafeParseResult<z.output<typeof ChatCompletionRequestObject>>;
+  return { success: true, data: { messages, ...rest.data } };
+}
 
 /** ChatCompletionRequestSchema's output for a parsed JSON object, or its first issue as the client's error. */
 function readChatRequest(body: Record<string, unknown>): ChatCompletionRequest {
-  // A set of fields the reader holds no pick for (past its bound) is parsed whole.
-  const parsed = CHAT_REQUEST_FIELDS.read(body) ?? ChatCompletionRequestObject.safeParse(body);
+  const parsed = readChatFields(body);
   if (!parsed.success) throw issueToError(parsed.error.issues);
   return withSglangDefaults(parsed.data);
 }

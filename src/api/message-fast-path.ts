@@ -1,0 +1,104 @@
+/**
+ * A mirror of the chat request's `messages` schema (openai-schema.ts `z.array(MessageSchema).min(1)`)
+ * for the commonest shapes only, because zod never compiles its fast path in workerd (no eval:
+ * `allowsEval` is false) and its uncompiled parse of a message was most of a warm turn's schema
+ * work. It may only ACCEPT: a list it answers is exactly the list zod gives (same keys in the
+ * same order, same defaults); anything else (an unknown or null-valued key, an upper-case role,
+ * another part type, a non-plain object) answers null and zod reads the list as before, so zod
+ * stays the single source of truth, refusals and their issues included.
+ * test/unit/api/message-fast-path.test.ts is its guard: a differential property test against zod
+ * over valid, near-valid and hostile messages.
+ *
+ * Accepted: a message whose role is one of the schema's in lower case, with `content` a string,
+ * or (any role) a list of `text` and `image_url` parts, or (not `user`) null; a non-user message
+ * may also carry `tool_call_id`, `name` and `reasoning_content` as strings. A text part has only
+ * `type` and `text`; an image part only `type` and `image_url`, which has `url` (an accepted media
+ * URL) and optionally `detail` (one of the schema's values).
+ */
+import { GENERIC_ROLES, MEDIA_URL, type ChatCompletionRequest } from "./openai-schema.ts";
+
+type ChatMessage = ChatCompletionRequest["messages"][number];
+
+const GENERIC: ReadonlySet<string> = new Set(GENERIC_ROLES);
+/** A non-user message's optional string members, in the schema's shape order. */
+const GENERIC_STRINGS = ["tool_call_id", "name", "reasoning_content"] as const;
+const DETAILS: ReadonlySet<string> = new Set(["auto", "low", "high"]);
+
+/** An object as JSON.parse makes it (the ordinary prototype), or one of no prototype: nothing inherited reads as a member. */
+function isPlainRecord(v: unknown): v is Record<string, unknown> {
+  if (typeof v !== "object" || v === null) return false;
+  const proto: unknown = Object.getPrototypeOf(v);
+  return proto === Object.prototype || proto === null;
+}
+
+/**
+ * Whether every enumerable key of `o` is one of the names given (`b` repeated: fewer names). zod
+ * reads a message only by its shape's keys, so non-enumerable or symbol keys are ignored by both.
+ */
+function keysWithin(o: object, a: string, b: string, c = b, d = b, e = b): boolean {
+  for (const k in o) if (k !== a && k !== b && k !== c && k !== d && k !== e) return false;
+  return true;
+}
+
+type Part = { type: "text"; text: string } | { type: "image_url"; image_url: { url: string; detail: "auto" | "low" | "high" }; modalities: "image" };
+
+function fastPart(p: unknown): Part | null {
+  if (!isPlainRecord(p)) return null;
+  if (p.type === "text") {
+    return typeof p.text === "string" && keysWithin(p, "type", "text") ? { type: "text", text: p.text } : null;
+  }
+  if (p.type !== "image_url" || !keysWithin(p, "type", "image_url")) return null;
+  const image = p.image_url;
+  if (!isPlainRecord(image) || !keysWithin(image, "url", "detail")) return null;
+  const { url } = image;
+  if (typeof url !== "string" || url.length === 0 || !MEDIA_URL.test(url)) return null;
+  const detail = "detail" in image ? image.detail : "auto";
+  if (typeof detail !== "string" || !DETAILS.has(detail)) return null;
+  return { type: "image_url", image_url: { url, detail: detail as "auto" | "low" | "high" }, modalities: "image" };
+}
+
+function fastContent(content: unknown): string | Part[] | null {
+  if (typeof content === "string") return content;
+  if (!Array.isArray(content)) return null;
+  const parts: Part[] = [];
+  for (let i = 0; i < content.length; i++) {
+    const part = fastPart(content[i]);
+    if (part === null) return null;
+    parts.push(part);
+  }
+  return parts;
+}
+
+function fastMessage(m: unknown): ChatMessage | null {
+  if (!isPlainRecord(m)) return null;
+  const { role } = m;
+  if (!("content" in m)) return null;
+  if (role === "user") {
+    if (!keysWithin(m, "role", "content")) return null;
+    const content = fastContent(m.content);
+    return content === null ? null : ({ role, content } as ChatMessage);
+  }
+  if (typeof role !== "string" || !GENERIC.has(role) || !keysWithin(m, "role", "content", "tool_call_id", "name", "reasoning_content")) return null;
+  const content = m.content === null ? null : fastContent(m.content);
+  if (content === null && m.content !== null) return null;
+  const out: Record<string, unknown> = { role, content };
+  for (const key of GENERIC_STRINGS) {
+    if (!(key in m)) continue;
+    const v = m[key];
+    if (typeof v !== "string") return null;
+    out[key] = v;
+  }
+  return out as ChatMessage;
+}
+
+/** zod's output for the request's `messages` member when every message is of a shape mirrored here; null otherwise (parse with zod). */
+export function fastMessages(input: unknown): ChatMessage[] | null {
+  if (!Array.isArray(input) || input.length === 0 || Object.getPrototypeOf(input) !== Array.prototype) return null;
+  const out: ChatMessage[] = [];
+  for (let i = 0; i < input.length; i++) {
+    const m = fastMessage(input[i]);
+    if (m === null) return null;
+    out.push(m);
+  }
+  return out;
+}
