@@ -1,6 +1,7 @@
 // The default rate limit's cost at the edge (part of the "edge" suite). Production runs with rate
 // limiting on (`KVEDGE_RATE_LIMIT` unset): every generate request first takes one token from its
-// bucket, a RateLimiter Durable Object, by RPC (src/edge/rate-limit.ts); the rest of the suite's edge
+// bucket, a RateLimiter Durable Object, leased to the isolate a few tokens per RPC for a client sending
+// steadily (src/edge/rate-lease.ts: a steady client's requests mostly make no call); the rest of the suite's edge
 // runs with it off. A second edge Worker in the edge's workerd process (the same bundle, its own
 // isolate) runs with it on, its RateLimiter objects served by the index process, so each take is one
 // Cap'n Proto call to another process as a remote object's is (bench/lib/workerd-serve.mjs), at a

@@ -413,7 +413,7 @@ export default {
     summary.push({ metric: "proxy floor, a warm 1k body unstreamed: edge-process CPU p50 with its 2 index RPCs / the fetch alone (?rpc=0) [difference per RPC] / with a rate-limit take before them (?rl=1)", value: `${floorRpc.withRpcCpuP50.toFixed(2)} / ${floorRpc.fetchOnlyCpuP50.toFixed(2)} [${((floorRpc.withRpcCpuP50 - floorRpc.fetchOnlyCpuP50) / 2).toFixed(2)}] / ${floorRpc.withRateLimitTakeCpuP50.toFixed(2)}`, unit: "ms", goal: "", pass: null });
     for (const [name, r] of Object.entries(rateLimit ?? {}))
       summary.push({
-        metric: `rate limiting off vs on (the default: one RateLimiter take per request, its object in the index process), ${name} (n=${r.n}): edge-process CPU p50 off / on [per-pair on − off p50; mean] (isolate thread p50 off / on) {index-process CPU p50 off / on; per-pair on − off p50}`,
+        metric: `rate limiting off vs on (the default: the client's requests leased from its RateLimiter object a few at a time, the object in the index process), ${name} (n=${r.n}): edge-process CPU p50 off / on [per-pair on − off p50; mean] (isolate thread p50 off / on) {index-process CPU p50 off / on; per-pair on − off p50}`,
         value: `${r.offCpuP50.toFixed(2)} / ${r.onCpuP50.toFixed(2)} [${r.onMinusOffCpuP50.toFixed(2)}; ${r.onMinusOffCpuMean.toFixed(2)}] (${r.offIsolateCpuP50.toFixed(2)} / ${r.onIsolateCpuP50.toFixed(2)}) {${r.offIndexCpuP50.toFixed(2)} / ${r.onIndexCpuP50.toFixed(2)}; ${r.indexOnMinusOffCpuP50.toFixed(2)}}`,
         unit: "ms",
         goal: "",
