@@ -5,7 +5,7 @@
  */
 import { z } from "zod";
 import { ProbeResultSchema, type ProbeResult } from "./probe-result.ts";
-import { HeldResultSchema, StoreResultSchema, type StoreResult } from "./store-result.ts";
+import { fastStoreResult, HeldResultSchema, StoreResultSchema, type StoreResult } from "./store-result.ts";
 
 export const DecodeServiceConfigSchema = z.object({
   /** Base URL, e.g. "http://127.0.0.1:7070". Unset = no media store (images inline, video URLs refused). */
@@ -79,6 +79,8 @@ export class DecodeClient {
   async store(url: string, kind: "image" | "video", call: DecodeCallOptions = {}): Promise<StoreOutcome> {
     const out = await this.call("/v1/store", "application/json", JSON.stringify({ url, kind }), call);
     if (!out.ok) return out;
+    const fast = fastStoreResult(out.json);
+    if (fast !== null) return { ok: true, result: fast, cache: out.cache };
     const parsed = StoreResultSchema.safeParse(out.json);
     if (!parsed.success) return { ok: false, reason: "decode_bad_response", detail: issues(parsed.error), status: out.status, code: null };
     return { ok: true, result: parsed.data, cache: out.cache };

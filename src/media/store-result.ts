@@ -43,6 +43,44 @@ export const StoreResultSchema = z.object({
 });
 export type StoreResult = z.infer<typeof StoreResultSchema>;
 
+const DIGEST = /^[0-9a-f]{64}$/;
+
+function isCount(v: unknown, max = Number.MAX_SAFE_INTEGER): v is number {
+  return typeof v === "number" && Number.isSafeInteger(v) && v >= 0 && v <= max;
+}
+
+/**
+ * A mirror of StoreResultSchema for the commonest answer, an image's, because zod never compiles
+ * its fast path in workerd (no eval): exactly zod's output (same keys, same order) where the
+ * answer is an image's with only the schema's keys, null otherwise (parse with the schema, which
+ * stays the single source of truth: this only accepts). test/unit/media/store-result.test.ts is
+ * its guard (a differential property test against the schema).
+ */
+export function fastStoreResult(v: unknown): StoreResult | null {
+  if (typeof v !== "object" || v === null || Object.getPrototypeOf(v) !== Object.prototype) return null;
+  const a = v as Record<string, unknown>;
+  for (const k in a) {
+    if (k !== "digest" && k !== "byteLength" && k !== "kind" && k !== "image" && k !== "probe" && k !== "leaseMs" && k !== "freshMs") return null;
+  }
+  const { digest, byteLength, image } = a;
+  if (typeof digest !== "string" || !DIGEST.test(digest) || !isCount(byteLength) || a.kind !== "image" || a.probe !== null) return null;
+  if (typeof image !== "object" || image === null || Object.getPrototypeOf(image) !== Object.prototype) return null;
+  const img = image as Record<string, unknown>;
+  for (const k in img) if (k !== "width" && k !== "height" && k !== "format") return null;
+  const { width, height, format } = img;
+  if (!isCount(width) || !isCount(height) || typeof format !== "string") return null;
+  const out: StoreResult = { digest, byteLength, kind: "image", image: { width, height, format }, probe: null };
+  if ("leaseMs" in a) {
+    if (!isCount(a.leaseMs, 86_400_000)) return null;
+    out.leaseMs = a.leaseMs;
+  }
+  if ("freshMs" in a) {
+    if (!isCount(a.freshMs, MAX_URL_FRESH_SEC * 1000)) return null;
+    out.freshMs = a.freshMs;
+  }
+  return out;
+}
+
 /** Most digests one `POST /v1/store/held` asks about (a request's media items are capped well below). */
 export const MAX_HELD_DIGESTS = 1024;
 
