@@ -177,8 +177,8 @@ const MAX_BUCKET = 4;
 const GENERATION_START = "<|im_start|>assistant";
 /** Whitespace, one comma, whitespace: what JSON allows between two array elements. */
 const SEPARATOR = /^[ \t\n\r]*,[ \t\n\r]*$/;
-/** Characters of stand-in renders and tail skeletons (and their keys) kept before both memos are cleared. */
-const STAND_IN_MEMO_CHARS = 1 << 20;
+/** Characters of stand-in renders (with their keys) and their tail skeletons (shapes and pieces) kept; past it other entries are dropped (makeRoom). */
+export const STAND_IN_MEMO_CHARS = 1 << 20;
 /**
  * Layout hints: characters of the messages text kept as the key at its start and after its first element
  * (a shared system prompt alone does not tell conversations apart), and the entries kept per key
@@ -247,6 +247,20 @@ export interface TurnChainStats {
   entries: number;
   bytes: number;
   maxBytes: number;
+}
+
+/** What the stand-in renders to alone for one scope and item counts, and the tail skeletons built after it. */
+interface StandInMemo {
+  /** The memo's key: item counts and scope. */
+  readonly key: string;
+  /** The render before the generation prompt (header and the stand-in's block), and the generation prompt. */
+  readonly head: string;
+  readonly generation: string;
+  /** Tail skeletons (tail-skeleton.ts) by tailShape; null where a shape has none. */
+  readonly skeletons: Map<string, TailSkeleton | null>;
+  /** Characters counted for the key and render, and for the skeletons' shapes and pieces. */
+  readonly renderChars: number;
+  skeletonChars: number;
 }
 
 type CutKind = "beforeQuery" | "provisional" | "afterQuery";
@@ -872,10 +886,10 @@ export class TurnChainCache {
    * and the generation prompt after it. One render per hit saved, and a cut after the last message
    * (its tail is what follows the stand-in alone) needs none.
    */
-  private readonly standIns = new Map<string, { head: string; generation: string }>();
-  /** Tail skeletons (tail-skeleton.ts) by shape and stand-in memo key; null where a shape has none. Counted with the stand-ins. */
-  private readonly skeletons = new Map<string, TailSkeleton | null>();
+  private readonly standIns = new Map<string, StandInMemo>();
   private standInChars = 0;
+  /** Templates whose tails are always rendered: a sampled check found a hit's prompt wrong (tail-skeleton.ts trusts each template's reads). */
+  private readonly noSkeletons = new Set<TemplateId>();
   /** Layout scans made (heldSpans stamps the entries each found equal). */
   private scans = 0;
 
@@ -936,10 +950,8 @@ export class TurnChainCache {
         this.s.mismatches++;
         this.onMismatch({ templateId: profile.templateId, messages: request.messages.length, reusedMessages: hit.node.messages });
         this.held.drop(hit.node);
-        // The tail may have come from a memo (stand-in head, skeleton): none is trusted again.
-        this.standIns.clear();
-        this.skeletons.clear();
-        this.standInChars = 0;
+        // The tail may have come from a skeleton: rebuilt, it would be the same, so none is used again for this template.
+        this.noSkeletons.add(profile.templateId);
         return whole;
       }
     }
@@ -1139,8 +1151,8 @@ export class TurnChainCache {
 
   clear(): void {
     this.standIns.clear();
-    this.skeletons.clear();
     this.standInChars = 0;
+    this.noSkeletons.clear();
     this.buckets.clear();
     this.hints.clear();
     this.bodies.clear();
@@ -1202,22 +1214,25 @@ export class TurnChainCache {
       const alone = this.render(id, { messages: [standIn], tools, kwargs });
       const cut = alone.lastIndexOf(GENERATION_START);
       if (cut < 0) return null;
-      memo = { head: alone.slice(0, cut), generation: alone.slice(cut) };
-      this.remember(memoKey, alone.length);
-      this.standIns.set(ownString(memoKey), memo);
+      const key = ownString(memoKey);
+      memo = { key, head: alone.slice(0, cut), generation: alone.slice(cut), skeletons: new Map(), renderChars: key.length + alone.length, skeletonChars: 0 };
+      this.makeRoom(memo, memo.renderChars);
+      this.standIns.set(key, memo);
+      this.standInChars += memo.renderChars;
     }
     // No messages: the render would be the stand-in's alone, whose tail the memo holds.
     if (messages.length === 0) return memo.generation;
     // A shape seen before (a chat turn's [assistant, user]): its skeleton's pieces and these contents.
-    const shape = tailShape(id, messages);
+    const shape = this.noSkeletons.has(id) ? null : tailShape(id, messages);
     if (shape !== null) {
-      const skeletonKey = `${shape}\u0000${memoKey}`;
-      let skeleton = this.skeletons.get(skeletonKey);
+      let skeleton = memo.skeletons.get(shape);
       if (skeleton === undefined) {
-        const head = memo.head;
-        skeleton = buildTailSkeleton(shape, head, (m) => this.render(id, { messages: [standIn, ...m], tools, kwargs }));
-        this.remember(skeletonKey, skeleton ? skeleton.reduce((n, p) => n + p.length, 0) : 0);
-        this.skeletons.set(ownString(skeletonKey), skeleton);
+        skeleton = buildTailSkeleton(shape, memo.head, (m) => this.render(id, { messages: [standIn, ...m], tools, kwargs }));
+        const chars = shape.length + (skeleton ? skeleton.reduce((n, p) => n + p.length, 0) : 0);
+        this.makeRoom(memo, chars);
+        memo.skeletons.set(shape, skeleton);
+        memo.skeletonChars += chars;
+        this.standInChars += chars;
       }
       if (skeleton !== null) return fillTailSkeleton(skeleton, messages);
     }
@@ -1226,14 +1241,24 @@ export class TurnChainCache {
     return withTail.slice(memo.head.length);
   }
 
-  /** Counts `chars` more of stand-in memos and skeletons (with their key), clearing both first where that would pass the bound. */
-  private remember(key: string, chars: number): void {
-    if (this.standInChars + key.length + chars > STAND_IN_MEMO_CHARS) {
-      this.standIns.clear();
-      this.skeletons.clear();
-      this.standInChars = 0;
+  /**
+   * Makes room for `chars` more of `memo` (a new entry, or a skeleton of one held), which the
+   * caller then counts: where the memo would pass its bound, every other entry is dropped, and a
+   * held entry's skeletons too where it alone would. The entry a turn is using stays (dropping it
+   * cost each turn of a scope near the bound a render more).
+   */
+  private makeRoom(memo: StandInMemo, chars: number): void {
+    if (this.standInChars + chars <= STAND_IN_MEMO_CHARS) return;
+    const held = this.standIns.get(memo.key) === memo;
+    this.standIns.clear();
+    this.standInChars = 0;
+    if (!held) return;
+    this.standIns.set(memo.key, memo);
+    if (memo.renderChars + memo.skeletonChars + chars > STAND_IN_MEMO_CHARS) {
+      memo.skeletons.clear();
+      memo.skeletonChars = 0;
     }
-    this.standInChars += key.length + chars;
+    this.standInChars = memo.renderChars + memo.skeletonChars;
   }
 
   /**

@@ -307,39 +307,68 @@ describe("turn chain: the incremental prompt equals the full path at every turn"
     expect(chain.stats().hits).toBe(1);
   });
 
-  it("a mismatch clears the memoized stand-ins and tail skeletons: a later conversation's tail is rendered anew", () => {
+  it("a mismatch stops tail skeletons for the template: later turns of that shape, unchecked, are rendered, not filled from the same wrong skeleton", () => {
     const profile = PROFILES[1]!;
-    let broken = false;
+    // A chat turn's skeleton render ([assistant, user] placeholders) comes out wrong; every other render is the library's.
     const faulty = (id: TemplateId, input: Parameters<typeof renderTemplate>[1]) => {
       const out = renderTemplate(id, input);
-      const first = input.messages[0];
-      return broken && input.messages.length > 2 && first?.["role"] === "user" && first["content"] === "" ? out.replace("<|im_start|>assistant\n", "<|im_start|>assistant\n(corrupted) ") : out;
+      // (Stores render messages after empty slots: `m` may be undefined.)
+      const placeholders = input.messages.filter((m) => typeof m?.["content"] === "string" && m["content"].includes("\u0001kvedge-tail-"));
+      return placeholders.length === 2 ? `${out}(corrupted)` : out;
     };
     const mismatches: unknown[] = [];
-    const chain = new TurnChainCache({ checkRate: 1, render: faulty, onMismatch: (d) => mismatches.push(d) });
-    const turns = (q: string): [Msg[], Msg[]] => {
-      const history: Msg[] = [{ role: "user", content: `${q}1` }, { role: "assistant", content: `${q}-a1` }, { role: "user", content: `${q}2` }];
-      return [history, [...history, { role: "assistant", content: `${q}-a2` }, { role: "user", content: `${q}3` }]];
-    };
+    let check = true;
+    const chain = new TurnChainCache({ render: faulty, random: () => (check ? 0 : 1), onMismatch: (d) => mismatches.push(d) });
     const send = (messages: Msg[]): string => {
       const body = bodyOf(messages, {});
       const req = parseChatBody(body, DEFAULT_LIMITS);
-      const out = chain.prepare(req, body, profile, "").text;
-      expect(out).toBe(preparePrompt(req, profile).text);
+      return chain.prepare(req, body, profile, "").text;
+    };
+    const turns = (q: string, n: number): Msg[][] => {
+      const out: Msg[][] = [[{ role: "user", content: `${q}0` }, { role: "assistant", content: `${q}-a0` }, { role: "user", content: `${q}1` }]];
+      for (let t = 1; t < n; t++) out.push([...out[t - 1]!, { role: "assistant", content: `${q}-a${t}` }, { role: "user", content: `${q}${t + 1}` }]);
       return out;
     };
-    const [a1, a2] = turns("A");
-    send(a1);
-    broken = true;
-    send(a2);
-    broken = false;
+    const a = turns("A", 5);
+    const expected = (messages: Msg[]) => preparePrompt(parseChatBody(bodyOf(messages, {}), DEFAULT_LIMITS), profile).text;
+    send(a[0]!);
+    // The first hit's tail is [user, assistant, user] (after the entry before the first query); the next one's a chat turn's, checked and wrong.
+    expect(send(a[1]!)).toBe(expected(a[1]!));
+    expect(mismatches).toHaveLength(0);
+    expect(send(a[2]!)).toBe(expected(a[2]!));
     expect(mismatches).toHaveLength(1);
-    // The same tail shape in another conversation: the skeleton built while broken is not used.
-    const [b1, b2] = turns("B");
-    send(b1);
-    send(b2);
-    expect(chain.stats().hits).toBe(2);
+    const hits = chain.stats().hits;
+    // From now on nothing is checked: the same shape, in this and another conversation, must not come from that skeleton again.
+    check = false;
+    for (const messages of [a[3]!, a[4]!, ...turns("B", 3)]) expect(send(messages)).toBe(expected(messages));
+    expect(chain.stats().hits - hits).toBeGreaterThanOrEqual(2);
     expect(mismatches).toHaveLength(1);
+  });
+
+  it("a large tool list's stand-in and skeleton stay memoized together: at most one render a turn, none once warm", () => {
+    const profile = PROFILES[1]!;
+    let renders = 0;
+    const counting = (id: TemplateId, input: Parameters<typeof renderTemplate>[1]) => {
+      renders++;
+      return renderTemplate(id, input);
+    };
+    const chain = new TurnChainCache({ checkRate: 0, render: counting });
+    // The scope (its tools' text) takes most of the stand-in memo's bound, once in the key and once rendered.
+    const tools = [{ type: "function", function: { name: "f", description: "d".repeat(400_000), parameters: { type: "object" } } }];
+    const messages: Msg[] = [{ role: "user", content: "Q0" }];
+    const perTurn: number[] = [];
+    for (let t = 1; t <= 7; t++) {
+      const body = bodyOf(messages, { tools });
+      const req = parseChatBody(body, DEFAULT_LIMITS);
+      const before = renders;
+      expect(chain.prepare(req, body, profile, "").text).toBe(preparePrompt(req, profile).text);
+      perTurn.push(renders - before);
+      messages.push({ role: "assistant", content: `A${t}` }, { role: "user", content: `Q${t}` });
+    }
+    expect(chain.stats().hits).toBe(5);
+    // Turn 2 builds the memo (stand-in, skeleton) and stores; later turns render at most their store's new cut, warm ones nothing.
+    expect(perTurn.slice(2).every((n) => n <= 1)).toBe(true);
+    expect(perTurn.slice(4)).toEqual([0, 0, 0]);
   });
 
   it("stays within its byte budget, evicting least recently used conversations", () => {

@@ -34,6 +34,7 @@ import { DEFAULT_MAX_EVENT_CHARS } from "../../../src/proxy/sse.ts";
 import { DEFAULT_PREFIX_CACHE_BYTES, DEFAULT_PREFIX_CACHE_TOKENS } from "../../../src/prompt/prefix-cache.ts";
 import { DEFAULT_PIECE_CACHE_BYTES, DEFAULT_PIECE_CACHE_ENTRIES, DEFAULT_SEGMENT_CACHE_BYTES, DEFAULT_SEGMENT_CACHE_CHARS } from "../../../src/prompt/tokenizer/index.ts";
 import { MEMO_MAX_BYTES } from "../../../src/layout/layout.ts";
+import { STAND_IN_MEMO_CHARS } from "../../../src/prompt/turn-chain.ts";
 import { MEMO_PARTITIONS, PIECE_MEMO_SLOTS } from "../../../src/prompt/tokenizer/engine.ts";
 import { CLIENT_NAME_MEMO_ENTRIES } from "../../../src/edge/client-label.ts";
 import { MAX_RATE_LEASE_NAME_CHARS, MAX_RATE_LEASES } from "../../../src/edge/rate-lease.ts";
@@ -145,6 +146,7 @@ const ACTUAL: Record<string, Record<string, Expected>> = {
     LEASE_LEVEL_SHARE,
     CLIENT_NAME_MEMO_ENTRIES,
     MEMO_MAX_BYTES,
+    STAND_IN_MEMO_CHARS,
     MAX_RELAY_KEYS,
     MAX_PICKED_SCHEMAS,
     "PendingRoutes.ttlMs": new PendingRoutes().ttlMs,
