@@ -19,6 +19,7 @@
  *    for `</think>` and, after the last query, printed with `lstrip('\n')`. A content is taken
  *    only where those read as for the placeholder: not a `<tool_response>…</tool_response>`
  *    user text, no `</think>` and no leading newline in an assistant's, no assistant parts.
+ * Another template (an id added later) gets no skeleton until its reads are reviewed and listed.
  */
 import type { TemplateMessage } from "./messages.ts";
 import type { TemplateId } from "./model-profile.ts";
@@ -27,15 +28,18 @@ import { ownString } from "../util/own-string.ts";
 /** Messages a skeleton covers at most (a chat turn's tail is two after the stand-in). */
 export const TAIL_SKELETON_MESSAGES = 4;
 
+/** The templates whose reads of a content are reviewed above; tailShape declines any other. */
+const REVIEWED: ReadonlySet<TemplateId> = new Set<TemplateId>(["qwen2vl", "qwen3vl-instruct", "qwen3vl-thinking"]);
+
 /** Parts of a list content a skeleton covers at most. */
 const MAX_PARTS = 8;
 
 /** The tail's text: pieces[0] + contents[0] + pieces[1] + … + pieces[n]. */
 export type TailSkeleton = readonly string[];
 
-/** Whether `id` prints a string `content` of a `role` message verbatim, reading nothing else of it than a placeholder would give. */
+/** Whether `id` (a reviewed template) prints a string `content` of a `role` message verbatim, reading nothing else of it than a placeholder would give. */
 function verbatim(id: TemplateId, role: string, content: string): boolean {
-  if (id !== "qwen3vl-thinking") return true;
+  if (id === "qwen2vl" || id === "qwen3vl-instruct") return true;
   if (role === "user") return !(content.startsWith("<tool_response>") && content.endsWith("</tool_response>"));
   return !content.includes("</think>") && content.charCodeAt(0) !== 10;
 }
@@ -80,10 +84,10 @@ function partsShape(id: TemplateId, role: string, parts: readonly unknown[]): st
 /**
  * The skeleton key of `messages` under template `id` (per message its role and "s" for a string
  * content or its parts' codes), or null when one is not a user or assistant message of role and
- * content whose texts the template prints verbatim.
+ * content whose texts the template prints verbatim, or the template is not a reviewed one.
  */
 export function tailShape(id: TemplateId, messages: readonly TemplateMessage[]): string | null {
-  if (messages.length === 0 || messages.length > TAIL_SKELETON_MESSAGES) return null;
+  if (messages.length === 0 || messages.length > TAIL_SKELETON_MESSAGES || !REVIEWED.has(id)) return null;
   let shape = "";
   for (const m of messages) {
     const { role, content } = m;
