@@ -8,7 +8,9 @@
  * was used, a refusal resets it to one. Unspent tokens go back to the object with this isolate's
  * next call for that bucket (which also settles the lease); those of a lease evicted from this book
  * or of an isolate that vanishes stay held at the object until the lease expires there (at most
- * maxLease tokens for about 3 s: the client is served less, never more).
+ * maxLease tokens, 3 to 6 s after the grant: the client is served less, never more). A lease is
+ * spent only under the config it was granted under; a take under another settles it first, and the
+ * object forgets counts made under another config than the call's (token-bucket.ts rollLeases).
  */
 import { maxLease, RATE_LEASE_TTL_MS, type BucketRate, type LeaseBack, type LeaseResult, type TakeResult } from "../util/token-bucket.ts";
 
@@ -23,6 +25,7 @@ export interface LeaseSource {
 }
 
 interface Lease {
+  /** The config the lease was granted under: a take under another settles it and starts afresh. */
   requestsPerMinute: number;
   burst: number;
   /** Tokens this isolate holds and may spend until expiresAt. */
@@ -32,9 +35,14 @@ interface Lease {
   size: number;
   /** The last grant's tokens the object still counts as held (0 once the next call settles them). */
   unsettled: number;
-  /** The object's level after the last grant, and when (the grant's identity when settling it): with `left`, what the headers report. */
-  level: number;
+  /** The last grant's identity at the object (its time there and count generation), for settling it. */
   at: number;
+  epoch: number;
+  /** The object's level after the last grant, and when this isolate saw it (its own clock): with `left`, what the headers report. */
+  level: number;
+  seenAt: number;
+  /** A call for this bucket is out: other requests meanwhile take one token each and leave the record to it. */
+  pending: boolean;
 }
 
 export class RateLeases {
@@ -51,50 +59,57 @@ export class RateLeases {
 
   /**
    * Takes one request from bucket `name`: from this isolate's lease while it holds an unexpired
-   * token, else by one call to `source(name)` that also returns the previous lease's leftover.
-   * `remaining` / `resetMs` describe the bucket as if nothing were leased: the object's level
-   * refilled to now plus what this isolate holds (other isolates' leases are not seen).
+   * token, else by one call to `source(name)` that also settles the previous lease (returning its
+   * leftover). `remaining` / `resetMs` describe the bucket as if nothing were leased: the object's
+   * level refilled to now plus what this isolate holds (other isolates' leases are not seen).
    */
   async take(name: string, cfg: BucketRate, source: (name: string) => LeaseSource): Promise<TakeResult> {
+    if (name.length > MAX_RATE_LEASE_NAME_CHARS) return source(name).lease(cfg, 1);
     const t = this.now();
-    let held = this.#leases.get(name);
-    if (held && (held.requestsPerMinute !== cfg.requestsPerMinute || held.burst !== cfg.burst)) {
-      this.#leases.delete(name); // granted under another config: forfeit, never spent under this one
-      held = undefined;
-    }
-    if (held && held.left >= 1 && t < held.expiresAt) {
+    const held = this.#leases.get(name);
+    const same = held !== undefined && held.requestsPerMinute === cfg.requestsPerMinute && held.burst === cfg.burst;
+    if (same && held.left >= 1 && t < held.expiresAt) {
       held.left -= 1;
       this.#touch(name, held);
       return view(held, cfg, t);
     }
+    // Concurrent misses: one call leases, the others take one token each (a one-token grant holds
+    // nothing), so no grant is made only to be forfeit and no settlement is sent twice.
+    if (held?.pending) return source(name).lease(cfg, 1);
     let want = 1;
     let back: LeaseBack | undefined;
     if (held) {
-      want = held.left >= 1 ? Math.max(1, held.size - held.left) : Math.max(1, Math.min(maxLease(cfg), held.size * 2));
-      if (held.unsettled > 0) back = { returned: held.left, settled: held.unsettled, at: held.at };
-      // The call carries them back: a concurrent request must not return or settle them too.
-      held.left = 0;
-      held.unsettled = 0;
+      if (same) want = held.left >= 1 ? Math.max(1, held.size - held.left) : Math.max(1, Math.min(maxLease(cfg), held.size * 2));
+      // Settled even under another config: the object ignores it if it has forgotten those counts since.
+      if (held.unsettled > 0) back = { returned: held.left, settled: held.unsettled, at: held.at, epoch: held.epoch };
     }
-    const r = await source(name).lease(cfg, want, back);
-    const cur = this.#leases.get(name);
-    const lease = cur && cur.requestsPerMinute === cfg.requestsPerMinute && cur.burst === cfg.burst ? cur : undefined;
+    const lease: Lease = same ? held : { requestsPerMinute: cfg.requestsPerMinute, burst: cfg.burst, left: 0, expiresAt: 0, size: 1, unsettled: 0, at: 0, epoch: 0, level: 0, seenAt: 0, pending: false };
+    lease.left = 0;
+    lease.unsettled = 0;
+    lease.pending = true;
+    this.#touch(name, lease);
+    let r: LeaseResult;
+    try {
+      r = await source(name).lease(cfg, want, back);
+    } finally {
+      lease.pending = false;
+    }
     if (!r.allowed) {
-      if (lease) lease.size = 0; // the next call asks for one token
+      lease.size = 0; // the next call asks for one token
       return r;
     }
-    if (name.length > MAX_RATE_LEASE_NAME_CHARS) return r;
-    // Concurrent misses may each bring a grant: what is held never exceeds one lease (the excess is forfeit).
-    const next: Lease = lease ?? { requestsPerMinute: cfg.requestsPerMinute, burst: cfg.burst, left: 0, expiresAt: 0, size: 1, unsettled: 0, level: 0, at: 0 };
-    next.left = Math.min(maxLease(cfg), next.left + r.granted - 1);
-    next.size = r.granted;
-    next.unsettled = r.granted - 1; // what the object counts held; a concurrent grant's earlier one stays held there until it expires
+    lease.left = r.granted - 1;
+    lease.size = r.granted;
+    lease.unsettled = r.granted - 1; // what the object counts held
     // Counted from before the call: the object counts the lease held for longer (LEASE_CLOCK_SLACK_MS).
-    next.expiresAt = t + RATE_LEASE_TTL_MS;
-    next.level = r.level;
-    next.at = r.at;
-    this.#touch(name, next);
-    return view(next, cfg, this.now());
+    lease.expiresAt = t + RATE_LEASE_TTL_MS;
+    lease.at = r.at;
+    lease.epoch = r.epoch;
+    lease.level = r.level;
+    lease.seenAt = this.now();
+    // Evicted during the call: kept again (its grant is this record's); replaced (a take under another config): left to that one.
+    if (!this.#leases.has(name)) this.#touch(name, lease);
+    return view(lease, cfg, lease.seenAt);
   }
 
   #touch(name: string, lease: Lease): void {
@@ -107,6 +122,7 @@ export class RateLeases {
 /** An allowed take's headers under a lease: the bucket's level as if unleased (object level refilled, plus this isolate's tokens). */
 function view(lease: Lease, cfg: BucketRate, t: number): TakeResult {
   const perMs = cfg.requestsPerMinute / 60_000;
-  const level = Math.min(cfg.burst, lease.level + Math.max(0, t - lease.at) * perMs + lease.left);
+  // Refilled by this isolate's clock since it saw the level (the object's clock may differ from it).
+  const level = Math.min(cfg.burst, lease.level + Math.max(0, t - lease.seenAt) * perMs + lease.left);
   return { allowed: true, remaining: Math.floor(level), retryAfterSeconds: 0, resetMs: Math.ceil((cfg.burst - level) / perMs) };
 }

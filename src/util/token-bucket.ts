@@ -17,6 +17,9 @@ export interface BucketState {
   /** Leases outstanding (takeLease): granted in lease window `leaseWindow` and the one before. */
   leaseWindow?: number;
   leased?: [number, number];
+  /** The config (requestsPerMinute, burst) those counts were made under, and their generation (one per config change). */
+  leaseRate?: [number, number];
+  leaseEpoch?: number;
 }
 
 export interface TakeResult {
@@ -36,9 +39,7 @@ export interface TakeResult {
  */
 export function takeToken(state: BucketState, cfg: BucketRate, now: number, amount = 1): TakeResult {
   const perMs = cfg.requestsPerMinute / 60_000;
-  const elapsed = Math.max(0, now - state.at);
-  state.tokens = Math.min(cfg.burst, state.tokens + elapsed * perMs);
-  state.at = Math.max(state.at, now);
+  refill(state, cfg, now);
   const need = Math.min(Math.max(0, amount), cfg.burst);
   if (state.tokens >= need) {
     state.tokens -= need;
@@ -88,16 +89,19 @@ const LEASE_WINDOW_MS = RATE_LEASE_TTL_MS + LEASE_CLOCK_SLACK_MS;
 export interface LeaseResult extends TakeResult {
   /** Tokens deducted for the caller (0 when refused): the request's own one plus what it may spend locally. */
   granted: number;
-  /** The bucket's exact level after the grant (leased tokens are gone from it), and when (also the lease's identity for settling it). */
+  /** The bucket's exact level after the grant (leased tokens are gone from it), and when (the object's clock; with `epoch`, the lease's identity for settling it). */
   level: number;
   at: number;
+  /** The generation of the counts the grant joined (a config change starts a new one). */
+  epoch: number;
 }
 
-/** What the caller's previous lease came to: `returned` unspent tokens of the `settled` tokens it held from the lease granted at `at`. */
+/** What the caller's previous lease came to: `returned` unspent tokens of the `settled` tokens it held from the lease granted at `at` in `epoch`. */
 export interface LeaseBack {
   returned: number;
   settled: number;
   at: number;
+  epoch: number;
 }
 
 /** The most tokens one lease (or one isolate's unspent leftover) may hold under `cfg`. */
@@ -115,8 +119,17 @@ function heldByLeases(state: BucketState): number {
   return state.leased ? state.leased[0] + state.leased[1] : 0;
 }
 
-/** Moves the held sums on to `now`'s window (leases of two windows ago have expired). */
-function rollLeases(state: BucketState, now: number): [number, number] {
+/**
+ * Moves the held sums on to `now`'s window (leases of two windows ago have expired) and forgets
+ * them when `cfg` is not the config they were counted under. Counts are tokens of one config:
+ * under a smaller burst, another config's leases could hold more than the whole bucket and refuse
+ * every take until they expired. Those leases are bounded by their own config (each isolate holds
+ * at most one, for RATE_LEASE_TTL_MS), the bucket's level carries over (capped by the new burst), and
+ * a settlement of a forgotten lease is ignored (takeLease: its epoch is gone). So while isolates
+ * under two configs call one bucket (a rolling deploy), each call is judged under its own config and
+ * the client may also spend the leases granted under the other in the last RATE_LEASE_TTL_MS.
+ */
+function rollLeases(state: BucketState, cfg: BucketRate, now: number): [number, number] {
   const w = Math.floor(now / LEASE_WINDOW_MS);
   const leased = (state.leased ??= [0, 0]);
   const from = state.leaseWindow ?? w;
@@ -125,27 +138,47 @@ function rollLeases(state: BucketState, now: number): [number, number] {
     leased[0] = 0;
   }
   state.leaseWindow = Math.max(from, w);
+  const rate = state.leaseRate;
+  if (!rate || rate[0] !== cfg.requestsPerMinute || rate[1] !== cfg.burst) {
+    leased[0] = leased[1] = 0;
+    state.leaseRate = [cfg.requestsPerMinute, cfg.burst];
+    state.leaseEpoch = (state.leaseEpoch ?? 0) + 1;
+  }
   return leased;
 }
 
 /**
- * Settles the caller's previous lease (`back`: no longer held; its unspent tokens back in the
- * bucket, never above what the cap allows nor more than one lease), refills to now up to `burst`
- * less what leases hold, then deducts a lease of up to `want` tokens within leaseCap. Refused
+ * Refills `state` to `now` at `cfg`'s rate, up to `burst` less what unexpired leases of this
+ * config hold (a bucket that never leased skips the counts). Returns that cap (never below zero).
+ */
+function refill(state: BucketState, cfg: BucketRate, now: number): number {
+  if (state.leased) rollLeases(state, cfg, now);
+  const cap = Math.max(0, cfg.burst - heldByLeases(state));
+  state.tokens = Math.min(cap, state.tokens + Math.max(0, now - state.at) * (cfg.requestsPerMinute / 60_000));
+  state.at = Math.max(state.at, now);
+  return cap;
+}
+
+/**
+ * Refills to now up to `burst` less what leases hold, settles the caller's previous lease (`back`:
+ * no longer held; its unspent tokens back in the bucket, never above what the cap allows nor more
+ * than one lease), then deducts a lease of up to `want` tokens within leaseCap. Refused
  * (granted 0) only when not one token is there, with the wait until one is.
  */
 export function takeLease(state: BucketState, cfg: BucketRate, now: number, want: number, back?: LeaseBack): LeaseResult {
   const perMs = cfg.requestsPerMinute / 60_000;
-  const leased = rollLeases(state, now);
-  if (back && back.settled > 0) {
+  const leased = rollLeases(state, cfg, now);
+  // Refilled before the settlement: until now the lease was held, and the bucket filled only up to burst less it.
+  refill(state, cfg, now);
+  // A lease of forgotten counts (another config's) is neither settled nor returned: its count is gone already.
+  const ours = back !== undefined && back.epoch === state.leaseEpoch;
+  if (ours && back.settled > 0) {
     const slot = state.leaseWindow! - Math.floor(back.at / LEASE_WINDOW_MS);
     if (slot === 0 || slot === 1) leased[slot] = Math.max(0, leased[slot] - Math.floor(back.settled));
   }
-  const cap = cfg.burst - heldByLeases(state);
-  state.tokens = Math.min(cap, state.tokens + Math.max(0, now - state.at) * perMs);
-  state.at = Math.max(state.at, now);
+  const cap = Math.max(0, cfg.burst - heldByLeases(state));
   // A return is one lease's leftover: never more than a lease can hold (a caller's bug cannot mint tokens past it).
-  if (back && back.returned > 0) state.tokens = Math.min(cap, state.tokens + Math.min(Math.floor(back.returned), maxLease(cfg)));
+  if (ours && back.returned > 0) state.tokens = Math.min(cap, state.tokens + Math.min(Math.floor(back.returned), maxLease(cfg)));
   const size = Math.min(Number.isFinite(want) ? Math.max(1, Math.floor(want)) : 1, leaseCap(state.tokens, cfg));
   if (size >= 1) {
     state.tokens -= size;
@@ -153,9 +186,10 @@ export function takeLease(state: BucketState, cfg: BucketRate, now: number, want
   }
   const remaining = Math.max(0, Math.floor(state.tokens));
   const resetMs = fullAgainAt(state, cfg) - state.at;
-  if (size >= 1) return { allowed: true, granted: size, remaining, retryAfterSeconds: 0, resetMs, level: state.tokens, at: state.at };
+  const epoch = state.leaseEpoch!;
+  if (size >= 1) return { allowed: true, granted: size, remaining, retryAfterSeconds: 0, resetMs, level: state.tokens, at: state.at, epoch };
   // Short of one token: it refills in (1 - tokens) / rate, unless leases hold so much that the cap is under one -- then not before the older window's leases expire.
   const freeAt = (cfg.burst - leased[0] >= 1 ? state.leaseWindow! + 1 : state.leaseWindow! + 2) * LEASE_WINDOW_MS;
   const until = cap >= 1 ? (1 - state.tokens) / perMs : freeAt - now + 1 / perMs;
-  return { allowed: false, granted: 0, remaining, retryAfterSeconds: Math.max(1, Math.ceil(until / 1000)), resetMs, level: state.tokens, at: state.at };
+  return { allowed: false, granted: 0, remaining, retryAfterSeconds: Math.max(1, Math.ceil(until / 1000)), resetMs, level: state.tokens, at: state.at, epoch };
 }

@@ -8,7 +8,7 @@ import fc from "fast-check";
 import { describe, expect, it } from "vitest";
 import { enforceRateLimit, RateLimitedError } from "../../../src/edge/rate-limit.ts";
 import { MAX_RATE_LEASE_NAME_CHARS, RateLeases, type LeaseSource } from "../../../src/edge/rate-lease.ts";
-import { fullBucket, maxLease, takeLease, type BucketRate, type BucketState } from "../../../src/util/token-bucket.ts";
+import { fullBucket, maxLease, takeLease, takeToken, type BucketRate, type BucketState } from "../../../src/util/token-bucket.ts";
 
 /** One bucket object shared by every isolate: counts calls and records what each carried. */
 function bucketObject(clock: { now: number }) {
@@ -49,16 +49,45 @@ describe("lease arithmetic (the object's side)", () => {
     // A second later the bucket would be full, but 14 of the lease are still held (its first went to the calling request): 106.
     expect(takeLease(b, cfg, 1_000, 1)).toMatchObject({ granted: 1, level: 105 });
     // Settled with 5 unspent: those come back, the rest is spent, the cap is the burst again.
-    expect(takeLease(b, cfg, 1_000, 1, { returned: 5, settled: 14, at: lease.at }).level).toBe(105 + 5 - 1);
+    expect(takeLease(b, cfg, 1_000, 1, { returned: 5, settled: 14, at: lease.at, epoch: lease.epoch }).level).toBe(105 + 5 - 1);
     // Once expired (two windows on), held leases no longer count.
     expect(takeLease(b, cfg, 60_000, 1).level).toBe(119);
   });
 
+  it("refills up to the cap the lease held before settling it (a settlement does not refill the time it was held)", () => {
+    const fast = { requestsPerMinute: 6_000, burst: 16 };
+    const b = fullBucket(fast, 0);
+    const lease = takeLease(b, fast, 0, 2); // one token held
+    expect(lease).toMatchObject({ granted: 2, level: 14 });
+    // 30 ms at 100 / s: three tokens, but the bucket fills only to 16 - 1 while the lease is held; settled (spent), one taken.
+    expect(takeLease(b, fast, 30, 1, { returned: 0, settled: 1, at: lease.at, epoch: lease.epoch }).level).toBe(14);
+  });
+
+  it("a plain take (token quotas, an isolate without leases) refills only up to what leases leave", () => {
+    const b = fullBucket(cfg, 0);
+    takeLease(b, cfg, 0, 15); // 14 held
+    // A second at 10 / s would refill 10 of the 15 taken; the bucket stops at 120 - 14.
+    expect(takeToken(b, cfg, 1_000)).toMatchObject({ allowed: true, remaining: 120 - 14 - 1 });
+  });
+
+  it("forgets counts made under another config: the new config's bucket is as full as its level allows", () => {
+    const big = { requestsPerMinute: 6_000, burst: 1_000 };
+    const b = fullBucket(big, 0);
+    const old = takeLease(b, big, 0, 200); // 124 held
+    expect(old.granted).toBe(125);
+    const small = { requestsPerMinute: 30, burst: 10 };
+    const r = takeLease(b, small, 0, 1);
+    expect(r).toMatchObject({ allowed: true, level: 9 });
+    expect(r.epoch).not.toBe(old.epoch);
+    // The old lease's settlement and leftover are ignored: its count is gone, and its tokens are not this config's.
+    expect(takeLease(b, small, 0, 1, { returned: 100, settled: 124, at: old.at, epoch: old.epoch }).level).toBe(8);
+  });
+
   it("takes returned tokens back, never above the cap or one lease's worth", () => {
     const c = { tokens: 0, at: 0 };
-    expect(takeLease(c, cfg, 0, 1, { returned: 1_000_000, settled: 0, at: 0 }).level).toBe(maxLease(cfg) - 1);
+    expect(takeLease(c, cfg, 0, 1, { returned: 1_000_000, settled: 0, at: 0, epoch: 1 }).level).toBe(maxLease(cfg) - 1);
     const full = { tokens: 119, at: 0 };
-    expect(takeLease(full, cfg, 0, 1, { returned: 10, settled: 0, at: 0 }).level).toBe(119); // capped at 120, then one taken
+    expect(takeLease(full, cfg, 0, 1, { returned: 10, settled: 0, at: 0, epoch: 1 }).level).toBe(119); // capped at 120, then one taken
     expect(takeLease({ tokens: 10, at: 0 }, cfg, 0, Number.NaN).granted).toBe(1);
   });
 
@@ -97,9 +126,10 @@ describe("leases in the isolate", () => {
     clock.now += 2_000; // expired: six unspent
     const r = await leases.take("k", cfg, obj.source);
     expect(obj.calls.at(-1)).toEqual({ want: 2, returned: 6, granted: 2 });
-    // 20 s at 10 / s filled the bucket; the six returned are capped by it.
-    expect(obj.level()).toBe(118);
-    expect(r.remaining).toBe(119);
+    // 2 s at 10 / s refilled the bucket up to 120 less the lease's seven held (six unspent, one spent
+    // in its time: the object counts it until the settlement), 113; then the six came back: 119, less the new lease.
+    expect(obj.level()).toBe(117);
+    expect(r.remaining).toBe(118);
   });
 
   it("a refusal is the object's, with its retry-after, and resets the lease to one", async () => {
@@ -148,6 +178,51 @@ describe("leases in the isolate", () => {
     const calls = obj.calls.length;
     await leases.take("k", { requestsPerMinute: 600, burst: 100 }, obj.source);
     expect(obj.calls.length).toBe(calls + 1);
+  });
+
+  it("leases under another config never refuse a take under the new one (the reliability-auth failure)", async () => {
+    // The workers test's first file-level describe fails authentication many times under a large
+    // auth bucket, the next runs with the default auth bucket (burst 10) from the same network.
+    const before = { requestsPerMinute: 6_000, burst: 1_000 };
+    const after = { requestsPerMinute: 30, burst: 10 };
+    const clock = { now: 0 };
+    const obj = bucketObject(clock);
+    const same = new RateLeases(16, () => clock.now);
+    const gone = new RateLeases(16, () => clock.now); // an isolate that leaves with its lease
+    for (let i = 0; i < 60; i++) {
+      expect((await same.take("auth:net:a", before, obj.source)).allowed).toBe(true);
+      expect((await gone.take("auth:net:a", before, obj.source)).allowed).toBe(true);
+    }
+    // The bucket still holds hundreds of requests: under the new config it is full (10), as a fresh one.
+    const fresh = new RateLeases(16, () => clock.now);
+    for (const leases of [same, fresh]) expect(await leases.take("auth:net:a", after, obj.source)).toMatchObject({ allowed: true, remaining: 10 - 1 - (leases === same ? 0 : 1) });
+    let allowed = 2;
+    for (let i = 0; i < 20; i++) if ((await fresh.take("auth:net:a", after, obj.source)).allowed) allowed++;
+    expect(allowed).toBe(10); // and never more than the new burst
+  });
+
+  it("while one call leases, concurrent misses take one token each (nothing granted only to be forfeit)", async () => {
+    const clock = { now: 0 };
+    const obj = bucketObject(clock);
+    const leases = new RateLeases(16, () => clock.now);
+    for (let i = 0; i < 1 + 2 + 4; i++) await leases.take("k", cfg, obj.source); // leases of 1, 2, 4: all spent
+    const rs = await Promise.all([0, 1, 2, 3].map(() => leases.take("k", cfg, obj.source)));
+    expect(rs.every((r) => r.allowed)).toBe(true);
+    expect(obj.calls.slice(-4).map((c) => c.want)).toEqual([8, 1, 1, 1]);
+    // The lease of eight is whole in the isolate: seven more requests need no call.
+    for (let i = 0; i < 7; i++) await leases.take("k", cfg, obj.source);
+    expect(obj.calls.length).toBe(3 + 4);
+  });
+
+  it("headers refill by the isolate's own clock, whatever the object's", async () => {
+    const clock = { now: 100_000 };
+    const behind = { now: 0 }; // the object's clock runs 100 s behind the isolate's
+    let state: BucketState | null = null;
+    const source: LeaseSource = { lease: async (c, want, back) => takeLease((state ??= fullBucket(c, behind.now)), c, behind.now, want, back) };
+    const leases = new RateLeases(16, () => clock.now);
+    await leases.take("k", cfg, () => source);
+    await leases.take("k", cfg, () => source); // a lease of two: one left
+    expect(await leases.take("k", cfg, () => source)).toMatchObject({ allowed: true, remaining: 117, resetMs: 300 });
   });
 
   it("the book holds at most `capacity` leases and no long names", async () => {
