@@ -53,7 +53,8 @@ export class RateLimiter extends DurableObject {
   /**
    * Leases up to `want` requests (src/util/token-bucket.ts takeLease: deducted at once and counted
    * held until settled or expired, within a quarter of the level and an eighth of the burst), after
-   * settling the caller's previous lease (`back`). Refused (granted 0) when not one request is there.
+   * settling the caller's previous lease (`back`). Counts are of `cfg`: a call under another config
+   * forgets those of the last one. Refused (granted 0) when not one request is there.
    */
   async lease(cfg: BucketConfig, want: number, back?: LeaseBack): Promise<LeaseResult> {
     const now = Date.now();
