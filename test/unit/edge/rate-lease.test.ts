@@ -63,6 +63,20 @@ describe("lease arithmetic (the object's side)", () => {
     expect(takeLease(b, fast, 30, 1, { returned: 0, settled: 1, at: lease.at, epoch: lease.epoch }).level).toBe(14);
   });
 
+  it("a lease nobody settles (an evicted lease, a recycled isolate) stops counting 3 to 6 s after its grant", () => {
+    const early = () => {
+      const b = fullBucket(cfg, 0);
+      takeLease(b, cfg, 0, 15); // 14 held from the start of a 3 s window
+      return b;
+    };
+    // Refilled at 10 / s: up to 120 less the 14 until the end of the next window, then up to 120; one taken.
+    expect(takeLease(early(), cfg, 5_999, 1).level).toBe(120 - 14 - 1);
+    expect(takeLease(early(), cfg, 6_000, 1).level).toBe(120 - 1);
+    const late = { tokens: 120, at: 2_999 };
+    takeLease(late, cfg, 2_999, 15); // granted at the end of the window
+    expect(takeLease(late, cfg, 6_000, 1).level).toBe(120 - 1);
+  });
+
   it("a plain take (token quotas, an isolate without leases) refills only up to what leases leave", () => {
     const b = fullBucket(cfg, 0);
     takeLease(b, cfg, 0, 15); // 14 held
