@@ -161,8 +161,8 @@ function refill(state: BucketState, cfg: BucketRate, now: number): number {
 
 /**
  * Refills to now up to `burst` less what leases hold, settles the caller's previous lease (`back`:
- * no longer held; its unspent tokens back in the bucket, never above what the cap allows nor more
- * than one lease), then deducts a lease of up to `want` tokens within leaseCap. Refused
+ * no longer held; its unspent tokens back in the bucket, never above the cap nor more than the
+ * settlement released -- nothing once the object has stopped counting that lease), then deducts a lease of up to `want` tokens within leaseCap. Refused
  * (granted 0) only when not one token is there, with the wait until one is.
  */
 export function takeLease(state: BucketState, cfg: BucketRate, now: number, want: number, back?: LeaseBack): LeaseResult {
@@ -171,14 +171,21 @@ export function takeLease(state: BucketState, cfg: BucketRate, now: number, want
   // Refilled before the settlement: until now the lease was held, and the bucket filled only up to burst less it.
   refill(state, cfg, now);
   // A lease of forgotten counts (another config's) is neither settled nor returned: its count is gone already.
-  const ours = back !== undefined && back.epoch === state.leaseEpoch;
-  if (ours && back.settled > 0) {
+  // Only while the object still counts the lease held (its window or the next) is there anything to
+  // settle or take back: once the count has expired the bucket has refilled over those tokens, and
+  // crediting a late leftover would create them a second time.
+  let released = 0;
+  if (back !== undefined && back.epoch === state.leaseEpoch && back.settled > 0) {
     const slot = state.leaseWindow! - Math.floor(back.at / LEASE_WINDOW_MS);
-    if (slot === 0 || slot === 1) leased[slot] = Math.max(0, leased[slot] - Math.floor(back.settled));
+    if (slot === 0 || slot === 1) {
+      released = Math.min(leased[slot], Math.floor(back.settled));
+      leased[slot] -= released;
+    }
   }
   const cap = Math.max(0, cfg.burst - heldByLeases(state));
-  // A return is one lease's leftover: never more than a lease can hold (a caller's bug cannot mint tokens past it).
-  if (ours && back.returned > 0) state.tokens = Math.min(cap, state.tokens + Math.min(Math.floor(back.returned), maxLease(cfg)));
+  // A return is part of what was just released, never more (a caller's bug cannot mint tokens past it).
+  const credit = back === undefined ? 0 : Math.min(Math.max(0, Math.floor(back.returned)), released);
+  if (credit > 0) state.tokens = Math.min(cap, state.tokens + credit);
   const size = Math.min(Number.isFinite(want) ? Math.max(1, Math.floor(want)) : 1, leaseCap(state.tokens, cfg));
   if (size >= 1) {
     state.tokens -= size;
