@@ -15,14 +15,15 @@
  * `type` and `text`; an image part only `type` and `image_url`, which has `url` (an accepted media
  * URL) and optionally `detail` (one of the schema's values).
  */
-import { GENERIC_ROLES, MEDIA_URL, type ChatCompletionRequest } from "./openai-schema.ts";
+import { GENERIC_ROLES, IMAGE_DETAIL_DEFAULT, IMAGE_DETAILS, IMAGE_MODALITY_DEFAULT, MEDIA_URL, type ChatCompletionRequest } from "./openai-schema.ts";
 
 type ChatMessage = ChatCompletionRequest["messages"][number];
 
 const GENERIC: ReadonlySet<string> = new Set(GENERIC_ROLES);
 /** A non-user message's optional string members, in the schema's shape order. */
 const GENERIC_STRINGS = ["tool_call_id", "name", "reasoning_content"] as const;
-const DETAILS: ReadonlySet<string> = new Set(["auto", "low", "high"]);
+const DETAILS: ReadonlySet<string> = new Set(IMAGE_DETAILS);
+type Detail = (typeof IMAGE_DETAILS)[number];
 
 /** An object as JSON.parse makes it (the ordinary prototype), or one of no prototype: nothing inherited reads as a member. */
 function isPlainRecord(v: unknown): v is Record<string, unknown> {
@@ -32,15 +33,23 @@ function isPlainRecord(v: unknown): v is Record<string, unknown> {
 }
 
 /**
- * Whether every enumerable key of `o` is one of the names given (`b` repeated: fewer names). zod
- * reads a message only by its shape's keys, so non-enumerable or symbol keys are ignored by both.
+ * Whether every key of `o` zod could read is one of the names given (`b` repeated: fewer names).
+ * zod reads each of its shape's keys as `input[key]`, enumerable, inherited or not, so a key this
+ * mirror does not handle must be seen here however it is defined: the own names, non-enumerable
+ * included (`for..in` skips those), and the enumerable inherited ones (a polluted prototype; `for..in`
+ * sees those). Symbol keys are no schema's keys. JSON data has only own enumerable keys.
  */
 function keysWithin(o: object, a: string, b: string, c = b, d = b, e = b): boolean {
+  const own = Object.getOwnPropertyNames(o);
+  for (let i = 0; i < own.length; i++) {
+    const k = own[i]!;
+    if (k !== a && k !== b && k !== c && k !== d && k !== e) return false;
+  }
   for (const k in o) if (k !== a && k !== b && k !== c && k !== d && k !== e) return false;
   return true;
 }
 
-type Part = { type: "text"; text: string } | { type: "image_url"; image_url: { url: string; detail: "auto" | "low" | "high" }; modalities: "image" };
+type Part = { type: "text"; text: string } | { type: "image_url"; image_url: { url: string; detail: Detail }; modalities: typeof IMAGE_MODALITY_DEFAULT };
 
 function fastPart(p: unknown): Part | null {
   if (!isPlainRecord(p)) return null;
@@ -52,9 +61,9 @@ function fastPart(p: unknown): Part | null {
   if (!isPlainRecord(image) || !keysWithin(image, "url", "detail")) return null;
   const { url } = image;
   if (typeof url !== "string" || url.length === 0 || !MEDIA_URL.test(url)) return null;
-  const detail = "detail" in image ? image.detail : "auto";
+  const detail = "detail" in image ? image.detail : IMAGE_DETAIL_DEFAULT;
   if (typeof detail !== "string" || !DETAILS.has(detail)) return null;
-  return { type: "image_url", image_url: { url, detail: detail as "auto" | "low" | "high" }, modalities: "image" };
+  return { type: "image_url", image_url: { url, detail: detail as Detail }, modalities: IMAGE_MODALITY_DEFAULT };
 }
 
 function fastContent(content: unknown): string | Part[] | null {

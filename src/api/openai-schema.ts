@@ -60,15 +60,20 @@ export const ThinkingPartSchema = z
 /** An optional client-supplied media id (vLLM style); its presence makes routing fail closed. */
 const mediaUuid = opt(z.string());
 
+/** An image part's `detail` values and its defaults of `detail` and `modalities` (message-fast-path.ts reads them from here). */
+export const IMAGE_DETAILS = ["auto", "low", "high"] as const;
+export const IMAGE_DETAIL_DEFAULT = "auto" satisfies (typeof IMAGE_DETAILS)[number];
+export const IMAGE_MODALITY_DEFAULT = "image";
+
 export const ImagePartSchema = z.object({
   type: z.literal("image_url"),
   image_url: z.object({
     url: MediaUrlSchema,
-    detail: withDefault(z.enum(["auto", "low", "high"]), "auto"),
+    detail: withDefault(z.enum(IMAGE_DETAILS), IMAGE_DETAIL_DEFAULT),
     max_dynamic_patch: opt(int),
     min_dynamic_patch: opt(int),
   }),
-  modalities: withDefault(z.enum(["image", "multi-images", "video"]), "image"),
+  modalities: withDefault(z.enum(["image", "multi-images", "video"]), IMAGE_MODALITY_DEFAULT),
   uuid: mediaUuid,
 });
 
