@@ -5,12 +5,19 @@
  * a bad URL) and hostile (__proto__ keys, huge and unusual unicode strings, arbitrary values).
  */
 import fc from "fast-check";
-import { describe, expect, it } from "vitest";
-import { fastMessages } from "../../../src/api/message-fast-path.ts";
-import { ChatCompletionRequestObject, ChatCompletionRequestSchema } from "../../../src/api/openai-schema.ts";
-import { parseChatRequest } from "../../../src/api/validate.ts";
-
-const MessagesSchema = ChatCompletionRequestObject.shape.messages;
+import { afterAll, beforeAll, describe, expect, it, vi } from "vitest";
+import { z } from "zod";
+import {
+  AudioUrlPartSchema,
+  GenericMessageSchema,
+  ImagePartSchema,
+  InputAudioPartSchema,
+  TextPartSchema,
+  ThinkingPartSchema,
+  ToolCallSchema,
+  UserMessageSchema,
+  VideoPartSchema,
+} from "../../../src/api/openai-schema.ts";
 
 const ROLES = ["user", "user", "user", "assistant", "assistant", "system", "developer", "tool", "function", "latest_reminder", "User", "ASSISTANT", "bot", "", "__proto__", "constructor"];
 const URLS = ["https://a.example/x.png", "http://b/c", "data:image/png;base64,iVBO", "data:,", "HTTPS://A/b", "ftp://x/y", "", "https:// x", " https://a", "data:nocomma", "https://", "javascript:alert(1)"];
@@ -21,35 +28,97 @@ const text = fc.oneof({ arbitrary: fc.string(), weight: 6 }, fc.string({ unit: "
 /** A value of the wrong type, or of a type zod reads some other way. */
 const odd = fc.oneof(fc.constant(null), fc.constant(undefined), fc.integer(), fc.boolean(), fc.constant([]), fc.constant({}), fc.anything());
 
-/** An object with these members, some left out, maybe an extra one (a `__proto__` own key included). */
-function record(members: Record<string, fc.Arbitrary<unknown>>, requiredKeys: string[]) {
-  const extra = fc.option(fc.tuple(fc.constantFrom("foo", "__proto__", "uuid", "modalities", "name", "Content", "role"), fc.oneof(text, odd)), { freq: 2 });
-  return fc.tuple(fc.record(members, { requiredKeys }), extra).map(([r, e]) => {
-    const o: Record<string, unknown> = { ...r };
-    if (e) Object.defineProperty(o, e[0], { value: e[1], enumerable: true, writable: true, configurable: true });
-    return o;
-  });
+type Shape = Record<string, z.ZodType>;
+/**
+ * The keys zod reads at each level of a message, from the schemas themselves (every part and
+ * message schema, the media objects, a tool call), so a key the schema gains is sent as an extra
+ * key at once; with a few it never reads. A key the fast path does not mirror must be declined.
+ */
+const LEVELS: Record<"message" | "part" | "media", Shape[]> = {
+  message: [UserMessageSchema.shape, GenericMessageSchema.shape, ToolCallSchema.shape],
+  part: [TextPartSchema.shape, ThinkingPartSchema.shape, ImagePartSchema.shape, VideoPartSchema.shape, AudioUrlPartSchema.shape, InputAudioPartSchema.shape],
+  media: [ImagePartSchema.shape.image_url.shape, VideoPartSchema.shape.video_url.shape, AudioUrlPartSchema.shape.audio_url.shape, InputAudioPartSchema.shape.input_audio.shape],
+};
+const STRANGERS = ["foo", "__proto__", "Content", "constructor"];
+/** Values of every JSON kind, valid and invalid for the schemas' keys (tool calls, patch counts, enums, media objects). */
+const EXTRA_VALUES: readonly unknown[] = [
+  ...[null, true, 0, 1, 7, -1, 1.5, "", "x", "auto", "low", "medium", "image", "video", "multi-images", "thinking", "function", "https://a/b", "{}"],
+  ...[[], {}, [{ function: { name: "f", arguments: "{}" } }], [{ id: "c", index: 0, type: "function", function: { name: "f", arguments: { a: 1 } } }], [{ function: { arguments: "[1]" } }]],
+  ...[{ url: "https://a/b" }, { url: "ftp://a/b" }, { data: "AA", format: "wav" }, [{ type: "text", text: "t" }]],
+];
+/** For each level's key, the values of EXTRA_VALUES its schemas take (asked alone); found once, before any test. */
+function takenAt(shapes: Shape[]): Map<string, unknown[]> {
+  const taken = new Map<string, unknown[]>();
+  for (const shape of shapes) {
+    for (const [key, schema] of Object.entries(shape)) {
+      const alone = z.object({ [key]: schema });
+      taken.set(key, [...(taken.get(key) ?? []), ...EXTRA_VALUES.filter((v) => alone.safeParse({ [key]: v }).success)]);
+    }
+  }
+  return taken;
+}
+/** An extra member: a key of these schemas (a value it takes, or any) or a stranger, maybe not enumerable (zod still reads it). */
+function extraOf(shapes: Shape[], strangers: string[], leftOut: readonly string[] = []): fc.Arbitrary<{ key: string; value: unknown; enumerable: boolean }> {
+  const taken = takenAt(shapes);
+  for (const key of leftOut) taken.delete(key);
+  const valueFor = (key: string) => {
+    const ok = taken.get(key) ?? [];
+    return ok.length === 0 ? fc.constantFrom(...EXTRA_VALUES) : fc.oneof({ arbitrary: fc.constantFrom(...ok), weight: 2 }, { arbitrary: fc.constantFrom(...EXTRA_VALUES), weight: 1 });
+  };
+  return fc
+    .constantFrom(...taken.keys(), ...strangers)
+    .chain((key) => fc.record({ key: fc.constant(key), value: valueFor(key), enumerable: fc.oneof({ arbitrary: fc.constant(true), weight: 4 }, fc.constant(false)) }));
+}
+const EXTRA = { message: extraOf(LEVELS.message, STRANGERS), part: extraOf(LEVELS.part, STRANGERS), media: extraOf(LEVELS.media, STRANGERS) };
+/** `o` with the extra member, defined over any member of that name (an own `__proto__` key included). */
+function withExtra(o: Record<string, unknown>, e: { key: string; value: unknown; enumerable: boolean } | undefined | null): Record<string, unknown> {
+  if (e) Object.defineProperty(o, e.key, { value: e.value, enumerable: e.enumerable, writable: true, configurable: true });
+  return o;
 }
 
+/**
+ * An object with these members, some left out, maybe an extra one: from the level's keys, or
+ * (as often) one of `own`'s keys not among the members, the likeliest to be taken by mistake.
+ */
+function record(level: keyof typeof LEVELS, members: Record<string, fc.Arbitrary<unknown>>, requiredKeys: string[], own?: Shape) {
+  const ownExtra = own === undefined || Object.keys(own).every((k) => k in members) ? [] : [extraOf([own], [], Object.keys(members))];
+  const extra = fc.oneof(EXTRA[level], ...ownExtra);
+  return fc.tuple(fc.record(members, { requiredKeys }), fc.option(extra, { freq: 2 })).map(([r, e]) => withExtra({ ...r }, e));
+}
+
+// Biased toward the accepted shapes (valid values most often, one member off now and then), so a
+// mirror that accepts one wrong value (a detail, an extra key, a URL) is found here too.
 const imagePart = record(
+  "part",
   {
-    type: fc.oneof({ arbitrary: fc.constant("image_url"), weight: 6 }, fc.constantFrom("video_url", "Image_url")),
+    type: fc.oneof({ arbitrary: fc.constant("image_url"), weight: 12 }, fc.constantFrom("video_url", "Image_url")),
     image_url: fc.oneof(
-      { arbitrary: record({ url: fc.oneof({ arbitrary: fc.constantFrom(...URLS), weight: 4 }, text), detail: fc.oneof({ arbitrary: fc.constantFrom("auto", "low", "high", "AUTO", "medium"), weight: 4 }, odd) }, ["url"]), weight: 6 },
+      {
+        arbitrary: record(
+          "media",
+          {
+            url: fc.oneof({ arbitrary: fc.constantFrom(...URLS), weight: 6 }, text),
+            detail: fc.oneof({ arbitrary: fc.constantFrom("auto", "low", "high", "AUTO", "medium"), weight: 8 }, odd),
+          },
+          ["url"],
+          ImagePartSchema.shape.image_url.shape,
+        ),
+        weight: 12,
+      },
       odd,
     ),
   },
   ["type", "image_url"],
+  ImagePartSchema.shape,
 );
-const textPart = record({ type: fc.oneof({ arbitrary: fc.constant("text"), weight: 6 }, fc.constantFrom("thinking", "Text")), text: fc.oneof({ arbitrary: text, weight: 6 }, odd) }, ["type", "text"]);
-const content = fc.oneof({ arbitrary: text, weight: 4 }, { arbitrary: fc.array(fc.oneof(textPart, imagePart), { maxLength: 4 }), weight: 4 }, fc.constant(null), odd);
+const textPart = record("part", { type: fc.oneof({ arbitrary: fc.constant("text"), weight: 12 }, fc.constantFrom("thinking", "Text")), text: fc.oneof({ arbitrary: text, weight: 12 }, odd) }, ["type", "text"]);
+const content = fc.oneof({ arbitrary: text, weight: 4 }, { arbitrary: fc.array(fc.oneof(textPart, imagePart), { maxLength: 4 }), weight: 6 }, fc.constant(null), odd);
 const message = fc.oneof(
-  { arbitrary: record({ role: fc.constantFrom(...ROLES), content }, ["role", "content"]), weight: 4 },
-  record({ role: fc.constantFrom(...ROLES), content }, ["role", "content"]),
-  record({ role: fc.constantFrom(...ROLES), content, tool_call_id: fc.oneof(text, odd), name: fc.oneof(text, odd), reasoning_content: fc.oneof(text, odd) }, ["role"]),
+  { arbitrary: record("message", { role: fc.constantFrom(...ROLES), content }, ["role", "content"]), weight: 6 },
+  record("message", { role: fc.constantFrom(...ROLES), content, tool_call_id: fc.oneof({ arbitrary: text, weight: 3 }, odd), name: fc.oneof({ arbitrary: text, weight: 3 }, odd), reasoning_content: fc.oneof({ arbitrary: text, weight: 3 }, odd) }, ["role"], GenericMessageSchema.shape),
   fc.anything(),
 );
-const messages = fc.oneof({ arbitrary: fc.array(message, { minLength: 1, maxLength: 2 }), weight: 4 }, fc.array(message, { maxLength: 5 }), odd);
+const messages = fc.oneof({ arbitrary: fc.array(message, { minLength: 1, maxLength: 2 }), weight: 8 }, fc.array(message, { maxLength: 5 }), odd);
 
 /** Near-valid: each member from a small pool of values zod accepts and values it refuses, most often left as valid. */
 function rarely<T>(arb: fc.Arbitrary<T>) {
@@ -60,17 +129,20 @@ function members(o: Record<string, unknown>): Record<string, unknown> {
   return Object.fromEntries(Object.entries(o).filter(([, v]) => v !== undefined));
 }
 const nearImage = fc
-  .tuple(fc.constantFrom(...URLS, null), rarely(fc.constantFrom("auto", "low", "high", "AUTO", null)), rarely(fc.constantFrom("image", null)), rarely(fc.constantFrom("u", null)), rarely(fc.constantFrom("video_url", "Image_url")))
-  .map(([url, detail, modalities, uuid, type]) => members({ type: type ?? "image_url", image_url: members({ url, detail }), modalities, uuid }));
-const nearText = fc.tuple(rarely(fc.constantFrom("Text", "thinking")), fc.constantFrom("a", "", null, 1)).map(([type, text]) => members({ type: type ?? "text", text }));
+  .tuple(fc.constantFrom(...URLS, null), rarely(fc.constantFrom("auto", "low", "high", "AUTO", null)), rarely(fc.constantFrom("video_url", "Image_url")), rarely(EXTRA.part), rarely(EXTRA.media))
+  .map(([url, detail, type, extra, mediaExtra]) => withExtra({ type: type ?? "image_url", image_url: withExtra(members({ url, detail }), mediaExtra) }, extra));
+const nearText = fc
+  .tuple(rarely(fc.constantFrom("Text", "thinking")), fc.constantFrom("a", "", null, 1), rarely(EXTRA.part))
+  .map(([type, text, extra]) => withExtra(members({ type: type ?? "text", text }), extra));
 const nearMessage = fc
   .tuple(
     fc.constantFrom(...ROLES),
     fc.oneof(fc.constantFrom("hi", "", null, 3, undefined), fc.array(fc.oneof(nearText, nearImage), { maxLength: 3 })),
     rarely(fc.constantFrom("x", null, 1)),
     rarely(fc.constantFrom("x", "", null)),
+    rarely(EXTRA.message),
   )
-  .map(([role, content, tool_call_id, name]) => members({ role, content, tool_call_id, name }));
+  .map(([role, content, tool_call_id, name, extra]) => withExtra(members({ role, content, tool_call_id, name }), extra));
 
 /** As JSON.parse gives it (own `__proto__` keys kept), or the value itself where it has no JSON text. */
 function viaJson(v: unknown): unknown {
@@ -82,31 +154,95 @@ function viaJson(v: unknown): unknown {
   }
 }
 
-/** fastMessages agrees with zod on `list`; returns whether it accepted. */
-function agrees(list: unknown): boolean {
-  const fast = fastMessages(list);
-  const zod = MessagesSchema.safeParse(list);
-  if (fast === null) return false;
-  expect(zod.success).toBe(true);
-  expect(fast).toStrictEqual(zod.data);
-  expect(JSON.stringify(fast)).toBe(JSON.stringify(zod.data));
-  return true;
+const others = fc.record(
+  {
+    max_tokens: fc.oneof(fc.integer({ min: -2, max: 50 }), fc.constant(null), fc.constant("7")),
+    temperature: fc.oneof(fc.double({ min: -1, max: 3, noNaN: true }), fc.constant(null)),
+    stream: fc.oneof(fc.boolean(), fc.constant("yes")),
+    user: fc.oneof(fc.string(), fc.integer()),
+    extra_field: fc.string(),
+  },
+  { requiredKeys: [] },
+);
+
+/** How many functions are compiled from text (`new Function`, how zod compiles a parser) while `run` runs. */
+function compilesDuring(run: () => void): number {
+  const real = globalThis.Function;
+  let compiles = 0;
+  globalThis.Function = new Proxy(real, {
+    construct(target, args) {
+      compiles++;
+      return Reflect.construct(target, args) as object;
+    },
+  });
+  try {
+    run();
+  } finally {
+    globalThis.Function = real;
+  }
+  return compiles;
 }
 
-describe("fastMessages mirrors zod's messages schema", () => {
+/** The modules under test, imported afresh (so their schemas are built under the zod config of the moment). */
+async function importModules() {
+  return {
+    fast: await import("../../../src/api/message-fast-path.ts"),
+    schema: await import("../../../src/api/openai-schema.ts"),
+    validate: await import("../../../src/api/validate.ts"),
+  };
+}
+
+describe.each([
+  ["compiled", false],
+  ["jitless (as in workerd, which forbids eval)", true],
+])("fastMessages mirrors zod's messages schema, zod %s", (_name, jitless) => {
+  // zod decides when a schema is built whether it compiles its parser (zod 4.6.7,
+  // v4/core/schemas.js $ZodObjectJIT: `jit = !globalConfig.jitless`), and the schemas are built at
+  // import: the modules are imported afresh after zod is configured.
+  let m: Awaited<ReturnType<typeof importModules>>;
+  let before: boolean | undefined;
+  let fastMessages: (typeof m)["fast"]["fastMessages"];
+  beforeAll(async () => {
+    vi.resetModules();
+    const fresh = await import("zod");
+    before = fresh.z.config().jitless;
+    fresh.z.config({ jitless });
+    m = await importModules();
+    fastMessages = m.fast.fastMessages;
+  });
+  afterAll(async () => {
+    (await import("zod")).z.config({ jitless: before });
+  });
+
+  /** fastMessages agrees with zod on `list`; returns whether it accepted. */
+  function agrees(list: unknown): boolean {
+    const fast = fastMessages(list);
+    const zod = m.schema.ChatCompletionRequestObject.shape.messages.safeParse(list);
+    if (fast === null) return false;
+    expect(zod.success).toBe(true);
+    expect(fast).toStrictEqual(zod.data);
+    expect(JSON.stringify(fast)).toBe(JSON.stringify(zod.data));
+    return true;
+  }
+
   it("answers exactly zod's output for every list it accepts, and declines every list zod refuses", () => {
     let accepted = 0;
     let runs = 0;
-    fc.assert(
-      fc.property(messages, (list) => {
-        runs += 2;
-        if (agrees(list)) accepted++;
-        if (agrees(viaJson(list))) accepted++;
-      }),
-      { numRuns: 2000 },
+    const compiles = compilesDuring(() =>
+      fc.assert(
+        fc.property(messages, (list) => {
+          runs += 2;
+          if (agrees(list)) accepted++;
+          if (agrees(viaJson(list))) accepted++;
+        }),
+        { numRuns: 2000 },
+      ),
     );
-    // Not vacuous: the generators reach the fast path's shapes (~3 % of these mostly refused lists: ~115 of 4000).
-    expect(accepted).toBeGreaterThan(runs / 80);
+    // Not vacuous: the generators reach the fast path's shapes (~10 % of these mostly refused lists: ~380 of 4000).
+    expect(accepted).toBeGreaterThan(runs / 40);
+    // zod ran as configured: compiled parsers or none at all.
+    if (jitless) expect(compiles).toBe(0);
+    else expect(compiles).toBeGreaterThan(0);
   });
 
   it("agrees with zod on near-valid messages, one member off at a time", () => {
@@ -117,7 +253,25 @@ describe("fastMessages mirrors zod's messages schema", () => {
       }),
       { numRuns: 3000 },
     );
-    expect(accepted).toBeGreaterThan(30);
+    expect(accepted).toBeGreaterThan(100);
+  });
+
+  it("declines a member zod reads that it does not mirror, however defined (not enumerable, or next to valid ones)", () => {
+    const call = [{ function: { name: "f", arguments: "{}" } }];
+    const hidden = (o: Record<string, unknown>, key: string, value: unknown) => withExtra(o, { key, value, enumerable: false });
+    for (const list of [
+      [{ role: "assistant", content: null, tool_calls: call }],
+      [hidden({ role: "assistant", content: null }, "tool_calls", call)],
+      [hidden({ role: "assistant", content: "x" }, "tool_calls", "not a list")],
+      [hidden({ role: "user", content: "x" }, "name", 1)],
+      [{ role: "user", content: [hidden({ type: "image_url", image_url: { url: "https://a/b" } }, "modalities", "video")] }],
+      [{ role: "user", content: [{ type: "image_url", image_url: hidden({ url: "https://a/b" }, "max_dynamic_patch", 1.5) }] }],
+      [{ role: "user", content: [{ type: "image_url", image_url: { url: "https://a/b", max_dynamic_patch: 4 } }] }],
+      [{ role: "user", content: [hidden({ type: "text", text: "t" }, "thinking", "hm")] }],
+    ]) {
+      expect(fastMessages(list)).toBeNull();
+      agrees(list);
+    }
   });
 
   it("accepts the common shapes (a chat turn, a vision message) with zod's defaults", () => {
@@ -133,7 +287,7 @@ describe("fastMessages mirrors zod's messages schema", () => {
   });
 
   it("declines what it does not mirror, so zod reads it", () => {
-    for (const m of [
+    for (const msg of [
       { role: "User", content: "x" },
       { role: "user", content: "x", name: "bob" },
       { role: "assistant", content: "x", name: null },
@@ -143,23 +297,11 @@ describe("fastMessages mirrors zod's messages schema", () => {
       { role: "user" },
       JSON.parse('{"role":"user","content":"x","__proto__":{"a":1}}'),
     ]) {
-      expect(fastMessages([m])).toBeNull();
+      expect(fastMessages([msg])).toBeNull();
     }
     expect(fastMessages([])).toBeNull();
   });
-});
 
-describe("parseChatRequest with the fast path", () => {
-  const others = fc.record(
-    {
-      max_tokens: fc.oneof(fc.integer({ min: -2, max: 50 }), fc.constant(null), fc.constant("7")),
-      temperature: fc.oneof(fc.double({ min: -1, max: 3, noNaN: true }), fc.constant(null)),
-      stream: fc.oneof(fc.boolean(), fc.constant("yes")),
-      user: fc.oneof(fc.string(), fc.integer()),
-      extra_field: fc.string(),
-    },
-    { requiredKeys: [] },
-  );
   it("gives the whole schema's verdict and output for bodies of fast-path messages", () => {
     const valid = fc.array(
       fc.oneof(
@@ -172,11 +314,11 @@ describe("parseChatRequest with the fast path", () => {
       fc.property(valid, fc.constantFrom("m", "", 3), others, (msgs, model, rest) => {
         expect(fastMessages(msgs)).not.toBeNull();
         const body = JSON.stringify({ model, messages: msgs, ...rest });
-        const zod = ChatCompletionRequestSchema.safeParse(JSON.parse(body));
+        const zod = m.schema.ChatCompletionRequestSchema.safeParse(JSON.parse(body));
         let got: unknown = null;
         let refused: unknown = null;
         try {
-          got = parseChatRequest(body);
+          got = m.validate.parseChatRequest(body);
         } catch (e) {
           refused = e;
         }
@@ -190,5 +332,64 @@ describe("parseChatRequest with the fast path", () => {
       }),
       { numRuns: 600 },
     );
+  });
+});
+
+describe("the schema parts message-fast-path.ts mirrors", () => {
+  // A pin, not a property: it fails on any edit of these schema parts (a key, a type, an allowed value)
+  // until message-fast-path.ts is reviewed against the edit. The differential tests above send the
+  // schemas' own keys, but only the values they list: re-check that the fast path still accepts
+  // only what zod accepts (its key lists, GENERIC_STRINGS, the part shapes), that these tests'
+  // value pools (ROLES, URLS, EXTRA_VALUES, the detail values) cover the new values, then update
+  // this expectation. The detail values and defaults are read from openai-schema.ts's constants,
+  // and MEDIA_URL (a refine: not in a JSON Schema) is shared, so those cannot drift.
+  it("are as reviewed", () => {
+    const io = { io: "input", unrepresentable: "any" } as const;
+    const json = (s: z.ZodType) => {
+      const { $schema: _, ...rest } = z.toJSONSchema(s, io);
+      return rest;
+    };
+    const nullable = (type: string) => ({ type: [type, "null"] });
+    const safeInt = { anyOf: [{ type: "integer", minimum: -9007199254740991, maximum: 9007199254740991 }, { type: "null" }] };
+    expect({
+      userKeys: Object.keys(UserMessageSchema.shape),
+      genericKeys: Object.keys(GenericMessageSchema.shape),
+      generic: json(GenericMessageSchema.pick({ role: true, tool_call_id: true, name: true, reasoning_content: true })),
+      text: json(TextPartSchema),
+      image: json(ImagePartSchema),
+    }).toStrictEqual({
+      userKeys: ["role", "content"],
+      genericKeys: ["role", "content", "tool_call_id", "name", "reasoning_content", "tool_calls"],
+      generic: {
+        type: "object",
+        properties: {
+          role: { type: "string", enum: ["system", "developer", "assistant", "tool", "function", "latest_reminder"] },
+          tool_call_id: nullable("string"),
+          name: nullable("string"),
+          reasoning_content: nullable("string"),
+        },
+        required: ["role"],
+      },
+      text: { type: "object", properties: { type: { type: "string", const: "text" }, text: { type: "string" } }, required: ["type", "text"] },
+      image: {
+        type: "object",
+        properties: {
+          type: { type: "string", const: "image_url" },
+          image_url: {
+            type: "object",
+            properties: {
+              url: { type: "string", minLength: 1 },
+              detail: { anyOf: [{ type: "string", enum: ["auto", "low", "high"] }, { type: "null" }] },
+              max_dynamic_patch: safeInt,
+              min_dynamic_patch: safeInt,
+            },
+            required: ["url"],
+          },
+          modalities: { anyOf: [{ type: "string", enum: ["image", "multi-images", "video"] }, { type: "null" }] },
+          uuid: nullable("string"),
+        },
+        required: ["type", "image_url"],
+      },
+    });
   });
 });
