@@ -38,8 +38,9 @@ interface Lease {
   /** The last grant's identity at the object (its time there and count generation), for settling it. */
   at: number;
   epoch: number;
-  /** The object's level after the last grant, and when this isolate saw it (its own clock): with `left`, what the headers report. */
+  /** The object's level after the last grant, the most it refills to while that grant's leases are held, and when this isolate saw it (its own clock): with `left`, what the headers report. */
   level: number;
+  room: number;
   seenAt: number;
   /** A call for this bucket is out: other requests meanwhile take one token each and leave the record to it. */
   pending: boolean;
@@ -83,7 +84,7 @@ export class RateLeases {
       // Settled even under another config: the object ignores it if it has forgotten those counts since.
       if (held.unsettled > 0) back = { returned: held.left, settled: held.unsettled, at: held.at, epoch: held.epoch };
     }
-    const lease: Lease = same ? held : { requestsPerMinute: cfg.requestsPerMinute, burst: cfg.burst, left: 0, expiresAt: 0, size: 1, unsettled: 0, at: 0, epoch: 0, level: 0, seenAt: 0, pending: false };
+    const lease: Lease = same ? held : { requestsPerMinute: cfg.requestsPerMinute, burst: cfg.burst, left: 0, expiresAt: 0, size: 1, unsettled: 0, at: 0, epoch: 0, level: 0, room: 0, seenAt: 0, pending: false };
     lease.left = 0;
     lease.unsettled = 0;
     lease.pending = true;
@@ -106,6 +107,7 @@ export class RateLeases {
     lease.at = r.at;
     lease.epoch = r.epoch;
     lease.level = r.level;
+    lease.room = r.room;
     lease.seenAt = this.now();
     // Evicted during the call: kept again (its grant is this record's); replaced (a take under another config): left to that one.
     if (!this.#leases.has(name)) this.#touch(name, lease);
@@ -122,7 +124,8 @@ export class RateLeases {
 /** An allowed take's headers under a lease: the bucket's level as if unleased (object level refilled, plus this isolate's tokens). */
 function view(lease: Lease, cfg: BucketRate, t: number): TakeResult {
   const perMs = cfg.requestsPerMinute / 60_000;
-  // Refilled by this isolate's clock since it saw the level (the object's clock may differ from it).
-  const level = Math.min(cfg.burst, lease.level + Math.max(0, t - lease.seenAt) * perMs + lease.left);
+  // Refilled by this isolate's clock since it saw the level (the object's clock may differ from it), but
+  // only up to what the object refills to while leases are held: other isolates' held tokens may be spent.
+  const level = Math.min(cfg.burst, Math.min(lease.room, lease.level + Math.max(0, t - lease.seenAt) * perMs) + lease.left);
   return { allowed: true, remaining: Math.floor(level), retryAfterSeconds: 0, resetMs: Math.ceil((cfg.burst - level) / perMs) };
 }

@@ -92,6 +92,8 @@ export interface LeaseResult extends TakeResult {
   /** The bucket's exact level after the grant (leased tokens are gone from it), and when (the object's clock; with `epoch`, the lease's identity for settling it). */
   level: number;
   at: number;
+  /** The most the bucket refills to while the leases it counts now are held (burst less them): what a header may report of it. */
+  room: number;
   /** The generation of the counts the grant joined (a config change starts a new one). */
   epoch: number;
 }
@@ -194,9 +196,10 @@ export function takeLease(state: BucketState, cfg: BucketRate, now: number, want
   const remaining = Math.max(0, Math.floor(state.tokens));
   const resetMs = fullAgainAt(state, cfg) - state.at;
   const epoch = state.leaseEpoch!;
-  if (size >= 1) return { allowed: true, granted: size, remaining, retryAfterSeconds: 0, resetMs, level: state.tokens, at: state.at, epoch };
+  const room = Math.max(0, cfg.burst - heldByLeases(state));
+  if (size >= 1) return { allowed: true, granted: size, remaining, retryAfterSeconds: 0, resetMs, level: state.tokens, at: state.at, room, epoch };
   // Short of one token: it refills in (1 - tokens) / rate, unless leases hold so much that the cap is under one -- then not before the older window's leases expire.
   const freeAt = (cfg.burst - leased[0] >= 1 ? state.leaseWindow! + 1 : state.leaseWindow! + 2) * LEASE_WINDOW_MS;
   const until = cap >= 1 ? (1 - state.tokens) / perMs : freeAt - now + 1 / perMs;
-  return { allowed: false, granted: 0, remaining, retryAfterSeconds: Math.max(1, Math.ceil(until / 1000)), resetMs, level: state.tokens, at: state.at, epoch };
+  return { allowed: false, granted: 0, remaining, retryAfterSeconds: Math.max(1, Math.ceil(until / 1000)), resetMs, level: state.tokens, at: state.at, room, epoch };
 }

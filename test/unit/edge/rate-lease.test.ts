@@ -272,6 +272,18 @@ describe("leases in the isolate", () => {
     expect(await leases.take("k", cfg, () => source)).toMatchObject({ allowed: true, remaining: 117, resetMs: 300 });
   });
 
+  it("headers never count refill past what the object refills to while other isolates hold leases", async () => {
+    const clock = { now: 0 };
+    const obj = bucketObject(clock);
+    const other = new RateLeases(16, () => clock.now);
+    for (let i = 0; i < 16; i++) await other.take("k", cfg, obj.source); // leases 1, 2, 4, 8, then 15: 14 held there
+    const leases = new RateLeases(16, () => clock.now);
+    await leases.take("k", cfg, obj.source);
+    await leases.take("k", cfg, obj.source); // a lease of two: one left, one held; the object's level 87, room 120 - 14 - 1
+    clock.now = 1_900; // 19 refilled by this clock, but the object refills only to 105 while those leases are held
+    expect(await leases.take("k", cfg, obj.source)).toMatchObject({ allowed: true, remaining: 105 });
+  });
+
   it("the book holds at most `capacity` leases and no long names", async () => {
     const clock = { now: 0 };
     const leases = new RateLeases(4, () => clock.now);
