@@ -21,7 +21,7 @@ const content = fc.array(fragment, { maxLength: 6 }).map((p) => p.join(""));
 const part = fc.oneof(
   { weight: 6, arbitrary: content.map((text) => ({ type: "text", text })) },
   { weight: 3, arbitrary: fc.constantFrom({ type: "image" }, { type: "video" }) },
-  { weight: 1, arbitrary: fc.constantFrom<Record<string, unknown>>({ type: "audio" }, { type: "text", text: "t", extra: 1 }, { type: "image", image: "u" }, { type: "text", text: 1 }) },
+  { weight: 1, arbitrary: fc.constantFrom<Record<string, unknown>>({ type: "audio" }, { type: "text", text: "t", extra: 1 }, { type: "image", image: "u" }, { type: "text", text: 1 }, { type: "text", text: "t", image: 1 }, { type: "video", image: "x" }, { type: "text", text: "t", video: 1 }) },
 );
 type Msg = Record<string, unknown>;
 const extra = fc.constantFrom<Record<string, unknown>>({}, {}, {}, {}, {}, {}, { reasoning_content: "r" }, { reasoning_content: "\nr\n" }, { tool_calls: [{ type: "function", function: { name: "f", arguments: "{}" } }] }, { name: "n" });
