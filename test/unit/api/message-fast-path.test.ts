@@ -7,6 +7,7 @@
 import fc from "fast-check";
 import { afterAll, beforeAll, describe, expect, it, vi } from "vitest";
 import { z } from "zod";
+import { compilesDuring } from "../../helpers/zod-compiles.ts";
 import {
   AudioUrlPartSchema,
   GenericMessageSchema,
@@ -164,24 +165,6 @@ const others = fc.record(
   },
   { requiredKeys: [] },
 );
-
-/** How many functions are compiled from text (`new Function`, how zod compiles a parser) while `run` runs. */
-function compilesDuring(run: () => void): number {
-  const real = globalThis.Function;
-  let compiles = 0;
-  globalThis.Function = new Proxy(real, {
-    construct(target, args) {
-      compiles++;
-      return Reflect.construct(target, args) as object;
-    },
-  });
-  try {
-    run();
-  } finally {
-    globalThis.Function = real;
-  }
-  return compiles;
-}
 
 /** The modules under test, imported afresh (so their schemas are built under the zod config of the moment). */
 async function importModules() {

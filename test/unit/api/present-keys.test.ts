@@ -3,6 +3,7 @@ import { afterAll, beforeAll, describe, expect, it, vi } from "vitest";
 import { z } from "zod";
 import { ChatCompletionRequestObject } from "../../../src/api/openai-schema.ts";
 import { MAX_PICKED_SCHEMAS, PresentKeysReader } from "../../../src/api/present-keys.ts";
+import { compilesDuring } from "../../helpers/zod-compiles.ts";
 
 /** A value's JSON with key order and keys holding undefined kept (zod's output is compared as built). */
 function exactly(v: unknown): string {
@@ -64,24 +65,6 @@ function bodyOver(fields: readonly string[]): fc.Arbitrary<Record<string, unknow
 const body = bodyOver(FIELDS);
 /** Bodies over four fields: at most 16 sets of fields, so a reader never passes its bound on them. */
 const fewSetsBody = bodyOver(["n", "tools", "tool_choice", "response_format"]);
-
-/** How many functions are compiled from text (`new Function`, how zod compiles a parser) while `run` runs. */
-function compilesDuring(run: () => void): number {
-  const real = globalThis.Function;
-  let compiles = 0;
-  globalThis.Function = new Proxy(real, {
-    construct(target, args) {
-      compiles++;
-      return Reflect.construct(target, args) as object;
-    },
-  });
-  try {
-    run();
-  } finally {
-    globalThis.Function = real;
-  }
-  return compiles;
-}
 
 /** The modules under test, imported afresh (so their schemas are built under the zod config of the moment). */
 async function importModules() {

@@ -7,6 +7,7 @@ import fc from "fast-check";
 import { afterAll, beforeAll, describe, expect, it, vi } from "vitest";
 import { z } from "zod";
 import { MAX_URL_FRESH_SEC, StoreResultSchema } from "../../../src/media/store-result.ts";
+import { compilesDuring } from "../../helpers/zod-compiles.ts";
 
 const DIGEST = "0123456789abcdef".repeat(4);
 const count = fc.oneof(
@@ -50,24 +51,6 @@ const answer = fc
     if (e) Object.defineProperty(o, e.key, { value: e.value, enumerable: e.enumerable, writable: true, configurable: true });
     return o;
   });
-
-/** How many functions are compiled from text (`new Function`, how zod compiles a parser) while `run` runs. */
-function compilesDuring(run: () => void): number {
-  const real = globalThis.Function;
-  let compiles = 0;
-  globalThis.Function = new Proxy(real, {
-    construct(target, args) {
-      compiles++;
-      return Reflect.construct(target, args) as object;
-    },
-  });
-  try {
-    run();
-  } finally {
-    globalThis.Function = real;
-  }
-  return compiles;
-}
 
 describe.each([
   ["compiled", false],
