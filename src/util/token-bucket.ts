@@ -150,10 +150,21 @@ function rollLeases(state: BucketState, cfg: BucketRate, now: number): [number, 
 }
 
 /**
- * Refills `state` to `now` at `cfg`'s rate, up to `burst` less what unexpired leases of this
- * config hold (a bucket that never leased skips the counts). Returns that cap (never below zero).
+ * Refills `state` to `now` at `cfg`'s rate, up to `burst` less what leases of this config held at
+ * each moment (a bucket that never leased skips the counts). Returns the cap now (never below zero).
  */
 function refill(state: BucketState, cfg: BucketRate, now: number): number {
+  // Window by window first: a count that expired since the last call held the bucket down until its
+  // window ended, so the time before that refills under its cap, not under the whole burst.
+  const rate = state.leaseRate;
+  if (state.leased && state.leaseWindow !== undefined && rate && rate[0] === cfg.requestsPerMinute && rate[1] === cfg.burst) {
+    for (let end = (state.leaseWindow + 1) * LEASE_WINDOW_MS; end <= now && heldByLeases(state) > 0; end += LEASE_WINDOW_MS) {
+      const held = Math.max(0, cfg.burst - heldByLeases(state));
+      state.tokens = Math.min(held, state.tokens + Math.max(0, end - state.at) * (cfg.requestsPerMinute / 60_000));
+      state.at = Math.max(state.at, end);
+      rollLeases(state, cfg, end);
+    }
+  }
   if (state.leased) rollLeases(state, cfg, now);
   const cap = Math.max(0, cfg.burst - heldByLeases(state));
   state.tokens = Math.min(cap, state.tokens + Math.max(0, now - state.at) * (cfg.requestsPerMinute / 60_000));
@@ -169,9 +180,10 @@ function refill(state: BucketState, cfg: BucketRate, now: number): number {
  */
 export function takeLease(state: BucketState, cfg: BucketRate, now: number, want: number, back?: LeaseBack): LeaseResult {
   const perMs = cfg.requestsPerMinute / 60_000;
-  const leased = rollLeases(state, cfg, now);
-  // Refilled before the settlement: until now the lease was held, and the bucket filled only up to burst less it.
+  // Refilled before the counts move on and before the settlement: until now the leases were held, and
+  // the bucket filled only up to burst less them (refill steps over the windows that expired meanwhile).
   refill(state, cfg, now);
+  const leased = rollLeases(state, cfg, now);
   // A lease of forgotten counts (another config's) is neither settled nor returned: its count is gone already.
   // Only while the object still counts the lease held (its window or the next) is there anything to
   // settle or take back: once the count has expired the bucket has refilled over those tokens, and

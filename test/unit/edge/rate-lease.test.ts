@@ -69,12 +69,14 @@ describe("lease arithmetic (the object's side)", () => {
       takeLease(b, cfg, 0, 15); // 14 held from the start of a 3 s window
       return b;
     };
-    // Refilled at 10 / s: up to 120 less the 14 until the end of the next window, then up to 120; one taken.
+    // Refilled at 10 / s: up to 120 less the 14 until the end of the next window (6 s), then up to 120
+    // from then on (not over the time the hold kept it down); one taken.
     expect(takeLease(early(), cfg, 5_999, 1).level).toBe(120 - 14 - 1);
-    expect(takeLease(early(), cfg, 6_000, 1).level).toBe(120 - 1);
+    expect(takeLease(early(), cfg, 6_000, 1).level).toBe(120 - 14 - 1);
+    expect(takeLease(early(), cfg, 7_400, 1).level).toBe(120 - 1);
     const late = { tokens: 120, at: 2_999 };
     takeLease(late, cfg, 2_999, 15); // granted at the end of the window
-    expect(takeLease(late, cfg, 6_000, 1).level).toBe(120 - 1);
+    expect(takeLease(late, cfg, 7_400, 1).level).toBe(120 - 1);
   });
 
   it("a plain take (token quotas, an isolate without leases) refills only up to what leases leave", () => {
@@ -126,7 +128,7 @@ describe("lease arithmetic (the object's side)", () => {
   it("a leftover returned after the object stopped counting its lease is not credited (the bucket has refilled over it)", () => {
     const b = fullBucket(cfg, 0);
     const lease = takeLease(b, cfg, 0, 15); // granted in window 0 (0-3 s), held until 6 s at most
-    expect(takeLease(b, cfg, 6_000, 1).level).toBe(119); // the hold has expired: full, one taken
+    expect(takeLease(b, cfg, 6_000, 1).level).toBe(105); // the hold has just expired: the bucket was kept to 106 until now, one taken
     b.tokens = 0;
     // 14 returned at 6 s: the lease is no longer counted, so nothing is released nor credited.
     expect(takeLease(b, cfg, 6_000, 1, { returned: 14, settled: 14, at: lease.at, epoch: lease.epoch }).granted).toBe(0);
@@ -304,6 +306,73 @@ describe("leases in the isolate", () => {
  * token bucket's own bound, whatever the leases.
  */
 describe("never more than the bucket across isolates", () => {
+  /** Requests of one bucket's isolates, each admission's time recorded; `worst` is the largest excess over burst + rate × window. */
+  function ledger(cfg: BucketRate, clock: { now: number }) {
+    const obj = bucketObject(clock);
+    const admitted: number[] = [];
+    const take = async (iso: RateLeases) => {
+      const r = await iso.take("chat:key:x", cfg, obj.source);
+      if (r.allowed) admitted.push(clock.now);
+      return r.allowed;
+    };
+    const worst = () => {
+      let w = -Infinity;
+      for (let i = 0; i < admitted.length; i++) for (let j = i; j < admitted.length; j++) w = Math.max(w, j - i + 1 - (cfg.burst + (admitted[j]! - admitted[i]!) * (cfg.requestsPerMinute / 60_000)));
+      return w;
+    };
+    return { take, worst, admitted, obj };
+  }
+  /** Grows an isolate's next lease to the largest (leases of 1, 2, 4 and 8 spent, a minute apart). */
+  async function grown(take: (iso: RateLeases) => Promise<boolean>, iso: RateLeases, clock: { now: number }) {
+    for (let i = 0; i < 15; i++) await take(iso);
+    clock.now += 60_000;
+  }
+
+  it("a hold that expired between calls held the bucket down until its window ended (no refill over it)", async () => {
+    // Isolates each take a 15-token lease 10 ms before a 3 s window ends and spend the leftovers at
+    // their expiry; nobody calls the object until the counts have rolled off, then a fresh isolate
+    // drains it. Refilling the whole gap up to the burst admitted up to 148 where 130.1 is the bound.
+    const cfg = { requestsPerMinute: 600, burst: 120 };
+    for (const n of [1, 2, 3]) {
+      const clock = { now: 1_000 };
+      const l = ledger(cfg, clock);
+      const isolates = Array.from({ length: n }, () => new RateLeases(16, () => clock.now));
+      for (const iso of isolates) await grown(l.take, iso, clock);
+      const t0 = (Math.floor(clock.now / 3_000) + 20) * 3_000 - 10;
+      clock.now = t0;
+      l.admitted.length = 0;
+      for (const iso of isolates) await l.take(iso);
+      clock.now = t0 + 1_999;
+      for (const iso of isolates) for (let i = 0; i < 14; i++) expect(await l.take(iso)).toBe(true);
+      clock.now = (Math.floor(t0 / 3_000) + 2) * 3_000;
+      const fresh = new RateLeases(16, () => clock.now);
+      while (await l.take(fresh));
+      expect(l.worst()).toBeLessThanOrEqual(1e-9);
+    }
+  });
+
+  it("a settlement refused by an empty bucket is not made again by the next call (it would release another isolate's hold)", async () => {
+    const cfg = { requestsPerMinute: 6_000, burst: 120 };
+    const clock = { now: 1_000 };
+    const l = ledger(cfg, clock);
+    const [a, b] = [new RateLeases(16, () => clock.now), new RateLeases(16, () => clock.now)];
+    for (const iso of [a, b]) await grown(l.take, iso, clock);
+    clock.now = (Math.floor(clock.now / 3_000) + 1) * 3_000 + 10;
+    l.admitted.length = 0;
+    await l.take(b);
+    await l.take(a);
+    for (let i = 0; i < 14; i++) await l.take(a);
+    const drain = new RateLeases(16, () => clock.now);
+    while (await l.take(drain));
+    expect(await l.take(a)).toBe(false); // settles a's 14 and is refused
+    expect(await l.take(a)).toBe(false); // must not settle them again (b's 14 are still held)
+    clock.now += 1_900;
+    for (let i = 0; i < 14; i++) await l.take(b);
+    const late = new RateLeases(16, () => clock.now);
+    while (await l.take(late));
+    expect(l.worst()).toBeLessThanOrEqual(1e-9);
+  });
+
   it("holds for random interleavings", async () => {
     const step = fc.record({ isolate: fc.nat({ max: 7 }), dt: fc.oneof(fc.constant(0), fc.nat({ max: 50 }), fc.nat({ max: 3_000 })), together: fc.integer({ min: 1, max: 4 }) });
     await fc.assert(
