@@ -437,7 +437,7 @@ describe("index liveness (no pong within the deadline)", () => {
       for (let i = 0; i < 20 && s.stats().connects === 1 && seq * batchBytes < 3 * MAX_SEND_BACKLOG_BYTES; i++) s.pushEvents(1, ++seq, stored);
     }, 10);
     try {
-      await waitFor(() => index.conns.length === 2 && kinds(index.conns[1]!).includes("dump"), "second session's dump", 10_000);
+      await waitFor(() => index.conns.length === 2 && kinds(index.conns[1]!).includes("dump"), "second session's dump", 30_000);
     } finally {
       clearInterval(feed);
     }
