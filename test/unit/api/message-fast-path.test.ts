@@ -5,9 +5,9 @@
  * a bad URL) and hostile (__proto__ keys, huge and unusual unicode strings, arbitrary values).
  */
 import fc from "fast-check";
-import { afterAll, beforeAll, describe, expect, it, vi } from "vitest";
+import { beforeAll, describe, expect, it } from "vitest";
 import { z } from "zod";
-import { compilesDuring } from "../../helpers/zod-compiles.ts";
+import { compilesDuring, modulesUnderZodMode, ZOD_MODES } from "../../helpers/zod-compiles.ts";
 import {
   AudioUrlPartSchema,
   GenericMessageSchema,
@@ -175,26 +175,13 @@ async function importModules() {
   };
 }
 
-describe.each([
-  ["compiled", false],
-  ["jitless (as in workerd, which forbids eval)", true],
-])("fastMessages mirrors zod's messages schema, zod %s", (_name, jitless) => {
-  // zod decides when a schema is built whether it compiles its parser (zod 4.6.7,
-  // v4/core/schemas.js $ZodObjectJIT: `jit = !globalConfig.jitless`), and the schemas are built at
-  // import: the modules are imported afresh after zod is configured.
+describe.each(ZOD_MODES)("fastMessages mirrors zod's messages schema, zod %s", (_name, jitless) => {
+  const loaded = modulesUnderZodMode(jitless, importModules);
   let m: Awaited<ReturnType<typeof importModules>>;
-  let before: boolean | undefined;
   let fastMessages: (typeof m)["fast"]["fastMessages"];
-  beforeAll(async () => {
-    vi.resetModules();
-    const fresh = await import("zod");
-    before = fresh.z.config().jitless;
-    fresh.z.config({ jitless });
-    m = await importModules();
+  beforeAll(() => {
+    m = loaded();
     fastMessages = m.fast.fastMessages;
-  });
-  afterAll(async () => {
-    (await import("zod")).z.config({ jitless: before });
   });
 
   /** fastMessages agrees with zod on `list`; returns whether it accepted. */

@@ -1,9 +1,9 @@
 import fc from "fast-check";
-import { afterAll, beforeAll, describe, expect, it, vi } from "vitest";
+import { beforeAll, describe, expect, it } from "vitest";
 import { z } from "zod";
 import { ChatCompletionRequestObject } from "../../../src/api/openai-schema.ts";
 import { MAX_PICKED_SCHEMAS, PresentKeysReader } from "../../../src/api/present-keys.ts";
-import { compilesDuring } from "../../helpers/zod-compiles.ts";
+import { compilesDuring, modulesUnderZodMode, ZOD_MODES } from "../../helpers/zod-compiles.ts";
 
 /** A value's JSON with key order and keys holding undefined kept (zod's output is compared as built). */
 function exactly(v: unknown): string {
@@ -92,24 +92,12 @@ function agrees(m: Modules, reader: PresentKeysReader<typeof ChatCompletionReque
   expect(exactly(m.schema.withSglangDefaults(read!.data!))).toBe(exactly(full.data));
 }
 
-describe.each([
-  ["compiled", false],
-  ["jitless (as in workerd, which forbids eval)", true],
-])("PresentKeysReader against the schema, zod %s", (_name, jitless) => {
-  // zod decides when a schema is built whether it compiles its parser (zod 4.6.7,
-  // v4/core/schemas.js $ZodObjectJIT: `jit = !globalConfig.jitless`), and the schemas are built at
-  // import: the modules are imported afresh after zod is configured, schema and reader alike.
+describe.each(ZOD_MODES)("PresentKeysReader against the schema, zod %s", (_name, jitless) => {
+  // Schema and reader alike are imported afresh under the mode.
+  const loaded = modulesUnderZodMode(jitless, importModules);
   let m: Modules;
-  let before: boolean | undefined;
-  beforeAll(async () => {
-    vi.resetModules();
-    const fresh = await import("zod");
-    before = fresh.z.config().jitless;
-    fresh.z.config({ jitless });
-    m = await importModules();
-  });
-  afterAll(async () => {
-    (await import("zod")).z.config({ jitless: before });
+  beforeAll(() => {
+    m = loaded();
   });
 
   it("gives zod's output (key order and left-out keys included) or zod's issues (in order), for any subset of fields", () => {

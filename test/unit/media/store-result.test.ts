@@ -4,10 +4,10 @@
  * it declines. Generated answers: valid, near-valid (one member off) and hostile.
  */
 import fc from "fast-check";
-import { afterAll, beforeAll, describe, expect, it, vi } from "vitest";
+import { beforeAll, describe, expect, it } from "vitest";
 import { z } from "zod";
 import { MAX_URL_FRESH_SEC, StoreResultSchema } from "../../../src/media/store-result.ts";
-import { compilesDuring } from "../../helpers/zod-compiles.ts";
+import { compilesDuring, modulesUnderZodMode, ZOD_MODES } from "../../helpers/zod-compiles.ts";
 
 const DIGEST = "0123456789abcdef".repeat(4);
 const count = fc.oneof(
@@ -52,23 +52,11 @@ const answer = fc
     return o;
   });
 
-describe.each([
-  ["compiled", false],
-  ["jitless (as in workerd, which forbids eval)", true],
-])("fastStoreResult mirrors StoreResultSchema, zod %s", (_name, jitless) => {
-  // zod decides when a schema is built whether it compiles its parser (zod 4.6.7,
-  // v4/core/schemas.js $ZodObjectJIT: `jit = !globalConfig.jitless`): the module is imported afresh after zod is configured.
+describe.each(ZOD_MODES)("fastStoreResult mirrors StoreResultSchema, zod %s", (_name, jitless) => {
+  const loaded = modulesUnderZodMode(jitless, () => import("../../../src/media/store-result.ts"));
   let m: typeof import("../../../src/media/store-result.ts");
-  let before: boolean | undefined;
-  beforeAll(async () => {
-    vi.resetModules();
-    const fresh = await import("zod");
-    before = fresh.z.config().jitless;
-    fresh.z.config({ jitless });
-    m = await import("../../../src/media/store-result.ts");
-  });
-  afterAll(async () => {
-    (await import("zod")).z.config({ jitless: before });
+  beforeAll(() => {
+    m = loaded();
   });
 
   function agrees(v: unknown): boolean {
