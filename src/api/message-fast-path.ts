@@ -68,14 +68,18 @@ function fastPart(p: unknown): Part | null {
 
 function fastContent(content: unknown): string | Part[] | null {
   if (typeof content === "string") return content;
-  if (!Array.isArray(content)) return null;
-  const parts: Part[] = [];
-  for (let i = 0; i < content.length; i++) {
-    const part = fastPart(content[i]);
-    if (part === null) return null;
-    parts.push(part);
+  return Array.isArray(content) ? everyOrNull(content, fastPart) : null;
+}
+
+/** `read` of every item, or null as soon as one is not of a mirrored shape. */
+function everyOrNull<T>(items: readonly unknown[], read: (item: unknown) => T | null): T[] | null {
+  const out: T[] = [];
+  for (let i = 0; i < items.length; i++) {
+    const v = read(items[i]);
+    if (v === null) return null;
+    out.push(v);
   }
-  return parts;
+  return out;
 }
 
 function fastMessage(m: unknown): ChatMessage | null {
@@ -103,11 +107,5 @@ function fastMessage(m: unknown): ChatMessage | null {
 /** zod's output for the request's `messages` member when every message is of a shape mirrored here; null otherwise (parse with zod). */
 export function fastMessages(input: unknown): ChatMessage[] | null {
   if (!Array.isArray(input) || input.length === 0 || Object.getPrototypeOf(input) !== Array.prototype) return null;
-  const out: ChatMessage[] = [];
-  for (let i = 0; i < input.length; i++) {
-    const m = fastMessage(input[i]);
-    if (m === null) return null;
-    out.push(m);
-  }
-  return out;
+  return everyOrNull(input, fastMessage);
 }
