@@ -1,12 +1,12 @@
 #!/usr/bin/env node
 // Paired A/B of two checkouts' edge CPU: starts the bench's edge fleet (bench/lib/edge-fleet.mjs,
 // split index) from this tree and from `--base` (a checkout with its assets built), warms both with
-// the same request shape (bench/lib/perf-session.mjs requestShape: text, chat conversation or vision
-// turns), then sends them blocks of requests in alternating order and reads each edge workerd
+// the same request shape (bench/lib/perf-session.mjs requestShape: text, chat conversation, vision
+// turns or agent steps), then sends them blocks of requests in alternating order and reads each edge workerd
 // process's CPU per block (/proc schedstat). Prints per-side medians and the per-block difference.
 // Run both orders (--base-first): the fleet started second can read lower on this 2-core VM, and an
 // A/A run (--base pointing at a copy of this tree) gives the noise floor.
-// Usage: node scripts/ab-edge-cpu.mjs --base <checkout> [--shape text|conversation|vision] [--tokens 32000]
+// Usage: node scripts/ab-edge-cpu.mjs --base <checkout> [--shape text|conversation|vision|agent] [--tokens 32000]
 //        [--blocks 16] [--per-block 20] [--warm 300] [--stream] [--base-first]
 import { join, resolve } from "node:path";
 import { pathToFileURL } from "node:url";
@@ -24,8 +24,8 @@ const { values: opt } = parseArgs({
     "base-first": { type: "boolean", default: false },
   },
 });
-if (!opt.base || !["text", "conversation", "vision"].includes(opt.shape)) {
-  console.error("ab-edge-cpu: --base <checkout> is required; --shape is text, conversation or vision");
+if (!opt.base || !["text", "conversation", "vision", "agent"].includes(opt.shape)) {
+  console.error("ab-edge-cpu: --base <checkout> is required; --shape is text, conversation, vision or agent");
   process.exit(2);
 }
 const here = resolve(import.meta.dirname, "..");
@@ -49,7 +49,7 @@ try {
     const m = await load(tree);
     const vision = opt.shape === "vision";
     const fleet = await m.fleet.startEdgeFleet({ limits: { maxMessageChars: 2_000_000, maxTotalChars: 8_000_000 }, splitIndex: true, ...(vision ? { media: m.session.visionMedia(), decode: true } : {}) });
-    const shape = m.session.requestShape(fleet, { tokens: Number(opt.tokens), conversation: opt.shape === "conversation", vision, stream: opt.stream, warm: Number(opt.warm), seed: 0x9f0f });
+    const shape = m.session.requestShape(fleet, { tokens: Number(opt.tokens), conversation: opt.shape === "conversation", vision, agent: opt.shape === "agent", stream: opt.stream, warm: Number(opt.warm), seed: 0x9f0f });
     sides.push({ name, fleet, pid: m.session.workerdPid(fleet), shape, cpu: m.cpu, ms: [] });
   }
   for (const s of sides) await s.shape.warmUp();

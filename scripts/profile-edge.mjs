@@ -6,7 +6,9 @@
 // prints edge − direct, the local hop floor and each process's CPU per request, then a CPU profile
 // of the edge isolate (top self-time frames). The sampler inflates JS ~2× and sees no native frames:
 // scripts/perf-edge.mjs shows the runtime's share too. Usage: node scripts/profile-edge.mjs
-// [--tokens 32000] [--n 60] [--stream] [--cold] [--save profile.cpuprofile] (the raw profile, for DevTools)
+// [--tokens 32000] [--n 60] [--stream] [--cold | --agent] [--save profile.cpuprofile] (the raw profile, for
+// DevTools). --agent: agent steps instead (bench/lib/perf-session.mjs requestShape: tool calls and
+// ~10000-token tool outputs up to --tokens, each request one more step).
 import { writeFileSync } from "node:fs";
 import { parseArgs } from "node:util";
 import WebSocket from "ws";
@@ -15,8 +17,9 @@ import { nativeWorkerdPid, processCpuPreciseMs } from "../bench/lib/process-cpu.
 import { selfTimes } from "../bench/lib/profile.mjs";
 import { freshText } from "../bench/lib/corpus.mjs";
 import { rng, summarize } from "../bench/lib/stats.mjs";
+import { requestShape } from "../bench/lib/perf-session.mjs";
 
-const { values: opt } = parseArgs({ options: { tokens: { type: "string", default: "32000" }, n: { type: "string", default: "60" }, stream: { type: "boolean", default: false }, cold: { type: "boolean", default: false }, top: { type: "string", default: "40" }, save: { type: "string" } } });
+const { values: opt } = parseArgs({ options: { tokens: { type: "string", default: "32000" }, n: { type: "string", default: "60" }, stream: { type: "boolean", default: false }, cold: { type: "boolean", default: false }, agent: { type: "boolean", default: false }, top: { type: "string", default: "40" }, save: { type: "string" } } });
 const TOKENS = Number(opt.tokens);
 const N = Number(opt.n);
 const INSPECTOR = 9300 + Math.floor(Math.random() * 500);
@@ -70,8 +73,10 @@ try {
   const history = [{ role: "system", content: "You are a careful assistant." }, { role: "user", content: freshText(TOKENS, random) }];
   for (let i = 0; i < 10; i++) await post(edge, body([{ role: "user", content: freshText(2000, random) }]));
   // As an admin, as the profiled turns go: its cache partition is theirs, so their prompt prefix hits.
-  await post(edge, body(history), admin);
-  const turn = opt.cold ? () => body([history[0], { role: "user", content: freshText(TOKENS, random) }]) : () => body([...history, { role: "assistant", content: freshText(80, random) }, { role: "user", content: freshText(40, random) }]);
+  const agent = opt.agent ? requestShape(fleet, { tokens: TOKENS, agent: true, stream: opt.stream, warm: 0, seed: 0x9f0f }) : null;
+  if (agent) await agent.warmUp();
+  else await post(edge, body(history), admin);
+  const turn = agent ? agent.next : opt.cold ? () => body([history[0], { role: "user", content: freshText(TOKENS, random) }]) : () => body([...history, { role: "assistant", content: freshText(80, random) }, { role: "user", content: freshText(40, random) }]);
   const hop = { edge: [], direct: [] };
   for (let i = 0; i < 30; i++) {
     hop.edge.push(await get(`${fleet.edgeUrl}/healthz`));

@@ -48,15 +48,26 @@ export function workerdPid(fleet) {
  * the bench does: routing headers and server-timing on every answer). `vision`: the edge bench's
  * vision turns instead (conversations.mjs extend): user messages of ~100 tokens and an image (the
  * four of visionMedia() in turn, from the fleet's media server), answers of ~1500 tokens; each body
- * adds an answer and such a user message, its image the next of the four. Streams ask for usage.
+ * adds an answer and such a user message, its image the next of the four. `agent`: the edge bench's
+ * agent steps instead (conversations.mjs extend): a user task (~200 tokens), then steps of an
+ * assistant tool call (content "", one `tool_calls` entry) and its tool output (~10000 tokens) up
+ * to `tokens`; each body adds one such step. Streams ask for usage.
  */
-export function requestShape(fleet, { tokens, cold = false, stream = false, conversation = false, vision = false, warm = 20, seed }) {
+export function requestShape(fleet, { tokens, cold = false, stream = false, conversation = false, vision = false, agent = false, warm = 20, seed }) {
   const random = rng(seed);
   const edge = `${fleet.edgeUrl}/v1/chat/completions`;
-  const headers = { "content-type": "application/json", ...(conversation || vision ? { authorization: `Bearer ${fleet.adminToken}` } : {}) };
+  const headers = { "content-type": "application/json", ...(conversation || vision || agent ? { authorization: `Bearer ${fleet.adminToken}` } : {}) };
   const body = (messages) => JSON.stringify({ model: MODEL, messages, max_tokens: 16, ...(stream ? { stream: true, stream_options: { include_usage: true } } : {}) });
   const turns = [];
   let images = 0;
+  let steps = 0;
+  const toolStep = () => {
+    const id = `call_${++steps}`;
+    return [
+      { role: "assistant", content: "", tool_calls: [{ id, type: "function", function: { name: "read_file", arguments: JSON.stringify({ path: `src/file-${steps}.ts` }) } }] },
+      { role: "tool", tool_call_id: id, content: freshText(10_000, random) },
+    ];
+  };
   // ~1300 tokens an image on average (Qwen3-VL: a token per 32×32 px of the four sizes).
   const question = () => [{ type: "text", text: freshText(100, random) }, { type: "image_url", image_url: { url: `${fleet.mediaUrl}/img-${images++ % IMAGE_SIZES.length}.png` } }];
   if (vision) {
@@ -65,6 +76,10 @@ export function requestShape(fleet, { tokens, cold = false, stream = false, conv
       turns.push({ role: "user", content: question() });
       size += k > 0 ? 2900 : 1400;
     }
+  } else if (agent) {
+    // Whole steps while the history and the next body's new ~10000 tokens stay within `tokens`.
+    turns.push({ role: "user", content: `Investigate the repository and report. ${freshText(200, random)}` });
+    for (let size = 200; size + 2 * 10_000 <= tokens; size += 10_000) turns.push(...toolStep());
   } else if (conversation) {
     // Whole turns while the history and the next body's new ~3300 tokens stay within `tokens`.
     for (let k = 0, size = 0; k === 0 || size + 6600 <= tokens; k++) {
@@ -73,14 +88,16 @@ export function requestShape(fleet, { tokens, cold = false, stream = false, conv
       size += k > 0 ? 3300 : 300;
     }
   }
-  const history = conversation || vision ? [{ role: "system", content: SYSTEM }, ...turns] : [{ role: "system", content: SYSTEM }, { role: "user", content: freshText(tokens, random) }];
+  const history = conversation || vision || agent ? [{ role: "system", content: SYSTEM }, ...turns] : [{ role: "system", content: SYSTEM }, { role: "user", content: freshText(tokens, random) }];
   const [answer, asked] = conversation ? [3000, 300] : [80, 40];
   const next = () =>
     cold
       ? body([{ role: "system", content: SYSTEM }, { role: "user", content: freshText(tokens, random) }])
       : vision
         ? body([...history, { role: "assistant", content: freshText(1500, random) }, { role: "user", content: question() }])
-        : body([...history, { role: "assistant", content: freshText(answer, random) }, { role: "user", content: freshText(asked, random) }]);
+        : agent
+          ? body([...history, ...toolStep()])
+          : body([...history, { role: "assistant", content: freshText(answer, random) }, { role: "user", content: freshText(asked, random) }]);
   const post = async (b) => {
     const r = await fetch(edge, { method: "POST", body: b, headers });
     await r.arrayBuffer();
