@@ -54,7 +54,12 @@
  * it stands for, and is the last query the template finds, at the right relative place). Such an
  * entry is used only by a request with no user message after its end (a final assistant message
  * counts: preprocessing turns it into one), else the longest non-provisional ancestor is; without
- * it every step of a loop re-rendered all tool output since the user's first message.
+ * it every step of a loop re-rendered all tool output since the user's first message. A request
+ * that ends with a tool result (a loop's step) ends its entry there instead (afterTool): the
+ * result's block is closed by `<|im_end|>` before any message but another tool result (Qwen3-VL
+ * groups consecutive results in one user block; Qwen2-VL closes each), so such an entry also
+ * needs the message after it not to be a tool result, and is rendered on as a provisional one;
+ * the next step then parses and renders only its own call and result, not the previous result.
  *
  * Entries after a long query (a document, then answers that differ: regenerated, edited, or the
  * first turn's). A store covers the messages from its parent to the request's last query; a long
@@ -263,7 +268,7 @@ interface StandInMemo {
   skeletonChars: number;
 }
 
-type CutKind = "beforeQuery" | "provisional" | "afterQuery";
+type CutKind = "beforeQuery" | "provisional" | "afterTool" | "afterQuery";
 
 interface Node {
   parent: Node | null;
@@ -285,7 +290,9 @@ interface Node {
   /**
    * Where the entry ends: before a query (used when the message after it may be one), after an
    * assistant message that follows the last query (provisional: valid only while no query follows
-   * it), or right after a long query that was not its request's last (valid for every continuation).
+   * it), after a final tool result that follows the last query (afterTool: valid only while no
+   * query follows it and the message after it is not a tool result), or right after a long query
+   * that was not its request's last (valid for every continuation).
    */
   cut: CutKind;
   /** Own media and dropped parts (indices as in the whole request). */
@@ -477,11 +484,10 @@ function isQuery(m: TemplateMessage | undefined): boolean {
 }
 
 /**
- * Whether the raw message element `span` may render as a query: a user message, or a final
- * assistant message (preprocessing relabels it a user message unless continue_final_message).
- * Anything unreadable may. Only the members' keys and the role's value are read.
+ * The role of the raw message element `span` as JSON.parse reads it (its last `role` member); null
+ * when unreadable or not a string. Only the members' keys and the role's value are read.
  */
-function mayBeQuery(whole: SplitText, span: readonly [number, number], last: boolean): boolean {
+function rawRole(whole: SplitText, span: readonly [number, number]): string | null {
   // Read in the piece holding the element: the walk reads nothing past the element's end.
   const { text: body, at: base } = whole.region(span[0], span[1]);
   let role: [number, number] | null = null;
@@ -492,14 +498,30 @@ function mayBeQuery(whole: SplitText, span: readonly [number, number], last: boo
     return stop;
   });
   const found = role as [number, number] | null;
-  if (end !== span[1] - base || found === null || body.charCodeAt(found[0]) !== 0x22) return true;
+  if (end !== span[1] - base || found === null || body.charCodeAt(found[0]) !== 0x22) return null;
   let value: unknown;
   try {
     value = JSON.parse(body.slice(found[0], found[1]));
   } catch {
-    return true;
+    return null;
   }
-  return typeof value !== "string" || value === "user" || (last && value.toLowerCase() === "assistant");
+  return typeof value === "string" ? value : null;
+}
+
+/**
+ * Whether the raw message element `span` may render as a query: a user message, or a final
+ * assistant message (preprocessing relabels it a user message unless continue_final_message).
+ * Anything unreadable may.
+ */
+function mayBeQuery(whole: SplitText, span: readonly [number, number], last: boolean): boolean {
+  const role = rawRole(whole, span);
+  return role === null || role === "user" || (last && role.toLowerCase() === "assistant");
+}
+
+/** Whether the raw message element `span` may render as a tool result (`function` is one: messages.ts TEMPLATE_ROLE). Anything unreadable may. */
+function mayBeTool(whole: SplitText, span: readonly [number, number]): boolean {
+  const role = rawRole(whole, span)?.toLowerCase() ?? null;
+  return role === null || role === "tool" || role === "function";
 }
 
 /** Whether the request's last message is a user message as the client sent it. */
@@ -1174,7 +1196,7 @@ export class TurnChainCache {
   private extend(request: ChatRequestLike, body: SplitText, layout: BodyLayout, profile: ModelProfile, node: Node, chain: Node[], scope: string, scopeHash: bigint, validated: readonly ChatMessage[] | null, decoded: readonly JsonLiteral[]): { prompt: ChainedPrompt; store: () => StoredPrefix } | null {
     const q = node.messages;
     const pre = preprocessChat({ ...request, messages: request.messages.slice(q) }, contentFormatOf(profile.templateId));
-    if (node.cut === "provisional" ? pre.messages.length === 0 || pre.messages.some(isQuery) : node.cut === "afterQuery" ? pre.messages.length === 0 : !isQuery(pre.messages[0])) return null;
+    if (node.cut === "provisional" || node.cut === "afterTool" ? pre.messages.length === 0 || pre.messages.some(isQuery) || (node.cut === "afterTool" && pre.messages[0]!.role === "tool") : node.cut === "afterQuery" ? pre.messages.length === 0 : !isQuery(pre.messages[0])) return null;
     const tail = this.renderTail(profile.templateId, scope, node.images, node.videos, pre.messages, pre.tools, pre.templateKwargs);
     if (tail === null) return null;
     const { text: stable, texts, ids, media, dropped } = chainParts(chain);
@@ -1263,9 +1285,9 @@ export class TurnChainCache {
 
   /**
    * Stores the stable prefix of a request (the rendered text before its last query's block, in two
-   * entries when a long query comes before it: through that query, then the rest) and a
-   * provisional one (through the last assistant message after that query, leaving at least one
-   * message new). `input.messages` from index `from` on are the request's preprocessed messages
+   * entries when a long query comes before it: through that query, then the rest) and one after
+   * that query: through a final tool result (afterTool), else a provisional one (through the last
+   * assistant message, leaving at least one message new). `input.messages` from index `from` on are the request's preprocessed messages
    * (earlier slots may be empty); `after` is the template's output from message `from` on (no
    * continuation prefix), what follows the parent's stable prefix (all of it without a parent).
    * Only `after` is read: the history's text is never copied again. Returns the entry the next turn
@@ -1313,6 +1335,14 @@ export class TurnChainCache {
     // The last query: found from `from` on, else before `from` (the parent is provisional), else message 0 of a whole request.
     const query = q >= 0 ? q : from > 0 ? from - 1 : isQuery(messages[0]) ? 0 : -1;
     if (query < 0) return out;
+    // A final tool result ends an entry (its block closes the same way before any message but
+    // another tool result: lookup and extend check), so the loop's next step parses and renders
+    // only its own messages; else the last assistant message before the final message does.
+    const last = count - 1;
+    if (messages.length === count && last > query && last >= at.from && messages[last]?.role === "tool") {
+      this.storeCut(ctx, profile, input, at, media, dropped, count, "afterTool");
+      return out;
+    }
     let a = count - 2;
     while (a > query && a >= at.from && messages[a]?.role !== "assistant") a--;
     if (a <= query || a < at.from) return out;
@@ -1430,7 +1460,8 @@ export class TurnChainCache {
   /**
    * The longest cached message prefix of the request (leaving at least one message new): an entry
    * ending before a query only when the message after it may be a query, a provisional one only
-   * when no message after it may be one, one ending after a query whatever follows.
+   * when no message after it may be one, one after a tool result only when besides the message
+   * after it may not be a tool result, one ending after a query whatever follows.
    */
   private lookup(body: SplitText, layout: BodyLayout, scope: string, scopeHash: bigint): { node: Node; chain: Node[] } | null {
     const open = layout.messagesOpen;
@@ -1458,7 +1489,7 @@ export class TurnChainCache {
       if (!bucket) continue;
       for (const n of bucket) {
         if (n.messages !== q || n.rawEnd !== rawEnd || n.scope !== scope) continue;
-        if (n.cut === "provisional" ? queryFrom(q) : n.cut === "beforeQuery" ? !mayBeQuery(body, layout.messages[q]!, q === count - 1) : continuesFinal && q === count - 1) continue;
+        if (n.cut === "provisional" ? queryFrom(q) : n.cut === "afterTool" ? queryFrom(q) || mayBeTool(body, layout.messages[q]!) : n.cut === "beforeQuery" ? !mayBeQuery(body, layout.messages[q]!, q === count - 1) : continuesFinal && q === count - 1) continue;
         const chain = chainOf(n);
         if ((matched !== null && isPrefixOf(chain, matched)) || rawMatches(chain, body, open)) return { node: n, chain };
       }

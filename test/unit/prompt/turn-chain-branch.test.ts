@@ -92,8 +92,9 @@ describe("turn chain: a long query ends an entry of its own", () => {
         [...history, { role: "assistant", content: "Another answer." }, { role: "user", content: "Next?" }],
       ];
       const { reused } = sendAll(profile, requests, extra);
-      // The loop's steps extend provisional entries after the document's; a query after the loop falls back to the document's.
-      expect(reused.slice(2)).toEqual([2, 3, 2, 2, 2]);
+      // The loop's steps extend entries after the document's (the second step the one through the
+      // first step's tool result); a query after the loop falls back to the document's.
+      expect(reused.slice(2)).toEqual([2, 4, 2, 2, 2]);
       const continued = sendAll(profile, [...requests.slice(0, 2), [...history, { role: "assistant", content: "To be contin" }]], { ...extra, continue_final_message: true, add_generation_prompt: false });
       expect(continued.reused[1]).toBe(1);
     });

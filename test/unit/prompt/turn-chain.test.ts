@@ -194,7 +194,7 @@ describe("turn chain: the incremental prompt equals the full path at every turn"
     }
   });
 
-  describe("agent loop: steps after the last query extend a provisional entry", () => {
+  describe("agent loop: steps after the last query extend the entry through the previous step", () => {
     // One step: the assistant's tool call (with reasoning on odd steps), then one or two tool results.
     const step = (k: number): Msg[] => [
       { role: "assistant", content: k % 3 === 0 ? "" : `Step ${k}.`, ...(k % 2 === 1 ? { reasoning_content: `why step ${k}` } : {}), tool_calls: [{ id: `c${k}`, type: "function", function: { name: "read_file", arguments: `{"path": "f${k}.txt"}` } }] },
@@ -228,17 +228,24 @@ describe("turn chain: the incremental prompt equals the full path at every turn"
           return { inc, rendered: chain.renderedChars - before };
         };
         same();
-        let previous = 0;
         for (let k = 1; k <= 9; k++) {
           const appended = step(k);
           messages.push(...appended);
           const { inc, rendered } = same();
           const size = JSON.stringify(appended).length;
-          // The new step and the previous one's tool results (re-rendered once after the cut), twice
-          // (the tail, then the next entry's tail), plus the stand-in and tools header: never the whole loop.
-          expect(rendered).toBeLessThan(2 * (size + previous) + 3000);
-          if (k >= 2) expect(inc.reusedMessages).toBe(messages.length - appended.length - (k % 2 === 0 ? 1 : 2));
-          previous = size;
+          // The new step once (its tail; the entry through its last tool result needs no render of
+          // its own), plus the stand-in's header and tools: not the previous step's tool results.
+          expect(rendered).toBeLessThan(size + 2000);
+          // From the second step on, the entry through the previous step's last tool result serves.
+          if (k >= 2) expect(inc.reusedMessages).toBe(messages.length - appended.length);
+        }
+        // A late result of the last call (a tool message, or a function one: the template's tool
+        // role): the entry through the step's result closed its block, so it may not serve; the
+        // one through the step before does.
+        for (const late of [{ role: "tool", tool_call_id: "c9", content: "late" }, { role: "Function", name: "read_file", content: "late" }]) {
+          messages.push(late);
+          expect(same().inc.reusedMessages).toBe(messages.length - 3);
+          messages.pop();
         }
         // A new query after the loop: the thinking template now drops the loop's reasoning, so no provisional entry may serve it.
         messages.push({ role: "assistant", content: "Fixed.", reasoning_content: "tests pass" }, { role: "user", content: "Now explain." });
