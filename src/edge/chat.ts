@@ -31,7 +31,6 @@ import { takeTokenQuota, withLimitHeaders, type TokenQuotaDeps } from "./token-q
 import type { AdmissionFrontDoor } from "../routing-index/front-door.ts";
 import { chatUpstreamBody } from "./chat/upstream-body.ts";
 import { StageClock } from "./server-timing.ts";
-import { markPoolShard, type PreparingRoute } from "./chat/receipt-outbox.ts";
 
 export interface ChatDeps extends ParseDeps, PrepareDeps, ForwardDeps, TokenQuotaDeps {
   /** The request's W3C trace context at the edge (functions/ starts it, so error answers name it too); absent: started from the request's own `traceparent`. */
@@ -42,20 +41,13 @@ export interface ChatDeps extends ParseDeps, PrepareDeps, ForwardDeps, TokenQuot
   onPrepared?(prepared: PreparedRouting): void;
 }
 
-/** Counted as preparing a route from here to its first index call (receipt-outbox.ts). */
-export function handleChatCompletions(request: Request, deps: ChatDeps): Promise<Response> {
-  return deps.receiptOutbox.whilePreparingRoute((preparing) => serveChatCompletions(request, deps, preparing));
-}
-
-/** The chat route for a caller that counts the request as preparing a route already (responses). */
-export async function serveChatCompletions(request: Request, deps: ChatDeps, preparing: PreparingRoute): Promise<Response> {
+export async function handleChatCompletions(request: Request, deps: ChatDeps): Promise<Response> {
   const { config } = deps;
   // workerd advances clocks only across I/O, so this measures what awaits cost (body, index RPC).
   const clock = new StageClock();
   const trace = deps.trace ?? startEdgeTrace(request.headers.get("traceparent"));
   const { caller, showRouting, req, limitHeaders, bodyText, literals, turn, work, address, client, partition } = await parseChat(request, deps, clock);
   const { model: pool, adapter, namespace } = await resolveChatModel(config, req.model, cacheTenant(caller, address));
-  markPoolShard(preparing, pool.id, config.shards);
   const prepared = await prepareRouting(req, deps, partition, { client, signal: request.signal ?? null, traceparent: trace.header }, namespace.tag, bodyText, turn);
   const { model, prompt, plan, media } = prepared;
   clock.mark("prepare");
@@ -99,7 +91,6 @@ export async function serveChatCompletions(request: Request, deps: ChatDeps, pre
     traceId: trace.traceId,
     incrementalOnly: costly !== null,
     receiptOutbox: deps.receiptOutbox,
-    preparing,
     waitUntil: deps.waitUntil,
     ...(deps.admissionIndex
       ? {

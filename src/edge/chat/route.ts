@@ -9,7 +9,7 @@ import type { AdmissionFrontDoor, ChatFrontDoor, RouteDecision } from "../../rou
 import { admitFirstPick, type AdmissionInput } from "./admission.ts";
 import type { EdgeConfig } from "../../config/config.ts";
 import type { FallbackReason } from "./layout.ts";
-import type { PreparingRoute, ReceiptOutbox } from "./receipt-outbox.ts";
+import type { ReceiptOutbox } from "./receipt-outbox.ts";
 
 export interface RouteInput {
   /** Shard `shard` of a pool's routing index. */
@@ -30,8 +30,6 @@ export interface RouteInput {
   admission?: AdmissionInput;
   /** The isolate's receipt queue: each pick carries the shard's queued receipts (receipt-outbox.ts). */
   receiptOutbox: ReceiptOutbox;
-  /** The request's mark as preparing a route (receiptOutbox.whilePreparingRoute): released as its first call starts. */
-  preparing: PreparingRoute;
   waitUntil(p: Promise<unknown>): void;
 }
 
@@ -40,6 +38,11 @@ export interface RouteTarget {
   /** The shard's object name: its receipts' queue (receipt-outbox.ts). */
   shardKey: string;
   index: ChatFrontDoor;
+  /**
+   * The first pick waited in the pool's admission queue: the pool was at its load bound, so the
+   * request's settlement frees room a waiting request needs now (settle.ts sends it at once).
+   */
+  readonly waitedForRoom: boolean;
   /**
    * A worker for the request, never one in `exclude`; null when none is up (or passes the filter).
    * `first`: the request's first pick (admission may hold it); a later one was admitted already.
@@ -62,13 +65,16 @@ export function routeTarget(input: RouteInput): RouteTarget {
     for (let i = 0; i < localHashes.length; i++) localHashes[i] = given[i]!;
   }
   const shardKey = shardObjectName(input.model, shard);
+  let waitedForRoom = false;
   return {
     shard,
     shardKey,
     index,
+    get waitedForRoom() {
+      return waitedForRoom;
+    },
     pick: async (exclude, first) => {
       // The shard's queued receipts ride the pick: applied before it decides (receipt-outbox.ts).
-      input.preparing.release();
       const carried = input.receiptOutbox.take(shardKey);
       const req = {
         ...(carried ? { receipts: carried.entries } : {}),
@@ -94,6 +100,7 @@ export function routeTarget(input: RouteInput): RouteTarget {
             admit: async (r) => {
               const a = await door.admit(r);
               answered = true;
+              waitedForRoom = a.kind === "routed" && a.waitedMs > 0;
               return a;
             },
             leaveQueue: (t) => door.leaveQueue(t),

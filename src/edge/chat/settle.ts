@@ -1,9 +1,9 @@
 /**
  * Stage 9, settle: what the edge tells the pool about a pick afterwards. The receipt's settlement
  * (tokens, outcome, edge overhead) frees the request's load; prefill done stops counting it against
- * others' start; both go through the isolate's receipt queue, which holds them for a route call
- * only while one may come soon (receipt-outbox.ts). A worker the edge cannot reach is quarantined on every shard at once. All
- * under waitUntil: the client never waits on the index, except a sharded pool's complete answer.
+ * others' start; both go through the isolate's receipt queue, which holds them a few ms for a route
+ * call to carry (receipt-outbox.ts). A worker the edge cannot reach is quarantined on every shard at
+ * once. All under waitUntil: the client never waits on the index, except a sharded pool's complete answer.
  */
 import type { ChatFrontDoor, RouteDecision, SettleRequest } from "../../routing-index/front-door.ts";
 import type { ReceiptOutbox } from "./receipt-outbox.ts";
@@ -25,12 +25,16 @@ export interface SettleDeps {
   receiptOutbox: ReceiptOutbox;
 }
 
-/** `releaseBeforeReply`: the caller awaits the settlement, so it is sent at once (a sharded pool). */
+/**
+ * A settlement is sent at once where its room is needed now: the caller awaits it
+ * (`releaseBeforeReply`, a sharded pool), or the request waited in the pool's admission queue
+ * (others likely wait behind it); else it waits for a route call to carry it.
+ */
 export function openReceipt(deps: SettleDeps, target: RouteTarget, decision: RouteDecision, edgeOverheadMs: number, releaseBeforeReply: boolean): Receipt {
   const { receiptId } = decision;
   return {
     settle(s) {
-      const p = deps.receiptOutbox.queue(target.shardKey, target.index, { kind: "settle", receiptId, edgeOverheadMs, ...s }, releaseBeforeReply);
+      const p = deps.receiptOutbox.queue(target.shardKey, target.index, { kind: "settle", receiptId, edgeOverheadMs, ...s }, releaseBeforeReply || target.waitedForRoom);
       deps.waitUntil(p);
       return p;
     },

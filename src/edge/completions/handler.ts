@@ -28,16 +28,10 @@ import { affinityKeyOf } from "../chat/affinity.ts";
 import type { ClientRef } from "../client-label.ts";
 import { clientNetwork } from "../rate-limit.ts";
 import { StageClock } from "../server-timing.ts";
-import { markPoolShard, type PreparingRoute } from "../chat/receipt-outbox.ts";
 import { takeTokenQuota, withLimitHeaders } from "../token-quota.ts";
 import { completionAnswer, type TextCompletion } from "./completion-answer.ts";
 
-/** Counted as preparing a route from here to its first prompt's index call (receipt-outbox.ts). */
-export function handleCompletions(request: Request, deps: ChatDeps): Promise<Response> {
-  return deps.receiptOutbox.whilePreparingRoute((preparing) => serveCompletions(request, deps, preparing));
-}
-
-async function serveCompletions(request: Request, deps: ChatDeps, preparing: PreparingRoute): Promise<Response> {
+export async function handleCompletions(request: Request, deps: ChatDeps): Promise<Response> {
   const { config } = deps;
   const clock = new StageClock();
   const trace = deps.trace ?? startEdgeTrace(request.headers.get("traceparent"));
@@ -50,7 +44,6 @@ async function serveCompletions(request: Request, deps: ChatDeps, preparing: Pre
   const address = request.headers.get("cf-connecting-ip");
   const tenant = cacheTenant(caller, address);
   const { model, adapter, namespace } = await resolveChatModel(config, req.model, tenant);
-  markPoolShard(preparing, model.id, config.shards);
   // A prompt is one tokenizer segment: its cached ids are the caller's partition's (segment-cache.ts).
   const partition = await edgeCachePartition(config, tenant);
   const sampling = samplingRequestOf(req);
@@ -112,7 +105,6 @@ async function serveCompletions(request: Request, deps: ChatDeps, preparing: Pre
       incrementalOnly: costly !== null,
       ...(admission ? { admission } : {}),
       receiptOutbox: deps.receiptOutbox,
-      preparing,
       waitUntil: deps.waitUntil,
     });
     const echo = req.echo ? ("text" in prompt ? prompt.text : tokenizer.decode(prompt.ids)) : null;

@@ -11,8 +11,7 @@ import { InvalidRequestError, MethodNotAllowedError, NotFoundError } from "../..
 import { parseSchemaBody, readBodyText } from "../../api/validate.ts";
 import { inputToMessages, refuseUnsupported, ResponseCreateSchema, toChatRequest, type ChatMessage, type InputItem, type ResponseCreateRequest } from "../../api/responses-schema.ts";
 import { authorizeClient } from "../auth.ts";
-import { serveChatCompletions, type ChatDeps } from "../chat.ts";
-import { markPoolShard, type PreparingRoute } from "../chat/receipt-outbox.ts";
+import { handleChatCompletions, type ChatDeps } from "../chat.ts";
 import { limitsOf } from "../chat/parse.ts";
 import { cacheTenant, resolveModel } from "../chat/resolve-model.ts";
 import { edgeCachePartition } from "../cache-salt.ts";
@@ -36,8 +35,7 @@ const RESPONSE_PATH = /^\/v1\/responses\/([^/]{1,128})$/;
 export async function handleResponsesRoute(request: Request, path: string, deps: ResponsesDeps): Promise<Response | null> {
   if (path === "/v1/responses") {
     if (request.method !== "POST") throw new MethodNotAllowedError(["POST"]);
-    // Preparing a route from here (the stored conversation too) to the chat route's first index call (receipt-outbox.ts).
-    return deps.receiptOutbox.whilePreparingRoute((preparing) => createResponse(request, deps, preparing));
+    return createResponse(request, deps);
   }
   const m = RESPONSE_PATH.exec(path);
   if (!m) return null;
@@ -74,7 +72,7 @@ function parseCreate(text: string, deps: ResponsesDeps): ResponseCreateRequest {
   return req;
 }
 
-async function createResponse(request: Request, deps: ResponsesDeps, preparing: PreparingRoute): Promise<Response> {
+async function createResponse(request: Request, deps: ResponsesDeps): Promise<Response> {
   const caller = authorizeClient(request, deps.config);
   // The rate-limit verdict comes before the body is read and the store is asked; the chat handler
   // below is handed its headers instead of taking a second token. Token quotas are the chat
@@ -99,7 +97,6 @@ async function createResponse(request: Request, deps: ResponsesDeps, preparing: 
   const chatBody = toChatRequest(req, history, input);
   const chatText = JSON.stringify(chatBody);
   const { model } = resolveModel(deps.config, req.model);
-  markPoolShard(preparing, model.id, deps.config.shards);
   // One layout scan of the chat body for the seeding below and the chat parse (which scans only a body within the cap).
   const scanned = { text: chatText, layout: chatText.length <= limitsOf(deps.config).maxBodyBytes ? scanBodyLayout(chatText) : null };
   // Another isolate served the earlier turns: their prompt state comes from the store, not from re-rendering
@@ -155,7 +152,7 @@ async function createResponse(request: Request, deps: ResponsesDeps, preparing: 
         };
       }
     : undefined;
-  const chat = await serveChatCompletions(chatRequest, { ...deps, scanned, rateLimit: async () => limitHeaders, index, onPrepared, mediaSeeds: mediaSeeds(storedMedia, history), ...(admissionIndex ? { admissionIndex } : {}) }, preparing);
+  const chat = await handleChatCompletions(chatRequest, { ...deps, scanned, rateLimit: async () => limitHeaders, index, onPrepared, mediaSeeds: mediaSeeds(storedMedia, history), ...(admissionIndex ? { admissionIndex } : {}) });
   if (chat.status !== 200) return chat;
 
   const id = newItemId("resp");

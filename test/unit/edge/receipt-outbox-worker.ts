@@ -1,14 +1,15 @@
 /**
  * A Worker for receipt-outbox-workerd.test.ts: request A settles its pick through the real receipt
- * queue (settle.ts, receipt-outbox.ts) and ends; request B, concurrent in the same isolate and
- * preparing its route meanwhile (so A's receipt waits for a carrier), routes through the real route.ts, so its call carries A's settlement to a Durable Object that answers
+ * queue (settle.ts, receipt-outbox.ts) and ends; request B, concurrent in the same isolate, routes
+ * through the real route.ts, so its call carries A's settlement to a Durable Object that answers
  * after `ROUTE_DELAY_MS` (as a route waiting in the admission queue would). A's waitUntil records
- * when the promise it holds settles, in A's context.
+ * when the promise it holds settles, in A's context. `/turn/<id>` and `/next/<id>` are one client's
+ * turns one after another (pool "turns", its own queue): a turn settles and ends; the next routes.
  */
 import { DurableObject } from "cloudflare:workers";
 import type { ChatFrontDoor, RouteDecision, RouteRequest } from "../../../src/routing-index/front-door.ts";
 import type { CarryingReceipts, ReceiptEntry } from "../../../src/routing-index/receipt-entries.ts";
-import { ReceiptOutbox, type PreparingRoute } from "../../../src/edge/chat/receipt-outbox.ts";
+import { ReceiptOutbox } from "../../../src/edge/chat/receipt-outbox.ts";
 import { routeTarget } from "../../../src/edge/chat/route.ts";
 import { openReceipt } from "../../../src/edge/chat/settle.ts";
 
@@ -39,6 +40,9 @@ export class Index extends DurableObject {
 }
 
 const outbox = new ReceiptOutbox();
+/** One client's turns: the test sends the next turn after the answer, within this wait however slow the host. */
+const TURNS_FLUSH_MS = 2_000;
+const turnsOutbox = new ReceiptOutbox({ flushMs: TURNS_FLUSH_MS });
 /** Requests whose waitUntil saw its receipt's promise settle (run in that request's context). */
 const continued: string[] = [];
 /** The two requests meet through flags each polls on its own timers: a promise shared between them would itself cross requests. */
@@ -47,14 +51,19 @@ async function until(flag: keyof typeof flags): Promise<void> {
   while (!flags[flag]) await new Promise((r) => setTimeout(r, 1));
 }
 
-/** A never routes: it holds no preparing mark. */
-const notPreparing: PreparingRoute = { goesTo: () => undefined, release: () => undefined };
-
-function target(env: Env, ctx: ExecutionContext, traceId: string, preparing: PreparingRoute, onSettled?: () => void) {
-  const door = env.INDEX.getByName(MODEL) as unknown as ChatFrontDoor;
+function target(env: Env, ctx: ExecutionContext, traceId: string, onSettled?: () => void, model = MODEL, receiptOutbox = outbox) {
+  const door = env.INDEX.getByName(model) as unknown as ChatFrontDoor;
   const waitUntil = (p: Promise<unknown>) => ctx.waitUntil(onSettled ? p.then(onSettled) : p);
-  const t = routeTarget({ index: () => door, shards: 1, model: MODEL, localHashes: [], isl: 1, fallbackReason: null, edgeColo: null, traceId, incrementalOnly: false, receiptOutbox: outbox, preparing, waitUntil });
-  return { t, deps: { index: () => door, waitUntil, receiptOutbox: outbox } };
+  const t = routeTarget({ index: () => door, shards: 1, model, localHashes: [], isl: 1, fallbackReason: null, edgeColo: null, traceId, incrementalOnly: false, receiptOutbox, waitUntil });
+  return { t, deps: { index: () => door, waitUntil, receiptOutbox } };
+}
+
+/** A turn of pool "turns": its pick settles and the request ends, its receipt left in the queue. */
+function turn(env: Env, ctx: ExecutionContext, id: string): Response {
+  const { t, deps } = target(env, ctx, id, () => void continued.push(id), "turns", turnsOutbox);
+  const decision = { workerId: "w", receiptId: id, overlapBlocks: 0, totalBlocks: 0 } as RouteDecision;
+  void openReceipt(deps, t, decision, 0, false).settle({ promptTokens: 1, cachedTokens: 0, outcome: "ok" });
+  return new Response(id);
 }
 
 export default {
@@ -62,22 +71,28 @@ export default {
     const path = new URL(request.url).pathname;
     if (path === "/a") {
       await until("bArrived");
-      const { t, deps } = target(env, ctx, "a", notPreparing, () => void continued.push("a"));
+      const { t, deps } = target(env, ctx, "a", () => void continued.push("a"));
       const decision = { workerId: "w", receiptId: "A", overlapBlocks: 0, totalBlocks: 0 } as RouteDecision;
       void openReceipt(deps, t, decision, 0, false).settle({ promptTokens: 1, cachedTokens: 0, outcome: "ok" });
       flags.aQueued = true;
       return new Response("a");
     }
     if (path === "/b") {
-      // A's fetch runs in its own request context; B, preparing its route, picks and takes what A queued.
-      return outbox.whilePreparingRoute(async (preparing) => {
-        flags.bArrived = true;
-        await until("aQueued");
-        const { t } = target(env, ctx, "b", preparing);
-        const d = await t.pick([], false);
-        return new Response(d?.receiptId ?? "none");
-      });
+      // A's fetch runs in its own request context; B picks and takes what A queued.
+      flags.bArrived = true;
+      await until("aQueued");
+      const { t } = target(env, ctx, "b");
+      const d = await t.pick([], false);
+      return new Response(d?.receiptId ?? "none");
     }
-    return Response.json({ index: await (env.INDEX.getByName(MODEL) as unknown as Index).seen(), continued });
+    const [, step, id] = path.split("/");
+    if (step === "turn") return turn(env, ctx, id!);
+    if (step === "next") {
+      // The client's next turn: its pick carries what the last one queued.
+      const d = await target(env, ctx, id!, undefined, "turns", turnsOutbox).t.pick([], false);
+      return new Response(d?.receiptId ?? "none");
+    }
+    const model = step === "seen-turns" ? "turns" : MODEL;
+    return Response.json({ index: await (env.INDEX.getByName(model) as unknown as Index).seen(), continued });
   },
 };

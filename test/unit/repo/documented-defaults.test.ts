@@ -26,7 +26,7 @@ import { DEFAULT_VIEW_HASHES_BYTES } from "../../../src/edge/chat/view-hashes.ts
 import { ROUTED_ITEMS_MAX_BYTES } from "../../../src/edge/chat/routed-items.ts";
 import { MAX_HELD_DIGESTS } from "../../../src/media/store-result.ts";
 import { MAX_RECEIPT_AGE_MS, MAX_RECEIPT_ID_LENGTH, MAX_RECEIPTS_PER_CALL } from "../../../src/routing-index/receipt-entries.ts";
-import { PREPARING_MARK_MAX_MS, RECEIPT_FLUSH_MS } from "../../../src/edge/chat/receipt-outbox.ts";
+import { RECEIPT_FLUSH_MS } from "../../../src/edge/chat/receipt-outbox.ts";
 import { MAX_CONVERSATION_BYTES, MAX_CONVERSATION_RECORDS, MAX_STORED_RECORD_BYTES, STORED_BYTES_PER_TENANT, STORED_RESPONSE_TTL_MS } from "../../../src/edge/responses/stored-response.ts";
 import { RELAY_TOKEN_MAX_SKEW_S } from "../../../src/relay-wire/relay-auth.ts";
 import { DEFAULT_INDEX_BYTES } from "../../../src/block-index/block-budget.ts";
@@ -177,7 +177,6 @@ const ACTUAL: Record<string, Record<string, Expected>> = {
     DEFAULT_VIEW_HASHES_BYTES,
     MAX_HELD_DIGESTS,
     RECEIPT_FLUSH_MS,
-    PREPARING_MARK_MAX_MS,
     MAX_RECEIPTS_PER_CALL,
     MAX_RECEIPT_AGE_MS,
     MAX_RECEIPT_ID_LENGTH,
