@@ -4,8 +4,10 @@
 // all three). The three go in each of the six orders in turn, so none holds a position. The edge
 // process's CPU of each edge-process send is read apart: from right before it to the moment the
 // edge and index processes are both quiet after it, so its waitUntil tail (the edge's receipts call,
-// sent at once since no other request of its isolate is preparing a route, the floor's second RPC,
-// and the index's answer to each) is its own and never lands in the next send's.
+// which waits RECEIPT_FLUSH_MS for a carrier and, the next edge send being two sends away, goes
+// alone on its timer; the floor's second RPC; the index's answer to each) is its own and never
+// lands in the next send's.
+import { RECEIPT_FLUSH_MS } from "../../src/edge/chat/receipt-outbox.ts";
 import { waitForQuiet } from "../lib/process-cpu.mjs";
 
 const ORDERS = [
@@ -20,6 +22,9 @@ const ORDERS = [
 /** Both processes under 0.05 ms of CPU over one 2 ms window (at most 50 ms: a KV-event backlog is not this send's). */
 const AFTER_SEND = { windowMs: 2, maxShare: 0.025, windows: 1, timeoutMs: 50 };
 
+/** A send's receipts wait this long on their timer before the quiet check starts (a timer may fire a little late). */
+const RECEIPT_TIMER_MS = RECEIPT_FLUSH_MS + 3;
+
 /**
  * The edge process's CPU of `send()`: from right before it until the edge and index processes
  * (`pids`) are quiet after it. Returns { response, process, mainThread, index } (ms; `cpu()` as below).
@@ -27,6 +32,7 @@ const AFTER_SEND = { windowMs: 2, maxShare: 0.025, windows: 1, timeoutMs: 50 };
 export async function edgeSendCpu(send, cpu, pids) {
   const a = cpu();
   const response = await send();
+  await new Promise((r) => setTimeout(r, RECEIPT_TIMER_MS));
   await waitForQuiet(pids, AFTER_SEND);
   const b = cpu();
   return { response, process: b.edge - a.edge, mainThread: b.edgeIsolate - a.edgeIsolate, index: b.index - a.index };
