@@ -6,16 +6,17 @@ import { BaseSequencer, type TestSpecification } from "vitest/node";
 const TEST_RATE_LIMIT = JSON.stringify({ authFailures: { requestsPerMinute: 6000, burst: 1000 } });
 
 // End-to-end files that run alone, after the others: each asserts what load beside it would move.
-// reliability-faults: an index's blocks restored < 1 s after a relay's welcome; admission: how many
+// reliability-index-restart: an index's blocks restored < 1 s after a relay's welcome (the other
+// faults, reliability-faults, run two at a time with the rest: their bounds are 15-30 s); admission: how many
 // of a burst are served at once, queued or refused against a 1.5 s wait bound; soak: requests done
 // in a fixed time and each process group's peak memory against its baseline.
-const E2E_ALONE = ["test/e2e/reliability-faults.test.ts", "test/e2e/admission.test.ts", "test/e2e/soak.test.ts"];
+const E2E_ALONE = ["test/e2e/reliability-index-restart.test.ts", "test/e2e/admission.test.ts", "test/e2e/soak.test.ts"];
 const e2e = { environment: "node" as const, testTimeout: 180_000, hookTimeout: 180_000, globalSetup: ["test/e2e/helpers/edge-bundle-setup.ts"] };
 
 // The files that take longest (20 s to 75 s alone), started first in their project: vitest orders
 // files by their last durations when its cache has them, else (a fresh clone, CI) by size, which
 // started the shortest file of these last and left it running alone at the end.
-const LONGEST = ["test/unit/bench/harness.test.ts", "test/e2e/edge-heap.test.ts", "test/e2e/launcher.test.ts", "test/e2e/responses-api.test.ts", "test/e2e/media-routing-qwen3.test.ts", "test/e2e/hicache.test.ts"];
+const LONGEST = ["test/unit/bench/harness.test.ts", "test/e2e/edge-heap.test.ts", "test/e2e/launcher.test.ts", "test/e2e/reliability-faults.test.ts", "test/e2e/responses-api.test.ts", "test/e2e/media-routing-qwen3.test.ts", "test/e2e/hicache.test.ts"];
 
 class LongestFirst extends BaseSequencer {
   override async sort(files: TestSpecification[]): Promise<TestSpecification[]> {
