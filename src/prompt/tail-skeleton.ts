@@ -19,10 +19,23 @@
  *    for `</think>` and, after the last query, printed with `lstrip('\n')`. A content is taken
  *    only where those read as for the placeholder: not a `<tool_response>…</tool_response>`
  *    user text, no `</think>` and no leading newline in an assistant's, no assistant parts.
+ * An agent step's tail (an assistant's tool calls, then tool results) too:
+ *  - a tool message whose keys are role, content (a string), and optionally tool_call_id and name:
+ *    every template prints the content verbatim and reads no other key (the thinking template's
+ *    last-query scan tests user messages only); what opens and closes its block reads only its
+ *    neighbours' roles, which the shape fixes.
+ *  - qwen3vl-instruct and qwen3vl-thinking: an assistant message whose keys are role, content (a
+ *    string) and tool_calls (one to MAX_CALLS calls of id, index, type and function, a function of
+ *    name, a string, and arguments, a string or an object): `message.tool_calls` and
+ *    `tool_call.function` are tested for truth (both are), the content for truth (its shape holds
+ *    whether it is empty), a call's name is printed verbatim and its arguments verbatim when a
+ *    string, else as `| tojson` prints them (template.ts tojsonText: the same filter); a call's
+ *    other keys are not read. qwen2vl prints no tool calls: declined there.
  * Another template (an id added later) gets no skeleton until its reads are reviewed and listed.
  */
 import type { TemplateMessage } from "./messages.ts";
 import type { TemplateId } from "./model-profile.ts";
+import { tojsonText } from "./template.ts";
 import { ownString } from "../util/own-string.ts";
 
 /** Messages a skeleton covers at most (a chat turn's tail is two after the stand-in). */
@@ -33,6 +46,9 @@ const REVIEWED: ReadonlySet<TemplateId> = new Set<TemplateId>(["qwen2vl", "qwen3
 
 /** Parts of a list content a skeleton covers at most. */
 const MAX_PARTS = 8;
+
+/** Tool calls of an assistant message a skeleton covers at most. */
+const MAX_CALLS = 4;
 
 /** The tail's text: pieces[0] + contents[0] + pieces[1] + … + pieces[n]. */
 export type TailSkeleton = readonly string[];
@@ -81,20 +97,60 @@ function partsShape(id: TemplateId, role: string, parts: readonly unknown[]): st
   return shape;
 }
 
+/** Whether every own enumerable key of `o` is one of `names`. */
+function keysAmong(o: object, names: readonly string[]): boolean {
+  for (const k in o) if (Object.hasOwn(o, k) && !names.includes(k)) return false;
+  return true;
+}
+
+function isRecord(v: unknown): v is Record<string, unknown> {
+  return typeof v === "object" && v !== null && !Array.isArray(v);
+}
+
+/** Whether `call` is a tool call the skeleton fills: a function of a string name and string or object arguments, no other key read. */
+function isFilledCall(call: unknown): boolean {
+  if (!isRecord(call) || !keysAmong(call, ["id", "index", "type", "function"])) return false;
+  const fn = call["function"];
+  if (!isRecord(fn) || !keysAmong(fn, ["name", "arguments"]) || typeof fn["name"] !== "string") return false;
+  const args = fn["arguments"];
+  return typeof args === "string" || isRecord(args);
+}
+
+/**
+ * The code of an agent step's message (a tool result, or an assistant's tool calls: header), or
+ * null where the skeleton does not take it.
+ */
+function agentCode(id: TemplateId, m: TemplateMessage): string | null {
+  const { role, content } = m;
+  if (typeof content !== "string") return null;
+  if (role === "tool") return keysAmong(m, ["role", "content", "tool_call_id", "name"]) ? "os" : null;
+  const calls = m["tool_calls"];
+  if (role !== "assistant" || id === "qwen2vl" || !keysAmong(m, ["role", "content", "tool_calls"]) || !Array.isArray(calls)) return null;
+  if (calls.length === 0 || calls.length > MAX_CALLS || !calls.every(isFilledCall)) return null;
+  // An empty content is tested for truth: it has no text of its own ("e").
+  if (content !== "" && !verbatim(id, role, content)) return null;
+  return `a${content === "" ? "e" : "s"}c${calls.length}`;
+}
+
 /**
  * The skeleton key of `messages` under template `id` (per message its role and "s" for a string
- * content or its parts' codes), or null when one is not a user or assistant message of role and
- * content whose texts the template prints verbatim, or the template is not a reviewed one.
+ * content or its parts' codes; an agent step's messages as agentCode writes them), or null when
+ * one is not a user or assistant message of role and content, or a message of an agent step,
+ * whose texts the template prints verbatim, or the template is not a reviewed one.
  */
 export function tailShape(id: TemplateId, messages: readonly TemplateMessage[]): string | null {
   if (messages.length === 0 || messages.length > TAIL_SKELETON_MESSAGES || !REVIEWED.has(id)) return null;
   let shape = "";
   for (const m of messages) {
     const { role, content } = m;
-    if (role !== "user" && role !== "assistant") return null;
     let keys = 0;
     for (const k in m) if (Object.hasOwn(m, k)) keys++;
-    if (keys !== 2) return null;
+    if (keys !== 2 || (role !== "user" && role !== "assistant")) {
+      const code = agentCode(id, m);
+      if (code === null) return null;
+      shape += `${code},`;
+      continue;
+    }
     const own = typeof content === "string" ? (verbatim(id, role, content) ? "s" : null) : Array.isArray(content) ? partsShape(id, role, content) : null;
     if (own === null) return null;
     shape += `${role === "user" ? "u" : "a"}${own},`;
@@ -102,23 +158,37 @@ export function tailShape(id: TemplateId, messages: readonly TemplateMessage[]):
   return shape;
 }
 
-/** The messages of `shape` with `texts` (in order) for their string contents and text parts. */
+/** A message code's parts: its role, its content's codes ("s", "e" or parts') and its tool calls. */
+function codeParts(m: string): { role: string; content: string; calls: number } {
+  const c = m.indexOf("c");
+  return { role: m[0] === "u" ? "user" : m[0] === "o" ? "tool" : "assistant", content: m.slice(1, c < 0 ? m.length : c), calls: c < 0 ? 0 : Number(m.slice(c + 1)) };
+}
+
+/** The messages of `shape` with `texts` (in order) for their string contents, text parts and tool calls' names and arguments. */
 function shapeMessages(shape: string, texts: readonly string[]): TemplateMessage[] {
   let t = 0;
   return shape
     .slice(0, -1)
     .split(",")
-    .map((m) => {
-      const role = m[0] === "u" ? "user" : "assistant";
-      if (m[1] === "s") return { role, content: texts[t++]! };
-      return { role, content: Array.from(m.slice(1), (c) => (c === "t" ? { type: "text", text: texts[t++]! } : { type: c === "i" ? "image" : "video" })) };
+    .map((code) => {
+      const { role, content, calls } = codeParts(code);
+      const m: TemplateMessage = {
+        role,
+        content: content === "s" ? texts[t++]! : content === "e" ? "" : Array.from(content, (c) => (c === "t" ? { type: "text", text: texts[t++]! } : { type: c === "i" ? "image" : "video" })),
+      };
+      if (calls > 0) m["tool_calls"] = Array.from({ length: calls }, () => ({ type: "function", function: { name: texts[t++]!, arguments: texts[t++]! } }));
+      return m;
     });
 }
 
 /** How many texts a shape's messages hold. */
 function textCount(shape: string): number {
   let n = 0;
-  for (const c of shape) if (c === "s" || c === "t") n++;
+  for (const code of shape.slice(0, -1).split(",")) {
+    const { content, calls } = codeParts(code);
+    for (const c of content) if (c === "s" || c === "t") n++;
+    n += 2 * calls;
+  }
   return n;
 }
 
@@ -158,8 +228,16 @@ export function fillTailSkeleton(skeleton: TailSkeleton, messages: readonly Temp
   let k = 1;
   for (const m of messages) {
     const content = m.content;
-    if (typeof content === "string") out += content + skeleton[k++]!;
-    else for (const part of content as readonly Record<string, unknown>[]) if (part["type"] === "text") out += (part["text"] as string) + skeleton[k++]!;
+    const calls = m["tool_calls"] as readonly { function: { name: string; arguments: unknown } }[] | undefined;
+    // An empty content beside tool calls has no text of its own (agentCode's "e").
+    if (typeof content === "string") {
+      if (content !== "" || calls === undefined) out += content + skeleton[k++]!;
+    } else for (const part of content as readonly Record<string, unknown>[]) if (part["type"] === "text") out += (part["text"] as string) + skeleton[k++]!;
+    if (calls === undefined) continue;
+    for (const { function: fn } of calls) {
+      out += fn.name + skeleton[k++]!;
+      out += (typeof fn.arguments === "string" ? fn.arguments : tojsonText(fn.arguments)) + skeleton[k++]!;
+    }
   }
   return out;
 }

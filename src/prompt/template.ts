@@ -181,6 +181,18 @@ function renderOnce(template: Template, input: RenderInput, tools: readonly unkn
   return restoreSentinels(template.render(context), table);
 }
 
+let tojsonTemplate: Template | null = null;
+
+/**
+ * What a template's `x | tojson` prints for `x` inside renderTemplate (the same filter, the same
+ * view of PyNumbers and their sentinels): tail-skeleton.ts fills a tool call's arguments with it.
+ */
+export function tojsonText(x: unknown): string {
+  tojsonTemplate ??= new Template("{{- x | tojson }}");
+  const table: SentinelTable = { prefix: null, texts: [] };
+  return restoreSentinels(tojsonTemplate.render({ x: templateValueOf(x, table) }), table);
+}
+
 /**
  * apply_chat_template(messages, tools=tools, add_generation_prompt=True, **kwargs), tokenize=False.
  * Like SGLang, a failing render is retried once with tools flattened to their `function` objects;
