@@ -158,6 +158,14 @@ describe("a rolling deploy: isolates of two configs share one bucket", () => {
     expect(worstExcess(run.admitted, burst, perMs, heldBefore(run.calls))).toBeLessThanOrEqual(1e-9);
   });
 
+  // The same, 2.4 s on: the leases have expired in their isolates, which call the object instead.
+  const expired = held.map((step, k) => (k === held.length - 2 ? { ...step, dt: RATE_LEASE_TTL_MS + 400 } : step));
+
+  it("spends no lease past RATE_LEASE_TTL_MS, whatever the object has forgotten", async () => {
+    const run = await deploy(pair, 4, 1, expired, 5, expired.length);
+    expect(worstExcess(run.admitted, 240, perMsOf(pair[0]), heldBefore(run.calls))).toBeLessThanOrEqual(1e-9);
+  });
+
   /**
    * A new isolate that took a lease under the old config (1200 / min, burst 240) settles it under its
    * own (600 / min, burst 120) 2 s later, when another new isolate's lease of 15 is counted in the same
@@ -234,6 +242,7 @@ describe("a rolling deploy: isolates of two configs share one bucket", () => {
     // The scenarios above, checked first.
     const examples: [number, number, number, Step[], number, number][] = [
       [4, 1, 1, held, 5, held.length - 5],
+      [4, 1, 1, expired, 5, expired.length - 5],
       [1, 2, 1, forgotten, 0, forgotten.length],
     ];
     await fc.assert(deployProperty, { numRuns: 60, ...(seed === undefined ? { examples } : { seed }) });
