@@ -475,11 +475,18 @@ function scopeOf(partition: string, profile: ModelProfile, text: SplitText, layo
   return s;
 }
 
-/** A user message that opens a query: its text is not a tool result SGLang-style wrapped. */
+/** What the thinking template's render_content prints of a preprocessed part for its last-query scan, as far as that scan reads it: an image or video item prints `<|vision_start|>…` (or `Picture n: …`), never part of either tag. */
+function scannedText(p: unknown): string {
+  if (!p || typeof p !== "object") return "";
+  const { text, type } = p as { text?: unknown; type?: unknown };
+  return type === "image" || type === "video" ? "\u0000" : typeof text === "string" ? text : "";
+}
+
+/** A user message that opens a query: its text, as the thinking template prints it, is not a tool result SGLang-style wrapped. */
 function isQuery(m: TemplateMessage | undefined): boolean {
   if (!m || m.role !== "user") return false;
   const c = m.content;
-  const text = typeof c === "string" ? c : Array.isArray(c) ? c.map((p) => (p && typeof p === "object" && typeof (p as { text?: unknown }).text === "string" ? (p as { text: string }).text : "")).join("") : "";
+  const text = typeof c === "string" ? c : Array.isArray(c) ? c.map(scannedText).join("") : "";
   return !(text.startsWith("<tool_response>") && text.endsWith("</tool_response>"));
 }
 
