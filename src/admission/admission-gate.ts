@@ -41,7 +41,11 @@ export interface AdmissionTicket {
 }
 
 export type AdmitOutcome<D> =
-  | { kind: "routed"; decision: D; waitedMs: number }
+  /**
+   * `waited`: it was queued before it was routed (its wait may read 0 ms: a settlement in the same
+   * ms, or the queue's own pump, let it in).
+   */
+  | { kind: "routed"; decision: D; waitedMs: number; waited: boolean }
   /** No worker is up (the edge answers 503, as without admission). */
   | { kind: "none" }
   | { kind: "refused"; reason: RefusalReason; retryAfterSeconds: number }
@@ -120,7 +124,7 @@ export class AdmissionGate<R, D> {
       const d = this.#pool.route(req, all ? null : roomy) ?? (all ? null : this.#pool.route(req, null));
       if (d === null) return { kind: "none" };
       this.#admitted(t, d, this.#pool.uncachedTokensOf(req, d) + Math.max(0, t.decodeBudget), band, 0, false);
-      return { kind: "routed", decision: d, waitedMs: 0 };
+      return { kind: "routed", decision: d, waitedMs: 0, waited: false };
     }
     const cost = this.#pool.uncachedTokens(req) + Math.max(0, t.decodeBudget);
     const wait = Math.min(bandWaitMs(this.#cfg.maxWaitMs, band), t.maxWaitMs ?? Infinity);
@@ -187,7 +191,7 @@ export class AdmissionGate<R, D> {
         continue;
       }
       this.#admitted(e, d, e.cost, e.band, now - e.enqueuedAt, true);
-      e.payload.resolve({ kind: "routed", decision: d, waitedMs: now - e.enqueuedAt });
+      e.payload.resolve({ kind: "routed", decision: d, waitedMs: now - e.enqueuedAt, waited: true });
     }
     this.#armTimer();
   }

@@ -100,7 +100,7 @@ export function routeTarget(input: RouteInput): RouteTarget {
             admit: async (r) => {
               const a = await door.admit(r);
               answered = true;
-              waitedForRoom = a.kind === "routed" && a.waitedMs > 0;
+              waitedForRoom = a.kind === "routed" && a.waited;
               return a;
             },
             leaveQueue: (t) => door.leaveQueue(t),

@@ -16,6 +16,9 @@ import { RECEIPT_FLUSH_MS, ReceiptOutbox } from "../../../src/edge/chat/receipt-
 import { routeTarget } from "../../../src/edge/chat/route.ts";
 import { openReceipt } from "../../../src/edge/chat/settle.ts";
 import { shardObjectName } from "../../../src/routing-index/pool-address.ts";
+import { RoutingCore } from "../../../src/routing-index/routing-core.ts";
+import { AdmissionConfigSchema } from "../../../src/config/config.ts";
+import { localBlockHashes } from "../../../src/blocks/block-hash.ts";
 import { MAX_RECEIPTS_PER_CALL, type AdmissionFrontDoor, type ChatFrontDoor, type ReceiptEntry, type RouteDecision } from "../../../src/routing-index/front-door.ts";
 import { initHashing } from "../../../src/util/hash.ts";
 import { startSimulatedWorker, type SimulatedWorker } from "../../../services/sglang-sim/worker.ts";
@@ -189,14 +192,14 @@ describe("the queue", () => {
   });
 
   it.each([
-    ["waited in the admission queue: its settlement goes at once", 40, true],
-    ["was admitted at once: its settlement waits for a carrier", 0, false],
-  ] as const)("a request that %s", async (_name, waitedMs, atOnce) => {
+    ["waited in the admission queue: its settlement goes at once", true],
+    ["was admitted at once: its settlement waits for a carrier", false],
+  ] as const)("a request that %s", async (_name, atOnce) => {
     vi.useFakeTimers();
     const outbox = new ReceiptOutbox();
     const { sent, door } = recordingDoor();
     const decision = { workerId: "w1", receiptId: "A" } as RouteDecision;
-    const admitting = { admit: async () => ({ kind: "routed", decision, waitedMs }), leaveQueue: async () => false } as unknown as AdmissionFrontDoor;
+    const admitting = { admit: async () => ({ kind: "routed", decision, waitedMs: atOnce ? 40 : 0, waited: atOnce }), leaveQueue: async () => false } as unknown as AdmissionFrontDoor;
     const waits: Promise<unknown>[] = [];
     const target = routeTarget({
       ...routeInput(() => door, outbox, waits),
@@ -211,6 +214,35 @@ describe("the queue", () => {
     await vi.advanceTimersByTimeAsync(RECEIPT_FLUSH_MS);
     await Promise.all(waits);
     expect(sent).toEqual([[entry]]);
+  });
+
+  it("a request that waited in the admission queue and was let in within the same ms (workerd's clock is frozen per event) sends its settlement at once", async () => {
+    // A real core: its one worker holds one 40-token request before admission queues.
+    const core = new RoutingCore({ blockSize: 4, random: () => 0, now: () => 1_000_000, timers: { set: () => 0, clear: () => undefined }, admission: AdmissionConfigSchema.parse({}) });
+    core.hello({ type: "hello", workerId: "a", url: "http://a", blockSize: 4, epoch: 1, modelName: MODEL, contract: null, kvEvents: true, kvCapacityTokens: 40 }, "a");
+    const admitting: AdmissionFrontDoor = { admit: async ({ admission, ...r }) => core.admit(r, admission), leaveQueue: async (t) => core.leaveQueue(t) };
+    const outbox = new ReceiptOutbox({ flushMs: 10_000 });
+    const { sent, door } = recordingDoor();
+    const waits: Promise<unknown>[] = [];
+    const target = (seed: number) =>
+      routeTarget({
+        ...routeInput(() => door, outbox, waits),
+        localHashes: localBlockHashes(Array.from({ length: 40 }, (_, i) => seed * 1000 + i + 1), 4),
+        isl: 40,
+        admission: { index: () => admitting, ticket: { ticket: `t${seed}`, band: 1, tenant: "anonymous", decodeBudget: 0 }, affinityKey: null, signal: null, waitUntil: () => undefined },
+      });
+    const first = await target(1).pick([], true);
+    const second = target(2);
+    const picked = second.pick([], true);
+    await Promise.resolve();
+    expect(core.admissionSnapshot().bands.some((b) => b.queued > 0)).toBe(true);
+    // The first request's settlement reaches the core in the same ms: the second is let in, 0 ms after it queued.
+    core.applyReceipts([settle(first!.receiptId)]);
+    const decision = (await picked)!;
+    expect(second.waitedForRoom).toBe(true);
+    void openReceipt({ index: () => door, waitUntil: (p) => void waits.push(p), receiptOutbox: outbox }, second, decision, 0, false).settle({ promptTokens: null, cachedTokens: null, outcome: "ok" });
+    await Promise.resolve();
+    expect(sent).toEqual([[{ ...settle(decision.receiptId), edgeOverheadMs: 0 }]]);
   });
 
   it("keeps each shard's receipts for that shard: a route to one carries none of another's", async () => {
