@@ -9,7 +9,7 @@
  *   while that receipt still waits: its request is then alive (its waitUntil holds the receipt),
  *   where one whose receipt went already may be ending, and a call made there can be cut;
  * - at once, when the caller needs the room now (a sharded pool's release before reply; a request
- *   that waited in its pool's admission queue: settle.ts) or the queue holds MAX_RECEIPTS_PER_CALL.
+ *   whose pool was short of room at its pick: route.ts roomWanted) or the queue holds MAX_RECEIPTS_PER_CALL.
  * A receipt waits even when no request of the isolate is on its way to the index: a client's next
  * request (a chat UI's or an agent loop's next turn) mostly comes within a few ms of the answer and
  * carries it, and the index's view of load lags by at most RECEIPT_FLUSH_MS, as its other signals do.

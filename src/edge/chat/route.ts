@@ -39,10 +39,12 @@ export interface RouteTarget {
   shardKey: string;
   index: ChatFrontDoor;
   /**
-   * The first pick waited in the pool's admission queue: the pool was at its load bound, so the
-   * request's settlement frees room a waiting request needs now (settle.ts sends it at once).
+   * The pool was short of room at the first pick: it waited in the pool's admission queue, or its
+   * pick left requests waiting or no worker under its load bound (admission-gate.ts `crowded`).
+   * The request's settlement frees room a waiting request (of any isolate) likely needs now:
+   * settle.ts sends it at once.
    */
-  readonly waitedForRoom: boolean;
+  readonly roomWanted: boolean;
   /**
    * A worker for the request, never one in `exclude`; null when none is up (or passes the filter).
    * `first`: the request's first pick (admission may hold it); a later one was admitted already.
@@ -65,13 +67,13 @@ export function routeTarget(input: RouteInput): RouteTarget {
     for (let i = 0; i < localHashes.length; i++) localHashes[i] = given[i]!;
   }
   const shardKey = shardObjectName(input.model, shard);
-  let waitedForRoom = false;
+  let roomWanted = false;
   return {
     shard,
     shardKey,
     index,
-    get waitedForRoom() {
-      return waitedForRoom;
+    get roomWanted() {
+      return roomWanted;
     },
     pick: async (exclude, first) => {
       // The shard's queued receipts ride the pick: applied before it decides (receipt-outbox.ts).
@@ -100,7 +102,7 @@ export function routeTarget(input: RouteInput): RouteTarget {
             admit: async (r) => {
               const a = await door.admit(r);
               answered = true;
-              waitedForRoom = a.kind === "routed" && a.waited;
+              roomWanted = a.kind === "routed" && (a.waited || a.crowded);
               return a;
             },
             leaveQueue: (t) => door.leaveQueue(t),

@@ -1,8 +1,8 @@
 /**
  * The isolate's receipt queue (src/edge/chat/receipt-outbox.ts): settlements and prefill-done marks
  * wait up to RECEIPT_FLUSH_MS for the next route to their shard, or go together on their timer; at
- * once where their room is needed now (a sharded pool's release before reply, a request that waited
- * in the admission queue).
+ * once where their room is needed now (a sharded pool's release before reply, a request whose pool
+ * was short of room at its pick).
  * Real handler, real simulated worker over HTTP, real RoutingCore; the front door counts the calls;
  * timers are stepped by hand (the outbox's setTimer).
  */
@@ -13,7 +13,7 @@ import { handleChatCompletions, type ChatDeps } from "../../../src/edge/chat.ts"
 import { handleCompletions } from "../../../src/edge/completions/handler.ts";
 import { handleResponsesRoute } from "../../../src/edge/responses/handler.ts";
 import { RECEIPT_FLUSH_MS, ReceiptOutbox } from "../../../src/edge/chat/receipt-outbox.ts";
-import { routeTarget } from "../../../src/edge/chat/route.ts";
+import { routeTarget, type RouteTarget } from "../../../src/edge/chat/route.ts";
 import { openReceipt } from "../../../src/edge/chat/settle.ts";
 import { shardObjectName } from "../../../src/routing-index/pool-address.ts";
 import { RoutingCore } from "../../../src/routing-index/routing-core.ts";
@@ -158,6 +158,30 @@ function routeInput(index: () => ChatFrontDoor, outbox: ReceiptOutbox, waits: Pr
   };
 }
 
+/**
+ * A real core under admission whose one worker `a` holds `capacityTokens` (a request is 40 tokens),
+ * its clock frozen (as workerd's is within an event) and its timers never firing; `target(seed)`
+ * routes a request of its own prompt through admission; `settleOf` queues a pick's settlement
+ * (`sent`: the receipts calls made).
+ */
+function admittingPool(capacityTokens: number) {
+  const core = new RoutingCore({ blockSize: 4, random: () => 0, now: () => 1_000_000, timers: { set: () => 0, clear: () => undefined }, admission: AdmissionConfigSchema.parse({}) });
+  core.hello({ type: "hello", workerId: "a", url: "http://a", blockSize: 4, epoch: 1, modelName: MODEL, contract: null, kvEvents: true, kvCapacityTokens: capacityTokens }, "a");
+  const admitting: AdmissionFrontDoor = { admit: async ({ admission, ...r }) => core.admit(r, admission), leaveQueue: async (t) => core.leaveQueue(t) };
+  const outbox = new ReceiptOutbox({ flushMs: 10_000 });
+  const { sent, door } = recordingDoor();
+  const waits: Promise<unknown>[] = [];
+  const target = (seed: number) =>
+    routeTarget({
+      ...routeInput(() => door, outbox, waits),
+      localHashes: localBlockHashes(Array.from({ length: 40 }, (_, i) => seed * 1000 + i + 1), 4),
+      isl: 40,
+      admission: { index: () => admitting, ticket: { ticket: `t${seed}`, band: 1, tenant: "anonymous", decodeBudget: 0 }, affinityKey: null, signal: null, waitUntil: () => undefined },
+    });
+  const settleOf = (t: RouteTarget, d: RouteDecision) => void openReceipt({ index: () => door, waitUntil: (p) => void waits.push(p), receiptOutbox: outbox }, t, d, 0, false).settle({ promptTokens: null, cachedTokens: null, outcome: "ok" });
+  return { core, target, settleOf, sent };
+}
+
 const settle = (receiptId: string): ReceiptEntry => ({ kind: "settle", receiptId, promptTokens: null, cachedTokens: null, outcome: "ok" });
 
 function recordingDoor(fail = false) {
@@ -199,7 +223,7 @@ describe("the queue", () => {
     const outbox = new ReceiptOutbox();
     const { sent, door } = recordingDoor();
     const decision = { workerId: "w1", receiptId: "A" } as RouteDecision;
-    const admitting = { admit: async () => ({ kind: "routed", decision, waitedMs: atOnce ? 40 : 0, waited: atOnce }), leaveQueue: async () => false } as unknown as AdmissionFrontDoor;
+    const admitting = { admit: async () => ({ kind: "routed", decision, waitedMs: atOnce ? 40 : 0, waited: atOnce, crowded: false }), leaveQueue: async () => false } as unknown as AdmissionFrontDoor;
     const waits: Promise<unknown>[] = [];
     const target = routeTarget({
       ...routeInput(() => door, outbox, waits),
@@ -217,20 +241,7 @@ describe("the queue", () => {
   });
 
   it("a request that waited in the admission queue and was let in within the same ms (workerd's clock is frozen per event) sends its settlement at once", async () => {
-    // A real core: its one worker holds one 40-token request before admission queues.
-    const core = new RoutingCore({ blockSize: 4, random: () => 0, now: () => 1_000_000, timers: { set: () => 0, clear: () => undefined }, admission: AdmissionConfigSchema.parse({}) });
-    core.hello({ type: "hello", workerId: "a", url: "http://a", blockSize: 4, epoch: 1, modelName: MODEL, contract: null, kvEvents: true, kvCapacityTokens: 40 }, "a");
-    const admitting: AdmissionFrontDoor = { admit: async ({ admission, ...r }) => core.admit(r, admission), leaveQueue: async (t) => core.leaveQueue(t) };
-    const outbox = new ReceiptOutbox({ flushMs: 10_000 });
-    const { sent, door } = recordingDoor();
-    const waits: Promise<unknown>[] = [];
-    const target = (seed: number) =>
-      routeTarget({
-        ...routeInput(() => door, outbox, waits),
-        localHashes: localBlockHashes(Array.from({ length: 40 }, (_, i) => seed * 1000 + i + 1), 4),
-        isl: 40,
-        admission: { index: () => admitting, ticket: { ticket: `t${seed}`, band: 1, tenant: "anonymous", decodeBudget: 0 }, affinityKey: null, signal: null, waitUntil: () => undefined },
-      });
+    const { core, target, settleOf, sent } = admittingPool(40);
     const first = await target(1).pick([], true);
     const second = target(2);
     const picked = second.pick([], true);
@@ -239,10 +250,23 @@ describe("the queue", () => {
     // The first request's settlement reaches the core in the same ms: the second is let in, 0 ms after it queued.
     core.applyReceipts([settle(first!.receiptId)]);
     const decision = (await picked)!;
-    expect(second.waitedForRoom).toBe(true);
-    void openReceipt({ index: () => door, waitUntil: (p) => void waits.push(p), receiptOutbox: outbox }, second, decision, 0, false).settle({ promptTokens: null, cachedTokens: null, outcome: "ok" });
+    expect(second.roomWanted).toBe(true);
+    settleOf(second, decision);
     await Promise.resolve();
     expect(sent).toEqual([[{ ...settle(decision.receiptId), edgeOverheadMs: 0 }]]);
+  });
+
+  it("a request admitted at once whose pick left no worker with room sends its settlement at once (the next request, of any isolate, queues); one that left room waits for a carrier", async () => {
+    const { target, settleOf, sent } = admittingPool(80);
+    const [roomy, filling] = [target(1), target(2)];
+    const [a, b] = [(await roomy.pick([], true))!, (await filling.pick([], true))!];
+    expect([roomy.roomWanted, filling.roomWanted]).toEqual([false, true]);
+    settleOf(roomy, a);
+    await Promise.resolve();
+    expect(sent).toEqual([]);
+    settleOf(filling, b);
+    await Promise.resolve();
+    expect(sent).toEqual([[{ ...settle(a.receiptId), edgeOverheadMs: 0 }, { ...settle(b.receiptId), edgeOverheadMs: 0 }]]);
   });
 
   it("keeps each shard's receipts for that shard: a route to one carries none of another's", async () => {
