@@ -21,8 +21,9 @@
  * was resolved or rejected from a different request context …"; compatibility flag
  * handle_cross_request_promise_resolution, cloudflare/workerd src/workerd/io/compatibility-date.capnp).
  * The request that takes receipts for its call holds that call itself (it awaits it), and sends
- * them again from its own waitUntil when the call failed unanswered: best-effort, like every
- * receipt call. Calls always use the stub of the request that makes them; only plain data crosses
+ * them again when the call failed unanswered, from a waitUntil it registers as the call starts (a
+ * request cancelled while its call waits runs none of its own path after): best-effort, like every
+ * receipt call; a receipt applied twice changes nothing (routing-core.ts applyReceipts). Calls always use the stub of the request that makes them; only plain data crosses
  * requests.
  */
 import { MAX_RECEIPTS_PER_CALL, type ChatFrontDoor, type ReceiptEntry } from "../../routing-index/front-door.ts";

@@ -90,27 +90,34 @@ export function routeTarget(input: RouteInput): RouteTarget {
       };
       // The first pick may wait for room in the pool's queue; a retry was admitted already.
       const admission = input.admission;
-      // Whether the shard answered: a refusal (429) or the client's going after the answer still
-      // applied the receipts; a call that failed, or was never made, sends them on their own from
-      // this request (their own requests' timers settle their promises: receipt-outbox.ts).
-      let answered = false;
+      // The call carrying the receipts: if it fails unanswered they go again on their own from this
+      // request (their own requests' timers settle their promises: receipt-outbox.ts); applying one
+      // twice changes nothing (routing-core.ts applyReceipts). The resend hangs on the call under
+      // this request's waitUntil from the call's start: a handler cancelled while the call waits
+      // (the client went) never runs its own path again. An answer (a refusal, 429, included)
+      // applied them; a call never made sends them at once.
+      let called = false;
+      const carrying = <T>(call: Promise<T>): Promise<T> => {
+        called = true;
+        if (carried) input.waitUntil(call.then(noop, () => carried.sendAlone(index)));
+        return call;
+      };
       let d: RouteDecision | null;
       try {
         if (admission && first) {
           const door = admission.index(input.model, shard);
           const answering: AdmissionFrontDoor = {
             admit: async (r) => {
-              const a = await door.admit(r);
-              answered = true;
+              const a = await carrying(door.admit(r));
               roomWanted = a.kind === "routed" && (a.waited || a.crowded);
               return a;
             },
             leaveQueue: (t) => door.leaveQueue(t),
           };
           d = await admitFirstPick(answering, { ...req, admission: admission.ticket, affinityKey: admission.affinityKey }, admission);
-        } else d = await index.route(req);
+        } else d = await carrying(index.route(req));
       } catch (err) {
-        if (carried && !answered) input.waitUntil(carried.sendAlone(index));
+        if (carried && !called) input.waitUntil(carried.sendAlone(index));
         throw err;
       }
       // No pick on the first try: a prefill/decode pool that cannot pair is named, not a bare 503.
@@ -122,6 +129,8 @@ export function routeTarget(input: RouteInput): RouteTarget {
     },
   };
 }
+
+function noop(): void {}
 
 /** The pick as response headers (admin callers and debug only: they reveal topology). */
 export function routingHeaders(d: RouteDecision, fallbackReason: FallbackReason, requestId: string, attempts: number, shard: number): Record<string, string> {

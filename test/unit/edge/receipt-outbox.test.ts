@@ -359,6 +359,27 @@ describe("the queue", () => {
     expect(sent).toEqual([[settle("r1")]]);
   });
 
+  it.each([false, true])("a carrying call's resend waits under its request's waitUntil from the call's start (admission %s): a handler cancelled while the call waits (workerd drops its continuations) still resends", async (admission) => {
+    const outbox = new ReceiptOutbox({ flushMs: 10_000 });
+    const { sent, door } = recordingDoor();
+    let fail!: (e: Error) => void;
+    const hanging = () => new Promise<never>((_, reject) => (fail = reject));
+    const waits: Promise<unknown>[] = [];
+    const target = routeTarget({
+      ...routeInput(() => ({ ...door, route: hanging }) as ChatFrontDoor, outbox, waits),
+      ...(admission ? { admission: { index: () => ({ admit: hanging, leaveQueue: async () => false }), ticket: { ticket: "t1", band: 1, tenant: "anonymous", decodeBudget: 0 }, affinityKey: null, signal: null, waitUntil: () => undefined } } : {}),
+    });
+    void outbox.queue(MODEL, door, settle("r1"), false);
+    target.pick([], true).catch(() => undefined);
+    await Promise.resolve();
+    // All the request holds while its call waits: its own path after the await may never run.
+    const held = [...waits];
+    expect(held).toHaveLength(1);
+    fail(new Error("index reset"));
+    await Promise.all(held);
+    expect(sent).toEqual([[settle("r1")]]);
+  });
+
   it("dates a prefill-done mark by the time it waited in the queue", () => {
     let now = 1_000;
     const outbox = new ReceiptOutbox({ flushMs: 10_000, now: () => now });
