@@ -10,9 +10,12 @@
  *   where one whose receipt went already may be ending, and a call made there can be cut;
  * - at once, when the caller needs the room now (a sharded pool's release before reply; a request
  *   whose pool was short of room at its pick: route.ts roomWanted) or the queue holds MAX_RECEIPTS_PER_CALL.
- * A receipt waits even when no request of the isolate is on its way to the index: a client's next
- * request (a chat UI's or an agent loop's next turn) mostly comes within a few ms of the answer and
- * carries it, and the index's view of load lags by at most RECEIPT_FLUSH_MS, as its other signals do.
+ * A receipt waits even when no request of the isolate is on its way to the index: under load the
+ * isolate's other requests starting within RECEIPT_FLUSH_MS carry it (so do the turns of a client
+ * on the same host that loops without think time, as the bench's does). A client's own next turn
+ * comes at least its round trip to the colo later, maybe in another isolate: in a quiet isolate the
+ * receipt goes alone on its timer, one call as before, about RECEIPT_FLUSH_MS late (the index's
+ * other signals lag as much; a timer can fire later behind the isolate's other work).
  * Each receipt's promise is held under its own request's waitUntil and is settled in that request's
  * context only: when the call that request made for it answered or failed, or, when another
  * request's call took it, by its own timer. A request whose waitUntil waits on a promise only
