@@ -7,15 +7,11 @@
  * timers are stepped by hand (the outbox's setTimer).
  */
 import { afterAll, afterEach, beforeAll, describe, expect, it, vi } from "vitest";
-import { errorResponse } from "../../../src/api/errors.ts";
 import { parseEdgeConfig } from "../../../src/config/config.ts";
 import { handleChatCompletions, type ChatDeps } from "../../../src/edge/chat.ts";
-import { handleCompletions } from "../../../src/edge/completions/handler.ts";
-import { handleResponsesRoute } from "../../../src/edge/responses/handler.ts";
 import { RECEIPT_FLUSH_MS, ReceiptOutbox } from "../../../src/edge/chat/receipt-outbox.ts";
 import { routeTarget, type RouteTarget } from "../../../src/edge/chat/route.ts";
 import { openReceipt } from "../../../src/edge/chat/settle.ts";
-import { shardObjectName } from "../../../src/routing-index/pool-address.ts";
 import { RoutingCore } from "../../../src/routing-index/routing-core.ts";
 import { AdmissionConfigSchema } from "../../../src/config/config.ts";
 import { localBlockHashes } from "../../../src/blocks/block-hash.ts";
@@ -58,10 +54,6 @@ function chat(n: number, stream: boolean): Request {
     headers: { "content-type": "application/json" },
     body: JSON.stringify({ model: MODEL, messages: [{ role: "user", content: `Question ${n}: how many calls does a request cost the index?` }], max_tokens: 8, stream }),
   });
-}
-
-function post(path: string, body: unknown): Request {
-  return new Request(`http://edge${path}`, { method: "POST", headers: { "content-type": "application/json" }, body: JSON.stringify(body) });
 }
 
 /** The outbox's timers, run only when the test says (a clock that moves only by hand). */
