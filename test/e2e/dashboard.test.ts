@@ -1,21 +1,23 @@
 /**
  * The operator dashboard in headless Chromium (driven by playwright-core) against the real local
  * fleet, after repeated requests through the edge: the page must show both workers and a nonzero
- * hit rate read from the DOM; the screenshot is saved to docs/img/dashboard.png.
+ * hit rate read from the DOM; the screenshot goes to a temporary folder, or, with
+ * KVEDGE_UPDATE_SCREENSHOTS=1, to docs/img/dashboard.png (a test run leaves the checkout as it was).
  * Also: the token is POSTed once for an expiring HttpOnly cookie (never in a URL); no session, no data.
  * The browser arrives with `npm ci`: @sparticuz/chromium ships a compressed Chromium build inside
  * the npm package (unpacked to /tmp on first use). KVEDGE_CHROMIUM names another binary; Debian's
  * /usr/bin/chromium is the fallback. With none runnable the test skips with a printed reason,
  * except under CI=true, where it is required.
  */
-import { existsSync, mkdirSync, statSync } from "node:fs";
+import { existsSync, mkdirSync, rmSync, statSync } from "node:fs";
+import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { chromium, type Browser } from "playwright-core";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { startFleet, type Fleet } from "../../scripts/local-fleet.ts";
 import { requireInCi } from "../helpers/required.ts";
 
-const SCREENSHOT = join(import.meta.dirname, "../../docs/img/dashboard.png");
+const SCREENSHOT = process.env.KVEDGE_UPDATE_SCREENSHOTS === "1" ? join(import.meta.dirname, "../../docs/img/dashboard.png") : join(tmpdir(), `kvedge-dashboard-${process.pid}.png`);
 const ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking", "--disable-component-update", "--disable-sync"];
 
 /** The first Chromium that starts: KVEDGE_CHROMIUM, the npm-shipped build, Debian's. */
@@ -132,6 +134,7 @@ describe.skipIf(!haveBrowser)("dashboard", () => {
     const size = statSync(SCREENSHOT).size;
     console.log(`dashboard: ready ${loadMs} ms after navigation (incl. token→cookie redirect), hit rate ${(hitRate * 100).toFixed(1)}%, screenshot ${size} bytes`);
     expect(size).toBeGreaterThan(20_000);
+    if (process.env.KVEDGE_UPDATE_SCREENSHOTS !== "1") rmSync(SCREENSHOT);
     await context.close();
   });
 
