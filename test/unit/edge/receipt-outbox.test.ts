@@ -261,6 +261,27 @@ describe("the queue", () => {
     expect(sent).toEqual([[{ ...settle(a.receiptId), edgeOverheadMs: 0 }, { ...settle(b.receiptId), edgeOverheadMs: 0 }]]);
   });
 
+  it("a failed attempt of a request that waited, settled as retrying, waits for its retry's route to carry it", async () => {
+    const outbox = new ReceiptOutbox({ flushMs: 10_000 });
+    const { sent, door } = recordingDoor();
+    const decision = { workerId: "w1", receiptId: "A" } as RouteDecision;
+    const routes: (readonly ReceiptEntry[] | undefined)[] = [];
+    const routing = { ...door, route: async (r) => (routes.push(r.receipts), { workerId: "w2", receiptId: "B" }) } as ChatFrontDoor;
+    const admitting = { admit: async () => ({ kind: "routed", decision, waitedMs: 40, waited: true, crowded: false }), leaveQueue: async () => false } as unknown as AdmissionFrontDoor;
+    const waits: Promise<unknown>[] = [];
+    const target = routeTarget({
+      ...routeInput(() => routing, outbox, waits),
+      admission: { index: () => admitting, ticket: { ticket: "t1", band: 1, tenant: "anonymous", decodeBudget: 0 }, affinityKey: null, signal: null, waitUntil: () => undefined },
+    });
+    expect(await target.pick([], true)).toBe(decision);
+    const retrying = { promptTokens: null, cachedTokens: null, outcome: "error", retrying: true } as const;
+    void openReceipt({ index: () => routing, waitUntil: (p) => void waits.push(p), receiptOutbox: outbox }, target, decision, 0, false).settle(retrying);
+    await Promise.resolve();
+    expect(sent).toEqual([]);
+    await target.pick(["w1"], false);
+    expect(routes).toEqual([[{ kind: "settle", receiptId: "A", edgeOverheadMs: 0, ...retrying }]]);
+  });
+
   it("keeps each shard's receipts for that shard: a route to one carries none of another's", async () => {
     const outbox = new ReceiptOutbox({ flushMs: 10_000 });
     const { door } = recordingDoor();
