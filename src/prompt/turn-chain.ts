@@ -987,8 +987,7 @@ export class TurnChainCache {
     // Only a result that passed its check (or was not sampled) seeds the next turn.
     this.adoptParsed(hit.chain, text, layout, validated);
     const kept = extended.store();
-    const stored = kept.node ?? hit.node;
-    if (found.bodyBytes) this.holdBody(hit.node, text, layout, found.bodyBytes, stored.key);
+    if (found.bodyBytes) this.holdBody(hit.node, text, layout, found.bodyBytes, (kept.next ?? hit.node).key);
     const stable = kept.node ? kept.stable : stableAt(hit.node);
     return { ...out, reusedMessages: hit.node.messages, ...(stable ? { stable } : {}) };
   }
@@ -1297,8 +1296,9 @@ export class TurnChainCache {
    * assistant message, leaving at least one message new). `input.messages` from index `from` on are the request's preprocessed messages
    * (earlier slots may be empty); `after` is the template's output from message `from` on (no
    * continuation prefix), what follows the parent's stable prefix (all of it without a parent).
-   * Only `after` is read: the history's text is never copied again. Returns the entry the next turn
-   * goes on from (stored or already held; null when it stored none) and the stable prefix.
+   * Only `after` is read: the history's text is never copied again. Returns the entry the stable
+   * prefix ends at, the entry the next turn goes on from (stored or already held; null when it
+   * stored none), and the stable prefix.
    *
    * A turn after a hit that ends with its query (a chat turn) stores instead the entry through that
    * query (valid for every continuation, as one after a long query): what follows the query's block
@@ -1331,14 +1331,14 @@ export class TurnChainCache {
       const before = stableAt(at.node);
       if (from > 0 && q === count - 1 && messages.length === count && ctx.endsWithUser && before) {
         const through = this.storeCut(ctx, profile, input, at, media, dropped, count, "afterQuery");
-        if (through) return { node: through.node, stable: () => this.storedBefore(ctx, profile, input, at, media, dropped, q) ?? before() };
+        if (through) return { node: through.node, next: through.node, stable: () => this.storedBefore(ctx, profile, input, at, media, dropped, q) ?? before() };
       }
       const stored = this.storeCut(ctx, profile, input, at, media, dropped, q, "beforeQuery");
-      if (!stored) return { node: null, stable: undefined };
+      if (!stored) return { node: null, next: null, stable: undefined };
       at = stored;
       kept = stored.node;
     }
-    const out = { node: kept, stable: stableAt(kept) };
+    const out = { node: kept, next: kept, stable: stableAt(kept) };
     // The last query: found from `from` on, else before `from` (the parent is provisional), else message 0 of a whole request.
     const query = q >= 0 ? q : from > 0 ? from - 1 : isQuery(messages[0]) ? 0 : -1;
     if (query < 0) return out;
@@ -1347,14 +1347,14 @@ export class TurnChainCache {
     // only its own messages; else the last assistant message before the final message does.
     const last = count - 1;
     if (messages.length === count && last > query && last >= at.from && messages[last]?.role === "tool") {
-      this.storeCut(ctx, profile, input, at, media, dropped, count, "afterTool");
-      return out;
+      const afterTool = this.storeCut(ctx, profile, input, at, media, dropped, count, "afterTool");
+      return afterTool ? { ...out, next: afterTool.node } : out;
     }
     let a = count - 2;
     while (a > query && a >= at.from && messages[a]?.role !== "assistant") a--;
     if (a <= query || a < at.from) return out;
-    this.storeCut(ctx, profile, input, at, media, dropped, a + 1, "provisional");
-    return out;
+    const provisional = this.storeCut(ctx, profile, input, at, media, dropped, a + 1, "provisional");
+    return provisional ? { ...out, next: provisional.node } : out;
   }
 
   /**
@@ -1704,9 +1704,11 @@ interface StoreContext {
   endsWithUser: boolean;
 }
 
-/** What storeFrom kept: the entry the next turn goes on from, and the request's stable prefix (ChainedPrompt.stable). */
+/** What storeFrom kept: the entry its stable prefix ends at, the entry the next turn goes on from, and the request's stable prefix (ChainedPrompt.stable). */
 interface StoredPrefix {
   node: Node | null;
+  /** The deepest entry stored (an afterTool or provisional one past `node`): the held body's `next` (holdBody). */
+  next: Node | null;
   stable: (() => StablePrefix) | undefined;
 }
 

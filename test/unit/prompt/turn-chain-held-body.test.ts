@@ -274,6 +274,32 @@ describe("held bodies", () => {
     expect(chain.stats().evictions).toBe(0);
   });
 
+  it("an agent loop (each step ends with a tool result) keeps one held body: each step's body replaces the one before", () => {
+    const tools = [{ type: "function", function: { name: "read_file", parameters: { type: "object", properties: {} } } }];
+    // Non-ASCII tool output (an ASCII prefix is not held); `withBytes` false serves the same bodies unheld.
+    const loop = (withBytes: boolean) => {
+      const chain = new TurnChainCache({ checkRate: 0 });
+      const messages: unknown[] = [{ role: "system", content: "agent" }, { role: "user", content: "Fix the bug — naïve." }];
+      let last = 0;
+      for (let k = 1; k <= 16; k++) {
+        messages.push({ role: "assistant", content: "", tool_calls: [{ id: `c${k}`, type: "function", function: { name: "read_file", arguments: `{"p":"${k}"}` } }] }, { role: "tool", tool_call_id: `c${k}`, content: `日本語 output ${k} `.repeat(400) });
+        const bytes = encode(JSON.stringify({ model: model.id, tools, messages, max_tokens: 8 }));
+        const parsed = parseChatTurn(reference(bytes) as string, config, "", withBytes ? { bytes } : {}, chain);
+        chain.prepare(parsed.req, reference(bytes) as string, profile, "", { found: parsed.turn, validated: true });
+        last = bytes.length;
+      }
+      return { chain, bytes: chain.stats().bytes, last, messages };
+    };
+    const held = loop(true);
+    const heldBytes = held.bytes - loop(false).bytes;
+    // Step 16 held its hit's prefix (through step 15's tool result), under its body's length; earlier steps' bodies went.
+    expect(heldBytes).toBeGreaterThan(0);
+    expect(heldBytes).toBeLessThan(held.last + 2_000);
+    // A branch from step 8 (another tool result) finds no body held along it.
+    const branch = encode(JSON.stringify({ model: model.id, tools, messages: [...held.messages.slice(0, 2 + 2 * 8), { role: "user", content: "stop" }] }));
+    expect(held.chain.heldBodyText(branch, "")).toBeNull();
+  });
+
   it("conversations sharing a system prompt: each reads its own longest held prefix, and one going on keeps the shared body another relies on", async () => {
     const chain = new TurnChainCache({ checkRate: 0 });
     // ~10 kB of shared system prompt: both conversations' held prefixes list under the same window of it.
