@@ -6,7 +6,7 @@
  * Real handler, real simulated worker over HTTP, real RoutingCore; the front door counts the calls;
  * timers are stepped by hand (the outbox's setTimer).
  */
-import { afterAll, afterEach, beforeAll, describe, expect, it, vi } from "vitest";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { parseEdgeConfig } from "../../../src/config/config.ts";
 import { handleChatCompletions, type ChatDeps } from "../../../src/edge/chat.ts";
 import { RECEIPT_FLUSH_MS, ReceiptOutbox } from "../../../src/edge/chat/receipt-outbox.ts";
@@ -56,11 +56,13 @@ function chat(n: number, stream: boolean): Request {
   });
 }
 
-/** The outbox's timers, run only when the test says (a clock that moves only by hand). */
+/** The outbox's timers, run only when the test says (a clock that moves only by hand); `delays`: each one's ms. */
 function manualTimers() {
   let pending: (() => void)[] = [];
+  const delays: number[] = [];
   return {
-    setTimer: (fn: () => void) => void pending.push(fn),
+    delays,
+    setTimer: (fn: () => void, ms: number) => void (delays.push(ms), pending.push(fn)),
     /** Runs every timer set so far (RECEIPT_FLUSH_MS has passed for each). */
     fire(): void {
       const due = pending;
@@ -184,24 +186,21 @@ function recordingDoor(fail = false) {
 }
 
 describe("the queue", () => {
-  afterEach(() => {
-    vi.useRealTimers();
-  });
-
   it("a receipt queued while no request of the isolate routes waits: a route starting within RECEIPT_FLUSH_MS carries it; else its timer sends it alone", async () => {
-    vi.useFakeTimers();
-    const outbox = new ReceiptOutbox();
+    const timers = manualTimers();
+    const outbox = new ReceiptOutbox({ setTimer: timers.setTimer });
     const { sent, door } = recordingDoor();
     const carriedOne = outbox.queue("m", door, settle("r1"), false);
-    await vi.advanceTimersByTimeAsync(RECEIPT_FLUSH_MS - 1);
+    await Promise.resolve();
+    expect(timers.delays).toEqual([RECEIPT_FLUSH_MS]);
     expect(sent).toEqual([]);
     expect(outbox.take("m")!.entries).toEqual([settle("r1")]);
-    await vi.advanceTimersByTimeAsync(1);
+    timers.fire();
     await carriedOne;
     const aloneOne = outbox.queue("m", door, settle("r2"), false);
-    await vi.advanceTimersByTimeAsync(RECEIPT_FLUSH_MS - 1);
+    await Promise.resolve();
     expect(sent).toEqual([]);
-    await vi.advanceTimersByTimeAsync(1);
+    timers.fire();
     await aloneOne;
     expect(sent).toEqual([[settle("r2")]]);
     expect(outbox.take("m")).toBeNull();
@@ -211,8 +210,8 @@ describe("the queue", () => {
     ["waited in the admission queue: its settlement goes at once", true],
     ["was admitted at once: its settlement waits for a carrier", false],
   ] as const)("a request that %s", async (_name, atOnce) => {
-    vi.useFakeTimers();
-    const outbox = new ReceiptOutbox();
+    const timers = manualTimers();
+    const outbox = new ReceiptOutbox({ setTimer: timers.setTimer });
     const { sent, door } = recordingDoor();
     const decision = { workerId: "w1", receiptId: "A" } as RouteDecision;
     const admitting = { admit: async () => ({ kind: "routed", decision, waitedMs: atOnce ? 40 : 0, waited: atOnce, crowded: false }), leaveQueue: async () => false } as unknown as AdmissionFrontDoor;
@@ -227,7 +226,7 @@ describe("the queue", () => {
     const entry = { ...settle("A"), edgeOverheadMs: 0 };
     await Promise.resolve();
     expect(sent).toEqual(atOnce ? [[entry]] : []);
-    await vi.advanceTimersByTimeAsync(RECEIPT_FLUSH_MS);
+    timers.fire();
     await Promise.all(waits);
     expect(sent).toEqual([[entry]]);
   });
