@@ -525,7 +525,10 @@ function mayBeQuery(whole: SplitText, span: readonly [number, number], last: boo
   return role === null || role === "user" || (last && role.toLowerCase() === "assistant");
 }
 
-/** Whether the raw message element `span` may render as a tool result (`function` is one: messages.ts TEMPLATE_ROLE). Anything unreadable may. */
+/**
+ * Whether the raw message element `span` may render as a tool result (`function` is one:
+ * messages.ts TEMPLATE_ROLE). Anything unreadable may.
+ */
 function mayBeTool(whole: SplitText, span: readonly [number, number]): boolean {
   const role = rawRole(whole, span)?.toLowerCase() ?? null;
   return role === null || role === "tool" || role === "function";
@@ -1202,6 +1205,9 @@ export class TurnChainCache {
   private extend(request: ChatRequestLike, body: SplitText, layout: BodyLayout, profile: ModelProfile, node: Node, chain: Node[], scope: string, scopeHash: bigint, validated: readonly ChatMessage[] | null, decoded: readonly JsonLiteral[]): { prompt: ChainedPrompt; store: () => StoredPrefix } | null {
     const q = node.messages;
     const pre = preprocessChat({ ...request, messages: request.messages.slice(q) }, contentFormatOf(profile.templateId));
+    // The cut's rules on the messages as the template reads them. After an entry before a query a
+    // query must come (lookup saw only that one may); for provisional and afterTool entries,
+    // lookup's raw roles (mayBeQuery, mayBeTool) are the gate and these checks defence in depth.
     if (node.cut === "provisional" || node.cut === "afterTool" ? pre.messages.length === 0 || pre.messages.some(isQuery) || (node.cut === "afterTool" && pre.messages[0]!.role === "tool") : node.cut === "afterQuery" ? pre.messages.length === 0 : !isQuery(pre.messages[0])) return null;
     const tail = this.renderTail(profile.templateId, scope, node.images, node.videos, pre.messages, pre.tools, pre.templateKwargs);
     if (tail === null) return null;
@@ -1293,9 +1299,10 @@ export class TurnChainCache {
    * Stores the stable prefix of a request (the rendered text before its last query's block, in two
    * entries when a long query comes before it: through that query, then the rest) and one after
    * that query: through a final tool result (afterTool), else a provisional one (through the last
-   * assistant message, leaving at least one message new). `input.messages` from index `from` on are the request's preprocessed messages
-   * (earlier slots may be empty); `after` is the template's output from message `from` on (no
-   * continuation prefix), what follows the parent's stable prefix (all of it without a parent).
+   * assistant message, leaving at least one message new). `input.messages` from index `from` on
+   * are the request's preprocessed messages (earlier slots may be empty); `after` is the
+   * template's output from message `from` on (no continuation prefix), what follows the parent's
+   * stable prefix (all of it without a parent).
    * Only `after` is read: the history's text is never copied again. Returns the entry the stable
    * prefix ends at, the entry the next turn goes on from (stored or already held; null when it
    * stored none), and the stable prefix.
@@ -1309,7 +1316,9 @@ export class TurnChainCache {
    */
   private storeFrom(ctx: StoreContext, profile: ModelProfile, input: RenderInput, after: string, media: readonly MediaPart[], dropped: readonly DroppedPart[], from: number): StoredPrefix {
     const messages = input.messages as TemplateMessage[];
-    // Preprocessing may drop a final assistant message (continue_final_message): keep to the request's messages.
+    // Every cut reads the layout's spans. The layout has the request's messages (prepare checks it)
+    // and preprocessing only drops one (a continued final assistant message), so this is
+    // messages.length; the bound keeps storeCut inside the layout all the same.
     const count = Math.min(messages.length, ctx.layout.messages.length);
     const q = lastQuery(messages);
     let at: { node: Node | null; after: string; from: number } = { node: ctx.parent, after, from };
@@ -1329,7 +1338,7 @@ export class TurnChainCache {
       // The query must be the client's user message: a final assistant message is relabelled one
       // only while it is final, and renders otherwise in the next turn.
       const before = stableAt(at.node);
-      if (from > 0 && q === count - 1 && messages.length === count && ctx.endsWithUser && before) {
+      if (from > 0 && q === count - 1 && ctx.endsWithUser && before) {
         const through = this.storeCut(ctx, profile, input, at, media, dropped, count, "afterQuery");
         if (through) return { node: through.node, next: through.node, stable: () => this.storedBefore(ctx, profile, input, at, media, dropped, q) ?? before() };
       }
@@ -1346,7 +1355,7 @@ export class TurnChainCache {
     // another tool result: lookup and extend check), so the loop's next step parses and renders
     // only its own messages; else the last assistant message before the final message does.
     const last = count - 1;
-    if (messages.length === count && last > query && last >= at.from && messages[last]?.role === "tool") {
+    if (last > query && last >= at.from && messages[last]?.role === "tool") {
       const afterTool = this.storeCut(ctx, profile, input, at, media, dropped, count, "afterTool");
       return afterTool ? { ...out, next: afterTool.node } : out;
     }
@@ -1467,8 +1476,8 @@ export class TurnChainCache {
   /**
    * The longest cached message prefix of the request (leaving at least one message new): an entry
    * ending before a query only when the message after it may be a query, a provisional one only
-   * when no message after it may be one, one after a tool result only when besides the message
-   * after it may not be a tool result, one ending after a query whatever follows.
+   * when no message after it may be one, one after a tool result only when that holds and also the
+   * message after it may not be a tool result, one ending after a query whatever follows.
    */
   private lookup(body: SplitText, layout: BodyLayout, scope: string, scopeHash: bigint): { node: Node; chain: Node[] } | null {
     const open = layout.messagesOpen;
