@@ -265,15 +265,18 @@ describe("turn chain: the incremental prompt equals the full path at every turn"
     }
   });
 
-  it("a user message of an image and a tool-response-wrapped text is a query, as the thinking template reads it", () => {
-    // render_content prints the image first, so the template's last-query scan finds this message a
-    // query and drops the loop's earlier reasoning: an entry stored from it is not one for requests
-    // without it (a later step of the loop, which keeps that reasoning).
+  it("a user message of an image or video and a tool-response-wrapped text is a query, as the thinking template reads it", () => {
+    // render_content prints the item where it stands (before or after the text), so the template's
+    // last-query scan finds this message a query and drops the loop's earlier reasoning: an entry
+    // stored from it is not one for requests without it (a later step of the loop, which keeps
+    // that reasoning).
     const call = (k: number) => ({ role: "assistant", content: "", ...(k === 1 ? { reasoning_content: "why" } : {}), tool_calls: [{ id: `c${k}`, type: "function", function: { name: "read_file", arguments: "{}" } }] });
     const loop: Msg[] = [{ role: "user", content: "Fix it." }, call(1), { role: "tool", content: "r1" }, call(2), { role: "tool", content: "r2" }];
-    const wrapped: Msg = { role: "user", content: [img(1), { type: "text", text: "<tool_response>x</tool_response>" }] };
-    for (const profile of PROFILES) {
+    const text = { type: "text", text: "<tool_response>x</tool_response>" };
+    const video = { type: "video_url", video_url: { url: "https://example.com/v.mp4" } };
+    for (const profile of PROFILES) for (const content of [[img(1), text], [video, text], [text, img(1)]]) {
       const chain = new TurnChainCache({ checkRate: 0 });
+      const wrapped: Msg = { role: "user", content };
       for (const messages of [[...loop, wrapped], [...loop, call(3), { role: "tool", content: "r3" }]]) {
         const body = bodyOf(messages, { tools: TOOLS });
         const req = parseChatBody(body, DEFAULT_LIMITS);
