@@ -42,12 +42,12 @@ export interface AdmissionTicket {
 
 export type AdmitOutcome<D> =
   /**
-   * `waited`: it was queued before it was routed (its wait may read 0 ms: a settlement in the same
-   * ms, or the queue's own pump, let it in). `crowded`: after its pick requests wait or no worker
+   * `waited`: it was queued before it was routed (however short the wait: workerd's clock reads
+   * the same ms through an event, so a time difference cannot tell). `crowded`: after its pick requests wait or no worker
    * is under its load bound, so the next request queues: the room its settlement frees is wanted
    * now (the edge sends it at once, src/edge/chat/settle.ts).
    */
-  | { kind: "routed"; decision: D; waitedMs: number; waited: boolean; crowded: boolean }
+  | { kind: "routed"; decision: D; waited: boolean; crowded: boolean }
   /** No worker is up (the edge answers 503, as without admission). */
   | { kind: "none" }
   | { kind: "refused"; reason: RefusalReason; retryAfterSeconds: number }
@@ -126,7 +126,7 @@ export class AdmissionGate<R, D> {
       const d = this.#pool.route(req, all ? null : roomy) ?? (all ? null : this.#pool.route(req, null));
       if (d === null) return { kind: "none" };
       this.#admitted(t, d, this.#pool.uncachedTokensOf(req, d) + Math.max(0, t.decodeBudget), band, 0, false);
-      return { kind: "routed", decision: d, waitedMs: 0, waited: false, crowded: this.#cfg.enabled && !this.#hasRoom() };
+      return { kind: "routed", decision: d, waited: false, crowded: this.#cfg.enabled && !this.#hasRoom() };
     }
     const cost = this.#pool.uncachedTokens(req) + Math.max(0, t.decodeBudget);
     const wait = Math.min(bandWaitMs(this.#cfg.maxWaitMs, band), t.maxWaitMs ?? Infinity);
@@ -193,7 +193,7 @@ export class AdmissionGate<R, D> {
         continue;
       }
       this.#admitted(e, d, e.cost, e.band, now - e.enqueuedAt, true);
-      e.payload.resolve({ kind: "routed", decision: d, waitedMs: now - e.enqueuedAt, waited: true, crowded: this.#queue.size > 0 || !this.#hasRoom() });
+      e.payload.resolve({ kind: "routed", decision: d, waited: true, crowded: this.#queue.size > 0 || !this.#hasRoom() });
     }
     this.#armTimer();
   }

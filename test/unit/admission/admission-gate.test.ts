@@ -102,10 +102,12 @@ describe("admission under the bound", () => {
     const { core } = pool({ workers: ["a", "b"], capacityTokens: 40 });
     store(core, "a", prompt(1));
     const first = admit(core, prompt(1), ticket());
-    expect(first.outcome).toMatchObject({ kind: "routed", decision: { workerId: "a" } });
-    // a is full (40 of 40 tokens): the same prefix goes to b, which has room, instead of queueing on a.
+    // b still has room: not crowded.
+    expect(first.outcome).toMatchObject({ kind: "routed", decision: { workerId: "a" }, waited: false, crowded: false });
+    // a is full (40 of 40 tokens): the same prefix goes to b, which has room, instead of queueing on a;
+    // then no worker has room, and the next request queues.
     const second = admit(core, prompt(1), ticket());
-    expect(second.outcome).toMatchObject({ kind: "routed", decision: { workerId: "b" }, waitedMs: 0 });
+    expect(second.outcome).toMatchObject({ kind: "routed", decision: { workerId: "b" }, waited: false, crowded: true });
   });
 
   it("answers none (503 at the edge) when no worker is up", () => {

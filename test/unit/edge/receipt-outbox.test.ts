@@ -214,7 +214,7 @@ describe("the queue", () => {
     const outbox = new ReceiptOutbox({ setTimer: timers.setTimer });
     const { sent, door } = recordingDoor();
     const decision = { workerId: "w1", receiptId: "A" } as RouteDecision;
-    const admitting = { admit: async () => ({ kind: "routed", decision, waitedMs: atOnce ? 40 : 0, waited: atOnce, crowded: false }), leaveQueue: async () => false } as unknown as AdmissionFrontDoor;
+    const admitting = { admit: async () => ({ kind: "routed", decision, waited: atOnce, crowded: false }), leaveQueue: async () => false } as unknown as AdmissionFrontDoor;
     const waits: Promise<unknown>[] = [];
     const target = routeTarget({
       ...routeInput(() => door, outbox, waits),
@@ -266,7 +266,7 @@ describe("the queue", () => {
     const decision = { workerId: "w1", receiptId: "A" } as RouteDecision;
     const routes: (readonly ReceiptEntry[] | undefined)[] = [];
     const routing = { ...door, route: async (r) => (routes.push(r.receipts), { workerId: "w2", receiptId: "B" }) } as ChatFrontDoor;
-    const admitting = { admit: async () => ({ kind: "routed", decision, waitedMs: 40, waited: true, crowded: false }), leaveQueue: async () => false } as unknown as AdmissionFrontDoor;
+    const admitting = { admit: async () => ({ kind: "routed", decision, waited: true, crowded: false }), leaveQueue: async () => false } as unknown as AdmissionFrontDoor;
     const waits: Promise<unknown>[] = [];
     const target = routeTarget({
       ...routeInput(() => routing, outbox, waits),
