@@ -1298,8 +1298,9 @@ export class TurnChainCache {
   /**
    * Stores the stable prefix of a request (the rendered text before its last query's block, in two
    * entries when a long query comes before it: through that query, then the rest) and one after
-   * that query: through a final tool result (afterTool), else a provisional one (through the last
-   * assistant message, leaving at least one message new). `input.messages` from index `from` on
+   * that query: through a final tool result (afterTool; also through the calls before it when
+   * they are not all answered), else a provisional one (through the last assistant message,
+   * leaving at least one message new). `input.messages` from index `from` on
    * are the request's preprocessed messages (earlier slots may be empty); `after` is the
    * template's output from message `from` on (no continuation prefix), what follows the parent's
    * stable prefix (all of it without a parent).
@@ -1356,8 +1357,16 @@ export class TurnChainCache {
     // only its own messages; else the last assistant message before the final message does.
     const last = count - 1;
     if (last > query && last >= at.from && messages[last]?.role === "tool") {
-      const afterTool = this.storeCut(ctx, profile, input, at, media, dropped, count, "afterTool");
-      return afterTool ? { ...out, next: afterTool.node } : out;
+      // Results for fewer calls than the assistant message before them made: a client sending
+      // parallel tool results one request at a time sends another result next, which the entry
+      // after this one may not be followed by, so the entry through the calls is stored too (only
+      // then: one more render of the results). Both ways on go on from it.
+      let c = last;
+      while (c > query && c >= at.from && messages[c]?.role === "tool") c--;
+      const calls = messages[c]?.role === "assistant" ? messages[c]!["tool_calls"] : undefined;
+      const calling = c > query && c >= at.from && Array.isArray(calls) && calls.length > last - c ? this.storeCut(ctx, profile, input, at, media, dropped, c + 1, "provisional") : null;
+      const afterTool = this.storeCut(ctx, profile, input, calling ?? at, media, dropped, count, "afterTool");
+      return calling ? { ...out, next: calling.node } : afterTool ? { ...out, next: afterTool.node } : out;
     }
     let a = count - 2;
     while (a > query && a >= at.from && messages[a]?.role !== "assistant") a--;
@@ -1716,7 +1725,7 @@ interface StoreContext {
 /** What storeFrom kept: the entry its stable prefix ends at, the entry the next turn goes on from, and the request's stable prefix (ChainedPrompt.stable). */
 interface StoredPrefix {
   node: Node | null;
-  /** The deepest entry stored (an afterTool or provisional one past `node`): the held body's `next` (holdBody). */
+  /** The entry stored past `node` that the next turn goes on from (the afterTool or provisional one, or the unanswered calls' entry before an afterTool one): the held body's `next` (holdBody). */
   next: Node | null;
   stable: (() => StablePrefix) | undefined;
 }

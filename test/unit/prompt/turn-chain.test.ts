@@ -285,6 +285,26 @@ describe("turn chain: the incremental prompt equals the full path at every turn"
     }
   });
 
+  it("parallel tool results sent one request at a time go on from the entry through their calls", () => {
+    const call = (id: string) => ({ id, type: "function", function: { name: "read_file", arguments: "{}" } });
+    const history: Msg[] = [{ role: "system", content: "agent" }, { role: "user", content: "Fix it." }, { role: "assistant", content: "", tool_calls: [call("c0")] }, { role: "tool", content: "r0" }];
+    const calls: Msg = { role: "assistant", content: "", tool_calls: [call("c1"), call("c2"), call("c3")] };
+    for (const profile of PROFILES) {
+      const chain = new TurnChainCache({ checkRate: 0 });
+      const reused: (number | undefined)[] = [];
+      for (const results of [0, 1, 2, 3]) {
+        const messages = results === 0 ? history : [...history, calls, ...Array.from({ length: results }, (_, i) => ({ role: "tool", content: `r${i + 1}` }))];
+        const body = bodyOf(messages, { tools: TOOLS });
+        const req = parseChatBody(body, DEFAULT_LIMITS);
+        const out = chain.prepare(req, body, profile, "");
+        expect(out.text).toBe(preparePrompt(req, profile).text);
+        reused.push(out.reusedMessages);
+      }
+      // The first result goes on from the step before; the second and third from the calls' message (5 messages), not again from there.
+      expect(reused.slice(1)).toEqual([4, 5, 5]);
+    }
+  });
+
   it("a changed earlier message, tool list or kwarg is never reused", () => {
     const profile = PROFILES[2]!;
     const chain = new TurnChainCache({ checkRate: 0 });
