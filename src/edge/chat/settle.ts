@@ -28,14 +28,15 @@ export interface SettleDeps {
 /**
  * A settlement is sent at once where its room is needed now: the caller awaits it
  * (`releaseBeforeReply`, a sharded pool), or the pool was short of room at the request's first
- * pick (route.ts roomWanted: others likely wait behind it) and the request is not about to pick
- * again (`retrying`: its retry's route call carries it); else it waits for a route call to carry it.
+ * pick (route.ts roomWanted: others likely wait behind it), retrying or not (media recovery settles
+ * its failed attempt before the downloads, long before its retry's pick); else it waits for a route
+ * call to carry it.
  */
 export function openReceipt(deps: SettleDeps, target: RouteTarget, decision: RouteDecision, edgeOverheadMs: number, releaseBeforeReply: boolean): Receipt {
   const { receiptId } = decision;
   return {
     settle(s) {
-      const p = deps.receiptOutbox.queue(target.shardKey, target.index, { kind: "settle", receiptId, edgeOverheadMs, ...s }, releaseBeforeReply || (target.roomWanted && !s.retrying));
+      const p = deps.receiptOutbox.queue(target.shardKey, target.index, { kind: "settle", receiptId, edgeOverheadMs, ...s }, releaseBeforeReply || target.roomWanted);
       deps.waitUntil(p);
       return p;
     },
