@@ -153,9 +153,9 @@ function routeInput(index: () => ChatFrontDoor, outbox: ReceiptOutbox, waits: Pr
 }
 
 /**
- * A real core under admission whose one worker `a` holds `capacityTokens` (a request is 40 tokens),
- * its clock frozen (as workerd's is within an event) and its timers never firing; `target(seed)`
- * routes a request of its own prompt through admission; `settleOf` queues a pick's settlement
+ * A real core under admission whose one worker `a` holds `capacityTokens`, its clock frozen (as
+ * workerd's is within an event) and its timers never firing; `target(seed, tokens = 40)` routes a
+ * request of its own prompt through admission; `settleOf` queues a pick's settlement
  * (`sent`: the receipts calls made).
  */
 function admittingPool(capacityTokens: number) {
@@ -165,11 +165,11 @@ function admittingPool(capacityTokens: number) {
   const outbox = new ReceiptOutbox({ flushMs: 10_000 });
   const { sent, door } = recordingDoor();
   const waits: Promise<unknown>[] = [];
-  const target = (seed: number) =>
+  const target = (seed: number, tokens = 40) =>
     routeTarget({
       ...routeInput(() => door, outbox, waits),
-      localHashes: localBlockHashes(Array.from({ length: 40 }, (_, i) => seed * 1000 + i + 1), 4),
-      isl: 40,
+      localHashes: localBlockHashes(Array.from({ length: tokens }, (_, i) => seed * 1000 + i + 1), 4),
+      isl: tokens,
       admission: { index: () => admitting, ticket: { ticket: `t${seed}`, band: 1, tenant: "anonymous", decodeBudget: 0 }, affinityKey: null, signal: null, waitUntil: () => undefined },
     });
   const settleOf = (t: RouteTarget, d: RouteDecision) => void openReceipt({ index: () => door, waitUntil: (p) => void waits.push(p), receiptOutbox: outbox }, t, d, 0, false).settle({ promptTokens: null, cachedTokens: null, outcome: "ok" });
@@ -243,6 +243,23 @@ describe("the queue", () => {
     const decision = (await picked)!;
     expect(second.roomWanted).toBe(true);
     settleOf(second, decision);
+    await Promise.resolve();
+    expect(sent).toEqual([[{ ...settle(decision.receiptId), edgeOverheadMs: 0 }]]);
+  });
+
+  it("a request let in from the admission queue that leaves room behind it (nothing waits, the worker is not full) still sends its settlement at once: it waited", async () => {
+    const { core, target, settleOf, sent } = admittingPool(40);
+    const first = await target(1).pick([], true);
+    const small = target(2, 20);
+    const picked = small.pick([], true);
+    await Promise.resolve();
+    expect(core.admissionSnapshot().bands.some((b) => b.queued > 0)).toBe(true);
+    core.applyReceipts([settle(first!.receiptId)]);
+    // Let in, it holds 20 of the worker's 40 tokens and the queue is empty: not crowded, only waited.
+    const decision = (await picked)!;
+    expect(core.admissionSnapshot().bands.every((b) => b.queued === 0)).toBe(true);
+    expect(small.roomWanted).toBe(true);
+    settleOf(small, decision);
     await Promise.resolve();
     expect(sent).toEqual([[{ ...settle(decision.receiptId), edgeOverheadMs: 0 }]]);
   });
