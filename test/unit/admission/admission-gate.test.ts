@@ -110,6 +110,14 @@ describe("admission under the bound", () => {
     expect(second.outcome).toMatchObject({ kind: "routed", decision: { workerId: "b" }, waited: false, crowded: true });
   });
 
+  it("with admission off, a pick that fills the last worker is not crowded (nothing will queue behind it)", () => {
+    const { core } = pool({ workers: ["a"], capacityTokens: 40, admission: { enabled: false } });
+    const first = admit(core, prompt(1), ticket());
+    expect(first.outcome).toMatchObject({ kind: "routed", decision: { workerId: "a" }, waited: false, crowded: false });
+    // a is full (40 of 40 tokens), and the next request is still routed at once, not crowded.
+    expect(admit(core, prompt(2), ticket()).outcome).toMatchObject({ kind: "routed", decision: { workerId: "a" }, waited: false, crowded: false });
+  });
+
   it("answers none (503 at the edge) when no worker is up", () => {
     const { core } = pool({ workers: [] });
     expect(admit(core, prompt(1), ticket()).outcome).toEqual({ kind: "none" });
