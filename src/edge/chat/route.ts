@@ -109,6 +109,7 @@ export function routeTarget(input: RouteInput): RouteTarget {
           const answering: AdmissionFrontDoor = {
             admit: async (r) => {
               const a = await carrying(door.admit(r));
+              // An older index (rolling deploy) omits waited and crowded: read as "wait for a carrier".
               roomWanted = a.kind === "routed" && (a.waited || a.crowded);
               return a;
             },
