@@ -300,6 +300,33 @@ describe("held bodies", () => {
     expect(held.chain.heldBodyText(branch, "")).toBeNull();
   });
 
+  it("an agent loop of parallel calls whose results come one request at a time keeps one held body", () => {
+    const tools = [{ type: "function", function: { name: "read_file", parameters: { type: "object", properties: {} } } }];
+    // Each request's held body goes on from the entry through the step's calls, which the next
+    // result's request hits: each body replaces the one before.
+    const loop = (withBytes: boolean) => {
+      const chain = new TurnChainCache({ checkRate: 0 });
+      const messages: unknown[] = [{ role: "system", content: "agent" }, { role: "user", content: "Fix the bug — naïve." }];
+      let last = 0;
+      for (let k = 1; k <= 12; k++) {
+        messages.push({ role: "assistant", content: "", tool_calls: [0, 1, 2].map((i) => ({ id: `c${k}_${i}`, type: "function", function: { name: "read_file", arguments: `{"p":"${k}"}` } })) });
+        for (let i = 0; i < 3; i++) {
+          messages.push({ role: "tool", tool_call_id: `c${k}_${i}`, content: `日本語 output ${k}.${i} `.repeat(200) });
+          const bytes = encode(JSON.stringify({ model: model.id, tools, messages, max_tokens: 8 }));
+          const parsed = parseChatTurn(reference(bytes) as string, config, "", withBytes ? { bytes } : {}, chain);
+          chain.prepare(parsed.req, reference(bytes) as string, profile, "", { found: parsed.turn, validated: true });
+          last = bytes.length;
+        }
+      }
+      return { bytes: chain.stats().bytes, last };
+    };
+    const held = loop(true);
+    const heldBytes = held.bytes - loop(false).bytes;
+    // The last request held its hit's prefix (through the step's second result), under its body's length.
+    expect(heldBytes).toBeGreaterThan(0);
+    expect(heldBytes).toBeLessThan(held.last + 2_000);
+  });
+
   it("conversations sharing a system prompt: each reads its own longest held prefix, and one going on keeps the shared body another relies on", async () => {
     const chain = new TurnChainCache({ checkRate: 0 });
     // ~10 kB of shared system prompt: both conversations' held prefixes list under the same window of it.
