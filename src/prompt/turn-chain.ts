@@ -540,6 +540,20 @@ function endsWithUser(request: ChatRequestLike): boolean {
   return typeof last === "object" && last !== null && (last as { role?: unknown }).role === "user";
 }
 
+/**
+ * The index of the assistant message whose tool calls the request's trailing tool results answer
+ * only in part (a client sending parallel tool results one request at a time), else -1. It counts
+ * result messages, not distinct call ids: a duplicate id only costs reuse.
+ */
+function partlyAnsweredCalls(request: ChatRequestLike): number {
+  const m = request.messages;
+  const role = (x: unknown) => (typeof x === "object" && x !== null ? (x as { role?: unknown }).role : undefined);
+  let c = m.length - 1;
+  while (c >= 0 && role(m[c]) === "tool") c--;
+  const calls = c >= 0 && c < m.length - 1 && role(m[c]) === "assistant" ? (m[c] as { tool_calls?: unknown }).tool_calls : undefined;
+  return Array.isArray(calls) && calls.length > m.length - 1 - c ? c : -1;
+}
+
 function lastQuery(messages: readonly TemplateMessage[]): number {
   for (let i = messages.length - 1; i >= 1; i--) if (isQuery(messages[i])) return i;
   return -1;
@@ -956,7 +970,7 @@ export class TurnChainCache {
     const decoded = found.decoded ?? [];
     if (!hit) {
       this.s.misses++;
-      return this.full(request, profile, { body: text, layout, scope, scopeHash, parent: null, validated, decoded, endsWithUser: endsWithUser(request) });
+      return this.full(request, profile, { body: text, layout, scope, scopeHash, parent: null, validated, decoded, endsWithUser: endsWithUser(request), partlyAnswered: partlyAnsweredCalls(request) });
     }
     let extended: { prompt: ChainedPrompt; store: () => StoredPrefix } | null = null;
     try {
@@ -1221,7 +1235,7 @@ export class TurnChainCache {
     const whole = [...new Array<TemplateMessage>(q), ...pre.messages];
     // The new turn's last query: store its stable prefix (the rendered text before it) for the next turn.
     const input = { messages: whole, tools: pre.tools, kwargs: pre.templateKwargs };
-    const store = () => this.storeFrom({ body, layout, scope, scopeHash, parent: node, validated, decoded, endsWithUser: endsWithUser(request) }, profile, input, tail, media, dropped, q);
+    const store = () => this.storeFrom({ body, layout, scope, scopeHash, parent: node, validated, decoded, endsWithUser: endsWithUser(request), partlyAnswered: partlyAnsweredCalls(request) }, profile, input, tail, media, dropped, q);
     const prompt: ChainedPrompt = {
       ...assemblePrompt(rendered, { mediaParts: media, hasAudio: media.some((p) => p.kind === "audio"), droppedParts: dropped, assistantPrefix: pre.assistantPrefix }, profile),
       pieces: { stable: texts, ids, heads: ids, bodyParts: this.bodyParts(chain), chars: stable.length, rest: tail + (pre.assistantPrefix ?? "") },
@@ -1298,8 +1312,8 @@ export class TurnChainCache {
   /**
    * Stores the stable prefix of a request (the rendered text before its last query's block, in two
    * entries when a long query comes before it: through that query, then the rest) and one after
-   * that query: through a final tool result (afterTool; also through the calls before it when
-   * they are not all answered), else a provisional one (through the last assistant message,
+   * that query: through a final tool result (afterTool; through the calls before it instead when
+   * the results answer them in part), else a provisional one (through the last assistant message,
    * leaving at least one message new). `input.messages` from index `from` on
    * are the request's preprocessed messages (earlier slots may be empty); `after` is the
    * template's output from message `from` on (no continuation prefix), what follows the parent's
@@ -1358,15 +1372,19 @@ export class TurnChainCache {
     const last = count - 1;
     if (last > query && last >= at.from && messages[last]?.role === "tool") {
       // Results for fewer calls than the assistant message before them made: a client sending
-      // parallel tool results one request at a time sends another result next, which the entry
-      // after this one may not be followed by, so the entry through the calls is stored too (only
-      // then: one more render of the results). Both ways on go on from it.
-      let c = last;
-      while (c > query && c >= at.from && messages[c]?.role === "tool") c--;
-      const calls = messages[c]?.role === "assistant" ? messages[c]!["tool_calls"] : undefined;
-      const calling = c > query && c >= at.from && Array.isArray(calls) && calls.length > last - c ? this.storeCut(ctx, profile, input, at, media, dropped, c + 1, "provisional") : null;
-      const afterTool = this.storeCut(ctx, profile, input, calling ?? at, media, dropped, count, "afterTool");
-      return calling ? { ...out, next: calling.node } : afterTool ? { ...out, next: afterTool.node } : out;
+      // parallel tool results one request at a time sends another result next, which an entry
+      // through this result may not be followed by, so only the entry through the calls is stored
+      // (counted on the request's own messages: after the first result the parent is that entry,
+      // held already). The next result's request goes on from it; a client that sends an
+      // assistant or user message after partial results renders those results again.
+      const c = ctx.partlyAnswered;
+      if (c >= 0) {
+        const stored = c > query && c >= at.from && messages[c]?.role === "assistant" ? this.storeCut(ctx, profile, input, at, media, dropped, c + 1, "provisional") : null;
+        const calling = c + 1 === at.from ? at.node : (stored?.node ?? null);
+        return calling ? { ...out, next: calling } : out;
+      }
+      const afterTool = this.storeCut(ctx, profile, input, at, media, dropped, count, "afterTool");
+      return afterTool ? { ...out, next: afterTool.node } : out;
     }
     let a = count - 2;
     while (a > query && a >= at.from && messages[a]?.role !== "assistant") a--;
@@ -1720,6 +1738,8 @@ interface StoreContext {
   decoded: readonly JsonLiteral[];
   /** Whether the request's last message is a user message (before preprocessing relabels a final assistant one). */
   endsWithUser: boolean;
+  /** partlyAnsweredCalls of the request: the calls' message its trailing tool results answer in part, else -1. */
+  partlyAnswered: number;
 }
 
 /** What storeFrom kept: the entry its stable prefix ends at, the entry the next turn goes on from, and the request's stable prefix (ChainedPrompt.stable). */

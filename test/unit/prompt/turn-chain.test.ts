@@ -305,6 +305,28 @@ describe("turn chain: the incremental prompt equals the full path at every turn"
     }
   });
 
+  it("parallel tool results sent one request at a time hold about what the same loop holds sending them together", () => {
+    // An entry through a result that other results follow is never gone on from: only the calls'
+    // entry is stored then, so the chain keeps each result once (in its step's afterTool entry).
+    const loop = (perRequest: number) => {
+      const chain = new TurnChainCache({ checkRate: 0 });
+      const messages: Msg[] = [{ role: "system", content: "agent" }, { role: "user", content: "Fix it." }];
+      for (let k = 1; k <= 12; k++) {
+        messages.push({ role: "assistant", content: "", tool_calls: [0, 1, 2].map((i) => ({ id: `c${k}_${i}`, type: "function", function: { name: "read_file", arguments: `{"p":"${k}"}` } })) });
+        for (let i = 0; i < 3; i++) {
+          messages.push({ role: "tool", tool_call_id: `c${k}_${i}`, content: `output ${k}.${i} `.repeat(200) });
+          if ((i + 1) % perRequest !== 0) continue;
+          const body = bodyOf(messages, { tools: TOOLS });
+          const req = parseChatBody(body, DEFAULT_LIMITS);
+          expect(chain.prepare(req, body, PROFILES[1]!, "").text).toBe(preparePrompt(req, PROFILES[1]!).text);
+        }
+      }
+      return chain.stats().bytes;
+    };
+    const together = loop(3);
+    expect(loop(1)).toBeLessThan(together * 1.1);
+  });
+
   it("a changed earlier message, tool list or kwarg is never reused", () => {
     const profile = PROFILES[2]!;
     const chain = new TurnChainCache({ checkRate: 0 });
