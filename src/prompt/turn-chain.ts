@@ -1379,7 +1379,8 @@ export class TurnChainCache {
       // assistant or user message after partial results renders those results again.
       const c = ctx.partlyAnswered;
       if (c >= 0) {
-        const stored = c > query && c >= at.from && messages[c]?.role === "assistant" ? this.storeCut(ctx, profile, input, at, media, dropped, c + 1, "provisional") : null;
+        const cuts = c > query && c >= at.from && messages[c]?.role === "assistant";
+        const stored = cuts ? this.storeCut(ctx, profile, input, at, media, dropped, c + 1, "provisional") : null;
         const calling = c + 1 === at.from ? at.node : (stored?.node ?? null);
         return calling ? { ...out, next: calling } : out;
       }
@@ -1745,7 +1746,11 @@ interface StoreContext {
 /** What storeFrom kept: the entry its stable prefix ends at, the entry the next turn goes on from, and the request's stable prefix (ChainedPrompt.stable). */
 interface StoredPrefix {
   node: Node | null;
-  /** The entry stored past `node` that the next turn goes on from (the afterTool or provisional one, or the unanswered calls' entry before an afterTool one): the held body's `next` (holdBody). */
+  /**
+   * The entry the next turn goes on from: the afterTool or provisional one, the entry through
+   * calls the results answer in part (stored or the parent), else `node` itself. The held body's
+   * `next` (holdBody).
+   */
   next: Node | null;
   stable: (() => StablePrefix) | undefined;
 }

@@ -292,16 +292,20 @@ describe("turn chain: the incremental prompt equals the full path at every turn"
     for (const profile of PROFILES) {
       const chain = new TurnChainCache({ checkRate: 0 });
       const reused: (number | undefined)[] = [];
-      for (const results of [0, 1, 2, 3]) {
-        const messages = results === 0 ? history : [...history, calls, ...Array.from({ length: results }, (_, i) => ({ role: "tool", content: `r${i + 1}` }))];
+      const next: Msg[] = [{ role: "assistant", content: "", tool_calls: [call("c4")] }, { role: "tool", content: "r4" }];
+      for (const results of [0, 1, 2, 3, 4]) {
+        const answered = Array.from({ length: Math.min(results, 3) }, (_, i) => ({ role: "tool", content: `r${i + 1}` }));
+        const messages = results === 0 ? history : [...history, calls, ...answered, ...(results === 4 ? next : [])];
         const body = bodyOf(messages, { tools: TOOLS });
         const req = parseChatBody(body, DEFAULT_LIMITS);
         const out = chain.prepare(req, body, profile, "");
         expect(out.text).toBe(preparePrompt(req, profile).text);
         reused.push(out.reusedMessages);
       }
-      // The first result goes on from the step before; the second and third from the calls' message (5 messages), not again from there.
-      expect(reused.slice(1)).toEqual([4, 5, 5]);
+      // The first result goes on from the step before; the second and third from the calls' message
+      // (5 messages), not again from there; the next step from the afterTool entry the third stored
+      // under it (8 messages).
+      expect(reused.slice(1)).toEqual([4, 5, 5, 8]);
     }
   });
 
