@@ -11,8 +11,9 @@
  */
 import fc from "fast-check";
 import { describe, expect, it } from "vitest";
-import { RateLeases, type LeaseSource } from "../../../src/edge/rate-lease.ts";
-import { fullBucket, RATE_LEASE_TTL_MS, takeLease, type BucketRate, type BucketState } from "../../../src/util/token-bucket.ts";
+import { RateLeases } from "../../../src/edge/rate-lease.ts";
+import { RATE_LEASE_TTL_MS, type BucketRate } from "../../../src/util/token-bucket.ts";
+import { lateLeaseObject } from "../../helpers/late-lease-object.ts";
 
 /** Old and new config of a deploy: both larger, both smaller, the burst alone, and a larger rate with a smaller burst. */
 const PAIRS: [BucketRate, BucketRate][] = [
@@ -53,47 +54,26 @@ type Step = typeof step extends fc.Arbitrary<infer T> ? T : never;
  */
 async function deploy(pair: [BucketRate, BucketRate], old: number, fresh: number, steps: Step[], joined: number, left: number): Promise<Run> {
   const clock = { now: 1_000 };
-  let state: BucketState | null = null;
-  const parked: { at: number; answer: () => void }[] = [];
-  let late = 0;
+  const object = lateLeaseObject(clock);
   const isolates = Array.from({ length: old + fresh }, () => new RateLeases(8, () => clock.now));
   const run: Run = { admitted: [], calls: [] };
-  const flush = () => new Promise<void>((resolve) => setImmediate(resolve));
-  const deliver = async (upTo: number) => {
-    for (const p of parked.filter((p) => p.at <= upTo)) p.answer();
-    parked.splice(0, parked.length, ...parked.filter((p) => p.at > upTo));
-    await flush();
-  };
-  const take = (isolate: number, cfg: BucketRate) => {
-    let decidedAt: number | undefined;
-    const source: LeaseSource = {
-      lease: (c, want, back) => {
-        state ??= fullBucket(c, clock.now);
-        const r = takeLease(state, c, clock.now, want, back);
-        decidedAt = clock.now;
-        run.calls.push({ at: clock.now, isolate, cfg: c, granted: r.granted });
-        if (late === 0) return Promise.resolve(r);
-        return new Promise((resolve) => parked.push({ at: clock.now + late, answer: () => resolve(r) }));
-      },
-    };
-    const spentAt = clock.now;
-    void isolates[isolate]!.take("chat:key:x", cfg, () => source).then((r) => r.allowed && run.admitted.push(decidedAt ?? spentAt));
-  };
+  const take = (isolate: number, cfg: BucketRate) =>
+    object.take(isolates[isolate]!, cfg, run.admitted, (c, granted) => run.calls.push({ at: clock.now, isolate, cfg: c, granted }));
   for (const [k, s] of steps.entries()) {
     clock.now += s.dt;
-    await deliver(clock.now);
-    late = s.late;
+    await object.deliver(clock.now);
+    object.late = s.late;
     const [first, count] = k < joined ? [0, old] : k < left ? [0, old + fresh] : [old, fresh];
     for (const isolate of s.every ? Array.from({ length: count }, (_, i) => first + i) : [first + (s.isolate % count)]) {
       const own = isolate < old ? pair[0] : pair[1];
       const cfg = s.other ? (own === pair[0] ? pair[1] : pair[0]) : own;
       for (let n = 0; n < s.seq; n++) {
         for (let j = 0; j < s.together; j++) take(isolate, cfg);
-        await flush();
+        await object.flush();
       }
     }
   }
-  await deliver(Infinity);
+  await object.deliver(Infinity);
   run.admitted.sort((a, b) => a - b);
   return run;
 }

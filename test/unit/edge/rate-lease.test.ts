@@ -9,6 +9,7 @@ import { describe, expect, it } from "vitest";
 import { enforceRateLimit, RateLimitedError } from "../../../src/edge/rate-limit.ts";
 import { MAX_RATE_LEASE_NAME_CHARS, RateLeases, type LeaseSource } from "../../../src/edge/rate-lease.ts";
 import { fullBucket, takeLease, takeToken, type BucketRate, type BucketState } from "../../../src/util/token-bucket.ts";
+import { lateLeaseObject } from "../../helpers/late-lease-object.ts";
 
 /** One bucket object shared by every isolate: counts calls and records what each carried. */
 function bucketObject(clock: { now: number }) {
@@ -413,41 +414,19 @@ describe("never more than the bucket across isolates", () => {
   const busyProperty = fc.asyncProperty(fc.integer({ min: 1, max: 8 }), fc.nat({ max: cfgs.length - 1 }), fc.array(busyStep, { minLength: 1, maxLength: 40 }), async (n, c, steps) => {
     const cfg = cfgs[c]!;
     const clock = { now: 1_000 };
-    let state: BucketState | null = null;
-    const parked: { at: number; answer: () => void }[] = [];
-    let late = 0;
+    const object = lateLeaseObject(clock);
     const isolates = Array.from({ length: n }, () => new RateLeases(8, () => clock.now));
     const admitted: number[] = [];
-    const flush = () => new Promise<void>((resolve) => setImmediate(resolve));
-    const deliver = async (upTo: number) => {
-      for (const p of parked.filter((p) => p.at <= upTo)) p.answer();
-      parked.splice(0, parked.length, ...parked.filter((p) => p.at > upTo));
-      await flush();
-    };
-    const take = (iso: RateLeases) => {
-      let decidedAt: number | undefined;
-      const source: LeaseSource = {
-        lease: (cfg, want, back) => {
-          state ??= fullBucket(cfg, clock.now);
-          const r = takeLease(state, cfg, clock.now, want, back);
-          decidedAt = clock.now;
-          if (late === 0) return Promise.resolve(r);
-          return new Promise((resolve) => parked.push({ at: clock.now + late, answer: () => resolve(r) }));
-        },
-      };
-      const spentAt = clock.now;
-      void iso.take("chat:key:x", cfg, () => source).then((r) => r.allowed && admitted.push(decidedAt ?? spentAt));
-    };
     for (const s of steps) {
       clock.now += s.dt;
-      await deliver(clock.now);
-      late = s.late;
+      await object.deliver(clock.now);
+      object.late = s.late;
       for (let k = 0; k < s.seq; k++) {
-        for (let j = 0; j < s.together; j++) take(isolates[s.isolate % n]!);
-        await flush();
+        for (let j = 0; j < s.together; j++) object.take(isolates[s.isolate % n]!, cfg, admitted);
+        await object.flush();
       }
     }
-    await deliver(Infinity);
+    await object.deliver(Infinity);
     // Sorted by time, the fullest window ending at j starts at the i <= j maximising rate x t_i - i.
     admitted.sort((a, b) => a - b);
     const perMs = cfg.requestsPerMinute / 60_000;
