@@ -542,14 +542,16 @@ function endsWithUser(request: ChatRequestLike): boolean {
 
 /**
  * The index of the assistant message whose tool calls the request's trailing tool results answer
- * only in part (a client sending parallel tool results one request at a time), else -1. It counts
- * result messages, not distinct call ids: a duplicate id only costs reuse.
+ * only in part (a client sending parallel tool results one request at a time), else -1. A result is
+ * a `tool` or `function` message, as mayBeTool reads one. It counts result messages, not distinct
+ * call ids: a duplicate id only costs reuse.
  */
 function partlyAnsweredCalls(request: ChatRequestLike): number {
   const m = request.messages;
   const role = (x: unknown) => (typeof x === "object" && x !== null ? (x as { role?: unknown }).role : undefined);
+  const isResult = (x: unknown) => role(x) === "tool" || role(x) === "function";
   let c = m.length - 1;
-  while (c >= 0 && role(m[c]) === "tool") c--;
+  while (c >= 0 && isResult(m[c])) c--;
   const calls = c >= 0 && c < m.length - 1 && role(m[c]) === "assistant" ? (m[c] as { tool_calls?: unknown }).tool_calls : undefined;
   return Array.isArray(calls) && calls.length > m.length - 1 - c ? c : -1;
 }

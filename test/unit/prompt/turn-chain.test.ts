@@ -289,12 +289,13 @@ describe("turn chain: the incremental prompt equals the full path at every turn"
     const call = (id: string) => ({ id, type: "function", function: { name: "read_file", arguments: "{}" } });
     const history: Msg[] = [{ role: "system", content: "agent" }, { role: "user", content: "Fix it." }, { role: "assistant", content: "", tool_calls: [call("c0")] }, { role: "tool", content: "r0" }];
     const calls: Msg = { role: "assistant", content: "", tool_calls: [call("c1"), call("c2"), call("c3")] };
-    for (const profile of PROFILES) {
+    // Results as `tool` or as the legacy `function` role, which the templates render alike.
+    for (const profile of PROFILES) for (const result of [{ role: "tool" }, { role: "function", name: "read_file" }]) {
       const chain = new TurnChainCache({ checkRate: 0 });
       const reused: (number | undefined)[] = [];
       const next: Msg[] = [{ role: "assistant", content: "", tool_calls: [call("c4")] }, { role: "tool", content: "r4" }];
       for (const results of [0, 1, 2, 3, 4]) {
-        const answered = Array.from({ length: Math.min(results, 3) }, (_, i) => ({ role: "tool", content: `r${i + 1}` }));
+        const answered = Array.from({ length: Math.min(results, 3) }, (_, i) => ({ ...result, content: `r${i + 1}` }));
         const messages = results === 0 ? history : [...history, calls, ...answered, ...(results === 4 ? next : [])];
         const body = bodyOf(messages, { tools: TOOLS });
         const req = parseChatBody(body, DEFAULT_LIMITS);
