@@ -21,6 +21,7 @@
  * `evict_host` L1207-1236). Which tiers are tracked is the consumer's choice (services/relay).
  */
 import { Decoder } from "@msgpack/msgpack";
+import { isRecord } from "../util/is-record.ts";
 
 export const GPU_MEDIUM = "GPU";
 
@@ -133,7 +134,7 @@ export function decodeKvEventBatch(payload: Uint8Array): DecodedKvBatch {
   let ts: unknown, events: unknown, rank: unknown;
   if (Array.isArray(root)) {
     [ts, events, rank] = root;
-  } else if (isRecord(root)) {
+  } else if (isMap(root)) {
     // Not what msgspec array_like emits, but cheap to accept.
     ts = root["ts"];
     events = root["events"];
@@ -168,7 +169,7 @@ function decodeEvent(raw: unknown, dropped: DecodeDrop[]): KvCacheEvent | null {
   if (Array.isArray(raw)) {
     tag = raw[0];
     get = (_name, index) => raw[index + 1];
-  } else if (isRecord(raw)) {
+  } else if (isMap(raw)) {
     tag = raw["type"];
     get = (name) => raw[name];
   } else {
@@ -232,7 +233,7 @@ function decodeStored(get: (name: string, index: number) => unknown): BlockStore
  * and is ignored like every unknown trailing field; a map with a bad salt voids the event.
  */
 function cacheSalt(raw: unknown): string | null {
-  if (!isRecord(raw)) return null;
+  if (!isMap(raw)) return null;
   const salt = raw["cache_salt"];
   if (salt === null || salt === undefined) return null;
   if (typeof salt !== "string" || salt.length > MAX_CACHE_SALT_CHARS)
@@ -315,8 +316,9 @@ function toFiniteNumber(v: unknown): number | null {
   return null;
 }
 
-function isRecord(v: unknown): v is Record<string, unknown> {
-  return typeof v === "object" && v !== null && !Array.isArray(v) && !(v instanceof Uint8Array);
+/** A decoded msgpack map: a record, not a bin (Uint8Array). */
+function isMap(v: unknown): v is Record<string, unknown> {
+  return isRecord(v) && !(v instanceof Uint8Array);
 }
 
 function describe(v: unknown): string {

@@ -16,6 +16,7 @@
  */
 import { InvalidRequestError } from "../api/errors.ts";
 import { parseJsonKeepingNumbers, PyNumber, pythonNumberTextFromValue } from "./py-json.ts";
+import { isRecord } from "../util/is-record.ts";
 
 export type ContentFormat = "openai" | "string";
 export type MediaKind = "image" | "video" | "audio";
@@ -99,10 +100,6 @@ const RESERVED_TEMPLATE_KWARGS = new Set([
   "max_length",
   "return_tensors",
 ]);
-
-function isRecord(x: unknown): x is Record<string, unknown> {
-  return typeof x === "object" && x !== null && !Array.isArray(x);
-}
 
 function optionalString(msg: Record<string, unknown>, key: string, param: string): string | undefined {
   const v = msg[key];

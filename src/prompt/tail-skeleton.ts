@@ -37,6 +37,7 @@ import type { TemplateMessage } from "./messages.ts";
 import type { TemplateId } from "./model-profile.ts";
 import { tojsonText } from "./template.ts";
 import { ownString } from "../util/own-string.ts";
+import { isRecord } from "../util/is-record.ts";
 
 /** Messages a skeleton covers at most (a chat turn's tail is two after the stand-in). */
 export const TAIL_SKELETON_MESSAGES = 4;
@@ -101,10 +102,6 @@ function partsShape(id: TemplateId, role: string, parts: readonly unknown[]): st
 function keysAmong(o: object, names: readonly string[]): boolean {
   for (const k in o) if (Object.hasOwn(o, k) && !names.includes(k)) return false;
   return true;
-}
-
-function isRecord(v: unknown): v is Record<string, unknown> {
-  return typeof v === "object" && v !== null && !Array.isArray(v);
 }
 
 /** Whether `call` is a tool call the skeleton fills: a function of a string name and string or object arguments, no other key read. */

@@ -9,15 +9,12 @@
  */
 import type { z } from "zod";
 import { KV_TIERS, MAX_BLOCKS_PER_MESSAGE, RelayMessageSchema, type RelayMessage } from "./relay-protocol.ts";
+import { isRecord } from "../util/is-record.ts";
 
 const ENGINE_HASH = /^-?\d{1,20}$/;
 const LOCAL_HASH = /^[0-9a-f]{16}$/;
 
 type Parsed = { success: true; data: RelayMessage } | { success: false; error: z.ZodError };
-
-function isRecord(v: unknown): v is Record<string, unknown> {
-  return typeof v === "object" && v !== null && !Array.isArray(v);
-}
 
 /** Own enumerable keys (JSON objects have no others); no array allocated per object. */
 function keyCount(o: object): number {

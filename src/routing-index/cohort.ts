@@ -3,10 +3,7 @@
  * publishes the same valid contract (docs/layout.md, "Worker contract").
  */
 import { cohortEligibility, contractDigest, parseWorkerContract, type CohortResult } from "../layout/index.ts";
-
-function isRecord(v: unknown): v is Record<string, unknown> {
-  return typeof v === "object" && v !== null && !Array.isArray(v);
-}
+import { isRecord } from "../util/is-record.ts";
 
 /** Digest of a published contract, or null when it does not parse (requires initHashing()). */
 export function contractDigestOf(published: unknown): string | null {
