@@ -534,10 +534,14 @@ function mayBeTool(whole: SplitText, span: readonly [number, number]): boolean {
   return role === null || role === "tool" || role === "function";
 }
 
+/** A request message's role as parsed (undefined when it is not an object). */
+function roleOf(m: unknown): unknown {
+  return typeof m === "object" && m !== null ? (m as { role?: unknown }).role : undefined;
+}
+
 /** Whether the request's last message is a user message as the client sent it. */
 function endsWithUser(request: ChatRequestLike): boolean {
-  const last = request.messages[request.messages.length - 1];
-  return typeof last === "object" && last !== null && (last as { role?: unknown }).role === "user";
+  return roleOf(request.messages[request.messages.length - 1]) === "user";
 }
 
 /**
@@ -548,11 +552,10 @@ function endsWithUser(request: ChatRequestLike): boolean {
  */
 function partlyAnsweredCalls(request: ChatRequestLike): number {
   const m = request.messages;
-  const role = (x: unknown) => (typeof x === "object" && x !== null ? (x as { role?: unknown }).role : undefined);
-  const isResult = (x: unknown) => role(x) === "tool" || role(x) === "function";
+  const isResult = (x: unknown) => roleOf(x) === "tool" || roleOf(x) === "function";
   let c = m.length - 1;
   while (c >= 0 && isResult(m[c])) c--;
-  const calls = c >= 0 && c < m.length - 1 && role(m[c]) === "assistant" ? (m[c] as { tool_calls?: unknown }).tool_calls : undefined;
+  const calls = c >= 0 && c < m.length - 1 && roleOf(m[c]) === "assistant" ? (m[c] as { tool_calls?: unknown }).tool_calls : undefined;
   return Array.isArray(calls) && calls.length > m.length - 1 - c ? c : -1;
 }
 

@@ -99,7 +99,7 @@ export function routeTarget(input: RouteInput): RouteTarget {
       let called = false;
       const carrying = <T>(call: Promise<T>): Promise<T> => {
         called = true;
-        if (carried) input.waitUntil(call.then(noop, () => carried.sendAlone(index)));
+        if (carried) input.waitUntil(call.then(() => undefined, () => carried.sendAlone(index)));
         return call;
       };
       let d: RouteDecision | null;
@@ -130,8 +130,6 @@ export function routeTarget(input: RouteInput): RouteTarget {
     },
   };
 }
-
-function noop(): void {}
 
 /** The pick as response headers (admin callers and debug only: they reveal topology). */
 export function routingHeaders(d: RouteDecision, fallbackReason: FallbackReason, requestId: string, attempts: number, shard: number): Record<string, string> {
