@@ -148,8 +148,8 @@ function cacheFigures(a, b, promptTokens) {
   };
 }
 
-/** Appends what turn `c.turn` adds to conversation `c`. */
-function extend(c, io) {
+/** Appends what turn `c.turn` adds to conversation `c` (the turn shapes above; the budget-pressured pass takes the same). */
+export function extend(c, io) {
   const m = c.messages;
   if (c.kind === "chat") {
     if (c.turn > 0) m.push({ role: "assistant", content: io.fresh(3000) });
@@ -209,14 +209,16 @@ function summarizeConversations(samples) {
       floorCpuGrowthTheilSenUsPer1kTokens: theilSenUsPer1k(w, "floorCpu"),
       ownCpuGrowthTheilSenUsPer1kTokens: theilSenUsPer1k(w, "ownCpu"),
     };
-    // Per run: p50 of the warm turns at the goal sizes (32k, 100k bins).
+    // Per run: the warm turns at the goal sizes (32k, 100k bins), n and p50 / p99 of each.
     const runs = [...new Set(ks.map((s) => s.run))];
-    const p50 = (rs, key) => (rs.length ? summarize(rs.map((s) => s[key])).p50 : null);
+    const figures = (w) => {
+      if (w.length === 0) return { n: 0, edgeCpuP50: null, edgeCpuP99: null, overheadP50: null };
+      const ec = summarize(w.map((s) => s.edgeCpu));
+      return { n: w.length, edgeCpuP50: ec.p50, edgeCpuP99: ec.p99, overheadP50: summarize(w.map((s) => s.overhead)).p50 };
+    };
     out.perRun[kind] = runs.map((r) => {
       const rs = ks.filter((s) => s.run === r);
-      const w32 = warmIn(rs, 24_000, 40_000);
-      const w100 = warmIn(rs, 80_000, 120_000);
-      return { overheadP50At32k: p50(w32, "overhead"), edgeCpuP50At32k: p50(w32, "edgeCpu"), edgeCpuP50At100k: p50(w100, "edgeCpu") };
+      return { at32k: figures(warmIn(rs, 24_000, 40_000)), at100k: figures(warmIn(rs, 80_000, 120_000)) };
     });
   }
   return out;

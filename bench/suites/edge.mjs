@@ -28,6 +28,7 @@ import { ffmpegToFile } from "../../test/helpers/wasm-media.ts";
 import { ROOT } from "../lib/workerd.mjs";
 import { nativeWorkerdPid, processAndMainThreadCpuMs, processCpuPreciseMs, waitForQuiet } from "../lib/process-cpu.mjs";
 import { HISTORY_BINS, runConcurrentConversations, runConversations } from "../edge/conversations.mjs";
+import { runPressuredConversations } from "../edge/pressured-conversations.mjs";
 import { edgeSendCpu, measuredSends } from "../edge/turn-sends.mjs";
 import { rateLimitFigures } from "../edge/rate-limit-case.mjs";
 import { promptStageFigures } from "../edge/prompt-stage.mjs";
@@ -98,25 +99,40 @@ function serverTiming(h) {
   return out;
 }
 
+/** Applies "k=n,..." from environment variable `name` to `shape` (perKind counts and the keys in `keys`). */
+function overrideShape(shape, name, keys) {
+  for (const part of (process.env[name] ?? "").split(",").filter(Boolean)) {
+    const [k, v] = part.split("=");
+    const n = Number(v);
+    if (!Number.isInteger(n) || n < 0) throw new Error(`${name}: ${part}`);
+    if (k in keys) shape[keys[k]] = n;
+    else if (k in shape.perKind) shape.perKind[k] = n;
+    else throw new Error(`${name}: unknown ${k}`);
+  }
+  return shape;
+}
+
 /**
  * How many conversations of each kind, to what history, over how many runs. KVEDGE_BENCH_EDGE_CONVERSATIONS
- * (e.g. "chat=40,agent=0,vision=0,target=40000,runs=1,inflight=4") overrides it: a working set larger
- * than the isolate's caches shows the reuse rate below 100 %; inflight = edge requests at a time in
- * the concurrent phase (0: none).
+ * (e.g. "chat=40,agent=0,vision=0,target=40000,runs=1,inflight=4") overrides it; inflight = edge
+ * requests at a time in the concurrent phase (0: none). The default fits the isolate's caches: its
+ * later turns find their history (the warm turn the goals are set for).
  */
 function conversationShape(ctx) {
   const shape = ctx.tiny ? { runs: 1, perKind: { chat: 1, agent: 1, vision: 1 }, targetTokens: 8_000, inFlight: 2 } : ctx.quick ? { runs: 2, perKind: { chat: 2, agent: 1, vision: 1 }, targetTokens: 100_000, inFlight: 4 } : { runs: 3, perKind: { chat: 6, agent: 3, vision: 3 }, targetTokens: 100_000, inFlight: 4 };
-  for (const part of (process.env.KVEDGE_BENCH_EDGE_CONVERSATIONS ?? "").split(",").filter(Boolean)) {
-    const [k, v] = part.split("=");
-    const n = Number(v);
-    if (!Number.isInteger(n) || n < 0) throw new Error(`KVEDGE_BENCH_EDGE_CONVERSATIONS: ${part}`);
-    if (k === "runs") shape.runs = n;
-    else if (k === "inflight") shape.inFlight = n;
-    else if (k === "target") shape.targetTokens = n;
-    else if (k in shape.perKind) shape.perKind[k] = n;
-    else throw new Error(`KVEDGE_BENCH_EDGE_CONVERSATIONS: unknown ${k}`);
-  }
-  return shape;
+  return overrideShape(shape, "KVEDGE_BENCH_EDGE_CONVERSATIONS", { runs: "runs", inflight: "inFlight", target: "targetTokens" });
+}
+
+/**
+ * The budget-pressured pass (bench/edge/pressured-conversations.mjs): enough conversations live at
+ * once that their state outgrows the caches (the default's ~2.4 M history tokens at the end against
+ * the prompt prefix's 1 M and the turn chain's 16 MiB; ~600 turns, under a minute on this host).
+ * KVEDGE_BENCH_EDGE_PRESSURE (e.g. "chat=20,target=100000") overrides it; all counts 0: no pass.
+ * At --tiny it only runs the code (its state fits).
+ */
+function pressureShape(ctx) {
+  const shape = ctx.tiny ? { perKind: { chat: 2, agent: 1, vision: 1 }, targetTokens: 8_000 } : ctx.quick ? { perKind: { chat: 6, agent: 2, vision: 2 }, targetTokens: 100_000 } : { perKind: { chat: 14, agent: 6, vision: 4 }, targetTokens: 100_000 };
+  return { ...overrideShape(shape, "KVEDGE_BENCH_EDGE_PRESSURE", { target: "targetTokens" }), seed: 0x9e55 };
 }
 
 export default {
@@ -324,6 +340,12 @@ export default {
       await quiet();
       conversations = await runConversations(ctx, io, shape);
       if (shape.inFlight > 0) conversations.concurrent = await runConcurrentConversations(ctx, io, shape, shape.inFlight);
+      // Last: it leaves the caches full of its conversations' state.
+      const pressure = pressureShape(ctx);
+      if (Object.values(pressure.perKind).some((n) => n > 0)) {
+        await quiet();
+        conversations.pressured = await runPressuredConversations(ctx, io, pressure);
+      }
     }
 
     // The same per-turn work in this process, stage by stage (workerd has no clock inside a request).
@@ -342,15 +364,6 @@ export default {
         pass: goal ? r.edgeCpuP50 <= goal : null,
       };
     });
-    const w1 = results["text-1k warm"]?.overheadP50;
-    const w100 = results["text-100k warm"]?.overheadP50;
-    if (w1 !== undefined && w100 !== undefined) summary.push({
-      metric: "warm multi-turn growth: overhead p50 at 100k ÷ at 1k history (100× the tokens)",
-      value: (w100 / Math.max(0.1, w1)).toFixed(2),
-      unit: "×",
-      goal: "sub-linear (< 100)",
-      pass: w100 / Math.max(0.1, w1) < 100,
-    });
     if (conversations) {
       const convGoals = { chat: { "24–40k (32k)": 2, "80–120k (100k)": 3 }, agent: { "24–40k (32k)": 2, "80–120k (100k)": 3 }, vision: Object.fromEntries(HISTORY_BINS.map(([b]) => [b, 3])) };
       for (const [kind, k] of Object.entries(conversations.kinds)) {
@@ -366,8 +379,17 @@ export default {
             pass: goal && r.n > 0 ? r.edgeCpuP50 <= goal : null,
           });
         }
-        const perRun = conversations.perRun[kind].map((r) => (r.edgeCpuP50At32k === null ? "–" : r.edgeCpuP50At32k.toFixed(2))).join(", ");
-        summary.push({ metric: `conversations ${kind}: edge-process CPU p50 at 32k, per run`, value: perRun, unit: "ms", goal: "", pass: null });
+        const runs = conversations.perRun[kind];
+        if (runs.length > 0) {
+          // Per run, then the range over the runs: "a, b, c (min–max)".
+          const perRun = (bin, key) => {
+            const xs = runs.map((r) => r[bin][key]);
+            const known = xs.filter((x) => x !== null);
+            return `${xs.map((x) => (x === null ? "–" : x.toFixed(2))).join(", ")}${known.length ? ` (${Math.min(...known).toFixed(2)}–${Math.max(...known).toFixed(2)})` : ""}`;
+          };
+          const n = (bin) => runs.map((r) => r[bin].n).join(", ");
+          summary.push({ metric: `conversations ${kind}: warm turns' edge-process CPU per run (${runs.length} runs; min–max): at 32k p50; p99 [n per run] | at 100k p50; p99 [n per run]`, value: `${perRun("at32k", "edgeCpuP50")}; ${perRun("at32k", "edgeCpuP99")} [${n("at32k")}] | ${perRun("at100k", "edgeCpuP50")}; ${perRun("at100k", "edgeCpuP99")} [${n("at100k")}]`, unit: "ms", goal: "", pass: null });
+        }
         summary.push({ metric: `conversations ${kind}: turns whose history the turn chain supplied (of ${k.turns} turns, first turns excluded)`, value: k.reuseRate === null ? "–" : `${(100 * k.reuseRate).toFixed(0)} %`, unit: "", goal: "", pass: null });
         if (k.edgeCpuGrowthTheilSenUsPer1kTokens !== null) summary.push({ metric: `conversations ${kind}: warm edge-CPU growth (Theil–Sen over history tokens; least squares) [wall overhead growth, least squares] «proxy floor's CPU growth; kvedge's own (edge − floor), Theil–Sen»`, value: `${f1(k.edgeCpuGrowthTheilSenUsPer1kTokens)}; ${f1(k.edgeCpuGrowthUsPer1kTokens)} [${f1(k.growthUsPer1kTokens)}] «${f1(k.floorCpuGrowthTheilSenUsPer1kTokens)}; ${f1(k.ownCpuGrowthTheilSenUsPer1kTokens)}»`, unit: "µs per 1k tokens", goal: "≤ 15", pass: k.edgeCpuGrowthTheilSenUsPer1kTokens <= 15 });
       }
@@ -381,15 +403,45 @@ export default {
           goal: "",
           pass: null,
         });
-      const c0 = conversations.caches[0];
-      const mib = (b) => (b / 2 ** 20).toFixed(0);
-      summary.push({
-        metric: `conversations: cache budgets (turn chain; prompt prefix) and, per run, hit rates: turn chain lookups; prompt-prefix lookups; prompt-prefix tokens supplied ÷ prompt tokens`,
-        value: `${mib(c0.budget.turn_chain.maxBytes)} MiB; ${mib(c0.budget.prompt_prefix.maxBytes)} MiB / ${c0.promptPrefixMaxTokens} tokens — ${conversations.caches.map((c) => `${pct(c.turnChainHitRate)}; ${pct(c.promptPrefixHitRate)}; ${pct(c.promptPrefixTokenHitRate)}`).join(" | ")}`,
-        unit: "",
-        goal: "",
-        pass: null,
-      });
+      const mib = (b) => `${+(b / 2 ** 20).toFixed(1)} MiB`;
+      if (conversations.caches.length > 0)
+        summary.push({
+          metric: `conversations (all-hits pass: its state fits the caches), per run, hit rates: turn chain lookups; prompt-prefix lookups; prompt-prefix tokens supplied ÷ prompt tokens`,
+          value: conversations.caches.map((c) => `${pct(c.turnChainHitRate)}; ${pct(c.promptPrefixHitRate)}; ${pct(c.promptPrefixTokenHitRate)}`).join(" | "),
+          unit: "",
+          goal: "",
+          pass: null,
+        });
+      const p = conversations.pressured;
+      // Every byte budget of the isolate's caches (src/edge/cache-budgets.ts), the prompt prefix's token budget beside its bytes.
+      const budgets = p ?? (conversations.caches[0] && { budgets: conversations.caches[0].budget, promptPrefixMaxTokens: conversations.caches[0].promptPrefixMaxTokens });
+      if (budgets)
+        summary.push({
+          metric: "edge caches' budgets per isolate (estimated bytes; the prompt prefix also in tokens)",
+          value: Object.entries(budgets.budgets).map(([name, b]) => `${name} ${mib(b.maxBytes)}${name === "prompt_prefix" ? ` / ${budgets.promptPrefixMaxTokens} tokens` : ""}`).join("; "),
+          unit: "",
+          goal: "",
+          pass: null,
+        });
+      if (p) {
+        const live = Object.entries(p.perKind).filter(([, n]) => n > 0).map(([k, n]) => `${n} ${k}`).join(", ");
+        const cpuOf = (x) => (x.n === 0 ? "–" : `${x.edgeCpuP50.toFixed(2)} / ${x.edgeCpuP99.toFixed(2)}`);
+        for (const [kind, k] of Object.entries(p.kinds)) {
+          const allHits = conversations.kinds[kind]?.bins ?? {};
+          const bin = (name) => {
+            const b = k.bins[name];
+            const warm = allHits[name];
+            return `${name}: ${b.n === 0 ? "–" : `${cpuOf(b)} (n=${b.n}, ${pct(b.hitRate)} hits)`} [all-hits pass ${warm?.n ? `${warm.edgeCpuP50.toFixed(2)} / ${warm.edgeCpuP99.toFixed(2)}` : "–"}]`;
+          };
+          summary.push({
+            metric: `conversations ${kind}, budget-pressured pass (${live} conversations live in one isolate, turns in random order, to ${p.targetTokens} tokens, ${p.liveHistoryTokensAtEnd} history tokens live at the end; isolate affinity assumed: all turns of a conversation reach this isolate), ${k.all.n} later turns: hit rates turn chain; prompt-prefix lookups; prompt-prefix tokens; media views — edge-process CPU p50 / p99 over all of them, hits and misses (isolate thread p50 / p99) {edge wall p50 / p99} «turn-chain hits alone; misses alone» — per goal bin, blended p50 / p99 [the all-hits pass's warm turns]`,
+            value: `${pct(k.turnChainHitRate)}; ${pct(k.promptPrefixHitRate)}; ${pct(k.promptPrefixTokenHitRate)}; ${pct(k.viewHashHitRate)} — ${cpuOf(k.all)} (${k.all.n ? `${k.all.edgeIsolateCpuP50.toFixed(2)} / ${k.all.edgeIsolateCpuP99.toFixed(2)}` : "–"}) {${k.all.n ? `${fmt(k.all.wallP50)} / ${fmt(k.all.wallP99)}` : "–"}} «${cpuOf(k.hits)} (n=${k.hits.n}); ${cpuOf(k.misses)} (n=${k.misses.n})» — ${Object.keys(k.bins).map(bin).join("; ")}`,
+            unit: "ms",
+            goal: "",
+            pass: null,
+          });
+        }
+      }
     }
     for (const [size, st] of Object.entries(stages)) {
       summary.push({

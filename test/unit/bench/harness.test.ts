@@ -118,6 +118,25 @@ describe("bench harness", () => {
       expect(c.floorIsolateCpuP50).toBeLessThanOrEqual(c.floorCpuP50 + 0.05);
       expect(Number.isFinite(c.ownCpuP50)).toBe(true);
     }
+    // The budget-pressured pass: every shape's later turns, hits and misses together, with their hit
+    // rates; its rows beside the all-hits pass's, the per-run p50 and p99 rows, every cache budget
+    // listed (the media views' among them), and no always-passing growth ratio.
+    type Pressured = { turnChainHitRate: number; promptPrefixHitRate: number; all: { n: number; edgeCpuP50: number; edgeCpuP99: number; edgeIsolateCpuP50: number } };
+    const pressured = latest.suites.edge.details.conversations.pressured as { kinds: Record<string, Pressured> };
+    expect(Object.keys(pressured.kinds)).toEqual(["chat", "agent", "vision"]);
+    for (const k of Object.values(pressured.kinds)) {
+      expect(k.all.n).toBeGreaterThan(0);
+      for (const x of [k.all.edgeCpuP50, k.all.edgeCpuP99, k.all.edgeIsolateCpuP50]) expect(x).toBeGreaterThan(0);
+      for (const r of [k.turnChainHitRate, k.promptPrefixHitRate]) expect(r >= 0 && r <= 1, String(r)).toBe(true);
+    }
+    const edgeMetrics = (latest.suites.edge.summary as { metric: string }[]).map((row) => row.metric);
+    for (const kind of ["chat", "agent", "vision"]) {
+      expect(edgeMetrics.some((m) => m.startsWith(`conversations ${kind}, budget-pressured pass`)), kind).toBe(true);
+      expect(edgeMetrics.some((m) => m.startsWith(`conversations ${kind}: warm turns' edge-process CPU per run`)), kind).toBe(true);
+    }
+    const budgetRow = (latest.suites.edge.summary as { metric: string; value: string }[]).find((row) => row.metric.startsWith("edge caches' budgets"));
+    for (const cache of ["turn_chain", "prompt_prefix", "media_views"]) expect(budgetRow?.value).toContain(cache);
+    expect(edgeMetrics.some((m) => m.includes("sub-linear") || m.includes("÷ at 1k"))).toBe(false);
     const floorRpc = latest.suites.edge.details.floorRpc;
     expect(floorRpc.withRpcCpuP50).toBeGreaterThan(0);
     expect(floorRpc.fetchOnlyCpuP50).toBeGreaterThan(0);
