@@ -11,13 +11,17 @@
  *
  * Accepted: a message whose role is one of the schema's in lower case, with `content` a string,
  * or (any role) a list of `text` and `image_url` parts, or (not `user`) null; a non-user message
- * may also carry `tool_call_id`, `name` and `reasoning_content` as strings. A text part has only
- * `type` and `text`; an image part only `type` and `image_url`, which has `url` (an accepted media
- * URL) and optionally `detail` (one of the schema's values).
+ * may also carry `tool_call_id`, `name` and `reasoning_content` as strings, and `tool_calls` (an
+ * agent's step) as a list of calls. A text part has only `type` and `text`; an image part only
+ * `type` and `image_url`, which has `url` (an accepted media URL) and optionally `detail` (one of
+ * the schema's values). A call has `function` and optionally `id` (a string), `index` (a safe
+ * integer) and `type` ("function"); its `function` has optionally `name` (a string) and
+ * `arguments` (a string holding a JSON object: the object form is left to zod).
  */
-import { GENERIC_ROLES, IMAGE_DETAIL_DEFAULT, IMAGE_DETAILS, IMAGE_MODALITY_DEFAULT, MEDIA_URL, type ChatCompletionRequest } from "./openai-schema.ts";
+import { GENERIC_ROLES, IMAGE_DETAIL_DEFAULT, IMAGE_DETAILS, IMAGE_MODALITY_DEFAULT, isJsonObjectText, MEDIA_URL, type ChatCompletionRequest } from "./openai-schema.ts";
 
 type ChatMessage = ChatCompletionRequest["messages"][number];
+type ToolCall = NonNullable<Extract<ChatMessage, { tool_calls?: unknown }>["tool_calls"]>[number];
 
 const GENERIC: ReadonlySet<string> = new Set(GENERIC_ROLES);
 /** A non-user message's optional string members, in the schema's shape order. */
@@ -39,13 +43,13 @@ function isPlainRecord(v: unknown): v is Record<string, unknown> {
  * included (`for..in` skips those), and the enumerable inherited ones (a polluted prototype; `for..in`
  * sees those). Symbol keys are no schema's keys. JSON data has only own enumerable keys.
  */
-function keysWithin(o: object, a: string, b: string, c = b, d = b, e = b): boolean {
+function keysWithin(o: object, a: string, b: string, c = b, d = b, e = b, f = b): boolean {
   const own = Object.getOwnPropertyNames(o);
   for (let i = 0; i < own.length; i++) {
     const k = own[i]!;
-    if (k !== a && k !== b && k !== c && k !== d && k !== e) return false;
+    if (k !== a && k !== b && k !== c && k !== d && k !== e && k !== f) return false;
   }
-  for (const k in o) if (k !== a && k !== b && k !== c && k !== d && k !== e) return false;
+  for (const k in o) if (k !== a && k !== b && k !== c && k !== d && k !== e && k !== f) return false;
   return true;
 }
 
@@ -64,6 +68,40 @@ function fastPart(p: unknown): Part | null {
   const detail = "detail" in image ? image.detail : IMAGE_DETAIL_DEFAULT;
   if (typeof detail !== "string" || !DETAILS.has(detail)) return null;
   return { type: "image_url", image_url: { url, detail: detail as Detail }, modalities: IMAGE_MODALITY_DEFAULT };
+}
+
+/** A plain list (as JSON.parse makes it): anything else (a subclass, a proxy of another prototype) is zod's. */
+function isPlainArray(v: unknown): v is unknown[] {
+  return Array.isArray(v) && Object.getPrototypeOf(v) === Array.prototype;
+}
+
+/** A tool call in ToolCallSchema's output order (id, index, type, function), absent members left out as zod leaves them. */
+function fastToolCall(c: unknown): ToolCall | null {
+  if (!isPlainRecord(c) || !keysWithin(c, "function", "id", "index", "type")) return null;
+  const fn = c.function;
+  if (!isPlainRecord(fn) || !keysWithin(fn, "name", "arguments")) return null;
+  const out: Record<string, unknown> = {};
+  if ("id" in c) {
+    if (typeof c.id !== "string") return null;
+    out.id = c.id;
+  }
+  if ("index" in c) {
+    if (!Number.isSafeInteger(c.index)) return null;
+    out.index = c.index;
+  }
+  if ("type" in c && c.type !== "function") return null;
+  out.type = "function";
+  const call: Record<string, unknown> = {};
+  if ("name" in fn) {
+    if (typeof fn.name !== "string") return null;
+    call.name = fn.name;
+  }
+  if ("arguments" in fn) {
+    if (typeof fn.arguments !== "string" || !isJsonObjectText(fn.arguments)) return null;
+    call.arguments = fn.arguments;
+  }
+  out.function = call;
+  return out as ToolCall;
 }
 
 function fastContent(content: unknown): string | Part[] | null {
@@ -91,7 +129,7 @@ function fastMessage(m: unknown): ChatMessage | null {
     const content = fastContent(m.content);
     return content === null ? null : ({ role, content } as ChatMessage);
   }
-  if (typeof role !== "string" || !GENERIC.has(role) || !keysWithin(m, "role", "content", "tool_call_id", "name", "reasoning_content")) return null;
+  if (typeof role !== "string" || !GENERIC.has(role) || !keysWithin(m, "role", "content", "tool_call_id", "name", "reasoning_content", "tool_calls")) return null;
   const content = m.content === null ? null : fastContent(m.content);
   if (content === null && m.content !== null) return null;
   const out: Record<string, unknown> = { role, content };
@@ -100,6 +138,11 @@ function fastMessage(m: unknown): ChatMessage | null {
     const v = m[key];
     if (typeof v !== "string") return null;
     out[key] = v;
+  }
+  if ("tool_calls" in m) {
+    const calls = isPlainArray(m.tool_calls) ? everyOrNull(m.tool_calls, fastToolCall) : null;
+    if (calls === null) return null;
+    out.tool_calls = calls;
   }
   return out as ChatMessage;
 }

@@ -113,8 +113,8 @@ export const ContentSchema = z.union([z.string(), z.array(ContentPartSchema)]);
 // ---------------------------------------------------------------------------------------------
 // Messages
 
-/** True when `s` parses as a JSON object (SGLang parses assistant tool-call arguments so). */
-function isJsonObjectText(s: string): boolean {
+/** True when `s` parses as a JSON object (SGLang parses assistant tool-call arguments so; message-fast-path.ts checks with it too). */
+export function isJsonObjectText(s: string): boolean {
   try {
     const v: unknown = JSON.parse(s);
     return typeof v === "object" && v !== null && !Array.isArray(v);

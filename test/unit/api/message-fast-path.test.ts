@@ -40,10 +40,12 @@ type Shape = Record<string, z.ZodType>;
  * message schema, the media objects, a tool call), so a key the schema gains is sent as an extra
  * key at once; with a few it never reads. A key the fast path does not mirror must be declined.
  */
-const LEVELS: Record<"message" | "part" | "media", Shape[]> = {
+const LEVELS: Record<"message" | "part" | "media" | "call" | "fn", Shape[]> = {
   message: [UserMessageSchema.shape, GenericMessageSchema.shape, ToolCallSchema.shape],
   part: [TextPartSchema.shape, ThinkingPartSchema.shape, ImagePartSchema.shape, VideoPartSchema.shape, AudioUrlPartSchema.shape, InputAudioPartSchema.shape],
   media: [ImagePartSchema.shape.image_url.shape, VideoPartSchema.shape.video_url.shape, AudioUrlPartSchema.shape.audio_url.shape, InputAudioPartSchema.shape.input_audio.shape],
+  call: [ToolCallSchema.shape, ToolCallSchema.shape.function.shape],
+  fn: [ToolCallSchema.shape.function.shape, ToolCallSchema.shape],
 };
 const STRANGERS = ["foo", "__proto__", "Content", "constructor"];
 /** JSON Schema as z.toJSONSchema writes the parts samplesOf reads. */
@@ -77,7 +79,7 @@ function samplesOf(j: JsonSchema): unknown[] {
 const EXTRA_VALUES: readonly unknown[] = (() => {
   const made = Object.values(LEVELS).flatMap((shapes) => shapes.flatMap((shape) => Object.values(shape).flatMap((s) => samplesOf(z.toJSONSchema(s, { io: "input", unrepresentable: "any" }) as JsonSchema))));
   const hand = [
-    ...[null, true, 0, 1, 7, -1, 1.5, "", "x", "auto", "low", "medium", "image", "video", "multi-images", "thinking", "function", "https://a/b", "{}"],
+    ...[null, true, 0, 1, 7, -1, 1.5, 2 ** 53, Number.MAX_SAFE_INTEGER, "", "x", "auto", "low", "medium", "image", "video", "multi-images", "thinking", "function", "Function", "https://a/b", "{}", '{"a":1}', "[1]", "null", '{"a":', " {} "],
     ...[[], {}, [{ function: { name: "f", arguments: "{}" } }], [{ id: "c", index: 0, type: "function", function: { name: "f", arguments: { a: 1 } } }], [{ function: { arguments: "[1]" } }]],
     ...[{ url: "https://a/b" }, { url: "ftp://a/b" }, { data: "AA", format: "wav" }, [{ type: "text", text: "t" }]],
   ];
@@ -113,7 +115,7 @@ function extraOf(shapes: Shape[], strangers: string[], leftOut: readonly string[
     .constantFrom(...taken.keys(), ...strangers)
     .chain((key) => fc.record({ key: fc.constant(key), value: valueFor(key), enumerable: fc.oneof({ arbitrary: fc.constant(true), weight: 4 }, fc.constant(false)) }));
 }
-const EXTRA = { message: extraOf(LEVELS.message, STRANGERS), part: extraOf(LEVELS.part, STRANGERS), media: extraOf(LEVELS.media, STRANGERS) };
+const EXTRA = { message: extraOf(LEVELS.message, STRANGERS), part: extraOf(LEVELS.part, STRANGERS), media: extraOf(LEVELS.media, STRANGERS), call: extraOf(LEVELS.call, STRANGERS), fn: extraOf(LEVELS.fn, STRANGERS) };
 /** `o` with the extra member, defined over any member of that name (an own `__proto__` key included). */
 function withExtra(o: Record<string, unknown>, e: { key: string; value: unknown; enumerable: boolean } | undefined | null): Record<string, unknown> {
   if (e) Object.defineProperty(o, e.key, { value: e.value, enumerable: e.enumerable, writable: true, configurable: true });
@@ -157,9 +159,27 @@ const imagePart = record(
 );
 const textPart = record("part", { type: fc.oneof({ arbitrary: fc.constant("text"), weight: 12 }, fc.constantFrom("thinking", "Text")), text: fc.oneof({ arbitrary: text, weight: 12 }, odd) }, ["type", "text"]);
 const content = fc.oneof({ arbitrary: text, weight: 4 }, { arbitrary: fc.array(fc.oneof(textPart, imagePart), { maxLength: 4 }), weight: 6 }, fc.constant(null), odd);
+/** Call arguments: JSON object texts (valid), other JSON and near-JSON texts, and other values. */
+const ARGUMENTS = ["{}", '{"path":"src/a.ts"}', ' {"a": [1, 2]} ', "[]", "[1]", "null", "1", '"{}"', '{"a":', "", "{}x", "{\u0000}"];
+const callArguments = fc.oneof({ arbitrary: fc.constantFrom(...ARGUMENTS), weight: 6 }, text, fc.dictionary(fc.string(), fc.jsonValue(), { maxKeys: 2 }), odd);
+const toolCall = record(
+  "call",
+  {
+    id: fc.oneof({ arbitrary: text, weight: 6 }, odd),
+    index: fc.oneof({ arbitrary: fc.integer({ min: -1, max: 3 }), weight: 4 }, fc.constantFrom(-0, 1.5, 2 ** 53, Number.MAX_SAFE_INTEGER, NaN, Infinity, "0"), odd),
+    type: fc.oneof({ arbitrary: fc.constant("function"), weight: 8 }, fc.constantFrom("Function", "tool", null)),
+    function: fc.oneof(
+      { arbitrary: record("fn", { name: fc.oneof({ arbitrary: text, weight: 6 }, odd), arguments: callArguments }, [], ToolCallSchema.shape.function.shape), weight: 10 },
+      odd,
+    ),
+  },
+  ["function"],
+  ToolCallSchema.shape,
+);
+const toolCalls = fc.oneof({ arbitrary: fc.array(toolCall, { maxLength: 3 }), weight: 8 }, odd);
 const message = fc.oneof(
   { arbitrary: record("message", { role: fc.constantFrom(...ROLES), content }, ["role", "content"]), weight: 6 },
-  record("message", { role: fc.constantFrom(...ROLES), content, tool_call_id: fc.oneof({ arbitrary: text, weight: 3 }, odd), name: fc.oneof({ arbitrary: text, weight: 3 }, odd), reasoning_content: fc.oneof({ arbitrary: text, weight: 3 }, odd) }, ["role"], GenericMessageSchema.shape),
+  record("message", { role: fc.constantFrom(...ROLES), content, tool_call_id: fc.oneof({ arbitrary: text, weight: 3 }, odd), name: fc.oneof({ arbitrary: text, weight: 3 }, odd), reasoning_content: fc.oneof({ arbitrary: text, weight: 3 }, odd), tool_calls: toolCalls }, ["role"], GenericMessageSchema.shape),
   fc.anything(),
 );
 const messages = fc.oneof({ arbitrary: fc.array(message, { minLength: 1, maxLength: 2 }), weight: 8 }, fc.array(message, { maxLength: 5 }), odd);
@@ -172,10 +192,15 @@ const validList = (() => {
     { arbitrary: fc.record({ type: fc.constant("image_url"), image_url: fc.record({ url, detail: fc.constantFrom(...IMAGE_DETAILS) }, { requiredKeys: ["url"] }) }), weight: 2 },
   );
   const content = fc.oneof(fc.string(), { arbitrary: fc.array(part, { minLength: 1, maxLength: 3 }), weight: 2 });
-  const generic = { role: fc.constantFrom(...GENERIC_ROLES), content: fc.option(content, { nil: null }), tool_call_id: fc.string(), name: fc.string(), reasoning_content: fc.string() };
+  const args = fc.oneof(fc.constantFrom("{}", '{"path":"src/a.ts"}', ' { "a" : [1] } '), fc.dictionary(fc.string(), fc.jsonValue(), { maxKeys: 2 }).map((o) => JSON.stringify(o)));
+  const call = fc.record(
+    { id: fc.string(), index: fc.nat({ max: 4 }), type: fc.constant("function"), function: fc.record({ name: fc.string(), arguments: args }, { requiredKeys: [] }) },
+    { requiredKeys: ["function"] },
+  );
+  const generic = { role: fc.constantFrom(...GENERIC_ROLES), content: fc.option(content, { nil: null }), tool_call_id: fc.string(), name: fc.string(), reasoning_content: fc.string(), tool_calls: fc.array(call, { maxLength: 2 }) };
   return fc.array(fc.oneof(fc.record({ role: fc.constant("user"), content }), fc.record(generic, { requiredKeys: ["role", "content"] })), { minLength: 1, maxLength: 2 });
 })();
-const VALUES = { message: valuesAt(LEVELS.message), part: valuesAt(LEVELS.part), media: valuesAt(LEVELS.media) };
+const VALUES = { message: valuesAt(LEVELS.message), part: valuesAt(LEVELS.part), media: valuesAt(LEVELS.media), call: valuesAt(LEVELS.call), fn: valuesAt(LEVELS.fn) };
 /**
  * Strings one edit from `s`: upper case, a capital, cut at a point, a space or a character less there,
  * a space after. The point is as often one just after a delimiter (`https://|`, `data:|`, `image/|`),
@@ -196,7 +221,9 @@ type Edit = { key: string; value: unknown; enumerable: boolean; drop: boolean };
  */
 function editOf(level: keyof typeof LEVELS, o: Record<string, unknown>): fc.Arbitrary<Edit> {
   const absent = [...VALUES[level].keys(), ...STRANGERS].filter((k) => !(k in o));
-  return fc.noBias(fc.oneof(fc.constantFrom(...Object.keys(o)), fc.constantFrom(...absent))).chain((key) => {
+  // A call's function may have no members: then only a member it lacks is set.
+  const present = Object.keys(o).length > 0 ? [fc.constantFrom(...Object.keys(o))] : [];
+  return fc.noBias(fc.oneof(...present, fc.constantFrom(...absent))).chain((key) => {
     const { taken, refused } = VALUES[level].get(key) ?? { taken: [], refused: EXTRA_VALUES };
     const here = o[key];
     // A check looser than zod's most often still checks the type: refused values of the type there are drawn more.
@@ -217,10 +244,11 @@ function editOf(level: keyof typeof LEVELS, o: Record<string, unknown>): fc.Arbi
     return fc.oneof({ arbitrary: fc.record({ key: fc.constant(key), value, enumerable, drop: fc.constant(false) }), weight: 4 }, fc.constant({ key, value: undefined, enumerable: true, drop: true }));
   });
 }
-/** The objects of a list of the mirrored shapes, by level: the messages, their parts, the parts' media objects. */
+/** The objects of a list of the mirrored shapes, by level: the messages, their parts, the parts' media objects, their tool calls and the calls' functions. */
 function objectsOf(list: Record<string, unknown>[]): Record<keyof typeof LEVELS, Record<string, unknown>[]> {
   const parts = list.flatMap((m) => (Array.isArray(m.content) ? (m.content as Record<string, unknown>[]) : []));
-  return { message: list, part: parts, media: parts.flatMap((p) => (p.image_url === undefined ? [] : [p.image_url as Record<string, unknown>])) };
+  const calls = list.flatMap((m) => (Array.isArray(m.tool_calls) ? (m.tool_calls as Record<string, unknown>[]) : []));
+  return { message: list, part: parts, media: parts.flatMap((p) => (p.image_url === undefined ? [] : [p.image_url as Record<string, unknown>])), call: calls, fn: calls.map((c) => c.function as Record<string, unknown>) };
 }
 /**
  * A valid list with one member edited (editOf), or two, or none, each in an object of a level drawn
@@ -352,10 +380,19 @@ describe.each(ZOD_MODES)("fastMessages mirrors zod's messages schema, zod %s", (
   it("declines a member zod reads that it does not mirror, however defined (not enumerable, or next to valid ones)", () => {
     const call = [{ function: { name: "f", arguments: "{}" } }];
     const hidden = (o: Record<string, unknown>, key: string, value: unknown) => withExtra(o, { key, value, enumerable: false });
+    // A call's members as zod reads them, a hidden one too: taken as zod takes them.
     for (const list of [
       [{ role: "assistant", content: null, tool_calls: call }],
       [hidden({ role: "assistant", content: null }, "tool_calls", call)],
+      [{ role: "assistant", content: "", tool_calls: [hidden({ function: { arguments: "{}" } }, "id", "c1")] }],
+    ]) {
+      expect(agrees(list)).toBe(true);
+    }
+    for (const list of [
       [hidden({ role: "assistant", content: "x" }, "tool_calls", "not a list")],
+      [{ role: "assistant", content: "", tool_calls: [hidden({ function: { arguments: "{}" } }, "id", 1)] }],
+      [{ role: "assistant", content: "", tool_calls: [{ function: hidden({ name: "f" }, "arguments", "[1]") }] }],
+      [{ role: "assistant", content: "", tool_calls: [{ function: { name: "f", arguments: { a: 1 } } }] }],
       [hidden({ role: "user", content: "x" }, "name", 1)],
       [{ role: "user", content: [hidden({ type: "image_url", image_url: { url: "https://a/b" } }, "modalities", "video")] }],
       [{ role: "user", content: [{ type: "image_url", image_url: hidden({ url: "https://a/b" }, "max_dynamic_patch", 1.5) }] }],
@@ -367,16 +404,18 @@ describe.each(ZOD_MODES)("fastMessages mirrors zod's messages schema, zod %s", (
     }
   });
 
-  it("accepts the common shapes (a chat turn, a vision message) with zod's defaults", () => {
+  it("accepts the common shapes (a chat turn, a vision message, an agent's step) with zod's defaults", () => {
     const list = [
       { role: "system", content: "Be brief." },
       { role: "user", content: [{ type: "text", text: "What is this?" }, { type: "image_url", image_url: { url: "https://a.example/x.png" } }] },
       { role: "assistant", content: "A cat." },
+      { role: "assistant", content: "", tool_calls: [{ id: "call_1", type: "function", function: { name: "read_file", arguments: '{"path":"src/a.ts"}' } }, { index: 1, function: { arguments: "{}" } }] },
       { role: "tool", content: "42", tool_call_id: "call_1" },
-      { role: "assistant", content: null },
+      { role: "assistant", content: null, tool_calls: [] },
     ];
     expect(agrees(list)).toBe(true);
     expect(fastMessages(list)![1]).toStrictEqual({ role: "user", content: [{ type: "text", text: "What is this?" }, { type: "image_url", image_url: { url: "https://a.example/x.png", detail: "auto" }, modalities: "image" }] });
+    expect(fastMessages(list)![3]).toStrictEqual({ role: "assistant", content: "", tool_calls: [{ id: "call_1", type: "function", function: { name: "read_file", arguments: '{"path":"src/a.ts"}' } }, { index: 1, type: "function", function: { arguments: "{}" } }] });
   });
 
   it("declines what it does not mirror, so zod reads it", () => {
@@ -387,6 +426,13 @@ describe.each(ZOD_MODES)("fastMessages mirrors zod's messages schema, zod %s", (
       { role: "user", content: [{ type: "image_url", image_url: { url: "https://a/b" }, uuid: "u" }] },
       { role: "user", content: [{ type: "image_url", image_url: { url: "ftp://a/b" } }] },
       { role: "assistant", content: [{ type: "thinking", thinking: "hm" }] },
+      { role: "assistant", content: null, tool_calls: null },
+      { role: "assistant", content: null, tool_calls: [{ type: null, function: {} }] },
+      { role: "assistant", content: null, tool_calls: [{ function: { name: "f", arguments: "[]" } }] },
+      { role: "assistant", content: null, tool_calls: [{ function: { name: "f", arguments: { a: 1 } } }] },
+      { role: "assistant", content: null, tool_calls: [{ index: 1.5, function: {} }] },
+      { role: "assistant", content: null, tool_calls: [{ function: {} }], extra: 1 },
+      { role: "user", content: "x", tool_calls: [] },
       { role: "user" },
       JSON.parse('{"role":"user","content":"x","__proto__":{"a":1}}'),
     ]) {
@@ -448,6 +494,7 @@ describe("the schema parts message-fast-path.ts mirrors", () => {
       userKeys: Object.keys(UserMessageSchema.shape),
       genericKeys: Object.keys(GenericMessageSchema.shape),
       generic: json(GenericMessageSchema.pick({ role: true, tool_call_id: true, name: true, reasoning_content: true })),
+      toolCall: json(ToolCallSchema),
       text: json(TextPartSchema),
       image: json(ImagePartSchema),
     }).toStrictEqual({
@@ -462,6 +509,19 @@ describe("the schema parts message-fast-path.ts mirrors", () => {
           reasoning_content: nullable("string"),
         },
         required: ["role"],
+      },
+      toolCall: {
+        type: "object",
+        properties: {
+          id: nullable("string"),
+          index: safeInt,
+          type: { anyOf: [{ type: "string", const: "function" }, { type: "null" }] },
+          function: {
+            type: "object",
+            properties: { name: nullable("string"), arguments: { anyOf: [{ anyOf: [{ type: "string" }, { type: "object", propertyNames: { type: "string" }, additionalProperties: {} }] }, { type: "null" }] } },
+          },
+        },
+        required: ["function"],
       },
       text: { type: "object", properties: { type: { type: "string", const: "text" }, text: { type: "string" } }, required: ["type", "text"] },
       image: {
