@@ -50,6 +50,14 @@ export const LLMD_WEIGHTS = { prefix: 3, queue: 2 };
 
 const CORE_POLICIES = new Set(["kvedge", "approximate", "dynamo-blocks", "llm-d", "text-prefix"]);
 
+/** A request's block hashes, computed once for all the policies and capacities that replay it. */
+const HASHES = new WeakMap();
+function hashesOf(req) {
+  let h = HASHES.get(req);
+  if (!h) HASHES.set(req, (h = localBlockHashes(req.tokens, PAGE)));
+  return h;
+}
+
 export function simulate(trace, { policy, workers, capacityTokens, timing = TIMING_PRESETS["h200-7b"], lagMs = 10, seed = 7 }) {
   if (!POLICIES.includes(policy)) throw new Error(`unknown policy ${policy}`);
   const Worker = timing.calibration ? CalibratedWorker : LinearWorker;
@@ -108,7 +116,7 @@ export function simulate(trace, { policy, workers, capacityTokens, timing = TIMI
     }
     deliver();
     const cut = policy === "text-prefix" ? req.tokens.indexOf(VISION_START) : -1;
-    const localHashes = localBlockHashes(cut >= 0 ? req.tokens.slice(0, cut) : req.tokens, PAGE);
+    const localHashes = cut >= 0 ? localBlockHashes(req.tokens.slice(0, cut), PAGE) : hashesOf(req);
     if (policy === "llm-d") {
       const preview = core.peek({ localHashes, isl: req.tokens.length });
       const overlap = new Map(preview.candidates.map((c) => [c.workerId, c.overlapBlocks]));

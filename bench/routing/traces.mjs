@@ -52,7 +52,8 @@ export const TRACE_PARAMS = {
     callMsPerToken: 10,
   },
   docqa: {
-    source: "document QA: shared long documents (lognormal, median 20k tokens, 4k–120k), Zipf-popular (s = 1), each asked many independent questions",
+    source: "document QA: shared long documents (lognormal, median 20k tokens, 4k–120k), Zipf-popular (s = 1), each asked many independent questions; the pool's size is the caller's (the routing suite sizes it for a working set beyond the fleet's KV)",
+    /** Documents in the pool unless the caller says otherwise. */
     documents: 30,
     docTokens: { median: 20_000, sigma: 0.9, min: 4000, max: 120_000 },
     docZipf: 1.0,
@@ -175,10 +176,10 @@ export function agentTrace({ seed, sessions, rate }) {
 }
 
 /** Document QA: many independent questions over shared long documents. */
-export function docqaTrace({ seed, sessions, rate }) {
+export function docqaTrace({ seed, sessions, rate, documents = TRACE_PARAMS.docqa.documents }) {
   const P = TRACE_PARAMS.docqa;
   const s = sampler(seed);
-  const docs = Array.from({ length: P.documents }, () => s.text(s.lognormal(P.docTokens)));
+  const docs = Array.from({ length: documents }, () => s.text(s.lognormal(P.docTokens)));
   const systems = Array.from({ length: P.systemPrompts }, () => turn("system", s.text(s.int(...P.systemTokens))));
   const pickDoc = zipf(docs.length, P.docZipf, s.random);
   const out = [];

@@ -1,37 +1,73 @@
 // Suite "routing": routing policies replayed on traces shaped like published workloads (multi-turn
 // chat with think time, agent loops, document QA, the Mooncake trace's shape, multi-turn vision chat
-// with repeated images and videos; bench/routing/traces.mjs)
-// against simulated SGLang workers on the GPU-calibrated cost model (one H200 per worker,
-// bench/calibration), at the KV capacity an H200 holds for the model (bench/routing/kv-capacity.mjs)
-// and swept below it. Every configuration runs on several seeds (trace and router randomness);
-// figures are the mean over seeds ± their standard deviation.
-// Per policy: token hit rate ÷ the infinite-cache ceiling, goodput at the TTFT SLO, TTFT p50/p99 on
-// the worker, and end-to-end TTFT with the edge's measured overhead added (bench/routing/edge-overhead.mjs).
+// with repeated images and videos; bench/routing/traces.mjs) against simulated SGLang workers on the
+// GPU-calibrated cost model (one H200 per worker, bench/calibration), at the KV capacity SGLang's
+// defaults give the model on an H200 (bench/routing/kv-capacity.mjs) and swept below it. Traces are
+// sized so that their working set (what an infinite cache would hold) exceeds the fleet's KV at the
+// real size (agent excepted, SIZES), and brought to the same ideal-prefill load (TARGET_LOAD) where
+// their sessions can reach it (paced sessions starting within MIN_START_WINDOW_S; chat's cannot, its
+// load is reported). Every configuration runs on several seeds
+// (trace, router and edge-overhead randomness); figures are the mean over seeds ± their standard
+// deviation, and kvedge against another policy is a tie where the per-seed differences do not set
+// them apart (compare()).
+// Per policy: token hit rate ÷ the infinite-cache ceiling, goodput at the TTFT SLO judged on
+// end-to-end TTFT (worker TTFT + the edge's overhead drawn per request from the edge suite's measured
+// distribution, bench/routing/edge-overhead.mjs), TTFT p50/p99 on the worker and end to end.
 // The media-blind peers (text-prefix, url-keyed) run on the traces with media only: elsewhere they
 // make kvedge's and session-sticky's choices.
 import { TRACES, TRACE_PARAMS, traceShape, mediaShape } from "../routing/traces.mjs";
 import { simulate, infiniteCacheHits, POLICIES, MEDIA_BLIND_POLICIES, LLMD_WEIGHTS, PAGE } from "../routing/sim.mjs";
 import { RELAY_LAG_MS, SLO_FACTOR, SLO_FLOOR_MS, replaySetup, seedFigure, sloMs } from "../routing/replay-setup.mjs";
-import { loadEdgeOverhead, edgeOverheadMs } from "../routing/edge-overhead.mjs";
+import { loadEdgeOverhead, sampleEdgeOverheads } from "../routing/edge-overhead.mjs";
 import { acrossSeeds, mean, summarize } from "../lib/stats.mjs";
 import { barChart } from "../lib/svg.mjs";
 
-/** Share of the fleet's GPU time the trace's prefill would take with a perfect (infinite, shared) cache. */
+/**
+ * Ideal-prefill load every trace is brought to: the prefill its requests would take with a perfect
+ * (infinite, shared) cache and nothing queued, ÷ the fleet's GPU time, over the central arrivals
+ * (LOAD_WINDOW_TAIL of them left out at each end: the ramp-up and drain of paced sessions).
+ */
 const TARGET_LOAD = 0.4;
-/** Shortest window over which the sessions of a paced trace start (s). */
-const MIN_START_WINDOW_S = 120;
+const LOAD_WINDOW_TAIL = 0.1;
+/** Shortest window over which the sessions of a paced trace start (s): they overlap as live traffic does rather than arriving at once. */
+const MIN_START_WINDOW_S = 30;
 /** Traces whose sessions are paced by think or tool time, not by an arrival rate. */
 const PACED = new Set(["chat", "agent", "vision"]);
 /** Traces whose prompts carry media. */
 const MEDIA_TRACES = new Set(["vision"]);
 const policiesFor = (name) => (MEDIA_TRACES.has(name) ? POLICIES : POLICIES.filter((p) => !MEDIA_BLIND_POLICIES.includes(p)));
+/** A difference below this share of the other policy's mean is a tie whatever the seeds say. */
+const TIE_FLOOR = 0.01;
 
+// Sessions per trace (agent: loops of tens of steps; docqa, mooncake: one request each). Full:
+// working sets ≥ 1× the fleet's KV at the real size (agent excepted: its ~100k tokens a session would
+// need ~40 loops, beyond this host's budget for the suite; its working-set ratio is reported).
 const SIZES = {
-  // sessions per trace (agent: loops of tens of steps; docqa, mooncake: one request each)
-  tiny: { workers: 2, seeds: [1], capacities: [1], sessions: { chat: 20, agent: 2, docqa: 20, mooncake: 30, vision: 12 } },
-  quick: { workers: 4, seeds: [1, 2, 3], capacities: [1, 0.1], sessions: { chat: 60, agent: 4, docqa: 80, mooncake: 120, vision: 40 } },
-  full: { workers: 4, seeds: [1, 2, 3], capacities: [1, 0.25, 0.1], sessions: { chat: 300, agent: 12, docqa: 200, mooncake: 300, vision: 100 } },
+  tiny: { workers: 2, seeds: [1], capacities: [1], sessions: { chat: 20, agent: 2, docqa: 20, mooncake: 30, vision: 12 }, documents: 30 },
+  quick: { workers: 2, seeds: [1, 2, 3], capacities: [1, 0.5], sessions: { chat: 300, agent: 4, docqa: 120, mooncake: 150, vision: 60 }, documents: 60 },
+  full: { workers: 2, seeds: [1, 2, 3], capacities: [1, 0.5], sessions: { chat: 1500, agent: 12, docqa: 500, mooncake: 700, vision: 260 }, documents: 250 },
 };
+
+/** Ideal-prefill load of requests arriving at `at` (ms) with ideal prefill `ideal` (ms), over the central arrivals. */
+function windowLoad(at, ideal, workers) {
+  const order = at.map((_, i) => i).sort((a, b) => at[a] - at[b]);
+  const lo = Math.floor(LOAD_WINDOW_TAIL * order.length);
+  const hi = Math.max(lo + 1, Math.ceil((1 - LOAD_WINDOW_TAIL) * order.length) - 1);
+  let work = 0;
+  for (let k = lo; k < hi; k++) work += ideal[order[k]];
+  return work / (workers * Math.max(1, at[order[hi]] - at[order[lo]]));
+}
+
+/**
+ * kvedge (`a`) against another policy (`b`) on one metric, per seed (same trace, same seed: paired):
+ * "tie" when the mean difference is within the differences' standard deviation over seeds or under
+ * TIE_FLOOR of b's mean, else "better" or "worse" for kvedge.
+ */
+function compare(a, b, higherIsBetter) {
+  const d = acrossSeeds(a.runs.map((x, i) => x - b.runs[i]));
+  if (Math.abs(d.mean) <= Math.max(d.sd, TIE_FLOOR * Math.abs(b.mean))) return "tie";
+  return d.mean > 0 === higherIsBetter ? "better" : "worse";
+}
 
 export default {
   name: "routing",
@@ -39,24 +75,49 @@ export default {
   async run(ctx) {
     const { timing, prefillMs, size, kv } = await replaySetup(ctx, SIZES);
     const edge = loadEdgeOverhead();
+    const fleetKv = size.workers * kv.tokens;
 
     // Ideal prefill (the ceiling's hit, nothing queued) of each request: the load scale and the SLO.
     const idealPrefill = (trace, hits) => trace.map((r) => prefillMs(timing, r.tokens.length - hits[r.id], hits[r.id]));
-    const loadOf = (trace, ideal) => ideal.reduce((a, b) => a + b, 0) / (size.workers * Math.max(1, trace[trace.length - 1].at - trace[0].at));
+    const generate = (name, seed, rate) => TRACES[name]({ seed, sessions: size.sessions[name], rate, ...(name === "docqa" ? { documents: size.documents } : {}) });
     const makeTrace = (name, seed) => {
-      // Session start rate for the target load: a probe at 1 session/s, then scaled (load ∝ rate
-      // while sessions are short against the start window). Sessions paced by think or tool time
-      // (chat, agent) start over at least MIN_START_WINDOW_S, so they overlap as live traffic does
-      // rather than arriving at once; their load is then what that many sessions give (reported).
-      const gen = TRACES[name];
-      const sessions = size.sessions[name];
-      const probe = gen({ seed, sessions, rate: 1 });
-      const probeLoad = loadOf(probe, idealPrefill(probe, infiniteCacheHits(probe).hits));
-      const rate = Math.min(TARGET_LOAD / probeLoad, PACED.has(name) ? sessions / MIN_START_WINDOW_S : Infinity);
-      const trace = gen({ seed, sessions, rate });
+      // The session start rate for the target load, from the trace generated at 1 session/s: the
+      // generators draw the same numbers at every rate, so a rate only rescales session starts; a
+      // paced session's later requests keep their offsets from its start (think and tool time),
+      // other arrivals all scale. The trace at the chosen rate is that one re-timed (its requests
+      // re-ordered by arrival). Paced sessions start over at least MIN_START_WINDOW_S; where that
+      // caps the rate, the load is what that many sessions give (reported).
+      const probe = generate(name, seed, 1);
+      const probeIdeal = idealPrefill(probe, infiniteCacheHits(probe).hits);
+      const first = new Map();
+      for (const r of probe) if (!first.has(r.session)) first.set(r.session, r.at);
+      const start = probe.map((r) => (PACED.has(name) ? first.get(r.session) : r.at));
+      const atFor = (rate) => probe.map((r, i) => start[i] / rate + (r.at - start[i]));
+      const loadAt = (rate) => windowLoad(atFor(rate), probeIdeal, size.workers);
+      let rate;
+      if (!PACED.has(name)) rate = TARGET_LOAD / loadAt(1);
+      else {
+        const max = size.sessions[name] / MIN_START_WINDOW_S;
+        if (loadAt(max) <= TARGET_LOAD) rate = max;
+        else {
+          let lo = Math.log(max) - Math.log(1e4);
+          let hi = Math.log(max);
+          for (let k = 0; k < 40; k++) {
+            const m = (lo + hi) / 2;
+            if (loadAt(Math.exp(m)) < TARGET_LOAD) lo = m;
+            else hi = m;
+          }
+          rate = Math.exp(hi);
+        }
+      }
+      const at = atFor(rate);
+      const trace = probe
+        .map((r, i) => ({ ...r, at: at[i] }))
+        .sort((a, b) => a.at - b.at)
+        .map((r, id) => ({ ...r, id }));
       const { hits, workingSetTokens } = infiniteCacheHits(trace);
       const ideal = idealPrefill(trace, hits);
-      return { trace, hits, workingSetTokens, ideal, rate, load: loadOf(trace, ideal) };
+      return { trace, hits, workingSetTokens, ideal, rate, load: windowLoad(trace.map((r) => r.at), ideal, size.workers) };
     };
 
     const names = Object.keys(TRACES);
@@ -73,10 +134,9 @@ export default {
         const ceiling = t.hits.reduce((a, b) => a + b, 0) / totalTokens;
         const slo = t.ideal.map(sloMs);
         const span = (t.trace[t.trace.length - 1].at - t.trace[0].at) / 1000;
-        // A session's first request meets a cold edge (nothing of it cached in the isolate), a follow-up a warm one.
-        const seen = new Set();
-        const warm = t.trace.map((r) => (seen.has(r.session) ? true : (seen.add(r.session), false)));
-        const hasMedia = t.trace.map((r) => r.mediaUrl != null);
+        // The edge's overhead per request, drawn once per seed: every policy meets the same draws.
+        const edgeMs = sampleEdgeOverheads(edge, t.trace, seed);
+        const edgeQ = summarize(edgeMs);
         const runs = {};
         for (const factor of size.capacities) {
           const capacityTokens = Math.round(kv.tokens * factor);
@@ -86,8 +146,9 @@ export default {
             const { results, served } = simulate(t.trace, { policy, workers: size.workers, capacityTokens, timing, lagMs: RELAY_LAG_MS, seed });
             const cached = results.reduce((s, r) => s + r.cached, 0);
             const ttft = summarize(results.map((r) => r.ttft));
-            const e2e = summarize(results.map((r) => r.ttft + edgeOverheadMs(edge, r.tokens, warm[r.id], hasMedia[r.id])));
-            const met = results.filter((r) => r.ttft <= slo[r.id]).length;
+            const e2eOf = results.map((r) => r.ttft + edgeMs[r.id]);
+            const e2e = summarize(e2eOf);
+            const met = results.filter((r, k) => e2eOf[k] <= slo[r.id]).length;
             rows[policy] = {
               hitRate: cached / totalTokens,
               hitOfCeiling: cached / totalTokens / ceiling,
@@ -103,7 +164,16 @@ export default {
           runs[factor] = rows;
         }
         const media = MEDIA_TRACES.has(name) ? { media: mediaShape(t.trace) } : {};
-        perSeed.push({ seed, shape: { ...traceShape(t.trace), ...media, workingSetTokens: t.workingSetTokens }, ceiling, load: t.load, sessionRatePerS: t.rate, offeredRps: t.trace.length / span, runs });
+        perSeed.push({
+          seed,
+          shape: { ...traceShape(t.trace), ...media, workingSetTokens: t.workingSetTokens, workingSetOfFleetKv: t.workingSetTokens / fleetKv },
+          ceiling,
+          load: t.load,
+          sessionRatePerS: t.rate,
+          offeredRps: t.trace.length / span,
+          edgeOverheadMs: { p50: edgeQ.p50, p99: edgeQ.p99, mean: edgeQ.mean },
+          runs,
+        });
       }
       // Mean ± sd over seeds per capacity and policy.
       const byCapacity = {};
@@ -121,6 +191,10 @@ export default {
         ceiling: acrossSeeds(perSeed.map((s) => s.ceiling)),
         load: acrossSeeds(perSeed.map((s) => s.load)),
         workingSetTokens: acrossSeeds(perSeed.map((s) => s.shape.workingSetTokens)),
+        workingSetOfFleetKv: acrossSeeds(perSeed.map((s) => s.shape.workingSetOfFleetKv)),
+        offeredRps: acrossSeeds(perSeed.map((s) => s.offeredRps)),
+        edgeOverheadP50: acrossSeeds(perSeed.map((s) => s.edgeOverheadMs.p50)),
+        edgeOverheadP99: acrossSeeds(perSeed.map((s) => s.edgeOverheadMs.p99)),
         seeds: perSeed,
         byCapacity,
       };
@@ -133,8 +207,8 @@ export default {
       const o = out[name];
       const shape = o.seeds[0].shape;
       summary.push({
-        metric: `${name}: trace (seed ${o.seeds[0].seed}) — requests, input mean / p90 / max, follow-up prefix share p10–p90; working set ÷ fleet KV; ideal-prefill load; infinite-cache ceiling`,
-        value: `${shape.requests}, ${shape.inputTokens.mean} / ${shape.inputTokens.p90} / ${shape.inputTokens.max} tok, ${shape.followUpPrefixShare.p10 ?? "–"}–${shape.followUpPrefixShare.p90 ?? "–"}; ${(o.workingSetTokens.mean / (size.workers * kv.tokens)).toFixed(2)}; ${f(o.load, 2)}; ${f(o.ceiling, 1, 100)} %`,
+        metric: `${name}: trace (seed ${o.seeds[0].seed}) — requests, input mean / p90 / max, follow-up prefix share p10–p90; working set ÷ fleet KV (${size.workers} × ${(kv.tokens / 1e6).toFixed(2)} M tokens); ideal-prefill load; offered req/s; infinite-cache ceiling; edge overhead drawn p50 / p99 ms; policies`,
+        value: `${shape.requests}, ${shape.inputTokens.mean} / ${shape.inputTokens.p90} / ${shape.inputTokens.max} tok, ${shape.followUpPrefixShare.p10 ?? "–"}–${shape.followUpPrefixShare.p90 ?? "–"}; ${f(o.workingSetOfFleetKv, 2)}; ${f(o.load, 2)}; ${f(o.offeredRps, 2)}; ${f(o.ceiling, 1, 100)} %; ${f(o.edgeOverheadP50, 1)} / ${f(o.edgeOverheadP99, 1)}; ${o.policies.length}`,
         unit: "",
         goal: "",
         pass: null,
@@ -152,7 +226,7 @@ export default {
       for (const policy of o.policies) {
         const r = o.byCapacity[top][policy];
         summary.push({
-          metric: `${name} ${top}× KV: ${policy} — hit ÷ ceiling, goodput, SLO met, TTFT p50 / p99, e2e p50 / p99`,
+          metric: `${name} ${top}× KV: ${policy} — hit ÷ ceiling, goodput at the SLO (end to end), SLO met, TTFT p50 / p99 worker, end to end`,
           value: `${f(r.hitOfCeiling, 2)}, ${f(r.goodputRps, 2)} req/s, ${f(r.sloAttainment, 1, 100)} %, ${f(r.ttftP50)} / ${f(r.ttftP99)} ms, ${f(r.e2eTtftP50)} / ${f(r.e2eTtftP99)} ms`,
           unit: "",
           goal: "",
@@ -162,24 +236,37 @@ export default {
       for (const factor of size.capacities.slice(1)) {
         const rows = o.byCapacity[factor];
         summary.push({
-          metric: `${name} ${factor}× KV: goodput req/s (TTFT p99 ms) — ${o.policies.join(" ; ")}`,
-          value: o.policies.map((p) => `${rows[p].goodputRps.mean.toFixed(2)} (${rows[p].ttftP99.mean.toFixed(0)})`).join(" ; "),
+          metric: `${name} ${factor}× KV: goodput req/s (end-to-end TTFT p99 ms) — ${o.policies.join(" ; ")}`,
+          value: o.policies.map((p) => `${rows[p].goodputRps.mean.toFixed(2)} (${rows[p].e2eTtftP99.mean.toFixed(0)})`).join(" ; "),
           unit: "",
           goal: "",
           pass: null,
         });
       }
-      // The issue's goals, judged on the mean over seeds at every capacity.
-      const losses = [];
-      const p99Losses = [];
+      // The issue's goals at every capacity, kvedge against each other policy per seed (compare()):
+      // "best" only where it is ahead of every other policy; a tie says with which.
+      const goodput = [];
+      const p99 = [];
+      let behind = false;
+      let p99Behind = false;
       for (const factor of size.capacities) {
         const rows = o.byCapacity[factor];
-        const bestOther = Math.max(...o.policies.filter((p) => p !== "kvedge").map((p) => rows[p].goodputRps.mean));
-        if (rows.kvedge.goodputRps.mean < bestOther) losses.push(`${factor}×: ${rows.kvedge.goodputRps.mean.toFixed(2)} < ${bestOther.toFixed(2)}`);
-        if (rows.kvedge.ttftP99.mean > rows["least-loaded"].ttftP99.mean) p99Losses.push(`${factor}×: ${rows.kvedge.ttftP99.mean.toFixed(0)} > ${rows["least-loaded"].ttftP99.mean.toFixed(0)}`);
+        const others = o.policies.filter((p) => p !== "kvedge");
+        const verdict = Object.fromEntries(others.map((p) => [p, compare(rows.kvedge.goodputRps, rows[p].goodputRps, true)]));
+        const ahead = others.filter((p) => verdict[p] === "worse");
+        const ties = others.filter((p) => verdict[p] === "tie");
+        const k = rows.kvedge.goodputRps.mean.toFixed(2);
+        if (ahead.length) {
+          behind = true;
+          goodput.push(`${factor}×: behind ${ahead.map((p) => `${p} (${k} < ${rows[p].goodputRps.mean.toFixed(2)})`).join(", ")}`);
+        } else if (ties.length) goodput.push(`${factor}×: tie with ${ties.length === others.length ? "all" : ties.join(", ")} (${k} req/s)`);
+        else goodput.push(`${factor}×: best (${k} req/s)`);
+        const v = compare(rows.kvedge.e2eTtftP99, rows["least-loaded"].e2eTtftP99, false);
+        if (v === "worse") p99Behind = true;
+        p99.push(`${factor}×: ${v === "better" ? "lower" : v === "tie" ? "tie" : "higher"} (${rows.kvedge.e2eTtftP99.mean.toFixed(0)} vs ${rows["least-loaded"].e2eTtftP99.mean.toFixed(0)} ms)`);
       }
-      summary.push({ metric: `${name}: kvedge goodput the best of all policies at every KV size`, value: losses.length ? losses.join("; ") : "yes", unit: "", goal: "best", pass: losses.length === 0 });
-      summary.push({ metric: `${name}: kvedge TTFT p99 ≤ least-loaded's at every KV size`, value: p99Losses.length ? p99Losses.join("; ") : "yes", unit: "", goal: "≤", pass: p99Losses.length === 0 });
+      summary.push({ metric: `${name}: kvedge goodput at the SLO against every other policy, per KV size (best / tie within the seed spread / behind)`, value: goodput.join("; "), unit: "", goal: "best or tie", pass: !behind });
+      summary.push({ metric: `${name}: kvedge end-to-end TTFT p99 against least-loaded's, per KV size (lower / tie / higher)`, value: p99.join("; "), unit: "", goal: "lower or tie", pass: !p99Behind });
     }
 
     const plots = [
@@ -195,7 +282,7 @@ export default {
       {
         file: "routing-goodput.svg",
         svg: barChart({
-          title: `Goodput at the TTFT SLO (max(${SLO_FLOOR_MS / 1000} s, ${SLO_FACTOR}× ideal prefill)), ${top}× KV, mean of ${size.seeds.length} seeds`,
+          title: `Goodput at the end-to-end TTFT SLO (max(${SLO_FLOOR_MS / 1000} s, ${SLO_FACTOR}× ideal prefill)), ${top}× KV, mean of ${size.seeds.length} seeds`,
           unit: "requests/s meeting the SLO",
           bars: names.flatMap((n) => out[n].policies.map((p) => ({ label: `${n} ${p}`, value: out[n].byCapacity[top][p].goodputRps.mean, group: n }))),
         }),
@@ -203,10 +290,10 @@ export default {
       {
         file: "routing-ttft.svg",
         svg: barChart({
-          title: `TTFT p99 on the worker, ${top}× KV, mean of ${size.seeds.length} seeds`,
+          title: `End-to-end TTFT p99 (worker + edge), ${top}× KV, mean of ${size.seeds.length} seeds`,
           unit: "ms",
           log: true,
-          bars: names.flatMap((n) => out[n].policies.map((p) => ({ label: `${n} ${p}`, value: Math.max(1, out[n].byCapacity[top][p].ttftP99.mean), group: n }))),
+          bars: names.flatMap((n) => out[n].policies.map((p) => ({ label: `${n} ${p}`, value: Math.max(1, out[n].byCapacity[top][p].e2eTtftP99.mean), group: n }))),
         }),
       },
     ];
@@ -220,8 +307,11 @@ export default {
         pageSize: PAGE,
         relayLagMs: RELAY_LAG_MS,
         targetLoad: TARGET_LOAD,
-        slo: { floorMs: SLO_FLOOR_MS, factorOfIdealPrefill: SLO_FACTOR },
-        kvCapacity: { ...kv, factors: size.capacities },
+        loadWindowTail: LOAD_WINDOW_TAIL,
+        minStartWindowS: MIN_START_WINDOW_S,
+        tie: { rule: "kvedge against another policy per seed: a tie when |mean difference| ≤ max(sd of the differences over seeds, tieFloor × the other's mean)", tieFloor: TIE_FLOOR },
+        slo: { floorMs: SLO_FLOOR_MS, factorOfIdealPrefill: SLO_FACTOR, judgedOn: "end-to-end TTFT: worker TTFT + the edge overhead drawn for the request" },
+        kvCapacity: { ...kv, factors: size.capacities, fleetTokens: fleetKv },
         edgeOverhead: edge,
         timing,
         traces: out,
