@@ -88,13 +88,17 @@ export async function runPressuredConversations(ctx, io, { perKind, targetTokens
 const rate = (hits, misses) => (hits + misses > 0 ? hits / (hits + misses) : null);
 const sum = (xs, key) => xs.reduce((a, s) => a + s[key], 0);
 
-/** Edge CPU p50 / p99 (process and main thread) and wall p50 / p99 over turns `xs`, with their turn-chain hit share. */
+/**
+ * Edge CPU p50 / p99 / mean (process and main thread) and wall p50 / p99 over turns `xs`, with their
+ * turn-chain hit share. The mean over hits and misses together is h·warm + (1 − h)·cold, the CPU an
+ * edge spends per turn at this hit rate; the p50 sits among the hits while they are the majority.
+ */
 function cpuFigures(xs) {
   if (xs.length === 0) return { n: 0 };
   const e = summarize(xs.map((s) => s.edgeCpu));
   const t = summarize(xs.map((s) => s.edgeIsolateCpu));
   const w = summarize(xs.map((s) => s.wall));
-  return { n: xs.length, hitRate: xs.filter((s) => s.hit).length / xs.length, edgeCpuP50: e.p50, edgeCpuP99: e.p99, edgeIsolateCpuP50: t.p50, edgeIsolateCpuP99: t.p99, wallP50: w.p50, wallP99: w.p99 };
+  return { n: xs.length, hitRate: xs.filter((s) => s.hit).length / xs.length, edgeCpuP50: e.p50, edgeCpuP99: e.p99, edgeCpuMean: e.mean, edgeIsolateCpuP50: t.p50, edgeIsolateCpuP99: t.p99, wallP50: w.p50, wallP99: w.p99 };
 }
 
 function kindFigures(ks) {

@@ -425,7 +425,7 @@ export default {
         });
       if (p) {
         const live = Object.entries(p.perKind).filter(([, n]) => n > 0).map(([k, n]) => `${n} ${k}`).join(", ");
-        const cpuOf = (x) => (x.n === 0 ? "–" : `${x.edgeCpuP50.toFixed(2)} / ${x.edgeCpuP99.toFixed(2)}`);
+        const cpuOf = (x) => (x.n === 0 ? "–" : `${x.edgeCpuP50.toFixed(2)} / ${x.edgeCpuP99.toFixed(2)} / ${x.edgeCpuMean.toFixed(2)}`);
         for (const [kind, k] of Object.entries(p.kinds)) {
           const allHits = conversations.kinds[kind]?.bins ?? {};
           const bin = (name) => {
@@ -434,7 +434,7 @@ export default {
             return `${name}: ${b.n === 0 ? "–" : `${cpuOf(b)} (n=${b.n}, ${pct(b.hitRate)} hits)`} [all-hits pass ${warm?.n ? `${warm.edgeCpuP50.toFixed(2)} / ${warm.edgeCpuP99.toFixed(2)}` : "–"}]`;
           };
           summary.push({
-            metric: `conversations ${kind}, budget-pressured pass (${live} conversations live in one isolate, turns in random order, to ${p.targetTokens} tokens, ${p.liveHistoryTokensAtEnd} history tokens live at the end; isolate affinity assumed: all turns of a conversation reach this isolate), ${k.all.n} later turns: hit rates turn chain; prompt-prefix lookups; prompt-prefix tokens; media views — edge-process CPU p50 / p99 over all of them, hits and misses (isolate thread p50 / p99) {edge wall p50 / p99} «turn-chain hits alone; misses alone» — per goal bin, blended p50 / p99 [the all-hits pass's warm turns]`,
+            metric: `conversations ${kind}, budget-pressured pass (${live} conversations live in one isolate, turns in random order, to ${p.targetTokens} tokens, ${p.liveHistoryTokensAtEnd} history tokens live at the end; isolate affinity assumed: all turns of a conversation reach this isolate), ${k.all.n} later turns: hit rates turn chain; prompt-prefix lookups; prompt-prefix tokens (supplied ÷ the worker's prompt tokens, media pads included); media views — edge-process CPU p50 / p99 / mean over all of them, hits and misses (isolate thread p50 / p99) {edge wall p50 / p99} «turn-chain hits alone; misses alone» — per goal bin, blended p50 / p99 / mean [the all-hits pass's warm turns, p50 / p99]`,
             value: `${pct(k.turnChainHitRate)}; ${pct(k.promptPrefixHitRate)}; ${pct(k.promptPrefixTokenHitRate)}; ${pct(k.viewHashHitRate)} — ${cpuOf(k.all)} (${k.all.n ? `${k.all.edgeIsolateCpuP50.toFixed(2)} / ${k.all.edgeIsolateCpuP99.toFixed(2)}` : "–"}) {${k.all.n ? `${fmt(k.all.wallP50)} / ${fmt(k.all.wallP99)}` : "–"}} «${cpuOf(k.hits)} (n=${k.hits.n}); ${cpuOf(k.misses)} (n=${k.misses.n})» — ${Object.keys(k.bins).map(bin).join("; ")}`,
             unit: "ms",
             goal: "",

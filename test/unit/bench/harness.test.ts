@@ -121,12 +121,12 @@ describe("bench harness", () => {
     // The budget-pressured pass: every shape's later turns, hits and misses together, with their hit
     // rates; its rows beside the all-hits pass's, the per-run p50 and p99 rows, every cache budget
     // listed (the media views' among them), and no always-passing growth ratio.
-    type Pressured = { turnChainHitRate: number; promptPrefixHitRate: number; all: { n: number; edgeCpuP50: number; edgeCpuP99: number; edgeIsolateCpuP50: number } };
+    type Pressured = { turnChainHitRate: number; promptPrefixHitRate: number; all: { n: number; edgeCpuP50: number; edgeCpuP99: number; edgeCpuMean: number; edgeIsolateCpuP50: number } };
     const pressured = latest.suites.edge.details.conversations.pressured as { kinds: Record<string, Pressured> };
     expect(Object.keys(pressured.kinds)).toEqual(["chat", "agent", "vision"]);
     for (const k of Object.values(pressured.kinds)) {
       expect(k.all.n).toBeGreaterThan(0);
-      for (const x of [k.all.edgeCpuP50, k.all.edgeCpuP99, k.all.edgeIsolateCpuP50]) expect(x).toBeGreaterThan(0);
+      for (const x of [k.all.edgeCpuP50, k.all.edgeCpuP99, k.all.edgeCpuMean, k.all.edgeIsolateCpuP50]) expect(x).toBeGreaterThan(0);
       for (const r of [k.turnChainHitRate, k.promptPrefixHitRate]) expect(r >= 0 && r <= 1, String(r)).toBe(true);
     }
     const edgeMetrics = (latest.suites.edge.summary as { metric: string }[]).map((row) => row.metric);
