@@ -4,7 +4,7 @@
 // GPU-calibrated cost model (one H200 per worker, bench/calibration), at the KV capacity SGLang's
 // defaults give the model on an H200 (bench/routing/kv-capacity.mjs) and swept below it. Traces are
 // sized so that their working set (what an infinite cache would hold) exceeds the fleet's KV at the
-// real size (agent excepted, SIZES), and brought to the same ideal-prefill load (TARGET_LOAD) where
+// real size (chat and agent excepted, SIZES), and brought to the same ideal-prefill load (TARGET_LOAD) where
 // their sessions can reach it (paced sessions starting within MIN_START_WINDOW_S; chat's cannot, its
 // load is reported). Every configuration runs on several seeds
 // (trace, router and edge-overhead randomness); figures are the mean over seeds ± their standard
@@ -40,12 +40,14 @@ const policiesFor = (name) => (MEDIA_TRACES.has(name) ? POLICIES : POLICIES.filt
 const TIE_FLOOR = 0.01;
 
 // Sessions per trace (agent: loops of tens of steps; docqa, mooncake: one request each). Full:
-// working sets ≥ 1× the fleet's KV at the real size (agent excepted: its ~100k tokens a session would
-// need ~40 loops, beyond this host's budget for the suite; its working-set ratio is reported).
+// working sets ≥ 1× the fleet's KV at the real size on docqa, mooncake and vision; chat (~2.6k tokens
+// a session) and agent (~100k a loop) would need ~1 500 sessions and ~40 loops, beyond this host's
+// budget for the suite (a replay costs ~linear in prompt tokens: chat at 1× alone would be ~23 M
+// prompt tokens per replay); their working-set ratios are reported.
 const SIZES = {
   tiny: { workers: 2, seeds: [1], capacities: [1], sessions: { chat: 20, agent: 2, docqa: 20, mooncake: 30, vision: 12 }, documents: 30 },
-  quick: { workers: 2, seeds: [1, 2, 3], capacities: [1, 0.5], sessions: { chat: 300, agent: 4, docqa: 120, mooncake: 150, vision: 60 }, documents: 60 },
-  full: { workers: 2, seeds: [1, 2, 3], capacities: [1, 0.5], sessions: { chat: 1500, agent: 12, docqa: 500, mooncake: 700, vision: 260 }, documents: 250 },
+  quick: { workers: 2, seeds: [1, 2, 3], capacities: [1, 0.5], sessions: { chat: 150, agent: 4, docqa: 120, mooncake: 150, vision: 60 }, documents: 90 },
+  full: { workers: 2, seeds: [1, 2, 3], capacities: [1, 0.5], sessions: { chat: 300, agent: 12, docqa: 400, mooncake: 700, vision: 260 }, documents: 300 },
 };
 
 /** Ideal-prefill load of requests arriving at `at` (ms) with ideal prefill `ideal` (ms), over the central arrivals. */
