@@ -290,7 +290,7 @@ async function snapshots(deps: AdminDeps): Promise<PoolScrape[]> {
 }
 
 async function scrape(deps: AdminDeps): Promise<string> {
-  return renderMetrics(await snapshots(deps));
+  return renderMetrics(await snapshots(deps), edgeCacheReport().exactness);
 }
 
 export interface PoolOverview {

@@ -14,6 +14,7 @@ import { sharedTurnChain, type TurnChainStats } from "../prompt/turn-chain.ts";
 import { mediaMemoStats } from "./chat/media-deps.ts";
 import { routedItemStats } from "./chat/routed-items.ts";
 import { sharedViewHashes, type ViewHashStats } from "./chat/view-hashes.ts";
+import { exactnessStats, type ExactnessStats } from "./exactness.ts";
 import { mediaPolicyChecks, storeSignatures } from "./media.ts";
 import type { MediaMemoStats } from "./media-memo.ts";
 
@@ -62,17 +63,21 @@ export interface EdgeCacheReport {
   mediaViews: ViewHashStats;
   /** URLs checked against the media policy (a remembered item's is not checked again) and store URLs signed (a kept one is given again). */
   mediaWork: { policyChecks: number; storeSignatures: number };
+  /** The incremental path's sampled checks against the full path, and the mismatches they found, per kind (exactness.ts). */
+  exactness: ExactnessStats;
 }
 
 export function edgeCacheReport(): EdgeCacheReport {
+  const turnChain = sharedTurnChain().stats();
   return {
     caches: edgeCacheBudgets(),
     promptPrefix: sharedPrefixCache().stats(),
     tokenSegments: tokenizerCacheStats().segments,
-    turnChain: sharedTurnChain().stats(),
+    turnChain,
     mediaItems: mediaMemoStats(),
     mediaLayouts: routedItemStats(),
     mediaViews: sharedViewHashes().stats(),
     mediaWork: { policyChecks: mediaPolicyChecks(), storeSignatures: storeSignatures() },
+    exactness: exactnessStats(turnChain),
   };
 }

@@ -15,12 +15,26 @@ export interface PoolScrape {
 
 const WORKER_STATES = ["up", "down", "draining"] as const;
 
-export function renderMetrics(pools: readonly PoolScrape[]): string {
+/** The answering isolate's sampled exactness checks and mismatches, by kind (src/edge/exactness.ts). */
+export type IsolateChecks = Readonly<Record<string, { checks: number; mismatches: number }>>;
+
+export function renderMetrics(pools: readonly PoolScrape[], checks: IsolateChecks | null = null): string {
   const b = new ExpositionBuilder();
   const poolUp = b.gauge("kvedge_pool_up", "1 if the pool's routing index answered this scrape.");
   for (const p of pools) poolUp.set({ model: p.model }, p.snapshot ? 1 : 0);
   for (const p of pools) if (p.snapshot) writePool(b, p.model, p.snapshot);
+  if (checks) writeIsolateChecks(b, checks);
   return b.render();
+}
+
+/** Per isolate (no `model` label): the counts restart with the isolate, and a scrape sees the one that answered it. */
+function writeIsolateChecks(b: ExpositionBuilder, checks: IsolateChecks): void {
+  const made = b.counter("kvedge_edge_exactness_checks_total", "Sampled checks of an incremental stage against the full path, by kind, in the isolate that answered the scrape.");
+  const found = b.counter("kvedge_edge_exactness_mismatches_total", "Sampled checks that found the incremental result different (the full result was used and the cache entries dropped), by kind, in the isolate that answered the scrape.");
+  for (const [kind, c] of Object.entries(checks)) {
+    made.set({ kind }, c.checks);
+    found.set({ kind }, c.mismatches);
+  }
 }
 
 function writePool(b: ExpositionBuilder, model: string, s: PoolMetricsSnapshot): void {

@@ -459,6 +459,19 @@ export class PrefixCache {
     this.store({ parent: null, key, scope, text: prefix.text, ids: prefix.tailIds, hashes: prefix.hashes, end, count: prefix.count, blocks, holders: 0, bytes, tokens: prefix.tailIds.length, seeded: true, seen: null, whole: null });
   }
 
+  /**
+   * Drops every cached prefix whose chain holds a piece `prompt` was built from (its idPieces and
+   * hashPieces are those pieces' own arrays, the one it stored included): a sampled check found
+   * its ids or hashes wrong (edge/chat/exactness-check.ts). The count dropped.
+   */
+  dropPiecesOf(prompt: EncodedPrompt): number {
+    const pieces = new Set<object>([...prompt.hashPieces, ...(prompt.idPieces ?? [])]);
+    return this.held.dropWhere((n) => {
+      for (let x: Node | null = n; x; x = x.parent) if (pieces.has(x.ids) || pieces.has(x.hashes)) return true;
+      return false;
+    });
+  }
+
   stats(): PrefixCacheStats {
     return {
       hits: this.hits,

@@ -1039,6 +1039,19 @@ export class TurnChainCache {
     if (!this.held.drop(h.node)) this.releaseBody(h.node);
   }
 
+  /**
+   * Drops every entry whose chain holds a piece of `textIds` (PromptPieces.ids, or a hit chain's
+   * entries' textId), their held bodies with them: a sampled check found what they gave wrong
+   * (edge/chat/exactness-check.ts). The count dropped.
+   */
+  dropHolding(textIds: readonly object[]): number {
+    const bad = new Set(textIds);
+    return this.held.dropWhere((n) => {
+      for (let x: Node | null = n; x; x = x.parent) if (bad.has(x.textId)) return true;
+      return false;
+    });
+  }
+
   /** The longest held body of `partition` that `bytes` start with (`whole`: that is all of `bytes`). */
   private heldBodyOf(bytes: Uint8Array, partition: string, whole = false): HeldBody | null {
     if (this.bodies.size === 0 || bytes.length <= BODY_WINDOW_BYTES + 1) return null;

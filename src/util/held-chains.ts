@@ -76,6 +76,16 @@ export class HeldChains<N extends HeldNode<N>> {
     return true;
   }
 
+  /**
+   * Drops every kept entry `bad` picks (a sampled check found a piece wrong: every entry whose
+   * chain holds it goes); the count dropped. O(kept entries), for a rare event.
+   */
+  dropWhere(bad: (entry: N) => boolean): number {
+    let dropped = 0;
+    for (const entry of [...this.lru]) if (bad(entry) && this.drop(entry)) dropped++;
+    return dropped;
+  }
+
   /** Adds to a node's own sizes (data it gained later); they count at once when it is held. Call evictOverBudget after. */
   grow(node: N, bytes: number, tokens = 0): void {
     node.bytes += bytes;

@@ -14,7 +14,9 @@ import { mmHashesAllowed } from "../../proxy/generate-request.ts";
 import type { ChatFrontDoor } from "../../routing-index/front-door.ts";
 import { cachedPoolProfile } from "./pool-profile-cache.ts";
 import { routeItems } from "./routed-items.ts";
-import { sharedViewHashes } from "./view-hashes.ts";
+import { sharedViewHashes, type ViewInput } from "./view-hashes.ts";
+import { sampledCheck } from "../exactness.ts";
+import { checkedViewHashes } from "./exactness-check.ts";
 import type { PromptMedia } from "./verify-media.ts";
 
 /** Why the request was not routed on its exact token sequence (null = exact). */
@@ -92,7 +94,8 @@ export async function planMediaRouting(input: MediaLayoutInput): Promise<Routing
   // Earlier turns' pieces keep their view's block hashes (and their namespaced forms, per piece):
   // only the new template tokens are expanded and only the new blocks hashed.
   const encode = encoderOf(tokenizer);
-  const hashed = sharedViewHashes().hashes({
+  const views = sharedViewHashes();
+  const viewInput: ViewInput = {
     pieces: template.idPieces ?? [template.tokens()],
     items: routed.expandItems,
     ids: cohort.contract.tokenIds,
@@ -100,7 +103,10 @@ export async function planMediaRouting(input: MediaLayoutInput): Promise<Routing
     blockSize: model.blockSize,
     scope: `${model.family}\u0000${model.blockSize}\u0000${cohort.digest}\u0000${input.itemTag === null ? "" : bytesToHex(input.itemTag)}`,
     maxTokens: MAX_ROUTING_TOKENS,
-  });
+  };
+  const kept = views.hashes(viewInput);
+  // A sampled share is also expanded and hashed whole (exactness-check.ts).
+  const hashed = sampledCheck(config.turnCheckRate) ? checkedViewHashes(kept, viewInput, template.tokens(), views) : kept;
   if (!hashed.ok) return fallback(hashed.reason);
   let view: Pick<RoutingView, "tokens" | "spans" | "padValues"> | null = null;
   return {

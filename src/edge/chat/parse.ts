@@ -11,6 +11,7 @@ import { sharedTurnChain, type BodyLayout, type ChainFind, type TurnChainCache }
 import type { JsonLiteral } from "../../util/json-scan.ts";
 import { SplitText } from "../../util/split-text.ts";
 import { authorizeClient, type ClientIdentity } from "../auth.ts";
+import { countCheck, countMismatch } from "../exactness.ts";
 import { edgeCachePartition } from "../cache-salt.ts";
 import type { ClientRef } from "../client-label.ts";
 import { clientNetwork } from "../rate-limit.ts";
@@ -98,11 +99,12 @@ export async function parseChat(request: Request, deps: ParseDeps, clock: StageC
 /**
  * The read's text in its parts; a share of reads that took a held prefix's text (the chain's
  * checks: checkRate, sampled with its `random`) is also decoded whole and compared. A difference
- * logs `body_prefix_mismatch`, drops the held body of `partition` that gave the prefix (later
- * reads do not take it again) and uses the whole decoding.
+ * is counted and logged (exactness.ts, kind `body_prefix`), drops the held body of `partition`
+ * that gave the prefix and its entry (later reads do not take it again) and uses the whole decoding.
  */
 export function checkedHeldRead(read: ReadBody, chain: TurnChainCache, partition: string): SplitText {
   if (read.heldBytes === 0 || read.bytes === null || !chain.sampled()) return read.body;
+  countCheck("body_prefix");
   let whole: string | null;
   let invalid: unknown = null;
   try {
@@ -112,7 +114,7 @@ export function checkedHeldRead(read: ReadBody, chain: TurnChainCache, partition
     invalid = e;
   }
   if (whole === read.text) return read.body;
-  console.warn(JSON.stringify({ event: "body_prefix_mismatch", bytes: read.bytes.length, heldBytes: read.heldBytes }));
+  countMismatch("body_prefix", { bytes: read.bytes.length, heldBytes: read.heldBytes });
   chain.dropHeldBody(read.bytes.subarray(0, read.heldBytes), partition);
   if (whole === null) throw invalid;
   return SplitText.of(whole);
@@ -137,7 +139,8 @@ function profileOfModelMember(bodyText: SplitText, layout: BodyLayout, config: E
  * the conversation already had (same raw text, same scope) come as that body's parse validated
  * them, with their counts towards the whole-body limits; the verdict is the whole body's
  * (validate.ts parseChatRequest, `reuse`). A share of such parses (the chain's check rate) is
- * also made whole and compared; a difference is logged and the whole parse used. `partition`:
+ * also made whole and compared; a difference is counted and logged (exactness.ts, kind `parse`),
+ * drops the entries the reused messages came from, and the whole parse is used. `partition`:
  * whose entries of the chain it may use (cache-salt.ts edgeCachePartition; "" the common one).
  */
 export function parseChatTurn(
@@ -159,9 +162,12 @@ export function parseChatTurn(
   const reuse = chain.reusedMessages(turn);
   const req = parseChatBody(bodyText, limits, { sizeChecked: opts.sizeChecked, literals: opts.literals, work: opts.work, reuse, layout });
   if (reuse && chain.checkRate > 0 && (opts.random ?? Math.random)() < chain.checkRate) {
+    countCheck("parse");
     const whole = parseChatBody(bodyText.joined, limits, { sizeChecked: opts.sizeChecked, layout });
     if (JSON.stringify(whole) !== JSON.stringify(req)) {
-      console.warn(JSON.stringify({ event: "parse_reuse_mismatch", messages: whole.messages.length, reusedMessages: reuse.messages.length }));
+      // The entries that gave the reused messages go (with every entry extending them), so no later body reuses them.
+      const dropped = turn?.hit ? chain.dropHolding(turn.hit.chain.map((n) => n.textId)) : 0;
+      countMismatch("parse", { messages: whole.messages.length, reusedMessages: reuse.messages.length, dropped });
       return { req: whole, turn: null };
     }
   }

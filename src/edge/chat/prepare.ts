@@ -6,15 +6,14 @@ import { InvalidRequestError } from "../../api/errors.ts";
 import type { ChatCompletionRequest } from "../../api/openai-schema.ts";
 import type { EdgeConfig, ModelConfig } from "../../config/config.ts";
 import type { NamespaceTag } from "../../blocks/block-hash.ts";
-import { sharedPrefixCache, type EncodedPrompt } from "../../prompt/prefix-cache.ts";
+import type { EncodedPrompt } from "../../prompt/prefix-cache.ts";
 import type { ChainFind } from "../../prompt/turn-chain.ts";
-import { getQwenTokenizer } from "../../prompt/tokenizer/index.ts";
 import type { ChatFrontDoor } from "../../routing-index/front-door.ts";
 import type { LeasedItem, VerifiedMedia } from "../media.ts";
 import { planMediaRouting, type RoutingPlan } from "./layout.ts";
 import type { EdgeFetch } from "./media-deps.ts";
 import { limitsOf } from "./parse.ts";
-import { checkContextFit, encodeMediaPrompt, promptTextOf, renderPrompt, type RenderedPrompt } from "./prompt.ts";
+import { checkContextFit, encodeMediaPrompt, encodePrompt, renderPrompt, type RenderedPrompt } from "./prompt.ts";
 import { resolveModel } from "./resolve-model.ts";
 import { verifyPromptMedia, type MediaRequester, type MediaSeed } from "./verify-media.ts";
 
@@ -62,7 +61,7 @@ export async function prepareRouting(
   if (prompt.mediaParts.length === 0) {
     // Text: earlier turns' tokens and block hashes come from the isolate's prompt-prefix cache (exact:
     // the same as encode + localBlockHashes).
-    const encoded = sharedPrefixCache().encode(getQwenTokenizer(model.family), promptTextOf(prompt), model.blockSize, partition);
+    const encoded = encodePrompt(prompt, model, partition, deps.config.turnCheckRate);
     if (encoded.length === 0) throw new InvalidRequestError("The prompt is empty.", "messages");
     checkContextFit(encoded.length, req, model);
     const plan: RoutingPlan = {
@@ -77,7 +76,7 @@ export async function prepareRouting(
     };
     return prepared(model, prompt, encoded, plan, [], []);
   }
-  const template = encodeMediaPrompt(prompt, model, partition);
+  const template = encodeMediaPrompt(prompt, model, partition, deps.config.turnCheckRate);
   const media = await verifyPromptMedia(prompt, deps, requester, { messages: req.messages, itemTag });
   const plan = await planMediaRouting({ config: deps.config, req, model, index: deps.index(model.id), template, media, itemTag });
   // The worker counts expanded media tokens: exact when the plan is, else the text tokens are a lower bound.

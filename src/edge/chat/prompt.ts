@@ -11,6 +11,8 @@ import { sharedPrefixCache, type EncodedPrompt } from "../../prompt/prefix-cache
 import { sharedTurnChain, type ChainedPrompt, type ChainFind } from "../../prompt/turn-chain.ts";
 import { getQwenTokenizer } from "../../prompt/tokenizer/index.ts";
 import { PieceText } from "../../util/piece-text.ts";
+import { sampledCheck } from "../exactness.ts";
+import { checkedEncode } from "./exactness-check.ts";
 
 /** preparePrompt's result, plus how many leading messages the turn chain supplied and how many characters were rendered for it. */
 export type RenderedPrompt = ChainedPrompt & { renderedChars: number };
@@ -54,11 +56,22 @@ export function promptTextOf(prompt: RenderedPrompt): string | PieceText {
  * the same ids as encoding the whole text; a media placeholder is three added tokens like any other).
  * `partition`: whose entries of the cache it may use (cache-salt.ts edgeCachePartition).
  */
-export function encodeMediaPrompt(prompt: RenderedPrompt, model: ModelConfig, partition: string): EncodedPrompt {
-  const encoded = sharedPrefixCache().encode(getQwenTokenizer(model.family), promptTextOf(prompt), model.blockSize, partition);
+export function encodeMediaPrompt(prompt: RenderedPrompt, model: ModelConfig, partition: string, checkRate: number): EncodedPrompt {
+  const encoded = encodePrompt(prompt, model, partition, checkRate);
   if (encoded.length === 0) throw new InvalidRequestError("The prompt is empty.", "messages");
   checkPromptTokens(encoded.length, model);
   return encoded;
+}
+
+/**
+ * The prompt's token ids and block hashes from the isolate's prompt-prefix cache (earlier turns'
+ * are reused); a `checkRate` share is also encoded whole and compared (exactness-check.ts).
+ */
+export function encodePrompt(prompt: RenderedPrompt, model: ModelConfig, partition: string, checkRate: number): EncodedPrompt {
+  const cache = sharedPrefixCache();
+  const tokenizer = getQwenTokenizer(model.family);
+  const encoded = cache.encode(tokenizer, promptTextOf(prompt), model.blockSize, partition);
+  return sampledCheck(checkRate) ? checkedEncode(encoded, { tokenizer, text: prompt.text, blockSize: model.blockSize, partition }, cache) : encoded;
 }
 
 /**

@@ -7,9 +7,11 @@ import type { ChatCompletionRequest } from "../../api/openai-schema.ts";
 import { bodyOfChunks, generateBodyParts } from "../../proxy/generate-body.ts";
 import { buildGenerateBody } from "../../proxy/generate-request.ts";
 import { requiresReasoning, type ModelParsers } from "../../proxy/chat-output.ts";
-import type { PromptPieces } from "../../prompt/turn-chain.ts";
+import { sharedTurnChain, type PromptPieces } from "../../prompt/turn-chain.ts";
 import type { JsonLiteral } from "../../util/json-scan.ts";
 import { needsWorkerForwards, workerForwards, type MediaSigner, type VerifiedMedia } from "../media.ts";
+import { sampledCheck } from "../exactness.ts";
+import { checkedBodyParts } from "./exactness-check.ts";
 import type { RoutingPlan } from "./layout.ts";
 
 export interface ChatBodyInput {
@@ -54,7 +56,10 @@ export async function chatUpstreamBody(input: ChatBodyInput): Promise<(workerId:
       body.extra_key = input.cacheSalt;
     }
     if (input.adapter !== null) body.lora_path = input.adapter;
-    return bodyOfChunks(generateBodyParts(body, input.literals, input.promptPieces ?? null));
+    const parts = generateBodyParts(body, input.literals, input.promptPieces ?? null);
+    // A sampled share (the configured check rate, which the edge sets on the chain) is also compared with JSON.stringify (exactness-check.ts).
+    const chain = sharedTurnChain();
+    return bodyOfChunks(sampledCheck(chain.checkRate) ? checkedBodyParts(parts, body, input.promptPieces ?? null, chain) : parts);
   };
   if (needsWorkerForwards(input.media)) return bodyFor;
   const shared = await bodyFor("");

@@ -236,6 +236,18 @@ export class ViewHashCache {
     return counted(this.result(end, localPieces, hit ? hit.end : 0));
   }
 
+  /**
+   * Drops every kept piece whose chain holds one of `hashPieces` (a result's: kept pieces' own
+   * arrays): a sampled check found the view's hashes wrong (exactness-check.ts). The count dropped.
+   */
+  dropPiecesOf(hashPieces: readonly (readonly bigint[])[]): number {
+    const pieces = new Set<object>(hashPieces);
+    return this.held.dropWhere((n) => {
+      for (let x: Node | null = n; x; x = x.parent) if (pieces.has(x.hashes)) return true;
+      return false;
+    });
+  }
+
   stats(): ViewHashStats {
     return { ...this.s, entries: this.held.entries, bytes: this.held.bytes, maxBytes: this.maxBytes };
   }

@@ -1,12 +1,13 @@
 /**
  * The parse stage's check of a read that took a held prefix's text (checkedHeldRead): a sampled
- * read (the chain's checkRate, drawn with its `random`) is decoded whole; a difference logs
- * `body_prefix_mismatch`, uses the whole decoding and drops the held body, so later reads decode
+ * read (the chain's checkRate, drawn with its `random`) is decoded whole; a difference is counted
+ * and logged (`exactness_mismatch`, kind `body_prefix`), uses the whole decoding and drops the held body, so later reads decode
  * those bytes again instead of taking the same text.
  */
 import { afterEach, beforeAll, describe, expect, it, vi } from "vitest";
 import { readBody, type ReadBody } from "../../../src/api/validate.ts";
 import { parseEdgeConfig } from "../../../src/config/config.ts";
+import { edgeCacheReport } from "../../../src/edge/cache-budgets.ts";
 import { checkedHeldRead } from "../../../src/edge/chat/parse.ts";
 import { TurnChainCache } from "../../../src/prompt/turn-chain.ts";
 import { initHashing } from "../../../src/util/hash.ts";
@@ -63,9 +64,11 @@ describe("checkedHeldRead", () => {
     expect(chain.heldBodyText(bytes, "p")).not.toBeNull();
     // Sampled and different: logged, the whole decode used, the held body gone.
     draws.push(0.1);
+    const counted = edgeCacheReport().exactness.body_prefix;
     expect(checkedHeldRead(wrong, chain, "p").joined).toBe(whole);
     expect(warn).toHaveBeenCalledTimes(1);
-    expect(JSON.parse(String(warn.mock.calls[0]![0])).event).toBe("body_prefix_mismatch");
+    expect(JSON.parse(String(warn.mock.calls[0]![0]))).toMatchObject({ event: "exactness_mismatch", kind: "body_prefix" });
+    expect(edgeCacheReport().exactness.body_prefix).toEqual({ checks: counted.checks + 1, mismatches: counted.mismatches + 1 });
     expect(chain.heldBodyText(bytes, "p")).toBeNull();
   });
 

@@ -1,6 +1,7 @@
 // HeldChains counts each node once while a kept entry's chain includes it and evicts the least
 // recently used entries until the sizes fit, checked against a plain model (kept entries in
-// recency order, sizes summed over the union of their chains) over random operation sequences.
+// recency order, sizes summed over the union of their chains) over random operation sequences;
+// dropWhere drops exactly the entries it picks.
 import fc from "fast-check";
 import { describe, expect, it } from "vitest";
 import { HeldChains, type HeldNode } from "../../../src/util/held-chains.ts";
@@ -49,6 +50,23 @@ describe("HeldChains", () => {
     held.keep(big);
     held.evictOverBudget();
     expect([dropped, held.entries, held.bytes, held.evictions]).toEqual([["b", "a", "c", "big"], 0, 0, 4]);
+  });
+
+  it("dropWhere drops the kept entries it picks, not counted as evictions, and frees what none other holds", () => {
+    const dropped: string[] = [];
+    const held = new HeldChains<TestNode>({ maxBytes: 1000, onDrop: (n) => dropped.push(n.name) });
+    const root = node("root", null, 100);
+    const bad = node("bad", root, 10);
+    const child = node("child", bad, 5);
+    const other = node("other", root, 20);
+    for (const n of [root, bad, child, other]) held.keep(n);
+    const holdsBad = (n: TestNode) => {
+      for (let x: TestNode | null = n; x; x = x.parent) if (x === bad) return true;
+      return false;
+    };
+    expect(held.dropWhere(holdsBad)).toBe(2);
+    expect([dropped, held.entries, held.bytes, held.evictions]).toEqual([["bad", "child"], 2, 120, 0]);
+    expect(held.dropWhere(holdsBad)).toBe(0);
   });
 
   it("touch does not keep a dropped entry again", () => {

@@ -1,0 +1,101 @@
+/**
+ * The sampled checks of the stages built from cached pieces (a `KVEDGE_TURN_CHECK_RATE` share of
+ * requests; the caller draws): each computes its stage the full way, without the cache, compares
+ * it with what the incremental path gave, and on a difference counts and logs it (../exactness.ts),
+ * drops every cache entry whose chain holds a piece the result was built from, and returns the
+ * full result for this request. Nothing here runs on an unsampled request.
+ */
+import { localBlockHashes } from "../../blocks/block-hash.ts";
+import { expandPrompt } from "../../layout/index.ts";
+import type { EncodedPrompt, PrefixCache, PrefixTokenizer } from "../../prompt/prefix-cache.ts";
+import type { PromptPieces, TurnChainCache } from "../../prompt/turn-chain.ts";
+import type { BodyPart } from "../../proxy/generate-body.ts";
+import type { GenerateRequestBody } from "../../proxy/sglang-wire.ts";
+import { countCheck, countMismatch } from "../exactness.ts";
+import type { ViewHashCache, ViewHashes, ViewInput } from "./view-hashes.ts";
+
+/** What the prompt-prefix cache was asked to encode: the whole prompt's text and where. */
+export interface WholePrompt {
+  tokenizer: PrefixTokenizer;
+  text: string;
+  blockSize: number;
+  partition: string;
+}
+
+/**
+ * `encoded` (the prompt-prefix cache's, for `whole`) checked against encoding the whole text and
+ * hashing its ids: the ids (the cached pieces' and the partial last block's) are `prompt_ids`, the
+ * block hashes `block_hashes`. On a difference the whole encode, as one piece.
+ */
+export function checkedEncode(encoded: EncodedPrompt, whole: WholePrompt, cache: PrefixCache): EncodedPrompt {
+  countCheck("prompt_ids");
+  countCheck("block_hashes");
+  const ids = whole.tokenizer.encode(whole.text, whole.partition);
+  const hashes = localBlockHashes(ids, whole.blockSize);
+  const kind = !sameRun(encoded.idPieces ?? [encoded.tokens()], ids) ? "prompt_ids" : !sameRun(encoded.hashPieces, hashes) ? "block_hashes" : null;
+  if (kind === null) return encoded;
+  countMismatch(kind, { tokens: ids.length, cachedTokens: encoded.length, reusedTokens: encoded.reusedTokens, dropped: cache.dropPiecesOf(encoded) });
+  return { length: ids.length, localHashes: hashes, reusedTokens: 0, hashPieces: [hashes], idPieces: [ids], tokens: () => ids.slice() };
+}
+
+/**
+ * `hashed` (the view cache's, for `input`) checked against expanding the template's ids whole
+ * (`template`: input.pieces joined) and hashing the view (view-hashes.ts whole()): length and every
+ * block hash, or the same refusal. On a difference the whole computation's result.
+ */
+export function checkedViewHashes(hashed: ViewHashes, input: ViewInput, template: readonly number[], cache: ViewHashCache): ViewHashes {
+  countCheck("view_hashes");
+  const full = wholeView(input, template);
+  const same = hashed.ok && full.ok ? hashed.length === full.length && sameRun(hashed.hashPieces, full.localHashes) : !hashed.ok && !full.ok && hashed.reason === full.reason;
+  if (same) return hashed;
+  countMismatch("view_hashes", { tokens: full.ok ? full.length : 0, cachedTokens: hashed.ok ? hashed.length : 0, reusedTokens: hashed.ok ? hashed.reusedTokens : 0, dropped: hashed.ok ? cache.dropPiecesOf(hashed.hashPieces) : 0 });
+  return full;
+}
+
+function wholeView(input: ViewInput, template: readonly number[]): ViewHashes {
+  const ex = expandPrompt(template, input.items, input.ids, input.encode);
+  if (!ex.ok) return ex;
+  if (ex.tokens.length > input.maxTokens) return { ok: false, reason: "too_many_tokens", detail: `the routed view is over ${input.maxTokens} tokens (${ex.tokens.length} so far)` };
+  const hashes = localBlockHashes(ex.tokens, input.blockSize);
+  return { ok: true, length: ex.tokens.length, localHashes: hashes, hashPieces: [hashes], reusedTokens: 0 };
+}
+
+const utf8 = new TextEncoder();
+
+/**
+ * `parts` (generateBodyParts of `body`: cached escaping, the client's literals) checked byte for
+ * byte against JSON.stringify of the body with `text` first. On a difference that JSON text, and
+ * the turn chain's entries holding `pieces` are dropped.
+ */
+export function checkedBodyParts(parts: BodyPart[], body: GenerateRequestBody, pieces: PromptPieces | null, chain: TurnChainCache): BodyPart[] {
+  countCheck("generate_body");
+  const { text, ...rest } = body;
+  const whole = JSON.stringify({ text, ...rest });
+  const expected = utf8.encode(whole);
+  let at = 0;
+  let same = true;
+  for (const p of parts) {
+    const bytes = typeof p === "string" ? utf8.encode(p) : p;
+    if (at + bytes.length > expected.length) {
+      same = false;
+      break;
+    }
+    for (let i = 0; i < bytes.length && same; i++) same = bytes[i] === expected[at + i];
+    if (!same) break;
+    at += bytes.length;
+  }
+  if (same && at === expected.length) return parts;
+  countMismatch("generate_body", { bytes: expected.length, pieces: pieces?.ids.length ?? 0, dropped: pieces ? chain.dropHolding(pieces.ids) : 0 });
+  return [whole];
+}
+
+/** Whether the pieces, one after another, are `whole`. */
+function sameRun<T>(pieces: readonly (readonly T[])[], whole: readonly T[]): boolean {
+  let at = 0;
+  for (const p of pieces) {
+    if (at + p.length > whole.length) return false;
+    for (let i = 0; i < p.length; i++) if (p[i] !== whole[at + i]) return false;
+    at += p.length;
+  }
+  return at === whole.length;
+}
