@@ -1,23 +1,27 @@
-"""GPU calibration of the simulated worker's cost model (issue #15).
+"""GPU calibration of the simulated worker's cost model (issue #15; extended to 128k context and the vision tower).
 
 Measures a Qwen2.5-VL-7B-architecture language model (the Qwen2 7B text tower: hidden 3584, 28 layers,
 28 query heads, 4 KV heads, intermediate 18944, vocab 152064) with random bf16 weights:
 
 - prefill time of N new tokens on top of P cached prefix tokens (what one SGLang prefill chunk costs:
-  a 32k prompt under --chunked-prefill-size 8192 is four chunks with P = 0, 8k, 16k, 24k);
-- decode step time for a batch of B running requests at context C each.
+  a 32k prompt under --chunked-prefill-size 8192 is four chunks with P = 0, 8k, 16k, 24k), N + P up to
+  131072;
+- decode step time for a batch of B running requests at context C each, C up to 131072;
+- Qwen2.5-VL-7B's vision tower (its published dims, random bf16 weights): one forward per media item
+  (image or video) at several sizes.
 
-Weights and modules come from transformers' Qwen2ForCausalLM built from a config (no hub access on
-the device). The forward is written out here over those modules because transformers' own cache
-paths would distort the timing: its DynamicCache grows by torch.cat (copies the whole KV each step)
-and its SDPA path materialises a [N, P+N] mask and falls back from flash attention when a prefix is
-cached. Prefill attention is torch SDPA (flash) with a lower-right causal mask; the K/V heads are
-repeated for GQA. The decode step reads a static KV cache through grouped matmuls (each K/V byte read
-once, as a split-KV decode kernel does) and is captured in a CUDA graph (torch.cuda.CUDAGraph) and
-timed by replaying it, since SGLang replays CUDA graphs for decode and eager decode is bound by
-kernel launches. A correctness check compares this forward with transformers' own forward.
+Weights and modules come from transformers' Qwen2ForCausalLM / Qwen2.5-VL vision model built from a
+config (no hub access on the device). The forward is written out here over those modules because
+transformers' own cache paths would distort the timing: its DynamicCache grows by torch.cat (copies the
+whole KV each step) and its SDPA path materialises a [N, P+N] mask and falls back from flash attention
+when a prefix is cached. Prefill attention is torch SDPA (flash) with a lower-right causal mask; the K/V
+heads are repeated for GQA. The decode step reads a static KV cache through grouped matmuls (each K/V
+byte read once, as a split-KV decode kernel does) and is captured in a CUDA graph (torch.cuda.CUDAGraph)
+and timed by replaying it, since SGLang replays CUDA graphs for decode and eager decode is bound by
+kernel launches. Correctness checks compare these forwards with transformers' own.
 
 Output: $OUT/calibration.json (+ log). Timing: CUDA events, warm-up first, median of repeats.
+One run measures everything (about 6 minutes on an H100); CAL_BUDGET_S bounds the prefill grid's wall time.
 """
 import json
 import os
@@ -31,7 +35,6 @@ import torch
 import torch.nn.functional as F
 
 OUT = os.environ.get("OUT", ".")
-PART = os.environ.get("CAL_PART", "full")  # "full": the grids; "small": graph-captured short prefill + repeats
 T0 = time.time()
 
 
@@ -75,7 +78,7 @@ result = {
 
 
 def save():
-    with open(os.path.join(OUT, f"calibration-{PART}.json"), "w") as f:
+    with open(os.path.join(OUT, "calibration.json"), "w") as f:
         json.dump(result, f, indent=1)
 
 
@@ -217,96 +220,86 @@ with torch.inference_mode():
     del kc, vc, kc2, vc2
 save()
 
-if PART == "small":
-    # Short prefill chunks are launch-bound in eager mode (as decode is): capture each in a CUDA graph.
-    result["method"]["prefill_graph"] = ("prefill of N new tokens on P cached, the whole forward captured in a "
-                                         "torch.cuda.CUDAGraph (static ids, static KV) and timed over 20 replays; "
-                                         "eager time of the same call recorded beside it")
-    result["prefill_graph"] = []
-    cap = 32768 + 4096
-    kc = [torch.randn(1, KVH, cap, HD, device=dev, dtype=torch.bfloat16) for _ in range(L)]
-    vc = [torch.randn(1, KVH, cap, HD, device=dev, dtype=torch.bfloat16) for _ in range(L)]
-    for P in [0, 1024, 4096, 8192, 16384, 32768]:
-        for N in [16, 64, 256, 512, 1024, 2048, 4096]:
-            ids = torch.randint(0, DIMS["vocab_size"], (1, N), device=dev)
-            try:
-                fn = lambda: prefill(ids, P, kc, vc)  # noqa: E731
-                eager_ms, _ = timed(fn, 5, warm=2)
-                ms, ts = graph_timed(fn, 2, 20)
-                result["prefill_graph"].append({"new": N, "cached": P, "ms": round(ms, 3), "eager_ms": round(eager_ms, 3),
-                                                "spread_ms": [round(min(ts), 3), round(max(ts), 3)]})
-                log(f"graph prefill N={N} P={P}: {ms:.2f} ms (eager {eager_ms:.2f})")
-            except Exception as e:  # noqa: BLE001
-                result["prefill_graph"].append({"new": N, "cached": P, "error": repr(e)[:300]})
-                log("graph prefill error", N, P, repr(e)[:300])
-            torch.cuda.empty_cache()
-        save()
-    del kc, vc
-    torch.cuda.empty_cache()
-    # repeatability: a few points of the first run's grids again
-    result["repeat"] = []
-    kc = [torch.randn(1, KVH, 65536, HD, device=dev, dtype=torch.bfloat16) for _ in range(L)]
-    vc = [torch.randn(1, KVH, 65536, HD, device=dev, dtype=torch.bfloat16) for _ in range(L)]
-    for N, P in [(8192, 0), (8192, 8192), (32768, 0), (32768, 32768)]:
-        ids = torch.randint(0, DIMS["vocab_size"], (1, N), device=dev)
-        ms, ts = timed(lambda: prefill(ids, P, kc, vc), 3)
-        result["repeat"].append({"new": N, "cached": P, "ms": round(ms, 3)})
-        log(f"repeat prefill N={N} P={P}: {ms:.2f} ms")
-    del kc, vc
-    torch.cuda.empty_cache()
-    save()
-
 # ---- prefill grid -------------------------------------------------------------------------------
-NS = [64, 256, 1024, 2048, 4096, 8192, 16384, 32768]
-PS = [0, 1024, 4096, 8192, 16384, 32768]
+# new x cached, capped at CONTEXT tokens in all (Qwen2.5-VL-7B's 128k context rounded up to 2^17); the
+# top cached row, 122880, is the last 8192-token chunk of a 131072-token prompt. Short chunks (<= 2048
+# new tokens) are launch-bound in eager mode (as decode is; eager/graph was 1.05-2.3x below 1024 and
+# <= 1.03x from 2048 on the H200), so each is captured in a CUDA graph and its replay timed; longer
+# chunks run eager (compute-bound; launches are noise). Eager time is recorded beside every graph time.
+CONTEXT = 131072
+NS = [16, 64, 256, 512, 1024, 2048, 4096, 8192, 16384, 32768]
+PS = [0, 1024, 4096, 8192, 16384, 32768, 65536, 98304, 122880]
+GRAPH_MAX_NEW = 2048
+BUDGET_S = float(os.environ.get("CAL_BUDGET_S", "480"))  # skip the rest of a grid past this wall time
+result["method"]["context"] = CONTEXT
 result["method"]["prefill"] = ("hand forward over transformers' Qwen2 modules; SDPA flash attention, lower-right causal "
-                               "mask when a prefix is cached; K/V repeated for GQA; logits for the last token only; "
-                               "eager (prefill is compute-bound); CUDA events, median of repeats after one warm-up")
-cap = max(PS) + max(NS) if PART == "full" else 1
+                               "mask when a prefix is cached; K/V repeated for GQA; logits for the last token only. "
+                               f"new <= {GRAPH_MAX_NEW}: whole forward captured in a torch.cuda.CUDAGraph (static ids, "
+                               "static KV), median of 10 replays after 3 warm-up replays, eager median of 2 beside it; "
+                               "new > 2048: eager, CUDA events, one warm-up then median of 3 (2 from 16384 new tokens)")
+result["prefill"] = []
+cap = CONTEXT + 1024
 kc = [torch.randn(1, KVH, cap, HD, device=dev, dtype=torch.bfloat16) for _ in range(L)]
 vc = [torch.randn(1, KVH, cap, HD, device=dev, dtype=torch.bfloat16) for _ in range(L)]
-for P in PS if PART == "full" else []:
+for P in PS:
     for N in NS:
+        if N + P > CONTEXT:
+            continue
+        if time.time() - T0 > BUDGET_S:
+            result["prefill"].append({"new": N, "cached": P, "error": "skipped: time budget"})
+            continue
         ids = torch.randint(0, DIMS["vocab_size"], (1, N), device=dev)
-        reps = 3 if N >= 8192 else 5 if N >= 2048 else 10
+        fn = lambda: prefill(ids, P, kc, vc)  # noqa: E731
         try:
-            ms, ts = timed(lambda: prefill(ids, P, kc, vc), reps)
-            result["prefill"].append({"new": N, "cached": P, "ms": round(ms, 3), "all_ms": [round(t, 3) for t in ts]})
-            log(f"prefill N={N} P={P}: {ms:.2f} ms ({N / ms * 1000:.0f} tok/s)")
+            if N <= GRAPH_MAX_NEW:
+                eager_ms, _ = timed(fn, 2, warm=1)
+                ms, ts = graph_timed(fn, 2, 10)
+                row = {"new": N, "cached": P, "ms": round(ms, 3), "graph": True, "eager_ms": round(eager_ms, 3)}
+            else:
+                ms, ts = timed(fn, 2 if N >= 16384 else 3)
+                row = {"new": N, "cached": P, "ms": round(ms, 3), "graph": False}
+            row["all_ms"] = [round(t, 3) for t in ts]
+            result["prefill"].append(row)
+            log(f"prefill N={N} P={P}: {ms:.2f} ms ({N / ms * 1000:.0f} tok/s){' graph' if row['graph'] else ''}")
         except Exception as e:  # noqa: BLE001
             result["prefill"].append({"new": N, "cached": P, "error": repr(e)[:300]})
             log("prefill error", N, P, repr(e)[:300])
-            torch.cuda.empty_cache()
+        torch.cuda.empty_cache()
     save()
+del kc, vc
+torch.cuda.empty_cache()
 # transformers' own forward for P=0, for comparison with the hand forward
 result["transformers_prefill_p0"] = []
-for N in [1024, 8192, 32768] if PART == "full" else []:
+for N in [1024, 8192, 32768]:
     ids = torch.randint(0, DIMS["vocab_size"], (1, N), device=dev)
     try:
         with torch.inference_mode():
-            ms, _ = timed(lambda: model.lm_head(base(input_ids=ids, use_cache=False).last_hidden_state[:, -1:]), 3)
+            ms, _ = timed(lambda: model.lm_head(base(input_ids=ids, use_cache=False).last_hidden_state[:, -1:]), 2)
         result["transformers_prefill_p0"].append({"new": N, "ms": round(ms, 3)})
         log(f"transformers prefill N={N}: {ms:.2f} ms")
     except Exception as e:  # noqa: BLE001
         result["transformers_prefill_p0"].append({"new": N, "error": repr(e)[:300]})
         log("transformers prefill error", repr(e)[:300])
-del kc, vc
 torch.cuda.empty_cache()
 save()
 
 # ---- decode grid (CUDA graph replay) ------------------------------------------------------------
-BS = [1, 4, 16, 32, 64, 128, 256]
-CS = [512, 2048, 8192, 32768]
-if PART == "small":
-    BS, CS = [1, 8, 64, 192], [1024, 4096, 16384]
-MAX_TOKENS = 1 << 20  # B*C bound: 1M tokens of KV = 56 GiB
+BS = [1, 4, 8, 16, 32, 64, 128, 256]
+CS = [512, 2048, 8192, 32768, 65536, 131072]
+free_b, _ = torch.cuda.mem_get_info()
+KV_BYTES_PER_TOKEN = 2 * L * KVH * HD * 2
+# B*C bound: 1M tokens of KV (56 GiB), or less where the card's free memory (minus 8 GiB) holds less.
+MAX_TOKENS = min(1 << 20, int((free_b - 8 * 2**30) // KV_BYTES_PER_TOKEN))
 result["method"]["decode"] = ("one decode step (embedding, 28 layers, lm_head for B tokens) over a static KV cache of C "
                               "tokens per request, attention as grouped matmuls (KV read once); captured in a "
                               "torch.cuda.CUDAGraph after 3 warm-up steps on a side stream and timed over 30 replays "
-                              "(median); eager time of the same step recorded for comparison")
+                              f"(median); eager median of 3 recorded for comparison; batch x context <= {MAX_TOKENS} tokens")
 for C in CS:
     for B in BS:
         if B * C > MAX_TOKENS:
+            continue
+        if time.time() - T0 > BUDGET_S + 60:
+            result["decode"].append({"batch": B, "context": C, "error": "skipped: time budget"})
             continue
         try:
             kc = [torch.randn(B, KVH, C, HD, device=dev, dtype=torch.bfloat16) for _ in range(L)]
@@ -314,7 +307,7 @@ for C in CS:
             ids = torch.randint(0, DIMS["vocab_size"], (B, 1), device=dev)
             pos = torch.full((B, 1), C - 1, device=dev, dtype=torch.long)
             step = make_decode(B, C, kc, vc, ids, pos)
-            eager_ms, _ = timed(step, 5, warm=2)
+            eager_ms, _ = timed(step, 3, warm=2)
             ms, ts = graph_timed(step, 3, 30)
             result["decode"].append({"batch": B, "context": C, "ms": round(ms, 3), "eager_ms": round(eager_ms, 3)})
             log(f"decode B={B} C={C}: graph {ms:.2f} ms, eager {eager_ms:.2f} ms")
@@ -324,6 +317,146 @@ for C in CS:
             log("decode error", B, C, repr(e)[:300])
         torch.cuda.empty_cache()
     save()
+del model, base, layers
+torch.cuda.empty_cache()
+
+# ---- vision encoder ------------------------------------------------------------------------------
+# Qwen2.5-VL-7B's vision tower with its published dims (random bf16 weights): 32 blocks of hidden 1280,
+# 16 heads, MLP 3420 (SiLU), window attention (112 px windows) except full attention in blocks 7/15/23/31,
+# patch 14, temporal patch 2, 2x2 spatial merge into the LM's 3584 hidden. The forward is written out over
+# transformers' modules (patch_embed, rot_pos_emb, get_window_index, blocks, merger) with variable-length
+# flash attention over the windows, as SGLang's VisionAttention runs it: transformers' own sdpa path loops
+# over every window in Python (launch-bound); its time is recorded beside for two sizes, and its output is
+# the correctness reference.
+result["vision"] = {"items": [], "transformers": [], "checks": {}}
+try:
+    import transformers.models.qwen2_5_vl.modeling_qwen2_5_vl as qvl
+    from transformers.models.qwen2_5_vl.configuration_qwen2_5_vl import Qwen2_5_VLVisionConfig
+    VCLS = next(getattr(qvl, n) for n in ("Qwen2_5_VisionTransformerPretrainedModel", "Qwen2_5_VLVisionModel") if hasattr(qvl, n))
+    VDIMS = dict(depth=32, hidden_size=1280, hidden_act="silu", intermediate_size=3420, num_heads=16, in_channels=3,
+                 patch_size=14, spatial_merge_size=2, temporal_patch_size=2, window_size=112, out_hidden_size=3584,
+                 fullatt_block_indexes=[7, 15, 23, 31])
+    vcfg = Qwen2_5_VLVisionConfig(**VDIMS)
+    vcfg._attn_implementation = "sdpa"
+    torch.manual_seed(0)
+    torch.set_default_dtype(torch.bfloat16)
+    with torch.device(dev):
+        vis = VCLS(vcfg)
+    vis.eval().to(torch.bfloat16)
+    torch.set_default_dtype(torch.float32)
+    result["vision"]["class"] = f"{VCLS.__module__}.{VCLS.__name__}"
+    result["vision"]["dims"] = VDIMS
+    result["vision"]["params"] = sum(p.numel() for p in vis.parameters())
+    log("vision tower ready", result["vision"]["class"], result["vision"]["params"])
+    VNH, VHD = 16, 80
+    PATCH_DIM = 3 * 2 * 14 * 14
+    FULL = set(VDIMS["fullatt_block_indexes"])
+
+    def attn_loop(q, k, v, cu, _maxlen):
+        outs = []
+        b = cu.tolist()
+        for s, e in zip(b[:-1], b[1:]):
+            o = F.scaled_dot_product_attention(q[s:e].transpose(0, 1).unsqueeze(0), k[s:e].transpose(0, 1).unsqueeze(0),
+                                               v[s:e].transpose(0, 1).unsqueeze(0))
+            outs.append(o[0].transpose(0, 1))
+        return torch.cat(outs, 0)
+
+    def attn_varlen(q, k, v, cu, maxlen):
+        return torch.ops.aten._flash_attention_forward(q, k, v, cu, cu, maxlen, maxlen, 0.0, False, False, scale=VHD ** -0.5)[0]
+
+    def rot(x, cos, sin):
+        xf = x.float()
+        x1, x2 = xf[..., : VHD // 2], xf[..., VHD // 2:]
+        return (xf * cos + torch.cat((-x2, x1), -1) * sin).to(x.dtype)
+
+    @torch.inference_mode()
+    def vit(pixels, grid, attn):
+        h = vis.patch_embed(pixels)
+        rpe = vis.rot_pos_emb(grid)
+        widx, cuw = vis.get_window_index(grid)
+        widx = torch.as_tensor(widx, device=dev)
+        cuw = torch.unique_consecutive(torch.as_tensor(cuw, device=dev, dtype=torch.int32))
+        S = h.shape[0]
+        h = h.reshape(S // 4, 4, -1)[widx].reshape(S, -1)
+        rpe = rpe.reshape(S // 4, 4, -1)[widx].reshape(S, -1)
+        emb = torch.cat((rpe, rpe), -1)
+        cos, sin = emb.cos().unsqueeze(1), emb.sin().unsqueeze(1)
+        cu = F.pad(torch.repeat_interleave(grid[:, 1] * grid[:, 2], grid[:, 0]).cumsum(0, dtype=torch.int32), (1, 0))
+        max_full, max_win = int((cu[1:] - cu[:-1]).max()), int((cuw[1:] - cuw[:-1]).max())
+        for i, blk in enumerate(vis.blocks):
+            full = i in FULL
+            x = blk.norm1(h)
+            q, k, v = blk.attn.qkv(x).reshape(S, 3, VNH, VHD).permute(1, 0, 2, 3).unbind(0)
+            q, k = rot(q, cos, sin), rot(k, cos, sin)
+            o = attn(q.contiguous(), k.contiguous(), v.contiguous(), cu if full else cuw, max_full if full else max_win)
+            h = h + blk.attn.proj(o.reshape(S, -1))
+            h = h + blk.mlp(blk.norm2(h))
+        return vis.merger(h)[torch.argsort(widx)]
+
+    def reference(pixels, grid):
+        with torch.inference_mode():
+            out = vis(pixels, grid_thw=grid)
+        if torch.is_tensor(out):
+            return out
+        for name in ("pooler_output", "last_hidden_state"):
+            t = getattr(out, name, None)
+            if torch.is_tensor(t) and t.shape[-1] == VDIMS["out_hidden_size"]:
+                return t
+        return out[0]
+
+    def inputs(t, hh, ww):
+        grid = torch.tensor([[t, hh, ww]], device=dev, dtype=torch.long)
+        return torch.randn(t * hh * ww, PATCH_DIM, device=dev, dtype=torch.bfloat16), grid
+
+    px, gr = inputs(2, 16, 24)
+    ref = reference(px, gr)
+    encode = lambda px, gr: vit(px, gr, attn_varlen)  # noqa: E731
+    result["vision"]["attention"] = "aten._flash_attention_forward (varlen over windows / temporal slices)"
+    try:
+        loop_err = rel(vit(px, gr, attn_loop), ref)
+        result["vision"]["checks"]["loop_vs_transformers_rel_err"] = loop_err
+    except Exception as e:  # noqa: BLE001
+        # the hand forward does not fit this transformers version: time transformers' own forward
+        result["vision"]["checks"]["hand_forward_error"] = repr(e)[:300]
+        encode = reference
+        result["vision"]["attention"] = "transformers' own forward (sdpa, per-window loop)"
+    else:
+        try:
+            varlen_err = rel(vit(px, gr, attn_varlen), ref)
+            result["vision"]["checks"]["varlen_vs_transformers_rel_err"] = varlen_err
+            ok = varlen_err <= 5 * loop_err + 0.02
+        except Exception as e:  # noqa: BLE001
+            result["vision"]["checks"]["varlen_error"] = repr(e)[:300]
+            ok = False
+        if not ok:
+            encode = lambda px, gr: vit(px, gr, attn_loop)  # noqa: E731
+            result["vision"]["attention"] = "SDPA per window (loop)"
+    log("vision checks", result["vision"]["checks"], result["vision"]["attention"])
+    # (t, h, w) in 14-px patches; tokens = t*h*w/4. t=1: an image (its frame doubled to the temporal patch);
+    # t>1: a video of 2t frames, full attention per temporal slice.
+    GRIDS = [(1, 16, 16), (1, 32, 32), (1, 36, 64), (1, 64, 64), (1, 92, 164), (1, 128, 128), (1, 256, 256),
+             (2, 16, 16), (8, 24, 42), (16, 24, 42), (32, 24, 42), (16, 48, 84)]
+    for t, hh, ww in GRIDS:
+        px, gr = inputs(t, hh, ww)
+        try:
+            ms, ts = timed(lambda: encode(px, gr), 5, warm=2)
+            row = {"t": t, "h": hh, "w": ww, "tokens": t * hh * ww // 4, "slice_tokens": hh * ww // 4,
+                   "ms": round(ms, 3), "all_ms": [round(x, 3) for x in ts]}
+            result["vision"]["items"].append(row)
+            log(f"vision t={t} {hh}x{ww} ({row['tokens']} tokens): {ms:.2f} ms")
+        except Exception as e:  # noqa: BLE001
+            result["vision"]["items"].append({"t": t, "h": hh, "w": ww, "error": repr(e)[:300]})
+            log("vision error", t, hh, ww, repr(e)[:300])
+        torch.cuda.empty_cache()
+    save()
+    for t, hh, ww in [(1, 32, 32), (1, 64, 64)]:
+        px, gr = inputs(t, hh, ww)
+        ms, _ = timed(lambda: reference(px, gr), 3, warm=1)
+        result["vision"]["transformers"].append({"t": t, "h": hh, "w": ww, "tokens": t * hh * ww // 4, "ms": round(ms, 3)})
+        log(f"transformers vision {hh}x{ww}: {ms:.2f} ms")
+except Exception as e:  # noqa: BLE001
+    result["vision"]["error"] = repr(e)[:500]
+    log("vision error", repr(e)[:500])
 result["device"]["nvidia_smi_after"] = sh("nvidia-smi --query-gpu=clocks.sm,clocks.mem,temperature.gpu,power.draw --format=csv,noheader")
 result["wall_s"] = round(time.time() - T0, 1)
 save()

@@ -1,59 +1,106 @@
 #!/usr/bin/env node
-// Derives the simulator's cost table (services/sglang-sim/calibration/h200-qwen2_5-vl-7b.json) from
-// the raw GPU measurements beside this file (calibrate.py, two runs: "full" grids and "small" =
-// CUDA-graph prefill of short chunks + repeats). Prefill: a full (new × cached) grid, graph-captured
-// times for chunks ≤ 4096 new tokens (eager is launch-bound there), eager above (launches are noise).
+// Derives a simulator cost table (services/sglang-sim/calibration/<name>.json) from the raw GPU
+// measurements beside this file (calibrate.py): <name>.json, plus <name>-small.json where the run was
+// split in two (the H200 table: "full" eager grids and "small" CUDA-graph prefill of short chunks).
+// Prefill: a full (new × cached) grid; a CUDA-graph time wins over an eager one for the same point
+// (eager is launch-bound for short chunks). Points past the model's context (new + cached > context,
+// which no request reaches) are filled by extending the cached axis linearly from the two rows below
+// (attention grows linearly with the cached prefix at fixed new tokens) and listed as extrapolated.
 // Decode: least-squares fit of step time = a + b·batch + c·(KV tokens in the batch) over every
-// CUDA-graph point of both runs; the fit's worst error is kept with it.
-// Run: node bench/calibration/derive.mjs
-import { readFileSync, writeFileSync } from "node:fs";
+// CUDA-graph point; the fit's worst error is kept with it.
+// Vision encoder (where measured): least-squares fit of one item's forward time =
+// a + b·tokens + c·tokens·sliceTokens (sliceTokens: tokens per temporal slice, the span a full-attention
+// block attends over; an image is one slice), worst error kept.
+// Run: node bench/calibration/derive.mjs h100-qwen2_5-vl-7b   (or h200-qwen2_5-vl-7b)
+import { existsSync, readFileSync, writeFileSync } from "node:fs";
 import { dirname, join } from "node:path";
 import { fileURLToPath } from "node:url";
 
 const HERE = dirname(fileURLToPath(import.meta.url));
-const OUT = join(HERE, "../../services/sglang-sim/calibration/h200-qwen2_5-vl-7b.json");
-const full = JSON.parse(readFileSync(join(HERE, "h200-qwen2_5-vl-7b.json"), "utf8"));
-const small = JSON.parse(readFileSync(join(HERE, "h200-qwen2_5-vl-7b-small.json"), "utf8"));
+const name = process.argv[2];
+if (!name || !/^[a-z0-9_.-]+$/.test(name)) throw new Error("usage: derive.mjs <table name, e.g. h100-qwen2_5-vl-7b>");
+const OUT = join(HERE, `../../services/sglang-sim/calibration/${name}.json`);
+const raws = [`${name}.json`, `${name}-small.json`].filter((f) => existsSync(join(HERE, f))).map((f) => JSON.parse(readFileSync(join(HERE, f), "utf8")));
+if (raws.length === 0) throw new Error(`no raw measurements bench/calibration/${name}.json`);
+const main = raws[0];
+const context = main.method?.context ?? Infinity;
 
+/** Least squares: weights w minimising Σ (row·w − y)² (normal equations, Gaussian elimination). */
+function leastSquares(rows, ys) {
+  const k = rows[0].length;
+  const A = Array.from({ length: k }, () => new Array(k).fill(0));
+  const y = new Array(k).fill(0);
+  rows.forEach((r, n) => {
+    for (let i = 0; i < k; i++) {
+      y[i] += r[i] * ys[n];
+      for (let j = 0; j < k; j++) A[i][j] += r[i] * r[j];
+    }
+  });
+  for (let i = 0; i < k; i++) for (let m = i + 1; m < k; m++) {
+    const f = A[m][i] / A[i][i];
+    for (let j = i; j < k; j++) A[m][j] -= f * A[i][j];
+    y[m] -= f * y[i];
+  }
+  const w = new Array(k).fill(0);
+  for (let i = k - 1; i >= 0; i--) w[i] = (y[i] - A[i].slice(i + 1).reduce((s, a, j) => s + a * w[i + 1 + j], 0)) / A[i][i];
+  const worst = Math.max(...rows.map((r, n) => Math.abs(r.reduce((s, x, i) => s + x * w[i], 0) - ys[n]) / ys[n]));
+  return { w, worst };
+}
+
+// Prefill grid.
 const key = (n, p) => `${n}:${p}`;
-const prefill = new Map();
-for (const r of full.prefill) if (r.ms !== undefined && r.new > 4096) prefill.set(key(r.new, r.cached), r.ms);
-for (const r of small.prefill_graph) if (r.ms !== undefined) prefill.set(key(r.new, r.cached), r.ms);
+const graph = new Map();
+const eager = new Map();
+for (const raw of raws) {
+  for (const r of raw.prefill ?? []) if (r.ms !== undefined) (r.graph ? graph : eager).set(key(r.new, r.cached), r.ms);
+  for (const r of raw.prefill_graph ?? []) if (r.ms !== undefined) graph.set(key(r.new, r.cached), r.ms);
+}
+const prefill = new Map([...eager, ...graph]);
 const news = [...new Set([...prefill.keys()].map((k) => +k.split(":")[0]))].sort((a, b) => a - b);
 const cached = [...new Set([...prefill.keys()].map((k) => +k.split(":")[1]))].sort((a, b) => a - b);
-const ms = cached.map((p) =>
-  news.map((n) => {
-    const v = prefill.get(key(n, p));
-    if (v === undefined) throw new Error(`prefill grid hole at new=${n} cached=${p}`);
-    return v;
-  }),
-);
+const extrapolated = [];
+const ms = cached.map((p) => news.map((n) => prefill.get(key(n, p))));
+cached.forEach((p, j) => news.forEach((n, i) => {
+  if (ms[j][i] !== undefined) return;
+  if (n + p <= context || j < 2) throw new Error(`prefill grid hole at new=${n} cached=${p}`);
+  const [p0, p1] = [cached[j - 2], cached[j - 1]];
+  const [a, b] = [ms[j - 2][i], ms[j - 1][i]];
+  ms[j][i] = +(b + ((b - a) * (p - p1)) / (p1 - p0)).toFixed(3);
+  extrapolated.push([n, p]);
+}));
 
-// Decode: normal equations for [1, B, B·C/1000].
-const pts = [...full.decode, ...small.decode].filter((d) => d.ms !== undefined).map((d) => [1, d.batch, (d.batch * d.context) / 1000, d.ms]);
-const A = [[0, 0, 0], [0, 0, 0], [0, 0, 0]];
-const y = [0, 0, 0];
-for (const p of pts) for (let i = 0; i < 3; i++) {
-  y[i] += p[i] * p[3];
-  for (let j = 0; j < 3; j++) A[i][j] += p[i] * p[j];
-}
-// Gaussian elimination (3×3).
-for (let i = 0; i < 3; i++) for (let k = i + 1; k < 3; k++) {
-  const f = A[k][i] / A[i][i];
-  for (let j = i; j < 3; j++) A[k][j] -= f * A[i][j];
-  y[k] -= f * y[i];
-}
-const w = [0, 0, 0];
-for (let i = 2; i >= 0; i--) w[i] = (y[i] - A[i].slice(i + 1).reduce((s, a, j) => s + a * w[i + 1 + j], 0)) / A[i][i];
-const worst = Math.max(...pts.map((p) => Math.abs(p[0] * w[0] + p[1] * w[1] + p[2] * w[2] - p[3]) / p[3]));
+// Decode: [1, B, B·C/1000] → ms.
+const dpts = raws.flatMap((r) => r.decode ?? []).filter((d) => d.ms !== undefined);
+const dec = leastSquares(dpts.map((d) => [1, d.batch, (d.batch * d.context) / 1000]), dpts.map((d) => d.ms));
 
+const gpu = main.device.gpu;
 const table = {
-  source: "bench/calibration (calibrate.py on one NVIDIA H200; derive.mjs)",
-  model: full.model,
-  device: `${full.device.gpu}, driver ${full.device.nvidia_smi.split(", ")[1]}, torch ${full.device.torch}, transformers ${full.device.transformers}`,
+  source: `bench/calibration (calibrate.py on one ${gpu}; derive.mjs)`,
+  model: main.model,
+  device: `${gpu}, driver ${main.device.nvidia_smi.split(", ")[1]}, torch ${main.device.torch}, transformers ${main.device.transformers}`,
   chunkedPrefillSize: 8192,
-  prefill: { newTokens: news, cachedTokens: cached, ms },
-  decode: { baseMs: +w[0].toFixed(4), perRequestMs: +w[1].toFixed(5), perThousandKvTokensMs: +w[2].toFixed(5), worstRelativeError: +worst.toFixed(3), points: pts.length },
+  prefill: { newTokens: news, cachedTokens: cached, ms, ...(extrapolated.length > 0 ? { extrapolated } : {}) },
+  decode: {
+    baseMs: +dec.w[0].toFixed(4),
+    perRequestMs: +dec.w[1].toFixed(5),
+    perThousandKvTokensMs: +dec.w[2].toFixed(5),
+    worstRelativeError: +dec.worst.toFixed(3),
+    points: dpts.length,
+    maxContext: Math.max(...dpts.map((d) => d.context)),
+  },
 };
+const vpts = (main.vision?.items ?? []).filter((v) => v.ms !== undefined);
+if (vpts.length >= 3) {
+  const vis = leastSquares(vpts.map((v) => [1, v.tokens / 1000, (v.tokens * v.slice_tokens) / 1e6]), vpts.map((v) => v.ms));
+  table.vision = {
+    model: `${main.vision.class} (${main.vision.params} parameters), attention: ${main.vision.attention}`,
+    baseMs: +vis.w[0].toFixed(4),
+    perThousandTokensMs: +vis.w[1].toFixed(4),
+    perMillionTokenSliceTokensMs: +vis.w[2].toFixed(5),
+    worstRelativeError: +vis.worst.toFixed(3),
+    points: vpts.length,
+    maxTokens: Math.max(...vpts.map((v) => v.tokens)),
+  };
+}
 writeFileSync(OUT, JSON.stringify(table, null, 1) + "\n");
-console.log(`wrote ${OUT}: prefill ${news.length}×${cached.length}, decode ${w.map((x) => x.toFixed(4)).join(", ")} (worst ${(100 * worst).toFixed(1)} %)`);
+console.log(`wrote ${OUT}: prefill ${news.length}×${cached.length} (${extrapolated.length} extrapolated), decode ${dec.w.map((x) => x.toFixed(4)).join(", ")} (worst ${(100 * dec.worst).toFixed(1)} %)` + (table.vision ? `, vision ${table.vision.baseMs} + ${table.vision.perThousandTokensMs}/1k tok + ${table.vision.perMillionTokenSliceTokensMs}/1M tok·slice (worst ${(100 * table.vision.worstRelativeError).toFixed(1)} %)` : ""));

@@ -9,7 +9,7 @@ import type { MatchResult, PagedRadixCache, RadixNode } from "./radix-cache.ts";
 import type { HostTier } from "./hicache.ts";
 import type { SamplingParams } from "./sampling-params.ts";
 import { SglangValueError } from "./sglang-errors.ts";
-import { decodeStepMs, prefillMs, type Timing } from "./timing.ts";
+import { decodeStepMs, encoderMs, prefillMs, type MediaCostItem, type Timing } from "./timing.ts";
 import { OutputStream, outputSeed, type OutputVocabulary } from "./token-source.ts";
 
 export type FinishReason =
@@ -44,6 +44,8 @@ export interface SubmitInput {
   script?: number[] | null;
   /** GenerateReqInput.routed_dp_rank: the DP rank to run on (dp-engines.ts); absent: the controller picks. */
   routedDpRank?: number | null;
+  /** The prompt's media items: their vision-encoder time joins the prefill (timing.ts encoderMs). */
+  media?: readonly MediaCostItem[];
 }
 
 export interface EngineConfig {
@@ -275,7 +277,7 @@ export class SimEngine {
       const timing = this.cfg.timing;
       this.prefillsPending++;
       // A PD decode request computes no prefill: its KV arrived from the prefill peer.
-      const prefill = req.transferredCached !== null ? Promise.resolve() : this.prefillLane.then(() => sleep(req.loadBackMs + prefillMs(timing, uncached, req.cachedTokens), signal));
+      const prefill = req.transferredCached !== null ? Promise.resolve() : this.prefillLane.then(() => sleep(req.loadBackMs + prefillMs(timing, uncached, req.cachedTokens) + encoderMs(timing, req.input.media ?? [], req.cachedTokens), signal));
       this.prefillLane = prefill.catch(() => {});
       try {
         await prefill;

@@ -55,6 +55,8 @@ export interface MediaItemInfo {
   padSource: "mm_hashes" | "content" | "embedding";
   /** Media (pad) tokens of the item. */
   padCount: number;
+  /** Pad tokens per temporal group (an image: all of them): what one full-attention block of the vision tower spans. */
+  sliceTokens: number;
   /** The item's token run [start, end) in the expanded prompt (vision tokens and timestamps included). */
   start: number;
   end: number;
@@ -285,7 +287,7 @@ interface Copy {
 async function copiesOf(prepared: PreparedRequest, ctx: GenerateContext): Promise<Copy[]> {
   const s = prepared.sampling;
   if (s.n <= 1) return [{ rid: prepared.rid, sampling: s }];
-  await ctx.engine.submit({ rid: newRid(), inputIds: prepared.prompt.inputIds, sampling: { ...s, n: 1, maxNewTokens: 0, minNewTokens: 0 }, cacheSalt: prepared.cacheSalt, routedDpRank: prepared.routedDpRank });
+  await ctx.engine.submit({ rid: newRid(), inputIds: prepared.prompt.inputIds, sampling: { ...s, n: 1, maxNewTokens: 0, minNewTokens: 0 }, cacheSalt: prepared.cacheSalt, routedDpRank: prepared.routedDpRank, media: prepared.prompt.media });
   return Array.from({ length: s.n }, (_, i) => ({ rid: newRid(), sampling: { ...s, n: 1, samplingSeed: (s.samplingSeed ?? 0) + i } }));
 }
 
@@ -357,7 +359,7 @@ export async function handleGenerate(
     const copies = await copiesOf(prepared, ctx);
     rids = copies.map((c) => c.rid);
     finals = await Promise.all(
-      copies.map((c) => ctx.engine.submit({ rid: c.rid, inputIds: prepared.prompt.inputIds, sampling: c.sampling, script: prepared.script, cacheSalt: prepared.cacheSalt, routedDpRank: prepared.routedDpRank })),
+      copies.map((c) => ctx.engine.submit({ rid: c.rid, inputIds: prepared.prompt.inputIds, sampling: c.sampling, script: prepared.script, cacheSalt: prepared.cacheSalt, routedDpRank: prepared.routedDpRank, media: prepared.prompt.media })),
     );
   } catch (err) {
     return sendGenerateError(res, err);
@@ -444,6 +446,7 @@ async function streamGenerate(res: ServerResponse, body: GenerateBody, ctx: Gene
           inputIds: prepared.prompt.inputIds,
           sampling: c.sampling,
           routedDpRank: prepared.routedDpRank,
+          media: prepared.prompt.media,
           script: prepared.script,
           cacheSalt: prepared.cacheSalt,
           onFrame: (s) => {

@@ -66,6 +66,8 @@ interface LoadedItem {
   bytes: Uint8Array;
   pieces: ExpandItem["pieces"];
   padCount: number;
+  /** Pad tokens per temporal group (an image: all of them), for the encoder's cost. */
+  sliceTokens: number;
 }
 
 function layoutOrThrow<G>(r: ItemLayoutResult<G>, what: string): { pieces: ExpandItem["pieces"]; geometry: G } {
@@ -105,13 +107,14 @@ async function loadItem(deps: MediaExpanderDeps, modality: Modality, kindIndex: 
   if (modality === "image") {
     const probe: ImageProbe = probeImage(bytes);
     const { pieces, geometry } = layoutOrThrow(layoutImageItem(deps.contract, probe), what);
-    return { modality, kindIndex, source, bytes, pieces, padCount: geometry.padCount };
+    return { modality, kindIndex, source, bytes, pieces, padCount: geometry.padCount, sliceTokens: geometry.padCount };
   }
   const probe = await deps.videoProber.probe(bytes);
   const r = layoutVideo(deps.contract, probe);
   if (!r.ok && (r.reason === "single_frame_video" || r.reason === "unprobeable_video")) throwSamplerError(deps.contract, probe, what, r.detail);
   const { pieces, geometry } = layoutOrThrow(r, what);
-  return { modality, kindIndex, source, bytes, pieces, padCount: (geometry as { padCount: number }).padCount };
+  const g = geometry as { padCount: number; tokensPerGroup: number };
+  return { modality, kindIndex, source, bytes, pieces, padCount: g.padCount, sliceTokens: g.tokensPerGroup };
 }
 
 export function createMediaExpander(deps: MediaExpanderDeps): MediaExpander {
@@ -202,7 +205,7 @@ export function createMediaExpander(deps: MediaExpanderDeps): MediaExpander {
       if (it.modality === "image") imageTokens += it.padCount;
       else videoTokens += it.padCount;
       const span = r.spans[i]!;
-      return { modality: it.modality, kindIndex: it.kindIndex, padValue: padValues[i]!, padSource: padSources[i]!, padCount: it.padCount, start: span.start, end: span.end };
+      return { modality: it.modality, kindIndex: it.kindIndex, padValue: padValues[i]!, padSource: padSources[i]!, padCount: it.padCount, sliceTokens: it.sliceTokens, start: span.start, end: span.end };
     });
     return { inputIds: Array.from(r.tokens), imageTokens, videoTokens, media };
   };

@@ -6,7 +6,8 @@
  *   Qwen2.5-VL-7B language model): a prefill chunk costs T(new, cached) interpolated from the measured
  *   grid, a prompt is prefilled in chunks of `chunkedPrefillSize` (SGLang --chunked-prefill-size; each
  *   chunk attends to the cached prefix and the earlier chunks), and a decode step of the running batch
- *   costs a + b·batch + c·(KV tokens the batch attends to).
+ *   costs a + b·batch + c·(KV tokens the batch attends to); where the table measured the vision tower,
+ *   a media item's encoder forward costs a + b·tokens + c·tokens·sliceTokens (encoderMs).
  * Prefills run one at a time, as one GPU does. Numbers are wall-clock milliseconds.
  */
 import { z } from "zod";
@@ -17,6 +18,8 @@ export interface CostTable {
   chunkedPrefillSize: number;
   prefill: { newTokens: number[]; cachedTokens: number[]; ms: number[][] };
   decode: { baseMs: number; perRequestMs: number; perThousandKvTokensMs: number };
+  /** The vision tower's forward per media item (tables measured with it). */
+  vision?: { baseMs: number; perThousandTokensMs: number; perMillionTokenSliceTokensMs: number };
 }
 
 export const COST_TABLES = { "h200-qwen2_5-vl-7b": h200Qwen25Vl7b as CostTable } as const;
@@ -116,4 +119,43 @@ export function decodeStepMs(t: Timing, runningRequests: number, contextTokens =
   if (!t.calibration) return t.decodeMsPerToken + Math.max(0, runningRequests - 1) * t.decodeMsPerRunningRequest;
   const d = COST_TABLES[t.calibration].decode;
   return d.baseMs + d.perRequestMs * Math.max(1, runningRequests) + (d.perThousandKvTokensMs * Math.max(0, contextTokens)) / 1000;
+}
+
+/** A media item of a prompt as the encoder's cost sees it. */
+export interface MediaCostItem {
+  modality: "image" | "video";
+  /** End (exclusive) of the item's token run in the prompt. */
+  end: number;
+  /** Media (pad) tokens of the item: the vision tower's merged outputs. */
+  padCount: number;
+  /** Tokens per temporal slice (an image: all of them): the span a full-attention block attends over. */
+  sliceTokens: number;
+  /** "embedding": the embedding came from an encoder server (EPD), so this worker runs no vision forward for it. */
+  padSource?: string;
+}
+
+/** One media item's vision-tower forward (calibrated tables that measured it; else 0). */
+export function encodeItemMs(t: Timing, tokens: number, sliceTokens: number): number {
+  const v = t.calibration ? COST_TABLES[t.calibration].vision : undefined;
+  if (!v || tokens <= 0) return 0;
+  return (v.baseMs + (v.perThousandTokensMs * tokens) / 1000 + (v.perMillionTokenSliceTokensMs * tokens * sliceTokens) / 1e6) * (t.prefillScale ?? 1);
+}
+
+/**
+ * Vision-encoder time of one request's prefill, as SGLang spends it (sgl-project/sglang
+ * python/sglang/srt/managers/mm_utils.py `_get_chunked_prefill_embedding` @005fa833): per modality,
+ * nothing when every item of it lies inside the cached prefix; otherwise the request's items of that
+ * modality are encoded together in the prefill forward, once (its embedding cache serves the later
+ * chunks). Items whose embedding an encoder server computed (`_get_precomputed_embedding`) cost nothing
+ * here. The cross-request hit of that cache (the same item set again while its embedding is still
+ * held) is not modelled: such a request pays again.
+ */
+export function encoderMs(t: Timing, media: readonly MediaCostItem[], cachedTokens: number): number {
+  let ms = 0;
+  for (const modality of ["image", "video"] as const) {
+    const items = media.filter((m) => m.modality === modality && m.padSource !== "embedding");
+    if (items.every((m) => m.end <= cachedTokens)) continue;
+    for (const m of items) ms += encodeItemMs(t, m.padCount, m.sliceTokens);
+  }
+  return ms;
 }
