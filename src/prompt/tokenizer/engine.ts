@@ -9,7 +9,7 @@
 import { bpe } from "./bpe.ts";
 import { CharTokens, CONDITIONAL, UNRESOLVED } from "./char-tokens.ts";
 import { IdBuffer } from "./id-buffer.ts";
-import { asciiWordEnd, PieceScanner } from "./piece-scanner.ts";
+import { asciiPieceEnd, PieceScanner } from "./piece-scanner.ts";
 import { SegmentCache, type SegmentCacheStats } from "./segment-cache.ts";
 import { hasSkew, referenceNfc, skewCodePoints, type CodePointSet } from "./skew.ts";
 import { hashAscii, hashBytes, lookupBytes, NO_TOKEN, type Vocab } from "./vocab.ts";
@@ -176,13 +176,13 @@ export class BpeEngine {
     const scanner = this.scanner;
     const tagBits = this.hotTagBits;
     for (let i = 0; i < text.length; ) {
-      // Most prose pieces are ASCII words the memo holds: found from the characters themselves.
-      const word = asciiWordEnd(text, i);
-      if (word >= 0 && this.hotWord(text, i, word, out, tagBits)) {
-        i = word;
+      // Most pieces of prose and code are ASCII ones the memo holds: found from the characters themselves.
+      const ascii = asciiPieceEnd(text, i);
+      if (ascii >= 0 && this.hotAscii(text, i, ascii, out, tagBits)) {
+        i = ascii;
         continue;
       }
-      const end = word >= 0 ? word : scanner.pieceEnd(text, i);
+      const end = ascii >= 0 ? ascii : scanner.pieceEnd(text, i);
       this.encodeSpan(text, i, end, out, tagBits);
       if (this.sawSkew) return false;
       i = end;
@@ -191,11 +191,11 @@ export class BpeEngine {
   }
 
   /**
-   * Appends the ids of the ASCII piece text[start, end) (asciiWordEnd's) when the memo holds them,
+   * Appends the ids of the ASCII piece text[start, end) (asciiPieceEnd's) when the memo holds them,
    * without UTF-8 encoding it first: an ASCII piece's bytes are its code units, so the slot, the
    * comparison and the ids are encodeSpan's. False, with nothing appended, otherwise.
    */
-  private hotWord(text: string, start: number, end: number, out: IdBuffer, tagBits: number): boolean {
+  private hotAscii(text: string, start: number, end: number, out: IdBuffer, tagBits: number): boolean {
     const n = end - start;
     if (n === 1) {
       out.push(this.vocab.byteId[text.charCodeAt(start)]!);
