@@ -79,7 +79,7 @@ function samplesOf(j: JsonSchema): unknown[] {
 const EXTRA_VALUES: readonly unknown[] = (() => {
   const made = Object.values(LEVELS).flatMap((shapes) => shapes.flatMap((shape) => Object.values(shape).flatMap((s) => samplesOf(z.toJSONSchema(s, { io: "input", unrepresentable: "any" }) as JsonSchema))));
   const hand = [
-    ...[null, true, 0, 1, 7, -1, 1.5, 2 ** 53, Number.MAX_SAFE_INTEGER, "", "x", "auto", "low", "medium", "image", "video", "multi-images", "thinking", "function", "Function", "https://a/b", "{}", '{"a":1}', "[1]", "null", '{"a":', " {} "],
+    ...[null, true, 0, 1, 7, -1, 1.5, 2 ** 53, Number.MAX_SAFE_INTEGER, "", "x", "auto", "low", "medium", "image", "video", "multi-images", "thinking", "function", "Function", "https://a/b", "{}", '{"a":1}', "[1]", "null", '{"a":', " {} ", "\ufeff{}", "\u00a0{}", "{}\u2028"],
     ...[[], {}, [{ function: { name: "f", arguments: "{}" } }], [{ id: "c", index: 0, type: "function", function: { name: "f", arguments: { a: 1 } } }], [{ function: { arguments: "[1]" } }]],
     ...[{ url: "https://a/b" }, { url: "ftp://a/b" }, { data: "AA", format: "wav" }, [{ type: "text", text: "t" }]],
   ];
@@ -160,7 +160,8 @@ const imagePart = record(
 const textPart = record("part", { type: fc.oneof({ arbitrary: fc.constant("text"), weight: 12 }, fc.constantFrom("thinking", "Text")), text: fc.oneof({ arbitrary: text, weight: 12 }, odd) }, ["type", "text"]);
 const content = fc.oneof({ arbitrary: text, weight: 4 }, { arbitrary: fc.array(fc.oneof(textPart, imagePart), { maxLength: 4 }), weight: 6 }, fc.constant(null), odd);
 /** Call arguments: JSON object texts (valid), other JSON and near-JSON texts, and other values. */
-const ARGUMENTS = ["{}", '{"path":"src/a.ts"}', ' {"a": [1, 2]} ', "[]", "[1]", "null", "1", '"{}"', '{"a":', "", "{}x", "{\u0000}"];
+const ARGUMENTS = ["{}", '{"path":"src/a.ts"}', ' {"a": [1, 2]} ', "[]", "[1]", "null", "1", '"{}"', '{"a":', "", "{}x", "{\u0000}", "\ufeff{}", "\u00a0{}", "{}\u2028"];
+// The last three: whitespace that String.prototype.trim strips and JSON.parse refuses.
 const callArguments = fc.oneof({ arbitrary: fc.constantFrom(...ARGUMENTS), weight: 6 }, text, fc.dictionary(fc.string(), fc.jsonValue(), { maxKeys: 2 }), odd);
 const toolCall = record(
   "call",
@@ -490,11 +491,25 @@ describe("the schema parts message-fast-path.ts mirrors", () => {
     };
     const nullable = (type: string) => ({ type: [type, "null"] });
     const safeInt = { anyOf: [{ type: "integer", minimum: -9007199254740991, maximum: 9007199254740991 }, { type: "null" }] };
+    const toolCallJson = {
+      type: "object",
+      properties: {
+        id: nullable("string"),
+        index: safeInt,
+        type: { anyOf: [{ type: "string", const: "function" }, { type: "null" }] },
+        function: {
+          type: "object",
+          properties: { name: nullable("string"), arguments: { anyOf: [{ anyOf: [{ type: "string" }, { type: "object", propertyNames: { type: "string" }, additionalProperties: {} }] }, { type: "null" }] } },
+        },
+      },
+      required: ["function"],
+    };
     expect({
       userKeys: Object.keys(UserMessageSchema.shape),
       genericKeys: Object.keys(GenericMessageSchema.shape),
       generic: json(GenericMessageSchema.pick({ role: true, tool_call_id: true, name: true, reasoning_content: true })),
       toolCall: json(ToolCallSchema),
+      toolCalls: json(GenericMessageSchema.shape.tool_calls),
       text: json(TextPartSchema),
       image: json(ImagePartSchema),
     }).toStrictEqual({
@@ -510,19 +525,9 @@ describe("the schema parts message-fast-path.ts mirrors", () => {
         },
         required: ["role"],
       },
-      toolCall: {
-        type: "object",
-        properties: {
-          id: nullable("string"),
-          index: safeInt,
-          type: { anyOf: [{ type: "string", const: "function" }, { type: "null" }] },
-          function: {
-            type: "object",
-            properties: { name: nullable("string"), arguments: { anyOf: [{ anyOf: [{ type: "string" }, { type: "object", propertyNames: { type: "string" }, additionalProperties: {} }] }, { type: "null" }] } },
-          },
-        },
-        required: ["function"],
-      },
+      toolCall: toolCallJson,
+      // the list itself: no bound on its length beyond the body's, which the fast path relies on
+      toolCalls: { anyOf: [{ type: "array", items: toolCallJson }, { type: "null" }] },
       text: { type: "object", properties: { type: { type: "string", const: "text" }, text: { type: "string" } }, required: ["type", "text"] },
       image: {
         type: "object",
