@@ -143,6 +143,12 @@ export interface PromptPieces {
   chars: number;
   /** This request's own part. */
   rest: string;
+  /**
+   * The JSON escaping of the first `chars` characters of `rest`, as chunks: the text of the
+   * entries this request stored as it was prepared, escaped then, and their identities (as `ids`);
+   * null when it stored none.
+   */
+  restEscaped: { chars: number; chunks: readonly string[]; ids: readonly object[] } | null;
 }
 
 type ChatMessage = ChatCompletionRequest["messages"][number];
@@ -943,6 +949,8 @@ export class TurnChainCache {
   private readonly noSkeletons = new Set<TemplateId>();
   /** Layout scans made (heldSpans stamps the entries each found equal). */
   private scans = 0;
+  /** The entries storeCut makes while a hit's store runs (prepare reads them: their escaping goes to this request's body); null otherwise. */
+  private storedNow: Node[] | null = null;
 
   constructor(options: TurnChainOptions = {}) {
     this.maxBytes = options.maxBytes ?? DEFAULT_TURN_CHAIN_BYTES;
@@ -1008,10 +1016,44 @@ export class TurnChainCache {
     }
     // Only a result that passed its check (or was not sampled) seeds the next turn.
     this.adoptParsed(hit.chain, text, layout, validated);
-    const kept = extended.store();
+    this.storedNow = [];
+    let kept: StoredPrefix;
+    let storedNow: Node[];
+    try {
+      kept = extended.store();
+    } finally {
+      storedNow = this.storedNow;
+      this.storedNow = null;
+    }
     if (found.bodyBytes) this.holdBody(hit.node, text, layout, found.bodyBytes, (kept.next ?? hit.node).key);
     const stable = kept.node ? kept.stable : stableAt(hit.node);
-    return { ...out, reusedMessages: hit.node.messages, ...(stable ? { stable } : {}) };
+    const pieces = this.withStoredEscaping(out.pieces!, hit.node, kept.next, storedNow);
+    return { ...out, pieces, reusedMessages: hit.node.messages, ...(stable ? { stable } : {}) };
+  }
+
+  /**
+   * `pieces` with the escaping of the entries this request stored after `from` (the hit) through
+   * `to` (restEscaped), made as they were stored, so the /generate body escapes only the rest of
+   * the request's own text (a chat turn's generation prompt; an agent step's tool output went into
+   * the entry through it). Only entries made by this store count (`storedNow`): their text is a
+   * slice of this request's rendered tail by construction. Unchanged where `to` is not such an
+   * entry below `from`.
+   */
+  private withStoredEscaping(pieces: PromptPieces, from: Node, to: Node | null, storedNow: readonly Node[]): PromptPieces {
+    const own: Node[] = [];
+    let x = to;
+    for (; x !== null && x !== from; x = x.parent) {
+      if (!storedNow.includes(x)) return pieces;
+      own.push(x);
+    }
+    if (x !== from || own.length === 0) return pieces;
+    own.reverse();
+    let chars = 0;
+    for (const n of own) chars += n.text.length;
+    if (chars > pieces.rest.length) return pieces;
+    // As chunks, a wide entry's too: its UTF-8 is made only if a later turn sends it as held history (bodyParts).
+    const chunks = own.length === 1 ? own[0]!.escaped : own.flatMap((n) => n.escaped);
+    return { ...pieces, restEscaped: { chars, chunks, ids: own.map((n) => n.textId) } };
   }
 
   /**
@@ -1256,7 +1298,7 @@ export class TurnChainCache {
     const store = () => this.storeFrom({ body, layout, scope, scopeHash, parent: node, validated, decoded, endsWithUser: endsWithUser(request), partlyAnswered: partlyAnsweredCalls(request) }, profile, input, tail, media, dropped, q);
     const prompt: ChainedPrompt = {
       ...assemblePrompt(rendered, { mediaParts: media, hasAudio: media.some((p) => p.kind === "audio"), droppedParts: dropped, assistantPrefix: pre.assistantPrefix }, profile),
-      pieces: { stable: texts, ids, heads: ids, bodyParts: this.bodyParts(chain), chars: stable.length, rest: tail + (pre.assistantPrefix ?? "") },
+      pieces: { stable: texts, ids, heads: ids, bodyParts: this.bodyParts(chain), chars: stable.length, rest: tail + (pre.assistantPrefix ?? ""), restEscaped: null },
     };
     return { prompt, store };
   }
@@ -1452,6 +1494,7 @@ export class TurnChainCache {
     // A root keeps its own copy: the request's scope is a rope of slices that would keep the body.
     const node: Node = { parent, key, scope: parent ? parent.scope : ownString(ctx.scope), raw, rawEnd, text, textId: {}, messages: cut, cut: kind, media: ownMedia, dropped: ownDropped, images: counts.images, videos: counts.videos, escaped: escaped.chunks, wide: rawWidth === 2 || textWidth === 2, utf8: null, parsed, tally, chainTally: null, spans, hint: null, scanned: 0, rawBytes: -1, body: null, holders: 0, bytes };
     this.insert(node);
+    this.storedNow?.push(node);
     return { node, after: tail, from: cut };
   }
 

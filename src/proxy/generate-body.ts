@@ -35,8 +35,10 @@ export type BodyPart = string | Uint8Array;
  * `pieces` (optional): the text as the turn chain's pieces and the request's own part; the
  * pieces' escaping (made when the chain stored them) is sent as the chain keeps it for the body
  * (PromptPieces.bodyParts: a piece with non-ASCII text as its UTF-8 bytes, which a Blob copies
- * instead of encoding the two-byte string again every turn) and only the rest is read, so the
- * whole prompt is neither escaped nor joined into one string.
+ * instead of encoding the two-byte string again every turn), and so is the escaping of the
+ * entries this request stored (the start of its own part: PromptPieces.restEscaped); only the
+ * rest is read, so the whole prompt is neither escaped nor joined into one string, and the
+ * request's own text is escaped once.
  * `literals` (optional): strings the text may contain, each with its canonical JSON escaping taken
  * from the client's body (validate.ts, parseRecordingLiterals). Where one occurs in the text, in
  * order, its escaping is reused instead of escaping it again: the same bytes, one JSON pass fewer
@@ -50,21 +52,24 @@ export function generateBodyParts(body: GenerateRequestBody, literals: readonly 
     // Chunks one by one: a long conversation's pieces may be more than a call takes arguments.
     // Short text chunks in a row go as one (ASCII, the chain's one-byte pieces: the same bytes).
     let short = "";
-    for (const c of pieces.bodyParts) {
+    const add = (c: BodyPart): void => {
       if (typeof c === "string" && c.length < JOINED_PART_CHARS) {
         short += c;
         if (short.length >= JOINED_RUN_CHARS) {
           chunks.push(short);
           short = "";
         }
-        continue;
+        return;
       }
       if (short !== "") chunks.push(short);
       short = "";
       chunks.push(c);
-    }
+    };
+    for (const c of pieces.bodyParts) add(c);
+    const own = pieces.restEscaped;
+    if (own !== null) for (const c of own.chunks) add(c);
     if (short !== "") chunks.push(short);
-    text = pieces.rest;
+    text = own === null ? pieces.rest : pieces.rest.slice(own.chars);
   }
   escapeJsonReusing(chunks, text, literals, work);
   const restJson = JSON.stringify(rest);

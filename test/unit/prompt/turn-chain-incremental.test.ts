@@ -3,9 +3,11 @@
  * (a chain's joined tally, the held spans found by walking up only to an entry already found equal,
  * a prefix found equal through a head identity, namespaced hash runs) equals what walking the whole
  * history gives, over random turn sequences: growing conversations, branches from earlier turns
- * (regenerated answers), texts with and without non-ASCII characters (held bodies), and budgets
- * small enough to evict. Each turn goes through the edge's read, parse and prompt stages as
- * parseChat and prepareRouting run them; each result is compared with the whole path's.
+ * (regenerated answers), agent steps (a tool call and its result), texts with and without
+ * non-ASCII characters (held bodies), and budgets small enough to evict. Each turn goes through the
+ * edge's read, parse, prompt and body stages as parseChat, prepareRouting and the upstream body
+ * run them; each result is compared with the whole path's (the /generate body's bytes with
+ * JSON.stringify's of the whole render).
  */
 import fc from "fast-check";
 import { beforeAll, describe, expect, it } from "vitest";
@@ -16,9 +18,12 @@ import { routedHashes } from "../../../src/edge/cache-salt.ts";
 import { checkedHeldRead, parseChatBody, parseChatTurn } from "../../../src/edge/chat/parse.ts";
 import { preparePrompt } from "../../../src/prompt/index.ts";
 import { PrefixCache } from "../../../src/prompt/prefix-cache.ts";
+import { bodyOfChunks, generateBodyParts } from "../../../src/proxy/generate-body.ts";
+import type { GenerateRequestBody } from "../../../src/proxy/sglang-wire.ts";
 import { getQwenTokenizer } from "../../../src/prompt/tokenizer/index.ts";
 import { scanBodyLayout, TurnChainCache, type BodyLayout } from "../../../src/prompt/turn-chain.ts";
 import { initHashing } from "../../../src/util/hash.ts";
+import type { JsonLiteral } from "../../../src/util/json-scan.ts";
 import { PieceText } from "../../../src/util/piece-text.ts";
 import { framedBody, seededText } from "../../helpers/held-body-input.ts";
 
@@ -41,18 +46,22 @@ describe("incremental per-turn state against the whole walk", () => {
     const tag = namespaceTag(salt);
     let reusedTurns = 0;
     let turnsSent = 0;
-    const turn = fc.record({ from: fc.nat(), answer: fc.integer({ min: 1, max: 400 }), question: fc.integer({ min: 1, max: 200 }), wide: fc.boolean(), seed: fc.nat() });
+    const turn = fc.record({ from: fc.nat(), answer: fc.integer({ min: 1, max: 400 }), question: fc.integer({ min: 1, max: 200 }), wide: fc.boolean(), seed: fc.nat(), tool: fc.boolean() });
     await fc.assert(
       fc.asyncProperty(fc.integer({ min: 12_000, max: 200_000 }), fc.integer({ min: 2_000, max: 40_000 }), fc.array(turn, { minLength: 2, maxLength: 14 }), async (chainBytes, prefixTokens, turns) => {
         const chain = new TurnChainCache({ checkRate: 0, maxBytes: chainBytes });
         const prefix = new PrefixCache({ maxTokens: prefixTokens });
         // Every conversation state sent so far: a turn goes on from one of them (the latest: a growing chat; another: a branch).
-        const states: { role: string; content: string }[][] = [[{ role: "system", content: "You are terse." }, { role: "user", content: "Hello there, a first question." }]];
+        const states: Record<string, unknown>[][] = [[{ role: "system", content: "You are terse." }, { role: "user", content: "Hello there, a first question." }]];
         for (const t of turns) {
           turnsSent++;
           const from = states[states.length - 1 - (t.from % Math.min(states.length, 3))]!;
           const words = t.wide ? WIDE_WORDS : ASCII_WORDS;
-          const messages = [...from, { role: "assistant", content: seededText(t.seed, t.answer, words) }, { role: "user", content: seededText(t.seed + 1, t.question, words) }];
+          // A chat turn (an answer, a question) or an agent step (a call, its result).
+          const id = `call_${t.seed}`;
+          const call = { role: "assistant", content: "", tool_calls: [{ id, type: "function", function: { name: "read_file", arguments: JSON.stringify({ path: seededText(t.seed, 3, words) }) } }] };
+          const added = t.tool ? [call, { role: "tool", tool_call_id: id, content: seededText(t.seed + 1, t.answer, words) }] : [{ role: "assistant", content: seededText(t.seed, t.answer, words) }, { role: "user", content: seededText(t.seed + 1, t.question, words) }];
+          const messages = [...from, ...added];
           states.push(messages);
           const body = JSON.stringify({ model: model.id, messages, max_tokens: 8 });
           // As parseChat reads and parses a body: a held prefix's text from the chain, the rest decoded.
@@ -70,11 +79,16 @@ describe("incremental per-turn state against the whole walk", () => {
             expect(reuse.messages).toEqual(whole.messages.slice(0, q));
             expect(reuse.tally).toEqual(tallyMessages(body, layout!.messages.slice(0, q), whole.messages.slice(0, q)));
           }
-          const parsed = parseChatTurn(split, config, "", { bytes: read.bytes, layout }, chain);
+          const literals: JsonLiteral[] = [];
+          const parsed = parseChatTurn(split, config, "", { bytes: read.bytes, layout, literals }, chain);
           expect(parsed.req).toEqual(whole);
           const prompt = chain.prepare(parsed.req, split, profile, "", { found: parsed.turn, validated: true });
           const expected = preparePrompt(whole, profile).text;
           expect(prompt.text).toBe(expected);
+          // The worker's body: held pieces and stored entries as their escaping, the rest escaped now.
+          const gen = { text: prompt.text, sampling_params: { max_new_tokens: 8 }, rid: "r" } as GenerateRequestBody;
+          const sent = Buffer.from(await bodyOfChunks(generateBodyParts(gen, literals, prompt.pieces ?? null)).arrayBuffer());
+          expect(sent.equals(Buffer.from(JSON.stringify({ ...gen, text: expected }), "utf8"))).toBe(true);
           const p = prompt.pieces;
           const text = p ? new PieceText([...p.stable, p.rest], p.ids, p.heads) : prompt.text;
           const encoded = prefix.encode(tok, text, model.blockSize, "");

@@ -155,6 +155,9 @@ describe("turn chain: the incremental prompt equals the full path at every turn"
           if (inc.pieces) {
             expect(inc.pieces.stable.join("") + inc.pieces.rest).toBe(full.text);
             expect(inc.pieces.bodyParts.map((p) => (typeof p === "string" ? p : new TextDecoder().decode(p))).join("")).toBe(JSON.stringify(inc.pieces.stable.join("")).slice(1, -1));
+            // The entries this turn stored: their escaping is the start of its own part's.
+            const own = inc.pieces.restEscaped;
+            if (own) expect(own.chunks.join("")).toBe(JSON.stringify(inc.pieces.rest.slice(0, own.chars)).slice(1, -1));
             const pieced = byPieces.encode(tok, new PieceText([...inc.pieces.stable, inc.pieces.rest], inc.pieces.ids), BLOCK, "");
             expect(pieced.tokens()).toEqual(ids);
             expect(pieced.localHashes).toEqual(encoded.localHashes);

@@ -98,6 +98,41 @@ describe("generateBodyChunks", () => {
     expect(escapedShare).toBeLessThan(0.25);
   });
 
+  it("a turn's own text is escaped once: the entries it stored go as their escaping, only what follows them is escaped again", async () => {
+    const profile = { family: "qwen3_vl", templateId: "qwen3vl-instruct" } as const;
+    const odd = (n: number) => `say "hi" \\ \t\u0001\u2028 😀 中 ${n} `.repeat(40);
+    const call = (k: number) => ({ role: "assistant", content: "", tool_calls: [{ id: `call_${k}`, type: "function", function: { name: "read_file", arguments: JSON.stringify({ path: `src/f${k}.ts` }) } }] });
+    // A chat conversation (the entry through the new question) and an agent's steps (the entry through the tool result).
+    const shapes: { first: Record<string, unknown>[]; next: (k: number) => Record<string, unknown>[] }[] = [
+      { first: [{ role: "system", content: odd(0) }, { role: "user", content: odd(1) }], next: (k) => [{ role: "assistant", content: odd(10 + k) }, { role: "user", content: `next ${k} "q" é` }] },
+      { first: [{ role: "system", content: "S" }, { role: "user", content: `task ${odd(2)}` }], next: (k) => [call(k), { role: "tool", tool_call_id: `call_${k}`, content: odd(20 + k) }] },
+    ];
+    for (const { first, next } of shapes) {
+      const chain = new TurnChainCache({ checkRate: 0 });
+      const messages = [...first];
+      for (let turn = 0; turn < 4; turn++) {
+        const bodyText = JSON.stringify({ model: "m", messages });
+        const literals: JsonLiteral[] = [];
+        const prompt = chain.prepare(parseChatBody(bodyText, DEFAULT_LIMITS, { literals }), bodyText, profile, "", { validated: true });
+        const b = body(prompt.text);
+        const work: EscapeWork = { escapedChars: 0 };
+        const parts = generateBodyParts(b, literals, prompt.pieces ?? null, work);
+        const expected = Buffer.from(concat(generateBodyChunks(b, literals, prompt.pieces ?? null)), "utf8");
+        expect(Buffer.from(await bodyOfChunks(parts).arrayBuffer()).equals(expected)).toBe(true);
+        if (turn >= 1) {
+          const pieces = prompt.pieces!;
+          // Only the generation prompt after the stored entry is escaped here.
+          const own = pieces.restEscaped!;
+          expect(own.chars).toBeGreaterThan(0);
+          expect(own.chunks.join("")).toBe(JSON.stringify(pieces.rest.slice(0, own.chars)).slice(1, -1));
+          expect(pieces.rest.slice(own.chars)).toBe("<|im_start|>assistant\n");
+          expect(work.escapedChars).toBe(pieces.rest.length - own.chars);
+        }
+        messages.push(...next(turn));
+      }
+    }
+  });
+
   it("with the chain's pieces as UTF-8 arrays, the fetch body carries the string chunks' bytes", async () => {
     // Non-ASCII, astral pairs, JSON escapes, line separators; some conversations sent escaped as Python's ensure_ascii does.
     const unit = fc.constantFrom("a", "é", "\n", '"', "\\", "\u2028", "😀", "中", "\u0001", "\t", "</s>", "<|im_end|>");
