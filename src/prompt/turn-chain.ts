@@ -1008,7 +1008,8 @@ export class TurnChainCache {
       if (whole.text !== out.text || whole.assistantPrefix !== out.assistantPrefix || JSON.stringify([whole.mediaParts, whole.droppedParts, whole.hasAudio]) !== JSON.stringify([out.mediaParts, out.droppedParts, out.hasAudio])) {
         this.s.mismatches++;
         this.onMismatch({ templateId: profile.templateId, messages: request.messages.length, reusedMessages: hit.node.messages });
-        this.held.drop(hit.node);
+        // Any entry of the chain may hold the wrong piece: every kept entry extending one goes (a branch's siblings too).
+        this.dropHolding(hit.chain.map((n) => n.textId));
         // The tail may have come from a skeleton: rebuilt, it would be the same, so none is used again for this template.
         this.noSkeletons.add(profile.templateId);
         return whole;
@@ -1078,7 +1079,9 @@ export class TurnChainCache {
   dropHeldBody(prefix: Uint8Array, partition: string): void {
     const h = this.heldBodyOf(prefix, partition, true);
     if (!h) return;
-    if (!this.held.drop(h.node)) this.releaseBody(h.node);
+    // The text came from every entry of its chain: each kept entry extending one of them goes.
+    this.dropHolding(chainOf(h.node).map((x) => x.textId));
+    if (h.node.body) this.releaseBody(h.node);
   }
 
   /**

@@ -22,6 +22,7 @@ import type { ExactnessKind } from "../../../src/edge/exactness.ts";
 import { cohortEligibility, SGLANG_CONTRACT_KEY } from "../../../src/layout/index.ts";
 import { sharedPrefixCache } from "../../../src/prompt/prefix-cache.ts";
 import { getQwenTokenizer } from "../../../src/prompt/tokenizer/index.ts";
+import { preparePrompt } from "../../../src/prompt/index.ts";
 import { TurnChainCache } from "../../../src/prompt/turn-chain.ts";
 import { modelParsers } from "../../../src/proxy/chat-output.ts";
 import type { ChatFrontDoor } from "../../../src/routing-index/front-door.ts";
@@ -230,6 +231,42 @@ describe("sampled check of the parse's reused messages", () => {
     expect(mismatches("parse")).toBe(before + 1);
     // Dropped: an unchecked parse of the next body reuses nothing poisoned.
     expect(JSON.stringify(serve(bodyAt(4), false))).toBe(JSON.stringify(parseChatBody(bodyAt(4), always.limits)));
+  });
+});
+
+describe("sampled check of the render", () => {
+  it("an ancestor entry's text corrupted: a sampled branch gets the whole render, and every entry extending it is dropped", () => {
+    vi.spyOn(console, "warn").mockImplementation(() => {});
+    let draw = 1;
+    const chain = new TurnChainCache({ checkRate: 1, random: () => draw });
+    const profile = { family: model.family, templateId: model.templateId };
+    const serve = (messages: unknown[]) => {
+      const body = JSON.stringify({ model: model.id, messages });
+      const parsed = parseChatTurn(body, always, "", { random: () => 1 }, chain);
+      const out = chain.prepare(parsed.req, body, profile, "", { found: parsed.turn, validated: true });
+      return { out, whole: preparePrompt(parsed.req, profile) };
+    };
+    const branch = (turns: number) => {
+      const messages = textConversation(110, turns);
+      const last = messages.at(-1) as { role: string; content: string };
+      return [...messages.slice(0, -1), { ...last, content: `${last.content} branch` }];
+    };
+    serve(textConversation(110, 1));
+    serve(textConversation(110, 2));
+    serve(textConversation(110, 3));
+    const found = chain.find(JSON.stringify({ model: model.id, messages: textConversation(110, 3) }), profile, "")!;
+    expect(found.hit!.chain.length).toBeGreaterThan(1);
+    const root = found.hit!.chain[0]!;
+    root.text = root.text.replace("w", "x");
+    draw = 0;
+    const before = chain.stats().mismatches;
+    // A branch off turn 2: its hit is not turn 3's entry, which holds the corrupted root too.
+    const sampled = serve(branch(2));
+    expect(chain.stats().mismatches).toBe(before + 1);
+    expect(sampled.out.text).toBe(sampled.whole.text);
+    draw = 1;
+    const next = serve(textConversation(110, 4));
+    expect(next.out.text).toBe(next.whole.text);
   });
 });
 

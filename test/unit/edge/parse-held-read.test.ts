@@ -2,7 +2,7 @@
  * The parse stage's check of a read that took a held prefix's text (checkedHeldRead): a sampled
  * read (the chain's checkRate, drawn with its `random`) is decoded whole; a difference is counted
  * and logged (`exactness_mismatch`, kind `body_prefix`), uses the whole decoding and drops the held body, so later reads decode
- * those bytes again instead of taking the same text.
+ * those bytes again instead of taking the same text, and every entry extending the held body's chain.
  */
 import { afterEach, beforeAll, describe, expect, it, vi } from "vitest";
 import { readBody, type ReadBody } from "../../../src/api/validate.ts";
@@ -64,12 +64,17 @@ describe("checkedHeldRead", () => {
     expect(chain.heldBodyText(bytes, "p")).not.toBeNull();
     // Sampled and different: logged, the whole decode used, the held body gone.
     draws.push(0.1);
+    const profile = { family: model.family, templateId: model.templateId };
+    // The entry the second turn stored extends the held body's entry: a hit for this body.
+    expect(chain.find(whole, profile, "p")?.hit).toBeTruthy();
     const counted = edgeCacheReport().exactness.body_prefix;
     expect(checkedHeldRead(wrong, chain, "p").joined).toBe(whole);
     expect(warn).toHaveBeenCalledTimes(1);
     expect(JSON.parse(String(warn.mock.calls[0]![0]))).toMatchObject({ event: "exactness_mismatch", kind: "body_prefix" });
     expect(edgeCacheReport().exactness.body_prefix).toEqual({ checks: counted.checks + 1, mismatches: counted.mismatches + 1 });
     expect(chain.heldBodyText(bytes, "p")).toBeNull();
+    // Every kept entry extending the held body's chain went with it.
+    expect(chain.find(whole, profile, "p")?.hit ?? null).toBeNull();
   });
 
   it("drops only the caller's partition's held body", async () => {
