@@ -24,15 +24,16 @@ export interface WholePrompt {
 
 /**
  * `encoded` (the prompt-prefix cache's, for `whole`) checked against encoding the whole text and
- * hashing its ids: the ids (the cached pieces' and the partial last block's) are `prompt_ids`, the
- * block hashes `block_hashes`. On a difference the whole encode, as one piece.
+ * hashing its ids: the ids (the cached pieces' and the partial last block's) and their count are
+ * `prompt_ids`, the block hashes `block_hashes`. On a difference the whole encode, as one piece.
  */
 export function checkedEncode(encoded: EncodedPrompt, whole: WholePrompt, cache: PrefixCache): EncodedPrompt {
   countCheck("prompt_ids");
   countCheck("block_hashes");
   const ids = whole.tokenizer.encode(whole.text, whole.partition);
   const hashes = localBlockHashes(ids, whole.blockSize);
-  const kind = !sameRun(encoded.idPieces ?? [encoded.tokens()], ids) ? "prompt_ids" : !sameRun(encoded.hashPieces, hashes) ? "block_hashes" : null;
+  // The count too: it is what the context fit and the plan's isl read, whatever the pieces hold.
+  const kind = encoded.length !== ids.length || !sameRun(encoded.idPieces ?? [encoded.tokens()], ids) ? "prompt_ids" : !sameRun(encoded.hashPieces, hashes) ? "block_hashes" : null;
   if (kind === null) return encoded;
   countMismatch(kind, { tokens: ids.length, cachedTokens: encoded.length, reusedTokens: encoded.reusedTokens, dropped: cache.dropPiecesOf(encoded) });
   return { length: ids.length, localHashes: hashes, reusedTokens: 0, hashPieces: [hashes], idPieces: [ids], tokens: () => ids.slice() };

@@ -13,6 +13,7 @@ import { localBlockHashes } from "../../../src/blocks/block-hash.ts";
 import { parseEdgeConfig, type EdgeConfig } from "../../../src/config/config.ts";
 import { handleAdminRoute } from "../../../src/edge/admin-routes.ts";
 import { edgeCacheReport } from "../../../src/edge/cache-budgets.ts";
+import { checkedEncode } from "../../../src/edge/chat/exactness-check.ts";
 import { planMediaRouting } from "../../../src/edge/chat/layout.ts";
 import { parseChatBody, parseChatTurn } from "../../../src/edge/chat/parse.ts";
 import { prepareRouting, type PrepareDeps, type PreparedRouting } from "../../../src/edge/chat/prepare.ts";
@@ -151,6 +152,26 @@ describe("sampled checks of the prompt-prefix cache", () => {
     expectExact(checked);
     expect(mismatches("prompt_ids")).toBe(before + 1);
     expectExact(await textTurn(never, textConversation(seed, 3)));
+  });
+
+  it("a wrong token count with the right pieces: prompt_ids counts it and the whole encode's count is used", () => {
+    vi.spyOn(console, "warn").mockImplementation(() => {});
+    const text = `<|im_start|>system\nExactness count check. ${prose(45, 120)}<|im_end|>\n<|im_start|>user\n${prose(46, 60)}<|im_end|>\n<|im_start|>assistant\n`;
+    const cache = sharedPrefixCache();
+    const right = cache.encode(tok, text, BLOCK, "");
+    const ids = tok.encode(text, "");
+    expect(right.length).toBe(ids.length);
+    // Every piece and hash as they should be; only the count that the context fit and isl read is off.
+    const wrong = { ...right, length: right.length + 1, tokens: right.tokens };
+    const before = mismatches("prompt_ids");
+    const checked = checkedEncode(wrong, { tokenizer: tok, text, blockSize: BLOCK, partition: "" }, cache);
+    expect(mismatches("prompt_ids")).toBe(before + 1);
+    expect(checked.length).toBe(ids.length);
+    expect(checked.tokens()).toEqual(ids);
+    expect(checked.localHashes).toEqual(localBlockHashes(ids, BLOCK));
+    // The right one passes.
+    expect(checkedEncode(right, { tokenizer: tok, text, blockSize: BLOCK, partition: "" }, cache)).toBe(right);
+    expect(mismatches("prompt_ids")).toBe(before + 1);
   });
 
   it("with the check rate at 0 nothing is checked", async () => {
