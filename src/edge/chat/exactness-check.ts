@@ -8,6 +8,9 @@
 import { localBlockHashes } from "../../blocks/block-hash.ts";
 import { expandPrompt } from "../../layout/index.ts";
 import type { EncodedPrompt, PrefixCache, PrefixTokenizer } from "../../prompt/prefix-cache.ts";
+import { IdBuffer } from "../../prompt/tokenizer/id-buffer.ts";
+import { clearTokenizerCaches } from "../../prompt/tokenizer/index.ts";
+import { QwenTokenizerImpl } from "../../prompt/tokenizer/tokenizer.ts";
 import type { PromptPieces, TurnChainCache } from "../../prompt/turn-chain.ts";
 import type { BodyPart } from "../../proxy/generate-body.ts";
 import type { GenerateRequestBody } from "../../proxy/sglang-wire.ts";
@@ -30,13 +33,44 @@ export interface WholePrompt {
 export function checkedEncode(encoded: EncodedPrompt, whole: WholePrompt, cache: PrefixCache): EncodedPrompt {
   countCheck("prompt_ids");
   countCheck("block_hashes");
-  const ids = whole.tokenizer.encode(whole.text, whole.partition);
+  const ids = encodeWithoutSegments(whole.tokenizer, whole.text, whole.partition);
   const hashes = localBlockHashes(ids, whole.blockSize);
   // The count too: it is what the context fit and the plan's isl read, whatever the pieces hold.
   const kind = encoded.length !== ids.length || !sameRun(encoded.idPieces ?? [encoded.tokens()], ids) ? "prompt_ids" : !sameRun(encoded.hashPieces, hashes) ? "block_hashes" : null;
   if (kind === null) return encoded;
-  countMismatch(kind, { tokens: ids.length, cachedTokens: encoded.length, reusedTokens: encoded.reusedTokens, dropped: cache.dropPiecesOf(encoded) });
+  // The tokenizer's own caches may be what gave the wrong ids (the prefix cache encodes through them): emptied when they still do.
+  const tokenizerCaches = kind === "prompt_ids" && whole.tokenizer instanceof QwenTokenizerImpl && !sameRun([whole.tokenizer.encode(whole.text, whole.partition)], ids);
+  if (tokenizerCaches) clearTokenizerCaches();
+  countMismatch(kind, { tokens: ids.length, cachedTokens: encoded.length, reusedTokens: encoded.reusedTokens, dropped: cache.dropPiecesOf(encoded), tokenizerCaches: tokenizerCaches ? 1 : 0 });
   return { length: ids.length, localHashes: hashes, reusedTokens: 0, hashPieces: [hashes], idPieces: [ids], tokens: () => ids.slice() };
+}
+
+const addedSplits = new WeakMap<QwenTokenizerImpl, { re: RegExp; ids: Map<string, number> }>();
+
+/**
+ * `text` encoded as QwenTokenizer.encode does (added tokens split off leftmost-longest, each segment
+ * between them BPE'd) but through the engine's encodeUncached, never its segment cache: a wrong
+ * cached segment would agree with itself. Another tokenizer (no engine): its own encode.
+ */
+function encodeWithoutSegments(tokenizer: PrefixTokenizer, text: string, partition: string): number[] {
+  if (!(tokenizer instanceof QwenTokenizerImpl)) return tokenizer.encode(text, partition);
+  // The engine is the tokenizer's own (private to it): called, not changed.
+  const engine = tokenizer["engine"];
+  let split = addedSplits.get(tokenizer);
+  if (!split) {
+    const contents = tokenizer.addedTokens.map((t) => t.content).sort((a, b) => b.length - a.length || (a < b ? -1 : 1));
+    split = { re: new RegExp(contents.map((c) => c.replace(/[\\^$.*+?()[\]{}|/-]/g, "\\$&")).join("|"), "g"), ids: new Map(tokenizer.addedTokens.map((t) => [t.content, t.id])) };
+    addedSplits.set(tokenizer, split);
+  }
+  const out = new IdBuffer();
+  let end = 0;
+  for (const m of text.matchAll(split.re)) {
+    if (m.index > end) engine.encodeUncached(text.slice(end, m.index), out, partition);
+    out.push(split.ids.get(m[0])!);
+    end = m.index + m[0].length;
+  }
+  if (end < text.length) engine.encodeUncached(text.slice(end), out, partition);
+  return out.toArray();
 }
 
 /**

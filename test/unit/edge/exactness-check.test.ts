@@ -154,6 +154,37 @@ describe("sampled checks of the prompt-prefix cache", () => {
     expectExact(await textTurn(never, textConversation(seed, 3)));
   });
 
+  it("a tokenizer segment-cache entry corrupted: the reference encode does not read it, prompt_ids counts it, the next turn is exact", async () => {
+    const warn = vi.spyOn(console, "warn").mockImplementation(() => {});
+    const system = `Exactness segment check. ${prose(47, 40)}`;
+    // The truth: encoded in a partition no cache entry is in, before anything is corrupted.
+    const truthOf = (text: string) => tok.encode(text, `exactness-truth-${text.length}-${Math.random()}`);
+    const conversation = (turns: number) => [{ role: "system", content: system }, ...(textConversation(47, turns).slice(1))];
+    tok.encode(`<|im_start|>system\n${system}<|im_end|>\n`, "");
+    const buckets = (tok as unknown as { engine: { segments: { map: Map<unknown, { text: string; ids: Int32Array }[]> } } }).engine.segments.map;
+    let corrupted = 0;
+    for (const bucket of buckets.values())
+      for (const e of bucket)
+        if (e.text.includes(system)) {
+          e.ids[2] = e.ids[2] === 100 ? 101 : 100;
+          corrupted++;
+        }
+    expect(corrupted).toBeGreaterThan(0);
+    // The prompt-prefix cache stores the first turn's ids as the segment cache gave them.
+    const first = await textTurn(never, conversation(1));
+    expect(first.tokens).not.toEqual(truthOf(first.prompt.text));
+    const before = mismatches("prompt_ids");
+    const checked = await textTurn(always, conversation(2));
+    expect(mismatches("prompt_ids")).toBe(before + 1);
+    const truth = truthOf(checked.prompt.text);
+    expect(checked.tokens).toEqual(truth);
+    expect(checked.plan.localHashes).toEqual(localBlockHashes(truth, BLOCK));
+    expect(JSON.parse(String(warn.mock.calls.at(-1)![0]))).toMatchObject({ kind: "prompt_ids", tokenizerCaches: 1 });
+    // The tokenizer's caches were emptied and the entry dropped: the next, unchecked, turn is exact.
+    const next = await textTurn(never, conversation(3));
+    expect(next.tokens).toEqual(truthOf(next.prompt.text));
+  });
+
   it("a wrong token count with the right pieces: prompt_ids counts it and the whole encode's count is used", () => {
     vi.spyOn(console, "warn").mockImplementation(() => {});
     const text = `<|im_start|>system\nExactness count check. ${prose(45, 120)}<|im_end|>\n<|im_start|>user\n${prose(46, 60)}<|im_end|>\n<|im_start|>assistant\n`;
