@@ -185,6 +185,24 @@ describe("sampled checks of the prompt-prefix cache", () => {
     expect(next.tokens).toEqual(truthOf(next.prompt.text));
   });
 
+  it("a branch off a corrupted piece: every entry extending it is dropped, not only those the sampled request used", async () => {
+    vi.spyOn(console, "warn").mockImplementation(() => {});
+    const first = await textTurn(never, textConversation(48, 1));
+    await textTurn(never, textConversation(48, 2));
+    await textTurn(never, textConversation(48, 3));
+    const stored = first.idPieces![0] as number[];
+    stored[3] = stored[3] === 100 ? 101 : 100;
+    // A branch off turn 1 (its last question changed): it hits turn 1's entry only, not turn 2's or 3's, which extend it.
+    const branch = textConversation(48, 2);
+    const last = branch.at(-1) as { role: string; content: string };
+    branch[branch.length - 1] = { ...last, content: `${last.content} branch` };
+    const before = mismatches("prompt_ids");
+    expectExact(await textTurn(always, branch));
+    expect(mismatches("prompt_ids")).toBe(before + 1);
+    // Turn 3's entry held the corrupted piece too: gone, so the next unsampled turn is exact.
+    expectExact(await textTurn(never, textConversation(48, 4)));
+  });
+
   it("a wrong token count with the right pieces: prompt_ids counts it and the whole encode's count is used", () => {
     vi.spyOn(console, "warn").mockImplementation(() => {});
     const text = `<|im_start|>system\nExactness count check. ${prose(45, 120)}<|im_end|>\n<|im_start|>user\n${prose(46, 60)}<|im_end|>\n<|im_start|>assistant\n`;
@@ -283,6 +301,38 @@ describe("sampled check of the parse's reused messages", () => {
     expect(mismatches("parse")).toBe(before + 1);
     // Dropped: an unchecked parse of the next body reuses nothing poisoned.
     expect(JSON.stringify(serve(bodyAt(4), false))).toBe(JSON.stringify(parseChatBody(bodyAt(4), always.limits)));
+  });
+});
+
+describe("sampled check of the parse's reused messages, on a branch", () => {
+  it("the branch's hit chain poisoned: every entry extending it is dropped, a sibling that went further too", () => {
+    vi.spyOn(console, "warn").mockImplementation(() => {});
+    const chain = new TurnChainCache({ checkRate: 1 });
+    const profile = { family: model.family, templateId: model.templateId };
+    const bodyOf = (messages: unknown[]) => JSON.stringify({ model: model.id, messages });
+    const serve = (body: string, sampled: boolean) => {
+      const parsed = parseChatTurn(body, always, "", { random: () => (sampled ? 0 : 1) }, chain);
+      chain.prepare(parsed.req, body, profile, "", { found: parsed.turn, validated: true });
+      return parsed.req;
+    };
+    for (const turns of [1, 2, 3]) serve(bodyOf(textConversation(71, turns)), false);
+    const branch = textConversation(71, 2);
+    const last = branch.at(-1) as { role: string; content: string };
+    branch[branch.length - 1] = { ...last, content: `${last.content} branch` };
+    const found = chain.find(bodyOf(branch), profile, "")!;
+    let poisoned = 0;
+    for (const n of found.hit!.chain) {
+      if (!n.parsed) continue;
+      n.parsed = n.parsed.map((m) => ({ ...m, content: "poisoned" }) as typeof m);
+      poisoned++;
+    }
+    expect(poisoned).toBeGreaterThan(0);
+    const before = mismatches("parse");
+    expect(JSON.stringify(serve(bodyOf(branch), true))).toBe(JSON.stringify(parseChatBody(bodyOf(branch), always.limits)));
+    expect(mismatches("parse")).toBe(before + 1);
+    // Turn 3's entry extends the poisoned ones but was not the branch's hit: dropped as well.
+    const next = bodyOf(textConversation(71, 4));
+    expect(JSON.stringify(serve(next, false))).toBe(JSON.stringify(parseChatBody(next, always.limits)));
   });
 });
 
