@@ -12,13 +12,21 @@ import { IdBuffer } from "./id-buffer.ts";
 import { asciiPieceEnd, PieceScanner } from "./piece-scanner.ts";
 import { SegmentCache, type SegmentCacheStats } from "./segment-cache.ts";
 import { hasSkew, referenceNfc, skewCodePoints, type CodePointSet } from "./skew.ts";
-import { hashAscii, hashBytes, lookupBytes, NO_TOKEN, type Vocab } from "./vocab.ts";
+import { hashBytes, lookupBytes, NO_TOKEN, type Vocab } from "./vocab.ts";
 
 /**
  * Every code point NFC can change is >= U+0300, and so is every skew code point (the generator
  * checks), so text below that skips normalize() and the skew checks.
  */
 const MAY_NEED_NFC = /[\u0300-\uffff]/;
+const utf8Encoder = new TextEncoder();
+/**
+ * encodeFast reads its text's ASCII pieces from the text's UTF-8, made by one native encodeInto: a
+ * typed-array read costs less than charCodeAt on a sliced string, and each character is read three
+ * times (scan, hash, memo compare). The buffer is kept up to this size (3 bytes per code unit: a
+ * 1 MiB buffer serves 349k characters, ~86k tokens of prose); a longer text gets its own.
+ */
+const MAX_KEPT_TEXT_BYTES = 1 << 20;
 
 export interface EngineOptions {
   /** Total characters of segment text kept in the segment LRU. */
@@ -101,6 +109,8 @@ export class BpeEngine {
   private readonly pieceCacheEntries: number;
   private readonly pieceCacheBytes: number;
   private buf = new Uint8Array(1024);
+  /** encodeFast's UTF-8 of its text (textBytesFor). */
+  private textBytes = new Uint8Array(4096);
   /** BPE's starting symbols of the current piece (see symbols()). */
   private syms = new Int32Array(1024);
   /** Made on the first non-ASCII piece that needs BPE. */
@@ -175,55 +185,70 @@ export class BpeEngine {
     this.sawSkew = false;
     const scanner = this.scanner;
     const tagBits = this.hotTagBits;
-    for (let i = 0; i < text.length; ) {
-      // Most pieces of prose and code are ASCII ones the memo holds: found from the characters themselves.
-      const ascii = asciiPieceEnd(text, i);
-      if (ascii >= 0 && this.hotAscii(text, i, ascii, out, tagBits)) {
-        i = ascii;
+    const bytes = this.textBytesFor(text.length);
+    const len = utf8Encoder.encodeInto(text, bytes).written;
+    // i: the piece's first code unit; b: its first UTF-8 byte (an ASCII piece has as many of each).
+    for (let i = 0, b = 0; b < len; ) {
+      // Most pieces of prose and code are ASCII ones the memo holds: found from the bytes themselves.
+      const ascii = asciiPieceEnd(bytes, b, len);
+      if (ascii >= 0) {
+        const n = ascii - b;
+        if (!this.hotAscii(bytes, b, n, out, tagBits)) this.encodeSpan(text, i, i + n, out, tagBits);
+        i += n;
+        b = ascii;
         continue;
       }
-      const end = ascii >= 0 ? ascii : scanner.pieceEnd(text, i);
-      this.encodeSpan(text, i, end, out, tagBits);
+      const end = scanner.pieceEnd(text, i);
+      b += this.encodeSpan(text, i, end, out, tagBits);
       if (this.sawSkew) return false;
       i = end;
     }
     return true;
   }
 
+  /** A buffer for the UTF-8 of a text of `chars` code units: the kept one, grown up to MAX_KEPT_TEXT_BYTES. */
+  private textBytesFor(chars: number): Uint8Array {
+    const need = 3 * chars;
+    if (this.textBytes.length >= need) return this.textBytes;
+    if (need > MAX_KEPT_TEXT_BYTES) return new Uint8Array(need);
+    this.textBytes = new Uint8Array(Math.min(MAX_KEPT_TEXT_BYTES, Math.max(need, 2 * this.textBytes.length)));
+    return this.textBytes;
+  }
+
   /**
-   * Appends the ids of the ASCII piece text[start, end) (asciiPieceEnd's) when the memo holds them,
-   * without UTF-8 encoding it first: an ASCII piece's bytes are its code units, so the slot, the
-   * comparison and the ids are encodeSpan's. False, with nothing appended, otherwise.
+   * Appends the ids of the ASCII piece bytes[start, start + n) (asciiPieceEnd's) when the memo
+   * holds them, without copying it first: the slot, the comparison and the ids are encodeSpan's.
+   * False, with nothing appended, otherwise.
    */
-  private hotAscii(text: string, start: number, end: number, out: IdBuffer, tagBits: number): boolean {
-    const n = end - start;
+  private hotAscii(bytes: Uint8Array, start: number, n: number, out: IdBuffer, tagBits: number): boolean {
     if (n === 1) {
-      out.push(this.vocab.byteId[text.charCodeAt(start)]!);
+      out.push(this.vocab.byteId[bytes[start]!]!);
       return true;
     }
     if (n > HOT_PIECE_BYTES) return false;
-    const slot = hashAscii(text, start, end) & (HOT_SLOTS - 1);
+    const slot = hashBytes(bytes, start, start + n) & (HOT_SLOTS - 1);
     const meta = this.hot[slot * SLOT_WORDS]!;
     const count = (meta >>> HOT_IDS_SHIFT) & 0xff;
     if ((meta & HOT_TAG_MASK) !== (n | tagBits) || count === 0) return false;
-    const bytes = this.hotBytes;
+    const hot = this.hotBytes;
     const at = slot * 4 * SLOT_WORDS + SLOT_BYTES_AT;
-    for (let k = 0; k < n; k++) if (bytes[at + k] !== text.charCodeAt(start + k)) return false;
+    for (let k = 0; k < n; k++) if (hot[at + k] !== bytes[start + k]) return false;
     for (let k = 1, ids = slot * SLOT_WORDS; k <= count; k++) out.push(this.hot[ids + k]!);
     return true;
   }
 
   /**
-   * Ids of the piece text[start, end); the piece's string is made only when a cache or BPE needs it.
+   * Appends the ids of the piece text[start, end) and returns its UTF-8 length; the piece's string
+   * is made only when a cache or BPE needs it.
    * `tagBits`: this.hotTagBits, read once per segment by the caller (read per piece, it cost shared
    * mode ~0.7 % of a cold encode).
    */
-  private encodeSpan(text: string, start: number, end: number, out: IdBuffer, tagBits: number): void {
+  private encodeSpan(text: string, start: number, end: number, out: IdBuffer, tagBits: number): number {
     const n = this.utf8(text, start, end);
     const v = this.vocab;
     if (n === 1) {
       out.push(v.byteId[this.buf[0]!]!);
-      return;
+      return n;
     }
     // Whole-piece shortcut: a piece that is itself a token is that token (the unit test
     // "every token BPE-encodes to itself" proves this matches HF's merge-by-merge result).
@@ -236,7 +261,7 @@ export class BpeEngine {
         const at = slot * SLOT_WORDS;
         const count = (this.hot[at]! >>> HOT_IDS_SHIFT) & 0xff;
         for (let k = 1; k <= count; k++) out.push(this.hot[at + k]!);
-        if (count > 0) return;
+        if (count > 0) return n;
         whole = NO_TOKEN;
       } else {
         whole = lookupBytes(v, this.buf, 0, n, hash);
@@ -245,10 +270,10 @@ export class BpeEngine {
     } else whole = lookupBytes(v, this.buf, 0, n);
     if (whole !== NO_TOKEN) {
       out.push(whole);
-      return;
+      return n;
     }
     const piece = text.slice(start, end);
-    if (n !== piece.length && this.encodeWithWholeChars(piece, n, out)) return;
+    if (n !== piece.length && this.encodeWithWholeChars(piece, n, out)) return n;
     // Longer pieces are never cached, and not looked up either: V8 copies a string into its string
     // table to use it as a Map key.
     const cacheable = piece.length <= MAX_CACHED_PIECE_CHARS;
@@ -268,6 +293,7 @@ export class BpeEngine {
       this.hot[slot * SLOT_WORDS] = n | (ids.length << HOT_IDS_SHIFT) | tagBits;
     }
     out.pushAll(ids);
+    return n;
   }
 
   /**

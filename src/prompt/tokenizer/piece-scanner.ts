@@ -131,50 +131,49 @@ export class PieceScanner {
 }
 
 /**
- * pieceEnd(text, i) where the piece at i, and every character the regex reads to decide it, is
- * ASCII: the class table alone decides it, with no call per character. -1 where a non-ASCII code
- * unit would take part (é is \p{L}, U+00A0 is \s, ſ ends `'s`, — is "other"): the caller asks
- * pieceEnd. Prose and code are mostly such pieces (words, spaces, punctuation, digits), so the
+ * pieceEnd over a text's UTF-8 bytes[0, len), at byte i, where the piece there, and every character
+ * the regex reads to decide it, is ASCII (an ASCII character's byte is its code unit): the class
+ * table alone decides it, with no call per character. -1 where a non-ASCII character would take
+ * part (é is \p{L}, U+00A0 is \s, ſ ends `'s`, — is "other"): the caller asks pieceEnd. Prose and code are mostly such pieces (words, spaces, punctuation, digits), so the
  * encoder's memo probe for them (engine.ts) runs without the general scan.
  */
-export function asciiPieceEnd(text: string, i: number): number {
-  const len = text.length;
-  const c = text.charCodeAt(i);
+export function asciiPieceEnd(text: Uint8Array, i: number, len: number): number {
+  const c = text[i]!;
   if (c >= 0x80) return -1;
   const cls = ASCII_CLASS[c]!;
-  if (cls === LETTER) return asciiLetterRunEnd(text, i + 1);
+  if (cls === LETTER) return asciiLetterRunEnd(text, i + 1, len);
   if (cls === NUMBER) return i + 1;
-  const next = i + 1 < len ? text.charCodeAt(i + 1) : -1;
+  const next = i + 1 < len ? text[i + 1]! : -1;
   if (next >= 0x80) return -1;
   if (c === 0x27 && next >= 0) {
     // 1: contractionEnd's test; an ASCII `next` leaves out ſ, and | 0x20 maps no non-ASCII onto e or l.
     const lower = next | 0x20;
     if (lower === 0x73 || lower === 0x74 || lower === 0x6d || lower === 0x64) return i + 2;
-    const e = text.charCodeAt(i + 2) | 0x20;
+    const e = (i + 2 < len ? text[i + 2]! : 0) | 0x20;
     if ((lower === 0x72 || lower === 0x76) && e === 0x65) return i + 3;
     if (lower === 0x6c && e === 0x6c) return i + 3;
   }
   const nextCls = next >= 0 ? ASCII_CLASS[next]! : -1;
   // 2: one character that is not \r, \n, a letter or a number, then letters.
-  if ((cls & NEWLINE) === 0 && nextCls === LETTER) return asciiLetterRunEnd(text, i + 2);
+  if ((cls & NEWLINE) === 0 && nextCls === LETTER) return asciiLetterRunEnd(text, i + 2, len);
   // 4: an optional ' ', then "other" characters, then newlines.
   let j = -1;
   if (cls === OTHER) j = i + 1;
   else if (c === 0x20 && nextCls === OTHER) j = i + 2;
   if (j >= 0) {
     for (; j < len; j++) {
-      const d = text.charCodeAt(j);
+      const d = text[j]!;
       if (d >= 0x80) return -1;
       if (ASCII_CLASS[d] !== OTHER) break;
     }
-    while (j < len && (text.charCodeAt(j) === 0x0a || text.charCodeAt(j) === 0x0d)) j++;
+    while (j < len && (text[j]! === 0x0a || text[j]! === 0x0d)) j++;
     return j;
   }
   // 5, 6, 7: a run of spaces, as in pieceEnd.
   let end = i;
   let lastNewline = -1;
   for (; end < len; end++) {
-    const d = text.charCodeAt(end);
+    const d = text[end]!;
     if (d >= 0x80) return -1;
     const k = ASCII_CLASS[d]!;
     if ((k & SPACE) === 0) break;
@@ -186,10 +185,9 @@ export function asciiPieceEnd(text: string, i: number): number {
 }
 
 /** End of the run of ASCII letters from j; -1 when a non-ASCII code unit stops it (it may be \p{L}). */
-function asciiLetterRunEnd(text: string, j: number): number {
-  const len = text.length;
+function asciiLetterRunEnd(text: Uint8Array, j: number, len: number): number {
   for (; j < len; j++) {
-    const c = text.charCodeAt(j);
+    const c = text[j]!;
     if (!isAsciiLetter(c)) return c < 0x80 ? j : -1;
   }
   return j;

@@ -51,13 +51,6 @@ export function hashBytes(buf: Uint8Array, start: number, end: number): number {
   return h >>> 0;
 }
 
-/** hashBytes of the UTF-8 of s[start, end), an ASCII span (its bytes are its code units). */
-export function hashAscii(s: string, start: number, end: number): number {
-  let h = 0x811c9dc5;
-  for (let i = start; i < end; i++) h = Math.imul(h ^ s.charCodeAt(i), 0x01000193);
-  return h >>> 0;
-}
-
 export function pairHash(a: number, b: number): number {
   return (Math.imul(a, 0x9e3779b1) ^ Math.imul(b + 0x7f4a7c15, 0x85ebca6b)) >>> 0;
 }

@@ -1,10 +1,17 @@
 import { describe, expect, it } from "vitest";
 import { asciiPieceEnd, PieceScanner } from "../../../src/prompt/tokenizer/piece-scanner.ts";
-import { hashAscii, hashBytes } from "../../../src/prompt/tokenizer/vocab.ts";
 import { mulberry32 } from "../support/tokenizer-fuzz.ts";
 
-// The encoder's memo probe for ASCII pieces (engine.ts hotAscii) trusts asciiPieceEnd's end and
-// hashAscii's slot: both must be exactly the general scanner's and the byte hash's.
+// The encoder's memo probe for ASCII pieces (engine.ts hotAscii) trusts asciiPieceEnd's end: it
+// must be exactly the general scanner's.
+/** asciiPieceEnd at code unit i of text, as a code unit index (it reads the text's UTF-8). */
+function asciiEnd(text: string, i: number): number {
+  const bytes = new TextEncoder().encode(text);
+  const b = new TextEncoder().encode(text.slice(0, i)).length;
+  const end = asciiPieceEnd(bytes, b, bytes.length);
+  return end < 0 ? -1 : i + end - b;
+}
+
 describe("asciiPieceEnd", () => {
   const scanner = new PieceScanner();
 
@@ -15,7 +22,7 @@ describe("asciiPieceEnd", () => {
       [" ...\n\nx", 0, 6], ["  \n\n  x", 0, 4], ["  \n\n  x", 4, 5], ["a  ", 1, 3], ["\r\nabc", 0, 2],
     ];
     for (const [text, i, end] of cases) {
-      expect(asciiPieceEnd(text, i), JSON.stringify([text, i])).toBe(end);
+      expect(asciiEnd(text, i), JSON.stringify([text, i])).toBe(end);
       expect(scanner.pieceEnd(text, i), JSON.stringify([text, i])).toBe(end);
     }
   });
@@ -23,7 +30,7 @@ describe("asciiPieceEnd", () => {
   it("leaves a piece to the scanner where a non-ASCII character takes part", () => {
     // é is a letter, U+00A0 a space, — "other", ſ ends a contraction: each could change the piece.
     for (const [text, i] of [["héllo", 0], [" é", 0], ["日本", 0], ["'ſ", 0], [",—", 0], ["x \u00a0", 1], ["  \u00a0y", 0], [" (—", 0], ["ab中", 0]] as const) {
-      expect(asciiPieceEnd(text, i), JSON.stringify(text)).toBe(-1);
+      expect(asciiEnd(text, i), JSON.stringify(text)).toBe(-1);
     }
   });
 
@@ -36,7 +43,7 @@ describe("asciiPieceEnd", () => {
       const text = Array.from({ length: 1 + Math.floor(rand() * 30) }, () => alphabet[Math.floor(rand() * alphabet.length)]).join("");
       for (let i = 0; i < text.length; ) {
         const end = scanner.pieceEnd(text, i);
-        const ascii = asciiPieceEnd(text, i);
+        const ascii = asciiEnd(text, i);
         if (ascii >= 0) {
           expect(ascii, JSON.stringify([text, i])).toBe(end);
           answered++;
@@ -47,14 +54,11 @@ describe("asciiPieceEnd", () => {
     }
     expect(answered).toBeGreaterThan(pieces / 2);
   });
-});
 
-describe("hashAscii", () => {
-  it("is hashBytes of the span's UTF-8", () => {
-    const utf8 = new TextEncoder();
-    for (const s of ["", "a", " hello", "The quick brown fox", "x".repeat(24), "~!@#$%^&*()"]) {
-      const b = utf8.encode(`..${s}..`);
-      expect(hashAscii(`..${s}..`, 2, 2 + s.length)).toBe(hashBytes(b, 2, 2 + s.length));
-    }
+  it("reads only bytes[0, len) of a longer buffer", () => {
+    const bytes = new TextEncoder().encode("ab cd");
+    expect(asciiPieceEnd(bytes, 0, 2)).toBe(2);
+    expect(asciiPieceEnd(bytes, 3, 4)).toBe(4);
+    expect(asciiPieceEnd(new TextEncoder().encode("  x"), 0, 2)).toBe(2);
   });
 });
