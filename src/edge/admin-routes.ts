@@ -34,6 +34,8 @@ import { clientNetwork } from "./rate-limit.ts";
 import { sglangItemOrder } from "../layout/index.ts";
 import { RELAY_KEY_ROUTES } from "./relay-key-routes.ts";
 import { edgeCacheReport } from "./cache-budgets.ts";
+import { exactnessStats } from "./exactness.ts";
+import { sharedTurnChain } from "../prompt/turn-chain.ts";
 import { dispatch, routeFor, type Route } from "./route-table.ts";
 import { stripTrailing } from "../util/strip-trailing.ts";
 
@@ -290,7 +292,7 @@ async function snapshots(deps: AdminDeps): Promise<PoolScrape[]> {
 }
 
 async function scrape(deps: AdminDeps): Promise<string> {
-  return renderMetrics(await snapshots(deps), edgeCacheReport().exactness);
+  return renderMetrics(await snapshots(deps), exactnessStats(sharedTurnChain().stats()));
 }
 
 export interface PoolOverview {

@@ -27,10 +27,14 @@ export function renderMetrics(pools: readonly PoolScrape[], checks: IsolateCheck
   return b.render();
 }
 
-/** Per isolate (no `model` label): the counts restart with the isolate, and a scrape sees the one that answered it. */
+/**
+ * Per isolate (no `model` label): counts since the isolate that answered the scrape started. Gauges,
+ * not counters: successive scrapes may read different isolates, so rate() and increase() over them
+ * are meaningless; max_over_time() is not.
+ */
 function writeIsolateChecks(b: ExpositionBuilder, checks: IsolateChecks): void {
-  const made = b.counter("kvedge_edge_exactness_checks_total", "Sampled checks of an incremental stage against the full path, by kind, in the isolate that answered the scrape.");
-  const found = b.counter("kvedge_edge_exactness_mismatches_total", "Sampled checks that found the incremental result different (the full result was used and the cache entries dropped), by kind, in the isolate that answered the scrape.");
+  const made = b.gauge("kvedge_edge_exactness_checks", "Sampled checks of an incremental stage against the full path, by kind, since the isolate that answered this scrape started (per isolate: not for rate()).");
+  const found = b.gauge("kvedge_edge_exactness_mismatches", "Sampled checks that found the incremental result different (the full result was used and the cache entries dropped), by kind, since the isolate that answered this scrape started (per isolate: not for rate()).");
   for (const [kind, c] of Object.entries(checks)) {
     made.set({ kind }, c.checks);
     found.set({ kind }, c.mismatches);
