@@ -237,13 +237,13 @@ describe("sampled check of the media view hashes", () => {
   const image = (n: number, width: number, height: number): VerifiedMedia => ({ kind: "image", forward: null, stored: true, digest: (0xe0000 + n).toString(16).padStart(64, "0"), metadata: { modality: "image", width, height }, unresolved: null });
 
   /** A vision chat's turn through the media layout stage (the template from the prompt-prefix cache). */
-  async function visionTurn(config: EdgeConfig, turns: number) {
+  async function visionTurn(config: EdgeConfig, turns: number, branch = "") {
     let text = `<|im_start|>system\nExactness view check.<|im_end|>\n`;
     const media: VerifiedMedia[] = [];
     const messages: unknown[] = [];
     for (let t = 0; t <= turns; t++) {
       media.push(image(t, 320 + 32 * t, 240));
-      text += `<|im_start|>user\n<|vision_start|><|image_pad|><|vision_end|>${prose(50 + t, 30)}<|im_end|>\n<|im_start|>assistant\n`;
+      text += `<|im_start|>user\n<|vision_start|><|image_pad|><|vision_end|>${prose(50 + t, 30)}${t === turns ? branch : ""}<|im_end|>\n<|im_start|>assistant\n`;
       messages.push({ role: "user", content: [{ type: "image_url", image_url: { url: `https://example.com/${t}.png` } }, { type: "text", text: "q" }] });
       if (t < turns) {
         text += `${prose(60 + t, 20)}<|im_end|>\n`;
@@ -268,6 +268,23 @@ describe("sampled check of the media view hashes", () => {
     const checked = await visionTurn(always, 2);
     expect(checked.localHashes).toEqual(localBlockHashes(checked.view!.tokens, BLOCK));
     expect(checked.isl).toBe(checked.view!.tokens.length);
+    expect(mismatches("view_hashes")).toBe(before + 1);
+    const next = await visionTurn(never, 3);
+    expect(next.localHashes).toEqual(localBlockHashes(next.view!.tokens, BLOCK));
+  });
+
+  it("a kept view piece corrupted under a branch: every kept piece extending it is dropped, a sibling that went further too", async () => {
+    vi.spyOn(console, "warn").mockImplementation(() => {});
+    await visionTurn(never, 0);
+    const second = await visionTurn(never, 1);
+    await visionTurn(never, 2);
+    const kept = second.hashPieces![0] as bigint[];
+    expect(kept.length).toBeGreaterThan(0);
+    kept[0] = kept[0]! ^ 1n;
+    const before = mismatches("view_hashes");
+    // A branch of turn 1 (its question changed): it reuses the first kept piece, not turn 2's, which extends it.
+    const branched = await visionTurn(always, 1, " branch");
+    expect(branched.localHashes).toEqual(localBlockHashes(branched.view!.tokens, BLOCK));
     expect(mismatches("view_hashes")).toBe(before + 1);
     const next = await visionTurn(never, 3);
     expect(next.localHashes).toEqual(localBlockHashes(next.view!.tokens, BLOCK));
