@@ -151,7 +151,15 @@ interface RoutedRun {
   readonly total: number;
 }
 
-const routedRuns = new WeakMap<readonly bigint[], RoutedRun>();
+let routedRuns = new WeakMap<readonly bigint[], RoutedRun>();
+
+/**
+ * Forgets every kept run: a sampled check found routed words wrong (edge/chat/exactness-check.ts),
+ * and any run may share that buffer. Later requests convert their pieces again.
+ */
+export function forgetRoutedRuns(): void {
+  routedRuns = new WeakMap();
+}
 /** Words written into run buffers in this isolate (new words and the copies of grown buffers). */
 let routedWordsWritten = 0;
 

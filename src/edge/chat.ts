@@ -30,6 +30,8 @@ import { affinityKeyOf } from "./chat/affinity.ts";
 import { takeTokenQuota, withLimitHeaders, type TokenQuotaDeps } from "./token-quota.ts";
 import type { AdmissionFrontDoor } from "../routing-index/front-door.ts";
 import { chatUpstreamBody } from "./chat/upstream-body.ts";
+import { checkedRoutedHashes } from "./chat/exactness-check.ts";
+import { sampledCheck } from "./exactness.ts";
 import { StageClock } from "./server-timing.ts";
 
 export interface ChatDeps extends ParseDeps, PrepareDeps, ForwardDeps, TokenQuotaDeps {
@@ -78,7 +80,8 @@ export async function handleChatCompletions(request: Request, deps: ChatDeps): P
   });
   clock.mark("build");
 
-  const localHashes = routedHashes(namespace, plan);
+  const routed = routedHashes(namespace, plan);
+  const localHashes = sampledCheck(config.turnCheckRate) ? checkedRoutedHashes(routed, namespace, plan) : routed;
   const ticket = admissionTicket({ requestId, serviceTier: req.service_tier, priority: req.priority, client, priorityAllowed: caller.admin || config.routing.admission.openPriority, decodeBudget: outputBudget });
   const target = routeTarget({
     index: (m, k) => deps.index(m, k),

@@ -21,6 +21,8 @@ export const EXACTNESS_KINDS = [
   "view_hashes",
   /** The /generate body from cached escaping against JSON.stringify of the body. */
   "generate_body",
+  /** A salted chat request's namespaced block hashes (runs kept per cached hash piece) against namespacing its whole plain hashes. */
+  "routed_hashes",
 ] as const;
 
 export type ExactnessKind = (typeof EXACTNESS_KINDS)[number];

@@ -5,7 +5,7 @@
  * drops every cache entry whose chain holds a piece the result was built from, and returns the
  * full result for this request. Nothing here runs on an unsampled request.
  */
-import { localBlockHashes } from "../../blocks/block-hash.ts";
+import { localBlockHashes, namespacedLocalHashWords, type LocalHashes } from "../../blocks/block-hash.ts";
 import { expandPrompt } from "../../layout/index.ts";
 import type { EncodedPrompt, PrefixCache, PrefixTokenizer } from "../../prompt/prefix-cache.ts";
 import { IdBuffer } from "../../prompt/tokenizer/id-buffer.ts";
@@ -14,6 +14,7 @@ import { QwenTokenizerImpl } from "../../prompt/tokenizer/tokenizer.ts";
 import type { PromptPieces, TurnChainCache } from "../../prompt/turn-chain.ts";
 import type { BodyPart } from "../../proxy/generate-body.ts";
 import type { GenerateRequestBody } from "../../proxy/sglang-wire.ts";
+import { forgetRoutedRuns, type PlainHashes, type RoutingNamespace } from "../cache-salt.ts";
 import { countCheck, countMismatch } from "../exactness.ts";
 import type { ViewHashCache, ViewHashes, ViewInput } from "./view-hashes.ts";
 
@@ -122,6 +123,21 @@ export function checkedBodyParts(parts: BodyPart[], body: GenerateRequestBody, p
   if (same && at === expected.length) return parts;
   countMismatch("generate_body", { bytes: expected.length, pieces: pieces?.ids.length ?? 0, dropped: pieces ? chain.dropHolding(pieces.ids) : 0 });
   return [whole];
+}
+
+/**
+ * `routed` (routedHashes of `plain` in `ns`: words kept per cached hash piece) checked against
+ * namespacing the whole plain hashes. On a difference those words, and every kept run is forgotten.
+ */
+export function checkedRoutedHashes(routed: LocalHashes, ns: RoutingNamespace, plain: PlainHashes): LocalHashes {
+  countCheck("routed_hashes");
+  const whole = namespacedLocalHashWords(plain.localHashes, ns.cacheSalt === null ? null : ns.tag);
+  let same = routed.length === whole.length;
+  for (let i = 0; i < whole.length && same; i++) same = routed[i] === whole[i];
+  if (same) return routed;
+  forgetRoutedRuns();
+  countMismatch("routed_hashes", { blocks: whole.length, pieces: plain.hashPieces?.length ?? 1 });
+  return whole;
 }
 
 /** Whether the pieces, one after another, are `whole`. */

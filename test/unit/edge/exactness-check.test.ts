@@ -9,11 +9,12 @@
  */
 import { afterEach, beforeAll, describe, expect, it, vi } from "vitest";
 import type { ChatCompletionRequest } from "../../../src/api/openai-schema.ts";
-import { localBlockHashes } from "../../../src/blocks/block-hash.ts";
+import { localBlockHashes, namespacedLocalHashWords } from "../../../src/blocks/block-hash.ts";
 import { parseEdgeConfig, type EdgeConfig } from "../../../src/config/config.ts";
 import { handleAdminRoute } from "../../../src/edge/admin-routes.ts";
 import { edgeCacheReport } from "../../../src/edge/cache-budgets.ts";
-import { checkedEncode } from "../../../src/edge/chat/exactness-check.ts";
+import { routedHashes } from "../../../src/edge/cache-salt.ts";
+import { checkedEncode, checkedRoutedHashes } from "../../../src/edge/chat/exactness-check.ts";
 import { planMediaRouting } from "../../../src/edge/chat/layout.ts";
 import { parseChatBody, parseChatTurn } from "../../../src/edge/chat/parse.ts";
 import { prepareRouting, type PrepareDeps, type PreparedRouting } from "../../../src/edge/chat/prepare.ts";
@@ -446,13 +447,38 @@ describe("sampled check of the /generate body built from cached pieces", () => {
   });
 });
 
+describe("sampled check of a salted request's namespaced hashes", () => {
+  it("a kept run's words stale against its piece: the sampled request gets the whole namespacing, routed_hashes counts it, the runs are forgotten", () => {
+    vi.spyOn(console, "warn").mockImplementation(() => {});
+    const ns = { cacheSalt: "tenant-exactness", tag: new Uint8Array(32).fill(7) };
+    const pieces = [0, 1, 2].map((p) => Array.from({ length: 6 }, (_, i) => BigInt(1000 * p + i + 1)));
+    const plainOf = (n: number) => ({ localHashes: pieces.slice(0, n).flat(), hashPieces: pieces.slice(0, n) });
+    const whole = (n: number) => Array.from(namespacedLocalHashWords(plainOf(n).localHashes, ns.tag));
+    // Runs kept for the first two pieces (a two-turn conversation's).
+    expect(Array.from(routedHashes(ns, plainOf(3)))).toEqual(whole(3));
+    // The first piece's run no longer matches its piece (as a corrupted run would not).
+    pieces[0]![2] = 99n;
+    const stale = routedHashes(ns, plainOf(3));
+    expect(Array.from(stale)).not.toEqual(whole(3));
+    const before = mismatches("routed_hashes");
+    expect(Array.from(checkedRoutedHashes(stale, ns, plainOf(3)))).toEqual(whole(3));
+    expect(mismatches("routed_hashes")).toBe(before + 1);
+    // Forgotten: the next, unchecked, request converts its pieces again.
+    expect(Array.from(routedHashes(ns, plainOf(3)))).toEqual(whole(3));
+    // Equal: returned as is, nothing counted.
+    const right = routedHashes(ns, plainOf(3));
+    expect(checkedRoutedHashes(right, ns, plainOf(3))).toBe(right);
+    expect(mismatches("routed_hashes")).toBe(before + 1);
+  });
+});
+
 describe("the counts are exposed", () => {
   it("per kind in GET /admin/edge-caches and as kvedge_edge_exactness_* gauges in /metrics", async () => {
     vi.spyOn(console, "error").mockImplementation(() => {});
     const deps = { config: always, index: () => fail(), fetch: fail };
     const auth = { authorization: `Bearer ${ADMIN}` };
     const report = (await (await handleAdminRoute(new Request("https://edge/admin/edge-caches", { headers: auth }), deps)).json()) as { exactness: Record<string, { checks: number; mismatches: number }> };
-    expect(Object.keys(report.exactness).sort()).toEqual(["block_hashes", "body_prefix", "generate_body", "parse", "prompt_ids", "render", "view_hashes"]);
+    expect(Object.keys(report.exactness).sort()).toEqual(["block_hashes", "body_prefix", "generate_body", "parse", "prompt_ids", "render", "routed_hashes", "view_hashes"]);
     const metrics = await (await handleAdminRoute(new Request("https://edge/metrics", { headers: auth }), deps)).text();
     for (const [kind, c] of Object.entries(report.exactness)) {
       expect(metrics).toContain(`kvedge_edge_exactness_checks{kind="${kind}"} ${c.checks}\n`);
