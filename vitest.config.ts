@@ -69,8 +69,11 @@ export default defineConfig({
           }),
         ],
         // Files share a runtime (isolate: false): a fresh Miniflare per file cost ~5 s each
-        // (~100 s of the project's 150 s). fresh-objects.ts resets all Durable Objects before each
-        // file. Two runtimes at once: reliability-input in one, the other files in the other.
+        // (~100 s of the project's 150 s). fresh-objects.ts empties every Durable Object before each
+        // file (storage, alarms, WebSockets, instances); module state of the Worker's isolate (caches,
+        // rate leases, counters) is NOT reset: files assert counter deltas only and use client IPs,
+        // worker ids and pools of their own. Two runtimes at once: reliability-input in one, the
+        // other files in the other.
         test: {
           name: "workers",
           include: ["test/workers/**/*.test.ts"],
