@@ -144,11 +144,11 @@ export interface PromptPieces {
   /** This request's own part. */
   rest: string;
   /**
-   * The JSON escaping of the first `chars` characters of `rest`, as chunks: the text of the
-   * entries this request stored as it was prepared, escaped then, and their identities (as `ids`);
-   * null when it stored none.
+   * The JSON escaping of the first `restEscaped.chars` characters of `rest`, as chunks: the text of
+   * the entries this request stored as it was prepared, escaped then; null when it stored none.
+   * (A sampled body check's mismatch drops them with the hit's chain: they descend from the hit.)
    */
-  restEscaped: { chars: number; chunks: readonly string[]; ids: readonly object[] } | null;
+  restEscaped: { chars: number; chunks: readonly string[] } | null;
 }
 
 type ChatMessage = ChatCompletionRequest["messages"][number];
@@ -1054,7 +1054,7 @@ export class TurnChainCache {
     if (chars > pieces.rest.length) return pieces;
     // As chunks, a wide entry's too: its UTF-8 is made only if a later turn sends it as held history (bodyParts).
     const chunks = own.length === 1 ? own[0]!.escaped : own.flatMap((n) => n.escaped);
-    return { ...pieces, restEscaped: { chars, chunks, ids: own.map((n) => n.textId) } };
+    return { ...pieces, restEscaped: { chars, chunks } };
   }
 
   /**
