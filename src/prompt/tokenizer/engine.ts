@@ -188,7 +188,10 @@ export class BpeEngine {
     const bytes = this.textBytesFor(text.length);
     const len = utf8Encoder.encodeInto(text, bytes).written;
     // i: the piece's first code unit; b: its first UTF-8 byte (an ASCII piece has as many of each).
-    for (let i = 0, b = 0; b < len; ) {
+    // Both bound the loop: on well-formed text they end together, and i alone always grows, so a lone
+    // surrogate (3 UTF-8 bytes, which pieceEnd's UTF-8 count takes with the next unit as 4) cannot
+    // hold the loop; such text is refused before it reaches the engine (QwenTokenizer's encode).
+    for (let i = 0, b = 0; b < len && i < text.length; ) {
       // Most pieces of prose and code are ASCII ones the memo holds: found from the bytes themselves.
       const ascii = asciiPieceEnd(bytes, b, len);
       if (ascii >= 0) {

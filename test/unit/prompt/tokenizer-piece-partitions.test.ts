@@ -106,3 +106,13 @@ describe("BPE piece caches per partition", () => {
     expect(engine.cacheStats().pieces.partitions).toBeGreaterThan(1);
   });
 });
+
+describe("the engine on text with a lone surrogate (refused by QwenTokenizer's encode before it gets here)", () => {
+  it("ends: its UTF-8 (3 bytes a lone surrogate) and its code units cannot hold the loop", { timeout: 5_000 }, () => {
+    for (const text of ["\ud800é", "\ud800é hello world", "a\ud800中 b", "x\udc00", "\ud800"]) {
+      const out = new IdBuffer();
+      engineOf().encodeUncached(text, out, "");
+      expect(out.length).toBeGreaterThan(0);
+    }
+  });
+});
