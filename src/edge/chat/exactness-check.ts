@@ -8,7 +8,6 @@
 import { localBlockHashes, namespacedLocalHashWords, type LocalHashes } from "../../blocks/block-hash.ts";
 import { expandPrompt } from "../../layout/index.ts";
 import type { EncodedPrompt, PrefixCache, PrefixTokenizer } from "../../prompt/prefix-cache.ts";
-import { IdBuffer } from "../../prompt/tokenizer/id-buffer.ts";
 import { clearTokenizerCaches } from "../../prompt/tokenizer/index.ts";
 import { QwenTokenizerImpl } from "../../prompt/tokenizer/tokenizer.ts";
 import type { PromptPieces, TurnChainCache } from "../../prompt/turn-chain.ts";
@@ -46,32 +45,9 @@ export function checkedEncode(encoded: EncodedPrompt, whole: WholePrompt, cache:
   return { length: ids.length, localHashes: hashes, reusedTokens: 0, hashPieces: [hashes], idPieces: [ids], tokens: () => ids.slice() };
 }
 
-const addedSplits = new WeakMap<QwenTokenizerImpl, { re: RegExp; ids: Map<string, number> }>();
-
-/**
- * `text` encoded as QwenTokenizer.encode does (added tokens split off leftmost-longest, each segment
- * between them BPE'd) but through the engine's encodeUncached, never its segment cache: a wrong
- * cached segment would agree with itself. Another tokenizer (no engine): its own encode.
- */
+/** `text` encoded without the segment cache (a wrong cached segment would agree with itself); another tokenizer: its own encode. */
 function encodeWithoutSegments(tokenizer: PrefixTokenizer, text: string, partition: string): number[] {
-  if (!(tokenizer instanceof QwenTokenizerImpl)) return tokenizer.encode(text, partition);
-  // The engine is the tokenizer's own (private to it): called, not changed.
-  const engine = tokenizer["engine"];
-  let split = addedSplits.get(tokenizer);
-  if (!split) {
-    const contents = tokenizer.addedTokens.map((t) => t.content).sort((a, b) => b.length - a.length || (a < b ? -1 : 1));
-    split = { re: new RegExp(contents.map((c) => c.replace(/[\\^$.*+?()[\]{}|/-]/g, "\\$&")).join("|"), "g"), ids: new Map(tokenizer.addedTokens.map((t) => [t.content, t.id])) };
-    addedSplits.set(tokenizer, split);
-  }
-  const out = new IdBuffer();
-  let end = 0;
-  for (const m of text.matchAll(split.re)) {
-    if (m.index > end) engine.encodeUncached(text.slice(end, m.index), out, partition);
-    out.push(split.ids.get(m[0])!);
-    end = m.index + m[0].length;
-  }
-  if (end < text.length) engine.encodeUncached(text.slice(end), out, partition);
-  return out.toArray();
+  return tokenizer instanceof QwenTokenizerImpl ? tokenizer.encodeWithoutSegmentCache(text, partition) : tokenizer.encode(text, partition);
 }
 
 /**
@@ -108,19 +84,7 @@ export function checkedBodyParts(parts: BodyPart[], body: GenerateRequestBody, p
   const { text, ...rest } = body;
   const whole = JSON.stringify({ text, ...rest });
   const expected = utf8.encode(whole);
-  let at = 0;
-  let same = true;
-  for (const p of parts) {
-    const bytes = typeof p === "string" ? utf8.encode(p) : p;
-    if (at + bytes.length > expected.length) {
-      same = false;
-      break;
-    }
-    for (let i = 0; i < bytes.length && same; i++) same = bytes[i] === expected[at + i];
-    if (!same) break;
-    at += bytes.length;
-  }
-  if (same && at === expected.length) return parts;
+  if (sameRun(parts.map((p) => (typeof p === "string" ? utf8.encode(p) : p)), expected)) return parts;
   countMismatch("generate_body", { bytes: expected.length, pieces: pieces?.ids.length ?? 0, dropped: pieces ? chain.dropHolding(pieces.ids) : 0 });
   return [whole];
 }
@@ -132,16 +96,14 @@ export function checkedBodyParts(parts: BodyPart[], body: GenerateRequestBody, p
 export function checkedRoutedHashes(routed: LocalHashes, ns: RoutingNamespace, plain: PlainHashes): LocalHashes {
   countCheck("routed_hashes");
   const whole = namespacedLocalHashWords(plain.localHashes, ns.cacheSalt === null ? null : ns.tag);
-  let same = routed.length === whole.length;
-  for (let i = 0; i < whole.length && same; i++) same = routed[i] === whole[i];
-  if (same) return routed;
+  if (sameRun([routed], whole)) return routed;
   forgetRoutedRuns();
   countMismatch("routed_hashes", { blocks: whole.length, pieces: plain.hashPieces?.length ?? 1 });
   return whole;
 }
 
 /** Whether the pieces, one after another, are `whole`. */
-function sameRun<T>(pieces: readonly (readonly T[])[], whole: readonly T[]): boolean {
+function sameRun<T>(pieces: readonly ArrayLike<T>[], whole: ArrayLike<T>): boolean {
   let at = 0;
   for (const p of pieces) {
     if (at + p.length > whole.length) return false;

@@ -116,6 +116,19 @@ export class QwenTokenizerImpl implements QwenTokenizer {
 
   private readonly idBuf = new IdBuffer();
   encode(text: string, partition: string, sourceChars = Number.POSITIVE_INFINITY): number[] {
+    return this.encodeSplit(text, (segment, out) => this.engine.encodeSegment(segment, out, partition, sourceChars));
+  }
+
+  /**
+   * encode's ids without reading or filling the segment cache (the piece caches of `partition`
+   * only): the sampled exactness check's reference, which a wrong cached segment would not fool.
+   */
+  encodeWithoutSegmentCache(text: string, partition: string): number[] {
+    return this.encodeSplit(text, (segment, out) => this.engine.encodeUncached(segment, out, partition));
+  }
+
+  /** Added tokens split off `text` (leftmost-longest), each segment between them given to `segmentIds`. */
+  private encodeSplit(text: string, segmentIds: (segment: string, out: IdBuffer) => void): number[] {
     assertWellFormed(text);
     const out = this.idBuf;
     out.length = 0;
@@ -123,11 +136,11 @@ export class QwenTokenizerImpl implements QwenTokenizer {
     re.lastIndex = 0;
     let end = 0;
     for (let m = re.exec(text); m !== null; m = re.exec(text)) {
-      if (m.index > end) this.engine.encodeSegment(text.slice(end, m.index), out, partition, sourceChars);
+      if (m.index > end) segmentIds(text.slice(end, m.index), out);
       out.push(this.idOfAdded.get(m[0])!);
       end = re.lastIndex;
     }
-    this.engine.encodeSegment(end === 0 ? text : text.slice(end), out, partition, sourceChars);
+    if (end < text.length) segmentIds(end === 0 ? text : text.slice(end), out);
     return out.toArray();
   }
 
