@@ -93,6 +93,26 @@ function textConversation(seed: number, turns: number): unknown[] {
   return messages;
 }
 
+/** Parses and prepares `body` through `chain`, its parse check drawn (sampled) or not; the request. */
+function servedBy(chain: TurnChainCache, profile: Parameters<TurnChainCache["prepare"]>[2]) {
+  return (body: string, sampled: boolean) => {
+    const parsed = parseChatTurn(body, always, "", { random: () => (sampled ? 0 : 1) }, chain);
+    chain.prepare(parsed.req, body, profile, "", { found: parsed.turn, validated: true });
+    return parsed.req;
+  };
+}
+
+/** Every held entry's validated messages in `chain` given other content; how many entries. */
+function poisonParsed(chain: readonly { parsed: readonly ChatCompletionRequest["messages"][number][] | null }[]): number {
+  let poisoned = 0;
+  for (const n of chain) {
+    if (!n.parsed) continue;
+    n.parsed = n.parsed.map((m) => ({ ...m, content: "poisoned" }) as typeof m);
+    poisoned++;
+  }
+  return poisoned;
+}
+
 function expectExact(prep: PreparedRouting): void {
   const full = fullEncode(prep);
   expect(prep.tokens).toEqual(full.ids);
@@ -298,22 +318,12 @@ describe("sampled check of the parse's reused messages", () => {
     const chain = new TurnChainCache({ checkRate: 1 });
     const profile = { family: model.family, templateId: model.templateId };
     const bodyAt = (turns: number) => JSON.stringify({ model: model.id, messages: textConversation(70, turns) });
-    const serve = (body: string, sampled: boolean) => {
-      const parsed = parseChatTurn(body, always, "", { random: () => (sampled ? 0 : 1) }, chain);
-      chain.prepare(parsed.req, body, profile, "", { found: parsed.turn, validated: true });
-      return parsed.req;
-    };
+    const serve = servedBy(chain, profile);
     serve(bodyAt(1), false);
     serve(bodyAt(2), false);
     const found = chain.find(bodyAt(3), profile, "")!;
     expect(found.hit).not.toBeNull();
-    let poisoned = 0;
-    for (const n of found.hit!.chain) {
-      if (!n.parsed) continue;
-      n.parsed = n.parsed.map((m) => ({ ...m, content: "poisoned" }) as typeof m);
-      poisoned++;
-    }
-    expect(poisoned).toBeGreaterThan(0);
+    expect(poisonParsed(found.hit!.chain)).toBeGreaterThan(0);
     const before = mismatches("parse");
     expect(JSON.stringify(serve(bodyAt(3), true))).toBe(JSON.stringify(parseChatBody(bodyAt(3), always.limits)));
     expect(mismatches("parse")).toBe(before + 1);
@@ -328,23 +338,13 @@ describe("sampled check of the parse's reused messages, on a branch", () => {
     const chain = new TurnChainCache({ checkRate: 1 });
     const profile = { family: model.family, templateId: model.templateId };
     const bodyOf = (messages: unknown[]) => JSON.stringify({ model: model.id, messages });
-    const serve = (body: string, sampled: boolean) => {
-      const parsed = parseChatTurn(body, always, "", { random: () => (sampled ? 0 : 1) }, chain);
-      chain.prepare(parsed.req, body, profile, "", { found: parsed.turn, validated: true });
-      return parsed.req;
-    };
+    const serve = servedBy(chain, profile);
     for (const turns of [1, 2, 3]) serve(bodyOf(textConversation(71, turns)), false);
     const branch = textConversation(71, 2);
     const last = branch.at(-1) as { role: string; content: string };
     branch[branch.length - 1] = { ...last, content: `${last.content} branch` };
     const found = chain.find(bodyOf(branch), profile, "")!;
-    let poisoned = 0;
-    for (const n of found.hit!.chain) {
-      if (!n.parsed) continue;
-      n.parsed = n.parsed.map((m) => ({ ...m, content: "poisoned" }) as typeof m);
-      poisoned++;
-    }
-    expect(poisoned).toBeGreaterThan(0);
+    expect(poisonParsed(found.hit!.chain)).toBeGreaterThan(0);
     const before = mismatches("parse");
     expect(JSON.stringify(serve(bodyOf(branch), true))).toBe(JSON.stringify(parseChatBody(bodyOf(branch), always.limits)));
     expect(mismatches("parse")).toBe(before + 1);
