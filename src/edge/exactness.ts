@@ -32,9 +32,9 @@ export type ExactnessStats = Record<ExactnessKind | "render", { checks: number; 
 
 const counts = new Map<ExactnessKind, { checks: number; mismatches: number }>(EXACTNESS_KINDS.map((k) => [k, { checks: 0, mismatches: 0 }]));
 
-/** Whether this request's stage is checked: a `checkRate` share (0–1) of calls. */
-export function sampledCheck(checkRate: number): boolean {
-  return checkRate > 0 && Math.random() < checkRate;
+/** Whether this request's stage is checked: a `checkRate` share (0–1) of calls (`random`: tests draw their own). */
+export function sampledCheck(checkRate: number, random: () => number = Math.random): boolean {
+  return checkRate > 0 && random() < checkRate;
 }
 
 /** One sampled check of `kind` made. */

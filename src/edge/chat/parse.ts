@@ -11,7 +11,7 @@ import { sharedTurnChain, type BodyLayout, type ChainFind, type TurnChainCache }
 import type { JsonLiteral } from "../../util/json-scan.ts";
 import { SplitText } from "../../util/split-text.ts";
 import { authorizeClient, type ClientIdentity } from "../auth.ts";
-import { countCheck, countMismatch } from "../exactness.ts";
+import { countCheck, countMismatch, sampledCheck } from "../exactness.ts";
 import { edgeCachePartition } from "../cache-salt.ts";
 import type { ClientRef } from "../client-label.ts";
 import { clientNetwork } from "../rate-limit.ts";
@@ -161,7 +161,7 @@ export function parseChatTurn(
   const turn = profile ? chain.find(bodyText, profile, partition, layout) : null;
   const reuse = chain.reusedMessages(turn);
   const req = parseChatBody(bodyText, limits, { sizeChecked: opts.sizeChecked, literals: opts.literals, work: opts.work, reuse, layout });
-  if (reuse && chain.checkRate > 0 && (opts.random ?? Math.random)() < chain.checkRate) {
+  if (reuse && sampledCheck(chain.checkRate, opts.random)) {
     countCheck("parse");
     const whole = parseChatBody(bodyText.joined, limits, { sizeChecked: opts.sizeChecked, layout });
     if (JSON.stringify(whole) !== JSON.stringify(req)) {
