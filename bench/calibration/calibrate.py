@@ -324,10 +324,15 @@ torch.cuda.empty_cache()
 # Qwen2.5-VL-7B's vision tower with its published dims (random bf16 weights): 32 blocks of hidden 1280,
 # 16 heads, MLP 3420 (SiLU), window attention (112 px windows) except full attention in blocks 7/15/23/31,
 # patch 14, temporal patch 2, 2x2 spatial merge into the LM's 3584 hidden. The forward is written out over
-# transformers' modules (patch_embed, rot_pos_emb, get_window_index, blocks, merger) with variable-length
-# flash attention over the windows, as SGLang's VisionAttention runs it: transformers' own sdpa path loops
-# over every window in Python (launch-bound); its time is recorded beside for two sizes, and its output is
-# the correctness reference.
+# transformers' modules (patch_embed, blocks, merger) with variable-length flash attention over the windows,
+# as SGLang's VisionAttention runs it: transformers' own sdpa path loops over every window in Python
+# (launch-bound); its time is recorded beside for two sizes, and its output is the correctness reference.
+# The patch positions' rotary angles and the window order are computed here (vision_rope, window_order), not
+# through the module's helpers: transformers 5.17's vision model has no rot_pos_emb (the first H100 run's
+# AttributeError). They follow Qwen2_5_VisionTransformerPretrainedModel.rot_pos_emb / get_window_index in
+# huggingface/transformers src/transformers/models/qwen2_5_vl/modeling_qwen2_5_vl.py at commit 00b676f8
+# (merge-block order of (row, column) positions; 112-px windows of 4x4 merged patches, row-major, edge
+# windows partial), and the check against transformers' own forward below holds them to the installed one.
 result["vision"] = {"items": [], "transformers": [], "checks": {}}
 try:
     import transformers.models.qwen2_5_vl.modeling_qwen2_5_vl as qvl
@@ -364,6 +369,38 @@ try:
     def attn_varlen(q, k, v, cu, maxlen):
         return torch.ops.aten._flash_attention_forward(q, k, v, cu, cu, maxlen, maxlen, 0.0, False, False, scale=VHD ** -0.5)[0]
 
+    MERGE = VDIMS["spatial_merge_size"]
+    WIN = VDIMS["window_size"] // MERGE // VDIMS["patch_size"]  # window side in merged patches: 4
+    # rotary frequencies of one spatial axis: a quarter of the head dim each for rows and columns (theta 10 000)
+    VINV = 1.0 / (10000.0 ** (torch.arange(0, VHD // 2, 2, dtype=torch.float32, device=dev) / (VHD // 2)))
+
+    def vision_rope(grid):
+        """Rotary angles [S, VHD/2] per patch in merge-block order: rows' angles then columns'."""
+        parts = []
+        for t, hh, ww in grid.tolist():
+            r = torch.arange(hh, device=dev).view(hh // MERGE, MERGE, 1, 1).expand(-1, -1, ww // MERGE, MERGE)
+            c = torch.arange(ww, device=dev).view(1, 1, ww // MERGE, MERGE).expand(hh // MERGE, MERGE, -1, -1)
+            rc = torch.stack([r.permute(0, 2, 1, 3).flatten(), c.permute(0, 2, 1, 3).flatten()], -1)
+            parts.append(rc.repeat(t, 1))
+        pos = torch.cat(parts).float()
+        return torch.cat([torch.outer(pos[:, 0], VINV), torch.outer(pos[:, 1], VINV)], -1)
+
+    def window_order(grid):
+        """Merged-patch indices in window order and the windows' patch-count boundaries (cumulative, from 0)."""
+        idx, bounds, base = [], [0], 0
+        for t, hh, ww in grid.tolist():
+            lh, lw = hh // MERGE, ww // MERGE
+            ph, pw = -lh % WIN, -lw % WIN
+            grid_idx = F.pad(torch.arange(t * lh * lw, device=dev).view(t, lh, lw), (0, pw, 0, ph), value=-1)
+            win = grid_idx.view(t, (lh + ph) // WIN, WIN, (lw + pw) // WIN, WIN).permute(0, 1, 3, 2, 4).reshape(-1, WIN * WIN)
+            counts = (win >= 0).sum(1)
+            idx.append(win[win >= 0] + base)
+            for n in counts.tolist():
+                if n > 0:
+                    bounds.append(bounds[-1] + n * MERGE * MERGE)
+            base += t * lh * lw
+        return torch.cat(idx), torch.tensor(bounds, device=dev, dtype=torch.int32)
+
     def rot(x, cos, sin):
         xf = x.float()
         x1, x2 = xf[..., : VHD // 2], xf[..., VHD // 2:]
@@ -372,10 +409,8 @@ try:
     @torch.inference_mode()
     def vit(pixels, grid, attn):
         h = vis.patch_embed(pixels)
-        rpe = vis.rot_pos_emb(grid)
-        widx, cuw = vis.get_window_index(grid)
-        widx = torch.as_tensor(widx, device=dev)
-        cuw = torch.unique_consecutive(torch.as_tensor(cuw, device=dev, dtype=torch.int32))
+        rpe = vision_rope(grid)
+        widx, cuw = window_order(grid)
         S = h.shape[0]
         h = h.reshape(S // 4, 4, -1)[widx].reshape(S, -1)
         rpe = rpe.reshape(S // 4, 4, -1)[widx].reshape(S, -1)
@@ -415,9 +450,15 @@ try:
     try:
         loop_err = rel(vit(px, gr, attn_loop), ref)
         result["vision"]["checks"]["loop_vs_transformers_rel_err"] = loop_err
+        if not loop_err < 0.1:
+            raise ValueError(f"hand forward differs from transformers' by {loop_err:.3f}")
     except Exception as e:  # noqa: BLE001
-        # the hand forward does not fit this transformers version: time transformers' own forward
+        # the hand forward does not fit this transformers version: time transformers' own forward, and
+        # keep what the next fix needs (the error's place, the block's submodules)
+        import traceback
         result["vision"]["checks"]["hand_forward_error"] = repr(e)[:300]
+        result["vision"]["checks"]["hand_forward_trace"] = traceback.format_exc()[-1200:]
+        result["vision"]["checks"]["block_modules"] = [n for n, _ in vis.blocks[0].named_modules()][:40]
         encode = reference
         result["vision"]["attention"] = "transformers' own forward (sdpa, per-window loop)"
     else:

@@ -3,8 +3,9 @@
 // prompt + output cached at finish (as SGLang does). Two cost models: linear (one serial prefill lane
 // at a fixed token rate; admit/prefilled/finished, LinearWorker) and calibrated (CalibratedWorker:
 // SGLang's prefill-first scheduler with chunked prefill and a batched decode step, costs from the
-// GPU-measured table of services/sglang-sim/timing.ts).
-import { COST_TABLES, chunkSize, prefillChunkMs, prefillMs, decodeStepMs } from "../../services/sglang-sim/timing.ts";
+// GPU-measured table of services/sglang-sim/timing.ts). A request's `media` (MediaCostItem list, vision
+// traces) adds its vision-encoder time to its prefill by the simulator's rule (timing.ts encoderMs).
+import { COST_TABLES, chunkSize, prefillChunkMs, prefillMs, decodeStepMs, encoderMs } from "../../services/sglang-sim/timing.ts";
 
 /**
  * Admits `req` on worker state `st` at time `now`. Returns the match, the reserved tokens, the
@@ -20,7 +21,7 @@ export function admit(st, req, now, capacityTokens, timing) {
   if (need > free) cache.evict(need - free);
   st.reserved += need;
   const uncached = ids.length - match.length;
-  const prefilledAt = Math.max(now, st.laneFree) + prefillMs(timing, uncached);
+  const prefilledAt = Math.max(now, st.laneFree) + prefillMs(timing, uncached) + encoderMs(timing, req.media ?? [], match.length);
   st.laneFree = prefilledAt;
   st.active++;
   return { match, need, uncached, prefilledAt };
@@ -89,7 +90,10 @@ export class LinearWorker {
  * a prefill batch (waiting requests FIFO, up to `chunkedPrefillSize` new tokens, the last one possibly
  * a chunk of a longer prompt; the radix match happens when a request enters its first batch) or, with
  * nothing waiting, one decode step for the whole running batch. A prefill batch costs
- * T(new tokens, token-weighted cached prefix) from the table; a decode step a + b·batch + c·KV tokens.
+ * T(new tokens, token-weighted cached prefix) from the table, plus the vision-encoder time of the
+ * requests whose first chunk it holds (SGLang encodes a request's items in its first prefill forward
+ * and serves later chunks from its embedding cache: timing.ts encoderMs, on the radix match); a decode
+ * step a + b·batch + c·KV tokens.
  * TTFT ends with the batch that prefills a request's last token (that batch samples its first token).
  */
 export class CalibratedWorker {
@@ -161,11 +165,15 @@ export class CalibratedWorker {
   step(now) {
     this.stepping = true;
     const parts = [];
+    let encoder = 0;
     if (this.waiting.length > 0) {
       let budget = this.chunk;
       for (const job of this.waiting) {
         if (budget <= 0) break;
-        if (!job.started && !this.start(job)) break; // FCFS: the head waits for room
+        if (!job.started) {
+          if (!this.start(job)) break; // FCFS: the head waits for room
+          encoder += encoderMs(this.timing, job.req.media ?? [], job.done);
+        }
         const n = Math.min(budget, job.req.tokens.length - job.done);
         parts.push({ job, n, cached: job.done });
         job.inFlight = n;
@@ -174,7 +182,7 @@ export class CalibratedWorker {
     }
     // Nothing fits (kvBound): the running batch decodes and frees KV as it finishes.
     if (parts.length > 0) {
-      const end = now + this.prefillBatchMs(parts);
+      const end = now + this.prefillBatchMs(parts) + encoder;
       this.busyUntil = end;
       this.schedule(end, (t) => {
         for (const p of parts) {
@@ -236,7 +244,8 @@ export class CalibratedWorker {
   /**
    * Exact TTFT for a new request with `uncached` tokens on `cached`, placed here now, given the
    * queue as it stands (FIFO prefill batches come before any decode step): the step in flight, then
-   * the waiting prompts' remaining tokens, then this one, in chunk-sized batches.
+   * the waiting prompts' remaining tokens, then this one, in chunk-sized batches (text prompts: the
+   * waiting requests' vision-encoder time is not counted).
    */
   predictTtft(now, uncached, cached) {
     let t = this.stepping ? Math.max(0, this.busyUntil - now) : 0;

@@ -20,7 +20,11 @@ export const MEDIA_SHAPES = {
   ],
 };
 
-/** Pad tokens per image shape and per video shape (same order as MEDIA_SHAPES). */
+/**
+ * Pad tokens per image shape and per video shape (same order as MEDIA_SHAPES), and per video shape the
+ * tokens of one temporal slice (what the vision tower's full-attention blocks attend over; an image is
+ * one slice).
+ */
 export function mediaTokenCounts(shapes = MEDIA_SHAPES) {
   const c = fixtureContract(shapes.family);
   const images = shapes.images.map(([width, height]) => {
@@ -31,7 +35,7 @@ export function mediaTokenCounts(shapes = MEDIA_SHAPES) {
   const videos = shapes.videos.map(([secs, fps, width, height]) => {
     const r = layoutVideoItem(c, { totalFrames: secs * fps, avgFps: fps, width, height });
     if (!r.ok) throw new Error(`video ${secs} s ${width}×${height}: ${r.detail}`);
-    return r.geometry.padCount;
+    return r.geometry;
   });
-  return { images, videos };
+  return { images, videos: videos.map((g) => g.padCount), videoSlices: videos.map((g) => g.tokensPerGroup) };
 }

@@ -1,6 +1,6 @@
 // Seeded generators of routing traces shaped like published workloads (parameters and their sources
 // in TRACE_PARAMS; docs/benchmarks.md §Routing). Each returns requests in arrival order:
-// { id, at (ms), kind, session, turn, tokens, output, stream } (vision adds mediaUrl, attached). Tokens are ids of a ChatML-like
+// { id, at (ms), kind, session, turn, tokens, output, stream } (vision adds mediaUrl, attached, media). Tokens are ids of a ChatML-like
 // rendering (system, user, assistant and tool turns), so a follow-up request's prompt starts with the
 // earlier request's prompt and answer exactly as a chat template renders them. Time is open loop: a
 // session's next request comes a think (or tool) time after its previous one, whatever the fleet does.
@@ -236,7 +236,9 @@ export function mooncakeTrace({ seed, sessions, rate }) {
 
 /**
  * Multi-turn vision chat. Each request carries `mediaUrl` (the URL of its prompt's first media item:
- * what a peer keying media by URL routes on) and `attached` (this turn's new items: content id, URL).
+ * what a peer keying media by URL routes on), `attached` (this turn's new items: content id, URL) and
+ * `media` (every item of its prompt as the worker's encoder cost sees it: services/sglang-sim/timing.ts
+ * MediaCostItem).
  */
 export function visionTrace({ seed, sessions, rate }) {
   const P = TRACE_PARAMS.vision;
@@ -246,8 +248,10 @@ export function visionTrace({ seed, sessions, rate }) {
   const item = (kind) => {
     const id = nextId++;
     const list = kind === "video" ? pads.videos : pads.images;
+    const shape = s.int(0, list.length - 1);
+    const slice = kind === "video" ? pads.videoSlices[shape] : list[shape];
     // Distinct pad values per item (an odd multiplier is a bijection mod 2^30).
-    return { id, kind, pads: list[s.int(0, list.length - 1)], pad: PAD_BASE + ((id * 2654435761) % 2 ** 30), url: `https://media.example/${kind}/${id}`, urls: 1 };
+    return { id, kind, pads: list[shape], slice, pad: PAD_BASE + ((id * 2654435761) % 2 ** 30), url: `https://media.example/${kind}/${id}`, urls: 1 };
   };
   const images = Array.from({ length: P.imagePool }, () => item("image"));
   const videos = Array.from({ length: P.videoPool }, () => item("video"));
@@ -275,6 +279,7 @@ export function visionTrace({ seed, sessions, rate }) {
     let at = start;
     let firstUrl = null;
     const shown = [];
+    const media = [];
     for (let t = 0; t < turns; t++) {
       const attach = [];
       if (t === 0) {
@@ -292,11 +297,17 @@ export function visionTrace({ seed, sessions, rate }) {
       if (history.length + body.length + P.answerTokens.max + 16 > MAX_CONTEXT) break;
       for (const a of attach) if (a.m.kind === "image") shown.push(a.m);
       firstUrl ??= attach[0]?.url ?? null;
+      // Each span's pads follow <|im_start|>user\n and its <|vision_start|>.
+      let at0 = history.length + 3;
+      for (const { m } of attach) {
+        media.push({ modality: m.kind, end: at0 + 1 + m.pads, padCount: m.pads, sliceTokens: m.slice });
+        at0 += m.pads + 2;
+      }
       history = [...history, ...turn("user", body)];
       const output = s.text(s.lognormal(P.answerTokens));
       const tokens = [...history, ...GEN];
       const attached = attach.map(({ m, url }) => ({ content: m.id, url }));
-      out.push({ at, kind: "vision", session: `vision-${k}`, turn: t, tokens, output, mediaUrl: firstUrl, attached });
+      out.push({ at, kind: "vision", session: `vision-${k}`, turn: t, tokens, output, mediaUrl: firstUrl, attached, media: media.slice() });
       history = [...tokens, ...closeAnswer(output)];
       at += output.length * P.answerMsPerToken + s.lognormal(P.thinkMs);
     }

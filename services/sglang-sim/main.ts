@@ -1,7 +1,7 @@
 /**
  * CLI: npx node services/sglang-sim/main.ts --port 30001 --kv-port 5557 --replay-port 5558 \
  *   --page-size 16 --capacity-tokens 200000 --model-name Qwen/Qwen3-VL-8B-Instruct \
- *   --family qwen3_vl --template qwen3vl-instruct [--timing fast|instant|h100-8b|l4-8b|h200-7b] \
+ *   --family qwen3_vl --template qwen3vl-instruct [--timing fast|instant|h100-8b|l4-8b|h200-7b|h100-7b] \
  *   [--model-dir DIR] [--no-mm-hashes] [--sglang-version V] [--locked-down-media] [--media-store URL]
  * Prints one JSON line with the bound endpoints on stdout once ready (the fleet script reads it).
  */
@@ -68,7 +68,7 @@ if (values.help) {
       "  [--encoder-only [--enable-prefix-mm-cache]] [--language-only --encoder-urls URL[,URL…] [--encoder-transfer-backend zmq_to_scheduler|zmq_to_tokenizer|mooncake]]\n" +
       "  [--no-kv-events] [--topic T] [--buffer-steps N] [--page-size 16] [--capacity-tokens 200000] [--context-length N]\n" +
       "  [--model-name NAME] [--served-model-name NAME] [--family qwen2_vl|qwen2_5_vl|qwen3_vl]\n" +
-      "  [--template qwen2vl|qwen3vl-instruct|qwen3vl-thinking] [--timing fast|instant|h100-8b|l4-8b|h200-7b]\n" +
+      "  [--template qwen2vl|qwen3vl-instruct|qwen3vl-thinking] [--timing fast|instant|h100-8b|l4-8b|h200-7b|h100-7b]\n" +
       "  [--prefill-tokens-per-sec N] [--decode-ms-per-token N] [--no-cache-report]\n" +
       "  [--unknown-sampling-key-status 400|500] [--incremental-streaming-output] [--stream-interval N] [--output-seed prompt|rid]\n" +
       "  [--model-dir DIR (default test/fixtures/models/<family>)] [--no-mm-hashes (ignore caller mm_hashes, version 0.5.10-sim)]\n" +

@@ -2,8 +2,8 @@
  * Timing model. Two kinds:
  * - linear presets: prefill cost grows with the uncached prompt tokens at a fixed rate, decode costs a
  *   fixed time per output token plus a per-running-request term;
- * - calibrated (`calibration` set): costs measured on a GPU (bench/calibration/, one H200 with a
- *   Qwen2.5-VL-7B language model): a prefill chunk costs T(new, cached) interpolated from the measured
+ * - calibrated (`calibration` set): costs measured on a GPU (bench/calibration/, one H200 or one H100
+ *   with a Qwen2.5-VL-7B language model): a prefill chunk costs T(new, cached) interpolated from the measured
  *   grid, a prompt is prefilled in chunks of `chunkedPrefillSize` (SGLang --chunked-prefill-size; each
  *   chunk attends to the cached prefix and the earlier chunks), and a decode step of the running batch
  *   costs a + b·batch + c·(KV tokens the batch attends to); where the table measured the vision tower,
@@ -11,6 +11,7 @@
  * Prefills run one at a time, as one GPU does. Numbers are wall-clock milliseconds.
  */
 import { z } from "zod";
+import h100Qwen25Vl7b from "./calibration/h100-qwen2_5-vl-7b.json" with { type: "json" };
 import h200Qwen25Vl7b from "./calibration/h200-qwen2_5-vl-7b.json" with { type: "json" };
 
 /** A measured cost table (services/sglang-sim/calibration/*.json, made by bench/calibration/derive.mjs). */
@@ -22,8 +23,8 @@ export interface CostTable {
   vision?: { baseMs: number; perThousandTokensMs: number; perMillionTokenSliceTokensMs: number };
 }
 
-export const COST_TABLES = { "h200-qwen2_5-vl-7b": h200Qwen25Vl7b as CostTable } as const;
-export const CostTableNameSchema = z.enum(["h200-qwen2_5-vl-7b"]);
+export const COST_TABLES = { "h200-qwen2_5-vl-7b": h200Qwen25Vl7b as CostTable, "h100-qwen2_5-vl-7b": h100Qwen25Vl7b as CostTable } as const;
+export const CostTableNameSchema = z.enum(["h200-qwen2_5-vl-7b", "h100-qwen2_5-vl-7b"]);
 
 export const TimingSchema = z.strictObject({
   /** Fixed scheduling overhead per prefill. */
@@ -54,9 +55,14 @@ export const TIMING_PRESETS = {
   "l4-8b": { prefillOverheadMs: 15, prefillTokensPerSec: 3_000, decodeMsPerToken: 45, decodeMsPerRunningRequest: 0.6 },
   /** Measured: Qwen2.5-VL-7B language model on one H200, SGLang's default 8192-token prefill chunks (bench/calibration). */
   "h200-7b": { prefillOverheadMs: 0, prefillTokensPerSec: 30_000, decodeMsPerToken: 7, decodeMsPerRunningRequest: 0.01, calibration: "h200-qwen2_5-vl-7b" },
+  /**
+   * Measured: the same on one H100, cached prefix to 98 304 tokens, decode to 131 072 of context, and the
+   * vision tower (timed through transformers' per-window forward, which overstates it: bench/calibration).
+   */
+  "h100-7b": { prefillOverheadMs: 0, prefillTokensPerSec: 30_000, decodeMsPerToken: 8, decodeMsPerRunningRequest: 0.01, calibration: "h100-qwen2_5-vl-7b" },
 } as const satisfies Record<string, Timing>;
 
-export const TimingPresetNameSchema = z.enum(["fast", "instant", "h100-8b", "l4-8b", "h200-7b"]);
+export const TimingPresetNameSchema = z.enum(["fast", "instant", "h100-8b", "l4-8b", "h200-7b", "h100-7b"]);
 export type TimingPresetName = z.infer<typeof TimingPresetNameSchema>;
 
 export function resolveTiming(preset: TimingPresetName, overrides: Partial<Timing>): Timing {

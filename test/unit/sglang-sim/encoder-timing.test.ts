@@ -2,8 +2,7 @@ import { describe, expect, it } from "vitest";
 import { TIMING_PRESETS, encoderMs, encoderMsBy, type MediaCostItem } from "../../../services/sglang-sim/timing.ts";
 
 // The rule of when a prefill pays the vision tower (SGLang's mm_utils._get_chunked_prefill_embedding,
-// timing.ts), over a per-item cost of our own: no committed table has measured the tower yet, so
-// every preset's encoder time is 0 (the last test) until one does.
+// timing.ts), over a per-item cost of our own; the H100 table's measured tower: timing-h100.test.ts.
 const itemMs = (tokens: number, sliceTokens: number) => 1 + tokens / 100 + sliceTokens / 1000;
 const img = (end: number, padCount: number): MediaCostItem => ({ modality: "image", end, padCount, sliceTokens: padCount });
 
@@ -25,7 +24,7 @@ describe("vision-encoder time of a prefill", () => {
     expect(encoderMsBy(itemMs, [{ ...img(100, 64), padSource: "embedding" }, img(300, 64)], 0)).toBeCloseTo(itemMs(64, 64), 9);
   });
 
-  it("costs nothing on the linear presets and on the committed table, which did not measure the tower", () => {
+  it("costs nothing on the linear presets and on the H200 table, which did not measure the tower", () => {
     for (const preset of ["h100-8b", "h200-7b", "fast"] as const) expect(encoderMs(TIMING_PRESETS[preset], [img(100, 64)], 0)).toBe(0);
   });
 });
