@@ -1,5 +1,6 @@
 // KV capacity of one worker, derived from the calibrated model's geometry and GPU
-// (bench/calibration/h200-qwen2_5-vl-7b.json: dims, device memory, language-model parameter count)
+// (bench/calibration/h200-qwen2_5-vl-7b.json by default, or another raw run such as the H100's:
+// dims, device memory, language-model parameter count)
 // as SGLang sizes it with its defaults: the static pool is mem_fraction_static of the GPU's memory,
 // less the weights (language model and vision tower, bf16); the rest is KV cache at 2 (K and V) ×
 // layers × KV heads × head dim × 2 bytes (bf16) per token.
@@ -9,7 +10,8 @@ import { readFileSync } from "node:fs";
  * SGLang's default --mem-fraction-static for one GPU at tp 1 (sgl-project/sglang
  * python/sglang/srt/arg_groups/memory_hook.py @031ed82d: handle_gpu_memory_settings and
  * adjust_mem_fraction_for_vlm; the same heuristic as server_args.py _handle_gpu_memory_settings
- * before the move): a GPU of 90–160 GiB (H200) gets chunked_prefill_size 8192 and decode max_bs 256,
+ * before the move): a GPU of 60–160 GiB (H100 below 90, H200 above: two branches with the same values)
+ * gets chunked_prefill_size 8192 and decode max_bs 256 at tp < 4,
  * reserved = 512 + 8192 × 1.5 + 256 × 2 + 1024 / 8 MiB (at least 10 GiB above 60 GiB), fraction =
  * round((GPU − reserved) / GPU, 3); a multimodal model then multiplies it by 0.95 × (1 − 0.1 ×
  * (layers × hidden² ÷ (24 × 1024²) − 1)) clamped to [0.8, 1.05], where layers is the vision config's
