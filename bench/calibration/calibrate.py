@@ -454,11 +454,11 @@ try:
             raise ValueError(f"hand forward differs from transformers' by {loop_err:.3f}")
     except Exception as e:  # noqa: BLE001
         # the hand forward does not fit this transformers version: time transformers' own forward, and
-        # keep what the next fix needs (the error's place, the block's submodules)
+        # keep what the next fix needs (the error's place, the tower's first submodules)
         import traceback
         result["vision"]["checks"]["hand_forward_error"] = repr(e)[:300]
         result["vision"]["checks"]["hand_forward_trace"] = traceback.format_exc()[-1200:]
-        result["vision"]["checks"]["block_modules"] = [n for n, _ in vis.blocks[0].named_modules()][:40]
+        result["vision"]["checks"]["modules"] = [n for n, _ in vis.named_modules()][:40]
         encode = reference
         result["vision"]["attention"] = "transformers' own forward (sdpa, per-window loop)"
     else:
