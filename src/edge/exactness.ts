@@ -23,6 +23,8 @@ export const EXACTNESS_KINDS = [
   "generate_body",
   /** A salted chat request's namespaced block hashes (runs kept per cached hash piece) against namespacing its whole plain hashes. */
   "routed_hashes",
+  /** A media request's items and their routed forms (earlier turns' kept per item) against identifying and laying out every item again. */
+  "routed_items",
 ] as const;
 
 export type ExactnessKind = (typeof EXACTNESS_KINDS)[number];

@@ -5,7 +5,7 @@
  * drops every cache entry whose chain holds a piece the result was built from, and returns the
  * full result for this request. Nothing here runs on an unsampled request.
  */
-import { localBlockHashes, namespacedLocalHashWords, type LocalHashes } from "../../blocks/block-hash.ts";
+import { localBlockHashes, namespacedLocalHashWords, type LocalHashes, type NamespaceTag } from "../../blocks/block-hash.ts";
 import { expandPrompt } from "../../layout/index.ts";
 import type { EncodedPrompt, PrefixCache, PrefixTokenizer } from "../../prompt/prefix-cache.ts";
 import { clearTokenizerCaches } from "../../prompt/tokenizer/index.ts";
@@ -15,6 +15,8 @@ import type { BodyPart } from "../../proxy/generate-body.ts";
 import type { GenerateRequestBody } from "../../proxy/sglang-wire.ts";
 import { forgetRoutedRuns, type PlainHashes, type RoutingNamespace } from "../cache-salt.ts";
 import { countCheck, countMismatch } from "../exactness.ts";
+import type { VerifiedMedia } from "../media.ts";
+import { forgetRoutedItems, wholeRoutedItems, type ItemCohort, type RoutedItems } from "./routed-items.ts";
 import type { ViewHashCache, ViewHashes, ViewInput } from "./view-hashes.ts";
 
 /** What the prompt-prefix cache was asked to encode: the whole prompt's text and where. */
@@ -100,6 +102,37 @@ export function checkedRoutedHashes(routed: LocalHashes, ns: RoutingNamespace, p
   forgetRoutedRuns();
   countMismatch("routed_hashes", { blocks: whole.length, pieces: plain.hashPieces?.length ?? 1 });
   return whole;
+}
+
+/**
+ * `kept` (routeItems of `media`: earlier turns' items and routed forms from the memo) checked
+ * against identifying and laying out every item again (wholeRoutedItems): each item (modality,
+ * namespaced hash, probe) and its routed form (pieces, mm hash, pad value, or the same refusal),
+ * and the same unresolved item. On a difference the whole result, and the memo's entries of every
+ * differing item are dropped (all of them when the unresolved item differs).
+ */
+export function checkedRoutedItems(kept: RoutedItems, media: readonly VerifiedMedia[], cohort: ItemCohort, itemTag: NamespaceTag): RoutedItems {
+  countCheck("routed_items");
+  const whole = wholeRoutedItems(media, cohort, itemTag);
+  let wrong: VerifiedMedia[];
+  if (!samePlain(kept.unresolved, whole.unresolved) || kept.items.length !== whole.items.length || kept.routed.length !== whole.routed.length) wrong = [...media];
+  else {
+    wrong = [];
+    for (let i = 0; i < whole.items.length; i++) if (!samePlain(kept.items[i], whole.items[i]) || !samePlain(kept.routed[i], whole.routed[i])) wrong.push(media[i]!);
+  }
+  if (wrong.length === 0) return kept;
+  countMismatch("routed_items", { items: media.length, wrong: wrong.length, dropped: forgetRoutedItems(wrong, cohort.digest, itemTag) });
+  return whole;
+}
+
+/** Whether two values of plain data (primitives, bigints, arrays, objects of such) are the same, field by field. */
+function samePlain(a: unknown, b: unknown): boolean {
+  if (a === b) return true;
+  if (typeof a !== "object" || typeof b !== "object" || a === null || b === null || Array.isArray(a) !== Array.isArray(b)) return false;
+  const ka = Object.keys(a);
+  if (ka.length !== Object.keys(b).length) return false;
+  for (const k of ka) if (!Object.hasOwn(b, k) || !samePlain((a as Record<string, unknown>)[k], (b as Record<string, unknown>)[k])) return false;
+  return true;
 }
 
 /** Whether the pieces, one after another, are `whole`. */

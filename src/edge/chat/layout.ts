@@ -16,7 +16,7 @@ import { cachedPoolProfile } from "./pool-profile-cache.ts";
 import { routeItems } from "./routed-items.ts";
 import { sharedViewHashes, type ViewInput } from "./view-hashes.ts";
 import { sampledCheck } from "../exactness.ts";
-import { checkedViewHashes } from "./exactness-check.ts";
+import { checkedRoutedItems, checkedViewHashes } from "./exactness-check.ts";
 import type { PromptMedia } from "./verify-media.ts";
 
 /** Why the request was not routed on its exact token sequence (null = exact). */
@@ -86,8 +86,10 @@ export async function planMediaRouting(input: MediaLayoutInput): Promise<Routing
   if (!mmHashesAllowed(req)) return fallback("n_greater_than_one");
   const { cohort } = await cachedPoolProfile(input.index, model.id, config.routing.profileTtlMs);
   if (!cohort.ok) return fallback(cohort.reason);
-  // Items laid out for earlier turns (this pool's contract, this namespace) are taken as they were.
-  const resolved = routeItems(input.media.media, cohort, input.itemTag);
+  // Items laid out for earlier turns (this pool's contract, this namespace) are taken as they were;
+  // a sampled share also identifies and lays out every item again (exactness-check.ts).
+  const keptItems = routeItems(input.media.media, cohort, input.itemTag);
+  const resolved = sampledCheck(config.turnCheckRate) ? checkedRoutedItems(keptItems, input.media.media, cohort, input.itemTag) : keptItems;
   if (resolved.unresolved) return fallback(resolved.unresolved.reason);
   const routed = routeViewItems(cohort.contract, resolved.items, (_, i) => resolved.routed[i]!);
   if (!routed.ok) return unroutable(routed, fallback, input.media.parts);

@@ -53,11 +53,30 @@ function keyOf(m: VerifiedMedia, cohortDigest: string, tag: string): string | nu
   return key;
 }
 
+/** The layout's items of a request and each one's routed form, prompt order; `unresolved`: the first item without an identity (routing falls back). */
+export interface RoutedItems {
+  items: MediaItem[];
+  routed: (RoutedItem | Ineligible)[];
+  unresolved: { reason: string; detail: string } | null;
+}
+
+/** A pool's cohort: its worker contract and that contract's digest. */
+export interface ItemCohort {
+  contract: WorkerContract;
+  digest: string;
+}
+
+/** One item with its hash moved into the namespace of `itemTag`, and its routed form. */
+function laidOut(plain: MediaItem, contract: WorkerContract, itemTag: NamespaceTag): { item: MediaItem; routed: RoutedItem | Ineligible } {
+  const item = plain.hash === null ? plain : { ...plain, hash: namespacedItemHash(plain.hash, itemTag) };
+  return { item, routed: routedItem(contract, item) };
+}
+
 /**
  * The layout's items (hashes in the namespace of `itemTag`) and each one's routed form, in prompt
  * order; `unresolved`: the first item without an identity (routing falls back).
  */
-export function routeItems(media: readonly VerifiedMedia[], cohort: { contract: WorkerContract; digest: string }, itemTag: NamespaceTag): { items: MediaItem[]; routed: (RoutedItem | Ineligible)[]; unresolved: { reason: string; detail: string } | null } {
+export function routeItems(media: readonly VerifiedMedia[], cohort: ItemCohort, itemTag: NamespaceTag): RoutedItems {
   const tag = itemTag === null ? "" : bytesToHex(itemTag);
   const found: (Routed | undefined)[] = [];
   const itemKeys: (string | null)[] = [];
@@ -84,9 +103,7 @@ export function routeItems(media: readonly VerifiedMedia[], cohort: { contract: 
       let r = memo.get(k);
       if (!r) {
         counts.computed++;
-        const plain = fresh.items[m]!;
-        const item = plain.hash === null ? plain : { ...plain, hash: namespacedItemHash(plain.hash, itemTag) };
-        const form = routedItem(cohort.contract, item);
+        const { item, routed: form } = laidOut(fresh.items[m]!, cohort.contract, itemTag);
         r = { item, routed: form, bytes: entryBytes(k, form) };
         memo.set(k, r, r.bytes);
       } else counts.reused++;
@@ -100,4 +117,39 @@ export function routeItems(media: readonly VerifiedMedia[], cohort: { contract: 
     routed.push(found[i]!.routed);
   }
   return { items, routed, unresolved: null };
+}
+
+/**
+ * The same as routeItems, every item identified and laid out again, without the memo (what a
+ * sampled request checks the memo's forms against: chat/exactness-check.ts).
+ */
+export function wholeRoutedItems(media: readonly VerifiedMedia[], cohort: ItemCohort, itemTag: NamespaceTag): RoutedItems {
+  const plain = mediaItems(media, cohort.digest);
+  if (plain.unresolved) return { items: [], routed: [], unresolved: plain.unresolved };
+  const items: MediaItem[] = [];
+  const routed: (RoutedItem | Ineligible)[] = [];
+  for (const p of plain.items) {
+    const r = laidOut(p, cohort.contract, itemTag);
+    items.push(r.item);
+    routed.push(r.routed);
+  }
+  return { items, routed, unresolved: null };
+}
+
+/**
+ * Forgets the memo's entries of these items under this cohort and namespace (found wrong by a
+ * sampled check), by the key the item was last looked up with and by its key built again (either
+ * may be what gave the wrong form); how many entries were dropped.
+ */
+export function forgetRoutedItems(media: readonly VerifiedMedia[], cohortDigest: string, itemTag: NamespaceTag): number {
+  const tag = itemTag === null ? "" : bytesToHex(itemTag);
+  let dropped = 0;
+  for (const m of media) {
+    const last = keys.get(m)?.key;
+    keys.delete(m);
+    if (last !== undefined && memo.delete(last)) dropped++;
+    const rebuilt = keyOf(m, cohortDigest, tag);
+    if (rebuilt !== null && memo.delete(rebuilt)) dropped++;
+  }
+  return dropped;
 }

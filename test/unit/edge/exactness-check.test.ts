@@ -9,19 +9,20 @@
  */
 import { afterEach, beforeAll, describe, expect, it, vi } from "vitest";
 import type { ChatCompletionRequest } from "../../../src/api/openai-schema.ts";
-import { localBlockHashes, namespacedLocalHashWords } from "../../../src/blocks/block-hash.ts";
+import { localBlockHashes, namespacedLocalHashWords, namespaceTag, type NamespaceTag } from "../../../src/blocks/block-hash.ts";
 import { parseEdgeConfig, type EdgeConfig } from "../../../src/config/config.ts";
 import { handleAdminRoute } from "../../../src/edge/admin-routes.ts";
 import { edgeCacheReport } from "../../../src/edge/cache-budgets.ts";
 import { routedHashes } from "../../../src/edge/cache-salt.ts";
 import { checkedEncode, checkedRoutedHashes } from "../../../src/edge/chat/exactness-check.ts";
 import { planMediaRouting } from "../../../src/edge/chat/layout.ts";
+import { routeItems } from "../../../src/edge/chat/routed-items.ts";
 import { parseChatBody, parseChatTurn } from "../../../src/edge/chat/parse.ts";
 import { prepareRouting, type PrepareDeps, type PreparedRouting } from "../../../src/edge/chat/prepare.ts";
 import { chatUpstreamBody } from "../../../src/edge/chat/upstream-body.ts";
 import type { VerifiedMedia } from "../../../src/edge/media.ts";
 import type { ExactnessKind } from "../../../src/edge/exactness.ts";
-import { cohortEligibility, SGLANG_CONTRACT_KEY } from "../../../src/layout/index.ts";
+import { cohortEligibility, SGLANG_CONTRACT_KEY, type LayoutPiece } from "../../../src/layout/index.ts";
 import { sharedPrefixCache } from "../../../src/prompt/prefix-cache.ts";
 import { getQwenTokenizer } from "../../../src/prompt/tokenizer/index.ts";
 import { preparePrompt } from "../../../src/prompt/index.ts";
@@ -254,30 +255,30 @@ describe("sampled checks of the prompt-prefix cache", () => {
   });
 });
 
-describe("sampled check of the media view hashes", () => {
-  const image = (n: number, width: number, height: number): VerifiedMedia => ({ kind: "image", forward: null, stored: true, digest: (0xe0000 + n).toString(16).padStart(64, "0"), metadata: { modality: "image", width, height }, unresolved: null });
+const image = (n: number, width: number, height: number, digestBase = 0xe0000): VerifiedMedia => ({ kind: "image", forward: null, stored: true, digest: (digestBase + n).toString(16).padStart(64, "0"), metadata: { modality: "image", width, height }, unresolved: null });
 
-  /** A vision chat's turn through the media layout stage (the template from the prompt-prefix cache). */
-  async function visionTurn(config: EdgeConfig, turns: number, branch = "") {
-    let text = `<|im_start|>system\nExactness view check.<|im_end|>\n`;
-    const media: VerifiedMedia[] = [];
-    const messages: unknown[] = [];
-    for (let t = 0; t <= turns; t++) {
-      media.push(image(t, 320 + 32 * t, 240));
-      text += `<|im_start|>user\n<|vision_start|><|image_pad|><|vision_end|>${prose(50 + t, 30)}${t === turns ? branch : ""}<|im_end|>\n<|im_start|>assistant\n`;
-      messages.push({ role: "user", content: [{ type: "image_url", image_url: { url: `https://example.com/${t}.png` } }, { type: "text", text: "q" }] });
-      if (t < turns) {
-        text += `${prose(60 + t, 20)}<|im_end|>\n`;
-        messages.push({ role: "assistant", content: "a" });
-      }
+/** A vision chat's turn through the media layout stage (the template from the prompt-prefix cache); `digestBase` names its images' bytes, `itemTag` its namespace. */
+async function visionTurn(config: EdgeConfig, turns: number, branch = "", digestBase = 0xe0000, itemTag: NamespaceTag = null) {
+  let text = `<|im_start|>system\nExactness view check.<|im_end|>\n`;
+  const media: VerifiedMedia[] = [];
+  const messages: unknown[] = [];
+  for (let t = 0; t <= turns; t++) {
+    media.push(image(t, 320 + 32 * t, 240, digestBase));
+    text += `<|im_start|>user\n<|vision_start|><|image_pad|><|vision_end|>${prose(50 + t, 30)}${t === turns ? branch : ""}<|im_end|>\n<|im_start|>assistant\n`;
+    messages.push({ role: "user", content: [{ type: "image_url", image_url: { url: `https://example.com/${t}.png` } }, { type: "text", text: "q" }] });
+    if (t < turns) {
+      text += `${prose(60 + t, 20)}<|im_end|>\n`;
+      messages.push({ role: "assistant", content: "a" });
     }
-    const template = sharedPrefixCache().encode(tok, text, BLOCK, "");
-    const req = { model: model.id, messages, n: 1 } as unknown as ChatCompletionRequest;
-    const plan = await planMediaRouting({ config, req, model, index, template, media: { parts: [], media, leased: [] }, itemTag: null });
-    expect(plan.fallbackReason).toBeNull();
-    return plan;
   }
+  const template = sharedPrefixCache().encode(tok, text, BLOCK, "");
+  const req = { model: model.id, messages, n: 1 } as unknown as ChatCompletionRequest;
+  const plan = await planMediaRouting({ config, req, model, index, template, media: { parts: [], media, leased: [] }, itemTag });
+  expect(plan.fallbackReason).toBeNull();
+  return plan;
+}
 
+describe("sampled check of the media view hashes", () => {
   it("a kept view's hashes corrupted: the sampled request gets the whole view's hashes, view_hashes counts it, the kept pieces are dropped", async () => {
     vi.spyOn(console, "warn").mockImplementation(() => {});
     await visionTurn(never, 0);
@@ -309,6 +310,46 @@ describe("sampled check of the media view hashes", () => {
     expect(mismatches("view_hashes")).toBe(before + 1);
     const next = await visionTurn(never, 3);
     expect(next.localHashes).toEqual(localBlockHashes(next.view!.tokens, BLOCK));
+  });
+});
+
+describe("sampled check of the media items' routed forms", () => {
+  it("a kept item's routed form corrupted: the sampled request routes on every item laid out again, routed_items counts it, the kept entry is dropped", async () => {
+    vi.spyOn(console, "warn").mockImplementation(() => {});
+    if (!cohort.ok) throw new Error(cohort.reason);
+    const bytes = 0xf1000;
+    // The same images in another namespace (their own kept entries): the same pad counts, so the same view length and spans.
+    const other = namespaceTag("routed-items-check");
+    const truth = await visionTurn(never, 2, "", bytes, other);
+    const truthNext = await visionTurn(never, 3, "", bytes, other);
+    await visionTurn(never, 1, "", bytes);
+    // Turn 0's image as the memo keeps it (routeItems gives the kept form itself): one more pad token.
+    const kept = routeItems([image(0, 320, 240, bytes)], cohort, null).routed[0]!;
+    if (!kept.ok) throw new Error(kept.detail);
+    const pieces = kept.pieces as LayoutPiece[];
+    const at = pieces.findIndex((p) => p.kind === "pad");
+    const pad = pieces[at] as Extract<LayoutPiece, { kind: "pad" }>;
+    pieces[at] = { ...pad, count: pad.count + 1 };
+    const before = mismatches("routed_items");
+    const checksBefore = checks("routed_items");
+    const checked = await visionTurn(always, 2, "", bytes);
+    expect(checks("routed_items")).toBe(checksBefore + 1);
+    expect(mismatches("routed_items")).toBe(before + 1);
+    expect(checked.isl).toBe(truth.isl);
+    expect(checked.view!.spans).toEqual(truth.view!.spans);
+    // Unsampled: turn 0's image is laid out again, not taken from the dropped entry.
+    const next = await visionTurn(never, 3, "", bytes);
+    expect(next.isl).toBe(truthNext.isl);
+    expect(next.view!.spans).toEqual(truthNext.view!.spans);
+  });
+
+  it("kept forms as the whole path gives them: a sampled request keeps them and counts no mismatch", async () => {
+    await visionTurn(never, 1, "", 0xf2000);
+    const before = mismatches("routed_items");
+    const checksBefore = checks("routed_items");
+    await visionTurn(always, 2, "", 0xf2000);
+    expect(checks("routed_items")).toBe(checksBefore + 1);
+    expect(mismatches("routed_items")).toBe(before);
   });
 });
 
@@ -478,7 +519,7 @@ describe("the counts are exposed", () => {
     const deps = { config: always, index: () => fail(), fetch: fail };
     const auth = { authorization: `Bearer ${ADMIN}` };
     const report = (await (await handleAdminRoute(new Request("https://edge/admin/edge-caches", { headers: auth }), deps)).json()) as { exactness: Record<string, { checks: number; mismatches: number }> };
-    expect(Object.keys(report.exactness).sort()).toEqual(["block_hashes", "body_prefix", "generate_body", "parse", "prompt_ids", "render", "routed_hashes", "view_hashes"]);
+    expect(Object.keys(report.exactness).sort()).toEqual(["block_hashes", "body_prefix", "generate_body", "parse", "prompt_ids", "render", "routed_hashes", "routed_items", "view_hashes"]);
     const metrics = await (await handleAdminRoute(new Request("https://edge/metrics", { headers: auth }), deps)).text();
     for (const [kind, c] of Object.entries(report.exactness)) {
       expect(metrics).toContain(`kvedge_edge_exactness_checks{kind="${kind}"} ${c.checks}\n`);
