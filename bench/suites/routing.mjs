@@ -50,6 +50,25 @@ const SIZES = {
   full: { workers: 2, seeds: [1, 2, 3], capacities: [1, 0.5], sessions: { chat: 300, agent: 12, docqa: 400, mooncake: 700, vision: 260 }, documents: 300 },
 };
 
+/**
+ * A part of the suite, for working on one trace (a full run takes ~19 min): comma lists in
+ * KVEDGE_ROUTING_TRACES, _SEEDS, _CAPACITIES and _POLICIES (kvedge and least-loaded are always kept:
+ * the verdicts need them) narrow the mode's size; unset, the whole suite runs.
+ */
+function narrowed(size, env = process.env) {
+  const list = (v) => (v ? v.split(",").map((x) => x.trim()).filter(Boolean) : null);
+  const seeds = list(env.KVEDGE_ROUTING_SEEDS)?.map(Number);
+  const capacities = list(env.KVEDGE_ROUTING_CAPACITIES)?.map(Number);
+  const policies = list(env.KVEDGE_ROUTING_POLICIES);
+  return {
+    ...size,
+    ...(seeds ? { seeds } : {}),
+    ...(capacities ? { capacities } : {}),
+    traces: list(env.KVEDGE_ROUTING_TRACES),
+    policies: policies ? [...new Set(["kvedge", "least-loaded", ...policies])] : null,
+  };
+}
+
 /** Ideal-prefill load of requests arriving at `at` (ms) with ideal prefill `ideal` (ms), over the central arrivals. */
 function windowLoad(at, ideal, workers) {
   const order = at.map((_, i) => i).sort((a, b) => at[a] - at[b]);
@@ -75,7 +94,10 @@ export default {
   name: "routing",
   title: "Routing policies on published-shape traces (calibrated H200 workers, real KV capacity, several seeds)",
   async run(ctx) {
-    const { timing, prefillMs, size, kv } = await replaySetup(ctx, SIZES);
+    const setup = await replaySetup(ctx, SIZES);
+    const { timing, prefillMs, kv } = setup;
+    const size = narrowed(setup.size);
+    const policiesOf = (name) => policiesFor(name).filter((p) => !size.policies || size.policies.includes(p));
     const edge = loadEdgeOverhead();
     const fleetKv = size.workers * kv.tokens;
 
@@ -122,12 +144,12 @@ export default {
       return { trace, hits, workingSetTokens, ideal, rate, load: windowLoad(trace.map((r) => r.at), ideal, size.workers) };
     };
 
-    const names = Object.keys(TRACES);
-    const total = names.reduce((n, name) => n + policiesFor(name).length, 0) * size.seeds.length * size.capacities.length;
+    const names = Object.keys(TRACES).filter((n) => !size.traces || size.traces.includes(n));
+    const total = names.reduce((n, name) => n + policiesOf(name).length, 0) * size.seeds.length * size.capacities.length;
     let done = 0;
     const out = {};
     for (const name of names) {
-      const policies = policiesFor(name);
+      const policies = policiesOf(name);
       const perSeed = [];
       for (const seed of size.seeds) {
         ctx.progress(done / total, `routing ${name} seed ${seed}: trace`);

@@ -81,6 +81,12 @@ export class BlockViews {
    * look at the same hashes at the same time (an admission's peek, then its route) walks nothing.
    */
   #generation = 0;
+  /**
+   * Slots whose worker evicted GPU blocks since it started or last cleared its cache: SGLang evicts
+   * only to make room and keeps what finished requests leave, so such a cache stays full, and each
+   * block it stores displaces a cached one (src/selection/duplicate-cost.ts).
+   */
+  readonly #evicting = new Set<number>();
   #matched: MatchedRequest | null = null;
   #hostMatched: MatchedRequest | null = null;
   /** Overlap of recently routed chains from the last walk (#matched's request). */
@@ -140,6 +146,7 @@ export class BlockViews {
     this.approx.clear(slot);
     this.approximate.clear(workerId);
     this.#synced.delete(workerId);
+    this.#evicting.delete(slot);
   }
 
   /** The worker left the registry: its slot is freed in every view. */
@@ -152,6 +159,12 @@ export class BlockViews {
     this.approx.clear(slot);
     this.#synced.delete(workerId);
     this.approximate.clear(workerId);
+    this.#evicting.delete(slot);
+  }
+
+  /** Whether the worker's cache is full: it has evicted blocks since it started or last cleared them. */
+  isEvicting(slot: number): boolean {
+    return this.#evicting.has(slot);
   }
 
   /** A new relay session: its dump, which follows, is the truth. */
@@ -232,10 +245,12 @@ export class BlockViews {
         const removed = this.index.applyRemoved(w.slot, ev.hashes);
         this.#counters.blocksRemoved += removed;
         this.#room += removed;
+        if (removed > 0) this.#evicting.add(w.slot);
       } else {
         this.#room += this.index.workerBlockCount(w.slot);
         this.index.clearWorker(w.slot);
         this.host.clearWorker(w.slot);
+        this.#evicting.delete(w.slot);
         // The worker dropped everything: whatever the view got wrong is gone with it.
         this.approximate.clear(workerId);
       }

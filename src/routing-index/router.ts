@@ -17,6 +17,7 @@ import { DEFAULT_TTFT_PARAMS, estimateTtft, prefillRate, scoreByTtft } from "../
 import { TierCalibration } from "../selection/tier-calibration.ts";
 import { DEFAULT_RECURRING_LOAD, RecurringLoad, type RecurringLoadParams } from "../selection/recurring-load.ts";
 import { DEFAULT_TIER_COST, type TierCostParams } from "../selection/tier-cost.ts";
+import { DEFAULT_DUPLICATE_COST, duplicateCostMs, duplicateTokens, type DuplicateCostParams } from "../selection/duplicate-cost.ts";
 import { DEFAULT_PD_TRANSFER_GBPS, pdTransferMs, type PdTransferParams } from "../selection/pd-transfer-cost.ts";
 import type { BlockViews } from "./block-views.ts";
 import type { LoadSync } from "./load-sync.ts";
@@ -132,6 +133,8 @@ export interface RouterOptions {
   pdTransfer?: PdTransferParams;
   /** Cost "ttft"'s term for conversations that keep coming back to a worker (recurring-load.ts); absent: its defaults. */
   recurringLoad?: RecurringLoadParams;
+  /** Cost "ttft"'s term for copying a prefix another worker holds (duplicate-cost.ts); absent: its defaults. */
+  duplicateCost?: DuplicateCostParams;
 }
 
 /** The parts of one pool a router reads and changes. */
@@ -163,6 +166,7 @@ export class Router {
   readonly #prefillDoneAt = new Map<string, number>();
   readonly #pdTransfer: PdTransferParams;
   readonly #recurring: RecurringLoad;
+  readonly #duplicate: DuplicateCostParams;
 
   constructor(parts: RouterParts, opts: RouterOptions) {
     this.#p = parts;
@@ -171,6 +175,7 @@ export class Router {
     this.#calibration = new TierCalibration(opts.tiers ?? DEFAULT_TIER_COST);
     this.#pdTransfer = opts.pdTransfer ?? { kvBytesPerToken: DEFAULT_TIER_COST.kvBytesPerToken, transferGBps: DEFAULT_PD_TRANSFER_GBPS };
     this.#recurring = new RecurringLoad(opts.recurringLoad ?? DEFAULT_RECURRING_LOAD);
+    this.#duplicate = opts.duplicateCost ?? DEFAULT_DUPLICATE_COST;
     this.#temperature = opts.temperature ?? 0;
     this.#decodeWeight = opts.decodeWeight ?? 1;
     this.#random = opts.random ?? Math.random;
@@ -386,6 +391,7 @@ export class Router {
       sharedActiveBlocks: shared.get(w.slot) ?? 0,
       hostBlocks: Math.max(0, hostOverlaps[k]! - overlaps[k]!),
       storageBlocks: Math.max(0, storageOverlaps[k]! - Math.max(overlaps[k]!, hostOverlaps[k]!)),
+      cacheFull: views.isEvicting(w.slot),
     }));
     const scored = this.#score(live, candidates, req, blockSize);
     const candidateViews: RouteCandidateView[] = live.map((w, k) => ({
@@ -455,9 +461,12 @@ export class Router {
     // A prefill worker's first token also waits for the prompt's KV to reach its decode peer.
     const transferMs = pdTransferMs(this.#pdTransfer, req.isl);
     const now = this.#now();
+    const duplicated = duplicateTokens(candidates, req.isl, blockSize);
     return scored.map((x, k) => {
-      const recurringMs = this.#recurring.costMs(x.slot, now, prefillRate(params, placements[k]!));
-      return { ...x, cost: x.cost + recurringMs + (isPrefillWorker(live[k]!) ? transferMs : 0) };
+      const rate = prefillRate(params, placements[k]!);
+      const recurringMs = this.#recurring.costMs(x.slot, now, rate);
+      const duplicateMs = duplicateCostMs(this.#duplicate, duplicated[k]!, rate);
+      return { ...x, cost: x.cost + recurringMs + duplicateMs + (isPrefillWorker(live[k]!) ? transferMs : 0) };
     });
   }
 }

@@ -23,6 +23,7 @@ import { DEFAULT_SELECTION_COST, type SelectionCost } from "../selection/selecti
 import type { TierCostParams } from "../selection/tier-cost.ts";
 import type { LoadTier, TierCalibrationView } from "../selection/tier-calibration.ts";
 import type { PdTransferParams } from "../selection/pd-transfer-cost.ts";
+import type { DuplicateCostParams } from "../selection/duplicate-cost.ts";
 import { BlockViews, type RelayApplyOutcome } from "./block-views.ts";
 import { countDropped } from "./drop-count.ts";
 import { poolCohort } from "./cohort.ts";
@@ -85,6 +86,8 @@ export interface RoutingCoreOptions {
   storageCapacityBlocks?: number;
   /** KV bytes per token and prefill → decode bandwidth: a PD pair's TTFT adds the transfer (pd-transfer-cost.ts). */
   pdTransfer?: PdTransferParams;
+  /** Cost "ttft": what copying a prefix another worker holds onto a full cache costs (duplicate-cost.ts); default DEFAULT_DUPLICATE_COST. */
+  duplicateCost?: DuplicateCostParams;
   /** One shard of a sharded pool: queue this core's load changes for the other shards (load-replica.ts). */
   replicateLoad?: boolean;
   /** With replicateLoad: called when load changes start to queue (none was pending), wherever they come from; send them (takeLoadOps) soon. */

@@ -3,7 +3,8 @@
  *  - "ttft" (ttft-cost.ts, the default): estimated time to first token in ms. With a regions table
  *    (regions.ts) and the edge's region known it includes each worker's round trip from the edge;
  *    otherwise every worker is scored with no round trip. The router adds each worker's recurring
- *    load (recurring-load.ts): the turns its conversations keep bringing back.
+ *    load (recurring-load.ts): the turns its conversations keep bringing back; and, on a worker whose
+ *    cache is full, the prefill of tokens another worker holds (duplicate-cost.ts): the copy evicts.
  *  - "blocks" (block-cost.ts): Dynamo's block count. With a regions table and the edge's region
  *    known, estimated TTFT is used instead, since only it can weigh round trips.
  * Ties are broken uniformly at random (reservoir sampling); with temperature T > 0 costs are
@@ -22,6 +23,8 @@ export interface Candidate {
   hostBlocks?: number;
   /** Blocks after those assumed in a storage backend the worker shares (approximate; HiCache L3). */
   storageBlocks?: number;
+  /** The worker's cache is full (it has evicted): a block it stores displaces a cached one (duplicate-cost.ts). */
+  cacheFull?: boolean;
 }
 
 export interface Scored {

@@ -1,0 +1,55 @@
+/**
+ * Duplication cost, a term of cost "ttft" (ttft-cost.ts): prefilling on worker w a prefix that
+ * another worker already holds makes a second copy of it. The request's own TTFT is what the
+ * estimate prices; the copy's cost falls on later requests: a full cache makes room for each new
+ * token by evicting a token of some other prefix (LRU), which the next request needing it prefills
+ * again, and a conversation moved off its holder leaves its history there to age out. Without this
+ * term a greedy TTFT estimate moves a request whenever the holder's queue costs more than the prefill
+ * the cache saves, and under bursts it copies popular documents and running conversations onto every
+ * worker, so the fleet caches less distinct content than it holds room for.
+ *
+ *   duplicateMs(w) = weight × (tokens of the request held by another candidate, not by w) / w's prefill rate
+ *
+ * counted only on a worker whose cache is full (Candidate.cacheFull: it has evicted since it started
+ * or last cleared, block-views.ts): a cache with room holds the copy without displacing anything, so
+ * while caches fill (and on traffic whose working set fits, such as agent loops on a large fleet) the
+ * term is off and load alone decides. "Held" is the GPU overlap plus host-memory blocks (a shared
+ * storage backend is everyone's: loading from it copies nothing another worker could serve better).
+ * With weight 1 a move must save more of the holder's queue than twice the prefill it repeats; 0
+ * turns the term off.
+ */
+import type { Candidate } from "./selection.ts";
+
+export interface DuplicateCostParams {
+  /** Cost of one duplicated token in units of its own prefill time; 0: off. */
+  weight: number;
+}
+
+export const DEFAULT_DUPLICATE_COST: Readonly<DuplicateCostParams> = { weight: 1 };
+
+const heldBlocks = (c: Candidate) => c.overlapBlocks + (c.hostBlocks ?? 0);
+
+/** Per candidate, the request's tokens that another candidate holds and it does not (at most `isl`), when its cache is full; else 0. */
+export function duplicateTokens(candidates: readonly Candidate[], isl: number, blockSize: number): number[] {
+  // The two largest holdings: each candidate is compared with the best of the others.
+  let first = 0;
+  let second = 0;
+  for (const c of candidates) {
+    const h = heldBlocks(c);
+    if (h > first) {
+      second = first;
+      first = h;
+    } else if (h > second) second = h;
+  }
+  return candidates.map((c) => {
+    if (!c.cacheFull) return 0;
+    const own = heldBlocks(c);
+    const other = own === first ? second : first;
+    return Math.max(0, Math.min(isl, other * blockSize) - Math.min(isl, own * blockSize));
+  });
+}
+
+/** The term for `tokens` duplicated on a worker prefilling `tokensPerSec`, ms. */
+export function duplicateCostMs(params: DuplicateCostParams, tokens: number, tokensPerSec: number): number {
+  return params.weight > 0 ? (params.weight * tokens * 1000) / tokensPerSec : 0;
+}

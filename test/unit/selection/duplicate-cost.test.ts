@@ -1,0 +1,90 @@
+/**
+ * Duplication cost (src/selection/duplicate-cost.ts): on a worker whose cache is full (it has
+ * evicted), prefilling tokens another worker holds costs their prefill again. Through a real
+ * RoutingCore: a question on a document stays with the document's holder while the holder's queue
+ * costs less than twice the document's prefill, once the other worker's cache is full; while that
+ * cache has room, or with weight 0, the plain TTFT estimate moves it.
+ */
+import { beforeAll, describe, expect, it } from "vitest";
+import { RoutingCore } from "../../../src/routing-index/routing-core.ts";
+import { localBlockHashes } from "../../../src/blocks/block-hash.ts";
+import { initHashing } from "../../../src/util/hash.ts";
+import { localHashToHex } from "../../../src/relay-wire/relay-protocol.ts";
+import { DEFAULT_DUPLICATE_COST, duplicateCostMs, duplicateTokens, type DuplicateCostParams } from "../../../src/selection/duplicate-cost.ts";
+import type { Candidate } from "../../../src/selection/selection.ts";
+
+beforeAll(() => initHashing());
+
+const B = 16;
+const text = (from: number, n: number) => Array.from({ length: n }, (_, i) => from + i);
+/** 500 blocks: 800 ms of prefill at the default 10 000 tokens/s. */
+const DOC = text(1, 500 * B);
+
+const candidate = (slot: number, overlapBlocks: number, extra: Partial<Candidate> = {}): Candidate => ({ slot, overlapBlocks, activePrefillTokens: 0, activeDecodeBlocks: 0, ...extra });
+
+/** Chain rows for `tokens`' blocks, hashes numbered from `first`. */
+function rows(tokens: number[], first: number) {
+  return localBlockHashes(tokens, B).map((l, i) => ({ h: String(first + i), p: i === 0 ? null : String(first + i - 1), l: localHashToHex(l) }));
+}
+
+/**
+ * Workers a (holding DOC, with 1 200 ms of prefill queued) and b (holding one unrelated block,
+ * evicted when `bFull`), as their relays report them.
+ */
+function pool(opts: { bFull: boolean; duplicateCost?: DuplicateCostParams }) {
+  const core = new RoutingCore({ blockSize: B, random: () => 0, now: () => 0, ...(opts.duplicateCost ? { duplicateCost: opts.duplicateCost } : {}) });
+  for (const id of ["a", "b"]) core.hello({ type: "hello", workerId: id, url: `http://${id}`, blockSize: B, epoch: 1, modelName: "m", contract: null, kvEvents: true }, id);
+  core.applyDump("a", { type: "dump", epoch: 1, seq: 0, blocks: rows(DOC, 1000) });
+  core.applyDump("b", { type: "dump", epoch: 1, seq: 0, blocks: rows(text(90_000, 2 * B), 5000) });
+  if (opts.bFull) expect(core.applyEvents("b", { type: "events", epoch: 1, seq: 1, events: [{ t: "removed", hashes: ["5001"] }] }).ok).toBe(true);
+  const busy = text(200_000, 12_000);
+  expect(core.route({ localHashes: localBlockHashes(busy, B), isl: busy.length, onlyWorkers: ["a"] })!.workerId).toBe("a");
+  return core;
+}
+
+const question = [...DOC, ...text(60_000, 40)];
+const pick = (core: RoutingCore) => core.peek({ localHashes: localBlockHashes(question, B), isl: question.length });
+
+describe("duplicateTokens", () => {
+  it("counts, on a full cache, the tokens the best other holder has and it lacks, at most the prompt", () => {
+    const c = [candidate(0, 10, { cacheFull: true }), candidate(1, 4, { cacheFull: true }), candidate(2, 0, { cacheFull: true })];
+    expect(duplicateTokens(c, 400, B)).toEqual([0, 6 * B, 10 * B]);
+    // A prompt shorter than the holdings (its last block is partial) counts up to its length.
+    expect(duplicateTokens(c, 100, B)).toEqual([0, 100 - 4 * B, 100]);
+    // Two equal best holders copy nothing from each other.
+    expect(duplicateTokens([candidate(0, 10, { cacheFull: true }), candidate(1, 10, { cacheFull: true })], 400, B)).toEqual([0, 0]);
+    // Host-memory blocks are held too.
+    expect(duplicateTokens([candidate(0, 2, { hostBlocks: 8, cacheFull: true }), candidate(1, 10, { cacheFull: true })], 400, B)).toEqual([0, 0]);
+  });
+
+  it("is 0 on a cache with room: the copy displaces nothing", () => {
+    expect(duplicateTokens([candidate(0, 10), candidate(1, 0, { cacheFull: false })], 400, B)).toEqual([0, 0]);
+  });
+
+  it("prices the copy as its prefill time × weight", () => {
+    expect(duplicateCostMs(DEFAULT_DUPLICATE_COST, 8_000, 10_000)).toBe(800);
+    expect(duplicateCostMs({ weight: 0.5 }, 8_000, 10_000)).toBe(400);
+    expect(duplicateCostMs({ weight: 0 }, 8_000, 10_000)).toBe(0);
+  });
+});
+
+describe("RoutingCore with the duplication cost", () => {
+  it("keeps the question on the document's holder once the other worker's cache is full", () => {
+    const p = pick(pool({ bFull: true }));
+    expect(p.workerId).toBe("a");
+    const [a, b] = p.candidates;
+    // b: 0 queued + 804 ms of prefill + 800 ms for the copy; a: 1 200 ms queued + 4 ms.
+    expect(b!.cost - a!.cost).toBeGreaterThan(350);
+  });
+
+  it("moves it by the TTFT estimate alone while that cache has room, or with weight 0", () => {
+    expect(pick(pool({ bFull: false })).workerId).toBe("b");
+    expect(pick(pool({ bFull: true, duplicateCost: { weight: 0 } })).workerId).toBe("b");
+  });
+
+  it("a cleared cache has room again", () => {
+    const core = pool({ bFull: true });
+    expect(core.applyEvents("b", { type: "events", epoch: 1, seq: 2, events: [{ t: "cleared" }] }).ok).toBe(true);
+    expect(pick(core).workerId).toBe("b");
+  });
+});
