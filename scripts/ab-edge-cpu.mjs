@@ -7,7 +7,10 @@
 // Run both orders (--base-first): the fleet started second can read lower on this 2-core VM, and an
 // A/A run (--base pointing at a copy of this tree) gives the noise floor.
 // Usage: node scripts/ab-edge-cpu.mjs --base <checkout> [--shape text|conversation|vision|agent] [--tokens 32000]
-//        [--blocks 16] [--per-block 20] [--warm 300] [--stream] [--base-first]
+//        [--blocks 16] [--per-block 20] [--warm 300] [--stream] [--base-first] [--gap-ms 0]
+// --gap-ms N: idle N ms after each request, as the edge bench's interleaved sends leave the edge (a
+// request after an idle gap runs cold and reads ~1.5x the CPU of one sent back to back; a receipt
+// then goes alone on its timer instead of riding the next request's route call).
 import { join, resolve } from "node:path";
 import { pathToFileURL } from "node:url";
 import { parseArgs } from "node:util";
@@ -22,10 +25,12 @@ const { values: opt } = parseArgs({
     warm: { type: "string", default: "300" },
     stream: { type: "boolean", default: false },
     "base-first": { type: "boolean", default: false },
+    "gap-ms": { type: "string", default: "0" },
   },
 });
-if (!opt.base || !["text", "conversation", "vision", "agent"].includes(opt.shape)) {
-  console.error("ab-edge-cpu: --base <checkout> is required; --shape is text, conversation, vision or agent");
+const gapMs = Number(opt["gap-ms"]);
+if (!opt.base || !(gapMs >= 0 && gapMs <= 1000) || !["text", "conversation", "vision", "agent"].includes(opt.shape)) {
+  console.error("ab-edge-cpu: --base <checkout> is required; --gap-ms is 0-1000; --shape is text, conversation, vision or agent");
   process.exit(2);
 }
 const here = resolve(import.meta.dirname, "..");
@@ -57,14 +62,17 @@ try {
     for (const s of b % 2 ? [...sides].reverse() : sides) {
       const bodies = Array.from({ length: perBlock }, s.shape.next);
       const c0 = s.cpu.processCpuPreciseMs(s.pid);
-      for (const body of bodies) await s.shape.post(body);
+      for (const body of bodies) {
+        await s.shape.post(body);
+        if (gapMs > 0) await new Promise((r) => setTimeout(r, gapMs));
+      }
       s.ms.push((s.cpu.processCpuPreciseMs(s.pid) - c0) / perBlock);
     }
   }
   const [base, mine] = [sides.find((s) => s.name === "base"), sides.find((s) => s.name === "this")];
   const diffs = base.ms.map((a, i) => mine.ms[i] - a);
   const mean = (a) => a.reduce((x, y) => x + y, 0) / a.length;
-  console.log(`${opt.shape} ${opt.tokens} tokens${opt.stream ? ", streamed" : ""}: ${blocks} blocks x ${perBlock} requests, ${opt["base-first"] ? "base" : "this tree"} first`);
+  console.log(`${opt.shape} ${opt.tokens} tokens${opt.stream ? ", streamed" : ""}${gapMs ? `, ${gapMs} ms gaps` : ""}: ${blocks} blocks x ${perBlock} requests, ${opt["base-first"] ? "base" : "this tree"} first`);
   console.log(`edge CPU ms/request: base median ${median(base.ms).toFixed(3)} mean ${mean(base.ms).toFixed(3)}; this median ${median(mine.ms).toFixed(3)} mean ${mean(mine.ms).toFixed(3)}`);
   console.log(`this - base per block: median ${median(diffs).toFixed(3)} mean ${mean(diffs).toFixed(3)}; lower in ${diffs.filter((d) => d < 0).length}/${diffs.length} blocks`);
 } finally {
