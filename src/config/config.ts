@@ -6,7 +6,6 @@
  * error, not an ignored one.
  */
 import { DEFAULT_PD_TRANSFER_GBPS } from "../selection/pd-transfer-cost.ts";
-import { DEFAULT_DUPLICATE_COST } from "../selection/duplicate-cost.ts";
 import { z } from "zod";
 import { DEFAULT_BLOCK_BUDGET } from "../block-index/block-budget.ts";
 import { ConfigError } from "../api/errors.ts";
@@ -124,11 +123,6 @@ export const RoutingConfigSchema = z.strictObject({
    * src/selection/block-cost.ts).
    */
   cost: z.enum(SELECTION_COSTS).default(DEFAULT_SELECTION_COST),
-  /**
-   * cost "ttft": what prefilling a prefix that another worker holds costs on a worker whose cache is
-   * full, in units of that prefill's time (the copy evicts as much of other prefixes; src/selection/duplicate-cost.ts); 0 = off.
-   */
-  duplicateWeight: z.number().min(0).max(10).default(DEFAULT_DUPLICATE_COST.weight),
   /** Softmax temperature for selection; 0 = argmin with random tie-break. */
   temperature: z.number().min(0).max(10).default(0),
   /** cost "blocks": weight of decode load (active + new KV blocks) against prefill/overlap; 1 = Dynamo's. */
