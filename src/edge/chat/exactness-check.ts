@@ -13,6 +13,7 @@ import { QwenTokenizerImpl } from "../../prompt/tokenizer/tokenizer.ts";
 import type { PromptPieces, TurnChainCache } from "../../prompt/turn-chain.ts";
 import type { BodyPart } from "../../proxy/generate-body.ts";
 import type { GenerateRequestBody } from "../../proxy/sglang-wire.ts";
+import { sameBytes } from "../../util/same-bytes.ts";
 import { forgetRoutedRuns, type PlainHashes, type RoutingNamespace } from "../cache-salt.ts";
 import { countCheck, countMismatch } from "../exactness.ts";
 import type { VerifiedMedia } from "../media.ts";
@@ -86,7 +87,7 @@ export function checkedBodyParts(parts: BodyPart[], body: GenerateRequestBody, p
   const { text, ...rest } = body;
   const whole = JSON.stringify({ text, ...rest });
   const expected = utf8.encode(whole);
-  if (sameRun(parts.map((p) => (typeof p === "string" ? utf8.encode(p) : p)), expected)) return parts;
+  if (sameByteRun(parts.map((p) => (typeof p === "string" ? utf8.encode(p) : p)), expected)) return parts;
   countMismatch("generate_body", { bytes: expected.length, pieces: pieces?.ids.length ?? 0, dropped: pieces ? chain.dropHolding(pieces.ids) : 0 });
   return [whole];
 }
@@ -133,6 +134,16 @@ function samePlain(a: unknown, b: unknown): boolean {
   if (ka.length !== Object.keys(b).length) return false;
   for (const k of ka) if (!Object.hasOwn(b, k) || !samePlain((a as Record<string, unknown>)[k], (b as Record<string, unknown>)[k])) return false;
   return true;
+}
+
+/** sameRun for bytes, each piece compared natively where the runtime can (a body is 100s of kB). */
+function sameByteRun(pieces: readonly Uint8Array[], whole: Uint8Array): boolean {
+  let at = 0;
+  for (const p of pieces) {
+    if (at + p.length > whole.length || !sameBytes(p, whole.subarray(at, at + p.length))) return false;
+    at += p.length;
+  }
+  return at === whole.length;
 }
 
 /** Whether the pieces, one after another, are `whole`. */
