@@ -78,6 +78,7 @@ export class RoutingIndex extends DurableObject<RoutingIndexEnv> implements Pool
       tiers: { kvBytesPerToken: routing.kvBytesPerToken, hostLoadGBps: routing.hostLoadGBps, storageLoadGBps: routing.storageLoadGBps },
       storageCapacityBlocks: routing.storageCapacityBlocks,
       pdTransfer: { kvBytesPerToken: routing.kvBytesPerToken, transferGBps: routing.pdTransferGBps },
+      duplicateCost: { weight: routing.duplicateWeight, targetMs: routing.duplicateTargetMs },
       replicateLoad: this.#shards > 1,
       onLoadOps: () => this.#scheduleLoadSync(),
       onDrift: (workerId) => console.warn(JSON.stringify({ event: "routing_drift", workerId })),

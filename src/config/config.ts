@@ -6,6 +6,7 @@
  * error, not an ignored one.
  */
 import { DEFAULT_PD_TRANSFER_GBPS } from "../selection/pd-transfer-cost.ts";
+import { DEFAULT_DUPLICATE_COST } from "../selection/duplicate-cost.ts";
 import { z } from "zod";
 import { DEFAULT_BLOCK_BUDGET } from "../block-index/block-budget.ts";
 import { ConfigError } from "../api/errors.ts";
@@ -127,6 +128,13 @@ export const RoutingConfigSchema = z.strictObject({
   temperature: z.number().min(0).max(10).default(0),
   /** cost "blocks": weight of decode load (active + new KV blocks) against prefill/overlap; 1 = Dynamo's. */
   decodeWeight: z.number().min(0).max(10).default(1),
+  /**
+   * cost "ttft": on a worker whose cache is full, the prefill of tokens another worker holds costs
+   * this weight × their prefill time again (a copy evicts as much of other prefixes), never lifting
+   * the worker's estimate past duplicateTargetMs; 0 = off (src/selection/duplicate-cost.ts).
+   */
+  duplicateWeight: z.number().min(0).max(10).default(DEFAULT_DUPLICATE_COST.weight),
+  duplicateTargetMs: z.number().int().min(0).max(600_000).default(DEFAULT_DUPLICATE_COST.targetMs),
   /**
    * cost "ttft", HiCache workers: the KV bytes one token takes on the pool's model (layers × KV
    * heads × head dim × 2 × bytes per element) and the host-memory → GPU load-back bandwidth in GB/s,

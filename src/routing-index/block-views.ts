@@ -19,6 +19,13 @@ import { BlockShares } from "./block-shares.ts";
 import { countDropped } from "./drop-count.ts";
 import type { SlottedWorker, WorkerRegistry } from "./worker-registry.ts";
 
+/**
+ * Share of a worker's KV capacity (its hello's kvCapacityTokens) at which the blocks indexed for it
+ * count as a full cache: SGLang's pool also holds running requests' unfinished blocks, which the
+ * index never sees, so the cached share tops out somewhat below 1.
+ */
+export const CACHE_FULL_SHARE = 0.9;
+
 export type RelayApplyOutcome = { ok: true } | { ok: false; reason: string; resync: boolean };
 
 export interface BlockViewsOptions {
@@ -84,9 +91,9 @@ export class BlockViews {
   /**
    * Slots whose worker evicted GPU blocks since it started or last cleared its cache: SGLang evicts
    * only to make room and keeps what finished requests leave, so such a cache stays full, and each
-   * block it stores displaces a cached one (src/selection/duplicate-cost.ts).
+   * block it stores displaces a cached one (src/selection/duplicate-cost.ts). See cacheFull.
    */
-  readonly #evicting = new Set<number>();
+  readonly #evicted = new Set<number>();
   #matched: MatchedRequest | null = null;
   #hostMatched: MatchedRequest | null = null;
   /** Overlap of recently routed chains from the last walk (#matched's request). */
@@ -146,7 +153,7 @@ export class BlockViews {
     this.approx.clear(slot);
     this.approximate.clear(workerId);
     this.#synced.delete(workerId);
-    this.#evicting.delete(slot);
+    this.#evicted.delete(slot);
   }
 
   /** The worker left the registry: its slot is freed in every view. */
@@ -159,12 +166,20 @@ export class BlockViews {
     this.approx.clear(slot);
     this.#synced.delete(workerId);
     this.approximate.clear(workerId);
-    this.#evicting.delete(slot);
+    this.#evicted.delete(slot);
   }
 
-  /** Whether the worker's cache is full: it has evicted blocks since it started or last cleared them. */
-  isEvicting(slot: number): boolean {
-    return this.#evicting.has(slot);
+  /**
+   * Whether the worker's cache is full: it has evicted GPU blocks since it started or last cleared
+   * them, or (where its hello gave kvCapacityTokens) the blocks indexed for it, exact or approximate,
+   * reach CACHE_FULL_SHARE of that capacity. The second test covers workers whose removals the index
+   * never sees (no KV events, an approximate or dropped view) and a restarted index object.
+   */
+  cacheFull(w: Pick<SlottedWorker, "slot" | "kvCapacityTokens" | "blockSize">): boolean {
+    if (this.#evicted.has(w.slot)) return true;
+    if (!w.kvCapacityTokens) return false;
+    const blocks = Math.max(this.index.workerBlockCount(w.slot), this.approx.workerBlockCount(w.slot));
+    return blocks * w.blockSize >= CACHE_FULL_SHARE * w.kvCapacityTokens;
   }
 
   /** A new relay session: its dump, which follows, is the truth. */
@@ -245,12 +260,12 @@ export class BlockViews {
         const removed = this.index.applyRemoved(w.slot, ev.hashes);
         this.#counters.blocksRemoved += removed;
         this.#room += removed;
-        if (removed > 0) this.#evicting.add(w.slot);
+        if (removed > 0) this.#evicted.add(w.slot);
       } else {
         this.#room += this.index.workerBlockCount(w.slot);
         this.index.clearWorker(w.slot);
         this.host.clearWorker(w.slot);
-        this.#evicting.delete(w.slot);
+        this.#evicted.delete(w.slot);
         // The worker dropped everything: whatever the view got wrong is gone with it.
         this.approximate.clear(workerId);
       }

@@ -12,7 +12,7 @@ import type { PoolRecorder } from "../metrics/pool-recorder.ts";
 import type { IndexCounters } from "../metrics/pool-snapshot.ts";
 import { scoreByBlocks } from "../selection/block-cost.ts";
 import { resolveEdgeRegion, rttMs, type RegionsConfig } from "../selection/regions.ts";
-import { pickIndex, type Candidate, type SelectionCost } from "../selection/selection.ts";
+import { pickIndex, type Candidate, type Scored, type SelectionCost } from "../selection/selection.ts";
 import { DEFAULT_TTFT_PARAMS, estimateTtft, prefillRate, scoreByTtft } from "../selection/ttft-cost.ts";
 import { TierCalibration } from "../selection/tier-calibration.ts";
 import { DEFAULT_RECURRING_LOAD, RecurringLoad, type RecurringLoadParams } from "../selection/recurring-load.ts";
@@ -61,6 +61,10 @@ export interface RouteCandidateView {
   cost: number;
   activePrefillTokens: number;
   activeDecodeBlocks: number;
+  /** The worker's cache is full (BlockViews.cacheFull); absent: not full. */
+  cacheFull?: true;
+  /** Cost "ttft"'s duplication term in `cost`, ms (src/selection/duplicate-cost.ts); absent: 0. */
+  duplicateMs?: number;
 }
 
 export interface RouteDecision {
@@ -391,7 +395,7 @@ export class Router {
       sharedActiveBlocks: shared.get(w.slot) ?? 0,
       hostBlocks: Math.max(0, hostOverlaps[k]! - overlaps[k]!),
       storageBlocks: Math.max(0, storageOverlaps[k]! - Math.max(overlaps[k]!, hostOverlaps[k]!)),
-      cacheFull: views.isEvicting(w.slot),
+      cacheFull: views.cacheFull(w),
     }));
     const scored = this.#score(live, candidates, req, blockSize);
     const candidateViews: RouteCandidateView[] = live.map((w, k) => ({
@@ -402,6 +406,8 @@ export class Router {
       activeDecodeBlocks: candidates[k]!.activeDecodeBlocks,
       ...(scored[k]!.hostBlocks ? { hostBlocks: scored[k]!.hostBlocks } : {}),
       ...(scored[k]!.storageBlocks ? { storageBlocks: scored[k]!.storageBlocks } : {}),
+      ...(candidates[k]!.cacheFull ? { cacheFull: true } : {}),
+      ...(scored[k]!.duplicateMs ? { duplicateMs: scored[k]!.duplicateMs } : {}),
     }));
     return { live, chain, candidates, scored, candidateViews, blockSize };
   }
@@ -451,7 +457,7 @@ export class Router {
    * when a regions table knows the edge's region, and none otherwise; cost "blocks" yields to it
    * only where round trips are known.
    */
-  #score(live: readonly WorkerRecord[], candidates: Candidate[], req: Pick<RouteRequest, "isl" | "edgeRegion" | "edgeColo">, blockSize: number) {
+  #score(live: readonly WorkerRecord[], candidates: Candidate[], req: Pick<RouteRequest, "isl" | "edgeRegion" | "edgeColo">, blockSize: number): Scored[] {
     const regions = this.#regions;
     const edgeRegion = regions ? (req.edgeRegion ?? resolveEdgeRegion(regions, req.edgeColo)) : null;
     if (this.#cost === "blocks" && !edgeRegion) return scoreByBlocks({ candidates, isl: req.isl, blockSize, decodeWeight: this.#decodeWeight });
@@ -464,9 +470,9 @@ export class Router {
     const duplicated = duplicateTokens(candidates, req.isl, blockSize);
     return scored.map((x, k) => {
       const rate = prefillRate(params, placements[k]!);
-      const recurringMs = this.#recurring.costMs(x.slot, now, rate);
-      const duplicateMs = duplicateCostMs(this.#duplicate, duplicated[k]!, rate);
-      return { ...x, cost: x.cost + recurringMs + duplicateMs + (isPrefillWorker(live[k]!) ? transferMs : 0) };
+      const estimateMs = x.cost + this.#recurring.costMs(x.slot, now, rate) + (isPrefillWorker(live[k]!) ? transferMs : 0);
+      const duplicateMs = duplicateCostMs(this.#duplicate, duplicated[k]!, rate, estimateMs);
+      return { ...x, cost: estimateMs + duplicateMs, duplicateMs };
     });
   }
 }

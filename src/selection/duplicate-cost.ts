@@ -17,15 +17,26 @@
  * storage backend is everyone's: loading from it copies nothing another worker could serve better).
  * With weight 1 a move must save more of the holder's queue than twice the prefill it repeats; 0
  * turns the term off.
+ *
+ * Bound: the term on w is at most max(0, targetMs − w's own estimate). A request then stays on a
+ * holder only while the holder's estimate is at most max(targetMs, w's estimate): the term trades
+ * later requests' hits for this one's wait only up to a TTFT target, never past it (unbounded, a
+ * 120k-token document at 10k tokens/s would keep its questions queued ~24 s on its holder rather
+ * than 12 s). Once w's own estimate passes the target the copy is no worse than waiting, so the
+ * term is off. The default (10 s) sits well above a document's prefill (20k tokens: ~2 s), so the
+ * term still keeps questions on their document's holder, and well below an operator's request
+ * timeout.
  */
 import type { Candidate } from "./selection.ts";
 
 export interface DuplicateCostParams {
   /** Cost of one duplicated token in units of its own prefill time; 0: off. */
   weight: number;
+  /** TTFT target (ms): the term on a worker never lifts its estimate past it (see the bound above). */
+  targetMs: number;
 }
 
-export const DEFAULT_DUPLICATE_COST: Readonly<DuplicateCostParams> = { weight: 1 };
+export const DEFAULT_DUPLICATE_COST: Readonly<DuplicateCostParams> = { weight: 1, targetMs: 10_000 };
 
 const heldBlocks = (c: Candidate) => c.overlapBlocks + (c.hostBlocks ?? 0);
 
@@ -49,7 +60,8 @@ export function duplicateTokens(candidates: readonly Candidate[], isl: number, b
   });
 }
 
-/** The term for `tokens` duplicated on a worker prefilling `tokensPerSec`, ms. */
-export function duplicateCostMs(params: DuplicateCostParams, tokens: number, tokensPerSec: number): number {
-  return params.weight > 0 ? (params.weight * tokens * 1000) / tokensPerSec : 0;
+/** The term for `tokens` duplicated on a worker prefilling `tokensPerSec` whose estimate without it is `estimateMs`, ms. */
+export function duplicateCostMs(params: DuplicateCostParams, tokens: number, tokensPerSec: number, estimateMs: number): number {
+  if (params.weight <= 0 || tokens <= 0) return 0;
+  return Math.min((params.weight * tokens * 1000) / tokensPerSec, Math.max(0, params.targetMs - estimateMs));
 }

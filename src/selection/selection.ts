@@ -35,6 +35,8 @@ export interface Scored {
   hostBlocks?: number;
   /** Shared-storage blocks credited past those (approximate; 0 or absent: none). */
   storageBlocks?: number;
+  /** Cost "ttft": the duplication term included in `cost`, ms (duplicate-cost.ts; 0 or absent: none). */
+  duplicateMs?: number;
 }
 
 export const SELECTION_COSTS = ["ttft", "blocks"] as const;

@@ -62,9 +62,15 @@ describe("duplicateTokens", () => {
   });
 
   it("prices the copy as its prefill time × weight", () => {
-    expect(duplicateCostMs(DEFAULT_DUPLICATE_COST, 8_000, 10_000)).toBe(800);
-    expect(duplicateCostMs({ weight: 0.5 }, 8_000, 10_000)).toBe(400);
-    expect(duplicateCostMs({ weight: 0 }, 8_000, 10_000)).toBe(0);
+    expect(duplicateCostMs(DEFAULT_DUPLICATE_COST, 8_000, 10_000, 0)).toBe(800);
+    expect(duplicateCostMs({ weight: 0.5, targetMs: 10_000 }, 8_000, 10_000, 0)).toBe(400);
+    expect(duplicateCostMs({ weight: 0, targetMs: 10_000 }, 8_000, 10_000, 0)).toBe(0);
+  });
+
+  it("never lifts the worker's estimate past the TTFT target", () => {
+    // 120k tokens at 10k tokens/s: a 12 s copy; the term fills only what is left below 10 s.
+    expect(duplicateCostMs(DEFAULT_DUPLICATE_COST, 8_000, 10_000, 9_500)).toBe(500);
+    expect(duplicateCostMs(DEFAULT_DUPLICATE_COST, 120_000, 10_000, 12_000)).toBe(0);
   });
 });
 
@@ -79,7 +85,71 @@ describe("RoutingCore with the duplication cost", () => {
 
   it("moves it by the TTFT estimate alone while that cache has room, or with weight 0", () => {
     expect(pick(pool({ bFull: false })).workerId).toBe("b");
-    expect(pick(pool({ bFull: true, duplicateCost: { weight: 0 } })).workerId).toBe("b");
+    expect(pick(pool({ bFull: true, duplicateCost: { weight: 0, targetMs: 10_000 } })).workerId).toBe("b");
+  });
+
+  it("lets the question move once waiting on the holder would pass the TTFT target", () => {
+    // b's own estimate is ~805 ms: with a 1 s target the term lifts it to 1 000 ms, under a's ~1 204 ms.
+    const p = pick(pool({ bFull: true, duplicateCost: { weight: 1, targetMs: 1_000 } }));
+    expect(p.workerId).toBe("b");
+    const b = p.candidates.find((c) => c.workerId === "b")!;
+    expect(b.cost).toBeCloseTo(1_000, 6);
+    expect(b.duplicateMs).toBeLessThan(200);
+  });
+
+  it("shows the flag and the term in the candidate view", () => {
+    const [a, b] = pick(pool({ bFull: true })).candidates;
+    expect(a!.cacheFull).toBeUndefined();
+    expect(a!.duplicateMs).toBeUndefined();
+    expect(b!.cacheFull).toBe(true);
+    expect(b!.duplicateMs).toBeCloseTo(800, 0);
+  });
+
+  const fullOf = (core: RoutingCore, id: string) => pick(core).candidates.find((c) => c.workerId === id)?.cacheFull ?? false;
+
+  it("a new worker life starts with room", () => {
+    const core = pool({ bFull: true });
+    expect(core.hello({ type: "hello", workerId: "b", url: "http://b", blockSize: B, epoch: 2, modelName: "m", contract: null, kvEvents: true }, "b").ok).toBe(true);
+    expect(fullOf(core, "b")).toBe(false);
+  });
+
+  it("a worker marked down and up again starts with room", () => {
+    const core = pool({ bFull: true });
+    core.setStatus("b", "down");
+    core.setStatus("b", "up");
+    expect(fullOf(core, "b")).toBe(false);
+  });
+
+  it("a removed worker's slot, taken again, starts with room", () => {
+    const core = pool({ bFull: true });
+    core.removeWorker("b");
+    expect(core.hello({ type: "hello", workerId: "c", url: "http://c", blockSize: B, epoch: 1, modelName: "m", contract: null, kvEvents: true }, "c").ok).toBe(true);
+    expect(core.worker("c")).toBeDefined();
+    expect(fullOf(core, "c")).toBe(false);
+  });
+
+  it("a host-memory (HiCache) removal does not fill the cache: the GPU made no room", () => {
+    const core = pool({ bFull: false });
+    const host = rows(text(70_000, B), 7000);
+    const stored = { t: "stored" as const, parent: null, blocks: host.map(({ h, l }) => ({ h, l })), tier: "CPU_PINNED" as const };
+    expect(core.applyEvents("b", { type: "events", epoch: 1, seq: 1, events: [stored, { t: "removed", hashes: ["7000"], tier: "CPU_PINNED" }] }).ok).toBe(true);
+    expect(fullOf(core, "b")).toBe(false);
+  });
+
+  it("counts a cache full from its capacity when the index sees no removal (exact view or no KV events)", () => {
+    const core = new RoutingCore({ blockSize: B, random: () => 0, now: () => 0 });
+    // 40 blocks of capacity: full at 36 indexed blocks (0.9).
+    const hello = (id: string, kvEvents: boolean) => core.hello({ type: "hello", workerId: id, url: `http://${id}`, blockSize: B, epoch: 1, modelName: "m", contract: null, kvEvents, kvCapacityTokens: 40 * B }, id);
+    expect(hello("e", true).ok).toBe(true);
+    expect(hello("n", false).ok).toBe(true);
+    core.applyDump("e", { type: "dump", epoch: 1, seq: 0, blocks: rows(text(1, 35 * B), 1) });
+    const peekAll = () => core.peek({ localHashes: localBlockHashes(text(1, 4 * B), B), isl: 4 * B }).candidates;
+    expect(peekAll().map((c) => c.cacheFull ?? false)).toEqual([false, false]);
+    core.applyEvents("e", { type: "events", epoch: 1, seq: 1, events: [{ t: "stored", parent: "35", blocks: rows(text(1, 36 * B), 1).slice(35).map(({ h, l }) => ({ h, l })) }] });
+    // The worker without KV events: what was routed to it, as its approximate view holds it.
+    const routed = text(500_000, 36 * B);
+    expect(core.route({ localHashes: localBlockHashes(routed, B), isl: routed.length, onlyWorkers: ["n"] })!.workerId).toBe("n");
+    expect(peekAll().map((c) => c.cacheFull ?? false)).toEqual([true, true]);
   });
 
   it("a cleared cache has room again", () => {
