@@ -5,7 +5,7 @@
 import { fork } from "node:child_process";
 import { cpus, loadavg, totalmem } from "node:os";
 import { mkdirSync, readFileSync, writeFileSync, existsSync } from "node:fs";
-import { dirname, join } from "node:path";
+import { dirname, join, resolve as resolvePath } from "node:path";
 import { fileURLToPath } from "node:url";
 import { Progress } from "../bench/lib/progress.mjs";
 
@@ -79,6 +79,12 @@ async function main() {
   );
   const selected = opts.only ?? available;
   for (const s of selected) if (!SUITES.includes(s)) throw new Error(`unknown suite ${s} (have: ${SUITES.join(", ")})`);
+  // A routing run narrowed by env (bench/suites/routing.mjs, narrowed) would replace the committed
+  // routing figures in bench/results: it must go elsewhere.
+  const narrowing = ["TRACES", "SEEDS", "CAPACITIES", "POLICIES"].map((v) => `KVEDGE_ROUTING_${v}`).filter((v) => process.env[v]);
+  if (selected.includes("routing") && narrowing.length > 0 && resolvePath(opts.out) === resolvePath(ROOT, "bench/results")) {
+    throw new Error(`a routing run narrowed by ${narrowing.join(", ")} needs --out outside bench/results`);
+  }
   const mode = opts.tiny ? "tiny" : opts.quick ? "quick" : "full";
   const loadBefore = +loadavg()[0].toFixed(2);
   const progress = new Progress(selected.length);

@@ -53,19 +53,32 @@ const SIZES = {
 /**
  * A part of the suite, for working on one trace (a full run takes ~19 min): comma lists in
  * KVEDGE_ROUTING_TRACES, _SEEDS, _CAPACITIES and _POLICIES (kvedge and least-loaded are always kept:
- * the verdicts need them) narrow the mode's size; unset, the whole suite runs.
+ * the verdicts need them) narrow the mode's size; unset, the whole suite runs. An unknown name or a
+ * value that is not a positive number stops the run (a typo would otherwise run nothing); a narrowed
+ * run is refused in bench/results (scripts/bench.mjs), where it would replace the committed figures.
  */
 function narrowed(size, env = process.env) {
-  const list = (v) => (v ? v.split(",").map((x) => x.trim()).filter(Boolean) : null);
-  const seeds = list(env.KVEDGE_ROUTING_SEEDS)?.map(Number);
-  const capacities = list(env.KVEDGE_ROUTING_CAPACITIES)?.map(Number);
-  const policies = list(env.KVEDGE_ROUTING_POLICIES);
+  const list = (name, valid) => {
+    const v = env[name];
+    if (!v) return null;
+    const items = v.split(",").map((x) => x.trim()).filter(Boolean);
+    const bad = items.filter((x) => !valid(x));
+    if (items.length === 0 || bad.length > 0) throw new Error(`${name}: ${bad.length > 0 ? `unknown ${bad.join(", ")}` : "empty list"}`);
+    return items;
+  };
+  const positive = (x) => Number.isFinite(Number(x)) && Number(x) > 0;
+  const seeds = list("KVEDGE_ROUTING_SEEDS", (x) => Number.isInteger(Number(x)) && Number(x) > 0)?.map(Number) ?? null;
+  const capacities = list("KVEDGE_ROUTING_CAPACITIES", positive)?.map(Number) ?? null;
+  const traces = list("KVEDGE_ROUTING_TRACES", (x) => Object.hasOwn(TRACES, x));
+  const policies = list("KVEDGE_ROUTING_POLICIES", (x) => POLICIES.includes(x));
+  const narrowing = seeds || capacities || traces || policies ? { seeds, capacities, traces, policies } : null;
   return {
     ...size,
     ...(seeds ? { seeds } : {}),
     ...(capacities ? { capacities } : {}),
-    traces: list(env.KVEDGE_ROUTING_TRACES),
+    traces,
     policies: policies ? [...new Set(["kvedge", "least-loaded", ...policies])] : null,
+    narrowing,
   };
 }
 
@@ -324,7 +337,9 @@ export default {
     return {
       summary,
       details: {
-        policies: POLICIES,
+        policies: size.policies ? POLICIES.filter((p) => size.policies.includes(p)) : POLICIES,
+        // The env narrowing this run took (null: the whole suite); its figures are not the committed run's.
+        narrowing: size.narrowing,
         llmdWeights: LLMD_WEIGHTS,
         workers: size.workers,
         seeds: size.seeds,

@@ -16,6 +16,8 @@ export interface WorkerView {
   approximateReasons: string[];
   /** An edge could not connect to it lately: routed around for now (RoutingCore.quarantine). */
   quarantined: boolean;
+  /** Its cache is full: a block it stores displaces a cached one (BlockViews.cacheFull; src/selection/duplicate-cost.ts). */
+  cacheFull: boolean;
   activeRequests: number;
   activePrefillTokens: number;
   activeDecodeBlocks: number;

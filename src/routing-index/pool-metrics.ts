@@ -12,7 +12,7 @@ import { isQuarantined, type WorkerRecord, type WorkerRegistry } from "./worker-
 
 /** A worker's record joined with what operators see of its blocks and load (the snapshot's WorkerView fields). */
 export type WorkerRow = WorkerRecord &
-  Pick<WorkerView, "blocks" | "synced" | "approximate" | "approximateReasons" | "quarantined" | "activeRequests" | "activePrefillTokens" | "activeDecodeBlocks">;
+  Pick<WorkerView, "blocks" | "synced" | "approximate" | "approximateReasons" | "quarantined" | "cacheFull" | "activeRequests" | "activePrefillTokens" | "activeDecodeBlocks">;
 
 export function emptyIndexCounters(): IndexCounters {
   return { eventsApplied: 0, blocksStored: 0, blocksRemoved: 0, eventsDropped: 0, dropReasons: {}, dumps: 0, routed: 0, settled: 0, expired: 0, receiptsRejected: 0, approxResets: 0 };
@@ -27,6 +27,7 @@ export function workerRows(registry: WorkerRegistry, views: BlockViews, load: Lo
     approximate: views.approximate.has(w.workerId),
     approximateReasons: views.approximate.reasons(w.workerId),
     quarantined: isQuarantined(w, at),
+    cacheFull: views.cacheFull({ slot, kvCapacityTokens: w.kvCapacityTokens, blockSize: w.blockSize }),
     activeRequests: load.activeRequests(slot),
     activePrefillTokens: load.prefillTokens(slot),
     activeDecodeBlocks: load.decodeBlocks(slot),
@@ -62,6 +63,7 @@ export function poolMetricsSnapshot(p: PoolMetricsParts, at: number): PoolMetric
       approximate: w.approximate,
       approximateReasons: w.approximateReasons,
       quarantined: w.quarantined,
+      cacheFull: w.cacheFull,
       activeRequests: w.activeRequests,
       activePrefillTokens: w.activePrefillTokens,
       activeDecodeBlocks: w.activeDecodeBlocks,

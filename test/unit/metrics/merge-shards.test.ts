@@ -29,6 +29,7 @@ function worker(workerId: string, over: Partial<WorkerView> = {}): WorkerView {
     approximate: false,
     approximateReasons: [],
     quarantined: false,
+    cacheFull: false,
     activeRequests: 0,
     activePrefillTokens: 0,
     activeDecodeBlocks: 0,

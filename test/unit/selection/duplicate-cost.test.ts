@@ -97,8 +97,11 @@ describe("RoutingCore with the duplication cost", () => {
     expect(b.duplicateMs).toBeLessThan(200);
   });
 
-  it("shows the flag and the term in the candidate view", () => {
-    const [a, b] = pick(pool({ bFull: true })).candidates;
+  it("shows the flag in the worker rows and the flag and the term in the candidate view", () => {
+    const core = pool({ bFull: true });
+    expect(core.workers().map((w) => [w.workerId, w.cacheFull])).toEqual([["a", false], ["b", true]]);
+    expect(core.metricsSnapshot().workers.map((w) => w.cacheFull)).toEqual([false, true]);
+    const [a, b] = pick(core).candidates;
     expect(a!.cacheFull).toBeUndefined();
     expect(a!.duplicateMs).toBeUndefined();
     expect(b!.cacheFull).toBe(true);
