@@ -20,7 +20,6 @@ export interface WorkerOptions {
   timing: Timing;
   pageSize: number;
   schedule: (t: number, fn: (now: number) => void) => void;
-  kvBound?: boolean;
 }
 export class LinearWorker {
   constructor(o: WorkerOptions);

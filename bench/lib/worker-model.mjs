@@ -78,11 +78,6 @@ export class LinearWorker {
       });
     });
   }
-
-  /** Time to first token for a request with `uncached` tokens to prefill, placed here now. */
-  predictTtft(now, uncached) {
-    return Math.max(0, this.laneFree - now) + prefillMs(this.timing, uncached);
-  }
 }
 
 /**
@@ -98,21 +93,22 @@ export class LinearWorker {
  */
 export class CalibratedWorker {
   /**
-   * `kvBound`: a request starts only when its KV fits (SGLang's PrefillAdder.add_one_req →
-   * _select_prefill_admission answers NO_TOKEN when uncached prompt + max_new_tokens exceed the free +
-   * evictable pool less the running requests' reservations, and the scheduler's FCFS loop stops at
-   * the first NO_TOKEN: python/sglang/srt/managers/schedule_policy.py, sgl-project/sglang@00550cd1);
-   * the rest wait in the worker's FIFO queue. Without it the worker evicts and over-reserves (the
-   * routing bench's model).
+   * The KV pool is never over capacity: a request starts only when its KV fits (SGLang's
+   * PrefillAdder charges each running request's remaining max_new_tokens × new_token_ratio against
+   * the free + evictable pool (_get_running_request_total_token_offset), add_one_req →
+   * _select_prefill_admission answers NO_TOKEN when uncached prompt + max_new_tokens exceed what is
+   * left, and the scheduler's FCFS loop stops at the first NO_TOKEN:
+   * python/sglang/srt/managers/schedule_policy.py, sgl-project/sglang@00550cd1); the rest wait in
+   * the worker's FIFO queue. Here the ratio is 1 (a request reserves its whole output), so decode
+   * never runs out of KV and SGLang's retraction of decoding requests has nothing to model.
    */
-  constructor({ cache, capacityTokens, timing, pageSize, schedule, kvBound = false }) {
-    Object.assign(this, { cache, capacityTokens, timing, pageSize, schedule, kvBound });
+  constructor({ cache, capacityTokens, timing, pageSize, schedule }) {
+    Object.assign(this, { cache, capacityTokens, timing, pageSize, schedule });
     this.table = COST_TABLES[timing.calibration];
     this.chunk = chunkSize(timing);
     this.scale = timing.prefillScale ?? 1;
     this.waiting = []; // jobs not fully prefilled, FIFO; `done` = prompt tokens prefilled or cached
     this.running = []; // decoding jobs
-    this.busyUntil = 0;
     this.stepping = false;
     this.reserved = 0;
     this.active = 0;
@@ -120,8 +116,6 @@ export class CalibratedWorker {
 
   submit(job, now) {
     job.started = false;
-    job.inFlight = 0;
-    job.peekCached = peekPrefix(this.cache, job.req.tokens, this.pageSize);
     job.arrivedAt = now;
     this.waiting.push(job);
     this.active++;
@@ -129,9 +123,9 @@ export class CalibratedWorker {
   }
 
   /**
-   * First scheduling of a job: radix match (ids[:-1]), lock, evict for room, reserve its KV. With
-   * `kvBound`, false (nothing taken) when its KV does not fit beside the locked cache and the running
-   * requests' reservations; a job alone on the worker always starts.
+   * First scheduling of a job: radix match (ids[:-1]), lock, evict for room, reserve its KV. False
+   * (nothing taken) when its KV does not fit beside the locked cache and the started requests'
+   * reservations; throws for a request that does not fit an empty worker (it would wait forever).
    */
   start(job) {
     const { req, r } = job;
@@ -139,8 +133,9 @@ export class CalibratedWorker {
     const match = this.cache.matchPrefix(ids.slice(0, ids.length - 1));
     this.cache.incLockRef(match.node);
     const need = ids.length - match.length + req.output.length;
-    if (this.kvBound && this.reserved > 0 && need > this.capacityTokens - this.cache.protectedTokens - this.reserved) {
+    if (need > this.capacityTokens - this.cache.protectedTokens - this.reserved) {
       this.cache.decLockRef(match.node);
+      if (this.reserved === 0) throw new RangeError(`request of ${ids.length}+${req.output.length} tokens exceeds the worker's KV capacity ${this.capacityTokens}`);
       return false;
     }
     const free = this.capacityTokens - this.cache.totalTokens - this.reserved;
@@ -176,18 +171,15 @@ export class CalibratedWorker {
         }
         const n = Math.min(budget, job.req.tokens.length - job.done);
         parts.push({ job, n, cached: job.done });
-        job.inFlight = n;
         budget -= n;
       }
     }
-    // Nothing fits (kvBound): the running batch decodes and frees KV as it finishes.
+    // Nothing fits: the running batch decodes and frees KV as it finishes.
     if (parts.length > 0) {
       const end = now + this.prefillBatchMs(parts) + encoder;
-      this.busyUntil = end;
       this.schedule(end, (t) => {
         for (const p of parts) {
           p.job.done += p.n;
-          p.job.inFlight = 0;
           if (p.job.done < p.job.req.tokens.length) continue;
           this.waiting.splice(this.waiting.indexOf(p.job), 1);
           this.prefilled(p.job, t);
@@ -200,7 +192,6 @@ export class CalibratedWorker {
       let kv = 0;
       for (const job of this.running) kv += job.context;
       const end = now + decodeStepMs(this.timing, this.running.length, kv);
-      this.busyUntil = end;
       const batch = this.running.slice();
       this.schedule(end, (t) => {
         for (const job of batch) {
@@ -239,40 +230,6 @@ export class CalibratedWorker {
     finished(this, job.r, job.req);
     job.r.finishAt = now;
     job.onFinished(now);
-  }
-
-  /**
-   * Exact TTFT for a new request with `uncached` tokens on `cached`, placed here now, given the
-   * queue as it stands (FIFO prefill batches come before any decode step): the step in flight, then
-   * the waiting prompts' remaining tokens, then this one, in chunk-sized batches (text prompts: the
-   * waiting requests' vision-encoder time is not counted).
-   */
-  predictTtft(now, uncached, cached) {
-    let t = this.stepping ? Math.max(0, this.busyUntil - now) : 0;
-    // Tokens of a step in flight are paid for by the term above.
-    const queue = this.waiting
-      .map((j) => (j.started ? { left: j.req.tokens.length - j.done - j.inFlight, cached: j.done + j.inFlight } : { left: j.req.tokens.length - j.peekCached, cached: j.peekCached }))
-      .filter((q) => q.left > 0);
-    queue.push({ left: Math.max(1, uncached), cached, mine: true });
-    let budget = this.chunk;
-    let parts = [];
-    for (let k = 0; k < queue.length; ) {
-      const q = queue[k];
-      const n = Math.min(budget, q.left);
-      parts.push({ n, cached: q.cached });
-      q.left -= n;
-      q.cached += n;
-      budget -= n;
-      const last = q.left <= 0;
-      if (last) k++;
-      if (budget <= 0 || k === queue.length) {
-        t += this.prefillBatchMs(parts);
-        if (last && q.mine) return t;
-        parts = [];
-        budget = this.chunk;
-      }
-    }
-    return t;
   }
 }
 

@@ -70,7 +70,7 @@ export function simulate(trace, { policy, workers, capacityTokens, timing = TIMI
     const id = `w${w + 1}`;
     const st = { id, served: 0, pendingRelay: [], blockSet: null, worker: null };
     if (core) {
-      core.hello({ type: "hello", workerId: id, url: `http://sim/${id}`, blockSize: PAGE, epoch: 1, modelName: "m", contract: null, kvEvents }, id);
+      core.hello({ type: "hello", workerId: id, url: `http://sim/${id}`, blockSize: PAGE, epoch: 1, modelName: "m", contract: null, kvEvents, kvCapacityTokens: capacityTokens }, id);
       if (kvEvents) {
         core.applyDump(id, { type: "dump", epoch: 1, seq: -1, blocks: [] });
         st.blockSet = new WorkerBlockSet(PAGE);

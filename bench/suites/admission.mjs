@@ -1,7 +1,7 @@
 // Suite "admission": the pool's admission queue under overload (src/admission/). Simulated SGLang
 // workers on the GPU-calibrated cost model (bench/lib/worker-model.mjs, one H200 each), each bounded
 // by its KV pool as SGLang's scheduler is (a request starts only when its prompt + output fit; the
-// rest wait in the worker's FIFO queue: CalibratedWorker's kvBound), behind a real
+// rest wait in the worker's FIFO queue: CalibratedWorker's admission), behind a real
 // RoutingCore, offered 1×, 1.5× and 2× the fleet's measured capacity for 60 s of simulated time by
 // three tenants (one bursting: on 5 s at twice its mean rate, off 5 s) in three bands (priority
 // 20 %, default 60 %, flex 20 %). Policies:
@@ -103,7 +103,7 @@ async function simulate(reqs, { workers, capacityTokens, policy, seconds }) {
   for (let w = 0; w < workers; w++) {
     const id = `w${w + 1}`;
     core.hello({ type: "hello", workerId: id, url: `http://sim/${id}`, blockSize: PAGE, epoch: 1, modelName: "m", contract: null, kvEvents: false, kvCapacityTokens: capacityTokens }, id);
-    W.push(new CalibratedWorker({ cache: new PagedRadixCache(PAGE, () => {}), capacityTokens, timing: TIMING, pageSize: PAGE, kvBound: true, schedule: (t, fn) => events.push({ t, seq: seq++, fn }) }));
+    W.push(new CalibratedWorker({ cache: new PagedRadixCache(PAGE, () => {}), capacityTokens, timing: TIMING, pageSize: PAGE, schedule: (t, fn) => events.push({ t, seq: seq++, fn }) }));
   }
   const results = reqs.map((q) => ({ at: q.at, tenant: q.tenant, band: q.band, ttft: NaN, refused: false }));
   const submit = (q, d) => {
