@@ -443,7 +443,8 @@ try:
         grid = torch.tensor([[t, hh, ww]], device=dev, dtype=torch.long)
         return torch.randn(t * hh * ww, PATCH_DIM, device=dev, dtype=torch.bfloat16), grid
 
-    px, gr = inputs(2, 16, 24)
+    # 9×13 merged patches: windows of 4 leave partial ones on both axes (padding and -1 filtering checked)
+    px, gr = inputs(2, 18, 26)
     ref = reference(px, gr)
     encode = lambda px, gr: vit(px, gr, attn_varlen)  # noqa: E731
     result["vision"]["attention"] = "aten._flash_attention_forward (varlen over windows / temporal slices)"
