@@ -2,7 +2,7 @@ import { describe, expect, it } from "vitest";
 import { TIMING_PRESETS, encoderMs, encoderMsBy, type MediaCostItem } from "../../../services/sglang-sim/timing.ts";
 
 // The rule of when a prefill pays the vision tower (SGLang's mm_utils._get_chunked_prefill_embedding,
-// timing.ts), over a per-item cost of our own; the H100 table's measured tower: timing-h100.test.ts.
+// timing.ts), over a per-item cost of our own; why no committed table charges a tower yet: timing-h100.test.ts.
 const itemMs = (tokens: number, sliceTokens: number) => 1 + tokens / 100 + sliceTokens / 1000;
 const img = (end: number, padCount: number): MediaCostItem => ({ modality: "image", end, padCount, sliceTokens: padCount });
 

@@ -43,14 +43,13 @@ describe("calibrated simulator timing (h100-7b)", () => {
     }
   });
 
-  it("vision-tower fit: within 18 % of every measured item, charged by the encoder rule", () => {
-    const items = raw.vision.items.filter((v: { ms?: number }) => v.ms !== undefined);
-    expect(items.length).toBe(12);
-    for (const v of items) expect(Math.abs(encodeItemMs(t, v.tokens, v.slice_tokens) - v.ms) / v.ms).toBeLessThan(0.18);
+  it("vision tower timed through transformers' per-window loop (launch-bound): left out, so media cost no encoder time", () => {
+    expect(raw.vision.attention).toMatch(/per-window loop/);
+    expect(raw.vision.items.filter((v: { ms?: number }) => v.ms !== undefined).length).toBe(12);
+    expect(table.vision).toBeUndefined();
+    expect((table as { visionLeftOut?: string }).visionLeftOut).toMatch(/^12 items .* not charged$/);
     const image = { modality: "image" as const, end: 1100, padCount: 1024, sliceTokens: 1024 };
-    expect(encoderMs(t, [image], 0)).toBeCloseTo(encodeItemMs(t, 1024, 1024), 9);
-    expect(encoderMs(t, [image], 1100)).toBe(0);
-    // a video's full-attention blocks attend per temporal slice: the same tokens in smaller slices cost less
-    expect(encodeItemMs(t, 8064, 252)).toBeLessThan(encodeItemMs(t, 8064, 8064));
+    expect(encodeItemMs(t, 1024, 1024)).toBe(0);
+    expect(encoderMs(t, [image], 0)).toBe(0);
   });
 });
