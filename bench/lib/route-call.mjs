@@ -154,9 +154,10 @@ export async function measureRouteCall({ budget = 1, approximateWorker = false }
  * `rounds`; ratio memo / plain). Its 200 chats of 416 blocks (a shared 16-block system prompt)
  * are routed until the memo is full, then: short queries (32 blocks, under WALK_MEMO_MIN_BLOCKS);
  * ingestion, a worker storing and evicting chains along the kept walks' paths; and turns of
- * 1 000 chats of 2 000 blocks in a shuffled order (more than the memo keeps walks of).
+ * `churn.chats` chats of `churn.blocks` blocks in a shuffled order (more than the memo keeps walks
+ * of; the default 1 000 of 2 000; returned as `churn.shape`).
  */
-export async function measureKeptWalkCosts(rounds) {
+export async function measureKeptWalkCosts(rounds, churnShape = { chats: 1000, blocks: 2000 }) {
   const { RadixIndex } = await import("../../src/block-index/radix-index.ts");
   const { localHashToHex } = await import("../../src/relay-wire/relay-protocol.ts");
   const u64 = hashesFrom(rng(0x3e30));
@@ -199,15 +200,15 @@ export async function measureKeptWalkCosts(rounds) {
       ix(memo).applyRemoved(5, chain.map((b) => b.h).reverse());
     }
   });
-  const many = Array.from({ length: 1000 }, () => system.concat(Array.from({ length: 1984 }, u64)));
+  const many = Array.from({ length: churnShape.chats }, () => system.concat(Array.from({ length: churnShape.blocks - system.length }, u64)));
   const big = [world(false, many), world(true, many)];
   const queries = many.map((c) => BigUint64Array.from(c));
   const at = [0, 0];
   const churn = pair((memo) => () => {
     const k = memo ? 1 : 0;
-    for (let i = 0; i < 100; i++) big[k].findMatches(queries[(Math.imul(at[k]++, 2654435761) >>> 0) % 1000], scores);
+    for (let i = 0; i < 100; i++) big[k].findMatches(queries[(Math.imul(at[k]++, 2654435761) >>> 0) % queries.length], scores);
   });
-  return { shortQueries: short, ingestionOnKeptPaths: ingestion, churn };
+  return { shortQueries: short, ingestionOnKeptPaths: ingestion, churn: { ...churn, shape: churnShape } };
 }
 
 /** µs per added 1k prompt tokens between the shortest and the longest length. */

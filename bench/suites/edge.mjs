@@ -42,6 +42,9 @@ const SIZES = { "1k": 1000, "8k": 8000, "32k": 32000, "100k": 100_000 };
 const GOALS = { "text-32k warm": 2, "text-32k cold": 15, "text-100k warm": 3 };
 /** 768 frames (32 s at 24 fps, 320×240, H.264 by the wasm ffmpeg): SGLang samples it at its fps. */
 const VIDEO_FRAMES = 768;
+/** --tiny (a smoke test): the text sizes below 32k (the larger ones take the same path) and a 1 s video (its encode took ~14 s at 768 frames). */
+const TINY_SIZES = { "1k": 1000, "8k": 8000 };
+const TINY_VIDEO_FRAMES = 24;
 
 /** A valid RGB PNG of the given size (one flat colour; the edge reads its header and hashes its bytes). */
 function png(width, height, seed) {
@@ -143,15 +146,18 @@ export default {
     const fresh = (tokens) => freshText(tokens, random);
     const media = {};
     IMAGE_SIZES.forEach(([w, h], i) => (media[`/img-${i}.png`] = png(w, h, i + 1)));
-    ctx.progress(0, `edge: encoding a ${VIDEO_FRAMES}-frame video (wasm ffmpeg)`);
+    const videoFrames = ctx.tiny ? TINY_VIDEO_FRAMES : VIDEO_FRAMES;
+    const video = `video-${videoFrames}`;
+    ctx.progress(0, `edge: encoding a ${videoFrames}-frame video (wasm ffmpeg)`);
     mkdirSync(join(ROOT, "bench/results/tmp"), { recursive: true });
-    media["/video-768.mp4"] = await ffmpegToFile(["-f", "lavfi", "-i", "testsrc2=size=320x240:rate=24", "-frames:v", String(VIDEO_FRAMES), "-pix_fmt", "yuv420p", "-c:v", "libx264", "-preset", "ultrafast"], join(ROOT, "bench/results/tmp/video-768.mp4"));
+    media[`/${video}.mp4`] = await ffmpegToFile(["-f", "lavfi", "-i", "testsrc2=size=320x240:rate=24", "-frames:v", String(videoFrames), "-pix_fmt", "yuv420p", "-c:v", "libx264", "-preset", "ultrafast"], join(ROOT, `bench/results/tmp/${video}.mp4`));
     // 100k-token prompts exceed the default per-message and total character limits' comfort zone: raise them for the bench.
     // The decode service is the media store: videos reach the worker through it (signed URLs).
     // proxyFloor: a pass-through Worker in the edge's process (bench/edge/proxy-floor.mjs), each
     // request's CPU floor: the index RPCs' transport and the forward, none of kvedge's work.
     // rateLimitedEdge: the same edge with production's default rate limiting on, in the same process
     // (bench/edge/rate-limit-case.mjs).
+    ctx.progress(0, "edge: starting the fleet");
     const fleet = await startEdgeFleet({ media, decode: true, splitIndex: true, proxyFloor: true, rateLimitedEdge: true, limits: { maxMessageChars: 2_000_000, maxTotalChars: 8_000_000 } });
     const edgePid = nativeWorkerdPid(fleet.edgePid);
     const indexPid = nativeWorkerdPid(fleet.indexPid);
@@ -173,8 +179,8 @@ export default {
     const reps = (size, kind) => (ctx.tiny ? 2 : ctx.quick ? (size >= 100_000 ? 4 : 8) : size >= 100_000 ? 20 : kind === "text-32k" ? 120 : 60);
     const body = (messages, stream) => JSON.stringify({ model: MODEL, messages, max_tokens: 16, stream, ...(stream ? { stream_options: { include_usage: true } } : {}) });
     const imageParts = () => IMAGE_SIZES.map((_, i) => ({ type: "image_url", image_url: { url: `${fleet.mediaUrl}/img-${i}.png` } }));
-    const videoPart = () => ({ type: "video_url", video_url: { url: `${fleet.mediaUrl}/video-768.mp4` } });
-    const mediaContent = (kind, text) => (kind === "image-4" ? [{ type: "text", text }, ...imageParts()] : kind === "video-768" ? [{ type: "text", text }, videoPart()] : text);
+    const videoPart = () => ({ type: "video_url", video_url: { url: `${fleet.mediaUrl}/${video}.mp4` } });
+    const mediaContent = (kind, text) => (kind === "image-4" ? [{ type: "text", text }, ...imageParts()] : kind === video ? [{ type: "text", text }, videoPart()] : text);
 
     // The first chat request of each side, the worker's own first: its cold start (tokenizer
     // tables, JIT) is the simulator's, not the edge's, and would otherwise land in the edge's.
@@ -236,12 +242,12 @@ export default {
     const floorRpc = { withRpcCpuP50: summarize(floorSplit.withRpc).p50, fetchOnlyCpuP50: summarize(floorSplit.fetchOnly).p50, withRateLimitTakeCpuP50: summarize(floorSplit.withTake).p50 };
 
     const cases = [];
-    for (const [label, size] of Object.entries(SIZES)) for (const temp of ["cold", "warm"]) for (const stream of [false, true]) cases.push({ kind: `text-${label}`, size, temp, stream });
+    for (const [label, size] of Object.entries(ctx.tiny ? TINY_SIZES : SIZES)) for (const temp of ["cold", "warm"]) for (const stream of [false, true]) cases.push({ kind: `text-${label}`, size, temp, stream });
     for (const temp of ["cold", "warm"]) for (const stream of [false, true]) cases.push({ kind: "image-4", size: 300, temp, stream });
     // The video's metadata is cached (the store has its bytes and probe from the warm-up below), as
     // for every repeat of a video; "cold" = new text around it.
-    for (const temp of ["cold", "warm"]) for (const stream of [false, true]) cases.push({ kind: "video-768", size: 300, temp, stream });
-    await timedPost(edge, body([{ role: "user", content: mediaContent("video-768", "Describe the clip.") }], false), false);
+    for (const temp of ["cold", "warm"]) for (const stream of [false, true]) cases.push({ kind: video, size: 300, temp, stream });
+    await timedPost(edge, body([{ role: "user", content: mediaContent(video, "Describe the clip.") }], false), false);
 
     if (only) cases.splice(0, cases.length, ...cases.filter((c) => only.test(`${c.kind} ${c.temp}${c.stream ? " stream" : ""}`)));
     const results = {};
@@ -349,6 +355,7 @@ export default {
     }
 
     // The same per-turn work in this process, stage by stage (workerd has no clock inside a request).
+    ctx.progress(0.93, "edge: per-turn stages in process");
     const stages = await promptStageFigures({ sizes: ctx.tiny ? [8000] : [32_000, 100_000], turns: ctx.tiny ? 3 : ctx.quick ? 20 : 60, fresh });
     const cold = await coldStageFigures({ tokens: ctx.tiny ? 8000 : 32_000, n: ctx.tiny ? 3 : ctx.quick ? 20 : 60, fresh });
 
@@ -482,6 +489,7 @@ export default {
         { label: `${k} p99`, value: Math.max(0.1, results[k].overheadP99), group: "p99" },
       ]),
     });
+    ctx.progress(0.95, "edge: stopping the fleet");
     await fleet.stop();
     // Answer length, streamed and not (bench/edge/stream-length.mjs: fleets of its own, a paced
     // worker); KVEDGE_BENCH_EDGE_CASES selects it by "stream-length".

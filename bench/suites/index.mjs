@@ -9,6 +9,8 @@ import { interleavedChats } from "../lib/interleaved-chats.mjs";
 const gc = globalThis.gc ?? (() => {});
 /** This process's minor page faults so far (first touches of fresh pages). */
 const minorFaults = () => process.resourceUsage().minorPageFault;
+/** 1000 → "1 000" (the tables' digit grouping). */
+const spaced = (n) => n.toLocaleString("en").replaceAll(",", " ");
 // JS heap plus ArrayBuffer backing stores (typed-array storage lives outside the JS heap).
 const heap = () => {
   gc();
@@ -172,7 +174,8 @@ export default {
     const routeBudget = ctx.tiny ? 0.05 : ctx.quick ? 0.3 : 1;
     const routeCall = await measureRouteCall({ budget: routeBudget });
     const routeCallApprox = await measureRouteCall({ budget: routeBudget, approximateWorker: true });
-    const keptWalkCosts = await measureKeptWalkCosts(ctx.tiny ? 3 : ctx.quick ? 9 : 21);
+    // --tiny: the churn on 300 chats of 400 blocks, still more than the memo keeps (128 walks, 64 Ki blocks), a sixteenth of the blocks to insert.
+    const keptWalkCosts = await measureKeptWalkCosts(ctx.tiny ? 3 : ctx.quick ? 9 : 21, ctx.tiny ? { chats: 300, blocks: 400 } : undefined);
     const routeSteps = await measureRouteSteps(102_400, ctx.tiny ? 20 : ctx.quick ? 100 : 400);
 
     // --- many long chats taking turns (bench/lib/interleaved-chats.mjs) ------------------------------
@@ -368,7 +371,7 @@ export default {
       },
       { metric: "route + settle: growth per 1k prompt tokens (1k → 100k); with a worker in approximate mode", value: `${slopePer1k(routeCall, "routeSettleUs").toFixed(2)}; ${slopePer1k(routeCallApprox, "routeSettleUs").toFixed(2)}`, unit: "µs per 1k tokens", goal: "", pass: null },
       {
-        metric: "radix index with / without the walk memo where no kept walk serves (paired rounds): 32-block queries, memo full; ingestion along kept paths; turns of 1 000 chats of 2 000 blocks",
+        metric: `radix index with / without the walk memo where no kept walk serves (paired rounds): 32-block queries, memo full; ingestion along kept paths; turns of ${spaced(keptWalkCosts.churn.shape.chats)} chats of ${spaced(keptWalkCosts.churn.shape.blocks)} blocks`,
         value: `${keptWalkCosts.shortQueries.ratio.toFixed(3)} / ${keptWalkCosts.ingestionOnKeptPaths.ratio.toFixed(3)} / ${keptWalkCosts.churn.ratio.toFixed(3)}`,
         unit: "× (memo / plain)",
         goal: "",

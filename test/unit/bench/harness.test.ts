@@ -99,8 +99,10 @@ describe("bench harness", () => {
       expect(Object.keys(t.dp)).toEqual(["rank-aware", "rank0-index", "round-robin"]);
     }
     expect(shapes.traces.chat.dp["rank-aware"].hitRate.mean).toBeGreaterThan(shapes.traces.chat.dp["rank0-index"].hitRate.mean);
-    // The edge's figures come from the real handler: every case has an edge − direct overhead.
+    // The edge's figures come from the real handler: every case has an edge − direct overhead, text,
+    // images and a video among them (--tiny: text to 8k, a 24-frame video).
     for (const c of Object.values(latest.suites.edge.details.cases) as { overheadP50: number }[]) expect(Number.isFinite(c.overheadP50)).toBe(true);
+    expect([...new Set(Object.keys(latest.suites.edge.details.cases).map((k) => k.split("-")[0]))]).toEqual(["text", "image", "video"]);
     // Beside the edge process's CPU, its isolate thread's: part of it (the thread is one of the
     // process's, read in the same pass; the slack is for a thread exiting between reads), and not
     // nothing (the thread serves).
