@@ -42,7 +42,7 @@ const SIZES = { "1k": 1000, "8k": 8000, "32k": 32000, "100k": 100_000 };
 const GOALS = { "text-32k warm": 2, "text-32k cold": 15, "text-100k warm": 3 };
 /** 768 frames (32 s at 24 fps, 320×240, H.264 by the wasm ffmpeg): SGLang samples it at its fps. */
 const VIDEO_FRAMES = 768;
-/** --tiny (a smoke test): the text sizes below 32k (the larger ones take the same path) and a 1 s video (its encode took ~14 s at 768 frames). */
+/** --tiny (a smoke test): the text sizes below 32k (the larger ones take the same path) and a 1 s video (wasm encode 0.6 s of CPU; 2.1 s at 768 frames). */
 const TINY_SIZES = { "1k": 1000, "8k": 8000 };
 const TINY_VIDEO_FRAMES = 24;
 
