@@ -72,6 +72,7 @@ describe("configuration by zod", () => {
     ["wrong type", { KVEDGE_ROUTING: '{"maxAttempts":"3"}' }, /KVEDGE_ROUTING\.maxAttempts/],
     ["misspelt field", { KVEDGE_ROUTING: '{"maxAttempt":3}' }, /KVEDGE_ROUTING.*maxAttempt/],
     ["out of range", { KVEDGE_ROUTING: '{"upstreamIdleTimeoutMs":5}' }, /KVEDGE_ROUTING\.upstreamIdleTimeoutMs/],
+    ["duplication weight out of range", { KVEDGE_ROUTING: '{"duplicateWeight":11}' }, /KVEDGE_ROUTING\.duplicateWeight/],
     ["not JSON", { KVEDGE_ROUTING: "{maxAttempts:3" }, /KVEDGE_ROUTING is not valid JSON/],
     ["bad regions", { KVEDGE_REGIONS: '{"defaultRttMs":-1}' }, /KVEDGE_REGIONS\.defaultRttMs/],
     ["bad limits field", { KVEDGE_LIMITS: '{"maxBodyByte":1}' }, /KVEDGE_LIMITS/],
