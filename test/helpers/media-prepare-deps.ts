@@ -4,6 +4,7 @@
  * and URL key, media fetched from `originHost` only, and a routing index that answers only
  * `profile` (one worker up, the fixture's qwen3_vl processor contract); its other calls throw, as
  * preparation never makes them. Each call parses a new config object, so it starts a new media memo.
+ * No sampled exactness check runs (KVEDGE_TURN_CHECK_RATE 0): the work each step does is exact.
  */
 import { parseEdgeConfig } from "../../src/config/config.ts";
 import type { PrepareDeps } from "../../src/edge/chat/prepare.ts";
@@ -27,6 +28,9 @@ export function mediaPrepareDeps(o: MediaPrepareOptions): PrepareDeps {
     DECODE_TOKEN: o.token,
     KVEDGE_MEDIA_URL_KEY: o.urlKey,
     KVEDGE_MEDIA: JSON.stringify({ allowlist: [o.originHost] }),
+    // No sampled whole recomputation (exactness.ts, 1% by default, drawn at random): it would add its
+    // template, layout and hash work to the counts these tests pin (exactness-check.test.ts tests it).
+    KVEDGE_TURN_CHECK_RATE: "0",
   });
   const cohort = cohortEligibility([{ [SGLANG_CONTRACT_KEY]: fixtureContract("qwen3_vl") }]);
   if (!cohort.ok) throw new Error(cohort.reason);
