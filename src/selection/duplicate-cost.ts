@@ -20,12 +20,13 @@
  *
  * Bound: the term on w is at most max(0, targetMs − w's own estimate). A request then stays on a
  * holder only while the holder's estimate is at most max(targetMs, w's estimate): the term trades
- * later requests' hits for this one's wait only up to a TTFT target, never past it (unbounded, a
- * 120k-token document at 10k tokens/s would keep its questions queued ~24 s on its holder rather
- * than 12 s). Once w's own estimate passes the target the copy is no worse than waiting, so the
- * term is off. The default (10 s) sits well above a document's prefill (20k tokens: ~2 s), so the
- * term still keeps questions on their document's holder, and well below an operator's request
- * timeout.
+ * later requests' hits for this one's wait only up to a TTFT target, never past it (unbounded,
+ * weight 1 lets a holder queue up to twice a document's prefill: a 240k-token prompt at 10k
+ * tokens/s, ~48 s). Once w's own estimate passes the target the copy is no worse than waiting, so
+ * the term is off. The default (30 s) is above twice the longest document's prefill in the routing
+ * suite (120k tokens: 12 s, so its questions may still wait up to ~24 s on the holder), where
+ * holding still pays: on docqa seed 4 it binds nowhere (goodput 1× 1.18, 0.5× 0.98 req/s, as
+ * unbounded), while 10 s gave up most of the term's gain (1.15, 0.92).
  */
 import type { Candidate } from "./selection.ts";
 
@@ -36,7 +37,7 @@ export interface DuplicateCostParams {
   targetMs: number;
 }
 
-export const DEFAULT_DUPLICATE_COST: Readonly<DuplicateCostParams> = { weight: 1, targetMs: 10_000 };
+export const DEFAULT_DUPLICATE_COST: Readonly<DuplicateCostParams> = { weight: 1, targetMs: 30_000 };
 
 const heldBlocks = (c: Candidate) => c.overlapBlocks + (c.hostBlocks ?? 0);
 

@@ -68,9 +68,10 @@ describe("duplicateTokens", () => {
   });
 
   it("never lifts the worker's estimate past the TTFT target", () => {
-    // 120k tokens at 10k tokens/s: a 12 s copy; the term fills only what is left below 10 s.
-    expect(duplicateCostMs(DEFAULT_DUPLICATE_COST, 8_000, 10_000, 9_500)).toBe(500);
-    expect(duplicateCostMs(DEFAULT_DUPLICATE_COST, 120_000, 10_000, 12_000)).toBe(0);
+    // 120k tokens at 10k tokens/s: a 12 s copy; the term fills only what is left below the target.
+    expect(duplicateCostMs(DEFAULT_DUPLICATE_COST, 120_000, 10_000, 25_000)).toBe(DEFAULT_DUPLICATE_COST.targetMs - 25_000);
+    expect(duplicateCostMs({ weight: 1, targetMs: 10_000 }, 8_000, 10_000, 9_500)).toBe(500);
+    expect(duplicateCostMs({ weight: 1, targetMs: 10_000 }, 120_000, 10_000, 12_000)).toBe(0);
   });
 });
 
@@ -85,7 +86,7 @@ describe("RoutingCore with the duplication cost", () => {
 
   it("moves it by the TTFT estimate alone while that cache has room, or with weight 0", () => {
     expect(pick(pool({ bFull: false })).workerId).toBe("b");
-    expect(pick(pool({ bFull: true, duplicateCost: { weight: 0, targetMs: 10_000 } })).workerId).toBe("b");
+    expect(pick(pool({ bFull: true, duplicateCost: { weight: 0, targetMs: 30_000 } })).workerId).toBe("b");
   });
 
   it("lets the question move once waiting on the holder would pass the TTFT target", () => {
