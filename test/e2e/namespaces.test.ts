@@ -10,6 +10,7 @@
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { startFleet, type Fleet } from "../../scripts/local-fleet.ts";
 import { image, makeImage, makeMediaDir, sentToWorker, text, userWith } from "./helpers/media.ts";
+import { waitUntil } from "./reliability-helpers.ts";
 
 let fleet: Fleet;
 
@@ -55,6 +56,12 @@ const secretPrompt = (passphrase: string) => ({
 });
 const from = (ip: string) => ({ "cf-connecting-ip": ip });
 
+/** Requests the index still counts as load, over the pool's workers. */
+async function activeRequests(): Promise<number> {
+  const r = (await fleet.admin(`/admin/workers?model=${encodeURIComponent(fleet.model)}`)) as { workers: { activeRequests: number }[] };
+  return r.workers.reduce((a, w) => a + w.activeRequests, 0);
+}
+
 describe("no shared namespace between parties that do not trust each other", () => {
   it("an exact guess of another network's or an admin's prompt gets no more cached tokens than a wrong guess", async () => {
     await send(from("198.51.100.7"), secretPrompt("amber-falcon-7731"));
@@ -71,6 +78,11 @@ describe("no shared namespace between parties that do not trust each other", () 
         decision: { overlapBlocks: number };
         warnings: string[];
       };
+    // Explain picks on the index's load, and the last answer's prefill-done mark and settlement reach
+    // the index a few ms after the answer (the edge's receipt queue, RECEIPT_FLUSH_MS; later under CPU
+    // load; explain's peek carries none, unlike a route call): a holder still charged with that
+    // request's prefill (as long as this prompt) costs as much as the idle worker, which then wins.
+    await waitUntil(async () => (await activeRequests()) === 0, 10_000, async () => `activeRequests ${await activeRequests()}`, 5);
     const asVictim = await explain({ "x-kvedge-client-ip": "198.51.100.7" });
     expect(asVictim.namespace).toMatchObject({ salted: true, network: true });
     expect(asVictim.decision.overlapBlocks).toBe(own.overlapBlocks);
