@@ -17,6 +17,14 @@
  * blocks), and sharedPrefixes that per worker whose requests start with the same block, instead of
  * a table update per block (a 100k-token request is 6 400 blocks). A 53-bit key collision could
  * blur a count, as it could a table of keys.
+ *
+ * The queued prefill an estimate should see (queuedPrefillTokens) is less than the counted one: a
+ * request's tokens count in full until its prefill-done mark or release, but SGLang prefills a long
+ * prompt chunk by chunk (chunked_prefill_size, 8 192 tokens on an H100/H200) and the worker's queue
+ * drains at its prefill rate all the while. So each worker also keeps a fluid backlog: it drains
+ * at the worker's prefill rate (`drainTokensPerSec`) from when it was last changed, a routed
+ * request adds its tokens, and the estimate is the smaller of the drained backlog and the counted
+ * tokens, so marks and releases still cut it (a reset worker's counted 0 empties it).
  */
 
 export interface ActiveRequest {
@@ -87,15 +95,24 @@ export class LoadTracker {
   /** Per slot: blocks not covered by chain keys (partial tails, unhashed parts). */
   #private: number[] = [];
   #count: number[] = [];
+  /** Per slot: the fluid prefill backlog (tokens) as of #backlogAt (ms, the tracker's callers' clock). */
+  #backlog: number[] = [];
+  #backlogAt: number[] = [];
   readonly staleMs: number;
+  readonly #drainTokensPerSec: ((slot: number) => number) | null;
   #lastExpiry = -Infinity;
 
-  constructor(staleMs = 300_000) {
+  /** `drainTokensPerSec`: the slot's prefill rate, at which its backlog drains; absent, queued prefill is the counted one. */
+  constructor(staleMs = 300_000, drainTokensPerSec: ((slot: number) => number) | null = null) {
     this.staleMs = staleMs;
+    this.#drainTokensPerSec = drainTokensPerSec;
   }
 
   add(r: ActiveRequest): void {
     this.#active.set(r.receiptId, r);
+    // Drained to the route's time and cut to what is counted before its tokens join.
+    this.#backlog[r.slot] = this.queuedPrefillTokens(r.slot, r.startedAt) + r.prefillTokens;
+    this.#backlogAt[r.slot] = Math.max(this.#backlogAt[r.slot] ?? -Infinity, r.startedAt);
     this.#prefill[r.slot] = (this.#prefill[r.slot] ?? 0) + r.prefillTokens;
     const keys = r.chainKeys ?? NO_KEYS;
     if (keys.length > 0) {
@@ -157,8 +174,20 @@ export class LoadTracker {
     return n;
   }
 
+  /** Uncached tokens of the worker's requests not marked done or released: its prefill as counted. */
   prefillTokens(slot: number): number {
     return this.#prefill[slot] ?? 0;
+  }
+  /**
+   * The worker's prefill still queued at `now` by the estimate: its backlog drained at its prefill
+   * rate since it last changed, at most the counted tokens. A clock that steps back drains nothing.
+   */
+  queuedPrefillTokens(slot: number, now: number): number {
+    const counted = Math.max(0, this.#prefill[slot] ?? 0);
+    const backlog = this.#backlog[slot];
+    if (backlog === undefined || this.#drainTokensPerSec === null) return counted;
+    const elapsedMs = Math.max(0, now - (this.#backlogAt[slot] ?? now));
+    return Math.min(counted, Math.max(0, backlog - (this.#drainTokensPerSec(slot) * elapsedMs) / 1000));
   }
   /** Distinct KV blocks held by the worker's active requests. */
   decodeBlocks(slot: number): number {

@@ -390,7 +390,7 @@ export class Router {
     const candidates: Candidate[] = live.map((w, k) => ({
       slot: w.slot,
       overlapBlocks: overlaps[k]!,
-      activePrefillTokens: load.prefillTokens(w.slot),
+      activePrefillTokens: load.queuedPrefillTokens(w.slot, now),
       activeDecodeBlocks: load.decodeBlocks(w.slot),
       sharedActiveBlocks: shared.get(w.slot) ?? 0,
       hostBlocks: Math.max(0, hostOverlaps[k]! - overlaps[k]!),

@@ -20,6 +20,7 @@ import type { IndexCounters, PoolMetricsSnapshot } from "../metrics/pool-snapsho
 import type { RelayDump, RelayEvents, RelayHello, WorkerStatus } from "../relay-wire/relay-protocol.ts";
 import type { RegionsConfig } from "../selection/regions.ts";
 import { DEFAULT_SELECTION_COST, type SelectionCost } from "../selection/selection.ts";
+import { DEFAULT_TTFT_PARAMS, prefillRate } from "../selection/ttft-cost.ts";
 import type { TierCostParams } from "../selection/tier-cost.ts";
 import type { LoadTier, TierCalibrationView } from "../selection/tier-calibration.ts";
 import type { PdTransferParams } from "../selection/pd-transfer-cost.ts";
@@ -144,7 +145,9 @@ export class RoutingCore {
     this.#onDrift = opts.onDrift;
     this.#registry = new WorkerRegistry(opts.blockSize, this.#now);
     this.#views = new BlockViews(this.#registry, this.#counters, opts, (workerId) => this.#giveUpPrefills(workerId));
-    this.#load = new LoadTracker(opts.staleMs ?? 300_000);
+    // A worker's queued prefill drains at the rate its estimate divides by (ttft-cost.ts prefillRate).
+    const rateParams = opts.regions ?? DEFAULT_TTFT_PARAMS;
+    this.#load = new LoadTracker(opts.staleMs ?? 300_000, (slot) => prefillRate(rateParams, this.#registry.atSlot(slot) ?? {}));
     this.#loadSync = new LoadSync(this.#load, this.#registry, opts.replicateLoad ?? false, this.#now, opts.onLoadOps);
     this.#router = new Router(
       { registry: this.#registry, views: this.#views, load: this.#load, loadSync: this.#loadSync, prefillWatch: this.#prefillWatch, receipts: this.#receipts, metrics: this.#metrics, counters: this.#counters },

@@ -96,6 +96,12 @@ export class WorkerRegistry {
     return this.#workers.get(workerId);
   }
 
+  /** The worker holding the slot, if any. */
+  atSlot(slot: number): SlottedWorker | undefined {
+    const id = this.#bySlot[slot];
+    return id ? this.#workers.get(id) : undefined;
+  }
+
   all(): SlottedWorker[] {
     return [...this.#workers.values()];
   }

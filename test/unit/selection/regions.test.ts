@@ -18,7 +18,8 @@ const CONFIG = RegionsConfigSchema.parse({
 });
 
 function pool(cost?: "ttft" | "blocks") {
-  const core = new RoutingCore({ blockSize: B, random: () => 0.99, regions: CONFIG, ...(cost ? { cost } : {}) });
+  // A still clock: a worker's queued prefill drains with time (load-tracker.ts), and these figures are at one instant.
+  const core = new RoutingCore({ blockSize: B, random: () => 0.99, now: () => 0, regions: CONFIG, ...(cost ? { cost } : {}) });
   for (const [id, region] of [["eu-1", "eu"], ["us-1", "us"], ["ap-1", "ap"]] as const) {
     const hello = RelayHelloSchema.parse({ type: "hello", workerId: id, url: `http://${id}`, blockSize: B, epoch: 1, modelName: "m", region, prefillTokensPerSec: 10_000 });
     expect(core.hello(hello, id).ok).toBe(true);
