@@ -81,6 +81,17 @@ cached.forEach((p, j) => news.forEach((n, i) => {
   (pastContext ? extrapolated : unmeasured).push([n, p]);
 }));
 
+// More new or cached tokens cannot take less time: a point measured below a smaller neighbour (timing
+// noise, e.g. 0.02 ms on an 85 ms chunk) is raised to it, a running max along both axes in grid order
+// (the least monotone table above the measurements); each raise is listed as [new, cached, ms added].
+const raisedForMonotone = [];
+cached.forEach((p, j) => news.forEach((n, i) => {
+  const floor = Math.max(i > 0 ? ms[j][i - 1] : 0, j > 0 ? ms[j - 1][i] : 0);
+  if (ms[j][i] >= floor) return;
+  raisedForMonotone.push([n, p, +(floor - ms[j][i]).toFixed(4)]);
+  ms[j][i] = floor;
+}));
+
 // Decode: [1, B, B·C/1000] → ms.
 const dpts = raws.flatMap((r) => r.decode ?? []).filter((d) => d.ms !== undefined);
 const dec = leastSquares(dpts.map((d) => [1, d.batch, (d.batch * d.context) / 1000]), dpts.map((d) => d.ms));
@@ -91,7 +102,7 @@ const table = {
   model: main.model,
   device: `${gpu}, driver ${main.device.nvidia_smi.split(", ")[1]}, torch ${main.device.torch}, transformers ${main.device.transformers}`,
   chunkedPrefillSize: 8192,
-  prefill: { newTokens: news, cachedTokens: cached, ms, ...(extrapolated.length > 0 ? { extrapolated } : {}), ...(unmeasured.length > 0 ? { unmeasured } : {}) },
+  prefill: { newTokens: news, cachedTokens: cached, ms, ...(extrapolated.length > 0 ? { extrapolated } : {}), ...(unmeasured.length > 0 ? { unmeasured } : {}), ...(raisedForMonotone.length > 0 ? { raisedForMonotone } : {}) },
   decode: {
     baseMs: +dec.w[0].toFixed(4),
     perRequestMs: +dec.w[1].toFixed(5),
@@ -119,4 +130,4 @@ else if (vpts.length >= 3) {
   };
 }
 writeFileSync(OUT, JSON.stringify(table, null, 1) + "\n");
-console.log(`wrote ${OUT}: prefill ${news.length}×${cached.length} (${extrapolated.length} extrapolated, ${unmeasured.length} unmeasured), decode ${dec.w.map((x) => x.toFixed(4)).join(", ")} (worst ${(100 * dec.worst).toFixed(1)} %)` + (table.vision ? `, vision ${table.vision.baseMs} + ${table.vision.perThousandTokensMs}/1k tok + ${table.vision.perMillionTokenSliceTokensMs}/1M tok·slice (worst ${(100 * table.vision.worstRelativeError).toFixed(1)} %)` : ""));
+console.log(`wrote ${OUT}: prefill ${news.length}×${cached.length} (${extrapolated.length} extrapolated, ${unmeasured.length} unmeasured, ${raisedForMonotone.length} raised for monotonicity), decode ${dec.w.map((x) => x.toFixed(4)).join(", ")} (worst ${(100 * dec.worst).toFixed(1)} %)` + (table.vision ? `, vision ${table.vision.baseMs} + ${table.vision.perThousandTokensMs}/1k tok + ${table.vision.perMillionTokenSliceTokensMs}/1M tok·slice (worst ${(100 * table.vision.worstRelativeError).toFixed(1)} %)` : ""));
