@@ -56,8 +56,8 @@ export const TIMING_PRESETS = {
   /** Measured: Qwen2.5-VL-7B language model on one H200, SGLang's default 8192-token prefill chunks (bench/calibration). */
   "h200-7b": { prefillOverheadMs: 0, prefillTokensPerSec: 30_000, decodeMsPerToken: 7, decodeMsPerRunningRequest: 0.01, calibration: "h200-qwen2_5-vl-7b" },
   /**
-   * Measured: the same on one H100, cached prefix to 98 304 tokens, decode to 131 072 of context; no vision
-   * tower (its run timed transformers' launch-bound per-window forward, which derive.mjs leaves out).
+   * Measured: the same on one H100, cached prefix to 122 880 tokens, decode to 131 072 of context, and
+   * the vision tower's forward (varlen flash attention over windows).
    */
   "h100-7b": { prefillOverheadMs: 0, prefillTokensPerSec: 30_000, decodeMsPerToken: 8, decodeMsPerRunningRequest: 0.01, calibration: "h100-qwen2_5-vl-7b" },
 } as const satisfies Record<string, Timing>;
