@@ -16,14 +16,19 @@
 // block attends over; an image is one slice), in relative error (the items span 64-16 384 tokens, and an
 // absolute fit leaves the small, common images 65 % off), worst error kept; left out (visionLeftOut says
 // why) when the run timed a per-window loop.
-// Run: node bench/calibration/derive.mjs h100-qwen2_5-vl-7b   (or h200-qwen2_5-vl-7b)
+// --vision-from <other run>: the tower fit from another run (recorded as visionFrom), for a run that did not
+// time the tower on a GPU with the same compute (the tower is compute/launch-bound: its 1.35 GB of weights
+// read in ~0.4 ms at 3.35 TB/s against 34-843 ms measured; H100 and H200 share the GH100 die, 132 SMs, 1980 MHz).
+// Run: node bench/calibration/derive.mjs h100-qwen2_5-vl-7b   (or h200-qwen2_5-vl-7b --vision-from h100-qwen2_5-vl-7b)
 import { existsSync, readFileSync, writeFileSync } from "node:fs";
 import { dirname, join } from "node:path";
 import { fileURLToPath } from "node:url";
 
 const HERE = dirname(fileURLToPath(import.meta.url));
 const name = process.argv[2];
-if (!name || !/^[a-z0-9_.-]+$/.test(name)) throw new Error("usage: derive.mjs <table name, e.g. h100-qwen2_5-vl-7b>");
+const visionFrom = process.argv[3] === "--vision-from" ? process.argv[4] : undefined;
+if (!name || !/^[a-z0-9_.-]+$/.test(name) || (process.argv.length > 3 && !/^[a-z0-9_.-]+$/.test(visionFrom ?? "")))
+  throw new Error("usage: derive.mjs <table name, e.g. h100-qwen2_5-vl-7b> [--vision-from <run name>]");
 const OUT = join(HERE, `../../services/sglang-sim/calibration/${name}.json`);
 const raws = [`${name}.json`, `${name}-small.json`].filter((f) => existsSync(join(HERE, f))).map((f) => JSON.parse(readFileSync(join(HERE, f), "utf8")));
 if (raws.length === 0) throw new Error(`no raw measurements bench/calibration/${name}.json`);
@@ -112,15 +117,22 @@ const table = {
     maxContext: Math.max(...dpts.map((d) => d.context)),
   },
 };
-const vpts = (main.vision?.items ?? []).filter((v) => v.ms !== undefined);
+const visionRun = visionFrom ? JSON.parse(readFileSync(join(HERE, `${visionFrom}.json`), "utf8")) : main;
+if (visionFrom) {
+  const [a, b] = [main.device, visionRun.device];
+  const clock = (d) => d.nvidia_smi.split(", ")[2];
+  if (a.sm_count !== b.sm_count || clock(a) !== clock(b)) throw new Error(`--vision-from ${visionFrom}: ${b.gpu} (${b.sm_count} SMs, ${clock(b)}) is not ${a.gpu}'s compute (${a.sm_count} SMs, ${clock(a)})`);
+  table.visionFrom = `bench/calibration/${visionFrom}.json: the tower timed on ${b.gpu} (${b.sm_count} SMs, ${clock(b)}, the compute of this ${a.gpu}); compute/launch-bound, so the memory bandwidth that differs does not enter`;
+}
+const vpts = (visionRun.vision?.items ?? []).filter((v) => v.ms !== undefined);
 // A tower timed through a per-window Python loop (calibrate.py's fallbacks) is launch-bound, several
 // times its compute-bound cost: charging it would favour cache-aware routing by an unmeasured amount.
-const launchBound = /loop/.test(main.vision?.attention ?? "");
-if (vpts.length >= 3 && launchBound) table.visionLeftOut = `${vpts.length} items timed with ${main.vision.attention}: launch-bound, not charged`;
+const launchBound = /loop/.test(visionRun.vision?.attention ?? "");
+if (vpts.length >= 3 && launchBound) table.visionLeftOut = `${vpts.length} items timed with ${visionRun.vision.attention}: launch-bound, not charged`;
 else if (vpts.length >= 3) {
   const vis = leastSquares(vpts.map((v) => [1, v.tokens / 1000, (v.tokens * v.slice_tokens) / 1e6]), vpts.map((v) => v.ms), true);
   table.vision = {
-    model: `${main.vision.class} (${main.vision.params} parameters), attention: ${main.vision.attention}`,
+    model: `${visionRun.vision.class} (${visionRun.vision.params} parameters), attention: ${visionRun.vision.attention}`,
     baseMs: +vis.w[0].toFixed(4),
     perThousandTokensMs: +vis.w[1].toFixed(4),
     perMillionTokenSliceTokensMs: +vis.w[2].toFixed(5),
