@@ -14,8 +14,8 @@ export const RELAY_LAG_MS = 10;
 export async function replaySetup(ctx, sizes) {
   const { initHashing } = await import("../../src/util/hash.ts");
   await initHashing();
-  const { TIMING_PRESETS, prefillMs } = await import("../../services/sglang-sim/timing.ts");
-  return { timing: TIMING_PRESETS["h200-7b"], prefillMs, size: ctx.tiny ? sizes.tiny : ctx.quick ? sizes.quick : sizes.full, kv: kvCapacity() };
+  const { TIMING_PRESETS, prefillMs, encoderMs } = await import("../../services/sglang-sim/timing.ts");
+  return { timing: TIMING_PRESETS["h200-7b"], prefillMs, encoderMs, size: ctx.tiny ? sizes.tiny : ctx.quick ? sizes.quick : sizes.full, kv: kvCapacity() };
 }
 
 /** A figure over seeds: mean ± sd with several seeds, the mean alone with one. */

@@ -108,14 +108,15 @@ export default {
   title: "Routing policies on published-shape traces (calibrated H200 workers, real KV capacity, several seeds)",
   async run(ctx) {
     const setup = await replaySetup(ctx, SIZES);
-    const { timing, prefillMs, kv } = setup;
+    const { timing, prefillMs, encoderMs, kv } = setup;
     const size = narrowed(setup.size);
     const policiesOf = (name) => policiesFor(name).filter((p) => !size.policies || size.policies.includes(p));
     const edge = loadEdgeOverhead();
     const fleetKv = size.workers * kv.tokens;
 
-    // Ideal prefill (the ceiling's hit, nothing queued) of each request: the load scale and the SLO.
-    const idealPrefill = (trace, hits) => trace.map((r) => prefillMs(timing, r.tokens.length - hits[r.id], hits[r.id]));
+    // Ideal prefill (the ceiling's hit, nothing queued) of each request: the load scale and the SLO. It
+    // includes the vision tower's forward for media past the hit, as the workers charge it (worker-model.mjs).
+    const idealPrefill = (trace, hits) => trace.map((r) => prefillMs(timing, r.tokens.length - hits[r.id], hits[r.id]) + encoderMs(timing, r.media ?? [], hits[r.id]));
     const generate = (name, seed, rate) => TRACES[name]({ seed, sessions: size.sessions[name], rate, ...(name === "docqa" ? { documents: size.documents } : {}) });
     const makeTrace = (name, seed) => {
       // The session start rate for the target load, from the trace generated at 1 session/s: the
