@@ -161,13 +161,18 @@ describe("HiCache: a storage backend shared by both workers", () => {
     const other = fleet.workers.find((x) => x.id !== first.worker)!;
     const drained = await fetch(`${fleet.edgeUrl}/admin/workers/${first.worker}/drain?model=${encodeURIComponent(fleet.model)}`, { method: "POST", headers: { authorization: `Bearer ${fleet.adminToken}` } });
     expect(drained.status).toBe(200);
-    // The writer's storage events reach the index through its relay after the answer: wait for the
-    // shared view (the test above waits the same way), then judge the decision.
+    // The writer's storage events reach the index through its relay after the answer, in more than
+    // one batch: wait until the shared view is there and two reads 100 ms apart agree (a view still
+    // growing would give the request below more blocks than this decision), then judge it.
     let e!: Explained;
+    let seen = -1;
     await waitUntil(
       async () => {
         e = (await (await fetch(`${fleet.edgeUrl}/admin/explain`, { method: "POST", headers: { authorization: `Bearer ${fleet.adminToken}`, "content-type": "application/json" }, body: JSON.stringify({ model: fleet.model, messages }) })).json()) as Explained;
-        return (e.decision.tiers?.storageBlocks ?? 0) > 0;
+        const blocks = e.decision.tiers?.storageBlocks ?? 0;
+        const settled = blocks > 0 && blocks === seen;
+        seen = blocks;
+        return settled;
       },
       10_000,
       () => JSON.stringify(e?.decision),
