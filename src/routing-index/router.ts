@@ -212,6 +212,9 @@ export class Router {
     const receiptId = `r${now.toString(36)}-${(this.#receiptSeq++).toString(36)}`;
     const requestBlocks = Math.ceil(req.isl / blockSize);
     const prefillTokens = Math.max(0, req.isl - overlap * blockSize);
+    // The watch's deadline waits behind the worker's counted prefill, not the drained estimate the
+    // cost uses: giving a live prefill up early makes its worker look idle too soon (prefill-watch.ts).
+    const countedAhead = this.#p.load.prefillTokens(chosen.slot);
     this.#recurring.record(chosen.slot, req.isl, req.isl - prefillTokens, now);
     loadSync.add({ receiptId, slot: chosen.slot, prefillTokens, decodeBlocks: requestBlocks, chainKeys: chain, startedAt: now, prefillDone: false }, chosen.workerId);
     // A PD pair: the decode holds the prompt's KV too (transferred), and decodes; the prefill's
@@ -225,7 +228,7 @@ export class Router {
     const watch = chosen.kvEvents && (req.fallbackReason ?? null) === null && req.localHashes.length === fullBlocks && fullBlocks > overlap;
     if (watch) {
       const rate = prefillRate(this.#regions ?? DEFAULT_TTFT_PARAMS, chosen);
-      const deadline = watchDeadline(now, candidates[i]!.activePrefillTokens, prefillTokens, rate);
+      const deadline = watchDeadline(now, countedAhead, prefillTokens, rate);
       // Beyond the slot's bound the oldest are given up on: their prefill ends now.
       endUnseenPrefills(loadSync, this.#p.prefillWatch.watch(chosen.slot, receiptId, chainEndOf(req.localHashes, fullBlocks), deadline));
     }
