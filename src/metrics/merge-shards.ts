@@ -133,7 +133,7 @@ function mergeCounters(list: readonly IndexCounters[]): IndexCounters {
 }
 
 /** Per-shard worker lists → one row per worker with its blocks per shard (rules in the header). */
-export function mergeShardWorkers<T extends { workerId: string; blocks: number; synced: boolean; lastSeen: number; approximate?: boolean; approximateReasons?: string[]; quarantined?: boolean }>(
+export function mergeShardWorkers<T extends { workerId: string; blocks: number; synced: boolean; lastSeen: number; approximate?: boolean; approximateReasons?: string[]; quarantined?: boolean; cacheFull?: boolean }>(
   perShard: readonly (readonly T[])[],
 ): (T & { blocksPerShard: number[] })[] {
   // Insertion order: shard 0's workers first, then others in the order shards first report them.
@@ -155,6 +155,8 @@ export function mergeShardWorkers<T extends { workerId: string; blocks: number; 
       // Approximate on any shard: the worker's view as a whole may be wrong.
       if (w.approximate) m.approximate = true;
       if (w.quarantined) m.quarantined = true;
+      // Each shard judges fullness from its own chains' removals: full on any shard is full.
+      if (w.cacheFull) m.cacheFull = true;
       if (w.approximateReasons?.length) m.approximateReasons = [...new Set([...(m.approximateReasons ?? []), ...w.approximateReasons])];
       m.lastSeen = Math.max(m.lastSeen, w.lastSeen);
     }

@@ -283,4 +283,12 @@ describe("mergeShardSnapshots", () => {
     expect(sampleValue(f, "kvedge_routing_overlap_blocks_count", { model: "m" })).toBe(4);
     expect(sampleValue(f, "kvedge_edge_overhead_seconds_bucket", { model: "m", le: "+Inf" })).toBe(4);
   });
+  it("a worker whose cache is full on any shard is full in the merged row (shards judge fullness from their own chains)", () => {
+    const rows = mergeShardWorkers([[worker("a"), worker("b", { cacheFull: true })], [worker("a", { cacheFull: true }), worker("b")]]);
+    expect(rows.map((r) => [r.workerId, r.cacheFull])).toEqual([
+      ["a", true],
+      ["b", true],
+    ]);
+    expect(mergeShardWorkers([[worker("a")], [worker("a")]])[0]!.cacheFull).toBe(false);
+  });
 });
