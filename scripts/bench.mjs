@@ -5,7 +5,7 @@
 import { fork } from "node:child_process";
 import { cpus, loadavg, totalmem } from "node:os";
 import { mkdirSync, readFileSync, writeFileSync, existsSync } from "node:fs";
-import { dirname, join, resolve as resolvePath } from "node:path";
+import { dirname, join, relative, resolve as resolvePath } from "node:path";
 import { fileURLToPath } from "node:url";
 import { Progress } from "../bench/lib/progress.mjs";
 
@@ -82,7 +82,10 @@ async function main() {
   // A routing run narrowed by env (bench/suites/routing.mjs, narrowed) would replace the committed
   // routing figures in bench/results: it must go elsewhere.
   const narrowing = ["TRACES", "SEEDS", "CAPACITIES", "POLICIES"].map((v) => `KVEDGE_ROUTING_${v}`).filter((v) => process.env[v]);
-  if (selected.includes("routing") && narrowing.length > 0 && resolvePath(opts.out) === resolvePath(ROOT, "bench/results")) {
+  // Inside bench/results at any depth counts (a subfolder, a path spelt otherwise).
+  const fromResults = relative(resolvePath(ROOT, "bench/results"), resolvePath(opts.out));
+  const intoResults = fromResults !== ".." && !fromResults.startsWith("../");
+  if (selected.includes("routing") && narrowing.length > 0 && intoResults) {
     throw new Error(`a routing run narrowed by ${narrowing.join(", ")} needs --out outside bench/results`);
   }
   const mode = opts.tiny ? "tiny" : opts.quick ? "quick" : "full";
