@@ -51,7 +51,7 @@ const SIZES = {
 };
 
 /**
- * A part of the suite, for working on one trace (a full run takes ~19 min): comma lists in
+ * A part of the suite, for working on one trace (a full run takes ~9 min): comma lists in
  * KVEDGE_ROUTING_TRACES, _SEEDS, _CAPACITIES and _POLICIES (kvedge and least-loaded are always kept:
  * the verdicts need them) narrow the mode's size; unset, the whole suite runs. An unknown name or a
  * value that is not a positive number stops the run (a typo would otherwise run nothing); a narrowed

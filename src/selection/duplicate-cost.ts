@@ -10,8 +10,9 @@
  *
  *   duplicateMs(w) = weight × (tokens of the request held by another candidate, not by w) / w's prefill rate
  *
- * counted only on a worker whose cache is full (Candidate.cacheFull: it has evicted since it started
- * or last cleared, block-views.ts): a cache with room holds the copy without displacing anything, so
+ * counted only on a worker whose cache is full (Candidate.cacheFull, block-views.ts: it has evicted
+ * since it started or last cleared, or the blocks indexed for it reach 0.9 of its hello's
+ * kvCapacityTokens): a cache with room holds the copy without displacing anything, so
  * while caches fill (and on traffic whose working set fits, such as agent loops on a large fleet) the
  * term is off and load alone decides. "Held" is the GPU overlap plus host-memory blocks (a shared
  * storage backend is everyone's: loading from it copies nothing another worker could serve better).
