@@ -94,6 +94,12 @@ export class BlockViews {
    * block it stores displaces a cached one (src/selection/duplicate-cost.ts). See cacheFull.
    */
   readonly #evicted = new Set<number>();
+  /**
+   * Slots whose host tier (HiCache CPU_PINNED) removed blocks since the worker started or cleared:
+   * SGLang evicts host pages only when a write finds the host pool full (hiradix_cache.py @9d147fd
+   * `write_backup` → `evict_host` L1207-1236). See demotesToHost.
+   */
+  readonly #hostEvicted = new Set<number>();
   #matched: MatchedRequest | null = null;
   #hostMatched: MatchedRequest | null = null;
   /** Overlap of recently routed chains from the last walk (#matched's request). */
@@ -154,6 +160,7 @@ export class BlockViews {
     this.approximate.clear(workerId);
     this.#synced.delete(workerId);
     this.#evicted.delete(slot);
+    this.#hostEvicted.delete(slot);
   }
 
   /** The worker left the registry: its slot is freed in every view. */
@@ -167,6 +174,7 @@ export class BlockViews {
     this.#synced.delete(workerId);
     this.approximate.clear(workerId);
     this.#evicted.delete(slot);
+    this.#hostEvicted.delete(slot);
   }
 
   /**
@@ -180,6 +188,20 @@ export class BlockViews {
     if (!w.kvCapacityTokens) return false;
     const blocks = Math.max(this.index.workerBlockCount(w.slot), this.approx.workerBlockCount(w.slot));
     return blocks * w.blockSize >= CACHE_FULL_SHARE * w.kvCapacityTokens;
+  }
+
+  /**
+   * Whether a GPU eviction on the worker only demotes the block to host memory: the worker has a
+   * HiCache host tier (blocks indexed in it) that has not removed any since it started or cleared.
+   * SGLang's default write policy, write_through (server_args.py @9d147fd L2118-2181), backs every
+   * GPU page up to host memory, and a GPU eviction of a backed-up page keeps the host copy
+   * (hiradix_cache.py @9d147fd `_detach_backuped` L1139-1149): a displaced block costs its
+   * load-back, not its prefill, until the host pool is full too (duplicate-cost.ts). Not so under
+   * write_through_selective, which drops pages never backed up: such a worker is priced as if it
+   * demoted them (the index cannot tell the two policies apart).
+   */
+  demotesToHost(slot: number): boolean {
+    return this.host.workerBlockCount(slot) > 0 && !this.#hostEvicted.has(slot);
   }
 
   /** A new relay session: its dump, which follows, is the truth. */
@@ -266,6 +288,7 @@ export class BlockViews {
         this.index.clearWorker(w.slot);
         this.host.clearWorker(w.slot);
         this.#evicted.delete(w.slot);
+        this.#hostEvicted.delete(w.slot);
         // The worker dropped everything: whatever the view got wrong is gone with it.
         this.approximate.clear(workerId);
       }
@@ -384,7 +407,9 @@ export class BlockViews {
   /** One host-tier event; false when a stored chain's parent is unknown (the relay should resync). */
   #applyHostEvent(w: SlottedWorker, ev: Exclude<RelayEvents["events"][number], { t: "cleared" }>): boolean {
     if (ev.t === "removed") {
-      this.#counters.blocksRemoved += this.host.applyRemoved(w.slot, ev.hashes);
+      const removed = this.host.applyRemoved(w.slot, ev.hashes);
+      this.#counters.blocksRemoved += removed;
+      if (removed > 0) this.#hostEvicted.add(w.slot);
       this.#counters.eventsApplied++;
       return true;
     }

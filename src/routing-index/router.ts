@@ -17,7 +17,7 @@ import { DEFAULT_TTFT_PARAMS, estimateTtft, prefillRate, scoreByTtft } from "../
 import { TierCalibration } from "../selection/tier-calibration.ts";
 import { DEFAULT_RECURRING_LOAD, RecurringLoad, type RecurringLoadParams } from "../selection/recurring-load.ts";
 import { DEFAULT_TIER_COST, type TierCostParams } from "../selection/tier-cost.ts";
-import { DEFAULT_DUPLICATE_COST, duplicateCostMs, duplicateTokens, type DuplicateCostParams } from "../selection/duplicate-cost.ts";
+import { DEFAULT_DUPLICATE_COST, displacedMs, duplicateCostMs, duplicateTokens, type DuplicateCostParams } from "../selection/duplicate-cost.ts";
 import { DEFAULT_PD_TRANSFER_GBPS, pdTransferMs, type PdTransferParams } from "../selection/pd-transfer-cost.ts";
 import type { BlockViews } from "./block-views.ts";
 import type { LoadSync } from "./load-sync.ts";
@@ -399,6 +399,7 @@ export class Router {
       hostBlocks: Math.max(0, hostOverlaps[k]! - overlaps[k]!),
       storageBlocks: Math.max(0, storageOverlaps[k]! - Math.max(overlaps[k]!, hostOverlaps[k]!)),
       cacheFull: views.cacheFull(w),
+      demotesToHost: views.demotesToHost(w.slot),
     }));
     const scored = this.#score(live, candidates, req, blockSize);
     const candidateViews: RouteCandidateView[] = live.map((w, k) => ({
@@ -466,7 +467,8 @@ export class Router {
     if (this.#cost === "blocks" && !edgeRegion) return scoreByBlocks({ candidates, isl: req.isl, blockSize, decodeWeight: this.#decodeWeight });
     const placements = live.map((w) => this.#placement(w, edgeRegion));
     const params = regions ?? DEFAULT_TTFT_PARAMS;
-    const scored = scoreByTtft({ candidates, placements, isl: req.isl, blockSize, params, tiers: this.#calibration.params() });
+    const tiers = this.#calibration.params();
+    const scored = scoreByTtft({ candidates, placements, isl: req.isl, blockSize, params, tiers });
     // A prefill worker's first token also waits for the prompt's KV to reach its decode peer.
     const transferMs = pdTransferMs(this.#pdTransfer, req.isl);
     const now = this.#now();
@@ -474,7 +476,8 @@ export class Router {
     return scored.map((x, k) => {
       const rate = prefillRate(params, placements[k]!);
       const estimateMs = x.cost + this.#recurring.costMs(x.slot, now, rate) + (isPrefillWorker(live[k]!) ? transferMs : 0);
-      const duplicateMs = duplicateCostMs(this.#duplicate, duplicated[k]!, rate, estimateMs);
+      const displaced = displacedMs(duplicated[k]!, rate, candidates[k]!.demotesToHost ? tiers : null);
+      const duplicateMs = duplicateCostMs(this.#duplicate, displaced, estimateMs);
       return { ...x, cost: estimateMs + duplicateMs, duplicateMs };
     });
   }

@@ -19,6 +19,12 @@
  * With weight 1 a move must save more of the holder's queue than twice the prefill it repeats; 0
  * turns the term off.
  *
+ * HiCache: on a worker whose GPU evictions only demote blocks to its host tier (Candidate
+ * demotesToHost: BlockViews.demotesToHost), a displaced token is not lost: the next request needing
+ * it loads it back (tier-cost.ts). There the term prices the displaced tokens at their load-back
+ * (~32 ms for 8k tokens at 37 GB/s, against 800 ms of prefill at 10k tokens/s), until the host
+ * tier evicts too, from when every token stored pushes one out of host memory: prefill again.
+ *
  * Bound: the term on w is at most max(0, targetMs − w's own estimate). A request then stays on a
  * holder only while the holder's estimate is at most max(targetMs, w's estimate): the term trades
  * later requests' hits for this one's wait only up to a TTFT target, never past it (unbounded,
@@ -30,6 +36,7 @@
  * unbounded), while 10 s gave up most of the term's gain (1.15, 0.92).
  */
 import type { Candidate } from "./selection.ts";
+import { hostLoadBackMs, type TierCostParams } from "./tier-cost.ts";
 
 export interface DuplicateCostParams {
   /** Cost of one duplicated token in units of its own prefill time; 0: off. */
@@ -62,8 +69,19 @@ export function duplicateTokens(candidates: readonly Candidate[], isl: number, b
   });
 }
 
-/** The term for `tokens` duplicated on a worker prefilling `tokensPerSec` whose estimate without it is `estimateMs`, ms. */
-export function duplicateCostMs(params: DuplicateCostParams, tokens: number, tokensPerSec: number, estimateMs: number): number {
-  if (params.weight <= 0 || tokens <= 0) return 0;
-  return Math.min((params.weight * tokens * 1000) / tokensPerSec, Math.max(0, params.targetMs - estimateMs));
+/**
+ * What the `tokens` a copy displaces cost the requests that need them again, ms: their prefill at
+ * `tokensPerSec`, or their load-back where the worker's GPU evictions only demote (`demotedTo`: the
+ * load-back pricing; null: they are lost).
+ */
+export function displacedMs(tokens: number, tokensPerSec: number, demotedTo: TierCostParams | null): number {
+  if (tokens <= 0) return 0;
+  // Tokens as one-token blocks: a prompt's last block may be partial.
+  return demotedTo ? hostLoadBackMs(demotedTo, tokens, 1) : (tokens * 1000) / tokensPerSec;
+}
+
+/** The term for a copy displacing `displaced` ms of others' cache (displacedMs) on a worker whose estimate without it is `estimateMs`, ms. */
+export function duplicateCostMs(params: DuplicateCostParams, displaced: number, estimateMs: number): number {
+  if (params.weight <= 0 || displaced <= 0) return 0;
+  return Math.min(params.weight * displaced, Math.max(0, params.targetMs - estimateMs));
 }

@@ -25,6 +25,8 @@ export interface Candidate {
   storageBlocks?: number;
   /** The worker's cache is full (it has evicted): a block it stores displaces a cached one (duplicate-cost.ts). */
   cacheFull?: boolean;
+  /** A GPU eviction on the worker keeps the block in host memory (HiCache with room there): a displaced block costs its load-back (duplicate-cost.ts). */
+  demotesToHost?: boolean;
 }
 
 export interface Scored {

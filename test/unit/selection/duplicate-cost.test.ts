@@ -9,8 +9,9 @@ import { beforeAll, describe, expect, it } from "vitest";
 import { RoutingCore } from "../../../src/routing-index/routing-core.ts";
 import { localBlockHashes } from "../../../src/blocks/block-hash.ts";
 import { initHashing } from "../../../src/util/hash.ts";
-import { localHashToHex } from "../../../src/relay-wire/relay-protocol.ts";
-import { DEFAULT_DUPLICATE_COST, duplicateCostMs, duplicateTokens, type DuplicateCostParams } from "../../../src/selection/duplicate-cost.ts";
+import { localHashToHex, type RelayEvent } from "../../../src/relay-wire/relay-protocol.ts";
+import { DEFAULT_DUPLICATE_COST, displacedMs, duplicateCostMs, duplicateTokens, type DuplicateCostParams } from "../../../src/selection/duplicate-cost.ts";
+import { DEFAULT_TIER_COST } from "../../../src/selection/tier-cost.ts";
 import type { Candidate } from "../../../src/selection/selection.ts";
 
 beforeAll(() => initHashing());
@@ -61,17 +62,24 @@ describe("duplicateTokens", () => {
     expect(duplicateTokens([candidate(0, 10), candidate(1, 0, { cacheFull: false })], 400, B)).toEqual([0, 0]);
   });
 
-  it("prices the copy as its prefill time × weight", () => {
-    expect(duplicateCostMs(DEFAULT_DUPLICATE_COST, 8_000, 10_000, 0)).toBe(800);
-    expect(duplicateCostMs({ weight: 0.5, targetMs: 10_000 }, 8_000, 10_000, 0)).toBe(400);
-    expect(duplicateCostMs({ weight: 0, targetMs: 10_000 }, 8_000, 10_000, 0)).toBe(0);
+  it("prices the copy as the displaced tokens' prefill time × weight", () => {
+    expect(duplicateCostMs(DEFAULT_DUPLICATE_COST, displacedMs(8_000, 10_000, null), 0)).toBe(800);
+    expect(duplicateCostMs({ weight: 0.5, targetMs: 10_000 }, displacedMs(8_000, 10_000, null), 0)).toBe(400);
+    expect(duplicateCostMs({ weight: 0, targetMs: 10_000 }, displacedMs(8_000, 10_000, null), 0)).toBe(0);
+  });
+
+  it("prices tokens a GPU eviction only demotes to host memory at their load-back", () => {
+    // 8 000 tokens × 147 456 bytes at 37 GB/s: 31.9 ms, not 800 ms of prefill.
+    expect(displacedMs(8_000, 10_000, DEFAULT_TIER_COST)).toBeCloseTo((8_000 * 147_456) / 37e6, 9);
+    expect(displacedMs(8_000, 10_000, { ...DEFAULT_TIER_COST, hostLoadGBps: 1 })).toBeCloseTo(1_179.648, 6);
+    expect(displacedMs(0, 10_000, DEFAULT_TIER_COST)).toBe(0);
   });
 
   it("never lifts the worker's estimate past the TTFT target", () => {
     // 120k tokens at 10k tokens/s: a 12 s copy; the term fills only what is left below the target.
-    expect(duplicateCostMs(DEFAULT_DUPLICATE_COST, 120_000, 10_000, 25_000)).toBe(DEFAULT_DUPLICATE_COST.targetMs - 25_000);
-    expect(duplicateCostMs({ weight: 1, targetMs: 10_000 }, 8_000, 10_000, 9_500)).toBe(500);
-    expect(duplicateCostMs({ weight: 1, targetMs: 10_000 }, 120_000, 10_000, 12_000)).toBe(0);
+    expect(duplicateCostMs(DEFAULT_DUPLICATE_COST, 12_000, 25_000)).toBe(DEFAULT_DUPLICATE_COST.targetMs - 25_000);
+    expect(duplicateCostMs({ weight: 1, targetMs: 10_000 }, 800, 9_500)).toBe(500);
+    expect(duplicateCostMs({ weight: 1, targetMs: 10_000 }, 12_000, 12_000)).toBe(0);
   });
 });
 
@@ -138,6 +146,42 @@ describe("RoutingCore with the duplication cost", () => {
     const stored = { t: "stored" as const, parent: null, blocks: host.map(({ h, l }) => ({ h, l })), tier: "CPU_PINNED" as const };
     expect(core.applyEvents("b", { type: "events", epoch: 1, seq: 1, events: [stored, { t: "removed", hashes: ["7000"], tier: "CPU_PINNED" }] }).ok).toBe(true);
     expect(fullOf(core, "b")).toBe(false);
+  });
+
+  /** pool({ bFull: true }) with b a HiCache worker: its GPU blocks written through to host memory before its GPU eviction, then `hostEvicts` host blocks removed. */
+  function hicachePool(hostEvicts: number) {
+    const core = pool({ bFull: false });
+    const gpu = rows(text(90_000, 2 * B), 5000);
+    const spare = rows(text(95_000, 2 * B), 8000);
+    const host = (r: typeof gpu): RelayEvent => ({ t: "stored", parent: null, blocks: r.map(({ h, l }) => ({ h, l })), tier: "CPU_PINNED" });
+    const events: RelayEvent[] = [host(gpu), host(spare), { t: "removed", hashes: ["5001"] }];
+    if (hostEvicts > 0) events.push({ t: "removed", hashes: spare.slice(2 - hostEvicts).map((r) => r.h), tier: "CPU_PINNED" });
+    expect(core.applyEvents("b", { type: "events", epoch: 1, seq: 1, events }).ok).toBe(true);
+    return core;
+  }
+
+  it("on a HiCache worker whose host tier has room, prices the copy at the load-back of what it demotes", () => {
+    const p = pick(hicachePool(0));
+    const b = p.candidates.find((c) => c.workerId === "b")!;
+    expect(b.cacheFull).toBe(true);
+    // 8 000 displaced tokens demoted, not lost: ~31.9 ms at 37 GB/s, so b (~836 ms) beats a's queue (~1 204 ms).
+    expect(b.duplicateMs).toBeCloseTo((8_000 * 147_456) / 37e6, 3);
+    expect(p.workerId).toBe("b");
+  });
+
+  it("on a HiCache worker whose host tier evicts too, prices the copy at prefill again", () => {
+    const p = pick(hicachePool(1));
+    expect(p.candidates.find((c) => c.workerId === "b")!.duplicateMs).toBeCloseTo(800, 0);
+    expect(p.workerId).toBe("a");
+  });
+
+  it("a cleared HiCache worker demotes again once its host tier holds blocks", () => {
+    const core = hicachePool(1);
+    const gpu = rows(text(90_000, 2 * B), 5000);
+    const stored = (tier?: "CPU_PINNED"): RelayEvent => ({ t: "stored", parent: null, blocks: gpu.map(({ h, l }) => ({ h, l })), ...(tier ? { tier } : {}) });
+    const events: RelayEvent[] = [{ t: "cleared" }, stored(), stored("CPU_PINNED"), { t: "removed", hashes: ["5001"] }];
+    expect(core.applyEvents("b", { type: "events", epoch: 1, seq: 2, events }).ok).toBe(true);
+    expect(pick(core).candidates.find((c) => c.workerId === "b")!.duplicateMs).toBeCloseTo((8_000 * 147_456) / 37e6, 3);
   });
 
   it("counts a cache full from its capacity when the index sees no removal (exact view or no KV events)", () => {
