@@ -175,11 +175,11 @@ export class WorkerBlockSet {
         continue;
       }
       if (existing) {
-        // Same id under another parent: the old placement is stale.
+        // Same id under another parent: the old placement is stale. The engine evicted nothing.
         flush();
         const gone = this.removeSubtree(h);
         out.removed += gone.length;
-        out.events.push({ t: "removed", hashes: gone.map(String) });
+        out.events.push({ t: "removed", hashes: gone.map(String), moved: true });
         if (prev !== null && !this.blocks.has(prev)) {
           // The parent sat below the moved block (a hash cycle): nothing sound to attach to.
           this.incomplete = true;

@@ -31,6 +31,8 @@ const isEngineHash = (v: unknown): boolean => typeof v === "string" && ENGINE_HA
 const isLocalHash = (v: unknown): boolean => typeof v === "string" && LOCAL_HASH.test(v);
 /** Keys an optional `tier` adds (0 when absent, 1 when a known tier, NaN otherwise: never a match). */
 const tierKeys = (v: unknown): number => (v === undefined ? 0 : (KV_TIERS as readonly unknown[]).includes(v) ? 1 : NaN);
+/** Keys an optional `moved` adds (0 when absent, 1 when true, NaN otherwise). */
+const movedKeys = (v: unknown): number => (v === undefined ? 0 : v === true ? 1 : NaN);
 
 function isEvent(e: unknown): boolean {
   if (!isRecord(e)) return false;
@@ -43,7 +45,7 @@ function isEvent(e: unknown): boolean {
     }
     case "removed": {
       const hashes = e.hashes;
-      if (keyCount(e) !== 2 + tierKeys(e.tier) || !Array.isArray(hashes) || hashes.length === 0) return false;
+      if (keyCount(e) !== 2 + tierKeys(e.tier) + movedKeys(e.moved) || !Array.isArray(hashes) || hashes.length === 0) return false;
       for (const h of hashes) if (!isEngineHash(h)) return false;
       return true;
     }

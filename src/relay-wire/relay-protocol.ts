@@ -116,7 +116,17 @@ export const DumpBlockSchema = z.object({ h: engineHash, p: engineHash.nullable(
 
 export const RelayEventSchema = z.discriminatedUnion("t", [
   z.object({ t: z.literal("stored"), parent: engineHash.nullable(), blocks: z.array(StoredBlockSchema).min(1), tier: KvTierSchema.optional() }),
-  z.object({ t: z.literal("removed"), hashes: z.array(engineHash).min(1), tier: KvTierSchema.optional() }),
+  z.object({
+    t: z.literal("removed"),
+    hashes: z.array(engineHash).min(1),
+    tier: KvTierSchema.optional(),
+    /**
+     * The relay's own removal of blocks the engine stored again elsewhere (under another parent, or
+     * in another shard's chain): the engine evicted nothing, so the worker's cache is no fuller
+     * (block-views.ts cacheFull). Absent: the engine removed them.
+     */
+    moved: z.literal(true).optional(),
+  }),
   z.object({ t: z.literal("cleared") }),
 ]);
 export type RelayEvent = z.infer<typeof RelayEventSchema>;

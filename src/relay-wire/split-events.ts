@@ -20,7 +20,8 @@ export function splitRelayEvents(router: ChainRootRouter, events: readonly Relay
         resync = true;
         continue;
       }
-      for (const m of r.moves) perShard[m.shard]!.push({ t: "removed", hashes: [m.hash] });
+      // A block re-used in another shard's chain leaves its old shard; the engine evicted nothing.
+      for (const m of r.moves) perShard[m.shard]!.push({ t: "removed", hashes: [m.hash], moved: true });
       perShard[r.shard]!.push(ev);
     } else if (ev.t === "removed") {
       for (const [s, hashes] of router.routeRemoved(ev.hashes)) perShard[s]!.push({ t: "removed", hashes });

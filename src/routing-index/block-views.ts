@@ -282,7 +282,8 @@ export class BlockViews {
         const removed = this.index.applyRemoved(w.slot, ev.hashes);
         this.#counters.blocksRemoved += removed;
         this.#room += removed;
-        if (removed > 0) this.#evicted.add(w.slot);
+        // Only the engine's evictions fill a cache, not the relay's moves (RelayEvent `moved`).
+        if (removed > 0 && !ev.moved) this.#evicted.add(w.slot);
       } else {
         this.#room += this.index.workerBlockCount(w.slot);
         this.index.clearWorker(w.slot);
@@ -409,7 +410,7 @@ export class BlockViews {
     if (ev.t === "removed") {
       const removed = this.host.applyRemoved(w.slot, ev.hashes);
       this.#counters.blocksRemoved += removed;
-      if (removed > 0) this.#hostEvicted.add(w.slot);
+      if (removed > 0 && !ev.moved) this.#hostEvicted.add(w.slot);
       this.#counters.eventsApplied++;
       return true;
     }

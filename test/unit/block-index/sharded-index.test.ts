@@ -157,6 +157,22 @@ describe("ShardedIndex ≡ RadixIndex", () => {
 });
 
 describe("splitRelayEvents (relay fan-out)", () => {
+  it("a block re-used in another shard's chain leaves its old shard as a move, not an eviction", () => {
+    // Two chain roots in different shards of 2.
+    const hex = (n: number) => n.toString(16).padStart(16, "0");
+    const roots = [1, 2, 3, 4, 5, 6, 7, 8].map(hex);
+    const a = roots.find((l) => shardOfHex(l, 2) === 0)!;
+    const b = roots.find((l) => shardOfHex(l, 2) === 1)!;
+    const router = new ChainRootRouter(2);
+    const first = splitRelayEvents(router, [{ t: "stored", parent: null, blocks: [{ h: "1", l: a }, { h: "9", l: hex(99) }] }]);
+    expect(first.perShard[1]).toEqual([]);
+    const again: RelayEvent = { t: "stored", parent: null, blocks: [{ h: "2", l: b }, { h: "9", l: hex(99) }] };
+    const { perShard } = splitRelayEvents(router, [again, { t: "removed", hashes: ["2"] }]);
+    expect(perShard[0]).toEqual([{ t: "removed", hashes: ["9"], moved: true }]);
+    // The engine's own removal is routed as it came.
+    expect(perShard[1]).toEqual([again, { t: "removed", hashes: ["2"] }]);
+  });
+
   it("feeds per-shard indexes to the same state as one index", () => {
     const r = mulberry32(3);
     const plain = new RadixIndex();

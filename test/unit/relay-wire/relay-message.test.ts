@@ -23,7 +23,7 @@ const opt = <T extends Record<string, fc.Arbitrary<unknown>>>(shape: T, required
   fc.tuple(fc.record(shape, { requiredKeys: required as never }), fc.integer({ min: 0, max: 9 })).map(([o, roll]) => (roll === 0 ? { ...o, extra: 1 } : o));
 
 const stored = opt({ t: fc.constant("stored"), parent: fc.option(engineHash, { nil: null }), blocks: fc.array(opt({ h: engineHash, l: localHash }, ["h", "l"]), { maxLength: 5 }) }, ["t", "parent", "blocks"]);
-const removed = opt({ t: fc.constant("removed"), hashes: fc.array(engineHash, { maxLength: 4 }) }, ["t", "hashes"]);
+const removed = opt({ t: fc.constant("removed"), hashes: fc.array(engineHash, { maxLength: 4 }), moved: fc.constantFrom(true, true, false, "yes") }, ["t", "hashes"]);
 const event = fc.oneof({ weight: 4, arbitrary: stored }, { weight: 2, arbitrary: removed }, { weight: 1, arbitrary: opt({ t: fc.constant("cleared") }, ["t"]) }, { weight: 1, arbitrary: fc.constant({ t: "other" }) });
 const events = opt({ type: fc.constant("events"), epoch: count, seq: count, events: fc.array(event, { maxLength: 4 }) }, ["type", "epoch", "seq", "events"]);
 const dump = opt(
@@ -65,7 +65,7 @@ describe("parseRelayMessage", () => {
 
   it("takes the direct path for well-formed events and dumps (the same object back)", () => {
     const msgs = [
-      { type: "events", epoch: 3, seq: 9, events: [{ t: "stored", parent: null, blocks: [{ h: "-42", l: "00000000000000ff" }] }, { t: "removed", hashes: ["7"] }, { t: "cleared" }] },
+      { type: "events", epoch: 3, seq: 9, events: [{ t: "stored", parent: null, blocks: [{ h: "-42", l: "00000000000000ff" }] }, { t: "removed", hashes: ["7"] }, { t: "removed", hashes: ["8"], moved: true }, { t: "cleared" }] },
       { type: "dump", epoch: 0, seq: -1, blocks: [{ h: "1", p: null, l: "0123456789abcdef" }, { h: "2", p: "1", l: "fedcba9876543210" }] },
       { type: "dump", epoch: 1, seq: 4, blocks: [], approximate: true },
       { type: "dump", epoch: 1, seq: 4, blocks: [], continues: 3 },

@@ -106,6 +106,19 @@ describe("WorkerBlockSet", () => {
     expect(set.size).toBe(2);
   });
 
+  it("re-parenting a held block removes its old placement as a move, not an eviction", () => {
+    const set = new WorkerBlockSet(B);
+    set.apply([stored([1n, 2n], null, seqTokens(8))]);
+    const out = set.apply([stored([3n, 2n], null, seqTokens(8, 50))]);
+    expect(out.events).toEqual([
+      { t: "stored", parent: null, blocks: [{ h: "3", l: lhex(seqTokens(4, 50)) }] },
+      { t: "removed", hashes: ["2"], moved: true },
+      { t: "stored", parent: "3", blocks: [{ h: "2", l: lhex(seqTokens(4, 54)) }] },
+    ]);
+    // The engine's own removal is not a move.
+    expect(set.apply([removed([2n])]).events).toEqual([{ t: "removed", hashes: ["2"] }]);
+  });
+
   it("removes blocks and, robustly, everything below them", () => {
     const set = new WorkerBlockSet(B);
     const a = pageEvents(seqTokens(12));

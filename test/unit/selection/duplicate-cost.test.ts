@@ -13,6 +13,7 @@ import { localHashToHex, type RelayEvent } from "../../../src/relay-wire/relay-p
 import { DEFAULT_DUPLICATE_COST, displacedMs, duplicateCostMs, duplicateTokens, type DuplicateCostParams } from "../../../src/selection/duplicate-cost.ts";
 import { DEFAULT_TIER_COST } from "../../../src/selection/tier-cost.ts";
 import type { Candidate } from "../../../src/selection/selection.ts";
+import { WorkerBlockSet } from "../../../services/relay/worker-block-set.ts";
 
 beforeAll(() => initHashing());
 
@@ -148,6 +149,21 @@ describe("RoutingCore with the duplication cost", () => {
     expect(fullOf(core, "b")).toBe(false);
   });
 
+  it("a removal the engine never made (the relay's re-parenting, a shard move) does not fill the cache", () => {
+    const core = pool({ bFull: false });
+    // The relay's own block set: block 2 stored under 1, then the engine stores it under 3.
+    const relay = new WorkerBlockSet(B);
+    const first = relay.apply([{ type: "BlockStored", blockHashes: [1n, 2n], parentBlockHash: null, tokenIds: text(300_000, 2 * B), blockSize: B, medium: "GPU" }]);
+    const moved = relay.apply([{ type: "BlockStored", blockHashes: [3n, 2n], parentBlockHash: null, tokenIds: text(310_000, 2 * B), blockSize: B, medium: "GPU" }]);
+    expect(moved.events.some((e) => e.t === "removed")).toBe(true);
+    expect(core.applyEvents("b", { type: "events", epoch: 1, seq: 1, events: [...first.events, ...moved.events] }).ok).toBe(true);
+    expect(fullOf(core, "b")).toBe(false);
+    // The engine's eviction does.
+    const evicted = relay.apply([{ type: "BlockRemoved", blockHashes: [2n], medium: "GPU" }]);
+    expect(core.applyEvents("b", { type: "events", epoch: 1, seq: 2, events: evicted.events }).ok).toBe(true);
+    expect(fullOf(core, "b")).toBe(true);
+  });
+
   /** pool({ bFull: true }) with b a HiCache worker: its GPU blocks written through to host memory before its GPU eviction, then `hostEvicts` host blocks removed. */
   function hicachePool(hostEvicts: number) {
     const core = pool({ bFull: false });
@@ -173,6 +189,13 @@ describe("RoutingCore with the duplication cost", () => {
     const p = pick(hicachePool(1));
     expect(p.candidates.find((c) => c.workerId === "b")!.duplicateMs).toBeCloseTo(800, 0);
     expect(p.workerId).toBe("a");
+  });
+
+  it("a host-tier move is no host eviction: the worker still demotes", () => {
+    const core = hicachePool(0);
+    const moved: RelayEvent = { t: "removed", hashes: ["8001"], tier: "CPU_PINNED", moved: true };
+    expect(core.applyEvents("b", { type: "events", epoch: 1, seq: 2, events: [moved] }).ok).toBe(true);
+    expect(pick(core).candidates.find((c) => c.workerId === "b")!.duplicateMs).toBeCloseTo((8_000 * 147_456) / 37e6, 3);
   });
 
   it("a cleared HiCache worker demotes again once its host tier holds blocks", () => {
