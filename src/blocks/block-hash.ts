@@ -11,6 +11,7 @@
  * with the salt SGLang reports in BlockStoredWithMetadata.
  */
 import { xxh3_64 } from "../util/hash.ts";
+import { bytesToHex } from "../util/hex.ts";
 import { XXH3_WORDS_MAX, XXH3_WORDS_MIN, xxh3Flips16, xxh3Keys, xxh3Of16Bytes, xxh3Words } from "./xxh3-words.ts";
 
 export const LOCAL_HASH_SEED = 1337n;
@@ -42,6 +43,11 @@ export function namespaceTag(namespace: string | null | undefined): NamespaceTag
   const tag = new Uint8Array(8);
   new DataView(tag.buffer).setBigUint64(0, h, true);
   return tag;
+}
+
+/** A tag as text, for keys of per-namespace memos: its hex, "" for no namespace. */
+export function namespaceTagHex(tag: NamespaceTag): string {
+  return tag === null ? "" : bytesToHex(tag);
 }
 
 /** Hashes every full block of `tokens`. Requires initHashing(). */

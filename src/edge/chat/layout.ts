@@ -6,10 +6,9 @@
 import { InvalidRequestError } from "../../api/errors.ts";
 import type { ChatCompletionRequest } from "../../api/openai-schema.ts";
 import type { EdgeConfig, ModelConfig } from "../../config/config.ts";
-import { localBlockHashes, type NamespaceTag } from "../../blocks/block-hash.ts";
+import { localBlockHashes, namespaceTagHex, type NamespaceTag } from "../../blocks/block-hash.ts";
 import { expandPrompt, MAX_ROUTING_TOKENS, requestIneligibility, routeViewItems, type EncodeText, type RoutingView } from "../../layout/index.ts";
 import { getQwenTokenizer, type QwenTokenizer } from "../../prompt/tokenizer/index.ts";
-import { bytesToHex } from "../../util/hex.ts";
 import { mmHashesAllowed } from "../../proxy/generate-request.ts";
 import type { ChatFrontDoor } from "../../routing-index/front-door.ts";
 import { cachedPoolProfile } from "./pool-profile-cache.ts";
@@ -103,7 +102,7 @@ export async function planMediaRouting(input: MediaLayoutInput): Promise<Routing
     ids: cohort.contract.tokenIds,
     encode,
     blockSize: model.blockSize,
-    scope: `${model.family}\u0000${model.blockSize}\u0000${cohort.digest}\u0000${input.itemTag === null ? "" : bytesToHex(input.itemTag)}`,
+    scope: `${model.family}\u0000${model.blockSize}\u0000${cohort.digest}\u0000${namespaceTagHex(input.itemTag)}`,
     maxTokens: MAX_ROUTING_TOKENS,
   };
   const kept = views.hashes(viewInput);

@@ -5,10 +5,9 @@
  * digest names the contract), the namespace, and the item's content digest and metadata, which
  * together are the key; an entry is never shared across namespaces. Bounded by estimated bytes, LRU.
  */
-import type { NamespaceTag } from "../../blocks/block-hash.ts";
+import { namespaceTagHex, type NamespaceTag } from "../../blocks/block-hash.ts";
 import { routedItem, type Ineligible, type MediaItem, type RoutedItem, type WorkerContract } from "../../layout/index.ts";
 import { ByteLru } from "../../util/byte-lru.ts";
-import { bytesToHex } from "../../util/hex.ts";
 import { namespacedItemHash } from "../cache-salt.ts";
 import { mediaItems, type VerifiedMedia } from "../media.ts";
 
@@ -77,7 +76,7 @@ function laidOut(plain: MediaItem, contract: WorkerContract, itemTag: NamespaceT
  * order; `unresolved`: the first item without an identity (routing falls back).
  */
 export function routeItems(media: readonly VerifiedMedia[], cohort: ItemCohort, itemTag: NamespaceTag): RoutedItems {
-  const tag = itemTag === null ? "" : bytesToHex(itemTag);
+  const tag = namespaceTagHex(itemTag);
   const found: (Routed | undefined)[] = [];
   const itemKeys: (string | null)[] = [];
   let missing: number[] | null = null;
@@ -142,7 +141,7 @@ export function wholeRoutedItems(media: readonly VerifiedMedia[], cohort: ItemCo
  * may be what gave the wrong form); how many entries were dropped.
  */
 export function forgetRoutedItems(media: readonly VerifiedMedia[], cohortDigest: string, itemTag: NamespaceTag): number {
-  const tag = itemTag === null ? "" : bytesToHex(itemTag);
+  const tag = namespaceTagHex(itemTag);
   let dropped = 0;
   for (const m of media) {
     const last = keys.get(m)?.key;

@@ -2,9 +2,8 @@
  * Stage 4, media: every media part of the prompt becomes verified bytes (fetched or decoded, then
  * stored) before anything else, whatever the routing outcome.
  */
-import type { NamespaceTag } from "../../blocks/block-hash.ts";
+import { namespaceTagHex, type NamespaceTag } from "../../blocks/block-hash.ts";
 import type { EdgeConfig } from "../../config/config.ts";
-import { bytesToHex } from "../../util/hex.ts";
 import { clientLabel, type ClientRef } from "../client-label.ts";
 import { recoverLeased, verifyMedia, type LeasedItem, type MediaPartRef, type MediaReuse, type VerifiedMedia } from "../media.ts";
 import { mediaDeps, mediaMemo, type EdgeFetch } from "./media-deps.ts";
@@ -64,7 +63,7 @@ export async function verifyPromptMedia(prompt: RenderedPrompt, deps: { config: 
     // Items before the last assistant message have been answered: they are the conversation's earlier items.
     let answered = conversation.messages.length - 1;
     while (answered >= 0 && conversation.messages[answered]!.role !== "assistant") answered--;
-    const scope = `${client ?? ""}\u0000${conversation.itemTag === null ? "" : bytesToHex(conversation.itemTag)}`;
+    const scope = `${client ?? ""}\u0000${namespaceTagHex(conversation.itemTag)}`;
     reuse = { memo: mediaMemo(deps), scope, earlier: prompt.mediaParts.map((p) => p.messageIndex < answered), leased: [] };
     // Seeded into this scope only: used as any memo entry (a stored item after the store confirms it holds the bytes).
     for (const seed of deps.mediaSeeds ?? []) reuse.memo.seed(scope, seed.kind, seed.url, seed.media);
