@@ -109,6 +109,47 @@ describe("HiCache: a prefix evicted from the GPU but kept in host memory", () =>
 interface Explained {
   decision: { workerId: string; overlapBlocks: number; tiers?: { gpuBlocks: number; hostBlocks: number; storageBlocks: number; storageApproximate: boolean } };
   candidates: { workerId: string; overlapBlocks: number; hostBlocks?: number; storageBlocks?: number }[];
+  /** With `?tokens=all`: the request's block hashes as the index keys them. */
+  routed?: { blockHashes: string[] };
+}
+
+async function explain(messages: { role: string; content: string }[], allTokens = false): Promise<Explained> {
+  const r = await fetch(`${fleet.edgeUrl}/admin/explain${allTokens ? "?tokens=all" : ""}`, {
+    method: "POST",
+    headers: { authorization: `Bearer ${fleet.adminToken}`, "content-type": "application/json" },
+    body: JSON.stringify({ model: fleet.model, messages }),
+  });
+  return (await r.json()) as Explained;
+}
+
+/**
+ * The request's leading blocks the writer holds on its GPU, from the engine itself: the simulator
+ * caches a finished request before it answers, and write_through copies every GPU page to host
+ * memory and the shared storage, so this is exactly what the index's storage view will hold of the
+ * request once the writer's host-tier events have all arrived (they come in more than one batch).
+ */
+async function writerPrefixBlocks(writerUrl: string, messages: { role: string; content: string }[]): Promise<number> {
+  const held = new Set(await trueLocalHashes(writerUrl));
+  const hashes = (await explain(messages, true)).routed!.blockHashes;
+  let n = 0;
+  while (n < hashes.length && held.has(hashes[n]!)) n++;
+  return n;
+}
+
+/** Explains `messages` until the storage view credits `expected` blocks to `workerId` (bounded: 10 s). */
+async function waitStorageView(messages: { role: string; content: string }[], workerId: string, expected: number): Promise<Explained> {
+  let e: Explained | null = null;
+  const credited = () => e?.candidates.find((c) => c.workerId === workerId)?.storageBlocks ?? 0;
+  await waitUntil(
+    async () => {
+      e = await explain(messages);
+      return credited() === expected;
+    },
+    10_000,
+    () => `the shared storage view to credit ${workerId} with the writer's ${expected} blocks of the request; last explain credited ${credited()}: ${JSON.stringify(e?.candidates)}`,
+    50,
+  );
+  return e!;
 }
 
 describe("HiCache: a storage backend shared by both workers", () => {
@@ -122,22 +163,15 @@ describe("HiCache: a storage backend shared by both workers", () => {
       { role: "assistant", content: first.content },
       { role: "user", content: "And then?" },
     ];
-    let e: Explained | null = null;
-    await waitUntil(
-      async () => {
-        e = (await (await fetch(`${fleet.edgeUrl}/admin/explain`, { method: "POST", headers: { authorization: `Bearer ${fleet.adminToken}`, "content-type": "application/json" }, body: JSON.stringify({ model: fleet.model, messages }) })).json()) as Explained;
-        return (e.candidates.find((c) => c.workerId === other.id)?.storageBlocks ?? 0) > 0;
-      },
-      10_000,
-      () => JSON.stringify(e?.candidates),
-      100,
-    );
-    const credited = e!.candidates.find((c) => c.workerId === other.id)!;
+    const writer = fleet.workers.find((x) => x.id === first.worker)!;
+    const expected = await writerPrefixBlocks(writer.url, messages);
+    expect(expected).toBeGreaterThanOrEqual(15);
+    const e = await waitStorageView(messages, other.id, expected);
+    const credited = e.candidates.find((c) => c.workerId === other.id)!;
     // The worker that never saw the conversation: its whole overlap is the shared storage view.
     expect(credited.overlapBlocks).toBe(0);
-    expect(credited.storageBlocks).toBeGreaterThanOrEqual(15);
     // The writer holds it on its GPU: picked, and its GPU copy beats a load from storage.
-    expect(e!.decision.workerId).toBe(first.worker);
+    expect(e.decision.workerId).toBe(first.worker);
     // The other worker serves it from the shared backend (prefetched to host memory, loaded back).
     const r = await fetch(`${other.url}/v1/chat/completions`, {
       method: "POST",
@@ -162,22 +196,11 @@ describe("HiCache: a storage backend shared by both workers", () => {
     const drained = await fetch(`${fleet.edgeUrl}/admin/workers/${first.worker}/drain?model=${encodeURIComponent(fleet.model)}`, { method: "POST", headers: { authorization: `Bearer ${fleet.adminToken}` } });
     expect(drained.status).toBe(200);
     // The writer's storage events reach the index through its relay after the answer, in more than
-    // one batch: wait until the shared view is there and two reads 100 ms apart agree (a view still
-    // growing would give the request below more blocks than this decision), then judge it.
-    let e!: Explained;
-    let seen = -1;
-    await waitUntil(
-      async () => {
-        e = (await (await fetch(`${fleet.edgeUrl}/admin/explain`, { method: "POST", headers: { authorization: `Bearer ${fleet.adminToken}`, "content-type": "application/json" }, body: JSON.stringify({ model: fleet.model, messages }) })).json()) as Explained;
-        const blocks = e.decision.tiers?.storageBlocks ?? 0;
-        const settled = blocks > 0 && blocks === seen;
-        seen = blocks;
-        return settled;
-      },
-      10_000,
-      () => JSON.stringify(e?.decision),
-      100,
-    );
+    // one batch: judge the decision once the shared view holds all the writer wrote of the request
+    // (a view still growing would give the request below more blocks than this decision).
+    const expected = await writerPrefixBlocks(fleet.workers.find((x) => x.id === first.worker)!.url, messages);
+    expect(expected).toBeGreaterThan(0);
+    const e = await waitStorageView(messages, other.id, expected);
     expect(e.decision.workerId).toBe(other.id);
     expect(e.decision.tiers).toMatchObject({ gpuBlocks: 0, hostBlocks: 0, storageApproximate: true });
     const r = await fetch(`${fleet.edgeUrl}/v1/chat/completions`, { method: "POST", headers: { "content-type": "application/json" }, body: JSON.stringify({ model: fleet.model, messages, max_tokens: 4 }) });
