@@ -79,6 +79,7 @@ export class RoutingIndex extends DurableObject<RoutingIndexEnv> implements Pool
       storageCapacityBlocks: routing.storageCapacityBlocks,
       pdTransfer: { kvBytesPerToken: routing.kvBytesPerToken, transferGBps: routing.pdTransferGBps },
       duplicateCost: { weight: routing.duplicateWeight, targetMs: routing.duplicateTargetMs },
+      learnPrefillRate: routing.learnPrefillRate,
       replicateLoad: this.#shards > 1,
       onLoadOps: () => this.#scheduleLoadSync(),
       onDrift: (workerId) => console.warn(JSON.stringify({ event: "routing_drift", workerId })),

@@ -81,7 +81,7 @@ async function main() {
   for (const s of selected) if (!SUITES.includes(s)) throw new Error(`unknown suite ${s} (have: ${SUITES.join(", ")})`);
   // A routing run narrowed by env (bench/suites/routing.mjs, narrowed) would replace the committed
   // routing figures in bench/results: it must go elsewhere.
-  const narrowing = ["TRACES", "SEEDS", "CAPACITIES", "POLICIES"].map((v) => `KVEDGE_ROUTING_${v}`).filter((v) => process.env[v]);
+  const narrowing = ["TRACES", "SEEDS", "CAPACITIES", "POLICIES", "LEARN_PREFILL_RATE"].map((v) => `KVEDGE_ROUTING_${v}`).filter((v) => process.env[v]);
   // Inside bench/results at any depth counts (a subfolder, a path spelt otherwise).
   const fromResults = relative(resolvePath(ROOT, "bench/results"), resolvePath(opts.out));
   const intoResults = fromResults !== ".." && !fromResults.startsWith("../");

@@ -58,12 +58,13 @@ function hashesOf(req) {
   return h;
 }
 
-export function simulate(trace, { policy, workers, capacityTokens, timing = TIMING_PRESETS["h200-7b"], lagMs = 10, seed = 7 }) {
+/** `learnPrefillRate`: the index learns each worker's prefill rate (RoutingCore option; undefined: its default). */
+export function simulate(trace, { policy, workers, capacityTokens, timing = TIMING_PRESETS["h200-7b"], lagMs = 10, seed = 7, learnPrefillRate }) {
   if (!POLICIES.includes(policy)) throw new Error(`unknown policy ${policy}`);
   const Worker = timing.calibration ? CalibratedWorker : LinearWorker;
   const random = rng(seed);
   const loop = new EventLoop();
-  const core = CORE_POLICIES.has(policy) ? new RoutingCore({ blockSize: PAGE, random, now: () => loop.now, cost: policy === "dynamo-blocks" ? "blocks" : "ttft" }) : null;
+  const core = CORE_POLICIES.has(policy) ? new RoutingCore({ blockSize: PAGE, random, now: () => loop.now, cost: policy === "dynamo-blocks" ? "blocks" : "ttft", learnPrefillRate }) : null;
   const kvEvents = policy !== "approximate";
   const W = [];
   for (let w = 0; w < workers; w++) {
@@ -162,7 +163,8 @@ export function simulate(trace, { policy, workers, capacityTokens, timing = TIMI
       now,
     );
   });
-  return { results, served: W.map((s) => s.served) };
+  // What the index learned of each worker's prefill rate (tokens/s; null: too few samples), for the report.
+  return { results, served: W.map((s) => s.served), learnedPrefillRates: core ? core.workers().map((w) => w.learnedPrefillTokensPerSec) : null };
 }
 
 /**

@@ -56,6 +56,8 @@ const SIZES = {
  * the verdicts need them) narrow the mode's size; unset, the whole suite runs. An unknown name or a
  * value that is not a positive number stops the run (a typo would otherwise run nothing); a narrowed
  * run is refused in bench/results (scripts/bench.mjs), where it would replace the committed figures.
+ * KVEDGE_ROUTING_LEARN_PREFILL_RATE (0 or 1) sets RoutingCore's learnPrefillRate for the index's
+ * policies (refused there too); each run then records the rates learned per worker (learnedRates).
  */
 function narrowed(size, env = process.env) {
   const list = (name, valid) => {
@@ -71,13 +73,18 @@ function narrowed(size, env = process.env) {
   const capacities = list("KVEDGE_ROUTING_CAPACITIES", positive)?.map(Number) ?? null;
   const traces = list("KVEDGE_ROUTING_TRACES", (x) => Object.hasOwn(TRACES, x));
   const policies = list("KVEDGE_ROUTING_POLICIES", (x) => POLICIES.includes(x));
-  const narrowing = seeds || capacities || traces || policies ? { seeds, capacities, traces, policies } : null;
+  // A setting the committed run does not take (header).
+  const learn = env.KVEDGE_ROUTING_LEARN_PREFILL_RATE;
+  if (learn !== undefined && learn !== "0" && learn !== "1") throw new Error("KVEDGE_ROUTING_LEARN_PREFILL_RATE: 0 or 1");
+  const learnPrefillRate = learn === undefined ? null : learn === "1";
+  const narrowing = seeds || capacities || traces || policies || learnPrefillRate !== null ? { seeds, capacities, traces, policies, learnPrefillRate } : null;
   return {
     ...size,
     ...(seeds ? { seeds } : {}),
     ...(capacities ? { capacities } : {}),
     traces,
     policies: policies ? [...new Set(["kvedge", "least-loaded", ...policies])] : null,
+    learnPrefillRate,
     narrowing,
   };
 }
@@ -176,12 +183,13 @@ export default {
         const edgeMs = sampleEdgeOverheads(edge, t.trace, seed);
         const edgeQ = summarize(edgeMs);
         const runs = {};
+        const learnedRates = {};
         for (const factor of size.capacities) {
           const capacityTokens = Math.round(kv.tokens * factor);
           const rows = {};
           for (const policy of policies) {
             ctx.progress(done++ / total, `routing ${name} seed ${seed} ${factor}× KV: ${policy}`);
-            const { results, served } = simulate(t.trace, { policy, workers: size.workers, capacityTokens, timing, lagMs: RELAY_LAG_MS, seed });
+            const { results, served, learnedPrefillRates } = simulate(t.trace, { policy, workers: size.workers, capacityTokens, timing, lagMs: RELAY_LAG_MS, seed, ...(size.learnPrefillRate !== null ? { learnPrefillRate: size.learnPrefillRate } : {}) });
             const cached = results.reduce((s, r) => s + r.cached, 0);
             const ttft = summarize(results.map((r) => r.ttft));
             const e2eOf = results.map((r) => r.ttft + edgeMs[r.id]);
@@ -198,6 +206,8 @@ export default {
               e2eTtftP99: e2e.p99,
               maxOverMeanServed: Math.max(...served) / mean(served),
             };
+            // Per worker, the prefill rate kvedge's index learned (tokens/s; the replay's hellos report none).
+            if (learnedPrefillRates?.some((r) => r !== null)) (learnedRates[factor] ??= {})[policy] = learnedPrefillRates.map((r) => (r === null ? null : Math.round(r)));
           }
           runs[factor] = rows;
         }
@@ -211,6 +221,7 @@ export default {
           offeredRps: t.trace.length / span,
           edgeOverheadMs: { p50: edgeQ.p50, p99: edgeQ.p99, mean: edgeQ.mean },
           runs,
+          learnedRates,
         });
       }
       // Mean ± sd over seeds per capacity and policy.

@@ -136,6 +136,15 @@ export const RoutingConfigSchema = z.strictObject({
   duplicateWeight: z.number().min(0).max(10).default(DEFAULT_DUPLICATE_COST.weight),
   duplicateTargetMs: z.number().int().min(0).max(600_000).default(DEFAULT_DUPLICATE_COST.targetMs),
   /**
+   * Learn each worker's prefill rate from its own prefills (route to first output on a worker with
+   * nothing queued; src/routing-index/prefill-rates.ts) and price and drain it at that rate while its
+   * relay's hello reports none (`--prefill-tokens-per-sec` wins); false: the pool default
+   * (KVEDGE_REGIONS defaultPrefillTokensPerSec) for such workers. Off by default: in the routing
+   * replay the learned rates (4-6k tok/s on agent loops, 12-25k on document QA) cost goodput against
+   * the 10k default on some traces and seeds (docs/benchmarks.md §5).
+   */
+  learnPrefillRate: z.boolean().default(false),
+  /**
    * cost "ttft", HiCache workers: the KV bytes one token takes on the pool's model (layers × KV
    * heads × head dim × 2 × bytes per element) and the host-memory → GPU load-back bandwidth in GB/s,
    * which price a prefix held in a worker's host memory (src/selection/tier-cost.ts).

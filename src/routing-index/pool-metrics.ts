@@ -6,20 +6,24 @@ import type { LoadTracker } from "../load/load-tracker.ts";
 import { RECENT_KEPT, type PoolRecorder } from "../metrics/pool-recorder.ts";
 import { cohortOf, type IndexCounters, type PoolMetricsSnapshot, type WorkerView } from "../metrics/pool-snapshot.ts";
 import type { BlockViews } from "./block-views.ts";
+import type { PrefillRates } from "./prefill-rates.ts";
 import { poolCohort } from "./cohort.ts";
 import type { ReceiptBook } from "./receipts.ts";
 import { isQuarantined, type WorkerRecord, type WorkerRegistry } from "./worker-registry.ts";
 
 /** A worker's record joined with what operators see of its blocks and load (the snapshot's WorkerView fields). */
 export type WorkerRow = WorkerRecord &
-  Pick<WorkerView, "blocks" | "synced" | "approximate" | "approximateReasons" | "quarantined" | "cacheFull" | "activeRequests" | "activePrefillTokens" | "activeDecodeBlocks">;
+  Pick<WorkerView, "blocks" | "synced" | "approximate" | "approximateReasons" | "quarantined" | "cacheFull" | "activeRequests" | "activePrefillTokens" | "activeDecodeBlocks"> & {
+    /** The prefill rate learned from its prefills (prefill-rates.ts), tokens/s; null: too few samples or learning off. The hello's prefillTokensPerSec wins over it. */
+    learnedPrefillTokensPerSec: number | null;
+  };
 
 export function emptyIndexCounters(): IndexCounters {
   return { eventsApplied: 0, blocksStored: 0, blocksRemoved: 0, eventsDropped: 0, dropReasons: {}, dumps: 0, routed: 0, settled: 0, expired: 0, receiptsRejected: 0, approxResets: 0 };
 }
 
 /** Every registered worker with what the index holds of it and its in-flight load. */
-export function workerRows(registry: WorkerRegistry, views: BlockViews, load: LoadTracker, at: number): WorkerRow[] {
+export function workerRows(registry: WorkerRegistry, views: BlockViews, load: LoadTracker, rates: PrefillRates, at: number): WorkerRow[] {
   return registry.all().map(({ slot, ...w }) => ({
     ...w,
     blocks: views.index.workerBlockCount(slot),
@@ -31,6 +35,7 @@ export function workerRows(registry: WorkerRegistry, views: BlockViews, load: Lo
     activeRequests: load.activeRequests(slot),
     activePrefillTokens: load.prefillTokens(slot),
     activeDecodeBlocks: load.decodeBlocks(slot),
+    learnedPrefillTokensPerSec: rates.learned(slot),
   }));
 }
 
@@ -38,6 +43,7 @@ export interface PoolMetricsParts {
   registry: WorkerRegistry;
   views: BlockViews;
   load: LoadTracker;
+  rates: PrefillRates;
   receipts: ReceiptBook;
   metrics: PoolRecorder;
   counters: IndexCounters;
@@ -45,7 +51,7 @@ export interface PoolMetricsParts {
 
 /** Everything operators see about this pool (metrics scrape, dashboard), as plain JSON. */
 export function poolMetricsSnapshot(p: PoolMetricsParts, at: number): PoolMetricsSnapshot {
-  const workers = workerRows(p.registry, p.views, p.load, at);
+  const workers = workerRows(p.registry, p.views, p.load, p.rates, at);
   const verdict = poolCohort(p.registry.all());
   return {
     at,

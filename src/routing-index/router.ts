@@ -13,7 +13,7 @@ import type { IndexCounters } from "../metrics/pool-snapshot.ts";
 import { scoreByBlocks } from "../selection/block-cost.ts";
 import { resolveEdgeRegion, rttMs, type RegionsConfig } from "../selection/regions.ts";
 import { pickIndex, type Candidate, type Scored, type SelectionCost } from "../selection/selection.ts";
-import { DEFAULT_TTFT_PARAMS, estimateTtft, prefillRate, scoreByTtft } from "../selection/ttft-cost.ts";
+import { DEFAULT_TTFT_PARAMS, estimateTtft, scoreByTtft } from "../selection/ttft-cost.ts";
 import { TierCalibration } from "../selection/tier-calibration.ts";
 import { DEFAULT_RECURRING_LOAD, RecurringLoad, type RecurringLoadParams } from "../selection/recurring-load.ts";
 import { DEFAULT_TIER_COST, type TierCostParams } from "../selection/tier-cost.ts";
@@ -21,9 +21,10 @@ import { DEFAULT_DUPLICATE_COST, displacedMs, duplicateCostMs, duplicateTokens, 
 import { DEFAULT_PD_TRANSFER_GBPS, pdTransferMs, type PdTransferParams } from "../selection/pd-transfer-cost.ts";
 import type { BlockViews } from "./block-views.ts";
 import type { LoadSync } from "./load-sync.ts";
+import type { PrefillRates } from "./prefill-rates.ts";
 import type { Receipt, ReceiptBook } from "./receipts.ts";
 import type { SettleRequest } from "./receipt-entries.ts";
-import { isQuarantined, type WorkerRecord, type WorkerRegistry } from "./worker-registry.ts";
+import { isQuarantined, type SlottedWorker, type WorkerRegistry } from "./worker-registry.ts";
 import { decodeLoadId, isDecodeWorker, isPrefillWorker, pickDecode } from "./pd-pool.ts";
 
 /** Pending receipts kept at most (the oldest is dropped beyond). */
@@ -149,6 +150,8 @@ export interface RouterParts {
   loadSync: LoadSync;
   /** Routed requests whose prefill the worker's stored blocks will end (routing-core.ts). */
   prefillWatch: PrefillWatch;
+  /** The rate each worker is priced and drained at, and its learning (prefill-rates.ts). */
+  rates: PrefillRates;
   receipts: ReceiptBook;
   metrics: PoolRecorder;
   counters: IndexCounters;
@@ -216,6 +219,8 @@ export class Router {
     // cost uses: giving a live prefill up early makes its worker look idle too soon (prefill-watch.ts).
     const countedAhead = this.#p.load.prefillTokens(chosen.slot);
     this.#recurring.record(chosen.slot, req.isl, req.isl - prefillTokens, now);
+    // A sample of the worker's prefill rate unless a load-back or a decode peer's first token would be in it.
+    if (!decode && hostBlocks === 0 && storageBlocks === 0) this.#p.rates.routed(receiptId, chosen.slot, now, prefillTokens, countedAhead, this.#placement(chosen, this.#edgeRegion(req)).rttMs);
     loadSync.add({ receiptId, slot: chosen.slot, prefillTokens, decodeBlocks: requestBlocks, chainKeys: chain, startedAt: now, prefillDone: false }, chosen.workerId);
     // A PD pair: the decode holds the prompt's KV too (transferred), and decodes; the prefill's
     // share is counted until the request settles (it frees its copy once sent: an overestimate).
@@ -227,8 +232,7 @@ export class Router {
     const fullBlocks = Math.floor(req.isl / blockSize);
     const watch = chosen.kvEvents && (req.fallbackReason ?? null) === null && req.localHashes.length === fullBlocks && fullBlocks > overlap;
     if (watch) {
-      const rate = prefillRate(this.#regions ?? DEFAULT_TTFT_PARAMS, chosen);
-      const deadline = watchDeadline(now, countedAhead, prefillTokens, rate);
+      const deadline = watchDeadline(now, countedAhead, prefillTokens, this.#p.rates.of(chosen));
       // Beyond the slot's bound the oldest are given up on: their prefill ends now.
       endUnseenPrefills(loadSync, this.#p.prefillWatch.watch(chosen.slot, receiptId, chainEndOf(req.localHashes, fullBlocks), deadline));
     }
@@ -299,6 +303,7 @@ export class Router {
   settle(req: SettleRequest): { drift: boolean; receipt: Receipt | null; released: boolean } {
     const released = this.#p.loadSync.release(req.receiptId) !== undefined;
     const releasedDecode = this.#p.loadSync.release(decodeLoadId(req.receiptId)) !== undefined;
+    this.#p.rates.forget(req.receiptId);
     const p = this.#pending.get(req.receiptId);
     if (!p) return { drift: false, receipt: null, released: released || releasedDecode };
     this.#pending.delete(req.receiptId);
@@ -416,9 +421,15 @@ export class Router {
     return { live, chain, candidates, scored, candidateViews, blockSize };
   }
 
-  #placement(w: WorkerRecord, edgeRegion: string | null) {
+  /** The edge's region as the regions table knows it; null without a table or a known region. */
+  #edgeRegion(req: Pick<RouteRequest, "edgeRegion" | "edgeColo">): string | null {
     const regions = this.#regions;
-    return { rttMs: regions && edgeRegion ? rttMs(regions, edgeRegion, w.region ?? null) : 0, prefillTokensPerSec: w.prefillTokensPerSec ?? null };
+    return regions ? (req.edgeRegion ?? resolveEdgeRegion(regions, req.edgeColo)) : null;
+  }
+
+  #placement(w: SlottedWorker, edgeRegion: string | null) {
+    const regions = this.#regions;
+    return { rttMs: regions && edgeRegion ? rttMs(regions, edgeRegion, w.region ?? null) : 0, prefillTokensPerSec: this.#p.rates.of(w) };
   }
 
   /**
@@ -426,11 +437,9 @@ export class Router {
    * measured time to prefill done against them calibrates the tier's bandwidth. Computed under
    * either cost ("blocks" scores without it).
    */
-  #predictLoadBack(w: WorkerRecord, c: Candidate, req: Pick<RouteRequest, "isl" | "edgeRegion" | "edgeColo">, blockSize: number): Pick<Receipt, "predictedTtftMs" | "loadBack"> {
-    const regions = this.#regions;
-    const edgeRegion = regions ? (req.edgeRegion ?? resolveEdgeRegion(regions, req.edgeColo)) : null;
+  #predictLoadBack(w: SlottedWorker, c: Candidate, req: Pick<RouteRequest, "isl" | "edgeRegion" | "edgeColo">, blockSize: number): Pick<Receipt, "predictedTtftMs" | "loadBack"> {
     const tiers = this.#calibration.params();
-    const b = estimateTtft(regions ?? DEFAULT_TTFT_PARAMS, c, this.#placement(w, edgeRegion), req.isl, blockSize, tiers);
+    const b = estimateTtft(this.#regions ?? DEFAULT_TTFT_PARAMS, c, this.#placement(w, this.#edgeRegion(req)), req.isl, blockSize, tiers);
     const totalMs = b.totalMs + (isPrefillWorker(w) ? pdTransferMs(this.#pdTransfer, req.isl) : 0);
     // Both tiers at once: the measured time cannot be split between them; it calibrates neither.
     const tier = (c.hostBlocks ?? 0) > 0 && (c.storageBlocks ?? 0) > 0 ? null : (c.hostBlocks ?? 0) > 0 ? "host" : "storage";
@@ -447,6 +456,7 @@ export class Router {
    * queue), never dating it before the route.
    */
   prefillDone(receiptId: string, ageMs = 0): void {
+    this.#p.rates.prefillDone(receiptId, this.#now() - ageMs);
     const p = this.#pending.get(receiptId);
     if (!p?.loadBack || this.#prefillDoneAt.has(receiptId)) return;
     this.#prefillDoneAt.set(receiptId, Math.max(p.at, this.#now() - ageMs));
@@ -461,9 +471,9 @@ export class Router {
    * when a regions table knows the edge's region, and none otherwise; cost "blocks" yields to it
    * only where round trips are known.
    */
-  #score(live: readonly WorkerRecord[], candidates: Candidate[], req: Pick<RouteRequest, "isl" | "edgeRegion" | "edgeColo">, blockSize: number): Scored[] {
+  #score(live: readonly SlottedWorker[], candidates: Candidate[], req: Pick<RouteRequest, "isl" | "edgeRegion" | "edgeColo">, blockSize: number): Scored[] {
     const regions = this.#regions;
-    const edgeRegion = regions ? (req.edgeRegion ?? resolveEdgeRegion(regions, req.edgeColo)) : null;
+    const edgeRegion = this.#edgeRegion(req);
     if (this.#cost === "blocks" && !edgeRegion) return scoreByBlocks({ candidates, isl: req.isl, blockSize, decodeWeight: this.#decodeWeight });
     const placements = live.map((w) => this.#placement(w, edgeRegion));
     const params = regions ?? DEFAULT_TTFT_PARAMS;
@@ -474,7 +484,7 @@ export class Router {
     const now = this.#now();
     const duplicated = duplicateTokens(candidates, req.isl, blockSize);
     return scored.map((x, k) => {
-      const rate = prefillRate(params, placements[k]!);
+      const rate = placements[k]!.prefillTokensPerSec;
       const estimateMs = x.cost + this.#recurring.costMs(x.slot, now, rate) + (isPrefillWorker(live[k]!) ? transferMs : 0);
       const displaced = displacedMs(duplicated[k]!, rate, candidates[k]!.demotesToHost ? tiers : null);
       const duplicateMs = duplicateCostMs(this.#duplicate, displaced, estimateMs);

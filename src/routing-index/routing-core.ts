@@ -13,6 +13,7 @@ import type { ApproxConfig } from "../block-index/approx-index.ts";
 import type { BlockIndex } from "../block-index/block-index.ts";
 import { LoadTracker } from "../load/load-tracker.ts";
 import { endUnseenPrefills, PrefillWatch } from "./prefill-watch.ts";
+import { PrefillRates } from "./prefill-rates.ts";
 import type { LoadOp, LoadSyncStats } from "../load/load-replica.ts";
 import type { CohortResult } from "../layout/index.ts";
 import { PoolRecorder } from "../metrics/pool-recorder.ts";
@@ -20,7 +21,8 @@ import type { IndexCounters, PoolMetricsSnapshot } from "../metrics/pool-snapsho
 import type { RelayDump, RelayEvents, RelayHello, WorkerStatus } from "../relay-wire/relay-protocol.ts";
 import type { RegionsConfig } from "../selection/regions.ts";
 import { DEFAULT_SELECTION_COST, type SelectionCost } from "../selection/selection.ts";
-import { DEFAULT_TTFT_PARAMS, prefillRate } from "../selection/ttft-cost.ts";
+import { DEFAULT_TTFT_PARAMS } from "../selection/ttft-cost.ts";
+import { PrefillRateLearner } from "../load/prefill-rate-learner.ts";
 import type { TierCostParams } from "../selection/tier-cost.ts";
 import type { LoadTier, TierCalibrationView } from "../selection/tier-calibration.ts";
 import type { PdTransferParams } from "../selection/pd-transfer-cost.ts";
@@ -87,6 +89,8 @@ export interface RoutingCoreOptions {
   storageCapacityBlocks?: number;
   /** KV bytes per token and prefill → decode bandwidth: a PD pair's TTFT adds the transfer (pd-transfer-cost.ts). */
   pdTransfer?: PdTransferParams;
+  /** Learn each worker's prefill rate from its prefills, used where its hello reports none (prefill-rates.ts); default false. */
+  learnPrefillRate?: boolean;
   /** Cost "ttft": what copying a prefix another worker holds onto a full cache costs (duplicate-cost.ts); default DEFAULT_DUPLICATE_COST. */
   duplicateCost?: DuplicateCostParams;
   /** One shard of a sharded pool: queue this core's load changes for the other shards (load-replica.ts). */
@@ -129,6 +133,7 @@ export class RoutingCore {
   readonly #loadSync: LoadSync;
   /** Unfinished prefills, ended by the worker's own stored blocks (prefill-watch.ts). */
   readonly #prefillWatch = new PrefillWatch();
+  readonly #rates: PrefillRates;
   readonly #router: Router;
   readonly #now: () => number;
   readonly #relaySilentMs: number;
@@ -145,12 +150,13 @@ export class RoutingCore {
     this.#onDrift = opts.onDrift;
     this.#registry = new WorkerRegistry(opts.blockSize, this.#now);
     this.#views = new BlockViews(this.#registry, this.#counters, opts, (workerId) => this.#giveUpPrefills(workerId));
-    // A worker's queued prefill drains at the rate its estimate divides by (ttft-cost.ts prefillRate).
-    const rateParams = opts.regions ?? DEFAULT_TTFT_PARAMS;
-    this.#load = new LoadTracker(opts.staleMs ?? 300_000, (slot) => prefillRate(rateParams, this.#registry.atSlot(slot) ?? {}));
+    const defaultRate = (opts.regions ?? DEFAULT_TTFT_PARAMS).defaultPrefillTokensPerSec;
+    this.#rates = new PrefillRates(defaultRate, opts.learnPrefillRate ? new PrefillRateLearner() : null);
+    // A worker's queued prefill drains at the rate its estimate divides by.
+    this.#load = new LoadTracker(opts.staleMs ?? 300_000, (slot) => this.#rates.of(this.#registry.atSlot(slot) ?? { slot }));
     this.#loadSync = new LoadSync(this.#load, this.#registry, opts.replicateLoad ?? false, this.#now, opts.onLoadOps);
     this.#router = new Router(
-      { registry: this.#registry, views: this.#views, load: this.#load, loadSync: this.#loadSync, prefillWatch: this.#prefillWatch, receipts: this.#receipts, metrics: this.#metrics, counters: this.#counters },
+      { registry: this.#registry, views: this.#views, load: this.#load, loadSync: this.#loadSync, prefillWatch: this.#prefillWatch, rates: this.#rates, receipts: this.#receipts, metrics: this.#metrics, counters: this.#counters },
       { ...opts, cost: opts.cost ?? DEFAULT_SELECTION_COST, now: this.#now },
     );
     this.#admissionCfg = opts.admission ?? AdmissionConfigSchema.parse({});
@@ -232,7 +238,7 @@ export class RoutingCore {
 
   workers(): WorkerRow[] {
     this.#checkTimeouts();
-    return workerRows(this.#registry, this.#views, this.#load, this.#now());
+    return workerRows(this.#registry, this.#views, this.#load, this.#rates, this.#now());
   }
 
   worker(workerId: string): WorkerRecord | undefined {
@@ -299,6 +305,7 @@ export class RoutingCore {
     // A newer epoch also fences out whatever the old process had cached.
     if (r.newLife) {
       this.#views.resetWorker(r.worker.slot, r.worker.workerId);
+      this.#rates.reset(r.worker.slot);
       delete r.worker.quarantinedUntil; // a new process: the edges' failed connects were to the old one
     } else this.#views.unsync(r.worker.workerId);
     this.#admission.pump(r.worker.workerId);
@@ -336,6 +343,7 @@ export class RoutingCore {
       this.#views.resetWorker(w.slot, workerId);
       this.#load.releaseWorker(w.slot);
       this.#prefillWatch.clear(w.slot);
+      this.#rates.reset(w.slot);
     }
     this.#admission.pump(status === "up" ? workerId : null);
     const { slot: _s, ...rec } = w;
@@ -357,6 +365,7 @@ export class RoutingCore {
       this.#views.removeWorker(w.slot, id);
       this.#load.releaseWorker(w.slot);
       this.#prefillWatch.clear(w.slot);
+      this.#rates.reset(w.slot);
       this.#receipts.forgetWorker(id);
       this.#metrics.forgetWorker(id);
     }
@@ -574,7 +583,7 @@ export class RoutingCore {
   /** Everything operators see about this pool (metrics scrape, dashboard), as plain JSON. */
   metricsSnapshot(): PoolMetricsSnapshot {
     this.#checkTimeouts();
-    const parts = { registry: this.#registry, views: this.#views, load: this.#load, receipts: this.#receipts, metrics: this.#metrics, counters: this.#counters };
+    const parts = { registry: this.#registry, views: this.#views, load: this.#load, rates: this.#rates, receipts: this.#receipts, metrics: this.#metrics, counters: this.#counters };
     return { ...poolMetricsSnapshot(parts, this.#now()), admission: this.#admission.snapshot(), tierLoadBack: this.tierLoadBack() };
   }
 }

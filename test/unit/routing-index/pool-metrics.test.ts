@@ -16,6 +16,7 @@ import { localBlockHashes } from "../../../src/blocks/block-hash.ts";
 import { localHashToHex } from "../../../src/relay-wire/relay-protocol.ts";
 import { initHashing } from "../../../src/util/hash.ts";
 import { fixtureContract } from "../../fixtures/models/load.ts";
+import { PrefillRates } from "../../../src/routing-index/prefill-rates.ts";
 
 beforeAll(() => initHashing());
 
@@ -29,7 +30,7 @@ function parts(contracts: Record<string, unknown>) {
     if (!r.ok) throw new Error(r.reason);
     views.addSlot(r.worker.slot);
   }
-  return { registry, counters, views, load, receipts: new ReceiptBook(), metrics: new PoolRecorder() };
+  return { registry, counters, views, load, rates: new PrefillRates(10_000, null), receipts: new ReceiptBook(), metrics: new PoolRecorder() };
 }
 
 describe("pool metrics", () => {
@@ -38,7 +39,7 @@ describe("pool metrics", () => {
     const blocks = localBlockHashes(Array.from({ length: 12 }, (_, i) => i), 4).map((l, i) => ({ h: String(i + 1), p: i ? String(i) : null, l: localHashToHex(l) }));
     p.views.applyDump("b", { type: "dump", epoch: 2, seq: 0, blocks });
     p.load.add({ receiptId: "r", slot: p.registry.slotOf("b"), prefillTokens: 30, decodeBlocks: 9, startedAt: 0, prefillDone: false });
-    const rows = workerRows(p.registry, p.views, p.load, 100);
+    const rows = workerRows(p.registry, p.views, p.load, p.rates, 100);
     expect(rows.map((w) => [w.workerId, w.blocks, w.synced, w.activeRequests])).toEqual([["a", 0, false, 0], ["b", 3, true, 1]]);
     expect(rows[1]).toMatchObject({ url: "http://b", epoch: 2, lastSeen: 77, activePrefillTokens: 30, activeDecodeBlocks: 9, approximate: false, approximateReasons: [], quarantined: false });
     expect(rows[1]).not.toHaveProperty("slot");

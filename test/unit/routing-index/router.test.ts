@@ -16,6 +16,7 @@ import { PoolRecorder } from "../../../src/metrics/pool-recorder.ts";
 import { localBlockHashes } from "../../../src/blocks/block-hash.ts";
 import { localHashToHex } from "../../../src/relay-wire/relay-protocol.ts";
 import { initHashing } from "../../../src/util/hash.ts";
+import { PrefillRates } from "../../../src/routing-index/prefill-rates.ts";
 
 beforeAll(() => initHashing());
 
@@ -39,7 +40,7 @@ function pool(workers: Record<string, number>, opts: Partial<RouterOptions> = {}
     views.applyDump(id, { type: "dump", epoch: 1, seq: 0, blocks });
   }
   const prefillWatch = new PrefillWatch();
-  const router = new Router({ registry, views, load, loadSync, prefillWatch, receipts, metrics, counters }, { random: () => 0, cost: "blocks", ...opts, now });
+  const router = new Router({ registry, views, load, loadSync, prefillWatch, rates: new PrefillRates(10_000, null), receipts, metrics, counters }, { random: () => 0, cost: "blocks", ...opts, now });
   return { router, registry, views, load, loadSync, prefillWatch, receipts, metrics, counters };
 }
 
