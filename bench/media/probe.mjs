@@ -19,7 +19,7 @@ const args = process.argv.slice(2);
 const QUICK = args.includes("--quick");
 const RUNS = args.includes("--runs") ? Number(args[args.indexOf("--runs") + 1]) : QUICK ? 5 : 15;
 const WITH_WASM = args.includes("--wasm") || !QUICK;
-const TOKEN = "bench-token-0123456789abcdef";
+const TOKEN = "bench-token-0123456789abcdef0123";
 const cores = os.availableParallelism();
 const summary = { clipBytes: 0, loadAvg: os.loadavg()[0], cores, latencyMedianMs: {}, ratio: {}, throughputPerSec: {}, xxh3GBps: {} };
 

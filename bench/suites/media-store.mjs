@@ -97,7 +97,7 @@ export default {
     await new Promise((r) => origin.listen(0, "127.0.0.1", r));
     const originHost = `127.0.0.1:${origin.address().port}`;
     const key = "bench-media-url-key-0123456789abcdef";
-    const token = "bench-token-0123456789";
+    const token = "bench-token-0123456789abcdef0123";
     const svc = await startDecodeService({ token, concurrency: 2, fetch: { allowlist: [originHost] }, store: { urlKey: key } });
     const hmac = await importMediaUrlKey(key);
     // The worker presents its media credential, as a worker must (the store serves a URL only to the worker it names).

@@ -1,27 +1,20 @@
 /**
  * What the edge sends with each store or probe call: its bearer token (the decode service's only
- * client besides workers fetching signed URLs), the label of its own client, and its trace context.
+ * client besides workers fetching signed URLs; edge-auth.ts), the label of its own client, and its
+ * trace context.
  */
-import type http from "node:http";
-import { AuthenticationError, InvalidRequestError } from "../../src/api/errors.ts";
-import { timingSafeEqualString } from "../../src/util/constant-time.ts";
+import { InvalidRequestError } from "../../src/api/errors.ts";
 import { parseTraceparent } from "../../src/util/trace-context.ts";
 import type { Caller } from "./caller.ts";
+import type { EdgeAuth } from "./edge-auth.ts";
 import type { RouteCall } from "./route.ts";
 
 /** `x-kvedge-client`: an opaque label the edge derives from its client. */
 const CLIENT_LABEL = /^[A-Za-z0-9:._-]{1,80}$/;
 
-/** Does the request carry the edge's token (always true without a token: allowNoAuth)? */
-export function hasEdgeToken(req: http.IncomingMessage, token: string | null): boolean {
-  if (token === null) return true;
-  const m = /^Bearer\s+(\S+)\s*$/i.exec(req.headers.authorization ?? "");
-  return m !== null && timingSafeEqualString(m[1]!, token);
-}
-
-/** The caller of an edge call, once its token is checked (401 without it, 400 for a bad label). */
-export function edgeCaller({ req, url, signal }: RouteCall, token: string | null, log: (msg: string) => void): Caller {
-  if (!hasEdgeToken(req, token)) throw new AuthenticationError("Decode service token required.");
+/** The caller of an edge call, once its token is checked (401 without it, 429 past the failure budget, 400 for a bad label). */
+export function edgeCaller({ req, url, signal }: RouteCall, auth: EdgeAuth, log: (msg: string) => void): Caller {
+  auth.require(req);
   // The edge's label of its client (authenticated with the edge's token): whose share a call spends.
   const label = req.headers["x-kvedge-client"];
   if (label !== undefined && (typeof label !== "string" || !CLIENT_LABEL.test(label))) throw new InvalidRequestError("x-kvedge-client must be 1-80 characters of [A-Za-z0-9:._-].");

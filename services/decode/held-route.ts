@@ -8,6 +8,7 @@
  */
 import { InvalidRequestError } from "../../src/api/errors.ts";
 import { HeldRequestSchema, MAX_HELD_DIGESTS } from "../../src/media/store-result.ts";
+import type { EdgeAuth } from "./edge-auth.ts";
 import { edgeCaller } from "./edge-call.ts";
 import { contentTypeOf, readJson, sendJson } from "./http-json.ts";
 import type { MediaStore } from "./media-store.ts";
@@ -15,19 +16,19 @@ import type { Route } from "./route.ts";
 import type { DecodeServiceStats } from "./stats.ts";
 
 export interface HeldRouteDeps {
-  token: string | null;
+  auth: EdgeAuth;
   store: MediaStore;
   stats: DecodeServiceStats;
   log: (msg: string) => void;
 }
 
-export function heldRoute({ token, store, stats, log }: HeldRouteDeps): Route {
+export function heldRoute({ auth, store, stats, log }: HeldRouteDeps): Route {
   return {
     path: "/v1/store/held",
     method: "POST",
     async handle(call) {
       const { req, res } = call;
-      edgeCaller(call, token, log);
+      edgeCaller(call, auth, log);
       stats.heldChecks++;
       if (contentTypeOf(req) !== "application/json") throw new InvalidRequestError("Content-Type must be application/json ({digests}).");
       const parsed = HeldRequestSchema.safeParse(await readJson(req));

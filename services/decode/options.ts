@@ -13,7 +13,8 @@ export const DecodeServiceOptionsSchema = z
   .strictObject({
     host: z.string().min(1).default("127.0.0.1"),
     port: z.number().int().min(0).max(65535).default(0),
-    token: z.string().min(1).nullable().default(null),
+    /** The edge's bearer token (KVEDGE_DECODE_TOKEN; the edge's DECODE_TOKEN): as long as the edge's other secrets. */
+    token: z.string().min(32, "the decode token (KVEDGE_DECODE_TOKEN) must be at least 32 characters").nullable().default(null),
     allowNoAuth: z.boolean().default(false),
     decoder: z.enum(["native", "wasm", "auto"]).default("auto"),
     ffprobePath: z.string().min(1).default("ffprobe"),

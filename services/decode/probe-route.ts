@@ -5,6 +5,7 @@
 import { InvalidRequestError } from "../../src/api/errors.ts";
 import { MediaTooLargeError } from "../../src/media/errors.ts";
 import { ProbeRequestSchema } from "../../src/media/probe-result.ts";
+import type { EdgeAuth } from "./edge-auth.ts";
 import { edgeCaller } from "./edge-call.ts";
 import { contentTypeOf, readJson, sendJson } from "./http-json.ts";
 import type { ProbeCache, Probed } from "./probe-cache.ts";
@@ -13,7 +14,7 @@ import type { DecodeServiceStats } from "./stats.ts";
 import type { UrlIntake } from "./url-intake.ts";
 
 export interface ProbeRouteDeps {
-  token: string | null;
+  auth: EdgeAuth;
   intake: UrlIntake;
   probes: ProbeCache;
   /** Largest raw-bytes body (options.ts maxBodyBytes). */
@@ -22,13 +23,13 @@ export interface ProbeRouteDeps {
   log: (msg: string) => void;
 }
 
-export function probeRoute({ token, intake, probes, maxBodyBytes, stats, log }: ProbeRouteDeps): Route {
+export function probeRoute({ auth, intake, probes, maxBodyBytes, stats, log }: ProbeRouteDeps): Route {
   return {
     path: "/v1/probe",
     method: "POST",
     async handle(call) {
       const { req, res } = call;
-      const caller = edgeCaller(call, token, log);
+      const caller = edgeCaller(call, auth, log);
       stats.probeCalls++;
       const type = contentTypeOf(req);
       let out: Probed;

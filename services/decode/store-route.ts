@@ -10,6 +10,7 @@
  */
 import { InvalidRequestError } from "../../src/api/errors.ts";
 import { StoreRequestSchema } from "../../src/media/store-result.ts";
+import type { EdgeAuth } from "./edge-auth.ts";
 import { edgeCaller } from "./edge-call.ts";
 import { contentTypeOf, readJson, sendJson } from "./http-json.ts";
 import type { MediaStore } from "./media-store.ts";
@@ -18,20 +19,20 @@ import type { DecodeServiceStats } from "./stats.ts";
 import type { UrlIntake } from "./url-intake.ts";
 
 export interface StoreRouteDeps {
-  token: string | null;
+  auth: EdgeAuth;
   intake: UrlIntake;
   store: MediaStore;
   stats: DecodeServiceStats;
   log: (msg: string) => void;
 }
 
-export function storeRoute({ token, intake, store, stats, log }: StoreRouteDeps): Route {
+export function storeRoute({ auth, intake, store, stats, log }: StoreRouteDeps): Route {
   return {
     path: "/v1/store",
     method: "POST",
     async handle(call) {
       const { req, res } = call;
-      const caller = edgeCaller(call, token, log);
+      const caller = edgeCaller(call, auth, log);
       stats.storeCalls++;
       if (contentTypeOf(req) !== "application/json") throw new InvalidRequestError("Content-Type must be application/json ({url, kind}).");
       const parsed = StoreRequestSchema.safeParse(await readJson(req));

@@ -319,7 +319,8 @@ export const EdgeEnvSchema = z.object({
   KVEDGE_MEDIA: jsonVar(z.strictObject(SafeFetchPolicySchema.shape), "KVEDGE_MEDIA"),
   /** Regional decode service for videos (probe → content hash, frames, fps, size). */
   KVEDGE_DECODE_URL: serviceUrl("KVEDGE_DECODE_URL").optional(),
-  DECODE_TOKEN: z.string().min(1).optional(),
+  /** Bearer token for the decode service (the same value as its KVEDGE_DECODE_TOKEN; secret). */
+  DECODE_TOKEN: z.string().min(32, "DECODE_TOKEN must be at least 32 characters").optional(),
   /** The media store's URL as workers reach it (default: KVEDGE_DECODE_URL). */
   KVEDGE_MEDIA_STORE_URL: serviceUrl("KVEDGE_MEDIA_STORE_URL").optional(),
   /** HMAC key shared with the media store for signed worker URLs (secret; required with KVEDGE_DECODE_URL). */

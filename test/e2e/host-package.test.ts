@@ -103,7 +103,7 @@ describe("kvedge-host installed from its tarball", () => {
   });
 
   it("kvedge-store answers its health check and probes a video with the wasm decoder", async () => {
-    const token = "host-package-test-token";
+    const token = "host-package-test-token-0123456789";
     const store = runBin("kvedge-store", ["--host", "127.0.0.1", "--port", "0", "--decoder", "wasm", "--store-dir", join(work, "store")], { KVEDGE_DECODE_TOKEN: token });
     const ready = await new Promise<{ ready: boolean; url: string; decoder: string }>((resolve, reject) => {
       const t = setTimeout(() => reject(new Error(`kvedge-store not ready in 30 s: ${lastLines()}`)), 30_000);

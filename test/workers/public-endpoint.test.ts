@@ -85,7 +85,7 @@ describe("configuration by zod", () => {
     ["a tenant key that is also the admin token", { KVEDGE_API_KEYS: "tenant-a-0123456789,test-admin-token-0123456789" }, /ADMIN_TOKEN must not also be an API key/],
     ["a short API key", { KVEDGE_API_KEYS: "x" }, /KVEDGE_API_KEYS: every API key must be at least 16/],
     ["the admin token reused as the relay secret", { RELAY_SECRET: "test-admin-token-0123456789" }, /ADMIN_TOKEN must differ from RELAY_SECRET/],
-    ["a decode service over plain http off the host (its bearer token in clear)", { KVEDGE_DECODE_URL: "http://decode.example.com:7070", DECODE_TOKEN: "decode-token-0123456789", KVEDGE_MEDIA_URL_KEY: "k".repeat(32) }, /KVEDGE_DECODE_URL must be an https URL/],
+    ["a decode service over plain http off the host (its bearer token in clear)", { KVEDGE_DECODE_URL: "http://decode.example.com:7070", DECODE_TOKEN: "decode-token-0123456789abcdef0123", KVEDGE_MEDIA_URL_KEY: "k".repeat(32) }, /KVEDGE_DECODE_URL must be an https URL/],
     ["a decode URL with credentials in it", { KVEDGE_DECODE_URL: "https://user:pw@decode.example.com", KVEDGE_MEDIA_URL_KEY: "k".repeat(32) }, /KVEDGE_DECODE_URL/],
     ["a media store URL without a decode service", { KVEDGE_MEDIA_STORE_URL: "https://store.example.com" }, /KVEDGE_MEDIA_STORE_URL needs KVEDGE_DECODE_URL/],
     ["a template of another family", { KVEDGE_MODELS: '[{"id":"m","family":"qwen3_vl","templateId":"qwen2vl"}]' }, /KVEDGE_MODELS\.0\.templateId/],

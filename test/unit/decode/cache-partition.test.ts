@@ -17,7 +17,7 @@ import { startDecodeService, type DecodeService } from "../../../services/decode
 import { makePng } from "../../helpers/png.ts";
 import { ffmpegToFile } from "../../helpers/wasm-media.ts";
 
-const TOKEN = "partition-test-token-0123456789";
+const TOKEN = "partition-test-token-0123456789a";
 const DECODER = (await nativeAvailable()) ? "native" : "wasm";
 const IMAGE = makePng(40, 24, { seed: 7 });
 let clip: Uint8Array = new Uint8Array(0);

@@ -19,7 +19,7 @@ import { gzipSync } from "node:zlib";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { makePng } from "../../helpers/png.ts";
 
-const TOKEN = "fuzz-origin-token-0123456789";
+const TOKEN = "fuzz-origin-token-0123456789abcd";
 const SEED = Number(process.env.KVEDGE_FUZZ_SEED ?? 20261206);
 const RUNS = Number(process.env.KVEDGE_FUZZ_RUNS ?? 600);
 const CONCURRENCY = 12;

@@ -20,7 +20,7 @@ import { MediaStore } from "../../../services/decode/media-store.ts";
 import { startDecodeService, type DecodeService } from "../../../services/decode/server.ts";
 import { makePng } from "../../helpers/png.ts";
 
-const TOKEN = "trust-test-token-0123456789";
+const TOKEN = "trust-test-token-0123456789abcde";
 const KEY = "t".repeat(40);
 const sha = (b: Uint8Array): string => createHash("sha256").update(b).digest("hex");
 const tenantImage = makePng(48, 32, { seed: 11 });

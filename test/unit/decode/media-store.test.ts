@@ -18,7 +18,7 @@ import { importMediaUrlKey, signMediaPath, workerMediaCredential } from "../../.
 import { startDecodeService, type DecodeService } from "../../../services/decode/server.ts";
 import { makePng } from "../../helpers/png.ts";
 
-const TOKEN = "store-test-token-0123456789";
+const TOKEN = "store-test-token-0123456789abcde";
 const KEY = "k".repeat(40);
 const sha = (b: Uint8Array): string => createHash("sha256").update(b).digest("hex");
 

@@ -21,7 +21,7 @@ import { startDecodeService, type DecodeService } from "../../../services/decode
 import { sampleBombMp4 } from "../../helpers/sample-bomb.ts";
 import { ffmpegToFile } from "../../helpers/wasm-media.ts";
 
-const TOKEN = "decode-test-token-0123456789";
+const TOKEN = "decode-test-token-0123456789abcd";
 // The service as it starts here: native ffprobe when installed, else the embedded wasm build.
 const DECODER = (await nativeAvailable()) ? "native" : "wasm";
 let clipA: Uint8Array = new Uint8Array(0); // 45 frames @ 30000/1001

@@ -25,7 +25,7 @@ import { makePng } from "../../helpers/png.ts";
 import { startMediaOrigin, type MediaOrigin } from "../../helpers/media-origin.ts";
 
 const MODEL = "Qwen/Qwen3-VL-8B-Instruct";
-const TOKEN = "lease-recovery-token-0123456789";
+const TOKEN = "lease-recovery-token-0123456789a";
 const KEY = "lease-recovery-url-key-0123456789abcdef";
 
 const files = new Map<string, Uint8Array>([

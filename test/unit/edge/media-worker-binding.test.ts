@@ -23,7 +23,7 @@ import { startSimulatedWorker, type SimulatedWorker } from "../../../services/sg
 import { makePng } from "../../helpers/png.ts";
 
 const MODEL = "Qwen/Qwen3-VL-8B-Instruct";
-const TOKEN = "binding-test-token-0123456789";
+const TOKEN = "binding-test-token-0123456789abc";
 const KEY = "binding-test-url-key-0123456789abcdef";
 const png = makePng(40, 24, { seed: 21 });
 const sha = (b: Uint8Array): string => createHash("sha256").update(b).digest("hex");

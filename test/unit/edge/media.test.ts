@@ -21,7 +21,7 @@ import { makePng } from "../../helpers/png.ts";
 
 const sha = (b: Uint8Array): string => createHash("sha256").update(b).digest("hex");
 const KEY = "edge-media-test-key-0123456789abcdef";
-const TOKEN = "edge-media-token-0123456789";
+const TOKEN = "edge-media-token-0123456789abcdef";
 const png = makePng(40, 30, { seed: 5 });
 /** Bytes no decoder reads as a video. */
 const JUNK_VIDEO = new TextEncoder().encode("not a video, just some text ".repeat(64));

@@ -37,7 +37,7 @@ import { makePng } from "../../helpers/png.ts";
 import { startMediaOrigin, type MediaOrigin } from "../../helpers/media-origin.ts";
 
 const KEY = "responses-media-url-key-0123456789ab";
-const TOKEN = "responses-media-decode-token";
+const TOKEN = "responses-media-decode-token-0123";
 const MODEL = "Qwen/Qwen3-VL-8B-Instruct";
 const profile = { family: "qwen3_vl", templateId: "qwen3vl-instruct" } as const;
 const TENANT = "sk-responses-media-tenant";

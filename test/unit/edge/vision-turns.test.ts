@@ -42,7 +42,7 @@ import { startMediaOrigin, type MediaOrigin } from "../../helpers/media-origin.t
 import { ffmpegToFile } from "../../helpers/wasm-media.ts";
 
 const KEY = "vision-turns-media-url-key-0123456789";
-const TOKEN = "vision-turns-decode-token";
+const TOKEN = "vision-turns-decode-token-0123456789";
 const MODEL = "Qwen/Qwen3-VL-8B-Instruct";
 const profile = { family: "qwen3_vl", templateId: "qwen3vl-instruct" } as const;
 
