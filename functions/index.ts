@@ -45,19 +45,12 @@ export interface Env {
 }
 
 let cached: { env: Env; config: EdgeConfig } | null = null;
-/** The config, parsed once per env; an invalid one throws ConfigError on every request (logged once). */
+/** The config, parsed once per env; an invalid one throws ConfigError on every request. */
 function configOf(env: Env): EdgeConfig {
-  if (cached?.env !== env) {
-    try {
-      cached = { env, config: parseEdgeConfig(env as unknown as Record<string, unknown>) };
-    } catch (err) {
-      if (loggedBadConfig !== env) console.error(JSON.stringify({ event: "bad_config", error: err instanceof Error ? err.message : String(err) }));
-      loggedBadConfig = env;
-      throw err;
-    }
-  }
+  if (cached?.env !== env) cached = { env, config: parseEdgeConfig(env as unknown as Record<string, unknown>) };
   return cached.config;
 }
+/** The env whose ConfigError was last logged: its field-naming message goes to the log once, clients get a generic one. */
 let loggedBadConfig: Env | null = null;
 
 /** The client's network as the edge sees it (Cloudflare sets cf-connecting-ip; absent in local tests). */
@@ -270,6 +263,10 @@ export default {
       return cors(traced(await dispatch(ROUTES, request.method, path, { request, path, env, ctx, config: configOf(env), trace })));
     } catch (err) {
       if (!(err instanceof Error) || !("type" in err)) console.error(JSON.stringify({ event: "unhandled", error: String(err), stack: err instanceof Error ? err.stack : undefined }));
+      if (err instanceof ConfigError && loggedBadConfig !== env) {
+        console.error(JSON.stringify({ event: "bad_config", error: err.message }));
+        loggedBadConfig = env;
+      }
       let e = err;
       // Failed authentication on any route spends a token of the client network's auth bucket;
       // an empty bucket turns further attempts into 429 (guessing is slowed, not just refused).

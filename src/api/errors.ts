@@ -111,14 +111,19 @@ export class UpstreamTimeoutError extends KvedgeError {
 }
 
 /**
- * 500 on every request: the deployment's configuration is invalid (names the var and field, never
- * its value). The Worker refuses to serve rather than guess a default.
+ * 500 on every request: the deployment's configuration is invalid. The Worker refuses to serve
+ * rather than guess a default. The message names the var and field (for the Worker's log and
+ * tests); clients get only CONFIG_ERROR_MESSAGE, as a field's path can hold a worker URL or a
+ * model id and the rule it broke can tell how secrets relate.
  */
 export class ConfigError extends KvedgeError {
   constructor(message: string) {
     super(message, "server_error", "configuration_error");
   }
 }
+
+/** What a client reads for any ConfigError. */
+export const CONFIG_ERROR_MESSAGE = "The service is misconfigured; its operator can read why in the Worker's log.";
 
 /** 500: a bug. The message shown to clients is generic; the cause is logged. */
 export class InternalError extends KvedgeError {
@@ -153,7 +158,7 @@ export function httpStatusOf(err: KvedgeError): number {
 }
 
 export function errorBody(err: KvedgeError): OpenAIErrorBody {
-  return { error: { message: err.message, type: err.type, param: err.param, code: err.code } };
+  return { error: { message: err instanceof ConfigError ? CONFIG_ERROR_MESSAGE : err.message, type: err.type, param: err.param, code: err.code } };
 }
 
 /** Wraps anything thrown into a KvedgeError; unknown throwables become an InternalError. */

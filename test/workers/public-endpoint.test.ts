@@ -2,7 +2,7 @@
  * Ready for a public endpoint, inside workerd (the real edge Worker and Durable Objects):
  * - closed by default: without API keys and without KVEDGE_ACCESS=public, `/v1` serves nobody;
  * - configuration is parsed by zod at start-up: an invalid value answers every request with a
- *   500 naming the var and field, never a silent default;
+ *   generic 500 (the log names the var and field once), never a silent default;
  * - rate limits on by default: per client /64 (IPv6) or /32 (IPv4), failed authentication and
  *   operator routes included; the limiter's stored state expires by alarm;
  * - the dashboard session: the token is POSTed once (a token in a URL is refused), the cookie
@@ -10,8 +10,9 @@
  * - bounded work: a 19 MB tool schema is refused before it is parsed.
  */
 import { SELF, createExecutionContext, env, runDurableObjectAlarm, runInDurableObject, waitOnExecutionContext } from "cloudflare:test";
-import { describe, expect, it } from "vitest";
+import { describe, expect, it, vi } from "vitest";
 import worker from "../../functions/index.ts";
+import { CONFIG_ERROR_MESSAGE } from "../../src/api/errors.ts";
 import { sessionValue } from "../../src/edge/admin-routes.ts";
 import "../../functions/wasm-shim.ts";
 
@@ -21,11 +22,16 @@ const ADMIN = "test-admin-token-0123456789";
 type Vars = Record<string, string | undefined>;
 
 async function call(vars: Vars, path: string, init: RequestInit & { ip?: string } = {}): Promise<Response> {
+  return callEnv({ ...env, ...vars }, path, init);
+}
+
+/** One request to the Worker with this env object (the Worker parses and logs a config once per env object). */
+async function callEnv(workerEnv: object, path: string, init: RequestInit & { ip?: string } = {}): Promise<Response> {
   const headers = new Headers(init.headers);
   if (init.ip) headers.set("cf-connecting-ip", init.ip);
   const req = new Request(`https://edge${path}`, { ...init, headers });
   const ctx = createExecutionContext();
-  const res = await worker.fetch(req as Request<unknown, IncomingRequestCfProperties>, { ...env, ...vars } as never, ctx);
+  const res = await worker.fetch(req as Request<unknown, IncomingRequestCfProperties>, workerEnv as never, ctx);
   await waitOnExecutionContext(ctx);
   return res;
 }
@@ -91,14 +97,24 @@ describe("configuration by zod", () => {
     ["a template of another family", { KVEDGE_MODELS: '[{"id":"m","family":"qwen3_vl","templateId":"qwen2vl"}]' }, /KVEDGE_MODELS\.0\.templateId/],
     ["a model id listed twice", { KVEDGE_MODELS: '[{"id":"m","family":"qwen3_vl","templateId":"qwen3vl-instruct"},{"id":"m","family":"qwen2_vl","templateId":"qwen2vl"}]' }, /KVEDGE_MODELS\.1\.id/],
     ["a media allowlist entry that is not a CIDR", { KVEDGE_MEDIA: '{"allowlist":["10.0.0.0/33"]}' }, /KVEDGE_MEDIA\.allowlist\.0.*not a CIDR/],
+    // A field's path can hold a worker URL, and the rule tells that a worker key is a tenant's key.
+    ["a worker key that is also an API key", { KVEDGE_API_KEYS: "tenant-a-0123456789", KVEDGE_WORKER_KEYS: '{"https://gpu-7.internal.example":"tenant-a-0123456789"}' }, /KVEDGE_WORKER_KEYS\.https:\/\/gpu-7\.internal\.example: a worker key must not also be an API key/],
   ];
   for (const [what, vars, field] of cases)
-    it(`${what}: every request answers 500 naming the field`, async () => {
-      for (const path of ["/v1/chat/completions", "/v1/models", "/admin/workers"]) {
-        const r = await call(vars, path, path.includes("chat") ? { method: "POST", body: "{}" } : {});
-        const e = await openAIError(r, 500);
-        expect(e.code).toBe("configuration_error");
-        expect(e.message).toMatch(field);
+    it(`${what}: every request answers a generic 500, the log names the field once`, async () => {
+      const logged = vi.spyOn(console, "error").mockImplementation(() => {});
+      try {
+        const bad = { ...env, ...vars };
+        for (const path of ["/v1/chat/completions", "/v1/models", "/admin/workers"]) {
+          const r = await callEnv(bad, path, path.includes("chat") ? { method: "POST", body: "{}" } : {});
+          const e = await openAIError(r, 500);
+          expect(e).toEqual({ message: CONFIG_ERROR_MESSAGE, type: "server_error", param: null, code: "configuration_error" });
+        }
+        const lines = logged.mock.calls.map((c) => String(c[0])).filter((l) => l.includes('"bad_config"'));
+        expect(lines).toHaveLength(1);
+        expect(JSON.parse(lines[0]!).error).toMatch(field);
+      } finally {
+        logged.mockRestore();
       }
     });
 });
