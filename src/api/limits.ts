@@ -68,6 +68,13 @@ export const LimitsSchema = z.strictObject({
   /** Length of one `stop_regex` pattern. */
   maxStopRegexChars: positiveInt.default(256),
   /**
+   * Entries of `logit_bias` (OpenAI documents no count; SGLang adds each to every step's logits).
+   * Its ids are also held to the model's vocabulary (sampling-limits.ts).
+   */
+  maxLogitBias: positiveInt.default(1024),
+  /** Ids in `stop_token_ids` (an SGLang extension), each also held to the model's vocabulary. */
+  maxStopTokenIds: positiveInt.default(64),
+  /**
    * Output constraints the worker compiles (`regex`, `ebnf`, `response_format` json_schema and
    * structural_tag, tool schemas that become one; grammar-bounds.ts): positions after expanding
    * bounded repetitions (`x{m,n}` counts n times, nested counts multiply; a schema's nodes,

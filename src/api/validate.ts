@@ -7,6 +7,7 @@ import type { z } from "zod";
 import { InvalidRequestError, KvedgeError, PayloadTooLargeError } from "./errors.ts";
 import { DEFAULT_LIMITS } from "./limits.ts";
 import { checkPatternGrammar, checkSchemaGrammar } from "./grammar-bounds.ts";
+import { checkSamplingLimits, limitError } from "./sampling-limits.ts";
 import type { Limits } from "./limits.ts";
 import { ChatCompletionRequestObject, withSglangDefaults } from "./openai-schema.ts";
 import { fastMessages } from "./message-fast-path.ts";
@@ -65,10 +66,6 @@ const UNSUPPORTED_FIELDS: Readonly<Record<string, string>> = {
 
 function unsupported(param: string, why: string): InvalidRequestError {
   return new InvalidRequestError(`'${param}' is not supported by this endpoint: ${why}.`, param, "unsupported_parameter");
-}
-
-function limitError(message: string, param: string | null): InvalidRequestError {
-  return new InvalidRequestError(message, param, "limit_exceeded");
 }
 
 const NON_ASCII = /[^\x00-\x7f]/;
@@ -519,37 +516,9 @@ function partLimitError(i: number, over: PartOver, limits: Limits): InvalidReque
 }
 
 function checkLimits(req: ChatCompletionRequest, limits: Limits, base: MessagesTally | null = null): void {
-  if (req.model.length > limits.maxModelChars) {
-    throw limitError(`model is longer than ${limits.maxModelChars} characters.`, "model");
-  }
+  checkSamplingLimits(req, limits);
   if (req.messages.length > limits.maxMessages) {
     throw limitError(`Too many messages: ${req.messages.length} (limit ${limits.maxMessages}).`, "messages");
-  }
-  if (req.n > limits.maxN) throw limitError(`n must be at most ${limits.maxN}.`, "n");
-  for (const key of ["max_tokens", "max_completion_tokens"] as const) {
-    const v = req[key];
-    if (v !== undefined && v > limits.maxMaxTokens) throw limitError(`${key} must be at most ${limits.maxMaxTokens}.`, key);
-  }
-  // With max_tokens absent, checkSemantics has no maximum to hold min_tokens to: SGLang would be
-  // asked for that many tokens, ignoring EOS and stop strings until then.
-  if (req.min_tokens > limits.maxMaxTokens) throw limitError(`min_tokens must be at most ${limits.maxMaxTokens}.`, "min_tokens");
-  if (req.stop !== undefined) {
-    if (req.stop.length > limits.maxStopSequences) {
-      throw limitError(`At most ${limits.maxStopSequences} stop sequences are allowed.`, "stop");
-    }
-    req.stop.forEach((s, i) => {
-      if (s.length > limits.maxStopChars) throw limitError(`Stop sequences are limited to ${limits.maxStopChars} characters.`, `stop[${i}]`);
-    });
-  }
-  const patterns = req.stop_regex === undefined ? [] : typeof req.stop_regex === "string" ? [req.stop_regex] : req.stop_regex;
-  if (patterns.length > 0) {
-    if (limits.maxStopRegexes === 0) {
-      throw limitError("stop_regex is not accepted on this endpoint: each pattern runs on the worker's scheduler at every token (operators can allow it with KVEDGE_LIMITS.maxStopRegexes).", "stop_regex");
-    }
-    if (patterns.length > limits.maxStopRegexes) throw limitError(`At most ${limits.maxStopRegexes} stop_regex patterns are allowed.`, "stop_regex");
-    patterns.forEach((p, i) => {
-      if (p.length > limits.maxStopRegexChars) throw limitError(`stop_regex patterns are limited to ${limits.maxStopRegexChars} characters.`, typeof req.stop_regex === "string" ? "stop_regex" : `stop_regex[${i}]`);
-    });
   }
   if (req.tools !== undefined && req.tools.length > limits.maxTools) {
     throw limitError(`At most ${limits.maxTools} tools are allowed.`, "tools");

@@ -12,6 +12,8 @@
  * Runtime-free: the index client, fetch and waitUntil are injected (functions/ wires them).
  */
 import { contextTokensOf } from "../config/config.ts";
+import { checkSamplingTokenIds } from "../api/sampling-limits.ts";
+import { getQwenTokenizer } from "../prompt/tokenizer/index.ts";
 import { chatOutputPlan, modelParsers } from "../proxy/chat-output.ts";
 import { newRequestId, outputCap } from "../proxy/generate-request.ts";
 import { startEdgeTrace, type EdgeTrace } from "../util/trace-context.ts";
@@ -50,6 +52,7 @@ export async function handleChatCompletions(request: Request, deps: ChatDeps): P
   const trace = deps.trace ?? startEdgeTrace(request.headers.get("traceparent"));
   const { caller, showRouting, req, limitHeaders, bodyText, literals, turn, work, address, client, partition } = await parseChat(request, deps, clock);
   const { model: pool, adapter, namespace } = await resolveChatModel(config, req.model, cacheTenant(caller, address));
+  checkSamplingTokenIds(req, getQwenTokenizer(pool.family).vocabSize);
   const prepared = await prepareRouting(req, deps, partition, { client, signal: request.signal ?? null, traceparent: trace.header }, namespace.tag, bodyText, turn);
   const { model, prompt, plan, media } = prepared;
   clock.mark("prepare");

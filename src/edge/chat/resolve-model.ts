@@ -30,7 +30,12 @@ export function resolveModel(config: EdgeConfig, requested: string): { model: Mo
     const adapter = requested.slice(colon + 1);
     if (base?.loraAdapters.includes(adapter)) return { model: base, adapter };
   }
-  throw new NotFoundError(`The model '${requested}' does not exist.`, "model", "model_not_found");
+  throw new NotFoundError(`The model '${echoOf(requested)}' does not exist.`, "model", "model_not_found");
+}
+
+/** The unknown name as the 404 echoes it: its start, so a long one does not come back whole. */
+function echoOf(requested: string): string {
+  return requested.length <= 64 ? requested : `${requested.slice(0, 64)}...`;
 }
 
 /**

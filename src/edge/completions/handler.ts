@@ -8,6 +8,7 @@
 import { InvalidRequestError } from "../../api/errors.ts";
 import { CompletionRequestSchema, promptsOf, refuseUnsupportedCompletion, samplingRequestOf, type CompletionPrompt, type CompletionRequest } from "../../api/completions-schema.ts";
 import { parseSchemaBody, readBodyText } from "../../api/validate.ts";
+import { checkSamplingLimits, checkSamplingTokenIds, checkTokenIdsInVocab } from "../../api/sampling-limits.ts";
 import { localBlockHashes } from "../../blocks/block-hash.ts";
 import { contextTokensOf, type ModelConfig } from "../../config/config.ts";
 import { getQwenTokenizer } from "../../prompt/tokenizer/index.ts";
@@ -39,6 +40,8 @@ export async function handleCompletions(request: Request, deps: ChatDeps): Promi
   const limitHeaders = (await deps.rateLimit?.(caller.apiKey)) ?? {};
   const limits = limitsOf(config);
   const req = parseCompletion(await readBodyText(request, limits), limits);
+  const sampling = samplingRequestOf(req);
+  checkSamplingLimits(sampling, limits);
   clock.mark("parse");
   const prompts = promptsOf(req, limits);
   const address = request.headers.get("cf-connecting-ip");
@@ -46,8 +49,8 @@ export async function handleCompletions(request: Request, deps: ChatDeps): Promi
   const { model, adapter, namespace } = await resolveChatModel(config, req.model, tenant);
   // A prompt is one tokenizer segment: its cached ids are the caller's partition's (segment-cache.ts).
   const partition = await edgeCachePartition(config, tenant);
-  const sampling = samplingRequestOf(req);
   const tokenizer = getQwenTokenizer(model.family);
+  checkSamplingTokenIds(sampling, tokenizer.vocabSize);
   const showRouting = caller.admin || config.debugHeaders;
   // Streamed logprobs cost what chat's do (cumulative frames): past the bound, incremental workers only, else the 400.
   const costly = costlyLogprobStream(sampling, { ...PLAIN_OUTPUT, logprobs: sampling.logprobs }, req.max_tokens);
@@ -59,6 +62,7 @@ export async function handleCompletions(request: Request, deps: ChatDeps): Promi
   const encoded = prompts.map((prompt, i) => {
     const param = prompts.length > 1 ? `prompt[${i}]` : "prompt";
     if ("text" in prompt && prompt.text.length > limits.maxPromptChars) throw new InvalidRequestError(`The prompt is ${prompt.text.length} characters, more than this endpoint accepts (${limits.maxPromptChars}).`, param, "context_length_exceeded");
+    if ("ids" in prompt) checkTokenIdsInVocab(prompt.ids, tokenizer.vocabSize, (j) => `${param}[${j}]`);
     const ids = "ids" in prompt ? prompt.ids : tokenizer.encode(prompt.text, partition, prompt.text.length);
     if (ids.length === 0) throw new InvalidRequestError("The prompt is empty.", param);
     checkFit(ids.length, req.max_tokens, model, param);

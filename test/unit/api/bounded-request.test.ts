@@ -173,7 +173,8 @@ describe("bounded work before JSON.parse (black-box findings: millions of values
         { role: "user", content: [{ type: "text", text: words(50_000) }, ...Array.from({ length: 8 }, (_, i) => image(i))] },
       ],
       tools: Array.from({ length: 128 }, (_, t) => ({ type: "function", function: { name: `tool_${t}`, description: `Tool number ${t}.`, parameters: schema(t) } })),
-      logit_bias: Object.fromEntries(Array.from({ length: 2000 }, (_, i) => [String(i + 1000), -100])),
+      // At KVEDGE_LIMITS.maxLogitBias (1024 by default).
+      logit_bias: Object.fromEntries(Array.from({ length: 1024 }, (_, i) => [String(i + 1000), -100])),
       stop: Array.from({ length: 16 }, (_, i) => `<stop${i}>`),
       max_tokens: 4096,
     };
