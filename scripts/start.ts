@@ -10,19 +10,15 @@ import { existsSync, mkdirSync, renameSync } from "node:fs";
 import { join } from "node:path";
 import { ffmpegOnFiles, WasmFfmpeg } from "../services/decode/wasm-core.ts";
 import { fleetRoleOf, startFleet, type Fleet, type FleetShape } from "./local-fleet.ts";
+import { parseStartEnv } from "./start-env.ts";
 
-const port = Number(process.env.PORT ?? 8787);
-const workers = Number(process.env.KVEDGE_WORKERS ?? 2);
-/** Attention-DP ranks per simulated worker (each rank a routing target); 1 = single-rank workers. */
-const dpSize = Number(process.env.KVEDGE_DP_SIZE ?? 1);
-const verbose = process.env.KVEDGE_VERBOSE === "1";
-// KVEDGE_FLEET=pd: a prefill/decode pool (the first half of the workers prefill, the rest decode);
-// epd: the same with one encoder-only server per prefill worker, which runs --language-only.
-const shapeVar = process.env.KVEDGE_FLEET ?? "unified";
-if (shapeVar !== "unified" && shapeVar !== "pd" && shapeVar !== "epd") {
-  console.error(`kvedge: KVEDGE_FLEET=${shapeVar} is none of unified, pd, epd`);
+const startEnv = parseStartEnv(process.env);
+if (!startEnv.ok) {
+  for (const e of startEnv.errors) console.error(`kvedge: ${e}`);
   process.exit(2);
 }
+const { PORT: port, KVEDGE_WORKERS: workers, KVEDGE_DP_SIZE: dpSize, KVEDGE_FLEET: shapeVar } = startEnv.env;
+const verbose = startEnv.env.KVEDGE_VERBOSE === "1";
 const shape: FleetShape = shapeVar === "epd" ? "pd" : shapeVar;
 const encoders = shapeVar === "epd" ? 1 : 0;
 
@@ -65,7 +61,6 @@ async function sampleMedia(): Promise<string> {
 const media = await sampleMedia();
 console.log(`kvedge: starting ${workers} simulated SGLang workers, their relays, the decode service, a media server and the edge (Miniflare) on 127.0.0.1:${port} ...`);
 try {
-  if (!Number.isInteger(dpSize) || dpSize < 1 || dpSize > 16) throw new Error(`KVEDGE_DP_SIZE must be an integer 1…16, not ${process.env.KVEDGE_DP_SIZE}`);
   fleet = await startFleet({
     workers,
     dpSize,
