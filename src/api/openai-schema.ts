@@ -308,9 +308,8 @@ export const ChatCompletionRequestObject = z.object({
   // session affinity: a conversation's key keeps it on its worker (src/edge/chat/affinity.ts); OpenAI's bounds
   prompt_cache_key: opt(z.string().max(1024)),
   safety_identifier: opt(z.string().max(64)),
-
-  // accepted and ignored, as by SGLang
-  user: opt(z.string()),
+  // not sent to the worker; session affinity hashes it (src/edge/chat/affinity.ts); bounded as completions and responses bound it
+  user: opt(z.string().max(256)),
 });
 
 /** The defaults that depend on other fields, applied to ChatCompletionRequestObject's output. */

@@ -92,4 +92,9 @@ describe("sampling limits, one check for chat and completions", () => {
     await refused(complete({ stop: ["ok", "x".repeat(1025)] }), { code: "limit_exceeded", param: "stop[1]" });
     await refused(complete({ model: "m".repeat(257) }), { code: "limit_exceeded", param: "model" });
   });
+
+  it("chat's user (hashed for session affinity) is bounded as completions' is: 256 characters", async () => {
+    await refused(chat({ user: "u".repeat(257) }), { param: "user" });
+    await refused(complete({ user: "u".repeat(257) }), { param: "user" });
+  });
 });
