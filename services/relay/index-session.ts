@@ -13,6 +13,8 @@ import type { IncomingMessage } from "node:http";
 import WebSocket from "ws";
 import type { DumpBlock } from "./worker-block-set.ts";
 import {
+  INDEX_TO_RELAY_TYPES,
+  IndexToRelaySchema,
   MAX_RELAY_MESSAGE_BYTES,
   type IndexToRelay,
   type RelayDump,
@@ -356,13 +358,21 @@ export class IndexSession {
   }
 
   private onMessage(text: string): void {
-    let msg: IndexToRelay;
+    let raw: unknown;
     try {
-      msg = JSON.parse(text) as IndexToRelay;
+      raw = JSON.parse(text);
     } catch {
-      this.opts.log.warn("index_bad_message", { bytes: text.length });
-      return;
+      return this.dropBadMessage("not JSON", text.length);
     }
+    const type = typeof raw === "object" && raw !== null ? (raw as { type?: unknown }).type : undefined;
+    // A type this relay does not know is a newer index's: ignored, as before.
+    if (typeof type === "string" && !INDEX_TO_RELAY_TYPES.has(type)) return this.opts.log.debug("index_unknown_message", { type: type.slice(0, 64) });
+    const parsed = IndexToRelaySchema.safeParse(raw);
+    if (!parsed.success) {
+      const issue = parsed.error.issues[0];
+      return this.dropBadMessage(`${typeof type === "string" ? type : "no type"}: ${issue ? `${issue.path.join(".") || "message"}: ${issue.message}` : "invalid"}`, text.length);
+    }
+    const msg: IndexToRelay = parsed.data;
     switch (msg.type) {
       case "welcome": {
         if (this.state !== "awaiting_welcome") return;
@@ -400,9 +410,17 @@ export class IndexSession {
       case "ack":
       case "pong":
         return;
-      default:
-        this.opts.log.debug("index_unknown_message", { type: (msg as { type?: unknown }).type });
     }
+  }
+
+  /** A frame that breaks the protocol: the session ends (logged with why) and reconnects with backoff. */
+  private dropBadMessage(reason: string, bytes: number): void {
+    const ws = this.ws;
+    if (!ws) return;
+    this.counters.lastError = `bad index message (${reason})`;
+    this.opts.log.warn("index_bad_message", { reason, bytes });
+    // As on the other protocol errors: "close" follows, logs lastError and reconnects.
+    ws.terminate();
   }
 
   private sendDump(): void {

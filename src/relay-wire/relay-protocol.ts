@@ -10,6 +10,7 @@
  * holds for that worker. A new `epoch` (worker restart) fences out all blocks of older epochs.
  */
 import { z } from "zod";
+import { MAX_SHARDS } from "./chain-shards.ts";
 import { normalizeWorkerUrl } from "./relay-auth.ts";
 
 export const MAX_RELAY_MESSAGE_BYTES = 8 * 1024 * 1024;
@@ -180,30 +181,34 @@ export const RelayMessageSchema = z.discriminatedUnion("type", [
 ]);
 export type RelayMessage = z.infer<typeof RelayMessageSchema>;
 
-/** index → relay */
-export type IndexToRelay =
-  | {
-      type: "welcome";
-      workerId: string;
-      epoch: number;
-      poolBlockSize: number;
-      /** How many shard objects the pool's block index is split into (absent = 1; docs/scale.md). */
-      shards?: number;
-      /** Which shard this socket feeds (absent = 0). */
-      shard?: number;
-    }
-  | { type: "ack"; seq: number }
-  | { type: "resync"; reason: string }
-  | {
-      type: "error";
-      message: string;
-      /**
-       * With a hello refused as older than the life the pool holds, once the index has ended that
-       * life (no relay of it connected): its epoch, so the relay can say hello above it.
-       */
-      indexEpoch?: number;
-    }
-  | { type: "pong"; t: number };
+/** index → relay. Unknown keys are dropped (a newer index may send more). */
+export const IndexToRelaySchema = z.discriminatedUnion("type", [
+  z.object({
+    type: z.literal("welcome"),
+    workerId: z.string().min(1).max(128),
+    epoch: z.number().int().min(0),
+    poolBlockSize: z.number().int().min(1).max(4096),
+    /** How many shard objects the pool's block index is split into (absent = 1; docs/scale.md). */
+    shards: z.number().int().min(1).max(MAX_SHARDS).optional(),
+    /** Which shard this socket feeds (absent = 0). */
+    shard: z.number().int().min(0).max(MAX_SHARDS - 1).optional(),
+  }),
+  z.object({ type: z.literal("ack"), seq: z.number().int() }),
+  z.object({ type: z.literal("resync"), reason: z.string().max(4096) }),
+  z.object({
+    type: z.literal("error"),
+    message: z.string().max(4096),
+    /**
+     * With a hello refused as older than the life the pool holds, once the index has ended that
+     * life (no relay of it connected): its epoch, so the relay can say hello above it.
+     */
+    indexEpoch: z.number().int().min(0).optional(),
+  }),
+  z.object({ type: z.literal("pong"), t: z.number() }),
+]);
+export type IndexToRelay = z.infer<typeof IndexToRelaySchema>;
+/** The message types a relay knows; a frame of another type is a newer index's, and is ignored. */
+export const INDEX_TO_RELAY_TYPES: ReadonlySet<string> = new Set(IndexToRelaySchema.options.map((o) => o.shape.type.value));
 
 export function localHashToHex(h: bigint): string {
   return h.toString(16).padStart(16, "0");

@@ -230,6 +230,31 @@ describe("relay session", () => {
     expect(relay.stats().session.resyncRequests).toBe(1);
   });
 
+  it("a malformed index frame (null, not JSON, a known type with bad fields) ends the session with a logged reason; it reconnects; an unknown type is ignored", async () => {
+    const { worker, index, relay } = await fleet();
+    await worker.pub.publish(storeEvents(toks(8, 1)).events);
+    await waitFor(() => indexView(index.last!).size === 2, "view");
+    // A newer index's message type: ignored, the session stays.
+    index.conns[0]!.ws.send(JSON.stringify({ type: "shard_moved", to: 3 }));
+    index.conns[0]!.ws.send(JSON.stringify({ type: "resync", reason: "still here" }));
+    await waitFor(() => relay.stats().session.resyncRequests === 1, "the session still reads");
+    expect(index.conns).toHaveLength(1);
+    const frames: [string, RegExp][] = [
+      ["null", /bad index message \(no type: message: /],
+      ["{not json", /bad index message \(not JSON\)/],
+      [JSON.stringify({ type: "resync" }), /bad index message \(resync: reason: /],
+      [JSON.stringify({ type: "welcome", workerId: "w1", epoch: -1, poolBlockSize: B }), /bad index message \(welcome: epoch: /],
+    ];
+    for (const [i, [frame, reason]] of frames.entries()) {
+      await waitFor(() => index.conns.length === i + 1 && types(index.conns[i]!).includes("dump"), `session ${i + 1}`);
+      index.conns[i]!.ws.send(frame);
+      await waitFor(() => index.conns.length === i + 2 && types(index.conns[i + 1]!).includes("dump"), `reconnect after ${frame}`);
+      expect(relay.stats().session.lastError).toMatch(reason);
+    }
+    expect(relay.stats().session.connects).toBe(frames.length + 1);
+    expect(indexView(index.last!)).toEqual(relayView(relay));
+  });
+
   it("on an unrecoverable gap keeps its view, says it is approximate, and is exact again after AllBlocksCleared", async () => {
     const { worker, index, relay } = await fleet();
     const a = storeEvents(toks(8, 1));
