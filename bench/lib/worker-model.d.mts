@@ -24,8 +24,16 @@ export interface WorkerOptions {
 export class LinearWorker {
   constructor(o: WorkerOptions);
   submit(job: WorkerJob, now: number): void;
+  /** KV tokens in use by requests (SGLang's token_usage × capacity). */
+  kvUsedTokens(): number;
+  /** Requests not yet in a prefill batch (SGLang's waiting queue). */
+  queuedRequests(): number;
 }
 export class CalibratedWorker {
   constructor(o: WorkerOptions);
   submit(job: WorkerJob, now: number): void;
+  /** KV tokens in use by requests (SGLang's token_usage × capacity). */
+  kvUsedTokens(): number;
+  /** Requests not yet in a prefill batch (SGLang's waiting queue). */
+  queuedRequests(): number;
 }

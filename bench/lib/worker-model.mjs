@@ -63,6 +63,16 @@ export class LinearWorker {
     this.reserved = 0;
   }
 
+  /** KV in use by requests: the cache they lock (matched prefix, then prompt); outputs are not modelled. */
+  kvUsedTokens() {
+    return this.cache.protectedTokens;
+  }
+
+  /** No queue of its own: every admitted request is in flight (its prefill on the lane or done). */
+  queuedRequests() {
+    return this.active;
+  }
+
   /** `job`: { req, r (result record: cached, ttft set here), onPrefilled(now), onFinished(now) }. */
   submit(job, now) {
     const { req, r } = job;
@@ -112,6 +122,32 @@ export class CalibratedWorker {
     this.stepping = false;
     this.reserved = 0;
     this.active = 0;
+  }
+
+  /**
+   * KV tokens in use as SGLang's `sglang:token_usage` gauge counts them: max_total_num_tokens −
+   * (available + evictable) (_get_token_info, python/sglang/srt/managers/
+   * scheduler_runtime_checker_mixin.py, sgl-project/sglang@1f8c7ea5): the cache running requests
+   * lock (matched prefixes, prompts), the output decoded so far and the finished chunks of a prompt
+   * still prefilling; not the KV reserved for outputs to come, nor the evictable cache. As of the
+   * last finished step.
+   */
+  kvUsedTokens() {
+    let used = this.cache.protectedTokens;
+    for (const job of this.running) used += job.context - job.req.tokens.length - 1;
+    for (const job of this.waiting) if (job.started) used += job.done - job.r.cached;
+    return used;
+  }
+
+  /**
+   * Requests waiting for their first prefill batch: SGLang's waiting queue (`sglang:num_queue_reqs`
+   * = len(waiting_queue); get_new_batch_prefill takes a batch's requests out of it, a chunked prompt
+   * included, scheduler.py). A started prompt has left it.
+   */
+  queuedRequests() {
+    let n = 0;
+    for (const job of this.waiting) if (!job.started) n++;
+    return n;
   }
 
   submit(job, now) {

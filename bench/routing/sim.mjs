@@ -6,11 +6,28 @@
 //   kvedge          the shipped default: RoutingCore, cost "ttft" (estimated time to first token);
 //   approximate     the same router with workers that send no KV events (approximate mode: blocks
 //                   assumed cached where they were routed, src/block-index/approx-index.ts);
-//   dynamo-blocks   the same router with cost "blocks": Dynamo's KV-router cost (overlap blocks
-//                   against prefill + decode blocks, decode weight 1);
-//   llm-d           llm-d's weighted scorers: 3 × prefix score (cached share of the request's blocks,
-//                   from the same relay-fed index) + 2 × queue score (min–max normalised waiting
-//                   queue), highest wins (weights: the default profile, prefix 3 / queue 2);
+//   dynamo-blocks   the same router with cost "blocks" and Dynamo's load view: Dynamo's default KV-router
+//                   cost, max(0, (active prefill tokens + ISL) / B − overlap blocks) + active decode
+//                   blocks + the request's new blocks (DefaultWorkerScorer::worker_logit, lib/kv-router/
+//                   src/scheduling/selector/default.rs, ai-dynamo/dynamo@a4bdb9bf; defaults credit 1,
+//                   prefill_load_scale 1, decay 0, no prefill load model: scheduling/config.rs). A
+//                   worker's active prefill is counted, not drained: a routed request's uncached
+//                   tokens until its first token (KvPushRouter marks prefill complete on the engine's
+//                   first output, streamed to the client or not, lib/llm/src/kv_router/push_router.rs)
+//                   or its end, so the core runs with `drainQueuedPrefill: false`;
+//   llm-d           llm-d's default scheduling profile (guides/inference-scheduling, llm-d/llm-d@086f217d):
+//                   3 × prefix score + 2 × KV-cache utilisation score + 2 × queue score, highest wins.
+//                   Prefix: the cached share of the request's blocks (GAIE's prefix-cache-scorer,
+//                   matched ÷ total blocks) on the relay-fed index, i.e. exact KV events where the
+//                   default profile's scorer indexes where it routed (llm-d's precise-prefix-cache-
+//                   scorer reads KV events but min–max normalises block counts, weights 2/1/1 in its
+//                   guide: not this baseline). KV utilisation: 1 − the worker's used KV ÷ capacity
+//                   (kv-cache-utilization-scorer on SGLang's token_usage: CalibratedWorker.kvUsedTokens).
+//                   Queue: min–max normalised waiting requests, 1 when all are equal (queue-scorer on
+//                   num_queue_reqs: CalibratedWorker.queuedRequests). GAIE scorers at
+//                   kubernetes-sigs/gateway-api-inference-extension@02308be3, pkg/epp/scheduling/
+//                   framework/plugins/scorer/{kvcache_utilization,queue}.go. Metrics exact and
+//                   instantaneous (the EPP scrapes them every 50 ms);
 //   session-sticky  a hash of the session id picks the worker (consistent affinity, no load view);
 //   least-loaded    fewest in-flight requests (ties rotate);
 //   round-robin     in turn.
@@ -45,8 +62,8 @@ function fnv(s) {
 export const POLICIES = ["kvedge", "approximate", "dynamo-blocks", "llm-d", "session-sticky", "least-loaded", "round-robin", "text-prefix", "url-keyed"];
 /** Policies that route on media: on a trace without media they make kvedge's and session-sticky's choices. */
 export const MEDIA_BLIND_POLICIES = ["text-prefix", "url-keyed"];
-/** llm-d scorer weights (prefix-cache-scorer, queue-scorer). */
-export const LLMD_WEIGHTS = { prefix: 3, queue: 2 };
+/** llm-d's default profile weights (prefix-cache-scorer, kv-cache-utilization-scorer, queue-scorer). */
+export const LLMD_WEIGHTS = { prefix: 3, kvUtilization: 2, queue: 2 };
 
 const CORE_POLICIES = new Set(["kvedge", "approximate", "dynamo-blocks", "llm-d", "text-prefix"]);
 
@@ -64,7 +81,10 @@ export function simulate(trace, { policy, workers, capacityTokens, timing = TIMI
   const Worker = timing.calibration ? CalibratedWorker : LinearWorker;
   const random = rng(seed);
   const loop = new EventLoop();
-  const core = CORE_POLICIES.has(policy) ? new RoutingCore({ blockSize: PAGE, random, now: () => loop.now, cost: policy === "dynamo-blocks" ? "blocks" : "ttft", learnPrefillRate }) : null;
+  const dynamo = policy === "dynamo-blocks";
+  const core = CORE_POLICIES.has(policy)
+    ? new RoutingCore({ blockSize: PAGE, random, now: () => loop.now, cost: dynamo ? "blocks" : "ttft", ...(dynamo ? { drainQueuedPrefill: false } : {}), learnPrefillRate })
+    : null;
   const kvEvents = policy !== "approximate";
   const W = [];
   for (let w = 0; w < workers; w++) {
@@ -103,7 +123,6 @@ export function simulate(trace, { policy, workers, capacityTokens, timing = TIMI
 
   let rr = 0;
   const results = [];
-  const queued = (w) => W[w].worker.waiting?.length ?? W[w].worker.active;
 
   const choose = (req) => {
     if (policy === "round-robin") return { w: rr++ % workers };
@@ -121,15 +140,16 @@ export function simulate(trace, { policy, workers, capacityTokens, timing = TIMI
     if (policy === "llm-d") {
       const preview = core.peek({ localHashes, isl: req.tokens.length });
       const overlap = new Map(preview.candidates.map((c) => [c.workerId, c.overlapBlocks]));
-      const qs = W.map((_s, i) => queued(i));
+      const qs = W.map((s) => s.worker.queuedRequests());
       const qMin = Math.min(...qs);
       const qMax = Math.max(...qs);
       let best = -Infinity;
       let ties = [];
       for (let w = 0; w < workers; w++) {
         const prefix = localHashes.length ? (overlap.get(W[w].id) ?? 0) / localHashes.length : 0;
+        const kvFree = 1 - W[w].worker.kvUsedTokens() / capacityTokens;
         const queue = qMax === qMin ? 1 : (qMax - qs[w]) / (qMax - qMin);
-        const score = LLMD_WEIGHTS.prefix * prefix + LLMD_WEIGHTS.queue * queue;
+        const score = LLMD_WEIGHTS.prefix * prefix + LLMD_WEIGHTS.kvUtilization * kvFree + LLMD_WEIGHTS.queue * queue;
         if (score > best + 1e-12) {
           best = score;
           ties = [w];
@@ -153,8 +173,9 @@ export function simulate(trace, { policy, workers, capacityTokens, timing = TIMI
         r,
         // As the edge does: a streamed request's first output tells the index its prefill is over
         // (src/edge/chat/proxy.ts, receipt.prefillDone); an unstreamed one's answer comes whole, at its end.
+        // Dynamo's router reads every request's first output (the engine streams to it whatever the client asked).
         onPrefilled: () => {
-          if (core && receipt && req.stream) core.markPrefillDone(receipt);
+          if (core && receipt && (req.stream || dynamo)) core.markPrefillDone(receipt);
         },
         onFinished: () => {
           if (core && receipt) core.settle({ receiptId: receipt, promptTokens: req.tokens.length, cachedTokens: r.cached, outcome: "ok" });

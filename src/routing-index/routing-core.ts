@@ -83,6 +83,12 @@ export interface RoutingCoreOptions {
   regions?: RegionsConfig | null;
   /** Which cost scores workers (src/selection/selection.ts); default DEFAULT_SELECTION_COST. */
   cost?: SelectionCost;
+  /**
+   * false: costs read each worker's counted prefill (a routed request's uncached tokens until its
+   * prefill-done mark or settlement), as Dynamo's router does (the routing bench's dynamo-blocks),
+   * not the estimate drained at its prefill rate (load-tracker.ts); default true.
+   */
+  drainQueuedPrefill?: boolean;
   /** Load-back pricing of host-memory (HiCache) blocks (src/selection/tier-cost.ts); default DEFAULT_TIER_COST. */
   tiers?: TierCostParams;
   /** Blocks each shared HiCache storage view keeps (block-views.ts DEFAULT_STORAGE_CAPACITY_BLOCKS). */
@@ -153,7 +159,7 @@ export class RoutingCore {
     const defaultRate = (opts.regions ?? DEFAULT_TTFT_PARAMS).defaultPrefillTokensPerSec;
     this.#rates = new PrefillRates(defaultRate, opts.learnPrefillRate ? new PrefillRateLearner() : null);
     // A worker's queued prefill drains at the rate its estimate divides by.
-    this.#load = new LoadTracker(opts.staleMs ?? 300_000, (slot) => this.#rates.of(this.#registry.atSlot(slot) ?? { slot }));
+    this.#load = new LoadTracker(opts.staleMs ?? 300_000, (opts.drainQueuedPrefill ?? true) ? (slot) => this.#rates.of(this.#registry.atSlot(slot) ?? { slot }) : null);
     this.#loadSync = new LoadSync(this.#load, this.#registry, opts.replicateLoad ?? false, this.#now, opts.onLoadOps);
     this.#router = new Router(
       { registry: this.#registry, views: this.#views, load: this.#load, loadSync: this.#loadSync, prefillWatch: this.#prefillWatch, rates: this.#rates, receipts: this.#receipts, metrics: this.#metrics, counters: this.#counters },

@@ -121,4 +121,17 @@ describe("RoutingCore: a long prefill in progress", () => {
     expect(queued()).toBe(500);
     expect(peek().workerId).toBe("w1");
   });
+
+  it("drainQueuedPrefill false (Dynamo's view): counted in full until its prefill-done mark", () => {
+    let t = 0;
+    const core = new RoutingCore({ blockSize: B, random: () => 0, now: () => t, cost: "blocks", drainQueuedPrefill: false });
+    core.hello({ type: "hello", workerId: "w1", url: "http://w1", blockSize: B, epoch: 1, modelName: "m", contract: null, kvEvents: true, prefillTokensPerSec: 1_000 }, "w1");
+    core.applyDump("w1", { type: "dump", epoch: 1, seq: 0, blocks: [] });
+    const receipt = core.route({ localHashes: localBlockHashes(tokens(8_000, 2), B), isl: 8_000 })!.receiptId;
+    const queued = () => core.peek({ localHashes: localBlockHashes(tokens(40, 3), B), isl: 40 }).candidates[0]!.activePrefillTokens;
+    t = 7_500;
+    expect(queued()).toBe(8_000);
+    core.markPrefillDone(receipt);
+    expect(queued()).toBe(0);
+  });
 });
