@@ -14,7 +14,7 @@ import { LimitsSchema, type Limits } from "../api/limits.ts";
 import { regionFromColo, RegionsConfigSchema } from "../selection/regions.ts";
 import { DEFAULT_SELECTION_COST, SELECTION_COSTS } from "../selection/selection.ts";
 import { DEFAULT_STORAGE_CAPACITY_BLOCKS, DEFAULT_TIER_COST } from "../selection/tier-cost.ts";
-import { SafeFetchPolicySchema } from "../media/safe-fetch.ts";
+import { parseSafeFetchPolicy, SafeFetchPolicySchema, type SafeFetchPolicy } from "../media/safe-fetch.ts";
 import { classifyHost } from "../media/ssrf.ts";
 import { isCompatible } from "../prompt/model-profile.ts";
 import { DEFAULT_TURN_CHECK_RATE } from "../prompt/turn-chain.ts";
@@ -380,7 +380,8 @@ export type CorsPolicy = { origins: "*" | ReadonlySet<string> } | null;
 
 export interface EdgeConfig {
   models: ModelConfig[];
-  media: Record<string, unknown>;
+  /** KVEDGE_MEDIA, parsed once (parseSafeFetchPolicy): each request's fetcher takes it as is. */
+  media: SafeFetchPolicy;
   decode: { url?: string; token?: string; timeoutMs?: number };
   /** What the worker may receive for media: verified inline bytes or signed store URLs (docs/media.md). */
   mediaStore: { publicUrl: string | null; urlKey: string | null; urlTtlSec: number; inlineMaxBytes: number; forwardClientUrls: boolean };
@@ -460,7 +461,7 @@ export function parseEdgeConfig(env: Record<string, unknown>): EdgeConfig {
   const keys = apiKeyList(parsed.KVEDGE_API_KEYS);
   return {
     models: parsed.KVEDGE_MODELS ?? DEFAULT_MODELS,
-    media: parsed.KVEDGE_MEDIA ?? {},
+    media: parseSafeFetchPolicy(parsed.KVEDGE_MEDIA ?? {}),
     decode: {
       ...(parsed.KVEDGE_DECODE_URL ? { url: parsed.KVEDGE_DECODE_URL } : {}),
       ...(parsed.DECODE_TOKEN ? { token: parsed.DECODE_TOKEN } : {}),

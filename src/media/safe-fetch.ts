@@ -38,6 +38,16 @@ export const SafeFetchPolicySchema = z.object({
 export type SafeFetchPolicy = z.output<typeof SafeFetchPolicySchema>;
 export type SafeFetchPolicyInput = z.input<typeof SafeFetchPolicySchema>;
 
+/** Policies parsed by parseSafeFetchPolicy, with their allowlist: a fetcher built on one parses nothing. */
+const PARSED = new WeakMap<SafeFetchPolicy, Allowlist>();
+
+/** Parses a policy once (a config's): fetchers built on the result, one per request, take it as is. */
+export function parseSafeFetchPolicy(input: SafeFetchPolicyInput): SafeFetchPolicy {
+  const policy = Object.freeze(SafeFetchPolicySchema.parse(input));
+  PARSED.set(policy, new Allowlist(policy.allowlist));
+  return policy;
+}
+
 /** The destination a hop was validated for; a pinning fetch connects only to these addresses. */
 export interface PinnedDestination {
   hostname: string;
@@ -82,8 +92,9 @@ export class SafeFetcher {
   private readonly resolve: Resolver | null;
 
   constructor(policy: SafeFetchPolicyInput = {}, deps: SafeFetchDeps = {}) {
-    this.policy = SafeFetchPolicySchema.parse(policy);
-    this.allowlist = new Allowlist(this.policy.allowlist);
+    const parsed = PARSED.get(policy as SafeFetchPolicy);
+    this.policy = parsed ? (policy as SafeFetchPolicy) : SafeFetchPolicySchema.parse(policy);
+    this.allowlist = parsed ?? new Allowlist(this.policy.allowlist);
     this.fetchImpl = deps.fetch ?? ((url, init) => fetch(url, init));
     this.resolve = deps.resolve ?? null;
   }
