@@ -8,7 +8,7 @@ import { ResponseStore } from "../durable-objects/response-store.ts";
 import { handleResponsesRoute } from "../src/edge/responses/handler.ts";
 import { handleCompletions } from "../src/edge/completions/handler.ts";
 import { errorResponse, InvalidRequestError, NotFoundError, AuthenticationError, ConfigError } from "../src/api/errors.ts";
-import { parseEdgeConfig, type BucketConfig, type EdgeConfig } from "../src/config/config.ts";
+import { parseEdgeConfig, type BucketConfig, type EdgeConfig, type ModelConfig } from "../src/config/config.ts";
 import { authorizeClient, bearerToken } from "../src/edge/auth.ts";
 import { verifyRelayConnect } from "../src/relay-wire/relay-auth.ts";
 import { clientNetwork, enforceRateLimit, rateLimitBucketName, rateLimitHeaders, requestLimitHeaders, type BucketKind } from "../src/edge/rate-limit.ts";
@@ -99,8 +99,12 @@ async function handleRelayUpgrade(request: Request, env: Env, config: EdgeConfig
   const url = new URL(request.url);
   const workerId = url.searchParams.get("worker") ?? "";
   const model = url.searchParams.get("model") ?? "";
-  const pool = config.models.find((m) => m.id === model);
-  if (!pool) throw new NotFoundError(`Unknown model '${model}'.`, "model", "model_not_found");
+  // Whether a pool exists is told only to a caller whose token verifies (signed with the secret): asked in the key lookup.
+  const pool = (): ModelConfig => {
+    const found = config.models.find((m) => m.id === model);
+    if (!found) throw new NotFoundError(`Unknown model '${model.slice(0, 64)}'.`, "model", "model_not_found");
+    return found;
+  };
   if (!/^[A-Za-z0-9._:-]{1,128}$/.test(workerId)) throw new InvalidRequestError("Bad worker id.", "worker");
   if (request.headers.get("upgrade")?.toLowerCase() !== "websocket") throw new InvalidRequestError("Expected a WebSocket upgrade.");
   const shardParam = url.searchParams.get("shard") ?? "0";
@@ -115,6 +119,7 @@ async function handleRelayUpgrade(request: Request, env: Env, config: EdgeConfig
     bearerToken(request),
     { workerId, model, audience: shardObjectName(model, shard), nowSeconds: Math.floor(Date.now() / 1000), allowHttp: config.relayAllowHttp },
     async (keyId) => {
+      pool();
       await limit(env, config, "relay", { network: networkOf(request) });
       return indexFor(env, model).relayKey(keyId);
     },
@@ -130,7 +135,7 @@ async function handleRelayUpgrade(request: Request, env: Env, config: EdgeConfig
     url: check.record.url,
     pool: model,
     shard,
-    blockSize: pool.blockSize,
+    blockSize: pool().blockSize,
     dpSize: check.record.dpSize,
     storageGroup: check.record.storageGroup,
   });
@@ -153,13 +158,13 @@ interface EdgeRequest {
 
 /** The Worker's routes: path → method → handler (src/edge/route-table.ts answers 404 and 405). */
 const ROUTES: readonly Route<EdgeRequest>[] = [
-  { path: "/healthz", methods: { "*": () => json({ status: "ok" }) } },
-  { path: "/readyz", methods: { "*": readyz } },
+  { path: "/healthz", methods: { GET: healthz, HEAD: healthz } },
+  { path: "/readyz", methods: { GET: readyz, HEAD: readyz } },
   { path: "/v1/models", methods: { GET: models, HEAD: models, OPTIONS: preflight } },
   { path: "/v1/chat/completions", methods: { POST: chatCompletions, OPTIONS: preflight } },
-  { path: "/v1/completions", methods: { POST: completions } },
-  { path: "/v1/responses", methods: { "*": responses } },
-  { path: "/v1/responses/*", methods: { "*": responses } },
+  { path: "/v1/completions", methods: { POST: completions, OPTIONS: preflight } },
+  { path: "/v1/responses", methods: { POST: responses, OPTIONS: preflight } },
+  { path: "/v1/responses/*", methods: { GET: responses, DELETE: responses, OPTIONS: preflight } },
   { path: "/v1/relay", methods: { "*": (r) => handleRelayUpgrade(r.request, r.env, r.config) } },
   { path: "/metrics", methods: { "*": operator } },
   { path: "/dashboard", methods: { "*": operator } },
@@ -170,6 +175,10 @@ const ROUTES: readonly Route<EdgeRequest>[] = [
 /** A public route's CORS preflight (src/edge/cors.ts). */
 function preflight(r: EdgeRequest): Response | null {
   return preflightResponse(r.request, r.path, r.config.cors);
+}
+
+function healthz(): Response {
+  return json({ status: "ok" });
 }
 
 async function readyz(r: EdgeRequest): Promise<Response> {

@@ -110,7 +110,7 @@ async function overviewRoute({ request, deps }: AdminCall): Promise<Response> {
 async function explainRoute({ request, url, deps }: AdminCall): Promise<Response> {
   const tokens = url.searchParams.get("tokens");
   if (tokens !== null && tokens !== "all") throw new InvalidRequestError("tokens must be 'all' (the whole routed sequence) or absent.", "tokens");
-  return json(await explain(request, deps, tokens === "all"));
+  return json(await explain(request, deps, tokens === "all"), NO_STORE);
 }
 
 /** The pool named by `?model=` (default: the first configured). */

@@ -1,5 +1,6 @@
 /**
- * CORS for the public API only (`/v1/models`, `/v1/chat/completions`), so a browser app can call
+ * CORS for the public API only (`/v1/models`, `/v1/chat/completions`, `/v1/completions`,
+ * `/v1/responses` and a stored response `/v1/responses/{id}`), so a browser app can call
  * it with an API key it holds. Authentication is a bearer key, never a cookie, so allowing any
  * origin grants a page nothing its key does not already; admin, relay, metrics and dashboard routes
  * send no CORS headers and stay closed to cross-origin pages. `KVEDGE_CORS`: "*" (default), "off",
@@ -7,11 +8,20 @@
  */
 import type { CorsPolicy } from "../config/config.ts";
 
-/** The methods each public route serves (OPTIONS, the preflight, on both): its `Allow` header. */
-export const PUBLIC_ROUTE_METHODS: Readonly<Record<string, readonly string[]>> = {
+/** The methods each public route serves (OPTIONS, the preflight, on every one): its `Allow` header. */
+const PUBLIC_ROUTE_METHODS: Readonly<Record<string, readonly string[]>> = {
   "/v1/models": ["GET", "HEAD", "OPTIONS"],
   "/v1/chat/completions": ["POST", "OPTIONS"],
+  "/v1/completions": ["POST", "OPTIONS"],
+  "/v1/responses": ["POST", "OPTIONS"],
 };
+const STORED_RESPONSE_PATH = /^\/v1\/responses\/[^/]+$/;
+const STORED_RESPONSE_METHODS: readonly string[] = ["GET", "DELETE", "OPTIONS"];
+
+/** The methods of the public route at `path`; undefined: not a public route (no CORS). */
+export function publicRouteMethods(path: string): readonly string[] | undefined {
+  return PUBLIC_ROUTE_METHODS[path] ?? (STORED_RESPONSE_PATH.test(path) ? STORED_RESPONSE_METHODS : undefined);
+}
 /** Headers a page may read: the request id for support, the rate limiter's back-off, the request's trace (trace-context.ts). */
 const EXPOSED = "x-request-id, retry-after, traceresponse";
 /**
@@ -28,7 +38,7 @@ function allowedOrigin(policy: CorsPolicy, origin: string | null): string | null
 
 /** The answer to a preflight (`OPTIONS` on a CORS route), or null when the request is none. */
 export function preflightResponse(request: Request, path: string, policy: CorsPolicy): Response | null {
-  const methods = PUBLIC_ROUTE_METHODS[path];
+  const methods = publicRouteMethods(path);
   if (request.method !== "OPTIONS" || methods === undefined) return null;
   const origin = allowedOrigin(policy, request.headers.get("origin"));
   const wanted = (request.headers.get("access-control-request-headers") ?? "")
@@ -48,7 +58,7 @@ export function preflightResponse(request: Request, path: string, policy: CorsPo
 
 /** `response` with the CORS headers its route and the request's origin call for (a preflight's answer has its own). */
 export function withCors(response: Response, request: Request, path: string, policy: CorsPolicy): Response {
-  if (PUBLIC_ROUTE_METHODS[path] === undefined || request.method === "OPTIONS") return response;
+  if (publicRouteMethods(path) === undefined || request.method === "OPTIONS") return response;
   const origin = allowedOrigin(policy, request.headers.get("origin"));
   if (origin === null) return response;
   try {

@@ -96,6 +96,45 @@ describe("edge API surface", () => {
     }
   });
 
+  it("a stored-response id with a malformed escape names no response: 404, not a URIError's 500", async () => {
+    expect((await expectOpenAIError(await SELF.fetch("https://edge/v1/responses/%ZZ"), 404)).code).toBe("response_not_found");
+  });
+
+  it("health routes answer GET and HEAD only", async () => {
+    for (const path of ["/healthz", "/readyz"]) {
+      expect((await SELF.fetch(`https://edge${path}`, { method: "HEAD" })).status, path).not.toBe(405);
+      const wrong = await SELF.fetch(`https://edge${path}`, { method: "POST" });
+      expect(wrong.headers.get("allow"), path).toBe("GET, HEAD");
+      await expectOpenAIError(wrong, 405);
+    }
+  });
+
+  it("without a credential the relay tells nothing of which pools exist: 401 before the pool's 404", async () => {
+    await expectOpenAIError(await connectRelay("w-unknown", null, "no/such-model"), 401);
+  });
+
+  it("CORS: completions, responses and a stored response answer preflights as chat does", async () => {
+    for (const [path, methods] of [
+      ["/v1/completions", "POST, OPTIONS"],
+      ["/v1/responses", "POST, OPTIONS"],
+      ["/v1/responses/resp_0123", "GET, DELETE, OPTIONS"],
+    ] as const) {
+      const pre = await SELF.fetch(`https://edge${path}`, { method: "OPTIONS", headers: { origin: "https://app.example", "access-control-request-method": "POST" } });
+      expect([pre.status, pre.headers.get("access-control-allow-methods"), pre.headers.get("access-control-allow-origin")], path).toEqual([204, methods, "*"]);
+    }
+    const bad = await SELF.fetch("https://edge/v1/completions", { method: "POST", headers: { origin: "https://app.example", "content-type": "application/json" }, body: "{" });
+    expect([bad.status, bad.headers.get("access-control-allow-origin")]).toEqual([400, "*"]);
+  });
+
+  it("POST /admin/explain is not stored by caches", async () => {
+    const explained = await SELF.fetch("https://edge/admin/explain", {
+      method: "POST",
+      headers: { authorization: `Bearer ${ADMIN}`, "content-type": "application/json" },
+      body: JSON.stringify({ model: MODEL, messages: [{ role: "user", content: "hi" }] }),
+    });
+    expect([explained.status, explained.headers.get("cache-control")]).toEqual([200, "no-store"]);
+  });
+
   it("no worker → 503 in the OpenAI error shape, not a hang", async () => {
     const e = await expectOpenAIError(await post({ model: "Qwen/Qwen2.5-VL-7B-Instruct", messages: [{ role: "user", content: "hi" }] }), 503);
     expect(e.code).toBe("no_worker_available");

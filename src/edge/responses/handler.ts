@@ -40,12 +40,13 @@ export async function handleResponsesRoute(request: Request, path: string, deps:
   const m = RESPONSE_PATH.exec(path);
   if (!m) return null;
   if (request.method !== "GET" && request.method !== "DELETE") throw new MethodNotAllowedError(["GET", "DELETE"]);
-  const id = decodeURIComponent(m[1]!);
   const caller = authorizeClient(request, deps.config);
   await deps.rateLimit?.(caller.apiKey);
+  // Decoded once the caller is known: a malformed escape (%ZZ) names no stored response, so it is the 404.
+  const id = decodedSegment(m[1]!);
   const store = storeFor(request, deps, caller);
-  const notFound = () => new NotFoundError(`Response with id '${id.slice(0, 64)}' not found.`, null, "response_not_found");
-  if (!store || !isResponseId(id)) throw notFound();
+  const notFound = () => new NotFoundError(`Response with id '${(id ?? m[1]!).slice(0, 64)}' not found.`, null, "response_not_found");
+  if (!store || id === null || !isResponseId(id)) throw notFound();
   if (request.method === "DELETE") {
     if (!(await store.delete(id))) throw notFound();
     return json({ id, object: "response", deleted: true });
@@ -53,6 +54,14 @@ export async function handleResponsesRoute(request: Request, path: string, deps:
   const body = await store.get(id, Date.now());
   if (body === null) throw notFound();
   return json((JSON.parse(body) as StoredResponse).response);
+}
+
+function decodedSegment(segment: string): string | null {
+  try {
+    return decodeURIComponent(segment);
+  } catch {
+    return null;
+  }
 }
 
 function json(body: unknown, headers?: Headers): Response {
