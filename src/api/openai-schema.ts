@@ -293,6 +293,8 @@ export const ChatCompletionRequestObject = z.object({
 
   // prompt shaping
   chat_template_kwargs: opt(JsonObjectSchema),
+  // SGLang's chat handler passes it to no one (serving_chat.py @002897c _convert_to_internal_request), nor does the
+  // edge; a non-empty one still routes on the text prefix (layout/eligibility.ts)
   mm_processor_kwargs: opt(JsonObjectSchema),
   continue_final_message: withDefault(z.boolean(), false),
   reasoning_effort: opt(z.union([z.enum(REASONING_EFFORTS), finite.min(0).max(0.99)])),

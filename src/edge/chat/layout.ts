@@ -78,7 +78,7 @@ export async function planMediaRouting(input: MediaLayoutInput): Promise<Routing
   const { partTypes, uuids } = requestShape(req);
   const shape = requestIneligibility({
     partTypes,
-    mmProcessorKwargs: (req as { mm_processor_kwargs?: unknown }).mm_processor_kwargs,
+    mmProcessorKwargs: req.mm_processor_kwargs,
     mediaUuids: uuids,
   });
   if (shape) return fallback(shape.reason);
