@@ -50,9 +50,11 @@ export function checkSamplingLimits(req: SamplingFields, limits: Limits): void {
 
 /**
  * Token ids the worker indexes its embedding or logits with must lie in the model's vocabulary: an
- * id past SGLang's embedding table is a CUDA device-side assert that takes the worker down (SGLang
- * checks none of them). `vocabSize` is the tokenizer's, added tokens included (HF get_vocab_size(true)),
- * which is at most the model config's padded vocab_size, so every id let through has an embedding row.
+ * id past SGLang's embedding table is a CUDA device-side assert that takes the worker down, and the
+ * SGLang this project pins (@9d147fd) never calls its _validate_input_ids_in_vocab (later versions
+ * check input_ids against the config's vocab_size; none checks logit_bias). `vocabSize` is the
+ * tokenizer's, added tokens included (HF get_vocab_size(true)): at most the config's padded
+ * vocab_size, so every id let through has an embedding row; the padding rows name no token.
  */
 export function checkTokenIdsInVocab(ids: readonly number[], vocabSize: number, paramAt: (i: number) => string): void {
   ids.forEach((id, i) => {
