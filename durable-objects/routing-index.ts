@@ -22,6 +22,7 @@ import { parseRegionsVar } from "../src/selection/regions.ts";
 
 import { parseRoutingVar, shardCountOf } from "../src/config/config.ts";
 import { shardObjectName } from "../src/routing-index/pool-address.ts";
+import { localHashPage, MAX_LOCAL_HASH_PAGE, type LocalHashPage } from "../src/routing-index/hash-page.ts";
 import { LoadOpBatchSchema, type LoadOpBatch } from "../src/load/load-replica.ts";
 import type { RelayKeyRecord } from "../src/relay-wire/relay-auth.ts";
 import { RelayKeyStore } from "./relay-key-store.ts";
@@ -487,9 +488,9 @@ export class RoutingIndex extends DurableObject<RoutingIndexEnv> implements Pool
     return n;
   }
 
-  /** Test/ops hook: the local hashes a worker holds, for parity checks against the engine. */
-  async workerLocalHashes(workerId: string): Promise<string[]> {
-    return this.#core.workerLocalHashes(workerId);
+  /** Test/ops hook: a page of the local hashes a worker holds, for parity checks against the engine (hash-page.ts). */
+  async workerLocalHashes(workerId: string, after: string | null, limit: number): Promise<LocalHashPage> {
+    return localHashPage(this.#core.workerLocalHashes(workerId), after, Math.min(Math.max(1, limit), MAX_LOCAL_HASH_PAGE));
   }
 
   /** Operators: registry, load, index counters, routing decisions and receipts (/metrics, /dashboard). */

@@ -20,6 +20,7 @@ import { choiceReason } from "../metrics/decision-reason.ts";
 import { dashboardHtml, dashboardLoginHtml } from "../dashboard/page.ts";
 import { initHashing } from "../util/hash.ts";
 import { shardForRequest } from "../routing-index/pool-address.ts";
+import { DEFAULT_LOCAL_HASH_PAGE, MAX_LOCAL_HASH_PAGE, mergeLocalHashPages } from "../routing-index/hash-page.ts";
 import { mergeShardSnapshots, mergeShardWorkers } from "../metrics/merge-shards.ts";
 import { bearerToken, matchApiKey } from "./auth.ts";
 import { timingSafeEqualString } from "../util/constant-time.ts";
@@ -175,8 +176,13 @@ async function localHashesRoute(c: AdminCall, encodedWorker: string): Promise<Re
   const workerId = workerIdOf(encodedWorker);
   const known = (await c.deps.index(model).workers()).some((w) => w.workerId === workerId);
   if (!known) throw new NotFoundError(`Unknown worker '${workerId.slice(0, 128)}' in pool '${model}'.`, "worker", "worker_not_found");
-  const parts = await Promise.all(allShards(c.deps, model).map((s) => s.workerLocalHashes(workerId)));
-  return json({ workerId, localHashes: parts.flat(), ...(parts.length > 1 ? { perShard: parts.map((p) => p.length) } : {}) }, NO_STORE);
+  const cursor = c.url.searchParams.get("cursor");
+  if (cursor !== null && !/^[0-9a-f]{16}$/.test(cursor)) throw new InvalidRequestError("cursor must be a page's nextCursor (16 lower-case hex digits).", "cursor");
+  const limitParam = c.url.searchParams.get("limit");
+  const limit = limitParam === null ? DEFAULT_LOCAL_HASH_PAGE : /^\d{1,5}$/.test(limitParam) ? Number(limitParam) : 0;
+  if (limit < 1 || limit > MAX_LOCAL_HASH_PAGE) throw new InvalidRequestError(`limit must be a whole number 1…${MAX_LOCAL_HASH_PAGE}.`, "limit");
+  const pages = await Promise.all(allShards(c.deps, model).map((s) => s.workerLocalHashes(workerId, cursor, limit)));
+  return json({ workerId, ...mergeLocalHashPages(pages, limit) }, NO_STORE);
 }
 
 function allShards(deps: AdminDeps, model: string): AdminFrontDoor[] {

@@ -10,6 +10,7 @@ import type { CohortResult } from "../layout/index.ts";
 import type { LoadOpBatch, LoadSyncStats } from "../load/load-replica.ts";
 import type { PoolMetricsSnapshot } from "../metrics/pool-snapshot.ts";
 import type { WorkerRow } from "./pool-metrics.ts";
+import type { LocalHashPage } from "./hash-page.ts";
 import type { Receipt, WorkerReceiptStats } from "./receipts.ts";
 import type { IndexCounters } from "../metrics/pool-snapshot.ts";
 import type { RouteDecision, RoutePreview, RouteRequest, SettleRequest } from "./router.ts";
@@ -123,8 +124,8 @@ export interface OperatorFrontDoor {
   metrics(): Promise<PoolMetricsSnapshot>;
   /** What route() would pick now, without adding load or a receipt (`POST /admin/explain`). */
   peek(req: PeekRequest): Promise<RoutePreview>;
-  /** The local hashes the index holds for a worker (parity checks against the engine). */
-  workerLocalHashes(workerId: string): Promise<string[]>;
+  /** A page of the local hashes the index holds for a worker, ascending after `after` (parity checks against the engine; hash-page.ts). */
+  workerLocalHashes(workerId: string, after: string | null, limit: number): Promise<LocalHashPage>;
   /** Forgets a worker entirely and closes its relay sockets. */
   removeWorker(workerId: string): Promise<boolean>;
   /**
