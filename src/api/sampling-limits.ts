@@ -50,9 +50,9 @@ export function checkSamplingLimits(req: SamplingFields, limits: Limits): void {
 
 /**
  * Token ids the worker indexes its embedding or logits with must lie in the model's vocabulary: an
- * id past SGLang's embedding table is a CUDA device-side assert that takes the worker down, and the
- * SGLang this project pins (@9d147fd) never calls its _validate_input_ids_in_vocab (later versions
- * check input_ids against the config's vocab_size; none checks logit_bias). `vocabSize` is the
+ * id past SGLang's embedding table is a CUDA device-side assert that takes the worker down, and
+ * SGLang long had no caller of its _validate_input_ids_in_vocab (its fix's test says so; fixed
+ * versions check input_ids against the config's vocab_size, not logit_bias). `vocabSize` is the
  * tokenizer's, added tokens included (HF get_vocab_size(true)): at most the config's padded
  * vocab_size, so every id let through has an embedding row; the padding rows name no token.
  */
