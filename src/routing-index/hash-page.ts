@@ -4,7 +4,9 @@
  * object answers its smallest `limit` above the cursor; the edge merges them and keeps the
  * smallest `limit`, which are then the pool's (every shard sent all of its own that could be).
  * The order is stable while the index changes: a block added or removed after the cursor shows or
- * not on a later page, nothing before it moves.
+ * not on a later page, nothing before it moves. The hashes are a multiset (equal blocks in two
+ * cache namespaces, or two shards, repeat): a page never ends inside a run of equal hashes, so it
+ * can exceed `limit` by the copies of its last hash.
  */
 
 /** Hashes per page at most, and by default. */
@@ -24,8 +26,9 @@ export function localHashPage(all: Iterable<string>, after: string | null, limit
   let more = false;
   const trim = (): void => {
     kept.sort();
-    if (kept.length > limit) {
-      kept.length = limit;
+    const end = pageEnd(kept, limit);
+    if (end < kept.length) {
+      kept.length = end;
       more = true;
     }
   };
@@ -40,8 +43,15 @@ export function localHashPage(all: Iterable<string>, after: string | null, limit
 
 /** Shards' pages → the pool's page and the cursor of the next one (null: this was the last). */
 export function mergeLocalHashPages(pages: readonly LocalHashPage[], limit: number): { localHashes: string[]; nextCursor: string | null } {
-  const all = [...new Set(pages.flatMap((p) => p.hashes))].sort();
-  const localHashes = all.slice(0, limit);
-  const more = all.length > limit || pages.some((p) => p.more);
+  const all = pages.flatMap((p) => p.hashes).sort();
+  const localHashes = all.slice(0, pageEnd(all, limit));
+  const more = all.length > localHashes.length || pages.some((p) => p.more);
   return { localHashes, nextCursor: more && localHashes.length > 0 ? localHashes[localHashes.length - 1]! : null };
+}
+
+/** Where a page of sorted hashes ends: after `limit`, and after every copy of its last hash. */
+function pageEnd(sorted: readonly string[], limit: number): number {
+  let end = Math.min(limit, sorted.length);
+  while (end > 0 && end < sorted.length && sorted[end] === sorted[end - 1]) end++;
+  return end;
 }

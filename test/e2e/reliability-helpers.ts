@@ -17,9 +17,17 @@ export async function trueLocalHashes(workerUrl: string): Promise<string[]> {
   return r.blocks.map((b) => localHashToHex(namespacedLocalHash(localBlockHash(b.tokens), namespaceTag(b.cacheSalt)))).sort();
 }
 
+/** The index's local hashes for a worker, every page of them (pages of 10 000, ascending; a multiset). */
 export async function indexLocalHashes(fleet: Fleet, workerId: string): Promise<string[]> {
-  const r = (await fleet.admin(`/admin/workers/${workerId}/local-hashes?model=${encodeURIComponent(fleet.model)}`)) as { localHashes: string[] };
-  return r.localHashes.slice().sort();
+  const out: string[] = [];
+  let cursor: string | null = null;
+  for (let pages = 0; pages < 1000; pages++) {
+    const r = (await fleet.admin(`/admin/workers/${workerId}/local-hashes?model=${encodeURIComponent(fleet.model)}&limit=10000${cursor ? `&cursor=${cursor}` : ""}`)) as { localHashes: string[]; nextCursor: string | null };
+    out.push(...r.localHashes);
+    cursor = r.nextCursor;
+    if (cursor === null) return out;
+  }
+  throw new Error(`${workerId}: more than 1000 pages of local hashes`);
 }
 
 export interface WorkerRow {
