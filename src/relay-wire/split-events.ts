@@ -24,7 +24,8 @@ export function splitRelayEvents(router: ChainRootRouter, events: readonly Relay
       for (const m of r.moves) perShard[m.shard]!.push({ t: "removed", hashes: [m.hash], moved: true });
       perShard[r.shard]!.push(ev);
     } else if (ev.t === "removed") {
-      for (const [s, hashes] of router.routeRemoved(ev.hashes)) perShard[s]!.push({ t: "removed", hashes });
+      // A relay move (moved: true, e.g. a re-parented block) stays a move in every shard it reaches.
+      for (const [s, hashes] of router.routeRemoved(ev.hashes)) perShard[s]!.push(ev.moved ? { t: "removed", hashes, moved: true } : { t: "removed", hashes });
     } else {
       router.clear();
       for (const list of perShard) list.push({ t: "cleared" });

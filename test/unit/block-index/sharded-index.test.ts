@@ -173,6 +173,16 @@ describe("splitRelayEvents (relay fan-out)", () => {
     expect(perShard[1]).toEqual([again, { t: "removed", hashes: ["2"] }]);
   });
 
+  it("a relay move that comes in as a removal (a re-parented block) stays a move in its shard", () => {
+    const hex = (n: number) => n.toString(16).padStart(16, "0");
+    const a = [1, 2, 3, 4, 5, 6, 7, 8].map(hex).find((l) => shardOfHex(l, 2) === 1)!;
+    const router = new ChainRootRouter(2);
+    splitRelayEvents(router, [{ t: "stored", parent: null, blocks: [{ h: "1", l: a }, { h: "5", l: hex(55) }] }]);
+    const { perShard } = splitRelayEvents(router, [{ t: "removed", hashes: ["5"], moved: true }]);
+    expect(perShard[1]).toEqual([{ t: "removed", hashes: ["5"], moved: true }]);
+    expect(perShard[0]).toEqual([]);
+  });
+
   it("feeds per-shard indexes to the same state as one index", () => {
     const r = mulberry32(3);
     const plain = new RadixIndex();
