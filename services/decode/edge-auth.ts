@@ -1,11 +1,11 @@
 /**
  * The edge's bearer token, compared in constant time, and a bound on failed attempts. Each peer
  * network (an IPv4 address, an IPv6 /64: the edge's clientNetwork rule) may fail `burst` times,
- * then once per `refillMs`; past that its calls are answered 429 before any token is compared, so
- * nobody tries more than that many tokens per network. A right token never counts. The bound is
- * defence in depth beside the token's length (>= 32 characters, options.ts): a peer that shares the
- * edge's network (a proxy or tunnel in front of the store) shares its budget, so such a front must
- * authenticate callers itself (docs/security.md). Peers tracked are bounded; the least recently
+ * then once per `refillMs`; past that its wrong tokens are answered 429, so nobody tries more than
+ * that many tokens per network. The token is compared first: a right token always passes and never
+ * counts, so a guesser sharing the edge's address (a proxy or tunnel) cannot lock the edge out. The bound is
+ * defence in depth beside the token's length (>= 32 characters, options.ts); behind a proxy every
+ * caller shares one budget, so guessing is throttled for all. Peers tracked are bounded; the least recently
  * failed is forgotten first.
  */
 import type http from "node:http";
@@ -43,27 +43,29 @@ export class EdgeAuth {
     this.#now = now;
   }
 
-  /** Throws 429 for a peer past its failure budget, 401 (counted) without the right token. */
+  /** Passes the right token always; a wrong one is 401 (counted), or 429 once the peer's budget is spent. */
   require(req: http.IncomingMessage): void {
     if (this.#token === null) return;
     const peer = clientNetwork(req.socket.remoteAddress ?? null);
-    if (this.#left(peer) < 1) throw new RateLimitError(`Too many failed token attempts from this network; one more is allowed every ${this.#limits.refillMs / 1000} s.`, "auth_rate_limited");
+    // Compare first: behind a proxy every caller shares its address, so a spent budget must not
+    // lock out the right token; only wrong ones are counted and, past the budget, answered 429.
     if (this.#matches(req)) return;
+    if (this.#left(peer) < 1) throw new RateLimitError(`Too many failed token attempts from this network; one more is allowed every ${this.#limits.refillMs / 1000} s.`, "auth_rate_limited");
     this.#fail(peer);
     throw new AuthenticationError("Decode service token required.");
   }
 
   /**
    * Does the request carry the right token? For a route that answers anyone but tells the edge
-   * more: no Authorization header is not an attempt; a wrong one counts, and a peer past its budget
-   * is answered as if it had none.
+   * more: no Authorization header is not an attempt; a wrong one counts; the right one passes whatever
+   * the budget.
    */
   presents(req: http.IncomingMessage): boolean {
     if (this.#token === null) return true;
     if (req.headers.authorization === undefined) return false;
     const peer = clientNetwork(req.socket.remoteAddress ?? null);
-    if (this.#left(peer) < 1) return false;
     if (this.#matches(req)) return true;
+    if (this.#left(peer) < 1) return false;
     this.#fail(peer);
     return false;
   }
