@@ -74,7 +74,7 @@ const cfg = parseEdgeConfig({});
 const CREDENTIAL = `kvr1.${"k".repeat(22)}.${"0".repeat(64)}`;
 const relayRequired = { workerUrl: "http://127.0.0.1:1", indexUrl: "ws://127.0.0.1:2", workerId: "w", credential: CREDENTIAL };
 const simDefaults = parseSimOptions({});
-const decodeDefaults = DecodeServiceOptionsSchema.parse({ allowNoAuth: false, token: "t" });
+const decodeDefaults = DecodeServiceOptionsSchema.parse({ allowNoAuth: false, token: "t".repeat(32) });
 
 /** Each documented table's defaults as the code applies them. `undefined` = no default (doc: unset/required). */
 const ACTUAL: Record<string, Record<string, Expected>> = {
