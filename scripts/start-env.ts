@@ -28,7 +28,8 @@ export const StartEnvSchema = z.object({
    * same with one encoder-only server per prefill worker, which runs --language-only.
    */
   KVEDGE_FLEET: z.enum(["unified", "pd", "epd"], { error: "KVEDGE_FLEET must be one of unified, pd, epd" }).default("unified"),
-  KVEDGE_VERBOSE: z.enum(["0", "1"], { error: 'KVEDGE_VERBOSE must be "0" or "1"' }).optional(),
+  // "true"/"false" were accepted before this check existed; kept so an old setting still starts.
+  KVEDGE_VERBOSE: z.enum(["0", "1", "false", "true"], { error: 'KVEDGE_VERBOSE must be "0", "1", "false" or "true"' }).optional(),
 });
 
 export type StartEnv = z.output<typeof StartEnvSchema>;

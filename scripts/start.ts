@@ -18,7 +18,7 @@ if (!startEnv.ok) {
   process.exit(2);
 }
 const { PORT: port, KVEDGE_WORKERS: workers, KVEDGE_DP_SIZE: dpSize, KVEDGE_FLEET: shapeVar } = startEnv.env;
-const verbose = startEnv.env.KVEDGE_VERBOSE === "1";
+const verbose = startEnv.env.KVEDGE_VERBOSE === "1" || startEnv.env.KVEDGE_VERBOSE === "true";
 const shape: FleetShape = shapeVar === "epd" ? "pd" : shapeVar;
 const encoders = shapeVar === "epd" ? 1 : 0;
 

@@ -28,6 +28,7 @@ describe("npm start environment", () => {
     expect(parseStartEnv({ PORT: "70000" })).toMatchObject({ ok: false, errors: [/PORT/] });
     expect(parseStartEnv({ KVEDGE_WORKERS: "0" })).toMatchObject({ ok: false, errors: [/KVEDGE_WORKERS/] });
     expect(parseStartEnv({ KVEDGE_VERBOSE: "yes" })).toMatchObject({ ok: false, errors: [/KVEDGE_VERBOSE/] });
+    for (const v of ["0", "1", "false", "true"]) expect(parseStartEnv({ KVEDGE_VERBOSE: v })).toMatchObject({ ok: true });
   });
 
   it("scripts/start.ts stops before starting anything, exit 2, naming the variable", () => {
