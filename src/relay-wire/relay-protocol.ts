@@ -185,7 +185,8 @@ export type RelayMessage = z.infer<typeof RelayMessageSchema>;
 export const IndexToRelaySchema = z.discriminatedUnion("type", [
   z.object({
     type: z.literal("welcome"),
-    workerId: z.string().min(1).max(128),
+    /** The socket id: a worker id (<= 128) or, for a DP rank, `<workerId>#<rank>` (rank < 1024, rank-target.ts). */
+    workerId: z.string().min(1).max(128 + "#".length + String(1024 - 1).length),
     epoch: z.number().int().min(0),
     poolBlockSize: z.number().int().min(1).max(4096),
     /** How many shard objects the pool's block index is split into (absent = 1; docs/scale.md). */

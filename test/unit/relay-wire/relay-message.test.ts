@@ -6,7 +6,7 @@
 import fc from "fast-check";
 import { describe, expect, it } from "vitest";
 import { parseRelayMessage } from "../../../src/relay-wire/relay-message.ts";
-import { RelayMessageSchema } from "../../../src/relay-wire/relay-protocol.ts";
+import { IndexToRelaySchema, RelayMessageSchema } from "../../../src/relay-wire/relay-protocol.ts";
 
 // Mostly valid values, so that whole messages are often valid but for one detail.
 const engineHash = fc.oneof(
@@ -76,5 +76,13 @@ describe("parseRelayMessage", () => {
       expect(r.success && r.data).toBe(m);
       expect(RelayMessageSchema.safeParse(m).success).toBe(true);
     }
+  });
+});
+
+describe("index welcome", () => {
+  it("takes a DP rank's socket id built on a 128-char worker id", () => {
+    const welcome = { type: "welcome", workerId: "w".repeat(128) + "#1023", epoch: 0, poolBlockSize: 16 };
+    expect(IndexToRelaySchema.safeParse(welcome).success).toBe(true);
+    expect(IndexToRelaySchema.safeParse({ ...welcome, workerId: "w".repeat(128) + "#10230" }).success).toBe(false);
   });
 });
