@@ -20,7 +20,7 @@ import { choiceReason } from "../metrics/decision-reason.ts";
 import { dashboardHtml, dashboardLoginHtml } from "../dashboard/page.ts";
 import { initHashing } from "../util/hash.ts";
 import { shardForRequest } from "../routing-index/pool-address.ts";
-import { DEFAULT_LOCAL_HASH_PAGE, MAX_LOCAL_HASH_PAGE, mergeLocalHashPages } from "../routing-index/hash-page.ts";
+import { DEFAULT_LOCAL_HASH_PAGE, MAX_LOCAL_HASH_PAGE, mergeLocalHashPages } from "../routing-index/front-door.ts";
 import { mergeShardSnapshots, mergeShardWorkers } from "../metrics/merge-shards.ts";
 import { bearerToken, matchApiKey } from "./auth.ts";
 import { timingSafeEqualString } from "../util/constant-time.ts";

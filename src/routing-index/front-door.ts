@@ -11,6 +11,8 @@ import type { LoadOpBatch, LoadSyncStats } from "../load/load-replica.ts";
 import type { PoolMetricsSnapshot } from "../metrics/pool-snapshot.ts";
 import type { WorkerRow } from "./pool-metrics.ts";
 import type { LocalHashPage } from "./hash-page.ts";
+// The edge pages and merges local-hash answers itself; it reaches the page rules through the door.
+export { DEFAULT_LOCAL_HASH_PAGE, MAX_LOCAL_HASH_PAGE, mergeLocalHashPages } from "./hash-page.ts";
 import type { Receipt, WorkerReceiptStats } from "./receipts.ts";
 import type { IndexCounters } from "../metrics/pool-snapshot.ts";
 import type { RouteDecision, RoutePreview, RouteRequest, SettleRequest } from "./router.ts";
