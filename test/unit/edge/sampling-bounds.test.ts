@@ -4,55 +4,35 @@
  * and completions holds its sampling parameters to the same KVEDGE_LIMITS as chat. Each refusal is
  * the client's 400 naming the field, before any worker is called.
  */
-import { createServer, type Server } from "node:http";
-import type { AddressInfo } from "node:net";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { parseEdgeConfig } from "../../../src/config/config.ts";
 import type { ChatDeps } from "../../../src/edge/chat.ts";
 import { handleChatCompletions } from "../../../src/edge/chat.ts";
-import { ReceiptOutbox } from "../../../src/edge/chat/receipt-outbox.ts";
 import { handleCompletions } from "../../../src/edge/completions/handler.ts";
 import { getQwenTokenizer } from "../../../src/prompt/tokenizer/index.ts";
-import { oneWorkerIndex } from "../../helpers/one-worker-index.ts";
 import { initHashing } from "../../../src/util/hash.ts";
+import { RefusingWorker } from "../../helpers/refusing-worker.ts";
 
 const MODEL = "Qwen/Qwen3-VL-8B-Instruct";
 const VOCAB = getQwenTokenizer("qwen3_vl").vocabSize;
-let worker: Server;
-let workerUrl = "";
-let calls = 0;
+const worker = new RefusingWorker();
 
 beforeAll(async () => {
   await initHashing();
-  // Counts calls; answers 503 (the tests only ask whether the edge called it).
-  worker = createServer((req, res) => {
-    calls++;
-    req.resume();
-    res.writeHead(503).end();
-  });
-  await new Promise<void>((r) => worker.listen(0, "127.0.0.1", r));
-  workerUrl = `http://127.0.0.1:${(worker.address() as AddressInfo).port}`;
+  await worker.start();
 });
 
-afterAll(async () => {
-  worker.closeAllConnections();
-  await new Promise((r) => worker.close(r));
-});
+afterAll(() => worker.close());
 
-function deps(): ChatDeps {
-  const { index } = oneWorkerIndex(workerUrl, MODEL);
-  const config = parseEdgeConfig({ KVEDGE_ACCESS: "public", KVEDGE_RATE_LIMIT: "off", KVEDGE_WORKER_AUTH: "none", KVEDGE_ROUTING: JSON.stringify({ maxAttempts: 1 }) });
-  return { config, index: () => index, fetch: (u, i) => fetch(u, i), receiptOutbox: new ReceiptOutbox(), waitUntil: () => undefined };
-}
+const deps = (): ChatDeps => worker.deps(MODEL);
 
 const post = (path: string, body: Record<string, unknown>) => new Request(`http://edge${path}`, { method: "POST", body: JSON.stringify({ model: MODEL, ...body }) });
 const complete = (body: Record<string, unknown>) => handleCompletions(post("/v1/completions", { prompt: "Once upon a time", ...body }), deps()).catch((e: unknown) => e);
 const chat = (body: Record<string, unknown>) => handleChatCompletions(post("/v1/chat/completions", { messages: [{ role: "user", content: "Hi" }], ...body }), deps()).catch((e: unknown) => e);
 
 async function refused(answer: Promise<unknown>, expected: Record<string, unknown>): Promise<void> {
-  calls = 0;
+  worker.calls = 0;
   expect(await answer).toMatchObject(expected);
-  expect(calls).toBe(0);
+  expect(worker.calls).toBe(0);
 }
 
 describe("token ids inside the model's vocabulary", () => {
@@ -66,9 +46,9 @@ describe("token ids inside the model's vocabulary", () => {
   });
 
   it("completions: the last id of the vocabulary is served", async () => {
-    calls = 0;
+    worker.calls = 0;
     await complete({ prompt: [1, VOCAB - 1] });
-    expect(calls).toBe(1);
+    expect(worker.calls).toBe(1);
   });
 
   it("logit_bias keys and stop_token_ids past the vocabulary: 400 naming the entry (chat and completions)", async () => {
