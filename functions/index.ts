@@ -272,10 +272,6 @@ export default {
       return cors(traced(await dispatch(ROUTES, request.method, path, { request, path, env, ctx, config: configOf(env), trace })));
     } catch (err) {
       if (!(err instanceof Error) || !("type" in err)) console.error(JSON.stringify({ event: "unhandled", error: String(err), stack: err instanceof Error ? err.stack : undefined }));
-      if (err instanceof ConfigError && loggedBadConfig !== env) {
-        console.error(JSON.stringify({ event: "bad_config", error: err.message }));
-        loggedBadConfig = env;
-      }
       let e = err;
       // Failed authentication on any route spends a token of the client network's auth bucket;
       // an empty bucket turns further attempts into 429 (guessing is slowed, not just refused).
@@ -284,6 +280,11 @@ export default {
           () => err,
           (limited: unknown) => limited,
         );
+      // After the auth bucket: a missing RATE_LIMITER binding surfaces there as a ConfigError too.
+      if (e instanceof ConfigError && loggedBadConfig !== env) {
+        console.error(JSON.stringify({ event: "bad_config", error: e.message }));
+        loggedBadConfig = env;
+      }
       return cors(traced(errorResponse(e, rateLimitHeaders(e))));
     }
   },

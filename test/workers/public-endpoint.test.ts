@@ -117,6 +117,19 @@ describe("configuration by zod", () => {
         logged.mockRestore();
       }
     });
+  it("a missing RATE_LIMITER binding met first on a failed authentication is logged once, as bad_config", async () => {
+    const logged = vi.spyOn(console, "error").mockImplementation(() => {});
+    try {
+      const bad = { ...env, KVEDGE_ACCESS: undefined, KVEDGE_API_KEYS: "k-three-0123456789", RATE_LIMITER: undefined };
+      const e = await openAIError(await callEnv(bad, "/v1/models", { headers: { authorization: "Bearer wrong-key-0123456789" } }), 500);
+      expect(e.code).toBe("configuration_error");
+      const lines = logged.mock.calls.map((c) => String(c[0])).filter((l) => l.includes('"bad_config"'));
+      expect(lines).toHaveLength(1);
+      expect(JSON.parse(lines[0]!).error).toMatch(/RATE_LIMITER binding is missing/);
+    } finally {
+      logged.mockRestore();
+    }
+  });
 });
 
 describe("rate limits (on by default)", () => {
