@@ -27,10 +27,10 @@ export interface TtftParams {
 
 export const DEFAULT_TTFT_PARAMS: Readonly<TtftParams> = { defaultPrefillTokensPerSec: 10_000, decodeMsPerBlock: 0.01 };
 
-/** How far a candidate is from the edge and how fast it prefills (from its relay's hello). */
+/** How far a candidate is from the edge and how fast it prefills (the rate it is priced at: src/routing-index/prefill-rates.ts). */
 export interface Placement {
   rttMs: number;
-  prefillTokensPerSec: number | null;
+  prefillTokensPerSec: number;
 }
 
 export interface TtftBreakdown {
@@ -43,13 +43,8 @@ export interface TtftBreakdown {
   totalMs: number;
 }
 
-/** A worker's prefill rate: the one its relay reports, else the pool's default. */
-export function prefillRate(params: TtftParams, p: { prefillTokensPerSec?: number | null }): number {
-  return p.prefillTokensPerSec ?? params.defaultPrefillTokensPerSec;
-}
-
 export function estimateTtft(params: TtftParams, c: Candidate, p: Placement, isl: number, blockSize: number, tiers: TierCostParams = DEFAULT_TIER_COST): TtftBreakdown {
-  const rate = prefillRate(params, p);
+  const rate = p.prefillTokensPerSec;
   const hostBlocks = c.hostBlocks ?? 0;
   const storageBlocks = c.storageBlocks ?? 0;
   const uncached = Math.max(0, isl - (c.overlapBlocks + hostBlocks + storageBlocks) * blockSize);

@@ -100,7 +100,7 @@ describe("host-memory tier in the index", () => {
   it("load-back time is bytes over bandwidth", () => {
     // 64 blocks × 16 tokens × 147 456 B = 151 MB at 37 GB/s ≈ 4.08 ms.
     expect(hostLoadBackMs(DEFAULT_TIER_COST, 64, 16)).toBeCloseTo((64 * 16 * 147_456) / 37e9 * 1000, 9);
-    const t = estimateTtft({ defaultPrefillTokensPerSec: 10_000, decodeMsPerBlock: 0 }, { slot: 0, overlapBlocks: 16, hostBlocks: 48, activePrefillTokens: 0, activeDecodeBlocks: 0 }, { rttMs: 0, prefillTokensPerSec: null }, 64 * 16 + 8, 16);
+    const t = estimateTtft({ defaultPrefillTokensPerSec: 10_000, decodeMsPerBlock: 0 }, { slot: 0, overlapBlocks: 16, hostBlocks: 48, activePrefillTokens: 0, activeDecodeBlocks: 0 }, { rttMs: 0, prefillTokensPerSec: 10_000 }, 64 * 16 + 8, 16);
     expect(t.prefillMs).toBeCloseTo(0.8, 9); // only the 8 tokens past every cached block
     expect(t.loadBackMs).toBeCloseTo(hostLoadBackMs(DEFAULT_TIER_COST, 48, 16), 9);
   });
